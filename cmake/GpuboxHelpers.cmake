@@ -1,0 +1,22 @@
+# Common warnings for every GPUBox target.
+add_library(gpubox_warnings INTERFACE)
+target_compile_options(gpubox_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
+
+# gpubox_add_test(<name> SOURCES <files> LIBS <targets> [LABELS <labels>] [TIMEOUT s])
+# One GoogleTest binary; .cu sources are portable device sources.
+function(gpubox_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  gpubox_device_sources(${T_SOURCES})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main gpubox_warnings)
+  if(GPUBOX_BACKEND STREQUAL "cpu")
+    # The cpu build runs every test; the cuda build only compiles and links them.
+    add_test(NAME ${name} COMMAND ${name})
+    if(NOT T_TIMEOUT)
+      set(T_TIMEOUT 300)
+    endif()
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  endif()
+endfunction()

@@ -1,0 +1,50 @@
+#include "common/logging.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+namespace gpubox {
+namespace {
+LogLevel level_from_env() {
+  const char* env = std::getenv("GPUBOX_LOG_LEVEL");
+  if (env == nullptr) return LogLevel::INFO;
+  if (std::strcmp(env, "debug") == 0) return LogLevel::DEBUG;
+  if (std::strcmp(env, "warning") == 0) return LogLevel::WARNING;
+  if (std::strcmp(env, "error") == 0) return LogLevel::ERROR;
+  return LogLevel::INFO;
+}
+std::atomic<int> g_level{static_cast<int>(level_from_env())};
+std::mutex g_write_mu;
+}  // namespace
+
+LogLevel log_level() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
+void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
+
+LogLine::LogLine(LogLevel level, const char* file, int line)
+    : enabled_(static_cast<int>(level) >= g_level.load(std::memory_order_relaxed)), level_(level) {
+  if (!enabled_) return;
+  static const char kTag[] = {'D', 'I', 'W', 'E'};
+  const char* base = std::strrchr(file, '/');
+  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm_now{};
+  localtime_r(&now, &tm_now);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%m%d %H:%M:%S", &tm_now);
+  out_ << kTag[static_cast<int>(level)] << stamp << ' ' << (base ? base + 1 : file) << ':' << line
+       << "] ";
+}
+
+LogLine::~LogLine() {
+  if (!enabled_) return;
+  out_ << '\n';
+  const std::string text = out_.str();
+  std::lock_guard<std::mutex> lock(g_write_mu);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
+}  // namespace gpubox

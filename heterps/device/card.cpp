@@ -1,0 +1,121 @@
+#include "heterps/device/card.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/error.hpp"
+#include "heterps/device/cuda_check.hpp"
+
+namespace gpubox::device {
+
+int hardware_threads() { return std::max(1, omp_get_num_procs()); }
+
+Card::Card(int local_index, int device, int rank, int threads)
+    : local_index_(local_index),
+      device_(device),
+      rank_(rank),
+      threads_(std::max(1, threads)),
+      memory_(device),
+      stream_(device) {}
+
+void Card::activate() const {
+#if defined(GPUBOX_BACKEND_CUDA)
+  GPUBOX_CUDA_TRY(cudaSetDevice(device_));
+#endif
+  omp_set_num_threads(threads_);
+}
+
+CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int trainer_count,
+                           int threads_override) {
+  GPUBOX_EXPECTS(trainer_count >= 1 && trainer_id >= 0 && trainer_id < trainer_count,
+                 "trainer id ", trainer_id, " is not in [0, ", trainer_count, ")");
+  std::vector<int> devices;
+  std::set<int> seen;
+  std::size_t start = 0;
+  while (start <= card_list.size()) {
+    std::size_t end = card_list.find(',', start);
+    if (end == std::string_view::npos) end = card_list.size();
+    std::string entry(card_list.substr(start, end - start));
+    entry.erase(0, entry.find_first_not_of(" \t"));
+    entry.erase(entry.find_last_not_of(" \t") + 1);
+    GPUBOX_EXPECTS(!entry.empty(), "card list '", card_list, "' has an empty entry");
+    std::size_t used = 0;
+    int device = -1;
+    try {
+      device = std::stoi(entry, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    GPUBOX_EXPECTS(used == entry.size() && device >= 0, "card list '", card_list, "': '", entry,
+                   "' is not a card number");
+    GPUBOX_EXPECTS(seen.insert(device).second, "card list '", card_list, "' names card ", device,
+                   " twice");
+    devices.push_back(device);
+    start = end + 1;
+  }
+#if defined(GPUBOX_BACKEND_CUDA)
+  int available = 0;
+  GPUBOX_CUDA_TRY(cudaGetDeviceCount(&available));
+  for (int device : devices) {
+    GPUBOX_EXPECTS(device < available, "card list '", card_list, "' names GPU ", device,
+                   " but this machine has ", available);
+  }
+  const int threads = 1;
+#else
+  const int threads = threads_override > 0
+                          ? threads_override
+                          : std::max(1, hardware_threads() / static_cast<int>(devices.size()));
+#endif
+  CardSet set;
+  set.trainer_id_ = trainer_id;
+  set.trainer_count_ = trainer_count;
+  const int local = static_cast<int>(devices.size());
+  for (int i = 0; i < local; ++i) {
+    set.cards_.push_back(std::make_unique<Card>(i, devices[i], trainer_id * local + i, threads));
+  }
+  return set;
+}
+
+void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
+                           const std::function<void(const std::string&)>& on_failure) {
+  std::mutex mu;
+  std::exception_ptr first_error;
+  int first_card = -1;
+  auto body = [&](Card& card) {
+    try {
+      card.activate();
+      fn(card);
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first_error) {
+          first_error = std::current_exception();
+          first_card = card.local_index();
+        }
+      }
+      if (on_failure) on_failure("card " + std::to_string(card.rank()) + ": " + e.what());
+    }
+  };
+  if (cards_.size() == 1) {
+    body(*cards_[0]);
+  } else {
+    std::vector<std::thread> threads;
+    threads.reserve(cards_.size());
+    for (auto& card : cards_) threads.emplace_back(body, std::ref(*card));
+    for (auto& t : threads) t.join();
+  }
+  if (first_error) {
+    try {
+      std::rethrow_exception(first_error);
+    } catch (const std::exception& e) {
+      throw Error("card " + std::to_string(cards_[first_card]->rank()) + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace gpubox::device

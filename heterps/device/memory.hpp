@@ -1,0 +1,190 @@
+// Card memory: a per-card memory resource, an owning device buffer, a pinned host buffer, and
+// stream-ordered copies. RAII only: every allocation is released by a destructor, so nothing
+// leaks when a test assertion or an error unwinds the stack.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/device/stream.hpp"
+
+namespace gpubox::device {
+
+// Allocates card memory and counts it. CUDA: stream-ordered (cudaMallocAsync) on `device`.
+// cpu: 64-byte-aligned host memory standing in for the card's arena.
+// Thread-safe (the counters are atomic); owned by its Card and must outlive its buffers.
+class CardMemory {
+ public:
+  explicit CardMemory(int device) : device_(device) {}
+  CardMemory(const CardMemory&) = delete;
+  CardMemory& operator=(const CardMemory&) = delete;
+
+  void* allocate(std::size_t bytes, const Stream& stream);
+  void deallocate(void* ptr, std::size_t bytes, const Stream& stream) noexcept;
+
+  int device() const { return device_; }
+  std::size_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  std::size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+
+ private:
+  int device_;
+  std::atomic<std::size_t> in_use_{0};
+  std::atomic<std::size_t> peak_{0};
+};
+
+// Page-locked host memory for fast host<->card copies (plain aligned memory on cpu).
+void* allocate_pinned(std::size_t bytes);
+void free_pinned(void* ptr) noexcept;
+
+// Any-direction copy ordered on `stream` (host<->card, card<->card; CUDA uses unified addressing).
+void copy_bytes_async(void* dst, const void* src, std::size_t bytes, const Stream& stream);
+void memset_bytes_async(void* dst, int value, std::size_t bytes, const Stream& stream);
+
+template <class T>
+void copy_async(T* dst, const T* src, std::size_t count, const Stream& stream) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  copy_bytes_async(dst, src, count * sizeof(T), stream);
+}
+
+// Owning, move-only array of `T` in one card's memory. `size()` elements are valid; capacity
+// grows geometrically so per-step buffers stop allocating in steady state. Not thread-safe.
+template <class T>
+class device_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "card buffers hold trivially copyable data");
+
+ public:
+  device_buffer() = default;
+  device_buffer(std::size_t count, CardMemory& memory, const Stream& stream)
+      : memory_(&memory), stream_(&stream) {
+    reserve(count);
+    size_ = count;
+  }
+  ~device_buffer() { release(); }
+  device_buffer(device_buffer&& other) noexcept { swap(other); }
+  device_buffer& operator=(device_buffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      swap(other);
+    }
+    return *this;
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  std::size_t size() const { return size_; }
+  std::size_t capacity() const { return capacity_; }
+  bool empty() const { return size_ == 0; }
+  std::size_t bytes() const { return size_ * sizeof(T); }
+
+  // Sets the size to `count`, keeping the first min(size, count) elements.
+  void resize(std::size_t count) {
+    reserve_impl(count, /*keep=*/true);
+    size_ = count;
+  }
+  // Sets the size to `count` without keeping the contents (cheapest way to reuse a buffer).
+  void resize_discard(std::size_t count) {
+    reserve_impl(count, /*keep=*/false);
+    size_ = count;
+  }
+  void reserve(std::size_t count) { reserve_impl(count, /*keep=*/true); }
+  void clear() { size_ = 0; }
+  // Frees the memory; the buffer stays usable (with the same memory and stream).
+  void release() noexcept {
+    if (data_ != nullptr) memory_->deallocate(data_, capacity_ * sizeof(T), *stream_);
+    data_ = nullptr;
+    size_ = capacity_ = 0;
+  }
+  const Stream& stream() const { return *stream_; }
+  CardMemory* memory() const { return memory_; }
+
+ private:
+  void reserve_impl(std::size_t count, bool keep) {
+    if (count <= capacity_) return;
+    GPUBOX_EXPECTS(memory_ != nullptr, "device_buffer used before it was given a CardMemory");
+    std::size_t new_capacity = capacity_ + capacity_ / 2;
+    if (new_capacity < count) new_capacity = count;
+    T* fresh = static_cast<T*>(memory_->allocate(new_capacity * sizeof(T), *stream_));
+    if (keep && size_ > 0) copy_async(fresh, data_, size_, *stream_);
+    if (data_ != nullptr) memory_->deallocate(data_, capacity_ * sizeof(T), *stream_);
+    data_ = fresh;
+    capacity_ = new_capacity;
+  }
+  void swap(device_buffer& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    std::swap(capacity_, other.capacity_);
+    std::swap(memory_, other.memory_);
+    std::swap(stream_, other.stream_);
+  }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+  CardMemory* memory_ = nullptr;
+  const Stream* stream_ = nullptr;
+};
+
+// Owning, move-only pinned host array.
+template <class T>
+class pinned_buffer {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(std::size_t count)
+      : data_(count ? static_cast<T*>(allocate_pinned(count * sizeof(T))) : nullptr), size_(count) {}
+  ~pinned_buffer() { free_pinned(data_); }
+  pinned_buffer(pinned_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& other) noexcept {
+    if (this != &other) {
+      free_pinned(data_);
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Synchronous helpers for tests and setup code (they synchronize `stream`).
+template <class T>
+std::vector<T> to_host(const T* src, std::size_t count, const Stream& stream) {
+  std::vector<T> out(count);
+  if (count > 0) copy_async(out.data(), src, count, stream);
+  stream.synchronize();
+  return out;
+}
+template <class T>
+std::vector<T> to_host(const device_buffer<T>& buffer) {
+  return to_host(buffer.data(), buffer.size(), buffer.stream());
+}
+template <class T>
+device_buffer<T> to_device(const std::vector<T>& host, CardMemory& memory, const Stream& stream) {
+  device_buffer<T> out(host.size(), memory, stream);
+  if (!host.empty()) copy_async(out.data(), host.data(), host.size(), stream);
+  stream.synchronize();
+  return out;
+}
+
+}  // namespace gpubox::device

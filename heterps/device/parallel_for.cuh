@@ -1,0 +1,57 @@
+// parallel_for(stream, n, f): calls f(i) for i in [0, n), ordered on `stream`.
+// CUDA: a grid-stride kernel. cpu: an OpenMP loop on the calling card's threads (serial for
+// small n, where a parallel region costs more than it saves). `f` must be trivially copyable,
+// callable on host and device (GPUBOX_HD), and must not throw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/macros.hpp"
+#include "heterps/device/cuda_check.hpp"
+#include "heterps/device/stream.hpp"
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+#include <omp.h>
+#endif
+
+namespace gpubox::device {
+
+// Below this many iterations the cpu backend runs the loop in the calling thread.
+inline constexpr std::size_t kSerialLoopLimit = 2048;
+
+#if defined(GPUBOX_BACKEND_CUDA)
+namespace detail {
+template <class F>
+__global__ void parallel_for_kernel(std::size_t n, F f) {
+  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    f(i);
+  }
+}
+}  // namespace detail
+#endif
+
+template <class F>
+void parallel_for(const Stream& stream, std::size_t n, F f) {
+  if (n == 0) return;
+#if defined(GPUBOX_BACKEND_CUDA)
+  constexpr unsigned kBlock = 256;
+  const std::size_t blocks = (n + kBlock - 1) / kBlock;
+  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+  detail::parallel_for_kernel<<<grid, kBlock, 0, stream.native()>>>(n, f);
+  GPUBOX_CUDA_TRY(cudaGetLastError());
+#else
+  (void)stream;
+  if (n < kSerialLoopLimit || omp_get_max_threads() == 1) {
+    for (std::size_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  const std::int64_t count = static_cast<std::int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+#endif
+}
+
+}  // namespace gpubox::device

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what GPUBox needs to build from Debian's packages, only when something is missing.
+# Idempotent and quiet when everything is there. Also checks for CCCL (Thrust/CUB/libcu++),
+# which comes with the CUDA toolkit.
+set -euo pipefail
+
+PACKAGES=(
+  cmake g++ make pkg-config
+  libgflags-dev        # command-line flags of every binary
+  libyaml-cpp-dev      # config_gpubox.yaml
+  libboost-dev         # Boost.Asio: gpubox_server and its client
+  libopenblas-dev      # BLAS for the dense net on the cpu backend
+  librocksdb-dev       # disk tier under the host table
+  libxxhash-dev        # hashing Criteo categoricals, checksums of saved models
+  libgtest-dev libgmock-dev  # unit tests
+  libbenchmark-dev     # micro-benchmarks
+  libabsl-dev          # absl::flat_hash_map: the peer of the card hash table in gpubox_bench
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cuda_root="${GPUBOX_CUDA_ROOT:-/usr/local/cuda}"
+if [ ! -f "$cuda_root/include/cccl/thrust/version.h" ] && [ ! -f "$cuda_root/include/thrust/version.h" ]; then
+  echo "setup: CCCL (Thrust/CUB/libcu++) not found under $cuda_root/include." >&2
+  echo "       Install the CUDA toolkit (it ships CCCL) or set GPUBOX_CUDA_ROOT." >&2
+  exit 1
+fi
