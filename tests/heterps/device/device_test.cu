@@ -1,5 +1,6 @@
 // Backend layer: buffers, copies, parallel_for and the Thrust path, cards.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <thrust/reduce.h>
 #include <thrust/sort.h>
 
@@ -65,11 +66,11 @@ TEST(DeviceBuffer, ResizeKeepsPrefixAndCountsMemory) {
   EXPECT_EQ(card.device(), 3);
   EXPECT_EQ(card.memory().bytes_in_use(), 0u);
   {
-    auto buf = card.make_buffer<int>(4);
-    for (int i = 0; i < 4; ++i) buf.data()[i] = i;  // cpu backend: card memory is host memory
+    auto buf = to_device(std::vector<int>{0, 1, 2, 3}, card.memory(), card.stream());
     buf.resize(100);
     EXPECT_EQ(buf.size(), 100u);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(buf.data()[i], i);
+    std::vector<int> prefix = to_host(buf.data(), 4, buf.stream());
+    EXPECT_EQ(prefix, (std::vector<int>{0, 1, 2, 3}));
     EXPECT_GE(card.memory().bytes_in_use(), 100 * sizeof(int));
     const std::size_t cap = buf.capacity();
     buf.resize_discard(10);  // shrinking keeps capacity: no allocation when reused

@@ -1,0 +1,177 @@
+// The sparse row: one fixed-stride float record per key, shared by the card tier (heterps) and
+// the host/disk tiers (table). ARCHITECTURE §4 (CtrDymf-like). One definition, used by both.
+//
+//   [show, click, delta_score, unseen_days, embed_w, embed_state[k1],
+//    slot, mf_dim, mf_size, embedx_state[k2], embedx_w[mf_dim]]
+//
+// k1/k2 depend on the optimizer (SparseOptimizerKind). mf_size is 0 until the embedx part is
+// created (creation rule below), then mf_dim. The optimizer state lives in the row, so a row
+// moved between tiers carries it. Everything here is trivially copyable and usable on host and
+// card (GPUBOX_HD).
+#pragma once
+
+#include <cstdint>
+
+#include "common/hash.hpp"
+#include "common/macros.hpp"
+
+namespace gpubox::table {
+
+enum class SparseOptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kSharedAdam = 3 };
+
+// hyper_parameters.sparse_optimizer.* (trainer parses YAML into this). Plain data.
+struct SparseOptimizerConfig {
+  SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad;
+  int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
+  // embed_w (wide weight) part
+  float learning_rate = 0.05f;
+  float initial_g2sum = 3.0f;
+  float initial_range = 0.0f;  // embed_w starts uniform in [-initial_range, initial_range]
+  float min_bound = -10.0f;
+  float max_bound = 10.0f;
+  // embedx part
+  float mf_learning_rate = 0.05f;
+  float mf_initial_g2sum = 3.0f;
+  float mf_initial_range = 1e-4f;
+  float mf_min_bound = -10.0f;
+  float mf_max_bound = 10.0f;
+  // adam / shared_adam
+  float beta1_decay_rate = 0.9f;
+  float beta2_decay_rate = 0.999f;
+  float ada_epsilon = 1e-8f;
+  // creation and shrink rules
+  float nonclk_coeff = 0.1f;
+  float clk_coeff = 1.0f;
+  float embedx_threshold = 0.0f;
+  float show_click_decay_rate = 0.98f;
+  float delete_threshold = 0.0f;
+  float delete_after_unseen_days = 30.0f;
+  uint64_t seed = 0;  // embedx init is a hash of (key, seed): runs are reproducible
+};
+
+// Offsets (in floats) of each field for a given optimizer and mf_dim.
+struct RowLayout {
+  int32_t mf_dim = 0;
+  int32_t embed_state_dim = 0;   // k1
+  int32_t embedx_state_dim = 0;  // k2
+
+  static constexpr int32_t kShow = 0;
+  static constexpr int32_t kClick = 1;
+  static constexpr int32_t kDeltaScore = 2;
+  static constexpr int32_t kUnseenDays = 3;
+  static constexpr int32_t kEmbedW = 4;
+  static constexpr int32_t kEmbedState = 5;
+
+  GPUBOX_HD static RowLayout make(SparseOptimizerKind kind, int32_t mf_dim) {
+    RowLayout layout;
+    layout.mf_dim = mf_dim;
+    switch (kind) {
+      case SparseOptimizerKind::kSgd:
+        layout.embed_state_dim = 0;
+        layout.embedx_state_dim = 0;
+        break;
+      case SparseOptimizerKind::kAdagrad:  // one shared g2sum per part
+        layout.embed_state_dim = 1;
+        layout.embedx_state_dim = 1;
+        break;
+      case SparseOptimizerKind::kAdam:  // gsum[d], g2sum[d], beta1_pow, beta2_pow
+        layout.embed_state_dim = 4;
+        layout.embedx_state_dim = 2 * mf_dim + 2;
+        break;
+      case SparseOptimizerKind::kSharedAdam:  // gsum, g2sum shared over the part, beta pows
+        layout.embed_state_dim = 4;
+        layout.embedx_state_dim = 4;
+        break;
+    }
+    return layout;
+  }
+  GPUBOX_HD int32_t slot() const { return kEmbedState + embed_state_dim; }
+  GPUBOX_HD int32_t mf_dim_offset() const { return slot() + 1; }
+  GPUBOX_HD int32_t mf_size() const { return slot() + 2; }
+  GPUBOX_HD int32_t embedx_state() const { return slot() + 3; }
+  GPUBOX_HD int32_t embedx_w() const { return embedx_state() + embedx_state_dim; }
+  // Floats per row.
+  GPUBOX_HD int32_t stride() const { return embedx_w() + mf_dim; }
+
+  // The pull record a model sees: show, click, embed_w, embedx_w[mf_dim].
+  GPUBOX_HD int32_t pull_dim() const { return 3 + mf_dim; }
+  // The push record (per key occurrence, and merged per key): show, click, embed_g,
+  // embedx_g[mf_dim]; the slot travels separately.
+  GPUBOX_HD int32_t push_dim() const { return 3 + mf_dim; }
+};
+
+// show/click score used by the creation rule, eviction and shrink.
+GPUBOX_HD inline float row_score(const float* row, const SparseOptimizerConfig& cfg) {
+  const float show = row[RowLayout::kShow];
+  const float click = row[RowLayout::kClick];
+  return cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+}
+
+namespace detail {
+// Uniform in [-range, range] from a seeded hash of (key, seed, lane).
+GPUBOX_HD inline float init_value(uint64_t key, uint64_t seed, uint32_t lane, float range) {
+  const uint64_t bits = hash_with_seed(key * 0x9e3779b97f4a7c15ULL + lane, seed);
+  return (2.0f * unit_float(bits) - 1.0f) * range;
+}
+
+// Optimizer state of a part at creation (adam: beta powers start at beta).
+GPUBOX_HD inline void init_state(float* state, int32_t dim, SparseOptimizerKind kind,
+                                 float initial_g2sum, const SparseOptimizerConfig& cfg) {
+  for (int32_t i = 0; i < dim; ++i) state[i] = 0.0f;
+  switch (kind) {
+    case SparseOptimizerKind::kSgd:
+      break;
+    case SparseOptimizerKind::kAdagrad:
+      state[0] = initial_g2sum;
+      break;
+    case SparseOptimizerKind::kAdam:
+    case SparseOptimizerKind::kSharedAdam:
+      state[dim - 2] = cfg.beta1_decay_rate;
+      state[dim - 1] = cfg.beta2_decay_rate;
+      break;
+  }
+}
+}  // namespace detail
+
+// A new row for `key` in `slot`: counters zero, embed_w and its state initialised, embedx absent.
+GPUBOX_HD inline void init_row(float* row, const RowLayout& layout, const SparseOptimizerConfig& cfg,
+                               uint64_t key, int32_t slot) {
+  for (int32_t i = 0; i < layout.stride(); ++i) row[i] = 0.0f;
+  row[RowLayout::kEmbedW] = cfg.initial_range > 0.0f
+                                ? detail::init_value(key, cfg.seed ^ 0x5bd1e995ULL, 0, cfg.initial_range)
+                                : 0.0f;
+  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.kind,
+                     cfg.initial_g2sum, cfg);
+  row[layout.slot()] = static_cast<float>(slot);
+  row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
+  row[layout.mf_size()] = 0.0f;
+}
+
+// Creates the embedx part when the row's score reaches embedx_threshold (values from a seeded
+// hash of (key, seed), so every tier and every run creates the same values). Returns true when
+// it created the part now.
+GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
+                                          const SparseOptimizerConfig& cfg, uint64_t key) {
+  if (row[layout.mf_size()] > 0.0f) return false;
+  if (row_score(row, cfg) < cfg.embedx_threshold) return false;
+  float* w = row + layout.embedx_w();
+  for (int32_t i = 0; i < layout.mf_dim; ++i) {
+    w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1), cfg.mf_initial_range);
+  }
+  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind,
+                     cfg.mf_initial_g2sum, cfg);
+  row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
+  return true;
+}
+
+// Fills the pull record (show, click, embed_w, embedx_w or zeros while embedx is absent).
+GPUBOX_HD inline void fill_pull_record(const float* row, const RowLayout& layout, float* out) {
+  out[0] = row[RowLayout::kShow];
+  out[1] = row[RowLayout::kClick];
+  out[2] = row[RowLayout::kEmbedW];
+  const bool has_embedx = row[layout.mf_size()] > 0.0f;
+  const float* w = row + layout.embedx_w();
+  for (int32_t i = 0; i < layout.mf_dim; ++i) out[3 + i] = has_embedx ? w[i] : 0.0f;
+}
+
+}  // namespace gpubox::table

@@ -1,0 +1,48 @@
+// The host-tier interface: what the pass manager (heterps) sees of the CPU side. Implemented by
+// the in-process sharded table and by the gpubox_server client, so the pass manager does not
+// know which it has. Rows are full sparse rows (table/accessor/sparse_row.hpp), `layout().stride()`
+// floats each, packed in key order. Every call is bulk and returns a Status: the remote form
+// crosses a socket. Implementations are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.hpp"
+#include "table/accessor/sparse_row.hpp"
+
+namespace gpubox::table {
+
+enum class SaveMode { kBase, kDelta, kCheckpoint };
+
+struct HostTierStats {
+  uint64_t rows_in_memory = 0;
+  uint64_t rows_on_disk = 0;
+  uint64_t memory_bytes = 0;
+};
+
+class HostTier {
+ public:
+  virtual ~HostTier() = default;
+  virtual const RowLayout& layout() const = 0;
+  virtual const SparseOptimizerConfig& config() const = 0;
+
+  // rows[i] = the row of keys[i]; missing keys are created by the accessor rules (init_row,
+  // slot from slots[i] when slots != nullptr, else 0) and counted in *created when given.
+  virtual Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                      std::size_t* created) = 0;
+  // Writes back full rows a card updated (creates keys that are missing).
+  virtual Status push(const uint64_t* keys, std::size_t n, const float* rows) = 0;
+  virtual Status erase(const uint64_t* keys, std::size_t n) = 0;
+  virtual StatusOr<HostTierStats> stats() = 0;
+
+  // Decays show/click, ages unseen rows, deletes rows under delete_threshold or unseen longer
+  // than delete_after_unseen_days. Returns how many rows were deleted.
+  virtual StatusOr<uint64_t> shrink() = 0;
+  // Model save/load under `path` (a folder; for servers, a folder on the server's machine).
+  virtual Status save(const std::string& path, SaveMode mode) = 0;
+  virtual Status load(const std::string& path) = 0;
+};
+
+}  // namespace gpubox::table
