@@ -1,0 +1,179 @@
+// Sparse optimizers: one optimizer step for one row from one merged push record, on host and
+// card alike (GPUBOX_HD, no allocation, no exceptions). The row layout and the accessor rules
+// (init_row, maybe_create_embedx, row_score) come from table/accessor/sparse_row.hpp; the update
+// formulas follow Paddle's sparse SGD rules:
+//
+//   sgd          w -= lr * g
+//   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part)
+//                w -= lr * g * sqrt(initial_g2sum / (initial_g2sum + g2sum));
+//                g2sum += mean(g^2) over the part
+//   adam         (SparseAdamSGDRule, per-dim moments) lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow);
+//                m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr_t m / (sqrt(v) + eps);
+//                b1pow *= b1; b2pow *= b2
+//   shared_adam  (SparseSharedAdamSGDRule) as adam, but every dim starts from the part's shared
+//                m, v; afterwards the shared m, v are the means of the per-dim new m, v
+//
+// and every weight is clipped to the part's [min_bound, max_bound] after its update. Gradients
+// are used as pushed (summed over a batch's occurrences; no division by show).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/macros.hpp"
+#include "table/accessor/sparse_row.hpp"
+
+namespace gpubox::optimizer {
+
+using table::RowLayout;
+using table::SparseOptimizerConfig;
+using table::SparseOptimizerKind;
+
+// Field offsets of the push record (RowLayout::push_dim() floats per key).
+struct PushRecord {
+  static constexpr int32_t kShow = 0;
+  static constexpr int32_t kClick = 1;
+  static constexpr int32_t kEmbedG = 2;
+  static constexpr int32_t kEmbedxG = 3;
+};
+
+// Hyper-parameters of one part of the row (embed_w or embedx). Plain data.
+struct PartRule {
+  float learning_rate;
+  float initial_g2sum;
+  float min_bound;
+  float max_bound;
+};
+
+GPUBOX_HD inline PartRule embed_rule(const SparseOptimizerConfig& cfg) {
+  return PartRule{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound};
+}
+GPUBOX_HD inline PartRule embedx_rule(const SparseOptimizerConfig& cfg) {
+  return PartRule{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound, cfg.mf_max_bound};
+}
+
+GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
+  return w < rule.min_bound ? rule.min_bound : (w > rule.max_bound ? rule.max_bound : w);
+}
+
+// --- one part: w[dim], its optimizer state, its gradient g[dim] ---------------------------
+
+GPUBOX_HD inline void sgd_update(float* w, const float* g, int32_t dim, const PartRule& rule) {
+  for (int32_t i = 0; i < dim; ++i) w[i] = clip_weight(w[i] - rule.learning_rate * g[i], rule);
+}
+
+// state: [g2sum]
+GPUBOX_HD inline void adagrad_update(float* w, float* state, const float* g, int32_t dim,
+                                     const PartRule& rule) {
+  float& g2sum = state[0];
+  const float ratio = rule.learning_rate * sqrtf(rule.initial_g2sum / (rule.initial_g2sum + g2sum));
+  float add_g2sum = 0.0f;
+  for (int32_t i = 0; i < dim; ++i) {
+    w[i] = clip_weight(w[i] - ratio * g[i], rule);
+    add_g2sum += g[i] * g[i];
+  }
+  if (dim > 0) g2sum += add_g2sum / static_cast<float>(dim);
+}
+
+// Bias-corrected step size of adam / shared_adam (constant within one update).
+GPUBOX_HD inline float adam_step_size(float learning_rate, float beta1_pow, float beta2_pow) {
+  return learning_rate * sqrtf(1.0f - beta2_pow) / (1.0f - beta1_pow);
+}
+
+// state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]
+GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_t dim,
+                                  const PartRule& rule, const SparseOptimizerConfig& cfg) {
+  float* gsum = state;
+  float* g2sum = state + dim;
+  float& beta1_pow = state[2 * dim];
+  float& beta2_pow = state[2 * dim + 1];
+  const float b1 = cfg.beta1_decay_rate;
+  const float b2 = cfg.beta2_decay_rate;
+  const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
+  for (int32_t i = 0; i < dim; ++i) {
+    gsum[i] = b1 * gsum[i] + (1.0f - b1) * g[i];
+    g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * g[i] * g[i];
+    w[i] = clip_weight(w[i] - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule);
+  }
+  beta1_pow *= b1;
+  beta2_pow *= b2;
+}
+
+// state: [gsum, g2sum, beta1_pow, beta2_pow], moments shared by the part.
+GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g, int32_t dim,
+                                         const PartRule& rule, const SparseOptimizerConfig& cfg) {
+  float& gsum = state[0];
+  float& g2sum = state[1];
+  float& beta1_pow = state[2];
+  float& beta2_pow = state[3];
+  const float b1 = cfg.beta1_decay_rate;
+  const float b2 = cfg.beta2_decay_rate;
+  const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
+  float sum_gsum = 0.0f;
+  float sum_g2sum = 0.0f;
+  for (int32_t i = 0; i < dim; ++i) {
+    const float new_gsum = b1 * gsum + (1.0f - b1) * g[i];
+    const float new_g2sum = b2 * g2sum + (1.0f - b2) * g[i] * g[i];
+    w[i] = clip_weight(w[i] - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule);
+    sum_gsum += new_gsum;
+    sum_g2sum += new_g2sum;
+  }
+  if (dim > 0) {
+    gsum = sum_gsum / static_cast<float>(dim);
+    g2sum = sum_g2sum / static_cast<float>(dim);
+  }
+  beta1_pow *= b1;
+  beta2_pow *= b2;
+}
+
+// One step of `kind` over one part. The kind is uniform over a batch, so the switch does not
+// diverge across card threads.
+GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* state, const float* g,
+                                  int32_t dim, const PartRule& rule,
+                                  const SparseOptimizerConfig& cfg) {
+  switch (kind) {
+    case SparseOptimizerKind::kSgd:
+      sgd_update(w, g, dim, rule);
+      break;
+    case SparseOptimizerKind::kAdagrad:
+      adagrad_update(w, state, g, dim, rule);
+      break;
+    case SparseOptimizerKind::kAdam:
+      adam_update(w, state, g, dim, rule, cfg);
+      break;
+    case SparseOptimizerKind::kSharedAdam:
+      shared_adam_update(w, state, g, dim, rule, cfg);
+      break;
+  }
+}
+
+// --- one row -------------------------------------------------------------------------------
+
+// Applies one merged push record to `row` (the step of one key in one batch):
+//   show/click += the push's show/click; delta_score += nonclk*(show-click) + clk*click of the
+//   push; unseen_days = 0; embed_w takes one optimizer step; then, if the embedx part existed
+//   before this step it takes one step, otherwise it is created when the row's new score
+//   reaches embedx_threshold (its gradient of this step is not applied).
+// Returns true when this step created the embedx part. `row` must be a row of `layout`.
+GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout,
+                                 const SparseOptimizerConfig& cfg, uint64_t key,
+                                 const float* push) {
+  const float show = push[PushRecord::kShow];
+  const float click = push[PushRecord::kClick];
+  row[RowLayout::kShow] += show;
+  row[RowLayout::kClick] += click;
+  row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  row[RowLayout::kUnseenDays] = 0.0f;
+
+  update_part(cfg.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
+              push + PushRecord::kEmbedG, 1, embed_rule(cfg), cfg);
+
+  if (row[layout.mf_size()] > 0.0f) {
+    update_part(cfg.kind, row + layout.embedx_w(), row + layout.embedx_state(),
+                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(cfg), cfg);
+    return false;
+  }
+  return table::maybe_create_embedx(row, layout, cfg, key);
+}
+
+}  // namespace gpubox::optimizer
