@@ -1,0 +1,252 @@
+#include <thrust/copy.h>
+#include <thrust/count.h>
+#include <thrust/find.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/remove.h>
+#include <thrust/tuple.h>
+
+#include "common/error.hpp"
+#include "heterps/device/exec_policy.cuh"
+#include "heterps/device/parallel_for.cuh"
+#include "heterps/sparse/card_store.cuh"
+
+namespace gpubox::sparse {
+namespace {
+
+// Copies whole rows between a packed array (row i at i * stride) and the pool.
+struct StoreRows {
+  const float* src;
+  const row_index_t* rows;
+  float* pool;
+  uint8_t* dirty;
+  int32_t stride;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const row_index_t r = rows[i];
+    const float* from = src + i * static_cast<std::size_t>(stride);
+    float* to = pool + static_cast<std::size_t>(r) * static_cast<std::size_t>(stride);
+    for (int32_t j = 0; j < stride; ++j) to[j] = from[j];
+    dirty[r] = 0;
+  }
+};
+
+struct LoadRows {
+  const float* pool;
+  const row_index_t* rows;
+  float* dst;
+  int32_t stride;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const float* from = pool + static_cast<std::size_t>(rows[i]) * static_cast<std::size_t>(stride);
+    float* to = dst + i * static_cast<std::size_t>(stride);
+    for (int32_t j = 0; j < stride; ++j) to[j] = from[j];
+  }
+};
+
+struct IsMissing {
+  GPUBOX_HD bool operator()(row_index_t row) const { return row == kInvalidRow; }
+};
+
+struct GatherKeys {
+  const uint64_t* keys;
+  const uint64_t* positions;
+  uint64_t* out;
+  GPUBOX_HD void operator()(std::size_t j) const { out[j] = keys[positions[j]]; }
+};
+
+// Scatters the rows of the missing keys back to their positions; the position that created a
+// row initialises it (accessor rules) and marks it dirty: the host tier does not have it yet.
+struct ScatterCreated {
+  const uint64_t* missing_keys;
+  const uint64_t* positions;
+  const row_index_t* missing_rows;
+  const uint8_t* created;
+  const int32_t* slots;
+  row_index_t* out;
+  float* pool;
+  uint8_t* dirty;
+  table::RowLayout layout;
+  table::SparseOptimizerConfig config;
+  GPUBOX_HD void operator()(std::size_t j) const {
+    const row_index_t r = missing_rows[j];
+    const uint64_t position = positions[j];
+    out[position] = r;
+    if (!created[j]) return;
+    float* row = pool + static_cast<std::size_t>(r) * static_cast<std::size_t>(layout.stride());
+    table::init_row(row, layout, config, missing_keys[j], slots ? slots[position] : 0);
+    dirty[r] = 1;
+  }
+};
+
+struct IsCleanEntry {
+  const uint8_t* dirty;
+  template <class Tuple>
+  GPUBOX_HD bool operator()(const Tuple& entry) const {
+    return dirty[thrust::get<1>(entry)] == 0;
+  }
+};
+
+}  // namespace
+
+CardSparseStore::CardSparseStore(device::Card& card, const table::SparseOptimizerConfig& config,
+                                 const HashTableOptions& options)
+    : config_(config),
+      layout_(table::RowLayout::make(config.kind, config.mf_dim)),
+      table_(card,
+             [&] {
+               HashTableOptions o = options;
+               o.row_stride = table::RowLayout::make(config.kind, config.mf_dim).stride();
+               return o;
+             }()),
+      dirty_(0, card.memory(), card.stream()),
+      rows_scratch_(0, card.memory(), card.stream()),
+      created_scratch_(0, card.memory(), card.stream()),
+      keys_scratch_(0, card.memory(), card.stream()),
+      positions_scratch_(0, card.memory(), card.stream()) {
+  GPUBOX_EXPECTS(config.mf_dim >= 0, "mf_dim must be >= 0, got ", config.mf_dim);
+  sync_dirty_capacity(card.stream());
+}
+
+std::size_t CardSparseStore::memory_bytes() const {
+  return table_.memory_bytes() + dirty_.capacity() +
+         rows_scratch_.capacity() * sizeof(row_index_t) + created_scratch_.capacity() +
+         (keys_scratch_.capacity() + positions_scratch_.capacity()) * sizeof(uint64_t);
+}
+
+void CardSparseStore::sync_dirty_capacity(const device::Stream& stream) {
+  const std::size_t old_size = dirty_.size();
+  const std::size_t rows = table_.pool().capacity();
+  if (old_size >= rows) return;
+  dirty_.resize(rows);
+  device::memset_bytes_async(dirty_.data() + old_size, 0, rows - old_size, stream);
+}
+
+CardStoreRef CardSparseStore::ref() {
+  return CardStoreRef(table_.pool().rows(), dirty_.data(), table_.find_ref(), layout_);
+}
+
+void CardSparseStore::reserve(std::size_t new_keys, const device::Stream& stream) {
+  table_.reserve(new_keys, stream);
+  sync_dirty_capacity(stream);
+}
+
+std::size_t CardSparseStore::insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
+                                         const device::Stream& stream) {
+  if (n == 0) return 0;
+  rows_scratch_.resize_discard(n);
+  const std::size_t inserted = table_.insert(keys, n, rows_scratch_.data(), stream);
+  sync_dirty_capacity(stream);
+  device::parallel_for(
+      stream, n,
+      StoreRows{rows, rows_scratch_.data(), table_.pool().rows(), dirty_.data(), layout_.stride()});
+  return inserted;
+}
+
+void CardSparseStore::read_rows(const uint64_t* keys, std::size_t n, float* rows_out,
+                                const device::Stream& stream) const {
+  if (n == 0) return;
+  rows_scratch_.resize_discard(n);
+  table_.find(keys, n, rows_scratch_.data(), stream);
+  const row_index_t* first = rows_scratch_.data();
+  const row_index_t* missing =
+      thrust::find(device::exec_policy(stream), first, first + n, kInvalidRow);
+  if (missing != first + n) {
+    const std::size_t position = static_cast<std::size_t>(missing - first);
+    const uint64_t key = device::to_host(keys + position, 1, stream)[0];
+    GPUBOX_FAIL("card ", card().rank(), ": read_rows: key ", key, " (position ", position, " of ",
+                n, ") is not on the card");
+  }
+  device::parallel_for(stream, n,
+                       LoadRows{table_.pool().rows(), first, rows_out, layout_.stride()});
+  stream.synchronize();
+}
+
+void CardSparseStore::lookup_or_create(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                                       row_index_t* out_row_indices, bool create_missing,
+                                       std::size_t* created, const device::Stream& stream) {
+  if (created != nullptr) *created = 0;
+  if (n == 0) return;
+  // Pulls mostly hit: find everything first, then insert only the misses, so a batch of known
+  // keys never makes the table grow.
+  table_.find(keys, n, out_row_indices, stream);
+  if (!create_missing) {
+    stream.synchronize();
+    return;
+  }
+  auto exec = device::exec_policy(stream);
+  const auto missing = static_cast<std::size_t>(
+      thrust::count(exec, out_row_indices, out_row_indices + n, kInvalidRow));
+  if (missing == 0) return;
+  positions_scratch_.resize_discard(missing);
+  keys_scratch_.resize_discard(missing);
+  rows_scratch_.resize_discard(missing);
+  created_scratch_.resize_discard(missing);
+  thrust::copy_if(exec, thrust::counting_iterator<uint64_t>(0),
+                  thrust::counting_iterator<uint64_t>(n), out_row_indices,
+                  positions_scratch_.data(), IsMissing{});
+  device::parallel_for(stream, missing,
+                       GatherKeys{keys, positions_scratch_.data(), keys_scratch_.data()});
+  const std::size_t inserted = table_.insert(keys_scratch_.data(), missing, rows_scratch_.data(),
+                                             created_scratch_.data(), stream);
+  sync_dirty_capacity(stream);
+  device::parallel_for(
+      stream, missing,
+      ScatterCreated{keys_scratch_.data(), positions_scratch_.data(), rows_scratch_.data(),
+                     created_scratch_.data(), slots, out_row_indices, table_.pool().rows(),
+                     dirty_.data(), layout_, config_});
+  stream.synchronize();
+  if (created != nullptr) *created = inserted;
+}
+
+std::size_t CardSparseStore::collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
+                                     device::device_buffer<float>& rows_out,
+                                     const device::Stream& stream) const {
+  const std::size_t live = table_.size();
+  keys_out.resize_discard(live);
+  rows_scratch_.resize_discard(live);
+  table_.dump(keys_out.data(), rows_scratch_.data(), stream);
+  std::size_t count = live;
+  if (dirty_only) {
+    // Stable in-place compaction: the dirty entries move to the front, keys and rows together.
+    auto first =
+        thrust::make_zip_iterator(thrust::make_tuple(keys_out.data(), rows_scratch_.data()));
+    auto end = thrust::remove_if(device::exec_policy(stream), first, first + live,
+                                 IsCleanEntry{dirty_.data()});
+    count = static_cast<std::size_t>(end - first);
+    keys_out.resize(count);
+  }
+  rows_out.resize_discard(count * static_cast<std::size_t>(layout_.stride()));
+  device::parallel_for(
+      stream, count,
+      LoadRows{table_.pool().rows(), rows_scratch_.data(), rows_out.data(), layout_.stride()});
+  stream.synchronize();
+  return count;
+}
+
+std::size_t CardSparseStore::collect_dirty(device::device_buffer<uint64_t>& keys_out,
+                                           device::device_buffer<float>& rows_out,
+                                           const device::Stream& stream) const {
+  return collect(/*dirty_only=*/true, keys_out, rows_out, stream);
+}
+
+std::size_t CardSparseStore::collect_all(device::device_buffer<uint64_t>& keys_out,
+                                         device::device_buffer<float>& rows_out,
+                                         const device::Stream& stream) const {
+  return collect(/*dirty_only=*/false, keys_out, rows_out, stream);
+}
+
+void CardSparseStore::clear_dirty(const device::Stream& stream) {
+  device::memset_bytes_async(dirty_.data(), 0, dirty_.size(), stream);
+}
+
+std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
+                                   const device::Stream& stream) {
+  // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.
+  return table_.erase(keys, n, stream);
+}
+
+void CardSparseStore::clear(const device::Stream& stream) {
+  table_.clear(stream);
+  clear_dirty(stream);
+}
+
+}  // namespace gpubox::sparse

@@ -1,0 +1,128 @@
+// CardSparseStore: one card's sparse parameters — hash table (key -> row index), row pool of
+// full sparse rows (table/accessor/sparse_row.hpp layout), and a dirty flag per row.
+//
+// Who uses it: the pass manager moves rows between the host tier and the card (insert_rows,
+// read_rows, collect_dirty/clear_dirty, erase); HeterComm looks rows up and applies the
+// optimizer through CardStoreRef inside its functors (lookup_or_create, ref()).
+// Rows inserted from the host tier arrive clean; a row created on the card, or updated through
+// the ref (mark_dirty), is dirty until clear_dirty.
+//
+// Bulk API over card ranges, stream last; calls that return a count synchronize `stream`.
+// Not thread-safe: one card thread drives a store. Move-only; owns all its memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/sparse/hash_table.cuh"
+#include "heterps/sparse/sparse_types.hpp"
+#include "table/accessor/sparse_row.hpp"
+
+namespace gpubox::sparse {
+
+// Device view for functors (optimizer, pull): rows by index, find by key, dirty marks.
+// Trivially copyable. Invalidated by any store call that may grow it (insert_rows,
+// lookup_or_create with create_missing, clear): take a fresh ref after those.
+class CardStoreRef {
+ public:
+  CardStoreRef() = default;
+  CardStoreRef(float* rows, uint8_t* dirty, TableFindRef table, table::RowLayout layout)
+      : rows_(rows), dirty_(dirty), table_(table), layout_(layout) {}
+
+  GPUBOX_HD const table::RowLayout& layout() const { return layout_; }
+  GPUBOX_HD int32_t stride() const { return layout_.stride(); }
+  GPUBOX_HD float* row(row_index_t index) const {
+    return rows_ + static_cast<std::size_t>(index) * static_cast<std::size_t>(layout_.stride());
+  }
+  // The key's row index, or kInvalidRow when the card does not hold it.
+  GPUBOX_HD row_index_t find(uint64_t key) const { return table_.find(key); }
+  // The row changed since it came from the host tier: end_pass writes it back. Several threads
+  // may mark one row (all write 1).
+  GPUBOX_HD void mark_dirty(row_index_t index) const { dirty_[index] = 1; }
+  GPUBOX_HD bool is_dirty(row_index_t index) const { return dirty_[index] != 0; }
+
+ private:
+  float* rows_ = nullptr;
+  uint8_t* dirty_ = nullptr;
+  TableFindRef table_{};
+  table::RowLayout layout_{};
+};
+
+class CardSparseStore {
+ public:
+  // Rows follow RowLayout::make(config.kind, config.mf_dim); options.row_stride is ignored.
+  // The card must outlive the store.
+  CardSparseStore(device::Card& card, const table::SparseOptimizerConfig& config,
+                  const HashTableOptions& options = {});
+  CardSparseStore(CardSparseStore&&) noexcept = default;
+  CardSparseStore& operator=(CardSparseStore&&) noexcept = default;
+  CardSparseStore(const CardSparseStore&) = delete;
+  CardSparseStore& operator=(const CardSparseStore&) = delete;
+
+  // Stores full rows from the host tier (`rows`: n * stride floats, card memory), clean. A key
+  // already on the card has its row overwritten. Keys should be unique within the batch (for a
+  // repeated key one of its rows is kept). Returns how many keys were new. Synchronizes.
+  std::size_t insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
+                          const device::Stream& stream);
+  // rows_out[i] = the full row of keys[i] (n * stride floats, card memory), bit-exact. A key the
+  // card does not hold is an error naming the key and the card. Synchronizes.
+  void read_rows(const uint64_t* keys, std::size_t n, float* rows_out,
+                 const device::Stream& stream) const;
+  // out_row_indices[i] = the row index of keys[i]. A missing key gets a new row
+  // (table::init_row with slots[i], or slot 0 when slots is null; marked dirty) when
+  // `create_missing`, else kInvalidRow. *created (when given) = how many rows were created.
+  // Synchronizes.
+  void lookup_or_create(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                        row_index_t* out_row_indices, bool create_missing, std::size_t* created,
+                        const device::Stream& stream);
+  // Copies every dirty row and its key into keys_out / rows_out (resized to the count, slot
+  // order). Returns the count. Synchronizes.
+  std::size_t collect_dirty(device::device_buffer<uint64_t>& keys_out,
+                            device::device_buffer<float>& rows_out,
+                            const device::Stream& stream) const;
+  // Copies every row and its key (e.g. for eviction by score); same contract as collect_dirty.
+  std::size_t collect_all(device::device_buffer<uint64_t>& keys_out,
+                          device::device_buffer<float>& rows_out,
+                          const device::Stream& stream) const;
+  // Marks every row clean. Stream-ordered.
+  void clear_dirty(const device::Stream& stream);
+  // Removes the keys (absent ones are ignored); returns how many were removed. Synchronizes.
+  std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
+  // Removes everything (capacity kept). Stream-ordered.
+  void clear(const device::Stream& stream);
+  // Grows so that `new_keys` more keys fit without growth inside the next batch.
+  void reserve(std::size_t new_keys, const device::Stream& stream);
+
+  std::size_t size() const { return table_.size(); }
+  std::size_t bytes_per_row() const {
+    return sizeof(float) * static_cast<std::size_t>(layout_.stride());
+  }
+  // Card bytes held (slots, rows, free list, dirty flags).
+  std::size_t memory_bytes() const;
+  const table::RowLayout& layout() const { return layout_; }
+  const table::SparseOptimizerConfig& config() const { return config_; }
+  const CardHashTable& table() const { return table_; }
+  device::Card& card() const { return table_.card(); }
+
+  CardStoreRef ref();
+
+ private:
+  // Keeps one dirty flag per pool row after the pool grew (new rows clean).
+  void sync_dirty_capacity(const device::Stream& stream);
+  std::size_t collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
+                      device::device_buffer<float>& rows_out, const device::Stream& stream) const;
+
+  table::SparseOptimizerConfig config_;
+  table::RowLayout layout_;
+  CardHashTable table_;
+  device::device_buffer<uint8_t> dirty_;
+  // Scratch reused across calls.
+  mutable device::device_buffer<row_index_t> rows_scratch_;
+  mutable device::device_buffer<uint8_t> created_scratch_;
+  mutable device::device_buffer<uint64_t> keys_scratch_;
+  mutable device::device_buffer<uint64_t> positions_scratch_;
+};
+
+}  // namespace gpubox::sparse

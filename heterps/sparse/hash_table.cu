@@ -1,0 +1,295 @@
+#include <thrust/copy.h>
+#include <thrust/count.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/tuple.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/device/exec_policy.cuh"
+#include "heterps/device/parallel_for.cuh"
+#include "heterps/sparse/hash_table.cuh"
+
+namespace gpubox::sparse {
+namespace {
+
+using detail::InsertEngine;
+using detail::InsertStatus;
+using detail::Slot;
+
+// Keys ahead of the current one whose home slot the cpu backend prefetches: enough to cover a
+// memory latency with the ~10 ns of work per key, few enough to stay in the line fill buffers.
+constexpr std::size_t kPrefetchDistance = 16;
+
+constexpr std::size_t kMinCapacity = 16;
+
+std::size_t next_pow2(std::size_t x) {
+  std::size_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+struct FillEmpty {
+  Slot* slots;
+  GPUBOX_HD void operator()(std::size_t i) const { slots[i] = Slot{kEmptyKey, kInvalidRow, 0}; }
+};
+
+struct FindKeys {
+  detail::FindEngine engine;
+  const uint64_t* keys;
+  row_index_t* out;
+  std::size_t n;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (i + kPrefetchDistance < n) engine.prefetch(keys[i + kPrefetchDistance]);
+    out[i] = engine.find(keys[i]);
+  }
+};
+
+// Position i takes candidate i when its key is new. Positions already resolved by an earlier
+// attempt (out[i] != kInvalidRow) are skipped, so a retry after growth keeps their rows.
+struct InsertKeys {
+  InsertEngine engine;
+  detail::FindEngine prefetcher;
+  const uint64_t* keys;
+  const row_index_t* candidates;
+  row_index_t* out;
+  uint8_t* created;
+  uint32_t* overflow;
+  std::size_t n;
+  bool retry;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (i + kPrefetchDistance < n) prefetcher.prefetch(keys[i + kPrefetchDistance]);
+    if (retry && out[i] != kInvalidRow) return;
+    const detail::InsertResult r = engine.insert(keys[i], candidates[i]);
+    out[i] = r.row;
+    created[i] = r.status == InsertStatus::kInserted ? 1 : 0;
+    if (r.status == InsertStatus::kProbeBoundExceeded) {
+      detail::atomic_ref<uint32_t>(*overflow).store(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+struct EraseKeys {
+  InsertEngine engine;
+  const uint64_t* keys;
+  row_index_t* released;
+  uint32_t* reserved_erased;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const uint64_t key = keys[i];
+    const row_index_t row = engine.erase(key);
+    released[i] = row;
+    if (row != kInvalidRow && detail::is_reserved_key(key)) {
+      detail::atomic_ref<uint32_t>(*reserved_erased).fetch_add(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+// Moves the live slots of an old array into a fresh one.
+struct Reinsert {
+  const Slot* old_slots;
+  InsertEngine engine;
+  uint32_t* overflow;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const Slot slot = old_slots[i];
+    if (slot.key == kEmptyKey || slot.key == kErasedKey) return;
+    if (engine.insert(slot.key, slot.row).status == InsertStatus::kProbeBoundExceeded) {
+      detail::atomic_ref<uint32_t>(*overflow).store(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+struct SlotKey {
+  GPUBOX_HD uint64_t operator()(const Slot& s) const { return s.key; }
+};
+struct SlotRow {
+  GPUBOX_HD row_index_t operator()(const Slot& s) const { return s.row; }
+};
+struct IsLiveKey {
+  GPUBOX_HD bool operator()(uint64_t key) const { return key != kEmptyKey && key != kErasedKey; }
+};
+struct IsLiveEntry {
+  template <class Tuple>
+  GPUBOX_HD bool operator()(const Tuple& t) const {
+    return IsLiveKey{}(thrust::get<0>(t));
+  }
+};
+struct IsErasedSlot {
+  GPUBOX_HD bool operator()(const Slot& s) const { return s.key == kErasedKey; }
+};
+struct IsLiveSlot {
+  GPUBOX_HD bool operator()(const Slot& s) const { return IsLiveKey{}(s.key); }
+};
+
+}  // namespace
+
+CardHashTable::CardHashTable(device::Card& card, const HashTableOptions& options)
+    : card_(&card),
+      options_(options),
+      pool_(card, options.row_stride, options.initial_rows),
+      slots_(0, card.memory(), card.stream()),
+      side_rows_(2, card.memory(), card.stream()),
+      created_scratch_(0, card.memory(), card.stream()),
+      rows_scratch_(0, card.memory(), card.stream()),
+      flags_(2, card.memory(), card.stream()) {
+  GPUBOX_EXPECTS(options.max_load_factor > 0.0 && options.max_load_factor <= 0.9,
+                 "hash table max_load_factor must be in (0, 0.9], got ", options.max_load_factor);
+  const device::Stream& stream = card.stream();
+  slots_.resize_discard(next_pow2(std::max(kMinCapacity, options.initial_capacity)));
+  device::parallel_for(stream, slots_.size(), FillEmpty{slots_.data()});
+  const row_index_t none[2] = {kInvalidRow, kInvalidRow};
+  device::copy_async(side_rows_.data(), none, 2, stream);
+  stream.synchronize();
+}
+
+detail::FindEngine CardHashTable::find_engine() const {
+  return detail::FindEngine{slots_.data(), slots_.size() - 1, side_rows_.data()};
+}
+detail::InsertEngine CardHashTable::insert_engine() {
+  return detail::InsertEngine{slots_.data(), slots_.size() - 1, side_rows_.data()};
+}
+TableFindRef CardHashTable::find_ref() const { return TableFindRef(find_engine()); }
+TableInsertRef CardHashTable::insert_ref() { return TableInsertRef(insert_engine()); }
+
+std::size_t CardHashTable::memory_bytes() const {
+  return slots_.capacity() * sizeof(Slot) + side_rows_.capacity() * sizeof(row_index_t) +
+         created_scratch_.capacity() + rows_scratch_.capacity() * sizeof(row_index_t) +
+         flags_.capacity() * sizeof(uint32_t) + pool_.memory_bytes();
+}
+
+void CardHashTable::reserve(std::size_t new_keys, const device::Stream& stream) {
+  GPUBOX_EXPECTS(new_keys <= kMaxRows, "card ", card_->rank(), ": batch of ", new_keys,
+                 " keys exceeds the table's row limit ", kMaxRows);
+  const double bound = options_.max_load_factor * static_cast<double>(capacity());
+  if (static_cast<double>(size_ + erased_ + new_keys) > bound) {
+    // Rehash purges erased slots, so size only the live keys plus the batch.
+    const auto want = static_cast<std::size_t>(
+        std::ceil(static_cast<double>(size_ + new_keys) / options_.max_load_factor));
+    rehash(std::max(want, capacity()), stream);
+  }
+  pool_.reserve_free(new_keys, stream);
+}
+
+void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& stream) {
+  std::size_t new_capacity = next_pow2(std::max(kMinCapacity, min_capacity));
+  for (;;) {
+    device::device_buffer<Slot> fresh(new_capacity, card_->memory(), card_->stream());
+    device::parallel_for(stream, new_capacity, FillEmpty{fresh.data()});
+    device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
+    InsertEngine engine{fresh.data(), new_capacity - 1, side_rows_.data()};
+    device::parallel_for(stream, slots_.size(), Reinsert{slots_.data(), engine, flags_.data()});
+    const uint32_t overflow = device::to_host(flags_.data(), 1, stream)[0];
+    if (overflow == 0) {
+      slots_ = std::move(fresh);
+      erased_ = 0;
+      return;
+    }
+    new_capacity *= 2;  // a probe run longer than kMaxProbe: spread the keys further
+  }
+}
+
+std::size_t CardHashTable::insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                                  const device::Stream& stream) {
+  return insert_impl(keys, n, out_rows, nullptr, stream);
+}
+
+std::size_t CardHashTable::insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                                  uint8_t* out_created, const device::Stream& stream) {
+  return insert_impl(keys, n, out_rows, out_created, stream);
+}
+
+std::size_t CardHashTable::insert_impl(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                                       uint8_t* out_created, const device::Stream& stream) {
+  if (n == 0) return 0;
+  reserve(n, stream);
+  uint8_t* created = out_created;
+  if (created == nullptr) {
+    created_scratch_.resize_discard(n);
+    created = created_scratch_.data();
+  }
+  const row_index_t* candidates = pool_.peek_free(n);
+  for (bool retry = false;; retry = true) {
+    device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
+    device::parallel_for(stream, n,
+                         InsertKeys{insert_engine(), find_engine(), keys, candidates, out_rows,
+                                    created, flags_.data(), n, retry});
+    if (device::to_host(flags_.data(), 1, stream)[0] == 0) break;
+    // Some key met a probe run longer than kMaxProbe: grow and insert the keys that failed.
+    rehash(capacity() * 2, stream);
+  }
+  const std::size_t inserted = pool_.commit_allocation(created, n, stream);
+  size_ += inserted;
+  return inserted;
+}
+
+void CardHashTable::find(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                         const device::Stream& stream) const {
+  device::parallel_for(stream, n, FindKeys{find_engine(), keys, out_rows, n});
+}
+
+std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const device::Stream& stream,
+                                 row_index_t* out_rows) {
+  if (n == 0) return 0;
+  row_index_t* released = out_rows;
+  if (released == nullptr) {
+    rows_scratch_.resize_discard(n);
+    released = rows_scratch_.data();
+  }
+  device::memset_bytes_async(flags_.data() + 1, 0, sizeof(uint32_t), stream);
+  device::parallel_for(stream, n, EraseKeys{insert_engine(), keys, released, flags_.data() + 1});
+  const std::size_t removed = pool_.release(released, n, stream);
+  const std::size_t reserved_removed = device::to_host(flags_.data() + 1, 1, stream)[0];
+  size_ -= removed;
+  erased_ += removed - reserved_removed;
+  return removed;
+}
+
+std::size_t CardHashTable::dump(uint64_t* keys_out, row_index_t* rows_out,
+                                const device::Stream& stream) const {
+  const Slot* slots = slots_.data();
+  auto first = thrust::make_zip_iterator(
+      thrust::make_tuple(thrust::make_transform_iterator(slots, SlotKey{}),
+                         thrust::make_transform_iterator(slots, SlotRow{})));
+  auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
+  auto end = thrust::copy_if(device::exec_policy(stream), first, first + slots_.size(), out,
+                             IsLiveEntry{});
+  std::size_t count = static_cast<std::size_t>(end - out);
+  // The reserved keys, from their side slots.
+  const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
+  const uint64_t side_keys[2] = {kErasedKey, kEmptyKey};
+  for (int s = 0; s < 2; ++s) {
+    if (side[s] == kInvalidRow) continue;
+    device::copy_async(keys_out + count, &side_keys[s], 1, stream);
+    device::copy_async(rows_out + count, &side[s], 1, stream);
+    ++count;
+  }
+  stream.synchronize();
+  GPUBOX_EXPECTS(count == size_, "card ", card_->rank(), ": hash table dump found ", count,
+                 " keys, size() says ", size_, " (inserts through insert_ref need recount())");
+  return count;
+}
+
+std::size_t CardHashTable::recount(const device::Stream& stream) {
+  const Slot* slots = slots_.data();
+  const auto live = static_cast<std::size_t>(
+      thrust::count_if(device::exec_policy(stream), slots, slots + slots_.size(), IsLiveSlot{}));
+  erased_ = static_cast<std::size_t>(
+      thrust::count_if(device::exec_policy(stream), slots, slots + slots_.size(), IsErasedSlot{}));
+  const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
+  size_ = live + (side[0] != kInvalidRow) + (side[1] != kInvalidRow);
+  return size_;
+}
+
+void CardHashTable::clear(const device::Stream& stream) {
+  device::parallel_for(stream, slots_.size(), FillEmpty{slots_.data()});
+  const row_index_t none[2] = {kInvalidRow, kInvalidRow};
+  device::copy_async(side_rows_.data(), none, 2, stream);
+  pool_.clear(stream);
+  stream.synchronize();  // `none` lives on this stack frame
+  size_ = 0;
+  erased_ = 0;
+}
+
+}  // namespace gpubox::sparse

@@ -1,0 +1,40 @@
+// Plain data of the card tier's sparse store: sentinels and options. Host-only code includes this
+// without dragging in device headers (STYLE.md: *_types.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace gpubox::sparse {
+
+// Row index into a card's RowPool. An index (not a pointer) so it means the same on host and card.
+using row_index_t = uint32_t;
+
+// "No row": what find() writes for a missing key, and the value of an empty table slot.
+inline constexpr row_index_t kInvalidRow = std::numeric_limits<row_index_t>::max();
+// Largest number of rows one pool can hold (kInvalidRow must stay out of range).
+inline constexpr std::size_t kMaxRows = std::size_t{kInvalidRow} - 1;
+
+// Keys the open-addressing table reserves for its slot states. They are still storable: the
+// table keeps them in two side slots (see hash_table.cuh), so every uint64 key is a valid key.
+inline constexpr uint64_t kEmptyKey = ~uint64_t{0};       // 2^64 - 1
+inline constexpr uint64_t kErasedKey = ~uint64_t{0} - 1;  // 2^64 - 2 (tombstone)
+
+// Linear probing visits at most this many slots from a key's home slot. An insert that would
+// go further makes the table grow (rehash) and retry, so find() never probes more than this.
+inline constexpr uint32_t kMaxProbe = 128;
+
+struct HashTableOptions {
+  // Slots allocated up front (rounded up to a power of two, at least 16).
+  std::size_t initial_capacity = 1024;
+  // Before each insert batch the table grows so that (live + erased + batch) / capacity stays at
+  // or under this bound. In (0, 0.9].
+  double max_load_factor = 0.6;
+  // Floats per row of the table's RowPool; 0 makes the pool an index allocator only.
+  int32_t row_stride = 0;
+  // Rows allocated up front in the pool.
+  std::size_t initial_rows = 0;
+};
+
+}  // namespace gpubox::sparse
