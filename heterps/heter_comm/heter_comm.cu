@@ -1,0 +1,324 @@
+// HeterComm's step engine (see heter_comm.hpp). Portable device code: Thrust on the card's
+// stream (device::exec_policy) and parallel_for functors; the communicator moves the data.
+#include <thrust/find.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/exec_policy.cuh"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "heterps/heter_comm/detail/key_dedup.cuh"
+#include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/optimizer/sparse_optimizer.hpp"
+#include "heterps/sparse/card_store.cuh"
+
+namespace gpubox::heter_comm {
+namespace {
+
+using detail::position_t;
+using sparse::row_index_t;
+
+// Owner side of pull: the record of each received key.
+struct FillPullRecords {
+  sparse::CardStoreRef store;
+  const row_index_t* rows;
+  float* records;
+  GPUBOX_HD void operator()(std::size_t r) const {
+    table::fill_pull_record(store.row(rows[r]), store.layout(),
+                            records + r * static_cast<std::size_t>(store.layout().pull_dim()));
+  }
+};
+
+// out[i] = the record of occurrence i's unique key (records are in send order).
+struct ScatterRecords {
+  const float* records;
+  const position_t* occurrence_unique;
+  const position_t* unique_to_send;
+  float* out;
+  int32_t dim;
+  GPUBOX_HD void operator()(std::size_t t) const {
+    const std::size_t i = t / static_cast<std::size_t>(dim);
+    const std::size_t d = t % static_cast<std::size_t>(dim);
+    const std::size_t s = unique_to_send[occurrence_unique[i]];
+    out[t] = records[s * static_cast<std::size_t>(dim) + d];
+  }
+};
+
+// out[dest(u)] = sum of the records of segment u's occurrences, in segment order (fixed order:
+// reproducible sums). One thread per (segment, field), as Paddle's merge_gradients kernel.
+struct ReduceSegments {
+  const float* values;
+  const position_t* sorted_pos;
+  const position_t* segment_start;
+  const position_t* destination;  // null: segment u goes to u
+  float* out;
+  int32_t dim;
+  GPUBOX_HD void operator()(std::size_t t) const {
+    const std::size_t u = t / static_cast<std::size_t>(dim);
+    const std::size_t d = t % static_cast<std::size_t>(dim);
+    float sum = 0.0f;
+    for (position_t j = segment_start[u]; j < segment_start[u + 1]; ++j) {
+      sum += values[static_cast<std::size_t>(sorted_pos[j]) * dim + d];
+    }
+    const std::size_t to = destination != nullptr ? destination[u] : u;
+    out[to * static_cast<std::size_t>(dim) + d] = sum;
+  }
+};
+
+// One optimizer step per merged key (keys are distinct, so rows are too: no races).
+struct ApplyUpdates {
+  sparse::CardStoreRef store;
+  const row_index_t* rows;
+  const uint64_t* keys;
+  const float* grads;
+  table::SparseOptimizerConfig config;
+  GPUBOX_HD void operator()(std::size_t m) const {
+    const table::RowLayout& layout = store.layout();
+    optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
+                          grads + m * static_cast<std::size_t>(layout.push_dim()));
+    store.mark_dirty(rows[m]);
+  }
+};
+
+void add_stats(HeterCommStats& total, const HeterCommStats& step) {
+  total.pull_calls += step.pull_calls;
+  total.push_calls += step.push_calls;
+  total.keys_in += step.keys_in;
+  total.unique_keys_sent += step.unique_keys_sent;
+  total.owner_lookups += step.owner_lookups;
+  total.merged_updates += step.merged_updates;
+  total.created_on_pull += step.created_on_pull;
+  total.created_on_push += step.created_on_push;
+  total.bytes_sent += step.bytes_sent;
+  total.bytes_sent_remote += step.bytes_sent_remote;
+}
+
+}  // namespace
+
+class HeterComm::Impl {
+ public:
+  Impl(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
+       const HeterCommOptions& options)
+      : store_(&store),
+        comm_(&comm),
+        options_(options),
+        layout_(store.layout()),
+        config_(store.config()),
+        total_cards_(comm.size()),
+        local_(card),
+        plan_(card, comm.size()),
+        owner_merge_(card),
+        recv_counts_(comm.size(), 0),
+        recv_offsets_(comm.size() + 1, 0),
+        send_scaled_(comm.size(), 0),
+        recv_scaled_(comm.size(), 0),
+        recv_keys_(0, card.memory(), card.stream()),
+        recv_rows_(0, card.memory(), card.stream()),
+        recv_records_(0, card.memory(), card.stream()),
+        send_records_(0, card.memory(), card.stream()),
+        merged_records_(0, card.memory(), card.stream()),
+        merged_rows_(0, card.memory(), card.stream()),
+        host_probe_(2) {
+    GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
+                   store.card().rank(), ", not to card ", card.rank());
+  }
+
+  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream) {
+    last_ = HeterCommStats{};
+    last_.pull_calls = 1;
+    const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
+    const std::size_t unique = plan_keys(keys, n, stream);
+    const std::size_t received = send_keys(stream);
+
+    // Owner: rows of the keys this card received, then their pull records.
+    recv_rows_.resize_discard(received);
+    last_.created_on_pull =
+        resolve_rows(recv_keys_.data(), received, recv_rows_.data(), nullptr, stream);
+    last_.owner_lookups += received;
+    recv_records_.resize_discard(received * dim);
+    device::parallel_for(stream, received,
+                         FillPullRecords{store_->ref(), recv_rows_.data(), recv_records_.data()});
+
+    // Records travel back along the keys' route, reversed.
+    for (int c = 0; c < total_cards_; ++c) {
+      send_scaled_[c] = recv_counts_[c] * dim;
+      recv_scaled_[c] = plan_.send_counts()[c] * dim;
+    }
+    send_records_.resize_discard(unique * dim);
+    comm_->all_to_all_v(recv_records_.data(), send_scaled_.data(), send_records_.data(),
+                        recv_scaled_.data(), stream);
+    count_bytes(send_scaled_.data(), sizeof(float));
+    device::parallel_for(
+        stream, n * dim,
+        ScatterRecords{send_records_.data(), local_.occurrence_unique(), plan_.unique_to_send(),
+                       out_pull, static_cast<int32_t>(dim)});
+    stream.synchronize();
+    add_stats(stats_, last_);
+  }
+
+  void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream) {
+    last_ = HeterCommStats{};
+    last_.push_calls = 1;
+    const std::size_t dim = static_cast<std::size_t>(layout_.push_dim());
+    const int32_t dim32 = layout_.push_dim();
+    const std::size_t unique = plan_keys(keys, n, stream);
+
+    // Local merge: one summed record per unique key, written straight into send order.
+    send_records_.resize_discard(unique * dim);
+    device::parallel_for(stream, unique * dim,
+                         ReduceSegments{grads, local_.sorted_positions(), local_.unique_start(),
+                                        plan_.unique_to_send(), send_records_.data(), dim32});
+    const std::size_t received = send_keys(stream);
+    for (int c = 0; c < total_cards_; ++c) {
+      send_scaled_[c] = plan_.send_counts()[c] * dim;
+      recv_scaled_[c] = recv_counts_[c] * dim;
+    }
+    recv_records_.resize_discard(received * dim);
+    comm_->all_to_all_v(send_records_.data(), send_scaled_.data(), recv_records_.data(),
+                        recv_scaled_.data(), stream);
+    count_bytes(send_scaled_.data(), sizeof(float));
+
+    // Owner: merge the same key from every source card (sum in source-rank order), then one
+    // optimizer step per key.
+    const std::size_t merged = owner_merge_.run(recv_keys_.data(), received, stream);
+    merged_records_.resize_discard(merged * dim);
+    device::parallel_for(
+        stream, merged * dim,
+        ReduceSegments{recv_records_.data(), owner_merge_.sorted_positions(),
+                       owner_merge_.unique_start(), nullptr, merged_records_.data(), dim32});
+    merged_rows_.resize_discard(merged);
+    last_.created_on_push = resolve_rows(owner_merge_.unique_keys(), merged, merged_rows_.data(),
+                                         &owner_merge_, stream);
+    last_.owner_lookups += merged;
+    device::parallel_for(stream, merged,
+                         ApplyUpdates{store_->ref(), merged_rows_.data(),
+                                      owner_merge_.unique_keys(), merged_records_.data(), config_});
+    last_.merged_updates = merged;
+    stream.synchronize();
+    add_stats(stats_, last_);
+  }
+
+  const table::RowLayout& layout() const { return layout_; }
+  int rank() const { return comm_->rank(); }
+  int total_cards() const { return total_cards_; }
+  const HeterCommStats& stats() const { return stats_; }
+  const HeterCommStats& last_step() const { return last_; }
+
+ private:
+  // Local dedup and per-owner grouping of the batch's keys. Returns the unique count.
+  std::size_t plan_keys(const uint64_t* keys, std::size_t n, const device::Stream& stream) {
+    last_.keys_in = n;
+    const std::size_t unique = local_.run(keys, n, stream);
+    plan_.run(local_.unique_keys(), unique, stream);
+    last_.unique_keys_sent = unique;
+    return unique;
+  }
+
+  // Sends the planned unique keys to their owners; recv_keys_ gets the keys this card owns,
+  // grouped by source card. Returns how many arrived.
+  std::size_t send_keys(const device::Stream& stream) {
+    comm_->exchange_counts(plan_.send_counts(), recv_counts_.data(), stream);
+    for (int c = 0; c < total_cards_; ++c)
+      recv_offsets_[c + 1] = recv_offsets_[c] + recv_counts_[c];
+    const std::size_t received = recv_offsets_[total_cards_];
+    recv_keys_.resize_discard(received);
+    comm_->all_to_all_v(plan_.send_keys(), plan_.send_counts(), recv_keys_.data(),
+                        recv_counts_.data(), stream);
+    count_bytes(plan_.send_counts(), sizeof(uint64_t));
+    return received;
+  }
+
+  void count_bytes(const std::size_t* send_counts, std::size_t element_bytes) {
+    for (int c = 0; c < total_cards_; ++c) {
+      const uint64_t bytes = send_counts[c] * element_bytes;
+      last_.bytes_sent += bytes;
+      if (c != comm_->rank()) last_.bytes_sent_remote += bytes;
+    }
+  }
+
+  // rows[i] = the row of keys[i] on this (owner) card, creating missing rows or failing as the
+  // options say. `merge` (push) maps a merged key back to a received position, to name the
+  // requesting card; null when keys are the received keys themselves. Returns rows created.
+  std::size_t resolve_rows(const uint64_t* keys, std::size_t n, row_index_t* rows,
+                           const detail::KeyDedup* merge, const device::Stream& stream) {
+    const bool create = options_.missing_keys == MissingKeyPolicy::kCreate;
+    std::size_t created = 0;
+    store_->lookup_or_create(keys, nullptr, n, rows, create, &created, stream);
+    if (create || n == 0) return created;
+    const row_index_t* missing =
+        thrust::find(device::exec_policy(stream), rows, rows + n, sparse::kInvalidRow);
+    if (missing == rows + n) return 0;
+    const std::size_t index = static_cast<std::size_t>(missing - rows);
+    uint64_t key = 0;
+    device::copy_async(&key, keys + index, 1, stream);
+    position_t received_at = static_cast<position_t>(index);
+    if (merge != nullptr) {
+      device::copy_async(host_probe_.data(), merge->unique_start() + index, 1, stream);
+      stream.synchronize();
+      device::copy_async(&received_at, merge->sorted_positions() + host_probe_[0], 1, stream);
+    }
+    stream.synchronize();
+    const auto source = std::upper_bound(recv_offsets_.begin(), recv_offsets_.end(),
+                                         static_cast<std::size_t>(received_at)) -
+                        recv_offsets_.begin() - 1;
+    GPUBOX_FAIL("HeterComm ", merge != nullptr ? "push" : "pull", ": key ", key,
+                " is missing on its owner card ", comm_->rank(), " (requested by card ", source,
+                "; missing_keys = fail)");
+  }
+
+  sparse::CardSparseStore* store_;
+  comm::Communicator* comm_;
+  HeterCommOptions options_;
+  table::RowLayout layout_;
+  table::SparseOptimizerConfig config_;
+  int total_cards_;
+
+  detail::KeyDedup local_;
+  detail::OwnerPlan plan_;
+  detail::KeyDedup owner_merge_;
+
+  // Host-side counts (elements) per peer.
+  std::vector<std::size_t> recv_counts_;
+  std::vector<std::size_t> recv_offsets_;
+  std::vector<std::size_t> send_scaled_;
+  std::vector<std::size_t> recv_scaled_;
+
+  device::device_buffer<uint64_t> recv_keys_;
+  device::device_buffer<row_index_t> recv_rows_;
+  device::device_buffer<float> recv_records_;    // owner side: records received / to send back
+  device::device_buffer<float> send_records_;    // sender side: records in send order
+  device::device_buffer<float> merged_records_;  // owner side: one summed push per key
+  device::device_buffer<row_index_t> merged_rows_;
+  device::pinned_buffer<position_t> host_probe_;
+
+  HeterCommStats stats_;
+  HeterCommStats last_;
+};
+
+HeterComm::HeterComm(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
+                     const HeterCommOptions& options)
+    : impl_(std::make_unique<Impl>(card, store, comm, options)) {}
+HeterComm::~HeterComm() = default;
+HeterComm::HeterComm(HeterComm&&) noexcept = default;
+HeterComm& HeterComm::operator=(HeterComm&&) noexcept = default;
+
+void HeterComm::pull(const uint64_t* keys, std::size_t n, float* out_pull,
+                     const device::Stream& stream) {
+  impl_->pull(keys, n, out_pull, stream);
+}
+void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
+                     const device::Stream& stream) {
+  impl_->push(keys, n, grads, stream);
+}
+const table::RowLayout& HeterComm::layout() const { return impl_->layout(); }
+int HeterComm::rank() const { return impl_->rank(); }
+int HeterComm::total_cards() const { return impl_->total_cards(); }
+const HeterCommStats& HeterComm::stats() const { return impl_->stats(); }
+const HeterCommStats& HeterComm::last_step() const { return impl_->last_step(); }
+
+}  // namespace gpubox::heter_comm

@@ -1,0 +1,81 @@
+// HeterComm: one training step's sparse traffic across cards (ARCHITECTURE §1), one object per
+// card. Every key has one owner card, owner_card(key, total_cards) (common/hash.hpp); the owner
+// holds its row in its CardSparseStore.
+//
+//   pull   local dedup (sort + unique, each occurrence remembers its unique key) -> keys to
+//          their owners (all_to_all_v) -> owners look the rows up and fill pull records
+//          (show, click, embed_w, embedx_w[mf_dim]) -> records back (all_to_all_v) -> scatter
+//          to every occurrence.
+//   push   per-occurrence push records (show, click, embed_g, embedx_g[mf_dim]) summed per
+//          unique key locally -> keys and sums to the owners -> summed again on the owner over
+//          all source cards -> ONE optimizer step per key per batch (heterps/optimizer), row
+//          marked dirty.
+//
+// pull and push are collectives: every card of the communicator calls them in the same order
+// (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
+// position inside a card, by source rank across cards), so a run is reproducible.
+//
+// Buffers are owned and reused across steps: in steady state a step allocates no card memory.
+// Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
+// Move-only; the card, store and communicator must outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/stream.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
+#include "table/accessor/sparse_row.hpp"
+
+namespace gpubox {
+namespace comm {
+class Communicator;
+}
+namespace sparse {
+class CardSparseStore;
+}
+
+namespace heter_comm {
+
+class HeterComm {
+ public:
+  // `store` holds this card's owned keys (its config gives the row layout and the optimizer);
+  // `comm` is this card's rank; comm.size() is total_cards.
+  HeterComm(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
+            const HeterCommOptions& options = {});
+  ~HeterComm();
+  HeterComm(HeterComm&&) noexcept;
+  HeterComm& operator=(HeterComm&&) noexcept;
+  HeterComm(const HeterComm&) = delete;
+  HeterComm& operator=(const HeterComm&) = delete;
+
+  // out_pull[i * pull_dim() ...] = the pull record of keys[i], i < n (keys and out_pull in this
+  // card's memory). Duplicates get the same record. Collective; synchronizes `stream`.
+  // A key missing on its owner: see HeterCommOptions::missing_keys (kFail throws on the owner,
+  // which must abort the group so the peers wake up, see comm::CommGroup::abort).
+  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream);
+
+  // grads[i * push_dim() ...] = the push record of occurrence i (show, click, embed_g,
+  // embedx_g[mf_dim]). Applies one optimizer step per distinct key over all cards. Collective;
+  // synchronizes `stream`. With MissingKeyPolicy::kFail, a missing key fails the step on its
+  // owner before any of that owner's rows changes.
+  void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream);
+
+  int32_t pull_dim() const { return layout().pull_dim(); }
+  int32_t push_dim() const { return layout().push_dim(); }
+  const table::RowLayout& layout() const;
+  int rank() const;
+  int total_cards() const;
+  const HeterCommStats& stats() const;
+  // Counters for the last pull or push only (same fields).
+  const HeterCommStats& last_step() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace heter_comm
+}  // namespace gpubox

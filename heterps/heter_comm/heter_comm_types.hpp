@@ -1,0 +1,35 @@
+// Plain data of HeterComm: options and counters. Host code includes this without device headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpubox::heter_comm {
+
+// What the owner card does with a key it does not hold during a step.
+enum class MissingKeyPolicy {
+  kCreate,  // create the row on the fly (table::init_row, slot 0), count it, mark it dirty
+  kFail,    // throw gpubox::Error naming the key, the owner card and the requesting card
+};
+
+struct HeterCommOptions {
+  MissingKeyPolicy missing_keys = MissingKeyPolicy::kCreate;
+};
+
+// Cumulative counters of one card's HeterComm (what this card did, as sender and as owner).
+// Bytes count what this card hands to all_to_all_v (its own block included: on a GPU that block
+// is a local copy; `*_remote` excludes it).
+struct HeterCommStats {
+  uint64_t pull_calls = 0;
+  uint64_t push_calls = 0;
+  uint64_t keys_in = 0;           // occurrences passed to pull + push
+  uint64_t unique_keys_sent = 0;  // after the local dedup, pull + push
+  uint64_t owner_lookups = 0;     // keys looked up in this card's table (hash finds)
+  uint64_t merged_updates = 0;    // optimizer steps applied on this card (one per key per batch)
+  uint64_t created_on_pull = 0;   // rows created on the fly (MissingKeyPolicy::kCreate)
+  uint64_t created_on_push = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_sent_remote = 0;
+};
+
+}  // namespace gpubox::heter_comm

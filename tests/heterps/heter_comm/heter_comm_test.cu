@@ -1,0 +1,479 @@
+// HeterComm on simulated cards (CardSet + run_on_cards + the in-process communicator): pulled
+// records and final tables against a single-table reference, for 1, 2, 3, 4 and 8 cards.
+//
+// The reference is one std::unordered_map<key, row> that, per step, merges every card's push
+// records per key in float64, then applies one optimizer step per key (optimizer::apply_push,
+// itself checked against float64 formulas in sparse_optimizer_test). The cards merge in float32
+// in another order (inside a card by position, across cards by rank), so results agree up to
+// float rounding: |card - reference| <= kAbsTol + kRelTol * |reference| for every float, and
+// show/click (integer sums) agree exactly. Since every card count is held to the same reference,
+// the result does not depend on the card count beyond that tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/optimizer/sparse_optimizer.hpp"
+#include "heterps/sparse/card_store.cuh"
+
+namespace gpubox::heter_comm {
+namespace {
+
+using table::RowLayout;
+using table::SparseOptimizerConfig;
+using table::SparseOptimizerKind;
+
+constexpr double kAbsTol = 2e-5;
+constexpr double kRelTol = 2e-4;
+
+bool close_enough(double got, double want) {
+  return std::fabs(got - want) <= kAbsTol + kRelTol * std::fabs(want);
+}
+
+std::string card_list(int cards) {
+  std::string list;
+  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
+  return list;
+}
+
+// One card's batch: keys and per-occurrence push records.
+struct Batch {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+};
+
+// Zipf-ish keys over a fixed universe (hot keys repeat within and across cards), a few keys at
+// the top of the uint64 range (the table's reserved values included). Gradients keep one sign
+// per (key, field) so merged sums never cancel to rounding noise (adam divides by sqrt(v)).
+class BatchMaker {
+ public:
+  BatchMaker(uint64_t seed, int push_dim) : rng_(seed), push_dim_(push_dim) {
+    for (int i = 0; i < kUniverse; ++i) universe_.push_back(mix64(seed * 7919 + i));
+    universe_[0] = ~0ULL;
+    universe_[1] = ~0ULL - 1;
+    universe_[2] = 0;
+    universe_[3] = ~0ULL - 2;
+  }
+
+  Batch make(std::size_t n) {
+    Batch b;
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double u = unit(rng_);
+      const uint64_t key = universe_[static_cast<std::size_t>(u * u * u * kUniverse) % kUniverse];
+      b.keys.push_back(key);
+      const bool click = unit(rng_) < 0.3;
+      b.grads.push_back(1.0f);
+      b.grads.push_back(click ? 1.0f : 0.0f);
+      for (int d = 2; d < push_dim_; ++d) {
+        const float sign = (mix64(key + d) & 1) ? 1.0f : -1.0f;
+        b.grads.push_back(sign * static_cast<float>(0.05 + 0.5 * unit(rng_)));
+      }
+    }
+    return b;
+  }
+
+ private:
+  static constexpr int kUniverse = 1500;
+  std::mt19937_64 rng_;
+  int push_dim_;
+  std::vector<uint64_t> universe_;
+};
+
+// The single-table reference.
+class ReferenceTable {
+ public:
+  explicit ReferenceTable(const SparseOptimizerConfig& cfg)
+      : cfg_(cfg), layout_(RowLayout::make(cfg.kind, cfg.mf_dim)) {}
+
+  std::vector<float>& row(uint64_t key) {
+    auto it = rows_.find(key);
+    if (it == rows_.end()) {
+      it = rows_.emplace(key, std::vector<float>(layout_.stride())).first;
+      table::init_row(it->second.data(), layout_, cfg_, key, 0);
+    }
+    return it->second;
+  }
+  std::vector<float> pull_record(uint64_t key) {
+    std::vector<float> out(layout_.pull_dim());
+    table::fill_pull_record(row(key).data(), layout_, out.data());
+    return out;
+  }
+  // One step: merge every occurrence of every card per key (float64), one update per key.
+  void push(const std::vector<Batch>& batches) {
+    const int dim = layout_.push_dim();
+    std::unordered_map<uint64_t, std::vector<double>> merged;
+    for (const Batch& b : batches) {
+      for (std::size_t i = 0; i < b.keys.size(); ++i) {
+        auto& sum = merged[b.keys[i]];
+        sum.resize(dim, 0.0);
+        for (int d = 0; d < dim; ++d) sum[d] += b.grads[i * dim + d];
+      }
+    }
+    for (const auto& [key, sum] : merged) {
+      std::vector<float> record(sum.begin(), sum.end());
+      optimizer::apply_push(row(key).data(), layout_, cfg_, key, record.data());
+    }
+  }
+  const std::unordered_map<uint64_t, std::vector<float>>& rows() const { return rows_; }
+  const RowLayout& layout() const { return layout_; }
+
+ private:
+  SparseOptimizerConfig cfg_;
+  RowLayout layout_;
+  std::unordered_map<uint64_t, std::vector<float>> rows_;
+};
+
+SparseOptimizerConfig test_config(SparseOptimizerKind kind) {
+  SparseOptimizerConfig cfg;
+  cfg.kind = kind;
+  cfg.mf_dim = 8;
+  cfg.learning_rate = 0.1f;
+  cfg.mf_learning_rate = 0.08f;
+  cfg.initial_range = 0.01f;
+  cfg.mf_initial_range = 0.01f;
+  cfg.min_bound = -0.5f;  // hot keys reach the bounds within the run
+  cfg.max_bound = 0.5f;
+  cfg.embedx_threshold = 1.5f;  // embedx appears mid-run: some keys cross it, cold ones do not
+  cfg.seed = 99;
+  return cfg;
+}
+
+// C simulated cards, each with its store and HeterComm, built on the card's own thread.
+class Cluster {
+ public:
+  Cluster(int cards, const SparseOptimizerConfig& cfg, HeterCommOptions options = {},
+          sparse::HashTableOptions table_options = {})
+      : cards_(device::CardSet::from_list(card_list(cards))),
+        group_(comm::make_in_process_group(cards, std::chrono::seconds(60))),
+        stores_(cards),
+        comms_(cards) {
+    run([&](device::Card& card) {
+      const int c = card.local_index();
+      stores_[c] = std::make_unique<sparse::CardSparseStore>(card, cfg, table_options);
+      comms_[c] = std::make_unique<HeterComm>(card, *stores_[c], group_->at(c), options);
+    });
+  }
+  ~Cluster() {
+    // Stores and HeterComms free card memory on their card's stream; drop them first.
+    comms_.clear();
+    stores_.clear();
+  }
+
+  // Runs fn on every card's thread; a failing card aborts the group so no peer hangs.
+  void run(const std::function<void(device::Card&)>& fn) {
+    cards_.run_on_cards(fn, [this](const std::string& why) { group_->abort(why); });
+  }
+
+  int size() const { return cards_.num_local_cards(); }
+  device::CardSet& cards() { return cards_; }
+  sparse::CardSparseStore& store(int c) { return *stores_[c]; }
+  HeterComm& heter_comm(int c) { return *comms_[c]; }
+
+ private:
+  device::CardSet cards_;
+  std::unique_ptr<comm::CommGroup> group_;
+  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores_;
+  std::vector<std::unique_ptr<HeterComm>> comms_;
+};
+
+// One step on every card: pull the batch (returned per card), then push its records.
+std::vector<std::vector<float>> pull_push_step(Cluster& cluster,
+                                               const std::vector<Batch>& batches) {
+  std::vector<std::vector<float>> pulled(cluster.size());
+  cluster.run([&](device::Card& card) {
+    const int c = card.local_index();
+    HeterComm& hc = cluster.heter_comm(c);
+    const Batch& b = batches[c];
+    auto keys = device::to_device(b.keys, card.memory(), card.stream());
+    auto grads = device::to_device(b.grads, card.memory(), card.stream());
+    auto out = card.make_buffer<float>(b.keys.size() * hc.pull_dim());
+    hc.pull(keys.data(), b.keys.size(), out.data(), card.stream());
+    pulled[c] = device::to_host(out);
+    hc.push(keys.data(), b.keys.size(), grads.data(), card.stream());
+  });
+  return pulled;
+}
+
+struct ClusterCase {
+  int cards;
+  SparseOptimizerKind kind;
+  const char* name;
+};
+void PrintTo(const ClusterCase& c, std::ostream* os) { *os << c.name; }
+
+class HeterCommClusterTest : public ::testing::TestWithParam<ClusterCase> {};
+
+TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
+  const ClusterCase param = GetParam();
+  const SparseOptimizerConfig cfg = test_config(param.kind);
+  sparse::HashTableOptions table_options;
+  table_options.initial_capacity = 64;  // the stores grow during the run
+  Cluster cluster(param.cards, cfg, {}, table_options);
+  ReferenceTable ref(cfg);
+  const int pull_dim = ref.layout().pull_dim();
+  BatchMaker maker(/*seed=*/2024, ref.layout().push_dim());
+  std::mt19937_64 sizes(7);
+
+  constexpr int kSteps = 8;
+  std::size_t pulled_embedx = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<Batch> batches(param.cards);
+    for (int c = 0; c < param.cards; ++c) {
+      // Sizes 0, 1 and a few hundred; step 3 is empty on every card.
+      std::size_t n = 1 + sizes() % 400;
+      if (step == 3 || (c + step) % 3 == 2) n = 0;
+      if ((c + step) % 5 == 4) n = 1;
+      batches[c] = maker.make(n);
+    }
+    const auto pulled = pull_push_step(cluster, batches);
+    for (int c = 0; c < param.cards; ++c) {
+      ASSERT_EQ(pulled[c].size(), batches[c].keys.size() * pull_dim);
+      for (std::size_t i = 0; i < batches[c].keys.size(); ++i) {
+        const uint64_t key = batches[c].keys[i];
+        const std::vector<float> want = ref.pull_record(key);
+        pulled_embedx += want[3] != 0.0f;
+        for (int d = 0; d < pull_dim; ++d) {
+          ASSERT_TRUE(close_enough(pulled[c][i * pull_dim + d], want[d]))
+              << "step " << step << " card " << c << " key " << key << " field " << d << ": got "
+              << pulled[c][i * pull_dim + d] << ", want " << want[d];
+        }
+      }
+    }
+    ref.push(batches);
+  }
+  EXPECT_GT(pulled_embedx, 0u) << "no pulled key had embedx yet: the run misses the creation rule";
+
+  // Final tables: each key on its owner only, the union is the reference's key set, rows agree.
+  std::unordered_set<uint64_t> seen;
+  std::size_t created = 0;
+  std::size_t clipped = 0;
+  const RowLayout& layout = ref.layout();
+  for (int c = 0; c < param.cards; ++c) {
+    sparse::CardSparseStore& store = cluster.store(c);
+    device::Card& card = cluster.cards().card(c);
+    auto keys = card.make_buffer<uint64_t>(0);
+    auto rows = card.make_buffer<float>(0);
+    const std::size_t count = store.collect_all(keys, rows, card.stream());
+    const auto dirty_count = [&] {
+      auto dk = card.make_buffer<uint64_t>(0);
+      auto dr = card.make_buffer<float>(0);
+      return store.collect_dirty(dk, dr, card.stream());
+    }();
+    EXPECT_EQ(dirty_count, count) << "every row was created on the card, so every row is dirty";
+    const std::vector<uint64_t> host_keys = device::to_host(keys);
+    const std::vector<float> host_rows = device::to_host(rows);
+    created += cluster.heter_comm(c).stats().created_on_pull +
+               cluster.heter_comm(c).stats().created_on_push;
+    for (std::size_t i = 0; i < count; ++i) {
+      const uint64_t key = host_keys[i];
+      EXPECT_EQ(owner_card(key, param.cards), c) << "key " << key << " stored off its owner";
+      EXPECT_TRUE(seen.insert(key).second) << "key " << key << " stored twice";
+      auto it = ref.rows().find(key);
+      ASSERT_NE(it, ref.rows().end()) << "key " << key << " on card " << c << " never pulled";
+      const float* got = host_rows.data() + i * layout.stride();
+      EXPECT_EQ(got[RowLayout::kShow], it->second[RowLayout::kShow]) << key;
+      EXPECT_EQ(got[RowLayout::kClick], it->second[RowLayout::kClick]) << key;
+      const float w = it->second[RowLayout::kEmbedW];
+      clipped += (w == cfg.min_bound || w == cfg.max_bound);
+      for (int f = 0; f < layout.stride(); ++f) {
+        ASSERT_TRUE(close_enough(got[f], it->second[f]))
+            << "card " << c << " key " << key << " field " << f << ": got " << got[f] << ", want "
+            << it->second[f];
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), ref.rows().size());
+  EXPECT_EQ(created, ref.rows().size()) << "every key was created on the fly exactly once";
+  if (cfg.kind != SparseOptimizerKind::kAdagrad) {
+    EXPECT_GT(clipped, 0u) << "no bound was hit";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cards, HeterCommClusterTest,
+    ::testing::Values(ClusterCase{1, SparseOptimizerKind::kAdagrad, "1card_adagrad"},
+                      ClusterCase{2, SparseOptimizerKind::kAdagrad, "2cards_adagrad"},
+                      ClusterCase{3, SparseOptimizerKind::kAdagrad, "3cards_adagrad"},
+                      ClusterCase{4, SparseOptimizerKind::kAdagrad, "4cards_adagrad"},
+                      ClusterCase{8, SparseOptimizerKind::kAdagrad, "8cards_adagrad"},
+                      ClusterCase{3, SparseOptimizerKind::kSgd, "3cards_sgd"},
+                      ClusterCase{4, SparseOptimizerKind::kAdam, "4cards_adam"},
+                      ClusterCase{2, SparseOptimizerKind::kSharedAdam, "2cards_shared_adam"},
+                      ClusterCase{8, SparseOptimizerKind::kSharedAdam, "8cards_shared_adam"}),
+    [](const ::testing::TestParamInfo<ClusterCase>& info) { return std::string(info.param.name); });
+
+// With missing_keys = fail, a key its owner does not hold fails the step with an error naming
+// the key and the owner card; the other cards wake up (the group is aborted) instead of hanging,
+// and the owner's rows are untouched by the failed push.
+TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
+  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  constexpr int kCards = 3;
+  HeterCommOptions options;
+  options.missing_keys = MissingKeyPolicy::kFail;
+
+  // Known keys live on their owners; one unknown key, owned by some card.
+  std::vector<uint64_t> known;
+  for (uint64_t k = 1; k <= 60; ++k) known.push_back(mix64(k));
+  const uint64_t unknown = mix64(1000);
+  const int unknown_owner = owner_card(unknown, kCards);
+
+  for (const bool on_push : {false, true}) {
+    Cluster cluster(kCards, cfg, options);
+    std::vector<std::vector<float>> rows_before(kCards);
+    cluster.run([&](device::Card& card) {
+      const int c = card.local_index();
+      std::vector<uint64_t> mine;
+      std::vector<float> rows;
+      for (uint64_t k : known) {
+        if (owner_card(k, kCards) != c) continue;
+        mine.push_back(k);
+        rows.resize(rows.size() + layout.stride());
+        table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
+      }
+      auto dk = device::to_device(mine, card.memory(), card.stream());
+      auto dr = device::to_device(rows, card.memory(), card.stream());
+      cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
+      rows_before[c] = rows;
+    });
+    // Known keys work in fail mode.
+    std::vector<Batch> ok(kCards);
+    BatchMaker maker(5, layout.push_dim());
+    for (int c = 0; c < kCards; ++c) {
+      for (int i = 0; i < 20; ++i) {
+        ok[c].keys.push_back(known[(c * 7 + i * 3) % known.size()]);
+        for (int d = 0; d < layout.push_dim(); ++d) ok[c].grads.push_back(0.0f);
+      }
+    }
+    if (!on_push) {
+      ASSERT_NO_THROW(pull_push_step(cluster, ok));
+    }
+
+    std::vector<Batch> bad = ok;
+    bad[0].keys[5] = unknown;  // card 0 asks for the unknown key among known ones
+    std::string message;
+    try {
+      cluster.run([&](device::Card& card) {
+        const int c = card.local_index();
+        HeterComm& hc = cluster.heter_comm(c);
+        auto keys = device::to_device(bad[c].keys, card.memory(), card.stream());
+        auto grads = device::to_device(bad[c].grads, card.memory(), card.stream());
+        if (on_push) {
+          hc.push(keys.data(), bad[c].keys.size(), grads.data(), card.stream());
+        } else {
+          auto out = card.make_buffer<float>(bad[c].keys.size() * hc.pull_dim());
+          hc.pull(keys.data(), bad[c].keys.size(), out.data(), card.stream());
+        }
+      });
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    ASSERT_FALSE(message.empty()) << "missing key " << unknown << " did not fail";
+    EXPECT_NE(message.find("key " + std::to_string(unknown)), std::string::npos) << message;
+    EXPECT_NE(message.find("owner card " + std::to_string(unknown_owner)), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("requested by card 0"), std::string::npos) << message;
+    EXPECT_NE(message.find(on_push ? "push" : "pull"), std::string::npos) << message;
+
+    if (on_push) {
+      // The failing owner applied nothing: its rows are still the inserted ones.
+      sparse::CardSparseStore& store = cluster.store(unknown_owner);
+      device::Card& card = cluster.cards().card(unknown_owner);
+      card.activate();
+      auto keys = card.make_buffer<uint64_t>(0);
+      auto rows = card.make_buffer<float>(0);
+      const std::size_t count = store.collect_all(keys, rows, card.stream());
+      EXPECT_EQ(store.size(), count);
+      std::vector<float> got = device::to_host(rows);
+      std::vector<uint64_t> got_keys = device::to_host(keys);
+      std::unordered_map<uint64_t, std::vector<float>> before;
+      for (std::size_t i = 0, j = 0; i < known.size(); ++i) {
+        if (owner_card(known[i], kCards) != unknown_owner) continue;
+        before[known[i]].assign(rows_before[unknown_owner].begin() + j * layout.stride(),
+                                rows_before[unknown_owner].begin() + (j + 1) * layout.stride());
+        ++j;
+      }
+      ASSERT_EQ(count, before.size());
+      for (std::size_t i = 0; i < count; ++i) {
+        std::vector<float> row(got.begin() + i * layout.stride(),
+                               got.begin() + (i + 1) * layout.stride());
+        EXPECT_EQ(row, before[got_keys[i]]) << "key " << got_keys[i] << " changed by a failed push";
+      }
+    }
+  }
+}
+
+// Create mode counts what it creates, on pull and on push (a key pushed without a pull).
+TEST(HeterComm, CreateModeCountsCreatedRows) {
+  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kSgd);
+  Cluster cluster(2, cfg);
+  const int push_dim = RowLayout::make(cfg.kind, cfg.mf_dim).push_dim();
+  std::vector<uint64_t> pull_keys = {10, 11, 12, 10, 10};  // 3 distinct
+  std::vector<uint64_t> push_only = {20, 21, 20};          // 2 distinct, never pulled
+  cluster.run([&](device::Card& card) {
+    const int c = card.local_index();
+    HeterComm& hc = cluster.heter_comm(c);
+    // Both cards pull the same keys: each is created once, on its owner.
+    auto keys = device::to_device(pull_keys, card.memory(), card.stream());
+    auto out = card.make_buffer<float>(pull_keys.size() * hc.pull_dim());
+    hc.pull(keys.data(), pull_keys.size(), out.data(), card.stream());
+    std::vector<uint64_t> mine = c == 0 ? push_only : std::vector<uint64_t>{};
+    auto pk = device::to_device(mine, card.memory(), card.stream());
+    auto grads = device::to_device(std::vector<float>(mine.size() * push_dim, 0.5f), card.memory(),
+                                   card.stream());
+    hc.push(pk.data(), mine.size(), grads.data(), card.stream());
+  });
+  uint64_t on_pull = 0, on_push = 0, lookups = 0;
+  for (int c = 0; c < 2; ++c) {
+    on_pull += cluster.heter_comm(c).stats().created_on_pull;
+    on_push += cluster.heter_comm(c).stats().created_on_push;
+    lookups += cluster.heter_comm(c).stats().owner_lookups;
+  }
+  EXPECT_EQ(on_pull, 3u);
+  EXPECT_EQ(on_push, 2u);
+  EXPECT_EQ(cluster.store(0).size() + cluster.store(1).size(), 5u);
+  // pull: each card sends 3 unique keys (6 lookups); push: 2 merged keys.
+  EXPECT_EQ(lookups, 6u + 2u);
+}
+
+// Same batch sizes step after step, keys already on the cards: no card memory is allocated
+// after the first steps (buffers are reused).
+TEST(HeterComm, SteadyStateAllocatesNothing) {
+  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  Cluster cluster(3, cfg);
+  BatchMaker maker(11, RowLayout::make(cfg.kind, cfg.mf_dim).push_dim());
+  std::vector<Batch> batches = {maker.make(300), maker.make(0), maker.make(120)};
+  std::vector<std::size_t> in_use(3);
+  for (int step = 0; step < 6; ++step) {
+    cluster.run([&](device::Card& card) {
+      const int c = card.local_index();
+      HeterComm& hc = cluster.heter_comm(c);
+      auto keys = device::to_device(batches[c].keys, card.memory(), card.stream());
+      auto grads = device::to_device(batches[c].grads, card.memory(), card.stream());
+      auto out = card.make_buffer<float>(batches[c].keys.size() * hc.pull_dim());
+      if (step == 2) in_use[c] = card.memory().peak_bytes();
+      hc.pull(keys.data(), batches[c].keys.size(), out.data(), card.stream());
+      hc.push(keys.data(), batches[c].keys.size(), grads.data(), card.stream());
+    });
+  }
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(cluster.cards().card(c).memory().peak_bytes(), in_use[c]) << "card " << c;
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::heter_comm
