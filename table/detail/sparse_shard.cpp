@@ -1,0 +1,364 @@
+#include "table/detail/sparse_shard.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace gpubox::table::detail {
+namespace {
+
+constexpr uint32_t kAbsent = KeyIndexMap::kAbsent;
+// Disk batches are written in pieces of this many entries, so a shrink over a large disk tier
+// does not build one huge batch.
+constexpr std::size_t kDiskBatchEntries = 1 << 16;
+
+std::vector<uint32_t> identity(std::size_t n) {
+  std::vector<uint32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0u);
+  return pos;
+}
+
+}  // namespace
+
+SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const SparseOptimizerConfig& cfg,
+                         DiskTier* disk, uint64_t memory_limit, TableEpochs* epochs)
+    : id_(id),
+      layout_(layout),
+      cfg_(cfg),
+      disk_(disk),
+      memory_limit_(memory_limit),
+      epochs_(epochs),
+      arena_(layout.stride()) {}
+
+uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch) {
+  const uint32_t index = arena_.allocate(key, epoch);
+  index_.insert(key, index);
+  return index;
+}
+
+void SparseShard::remove_row(uint64_t key, uint32_t index) {
+  index_.erase(key);
+  arena_.release(index);
+}
+
+void SparseShard::note_deleted(uint64_t key) {
+  if (epochs_->track_deletions.load()) deleted_.emplace_back(key, epochs_->current.load());
+}
+
+Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
+                           std::size_t m, bool create, std::vector<uint32_t>* idx,
+                           std::size_t* created) {
+  idx->resize(m);
+  std::vector<std::pair<uint64_t, uint32_t>> misses;  // (key, j of its first occurrence)
+  for (std::size_t j = 0; j < m; ++j) {
+    (*idx)[j] = index_.find(keys[pos[j]]);
+    if ((*idx)[j] == kAbsent) misses.emplace_back(keys[pos[j]], static_cast<uint32_t>(j));
+  }
+  if (misses.empty()) return Status::OK();
+  std::sort(misses.begin(), misses.end());
+  misses.erase(std::unique(misses.begin(), misses.end(),
+                           [](const auto& a, const auto& b) { return a.first == b.first; }),
+               misses.end());
+
+  const int32_t stride = layout_.stride();
+  std::vector<uint8_t> on_disk(misses.size(), 0);
+  if (disk_ != nullptr && rows_on_disk_ > 0) {
+    std::vector<uint64_t> miss_keys(misses.size());
+    for (std::size_t i = 0; i < misses.size(); ++i) miss_keys[i] = misses[i].first;
+    std::vector<float> disk_rows(misses.size() * stride);
+    std::vector<uint32_t> disk_epochs(misses.size());
+    GPUBOX_RETURN_IF_ERROR(disk_->multi_get(id_, miss_keys.data(), miss_keys.size(),
+                                            disk_rows.data(), disk_epochs.data(), on_disk.data()));
+    // Delete from disk first: if that fails, nothing moved and the rows are still on disk.
+    DiskTier::Batch batch;
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      if (on_disk[i]) batch.erase(id_, miss_keys[i]);
+    }
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      if (!on_disk[i]) continue;
+      const uint32_t index = insert_row(miss_keys[i], disk_epochs[i]);
+      std::memcpy(arena_.row(index), &disk_rows[i * stride], sizeof(float) * stride);
+      --rows_on_disk_;
+    }
+  }
+  if (create) {
+    const uint32_t now = epochs_->current.load();
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      if (on_disk[i]) continue;
+      const uint64_t key = misses[i].first;
+      const int32_t slot = slots != nullptr ? slots[pos[misses[i].second]] : 0;
+      const uint32_t index = insert_row(key, now);
+      init_row(arena_.row(index), layout_, cfg_, key, slot);
+      if (created != nullptr) ++*created;
+    }
+  }
+  for (std::size_t j = 0; j < m; ++j) {
+    if ((*idx)[j] == kAbsent) (*idx)[j] = index_.find(keys[pos[j]]);
+  }
+  return Status::OK();
+}
+
+Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
+                         std::size_t m, float* rows, std::size_t* created) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> idx;
+  GPUBOX_RETURN_IF_ERROR(locate(keys, slots, pos, m, /*create=*/true, &idx, created));
+  const std::size_t stride = layout_.stride();
+  for (std::size_t j = 0; j < m; ++j) {
+    float* row = arena_.row(idx[j]);
+    if (row[RowLayout::kUnseenDays] != 0.0f) {
+      row[RowLayout::kUnseenDays] = 0.0f;
+      mark(idx[j]);
+    }
+    std::memcpy(rows + pos[j] * stride, row, sizeof(float) * stride);
+  }
+  return enforce_memory_limit();
+}
+
+Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t m,
+                         const float* rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> idx;
+  GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos, m, /*create=*/true, &idx, nullptr));
+  const std::size_t stride = layout_.stride();
+  for (std::size_t j = 0; j < m; ++j) {
+    float* row = arena_.row(idx[j]);
+    std::memcpy(row, rows + pos[j] * stride, sizeof(float) * stride);
+    row[RowLayout::kUnseenDays] = 0.0f;
+    mark(idx[j]);
+  }
+  return enforce_memory_limit();
+}
+
+Status SparseShard::erase(const uint64_t* keys, const uint32_t* pos, std::size_t m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> idx;
+  GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos, m, /*create=*/false, &idx, nullptr));
+  for (std::size_t j = 0; j < m; ++j) {
+    const uint64_t key = keys[pos[j]];
+    // A key repeated in the batch is removed by its first occurrence.
+    if (idx[j] == kAbsent || index_.find(key) != idx[j]) continue;
+    remove_row(key, idx[j]);
+    note_deleted(key);
+  }
+  return Status::OK();
+}
+
+bool SparseShard::age_row(float* row) const {
+  row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
+  row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
+  row[RowLayout::kUnseenDays] += 1.0f;
+  return row_score(row, cfg_) < cfg_.delete_threshold ||
+         row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days;
+}
+
+StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t now = epochs_->current.load();
+  const int32_t stride = layout_.stride();
+  uint64_t deleted = 0;
+
+  // Disk rows first, so that rows moved to disk below are aged once, not twice.
+  if (disk_ != nullptr && rows_on_disk_ > 0) {
+    DiskTier::Batch batch;
+    Status st;
+    uint64_t disk_deleted = 0;
+    std::vector<uint64_t> deleted_keys;
+    std::vector<float> row(stride);
+    GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
+      std::memcpy(row.data(), r, sizeof(float) * stride);
+      if (age_row(row.data())) {
+        batch.erase(id_, key);
+        deleted_keys.push_back(key);
+      } else {
+        batch.put(id_, key, row.data(), now, stride);
+      }
+      if (batch.count() >= kDiskBatchEntries && st.ok()) {
+        st = disk_->write(batch);
+        batch.clear();
+        disk_deleted += deleted_keys.size();
+        rows_on_disk_ -= deleted_keys.size();
+        for (uint64_t k : deleted_keys) note_deleted(k);
+        deleted_keys.clear();
+      }
+    }));
+    GPUBOX_RETURN_IF_ERROR(st);
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    disk_deleted += deleted_keys.size();
+    rows_on_disk_ -= deleted_keys.size();
+    for (uint64_t k : deleted_keys) note_deleted(k);
+    deleted += disk_deleted;
+  }
+
+  std::vector<std::pair<uint64_t, uint32_t>> entries;
+  entries.reserve(index_.size());
+  index_.for_each([&](uint64_t key, uint32_t index) { entries.emplace_back(key, index); });
+  std::vector<std::pair<uint64_t, uint32_t>> cold;
+  for (const auto& [key, index] : entries) {
+    float* row = arena_.row(index);
+    if (age_row(row)) {
+      remove_row(key, index);
+      note_deleted(key);
+      ++deleted;
+      continue;
+    }
+    mark(index);
+    if (disk_ != nullptr && cold_after_days > 0 &&
+        row[RowLayout::kUnseenDays] >= static_cast<float>(cold_after_days)) {
+      cold.emplace_back(key, index);
+    }
+  }
+  for (std::size_t begin = 0; begin < cold.size(); begin += kDiskBatchEntries) {
+    const std::size_t end = std::min(cold.size(), begin + kDiskBatchEntries);
+    DiskTier::Batch batch;
+    for (std::size_t i = begin; i < end; ++i) {
+      batch.put(id_, cold[i].first, arena_.row(cold[i].second), arena_.epoch(cold[i].second),
+                stride);
+    }
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    for (std::size_t i = begin; i < end; ++i) remove_row(cold[i].first, cold[i].second);
+    rows_on_disk_ += end - begin;
+  }
+  return deleted;
+}
+
+Status SparseShard::enforce_memory_limit() {
+  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() <= memory_limit_) {
+    return Status::OK();
+  }
+  // Evict a little below the limit so that the next pulls do not each evict a handful of rows.
+  const uint64_t target = memory_limit_ >= 8 ? memory_limit_ - memory_limit_ / 8 : memory_limit_;
+  const std::size_t victims = index_.size() - target;
+  // Coldest first: lowest score, then longest unseen.
+  struct Candidate {
+    float score;
+    float minus_unseen;
+    uint32_t index;
+    bool operator<(const Candidate& o) const {
+      return score != o.score ? score < o.score : minus_unseen < o.minus_unseen;
+    }
+  };
+  std::vector<Candidate> scored;
+  scored.reserve(index_.size());
+  index_.for_each([&](uint64_t, uint32_t index) {
+    const float* row = arena_.row(index);
+    scored.push_back({row_score(row, cfg_), -row[RowLayout::kUnseenDays], index});
+  });
+  std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
+  const int32_t stride = layout_.stride();
+  for (std::size_t begin = 0; begin < victims; begin += kDiskBatchEntries) {
+    const std::size_t end = std::min(victims, begin + kDiskBatchEntries);
+    DiskTier::Batch batch;
+    for (std::size_t i = begin; i < end; ++i) {
+      const uint32_t index = scored[i].index;
+      batch.put(id_, arena_.key(index), arena_.row(index), arena_.epoch(index), stride);
+    }
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    for (std::size_t i = begin; i < end; ++i) {
+      remove_row(arena_.key(scored[i].index), scored[i].index);
+    }
+    rows_on_disk_ += end - begin;
+  }
+  return Status::OK();
+}
+
+ShardStats SparseShard::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ShardStats s;
+  s.rows_in_memory = index_.size();
+  s.rows_on_disk = rows_on_disk_;
+  s.memory_bytes =
+      arena_.memory_bytes() + index_.memory_bytes() + deleted_.capacity() * sizeof(deleted_[0]);
+  return s;
+}
+
+Status SparseShard::snapshot(SaveMode mode, SaveForm form, uint32_t saved_through,
+                             ShardSnapshot* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const RecordKind kind = mode == SaveMode::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
+  const int32_t floats = record_floats(kind, layout_);
+  std::vector<float> rec(floats);
+  const bool delta = mode == SaveMode::kDelta;
+  auto emit = [&](uint64_t key, const float* row, uint32_t epoch) {
+    if (delta && epoch <= saved_through) return;
+    row_to_record(kind, layout_, row, rec.data());
+    append_record(form, key, rec.data(), floats, &out->part);
+    ++out->rows;
+  };
+  index_.for_each(
+      [&](uint64_t key, uint32_t index) { emit(key, arena_.row(index), arena_.epoch(index)); });
+  if (disk_ != nullptr && rows_on_disk_ > 0) GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, emit));
+  if (delta) {
+    for (const auto& [key, epoch] : deleted_) {
+      if (epoch <= saved_through) continue;
+      append_key(form, key, &out->deletes);
+      ++out->deleted;
+    }
+  }
+  return Status::OK();
+}
+
+void SparseShard::forget_deletions(uint32_t through) {
+  std::lock_guard<std::mutex> lock(mu_);
+  deleted_.erase(std::remove_if(deleted_.begin(), deleted_.end(),
+                                [&](const auto& d) { return d.second <= through; }),
+                 deleted_.end());
+}
+
+Status SparseShard::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.clear();
+  arena_.clear();
+  deleted_.clear();
+  deleted_.shrink_to_fit();
+  if (disk_ != nullptr) GPUBOX_RETURN_IF_ERROR(disk_->clear_shard(id_));
+  rows_on_disk_ = 0;
+  return Status::OK();
+}
+
+Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const float* recs,
+                                 std::size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int32_t floats = record_floats(kind, layout_);
+  constexpr std::size_t kPiece = 1 << 16;  // bound memory above the row budget while loading
+  for (std::size_t begin = 0; begin < n; begin += kPiece) {
+    const std::size_t m = std::min(n, begin + kPiece) - begin;
+    const std::vector<uint32_t> pos = identity(m);
+    std::vector<uint32_t> idx;
+    GPUBOX_RETURN_IF_ERROR(
+        locate(keys + begin, nullptr, pos.data(), m, /*create=*/false, &idx, nullptr));
+    for (std::size_t j = 0; j < m; ++j) {
+      const uint64_t key = keys[begin + j];
+      uint32_t index = index_.find(key);
+      const bool existing = index != kAbsent;
+      if (!existing) index = insert_row(key, 0);
+      record_to_row(kind, layout_, cfg_, key, recs + (begin + j) * floats, existing,
+                    arena_.row(index));
+      arena_.set_epoch(index, 0);  // as saved
+    }
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit());
+  }
+  return Status::OK();
+}
+
+Status SparseShard::load_deletions(const uint64_t* keys, std::size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<uint32_t> pos = identity(n);
+  std::vector<uint32_t> idx;
+  GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos.data(), n, /*create=*/false, &idx, nullptr));
+  for (std::size_t j = 0; j < n; ++j) {
+    const uint32_t index = index_.find(keys[j]);
+    if (index != kAbsent) remove_row(keys[j], index);
+  }
+  return Status::OK();
+}
+
+Status SparseShard::for_each_row(const std::function<void(uint64_t, const float*)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.for_each([&](uint64_t key, uint32_t index) { fn(key, arena_.row(index)); });
+  if (disk_ == nullptr || rows_on_disk_ == 0) return Status::OK();
+  return disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t) { fn(key, row); });
+}
+
+}  // namespace gpubox::table::detail

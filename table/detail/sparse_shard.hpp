@@ -1,0 +1,106 @@
+// One shard of the host tier: a key -> row index map over chunked row storage in memory, with
+// its slice of the disk tier underneath. Every method takes the shard's mutex for its whole
+// run, so a shard is thread-safe and its rows are always in exactly one place (memory or disk).
+// Bulk methods get the caller's whole arrays plus `pos`, the positions of the keys this shard
+// owns (SparseTable groups a batch by host_shard and runs shards in parallel).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.hpp"
+#include "table/accessor/sparse_row.hpp"
+#include "table/detail/key_index_map.hpp"
+#include "table/detail/row_arena.hpp"
+#include "table/disk_tier.hpp"
+#include "table/host_tier.hpp"
+#include "table/row_codec.hpp"
+
+namespace gpubox::table::detail {
+
+// Modification epochs shared by the shards of one table. A row changed at epoch e is "dirty"
+// for a delta save while e > saved_through.
+struct TableEpochs {
+  std::atomic<uint32_t> current{1};
+  std::atomic<uint32_t> saved_through{0};
+  // Deletions are only remembered once a save or load has given deltas a base to apply to.
+  std::atomic<bool> track_deletions{false};
+};
+
+struct ShardStats {
+  uint64_t rows_in_memory = 0;
+  uint64_t rows_on_disk = 0;
+  uint64_t memory_bytes = 0;
+};
+
+// One shard's contribution to a save.
+struct ShardSnapshot {
+  std::string part;  // encoded records
+  uint64_t rows = 0;
+  std::string deletes;  // encoded keys deleted since the last save (delta only)
+  uint64_t deleted = 0;
+};
+
+class SparseShard {
+ public:
+  // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none).
+  SparseShard(uint32_t id, const RowLayout& layout, const SparseOptimizerConfig& cfg,
+              DiskTier* disk, uint64_t memory_limit, TableEpochs* epochs);
+
+  Status pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
+              float* rows, std::size_t* created);
+  Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows);
+  Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
+  // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least
+  // `cold_after_days` (> 0) to disk. Returns the number of rows deleted.
+  StatusOr<uint64_t> shrink(int32_t cold_after_days);
+
+  ShardStats stats();
+  // Encodes the rows a save of `mode` holds (delta: changed since epoch `saved_through`).
+  Status snapshot(SaveMode mode, SaveForm form, uint32_t saved_through, ShardSnapshot* out);
+  // Forgets deletions a committed save at epoch `through` has recorded.
+  void forget_deletions(uint32_t through);
+  // Drops every row and remembered deletion.
+  Status clear();
+  // Writes records (of `kind`) for keys[i] as a load does; loaded rows count as saved.
+  Status load_records(RecordKind kind, const uint64_t* keys, const float* recs, std::size_t n);
+  // Deletes keys (a delta's deletions) without remembering them for the next delta.
+  Status load_deletions(const uint64_t* keys, std::size_t n);
+  // fn(key, row) for every row, memory and disk.
+  Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);
+
+ private:
+  // Finds the memory row of each keys[pos[j]], bringing rows back from disk; when `create`,
+  // creates missing rows with init_row (slot from slots[pos[j]] or 0). idx[j] = row index or
+  // KeyIndexMap::kAbsent. Requires mu_.
+  Status locate(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
+                bool create, std::vector<uint32_t>* idx, std::size_t* created);
+  uint32_t insert_row(uint64_t key, uint32_t epoch);
+  void remove_row(uint64_t key, uint32_t index);
+  void note_deleted(uint64_t key);
+  void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
+  // Moves the lowest-score rows to disk until at most memory_limit_ * 7/8 stay. Requires mu_.
+  Status enforce_memory_limit();
+  // Applies the shrink rules to one row in place; true when the row must be deleted.
+  bool age_row(float* row) const;
+
+  const uint32_t id_;
+  const RowLayout layout_;
+  const SparseOptimizerConfig& cfg_;
+  DiskTier* const disk_;
+  const uint64_t memory_limit_;
+  TableEpochs* const epochs_;
+
+  std::mutex mu_;
+  KeyIndexMap index_;
+  RowArena arena_;
+  uint64_t rows_on_disk_ = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> deleted_;  // (key, epoch)
+};
+
+}  // namespace gpubox::table::detail

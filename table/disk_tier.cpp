@@ -1,0 +1,149 @@
+#include "table/disk_tier.hpp"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+#include <rocksdb/write_batch.h>
+
+#include <cstring>
+#include <vector>
+
+namespace gpubox::table {
+namespace {
+
+constexpr std::size_t kKeyBytes = 12;
+
+void encode_key(uint32_t shard, uint64_t key, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(shard >> (24 - 8 * i));
+  for (int i = 0; i < 8; ++i) out[4 + i] = static_cast<char>(key >> (56 - 8 * i));
+}
+
+uint64_t decode_key(const char* in) {
+  uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) key = (key << 8) | static_cast<unsigned char>(in[4 + i]);
+  return key;
+}
+
+Status to_status(const rocksdb::Status& st, const std::string& what) {
+  if (st.ok()) return Status::OK();
+  return Status::IOError("rocksdb " + what + ": " + st.ToString());
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& path, int32_t stride) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.compression = rocksdb::kNoCompression;  // float rows barely compress; save the CPU
+  options.IncreaseParallelism(2);
+  // Working storage only (the folder is wiped on open), so a fresh database each time.
+  rocksdb::Status destroyed = rocksdb::DestroyDB(path, options);
+  if (!destroyed.ok() && !destroyed.IsNotFound() && !destroyed.IsIOError()) {
+    return to_status(destroyed, "wipe " + path);
+  }
+  rocksdb::DB* db = nullptr;
+  GPUBOX_RETURN_IF_ERROR(to_status(rocksdb::DB::Open(options, path, &db), "open " + path));
+  return std::unique_ptr<DiskTier>(new DiskTier(path, stride, db));
+}
+
+DiskTier::~DiskTier() { delete db_; }
+
+Status DiskTier::multi_get(uint32_t shard, const uint64_t* keys, std::size_t n, float* rows,
+                           uint32_t* epochs, uint8_t* found) {
+  if (n == 0) return Status::OK();
+  std::vector<char> key_bytes(n * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    encode_key(shard, keys[i], &key_bytes[i * kKeyBytes]);
+    slices[i] = rocksdb::Slice(&key_bytes[i * kKeyBytes], kKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), values.data(),
+                statuses.data());
+  const std::size_t row_bytes = sizeof(float) * stride_;
+  for (std::size_t i = 0; i < n; ++i) {
+    found[i] = 0;
+    if (statuses[i].IsNotFound()) continue;
+    GPUBOX_RETURN_IF_ERROR(to_status(statuses[i], "multi_get in " + path_));
+    if (values[i].size() != sizeof(uint32_t) + row_bytes) {
+      return Status::Corruption("rocksdb " + path_ + ": key " + std::to_string(keys[i]) + " has " +
+                                std::to_string(values[i].size()) + " bytes, expected " +
+                                std::to_string(sizeof(uint32_t) + row_bytes));
+    }
+    std::memcpy(&epochs[i], values[i].data(), sizeof(uint32_t));
+    std::memcpy(rows + i * stride_, values[i].data() + sizeof(uint32_t), row_bytes);
+    found[i] = 1;
+  }
+  return Status::OK();
+}
+
+DiskTier::Batch::Batch() : batch_(new rocksdb::WriteBatch()) {}
+DiskTier::Batch::~Batch() = default;
+
+void DiskTier::Batch::put(uint32_t shard, uint64_t key, const float* row, uint32_t epoch,
+                          int32_t stride) {
+  char key_bytes[kKeyBytes];
+  encode_key(shard, key, key_bytes);
+  std::string value(sizeof(uint32_t) + sizeof(float) * stride, '\0');
+  std::memcpy(value.data(), &epoch, sizeof(uint32_t));
+  std::memcpy(value.data() + sizeof(uint32_t), row, sizeof(float) * stride);
+  batch_->Put(rocksdb::Slice(key_bytes, kKeyBytes), value);
+}
+
+void DiskTier::Batch::erase(uint32_t shard, uint64_t key) {
+  char key_bytes[kKeyBytes];
+  encode_key(shard, key, key_bytes);
+  batch_->Delete(rocksdb::Slice(key_bytes, kKeyBytes));
+}
+
+std::size_t DiskTier::Batch::count() const { return batch_->Count(); }
+void DiskTier::Batch::clear() { batch_->Clear(); }
+
+Status DiskTier::write(Batch& batch) {
+  if (batch.count() == 0) return Status::OK();
+  rocksdb::WriteOptions options;
+  options.disableWAL = true;  // working storage: nothing to recover after a crash
+  return to_status(db_->Write(options, batch.batch_.get()), "write to " + path_);
+}
+
+Status DiskTier::scan(uint32_t shard,
+                      const std::function<void(uint64_t, const float*, uint32_t)>& fn) {
+  char lower[kKeyBytes], upper[kKeyBytes];
+  encode_key(shard, 0, lower);
+  encode_key(shard + 1, 0, upper);
+  rocksdb::Slice upper_slice(upper, kKeyBytes);
+  rocksdb::ReadOptions options;
+  options.iterate_upper_bound = &upper_slice;
+  options.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+  std::vector<float> row(stride_);
+  const std::size_t row_bytes = sizeof(float) * stride_;
+  for (it->Seek(rocksdb::Slice(lower, kKeyBytes)); it->Valid(); it->Next()) {
+    const rocksdb::Slice value = it->value();
+    const uint64_t key = decode_key(it->key().data());
+    if (it->key().size() != kKeyBytes || value.size() != sizeof(uint32_t) + row_bytes) {
+      return Status::Corruption("rocksdb " + path_ + ": malformed entry for key " +
+                                std::to_string(key));
+    }
+    uint32_t epoch;
+    std::memcpy(&epoch, value.data(), sizeof(uint32_t));
+    std::memcpy(row.data(), value.data() + sizeof(uint32_t), row_bytes);
+    fn(key, row.data(), epoch);
+  }
+  return to_status(it->status(), "scan of " + path_);
+}
+
+Status DiskTier::clear_shard(uint32_t shard) {
+  char lower[kKeyBytes], upper[kKeyBytes];
+  encode_key(shard, 0, lower);
+  encode_key(shard + 1, 0, upper);
+  rocksdb::WriteOptions options;
+  options.disableWAL = true;
+  return to_status(
+      db_->DeleteRange(options, db_->DefaultColumnFamily(), rocksdb::Slice(lower, kKeyBytes),
+                       rocksdb::Slice(upper, kKeyBytes)),
+      "clear shard " + std::to_string(shard) + " of " + path_);
+}
+
+}  // namespace gpubox::table

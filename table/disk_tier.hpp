@@ -1,0 +1,68 @@
+// The disk tier: cold rows of every shard in one RocksDB database, keyed by (shard, key) in
+// big-endian so that one shard's rows form one contiguous range. The value is the row's
+// modification epoch (uint32) followed by its `stride` floats, bit-exact. Thread-safe as
+// RocksDB is; the table calls it for shard s only under shard s's lock, which keeps "a key lives
+// in memory or on disk, never both" true.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.hpp"
+
+namespace rocksdb {
+class DB;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace gpubox::table {
+
+class DiskTier {
+ public:
+  // Opens a fresh database at `path`, wiping what an earlier process left there.
+  static StatusOr<std::unique_ptr<DiskTier>> open(const std::string& path, int32_t stride);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  int32_t stride() const { return stride_; }
+  const std::string& path() const { return path_; }
+
+  // For i < n: found[i] = 1 and rows[i*stride..], epochs[i] filled when (shard, keys[i]) is on
+  // disk, else found[i] = 0. One MultiGet.
+  Status multi_get(uint32_t shard, const uint64_t* keys, std::size_t n, float* rows,
+                   uint32_t* epochs, uint8_t* found);
+
+  // A set of puts and deletes applied atomically by write().
+  class Batch {
+   public:
+    Batch();
+    ~Batch();
+    void put(uint32_t shard, uint64_t key, const float* row, uint32_t epoch, int32_t stride);
+    void erase(uint32_t shard, uint64_t key);
+    std::size_t count() const;
+    void clear();
+
+   private:
+    friend class DiskTier;
+    std::unique_ptr<rocksdb::WriteBatch> batch_;
+  };
+  Status write(Batch& batch);
+
+  // fn(key, row, epoch) for every row of `shard`, in key order. `row` is valid during the call.
+  Status scan(uint32_t shard, const std::function<void(uint64_t, const float*, uint32_t)>& fn);
+  // Deletes every row of `shard`.
+  Status clear_shard(uint32_t shard);
+
+ private:
+  DiskTier(std::string path, int32_t stride, rocksdb::DB* db)
+      : path_(std::move(path)), stride_(stride), db_(db) {}
+  std::string path_;
+  int32_t stride_;
+  rocksdb::DB* db_;  // owned
+};
+
+}  // namespace gpubox::table

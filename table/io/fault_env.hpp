@@ -1,0 +1,50 @@
+// A FileEnv that fails on purpose, for tests of interrupted saves. Every mutating operation
+// (create, append, sync, close, create_dir, remove, rename, exchange, sync_dir) counts as one
+// step; from step `fail_from` on, every mutating step fails with IOError, like a disk that
+// filled up or a process that died there. Reads never fail.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+
+#include "table/io/file_env.hpp"
+
+namespace gpubox::table::io {
+
+class FaultInjectingEnv final : public FileEnv {
+ public:
+  // `base` is borrowed and must outlive this env.
+  explicit FaultInjectingEnv(FileEnv* base) : base_(base) {}
+
+  // Steps 0..fail_from-1 succeed, later ones fail. kNever turns faults off.
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  void fail_from(int64_t step) { fail_from_.store(step); }
+  // Mutating steps seen so far (attempted, failed ones included); reset to 0 by reset_steps.
+  int64_t steps() const { return steps_.load(); }
+  void reset_steps() { steps_.store(0); }
+
+  StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) override;
+  StatusOr<std::string> read_file(const std::string& path) override {
+    return base_->read_file(path);
+  }
+  Status create_dir(const std::string& path) override;
+  Status remove_all(const std::string& path) override;
+  Status rename(const std::string& from, const std::string& to) override;
+  Status exchange(const std::string& a, const std::string& b) override;
+  Status sync_dir(const std::string& path) override;
+  bool exists(const std::string& path) override { return base_->exists(path); }
+  StatusOr<std::vector<std::string>> list_dir(const std::string& path) override {
+    return base_->list_dir(path);
+  }
+
+  // Counts one step; returns the injected failure when this step must fail.
+  Status step(const char* what, const std::string& path);
+
+ private:
+  FileEnv* base_;
+  std::atomic<int64_t> fail_from_{kNever};
+  std::atomic<int64_t> steps_{0};
+};
+
+}  // namespace gpubox::table::io

@@ -1,0 +1,54 @@
+// A small file-system interface for everything the table writes or reads on disk (saves,
+// manifests). Saves go through it so that tests can substitute a fault-injecting env
+// (table/io/fault_env.hpp) and check that a save interrupted at any step leaves the previous
+// save loadable. RocksDB keeps its own env.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+
+namespace gpubox::table::io {
+
+// An open file being written. Not thread-safe; owned by one writer.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status append(const void* data, std::size_t size) = 0;
+  // Flushes buffered bytes and fsyncs the file.
+  virtual Status sync() = 0;
+  virtual Status close() = 0;
+};
+
+// File-system operations. Implementations are thread-safe (several shards save at once).
+class FileEnv {
+ public:
+  virtual ~FileEnv() = default;
+  // Creates (or truncates) `path` for writing.
+  virtual StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) = 0;
+  virtual StatusOr<std::string> read_file(const std::string& path) = 0;
+  virtual Status create_dir(const std::string& path) = 0;
+  // Removes a file or a folder tree; OK when nothing is there.
+  virtual Status remove_all(const std::string& path) = 0;
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
+  // Atomically swaps two existing paths (renameat2 RENAME_EXCHANGE where the file system has it).
+  virtual Status exchange(const std::string& a, const std::string& b) = 0;
+  // fsyncs a folder, so renames and new entries in it are durable.
+  virtual Status sync_dir(const std::string& path) = 0;
+  virtual bool exists(const std::string& path) = 0;
+  virtual StatusOr<std::vector<std::string>> list_dir(const std::string& path) = 0;
+
+  // The process-wide POSIX env (never null, never destroyed).
+  static FileEnv* posix();
+};
+
+// Writes `data` to `path` through `env`: create, append, sync, close.
+Status write_file(FileEnv* env, const std::string& path, const std::string& data);
+
+// The folder that holds `path` ("." for a bare name).
+std::string parent_dir(const std::string& path);
+
+}  // namespace gpubox::table::io

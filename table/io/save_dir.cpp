@@ -1,0 +1,199 @@
+#include "table/io/save_dir.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace gpubox::table::io {
+namespace {
+
+constexpr const char* kMagic = "gpubox-save 1";
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
+
+bool parse_u64(const std::string& s, int base, uint64_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, base);
+  if (errno != 0 || end == nullptr || *end != '\0' || s[0] == '-') return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+uint64_t checksum(const void* data, std::size_t size) { return XXH64(data, size, 0); }
+
+std::string Manifest::encode() const {
+  std::ostringstream out;
+  out << kMagic << "\n";
+  out << "kind " << kind << "\n";
+  for (const auto& [key, value] : properties) out << "property " << key << " " << value << "\n";
+  for (const auto& f : files) {
+    out << "file " << f.name << " " << f.records << " " << f.bytes << " " << hex64(f.xxh64) << "\n";
+  }
+  std::string body = out.str();
+  body += "checksum " + hex64(checksum(body.data(), body.size())) + "\n";
+  return body;
+}
+
+StatusOr<Manifest> Manifest::parse(const std::string& text, const std::string& where) {
+  const auto tail = text.rfind("checksum ");
+  if (tail == std::string::npos || (tail > 0 && text[tail - 1] != '\n') || text.back() != '\n') {
+    return Status::Corruption(where + ": truncated (no checksum line)");
+  }
+  uint64_t expected = 0;
+  if (!parse_u64(text.substr(tail + 9, text.size() - tail - 10), 16, &expected) ||
+      expected != checksum(text.data(), tail)) {
+    return Status::Corruption(where + ": checksum mismatch");
+  }
+  std::istringstream in(text.substr(0, tail));
+  std::string line;
+  if (!std::getline(in, line) || line != kMagic) {
+    return Status::Corruption(where + ": not a gpubox save manifest (first line '" + line + "')");
+  }
+  Manifest m;
+  int line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    std::istringstream fields(line);
+    std::string tag;
+    fields >> tag;
+    const std::string at = where + " line " + std::to_string(line_no);
+    if (tag == "kind") {
+      fields >> m.kind;
+    } else if (tag == "property") {
+      std::string key, value;
+      fields >> key;
+      std::getline(fields >> std::ws, value);
+      m.properties[key] = value;
+    } else if (tag == "file") {
+      ManifestFile f;
+      std::string records, bytes, hash;
+      fields >> f.name >> records >> bytes >> hash;
+      if (f.name.empty() || !parse_u64(records, 10, &f.records) ||
+          !parse_u64(bytes, 10, &f.bytes) || !parse_u64(hash, 16, &f.xxh64)) {
+        return Status::Corruption(at + ": malformed file entry '" + line + "'");
+      }
+      m.files.push_back(f);
+    } else {
+      return Status::Corruption(at + ": unknown entry '" + line + "'");
+    }
+  }
+  return m;
+}
+
+StatusOr<std::string> Manifest::get(const std::string& key) const {
+  auto it = properties.find(key);
+  if (it == properties.end()) return Status::Corruption("manifest has no '" + key + "'");
+  return it->second;
+}
+
+StatusOr<int64_t> Manifest::get_int(const std::string& key) const {
+  auto value = get(key);
+  if (!value.ok()) return value.status();
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value->c_str(), &end, 10);
+  if (value->empty() || errno != 0 || *end != '\0') {
+    return Status::Corruption("manifest '" + key + "' is not an integer: '" + *value + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env, const std::string& path) {
+  if (path.empty()) return Status::InvalidArgument("save path is empty");
+  if (env->exists(path) && !env->exists(path + "/" + kManifestName)) {
+    auto entries = env->list_dir(path);
+    if (!entries.ok()) return entries.status();
+    if (!entries->empty()) {
+      return Status::InvalidArgument("save path " + path +
+                                     " exists and is not a gpubox save; refusing to replace it");
+    }
+  }
+  std::unique_ptr<StagedSave> save(new StagedSave(env, path));
+  const std::string staging = path + ".tmp";
+  GPUBOX_RETURN_IF_ERROR(env->remove_all(staging));
+  GPUBOX_RETURN_IF_ERROR(env->create_dir(staging));
+  return save;
+}
+
+StagedSave::~StagedSave() {
+  if (!committed_) (void)env_->remove_all(path_ + ".tmp");
+}
+
+Status StagedSave::add_file(const std::string& name, const std::string& data, uint64_t records) {
+  GPUBOX_RETURN_IF_ERROR(write_file(env_, path_ + ".tmp/" + name, data));
+  std::lock_guard<std::mutex> lock(files_mu_);
+  files_.push_back(ManifestFile{name, records, data.size(), checksum(data.data(), data.size())});
+  return Status::OK();
+}
+
+Status StagedSave::commit(const std::string& kind,
+                          const std::map<std::string, std::string>& properties) {
+  const std::string staging = path_ + ".tmp";
+  Manifest manifest;
+  manifest.kind = kind;
+  manifest.properties = properties;
+  {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    manifest.files = files_;
+  }
+  std::sort(manifest.files.begin(), manifest.files.end(),
+            [](const ManifestFile& a, const ManifestFile& b) { return a.name < b.name; });
+  GPUBOX_RETURN_IF_ERROR(write_file(env_, staging + "/" + kManifestName, manifest.encode()));
+  GPUBOX_RETURN_IF_ERROR(env_->sync_dir(staging));
+  if (env_->exists(path_)) {
+    // After the exchange the previous save sits under the staging name; the destructor drops it.
+    GPUBOX_RETURN_IF_ERROR(env_->exchange(staging, path_));
+  } else {
+    GPUBOX_RETURN_IF_ERROR(env_->rename(staging, path_));
+  }
+  committed_ = true;
+  GPUBOX_RETURN_IF_ERROR(env_->sync_dir(parent_dir(path_)));
+  return env_->remove_all(staging);
+}
+
+StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind) {
+  const std::string where = path + "/" + kManifestName;
+  if (!env->exists(where)) {
+    return Status::NotFound(where + " is missing: no complete save at " + path);
+  }
+  auto text = env->read_file(where);
+  if (!text.ok()) return text.status();
+  auto manifest = Manifest::parse(*text, where);
+  if (!manifest.ok()) return manifest.status();
+  if (manifest->kind != kind) {
+    return Status::InvalidArgument(where + ": a " + manifest->kind + " save, expected " + kind);
+  }
+  return manifest;
+}
+
+StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
+                                    const ManifestFile& file) {
+  const std::string where = path + "/" + file.name;
+  if (!env->exists(where)) return Status::Corruption(where + ": listed in MANIFEST but missing");
+  auto data = env->read_file(where);
+  if (!data.ok()) return data.status();
+  if (data->size() != file.bytes) {
+    return Status::Corruption(where + ": " + std::to_string(data->size()) +
+                              " bytes, MANIFEST says " + std::to_string(file.bytes) +
+                              " (truncated or overwritten)");
+  }
+  if (checksum(data->data(), data->size()) != file.xxh64) {
+    return Status::Corruption(where + ": checksum mismatch (file corrupted)");
+  }
+  return data;
+}
+
+}  // namespace gpubox::table::io

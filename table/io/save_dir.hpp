@@ -1,0 +1,78 @@
+// Save folders: a MANIFEST (counts, sizes and xxh64 checksums of every file, plus whatever the
+// writer describes itself with) and the files it lists. A save is written into `<path>.tmp`,
+// every file fsync'ed, the MANIFEST last, and then swapped in place of `<path>` in one atomic
+// exchange (or rename), so a crash or a failed write mid-save leaves the previous save, never a
+// half-written one, under `<path>`. load verifies the MANIFEST's own checksum, then every file's
+// size and checksum, and names the file that does not match.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "table/io/file_env.hpp"
+
+namespace gpubox::table::io {
+
+inline constexpr const char* kManifestName = "MANIFEST";
+
+struct ManifestFile {
+  std::string name;
+  uint64_t records = 0;  // rows, keys or blocks, as the writer counts them
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+};
+
+// What a save folder holds. `properties` are the writer's own (mode, layout, day counter, ...).
+struct Manifest {
+  std::string kind;  // "sparse" or "dense"
+  std::map<std::string, std::string> properties;
+  std::vector<ManifestFile> files;
+
+  std::string encode() const;
+  // `where` names the manifest in errors.
+  static StatusOr<Manifest> parse(const std::string& text, const std::string& where);
+
+  // properties[key], or InvalidArgument/Corruption naming the key when missing or not a number.
+  StatusOr<std::string> get(const std::string& key) const;
+  StatusOr<int64_t> get_int(const std::string& key) const;
+};
+
+uint64_t checksum(const void* data, std::size_t size);
+
+// One save being written. Not thread-safe except add_file, which several shard writers may call
+// at once. Destroying an uncommitted save removes its staging folder (best effort).
+class StagedSave {
+ public:
+  // Starts a save of `path`: removes a stale `<path>.tmp` from an earlier crash and creates it.
+  // Refuses a `path` that exists and is neither empty nor a save (it would be replaced).
+  static StatusOr<std::unique_ptr<StagedSave>> begin(FileEnv* env, const std::string& path);
+  ~StagedSave();
+
+  // Writes `data` as `name` in the staging folder (fsync'ed) and records it for the MANIFEST.
+  Status add_file(const std::string& name, const std::string& data, uint64_t records);
+  // Writes the MANIFEST (kind, properties and the files added) and swaps the save in.
+  Status commit(const std::string& kind, const std::map<std::string, std::string>& properties);
+
+ private:
+  StagedSave(FileEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
+  FileEnv* env_;
+  std::string path_;
+  std::vector<ManifestFile> files_;
+  std::mutex files_mu_;
+  bool committed_ = false;
+};
+
+// Reads and checks `<path>/MANIFEST`; `kind` must match. A missing MANIFEST means no complete
+// save is there.
+StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind);
+
+// Reads `<path>/<file.name>` and checks its size and checksum against the MANIFEST entry.
+StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
+                                    const ManifestFile& file);
+
+}  // namespace gpubox::table::io

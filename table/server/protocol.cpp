@@ -1,0 +1,430 @@
+#include "table/server/protocol.hpp"
+
+#include <limits>
+#include <sstream>
+
+namespace gpubox::table::server {
+namespace {
+
+constexpr uint32_t kMaxStatusCode = static_cast<uint32_t>(Status::Code::kInternal);
+constexpr std::size_t kMaxPathBytes = 4096;
+constexpr std::size_t kMaxErrorBytes = 64 * 1024;
+
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <class T>
+void store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+std::string hex_prefix(const uint8_t* bytes, std::size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n && i < 8; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAuth: return "AUTH";
+    case Op::kInfo: return "INFO";
+    case Op::kPull: return "PULL";
+    case Op::kPush: return "PUSH";
+    case Op::kErase: return "ERASE";
+    case Op::kSave: return "SAVE";
+    case Op::kLoad: return "LOAD";
+    case Op::kShrink: return "SHRINK";
+    case Op::kStats: return "STATS";
+    case Op::kBarrier: return "BARRIER";
+    case Op::kShutdown: return "SHUTDOWN";
+  }
+  return "OP#?";
+}
+
+bool is_known_op(uint16_t value) {
+  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kShutdown);
+}
+
+Status make_status(Status::Code code, std::string message) {
+  switch (code) {
+    case Status::Code::kOk: return Status::OK();
+    case Status::Code::kInvalidArgument: return Status::InvalidArgument(std::move(message));
+    case Status::Code::kNotFound: return Status::NotFound(std::move(message));
+    case Status::Code::kIOError: return Status::IOError(std::move(message));
+    case Status::Code::kCorruption: return Status::Corruption(std::move(message));
+    case Status::Code::kUnavailable: return Status::Unavailable(std::move(message));
+    case Status::Code::kDeadlineExceeded: return Status::DeadlineExceeded(std::move(message));
+    case Status::Code::kPermissionDenied: return Status::PermissionDenied(std::move(message));
+    case Status::Code::kResourceExhausted: return Status::ResourceExhausted(std::move(message));
+    case Status::Code::kAborted: return Status::Aborted(std::move(message));
+    case Status::Code::kInternal: return Status::Internal(std::move(message));
+  }
+  return Status::Internal(std::move(message));
+}
+
+// ---- header ----------------------------------------------------------------------------------
+
+void encode_header(const FrameHeader& header, uint8_t* out) {
+  const uint16_t op = static_cast<uint16_t>(header.op) | (header.response ? kResponseBit : 0);
+  store<uint32_t>(out + 0, kFrameMagic);
+  store<uint16_t>(out + 4, kProtocolVersion);
+  store<uint16_t>(out + 6, op);
+  store<uint32_t>(out + 8, static_cast<uint32_t>(header.status));
+  store<uint32_t>(out + 12, header.payload_bytes);
+  store<uint64_t>(out + 16, header.request_id);
+  store<uint64_t>(out + 24, header.client_id);
+}
+
+StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
+                                    uint32_t max_payload_bytes) {
+  if (n < kHeaderBytes) {
+    return Status::Corruption("truncated frame header: " + std::to_string(n) + " of " +
+                              std::to_string(kHeaderBytes) + " bytes");
+  }
+  const uint32_t magic = load<uint32_t>(bytes);
+  if (magic != kFrameMagic) {
+    return Status::Corruption("bad frame magic (first bytes " + hex_prefix(bytes, n) +
+                              "): not a gpubox_server client or garbage on the connection");
+  }
+  const uint16_t version = load<uint16_t>(bytes + 4);
+  if (version != kProtocolVersion) {
+    return Status::InvalidArgument("unsupported protocol version " + std::to_string(version) +
+                                   " (this build speaks " + std::to_string(kProtocolVersion) +
+                                   ")");
+  }
+  const uint16_t raw_op = load<uint16_t>(bytes + 6);
+  const uint16_t op = raw_op & static_cast<uint16_t>(~kResponseBit);
+  if (!is_known_op(op)) {
+    return Status::InvalidArgument("unknown op " + std::to_string(op));
+  }
+  const uint32_t status = load<uint32_t>(bytes + 8);
+  if (status > kMaxStatusCode) {
+    return Status::Corruption("bad status code " + std::to_string(status) + " in frame header");
+  }
+  FrameHeader h;
+  h.op = static_cast<Op>(op);
+  h.response = (raw_op & kResponseBit) != 0;
+  h.status = static_cast<Status::Code>(status);
+  h.payload_bytes = load<uint32_t>(bytes + 12);
+  h.request_id = load<uint64_t>(bytes + 16);
+  h.client_id = load<uint64_t>(bytes + 24);
+  if (h.payload_bytes > max_payload_bytes) {
+    return Status::ResourceExhausted(std::string(op_name(h.op)) + " frame of " +
+                                     std::to_string(h.payload_bytes) +
+                                     " payload bytes is over the limit of " +
+                                     std::to_string(max_payload_bytes));
+  }
+  if (!h.response && h.status != Status::Code::kOk) {
+    return Status::Corruption("request frame carries a status");
+  }
+  return h;
+}
+
+std::vector<uint8_t> encode_frame(FrameHeader header, const std::vector<uint8_t>& payload) {
+  GPUBOX_EXPECTS(payload.size() <= std::numeric_limits<uint32_t>::max(), "payload too large");
+  header.payload_bytes = static_cast<uint32_t>(payload.size());
+  std::vector<uint8_t> frame(kHeaderBytes + payload.size());
+  encode_header(header, frame.data());
+  if (!payload.empty()) std::memcpy(frame.data() + kHeaderBytes, payload.data(), payload.size());
+  return frame;
+}
+
+StatusOr<Frame> decode_frame(const uint8_t* bytes, std::size_t n, uint32_t max_payload_bytes) {
+  auto header = decode_header(bytes, n, max_payload_bytes);
+  if (!header.ok()) return header.status();
+  const std::size_t want = kHeaderBytes + header->payload_bytes;
+  if (n < want) {
+    return Status::Corruption("truncated " + std::string(op_name(header->op)) + " frame: " +
+                              std::to_string(n) + " of " + std::to_string(want) + " bytes");
+  }
+  if (n > want) {
+    return Status::Corruption(std::to_string(n - want) + " trailing bytes after a " +
+                              op_name(header->op) + " frame");
+  }
+  Frame frame;
+  frame.header = *header;
+  frame.payload.assign(bytes + kHeaderBytes, bytes + n);
+  return frame;
+}
+
+// ---- payload building blocks ------------------------------------------------------------------
+
+void PayloadWriter::put_raw(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  out_->insert(out_->end(), p, p + bytes);
+}
+
+void PayloadWriter::put_string(const std::string& s) {
+  put_u32(static_cast<uint32_t>(s.size()));
+  put_raw(s.data(), s.size());
+}
+
+Status PayloadReader::check_fits(std::size_t count, std::size_t elem_bytes) const {
+  // count * elem_bytes could overflow for a forged count: compare by division.
+  if (elem_bytes != 0 && count > remaining() / elem_bytes) {
+    std::ostringstream msg;
+    msg << what_ << ": " << count << " elements of " << elem_bytes << " bytes do not fit in the "
+        << remaining() << " bytes left of the payload";
+    return Status::Corruption(msg.str());
+  }
+  return Status::OK();
+}
+
+Status PayloadReader::get_raw(void* out, std::size_t bytes, const char* field) {
+  if (bytes > remaining()) {
+    std::ostringstream msg;
+    msg << what_ << ": truncated payload reading " << field << " (" << bytes << " bytes wanted, "
+        << remaining() << " left)";
+    return Status::Corruption(msg.str());
+  }
+  if (bytes) std::memcpy(out, data_ + pos_, bytes);
+  pos_ += bytes;
+  return Status::OK();
+}
+
+Status PayloadReader::skip_array(std::size_t count, std::size_t elem_bytes, const uint8_t** at) {
+  GPUBOX_RETURN_IF_ERROR(check_fits(count, elem_bytes));
+  *at = data_ + pos_;
+  pos_ += count * elem_bytes;
+  return Status::OK();
+}
+
+Status PayloadReader::get_string(std::string* s, std::size_t max_bytes) {
+  uint32_t len = 0;
+  GPUBOX_RETURN_IF_ERROR(get_u32(&len));
+  if (len > max_bytes) {
+    return Status::Corruption(std::string(what_) + ": string of " + std::to_string(len) +
+                              " bytes is over the limit of " + std::to_string(max_bytes));
+  }
+  GPUBOX_RETURN_IF_ERROR(check_fits(len, 1));
+  s->assign(reinterpret_cast<const char*>(data_ + pos_), len);
+  pos_ += len;
+  return Status::OK();
+}
+
+Status PayloadReader::finish() const {
+  if (remaining() != 0) {
+    return Status::Corruption(std::string(what_) + ": " + std::to_string(remaining()) +
+                              " unexpected trailing bytes");
+  }
+  return Status::OK();
+}
+
+// ---- messages --------------------------------------------------------------------------------
+
+void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u32(info.shard_id);
+  w.put_u32(info.shard_num);
+  w.put_i32(info.optimizer_kind);
+  w.put_i32(info.mf_dim);
+  w.put_u32(info.stride);
+  w.put_u32(info.max_payload_bytes);
+}
+
+StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "INFO reply");
+  InfoReply info;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&info.shard_id));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&info.shard_num));
+  GPUBOX_RETURN_IF_ERROR(r.get_i32(&info.optimizer_kind));
+  GPUBOX_RETURN_IF_ERROR(r.get_i32(&info.mf_dim));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&info.stride));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&info.max_payload_bytes));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  if (info.shard_num == 0 || info.shard_id >= info.shard_num) {
+    return Status::Corruption("INFO reply: shard " + std::to_string(info.shard_id) + " of " +
+                              std::to_string(info.shard_num));
+  }
+  return info;
+}
+
+void encode_pull_request(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                         std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u32(static_cast<uint32_t>(n));
+  w.put_u32(slots != nullptr ? 1 : 0);
+  w.put_array(keys, n);
+  if (slots != nullptr) w.put_array(slots, n);
+}
+
+StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "PULL request");
+  uint32_t count = 0, has_slots = 0;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&has_slots));
+  if (has_slots > 1) return Status::Corruption("PULL request: has_slots is " + std::to_string(has_slots));
+  PullRequest req;
+  GPUBOX_RETURN_IF_ERROR(r.get_array(&req.keys, count));
+  if (has_slots) GPUBOX_RETURN_IF_ERROR(r.get_array(&req.slots, count));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return req;
+}
+
+std::size_t pull_reply_bytes(std::size_t n, uint32_t stride) {
+  return pull_reply_rows_offset() + n * stride * sizeof(float);
+}
+
+void encode_pull_reply_head(std::size_t n, uint32_t stride, uint64_t created, uint8_t* out) {
+  store<uint32_t>(out, static_cast<uint32_t>(n));
+  store<uint32_t>(out + 4, stride);
+  store<uint64_t>(out + 8, created);
+}
+
+StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
+                                          uint32_t expect_stride) {
+  PayloadReader r(data, n, "PULL reply");
+  PullReplyView view;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.n));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.stride));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&view.created));
+  if (view.n != expect_n || view.stride != expect_stride) {
+    return Status::Corruption("PULL reply holds " + std::to_string(view.n) + " rows of stride " +
+                              std::to_string(view.stride) + ", expected " +
+                              std::to_string(expect_n) + " of stride " +
+                              std::to_string(expect_stride));
+  }
+  GPUBOX_RETURN_IF_ERROR(
+      r.skip_array(static_cast<std::size_t>(view.n) * view.stride, sizeof(float), &view.rows));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return view;
+}
+
+void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,
+                         std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u32(static_cast<uint32_t>(n));
+  w.put_u32(stride);
+  w.put_array(keys, n);
+  w.put_array(rows, n * stride);
+}
+
+StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "PUSH request");
+  uint32_t count = 0;
+  PushRequest req;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.stride));
+  if (req.stride == 0 && count > 0) return Status::Corruption("PUSH request: row stride 0");
+  GPUBOX_RETURN_IF_ERROR(r.get_array(&req.keys, count));
+  // count * stride fits in 64 bits (both are 32-bit); get_array checks it against the payload.
+  GPUBOX_RETURN_IF_ERROR(r.get_array(&req.rows, static_cast<std::size_t>(count) * req.stride));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return req;
+}
+
+void encode_erase_request(const uint64_t* keys, std::size_t n, std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u32(static_cast<uint32_t>(n));
+  w.put_array(keys, n);
+}
+
+StatusOr<std::vector<uint64_t>> decode_erase_request(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "ERASE request");
+  uint32_t count = 0;
+  std::vector<uint64_t> keys;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
+  GPUBOX_RETURN_IF_ERROR(r.get_array(&keys, count));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return keys;
+}
+
+void encode_save_request(SaveMode mode, const std::string& path, std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u32(static_cast<uint32_t>(mode));
+  w.put_string(path);
+}
+
+StatusOr<SaveRequest> decode_save_request(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "SAVE request");
+  uint32_t mode = 0;
+  SaveRequest req;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&mode));
+  if (mode > static_cast<uint32_t>(SaveMode::kCheckpoint)) {
+    return Status::InvalidArgument("SAVE request: unknown save mode " + std::to_string(mode));
+  }
+  req.mode = static_cast<SaveMode>(mode);
+  GPUBOX_RETURN_IF_ERROR(r.get_string(&req.path, kMaxPathBytes));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return req;
+}
+
+void encode_path_request(const std::string& path, std::vector<uint8_t>* out) {
+  PayloadWriter(out).put_string(path);
+}
+
+StatusOr<std::string> decode_path_request(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "path request");
+  std::string path;
+  GPUBOX_RETURN_IF_ERROR(r.get_string(&path, kMaxPathBytes));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return path;
+}
+
+void encode_u64_reply(uint64_t value, std::vector<uint8_t>* out) { PayloadWriter(out).put_u64(value); }
+
+StatusOr<uint64_t> decode_u64_reply(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "u64 reply");
+  uint64_t v = 0;
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&v));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return v;
+}
+
+void encode_stats_reply(const HostTierStats& stats, std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u64(stats.rows_in_memory);
+  w.put_u64(stats.rows_on_disk);
+  w.put_u64(stats.memory_bytes);
+}
+
+StatusOr<HostTierStats> decode_stats_reply(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "STATS reply");
+  HostTierStats s;
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&s.rows_in_memory));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&s.rows_on_disk));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&s.memory_bytes));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return s;
+}
+
+void encode_barrier_request(const std::string& name, uint32_t parties, std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_string(name);
+  w.put_u32(parties);
+}
+
+StatusOr<BarrierRequest> decode_barrier_request(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "BARRIER request");
+  BarrierRequest req;
+  GPUBOX_RETURN_IF_ERROR(r.get_string(&req.name, 256));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.parties));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  if (req.parties == 0) return Status::InvalidArgument("BARRIER request: 0 parties");
+  return req;
+}
+
+void encode_error_reply(const std::string& message, std::vector<uint8_t>* out) {
+  PayloadWriter(out).put_string(message.size() > kMaxErrorBytes ? message.substr(0, kMaxErrorBytes)
+                                                                : message);
+}
+
+Status decode_error_reply(const FrameHeader& header, const uint8_t* data, std::size_t n) {
+  if (header.status == Status::Code::kOk) return Status::OK();
+  PayloadReader r(data, n, "error reply");
+  std::string message;
+  Status st = r.get_string(&message, kMaxErrorBytes);
+  if (!st.ok()) message = "(undecodable error message: " + st.message() + ")";
+  return make_status(header.status, std::move(message));
+}
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,223 @@
+// The gpubox_server wire protocol: length-prefixed binary frames over TCP.
+//
+// Frame = 32-byte header + payload, every integer little-endian:
+//
+//   offset  size  field
+//        0     4  magic "GPBX" (0x58425047)
+//        4     2  version (kProtocolVersion)
+//        6     2  op (Op), with kResponseBit set on responses
+//        8     4  status: 0 in requests; a Status::Code in responses (non-zero: the payload is the
+//                 error message)
+//       12     4  payload length in bytes (at most the receiver's limit)
+//       16     8  request id: chosen by the client, echoed by the server. A retried request keeps
+//                 its id, so the server applies a mutation (PUSH, ERASE, ...) at most once.
+//       24     8  client id: random per client object; (client id, request id) names a request
+//
+// A server answers the requests of one connection in order. Payloads per op are described by the
+// encode_* functions below. Decoders never trust a length: every count is checked against the
+// bytes actually present and against the frame limit before anything is allocated, and any
+// mismatch is a Status error (never a crash, never an unbounded allocation).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "table/host_tier.hpp"
+
+namespace gpubox::table::server {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the wire format is little-endian and copied as such");
+
+inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the wire
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 32;
+inline constexpr uint16_t kResponseBit = 0x8000;
+// Default frame limit of both sides: 64 MiB of payload (a chunk of a few thousand rows is far
+// below it; the limit exists so a forged length cannot make anyone allocate gigabytes).
+inline constexpr uint32_t kDefaultMaxPayloadBytes = 64u << 20;
+
+enum class Op : uint16_t {
+  kAuth = 1,      // token; must be the first frame when the server has a token
+  kInfo = 2,      // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit
+  kPull = 3,      // keys (+ slots) -> rows, created count
+  kPush = 4,      // keys + full rows
+  kErase = 5,     // keys
+  kSave = 6,      // mode + path
+  kLoad = 7,      // path
+  kShrink = 8,    // -> deleted rows
+  kStats = 9,     // -> HostTierStats
+  kBarrier = 10,  // name + parties: answered once `parties` connections wait on `name`
+  kShutdown = 11  // graceful stop after the reply
+};
+
+// "PULL", "PUSH", ... ("OP#<n>" for an unknown value).
+const char* op_name(Op op);
+bool is_known_op(uint16_t value);
+
+struct FrameHeader {
+  Op op = Op::kInfo;
+  bool response = false;
+  Status::Code status = Status::Code::kOk;
+  uint32_t payload_bytes = 0;
+  uint64_t request_id = 0;
+  uint64_t client_id = 0;
+};
+
+// Writes the 32-byte header.
+void encode_header(const FrameHeader& header, uint8_t* out);
+// Parses and validates a header: magic, version, known op, status code, payload under
+// `max_payload_bytes`. `n` < kHeaderBytes is a truncated-frame error.
+StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n, uint32_t max_payload_bytes);
+
+// A whole frame in one buffer (header + payload). encode_frame sets payload_bytes.
+std::vector<uint8_t> encode_frame(FrameHeader header, const std::vector<uint8_t>& payload);
+struct Frame {
+  FrameHeader header;
+  std::vector<uint8_t> payload;
+};
+// Decodes exactly one frame from `n` bytes: truncated, oversized or trailing bytes are errors.
+StatusOr<Frame> decode_frame(const uint8_t* bytes, std::size_t n, uint32_t max_payload_bytes);
+
+// Status <-> wire: the code travels in the header, the message as the payload.
+Status make_status(Status::Code code, std::string message);
+
+// ---- payload building blocks ------------------------------------------------------------------
+
+// Appends little-endian values to a byte buffer.
+class PayloadWriter {
+ public:
+  explicit PayloadWriter(std::vector<uint8_t>* out) : out_(out) {}
+  void put_u8(uint8_t v) { put_raw(&v, 1); }
+  void put_u32(uint32_t v) { put_raw(&v, 4); }
+  void put_i32(int32_t v) { put_raw(&v, 4); }
+  void put_u64(uint64_t v) { put_raw(&v, 8); }
+  void put_string(const std::string& s);
+  template <class T>
+  void put_array(const T* values, std::size_t n) {
+    put_raw(values, n * sizeof(T));
+  }
+  void put_raw(const void* data, std::size_t bytes);
+
+ private:
+  std::vector<uint8_t>* out_;
+};
+
+// Reads little-endian values with bounds checks; every read past the end is a Corruption
+// status naming `what` (the message being decoded).
+class PayloadReader {
+ public:
+  PayloadReader(const uint8_t* data, std::size_t n, const char* what)
+      : data_(data), n_(n), what_(what) {}
+  Status get_u8(uint8_t* v) { return get_raw(v, 1, "u8"); }
+  Status get_u32(uint32_t* v) { return get_raw(v, 4, "u32"); }
+  Status get_i32(int32_t* v) { return get_raw(v, 4, "i32"); }
+  Status get_u64(uint64_t* v) { return get_raw(v, 8, "u64"); }
+  Status get_string(std::string* s, std::size_t max_bytes = 4096);
+  // Checks that `count` elements fit in the remaining bytes before resizing `out`.
+  template <class T>
+  Status get_array(std::vector<T>* out, std::size_t count) {
+    GPUBOX_RETURN_IF_ERROR(check_fits(count, sizeof(T)));
+    out->resize(count);
+    return get_raw(out->data(), count * sizeof(T), "array");
+  }
+  // A view of the next `count` elements (unaligned; read with memcpy) without copying.
+  Status skip_array(std::size_t count, std::size_t elem_bytes, const uint8_t** at);
+  Status get_raw(void* out, std::size_t bytes, const char* field);
+  // Error when bytes are left over (a frame must be consumed exactly).
+  Status finish() const;
+  std::size_t remaining() const { return n_ - pos_; }
+
+ private:
+  Status check_fits(std::size_t count, std::size_t elem_bytes) const;
+  const uint8_t* data_;
+  std::size_t n_;
+  std::size_t pos_ = 0;
+  const char* what_;
+};
+
+// ---- messages --------------------------------------------------------------------------------
+
+struct InfoReply {
+  uint32_t shard_id = 0;
+  uint32_t shard_num = 1;
+  int32_t optimizer_kind = 0;
+  int32_t mf_dim = 0;
+  uint32_t stride = 0;
+  uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
+};
+void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
+StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);
+
+// PULL request: u32 n, u32 has_slots, u64 keys[n], (i32 slots[n] when has_slots).
+void encode_pull_request(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                         std::vector<uint8_t>* out);
+struct PullRequest {
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> slots;  // empty when the client sent none
+};
+StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n);
+
+// PULL reply: u32 n, u32 stride, u64 created, f32 rows[n * stride]. The server writes rows in
+// place: pull_reply_rows_offset() is where they start in the payload.
+inline constexpr std::size_t pull_reply_rows_offset() { return 16; }
+std::size_t pull_reply_bytes(std::size_t n, uint32_t stride);
+void encode_pull_reply_head(std::size_t n, uint32_t stride, uint64_t created, uint8_t* out);
+struct PullReplyView {
+  uint32_t n = 0;
+  uint32_t stride = 0;
+  uint64_t created = 0;
+  const uint8_t* rows = nullptr;  // n * stride floats, unaligned
+};
+// Checks n/stride against the expected values and the payload size.
+StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n,
+                                          uint32_t expect_n, uint32_t expect_stride);
+
+// PUSH request: u32 n, u32 stride, u64 keys[n], f32 rows[n * stride].
+void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,
+                         std::vector<uint8_t>* out);
+struct PushRequest {
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  uint32_t stride = 0;
+};
+StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n);
+
+// ERASE request: u32 n, u64 keys[n].
+void encode_erase_request(const uint64_t* keys, std::size_t n, std::vector<uint8_t>* out);
+StatusOr<std::vector<uint64_t>> decode_erase_request(const uint8_t* data, std::size_t n);
+
+// SAVE request: u32 mode, string path. LOAD request: string path.
+void encode_save_request(SaveMode mode, const std::string& path, std::vector<uint8_t>* out);
+struct SaveRequest {
+  SaveMode mode = SaveMode::kBase;
+  std::string path;
+};
+StatusOr<SaveRequest> decode_save_request(const uint8_t* data, std::size_t n);
+void encode_path_request(const std::string& path, std::vector<uint8_t>* out);
+StatusOr<std::string> decode_path_request(const uint8_t* data, std::size_t n);
+
+// SHRINK reply: u64 deleted. STATS reply: u64 rows_in_memory, rows_on_disk, memory_bytes.
+void encode_u64_reply(uint64_t value, std::vector<uint8_t>* out);
+StatusOr<uint64_t> decode_u64_reply(const uint8_t* data, std::size_t n);
+void encode_stats_reply(const HostTierStats& stats, std::vector<uint8_t>* out);
+StatusOr<HostTierStats> decode_stats_reply(const uint8_t* data, std::size_t n);
+
+// BARRIER request: string name, u32 parties (> 0). AUTH request: string token.
+void encode_barrier_request(const std::string& name, uint32_t parties, std::vector<uint8_t>* out);
+struct BarrierRequest {
+  std::string name;
+  uint32_t parties = 0;
+};
+StatusOr<BarrierRequest> decode_barrier_request(const uint8_t* data, std::size_t n);
+
+// Error reply payload: the message (u32 length + bytes).
+void encode_error_reply(const std::string& message, std::vector<uint8_t>* out);
+// The Status a response frame stands for (OK, or its code with the decoded message).
+Status decode_error_reply(const FrameHeader& header, const uint8_t* data, std::size_t n);
+
+}  // namespace gpubox::table::server

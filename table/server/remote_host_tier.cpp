@@ -1,0 +1,269 @@
+#include "table/server/remote_host_tier.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "common/hash.hpp"
+#include "common/logging.hpp"
+
+namespace gpubox::table::server {
+namespace {
+
+uint64_t random_client_id() {
+  std::random_device rd;
+  const uint64_t entropy = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  const uint64_t id = mix64(entropy ^ fmix64(now) ^ (static_cast<uint64_t>(::getpid()) << 17));
+  return id == 0 ? 1 : id;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTierOptions options) {
+  auto endpoints = parse_endpoints(options.endpoints);
+  if (!endpoints.ok()) return endpoints.status();
+  if (options.chunk_rows == 0) return Status::InvalidArgument("chunk_rows must be positive");
+  if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be positive");
+  if (options.client_id == 0) options.client_id = random_client_id();
+  TransportOptions t;
+  t.client_id = options.client_id;
+  t.auth_token = options.auth_token;
+  t.deadline_s = options.deadline_s;
+  t.connect_timeout_s = options.connect_timeout_s;
+  t.initial_backoff_s = options.initial_backoff_s;
+  t.max_backoff_s = options.max_backoff_s;
+  t.max_in_flight = options.max_in_flight;
+  std::unique_ptr<RemoteHostTier> tier(
+      new RemoteHostTier(std::move(*endpoints), std::move(options), std::move(t)));
+  GPUBOX_RETURN_IF_ERROR(tier->check_servers());
+  return tier;
+}
+
+RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
+                               TransportOptions transport_options)
+    : options_(std::move(options)),
+      layout_(RowLayout::make(options_.config.kind, options_.config.mf_dim)),
+      transport_(std::move(endpoints), std::move(transport_options)) {
+  // The biggest frame is a PUSH chunk: 8 bytes of head, then a key and a row per key.
+  const std::size_t per_row = sizeof(uint64_t) + sizeof(int32_t) + sizeof(float) * layout_.stride();
+  const std::size_t fit = (transport_.options().max_payload_bytes - 64) / per_row;
+  chunk_rows_ = std::max<std::size_t>(1, std::min(options_.chunk_rows, fit));
+}
+
+Status RemoteHostTier::check_servers() {
+  const std::size_t n = endpoint_count();
+  std::vector<InfoReply> infos(n);
+  GPUBOX_RETURN_IF_ERROR(run_on_every_endpoint(
+      Op::kInfo, {}, [&](std::size_t index, const uint8_t* data, std::size_t bytes) -> Status {
+        auto info = decode_info_reply(data, bytes);
+        if (!info.ok()) return info.status();
+        infos[index] = *info;
+        return Status::OK();
+      }));
+  for (std::size_t e = 0; e < n; ++e) {
+    const InfoReply& info = infos[e];
+    const std::string where = transport_.endpoints()[e].to_string();
+    if (info.optimizer_kind != static_cast<int32_t>(options_.config.kind) ||
+        info.mf_dim != layout_.mf_dim || info.stride != static_cast<uint32_t>(layout_.stride())) {
+      return Status::InvalidArgument(
+          "server " + where + " holds rows of optimizer " + std::to_string(info.optimizer_kind) +
+          ", mf_dim " + std::to_string(info.mf_dim) + " (stride " + std::to_string(info.stride) +
+          "); this trainer uses optimizer " +
+          std::to_string(static_cast<int32_t>(options_.config.kind)) + ", mf_dim " +
+          std::to_string(layout_.mf_dim) + ": start the servers with the trainer's config");
+    }
+    if (info.shard_num > 1 && (info.shard_num != n || info.shard_id != e)) {
+      return Status::InvalidArgument("server " + where + " is shard " + std::to_string(info.shard_id) +
+                                     " of " + std::to_string(info.shard_num) +
+                                     " but is listed at position " + std::to_string(e) + " of " +
+                                     std::to_string(n) + " endpoints");
+    }
+    if (info.shard_num == 1 && n > 1) {
+      GPUBOX_LOG(WARNING) << "RemoteHostTier: server " << where
+                          << " runs without --shard_id/--shard_num although " << n
+                          << " endpoints share the keys; its saves may collide with the others'";
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<std::vector<uint32_t>> RemoteHostTier::split_by_endpoint(const uint64_t* keys,
+                                                                     std::size_t n) const {
+  const auto shards = static_cast<uint32_t>(endpoint_count());
+  std::vector<std::vector<uint32_t>> out(shards);
+  if (shards == 1) {
+    out[0].resize(n);
+    for (std::size_t i = 0; i < n; ++i) out[0][i] = static_cast<uint32_t>(i);
+    return out;
+  }
+  for (auto& v : out) v.reserve(n / shards + 16);
+  for (std::size_t i = 0; i < n; ++i) out[host_shard(keys[i], shards)].push_back(static_cast<uint32_t>(i));
+  return out;
+}
+
+Status RemoteHostTier::run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
+                                             const ReplyHandler& on_reply, bool retry) {
+  std::vector<OutgoingRequest> requests;
+  for (uint32_t e = 0; e < endpoint_count(); ++e) {
+    requests.push_back(transport_.make_request(op, e, payload));
+  }
+  return transport_.run(op, requests, on_reply, retry);
+}
+
+Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                            std::size_t* created) {
+  if (created) *created = 0;
+  if (n == 0) return Status::OK();
+  const auto stride = static_cast<uint32_t>(layout_.stride());
+  const auto by_endpoint = split_by_endpoint(keys, n);
+  std::vector<OutgoingRequest> requests;
+  std::vector<const uint32_t*> chunk_index;  // original positions of each request's keys
+  std::vector<uint32_t> chunk_size;
+  std::vector<uint64_t> chunk_keys;
+  std::vector<int32_t> chunk_slots;
+  std::vector<uint8_t> payload;
+  for (uint32_t e = 0; e < by_endpoint.size(); ++e) {
+    const auto& idx = by_endpoint[e];
+    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
+      const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
+      chunk_keys.resize(m);
+      chunk_slots.resize(slots ? m : 0);
+      for (std::size_t j = 0; j < m; ++j) {
+        chunk_keys[j] = keys[idx[begin + j]];
+        if (slots) chunk_slots[j] = slots[idx[begin + j]];
+      }
+      payload.clear();
+      encode_pull_request(chunk_keys.data(), slots ? chunk_slots.data() : nullptr, m, &payload);
+      requests.push_back(transport_.make_request(Op::kPull, e, payload));
+      chunk_index.push_back(idx.data() + begin);
+      chunk_size.push_back(static_cast<uint32_t>(m));
+    }
+  }
+  uint64_t total_created = 0;
+  Status st = transport_.run(
+      Op::kPull, requests, [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
+        auto reply = decode_pull_reply(data, bytes, chunk_size[r], stride);
+        if (!reply.ok()) return reply.status();
+        const std::size_t row_bytes = sizeof(float) * stride;
+        for (uint32_t j = 0; j < chunk_size[r]; ++j) {
+          std::memcpy(rows + static_cast<std::size_t>(chunk_index[r][j]) * stride,
+                      reply->rows + j * row_bytes, row_bytes);
+        }
+        total_created += reply->created;
+        return Status::OK();
+      });
+  if (created) *created = static_cast<std::size_t>(total_created);
+  return st;
+}
+
+Status RemoteHostTier::push(const uint64_t* keys, std::size_t n, const float* rows) {
+  if (n == 0) return Status::OK();
+  const auto stride = static_cast<uint32_t>(layout_.stride());
+  const auto by_endpoint = split_by_endpoint(keys, n);
+  std::vector<OutgoingRequest> requests;
+  std::vector<uint64_t> chunk_keys;
+  std::vector<float> chunk_rows;
+  std::vector<uint8_t> payload;
+  for (uint32_t e = 0; e < by_endpoint.size(); ++e) {
+    const auto& idx = by_endpoint[e];
+    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
+      const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
+      chunk_keys.resize(m);
+      chunk_rows.resize(m * stride);
+      for (std::size_t j = 0; j < m; ++j) {
+        const std::size_t i = idx[begin + j];
+        chunk_keys[j] = keys[i];
+        std::memcpy(chunk_rows.data() + j * stride, rows + i * stride, sizeof(float) * stride);
+      }
+      payload.clear();
+      encode_push_request(chunk_keys.data(), m, chunk_rows.data(), stride, &payload);
+      requests.push_back(transport_.make_request(Op::kPush, e, payload));
+    }
+  }
+  return transport_.run(Op::kPush, requests,
+                        [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+}
+
+Status RemoteHostTier::erase(const uint64_t* keys, std::size_t n) {
+  if (n == 0) return Status::OK();
+  const auto by_endpoint = split_by_endpoint(keys, n);
+  std::vector<OutgoingRequest> requests;
+  std::vector<uint64_t> chunk_keys;
+  std::vector<uint8_t> payload;
+  for (uint32_t e = 0; e < by_endpoint.size(); ++e) {
+    const auto& idx = by_endpoint[e];
+    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
+      const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
+      chunk_keys.resize(m);
+      for (std::size_t j = 0; j < m; ++j) chunk_keys[j] = keys[idx[begin + j]];
+      payload.clear();
+      encode_erase_request(chunk_keys.data(), m, &payload);
+      requests.push_back(transport_.make_request(Op::kErase, e, payload));
+    }
+  }
+  return transport_.run(Op::kErase, requests,
+                        [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+}
+
+StatusOr<HostTierStats> RemoteHostTier::stats() {
+  HostTierStats total;
+  Status st = run_on_every_endpoint(
+      Op::kStats, {}, [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
+        auto s = decode_stats_reply(data, bytes);
+        if (!s.ok()) return s.status();
+        total.rows_in_memory += s->rows_in_memory;
+        total.rows_on_disk += s->rows_on_disk;
+        total.memory_bytes += s->memory_bytes;
+        return Status::OK();
+      });
+  if (!st.ok()) return st;
+  return total;
+}
+
+StatusOr<uint64_t> RemoteHostTier::shrink() {
+  uint64_t deleted = 0;
+  Status st = run_on_every_endpoint(
+      Op::kShrink, {}, [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
+        auto d = decode_u64_reply(data, bytes);
+        if (!d.ok()) return d.status();
+        deleted += *d;
+        return Status::OK();
+      });
+  if (!st.ok()) return st;
+  return deleted;
+}
+
+Status RemoteHostTier::save(const std::string& path, SaveMode mode) {
+  std::vector<uint8_t> payload;
+  encode_save_request(mode, path, &payload);
+  return run_on_every_endpoint(Op::kSave, payload,
+                               [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+}
+
+Status RemoteHostTier::load(const std::string& path) {
+  std::vector<uint8_t> payload;
+  encode_path_request(path, &payload);
+  return run_on_every_endpoint(Op::kLoad, payload,
+                               [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+}
+
+Status RemoteHostTier::barrier(const std::string& name, uint32_t parties, double timeout_s) {
+  std::vector<uint8_t> payload;
+  encode_barrier_request(name, parties, &payload);
+  std::vector<OutgoingRequest> requests{transport_.make_request(Op::kBarrier, 0, payload)};
+  return transport_.run(Op::kBarrier, requests,
+                        [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+                        /*retry=*/false, timeout_s);
+}
+
+Status RemoteHostTier::shutdown_servers() {
+  return run_on_every_endpoint(Op::kShutdown, {},
+                               [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+                               /*retry=*/false);
+}
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,78 @@
+// RemoteHostTier: the host tier held by gpubox_server processes, behind the same HostTier
+// interface as the in-process table. Keys are sharded over the endpoints by
+// host_shard(key, endpoints) (endpoint i must run with --shard_id i --shard_num <endpoints>, or
+// be the only one); big batches are split into chunks that are pipelined on pooled connections
+// to all endpoints at once; lost connections are retried with backoff up to a deadline, and a
+// retried mutation keeps its request id so the server applies it once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "table/host_tier.hpp"
+#include "table/server/transport.hpp"
+
+namespace gpubox::table::server {
+
+struct RemoteHostTierOptions {
+  std::string endpoints;  // "ip:port,ip:port" (PADDLE_PSERVERS_IP_PORT_LIST)
+  // The trainer's row layout; every server must hold the same (checked at connect).
+  SparseOptimizerConfig config;
+  std::string auth_token;
+  std::size_t chunk_rows = 4096;  // keys per request frame (lowered to fit the frame limit)
+  int max_in_flight = 4;          // pipelined chunks per connection
+  double deadline_s = 30.0;       // per call, retries included
+  double connect_timeout_s = 2.0;
+  double initial_backoff_s = 0.01;
+  double max_backoff_s = 1.0;
+  uint64_t client_id = 0;  // 0: random (the server de-duplicates retries per client id)
+};
+
+class RemoteHostTier final : public HostTier {
+ public:
+  // Parses the endpoints and checks each server's layout and shard (INFO), retrying until the
+  // deadline so trainers may start before their servers.
+  static StatusOr<std::unique_ptr<RemoteHostTier>> connect(RemoteHostTierOptions options);
+
+  const RowLayout& layout() const override { return layout_; }
+  const SparseOptimizerConfig& config() const override { return options_.config; }
+
+  // All thread-safe. n == 0 is a no-op.
+  Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* created) override;
+  Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
+  Status erase(const uint64_t* keys, std::size_t n) override;
+  StatusOr<HostTierStats> stats() override;  // summed over the servers
+  StatusOr<uint64_t> shrink() override;      // rows deleted, summed
+  // Every server saves its share under `path` on its own machine (see resolve_model_path).
+  Status save(const std::string& path, SaveMode mode) override;
+  Status load(const std::string& path) override;
+
+  // Waits until `parties` callers (trainers) reached barrier `name` on the first server; not
+  // retried (a lost connection would count twice). timeout_s < 0: the call deadline.
+  Status barrier(const std::string& name, uint32_t parties, double timeout_s = -1.0);
+  // Asks every server to stop gracefully.
+  Status shutdown_servers();
+
+  std::size_t endpoint_count() const { return transport_.endpoints().size(); }
+  uint64_t client_id() const { return transport_.options().client_id; }
+
+ private:
+  RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
+                 TransportOptions transport_options);
+  Status check_servers();
+  // Indices of keys[0..n) per endpoint, in order.
+  std::vector<std::vector<uint32_t>> split_by_endpoint(const uint64_t* keys, std::size_t n) const;
+  // One request with an empty payload-less op per endpoint (STATS, SHRINK, ...).
+  Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
+                               const ReplyHandler& on_reply, bool retry = true);
+
+  RemoteHostTierOptions options_;
+  RowLayout layout_;
+  std::size_t chunk_rows_;
+  Transport transport_;
+};
+
+}  // namespace gpubox::table::server

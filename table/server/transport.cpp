@@ -1,0 +1,484 @@
+#include "table/server/transport.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <sstream>
+#include <thread>
+
+namespace gpubox::table::server {
+namespace {
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+int ms_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>(left.count() + 1, 60 * 60 * 1000));
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::max(0.0, seconds)));
+}
+
+}  // namespace
+
+StatusOr<std::vector<Endpoint>> parse_endpoints(const std::string& list) {
+  std::vector<Endpoint> out;
+  std::stringstream in(list);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    entry = trim(entry);
+    if (entry.empty()) continue;
+    const auto colon = entry.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
+      return Status::InvalidArgument("endpoint '" + entry + "' is not host:port");
+    }
+    const std::string port_text = entry.substr(colon + 1);
+    char* end = nullptr;
+    const long port = std::strtol(port_text.c_str(), &end, 10);
+    if (*end != '\0' || port <= 0 || port > 65535) {
+      return Status::InvalidArgument("endpoint '" + entry + "' has a bad port '" + port_text + "'");
+    }
+    std::string host = entry.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);  // [::1]:29011
+    }
+    out.push_back(Endpoint{host, static_cast<uint16_t>(port)});
+  }
+  if (out.empty()) return Status::InvalidArgument("empty endpoint list '" + list + "'");
+  return out;
+}
+
+// ---- Connection -------------------------------------------------------------------------------
+
+Connection& Connection::operator=(Connection&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void Connection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return Status::Unavailable("cannot resolve '" + endpoint.host + "': " + gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
+  Connection conn(::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!conn.is_open()) return Status::Unavailable(errno_text("socket"));
+  if (::connect(conn.fd(), found->ai_addr, found->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) return Status::Unavailable(errno_text("connect"));
+    pollfd p{conn.fd(), POLLOUT, 0};
+    const int ready = ::poll(&p, 1, ms_until(deadline));
+    if (ready == 0) return Status::Unavailable("connect: timed out");
+    if (ready < 0) return Status::Unavailable(errno_text("poll"));
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(conn.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return Status::Unavailable(std::string("connect: ") + std::strerror(err));
+  }
+  int one = 1;
+  ::setsockopt(conn.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return conn;
+}
+
+Status Connection::send_all(const uint8_t* data, std::size_t n, Clock::time_point deadline) {
+  std::size_t sent = 0;
+  while (sent < n) {
+    const ssize_t k = ::send(fd_, data + sent, n - sent, MSG_NOSIGNAL);
+    if (k > 0) {
+      sent += static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return Status::Unavailable(errno_text("send"));
+    }
+    pollfd p{fd_, POLLOUT, 0};
+    if (::poll(&p, 1, ms_until(deadline)) == 0) return Status::Unavailable("send: timed out");
+  }
+  return Status::OK();
+}
+
+Status Connection::recv_all(uint8_t* data, std::size_t n, Clock::time_point deadline) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::recv(fd_, data + got, n - got, 0);
+    if (k > 0) {
+      got += static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k == 0) return Status::Unavailable("connection closed by the server");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return Status::Unavailable(errno_text("recv"));
+    }
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms_until(deadline)) == 0) return Status::Unavailable("no reply: timed out");
+  }
+  return Status::OK();
+}
+
+Status Connection::recv_frame(Frame* frame, uint32_t max_payload_bytes,
+                              Clock::time_point deadline) {
+  uint8_t head[kHeaderBytes];
+  GPUBOX_RETURN_IF_ERROR(recv_all(head, kHeaderBytes, deadline));
+  auto header = decode_header(head, kHeaderBytes, max_payload_bytes);
+  if (!header.ok()) return header.status();
+  frame->header = *header;
+  frame->payload.resize(header->payload_bytes);
+  return recv_all(frame->payload.data(), frame->payload.size(), deadline);
+}
+
+// ---- Transport --------------------------------------------------------------------------------
+
+struct Transport::Pool {
+  std::mutex mu;
+  std::vector<Connection> idle;  // GUARDED_BY(mu)
+};
+
+// One connection's share of a run(): the requests it sends, in order, and its read state.
+struct Transport::Attempt {
+  uint32_t endpoint = 0;
+  Connection conn;
+  bool reused = false;
+  std::vector<std::size_t> queue;  // request indices, sent in this order
+  std::size_t next_send = 0;       // queue position of the frame being sent
+  std::size_t sent_bytes = 0;      // of that frame
+  std::deque<std::size_t> in_flight;
+  uint8_t head[kHeaderBytes] = {};
+  std::size_t head_got = 0;
+  FrameHeader reply;
+  std::vector<uint8_t> payload;
+  std::size_t payload_got = 0;
+  std::size_t replies = 0;
+  std::vector<std::size_t> retry_later;  // answered "still being applied"
+  bool failed = false;
+  Status error;
+
+  bool finished() const { return failed || (next_send == queue.size() && in_flight.empty()); }
+  void fail(Status st) {
+    failed = true;
+    error = std::move(st);
+    conn.close();
+  }
+};
+
+Transport::Transport(std::vector<Endpoint> endpoints, TransportOptions options)
+    : endpoints_(std::move(endpoints)), options_(std::move(options)) {
+  GPUBOX_EXPECTS(!endpoints_.empty(), "Transport without endpoints");
+  GPUBOX_EXPECTS(options_.max_in_flight >= 1, "max_in_flight must be at least 1");
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) pools_.push_back(std::make_unique<Pool>());
+}
+
+Transport::~Transport() = default;
+
+uint64_t Transport::next_request_id() {
+  std::lock_guard<std::mutex> lock(id_mu_);
+  return next_id_++;
+}
+
+OutgoingRequest Transport::make_request(Op op, uint32_t endpoint,
+                                        const std::vector<uint8_t>& payload) {
+  FrameHeader h;
+  h.op = op;
+  h.request_id = next_request_id();
+  h.client_id = options_.client_id;
+  OutgoingRequest req;
+  req.endpoint = endpoint;
+  req.request_id = h.request_id;
+  req.frame = encode_frame(h, payload);
+  return req;
+}
+
+StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point deadline,
+                                        bool allow_pooled, bool* reused) {
+  if (allow_pooled) {
+    std::lock_guard<std::mutex> lock(pools_[endpoint]->mu);
+    auto& idle = pools_[endpoint]->idle;
+    if (!idle.empty()) {
+      Connection conn = std::move(idle.back());
+      idle.pop_back();
+      *reused = true;
+      return conn;
+    }
+  }
+  *reused = false;
+  const auto connect_deadline = std::min(deadline, after(options_.connect_timeout_s));
+  auto conn = Connection::open(endpoints_[endpoint], connect_deadline);
+  if (!conn.ok() || options_.auth_token.empty()) return conn;
+  std::vector<uint8_t> token;
+  encode_path_request(options_.auth_token, &token);
+  OutgoingRequest auth = make_request(Op::kAuth, endpoint, token);
+  GPUBOX_RETURN_IF_ERROR(conn->send_all(auth.frame.data(), auth.frame.size(), connect_deadline));
+  Frame reply;
+  GPUBOX_RETURN_IF_ERROR(conn->recv_frame(&reply, options_.max_payload_bytes, connect_deadline));
+  Status st = decode_error_reply(reply.header, reply.payload.data(), reply.payload.size());
+  if (!st.ok()) return st;
+  return conn;
+}
+
+void Transport::release(uint32_t endpoint, Connection connection) {
+  std::lock_guard<std::mutex> lock(pools_[endpoint]->mu);
+  if (pools_[endpoint]->idle.size() < options_.max_idle_per_endpoint) {
+    pools_[endpoint]->idle.push_back(std::move(connection));
+  }
+}
+
+Status Transport::drive(Op op, std::vector<Attempt>& attempts,
+                        std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
+                        Clock::time_point deadline) {
+  const std::size_t max_in_flight = static_cast<std::size_t>(options_.max_in_flight);
+  std::vector<pollfd> fds;
+  std::vector<Attempt*> active;
+  for (;;) {
+    fds.clear();
+    active.clear();
+    for (auto& a : attempts) {
+      if (a.finished()) continue;
+      short events = POLLIN;
+      if (a.next_send < a.queue.size() && (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
+        events |= POLLOUT;
+      }
+      fds.push_back(pollfd{a.conn.fd(), events, 0});
+      active.push_back(&a);
+    }
+    if (active.empty()) return Status::OK();
+    const int wait_ms = ms_until(deadline);
+    const int ready = wait_ms > 0 ? ::poll(fds.data(), fds.size(), wait_ms) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      for (Attempt* a : active) a->fail(Status::Unavailable("no reply before the deadline"));
+      return Status::OK();
+    }
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      Attempt& a = *active[i];
+      const short revents = fds[i].revents;
+      if (revents & POLLOUT) {
+        while (a.next_send < a.queue.size() &&
+               (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
+          const auto& frame = requests[a.queue[a.next_send]].frame;
+          const ssize_t k = ::send(a.conn.fd(), frame.data() + a.sent_bytes,
+                                   frame.size() - a.sent_bytes, MSG_NOSIGNAL);
+          if (k < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+              a.fail(Status::Unavailable(errno_text("send")));
+            }
+            break;
+          }
+          a.sent_bytes += static_cast<std::size_t>(k);
+          if (a.sent_bytes == frame.size()) {
+            a.in_flight.push_back(a.queue[a.next_send]);
+            ++a.next_send;
+            a.sent_bytes = 0;
+          }
+        }
+      }
+      if (a.failed || !(revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      // Read whatever is there; each completed reply frame is handled at once.
+      for (;;) {
+        uint8_t* dst;
+        std::size_t want;
+        if (a.head_got < kHeaderBytes) {
+          dst = a.head + a.head_got;
+          want = kHeaderBytes - a.head_got;
+        } else {
+          dst = a.payload.data() + a.payload_got;
+          want = a.payload.size() - a.payload_got;
+        }
+        ssize_t k = 0;
+        if (want > 0) {
+          k = ::recv(a.conn.fd(), dst, want, 0);
+          if (k == 0) {
+            a.fail(Status::Unavailable("connection closed by the server"));
+            break;
+          }
+          if (k < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+              a.fail(Status::Unavailable(errno_text("recv")));
+            }
+            break;
+          }
+        }
+        if (a.head_got < kHeaderBytes) {
+          a.head_got += static_cast<std::size_t>(k);
+          if (a.head_got < kHeaderBytes) continue;
+          auto header = decode_header(a.head, kHeaderBytes, options_.max_payload_bytes);
+          if (!header.ok()) {
+            a.fail(header.status());
+            break;
+          }
+          if (a.in_flight.empty() || !header->response || header->op != op ||
+              header->request_id != requests[a.in_flight.front()].request_id) {
+            a.fail(Status::Corruption("reply does not match the request in flight"));
+            break;
+          }
+          a.reply = *header;
+          a.payload.resize(header->payload_bytes);
+          a.payload_got = 0;
+        } else {
+          a.payload_got += static_cast<std::size_t>(k);
+        }
+        if (a.payload_got < a.payload.size()) continue;
+        // A whole reply.
+        const std::size_t index = a.in_flight.front();
+        a.in_flight.pop_front();
+        a.head_got = 0;
+        ++a.replies;
+        if (a.reply.status == Status::Code::kAborted) {
+          a.retry_later.push_back(index);
+        } else if (a.reply.status != Status::Code::kOk) {
+          return decode_error_reply(a.reply, a.payload.data(), a.payload.size())
+              .with_context(std::string(op_name(op)) + " at " + endpoints_[a.endpoint].to_string());
+        } else {
+          GPUBOX_RETURN_IF_ERROR(on_reply(index, a.payload.data(), a.payload.size()));
+        }
+        if (a.finished()) break;
+      }
+    }
+  }
+}
+
+Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
+                      bool retry, double deadline_s) {
+  if (requests.empty()) return Status::OK();
+  const auto start = Clock::now();
+  const double budget = deadline_s >= 0 ? deadline_s : options_.deadline_s;
+  const auto deadline = after(budget);
+  const std::size_t n_endpoints = endpoints_.size();
+  std::vector<char> done(requests.size(), 0);
+  std::vector<int> tries(n_endpoints, 0);
+  std::vector<double> backoff(n_endpoints, options_.initial_backoff_s);
+  std::vector<Clock::time_point> next_try(n_endpoints, start);
+  std::vector<Status> last_error(n_endpoints);
+
+  const auto gave_up = [&](uint32_t e) {
+    std::ostringstream msg;
+    msg << op_name(op) << " to " << endpoints_[e].to_string() << ": gave up after "
+        << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
+        << " s); last error: " << last_error[e].to_string();
+    return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
+  };
+  const auto schedule_retry = [&](uint32_t e) {
+    next_try[e] = after(backoff[e]);
+    backoff[e] = std::min(backoff[e] * 2.0, options_.max_backoff_s);
+  };
+
+  for (;;) {
+    std::vector<std::vector<std::size_t>> pending(n_endpoints);
+    bool any = false;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (!done[i]) {
+        pending[requests[i].endpoint].push_back(i);
+        any = true;
+      }
+    }
+    if (!any) return Status::OK();
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      for (uint32_t e = 0; e < n_endpoints; ++e) {
+        if (!pending[e].empty()) return gave_up(e);
+      }
+    }
+
+    std::vector<Attempt> attempts;
+    for (uint32_t e = 0; e < n_endpoints; ++e) {
+      if (pending[e].empty() || now < next_try[e]) continue;
+      ++tries[e];
+      bool reused = false;
+      // Without retries, a pooled connection the server closed meanwhile would fail the call.
+      auto conn = acquire(e, deadline, /*allow_pooled=*/retry, &reused);
+      if (!conn.ok()) {
+        last_error[e] = conn.status();
+        const auto code = conn.status().code();
+        if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument) {
+          return conn.status().with_context(std::string(op_name(op)) + " at " +
+                                            endpoints_[e].to_string());
+        }
+        if (!retry) return gave_up(e);
+        schedule_retry(e);
+        continue;
+      }
+      Attempt a;
+      a.endpoint = e;
+      a.conn = std::move(*conn);
+      a.reused = reused;
+      a.queue = std::move(pending[e]);
+      attempts.push_back(std::move(a));
+    }
+
+    if (!attempts.empty()) {
+      // Replies are handled as they come, so record them in `done` through the handler.
+      const ReplyHandler mark = [&](std::size_t index, const uint8_t* data, std::size_t bytes) {
+        GPUBOX_RETURN_IF_ERROR(on_reply(index, data, bytes));
+        done[index] = 1;
+        return Status::OK();
+      };
+      GPUBOX_RETURN_IF_ERROR(drive(op, attempts, requests, mark, deadline));
+      for (auto& a : attempts) {
+        if (!a.failed) {
+          if (!a.retry_later.empty()) schedule_retry(a.endpoint);
+          release(a.endpoint, std::move(a.conn));
+          continue;
+        }
+        last_error[a.endpoint] = a.error;
+        if (!retry) return gave_up(a.endpoint);
+        if (a.reused && a.replies == 0) {
+          // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may
+          // hold more such; reconnecting at once is not a retry of a failing server.
+          std::lock_guard<std::mutex> lock(pools_[a.endpoint]->mu);
+          pools_[a.endpoint]->idle.clear();
+          next_try[a.endpoint] = Clock::now();
+        } else {
+          schedule_retry(a.endpoint);
+        }
+      }
+    }
+
+    // Sleep until the earliest endpoint may be retried (never past the deadline).
+    auto wake = deadline;
+    for (uint32_t e = 0; e < n_endpoints; ++e) {
+      bool has_pending = false;
+      for (std::size_t i = 0; i < requests.size() && !has_pending; ++i) {
+        has_pending = !done[i] && requests[i].endpoint == e;
+      }
+      if (has_pending) wake = std::min(wake, next_try[e]);
+    }
+    if (wake > Clock::now()) std::this_thread::sleep_until(wake);
+  }
+}
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,123 @@
+// The client side of the wire: endpoints, pooled connections, and a pipelined request runner
+// that retries lost connections with exponential backoff up to a deadline. Plain POSIX sockets
+// with poll(): every wait has a deadline, so a dead or hung server becomes a clear Status.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "table/server/protocol.hpp"
+
+namespace gpubox::table::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+
+// "ip:port,ip:port" (PADDLE_PSERVERS_IP_PORT_LIST). Spaces around entries are ignored; an empty
+// list, a missing or out-of-range port is an error naming the entry.
+StatusOr<std::vector<Endpoint>> parse_endpoints(const std::string& list);
+
+// One TCP connection (non-blocking fd, TCP_NODELAY). Move-only; closes on destruction.
+class Connection {
+ public:
+  Connection() = default;
+  explicit Connection(int fd) : fd_(fd) {}
+  Connection(Connection&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Connection& operator=(Connection&& other) noexcept;
+  ~Connection() { close(); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Connects before `deadline`.
+  static StatusOr<Connection> open(const Endpoint& endpoint, Clock::time_point deadline);
+  int fd() const { return fd_; }
+  bool is_open() const { return fd_ >= 0; }
+  void close();
+
+  // Blocking helpers (poll with the deadline) for handshakes: one whole frame each way.
+  Status send_all(const uint8_t* data, std::size_t n, Clock::time_point deadline);
+  Status recv_frame(Frame* frame, uint32_t max_payload_bytes, Clock::time_point deadline);
+
+ private:
+  Status recv_all(uint8_t* data, std::size_t n, Clock::time_point deadline);
+  int fd_ = -1;
+};
+
+struct TransportOptions {
+  uint64_t client_id = 0;
+  std::string auth_token;          // sent as the first frame of every connection when set
+  double deadline_s = 30.0;        // total time a call may spend, retries included
+  double connect_timeout_s = 2.0;  // one connection attempt
+  double initial_backoff_s = 0.01;
+  double max_backoff_s = 1.0;
+  int max_in_flight = 4;            // pipelined requests per connection
+  std::size_t max_idle_per_endpoint = 16;
+  uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
+};
+
+// One request of a bulk call. `frame` is complete (header + payload); its request id stays the
+// same across retries, so the server can de-duplicate mutations.
+struct OutgoingRequest {
+  uint32_t endpoint = 0;
+  uint64_t request_id = 0;
+  std::vector<uint8_t> frame;
+};
+
+// Called once per request with its OK reply's payload (on the calling thread). A non-OK return
+// ends the call with that status.
+using ReplyHandler =
+    std::function<Status(std::size_t index, const uint8_t* payload, std::size_t bytes)>;
+
+// Runs requests against the endpoints. Thread-safe: concurrent run() calls use separate
+// connections from the per-endpoint pools.
+class Transport {
+ public:
+  Transport(std::vector<Endpoint> endpoints, TransportOptions options);
+  ~Transport();
+
+  const std::vector<Endpoint>& endpoints() const { return endpoints_; }
+  const TransportOptions& options() const { return options_; }
+  uint64_t next_request_id();
+
+  // Sends every request (up to max_in_flight per connection, all endpoints at once) and hands
+  // each OK reply to `on_reply`. A lost connection is retried with backoff until the deadline
+  // (`deadline_s` < 0: the options' one); then the status names the endpoint, the op, how long
+  // and how often it tried, and the last error. A reply with an error status ends the call with
+  // it, except "still being applied" (a retried mutation racing its original), which is retried.
+  // retry=false: a lost connection ends the call at once (BARRIER, SHUTDOWN).
+  Status run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
+             bool retry = true, double deadline_s = -1.0);
+
+  // Builds a request frame for `op` with a fresh request id.
+  OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);
+
+ private:
+  struct Pool;
+  struct Attempt;
+  // A pooled connection (reused=true) or a new one (connected and authenticated).
+  StatusOr<Connection> acquire(uint32_t endpoint, Clock::time_point deadline, bool allow_pooled,
+                               bool* reused);
+  void release(uint32_t endpoint, Connection connection);
+  Status drive(Op op, std::vector<Attempt>& attempts, std::vector<OutgoingRequest>& requests,
+               const ReplyHandler& on_reply, Clock::time_point deadline);
+
+  std::vector<Endpoint> endpoints_;
+  TransportOptions options_;
+  std::vector<std::unique_ptr<Pool>> pools_;
+  std::mutex id_mu_;
+  uint64_t next_id_ = 1;  // GUARDED_BY(id_mu_)
+};
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,161 @@
+#include "table/sparse_table.hpp"
+
+#include <algorithm>
+
+#include "common/hash.hpp"
+#include "table/parallel.hpp"
+
+namespace gpubox::table {
+namespace {
+
+// Below this many keys a bulk call runs its shards inline: thread start-up would dominate.
+constexpr std::size_t kParallelKeys = 4096;
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const SparseOptimizerConfig& optimizer,
+                                                         const HostTableConfig& config) {
+  if (config.shards == 0) return Status::InvalidArgument("HostTableConfig.shards must be > 0");
+  if (optimizer.mf_dim < 0) return Status::InvalidArgument("mf_dim must be >= 0");
+  const bool disk = !config.rocksdb_path.empty();
+  if (config.memory_row_budget > 0 && !disk) {
+    return Status::InvalidArgument("memory_row_budget needs a disk tier (rocksdb_path)");
+  }
+  if (config.cold_after_days > 0 && !disk) {
+    return Status::InvalidArgument("cold_after_days needs a disk tier (rocksdb_path)");
+  }
+  std::unique_ptr<DiskTier> disk_tier;
+  if (disk) {
+    auto opened = DiskTier::open(config.rocksdb_path,
+                                 RowLayout::make(optimizer.kind, optimizer.mf_dim).stride());
+    if (!opened.ok()) return opened.status();
+    disk_tier = std::move(opened).value();
+  }
+  return std::unique_ptr<SparseTable>(new SparseTable(optimizer, config, std::move(disk_tier)));
+}
+
+SparseTable::SparseTable(const SparseOptimizerConfig& optimizer, const HostTableConfig& config,
+                         std::unique_ptr<DiskTier> disk)
+    : optimizer_(optimizer),
+      config_(config),
+      layout_(RowLayout::make(optimizer.kind, optimizer.mf_dim)),
+      env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
+      disk_(std::move(disk)) {
+  const uint64_t per_shard = config.memory_row_budget == 0
+                                 ? 0
+                                 : std::max<uint64_t>(1, config.memory_row_budget / config.shards);
+  shards_.reserve(config.shards);
+  for (uint32_t s = 0; s < config.shards; ++s) {
+    shards_.push_back(std::make_unique<detail::SparseShard>(s, layout_, optimizer_, disk_.get(),
+                                                            per_shard, &epochs_));
+  }
+}
+
+SparseTable::~SparseTable() {
+  shards_.clear();  // before the disk tier they point into
+}
+
+Status SparseTable::for_shards(bool parallel, const std::function<Status(uint32_t)>& fn) {
+  return run_parallel(shards_.size(), parallel ? config_.threads : 1,
+                      [&](std::size_t s) { return fn(static_cast<uint32_t>(s)); });
+}
+
+void SparseTable::group(const uint64_t* keys, std::size_t n, std::vector<uint32_t>* offsets,
+                        std::vector<uint32_t>* pos) const {
+  const uint32_t shards = static_cast<uint32_t>(shards_.size());
+  std::vector<uint32_t> shard_of(n);
+  offsets->assign(shards + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    shard_of[i] = host_shard(keys[i], shards);
+    ++(*offsets)[shard_of[i] + 1];
+  }
+  for (uint32_t s = 0; s < shards; ++s) (*offsets)[s + 1] += (*offsets)[s];
+  pos->resize(n);
+  std::vector<uint32_t> next(offsets->begin(), offsets->end() - 1);
+  // Stable: a key repeated in a batch keeps its order (the last push of it wins).
+  for (std::size_t i = 0; i < n; ++i) (*pos)[next[shard_of[i]]++] = static_cast<uint32_t>(i);
+}
+
+Status SparseTable::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                         std::size_t* created) {
+  if (created != nullptr) *created = 0;
+  if (n == 0) return Status::OK();
+  if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("pull: null keys/rows");
+  if (n >= (std::size_t{1} << 32)) return Status::InvalidArgument("pull: batch over 2^32 keys");
+  std::vector<uint32_t> offsets, pos;
+  group(keys, n, &offsets, &pos);
+  std::vector<std::size_t> made(shards_.size(), 0);
+  GPUBOX_RETURN_IF_ERROR(for_shards(n >= kParallelKeys, [&](uint32_t s) {
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    if (begin == end) return Status::OK();
+    return shards_[s]->pull(keys, slots, pos.data() + begin, end - begin, rows, &made[s]);
+  }));
+  if (created != nullptr) {
+    for (std::size_t m : made) *created += m;
+  }
+  return Status::OK();
+}
+
+Status SparseTable::push(const uint64_t* keys, std::size_t n, const float* rows) {
+  if (n == 0) return Status::OK();
+  if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("push: null keys/rows");
+  if (n >= (std::size_t{1} << 32)) return Status::InvalidArgument("push: batch over 2^32 keys");
+  std::vector<uint32_t> offsets, pos;
+  group(keys, n, &offsets, &pos);
+  return for_shards(n >= kParallelKeys, [&](uint32_t s) {
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    if (begin == end) return Status::OK();
+    return shards_[s]->push(keys, pos.data() + begin, end - begin, rows);
+  });
+}
+
+Status SparseTable::erase(const uint64_t* keys, std::size_t n) {
+  if (n == 0) return Status::OK();
+  if (keys == nullptr) return Status::InvalidArgument("erase: null keys");
+  if (n >= (std::size_t{1} << 32)) return Status::InvalidArgument("erase: batch over 2^32 keys");
+  std::vector<uint32_t> offsets, pos;
+  group(keys, n, &offsets, &pos);
+  return for_shards(n >= kParallelKeys, [&](uint32_t s) {
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    if (begin == end) return Status::OK();
+    return shards_[s]->erase(keys, pos.data() + begin, end - begin);
+  });
+}
+
+StatusOr<HostTierStats> SparseTable::stats() {
+  HostTierStats total;
+  for (auto& shard : shards_) {
+    const detail::ShardStats s = shard->stats();
+    total.rows_in_memory += s.rows_in_memory;
+    total.rows_on_disk += s.rows_on_disk;
+    total.memory_bytes += s.memory_bytes;
+  }
+  return total;
+}
+
+StatusOr<uint64_t> SparseTable::size() {
+  auto s = stats();
+  if (!s.ok()) return s.status();
+  return s->rows_in_memory + s->rows_on_disk;
+}
+
+StatusOr<uint64_t> SparseTable::shrink() {
+  std::vector<uint64_t> deleted(shards_.size(), 0);
+  GPUBOX_RETURN_IF_ERROR(for_shards(true, [&](uint32_t s) {
+    auto d = shards_[s]->shrink(config_.cold_after_days);
+    if (!d.ok()) return d.status();
+    deleted[s] = *d;
+    return Status::OK();
+  }));
+  day_.fetch_add(1);
+  uint64_t total = 0;
+  for (uint64_t d : deleted) total += d;
+  return total;
+}
+
+Status SparseTable::for_each_row(const std::function<void(uint64_t, const float*)>& fn) {
+  for (auto& shard : shards_) GPUBOX_RETURN_IF_ERROR(shard->for_each_row(fn));
+  return Status::OK();
+}
+
+}  // namespace gpubox::table

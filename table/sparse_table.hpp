@@ -1,0 +1,95 @@
+// SparseTable: the in-process host tier. Rows are sharded by host_shard(key); each shard keeps
+// a key -> row index map over chunked row storage (rows never move), and, with a disk tier
+// configured, spills cold rows to RocksDB and brings them back on pull. Bulk calls group keys by
+// shard and run shards in parallel.
+//
+// Thread-safety: every method may be called from any thread at once. Each bulk call is atomic
+// per shard, not across shards; save() sees each shard at one instant (quiesce pushes first for
+// a table-wide snapshot). save/load calls are serialized among themselves.
+//
+// Save folders (see table/io/save_dir.hpp for the MANIFEST and the atomic commit):
+//   part-<shard>    records of that shard (table/row_codec.hpp): model records for base and
+//                   delta, full rows for checkpoint; text or binary per HostTableConfig::save_form
+//   delete-<shard>  delta only: keys deleted (erase/shrink) since the previous save
+// A base or checkpoint load replaces the table; a delta load applies onto it (deletions first,
+// then rows). Loading into a table with another shard count is fine (keys are re-sharded); the
+// row layout must match.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "table/detail/sparse_shard.hpp"
+#include "table/disk_tier.hpp"
+#include "table/host_table_types.hpp"
+#include "table/host_tier.hpp"
+#include "table/io/file_env.hpp"
+
+namespace gpubox::table {
+
+class SparseTable final : public HostTier {
+ public:
+  // Checks the options (a memory budget or cold_after_days need a disk tier) and opens the disk
+  // tier when configured.
+  static StatusOr<std::unique_ptr<SparseTable>> open(const SparseOptimizerConfig& optimizer,
+                                                     const HostTableConfig& config);
+  ~SparseTable() override;
+
+  const RowLayout& layout() const override { return layout_; }
+  const SparseOptimizerConfig& config() const override { return optimizer_; }
+  const HostTableConfig& table_config() const { return config_; }
+
+  Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* created) override;
+  Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
+  Status erase(const uint64_t* keys, std::size_t n) override;
+  StatusOr<HostTierStats> stats() override;
+  // One day passes: decay, age, delete (HostTier::shrink), then rows unseen for at least
+  // cold_after_days move to disk. Advances day().
+  StatusOr<uint64_t> shrink() override;
+
+  // Saves in config().save_form.
+  Status save(const std::string& path, SaveMode mode) override {
+    return save(path, mode, config_.save_form);
+  }
+  Status save(const std::string& path, SaveMode mode, SaveForm form);
+  Status load(const std::string& path) override;
+
+  // Day counter: shrinks since the table began (checkpoints keep it).
+  int64_t day() const { return day_.load(); }
+  void set_day(int64_t day) { day_.store(day); }
+
+  // Rows in memory and on disk.
+  StatusOr<uint64_t> size();
+  // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must
+  // not call back into the table.
+  Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);
+
+ private:
+  SparseTable(const SparseOptimizerConfig& optimizer, const HostTableConfig& config,
+              std::unique_ptr<DiskTier> disk);
+  // Runs fn(shard) for every shard with work (in parallel when `parallel`); first error wins.
+  Status for_shards(bool parallel, const std::function<Status(uint32_t)>& fn);
+  // Groups positions 0..n-1 by shard: positions of shard s are pos[offsets[s] .. offsets[s+1]).
+  void group(const uint64_t* keys, std::size_t n, std::vector<uint32_t>* offsets,
+             std::vector<uint32_t>* pos) const;
+  Status apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
+                    const std::vector<float>& recs);
+  Status apply_deletions(const std::vector<uint64_t>& keys);
+
+  const SparseOptimizerConfig optimizer_;
+  const HostTableConfig config_;
+  const RowLayout layout_;
+  io::FileEnv* const env_;
+  std::unique_ptr<DiskTier> disk_;
+  detail::TableEpochs epochs_;
+  std::vector<std::unique_ptr<detail::SparseShard>> shards_;
+  std::atomic<int64_t> day_{0};
+  std::mutex io_mu_;  // one save or load at a time
+};
+
+}  // namespace gpubox::table

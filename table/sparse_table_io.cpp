@@ -1,0 +1,225 @@
+// SparseTable::save / load (the folder layout is described in sparse_table.hpp).
+#include <cstdio>
+
+#include "common/hash.hpp"
+#include "table/io/save_dir.hpp"
+#include "table/parallel.hpp"
+#include "table/row_codec.hpp"
+#include "table/sparse_table.hpp"
+
+namespace gpubox::table {
+namespace {
+
+constexpr const char* kSparseKind = "sparse";
+
+const char* mode_name(SaveMode mode) {
+  switch (mode) {
+    case SaveMode::kBase:
+      return "base";
+    case SaveMode::kDelta:
+      return "delta";
+    case SaveMode::kCheckpoint:
+      return "checkpoint";
+  }
+  return "?";
+}
+
+StatusOr<SaveMode> parse_mode(const std::string& name) {
+  if (name == "base") return SaveMode::kBase;
+  if (name == "delta") return SaveMode::kDelta;
+  if (name == "checkpoint") return SaveMode::kCheckpoint;
+  return Status::Corruption("unknown save mode '" + name + "'");
+}
+
+std::string part_name(uint32_t shard) { return "part-" + std::to_string(shard); }
+std::string delete_name(uint32_t shard) { return "delete-" + std::to_string(shard); }
+
+const char* field_names(RecordKind kind) {
+  return kind == RecordKind::kModel ? "show,click,slot,embed_w,mf_size,embedx_w[mf_dim]"
+                                    : "full_row[stride]";
+}
+
+// A listed file, parsed; pass 1 parses every file and drops the result, pass 2 applies.
+struct PartFile {
+  const io::ManifestFile* entry = nullptr;
+  bool deletions = false;
+};
+
+}  // namespace
+
+Status SparseTable::save(const std::string& path, SaveMode mode, SaveForm form) {
+  std::lock_guard<std::mutex> lock(io_mu_);
+  // Rows changed from here on carry a later epoch and belong to the next delta.
+  const uint32_t epoch = epochs_.current.fetch_add(1);
+  const uint32_t saved_through = epochs_.saved_through.load();
+  auto staged = io::StagedSave::begin(env_, path);
+  if (!staged.ok()) return staged.status().with_context("save " + path);
+  GPUBOX_RETURN_IF_ERROR(
+      for_shards(true, [&](uint32_t s) {
+        detail::ShardSnapshot snap;
+        GPUBOX_RETURN_IF_ERROR(shards_[s]->snapshot(mode, form, saved_through, &snap));
+        GPUBOX_RETURN_IF_ERROR((*staged)->add_file(part_name(s), snap.part, snap.rows));
+        if (mode == SaveMode::kDelta) {
+          GPUBOX_RETURN_IF_ERROR((*staged)->add_file(delete_name(s), snap.deletes, snap.deleted));
+        }
+        return Status::OK();
+      }).with_context("save " + path));
+  const RecordKind kind = mode == SaveMode::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
+  std::map<std::string, std::string> props = {
+      {"mode", mode_name(mode)},
+      {"form", save_form_name(form)},
+      {"shards", std::to_string(shards_.size())},
+      {"optimizer", std::to_string(static_cast<int>(optimizer_.kind))},
+      {"mf_dim", std::to_string(layout_.mf_dim)},
+      {"embed_state_dim", std::to_string(layout_.embed_state_dim)},
+      {"embedx_state_dim", std::to_string(layout_.embedx_state_dim)},
+      {"stride", std::to_string(layout_.stride())},
+      {"record_floats", std::to_string(record_floats(kind, layout_))},
+      {"fields", field_names(kind)},
+      {"day", std::to_string(day_.load())},
+  };
+  GPUBOX_RETURN_IF_ERROR((*staged)->commit(kSparseKind, props).with_context("save " + path));
+  epochs_.saved_through.store(epoch);
+  epochs_.track_deletions.store(true);
+  for (auto& shard : shards_) shard->forget_deletions(epoch);
+  return Status::OK();
+}
+
+Status SparseTable::load(const std::string& path) {
+  std::lock_guard<std::mutex> lock(io_mu_);
+  auto manifest = io::read_manifest(env_, path, kSparseKind);
+  if (!manifest.ok()) return manifest.status().with_context("load");
+  const std::string where = path + "/" + io::kManifestName;
+  auto context = [&](const Status& st) { return st.with_context("load " + where); };
+
+  auto mode_text = manifest->get("mode");
+  if (!mode_text.ok()) return context(mode_text.status());
+  auto mode = parse_mode(*mode_text);
+  if (!mode.ok()) return context(mode.status());
+  auto form_text = manifest->get("form");
+  if (!form_text.ok()) return context(form_text.status());
+  auto form = parse_save_form(*form_text);
+  if (!form.ok()) return context(form.status());
+  const RecordKind kind =
+      *mode == SaveMode::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
+
+  // The layout must match the table's (a checkpoint also needs the same optimizer).
+  struct Expect {
+    const char* key;
+    int64_t value;
+  };
+  std::vector<Expect> expects = {{"mf_dim", layout_.mf_dim},
+                                 {"record_floats", record_floats(kind, layout_)}};
+  if (kind == RecordKind::kFullRow) {
+    expects.push_back({"optimizer", static_cast<int64_t>(optimizer_.kind)});
+    expects.push_back({"stride", layout_.stride()});
+  }
+  for (const Expect& e : expects) {
+    auto v = manifest->get_int(e.key);
+    if (!v.ok()) return context(v.status());
+    if (*v != e.value) {
+      return Status::InvalidArgument("load " + where + ": saved " + e.key + " " +
+                                     std::to_string(*v) + " does not match this table's " +
+                                     std::to_string(e.value));
+    }
+  }
+  auto day = manifest->get_int("day");
+  if (!day.ok()) return context(day.status());
+  auto saved_shards = manifest->get_int("shards");
+  if (!saved_shards.ok()) return context(saved_shards.status());
+
+  // Every part (and, for a delta, every deletion file) must be listed.
+  std::vector<PartFile> files;
+  for (int64_t s = 0; s < *saved_shards; ++s) {
+    for (bool deletions : {false, true}) {
+      if (deletions && *mode != SaveMode::kDelta) continue;
+      const std::string name = deletions ? delete_name(s) : part_name(s);
+      const io::ManifestFile* entry = nullptr;
+      for (const auto& f : manifest->files) {
+        if (f.name == name) entry = &f;
+      }
+      if (entry == nullptr) {
+        return Status::Corruption("load " + where + ": " + name + " is not listed");
+      }
+      files.push_back(PartFile{entry, deletions});
+    }
+  }
+
+  const int32_t floats = record_floats(kind, layout_);
+  // Pass 1 reads and parses every file without touching the table: a corrupt or partial save
+  // is refused before anything already in the table is lost. Pass 2 applies.
+  auto read_file = [&](const PartFile& f, std::vector<uint64_t>* keys,
+                       std::vector<float>* recs) -> Status {
+    auto data = io::read_verified(env_, path, *f.entry);
+    if (!data.ok()) return data.status();
+    const std::string file = path + "/" + f.entry->name;
+    GPUBOX_RETURN_IF_ERROR(f.deletions ? parse_keys(*form, *data, file, keys)
+                                       : parse_records(*form, *data, floats, file, keys, recs));
+    if (keys->size() != f.entry->records) {
+      return Status::Corruption(file + ": " + std::to_string(keys->size()) +
+                                " records, MANIFEST says " + std::to_string(f.entry->records));
+    }
+    return Status::OK();
+  };
+  GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), config_.threads, [&](std::size_t i) {
+                           std::vector<uint64_t> keys;
+                           std::vector<float> recs;
+                           return read_file(files[i], &keys, &recs);
+                         }).with_context("load"));
+
+  if (*mode != SaveMode::kDelta) {
+    GPUBOX_RETURN_IF_ERROR(for_shards(true, [&](uint32_t s) { return shards_[s]->clear(); }));
+  }
+  for (bool deletions : {true, false}) {  // a delta's deletions before its rows
+    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), config_.threads, [&](std::size_t i) {
+                             if (files[i].deletions != deletions) return Status::OK();
+                             std::vector<uint64_t> keys;
+                             std::vector<float> recs;
+                             GPUBOX_RETURN_IF_ERROR(read_file(files[i], &keys, &recs));
+                             return deletions ? apply_deletions(keys)
+                                              : apply_part(kind, keys, recs);
+                           }).with_context("load"));
+  }
+  day_.store(*day);
+  epochs_.track_deletions.store(true);
+  return Status::OK();
+}
+
+Status SparseTable::apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
+                               const std::vector<float>& recs) {
+  const int32_t floats = record_floats(kind, layout_);
+  std::vector<uint32_t> offsets, pos;
+  group(keys.data(), keys.size(), &offsets, &pos);
+  std::vector<uint64_t> shard_keys;
+  std::vector<float> shard_recs;
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    if (begin == end) continue;
+    shard_keys.resize(end - begin);
+    shard_recs.resize(std::size_t(end - begin) * floats);
+    for (uint32_t j = begin; j < end; ++j) {
+      shard_keys[j - begin] = keys[pos[j]];
+      std::copy_n(recs.data() + std::size_t(pos[j]) * floats, floats,
+                  shard_recs.data() + std::size_t(j - begin) * floats);
+    }
+    GPUBOX_RETURN_IF_ERROR(
+        shards_[s]->load_records(kind, shard_keys.data(), shard_recs.data(), shard_keys.size()));
+  }
+  return Status::OK();
+}
+
+Status SparseTable::apply_deletions(const std::vector<uint64_t>& keys) {
+  std::vector<uint32_t> offsets, pos;
+  group(keys.data(), keys.size(), &offsets, &pos);
+  std::vector<uint64_t> shard_keys;
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    if (begin == end) continue;
+    shard_keys.resize(end - begin);
+    for (uint32_t j = begin; j < end; ++j) shard_keys[j - begin] = keys[pos[j]];
+    GPUBOX_RETURN_IF_ERROR(shards_[s]->load_deletions(shard_keys.data(), shard_keys.size()));
+  }
+  return Status::OK();
+}
+
+}  // namespace gpubox::table
