@@ -1,0 +1,293 @@
+// CardSparseStore: host-tier round trips bit-exact, lookup_or_create against init_row, dirty
+// tracking through the device ref, collect/erase against an oracle.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "heterps/sparse/card_store.cuh"
+
+namespace gpubox::sparse {
+namespace {
+
+using device::Card;
+using device::CardSet;
+using device::to_device;
+using device::to_host;
+
+constexpr uint64_t kMaxKey = ~uint64_t{0};
+
+table::SparseOptimizerConfig test_config(table::SparseOptimizerKind kind) {
+  table::SparseOptimizerConfig config;
+  config.kind = kind;
+  config.mf_dim = 8;
+  config.initial_range = 0.5f;
+  config.seed = 1234;
+  return config;
+}
+
+// Rows with arbitrary bit patterns (finite, denormal, signed zero) to check copies are exact.
+std::vector<float> random_rows(std::mt19937_64& rng, std::size_t n, int32_t stride) {
+  std::vector<float> rows(n * static_cast<std::size_t>(stride));
+  for (auto& v : rows) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    if ((bits & 0x7f800000u) == 0x7f800000u) bits &= ~0x00800000u;  // no inf/NaN
+    std::memcpy(&v, &bits, sizeof v);
+  }
+  return rows;
+}
+
+std::vector<uint64_t> unique_keys(std::mt19937_64& rng, std::size_t n) {
+  std::set<uint64_t> seen;
+  std::vector<uint64_t> keys;
+  while (keys.size() < n) {
+    const uint64_t k = rng();
+    if (seen.insert(k).second) keys.push_back(k);
+  }
+  return keys;
+}
+
+bool same_bits(const float* a, const float* b, std::size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+class CardStoreTest : public ::testing::TestWithParam<table::SparseOptimizerKind> {
+ protected:
+  CardStoreTest() : cards_(CardSet::from_list("0")) { card().activate(); }
+  Card& card() { return cards_.card(0); }
+  const device::Stream& stream() { return card().stream(); }
+
+  // key -> row read back from the store, via collect_all or collect_dirty.
+  std::map<uint64_t, std::vector<float>> collect(CardSparseStore& store, bool dirty_only) {
+    auto keys = card().make_buffer<uint64_t>(0);
+    auto rows = card().make_buffer<float>(0);
+    const std::size_t n = dirty_only ? store.collect_dirty(keys, rows, stream())
+                                     : store.collect_all(keys, rows, stream());
+    EXPECT_EQ(keys.size(), n);
+    EXPECT_EQ(rows.size(), n * store.layout().stride());
+    const auto h_keys = to_host(keys);
+    const auto h_rows = to_host(rows);
+    std::map<uint64_t, std::vector<float>> out;
+    const std::size_t stride = store.layout().stride();
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(out.emplace(h_keys[i], std::vector<float>(h_rows.begin() + i * stride,
+                                                            h_rows.begin() + (i + 1) * stride))
+                      .second)
+          << "key " << h_keys[i] << " collected twice";
+    }
+    return out;
+  }
+
+  CardSet cards_;
+};
+
+TEST_P(CardStoreTest, InsertRowsThenReadRowsIsBitExact) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3000}, std::size_t{3001}}) {
+    SCOPED_TRACE(n);
+    HashTableOptions options;
+    options.initial_capacity = 16;
+    CardSparseStore store(card(), test_config(GetParam()), options);
+    const int32_t stride = store.layout().stride();
+    EXPECT_EQ(store.bytes_per_row(), sizeof(float) * stride);
+    std::mt19937_64 rng(n + 1);
+    auto keys = unique_keys(rng, n);
+    if (n > 2) keys[0] = kMaxKey, keys[1] = 0;
+    const auto rows = random_rows(rng, n, stride);
+    auto d_keys = to_device(keys, card().memory(), stream());
+    auto d_rows = to_device(rows, card().memory(), stream());
+    EXPECT_EQ(store.insert_rows(d_keys.data(), d_rows.data(), n, stream()), n);
+    EXPECT_EQ(store.size(), n);
+    // Read back in another order.
+    std::vector<uint64_t> shuffled = keys;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    std::unordered_map<uint64_t, std::size_t> position;
+    for (std::size_t i = 0; i < n; ++i) position[keys[i]] = i;
+    auto d_shuffled = to_device(shuffled, card().memory(), stream());
+    auto d_out = card().make_buffer<float>(n * stride);
+    store.read_rows(d_shuffled.data(), n, d_out.data(), stream());
+    const auto out = to_host(d_out);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(
+          same_bits(out.data() + i * stride, rows.data() + position[shuffled[i]] * stride, stride))
+          << "key " << shuffled[i];
+    }
+    // Rows from the host tier are clean.
+    EXPECT_TRUE(collect(store, /*dirty_only=*/true).empty());
+    EXPECT_EQ(collect(store, /*dirty_only=*/false).size(), n);
+    if (n > 0) {
+      EXPECT_GE(store.memory_bytes(), n * store.bytes_per_row());
+    }
+  }
+}
+
+TEST_P(CardStoreTest, ReadRowsOfAMissingKeyNamesIt) {
+  CardSparseStore store(card(), test_config(GetParam()));
+  const std::vector<uint64_t> keys = {10, 20};
+  const auto rows = std::vector<float>(2 * store.layout().stride(), 1.0f);
+  auto d_keys = to_device(keys, card().memory(), stream());
+  auto d_rows = to_device(rows, card().memory(), stream());
+  store.insert_rows(d_keys.data(), d_rows.data(), 2, stream());
+  auto d_ask = to_device(std::vector<uint64_t>{10, 987654321, 20}, card().memory(), stream());
+  auto d_out = card().make_buffer<float>(3 * store.layout().stride());
+  try {
+    store.read_rows(d_ask.data(), 3, d_out.data(), stream());
+    FAIL() << "no error for a missing key";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("987654321"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("card 0"), std::string::npos) << e.what();
+  }
+}
+
+// Adds one click to each listed row through the device ref, as an optimizer would.
+struct TouchRows {
+  CardStoreRef store;
+  const uint64_t* keys;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const row_index_t r = store.find(keys[i]);
+    if (r == kInvalidRow) return;
+    store.row(r)[table::RowLayout::kClick] += 1.0f;
+    store.mark_dirty(r);
+  }
+};
+
+TEST_P(CardStoreTest, LookupOrCreateInitialisesNewRowsAndTracksDirty) {
+  const auto config = test_config(GetParam());
+  HashTableOptions options;
+  options.initial_capacity = 16;
+  CardSparseStore store(card(), config, options);
+  const int32_t stride = store.layout().stride();
+  std::mt19937_64 rng(99);
+  // 2000 rows from the host tier.
+  const auto known = unique_keys(rng, 2000);
+  const auto known_rows = random_rows(rng, known.size(), stride);
+  auto d_known = to_device(known, card().memory(), stream());
+  auto d_known_rows = to_device(known_rows, card().memory(), stream());
+  store.insert_rows(d_known.data(), d_known_rows.data(), known.size(), stream());
+  // A batch mixing known keys, new keys (repeated), and reserved keys, with slots.
+  const auto fresh = unique_keys(rng, 700);
+  std::vector<uint64_t> batch;
+  std::vector<int32_t> slots;
+  for (int i = 0; i < 5000; ++i) {
+    const uint64_t key = (i % 3 == 0) ? fresh[rng() % fresh.size()] : known[rng() % known.size()];
+    batch.push_back(i == 7 ? kMaxKey : key);
+    slots.push_back(static_cast<int32_t>(key % 26));
+  }
+  std::set<uint64_t> new_keys;
+  std::unordered_map<uint64_t, int32_t> first_slot;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (std::find(known.begin(), known.end(), batch[i]) == known.end()) new_keys.insert(batch[i]);
+    first_slot.emplace(batch[i], slots[i]);
+  }
+  auto d_batch = to_device(batch, card().memory(), stream());
+  auto d_slots = to_device(slots, card().memory(), stream());
+  auto d_idx = card().make_buffer<row_index_t>(batch.size());
+
+  // Without creation: missing keys answer kInvalidRow and nothing changes.
+  std::size_t created = 123;
+  store.lookup_or_create(d_batch.data(), d_slots.data(), batch.size(), d_idx.data(),
+                         /*create_missing=*/false, &created, stream());
+  EXPECT_EQ(created, 0u);
+  auto idx = to_host(d_idx);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ(idx[i] == kInvalidRow, new_keys.count(batch[i]) == 1) << batch[i];
+  }
+  EXPECT_EQ(store.size(), known.size());
+
+  store.lookup_or_create(d_batch.data(), d_slots.data(), batch.size(), d_idx.data(),
+                         /*create_missing=*/true, &created, stream());
+  EXPECT_EQ(created, new_keys.size());
+  EXPECT_EQ(store.size(), known.size() + new_keys.size());
+  idx = to_host(d_idx);
+  std::unordered_map<uint64_t, row_index_t> row_of;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    ASSERT_NE(idx[i], kInvalidRow);
+    auto [it, inserted] = row_of.emplace(batch[i], idx[i]);
+    ASSERT_EQ(it->second, idx[i]) << "key " << batch[i] << " got two rows";
+  }
+  // New rows equal init_row on the host (slot of the key's occurrence; all occurrences of a
+  // key share its slot here); known rows are untouched; exactly the new rows are dirty.
+  const auto all = collect(store, /*dirty_only=*/false);
+  const auto dirty = collect(store, /*dirty_only=*/true);
+  EXPECT_EQ(dirty.size(), new_keys.size());
+  std::vector<float> expected(stride);
+  for (uint64_t key : new_keys) {
+    table::init_row(expected.data(), store.layout(), config, key, first_slot[key]);
+    ASSERT_EQ(dirty.count(key), 1u) << key;
+    ASSERT_TRUE(same_bits(dirty.at(key).data(), expected.data(), stride)) << key;
+  }
+  for (std::size_t i = 0; i < known.size(); ++i) {
+    ASSERT_TRUE(same_bits(all.at(known[i]).data(), known_rows.data() + i * stride, stride));
+  }
+
+  // Updates through the ref make rows dirty; clear_dirty makes everything clean.
+  store.clear_dirty(stream());
+  EXPECT_TRUE(collect(store, true).empty());
+  std::vector<uint64_t> touched(known.begin(), known.begin() + 300);
+  touched.push_back(424242);  // absent: ignored by the functor
+  auto d_touched = to_device(touched, card().memory(), stream());
+  device::parallel_for(stream(), touched.size(), TouchRows{store.ref(), d_touched.data()});
+  const auto after = collect(store, true);
+  EXPECT_EQ(after.size(), 300u);
+  for (std::size_t i = 0; i < 300; ++i) {
+    ASSERT_EQ(after.count(known[i]), 1u);
+    EXPECT_EQ(after.at(known[i])[table::RowLayout::kClick],
+              known_rows[i * stride + table::RowLayout::kClick] + 1.0f);
+  }
+  // insert_rows over a dirty key overwrites it and makes it clean.
+  auto d_first = to_device(std::vector<uint64_t>{known[0]}, card().memory(), stream());
+  EXPECT_EQ(store.insert_rows(d_first.data(), d_known_rows.data(), 1, stream()), 0u);
+  EXPECT_EQ(collect(store, true).size(), 299u);
+}
+
+TEST_P(CardStoreTest, EraseAndCollectMatchOracle) {
+  CardSparseStore store(card(), test_config(GetParam()));
+  const int32_t stride = store.layout().stride();
+  std::mt19937_64 rng(5);
+  std::map<uint64_t, std::vector<float>> oracle;
+  for (int round = 0; round < 8; ++round) {
+    const auto keys = unique_keys(rng, 1500);
+    const auto rows = random_rows(rng, keys.size(), stride);
+    auto d_keys = to_device(keys, card().memory(), stream());
+    auto d_rows = to_device(rows, card().memory(), stream());
+    store.insert_rows(d_keys.data(), d_rows.data(), keys.size(), stream());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      oracle[keys[i]] =
+          std::vector<float>(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
+    }
+    // Erase a random half of everything, plus absent keys.
+    std::vector<uint64_t> doomed;
+    for (const auto& [key, row] : oracle) {
+      if (rng() % 2) doomed.push_back(key);
+    }
+    for (uint64_t key : doomed) oracle.erase(key);
+    doomed.push_back(1);
+    auto d_doomed = to_device(doomed, card().memory(), stream());
+    EXPECT_EQ(store.erase(d_doomed.data(), doomed.size(), stream()), doomed.size() - 1);
+    EXPECT_EQ(store.size(), oracle.size());
+    const auto all = collect(store, false);
+    ASSERT_EQ(all.size(), oracle.size());
+    for (const auto& [key, row] : oracle) {
+      ASSERT_EQ(all.count(key), 1u);
+      ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), stride));
+    }
+  }
+  store.clear(stream());
+  EXPECT_EQ(store.size(), 0u);
+  EXPECT_TRUE(collect(store, false).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CardStoreTest,
+                         ::testing::Values(table::SparseOptimizerKind::kSgd,
+                                           table::SparseOptimizerKind::kAdagrad,
+                                           table::SparseOptimizerKind::kAdam,
+                                           table::SparseOptimizerKind::kSharedAdam));
+
+}  // namespace
+}  // namespace gpubox::sparse
