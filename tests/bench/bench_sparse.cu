@@ -1,0 +1,221 @@
+// gpubox_bench sparse: HeterComm pull + push throughput per card for Zipf keys, and the traffic
+// of one step (keys and records through all_to_all_v, hash lookups, row bytes touched) that the
+// H100 paper figures are computed from.
+//
+// A step is what a card does per training batch: pull the batch's keys (batch examples x slots,
+// one key per slot), then push one record per occurrence. Keys follow a Zipf law over --keys
+// distinct keys, so hot keys repeat inside a card and across cards. Warm-up steps create the
+// rows (create on the fly), so the timed steps find every key on its owner. keys/s per card =
+// (batch x slots) / (wall time of a step) with all cards stepping together.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/timer.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/sparse/card_store.cuh"
+#include "tests/bench/bench_command.hpp"
+
+namespace gpubox::bench {
+namespace {
+
+std::string sparse_card_list(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::to_string(i);
+  return out;
+}
+
+table::SparseOptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "sgd") return table::SparseOptimizerKind::kSgd;
+  if (name == "adagrad") return table::SparseOptimizerKind::kAdagrad;
+  if (name == "adam") return table::SparseOptimizerKind::kAdam;
+  if (name == "shared_adam") return table::SparseOptimizerKind::kSharedAdam;
+  GPUBOX_FAIL("--optimizer must be sgd, adagrad, adam or shared_adam, got '", name, "'");
+}
+
+// Zipf(s) over [0, n): inverse CDF by binary search over the cumulative weights.
+class ZipfKeys {
+ public:
+  ZipfKeys(std::size_t n, double s, uint64_t seed) : cdf_(n), rng_(seed) {
+    double total = 0;
+    for (std::size_t i = 0; i < n; ++i) cdf_[i] = total += 1.0 / std::pow(double(i + 1), s);
+    for (double& c : cdf_) c /= total;
+  }
+  uint64_t next() {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+    const std::size_t rank = std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin();
+    return mix64(std::min(rank, cdf_.size() - 1) + 1);  // rank -> a spread-out 64-bit key
+  }
+
+ private:
+  std::vector<double> cdf_;
+  std::mt19937_64 rng_;
+};
+
+struct CardBatches {
+  std::vector<device::device_buffer<uint64_t>> keys;
+  device::device_buffer<float> grads;
+  device::device_buffer<float> pulled;
+};
+
+int run_sparse(const BenchArgs& args) {
+  args.expect_only({"cards", "batch", "slots", "keys", "zipf", "steps", "warmup", "mf-dim",
+                    "optimizer", "threads", "json"});
+  const int cards_n = static_cast<int>(args.get_int("cards", 1));
+  const long long batch = args.get_int("batch", 512);
+  const long long slots = args.get_int("slots", 26);
+  const long long universe = args.get_int("keys", 1000000);
+  const double zipf = args.get_double("zipf", 1.05);
+  const int steps = static_cast<int>(args.get_int("steps", 50));
+  const int warmup = static_cast<int>(args.get_int("warmup", 10));
+  const int mf_dim = static_cast<int>(args.get_int("mf-dim", 8));
+  const int threads = static_cast<int>(args.get_int("threads", 0));
+  const std::string optimizer_name = args.get("optimizer", "adagrad");
+  GPUBOX_EXPECTS(cards_n >= 1 && cards_n <= 64, "--cards must be in [1, 64], got ", cards_n);
+  GPUBOX_EXPECTS(batch >= 0 && slots >= 1, "--batch must be >= 0 and --slots >= 1");
+  GPUBOX_EXPECTS(universe >= 1, "--keys must be positive, got ", universe);
+  GPUBOX_EXPECTS(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+  GPUBOX_EXPECTS(mf_dim >= 1, "--mf-dim must be positive, got ", mf_dim);
+
+  table::SparseOptimizerConfig cfg;
+  cfg.kind = parse_optimizer(optimizer_name);
+  cfg.mf_dim = mf_dim;
+  const table::RowLayout layout = table::RowLayout::make(cfg.kind, cfg.mf_dim);
+  const std::size_t keys_per_step = static_cast<std::size_t>(batch * slots);
+  constexpr int kDistinctBatches = 8;  // cycled: enough variety, bounded setup time
+
+  device::CardSet cards = device::CardSet::from_list(sparse_card_list(cards_n), 0, 1, threads);
+  auto group = comm::make_group(cards);
+  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores(cards_n);
+  std::vector<std::unique_ptr<heter_comm::HeterComm>> comms(cards_n);
+  std::vector<CardBatches> data(cards_n);
+  std::vector<double> pull_seconds(cards_n, 0.0), push_seconds(cards_n, 0.0);
+  std::vector<heter_comm::HeterCommStats> before(cards_n), after(cards_n);
+  double wall_seconds = 0;
+
+  cards.run_on_cards(
+      [&](device::Card& card) {
+        const int c = card.local_index();
+        sparse::HashTableOptions table_options;
+        table_options.initial_capacity = static_cast<std::size_t>(universe / cards_n * 2 + 1024);
+        stores[c] = std::make_unique<sparse::CardSparseStore>(card, cfg, table_options);
+        comms[c] = std::make_unique<heter_comm::HeterComm>(card, *stores[c], group->at(c));
+        ZipfKeys zipf_keys(static_cast<std::size_t>(universe), zipf, 1000 + c);
+        std::mt19937_64 rng(77 + c);
+        std::uniform_real_distribution<float> grad(-0.01f, 0.01f);
+        for (int b = 0; b < kDistinctBatches; ++b) {
+          std::vector<uint64_t> keys(keys_per_step);
+          for (auto& k : keys) k = zipf_keys.next();
+          data[c].keys.push_back(device::to_device(keys, card.memory(), card.stream()));
+        }
+        std::vector<float> grads(keys_per_step * layout.push_dim());
+        for (std::size_t i = 0; i < keys_per_step; ++i) {
+          float* g = grads.data() + i * layout.push_dim();
+          g[0] = 1.0f;
+          g[1] = (rng() % 8 == 0) ? 1.0f : 0.0f;
+          for (int d = 2; d < layout.push_dim(); ++d) g[d] = grad(rng);
+        }
+        data[c].grads = device::to_device(grads, card.memory(), card.stream());
+        data[c].pulled = card.make_buffer<float>(keys_per_step * layout.pull_dim());
+
+        heter_comm::HeterComm& hc = *comms[c];
+        comm::Communicator& comm = group->at(c);
+        auto step = [&](int s, bool timed) {
+          const auto& keys = data[c].keys[s % kDistinctBatches];
+          Timer t;
+          hc.pull(keys.data(), keys.size(), data[c].pulled.data(), card.stream());
+          const double pulled = t.seconds();
+          hc.push(keys.data(), keys.size(), data[c].grads.data(), card.stream());
+          if (timed) {
+            pull_seconds[c] += pulled;
+            push_seconds[c] += t.seconds() - pulled;
+          }
+        };
+        for (int s = 0; s < warmup; ++s) step(s, false);
+        before[c] = hc.stats();
+        comm.barrier(card.stream());
+        Timer wall;
+        for (int s = 0; s < steps; ++s) step(warmup + s, true);
+        comm.barrier(card.stream());
+        if (c == 0) wall_seconds = wall.seconds();
+        after[c] = hc.stats();
+      },
+      [&](const std::string& why) { group->abort(why); });
+
+  // Per-step, per-card averages of the traffic counters over the timed steps.
+  const double per = 1.0 / (static_cast<double>(steps) * cards_n);
+  auto avg = [&](uint64_t heter_comm::HeterCommStats::*field) {
+    double sum = 0;
+    for (int c = 0; c < cards_n; ++c) sum += double(after[c].*field - before[c].*field);
+    return sum * per;
+  };
+  const double unique = avg(&heter_comm::HeterCommStats::unique_keys_sent) / 2;  // pull + push
+  const double lookups = avg(&heter_comm::HeterCommStats::owner_lookups);
+  const double merged = avg(&heter_comm::HeterCommStats::merged_updates);
+  const double bytes_sent = avg(&heter_comm::HeterCommStats::bytes_sent);
+  const double bytes_remote = avg(&heter_comm::HeterCommStats::bytes_sent_remote);
+  const double created = avg(&heter_comm::HeterCommStats::created_on_pull) +
+                         avg(&heter_comm::HeterCommStats::created_on_push);
+  const double row_bytes = sizeof(float) * layout.stride();
+  // Card memory a step touches for rows: pull reads every looked-up row once, push reads and
+  // writes every merged row once (the rest of the step is keys, positions and records).
+  const double pull_lookups = lookups - merged;
+  const double row_traffic = pull_lookups * row_bytes + 2 * merged * row_bytes;
+  const double keys_per_sec = keys_per_step * steps / wall_seconds;
+  const double pull_ms = median(pull_seconds) / steps * 1e3;
+  const double push_ms = median(push_seconds) / steps * 1e3;
+
+  if (args.has("json")) {
+    std::printf(
+        "{\"bench\":\"sparse\",\"cards\":%d,\"batch\":%lld,\"slots\":%lld,\"keys_per_step\":%zu,"
+        "\"universe\":%lld,\"zipf\":%.3f,\"optimizer\":\"%s\",\"mf_dim\":%d,\"steps\":%d,"
+        "\"threads_per_card\":%d,\"hardware_threads\":%d,\"keys_per_sec_per_card\":%.0f,"
+        "\"step_ms\":%.4f,\"pull_ms\":%.4f,\"push_ms\":%.4f,\"unique_keys_per_card\":%.1f,"
+        "\"owner_lookups_per_card\":%.1f,\"merged_updates_per_card\":%.1f,"
+        "\"a2a_bytes_per_card\":%.0f,\"a2a_remote_bytes_per_card\":%.0f,"
+        "\"row_bytes_touched_per_card\":%.0f,\"row_stride_bytes\":%.0f,\"created_per_step\":%.2f}"
+        "\n",
+        cards_n, batch, slots, keys_per_step, universe, zipf, optimizer_name.c_str(), mf_dim, steps,
+        cards.card(0).threads(), device::hardware_threads(), keys_per_sec,
+        wall_seconds / steps * 1e3, pull_ms, push_ms, unique, lookups, merged, bytes_sent,
+        bytes_remote, row_traffic, row_bytes, created);
+  } else {
+    std::printf(
+        "sparse: %d card(s), %lld examples x %lld slots = %zu keys per card per step, "
+        "Zipf(%.2f) over %lld keys, %s, mf_dim %d, %d steps (%d warm-up), %d threads/card\n",
+        cards_n, batch, slots, keys_per_step, zipf, universe, optimizer_name.c_str(), mf_dim, steps,
+        warmup, cards.card(0).threads());
+    std::printf(
+        "  pull+push        %12.0f keys/s per card   (%.3f ms/step: pull %.3f, push %.3f)\n",
+        keys_per_sec, wall_seconds / steps * 1e3, pull_ms, push_ms);
+    std::printf(
+        "  per card per step: %.0f unique keys sent (of %zu), %.0f owner lookups "
+        "(%.0f pull + %.0f push), %.0f merged updates\n",
+        unique, keys_per_step, lookups, pull_lookups, merged, merged);
+    std::printf(
+        "  all_to_all_v bytes per card per step: %.0f (%.0f to other cards); row bytes "
+        "touched %.0f (stride %.0f B); rows created per step %.2f\n",
+        bytes_sent, bytes_remote, row_traffic, row_bytes, created);
+  }
+  comms.clear();
+  stores.clear();
+  return 0;
+}
+
+}  // namespace
+
+GPUBOX_BENCH_COMMAND("sparse",
+                     "--cards C --batch B [--slots S] [--keys N] [--zipf s] [--steps N] "
+                     "[--optimizer adagrad] [--mf-dim D] [--json]  HeterComm pull+push keys/s",
+                     run_sparse);
+
+}  // namespace gpubox::bench
