@@ -29,13 +29,33 @@ enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt64, kUInt8 };
 
 template <class T>
 constexpr DataType data_type_of();
-template <> constexpr DataType data_type_of<float>() { return DataType::kFloat32; }
-template <> constexpr DataType data_type_of<double>() { return DataType::kFloat64; }
-template <> constexpr DataType data_type_of<int32_t>() { return DataType::kInt32; }
-template <> constexpr DataType data_type_of<int64_t>() { return DataType::kInt64; }
-template <> constexpr DataType data_type_of<uint64_t>() { return DataType::kUInt64; }
-template <> constexpr DataType data_type_of<uint8_t>() { return DataType::kUInt8; }
+template <>
+constexpr DataType data_type_of<float>() {
+  return DataType::kFloat32;
+}
+template <>
+constexpr DataType data_type_of<double>() {
+  return DataType::kFloat64;
+}
+template <>
+constexpr DataType data_type_of<int32_t>() {
+  return DataType::kInt32;
+}
+template <>
+constexpr DataType data_type_of<int64_t>() {
+  return DataType::kInt64;
+}
+template <>
+constexpr DataType data_type_of<uint64_t>() {
+  return DataType::kUInt64;
+}
+template <>
+constexpr DataType data_type_of<uint8_t>() {
+  return DataType::kUInt8;
+}
 std::size_t size_of(DataType type);
+// "float32", "int64", ... for messages.
+const char* name_of(DataType type);
 
 // One rank's handle. Used only by that rank's card thread.
 class Communicator {
@@ -101,9 +121,8 @@ class CommGroup {
 
 // Simulated cards: `ranks` threads of this process. A collective that waits longer than
 // `timeout` aborts the group.
-std::unique_ptr<CommGroup> make_in_process_group(int ranks,
-                                                 std::chrono::milliseconds timeout =
-                                                     std::chrono::minutes(5));
+std::unique_ptr<CommGroup> make_in_process_group(
+    int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 // The group for a CardSet: in-process on the cpu backend, NCCL (one communicator per local
 // GPU, ncclCommInitAll for a single trainer) on the cuda backend.

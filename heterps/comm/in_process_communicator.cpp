@@ -1,0 +1,298 @@
+#include "heterps/comm/in_process_communicator.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "common/error.hpp"
+
+namespace gpubox::comm {
+namespace {
+
+// Calls f(T{}) for the element type `type` names.
+template <class F>
+void visit_type(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kFloat32:
+      return f(float{});
+    case DataType::kFloat64:
+      return f(double{});
+    case DataType::kInt32:
+      return f(int32_t{});
+    case DataType::kInt64:
+      return f(int64_t{});
+    case DataType::kUInt64:
+      return f(uint64_t{});
+    case DataType::kUInt8:
+      return f(uint8_t{});
+  }
+  GPUBOX_FAIL("unknown communicator data type ", static_cast<int>(type));
+}
+
+// Integers add in their unsigned twin so overflow wraps (as NCCL does) instead of being
+// undefined behaviour.
+template <class T, bool = std::is_integral_v<T>>
+struct SumTypeOf {
+  using type = T;
+};
+template <class T>
+struct SumTypeOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using SumType = typename SumTypeOf<T>::type;
+
+// recv_k[begin, end) = sum over ranks k of send_k[begin, end), for every rank k. Each element
+// is summed in rank order, so the result does not depend on which rank computes it. In place
+// (send_k == recv_k) is safe: a block is read in full before any of it is written, and no
+// other rank touches [begin, end).
+template <class T>
+void reduce_chunk(const void* const* sends, void* const* recvs, int ranks, std::size_t begin,
+                  std::size_t end) {
+  using Acc = SumType<T>;
+  constexpr std::size_t kBlock = 2048;
+  Acc acc[kBlock];
+  for (std::size_t block = begin; block < end; block += kBlock) {
+    const std::size_t n = std::min(kBlock, end - block);
+    const T* first = static_cast<const T*>(sends[0]) + block;
+    for (std::size_t j = 0; j < n; ++j) acc[j] = static_cast<Acc>(first[j]);
+    for (int k = 1; k < ranks; ++k) {
+      const T* src = static_cast<const T*>(sends[k]) + block;
+      for (std::size_t j = 0; j < n; ++j)
+        acc[j] = static_cast<Acc>(acc[j] + static_cast<Acc>(src[j]));
+    }
+    for (int k = 0; k < ranks; ++k) {
+      T* dst = static_cast<T*>(recvs[k]) + block;
+      for (std::size_t j = 0; j < n; ++j) dst[j] = static_cast<T>(acc[j]);
+    }
+  }
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+}  // namespace
+
+// ---- group ---------------------------------------------------------------------------------
+
+InProcessGroup::InProcessGroup(int ranks, std::chrono::milliseconds timeout)
+    : rendezvous_(ranks, timeout), slots_(static_cast<std::size_t>(ranks)) {
+  const auto n = static_cast<std::size_t>(ranks);
+  for (auto& slot : slots_) {
+    slot.send_offsets.assign(n + 1, 0);
+    slot.recv_offsets.assign(n + 1, 0);
+    slot.peer_sends.assign(n, nullptr);
+    slot.peer_recvs.assign(n, nullptr);
+  }
+  comms_.reserve(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    comms_.push_back(std::make_unique<InProcessCommunicator>(*this, r));
+}
+
+Communicator& InProcessGroup::at(int local_rank) {
+  GPUBOX_EXPECTS(local_rank >= 0 && local_rank < size(), "rank ", local_rank,
+                 " is not in this group of ", size());
+  return *comms_[static_cast<std::size_t>(local_rank)];
+}
+
+// ---- communicator --------------------------------------------------------------------------
+
+int InProcessCommunicator::size() const { return group_->size(); }
+
+void InProcessCommunicator::fail_argument(const char* collective, const std::string& message) {
+  std::string full = ::gpubox::detail::concat(collective, " on rank ", rank_, ": ", message);
+  group_->abort(full);
+  throw Error(full);
+}
+
+void InProcessCommunicator::fail_in_data_phase(const char* collective, const std::string& message) {
+  group_->abort(::gpubox::detail::concat(collective, " on rank ", rank_, ": ", message));
+}
+
+detail::RankSlot& InProcessCommunicator::publish(const device::Stream& stream) {
+  // Stream order: the caller's earlier work on `stream` must be done before peers read it.
+  stream.synchronize();
+  return group_->slots_[static_cast<std::size_t>(rank_)];
+}
+
+bool InProcessCommunicator::same_shape_everywhere(const char* collective) {
+  const auto& mine = group_->slots_[static_cast<std::size_t>(rank_)];
+  for (int p = 0; p < size(); ++p) {
+    const auto& peer = group_->slots_[static_cast<std::size_t>(p)];
+    if (peer.count != mine.count || peer.type != mine.type || peer.root != mine.root) {
+      fail_in_data_phase(
+          collective, ::gpubox::detail::concat("rank ", p, " passed count ", peer.count, ", type ",
+                                               name_of(peer.type), ", root ", peer.root,
+                                               " but this rank count ", mine.count, ", type ",
+                                               name_of(mine.type), ", root ", mine.root));
+      return false;
+    }
+  }
+  return true;
+}
+
+void InProcessCommunicator::all_reduce_sum(const void* send, void* recv, std::size_t count,
+                                           DataType type, const device::Stream& stream) {
+  static constexpr const char* kName = "all_reduce_sum";
+  if (count > 0 && (send == nullptr || recv == nullptr)) {
+    fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
+  }
+  auto& mine = publish(stream);
+  mine.send = send;
+  mine.recv = recv;
+  mine.count = count;
+  mine.type = type;
+  mine.root = 0;
+  auto& rendezvous = group_->rendezvous_;
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
+  if (same_shape_everywhere(kName) && count > 0) {
+    const int ranks = size();
+    auto& sends = mine.peer_sends;
+    auto& recvs = mine.peer_recvs;
+    for (int p = 0; p < ranks; ++p) {
+      sends[p] = group_->slots_[static_cast<std::size_t>(p)].send;
+      recvs[p] = group_->slots_[static_cast<std::size_t>(p)].recv;
+    }
+    visit_type(type, [&](auto tag) {
+      using T = decltype(tag);
+      // Chunks are whole cache lines so no two ranks write the same line of a recv buffer.
+      constexpr std::size_t kLine = 64 / sizeof(T);
+      const std::size_t per_rank = (count + ranks - 1) / ranks;
+      const std::size_t chunk = (per_rank + kLine - 1) / kLine * kLine;
+      const std::size_t begin = std::min(count, chunk * static_cast<std::size_t>(rank_));
+      const std::size_t end = std::min(count, begin + chunk);
+      reduce_chunk<T>(sends.data(), recvs.data(), ranks, begin, end);
+    });
+  }
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/false);
+}
+
+void InProcessCommunicator::all_to_all_v(const void* send, const std::size_t* send_counts,
+                                         void* recv, const std::size_t* recv_counts, DataType type,
+                                         const device::Stream& stream) {
+  static constexpr const char* kName = "all_to_all_v";
+  if (send_counts == nullptr || recv_counts == nullptr) {
+    fail_argument(kName, "null count array");
+  }
+  const int ranks = size();
+  auto& mine = publish(stream);
+  auto& recv_offsets = mine.recv_offsets;
+  mine.send_offsets[0] = 0;
+  recv_offsets[0] = 0;
+  for (int p = 0; p < ranks; ++p) {
+    mine.send_offsets[p + 1] = mine.send_offsets[p] + send_counts[p];
+    recv_offsets[p + 1] = recv_offsets[p] + recv_counts[p];
+  }
+  if ((send == nullptr && mine.send_offsets[ranks] > 0) ||
+      (recv == nullptr && recv_offsets[ranks] > 0)) {
+    fail_argument(kName,
+                  ::gpubox::detail::concat("null buffer for ", mine.send_offsets[ranks],
+                                           " elements sent / ", recv_offsets[ranks], " received"));
+  }
+  mine.send = send;
+  mine.recv = recv;
+  mine.count = 0;
+  mine.type = type;
+  mine.root = 0;
+  mine.send_counts = send_counts;
+  mine.recv_counts = recv_counts;
+  auto& rendezvous = group_->rendezvous_;
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
+  if (same_shape_everywhere(kName)) {
+    const std::size_t element = size_of(type);
+    // Start with a different peer on every rank so the ranks do not all read one buffer.
+    for (int i = 0; i < ranks; ++i) {
+      const int p = (rank_ + i) % ranks;
+      const auto& peer = group_->slots_[static_cast<std::size_t>(p)];
+      const std::size_t n = recv_counts[p];
+      if (peer.send_counts[rank_] != n) {
+        fail_in_data_phase(kName,
+                           ::gpubox::detail::concat("expects ", n, " elements from rank ", p,
+                                                    ", which sends ", peer.send_counts[rank_]));
+        break;
+      }
+      copy_bytes(static_cast<char*>(recv) + recv_offsets[p] * element,
+                 static_cast<const char*>(peer.send) + peer.send_offsets[rank_] * element,
+                 n * element);
+    }
+  }
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/false);
+}
+
+void InProcessCommunicator::all_gather(const void* send, void* recv, std::size_t count,
+                                       DataType type, const device::Stream& stream) {
+  static constexpr const char* kName = "all_gather";
+  if (count > 0 && (send == nullptr || recv == nullptr)) {
+    fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
+  }
+  auto& mine = publish(stream);
+  mine.send = send;
+  mine.recv = recv;
+  mine.count = count;
+  mine.type = type;
+  mine.root = 0;
+  auto& rendezvous = group_->rendezvous_;
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
+  if (same_shape_everywhere(kName) && count > 0) {
+    const std::size_t bytes = count * size_of(type);
+    const int ranks = size();
+    for (int i = 0; i < ranks; ++i) {
+      const int p = (rank_ + i) % ranks;
+      copy_bytes(static_cast<char*>(recv) + static_cast<std::size_t>(p) * bytes,
+                 group_->slots_[static_cast<std::size_t>(p)].send, bytes);
+    }
+  }
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/false);
+}
+
+void InProcessCommunicator::broadcast(void* buffer, std::size_t count, DataType type, int root,
+                                      const device::Stream& stream) {
+  static constexpr const char* kName = "broadcast";
+  if (root < 0 || root >= size()) {
+    fail_argument(kName,
+                  ::gpubox::detail::concat("root ", root, " is not in this group of ", size()));
+  }
+  if (count > 0 && buffer == nullptr) {
+    fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
+  }
+  auto& mine = publish(stream);
+  mine.send = buffer;
+  mine.recv = buffer;
+  mine.count = count;
+  mine.type = type;
+  mine.root = root;
+  auto& rendezvous = group_->rendezvous_;
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
+  if (same_shape_everywhere(kName) && rank_ != root) {
+    copy_bytes(buffer, group_->slots_[static_cast<std::size_t>(root)].send, count * size_of(type));
+  }
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/false);
+}
+
+void InProcessCommunicator::barrier(const device::Stream& stream) {
+  stream.synchronize();
+  group_->rendezvous_.arrive_and_wait(rank_, "barrier", /*opens_data_phase=*/false);
+}
+
+void InProcessCommunicator::exchange_counts(const std::size_t* send_counts,
+                                            std::size_t* recv_counts,
+                                            const device::Stream& stream) {
+  static constexpr const char* kName = "exchange_counts";
+  if (send_counts == nullptr || recv_counts == nullptr) {
+    fail_argument(kName, "null count array");
+  }
+  auto& mine = publish(stream);
+  mine.send_counts = send_counts;
+  mine.count = 0;
+  mine.type = DataType::kUInt64;
+  mine.root = 0;
+  auto& rendezvous = group_->rendezvous_;
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
+  for (int p = 0; p < size(); ++p) {
+    recv_counts[p] = group_->slots_[static_cast<std::size_t>(p)].send_counts[rank_];
+  }
+  rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/false);
+}
+
+}  // namespace gpubox::comm

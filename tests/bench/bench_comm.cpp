@@ -1,0 +1,126 @@
+// gpubox_bench comm: in-process communicator bandwidth next to a single-thread memcpy measured in
+// the same run, so the figures say how close the collectives come to the machine's copy speed.
+//
+// algbw = bytes per rank / time. busbw follows nccl-tests: all_reduce moves 2(R-1)/R of the
+// buffer per rank, all_to_all_v (R-1)/R of it (its self block is a local copy).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/timer.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "tests/bench/bench_command.hpp"
+
+namespace gpubox::bench {
+namespace {
+
+struct Figure {
+  double seconds = 0;  // median per call
+  double algbw = 0;    // GB/s
+  double busbw = 0;    // GB/s
+};
+
+double memcpy_gbps(std::size_t bytes, int iterations) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  std::vector<double> times;
+  for (int i = 0; i < iterations + 2; ++i) {
+    Timer timer;
+    std::memcpy(dst.data(), src.data(), bytes);
+    if (i >= 2) times.push_back(timer.seconds());
+    src[i % bytes] = static_cast<char>(dst[(i * 7) % bytes] + 1);  // keep the copies observable
+  }
+  return static_cast<double>(bytes) / median(times) / 1e9;
+}
+
+std::string card_list(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::to_string(i);
+  return out;
+}
+
+int run_comm(const BenchArgs& args) {
+  args.expect_only({"ranks", "mb", "iters", "json"});
+  const int ranks = static_cast<int>(args.get_int("ranks", 2));
+  const double mb = args.get_double("mb", 64);
+  const int iterations = static_cast<int>(args.get_int("iters", 20));
+  GPUBOX_EXPECTS(ranks >= 1 && ranks <= 64, "--ranks must be in [1, 64], got ", ranks);
+  GPUBOX_EXPECTS(mb > 0, "--mb must be positive, got ", mb);
+  GPUBOX_EXPECTS(iterations >= 1, "--iters must be positive, got ", iterations);
+  const std::size_t count = static_cast<std::size_t>(mb * 1e6 / sizeof(float)) / ranks * ranks;
+  const std::size_t bytes = count * sizeof(float);
+
+  const double memcpy_rate = memcpy_gbps(bytes, iterations);
+
+  device::CardSet cards = device::CardSet::from_list(card_list(ranks));
+  auto group = comm::make_group(cards);
+  std::vector<double> reduce_times, a2a_times;
+  cards.run_on_cards(
+      [&](device::Card& card) {
+        comm::Communicator& comm = group->at(card.local_index());
+        auto send = card.make_buffer<float>(count);
+        auto recv = card.make_buffer<float>(count);
+        device::memset_bytes_async(send.data(), 0, bytes, card.stream());
+        device::memset_bytes_async(recv.data(), 0, bytes, card.stream());
+        std::vector<std::size_t> counts(ranks, count / ranks);
+        auto timed = [&](std::vector<double>& out, auto&& op) {
+          for (int i = 0; i < iterations + 2; ++i) {
+            comm.barrier(card.stream());
+            Timer timer;
+            op();
+            comm.barrier(card.stream());
+            if (comm.rank() == 0 && i >= 2) out.push_back(timer.seconds());
+          }
+        };
+        timed(reduce_times,
+              [&] { comm.all_reduce_sum(send.data(), recv.data(), count, card.stream()); });
+        timed(a2a_times, [&] {
+          comm.all_to_all_v(send.data(), counts.data(), recv.data(), counts.data(), card.stream());
+        });
+      },
+      [&](const std::string& why) { group->abort(why); });
+
+  auto figure = [&](const std::vector<double>& times, double bus_factor) {
+    Figure f;
+    f.seconds = median(times);
+    f.algbw = static_cast<double>(bytes) / f.seconds / 1e9;
+    f.busbw = f.algbw * bus_factor;
+    return f;
+  };
+  const Figure reduce = figure(reduce_times, 2.0 * (ranks - 1) / ranks);
+  const Figure a2a = figure(a2a_times, static_cast<double>(ranks - 1) / ranks);
+  const int threads = cards.card(0).threads();
+
+  if (args.has("json")) {
+    std::printf(
+        "{\"bench\":\"comm\",\"ranks\":%d,\"mb\":%.3f,\"iters\":%d,\"threads_per_card\":%d,"
+        "\"hardware_threads\":%d,\"memcpy_gbps\":%.3f,"
+        "\"all_reduce_sum\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
+        "\"all_to_all_v\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f}}\n",
+        ranks, bytes / 1e6, iterations, threads, device::hardware_threads(), memcpy_rate,
+        reduce.seconds * 1e3, reduce.algbw, reduce.busbw, a2a.seconds * 1e3, a2a.algbw, a2a.busbw);
+  } else {
+    std::printf(
+        "comm: %d in-process ranks, %.2f MB per rank, %d iterations (median), %d "
+        "hardware threads\n",
+        ranks, bytes / 1e6, iterations, device::hardware_threads());
+    std::printf("  %-26s %10s %12s %12s\n", "", "ms/call", "algbw GB/s", "busbw GB/s");
+    std::printf("  %-26s %10.3f %12.2f %12s\n", "memcpy (1 thread)", bytes / memcpy_rate / 1e6,
+                memcpy_rate, "-");
+    std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_reduce_sum float32", reduce.seconds * 1e3,
+                reduce.algbw, reduce.busbw);
+    std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_to_all_v float32 (even)", a2a.seconds * 1e3,
+                a2a.algbw, a2a.busbw);
+  }
+  return 0;
+}
+
+}  // namespace
+
+GPUBOX_BENCH_COMMAND("comm", "--ranks R --mb M [--iters N] [--json]  in-process collectives GB/s",
+                     run_comm);
+
+}  // namespace gpubox::bench
