@@ -34,9 +34,14 @@ GPUBOX_HD GPUBOX_FORCEINLINE bool is_reserved_key(uint64_t key) { return key >= 
 GPUBOX_HD GPUBOX_FORCEINLINE uint32_t side_index(uint64_t key) {
   return static_cast<uint32_t>(key - kErasedKey);
 }
-// Home slot: mix64 (owner_card uses fmix64, so a card's keys still spread over its table).
+// Slots per 64-byte cache line: a probe run starts at the first slot of a line, so a lookup at
+// the configured load reads one line (one memory access, prefetchable) in the common case.
+inline constexpr uint64_t kSlotsPerLine = 4;
+
+// Home slot: mix64 (owner_card uses fmix64, so a card's keys still spread over its table),
+// rounded down to a cache line.
 GPUBOX_HD GPUBOX_FORCEINLINE uint64_t home_slot(uint64_t key, uint64_t mask) {
-  return mix64(key) & mask;
+  return mix64(key) & mask & ~(kSlotsPerLine - 1);
 }
 
 GPUBOX_HD GPUBOX_FORCEINLINE void spin_pause() {
