@@ -1,0 +1,148 @@
+#include "dataset/format_writer.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "common/error.hpp"
+#include "dataset/input_reader.hpp"
+#include "dataset/line_parser.hpp"
+#include "dataset/line_reader.hpp"
+#include "dataset/text_number.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+// `name:value` or `value:name` by config.
+void append_token(const DatasetConfig& config, std::string_view name, std::string_view value,
+                  std::string* out) {
+  out->push_back(' ');
+  if (config.feasign_first) {
+    out->append(value);
+    out->push_back(':');
+    out->append(name);
+  } else {
+    out->append(name);
+    out->push_back(':');
+    out->append(value);
+  }
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const {
+    if (f != nullptr) std::fclose(f);
+  }
+};
+
+}  // namespace
+
+void append_line(const DatasetConfig& config, DataFormat format, const InstanceRef& instance,
+                 std::string* out) {
+  GPUBOX_EXPECTS(format == DataFormat::kSlot || format == DataFormat::kMultiSlot,
+                 "cannot write format ", format_name(format));
+  GPUBOX_EXPECTS(instance.num_slots == static_cast<int>(config.slots.size()), "instance has ",
+                 instance.num_slots, " slots, config ", config.slots.size());
+  const std::size_t line_start = out->size();
+  char number[32];
+  auto float_text = [&](float v) {
+    const auto [end, ec] = std::to_chars(number, number + sizeof(number), v);
+    return std::string_view(number, static_cast<std::size_t>(end - number));
+  };
+  auto u64_text = [&](std::uint64_t v) {
+    const auto [end, ec] = std::to_chars(number, number + sizeof(number), v);
+    return std::string_view(number, static_cast<std::size_t>(end - number));
+  };
+  const std::string_view label = instance.label > 0.5f ? "1" : "0";
+  if (format == DataFormat::kSlot) {
+    append_token(config, config.label_name, label, out);
+    for (int d = 0; d < instance.dense_dim; ++d) {
+      append_token(config, config.dense_name, float_text(instance.dense[d]), out);
+    }
+    const std::uint64_t* key = instance.keys;
+    for (int s = 0; s < instance.num_slots; ++s) {
+      for (std::uint32_t k = 0; k < instance.slot_sizes[s]; ++k, ++key) {
+        append_token(config, config.slots[s], u64_text(*key), out);
+      }
+    }
+  } else {
+    out->append(" 1 ");
+    out->append(label);
+    if (instance.dense_dim > 0) {
+      out->push_back(' ');
+      append_u64(out, static_cast<std::uint64_t>(instance.dense_dim));
+      for (int d = 0; d < instance.dense_dim; ++d) {
+        out->push_back(' ');
+        append_float(out, instance.dense[d]);
+      }
+    }
+    const std::uint64_t* key = instance.keys;
+    for (int s = 0; s < instance.num_slots; ++s) {
+      out->push_back(' ');
+      append_u64(out, instance.slot_sizes[s]);
+      for (std::uint32_t k = 0; k < instance.slot_sizes[s]; ++k, ++key) {
+        out->push_back(' ');
+        append_u64(out, *key);
+      }
+    }
+  }
+  // Every token above was written with a leading blank; drop the line's first one.
+  out->erase(line_start, 1);
+  out->push_back('\n');
+}
+
+Status convert_file(const DatasetConfig& from, DataFormat to, const std::string& in_path,
+                    const std::string& out_path, ConvertSummary* summary) {
+  if (to != DataFormat::kSlot && to != DataFormat::kMultiSlot) {
+    return Status::InvalidArgument(std::string("cannot convert to ") + format_name(to) +
+                                   " (slot or multislot)");
+  }
+  GPUBOX_RETURN_IF_ERROR(validate(from));
+  *summary = ConvertSummary{};
+  StatusOr<std::unique_ptr<LineReader>> reader =
+      LineReader::open(in_path, from.pipe_command, from.max_line_bytes);
+  if (!reader.ok()) return reader.status();
+
+  const std::string tmp_path = out_path + ".tmp";
+  std::unique_ptr<std::FILE, FileCloser> out(std::fopen(tmp_path.c_str(), "wb"));
+  if (!out) {
+    return Status::IOError("cannot create '" + tmp_path + "': " + std::strerror(errno));
+  }
+  LineParser parser(from);
+  InstanceBlock block(static_cast<int>(from.slots.size()), from.dense_dim);
+  std::string text;
+  InputHooks hooks;
+  hooks.chunk_instances = 4096;
+  hooks.on_chunk = [&](InstanceBlock* chunk) -> Status {
+    text.clear();
+    for (std::size_t i = 0; i < chunk->size(); ++i)
+      append_line(from, to, chunk->instance(i), &text);
+    summary->written += chunk->size();
+    chunk->clear();
+    if (std::fwrite(text.data(), 1, text.size(), out.get()) != text.size()) {
+      return Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
+    }
+    return Status::OK();
+  };
+  const InputOutcome outcome =
+      read_input(**reader, parser, from, in_path, &block, &summary->stats, hooks);
+  summary->stats.files = 1;
+  Status status = outcome.status;
+  if (status.ok() && outcome.strict_failure) {
+    status = Status::Corruption(summary->stats.errors.back().to_string() + " (strict_parse)");
+  }
+  if (status.ok() && std::fclose(out.release()) != 0) {
+    status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
+  }
+  if (status.ok() && std::rename(tmp_path.c_str(), out_path.c_str()) != 0) {
+    status = Status::IOError("cannot rename '" + tmp_path + "' to '" + out_path +
+                             "': " + std::strerror(errno));
+  }
+  if (!status.ok()) {
+    out.reset();
+    std::remove(tmp_path.c_str());
+  }
+  return status;
+}
+
+}  // namespace gpubox::dataset

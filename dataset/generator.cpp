@@ -1,0 +1,290 @@
+#include "dataset/generator.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "common/timer.hpp"
+#include "dataset/parallel.hpp"
+#include "dataset/text_number.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+// Independent hash streams of one seed.
+constexpr std::uint64_t kWeightStream = 0x1b873593a2c7e1f1ULL;
+constexpr std::uint64_t kFactorStream = 0x85ebca6b3d4c9a27ULL;
+constexpr std::uint64_t kDenseStream = 0xc2b2ae3554f2a6c3ULL;
+constexpr std::uint64_t kLineStream = 0x27d4eb2f165667c5ULL;
+
+// Uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1.
+inline double unit_uniform(std::uint64_t bits) {
+  constexpr double kSqrt3 = 1.7320508075688772;
+  return (static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0) * kSqrt3;
+}
+
+// Per-line random stream.
+class LineRng {
+ public:
+  LineRng(std::uint64_t seed, std::uint64_t line)
+      : state_(hash_with_seed(line, seed ^ kLineStream)) {}
+  std::uint64_t next() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return mix64(state_);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+inline double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+std::string json_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
+  return buf;
+}
+
+}  // namespace
+
+PlantedModel::PlantedModel(const GeneratorOptions& o)
+    : slots_(o.slots),
+      dense_(o.dense),
+      factor_dim_(o.factor_dim),
+      vocab_(o.vocab),
+      seed_(o.seed),
+      bias_(o.bias),
+      sigma_w_(o.sigma_w),
+      sigma_v_(o.sigma_v) {
+  if (sigma_v_ <= 0.0) {
+    // Var(<v_s, v_t>) = factor_dim * sigma_v^4 per pair; aim the sum over pairs at 1.
+    const double pairs = std::max(1.0, 0.5 * slots_ * (slots_ - 1));
+    sigma_v_ = std::pow(1.0 / (pairs * std::max(1, factor_dim_)), 0.25);
+  }
+  dense_weight_.resize(static_cast<std::size_t>(dense_));
+  for (int j = 0; j < dense_; ++j) {
+    dense_weight_[j] = o.sigma_u * unit_uniform(hash_with_seed(j, seed_ ^ kDenseStream));
+  }
+}
+
+double PlantedModel::weight(std::uint64_t key) const {
+  return sigma_w_ * unit_uniform(hash_with_seed(key, seed_ ^ kWeightStream));
+}
+
+double PlantedModel::factor(std::uint64_t key, int j) const {
+  return sigma_v_ * unit_uniform(hash_with_seed(key * 64 + static_cast<std::uint64_t>(j),
+                                                seed_ ^ kFactorStream));
+}
+
+double PlantedModel::logit(const std::uint64_t* keys, const float* dense) const {
+  double z = bias_;
+  for (int j = 0; j < dense_; ++j) z += dense_weight_[j] * dense[j];
+  // Σ_{s<t} <v_s, v_t> = (|Σ v|² - Σ |v|²) / 2, per factor dimension.
+  double sum[64] = {0};
+  double square = 0.0;
+  const int k = std::min(factor_dim_, 64);
+  for (int s = 0; s < slots_; ++s) {
+    if (keys[s] == 0) continue;
+    z += weight(keys[s]);
+    for (int j = 0; j < k; ++j) {
+      const double v = factor(keys[s], j);
+      sum[j] += v;
+      square += v * v;
+    }
+  }
+  double pair = -square;
+  for (int j = 0; j < k; ++j) pair += sum[j] * sum[j];
+  return z + 0.5 * pair;
+}
+
+ZipfSampler::ZipfSampler(std::uint64_t n, double exponent) {
+  GPUBOX_EXPECTS(n >= 1 && n <= 0xffffffffULL, "Zipf vocabulary must be in [1, 2^32), got ", n);
+  std::vector<double> p(n);
+  double total = 0.0;
+  for (std::uint64_t r = 0; r < n; ++r)
+    total += (p[r] = std::pow(static_cast<double>(r + 1), -exponent));
+  for (double& x : p) x = x * static_cast<double>(n) / total;  // mean 1
+  threshold_.assign(n, 0xffffffffu);
+  alias_.resize(n);
+  std::iota(alias_.begin(), alias_.end(), 0u);
+  std::vector<std::uint32_t> small, large;
+  for (std::uint64_t r = 0; r < n; ++r)
+    (p[r] < 1.0 ? small : large).push_back(static_cast<std::uint32_t>(r));
+  while (!small.empty() && !large.empty()) {
+    const std::uint32_t s = small.back();
+    small.pop_back();
+    const std::uint32_t l = large.back();
+    threshold_[s] = static_cast<std::uint32_t>(std::min(p[s] * 4294967296.0, 4294967295.0));
+    alias_[s] = l;
+    p[l] -= 1.0 - p[s];
+    if (p[l] < 1.0) {
+      large.pop_back();
+      small.push_back(l);
+    }
+  }
+  // Leftovers are 1 up to rounding: always accept.
+}
+
+std::uint64_t ZipfSampler::operator()(std::uint64_t bits) const {
+  const auto column = static_cast<std::uint64_t>(
+      (static_cast<unsigned __int128>(bits >> 32) * threshold_.size()) >> 32);
+  const auto low = static_cast<std::uint32_t>(bits);
+  return low < threshold_[column] || threshold_[column] == 0xffffffffu ? column : alias_[column];
+}
+
+double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8_t>& labels) {
+  GPUBOX_EXPECTS(scores.size() == labels.size(), "scores and labels differ in size");
+  std::vector<std::size_t> idx(scores.size());
+  std::iota(idx.begin(), idx.end(), std::size_t{0});
+  std::sort(idx.begin(), idx.end(),
+            [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+  // Mann-Whitney: sum of positive ranks, ties given their average rank.
+  double positive_rank_sum = 0.0;
+  std::uint64_t positives = 0;
+  std::size_t i = 0;
+  while (i < idx.size()) {
+    std::size_t j = i;
+    std::uint64_t group_pos = 0;
+    while (j < idx.size() && scores[idx[j]] == scores[idx[i]])
+      group_pos += labels[idx[j++]] ? 1 : 0;
+    const double average_rank = 0.5 * static_cast<double>(i + 1 + j);  // ranks i+1 .. j
+    positive_rank_sum += average_rank * static_cast<double>(group_pos);
+    positives += group_pos;
+    i = j;
+  }
+  const double p = static_cast<double>(positives);
+  const double n = static_cast<double>(scores.size()) - p;
+  if (p == 0 || n == 0) return 0.5;
+  return (positive_rank_sum - p * (p + 1) / 2) / (p * n);
+}
+
+double mean_logloss(const std::vector<double>& logits, const std::vector<std::uint8_t>& labels) {
+  if (logits.empty()) return 0.0;
+  double total = 0.0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const double z = logits[i];
+    // -log(sigmoid(z)) = log1p(exp(-z)), computed without overflow.
+    const double softplus_neg = z > 0 ? std::log1p(std::exp(-z)) : -z + std::log1p(std::exp(z));
+    total += labels[i] ? softplus_neg : softplus_neg + z;
+  }
+  return total / static_cast<double>(logits.size());
+}
+
+Status generate(const GeneratorOptions& o, OracleSummary* summary) {
+  if (o.out_dir.empty()) return Status::InvalidArgument("gen: --out is required");
+  if (o.files < 1) return Status::InvalidArgument("gen: --files must be >= 1");
+  if (o.slots < 1 || o.dense < 0 || o.factor_dim < 1 || o.factor_dim > 64) {
+    return Status::InvalidArgument("gen: need slots >= 1, dense >= 0, 1 <= factor_dim <= 64");
+  }
+  if (o.vocab < 1 || o.vocab > 0xffffffffULL) {
+    return Status::InvalidArgument("gen: --vocab must be in [1, 2^32)");
+  }
+  if (!(o.zipf >= 0.0)) return Status::InvalidArgument("gen: --zipf must be >= 0");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) return Status::IOError("cannot create '" + o.out_dir + "': " + ec.message());
+
+  Timer timer;
+  const PlantedModel model(o);
+  const ZipfSampler zipf(o.vocab, o.zipf);
+  std::vector<double> logits(o.lines);
+  std::vector<std::uint8_t> labels(o.lines);
+  std::vector<std::string> slot_names(static_cast<std::size_t>(o.slots));
+  for (int s = 0; s < o.slots; ++s) slot_names[s] = std::to_string(s + 1);
+  std::vector<Status> file_status(static_cast<std::size_t>(o.files));
+  std::vector<std::uint64_t> file_bytes(static_cast<std::size_t>(o.files), 0);
+
+  parallel_tasks(o.threads, static_cast<std::size_t>(o.files), [&](std::size_t f) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "part-%05zu", f);
+    const std::string path = (std::filesystem::path(o.out_dir) / name).string();
+    std::FILE* out = std::fopen(path.c_str(), "wb");
+    if (out == nullptr) {
+      file_status[f] = Status::IOError("cannot create '" + path + "': " + std::strerror(errno));
+      return;
+    }
+    const std::uint64_t first = o.lines * f / static_cast<std::uint64_t>(o.files);
+    const std::uint64_t last = o.lines * (f + 1) / static_cast<std::uint64_t>(o.files);
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
+    std::vector<float> dense(static_cast<std::size_t>(o.dense));
+    std::string text;
+    text.reserve(std::size_t{5} << 20);
+    for (std::uint64_t i = first; i < last; ++i) {
+      LineRng rng(o.seed, i);
+      for (int j = 0; j < o.dense; ++j) {
+        dense[j] = static_cast<float>(rng.next() % 1000) / 1000.0f;
+      }
+      for (int s = 0; s < o.slots; ++s) keys[s] = model.key(s, zipf(rng.next()));
+      const double z = model.logit(keys.data(), dense.data());
+      const bool positive = unit_float(rng.next()) < sigmoid(z);
+      logits[i] = z;
+      labels[i] = positive ? 1 : 0;
+      text.append(positive ? "click:1" : "click:0");
+      for (int j = 0; j < o.dense; ++j) {
+        text.append(" dense_feature:");
+        append_float(&text, dense[j]);
+      }
+      for (int s = 0; s < o.slots; ++s) {
+        text.push_back(' ');
+        text.append(slot_names[s]);
+        text.push_back(':');
+        append_u64(&text, keys[s]);
+      }
+      text.push_back('\n');
+      if (text.size() >= (std::size_t{4} << 20) || i + 1 == last) {
+        if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
+          file_status[f] =
+              Status::IOError("write error on '" + path + "': " + std::strerror(errno));
+          break;
+        }
+        file_bytes[f] += text.size();
+        text.clear();
+      }
+    }
+    if (std::fclose(out) != 0 && file_status[f].ok()) {
+      file_status[f] = Status::IOError("write error on '" + path + "': " + std::strerror(errno));
+    }
+  });
+  for (const Status& st : file_status) GPUBOX_RETURN_IF_ERROR(st);
+
+  OracleSummary s;
+  s.lines = o.lines;
+  for (std::uint8_t y : labels) s.positives += y;
+  s.positive_rate = o.lines ? static_cast<double>(s.positives) / static_cast<double>(o.lines) : 0.0;
+  s.auc = exact_auc(logits, labels);
+  s.logloss = mean_logloss(logits, labels);
+  for (std::uint64_t b : file_bytes) s.bytes += b;
+  s.seconds = timer.seconds();
+
+  const std::string oracle_path = (std::filesystem::path(o.out_dir) / "oracle.json").string();
+  std::FILE* out = std::fopen(oracle_path.c_str(), "wb");
+  if (out == nullptr) {
+    return Status::IOError("cannot create '" + oracle_path + "': " + std::strerror(errno));
+  }
+  const std::string json =
+      "{\"lines\": " + std::to_string(s.lines) + ", \"files\": " + std::to_string(o.files) +
+      ", \"positives\": " + std::to_string(s.positives) +
+      ", \"positive_rate\": " + json_number(s.positive_rate) + ", \"auc\": " + json_number(s.auc) +
+      ", \"logloss\": " + json_number(s.logloss) + ", \"bytes\": " + std::to_string(s.bytes) +
+      ", \"seed\": " + std::to_string(o.seed) + ", \"slots\": " + std::to_string(o.slots) +
+      ", \"dense\": " + std::to_string(o.dense) + ", \"vocab\": " + std::to_string(o.vocab) +
+      ", \"zipf\": " + json_number(o.zipf) + ", \"factor_dim\": " + std::to_string(o.factor_dim) +
+      ", \"bias\": " + json_number(o.bias) + ", \"sigma_w\": " + json_number(o.sigma_w) +
+      ", \"sigma_v\": " + json_number(model.sigma_v()) +
+      ", \"sigma_u\": " + json_number(o.sigma_u) +
+      ", \"format\": \"slot\", \"label_name\": \"click\", \"dense_name\": \"dense_feature\"}\n";
+  const bool written = std::fwrite(json.data(), 1, json.size(), out) == json.size();
+  if (std::fclose(out) != 0 || !written) {
+    return Status::IOError("write error on '" + oracle_path + "'");
+  }
+  *summary = s;
+  return Status::OK();
+}
+
+}  // namespace gpubox::dataset

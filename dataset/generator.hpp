@@ -1,0 +1,97 @@
+// `gpubox_data gen`: slot-format data drawn from a planted model, and that model's own AUC and
+// logloss on the data it drew (the ceiling a trained model can approach).
+//
+// The planted model, for line i (all randomness from counter-based hashes of (seed, i), so the
+// output does not depend on the number of threads):
+//   slot s (0-based, named "s+1") holds one key: rank r ~ Zipf(vocab, zipf) (P(r) ∝ (r+1)^-zipf),
+//   key = s * vocab + r + 1 (never 0; distinct across slots);
+//   dense feature j: x_j = k / 1000 with k uniform in [0, 1000);
+//   logit = bias + Σ_s w(key_s) + Σ_j u_j x_j + Σ_{s<t} <v(key_s), v(key_t)>
+//   with per-key weight w, per-key vector v of factor_dim entries and per-feature u_j drawn
+//   uniform with standard deviation sigma_w, sigma_v, sigma_u (hashes of (seed, key));
+//   label ~ Bernoulli(sigmoid(logit)).
+// The pairwise term is what an embedding model can learn and a linear one cannot.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+
+namespace gpubox::dataset {
+
+struct GeneratorOptions {
+  std::string out_dir;
+  std::uint64_t lines = 1000;
+  int files = 1;
+  std::uint64_t seed = 1;
+  int slots = 26;
+  int dense = 13;
+  std::uint64_t vocab = 100000;  // distinct keys per slot
+  double zipf = 1.1;
+  int factor_dim = 4;
+  double bias = -2.0;
+  double sigma_w = 0.25;
+  double sigma_v = 0.0;  // 0: chosen so the pairwise term has variance about 1
+  double sigma_u = 1.0;
+  int threads = 1;
+};
+
+// The planted model's parameters as functions of (seed, key); cheap to copy.
+class PlantedModel {
+ public:
+  explicit PlantedModel(const GeneratorOptions& options);
+  std::uint64_t key(int slot, std::uint64_t rank) const {
+    return static_cast<std::uint64_t>(slot) * vocab_ + rank + 1;
+  }
+  // Logit of an instance: keys[s] is slot s's key (0 = absent), dense has `dense` values.
+  double logit(const std::uint64_t* keys, const float* dense) const;
+  double sigma_v() const { return sigma_v_; }
+
+ private:
+  double weight(std::uint64_t key) const;
+  double factor(std::uint64_t key, int j) const;
+
+  int slots_;
+  int dense_;
+  int factor_dim_;
+  std::uint64_t vocab_;
+  std::uint64_t seed_;
+  double bias_;
+  double sigma_w_;
+  double sigma_v_;
+  std::vector<double> dense_weight_;
+};
+
+// Sampler of ranks in [0, n) with P(r) ∝ (r+1)^-exponent (Vose's alias method: O(1) a draw).
+class ZipfSampler {
+ public:
+  ZipfSampler(std::uint64_t n, double exponent);
+  std::uint64_t operator()(std::uint64_t random_bits) const;
+
+ private:
+  std::vector<std::uint32_t> threshold_;  // accept column c when the low 32 bits < threshold
+  std::vector<std::uint32_t> alias_;
+};
+
+struct OracleSummary {
+  std::uint64_t lines = 0;
+  std::uint64_t positives = 0;
+  double positive_rate = 0.0;
+  double auc = 0.0;
+  double logloss = 0.0;
+  double seconds = 0.0;
+  std::uint64_t bytes = 0;
+};
+
+// Writes options.files files `part-00000`.. (line i goes to file i * files / lines) and
+// `oracle.json` into options.out_dir (created if missing).
+Status generate(const GeneratorOptions& options, OracleSummary* summary);
+
+// Exact ROC AUC by sorting; tied scores count one half. 0.5 when one class is absent.
+double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8_t>& labels);
+// Mean binary cross-entropy of sigmoid(logit) against labels.
+double mean_logloss(const std::vector<double>& logits, const std::vector<std::uint8_t>& labels);
+
+}  // namespace gpubox::dataset

@@ -1,0 +1,354 @@
+#include "dataset/in_memory_dataset.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <memory>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "common/timer.hpp"
+#include "dataset/input_reader.hpp"
+#include "dataset/line_parser.hpp"
+#include "dataset/line_reader.hpp"
+#include "dataset/parallel.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+constexpr int kIndexBits = 40;
+constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+
+// One unit of reading work: a whole file, or a byte range of a regular file.
+struct ReadItem {
+  std::size_t file = 0;
+  bool whole = true;
+  bool first_of_file = true;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+
+struct ReadResult {
+  InstanceBlock block;
+  LoadStats stats;
+  Status status;
+  bool strict_failure = false;  // status is a strict-parse failure; errors.back() is the line
+};
+
+std::vector<ReadItem> plan_reads(const std::vector<std::string>& files, bool piped,
+                                 std::uint64_t split_bytes) {
+  std::vector<ReadItem> items;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    struct stat st {};
+    const bool split = !piped && ::stat(files[f].c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                       static_cast<std::uint64_t>(st.st_size) > split_bytes;
+    if (!split) {
+      items.push_back(ReadItem{f, true, true, 0, 0});
+      continue;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    for (std::uint64_t begin = 0; begin < size; begin += split_bytes) {
+      items.push_back(ReadItem{f, false, begin == 0, begin, std::min(size, begin + split_bytes)});
+    }
+  }
+  return items;
+}
+
+// Fisher-Yates driver: splitmix64 stream, Lemire's multiply-shift for the bound.
+class ShuffleRng {
+ public:
+  explicit ShuffleRng(std::uint64_t seed) : state_(mix64(seed ^ 0x5851f42d4c957f2dULL)) {}
+  std::uint64_t below(std::uint64_t bound) {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    const unsigned __int128 product = static_cast<unsigned __int128>(mix64(state_)) * bound;
+    return static_cast<std::uint64_t>(product >> 64);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+}  // namespace
+
+InMemoryDataset::InMemoryDataset(DatasetConfig config) : config_(std::move(config)) {
+  throw_if_error(validate(config_));
+}
+
+void InMemoryDataset::set_thread_num(int threads) {
+  GPUBOX_EXPECTS(threads >= 1, "thread_num must be >= 1, got ", threads);
+  config_.thread_num = threads;
+}
+
+void InMemoryDataset::set_batch_size(int batch_size) {
+  GPUBOX_EXPECTS(batch_size >= 1, "batch_size must be >= 1, got ", batch_size);
+  config_.batch_size = batch_size;
+}
+
+Status InMemoryDataset::load_into_memory() {
+  Timer timer;
+  const int num_slots = static_cast<int>(config_.slots.size());
+  const std::vector<ReadItem> items =
+      plan_reads(files_, !config_.pipe_command.empty(), config_.split_bytes);
+  std::vector<ReadResult> results(items.size());
+  // The lowest item index that failed; later items stop early, earlier ones run to the end so
+  // that a failing line's number in its file is known.
+  std::atomic<std::size_t> first_failure{std::numeric_limits<std::size_t>::max()};
+
+  auto mark_failed = [&](std::size_t item) {
+    std::size_t seen = first_failure.load();
+    while (item < seen && !first_failure.compare_exchange_weak(seen, item)) {
+    }
+  };
+
+  const int workers = config_.thread_num;
+  std::vector<std::unique_ptr<LineParser>> parsers(static_cast<std::size_t>(workers));
+  std::atomic<std::size_t> next_item{0};
+  run_workers(
+      std::min<int>(workers, std::max<int>(1, static_cast<int>(items.size()))), [&](int worker) {
+        auto& parser = parsers[static_cast<std::size_t>(worker)];
+        parser = std::make_unique<LineParser>(config_);
+        for (std::size_t i = next_item.fetch_add(1); i < items.size(); i = next_item.fetch_add(1)) {
+          if (i > first_failure.load(std::memory_order_relaxed)) break;
+          const ReadItem& item = items[i];
+          const std::string& path = files_[item.file];
+          ReadResult& result = results[i];
+          result.block = InstanceBlock(num_slots, config_.dense_dim);
+          LoadStats& stats = result.stats;
+          stats.files = item.first_of_file ? 1 : 0;
+          StatusOr<std::unique_ptr<LineReader>> opened =
+              item.whole
+                  ? LineReader::open(path, config_.pipe_command, config_.max_line_bytes)
+                  : LineReader::open_range(path, item.begin, item.end, config_.max_line_bytes);
+          if (!opened.ok()) {
+            result.status = opened.status();
+            mark_failed(i);
+            continue;
+          }
+          InputHooks hooks;
+          hooks.keep_going = [&] { return i <= first_failure.load(std::memory_order_relaxed); };
+          const InputOutcome outcome =
+              read_input(**opened, *parser, config_, path, &result.block, &stats, hooks);
+          result.status = outcome.status;
+          result.strict_failure = outcome.strict_failure;
+          if (outcome.strict_failure || !outcome.status.ok()) mark_failed(i);
+          result.block.shrink_to_fit();
+        }
+      });
+
+  // Merge in file order; line numbers of ranges become line numbers of their file.
+  LoadStats merged;
+  Status failure;
+  std::uint64_t line_offset = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    ReadResult& result = results[i];
+    if (items[i].first_of_file) line_offset = 0;
+    for (ParseErrorRecord& e : result.stats.errors) e.line += line_offset;
+    line_offset += result.stats.lines;
+    if (failure.ok() && !result.status.ok()) failure = result.status;
+    if (failure.ok() && result.strict_failure) {
+      failure = Status::Corruption(result.stats.errors.back().to_string() + " (strict_parse)");
+    }
+    merged.merge(result.stats, config_.max_reported_errors);
+    if (!failure.ok()) break;
+  }
+  merged.seconds = timer.seconds();
+  stats_ = std::move(merged);
+  if (!failure.ok()) return failure;
+
+  for (ReadResult& result : results) {
+    if (result.block.size() == 0) continue;
+    GPUBOX_EXPECTS(blocks_.size() < (std::size_t{1} << (64 - kIndexBits)), "too many blocks");
+    const auto block_id = static_cast<std::uint64_t>(blocks_.size());
+    for (std::size_t k = 0; k < result.block.size(); ++k) {
+      order_.push_back((block_id << kIndexBits) | k);
+    }
+    blocks_.push_back(std::move(result.block));
+  }
+  return Status::OK();
+}
+
+void InMemoryDataset::local_shuffle(std::uint64_t seed) {
+  ShuffleRng rng(seed);
+  for (std::size_t i = order_.size(); i > 1; --i) {
+    std::swap(order_[i - 1], order_[rng.below(i)]);
+  }
+}
+
+void InMemoryDataset::release_memory() {
+  std::vector<InstanceBlock>().swap(blocks_);
+  std::vector<std::uint64_t>().swap(order_);
+}
+
+InMemoryDataset::Location InMemoryDataset::locate(std::size_t position) const {
+  const std::uint64_t id = order_[position];
+  return Location{static_cast<std::uint32_t>(id >> kIndexBits), id & kIndexMask};
+}
+
+InstanceRef InMemoryDataset::instance(std::size_t position) const {
+  GPUBOX_EXPECTS(position < order_.size(), "instance ", position, " of ", order_.size());
+  const Location at = locate(position);
+  return blocks_[at.block].instance(at.index);
+}
+
+std::size_t InMemoryDataset::num_batches_per_card(int cards) const {
+  GPUBOX_EXPECTS(cards >= 1, "cards must be >= 1, got ", cards);
+  const std::size_t round = static_cast<std::size_t>(config_.batch_size) * cards;
+  return (order_.size() + round - 1) / round;
+}
+
+BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) const {
+  const std::size_t rounds = num_batches_per_card(cards);
+  GPUBOX_EXPECTS(card >= 0 && card < cards, "card ", card, " of ", cards);
+  GPUBOX_EXPECTS(index < rounds, "batch ", index, " of ", rounds, " per card");
+  const std::size_t batch = static_cast<std::size_t>(config_.batch_size);
+  const std::size_t round_size = batch * cards;
+  const std::size_t round_begin = index * round_size;
+  const auto c = static_cast<std::size_t>(card);
+  if (index + 1 < rounds) return BatchSpan{round_begin + c * batch, round_begin + (c + 1) * batch};
+  // Last round: spread the remaining instances evenly.
+  const std::size_t left = order_.size() - round_begin;
+  const std::size_t base = left / cards;
+  const std::size_t extra = left % cards;
+  const std::size_t begin = round_begin + c * base + std::min(c, extra);
+  return BatchSpan{begin, begin + base + (c < extra ? 1 : 0)};
+}
+
+void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* batch) const {
+  const BatchSpan span = batch_span(card, cards, index);
+  const std::size_t n = span.size();
+  const int num_slots = static_cast<int>(config_.slots.size());
+  const std::size_t dense_dim = static_cast<std::size_t>(config_.dense_dim);
+  batch->num_slots = num_slots;
+  batch->dense_dim = config_.dense_dim;
+  batch->labels.resize(n);
+  batch->dense.resize(n * dense_dim);
+  batch->offsets.assign(static_cast<std::size_t>(num_slots) * n + 1, 0);
+  std::vector<InstanceRef> refs(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    refs[i] = instance(span.begin + i);
+    batch->labels[i] = refs[i].label;
+    std::copy(refs[i].dense, refs[i].dense + dense_dim, batch->dense.begin() + i * dense_dim);
+  }
+  // offsets[s * n + i + 1] = end of slot s of instance i.
+  std::uint32_t total = 0;
+  for (int s = 0; s < num_slots; ++s) {
+    for (std::size_t i = 0; i < n; ++i) {
+      total += refs[i].slot_sizes[s];
+      batch->offsets[static_cast<std::size_t>(s) * n + i + 1] = total;
+    }
+  }
+  batch->keys.resize(total);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t* key = refs[i].keys;
+    for (int s = 0; s < num_slots; ++s) {
+      const std::uint32_t count = refs[i].slot_sizes[s];
+      std::copy(key, key + count,
+                batch->keys.begin() + batch->offsets[static_cast<std::size_t>(s) * n + i]);
+      key += count;
+    }
+  }
+}
+
+namespace {
+
+// Sorted distinct (partition, key) values: keys are scattered into `partitions` buckets by
+// part_of(slot, key) (counting sort, parallel over instance chunks), then each bucket is sorted
+// and deduplicated in parallel. Returns the keys bucket by bucket and the bucket bounds.
+template <class PartOf>
+std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partition(
+    const std::vector<InstanceBlock>& blocks, std::size_t partitions, int workers, PartOf part_of) {
+  struct Chunk {
+    std::size_t block, begin, end;
+  };
+  std::vector<Chunk> chunks;
+  std::size_t total_instances = 0;
+  for (const InstanceBlock& b : blocks) total_instances += b.size();
+  const std::size_t target = std::max<std::size_t>(4096, total_instances / (4 * workers) + 1);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    for (std::size_t i = 0; i < blocks[b].size(); i += target) {
+      chunks.push_back(Chunk{b, i, std::min(blocks[b].size(), i + target)});
+    }
+  }
+  auto for_each_key = [&](const Chunk& c, auto&& visit) {
+    const InstanceBlock& b = blocks[c.block];
+    for (std::size_t i = c.begin; i < c.end; ++i) {
+      const std::uint64_t* key = b.keys.data() + b.key_begin[i];
+      const std::uint32_t* sizes = b.slot_sizes.data() + i * b.num_slots;
+      for (int s = 0; s < b.num_slots; ++s) {
+        for (std::uint32_t k = 0; k < sizes[s]; ++k, ++key) {
+          if (*key != 0) visit(part_of(s, *key), *key);
+        }
+      }
+    }
+  };
+  // Counting sort by partition.
+  std::vector<std::size_t> counts(chunks.size() * partitions, 0);
+  parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
+    std::size_t* count = counts.data() + c * partitions;
+    for_each_key(chunks[c], [&](std::size_t p, std::uint64_t) { ++count[p]; });
+  });
+  std::vector<std::size_t> bucket_begin(partitions + 1, 0);
+  std::vector<std::size_t> cursor(chunks.size() * partitions);
+  std::size_t running = 0;
+  for (std::size_t p = 0; p < partitions; ++p) {
+    bucket_begin[p] = running;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      cursor[c * partitions + p] = running;
+      running += counts[c * partitions + p];
+    }
+  }
+  bucket_begin[partitions] = running;
+  std::vector<std::uint64_t> scattered(running);
+  parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
+    std::size_t* at = cursor.data() + c * partitions;
+    for_each_key(chunks[c], [&](std::size_t p, std::uint64_t key) { scattered[at[p]++] = key; });
+  });
+  // Sort and deduplicate each bucket, then pack.
+  std::vector<std::size_t> unique_count(partitions, 0);
+  parallel_tasks(workers, partitions, [&](std::size_t p) {
+    auto first = scattered.begin() + static_cast<std::ptrdiff_t>(bucket_begin[p]);
+    auto last = scattered.begin() + static_cast<std::ptrdiff_t>(bucket_begin[p + 1]);
+    std::sort(first, last);
+    unique_count[p] = static_cast<std::size_t>(std::unique(first, last) - first);
+  });
+  std::vector<std::size_t> out_begin(partitions + 1, 0);
+  for (std::size_t p = 0; p < partitions; ++p) out_begin[p + 1] = out_begin[p] + unique_count[p];
+  std::vector<std::uint64_t> out(out_begin[partitions]);
+  parallel_tasks(workers, partitions, [&](std::size_t p) {
+    std::copy_n(scattered.begin() + static_cast<std::ptrdiff_t>(bucket_begin[p]), unique_count[p],
+                out.begin() + static_cast<std::ptrdiff_t>(out_begin[p]));
+  });
+  return {std::move(out), std::move(out_begin)};
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
+  // A fixed bucket count keeps the output order independent of thread_num.
+  constexpr std::size_t kBuckets = 256;
+  return unique_by_partition(
+             blocks_, kBuckets, config_.thread_num,
+             [](int, std::uint64_t key) { return static_cast<std::size_t>(fmix64(key) >> 56); })
+      .first;
+}
+
+std::vector<std::size_t> InMemoryDataset::unique_keys_per_slot() const {
+  const std::size_t num_slots = config_.slots.size();
+  const auto bounds =
+      unique_by_partition(blocks_, num_slots, config_.thread_num, [](int slot, std::uint64_t) {
+        return static_cast<std::size_t>(slot);
+      }).second;
+  std::vector<std::size_t> counts(num_slots);
+  for (std::size_t s = 0; s < num_slots; ++s) counts[s] = bounds[s + 1] - bounds[s];
+  return counts;
+}
+
+std::size_t InMemoryDataset::memory_bytes() const {
+  std::size_t bytes = order_.capacity() * sizeof(std::uint64_t);
+  for (const InstanceBlock& b : blocks_) bytes += b.memory_bytes();
+  return bytes;
+}
+
+}  // namespace gpubox::dataset

@@ -1,0 +1,94 @@
+// InMemoryDataset: one pass of training data held in memory (PaddleRec's InMemoryDataset role).
+// Knows files and formats, not cards or the model: a "card" here is only an index that picks
+// which batches a caller gets.
+//
+// Tail policy of batch iteration (num_batches_per_card / fill_batch): with N instances, batch
+// size B and C cards, every card gets R = ceil(N / (B*C)) batches. Rounds 0..R-2 give every
+// card B consecutive instances; the last round's M = N - (R-1)*B*C instances are spread evenly,
+// card c getting M/C (+1 for c < M%C). So batch sizes differ by at most one in the last round,
+// and a card only gets an empty batch (0 instances) when M < C; that batch must still take part
+// in the collectives. Each instance is in exactly one batch per pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "dataset/batch.hpp"
+#include "dataset/dataset_types.hpp"
+#include "dataset/instance_block.hpp"
+
+namespace gpubox::dataset {
+
+// Instances [begin, end) of the current order that make up one batch.
+struct BatchSpan {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const { return end - begin; }
+};
+
+// Thread-safety: the loading and mutating members (load_into_memory, local_shuffle,
+// release_memory, set_*) need exclusive access; the const members may run concurrently, e.g.
+// one fill_batch per card thread.
+class InMemoryDataset {
+ public:
+  // Throws gpubox::Error if `config` does not pass validate().
+  explicit InMemoryDataset(DatasetConfig config);
+
+  void set_filelist(std::vector<std::string> files) { files_ = std::move(files); }
+  void set_thread_num(int threads);
+  void set_batch_size(int batch_size);
+  const std::vector<std::string>& filelist() const { return files_; }
+  const DatasetConfig& config() const { return config_; }
+
+  // Reads every file of the file list with thread_num readers and appends the instances in
+  // file-list order (so the result does not depend on thread_num). Large regular files are
+  // split into byte ranges read in parallel; piped files are read whole. Malformed lines are
+  // skipped and counted (load_stats()), or, with strict_parse, the first one fails the load.
+  // On any error (unreadable file, failing pipe_command, strict parse) nothing is added and the
+  // Status names the file (and line).
+  Status load_into_memory();
+  // Statistics of the last load_into_memory (also when it failed).
+  const LoadStats& load_stats() const { return stats_; }
+  // Seeded permutation of the instance order; the same seed gives the same order.
+  void local_shuffle(std::uint64_t seed);
+  // Drops every instance and returns the memory.
+  void release_memory();
+
+  std::size_t size() const { return order_.size(); }
+  // Instance at `position` of the current order. The view is valid until the next mutation.
+  InstanceRef instance(std::size_t position) const;
+
+  std::size_t num_batches_per_card(int cards) const;
+  // Which instances batch `index` of `card` holds (see the tail policy above).
+  BatchSpan batch_span(int card, int cards, std::size_t index) const;
+  // Builds that batch into `batch`, reusing its storage.
+  void fill_batch(int card, int cards, std::size_t index, Batch* batch) const;
+
+  // Distinct keys of all loaded instances, key 0 excluded; computed with thread_num threads.
+  // Order: grouped by a hash of the key, sorted inside each group; the same data gives the
+  // same order whatever thread_num is.
+  std::vector<std::uint64_t> unique_keys() const;
+  // Distinct keys per slot (a key in two slots counts in both).
+  std::vector<std::size_t> unique_keys_per_slot() const;
+  // Bytes held by instances and the order index.
+  std::size_t memory_bytes() const;
+
+ private:
+  struct Location {
+    std::uint32_t block;
+    std::uint64_t index;
+  };
+  Location locate(std::size_t position) const;
+
+  DatasetConfig config_;
+  std::vector<std::string> files_;
+  std::vector<InstanceBlock> blocks_;
+  // Current order: (block << kIndexBits) | index inside the block.
+  std::vector<std::uint64_t> order_;
+  LoadStats stats_;
+};
+
+}  // namespace gpubox::dataset

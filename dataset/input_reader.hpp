@@ -1,0 +1,37 @@
+// The loop shared by loading and converting: lines from a LineReader, parsed by a LineParser,
+// rejects counted by reason and the first ones recorded as `file:line: reason: detail`.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "dataset/dataset_types.hpp"
+#include "dataset/instance_block.hpp"
+#include "dataset/line_parser.hpp"
+#include "dataset/line_reader.hpp"
+
+namespace gpubox::dataset {
+
+struct InputHooks {
+  // Polled every few thousand lines; false stops reading (another reader failed).
+  std::function<bool()> keep_going;
+  // Called whenever `block` holds `chunk_instances` instances, and once at the end; it may
+  // consume and clear the block (streaming). Unset: the block keeps everything.
+  std::function<Status(InstanceBlock*)> on_chunk;
+  std::size_t chunk_instances = 0;
+};
+
+struct InputOutcome {
+  Status status;                // I/O error, pipe failure, or on_chunk's error
+  bool strict_failure = false;  // stopped at a malformed line (stats.errors.back())
+};
+
+// Reads `reader` to its end (or the first malformed line under config.strict_parse), appending
+// accepted instances to `block` and counting into `stats` (lines, blank lines, instances,
+// positives, bytes, rejects). Finishes the reader (pipe exit status).
+InputOutcome read_input(LineReader& reader, LineParser& parser, const DatasetConfig& config,
+                        const std::string& path, InstanceBlock* block, LoadStats* stats,
+                        const InputHooks& hooks = {});
+
+}  // namespace gpubox::dataset

@@ -1,0 +1,316 @@
+#include "dataset/line_parser.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "dataset/text_number.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+// Names up to this value use the direct numeric lookup table.
+constexpr std::uint64_t kMaxNumericSlotName = 1 << 16;
+
+// PaddleRec's Criteo preprocessing constants (models/rank/dnn): (x - min) / diff.
+constexpr float kCriteoMin[13] = {0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+constexpr float kCriteoDiff[13] = {20, 603, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50};
+
+constexpr int kCriteoFields = 1 + 13 + 26;
+
+inline bool is_blank_char(char c) { return c == ' ' || c == '\t'; }
+
+// Splits on runs of blanks: returns the next token and advances *pos; empty at the end.
+inline std::string_view next_token(std::string_view line, std::size_t* pos) {
+  std::size_t i = *pos;
+  const std::size_t n = line.size();
+  const char* p = line.data();
+  while (i < n && is_blank_char(p[i])) ++i;
+  std::size_t j = i;
+  while (j < n && !is_blank_char(p[j])) ++j;
+  *pos = j;
+  return line.substr(i, j - i);
+}
+
+inline bool parse_label(std::string_view text, float* label) {
+  if (text.size() != 1 || (text[0] != '0' && text[0] != '1')) return false;
+  *label = text[0] == '1' ? 1.0f : 0.0f;
+  return true;
+}
+
+// Only whitespace (blank or trailing CR) is left.
+inline bool is_blank_line(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// A plain decimal name without leading zeros ("0", "17"), as the numeric lookup expects.
+inline bool numeric_name(std::string_view name, std::uint64_t* value) {
+  if (name.empty() || name.size() > 6) return false;
+  if (name.size() > 1 && name[0] == '0') return false;
+  std::uint64_t v = 0;
+  for (char c : name) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  *value = v;
+  return true;
+}
+
+ParseResult fail(ParseReason reason, std::string_view token = {}) {
+  ParseResult r;
+  r.reason = reason;
+  r.token = token;
+  return r;
+}
+
+ParseResult fail_note(ParseReason reason, const char* note) {
+  ParseResult r;
+  r.reason = reason;
+  r.note = note;
+  return r;
+}
+
+}  // namespace
+
+std::string describe(const ParseResult& result) {
+  if (result.token.empty()) return result.note == nullptr ? "" : result.note;
+  std::string_view token = result.token.substr(0, 64);
+  std::string out = "'" + std::string(token) + "'";
+  if (result.token.size() > 64) out += "...";
+  return out;
+}
+
+LineParser::LineParser(const DatasetConfig& config)
+    : config_(config), num_slots_(static_cast<int>(config.slots.size())) {
+  throw_if_error(validate(config_));
+  for (int s = 0; s < num_slots_; ++s) {
+    std::uint64_t value = 0;
+    if (numeric_name(config_.slots[s], &value) && value < kMaxNumericSlotName) {
+      if (numeric_slot_.size() <= value) numeric_slot_.resize(value + 1, -1);
+      numeric_slot_[value] = s;
+    } else {
+      named_slot_.emplace(config_.slots[s], s);
+    }
+  }
+  dense_.reserve(config_.dense_dim);
+  slot_sizes_.resize(num_slots_);
+}
+
+int LineParser::slot_index(std::string_view name) const {
+  std::uint64_t value = 0;
+  if (numeric_name(name, &value)) {
+    return value < numeric_slot_.size() ? numeric_slot_[value] : -1;
+  }
+  if (named_slot_.empty()) return -1;
+  auto it = named_slot_.find(std::string(name));
+  return it == named_slot_.end() ? -1 : it->second;
+}
+
+ParseResult LineParser::parse(std::string_view line, InstanceBlock* out) {
+  GPUBOX_EXPECTS(out->num_slots == num_slots_ && out->dense_dim == config_.dense_dim,
+                 "InstanceBlock shape (", out->num_slots, " slots, dense ", out->dense_dim,
+                 ") does not match the config");
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (is_blank_line(line)) {
+    ParseResult r;
+    r.blank = true;
+    return r;
+  }
+  switch (config_.data_format) {
+    case DataFormat::kSlot:
+      return parse_slot(line, out);
+    case DataFormat::kMultiSlot:
+      return parse_multislot(line, out);
+    case DataFormat::kCriteo:
+      return parse_criteo(line, out);
+  }
+  GPUBOX_FAIL("unknown data format");
+}
+
+void LineParser::commit(float label, InstanceBlock* out) {
+  out->append(label, dense_.data(), keys_.data(), keys_.size(), slot_sizes_.data());
+}
+
+ParseResult LineParser::parse_slot(std::string_view line, InstanceBlock* out) {
+  pending_.clear();
+  dense_.clear();
+  bool has_label = false;
+  float label = 0.0f;
+  bool in_order = true;
+  std::uint32_t last_slot = 0;
+  ParseResult result;
+  const std::string_view label_name = config_.label_name;
+  const std::string_view dense_name = config_.dense_name;
+  const std::size_t dense_dim = static_cast<std::size_t>(config_.dense_dim);
+  std::size_t pos = 0;
+  for (;;) {
+    const std::string_view token = next_token(line, &pos);
+    if (token.empty()) break;
+    const std::size_t colon = token.find(':');
+    if (colon == std::string_view::npos || colon == 0 || colon + 1 == token.size() ||
+        token.find(':', colon + 1) != std::string_view::npos) {
+      return fail(ParseReason::kBadToken, token);
+    }
+    std::string_view name = token.substr(0, colon);
+    std::string_view value = token.substr(colon + 1);
+    if (config_.feasign_first) std::swap(name, value);
+
+    const int slot = slot_index(name);
+    if (slot >= 0) {
+      std::uint64_t key = 0;
+      if (!parse_u64(value, &key)) return fail(ParseReason::kBadKey, token);
+      if (key == 0) {
+        ++result.zero_keys;
+        continue;
+      }
+      const auto s = static_cast<std::uint32_t>(slot);
+      in_order = in_order && s >= last_slot;
+      last_slot = s;
+      pending_.emplace_back(s, key);
+    } else if (name == dense_name) {
+      if (dense_.size() >= dense_dim) return fail(ParseReason::kTooManyDense, token);
+      float v = 0.0f;
+      if (!parse_float(value, &v)) return fail(ParseReason::kBadDense, token);
+      dense_.push_back(v);
+    } else if (name == label_name) {
+      if (has_label || !parse_label(value, &label)) return fail(ParseReason::kBadLabel, token);
+      has_label = true;
+    } else if (!config_.ignore_unknown_slots) {
+      return fail(ParseReason::kUnknownSlot, token);
+    }
+  }
+  if (!has_label) return fail_note(ParseReason::kBadLabel, "missing label");
+  if (dense_.size() < dense_dim)
+    return fail_note(ParseReason::kTooFewDense, "fewer dense values than dense_dim");
+
+  // Group keys by slot, keeping their order inside a slot.
+  std::fill(slot_sizes_.begin(), slot_sizes_.end(), 0u);
+  for (const auto& [s, key] : pending_) ++slot_sizes_[s];
+  keys_.resize(pending_.size());
+  if (in_order) {
+    for (std::size_t k = 0; k < pending_.size(); ++k) keys_[k] = pending_[k].second;
+  } else {
+    std::vector<std::uint32_t>& cursor = cursor_;
+    cursor.assign(num_slots_, 0);
+    for (int s = 1; s < num_slots_; ++s) cursor[s] = cursor[s - 1] + slot_sizes_[s - 1];
+    for (const auto& [s, key] : pending_) keys_[cursor[s]++] = key;
+  }
+  commit(label, out);
+  return result;
+}
+
+ParseResult LineParser::parse_multislot(std::string_view line, InstanceBlock* out) {
+  dense_.clear();
+  keys_.clear();
+  ParseResult result;
+  std::size_t pos = 0;
+  std::uint64_t count = 0;
+
+  std::string_view token = next_token(line, &pos);
+  if (!parse_u64(token, &count) || count != 1) return fail(ParseReason::kFieldCount, token);
+  token = next_token(line, &pos);
+  float label = 0.0f;
+  if (token.empty()) return fail_note(ParseReason::kFieldCount, "label value missing");
+  if (!parse_label(token, &label)) return fail(ParseReason::kBadLabel, token);
+
+  if (config_.dense_dim > 0) {
+    token = next_token(line, &pos);
+    if (!parse_u64(token, &count)) return fail(ParseReason::kFieldCount, token);
+    if (count > static_cast<std::uint64_t>(config_.dense_dim)) {
+      return fail(ParseReason::kTooManyDense, token);
+    }
+    if (count < static_cast<std::uint64_t>(config_.dense_dim)) {
+      return fail(ParseReason::kTooFewDense, token);
+    }
+    for (std::uint64_t k = 0; k < count; ++k) {
+      token = next_token(line, &pos);
+      if (token.empty()) return fail_note(ParseReason::kFieldCount, "dense values missing");
+      float v = 0.0f;
+      if (!parse_float(token, &v)) return fail(ParseReason::kBadDense, token);
+      dense_.push_back(v);
+    }
+  }
+  for (int s = 0; s < num_slots_; ++s) {
+    token = next_token(line, &pos);
+    if (token.empty()) return fail_note(ParseReason::kFieldCount, "slot count missing");
+    if (!parse_u64(token, &count)) return fail(ParseReason::kFieldCount, token);
+    std::uint32_t kept = 0;
+    for (std::uint64_t k = 0; k < count; ++k) {
+      token = next_token(line, &pos);
+      if (token.empty()) return fail_note(ParseReason::kFieldCount, "slot values missing");
+      std::uint64_t key = 0;
+      if (!parse_u64(token, &key)) return fail(ParseReason::kBadKey, token);
+      if (key == 0) {
+        ++result.zero_keys;
+        continue;
+      }
+      keys_.push_back(key);
+      ++kept;
+    }
+    slot_sizes_[s] = kept;
+  }
+  token = next_token(line, &pos);
+  if (!token.empty()) return fail(ParseReason::kFieldCount, token);
+  commit(label, out);
+  return result;
+}
+
+std::uint64_t LineParser::criteo_key(std::string_view value, int slot) {
+  const std::uint64_t key = XXH64(value.data(), value.size(), static_cast<XXH64_hash_t>(slot));
+  return key == 0 ? 1 : key;
+}
+
+float LineParser::criteo_dense(std::int64_t value, int index, CriteoDense transform) {
+  const double x = static_cast<double>(value);
+  switch (transform) {
+    case CriteoDense::kMinMax:
+      return static_cast<float>((x - kCriteoMin[index]) / kCriteoDiff[index]);
+    case CriteoDense::kLog:
+      return static_cast<float>(std::log1p(std::max(x, 0.0)));
+    case CriteoDense::kNone:
+      return static_cast<float>(x);
+  }
+  return 0.0f;
+}
+
+ParseResult LineParser::parse_criteo(std::string_view line, InstanceBlock* out) {
+  dense_.assign(13, 0.0f);
+  keys_.clear();
+  std::fill(slot_sizes_.begin(), slot_sizes_.end(), 0u);
+  float label = 0.0f;
+  std::size_t start = 0;
+  int field = 0;
+  for (;; ++field) {
+    const void* tab = std::memchr(line.data() + start, '\t', line.size() - start);
+    const std::size_t stop =
+        tab == nullptr ? line.size() : static_cast<const char*>(tab) - line.data();
+    const std::string_view value = line.substr(start, stop - start);
+    if (field >= kCriteoFields) return fail_note(ParseReason::kFieldCount, "more than 40 fields");
+    if (field == 0) {
+      if (!parse_label(value, &label)) {
+        return value.empty() ? fail_note(ParseReason::kBadLabel, "missing label")
+                             : fail(ParseReason::kBadLabel, value);
+      }
+    } else if (field <= 13) {
+      if (!value.empty()) {
+        std::int64_t x = 0;
+        if (!parse_i64(value, &x)) return fail(ParseReason::kBadDense, value);
+        dense_[field - 1] = criteo_dense(x, field - 1, config_.criteo_dense);
+      }
+    } else if (!value.empty()) {
+      const int slot = field - 14;
+      keys_.push_back(criteo_key(value, slot));
+      slot_sizes_[slot] = 1;
+    }
+    if (tab == nullptr) break;
+    start = stop + 1;
+  }
+  if (field + 1 != kCriteoFields) return fail_note(ParseReason::kFieldCount, "too few fields");
+  commit(label, out);
+  return ParseResult{};
+}
+
+}  // namespace gpubox::dataset

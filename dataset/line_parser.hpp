@@ -1,0 +1,66 @@
+// Parses one text line of any input format into an InstanceBlock. No allocation per line once
+// the scratch buffers have grown.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "dataset/dataset_types.hpp"
+#include "dataset/instance_block.hpp"
+
+namespace gpubox::dataset {
+
+// Outcome of one line. `token` points into the parsed line (valid as long as the line is).
+struct ParseResult {
+  ParseReason reason = ParseReason::kOk;
+  bool blank = false;           // empty / whitespace-only line: neither instance nor error
+  std::string_view token;       // the offending token, when there is one
+  const char* note = nullptr;   // or a short explanation ("missing label")
+  std::uint32_t zero_keys = 0;  // feasigns equal to 0 that were dropped ("no feature")
+  bool ok() const { return reason == ParseReason::kOk; }
+};
+
+// "bad_key: '12a'" style detail for a rejected line (token cut to 64 characters).
+std::string describe(const ParseResult& result);
+
+// Not thread-safe (scratch buffers): one parser per reader thread.
+class LineParser {
+ public:
+  // `config` must pass validate(); it is copied.
+  explicit LineParser(const DatasetConfig& config);
+
+  // Parses `line` (no '\n'; a trailing '\r' is tolerated). On success appends one instance to
+  // `out` (unless the line is blank); on failure leaves `out` untouched.
+  ParseResult parse(std::string_view line, InstanceBlock* out);
+
+  // Criteo categorical -> key: xxHash64 of the bytes seeded with the slot index, so one value
+  // in two slots gives two keys; 0 (reserved for "no feature") maps to 1.
+  static std::uint64_t criteo_key(std::string_view value, int slot);
+  // Criteo integer feature `index` (0..12) -> dense float under `transform`.
+  static float criteo_dense(std::int64_t value, int index, CriteoDense transform);
+
+ private:
+  ParseResult parse_slot(std::string_view line, InstanceBlock* out);
+  ParseResult parse_multislot(std::string_view line, InstanceBlock* out);
+  ParseResult parse_criteo(std::string_view line, InstanceBlock* out);
+  // Slot index of a slot-format name, -1 when unknown.
+  int slot_index(std::string_view name) const;
+  void commit(float label, InstanceBlock* out);
+
+  DatasetConfig config_;
+  int num_slots_;
+  std::vector<int> numeric_slot_;  // slot index by numeric name ("17" -> index), -1 if none
+  std::unordered_map<std::string, int> named_slot_;  // names that are not plain numbers
+  // Scratch of the line being parsed.
+  std::vector<float> dense_;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> pending_;  // (slot, key) as met
+  std::vector<std::uint64_t> keys_;                               // grouped by slot
+  std::vector<std::uint32_t> slot_sizes_;
+  std::vector<std::uint32_t> cursor_;
+};
+
+}  // namespace gpubox::dataset

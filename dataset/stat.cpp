@@ -1,0 +1,143 @@
+#include "dataset/stat.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "common/timer.hpp"
+#include "dataset/in_memory_dataset.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string json_quote(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+double StatReport::mb_per_second() const {
+  return stats.seconds > 0 ? static_cast<double>(stats.bytes) / 1e6 / stats.seconds : 0.0;
+}
+
+double StatReport::instances_per_second() const {
+  return stats.seconds > 0 ? static_cast<double>(stats.instances) / stats.seconds : 0.0;
+}
+
+StatReport run_stat(const DatasetConfig& config, const std::vector<std::string>& files) {
+  StatReport report;
+  report.config = config;
+  InMemoryDataset dataset(config);
+  dataset.set_filelist(files);
+  report.load_status = dataset.load_into_memory();
+  report.stats = dataset.load_stats();
+  report.stats.files = files.size();
+  if (report.load_status.ok()) {
+    Timer timer;
+    report.unique_keys = dataset.unique_keys().size();
+    report.unique_keys_per_slot = dataset.unique_keys_per_slot();
+    report.unique_seconds = timer.seconds();
+    report.memory_bytes = dataset.memory_bytes();
+  } else {
+    report.unique_keys_per_slot.assign(config.slots.size(), 0);
+  }
+  return report;
+}
+
+std::string stat_json(const StatReport& r) {
+  const LoadStats& s = r.stats;
+  std::ostringstream out;
+  out << "{\"files\": " << s.files << ", \"lines\": " << s.lines
+      << ", \"instances\": " << s.instances << ", \"blank_lines\": " << s.blank_lines
+      << ", \"skipped_lines\": " << s.skipped_lines() << ", \"skipped_by_reason\": {";
+  bool first = true;
+  for (std::size_t k = 1; k < kNumParseReasons; ++k) {
+    out << (first ? "" : ", ") << json_quote(reason_name(static_cast<ParseReason>(k))) << ": "
+        << s.skipped_by_reason[k];
+    first = false;
+  }
+  out << "}, \"unique_keys\": " << r.unique_keys << ", \"unique_keys_per_slot\": {";
+  for (std::size_t k = 0; k < r.unique_keys_per_slot.size(); ++k) {
+    out << (k ? ", " : "") << json_quote(r.config.slots[k]) << ": " << r.unique_keys_per_slot[k];
+  }
+  out << "}, \"positives\": " << s.positives << ", \"zero_keys_dropped\": " << s.zero_keys_dropped
+      << ", \"bytes\": " << s.bytes << ", \"seconds\": " << number(s.seconds)
+      << ", \"mb_per_s\": " << number(r.mb_per_second())
+      << ", \"instances_per_s\": " << number(r.instances_per_second())
+      << ", \"unique_seconds\": " << number(r.unique_seconds)
+      << ", \"memory_bytes\": " << r.memory_bytes << ", \"threads\": " << r.config.thread_num
+      << ", \"data_format\": " << json_quote(format_name(r.config.data_format))
+      << ", \"status\": " << json_quote(r.load_status.ok() ? "ok" : r.load_status.to_string())
+      << ", \"errors\": [";
+  for (std::size_t k = 0; k < s.errors.size(); ++k) {
+    const ParseErrorRecord& e = s.errors[k];
+    out << (k ? ", " : "") << "{\"file\": " << json_quote(e.file) << ", \"line\": " << e.line
+        << ", \"reason\": " << json_quote(reason_name(e.reason))
+        << ", \"detail\": " << json_quote(e.detail) << "}";
+  }
+  out << "]}";
+  return out.str();
+}
+
+std::string stat_text(const StatReport& r) {
+  const LoadStats& s = r.stats;
+  std::ostringstream out;
+  out << "format: " << format_name(r.config.data_format) << ", threads: " << r.config.thread_num
+      << "\nfiles: " << s.files << ", lines: " << s.lines << ", instances: " << s.instances
+      << ", positives: " << s.positives << ", blank lines: " << s.blank_lines
+      << "\nskipped lines: " << s.skipped_lines();
+  for (std::size_t k = 1; k < kNumParseReasons; ++k) {
+    if (s.skipped_by_reason[k] > 0) {
+      out << ", " << reason_name(static_cast<ParseReason>(k)) << ": " << s.skipped_by_reason[k];
+    }
+  }
+  for (const ParseErrorRecord& e : s.errors) out << "\n  " << e.to_string();
+  if (s.zero_keys_dropped > 0) out << "\nzero keys dropped: " << s.zero_keys_dropped;
+  out << "\nunique keys: " << r.unique_keys << " (per slot:";
+  for (std::size_t k = 0; k < r.unique_keys_per_slot.size(); ++k) {
+    out << " " << r.config.slots[k] << "=" << r.unique_keys_per_slot[k];
+  }
+  out << ")\nbytes: " << s.bytes << ", seconds: " << number(s.seconds)
+      << ", MB/s: " << number(r.mb_per_second())
+      << ", instances/s: " << number(r.instances_per_second())
+      << "\nmemory: " << number(static_cast<double>(r.memory_bytes) / 1e6) << " MB"
+      << ", unique-key pass: " << number(r.unique_seconds) << " s";
+  if (!r.load_status.ok()) out << "\nerror: " << r.load_status.to_string();
+  out << "\n";
+  return out.str();
+}
+
+}  // namespace gpubox::dataset

@@ -1,0 +1,50 @@
+// Number <-> text without allocation or locale: std::from_chars / std::to_chars (libstdc++ 12
+// parses floats with the fast_float algorithm, exactly rounded) plus the small rules of our
+// formats (a leading '+' is accepted, non-finite floats are not).
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gpubox::dataset {
+
+// Whole-token parses: false unless every character of `text` was used.
+inline bool parse_u64(std::string_view text, std::uint64_t* out) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+inline bool parse_i64(std::string_view text, std::int64_t* out) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// Finite floats only ("nan", "inf" and overflow are rejected).
+inline bool parse_float(std::string_view text, float* out) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
+}
+
+// Appends the shortest text that parses back to exactly `value`.
+inline void append_float(std::string* out, float value) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  out->append(buf, end);
+}
+
+inline void append_u64(std::string* out, std::uint64_t value) {
+  char buf[24];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  out->append(buf, end);
+}
+
+}  // namespace gpubox::dataset
