@@ -35,17 +35,28 @@ std::string hex_prefix(const uint8_t* bytes, std::size_t n) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kAuth: return "AUTH";
-    case Op::kInfo: return "INFO";
-    case Op::kPull: return "PULL";
-    case Op::kPush: return "PUSH";
-    case Op::kErase: return "ERASE";
-    case Op::kSave: return "SAVE";
-    case Op::kLoad: return "LOAD";
-    case Op::kShrink: return "SHRINK";
-    case Op::kStats: return "STATS";
-    case Op::kBarrier: return "BARRIER";
-    case Op::kShutdown: return "SHUTDOWN";
+    case Op::kAuth:
+      return "AUTH";
+    case Op::kInfo:
+      return "INFO";
+    case Op::kPull:
+      return "PULL";
+    case Op::kPush:
+      return "PUSH";
+    case Op::kErase:
+      return "ERASE";
+    case Op::kSave:
+      return "SAVE";
+    case Op::kLoad:
+      return "LOAD";
+    case Op::kShrink:
+      return "SHRINK";
+    case Op::kStats:
+      return "STATS";
+    case Op::kBarrier:
+      return "BARRIER";
+    case Op::kShutdown:
+      return "SHUTDOWN";
   }
   return "OP#?";
 }
@@ -56,17 +67,28 @@ bool is_known_op(uint16_t value) {
 
 Status make_status(Status::Code code, std::string message) {
   switch (code) {
-    case Status::Code::kOk: return Status::OK();
-    case Status::Code::kInvalidArgument: return Status::InvalidArgument(std::move(message));
-    case Status::Code::kNotFound: return Status::NotFound(std::move(message));
-    case Status::Code::kIOError: return Status::IOError(std::move(message));
-    case Status::Code::kCorruption: return Status::Corruption(std::move(message));
-    case Status::Code::kUnavailable: return Status::Unavailable(std::move(message));
-    case Status::Code::kDeadlineExceeded: return Status::DeadlineExceeded(std::move(message));
-    case Status::Code::kPermissionDenied: return Status::PermissionDenied(std::move(message));
-    case Status::Code::kResourceExhausted: return Status::ResourceExhausted(std::move(message));
-    case Status::Code::kAborted: return Status::Aborted(std::move(message));
-    case Status::Code::kInternal: return Status::Internal(std::move(message));
+    case Status::Code::kOk:
+      return Status::OK();
+    case Status::Code::kInvalidArgument:
+      return Status::InvalidArgument(std::move(message));
+    case Status::Code::kNotFound:
+      return Status::NotFound(std::move(message));
+    case Status::Code::kIOError:
+      return Status::IOError(std::move(message));
+    case Status::Code::kCorruption:
+      return Status::Corruption(std::move(message));
+    case Status::Code::kUnavailable:
+      return Status::Unavailable(std::move(message));
+    case Status::Code::kDeadlineExceeded:
+      return Status::DeadlineExceeded(std::move(message));
+    case Status::Code::kPermissionDenied:
+      return Status::PermissionDenied(std::move(message));
+    case Status::Code::kResourceExhausted:
+      return Status::ResourceExhausted(std::move(message));
+    case Status::Code::kAborted:
+      return Status::Aborted(std::move(message));
+    case Status::Code::kInternal:
+      return Status::Internal(std::move(message));
   }
   return Status::Internal(std::move(message));
 }
@@ -98,8 +120,7 @@ StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
   const uint16_t version = load<uint16_t>(bytes + 4);
   if (version != kProtocolVersion) {
     return Status::InvalidArgument("unsupported protocol version " + std::to_string(version) +
-                                   " (this build speaks " + std::to_string(kProtocolVersion) +
-                                   ")");
+                                   " (this build speaks " + std::to_string(kProtocolVersion) + ")");
   }
   const uint16_t raw_op = load<uint16_t>(bytes + 6);
   const uint16_t op = raw_op & static_cast<uint16_t>(~kResponseBit);
@@ -118,10 +139,9 @@ StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
   h.request_id = load<uint64_t>(bytes + 16);
   h.client_id = load<uint64_t>(bytes + 24);
   if (h.payload_bytes > max_payload_bytes) {
-    return Status::ResourceExhausted(std::string(op_name(h.op)) + " frame of " +
-                                     std::to_string(h.payload_bytes) +
-                                     " payload bytes is over the limit of " +
-                                     std::to_string(max_payload_bytes));
+    return Status::ResourceExhausted(
+        std::string(op_name(h.op)) + " frame of " + std::to_string(h.payload_bytes) +
+        " payload bytes is over the limit of " + std::to_string(max_payload_bytes));
   }
   if (!h.response && h.status != Status::Code::kOk) {
     return Status::Corruption("request frame carries a status");
@@ -262,7 +282,8 @@ StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n) {
   uint32_t count = 0, has_slots = 0;
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&has_slots));
-  if (has_slots > 1) return Status::Corruption("PULL request: has_slots is " + std::to_string(has_slots));
+  if (has_slots > 1)
+    return Status::Corruption("PULL request: has_slots is " + std::to_string(has_slots));
   PullRequest req;
   GPUBOX_RETURN_IF_ERROR(r.get_array(&req.keys, count));
   if (has_slots) GPUBOX_RETURN_IF_ERROR(r.get_array(&req.slots, count));
@@ -370,7 +391,9 @@ StatusOr<std::string> decode_path_request(const uint8_t* data, std::size_t n) {
   return path;
 }
 
-void encode_u64_reply(uint64_t value, std::vector<uint8_t>* out) { PayloadWriter(out).put_u64(value); }
+void encode_u64_reply(uint64_t value, std::vector<uint8_t>* out) {
+  PayloadWriter(out).put_u64(value);
+}
 
 StatusOr<uint64_t> decode_u64_reply(const uint8_t* data, std::size_t n) {
   PayloadReader r(data, n, "u64 reply");

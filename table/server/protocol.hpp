@@ -72,7 +72,8 @@ struct FrameHeader {
 void encode_header(const FrameHeader& header, uint8_t* out);
 // Parses and validates a header: magic, version, known op, status code, payload under
 // `max_payload_bytes`. `n` < kHeaderBytes is a truncated-frame error.
-StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n, uint32_t max_payload_bytes);
+StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
+                                    uint32_t max_payload_bytes);
 
 // A whole frame in one buffer (header + payload). encode_frame sets payload_bytes.
 std::vector<uint8_t> encode_frame(FrameHeader header, const std::vector<uint8_t>& payload);
@@ -174,8 +175,8 @@ struct PullReplyView {
   const uint8_t* rows = nullptr;  // n * stride floats, unaligned
 };
 // Checks n/stride against the expected values and the payload size.
-StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n,
-                                          uint32_t expect_n, uint32_t expect_stride);
+StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
+                                          uint32_t expect_stride);
 
 // PUSH request: u32 n, u32 stride, u64 keys[n], f32 rows[n * stride].
 void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,

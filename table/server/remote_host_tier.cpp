@@ -16,7 +16,8 @@ namespace {
 uint64_t random_client_id() {
   std::random_device rd;
   const uint64_t entropy = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  const auto now =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   const uint64_t id = mix64(entropy ^ fmix64(now) ^ (static_cast<uint64_t>(::getpid()) << 17));
   return id == 0 ? 1 : id;
 }
@@ -77,10 +78,10 @@ Status RemoteHostTier::check_servers() {
           std::to_string(layout_.mf_dim) + ": start the servers with the trainer's config");
     }
     if (info.shard_num > 1 && (info.shard_num != n || info.shard_id != e)) {
-      return Status::InvalidArgument("server " + where + " is shard " + std::to_string(info.shard_id) +
-                                     " of " + std::to_string(info.shard_num) +
-                                     " but is listed at position " + std::to_string(e) + " of " +
-                                     std::to_string(n) + " endpoints");
+      return Status::InvalidArgument(
+          "server " + where + " is shard " + std::to_string(info.shard_id) + " of " +
+          std::to_string(info.shard_num) + " but is listed at position " + std::to_string(e) +
+          " of " + std::to_string(n) + " endpoints");
     }
     if (info.shard_num == 1 && n > 1) {
       GPUBOX_LOG(WARNING) << "RemoteHostTier: server " << where
@@ -101,7 +102,8 @@ std::vector<std::vector<uint32_t>> RemoteHostTier::split_by_endpoint(const uint6
     return out;
   }
   for (auto& v : out) v.reserve(n / shards + 16);
-  for (std::size_t i = 0; i < n; ++i) out[host_shard(keys[i], shards)].push_back(static_cast<uint32_t>(i));
+  for (std::size_t i = 0; i < n; ++i)
+    out[host_shard(keys[i], shards)].push_back(static_cast<uint32_t>(i));
   return out;
 }
 
@@ -240,30 +242,30 @@ StatusOr<uint64_t> RemoteHostTier::shrink() {
 Status RemoteHostTier::save(const std::string& path, SaveMode mode) {
   std::vector<uint8_t> payload;
   encode_save_request(mode, path, &payload);
-  return run_on_every_endpoint(Op::kSave, payload,
-                               [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  return run_on_every_endpoint(
+      Op::kSave, payload, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
 }
 
 Status RemoteHostTier::load(const std::string& path) {
   std::vector<uint8_t> payload;
   encode_path_request(path, &payload);
-  return run_on_every_endpoint(Op::kLoad, payload,
-                               [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  return run_on_every_endpoint(
+      Op::kLoad, payload, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
 }
 
 Status RemoteHostTier::barrier(const std::string& name, uint32_t parties, double timeout_s) {
   std::vector<uint8_t> payload;
   encode_barrier_request(name, parties, &payload);
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kBarrier, 0, payload)};
-  return transport_.run(Op::kBarrier, requests,
-                        [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
-                        /*retry=*/false, timeout_s);
+  return transport_.run(
+      Op::kBarrier, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/false, timeout_s);
 }
 
 Status RemoteHostTier::shutdown_servers() {
-  return run_on_every_endpoint(Op::kShutdown, {},
-                               [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
-                               /*retry=*/false);
+  return run_on_every_endpoint(
+      Op::kShutdown, {}, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/false);
 }
 
 }  // namespace gpubox::table::server

@@ -56,7 +56,7 @@ class RequestWindow {
   const std::size_t max_clients_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, ClientRequests> clients_;  // GUARDED_BY(mu_)
-  uint64_t clock_ = 0;                                     // GUARDED_BY(mu_)
+  uint64_t clock_ = 0;                                    // GUARDED_BY(mu_)
 };
 
 }  // namespace gpubox::table::server

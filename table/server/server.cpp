@@ -98,8 +98,8 @@ class Server::Impl {
   bool stopped() const { return stopped_.load(); }
   ServerCounters counters() const;
 
-  std::atomic<uint64_t> connections{0}, requests{0}, duplicates{0}, rows_pulled{0},
-      rows_pushed{0}, protocol_errors{0}, auth_refusals{0};
+  std::atomic<uint64_t> connections{0}, requests{0}, duplicates{0}, rows_pulled{0}, rows_pushed{0},
+      protocol_errors{0}, auth_refusals{0};
 
  private:
   void accept();
@@ -135,11 +135,11 @@ namespace {
 // operation in flight at a time; a barrier release is posted to the socket's strand).
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Server::Impl* server, tcp::socket socket)
-      : server_(server), socket_(std::move(socket)) {
+  Session(Server::Impl* server, tcp::socket socket) : server_(server), socket_(std::move(socket)) {
     boost::system::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
+    peer_ =
+        ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
     authenticated_ = server_->options().auth_token.empty();
   }
 
@@ -155,16 +155,16 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void read_header() {
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(header_bytes_),
-                     [self](const boost::system::error_code& ec, std::size_t) {
-                       self->on_header(ec);
-                     });
+    asio::async_read(
+        socket_, asio::buffer(header_bytes_),
+        [self](const boost::system::error_code& ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(const boost::system::error_code& ec) {
     if (ec) {
       if (ec != asio::error::eof && ec != asio::error::operation_aborted) {
-        GPUBOX_LOG(INFO) << "gpubox_server: connection from " << peer_ << " ended: " << ec.message();
+        GPUBOX_LOG(INFO) << "gpubox_server: connection from " << peer_
+                         << " ended: " << ec.message();
       }
       return close();
     }
@@ -174,10 +174,9 @@ class Session : public std::enable_shared_from_this<Session> {
     header_ = *header;
     payload_.resize(header_.payload_bytes);
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(payload_),
-                     [self](const boost::system::error_code& ec2, std::size_t) {
-                       self->on_payload(ec2);
-                     });
+    asio::async_read(
+        socket_, asio::buffer(payload_),
+        [self](const boost::system::error_code& ec2, std::size_t) { self->on_payload(ec2); });
   }
 
   void on_payload(const boost::system::error_code& ec) {
@@ -231,10 +230,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(Reply reply) {
     reply_ = std::move(reply);
     auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(reply_.frame),
-                      [self](const boost::system::error_code& ec, std::size_t) {
-                        self->on_written(ec);
-                      });
+    asio::async_write(
+        socket_, asio::buffer(reply_.frame),
+        [self](const boost::system::error_code& ec, std::size_t) { self->on_written(ec); });
   }
 
   void on_written(const boost::system::error_code& ec) {
@@ -274,7 +272,9 @@ class Session : public std::enable_shared_from_this<Session> {
 Status Server::Impl::listen() {
   boost::system::error_code ec;
   auto address = asio::ip::make_address(options_.bind_address, ec);
-  if (ec) return Status::InvalidArgument("bad bind address '" + options_.bind_address + "': " + ec.message());
+  if (ec)
+    return Status::InvalidArgument("bad bind address '" + options_.bind_address +
+                                   "': " + ec.message());
   tcp::endpoint endpoint(address, options_.port);
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -290,19 +290,19 @@ Status Server::Impl::listen() {
 }
 
 void Server::Impl::accept() {
-  acceptor_.async_accept(asio::make_strand(io_), [this](const boost::system::error_code& ec,
-                                                        tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (ec) {
-      GPUBOX_LOG(WARNING) << "gpubox_server: accept failed: " << ec.message();
-    } else {
-      connections.fetch_add(1, std::memory_order_relaxed);
-      boost::system::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(this, std::move(socket))->start();
-    }
-    accept();
-  });
+  acceptor_.async_accept(
+      asio::make_strand(io_), [this](const boost::system::error_code& ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+        if (ec) {
+          GPUBOX_LOG(WARNING) << "gpubox_server: accept failed: " << ec.message();
+        } else {
+          connections.fetch_add(1, std::memory_order_relaxed);
+          boost::system::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
+          std::make_shared<Session>(this, std::move(socket))->start();
+        }
+        accept();
+      });
 }
 
 void Server::Impl::run_threads() {
@@ -426,8 +426,8 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
       Reply reply;
       reply.frame.resize(kHeaderBytes + bytes);
       std::size_t created = 0;
-      float* rows = reinterpret_cast<float*>(reply.frame.data() + kHeaderBytes +
-                                             pull_reply_rows_offset());
+      float* rows =
+          reinterpret_cast<float*>(reply.frame.data() + kHeaderBytes + pull_reply_rows_offset());
       st = table_->pull(req->keys.data(), req->slots.empty() ? nullptr : req->slots.data(),
                         req->keys.size(), rows, &created);
       if (!st.ok()) return fail(st);
@@ -510,17 +510,18 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
 void Server::Impl::barrier_arrive(const std::shared_ptr<Session>& session,
                                   const FrameHeader& header, const std::vector<uint8_t>& payload) {
   auto req = decode_barrier_request(payload.data(), payload.size());
-  if (!req.ok()) return session->post_reply(error_reply(header, req.status().with_context("BARRIER")));
+  if (!req.ok())
+    return session->post_reply(error_reply(header, req.status().with_context("BARRIER")));
   std::vector<Waiter> released;
   {
     std::lock_guard<std::mutex> lock(barrier_mu_);
     Barrier& barrier = barriers_[req->name];
     if (!barrier.waiters.empty() && barrier.parties != req->parties) {
       return session->post_reply(error_reply(
-          header, Status::InvalidArgument("BARRIER '" + req->name + "': " +
-                                          std::to_string(req->parties) + " parties, but " +
-                                          std::to_string(barrier.parties) +
-                                          " announced by those already waiting")));
+          header,
+          Status::InvalidArgument("BARRIER '" + req->name + "': " + std::to_string(req->parties) +
+                                  " parties, but " + std::to_string(barrier.parties) +
+                                  " announced by those already waiting")));
     }
     barrier.parties = req->parties;
     barrier.waiters.push_back(Waiter{session, header});

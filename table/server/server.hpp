@@ -55,8 +55,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  uint16_t port() const;           // the bound port (the ephemeral one when asked for 0)
-  std::string endpoint() const;    // "ip:port"
+  uint16_t port() const;         // the bound port (the ephemeral one when asked for 0)
+  std::string endpoint() const;  // "ip:port"
   // Stops accepting and serving; returns at once (wait() for the threads). Thread-safe,
   // idempotent. A SHUTDOWN frame calls it after its reply was sent.
   void stop();

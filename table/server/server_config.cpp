@@ -53,7 +53,9 @@ Status parse_sparse_config_yaml(const std::string& yaml_text, const std::string&
     }
     const YAML::Node opt = hyper["sparse_optimizer"];
     if (!opt) return Status::OK();
-    if (!opt.IsMap()) return Status::InvalidArgument(source + ": hyper_parameters.sparse_optimizer is not a mapping");
+    if (!opt.IsMap())
+      return Status::InvalidArgument(source +
+                                     ": hyper_parameters.sparse_optimizer is not a mapping");
     std::map<std::string, float*> floats = {
         {"learning_rate", &config->learning_rate},
         {"initial_g2sum", &config->initial_g2sum},

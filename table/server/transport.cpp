@@ -270,7 +270,8 @@ Status Transport::drive(Op op, std::vector<Attempt>& attempts,
     for (auto& a : attempts) {
       if (a.finished()) continue;
       short events = POLLIN;
-      if (a.next_send < a.queue.size() && (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
+      if (a.next_send < a.queue.size() &&
+          (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
         events |= POLLOUT;
       }
       fds.push_back(pollfd{a.conn.fd(), events, 0});
@@ -468,14 +469,16 @@ Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const Reply
       }
     }
 
-    // Sleep until the earliest endpoint may be retried (never past the deadline).
+    // Sleep until the earliest endpoint with work left may be retried (never past the deadline).
+    std::vector<char> has_pending(n_endpoints, 0);
+    bool left = false;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (!done[i]) has_pending[requests[i].endpoint] = left = true;
+    }
+    if (!left) return Status::OK();
     auto wake = deadline;
     for (uint32_t e = 0; e < n_endpoints; ++e) {
-      bool has_pending = false;
-      for (std::size_t i = 0; i < requests.size() && !has_pending; ++i) {
-        has_pending = !done[i] && requests[i].endpoint == e;
-      }
-      if (has_pending) wake = std::min(wake, next_try[e]);
+      if (has_pending[e]) wake = std::min(wake, next_try[e]);
     }
     if (wake > Clock::now()) std::this_thread::sleep_until(wake);
   }

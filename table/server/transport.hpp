@@ -62,7 +62,7 @@ struct TransportOptions {
   double connect_timeout_s = 2.0;  // one connection attempt
   double initial_backoff_s = 0.01;
   double max_backoff_s = 1.0;
-  int max_in_flight = 4;            // pipelined requests per connection
+  int max_in_flight = 4;  // pipelined requests per connection
   std::size_t max_idle_per_endpoint = 16;
   uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
 };

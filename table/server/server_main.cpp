@@ -1,0 +1,162 @@
+// gpubox_server: the host and disk tiers as a service (ARCHITECTURE §1, §5).
+//
+//   gpubox_server --port 29011 [--bind 127.0.0.1] [--shard_id i --shard_num n] [--data_dir D]
+//                 [--load PATH] [--auth_token_file F] [--threads T]
+//                 [--config config_gpubox.yaml | --mf_dim 8 --optimizer adagrad]
+//
+// Prints "gpubox_server listening on <ip>:<port>" once it accepts connections (launchers wait
+// for that line). Stops gracefully on SHUTDOWN, SIGTERM or SIGINT.
+#include <gflags/gflags.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/logging.hpp"
+#include "table/server/server.hpp"
+#include "table/server/server_config.hpp"
+#include "table/sparse_table.hpp"
+
+DEFINE_int32(port, 29011, "TCP port to listen on (0: an ephemeral port, printed when ready)");
+DEFINE_string(bind, "127.0.0.1", "address to bind; loopback unless told otherwise");
+DEFINE_int32(shard_id, 0, "this server's shard of the keys (its position in the endpoint list)");
+DEFINE_int32(shard_num, 1, "number of servers sharing the keys");
+DEFINE_string(data_dir, "", "folder under which relative SAVE/LOAD paths resolve");
+DEFINE_string(load, "", "model folder to load before serving (resolved like SAVE paths)");
+DEFINE_string(auth_token_file, "", "file holding a token every connection must present first");
+DEFINE_int32(threads, 2, "network threads (table calls run on them)");
+DEFINE_string(config, "",
+              "trainer YAML config: hyper_parameters.sparse_feature_dim and "
+              "hyper_parameters.sparse_optimizer.* set the row layout");
+DEFINE_int32(mf_dim, -1, "embedx width; overrides --config (default 8)");
+DEFINE_string(optimizer, "",
+              "sparse optimizer: sgd | adagrad | adam | shared_adam; "
+              "overrides --config (default adagrad)");
+DEFINE_int32(max_frame_mb, 64, "largest accepted frame payload, in MiB");
+DEFINE_int32(table_shards, 64, "lock shards of the in-memory table");
+DEFINE_string(rocksdb_dir, "", "disk tier folder (working storage, wiped at start); empty: none");
+DEFINE_uint64(memory_row_budget, 0, "rows kept in memory at most (needs --rocksdb_dir); 0: all");
+DEFINE_int32(cold_after_days, 0, "shrink moves rows unseen this many days to disk; 0: never");
+DEFINE_string(save_form, "binary", "part file form of saves: binary | text");
+
+namespace gpubox::table::server {
+namespace {
+
+StatusOr<std::string> read_token(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return Status::NotFound("cannot read --auth_token_file '" + file + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token = text.str();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) return Status::InvalidArgument("--auth_token_file '" + file + "' is empty");
+  return token;
+}
+
+Status run() {
+  SparseOptimizerConfig optimizer;
+  if (!FLAGS_config.empty())
+    GPUBOX_RETURN_IF_ERROR(load_sparse_config_yaml(FLAGS_config, &optimizer));
+  if (FLAGS_mf_dim >= 0) optimizer.mf_dim = FLAGS_mf_dim;
+  if (!FLAGS_optimizer.empty()) {
+    auto kind = parse_optimizer_kind(FLAGS_optimizer);
+    if (!kind.ok()) return kind.status().with_context("--optimizer");
+    optimizer.kind = *kind;
+  }
+  if (FLAGS_port < 0 || FLAGS_port > 65535) return Status::InvalidArgument("--port out of range");
+  if (FLAGS_max_frame_mb < 1 || FLAGS_max_frame_mb > 2047) {
+    return Status::InvalidArgument("--max_frame_mb must be in [1, 2047]");
+  }
+  if (FLAGS_shard_num < 1 || FLAGS_shard_id < 0) {
+    return Status::InvalidArgument("--shard_id/--shard_num must be non-negative/positive");
+  }
+
+  HostTableConfig table_config;
+  table_config.shards = static_cast<uint32_t>(std::max(1, FLAGS_table_shards));
+  table_config.rocksdb_path = FLAGS_rocksdb_dir;
+  table_config.memory_row_budget = FLAGS_memory_row_budget;
+  table_config.cold_after_days = FLAGS_cold_after_days;
+  if (FLAGS_save_form == "text") {
+    table_config.save_form = SaveForm::kText;
+  } else if (FLAGS_save_form != "binary") {
+    return Status::InvalidArgument("--save_form must be binary or text, got '" + FLAGS_save_form +
+                                   "'");
+  }
+  auto table = SparseTable::open(optimizer, table_config);
+  if (!table.ok()) return table.status().with_context("opening the table");
+
+  ServerOptions options;
+  options.bind_address = FLAGS_bind;
+  options.port = static_cast<uint16_t>(FLAGS_port);
+  options.threads = FLAGS_threads;
+  options.shard_id = static_cast<uint32_t>(FLAGS_shard_id);
+  options.shard_num = static_cast<uint32_t>(FLAGS_shard_num);
+  options.data_dir = FLAGS_data_dir;
+  options.max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
+  if (!FLAGS_auth_token_file.empty()) {
+    auto token = read_token(FLAGS_auth_token_file);
+    if (!token.ok()) return token.status();
+    options.auth_token = *token;
+  }
+  if (!FLAGS_load.empty()) {
+    auto path = resolve_model_path(options, FLAGS_load);
+    if (!path.ok()) return path.status().with_context("--load");
+    GPUBOX_RETURN_IF_ERROR((*table)->load(*path).with_context("--load " + *path));
+    auto stats = (*table)->stats();
+    GPUBOX_LOG(INFO) << "gpubox_server: loaded " << *path << " ("
+                     << (stats.ok() ? stats->rows_in_memory + stats->rows_on_disk : 0) << " rows)";
+  }
+
+  // Signals are taken by sigtimedwait below, not by an asynchronous handler: block them before
+  // the server threads start so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = Server::start(table->get(), options);
+  if (!server.ok()) return server.status();
+  std::printf("gpubox_server listening on %s (shard %d of %d, row stride %d)\n",
+              (*server)->endpoint().c_str(), FLAGS_shard_id, FLAGS_shard_num,
+              (*table)->layout().stride());
+  std::fflush(stdout);
+
+  const timespec tick{0, 200 * 1000 * 1000};
+  while (!(*server)->stopped()) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      GPUBOX_LOG(INFO) << "gpubox_server: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+                       << ", stopping";
+      (*server)->stop();
+    }
+  }
+  (*server)->wait();
+  const ServerCounters c = (*server)->counters();
+  GPUBOX_LOG(INFO) << "gpubox_server: stopped after " << c.connections << " connections, "
+                   << c.requests << " requests, " << c.rows_pulled << " rows pulled, "
+                   << c.rows_pushed << " rows pushed, " << c.protocol_errors
+                   << " bad connections closed";
+  return Status::OK();
+}
+
+}  // namespace
+}  // namespace gpubox::table::server
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "gpubox_server --port 29011 [--bind IP] [--shard_id i --shard_num n] "
+      "[--data_dir D] [--load PATH] [--auth_token_file F] [--config YAML]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (argc > 1) {
+    std::fprintf(stderr, "gpubox_server: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  const gpubox::Status st = gpubox::table::server::run();
+  if (!st.ok()) {
+    std::fprintf(stderr, "gpubox_server: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}

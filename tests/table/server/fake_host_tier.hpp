@@ -1,0 +1,151 @@
+// A small in-memory HostTier for the server tests: an unordered_map of rows plus the accessor's
+// init_row, with call counters (to prove a retried PUSH is applied once) and a one-file save.
+// Thread-safe (one mutex). Also the oracle's rules: what a correct server must reproduce.
+#pragma once
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "table/host_tier.hpp"
+
+namespace gpubox::table::server::testing {
+
+class FakeHostTier final : public HostTier {
+ public:
+  explicit FakeHostTier(SparseOptimizerConfig cfg)
+      : cfg_(cfg), layout_(RowLayout::make(cfg.kind, cfg.mf_dim)) {}
+
+  const RowLayout& layout() const override { return layout_; }
+  const SparseOptimizerConfig& config() const override { return cfg_; }
+
+  Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* created) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t made = 0;
+    const std::size_t stride = layout_.stride();
+    for (std::size_t i = 0; i < n; ++i) {
+      auto [it, inserted] = rows_.try_emplace(keys[i]);
+      if (inserted) {
+        it->second.resize(stride);
+        init_row(it->second.data(), layout_, cfg_, keys[i], slots ? slots[i] : 0);
+        ++made;
+      }
+      std::memcpy(rows + i * stride, it->second.data(), stride * sizeof(float));
+    }
+    if (created) *created = made;
+    pull_calls.fetch_add(1);
+    return Status::OK();
+  }
+
+  Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::size_t stride = layout_.stride();
+    for (std::size_t i = 0; i < n; ++i) {
+      rows_[keys[i]].assign(rows + i * stride, rows + (i + 1) * stride);
+    }
+    push_calls.fetch_add(1);
+    pushed_rows.fetch_add(n);
+    return Status::OK();
+  }
+
+  Status erase(const uint64_t* keys, std::size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = 0; i < n; ++i) rows_.erase(keys[i]);
+    return Status::OK();
+  }
+
+  StatusOr<HostTierStats> stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    HostTierStats s;
+    s.rows_in_memory = rows_.size();
+    s.memory_bytes = rows_.size() * layout_.stride() * sizeof(float);
+    return s;
+  }
+
+  // Decays show/click and deletes rows whose score falls under delete_threshold.
+  StatusOr<uint64_t> shrink() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t deleted = 0;
+    for (auto it = rows_.begin(); it != rows_.end();) {
+      float* row = it->second.data();
+      row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
+      row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
+      if (row_score(row, cfg_) < cfg_.delete_threshold) {
+        it = rows_.erase(it);
+        ++deleted;
+      } else {
+        ++it;
+      }
+    }
+    shrink_calls.fetch_add(1);
+    return deleted;
+  }
+
+  Status save(const std::string& path, SaveMode) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    const std::string file = path + "/fake-rows.bin";
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::IOError("cannot write " + file);
+    const uint64_t count = rows_.size();
+    out.write(reinterpret_cast<const char*>(&count), sizeof(count));
+    for (const auto& [key, row] : rows_) {
+      out.write(reinterpret_cast<const char*>(&key), sizeof(key));
+      out.write(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+    }
+    return out ? Status::OK() : Status::IOError("short write to " + file);
+  }
+
+  Status load(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string file = path + "/fake-rows.bin";
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return Status::NotFound("no saved rows at " + file);
+    uint64_t count = 0;
+    in.read(reinterpret_cast<char*>(&count), sizeof(count));
+    std::unordered_map<uint64_t, std::vector<float>> loaded;
+    for (uint64_t i = 0; i < count && in; ++i) {
+      uint64_t key = 0;
+      std::vector<float> row(layout_.stride());
+      in.read(reinterpret_cast<char*>(&key), sizeof(key));
+      in.read(reinterpret_cast<char*>(row.data()), row.size() * sizeof(float));
+      loaded[key] = std::move(row);
+    }
+    if (!in) return Status::Corruption("truncated " + file);
+    rows_ = std::move(loaded);
+    return Status::OK();
+  }
+
+  // Test access.
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rows_.size();
+  }
+  bool row(uint64_t key, std::vector<float>* out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rows_.find(key);
+    if (it == rows_.end()) return false;
+    *out = it->second;
+    return true;
+  }
+
+  std::atomic<uint64_t> pull_calls{0}, push_calls{0}, pushed_rows{0}, shrink_calls{0};
+
+ private:
+  SparseOptimizerConfig cfg_;
+  RowLayout layout_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::vector<float>> rows_;
+};
+
+}  // namespace gpubox::table::server::testing
