@@ -1,5 +1,7 @@
 #include "heterps/comm/in_process_communicator.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -42,34 +44,68 @@ struct SumTypeOf<T, true> {
 template <class T>
 using SumType = typename SumTypeOf<T>::type;
 
-// recv_k[begin, end) = sum over ranks k of send_k[begin, end), for every rank k. Each element
-// is summed in rank order, so the result does not depend on which rank computes it. In place
-// (send_k == recv_k) is safe: a block is read in full before any of it is written, and no
-// other rank touches [begin, end).
-template <class T>
-void reduce_chunk(const void* const* sends, void* const* recvs, int ranks, std::size_t begin,
-                  std::size_t end) {
+// Copies and reductions at least this large are split over the calling card's OpenMP threads
+// (Card::activate sets their number to the card's share of the cores).
+constexpr std::size_t kParallelBytes = std::size_t{1} << 20;
+// All-reduces up to this size write the sums straight into every rank's recv (one data phase);
+// larger ones write only the own recv, then every rank copies the other chunks with memcpy (two
+// data phases), which streams far better once there are many ranks.
+constexpr std::size_t kScatterMaxBytes = std::size_t{256} << 10;
+
+int threads_for(std::size_t bytes) { return bytes >= kParallelBytes ? omp_get_max_threads() : 1; }
+
+// Sums block [block, block + n) over all ranks in rank order into `acc`, then writes it into
+// the `writes` buffers of `recvs`. In place (recv == send) is safe: the block is read in full
+// before any of it is written, and no other rank touches it.
+template <class T, std::size_t kBlock>
+void reduce_block(const void* const* sends, void* const* recvs, int ranks, int writes,
+                  std::size_t block, std::size_t n) {
   using Acc = SumType<T>;
-  constexpr std::size_t kBlock = 2048;
   Acc acc[kBlock];
-  for (std::size_t block = begin; block < end; block += kBlock) {
-    const std::size_t n = std::min(kBlock, end - block);
-    const T* first = static_cast<const T*>(sends[0]) + block;
-    for (std::size_t j = 0; j < n; ++j) acc[j] = static_cast<Acc>(first[j]);
-    for (int k = 1; k < ranks; ++k) {
-      const T* src = static_cast<const T*>(sends[k]) + block;
-      for (std::size_t j = 0; j < n; ++j)
-        acc[j] = static_cast<Acc>(acc[j] + static_cast<Acc>(src[j]));
-    }
-    for (int k = 0; k < ranks; ++k) {
-      T* dst = static_cast<T*>(recvs[k]) + block;
-      for (std::size_t j = 0; j < n; ++j) dst[j] = static_cast<T>(acc[j]);
-    }
+  const T* first = static_cast<const T*>(sends[0]) + block;
+  for (std::size_t j = 0; j < n; ++j) acc[j] = static_cast<Acc>(first[j]);
+  for (int k = 1; k < ranks; ++k) {
+    const T* src = static_cast<const T*>(sends[k]) + block;
+    for (std::size_t j = 0; j < n; ++j)
+      acc[j] = static_cast<Acc>(acc[j] + static_cast<Acc>(src[j]));
+  }
+  for (int k = 0; k < writes; ++k) {
+    T* dst = static_cast<T*>(recvs[k]) + block;
+    for (std::size_t j = 0; j < n; ++j) dst[j] = static_cast<T>(acc[j]);
+  }
+}
+
+// Elements [begin, end) summed over the ranks' sends, written to recvs[0 .. writes). Each
+// element is summed in rank order, so the result does not depend on who computes it.
+template <class T>
+void reduce_range(const void* const* sends, void* const* recvs, int ranks, int writes,
+                  std::size_t begin, std::size_t end) {
+  constexpr std::size_t kBlock = 2048;
+  const std::size_t blocks = (end - begin + kBlock - 1) / kBlock;
+  const int threads = threads_for((end - begin) * sizeof(T));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t block = begin + b * kBlock;
+    reduce_block<T, kBlock>(sends, recvs, ranks, writes, block, std::min(kBlock, end - block));
   }
 }
 
 void copy_bytes(void* dst, const void* src, std::size_t bytes) {
-  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+  if (bytes == 0 || dst == src) return;
+  const int threads = threads_for(bytes);
+  if (threads <= 1) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const std::size_t piece = (bytes / threads + 63) / 64 * 64;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const std::size_t at = static_cast<std::size_t>(t) * piece;
+    if (at < bytes) {
+      std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                  std::min(piece, bytes - at));
+    }
+  }
 }
 
 }  // namespace
@@ -150,19 +186,39 @@ void InProcessCommunicator::all_reduce_sum(const void* send, void* recv, std::si
     const int ranks = size();
     auto& sends = mine.peer_sends;
     auto& recvs = mine.peer_recvs;
-    for (int p = 0; p < ranks; ++p) {
-      sends[p] = group_->slots_[static_cast<std::size_t>(p)].send;
-      recvs[p] = group_->slots_[static_cast<std::size_t>(p)].recv;
+    // This rank's own recv first: the two-phase path writes only recvs[0].
+    for (int i = 0; i < ranks; ++i) {
+      const auto& peer = group_->slots_[static_cast<std::size_t>((rank_ + i) % ranks)];
+      recvs[i] = peer.recv;
     }
+    for (int p = 0; p < ranks; ++p) sends[p] = group_->slots_[static_cast<std::size_t>(p)].send;
     visit_type(type, [&](auto tag) {
       using T = decltype(tag);
+      if (ranks == 1) {
+        copy_bytes(recv, send, count * sizeof(T));
+        return;
+      }
       // Chunks are whole cache lines so no two ranks write the same line of a recv buffer.
       constexpr std::size_t kLine = 64 / sizeof(T);
       const std::size_t per_rank = (count + ranks - 1) / ranks;
       const std::size_t chunk = (per_rank + kLine - 1) / kLine * kLine;
-      const std::size_t begin = std::min(count, chunk * static_cast<std::size_t>(rank_));
-      const std::size_t end = std::min(count, begin + chunk);
-      reduce_chunk<T>(sends.data(), recvs.data(), ranks, begin, end);
+      auto chunk_of = [&](int r) {
+        const std::size_t begin = std::min(count, chunk * static_cast<std::size_t>(r));
+        return std::make_pair(begin, std::min(count, begin + chunk));
+      };
+      const auto [begin, end] = chunk_of(rank_);
+      if (count * sizeof(T) <= kScatterMaxBytes) {
+        reduce_range<T>(sends.data(), recvs.data(), ranks, ranks, begin, end);
+        return;
+      }
+      reduce_range<T>(sends.data(), recvs.data(), ranks, 1, begin, end);
+      // Every chunk is final once all ranks pass; then copy the others' chunks from their recv.
+      group_->rendezvous_.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
+      for (int i = 1; i < ranks; ++i) {
+        const auto [peer_begin, peer_end] = chunk_of((rank_ + i) % ranks);
+        copy_bytes(static_cast<T*>(recv) + peer_begin, static_cast<const T*>(recvs[i]) + peer_begin,
+                   (peer_end - peer_begin) * sizeof(T));
+      }
     });
   }
   rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/false);
