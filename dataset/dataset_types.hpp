@@ -47,7 +47,7 @@ struct DatasetConfig {
   // Slot format: a token naming a slot not in `slots` is skipped instead of making the line
   // malformed (data with more slots than the model uses).
   bool ignore_unknown_slots = false;
-  // When not empty each file is read through `sh -c "<pipe_command> < file"`.
+  // When not empty each file is read through `sh -c "(<pipe_command>) < file"`.
   std::string pipe_command;
   int thread_num = 1;                                 // reader threads; files are shared among them
   int batch_size = 1;                                 // instances per batch per card

@@ -53,7 +53,8 @@ std::string shell_quote(const std::string& path) {
 
 LineReader::LineReader(std::string path, std::size_t max_line_bytes)
     : path_(std::move(path)), max_line_bytes_(max_line_bytes) {
-  buffer_.resize(kReadBlock + max_line_bytes_ + 1);
+  capacity_ = kReadBlock + max_line_bytes_ + 1;
+  buffer_.reset(new char[capacity_]);
 }
 
 LineReader::~LineReader() {
@@ -78,7 +79,8 @@ StatusOr<std::unique_ptr<LineReader>> LineReader::open(const std::string& path,
   // redirection failure.
   ::close(*fd);
   reader->pipe_command_ = pipe_command;
-  const std::string command = pipe_command + " < " + shell_quote(path);
+  // The parentheses make the redirection apply to the whole command ("cat; exit 3" too).
+  const std::string command = "(" + pipe_command + ") < " + shell_quote(path);
   reader->pipe_ = ::popen(command.c_str(), "r");
   if (reader->pipe_ == nullptr) {
     return Status::IOError("cannot start pipe_command '" + pipe_command + "' on '" + path +
@@ -110,16 +112,16 @@ StatusOr<std::unique_ptr<LineReader>> LineReader::open_range(const std::string& 
 bool LineReader::fill() {
   if (eof_ || !status_.ok()) return false;
   if (begin_ > 0) {
-    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+    std::memmove(buffer_.get(), buffer_.get() + begin_, end_ - begin_);
     base_offset_ += begin_;
     end_ -= begin_;
     begin_ = 0;
   }
-  const std::size_t room = buffer_.size() - end_;
+  const std::size_t room = capacity_ - end_;
   for (;;) {
     const ssize_t n =
-        range_mode_ ? ::pread(fd_, buffer_.data() + end_, room, static_cast<off_t>(file_offset_))
-                    : ::read(fd_, buffer_.data() + end_, room);
+        range_mode_ ? ::pread(fd_, buffer_.get() + end_, room, static_cast<off_t>(file_offset_))
+                    : ::read(fd_, buffer_.get() + end_, room);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       status_ = Status::IOError("read error on '" + path_ + "': " + std::strerror(errno));
@@ -139,14 +141,14 @@ bool LineReader::next(Line* line) {
   while (!done_) {
     if (skip_to_newline_) {
       // Discard the rest of an over-long line (or, in range mode, the previous range's line).
-      const void* nl = std::memchr(buffer_.data() + begin_, '\n', end_ - begin_);
+      const void* nl = std::memchr(buffer_.get() + begin_, '\n', end_ - begin_);
       if (nl == nullptr) {
         if (count_skipped_) bytes_ += end_ - begin_;
         begin_ = end_;
         if (!fill()) done_ = true;
         continue;
       }
-      const std::size_t stop = static_cast<const char*>(nl) - buffer_.data() + 1;
+      const std::size_t stop = static_cast<const char*>(nl) - buffer_.get() + 1;
       if (count_skipped_) bytes_ += stop - begin_;
       begin_ = stop;
       skip_to_newline_ = false;
@@ -158,7 +160,7 @@ bool LineReader::next(Line* line) {
       break;
     }
     const std::size_t avail = end_ - begin_;
-    char* start = buffer_.data() + begin_;
+    char* start = buffer_.get() + begin_;
     const std::size_t window = std::min(avail, max_line_bytes_ + 1);
     const void* nl = std::memchr(start, '\n', window);
     line->issue = ParseReason::kOk;
@@ -170,9 +172,10 @@ bool LineReader::next(Line* line) {
     } else if (avail > max_line_bytes_) {
       // Hand out a prefix, skip the rest on the next call.
       line->issue = ParseReason::kLineTooLong;
-      length = std::min<std::size_t>(avail, 64);
-      bytes_ += avail;
-      begin_ = end_;
+      length = std::min<std::size_t>(window, 64);
+      // The rest of this line, up to its '\n', is discarded by the next call.
+      bytes_ += window;
+      begin_ += window;
       skip_to_newline_ = true;
       count_skipped_ = true;
       // The prefix stays valid until the next call, which refills the buffer.

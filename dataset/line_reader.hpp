@@ -1,6 +1,6 @@
 // Reads text input in large blocks and hands out lines without copying them: a whole file, a
 // byte range of a file (lines that *start* in the range), or the output of
-// `sh -c "<pipe_command> < file"`.
+// `sh -c "(<pipe_command>) < file"`.
 #pragma once
 
 #include <cstddef>
@@ -69,7 +69,8 @@ class LineReader {
   bool count_skipped_ = true;      // whether the discarded bytes count as consumed input
   bool eof_ = false;
   bool done_ = false;
-  std::vector<char> buffer_;
+  std::unique_ptr<char[]> buffer_;  // not zero-filled: only the bytes read are touched
+  std::size_t capacity_ = 0;
   std::size_t begin_ = 0;  // unconsumed data is buffer_[begin_, end_)
   std::size_t end_ = 0;
   std::uint64_t line_number_ = 0;
