@@ -1,0 +1,100 @@
+// Blas: row-major sgemm / sgemv with every transpose against a float64 reference.
+#include "trainer/nn/blas.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <tuple>
+
+#include "heterps/device/card.hpp"
+#include "tests/trainer/test_util.hpp"
+
+namespace gpubox::trainer {
+namespace {
+using device::CardSet;
+
+// Element (r, c) of op(M) where M is stored row-major with row stride ld.
+double at(const std::vector<float>& m, int64_t ld, bool trans, int64_t r, int64_t c) {
+  return trans ? m[c * ld + r] : m[r * ld + c];
+}
+
+class SgemmTest
+    : public ::testing::TestWithParam<std::tuple<bool, bool, std::tuple<int, int, int>>> {};
+
+TEST_P(SgemmTest, MatchesFloat64Reference) {
+  const auto [ta, tb, dims] = GetParam();
+  const auto [m, n, k] = dims;
+  CardSet cards = CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  Blas blas(card);
+  std::mt19937_64 rng(m * 1000 + n * 10 + k + ta * 7 + tb * 13);
+  // Padded leading dimensions: the stride is honoured, not assumed to equal the width.
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+  const int64_t lda = a_cols + 3, ldb = b_cols + 1, ldc = n + 2;
+  std::vector<float> a = testing::random_vector(a_rows * lda, rng);
+  std::vector<float> b = testing::random_vector(b_rows * ldb, rng);
+  std::vector<float> c = testing::random_vector(static_cast<std::size_t>(m) * ldc, rng);
+  const float alpha = 0.75f, beta = -0.5f;
+  auto da = device::to_device(a, card.memory(), card.stream());
+  auto db = device::to_device(b, card.memory(), card.stream());
+  auto dc = device::to_device(c, card.memory(), card.stream());
+  blas.sgemm(ta ? Transpose::kYes : Transpose::kNo, tb ? Transpose::kYes : Transpose::kNo, m, n, k,
+             alpha, da.data(), lda, db.data(), ldb, beta, dc.data(), ldc);
+  std::vector<float> got = device::to_host(dc);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t col = 0; col < ldc; ++col) {
+      double want = c[r * ldc + col];
+      if (col < n) {
+        double dot = 0;
+        for (int64_t x = 0; x < k; ++x) dot += at(a, lda, ta, r, x) * at(b, ldb, tb, x, col);
+        want = alpha * dot + beta * want;
+      }  // else: padding columns must be untouched
+      ASSERT_NEAR(got[r * ldc + col], want, 1e-4 * (1 + std::fabs(want)))
+          << "m=" << m << " n=" << n << " k=" << k << " at " << r << "," << col;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SgemmTest,
+    ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                       ::testing::Values(std::make_tuple(0, 3, 4), std::make_tuple(3, 0, 4),
+                                         std::make_tuple(3, 4, 0), std::make_tuple(1, 1, 1),
+                                         std::make_tuple(7, 5, 3), std::make_tuple(33, 17, 65),
+                                         std::make_tuple(64, 1, 129))));
+
+TEST(Sgemv, BothTransposesAndEmptyInnerSize) {
+  CardSet cards = CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  Blas blas(card);
+  std::mt19937_64 rng(5);
+  for (const auto& [rows, cols] : {std::pair<int, int>{6, 4}, {1, 9}, {0, 5}, {5, 0}}) {
+    for (bool trans : {false, true}) {
+      const int64_t lda = cols + 2;
+      const int64_t in = trans ? rows : cols, out = trans ? cols : rows;
+      std::vector<float> a = testing::random_vector(static_cast<std::size_t>(rows) * lda + 1, rng);
+      std::vector<float> x = testing::random_vector(in + 1, rng);
+      std::vector<float> y = testing::random_vector(out + 1, rng);
+      auto da = device::to_device(a, card.memory(), card.stream());
+      auto dx = device::to_device(x, card.memory(), card.stream());
+      auto dy = device::to_device(y, card.memory(), card.stream());
+      blas.sgemv(trans ? Transpose::kYes : Transpose::kNo, rows, cols, 2.0f, da.data(), lda,
+                 dx.data(), 0.25f, dy.data());
+      std::vector<float> got = device::to_host(dy);
+      for (int64_t i = 0; i < out; ++i) {
+        double dot = 0;
+        for (int64_t j = 0; j < in; ++j) dot += (trans ? a[j * lda + i] : a[i * lda + j]) * x[j];
+        const double want = 2.0 * dot + 0.25 * y[i];
+        EXPECT_NEAR(got[i], want, 1e-4 * (1 + std::fabs(want)))
+            << rows << "x" << cols << " trans=" << trans << " i=" << i;
+      }
+      EXPECT_EQ(got[out], y[out]) << "wrote past the end";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

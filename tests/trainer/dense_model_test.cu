@@ -1,0 +1,313 @@
+// The whole dense model (dnn, wide_deep; with and without cvm): backward against float64 central
+// differences of the summed log loss, for every dense parameter and every pulled embedding value;
+// gradient scaling across cards; the non-finite check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <regex>
+
+#include "heterps/device/card.hpp"
+#include "tests/trainer/test_util.hpp"
+#include "trainer/nn/dense_model.hpp"
+
+namespace gpubox::trainer {
+namespace {
+using device::to_device;
+using device::to_host;
+using testing::central_difference;
+using testing::expect_gradient_near;
+
+struct HostBatch {
+  std::vector<float> records;
+  std::vector<uint32_t> offsets;
+  std::vector<float> dense;
+  std::vector<float> labels;
+  int64_t batch = 0;
+};
+
+HostBatch make_batch(int64_t batch, int slots, int mf_dim, int dense_dim, std::mt19937_64& rng) {
+  HostBatch h;
+  h.batch = batch;
+  h.offsets.push_back(0);
+  std::uniform_int_distribution<int> count(0, 2), shows(0, 4);
+  std::uniform_real_distribution<float> value(-0.5f, 0.5f);
+  uint32_t occurrences = 0;
+  for (int s = 0; s < slots; ++s) {
+    for (int64_t i = 0; i < batch; ++i) {
+      const int n = count(rng);
+      for (int j = 0; j < n; ++j) {
+        const int show = shows(rng);
+        h.records.push_back(static_cast<float>(show));
+        h.records.push_back(static_cast<float>(std::uniform_int_distribution<int>(0, show)(rng)));
+        for (int k = 0; k < 1 + mf_dim; ++k) h.records.push_back(value(rng));
+      }
+      occurrences += n;
+      h.offsets.push_back(occurrences);
+    }
+  }
+  for (int64_t i = 0; i < batch * dense_dim; ++i) h.dense.push_back(value(rng) * 2);
+  for (int64_t i = 0; i < batch; ++i) h.labels.push_back(static_cast<float>(rng() % 2));
+  return h;
+}
+
+class DenseModelTest : public ::testing::Test {
+ protected:
+  DenseModelTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
+    card_.activate();
+  }
+  // Device copies of a host batch, alive as long as this object.
+  struct DeviceBatch {
+    device::device_buffer<float> records, dense, labels;
+    device::device_buffer<uint32_t> offsets;
+    DenseBatchView view(int slots, int64_t batch) {
+      return DenseBatchView{SlotBatchView{records.data(), offsets.data(), batch, slots},
+                            dense.data(), labels.data(), batch};
+    }
+  };
+  DeviceBatch upload(const HostBatch& h) {
+    return DeviceBatch{to_device(h.records, card_.memory(), card_.stream()),
+                       to_device(h.dense, card_.memory(), card_.stream()),
+                       to_device(h.labels, card_.memory(), card_.stream()),
+                       to_device(h.offsets, card_.memory(), card_.stream())};
+  }
+  device::CardSet cards_;
+  device::Card& card_;
+};
+
+struct ModelCase {
+  ModelKind kind;
+  bool use_cvm;
+};
+
+class ModelGradientTest : public DenseModelTest, public ::testing::WithParamInterface<ModelCase> {};
+
+TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
+  DenseModelConfig cfg;
+  cfg.kind = GetParam().kind;
+  cfg.use_cvm = GetParam().use_cvm;
+  cfg.slots = 3;
+  cfg.mf_dim = 2;
+  cfg.dense_dim = 2;
+  cfg.fc_sizes = {6, 4};
+  cfg.seed = 17;
+  DenseModel model(card_, cfg);
+  std::mt19937_64 rng(cfg.use_cvm * 2 + (cfg.kind == ModelKind::kWideDeep));
+  HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  std::vector<float> w = model.parameters().values_to_host();
+  // Biases away from zero keep every ReLU pre-activation away from its kink, where central
+  // differences are meaningless (e.g. an instance with no keys and small dense values).
+  for (const ParamBlock& b : model.parameters().blocks()) {
+    if (b.name.size() > 2 && b.name.compare(b.name.size() - 2, 2, ".b") == 0) {
+      const std::vector<float> bias = testing::random_away_from_zero(b.count, rng, 0.1f);
+      std::copy(bias.begin(), bias.end(), w.begin() + b.offset);
+    }
+  }
+  model.parameters().set_values(w);
+  if (cfg.kind == ModelKind::kWideDeep) {
+    // Start the wide weights away from zero so their effect on the forward is exercised too.
+    for (const ParamBlock& b : model.parameters().blocks()) {
+      if (b.name == "wide.dense_w") {
+        for (std::size_t k = 0; k < b.count; ++k) w[b.offset + k] = 0.3f * (k + 1);
+      }
+    }
+    model.parameters().set_values(w);
+  }
+  const GradScales scales{1.0f / static_cast<float>(h.batch), 1.0f};
+  const std::size_t occurrences = h.offsets.back();
+  auto push = card_.make_buffer<float>(occurrences * model.pool().push_dim());
+  auto scratch = card_.make_buffer<float>(occurrences * model.pool().push_dim());
+
+  auto batch = upload(h);
+  const double loss = model.forward_backward(batch.view(cfg.slots, h.batch), scales, push.data());
+  EXPECT_TRUE(std::isfinite(loss));
+  const std::vector<float> grads = model.parameters().grads_to_host();
+  const std::vector<float> push_host = to_host(push);
+
+  auto summed_loss = [&] {
+    model.parameters().set_values(w);
+    auto b = upload(h);
+    return model.forward_backward(b.view(cfg.slots, h.batch), scales, scratch.data());
+  };
+  EXPECT_NEAR(summed_loss(), loss, 1e-6 * loss);
+  const float eps = 2e-3f;
+  for (const ParamBlock& block : model.parameters().blocks()) {
+    for (std::size_t k = 0; k < block.count; ++k) {
+      const double numeric = central_difference(w, block.offset + k, eps, summed_loss);
+      expect_gradient_near(grads[block.offset + k] * h.batch, numeric, 2e-3, 2e-2,
+                           block.name + "[" + std::to_string(k) + "]");
+    }
+  }
+  const int pull_dim = model.pool().pull_dim();
+  std::size_t checked = 0;
+  for (std::size_t j = 0; j < occurrences; ++j) {
+    for (int k = 2; k < pull_dim; ++k) {  // embed_w, embedx_w: show/click carry counters
+      const double numeric = central_difference(h.records, j * pull_dim + k, eps, [&] {
+        auto b = upload(h);
+        model.parameters().set_values(w);
+        return model.forward_backward(b.view(cfg.slots, h.batch), scales, scratch.data());
+      });
+      expect_gradient_near(push_host[j * pull_dim + k], numeric, 2e-3, 2e-2,
+                           "occurrence " + std::to_string(j) + " field " + std::to_string(k));
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelGradientTest,
+                         ::testing::Values(ModelCase{ModelKind::kDnn, false},
+                                           ModelCase{ModelKind::kDnn, true},
+                                           ModelCase{ModelKind::kWideDeep, false},
+                                           ModelCase{ModelKind::kWideDeep, true}));
+
+TEST_F(DenseModelTest, LayerShapesFollowTheConfig) {
+  DenseModelConfig cfg;  // config_gpubox: 26 slots x (1 + 8) + 13 -> 512-256-128-32-1
+  DenseModel model(card_, cfg);
+  EXPECT_EQ(model.input_dim(), 26 * 9 + 13);
+  const double macs = 247.0 * 512 + 512.0 * 256 + 256.0 * 128 + 128.0 * 32 + 32.0;
+  EXPECT_DOUBLE_EQ(model.flops_per_example(), 6 * macs);
+  std::size_t expected = 0;
+  for (const ParamBlock& b : model.parameters().blocks()) expected += b.count;
+  EXPECT_EQ(expected,
+            247u * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128 + 128 * 32 + 32 + 32 + 1);
+  EXPECT_GE(model.parameters().size(), expected);
+}
+
+TEST_F(DenseModelTest, CardsWithHalfTheBatchSumToTheFullBatchGradient) {
+  // What the all-reduce relies on: with dense scale 1 / global batch, the sum of two cards'
+  // gradients over two halves equals one card's gradient over the whole batch, and every card
+  // starts from the same weights.
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kWideDeep;
+  cfg.slots = 4;
+  cfg.mf_dim = 3;
+  cfg.dense_dim = 3;
+  cfg.fc_sizes = {16, 8};
+  cfg.seed = 5;
+  device::CardSet two = device::CardSet::from_list("0,1");
+  DenseModel whole(card_, cfg);
+  DenseModel half_a(two.card(0), cfg);
+  DenseModel half_b(two.card(1), cfg);
+  EXPECT_EQ(half_a.parameters().values_to_host(), whole.parameters().values_to_host());
+  EXPECT_EQ(half_b.parameters().values_to_host(), whole.parameters().values_to_host());
+  std::mt19937_64 rng(8);
+  const int64_t n = 12;
+  HostBatch h = make_batch(n, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  // Split instance-wise: rows [0, 6) and [6, 12) with their own slot-major offsets.
+  auto split = [&](int64_t lo, int64_t hi) {
+    HostBatch part;
+    part.batch = hi - lo;
+    part.offsets.push_back(0);
+    const int pull = 3 + cfg.mf_dim;
+    for (int s = 0; s < cfg.slots; ++s) {
+      for (int64_t i = lo; i < hi; ++i) {
+        for (uint32_t j = h.offsets[s * n + i]; j < h.offsets[s * n + i + 1]; ++j) {
+          part.records.insert(part.records.end(), h.records.begin() + j * pull,
+                              h.records.begin() + (j + 1) * pull);
+        }
+        part.offsets.push_back(static_cast<uint32_t>(part.records.size() / pull));
+      }
+    }
+    part.dense.assign(h.dense.begin() + lo * cfg.dense_dim, h.dense.begin() + hi * cfg.dense_dim);
+    part.labels.assign(h.labels.begin() + lo, h.labels.begin() + hi);
+    return part;
+  };
+  const GradScales scales{1.0f / n, 1.0f};
+  auto run = [&](DenseModel& model, const HostBatch& part) {
+    auto b = upload(part);
+    auto push = card_.make_buffer<float>(part.offsets.back() * model.pool().push_dim());
+    const double loss = model.forward_backward(b.view(cfg.slots, part.batch), scales, push.data());
+    return std::make_pair(loss, to_host(push));
+  };
+  const auto [loss_whole, push_whole] = run(whole, h);
+  const HostBatch a = split(0, 6), b = split(6, n);
+  const auto [loss_a, push_a] = run(half_a, a);
+  const auto [loss_b, push_b] = run(half_b, b);
+  EXPECT_NEAR(loss_a + loss_b, loss_whole, 1e-5 * loss_whole);
+  const std::vector<float> g = whole.parameters().grads_to_host();
+  const std::vector<float> ga = half_a.parameters().grads_to_host();
+  const std::vector<float> gb = half_b.parameters().grads_to_host();
+  for (std::size_t k = 0; k < g.size(); ++k) {
+    EXPECT_NEAR(ga[k] + gb[k], g[k], 1e-6 + 1e-4 * std::fabs(g[k]))
+        << whole.parameters().describe(k);
+  }
+  // Push records are per instance: the halves' records are the whole batch's, regrouped
+  // (push and pull records have the same width, so split() regroups them too).
+  h.records = push_whole;
+  const std::vector<float> whole_a = split(0, 6).records, whole_b = split(6, n).records;
+  ASSERT_EQ(push_a.size(), whole_a.size());
+  ASSERT_EQ(push_b.size(), whole_b.size());
+  for (std::size_t k = 0; k < push_a.size(); ++k) EXPECT_NEAR(push_a[k], whole_a[k], 1e-5);
+  for (std::size_t k = 0; k < push_b.size(); ++k) EXPECT_NEAR(push_b[k], whole_b[k], 1e-5);
+}
+
+TEST_F(DenseModelTest, EmptyBatchGivesZeroGradientsAndPredictMatchesTraining) {
+  DenseModelConfig cfg;
+  cfg.slots = 2;
+  cfg.mf_dim = 2;
+  cfg.dense_dim = 1;
+  cfg.fc_sizes = {4};
+  DenseModel model(card_, cfg);
+  std::mt19937_64 rng(9);
+  HostBatch h = make_batch(7, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  auto b = upload(h);
+  auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+  model.forward_backward(b.view(cfg.slots, h.batch), GradScales{}, push.data());
+  const std::vector<float> train_preds = to_host(model.predictions(), h.batch, card_.stream());
+  model.predict(b.view(cfg.slots, h.batch));
+  EXPECT_EQ(to_host(model.predictions(), h.batch, card_.stream()), train_preds);
+
+  HostBatch empty = make_batch(0, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  auto e = upload(empty);
+  EXPECT_EQ(model.forward_backward(e.view(cfg.slots, 0), GradScales{}, nullptr), 0.0);
+  for (float g : model.parameters().grads_to_host()) ASSERT_EQ(g, 0.0f);
+}
+
+TEST_F(DenseModelTest, NonFiniteLossOrGradientIsReportedWithPassBatchAndParameter) {
+  DenseModelConfig cfg;
+  cfg.slots = 2;
+  cfg.mf_dim = 1;
+  cfg.dense_dim = 2;
+  cfg.fc_sizes = {3};
+  DenseModel model(card_, cfg);
+  std::mt19937_64 rng(10);
+  HostBatch h = make_batch(4, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+  {
+    auto b = upload(h);
+    const double loss =
+        model.forward_backward(b.view(cfg.slots, h.batch), GradScales{}, push.data());
+    EXPECT_NO_THROW(model.check_finite(loss, 1, 1));
+  }
+  h.dense[3] = std::nanf("");
+  auto b = upload(h);
+  const double loss = model.forward_backward(b.view(cfg.slots, h.batch), GradScales{}, push.data());
+  try {
+    model.check_finite(loss, 3, 7);
+    FAIL() << "a NaN loss passed the check";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pass 3, batch 7: the loss is "), std::string::npos) << what;
+    EXPECT_NE(what.find("nan"), std::string::npos) << what;
+  }
+  // A finite loss with a bad gradient names the parameter.
+  std::vector<float> g = model.parameters().grads_to_host();
+  std::fill(g.begin(), g.end(), 0.0f);
+  const ParamBlock& fc1_w = model.parameters().blocks()[2];
+  ASSERT_EQ(fc1_w.name, "fc_1.w");
+  g[fc1_w.offset + 2] = std::numeric_limits<float>::infinity();
+  device::copy_async(model.parameters().grads().data(), g.data(), g.size(), card_.stream());
+  card_.stream().synchronize();
+  try {
+    model.check_finite(1.0, 4, 2);
+    FAIL() << "an infinite gradient passed the check";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 4, batch 2: gradient of fc_1.w[2] is inf"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,208 @@
+// Metrics: bucketed AUC against an exact sort-based AUC (ties included), the other metrics
+// against float64 references, merging of per-card buffers, and the pass line / JSON formats.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <regex>
+
+#include "heterps/device/card.hpp"
+#include "trainer/metrics/metrics.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// Exact AUC: the probability that a random positive outranks a random negative, ties 1/2.
+double exact_auc(const std::vector<float>& p, const std::vector<float>& y) {
+  std::vector<std::size_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
+  double negatives_below = 0, pairs = 0, positives = 0, negatives = 0;
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i;
+    double pos = 0, neg = 0;
+    while (j < order.size() && p[order[j]] == p[order[i]]) {
+      (y[order[j]] > 0.5f ? pos : neg) += 1;
+      ++j;
+    }
+    pairs += pos * (negatives_below + 0.5 * neg);
+    negatives_below += neg;
+    positives += pos;
+    negatives += neg;
+    i = j;
+  }
+  return pairs / (positives * negatives);
+}
+
+struct Data {
+  std::vector<float> preds, labels;
+};
+
+// Labels drawn from the predictions (a calibrated model) so the AUC is well above 0.5.
+Data make_data(std::size_t n, uint64_t seed, int quantize_levels = 0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  Data d;
+  for (std::size_t i = 0; i < n; ++i) {
+    float p = u(rng) * u(rng);
+    if (quantize_levels > 0) p = std::floor(p * quantize_levels) / quantize_levels;
+    d.preds.push_back(p);
+    d.labels.push_back(u(rng) < p ? 1.0f : 0.0f);
+  }
+  return d;
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  MetricsTest() : cards_(device::CardSet::from_list("0,1")) { cards_.card(0).activate(); }
+  void add(MetricsAccumulator& acc, device::Card& card, const Data& d, std::size_t lo,
+           std::size_t hi) {
+    std::vector<float> p(d.preds.begin() + lo, d.preds.begin() + hi);
+    std::vector<float> y(d.labels.begin() + lo, d.labels.begin() + hi);
+    auto dp = device::to_device(p, card.memory(), card.stream());
+    auto dy = device::to_device(y, card.memory(), card.stream());
+    acc.add(dp.data(), dy.data(), static_cast<int64_t>(hi - lo));
+    card.stream().synchronize();
+  }
+  device::CardSet cards_;
+};
+
+TEST_F(MetricsTest, BucketedAucMatchesExactAucOnContinuousPredictions) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const Data d = make_data(20000, seed);
+    MetricsAccumulator acc(cards_.card(0));
+    EXPECT_GE(acc.buckets(), std::size_t{1} << 20);
+    // Several batches, including empty and single-example ones.
+    add(acc, cards_.card(0), d, 0, 0);
+    add(acc, cards_.card(0), d, 0, 1);
+    add(acc, cards_.card(0), d, 1, 5000);
+    add(acc, cards_.card(0), d, 5000, d.preds.size());
+    const MetricValues m = acc.compute();
+    EXPECT_NEAR(m.auc, exact_auc(d.preds, d.labels), 1e-5) << "seed " << seed;
+    EXPECT_GT(m.auc, 0.6);
+  }
+}
+
+TEST_F(MetricsTest, TiesCountOneHalfLikeTheExactAuc) {
+  // 17 distinct values, each on a bucket boundary: every tie falls in one bucket.
+  const Data d = make_data(5000, 7, 16);
+  MetricsAccumulator acc(cards_.card(0));
+  add(acc, cards_.card(0), d, 0, d.preds.size());
+  EXPECT_NEAR(acc.compute().auc, exact_auc(d.preds, d.labels), 1e-12);
+  // All predictions equal: AUC 0.5 exactly.
+  Data flat{std::vector<float>(100, 0.3f), {}};
+  for (int i = 0; i < 100; ++i) flat.labels.push_back(static_cast<float>(i % 3 == 0));
+  MetricsAccumulator acc2(cards_.card(0));
+  add(acc2, cards_.card(0), flat, 0, 100);
+  EXPECT_DOUBLE_EQ(acc2.compute().auc, 0.5);
+}
+
+TEST_F(MetricsTest, OtherMetricsMatchFloat64Reference) {
+  Data d = make_data(3001, 11);
+  d.preds[0] = 0.0f;  // clipped in the log loss
+  d.labels[0] = 1.0f;
+  d.preds[1] = 1.0f;
+  d.labels[1] = 0.0f;
+  MetricsAccumulator acc(cards_.card(0));
+  add(acc, cards_.card(0), d, 0, d.preds.size());
+  const MetricValues m = acc.compute();
+  double n = d.preds.size(), pos = 0, psum = 0, ll = 0, ae = 0, se = 0;
+  for (std::size_t i = 0; i < d.preds.size(); ++i) {
+    const double p = std::min(std::max<double>(d.preds[i], 1e-7), 1 - 1e-7), y = d.labels[i];
+    pos += y;
+    psum += d.preds[i];
+    ll += -(y * std::log(p) + (1 - y) * std::log(1 - p));
+    ae += std::fabs(d.preds[i] - y);
+    se += (d.preds[i] - y) * (d.preds[i] - y);
+  }
+  const double ctr = pos / n;
+  EXPECT_EQ(m.examples, n);
+  EXPECT_EQ(m.positives, pos);
+  EXPECT_NEAR(m.actual_ctr, ctr, 1e-12);
+  EXPECT_NEAR(m.predicted_ctr, psum / n, 1e-9);
+  EXPECT_NEAR(m.logloss, ll / n, 1e-9);
+  EXPECT_NEAR(m.ne, (ll / n) / -(ctr * std::log(ctr) + (1 - ctr) * std::log(1 - ctr)), 1e-9);
+  EXPECT_NEAR(m.copc, pos / psum, 1e-9);
+  EXPECT_NEAR(m.mae, ae / n, 1e-9);
+  EXPECT_NEAR(m.rmse, std::sqrt(se / n), 1e-9);
+}
+
+TEST_F(MetricsTest, TwoCardsMergedEqualOneCardWithEverything) {
+  const Data d = make_data(10001, 21);
+  MetricsAccumulator whole(cards_.card(0));
+  add(whole, cards_.card(0), d, 0, d.preds.size());
+  MetricsAccumulator a(cards_.card(0)), b(cards_.card(1));
+  add(a, cards_.card(0), d, 0, 4000);
+  add(b, cards_.card(1), d, 4000, d.preds.size());
+  // The all-reduce (sum) of the flat buffers, done here on the host.
+  std::vector<double> fa = device::to_host(a.flat(), a.flat_size(), cards_.card(0).stream());
+  std::vector<double> fb = device::to_host(b.flat(), b.flat_size(), cards_.card(1).stream());
+  ASSERT_EQ(fa.size(), metrics_flat_size(a.buckets()));
+  for (std::size_t i = 0; i < fa.size(); ++i) fa[i] += fb[i];
+  const MetricValues merged = compute_metrics(fa.data(), a.buckets());
+  const MetricValues w = whole.compute();
+  EXPECT_EQ(merged.examples, w.examples);
+  EXPECT_EQ(merged.positives, w.positives);
+  EXPECT_DOUBLE_EQ(merged.auc, w.auc);
+  EXPECT_NEAR(merged.logloss, w.logloss, 1e-12);
+  EXPECT_NEAR(merged.predicted_ctr, w.predicted_ctr, 1e-12);
+  EXPECT_NEAR(merged.rmse, w.rmse, 1e-12);
+  EXPECT_NEAR(merged.mae, w.mae, 1e-12);
+  EXPECT_NEAR(merged.ne, w.ne, 1e-12);
+}
+
+TEST_F(MetricsTest, EmptyAndSingleClassAreUndefinedNotCrashes) {
+  MetricsAccumulator acc(cards_.card(0));
+  MetricValues m = acc.compute();
+  EXPECT_EQ(m.examples, 0);
+  EXPECT_TRUE(std::isnan(m.auc));
+  EXPECT_TRUE(std::isnan(m.logloss));
+  Data ones{{0.2f, 0.9f, std::nanf("")}, {1, 1, 1}};
+  add(acc, cards_.card(0), ones, 0, 3);
+  m = acc.compute();
+  EXPECT_EQ(m.examples, 3);
+  EXPECT_TRUE(std::isnan(m.auc));  // no negatives
+  EXPECT_TRUE(std::isnan(m.ne));   // actual ctr 1
+  acc.reset();
+  EXPECT_EQ(acc.compute().examples, 0);
+}
+
+TEST(MetricsFormat, PassLineAndJson) {
+  PassReport r;
+  r.pass = 3;
+  r.seconds = 2.0;
+  r.cards = 2;
+  r.metrics.examples = 1000;
+  r.metrics.auc = 0.75;
+  r.metrics.logloss = 0.5;
+  r.metrics.ne = 0.9;
+  r.metrics.actual_ctr = 0.25;
+  r.metrics.predicted_ctr = 0.24;
+  r.metrics.copc = 0.25 / 0.24;
+  r.metrics.mae = 0.3;
+  r.metrics.rmse = std::nan("");
+  r.extra = {{"pulled_keys", 12345}};
+  const std::string line = format_pass_line(r);
+  EXPECT_EQ(line.rfind("pass: 3, using time: 2.000 second, ips: 500.0 example/sec, auc: 0.750000, "
+                       "logloss: 0.500000, ne: 0.900000, actual_ctr: 0.250000, predicted_ctr: "
+                       "0.240000",
+                       0),
+            0u)
+      << line;
+  EXPECT_NE(line.find("ips_per_card: 250.0"), std::string::npos) << line;
+  EXPECT_NE(line.find("rmse: nan"), std::string::npos) << line;
+  EXPECT_NE(line.find(", pulled_keys: 12345"), std::string::npos) << line;
+  const std::string json = format_pass_json(r);
+  EXPECT_TRUE(std::regex_match(
+      json, std::regex(R"(\{"pass": 3(, "[a-z_]+": [-0-9.e+]+|, "[a-z_]+": null)*\})")))
+      << json;
+  EXPECT_NE(json.find("\"auc\": 0.75"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"rmse\": null"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"ips\": 500"), std::string::npos) << json;
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,56 @@
+// Helpers shared by the trainer tests: seeded random host data and float64 central differences.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+namespace gpubox::trainer::testing {
+
+inline std::vector<float> random_vector(std::size_t n, std::mt19937_64& rng, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Values bounded away from zero (ReLU's kink) by at least `gap`.
+inline std::vector<float> random_away_from_zero(std::size_t n, std::mt19937_64& rng, float gap) {
+  std::vector<float> v = random_vector(n, rng, gap, 1.0f);
+  std::bernoulli_distribution sign(0.5);
+  for (float& x : v) x = sign(rng) ? x : -x;
+  return v;
+}
+
+// d loss / d values[k] by central differences: values[k] is perturbed by +-eps, `loss` is
+// evaluated in float64 from the float outputs, the value restored afterwards.
+inline double central_difference(std::vector<float>& values, std::size_t k, float eps,
+                                 const std::function<double()>& loss) {
+  const float saved = values[k];
+  values[k] = saved + eps;
+  const double plus = loss();
+  values[k] = saved - eps;
+  const double minus = loss();
+  values[k] = saved;
+  const double h = static_cast<double>(saved + eps) - static_cast<double>(saved - eps);
+  return (plus - minus) / h;
+}
+
+// Weighted sum of outputs in float64: the scalar "loss" whose gradient w.r.t. the outputs is
+// `weights`.
+inline double weighted_sum(const std::vector<float>& out, const std::vector<float>& weights) {
+  double s = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * weights[i];
+  return s;
+}
+
+inline void expect_gradient_near(double analytic, double numeric, double abs_tol, double rel_tol,
+                                 const std::string& what) {
+  EXPECT_NEAR(analytic, numeric, abs_tol + rel_tol * std::fabs(numeric)) << what;
+}
+
+}  // namespace gpubox::trainer::testing

@@ -1,0 +1,67 @@
+// Pass metrics as plain data, their computation from a merged accumulator buffer, and the pass
+// line / JSON formatters. Host-only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpubox::trainer {
+
+// Undefined values (AUC with one class only, NE with actual CTR 0 or 1, anything of an empty
+// set) are NaN; the formatters print them as "nan" / JSON null.
+struct MetricValues {
+  double examples = 0;
+  double positives = 0;
+  double auc = 0;            // bucketed: ties within a bucket count one half
+  double logloss = 0;        // mean; predictions clipped to [1e-7, 1 - 1e-7]
+  double ne = 0;             // normalised entropy: logloss / entropy of the actual CTR
+  double actual_ctr = 0;     // positives / examples
+  double predicted_ctr = 0;  // mean prediction
+  double copc = 0;           // clicks over predicted clicks: actual_ctr / predicted_ctr
+  double mae = 0;
+  double rmse = 0;
+};
+
+// Layout of the accumulator's flat buffer of doubles (what the cards all-reduce):
+//   [negatives histogram (buckets) | positives histogram (buckets) | sums (kNumSums)]
+namespace metric_sums {
+enum : std::size_t {
+  kCount = 0,
+  kLabels,
+  kPredictions,
+  kLogLoss,
+  kAbsError,
+  kSquaredError,
+  kNumSums
+};
+}  // namespace metric_sums
+
+inline std::size_t metrics_flat_size(std::size_t buckets) {
+  return 2 * buckets + metric_sums::kNumSums;
+}
+
+// From a (merged) host copy of the flat buffer with `buckets` buckets per histogram.
+MetricValues compute_metrics(const double* flat, std::size_t buckets);
+
+struct PassReport {
+  int64_t pass = 0;
+  double seconds = 0;  // wall time of the pass
+  int cards = 1;       // cards of all trainers (ips counts the examples of all of them)
+  MetricValues metrics;
+  // Appended as ", name: value" to the line and as "name": value to the JSON (e.g. the pass
+  // manager's counters), in order.
+  std::vector<std::pair<std::string, double>> extra;
+};
+
+// "pass: P, using time: T second, ips: S example/sec, auc: A, logloss: L, ne: N, actual_ctr: C,
+//  predicted_ctr: Q, copc: .., mae: .., rmse: .., ips_per_card: .." then the extras.
+// ips = examples of all cards / seconds; ips_per_card = ips / cards (PaddleRec's ips).
+std::string format_pass_line(const PassReport& report);
+// One JSON object on one line (no trailing newline): pass, seconds, examples, cards, ips,
+// ips_per_card, every metric, then the extras.
+std::string format_pass_json(const PassReport& report);
+
+}  // namespace gpubox::trainer

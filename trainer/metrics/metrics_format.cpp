@@ -1,0 +1,116 @@
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "trainer/metrics/metric_values.hpp"
+
+namespace gpubox::trainer {
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double ratio(double num, double den) { return den > 0 ? num / den : kNaN; }
+
+// "%.6f", or "nan"/"inf" as printf spells them.
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
+  return buf;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+}  // namespace
+
+MetricValues compute_metrics(const double* flat, std::size_t buckets) {
+  const double* negatives = flat;
+  const double* positives = flat + buckets;
+  const double* sums = flat + 2 * buckets;
+  MetricValues m;
+  // AUC: sweep the threshold from the highest bucket down; each bucket adds a trapezoid, so the
+  // pairs tied inside one bucket count one half (as the exact AUC counts tied predictions).
+  double tp = 0, fp = 0, area = 0;
+  for (std::size_t b = buckets; b-- > 0;) {
+    const double new_tp = tp + positives[b];
+    const double new_fp = fp + negatives[b];
+    area += (new_fp - fp) * (tp + new_tp) * 0.5;
+    tp = new_tp;
+    fp = new_fp;
+  }
+  m.auc = tp > 0 && fp > 0 ? area / (tp * fp) : kNaN;
+  const double count = sums[metric_sums::kCount];
+  m.examples = count;
+  m.positives = sums[metric_sums::kLabels];
+  m.actual_ctr = ratio(sums[metric_sums::kLabels], count);
+  m.predicted_ctr = ratio(sums[metric_sums::kPredictions], count);
+  m.logloss = ratio(sums[metric_sums::kLogLoss], count);
+  const double c = m.actual_ctr;
+  const double entropy = -(c * std::log(c) + (1 - c) * std::log(1 - c));
+  m.ne = c > 0 && c < 1 ? m.logloss / entropy : kNaN;
+  m.copc = ratio(sums[metric_sums::kLabels], sums[metric_sums::kPredictions]);
+  m.mae = ratio(sums[metric_sums::kAbsError], count);
+  m.rmse = std::sqrt(ratio(sums[metric_sums::kSquaredError], count));
+  return m;
+}
+
+std::string format_pass_line(const PassReport& r) {
+  const MetricValues& m = r.metrics;
+  const double ips = ratio(m.examples, r.seconds);
+  std::string line =
+      "pass: " + std::to_string(r.pass) + ", using time: " + fixed(r.seconds, 3) +
+      " second, ips: " + fixed(ips, 1) + " example/sec, auc: " + fixed(m.auc, 6) +
+      ", logloss: " + fixed(m.logloss, 6) + ", ne: " + fixed(m.ne, 6) +
+      ", actual_ctr: " + fixed(m.actual_ctr, 6) + ", predicted_ctr: " + fixed(m.predicted_ctr, 6) +
+      ", copc: " + fixed(m.copc, 6) + ", mae: " + fixed(m.mae, 6) + ", rmse: " + fixed(m.rmse, 6) +
+      ", ips_per_card: " + fixed(r.cards > 0 ? ips / r.cards : kNaN, 1);
+  for (const auto& [name, value] : r.extra) line += ", " + name + ": " + json_number(value);
+  return line;
+}
+
+std::string format_pass_json(const PassReport& r) {
+  const MetricValues& m = r.metrics;
+  const double ips = ratio(m.examples, r.seconds);
+  std::string out = "{\"pass\": " + std::to_string(r.pass);
+  auto add = [&out](const std::string& name, double value) {
+    out += ", " + json_string(name) + ": " + json_number(value);
+  };
+  add("seconds", r.seconds);
+  add("examples", m.examples);
+  add("cards", r.cards);
+  add("ips", ips);
+  add("ips_per_card", r.cards > 0 ? ips / r.cards : kNaN);
+  add("auc", m.auc);
+  add("logloss", m.logloss);
+  add("ne", m.ne);
+  add("actual_ctr", m.actual_ctr);
+  add("predicted_ctr", m.predicted_ctr);
+  add("copc", m.copc);
+  add("mae", m.mae);
+  add("rmse", m.rmse);
+  add("positives", m.positives);
+  for (const auto& [name, value] : r.extra) add(name, value);
+  return out + "}";
+}
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,137 @@
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/error.hpp"
+#include "trainer/nn/dense_model.hpp"
+
+namespace gpubox::trainer {
+
+const char* to_string(ModelKind kind) { return kind == ModelKind::kDnn ? "dnn" : "wide_deep"; }
+const char* to_string(DenseOptimizerKind kind) {
+  return kind == DenseOptimizerKind::kAdam ? "adam" : "sgd";
+}
+
+DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
+    : card_(&card),
+      config_(config),
+      blas_(card),
+      params_(card),
+      pool_(config.slots, config.mf_dim, config.use_cvm),
+      concat_(pool_.out_dim(), config.dense_dim) {
+  GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
+  int in = concat_.out_dim();
+  for (std::size_t l = 0; l <= config.fc_sizes.size(); ++l) {
+    const int out = l < config.fc_sizes.size() ? config.fc_sizes[l] : 1;
+    layers_.emplace_back(params_, "fc_" + std::to_string(l), in, out);
+    in = out;
+  }
+  if (config.kind == ModelKind::kWideDeep) {
+    wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
+  }
+  params_.finalize(config.seed);
+  hidden_.resize(layers_.size());
+}
+
+double DenseModel::flops_per_example() const {
+  double macs = 0.0;
+  for (const Linear& layer : layers_) macs += static_cast<double>(layer.in()) * layer.out();
+  // forward X W, backward X^T dY and dY W^T: three GEMMs of the same size, 2 flops per MAC.
+  return 6.0 * macs;
+}
+
+void DenseModel::resize(int64_t batch) {
+  const auto n = static_cast<std::size_t>(batch);
+  auto make = [&](device::device_buffer<float>& buffer, std::size_t count) {
+    if (buffer.memory() == nullptr) buffer = card_->make_buffer<float>(0);
+    buffer.resize_discard(count);
+  };
+  make(pooled_, n * pool_.out_dim());
+  make(x0_, n * concat_.out_dim());
+  std::size_t widest_input = 0;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    make(hidden_[l], n * layers_[l].out());
+    widest_input = std::max<std::size_t>(widest_input, layers_[l].in());
+  }
+  make(preds_, n);
+  make(dlogits_, n);
+  make(grad_a_, n * widest_input);
+  make(grad_b_, n * widest_input);
+  make(d_pooled_, n * pool_.out_dim());
+  if (ones_.size() < n) {
+    std::vector<float> host(std::max<std::size_t>(n, 1), 1.0f);
+    ones_ = device::to_device(host, card_->memory(), card_->stream());
+  }
+}
+
+void DenseModel::forward(const DenseBatchView& batch) {
+  GPUBOX_EXPECTS(batch.batch >= 0 && batch.sparse.batch == batch.batch,
+                 "batch size mismatch: dense part ", batch.batch, ", sparse part ",
+                 batch.sparse.batch);
+  resize(batch.batch);
+  const device::Stream& stream = card_->stream();
+  const int64_t n = batch.batch;
+  pool_.forward(stream, batch.sparse, pooled_.data());
+  concat_.forward(stream, pooled_.data(), batch.dense, n, x0_.data());
+  const float* x = x0_.data();
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    float* y = hidden_[l].data();
+    layers_[l].forward(blas_, params_, x, n, y);
+    if (l + 1 < layers_.size()) {
+      Relu::forward(stream, y, static_cast<std::size_t>(n) * layers_[l].out(), y);
+    }
+    x = y;
+  }
+  if (wide_) wide_->forward(stream, params_, pooled_.data(), batch.dense, n, hidden_.back().data());
+}
+
+void DenseModel::predict(const DenseBatchView& batch) {
+  forward(batch);
+  SigmoidLogLoss::predict(card_->stream(), hidden_.back().data(), batch.batch, preds_.data());
+  card_->stream().synchronize();
+}
+
+double DenseModel::forward_backward(const DenseBatchView& batch, const GradScales& scales,
+                                    float* push) {
+  forward(batch);
+  const device::Stream& stream = card_->stream();
+  const int64_t n = batch.batch;
+  const double loss = SigmoidLogLoss::forward_backward(stream, hidden_.back().data(), batch.labels,
+                                                       n, preds_.data(), dlogits_.data());
+  const float* dy = dlogits_.data();
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    float* dx = (layers_.size() - 1 - l) % 2 == 0 ? grad_a_.data() : grad_b_.data();
+    const float* input = l == 0 ? x0_.data() : hidden_[l - 1].data();
+    layers_[l].backward(blas_, params_, input, dy, n, scales.dense, ones_.data(), dx);
+    if (l > 0) {
+      // hidden_[l - 1] holds the ReLU output: its mask is where it is positive.
+      Relu::backward(stream, hidden_[l - 1].data(), dx,
+                     static_cast<std::size_t>(n) * layers_[l].in(), dx);
+    }
+    dy = dx;
+  }
+  concat_.backward(stream, dy, n, d_pooled_.data(), nullptr);
+  if (wide_) {
+    wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
+                    d_pooled_.data());
+  }
+  pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
+  stream.synchronize();
+  return loss;
+}
+
+void DenseModel::check_finite(double loss, int64_t pass, int64_t batch_index) const {
+  if (!std::isfinite(loss)) {
+    GPUBOX_FAIL("pass ", pass, ", batch ", batch_index, ": the loss is ", loss,
+                " (diverged: lower the learning rate or check the input for huge dense values)");
+  }
+  const std::size_t n = params_.size();
+  const std::size_t bad = find_non_finite(card_->stream(), params_.grads().data(), n);
+  if (bad < n) {
+    const float value = device::to_host(params_.grads().data() + bad, 1, card_->stream()).front();
+    GPUBOX_FAIL("pass ", pass, ", batch ", batch_index, ": gradient of ", params_.describe(bad),
+                " is ", value, " (diverged: lower the learning rate)");
+  }
+}
+
+}  // namespace gpubox::trainer

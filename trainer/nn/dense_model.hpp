@@ -1,0 +1,101 @@
+// The dense part of the CTR model on one card: slot sum-pool -> concat with the dense features ->
+// MLP (ReLU) -> one logit (+ the wide part for wide_deep) -> sigmoid, log loss. Owns its layers,
+// its parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own
+// the batch (views into the sparse side's buffers) nor the optimizer.
+//
+// One step on a card (the trainer's loop, with comm = the card's communicator):
+//   loss = model.forward_backward(batch, scales, push);   // grads into parameters().grads()
+//   comm.all_reduce_sum(grads, grads, n, stream);           // one call: the flat gradient buffer
+//   model.check_finite(loss, pass, step);                   // throws naming pass, batch, parameter
+//   optimizer.step(model.parameters());                     // identical on every card
+//
+// Thread-safety: one card's thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "trainer/nn/blas.hpp"
+#include "trainer/nn/dense_model_types.hpp"
+#include "trainer/nn/dense_parameters.hpp"
+#include "trainer/nn/layers.hpp"
+
+namespace gpubox::trainer {
+
+// A batch as the model sees it (card memory, non-owning).
+struct DenseBatchView {
+  SlotBatchView sparse;           // pull records + per-slot offsets
+  const float* dense = nullptr;   // [batch x dense_dim]
+  const float* labels = nullptr;  // [batch], 0 or 1
+  int64_t batch = 0;
+};
+
+struct GradScales {
+  // Dense parameter gradients = dense * d(sum of the batch's losses). 1 / (global batch over all
+  // cards) makes the all-reduced sum the gradient of the mean loss, so N cards with the global
+  // batch split among them step exactly like one card with the whole batch.
+  float dense = 1.0f;
+  // Sparse push gradients = sparse * d(instance loss): 1 gives each occurrence its own
+  // instance's gradient (the per-key optimizers are tuned for that scale).
+  float sparse = 1.0f;
+};
+
+class DenseModel {
+ public:
+  DenseModel(device::Card& card, const DenseModelConfig& config);
+  DenseModel(const DenseModel&) = delete;
+  DenseModel& operator=(const DenseModel&) = delete;
+
+  const DenseModelConfig& config() const { return config_; }
+  const SlotSumPool& pool() const { return pool_; }
+  int input_dim() const { return concat_.out_dim(); }
+  DenseParameters& parameters() { return params_; }
+  const DenseParameters& parameters() const { return params_; }
+  // Multiply-adds x2 of one example's forward + backward (the input-gradient GEMM of the first
+  // layer included: the sparse push needs it). Elementwise work is not counted.
+  double flops_per_example() const;
+
+  // Predictions (sigmoid) of the batch into predictions().
+  void predict(const DenseBatchView& batch);
+  // Forward and backward. Writes the dense gradients (parameters().grads()), the push records
+  // (`push`: occurrences x pool().push_dim() floats, card memory) and predictions(); returns the
+  // sum of the batch's log losses (synchronizes the card stream).
+  double forward_backward(const DenseBatchView& batch, const GradScales& scales, float* push);
+  // Predictions of the last predict/forward_backward, [batch] floats in card memory.
+  const float* predictions() const { return preds_.data(); }
+
+  // Throws gpubox::Error naming pass, batch and the first non-finite value (the loss, or the
+  // parameter whose gradient is NaN/Inf) so a diverging run stops before anything is written.
+  // One find over the flat gradient buffer.
+  void check_finite(double loss, int64_t pass, int64_t batch_index) const;
+
+ private:
+  void resize(int64_t batch);
+  void forward(const DenseBatchView& batch);
+
+  device::Card* card_;
+  DenseModelConfig config_;
+  Blas blas_;
+  DenseParameters params_;
+  SlotSumPool pool_;
+  Concat concat_;
+  std::vector<Linear> layers_;
+  std::unique_ptr<WidePart> wide_;
+
+  // Activations: pooled, x0 (concat), one output per linear layer (the last is the logit column).
+  device::device_buffer<float> pooled_;
+  device::device_buffer<float> x0_;
+  std::vector<device::device_buffer<float>> hidden_;
+  device::device_buffer<float> preds_;
+  device::device_buffer<float> dlogits_;
+  device::device_buffer<float> grad_a_;  // ping-pong input gradients between layers
+  device::device_buffer<float> grad_b_;
+  device::device_buffer<float> d_pooled_;
+  device::device_buffer<float> ones_;
+};
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,49 @@
+// The dense optimizer: one elementwise step over the flat parameter buffer after the gradient
+// all-reduce. Every card runs it on identical gradients with identical state, so dense weights
+// stay identical on all cards without a broadcast.
+//
+//   sgd:  w -= lr * g
+//   adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//         lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);  w -= lr_t * m / (sqrt(v) + eps * sqrt(1 -
+//         b2^t)) (Paddle's adam: epsilon is applied to the bias-corrected second moment.)
+//
+// Ownership: owns the moment buffers (card memory). Thread-safety: one card's thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "trainer/nn/dense_model_types.hpp"
+#include "trainer/nn/dense_parameters.hpp"
+
+namespace gpubox::trainer {
+
+class DenseOptimizer {
+ public:
+  // `size`: floats in the parameter buffer the optimizer will step.
+  DenseOptimizer(device::Card& card, const DenseOptimizerConfig& config, std::size_t size);
+
+  const DenseOptimizerConfig& config() const { return config_; }
+  // Steps taken so far (the t of adam's bias correction).
+  int64_t steps() const { return steps_; }
+
+  // values -= update(grads); both `size` floats of card memory.
+  void step(float* values, const float* grads);
+  void step(DenseParameters& params) { step(params.values().data(), params.grads().data()); }
+
+  // State for save/load: first and second moments (empty for sgd) and the step count.
+  device::device_buffer<float>& moment1() { return m_; }
+  device::device_buffer<float>& moment2() { return v_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+ private:
+  device::Card* card_;
+  DenseOptimizerConfig config_;
+  std::size_t size_;
+  int64_t steps_ = 0;
+  device::device_buffer<float> m_;
+  device::device_buffer<float> v_;
+};
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,69 @@
+#include "trainer/nn/dense_parameters.hpp"
+
+#include <cmath>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+
+namespace gpubox::trainer {
+namespace {
+constexpr std::size_t kBlockAlign = 16;
+
+// Standard normal from two hashed uniforms (Box-Muller): the same on every machine and card,
+// unlike std::normal_distribution whose algorithm is implementation-defined.
+float normal_at(uint64_t seed, uint64_t index) {
+  const uint64_t a = hash_with_seed(2 * index, seed);
+  const uint64_t b = hash_with_seed(2 * index + 1, seed);
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+}  // namespace
+
+std::size_t DenseParameters::add(std::string name, std::size_t count, ParamInit init, float scale) {
+  GPUBOX_EXPECTS(!finalized_, "parameter block '", name, "' added after finalize()");
+  ParamBlock block;
+  block.name = std::move(name);
+  block.offset = (total_ + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+  block.count = count;
+  block.init = init;
+  block.scale = scale;
+  total_ = block.offset + count;
+  blocks_.push_back(std::move(block));
+  return blocks_.size() - 1;
+}
+
+void DenseParameters::finalize(uint64_t seed) {
+  GPUBOX_EXPECTS(!finalized_, "DenseParameters finalized twice");
+  std::vector<float> host(total_, 0.0f);
+  for (const ParamBlock& block : blocks_) {
+    if (block.init != ParamInit::kNormal) continue;
+    for (std::size_t i = 0; i < block.count; ++i) {
+      host[block.offset + i] = block.scale * normal_at(seed, block.offset + i);
+    }
+  }
+  values_ = device::to_device(host, card_->memory(), card_->stream());
+  grads_ = device::to_device(std::vector<float>(total_, 0.0f), card_->memory(), card_->stream());
+  finalized_ = true;
+}
+
+std::string DenseParameters::describe(std::size_t flat_index) const {
+  for (const ParamBlock& block : blocks_) {
+    if (flat_index >= block.offset && flat_index < block.offset + block.count) {
+      return block.name + "[" + std::to_string(flat_index - block.offset) + "]";
+    }
+  }
+  return "padding[" + std::to_string(flat_index) + "]";
+}
+
+std::vector<float> DenseParameters::values_to_host() const { return device::to_host(values_); }
+std::vector<float> DenseParameters::grads_to_host() const { return device::to_host(grads_); }
+
+void DenseParameters::set_values(const std::vector<float>& host) {
+  GPUBOX_EXPECTS(finalized_ && host.size() == total_, "set_values with ", host.size(),
+                 " floats, the model has ", total_);
+  if (total_ > 0) device::copy_async(values_.data(), host.data(), total_, card_->stream());
+  card_->stream().synchronize();
+}
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,79 @@
+// All dense parameters of a model in ONE contiguous card buffer, and their gradients in a second
+// one with the same layout, so the per-step gradient all-reduce across cards is a single
+// communicator call and the optimizer is a single elementwise pass.
+//
+// Use: layers register named blocks (add) while the model is built, then finalize() allocates and
+// initialises the values. Initial values are a seeded hash of (seed, flat index), so every card
+// (and every run) starts from identical weights without a broadcast.
+//
+// Ownership: owns both buffers (card memory of the card given at construction). Not thread-safe:
+// used by that card's thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+
+namespace gpubox::trainer {
+
+enum class ParamInit {
+  kZero,
+  kNormal,  // N(0, scale^2)
+};
+
+struct ParamBlock {
+  std::string name;        // e.g. "fc_0.w"
+  std::size_t offset = 0;  // in floats, into values()/grads()
+  std::size_t count = 0;
+  ParamInit init = ParamInit::kZero;
+  float scale = 0.0f;
+};
+
+class DenseParameters {
+ public:
+  explicit DenseParameters(device::Card& card) : card_(&card) {}
+  DenseParameters(DenseParameters&&) = default;
+  DenseParameters& operator=(DenseParameters&&) = default;
+
+  // Registers a block; returns its id. Only before finalize(). Blocks are aligned to 16 floats
+  // (64 bytes) so each starts on its own cache line / GPU sector.
+  std::size_t add(std::string name, std::size_t count, ParamInit init, float scale = 0.0f);
+  // Allocates values and grads (grads zeroed) and initialises the values from `seed`.
+  void finalize(uint64_t seed);
+  bool finalized() const { return finalized_; }
+
+  float* values(std::size_t block) { return values_.data() + blocks_.at(block).offset; }
+  const float* values(std::size_t block) const { return values_.data() + blocks_.at(block).offset; }
+  float* grads(std::size_t block) { return grads_.data() + blocks_.at(block).offset; }
+  const float* grads(std::size_t block) const { return grads_.data() + blocks_.at(block).offset; }
+
+  // The flat buffers (size() floats each; alignment gaps are zero in both and stay zero).
+  device::device_buffer<float>& values() { return values_; }
+  const device::device_buffer<float>& values() const { return values_; }
+  device::device_buffer<float>& grads() { return grads_; }
+  const device::device_buffer<float>& grads() const { return grads_; }
+  std::size_t size() const { return total_; }
+
+  const std::vector<ParamBlock>& blocks() const { return blocks_; }
+  // "fc_1.w[37]" for a flat index (errors name the parameter, not an offset).
+  std::string describe(std::size_t flat_index) const;
+
+  // Host copies / restore (tests, save/load). Sizes must match size().
+  std::vector<float> values_to_host() const;
+  std::vector<float> grads_to_host() const;
+  void set_values(const std::vector<float>& host);
+
+ private:
+  device::Card* card_;
+  std::vector<ParamBlock> blocks_;
+  std::size_t total_ = 0;
+  bool finalized_ = false;
+  device::device_buffer<float> values_;
+  device::device_buffer<float> grads_;
+};
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,64 @@
+#include "common/error.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/layers.hpp"
+
+namespace gpubox::trainer {
+namespace {
+struct WideForward {
+  const float* pooled;
+  const float* dense;
+  const float* weights;
+  float* logits;
+  int slots;
+  int width;
+  int embed_w_column;
+  int dense_dim;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const float* row = pooled + static_cast<int64_t>(i) * slots * width + embed_w_column;
+    float sum = 0.0f;
+    for (int s = 0; s < slots; ++s) sum += row[s * width];
+    const float* x = dense + static_cast<int64_t>(i) * dense_dim;
+    for (int d = 0; d < dense_dim; ++d) sum += x[d] * weights[d];
+    logits[i] += sum;
+  }
+};
+struct WideBackward {
+  const float* dlogits;
+  float* d_pooled;
+  int slots;
+  int width;
+  int embed_w_column;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    float* row = d_pooled + static_cast<int64_t>(i) * slots * width + embed_w_column;
+    for (int s = 0; s < slots; ++s) row[s * width] += dlogits[i];
+  }
+};
+}  // namespace
+
+WidePart::WidePart(DenseParameters& params, const SlotSumPool& pool, int dense_dim)
+    : slots_(pool.slots()),
+      width_(pool.width()),
+      embed_w_column_(pool.embed_w_column()),
+      dense_dim_(dense_dim) {
+  GPUBOX_EXPECTS(dense_dim >= 0, "wide part: dense_dim must be >= 0, got ", dense_dim);
+  w_ = params.add("wide.dense_w", static_cast<std::size_t>(dense_dim), ParamInit::kZero);
+}
+
+void WidePart::forward(const device::Stream& stream, const DenseParameters& params,
+                       const float* pooled, const float* dense, int64_t batch,
+                       float* logits) const {
+  device::parallel_for(stream, static_cast<std::size_t>(batch),
+                       WideForward{pooled, dense, params.values(w_), logits, slots_, width_,
+                                   embed_w_column_, dense_dim_});
+}
+
+void WidePart::backward(const Blas& blas, DenseParameters& params, const float* dense,
+                        const float* dlogits, int64_t batch, float grad_scale,
+                        float* d_pooled) const {
+  device::parallel_for(blas.stream(), static_cast<std::size_t>(batch),
+                       WideBackward{dlogits, d_pooled, slots_, width_, embed_w_column_});
+  blas.sgemv(Transpose::kYes, batch, dense_dim_, grad_scale, dense, dense_dim_, dlogits, 0.0f,
+             params.grads(w_));
+}
+
+}  // namespace gpubox::trainer
