@@ -34,23 +34,26 @@ struct FillPullRecords {
   }
 };
 
-// out[i] = the record of occurrence i's unique key (records are in send order).
+// out[i] = the record of occurrence i's unique key (records are in send order). One thread per
+// occurrence: a record is a few dozen contiguous bytes.
 struct ScatterRecords {
   const float* records;
   const position_t* occurrence_unique;
   const position_t* unique_to_send;
   float* out;
   int32_t dim;
-  GPUBOX_HD void operator()(std::size_t t) const {
-    const std::size_t i = t / static_cast<std::size_t>(dim);
-    const std::size_t d = t % static_cast<std::size_t>(dim);
-    const std::size_t s = unique_to_send[occurrence_unique[i]];
-    out[t] = records[s * static_cast<std::size_t>(dim) + d];
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const float* from =
+        records + static_cast<std::size_t>(unique_to_send[occurrence_unique[i]]) * dim;
+    float* to = out + i * dim;
+    for (int32_t d = 0; d < dim; ++d) to[d] = from[d];
   }
 };
 
-// out[dest(u)] = sum of the records of segment u's occurrences, in segment order (fixed order:
-// reproducible sums). One thread per (segment, field), as Paddle's merge_gradients kernel.
+// out[dest(u)] = sum of the records of segment u's occurrences, in segment order (a fixed order:
+// reproducible sums). One thread per segment, its record accumulated in place (as Paddle's
+// merge_gradients kernel); Zipf-hot keys make some segments long, which the per-card batch
+// bounds.
 struct ReduceSegments {
   const float* values;
   const position_t* sorted_pos;
@@ -58,15 +61,28 @@ struct ReduceSegments {
   const position_t* destination;  // null: segment u goes to u
   float* out;
   int32_t dim;
-  GPUBOX_HD void operator()(std::size_t t) const {
-    const std::size_t u = t / static_cast<std::size_t>(dim);
-    const std::size_t d = t % static_cast<std::size_t>(dim);
-    float sum = 0.0f;
-    for (position_t j = segment_start[u]; j < segment_start[u + 1]; ++j) {
-      sum += values[static_cast<std::size_t>(sorted_pos[j]) * dim + d];
-    }
+  GPUBOX_HD void operator()(std::size_t u) const {
     const std::size_t to = destination != nullptr ? destination[u] : u;
-    out[to * static_cast<std::size_t>(dim) + d] = sum;
+    float* sum = out + to * dim;
+    const position_t begin = segment_start[u];
+    const position_t end = segment_start[u + 1];
+    const float* first = values + static_cast<std::size_t>(sorted_pos[begin]) * dim;
+    for (int32_t d = 0; d < dim; ++d) sum[d] = first[d];
+    for (position_t j = begin + 1; j < end; ++j) {
+      const float* v = values + static_cast<std::size_t>(sorted_pos[j]) * dim;
+      for (int32_t d = 0; d < dim; ++d) sum[d] += v[d];
+    }
+  }
+};
+
+// merged_rows[m] = the row the pull found for merged key m (at its first received position).
+struct GatherMergedRows {
+  const row_index_t* received_rows;
+  const position_t* sorted_pos;
+  const position_t* segment_start;
+  row_index_t* merged_rows;
+  GPUBOX_HD void operator()(std::size_t m) const {
+    merged_rows[m] = received_rows[sorted_pos[segment_start[m]]];
   }
 };
 
@@ -129,6 +145,7 @@ class HeterComm::Impl {
   }
 
   void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream) {
+    pulled_ = false;
     last_ = HeterCommStats{};
     last_.pull_calls = 1;
     const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
@@ -154,53 +171,46 @@ class HeterComm::Impl {
                         recv_scaled_.data(), stream);
     count_bytes(send_scaled_.data(), sizeof(float));
     device::parallel_for(
-        stream, n * dim,
+        stream, n,
         ScatterRecords{send_records_.data(), local_.occurrence_unique(), plan_.unique_to_send(),
                        out_pull, static_cast<int32_t>(dim)});
     stream.synchronize();
     add_stats(stats_, last_);
+    pulled_ = true;
   }
 
   void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream) {
+    pulled_ = false;  // the plan and the received keys are about to describe another batch
     last_ = HeterCommStats{};
     last_.push_calls = 1;
-    const std::size_t dim = static_cast<std::size_t>(layout_.push_dim());
-    const int32_t dim32 = layout_.push_dim();
     const std::size_t unique = plan_keys(keys, n, stream);
-
-    // Local merge: one summed record per unique key, written straight into send order.
-    send_records_.resize_discard(unique * dim);
-    device::parallel_for(stream, unique * dim,
-                         ReduceSegments{grads, local_.sorted_positions(), local_.unique_start(),
-                                        plan_.unique_to_send(), send_records_.data(), dim32});
+    reduce_local(grads, unique, stream);
     const std::size_t received = send_keys(stream);
-    for (int c = 0; c < total_cards_; ++c) {
-      send_scaled_[c] = plan_.send_counts()[c] * dim;
-      recv_scaled_[c] = recv_counts_[c] * dim;
-    }
-    recv_records_.resize_discard(received * dim);
-    comm_->all_to_all_v(send_records_.data(), send_scaled_.data(), recv_records_.data(),
-                        recv_scaled_.data(), stream);
-    count_bytes(send_scaled_.data(), sizeof(float));
-
-    // Owner: merge the same key from every source card (sum in source-rank order), then one
-    // optimizer step per key.
-    const std::size_t merged = owner_merge_.run(recv_keys_.data(), received, stream);
-    merged_records_.resize_discard(merged * dim);
-    device::parallel_for(
-        stream, merged * dim,
-        ReduceSegments{recv_records_.data(), owner_merge_.sorted_positions(),
-                       owner_merge_.unique_start(), nullptr, merged_records_.data(), dim32});
+    const std::size_t merged = send_records_and_merge(received, stream);
     merged_rows_.resize_discard(merged);
     last_.created_on_push = resolve_rows(owner_merge_.unique_keys(), merged, merged_rows_.data(),
                                          &owner_merge_, stream);
     last_.owner_lookups += merged;
+    apply_updates(merged, stream);
+  }
+
+  void push_pulled(const float* grads, const device::Stream& stream) {
+    GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
+                   " without a pull before it (or after a push, which replaced the pulled keys)");
+    last_ = HeterCommStats{};
+    last_.push_calls = 1;
+    last_.keys_in = local_.occurrences();
+    const std::size_t unique = local_.unique_count();
+    reduce_local(grads, unique, stream);
+    const std::size_t received = recv_keys_.size();
+    const std::size_t merged = send_records_and_merge(received, stream);
+    // The pull found (or created) every received key's row: the first occurrence of each merged
+    // key names it. No hash lookup.
+    merged_rows_.resize_discard(merged);
     device::parallel_for(stream, merged,
-                         ApplyUpdates{store_->ref(), merged_rows_.data(),
-                                      owner_merge_.unique_keys(), merged_records_.data(), config_});
-    last_.merged_updates = merged;
-    stream.synchronize();
-    add_stats(stats_, last_);
+                         GatherMergedRows{recv_rows_.data(), owner_merge_.sorted_positions(),
+                                          owner_merge_.unique_start(), merged_rows_.data()});
+    apply_updates(merged, stream);
   }
 
   const table::RowLayout& layout() const { return layout_; }
@@ -210,6 +220,58 @@ class HeterComm::Impl {
   const HeterCommStats& last_step() const { return last_; }
 
  private:
+  // One summed push record per unique key of the planned batch, written in send order.
+  void reduce_local(const float* grads, std::size_t unique, const device::Stream& stream) {
+    send_records_.resize_discard(unique * static_cast<std::size_t>(layout_.push_dim()));
+    device::parallel_for(
+        stream, unique,
+        ReduceSegments{grads, local_.sorted_positions(), local_.unique_start(),
+                       plan_.unique_to_send(), send_records_.data(), layout_.push_dim()});
+  }
+
+  // Sends the summed records to the owners (along the keys' route) and merges, on the owner,
+  // the records of one key from every source card (summed in source-rank order). Returns the
+  // number of distinct keys this card updates.
+  std::size_t send_records_and_merge(std::size_t received, const device::Stream& stream) {
+    const std::size_t dim = static_cast<std::size_t>(layout_.push_dim());
+    for (int c = 0; c < total_cards_; ++c) {
+      send_scaled_[c] = plan_.send_counts()[c] * dim;
+      recv_scaled_[c] = recv_counts_[c] * dim;
+    }
+    recv_records_.resize_discard(received * dim);
+    comm_->all_to_all_v(send_records_.data(), send_scaled_.data(), recv_records_.data(),
+                        recv_scaled_.data(), stream);
+    count_bytes(send_scaled_.data(), sizeof(float));
+    const std::size_t merged = owner_merge_.run(recv_keys_.data(), received, stream);
+    merged_records_.resize_discard(merged * dim);
+    device::parallel_for(stream, merged,
+                         ReduceSegments{recv_records_.data(), owner_merge_.sorted_positions(),
+                                        owner_merge_.unique_start(), nullptr,
+                                        merged_records_.data(), layout_.push_dim()});
+    return merged;
+  }
+
+  // merged_rows[m] = the row the pull found for merged key m (at its first received position).
+  struct GatherMergedRows {
+    const row_index_t* received_rows;
+    const position_t* sorted_pos;
+    const position_t* segment_start;
+    row_index_t* merged_rows;
+    GPUBOX_HD void operator()(std::size_t m) const {
+      merged_rows[m] = received_rows[sorted_pos[segment_start[m]]];
+    }
+  };
+
+  // One optimizer step per merged key (merged_rows_ holds their rows), rows marked dirty.
+  void apply_updates(std::size_t merged, const device::Stream& stream) {
+    device::parallel_for(stream, merged,
+                         ApplyUpdates{store_->ref(), merged_rows_.data(),
+                                      owner_merge_.unique_keys(), merged_records_.data(), config_});
+    last_.merged_updates = merged;
+    stream.synchronize();
+    add_stats(stats_, last_);
+  }
+
   // Local dedup and per-owner grouping of the batch's keys. Returns the unique count.
   std::size_t plan_keys(const uint64_t* keys, std::size_t n, const device::Stream& stream) {
     last_.keys_in = n;
@@ -298,6 +360,8 @@ class HeterComm::Impl {
 
   HeterCommStats stats_;
   HeterCommStats last_;
+  // The plan, received keys and their rows describe the last pull (push_pulled may reuse them).
+  bool pulled_ = false;
 };
 
 HeterComm::HeterComm(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
@@ -314,6 +378,9 @@ void HeterComm::pull(const uint64_t* keys, std::size_t n, float* out_pull,
 void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
                      const device::Stream& stream) {
   impl_->push(keys, n, grads, stream);
+}
+void HeterComm::push_pulled(const float* grads, const device::Stream& stream) {
+  impl_->push_pulled(grads, stream);
 }
 const table::RowLayout& HeterComm::layout() const { return impl_->layout(); }
 int HeterComm::rank() const { return impl_->rank(); }

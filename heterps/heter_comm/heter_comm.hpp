@@ -63,6 +63,13 @@ class HeterComm {
   // owner before any of that owner's rows changes.
   void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream);
 
+  // push() for exactly the keys of this card's last pull (same n, same order; grads as in
+  // push), reusing that pull's work: no dedup, no key exchange, no hash lookup (the owners
+  // kept the rows they found). Every card calls push_pulled in the same step (collective).
+  // Requires a pull since the last push, and no store change in between (insert_rows, erase,
+  // clear would invalidate the kept row indices). Synchronizes `stream`.
+  void push_pulled(const float* grads, const device::Stream& stream);
+
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }
   const table::RowLayout& layout() const;

@@ -190,9 +190,10 @@ class Cluster {
   std::vector<std::unique_ptr<HeterComm>> comms_;
 };
 
-// One step on every card: pull the batch (returned per card), then push its records.
-std::vector<std::vector<float>> pull_push_step(Cluster& cluster,
-                                               const std::vector<Batch>& batches) {
+// One step on every card: pull the batch (returned per card), then push its records (with
+// push_pulled when `reuse_pull`, else with push and the keys again).
+std::vector<std::vector<float>> pull_push_step(Cluster& cluster, const std::vector<Batch>& batches,
+                                               bool reuse_pull = false) {
   std::vector<std::vector<float>> pulled(cluster.size());
   cluster.run([&](device::Card& card) {
     const int c = card.local_index();
@@ -203,7 +204,11 @@ std::vector<std::vector<float>> pull_push_step(Cluster& cluster,
     auto out = card.make_buffer<float>(b.keys.size() * hc.pull_dim());
     hc.pull(keys.data(), b.keys.size(), out.data(), card.stream());
     pulled[c] = device::to_host(out);
-    hc.push(keys.data(), b.keys.size(), grads.data(), card.stream());
+    if (reuse_pull) {
+      hc.push_pulled(grads.data(), card.stream());
+    } else {
+      hc.push(keys.data(), b.keys.size(), grads.data(), card.stream());
+    }
   });
   return pulled;
 }
@@ -239,7 +244,8 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
       if ((c + step) % 5 == 4) n = 1;
       batches[c] = maker.make(n);
     }
-    const auto pulled = pull_push_step(cluster, batches);
+    // Odd steps push with push_pulled (reusing the pull's plan and rows): same results.
+    const auto pulled = pull_push_step(cluster, batches, /*reuse_pull=*/step % 2 == 1);
     for (int c = 0; c < param.cards; ++c) {
       ASSERT_EQ(pulled[c].size(), batches[c].keys.size() * pull_dim);
       for (std::size_t i = 0; i < batches[c].keys.size(); ++i) {
@@ -448,6 +454,41 @@ TEST(HeterComm, CreateModeCountsCreatedRows) {
   EXPECT_EQ(cluster.store(0).size() + cluster.store(1).size(), 5u);
   // pull: each card sends 3 unique keys (6 lookups); push: 2 merged keys.
   EXPECT_EQ(lookups, 6u + 2u);
+}
+
+// push_pulled needs a pull since the last push: otherwise it fails clearly on every card (the
+// check runs before any collective, so nothing hangs).
+TEST(HeterComm, PushPulledWithoutPullFails) {
+  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kSgd);
+  Cluster cluster(2, cfg);
+  BatchMaker maker(3, RowLayout::make(cfg.kind, cfg.mf_dim).push_dim());
+  std::vector<Batch> batches = {maker.make(10), maker.make(4)};
+  auto push_pulled_only = [&] {
+    cluster.run([&](device::Card& card) {
+      const int c = card.local_index();
+      auto grads = device::to_device(batches[c].grads, card.memory(), card.stream());
+      cluster.heter_comm(c).push_pulled(grads.data(), card.stream());
+    });
+  };
+  try {
+    push_pulled_only();
+    FAIL() << "push_pulled without a pull did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without a pull"), std::string::npos) << e.what();
+  }
+  // After pull + push, the pulled keys are gone as well.
+  Cluster fresh(2, cfg);
+  std::vector<std::vector<float>> ignored = pull_push_step(fresh, batches);
+  try {
+    fresh.run([&](device::Card& card) {
+      const int c = card.local_index();
+      auto grads = device::to_device(batches[c].grads, card.memory(), card.stream());
+      fresh.heter_comm(c).push_pulled(grads.data(), card.stream());
+    });
+    FAIL() << "push_pulled after a push did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without a pull"), std::string::npos) << e.what();
+  }
 }
 
 // Same batch sizes step after step, keys already on the cards: no card memory is allocated
