@@ -6,13 +6,6 @@
 #include "table/parallel.hpp"
 
 namespace gpubox::table {
-namespace {
-
-// Below this many keys a bulk call runs its shards inline: thread start-up would dominate.
-constexpr std::size_t kParallelKeys = 4096;
-
-}  // namespace
-
 StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const SparseOptimizerConfig& optimizer,
                                                          const HostTableConfig& config) {
   if (config.shards == 0) return Status::InvalidArgument("HostTableConfig.shards must be > 0");
@@ -139,9 +132,18 @@ StatusOr<uint64_t> SparseTable::size() {
   return s->rows_in_memory + s->rows_on_disk;
 }
 
+uint64_t SparseTable::rows_now() {
+  uint64_t rows = 0;
+  for (auto& shard : shards_) {
+    const detail::ShardStats s = shard->stats();
+    rows += s.rows_in_memory + s.rows_on_disk;
+  }
+  return rows;
+}
+
 StatusOr<uint64_t> SparseTable::shrink() {
   std::vector<uint64_t> deleted(shards_.size(), 0);
-  GPUBOX_RETURN_IF_ERROR(for_shards(true, [&](uint32_t s) {
+  GPUBOX_RETURN_IF_ERROR(for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
     auto d = shards_[s]->shrink(config_.cold_after_days);
     if (!d.ok()) return d.status();
     deleted[s] = *d;

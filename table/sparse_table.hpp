@@ -72,6 +72,10 @@ class SparseTable final : public HostTier {
  private:
   SparseTable(const SparseOptimizerConfig& optimizer, const HostTableConfig& config,
               std::unique_ptr<DiskTier> disk);
+  // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs
+  // more than it saves, and much more on an oversubscribed machine.
+  static constexpr std::size_t kParallelKeys = 4096;
+  uint64_t rows_now();
   // Runs fn(shard) for every shard with work (in parallel when `parallel`); first error wins.
   Status for_shards(bool parallel, const std::function<Status(uint32_t)>& fn);
   // Groups positions 0..n-1 by shard: positions of shard s are pos[offsets[s] .. offsets[s+1]).

@@ -55,7 +55,7 @@ Status SparseTable::save(const std::string& path, SaveMode mode, SaveForm form) 
   auto staged = io::StagedSave::begin(env_, path);
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
-      for_shards(true, [&](uint32_t s) {
+      for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
         detail::ShardSnapshot snap;
         GPUBOX_RETURN_IF_ERROR(shards_[s]->snapshot(mode, form, saved_through, &snap));
         GPUBOX_RETURN_IF_ERROR((*staged)->add_file(part_name(s), snap.part, snap.rows));
@@ -146,6 +146,9 @@ Status SparseTable::load(const std::string& path) {
   }
 
   const int32_t floats = record_floats(kind, layout_);
+  uint64_t total_records = 0;
+  for (const PartFile& f : files) total_records += f.entry->records;
+  const int threads = total_records >= kParallelKeys ? config_.threads : 1;
   // Pass 1 reads and parses every file without touching the table: a corrupt or partial save
   // is refused before anything already in the table is lost. Pass 2 applies.
   auto read_file = [&](const PartFile& f, std::vector<uint64_t>* keys,
@@ -161,17 +164,18 @@ Status SparseTable::load(const std::string& path) {
     }
     return Status::OK();
   };
-  GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), config_.threads, [&](std::size_t i) {
+  GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
                            std::vector<uint64_t> keys;
                            std::vector<float> recs;
                            return read_file(files[i], &keys, &recs);
                          }).with_context("load"));
 
   if (*mode != SaveMode::kDelta) {
-    GPUBOX_RETURN_IF_ERROR(for_shards(true, [&](uint32_t s) { return shards_[s]->clear(); }));
+    GPUBOX_RETURN_IF_ERROR(
+        for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
   }
   for (bool deletions : {true, false}) {  // a delta's deletions before its rows
-    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), config_.threads, [&](std::size_t i) {
+    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
                              if (files[i].deletions != deletions) return Status::OK();
                              std::vector<uint64_t> keys;
                              std::vector<float> recs;

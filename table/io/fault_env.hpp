@@ -14,8 +14,11 @@ namespace gpubox::table::io {
 
 class FaultInjectingEnv final : public FileEnv {
  public:
-  // `base` is borrowed and must outlive this env.
-  explicit FaultInjectingEnv(FileEnv* base) : base_(base) {}
+  // `base` is borrowed and must outlive this env. With `real_syncs` false, file and folder
+  // syncs still count as steps but skip the fsync (tests that take hundreds of saves).
+  explicit FaultInjectingEnv(FileEnv* base, bool real_syncs = true)
+      : base_(base), real_syncs_(real_syncs) {}
+  bool real_syncs() const { return real_syncs_; }
 
   // Steps 0..fail_from-1 succeed, later ones fail. kNever turns faults off.
   static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
@@ -43,6 +46,7 @@ class FaultInjectingEnv final : public FileEnv {
 
  private:
   FileEnv* base_;
+  const bool real_syncs_;
   std::atomic<int64_t> fail_from_{kNever};
   std::atomic<int64_t> steps_{0};
 };

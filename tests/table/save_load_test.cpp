@@ -1,0 +1,359 @@
+// save/load: round trips in every mode and both forms, base + deltas reproduce the model,
+// checkpoints reproduce everything bit-exact, a save interrupted at every step leaves the
+// previous save loadable, and corrupt, truncated or partial saves are refused naming the file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <tuple>
+
+#include "table/dense_table.hpp"
+#include "table/io/fault_env.hpp"
+#include "table/io/save_dir.hpp"
+#include "tests/table/table_test_util.hpp"
+
+namespace gpubox::table {
+namespace {
+
+using testing::RowMap;
+using testing::ScratchDir;
+
+struct Fixture {
+  explicit Fixture(SaveForm form, uint32_t shards = 8, bool disk = false,
+                   io::FileEnv* env = nullptr)
+      : opt(testing::test_optimizer()) {
+    opt.delete_threshold = 0.0f;
+    cfg.shards = shards;
+    cfg.threads = 2;
+    cfg.save_form = form;
+    cfg.env = env;
+    if (disk) {
+      cfg.rocksdb_path = dir.sub("rocksdb");
+      cfg.memory_row_budget = 64;
+    }
+    table = testing::open_table(opt, cfg);
+  }
+  std::unique_ptr<SparseTable> fresh(uint32_t shards = 0) {
+    HostTableConfig c = cfg;
+    if (shards != 0) c.shards = shards;
+    c.env = nullptr;
+    if (!c.rocksdb_path.empty()) c.rocksdb_path += std::to_string(++fresh_count);
+    return testing::open_table(opt, c);
+  }
+  // Pushes random rows for `n` random keys from [0, key_space) and pulls `n / 2` others.
+  void mutate(std::mt19937_64& rng, std::size_t n, uint64_t key_space) {
+    const RowLayout layout = table->layout();
+    std::vector<uint64_t> keys(n);
+    std::vector<float> rows;
+    for (auto& k : keys) {
+      k = rng() % key_space;
+      const auto row = testing::random_row(rng, layout);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    ASSERT_TRUE(table->push(keys.data(), n, rows.data()).ok());
+    for (auto& k : keys) k = rng() % key_space;
+    std::vector<float> out(n * layout.stride());
+    ASSERT_TRUE(table->pull(keys.data(), nullptr, n / 2, out.data(), nullptr).ok());
+  }
+
+  ScratchDir dir;
+  SparseOptimizerConfig opt;
+  HostTableConfig cfg;
+  std::unique_ptr<SparseTable> table;
+  int fresh_count = 0;
+};
+
+class SaveLoadTest : public ::testing::TestWithParam<std::tuple<SaveForm, bool>> {};
+
+TEST_P(SaveLoadTest, CheckpointRestoresEveryRowAndTheDay) {
+  const auto [form, disk] = GetParam();
+  for (std::size_t n : {0, 1, 500}) {
+    Fixture f(form, 8, disk);
+    std::mt19937_64 rng(n + 1);
+    if (n > 0) f.mutate(rng, n, 1u << 30);
+    ASSERT_TRUE(f.table->shrink().ok());
+    const RowMap before = testing::snapshot(*f.table);
+    ASSERT_TRUE(f.table->save(f.dir.sub("ckpt"), SaveMode::kCheckpoint).ok());
+    for (uint32_t shards : {8u, 3u}) {  // another shard count re-shards the keys
+      auto loaded = f.fresh(shards);
+      const Status st = loaded->load(f.dir.sub("ckpt"));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_TRUE(testing::same_rows(testing::snapshot(*loaded), before)) << "n=" << n;
+      EXPECT_EQ(loaded->day(), 1);
+    }
+  }
+}
+
+TEST_P(SaveLoadTest, BaseThenDeltasReproduceTheModel) {
+  const auto [form, disk] = GetParam();
+  Fixture f(form, 8, disk);
+  const RowLayout layout = f.table->layout();
+  std::mt19937_64 rng(42);
+  f.mutate(rng, 800, 3000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveMode::kBase).ok());
+  RowMap expected_after_base = testing::model_of(testing::snapshot(*f.table), layout);
+
+  // Delta 1: pushes, new rows, erasures; delta 2: a shrink that deletes old rows.
+  f.mutate(rng, 200, 3000);
+  std::vector<uint64_t> gone = {rng() % 3000, rng() % 3000, rng() % 3000};
+  ASSERT_TRUE(f.table->erase(gone.data(), gone.size()).ok());
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta1"), SaveMode::kDelta).ok());
+  const RowMap expected_after_d1 = testing::model_of(testing::snapshot(*f.table), layout);
+  f.mutate(rng, 50, 3000);
+  for (int d = 0; d < 4; ++d) ASSERT_TRUE(f.table->shrink().ok());  // unseen > 3: all deleted
+  f.mutate(rng, 30, 3000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta2"), SaveMode::kDelta).ok());
+  const RowMap expected_after_d2 = testing::model_of(testing::snapshot(*f.table), layout);
+  ASSERT_LT(expected_after_d2.size(), 200u);
+
+  // A delta holds only what changed: nothing changed since delta2.
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta3"), SaveMode::kDelta).ok());
+  auto manifest = io::read_manifest(io::FileEnv::posix(), f.dir.sub("delta3"), "sparse");
+  ASSERT_TRUE(manifest.ok());
+  for (const auto& file : manifest->files) EXPECT_EQ(file.records, 0u) << file.name;
+
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  EXPECT_TRUE(testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout),
+                                 expected_after_base));
+  ASSERT_TRUE(loaded->load(f.dir.sub("delta1")).ok());
+  EXPECT_TRUE(
+      testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout), expected_after_d1));
+  ASSERT_TRUE(loaded->load(f.dir.sub("delta2")).ok());
+  EXPECT_TRUE(
+      testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout), expected_after_d2));
+  ASSERT_TRUE(loaded->load(f.dir.sub("delta3")).ok());
+  EXPECT_TRUE(
+      testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout), expected_after_d2));
+}
+
+TEST_P(SaveLoadTest, BaseLoadInitializesOptimizerState) {
+  const auto [form, disk] = GetParam();
+  Fixture f(form, 4, disk);
+  const RowLayout layout = f.table->layout();
+  std::mt19937_64 rng(8);
+  f.mutate(rng, 100, 1000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveMode::kBase).ok());
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  for (const auto& [key, row] : testing::snapshot(*loaded)) {
+    // The row a fresh pull creates, with the saved model fields written over it.
+    std::vector<float> want(layout.stride());
+    std::vector<float> rec(record_floats(RecordKind::kModel, layout));
+    row_to_record(RecordKind::kModel, layout, row.data(), rec.data());
+    record_to_row(RecordKind::kModel, layout, f.opt, key, rec.data(), false, want.data());
+    ASSERT_TRUE(testing::same_bits(row, want)) << "key " << key;
+    EXPECT_EQ(row[RowLayout::kEmbedState], f.opt.initial_g2sum);  // adagrad g2sum
+    if (row[layout.mf_size()] > 0) {
+      EXPECT_EQ(row[layout.embedx_state()], f.opt.mf_initial_g2sum);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FormsAndTiers, SaveLoadTest,
+                         ::testing::Combine(::testing::Values(SaveForm::kText, SaveForm::kBinary),
+                                            ::testing::Bool()));
+
+TEST(SaveLoad, TextPartsAreKeyThenValuesPerLine) {
+  Fixture f(SaveForm::kText, 1);
+  const RowLayout layout = f.table->layout();
+  const uint64_t key = 18446744073709551615ull;
+  std::vector<float> row(layout.stride(), 0.0f);
+  row[RowLayout::kShow] = 3.0f;
+  row[RowLayout::kClick] = 0.5f;
+  row[layout.slot()] = 12.0f;
+  row[RowLayout::kEmbedW] = -0.25f;
+  ASSERT_TRUE(f.table->push(&key, 1, row.data()).ok());
+  ASSERT_TRUE(f.table->save(f.dir.sub("m"), SaveMode::kBase).ok());
+  std::ifstream in(f.dir.sub("m/part-0"));
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line, "18446744073709551615 3 0.5 12 -0.25 0 0 0 0 0");
+  EXPECT_FALSE(std::getline(in, line));
+}
+
+TEST(SaveLoad, InterruptedSaveLeavesThePreviousSaveLoadable) {
+  for (SaveForm form : {SaveForm::kBinary, SaveForm::kText}) {
+    for (SaveMode mode : {SaveMode::kCheckpoint, SaveMode::kBase}) {
+      io::FaultInjectingEnv env(io::FileEnv::posix(), /*real_syncs=*/false);
+      Fixture f(form, 4, false, &env);
+      const RowLayout layout = f.table->layout();
+      std::mt19937_64 rng(11);
+      f.mutate(rng, 300, 1u << 20);
+      const std::string path = f.dir.sub("model");
+      ASSERT_TRUE(f.table->save(path, mode).ok());
+      const bool full = mode == SaveMode::kCheckpoint;
+      auto view = [&](SparseTable& t) {
+        RowMap rows = testing::snapshot(t);
+        return full ? rows : testing::model_of(rows, layout);
+      };
+      const RowMap old_state = view(*f.table);
+      f.mutate(rng, 300, 1u << 20);
+      const RowMap new_state = view(*f.table);
+      ASSERT_FALSE(testing::same_rows(old_state, new_state));
+
+      int failures = 0, old_loaded = 0;
+      for (int64_t step = 0;; ++step) {
+        env.reset_steps();
+        env.fail_from(step);
+        const Status st = f.table->save(path, mode);
+        env.fail_from(io::FaultInjectingEnv::kNever);
+        auto loaded = f.fresh();
+        const Status load_st = loaded->load(path);
+        ASSERT_TRUE(load_st.ok()) << "after failing step " << step << ": " << load_st.to_string();
+        const RowMap got = view(*loaded);
+        if (st.ok()) {
+          EXPECT_TRUE(testing::same_rows(got, new_state));
+          break;
+        }
+        ++failures;
+        EXPECT_NE(st.message().find("injected failure"), std::string::npos) << st.to_string();
+        // Failing before the commit point leaves the old save; after it, the new one is complete.
+        if (testing::same_rows(got, old_state)) {
+          ++old_loaded;
+        } else {
+          EXPECT_TRUE(testing::same_rows(got, new_state)) << "step " << step;
+        }
+        ASSERT_LT(step, 500);
+      }
+      EXPECT_GT(failures, 10);
+      EXPECT_GE(old_loaded, failures - 3);  // only the last steps (after the exchange) differ
+    }
+  }
+}
+
+// Saves a small model, then damages it with `damage` and expects load to fail naming `file`.
+void expect_refused(SaveForm form, const std::string& file,
+                    const std::function<void(const std::string&)>& damage) {
+  Fixture f(form, 4);
+  std::mt19937_64 rng(5);
+  f.mutate(rng, 200, 1u << 20);
+  const std::string path = f.dir.sub("model");
+  ASSERT_TRUE(f.table->save(path, SaveMode::kCheckpoint).ok());
+  damage(path + "/" + file);
+  // The table being loaded into keeps what it had.
+  auto other = f.fresh();
+  const uint64_t key = 77;
+  std::vector<float> row(other->layout().stride());
+  ASSERT_TRUE(other->pull(&key, nullptr, 1, row.data(), nullptr).ok());
+  const RowMap before = testing::snapshot(*other);
+  const Status st = other->load(path);
+  ASSERT_FALSE(st.ok()) << file;
+  EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*other), before));
+}
+
+void flip_byte(const std::string& file) {
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(io.good()) << file;
+  io.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(io.tellg());
+  ASSERT_GT(size, 0);
+  io.seekg(size / 2);
+  char c = 0;
+  io.read(&c, 1);
+  c ^= 0x10;
+  io.seekp(size / 2);
+  io.write(&c, 1);
+}
+
+void truncate_file(const std::string& file) {
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);
+}
+
+TEST(SaveLoad, CorruptTruncatedOrMissingFilesAreRefusedByName) {
+  for (SaveForm form : {SaveForm::kBinary, SaveForm::kText}) {
+    expect_refused(form, "part-2", flip_byte);
+    expect_refused(form, "part-1", truncate_file);
+    expect_refused(form, "part-3", [](const std::string& f) { std::filesystem::remove(f); });
+    expect_refused(form, "MANIFEST", flip_byte);
+    expect_refused(form, "MANIFEST", truncate_file);
+    expect_refused(form, "MANIFEST", [](const std::string& f) { std::filesystem::remove(f); });
+  }
+}
+
+TEST(SaveLoad, RefusesAnotherLayoutAndForeignFolders) {
+  Fixture f(SaveForm::kBinary, 2);
+  std::mt19937_64 rng(1);
+  f.mutate(rng, 10, 100);
+  ASSERT_TRUE(f.table->save(f.dir.sub("m"), SaveMode::kCheckpoint).ok());
+  SparseOptimizerConfig wide = f.opt;
+  wide.mf_dim = 8;
+  auto other = testing::open_table(wide, HostTableConfig{});
+  const Status st = other->load(f.dir.sub("m"));
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("mf_dim"), std::string::npos) << st.to_string();
+  // A dense save is not a sparse one.
+  DenseTable dense;
+  ASSERT_TRUE(dense.save(f.dir.sub("dense")).ok());
+  EXPECT_FALSE(f.table->load(f.dir.sub("dense")).ok());
+  // Saving over a folder that is not a save is refused, and the folder kept.
+  std::filesystem::create_directories(f.dir.sub("mine"));
+  std::ofstream(f.dir.sub("mine/notes.txt")) << "keep me";
+  EXPECT_FALSE(f.table->save(f.dir.sub("mine"), SaveMode::kBase).ok());
+  EXPECT_TRUE(std::filesystem::exists(f.dir.sub("mine/notes.txt")));
+}
+
+TEST(SaveLoad, MalformedTextRecordsNameTheLine) {
+  const RowLayout layout = RowLayout::make(SparseOptimizerKind::kSgd, 1);
+  std::vector<uint64_t> keys;
+  std::vector<float> recs;
+  const int32_t floats = record_floats(RecordKind::kModel, layout);
+  EXPECT_TRUE(parse_records(SaveForm::kText, "1 1 2 3 4 5 6\n", floats, "f", &keys, &recs).ok());
+  EXPECT_EQ(keys, std::vector<uint64_t>{1});
+  const struct {
+    const char* text;
+    const char* where;
+  } bad[] = {{"1 1 2 3 4 5 6\n2 1 2 3\n", "f line 2"},
+             {"1 1 2 3 4 5 6 7\n", "f line 1"},
+             {"x 1 2 3 4 5 6\n", "f line 1"},
+             {"1 1 2 3 4 5 6", "f line 1"},
+             {"1 1 2 zz 4 5 6\n", "f line 1"}};
+  for (const auto& b : bad) {
+    const Status st = parse_records(SaveForm::kText, b.text, floats, "f", &keys, &recs);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << b.text;
+    EXPECT_NE(st.message().find(b.where), std::string::npos) << st.to_string();
+  }
+  EXPECT_FALSE(parse_records(SaveForm::kBinary, std::string(27, 'a'), 4, "b", &keys, &recs).ok());
+}
+
+TEST(DenseTable, SaveLoadRoundTripAndCorruption) {
+  ScratchDir dir;
+  DenseTable dense;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int b = 0; b < 5; ++b) {
+    DenseBlock block;
+    block.values.resize(b * 37);  // block 0 is empty
+    for (auto& v : block.values) v = u(rng);
+    if (b % 2) {
+      block.state["moment1"] = std::vector<float>(block.values.size(), 0.5f);
+      block.state["beta1_pow"] = {0.9f};
+    }
+    dense.put("fc" + std::to_string(b) + ".w", block);
+  }
+  ASSERT_TRUE(dense.save(dir.sub("dense")).ok());
+  DenseTable loaded;
+  loaded.put("stale", DenseBlock{{1.0f}, {}});
+  ASSERT_TRUE(loaded.load(dir.sub("dense")).ok());
+  EXPECT_EQ(loaded.names(), dense.names());
+  for (const auto& name : dense.names()) EXPECT_TRUE(*loaded.get(name) == *dense.get(name)) << name;
+  EXPECT_FALSE(loaded.get("stale").has_value());
+
+  // Saving again replaces the save; an empty table saves and loads too.
+  DenseTable empty;
+  ASSERT_TRUE(empty.save(dir.sub("dense")).ok());
+  ASSERT_TRUE(loaded.load(dir.sub("dense")).ok());
+  EXPECT_EQ(loaded.size(), 0u);
+
+  ASSERT_TRUE(dense.save(dir.sub("dense")).ok());
+  flip_byte(dir.sub("dense/blocks"));
+  const Status st = loaded.load(dir.sub("dense"));
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find("blocks"), std::string::npos) << st.to_string();
+  EXPECT_EQ(loaded.size(), 0u);  // unchanged
+}
+
+}  // namespace
+}  // namespace gpubox::table
