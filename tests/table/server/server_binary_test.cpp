@@ -1,0 +1,248 @@
+// The built gpubox_server binary (real SparseTable) on loopback: started as a child process on
+// an ephemeral port, killed with SIGKILL after a save, restarted with --load; SIGTERM, SHUTDOWN
+// and --auth_token_file.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "table/server/remote_host_tier.hpp"
+
+#ifndef GPUBOX_SERVER_BINARY
+#error "GPUBOX_SERVER_BINARY must name the gpubox_server executable"
+#endif
+
+namespace gpubox::table::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A gpubox_server child process. Killed (SIGKILL) on destruction if still running.
+class ServerProcess {
+ public:
+  // Starts the binary with `args` and waits for its "listening on" line; the port is parsed
+  // from it. stderr goes to `log`.
+  bool start(const std::vector<std::string>& args, const fs::path& log) {
+    int out[2];
+    if (::pipe(out) != 0) return false;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+      ::close(out[0]);
+      std::vector<char*> argv;
+      std::string bin = GPUBOX_SERVER_BINARY;
+      argv.push_back(bin.data());
+      std::vector<std::string> copy = args;
+      for (auto& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(bin.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    stdout_fd_ = out[0];
+    std::string text;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{stdout_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[256];
+      const ssize_t k = ::read(stdout_fd_, buf, sizeof(buf));
+      if (k <= 0) return false;  // exited before listening
+      text.append(buf, static_cast<std::size_t>(k));
+      const auto at = text.find("listening on ");
+      const auto eol = at == std::string::npos ? std::string::npos : text.find('\n', at);
+      if (eol != std::string::npos) {
+        const std::string endpoint = text.substr(at + 13, text.find(' ', at + 13) - at - 13);
+        port_ = static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+        return port_ != 0;
+      }
+    }
+    return false;
+  }
+  uint16_t port() const { return port_; }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // Waits for the exit; returns the exit status (or 128 + signal), -1 on timeout.
+  int wait(double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      signal(SIGKILL);
+      wait(5);
+    }
+    if (stdout_fd_ >= 0) ::close(stdout_fd_);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+class ServerBinary : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gpubox_server_binary_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "config.yaml") << "hyper_parameters:\n"
+                                           "  sparse_feature_dim: 5\n"
+                                           "  sparse_optimizer:\n"
+                                           "    class: adagrad\n"
+                                           "    initial_range: 0.5\n"
+                                           "    seed: 17\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<std::string> args(std::vector<std::string> extra = {}) const {
+    std::vector<std::string> a{"--port",         "0",
+                               "--threads",      "2",
+                               "--data_dir",     dir_.string(),
+                               "--config",       (dir_ / "config.yaml").string(),
+                               "--table_shards", "4"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  static SparseOptimizerConfig config() {
+    SparseOptimizerConfig cfg;  // what config.yaml says
+    cfg.kind = SparseOptimizerKind::kAdagrad;
+    cfg.mf_dim = 4;
+    cfg.initial_range = 0.5f;
+    cfg.seed = 17;
+    return cfg;
+  }
+
+  static RemoteHostTierOptions client_options(const std::string& endpoints) {
+    RemoteHostTierOptions o;
+    o.endpoints = endpoints;
+    o.config = config();
+    o.chunk_rows = 128;
+    o.deadline_s = 3.0;
+    o.initial_backoff_s = 0.005;
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ServerBinary, KilledServerRestartedWithLoadKeepsEverySavedRow) {
+  ServerProcess first;
+  ASSERT_TRUE(first.start(args(), dir_ / "server.log")) << "see " << dir_ / "server.log";
+  auto client = RemoteHostTier::connect(client_options(first.endpoint()));
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  const RowLayout layout = RowLayout::make(config().kind, config().mf_dim);
+  const std::size_t stride = layout.stride();
+
+  // Pull 1500 keys (created by init_row), push new values for a third of them.
+  std::mt19937_64 rng(99);
+  std::vector<uint64_t> keys(1500);
+  std::vector<int32_t> slots(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = rng();
+    slots[i] = static_cast<int32_t>(i % 26);
+  }
+  std::vector<float> rows(keys.size() * stride);
+  std::size_t created = 0;
+  ASSERT_TRUE((*client)->pull(keys.data(), slots.data(), keys.size(), rows.data(), &created).ok());
+  EXPECT_EQ(created, keys.size());
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  std::vector<float> want(stride);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    init_row(want.data(), layout, config(), keys[i], slots[i]);
+    std::vector<float> got(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
+    ASSERT_EQ(got, want) << "key " << keys[i];
+    oracle[keys[i]] = got;
+  }
+  std::vector<uint64_t> pushed(keys.begin(), keys.begin() + 500);
+  std::vector<float> pushed_rows(pushed.size() * stride);
+  for (std::size_t i = 0; i < pushed.size(); ++i) {
+    float* row = pushed_rows.data() + i * stride;
+    std::copy(oracle[pushed[i]].begin(), oracle[pushed[i]].end(), row);
+    row[RowLayout::kShow] = 3.0f + i;
+    row[RowLayout::kClick] = 1.0f;
+    row[RowLayout::kEmbedW] = 0.125f * static_cast<float>(i % 7);
+    oracle[pushed[i]].assign(row, row + stride);
+  }
+  ASSERT_TRUE((*client)->push(pushed.data(), pushed.size(), pushed_rows.data()).ok());
+  Status st = (*client)->save("ckpt", SaveMode::kCheckpoint);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+
+  // Unsaved work after the save, then SIGKILL: no chance to flush anything.
+  std::vector<uint64_t> unsaved{rng(), rng()};
+  std::vector<float> unsaved_rows(2 * stride, 1.0f);
+  ASSERT_TRUE((*client)->push(unsaved.data(), 2, unsaved_rows.data()).ok());
+  first.signal(SIGKILL);
+  EXPECT_EQ(first.wait(5), 128 + SIGKILL);
+
+  ServerProcess second;
+  ASSERT_TRUE(second.start(args({"--load", "ckpt"}), dir_ / "server.log"));
+  auto again = RemoteHostTier::connect(client_options(second.endpoint()));
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  auto stats = (*again)->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, keys.size());
+  std::vector<float> back(keys.size() * stride);
+  ASSERT_TRUE((*again)->pull(keys.data(), nullptr, keys.size(), back.data(), &created).ok());
+  EXPECT_EQ(created, 0u);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::vector<float> got(back.begin() + i * stride, back.begin() + (i + 1) * stride);
+    ASSERT_EQ(got, oracle[keys[i]]) << "key " << keys[i];
+  }
+  // SIGTERM stops it cleanly.
+  second.signal(SIGTERM);
+  EXPECT_EQ(second.wait(5), 0);
+}
+
+TEST_F(ServerBinary, AuthTokenFileAndShutdown) {
+  std::ofstream(dir_ / "token") << "let-me-in\n";
+  ServerProcess server;
+  ASSERT_TRUE(
+      server.start(args({"--auth_token_file", (dir_ / "token").string()}), dir_ / "server.log"));
+  auto refused = RemoteHostTier::connect(client_options(server.endpoint()));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kPermissionDenied);
+  auto options = client_options(server.endpoint());
+  options.auth_token = "let-me-in";
+  auto client = RemoteHostTier::connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  ASSERT_TRUE((*client)->shutdown_servers().ok());
+  EXPECT_EQ(server.wait(5), 0);
+}
+
+TEST_F(ServerBinary, BadStartupIsAClearError) {
+  ServerProcess server;
+  EXPECT_FALSE(server.start(args({"--load", "does-not-exist"}), dir_ / "server.log"));
+  EXPECT_EQ(server.wait(5), 1);
+  std::ifstream log(dir_ / "server.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("does-not-exist"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gpubox::table::server
