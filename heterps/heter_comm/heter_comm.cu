@@ -75,6 +75,18 @@ struct ReduceSegments {
   }
 };
 
+// The slot of each unique key (its first occurrence's), in send order.
+struct GatherUniqueSlots {
+  const int32_t* slots;
+  const position_t* sorted_pos;
+  const position_t* segment_start;
+  const position_t* unique_to_send;
+  int32_t* send_slots;
+  GPUBOX_HD void operator()(std::size_t u) const {
+    send_slots[unique_to_send[u]] = slots[sorted_pos[segment_start[u]]];
+  }
+};
+
 // merged_rows[m] = the row the pull found for merged key m (at its first received position).
 struct GatherMergedRows {
   const row_index_t* received_rows;
@@ -134,6 +146,8 @@ class HeterComm::Impl {
         send_scaled_(comm.size(), 0),
         recv_scaled_(comm.size(), 0),
         recv_keys_(0, card.memory(), card.stream()),
+        send_slots_(0, card.memory(), card.stream()),
+        recv_slots_(0, card.memory(), card.stream()),
         recv_rows_(0, card.memory(), card.stream()),
         recv_records_(0, card.memory(), card.stream()),
         send_records_(0, card.memory(), card.stream()),
@@ -144,18 +158,23 @@ class HeterComm::Impl {
                    store.card().rank(), ", not to card ", card.rank());
   }
 
-  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream) {
+  // with_slots: the slots travel with the keys (a collective choice: the same on every card).
+  void pull(const uint64_t* keys, const int32_t* slots, bool with_slots, std::size_t n,
+            float* out_pull, const device::Stream& stream) {
+    GPUBOX_EXPECTS(!with_slots || slots != nullptr || n == 0, "HeterComm::pull on card ",
+                   comm_->rank(), ": slots is null for ", n, " keys");
     pulled_ = false;
     last_ = HeterCommStats{};
     last_.pull_calls = 1;
     const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
     const std::size_t unique = plan_keys(keys, n, stream);
     const std::size_t received = send_keys(stream);
+    const int32_t* received_slots = with_slots ? send_slots(slots, unique, stream) : nullptr;
 
     // Owner: rows of the keys this card received, then their pull records.
     recv_rows_.resize_discard(received);
-    last_.created_on_pull =
-        resolve_rows(recv_keys_.data(), received, recv_rows_.data(), nullptr, stream);
+    last_.created_on_pull = resolve_rows(recv_keys_.data(), received_slots, received,
+                                         recv_rows_.data(), nullptr, stream);
     last_.owner_lookups += received;
     recv_records_.resize_discard(received * dim);
     device::parallel_for(stream, received,
@@ -188,8 +207,8 @@ class HeterComm::Impl {
     const std::size_t received = send_keys(stream);
     const std::size_t merged = send_records_and_merge(received, stream);
     merged_rows_.resize_discard(merged);
-    last_.created_on_push = resolve_rows(owner_merge_.unique_keys(), merged, merged_rows_.data(),
-                                         &owner_merge_, stream);
+    last_.created_on_push = resolve_rows(owner_merge_.unique_keys(), nullptr, merged,
+                                         merged_rows_.data(), &owner_merge_, stream);
     last_.owner_lookups += merged;
     apply_updates(merged, stream);
   }
@@ -251,6 +270,18 @@ class HeterComm::Impl {
     return merged;
   }
 
+  // The slot of each unique key (its first occurrence's), in send order.
+  struct GatherUniqueSlots {
+    const int32_t* slots;
+    const position_t* sorted_pos;
+    const position_t* segment_start;
+    const position_t* unique_to_send;
+    int32_t* send_slots;
+    GPUBOX_HD void operator()(std::size_t u) const {
+      send_slots[unique_to_send[u]] = slots[sorted_pos[segment_start[u]]];
+    }
+  };
+
   // merged_rows[m] = the row the pull found for merged key m (at its first received position).
   struct GatherMergedRows {
     const row_index_t* received_rows;
@@ -295,6 +326,21 @@ class HeterComm::Impl {
     return received;
   }
 
+  // Sends each planned unique key's slot (its first occurrence's) along the keys' route;
+  // returns the slots of the received keys.
+  const int32_t* send_slots(const int32_t* slots, std::size_t unique,
+                            const device::Stream& stream) {
+    send_slots_.resize_discard(unique);
+    device::parallel_for(stream, unique,
+                         GatherUniqueSlots{slots, local_.sorted_positions(), local_.unique_start(),
+                                           plan_.unique_to_send(), send_slots_.data()});
+    recv_slots_.resize_discard(recv_keys_.size());
+    comm_->all_to_all_v(send_slots_.data(), plan_.send_counts(), recv_slots_.data(),
+                        recv_counts_.data(), stream);
+    count_bytes(plan_.send_counts(), sizeof(int32_t));
+    return recv_slots_.data();
+  }
+
   void count_bytes(const std::size_t* send_counts, std::size_t element_bytes) {
     for (int c = 0; c < total_cards_; ++c) {
       const uint64_t bytes = send_counts[c] * element_bytes;
@@ -306,11 +352,12 @@ class HeterComm::Impl {
   // rows[i] = the row of keys[i] on this (owner) card, creating missing rows or failing as the
   // options say. `merge` (push) maps a merged key back to a received position, to name the
   // requesting card; null when keys are the received keys themselves. Returns rows created.
-  std::size_t resolve_rows(const uint64_t* keys, std::size_t n, row_index_t* rows,
-                           const detail::KeyDedup* merge, const device::Stream& stream) {
+  std::size_t resolve_rows(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                           row_index_t* rows, const detail::KeyDedup* merge,
+                           const device::Stream& stream) {
     const bool create = options_.missing_keys == MissingKeyPolicy::kCreate;
     std::size_t created = 0;
-    store_->lookup_or_create(keys, nullptr, n, rows, create, &created, stream);
+    store_->lookup_or_create(keys, slots, n, rows, create, &created, stream);
     if (create || n == 0) return created;
     const row_index_t* missing =
         thrust::find(device::exec_policy(stream), rows, rows + n, sparse::kInvalidRow);
@@ -351,6 +398,8 @@ class HeterComm::Impl {
   std::vector<std::size_t> recv_scaled_;
 
   device::device_buffer<uint64_t> recv_keys_;
+  device::device_buffer<int32_t> send_slots_;  // only when pull is given slots
+  device::device_buffer<int32_t> recv_slots_;
   device::device_buffer<row_index_t> recv_rows_;
   device::device_buffer<float> recv_records_;    // owner side: records received / to send back
   device::device_buffer<float> send_records_;    // sender side: records in send order
@@ -373,7 +422,11 @@ HeterComm& HeterComm::operator=(HeterComm&&) noexcept = default;
 
 void HeterComm::pull(const uint64_t* keys, std::size_t n, float* out_pull,
                      const device::Stream& stream) {
-  impl_->pull(keys, n, out_pull, stream);
+  impl_->pull(keys, nullptr, /*with_slots=*/false, n, out_pull, stream);
+}
+void HeterComm::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* out_pull,
+                     const device::Stream& stream) {
+  impl_->pull(keys, slots, /*with_slots=*/true, n, out_pull, stream);
 }
 void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
                      const device::Stream& stream) {

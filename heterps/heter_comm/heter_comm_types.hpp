@@ -8,8 +8,10 @@ namespace gpubox::heter_comm {
 
 // What the owner card does with a key it does not hold during a step.
 enum class MissingKeyPolicy {
-  kCreate,  // create the row on the fly (table::init_row, slot 0), count it, mark it dirty
-  kFail,    // throw gpubox::Error naming the key, the owner card and the requesting card
+  // Create the row on the fly (table::init_row; slot from pull's slots, else 0), count it,
+  // mark it dirty.
+  kCreate,
+  kFail,  // throw gpubox::Error naming the key, the owner card and the requesting card
 };
 
 struct HeterCommOptions {
