@@ -270,29 +270,6 @@ class HeterComm::Impl {
     return merged;
   }
 
-  // The slot of each unique key (its first occurrence's), in send order.
-  struct GatherUniqueSlots {
-    const int32_t* slots;
-    const position_t* sorted_pos;
-    const position_t* segment_start;
-    const position_t* unique_to_send;
-    int32_t* send_slots;
-    GPUBOX_HD void operator()(std::size_t u) const {
-      send_slots[unique_to_send[u]] = slots[sorted_pos[segment_start[u]]];
-    }
-  };
-
-  // merged_rows[m] = the row the pull found for merged key m (at its first received position).
-  struct GatherMergedRows {
-    const row_index_t* received_rows;
-    const position_t* sorted_pos;
-    const position_t* segment_start;
-    row_index_t* merged_rows;
-    GPUBOX_HD void operator()(std::size_t m) const {
-      merged_rows[m] = received_rows[sorted_pos[segment_start[m]]];
-    }
-  };
-
   // One optimizer step per merged key (merged_rows_ holds their rows), rows marked dirty.
   void apply_updates(std::size_t merged, const device::Stream& stream) {
     device::parallel_for(stream, merged,
