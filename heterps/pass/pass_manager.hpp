@@ -1,0 +1,73 @@
+// PassManager: moves sparse rows between the host tier and the cards at pass boundaries (the
+// role PaddlePaddle's PSGPUWrapper plays), with the card tier kept as a cache across passes.
+//
+//   begin_pass(keys)  keys already on their owner card stay; only the missing ones are pulled
+//                     from the host tier (in batches, several in flight) and inserted on their
+//                     owner. If a card's budget would be exceeded, rows not needed by this pass
+//                     are evicted first, lowest score first (they are clean: the previous
+//                     end_pass wrote every change back). If the pass itself does not fit, it
+//                     fails before anything is pulled, with the numbers and the remedy.
+//   end_pass()        rows changed during the pass (dirty) are pushed to the host tier, then
+//                     marked clean. After it, the host tier holds exactly what the cards hold.
+//                     If the host tier fails midway, the rows stay dirty on the cards, so a
+//                     retried end_pass() (or sync()) completes the write-back; rows the host
+//                     already acknowledged are simply written again (a full-row overwrite).
+//
+// One trainer process: total cards == this process's cards (multi-trainer key exchange is not
+// part of the pass manager yet). Calls are made from the controlling thread, between passes,
+// never while card threads run steps. Stores and host tier are borrowed and must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/pass/pass_types.hpp"
+#include "table/host_tier.hpp"
+
+namespace gpubox {
+namespace sparse {
+class CardSparseStore;
+}
+
+namespace pass {
+
+class PassManager {
+ public:
+  // stores[i] belongs to cards.card(i).
+  PassManager(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+              table::HostTier& host, const PassManagerOptions& options = {});
+
+  // `keys`: the pass's unique keys (duplicates and key 0 are tolerated and dropped); `slots`
+  // (optional, same length) names each key's slot for rows the host tier creates. Throws
+  // gpubox::Error when the host tier fails (after its own retries) or the pass cannot fit.
+  PassStats begin_pass(const std::vector<uint64_t>& keys,
+                       const std::vector<int32_t>* slots = nullptr);
+  // Writes dirty rows back; returns this pass's counters (begin and end).
+  PassStats end_pass();
+  // Writes dirty rows back without ending the pass (before a save). Returns rows written.
+  uint64_t sync();
+
+  // Rows per card the budget allows (0 = unlimited).
+  std::size_t row_budget() const { return row_budget_; }
+  // Bytes one row costs on a card: the row plus the hash table's slot overhead.
+  std::size_t bytes_per_card_row() const;
+  const PassStats& current() const { return current_; }
+  bool in_pass() const { return in_pass_; }
+
+ private:
+  // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
+  uint64_t write_back(int c);
+
+  device::CardSet& cards_;
+  std::vector<sparse::CardSparseStore*> stores_;
+  table::HostTier& host_;
+  PassManagerOptions options_;
+  std::size_t row_budget_ = 0;
+  PassStats current_;
+  int64_t next_pass_id_ = 1;
+  bool in_pass_ = false;
+};
+
+}  // namespace pass
+}  // namespace gpubox

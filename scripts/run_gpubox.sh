@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# scripts/run_gpubox.sh [gpubox_train args...]
+#
+# PaddleRec-style launcher. With no arguments it builds GPUBox if needed and trains the shipped
+# sample on configs/config_gpubox.yaml. Environment (PADDLE_* or GPUBOX_* names):
+#   PADDLE_PSERVERS_IP_PORT_LIST  servers "ip:port,ip:port"; unset: one local gpubox_server is
+#                                 started on a free port (29011 if free)
+#   PADDLE_TRAINERS_NUM           trainer processes in the job (default 1)
+#   PADDLE_TRAINER_ID             this trainer's id (default 0)
+#   POD_IP                        this machine's address (default 127.0.0.1)
+#   FLAGS_selected_gpus           cards of this trainer, e.g. "0,1" (cpu build: simulated cards)
+#   TRAINING_ROLE                 PSERVER (servers only), TRAINER (trainer only, servers given),
+#                                 or unset: both
+#   GPUBOX_LOCAL_TIER=1           no servers: the host tier runs inside the trainer
+# Logs: ./log/pserver.N.log and ./log/worker.N.log. Servers started here are stopped on exit or
+# Ctrl-C; the exit status is the trainer's.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+env_or() {  # env_or NAME DEFAULT: $PADDLE_NAME, else $GPUBOX_NAME, else DEFAULT
+  local paddle="PADDLE_$1" gpubox="GPUBOX_$1"
+  if [ -n "${!paddle:-}" ]; then echo "${!paddle}"; elif [ -n "${!gpubox:-}" ]; then echo "${!gpubox}"; else echo "$2"; fi
+}
+servers="$(env_or PSERVERS_IP_PORT_LIST "")"
+trainers_num="$(env_or TRAINERS_NUM 1)"
+trainer_id="$(env_or TRAINER_ID 0)"
+pod_ip="${POD_IP:-${GPUBOX_POD_IP:-127.0.0.1}}"
+selected="${FLAGS_selected_gpus:-${GPUBOX_SELECTED_GPUS:-0}}"
+role="${TRAINING_ROLE:-${GPUBOX_TRAINING_ROLE:-}}"
+local_tier="${GPUBOX_LOCAL_TIER:-0}"
+build_dir="${GPUBOX_BUILD_DIR:-$repo/build}"
+bin="$build_dir/bin"
+
+if [ ! -x "$bin/gpubox_train" ] || [ ! -x "$bin/gpubox_server" ]; then
+  echo "run_gpubox: building GPUBox (first run)"
+  "$repo/scripts/setup.sh"
+  "$repo/scripts/build.sh" cpu >/dev/null
+fi
+
+args=("$@")
+if [ ${#args[@]} -eq 0 ]; then
+  args=(--config "$repo/configs/config_gpubox.yaml")
+fi
+config=""
+for ((i = 0; i < ${#args[@]}; i++)); do
+  if [ "${args[$i]}" = "--config" ] && [ $((i + 1)) -lt ${#args[@]} ]; then config="${args[$((i + 1))]}"; fi
+  case "${args[$i]}" in --config=*) config="${args[$i]#--config=}" ;; esac
+done
+
+mkdir -p log
+server_pids=()
+cleanup() {
+  for pid in "${server_pids[@]:-}"; do
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${server_pids[@]:-}"; do
+    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start_server INDEX PORT SHARD_ID SHARD_NUM: starts one gpubox_server, waits until it listens.
+start_server() {
+  local index=$1 port=$2 shard_id=$3 shard_num=$4
+  local logf="log/pserver.$index.log"
+  local server_args=(--port "$port" --bind "$pod_ip" --shard_id "$shard_id" --shard_num "$shard_num")
+  if [ -n "$config" ]; then server_args+=(--config "$config"); fi
+  "$bin/gpubox_server" "${server_args[@]}" >"$logf" 2>&1 &
+  server_pids+=($!)
+  for _ in $(seq 1 100); do
+    if grep -q "listening on" "$logf" 2>/dev/null; then return 0; fi
+    if ! kill -0 "${server_pids[-1]}" 2>/dev/null; then
+      echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2
+      tail -n 20 "$logf" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+  echo "run_gpubox: gpubox_server $index did not report listening within 10 s; see $logf" >&2
+  return 1
+}
+
+if [ "$role" = "PSERVER" ]; then
+  # Servers only: this machine's endpoints from the list (those whose ip is POD_IP).
+  [ -n "$servers" ] || { echo "run_gpubox: TRAINING_ROLE=PSERVER needs PADDLE_PSERVERS_IP_PORT_LIST" >&2; exit 2; }
+  IFS=',' read -r -a endpoints <<<"$servers"
+  for i in "${!endpoints[@]}"; do
+    ip="${endpoints[$i]%:*}"; port="${endpoints[$i]##*:}"
+    if [ "$ip" = "$pod_ip" ]; then start_server "$i" "$port" "$i" "${#endpoints[@]}"; fi
+  done
+  echo "run_gpubox: servers running (Ctrl-C to stop)"
+  wait
+  exit 0
+fi
+
+if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; then
+  port=29011
+  while port_in_use "$port"; do port=$((port + 1)); done
+  start_server 0 "$port" 0 1
+  servers="127.0.0.1:$port"
+  echo "run_gpubox: gpubox_server on $servers (log/pserver.0.log)"
+fi
+
+export PADDLE_PSERVERS_IP_PORT_LIST="$servers" PADDLE_TRAINERS_NUM="$trainers_num" \
+       PADDLE_TRAINER_ID="$trainer_id" FLAGS_selected_gpus="$selected"
+status=0
+"$bin/gpubox_train" "${args[@]}" 2>&1 | tee "log/worker.$trainer_id.log" || status=${PIPESTATUS[0]}
+exit "$status"

@@ -1,0 +1,363 @@
+// PassManager over a sequence of passes with overlapping seeded key sets, on 1-3 simulated cards
+// with the in-process host tier (table::SparseTable).
+//
+// Oracle: the same passes and the same training steps run through a second, identical engine
+// whose cards forget everything at every end_pass (no cache: every pass pulls all of its keys
+// and nothing is ever evicted). Rows move between tiers bit-exactly, so with or without the
+// cache, and with or without eviction, host contents after end_pass must be bit-identical, and
+// so must the card rows of the pass's keys. Counters are checked against what the key sets
+// imply (hits = pass keys already resident, pulled = the rest, created = never seen before).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/pass/pass_manager.hpp"
+#include "heterps/sparse/card_store.cuh"
+#include "table/sparse_table.hpp"
+
+namespace gpubox::pass {
+namespace {
+
+using table::SparseOptimizerConfig;
+
+std::string card_list(int cards) {
+  std::string list;
+  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
+  return list;
+}
+
+SparseOptimizerConfig test_config() {
+  SparseOptimizerConfig cfg;
+  cfg.kind = table::SparseOptimizerKind::kAdagrad;
+  cfg.mf_dim = 4;
+  cfg.embedx_threshold = 1.0f;  // some rows grow embedx during the passes
+  cfg.mf_initial_range = 0.01f;
+  cfg.seed = 11;
+  return cfg;
+}
+
+// One engine: cards, their stores and HeterComms, a host tier, a pass manager.
+struct Engine {
+  Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host = nullptr)
+      : card_set(device::CardSet::from_list(card_list(cards))) {
+    const SparseOptimizerConfig cfg = test_config();
+    if (external_host == nullptr) {
+      auto opened = table::SparseTable::open(cfg, table::HostTableConfig{});
+      owned_host = std::move(opened.value());
+      host = owned_host.get();
+    } else {
+      host = external_host;
+    }
+    group = comm::make_in_process_group(cards);
+    for (int c = 0; c < cards; ++c) {
+      stores.push_back(std::make_unique<sparse::CardSparseStore>(card_set.card(c), cfg));
+    }
+    for (int c = 0; c < cards; ++c) {
+      heter_comm::HeterCommOptions hc;
+      hc.missing_keys =
+          heter_comm::MissingKeyPolicy::kFail;  // begin_pass must have placed every key
+      comms.push_back(
+          std::make_unique<heter_comm::HeterComm>(card_set.card(c), *stores[c], group->at(c), hc));
+    }
+    std::vector<sparse::CardSparseStore*> raw;
+    for (auto& s : stores) raw.push_back(s.get());
+    manager = std::make_unique<PassManager>(card_set, raw, *host, options);
+  }
+
+  // Per card, per step: a batch of keys from the pass and seeded gradients; pull then push.
+  void train(const std::vector<uint64_t>& pass_keys, uint64_t seed, int steps) {
+    const int push_dim = host->layout().push_dim();
+    card_set.run_on_cards(
+        [&](device::Card& card) {
+          std::mt19937_64 rng(seed * 131 + card.local_index());
+          for (int step = 0; step < steps; ++step) {
+            // Card 0 of a multi-card set sometimes has an empty batch (the collectives must not
+            // hang).
+            const std::size_t n = (card.local_index() == 0 && step == 1) ? 0 : 50;
+            std::vector<uint64_t> keys(n);
+            std::vector<float> grads(n * push_dim);
+            for (std::size_t i = 0; i < n; ++i) {
+              keys[i] = pass_keys[rng() % pass_keys.size()];
+              grads[i * push_dim + 0] = 1.0f;
+              grads[i * push_dim + 1] = (rng() % 4 == 0) ? 1.0f : 0.0f;
+              for (int d = 2; d < push_dim; ++d)
+                grads[i * push_dim + d] = ((rng() % 2001) / 1000.0f - 1.0f) * 0.1f;
+            }
+            auto d_keys = device::to_device(keys, card.memory(), card.stream());
+            auto d_grads = device::to_device(grads, card.memory(), card.stream());
+            auto d_pull = card.make_buffer<float>(n * host->layout().pull_dim());
+            comms[card.local_index()]->pull(d_keys.data(), n, d_pull.data(), card.stream());
+            comms[card.local_index()]->push(d_keys.data(), n, d_grads.data(), card.stream());
+          }
+        },
+        [&](const std::string& why) { group->abort(why); });
+  }
+
+  // Every card row as key -> row (host copies).
+  std::map<uint64_t, std::vector<float>> card_rows() {
+    std::map<uint64_t, std::vector<float>> out;
+    const int stride = host->layout().stride();
+    for (int c = 0; c < card_set.num_local_cards(); ++c) {
+      device::Card& card = card_set.card(c);
+      device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
+      device::device_buffer<float> rows(0, card.memory(), card.stream());
+      const std::size_t n = stores[c]->collect_all(keys, rows, card.stream());
+      auto hk = device::to_host(keys.data(), n, card.stream());
+      auto hr = device::to_host(rows.data(), n * stride, card.stream());
+      for (std::size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(owner_card(hk[i], card_set.num_local_cards()), c) << "key on the wrong card";
+        out[hk[i]] = std::vector<float>(hr.begin() + i * stride, hr.begin() + (i + 1) * stride);
+      }
+    }
+    return out;
+  }
+
+  std::map<uint64_t, std::vector<float>> host_rows() {
+    std::map<uint64_t, std::vector<float>> out;
+    auto* table = dynamic_cast<table::SparseTable*>(host);
+    EXPECT_NE(table, nullptr);
+    throw_if_error(table->for_each_row([&](uint64_t key, const float* row) {
+      out[key] = std::vector<float>(row, row + host->layout().stride());
+    }));
+    return out;
+  }
+
+  void forget_cards() {
+    for (int c = 0; c < card_set.num_local_cards(); ++c) {
+      stores[c]->clear(card_set.card(c).stream());
+    }
+  }
+
+  device::CardSet card_set;
+  std::unique_ptr<table::SparseTable> owned_host;
+  table::HostTier* host = nullptr;
+  std::unique_ptr<comm::CommGroup> group;
+  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores;
+  std::vector<std::unique_ptr<heter_comm::HeterComm>> comms;
+  std::unique_ptr<PassManager> manager;
+};
+
+bool rows_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Passes over a sliding window of a key universe: consecutive passes overlap by about half.
+std::vector<std::vector<uint64_t>> make_passes(int passes, std::size_t keys_per_pass,
+                                               uint64_t seed) {
+  std::vector<std::vector<uint64_t>> out;
+  std::mt19937_64 rng(seed);
+  for (int p = 0; p < passes; ++p) {
+    std::set<uint64_t> keys;
+    const uint64_t base = static_cast<uint64_t>(p) * keys_per_pass / 2;
+    while (keys.size() < keys_per_pass)
+      keys.insert(mix64(base + rng() % (keys_per_pass * 3 / 2)) | 1);
+    out.emplace_back(keys.begin(), keys.end());
+  }
+  return out;
+}
+
+struct Case {
+  int cards;
+  std::size_t row_budget;  // per card; 0 = none
+};
+
+class PassManagerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PassManagerTest, CachedPassesMatchUncachedReferenceAndCountersMatchKeySets) {
+  const Case tc = GetParam();
+  PassManagerOptions options;
+  options.card_row_budget = tc.row_budget;
+  options.host_batch_keys = 37;  // many small host requests, several in flight
+  Engine cached(tc.cards, options);
+  Engine reference(tc.cards, PassManagerOptions{});
+
+  const auto passes = make_passes(5, 240, 77);
+  std::set<uint64_t> resident, ever_seen;
+  bool evicted_any = false;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const auto& keys = passes[p];
+    std::vector<uint64_t> with_noise = keys;  // duplicates and key 0 are dropped by begin_pass
+    with_noise.push_back(keys[0]);
+    with_noise.push_back(0);
+
+    const PassStats begin = cached.manager->begin_pass(with_noise);
+    reference.manager->begin_pass(keys);
+    EXPECT_EQ(begin.keys_in_pass, keys.size());
+    std::size_t expect_hits = 0, expect_created = 0;
+    for (uint64_t k : keys) {
+      expect_hits += resident.count(k);
+      expect_created += ever_seen.count(k) == 0;
+    }
+    if (tc.row_budget == 0) {
+      EXPECT_EQ(begin.hits, expect_hits) << "pass " << p;
+      EXPECT_EQ(begin.pulled, keys.size() - expect_hits) << "pass " << p;
+    } else {
+      EXPECT_LE(begin.hits, expect_hits);
+      EXPECT_EQ(begin.hits + begin.pulled, keys.size());
+      EXPECT_LE(begin.rows_on_cards, tc.row_budget * tc.cards);
+      evicted_any |= begin.evicted > 0;
+    }
+    EXPECT_EQ(begin.created, expect_created) << "pass " << p;
+
+    cached.train(keys, 1000 + p, 4);
+    reference.train(keys, 1000 + p, 4);
+
+    // The pass's keys on the cards are identical in both engines.
+    auto cached_cards = cached.card_rows();
+    auto reference_cards = reference.card_rows();
+    for (uint64_t k : keys) {
+      ASSERT_TRUE(cached_cards.count(k)) << "key " << k << " not on a card in pass " << p;
+      ASSERT_TRUE(rows_equal(cached_cards[k], reference_cards.at(k)))
+          << "key " << k << " pass " << p;
+    }
+
+    const PassStats end = cached.manager->end_pass();
+    const PassStats ref_end = reference.manager->end_pass();
+    // Every trained key is dirty once: the cache changes nothing about what is written back.
+    EXPECT_EQ(end.written_back, ref_end.written_back) << "pass " << p;
+    EXPECT_GT(end.written_back, 0u);
+    reference.forget_cards();
+
+    // After end_pass the host tier equals the reference's, row for row, bit for bit, and holds
+    // what the cards hold.
+    auto cached_host = cached.host_rows();
+    auto reference_host = reference.host_rows();
+    ASSERT_EQ(cached_host.size(), reference_host.size()) << "pass " << p;
+    for (const auto& [k, row] : reference_host) {
+      ASSERT_TRUE(rows_equal(cached_host.at(k), row)) << "key " << k << " pass " << p;
+    }
+    for (const auto& [k, row] : cached.card_rows()) {
+      ASSERT_TRUE(rows_equal(cached_host.at(k), row)) << "card row " << k << " differs from host";
+    }
+
+    for (uint64_t k : keys) ever_seen.insert(k);
+    if (tc.row_budget == 0) {
+      resident.insert(keys.begin(), keys.end());
+    } else {
+      resident.clear();
+      for (const auto& [k, row] : cached.card_rows()) resident.insert(k);
+    }
+  }
+  if (tc.row_budget > 0) {
+    EXPECT_TRUE(evicted_any) << "the budget never forced an eviction";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, PassManagerTest,
+                         ::testing::Values(Case{1, 0}, Case{2, 0}, Case{3, 0}, Case{1, 300},
+                                           Case{2, 170}, Case{3, 120}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.cards) + "cards_budget" +
+                                  std::to_string(info.param.row_budget);
+                         });
+
+TEST(PassManager, PassLargerThanBudgetFailsBeforeTrainingWithNumbers) {
+  PassManagerOptions options;
+  options.card_row_budget = 10;
+  Engine engine(2, options);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 100; ++k) keys.push_back(mix64(k));
+  try {
+    engine.manager->begin_pass(keys);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("does not fit on card"), std::string::npos) << what;
+    EXPECT_NE(what.find("budget is 10 rows"), std::string::npos) << what;
+    EXPECT_NE(what.find("more cards"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(engine.manager->in_pass());
+  EXPECT_EQ(engine.host_rows().size(), 0u) << "nothing pulled for a pass that cannot fit";
+}
+
+TEST(PassManager, MemoryBudgetBecomesRowBudget) {
+  PassManagerOptions options;
+  Engine probe(1, options);
+  options.card_memory_bytes = 1000 * probe.manager->bytes_per_card_row();
+  Engine engine(1, options);
+  EXPECT_EQ(engine.manager->row_budget(), 1000u);
+}
+
+TEST(PassManager, EmptyPassAndMisuse) {
+  Engine engine(2, PassManagerOptions{});
+  const PassStats begin = engine.manager->begin_pass({});
+  EXPECT_EQ(begin.keys_in_pass, 0u);
+  EXPECT_THROW(engine.manager->begin_pass({1}), Error);  // twice without end_pass
+  const PassStats end = engine.manager->end_pass();
+  EXPECT_EQ(end.written_back, 0u);
+  EXPECT_THROW(engine.manager->end_pass(), Error);
+}
+
+// A host tier that fails pushes after a number of rows: end_pass fails with a clear error, the
+// rows stay dirty on the cards, and a retried end_pass completes the write-back.
+class FlakyHost : public table::HostTier {
+ public:
+  explicit FlakyHost(table::HostTier& inner) : inner_(inner) {}
+  const table::RowLayout& layout() const override { return inner_.layout(); }
+  const SparseOptimizerConfig& config() const override { return inner_.config(); }
+  Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* c) override {
+    return inner_.pull(k, s, n, r, c);
+  }
+  Status push(const uint64_t* k, std::size_t n, const float* r) override {
+    if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
+    return inner_.push(k, n, r);
+  }
+  Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
+  StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
+  StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
+  Status save(const std::string& p, table::SaveMode m) override { return inner_.save(p, m); }
+  Status load(const std::string& p) override { return inner_.load(p); }
+  bool fail_pushes = false;
+
+ private:
+  table::HostTier& inner_;
+};
+
+TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
+  auto opened = table::SparseTable::open(test_config(), table::HostTableConfig{});
+  auto inner = std::move(opened.value());
+  FlakyHost flaky(*inner);
+  Engine engine(2, PassManagerOptions{}, &flaky);
+  Engine reference(2, PassManagerOptions{});
+  const auto keys = make_passes(1, 200, 5)[0];
+  engine.manager->begin_pass(keys);
+  reference.manager->begin_pass(keys);
+  engine.train(keys, 9, 3);
+  reference.train(keys, 9, 3);
+  flaky.fail_pushes = true;
+  try {
+    engine.manager->end_pass();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.manager->in_pass());
+  flaky.fail_pushes = false;
+  const PassStats end = engine.manager->end_pass();
+  EXPECT_GT(end.written_back, 0u);
+  reference.manager->end_pass();
+  std::map<uint64_t, std::vector<float>> got;
+  throw_if_error(inner->for_each_row([&](uint64_t key, const float* row) {
+    got[key] = std::vector<float>(row, row + inner->layout().stride());
+  }));
+  auto want = reference.host_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+}  // namespace
+}  // namespace gpubox::pass
