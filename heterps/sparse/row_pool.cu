@@ -79,12 +79,21 @@ std::size_t RowPool::commit_allocation(const uint8_t* used, std::size_t count,
   GPUBOX_EXPECTS(count <= free_count_, "row pool: committing ", count, " candidates, ", free_count_,
                  " rows free");
   row_index_t* first = free_.data() + (free_count_ - count);
+  // Common cases first: a batch of only new keys takes every candidate, a batch of only known
+  // keys takes none; both need no compaction.
+  const auto taken = static_cast<std::size_t>(
+      thrust::count_if(device::exec_policy(stream), used, used + count, IsTaken{}));
+  if (taken == count || taken == 0) {
+    free_count_ -= taken;
+    return taken;
+  }
   // Stable: the untaken candidates keep their order at the top of the free list.
   row_index_t* kept_end =
       thrust::remove_if(device::exec_policy(stream), first, first + count, used, IsTaken{});
-  const std::size_t kept = static_cast<std::size_t>(kept_end - first);
-  free_count_ -= count - kept;
-  return count - kept;
+  GPUBOX_EXPECTS(static_cast<std::size_t>(kept_end - first) == count - taken,
+                 "row pool: candidate flags changed during commit");
+  free_count_ -= taken;
+  return taken;
 }
 
 void RowPool::allocate(row_index_t* out, std::size_t count, const device::Stream& stream) {
