@@ -13,7 +13,10 @@
 //   delete-<shard>  delta only: keys deleted (erase/shrink) since the previous save
 // A base or checkpoint load replaces the table; a delta load applies onto it (deletions first,
 // then rows). Loading into a table with another shard count is fine (keys are re-sharded); the
-// row layout must match.
+// row layout must match. load reads and checks every file before it changes the table, so a
+// corrupt, partial or foreign save is refused with the table untouched; only an I/O or disk-tier
+// error while applying an already verified save can leave the table partly loaded (the error
+// says so).
 #pragma once
 
 #include <atomic>

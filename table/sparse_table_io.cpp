@@ -175,14 +175,18 @@ Status SparseTable::load(const std::string& path) {
         for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
   }
   for (bool deletions : {true, false}) {  // a delta's deletions before its rows
-    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
-                             if (files[i].deletions != deletions) return Status::OK();
-                             std::vector<uint64_t> keys;
-                             std::vector<float> recs;
-                             GPUBOX_RETURN_IF_ERROR(read_file(files[i], &keys, &recs));
-                             return deletions ? apply_deletions(keys)
-                                              : apply_part(kind, keys, recs);
-                           }).with_context("load"));
+    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads,
+                                        [&](std::size_t i) {
+                                          if (files[i].deletions != deletions) return Status::OK();
+                                          std::vector<uint64_t> keys;
+                                          std::vector<float> recs;
+                                          GPUBOX_RETURN_IF_ERROR(read_file(files[i], &keys, &recs));
+                                          return deletions ? apply_deletions(keys)
+                                                           : apply_part(kind, keys, recs);
+                                        })
+                               .with_context("load " + path +
+                                             " (verified, then failed while applying it: the table "
+                                             "holds part of it)"));
   }
   day_.store(*day);
   epochs_.track_deletions.store(true);

@@ -33,6 +33,7 @@ class RowArena {
   const float* row(uint32_t index) const {
     return chunks_[index / kRowsPerChunk].get() + std::size_t(index % kRowsPerChunk) * stride_;
   }
+  void prefetch(uint32_t index) const { __builtin_prefetch(row(index)); }
   uint64_t key(uint32_t index) const { return keys_[index]; }
   uint32_t epoch(uint32_t index) const { return epochs_[index]; }
   void set_epoch(uint32_t index, uint32_t epoch) { epochs_[index] = epoch; }

@@ -1,0 +1,173 @@
+// gpubox_bench table: the in-process host tier (SparseTable) in rows/s — push of new rows,
+// push of existing rows, pull — with 1 and 2 threads, against memcpy of the same bytes in the
+// same run; then the RocksDB disk tier (memory budget of a tenth of the rows, pulls bringing
+// rows back from disk).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/timer.hpp"
+#include "table/sparse_table.hpp"
+#include "tests/bench/bench_command.hpp"
+
+namespace gpubox::bench {
+namespace {
+
+using table::HostTableConfig;
+using table::SparseTable;
+
+struct Workload {
+  std::vector<uint64_t> keys;      // all keys, in insertion order
+  std::vector<uint64_t> shuffled;  // the same keys in random order (pull/push order)
+  std::vector<float> rows;         // one row per key
+  int32_t stride = 0;
+};
+
+Workload make_workload(std::size_t n, const table::RowLayout& layout, uint64_t seed) {
+  Workload w;
+  w.stride = layout.stride();
+  std::mt19937_64 rng(seed);
+  w.keys.resize(n);
+  for (auto& k : w.keys) k = rng();
+  w.shuffled = w.keys;
+  std::shuffle(w.shuffled.begin(), w.shuffled.end(), rng);
+  w.rows.resize(n * w.stride);
+  std::uniform_real_distribution<float> u(0.0f, 10.0f);
+  for (auto& v : w.rows) v = u(rng);
+  return w;
+}
+
+std::unique_ptr<SparseTable> open_or_die(const table::SparseOptimizerConfig& opt,
+                                         const HostTableConfig& cfg) {
+  auto t = SparseTable::open(opt, cfg);
+  GPUBOX_EXPECTS(t.ok(), t.status().to_string());
+  return std::move(t).value();
+}
+
+// Runs op(begin, count) over [0, n) in batches; returns rows/s.
+template <class Op>
+double rows_per_second(std::size_t n, std::size_t batch, Op&& op) {
+  Timer timer;
+  for (std::size_t begin = 0; begin < n; begin += batch) {
+    const Status st = op(begin, std::min(batch, n - begin));
+    GPUBOX_EXPECTS(st.ok(), st.to_string());
+  }
+  return static_cast<double>(n) / timer.seconds();
+}
+
+struct TableFigures {
+  double insert = 0, push = 0, pull = 0;
+};
+
+TableFigures measure_table(const Workload& w, std::size_t batch, int threads, int repeats,
+                           const table::SparseOptimizerConfig& opt, HostTableConfig cfg) {
+  cfg.threads = threads;
+  const std::size_t n = w.keys.size();
+  std::vector<float> out(batch * w.stride);
+  std::vector<double> inserts, pushes, pulls;
+  for (int r = 0; r < repeats; ++r) {
+    auto t = open_or_die(opt, cfg);
+    inserts.push_back(rows_per_second(n, batch, [&](std::size_t b, std::size_t m) {
+      return t->push(w.keys.data() + b, m, w.rows.data() + b * w.stride);
+    }));
+    pushes.push_back(rows_per_second(n, batch, [&](std::size_t b, std::size_t m) {
+      return t->push(w.shuffled.data() + b, m, w.rows.data() + b * w.stride);
+    }));
+    pulls.push_back(rows_per_second(n, batch, [&](std::size_t b, std::size_t m) {
+      return t->pull(w.shuffled.data() + b, nullptr, m, out.data(), nullptr);
+    }));
+  }
+  return {median(inserts), median(pushes), median(pulls)};
+}
+
+int table_main(const BenchArgs& args) {
+  args.expect_only(
+      {"rows", "batch", "mf_dim", "shards", "repeats", "disk_rows", "disk_dir", "json"});
+  const std::size_t n = static_cast<std::size_t>(args.get_int("rows", 1000000));
+  const std::size_t batch = static_cast<std::size_t>(args.get_int("batch", 65536));
+  const int repeats = static_cast<int>(args.get_int("repeats", 3));
+  const std::size_t disk_rows = static_cast<std::size_t>(args.get_int("disk_rows", n / 4));
+  const bool json = args.has("json");
+  GPUBOX_EXPECTS(n > 0 && batch > 0 && repeats > 0, "--rows, --batch and --repeats must be > 0");
+
+  table::SparseOptimizerConfig opt;
+  opt.kind = table::SparseOptimizerKind::kAdagrad;
+  opt.mf_dim = static_cast<int32_t>(args.get_int("mf_dim", 8));
+  const table::RowLayout layout = table::RowLayout::make(opt.kind, opt.mf_dim);
+  HostTableConfig cfg;
+  cfg.shards = static_cast<uint32_t>(args.get_int("shards", 64));
+  const Workload w = make_workload(n, layout, 1);
+  const double row_bytes = sizeof(float) * layout.stride();
+
+  // Peer: memcpy of the same bytes (one thread), best of `repeats`.
+  std::vector<float> dst(w.rows.size());
+  double memcpy_bps = 0;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first run also faults the pages in
+    Timer timer;
+    std::memcpy(dst.data(), w.rows.data(), w.rows.size() * sizeof(float));
+    memcpy_bps = std::max(memcpy_bps, w.rows.size() * sizeof(float) / timer.seconds());
+  }
+  const TableFigures one = measure_table(w, batch, 1, repeats, opt, cfg);
+  const TableFigures two = measure_table(w, batch, 2, repeats, opt, cfg);
+
+  // Disk tier: a memory budget of a tenth of the rows; pushes spill, pulls come back from disk.
+  TableFigures disk;
+  const std::string dir =
+      args.get("disk_dir", "/tmp") + "/gpubox_bench_table_" + std::to_string(::getpid());
+  if (disk_rows > 0) {
+    HostTableConfig dcfg = cfg;
+    dcfg.rocksdb_path = dir;
+    dcfg.memory_row_budget = std::max<std::size_t>(disk_rows / 10, cfg.shards);
+    Workload dw = make_workload(disk_rows, layout, 2);
+    disk = measure_table(dw, std::min(batch, disk_rows), 2, 1, opt, dcfg);
+    std::filesystem::remove_all(dir);
+  }
+
+  const double memcpy_rows = memcpy_bps / row_bytes;
+  if (json) {
+    std::printf(
+        "{\"bench\":\"table\",\"rows\":%zu,\"batch\":%zu,\"row_floats\":%d,\"shards\":%u,"
+        "\"memcpy_GBps\":%.3f,\"memcpy_rows_per_s\":%.0f,"
+        "\"t1\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
+        "\"t2\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
+        "\"disk\":{\"rows\":%zu,\"memory_row_budget\":%zu,\"insert_rows_per_s\":%.0f,"
+        "\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f}}\n",
+        n, batch, layout.stride(), cfg.shards, memcpy_bps / 1e9, memcpy_rows, one.insert, one.push,
+        one.pull, two.insert, two.push, two.pull, disk_rows,
+        std::max<std::size_t>(disk_rows / 10, cfg.shards), disk.insert, disk.push, disk.pull);
+    return 0;
+  }
+  std::printf("table: %zu rows of %d floats (%.0f B), batch %zu, %u shards\n", n, layout.stride(),
+              row_bytes, batch, cfg.shards);
+  std::printf("  memcpy (1 thread)      %8.2f GB/s = %6.1f M rows/s\n", memcpy_bps / 1e9,
+              memcpy_rows / 1e6);
+  auto line = [&](const char* name, const TableFigures& f) {
+    std::printf(
+        "  %-22s insert %6.2f  push %6.2f  pull %6.2f M rows/s  (pull = %.1f%% of memcpy)\n", name,
+        f.insert / 1e6, f.push / 1e6, f.pull / 1e6, 100.0 * f.pull / memcpy_rows);
+  };
+  line("in-memory, 1 thread", one);
+  line("in-memory, 2 threads", two);
+  if (disk_rows > 0) {
+    std::printf("  disk tier: %zu rows, memory budget %zu rows, 2 threads\n", disk_rows,
+                std::max<std::size_t>(disk_rows / 10, cfg.shards));
+    line("rocksdb tier", disk);
+  }
+  return 0;
+}
+
+GPUBOX_BENCH_COMMAND("table",
+                     "--rows N [--batch B] [--mf_dim D] [--shards S] [--repeats R] "
+                     "[--disk_rows M] [--disk_dir DIR] [--json]",
+                     table_main);
+
+}  // namespace
+}  // namespace gpubox::bench
