@@ -146,7 +146,14 @@ void InProcessCommunicator::fail_in_data_phase(const char* collective, const std
   group_->abort(::gpubox::detail::concat(collective, " on rank ", rank_, ": ", message));
 }
 
-detail::RankSlot& InProcessCommunicator::publish(const device::Stream& stream) {
+detail::RankSlot& InProcessCommunicator::publish(const char* collective, DataType type,
+                                                 const device::Stream& stream) {
+  // The data phase must not throw (a rank leaving it by exception would leave peers draining
+  // forever), so whatever can fail is checked here, before the first rendezvous.
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) > static_cast<int>(DataType::kUInt8)) {
+    fail_argument(collective,
+                  ::gpubox::detail::concat("unknown data type ", static_cast<int>(type)));
+  }
   // Stream order: the caller's earlier work on `stream` must be done before peers read it.
   stream.synchronize();
   return group_->slots_[static_cast<std::size_t>(rank_)];
@@ -174,7 +181,7 @@ void InProcessCommunicator::all_reduce_sum(const void* send, void* recv, std::si
   if (count > 0 && (send == nullptr || recv == nullptr)) {
     fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
   }
-  auto& mine = publish(stream);
+  auto& mine = publish(kName, type, stream);
   mine.send = send;
   mine.recv = recv;
   mine.count = count;
@@ -232,7 +239,7 @@ void InProcessCommunicator::all_to_all_v(const void* send, const std::size_t* se
     fail_argument(kName, "null count array");
   }
   const int ranks = size();
-  auto& mine = publish(stream);
+  auto& mine = publish(kName, type, stream);
   auto& recv_offsets = mine.recv_offsets;
   mine.send_offsets[0] = 0;
   recv_offsets[0] = 0;
@@ -282,7 +289,7 @@ void InProcessCommunicator::all_gather(const void* send, void* recv, std::size_t
   if (count > 0 && (send == nullptr || recv == nullptr)) {
     fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
   }
-  auto& mine = publish(stream);
+  auto& mine = publish(kName, type, stream);
   mine.send = send;
   mine.recv = recv;
   mine.count = count;
@@ -312,7 +319,7 @@ void InProcessCommunicator::broadcast(void* buffer, std::size_t count, DataType 
   if (count > 0 && buffer == nullptr) {
     fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
   }
-  auto& mine = publish(stream);
+  auto& mine = publish(kName, type, stream);
   mine.send = buffer;
   mine.recv = buffer;
   mine.count = count;
@@ -338,7 +345,7 @@ void InProcessCommunicator::exchange_counts(const std::size_t* send_counts,
   if (send_counts == nullptr || recv_counts == nullptr) {
     fail_argument(kName, "null count array");
   }
-  auto& mine = publish(stream);
+  auto& mine = publish(kName, DataType::kUInt64, stream);
   mine.send_counts = send_counts;
   mine.count = 0;
   mine.type = DataType::kUInt64;

@@ -78,8 +78,9 @@ class InProcessCommunicator final : public Communicator {
   // Inconsistency found between the rendezvous (peers disagree): abort the group; the second
   // rendezvous then throws on every rank once no rank is copying any more.
   void fail_in_data_phase(const char* collective, const std::string& message);
-  // Synchronizes `stream` (its earlier work feeds the collective) and returns this rank's slot.
-  detail::RankSlot& publish(const device::Stream& stream);
+  // Checks `type`, synchronizes `stream` (its earlier work feeds the collective) and returns
+  // this rank's slot.
+  detail::RankSlot& publish(const char* collective, DataType type, const device::Stream& stream);
   // True when every rank passed the same count, type and root; else fails the data phase.
   bool same_shape_everywhere(const char* collective);
 

@@ -280,6 +280,20 @@ TEST(CommFailure, BadArgumentFailsThatRankAndWakesPeers) {
   }
 }
 
+TEST(CommFailure, UnknownDataTypeIsRejectedBeforeAnyCopy) {
+  CardGroup cg(3, std::chrono::minutes(5));
+  RankErrors errors(3);
+  run_recording(cg, errors, [&](device::Card& card, Communicator& comm) {
+    auto buffer = card.make_buffer<float>(4);
+    const auto type = comm.rank() == 2 ? static_cast<DataType>(42) : DataType::kFloat32;
+    comm.all_reduce_sum(buffer.data(), buffer.data(), 4, type, card.stream());
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_THAT(errors.messages[r], HasSubstr("all_reduce_sum on rank 2: unknown data type 42"))
+        << r;
+  }
+}
+
 TEST(CommFailure, RankDyingAtRandomPointsNeverHangsOrCrashes) {
   // Ranks run a mix of collectives over buffers they own; one rank throws at a random step.
   // Every rank must end with an error carrying the reason, and no rank may free a buffer a
