@@ -16,9 +16,8 @@ enum class Transpose { kNo, kYes };
 
 class Blas {
  public:
-  // Binds to `card`'s stream (cuBLAS: a handle created on the card, set to its stream). On cpu the
-  // OpenBLAS thread count becomes card.threads() (see blas_cpu.cpp for why). `card` must outlive
-  // the Blas.
+  // Binds to `card`'s stream (cuBLAS: a handle created on the card, set to its stream). On cpu a
+  // GEMM runs on the card's threads (blas_cpu.cpp says how and why). `card` must outlive the Blas.
   explicit Blas(const device::Card& card);
   ~Blas();
   Blas(Blas&& other) noexcept;
@@ -42,6 +41,7 @@ class Blas {
  private:
   const device::Stream* stream_ = nullptr;
   void* handle_ = nullptr;  // cublasHandle_t on cuda; unused on cpu
+  int threads_ = 1;         // cpu: the card's threads, over which a GEMM's rows are split
 };
 
 }  // namespace gpubox::trainer

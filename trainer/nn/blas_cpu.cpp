@@ -1,12 +1,16 @@
 // OpenBLAS implementation of trainer/nn/blas.hpp (cpu backend).
 //
-// Threads: OpenBLAS's thread count is process-wide, and every card of a CardSet has the same
-// thread count (hardware threads / cards), so setting it to card.threads() is consistent for all
-// cards. With one card it uses every core for a GEMM; with several cards each card's GEMMs run
-// single-threaded in its own thread, which is what the cards' parallelism wants anyway (measured
-// with `gpubox_bench dense --blas-threads`, see tests/bench/bench_dense.cu).
+// Threads, decided by measurement (gpubox_bench dense, 2-core machine, batch 512): OpenBLAS's own
+// thread pool (openblas_set_num_threads(card threads)) next to the OpenMP pool that parallel_for
+// and Thrust use made the two pools spin against each other: 1 card x 2 threads ran the model at
+// 870 examples/s against 12100 with 1 thread. So OpenBLAS runs single-threaded (the setting is
+// process-wide; every card wants the same), and a card with several threads splits a GEMM's rows
+// over its own OpenMP threads, the same pool as the rest of its work. With one thread per card
+// (several simulated cards) each GEMM runs whole in the card's thread.
 #include <cblas.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "common/error.hpp"
@@ -17,8 +21,8 @@ namespace {
 CBLAS_TRANSPOSE to_cblas(Transpose t) { return t == Transpose::kYes ? CblasTrans : CblasNoTrans; }
 }  // namespace
 
-Blas::Blas(const device::Card& card) : stream_(&card.stream()) {
-  openblas_set_num_threads(card.threads());
+Blas::Blas(const device::Card& card) : stream_(&card.stream()), threads_(card.threads()) {
+  openblas_set_num_threads(1);
 }
 
 Blas::~Blas() = default;
@@ -30,6 +34,7 @@ Blas::Blas(Blas&& other) noexcept
 Blas& Blas::operator=(Blas&& other) noexcept {
   std::swap(stream_, other.stream_);
   std::swap(handle_, other.handle_);
+  std::swap(threads_, other.threads_);
   return *this;
 }
 
@@ -40,9 +45,23 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
   if (m == 0 || n == 0) return;
   // cblas rejects lda < 1 even when the matrix is empty.
   const auto fix = [](int64_t ld) { return static_cast<blasint>(ld < 1 ? 1 : ld); };
-  cblas_sgemm(CblasRowMajor, to_cblas(trans_a), to_cblas(trans_b), static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, fix(lda), b, fix(ldb),
-              beta, c, fix(ldc));
+  auto rows = [&](int64_t r0, int64_t r1) {
+    // Rows [r0, r1) of C need rows [r0, r1) of op(A): row r0 of A, or column r0 of A^T.
+    const float* a_rows = trans_a == Transpose::kYes ? a + r0 : a + r0 * lda;
+    cblas_sgemm(CblasRowMajor, to_cblas(trans_a), to_cblas(trans_b), static_cast<blasint>(r1 - r0),
+                static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_rows, fix(lda), b,
+                fix(ldb), beta, c + r0 * ldc, fix(ldc));
+  };
+  // Blocks of at least kMinRows rows: smaller ones lose more to packing B than they gain.
+  constexpr int64_t kMinRows = 32;
+  const int chunks =
+      static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, m / kMinRows)));
+  if (chunks <= 1 || static_cast<double>(m) * n * k < 1e6) {
+    rows(0, m);
+    return;
+  }
+#pragma omp parallel for num_threads(chunks) schedule(static)
+  for (int t = 0; t < chunks; ++t) rows(m * t / chunks, m * (t + 1) / chunks);
 }
 
 void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,

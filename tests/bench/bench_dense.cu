@@ -1,0 +1,190 @@
+// gpubox_bench dense: the dense model's forward+backward throughput against the machine's GEMM
+// limit, measured in the same run.
+//
+//   gpubox_bench dense --batch B [--cards N] [--threads T] [--seconds S] [--json]
+//
+// 1. sgemm GFLOP/s through trainer::Blas (OpenBLAS on cpu, cuBLAS on cuda): a square
+//    --gemm-n (default 1024) product, repeated on every card at once, summed over the cards.
+// 2. The config_gpubox.yaml model (26 slots x (1 + 8) + 13 dense -> 512-256-128-32-1, dnn, no
+//    cvm) doing forward + backward (dense gradients and sparse push records) on a synthetic batch
+//    of B instances per card, one key per slot, every card at once: examples/s of all cards.
+// 3. The limit: GFLOP/s / (model FLOPs per example: 6 x the multiply-adds of its linear layers:
+//    forward, weight gradient, input gradient) and the fraction of it the model reaches.
+// Figures are medians of --repeats timed windows of --seconds each, after a warm-up.
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/timer.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "tests/bench/bench_command.hpp"
+#include "trainer/nn/blas.hpp"
+#include "trainer/nn/dense_model.hpp"
+
+namespace gpubox::bench {
+namespace {
+using trainer::Blas;
+using trainer::DenseBatchView;
+using trainer::DenseModel;
+using trainer::DenseModelConfig;
+using trainer::GradScales;
+using trainer::SlotBatchView;
+using trainer::Transpose;
+
+// Runs `step` on every card at once for about `seconds`; returns the summed rate of all cards
+// (units per second, `units` per step per card). Every card does the same number of steps so
+// none idles while the others finish.
+template <class Step>
+double timed_rate(device::CardSet& cards, double seconds, double units, Step&& step) {
+  // Calibrate the step count on one step per card.
+  Timer calibrate;
+  cards.run_on_cards([&](device::Card& card) { step(card); });
+  const double one = std::max(calibrate.seconds(), 1e-6);
+  const int steps = std::max(1, static_cast<int>(seconds / one));
+  Timer timer;
+  cards.run_on_cards([&](device::Card& card) {
+    for (int s = 0; s < steps; ++s) step(card);
+    card.stream().synchronize();
+  });
+  return units * steps * cards.num_local_cards() / timer.seconds();
+}
+
+struct CardState {
+  std::unique_ptr<Blas> blas;
+  std::unique_ptr<DenseModel> model;
+  device::device_buffer<float> a, b, c;
+  device::device_buffer<float> records, dense, labels, push;
+  device::device_buffer<uint32_t> offsets;
+};
+
+int run_dense(const BenchArgs& args) {
+  args.expect_only({"batch", "cards", "threads", "seconds", "repeats", "gemm-n", "json"});
+  const int64_t batch = args.get_int("batch", 512);
+  const int num_cards = static_cast<int>(args.get_int("cards", 1));
+  const int threads = static_cast<int>(args.get_int("threads", 0));
+  const double seconds = args.get_double("seconds", 1.0);
+  const int repeats = static_cast<int>(args.get_int("repeats", 3));
+  const int64_t gemm_n = args.get_int("gemm-n", 1024);
+  const bool json = args.has("json");
+  GPUBOX_EXPECTS(batch >= 1 && num_cards >= 1 && repeats >= 1 && gemm_n >= 1,
+                 "--batch, --cards, --repeats and --gemm-n must be positive");
+
+  std::string list;
+  for (int c = 0; c < num_cards; ++c) list += (c ? "," : "") + std::to_string(c);
+  device::CardSet cards = device::CardSet::from_list(list, 0, 1, threads);
+  const DenseModelConfig config;  // the config_gpubox.yaml model
+  std::vector<CardState> state(num_cards);
+  cards.run_on_cards([&](device::Card& card) {
+    CardState& s = state[card.local_index()];
+    s.blas = std::make_unique<Blas>(card);
+    s.model = std::make_unique<DenseModel>(card, config);
+    std::mt19937_64 rng(17 + card.local_index());
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    auto random = [&](std::size_t n) {
+      std::vector<float> v(n);
+      for (float& x : v) x = u(rng);
+      return device::to_device(v, card.memory(), card.stream());
+    };
+    const std::size_t n2 = static_cast<std::size_t>(gemm_n) * gemm_n;
+    s.a = random(n2);
+    s.b = random(n2);
+    s.c = random(n2);
+    // One key per slot per instance (Criteo-like): slot-major offsets 0, 1, 2, ...
+    const std::size_t occurrences = static_cast<std::size_t>(batch) * config.slots;
+    const int pull_dim = s.model->pool().pull_dim();
+    std::vector<float> records(occurrences * pull_dim);
+    for (std::size_t j = 0; j < occurrences; ++j) {
+      records[j * pull_dim] = 3.0f;
+      records[j * pull_dim + 1] = 1.0f;
+      for (int k = 2; k < pull_dim; ++k) records[j * pull_dim + k] = u(rng);
+    }
+    s.records = device::to_device(records, card.memory(), card.stream());
+    std::vector<uint32_t> offsets(occurrences + 1);
+    for (std::size_t j = 0; j <= occurrences; ++j) offsets[j] = static_cast<uint32_t>(j);
+    s.offsets = device::to_device(offsets, card.memory(), card.stream());
+    s.dense = random(static_cast<std::size_t>(batch) * config.dense_dim);
+    std::vector<float> labels(batch);
+    for (auto& y : labels) y = static_cast<float>(rng() % 4 == 0);
+    s.labels = device::to_device(labels, card.memory(), card.stream());
+    s.push = card.make_buffer<float>(occurrences * s.model->pool().push_dim());
+  });
+
+  auto gemm_step = [&](device::Card& card) {
+    CardState& s = state[card.local_index()];
+    s.blas->sgemm(Transpose::kNo, Transpose::kNo, gemm_n, gemm_n, gemm_n, 1.0f, s.a.data(), gemm_n,
+                  s.b.data(), gemm_n, 0.0f, s.c.data(), gemm_n);
+  };
+  const GradScales scales{1.0f / static_cast<float>(batch * num_cards), 1.0f};
+  auto model_step = [&](device::Card& card) {
+    CardState& s = state[card.local_index()];
+    const DenseBatchView view{
+        SlotBatchView{s.records.data(), s.offsets.data(), batch, config.slots}, s.dense.data(),
+        s.labels.data(), batch};
+    s.model->forward_backward(view, scales, s.push.data());
+  };
+
+  const double gemm_flops = 2.0 * gemm_n * gemm_n * gemm_n;
+  timed_rate(cards, seconds * 0.25, gemm_flops, gemm_step);  // warm-up
+  timed_rate(cards, seconds * 0.25, static_cast<double>(batch), model_step);
+  std::vector<double> gflops, examples;
+  for (int r = 0; r < repeats; ++r) {
+    gflops.push_back(timed_rate(cards, seconds, gemm_flops, gemm_step) / 1e9);
+    examples.push_back(timed_rate(cards, seconds, static_cast<double>(batch), model_step));
+  }
+  const double gflops_median = median(gflops);
+  const double examples_median = median(examples);
+  const double flops_per_example = state[0].model->flops_per_example();
+  const double limit = gflops_median * 1e9 / flops_per_example;
+  const int threads_per_card = cards.card(0).threads();
+#if defined(GPUBOX_BACKEND_CUDA)
+  const char* backend = "cuda";
+#else
+  const char* backend = "cpu";
+#endif
+  if (json) {
+    std::printf(
+        "{\"bench\": \"dense\", \"backend\": \"%s\", \"batch\": %lld, \"cards\": %d, "
+        "\"threads_per_card\": %d, \"hardware_threads\": %d, \"gemm_n\": %lld, "
+        "\"sgemm_gflops\": %.2f, \"sgemm_gflops_min\": %.2f, \"sgemm_gflops_max\": %.2f, "
+        "\"model\": \"%d slots x %d + %d dense -> 512-256-128-32-1\", "
+        "\"flops_per_example\": %.0f, \"flop_limit_examples_per_sec\": %.1f, "
+        "\"examples_per_sec\": %.1f, \"examples_per_sec_min\": %.1f, "
+        "\"examples_per_sec_max\": %.1f, \"fraction_of_limit\": %.4f}\n",
+        backend, static_cast<long long>(batch), num_cards, threads_per_card,
+        device::hardware_threads(), static_cast<long long>(gemm_n), gflops_median,
+        *std::min_element(gflops.begin(), gflops.end()),
+        *std::max_element(gflops.begin(), gflops.end()), config.slots, 1 + config.mf_dim,
+        config.dense_dim, flops_per_example, limit, examples_median,
+        *std::min_element(examples.begin(), examples.end()),
+        *std::max_element(examples.begin(), examples.end()), examples_median / limit);
+  } else {
+    std::printf("dense bench (%s backend, %d card(s) x %d thread(s), %d hardware threads)\n",
+                backend, num_cards, threads_per_card, device::hardware_threads());
+    std::printf("  sgemm %lldx%lldx%lld: %.2f GFLOP/s (all cards; min %.2f, max %.2f)\n",
+                static_cast<long long>(gemm_n), static_cast<long long>(gemm_n),
+                static_cast<long long>(gemm_n), gflops_median,
+                *std::min_element(gflops.begin(), gflops.end()),
+                *std::max_element(gflops.begin(), gflops.end()));
+    std::printf("  model %d slots x %d + %d dense -> 512-256-128-32-1: %.0f FLOPs/example\n",
+                config.slots, 1 + config.mf_dim, config.dense_dim, flops_per_example);
+    std::printf("  forward+backward, batch %lld per card: %.1f examples/s (min %.1f, max %.1f)\n",
+                static_cast<long long>(batch), examples_median,
+                *std::min_element(examples.begin(), examples.end()),
+                *std::max_element(examples.begin(), examples.end()));
+    std::printf("  FLOP limit: %.1f examples/s; reached %.1f%% of it\n", limit,
+                100.0 * examples_median / limit);
+  }
+  return 0;
+}
+
+GPUBOX_BENCH_COMMAND("dense",
+                     "--batch B [--cards N] [--threads T] [--seconds S] [--repeats R] "
+                     "[--gemm-n N] [--json]: dense model forward+backward examples/s vs the "
+                     "sgemm FLOP limit",
+                     run_dense);
+
+}  // namespace
+}  // namespace gpubox::bench
