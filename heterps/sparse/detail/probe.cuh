@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cuda/atomic>
+#include <thread>
 
 #include "common/hash.hpp"
 #include "common/macros.hpp"
@@ -44,9 +45,19 @@ GPUBOX_HD GPUBOX_FORCEINLINE uint64_t home_slot(uint64_t key, uint64_t mask) {
   return mix64(key) & mask & ~(kSlotsPerLine - 1);
 }
 
-GPUBOX_HD GPUBOX_FORCEINLINE void spin_pause() {
-#if !GPUBOX_ON_DEVICE && (defined(__x86_64__) || defined(__i386__))
+// One step of a short wait. On the cpu backend the thread being waited for may have been
+// preempted (other processes share the cores), so after a while the waiter yields its core.
+GPUBOX_HD GPUBOX_FORCEINLINE void spin_pause(uint32_t spins) {
+#if !GPUBOX_ON_DEVICE
+  if (spins >= 64) {
+    std::this_thread::yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#endif
+#else
+  (void)spins;
 #endif
 }
 
@@ -152,8 +163,8 @@ struct InsertEngine {
   GPUBOX_HD row_index_t wait_for_row(uint64_t s) const {
     atomic_ref<row_index_t> row(slots[s].row);
     row_index_t r = row.load(cuda::memory_order_acquire);
-    while (r == kInvalidRow) {
-      spin_pause();
+    for (uint32_t spins = 0; r == kInvalidRow; ++spins) {
+      spin_pause(spins);
       r = row.load(cuda::memory_order_acquire);
     }
     return r;

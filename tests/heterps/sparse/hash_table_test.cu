@@ -347,6 +347,18 @@ TEST(HashTableOptionsCheck, RejectsBadLoadFactor) {
   EXPECT_THROW(CardHashTable(cards.card(0), options), Error);
 }
 
+TEST(HashTableLimits, BatchOverTheRowLimitIsAClearError) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  CardHashTable table(card, HashTableOptions{});
+  // Checked before anything is allocated: the table stays usable.
+  EXPECT_THROW(table.reserve(kMaxRows + 1, card.stream()), Error);
+  const std::vector<uint64_t> keys = {1, 2};
+  auto d_keys = to_device(keys, card.memory(), card.stream());
+  auto d_rows = card.make_buffer<row_index_t>(keys.size());
+  EXPECT_EQ(table.insert(d_keys.data(), keys.size(), d_rows.data(), card.stream()), 2u);
+}
+
 TEST(HashTableMove, MovedTableKeepsItsEntries) {
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
