@@ -1,0 +1,172 @@
+// Writers and `convert`: every conversion round-trips to the same instances.
+#include "dataset/format_writer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "dataset/in_memory_dataset.hpp"
+#include "dataset/line_parser.hpp"
+#include "tests/dataset/test_util.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+using testing::PlainInstance;
+using testing::ScratchDir;
+using testing::slot_config;
+using testing::to_plain;
+
+std::vector<PlainInstance> load(const DatasetConfig& config, const std::string& path) {
+  InMemoryDataset ds(config);
+  ds.set_filelist({path});
+  const Status st = ds.load_into_memory();
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(ds.load_stats().skipped_lines(), 0u) << path;
+  std::vector<PlainInstance> out;
+  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(to_plain(ds.instance(i)));
+  return out;
+}
+
+// Random instances with awkward floats (shortest round trip matters) and empty slots.
+InstanceBlock random_block(int slots, int dense, std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  InstanceBlock block(slots, dense);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<float> d(dense);
+    for (float& v : d) v = std::uniform_real_distribution<float>(-1e3f, 1e3f)(rng) / 3.0f;
+    std::vector<std::uint64_t> keys;
+    std::vector<std::uint32_t> sizes(slots);
+    for (int s = 0; s < slots; ++s) {
+      sizes[s] = static_cast<std::uint32_t>(rng() % 3);
+      for (std::uint32_t k = 0; k < sizes[s]; ++k) keys.push_back(1 + (rng() >> 1));
+    }
+    block.append(static_cast<float>(rng() % 2), d.data(), keys.data(), keys.size(), sizes.data());
+  }
+  return block;
+}
+
+TEST(FormatWriter, SlotLineLooksLikePaddleRecs) {
+  DatasetConfig c = slot_config(2, 1);
+  InstanceBlock block(2, 1);
+  const float dense = 0.5f;
+  const std::uint64_t keys[] = {7, 8, 9};
+  const std::uint32_t sizes[] = {1, 2};
+  block.append(1.0f, &dense, keys, 3, sizes);
+  std::string out;
+  append_line(c, DataFormat::kSlot, block.instance(0), &out);
+  EXPECT_EQ(out, "click:1 dense_feature:0.5 1:7 2:8 2:9\n");
+  out.clear();
+  append_line(c, DataFormat::kMultiSlot, block.instance(0), &out);
+  EXPECT_EQ(out, "1 1 1 0.5 1 7 2 8 9\n");
+  c.feasign_first = true;
+  out.clear();
+  append_line(c, DataFormat::kSlot, block.instance(0), &out);
+  EXPECT_EQ(out, "1:click 0.5:dense_feature 7:1 8:2 9:2\n");
+}
+
+TEST(FormatWriter, WrittenLinesParseBackExactly) {
+  for (DataFormat format : {DataFormat::kSlot, DataFormat::kMultiSlot}) {
+    for (bool feasign_first : {false, true}) {
+      DatasetConfig c = slot_config(5, 3);
+      c.data_format = format;
+      c.feasign_first = feasign_first;
+      const InstanceBlock block = random_block(5, 3, 300, 11);
+      LineParser parser(c);
+      InstanceBlock back(5, 3);
+      std::string line;
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        line.clear();
+        append_line(c, format, block.instance(i), &line);
+        line.pop_back();
+        const ParseResult r = parser.parse(line, &back);
+        ASSERT_TRUE(r.ok()) << describe(r) << " in " << line;
+        EXPECT_EQ(to_plain(back.instance(i)), to_plain(block.instance(i))) << line;
+      }
+    }
+  }
+}
+
+TEST(Convert, SlotToMultiSlotToSlotRoundTrip) {
+  ScratchDir dir;
+  DatasetConfig slot = slot_config(4, 2);
+  const InstanceBlock block = random_block(4, 2, 500, 12);
+  std::string text;
+  for (std::size_t i = 0; i < block.size(); ++i)
+    append_line(slot, DataFormat::kSlot, block.instance(i), &text);
+  const std::string a = dir.write("a.slot", text);
+  ConvertSummary summary;
+  ASSERT_TRUE(convert_file(slot, DataFormat::kMultiSlot, a, dir.file("b.multi"), &summary).ok());
+  EXPECT_EQ(summary.written, 500u);
+  DatasetConfig multi = slot;
+  multi.data_format = DataFormat::kMultiSlot;
+  ASSERT_TRUE(
+      convert_file(multi, DataFormat::kSlot, dir.file("b.multi"), dir.file("c.slot"), &summary)
+          .ok());
+  const std::vector<PlainInstance> original = load(slot, a);
+  ASSERT_EQ(original.size(), 500u);
+  EXPECT_EQ(load(multi, dir.file("b.multi")), original);
+  EXPECT_EQ(load(slot, dir.file("c.slot")), original);
+}
+
+TEST(Convert, CriteoToSlotKeepsEveryInstanceAndSkipsBadLines) {
+  ScratchDir dir;
+  std::mt19937_64 rng(13);
+  std::string text;
+  for (int i = 0; i < 200; ++i) {
+    text += std::to_string(rng() % 2);
+    for (int j = 0; j < 13; ++j) text += "\t" + (rng() % 5 ? std::to_string(rng() % 500) : "");
+    for (int j = 0; j < 26; ++j) {
+      char hex[16];
+      std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(rng() % 300));
+      text += "\t" + (rng() % 7 ? std::string(hex) : "");
+    }
+    text += i % 50 == 0 ? "\r\n" : "\n";
+  }
+  text += "1\t2\t3\n";  // too few fields
+  const std::string in = dir.write("day_0", text);
+  DatasetConfig criteo = slot_config(26, 13);
+  criteo.data_format = DataFormat::kCriteo;
+  ConvertSummary summary;
+  ASSERT_TRUE(convert_file(criteo, DataFormat::kSlot, in, dir.file("day_0.slot"), &summary).ok());
+  EXPECT_EQ(summary.written, 200u);
+  EXPECT_EQ(summary.stats.skipped_by_reason[static_cast<std::size_t>(ParseReason::kFieldCount)],
+            1u);
+  ASSERT_EQ(summary.stats.errors.size(), 1u);
+  EXPECT_EQ(summary.stats.errors[0].line, 201u);
+  // Loading the Criteo file directly and the converted slot file give the same instances.
+  DatasetConfig criteo_lenient = criteo;
+  InMemoryDataset direct(criteo_lenient);
+  direct.set_filelist({in});
+  ASSERT_TRUE(direct.load_into_memory().ok());
+  std::vector<PlainInstance> want;
+  for (std::size_t i = 0; i < direct.size(); ++i) want.push_back(to_plain(direct.instance(i)));
+  EXPECT_EQ(load(slot_config(26, 13), dir.file("day_0.slot")), want);
+  // Criteo -> MultiSlot too.
+  ASSERT_TRUE(
+      convert_file(criteo, DataFormat::kMultiSlot, in, dir.file("day_0.multi"), &summary).ok());
+  DatasetConfig multi = slot_config(26, 13);
+  multi.data_format = DataFormat::kMultiSlot;
+  EXPECT_EQ(load(multi, dir.file("day_0.multi")), want);
+}
+
+TEST(Convert, ErrorsNameTheFileAndLeaveNoPartialOutput) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(1, 0);
+  ConvertSummary summary;
+  Status st =
+      convert_file(slot, DataFormat::kMultiSlot, dir.file("none"), dir.file("out"), &summary);
+  EXPECT_NE(st.message().find(dir.file("none")), std::string::npos);
+  DatasetConfig strict = slot;
+  strict.strict_parse = true;
+  const std::string in = dir.write("bad", "click:1 1:5\nclick:1 1:x\n");
+  st = convert_file(strict, DataFormat::kMultiSlot, in, dir.file("out"), &summary);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find(in + ":2: bad_key"), std::string::npos) << st.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  EXPECT_FALSE(convert_file(slot, DataFormat::kCriteo, in, dir.file("out"), &summary).ok());
+}
+
+}  // namespace
+}  // namespace gpubox::dataset

@@ -1,0 +1,191 @@
+// gpubox_data gen: determinism, the planted model's oracle recomputed from the written data, the
+// Zipf sampler's distribution and the exact AUC against a pairwise count.
+#include "dataset/generator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "common/hash.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "tests/dataset/test_util.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+using testing::ScratchDir;
+using testing::slot_config;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The number after `"key": ` in a flat JSON object.
+double json_value(const std::string& json, const std::string& key) {
+  const std::size_t at = json.find("\"" + key + "\": ");
+  EXPECT_NE(at, std::string::npos) << key;
+  return at == std::string::npos ? NAN : std::stod(json.substr(at + key.size() + 4));
+}
+
+// O(n^2) AUC: P(score_pos > score_neg) + 0.5 P(equal).
+double pairwise_auc(const std::vector<double>& s, const std::vector<std::uint8_t>& y) {
+  double wins = 0, pairs = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (!y[i]) continue;
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      if (y[j]) continue;
+      pairs += 1;
+      wins += s[i] > s[j] ? 1.0 : (s[i] == s[j] ? 0.5 : 0.0);
+    }
+  }
+  return wins / pairs;
+}
+
+GeneratorOptions small_options(const std::string& dir, int threads) {
+  GeneratorOptions o;
+  o.out_dir = dir;
+  o.lines = 1500;
+  o.files = 4;
+  o.seed = 99;
+  o.slots = 6;
+  o.dense = 3;
+  o.vocab = 50;
+  o.zipf = 1.05;
+  o.threads = threads;
+  return o;
+}
+
+TEST(Generator, DeterministicForASeedWhateverTheThreadCount) {
+  ScratchDir a, b, c;
+  OracleSummary sa, sb, sc;
+  ASSERT_TRUE(generate(small_options(a.path(), 1), &sa).ok());
+  ASSERT_TRUE(generate(small_options(b.path(), 3), &sb).ok());
+  GeneratorOptions other = small_options(c.path(), 2);
+  other.seed = 100;
+  ASSERT_TRUE(generate(other, &sc).ok());
+  for (const std::string name : {"part-00000", "part-00001", "part-00002", "part-00003"}) {
+    EXPECT_EQ(slurp(a.file(name)), slurp(b.file(name))) << name;
+    EXPECT_NE(slurp(a.file(name)), slurp(c.file(name))) << name;
+  }
+  EXPECT_EQ(slurp(a.file("oracle.json")), slurp(b.file("oracle.json")));
+  EXPECT_EQ(sa.auc, sb.auc);
+  // Line i goes to file i * files / lines: 375 lines each.
+  const std::string part = slurp(a.file("part-00002"));
+  EXPECT_EQ(std::count(part.begin(), part.end(), '\n'), 375);
+}
+
+TEST(Generator, OracleMatchesThePlantedModelRecomputedFromTheFiles) {
+  ScratchDir dir;
+  const GeneratorOptions o = small_options(dir.path(), 2);
+  OracleSummary summary;
+  ASSERT_TRUE(generate(o, &summary).ok());
+  const std::string json = slurp(dir.file("oracle.json"));
+
+  DatasetConfig c = slot_config(o.slots, o.dense);
+  c.thread_num = 2;
+  InMemoryDataset ds(c);
+  for (int f = 0; f < o.files; ++f) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "part-%05d", f);
+    ds.set_filelist({dir.file(name)});
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    EXPECT_EQ(ds.load_stats().skipped_lines(), 0u);
+  }
+  ASSERT_EQ(ds.size(), o.lines);
+
+  const PlantedModel model(o);
+  std::vector<double> logits;
+  std::vector<std::uint8_t> labels;
+  std::uint64_t positives = 0;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    const InstanceRef r = ds.instance(i);
+    std::vector<std::uint64_t> keys(o.slots, 0);
+    for (int s = 0; s < o.slots; ++s) {
+      ASSERT_EQ(r.slot_sizes[s], 1u);
+      keys[s] = r.keys[s];
+      // key = slot * vocab + rank + 1
+      ASSERT_GE(keys[s], static_cast<std::uint64_t>(s) * o.vocab + 1);
+      ASSERT_LE(keys[s], static_cast<std::uint64_t>(s + 1) * o.vocab);
+    }
+    logits.push_back(model.logit(keys.data(), r.dense));
+    labels.push_back(r.label > 0.5f ? 1 : 0);
+    positives += labels.back();
+  }
+  const double auc = pairwise_auc(logits, labels);
+  double logloss = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const double p = 1.0 / (1.0 + std::exp(-logits[i]));
+    logloss -= labels[i] ? std::log(p) : std::log(1 - p);
+  }
+  logloss /= static_cast<double>(logits.size());
+  EXPECT_NEAR(json_value(json, "auc"), auc, 1e-8);
+  EXPECT_NEAR(json_value(json, "logloss"), logloss, 1e-8);
+  EXPECT_EQ(json_value(json, "positives"), static_cast<double>(positives));
+  EXPECT_NEAR(json_value(json, "positive_rate"), static_cast<double>(positives) / o.lines, 1e-9);
+  EXPECT_NEAR(summary.auc, auc, 1e-12);
+  // The planted model predicts its own labels well above chance.
+  EXPECT_GT(auc, 0.7);
+}
+
+TEST(Generator, RejectsBadOptions) {
+  ScratchDir dir;
+  OracleSummary s;
+  GeneratorOptions o = small_options(dir.path(), 1);
+  o.files = 0;
+  EXPECT_FALSE(generate(o, &s).ok());
+  o = small_options("", 1);
+  EXPECT_FALSE(generate(o, &s).ok());
+  o = small_options(dir.path(), 1);
+  o.vocab = 0;
+  EXPECT_FALSE(generate(o, &s).ok());
+}
+
+TEST(ZipfSampler, FrequenciesFollowThePowerLaw) {
+  const std::uint64_t n = 200;
+  const double exponent = 1.2;
+  const ZipfSampler zipf(n, exponent);
+  double total = 0;
+  for (std::uint64_t r = 0; r < n; ++r) total += std::pow(r + 1.0, -exponent);
+  const int draws = 400000;
+  std::vector<int> count(n, 0);
+  for (int i = 0; i < draws; ++i) {
+    const std::uint64_t r = zipf(mix64(static_cast<std::uint64_t>(i) + 12345));
+    ASSERT_LT(r, n);
+    ++count[r];
+  }
+  for (std::uint64_t r : {0, 1, 2, 5, 20, 100, 199}) {
+    const double p = std::pow(r + 1.0, -exponent) / total;
+    const double sigma = std::sqrt(draws * p * (1 - p));
+    EXPECT_NEAR(count[r], draws * p, 5 * sigma + 1) << "rank " << r;
+  }
+  const ZipfSampler one(1, 1.0);
+  EXPECT_EQ(one(~0ull), 0u);
+}
+
+TEST(ExactAuc, MatchesPairwiseCountWithTies) {
+  std::mt19937_64 rng(5);
+  for (int n : {1, 2, 10, 300}) {
+    std::vector<double> s(n);
+    std::vector<std::uint8_t> y(n);
+    for (int i = 0; i < n; ++i) {
+      s[i] = static_cast<double>(rng() % 20);  // many ties
+      y[i] = rng() % 3 == 0;
+    }
+    const bool both =
+        std::count(y.begin(), y.end(), 1) > 0 && std::count(y.begin(), y.end(), 0) > 0;
+    EXPECT_NEAR(exact_auc(s, y), both ? pairwise_auc(s, y) : 0.5, 1e-12) << n;
+  }
+  EXPECT_EQ(exact_auc({}, {}), 0.5);
+  EXPECT_DOUBLE_EQ(mean_logloss({0.0}, {1}), std::log(2.0));
+  EXPECT_NEAR(mean_logloss({800.0, -800.0}, {1, 0}), 0.0, 1e-12);
+  EXPECT_NEAR(mean_logloss({-800.0}, {1}), 800.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace gpubox::dataset
