@@ -3,6 +3,7 @@
 //
 // algbw = bytes per rank / time. busbw follows nccl-tests: all_reduce moves 2(R-1)/R of the
 // buffer per rank, all_to_all_v (R-1)/R of it (its self block is a local copy).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,6 +18,9 @@
 
 namespace gpubox::bench {
 namespace {
+
+constexpr int kLatencyRounds = 200;
+constexpr std::size_t kSmallCount = 1024;  // floats: a 4 KB all-reduce
 
 struct Figure {
   double seconds = 0;  // median per call
@@ -57,17 +61,17 @@ int run_comm(const BenchArgs& args) {
 
   device::CardSet cards = device::CardSet::from_list(card_list(ranks));
   auto group = comm::make_group(cards);
-  std::vector<double> reduce_times, a2a_times;
+  std::vector<double> reduce_times, a2a_times, barrier_times, small_reduce_times;
   cards.run_on_cards(
       [&](device::Card& card) {
         comm::Communicator& comm = group->at(card.local_index());
-        auto send = card.make_buffer<float>(count);
-        auto recv = card.make_buffer<float>(count);
-        device::memset_bytes_async(send.data(), 0, bytes, card.stream());
-        device::memset_bytes_async(recv.data(), 0, bytes, card.stream());
+        auto send = card.make_buffer<float>(std::max(count, kSmallCount));
+        auto recv = card.make_buffer<float>(std::max(count, kSmallCount));
+        device::memset_bytes_async(send.data(), 0, send.bytes(), card.stream());
+        device::memset_bytes_async(recv.data(), 0, recv.bytes(), card.stream());
         std::vector<std::size_t> counts(ranks, count / ranks);
-        auto timed = [&](std::vector<double>& out, auto&& op) {
-          for (int i = 0; i < iterations + 2; ++i) {
+        auto timed = [&](std::vector<double>& out, auto&& op, int rounds = 0) {
+          for (int i = 0; i < (rounds > 0 ? rounds : iterations) + 2; ++i) {
             comm.barrier(card.stream());
             Timer timer;
             op();
@@ -80,6 +84,13 @@ int run_comm(const BenchArgs& args) {
         timed(a2a_times, [&] {
           comm.all_to_all_v(send.data(), counts.data(), recv.data(), counts.data(), card.stream());
         });
+        // Latency: what a collective costs when there is (almost) nothing to move.
+        timed(
+            barrier_times, [&] { comm.barrier(card.stream()); }, kLatencyRounds);
+        timed(
+            small_reduce_times,
+            [&] { comm.all_reduce_sum(send.data(), recv.data(), kSmallCount, card.stream()); },
+            kLatencyRounds);
       },
       [&](const std::string& why) { group->abort(why); });
 
@@ -93,15 +104,20 @@ int run_comm(const BenchArgs& args) {
   const Figure reduce = figure(reduce_times, 2.0 * (ranks - 1) / ranks);
   const Figure a2a = figure(a2a_times, static_cast<double>(ranks - 1) / ranks);
   const int threads = cards.card(0).threads();
+  // The timed span holds the op and one barrier; for the barrier line it is two barriers.
+  const double barrier_us = median(barrier_times) / 2 * 1e6;
+  const double small_reduce_us = median(small_reduce_times) * 1e6 - barrier_us;
 
   if (args.has("json")) {
     std::printf(
         "{\"bench\":\"comm\",\"ranks\":%d,\"mb\":%.3f,\"iters\":%d,\"threads_per_card\":%d,"
         "\"hardware_threads\":%d,\"memcpy_gbps\":%.3f,"
         "\"all_reduce_sum\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
-        "\"all_to_all_v\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f}}\n",
+        "\"all_to_all_v\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
+        "\"barrier_us\":%.2f,\"all_reduce_4kb_us\":%.2f}\n",
         ranks, bytes / 1e6, iterations, threads, device::hardware_threads(), memcpy_rate,
-        reduce.seconds * 1e3, reduce.algbw, reduce.busbw, a2a.seconds * 1e3, a2a.algbw, a2a.busbw);
+        reduce.seconds * 1e3, reduce.algbw, reduce.busbw, a2a.seconds * 1e3, a2a.algbw, a2a.busbw,
+        barrier_us, small_reduce_us);
   } else {
     std::printf(
         "comm: %d in-process ranks, %.2f MB per rank, %d iterations (median), %d "
@@ -114,6 +130,8 @@ int run_comm(const BenchArgs& args) {
                 reduce.algbw, reduce.busbw);
     std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_to_all_v float32 (even)", a2a.seconds * 1e3,
                 a2a.algbw, a2a.busbw);
+    std::printf("  latency: barrier %.1f us, all_reduce_sum of 4 KB %.1f us\n", barrier_us,
+                small_reduce_us);
   }
   return 0;
 }

@@ -9,9 +9,10 @@
 namespace gpubox::comm::detail {
 namespace {
 
-// How long a rank spins on the generation counter before sleeping on the condition variable.
-// Long enough to cover a peer finishing a small copy, short enough not to matter otherwise.
-constexpr auto kSpinFor = std::chrono::microseconds(50);
+// How long a rank spins on the generation counter before sleeping on the condition variable:
+// about what a futex wake-up costs, so spinning never loses more than a sleep would (and a peer
+// needing this core on a busy machine is not kept off it for long).
+constexpr auto kSpinFor = std::chrono::microseconds(10);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
