@@ -204,5 +204,12 @@ TEST(MetricsFormat, PassLineAndJson) {
   EXPECT_EQ(json.find('\n'), std::string::npos);
 }
 
+TEST(MetricsFormat, ProgressLine) {
+  EXPECT_EQ(format_progress_line(2, 30, 120, 12345.67, 0.70123),
+            "pass 2: 30/120 batches (25.0%), 12345.7 example/sec, auc: 0.701230");
+  EXPECT_EQ(format_progress_line(1, 0, 0, 0.0, std::nan("")),
+            "pass 1: 0/0 batches (nan%), 0.0 example/sec, auc: nan");
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -64,4 +64,10 @@ std::string format_pass_line(const PassReport& report);
 // ips_per_card, every metric, then the extras.
 std::string format_pass_json(const PassReport& report);
 
+// The in-pass progress line: "pass P: D/T batches (x%), S example/sec, auc: A". On a terminal
+// the pass loop redraws it in place ('\r' prefix, no newline); otherwise it prints it as a plain
+// line every print_interval batches.
+std::string format_progress_line(int64_t pass, int64_t batches_done, int64_t batches_total,
+                                 double examples_per_sec, double running_auc);
+
 }  // namespace gpubox::trainer

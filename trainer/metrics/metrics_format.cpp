@@ -113,4 +113,13 @@ std::string format_pass_json(const PassReport& r) {
   return out + "}";
 }
 
+std::string format_progress_line(int64_t pass, int64_t batches_done, int64_t batches_total,
+                                 double examples_per_sec, double running_auc) {
+  const double percent =
+      batches_total > 0 ? 100.0 * static_cast<double>(batches_done) / batches_total : kNaN;
+  return "pass " + std::to_string(pass) + ": " + std::to_string(batches_done) + "/" +
+         std::to_string(batches_total) + " batches (" + fixed(percent, 1) + "%), " +
+         fixed(examples_per_sec, 1) + " example/sec, auc: " + fixed(running_auc, 6);
+}
+
 }  // namespace gpubox::trainer
