@@ -261,7 +261,10 @@ class HeterComm::Impl {
     comm_->all_to_all_v(send_records_.data(), send_scaled_.data(), recv_records_.data(),
                         recv_scaled_.data(), stream);
     count_bytes(send_scaled_.data(), sizeof(float));
-    const std::size_t merged = owner_merge_.run(recv_keys_.data(), received, stream);
+    // A single card receives only its own unique, ascending keys: nothing to merge.
+    const std::size_t merged =
+        total_cards_ == 1 ? owner_merge_.run_unique_sorted(recv_keys_.data(), received, stream)
+                          : owner_merge_.run(recv_keys_.data(), received, stream);
     merged_records_.resize_discard(merged * dim);
     device::parallel_for(stream, merged,
                          ReduceSegments{recv_records_.data(), owner_merge_.sorted_positions(),

@@ -7,6 +7,8 @@
 // distinct keys, so hot keys repeat inside a card and across cards. Warm-up steps create the
 // rows (create on the fly), so the timed steps find every key on its owner. keys/s per card =
 // (batch x slots) / (wall time of a step) with all cards stepping together.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -61,6 +63,14 @@ class ZipfKeys {
   std::mt19937_64 rng_;
 };
 
+// CPU seconds used by the whole process so far (all card threads): on a shared, loaded machine
+// this moves far less than wall time.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct CardBatches {
   std::vector<device::device_buffer<uint64_t>> keys;
   device::device_buffer<float> grads;
@@ -69,7 +79,7 @@ struct CardBatches {
 
 int run_sparse(const BenchArgs& args) {
   args.expect_only({"cards", "batch", "slots", "keys", "zipf", "steps", "warmup", "mf-dim",
-                    "optimizer", "threads", "json"});
+                    "optimizer", "threads", "reuse-pull", "json"});
   const int cards_n = static_cast<int>(args.get_int("cards", 1));
   const long long batch = args.get_int("batch", 512);
   const long long slots = args.get_int("slots", 26);
@@ -80,6 +90,8 @@ int run_sparse(const BenchArgs& args) {
   const int mf_dim = static_cast<int>(args.get_int("mf-dim", 8));
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const std::string optimizer_name = args.get("optimizer", "adagrad");
+  // push_pulled (the trainer's path when it pushes the keys it pulled) instead of push(keys).
+  const bool reuse_pull = args.has("reuse-pull");
   GPUBOX_EXPECTS(cards_n >= 1 && cards_n <= 64, "--cards must be in [1, 64], got ", cards_n);
   GPUBOX_EXPECTS(batch >= 0 && slots >= 1, "--batch must be >= 0 and --slots >= 1");
   GPUBOX_EXPECTS(universe >= 1, "--keys must be positive, got ", universe);
@@ -101,6 +113,7 @@ int run_sparse(const BenchArgs& args) {
   std::vector<double> pull_seconds(cards_n, 0.0), push_seconds(cards_n, 0.0);
   std::vector<heter_comm::HeterCommStats> before(cards_n), after(cards_n);
   double wall_seconds = 0;
+  double cpu_seconds = 0;
 
   cards.run_on_cards(
       [&](device::Card& card) {
@@ -134,7 +147,11 @@ int run_sparse(const BenchArgs& args) {
           Timer t;
           hc.pull(keys.data(), keys.size(), data[c].pulled.data(), card.stream());
           const double pulled = t.seconds();
-          hc.push(keys.data(), keys.size(), data[c].grads.data(), card.stream());
+          if (reuse_pull) {
+            hc.push_pulled(data[c].grads.data(), card.stream());
+          } else {
+            hc.push(keys.data(), keys.size(), data[c].grads.data(), card.stream());
+          }
           if (timed) {
             pull_seconds[c] += pulled;
             push_seconds[c] += t.seconds() - pulled;
@@ -143,10 +160,14 @@ int run_sparse(const BenchArgs& args) {
         for (int s = 0; s < warmup; ++s) step(s, false);
         before[c] = hc.stats();
         comm.barrier(card.stream());
+        const double cpu_start = process_cpu_seconds();
         Timer wall;
         for (int s = 0; s < steps; ++s) step(warmup + s, true);
         comm.barrier(card.stream());
-        if (c == 0) wall_seconds = wall.seconds();
+        if (c == 0) {
+          wall_seconds = wall.seconds();
+          cpu_seconds = process_cpu_seconds() - cpu_start;
+        }
         after[c] = hc.stats();
       },
       [&](const std::string& why) { group->abort(why); });
@@ -158,7 +179,8 @@ int run_sparse(const BenchArgs& args) {
     for (int c = 0; c < cards_n; ++c) sum += double(after[c].*field - before[c].*field);
     return sum * per;
   };
-  const double unique = avg(&heter_comm::HeterCommStats::unique_keys_sent) / 2;  // pull + push
+  // Unique keys per step: counted by pull, and by push unless it reused the pull.
+  const double unique = avg(&heter_comm::HeterCommStats::unique_keys_sent) / (reuse_pull ? 1 : 2);
   const double lookups = avg(&heter_comm::HeterCommStats::owner_lookups);
   const double merged = avg(&heter_comm::HeterCommStats::merged_updates);
   const double bytes_sent = avg(&heter_comm::HeterCommStats::bytes_sent);
@@ -168,9 +190,11 @@ int run_sparse(const BenchArgs& args) {
   const double row_bytes = sizeof(float) * layout.stride();
   // Card memory a step touches for rows: pull reads every looked-up row once, push reads and
   // writes every merged row once (the rest of the step is keys, positions and records).
-  const double pull_lookups = lookups - merged;
+  const double pull_lookups = reuse_pull ? lookups : lookups - merged;
   const double row_traffic = pull_lookups * row_bytes + 2 * merged * row_bytes;
   const double keys_per_sec = keys_per_step * steps / wall_seconds;
+  // Keys of all cards per CPU-second of the whole process (pull + push).
+  const double keys_per_cpu_sec = keys_per_step * steps * cards_n / cpu_seconds;
   const double pull_ms = median(pull_seconds) / steps * 1e3;
   const double push_ms = median(push_seconds) / steps * 1e3;
 
@@ -178,29 +202,34 @@ int run_sparse(const BenchArgs& args) {
     std::printf(
         "{\"bench\":\"sparse\",\"cards\":%d,\"batch\":%lld,\"slots\":%lld,\"keys_per_step\":%zu,"
         "\"universe\":%lld,\"zipf\":%.3f,\"optimizer\":\"%s\",\"mf_dim\":%d,\"steps\":%d,"
+        "\"reuse_pull\":%s,"
         "\"threads_per_card\":%d,\"hardware_threads\":%d,\"keys_per_sec_per_card\":%.0f,"
-        "\"step_ms\":%.4f,\"pull_ms\":%.4f,\"push_ms\":%.4f,\"unique_keys_per_card\":%.1f,"
+        "\"keys_per_cpu_sec\":%.0f,\"cpu_ms_per_step\":%.4f,\"step_ms\":%.4f,\"pull_ms\":%.4f,"
+        "\"push_ms\":%.4f,\"unique_keys_per_card\":%.1f,"
         "\"owner_lookups_per_card\":%.1f,\"merged_updates_per_card\":%.1f,"
         "\"a2a_bytes_per_card\":%.0f,\"a2a_remote_bytes_per_card\":%.0f,"
         "\"row_bytes_touched_per_card\":%.0f,\"row_stride_bytes\":%.0f,\"created_per_step\":%.2f}"
         "\n",
         cards_n, batch, slots, keys_per_step, universe, zipf, optimizer_name.c_str(), mf_dim, steps,
-        cards.card(0).threads(), device::hardware_threads(), keys_per_sec,
-        wall_seconds / steps * 1e3, pull_ms, push_ms, unique, lookups, merged, bytes_sent,
-        bytes_remote, row_traffic, row_bytes, created);
+        reuse_pull ? "true" : "false", cards.card(0).threads(), device::hardware_threads(),
+        keys_per_sec, keys_per_cpu_sec, cpu_seconds / steps * 1e3, wall_seconds / steps * 1e3,
+        pull_ms, push_ms, unique, lookups, merged, bytes_sent, bytes_remote, row_traffic, row_bytes,
+        created);
   } else {
     std::printf(
         "sparse: %d card(s), %lld examples x %lld slots = %zu keys per card per step, "
-        "Zipf(%.2f) over %lld keys, %s, mf_dim %d, %d steps (%d warm-up), %d threads/card\n",
+        "Zipf(%.2f) over %lld keys, %s, mf_dim %d, %d steps (%d warm-up), %d threads/card%s\n",
         cards_n, batch, slots, keys_per_step, zipf, universe, optimizer_name.c_str(), mf_dim, steps,
-        warmup, cards.card(0).threads());
+        warmup, cards.card(0).threads(), reuse_pull ? ", push_pulled" : "");
     std::printf(
-        "  pull+push        %12.0f keys/s per card   (%.3f ms/step: pull %.3f, push %.3f)\n",
-        keys_per_sec, wall_seconds / steps * 1e3, pull_ms, push_ms);
+        "  pull+push        %12.0f keys/s per card   (%.3f ms/step: pull %.3f, push %.3f)\n"
+        "  cpu cost         %12.0f keys per CPU-second, all cards (%.3f CPU-ms per step)\n",
+        keys_per_sec, wall_seconds / steps * 1e3, pull_ms, push_ms, keys_per_cpu_sec,
+        cpu_seconds / steps * 1e3);
     std::printf(
         "  per card per step: %.0f unique keys sent (of %zu), %.0f owner lookups "
         "(%.0f pull + %.0f push), %.0f merged updates\n",
-        unique, keys_per_step, lookups, pull_lookups, merged, merged);
+        unique, keys_per_step, lookups, pull_lookups, lookups - pull_lookups, merged);
     std::printf(
         "  all_to_all_v bytes per card per step: %.0f (%.0f to other cards); row bytes "
         "touched %.0f (stride %.0f B); rows created per step %.2f\n",
@@ -213,9 +242,10 @@ int run_sparse(const BenchArgs& args) {
 
 }  // namespace
 
-GPUBOX_BENCH_COMMAND("sparse",
-                     "--cards C --batch B [--slots S] [--keys N] [--zipf s] [--steps N] "
-                     "[--optimizer adagrad] [--mf-dim D] [--json]  HeterComm pull+push keys/s",
-                     run_sparse);
+GPUBOX_BENCH_COMMAND(
+    "sparse",
+    "--cards C --batch B [--slots S] [--keys N] [--zipf s] [--steps N] "
+    "[--optimizer adagrad] [--mf-dim D] [--reuse-pull] [--json]  HeterComm pull+push keys/s",
+    run_sparse);
 
 }  // namespace gpubox::bench

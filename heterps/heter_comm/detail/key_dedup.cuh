@@ -104,6 +104,22 @@ class KeyDedup {
     return unique_count_;
   }
 
+  // Same outputs as run() for keys already unique and ascending (e.g. what a single card sends
+  // itself): no sort, every segment has one occurrence. Stream-ordered.
+  std::size_t run_unique_sorted(const uint64_t* keys, std::size_t n, const device::Stream& stream) {
+    GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "batch of ", n, " keys exceeds 2^32 positions");
+    resize_all(n);
+    unique_count_ = n;
+    unique_keys_.resize_discard(n);
+    unique_start_.resize_discard(n + 1);
+    const auto policy = device::exec_policy(stream);
+    if (n > 0) device::copy_async(unique_keys_.data(), keys, n, stream);
+    thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
+    thrust::sequence(policy, occurrence_unique_.begin(), occurrence_unique_.end(), position_t{0});
+    thrust::sequence(policy, unique_start_.begin(), unique_start_.end(), position_t{0});
+    return n;
+  }
+
   std::size_t unique_count() const { return unique_count_; }
   std::size_t occurrences() const { return sorted_pos_.size(); }
   // Unique keys, ascending (unique_count()).
