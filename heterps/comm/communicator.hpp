@@ -7,6 +7,10 @@
 // CardSet::run_on_cards' on_failure should call); every rank blocked in, or later entering, a
 // collective then throws gpubox::Error with the reason. A collective that waits longer than the
 // group's timeout also aborts the group.
+//
+// Implementations: in_process_communicator.hpp (any backend; buffers must be host-addressable,
+// i.e. card memory on the cpu backend) and nccl_communicator.hpp (cuda backend). make_group
+// picks the one for the build.
 #pragma once
 
 #include <chrono>
@@ -14,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "heterps/device/stream.hpp"
@@ -27,31 +32,23 @@ namespace comm {
 
 enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt64, kUInt8 };
 
+// The DataType of element type T (a compile error for any other type).
 template <class T>
-constexpr DataType data_type_of();
-template <>
-constexpr DataType data_type_of<float>() {
-  return DataType::kFloat32;
-}
-template <>
-constexpr DataType data_type_of<double>() {
-  return DataType::kFloat64;
-}
-template <>
-constexpr DataType data_type_of<int32_t>() {
-  return DataType::kInt32;
-}
-template <>
-constexpr DataType data_type_of<int64_t>() {
-  return DataType::kInt64;
-}
-template <>
-constexpr DataType data_type_of<uint64_t>() {
-  return DataType::kUInt64;
-}
-template <>
-constexpr DataType data_type_of<uint8_t>() {
-  return DataType::kUInt8;
+constexpr DataType data_type_of() {
+  if constexpr (std::is_same_v<T, float>) {
+    return DataType::kFloat32;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return DataType::kFloat64;
+  } else if constexpr (std::is_same_v<T, int32_t>) {
+    return DataType::kInt32;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return DataType::kInt64;
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    return DataType::kUInt64;
+  } else {
+    static_assert(std::is_same_v<T, uint8_t>, "no communicator DataType for this element type");
+    return DataType::kUInt8;
+  }
 }
 std::size_t size_of(DataType type);
 // "float32", "int64", ... for messages.
@@ -64,7 +61,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // recv[i] = sum over ranks of send[i], i < count. send may equal recv (in place).
+  // recv[i] = sum over ranks of send[i], i < count. send may equal recv (in place). The result
+  // is bit-identical on every rank (in-process: summed in rank order; integers wrap), so dense
+  // weights updated from it stay identical across cards.
   virtual void all_reduce_sum(const void* send, void* recv, std::size_t count, DataType type,
                               const device::Stream& stream) = 0;
   // Rank r sends send_counts[p] elements to each peer p, packed contiguously in `send` in peer

@@ -376,6 +376,12 @@ TEST(CommGroup, SizeOfAndNames) {
   EXPECT_EQ(size_of(DataType::kUInt64), 8u);
   EXPECT_EQ(size_of(DataType::kUInt8), 1u);
   EXPECT_STREQ(name_of(DataType::kInt32), "int32");
+  static_assert(data_type_of<float>() == DataType::kFloat32);
+  static_assert(data_type_of<double>() == DataType::kFloat64);
+  static_assert(data_type_of<int32_t>() == DataType::kInt32);
+  static_assert(data_type_of<int64_t>() == DataType::kInt64);
+  static_assert(data_type_of<uint64_t>() == DataType::kUInt64);
+  static_assert(data_type_of<uint8_t>() == DataType::kUInt8);
 }
 
 }  // namespace
