@@ -49,10 +49,17 @@ RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOp
     : options_(std::move(options)),
       layout_(RowLayout::make(options_.config.kind, options_.config.mf_dim)),
       transport_(std::move(endpoints), std::move(transport_options)) {
-  // The biggest frame is a PUSH chunk: 8 bytes of head, then a key and a row per key.
+  chunk_rows_ =
+      std::min(options_.chunk_rows, rows_per_frame(transport_.options().max_payload_bytes));
+}
+
+std::size_t RemoteHostTier::rows_per_frame(uint32_t max_payload_bytes) const {
+  // The biggest frame is a PUSH chunk: a small head, then a key and a row per key (a PULL
+  // request, key + slot, and its reply, a row, are smaller).
   const std::size_t per_row = sizeof(uint64_t) + sizeof(int32_t) + sizeof(float) * layout_.stride();
-  const std::size_t fit = (transport_.options().max_payload_bytes - 64) / per_row;
-  chunk_rows_ = std::max<std::size_t>(1, std::min(options_.chunk_rows, fit));
+  const std::size_t head = 64;
+  return std::max<std::size_t>(1,
+                               max_payload_bytes > head ? (max_payload_bytes - head) / per_row : 1);
 }
 
 Status RemoteHostTier::check_servers() {
@@ -83,6 +90,8 @@ Status RemoteHostTier::check_servers() {
           std::to_string(info.shard_num) + " but is listed at position " + std::to_string(e) +
           " of " + std::to_string(n) + " endpoints");
     }
+    // Chunks must fit the smallest frame limit among the servers too.
+    chunk_rows_ = std::min(chunk_rows_, rows_per_frame(info.max_payload_bytes));
     if (info.shard_num == 1 && n > 1) {
       GPUBOX_LOG(WARNING) << "RemoteHostTier: server " << where
                           << " runs without --shard_id/--shard_num although " << n

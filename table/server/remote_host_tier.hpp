@@ -63,6 +63,8 @@ class RemoteHostTier final : public HostTier {
   RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
                  TransportOptions transport_options);
   Status check_servers();
+  // Keys per chunk so that every frame of a chunk stays under `max_payload_bytes`.
+  std::size_t rows_per_frame(uint32_t max_payload_bytes) const;
   // Indices of keys[0..n) per endpoint, in order.
   std::vector<std::vector<uint32_t>> split_by_endpoint(const uint64_t* keys, std::size_t n) const;
   // One request with an empty payload-less op per endpoint (STATS, SHRINK, ...).
@@ -71,7 +73,7 @@ class RemoteHostTier final : public HostTier {
 
   RemoteHostTierOptions options_;
   RowLayout layout_;
-  std::size_t chunk_rows_;
+  std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
   Transport transport_;
 };
 

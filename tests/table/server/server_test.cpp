@@ -264,6 +264,25 @@ TEST(Server, KeysShardOverEndpointsAndServersRefuseForeignKeys) {
       << st.to_string();
 }
 
+TEST(Server, ChunksFitTheServersFrameLimitOnOnePooledConnection) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_payload_bytes = 4096;  // about 45 rows of this layout per frame
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  auto options = client_options(server->endpoint());
+  options.chunk_rows = 100000;  // lowered to the server's limit at connect
+  auto client = connect_client(options);
+  ASSERT_TRUE(client);
+  Oracle oracle(test_config());
+  random_ops(client.get(), 21, 1, 4000, 20, &oracle);
+  const auto counters = server->counters();
+  EXPECT_EQ(counters.protocol_errors, 0u);
+  // One thread, one pooled connection for every call; a 517-key batch took several frames.
+  EXPECT_EQ(counters.connections, 1u);
+  EXPECT_GT(counters.requests, 20u);
+}
+
 TEST(Server, LayoutMismatchIsRefusedAtConnect) {
   FakeHostTier table(test_config());
   auto server = start_server(&table);
