@@ -2,6 +2,7 @@
 // push of existing rows, pull — with 1 and 2 threads, against memcpy of the same bytes in the
 // same run; then the RocksDB disk tier (memory budget of a tenth of the rows, pulls bringing
 // rows back from disk).
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,12 @@ std::unique_ptr<SparseTable> open_or_die(const table::SparseOptimizerConfig& opt
   auto t = SparseTable::open(opt, cfg);
   GPUBOX_EXPECTS(t.ok(), t.status().to_string());
   return std::move(t).value();
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 // Runs op(begin, count) over [0, n) in batches; returns rows/s.
@@ -115,7 +122,12 @@ int table_main(const BenchArgs& args) {
     std::memcpy(dst.data(), w.rows.data(), w.rows.size() * sizeof(float));
     memcpy_bps = std::max(memcpy_bps, w.rows.size() * sizeof(float) / timer.seconds());
   }
+  // CPU seconds per wall second of the 1-thread runs: near 1 on an idle machine; far below 1
+  // means other processes held the cores and every figure below is low by about that factor.
+  const double cpu0 = process_cpu_seconds();
+  Timer wall;
   const TableFigures one = measure_table(w, batch, 1, repeats, opt, cfg);
+  const double cpu_share = (process_cpu_seconds() - cpu0) / wall.seconds();
   const TableFigures two = measure_table(w, batch, 2, repeats, opt, cfg);
 
   // Disk tier: a memory budget of a tenth of the rows; pushes spill, pulls come back from disk.
@@ -135,18 +147,19 @@ int table_main(const BenchArgs& args) {
   if (json) {
     std::printf(
         "{\"bench\":\"table\",\"rows\":%zu,\"batch\":%zu,\"row_floats\":%d,\"shards\":%u,"
-        "\"memcpy_GBps\":%.3f,\"memcpy_rows_per_s\":%.0f,"
+        "\"cpu_share_1t\":%.2f,\"memcpy_GBps\":%.3f,\"memcpy_rows_per_s\":%.0f,"
         "\"t1\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
         "\"t2\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
         "\"disk\":{\"rows\":%zu,\"memory_row_budget\":%zu,\"insert_rows_per_s\":%.0f,"
         "\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f}}\n",
-        n, batch, layout.stride(), cfg.shards, memcpy_bps / 1e9, memcpy_rows, one.insert, one.push,
-        one.pull, two.insert, two.push, two.pull, disk_rows,
+        n, batch, layout.stride(), cfg.shards, cpu_share, memcpy_bps / 1e9, memcpy_rows, one.insert,
+        one.push, one.pull, two.insert, two.push, two.pull, disk_rows,
         std::max<std::size_t>(disk_rows / 10, cfg.shards), disk.insert, disk.push, disk.pull);
     return 0;
   }
   std::printf("table: %zu rows of %d floats (%.0f B), batch %zu, %u shards\n", n, layout.stride(),
               row_bytes, batch, cfg.shards);
+  std::printf("  cpu share of the 1-thread runs: %.2f (1.00 = an idle core)\n", cpu_share);
   std::printf("  memcpy (1 thread)      %8.2f GB/s = %6.1f M rows/s\n", memcpy_bps / 1e9,
               memcpy_rows / 1e6);
   auto line = [&](const char* name, const TableFigures& f) {

@@ -3,9 +3,11 @@
 // previous save loadable, and corrupt, truncated or partial saves are refused naming the file.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "table/dense_table.hpp"
@@ -353,6 +355,78 @@ TEST(DenseTable, SaveLoadRoundTripAndCorruption) {
   EXPECT_EQ(st.code(), Status::Code::kCorruption);
   EXPECT_NE(st.message().find("blocks"), std::string::npos) << st.to_string();
   EXPECT_EQ(loaded.size(), 0u);  // unchanged
+}
+
+}  // namespace
+}  // namespace gpubox::table
+
+namespace gpubox::table {
+namespace {
+
+TEST(SaveLoad, DeltaCarriesADeleteThenRecreate) {
+  for (SaveForm form : {SaveForm::kText, SaveForm::kBinary}) {
+    Fixture f(form, 2);
+    const RowLayout layout = f.table->layout();
+    std::mt19937_64 rng(21);
+    std::vector<uint64_t> keys = {10, 11, 12};
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto row = testing::random_row(rng, layout);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    ASSERT_TRUE(f.table->push(keys.data(), keys.size(), rows.data()).ok());
+    ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveMode::kBase).ok());
+    // 10: deleted and created again by a pull; 11: deleted; 12: untouched.
+    ASSERT_TRUE(f.table->erase(keys.data(), 2).ok());
+    std::vector<float> out(layout.stride());
+    ASSERT_TRUE(f.table->pull(&keys[0], nullptr, 1, out.data(), nullptr).ok());
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveMode::kDelta).ok());
+    auto manifest = io::read_manifest(io::FileEnv::posix(), f.dir.sub("delta"), "sparse");
+    ASSERT_TRUE(manifest.ok());
+    uint64_t part_rows = 0, deleted = 0;
+    for (const auto& file : manifest->files) {
+      (file.name.rfind("part-", 0) == 0 ? part_rows : deleted) += file.records;
+    }
+    EXPECT_EQ(part_rows, 1u);  // key 10 again
+    EXPECT_EQ(deleted, 2u);    // keys 10 and 11
+    auto loaded = f.fresh();
+    ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+    ASSERT_TRUE(loaded->load(f.dir.sub("delta")).ok());
+    EXPECT_TRUE(testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout),
+                                   testing::model_of(testing::snapshot(*f.table), layout)));
+    EXPECT_EQ(loaded->size().value(), 2u);
+  }
+}
+
+TEST(SaveLoad, SavesWhilePushingStayLoadable) {
+  Fixture f(SaveForm::kBinary, 8);
+  const RowLayout layout = f.table->layout();
+  std::atomic<bool> stop{false};
+  std::thread pusher([&] {
+    std::mt19937_64 rng(4);
+    std::vector<uint64_t> keys(256);
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto row = testing::random_row(rng, layout);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    while (!stop.load()) {
+      for (auto& k : keys) k = rng() % 5000;
+      ASSERT_TRUE(f.table->push(keys.data(), keys.size(), rows.data()).ok());
+    }
+  });
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(f.table->save(f.dir.sub("ckpt"), SaveMode::kCheckpoint).ok());
+    auto loaded = f.fresh();
+    ASSERT_TRUE(loaded->load(f.dir.sub("ckpt")).ok());
+    EXPECT_LE(loaded->size().value(), f.table->size().value());
+  }
+  stop.store(true);
+  pusher.join();
+  ASSERT_TRUE(f.table->save(f.dir.sub("ckpt"), SaveMode::kCheckpoint).ok());
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("ckpt")).ok());
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*loaded), testing::snapshot(*f.table)));
 }
 
 }  // namespace
