@@ -39,7 +39,9 @@ class RemoteHostTier final : public HostTier {
   const RowLayout& layout() const override { return layout_; }
   const SparseOptimizerConfig& config() const override { return options_.config; }
 
-  // All thread-safe. n == 0 is a no-op.
+  // All thread-safe. n == 0 is a no-op. A call that fails may have been applied on some
+  // endpoints (each endpoint's share is applied at most once); pull, push and erase may simply
+  // be called again.
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* created) override;
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override;

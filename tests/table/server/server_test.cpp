@@ -508,6 +508,30 @@ TEST(Server, DeadServerGivesClearErrorAfterDeadline) {
       << none.status().to_string();
 }
 
+TEST(Server, OneDeadEndpointOfTwoIsNamed) {
+  FakeHostTier t0(test_config()), t1(test_config());
+  ServerOptions s0, s1;
+  s0.shard_num = s1.shard_num = 2;
+  s1.shard_id = 1;
+  auto a = start_server(&t0, s0);
+  auto b = start_server(&t1, s1);
+  ASSERT_TRUE(a && b);
+  const std::string dead = b->endpoint();
+  auto options = client_options(a->endpoint() + "," + dead);
+  options.deadline_s = 0.3;
+  auto client = connect_client(options);
+  ASSERT_TRUE(client);
+  b.reset();
+  std::vector<uint64_t> keys(100);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = 1 + i;
+  std::vector<float> rows(keys.size() * client->layout().stride());
+  Status st = client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("PULL to " + dead), std::string::npos) << st.to_string();
+  // The live shard answered its share.
+  EXPECT_GT(t0.size(), 0u);
+}
+
 TEST(Server, RestartOnSamePortWithLoadLosesNothingSaved) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("gpubox_server_test_" + std::to_string(::getpid()));
