@@ -195,6 +195,86 @@ struct Transport::Attempt {
     error = std::move(st);
     conn.close();
   }
+
+  // Writes queued frames until the socket is full or max_in_flight replies are awaited.
+  void send_some(const std::vector<OutgoingRequest>& requests, std::size_t max_in_flight) {
+    while (next_send < queue.size() && (sent_bytes > 0 || in_flight.size() < max_in_flight)) {
+      const auto& frame = requests[queue[next_send]].frame;
+      const ssize_t k =
+          ::send(conn.fd(), frame.data() + sent_bytes, frame.size() - sent_bytes, MSG_NOSIGNAL);
+      if (k < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          fail(Status::Unavailable(errno_text("send")));
+        }
+        return;
+      }
+      sent_bytes += static_cast<std::size_t>(k);
+      if (sent_bytes == frame.size()) {
+        in_flight.push_back(queue[next_send]);
+        ++next_send;
+        sent_bytes = 0;
+      }
+    }
+  }
+
+  // Reads what the socket holds and hands each complete reply to on_reply. A broken connection
+  // or a reply that does not match the request in flight fails the attempt (to be retried); an
+  // error reply from the server, or from on_reply, is returned (the call ends with it).
+  Status receive_some(Op op, const std::vector<OutgoingRequest>& requests,
+                      uint32_t max_payload_bytes, const ReplyHandler& on_reply) {
+    for (;;) {
+      const bool in_head = head_got < kHeaderBytes;
+      uint8_t* dst = in_head ? head + head_got : payload.data() + payload_got;
+      const std::size_t want = in_head ? kHeaderBytes - head_got : payload.size() - payload_got;
+      ssize_t k = 0;
+      if (want > 0) {
+        k = ::recv(conn.fd(), dst, want, 0);
+        if (k == 0) {
+          fail(Status::Unavailable("connection closed by the server"));
+          return Status::OK();
+        }
+        if (k < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            fail(Status::Unavailable(errno_text("recv")));
+          }
+          return Status::OK();
+        }
+      }
+      if (in_head) {
+        head_got += static_cast<std::size_t>(k);
+        if (head_got < kHeaderBytes) continue;
+        auto header = decode_header(head, kHeaderBytes, max_payload_bytes);
+        if (!header.ok()) {
+          fail(header.status());
+          return Status::OK();
+        }
+        if (in_flight.empty() || !header->response || header->op != op ||
+            header->request_id != requests[in_flight.front()].request_id) {
+          fail(Status::Corruption("reply does not match the request in flight"));
+          return Status::OK();
+        }
+        reply = *header;
+        payload.resize(header->payload_bytes);
+        payload_got = 0;
+      } else {
+        payload_got += static_cast<std::size_t>(k);
+      }
+      if (payload_got < payload.size()) continue;
+      // A whole reply.
+      const std::size_t index = in_flight.front();
+      in_flight.pop_front();
+      head_got = 0;
+      ++replies;
+      if (reply.status == Status::Code::kAborted) {
+        retry_later.push_back(index);  // a retried mutation racing its original: later
+      } else if (reply.status != Status::Code::kOk) {
+        return decode_error_reply(reply, payload.data(), payload.size());
+      } else {
+        GPUBOX_RETURN_IF_ERROR(on_reply(index, payload.data(), payload.size()));
+      }
+      if (finished()) return Status::OK();
+    }
+  }
 };
 
 Transport::Transport(std::vector<Endpoint> endpoints, TransportOptions options)
@@ -287,88 +367,11 @@ Status Transport::drive(Op op, std::vector<Attempt>& attempts,
     }
     for (std::size_t i = 0; i < active.size(); ++i) {
       Attempt& a = *active[i];
-      const short revents = fds[i].revents;
-      if (revents & POLLOUT) {
-        while (a.next_send < a.queue.size() &&
-               (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
-          const auto& frame = requests[a.queue[a.next_send]].frame;
-          const ssize_t k = ::send(a.conn.fd(), frame.data() + a.sent_bytes,
-                                   frame.size() - a.sent_bytes, MSG_NOSIGNAL);
-          if (k < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-              a.fail(Status::Unavailable(errno_text("send")));
-            }
-            break;
-          }
-          a.sent_bytes += static_cast<std::size_t>(k);
-          if (a.sent_bytes == frame.size()) {
-            a.in_flight.push_back(a.queue[a.next_send]);
-            ++a.next_send;
-            a.sent_bytes = 0;
-          }
-        }
-      }
-      if (a.failed || !(revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      // Read whatever is there; each completed reply frame is handled at once.
-      for (;;) {
-        uint8_t* dst;
-        std::size_t want;
-        if (a.head_got < kHeaderBytes) {
-          dst = a.head + a.head_got;
-          want = kHeaderBytes - a.head_got;
-        } else {
-          dst = a.payload.data() + a.payload_got;
-          want = a.payload.size() - a.payload_got;
-        }
-        ssize_t k = 0;
-        if (want > 0) {
-          k = ::recv(a.conn.fd(), dst, want, 0);
-          if (k == 0) {
-            a.fail(Status::Unavailable("connection closed by the server"));
-            break;
-          }
-          if (k < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-              a.fail(Status::Unavailable(errno_text("recv")));
-            }
-            break;
-          }
-        }
-        if (a.head_got < kHeaderBytes) {
-          a.head_got += static_cast<std::size_t>(k);
-          if (a.head_got < kHeaderBytes) continue;
-          auto header = decode_header(a.head, kHeaderBytes, options_.max_payload_bytes);
-          if (!header.ok()) {
-            a.fail(header.status());
-            break;
-          }
-          if (a.in_flight.empty() || !header->response || header->op != op ||
-              header->request_id != requests[a.in_flight.front()].request_id) {
-            a.fail(Status::Corruption("reply does not match the request in flight"));
-            break;
-          }
-          a.reply = *header;
-          a.payload.resize(header->payload_bytes);
-          a.payload_got = 0;
-        } else {
-          a.payload_got += static_cast<std::size_t>(k);
-        }
-        if (a.payload_got < a.payload.size()) continue;
-        // A whole reply.
-        const std::size_t index = a.in_flight.front();
-        a.in_flight.pop_front();
-        a.head_got = 0;
-        ++a.replies;
-        if (a.reply.status == Status::Code::kAborted) {
-          a.retry_later.push_back(index);
-        } else if (a.reply.status != Status::Code::kOk) {
-          return decode_error_reply(a.reply, a.payload.data(), a.payload.size())
-              .with_context(std::string(op_name(op)) + " at " + endpoints_[a.endpoint].to_string());
-        } else {
-          GPUBOX_RETURN_IF_ERROR(on_reply(index, a.payload.data(), a.payload.size()));
-        }
-        if (a.finished()) break;
-      }
+      if (fds[i].revents & POLLOUT) a.send_some(requests, max_in_flight);
+      if (a.failed || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      GPUBOX_RETURN_IF_ERROR(a.receive_some(op, requests, options_.max_payload_bytes, on_reply)
+                                 .with_context(std::string(op_name(op)) + " at " +
+                                               endpoints_[a.endpoint].to_string()));
     }
   }
 }
