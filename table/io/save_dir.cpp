@@ -111,8 +111,15 @@ StatusOr<int64_t> Manifest::get_int(const std::string& key) const {
   return static_cast<int64_t>(v);
 }
 
-StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env, const std::string& path) {
+StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env,
+                                                        const std::string& requested) {
+  // "model/" names the folder "model": its staging folder is "model.tmp", not "model/.tmp".
+  std::string path = requested;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   if (path.empty()) return Status::InvalidArgument("save path is empty");
+  if (path == "/" || path == "." || path == "..") {
+    return Status::InvalidArgument("save path '" + path + "' is not a folder a save can replace");
+  }
   if (env->exists(path) && !env->exists(path + "/" + kManifestName)) {
     auto entries = env->list_dir(path);
     if (!entries.ok()) return entries.status();
