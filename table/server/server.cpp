@@ -105,6 +105,8 @@ class Server::Impl {
   void accept();
   Status check_keys(const uint64_t* keys, std::size_t n) const;
   Reply apply(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  // PULL: rows are written by the table straight into the reply frame.
+  Reply pull(const FrameHeader& header, const std::vector<uint8_t>& payload);
 
   HostTier* table_;
   const ServerOptions options_;
@@ -408,34 +410,8 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
       encode_info_reply(info, &out);
       return make_reply(header, Status::Code::kOk, std::move(out));
     }
-    case Op::kPull: {
-      auto req = decode_pull_request(data, n);
-      if (!req.ok()) return fail(req.status());
-      Status st = check_keys(req->keys.data(), req->keys.size());
-      if (!st.ok()) return fail(st);
-      const uint32_t stride = static_cast<uint32_t>(table_->layout().stride());
-      const std::size_t bytes = pull_reply_bytes(req->keys.size(), stride);
-      if (bytes > options_.max_payload_bytes) {
-        return fail(Status::ResourceExhausted("reply of " + std::to_string(bytes) +
-                                              " bytes is over the frame limit"));
-      }
-      // The rows are written in place into the reply frame (48-byte offset: float-aligned).
-      FrameHeader h = header;
-      h.response = true;
-      h.payload_bytes = static_cast<uint32_t>(bytes);
-      Reply reply;
-      reply.frame.resize(kHeaderBytes + bytes);
-      std::size_t created = 0;
-      float* rows =
-          reinterpret_cast<float*>(reply.frame.data() + kHeaderBytes + pull_reply_rows_offset());
-      st = table_->pull(req->keys.data(), req->slots.empty() ? nullptr : req->slots.data(),
-                        req->keys.size(), rows, &created);
-      if (!st.ok()) return fail(st);
-      encode_header(h, reply.frame.data());
-      encode_pull_reply_head(req->keys.size(), stride, created, reply.frame.data() + kHeaderBytes);
-      rows_pulled.fetch_add(req->keys.size(), std::memory_order_relaxed);
-      return reply;
-    }
+    case Op::kPull:
+      return pull(header, payload);
     case Op::kPush: {
       auto req = decode_push_request(data, n);
       if (!req.ok()) return fail(req.status());
@@ -505,6 +481,36 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
       break;  // handled by the session
   }
   return fail(Status::Internal("op not dispatched"));
+}
+
+Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+  const auto fail = [&](const Status& st) { return error_reply(header, st.with_context("PULL")); };
+  auto req = decode_pull_request(payload.data(), payload.size());
+  if (!req.ok()) return fail(req.status());
+  Status st = check_keys(req->keys.data(), req->keys.size());
+  if (!st.ok()) return fail(st);
+  const uint32_t stride = static_cast<uint32_t>(table_->layout().stride());
+  const std::size_t bytes = pull_reply_bytes(req->keys.size(), stride);
+  if (bytes > options_.max_payload_bytes) {
+    return fail(Status::ResourceExhausted("reply of " + std::to_string(bytes) +
+                                          " bytes is over the frame limit"));
+  }
+  // The rows are written in place into the reply frame (48-byte offset: float-aligned).
+  FrameHeader h = header;
+  h.response = true;
+  h.payload_bytes = static_cast<uint32_t>(bytes);
+  Reply reply;
+  reply.frame.resize(kHeaderBytes + bytes);
+  std::size_t created = 0;
+  float* rows =
+      reinterpret_cast<float*>(reply.frame.data() + kHeaderBytes + pull_reply_rows_offset());
+  st = table_->pull(req->keys.data(), req->slots.empty() ? nullptr : req->slots.data(),
+                    req->keys.size(), rows, &created);
+  if (!st.ok()) return fail(st);
+  encode_header(h, reply.frame.data());
+  encode_pull_reply_head(req->keys.size(), stride, created, reply.frame.data() + kHeaderBytes);
+  rows_pulled.fetch_add(req->keys.size(), std::memory_order_relaxed);
+  return reply;
 }
 
 void Server::Impl::barrier_arrive(const std::shared_ptr<Session>& session,
