@@ -50,10 +50,11 @@ TEST_P(LinearTest, ForwardAndBackwardMatchReferenceAndNumericalGradients) {
   std::vector<float> x = random_vector(static_cast<std::size_t>(batch) * in, rng);
   const std::vector<float> r = random_vector(static_cast<std::size_t>(batch) * out, rng);
   auto y = card_.make_buffer<float>(batch * out);
+  auto ones = up(std::vector<float>(std::max(batch, 1), 1.0f));
   auto run = [&] {
     params.set_values(w);
     auto dx_in = up(x);
-    layer.forward(blas_, params, dx_in.data(), batch, y.data());
+    layer.forward(blas_, params, dx_in.data(), batch, ones.data(), y.data());
     return weighted_sum(to_host(y), r);
   };
   run();
@@ -72,7 +73,6 @@ TEST_P(LinearTest, ForwardAndBackwardMatchReferenceAndNumericalGradients) {
   // Backward.
   auto dx = up(x);
   auto dy = up(r);
-  auto ones = up(std::vector<float>(std::max(batch, 1), 1.0f));
   auto dx_out = card_.make_buffer<float>(batch * in);
   layer.backward(blas_, params, dx.data(), dy.data(), batch, scale, ones.data(), dx_out.data());
   const std::vector<float> grads = params.grads_to_host();

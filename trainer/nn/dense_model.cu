@@ -76,7 +76,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   const float* x = x0_.data();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     float* y = hidden_[l].data();
-    layers_[l].forward(blas_, params_, x, n, y);
+    layers_[l].forward(blas_, params_, x, n, ones_.data(), y);
     if (l + 1 < layers_.size()) {
       Relu::forward(stream, y, static_cast<std::size_t>(n) * layers_[l].out(), y);
     }

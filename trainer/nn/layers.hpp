@@ -28,8 +28,9 @@ class Linear {
   std::size_t weight_block() const { return w_; }
   std::size_t bias_block() const { return b_; }
 
+  // `ones` holds at least `batch` ones (card memory).
   void forward(const Blas& blas, const DenseParameters& params, const float* x, int64_t batch,
-               float* y) const;
+               const float* ones, float* y) const;
   // dW = scale * X^T dY, db = scale * 1^T dY; dX = dY W^T when dx != nullptr. `ones` holds at
   // least `batch` ones (card memory).
   void backward(const Blas& blas, DenseParameters& params, const float* x, const float* dy,

@@ -1,0 +1,83 @@
+// CardWorker: everything one card needs for a training or evaluation step, driven by that card's
+// host thread: its sparse store (the card tier), its HeterComm, the dense model, the dense
+// optimizer and the metric accumulator.
+//
+// One training step (collective: every card calls it in the same step, an empty batch too):
+//   upload batch -> HeterComm::pull (records of every key occurrence) -> forward/backward
+//   -> all-reduce of the flat dense gradient -> finite check (the same verdict on every card,
+//   before anything is pushed) -> HeterComm::push_pulled (one optimizer step per key)
+//   -> dense optimizer step (identical on every card) -> metrics.
+//
+// Thread-safety: one card thread. The card and communicator must outlive the worker.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "dataset/batch.hpp"
+#include "heterps/device/card.hpp"
+#include "trainer/config/trainer_config.hpp"
+
+namespace gpubox {
+namespace comm {
+class Communicator;
+}
+namespace sparse {
+class CardSparseStore;
+}
+namespace heter_comm {
+class HeterComm;
+}
+
+namespace trainer {
+
+class DenseModel;
+class DenseOptimizer;
+class MetricsAccumulator;
+
+class CardWorker {
+ public:
+  CardWorker(device::Card& card, comm::Communicator& comm, const TrainerConfig& config);
+  ~CardWorker();
+  CardWorker(const CardWorker&) = delete;
+  CardWorker& operator=(const CardWorker&) = delete;
+
+  // One training step on this card's `batch`. `global_batch`: instances of this step over all
+  // cards (the dense gradient is the mean over them). Returns the batch's summed log loss.
+  // Throws (naming pass and step) on a non-finite loss or gradient, before anything is pushed.
+  double train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step);
+  // Pull and predict only; adds to the metrics. Collective (the pull is).
+  void eval_step(const dataset::Batch& batch);
+  // Predictions of the last step (host copy), one per instance.
+  std::vector<float> last_predictions() const;
+
+  // Empties the card tier (after a model load; it refills at the next begin_pass).
+  void clear_card_tier();
+
+  // Sums the metric buffers of all cards into every card's (collective).
+  void all_reduce_metrics();
+
+  device::Card& card() { return card_; }
+  sparse::CardSparseStore& store() { return *store_; }
+  heter_comm::HeterComm& heter_comm() { return *heter_comm_; }
+  DenseModel& model() { return *model_; }
+  DenseOptimizer& optimizer() { return *optimizer_; }
+  MetricsAccumulator& metrics() { return *metrics_; }
+
+ private:
+  int64_t upload(const dataset::Batch& batch);
+
+  device::Card& card_;
+  comm::Communicator& comm_;
+  std::vector<int32_t> slot_ids_;
+  std::unique_ptr<sparse::CardSparseStore> store_;
+  std::unique_ptr<heter_comm::HeterComm> heter_comm_;
+  std::unique_ptr<DenseModel> model_;
+  std::unique_ptr<DenseOptimizer> optimizer_;
+  std::unique_ptr<MetricsAccumulator> metrics_;
+  struct Buffers;
+  std::unique_ptr<Buffers> buffers_;
+};
+
+}  // namespace trainer
+}  // namespace gpubox

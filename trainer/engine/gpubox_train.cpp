@@ -1,0 +1,102 @@
+// gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer]
+//
+// Trains (or evaluates) a CTR model with GPUBox. Cards come from FLAGS_selected_gpus (on the
+// cpu build, that many simulated cards); the host tier runs in-process unless
+// PADDLE_PSERVERS_IP_PORT_LIST names gpubox_server endpoints (scripts/run_gpubox.sh sets it).
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+
+DEFINE_string(config, "", "YAML config (PaddleRec config_gpubox.yaml keys); required");
+DEFINE_string(mode, "train", "train: every pass of the config; infer: evaluate a saved model");
+DEFINE_string(load, "",
+              "a save folder (model_save_path/<pass>) to start from (train) or to evaluate "
+              "(infer; default runner.infer_load_path)");
+DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runner.test_data_dir)");
+DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance to this file");
+DEFINE_int32(threads_per_card, 0, "cpu build: host threads per simulated card (0 = cores / cards)");
+
+int main(int argc, char** argv) {
+  // `-o key=value` (repeatable, PaddleRec style) is taken out before gflags sees the rest.
+  std::vector<std::string> overrides;
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-o") == 0) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gpubox_train: -o needs key=value\n");
+        return 2;
+      }
+      overrides.emplace_back(argv[++i]);
+    } else if (std::strncmp(argv[i], "-o", 2) == 0 && std::strchr(argv[i], '=') != nullptr &&
+               argv[i][2] != '-') {
+      overrides.emplace_back(argv[i] + 2);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  char** rest_argv = rest.data();
+  gflags::SetUsageMessage(
+      "gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer]");
+  gflags::ParseCommandLineFlags(&rest_argc, &rest_argv, true);
+  if (rest_argc > 1) {
+    std::fprintf(stderr, "gpubox_train: unexpected argument '%s'\n", rest_argv[1]);
+    return 2;
+  }
+  if (FLAGS_config.empty()) {
+    std::fprintf(stderr, "gpubox_train: --config is required\n");
+    return 2;
+  }
+  if (FLAGS_mode != "train" && FLAGS_mode != "infer") {
+    std::fprintf(stderr, "gpubox_train: --mode must be train or infer, got '%s'\n", FLAGS_mode.c_str());
+    return 2;
+  }
+  try {
+    auto config = gpubox::trainer::load_trainer_config(FLAGS_config, overrides);
+    if (!config.ok()) {
+      std::fprintf(stderr, "gpubox_train: %s\n", config.status().message().c_str());
+      return 2;
+    }
+    gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
+    env.threads_per_card = FLAGS_threads_per_card;
+    gpubox::trainer::Trainer trainer(config.value(), env);
+    if (FLAGS_mode == "train") {
+      if (!FLAGS_load.empty()) trainer.load(FLAGS_load);
+      trainer.train();
+      return 0;
+    }
+    const std::string load =
+        FLAGS_load.empty() ? config->runner.infer_load_path : FLAGS_load;
+    GPUBOX_EXPECTS(!load.empty(), "--mode infer needs --load or runner.infer_load_path");
+    trainer.load(load);
+    const std::string data_dir =
+        FLAGS_infer_data_dir.empty() ? config->runner.test_data_dir : FLAGS_infer_data_dir;
+    GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
+    const auto result = trainer.evaluate(gpubox::trainer::data_files(data_dir),
+                                         !FLAGS_predictions_out.empty());
+    std::printf("infer: examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, predicted_ctr: %.6f\n",
+                result.metrics.examples, result.metrics.auc, result.metrics.logloss,
+                result.metrics.actual_ctr, result.metrics.predicted_ctr);
+    if (!FLAGS_predictions_out.empty()) {
+      std::ofstream out(FLAGS_predictions_out);
+      GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
+      for (std::size_t i = 0; i < result.predictions.size(); ++i) {
+        out << result.labels[i] << ' ' << result.predictions[i] << '\n';
+      }
+      GPUBOX_EXPECTS(out.good(), "writing --predictions_out '", FLAGS_predictions_out, "' failed");
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpubox_train: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,386 @@
+#include "trainer/engine/trainer.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/timer.hpp"
+#include "dataset/dataset_config_yaml.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/pass/pass_manager.hpp"
+#include "table/dense_table.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "table/sparse_table.hpp"
+#include "trainer/engine/card_worker.hpp"
+#include "trainer/metrics/metrics.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_optimizer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+int env_int(const char* paddle, const char* gpubox, int fallback) {
+  const char* name = std::getenv(paddle) ? paddle : gpubox;
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  GPUBOX_EXPECTS(end != value && *end == '\0', "environment variable ", name, "='", value,
+                 "' is not a whole number");
+  return static_cast<int>(parsed);
+}
+
+std::string env_string(const char* paddle, const char* gpubox, const std::string& fallback) {
+  for (const char* name : {paddle, gpubox}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return value;
+  }
+  return fallback;
+}
+
+dataset::DatasetConfig dataset_config_of(const TrainerConfig& config) {
+  dataset::DatasetConfig out;
+  switch (config.runner.data_format) {
+    case DataFormat::kSlot: out.data_format = dataset::DataFormat::kSlot; break;
+    case DataFormat::kMultiSlot: out.data_format = dataset::DataFormat::kMultiSlot; break;
+    case DataFormat::kCriteo: out.data_format = dataset::DataFormat::kCriteo; break;
+  }
+  out.slots = config.sparse_slot_names();
+  out.dense_dim = config.hyper.dense_input_dim;
+  out.feasign_first = config.runner.slot_token_order == SlotTokenOrder::kFeasignFirst;
+  out.pipe_command = config.runner.pipe_command;
+  out.thread_num = std::max(1, config.runner.thread_num);
+  out.batch_size = std::max(1, config.runner.train_batch_size);
+  out.strict_parse = config.runner.strict_parse;
+  return out;
+}
+
+// Dense optimizer step count stored bit-exactly in two floats of a state block.
+std::vector<float> pack_steps(int64_t steps) {
+  std::vector<float> out(2);
+  std::memcpy(out.data(), &steps, sizeof(steps));
+  return out;
+}
+int64_t unpack_steps(const std::vector<float>& packed) {
+  GPUBOX_EXPECTS(packed.size() == 2, "dense save: bad optimizer step record");
+  int64_t steps = 0;
+  std::memcpy(&steps, packed.data(), sizeof(steps));
+  return steps;
+}
+
+}  // namespace
+
+TrainerEnv TrainerEnv::from_environment() {
+  TrainerEnv env;
+  env.selected_cards = env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0");
+  env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
+  env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", 0);
+  env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM", 1);
+  return env;
+}
+
+std::vector<std::string> data_files(const std::string& dir) {
+  auto files = dataset::list_data_files(dir);
+  throw_if_error(files.status());
+  GPUBOX_EXPECTS(!files->empty(), "data folder '", dir, "' holds no data file");
+  return std::move(files).value();
+}
+
+struct Trainer::State {
+  device::CardSet cards;
+  std::unique_ptr<comm::CommGroup> group;
+  std::unique_ptr<table::HostTier> host;
+  std::vector<std::unique_ptr<CardWorker>> workers;
+  std::unique_ptr<pass::PassManager> pass_manager;
+};
+
+Trainer::Trainer(TrainerConfig config, TrainerEnv env)
+    : config_(std::move(config)), env_(std::move(env)) {
+  GPUBOX_EXPECTS(env_.trainers == 1,
+                 "PADDLE_TRAINERS_NUM=", env_.trainers,
+                 ": training with several trainer processes is not supported yet; run one "
+                 "trainer that drives all cards of the machine");
+  table::SparseOptimizerConfig sparse_config = config_.hyper.sparse_optimizer;
+  sparse_config.mf_dim = config_.mf_dim();
+  sparse_config.seed = config_.runner.seed ^ sparse_config.seed;
+
+  state_ = std::make_unique<State>(State{
+      device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
+                                 env_.threads_per_card),
+      nullptr, nullptr, {}, nullptr});
+  State& s = *state_;
+  s.group = comm::make_group(s.cards);
+  if (env_.servers.empty()) {
+    auto table = table::SparseTable::open(sparse_config, table::HostTableConfig{});
+    throw_if_error(table.status());
+    s.host = std::move(table).value();
+  } else {
+    table::server::RemoteHostTierOptions options;
+    options.endpoints = env_.servers;
+    options.config = sparse_config;
+    auto remote = table::server::RemoteHostTier::connect(options);
+    if (!remote.ok()) {
+      GPUBOX_FAIL("cannot reach the host-tier servers ", env_.servers, ": ",
+                  remote.status().to_string());
+    }
+    s.host = std::move(remote).value();
+  }
+  TrainerConfig worker_config = config_;
+  worker_config.hyper.sparse_optimizer = sparse_config;
+  for (int c = 0; c < s.cards.num_local_cards(); ++c) {
+    device::Card& card = s.cards.card(c);
+    card.activate();
+    s.workers.push_back(std::make_unique<CardWorker>(card, s.group->at(c), worker_config));
+  }
+  std::vector<sparse::CardSparseStore*> stores;
+  for (auto& w : s.workers) stores.push_back(&w->store());
+  pass::PassManagerOptions pass_options;
+  pass_options.card_memory_bytes =
+      static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
+  s.pass_manager = std::make_unique<pass::PassManager>(s.cards, stores, *s.host, pass_options);
+}
+
+Trainer::~Trainer() = default;
+
+table::HostTier& Trainer::host_tier() { return *state_->host; }
+int Trainer::num_cards() const { return state_->cards.num_local_cards(); }
+
+std::vector<float> Trainer::dense_values(int card) const {
+  return state_->workers.at(card)->model().parameters().values_to_host();
+}
+
+std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
+    const std::vector<std::string>& files, const std::string& what) const {
+  auto ds = std::make_unique<dataset::InMemoryDataset>(dataset_config_of(config_));
+  ds->set_filelist(files);
+  const Status st = ds->load_into_memory();
+  if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
+  const dataset::LoadStats& stats = ds->load_stats();
+  if (stats.skipped_lines() > 0) {
+    GPUBOX_LOG(WARNING) << what << ": skipped " << stats.skipped_lines() << " malformed lines of "
+                        << stats.lines;
+    for (const auto& e : stats.errors) GPUBOX_LOG(WARNING) << "  " << e.to_string();
+  }
+  return ds;
+}
+
+void Trainer::print_report(const PassReport& report, const std::string& prefix) const {
+  std::printf("%s%s\n", prefix.c_str(), format_pass_line(report).c_str());
+  std::fflush(stdout);
+}
+
+PassReport Trainer::train_pass(const std::vector<std::string>& files) {
+  State& s = *state_;
+  const int64_t pass = ++pass_id_;
+  Timer pass_timer;
+  Timer phase;
+  auto ds = load_dataset(files, "pass " + std::to_string(pass));
+  if (config_.runner.shuffle) ds->local_shuffle(config_.runner.seed * 1000003 + pass);
+  const double load_seconds = phase.seconds();
+
+  const pass::PassStats begin = s.pass_manager->begin_pass(ds->unique_keys());
+  phase.reset();
+  const int cards = s.cards.num_local_cards();
+  const std::size_t batches = ds->num_batches_per_card(cards);
+  const bool tty = isatty(fileno(stdout)) != 0;
+  const int interval = std::max(1, config_.runner.print_interval);
+  std::mutex print_mu;
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        CardWorker& worker = *s.workers[card.local_index()];
+        worker.metrics().reset();
+        dataset::Batch batch;
+        Timer card_timer;
+        int64_t examples = 0;
+        for (std::size_t b = 0; b < batches; ++b) {
+          ds->fill_batch(card.local_index(), cards, b, &batch);
+          int64_t global = 0;
+          for (int c = 0; c < cards; ++c) global += ds->batch_span(c, cards, b).size();
+          worker.train_step(batch, global, pass, static_cast<int64_t>(b));
+          examples += global;
+          if (card.local_index() == 0 && ((b + 1) % interval == 0 || (tty && b + 1 == batches))) {
+            const double running_auc = worker.metrics().compute().auc;
+            const std::string line = format_progress_line(
+                pass, b + 1, batches, examples / std::max(1e-9, card_timer.seconds()), running_auc);
+            std::lock_guard<std::mutex> lock(print_mu);
+            std::printf(tty ? "\r%s" : "%s\n", line.c_str());
+            std::fflush(stdout);
+          }
+        }
+        worker.all_reduce_metrics();
+      },
+      [&](const std::string& why) { s.group->abort(why); });
+  if (tty && batches >= static_cast<std::size_t>(1)) std::printf("\n");
+  const double train_seconds = phase.seconds();
+
+  const pass::PassStats end = s.pass_manager->end_pass();
+  PassReport report;
+  report.pass = pass;
+  report.seconds = pass_timer.seconds();
+  report.cards = s.cards.total_cards();
+  report.metrics = s.workers[0]->metrics().compute();
+  report.extra = {{"load_seconds", load_seconds},
+                  {"begin_pass_seconds", end.begin_seconds},
+                  {"train_seconds", train_seconds},
+                  {"end_pass_seconds", end.end_seconds},
+                  {"keys_in_pass", static_cast<double>(begin.keys_in_pass)},
+                  {"hits", static_cast<double>(begin.hits)},
+                  {"pulled", static_cast<double>(begin.pulled)},
+                  {"created", static_cast<double>(begin.created)},
+                  {"evicted", static_cast<double>(begin.evicted)},
+                  {"written_back", static_cast<double>(end.written_back)},
+                  {"skipped_lines", static_cast<double>(ds->load_stats().skipped_lines())}};
+  return report;
+}
+
+EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
+  State& s = *state_;
+  auto ds = load_dataset(files, "evaluation data");
+  s.pass_manager->begin_pass(ds->unique_keys());
+  const int cards = s.cards.num_local_cards();
+  const std::size_t batches = ds->num_batches_per_card(cards);
+  EvalResult result;
+  if (keep_predictions) {
+    result.predictions.assign(ds->size(), 0.0f);
+    result.labels.assign(ds->size(), 0.0f);
+  }
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        CardWorker& worker = *s.workers[card.local_index()];
+        worker.metrics().reset();
+        dataset::Batch batch;
+        for (std::size_t b = 0; b < batches; ++b) {
+          ds->fill_batch(card.local_index(), cards, b, &batch);
+          worker.eval_step(batch);
+          if (keep_predictions) {
+            const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
+            const std::vector<float> preds = worker.last_predictions();
+            for (std::size_t i = 0; i < span.size(); ++i) {
+              result.predictions[span.begin + i] = preds[i];
+              result.labels[span.begin + i] = batch.labels[i];
+            }
+          }
+        }
+        worker.all_reduce_metrics();
+      },
+      [&](const std::string& why) { s.group->abort(why); });
+  s.pass_manager->end_pass();
+  result.metrics = s.workers[0]->metrics().compute();
+  return result;
+}
+
+std::vector<PassReport> Trainer::train() {
+  std::vector<std::vector<std::string>> pass_files;
+  if (!config_.runner.pass_dirs.empty()) {
+    for (const auto& dir : config_.runner.pass_dirs) pass_files.push_back(data_files(dir));
+  } else {
+    GPUBOX_EXPECTS(!config_.runner.train_data_dir.empty(),
+                   "the config sets neither runner.train_data_dir nor runner.pass_dirs");
+    pass_files.push_back(data_files(config_.runner.train_data_dir));
+  }
+  std::vector<std::string> test_files;
+  if (!config_.runner.test_data_dir.empty()) test_files = data_files(config_.runner.test_data_dir);
+
+  std::ofstream metrics_out;
+  if (!config_.runner.metrics_path.empty()) {
+    std::filesystem::path path(config_.runner.metrics_path);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    metrics_out.open(path, std::ios::app);
+    GPUBOX_EXPECTS(metrics_out.good(), "cannot open runner.metrics_path '", path.string(), "'");
+  }
+  std::vector<PassReport> reports;
+  for (int epoch = 0; epoch < std::max(1, config_.runner.epochs); ++epoch) {
+    for (const auto& files : pass_files) {
+      PassReport report = train_pass(files);
+      print_report(report, "");
+      if (metrics_out.is_open()) {
+        metrics_out << format_pass_json(report) << '\n';
+        metrics_out.flush();
+      }
+      if (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) {
+        save((std::filesystem::path(config_.runner.model_save_path) / std::to_string(report.pass)).string());
+      }
+      reports.push_back(std::move(report));
+    }
+    if (!test_files.empty()) {
+      const EvalResult test = evaluate(test_files, false);
+      std::printf("epoch: %d, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n", epoch,
+                  test.metrics.auc, test.metrics.logloss, test.metrics.examples);
+      std::fflush(stdout);
+      if (metrics_out.is_open()) {
+        metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
+                    << ", \"test_logloss\": " << test.metrics.logloss
+                    << ", \"test_examples\": " << test.metrics.examples << "}\n";
+        metrics_out.flush();
+      }
+    }
+  }
+  return reports;
+}
+
+void Trainer::save(const std::string& dir) {
+  State& s = *state_;
+  s.pass_manager->sync();
+  std::filesystem::create_directories(dir);
+  table::SaveMode mode = table::SaveMode::kBase;
+  if (config_.runner.save_mode == SaveKind::kDelta) mode = table::SaveMode::kDelta;
+  if (config_.runner.save_mode == SaveKind::kCheckpoint) mode = table::SaveMode::kCheckpoint;
+  throw_if_error(s.host->save((std::filesystem::path(dir) / "sparse").string(), mode)
+                     .with_context("saving the sparse table under " + dir));
+  // Every card holds the same dense parameters and optimizer state: save card 0's.
+  CardWorker& worker = *s.workers[0];
+  const device::Stream& stream = worker.card().stream();
+  table::DenseBlock block;
+  block.values = worker.model().parameters().values_to_host();
+  block.state["moment1"] = device::to_host(worker.optimizer().moment1());
+  block.state["moment2"] = device::to_host(worker.optimizer().moment2());
+  block.state["steps"] = pack_steps(worker.optimizer().steps());
+  stream.synchronize();
+  table::DenseTable dense;
+  dense.put("dense", std::move(block));
+  throw_if_error(dense.save((std::filesystem::path(dir) / "dense").string())
+                     .with_context("saving the dense parameters under " + dir));
+}
+
+void Trainer::load(const std::string& dir) {
+  State& s = *state_;
+  GPUBOX_EXPECTS(!s.pass_manager->in_pass(), "load during a pass");
+  throw_if_error(s.host->load((std::filesystem::path(dir) / "sparse").string())
+                     .with_context("loading the sparse table from " + dir));
+  table::DenseTable dense;
+  throw_if_error(dense.load((std::filesystem::path(dir) / "dense").string())
+                     .with_context("loading the dense parameters from " + dir));
+  auto block = dense.get("dense");
+  GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
+  for (auto& worker_ptr : s.workers) {
+    CardWorker& worker = *worker_ptr;
+    device::Card& card = worker.card();
+    card.activate();
+    DenseParameters& params = worker.model().parameters();
+    GPUBOX_EXPECTS(block->values.size() == params.size(), "save ", dir, " holds ",
+                   block->values.size(), " dense parameters but the configured model has ",
+                   params.size(), " (different fc_sizes, slots or dense_input_dim?)");
+    params.set_values(block->values);
+    for (const char* name : {"moment1", "moment2"}) {
+      const auto& host = block->state.at(name);
+      auto& buffer = std::strcmp(name, "moment1") == 0 ? worker.optimizer().moment1()
+                                                        : worker.optimizer().moment2();
+      GPUBOX_EXPECTS(host.size() == buffer.size(), "save ", dir, ": optimizer state '", name,
+                     "' has ", host.size(), " values, expected ", buffer.size());
+      if (!host.empty()) device::copy_async(buffer.data(), host.data(), host.size(), card.stream());
+    }
+    worker.optimizer().set_steps(unpack_steps(block->state.at("steps")));
+    worker.clear_card_tier();
+  }
+}
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,94 @@
+// Trainer: the pass loop of gpubox_train. Owns the cards, the communicator group, the host tier
+// (in-process SparseTable, or the gpubox_server client when servers are given), one CardWorker
+// per card and the pass manager.
+//
+// A pass: load the pass's files into an InMemoryDataset -> shuffle -> begin_pass(unique keys)
+// -> every card trains its batches (one host thread per card) -> end_pass (dirty rows back to
+// the host tier) -> metrics all-reduced over the cards -> pass line and one JSON line in
+// runner.metrics_path -> optional test evaluation and save.
+//
+// Thread-safety: one controlling thread calls the public methods; card threads live inside them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "heterps/pass/pass_types.hpp"
+#include "table/host_tier.hpp"
+#include "trainer/config/trainer_config.hpp"
+#include "trainer/metrics/metric_values.hpp"
+
+namespace gpubox {
+namespace dataset {
+class InMemoryDataset;
+}
+namespace trainer {
+
+// Where the trainer runs: its cards and the servers, from the launcher's environment.
+struct TrainerEnv {
+  std::string selected_cards = "0";  // FLAGS_selected_gpus (cpu build: simulated cards)
+  std::string servers;               // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
+  int trainer_id = 0;                // PADDLE_TRAINER_ID
+  int trainers = 1;                  // PADDLE_TRAINERS_NUM
+  int threads_per_card = 0;          // cpu backend; 0 = cores / cards
+
+  // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
+  // PADDLE_TRAINERS_NUM (or their GPUBOX_* names). A malformed number names the variable.
+  static TrainerEnv from_environment();
+};
+
+struct EvalResult {
+  MetricValues metrics;
+  std::vector<float> labels;       // in file order, when predictions were asked for
+  std::vector<float> predictions;  // in file order, when predictions were asked for
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerConfig config, TrainerEnv env);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Every pass of the config: one per epoch over runner.train_data_dir, or, with
+  // runner.pass_dirs, one per folder (each epoch goes over the list). Prints a pass line per
+  // pass and appends it to runner.metrics_path; evaluates runner.test_data_dir after each epoch
+  // and saves under runner.model_save_path/<pass> when set. Returns the reports.
+  std::vector<PassReport> train();
+  // Trains one pass over `files` (pass ids count up from 1).
+  PassReport train_pass(const std::vector<std::string>& files);
+  // Evaluates `files` with the current model (no update).
+  EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions);
+
+  // Saves the host tier (runner.save_mode; `checkpoint` keeps optimizer state) under dir/sparse
+  // and the dense parameters with their optimizer state under dir/dense.
+  void save(const std::string& dir);
+  // Loads a save made by save(): host tier, dense parameters and optimizer state on every card;
+  // the card tier is emptied (it refills at the next begin_pass).
+  void load(const std::string& dir);
+
+  const TrainerConfig& config() const { return config_; }
+  table::HostTier& host_tier();
+  int num_cards() const;
+  // Dense parameters of one card (host copy): every card holds the same values.
+  std::vector<float> dense_values(int card) const;
+  int64_t passes_done() const { return pass_id_; }
+
+ private:
+  struct State;
+  std::unique_ptr<dataset::InMemoryDataset> load_dataset(const std::vector<std::string>& files,
+                                                         const std::string& what) const;
+  void print_report(const PassReport& report, const std::string& prefix) const;
+
+  TrainerConfig config_;
+  TrainerEnv env_;
+  std::unique_ptr<State> state_;
+  int64_t pass_id_ = 0;
+};
+
+// The data files of a folder (sorted; hidden files and *.json skipped). Throws naming it.
+std::vector<std::string> data_files(const std::string& dir);
+
+}  // namespace trainer
+}  // namespace gpubox
