@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -23,6 +24,14 @@ uint64_t random_client_id() {
 }
 
 }  // namespace
+
+std::string endpoints_from_environment() {
+  for (const char* name : {"PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && value[0] != '\0') return value;
+  }
+  return "";
+}
 
 StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTierOptions options) {
   auto endpoints = parse_endpoints(options.endpoints);

@@ -30,6 +30,10 @@ struct RemoteHostTierOptions {
   uint64_t client_id = 0;  // 0: random (the server de-duplicates retries per client id)
 };
 
+// The launcher's server list: $PADDLE_PSERVERS_IP_PORT_LIST, else $GPUBOX_PSERVERS_IP_PORT_LIST,
+// else "" (no servers: the trainer keeps the host tier in-process).
+std::string endpoints_from_environment();
+
 class RemoteHostTier final : public HostTier {
  public:
   // Parses the endpoints and checks each server's layout and shard (INFO), retrying until the

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "table/server/remote_host_tier.hpp"
 #include "table/server/request_window.hpp"
 #include "table/server/transport.hpp"
 
@@ -305,6 +306,18 @@ TEST(Endpoints, ParsesPaddleListAndRejectsBadEntries) {
   auto st = parse_endpoints("a:1,b:99999");
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().message().find("b:99999"), std::string::npos);
+}
+
+TEST(Endpoints, FromEnvironmentPrefersPaddleName) {
+  ::unsetenv("PADDLE_PSERVERS_IP_PORT_LIST");
+  ::unsetenv("GPUBOX_PSERVERS_IP_PORT_LIST");
+  EXPECT_EQ(endpoints_from_environment(), "");
+  ::setenv("GPUBOX_PSERVERS_IP_PORT_LIST", "127.0.0.1:2", 1);
+  EXPECT_EQ(endpoints_from_environment(), "127.0.0.1:2");
+  ::setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:1", 1);
+  EXPECT_EQ(endpoints_from_environment(), "127.0.0.1:1");
+  ::unsetenv("PADDLE_PSERVERS_IP_PORT_LIST");
+  ::unsetenv("GPUBOX_PSERVERS_IP_PORT_LIST");
 }
 
 }  // namespace
