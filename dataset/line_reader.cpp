@@ -81,7 +81,8 @@ StatusOr<std::unique_ptr<LineReader>> LineReader::open(const std::string& path,
   reader->pipe_command_ = pipe_command;
   // The parentheses make the redirection apply to the whole command ("cat; exit 3" too).
   const std::string command = "(" + pipe_command + ") < " + shell_quote(path);
-  reader->pipe_ = ::popen(command.c_str(), "r");
+  // "e": close-on-exec, so commands started by other reader threads do not hold this pipe.
+  reader->pipe_ = ::popen(command.c_str(), "re");
   if (reader->pipe_ == nullptr) {
     return Status::IOError("cannot start pipe_command '" + pipe_command + "' on '" + path +
                            "': " + std::strerror(errno));
