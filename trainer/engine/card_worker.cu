@@ -1,5 +1,3 @@
-#include "trainer/engine/card_worker.hpp"
-
 #include <cstdlib>
 #include <string>
 
@@ -8,6 +6,7 @@
 #include "heterps/device/memory.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/sparse/card_store.cuh"
+#include "trainer/engine/card_worker.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -43,15 +42,15 @@ CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, const Train
     char* end = nullptr;
     const long id = std::strtol(names[s].c_str(), &end, 10);
     slot_ids_.push_back(end != names[s].c_str() && *end == '\0' ? static_cast<int32_t>(id)
-                                                                 : static_cast<int32_t>(s));
+                                                                : static_cast<int32_t>(s));
   }
   table::SparseOptimizerConfig sparse_config = config.hyper.sparse_optimizer;
   sparse_config.mf_dim = config.mf_dim();
   store_ = std::make_unique<sparse::CardSparseStore>(card, sparse_config);
   heter_comm_ = std::make_unique<heter_comm::HeterComm>(card, *store_, comm);
   model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
-  optimizer_ = std::make_unique<DenseOptimizer>(card, config.hyper.optimizer,
-                                                model_->parameters().size());
+  optimizer_ =
+      std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
   buffers_ = std::make_unique<Buffers>(card);
 }

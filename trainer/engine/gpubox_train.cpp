@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (FLAGS_mode != "train" && FLAGS_mode != "infer") {
-    std::fprintf(stderr, "gpubox_train: --mode must be train or infer, got '%s'\n", FLAGS_mode.c_str());
+    std::fprintf(stderr, "gpubox_train: --mode must be train or infer, got '%s'\n",
+                 FLAGS_mode.c_str());
     return 2;
   }
   try {
@@ -74,18 +75,19 @@ int main(int argc, char** argv) {
       trainer.train();
       return 0;
     }
-    const std::string load =
-        FLAGS_load.empty() ? config->runner.infer_load_path : FLAGS_load;
+    const std::string load = FLAGS_load.empty() ? config->runner.infer_load_path : FLAGS_load;
     GPUBOX_EXPECTS(!load.empty(), "--mode infer needs --load or runner.infer_load_path");
     trainer.load(load);
     const std::string data_dir =
         FLAGS_infer_data_dir.empty() ? config->runner.test_data_dir : FLAGS_infer_data_dir;
-    GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
-    const auto result = trainer.evaluate(gpubox::trainer::data_files(data_dir),
-                                         !FLAGS_predictions_out.empty());
-    std::printf("infer: examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, predicted_ctr: %.6f\n",
-                result.metrics.examples, result.metrics.auc, result.metrics.logloss,
-                result.metrics.actual_ctr, result.metrics.predicted_ctr);
+    GPUBOX_EXPECTS(!data_dir.empty(),
+                   "--mode infer needs --infer_data_dir or runner.test_data_dir");
+    const auto result =
+        trainer.evaluate(gpubox::trainer::data_files(data_dir), !FLAGS_predictions_out.empty());
+    std::printf(
+        "infer: examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, predicted_ctr: %.6f\n",
+        result.metrics.examples, result.metrics.auc, result.metrics.logloss,
+        result.metrics.actual_ctr, result.metrics.predicted_ctr);
     if (!FLAGS_predictions_out.empty()) {
       std::ofstream out(FLAGS_predictions_out);
       GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");

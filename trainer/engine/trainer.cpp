@@ -50,9 +50,15 @@ std::string env_string(const char* paddle, const char* gpubox, const std::string
 dataset::DatasetConfig dataset_config_of(const TrainerConfig& config) {
   dataset::DatasetConfig out;
   switch (config.runner.data_format) {
-    case DataFormat::kSlot: out.data_format = dataset::DataFormat::kSlot; break;
-    case DataFormat::kMultiSlot: out.data_format = dataset::DataFormat::kMultiSlot; break;
-    case DataFormat::kCriteo: out.data_format = dataset::DataFormat::kCriteo; break;
+    case DataFormat::kSlot:
+      out.data_format = dataset::DataFormat::kSlot;
+      break;
+    case DataFormat::kMultiSlot:
+      out.data_format = dataset::DataFormat::kMultiSlot;
+      break;
+    case DataFormat::kCriteo:
+      out.data_format = dataset::DataFormat::kCriteo;
+      break;
   }
   out.slots = config.sparse_slot_names();
   out.dense_dim = config.hyper.dense_input_dim;
@@ -105,18 +111,20 @@ struct Trainer::State {
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     : config_(std::move(config)), env_(std::move(env)) {
-  GPUBOX_EXPECTS(env_.trainers == 1,
-                 "PADDLE_TRAINERS_NUM=", env_.trainers,
+  GPUBOX_EXPECTS(env_.trainers == 1, "PADDLE_TRAINERS_NUM=", env_.trainers,
                  ": training with several trainer processes is not supported yet; run one "
                  "trainer that drives all cards of the machine");
   table::SparseOptimizerConfig sparse_config = config_.hyper.sparse_optimizer;
   sparse_config.mf_dim = config_.mf_dim();
   sparse_config.seed = config_.runner.seed ^ sparse_config.seed;
 
-  state_ = std::make_unique<State>(State{
-      device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
-                                 env_.threads_per_card),
-      nullptr, nullptr, {}, nullptr});
+  state_ = std::make_unique<State>(
+      State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
+                                       env_.threads_per_card),
+            nullptr,
+            nullptr,
+            {},
+            nullptr});
   State& s = *state_;
   s.group = comm::make_group(s.cards);
   if (env_.servers.empty()) {
@@ -307,7 +315,8 @@ std::vector<PassReport> Trainer::train() {
         metrics_out.flush();
       }
       if (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) {
-        save((std::filesystem::path(config_.runner.model_save_path) / std::to_string(report.pass)).string());
+        save((std::filesystem::path(config_.runner.model_save_path) / std::to_string(report.pass))
+                 .string());
       }
       reports.push_back(std::move(report));
     }
@@ -373,7 +382,7 @@ void Trainer::load(const std::string& dir) {
     for (const char* name : {"moment1", "moment2"}) {
       const auto& host = block->state.at(name);
       auto& buffer = std::strcmp(name, "moment1") == 0 ? worker.optimizer().moment1()
-                                                        : worker.optimizer().moment2();
+                                                       : worker.optimizer().moment2();
       GPUBOX_EXPECTS(host.size() == buffer.size(), "save ", dir, ": optimizer state '", name,
                      "' has ", host.size(), " values, expected ", buffer.size());
       if (!host.empty()) device::copy_async(buffer.data(), host.data(), host.size(), card.stream());
