@@ -52,10 +52,21 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
   std::vector<std::pair<uint64_t, uint32_t>> misses;  // (key, j of its first occurrence)
   constexpr std::size_t kAhead = 8;  // prefetch distance, hides the probe's cache miss
   for (std::size_t j = 0; j < std::min(m, kAhead); ++j) index_.prefetch(keys[pos[j]]);
+  // Nothing on disk: a missing key is new, create it on the spot (the map dedups repeats).
+  const bool create_inline = create && (disk_ == nullptr || rows_on_disk_ == 0);
+  const uint32_t now = epochs_->current.load();
   for (std::size_t j = 0; j < m; ++j) {
     if (j + kAhead < m) index_.prefetch(keys[pos[j + kAhead]]);
-    (*idx)[j] = index_.find(keys[pos[j]]);
-    if ((*idx)[j] == kAbsent) misses.emplace_back(keys[pos[j]], static_cast<uint32_t>(j));
+    const uint64_t key = keys[pos[j]];
+    (*idx)[j] = index_.find(key);
+    if ((*idx)[j] != kAbsent) continue;
+    if (create_inline) {
+      (*idx)[j] = insert_row(key, now);
+      init_row(arena_.row((*idx)[j]), layout_, cfg_, key, slots != nullptr ? slots[pos[j]] : 0);
+      if (created != nullptr) ++*created;
+    } else {
+      misses.emplace_back(key, static_cast<uint32_t>(j));
+    }
   }
   if (misses.empty()) return Status::OK();
   std::sort(misses.begin(), misses.end());
@@ -86,7 +97,6 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
     }
   }
   if (create) {
-    const uint32_t now = epochs_->current.load();
     for (std::size_t i = 0; i < misses.size(); ++i) {
       if (on_disk[i]) continue;
       const uint64_t key = misses[i].first;
