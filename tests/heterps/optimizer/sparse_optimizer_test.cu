@@ -258,6 +258,8 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
     table::init_row(host_rows.data() + r * stride, layout, cfg, keys[r], r % 26);
     ref[r].embed = ref_new_part(cfg.kind, 1, cfg.initial_g2sum, cfg);
     ref[r].embed.w[0] = host_rows[r * stride + RowLayout::kEmbedW];
+    // A row back from the host tier after some unseen days: any push resets the count.
+    host_rows[r * stride + RowLayout::kUnseenDays] = static_cast<float>(r % 4);
   }
   auto rows = device::to_device(host_rows, card.memory(), card.stream());
   auto dev_keys = device::to_device(keys, card.memory(), card.stream());
