@@ -7,6 +7,9 @@
 namespace gpubox::table {
 namespace {
 
+// The binary forms are the in-memory bytes, documented as little-endian.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "binary save forms assume little-endian");
+
 constexpr const char* kDenseKind = "dense";
 constexpr const char* kBlocksFile = "blocks";
 

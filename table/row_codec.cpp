@@ -6,6 +6,9 @@
 namespace gpubox::table {
 namespace {
 
+// The binary forms are the in-memory bytes, documented as little-endian.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "binary save forms assume little-endian");
+
 constexpr int32_t kModelFixed = 5;  // show, click, slot, embed_w, mf_size
 
 const char* skip_spaces(const char* p, const char* end) {
