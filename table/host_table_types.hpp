@@ -25,8 +25,9 @@ struct HostTableConfig {
   // Disk tier folder (RocksDB). Empty: no disk tier, every row stays in memory. The folder is
   // working storage, wiped when the table opens; save/load is what persists a model.
   std::string rocksdb_path;
-  // Rows kept in memory at most (0 = no limit; needs the disk tier). Beyond it, the rows with the
-  // lowest score (row_score) move to disk.
+  // Rows kept in memory at most (0 = no limit; needs the disk tier). Each shard keeps at most
+  // max(1, budget / shards); a shard over its share moves its lowest-score rows (row_score, then
+  // the longest unseen) to disk, down to 7/8 of its share, after the call that grew it.
   uint64_t memory_row_budget = 0;
   // shrink() moves rows unseen for at least this many days to disk (0 = never; needs the disk
   // tier).
