@@ -1,9 +1,12 @@
 // Metrics: bucketed AUC against an exact sort-based AUC (ties included), the other metrics
 // against float64 references, merging of per-card buffers, and the pass line / JSON formats.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <regex>
@@ -209,6 +212,28 @@ TEST(MetricsFormat, ProgressLine) {
             "pass 2: 30/120 batches (25.0%), 12345.7 example/sec, auc: 0.701230");
   EXPECT_EQ(format_progress_line(1, 0, 0, 0.0, std::nan("")),
             "pass 1: 0/0 batches (nan%), 0.0 example/sec, auc: nan");
+}
+
+TEST(MetricsFormat, AppendMetricsLineCreatesFoldersAndAppends) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_metrics_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string path = (dir / "log" / "metrics.jsonl").string();
+  ASSERT_TRUE(append_metrics_line(path, "{\"pass\": 1}").ok());
+  ASSERT_TRUE(append_metrics_line(path, "{\"pass\": 2}").ok());
+  std::ifstream in(path);
+  std::string a, b, c;
+  std::getline(in, a);
+  std::getline(in, b);
+  EXPECT_EQ(a, "{\"pass\": 1}");
+  EXPECT_EQ(b, "{\"pass\": 2}");
+  EXPECT_FALSE(std::getline(in, c));
+  // A folder where the file should be: an I/O error naming the path.
+  const Status bad = append_metrics_line((dir / "log").string(), "{}");
+  EXPECT_EQ(bad.code(), Status::Code::kIOError);
+  EXPECT_NE(bad.message().find((dir / "log").string()), std::string::npos) << bad.message();
+  fs::remove_all(dir);
 }
 
 }  // namespace

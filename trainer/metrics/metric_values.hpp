@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/status.hpp"
+
 namespace gpubox::trainer {
 
 // Undefined values (AUC with one class only, NE with actual CTR 0 or 1, anything of an empty
@@ -63,6 +65,11 @@ std::string format_pass_line(const PassReport& report);
 // One JSON object on one line (no trailing newline): pass, seconds, examples, cards, ips,
 // ips_per_card, every metric, then the extras.
 std::string format_pass_json(const PassReport& report);
+
+// Appends `json_line` and a newline to the file at `path` (runner.metrics_path), creating the
+// file and its missing parent folders. One write per call, so lines of consecutive passes never
+// interleave within this process. Errors name the path.
+Status append_metrics_line(const std::string& path, const std::string& json_line);
 
 // The in-pass progress line: "pass P: D/T batches (x%), S example/sec, auc: A". On a terminal
 // the pass loop redraws it in place ('\r' prefix, no newline); otherwise it prints it as a plain

@@ -1,5 +1,9 @@
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -120,6 +124,25 @@ std::string format_progress_line(int64_t pass, int64_t batches_done, int64_t bat
   return "pass " + std::to_string(pass) + ": " + std::to_string(batches_done) + "/" +
          std::to_string(batches_total) + " batches (" + fixed(percent, 1) + "%), " +
          fixed(examples_per_sec, 1) + " example/sec, auc: " + fixed(running_auc, 6);
+}
+
+Status append_metrics_line(const std::string& path, const std::string& json_line) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) {
+    return Status::IOError("cannot create the folder of metrics file '" + path +
+                           "': " + ec.message());
+  }
+  std::ofstream out(path, std::ios::app);
+  if (!out) {
+    return Status::IOError("cannot open metrics file '" + path + "': " + std::strerror(errno));
+  }
+  const std::string line = json_line + "\n";
+  out.write(line.data(), static_cast<std::streamsize>(line.size()));
+  out.flush();
+  if (!out) return Status::IOError("cannot write metrics file '" + path + "'");
+  return Status::OK();
 }
 
 }  // namespace gpubox::trainer
