@@ -176,6 +176,46 @@ double mean_logloss(const std::vector<double>& logits, const std::vector<std::ui
   return total / static_cast<double>(logits.size());
 }
 
+namespace {
+
+// Keys (one per slot) and dense values of line `line`; advances `rng` past them.
+void draw_features(const GeneratorOptions& o, const PlantedModel& model, const ZipfSampler& zipf,
+                   LineRng& rng, std::uint64_t* keys, float* dense) {
+  for (int j = 0; j < o.dense; ++j) dense[j] = static_cast<float>(rng.next() % 1000) / 1000.0f;
+  for (int s = 0; s < o.slots; ++s) keys[s] = model.key(s, zipf(rng.next()));
+}
+
+constexpr std::uint64_t kCalibrationLines = 20000;
+
+}  // namespace
+
+PlantedModel planted_model(const GeneratorOptions& o) {
+  PlantedModel model(o);
+  if (o.ctr <= 0.0 || o.lines == 0) return model;
+  GPUBOX_EXPECTS(o.ctr < 1.0, "ctr must be in (0, 1), got ", o.ctr);
+  const ZipfSampler zipf(o.vocab, o.zipf);
+  model.set_bias(0.0);
+  std::vector<double> logits;
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
+  std::vector<float> dense(static_cast<std::size_t>(o.dense));
+  for (std::uint64_t i = 0; i < std::min(o.lines, kCalibrationLines); ++i) {
+    LineRng rng(o.seed, i);
+    draw_features(o, model, zipf, rng, keys.data(), dense.data());
+    logits.push_back(model.logit(keys.data(), dense.data()));
+  }
+  // mean sigmoid(z + b) grows with b: bisect.
+  double lo = -50.0, hi = 50.0;
+  for (int iteration = 0; iteration < 100; ++iteration) {
+    const double mid = 0.5 * (lo + hi);
+    double mean = 0.0;
+    for (double z : logits) mean += sigmoid(z + mid);
+    mean /= static_cast<double>(logits.size());
+    (mean < o.ctr ? lo : hi) = mid;
+  }
+  model.set_bias(0.5 * (lo + hi));
+  return model;
+}
+
 Status generate(const GeneratorOptions& o, OracleSummary* summary) {
   if (o.out_dir.empty()) return Status::InvalidArgument("gen: --out is required");
   if (o.files < 1) return Status::InvalidArgument("gen: --files must be >= 1");
@@ -186,12 +226,13 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
     return Status::InvalidArgument("gen: --vocab must be in [1, 2^32)");
   }
   if (!(o.zipf >= 0.0)) return Status::InvalidArgument("gen: --zipf must be >= 0");
+  if (!(o.ctr < 1.0)) return Status::InvalidArgument("gen: --ctr must be < 1 (<= 0: fixed bias)");
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return Status::IOError("cannot create '" + o.out_dir + "': " + ec.message());
 
   Timer timer;
-  const PlantedModel model(o);
+  const PlantedModel model = planted_model(o);
   const ZipfSampler zipf(o.vocab, o.zipf);
   std::vector<double> logits(o.lines);
   std::vector<std::uint8_t> labels(o.lines);
@@ -217,10 +258,7 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
     text.reserve(std::size_t{5} << 20);
     for (std::uint64_t i = first; i < last; ++i) {
       LineRng rng(o.seed, i);
-      for (int j = 0; j < o.dense; ++j) {
-        dense[j] = static_cast<float>(rng.next() % 1000) / 1000.0f;
-      }
-      for (int s = 0; s < o.slots; ++s) keys[s] = model.key(s, zipf(rng.next()));
+      draw_features(o, model, zipf, rng, keys.data(), dense.data());
       const double z = model.logit(keys.data(), dense.data());
       const bool positive = unit_float(rng.next()) < sigmoid(z);
       logits[i] = z;
@@ -275,7 +313,8 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
       ", \"seed\": " + std::to_string(o.seed) + ", \"slots\": " + std::to_string(o.slots) +
       ", \"dense\": " + std::to_string(o.dense) + ", \"vocab\": " + std::to_string(o.vocab) +
       ", \"zipf\": " + json_number(o.zipf) + ", \"factor_dim\": " + std::to_string(o.factor_dim) +
-      ", \"bias\": " + json_number(o.bias) + ", \"sigma_w\": " + json_number(o.sigma_w) +
+      ", \"ctr\": " + json_number(o.ctr) + ", \"bias\": " + json_number(model.bias()) +
+      ", \"sigma_w\": " + json_number(o.sigma_w) +
       ", \"sigma_v\": " + json_number(model.sigma_v()) +
       ", \"sigma_u\": " + json_number(o.sigma_u) +
       ", \"format\": \"slot\", \"label_name\": \"click\", \"dense_name\": \"dense_feature\"}\n";

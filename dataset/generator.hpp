@@ -9,7 +9,7 @@
 //   logit = bias + Σ_s w(key_s) + Σ_j u_j x_j + Σ_{s<t} <v(key_s), v(key_t)>
 //   with per-key weight w, per-key vector v of factor_dim entries and per-feature u_j drawn
 //   uniform with standard deviation sigma_w, sigma_v, sigma_u (hashes of (seed, key));
-//   label ~ Bernoulli(sigmoid(logit)).
+//   label ~ Bernoulli(sigmoid(logit)); bias is calibrated to a target positive rate (--ctr).
 // The pairwise term is what an embedding model can learn and a linear one cannot.
 #pragma once
 
@@ -31,6 +31,9 @@ struct GeneratorOptions {
   std::uint64_t vocab = 100000;  // distinct keys per slot
   double zipf = 1.1;
   int factor_dim = 4;
+  // Target positive rate: the bias is set so that the mean predicted probability over the first
+  // 20000 lines equals it (deterministic for a seed). <= 0: use `bias` as given.
+  double ctr = 0.25;
   double bias = -2.0;
   double sigma_w = 0.25;
   double sigma_v = 0.0;  // 0: chosen so the pairwise term has variance about 1
@@ -48,6 +51,8 @@ class PlantedModel {
   // Logit of an instance: keys[s] is slot s's key (0 = absent), dense has `dense` values.
   double logit(const std::uint64_t* keys, const float* dense) const;
   double sigma_v() const { return sigma_v_; }
+  double bias() const { return bias_; }
+  void set_bias(double bias) { bias_ = bias; }
 
  private:
   double weight(std::uint64_t key) const;
@@ -74,6 +79,10 @@ class ZipfSampler {
   std::vector<std::uint32_t> threshold_;  // accept column c when the low 32 bits < threshold
   std::vector<std::uint32_t> alias_;
 };
+
+// The model `generate` draws from: PlantedModel(options) with its bias calibrated to
+// options.ctr when that is > 0.
+PlantedModel planted_model(const GeneratorOptions& options);
 
 struct OracleSummary {
   std::uint64_t lines = 0;

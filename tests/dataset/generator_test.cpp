@@ -99,7 +99,7 @@ TEST(Generator, OracleMatchesThePlantedModelRecomputedFromTheFiles) {
   }
   ASSERT_EQ(ds.size(), o.lines);
 
-  const PlantedModel model(o);
+  const PlantedModel model = planted_model(o);
   std::vector<double> logits;
   std::vector<std::uint8_t> labels;
   std::uint64_t positives = 0;
@@ -129,8 +129,21 @@ TEST(Generator, OracleMatchesThePlantedModelRecomputedFromTheFiles) {
   EXPECT_EQ(json_value(json, "positives"), static_cast<double>(positives));
   EXPECT_NEAR(json_value(json, "positive_rate"), static_cast<double>(positives) / o.lines, 1e-9);
   EXPECT_NEAR(summary.auc, auc, 1e-12);
-  // The planted model predicts its own labels well above chance.
+  // The planted model predicts its own labels well above chance, and the bias was calibrated
+  // to the target positive rate (1500 lines: within a few standard errors).
   EXPECT_GT(auc, 0.7);
+  EXPECT_NEAR(static_cast<double>(positives) / o.lines, o.ctr, 0.05);
+  EXPECT_NEAR(json_value(json, "bias"), model.bias(), 1e-6 * (1 + std::abs(model.bias())));
+}
+
+TEST(Generator, BiasIsCalibratedOnlyWhenAskedTo) {
+  GeneratorOptions o = small_options("unused", 1);
+  o.ctr = 0;
+  EXPECT_EQ(planted_model(o).bias(), o.bias);
+  o.ctr = 0.1;
+  const double low = planted_model(o).bias();
+  o.ctr = 0.5;
+  EXPECT_LT(low, planted_model(o).bias());
 }
 
 TEST(Generator, RejectsBadOptions) {
@@ -143,6 +156,9 @@ TEST(Generator, RejectsBadOptions) {
   EXPECT_FALSE(generate(o, &s).ok());
   o = small_options(dir.path(), 1);
   o.vocab = 0;
+  EXPECT_FALSE(generate(o, &s).ok());
+  o = small_options(dir.path(), 1);
+  o.ctr = 1.0;
   EXPECT_FALSE(generate(o, &s).ok());
 }
 
