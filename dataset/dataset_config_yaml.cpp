@@ -64,6 +64,7 @@ Status read_scalar(const YAML::Node& root, const std::string& key, T* out) {
 
 StatusOr<std::vector<std::string>> list_data_files(const std::string& dir) {
   std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) return std::vector<std::string>{dir};
   if (!fs::is_directory(dir, ec)) {
     return Status::NotFound("data folder '" + dir + "' does not exist or is not a folder");
   }
@@ -151,7 +152,7 @@ StatusOr<DatasetYamlConfig> load_dataset_config(const std::string& path,
     if (dir.is_relative() && data_dir != override_data_dir) {
       const fs::path beside = fs::path(path).parent_path() / dir;
       std::error_code ec;
-      if (fs::is_directory(beside, ec)) dir = beside;
+      if (fs::exists(beside, ec)) dir = beside;
     }
     out.train_data_dir = dir.string();
     StatusOr<std::vector<std::string>> files = list_data_files(out.train_data_dir);

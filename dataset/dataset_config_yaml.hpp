@@ -3,8 +3,9 @@
 //
 // Keys read (all optional; defaults are DatasetConfig's):
 //   runner.train_data_dir       folder whose regular files (sorted; hidden and *.json files
-//                               skipped) are the file list; a relative path is tried against the
-//                               config file's folder first, then the working directory
+//                               skipped) are the file list, or a single file; a relative path is
+//                               tried against the config file's folder first, then the working
+//                               directory
 //   runner.data_format          slot | multislot | criteo
 //   runner.thread_num           reader threads
 //   runner.train_batch_size     instances per batch per card
@@ -41,8 +42,8 @@ StatusOr<DatasetYamlConfig> load_dataset_config(const std::string& path,
                                                 const std::vector<std::string>& overrides);
 
 // The regular files of `dir`, sorted by name; hidden files and *.json (metadata such as gen's
-// oracle.json) skipped. A missing folder is an
-// error naming it.
+// oracle.json) skipped. A regular file given as `dir` is the one file of the list. A missing folder
+// is an error naming it.
 StatusOr<std::vector<std::string>> list_data_files(const std::string& dir);
 
 }  // namespace gpubox::dataset

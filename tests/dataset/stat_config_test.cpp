@@ -57,6 +57,10 @@ TEST(DatasetConfigYaml, ReadsPaddleRecKeysAndOverrides) {
   EXPECT_TRUE(c->dataset.strict_parse);
   EXPECT_EQ(c->dataset.slots, (std::vector<std::string>{"u", "i"}));
   EXPECT_EQ(c->dataset.data_format, DataFormat::kMultiSlot);
+  // A single file as the data "folder".
+  c = load_dataset_config(cfg, {"runner.train_data_dir=" + dir.file("data/train/b.txt")});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->files, std::vector<std::string>{dir.file("data/train/b.txt")});
 }
 
 TEST(DatasetConfigYaml, ErrorsNameTheKeyOrFile) {
