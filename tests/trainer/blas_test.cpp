@@ -21,10 +21,10 @@ double at(const std::vector<float>& m, int64_t ld, bool trans, int64_t r, int64_
 class SgemmTest
     : public ::testing::TestWithParam<std::tuple<bool, bool, std::tuple<int, int, int>>> {};
 
-TEST_P(SgemmTest, MatchesFloat64Reference) {
-  const auto [ta, tb, dims] = GetParam();
-  const auto [m, n, k] = dims;
-  CardSet cards = CardSet::from_list("0");
+// Checks one sgemm on a card with `threads` threads (cpu: GEMMs of >= 1e6 multiply-adds split
+// their rows over the card's threads, so large shapes with 3 threads cover the split path).
+void check_sgemm(bool ta, bool tb, int m, int n, int k, int threads) {
+  CardSet cards = CardSet::from_list("0", 0, 1, threads);
   device::Card& card = cards.card(0);
   card.activate();
   Blas blas(card);
@@ -52,7 +52,24 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
         want = alpha * dot + beta * want;
       }  // else: padding columns must be untouched
       ASSERT_NEAR(got[r * ldc + col], want, 1e-4 * (1 + std::fabs(want)))
-          << "m=" << m << " n=" << n << " k=" << k << " at " << r << "," << col;
+          << "m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb << " at " << r
+          << "," << col;
+    }
+  }
+}
+
+TEST_P(SgemmTest, MatchesFloat64Reference) {
+  const auto [ta, tb, dims] = GetParam();
+  const auto [m, n, k] = dims;
+  check_sgemm(ta, tb, m, n, k, 0);
+}
+
+TEST(Sgemm, RowsSplitOverTheCardThreadsMatchTheReference) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      check_sgemm(ta, tb, 200, 100, 60, 3);  // 3 even blocks
+      check_sgemm(ta, tb, 97, 300, 40, 3);   // uneven blocks
+      check_sgemm(ta, tb, 40, 500, 100, 3);  // too few rows to split
     }
   }
 }
