@@ -6,6 +6,11 @@
 // Without --endpoints a gpubox_server engine is started in-process on 127.0.0.1 over a fresh
 // SparseTable. Keys are uniform over [1, --keys] and all exist before timing starts (populated by
 // one pull), so pulls measure lookups, not row creation.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -98,6 +103,48 @@ Figure measure(const std::vector<HostTier*>& tiers, Phase phase, std::size_t bat
   return f;
 }
 
+// The ceiling of the network path: one TCP stream over loopback, 1 MiB writes, MB/s.
+double loopback_tcp_mb_per_s(double seconds) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  GPUBOX_EXPECTS(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                     ::listen(listener, 1) == 0 &&
+                     ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
+                 "loopback listener failed");
+  const int writer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  GPUBOX_EXPECTS(::connect(writer, reinterpret_cast<sockaddr*>(&addr), len) == 0,
+                 "loopback connect failed");
+  const int reader = ::accept(listener, nullptr, nullptr);
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    std::vector<char> block(1 << 20, 1);
+    while (!stop.load()) {
+      if (::send(writer, block.data(), block.size(), MSG_NOSIGNAL) <= 0) break;
+    }
+    ::shutdown(writer, SHUT_WR);
+  });
+  std::vector<char> buf(1 << 20);
+  std::size_t bytes = 0;
+  Timer timer;
+  while (timer.seconds() < seconds) {
+    const ssize_t k = ::recv(reader, buf.data(), buf.size(), 0);
+    if (k <= 0) break;
+    bytes += static_cast<std::size_t>(k);
+  }
+  const double elapsed = timer.seconds();
+  stop = true;
+  while (::recv(reader, buf.data(), buf.size(), 0) > 0) {
+  }
+  sender.join();
+  ::close(reader);
+  ::close(writer);
+  ::close(listener);
+  return static_cast<double>(bytes) / elapsed / 1e6;
+}
+
 void populate(HostTier* tier, uint64_t key_space) {
   const std::size_t chunk = 1 << 16;
   std::vector<uint64_t> keys(chunk);
@@ -174,6 +221,7 @@ int run_server_bench(const BenchArgs& args) {
   const Figure push = measure(remote_tiers, Phase::kPush, batch, key_space, seconds);
   const Figure table_pull = measure(table_tiers, Phase::kPull, batch, key_space, seconds);
   const Figure table_push = measure(table_tiers, Phase::kPush, batch, key_space, seconds);
+  const double tcp_mb_per_s = loopback_tcp_mb_per_s(std::min(seconds, 1.0));
   const std::size_t row_bytes = (*local)->layout().stride() * sizeof(float);
   const unsigned hw = std::thread::hardware_concurrency();
 
@@ -181,12 +229,13 @@ int run_server_bench(const BenchArgs& args) {
     std::printf(
         "{\"bench\":\"server\",\"endpoints\":\"%s\",\"in_process_server\":%s,\"server_threads\":%d,"
         "\"clients\":%d,\"seconds\":%.2f,\"batch\":%zu,\"keys\":%llu,\"mf_dim\":%d,"
-        "\"row_bytes\":%zu,\"hardware_threads\":%u,\"pull\":%s,\"push\":%s,\"table_pull\":%s,"
+        "\"row_bytes\":%zu,\"hardware_threads\":%u,\"loopback_tcp_mb_per_s\":%.0f,\"pull\":%s,"
+        "\"push\":%s,\"table_pull\":%s,"
         "\"table_push\":%s}\n",
         endpoints.c_str(), in_process ? "true" : "false", in_process ? server_threads : -1, clients,
         seconds, batch, static_cast<unsigned long long>(key_space), mf_dim, row_bytes, hw,
-        figure_json(pull).c_str(), figure_json(push).c_str(), figure_json(table_pull).c_str(),
-        figure_json(table_push).c_str());
+        tcp_mb_per_s, figure_json(pull).c_str(), figure_json(push).c_str(),
+        figure_json(table_pull).c_str(), figure_json(table_push).c_str());
   } else {
     std::printf("server: %s (%s), %d clients, batch %zu, %llu keys, %zu-byte rows, %u hw threads\n",
                 endpoints.c_str(), in_process ? "in-process server" : "remote", clients, batch,
@@ -200,6 +249,8 @@ int run_server_bench(const BenchArgs& args) {
     line("push over TCP", push);
     line("pull in-process SparseTable", table_pull);
     line("push in-process SparseTable", table_push);
+    std::printf("  %-28s %12s %10.0f   (one stream, 1 MiB writes: the network path's ceiling)\n",
+                "loopback TCP", "-", tcp_mb_per_s);
   }
   return 0;
 }
