@@ -8,9 +8,11 @@
 // so must the card rows of the pass's keys. Counters are checked against what the key sets
 // imply (hits = pass keys already resident, pulled = the rest, created = never seen before).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -26,6 +28,8 @@
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "heterps/sparse/card_store.cuh"
+#include "table/server/remote_host_tier.hpp"
+#include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
 
 namespace gpubox::pass {
@@ -127,7 +131,7 @@ struct Engine {
 
   std::map<uint64_t, std::vector<float>> host_rows() {
     std::map<uint64_t, std::vector<float>> out;
-    auto* table = dynamic_cast<table::SparseTable*>(host);
+    auto* table = inspect != nullptr ? inspect : dynamic_cast<table::SparseTable*>(host);
     EXPECT_NE(table, nullptr);
     throw_if_error(table->for_each_row([&](uint64_t key, const float* row) {
       out[key] = std::vector<float>(row, row + host->layout().stride());
@@ -144,6 +148,7 @@ struct Engine {
   device::CardSet card_set;
   std::unique_ptr<table::SparseTable> owned_host;
   table::HostTier* host = nullptr;
+  table::SparseTable* inspect = nullptr;  // the table behind a remote host tier
   std::unique_ptr<comm::CommGroup> group;
   std::vector<std::unique_ptr<sparse::CardSparseStore>> stores;
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms;
@@ -357,6 +362,72 @@ TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
   auto want = reference.host_rows();
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// The same passes with the host tier behind a gpubox_server on loopback, restarted between
+// passes from the checkpoint it saved: nothing is lost, and the host rows still equal the
+// uncached in-process reference bit for bit.
+TEST(PassManager, ServerHostTierWithRestartFromCheckpointMatchesReference) {
+  namespace srv = table::server;
+  const std::string save_dir =
+      ::testing::TempDir() + "gpubox_pass_server_" + std::to_string(::getpid());
+  auto open_table = [] {
+    auto opened = table::SparseTable::open(test_config(), table::HostTableConfig{});
+    return std::move(opened.value());
+  };
+  std::unique_ptr<table::SparseTable> backing = open_table();
+  srv::ServerOptions server_options;
+  auto started = srv::Server::start(backing.get(), server_options);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  std::unique_ptr<srv::Server> server = std::move(started.value());
+  server_options.port = server->port();
+
+  srv::RemoteHostTierOptions client_options;
+  client_options.endpoints = server->endpoint();
+  client_options.config = test_config();
+  client_options.deadline_s = 10.0;
+  auto connected = srv::RemoteHostTier::connect(client_options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  std::unique_ptr<srv::RemoteHostTier> remote = std::move(connected.value());
+
+  PassManagerOptions options;
+  options.host_batch_keys = 53;
+  Engine cached(2, options, remote.get());
+  cached.inspect = backing.get();
+  Engine reference(2, PassManagerOptions{});
+
+  const auto passes = make_passes(4, 200, 31);
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    cached.manager->begin_pass(passes[p]);
+    reference.manager->begin_pass(passes[p]);
+    cached.train(passes[p], 500 + p, 3);
+    reference.train(passes[p], 500 + p, 3);
+    cached.manager->end_pass();
+    reference.manager->end_pass();
+    reference.forget_cards();
+
+    auto got = cached.host_rows();
+    auto want = reference.host_rows();
+    ASSERT_EQ(got.size(), want.size()) << "pass " << p;
+    for (const auto& [k, row] : want)
+      ASSERT_TRUE(rows_equal(got.at(k), row)) << "key " << k << " pass " << p;
+
+    if (p == 1) {
+      // Checkpoint on the server, stop it, lose its memory, restart it from the checkpoint on
+      // the same port. The trainer's client reconnects on its own.
+      throw_if_error(remote->save(save_dir, table::SaveMode::kCheckpoint));
+      server->stop();
+      server->wait();
+      server.reset();
+      backing = open_table();
+      throw_if_error(backing->load(save_dir));
+      auto restarted = srv::Server::start(backing.get(), server_options);
+      ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+      server = std::move(restarted.value());
+      cached.inspect = backing.get();
+    }
+  }
+  std::filesystem::remove_all(save_dir);
 }
 
 }  // namespace
