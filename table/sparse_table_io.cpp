@@ -51,6 +51,9 @@ Status SparseTable::save(const std::string& path, SaveMode mode, SaveForm form) 
   std::lock_guard<std::mutex> lock(io_mu_);
   // Rows changed from here on carry a later epoch and belong to the next delta.
   const uint32_t epoch = epochs_.current.fetch_add(1);
+  // From the first save on, deletions are remembered for deltas; set before any shard is
+  // snapshotted, so a row deleted during this save is in the next delta's deletions.
+  epochs_.track_deletions.store(true);
   const uint32_t saved_through = epochs_.saved_through.load();
   auto staged = io::StagedSave::begin(env_, path);
   if (!staged.ok()) return staged.status().with_context("save " + path);
@@ -80,7 +83,6 @@ Status SparseTable::save(const std::string& path, SaveMode mode, SaveForm form) 
   };
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kSparseKind, props).with_context("save " + path));
   epochs_.saved_through.store(epoch);
-  epochs_.track_deletions.store(true);
   for (auto& shard : shards_) shard->forget_deletions(epoch);
   return Status::OK();
 }
