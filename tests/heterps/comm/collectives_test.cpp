@@ -368,6 +368,18 @@ TEST(CommGroup, SizeAndRanks) {
   EXPECT_FALSE(cg.group->aborted());
 }
 
+TEST(CommGroup, CpuGroupSpansOneProcessOnly) {
+  // Trainer 0 of 2: four cards in all, two here. The cpu backend has no cross-process transport.
+  auto cards = device::CardSet::from_list("0,1", /*trainer_id=*/0, /*trainer_count=*/2);
+  try {
+    make_group(cards);
+    FAIL() << "make_group accepted cards of several trainers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 cards over several trainers"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CommGroup, SizeOfAndNames) {
   EXPECT_EQ(size_of(DataType::kFloat32), 4u);
   EXPECT_EQ(size_of(DataType::kFloat64), 8u);
