@@ -61,6 +61,16 @@ Workload make_workload(std::size_t n, uint64_t seed) {
   return w;
 }
 
+// The 1-minute load average when readable (-1 otherwise): figures taken on a busy machine say so.
+double load_average() {
+  double load = -1.0;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1.0;
+    std::fclose(f);
+  }
+  return load;
+}
+
 double mops(std::size_t ops, double seconds) { return static_cast<double>(ops) / seconds / 1e6; }
 
 Figures run_card_table(const Workload& w, std::size_t batch, int threads, int repeats) {
@@ -196,9 +206,13 @@ int hashtable_main(const BenchArgs& args) {
     card[i] = run_card_table(w, static_cast<std::size_t>(batch), threads[i], repeats);
   }
 
+  const double load = load_average();
+  const int cores = device::hardware_threads();
   if (json) {
-    std::printf("{\"bench\":\"hashtable\",\"keys\":%lld,\"batch\":%lld,\"repeats\":%d,", keys,
-                batch, repeats);
+    std::printf(
+        "{\"bench\":\"hashtable\",\"keys\":%lld,\"batch\":%lld,\"repeats\":%d,"
+        "\"hardware_threads\":%d,\"loadavg_1m\":%.2f,",
+        keys, batch, repeats, cores, load);
     std::printf(
         "\"absl_flat_hash_map\":{\"insert_mops\":%.2f,\"find_hit_mops\":%.2f,"
         "\"find_miss_mops\":%.2f,\"bytes_per_key\":%.1f},\"card_table\":[",
@@ -220,6 +234,7 @@ int hashtable_main(const BenchArgs& args) {
       "hashtable: %lld keys, batches of %lld, median of %d runs (M ops/s; ratio = card "
       "table / absl)\n",
       keys, batch, repeats);
+  std::printf("machine: %d hardware threads, 1-minute load average %.2f\n", cores, load);
   std::printf("%-26s %10s %10s %10s %10s\n", "", "insert", "find-hit", "find-miss", "bytes/key");
   std::printf("%-26s %10.2f %10.2f %10.2f %10.1f\n", "absl::flat_hash_map (1 thr)",
               absl.insert_mops, absl.find_hit_mops, absl.find_miss_mops, absl.bytes_per_key);
