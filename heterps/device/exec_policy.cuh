@@ -24,4 +24,17 @@ inline auto exec_policy(const Stream& stream) {
 #endif
 }
 
+// The same policy, with Thrust's temporary storage taken from `allocator` (value_type char,
+// allocate(std::ptrdiff_t), deallocate(char*, std::size_t); held by reference) instead of a
+// malloc/free per algorithm call (on CUDA a cudaMalloc/cudaFree, which synchronize).
+template <class Allocator>
+auto exec_policy(const Stream& stream, Allocator& allocator) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  return thrust::cuda::par_nosync(allocator).on(stream.native());
+#else
+  (void)stream;
+  return thrust::omp::par(allocator);
+#endif
+}
+
 }  // namespace gpubox::device

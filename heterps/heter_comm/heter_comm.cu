@@ -114,6 +114,7 @@ struct ApplyUpdates {
 };
 
 void add_stats(HeterCommStats& total, const HeterCommStats& step) {
+  total.scratch_allocations += step.scratch_allocations;
   total.pull_calls += step.pull_calls;
   total.push_calls += step.push_calls;
   total.keys_in += step.keys_in;
@@ -138,9 +139,10 @@ class HeterComm::Impl {
         layout_(store.layout()),
         config_(store.config()),
         total_cards_(comm.size()),
-        local_(card),
-        plan_(card, comm.size()),
-        owner_merge_(card),
+        scratch_(card),
+        local_(card, scratch_),
+        plan_(card, comm.size(), scratch_),
+        owner_merge_(card, scratch_),
         recv_counts_(comm.size(), 0),
         recv_offsets_(comm.size() + 1, 0),
         send_scaled_(comm.size(), 0),
@@ -164,7 +166,7 @@ class HeterComm::Impl {
     GPUBOX_EXPECTS(!with_slots || slots != nullptr || n == 0, "HeterComm::pull on card ",
                    comm_->rank(), ": slots is null for ", n, " keys");
     pulled_ = false;
-    last_ = HeterCommStats{};
+    begin_step();
     last_.pull_calls = 1;
     const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
     const std::size_t unique = plan_keys(keys, n, stream);
@@ -194,13 +196,13 @@ class HeterComm::Impl {
         ScatterRecords{send_records_.data(), local_.occurrence_unique(), plan_.unique_to_send(),
                        out_pull, static_cast<int32_t>(dim)});
     stream.synchronize();
-    add_stats(stats_, last_);
+    finish_step();
     pulled_ = true;
   }
 
   void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream) {
     pulled_ = false;  // the plan and the received keys are about to describe another batch
-    last_ = HeterCommStats{};
+    begin_step();
     last_.push_calls = 1;
     const std::size_t unique = plan_keys(keys, n, stream);
     reduce_local(grads, unique, stream);
@@ -216,7 +218,7 @@ class HeterComm::Impl {
   void push_pulled(const float* grads, const device::Stream& stream) {
     GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
                    " without a pull before it (or after a push, which replaced the pulled keys)");
-    last_ = HeterCommStats{};
+    begin_step();
     last_.push_calls = 1;
     last_.keys_in = local_.occurrences();
     const std::size_t unique = local_.unique_count();
@@ -280,6 +282,15 @@ class HeterComm::Impl {
                                       owner_merge_.unique_keys(), merged_records_.data(), config_});
     last_.merged_updates = merged;
     stream.synchronize();
+    finish_step();
+  }
+
+  void begin_step() {
+    last_ = HeterCommStats{};
+    scratch_before_ = scratch_.overflow_allocations();
+  }
+  void finish_step() {
+    last_.scratch_allocations = scratch_.overflow_allocations() - scratch_before_;
     add_stats(stats_, last_);
   }
 
@@ -340,7 +351,7 @@ class HeterComm::Impl {
     store_->lookup_or_create(keys, slots, n, rows, create, &created, stream);
     if (create || n == 0) return created;
     const row_index_t* missing =
-        thrust::find(device::exec_policy(stream), rows, rows + n, sparse::kInvalidRow);
+        thrust::find(device::exec_policy(stream, scratch_), rows, rows + n, sparse::kInvalidRow);
     if (missing == rows + n) return 0;
     const std::size_t index = static_cast<std::size_t>(missing - rows);
     uint64_t key = 0;
@@ -367,6 +378,7 @@ class HeterComm::Impl {
   table::SparseOptimizerConfig config_;
   int total_cards_;
 
+  detail::ScratchArena scratch_;  // Thrust temporaries of every step (declared first: used by all)
   detail::KeyDedup local_;
   detail::OwnerPlan plan_;
   detail::KeyDedup owner_merge_;
@@ -391,6 +403,7 @@ class HeterComm::Impl {
   HeterCommStats last_;
   // The plan, received keys and their rows describe the last pull (push_pulled may reuse them).
   bool pulled_ = false;
+  std::size_t scratch_before_ = 0;
 };
 
 HeterComm::HeterComm(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,

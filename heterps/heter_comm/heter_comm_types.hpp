@@ -32,6 +32,9 @@ struct HeterCommStats {
   uint64_t created_on_push = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_sent_remote = 0;
+  // One-off card allocations for Thrust temporaries (stop once the scratch arena has grown to
+  // the steady per-step demand).
+  uint64_t scratch_allocations = 0;
 };
 
 }  // namespace gpubox::heter_comm

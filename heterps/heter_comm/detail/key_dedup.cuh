@@ -29,6 +29,7 @@
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "heterps/heter_comm/detail/scratch_arena.hpp"
 
 namespace gpubox::heter_comm::detail {
 
@@ -62,8 +63,10 @@ struct RecordSegments {
 
 class KeyDedup {
  public:
-  explicit KeyDedup(device::Card& card)
-      : sorted_keys_(0, card.memory(), card.stream()),
+  // `scratch` (Thrust's temporaries) must outlive the KeyDedup.
+  KeyDedup(device::Card& card, ScratchArena& scratch)
+      : scratch_(&scratch),
+        sorted_keys_(0, card.memory(), card.stream()),
         sorted_pos_(0, card.memory(), card.stream()),
         seg_id_(0, card.memory(), card.stream()),
         unique_keys_(0, card.memory(), card.stream()),
@@ -82,7 +85,7 @@ class KeyDedup {
       device::memset_bytes_async(unique_start_.data(), 0, sizeof(position_t), stream);
       return 0;
     }
-    const auto policy = device::exec_policy(stream);
+    const auto policy = device::exec_policy(stream, *scratch_);
     device::copy_async(sorted_keys_.data(), keys, n, stream);
     thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
     thrust::stable_sort_by_key(policy, sorted_keys_.begin(), sorted_keys_.end(),
@@ -112,7 +115,7 @@ class KeyDedup {
     unique_count_ = n;
     unique_keys_.resize_discard(n);
     unique_start_.resize_discard(n + 1);
-    const auto policy = device::exec_policy(stream);
+    const auto policy = device::exec_policy(stream, *scratch_);
     if (n > 0) device::copy_async(unique_keys_.data(), keys, n, stream);
     thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
     thrust::sequence(policy, occurrence_unique_.begin(), occurrence_unique_.end(), position_t{0});
@@ -139,6 +142,7 @@ class KeyDedup {
     occurrence_unique_.resize_discard(n);
   }
 
+  ScratchArena* scratch_;
   device::device_buffer<uint64_t> sorted_keys_;
   device::device_buffer<position_t> sorted_pos_;
   device::device_buffer<position_t> seg_id_;
@@ -174,8 +178,10 @@ struct GatherSendKeys {
 
 class OwnerPlan {
  public:
-  OwnerPlan(device::Card& card, int total_cards)
+  // `scratch` (Thrust's temporaries) must outlive the OwnerPlan.
+  OwnerPlan(device::Card& card, int total_cards, ScratchArena& scratch)
       : total_cards_(total_cards),
+        scratch_(&scratch),
         owners_(0, card.memory(), card.stream()),
         order_(0, card.memory(), card.stream()),
         send_keys_(0, card.memory(), card.stream()),
@@ -192,7 +198,7 @@ class OwnerPlan {
     order_.resize_discard(u);
     send_keys_.resize_discard(u);
     unique_to_send_.resize_discard(u);
-    const auto policy = device::exec_policy(stream);
+    const auto policy = device::exec_policy(stream, *scratch_);
     device::parallel_for(stream, u,
                          ComputeOwners{unique_keys, owners_.data(), order_.data(), total_cards_});
     if (total_cards_ > 1 && u > 1) {
@@ -219,6 +225,7 @@ class OwnerPlan {
 
  private:
   int total_cards_;
+  ScratchArena* scratch_;
   device::device_buffer<int32_t> owners_;
   device::device_buffer<position_t> order_;
   device::device_buffer<uint64_t> send_keys_;

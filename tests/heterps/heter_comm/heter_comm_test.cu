@@ -25,6 +25,7 @@
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/detail/scratch_arena.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/optimizer/sparse_optimizer.hpp"
 #include "heterps/sparse/card_store.cuh"
@@ -543,6 +544,7 @@ TEST(HeterComm, SteadyStateAllocatesNothing) {
   BatchMaker maker(11, RowLayout::make(cfg.kind, cfg.mf_dim).push_dim());
   std::vector<Batch> batches = {maker.make(300), maker.make(0), maker.make(120)};
   std::vector<std::size_t> in_use(3);
+  std::vector<uint64_t> scratch_at_2(3);
   for (int step = 0; step < 6; ++step) {
     cluster.run([&](device::Card& card) {
       const int c = card.local_index();
@@ -550,14 +552,55 @@ TEST(HeterComm, SteadyStateAllocatesNothing) {
       auto keys = device::to_device(batches[c].keys, card.memory(), card.stream());
       auto grads = device::to_device(batches[c].grads, card.memory(), card.stream());
       auto out = card.make_buffer<float>(batches[c].keys.size() * hc.pull_dim());
-      if (step == 2) in_use[c] = card.memory().peak_bytes();
+      if (step == 2) {
+        in_use[c] = card.memory().peak_bytes();
+        scratch_at_2[c] = hc.stats().scratch_allocations;
+      }
       hc.pull(keys.data(), batches[c].keys.size(), out.data(), card.stream());
       hc.push(keys.data(), batches[c].keys.size(), grads.data(), card.stream());
     });
   }
   for (int c = 0; c < 3; ++c) {
     EXPECT_EQ(cluster.cards().card(c).memory().peak_bytes(), in_use[c]) << "card " << c;
+    // Thrust's temporaries come from the scratch arena once it has grown (first steps only).
+    EXPECT_EQ(cluster.heter_comm(c).stats().scratch_allocations, scratch_at_2[c]) << "card " << c;
   }
+}
+
+// The scratch arena behind Thrust's temporaries: a request that does not fit is a one-off
+// allocation, the arena then grows to the peak demand, and the same pattern afterwards
+// allocates nothing; one-off blocks are returned to the card.
+TEST(ScratchArena, GrowsToPeakDemandThenReuses) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  const std::size_t base = card.memory().bytes_in_use();
+  {
+    heter_comm::detail::ScratchArena arena(card);
+    auto one_call = [&] {  // what one sort asks for: two live blocks, then both returned
+      char* a = arena.allocate(1000);
+      char* b = arena.allocate(5000);
+      EXPECT_NE(a, b);
+      a[0] = 1;
+      b[4999] = 2;
+      arena.deallocate(b, 5000);
+      arena.deallocate(a, 1000);
+    };
+    one_call();
+    EXPECT_EQ(arena.overflow_allocations(), 2u);
+    EXPECT_GE(arena.bytes(), 6000u);
+    for (int i = 0; i < 5; ++i) one_call();
+    EXPECT_EQ(arena.overflow_allocations(), 2u) << "steady state allocated again";
+    char* big = arena.allocate(100000);  // a bigger step: one more one-off, then it fits
+    arena.deallocate(big, 100000);
+    EXPECT_EQ(arena.overflow_allocations(), 3u);
+    big = arena.allocate(100000);
+    arena.deallocate(big, 100000);
+    EXPECT_EQ(arena.overflow_allocations(), 3u);
+    char* empty = arena.allocate(0);  // size 0 is legal and fits
+    arena.deallocate(empty, 0);
+    EXPECT_EQ(arena.overflow_allocations(), 3u);
+  }
+  EXPECT_EQ(card.memory().bytes_in_use(), base) << "the arena leaked card memory";
 }
 
 }  // namespace
