@@ -143,6 +143,37 @@ int table_main(const BenchArgs& args) {
     std::filesystem::remove_all(dir);
   }
 
+  // Save and load of the whole in-memory table (checkpoint: full rows; 2 threads; POSIX env,
+  // fsync included), binary and text.
+  struct SaveFigures {
+    double save = 0, load = 0, bytes = 0;
+  };
+  auto measure_save = [&](table::SaveForm form) {
+    HostTableConfig scfg = cfg;
+    scfg.threads = 2;
+    auto t = open_or_die(opt, scfg);
+    Status st = t->push(w.keys.data(), n, w.rows.data());
+    GPUBOX_EXPECTS(st.ok(), st.to_string());
+    const std::string path = dir + "_save";
+    SaveFigures f;
+    Timer timer;
+    st = t->save(path, table::SaveMode::kCheckpoint, form);
+    GPUBOX_EXPECTS(st.ok(), st.to_string());
+    f.save = n / timer.seconds();
+    for (const auto& entry : std::filesystem::directory_iterator(path)) {
+      f.bytes += static_cast<double>(entry.file_size());
+    }
+    auto loaded = open_or_die(opt, scfg);
+    timer.reset();
+    st = loaded->load(path);
+    GPUBOX_EXPECTS(st.ok(), st.to_string());
+    f.load = n / timer.seconds();
+    std::filesystem::remove_all(path);
+    return f;
+  };
+  const SaveFigures binary = measure_save(table::SaveForm::kBinary);
+  const SaveFigures text = measure_save(table::SaveForm::kText);
+
   const double memcpy_rows = memcpy_bps / row_bytes;
   if (json) {
     std::printf(
@@ -151,10 +182,13 @@ int table_main(const BenchArgs& args) {
         "\"t1\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
         "\"t2\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
         "\"disk\":{\"rows\":%zu,\"memory_row_budget\":%zu,\"insert_rows_per_s\":%.0f,"
-        "\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f}}\n",
+        "\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
+        "\"checkpoint_binary\":{\"bytes\":%.0f,\"save_rows_per_s\":%.0f,\"load_rows_per_s\":%.0f},"
+        "\"checkpoint_text\":{\"bytes\":%.0f,\"save_rows_per_s\":%.0f,\"load_rows_per_s\":%.0f}}\n",
         n, batch, layout.stride(), cfg.shards, cpu_share, memcpy_bps / 1e9, memcpy_rows, one.insert,
         one.push, one.pull, two.insert, two.push, two.pull, disk_rows,
-        std::max<std::size_t>(disk_rows / 10, cfg.shards), disk.insert, disk.push, disk.pull);
+        std::max<std::size_t>(disk_rows / 10, cfg.shards), disk.insert, disk.push, disk.pull,
+        binary.bytes, binary.save, binary.load, text.bytes, text.save, text.load);
     return 0;
   }
   std::printf("table: %zu rows of %d floats (%.0f B), batch %zu, %u shards\n", n, layout.stride(),
@@ -173,6 +207,11 @@ int table_main(const BenchArgs& args) {
     std::printf("  disk tier: %zu rows, memory budget %zu rows, 2 threads\n", disk_rows,
                 std::max<std::size_t>(disk_rows / 10, cfg.shards));
     line("rocksdb tier", disk);
+  }
+  for (const auto& [name, f] : {std::make_pair("binary", binary), std::make_pair("text", text)}) {
+    std::printf(
+        "  checkpoint %-6s %7.1f MB  save %6.2f M rows/s (%6.1f MB/s)  load %6.2f M rows/s\n", name,
+        f.bytes / 1e6, f.save / 1e6, f.save * f.bytes / n / 1e6, f.load / 1e6);
   }
   return 0;
 }
