@@ -55,6 +55,16 @@ Reply error_reply(const FrameHeader& request, const Status& status) {
   return make_reply(request, status.code(), std::move(payload));
 }
 
+// A failed table call. Aborted on the wire means "retry later" (see handle()), so a table's own
+// Aborted travels as Internal: the client must not retry it until its deadline.
+Reply table_error_reply(const FrameHeader& request, const Status& status) {
+  const std::string context = op_name(request.op);
+  if (status.code() == Status::Code::kAborted) {
+    return error_reply(request, Status::Internal(context + ": " + status.to_string()));
+  }
+  return error_reply(request, status.with_context(context));
+}
+
 bool is_mutation(Op op) {
   return op == Op::kPush || op == Op::kErase || op == Op::kShrink || op == Op::kSave ||
          op == Op::kLoad;
@@ -394,9 +404,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
 Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>& payload) {
   const uint8_t* data = payload.data();
   const std::size_t n = payload.size();
-  const auto fail = [&](const Status& st) {
-    return error_reply(header, st.with_context(std::string(op_name(header.op))));
-  };
+  const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   switch (header.op) {
     case Op::kInfo: {
       InfoReply info;
@@ -484,7 +492,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
 }
 
 Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& payload) {
-  const auto fail = [&](const Status& st) { return error_reply(header, st.with_context("PULL")); };
+  const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_pull_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
   Status st = check_keys(req->keys.data(), req->keys.size());
