@@ -81,11 +81,24 @@ class Harness {
 
   void erase(const std::vector<uint64_t>& keys) {
     auto d_keys = to_device(keys, card_.memory(), card_.stream());
-    const std::size_t removed = table_.erase(d_keys.data(), keys.size(), card_.stream());
+    auto d_released = card_.make_buffer<row_index_t>(keys.size());
+    const std::size_t removed =
+        table_.erase(d_keys.data(), keys.size(), card_.stream(), d_released.data());
+    const auto released = to_host(d_released);
+    // Each present key's row is released exactly once (by one of its repeats).
+    std::unordered_map<uint64_t, int> released_count;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (released[i] == kInvalidRow) continue;
+      auto it = oracle_.find(keys[i]);
+      ASSERT_NE(it, oracle_.end()) << "absent key " << keys[i] << " released a row";
+      ASSERT_EQ(released[i], it->second) << "key " << keys[i];
+      ++released_count[keys[i]];
+    }
     std::size_t expected = 0;
     for (uint64_t key : keys) {
       auto it = oracle_.find(key);
       if (it == oracle_.end()) continue;
+      ASSERT_EQ(released_count[key], 1) << "key " << key;
       used_rows_.erase(it->second);
       oracle_.erase(it);
       ++expected;
