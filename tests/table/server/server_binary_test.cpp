@@ -235,6 +235,17 @@ TEST_F(ServerBinary, AuthTokenFileAndShutdown) {
   EXPECT_EQ(server.wait(5), 0);
 }
 
+TEST_F(ServerBinary, SigintStopsCleanlyAndFlagsAreChecked) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start(args({"--shard_id", "1", "--shard_num", "2"}), dir_ / "server.log"));
+  server.signal(SIGINT);
+  EXPECT_EQ(server.wait(5), 0);
+  // shard_id not below shard_num: refused before listening.
+  ServerProcess bad;
+  EXPECT_FALSE(bad.start(args({"--shard_id", "2", "--shard_num", "2"}), dir_ / "bad.log"));
+  EXPECT_EQ(bad.wait(5), 1);
+}
+
 TEST_F(ServerBinary, BadStartupIsAClearError) {
   ServerProcess server;
   EXPECT_FALSE(server.start(args({"--load", "does-not-exist"}), dir_ / "server.log"));
