@@ -1,5 +1,4 @@
 #include <thrust/copy.h>
-#include <thrust/count.h>
 #include <thrust/find.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
@@ -39,6 +38,24 @@ struct LoadRows {
     const float* from = pool + static_cast<std::size_t>(rows[i]) * static_cast<std::size_t>(stride);
     float* to = dst + i * static_cast<std::size_t>(stride);
     for (int32_t j = 0; j < stride; ++j) to[j] = from[j];
+  }
+};
+
+// Bulk find that also counts the misses (one atomic per miss; in steady state almost none),
+// so a pull needs no Thrust reduction and therefore no temporary allocation per step.
+struct FindCountingMisses {
+  TableFindRef table;
+  const uint64_t* keys;
+  row_index_t* out;
+  unsigned long long* misses;
+  std::size_t n;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (i + detail::kPrefetchDistance < n) table.prefetch(keys[i + detail::kPrefetchDistance]);
+    const row_index_t row = table.find(keys[i]);
+    out[i] = row;
+    if (row == kInvalidRow) {
+      detail::atomic_ref<unsigned long long>(*misses).fetch_add(1, cuda::memory_order_relaxed);
+    }
   }
 };
 
@@ -101,7 +118,8 @@ CardSparseStore::CardSparseStore(device::Card& card, const table::SparseOptimize
       rows_scratch_(0, card.memory(), card.stream()),
       created_scratch_(0, card.memory(), card.stream()),
       keys_scratch_(0, card.memory(), card.stream()),
-      positions_scratch_(0, card.memory(), card.stream()) {
+      positions_scratch_(0, card.memory(), card.stream()),
+      miss_count_(1, card.memory(), card.stream()) {
   GPUBOX_EXPECTS(config.mf_dim >= 0, "mf_dim must be >= 0, got ", config.mf_dim);
   sync_dirty_capacity(card.stream());
 }
@@ -109,7 +127,8 @@ CardSparseStore::CardSparseStore(device::Card& card, const table::SparseOptimize
 std::size_t CardSparseStore::memory_bytes() const {
   return table_.memory_bytes() + dirty_.capacity() +
          rows_scratch_.capacity() * sizeof(row_index_t) + created_scratch_.capacity() +
-         (keys_scratch_.capacity() + positions_scratch_.capacity()) * sizeof(uint64_t);
+         (keys_scratch_.capacity() + positions_scratch_.capacity()) * sizeof(uint64_t) +
+         miss_count_.capacity() * sizeof(unsigned long long);
 }
 
 void CardSparseStore::sync_dirty_capacity(const device::Stream& stream) {
@@ -167,15 +186,18 @@ void CardSparseStore::lookup_or_create(const uint64_t* keys, const int32_t* slot
   if (n == 0) return;
   // Pulls mostly hit: find everything first, then insert only the misses, so a batch of known
   // keys never makes the table grow.
-  table_.find(keys, n, out_row_indices, stream);
   if (!create_missing) {
+    table_.find(keys, n, out_row_indices, stream);
     stream.synchronize();
     return;
   }
-  auto exec = device::exec_policy(stream);
-  const auto missing = static_cast<std::size_t>(
-      thrust::count(exec, out_row_indices, out_row_indices + n, kInvalidRow));
+  device::memset_bytes_async(miss_count_.data(), 0, sizeof(unsigned long long), stream);
+  device::parallel_for(
+      stream, n,
+      FindCountingMisses{table_.find_ref(), keys, out_row_indices, miss_count_.data(), n});
+  const auto missing = static_cast<std::size_t>(device::to_host(miss_count_.data(), 1, stream)[0]);
   if (missing == 0) return;
+  auto exec = device::exec_policy(stream);
   positions_scratch_.resize_discard(missing);
   keys_scratch_.resize_discard(missing);
   rows_scratch_.resize_discard(missing);

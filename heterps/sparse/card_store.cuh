@@ -123,6 +123,7 @@ class CardSparseStore {
   mutable device::device_buffer<uint8_t> created_scratch_;
   mutable device::device_buffer<uint64_t> keys_scratch_;
   mutable device::device_buffer<uint64_t> positions_scratch_;
+  device::device_buffer<unsigned long long> miss_count_;
 };
 
 }  // namespace gpubox::sparse

@@ -20,9 +20,7 @@ using detail::InsertEngine;
 using detail::InsertStatus;
 using detail::Slot;
 
-// Keys ahead of the current one whose home slot the cpu backend prefetches: enough to cover a
-// memory latency with the ~10 ns of work per key, few enough to stay in the line fill buffers.
-constexpr std::size_t kPrefetchDistance = 16;
+using detail::kPrefetchDistance;
 
 constexpr std::size_t kMinCapacity = 16;
 
