@@ -68,8 +68,7 @@ bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 
 std::vector<std::size_t> reduce_sizes(int ranks, std::size_t element, std::mt19937_64& rng) {
   // Chunk edges (a cache line is 16 floats / 64 bytes), several 2048-element blocks per chunk,
-  // both sides of the one-phase / two-phase switch (256 KiB), a size past the 1 MiB threshold
-  // of the OpenMP-split paths, and random sizes.
+  // both sides of the one-phase / two-phase switch (256 KiB), a size of 1 MiB, random sizes.
   const std::size_t switch_at = (std::size_t{256} << 10) / element;
   std::vector<std::size_t> sizes = {0,
                                     1,
@@ -93,16 +92,15 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
  protected:
   int ranks() const { return GetParam(); }
 
-  // threads_per_card > 1 takes the OpenMP-split copy and reduction paths.
   template <class T>
-  void check_all_reduce(bool in_place, int threads_per_card = 0) {
+  void check_all_reduce(bool in_place) {
     std::mt19937_64 rng(1000 + ranks() * 10 + (in_place ? 1 : 0));
     for (std::size_t n : reduce_sizes(ranks(), sizeof(T), rng)) {
       std::vector<std::vector<T>> inputs(static_cast<std::size_t>(ranks()));
       for (auto& input : inputs) input = random_values<T>(n, rng);
       const std::vector<T> want = rank_order_sum(inputs);
       std::vector<std::vector<T>> got(static_cast<std::size_t>(ranks()));
-      CardGroup cg(ranks(), std::chrono::seconds(30), threads_per_card);
+      CardGroup cg(ranks());
       cg.run([&](device::Card& card, Communicator& comm) {
         auto send = device::to_device(inputs[comm.rank()], card.memory(), card.stream());
         if (in_place) {
@@ -193,10 +191,6 @@ TEST_P(CollectivesTest, AllReduceSumFloatIsRankOrderSumOnEveryRank) {
 }
 TEST_P(CollectivesTest, AllReduceSumFloatInPlace) { check_all_reduce<float>(true); }
 TEST_P(CollectivesTest, AllReduceSumDouble) { check_all_reduce<double>(false); }
-TEST_P(CollectivesTest, AllReduceSumWithSeveralThreadsPerCard) {
-  check_all_reduce<float>(false, 3);
-  check_all_reduce<int64_t>(true, 2);
-}
 TEST_P(CollectivesTest, AllReduceSumInt32Wraps) { check_all_reduce<int32_t>(false); }
 TEST_P(CollectivesTest, AllReduceSumInt64InPlace) { check_all_reduce<int64_t>(true); }
 TEST_P(CollectivesTest, AllReduceSumUInt64) { check_all_reduce<uint64_t>(false); }

@@ -20,11 +20,8 @@ inline std::string card_list(int n) {
 
 // `ranks` simulated cards and their communicator group (one thread per card).
 struct CardGroup {
-  // `threads_per_card` > 0 fixes each card's OpenMP threads (to reach the parallel copy paths).
-  explicit CardGroup(int ranks, std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                     int threads_per_card = 0)
-      : cards(device::CardSet::from_list(card_list(ranks), 0, 1, threads_per_card)),
-        group(make_group(cards, timeout)) {}
+  explicit CardGroup(int ranks, std::chrono::milliseconds timeout = std::chrono::seconds(30))
+      : cards(device::CardSet::from_list(card_list(ranks))), group(make_group(cards, timeout)) {}
 
   // Runs fn(card, comm) on every card's thread; a card that throws aborts the group (so peers
   // blocked in a collective wake), and run_on_cards rethrows the first error.
