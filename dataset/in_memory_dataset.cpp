@@ -56,6 +56,14 @@ std::vector<ReadItem> plan_reads(const std::vector<std::string>& files, bool pip
   return items;
 }
 
+// Bytes of a regular file; 0 when unknown (the input may be piped and decompressed anyway).
+std::uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)
+             ? static_cast<std::uint64_t>(st.st_size)
+             : 0;
+}
+
 // Fisher-Yates driver: splitmix64 stream, Lemire's multiply-shift for the bound.
 class ShuffleRng {
  public:
@@ -127,6 +135,9 @@ Status InMemoryDataset::load_into_memory() {
             continue;
           }
           InputHooks hooks;
+          if (config_.pipe_command.empty()) {
+            hooks.expected_bytes = item.whole ? file_size(path) : item.end - item.begin;
+          }
           hooks.keep_going = [&] { return i <= first_failure.load(std::memory_order_relaxed); };
           const InputOutcome outcome =
               read_input(**opened, *parser, config_, path, &result.block, &stats, hooks);

@@ -1,6 +1,24 @@
 #include "dataset/input_reader.hpp"
 
 namespace gpubox::dataset {
+namespace {
+
+constexpr std::size_t kSampleInstances = 4096;
+
+// Reserves `block` for `total_bytes` of input, extrapolating from the first `read_bytes` that
+// gave its current contents (5% headroom).
+void reserve_for(std::uint64_t total_bytes, std::uint64_t read_bytes, InstanceBlock* block) {
+  const double scale = 1.05 * static_cast<double>(total_bytes) / static_cast<double>(read_bytes);
+  const auto instances = static_cast<std::size_t>(scale * static_cast<double>(block->size()));
+  const auto keys = static_cast<std::size_t>(scale * static_cast<double>(block->keys.size()));
+  block->labels.reserve(instances);
+  block->dense.reserve(instances * static_cast<std::size_t>(block->dense_dim));
+  block->key_begin.reserve(instances + 1);
+  block->keys.reserve(keys);
+  block->slot_sizes.reserve(instances * static_cast<std::size_t>(block->num_slots));
+}
+
+}  // namespace
 
 InputOutcome read_input(LineReader& reader, LineParser& parser, const DatasetConfig& config,
                         const std::string& path, InstanceBlock* block, LoadStats* stats,
@@ -46,6 +64,9 @@ InputOutcome read_input(LineReader& reader, LineParser& parser, const DatasetCon
       if (parsed.ok()) {
         ++stats->instances;
         stats->zero_keys_dropped += parsed.zero_keys;
+        if (block->size() == kSampleInstances && hooks.expected_bytes > reader.bytes()) {
+          reserve_for(hooks.expected_bytes, reader.bytes(), block);
+        }
         if (hooks.chunk_instances > 0 && block->size() - counted >= hooks.chunk_instances) {
           outcome.status = flush();
           if (!outcome.status.ok()) {

@@ -20,6 +20,9 @@ struct InputHooks {
   // consume and clear the block (streaming). Unset: the block keeps everything.
   std::function<Status(InstanceBlock*)> on_chunk;
   std::size_t chunk_instances = 0;
+  // Size of the input in bytes when known (0: unknown). Once a few thousand lines are read the
+  // block's arrays are reserved for the whole input, saving the copies of repeated growth.
+  std::uint64_t expected_bytes = 0;
 };
 
 struct InputOutcome {

@@ -43,6 +43,7 @@ struct InstanceBlock {
   }
   // Bytes held (capacities), for memory reporting.
   std::size_t memory_bytes() const;
+  // Returns spare capacity when it is more than a tenth of what is used (shrinking copies).
   void shrink_to_fit();
   // Drops the instances, keeps the capacity.
   void clear();
@@ -80,12 +81,19 @@ inline std::size_t InstanceBlock::memory_bytes() const {
          slot_sizes.capacity() * sizeof(std::uint32_t);
 }
 
+namespace detail {
+template <class T>
+void shrink_if_wasteful(std::vector<T>& v) {
+  if (v.capacity() > v.size() + v.size() / 10) v.shrink_to_fit();
+}
+}  // namespace detail
+
 inline void InstanceBlock::shrink_to_fit() {
-  labels.shrink_to_fit();
-  dense.shrink_to_fit();
-  key_begin.shrink_to_fit();
-  keys.shrink_to_fit();
-  slot_sizes.shrink_to_fit();
+  detail::shrink_if_wasteful(labels);
+  detail::shrink_if_wasteful(dense);
+  detail::shrink_if_wasteful(key_begin);
+  detail::shrink_if_wasteful(keys);
+  detail::shrink_if_wasteful(slot_sizes);
 }
 
 inline void InstanceBlock::clear() {

@@ -145,13 +145,24 @@ ParseResult LineParser::parse_slot(std::string_view line, InstanceBlock* out) {
   const std::string_view label_name = config_.label_name;
   const std::string_view dense_name = config_.dense_name;
   const std::size_t dense_dim = static_cast<std::size_t>(config_.dense_dim);
-  std::size_t pos = 0;
+  const char* p = line.data();
+  const std::size_t n = line.size();
+  std::size_t i = 0;
   for (;;) {
-    const std::string_view token = next_token(line, &pos);
-    if (token.empty()) break;
-    const std::size_t colon = token.find(':');
-    if (colon == std::string_view::npos || colon == 0 || colon + 1 == token.size() ||
-        token.find(':', colon + 1) != std::string_view::npos) {
+    // One pass per token finds its end and its ':' (a memchr call per short token costs more).
+    while (i < n && is_blank_char(p[i])) ++i;
+    if (i == n) break;
+    const std::size_t start = i;
+    std::size_t colon = std::string_view::npos;
+    bool extra_colon = false;
+    for (; i < n && !is_blank_char(p[i]); ++i) {
+      if (p[i] == ':') {
+        extra_colon = extra_colon || colon != std::string_view::npos;
+        if (colon == std::string_view::npos) colon = i - start;
+      }
+    }
+    const std::string_view token(p + start, i - start);
+    if (colon == std::string_view::npos || colon == 0 || colon + 1 == token.size() || extra_colon) {
       return fail(ParseReason::kBadToken, token);
     }
     std::string_view name = token.substr(0, colon);

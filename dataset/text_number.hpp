@@ -12,11 +12,24 @@
 namespace gpubox::dataset {
 
 // Whole-token parses: false unless every character of `text` was used.
+// Hand-written for uint64 (the hot path: one call per feasign), with exact overflow detection.
 inline bool parse_u64(std::string_view text, std::uint64_t* out) {
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  if (text.empty()) return false;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return ec == std::errc() && end == text.data() + text.size();
+  if (text.empty() || text.size() > 20) return false;
+  std::uint64_t value = 0;
+  const std::size_t fast = text.size() < 19 ? text.size() : 19;  // 19 digits cannot overflow
+  for (std::size_t i = 0; i < fast; ++i) {
+    const unsigned digit = static_cast<unsigned char>(text[i]) - '0';
+    if (digit > 9) return false;
+    value = value * 10 + digit;
+  }
+  if (text.size() == 20) {
+    const unsigned digit = static_cast<unsigned char>(text[19]) - '0';
+    if (digit > 9 || value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  *out = value;
+  return true;
 }
 
 inline bool parse_i64(std::string_view text, std::int64_t* out) {

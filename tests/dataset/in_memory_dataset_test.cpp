@@ -109,6 +109,21 @@ TEST(InMemoryDataset, LoadsEveryValidLineInFileOrderWithAnyThreadCount) {
   }
 }
 
+TEST(InMemoryDataset, LargeFilesReservedFromTheirSizeLoadTheSame) {
+  // Past a few thousand instances the block is reserved from the input size; the result must
+  // not change, whether the file is read whole or as ranges.
+  ScratchDir dir;
+  const TextSet text = make_text(dir, 1, 12000, 0.0, 11);
+  for (std::uint64_t split : {std::uint64_t{32} << 20, std::uint64_t{200000}}) {
+    DatasetConfig c = config(2);
+    c.split_bytes = split;
+    InMemoryDataset ds(c);
+    ds.set_filelist(text.files);
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    EXPECT_EQ(contents(ds), text.instances) << "split " << split;
+  }
+}
+
 TEST(InMemoryDataset, PipeCommandGivesTheSameInstances) {
   ScratchDir dir;
   const TextSet text = make_text(dir, 3, 100, 0.0, 2);

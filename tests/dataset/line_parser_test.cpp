@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
+#include "dataset/text_number.hpp"
 #include "tests/dataset/test_util.hpp"
 
 namespace gpubox::dataset {
@@ -266,6 +268,26 @@ TEST(CriteoFormat, MalformedLines) {
   EXPECT_EQ(reason_of(c, criteo_line("", ints, cats)), ParseReason::kBadLabel);
   EXPECT_EQ(reason_of(c, criteo_line("1", bad_ints, cats)), ParseReason::kBadDense);
   EXPECT_EQ(reason_of(c, criteo_line("1", ints, cats) + "\r"), ParseReason::kOk);
+}
+
+TEST(TextNumber, ParseU64EdgesAgainstStrtoull) {
+  std::uint64_t v = 0;
+  EXPECT_TRUE(parse_u64("18446744073709551615", &v));
+  EXPECT_EQ(v, 18446744073709551615ull);
+  EXPECT_TRUE(parse_u64("00000000000000000001", &v));
+  EXPECT_EQ(v, 1u);
+  EXPECT_TRUE(parse_u64("+7", &v));
+  EXPECT_EQ(v, 7u);
+  for (const char* bad : {"", "+", "-1", "1a", "a1", " 1", "18446744073709551616",
+                          "99999999999999999999", "000000000000000000001", "1.0"}) {
+    EXPECT_FALSE(parse_u64(bad, &v)) << bad;
+  }
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 10000; ++i) {
+    const std::uint64_t want = rng() >> (rng() % 64);
+    ASSERT_TRUE(parse_u64(std::to_string(want), &v));
+    EXPECT_EQ(v, want);
+  }
 }
 
 TEST(Config, ValidateRejectsInconsistentConfigs) {
