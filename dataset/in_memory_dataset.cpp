@@ -34,7 +34,7 @@ struct ReadResult {
   InstanceBlock block;
   LoadStats stats;
   Status status;
-  bool strict_failure = false;  // status is a strict-parse failure; errors.back() is the line
+  bool strict_failure = false;  // strict_parse stopped at a malformed line: errors.back()
 };
 
 std::vector<ReadItem> plan_reads(const std::vector<std::string>& files, bool piped,

@@ -57,6 +57,16 @@ TEST(DatasetConfigYaml, ReadsPaddleRecKeysAndOverrides) {
   EXPECT_TRUE(c->dataset.strict_parse);
   EXPECT_EQ(c->dataset.slots, (std::vector<std::string>{"u", "i"}));
   EXPECT_EQ(c->dataset.data_format, DataFormat::kMultiSlot);
+  c = load_dataset_config(cfg, {"runner.feasign_first=true", "runner.label_name=label",
+                                "runner.dense_name=d", "runner.ignore_unknown_slots=true",
+                                "runner.max_line_bytes=4096", "runner.criteo_dense=log"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->dataset.feasign_first);
+  EXPECT_EQ(c->dataset.label_name, "label");
+  EXPECT_EQ(c->dataset.dense_name, "d");
+  EXPECT_TRUE(c->dataset.ignore_unknown_slots);
+  EXPECT_EQ(c->dataset.max_line_bytes, 4096u);
+  EXPECT_EQ(c->dataset.criteo_dense, CriteoDense::kLog);
   // A single file as the data "folder".
   c = load_dataset_config(cfg, {"runner.train_data_dir=" + dir.file("data/train/b.txt")});
   ASSERT_TRUE(c.ok()) << c.status().to_string();
