@@ -68,14 +68,25 @@ Communicator& NcclGroup::at(int local_rank) {
 }
 
 void NcclGroup::abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (aborted_.load(std::memory_order_relaxed)) return;
-  reason_ = reason.empty() ? std::string("(no reason given)") : reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abort_started_) return;  // the first reason wins; the communicators are aborted once
+    abort_started_ = true;
+    reason_ = reason.empty() ? std::string("(no reason given)") : reason;
+  }
+  std::unique_lock<std::shared_mutex> comms_lock(comms_mu_);
   aborted_.store(true, std::memory_order_release);
   // Abort every communicator so kernels waiting for a dead peer return; errors here are moot.
   for (ncclComm_t comm : comms_) {
     if (comm != nullptr) ncclCommAbort(comm);
   }
+}
+
+bool NcclGroup::poll_async_error(ncclComm_t comm, ncclResult_t* error) {
+  std::shared_lock<std::shared_mutex> lock(comms_mu_);
+  if (aborted()) return false;
+  GPUBOX_NCCL_TRY(ncclCommGetAsyncError(comm, error));
+  return true;
 }
 
 std::string NcclGroup::reason() const {
@@ -111,9 +122,8 @@ void NcclCommunicator::wait(const device::Stream& stream, const char* collective
     const cudaError_t state = cudaStreamQuery(stream.native());
     if (state == cudaSuccess) return;
     if (state != cudaErrorNotReady) GPUBOX_CUDA_TRY(state);
-    check_alive(collective);
     ncclResult_t async_error = ncclSuccess;
-    GPUBOX_NCCL_TRY(ncclCommGetAsyncError(comm_, &async_error));
+    if (!group_->poll_async_error(comm_, &async_error)) check_alive(collective);  // throws
     if (async_error != ncclSuccess && async_error != ncclInProgress) {
       const std::string reason = ::gpubox::detail::concat(
           collective, " on rank ", rank_, ": NCCL error ", ncclGetErrorString(async_error));

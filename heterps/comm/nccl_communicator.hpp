@@ -4,9 +4,11 @@
 // exchange_counts, which wait for the stream (polling, so a wait longer than the group's timeout
 // or an abort from another thread ends it with an error instead of a hang).
 //
-// abort() calls ncclCommAbort on every communicator; later collectives throw. Known limit
-// (NCCL's own): aborting while another thread is inside an NCCL enqueue call on the same
-// communicator is a race; abort is meant for ranks blocked in a wait, which this covers.
+// abort() calls ncclCommAbort on every communicator; later collectives throw. A rank polling
+// in a wait cannot touch a communicator while it is being aborted (a shared lock guards the
+// poll). Known limit (NCCL's own): aborting while another thread is inside an NCCL enqueue call
+// on the same communicator is a race; enqueues are not locked because with a dead peer an
+// enqueue may block, and abort must still get through.
 #pragma once
 
 #include <nccl.h>
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -80,13 +83,18 @@ class NcclGroup final : public CommGroup {
   bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
   std::string reason() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Thread-safe against abort(): false when the group is aborted (`comm` is gone); else sets
+  // `error` to comm's asynchronous error (ncclSuccess when none).
+  bool poll_async_error(ncclComm_t comm, ncclResult_t* error);
 
  private:
   const std::chrono::milliseconds timeout_;
   std::vector<ncclComm_t> comms_;
   std::vector<std::unique_ptr<NcclCommunicator>> ranks_;
   mutable std::mutex mu_;
-  std::string reason_;  // GUARDED_BY(mu_)
+  std::string reason_;          // GUARDED_BY(mu_)
+  bool abort_started_ = false;  // GUARDED_BY(mu_)
+  std::shared_mutex comms_mu_;  // exclusive while aborting the communicators
   std::atomic<bool> aborted_{false};
 };
 
