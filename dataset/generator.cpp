@@ -230,6 +230,18 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return Status::IOError("cannot create '" + o.out_dir + "': " + ec.message());
+  // Part files of an earlier, larger run would silently join this data set.
+  for (const auto& entry : std::filesystem::directory_iterator(o.out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    unsigned index = 0;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "part-%u%c", &index, &tail) == 1 &&
+        index >= static_cast<unsigned>(o.files)) {
+      return Status::InvalidArgument("'" + entry.path().string() +
+                                     "' is left from an earlier run with more files: remove it "
+                                     "or use another --out");
+    }
+  }
 
   Timer timer;
   const PlantedModel model = planted_model(o);

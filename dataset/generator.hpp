@@ -95,7 +95,8 @@ struct OracleSummary {
 };
 
 // Writes options.files files `part-00000`.. (line i goes to file i * files / lines) and
-// `oracle.json` into options.out_dir (created if missing).
+// `oracle.json` into options.out_dir (created if missing; existing part files are overwritten,
+// a part file beyond `files` from an earlier run is an error).
 Status generate(const GeneratorOptions& options, OracleSummary* summary);
 
 // Exact ROC AUC by sorting; tied scores count one half. 0.5 when one class is absent.

@@ -160,6 +160,14 @@ TEST(Generator, RejectsBadOptions) {
   o = small_options(dir.path(), 1);
   o.ctr = 1.0;
   EXPECT_FALSE(generate(o, &s).ok());
+  // Re-running into the same folder with fewer files would mix runs.
+  o = small_options(dir.path(), 1);
+  ASSERT_TRUE(generate(o, &s).ok());
+  ASSERT_TRUE(generate(o, &s).ok()) << "same shape: overwritten";
+  o.files = 2;
+  const Status st = generate(o, &s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("earlier run"), std::string::npos) << st.message();
 }
 
 TEST(ZipfSampler, FrequenciesFollowThePowerLaw) {
