@@ -38,6 +38,9 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   if (!endpoints.ok()) return endpoints.status();
   if (options.chunk_rows == 0) return Status::InvalidArgument("chunk_rows must be positive");
   if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be positive");
+  if (options.connections_per_endpoint < 1) {
+    return Status::InvalidArgument("connections_per_endpoint must be positive");
+  }
   if (options.client_id == 0) options.client_id = random_client_id();
   TransportOptions t;
   t.client_id = options.client_id;
@@ -110,19 +113,31 @@ Status RemoteHostTier::check_servers() {
   return Status::OK();
 }
 
-std::vector<std::vector<uint32_t>> RemoteHostTier::split_by_endpoint(const uint64_t* keys,
-                                                                     std::size_t n) const {
+std::vector<std::vector<uint32_t>> RemoteHostTier::split_keys(const uint64_t* keys,
+                                                              std::size_t n) const {
   const auto shards = static_cast<uint32_t>(endpoint_count());
-  std::vector<std::vector<uint32_t>> out(shards);
-  if (shards == 1) {
+  const auto lanes = static_cast<uint32_t>(options_.connections_per_endpoint);
+  std::vector<std::vector<uint32_t>> out(static_cast<std::size_t>(shards) * lanes);
+  if (out.size() == 1) {
     out[0].resize(n);
     for (std::size_t i = 0; i < n; ++i) out[0][i] = static_cast<uint32_t>(i);
     return out;
   }
-  for (auto& v : out) v.reserve(n / shards + 16);
-  for (std::size_t i = 0; i < n; ++i)
-    out[host_shard(keys[i], shards)].push_back(static_cast<uint32_t>(i));
+  for (auto& v : out) v.reserve(n / out.size() + 16);
+  for (std::size_t i = 0; i < n; ++i) {
+    // The lane uses another mixer than host_shard, so lanes split each endpoint's keys evenly.
+    const uint32_t lane = lanes == 1 ? 0 : static_cast<uint32_t>(fmix64(keys[i]) % lanes);
+    out[host_shard(keys[i], shards) * lanes + lane].push_back(static_cast<uint32_t>(i));
+  }
   return out;
+}
+
+OutgoingRequest RemoteHostTier::make_group_request(Op op, std::size_t group,
+                                                   const std::vector<uint8_t>& payload) {
+  const auto lanes = static_cast<std::size_t>(options_.connections_per_endpoint);
+  OutgoingRequest req = transport_.make_request(op, static_cast<uint32_t>(group / lanes), payload);
+  req.lane = static_cast<uint32_t>(group % lanes);
+  return req;
 }
 
 Status RemoteHostTier::run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
@@ -139,15 +154,15 @@ Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::siz
   if (created) *created = 0;
   if (n == 0) return Status::OK();
   const auto stride = static_cast<uint32_t>(layout_.stride());
-  const auto by_endpoint = split_by_endpoint(keys, n);
+  const auto groups = split_keys(keys, n);
   std::vector<OutgoingRequest> requests;
   std::vector<const uint32_t*> chunk_index;  // original positions of each request's keys
   std::vector<uint32_t> chunk_size;
   std::vector<uint64_t> chunk_keys;
   std::vector<int32_t> chunk_slots;
   std::vector<uint8_t> payload;
-  for (uint32_t e = 0; e < by_endpoint.size(); ++e) {
-    const auto& idx = by_endpoint[e];
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& idx = groups[g];
     for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
       const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
       chunk_keys.resize(m);
@@ -158,14 +173,15 @@ Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::siz
       }
       payload.clear();
       encode_pull_request(chunk_keys.data(), slots ? chunk_slots.data() : nullptr, m, &payload);
-      requests.push_back(transport_.make_request(Op::kPull, e, payload));
+      requests.push_back(make_group_request(Op::kPull, g, payload));
       chunk_index.push_back(idx.data() + begin);
       chunk_size.push_back(static_cast<uint32_t>(m));
     }
   }
   uint64_t total_created = 0;
   Status st = transport_.run(
-      Op::kPull, requests, [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
+      Op::kPull, requests,
+      [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
         auto reply = decode_pull_reply(data, bytes, chunk_size[r], stride);
         if (!reply.ok()) return reply.status();
         const std::size_t row_bytes = sizeof(float) * stride;
@@ -175,7 +191,8 @@ Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::siz
         }
         total_created += reply->created;
         return Status::OK();
-      });
+      },
+      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
   if (created) *created = static_cast<std::size_t>(total_created);
   return st;
 }
@@ -183,13 +200,13 @@ Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::siz
 Status RemoteHostTier::push(const uint64_t* keys, std::size_t n, const float* rows) {
   if (n == 0) return Status::OK();
   const auto stride = static_cast<uint32_t>(layout_.stride());
-  const auto by_endpoint = split_by_endpoint(keys, n);
+  const auto groups = split_keys(keys, n);
   std::vector<OutgoingRequest> requests;
   std::vector<uint64_t> chunk_keys;
   std::vector<float> chunk_rows;
   std::vector<uint8_t> payload;
-  for (uint32_t e = 0; e < by_endpoint.size(); ++e) {
-    const auto& idx = by_endpoint[e];
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& idx = groups[g];
     for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
       const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
       chunk_keys.resize(m);
@@ -201,32 +218,34 @@ Status RemoteHostTier::push(const uint64_t* keys, std::size_t n, const float* ro
       }
       payload.clear();
       encode_push_request(chunk_keys.data(), m, chunk_rows.data(), stride, &payload);
-      requests.push_back(transport_.make_request(Op::kPush, e, payload));
+      requests.push_back(make_group_request(Op::kPush, g, payload));
     }
   }
-  return transport_.run(Op::kPush, requests,
-                        [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  return transport_.run(
+      Op::kPush, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
 }
 
 Status RemoteHostTier::erase(const uint64_t* keys, std::size_t n) {
   if (n == 0) return Status::OK();
-  const auto by_endpoint = split_by_endpoint(keys, n);
+  const auto groups = split_keys(keys, n);
   std::vector<OutgoingRequest> requests;
   std::vector<uint64_t> chunk_keys;
   std::vector<uint8_t> payload;
-  for (uint32_t e = 0; e < by_endpoint.size(); ++e) {
-    const auto& idx = by_endpoint[e];
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& idx = groups[g];
     for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
       const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
       chunk_keys.resize(m);
       for (std::size_t j = 0; j < m; ++j) chunk_keys[j] = keys[idx[begin + j]];
       payload.clear();
       encode_erase_request(chunk_keys.data(), m, &payload);
-      requests.push_back(transport_.make_request(Op::kErase, e, payload));
+      requests.push_back(make_group_request(Op::kErase, g, payload));
     }
   }
-  return transport_.run(Op::kErase, requests,
-                        [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  return transport_.run(
+      Op::kErase, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
 }
 
 StatusOr<HostTierStats> RemoteHostTier::stats() {

@@ -23,7 +23,11 @@ struct RemoteHostTierOptions {
   std::string auth_token;
   std::size_t chunk_rows = 4096;  // keys per request frame (lowered to fit the frame limit)
   int max_in_flight = 4;          // pipelined chunks per connection
-  double deadline_s = 30.0;       // per call, retries included
+  // Connections per endpoint that one pull/push/erase call spreads its chunks over (so several
+  // server threads work on it). Keys are dealt to them by a hash, so every key's requests stay
+  // on one connection, in order.
+  int connections_per_endpoint = 2;
+  double deadline_s = 30.0;  // per call, retries included
   double connect_timeout_s = 2.0;
   double initial_backoff_s = 0.01;
   double max_backoff_s = 1.0;
@@ -71,8 +75,9 @@ class RemoteHostTier final : public HostTier {
   Status check_servers();
   // Keys per chunk so that every frame of a chunk stays under `max_payload_bytes`.
   std::size_t rows_per_frame(uint32_t max_payload_bytes) const;
-  // Indices of keys[0..n) per endpoint, in order.
-  std::vector<std::vector<uint32_t>> split_by_endpoint(const uint64_t* keys, std::size_t n) const;
+  // Indices of keys[0..n) per (endpoint, lane) group, group = endpoint * lanes + lane, in order.
+  std::vector<std::vector<uint32_t>> split_keys(const uint64_t* keys, std::size_t n) const;
+  OutgoingRequest make_group_request(Op op, std::size_t group, const std::vector<uint8_t>& payload);
   // One request with an empty payload-less op per endpoint (STATS, SHRINK, ...).
   Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
                                const ReplyHandler& on_reply, bool retry = true);

@@ -377,7 +377,7 @@ Status Transport::drive(Op op, std::vector<Attempt>& attempts,
 }
 
 Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
-                      bool retry, double deadline_s) {
+                      bool retry, double deadline_s, int connections) {
   if (requests.empty()) return Status::OK();
   const auto start = Clock::now();
   const double budget = deadline_s >= 0 ? deadline_s : options_.deadline_s;
@@ -422,26 +422,33 @@ Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const Reply
     for (uint32_t e = 0; e < n_endpoints; ++e) {
       if (pending[e].empty() || now < next_try[e]) continue;
       ++tries[e];
-      bool reused = false;
-      // Without retries, a pooled connection the server closed meanwhile would fail the call.
-      auto conn = acquire(e, deadline, /*allow_pooled=*/retry, &reused);
-      if (!conn.ok()) {
-        last_error[e] = conn.status();
-        const auto code = conn.status().code();
-        if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument) {
-          return conn.status().with_context(std::string(op_name(op)) + " at " +
-                                            endpoints_[e].to_string());
+      // One connection per lane in use (lanes folded onto `connections`), each in request order.
+      const auto lanes = static_cast<std::size_t>(std::max(1, connections));
+      std::vector<std::vector<std::size_t>> queues(lanes);
+      for (std::size_t i : pending[e]) queues[requests[i].lane % lanes].push_back(i);
+      for (auto& queue : queues) {
+        if (queue.empty()) continue;
+        bool reused = false;
+        // Without retries, a pooled connection the server closed meanwhile would fail the call.
+        auto conn = acquire(e, deadline, /*allow_pooled=*/retry, &reused);
+        if (!conn.ok()) {
+          last_error[e] = conn.status();
+          const auto code = conn.status().code();
+          if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument) {
+            return conn.status().with_context(std::string(op_name(op)) + " at " +
+                                              endpoints_[e].to_string());
+          }
+          if (!retry) return gave_up(e);
+          schedule_retry(e);
+          break;  // the lanes not started wait for the retry
         }
-        if (!retry) return gave_up(e);
-        schedule_retry(e);
-        continue;
+        Attempt a;
+        a.endpoint = e;
+        a.conn = std::move(*conn);
+        a.reused = reused;
+        a.queue = std::move(queue);
+        attempts.push_back(std::move(a));
       }
-      Attempt a;
-      a.endpoint = e;
-      a.conn = std::move(*conn);
-      a.reused = reused;
-      a.queue = std::move(pending[e]);
-      attempts.push_back(std::move(a));
     }
 
     if (!attempts.empty()) {

@@ -71,6 +71,9 @@ struct TransportOptions {
 // same across retries, so the server can de-duplicate mutations.
 struct OutgoingRequest {
   uint32_t endpoint = 0;
+  // Requests of one lane travel on one connection, in order; different lanes may use different
+  // connections and be applied in any order relative to each other.
+  uint32_t lane = 0;
   uint64_t request_id = 0;
   std::vector<uint8_t> frame;
 };
@@ -97,8 +100,10 @@ class Transport {
   // and how often it tried, and the last error. A reply with an error status ends the call with
   // it, except "still being applied" (a retried mutation racing its original), which is retried.
   // retry=false: a lost connection ends the call at once (BARRIER, SHUTDOWN).
+  // connections > 1 spreads an endpoint's requests over up to that many connections (by lane),
+  // so that several server threads work on one call.
   Status run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
-             bool retry = true, double deadline_s = -1.0);
+             bool retry = true, double deadline_s = -1.0, int connections = 1);
 
   // Builds a request frame for `op` with a fresh request id.
   OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);

@@ -168,7 +168,7 @@ std::string figure_json(const Figure& f) {
 
 int run_server_bench(const BenchArgs& args) {
   args.expect_only({"endpoints", "clients", "seconds", "batch", "keys", "mf_dim", "threads",
-                    "chunk", "in_flight", "auth_token", "json"});
+                    "chunk", "in_flight", "connections", "auth_token", "json"});
   const int clients = static_cast<int>(args.get_int("clients", 2));
   const double seconds = args.get_double("seconds", 2.0);
   const auto batch = static_cast<std::size_t>(args.get_int("batch", 4096));
@@ -207,6 +207,7 @@ int run_server_bench(const BenchArgs& args) {
     o.config = optimizer;
     o.chunk_rows = static_cast<std::size_t>(args.get_int("chunk", 4096));
     o.max_in_flight = static_cast<int>(args.get_int("in_flight", 4));
+    o.connections_per_endpoint = static_cast<int>(args.get_int("connections", 2));
     o.auth_token = args.get("auth_token", "");
     auto remote = table::server::RemoteHostTier::connect(o);
     throw_if_error(remote.status());
