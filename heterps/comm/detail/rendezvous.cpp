@@ -1,5 +1,6 @@
 #include "heterps/comm/detail/rendezvous.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
