@@ -24,7 +24,9 @@ namespace gpubox::sparse {
 
 // Device view for functors (optimizer, pull): rows by index, find by key, dirty marks.
 // Trivially copyable. Invalidated by any store call that may grow it (insert_rows,
-// lookup_or_create with create_missing, clear): take a fresh ref after those.
+// lookup_or_create with create_missing, reserve, clear): take a fresh ref after those.
+// Thread-safety inside a kernel: any number of threads may find and read; a row may be written
+// by one thread at a time (HeterComm merges a key's updates before applying them).
 class CardStoreRef {
  public:
   CardStoreRef() = default;
