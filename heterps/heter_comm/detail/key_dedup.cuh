@@ -61,6 +61,12 @@ struct RecordSegments {
   }
 };
 
+struct StoreOffset {
+  position_t* at;
+  position_t value;
+  GPUBOX_HD void operator()(std::size_t) const { *at = value; }
+};
+
 class KeyDedup {
  public:
   // `scratch` (Thrust's temporaries) must outlive the KeyDedup.
@@ -75,7 +81,7 @@ class KeyDedup {
         host_count_(1) {}
 
   // Deduplicates keys[0, n) (card memory). Returns the number of unique keys. Synchronizes
-  // `stream` (the unique count is needed on the host).
+  // `stream` once (the unique count is needed on the host).
   std::size_t run(const uint64_t* keys, std::size_t n, const device::Stream& stream) {
     GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "batch of ", n, " keys exceeds 2^32 positions");
     resize_all(n);
@@ -101,9 +107,10 @@ class KeyDedup {
         stream, n,
         RecordSegments{sorted_keys_.data(), sorted_pos_.data(), seg_id_.data(), unique_keys_.data(),
                        unique_start_.data(), occurrence_unique_.data()});
-    const position_t end = static_cast<position_t>(n);
-    device::copy_async(unique_start_.data() + unique_count_, &end, 1, stream);
-    stream.synchronize();  // `end` is a host local
+    // The closing offset, written on the card (a host-to-card copy from a local would need a
+    // synchronization before the local goes away).
+    device::parallel_for(
+        stream, 1, StoreOffset{unique_start_.data() + unique_count_, static_cast<position_t>(n)});
     return unique_count_;
   }
 
