@@ -1,12 +1,12 @@
 // CardHashTable: one card's map from uint64 keys to row indices of its RowPool.
 //
 // Open addressing with linear probing over a power-of-two array of 16-byte slots; the probe
-// start is mix64(key) (independent of owner_card's fmix64). Probing is bounded by kMaxProbe;
-// an insert that would go further makes the table grow and retry. Before each insert batch the
-// table grows so that (live + erased + batch) / capacity <= max_load_factor, so kernels never
-// run out of slots. Every uint64 key is storable: kEmptyKey and kErasedKey, which mark slot
-// states, are kept in two side slots. The probing code (detail/probe.cuh) is written once for
-// host and card and driven by parallel_for.
+// start is mix64(key) (independent of owner_card's fmix64) rounded down to a cache line. Probing is
+// bounded by kMaxProbe; an insert that would go further makes the table grow and retry. Before each
+// insert batch the table grows so that (live + erased + batch) / capacity <= max_load_factor, so
+// kernels never run out of slots. Every uint64 key is storable: kEmptyKey and kErasedKey, which
+// mark slot states, are kept in two side slots. The probing code (detail/probe.cuh) is written once
+// for host and card and driven by parallel_for.
 //
 // Bulk API over card ranges (keys/out pointers in this card's memory), stream last. Calls that
 // return a count synchronize `stream`; the others are only stream-ordered. `stream` must be the

@@ -3,8 +3,8 @@
 //
 // Slots are 16 bytes {key, row}: a lookup touches one cache line (four slots) in the common
 // case. A slot's key moves kEmptyKey -> key (CAS, the claim) and key -> kErasedKey (CAS, the
-// erase); tombstones are never reused within a batch, so two inserters of the same key always
-// meet at the same slot. The row is written by the claiming thread right after the claim;
+// erase); tombstones are never reused (a rehash purges them), so two inserters of the same key
+// always meet at the same slot. The row is written by the claiming thread right after the claim;
 // another thread that meets the key before that waits for it (the wait spans a few
 // instructions of the claimer; sm_70+ schedules threads independently, so it cannot deadlock).
 // The two reserved keys live in side slots (side_rows[0] for kErasedKey, [1] for kEmptyKey).
