@@ -43,7 +43,7 @@ std::vector<int> parse_list(const std::string& text) {
 }
 
 int run_dataset(const BenchArgs& args) {
-  args.expect_only({"dir", "threads", "slots", "dense", "repeat"});
+  args.expect_only({"dir", "threads", "slots", "dense", "repeat", "batch"});
   const std::string dir = args.get("dir", "");
   GPUBOX_EXPECTS(!dir.empty(), "--dir DIR (slot-format files, e.g. from gpubox_data gen)");
   const std::vector<int> thread_counts = parse_list(args.get("threads", "1,2"));
@@ -85,6 +85,26 @@ int run_dataset(const BenchArgs& args) {
       bytes = ds.load_stats().bytes;
       instances = ds.size();
       GPUBOX_EXPECTS(ds.load_stats().skipped_lines() == 0, "unexpected malformed lines");
+      if (r == 0 && threads == thread_counts.front()) {
+        // Batch building as one card's thread does it, after a shuffle.
+        ds.set_batch_size(static_cast<int>(args.get_int("batch", 512)));
+        ds.local_shuffle(1);
+        dataset::Batch batch;
+        std::size_t keys = 0;
+        timer.reset();
+        const double batch_cpu = cpu_seconds();
+        const std::size_t batches = ds.num_batches_per_card(1);
+        for (std::size_t b = 0; b < batches; ++b) {
+          ds.fill_batch(0, 1, b, &batch);
+          keys += batch.keys.size();
+        }
+        const double s = timer.seconds();
+        const double c = cpu_seconds() - batch_cpu;
+        std::printf(
+            "fill_batch (batch %lld, shuffled): %zu batches in %.3f s (CPU %.3f s), "
+            "%.0f instances/s, %.0f keys/s; %.0f instances per CPU-second\n",
+            args.get_int("batch", 512), batches, s, c, ds.size() / s, keys / s, ds.size() / c);
+      }
       timer.reset();
       cpu = cpu_seconds();
       unique = ds.unique_keys().size();
@@ -108,5 +128,6 @@ int run_dataset(const BenchArgs& args) {
 }  // namespace
 }  // namespace gpubox::bench
 
-GPUBOX_BENCH_COMMAND("dataset", "--dir DIR [--threads 1,2] [--slots 26] [--dense 13] [--repeat 1]",
-                     gpubox::bench::run_dataset);
+GPUBOX_BENCH_COMMAND(
+    "dataset", "--dir DIR [--threads 1,2] [--slots 26] [--dense 13] [--repeat 1] [--batch 512]",
+    gpubox::bench::run_dataset);
