@@ -13,6 +13,7 @@
 // Figures are medians of --repeats timed windows of --seconds each, after a warm-up.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -139,6 +140,9 @@ int run_dense(const BenchArgs& args) {
   const double flops_per_example = state[0].model->flops_per_example();
   const double limit = gflops_median * 1e9 / flops_per_example;
   const int threads_per_card = cards.card(0).threads();
+  // Spinning OpenMP workers decide multi-thread figures on a busy machine: say which was used.
+  const char* wait_env = std::getenv("OMP_WAIT_POLICY");
+  const std::string wait_policy = wait_env != nullptr ? wait_env : "default";
 #if defined(GPUBOX_BACKEND_CUDA)
   const char* backend = "cuda";
 #else
@@ -147,22 +151,25 @@ int run_dense(const BenchArgs& args) {
   if (json) {
     std::printf(
         "{\"bench\": \"dense\", \"backend\": \"%s\", \"batch\": %lld, \"cards\": %d, "
-        "\"threads_per_card\": %d, \"hardware_threads\": %d, \"gemm_n\": %lld, "
+        "\"threads_per_card\": %d, \"hardware_threads\": %d, \"omp_wait_policy\": \"%s\", "
+        "\"gemm_n\": %lld, "
         "\"sgemm_gflops\": %.2f, \"sgemm_gflops_min\": %.2f, \"sgemm_gflops_max\": %.2f, "
         "\"model\": \"%d slots x %d + %d dense -> 512-256-128-32-1\", "
         "\"flops_per_example\": %.0f, \"flop_limit_examples_per_sec\": %.1f, "
         "\"examples_per_sec\": %.1f, \"examples_per_sec_min\": %.1f, "
         "\"examples_per_sec_max\": %.1f, \"fraction_of_limit\": %.4f}\n",
         backend, static_cast<long long>(batch), num_cards, threads_per_card,
-        device::hardware_threads(), static_cast<long long>(gemm_n), gflops_median,
-        *std::min_element(gflops.begin(), gflops.end()),
+        device::hardware_threads(), wait_policy.c_str(), static_cast<long long>(gemm_n),
+        gflops_median, *std::min_element(gflops.begin(), gflops.end()),
         *std::max_element(gflops.begin(), gflops.end()), config.slots, 1 + config.mf_dim,
         config.dense_dim, flops_per_example, limit, examples_median,
         *std::min_element(examples.begin(), examples.end()),
         *std::max_element(examples.begin(), examples.end()), examples_median / limit);
   } else {
-    std::printf("dense bench (%s backend, %d card(s) x %d thread(s), %d hardware threads)\n",
-                backend, num_cards, threads_per_card, device::hardware_threads());
+    std::printf(
+        "dense bench (%s backend, %d card(s) x %d thread(s), %d hardware threads, "
+        "OMP_WAIT_POLICY %s)\n",
+        backend, num_cards, threads_per_card, device::hardware_threads(), wait_policy.c_str());
     std::printf("  sgemm %lldx%lldx%lld: %.2f GFLOP/s (all cards; min %.2f, max %.2f)\n",
                 static_cast<long long>(gemm_n), static_cast<long long>(gemm_n),
                 static_cast<long long>(gemm_n), gflops_median,

@@ -1,12 +1,14 @@
 // OpenBLAS implementation of trainer/nn/blas.hpp (cpu backend).
 //
-// Threads, decided by measurement (gpubox_bench dense, 2-core machine, batch 512): OpenBLAS's own
-// thread pool (openblas_set_num_threads(card threads)) next to the OpenMP pool that parallel_for
-// and Thrust use made the two pools spin against each other: 1 card x 2 threads ran the model at
-// 870 examples/s against 12100 with 1 thread. So OpenBLAS runs single-threaded (the setting is
-// process-wide; every card wants the same), and a card with several threads splits a GEMM's rows
-// over its own OpenMP threads, the same pool as the rest of its work. With one thread per card
-// (several simulated cards) each GEMM runs whole in the card's thread.
+// Threads, decided by measurement (gpubox_bench dense, batch 512, on a shared 2-core machine):
+// OpenBLAS's own thread pool (openblas_set_num_threads(card threads)) next to the OpenMP pool
+// that parallel_for and Thrust use made the two pools spin against each other: 1 card x 2
+// threads ran the model at 870 examples/s against 12100 with 1 thread. So OpenBLAS runs
+// single-threaded (the setting is process-wide; every card wants the same), and a card with
+// several threads splits a GEMM's rows over its own OpenMP threads, the pool the rest of its
+// work uses. With one thread per card (several simulated cards) each GEMM runs whole in the
+// card's thread. On a machine shared with other work, run with OMP_WAIT_POLICY=passive: spinning
+// OpenMP workers lost a 2-thread card 3-10x there (13000 examples/s passive, 1000-4800 default).
 #include <cblas.h>
 #include <omp.h>
 
