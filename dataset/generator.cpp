@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -140,19 +141,19 @@ std::uint64_t ZipfSampler::operator()(std::uint64_t bits) const {
 
 double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8_t>& labels) {
   GPUBOX_EXPECTS(scores.size() == labels.size(), "scores and labels differ in size");
-  std::vector<std::size_t> idx(scores.size());
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
-  std::sort(idx.begin(), idx.end(),
-            [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+  // Sorting (score, label) pairs directly: an index sort chases pointers on every compare.
+  std::vector<std::pair<double, std::uint8_t>> ranked(scores.size());
+  for (std::size_t i = 0; i < scores.size(); ++i) ranked[i] = {scores[i], labels[i] ? 1 : 0};
+  std::sort(ranked.begin(), ranked.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   // Mann-Whitney: sum of positive ranks, ties given their average rank.
   double positive_rank_sum = 0.0;
   std::uint64_t positives = 0;
   std::size_t i = 0;
-  while (i < idx.size()) {
+  while (i < ranked.size()) {
     std::size_t j = i;
     std::uint64_t group_pos = 0;
-    while (j < idx.size() && scores[idx[j]] == scores[idx[i]])
-      group_pos += labels[idx[j++]] ? 1 : 0;
+    while (j < ranked.size() && ranked[j].first == ranked[i].first) group_pos += ranked[j++].second;
     const double average_rank = 0.5 * static_cast<double>(i + 1 + j);  // ranks i+1 .. j
     positive_rank_sum += average_rank * static_cast<double>(group_pos);
     positives += group_pos;
