@@ -68,7 +68,7 @@ TEST_F(ConfigTest, UnknownKeyNamesTheClosestValidKey) {
   std::string e = error_of("runner:\n  train_batch_szie: 5\n");
   EXPECT_TRUE(contains(e, "unknown key 'runner.train_batch_szie'")) << e;
   EXPECT_TRUE(contains(e, "did you mean 'runner.train_batch_size'")) << e;
-  EXPECT_TRUE(contains(e, "bad.yaml")) << e;
+  EXPECT_TRUE(contains(e, "bad.yaml:2: ")) << e;  // file and line of the bad key
   e = error_of("hyper_parameters:\n  optimiser:\n    learning_rate: 0.1\n");
   EXPECT_TRUE(contains(e, "'hyper_parameters.optimiser'")) << e;
   EXPECT_TRUE(contains(e, "did you mean 'hyper_parameters.optimizer'")) << e;
@@ -80,8 +80,8 @@ TEST_F(ConfigTest, UnknownKeyNamesTheClosestValidKey) {
 }
 
 TEST_F(ConfigTest, WrongTypesAndValuesNameTheKey) {
-  std::string e = error_of("runner:\n  epochs: abc\n");
-  EXPECT_TRUE(contains(e, "runner.epochs: expected an integer, got 'abc'")) << e;
+  std::string e = error_of("runner:\n  thread_num: 2\n  epochs: abc\n");
+  EXPECT_TRUE(contains(e, "bad.yaml:3: runner.epochs: expected an integer, got 'abc'")) << e;
   e = error_of("runner:\n  epochs: 1.5\n");
   EXPECT_TRUE(contains(e, "runner.epochs: expected an integer")) << e;
   e = error_of("hyper_parameters:\n  fc_sizes: 512\n");

@@ -20,13 +20,19 @@ namespace fs = std::filesystem;
 // Thrown inside the loader, turned into a Status at its boundary.
 class ConfigError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& message, int line = 0)
+      : std::runtime_error(message), line_(line) {}
+  // 1-based line in the config file, 0 when unknown (-o overrides, cross-key checks).
+  int line() const { return line_; }
+
+ private:
+  int line_;
 };
 
-// Where a value came from: paths resolve against `base_dir`; `origin` prefixes errors.
+// Where a value came from: relative paths in it resolve against `base_dir` (the config file's
+// folder, or the working directory for -o).
 struct ValueSource {
   std::string base_dir;
-  std::string origin;  // "config.yaml" or "-o runner.epochs=x"
 };
 
 std::string lower(std::string s) {
@@ -201,7 +207,6 @@ KeySpec enum_key(std::string key, Get get, std::vector<std::pair<std::string, En
 const std::vector<KeySpec>& key_table() {
   static const std::vector<KeySpec> table = [] {
     using table::SparseOptimizerKind;
-    constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
     std::vector<KeySpec> t;
     // PaddleRec's top-level workspace (unused: GPUBox has no Python model folder).
     t.push_back({"workspace",
@@ -324,7 +329,6 @@ const std::vector<KeySpec>& key_table() {
     t.push_back(float_key(so + "delete_after_unseen_days",
                           GPUBOX_FIELD(hyper.sparse_optimizer.delete_after_unseen_days), 0));
     t.push_back(u64_key(so + "seed", GPUBOX_FIELD(hyper.sparse_optimizer.seed)));
-    (void)kMaxInt;
     std::sort(t.begin(), t.end(), [](const KeySpec& a, const KeySpec& b) { return a.key < b.key; });
     return t;
   }();
@@ -383,14 +387,19 @@ void apply_map(TrainerConfig& config, const YAML::Node& map, const std::string& 
     const std::string name = item.first.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     const YAML::Node& value = item.second;
-    if (const KeySpec* spec = find_key(key)) {
-      spec->set(config, value, source);
-    } else if (is_section(key)) {
-      if (value.IsNull()) continue;  // an empty section
-      if (!value.IsMap()) wrong_type(key, "a map of keys", value);
-      apply_map(config, value, key, source);
-    } else {
-      unknown_key(key);
+    try {
+      if (const KeySpec* spec = find_key(key)) {
+        spec->set(config, value, source);
+      } else if (is_section(key)) {
+        if (value.IsNull()) continue;  // an empty section
+        if (!value.IsMap()) wrong_type(key, "a map of keys", value);
+        apply_map(config, value, key, source);
+      } else {
+        unknown_key(key);
+      }
+    } catch (const ConfigError& e) {
+      if (e.line() != 0) throw;
+      throw ConfigError(e.what(), item.first.Mark().line + 1);  // yaml-cpp lines are 0-based
     }
   }
 }
@@ -404,7 +413,7 @@ void apply_override(TrainerConfig& config, const std::string& text) {
   const std::string value = text.substr(eq + 1);
   const KeySpec* spec = find_key(key);
   if (spec == nullptr) unknown_key(key);
-  const ValueSource source{fs::current_path().string(), "-o " + text};
+  const ValueSource source{fs::current_path().string()};
   YAML::Node node;
   if (spec->is_string) {
     node = YAML::Node(value);
@@ -466,10 +475,12 @@ StatusOr<TrainerConfig> parse_impl(const std::function<YAML::Node()>& load,
       if (!root.IsMap()) {
         return Status::InvalidArgument(source_name + ": expected a map of keys at the top level");
       }
-      apply_map(config, root, "", ValueSource{base_dir, source_name});
+      apply_map(config, root, "", ValueSource{base_dir});
     }
   } catch (const ConfigError& e) {
-    return Status::InvalidArgument(source_name + ": " + e.what());
+    const std::string where =
+        e.line() > 0 ? source_name + ":" + std::to_string(e.line()) : source_name;
+    return Status::InvalidArgument(where + ": " + e.what());
   }
   try {
     for (const std::string& o : overrides) apply_override(config, o);
