@@ -64,6 +64,34 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
 }
 
+TEST_F(ConfigTest, ShippedConfigsCommentEveryKeyAndShowEveryValidKey) {
+  for (const char* name :
+       {"config_gpubox.yaml", "config_wide_deep.yaml", "config_synthetic.yaml"}) {
+    const fs::path path = fs::path(GPUBOX_SOURCE_DIR) / "configs" / name;
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    std::string text, line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      text += line + "\n";
+      const auto first = line.find_first_not_of(' ');
+      if (first == std::string::npos || line[first] == '#') continue;
+      const auto colon = line.find(':');
+      ASSERT_NE(colon, std::string::npos) << name << ":" << number;
+      const bool top_section =
+          first == 0 && line.find_first_not_of(' ', colon + 1) == std::string::npos;
+      if (!top_section) {
+        EXPECT_NE(line.find('#'), std::string::npos) << name << ":" << number << " has no comment";
+      }
+    }
+    for (const std::string& key : trainer_config_keys()) {
+      const std::string leaf = key.substr(key.rfind('.') + 1);
+      EXPECT_NE(text.find(leaf + ":"), std::string::npos) << name << " does not show " << key;
+    }
+  }
+}
+
 TEST_F(ConfigTest, UnknownKeyNamesTheClosestValidKey) {
   std::string e = error_of("runner:\n  train_batch_szie: 5\n");
   EXPECT_TRUE(contains(e, "unknown key 'runner.train_batch_szie'")) << e;
