@@ -192,14 +192,16 @@ constexpr std::uint64_t kCalibrationLines = 20000;
 
 PlantedModel planted_model(const GeneratorOptions& o) {
   PlantedModel model(o);
-  if (o.ctr <= 0.0 || o.lines == 0) return model;
+  if (o.ctr <= 0.0) return model;
   GPUBOX_EXPECTS(o.ctr < 1.0, "ctr must be in (0, 1), got ", o.ctr);
   const ZipfSampler zipf(o.vocab, o.zipf);
   model.set_bias(0.0);
   std::vector<double> logits;
   std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
   std::vector<float> dense(static_cast<std::size_t>(o.dense));
-  for (std::uint64_t i = 0; i < std::min(o.lines, kCalibrationLines); ++i) {
+  // Always the same calibration lines, whatever --lines and --first_line: a held-out set drawn
+  // with --first_line comes from exactly the same planted model as the training set.
+  for (std::uint64_t i = 0; i < kCalibrationLines; ++i) {
     LineRng rng(o.seed, i);
     draw_features(o, model, zipf, rng, keys.data(), dense.data());
     logits.push_back(model.logit(keys.data(), dense.data()));
@@ -270,7 +272,7 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
     std::string text;
     text.reserve(std::size_t{5} << 20);
     for (std::uint64_t i = first; i < last; ++i) {
-      LineRng rng(o.seed, i);
+      LineRng rng(o.seed, o.first_line + i);
       draw_features(o, model, zipf, rng, keys.data(), dense.data());
       const double z = model.logit(keys.data(), dense.data());
       const bool positive = unit_float(rng.next()) < sigmoid(z);

@@ -34,6 +34,9 @@ struct GeneratorOptions {
   // Target positive rate: the bias is set so that the mean predicted probability over the first
   // 20000 lines equals it (deterministic for a seed). <= 0: use `bias` as given.
   double ctr = 0.25;
+  // Lines are drawn as lines first_line .. first_line + lines - 1 of the seed's stream: the same
+  // seed with a first_line past the training lines gives held-out data of the same model.
+  std::uint64_t first_line = 0;
   double bias = -2.0;
   double sigma_w = 0.25;
   double sigma_v = 0.0;  // 0: chosen so the pairwise term has variance about 1

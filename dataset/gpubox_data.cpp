@@ -22,7 +22,9 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   gpubox_data gen --out DIR --lines N --files K --seed S
                   [--slots 26] [--dense 13] [--vocab 100000] [--zipf 1.1] [--factor-dim 4]
-                  [--ctr 0.25] [--threads T]
+                  [--ctr 0.25] [--threads T] [--first_line L]
+      (held-out data of the same planted model: the same --seed with --first_line past the
+       training set's --lines)
       slot-format files DIR/part-NNNNN from a planted model, and DIR/oracle.json with the
       planted model's AUC, logloss and positive rate on them.
   gpubox_data stat --config C [-o key=value ...] [--json]
@@ -105,7 +107,7 @@ int fail(const Status& status, int code = 1) {
 
 int run_gen(const Args& args) {
   if (Status st = args.expect_only({"out", "lines", "files", "seed", "slots", "dense", "vocab",
-                                    "zipf", "factor-dim", "threads", "ctr"});
+                                    "zipf", "factor-dim", "threads", "ctr", "first_line"});
       !st.ok()) {
     return fail(st, 2);
   }
@@ -116,7 +118,8 @@ int run_gen(const Args& args) {
                     args.get_number("seed", &o.seed), args.get_number("slots", &o.slots),
                     args.get_number("dense", &o.dense), args.get_number("vocab", &o.vocab),
                     args.get_number("zipf", &o.zipf), args.get_number("factor-dim", &o.factor_dim),
-                    args.get_number("threads", &o.threads), args.get_number("ctr", &o.ctr)}) {
+                    args.get_number("threads", &o.threads), args.get_number("ctr", &o.ctr),
+                    args.get_number("first_line", &o.first_line)}) {
     if (!st.ok()) return fail(st, 2);
   }
   if (o.out_dir.empty()) return fail(Status::InvalidArgument("gen: --out DIR is required"), 2);

@@ -136,6 +136,28 @@ TEST(Generator, OracleMatchesThePlantedModelRecomputedFromTheFiles) {
   EXPECT_NEAR(json_value(json, "bias"), model.bias(), 1e-6 * (1 + std::abs(model.bias())));
 }
 
+// Held-out data: the same seed with --first_line past the training lines is the continuation of
+// the same stream from the same planted model (the bias calibration does not depend on --lines).
+TEST(Generator, FirstLineContinuesTheSameModelsStream) {
+  ScratchDir whole_dir, train_dir, test_dir;
+  GeneratorOptions whole = small_options(whole_dir.path(), 1);
+  whole.files = 1;
+  whole.lines = 1500;
+  GeneratorOptions train = whole;
+  train.out_dir = train_dir.path();
+  train.lines = 1000;
+  GeneratorOptions test = whole;
+  test.out_dir = test_dir.path();
+  test.lines = 500;
+  test.first_line = 1000;
+  OracleSummary summary;
+  ASSERT_TRUE(generate(whole, &summary).ok());
+  ASSERT_TRUE(generate(train, &summary).ok());
+  ASSERT_TRUE(generate(test, &summary).ok());
+  const std::string all = slurp(whole_dir.file("part-00000"));
+  EXPECT_EQ(slurp(train_dir.file("part-00000")) + slurp(test_dir.file("part-00000")), all);
+}
+
 TEST(Generator, BiasIsCalibratedOnlyWhenAskedTo) {
   GeneratorOptions o = small_options("unused", 1);
   o.ctr = 0;
