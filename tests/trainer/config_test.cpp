@@ -121,7 +121,8 @@ TEST_F(ConfigTest, WrongTypesAndValuesNameTheKey) {
   e = error_of("runner:\n  train_batch_size: 0\n");
   EXPECT_TRUE(contains(e, "runner.train_batch_size: 0 is out of range")) << e;
   e = error_of("hyper_parameters:\n  model: deepfm\n");
-  EXPECT_TRUE(contains(e, "hyper_parameters.model: 'deepfm' is not one of: dnn, wide_deep")) << e;
+  EXPECT_TRUE(contains(e, "hyper_parameters.model: 'deepfm' is not one of: dnn, wide_deep, wide"))
+      << e;
   e = error_of("runner: 5\n");
   EXPECT_TRUE(contains(e, "runner: expected a map of keys")) << e;
   e = error_of("runner:\n  sync_mode: async\n");

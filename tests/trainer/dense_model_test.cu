@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <regex>
 
@@ -92,7 +93,7 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
   cfg.fc_sizes = {6, 4};
   cfg.seed = 17;
   DenseModel model(card_, cfg);
-  std::mt19937_64 rng(cfg.use_cvm * 2 + (cfg.kind == ModelKind::kWideDeep));
+  std::mt19937_64 rng(cfg.use_cvm * 3 + static_cast<int>(cfg.kind));
   HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
   std::vector<float> w = model.parameters().values_to_host();
   // Biases away from zero keep every ReLU pre-activation away from its kink, where central
@@ -104,7 +105,7 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
     }
   }
   model.parameters().set_values(w);
-  if (cfg.kind == ModelKind::kWideDeep) {
+  if (cfg.kind != ModelKind::kDnn) {
     // Start the wide weights away from zero so their effect on the forward is exercised too.
     for (const ParamBlock& b : model.parameters().blocks()) {
       if (b.name == "wide.dense_w") {
@@ -130,36 +131,51 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
     return model.forward_backward(b.view(cfg.slots, h.batch), scales, scratch.data());
   };
   EXPECT_NEAR(summed_loss(), loss, 1e-6 * loss);
-  const float eps = 2e-3f;
+  // A ReLU kink within eps of a pre-activation makes central differences meaningless there; it
+  // shows as differences at eps and eps/4 that disagree. Such coordinates are skipped, and may
+  // be only a few: a wrong backward disagrees everywhere, not at a few kinks.
+  const float eps = 1e-3f;
+  std::size_t checked = 0, skipped = 0;
+  auto check = [&](std::vector<float>& values, std::size_t index, double analytic,
+                   const std::function<double()>& loss, const std::string& what) {
+    const double coarse = central_difference(values, index, eps, loss);
+    const double fine = central_difference(values, index, eps / 4, loss);
+    if (std::fabs(coarse - fine) > 1e-3 + 1e-2 * std::fabs(fine)) {
+      ++skipped;
+      return;
+    }
+    ++checked;
+    expect_gradient_near(analytic, fine, 2e-3, 2e-2, what);
+  };
   for (const ParamBlock& block : model.parameters().blocks()) {
     for (std::size_t k = 0; k < block.count; ++k) {
-      const double numeric = central_difference(w, block.offset + k, eps, summed_loss);
-      expect_gradient_near(grads[block.offset + k] * h.batch, numeric, 2e-3, 2e-2,
-                           block.name + "[" + std::to_string(k) + "]");
+      check(w, block.offset + k, grads[block.offset + k] * h.batch, summed_loss,
+            block.name + "[" + std::to_string(k) + "]");
     }
   }
   const int pull_dim = model.pool().pull_dim();
-  std::size_t checked = 0;
   for (std::size_t j = 0; j < occurrences; ++j) {
     for (int k = 2; k < pull_dim; ++k) {  // embed_w, embedx_w: show/click carry counters
-      const double numeric = central_difference(h.records, j * pull_dim + k, eps, [&] {
-        auto b = upload(h);
-        model.parameters().set_values(w);
-        return model.forward_backward(b.view(cfg.slots, h.batch), scales, scratch.data());
-      });
-      expect_gradient_near(push_host[j * pull_dim + k], numeric, 2e-3, 2e-2,
-                           "occurrence " + std::to_string(j) + " field " + std::to_string(k));
-      ++checked;
+      check(
+          h.records, j * pull_dim + k, push_host[j * pull_dim + k],
+          [&] {
+            auto b = upload(h);
+            model.parameters().set_values(w);
+            return model.forward_backward(b.view(cfg.slots, h.batch), scales, scratch.data());
+          },
+          "occurrence " + std::to_string(j) + " field " + std::to_string(k));
     }
   }
+  EXPECT_LE(skipped * 10, checked)
+      << skipped << " of " << checked + skipped << " coordinates sit on a ReLU kink";
   EXPECT_GT(checked, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ModelGradientTest,
-                         ::testing::Values(ModelCase{ModelKind::kDnn, false},
-                                           ModelCase{ModelKind::kDnn, true},
-                                           ModelCase{ModelKind::kWideDeep, false},
-                                           ModelCase{ModelKind::kWideDeep, true}));
+INSTANTIATE_TEST_SUITE_P(
+    Models, ModelGradientTest,
+    ::testing::Values(ModelCase{ModelKind::kDnn, false}, ModelCase{ModelKind::kDnn, true},
+                      ModelCase{ModelKind::kWideDeep, false}, ModelCase{ModelKind::kWideDeep, true},
+                      ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true}));
 
 TEST_F(DenseModelTest, LayerShapesFollowTheConfig) {
   DenseModelConfig cfg;  // config_gpubox: 26 slots x (1 + 8) + 13 -> 512-256-128-32-1

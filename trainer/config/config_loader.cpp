@@ -284,9 +284,10 @@ const std::vector<KeySpec>& key_table() {
     t.push_back(int_list_key("hyper_parameters.fc_sizes", GPUBOX_FIELD(hyper.fc_sizes), 1));
     t.push_back(int_key<int>("hyper_parameters.distributed_embedding",
                              GPUBOX_FIELD(hyper.distributed_embedding), 0, 1));
-    t.push_back(
-        enum_key<ModelKind>("hyper_parameters.model", GPUBOX_FIELD(hyper.model),
-                            {{"dnn", ModelKind::kDnn}, {"wide_deep", ModelKind::kWideDeep}}));
+    t.push_back(enum_key<ModelKind>("hyper_parameters.model", GPUBOX_FIELD(hyper.model),
+                                    {{"dnn", ModelKind::kDnn},
+                                     {"wide_deep", ModelKind::kWideDeep},
+                                     {"wide", ModelKind::kWide}}));
     t.push_back(bool_key("hyper_parameters.use_cvm", GPUBOX_FIELD(hyper.use_cvm)));
     t.push_back(string_list_key("hyper_parameters.slot_names", GPUBOX_FIELD(hyper.slot_names)));
     // hyper_parameters.sparse_optimizer.* -> table::SparseOptimizerConfig

@@ -7,7 +7,17 @@
 
 namespace gpubox::trainer {
 
-const char* to_string(ModelKind kind) { return kind == ModelKind::kDnn ? "dnn" : "wide_deep"; }
+const char* to_string(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kDnn:
+      return "dnn";
+    case ModelKind::kWideDeep:
+      return "wide_deep";
+    case ModelKind::kWide:
+      return "wide";
+  }
+  return "?";
+}
 const char* to_string(DenseOptimizerKind kind) {
   return kind == DenseOptimizerKind::kAdam ? "adam" : "sgd";
 }
@@ -20,15 +30,18 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       pool_(config.slots, config.mf_dim, config.use_cvm),
       concat_(pool_.out_dim(), config.dense_dim) {
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
-  int in = concat_.out_dim();
-  for (std::size_t l = 0; l <= config.fc_sizes.size(); ++l) {
-    const int out = l < config.fc_sizes.size() ? config.fc_sizes[l] : 1;
-    layers_.emplace_back(params_, "fc_" + std::to_string(l), in, out);
-    in = out;
+  if (config.kind != ModelKind::kWide) {
+    int in = concat_.out_dim();
+    for (std::size_t l = 0; l <= config.fc_sizes.size(); ++l) {
+      const int out = l < config.fc_sizes.size() ? config.fc_sizes[l] : 1;
+      layers_.emplace_back(params_, "fc_" + std::to_string(l), in, out);
+      in = out;
+    }
   }
-  if (config.kind == ModelKind::kWideDeep) {
+  if (config.kind != ModelKind::kDnn) {
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
+  if (config.kind == ModelKind::kWide) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
 }
@@ -47,6 +60,7 @@ void DenseModel::resize(int64_t batch) {
     buffer.resize_discard(count);
   };
   make(pooled_, n * pool_.out_dim());
+  if (layers_.empty()) make(logits_, n);
   make(x0_, n * concat_.out_dim());
   std::size_t widest_input = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -72,22 +86,28 @@ void DenseModel::forward(const DenseBatchView& batch) {
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
   pool_.forward(stream, batch.sparse, pooled_.data());
-  concat_.forward(stream, pooled_.data(), batch.dense, n, x0_.data());
-  const float* x = x0_.data();
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    float* y = hidden_[l].data();
-    layers_[l].forward(blas_, params_, x, n, ones_.data(), y);
-    if (l + 1 < layers_.size()) {
-      Relu::forward(stream, y, static_cast<std::size_t>(n) * layers_[l].out(), y);
+  if (layers_.empty()) {
+    // wide: logits = bias (a rank-1 broadcast), the wide part adds the rest.
+    blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
+                params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
+  } else {
+    concat_.forward(stream, pooled_.data(), batch.dense, n, x0_.data());
+    const float* x = x0_.data();
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      float* y = hidden_[l].data();
+      layers_[l].forward(blas_, params_, x, n, ones_.data(), y);
+      if (l + 1 < layers_.size()) {
+        Relu::forward(stream, y, static_cast<std::size_t>(n) * layers_[l].out(), y);
+      }
+      x = y;
     }
-    x = y;
   }
-  if (wide_) wide_->forward(stream, params_, pooled_.data(), batch.dense, n, hidden_.back().data());
+  if (wide_) wide_->forward(stream, params_, pooled_.data(), batch.dense, n, logits());
 }
 
 void DenseModel::predict(const DenseBatchView& batch) {
   forward(batch);
-  SigmoidLogLoss::predict(card_->stream(), hidden_.back().data(), batch.batch, preds_.data());
+  SigmoidLogLoss::predict(card_->stream(), logits(), batch.batch, preds_.data());
   card_->stream().synchronize();
 }
 
@@ -96,8 +116,8 @@ double DenseModel::forward_backward(const DenseBatchView& batch, const GradScale
   forward(batch);
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
-  const double loss = SigmoidLogLoss::forward_backward(stream, hidden_.back().data(), batch.labels,
-                                                       n, preds_.data(), dlogits_.data());
+  const double loss = SigmoidLogLoss::forward_backward(stream, logits(), batch.labels, n,
+                                                       preds_.data(), dlogits_.data());
   const float* dy = dlogits_.data();
   for (std::size_t l = layers_.size(); l-- > 0;) {
     float* dx = (layers_.size() - 1 - l) % 2 == 0 ? grad_a_.data() : grad_b_.data();
@@ -110,7 +130,14 @@ double DenseModel::forward_backward(const DenseBatchView& batch, const GradScale
     }
     dy = dx;
   }
-  concat_.backward(stream, dy, n, d_pooled_.data(), nullptr);
+  if (layers_.empty()) {
+    // wide: d bias = scale * sum of dz; the pooled gradient is the wide part's alone.
+    blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
+                params_.grads(wide_bias_));
+    device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
+  } else {
+    concat_.backward(stream, dy, n, d_pooled_.data(), nullptr);
+  }
   if (wide_) {
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
                     d_pooled_.data());

@@ -1,5 +1,6 @@
 // The dense part of the CTR model on one card: slot sum-pool -> concat with the dense features ->
-// MLP (ReLU) -> one logit (+ the wide part for wide_deep) -> sigmoid, log loss. Owns its layers,
+// MLP (ReLU) -> one logit (+ the wide part for wide_deep; the wide part and a bias alone for wide)
+// -> sigmoid, log loss. Owns its layers,
 // its parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own
 // the batch (views into the sparse side's buffers) nor the optimizer.
 //
@@ -76,6 +77,8 @@ class DenseModel {
  private:
   void resize(int64_t batch);
   void forward(const DenseBatchView& batch);
+  // The logit column: the last linear layer's output, or logits_ for the wide model.
+  float* logits() { return layers_.empty() ? logits_.data() : hidden_.back().data(); }
 
   device::Card* card_;
   DenseModelConfig config_;
@@ -85,11 +88,13 @@ class DenseModel {
   Concat concat_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
+  std::size_t wide_bias_ = 0;  // kWide only
 
   // Activations: pooled, x0 (concat), one output per linear layer (the last is the logit column).
   device::device_buffer<float> pooled_;
   device::device_buffer<float> x0_;
   std::vector<device::device_buffer<float>> hidden_;
+  device::device_buffer<float> logits_;  // kWide only
   device::device_buffer<float> preds_;
   device::device_buffer<float> dlogits_;
   device::device_buffer<float> grad_a_;  // ping-pong input gradients between layers

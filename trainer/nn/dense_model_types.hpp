@@ -10,6 +10,8 @@ namespace gpubox::trainer {
 enum class ModelKind {
   kDnn,       // PaddleRec DNN: pooled slots + dense features -> MLP (ReLU) -> 1 logit
   kWideDeep,  // kDnn + wide part (sum of embed_w over the instance's keys + linear on dense)
+  kWide,      // the wide part alone plus a bias: a logistic regression (the baseline wide_deep
+              // must beat)
 };
 
 struct DenseModelConfig {
