@@ -350,8 +350,10 @@ class HeterComm::Impl {
     std::size_t created = 0;
     store_->lookup_or_create(keys, slots, n, rows, create, &created, stream);
     if (create || n == 0) return created;
-    const row_index_t* missing =
-        thrust::find(device::exec_policy(stream, scratch_), rows, rows + n, sparse::kInvalidRow);
+    const row_index_t* missing = rows + n;
+    detail::with_policy(stream, scratch_, n, [&](const auto& policy) {
+      missing = thrust::find(policy, rows, rows + n, sparse::kInvalidRow);
+    });
     if (missing == rows + n) return 0;
     const std::size_t index = static_cast<std::size_t>(missing - rows);
     uint64_t key = 0;

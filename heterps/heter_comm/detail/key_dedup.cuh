@@ -31,9 +31,35 @@
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/heter_comm/detail/scratch_arena.hpp"
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+#include <omp.h>
+#include <thrust/system/cpp/execution_policy.h>
+#endif
+
 namespace gpubox::heter_comm::detail {
 
 using position_t = uint32_t;
+
+// Runs fn(policy) with the Thrust policy for `n` elements on the card's stream, temporaries
+// from `scratch`. cpu backend: below kSerialThrustLimit elements, or with one thread per card,
+// the card's own thread runs the algorithm (thrust::cpp): an OpenMP region costs more than it
+// saves on a step-sized input, and its spin-waits cost far more on a loaded machine (the rule of
+// parallel_for's kSerialLoopLimit, for Thrust calls).
+inline constexpr std::size_t kSerialThrustLimit = std::size_t{1} << 16;
+
+template <class Fn>
+void with_policy(const device::Stream& stream, ScratchArena& scratch, std::size_t n, Fn&& fn) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  (void)n;
+  fn(device::exec_policy(stream, scratch));
+#else
+  if (n < kSerialThrustLimit || omp_get_max_threads() == 1) {
+    fn(thrust::cpp::par(scratch));
+  } else {
+    fn(device::exec_policy(stream, scratch));
+  }
+#endif
+}
 
 struct MarkSegmentHeads {
   const uint64_t* sorted_keys;
@@ -91,13 +117,16 @@ class KeyDedup {
       device::memset_bytes_async(unique_start_.data(), 0, sizeof(position_t), stream);
       return 0;
     }
-    const auto policy = device::exec_policy(stream, *scratch_);
     device::copy_async(sorted_keys_.data(), keys, n, stream);
-    thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
-    thrust::stable_sort_by_key(policy, sorted_keys_.begin(), sorted_keys_.end(),
-                               sorted_pos_.begin());
+    with_policy(stream, *scratch_, n, [&](const auto& policy) {
+      thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
+      thrust::stable_sort_by_key(policy, sorted_keys_.begin(), sorted_keys_.end(),
+                                 sorted_pos_.begin());
+    });
     device::parallel_for(stream, n, MarkSegmentHeads{sorted_keys_.data(), seg_id_.data()});
-    thrust::inclusive_scan(policy, seg_id_.begin(), seg_id_.end(), seg_id_.begin());
+    with_policy(stream, *scratch_, n, [&](const auto& policy) {
+      thrust::inclusive_scan(policy, seg_id_.begin(), seg_id_.end(), seg_id_.begin());
+    });
     device::copy_async(host_count_.data(), seg_id_.data() + (n - 1), 1, stream);
     stream.synchronize();
     unique_count_ = host_count_[0];
@@ -122,11 +151,12 @@ class KeyDedup {
     unique_count_ = n;
     unique_keys_.resize_discard(n);
     unique_start_.resize_discard(n + 1);
-    const auto policy = device::exec_policy(stream, *scratch_);
     if (n > 0) device::copy_async(unique_keys_.data(), keys, n, stream);
-    thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
-    thrust::sequence(policy, occurrence_unique_.begin(), occurrence_unique_.end(), position_t{0});
-    thrust::sequence(policy, unique_start_.begin(), unique_start_.end(), position_t{0});
+    with_policy(stream, *scratch_, n, [&](const auto& policy) {
+      thrust::sequence(policy, sorted_pos_.begin(), sorted_pos_.end(), position_t{0});
+      thrust::sequence(policy, occurrence_unique_.begin(), occurrence_unique_.end(), position_t{0});
+      thrust::sequence(policy, unique_start_.begin(), unique_start_.end(), position_t{0});
+    });
     return n;
   }
 
@@ -205,19 +235,22 @@ class OwnerPlan {
     order_.resize_discard(u);
     send_keys_.resize_discard(u);
     unique_to_send_.resize_discard(u);
-    const auto policy = device::exec_policy(stream, *scratch_);
     device::parallel_for(stream, u,
                          ComputeOwners{unique_keys, owners_.data(), order_.data(), total_cards_});
     if (total_cards_ > 1 && u > 1) {
-      // Stable: keys stay ascending inside each owner's block.
-      thrust::stable_sort_by_key(policy, owners_.begin(), owners_.end(), order_.begin());
+      with_policy(stream, *scratch_, u, [&](const auto& policy) {
+        // Stable: keys stay ascending inside each owner's block.
+        thrust::stable_sort_by_key(policy, owners_.begin(), owners_.end(), order_.begin());
+      });
     }
     device::parallel_for(
         stream, u,
         GatherSendKeys{unique_keys, order_.data(), send_keys_.data(), unique_to_send_.data()});
-    thrust::lower_bound(policy, owners_.begin(), owners_.end(),
-                        thrust::counting_iterator<int32_t>(0),
-                        thrust::counting_iterator<int32_t>(total_cards_ + 1), owner_begin_.begin());
+    with_policy(stream, *scratch_, u, [&](const auto& policy) {
+      thrust::lower_bound(
+          policy, owners_.begin(), owners_.end(), thrust::counting_iterator<int32_t>(0),
+          thrust::counting_iterator<int32_t>(total_cards_ + 1), owner_begin_.begin());
+    });
     device::copy_async(host_begin_.data(), owner_begin_.data(), host_begin_.size(), stream);
     stream.synchronize();
     for (int c = 0; c < total_cards_; ++c) send_counts_[c] = host_begin_[c + 1] - host_begin_[c];
