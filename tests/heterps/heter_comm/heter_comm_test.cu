@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -455,6 +456,46 @@ TEST(HeterComm, CreateModeCountsCreatedRows) {
   EXPECT_EQ(cluster.store(0).size() + cluster.store(1).size(), 5u);
   // pull: each card sends 3 unique keys (6 lookups); push: 2 merged keys.
   EXPECT_EQ(lookups, 6u + 2u);
+}
+
+// Sums are taken in a fixed order, so the same batches give bit-identical tables run after run
+// (thread scheduling and arrival order do not leak into the results).
+TEST(HeterComm, RunsAreBitReproducible) {
+  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdam);
+  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  auto run_once = [&] {
+    Cluster cluster(4, cfg);
+    BatchMaker maker(31, layout.push_dim());
+    for (int step = 0; step < 4; ++step) {
+      std::vector<Batch> batches;
+      for (int c = 0; c < 4; ++c) batches.push_back(maker.make(c == 2 ? 0 : 250));
+      pull_push_step(cluster, batches, /*reuse_pull=*/step % 2 == 0);
+    }
+    std::unordered_map<uint64_t, std::vector<float>> table;
+    for (int c = 0; c < 4; ++c) {
+      device::Card& card = cluster.cards().card(c);
+      auto keys = card.make_buffer<uint64_t>(0);
+      auto rows = card.make_buffer<float>(0);
+      const std::size_t count = cluster.store(c).collect_all(keys, rows, card.stream());
+      const std::vector<uint64_t> host_keys = device::to_host(keys);
+      const std::vector<float> host_rows = device::to_host(rows);
+      for (std::size_t i = 0; i < count; ++i) {
+        table[host_keys[i]].assign(host_rows.begin() + i * layout.stride(),
+                                   host_rows.begin() + (i + 1) * layout.stride());
+      }
+    }
+    return table;
+  };
+  const auto first = run_once();
+  const auto second = run_once();
+  ASSERT_GT(first.size(), 100u);
+  ASSERT_EQ(first.size(), second.size());
+  for (const auto& [key, row] : first) {
+    auto it = second.find(key);
+    ASSERT_NE(it, second.end()) << "key " << key;
+    EXPECT_EQ(0, std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)))
+        << "key " << key << " differs between two identical runs";
+  }
 }
 
 // Rows created by a pull that carries slots get their key's slot; without slots, slot 0.
