@@ -1,6 +1,9 @@
 #include "heterps/device/card.hpp"
 
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <exception>
@@ -14,6 +17,17 @@
 namespace gpubox::device {
 
 int hardware_threads() { return std::max(1, omp_get_num_procs()); }
+
+void use_passive_cpu_waits(char** argv) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "passive", 1);
+  ::execv("/proc/self/exe", argv);
+  // exec failed (no /proc?): carry on with the default policy.
+#else
+  (void)argv;
+#endif
+}
 
 Card::Card(int local_index, int device, int rank, int threads)
     : local_index_(local_index),

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "heterps/device/card.hpp"
 #include "tests/bench/bench_command.hpp"
 
 namespace gpubox::bench {
@@ -72,6 +73,7 @@ double median(std::vector<double> values) {
 }  // namespace gpubox::bench
 
 int main(int argc, char** argv) {
+  gpubox::device::use_passive_cpu_waits(argv);  // measure what gpubox_train users get
   using gpubox::bench::bench_commands;
   if (argc < 2 || std::string(argv[1]) == "--help" || bench_commands().count(argv[1]) == 0) {
     std::fprintf(stderr, "usage: gpubox_bench <command> [options]\ncommands:\n");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/card.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -26,6 +27,7 @@ DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance
 DEFINE_int32(threads_per_card, 0, "cpu build: host threads per simulated card (0 = cores / cards)");
 
 int main(int argc, char** argv) {
+  gpubox::device::use_passive_cpu_waits(argv);
   // `-o key=value` (repeatable, PaddleRec style) is taken out before gflags sees the rest.
   std::vector<std::string> overrides;
   std::vector<char*> rest{argv[0]};
