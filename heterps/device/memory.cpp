@@ -7,10 +7,12 @@
 #include "heterps/device/cuda_check.hpp"
 
 namespace gpubox::device {
+#if !defined(GPUBOX_BACKEND_CUDA)
 namespace {
 constexpr std::size_t kAlignment = 64;
 std::size_t round_up(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 }  // namespace
+#endif
 
 void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   if (bytes == 0) return nullptr;
