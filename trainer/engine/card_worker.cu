@@ -85,19 +85,26 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
   return size;
 }
 
+// The uploaded batch as the model sees it.
+DenseBatchView CardWorker::batch_view(int slots) const {
+  const Buffers& b = *buffers_;
+  DenseBatchView view;
+  view.sparse.records = b.pull.data();
+  view.sparse.offsets = b.offsets.data();
+  view.sparse.batch = b.batch;
+  view.sparse.slots = slots;
+  view.dense = b.dense.data();
+  view.labels = b.labels.data();
+  view.batch = b.batch;
+  return view;
+}
+
 double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
                               int64_t step) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const int64_t size = upload(batch);
-  DenseBatchView view;
-  view.sparse.records = b.pull.data();
-  view.sparse.offsets = b.offsets.data();
-  view.sparse.batch = size;
-  view.sparse.slots = batch.num_slots;
-  view.dense = b.dense.data();
-  view.labels = b.labels.data();
-  view.batch = size;
+  const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
   b.push.resize_discard(batch.keys.size() * heter_comm_->push_dim());
@@ -116,15 +123,7 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
 void CardWorker::eval_step(const dataset::Batch& batch) {
   Buffers& b = *buffers_;
   const int64_t size = upload(batch);
-  DenseBatchView view;
-  view.sparse.records = b.pull.data();
-  view.sparse.offsets = b.offsets.data();
-  view.sparse.batch = size;
-  view.sparse.slots = batch.num_slots;
-  view.dense = b.dense.data();
-  view.labels = b.labels.data();
-  view.batch = size;
-  model_->predict(view);
+  model_->predict(batch_view(batch.num_slots));
   metrics_->add(model_->predictions(), b.labels.data(), size);
 }
 

@@ -32,6 +32,7 @@ class HeterComm;
 namespace trainer {
 
 class DenseModel;
+struct DenseBatchView;
 class DenseOptimizer;
 class MetricsAccumulator;
 
@@ -66,6 +67,7 @@ class CardWorker {
 
  private:
   int64_t upload(const dataset::Batch& batch);
+  DenseBatchView batch_view(int slots) const;
 
   device::Card& card_;
   comm::Communicator& comm_;
