@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Paddle InMemoryDataset pipe_command: GPUBox slot text on stdin -> Paddle MultiSlot text on stdout.
+
+  python3 slot_to_multislot.py --slots 26 --dense 13 --table_rows R < part-00000
+
+Input line (gpubox_data gen / PaddleRec slot format, "slot:feasign" order):
+  click:0 dense_feature:0.34 ... dense_feature:0.12 1:10 2:100052 ... 26:2500001
+Output line, one group per use_var in this order: click, dense_feature, 1 .. <slots>:
+  1 <click> <dense> d1 .. d<dense> <n1> k .. <n2> k ..
+Each key becomes key % table_rows (Paddle's static embedding is a fixed-size table). A slot with
+no key gets the single key 0, because Paddle's MultiSlot feed rejects an empty slot; GPUBox pools
+an empty slot to zeros instead (generated data never has one). A line that cannot be parsed is
+written to stderr and dropped, and counted in the exit message.
+"""
+import argparse
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slots", type=int, default=26)
+    ap.add_argument("--dense", type=int, default=13)
+    ap.add_argument("--table_rows", type=int, required=True)
+    ap.add_argument("--label", default="click")
+    ap.add_argument("--dense_name", default="dense_feature")
+    a = ap.parse_args()
+    if a.slots <= 0 or a.dense <= 0 or a.table_rows <= 0:
+        sys.exit("slot_to_multislot: --slots, --dense and --table_rows must be positive")
+    names = {str(s): s - 1 for s in range(1, a.slots + 1)}
+    label_prefix = a.label + ":"
+    dense_prefix = a.dense_name + ":"
+    rows = a.table_rows
+    out = sys.stdout
+    bad = 0
+    for lineno, line in enumerate(sys.stdin, 1):
+        toks = line.split()
+        if not toks:
+            continue
+        label = None
+        dense = []
+        keys = [[] for _ in range(a.slots)]
+        ok = True
+        for t in toks:
+            if t.startswith(dense_prefix):
+                dense.append(t[len(dense_prefix):])
+            elif t.startswith(label_prefix):
+                label = t[len(label_prefix):]
+            else:
+                slot, sep, key = t.partition(":")
+                idx = names.get(slot)
+                if not sep or idx is None or not key.isdigit():
+                    ok = False
+                    break
+                keys[idx].append(str(int(key) % rows))
+        if not ok or label not in ("0", "1") or len(dense) != a.dense:
+            bad += 1
+            print("slot_to_multislot: dropped malformed line %d: %.80s" % (lineno, line.strip()),
+                  file=sys.stderr)
+            continue
+        parts = ["1", label, str(a.dense)]
+        parts.extend(dense)
+        for k in keys:
+            if not k:
+                k = ["0"]
+            parts.append(str(len(k)))
+            parts.extend(k)
+        out.write(" ".join(parts))
+        out.write("\n")
+    if bad:
+        print("slot_to_multislot: %d malformed line(s) dropped" % bad, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
