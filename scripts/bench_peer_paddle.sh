@@ -22,7 +22,8 @@
 #   --paddle-version V  paddlepaddle version to install (default 2.6.2)
 #   --data DIR          where the data are written (default /dev/shm/gpubox-peer.<pid>, removed
 #                       on exit unless --keep-data)
-#   --out DIR           report.md, paddle.json, gpubox_metrics.jsonl and logs (default output/peer)
+#   --out DIR           report.md, paddle.json, gpubox_metrics.jsonl, logs, and Paddle's
+#                       *_train_desc.prototxt files (default output/peer)
 # Steps: venv + paddle install → data → GPUBox run → Paddle run → DIR/report.md (also printed).
 set -euo pipefail
 
@@ -108,6 +109,7 @@ echo "bench_peer_paddle: paddle $("$py" -c 'import paddle; print(paddle.__versio
 
 # --- 2. data ------------------------------------------------------------------------------------
 mkdir -p "$data"
+data="$(cd "$data" && pwd)"
 "$bin/gpubox_data" gen --out "$data/train" --lines "$lines" --files "$files" --seed "$seed"
 test_dir=""
 if [ "$test_lines" -gt 0 ]; then
@@ -147,10 +149,11 @@ gb_test_auc="$(sed -n 's/^epoch: [0-9]*, test auc: \([0-9.na]*\),.*/\1/p' "$out/
 load_paddle="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bench_peer_paddle: Paddle, train_from_dataset thread=$threads (log: $out/paddle.log)"
 children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
-OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOG_minloglevel=2 \
+# Run in $out: train_from_dataset writes <id>_train_desc.prototxt into the working directory.
+(cd "$out" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOG_minloglevel=2 \
   "$py" "$repo/scripts/peer/train_paddle.py" --train_dir "$data/train" \
   ${test_dir:+--test_dir "$test_dir"} --threads "$threads" --epochs "$epochs" --batch "$batch" \
-  --table_rows "$table_rows" --seed 0 --json "$out/paddle.json" >"$out/paddle.log" 2>&1 ||
+  --table_rows "$table_rows" --seed 0 --json "$out/paddle.json" >"$out/paddle.log" 2>&1) ||
   die "Paddle training failed (exit $?): $(grep -v '^[WI][0-9]' "$out/paddle.log" | tail -8)"
 children_cpu
 usage_paddle="$(awk -v c0="$cpu0" -v c1="$CHILD_CPU" -v t0="$t0" -v t1="$(date +%s.%N)" \
