@@ -19,7 +19,11 @@
 #   --bin DIR           GPUBox binaries (default build/bin; made by scripts/build.sh cpu)
 #   --venv DIR          Python virtual environment for Paddle (default output/peer-venv); created
 #                       and filled from PyPI when it has no working paddle of that version
-#   --paddle-version V  paddlepaddle version to install (default 2.6.2)
+#   --paddle-version V  paddlepaddle version to install (default 2.6.2, the last 2.x on PyPI for
+#                       Python 3.11; 3.3.1 installs but its static graph is PIR by default and
+#                       paddle.static.nn.embedding rejects PIR values, and under OldIrGuard
+#                       paddle.sum fails: "sum(): argument (position 1) must be Value, but got
+#                       Variable")
 #   --data DIR          where the data are written (default /dev/shm/gpubox-peer.<pid>, removed
 #                       on exit unless --keep-data)
 #   --out DIR           report.md, paddle.json, gpubox_metrics.jsonl, logs, and Paddle's
@@ -99,8 +103,9 @@ if ! have_paddle; then
   echo "bench_peer_paddle: PyPI $avail"
   grep -q -E "(: |, )${paddle_version//./\\.}(,|$)" <<<"$avail" ||
     die "--paddle-version $paddle_version is not on PyPI for this Python ($("$py" -V 2>&1))"
-  # Paddle 2.6 wheels are built against numpy 1.x and protobuf 3.x; later majors of either are not
-  # what they were tested with (with numpy 2.4 in this venv, 'import paddle' died with a bus error).
+  # numpy and protobuf pinned to the majors Paddle 2.6 was released against (pip would pick
+  # numpy 2.x and protobuf 7.x; 'import paddle' works with those too, but the benchmark was
+  # verified end to end with these pins).
   "$py" -m pip install -q "paddlepaddle==$paddle_version" "numpy<2" "protobuf>=3.20.2,<4" ||
     die "pip install paddlepaddle==$paddle_version failed (see the pip output above)"
   have_paddle || die "paddle $paddle_version installed but 'import paddle' fails: $("$py" -c 'import paddle' 2>&1 | tail -3)"
