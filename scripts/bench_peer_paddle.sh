@@ -77,8 +77,18 @@ children_cpu() {  # sets CHILD_CPU: user+sys CPU seconds of the children this sh
   CHILD_CPU="$(tail -1 "$out/.times" | awk '{ n = 0; for (i = 1; i <= 2; ++i) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } printf "%.1f", n }')"
   rm -f "$out/.times"
 }
+child=""  # the training process running now (started by run_child), stopped on exit
+run_child() {  # run_child CMD...: CMD in the background, waited for (so a signal stops it too)
+  "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=""
+  return "$rc"
+}
 cleanup() {
   local rc=$?
+  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
   if [ "$keep_data" = 0 ] && [ -n "$data" ] && [ -d "$data" ]; then rm -rf -- "$data"; fi
   exit "$rc"
 }
@@ -142,7 +152,7 @@ gb_args=(--config "$repo/configs/config_gpubox.yaml" --threads_per_card 1
   -o runner.save_mode=none -o runner.shuffle=False -o "runner.thread_num=$threads")
 [ -n "$test_dir" ] && gb_args+=(-o "runner.test_data_dir=$test_dir")
 children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
-FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox.log" 2>&1 ||
+run_child env FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox.log" 2>&1 ||
   die "gpubox_train failed (exit $?): $(tail -5 "$out/gpubox.log")"
 children_cpu
 usage_gpubox="$(awk -v c0="$cpu0" -v c1="$CHILD_CPU" -v t0="$t0" -v t1="$(date +%s.%N)" \
@@ -155,10 +165,12 @@ load_paddle="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bench_peer_paddle: Paddle, train_from_dataset thread=$threads (log: $out/paddle.log)"
 children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
 # Run in $out: train_from_dataset writes <id>_train_desc.prototxt into the working directory.
-(cd "$out" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOG_minloglevel=2 \
-  "$py" "$repo/scripts/peer/train_paddle.py" --train_dir "$data/train" \
+paddle_run() {
+  cd "$out" && exec env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOG_minloglevel=2 "$@"
+}
+run_child paddle_run "$py" "$repo/scripts/peer/train_paddle.py" --train_dir "$data/train" \
   ${test_dir:+--test_dir "$test_dir"} --threads "$threads" --epochs "$epochs" --batch "$batch" \
-  --table_rows "$table_rows" --seed 0 --json "$out/paddle.json" >"$out/paddle.log" 2>&1) ||
+  --table_rows "$table_rows" --seed 0 --json "$out/paddle.json" >"$out/paddle.log" 2>&1 ||
   die "Paddle training failed (exit $?): $(grep -v '^[WI][0-9]' "$out/paddle.log" | tail -8)"
 children_cpu
 usage_paddle="$(awk -v c0="$cpu0" -v c1="$CHILD_CPU" -v t0="$t0" -v t1="$(date +%s.%N)" \
