@@ -184,7 +184,7 @@ fi
 grep -q '^GPUBOX_BACKEND:STRING=cuda$' "$build_dir/CMakeCache.txt" ||
   die "$build_dir is not a cuda build (GPUBOX_BACKEND != cuda)"
 if ((!build)) && command -v ninja >/dev/null && [ -f "$build_dir/build.ninja" ] &&
-   ninja -C "$build_dir" -n 2>/dev/null | grep -q '^\['; then
+   ninja -C "$build_dir" -n 2>/dev/null | grep -Eq '^\[[0-9]+/[0-9]+\] (Building|Linking)'; then
   echo "bundle_cuda: warning: $build_dir is not up to date with the sources (--no-build packs it as is)" >&2
 fi
 
