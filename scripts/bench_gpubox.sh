@@ -29,6 +29,8 @@ usage: scripts/bench_gpubox.sh [options]
   --backend B       cpu | cuda (default: cuda when nvidia-smi sees a GPU, else cpu);
                     builds with scripts/build.sh B into build/ or build-cuda/
   --bin DIR         use gpubox_train/gpubox_data/gpubox_bench from DIR; no build
+  --threads-per-card T  cpu build: gpubox_train --threads_per_card T (default: the trainer's
+                    own default, cores / cards)
   --set KEY=VALUE   extra `-o KEY=VALUE` for gpubox_train (repeatable)
   -h, --help        this text
 Example (a few minutes on 2 cores):
@@ -56,6 +58,7 @@ clean_data=0
 backend=""
 bin_dir=""
 extra_o=()
+threads_per_card=""
 
 need_val() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
@@ -75,6 +78,7 @@ while [ $# -gt 0 ]; do
     --clean-data) clean_data=1; shift ;;
     --backend) need_val "$@"; backend="$2"; shift 2 ;;
     --bin) need_val "$@"; bin_dir="$2"; shift 2 ;;
+    --threads-per-card) need_val "$@"; threads_per_card="$2"; shift 2 ;;
     --set) need_val "$@"; [[ "$2" == *=* ]] || die "--set '$2': expected KEY=VALUE"; extra_o+=(-o "$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
@@ -96,6 +100,7 @@ done
 [ "$vocab" -ge 1 ] || die "--vocab '$vocab': at least 1"
 if [ -z "$test_lines" ]; then test_lines=$((lines / 5)); [ "$test_lines" -ge 1000 ] || test_lines=1000; fi
 is_uint "$test_lines" && [ "$test_lines" -ge 1 ] || die "--test-lines '$test_lines': expected a positive integer"
+if [ -n "$threads_per_card" ]; then is_uint "$threads_per_card" && [ "$threads_per_card" -ge 1 ] || die "--threads-per-card '$threads_per_card': expected a positive integer"; fi
 is_uint "$epochs" && [ "$epochs" -ge 1 ] || die "--epochs '$epochs': expected a positive integer"
 case "$config" in /*) ;; *) config="$repo/$config" ;; esac
 [ -f "$config" ] || die "--config '$config': no such file"
@@ -214,7 +219,7 @@ for ((r = 1; r <= repeats; r++)); do
     FLAGS_selected_gpus="$sel" run_child "$log" "$train_bin" --config "$config" \
       -o "runner.train_data_dir=$data_dir/train" -o "runner.test_data_dir=$data_dir/test" \
       -o "runner.metrics_path=$metrics" -o "runner.model_save_path=" -o "runner.epochs=$epochs" \
-      ${extra_o[@]+"${extra_o[@]}"} || rc=$?
+      ${threads_per_card:+--threads_per_card "$threads_per_card"} ${extra_o[@]+"${extra_o[@]}"} || rc=$?
     t1="$(date +%s.%N)"
     load_after="$(cut -d' ' -f1 /proc/loadavg)"
     wall="$(python3 -c "print(f'{$t1 - $t0:.3f}')")"
@@ -244,6 +249,7 @@ if [ "$components" = 1 ]; then
     if [ "$c" -ge 2 ]; then comp "comm_c$c" comm --ranks "$c" --mb 16 --json; fi
   done
   comp server server --clients 1 --seconds 2 --batch 4096 --keys 1000000 --json
+  mkdir -p "$out/components/rocksdb"
   comp table table --rows 500000 --repeats 1 --disk_rows 50000 --disk_dir "$out/components/rocksdb" --json
   rm -rf "$out/components/rocksdb"
   comp dataset dataset --dir "$data_dir/train" --threads 1,2 --repeat 1 --batch "$batch"
@@ -268,10 +274,12 @@ facts="$out/machine.env"
   echo "train_bin_mtime=$(date -u -r "$train_bin" +%Y-%m-%dT%H:%M:%SZ)"
   echo "compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null | head -1)"
   echo "omp_num_threads=${OMP_NUM_THREADS:-}"
+  echo "threads_per_card=${threads_per_card:-}"
   echo "date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$facts"
 
 cmdline="scripts/bench_gpubox.sh --cards $cards_list --config ${config#"$repo"/} --lines $lines --repeats $repeats --epochs $epochs"
+[ -z "$threads_per_card" ] || cmdline+=" --threads-per-card $threads_per_card"
 [ "$components" = 0 ] || cmdline+=" --components"
 python3 "$repo/scripts/bench_report.py" --out "$out" --config "$config" --data "$data_dir" \
   --data-reused "$data_reused" --epochs "$epochs" --batch "$batch" --command "$cmdline" \

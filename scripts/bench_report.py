@@ -320,6 +320,9 @@ def main():
              f"({tr.get('bytes', 0)/1e6:.0f} MB), {te.get('lines', '?'):,} held-out lines (seed {tr.get('seed')}, vocab {tr.get('vocab')}, "
              f"zipf {tr.get('zipf')}); {'reused' if a.data_reused == '1' else 'generated'} at `{a.data}`; "
              f"planted model's AUC (the ceiling): train {tr.get('auc', 0):.4f}, test {te.get('auc', 0):.4f}")
+    if cpu_build:
+        tpc = machine.get("threads_per_card")
+        L.append(f"- Host threads per simulated card: {tpc + ' (--threads_per_card)' if tpc else 'gpubox_train default, cores ÷ cards'}")
     if machine.get("omp_num_threads"):
         L.append(f"- OMP_NUM_THREADS={machine['omp_num_threads']}")
     L.append("")
