@@ -270,6 +270,8 @@ facts="$out/machine.env"
   fi
   echo "commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
   echo "dirty=$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+  echo "config_sha256=$(sha256sum "$config" | cut -c1-16)"
+  echo "config_dirty=$(git -C "$repo" status --porcelain -- "$config" 2>/dev/null | wc -l)"
   echo "bin_dir=$bin_dir"
   echo "train_bin_mtime=$(date -u -r "$train_bin" +%Y-%m-%dT%H:%M:%SZ)"
   echo "compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null | head -1)"

@@ -314,7 +314,8 @@ def main():
              f"model {cfg.get('model')}, fc {cfg.get('fc_sizes')}, {int(cfg.get('sparse_inputs_slots', 27)) - 1} slots × "
              f"{cfg.get('sparse_feature_dim')}, {cfg.get('dense_input_dim')} dense, batch {a.batch} per card, "
              f"dense {cfg.get('dense_optimizer')}, sparse {cfg.get('sparse_optimizer')}, reader threads {cfg.get('thread_num')}; "
-             f"{a.epochs} pass(es) per run, no model save")
+             f"{a.epochs} pass(es) per run, no model save; sha256 {machine.get('config_sha256', '?')}…"
+             + (" (uncommitted edits)" if machine.get("config_dirty", "0") not in ("", "0") else ""))
     tr, te = oracle.get("train", {}), oracle.get("test", {})
     L.append(f"- Data: `gpubox_data gen` {tr.get('lines', '?'):,} train lines in {tr.get('files', '?')} files "
              f"({tr.get('bytes', 0)/1e6:.0f} MB), {te.get('lines', '?'):,} held-out lines (seed {tr.get('seed')}, vocab {tr.get('vocab')}, "
@@ -404,7 +405,7 @@ set y2range [0:1.2]
 set ytics nomirror
 set y2tics 0.2
 set grid ytics
-set key top left
+set key below
 set datafile missing "nan"
 plot "{os.path.join(out, 'throughput.dat')}" using 1:2:3:4 with yerrorlines lw 2 pt 7 title "examples/s (median, min-max)", \\
      "" using 1:6 with linespoints lw 1 pt 5 dt 2 title "examples/s per card", \\
