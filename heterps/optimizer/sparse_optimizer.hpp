@@ -13,8 +13,10 @@
 //   shared_adam  (SparseSharedAdamSGDRule) as adam, but every dim starts from the part's shared
 //                m, v; afterwards the shared m, v are the means of the per-dim new m, v
 //
-// and every weight is clipped to the part's [min_bound, max_bound] after its update. Gradients
-// are used as pushed (summed over a batch's occurrences; no division by show).
+// and every weight is clipped to the part's [min_bound, max_bound] after its update. As in
+// Paddle's rules, the merged gradient (summed over the batch's occurrences of the key, on every
+// card) is divided by the key's show in that batch first: g = push_g / max(push_show, 1), so a hot
+// key takes a mean-gradient step rather than one hundreds of times too large.
 #pragma once
 
 #include <cmath>
@@ -58,19 +60,24 @@ GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
 
 // --- one part: w[dim], its optimizer state, its gradient g[dim] ---------------------------
 
-GPUBOX_HD inline void sgd_update(float* w, const float* g, int32_t dim, const PartRule& rule) {
-  for (int32_t i = 0; i < dim; ++i) w[i] = clip_weight(w[i] - rule.learning_rate * g[i], rule);
+// `scale`: the divisor of the pushed gradient (the key's show; see the file comment).
+GPUBOX_HD inline void sgd_update(float* w, const float* g, int32_t dim, const PartRule& rule,
+                                 float scale) {
+  for (int32_t i = 0; i < dim; ++i) {
+    w[i] = clip_weight(w[i] - rule.learning_rate * (g[i] / scale), rule);
+  }
 }
 
 // state: [g2sum]
 GPUBOX_HD inline void adagrad_update(float* w, float* state, const float* g, int32_t dim,
-                                     const PartRule& rule) {
+                                     const PartRule& rule, float scale) {
   float& g2sum = state[0];
   const float ratio = rule.learning_rate * sqrtf(rule.initial_g2sum / (rule.initial_g2sum + g2sum));
   float add_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
-    w[i] = clip_weight(w[i] - ratio * g[i], rule);
-    add_g2sum += g[i] * g[i];
+    const float gi = g[i] / scale;
+    w[i] = clip_weight(w[i] - ratio * gi, rule);
+    add_g2sum += gi * gi;
   }
   if (dim > 0) g2sum += add_g2sum / static_cast<float>(dim);
 }
@@ -82,7 +89,8 @@ GPUBOX_HD inline float adam_step_size(float learning_rate, float beta1_pow, floa
 
 // state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]
 GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_t dim,
-                                  const PartRule& rule, const SparseOptimizerConfig& cfg) {
+                                  const PartRule& rule, const SparseOptimizerConfig& cfg,
+                                  float scale) {
   float* gsum = state;
   float* g2sum = state + dim;
   float& beta1_pow = state[2 * dim];
@@ -91,8 +99,9 @@ GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_
   const float b2 = cfg.beta2_decay_rate;
   const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
   for (int32_t i = 0; i < dim; ++i) {
-    gsum[i] = b1 * gsum[i] + (1.0f - b1) * g[i];
-    g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * g[i] * g[i];
+    const float gi = g[i] / scale;
+    gsum[i] = b1 * gsum[i] + (1.0f - b1) * gi;
+    g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * gi * gi;
     w[i] = clip_weight(w[i] - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule);
   }
   beta1_pow *= b1;
@@ -101,7 +110,8 @@ GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_
 
 // state: [gsum, g2sum, beta1_pow, beta2_pow], moments shared by the part.
 GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g, int32_t dim,
-                                         const PartRule& rule, const SparseOptimizerConfig& cfg) {
+                                         const PartRule& rule, const SparseOptimizerConfig& cfg,
+                                         float scale) {
   float& gsum = state[0];
   float& g2sum = state[1];
   float& beta1_pow = state[2];
@@ -112,8 +122,9 @@ GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g,
   float sum_gsum = 0.0f;
   float sum_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
-    const float new_gsum = b1 * gsum + (1.0f - b1) * g[i];
-    const float new_g2sum = b2 * g2sum + (1.0f - b2) * g[i] * g[i];
+    const float gi = g[i] / scale;
+    const float new_gsum = b1 * gsum + (1.0f - b1) * gi;
+    const float new_g2sum = b2 * g2sum + (1.0f - b2) * gi * gi;
     w[i] = clip_weight(w[i] - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule);
     sum_gsum += new_gsum;
     sum_g2sum += new_g2sum;
@@ -130,19 +141,19 @@ GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g,
 // diverge across card threads.
 GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* state, const float* g,
                                   int32_t dim, const PartRule& rule,
-                                  const SparseOptimizerConfig& cfg) {
+                                  const SparseOptimizerConfig& cfg, float scale) {
   switch (kind) {
     case SparseOptimizerKind::kSgd:
-      sgd_update(w, g, dim, rule);
+      sgd_update(w, g, dim, rule, scale);
       break;
     case SparseOptimizerKind::kAdagrad:
-      adagrad_update(w, state, g, dim, rule);
+      adagrad_update(w, state, g, dim, rule, scale);
       break;
     case SparseOptimizerKind::kAdam:
-      adam_update(w, state, g, dim, rule, cfg);
+      adam_update(w, state, g, dim, rule, cfg, scale);
       break;
     case SparseOptimizerKind::kSharedAdam:
-      shared_adam_update(w, state, g, dim, rule, cfg);
+      shared_adam_update(w, state, g, dim, rule, cfg, scale);
       break;
   }
 }
@@ -151,7 +162,8 @@ GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* sta
 
 // Applies one merged push record to `row` (the step of one key in one batch):
 //   show/click += the push's show/click; delta_score += nonclk*(show-click) + clk*click of the
-//   push; unseen_days = 0; embed_w takes one optimizer step; then, if the embedx part existed
+//   push; unseen_days = 0; embed_w takes one optimizer step on the gradient divided by
+//   max(push show, 1); then, if the embedx part existed
 //   before this step it takes one step, otherwise it is created when the row's new score
 //   reaches embedx_threshold (its gradient of this step is not applied).
 // Returns true when this step created the embedx part. `row` must be a row of `layout`.
@@ -164,13 +176,14 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout,
   row[RowLayout::kClick] += click;
   row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
   row[RowLayout::kUnseenDays] = 0.0f;
+  const float scale = show > 1.0f ? show : 1.0f;  // a key without a show takes its gradient as is
 
   update_part(cfg.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
-              push + PushRecord::kEmbedG, 1, embed_rule(cfg), cfg);
+              push + PushRecord::kEmbedG, 1, embed_rule(cfg), cfg, scale);
 
   if (row[layout.mf_size()] > 0.0f) {
     update_part(cfg.kind, row + layout.embedx_w(), row + layout.embedx_state(),
-                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(cfg), cfg);
+                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(cfg), cfg, scale);
     return false;
   }
   return table::maybe_create_embedx(row, layout, cfg, key);

@@ -55,7 +55,9 @@ class TrainerIntegration : public ::testing::Test {
                                           "hyper_parameters.sparse_feature_dim=5",
                                           "hyper_parameters.dense_input_dim=3",
                                           "hyper_parameters.fc_sizes=[16, 8]",
-                                          "hyper_parameters.optimizer.learning_rate=0.01"};
+                                          "hyper_parameters.optimizer.learning_rate=0.01",
+                                          "hyper_parameters.sparse_optimizer.learning_rate=0.3",
+                                          "hyper_parameters.sparse_optimizer.mf_learning_rate=0.3"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     auto cfg = load_trainer_config(config_path(), overrides);
     throw_if_error(cfg.status());

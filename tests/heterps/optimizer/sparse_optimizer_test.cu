@@ -136,9 +136,12 @@ void ref_push(RefRow& row, uint64_t key, const std::vector<double>& push, int mf
   const RefRule embed{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound};
   const RefRule embedx{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound,
                        cfg.mf_max_bound};
-  ref_step(cfg.kind, row.embed, {push[2]}, embed, cfg, &row.clipped);
+  // Paddle's rules divide the merged gradient by the key's show in the batch (show 0: as is).
+  const double scale = show > 1 ? show : 1;
+  ref_step(cfg.kind, row.embed, {push[2] / scale}, embed, cfg, &row.clipped);
   if (row.has_embedx) {
     std::vector<double> g(push.begin() + 3, push.end());
+    for (double& gi : g) gi /= scale;
     ref_step(cfg.kind, row.embedx, g, embedx, cfg, &row.clipped);
     return;
   }
