@@ -22,6 +22,8 @@ usage: scripts/bench_gpubox.sh [options]
   --components      also run gpubox_bench hashtable, sparse, dense, server, comm, table, dataset
   --seed S          data generator seed (default 1)
   --vocab V         keys per slot of the generator (default 100000)
+  --zipf A          Zipf exponent of the generator's keys (default 2.0, as config_synthetic.yaml)
+  --factor-dim F    the planted model's interaction rank (default 1, as config_synthetic.yaml)
   --files K         training files (default 4)
   --data-root DIR   data cache (default /dev/shm/gpubox_bench, or /tmp/gpubox_bench without
                     /dev/shm); one sub-folder per data parameter set, reused by later runs
@@ -52,6 +54,8 @@ out=""
 components=0
 seed=1
 vocab=100000
+zipf=2.0
+factor_dim=1
 files=4
 data_root=""
 clean_data=0
@@ -73,6 +77,8 @@ while [ $# -gt 0 ]; do
     --components) components=1; shift ;;
     --seed) need_val "$@"; seed="$2"; shift 2 ;;
     --vocab) need_val "$@"; vocab="$2"; shift 2 ;;
+    --zipf) need_val "$@"; zipf="$2"; shift 2 ;;
+    --factor-dim) need_val "$@"; factor_dim="$2"; shift 2 ;;
     --files) need_val "$@"; files="$2"; shift 2 ;;
     --data-root) need_val "$@"; data_root="$2"; shift 2 ;;
     --clean-data) clean_data=1; shift ;;
@@ -98,6 +104,8 @@ done
 [ "$repeats" -ge 1 ] || die "--repeats '$repeats': at least 1"
 [ "$files" -ge 1 ] || die "--files '$files': at least 1"
 [ "$vocab" -ge 1 ] || die "--vocab '$vocab': at least 1"
+[[ "$zipf" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--zipf '$zipf': expected a non-negative number"
+is_uint "$factor_dim" && [ "$factor_dim" -ge 1 ] || die "--factor-dim '$factor_dim': expected a positive integer"
 if [ -z "$test_lines" ]; then test_lines=$((lines / 5)); [ "$test_lines" -ge 1000 ] || test_lines=1000; fi
 is_uint "$test_lines" && [ "$test_lines" -ge 1 ] || die "--test-lines '$test_lines': expected a positive integer"
 if [ -n "$threads_per_card" ]; then is_uint "$threads_per_card" && [ "$threads_per_card" -ge 1 ] || die "--threads-per-card '$threads_per_card': expected a positive integer"; fi
@@ -178,7 +186,7 @@ if [ -z "$data_root" ]; then
   if [ -d /dev/shm ] && [ -w /dev/shm ]; then data_root=/dev/shm/gpubox_bench; else data_root=/tmp/gpubox_bench; fi
 fi
 mkdir -p "$data_root" || die "--data-root '$data_root': cannot create"
-data_key="lines${lines}_test${test_lines}_files${files}_seed${seed}_vocab${vocab}_slots${slots}_dense${dense}"
+data_key="lines${lines}_test${test_lines}_files${files}_seed${seed}_vocab${vocab}_zipf${zipf}_factor${factor_dim}_slots${slots}_dense${dense}"
 data_dir="$data_root/$data_key"
 if [ -f "$data_dir/train/oracle.json" ] && [ -f "$data_dir/test/oracle.json" ]; then
   echo "== reusing data $data_dir"
@@ -189,7 +197,7 @@ else
   rm -rf "$data_dir"
   data_tmp="$data_dir.tmp.$$"
   mkdir -p "$data_tmp"
-  gen=(--seed "$seed" --vocab "$vocab" --slots "$slots" --dense "$dense")
+  gen=(--seed "$seed" --vocab "$vocab" --zipf "$zipf" --factor-dim "$factor_dim" --slots "$slots" --dense "$dense")
   run_child "$data_tmp/gen_train.log" "$data_bin" gen --out "$data_tmp/train" --lines "$lines" --files "$files" "${gen[@]}" \
     || { cat "$data_tmp/gen_train.log" >&2; die "gpubox_data gen (train) failed"; }
   run_child "$data_tmp/gen_test.log" "$data_bin" gen --out "$data_tmp/test" --lines "$test_lines" --files 1 \
