@@ -2,18 +2,6 @@
 
 namespace gpubox::trainer {
 
-const char* to_string(DataFormat format) {
-  switch (format) {
-    case DataFormat::kSlot:
-      return "slot";
-    case DataFormat::kMultiSlot:
-      return "multislot";
-    case DataFormat::kCriteo:
-      return "criteo";
-  }
-  return "?";
-}
-
 const char* to_string(SaveKind kind) {
   switch (kind) {
     case SaveKind::kNone:

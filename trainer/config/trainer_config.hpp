@@ -8,17 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "dataset/dataset_types.hpp"
 #include "table/accessor/sparse_row.hpp"
 #include "table/host_tier.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 
 namespace gpubox::trainer {
 
-enum class DataFormat { kSlot, kMultiSlot, kCriteo };
+// runner.data_format: the dataset module's own enum (one definition of the input formats).
+using DataFormat = dataset::DataFormat;
 enum class SlotTokenOrder { kSlotFirst, kFeasignFirst };  // "slot:feasign" or "feasign:slot"
 enum class SaveKind { kNone, kBase, kDelta, kCheckpoint };
 
-const char* to_string(DataFormat format);
 const char* to_string(SaveKind kind);
 
 struct RunnerConfig {

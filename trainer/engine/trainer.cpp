@@ -49,17 +49,7 @@ std::string env_string(const char* paddle, const char* gpubox, const std::string
 
 dataset::DatasetConfig dataset_config_of(const TrainerConfig& config) {
   dataset::DatasetConfig out;
-  switch (config.runner.data_format) {
-    case DataFormat::kSlot:
-      out.data_format = dataset::DataFormat::kSlot;
-      break;
-    case DataFormat::kMultiSlot:
-      out.data_format = dataset::DataFormat::kMultiSlot;
-      break;
-    case DataFormat::kCriteo:
-      out.data_format = dataset::DataFormat::kCriteo;
-      break;
-  }
+  out.data_format = config.runner.data_format;
   out.slots = config.sparse_slot_names();
   out.dense_dim = config.hyper.dense_input_dim;
   out.feasign_first = config.runner.slot_token_order == SlotTokenOrder::kFeasignFirst;
