@@ -126,16 +126,26 @@ void InProcessCommunicator::fail_in_data_phase(const char* collective, const std
 }
 
 detail::RankSlot& InProcessCommunicator::publish(const char* collective, DataType type,
-                                                 const device::Stream& stream) {
+                                                 const device::Stream& stream, const void* send,
+                                                 void* recv, std::size_t count, int root) {
   // The data phase must not throw (a rank leaving it by exception would leave peers draining
   // forever), so whatever can fail is checked here, before the first rendezvous.
   if (static_cast<int>(type) < 0 || static_cast<int>(type) > static_cast<int>(DataType::kUInt8)) {
     fail_argument(collective,
                   ::gpubox::detail::concat("unknown data type ", static_cast<int>(type)));
   }
+  if (count > 0 && (send == nullptr || recv == nullptr)) {
+    fail_argument(collective, ::gpubox::detail::concat("null buffer for ", count, " elements"));
+  }
   // Stream order: the caller's earlier work on `stream` must be done before peers read it.
   stream.synchronize();
-  return group_->slots_[static_cast<std::size_t>(rank_)];
+  detail::RankSlot& mine = group_->slots_[static_cast<std::size_t>(rank_)];
+  mine.send = send;
+  mine.recv = recv;
+  mine.count = count;
+  mine.type = type;
+  mine.root = root;
+  return mine;
 }
 
 bool InProcessCommunicator::same_shape_everywhere(const char* collective) {
@@ -157,15 +167,7 @@ bool InProcessCommunicator::same_shape_everywhere(const char* collective) {
 void InProcessCommunicator::all_reduce_sum(const void* send, void* recv, std::size_t count,
                                            DataType type, const device::Stream& stream) {
   static constexpr const char* kName = "all_reduce_sum";
-  if (count > 0 && (send == nullptr || recv == nullptr)) {
-    fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
-  }
-  auto& mine = publish(kName, type, stream);
-  mine.send = send;
-  mine.recv = recv;
-  mine.count = count;
-  mine.type = type;
-  mine.root = 0;
+  auto& mine = publish(kName, type, stream, send, recv, count, /*root=*/0);
   auto& rendezvous = group_->rendezvous_;
   rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
   if (same_shape_everywhere(kName) && count > 0) {
@@ -218,7 +220,8 @@ void InProcessCommunicator::all_to_all_v(const void* send, const std::size_t* se
     fail_argument(kName, "null count array");
   }
   const int ranks = size();
-  auto& mine = publish(kName, type, stream);
+  // count 0: the per-peer counts below say what moves (and the null-buffer check is theirs).
+  auto& mine = publish(kName, type, stream, send, recv, /*count=*/0, /*root=*/0);
   auto& recv_offsets = mine.recv_offsets;
   mine.send_offsets[0] = 0;
   recv_offsets[0] = 0;
@@ -232,11 +235,6 @@ void InProcessCommunicator::all_to_all_v(const void* send, const std::size_t* se
                   ::gpubox::detail::concat("null buffer for ", mine.send_offsets[ranks],
                                            " elements sent / ", recv_offsets[ranks], " received"));
   }
-  mine.send = send;
-  mine.recv = recv;
-  mine.count = 0;
-  mine.type = type;
-  mine.root = 0;
   mine.send_counts = send_counts;
   mine.recv_counts = recv_counts;
   auto& rendezvous = group_->rendezvous_;
@@ -265,15 +263,7 @@ void InProcessCommunicator::all_to_all_v(const void* send, const std::size_t* se
 void InProcessCommunicator::all_gather(const void* send, void* recv, std::size_t count,
                                        DataType type, const device::Stream& stream) {
   static constexpr const char* kName = "all_gather";
-  if (count > 0 && (send == nullptr || recv == nullptr)) {
-    fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
-  }
-  auto& mine = publish(kName, type, stream);
-  mine.send = send;
-  mine.recv = recv;
-  mine.count = count;
-  mine.type = type;
-  mine.root = 0;
+  publish(kName, type, stream, send, recv, count, /*root=*/0);
   auto& rendezvous = group_->rendezvous_;
   rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
   if (same_shape_everywhere(kName) && count > 0) {
@@ -295,15 +285,7 @@ void InProcessCommunicator::broadcast(void* buffer, std::size_t count, DataType 
     fail_argument(kName,
                   ::gpubox::detail::concat("root ", root, " is not in this group of ", size()));
   }
-  if (count > 0 && buffer == nullptr) {
-    fail_argument(kName, ::gpubox::detail::concat("null buffer for ", count, " elements"));
-  }
-  auto& mine = publish(kName, type, stream);
-  mine.send = buffer;
-  mine.recv = buffer;
-  mine.count = count;
-  mine.type = type;
-  mine.root = root;
+  publish(kName, type, stream, buffer, buffer, count, root);
   auto& rendezvous = group_->rendezvous_;
   rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
   if (same_shape_everywhere(kName) && rank_ != root) {
@@ -324,11 +306,8 @@ void InProcessCommunicator::exchange_counts(const std::size_t* send_counts,
   if (send_counts == nullptr || recv_counts == nullptr) {
     fail_argument(kName, "null count array");
   }
-  auto& mine = publish(kName, DataType::kUInt64, stream);
+  auto& mine = publish(kName, DataType::kUInt64, stream, nullptr, nullptr, /*count=*/0, /*root=*/0);
   mine.send_counts = send_counts;
-  mine.count = 0;
-  mine.type = DataType::kUInt64;
-  mine.root = 0;
   auto& rendezvous = group_->rendezvous_;
   rendezvous.arrive_and_wait(rank_, kName, /*opens_data_phase=*/true);
   for (int p = 0; p < size(); ++p) {

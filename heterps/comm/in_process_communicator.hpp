@@ -79,9 +79,10 @@ class InProcessCommunicator final : public Communicator {
   // Inconsistency found between the rendezvous (peers disagree): abort the group; the second
   // rendezvous then throws on every rank once no rank is copying any more.
   void fail_in_data_phase(const char* collective, const std::string& message);
-  // Checks `type`, synchronizes `stream` (its earlier work feeds the collective) and returns
-  // this rank's slot.
-  detail::RankSlot& publish(const char* collective, DataType type, const device::Stream& stream);
+  // Checks `type` and the buffers (null with count > 0), synchronizes `stream` (its earlier
+  // work feeds the collective), records the call's arguments in this rank's slot and returns it.
+  detail::RankSlot& publish(const char* collective, DataType type, const device::Stream& stream,
+                            const void* send, void* recv, std::size_t count, int root);
   // True when every rank passed the same count, type and root; else fails the data phase.
   bool same_shape_everywhere(const char* collective);
 
