@@ -23,6 +23,18 @@ uint64_t random_client_id() {
   return id == 0 ? 1 : id;
 }
 
+// Calls chunk(group, positions, m) for every run of at most `chunk_rows` keys of every endpoint
+// group, in order: `positions` are the run's original key positions (m of them).
+template <class Chunk>
+void for_each_chunk(const std::vector<std::vector<uint32_t>>& groups, std::size_t chunk_rows,
+                    Chunk chunk) {
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& idx = groups[g];
+    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows) {
+      chunk(g, idx.data() + begin, std::min(chunk_rows, idx.size() - begin));
+    }
+  }
+}
 }  // namespace
 
 std::string endpoints_from_environment() {
@@ -161,23 +173,19 @@ Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::siz
   std::vector<uint64_t> chunk_keys;
   std::vector<int32_t> chunk_slots;
   std::vector<uint8_t> payload;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const auto& idx = groups[g];
-    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
-      const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
-      chunk_keys.resize(m);
-      chunk_slots.resize(slots ? m : 0);
-      for (std::size_t j = 0; j < m; ++j) {
-        chunk_keys[j] = keys[idx[begin + j]];
-        if (slots) chunk_slots[j] = slots[idx[begin + j]];
-      }
-      payload.clear();
-      encode_pull_request(chunk_keys.data(), slots ? chunk_slots.data() : nullptr, m, &payload);
-      requests.push_back(make_group_request(Op::kPull, g, payload));
-      chunk_index.push_back(idx.data() + begin);
-      chunk_size.push_back(static_cast<uint32_t>(m));
+  for_each_chunk(groups, chunk_rows_, [&](std::size_t g, const uint32_t* pos, std::size_t m) {
+    chunk_keys.resize(m);
+    chunk_slots.resize(slots ? m : 0);
+    for (std::size_t j = 0; j < m; ++j) {
+      chunk_keys[j] = keys[pos[j]];
+      if (slots) chunk_slots[j] = slots[pos[j]];
     }
-  }
+    payload.clear();
+    encode_pull_request(chunk_keys.data(), slots ? chunk_slots.data() : nullptr, m, &payload);
+    requests.push_back(make_group_request(Op::kPull, g, payload));
+    chunk_index.push_back(pos);
+    chunk_size.push_back(static_cast<uint32_t>(m));
+  });
   uint64_t total_created = 0;
   Status st = transport_.run(
       Op::kPull, requests,
@@ -205,22 +213,18 @@ Status RemoteHostTier::push(const uint64_t* keys, std::size_t n, const float* ro
   std::vector<uint64_t> chunk_keys;
   std::vector<float> chunk_rows;
   std::vector<uint8_t> payload;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const auto& idx = groups[g];
-    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
-      const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
-      chunk_keys.resize(m);
-      chunk_rows.resize(m * stride);
-      for (std::size_t j = 0; j < m; ++j) {
-        const std::size_t i = idx[begin + j];
-        chunk_keys[j] = keys[i];
-        std::memcpy(chunk_rows.data() + j * stride, rows + i * stride, sizeof(float) * stride);
-      }
-      payload.clear();
-      encode_push_request(chunk_keys.data(), m, chunk_rows.data(), stride, &payload);
-      requests.push_back(make_group_request(Op::kPush, g, payload));
+  for_each_chunk(groups, chunk_rows_, [&](std::size_t g, const uint32_t* pos, std::size_t m) {
+    chunk_keys.resize(m);
+    chunk_rows.resize(m * stride);
+    for (std::size_t j = 0; j < m; ++j) {
+      chunk_keys[j] = keys[pos[j]];
+      std::memcpy(chunk_rows.data() + j * stride, rows + std::size_t{pos[j]} * stride,
+                  sizeof(float) * stride);
     }
-  }
+    payload.clear();
+    encode_push_request(chunk_keys.data(), m, chunk_rows.data(), stride, &payload);
+    requests.push_back(make_group_request(Op::kPush, g, payload));
+  });
   return transport_.run(
       Op::kPush, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
       /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
@@ -232,17 +236,13 @@ Status RemoteHostTier::erase(const uint64_t* keys, std::size_t n) {
   std::vector<OutgoingRequest> requests;
   std::vector<uint64_t> chunk_keys;
   std::vector<uint8_t> payload;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const auto& idx = groups[g];
-    for (std::size_t begin = 0; begin < idx.size(); begin += chunk_rows_) {
-      const std::size_t m = std::min(chunk_rows_, idx.size() - begin);
-      chunk_keys.resize(m);
-      for (std::size_t j = 0; j < m; ++j) chunk_keys[j] = keys[idx[begin + j]];
-      payload.clear();
-      encode_erase_request(chunk_keys.data(), m, &payload);
-      requests.push_back(make_group_request(Op::kErase, g, payload));
-    }
-  }
+  for_each_chunk(groups, chunk_rows_, [&](std::size_t g, const uint32_t* pos, std::size_t m) {
+    chunk_keys.resize(m);
+    for (std::size_t j = 0; j < m; ++j) chunk_keys[j] = keys[pos[j]];
+    payload.clear();
+    encode_erase_request(chunk_keys.data(), m, &payload);
+    requests.push_back(make_group_request(Op::kErase, g, payload));
+  });
   return transport_.run(
       Op::kErase, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
       /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
