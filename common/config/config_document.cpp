@@ -145,10 +145,15 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
       return Status::OK();
     }
     case KeyType::kString:
-    case KeyType::kPath: {
+    case KeyType::kPath:
+    case KeyType::kWorkPath: {
       std::string v;
       GPUBOX_RETURN_IF_ERROR(parse_string(key, node, &v));
-      *out = key.type == KeyType::kPath ? resolve_path(v, base_dir) : v;
+      if (key.type == KeyType::kString) {
+        *out = v;
+      } else {
+        *out = resolve_path(v, key.type == KeyType::kPath ? base_dir : std::string());
+      }
       return Status::OK();
     }
     case KeyType::kEnum: {
@@ -230,7 +235,7 @@ class DocumentBuilder {
     if (key == nullptr) return error("-o: " + unknown_key(name));
     YAML::Node node;
     if (key->type == KeyType::kString || key->type == KeyType::kPath ||
-        key->type == KeyType::kEnum) {
+        key->type == KeyType::kWorkPath || key->type == KeyType::kEnum) {
       node = YAML::Node(value);  // the raw text: "slot:feasign" or "sh -c 'x: y'" stay text
     } else {
       try {
@@ -439,7 +444,10 @@ double ConfigDocument::get_float(std::string_view key) const {
 }
 
 const std::string& ConfigDocument::get_string(std::string_view key) const {
-  return std::get<std::string>(value_of(spec_of(key, KeyType::kString, KeyType::kPath)));
+  const KeySpec* spec = find_key(key);
+  const KeyType path =
+      spec != nullptr && spec->type == KeyType::kWorkPath ? KeyType::kWorkPath : KeyType::kPath;
+  return std::get<std::string>(value_of(spec_of(key, KeyType::kString, path)));
 }
 
 std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {
