@@ -206,7 +206,7 @@ void Trainer::print_report(const PassReport& report, const std::string& prefix) 
 
 PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   State& s = *state_;
-  const int64_t pass = ++pass_id_;
+  const int64_t pass = pass_id_++;  // from 0, as PaddleRec numbers its epochs
   Timer pass_timer;
   Timer phase;
   auto ds = load_dataset(files, "pass " + std::to_string(pass));
@@ -228,24 +228,30 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
         worker.metrics().reset();
         dataset::Batch batch;
         Timer card_timer;
+        double last_redraw = 0;
         int64_t examples = 0;
         for (std::size_t b = 0; b < batches; ++b) {
           ds->fill_batch(card.local_index(), cards, b, &batch);
           int64_t global = 0;
           for (int c = 0; c < cards; ++c) global += ds->batch_span(c, cards, b).size();
           // Card 0's progress line: the running AUC is computed on the card and read with the
-          // step's own last wait, so printing it costs the other cards nothing.
-          const bool progress =
-              card.local_index() == 0 && ((b + 1) % interval == 0 || (tty && b + 1 == batches));
+          // step's own last wait, so printing it costs the other cards nothing. On a terminal
+          // the line is redrawn in place, at most 4 times a second besides print_interval.
+          const bool redraw =
+              tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
+          const bool progress = card.local_index() == 0 && ((b + 1) % interval == 0 || redraw);
           worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
           if (b >= kWarmupSteps) steady[card.local_index()] += worker.last_step_counts();
           examples += global;
           if (progress) {
-            const std::string line = format_progress_line(
-                pass, b + 1, batches, examples / std::max(1e-9, card_timer.seconds()),
-                worker.progress_auc());
+            const double elapsed = card_timer.seconds();
+            last_redraw = elapsed;
+            const std::string line =
+                format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
+                                     worker.progress_auc(), elapsed);
             std::lock_guard<std::mutex> lock(print_mu);
-            std::printf(tty ? "\r%s" : "%s\n", line.c_str());
+            // On a terminal: back to the line's start, and clear what a longer line left.
+            std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
             std::fflush(stdout);
           }
         }
@@ -335,12 +341,20 @@ std::vector<PassReport> Trainer::train() {
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     metrics_out.open(path, std::ios::app);
     GPUBOX_EXPECTS(metrics_out.good(), "cannot open runner.metrics_path '", path.string(), "'");
+    GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
   }
   std::vector<PassReport> reports;
   for (int epoch = 0; epoch < std::max(1, config_.runner.epochs); ++epoch) {
+    // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged.
+    double epoch_seconds = 0;
+    MetricValues epoch_metrics;
+    std::vector<double> epoch_sums;
     for (const auto& files : pass_files) {
       PassReport report = train_pass(files);
       print_report(report, "");
+      epoch_seconds += report.seconds;
+      epoch_metrics = report.metrics;
+      if (pass_files.size() > 1) state_->workers[0]->metrics().accumulate_into(&epoch_sums);
       if (metrics_out.is_open()) {
         metrics_out << format_pass_json(report) << '\n';
         metrics_out.flush();
@@ -351,6 +365,15 @@ std::vector<PassReport> Trainer::train() {
       }
       reports.push_back(std::move(report));
     }
+    if (pass_files.size() > 1) {
+      epoch_metrics = compute_metrics(epoch_sums.data(), state_->workers[0]->metrics().buckets());
+    }
+    std::printf("%s\n%s\n",
+                format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
+                                            state_->cards.total_cards(), epoch_metrics.auc)
+                    .c_str(),
+                format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
+    std::fflush(stdout);
     if (!test_files.empty()) {
       const EvalResult test = evaluate(test_files, false);
       std::printf("epoch: %d, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n", epoch,
