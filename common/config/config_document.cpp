@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/config/detail/parse_value.hpp"
@@ -206,6 +207,14 @@ class DocumentBuilder {
  public:
   explicit DocumentBuilder(std::string source) { doc_.source_ = std::move(source); }
 
+  // Keys an override (-o key=value) replaces: the file's value of such a key is not checked, so
+  // `-o runner.sync_mode=gpubox` runs a PaddleRec config whose value GPUBox does not take.
+  void set_overridden(const std::vector<std::string>& overrides) {
+    for (const std::string& o : overrides) {
+      if (const auto eq = o.find('='); eq != std::string::npos) overridden_.insert(o.substr(0, eq));
+    }
+  }
+
   Status apply_root(const YAML::Node& root, const std::string& base_dir) {
     if (root.IsNull() || (root.IsMap() && root.size() == 0)) {
       return Status::InvalidArgument(
@@ -337,6 +346,7 @@ class DocumentBuilder {
           continue;
         }
         lines_[name] = line;
+        if (overridden_.count(name) > 0) continue;  // the override's value is checked instead
         ConfigValue parsed;
         const Status st = detail::parse_value(*key, value, base_dir, &parsed);
         if (!st.ok()) {
@@ -361,6 +371,7 @@ class DocumentBuilder {
 
   ConfigDocument doc_;
   std::map<std::string, int> lines_;  // where the file sets each key
+  std::set<std::string> overridden_;  // keys an override replaces
   std::vector<Status> unknown_;       // one per unknown key of the file, in file order
   Status first_error_;                // the file's first error of another kind
 };
@@ -377,6 +388,7 @@ StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
     return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
                                    ": YAML syntax error: " + e.msg);
   }
+  builder.set_overridden(overrides);
   GPUBOX_RETURN_IF_ERROR(builder.apply_root(root, base_dir));
   for (const std::string& o : overrides) GPUBOX_RETURN_IF_ERROR(builder.apply_override(o));
   GPUBOX_RETURN_IF_ERROR(builder.check_rules());
