@@ -1,5 +1,6 @@
 #include "common/cli.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -59,6 +60,19 @@ bool asks_for_help(int argc, char** argv, int first) {
 
 bool asks_for_version(int argc, char** argv, int first) {
   return any_of(argc, argv, first, {"--version", "-version"});
+}
+
+bool answer_help_or_version(int argc, char** argv, const std::string& tool,
+                            const std::function<std::string()>& usage) {
+  if (asks_for_version(argc, argv)) {
+    std::printf("%s\n", version_text(tool).c_str());
+    return true;
+  }
+  if (asks_for_help(argc, argv)) {
+    std::fputs(usage().c_str(), stdout);
+    return true;
+  }
+  return false;
 }
 
 std::string render_usage(const Usage& usage) {

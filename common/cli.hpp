@@ -3,6 +3,7 @@
 // example). Nothing here prints a path of the machine GPUBox was built on.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@ std::string version_text(const std::string& tool);
 // (--version, -version). Only whole arguments count: "-o key=--help" does not.
 bool asks_for_help(int argc, char** argv, int first = 1);
 bool asks_for_version(int argc, char** argv, int first = 1);
+
+// When argv asks for the version or for help, prints version_text(tool) or usage() to stdout
+// and returns true (the binary then exits 0); otherwise returns false and prints nothing.
+bool answer_help_or_version(int argc, char** argv, const std::string& tool,
+                            const std::function<std::string()>& usage);
 
 struct Option {
   std::string name;          // "--config", "-o key=value"

@@ -231,14 +231,7 @@ std::string usage_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (gpubox::cli::asks_for_version(argc, argv)) {
-    std::printf("%s\n", gpubox::cli::version_text("gpubox_server").c_str());
-    return 0;
-  }
-  if (gpubox::cli::asks_for_help(argc, argv)) {
-    std::fputs(usage_text().c_str(), stdout);
-    return 0;
-  }
+  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_server", usage_text)) return 0;
   gflags::SetUsageMessage("gpubox_server --port 29011 (gpubox_server --help)");
   // `-o key=value` (the trainer's overrides of --config) is taken out before gflags.
   std::vector<std::string> overrides;

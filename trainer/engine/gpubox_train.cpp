@@ -137,14 +137,7 @@ int run_infer(gpubox::trainer::Trainer& trainer, const gpubox::trainer::TrainerC
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
-  if (gpubox::cli::asks_for_version(argc, argv)) {
-    std::printf("%s\n", gpubox::cli::version_text("gpubox_train").c_str());
-    return 0;
-  }
-  if (gpubox::cli::asks_for_help(argc, argv)) {
-    std::fputs(usage_text().c_str(), stdout);
-    return 0;
-  }
+  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_train", usage_text)) return 0;
   std::vector<std::string> args = paddlerec_config_flags(argc, argv);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
