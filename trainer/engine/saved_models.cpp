@@ -39,7 +39,7 @@ std::string list_text(const std::vector<int64_t>& epochs) {
 bool is_save_folder(const std::string& dir) {
   std::error_code ec;
   const fs::path p(dir);
-  return fs::exists(p / "MANIFEST", ec) ||
+  return fs::exists(p / "MODEL_MANIFEST", ec) || fs::exists(p / "MANIFEST", ec) ||
          (fs::is_directory(p / "sparse", ec) && fs::is_directory(p / "dense", ec));
 }
 

@@ -9,7 +9,8 @@
 
 namespace gpubox::trainer {
 
-// Whether `dir` holds a GPUBox save (Trainer::save: its sparse/ and dense/ halves, or a MANIFEST).
+// Whether `dir` holds a GPUBox save (Trainer::save: its sparse/ and dense/ halves, or a model
+// manifest).
 bool is_save_folder(const std::string& dir);
 
 struct SaveToEvaluate {
