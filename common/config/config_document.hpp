@@ -82,6 +82,11 @@ class ConfigDocument {
     return value.value();
   }
 
+  // The value of `key` (set, else the default) as a config would write it: "true", "512",
+  // "0.05", "[512, 256]", "[a, b]", a resolved path. For describing a config (a save names the
+  // keys of its model); unlike the getters it does not count as reading the key.
+  std::string value_text(std::string_view key) const;
+
   // Keys accepted for PaddleRec compatibility (no effect in GPUBox) that this config sets to a
   // value other than their default, and one line saying so ("" when there are none), for the
   // binaries to print once at start.
