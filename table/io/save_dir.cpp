@@ -14,12 +14,6 @@ namespace {
 
 constexpr const char* kMagic = "gpubox-save 1";
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
-}
-
 bool parse_u64(const std::string& s, int base, uint64_t* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -33,6 +27,16 @@ bool parse_u64(const std::string& s, int base, uint64_t* out) {
 }  // namespace
 
 uint64_t checksum(const void* data, std::size_t size) { return XXH64(data, size, 0); }
+
+std::string hex64(uint64_t value) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, value);
+  return buf;
+}
+
+bool parse_hex64(const std::string& text, uint64_t* value) {
+  return text.size() <= 16 && parse_u64(text, 16, value);
+}
 
 std::string Manifest::encode() const {
   std::ostringstream out;

@@ -44,6 +44,11 @@ struct Manifest {
 
 uint64_t checksum(const void* data, std::size_t size);
 
+// A 64-bit checksum or digest as manifests write it: 16 lowercase hex digits.
+std::string hex64(uint64_t value);
+// Reads what hex64 wrote (1 to 16 hex digits); false when `text` is not that.
+bool parse_hex64(const std::string& text, uint64_t* value);
+
 // One save being written. Not thread-safe except add_file, which several shard writers may call
 // at once. Destroying an uncommitted save removes its staging folder (best effort).
 class StagedSave {
