@@ -84,8 +84,7 @@ int main(int argc, char** argv) {
     env.threads_per_card = FLAGS_threads_per_card;
     gpubox::trainer::Trainer trainer(config.value(), env);
     if (FLAGS_mode == "train") {
-      if (!FLAGS_load.empty()) trainer.load(FLAGS_load);
-      trainer.train();
+      trainer.train(FLAGS_load);
       return 0;
     }
     const std::string load = FLAGS_load.empty() ? config->runner.infer_load_path : FLAGS_load;
