@@ -93,6 +93,27 @@ bool host_is_remote(const table::HostTier& host) {
   return dynamic_cast<const table::server::RemoteHostTier*>(&host) != nullptr;
 }
 
+std::string model_root(const std::string& save_path, const std::string& load) {
+  std::vector<fs::path> folders;
+  for (const std::string& p : {save_path, load}) {
+    if (!p.empty()) folders.push_back(fs::path(normalized(p)));
+  }
+  if (folders.empty()) return "";
+  fs::path root = folders[0];
+  for (const fs::path& f : folders) {
+    fs::path common;
+    for (auto a = root.begin(), b = f.begin(); a != root.end() && b != f.end() && *a == *b;
+         ++a, ++b) {
+      common /= *a;
+    }
+    root = common;
+  }
+  // A save path ending in '/' normalizes to a trailing empty part.
+  std::string out = root.string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 RestorePlan plan_restore(const std::string& dir, bool sparse_required) {
   RestorePlan plan;
   std::string current = normalized(dir);

@@ -66,6 +66,12 @@ std::vector<uint64_t> saved_sparse_digests(table::HostTier& host, const std::str
 // True when `host` is held by servers (their share of a save is on their machine).
 bool host_is_remote(const table::HostTier& host);
 
+// The deepest folder holding every save a gpubox_train command writes or reads: `save_path`
+// (runner.model_save_path, training) and `load` (--load, or runner.infer_load_path), absolute;
+// "" when neither is set. The servers' --data_dir for it (scripts/run_gpubox.sh), since their
+// SAVE and LOAD paths must stay inside it.
+std::string model_root(const std::string& save_path, const std::string& load);
+
 // The saves one trainer makes and restores: what a delta applies onto, the sequence of the next
 // save, where the run started, the save to go back to after a server restart.
 class SaveLineage {

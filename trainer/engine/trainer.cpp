@@ -320,7 +320,8 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     if (pass_id_ >= total) {
       GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total
                        << " passes and the last save is pass " << pass_id_
-                       << ": nothing left to train";
+                       << ": nothing left to train (more epochs or pass_dirs continue it; "
+                       << "-o runner.resume=off starts afresh)";
     }
   } else if (!start_from.empty()) {
     load(start_from);
