@@ -246,7 +246,14 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     origin_ = m.origin;
     GPUBOX_LOG(INFO) << "runner.resume: resuming from pass " << m.pass << " (" << candidate.dir
                      << ", a " << name_of(table::kSaveKindNames, m.mode) << " save); the next "
-                     << "pass is " << m.pass + 1;
+                     << "pass is " << m.pass + 1
+                     << (m.mode == table::SaveKind::kCheckpoint
+                             ? std::string()
+                             : std::string("; a ") + name_of(table::kSaveKindNames, m.mode) +
+                                   " save holds no sparse optimizer state (it starts again from "
+                                   "its initial values): the run goes on close to, not exactly "
+                                   "as, an uninterrupted one (save_mode: checkpoint resumes "
+                                   "exactly)");
     return candidate;
   }
   GPUBOX_LOG(INFO) << "runner.resume: no complete save under " << r.model_save_path << "; starting "
