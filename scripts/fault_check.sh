@@ -190,6 +190,12 @@ tserver_start() {
   wait_for "$t/$name.server.out" "listening on" 10 || { echo "fault_check: server $name did not start" >&2; cat "$t/$name.server.out" >&2; return 1; }
   sport="$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$t/$name.server.out" | head -1)"
 }
+# server_replace PID NAME PORT: kills server PID with -9 and starts NAME on its PORT, empty.
+server_replace() {
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  tserver_start "$2" "$3"
+}
 final_auc() { { grep -o 'epoch: 2, test auc: [0-9.]*' "$1" || true; } | tail -1 | awk '{print $5}'; }
 tail1() { { grep -v '^pass [0-9]*: [0-9]*/' "$1" || true; } | tail -1 | cut -c1-160; }
 
@@ -238,9 +244,7 @@ tserver_start mid 0
 mid_port=$sport mid_pid=$spid
 trainer_start mid mid "127.0.0.1:$mid_port"
 wait_for "$t/mid.out" "pass 2: 3/" 60 || true
-kill -9 "$mid_pid" 2>/dev/null || true
-wait "$mid_pid" 2>/dev/null || true
-tserver_start mid_again "$mid_port"
+server_replace "$mid_pid" mid_again "$mid_port"
 trc=0
 wait "$tpid" || trc=$?
 if [ "$trc" -ne 0 ] && grep -q "pass 2: server 127.0.0.1:$mid_port restarted" "$t/mid.out" &&
@@ -263,9 +267,7 @@ b_port=$sport b_pid=$spid
 trainer_start between between "127.0.0.1:$b_port"
 wait_for "$t/between.server.out" "saved to $t/between/2/sparse" 60 || true
 kill -STOP "$tpid" 2>/dev/null || true
-kill -9 "$b_pid" 2>/dev/null || true
-wait "$b_pid" 2>/dev/null || true
-tserver_start between_again "$b_port"
+server_replace "$b_pid" between_again "$b_port"
 kill -CONT "$tpid" 2>/dev/null || true
 trc=0
 wait "$tpid" || trc=$?

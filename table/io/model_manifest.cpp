@@ -2,8 +2,6 @@
 
 #include <xxhash.h>
 
-#include <cerrno>
-#include <cstdlib>
 
 #include "common/enum_names.hpp"
 #include "table/io/save_dir.hpp"
@@ -33,16 +31,10 @@ uint64_t half_digest(const std::string& manifest_bytes) {
 
 StatusOr<uint64_t> read_half_digest(FileEnv* env, const std::string& folder,
                                     const std::string& kind) {
-  const std::string where = join(folder, kManifestName);
-  if (!env->exists(where)) return Status::NotFound(where + " is missing");
-  auto text = env->read_file(where);
-  if (!text.ok()) return text.status();
-  auto manifest = Manifest::parse(*text, where);
+  std::string text;
+  auto manifest = read_manifest(env, folder, kind, &text);
   if (!manifest.ok()) return manifest.status();
-  if (manifest->kind != kind) {
-    return Status::InvalidArgument(where + ": a " + manifest->kind + " save, expected " + kind);
-  }
-  return half_digest(*text);
+  return half_digest(text);
 }
 
 std::string sparse_part_folder(std::size_t i, std::size_t n) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
 
 namespace gpubox::table::io {
 namespace {
@@ -175,7 +176,8 @@ Status StagedSave::commit(const std::string& kind,
   return env_->remove_all(staging);
 }
 
-StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind) {
+StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind,
+                                 std::string* text_out) {
   const std::string where = path + "/" + kManifestName;
   if (!env->exists(where)) {
     return Status::NotFound(where + " is missing: no complete save at " + path);
@@ -187,6 +189,7 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
   if (manifest->kind != kind) {
     return Status::InvalidArgument(where + ": a " + manifest->kind + " save, expected " + kind);
   }
+  if (text_out != nullptr) *text_out = std::move(*text);
   return manifest;
 }
 

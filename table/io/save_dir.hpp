@@ -73,8 +73,9 @@ class StagedSave {
 };
 
 // Reads and checks `<path>/MANIFEST`; `kind` must match. A missing MANIFEST means no complete
-// save is there.
-StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind);
+// save is there (NotFound). `*text` (when given) receives the MANIFEST's bytes.
+StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind,
+                                 std::string* text = nullptr);
 
 // Reads `<path>/<file.name>` and checks its size and checksum against the MANIFEST entry.
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
