@@ -3,7 +3,8 @@
 //    bit-identical to an uninterrupted 3-pass run (shuffled passes included: seeds per pass);
 //  - run again once complete, it trains nothing; runner.resume: off starts afresh;
 //  - the newest save made with other model keys, or by a run started from another --load, is
-//    refused naming the keys or the starting points; an incomplete newest save is skipped;
+//    refused naming the keys or the starting points (a save of a config built in code records
+//    no keys and is not compared); an incomplete newest save is skipped;
 //  - load refuses a folder without a model manifest, or whose halves are not the ones named;
 //  - save_mode delta: the first save is a base, the next ones deltas naming their parent;
 //    loading the last reproduces the model; a replaced parent is refused.
@@ -158,6 +159,19 @@ TEST_F(Resume, TheNewestSaveOfAnotherRunIsRefusedNamingWhatDiffers) {
                       (dir / "1").string()),
             std::string::npos)
       << what;
+}
+
+TEST_F(Resume, ASaveOfAConfigBuiltInCodeRecordsNoModelKeysAndIsNotCompared) {
+  const fs::path dir = root_ / "in_code";
+  TrainerConfig in_code = config(dir, {"runner.epochs=1"});
+  in_code.model_keys.clear();  // what a TrainerConfig filled in code holds
+  Trainer(in_code, env()).train();
+  auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / "1").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_TRUE(m->model_keys.empty());
+  // Nothing recorded to compare with: the loaded config's run resumes from it.
+  Trainer again(config(dir, {"runner.epochs=2"}), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{2}));
 }
 
 TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {

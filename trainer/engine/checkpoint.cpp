@@ -40,10 +40,10 @@ std::string describe_start(const std::string& origin) {
 }
 
 // "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
-// code (no model keys) is not compared.
+// code has no model keys: a save made with one, or a run with one, is not compared.
 std::string model_key_differences(const std::map<std::string, std::string>& saved,
                                   const std::map<std::string, std::string>& now) {
-  if (now.empty()) return "";
+  if (now.empty() || saved.empty()) return "";
   std::set<std::string> keys;
   for (const auto& [k, v] : saved) keys.insert(k);
   for (const auto& [k, v] : now) keys.insert(k);
