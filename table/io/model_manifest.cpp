@@ -2,7 +2,6 @@
 
 #include <xxhash.h>
 
-
 #include "common/enum_names.hpp"
 #include "table/io/save_dir.hpp"
 
