@@ -101,6 +101,17 @@ inline constexpr EnumName<SaveKind> kSaveKindNames[] = {
     {SaveKind::kCheckpoint, "checkpoint"},
 };
 
+// runner.resume: what a training command does when runner.model_save_path already holds a
+// complete save (trainer/engine/checkpoint.hpp).
+enum class ResumeMode {
+  kAuto,  // continue from the last complete save, with the pass after it
+  kOff,   // start afresh (from --load or from scratch); this run's saves replace the old ones
+};
+inline constexpr EnumName<ResumeMode> kResumeModeNames[] = {
+    {ResumeMode::kAuto, "auto"},
+    {ResumeMode::kOff, "off"},
+};
+
 // runner.sync_mode: the training schedule. GPUBox runs the pass-staged card tier only, so far.
 enum class SyncMode { kGpubox };
 inline constexpr EnumName<SyncMode> kSyncModeNames[] = {{SyncMode::kGpubox, "gpubox"}};

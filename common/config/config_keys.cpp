@@ -122,6 +122,8 @@ std::vector<KeySpec> build_table() {
   t.push_back(seed_key(r + "seed", kTrainer | kTable, "seed of the dense initialisation and the shuffle; mixed into sparse_optimizer.seed"));
   t.push_back(int_key(r + "auc_buckets_log2", "20", 20, 28, kTrainer, "AUC histogram buckets = 2^this"));
   t.push_back(enum_key(r + "save_mode", kSaveKindNames, SaveKind::kBase, kTrainer, "what each save writes: nothing, the model rows, the rows changed since the last save, or full rows with optimizer state"));
+  t.push_back(enum_key(r + "resume", kResumeModeNames, ResumeMode::kAuto, kTrainer, "auto: a training command run again (after a crash) continues from the last complete save under model_save_path, with the pass after it; off: it starts afresh and its saves replace those there (no effect when nothing is saved)"));
+  t.push_back(path_key(r + "auth_token_file", "\"\"", kTrainer, "file holding the token of the gpubox_server endpoints (their --auth_token_file); the environment variable GPUBOX_AUTH_TOKEN_FILE wins over it; \"\": none"));
   t.push_back(float_key(r + "collective_timeout_s", "300", 1e-3, 1e6, kTrainer, "longest wait in seconds for the peers of a collective before the job fails naming the card, pass, step and collective"));
 
   const std::string o = "hyper_parameters.optimizer.";

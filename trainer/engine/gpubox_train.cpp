@@ -20,6 +20,7 @@
 #include "dataset/dataset_config.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/engine/checkpoint.hpp"
 #include "trainer/engine/trainer.hpp"
 
 DEFINE_string(config, "", "YAML config (PaddleRec config_gpubox.yaml keys); required");
@@ -35,6 +36,10 @@ DEFINE_bool(print_config_keys, false,
             "Markdown table of the README, and exit");
 DEFINE_bool(print_config_template, false,
             "print a config with every key at its default, commented, and exit");
+DEFINE_bool(print_model_root, false,
+            "print the folder holding every save this command writes or reads "
+            "(runner.model_save_path, --load or runner.infer_load_path; what "
+            "scripts/run_gpubox.sh gives its servers as --data_dir), and exit");
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
@@ -82,6 +87,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpubox_train: %s\n", config.status().to_string().c_str());
       return 2;
     }
+    if (FLAGS_print_model_root) {
+      const bool train = FLAGS_mode == "train";
+      const std::string load =
+          FLAGS_load.empty() && !train ? config->runner.infer_load_path : FLAGS_load;
+      std::printf(
+          "%s\n",
+          gpubox::trainer::model_root(train ? config->runner.model_save_path : "", load).c_str());
+      return 0;
+    }
     gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
     env.threads_per_card = FLAGS_threads_per_card;
     gpubox::trainer::Trainer trainer(config.value(), env);
@@ -93,8 +107,7 @@ int main(int argc, char** argv) {
                config->dataset, trainer.num_cards(), std::thread::hardware_concurrency())) {
         GPUBOX_LOG(INFO) << hint;
       }
-      if (!FLAGS_load.empty()) trainer.load(FLAGS_load);
-      trainer.train();
+      trainer.train(FLAGS_load);
       return 0;
     }
     const std::string load = FLAGS_load.empty() ? config->runner.infer_load_path : FLAGS_load;
