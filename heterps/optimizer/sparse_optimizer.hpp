@@ -4,9 +4,9 @@
 // formulas follow Paddle's sparse SGD rules:
 //
 //   sgd          w -= lr * g
-//   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part)
+//   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part, starting at 0)
 //                w -= lr * g * sqrt(initial_g2sum / (initial_g2sum + g2sum));
-//                g2sum += mean(g^2) over the part
+//                g2sum += mean(g^2) over the part   (after the step: g2sum excludes this g)
 //   adam         (SparseAdamSGDRule, per-dim moments) lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow);
 //                m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr_t m / (sqrt(v) + eps);
 //                b1pow *= b1; b2pow *= b2

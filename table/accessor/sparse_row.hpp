@@ -119,15 +119,15 @@ GPUBOX_HD inline float init_value(uint64_t key, uint64_t seed, uint32_t lane, fl
   return (2.0f * unit_float(bits) - 1.0f) * range;
 }
 
-// Optimizer state of a part at creation (adam: beta powers start at beta).
+// Optimizer state of a part at creation. As in Paddle's rules (SparseAdaGradSGDRule::
+// InitValueWork, heter_ps's creation of embedx), the adagrad g2sum starts at 0: initial_g2sum
+// only enters the step size, so the first step is lr * g. Adam's beta powers start at beta.
 GPUBOX_HD inline void init_state(float* state, int32_t dim, SparseOptimizerKind kind,
-                                 float initial_g2sum, const SparseOptimizerConfig& cfg) {
+                                 const SparseOptimizerConfig& cfg) {
   for (int32_t i = 0; i < dim; ++i) state[i] = 0.0f;
   switch (kind) {
     case SparseOptimizerKind::kSgd:
-      break;
     case SparseOptimizerKind::kAdagrad:
-      state[0] = initial_g2sum;
       break;
     case SparseOptimizerKind::kAdam:
     case SparseOptimizerKind::kSharedAdam:
@@ -146,8 +146,7 @@ GPUBOX_HD inline void init_row(float* row, const RowLayout& layout,
       cfg.initial_range > 0.0f
           ? detail::init_value(key, cfg.seed ^ 0x5bd1e995ULL, 0, cfg.initial_range)
           : 0.0f;
-  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.kind,
-                     cfg.initial_g2sum, cfg);
+  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.kind, cfg);
   row[layout.slot()] = static_cast<float>(slot);
   row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
   row[layout.mf_size()] = 0.0f;
@@ -164,8 +163,7 @@ GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
   for (int32_t i = 0; i < layout.mf_dim; ++i) {
     w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1), cfg.mf_initial_range);
   }
-  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind,
-                     cfg.mf_initial_g2sum, cfg);
+  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind, cfg);
   row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
   return true;
 }

@@ -1,8 +1,8 @@
 // Sparse optimizers: every optimizer's row update, run on a card through parallel_for, against
 // a float64 reference written here from the formulas (Paddle's SparseNaiveSGDRule,
-// SparseAdaGradSGDRule, SparseAdamSGDRule, SparseSharedAdamSGDRule and CtrCommonAccessor's
-// update order), over many steps with random pushes, clipped weights and the embedx creation
-// threshold crossed mid-run.
+// SparseAdaGradSGDRule with its g2sum starting at 0, SparseAdamSGDRule, SparseSharedAdamSGDRule
+// and CtrCommonAccessor's update order), over many steps with random pushes, clipped weights and
+// the embedx creation threshold crossed mid-run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,15 +45,14 @@ struct RefRule {
   double lr, initial_g2sum, lo, hi;
 };
 
-RefPart ref_new_part(SparseOptimizerKind kind, int dim, double initial_g2sum,
-                     const SparseOptimizerConfig& cfg) {
+RefPart ref_new_part(SparseOptimizerKind kind, int dim, const SparseOptimizerConfig& cfg) {
   RefPart p;
   p.w.assign(dim, 0.0);
   switch (kind) {
     case SparseOptimizerKind::kSgd:
       break;
     case SparseOptimizerKind::kAdagrad:
-      p.v = {initial_g2sum};
+      p.v = {0.0};  // SparseAdaGradSGDRule::InitValueWork: g2sum = 0
       break;
     case SparseOptimizerKind::kAdam:
       p.m.assign(dim, 0.0);
@@ -148,7 +147,7 @@ void ref_push(RefRow& row, uint64_t key, const std::vector<double>& push, int mf
   const double score = cfg.nonclk_coeff * (row.show - row.click) + cfg.clk_coeff * row.click;
   if (score >= cfg.embedx_threshold) {
     row.has_embedx = true;
-    row.embedx = ref_new_part(cfg.kind, mf_dim, cfg.mf_initial_g2sum, cfg);
+    row.embedx = ref_new_part(cfg.kind, mf_dim, cfg);
     for (int i = 0; i < mf_dim; ++i) {
       // The creation values are the accessor's seeded init (sparse_row.hpp), not an optimizer
       // output; the test only checks they land and stay in range.
@@ -259,7 +258,7 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   std::vector<RefRow> ref(kRows);
   for (int r = 0; r < kRows; ++r) {
     table::init_row(host_rows.data() + r * stride, layout, cfg, keys[r], r % 26);
-    ref[r].embed = ref_new_part(cfg.kind, 1, cfg.initial_g2sum, cfg);
+    ref[r].embed = ref_new_part(cfg.kind, 1, cfg);
     ref[r].embed.w[0] = host_rows[r * stride + RowLayout::kEmbedW];
     // A row back from the host tier after some unseen days: any push resets the count.
     host_rows[r * stride + RowLayout::kUnseenDays] = static_cast<float>(r % 4);
@@ -372,11 +371,32 @@ TEST(SparseOptimizer, EmbedxGradientIgnoredUntilCreated) {
   EXPECT_TRUE(apply_push(row.data(), layout, cfg, 42, push.data()));
   EXPECT_EQ(row[layout.mf_size()], 4.0f);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(row[layout.embedx_w() + i], 0.0f);
-  EXPECT_EQ(row[layout.embedx_state()], cfg.mf_initial_g2sum);
+  EXPECT_EQ(row[layout.embedx_state()], 0.0f);  // g2sum starts at 0, as in Paddle
   EXPECT_FALSE(apply_push(row.data(), layout, cfg, 42, push.data()));  // now it is updated
-  const float step = cfg.mf_learning_rate * 1.0f;                      // g2sum still initial
+  const float step = cfg.mf_learning_rate * 1.0f;                      // g2sum still 0
   EXPECT_FLOAT_EQ(row[layout.embedx_w() + 0], std::max(-step * 9.0f, cfg.mf_min_bound));
   EXPECT_FLOAT_EQ(row[layout.embedx_w() + 1], std::min(step * 9.0f, cfg.mf_max_bound));
+}
+
+// Paddle's adagrad from a fresh row, by hand: g2sum starts at 0, so the first step is lr * g on
+// the show-scaled gradient (GPUBox used to start g2sum at initial_g2sum: a first step of lr * g /
+// sqrt(2)); the next one is lr * g * sqrt(initial_g2sum / (initial_g2sum + g_1^2)).
+TEST(SparseOptimizer, AdagradStartsLikePaddle) {
+  SparseOptimizerConfig cfg;  // the defaults: adagrad, lr 0.05, initial_g2sum 3
+  cfg.mf_dim = 2;
+  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  std::vector<float> row(layout.stride());
+  table::init_row(row.data(), layout, cfg, 7, 1);
+  EXPECT_EQ(row[RowLayout::kEmbedState], 0.0f);
+  std::vector<float> push = {4.0f, 1.0f, 2.0f, 0.0f, 0.0f};  // 4 occurrences summing to 2
+  apply_push(row.data(), layout, cfg, 7, push.data());
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW], -0.05f * 0.5f);
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedState], 0.25f);
+  push = {1.0f, 0.0f, -1.0f, 0.0f, 0.0f};
+  apply_push(row.data(), layout, cfg, 7, push.data());
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW],
+                  static_cast<float>(-0.025 + 0.05 * std::sqrt(3.0 / 3.25)));
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedState], 1.25f);
 }
 
 }  // namespace
