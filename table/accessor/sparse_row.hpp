@@ -24,22 +24,26 @@ using config::kSparseOptimizerKindNames;
 
 // hyper_parameters.sparse_feature_dim, hyper_parameters.sparse_optimizer.* and runner.seed, as
 // table/sparse_config.hpp derives them from a config for every tier. Plain data; the defaults
-// here are the key table's (tests/integration/config_agreement_test.cpp checks they agree).
+// here are the key table's (tests/integration/config_agreement_test.cpp checks they agree), and
+// those are Paddle's CtrCommonAccessor / SparseAdaGradSGDRule defaults (ps.proto, heter_ps
+// optimizer_conf.h) except where a comment says otherwise.
 struct SparseOptimizerConfig {
   SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad;
   int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
   // embed_w (wide weight) part
   float learning_rate = 0.05f;
-  float initial_g2sum = 3.0f;
+  float initial_g2sum = 3.0f;  // adagrad step: lr * sqrt(initial_g2sum / (initial_g2sum + g2sum))
   float initial_range = 0.0f;  // embed_w starts uniform in [-initial_range, initial_range]
   float min_bound = -10.0f;
   float max_bound = 10.0f;
+  float weight_decay = 0.0f;  // L2 (Paddle's sparse rules have none): see sparse_optimizer.hpp
   // embedx part
   float mf_learning_rate = 0.05f;
   float mf_initial_g2sum = 3.0f;
   float mf_initial_range = 1e-4f;
   float mf_min_bound = -10.0f;
   float mf_max_bound = 10.0f;
+  float mf_weight_decay = 0.0f;
   // adam / shared_adam
   float beta1_decay_rate = 0.9f;
   float beta2_decay_rate = 0.999f;
@@ -47,9 +51,11 @@ struct SparseOptimizerConfig {
   // creation and shrink rules
   float nonclk_coeff = 0.1f;
   float clk_coeff = 1.0f;
-  float embedx_threshold = 0.0f;
+  bool show_scale = true;  // divide a key's merged gradient by its show (sparse_optimizer.hpp)
+  float embed_threshold = 0.0f;  // embed_w steps once the score reaches this (0: always, Paddle's)
+  float embedx_threshold = 10.0f;
   float show_click_decay_rate = 0.98f;
-  float delete_threshold = 0.0f;
+  float delete_threshold = 0.8f;
   float delete_after_unseen_days = 30.0f;
   uint64_t seed = 0;  // embed init is a hash of (key, seed): runs are reproducible
 };
