@@ -90,17 +90,34 @@ def main():
                          p["cpu_seconds"], p["train_seconds"],
                          p["cpu_seconds"] / p["train_seconds"], pd["threads"]))
     lines.append("")
-    lines.append("All epochs:")
+    lines.append("All epochs (held-out AUC after each epoch; change: against the previous epoch):")
     lines.append("")
-    lines.append("| epoch | GPUBox examples/s | GPUBox train AUC | Paddle examples/s | Paddle train AUC |")
-    lines.append("|---:|---:|---:|---:|---:|")
-    for r in pd["epochs"]:
+    lines.append("| epoch | GPUBox examples/s | GPUBox train AUC | GPUBox held-out AUC (change) | "
+                 "Paddle examples/s | Paddle train AUC | Paddle held-out AUC (change) | "
+                 "held-out GPUBox - Paddle |")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def held_out(values, i):
+        """'A (change)' for epoch index i of a list of held-out AUCs (None where absent)."""
+        if i >= len(values) or values[i] is None:
+            return "n/a"
+        if i == 0 or values[i - 1] is None:
+            return "%.4f" % values[i]
+        return "%.4f (%+.4f)" % (values[i], values[i] - values[i - 1])
+
+    g_test_f = [float(x) for x in g_test]
+    p_test_f = [r.get("test_auc") for r in pd["epochs"]]
+    for i, r in enumerate(pd["epochs"]):
         gr = [x for x in gb if x.get("pass") == r["epoch"]]
-        if gr:
-            gr = gr[-1]
-            gs = gr["begin_pass_seconds"] + gr["train_seconds"] + gr["end_pass_seconds"]
-            lines.append("| %d | %.0f | %.4f | %.0f | %.4f |" % (
-                r["epoch"], gr["examples"] / gs, gr["auc"], r["ips"], r["auc"]))
+        if not gr:
+            continue
+        gr = gr[-1]
+        gs = gr["begin_pass_seconds"] + gr["train_seconds"] + gr["end_pass_seconds"]
+        diff = ("%+.4f" % (g_test_f[i] - p_test_f[i])
+                if i < len(g_test_f) and p_test_f[i] is not None else "n/a")
+        lines.append("| %d | %.0f | %.4f | %s | %.0f | %.4f | %s | %s |" % (
+            r["epoch"], gr["examples"] / gs, gr["auc"], held_out(g_test_f, i), r["ips"], r["auc"],
+            held_out(p_test_f, i), diff))
     text = "\n".join(lines) + "\n"
     with open(a.out, "w") as f:
         f.write(text)

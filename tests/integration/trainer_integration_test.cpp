@@ -52,6 +52,8 @@ class TrainerIntegration : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   // A small dnn over the generated data: 6 slots, mf_dim 4, fc 16-8.
+  // 3,000 lines over 6 x 400 keys: a key is seen about 8 times, under the shipped score
+  // thresholds, so both are 0 here.
   static TrainerConfig config(int batch, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
                                           "runner.train_batch_size=" + std::to_string(batch),
@@ -66,7 +68,9 @@ class TrainerIntegration : public ::testing::Test {
                                           "hyper_parameters.fc_sizes=[16, 8]",
                                           "hyper_parameters.optimizer.learning_rate=0.01",
                                           "hyper_parameters.sparse_optimizer.learning_rate=0.3",
-                                          "hyper_parameters.sparse_optimizer.mf_learning_rate=0.3"};
+                                          "hyper_parameters.sparse_optimizer.mf_learning_rate=0.3",
+                                          "hyper_parameters.sparse_optimizer.embed_threshold=0",
+                                          "hyper_parameters.sparse_optimizer.embedx_threshold=0"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     auto cfg = load_trainer_config(config_path(), overrides);
     throw_if_error(cfg.status());
