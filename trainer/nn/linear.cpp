@@ -1,3 +1,4 @@
+// Linear (layers.hpp): one fully connected layer's parameters and its fused GEMMs (LinearGemms).
 #include <cmath>
 
 #include "common/error.hpp"
