@@ -9,7 +9,7 @@ PACKAGES=(
   libgflags-dev        # command-line flags of every binary
   libyaml-cpp-dev      # config_gpubox.yaml
   libboost-dev         # Boost.Asio: gpubox_server and its client
-  libopenblas-dev      # BLAS for the dense net on the cpu backend
+  libdnnl-dev          # oneDNN: the dense net's GEMMs with fused bias/ReLU, bf16 where the CPU has it (cpu backend)
   librocksdb-dev       # disk tier under the host table
   libxxhash-dev        # hashing Criteo categoricals, checksums of saved models
   libgtest-dev libgmock-dev  # unit tests

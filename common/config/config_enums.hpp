@@ -82,6 +82,14 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kWide, "wide"},
 };
 
+// hyper_parameters.dense_precision: what the dense net's GEMMs read. bf16: activations and the
+// weights' GEMM copies in bf16; accumulation, master weights, optimizer, biases and loss in fp32.
+enum class DensePrecision { kFp32, kBf16 };
+inline constexpr EnumName<DensePrecision> kDensePrecisionNames[] = {
+    {DensePrecision::kFp32, "fp32"},
+    {DensePrecision::kBf16, "bf16"},
+};
+
 // hyper_parameters.optimizer.class: the dense optimizer.
 enum class DenseOptimizerKind { kAdam, kSgd };
 inline constexpr EnumName<DenseOptimizerKind> kDenseOptimizerKindNames[] = {

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -113,6 +115,34 @@ TEST_F(TrainerIntegration, TwoCardsEqualOneCardWithTheSameGlobalBatch) {
   // to float rounding (sums over cards are taken in another order).
   EXPECT_EQ(two.dense_values(0), two.dense_values(1));
   EXPECT_LT(max_abs_diff(one.dense_values(0), two.dense_values(0)), 2e-4);
+}
+
+// dense_precision: bf16 (GPUBOX_BF16_EMULATION on CPUs without bf16 GEMMs) trains like fp32,
+// keeps the cards' dense weights identical, and 1 and 2 cards agree. The heavy version, on 1M
+// planted lines with 1, 2 and 4 cards, is BENCHMARKS.md's quality table.
+TEST_F(TrainerIntegration, Bf16TrainsLikeFp32AndCardsAgree) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const std::vector<std::string> bf16 = {"hyper_parameters.dense_precision=bf16"};
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  Trainer fp32(config(64), env("0"));
+  Trainer one(config(64, bf16), env("0"));
+  Trainer two(config(32, bf16), env("0,1"));
+  unsetenv("GPUBOX_BF16_EMULATION");
+  PassReport want, r1, r2;
+  for (int pass = 0; pass < 4; ++pass) {  // the last pass's training metrics are compared
+    want = fp32.train_pass(train_files());
+    r1 = one.train_pass(train_files());
+    r2 = two.train_pass(train_files());
+  }
+  EXPECT_GT(want.metrics.auc, 0.6) << "the model learned nothing";
+  EXPECT_NEAR(r1.metrics.auc, want.metrics.auc, 0.01);
+  EXPECT_NEAR(r1.metrics.logloss, want.metrics.logloss, 0.01);
+  EXPECT_NEAR(r1.metrics.auc, r2.metrics.auc, 3e-3);
+  EXPECT_EQ(two.dense_values(0), two.dense_values(1));
+  // bf16 did run: its weights are not fp32's.
+  EXPECT_GT(max_abs_diff(fp32.dense_values(0), one.dense_values(0)), 0.0);
+  std::printf("train auc fp32 %.5f, bf16 1 card %.5f, 2 cards %.5f\n", want.metrics.auc,
+              r1.metrics.auc, r2.metrics.auc);
 }
 
 // Two passes without a break (the second pass's report and the dense values after it), and a

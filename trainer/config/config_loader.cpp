@@ -41,6 +41,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.fc_sizes = doc.get_int_list("hyper_parameters.fc_sizes");
   h.model = doc.get_enum("hyper_parameters.model", kModelKindNames);
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
+  h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();

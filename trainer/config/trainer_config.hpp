@@ -53,6 +53,7 @@ struct HyperParameters {
   std::vector<int> fc_sizes;          // hyper_parameters.fc_sizes
   ModelKind model = ModelKind::kDnn;  // hyper_parameters.model: dnn | wide_deep | wide
   bool use_cvm = false;               // hyper_parameters.use_cvm
+  DensePrecision dense_precision = DensePrecision::kFp32;  // hyper_parameters.dense_precision
 };
 
 struct TrainerConfig {
