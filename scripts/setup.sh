@@ -8,7 +8,8 @@ PACKAGES=(
   cmake g++ make pkg-config
   libgflags-dev        # command-line flags of every binary
   libyaml-cpp-dev      # config_gpubox.yaml
-  libboost-dev         # Boost.Asio: gpubox_server and its client
+  libboost-dev         # Boost.Asio: gpubox_server and its client; Boost.Beast: gpubox_serve
+  nlohmann-json3-dev   # gpubox_serve: parsing JSON prediction requests (header-only)
   libopenblas-dev      # BLAS for the dense net on the cpu backend
   librocksdb-dev       # disk tier under the host table
   libxxhash-dev        # hashing Criteo categoricals, checksums of saved models
