@@ -1,5 +1,6 @@
 #include "trainer/serve/request_parser.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,33 @@ bool parse_key(const json& value, uint64_t* key) {
   return true;
 }
 
+// The deepest nesting of arrays and objects in `body` (strings skipped). A request needs 5
+// ({"instances": [{"slots": {"1": [...]}}]}); deeper bodies are refused before they are parsed,
+// so a body of nested brackets cannot make the parser build a deep tree.
+int nesting_depth(std::string_view body) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+constexpr int kMaxDepth = 8;
+
 std::string shown(const json& value) {
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 64) text = text.substr(0, 61) + "...";
@@ -77,6 +105,10 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse(std::string_view body, Bod
 }
 
 StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body) const {
+  if (nesting_depth(body) > kMaxDepth) {
+    return Status::InvalidArgument("JSON nested deeper than " + std::to_string(kMaxDepth) +
+                                   " levels; a request needs 5");
+  }
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
