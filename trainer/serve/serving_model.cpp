@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -298,9 +299,29 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
 
   const std::size_t rec_bytes = record_bytes(spec.value_type, spec.pull_dim());
   const std::size_t pull_dim = static_cast<std::size_t>(spec.pull_dim());
+  // Sizes first (the MANIFEST against itself and the files on disk), so the record storage is
+  // reserved once, from sizes that hold, before any file is read.
+  uint64_t rows_listed = 0;
+  for (const table::io::ManifestFile& file : manifest->files) {
+    if (file.name.rfind(kSparsePrefix, 0) != 0) continue;
+    const std::string path = dir + "/" + file.name;
+    std::error_code ec;
+    const uintmax_t on_disk = std::filesystem::file_size(path, ec);
+    if (ec || file.bytes != file.records * rec_bytes || on_disk != file.bytes) {
+      return Status::Corruption(path + ": " +
+                                (ec ? "missing" : std::to_string(on_disk) + " bytes") +
+                                ", the MANIFEST says " + std::to_string(file.records) +
+                                " records of " + std::to_string(rec_bytes) + " bytes");
+    }
+    rows_listed += file.records;
+  }
+  if (rows_listed != spec.rows) {
+    return Status::Corruption(where + ": says " + std::to_string(spec.rows) +
+                              " rows, its files hold " + std::to_string(rows_listed));
+  }
+  out.records_.reserve(spec.rows * pull_dim);
   bool has_dense = false;
   uint64_t rows_read = 0;
-  out.records_.reserve(spec.rows * pull_dim);
   for (const table::io::ManifestFile& file : manifest->files) {
     const std::string path = dir + "/" + file.name;
     auto data = table::io::read_verified(env, dir, file);
