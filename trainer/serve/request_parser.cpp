@@ -112,8 +112,9 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ...".
+  } catch (const json::exception& e) {
+    // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ...", or
+    // out_of_range.406 for a number past a double's range.
     std::string what = e.what();
     if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
     return Status::InvalidArgument("invalid JSON: " + what);

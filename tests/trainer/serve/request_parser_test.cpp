@@ -66,6 +66,10 @@ TEST(RequestParser, JsonErrorsSayWhatIsWrong) {
   EXPECT_NE(error(R"({"instances": [)").find("invalid JSON"), std::string::npos);
   EXPECT_NE(error("[1, 2]").find("must be a JSON object"), std::string::npos);
   EXPECT_NE(error(std::string(100000, '[')).find("nested deeper than 8"), std::string::npos);
+  // Found by fuzz_request_parser: a number past a double's range is an error, not a throw.
+  EXPECT_NE(
+      error(R"({"slots": {"1": [166e84463440937095]}, "dense": [0, 0]})").find("invalid JSON"),
+      std::string::npos);
   EXPECT_NE(error(R"({"slots": {"1": [[[[[[[1]]]]]]]}, "dense": [0, 0]})").find("nested deeper"),
             std::string::npos);
   EXPECT_NE(error(R"({"slots": {"17": [1]}, "dense": [0, 0]})").find("unknown slot \"17\""),
