@@ -65,8 +65,9 @@ struct PredictionServer::Impl {
         options(std::move(options_in)),
         predictor(model, options.card_threads),
         parser(model.spec(), options.max_instances),
-        acceptor(ioc),
-        retry_accept(ioc) {
+        accept_strand(net::make_strand(ioc)),
+        acceptor(accept_strand),
+        retry_accept(accept_strand) {
     metrics.set_model(model.rows(), model.dense_values().size());
     batcher =
         std::make_unique<MicroBatcher>(predictor, model.spec().model.slots,
@@ -98,6 +99,9 @@ struct PredictionServer::Impl {
   bool finished = false;        // GUARDED_BY(stop_mu)
 
   net::io_context ioc;
+  // The acceptor, its retry timer and the stop closure run on one strand: accept handlers on
+  // one HTTP thread never race request_stop's close on another.
+  net::strand<net::io_context::executor_type> accept_strand;
   tcp::acceptor acceptor;
   net::steady_timer retry_accept;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -373,7 +377,7 @@ void PredictionServer::request_stop() {
     s.stop_requested = true;
   }
   s.stopping.store(true);
-  net::post(s.ioc, [&s] {
+  net::post(s.accept_strand, [&s] {
     beast::error_code ignored;
     s.acceptor.close(ignored);
     s.retry_accept.cancel();
