@@ -1,4 +1,4 @@
-// gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer]
+// gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer|export]
 // gpubox_train --print_config_keys | --print_config_template
 //
 // Trains (or evaluates) a CTR model with GPUBox. Cards come from FLAGS_selected_gpus (on the
@@ -22,14 +22,20 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/checkpoint.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/serve/serving_model.hpp"
 
 DEFINE_string(config, "", "YAML config (PaddleRec config_gpubox.yaml keys); required");
-DEFINE_string(mode, "train", "train: every pass of the config; infer: evaluate a saved model");
+DEFINE_string(mode, "train",
+              "train: every pass of the config; infer: evaluate a saved model; export: write a "
+              "saved model for gpubox_serve (--load, --out)");
 DEFINE_string(load, "",
               "a save folder (model_save_path/<pass>) to start from (train) or to evaluate "
               "(infer; default runner.infer_load_path)");
 DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runner.test_data_dir)");
 DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance to this file");
+DEFINE_string(out, "", "export: the serving model folder to write");
+DEFINE_double(show_threshold, 0.0, "export: leave out sparse rows shown fewer times than this");
+DEFINE_bool(export_fp16, false, "export: store sparse values as float16 (half the size)");
 DEFINE_int32(threads_per_card, 0, "cpu build: host threads per simulated card (0 = cores / cards)");
 DEFINE_bool(print_config_keys, false,
             "print every config key (type, default, which part reads it, meaning) as the "
@@ -40,6 +46,40 @@ DEFINE_bool(print_model_root, false,
             "print the folder holding every save this command writes or reads "
             "(runner.model_save_path, --load or runner.infer_load_path; what "
             "scripts/run_gpubox.sh gives its servers as --data_dir), and exit");
+
+namespace {
+
+// --mode export: the save --load (default runner.infer_load_path) as a serving model in --out.
+int export_for_serving(const gpubox::trainer::TrainerConfig& config) {
+  const std::string load = FLAGS_load.empty() ? config.runner.infer_load_path : FLAGS_load;
+  if (load.empty() || FLAGS_out.empty()) {
+    std::fprintf(stderr,
+                 "gpubox_train: --mode export needs --load (or runner.infer_load_path) "
+                 "and --out\n");
+    return 2;
+  }
+  gpubox::trainer::serve::ExportOptions options;
+  options.show_threshold = FLAGS_show_threshold;
+  options.value_type = FLAGS_export_fp16 ? gpubox::trainer::serve::ValueType::kFloat16
+                                         : gpubox::trainer::serve::ValueType::kFloat32;
+  const auto summary =
+      gpubox::trainer::serve::export_serving_model(config, load, FLAGS_out, options);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "gpubox_train: %s\n", summary.status().to_string().c_str());
+    return 1;
+  }
+  std::printf(
+      "export: %s -> %s: %llu of %llu sparse rows (show >= %g, %s), %llu dense "
+      "parameters, %llu bytes\n",
+      load.c_str(), FLAGS_out.c_str(), static_cast<unsigned long long>(summary->rows_exported),
+      static_cast<unsigned long long>(summary->rows_in_save), FLAGS_show_threshold,
+      FLAGS_export_fp16 ? "float16" : "float32",
+      static_cast<unsigned long long>(summary->dense_parameters),
+      static_cast<unsigned long long>(summary->bytes));
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
@@ -54,7 +94,8 @@ int main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   char** rest_argv = rest.data();
   gflags::SetUsageMessage(
-      "gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer]");
+      "gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] "
+      "[--mode train|infer|export]");
   gflags::ParseCommandLineFlags(&rest_argc, &rest_argv, true);
   if (rest_argc > 1) {
     std::fprintf(stderr, "gpubox_train: unexpected argument '%s'\n", rest_argv[1]);
@@ -70,8 +111,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpubox_train: --config is required\n");
     return 2;
   }
-  if (FLAGS_mode != "train" && FLAGS_mode != "infer") {
-    std::fprintf(stderr, "gpubox_train: --mode must be train or infer, got '%s'\n",
+  if (FLAGS_mode != "train" && FLAGS_mode != "infer" && FLAGS_mode != "export") {
+    std::fprintf(stderr, "gpubox_train: --mode must be train, infer or export, got '%s'\n",
                  FLAGS_mode.c_str());
     return 2;
   }
@@ -96,6 +137,7 @@ int main(int argc, char** argv) {
           gpubox::trainer::model_root(train ? config->runner.model_save_path : "", load).c_str());
       return 0;
     }
+    if (FLAGS_mode == "export") return export_for_serving(config.value());
     gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
     env.threads_per_card = FLAGS_threads_per_card;
     gpubox::trainer::Trainer trainer(config.value(), env);
