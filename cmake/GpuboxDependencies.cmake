@@ -4,9 +4,16 @@ find_package(gflags REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(Boost 1.74 REQUIRED)            # Asio (header-only) for gpubox_server and its client
 find_package(RocksDB REQUIRED)
-find_package(BLAS REQUIRED)                  # OpenBLAS: dense GEMMs on the cpu backend
-find_path(GPUBOX_OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread
-          x86_64-linux-gnu/openblas64-pthread REQUIRED)
+if(GPUBOX_BACKEND STREQUAL "cpu")
+  # oneDNN (libdnnl-dev): the dense net's GEMMs with fused bias/ReLU and bf16 on the cpu backend.
+  # Found by hand rather than through dnnl-config.cmake, which also wants OpenCL (Debian builds
+  # it with the OpenCL GPU runtime; GPUBox uses the CPU engine only).
+  find_path(GPUBOX_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp REQUIRED)
+  find_library(GPUBOX_DNNL_LIBRARY dnnl REQUIRED)
+  add_library(gpubox_dnnl INTERFACE)
+  target_include_directories(gpubox_dnnl SYSTEM INTERFACE ${GPUBOX_DNNL_INCLUDE_DIR})
+  target_link_libraries(gpubox_dnnl INTERFACE ${GPUBOX_DNNL_LIBRARY})
+endif()
 find_path(GPUBOX_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(GPUBOX_XXHASH_LIBRARY xxhash REQUIRED)
 add_library(gpubox_xxhash INTERFACE)

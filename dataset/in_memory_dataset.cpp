@@ -267,11 +267,6 @@ void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* 
   const std::size_t n = span.size();
   const int num_slots = static_cast<int>(config_.slots.size());
   const std::size_t dense_dim = static_cast<std::size_t>(config_.dense_dim);
-  batch->num_slots = num_slots;
-  batch->dense_dim = config_.dense_dim;
-  batch->labels.resize(n);
-  batch->dense.resize(n * dense_dim);
-  batch->offsets.assign(static_cast<std::size_t>(num_slots) * n + 1, 0);
   // After a shuffle every instance is a handful of cache misses in several arrays; prefetching a
   // few instances ahead (rows first, then the keys their key_begin points to) overlaps them.
   constexpr std::size_t kRowAhead = 16;
@@ -298,22 +293,36 @@ void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* 
     if (i + kRowAhead < n) prefetch_row(i + kRowAhead);
     if (i + kKeysAhead < n) prefetch_keys(i + kKeysAhead);
     refs[i] = blocks_[at[i].block].instance(at[i].index);
-    batch->labels[i] = refs[i].label;
-    std::copy(refs[i].dense, refs[i].dense + dense_dim, batch->dense.begin() + i * dense_dim);
+  }
+  assemble_batch(refs.data(), n, num_slots, config_.dense_dim, batch);
+}
+
+void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, int dense_dim,
+                    Batch* batch) {
+  const std::size_t dense_width = static_cast<std::size_t>(dense_dim);
+  batch->num_slots = num_slots;
+  batch->dense_dim = dense_dim;
+  batch->labels.resize(n);
+  batch->dense.resize(n * dense_width);
+  batch->offsets.assign(static_cast<std::size_t>(num_slots) * n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    batch->labels[i] = instances[i].label;
+    std::copy(instances[i].dense, instances[i].dense + dense_width,
+              batch->dense.begin() + i * dense_width);
   }
   // offsets[s * n + i + 1] = end of slot s of instance i.
   std::uint32_t total = 0;
   for (int s = 0; s < num_slots; ++s) {
     for (std::size_t i = 0; i < n; ++i) {
-      total += refs[i].slot_sizes[s];
+      total += instances[i].slot_sizes[s];
       batch->offsets[static_cast<std::size_t>(s) * n + i + 1] = total;
     }
   }
   batch->keys.resize(total);
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t* key = refs[i].keys;
+    const std::uint64_t* key = instances[i].keys;
     for (int s = 0; s < num_slots; ++s) {
-      const std::uint32_t count = refs[i].slot_sizes[s];
+      const std::uint32_t count = instances[i].slot_sizes[s];
       std::copy(key, key + count,
                 batch->keys.begin() + batch->offsets[static_cast<std::size_t>(s) * n + i]);
       key += count;

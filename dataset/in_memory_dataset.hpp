@@ -91,4 +91,9 @@ class InMemoryDataset {
   LoadStats stats_;
 };
 
+// The batch of `n` instances in this order (CSR per slot, batch.hpp), the layout fill_batch
+// builds: the trainer's steps and gpubox_serve's micro-batches are assembled by this one function.
+void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, int dense_dim,
+                    Batch* batch);
+
 }  // namespace gpubox::dataset

@@ -65,6 +65,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$test_lines" ] || test_lines=$((lines / 10))
+# Absolute, as the Paddle run works in $out: a relative --venv or --bin failed there ("env:
+# 'output/peer-venv/bin/python': No such file or directory").
+abs_path() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
+venv="$(abs_path "$venv")" bin="$(abs_path "$bin")" out="$(abs_path "$out")"
 [ "$epochs" -ge 2 ] || echo "bench_peer_paddle: warning: --epochs 1 times a cold epoch (no warm-up)" >&2
 [ -x "$bin/gpubox_train" ] && [ -x "$bin/gpubox_data" ] ||
   die "--bin '$bin' has no gpubox_train/gpubox_data (build them: scripts/build.sh cpu)"
@@ -189,5 +193,5 @@ python3 "$repo/scripts/peer/report.py" --gpubox_metrics "$out/gpubox_metrics.jso
   --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
   --meta "load average before each run (other users share this machine): GPUBox $load_gpubox, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox $usage_gpubox, Paddle $usage_paddle" \
   --meta "threads: $threads per system (GPUBox: $threads simulated cards x 1 host thread, synchronous data parallel, dense grads all-reduced, global batch $((threads * batch)); Paddle: $threads Hogwild workers of train_from_dataset, 1 math thread each, lock-free updates of one shared scope, batch $batch each)" \
-  --meta "model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc 512-256-128-32 ReLU, 1 logit, sigmoid log loss; dense Adam lr 0.001 on mean-loss gradients; sparse Adagrad on per-instance gradients (GPUBox: adagrad rule of config_gpubox.yaml, lr 0.05, initial_g2sum 3, one g2sum per row part, updated after the step; Paddle: Adagrad op on SelectedRows, lr 0.05*sqrt(3), initial accumulator 3, one accumulator per float, updated before the step); Paddle table keys folded: $folded" \
+  --meta "model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc 512-256-128-32 ReLU, 1 logit, sigmoid log loss; dense Adam lr 0.001 on mean-loss gradients; sparse Adagrad on per-instance gradients (GPUBox: the sparse_optimizer of config_gpubox.yaml, Paddle's PS rule: lr 0.05, initial_g2sum 3, g2sum from 0, one g2sum per row part, updated after the step, a key's gradient the MEAN over its occurrences in the global batch, embed_w learned from score 10 (embed_threshold), embedx created at score 10; Paddle: Adagrad op on SelectedRows, lr 0.05*sqrt(3), initial accumulator 3, one accumulator per float, updated before the step, a key's gradient the SUM over its occurrences in the worker's batch, every float learned from the first occurrence); Paddle table keys folded: $folded" \
   --meta "differences that remain: GPUBox clips weights to [-10,10] and keeps show/click per row, Paddle does neither; Paddle's table is preallocated (every row initialised like a GPUBox row: embed_w 0, embedx U(+-1e-4)), GPUBox creates rows on first sight; synchronous data parallel (GPUBox) vs Hogwild (Paddle), see threads; AUC: Paddle's auc op with 2^20-1 thresholds, GPUBox 2^20 buckets; no shuffle in either"

@@ -5,7 +5,7 @@
 #   go to build-fuzz/corpus/<target>/ (never into the repo); a crash or violated property is saved
 #   under build-fuzz/artifacts/<target>/ and fails the script. Prints one line per target: runs,
 #   coverage, CPU seconds. Targets: fuzz_protocol fuzz_slot_parser fuzz_multislot_parser
-#   fuzz_criteo_parser (default: all).
+#   fuzz_criteo_parser fuzz_config fuzz_request_parser (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +21,8 @@ while (($#)); do
   esac
 done
 if ((${#targets[@]} == 0)); then
-  targets=(fuzz_protocol fuzz_slot_parser fuzz_multislot_parser fuzz_criteo_parser)
+  targets=(fuzz_protocol fuzz_slot_parser fuzz_multislot_parser fuzz_criteo_parser fuzz_config
+    fuzz_request_parser)
 fi
 
 scripts/setup.sh --fuzz

@@ -16,9 +16,15 @@
 #                                 PADDLE_PORT's when set), TRAINER (trainer only, servers given),
 #                                 or unset: both
 #   GPUBOX_LOCAL_TIER=1           no servers: the host tier runs inside the trainer
+#   GPUBOX_AUTH_TOKEN_FILE        the servers' token (a file shared with the trainers); unset
+#                                 when this script starts both: a fresh random token (0600, in a
+#                                 temporary folder removed on exit) for the servers and trainer
 # Logs: ./log/pserver.N.log and ./log/worker.N.log. Servers started here are stopped on exit or
 # Ctrl-C; the exit status is the trainer's. The config may be named as PaddleRec's trainers
-# name it (-m FILE) or as gpubox_train does (--config FILE).
+# name it (-m FILE) or as gpubox_train does (--config FILE). Servers get the folder holding the
+# trainer's saves (gpubox_train --print_model_root) as --data_dir. Run again after a crash, the
+# same command resumes from the last complete save (runner.resume: auto; README "Durability and
+# resume").
 #
 # PaddleRec's docs run their launcher with `sh`: under sh (dash), this script runs itself again
 # with bash, which it needs (arrays, PIPESTATUS).
@@ -70,6 +76,7 @@ done
 
 mkdir -p log
 server_pids=()
+token_dir=""
 cleanup() {
   for pid in "${server_pids[@]:-}"; do
     [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
@@ -77,6 +84,7 @@ cleanup() {
   for pid in "${server_pids[@]:-}"; do
     [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
   done
+  if [ -n "$token_dir" ]; then rm -rf "$token_dir"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -85,12 +93,33 @@ trap 'exit 143' TERM
 port_in_use() { (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null; }  # PORT [IP]
 is_this_machine() { [ "$1" = "$pod_ip" ] || [ "$1" = 127.0.0.1 ] || [ "$1" = localhost ]; }
 
+# The token the servers started here require: $GPUBOX_AUTH_TOKEN_FILE when given, else (when
+# the trainer runs here too) a fresh random one that only this job knows.
+token_file="${GPUBOX_AUTH_TOKEN_FILE:-}"
+make_token() {
+  [ -n "$token_file" ] && return 0
+  token_dir="$(mktemp -d "${TMPDIR:-/tmp}/gpubox_token.XXXXXX")"  # mode 0700
+  token_file="$token_dir/token"
+  (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$token_file")
+  export GPUBOX_AUTH_TOKEN_FILE="$token_file"
+}
+
+# The folder that holds every save the trainer writes or reads: the servers' --data_dir, since
+# their SAVE and LOAD paths must stay inside it ("" when the command saves and loads nothing).
+model_root=""
+if [ "$role" != "TRAINER" ]; then
+  model_root="$("$bin/gpubox_train" "${args[@]}" --print_model_root 2>/dev/null || true)"
+  if [ -n "$model_root" ]; then mkdir -p "$model_root"; fi
+fi
+
 # start_server INDEX PORT SHARD_ID SHARD_NUM: starts one gpubox_server, waits until it listens.
 start_server() {
   local index=$1 port=$2 shard_id=$3 shard_num=$4
   local logf="log/pserver.$index.log"
   local server_args=(--port "$port" --bind "${bind_ip:-$pod_ip}" --shard_id "$shard_id" --shard_num "$shard_num")
   if [ -n "$config" ]; then server_args+=(--config "$config" "${overrides[@]}"); fi
+  if [ -n "$model_root" ]; then server_args+=(--data_dir "$model_root"); fi
+  if [ -n "$token_file" ]; then server_args+=(--auth_token_file "$token_file"); fi
   "$bin/gpubox_server" "${server_args[@]}" >"$logf" 2>&1 &
   server_pids+=($!)
   for _ in $(seq 1 100); do
@@ -109,6 +138,10 @@ start_server() {
 if [ "$role" = "PSERVER" ]; then
   # Servers only: this machine's endpoints from the list (those whose ip is POD_IP).
   [ -n "$servers" ] || { echo "run_gpubox: TRAINING_ROLE=PSERVER needs PADDLE_PSERVERS_IP_PORT_LIST" >&2; exit 2; }
+  case "$pod_ip" in
+    127.*|localhost|::1) ;;
+    *) [ -n "$token_file" ] || { echo "run_gpubox: TRAINING_ROLE=PSERVER on POD_IP=$pod_ip needs a token the trainers share: set GPUBOX_AUTH_TOKEN_FILE to a file (mode 600) they can read too" >&2; exit 2; } ;;
+  esac
   IFS=',' read -r -a endpoints <<<"$servers"
   for i in "${!endpoints[@]}"; do
     ip="${endpoints[$i]%:*}"; port="${endpoints[$i]##*:}"
@@ -122,6 +155,7 @@ if [ "$role" = "PSERVER" ]; then
 fi
 
 if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; then
+  make_token
   port=29010
   for ((i = 0; i < pserver_nums; i++)); do
     port=$((port + 1))
@@ -132,14 +166,19 @@ if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; th
   done
 elif [ -n "$servers" ] && [ -z "$role" ]; then
   # PaddleRec's launcher exports the list and starts its servers itself (TRAINING_ROLE is set
-  # per process inside it): start this machine's endpoints that are not served yet.
+  # per process inside it): start this machine's endpoints that are not served yet. When this
+  # job starts every one of them, they get a token only this job knows (as above).
   IFS=',' read -r -a endpoints <<<"$servers"
+  to_start=()
   for i in "${!endpoints[@]}"; do
     ip="${endpoints[$i]%:*}"; port="${endpoints[$i]##*:}"
-    if is_this_machine "$ip" && ! port_in_use "$port" "$ip"; then
-      bind_ip="$ip" start_server "$i" "$port" "$i" "${#endpoints[@]}"
-      echo "run_gpubox: gpubox_server on $ip:$port (log/pserver.$i.log), from PADDLE_PSERVERS_IP_PORT_LIST"
-    fi
+    if is_this_machine "$ip" && ! port_in_use "$port" "$ip"; then to_start+=("$i"); fi
+  done
+  if [ "${#to_start[@]}" -eq "${#endpoints[@]}" ]; then make_token; fi
+  for i in "${to_start[@]}"; do
+    ip="${endpoints[$i]%:*}"; port="${endpoints[$i]##*:}"
+    bind_ip="$ip" start_server "$i" "$port" "$i" "${#endpoints[@]}"
+    echo "run_gpubox: gpubox_server on $ip:$port (log/pserver.$i.log), from PADDLE_PSERVERS_IP_PORT_LIST"
   done
 fi
 

@@ -8,8 +8,9 @@ PACKAGES=(
   cmake g++ make pkg-config
   libgflags-dev        # command-line flags of every binary
   libyaml-cpp-dev      # config_gpubox.yaml
-  libboost-dev         # Boost.Asio: gpubox_server and its client
-  libopenblas-dev      # BLAS for the dense net on the cpu backend
+  libboost-dev         # Boost.Asio: gpubox_server and its client; Boost.Beast: gpubox_serve
+  libdnnl-dev          # oneDNN: the dense net's GEMMs with fused bias/ReLU, bf16 where the CPU has it (cpu backend)
+  nlohmann-json3-dev   # gpubox_serve: parsing JSON prediction requests (header-only)
   librocksdb-dev       # disk tier under the host table
   libxxhash-dev        # hashing Criteo categoricals, checksums of saved models
   libgtest-dev libgmock-dev  # unit tests

@@ -47,8 +47,7 @@ void record_to_row(RecordKind kind, const RowLayout& layout, const SparseOptimiz
   row[layout.slot()] = rec[2];
   row[RowLayout::kEmbedW] = rec[3];
   if (rec[4] > 0.0f && !(row[layout.mf_size()] > 0.0f)) {
-    detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind,
-                       cfg.mf_initial_g2sum, cfg);
+    detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind, cfg);
   }
   row[layout.mf_size()] = rec[4];
   std::memcpy(row + layout.embedx_w(), rec + kModelFixed, sizeof(float) * layout.mf_dim);

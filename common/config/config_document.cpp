@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +113,29 @@ Status parse_choice(const KeySpec& key, const YAML::Node& node, std::string* out
   }
   return wrong_type(key, "one of " + choices, node);
 }
+
+// A config value as a config writes it (ConfigDocument::value_text).
+struct ValueText {
+  std::string operator()(bool v) const { return v ? "true" : "false"; }
+  std::string operator()(int64_t v) const { return std::to_string(v); }
+  std::string operator()(uint64_t v) const { return std::to_string(v); }
+  std::string operator()(double v) const {
+    // The shortest text that reads back as the same double.
+    char buf[32];
+    for (int digits = 6; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+  }
+  std::string operator()(const std::string& v) const { return v; }
+  template <class T>
+  std::string operator()(const std::vector<T>& items) const {
+    std::string out = "[";
+    for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + (*this)(items[i]);
+    return out + "]";
+  }
+};
 
 }  // namespace
 
@@ -474,6 +499,12 @@ std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {
 const std::vector<std::string>& ConfigDocument::get_string_list(std::string_view key) const {
   return std::get<std::vector<std::string>>(
       value_of(spec_of(key, KeyType::kStringList, KeyType::kPathList)));
+}
+
+std::string ConfigDocument::value_text(std::string_view key) const {
+  const KeySpec* spec = find_key(key);
+  GPUBOX_EXPECTS(spec != nullptr, "config key ", key, " is not in the key table");
+  return std::visit(ValueText{}, value_of(*spec));
 }
 
 std::vector<std::string> ConfigDocument::no_effect_keys() const {

@@ -87,6 +87,11 @@ class ConfigDocument {
     return value.value();
   }
 
+  // The value of `key` (set, else the default) as a config would write it: "true", "512",
+  // "0.05", "[512, 256]", "[a, b]", a resolved path. For describing a config (a save names the
+  // keys of its model); unlike the getters it does not count as reading the key.
+  std::string value_text(std::string_view key) const;
+
   // Keys accepted for PaddleRec compatibility that have no effect in GPUBox: the table's
   // no-effect keys this config sets to another value than their default, then the ignored
   // PaddleRec keys it sets (to any value), in table order.

@@ -82,6 +82,14 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kWide, "wide"},
 };
 
+// hyper_parameters.dense_precision: what the dense net's GEMMs read. bf16: activations and the
+// weights' GEMM copies in bf16; accumulation, master weights, optimizer, biases and loss in fp32.
+enum class DensePrecision { kFp32, kBf16 };
+inline constexpr EnumName<DensePrecision> kDensePrecisionNames[] = {
+    {DensePrecision::kFp32, "fp32"},
+    {DensePrecision::kBf16, "bf16"},
+};
+
 // hyper_parameters.optimizer.class: the dense optimizer.
 enum class DenseOptimizerKind { kAdam, kSgd };
 inline constexpr EnumName<DenseOptimizerKind> kDenseOptimizerKindNames[] = {
@@ -99,6 +107,17 @@ inline constexpr EnumName<SaveKind> kSaveKindNames[] = {
     {SaveKind::kBase, "base"},
     {SaveKind::kDelta, "delta"},
     {SaveKind::kCheckpoint, "checkpoint"},
+};
+
+// runner.resume: what a training command does when runner.model_save_path already holds a
+// complete save (trainer/engine/checkpoint.hpp).
+enum class ResumeMode {
+  kAuto,  // continue from the last complete save, with the pass after it
+  kOff,   // start afresh (from --load or from scratch); this run's saves replace the old ones
+};
+inline constexpr EnumName<ResumeMode> kResumeModeNames[] = {
+    {ResumeMode::kAuto, "auto"},
+    {ResumeMode::kOff, "off"},
 };
 
 // runner.sync_mode: the training schedule. GPUBox runs the pass-staged card tier only, so far.

@@ -125,6 +125,8 @@ std::vector<KeySpec> build_table() {
   t.push_back(seed_key(r + "seed", kTrainer | kTable, "seed of the dense initialisation and the shuffle; mixed into sparse_optimizer.seed"));
   t.push_back(int_key(r + "auc_buckets_log2", "20", 20, 28, kTrainer, "AUC histogram buckets = 2^this"));
   t.push_back(enum_key(r + "save_mode", kSaveKindNames, SaveKind::kBase, kTrainer, "what each save writes: nothing, the model rows, the rows changed since the last save, or full rows with optimizer state"));
+  t.push_back(enum_key(r + "resume", kResumeModeNames, ResumeMode::kAuto, kTrainer, "auto: a training command run again (after a crash) continues from the last complete save under model_save_path, with the pass after it; off: it starts afresh and its saves replace those there (no effect when nothing is saved)"));
+  t.push_back(path_key(r + "auth_token_file", "\"\"", kTrainer, "file holding the token of the gpubox_server endpoints (their --auth_token_file); the environment variable GPUBOX_AUTH_TOKEN_FILE wins over it; \"\": none"));
   t.push_back(float_key(r + "collective_timeout_s", "300", 1e-3, 1e6, kTrainer, "longest wait in seconds for the peers of a collective before the job fails naming the card, pass, step and collective"));
 
   const std::string o = "hyper_parameters.optimizer.";
@@ -143,29 +145,34 @@ std::vector<KeySpec> build_table() {
   t.push_back(int_list_key(h + "fc_sizes", "[512, 256, 128, 32]", 1, 1, kTrainer, "hidden layers (ReLU); a 1-wide logit layer follows"));
   t.push_back(int_key(h + "distributed_embedding", "0", 0, 1, kNoEffect, "PaddleRec's switch; GPUBox embeddings are always sharded over the cards"));
   t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer, "dense model: dnn, dnn plus the wide part, or the wide part alone (logistic regression)"));
+  t.push_back(enum_key(h + "dense_precision", kDensePrecisionNames, DensePrecision::kFp32, kTrainer, "what the dense net's GEMMs compute in: fp32, or bf16 inputs with fp32 accumulation, master weights, optimizer and loss; bf16 only where the hardware has it (AVX512-BF16/AMX CPUs, GPUs), else fp32 and said at start"));
   t.push_back(bool_key(h + "use_cvm", "false", kTrainer, "true: each slot also feeds log(show+1), log(click+1)-log(show+1)"));
   t.push_back(list_key(h + "slot_names", KeyType::kStringList, kDataset, "sparse slot names in data order; empty = numbered (see sparse_inputs_slots)"));
 
   const std::string s = "hyper_parameters.sparse_optimizer.";
   t.push_back(enum_key(s + "class", kSparseOptimizerKindNames, SparseOptimizerKind::kAdagrad, kTable, "per-key optimizer of the sparse table (card and host tiers)"));
   t.push_back(float_key(s + "learning_rate", "0.05", 0, kFloatMax, kTable, "embed_w learning rate"));
-  t.push_back(float_key(s + "initial_g2sum", "3.0", 0, kFloatMax, kTable, "embed_w adagrad initial g2sum"));
+  t.push_back(float_key(s + "initial_g2sum", "3.0", 0, kFloatMax, kTable, "embed_w adagrad: step lr * sqrt(initial_g2sum / (initial_g2sum + g2sum)), g2sum starting at 0 as in Paddle"));
   t.push_back(float_key(s + "initial_range", "0.0", 0, kFloatMax, kTable, "embed_w starts uniform in [-initial_range, initial_range]"));
   t.push_back(float_key(s + "min_bound", "-10.0", -kFloatMax, kFloatMax, kTable, "embed_w clip (lower)"));
   t.push_back(float_key(s + "max_bound", "10.0", -kFloatMax, kFloatMax, kTable, "embed_w clip (upper)"));
+  t.push_back(float_key(s + "weight_decay", "0.0", 0, kFloatMax, kTable, "embed_w L2: weight_decay * w joins the gradient of each step the key takes (Paddle's sparse rules have no L2)"));
   t.push_back(float_key(s + "mf_learning_rate", "0.05", 0, kFloatMax, kTable, "embedx learning rate"));
-  t.push_back(float_key(s + "mf_initial_g2sum", "3.0", 0, kFloatMax, kTable, "embedx adagrad initial g2sum"));
+  t.push_back(float_key(s + "mf_initial_g2sum", "3.0", 0, kFloatMax, kTable, "embedx adagrad: as initial_g2sum"));
   t.push_back(float_key(s + "mf_initial_range", "0.0001", 0, kFloatMax, kTable, "embedx starts uniform in [-mf_initial_range, mf_initial_range]"));
   t.push_back(float_key(s + "mf_min_bound", "-10.0", -kFloatMax, kFloatMax, kTable, "embedx clip (lower)"));
   t.push_back(float_key(s + "mf_max_bound", "10.0", -kFloatMax, kFloatMax, kTable, "embedx clip (upper)"));
+  t.push_back(float_key(s + "mf_weight_decay", "0.0", 0, kFloatMax, kTable, "embedx L2, as weight_decay"));
   t.push_back(float_key(s + "beta1_decay_rate", "0.9", 0, 0.999999, kTable, "adam / shared_adam first-moment decay"));
   t.push_back(float_key(s + "beta2_decay_rate", "0.999", 0, 0.999999, kTable, "adam / shared_adam second-moment decay"));
   t.push_back(float_key(s + "ada_epsilon", "1.0e-8", 0, kFloatMax, kTable, "adam / shared_adam epsilon"));
   t.push_back(float_key(s + "nonclk_coeff", "0.1", -kFloatMax, kFloatMax, kTable, "score = nonclk_coeff * (show - click) + clk_coeff * click"));
   t.push_back(float_key(s + "clk_coeff", "1.0", -kFloatMax, kFloatMax, kTable, "(see nonclk_coeff)"));
-  t.push_back(float_key(s + "embedx_threshold", "0.0", -kFloatMax, kFloatMax, kTable, "embedx is created once the score reaches this"));
+  t.push_back(bool_key(s + "show_scale", "true", kTable, "a key's gradient, summed over its occurrences in a batch, is divided by their count (Paddle's ctr_accessor_param.show_scale); false: the sum"));
+  t.push_back(float_key(s + "embed_threshold", "0.0", 0, kFloatMax, kTable, "when > 0, embed_w learns only once the score reaches this: rarer keys are counted, not learned (GPUBox's; 0 = always, as Paddle)"));
+  t.push_back(float_key(s + "embedx_threshold", "10.0", -kFloatMax, kFloatMax, kTable, "embedx is created once the score reaches this (Paddle's embedx_threshold / mf_create_thresholds)"));
   t.push_back(float_key(s + "show_click_decay_rate", "0.98", 0, 1, kTable, "show/click decay per shrink"));
-  t.push_back(float_key(s + "delete_threshold", "0.0", -kFloatMax, kFloatMax, kTable, "shrink deletes rows scoring below this"));
+  t.push_back(float_key(s + "delete_threshold", "0.8", -kFloatMax, kFloatMax, kTable, "shrink deletes rows scoring below this"));
   t.push_back(float_key(s + "delete_after_unseen_days", "30.0", 0, kFloatMax, kTable, "shrink deletes rows unseen for longer"));
   t.push_back(seed_key(s + "seed", kTable, "embedding initialisation seed (a hash of key and seed), xor runner.seed"));
   // clang-format on

@@ -1,22 +1,28 @@
 // Sparse optimizers: one optimizer step for one row from one merged push record, on host and
 // card alike (GPUBOX_HD, no allocation, no exceptions). The row layout and the accessor rules
 // (init_row, maybe_create_embedx, row_score) come from table/accessor/sparse_row.hpp; the update
-// formulas follow Paddle's sparse SGD rules:
+// formulas are Paddle's sparse SGD rules (ps/table/sparse_sgd_rule.cc, and for the GPU table
+// GPUBox mirrors heter_ps/optimizer.cuh.h), with g the step's gradient (below):
 //
 //   sgd          w -= lr * g
-//   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part)
+//   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part, starting at 0)
 //                w -= lr * g * sqrt(initial_g2sum / (initial_g2sum + g2sum));
-//                g2sum += mean(g^2) over the part
+//                g2sum += mean(g^2) over the part   (after the step: g2sum excludes this g)
 //   adam         (SparseAdamSGDRule, per-dim moments) lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow);
 //                m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr_t m / (sqrt(v) + eps);
 //                b1pow *= b1; b2pow *= b2
 //   shared_adam  (SparseSharedAdamSGDRule) as adam, but every dim starts from the part's shared
 //                m, v; afterwards the shared m, v are the means of the per-dim new m, v
 //
-// and every weight is clipped to the part's [min_bound, max_bound] after its update. As in
-// Paddle's rules, the merged gradient (summed over the batch's occurrences of the key, on every
-// card) is divided by the key's show in that batch first: g = push_g / max(push_show, 1), so a hot
-// key takes a mean-gradient step rather than one hundreds of times too large.
+// and every weight is clipped to the part's [min_bound, max_bound] after its update.
+//
+// The step's gradient. With show_scale (the default; Paddle's ctr_accessor_param.show_scale, and
+// always so in its GPU rules) the merged gradient (summed over the batch's occurrences of the
+// key, on every card) is divided by the key's show in that batch: a hot key takes a mean-gradient
+// step rather than one hundreds of times larger. GPUBox's addition, off by default: weight_decay
+// (L2, as Paddle optimizers' weight_decay / L2Decay) adds weight_decay * w, on the steps a key
+// takes:
+//   g = push_g / (show_scale ? max(push_show, 1) : 1) + weight_decay * w
 #pragma once
 
 #include <cmath>
@@ -45,26 +51,34 @@ struct PartRule {
   float initial_g2sum;
   float min_bound;
   float max_bound;
+  float weight_decay;
 };
 
 GPUBOX_HD inline PartRule embed_rule(const SparseOptimizerConfig& cfg) {
-  return PartRule{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound};
+  return PartRule{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound,
+                  cfg.weight_decay};
 }
 GPUBOX_HD inline PartRule embedx_rule(const SparseOptimizerConfig& cfg) {
-  return PartRule{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound, cfg.mf_max_bound};
+  return PartRule{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound, cfg.mf_max_bound,
+                  cfg.mf_weight_decay};
 }
 
 GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
   return w < rule.min_bound ? rule.min_bound : (w > rule.max_bound ? rule.max_bound : w);
 }
 
+// The gradient of one weight for this step (see the file comment), read before w changes.
+GPUBOX_HD inline float step_gradient(float push_g, float w, const PartRule& rule, float scale) {
+  return push_g / scale + rule.weight_decay * w;
+}
+
 // --- one part: w[dim], its optimizer state, its gradient g[dim] ---------------------------
 
-// `scale`: the divisor of the pushed gradient (the key's show; see the file comment).
+// `g`: the pushed gradient; `scale`: its divisor (the key's show; see the file comment).
 GPUBOX_HD inline void sgd_update(float* w, const float* g, int32_t dim, const PartRule& rule,
                                  float scale) {
   for (int32_t i = 0; i < dim; ++i) {
-    w[i] = clip_weight(w[i] - rule.learning_rate * (g[i] / scale), rule);
+    w[i] = clip_weight(w[i] - rule.learning_rate * step_gradient(g[i], w[i], rule, scale), rule);
   }
 }
 
@@ -75,7 +89,7 @@ GPUBOX_HD inline void adagrad_update(float* w, float* state, const float* g, int
   const float ratio = rule.learning_rate * sqrtf(rule.initial_g2sum / (rule.initial_g2sum + g2sum));
   float add_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
-    const float gi = g[i] / scale;
+    const float gi = step_gradient(g[i], w[i], rule, scale);
     w[i] = clip_weight(w[i] - ratio * gi, rule);
     add_g2sum += gi * gi;
   }
@@ -99,7 +113,7 @@ GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_
   const float b2 = cfg.beta2_decay_rate;
   const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
   for (int32_t i = 0; i < dim; ++i) {
-    const float gi = g[i] / scale;
+    const float gi = step_gradient(g[i], w[i], rule, scale);
     gsum[i] = b1 * gsum[i] + (1.0f - b1) * gi;
     g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * gi * gi;
     w[i] = clip_weight(w[i] - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule);
@@ -122,7 +136,7 @@ GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g,
   float sum_gsum = 0.0f;
   float sum_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
-    const float gi = g[i] / scale;
+    const float gi = step_gradient(g[i], w[i], rule, scale);
     const float new_gsum = b1 * gsum + (1.0f - b1) * gi;
     const float new_g2sum = b2 * g2sum + (1.0f - b2) * gi * gi;
     w[i] = clip_weight(w[i] - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule);
@@ -160,12 +174,13 @@ GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* sta
 
 // --- one row -------------------------------------------------------------------------------
 
-// Applies one merged push record to `row` (the step of one key in one batch):
+// Applies one merged push record to `row` (the step of one key in one batch), in the order of
+// Paddle's accessors (CtrCommonAccessor::Update, heter_ps dy_mf_update_value):
 //   show/click += the push's show/click; delta_score += nonclk*(show-click) + clk*click of the
-//   push; unseen_days = 0; embed_w takes one optimizer step on the gradient divided by
-//   max(push show, 1); then, if the embedx part existed
-//   before this step it takes one step, otherwise it is created when the row's new score
-//   reaches embedx_threshold (its gradient of this step is not applied).
+//   push; unseen_days = 0; embed_w takes one optimizer step (when embed_threshold > 0: only once
+//   the row's new score reaches it; by default always, as in Paddle); then, if the embedx part
+//   existed before this step it takes one step, otherwise it is created when the row's new
+//   score reaches embedx_threshold (its gradient of this step is not applied).
 // Returns true when this step created the embedx part. `row` must be a row of `layout`.
 GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout,
                                  const SparseOptimizerConfig& cfg, uint64_t key,
@@ -176,10 +191,15 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout,
   row[RowLayout::kClick] += click;
   row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
   row[RowLayout::kUnseenDays] = 0.0f;
-  const float scale = show > 1.0f ? show : 1.0f;  // a key without a show takes its gradient as is
+  // A key without a show takes its gradient as is.
+  const float scale = cfg.show_scale && show > 1.0f ? show : 1.0f;
 
-  update_part(cfg.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
-              push + PushRecord::kEmbedG, 1, embed_rule(cfg), cfg, scale);
+  // Below embed_threshold a key is counted but not learned: the weights of keys seen a few
+  // times are what a dnn memorises in a second epoch over the same data (BENCHMARKS.md).
+  if (cfg.embed_threshold <= 0.0f || table::row_score(row, cfg) >= cfg.embed_threshold) {
+    update_part(cfg.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
+                push + PushRecord::kEmbedG, 1, embed_rule(cfg), cfg, scale);
+  }
 
   if (row[layout.mf_size()] > 0.0f) {
     update_part(cfg.kind, row + layout.embedx_w(), row + layout.embedx_state(),

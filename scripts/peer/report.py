@@ -40,10 +40,11 @@ def main():
         with open(a.test_oracle) as f:
             test_oracle = json.load(f)
     e = a.timed_epoch
-    g = [r for r in gb if r.get("pass") == e]
+    # GPUBox's passes count from 0 (as PaddleRec's epochs), train_paddle.py's epochs from 1.
+    g = [r for r in gb if r.get("pass") == e - 1]
     p = [r for r in pd["epochs"] if r["epoch"] == e]
     if not g:
-        die("no pass %d in %s" % (e, a.gpubox_metrics))
+        die("no pass %d in %s" % (e - 1, a.gpubox_metrics))
     if not p:
         die("no epoch %d in %s" % (e, a.paddle_json))
     g, p = g[-1], p[0]
@@ -90,17 +91,34 @@ def main():
                          p["cpu_seconds"], p["train_seconds"],
                          p["cpu_seconds"] / p["train_seconds"], pd["threads"]))
     lines.append("")
-    lines.append("All epochs:")
+    lines.append("All epochs (held-out AUC after each epoch; change: against the previous epoch):")
     lines.append("")
-    lines.append("| epoch | GPUBox examples/s | GPUBox train AUC | Paddle examples/s | Paddle train AUC |")
-    lines.append("|---:|---:|---:|---:|---:|")
-    for r in pd["epochs"]:
-        gr = [x for x in gb if x.get("pass") == r["epoch"]]
-        if gr:
-            gr = gr[-1]
-            gs = gr["begin_pass_seconds"] + gr["train_seconds"] + gr["end_pass_seconds"]
-            lines.append("| %d | %.0f | %.4f | %.0f | %.4f |" % (
-                r["epoch"], gr["examples"] / gs, gr["auc"], r["ips"], r["auc"]))
+    lines.append("| epoch | GPUBox examples/s | GPUBox train AUC | GPUBox held-out AUC (change) | "
+                 "Paddle examples/s | Paddle train AUC | Paddle held-out AUC (change) | "
+                 "held-out GPUBox - Paddle |")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def held_out(values, i):
+        """'A (change)' for epoch index i of a list of held-out AUCs (None where absent)."""
+        if i >= len(values) or values[i] is None:
+            return "n/a"
+        if i == 0 or values[i - 1] is None:
+            return "%.4f" % values[i]
+        return "%.4f (%+.4f)" % (values[i], values[i] - values[i - 1])
+
+    g_test_f = [float(x) for x in g_test]
+    p_test_f = [r.get("test_auc") for r in pd["epochs"]]
+    for i, r in enumerate(pd["epochs"]):
+        gr = [x for x in gb if x.get("pass") == r["epoch"] - 1]
+        if not gr:
+            continue
+        gr = gr[-1]
+        gs = gr["begin_pass_seconds"] + gr["train_seconds"] + gr["end_pass_seconds"]
+        diff = ("%+.4f" % (g_test_f[i] - p_test_f[i])
+                if i < len(g_test_f) and p_test_f[i] is not None else "n/a")
+        lines.append("| %d | %.0f | %.4f | %s | %.0f | %.4f | %s | %s |" % (
+            r["epoch"], gr["examples"] / gs, gr["auc"], held_out(g_test_f, i), r["ips"], r["auc"],
+            held_out(p_test_f, i), diff))
     text = "\n".join(lines) + "\n"
     with open(a.out, "w") as f:
         f.write(text)

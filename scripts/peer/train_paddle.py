@@ -9,15 +9,16 @@ Model (as GPUBox's dnn): 26 sparse slots pooled by sum from ONE shared table of 
 (GPUBox: 1 embed_w + 8 embedx per key), concatenated with the 13 dense features (247 inputs),
 fc 512-256-128-32 ReLU, a 1-wide logit, sigmoid log loss. Dense
 parameters: N(0, 1/in) weights, zero biases (GPUBox's init), Adam lr 0.001 b1 0.9 b2 0.999 eps 1e-8.
-Loss: summed over the batch for the backward pass;
+Loss: summed over the batch (reduction="sum") for the backward pass;
 dense gradients divided by the batch size (= mean-loss gradients, GPUBox's dense scale), sparse
 gradients left per instance (GPUBox pushes each occurrence's own instance gradient).
 Sparse table: Paddle Adagrad on sparse (SelectedRows) gradients with lr = 0.05*sqrt(3) and
 initial accumulator 3.0, i.e. the step lr*sqrt(3/(3+G)) of GPUBox's adagrad (lr 0.05,
-initial_g2sum 3) except that Paddle's G is per float and includes the current gradient, GPUBox's
-G is the mean over the row part and excludes it. Table initialised as GPUBox's rows: column 0
-(embed_w) 0, the 8 others U(-1e-4, 1e-4). Differences that remain are listed in the report of
-scripts/bench_peer_paddle.sh.
+initial_g2sum 3, G from 0) except that Paddle's G is per float and includes the current gradient,
+GPUBox's G is the mean over the row part and excludes it, and that a key's gradient here is the
+SUM over its occurrences in the batch where GPUBox (Paddle's PS rule) takes their MEAN. Table
+initialised as GPUBox's rows: column 0 (embed_w) 0, the 8 others U(-1e-4, 1e-4). Differences
+that remain are listed in the report of scripts/bench_peer_paddle.sh.
 Per epoch: the wall time of train_from_dataset alone (data already in memory), the examples, and
 the AUC of the predictions made while training (Paddle's auc op state, reset each epoch), plus
 the held-out AUC (infer_from_dataset) when --test_dir is given.
@@ -80,10 +81,13 @@ def build(args):
         in_dim = out
     logit = x
     labelf = paddle.cast(label, "float32")
-    # Summed over the batch: the sparse gradients are then each instance's own gradient, the
-    # scale GPUBox pushes to its per-key optimizer; the dense gradients are divided by the batch
-    # size after the backward pass (main()), i.e. they are those of the mean loss, as in GPUBox.
-    loss = paddle.sum(paddle.nn.functional.binary_cross_entropy_with_logits(logit, labelf))
+    # Summed over the batch (reduction="sum"; the function's default is the batch MEAN, which
+    # divided every gradient by the batch size: the sparse steps came out 512 times too small and
+    # the dense gradients, divided by the batch size once more below, fell under Adam's
+    # epsilon), so the sparse gradients are each instance's own gradient, the scale GPUBox
+    # pushes to its per-key optimizer; the dense gradients are divided by the batch size after
+    # the backward pass (main()), i.e. they are those of the mean loss, as in GPUBox.
+    loss = paddle.nn.functional.binary_cross_entropy_with_logits(logit, labelf, reduction="sum")
     prob = paddle.nn.functional.sigmoid(logit)
     prob2 = paddle.concat([1.0 - prob, prob], axis=1)
     _, _, auc_states = paddle.static.auc(input=prob2, label=label, num_thresholds=2**20 - 1,

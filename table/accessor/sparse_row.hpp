@@ -24,22 +24,26 @@ using config::kSparseOptimizerKindNames;
 
 // hyper_parameters.sparse_feature_dim, hyper_parameters.sparse_optimizer.* and runner.seed, as
 // table/sparse_config.hpp derives them from a config for every tier. Plain data; the defaults
-// here are the key table's (tests/integration/config_agreement_test.cpp checks they agree).
+// here are the key table's (tests/integration/config_agreement_test.cpp checks they agree), and
+// those are Paddle's CtrCommonAccessor / SparseAdaGradSGDRule defaults (ps.proto, heter_ps
+// optimizer_conf.h) except where a comment says otherwise.
 struct SparseOptimizerConfig {
   SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad;
   int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
   // embed_w (wide weight) part
   float learning_rate = 0.05f;
-  float initial_g2sum = 3.0f;
+  float initial_g2sum = 3.0f;  // adagrad step: lr * sqrt(initial_g2sum / (initial_g2sum + g2sum))
   float initial_range = 0.0f;  // embed_w starts uniform in [-initial_range, initial_range]
   float min_bound = -10.0f;
   float max_bound = 10.0f;
+  float weight_decay = 0.0f;  // L2 (Paddle's sparse rules have none): see sparse_optimizer.hpp
   // embedx part
   float mf_learning_rate = 0.05f;
   float mf_initial_g2sum = 3.0f;
   float mf_initial_range = 1e-4f;
   float mf_min_bound = -10.0f;
   float mf_max_bound = 10.0f;
+  float mf_weight_decay = 0.0f;
   // adam / shared_adam
   float beta1_decay_rate = 0.9f;
   float beta2_decay_rate = 0.999f;
@@ -47,9 +51,11 @@ struct SparseOptimizerConfig {
   // creation and shrink rules
   float nonclk_coeff = 0.1f;
   float clk_coeff = 1.0f;
-  float embedx_threshold = 0.0f;
+  bool show_scale = true;  // divide a key's merged gradient by its show (sparse_optimizer.hpp)
+  float embed_threshold = 0.0f;  // embed_w steps once the score reaches this (0: always, Paddle's)
+  float embedx_threshold = 10.0f;
   float show_click_decay_rate = 0.98f;
-  float delete_threshold = 0.0f;
+  float delete_threshold = 0.8f;
   float delete_after_unseen_days = 30.0f;
   uint64_t seed = 0;  // embed init is a hash of (key, seed): runs are reproducible
 };
@@ -119,15 +125,15 @@ GPUBOX_HD inline float init_value(uint64_t key, uint64_t seed, uint32_t lane, fl
   return (2.0f * unit_float(bits) - 1.0f) * range;
 }
 
-// Optimizer state of a part at creation (adam: beta powers start at beta).
+// Optimizer state of a part at creation. As in Paddle's rules (SparseAdaGradSGDRule::
+// InitValueWork, heter_ps's creation of embedx), the adagrad g2sum starts at 0: initial_g2sum
+// only enters the step size, so the first step is lr * g. Adam's beta powers start at beta.
 GPUBOX_HD inline void init_state(float* state, int32_t dim, SparseOptimizerKind kind,
-                                 float initial_g2sum, const SparseOptimizerConfig& cfg) {
+                                 const SparseOptimizerConfig& cfg) {
   for (int32_t i = 0; i < dim; ++i) state[i] = 0.0f;
   switch (kind) {
     case SparseOptimizerKind::kSgd:
-      break;
     case SparseOptimizerKind::kAdagrad:
-      state[0] = initial_g2sum;
       break;
     case SparseOptimizerKind::kAdam:
     case SparseOptimizerKind::kSharedAdam:
@@ -146,8 +152,7 @@ GPUBOX_HD inline void init_row(float* row, const RowLayout& layout,
       cfg.initial_range > 0.0f
           ? detail::init_value(key, cfg.seed ^ 0x5bd1e995ULL, 0, cfg.initial_range)
           : 0.0f;
-  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.kind,
-                     cfg.initial_g2sum, cfg);
+  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.kind, cfg);
   row[layout.slot()] = static_cast<float>(slot);
   row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
   row[layout.mf_size()] = 0.0f;
@@ -164,8 +169,7 @@ GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
   for (int32_t i = 0; i < layout.mf_dim; ++i) {
     w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1), cfg.mf_initial_range);
   }
-  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind,
-                     cfg.mf_initial_g2sum, cfg);
+  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind, cfg);
   row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
   return true;
 }

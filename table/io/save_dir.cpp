@@ -8,17 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
 
 namespace gpubox::table::io {
 namespace {
 
 constexpr const char* kMagic = "gpubox-save 1";
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
-}
 
 bool parse_u64(const std::string& s, int base, uint64_t* out) {
   if (s.empty()) return false;
@@ -33,6 +28,16 @@ bool parse_u64(const std::string& s, int base, uint64_t* out) {
 }  // namespace
 
 uint64_t checksum(const void* data, std::size_t size) { return XXH64(data, size, 0); }
+
+std::string hex64(uint64_t value) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, value);
+  return buf;
+}
+
+bool parse_hex64(const std::string& text, uint64_t* value) {
+  return text.size() <= 16 && parse_u64(text, 16, value);
+}
 
 std::string Manifest::encode() const {
   std::ostringstream out;
@@ -171,7 +176,8 @@ Status StagedSave::commit(const std::string& kind,
   return env_->remove_all(staging);
 }
 
-StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind) {
+StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind,
+                                 std::string* text_out) {
   const std::string where = path + "/" + kManifestName;
   if (!env->exists(where)) {
     return Status::NotFound(where + " is missing: no complete save at " + path);
@@ -183,6 +189,7 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
   if (manifest->kind != kind) {
     return Status::InvalidArgument(where + ": a " + manifest->kind + " save, expected " + kind);
   }
+  if (text_out != nullptr) *text_out = std::move(*text);
   return manifest;
 }
 

@@ -44,6 +44,11 @@ struct Manifest {
 
 uint64_t checksum(const void* data, std::size_t size);
 
+// A 64-bit checksum or digest as manifests write it: 16 lowercase hex digits.
+std::string hex64(uint64_t value);
+// Reads what hex64 wrote (1 to 16 hex digits); false when `text` is not that.
+bool parse_hex64(const std::string& text, uint64_t* value);
+
 // One save being written. Not thread-safe except add_file, which several shard writers may call
 // at once. Destroying an uncommitted save removes its staging folder (best effort).
 class StagedSave {
@@ -68,8 +73,9 @@ class StagedSave {
 };
 
 // Reads and checks `<path>/MANIFEST`; `kind` must match. A missing MANIFEST means no complete
-// save is there.
-StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind);
+// save is there (NotFound). `*text` (when given) receives the MANIFEST's bytes.
+StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind,
+                                 std::string* text = nullptr);
 
 // Reads `<path>/<file.name>` and checks its size and checksum against the MANIFEST entry.
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,

@@ -349,13 +349,23 @@ StatusOr<uint64_t> RemoteHostTier::shrink() {
 Status RemoteHostTier::run_sync(Op op, const std::vector<uint8_t>& payload) {
   std::vector<uint64_t> tokens(endpoint_count());
   for (std::size_t e = 0; e < tokens.size(); ++e) tokens[e] = identities_.sync_token(e);
-  return run_on_every_endpoint(
+  std::vector<uint64_t> generations(endpoint_count(), 0);
+  GPUBOX_RETURN_IF_ERROR(run_on_every_endpoint(
       op, payload, [&](std::size_t e, const uint8_t* data, std::size_t bytes) -> Status {
         auto generation = decode_u64_reply(data, bytes);
         if (!generation.ok()) return generation.status();
         identities_.synced(e, tokens[e], *generation);
+        generations[e] = *generation;
         return Status::OK();
-      });
+      }));
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  sync_generations_ = std::move(generations);
+  return Status::OK();
+}
+
+std::vector<uint64_t> RemoteHostTier::last_sync_generations() const {
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  return sync_generations_;
 }
 
 Status RemoteHostTier::save(const std::string& path, SaveKind mode) {

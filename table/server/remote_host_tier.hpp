@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,10 @@ class RemoteHostTier final : public HostTier {
   Status shutdown_servers();
 
   std::size_t endpoint_count() const { return transport_.endpoints().size(); }
+  // "ip:port" of endpoint `e`.
+  std::string endpoint_name(std::size_t e) const {
+    return transport_.endpoints().at(e).to_string();
+  }
   uint64_t client_id() const { return transport_.options().client_id; }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
@@ -84,6 +89,10 @@ class RemoteHostTier final : public HostTier {
   void accept_restarts() { identities_.accept_restarts(); }
   // What this client knows of endpoint `e` (instance id and generation).
   ServerIdentity server_identity(std::size_t e) const { return identities_.identity(e); }
+  // The generation each server replied to the last successful save() or load(), in endpoint
+  // order (the digest of that save's MANIFEST on the server's disk: what a model manifest names
+  // the server's share by, table/io/model_manifest.hpp). Empty before the first.
+  std::vector<uint64_t> last_sync_generations() const;
 
  private:
   RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
@@ -106,6 +115,8 @@ class RemoteHostTier final : public HostTier {
   RowLayout layout_;
   std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
   ServerIdentityBook identities_;
+  mutable std::mutex sync_mu_;
+  std::vector<uint64_t> sync_generations_;  // GUARDED_BY(sync_mu_)
   Transport transport_;
 };
 

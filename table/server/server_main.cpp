@@ -11,8 +11,6 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,7 @@
 #include "common/cli_flags.hpp"
 #include "common/config/config_document.hpp"
 #include "common/logging.hpp"
+#include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_config.hpp"
@@ -66,17 +65,6 @@ DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a repl
 
 namespace gpubox::table::server {
 namespace {
-
-StatusOr<std::string> read_token(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) return Status::NotFound("cannot read --auth_token_file '" + file + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string token = text.str();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  if (token.empty()) return Status::InvalidArgument("--auth_token_file '" + file + "' is empty");
-  return token;
-}
 
 // The limit flags into `options`; raises the open files limit first (the connection cap's
 // default derives from it) and says what is in force.
@@ -155,7 +143,7 @@ Status run(const std::vector<std::string>& overrides) {
   options.data_dir = FLAGS_data_dir;
   options.max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
   if (!FLAGS_auth_token_file.empty()) {
-    auto token = read_token(FLAGS_auth_token_file);
+    auto token = read_auth_token_file(FLAGS_auth_token_file, "--auth_token_file");
     if (!token.ok()) return token.status();
     options.auth_token = *token;
   }

@@ -114,6 +114,13 @@ void Session::read_payload() {
     return socket_.async_wait(tcp::socket::wait_read, [self](const boost::system::error_code& ec) {
       if (self->closed_) return;
       if (ec) return self->on_payload(ec, 0);
+      // The reactor may report readiness that an earlier read already consumed (an edge seen
+      // when the header arrived): allocate only once a payload byte, or the end, is there.
+      uint8_t byte = 0;
+      if (::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+          (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return self->read_payload();
+      }
       self->payload_ready_ = true;
       self->read_payload();
     });

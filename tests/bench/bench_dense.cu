@@ -1,15 +1,21 @@
 // gpubox_bench dense: the dense model's forward+backward throughput against the machine's GEMM
 // limit, measured in the same run.
 //
-//   gpubox_bench dense --batch B [--cards N] [--threads T] [--seconds S] [--json]
+//   gpubox_bench dense --batch B [--precision fp32|bf16] [--cards N] [--threads T] [--seconds S]
+//                      [--json]
 //
-// 1. sgemm GFLOP/s through trainer::Blas (OpenBLAS on cpu, cuBLAS on cuda): a square
+// 1. sgemm GFLOP/s through trainer::Blas (oneDNN on cpu, cuBLAS on cuda): a square
 //    --gemm-n (default 1024) product, repeated on every card at once, summed over the cards.
+//    Where the cards have bf16 GEMMs, the same square product in bf16 (fp32 accumulation)
+//    through the layers' GEMM path (LinearGemms): the bf16 peak of this run.
 // 2. The config_gpubox.yaml model (26 slots x (1 + 8) + 13 dense -> 512-256-128-32-1, dnn, no
 //    cvm) doing forward + backward (dense gradients and sparse push records) on a synthetic batch
 //    of B instances per card, one key per slot, every card at once: examples/s of all cards.
-// 3. The limit: GFLOP/s / (model FLOPs per example: 6 x the multiply-adds of its linear layers:
-//    forward, weight gradient, input gradient) and the fraction of it the model reaches.
+//    --precision picks hyper_parameters.dense_precision (bf16 falls back to fp32, and says so,
+//    where the cards have no bf16 GEMMs).
+// 3. The limit: sgemm GFLOP/s / (model FLOPs per example: 2 x the multiply-adds of its linear
+//    layers' forward, weight-gradient and input-gradient GEMMs) and the fraction of it the model
+//    reaches: the fp32 FLOP limit, also for a bf16 run (above 1 = faster than any fp32 run).
 // Figures are medians of --repeats timed windows of --seconds each, after a warm-up.
 #include <algorithm>
 #include <cstdio>
@@ -24,6 +30,7 @@
 #include "tests/bench/bench_command.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/linear_gemms.hpp"
 
 namespace gpubox::bench {
 namespace {
@@ -55,6 +62,8 @@ double timed_rate(device::CardSet& cards, double seconds, double units, Step&& s
 
 struct CardState {
   std::unique_ptr<Blas> blas;
+  std::unique_ptr<trainer::LinearGemms> bf16_gemm;  // when the card has bf16 GEMMs
+  device::device_buffer<trainer::Bf16> a16, b16;
   std::unique_ptr<DenseModel> model;
   device::device_buffer<float> a, b, c;
   device::device_buffer<float> records, dense, labels, push;
@@ -62,7 +71,8 @@ struct CardState {
 };
 
 int run_dense(const BenchArgs& args) {
-  args.expect_only({"batch", "cards", "threads", "seconds", "repeats", "gemm-n", "json"});
+  args.expect_only(
+      {"batch", "precision", "cards", "threads", "seconds", "repeats", "gemm-n", "json"});
   const int64_t batch = args.get_int("batch", 512);
   const int num_cards = static_cast<int>(args.get_int("cards", 1));
   const int threads = static_cast<int>(args.get_int("threads", 0));
@@ -70,13 +80,19 @@ int run_dense(const BenchArgs& args) {
   const int repeats = static_cast<int>(args.get_int("repeats", 3));
   const int64_t gemm_n = args.get_int("gemm-n", 1024);
   const bool json = args.has("json");
+  const std::string precision_name = args.get("precision", "fp32");
+  DenseModelConfig config;  // the config_gpubox.yaml model
+  if (precision_name == "bf16") {
+    config.precision = trainer::DensePrecision::kBf16;
+  } else {
+    GPUBOX_EXPECTS(precision_name == "fp32", "--precision is fp32 or bf16, got ", precision_name);
+  }
   GPUBOX_EXPECTS(batch >= 1 && num_cards >= 1 && repeats >= 1 && gemm_n >= 1,
                  "--batch, --cards, --repeats and --gemm-n must be positive");
 
   std::string list;
   for (int c = 0; c < num_cards; ++c) list += (c ? "," : "") + std::to_string(c);
   device::CardSet cards = device::CardSet::from_list(list, 0, 1, threads);
-  const DenseModelConfig config;  // the config_gpubox.yaml model
   std::vector<CardState> state(num_cards);
   cards.run_on_cards([&](device::Card& card) {
     CardState& s = state[card.local_index()];
@@ -93,6 +109,20 @@ int run_dense(const BenchArgs& args) {
     s.a = random(n2);
     s.b = random(n2);
     s.c = random(n2);
+    if (s.blas->bf16() != trainer::Bf16Support::kNone) {
+      std::vector<trainer::Bf16> a16(n2), b16(n2);
+      for (auto& x : a16) x = trainer::to_bf16(u(rng));
+      for (auto& x : b16) x = trainer::to_bf16(u(rng));
+      s.a16 = device::to_device(a16, card.memory(), card.stream());
+      s.b16 = device::to_device(b16, card.memory(), card.stream());
+      trainer::LinearGemmSpec spec;
+      spec.name = "bf16 peak";
+      spec.in = spec.out = static_cast<int>(gemm_n);
+      spec.input = trainer::ElementType::kBf16;
+      spec.x_ld = spec.y_ld = spec.dz_ld = gemm_n;
+      s.bf16_gemm = std::make_unique<trainer::LinearGemms>(*s.blas, spec);
+      s.bf16_gemm->prepare(gemm_n);
+    }
     // One key per slot per instance (Criteo-like): slot-major offsets 0, 1, 2, ...
     const std::size_t occurrences = static_cast<std::size_t>(batch) * config.slots;
     const int pull_dim = s.model->pool().pull_dim();
@@ -118,6 +148,12 @@ int run_dense(const BenchArgs& args) {
     s.blas->sgemm(Transpose::kNo, Transpose::kNo, gemm_n, gemm_n, gemm_n, 1.0f, s.a.data(), gemm_n,
                   s.b.data(), gemm_n, 0.0f, s.c.data(), gemm_n);
   };
+  auto bf16_step = [&](device::Card& card) {
+    CardState& s = state[card.local_index()];
+    // C = A B + bias (any n floats: B's first row).
+    s.bf16_gemm->forward(s.a16.data(), s.b16.data(), s.b.data(), nullptr, s.c.data(), gemm_n);
+  };
+  const bool has_bf16 = state[0].bf16_gemm != nullptr;
   const GradScales scales{1.0f / static_cast<float>(batch * num_cards), 1.0f};
   auto model_step = [&](device::Card& card) {
     CardState& s = state[card.local_index()];
@@ -130,15 +166,25 @@ int run_dense(const BenchArgs& args) {
   const double gemm_flops = 2.0 * gemm_n * gemm_n * gemm_n;
   timed_rate(cards, seconds * 0.25, gemm_flops, gemm_step);  // warm-up
   timed_rate(cards, seconds * 0.25, static_cast<double>(batch), model_step);
-  std::vector<double> gflops, examples;
+  if (has_bf16) timed_rate(cards, seconds * 0.25, gemm_flops, bf16_step);
+  std::vector<double> gflops, bf16_gflops, examples;
   for (int r = 0; r < repeats; ++r) {
     gflops.push_back(timed_rate(cards, seconds, gemm_flops, gemm_step) / 1e9);
+    if (has_bf16) bf16_gflops.push_back(timed_rate(cards, seconds, gemm_flops, bf16_step) / 1e9);
     examples.push_back(timed_rate(cards, seconds, static_cast<double>(batch), model_step));
   }
   const double gflops_median = median(gflops);
   const double examples_median = median(examples);
   const double flops_per_example = state[0].model->flops_per_example();
   const double limit = gflops_median * 1e9 / flops_per_example;
+  const double bf16_median = has_bf16 ? median(bf16_gflops) : 0.0;
+  const char* precision =
+      state[0].model->precision() == trainer::DensePrecision::kBf16 ? "bf16" : "fp32";
+  const char* bf16_support = state[0].blas->bf16() == trainer::Bf16Support::kHardware ? "hardware"
+                             : state[0].blas->bf16() == trainer::Bf16Support::kEmulated
+                                 ? "emulated (GPUBOX_BF16_EMULATION=1)"
+                                 : "none";
+  const std::string isa = state[0].blas->isa();
   const int threads_per_card = cards.card(0).threads();
   // Spinning OpenMP workers decide multi-thread figures on a busy machine: say which was used.
   const char* wait_env = std::getenv("OMP_WAIT_POLICY");
@@ -150,19 +196,23 @@ int run_dense(const BenchArgs& args) {
 #endif
   if (json) {
     std::printf(
-        "{\"bench\": \"dense\", \"backend\": \"%s\", \"batch\": %lld, \"cards\": %d, "
+        "{\"bench\": \"dense\", \"backend\": \"%s\", \"isa\": \"%s\", "
+        "\"precision_asked\": \"%s\", \"precision\": \"%s\", \"bf16_gemms\": \"%s\", "
+        "\"batch\": %lld, \"cards\": %d, "
         "\"threads_per_card\": %d, \"hardware_threads\": %d, \"omp_wait_policy\": \"%s\", "
         "\"gemm_n\": %lld, "
         "\"sgemm_gflops\": %.2f, \"sgemm_gflops_min\": %.2f, \"sgemm_gflops_max\": %.2f, "
+        "\"bf16_gemm_gflops\": %.2f, "
         "\"model\": \"%d slots x %d + %d dense -> 512-256-128-32-1\", "
         "\"flops_per_example\": %.0f, \"flop_limit_examples_per_sec\": %.1f, "
         "\"examples_per_sec\": %.1f, \"examples_per_sec_min\": %.1f, "
         "\"examples_per_sec_max\": %.1f, \"fraction_of_limit\": %.4f}\n",
-        backend, static_cast<long long>(batch), num_cards, threads_per_card,
-        device::hardware_threads(), wait_policy.c_str(), static_cast<long long>(gemm_n),
-        gflops_median, *std::min_element(gflops.begin(), gflops.end()),
-        *std::max_element(gflops.begin(), gflops.end()), config.slots, 1 + config.mf_dim,
-        config.dense_dim, flops_per_example, limit, examples_median,
+        backend, isa.c_str(), precision_name.c_str(), precision, bf16_support,
+        static_cast<long long>(batch), num_cards, threads_per_card, device::hardware_threads(),
+        wait_policy.c_str(), static_cast<long long>(gemm_n), gflops_median,
+        *std::min_element(gflops.begin(), gflops.end()),
+        *std::max_element(gflops.begin(), gflops.end()), bf16_median, config.slots,
+        1 + config.mf_dim, config.dense_dim, flops_per_example, limit, examples_median,
         *std::min_element(examples.begin(), examples.end()),
         *std::max_element(examples.begin(), examples.end()), examples_median / limit);
   } else {
@@ -175,6 +225,13 @@ int run_dense(const BenchArgs& args) {
                 static_cast<long long>(gemm_n), gflops_median,
                 *std::min_element(gflops.begin(), gflops.end()),
                 *std::max_element(gflops.begin(), gflops.end()));
+    std::printf("  GEMMs on %s; bf16 GEMMs: %s; dense net runs in %s (asked: %s)\n", isa.c_str(),
+                bf16_support, precision, precision_name.c_str());
+    if (has_bf16) {
+      std::printf("  bf16 gemm %lldx%lldx%lld: %.2f GFLOP/s (all cards)\n",
+                  static_cast<long long>(gemm_n), static_cast<long long>(gemm_n),
+                  static_cast<long long>(gemm_n), bf16_median);
+    }
     std::printf("  model %d slots x %d + %d dense -> 512-256-128-32-1: %.0f FLOPs/example\n",
                 config.slots, 1 + config.mf_dim, config.dense_dim, flops_per_example);
     std::printf("  forward+backward, batch %lld per card: %.1f examples/s (min %.1f, max %.1f)\n",
@@ -188,7 +245,8 @@ int run_dense(const BenchArgs& args) {
 }
 
 GPUBOX_BENCH_COMMAND("dense",
-                     "--batch B [--cards N] [--threads T] [--seconds S] [--repeats R] "
+                     "--batch B [--precision fp32|bf16] [--cards N] [--threads T] [--seconds S] "
+                     "[--repeats R] "
                      "[--gemm-n N] [--json]: dense model forward+backward examples/s vs the "
                      "sgemm FLOP limit",
                      run_dense);

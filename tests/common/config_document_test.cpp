@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -363,6 +364,38 @@ TEST_F(ConfigDocumentTest, GettersRecordTheKeysRead) {
   EXPECT_EQ(doc.keys_read(), (std::set<std::string>{"runner.epochs", "runner.pipe_command"}));
   EXPECT_THROW(doc.get_int("runner.no_such_key"), Error);
   EXPECT_THROW(doc.get_bool("runner.epochs"), Error);  // read as another type
+}
+
+TEST_F(ConfigDocumentTest, ValueTextWritesEachTypeAndReadsBackTheSameValue) {
+  auto doc = ConfigDocument::load(
+      write("sub/v.yaml",
+            "runner:\n  shuffle: false\n  epochs: 7\n  seed: 18446744073709551615\n"
+            "  model_save_path: out/m\n  resume: OFF\nhyper_parameters:\n"
+            "  fc_sizes: [64, 32]\n  slot_names: [a, b]\n  sparse_inputs_slots: 3\n"
+            "  sparse_optimizer:\n    learning_rate: 0.1\n    mf_initial_range: 1.0e-4\n"),
+      {"hyper_parameters.optimizer.learning_rate=0.3"});
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->value_text("runner.shuffle"), "false");
+  EXPECT_EQ(doc->value_text("runner.epochs"), "7");
+  EXPECT_EQ(doc->value_text("runner.seed"), "18446744073709551615");
+  EXPECT_EQ(doc->value_text("runner.model_save_path"), "out/m");  // from the working directory
+  EXPECT_EQ(doc->value_text("runner.resume"), "off");             // the table's spelling
+  EXPECT_EQ(doc->value_text("runner.auth_token_file"), "");
+  EXPECT_EQ(doc->value_text("hyper_parameters.fc_sizes"), "[64, 32]");
+  EXPECT_EQ(doc->value_text("hyper_parameters.slot_names"), "[a, b]");
+  EXPECT_EQ(doc->value_text("hyper_parameters.sparse_optimizer.learning_rate"), "0.1");
+  EXPECT_EQ(doc->value_text("hyper_parameters.sparse_optimizer.mf_initial_range"), "0.0001");
+  EXPECT_EQ(doc->value_text("hyper_parameters.optimizer.learning_rate"), "0.3");
+  EXPECT_EQ(doc->value_text("hyper_parameters.optimizer.epsilon"), "1e-08");  // the default
+  EXPECT_TRUE(doc->keys_read().empty()) << "describing a config is not reading it";
+  // Every number reads back as the value held (the shortest text that round-trips).
+  for (const KeySpec& key : config_keys()) {
+    const std::string text = doc->value_text(key.name);
+    if (key.type == KeyType::kFloat) {
+      EXPECT_EQ(std::strtod(text.c_str(), nullptr), doc->get_float(key.name)) << key.name;
+    }
+  }
+  EXPECT_THROW(doc->value_text("runner.no_such_key"), Error);
 }
 
 TEST(ConfigKeys, ClosestKeyAndEditDistance) {

@@ -25,11 +25,13 @@ std::string describe(const table::SparseOptimizerConfig& c) {
   std::ostringstream out;
   out << name_of(table::kSparseOptimizerKindNames, c.kind) << " mf_dim=" << c.mf_dim
       << " lr=" << c.learning_rate << " g2=" << c.initial_g2sum << " range=" << c.initial_range
-      << " bounds=" << c.min_bound << "," << c.max_bound << " mf_lr=" << c.mf_learning_rate
-      << " mf_g2=" << c.mf_initial_g2sum << " mf_range=" << c.mf_initial_range
-      << " mf_bounds=" << c.mf_min_bound << "," << c.mf_max_bound << " b1=" << c.beta1_decay_rate
+      << " bounds=" << c.min_bound << "," << c.max_bound << " l2=" << c.weight_decay
+      << " mf_lr=" << c.mf_learning_rate << " mf_g2=" << c.mf_initial_g2sum
+      << " mf_range=" << c.mf_initial_range << " mf_bounds=" << c.mf_min_bound << ","
+      << c.mf_max_bound << " mf_l2=" << c.mf_weight_decay << " b1=" << c.beta1_decay_rate
       << " b2=" << c.beta2_decay_rate << " eps=" << c.ada_epsilon << " nonclk=" << c.nonclk_coeff
-      << " clk=" << c.clk_coeff << " threshold=" << c.embedx_threshold
+      << " clk=" << c.clk_coeff << " show_scale=" << c.show_scale
+      << " embed_threshold=" << c.embed_threshold << " threshold=" << c.embedx_threshold
       << " decay=" << c.show_click_decay_rate << " delete=" << c.delete_threshold
       << " unseen=" << c.delete_after_unseen_days << " seed=" << c.seed;
   return out.str();

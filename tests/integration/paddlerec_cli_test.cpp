@@ -211,6 +211,8 @@ TEST(ToolUsage, EveryBinaryPrintsItsOwnHelpAndVersion) {
       {"'" GPUBOX_TRAIN_BIN "' --config x.yaml -o runner.epochs=2 --help", "usage: gpubox_train"},
       {"'" GPUBOX_SERVER_BIN "' --help", "--port (default: 29011)"},
       {"'" GPUBOX_SERVER_BIN "' -h", "--max_inflight_mb (default: 1024)"},
+      {"'" GPUBOX_SERVE_BIN "' --help", "--model (default: \"\")"},
+      {"'" GPUBOX_TRAIN_BIN "' --help", "--mode export"},
       {"'" GPUBOX_DATA_BIN "' --help", "usage: gpubox_data convert"},
       {"'" GPUBOX_DATA_BIN "' gen --help", "--vocab N (default: 100000)"},
       {"'" GPUBOX_DATA_BIN "' stat --help", "usage: gpubox_data stat --config"},
@@ -227,8 +229,9 @@ TEST(ToolUsage, EveryBinaryPrintsItsOwnHelpAndVersion) {
     EXPECT_EQ(r.output.find(".cpp"), std::string::npos) << c.command << "\n" << r.output;
   }
   const std::regex version(
-      R"(gpubox_(train|server|data) [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), backend (cpu|cuda)\)\n)");
-  for (const std::string bin : {GPUBOX_TRAIN_BIN, GPUBOX_SERVER_BIN, GPUBOX_DATA_BIN}) {
+      R"(gpubox_(train|server|serve|data) [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), backend (cpu|cuda)\)\n)");
+  for (const std::string bin :
+       {GPUBOX_TRAIN_BIN, GPUBOX_SERVER_BIN, GPUBOX_SERVE_BIN, GPUBOX_DATA_BIN}) {
     const RunResult r = run("'" + bin + "' --version");
     EXPECT_EQ(r.status, 0) << bin;
     EXPECT_TRUE(std::regex_match(r.output, version)) << r.output;
@@ -237,7 +240,8 @@ TEST(ToolUsage, EveryBinaryPrintsItsOwnHelpAndVersion) {
 
 // No binary carries the path of the machine it was built on (its __FILE__ strings included).
 TEST(ToolUsage, BinariesHoldNoBuildMachinePath) {
-  for (const std::string bin : {GPUBOX_TRAIN_BIN, GPUBOX_SERVER_BIN, GPUBOX_DATA_BIN}) {
+  for (const std::string bin :
+       {GPUBOX_TRAIN_BIN, GPUBOX_SERVER_BIN, GPUBOX_SERVE_BIN, GPUBOX_DATA_BIN}) {
     const RunResult r = run("grep -c -a -F '" GPUBOX_SOURCE_DIR "/' '" + bin + "'");
     EXPECT_EQ(r.output, "0\n") << bin << " holds " << GPUBOX_SOURCE_DIR;
   }

@@ -2,7 +2,12 @@
 // differences of a weighted sum of its outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 
 #include "heterps/device/card.hpp"
@@ -32,125 +37,283 @@ class LayersTest : public ::testing::Test {
   Blas blas_;
 };
 
-class LinearTest : public LayersTest, public ::testing::WithParamInterface<int> {};
+// Two fused layers, A (hidden: bias + ReLU in its forward) feeding B (input_is_relu: the ReLU
+// backward folded into its input-gradient GEMM), with padded row strides and A's input gradient
+// for its first dx_cols columns only, scaled by alpha, as DenseModel uses them. Loss = sum of
+// r * Y_B. Every output and gradient against float64 (forward reference, central differences).
+struct ChainShape {
+  int batch, in, hidden, out, dx_cols;
+  int64_t pad;  // extra elements at the end of every row
+};
 
-TEST_P(LinearTest, ForwardAndBackwardMatchReferenceAndNumericalGradients) {
-  const int batch = GetParam(), in = 5, out = 3;
-  const float scale = 0.5f;
-  DenseParameters params(card_);
-  Linear layer(params, "fc", in, out);
-  params.finalize(11);
-  std::mt19937_64 rng(batch + 1);
-  std::vector<float> w = params.values_to_host();
-  // Non-zero bias so the forward check covers it.
-  for (std::size_t j = 0; j < static_cast<std::size_t>(out); ++j) {
-    w[params.blocks()[layer.bias_block()].offset + j] = 0.1f * (j + 1);
-  }
-  params.set_values(w);
-  std::vector<float> x = random_vector(static_cast<std::size_t>(batch) * in, rng);
-  const std::vector<float> r = random_vector(static_cast<std::size_t>(batch) * out, rng);
-  auto y = card_.make_buffer<float>(batch * out);
-  auto ones = up(std::vector<float>(std::max(batch, 1), 1.0f));
-  auto run = [&] {
-    params.set_values(w);
-    auto dx_in = up(x);
-    layer.forward(blas_, params, dx_in.data(), batch, ones.data(), y.data());
-    return weighted_sum(to_host(y), r);
-  };
-  run();
-  // Forward reference.
-  const std::size_t w_off = params.blocks()[layer.weight_block()].offset;
-  const std::size_t b_off = params.blocks()[layer.bias_block()].offset;
-  std::vector<float> got = to_host(y);
-  for (int i = 0; i < batch; ++i) {
-    for (int o = 0; o < out; ++o) {
-      double want = w[b_off + o];
-      for (int k = 0; k < in; ++k)
-        want += static_cast<double>(x[i * in + k]) * w[w_off + k * out + o];
-      EXPECT_NEAR(got[i * out + o], want, 1e-5);
+class LinearChainTest : public LayersTest, public ::testing::WithParamInterface<ChainShape> {
+ protected:
+  struct Chain {
+    Chain(device::Card& card, Blas& blas, const ChainShape& c, ElementType type) : params(card) {
+      LinearGemmSpec a;
+      a.name = "a";
+      a.in = c.in;
+      a.out = c.hidden;
+      a.input = a.output = type;
+      a.dx = ElementType::kF32;
+      a.relu = true;
+      a.dx_cols = c.dx_cols;
+      a.x_ld = c.in + c.pad;
+      a.y_ld = a.dz_ld = c.hidden + c.pad;
+      a.dx_ld = c.dx_cols + c.pad;
+      LinearGemmSpec b;
+      b.name = "b";
+      b.in = c.hidden;
+      b.out = c.out;
+      b.input = b.dx = type;
+      b.output = ElementType::kF32;
+      b.input_is_relu = true;
+      b.dx_cols = c.hidden;
+      b.x_ld = b.dx_ld = a.y_ld;
+      b.y_ld = b.dz_ld = c.out + c.pad;
+      layer_a = std::make_unique<Linear>(params, blas, a);
+      layer_b = std::make_unique<Linear>(params, blas, b);
+      if (type == ElementType::kBf16) params.keep_bf16_copy();
+      params.finalize(5);
+      layer_a->prepare(c.batch);
+      layer_b->prepare(c.batch);
     }
-  }
-  // Backward.
-  auto dx = up(x);
-  auto dy = up(r);
-  auto dx_out = card_.make_buffer<float>(batch * in);
-  layer.backward(blas_, params, dx.data(), dy.data(), batch, scale, ones.data(), dx_out.data());
-  const std::vector<float> grads = params.grads_to_host();
-  const std::vector<float> input_grad = to_host(dx_out);
-  for (std::size_t k = 0; k < static_cast<std::size_t>(in * out); ++k) {
-    const double numeric = central_difference(w, w_off + k, 1e-2f, run);
-    expect_gradient_near(grads[w_off + k], scale * numeric, 1e-4, 1e-3, "dW " + std::to_string(k));
-  }
-  for (std::size_t o = 0; o < static_cast<std::size_t>(out); ++o) {
-    const double numeric = central_difference(w, b_off + o, 1e-2f, run);
-    expect_gradient_near(grads[b_off + o], scale * numeric, 1e-4, 1e-3, "db " + std::to_string(o));
-  }
-  for (std::size_t k = 0; k < x.size(); ++k) {
-    const double numeric = central_difference(x, k, 1e-2f, run);
-    expect_gradient_near(input_grad[k], numeric, 1e-4, 1e-3, "dX " + std::to_string(k));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Batches, LinearTest, ::testing::Values(0, 1, 4, 9));
-
-TEST_F(LayersTest, ReluBackwardMatchesNumericalGradient) {
-  std::mt19937_64 rng(3);
-  std::vector<float> x = testing::random_away_from_zero(37, rng, 0.05f);
-  const std::vector<float> r = random_vector(x.size(), rng);
-  auto y = card_.make_buffer<float>(x.size());
-  auto run = [&] {
-    auto dx = up(x);
-    Relu::forward(card_.stream(), dx.data(), x.size(), y.data());
-    return weighted_sum(to_host(y), r);
+    DenseParameters params;
+    std::unique_ptr<Linear> layer_a, layer_b;
   };
-  run();
-  std::vector<float> out = to_host(y);
-  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(out[i], x[i] > 0 ? x[i] : 0.0f);
-  auto dy = up(r);
-  auto dx = card_.make_buffer<float>(x.size());
-  Relu::backward(card_.stream(), y.data(), dy.data(), x.size(), dx.data());
-  std::vector<float> got = to_host(dx);
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    expect_gradient_near(got[i], central_difference(x, i, 1e-2f, run), 1e-5, 1e-4,
-                         "relu " + std::to_string(i));
-  }
-  // In place (y == x, dx == dy) gives the same.
-  auto inplace = up(x);
-  Relu::forward(card_.stream(), inplace.data(), x.size(), inplace.data());
-  EXPECT_EQ(to_host(inplace), out);
-  auto g = up(r);
-  Relu::backward(card_.stream(), inplace.data(), g.data(), x.size(), g.data());
-  EXPECT_EQ(to_host(g), got);
-  // A NaN input stays NaN, so it reaches the loss check instead of silently becoming 0.
-  auto with_nan = up(std::vector<float>{-1.0f, std::nanf(""), 2.0f});
-  Relu::forward(card_.stream(), with_nan.data(), 3, with_nan.data());
-  const std::vector<float> nan_out = to_host(with_nan);
-  EXPECT_EQ(nan_out[0], 0.0f);
-  EXPECT_TRUE(std::isnan(nan_out[1]));
-  EXPECT_EQ(nan_out[2], 2.0f);
-}
 
-TEST_F(LayersTest, ConcatForwardAndBackwardSplit) {
-  std::mt19937_64 rng(4);
-  for (const auto& [batch, a, b] :
-       {std::tuple{3, 4, 2}, std::tuple{1, 1, 0}, std::tuple{0, 2, 2}}) {
-    Concat concat(a, b);
-    std::vector<float> left = random_vector(batch * a, rng), right = random_vector(batch * b, rng);
-    auto dl = up(left);
-    auto dr = up(right);
-    auto out = card_.make_buffer<float>(batch * (a + b));
-    concat.forward(card_.stream(), dl.data(), dr.data(), batch, out.data());
-    std::vector<float> got = to_host(out);
-    for (int i = 0; i < batch; ++i) {
-      for (int c = 0; c < a + b; ++c) {
-        EXPECT_EQ(got[i * (a + b) + c], c < a ? left[i * a + c] : right[i * b + c - a]);
+  // Row-major [rows x cols] host floats into a strided card buffer of `type` (bf16: rounded).
+  device::device_buffer<char> upload(const std::vector<float>& v, int rows, int cols, int64_t ld,
+                                     ElementType type) {
+    std::vector<char> bytes(static_cast<std::size_t>(std::max(rows, 1)) * ld * element_bytes(type),
+                            0);
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < cols; ++j) {
+        const float x = v[static_cast<std::size_t>(i) * cols + j];
+        const std::size_t at = static_cast<std::size_t>(i) * ld + j;
+        if (type == ElementType::kBf16) {
+          reinterpret_cast<Bf16*>(bytes.data())[at] = to_bf16(x);
+        } else {
+          reinterpret_cast<float*>(bytes.data())[at] = x;
+        }
       }
     }
-    auto back_l = card_.make_buffer<float>(batch * a);
-    auto back_r = card_.make_buffer<float>(batch * b);
-    concat.backward(card_.stream(), out.data(), batch, back_l.data(), back_r.data());
-    EXPECT_EQ(to_host(back_l), left);
-    EXPECT_EQ(to_host(back_r), right);
+    return up(bytes);
+  }
+  std::vector<float> download(const device::device_buffer<char>& buf, int rows, int cols,
+                              int64_t ld, ElementType type) {
+    const std::vector<char> bytes = to_host(buf);
+    std::vector<float> v(static_cast<std::size_t>(rows) * cols);
+    for (int i = 0; i < rows; ++i) {
+      for (int j = 0; j < cols; ++j) {
+        const std::size_t at = static_cast<std::size_t>(i) * ld + j;
+        v[static_cast<std::size_t>(i) * cols + j] =
+            type == ElementType::kBf16 ? to_float(reinterpret_cast<const Bf16*>(bytes.data())[at])
+                                       : reinterpret_cast<const float*>(bytes.data())[at];
+      }
+    }
+    return v;
+  }
+
+  struct Result {
+    std::vector<float> y_a, y_b, grads, dx;
+  };
+  // Forward (and backward) of the chain with parameter values `w` and input `x`. Outputs start
+  // as 7s, so a value the GEMMs fail to write shows.
+  Result run_chain(Chain& chain, const ChainShape& c, const std::vector<float>& w,
+                   const std::vector<float>& x, const std::vector<float>& r, float alpha,
+                   ElementType type, bool backward) {
+    Linear& a = *chain.layer_a;
+    Linear& b = *chain.layer_b;
+    chain.params.set_values(w);
+    auto sevens = [](int n) { return std::vector<float>(static_cast<std::size_t>(n), 7.0f); };
+    auto xa = upload(x, c.batch, c.in, a.spec().x_ld, type);
+    auto ya = upload(sevens(c.batch * c.hidden), c.batch, c.hidden, a.spec().y_ld, type);
+    auto yb = upload(sevens(c.batch * c.out), c.batch, c.out, b.spec().y_ld, ElementType::kF32);
+    a.forward(chain.params, xa.data(), ya.data(), c.batch);
+    b.forward(chain.params, ya.data(), yb.data(), c.batch);
+    Result res;
+    res.y_a = download(ya, c.batch, c.hidden, a.spec().y_ld, type);
+    res.y_b = download(yb, c.batch, c.out, b.spec().y_ld, ElementType::kF32);
+    if (!backward) return res;
+    auto dzb = upload(r, c.batch, c.out, b.spec().dz_ld, type);
+    auto dza = upload(sevens(c.batch * c.hidden), c.batch, c.hidden, a.spec().dz_ld, type);
+    auto dx =
+        upload(sevens(c.batch * c.dx_cols), c.batch, c.dx_cols, a.spec().dx_ld, ElementType::kF32);
+    b.backward_weights(chain.params, ya.data(), dzb.data(), c.batch);
+    b.backward_data(chain.params, dzb.data(), ya.data(), &a, 1.0f, dza.data(), c.batch);
+    a.backward_weights(chain.params, xa.data(), dza.data(), c.batch);
+    a.backward_data(chain.params, dza.data(), xa.data(), nullptr, alpha, dx.data(), c.batch);
+    res.grads = chain.params.grads_to_host();
+    res.dx = download(dx, c.batch, c.dx_cols, a.spec().dx_ld, ElementType::kF32);
+    return res;
+  }
+
+  // Seeded parameters, inputs and output weights r in [-1, 1], with A's pre-activations at
+  // least 0.05 from ReLU's kink, so central differences never cross it.
+  static void make_inputs(const Chain& chain, const ChainShape& c, std::vector<float>& w,
+                          std::vector<float>& x, std::vector<float>& r) {
+    const DenseParameters& p = chain.params;
+    const std::size_t wa = p.blocks()[chain.layer_a->weight_block()].offset;
+    const std::size_t ba = p.blocks()[chain.layer_a->bias_block()].offset;
+    for (uint64_t seed = 1;; ++seed) {
+      std::mt19937_64 rng(seed * 977 + c.batch);
+      w = random_vector(p.size(), rng);
+      x = random_vector(static_cast<std::size_t>(c.batch) * c.in, rng);
+      r = random_vector(static_cast<std::size_t>(c.batch) * c.out, rng);
+      bool clear = true;
+      for (int i = 0; i < c.batch && clear; ++i) {
+        for (int o = 0; o < c.hidden && clear; ++o) {
+          double pre = w[ba + o];
+          for (int k = 0; k < c.in; ++k) {
+            pre += double{x[i * c.in + k]} * w[wa + k * c.hidden + o];
+          }
+          clear = std::fabs(pre) > 0.05;
+        }
+      }
+      if (clear) return;
+    }
+  }
+};
+
+TEST_P(LinearChainTest, FusedLayersMatchFloat64ReferenceAndNumericalGradients) {
+  const ChainShape c = GetParam();
+  Chain chain(card_, blas_, c, ElementType::kF32);
+  const float alpha = 4.0f;  // DenseModel's 1 / dense scale on the first layer's input gradient
+  std::vector<float> w, x, r;
+  make_inputs(chain, c, w, x, r);
+  const Result res = run_chain(chain, c, w, x, r, alpha, ElementType::kF32, true);
+  const DenseParameters& p = chain.params;
+  const std::size_t wa = p.blocks()[chain.layer_a->weight_block()].offset;
+  const std::size_t ba = p.blocks()[chain.layer_a->bias_block()].offset;
+  const std::size_t wb = p.blocks()[chain.layer_b->weight_block()].offset;
+  const std::size_t bb = p.blocks()[chain.layer_b->bias_block()].offset;
+  // Forward against float64.
+  std::vector<double> ya(static_cast<std::size_t>(c.batch) * c.hidden);
+  for (int i = 0; i < c.batch; ++i) {
+    for (int o = 0; o < c.hidden; ++o) {
+      double pre = w[ba + o];
+      for (int k = 0; k < c.in; ++k) pre += double{x[i * c.in + k]} * w[wa + k * c.hidden + o];
+      ya[i * c.hidden + o] = std::max(pre, 0.0);
+      EXPECT_NEAR(res.y_a[i * c.hidden + o], ya[i * c.hidden + o], 1e-5) << i << " " << o;
+    }
+    for (int o = 0; o < c.out; ++o) {
+      double y = w[bb + o];
+      for (int k = 0; k < c.hidden; ++k) y += ya[i * c.hidden + k] * w[wb + k * c.out + o];
+      EXPECT_NEAR(res.y_b[i * c.out + o], y, 1e-5) << i << " " << o;
+    }
+  }
+  // Backward against central differences of the loss.
+  auto loss = [&] {
+    return weighted_sum(run_chain(chain, c, w, x, r, alpha, ElementType::kF32, false).y_b, r);
+  };
+  ASSERT_GE(res.grads.size(), w.size());
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    const double numeric = central_difference(w, k, 1e-2f, loss);
+    expect_gradient_near(res.grads[k], numeric, 1e-4, 1e-3, "param " + p.describe(k));
+  }
+  for (int i = 0; i < c.batch; ++i) {
+    for (int k = 0; k < c.dx_cols; ++k) {
+      const double numeric = central_difference(x, i * c.in + k, 1e-2f, loss);
+      expect_gradient_near(res.dx[i * c.dx_cols + k], alpha * numeric, 1e-4, 1e-3,
+                           "dX " + std::to_string(i) + "," + std::to_string(k));
+    }
+  }
+}
+
+// bf16 operands (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs) against the fp32 path on
+// the same values: every output within the bf16 rounding bound of its dot products.
+TEST_P(LinearChainTest, Bf16PathStaysWithinRoundingBoundOfFp32) {
+  const ChainShape c = GetParam();
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  Blas bf16_blas(card_);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  ASSERT_NE(bf16_blas.bf16(), Bf16Support::kNone);
+  Chain fp32(card_, blas_, c, ElementType::kF32);
+  Chain bf16(card_, bf16_blas, c, ElementType::kBf16);
+  const float alpha = 4.0f;
+  std::vector<float> w, x, r;
+  make_inputs(fp32, c, w, x, r);
+  const Result want = run_chain(fp32, c, w, x, r, alpha, ElementType::kF32, true);
+  const Result got = run_chain(bf16, c, w, x, r, alpha, ElementType::kBf16, true);
+  // Every operand is rounded once to bf16 (relative error <= 2^-8 each, so <= 2^-7 per product)
+  // and a bf16 result once more; with |x|, |w|, |r| <= 1 a sum of n products moves by at most
+  // about n 2^-7 plus the error carried in from the layer before. The bounds below are those,
+  // with a factor 2 of margin; a wrong operand, stride or mask misses them by far.
+  const double u = std::ldexp(1.0, -7);
+  const double bound_a = 2 * u * (c.in + 1);
+  const double bound_b = 2 * u * (c.hidden * (c.in + 1) + c.hidden + 1);
+  for (std::size_t k = 0; k < want.y_a.size(); ++k) {
+    EXPECT_NEAR(got.y_a[k], want.y_a[k], bound_a) << "y_a " << k;
+  }
+  for (std::size_t k = 0; k < want.y_b.size(); ++k) {
+    EXPECT_NEAR(got.y_b[k], want.y_b[k], bound_b) << "y_b " << k;
+  }
+  const double bound_grad = bound_b * std::max(1, c.batch) * c.out * (c.in + c.hidden);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (std::size_t k = 0; k < want.grads.size(); ++k) {
+    EXPECT_NEAR(got.grads[k], want.grads[k], bound_grad) << fp32.params.describe(k);
+  }
+  for (std::size_t k = 0; k < want.dx.size(); ++k) {
+    EXPECT_NEAR(got.dx[k], want.dx[k], alpha * bound_grad) << "dX " << k;
+  }
+  // And the bf16 path is not the fp32 one: a weight that bf16 cannot hold reads rounded.
+  if (c.batch > 0) {
+    double largest = 0;
+    for (std::size_t k = 0; k < want.y_b.size(); ++k) {
+      largest = std::max(largest, std::fabs(double{got.y_b[k]} - want.y_b[k]));
+    }
+    EXPECT_GT(largest, 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearChainTest,
+                         ::testing::Values(ChainShape{0, 5, 4, 3, 5, 0},
+                                           ChainShape{1, 5, 4, 3, 5, 0},
+                                           ChainShape{4, 6, 5, 1, 4, 3},
+                                           ChainShape{9, 7, 8, 2, 3, 5}));
+
+// The ReLU mask folded into the input-gradient GEMM: exactly dZ W^T where the activation is
+// positive and exactly 0 where it is 0, for activations and gradients far apart in size.
+TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
+  const int batch = 2, hidden = 4;
+  DenseParameters params(card_);
+  LinearGemmSpec a;  // the producer of the activations
+  a.name = "a";
+  a.in = 1;
+  a.out = hidden;
+  a.relu = true;
+  a.x_ld = 1;
+  a.y_ld = a.dz_ld = hidden;
+  LinearGemmSpec b;
+  b.name = "b";
+  b.in = hidden;
+  b.out = 1;
+  b.input_is_relu = true;
+  b.dx_cols = hidden;
+  b.x_ld = b.dx_ld = hidden;
+  b.y_ld = b.dz_ld = 1;
+  Linear layer_a(params, blas_, a);
+  Linear layer_b(params, blas_, b);
+  params.finalize(1);
+  layer_b.prepare(batch);
+  std::vector<float> w = params.values_to_host();
+  const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
+  const std::vector<float> wb_values = {1.0f, -1e-3f, 3e5f, 0.5f};
+  for (int k = 0; k < hidden; ++k) w[wb + k] = wb_values[k];
+  params.set_values(w);
+  const std::vector<float> act = {0.0f, 1e-12f, 1.0f, 3e30f, 1e-10f, 0.0f, 2.0f, 1e-15f};
+  const std::vector<float> dz = {2.0f, -1e-3f};
+  auto d_act = up(act);
+  auto d_dz = up(dz);
+  auto dx = card_.make_buffer<float>(batch * hidden);
+  layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 1.0f, dx.data(), batch);
+  const std::vector<float> got = to_host(dx);
+  for (int i = 0; i < batch; ++i) {
+    for (int k = 0; k < hidden; ++k) {
+      const float want = act[i * hidden + k] > 0.0f ? dz[i] * wb_values[k] : 0.0f;
+      EXPECT_EQ(got[i * hidden + k], want) << i << " " << k;
+    }
   }
 }
 
@@ -200,7 +363,7 @@ TEST_P(SlotPoolTest, ForwardMatchesReferenceAndBackwardScattersNumericalGradient
   auto run = [&] {
     auto records = up(h.records);
     pool.forward(card_.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
-                 pooled.data());
+                 nullptr, 0, InputRows{pooled.data(), pool.out_dim(), ElementType::kF32});
     return weighted_sum(to_host(pooled), r);
   };
   run();
@@ -271,7 +434,7 @@ TEST_F(LayersTest, SlotPoolLongSegmentsMatchFloat64AndShortOnesTheOldOrder) {
   auto d_offsets = up(offsets);
   auto pooled = card_.make_buffer<float>(batch * pool.out_dim());
   pool.forward(card_.stream(), SlotBatchView{d_records.data(), d_offsets.data(), batch, slots},
-               pooled.data());
+               nullptr, 0, InputRows{pooled.data(), pool.out_dim(), ElementType::kF32});
   const std::vector<float> got = to_host(pooled);
   for (int segment = 0; segment < slots * batch; ++segment) {
     const int s = segment / batch, i = segment % batch;
@@ -298,9 +461,54 @@ TEST_F(LayersTest, SlotPoolEmptyBatchAndWrongSlotCount) {
   SlotSumPool pool(2, 3, true);
   std::vector<uint32_t> zero{0};
   auto offsets = up(zero);
-  pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 2}, nullptr);
-  EXPECT_THROW(pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 3}, nullptr),
-               Error);
+  const InputRows rows{nullptr, pool.out_dim() + 4, ElementType::kF32};
+  pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 2}, nullptr, 4, rows);
+  EXPECT_THROW(
+      pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 3}, nullptr, 4, rows),
+      Error);
+  // Rows too short for the pooled slots and the dense features.
+  EXPECT_THROW(
+      pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 2}, nullptr, 5, rows),
+      Error);
+}
+
+// The concat in place: each row of the first layer's input is [pooled slots | dense features],
+// at its row stride, in fp32 or rounded to bf16; the padding behind a row is left alone.
+TEST_F(LayersTest, SlotPoolWritesPooledAndDenseFeaturesIntoStridedRows) {
+  const int batch = 6, slots = 3, mf_dim = 2, dense_dim = 5, pad = 3;
+  std::mt19937_64 rng(41);
+  HostSlotBatch h = make_slot_batch(batch, slots, mf_dim, rng);
+  SlotSumPool pool(slots, mf_dim, /*use_cvm=*/true);
+  const int64_t ld = pool.out_dim() + dense_dim + pad;
+  const std::vector<float> dense = random_vector(static_cast<std::size_t>(batch) * dense_dim, rng);
+  auto records = up(h.records);
+  auto offsets = up(h.offsets);
+  auto d_dense = up(dense);
+  const SlotBatchView view{records.data(), offsets.data(), batch, slots};
+  auto f32 = up(std::vector<float>(batch * ld, 7.0f));
+  pool.forward(card_.stream(), view, d_dense.data(), dense_dim,
+               InputRows{f32.data(), ld, ElementType::kF32});
+  auto b16 = up(std::vector<Bf16>(batch * ld, to_bf16(7.0f)));
+  pool.forward(card_.stream(), view, d_dense.data(), dense_dim,
+               InputRows{b16.data(), ld, ElementType::kBf16});
+  // The pooled columns as the fp32-only layout computes them.
+  auto pooled = card_.make_buffer<float>(batch * pool.out_dim());
+  pool.forward(card_.stream(), view, nullptr, 0,
+               InputRows{pooled.data(), pool.out_dim(), ElementType::kF32});
+  const std::vector<float> rows = to_host(f32), want = to_host(pooled);
+  const std::vector<Bf16> rows16 = to_host(b16);
+  for (int i = 0; i < batch; ++i) {
+    for (int64_t c = 0; c < ld; ++c) {
+      float expected = 7.0f;  // padding
+      if (c < pool.out_dim()) {
+        expected = want[i * pool.out_dim() + c];
+      } else if (c < pool.out_dim() + dense_dim) {
+        expected = dense[i * dense_dim + (c - pool.out_dim())];
+      }
+      EXPECT_EQ(rows[i * ld + c], expected) << i << " " << c;
+      EXPECT_EQ(rows16[i * ld + c].bits, to_bf16(expected).bits) << i << " " << c;
+    }
+  }
 }
 
 TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
@@ -324,7 +532,8 @@ TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
       auto dp = up(pooled);
       auto dd = up(dense);
       device::copy_async(logits.data(), base.data(), batch, card_.stream());
-      wide.forward(card_.stream(), params, dp.data(), dd.data(), batch, logits.data());
+      wide.forward(card_.stream(), params, InputRows{dp.data(), pool.out_dim(), ElementType::kF32},
+                   dd.data(), batch, logits.data());
       return weighted_sum(to_host(logits), r);
     };
     run();
@@ -391,6 +600,40 @@ TEST_F(LayersTest, SigmoidLogLossIsStableAndItsGradientIsPredMinusLabel) {
   EXPECT_EQ(
       SigmoidLogLoss::forward_backward(card_.stream(), dl.data(), dy.data(), 0, nullptr, nullptr),
       0.0);
+}
+
+// bf16 rounding: nearest even on the 16 dropped bits, exact back to float, NaN kept, overflow to
+// infinity; the card-side conversion gives the same bits as the host one.
+TEST_F(LayersTest, Bf16RoundsToNearestEvenOnHostAndCard) {
+  auto from_bits = [](uint32_t u) {
+    float x = 0;
+    std::memcpy(&x, &u, sizeof(x));
+    return x;
+  };
+  EXPECT_EQ(to_float(to_bf16(1.0f)), 1.0f);
+  EXPECT_EQ(to_bf16(from_bits(0x3f808000u)).bits, 0x3f80u);  // tie, even below
+  EXPECT_EQ(to_bf16(from_bits(0x3f818000u)).bits, 0x3f82u);  // tie, even above
+  EXPECT_EQ(to_bf16(from_bits(0x3f808001u)).bits, 0x3f81u);  // above the tie
+  EXPECT_EQ(to_bf16(from_bits(0x3f807fffu)).bits, 0x3f80u);  // below the tie
+  EXPECT_EQ(to_bf16(-0.0f).bits, 0x8000u);
+  EXPECT_TRUE(std::isnan(to_float(to_bf16(std::nanf("")))));
+  EXPECT_TRUE(std::isinf(to_float(to_bf16(std::numeric_limits<float>::max()))));
+  EXPECT_EQ(to_float(to_bf16(std::numeric_limits<float>::infinity())),
+            std::numeric_limits<float>::infinity());
+  std::mt19937_64 rng(8);
+  std::vector<float> v = random_vector(1000, rng, -1e3f, 1e3f);
+  v.push_back(1e-40f);  // denormal
+  auto in = up(v);
+  auto out = card_.make_buffer<Bf16>(v.size());
+  to_bf16_async(card_.stream(), in.data(), v.size(), out.data());
+  const std::vector<Bf16> got = to_host(out);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(got[i].bits, to_bf16(v[i]).bits) << i;
+    // Within half a unit of bf16's 8-bit significand (of its smallest denormal, 2^-133, below).
+    EXPECT_LE(std::fabs(to_float(got[i]) - v[i]),
+              std::max(std::ldexp(std::fabs(v[i]), -8), std::ldexp(1.0f, -134)))
+        << i;
+  }
 }
 
 TEST_F(LayersTest, FindNonFiniteReturnsFirstBadIndex) {

@@ -26,6 +26,8 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.seed = doc.get_uint64("runner.seed");
   r.auc_buckets_log2 = doc.get_int("runner.auc_buckets_log2");
   r.save_mode = doc.get_enum("runner.save_mode", table::kSaveKindNames);
+  r.resume = doc.get_enum("runner.resume", config::kResumeModeNames);
+  r.auth_token_file = doc.get_string("runner.auth_token_file");
   r.collective_timeout_s = doc.get_float("runner.collective_timeout_s");
   // One choice each so far: read so that a later schedule or reader is a new name, not a key.
   doc.get_enum("runner.sync_mode", config::kSyncModeNames);
@@ -41,11 +43,18 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.fc_sizes = doc.get_int_list("hyper_parameters.fc_sizes");
   h.model = doc.get_enum("hyper_parameters.model", kModelKindNames);
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
+  h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();
   c.sparse = table::sparse_config_from(doc);
+  for (const config::KeySpec& key : config::config_keys()) {
+    const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
+    if (key.has_effect() && (hyper || (key.parts & config::kTable) != 0)) {
+      c.model_keys[key.name] = doc.value_text(key.name);
+    }
+  }
   c.config_path = doc.source();
   return c;
 }

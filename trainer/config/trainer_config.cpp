@@ -11,6 +11,7 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.dense_dim = dataset.dense_dim;
   model.fc_sizes = hyper.fc_sizes;
   model.seed = runner.seed;
+  model.precision = hyper.dense_precision;
   return model;
 }
 

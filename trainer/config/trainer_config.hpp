@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ namespace gpubox::trainer {
 using DataFormat = dataset::DataFormat;
 // runner.save_mode: none | base | delta | checkpoint (one enum with the host tier's saves).
 using SaveKind = table::SaveKind;
+// runner.resume: auto | off.
+using ResumeMode = config::ResumeMode;
 
 struct RunnerConfig {
   // Paths: relative ones in the config file are resolved against the config file's folder; in
@@ -44,6 +47,8 @@ struct RunnerConfig {
   uint64_t seed = 0;                     // runner.seed: dense init, shuffle (and sparse, mixed in)
   int auc_buckets_log2 = 0;              // runner.auc_buckets_log2: AUC histogram size, >= 20
   SaveKind save_mode = SaveKind::kNone;  // runner.save_mode: none | base | delta | checkpoint
+  ResumeMode resume = ResumeMode::kOff;  // runner.resume: auto | off
+  std::string auth_token_file;           // runner.auth_token_file (GPUBOX_AUTH_TOKEN_FILE wins)
   double collective_timeout_s = 0;       // runner.collective_timeout_s
 };
 
@@ -52,6 +57,7 @@ struct HyperParameters {
   std::vector<int> fc_sizes;          // hyper_parameters.fc_sizes
   ModelKind model = ModelKind::kDnn;  // hyper_parameters.model: dnn | wide_deep | wide
   bool use_cvm = false;               // hyper_parameters.use_cvm
+  DensePrecision dense_precision = DensePrecision::kFp32;  // hyper_parameters.dense_precision
 };
 
 struct TrainerConfig {
@@ -64,6 +70,10 @@ struct TrainerConfig {
   // The table part (table::sparse_config_from): the sparse row and optimizer of every tier,
   // mf_dim = sparse_feature_dim - 1, seed = runner.seed ^ sparse_optimizer.seed.
   table::SparseOptimizerConfig sparse;
+  // The keys that define the model (every hyper_parameters key with an effect, and the keys the
+  // table part reads), each with its value as text: a save records them, and resuming from a
+  // save made with other values is refused naming the keys (trainer/engine/checkpoint.hpp).
+  std::map<std::string, std::string> model_keys;
 
   int num_sparse_slots() const { return static_cast<int>(dataset.slots.size()); }
   int mf_dim() const { return sparse.mf_dim; }

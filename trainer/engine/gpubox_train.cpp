@@ -1,6 +1,6 @@
-// gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer]
+// gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer|export]
 // gpubox_train -m config.yaml (PaddleRec's spelling) | --print_config_keys |
-// --print_config_template | --help | --version
+// --print_config_template | --print_model_root | --help | --version
 //
 // Trains (or evaluates) a CTR model with GPUBox. Cards come from FLAGS_selected_gpus (on the
 // cpu build, that many simulated cards); the host tier runs in-process unless
@@ -24,34 +24,87 @@
 #include "dataset/dataset_config.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/engine/checkpoint.hpp"
 #include "trainer/engine/saved_models.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/serve/serving_model.hpp"
 
 DEFINE_string(config, "",
               "YAML config (PaddleRec config_gpubox.yaml keys); required. -m and --config_yaml "
               "(PaddleRec's spellings) name it too");
-DEFINE_string(mode, "train", "train: every pass of the config; infer: evaluate saved models");
+DEFINE_string(mode, "train",
+              "train: every pass of the config; infer: evaluate saved models; export: write a "
+              "saved model for gpubox_serve (--load, --out)");
 DEFINE_string(load, "",
-              "a save folder (model_save_path/<pass>) to start from (train) or to evaluate "
-              "(infer; default: the saves runner.infer_load_path, infer_start_epoch and "
-              "infer_end_epoch name)");
+              "a save folder (model_save_path/<pass>) to start from (train; default "
+              "runner.model_init_path), to evaluate (infer; default: the saves "
+              "runner.infer_load_path, infer_start_epoch and infer_end_epoch name) or to export "
+              "(export; default: the last of those saves)");
 DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runner.test_data_dir)");
 DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance to this file");
+DEFINE_string(out, "", "export: the serving model folder to write");
+DEFINE_double(show_threshold, 0.0, "export: leave out sparse rows shown fewer times than this");
+DEFINE_bool(export_fp16, false, "export: store sparse values as float16 (half the size)");
 DEFINE_int32(threads_per_card, 0, "cpu build: host threads per simulated card (0 = cores / cards)");
 DEFINE_bool(print_config_keys, false,
             "print every config key (type, default, which part reads it, meaning) as the "
             "Markdown table of the README, and exit");
 DEFINE_bool(print_config_template, false,
             "print a config with every key at its default, commented, and exit");
+DEFINE_bool(print_model_root, false,
+            "print the folder holding every save this command writes or reads "
+            "(runner.model_save_path, --load, runner.model_init_path or "
+            "runner.infer_load_path; what "
+            "scripts/run_gpubox.sh gives its servers as --data_dir), and exit");
 
 namespace {
+
+// --mode export: the save --load as a serving model in --out. Without --load: the save
+// runner.infer_load_path names, or the last save of its infer_start_epoch/infer_end_epoch range.
+int export_for_serving(const gpubox::trainer::TrainerConfig& config) {
+  std::string load = FLAGS_load;
+  if (load.empty() && !config.runner.infer_load_path.empty()) {
+    load = gpubox::trainer::saves_to_evaluate(config.runner.infer_load_path,
+                                              config.runner.infer_start_epoch,
+                                              config.runner.infer_end_epoch)
+               .back()
+               .dir;
+  }
+  if (load.empty() || FLAGS_out.empty()) {
+    std::fprintf(stderr,
+                 "gpubox_train: --mode export needs --load (or runner.infer_load_path) "
+                 "and --out\n");
+    return 2;
+  }
+  gpubox::trainer::serve::ExportOptions options;
+  options.show_threshold = FLAGS_show_threshold;
+  options.value_type = FLAGS_export_fp16 ? gpubox::trainer::serve::ValueType::kFloat16
+                                         : gpubox::trainer::serve::ValueType::kFloat32;
+  const auto summary =
+      gpubox::trainer::serve::export_serving_model(config, load, FLAGS_out, options);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "gpubox_train: %s\n", summary.status().to_string().c_str());
+    return 1;
+  }
+  std::printf(
+      "export: %s -> %s: %llu of %llu sparse rows (show >= %g, %s), %llu dense "
+      "parameters, %llu bytes\n",
+      load.c_str(), FLAGS_out.c_str(), static_cast<unsigned long long>(summary->rows_exported),
+      static_cast<unsigned long long>(summary->rows_in_save), FLAGS_show_threshold,
+      FLAGS_export_fp16 ? "float16" : "float32",
+      static_cast<unsigned long long>(summary->dense_parameters),
+      static_cast<unsigned long long>(summary->bytes));
+  return 0;
+}
 
 std::string usage_text() {
   gpubox::cli::Usage u;
   u.synopsis =
-      "gpubox_train --config CONFIG.yaml [-o key=value ...] [--mode train|infer] [options]";
+      "gpubox_train --config CONFIG.yaml [-o key=value ...] [--mode train|infer|export] "
+      "[options]";
   u.summary =
-      "Trains a CTR model with GPUBox (or, with --mode infer, evaluates saved models) from a "
+      "Trains a CTR model with GPUBox (or, with --mode infer, evaluates saved models; with "
+      "--mode export, writes one save as a serving model for gpubox_serve) from a "
       "PaddleRec-style config (config_gpubox.yaml keys). Cards: FLAGS_selected_gpus (on the cpu "
       "build, that many simulated cards); host tier: in-process, or the gpubox_servers of "
       "PADDLE_PSERVERS_IP_PORT_LIST (scripts/run_gpubox.sh starts them). Each pass prints a "
@@ -67,7 +120,9 @@ std::string usage_text() {
   u.examples = {"gpubox_train --config configs/config_gpubox.yaml -o runner.epochs=2",
                 "FLAGS_selected_gpus=0,1 gpubox_train -m models/rank/dnn/config_gpubox.yaml",
                 "gpubox_train --config configs/config_gpubox.yaml --mode infer   # every save of "
-                "runner.infer_load_path in [infer_start_epoch, infer_end_epoch)"};
+                "runner.infer_load_path in [infer_start_epoch, infer_end_epoch)",
+                "gpubox_train --config configs/config_gpubox.yaml --mode export "
+                "--load output_model/1 --out serving_model"};
   u.notes = "Config keys: gpubox_train --print_config_keys (README.md has the same table).";
   return gpubox::cli::render_usage(u);
 }
@@ -168,8 +223,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpubox_train: --config is required (gpubox_train --help)\n");
     return 2;
   }
-  if (FLAGS_mode != "train" && FLAGS_mode != "infer") {
-    std::fprintf(stderr, "gpubox_train: --mode must be train or infer, got '%s'\n",
+  if (FLAGS_mode != "train" && FLAGS_mode != "infer" && FLAGS_mode != "export") {
+    std::fprintf(stderr, "gpubox_train: --mode must be train, infer or export, got '%s'\n",
                  FLAGS_mode.c_str());
     return 2;
   }
@@ -185,6 +240,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpubox_train: %s\n", config.status().to_string().c_str());
       return 2;
     }
+    if (FLAGS_print_model_root) {
+      // Training reads --load or runner.model_init_path, infer and export infer_load_path.
+      const bool train = FLAGS_mode == "train";
+      const std::string load = !FLAGS_load.empty() ? FLAGS_load
+                               : train             ? config->runner.model_init_path
+                                                   : config->runner.infer_load_path;
+      std::printf(
+          "%s\n",
+          gpubox::trainer::model_root(train ? config->runner.model_save_path : "", load).c_str());
+      return 0;
+    }
+    if (FLAGS_mode == "export") return export_for_serving(config.value());
     gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
     env.threads_per_card = FLAGS_threads_per_card;
     gpubox::trainer::Trainer trainer(config.value(), env);
@@ -196,8 +263,7 @@ int main(int argc, char** argv) {
                config->dataset, trainer.num_cards(), std::thread::hardware_concurrency())) {
         GPUBOX_LOG(INFO) << hint;
       }
-      if (!FLAGS_load.empty()) trainer.load(FLAGS_load);
-      trainer.train();
+      trainer.train(FLAGS_load);
       return 0;
     }
     return run_infer(trainer, config.value());

@@ -21,9 +21,12 @@
 #include "heterps/device/card.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "table/dense_table.hpp"
+#include "table/io/model_manifest.hpp"
+#include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
+#include "trainer/engine/checkpoint.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -119,6 +122,7 @@ struct Trainer::State {
   std::unique_ptr<table::HostTier> host;
   std::vector<std::unique_ptr<CardWorker>> workers;
   std::unique_ptr<pass::PassManager> pass_manager;
+  std::unique_ptr<SaveLineage> lineage;  // what saves apply onto, where a resume starts
 };
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
@@ -134,7 +138,8 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             nullptr,
             {},
-            nullptr});
+            nullptr,
+            std::make_unique<SaveLineage>(config_)});
   State& s = *state_;
   s.group = comm::make_group(s.cards, std::chrono::milliseconds(static_cast<int64_t>(std::ceil(
                                           config_.runner.collective_timeout_s * 1000.0))));
@@ -146,10 +151,22 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     table::server::RemoteHostTierOptions options;
     options.endpoints = env_.servers;
     options.config = sparse_config;
+    const auto token_file = table::server::client_token_file(config_.runner.auth_token_file);
+    if (!token_file.path.empty()) {
+      auto token = table::server::read_auth_token_file(token_file.path, token_file.source);
+      if (!token.ok()) GPUBOX_FAIL(token.status().message());
+      options.auth_token = std::move(token).value();
+    }
     auto remote = table::server::RemoteHostTier::connect(options);
     if (!remote.ok()) {
-      GPUBOX_FAIL("cannot reach the host-tier servers ", env_.servers, ": ",
-                  remote.status().to_string());
+      const bool refused = remote.status().code() == Status::Code::kPermissionDenied;
+      GPUBOX_FAIL(
+          "cannot reach the host-tier servers ", env_.servers, ": ", remote.status().to_string(),
+          !refused ? ""
+          : token_file.path.empty()
+              ? " (they need a token: set runner.auth_token_file "
+                "or GPUBOX_AUTH_TOKEN_FILE)"
+              : " (the token of " + token_file.source + " '" + token_file.path + "' was refused)");
     }
     s.host = std::move(remote).value();
   }
@@ -319,7 +336,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   return result;
 }
 
-std::vector<PassReport> Trainer::train() {
+std::vector<PassReport> Trainer::train(const std::string& start_from) {
+  State& s = *state_;
   std::vector<std::vector<std::string>> pass_files;
   if (!config_.runner.pass_dirs.empty()) {
     for (const auto& dir : config_.runner.pass_dirs) pass_files.push_back(data_files(dir));
@@ -330,10 +348,6 @@ std::vector<PassReport> Trainer::train() {
   }
   std::vector<std::string> test_files;
   if (!config_.runner.test_data_dir.empty()) test_files = data_files(config_.runner.test_data_dir);
-  if (!loaded_ && pass_id_ == 0 && !config_.runner.model_init_path.empty()) {
-    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << config_.runner.model_init_path;
-    load(config_.runner.model_init_path);
-  }
 
   std::ofstream metrics_out;
   if (!config_.runner.metrics_path.empty()) {
@@ -343,14 +357,43 @@ std::vector<PassReport> Trainer::train() {
     GPUBOX_EXPECTS(metrics_out.good(), "cannot open runner.metrics_path '", path.string(), "'");
     GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
   }
+  // The schedule: every epoch goes over pass_files; the pass at index k has id k (from 0).
+  const auto per_epoch = static_cast<int64_t>(pass_files.size());
+  const int64_t total = per_epoch * std::max(1, config_.runner.epochs);
+  // --load wins over runner.model_init_path; either is the save this run starts from, and a
+  // resume only continues a run that started from the same one.
+  std::string origin = start_from;
+  if (origin.empty() && !loaded_ && pass_id_ == 0 && !config_.runner.model_init_path.empty()) {
+    origin = config_.runner.model_init_path;
+    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
+  }
+  if (const auto resume = s.lineage->find_resume_point(origin, *s.host)) {
+    pass_id_ = resume->manifest.pass;  // before load(): the lineage records the pass it stands at
+    load(resume->dir);
+    if (pass_id_ >= total) {
+      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total
+                       << " passes and the last save is pass " << pass_id_
+                       << ": nothing left to train (more epochs or pass_dirs continue it; "
+                       << "-o runner.resume=off starts afresh)";
+    }
+  } else if (!origin.empty()) {
+    load(origin);
+  }
   std::vector<PassReport> reports;
-  for (int epoch = 0; epoch < std::max(1, config_.runner.epochs); ++epoch) {
-    // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged.
-    double epoch_seconds = 0;
-    MetricValues epoch_metrics;
-    std::vector<double> epoch_sums;
-    for (const auto& files : pass_files) {
-      PassReport report = train_pass(files);
+  // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged (a run
+  // resumed within an epoch counts the passes it trained of it).
+  double epoch_seconds = 0;
+  MetricValues epoch_metrics;
+  std::vector<double> epoch_sums;
+  for (int64_t k = pass_id_; k < total;) {
+    const int64_t pass = k;  // from 0, as PaddleRec numbers its epochs
+    if (k % per_epoch == 0) {
+      epoch_seconds = 0;
+      epoch_sums.clear();
+    }
+    try {
+      SaveLineage::check_servers(*s.host, pass);
+      PassReport report = train_pass(pass_files[k % per_epoch]);
       print_report(report, "");
       epoch_seconds += report.seconds;
       epoch_metrics = report.metrics;
@@ -364,27 +407,42 @@ std::vector<PassReport> Trainer::train() {
                  .string());
       }
       reports.push_back(std::move(report));
-    }
-    if (pass_files.size() > 1) {
-      epoch_metrics = compute_metrics(epoch_sums.data(), state_->workers[0]->metrics().buckets());
-    }
-    std::printf("%s\n%s\n",
-                format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
-                                            state_->cards.total_cards(), epoch_metrics.auc)
-                    .c_str(),
-                format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
-    std::fflush(stdout);
-    if (!test_files.empty()) {
-      const EvalResult test = evaluate(test_files, false);
-      std::printf("epoch: %d, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n", epoch,
-                  test.metrics.auc, test.metrics.logloss, test.metrics.examples);
-      std::fflush(stdout);
-      if (metrics_out.is_open()) {
-        metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
-                    << ", \"test_logloss\": " << test.metrics.logloss
-                    << ", \"test_examples\": " << test.metrics.examples << "}\n";
-        metrics_out.flush();
+      if ((k + 1) % per_epoch == 0) {
+        const int64_t epoch = k / per_epoch;
+        if (per_epoch > 1) {
+          epoch_metrics =
+              compute_metrics(epoch_sums.data(), state_->workers[0]->metrics().buckets());
+        }
+        std::printf("%s\n%s\n",
+                    format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
+                                                state_->cards.total_cards(), epoch_metrics.auc)
+                        .c_str(),
+                    format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
+        std::fflush(stdout);
+        if (!test_files.empty()) {
+          const EvalResult test = evaluate(test_files, false);
+          std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
+                      static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
+                      test.metrics.examples);
+          std::fflush(stdout);
+          if (metrics_out.is_open()) {
+            metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
+                        << ", \"test_logloss\": " << test.metrics.logloss
+                        << ", \"test_examples\": " << test.metrics.examples << "}\n";
+            metrics_out.flush();
+          }
+        }
       }
+      ++k;
+    } catch (const Error& e) {
+      // A server that restarted while no pass was open: reload the last save and train the
+      // passes after it again (checkpoint.hpp); anything else is thrown again.
+      const auto recovery = s.lineage->recover(e, *s.host, s.pass_manager->in_pass(), pass);
+      pass_id_ = recovery.run_pass;
+      load(recovery.dir);
+      k = pass_id_;
+      epoch_seconds = 0;  // the epoch's passes from k on are trained again
+      epoch_sums.clear();
     }
   }
   return reports;
@@ -396,8 +454,10 @@ void Trainer::save(const std::string& dir) {
   std::filesystem::create_directories(dir);
   // Explicit saves (gpubox_train --load's counterpart, tests) write base rows when the config
   // says none.
-  const SaveKind mode =
-      config_.runner.save_mode == SaveKind::kNone ? SaveKind::kBase : config_.runner.save_mode;
+  // A model manifest is written last (checkpoint.hpp): until then the folder holds no save.
+  const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
+                                                       ? SaveKind::kBase
+                                                       : config_.runner.save_mode);
   throw_if_error(s.host->save((std::filesystem::path(dir) / "sparse").string(), mode)
                      .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
@@ -411,16 +471,21 @@ void Trainer::save(const std::string& dir) {
   stream.synchronize();
   table::DenseTable dense;
   dense.put("dense", std::move(block));
-  throw_if_error(dense.save((std::filesystem::path(dir) / "dense").string())
-                     .with_context("saving the dense parameters under " + dir));
+  const std::string dense_dir = (std::filesystem::path(dir) / "dense").string();
+  throw_if_error(dense.save(dense_dir).with_context("saving the dense parameters under " + dir));
+  auto dense_digest =
+      table::io::read_half_digest(table::io::FileEnv::posix(), dense_dir, table::io::kDenseHalf);
+  throw_if_error(dense_digest.status().with_context("reading back " + dense_dir));
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), *dense_digest);
 }
 
 void Trainer::load(const std::string& dir) {
   State& s = *state_;
   GPUBOX_EXPECTS(!s.pass_manager->in_pass(), "load during a pass");
   loaded_ = true;
-  throw_if_error(s.host->load((std::filesystem::path(dir) / "sparse").string())
-                     .with_context("loading the sparse table from " + dir));
+  // Only a save whose halves match its model manifest, with its whole delta chain.
+  const RestorePlan plan = plan_restore(dir, !host_is_remote(*s.host));
+  restore_sparse(*s.host, plan);
   table::DenseTable dense;
   throw_if_error(dense.load((std::filesystem::path(dir) / "dense").string())
                      .with_context("loading the dense parameters from " + dir));
@@ -446,6 +511,7 @@ void Trainer::load(const std::string& dir) {
     worker.optimizer().set_steps(unpack_steps(block->state.at("steps")));
     worker.clear_card_tier();
   }
+  s.lineage->restored(plan, pass_id_);
 }
 
 }  // namespace gpubox::trainer

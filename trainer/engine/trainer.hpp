@@ -59,18 +59,24 @@ class Trainer {
   // pass and appends it to runner.metrics_path, PaddleRec's two lines per epoch ("Epoch: E, using
   // time: ..." and "epoch: E done, ..."), evaluates runner.test_data_dir after each epoch and
   // saves under runner.model_save_path/<pass> when set. Passes and epochs count from 0, as in
-  // PaddleRec (one pass per epoch: save <pass> is epoch <pass>'s). Returns the reports.
-  std::vector<PassReport> train();
+  // PaddleRec (one pass per epoch: save <pass> is epoch <pass>'s). Starts from the save
+  // `start_from` (gpubox_train --load; "" = from scratch), unless runner.resume finds a save of
+  // this run under model_save_path: then from the pass after it (checkpoint.hpp). Returns the
+  // reports of the passes it trained.
+  std::vector<PassReport> train(const std::string& start_from = "");
   // Trains one pass over `files` (pass ids count up from 0).
   PassReport train_pass(const std::vector<std::string>& files);
   // Evaluates `files` with the current model (no update).
   EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions);
 
   // Saves the host tier (runner.save_mode; `checkpoint` keeps optimizer state) under dir/sparse
-  // and the dense parameters with their optimizer state under dir/dense.
+  // and the dense parameters with their optimizer state under dir/dense, then the model
+  // manifest naming both (table/io/model_manifest.hpp).
   void save(const std::string& dir);
-  // Loads a save made by save(): host tier, dense parameters and optimizer state on every card;
-  // the card tier is emptied (it refills at the next begin_pass).
+  // Loads a save made by save(), once its halves are checked against its model manifest (a
+  // delta: its chain from the base): host tier, dense parameters and optimizer state on every
+  // card; the card tier is emptied (it refills at the next begin_pass). Throws naming what is
+  // missing or differs.
   void load(const std::string& dir);
 
   const TrainerConfig& config() const { return config_; }

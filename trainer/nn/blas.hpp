@@ -1,25 +1,41 @@
-// One BLAS interface for the dense net, two implementations: OpenBLAS (cblas) on the cpu backend
-// (blas_cpu.cpp), cuBLAS on the cuda backend (blas_cuda.cpp). All matrices are row-major and in
-// the memory of the card the Blas was made for; every call is ordered on that card's stream.
+// The GEMM library of one card, two implementations: oneDNN on the cpu backend (blas_onednn.cpp),
+// cuBLAS and cuBLASLt on the cuda backend (blas_cuda.cpp). Blas itself offers plain fp32 GEMM and
+// GEMV (the wide part, the benchmarks' sgemm limit); the dense layers' fused GEMMs
+// (linear_gemms.hpp) run on the same library state. All matrices are row-major and in the memory
+// of the card the Blas was made for; every call is ordered on that card's stream.
 //
 // Thread-safety: a Blas belongs to one card and is used only by that card's thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "heterps/device/card.hpp"
-#include "heterps/device/counters.hpp"
 #include "heterps/device/stream.hpp"
 
 namespace gpubox::trainer {
 
 enum class Transpose { kNo, kYes };
 
+// How this card's GEMMs can take bf16 inputs.
+enum class Bf16Support {
+  kNone,      // no bf16 GEMMs in hardware: the dense net runs in fp32
+  kHardware,  // AVX512-BF16 / AMX through oneDNN, tensor cores through cuBLASLt
+  // cpu only, GPUBOX_BF16_EMULATION=1: a numerics check on hardware without bf16. The bf16 data
+  // path runs as it would with hardware, and each GEMM computes in fp32 on its bf16 operands
+  // (exact products, fp32 accumulation: what bf16 hardware computes, up to summation order).
+  // Slower than fp32; never a default.
+  kEmulated,
+};
+
 class Blas {
  public:
-  // Binds to `card`'s stream (cuBLAS: a handle created on the card, set to its stream). On cpu a
-  // GEMM runs on the card's threads (blas_cpu.cpp says how and why). `card` must outlive the Blas.
-  explicit Blas(const device::Card& card);
+  // Binds to `card`'s stream and makes the library's per-card state: oneDNN's engine and stream
+  // (a GEMM runs on the calling card thread's OpenMP threads: Card::activate sets how many);
+  // cuBLAS and cuBLASLt handles on the card's device, set to its stream, with their workspace
+  // allocated here, up front (no GEMM allocates later). `card` must outlive the Blas.
+  explicit Blas(device::Card& card);
   ~Blas();
   Blas(Blas&& other) noexcept;
   Blas& operator=(Blas&& other) noexcept;
@@ -37,20 +53,22 @@ class Blas {
   void sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
              int64_t lda, const float* x, float beta, float* y) const;
 
-  const device::Stream& stream() const { return *stream_; }
+  Bf16Support bf16() const;
+  // The instruction set the GEMMs run on, as the library names it: oneDNN's effective CPU ISA
+  // ("avx2", "avx512_core_bf16", ...) or the GPU's compute capability ("sm_90").
+  std::string isa() const;
+
+  device::Card& card() const { return *card_; }
+  const device::Stream& stream() const { return card_->stream(); }
+
+  // The library state, defined by each implementation (detail/gemm_backend.hpp); the fused
+  // layer GEMMs (linear_gemms_*.cpp) use it.
+  struct Backend;
+  Backend& backend() const { return *backend_; }
 
  private:
-  // One GEMM/GEMV counts one launch on the card (counters.hpp), at the same point on both
-  // backends: after the empty-output early return.
-  void count_launch() const {
-    if (device::CardCounters* counters = stream_->counters()) counters->add_launches();
-  }
-
-  const device::Stream* stream_ = nullptr;
-  void* handle_ = nullptr;     // cublasHandle_t on cuda; unused on cpu
-  void* workspace_ = nullptr;  // cuda: cuBLAS's workspace, given up front (no allocation later)
-  int device_ = 0;             // cuda: the card the handle and workspace belong to
-  int threads_ = 1;            // cpu: the card's threads, over which a GEMM's rows are split
+  device::Card* card_;
+  std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace gpubox::trainer

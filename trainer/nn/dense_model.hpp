@@ -1,8 +1,18 @@
-// The dense part of the CTR model on one card: slot sum-pool -> concat with the dense features ->
-// MLP (ReLU) -> one logit (+ the wide part for wide_deep; the wide part and a bias alone for wide)
-// -> sigmoid, log loss. Owns its layers,
-// its parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own
-// the batch (views into the sparse side's buffers) nor the optimizer.
+// The dense part of the CTR model on one card: slot sum-pool, written with the dense features
+// into the first layer's input rows -> MLP (ReLU) -> one logit (+ the wide part for wide_deep;
+// the wide part and a bias alone for wide) -> sigmoid, log loss. Owns its layers (each one's
+// GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its parameters (one
+// flat buffer, DenseParameters) and its activation buffers; it does not own the batch (views
+// into the sparse side's buffers) nor the optimizer.
+//
+// Precision (DenseModelConfig::precision, hyper_parameters.dense_precision): with bf16, the
+// first layer's input, the hidden activations, the MLP's gradients dZ and the weights' GEMM
+// copy are bf16; every GEMM accumulates in fp32, and the logit, the loss, the pooled gradient
+// handed to the sparse side, the parameter gradients, the master weights and the optimizer are
+// fp32. No loss scaling: bf16 has fp32's exponent range, so the small gradients that fp16
+// training must scale up to keep from flushing to zero are representable as they are (what
+// bf16 loses is mantissa, which no scale factor restores). bf16 runs where the card's GEMM
+// library has it in hardware (Blas::bf16); elsewhere the model says so and runs fp32.
 //
 // One step on a card (simplest form, with comm = the card's communicator):
 //   loss = model.forward_backward(batch, scales, push);   // grads into parameters().grads()
@@ -19,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "heterps/device/card.hpp"
@@ -64,18 +75,23 @@ class DenseModel {
   DenseModel& operator=(const DenseModel&) = delete;
 
   const DenseModelConfig& config() const { return config_; }
+  // What the GEMMs compute in: config().precision, or fp32 where the card has no bf16 GEMMs.
+  DensePrecision precision() const { return precision_; }
   const SlotSumPool& pool() const { return pool_; }
-  int input_dim() const { return concat_.out_dim(); }
+  int input_dim() const { return pool_.out_dim() + config_.dense_dim; }
   DenseParameters& parameters() { return params_; }
   const DenseParameters& parameters() const { return params_; }
-  // Multiply-adds x2 of one example's forward + backward (the input-gradient GEMM of the first
-  // layer included: the sparse push needs it). Elementwise work is not counted.
+  // Multiply-adds x2 of one example's forward + backward: every layer's forward, weight-gradient
+  // and input-gradient GEMM, the first layer's only for its pooled inputs (the sparse push needs
+  // them; the dense features need no gradient). Elementwise work is not counted.
   double flops_per_example() const;
 
-  // Sizes every activation buffer for batches of up to `batch` instances, so the steps'
-  // forward and backward allocate nothing (device rule 1: call it before the step's first
-  // collective).
+  // Sizes every activation buffer for batches of up to `batch` instances and plans the layers'
+  // GEMMs for `batch`, so the steps' forward and backward allocate nothing (device rule 1: call
+  // it before the step's first collective). The first call logs the kernel report (card 0).
   void reserve(int64_t batch);
+  // Which kernels each layer runs for batches of `batch` (after reserve), one line per layer.
+  std::string kernel_report(int64_t batch) const;
 
   // Predictions (sigmoid) of the batch into predictions(); predict synchronizes the card
   // stream, predict_async only enqueues.
@@ -106,32 +122,43 @@ class DenseModel {
   void throw_if_non_finite(const DenseStepStatus& status, int64_t pass, int64_t batch_index) const;
 
  private:
-  void resize(int64_t batch);
   void forward(const DenseBatchView& batch);
-  // The logit column: the last linear layer's output, or logits_ for the wide model.
-  float* logits() { return layers_.empty() ? logits_.data() : hidden_.back().data(); }
+  // The first layer's input rows (the wide model's pooled slots).
+  InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, activation_type_}; }
+  // Layer l's input: the first layer's input rows, or the previous layer's output.
+  const void* layer_input(std::size_t l) const {
+    return l == 0 ? static_cast<const void*>(x0_.data()) : hidden_[l - 1].data();
+  }
+  // The logit column: the last linear layer's output (fp32), or logits_ for the wide model.
+  float* logits() {
+    return layers_.empty() ? logits_.data() : reinterpret_cast<float*>(hidden_.back().data());
+  }
 
   device::Card* card_;
   DenseModelConfig config_;
   Blas blas_;
+  DensePrecision precision_;
+  ElementType activation_type_;  // of x0, the hidden outputs and dZ
   DenseParameters params_;
   SlotSumPool pool_;
-  Concat concat_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
-  std::size_t wide_bias_ = 0;  // kWide only
+  std::size_t wide_bias_ = 0;    // kWide only
+  int64_t x0_ld_ = 0;            // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
 
-  // Activations: pooled, x0 (concat), one output per linear layer (the last is the logit column).
-  device::device_buffer<float> pooled_;
-  device::device_buffer<float> x0_;
-  std::vector<device::device_buffer<float>> hidden_;
+  // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
+  // dense features), one output per linear layer (the last is the fp32 logit column), and the
+  // MLP's gradients dZ ping-ponging between layers.
+  device::device_buffer<char> x0_;
+  std::vector<device::device_buffer<char>> hidden_;
+  device::device_buffer<char> dz_a_;
+  device::device_buffer<char> dz_b_;
   device::device_buffer<float> logits_;  // kWide only
   device::device_buffer<float> preds_;
-  device::device_buffer<float> dlogits_;
-  device::device_buffer<float> grad_a_;  // ping-pong input gradients between layers
-  device::device_buffer<float> grad_b_;
-  device::device_buffer<float> d_pooled_;
-  device::device_buffer<float> ones_;
+  device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
+  device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient
+  device::device_buffer<float> ones_;      // kWide only: the bias broadcast
   device::device_buffer<double> loss_partials_;         // reduce_into's partials for the loss
   device::device_buffer<DenseStepStatus> status_;       // 1 element
   device::pinned_buffer<DenseStepStatus> host_status_;  // for the synchronous forms

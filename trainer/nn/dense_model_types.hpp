@@ -13,6 +13,10 @@ namespace gpubox::trainer {
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
+// hyper_parameters.dense_precision: fp32 or bf16 (config_enums.hpp says what each computes in).
+using DensePrecision = config::DensePrecision;
+using config::kDensePrecisionNames;
+
 struct DenseModelConfig {
   ModelKind kind = ModelKind::kDnn;
   int slots = 26;        // sparse slots
@@ -21,6 +25,8 @@ struct DenseModelConfig {
   int dense_dim = 13;    // dense features per instance
   std::vector<int> fc_sizes{512, 256, 128, 32};  // hidden layers (ReLU); a 1-wide output follows
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
+  // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
+  DensePrecision precision = DensePrecision::kFp32;
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.

@@ -3,19 +3,28 @@
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/nn/device_math.cuh"
 
 namespace gpubox::trainer {
 namespace {
+// w_bf16 (may be null): the bf16 copy of the weights the bf16 GEMMs read, rewritten in the same
+// pass (no second pass over the weights per step).
 struct SgdStep {
   float* w;
+  Bf16* w_bf16;
   const float* g;
   float lr;
-  GPUBOX_HD void operator()(std::size_t i) const { w[i] -= lr * g[i]; }
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const float w_i = w[i] - lr * g[i];
+    w[i] = w_i;
+    if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
+  }
 };
 struct AdamStep {
   float* w;
+  Bf16* w_bf16;
   const float* g;
   float* m;
   float* v;
@@ -29,7 +38,9 @@ struct AdamStep {
     const float v_i = beta2 * v[i] + (1.0f - beta2) * grad * grad;
     m[i] = m_i;
     v[i] = v_i;
-    w[i] -= lr_t * m_i / (detail::sqrt_f(v_i) + eps_hat);
+    const float w_i = w[i] - lr_t * m_i / (detail::sqrt_f(v_i) + eps_hat);
+    w[i] = w_i;
+    if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
   }
 };
 }  // namespace
@@ -49,11 +60,16 @@ DenseOptimizer::DenseOptimizer(device::Card& card, const DenseOptimizerConfig& c
   }
 }
 
-void DenseOptimizer::step(float* values, const float* grads) {
+void DenseOptimizer::step(DenseParameters& params) {
+  step(params.values().data(), params.grads().data(),
+       params.has_bf16_copy() ? params.values_bf16().data() : nullptr);
+}
+
+void DenseOptimizer::step(float* values, const float* grads, Bf16* values_bf16) {
   ++steps_;
   const device::Stream& stream = card_->stream();
   if (config_.kind == DenseOptimizerKind::kSgd) {
-    device::parallel_for(stream, size_, SgdStep{values, grads, config_.learning_rate});
+    device::parallel_for(stream, size_, SgdStep{values, values_bf16, grads, config_.learning_rate});
     return;
   }
   // Bias corrections in double on the host: identical on every card, exact for long runs.
@@ -63,9 +79,9 @@ void DenseOptimizer::step(float* values, const float* grads) {
   const double correction = std::sqrt(1.0 - b2_pow);
   const auto lr_t = static_cast<float>(config_.learning_rate * correction / (1.0 - b1_pow));
   const auto eps_hat = static_cast<float>(config_.epsilon * correction);
-  device::parallel_for(
-      stream, size_,
-      AdamStep{values, grads, m_.data(), v_.data(), config_.beta1, config_.beta2, lr_t, eps_hat});
+  device::parallel_for(stream, size_,
+                       AdamStep{values, values_bf16, grads, m_.data(), v_.data(), config_.beta1,
+                                config_.beta2, lr_t, eps_hat});
 }
 
 }  // namespace gpubox::trainer

@@ -6,6 +6,7 @@
 //   adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //         lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);  w -= lr_t * m / (sqrt(v) + eps * sqrt(1 -
 //         b2^t)) (Paddle's adam: epsilon is applied to the bias-corrected second moment.)
+// Always on the fp32 master weights; a bf16 copy for the GEMMs is written alongside.
 //
 // Ownership: owns the moment buffers (card memory). Thread-safety: one card's thread only.
 #pragma once
@@ -28,9 +29,11 @@ class DenseOptimizer {
   // Steps taken so far (the t of adam's bias correction).
   int64_t steps() const { return steps_; }
 
-  // values -= update(grads); both `size` floats of card memory.
-  void step(float* values, const float* grads);
-  void step(DenseParameters& params) { step(params.values().data(), params.grads().data()); }
+  // values -= update(grads); both `size` floats of card memory. `values_bf16` (may be null):
+  // rewritten as the bf16 rounding of the new values in the same pass.
+  void step(float* values, const float* grads, Bf16* values_bf16 = nullptr);
+  // The same on the parameters, their bf16 copy included when they keep one.
+  void step(DenseParameters& params);
 
   // State for save/load: first and second moments (empty for sgd) and the step count.
   device::device_buffer<float>& moment1() { return m_; }

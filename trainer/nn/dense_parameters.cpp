@@ -33,6 +33,15 @@ std::size_t DenseParameters::add(std::string name, std::size_t count, ParamInit 
   return blocks_.size() - 1;
 }
 
+void DenseParameters::keep_bf16_copy() {
+  GPUBOX_EXPECTS(!finalized_, "keep_bf16_copy() after finalize()");
+  keep_bf16_ = true;
+}
+
+void DenseParameters::refresh_bf16_copy() {
+  if (keep_bf16_) to_bf16_async(card_->stream(), values_.data(), total_, values_bf16_.data());
+}
+
 void DenseParameters::finalize(uint64_t seed) {
   GPUBOX_EXPECTS(!finalized_, "DenseParameters finalized twice");
   std::vector<float> host(total_, 0.0f);
@@ -46,7 +55,9 @@ void DenseParameters::finalize(uint64_t seed) {
   // Zeroed gradients plus the loss slot (reduced_size()).
   grads_ =
       device::to_device(std::vector<float>(total_ + 1, 0.0f), card_->memory(), card_->stream());
+  if (keep_bf16_) values_bf16_ = card_->make_buffer<Bf16>(total_);
   finalized_ = true;
+  refresh_bf16_copy();
 }
 
 std::string DenseParameters::describe(std::size_t flat_index) const {
@@ -67,6 +78,7 @@ void DenseParameters::set_values(const std::vector<float>& host) {
   GPUBOX_EXPECTS(finalized_ && host.size() == total_, "set_values with ", host.size(),
                  " floats, the model has ", total_);
   if (total_ > 0) device::copy_async(values_.data(), host.data(), total_, card_->stream());
+  refresh_bf16_copy();
   card_->stream().synchronize();
 }
 

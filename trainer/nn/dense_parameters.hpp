@@ -6,7 +6,12 @@
 // initialises the values. Initial values are a seeded hash of (seed, flat index), so every card
 // (and every run) starts from identical weights without a broadcast.
 //
-// Ownership: owns both buffers (card memory of the card given at construction). Not thread-safe:
+// bf16 (hyper_parameters.dense_precision): the values are the fp32 master weights; a model whose
+// GEMMs read bf16 asks for a bf16 copy of them (keep_bf16_copy), same layout, rewritten from the
+// values by finalize, set_values, refresh_bf16_copy and the optimizer step (which writes both in
+// one pass). Code that writes values() directly calls refresh_bf16_copy() after.
+//
+// Ownership: owns its buffers (card memory of the card given at construction). Not thread-safe:
 // used by that card's thread only.
 #pragma once
 
@@ -17,6 +22,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "trainer/nn/bf16.hpp"
 
 namespace gpubox::trainer {
 
@@ -42,6 +48,8 @@ class DenseParameters {
   // Registers a block; returns its id. Only before finalize(). Blocks are aligned to 16 floats
   // (64 bytes) so each starts on its own cache line / GPU sector.
   std::size_t add(std::string name, std::size_t count, ParamInit init, float scale = 0.0f);
+  // Before finalize(): also keep a bf16 copy of the values (see the file comment).
+  void keep_bf16_copy();
   // Allocates values and grads (grads zeroed) and initialises the values from `seed`.
   void finalize(uint64_t seed);
   bool finalized() const { return finalized_; }
@@ -50,6 +58,14 @@ class DenseParameters {
   const float* values(std::size_t block) const { return values_.data() + blocks_.at(block).offset; }
   float* grads(std::size_t block) { return grads_.data() + blocks_.at(block).offset; }
   const float* grads(std::size_t block) const { return grads_.data() + blocks_.at(block).offset; }
+  // The bf16 copy (keep_bf16_copy): size() elements, nullptr data when not kept.
+  bool has_bf16_copy() const { return keep_bf16_; }
+  const Bf16* values_bf16(std::size_t block) const {
+    return values_bf16_.data() + blocks_.at(block).offset;
+  }
+  device::device_buffer<Bf16>& values_bf16() { return values_bf16_; }
+  // Rewrites the bf16 copy from the values (enqueued; no-op without a copy).
+  void refresh_bf16_copy();
 
   // The flat buffers (size() floats each; alignment gaps are zero in both and stay zero). The
   // gradient buffer holds one float more: the loss slot, see reduced_size().
@@ -79,8 +95,10 @@ class DenseParameters {
   std::vector<ParamBlock> blocks_;
   std::size_t total_ = 0;
   bool finalized_ = false;
+  bool keep_bf16_ = false;
   device::device_buffer<float> values_;
   device::device_buffer<float> grads_;
+  device::device_buffer<Bf16> values_bf16_;
 };
 
 }  // namespace gpubox::trainer

@@ -1,4 +1,5 @@
-// Relu, Concat, SigmoidLogLoss and the non-finite check: elementwise device work.
+// SigmoidLogLoss, the bf16 rounding of a float array and the non-finite check: elementwise
+// device work.
 #include <thrust/execution_policy.h>
 #include <thrust/find.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -17,62 +18,38 @@
 
 namespace gpubox::trainer {
 namespace {
-struct ReluForward {
-  const float* x;
-  float* y;
-  // Written so a NaN input stays NaN (and reaches the loss check) instead of becoming 0.
-  GPUBOX_HD void operator()(std::size_t i) const { y[i] = x[i] < 0.0f ? 0.0f : x[i]; }
-};
-struct ReluBackward {
-  const float* y;
-  const float* dy;
-  float* dx;
-  // Branch-free (a multiply by the 0/1 mask): the sign pattern is random, so a branch mispredicts
-  // half the time on the cpu backend.
-  GPUBOX_HD void operator()(std::size_t i) const {
-    dx[i] = dy[i] * static_cast<float>(y[i] > 0.0f);
-  }
-};
-struct ConcatForward {
-  const float* left;
-  const float* right;
-  float* out;
-  int64_t left_dim;
-  int64_t right_dim;
-  GPUBOX_HD void operator()(std::size_t idx) const {
-    const int64_t width = left_dim + right_dim;
-    const int64_t i = static_cast<int64_t>(idx) / width;
-    const int64_t c = static_cast<int64_t>(idx) % width;
-    out[idx] = c < left_dim ? left[i * left_dim + c] : right[i * right_dim + (c - left_dim)];
-  }
-};
-struct ConcatBackward {
-  const float* d_out;
-  float* d_left;
-  float* d_right;
-  int64_t left_dim;
-  int64_t right_dim;
-  GPUBOX_HD void operator()(std::size_t idx) const {
-    const int64_t width = left_dim + right_dim;
-    const int64_t i = static_cast<int64_t>(idx) / width;
-    const int64_t c = static_cast<int64_t>(idx) % width;
-    if (c < left_dim) {
-      if (d_left != nullptr) d_left[i * left_dim + c] = d_out[idx];
-    } else if (d_right != nullptr) {
-      d_right[i * right_dim + (c - left_dim)] = d_out[idx];
-    }
-  }
-};
+// dz (optional) is the MLP's top gradient: dz_scale * (p - y), as T (float or Bf16).
+template <class T>
 struct SigmoidGrad {
   const float* logits;
   const float* labels;
   float* preds;
   float* dlogits;
+  T* dz;
+  float dz_scale;
   GPUBOX_HD void operator()(std::size_t i) const {
     const float p = detail::sigmoid(logits[i]);
     if (preds != nullptr) preds[i] = p;
-    if (dlogits != nullptr) dlogits[i] = p - labels[i];
+    const float d = labels != nullptr ? p - labels[i] : 0.0f;
+    if (dlogits != nullptr) dlogits[i] = d;
+    if (dz != nullptr) store_as(dz + i, dz_scale * d);
   }
+};
+template <class T>
+SigmoidGrad<T> sigmoid_grad(const float* logits, const float* labels, float* preds, float* dlogits,
+                            T* dz, float dz_scale) {
+  return SigmoidGrad<T>{logits, labels, preds, dlogits, dz, dz_scale};
+}
+// The card's batch loss into the parameters' loss slot (all-reduced with the gradients).
+struct StoreLossSlot {
+  const double* loss;
+  float* slot;
+  GPUBOX_HD void operator()(std::size_t) const { *slot = static_cast<float>(*loss); }
+};
+struct ToBf16 {
+  const float* in;
+  Bf16* out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
 };
 struct LogLossAt {
   const float* logits;
@@ -102,33 +79,12 @@ struct MarkNonFinite {
 };
 }  // namespace
 
-void Relu::forward(const device::Stream& stream, const float* x, std::size_t n, float* y) {
-  device::parallel_for(stream, n, ReluForward{x, y});
-}
-
-void Relu::backward(const device::Stream& stream, const float* y, const float* dy, std::size_t n,
-                    float* dx) {
-  device::parallel_for(stream, n, ReluBackward{y, dy, dx});
-}
-
-void Concat::forward(const device::Stream& stream, const float* left, const float* right,
-                     int64_t batch, float* out) const {
-  device::parallel_for(stream, static_cast<std::size_t>(batch) * out_dim(),
-                       ConcatForward{left, right, out, left_, right_});
-}
-
-void Concat::backward(const device::Stream& stream, const float* d_out, int64_t batch,
-                      float* d_left, float* d_right) const {
-  device::parallel_for(stream, static_cast<std::size_t>(batch) * out_dim(),
-                       ConcatBackward{d_out, d_left, d_right, left_, right_});
-}
-
 double SigmoidLogLoss::forward_backward(const device::Stream& stream, const float* logits,
                                         const float* labels, int64_t batch, float* preds,
                                         float* dlogits) {
   if (batch == 0) return 0.0;
   device::parallel_for(stream, static_cast<std::size_t>(batch),
-                       SigmoidGrad{logits, labels, preds, dlogits});
+                       sigmoid_grad<float>(logits, labels, preds, dlogits, nullptr, 0.0f));
   return device::host_result(stream, [&] {
     return thrust::transform_reduce(device::exec_policy(stream),
                                     thrust::counting_iterator<int64_t>(0),
@@ -139,16 +95,34 @@ double SigmoidLogLoss::forward_backward(const device::Stream& stream, const floa
 
 void SigmoidLogLoss::forward_backward_async(const device::Stream& stream, const float* logits,
                                             const float* labels, int64_t batch, float* preds,
-                                            float* dlogits, double* loss, double* partials) {
+                                            float* dlogits, const ScaledGrad& dz, double* loss,
+                                            double* partials, float* loss_slot) {
   const auto n = static_cast<std::size_t>(batch);
-  device::parallel_for(stream, n, SigmoidGrad{logits, labels, preds, dlogits});
+  if (dz.type == ElementType::kBf16) {
+    device::parallel_for(
+        stream, n,
+        sigmoid_grad(logits, labels, preds, dlogits, static_cast<Bf16*>(dz.data), dz.scale));
+  } else {
+    device::parallel_for(
+        stream, n,
+        sigmoid_grad(logits, labels, preds, dlogits, static_cast<float*>(dz.data), dz.scale));
+  }
   device::reduce_into(stream, n, LogLossAt{logits, labels}, PlusDouble{}, 0.0, partials, loss);
+  device::parallel_for(stream, 1, StoreLossSlot{loss, loss_slot});
 }
 
 void SigmoidLogLoss::predict(const device::Stream& stream, const float* logits, int64_t batch,
                              float* preds) {
   device::parallel_for(stream, static_cast<std::size_t>(batch),
-                       SigmoidGrad{logits, nullptr, preds, nullptr});
+                       sigmoid_grad<float>(logits, nullptr, preds, nullptr, nullptr, 0.0f));
+}
+
+std::size_t SigmoidLogLoss::loss_partials(std::size_t batch) {
+  return device::reduce_partials(batch);
+}
+
+void to_bf16_async(const device::Stream& stream, const float* in, std::size_t n, Bf16* out) {
+  device::parallel_for(stream, n, ToBf16{in, out});
 }
 
 std::size_t find_non_finite(const device::Stream& stream, const float* values, std::size_t n) {

@@ -1,12 +1,14 @@
 // The dense net's layers: small classes with forward and backward over card buffers. Batch-major:
-// a batch of B instances with d features is a row-major [B x d] matrix. Layers hold only their
-// shape and their parameter block ids; the model owns the activation buffers, so one layer object
-// serves every batch size. GEMMs go through Blas; everything else is parallel_for (portable .cu).
+// a batch of B instances with d features is a row-major [B x d] matrix. Layers hold their shape,
+// their parameter block ids and (Linear) their GEMM plans; the model owns the activation buffers.
+// GEMMs go through LinearGemms / Blas; everything else is parallel_for (portable .cu).
 //
-// Gradient convention: backward receives dY of the per-instance losses (not divided by the batch);
-// parameter gradients are written (overwritten, not accumulated) scaled by `grad_scale`
-// (1 / global batch makes them the gradient of the mean loss over all cards), input gradients are
-// left unscaled.
+// Gradient convention: parameter gradients are written (overwritten, not accumulated). The MLP
+// runs its backward on dZ already multiplied by the dense gradient scale (1 / global batch), so
+// that every parameter gradient is a plain GEMM output or its bias-gradient epilogue; the first
+// layer's input gradient multiplies the scale back out (alpha = 1 / scale), so the pooled
+// gradient handed to the sparse side is the unscaled d(instance loss). Layers outside the MLP
+// (WidePart) take dY unscaled and a `grad_scale`.
 #pragma once
 
 #include <cstddef>
@@ -14,42 +16,45 @@
 #include <string>
 
 #include "heterps/device/stream.hpp"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_parameters.hpp"
+#include "trainer/nn/linear_gemms.hpp"
 
 namespace gpubox::trainer {
 
-// Y[B x out] = X[B x in] W[in x out] + b. W ~ N(0, 1/in), b = 0.
+// Y[B x out] = X[B x in] W[in x out] + b (then ReLU for a hidden layer), W ~ N(0, 1/in), b = 0.
+// The layer's three GEMMs with their element-wise work folded in (linear_gemms.hpp); W is read
+// from the parameters' bf16 copy when the layer's input type is bf16.
 class Linear {
  public:
-  Linear(DenseParameters& params, const std::string& name, int in, int out);
-  int in() const { return in_; }
-  int out() const { return out_; }
+  // Registers `spec.name`.w and .b in `params` (before params.finalize()) and makes the layer's
+  // GEMMs on `blas`.
+  Linear(DenseParameters& params, Blas& blas, const LinearGemmSpec& spec);
+  int in() const { return gemms_.spec().in; }
+  int out() const { return gemms_.spec().out; }
+  const LinearGemmSpec& spec() const { return gemms_.spec(); }
   std::size_t weight_block() const { return w_; }
   std::size_t bias_block() const { return b_; }
 
-  // `ones` holds at least `batch` ones (card memory).
-  void forward(const Blas& blas, const DenseParameters& params, const float* x, int64_t batch,
-               const float* ones, float* y) const;
-  // dW = scale * X^T dY, db = scale * 1^T dY; dX = dY W^T when dx != nullptr. `ones` holds at
-  // least `batch` ones (card memory).
-  void backward(const Blas& blas, DenseParameters& params, const float* x, const float* dy,
-                int64_t batch, float grad_scale, const float* ones, float* dx) const;
+  // Plans the GEMMs for `batch` rows (LinearGemms::prepare).
+  void prepare(int64_t batch) { gemms_.prepare(batch); }
+  // Y = act(X W + b).
+  void forward(const DenseParameters& params, const void* x, void* y, int64_t batch);
+  // dW = X^T dZ, db = 1^T dZ into params' gradients.
+  void backward_weights(DenseParameters& params, const void* x, const void* dz, int64_t batch);
+  // dX = alpha dZ W^T (first spec().dx_cols columns), masked by the ReLU of `producer` (the layer
+  // whose output X is) when spec().input_is_relu.
+  void backward_data(const DenseParameters& params, const void* dz, const void* x,
+                     const Linear* producer, float alpha, void* dx, int64_t batch);
+  std::string describe(int64_t batch) const { return gemms_.describe(batch); }
 
  private:
-  int in_;
-  int out_;
+  const void* weights(const DenseParameters& params) const;
+
   std::size_t w_;
   std::size_t b_;
-};
-
-// In place allowed (y == x, dx == dy).
-class Relu {
- public:
-  static void forward(const device::Stream& stream, const float* x, std::size_t n, float* y);
-  // dX = dY where Y > 0 (Y: this layer's forward output).
-  static void backward(const device::Stream& stream, const float* y, const float* dy, std::size_t n,
-                       float* dx);
+  LinearGemms gemms_;
 };
 
 // The pulled sparse features of a batch, as the sparse side delivers them (card memory,
@@ -62,6 +67,15 @@ struct SlotBatchView {
   const uint32_t* offsets = nullptr;
   int64_t batch = 0;
   int slots = 0;
+};
+
+// The first layer's input, written in place by the pool (the concat of pooled slots and dense
+// features is never a separate buffer): row i = [pooled slots of instance i | its dense
+// features], row stride `ld` elements, of type `type` (float, or bf16 rounded).
+struct InputRows {
+  void* data = nullptr;
+  int64_t ld = 0;
+  ElementType type = ElementType::kF32;
 };
 
 // Sum-pools each slot's records per instance. Output per slot (width() floats):
@@ -82,11 +96,13 @@ class SlotSumPool {
   int embed_w_column() const { return use_cvm_ ? 2 : 0; }
   int out_dim() const { return slots_ * width(); }
 
-  // pooled: [B x out_dim()].
-  void forward(const device::Stream& stream, const SlotBatchView& in, float* pooled) const;
-  // Scatters d_pooled to every occurrence as its push record: show = 1, click = labels[i],
-  // embed_g = scale * d(embed_w), embedx_g[k] = scale * d(embedx_w[k]). The cvm features carry
-  // no gradient (show/click are counters). push: [occurrences x push_dim()].
+  // Writes each instance's row of `out`: columns [0, out_dim()) the pooled slots, then its
+  // `dense_dim` dense features (`dense`: [B x dense_dim] floats). One launch.
+  void forward(const device::Stream& stream, const SlotBatchView& in, const float* dense,
+               int dense_dim, const InputRows& out) const;
+  // Scatters d_pooled ([B x out_dim()] floats) to every occurrence as its push record: show = 1,
+  // click = labels[i], embed_g = scale * d(embed_w), embedx_g[k] = scale * d(embedx_w[k]). The
+  // cvm features carry no gradient (show/click are counters). push: [occurrences x push_dim()].
   void backward(const device::Stream& stream, const SlotBatchView& in, const float* d_pooled,
                 const float* labels, float scale, float* push) const;
 
@@ -94,22 +110,6 @@ class SlotSumPool {
   int slots_;
   int mf_dim_;
   bool use_cvm_;
-};
-
-// X[B x (a + b)] = [A[B x a] | D[B x b]] and back.
-class Concat {
- public:
-  Concat(int left_dim, int right_dim) : left_(left_dim), right_(right_dim) {}
-  int out_dim() const { return left_ + right_; }
-  void forward(const device::Stream& stream, const float* left, const float* right, int64_t batch,
-               float* out) const;
-  // Splits dX; either output may be nullptr when its gradient is not wanted.
-  void backward(const device::Stream& stream, const float* d_out, int64_t batch, float* d_left,
-                float* d_right) const;
-
- private:
-  int left_;
-  int right_;
 };
 
 // The wide part of wide_deep, added to the deep logit:
@@ -120,8 +120,8 @@ class WidePart {
  public:
   WidePart(DenseParameters& params, const SlotSumPool& pool, int dense_dim);
   std::size_t weight_block() const { return w_; }
-  // logits[i] += wide_i.
-  void forward(const device::Stream& stream, const DenseParameters& params, const float* pooled,
+  // logits[i] += wide_i; the pooled embed_w are read from the first layer's input rows.
+  void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& input,
                const float* dense, int64_t batch, float* logits) const;
   // d_pooled[i, embed_w of every slot] += dlogits[i]; dW = scale * dense^T dlogits.
   void backward(const Blas& blas, DenseParameters& params, const float* dense, const float* dlogits,
@@ -144,13 +144,22 @@ class SigmoidLogLoss {
   static double forward_backward(const device::Stream& stream, const float* logits,
                                  const float* labels, int64_t batch, float* preds, float* dlogits);
   // The same, with the loss summed on the card into *loss (card memory) in a fixed order
-  // (device::reduce_into): no host round trip. `partials`: device::reduce_partials(batch)
-  // doubles of card memory.
+  // (device::reduce_into), and copied as a float to *loss_slot: no host round trip.
+  // `partials`: device::reduce_partials(batch) doubles of card memory. When dz.data is set it
+  // receives dz.scale * dlogits in dz.type: the MLP's top gradient.
+  struct ScaledGrad {
+    void* data = nullptr;
+    ElementType type = ElementType::kF32;
+    float scale = 1.0f;
+  };
   static void forward_backward_async(const device::Stream& stream, const float* logits,
                                      const float* labels, int64_t batch, float* preds,
-                                     float* dlogits, double* loss, double* partials);
+                                     float* dlogits, const ScaledGrad& dz, double* loss,
+                                     double* partials, float* loss_slot);
   static void predict(const device::Stream& stream, const float* logits, int64_t batch,
                       float* preds);
+  // Doubles of card memory forward_backward_async's `partials` needs for `batch` instances.
+  static std::size_t loss_partials(std::size_t batch);
 };
 
 // Index of the first NaN/Inf among n floats, or n when all are finite (synchronizes).

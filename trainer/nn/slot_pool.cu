@@ -1,6 +1,9 @@
+#include <type_traits>
+
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/heter_comm/detail/segment_reduce.cuh"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/device_math.cuh"
 #include "trainer/nn/layers.hpp"
 
@@ -18,40 +21,53 @@ struct PullRecords {
   }
 };
 
-// One work item per (slot, instance) segment and output column: it sums one field of the
+// Writes the first layer's input rows (T: float or Bf16, row stride ld). Items [0, pooled_items)
+// are one per (slot, instance) segment and output column: an item sums one field of the
 // segment's records in the fixed order of detail/segment_reduce.cuh (a segment is one instance's
-// keys in one slot: short, so one thread takes it whole) and owns its output float, so no atomics
+// keys in one slot: short, so one thread takes it whole) and owns its output value, so no atomics
 // are needed. Neighbouring items read neighbouring floats of a record. With use_cvm, column 0
-// sums show and click and writes both cvm features.
+// sums show and click and writes both cvm features. The items after them copy the dense
+// features, one each, behind the pooled columns (the concat, in place).
+template <class T>
 struct PoolForward {
   PullRecords records;
   const uint32_t* offsets;
-  float* pooled;
+  const float* dense;
+  T* rows;
+  int64_t ld;
   int64_t batch;
+  std::size_t pooled_items;
   int columns;  // cvm ? 1 + values : values, values = pull_dim - 2 (embed_w, embedx_w[mf_dim])
   int width;
   int out_dim;
+  int dense_dim;
   bool use_cvm;
   GPUBOX_HD void operator()(std::size_t item) const {
+    if (item >= pooled_items) {
+      const auto k = static_cast<int64_t>(item - pooled_items);
+      const int64_t i = k / dense_dim;
+      store_as(rows + i * ld + out_dim + k % dense_dim, dense[k]);
+      return;
+    }
     const int64_t segment = static_cast<int64_t>(item / static_cast<std::size_t>(columns));
     const int column = static_cast<int>(item % static_cast<std::size_t>(columns));
     const int64_t s = segment / batch;
     const int64_t i = segment % batch;
-    float* out = pooled + i * out_dim + s * width;
+    T* out = rows + i * ld + s * width;
     const position_t begin = offsets[segment];
     const position_t end = offsets[segment + 1];
     using heter_comm::detail::sum_segment;
     if (!use_cvm) {
-      out[column] = sum_segment(records, begin, end, 2 + column);
+      store_as(out + column, sum_segment(records, begin, end, 2 + column));
       return;
     }
     if (column > 0) {
-      out[1 + column] = sum_segment(records, begin, end, 1 + column);
+      store_as(out + 1 + column, sum_segment(records, begin, end, 1 + column));
       return;
     }
     const float log_show = detail::log1p_f(sum_segment(records, begin, end, 0));
-    out[0] = log_show;
-    out[1] = detail::log1p_f(sum_segment(records, begin, end, 1)) - log_show;
+    store_as(out, log_show);
+    store_as(out + 1, detail::log1p_f(sum_segment(records, begin, end, 1)) - log_show);
   }
 };
 
@@ -92,15 +108,28 @@ SlotSumPool::SlotSumPool(int slots, int mf_dim, bool use_cvm)
                  " slots, mf_dim ", mf_dim);
 }
 
-void SlotSumPool::forward(const device::Stream& stream, const SlotBatchView& in,
-                          float* pooled) const {
+void SlotSumPool::forward(const device::Stream& stream, const SlotBatchView& in, const float* dense,
+                          int dense_dim, const InputRows& out) const {
   GPUBOX_EXPECTS(in.slots == slots_, "batch has ", in.slots, " slots, the model ", slots_);
+  GPUBOX_EXPECTS(dense_dim >= 0 && out.ld >= out_dim() + dense_dim, "input rows of ", out.ld,
+                 " columns cannot hold ", out_dim(), " pooled and ", dense_dim, " dense features");
   if (in.batch == 0) return;
   const int values = pull_dim() - 2;
   const int columns = use_cvm_ ? 1 + values : values;
-  device::parallel_for(stream, static_cast<std::size_t>(in.batch) * slots_ * columns,
-                       PoolForward{PullRecords{in.records, pull_dim()}, in.offsets, pooled,
-                                   in.batch, columns, width(), out_dim(), use_cvm_});
+  const std::size_t pooled_items = static_cast<std::size_t>(in.batch) * slots_ * columns;
+  const std::size_t items = pooled_items + static_cast<std::size_t>(in.batch) * dense_dim;
+  auto launch = [&](auto* rows) {
+    using T = std::remove_pointer_t<decltype(rows)>;
+    device::parallel_for(
+        stream, items,
+        PoolForward<T>{PullRecords{in.records, pull_dim()}, in.offsets, dense, rows, out.ld,
+                       in.batch, pooled_items, columns, width(), out_dim(), dense_dim, use_cvm_});
+  };
+  if (out.type == ElementType::kBf16) {
+    launch(static_cast<Bf16*>(out.data));
+  } else {
+    launch(static_cast<float*>(out.data));
+  }
 }
 
 void SlotSumPool::backward(const device::Stream& stream, const SlotBatchView& in,

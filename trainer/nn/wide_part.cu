@@ -1,11 +1,17 @@
+#include <type_traits>
+
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
 namespace {
+// T: the element type of the first layer's input rows, where the pooled embed_w are.
+template <class T>
 struct WideForward {
-  const float* pooled;
+  const T* rows;
+  int64_t ld;
   const float* dense;
   const float* weights;
   float* logits;
@@ -14,9 +20,9 @@ struct WideForward {
   int embed_w_column;
   int dense_dim;
   GPUBOX_HD void operator()(std::size_t i) const {
-    const float* row = pooled + static_cast<int64_t>(i) * slots * width + embed_w_column;
+    const T* row = rows + static_cast<int64_t>(i) * ld + embed_w_column;
     float sum = 0.0f;
-    for (int s = 0; s < slots; ++s) sum += row[s * width];
+    for (int s = 0; s < slots; ++s) sum += to_float(row[s * width]);
     const float* x = dense + static_cast<int64_t>(i) * dense_dim;
     for (int d = 0; d < dense_dim; ++d) sum += x[d] * weights[d];
     logits[i] += sum;
@@ -45,11 +51,19 @@ WidePart::WidePart(DenseParameters& params, const SlotSumPool& pool, int dense_d
 }
 
 void WidePart::forward(const device::Stream& stream, const DenseParameters& params,
-                       const float* pooled, const float* dense, int64_t batch,
+                       const InputRows& input, const float* dense, int64_t batch,
                        float* logits) const {
-  device::parallel_for(stream, static_cast<std::size_t>(batch),
-                       WideForward{pooled, dense, params.values(w_), logits, slots_, width_,
-                                   embed_w_column_, dense_dim_});
+  auto launch = [&](const auto* rows) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
+    device::parallel_for(stream, static_cast<std::size_t>(batch),
+                         WideForward<T>{rows, input.ld, dense, params.values(w_), logits, slots_,
+                                        width_, embed_w_column_, dense_dim_});
+  };
+  if (input.type == ElementType::kBf16) {
+    launch(static_cast<const Bf16*>(input.data));
+  } else {
+    launch(static_cast<const float*>(input.data));
+  }
 }
 
 void WidePart::backward(const Blas& blas, DenseParameters& params, const float* dense,

@@ -1,8 +1,9 @@
 // Sparse optimizers: every optimizer's row update, run on a card through parallel_for, against
-// a float64 reference written here from the formulas (Paddle's SparseNaiveSGDRule,
-// SparseAdaGradSGDRule, SparseAdamSGDRule, SparseSharedAdamSGDRule and CtrCommonAccessor's
-// update order), over many steps with random pushes, clipped weights and the embedx creation
-// threshold crossed mid-run.
+// a float64 reference written here from Paddle's rules (SparseNaiveSGDRule, SparseAdaGradSGDRule
+// with its g2sum starting at 0, SparseAdamSGDRule, SparseSharedAdamSGDRule, the show-scaled
+// gradient of heter_ps's rules and CtrCommonAccessor's update order) plus GPUBox's weight_decay
+// and embed_threshold, over many steps with random pushes, clipped weights, decayed weights and
+// both thresholds crossed mid-run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,21 +40,21 @@ struct RefRow {
   bool has_embedx = false;
   RefPart embedx;
   int clipped = 0;  // how many weight updates hit a bound (so the test proves bounds matter)
+  int embed_steps_skipped = 0;  // pushes below embed_threshold
 };
 
 struct RefRule {
-  double lr, initial_g2sum, lo, hi;
+  double lr, initial_g2sum, lo, hi, weight_decay;
 };
 
-RefPart ref_new_part(SparseOptimizerKind kind, int dim, double initial_g2sum,
-                     const SparseOptimizerConfig& cfg) {
+RefPart ref_new_part(SparseOptimizerKind kind, int dim, const SparseOptimizerConfig& cfg) {
   RefPart p;
   p.w.assign(dim, 0.0);
   switch (kind) {
     case SparseOptimizerKind::kSgd:
       break;
     case SparseOptimizerKind::kAdagrad:
-      p.v = {initial_g2sum};
+      p.v = {0.0};  // SparseAdaGradSGDRule::InitValueWork: g2sum = 0
       break;
     case SparseOptimizerKind::kAdam:
       p.m.assign(dim, 0.0);
@@ -76,10 +77,14 @@ double ref_clip(double w, const RefRule& r, int* clipped) {
   return std::min(std::max(w, r.lo), r.hi);
 }
 
-void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& g, const RefRule& r,
-              const SparseOptimizerConfig& cfg, int* clipped) {
+// One step of a part on the show-scaled pushed gradient `scaled` (push_g / show).
+void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& scaled,
+              const RefRule& r, const SparseOptimizerConfig& cfg, int* clipped) {
   const std::size_t dim = p.w.size();
   const double b1 = cfg.beta1_decay_rate, b2 = cfg.beta2_decay_rate, eps = cfg.ada_epsilon;
+  // L2 as a weight_decay term of the gradient, from the weights before this step.
+  std::vector<double> g(dim);
+  for (std::size_t i = 0; i < dim; ++i) g[i] = scaled[i] + r.weight_decay * p.w[i];
   switch (kind) {
     case SparseOptimizerKind::kSgd:
       for (std::size_t i = 0; i < dim; ++i) p.w[i] = ref_clip(p.w[i] - r.lr * g[i], r, clipped);
@@ -133,22 +138,28 @@ void ref_push(RefRow& row, uint64_t key, const std::vector<double>& push, int mf
   row.click += click;
   row.delta_score += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
   row.unseen_days = 0;
-  const RefRule embed{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound};
+  const RefRule embed{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound,
+                      cfg.weight_decay};
   const RefRule embedx{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound,
-                       cfg.mf_max_bound};
-  // Paddle's rules divide the merged gradient by the key's show in the batch (show 0: as is).
-  const double scale = show > 1 ? show : 1;
-  ref_step(cfg.kind, row.embed, {push[2] / scale}, embed, cfg, &row.clipped);
+                       cfg.mf_max_bound, cfg.mf_weight_decay};
+  // Paddle's rules divide the merged gradient by the key's show in the batch (show 0: as is)
+  // unless show_scale is off.
+  const double scale = cfg.show_scale && show > 1 ? show : 1;
+  const double score = cfg.nonclk_coeff * (row.show - row.click) + cfg.clk_coeff * row.click;
+  if (cfg.embed_threshold <= 0 || score >= cfg.embed_threshold) {
+    ref_step(cfg.kind, row.embed, {push[2] / scale}, embed, cfg, &row.clipped);
+  } else {
+    ++row.embed_steps_skipped;
+  }
   if (row.has_embedx) {
     std::vector<double> g(push.begin() + 3, push.end());
     for (double& gi : g) gi /= scale;
     ref_step(cfg.kind, row.embedx, g, embedx, cfg, &row.clipped);
     return;
   }
-  const double score = cfg.nonclk_coeff * (row.show - row.click) + cfg.clk_coeff * row.click;
   if (score >= cfg.embedx_threshold) {
     row.has_embedx = true;
-    row.embedx = ref_new_part(cfg.kind, mf_dim, cfg.mf_initial_g2sum, cfg);
+    row.embedx = ref_new_part(cfg.kind, mf_dim, cfg);
     for (int i = 0; i < mf_dim; ++i) {
       // The creation values are the accessor's seeded init (sparse_row.hpp), not an optimizer
       // output; the test only checks they land and stay in range.
@@ -209,15 +220,17 @@ struct Case {
   SparseOptimizerKind kind;
   int mf_dim;
   const char* name;
+  bool show_scale = true;
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class SparseOptimizerTest : public ::testing::TestWithParam<Case> {};
 
-SparseOptimizerConfig make_config(SparseOptimizerKind kind, int mf_dim) {
+SparseOptimizerConfig make_config(SparseOptimizerKind kind, int mf_dim, bool show_scale = true) {
   SparseOptimizerConfig cfg;
   cfg.kind = kind;
   cfg.mf_dim = mf_dim;
+  cfg.show_scale = show_scale;
   cfg.learning_rate = 0.3f;
   cfg.mf_learning_rate = 0.2f;
   cfg.initial_g2sum = 2.0f;
@@ -229,8 +242,11 @@ SparseOptimizerConfig make_config(SparseOptimizerKind kind, int mf_dim) {
   cfg.max_bound = 0.5f;
   cfg.mf_min_bound = -0.3f;
   cfg.mf_max_bound = 0.35f;
+  cfg.weight_decay = 0.4f;
+  cfg.mf_weight_decay = 0.7f;
   cfg.nonclk_coeff = 0.1f;
   cfg.clk_coeff = 1.0f;
+  cfg.embed_threshold = 0.95f;  // crossed after a few pushes (never hit exactly: no ties)
   cfg.embedx_threshold = 2.5f;  // crossed after a few pushes, at a different step per row
   cfg.seed = 1234;
   return cfg;
@@ -238,7 +254,7 @@ SparseOptimizerConfig make_config(SparseOptimizerKind kind, int mf_dim) {
 
 TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   const Case c = GetParam();
-  const SparseOptimizerConfig cfg = make_config(c.kind, c.mf_dim);
+  const SparseOptimizerConfig cfg = make_config(c.kind, c.mf_dim, c.show_scale);
   const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
   const int stride = layout.stride();
   const int push_dim = layout.push_dim();
@@ -259,7 +275,7 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   std::vector<RefRow> ref(kRows);
   for (int r = 0; r < kRows; ++r) {
     table::init_row(host_rows.data() + r * stride, layout, cfg, keys[r], r % 26);
-    ref[r].embed = ref_new_part(cfg.kind, 1, cfg.initial_g2sum, cfg);
+    ref[r].embed = ref_new_part(cfg.kind, 1, cfg);
     ref[r].embed.w[0] = host_rows[r * stride + RowLayout::kEmbedW];
     // A row back from the host tier after some unseen days: any push resets the count.
     host_rows[r * stride + RowLayout::kUnseenDays] = static_cast<float>(r % 4);
@@ -303,11 +319,13 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   host_rows = device::to_host(rows);
   int clipped = 0;
   int clipped_embedx_weights = 0;
+  int embed_steps_skipped = 0;
   for (int r = 0; r < kRows; ++r) {
     const float* row = host_rows.data() + r * stride;
     const RefRow& want = ref[r];
     const std::string what = std::string(c.name) + " row " + std::to_string(r);
     clipped += want.clipped;
+    embed_steps_skipped += want.embed_steps_skipped;
     EXPECT_EQ(row[RowLayout::kShow], want.show) << what;
     EXPECT_EQ(row[RowLayout::kClick], want.click) << what;
     expect_near_rel(row[RowLayout::kDeltaScore], want.delta_score, what + " delta_score");
@@ -333,8 +351,9 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
     EXPECT_LE(row[RowLayout::kEmbedW], cfg.max_bound) << what;
   }
   // The run must exercise what it claims to: bounds hit, creation crossed mid-run, and some rows
-  // (show 0 pushes are common) still below the threshold at some point.
+  // (show 0 pushes are common) still below the thresholds at some point.
   EXPECT_GT(clipped, 0);
+  EXPECT_GT(embed_steps_skipped, 0);
   EXPECT_GT(created_after_first_step, 0);
   EXPECT_GT(creations, kRows / 2);
   if (cfg.kind != SparseOptimizerKind::kAdagrad) {
@@ -353,7 +372,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{SparseOptimizerKind::kAdam, 1, "adam_dim1"},
                       Case{SparseOptimizerKind::kSharedAdam, 1, "shared_adam_dim1"},
                       Case{SparseOptimizerKind::kAdam, 17, "adam_dim17"},
-                      Case{SparseOptimizerKind::kSharedAdam, 64, "shared_adam_dim64"}),
+                      Case{SparseOptimizerKind::kSharedAdam, 64, "shared_adam_dim64"},
+                      Case{SparseOptimizerKind::kSgd, 8, "sgd_summed", false},
+                      Case{SparseOptimizerKind::kAdagrad, 8, "adagrad_summed", false}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // A push on a row whose embedx does not exist yet never touches embedx weights, even with a
@@ -372,11 +393,57 @@ TEST(SparseOptimizer, EmbedxGradientIgnoredUntilCreated) {
   EXPECT_TRUE(apply_push(row.data(), layout, cfg, 42, push.data()));
   EXPECT_EQ(row[layout.mf_size()], 4.0f);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(row[layout.embedx_w() + i], 0.0f);
-  EXPECT_EQ(row[layout.embedx_state()], cfg.mf_initial_g2sum);
+  EXPECT_EQ(row[layout.embedx_state()], 0.0f);  // g2sum starts at 0, as in Paddle
   EXPECT_FALSE(apply_push(row.data(), layout, cfg, 42, push.data()));  // now it is updated
-  const float step = cfg.mf_learning_rate * 1.0f;                      // g2sum still initial
+  const float step = cfg.mf_learning_rate * 1.0f;                      // g2sum still 0
   EXPECT_FLOAT_EQ(row[layout.embedx_w() + 0], std::max(-step * 9.0f, cfg.mf_min_bound));
   EXPECT_FLOAT_EQ(row[layout.embedx_w() + 1], std::min(step * 9.0f, cfg.mf_max_bound));
+}
+
+// Paddle's adagrad from a fresh row, by hand: g2sum starts at 0, so the first step is lr * g on
+// the show-scaled gradient (GPUBox used to start g2sum at initial_g2sum: a first step of lr * g /
+// sqrt(2)); the next one is lr * g * sqrt(initial_g2sum / (initial_g2sum + g_1^2)).
+TEST(SparseOptimizer, AdagradStartsLikePaddle) {
+  SparseOptimizerConfig cfg;  // the defaults: adagrad, lr 0.05, initial_g2sum 3, no L2
+  cfg.mf_dim = 2;
+  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  std::vector<float> row(layout.stride());
+  table::init_row(row.data(), layout, cfg, 7, 1);
+  EXPECT_EQ(row[RowLayout::kEmbedState], 0.0f);
+  std::vector<float> push = {4.0f, 1.0f, 2.0f, 0.0f, 0.0f};  // 4 occurrences summing to 2
+  apply_push(row.data(), layout, cfg, 7, push.data());
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW], -0.05f * 0.5f);
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedState], 0.25f);
+  push = {1.0f, 0.0f, -1.0f, 0.0f, 0.0f};
+  apply_push(row.data(), layout, cfg, 7, push.data());
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW],
+                  static_cast<float>(-0.025 + 0.05 * std::sqrt(3.0 / 3.25)));
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedState], 1.25f);
+}
+
+// Below embed_threshold a key's show and click are counted and embed_w stays as created; the push
+// that brings the score to the threshold takes the first step, with weight_decay on it.
+TEST(SparseOptimizer, EmbedThresholdCountsBeforeItLearns) {
+  SparseOptimizerConfig cfg;
+  cfg.kind = SparseOptimizerKind::kSgd;
+  cfg.mf_dim = 1;
+  cfg.learning_rate = 0.5f;
+  cfg.initial_range = 0.2f;  // a non-zero start, so weight_decay shows
+  cfg.weight_decay = 0.25f;
+  cfg.embed_threshold = 0.25f;  // three shows without a click (score 0.1 each)
+  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  std::vector<float> row(layout.stride());
+  table::init_row(row.data(), layout, cfg, 11, 2);
+  const float w0 = row[RowLayout::kEmbedW];
+  ASSERT_NE(w0, 0.0f);
+  const std::vector<float> push = {1.0f, 0.0f, 0.8f, 0.0f};
+  for (int i = 0; i < 2; ++i) {
+    apply_push(row.data(), layout, cfg, 11, push.data());
+    EXPECT_EQ(row[RowLayout::kEmbedW], w0) << "push " << i;
+  }
+  EXPECT_EQ(row[RowLayout::kShow], 2.0f);
+  apply_push(row.data(), layout, cfg, 11, push.data());  // score 0.3
+  EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW], w0 - 0.5f * (0.8f + 0.25f * w0));
 }
 
 }  // namespace

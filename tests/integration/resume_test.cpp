@@ -1,0 +1,247 @@
+// Saves and resume of the trainer (trainer/engine/checkpoint.hpp), in-process host tier:
+//  - a run stopped after pass 0 and run again (epochs raised to 3) resumes from pass 0 and ends
+//    bit-identical to an uninterrupted 3-pass run (shuffled passes included: seeds per pass);
+//    passes and their save folders count from 0, the manifest records the passes done;
+//  - run again once complete, it trains nothing; runner.resume: off starts afresh;
+//  - the newest save made with other model keys, or by a run started from another --load, is
+//    refused naming the keys or the starting points (a save of a config built in code records
+//    no keys and is not compared); an incomplete newest save is skipped;
+//  - load refuses a folder without a model manifest, or whose halves are not the ones named;
+//  - save_mode delta: the first save is a base, the next ones deltas naming their parent;
+//    loading the last reproduces the model; a replaced parent is refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "dataset/generator.hpp"
+#include "table/io/model_manifest.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+namespace io = table::io;
+
+class Resume : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_resume_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    dataset::GeneratorOptions gen;
+    gen.out_dir = (root_ / "train").string();
+    gen.lines = 1200;
+    gen.files = 2;
+    gen.seed = 11;
+    gen.slots = 4;
+    gen.dense = 2;
+    gen.vocab = 300;
+    dataset::OracleSummary oracle;
+    throw_if_error(dataset::generate(gen, &oracle));
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  // 3 shuffled passes of a small dnn, each saved under `save` (checkpoint: optimizer state too).
+  static TrainerConfig config(const fs::path& save, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                          "runner.model_save_path=" + save.string(),
+                                          "runner.save_mode=checkpoint",
+                                          "runner.train_batch_size=40",
+                                          "runner.epochs=3",
+                                          "runner.shuffle=true",
+                                          "runner.seed=3",
+                                          "runner.metrics_path=",
+                                          "hyper_parameters.sparse_inputs_slots=5",
+                                          "hyper_parameters.sparse_feature_dim=5",
+                                          "hyper_parameters.dense_input_dim=2",
+                                          "hyper_parameters.fc_sizes=[16, 8]",
+                                          "hyper_parameters.optimizer.learning_rate=0.01",
+                                          "hyper_parameters.sparse_optimizer.learning_rate=0.3"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
+                                   overrides);
+    throw_if_error(cfg.status());
+    return cfg.value();
+  }
+  static TrainerEnv env() {
+    TrainerEnv e;
+    e.selected_cards = "0,1";
+    e.threads_per_card = 1;
+    return e;
+  }
+  static std::vector<int64_t> passes(const std::vector<PassReport>& reports) {
+    std::vector<int64_t> out;
+    for (const auto& r : reports) out.push_back(r.pass);
+    return out;
+  }
+  // The message of a call that must throw gpubox::Error.
+  template <class F>
+  static std::string error_of(F&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "no error";
+    return "";
+  }
+
+  static fs::path root_;
+};
+fs::path Resume::root_;
+
+TEST_F(Resume, ARunStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  const fs::path straight_dir = root_ / "straight", stopped_dir = root_ / "stopped";
+  Trainer straight(config(straight_dir), env());
+  const std::vector<PassReport> want = straight.train();
+  ASSERT_EQ(passes(want), (std::vector<int64_t>{0, 1, 2}));
+
+  {  // The first run ends after pass 0 (as if killed in pass 1: pass 0's save is the last).
+    Trainer first(config(stopped_dir, {"runner.epochs=1"}), env());
+    EXPECT_EQ(passes(first.train()), (std::vector<int64_t>{0}));
+  }
+  Trainer again(config(stopped_dir), env());
+  const std::vector<PassReport> got = again.train();
+  ASSERT_EQ(passes(got), (std::vector<int64_t>{1, 2}));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(got[i].metrics.auc, want[i + 1].metrics.auc) << "pass " << got[i].pass;
+    EXPECT_EQ(got[i].metrics.logloss, want[i + 1].metrics.logloss) << "pass " << got[i].pass;
+  }
+  EXPECT_EQ(again.dense_values(0), straight.dense_values(0));
+  EXPECT_EQ(again.passes_done(), 3);
+
+  // The saves of the resumed run continue the lineage: sequences 2 and 3 after pass 0's 1. The
+  // save of pass p (folder p) records p + 1 passes done: a resume from it goes on with pass p + 1.
+  for (int pass = 0; pass < 3; ++pass) {
+    auto m = io::read_model_manifest(io::FileEnv::posix(), (stopped_dir / std::to_string(pass)));
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(m->pass, pass + 1);
+    EXPECT_EQ(m->sequence, static_cast<uint64_t>(pass + 1));
+    EXPECT_EQ(m->origin, "");
+  }
+
+  // Once complete, running it again trains nothing and leaves the model as it was.
+  Trainer done(config(stopped_dir), env());
+  EXPECT_TRUE(done.train().empty());
+  EXPECT_EQ(done.dense_values(0), straight.dense_values(0));
+}
+
+TEST_F(Resume, OffStartsAfreshAndItsSavesAreTheNewest) {
+  const fs::path dir = root_ / "off";
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();
+  Trainer fresh(config(dir, {"runner.resume=off", "runner.epochs=1"}), env());
+  EXPECT_EQ(passes(fresh.train()), (std::vector<int64_t>{0}));
+  // Pass 0 was saved again after pass 1: it is the newest, so a resume starts after it.
+  Trainer resumed(config(dir, {"runner.epochs=2"}), env());
+  EXPECT_EQ(passes(resumed.train()), (std::vector<int64_t>{1}));
+}
+
+TEST_F(Resume, TheNewestSaveOfAnotherRunIsRefusedNamingWhatDiffers) {
+  const fs::path dir = root_ / "other_run";
+  Trainer(config(dir, {"runner.epochs=1"}), env()).train();
+
+  std::string what = error_of([&] {
+    Trainer(config(dir, {"hyper_parameters.fc_sizes=[8]", "runner.seed=4"}), env()).train();
+  });
+  EXPECT_NE(what.find("was made with other model settings: hyper_parameters.fc_sizes: saved "
+                      "[16, 8], now [8]; runner.seed: saved 3, now 4"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
+
+  // Started from scratch, then run again with --load of another save: not the same run.
+  what = error_of([&] { Trainer(config(dir), env()).train((dir / "0").string()); });
+  EXPECT_NE(what.find("belongs to a run that started from scratch, and this command starts from "
+                      "--load " +
+                      (dir / "0").string()),
+            std::string::npos)
+      << what;
+}
+
+TEST_F(Resume, ASaveOfAConfigBuiltInCodeRecordsNoModelKeysAndIsNotCompared) {
+  const fs::path dir = root_ / "in_code";
+  TrainerConfig in_code = config(dir, {"runner.epochs=1"});
+  in_code.model_keys.clear();  // what a TrainerConfig filled in code holds
+  Trainer(in_code, env()).train();
+  auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / "0").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_TRUE(m->model_keys.empty());
+  // Nothing recorded to compare with: the loaded config's run resumes from it.
+  Trainer again(config(dir, {"runner.epochs=2"}), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
+}
+
+TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {
+  const fs::path dir = root_ / "incomplete";
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();
+  // Pass 1's dense half replaced by pass 0's: its halves no longer match its manifest.
+  fs::remove_all(dir / "1" / "dense");
+  fs::copy(dir / "0" / "dense", dir / "1" / "dense", fs::copy_options::recursive);
+  Trainer again(config(dir, {"runner.epochs=2"}), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
+}
+
+TEST_F(Resume, LoadRefusesAFolderThatIsNotOneCompleteSave) {
+  const fs::path a = root_ / "load_a", b = root_ / "load_b";
+  Trainer(config(a, {"runner.epochs=1"}), env()).train();
+  Trainer(config(b, {"runner.epochs=1", "runner.seed=9"}), env()).train();
+  Trainer fresh(config(root_ / "unused"), env());
+
+  // Without its model manifest (a save cut short): refused, naming it.
+  fs::copy(a / "0", root_ / "no_manifest", fs::copy_options::recursive);
+  fs::remove(root_ / "no_manifest" / "MODEL_MANIFEST");
+  std::string what = error_of([&] { fresh.load((root_ / "no_manifest").string()); });
+  EXPECT_NE(what.find((root_ / "no_manifest" / "MODEL_MANIFEST").string() + " is missing"),
+            std::string::npos)
+      << what;
+
+  // A new sparse half beside the old dense half: refused, naming the sparse half.
+  fs::copy(a / "0", root_ / "mixed", fs::copy_options::recursive);
+  fs::remove_all(root_ / "mixed" / "sparse");
+  fs::copy(b / "0" / "sparse", root_ / "mixed" / "sparse", fs::copy_options::recursive);
+  what = error_of([&] { fresh.load((root_ / "mixed").string()); });
+  EXPECT_NE(what.find("do not match its MODEL_MANIFEST"), std::string::npos) << what;
+  EXPECT_NE(what.find("sparse/MANIFEST has digest"), std::string::npos) << what;
+  EXPECT_EQ(what.find("dense/MANIFEST has digest"), std::string::npos) << what;
+  fresh.load((a / "0").string());  // the complete one loads
+}
+
+TEST_F(Resume, DeltaSavesChainToABaseAndLoadTheWholeChain) {
+  const fs::path dir = root_ / "delta";
+  Trainer trainer(config(dir, {"runner.save_mode=delta"}), env());
+  trainer.train();
+  const auto manifest = [&](int pass) {
+    auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / std::to_string(pass)).string());
+    throw_if_error(m.status());
+    return m.value();
+  };
+  EXPECT_EQ(manifest(0).mode, table::SaveKind::kBase);  // a chain starts with a base
+  EXPECT_EQ(manifest(1).mode, table::SaveKind::kDelta);
+  EXPECT_EQ(manifest(1).parent, "../0");
+  EXPECT_EQ(manifest(2).parent, "../1");
+
+  const auto files = data_files((root_ / "train").string());
+  const EvalResult want = trainer.evaluate(files, true);
+  Trainer fresh(config(root_ / "unused_delta", {"runner.save_mode=delta"}), env());
+  fresh.load((dir / "2").string());
+  const EvalResult got = fresh.evaluate(files, true);
+  EXPECT_EQ(got.predictions, want.predictions);
+
+  // The base replaced by another save: the chain of pass 2 is refused, naming the link.
+  fs::remove_all(dir / "0");
+  fs::copy(dir / "1", dir / "0", fs::copy_options::recursive);
+  Trainer another(config(root_ / "unused_delta2", {"runner.save_mode=delta"}), env());
+  const std::string what = error_of([&] { another.load((dir / "2").string()); });
+  EXPECT_NE(what.find("applies onto " + (dir / "0").string() +
+                      ", but that folder now holds another save"),
+            std::string::npos)
+      << what;
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

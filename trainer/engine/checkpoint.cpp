@@ -1,0 +1,356 @@
+#include "trainer/engine/checkpoint.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "common/logging.hpp"
+#include "table/io/save_dir.hpp"
+#include "table/server/remote_host_tier.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+namespace io = table::io;
+
+// Server restarts repaired in one run before it gives up: a server that keeps restarting is not
+// something a reload repairs.
+constexpr int kMaxRecoveries = 3;
+// Saves one delta chain may go through (a bound against a corrupt or cyclic chain).
+constexpr std::size_t kMaxChain = 100000;
+
+io::FileEnv* env() { return io::FileEnv::posix(); }
+
+// Absolute and normalized, so that two names of one folder compare equal.
+std::string normalized(const std::string& dir) {
+  return fs::absolute(fs::path(dir)).lexically_normal().string();
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / name).string();
+}
+
+table::server::RemoteHostTier* as_remote(table::HostTier& host) {
+  return dynamic_cast<table::server::RemoteHostTier*>(&host);
+}
+
+std::string describe_start(const std::string& origin) {
+  return origin.empty() ? "from scratch" : "from --load " + origin;
+}
+
+// "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
+// code has no model keys: a save made with one, or a run with one, is not compared.
+std::string model_key_differences(const std::map<std::string, std::string>& saved,
+                                  const std::map<std::string, std::string>& now) {
+  if (now.empty() || saved.empty()) return "";
+  std::set<std::string> keys;
+  for (const auto& [k, v] : saved) keys.insert(k);
+  for (const auto& [k, v] : now) keys.insert(k);
+  std::string out;
+  for (const std::string& key : keys) {
+    const auto s = saved.find(key);
+    const auto n = now.find(key);
+    const std::string was = s == saved.end() ? "(not recorded)" : s->second;
+    const std::string is = n == now.end() ? "(not a key)" : n->second;
+    if (was != is) out += (out.empty() ? "" : "; ") + key + ": saved " + was + ", now " + is;
+  }
+  return out;
+}
+
+// The complete-looking saves directly under `root` (their MODEL_MANIFEST reads back), newest
+// first. Folders that hold halves but no model manifest are named in `*incomplete`.
+std::vector<SavePoint> saves_under(const std::string& root, std::vector<std::string>* incomplete) {
+  std::vector<SavePoint> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const std::string dir = entry.path().string();
+    if (dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".tmp") == 0) continue;
+    SavePoint point;
+    point.dir = dir;
+    auto manifest = io::read_model_manifest(env(), dir, &point.digest);
+    if (manifest.ok()) {
+      point.manifest = std::move(manifest).value();
+      out.push_back(std::move(point));
+    } else if (incomplete != nullptr) {
+      incomplete->push_back(manifest.status().message());
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const SavePoint& a, const SavePoint& b) {
+    if (a.manifest.sequence != b.manifest.sequence) {
+      return a.manifest.sequence > b.manifest.sequence;
+    }
+    return a.manifest.pass > b.manifest.pass;
+  });
+  return out;
+}
+
+}  // namespace
+
+bool host_is_remote(const table::HostTier& host) {
+  return dynamic_cast<const table::server::RemoteHostTier*>(&host) != nullptr;
+}
+
+std::string model_root(const std::string& save_path, const std::string& load) {
+  std::vector<fs::path> folders;
+  for (const std::string& p : {save_path, load}) {
+    if (!p.empty()) folders.push_back(fs::path(normalized(p)));
+  }
+  if (folders.empty()) return "";
+  fs::path root = folders[0];
+  for (const fs::path& f : folders) {
+    fs::path common;
+    for (auto a = root.begin(), b = f.begin(); a != root.end() && b != f.end() && *a == *b;
+         ++a, ++b) {
+      common /= *a;
+    }
+    root = common;
+  }
+  // A save path ending in '/' normalizes to a trailing empty part.
+  std::string out = root.string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+RestorePlan plan_restore(const std::string& dir, bool sparse_required) {
+  RestorePlan plan;
+  std::string current = normalized(dir);
+  uint64_t expected_digest = 0;  // what the save after `current` in the chain names it by
+  std::set<std::string> seen;
+  for (;;) {
+    const std::string via =
+        plan.chain.empty() ? "" : "the save " + dir + " applies onto " + current + ", but ";
+    GPUBOX_EXPECTS(seen.insert(current).second && seen.size() <= kMaxChain, via,
+                   "its chain of delta saves loops back to ", current);
+    SavePoint point;
+    point.dir = current;
+    auto manifest = io::read_model_manifest(env(), current, &point.digest);
+    if (!manifest.ok()) GPUBOX_FAIL(via, manifest.status().message());
+    point.manifest = std::move(manifest).value();
+    if (!plan.chain.empty() && point.digest != expected_digest) {
+      GPUBOX_FAIL(via, "that folder now holds another save (its MODEL_MANIFEST has digest ",
+                  io::hex64(point.digest), ", the delta was made on top of ",
+                  io::hex64(expected_digest), ")");
+    }
+    const Status halves = io::check_halves(env(), current, point.manifest, sparse_required);
+    if (!halves.ok()) GPUBOX_FAIL(via, halves.message());
+    plan.chain.insert(plan.chain.begin(), point);
+    if (point.manifest.mode != table::SaveKind::kDelta) break;
+    expected_digest = point.manifest.parent_digest;
+    current = (fs::path(current) / point.manifest.parent).lexically_normal().string();
+  }
+  return plan;
+}
+
+void restore_sparse(table::HostTier& host, const RestorePlan& plan) {
+  auto* remote = as_remote(host);
+  for (const SavePoint& link : plan.chain) {
+    const std::vector<uint64_t>& parts = link.manifest.sparse;
+    const std::size_t holders = remote != nullptr ? remote->endpoint_count() : 1;
+    if (parts.size() != holders) {
+      GPUBOX_FAIL("the save ", link.dir, " holds its sparse rows in ", parts.size(),
+                  " part(s) (saved by that many servers) but this trainer has ", holders,
+                  remote != nullptr ? " server(s)" : " in-process host tier",
+                  ": load it with as many servers as saved it");
+    }
+    const std::string sparse = join(link.dir, io::kSparseHalf);
+    throw_if_error(host.load(sparse).with_context("restoring the sparse half of " + link.dir));
+    if (remote == nullptr) continue;
+    const std::vector<uint64_t> loaded = remote->last_sync_generations();
+    for (std::size_t e = 0; e < parts.size(); ++e) {
+      if (e < loaded.size() && loaded[e] == parts[e]) continue;
+      GPUBOX_FAIL("server ", remote->endpoint_name(e), " loaded ",
+                  join(link.dir, io::sparse_part_folder(e, parts.size())), " with digest ",
+                  io::hex64(e < loaded.size() ? loaded[e] : 0), " but ", link.dir, "/",
+                  io::kModelManifestName, " names ", io::hex64(parts[e]),
+                  ": the server's copy is not the half saved with this dense half (another "
+                  "--data_dir, or replaced since)");
+    }
+  }
+}
+
+std::vector<uint64_t> saved_sparse_digests(table::HostTier& host, const std::string& dir) {
+  if (auto* remote = as_remote(host)) {
+    std::vector<uint64_t> digests = remote->last_sync_generations();
+    GPUBOX_EXPECTS(digests.size() == remote->endpoint_count(),
+                   "no SAVE reply from every server for ", dir);
+    return digests;
+  }
+  auto digest = io::read_half_digest(env(), join(dir, io::kSparseHalf), io::kSparseHalf);
+  throw_if_error(digest.status().with_context("reading back the sparse half of " + dir));
+  return {*digest};
+}
+
+std::optional<SavePoint> SaveLineage::find_resume_point(const std::string& start_from,
+                                                        table::HostTier& host) {
+  origin_ = start_from.empty() ? "" : normalized(start_from);
+  std::optional<SavePoint> point = find_newest_save(host);
+  if (!point && origin_.empty() && host_is_remote(host)) {
+    const auto stats = host.stats();
+    if (stats.ok() && stats->rows_in_memory + stats->rows_on_disk > 0) {
+      GPUBOX_LOG(WARNING) << "this run starts from scratch, but the servers already hold "
+                          << stats->rows_in_memory + stats->rows_on_disk
+                          << " rows (of another run?): it trains on top of them. Restart the "
+                          << "servers for a fresh model";
+    }
+  }
+  return point;
+}
+
+std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& host) {
+  const RunnerConfig& r = config_.runner;
+  if (r.model_save_path.empty() || r.save_mode == table::SaveKind::kNone) return std::nullopt;
+  std::vector<std::string> incomplete;
+  const std::vector<SavePoint> saves = saves_under(r.model_save_path, &incomplete);
+  if (r.resume == ResumeMode::kOff) {
+    if (!saves.empty()) {
+      GPUBOX_LOG(WARNING) << "runner.resume is off: " << r.model_save_path
+                          << " holds saves of an earlier run (the newest: pass "
+                          << saves.front().manifest.pass - 1 << "); this run starts "
+                          << describe_start(origin_) << " and its saves replace those of the "
+                          << "same passes";
+    }
+    return std::nullopt;
+  }
+  for (const std::string& why : incomplete) {
+    GPUBOX_LOG(INFO) << "runner.resume: skipped: " << why;
+  }
+  const bool sparse_required = !host_is_remote(host);
+  for (const SavePoint& candidate : saves) {
+    const io::ModelManifest& m = candidate.manifest;
+    const std::string which = "the newest save under " + r.model_save_path + " (pass " +
+                              std::to_string(m.pass - 1) + ", " + candidate.dir + ")";
+    const std::string remedy =
+        ". Resuming would mix two runs: run the command that made it, or add -o "
+        "runner.resume=off to start afresh (its saves then replace those there), or use "
+        "another runner.model_save_path";
+    if (m.origin != origin_) {
+      GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
+                  describe_start(m.origin), ", and this command starts ", describe_start(origin_),
+                  remedy);
+    }
+    const std::string differences = model_key_differences(m.model_keys, config_.model_keys);
+    if (!differences.empty()) {
+      GPUBOX_FAIL("runner.resume: ", which, " was made with other model settings: ", differences,
+                  remedy);
+    }
+    try {
+      plan_restore(candidate.dir, sparse_required);
+    } catch (const Error& e) {
+      GPUBOX_LOG(WARNING) << "runner.resume: " << candidate.dir
+                          << " is not a complete save, trying the one before: " << e.what();
+      continue;
+    }
+    origin_ = m.origin;
+    GPUBOX_LOG(INFO) << "runner.resume: resuming from pass " << m.pass - 1 << " (" << candidate.dir
+                     << ", a " << name_of(table::kSaveKindNames, m.mode) << " save); the next "
+                     << "pass is " << m.pass
+                     << (m.mode == table::SaveKind::kCheckpoint
+                             ? std::string()
+                             : std::string("; a ") + name_of(table::kSaveKindNames, m.mode) +
+                                   " save holds no sparse optimizer state (it starts again from "
+                                   "its initial values): the run goes on close to, not exactly "
+                                   "as, an uninterrupted one (save_mode: checkpoint resumes "
+                                   "exactly)");
+    return candidate;
+  }
+  GPUBOX_LOG(INFO) << "runner.resume: no complete save under " << r.model_save_path << "; starting "
+                   << describe_start(origin_);
+  return std::nullopt;
+}
+
+table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind configured) {
+  throw_if_error(io::remove_model_manifest(env(), dir).with_context("starting a save in " + dir));
+  if (configured == table::SaveKind::kDelta &&
+      (!last_ || normalized(last_->dir) == normalized(dir))) {
+    return table::SaveKind::kBase;  // a delta chain starts with a save that replaces the table
+  }
+  return configured;
+}
+
+void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
+                              std::vector<uint64_t> sparse, uint64_t dense) {
+  io::ModelManifest m;
+  m.pass = run_pass;
+  // Newer than every save beside it (of this run or an earlier one) and than the last one.
+  uint64_t newest = last_ ? last_->manifest.sequence : 0;
+  const std::string here = normalized(dir);
+  for (const SavePoint& other : saves_under(fs::path(here).parent_path().string(), nullptr)) {
+    newest = std::max(newest, other.manifest.sequence);
+  }
+  m.sequence = newest + 1;
+  m.mode = written;
+  if (written == table::SaveKind::kDelta) {
+    GPUBOX_EXPECTS(last_.has_value(), "a delta save without a save to apply onto");
+    m.parent = fs::path(normalized(last_->dir)).lexically_relative(here).string();
+    m.parent_digest = last_->digest;
+  }
+  m.origin = origin_;
+  m.model_keys = config_.model_keys;
+  m.dense = dense;
+  m.sparse = std::move(sparse);
+  SavePoint point;
+  point.dir = here;
+  throw_if_error(io::write_model_manifest(env(), dir, m, &point.digest)
+                     .with_context("writing the model manifest of " + dir));
+  point.manifest = std::move(m);
+  last_ = std::move(point);
+  last_run_pass_ = run_pass;
+}
+
+void SaveLineage::restored(const RestorePlan& plan, int64_t run_pass) {
+  last_ = plan.save();
+  last_run_pass_ = run_pass;
+}
+
+SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& host,
+                                           bool pass_open, int64_t pass) {
+  auto* remote = as_remote(host);
+  if (remote == nullptr) throw error;
+  const std::vector<table::server::ServerRestart> restarts = remote->pending_restarts();
+  if (restarts.empty()) throw error;
+  std::string what;
+  for (const auto& r : restarts) what += (what.empty() ? "" : "; ") + r.describe();
+  // last_run_pass_ counts the passes done: the save of pass p (from 0) stands at p + 1, the save
+  // a run started from (--load, model_init_path) at 0.
+  const std::string last = !last_ ? ""
+                           : last_run_pass_ > 0
+                               ? "the last complete save (pass " +
+                                     std::to_string(last_run_pass_ - 1) + ", " + last_->dir + ")"
+                               : "the save the run started from (" + last_->dir + ")";
+  if (pass_open) {
+    GPUBOX_FAIL("pass ", pass, ": ", what,
+                ". Found while the pass was open (its rows trained on the cards, the write-back "
+                "under way): the pass cannot finish. ",
+                last.empty() || config_.runner.resume == ResumeMode::kOff
+                    ? "No save to resume from: running the command again starts afresh"
+                    : "Run the same command again: it resumes from " + last);
+  }
+  if (config_.runner.resume == ResumeMode::kOff) {
+    GPUBOX_FAIL("pass ", pass, ": ", what, " (runner.resume is off: the trainer stops)");
+  }
+  if (!last_) {
+    GPUBOX_FAIL("pass ", pass, ": ", what,
+                "; no save was made or loaded yet to restore the servers from: running the "
+                "command again starts afresh");
+  }
+  if (++recoveries_ > kMaxRecoveries) {
+    GPUBOX_FAIL("pass ", pass, ": ", what, "; the servers restarted ", kMaxRecoveries,
+                " times already in this run: giving up. Running the command again resumes from ",
+                last);
+  }
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". No pass was open: reloading " << last
+                      << " into the servers and training the passes after it again";
+  remote->accept_restarts();
+  return Recovery{last_->dir, last_run_pass_};
+}
+
+void SaveLineage::check_servers(table::HostTier& host, int64_t pass) {
+  if (as_remote(host) == nullptr) return;
+  const auto stats = host.stats();
+  if (!stats.ok()) GPUBOX_FAIL("before pass ", pass, ": ", stats.status().to_string());
+}
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,127 @@
+// Saves a training run can be restored from, and the restore (README "Durability and resume").
+//
+// A save folder (<model_save_path>/<pass>) holds the sparse half, the dense half and, written
+// last, a model manifest naming both (table/io/model_manifest.hpp). A save is complete when its
+// manifest reads back and every half visible from here matches it; a delta save also needs
+// every save it applies onto, back to a base or checkpoint (its chain).
+//
+// Resume (runner.resume: auto, with model_save_path set and save_mode not none): a training
+// command run again after a crash of the trainer, of a server or of the machine finds the newest
+// complete save under model_save_path (largest sequence), restores its sparse half into the host
+// tier (the servers through LOAD, base then deltas in order) and its dense half on every card,
+// and goes on with the pass after it. It refuses a newest save made with other model keys or
+// started from another --load, naming what differs, instead of mixing two runs.
+//
+// A server restart during the run (the client's instance-id check, table/server/server_identity
+// .hpp) is repaired in the run when it is found while no pass is open (at the start of a pass,
+// while its rows are pulled, at an evaluation or a save): the last save is loaded again and the
+// passes after it are trained again. Found while a pass is open (its rows trained on the cards,
+// the write-back under way), it stops the run with an error naming the server and the pass;
+// running the command again resumes from the last save.
+//
+// Thread-safety: used by the trainer's controlling thread only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "table/host_tier.hpp"
+#include "table/io/model_manifest.hpp"
+#include "trainer/config/trainer_config.hpp"
+
+namespace gpubox::trainer {
+
+// One complete save.
+struct SavePoint {
+  std::string dir;
+  table::io::ModelManifest manifest;
+  uint64_t digest = 0;  // of its MODEL_MANIFEST (what a delta made on top of it names)
+};
+
+// A save and the saves whose sparse halves restore it, oldest first: a base or checkpoint, then
+// each delta up to the save itself (chain.back()).
+struct RestorePlan {
+  std::vector<SavePoint> chain;
+  const SavePoint& save() const { return chain.back(); }
+};
+
+// Reads the model manifest of `dir` and of every save its chain goes through, and checks each
+// link (a parent replaced since is refused) and each half visible from here (every sparse part
+// too when `sparse_required`: an in-process tier reads them here). Throws gpubox::Error naming
+// the folder and what is missing or differs.
+RestorePlan plan_restore(const std::string& dir, bool sparse_required);
+
+// Loads the sparse halves of `plan` into `host`, in order (a delta applies onto what is there).
+// With servers, each server's reply must name the part the manifest names; throws naming the
+// server and both digests otherwise.
+void restore_sparse(table::HostTier& host, const RestorePlan& plan);
+
+// The digest of each sparse part just saved under `dir`/sparse: read back here for the
+// in-process tier, the servers' SAVE replies otherwise.
+std::vector<uint64_t> saved_sparse_digests(table::HostTier& host, const std::string& dir);
+
+// True when `host` is held by servers (their share of a save is on their machine).
+bool host_is_remote(const table::HostTier& host);
+
+// The deepest folder holding every save a gpubox_train command writes or reads: `save_path`
+// (runner.model_save_path, training) and `load` (--load, or runner.infer_load_path), absolute;
+// "" when neither is set. The servers' --data_dir for it (scripts/run_gpubox.sh), since their
+// SAVE and LOAD paths must stay inside it.
+std::string model_root(const std::string& save_path, const std::string& load);
+
+// The saves one trainer makes and restores: what a delta applies onto, the sequence of the next
+// save, where the run started, the save to go back to after a server restart.
+class SaveLineage {
+ public:
+  explicit SaveLineage(const TrainerConfig& config) : config_(config) {}
+
+  // Where a training command starts. With runner.resume auto (model_save_path set, save_mode
+  // not none): the newest complete save under model_save_path, or nothing when there is none
+  // (saves not complete are skipped, with a warning naming why). Throws, naming the keys or
+  // folders, when the newest save belongs to another run: other model keys, or started from
+  // another `start_from` (the command's --load, "" = from scratch). Logs what it chose.
+  // `host` says which halves must be readable here. Sets the origin the run's saves record:
+  // the resumed save's, else `start_from`. A run that starts from scratch while its servers
+  // already hold rows (of another run) is warned that it trains on top of them.
+  std::optional<SavePoint> find_resume_point(const std::string& start_from, table::HostTier& host);
+
+  // A save into `dir` begins: its MODEL_MANIFEST is removed (the folder holds no complete save
+  // until commit_save) and the sparse half's mode is chosen: `configured`, except that a delta
+  // without a save to apply onto (the run's first save) is written as a base.
+  table::SaveKind begin_save(const std::string& dir, table::SaveKind configured);
+  // Both halves are saved: writes the model manifest. `run_pass` = the passes the trainer has
+  // done (the save of pass p, counted from 0, records p + 1: a resume goes on with pass p + 1).
+  void commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
+                   std::vector<uint64_t> sparse, uint64_t dense);
+  // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
+  void restored(const RestorePlan& plan, int64_t run_pass);
+
+  // What to reload after `error` stopped the run at `pass`: when the host tier reports a
+  // server restart, no pass was open (`pass_open` false), runner.resume is auto and a save was
+  // made or loaded, the restarts are accepted and that save is returned with the trainer's pass
+  // it stands for. Otherwise throws `error` again, with the restart named when there was one.
+  struct Recovery {
+    std::string dir;
+    int64_t run_pass = 0;
+  };
+  Recovery recover(const Error& error, table::HostTier& host, bool pass_open, int64_t pass);
+
+  // Asks every server whether it is still the process it was (throws, like any call that finds
+  // a restart, so that recover() sees it). A no-op for the in-process tier.
+  static void check_servers(table::HostTier& host, int64_t pass);
+
+ private:
+  // find_resume_point without the servers' warning.
+  std::optional<SavePoint> find_newest_save(const table::HostTier& host);
+
+  const TrainerConfig& config_;
+  std::string origin_;
+  std::optional<SavePoint> last_;  // the last save made or restored
+  int64_t last_run_pass_ = 0;      // the trainer's pass when it was
+  int recoveries_ = 0;
+};
+
+}  // namespace gpubox::trainer

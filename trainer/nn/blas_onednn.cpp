@@ -1,0 +1,119 @@
+// oneDNN implementation of trainer/nn/blas.hpp (cpu backend).
+//
+// Threads: oneDNN is built on the OpenMP runtime (Debian's libdnnl), the pool that parallel_for
+// and Thrust use, so a GEMM runs on the calling card thread's OpenMP threads (Card::activate sets
+// how many: one per card when several simulated cards share the cores). The OpenBLAS it replaces
+// had its own thread pool, which spun against the OpenMP one (blas_cpu.cpp measured 870 against
+// 12,100 examples/s) and had to be kept single-threaded per card.
+//
+// bf16: oneDNN runs bf16 matmuls natively on AVX512-BF16 and AMX (its avx512_core_bf16 and
+// avx512_core_amx ISAs); elsewhere it has none worth using (oneDNN 2.6 refuses them on AVX2 and
+// emulates them on plain AVX512), so the dense net runs in fp32 there.
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "common/error.hpp"
+#include "trainer/nn/blas.hpp"
+#include "trainer/nn/detail/gemm_backend.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+std::string isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "isa " + std::to_string(static_cast<unsigned>(isa));
+  }
+}
+
+// oneDNN's ISA values are cumulative bit sets: an ISA includes every bit of the ones it extends.
+bool has_isa(dnnl::cpu_isa isa, dnnl::cpu_isa wanted) {
+  const auto bits = static_cast<unsigned>(wanted);
+  return (static_cast<unsigned>(isa) & bits) == bits;
+}
+
+void check(dnnl_status_t status, const char* what) {
+  if (status != dnnl_success) GPUBOX_FAIL("oneDNN ", what, " failed with status ", status);
+}
+
+// cblas-style leading dimensions: oneDNN rejects ld < 1 even for empty matrices.
+dnnl_dim_t ld(int64_t v) { return v < 1 ? 1 : v; }
+
+}  // namespace
+
+Blas::Blas(device::Card& card) : card_(&card), backend_(std::make_unique<Backend>()) {
+  Backend& b = *backend_;
+  b.engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
+  b.stream = dnnl::stream(b.engine);
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  b.isa = isa_name(isa);
+  const char* emulate = std::getenv("GPUBOX_BF16_EMULATION");
+  if (has_isa(isa, dnnl::cpu_isa::avx512_core_bf16)) {
+    b.bf16 = Bf16Support::kHardware;
+  } else if (emulate != nullptr && std::string(emulate) == "1") {
+    b.bf16 = Bf16Support::kEmulated;
+  }
+  b.scratchpad = card.make_buffer<char>(0);
+}
+
+Blas::~Blas() = default;
+Blas::Blas(Blas&& other) noexcept = default;
+Blas& Blas::operator=(Blas&& other) noexcept = default;
+
+Bf16Support Blas::bf16() const { return backend_->bf16; }
+std::string Blas::isa() const { return backend_->isa; }
+
+void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) const {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0, "sgemm with negative size m=", m, " n=", n, " k=", k);
+  if (m == 0 || n == 0) return;
+  count_gemm_launch(stream());
+  if (k == 0) {
+    // Empty product: C = beta * C (oneDNN rejects k == 0; beta == 0 also clears a NaN in C).
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', trans_b == Transpose::kYes ? 'T' : 'N',
+                   m, n, k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc)),
+        "sgemm");
+}
+
+void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
+                 int64_t lda, const float* x, float beta, float* y) const {
+  GPUBOX_EXPECTS(rows >= 0 && cols >= 0, "sgemv with negative size rows=", rows, " cols=", cols);
+  const int64_t out = trans_a == Transpose::kYes ? cols : rows;
+  const int64_t inner = trans_a == Transpose::kYes ? rows : cols;
+  if (out == 0) return;
+  count_gemm_launch(stream());
+  if (inner == 0) {
+    // Empty product: y = beta * y (written here so that beta == 0 also clears a NaN in y).
+    for (int64_t i = 0; i < out; ++i) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
+    return;
+  }
+  // y[out x 1] = op(A)[out x inner] x[inner x 1]: a GEMM with one column.
+  check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', 'N', out, 1, inner, alpha, a, ld(lda), x,
+                   1, beta, y, 1),
+        "sgemv");
+}
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,250 @@
+#include "trainer/nn/dense_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
+
+namespace gpubox::trainer {
+
+namespace {
+// Row stride of an activation matrix with `cols` columns: a multiple of 8 elements (16 bytes of
+// bf16), so every row starts where tensor-core GEMMs want it; a single column stays dense.
+int64_t activation_ld(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8; }
+
+ElementType element_type(DensePrecision precision) {
+  return precision == DensePrecision::kBf16 ? ElementType::kBf16 : ElementType::kF32;
+}
+}  // namespace
+
+DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
+    : card_(&card),
+      config_(config),
+      blas_(card),
+      precision_(config.precision),
+      params_(card),
+      pool_(config.slots, config.mf_dim, config.use_cvm) {
+  GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
+  const bool has_mlp = config.kind != ModelKind::kWide;
+  if (precision_ == DensePrecision::kBf16 && (!has_mlp || blas_.bf16() == Bf16Support::kNone)) {
+    precision_ = DensePrecision::kFp32;
+    if (has_mlp && card.local_index() == 0) {
+      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but this card ("
+                          << blas_.isa() << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX "
+                          << "on a CPU, sm_80 or newer on a GPU): the dense net runs in fp32";
+    }
+  }
+  activation_type_ = element_type(precision_);
+  const int input_dim = pool_.out_dim() + config.dense_dim;
+  x0_ld_ = activation_ld(input_dim);
+  if (has_mlp) {
+    const std::size_t count = config.fc_sizes.size() + 1;
+    layers_.reserve(count);
+    int in = input_dim;
+    for (std::size_t l = 0; l < count; ++l) {
+      const bool last = l + 1 == count;
+      LinearGemmSpec spec;
+      spec.name = "fc_" + std::to_string(l);
+      spec.in = in;
+      spec.out = last ? 1 : config.fc_sizes[l];
+      spec.input = activation_type_;
+      spec.output = last ? ElementType::kF32 : activation_type_;  // the logit is fp32
+      spec.dx = l == 0 ? ElementType::kF32 : activation_type_;    // the pooled gradient too
+      spec.relu = !last;
+      spec.input_is_relu = l > 0;
+      // The first layer's input gradient is wanted for the pooled slots only.
+      spec.dx_cols = l == 0 ? pool_.out_dim() : in;
+      spec.x_ld = l == 0 ? x0_ld_ : activation_ld(in);
+      spec.y_ld = activation_ld(spec.out);
+      spec.dz_ld = activation_ld(spec.out);
+      spec.dx_ld = l == 0 ? pool_.out_dim() : activation_ld(in);
+      layers_.emplace_back(params_, blas_, spec);
+      in = spec.out;
+    }
+  }
+  if (config.kind != ModelKind::kDnn) {
+    wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
+  }
+  if (config.kind == ModelKind::kWide) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
+  if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
+  params_.finalize(config.seed);
+  hidden_.resize(layers_.size());
+  for (auto* buffer : {&x0_, &dz_a_, &dz_b_}) *buffer = card.make_buffer<char>(0);
+  for (auto& buffer : hidden_) buffer = card.make_buffer<char>(0);
+  for (auto* buffer : {&logits_, &preds_, &dlogits_, &d_pooled_, &ones_}) {
+    *buffer = card.make_buffer<float>(0);
+  }
+  loss_partials_ = card.make_buffer<double>(0);
+  status_ = card.make_buffer<DenseStepStatus>(1);
+  host_status_ = device::pinned_buffer<DenseStepStatus>(1);
+}
+
+double DenseModel::flops_per_example() const {
+  double macs = 0.0;
+  for (const Linear& layer : layers_) {
+    // forward X W and weight gradient X^T dZ over every input, input gradient dZ W^T over
+    // dx_cols of them.
+    macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + layer.spec().dx_cols);
+  }
+  return 2.0 * macs;
+}
+
+void DenseModel::reserve(int64_t batch) {
+  GPUBOX_EXPECTS(batch >= 0, "negative batch ", batch);
+  const auto n = static_cast<std::size_t>(batch);
+  const std::size_t act = element_bytes(activation_type_);
+  x0_.resize_discard(n * x0_ld_ * act);
+  std::size_t widest_dz = 0;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const LinearGemmSpec& spec = layers_[l].spec();
+    hidden_[l].resize_discard(n * spec.y_ld * element_bytes(spec.output));
+    widest_dz = std::max<std::size_t>(widest_dz, spec.dz_ld);
+    layers_[l].prepare(batch);
+  }
+  dz_a_.resize_discard(n * widest_dz * act);
+  dz_b_.resize_discard(n * widest_dz * act);
+  if (layers_.empty()) {
+    logits_.resize_discard(n);
+    if (ones_.size() < n) {
+      ones_ = device::to_device(std::vector<float>(n, 1.0f), card_->memory(), card_->stream());
+    }
+  }
+  preds_.resize_discard(n);
+  dlogits_.resize_discard(n);
+  d_pooled_.resize_discard(n * pool_.out_dim());
+  loss_partials_.resize_discard(SigmoidLogLoss::loss_partials(n));
+  if (reported_batch_ < 0 && !layers_.empty() && batch > 0) {
+    reported_batch_ = batch;
+    if (card_->local_index() == 0) {
+      GPUBOX_LOG(INFO) << "dense net kernels (batch " << batch << "):\n" << kernel_report(batch);
+    }
+  }
+}
+
+std::string DenseModel::kernel_report(int64_t batch) const {
+  std::ostringstream out;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    out << (l ? "\n" : "") << "  " << layers_[l].spec().name << " " << layers_[l].in() << "x"
+        << layers_[l].out() << ": " << layers_[l].describe(batch);
+  }
+  return out.str();
+}
+
+void DenseModel::forward(const DenseBatchView& batch) {
+  GPUBOX_EXPECTS(batch.batch >= 0 && batch.sparse.batch == batch.batch,
+                 "batch size mismatch: dense part ", batch.batch, ", sparse part ",
+                 batch.sparse.batch);
+  reserve(batch.batch);  // no-op when the step already did
+  const device::Stream& stream = card_->stream();
+  const int64_t n = batch.batch;
+  pool_.forward(stream, batch.sparse, batch.dense, config_.dense_dim, input_rows());
+  if (layers_.empty()) {
+    // wide: logits = bias (a rank-1 broadcast), the wide part adds the rest.
+    blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
+                params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
+  }
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
+  }
+  if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
+}
+
+void DenseModel::predict(const DenseBatchView& batch) {
+  predict_async(batch);
+  card_->stream().synchronize();
+}
+
+void DenseModel::predict_async(const DenseBatchView& batch) {
+  forward(batch);
+  SigmoidLogLoss::predict(card_->stream(), logits(), batch.batch, preds_.data());
+}
+
+double DenseModel::forward_backward(const DenseBatchView& batch, const GradScales& scales,
+                                    float* push) {
+  forward_backward_async(batch, scales, push);
+  device::copy_async(host_status_.data(), status_.data(), 1, card_->stream());
+  card_->stream().synchronize();
+  return host_status_[0].loss;
+}
+
+void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradScales& scales,
+                                        float* push) {
+  const int64_t n = batch.batch;
+  GPUBOX_EXPECTS(layers_.empty() || n == 0 || (scales.dense > 0.0f && std::isfinite(scales.dense)),
+                 "the dense gradient scale must be positive, got ", scales.dense);
+  forward(batch);
+  const device::Stream& stream = card_->stream();
+  // dZ of the logit layer = scale * dlogits: the MLP's gradients carry the dense scale
+  // (layers.hpp), so every parameter gradient comes straight out of a GEMM or its epilogue.
+  void* dz = dz_a_.data();
+  void* spare = dz_b_.data();
+  SigmoidLogLoss::forward_backward_async(
+      stream, logits(), batch.labels, n, preds_.data(), dlogits_.data(),
+      SigmoidLogLoss::ScaledGrad{layers_.empty() ? nullptr : dz, activation_type_, scales.dense},
+      &status_.data()->loss, loss_partials_.data(), params_.loss_slot());
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    layers_[l].backward_weights(params_, layer_input(l), dz, n);
+    if (l > 0) {
+      layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1], 1.0f, spare, n);
+      std::swap(dz, spare);
+    } else {
+      // The pooled gradient, with the dense scale multiplied back out.
+      const float unscale = n > 0 ? 1.0f / scales.dense : 0.0f;
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);
+    }
+  }
+  if (layers_.empty()) {
+    // wide: d bias = scale * sum of dz; the pooled gradient is the wide part's alone.
+    blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
+                params_.grads(wide_bias_));
+    device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
+  }
+  if (wide_) {
+    wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
+                    d_pooled_.data());
+  }
+  pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
+}
+
+void DenseModel::check_finite_async() {
+  find_non_finite_async(card_->stream(), params_.grads().data(), params_.reduced_size(),
+                        &status_.data()->first_non_finite);
+}
+
+void DenseModel::check_finite(double loss, int64_t pass, int64_t batch_index) {
+  if (!std::isfinite(loss)) {
+    GPUBOX_FAIL("pass ", pass, ", batch ", batch_index, ": the loss is ", loss,
+                " (diverged: lower the learning rate or check the input for huge dense values)");
+  }
+  const device::Stream& stream = card_->stream();
+  find_non_finite_async(stream, params_.grads().data(), params_.size(),
+                        &status_.data()->first_non_finite);
+  device::copy_async(host_status_.data(), status_.data(), 1, stream);
+  stream.synchronize();
+  DenseStepStatus status = host_status_[0];
+  status.loss = loss;
+  throw_if_non_finite(status, pass, batch_index);
+}
+
+void DenseModel::throw_if_non_finite(const DenseStepStatus& status, int64_t pass,
+                                     int64_t batch_index) const {
+  const uint32_t bad = status.first_non_finite;
+  if (bad == heter_comm::kNoVeto) return;
+  if (bad >= params_.size()) {  // the loss slot: the loss summed over the cards
+    GPUBOX_FAIL("pass ", pass, ", batch ", batch_index,
+                ": the loss is not finite on at least one card (this card's: ", status.loss,
+                "; diverged: lower the learning rate or check the input for huge dense values)");
+  }
+  // The error path: one more (pageable) readback names the value.
+  const float value = device::to_host(params_.grads().data() + bad, 1, card_->stream()).front();
+  GPUBOX_FAIL("pass ", pass, ", batch ", batch_index, ": gradient of ", params_.describe(bad),
+              " is ", value, " (diverged: lower the learning rate)");
+}
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,65 @@
+// Blas::Backend: the GEMM library state of one card, shared by blas_<backend>.cpp and
+// linear_gemms_<backend>.cpp (the only files that include this header).
+//   cpu:  oneDNN 2.x — an engine and a stream (OpenMP runtime: a primitive runs on the calling
+//         card thread's OpenMP threads), the bf16 support found, and the user scratchpad every
+//         primitive of the card shares (they run one after another on the card's thread).
+//   cuda: a cuBLAS handle (plain GEMM/GEMV) and a cuBLASLt handle (the fused layer GEMMs) on the
+//         card's device, one workspace for both, allocated when the Blas is made.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "heterps/device/counters.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/stream.hpp"
+#include "trainer/nn/blas.hpp"
+
+#if defined(GPUBOX_BACKEND_CUDA)
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include "common/error.hpp"
+
+#define GPUBOX_CUBLAS_TRY(call)                                               \
+  do {                                                                        \
+    cublasStatus_t _gpubox_status = (call);                                   \
+    if (_gpubox_status != CUBLAS_STATUS_SUCCESS) {                            \
+      GPUBOX_FAIL("cuBLAS error ", cublasGetStatusName(_gpubox_status), " (", \
+                  cublasGetStatusString(_gpubox_status), ") in ", #call);     \
+    }                                                                         \
+  } while (0)
+#else
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace gpubox::trainer {
+
+#if defined(GPUBOX_BACKEND_CUDA)
+struct Blas::Backend {
+  cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;  // cudaMalloc'd when the Blas is made; used by every GEMM
+  std::size_t workspace_bytes = 0;
+  int device = 0;
+  int compute_capability = 0;  // major * 10 + minor
+};
+#else
+struct Blas::Backend {
+  dnnl::engine engine;
+  dnnl::stream stream;
+  Bf16Support bf16 = Bf16Support::kNone;
+  std::string isa;
+  // Scratchpad of every oneDNN primitive of this card (scratchpad_mode::user), grown only when
+  // a layer prepares its plans, so executing a primitive never allocates.
+  device::device_buffer<char> scratchpad;
+};
+#endif
+
+// One library call counts one launch on the card (counters.hpp), at the same point on both
+// backends: a fused layer GEMM is one launch whatever the library runs inside it.
+inline void count_gemm_launch(const device::Stream& stream) {
+  if (device::CardCounters* counters = stream.counters()) counters->add_launches();
+}
+
+}  // namespace gpubox::trainer

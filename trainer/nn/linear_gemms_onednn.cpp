@@ -1,0 +1,406 @@
+// oneDNN implementation of trainer/nn/linear_gemms.hpp (cpu backend).
+//
+// Each GEMM is a matmul primitive on strided row-major memory descriptors, made once per batch
+// size (a binary post-op takes no runtime dimensions) with a user scratchpad:
+//   forward:  src X [B x in], weights W [in x out], bias [1 x out], post-op eltwise ReLU.
+//   weights:  src X^T [in x B] (X with swapped strides), weights dZ [B x out] -> dW; and a
+//             second matmul ones[1 x B] x dZ -> db (oneDNN has no bias-gradient post-op).
+//   data:     src dZ [B x out], weights W^T [out x dx_cols] (W's first dx_cols rows, strides
+//             swapped), runtime output scale alpha; with input_is_relu the ReLU mask as post-ops.
+//
+// The mask as post-ops. oneDNN 2.x has no select post-op, and a binary post-op combines the
+// accumulator d with one tensor, so d * 1(X > 0) is built from X >= 0 (a ReLU output) as
+//     -2^64 * min(-min(2^-64 d, X), X)  =  2^64 * clamp(2^-64 d, -X, X)
+// with 2^-64 folded into the output scale and the post-ops binary min(X), eltwise linear(-1),
+// binary min(X), binary mul by a scalar -2^64. It is exactly 0 where X == 0 and exactly d
+// wherever |d| <= 2^64 X (a power-of-two scale, min and negation are exact): every case but an
+// activation below 2^-64 |d| (a pre-activation within ~1e-19 of the kink for unit gradients),
+// where it gives a value of the same sign and smaller magnitude than d. The chain holds a single
+// eltwise post-op on purpose: oneDNN 2.6's gemm:jit applies every eltwise_linear of a chain with
+// the first one's alpha (seen on AVX2: two linears of 2^-64 and -2^64 gave 2^-191 d).
+// Where the ISA has brgemm kernels (AVX512 and up) oneDNN applies post-ops inside the GEMM's
+// epilogue; on AVX2 its gemm:jit runs them as one pass over each thread's block of the output.
+//
+// bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
+// fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
+// copies before each GEMM and its bf16 output rounded after it (see blas.hpp): the numerics of
+// the bf16 path on a CPU without it, at a cost.
+#include <algorithm>
+#include <initializer_list>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/bf16.hpp"
+#include "trainer/nn/detail/gemm_backend.hpp"
+#include "trainer/nn/linear_gemms.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using dnnl::memory;
+using dims = dnnl::memory::dims;
+
+// Scales of the mask chain (see the file comment).
+constexpr float kMaskScaleDown = 0x1p-64f;
+constexpr float kMaskScaleUp = 0x1p64f;
+// The post-op indices of the mask chain that read X, and the one that reads the scalar.
+constexpr int kMaskMinFirst = 0;
+constexpr int kMaskMinSecond = 2;
+constexpr int kMaskScaleUpOp = 3;
+// Plans kept per layer: the training batch, the last (smaller) batch of a pass, the evaluation
+// batch, and one spare.
+constexpr std::size_t kPlansKept = 4;
+
+memory::data_type dnnl_type(ElementType t) {
+  return t == ElementType::kBf16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// A row-major [rows x cols] matrix with row stride ld; transposed: the [cols x rows] view of it.
+memory::desc matrix(int64_t rows, int64_t cols, int64_t ld, memory::data_type type) {
+  return memory::desc(dims{rows, cols}, type, dims{ld, 1});
+}
+memory::desc transposed(int64_t rows, int64_t cols, int64_t ld, memory::data_type type) {
+  return memory::desc(dims{cols, rows}, type, dims{1, ld});
+}
+
+struct ToFloat {
+  const Bf16* in;
+  float* out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_float(in[i]); }
+};
+struct ToBf16 {
+  const float* in;
+  Bf16* out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
+};
+
+// A primitive with one memory object per argument, made with it: a call only points them at its
+// operands (set_data_handle) and executes, so it allocates nothing.
+struct Gemm {
+  dnnl::matmul primitive;
+  std::string impl;
+  std::unordered_map<int, memory> args;
+
+  Gemm() = default;
+  // `post_op_src`: the descriptor of the mask chain's X (oneDNN 2.6 answers the exec_arg_md
+  // query for a binary post-op's input with an empty descriptor); its scalar is a [1 x 1].
+  Gemm(const dnnl::matmul::primitive_desc& pd, const dnnl::engine& engine,
+       std::initializer_list<int> arg_ids, const memory::desc& post_op_src = memory::desc())
+      : primitive(pd), impl(pd.impl_info_str()) {
+    for (int id : arg_ids) {
+      memory::desc md;
+      if (id == (DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1)) {
+        md = memory::desc(dims{1, 1}, memory::data_type::f32, dims{1, 1});
+      } else if (id >= DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE) {
+        md = post_op_src;
+      } else if (id == DNNL_ARG_SCRATCHPAD) {
+        md = pd.scratchpad_desc();
+      } else if (id == DNNL_ARG_ATTR_OUTPUT_SCALES) {
+        md = memory::desc(dims{1}, memory::data_type::f32, memory::format_tag::a);
+      } else {
+        md = pd.query_md(dnnl::query::exec_arg_md, id);
+      }
+      args.emplace(id, memory(md, engine, nullptr));
+    }
+  }
+  void run(dnnl::stream& stream, std::initializer_list<std::pair<int, const void*>> operands) {
+    for (const auto& [id, ptr] : operands) args.at(id).set_data_handle(const_cast<void*>(ptr));
+    primitive.execute(stream, args);
+  }
+};
+
+}  // namespace
+
+struct LinearGemms::Plans {
+  struct Plan {
+    int64_t batch = 0;
+    Gemm forward, weights, bias_grad, data;
+  };
+  std::vector<Plan> plans;  // most recently made first
+  // `ones` holds the ones row of db = 1^T dZ, in the GEMMs' input type.
+  device::device_buffer<char> ones;
+  float alpha = 1.0f;                   // backward_data's runtime output scale, read at execution
+  float mask_scale_up = -kMaskScaleUp;  // the mask chain's last factor (a post-op input)
+  // kEmulated: fp32 copies of the bf16 operands, and fp32 results before their rounding.
+  bool emulated = false;
+  device::device_buffer<float> x32, w32, dz32, out32;
+};
+
+LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
+    : blas_(&blas), spec_(spec), plans_(std::make_unique<Plans>()) {
+  GPUBOX_EXPECTS(spec.in > 0 && spec.out > 0 && spec.dx_cols >= 0 && spec.dx_cols <= spec.in,
+                 "layer ", spec.name, ": bad shape ", spec.in, " x ", spec.out, ", dx columns ",
+                 spec.dx_cols);
+  GPUBOX_EXPECTS(spec.x_ld >= spec.in && spec.y_ld >= spec.out && spec.dz_ld >= spec.out &&
+                     spec.dx_ld >= spec.dx_cols,
+                 "layer ", spec.name, ": a row stride is shorter than its row");
+  const bool wants_bf16 = spec.input == ElementType::kBf16 || spec.output == ElementType::kBf16 ||
+                          spec.dx == ElementType::kBf16;
+  GPUBOX_EXPECTS(!wants_bf16 || blas.bf16() != Bf16Support::kNone, "layer ", spec.name,
+                 ": bf16 GEMMs asked for on a CPU without them (", blas.isa(), ")");
+  plans_->emulated = wants_bf16 && blas.bf16() == Bf16Support::kEmulated;
+  device::Card& card = blas.card();
+  plans_->ones = card.make_buffer<char>(0);
+  for (auto* b : {&plans_->x32, &plans_->w32, &plans_->dz32, &plans_->out32}) {
+    *b = card.make_buffer<float>(0);
+  }
+}
+
+LinearGemms::~LinearGemms() = default;
+LinearGemms::LinearGemms(LinearGemms&& other) noexcept = default;
+LinearGemms& LinearGemms::operator=(LinearGemms&& other) noexcept = default;
+
+namespace {
+// What a plan's primitives read and write, in the types the primitives see (fp32 everywhere
+// under emulation).
+struct PlanTypes {
+  memory::data_type input, output, dx;
+};
+}  // namespace
+
+void LinearGemms::prepare(int64_t batch) {
+  GPUBOX_EXPECTS(batch >= 0, "layer ", spec_.name, ": negative batch ", batch);
+  Plans& p = *plans_;
+  for (std::size_t i = 0; i < p.plans.size(); ++i) {
+    if (p.plans[i].batch == batch) {
+      std::rotate(p.plans.begin(), p.plans.begin() + static_cast<std::ptrdiff_t>(i),
+                  p.plans.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return;
+    }
+  }
+  Blas::Backend& backend = blas_->backend();
+  device::Card& card = blas_->card();
+  const LinearGemmSpec& s = spec_;
+  const PlanTypes t =
+      p.emulated ? PlanTypes{memory::data_type::f32, memory::data_type::f32, memory::data_type::f32}
+                 : PlanTypes{dnnl_type(s.input), dnnl_type(s.output), dnnl_type(s.dx)};
+  const auto f32 = memory::data_type::f32;
+  const int64_t rows = std::max<int64_t>(batch, 1);  // primitives for an empty batch are unused
+  auto user_scratchpad = [] {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return attr;
+  };
+
+  Plans::Plan plan;
+  plan.batch = batch;
+  std::size_t scratch = 0;
+  auto make = [&](const dnnl::matmul::desc& desc, const dnnl::primitive_attr& attr,
+                  std::initializer_list<int> args, const memory::desc& post_op_src = {}) {
+    const dnnl::matmul::primitive_desc pd(desc, attr, backend.engine);
+    scratch = std::max(scratch, pd.scratchpad_desc().get_size());
+    return Gemm(pd, backend.engine, args, post_op_src);
+  };
+  using std::initializer_list;
+  {
+    dnnl::primitive_attr attr = user_scratchpad();
+    if (s.relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    plan.forward = make(
+        dnnl::matmul::desc(matrix(rows, s.in, s.x_ld, t.input), matrix(s.in, s.out, s.out, t.input),
+                           matrix(1, s.out, s.out, f32), matrix(rows, s.out, s.y_ld, t.output)),
+        attr, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD});
+  }
+  const initializer_list<int> plain_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST,
+                                            DNNL_ARG_SCRATCHPAD};
+  plan.weights = make(
+      dnnl::matmul::desc(transposed(rows, s.in, s.x_ld, t.input),
+                         matrix(rows, s.out, s.dz_ld, t.input), matrix(s.in, s.out, s.out, f32)),
+      user_scratchpad(), plain_args);
+  plan.bias_grad =
+      make(dnnl::matmul::desc(matrix(1, rows, rows, t.input), matrix(rows, s.out, s.dz_ld, t.input),
+                              matrix(1, s.out, s.out, f32)),
+           user_scratchpad(), plain_args);
+  if (s.dx_cols > 0) {
+    dnnl::primitive_attr attr = user_scratchpad();
+    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+    const memory::desc mask = matrix(rows, s.dx_cols, s.x_ld, t.input);
+    if (s.input_is_relu) {
+      dnnl::post_ops ops;
+      ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinFirst
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, -1.0f, 0.0f);
+      ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinSecond
+      ops.append_binary(dnnl::algorithm::binary_mul,
+                        memory::desc(dims{1, 1}, f32, dims{1, 1}));  // kMaskScaleUpOp
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::desc desc(matrix(rows, s.out, s.dz_ld, t.input),
+                                  transposed(s.dx_cols, s.out, s.out, t.input),
+                                  matrix(rows, s.dx_cols, s.dx_ld, t.dx));
+    if (s.input_is_relu) {
+      plan.data = make(desc, attr,
+                       {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
+                        DNNL_ARG_ATTR_OUTPUT_SCALES,
+                        DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1,
+                        DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
+                        DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
+                       mask);
+    } else {
+      plan.data = make(desc, attr,
+                       {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
+                        DNNL_ARG_ATTR_OUTPUT_SCALES});
+    }
+  }
+
+  // The buffers the plan uses, sized now (before the step's collectives).
+  if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
+  const std::size_t ones_bytes =
+      static_cast<std::size_t>(rows) * (p.emulated ? 4 : element_bytes(s.input));
+  if (p.ones.size() < ones_bytes) {
+    std::vector<char> host(ones_bytes);
+    for (int64_t i = 0; i < rows; ++i) {
+      if (!p.emulated && s.input == ElementType::kBf16) {
+        reinterpret_cast<Bf16*>(host.data())[i] = to_bf16(1.0f);
+      } else {
+        reinterpret_cast<float*>(host.data())[i] = 1.0f;
+      }
+    }
+    p.ones = device::to_device(host, card.memory(), card.stream());
+  }
+  if (p.emulated) {
+    const auto n = static_cast<std::size_t>(rows);
+    p.x32.resize_discard(n * s.x_ld);
+    p.w32.resize_discard(static_cast<std::size_t>(s.in) * s.out);
+    p.dz32.resize_discard(n * s.dz_ld);
+    p.out32.resize_discard(n * std::max(s.y_ld, s.dx_ld));
+  }
+  p.plans.insert(p.plans.begin(), std::move(plan));
+  if (p.plans.size() > kPlansKept) p.plans.pop_back();
+}
+
+namespace {
+LinearGemms::Plans::Plan& plan_for(LinearGemms::Plans& p, int64_t batch, const std::string& name) {
+  for (auto& plan : p.plans) {
+    if (plan.batch == batch) return plan;
+  }
+  GPUBOX_FAIL("layer ", name, ": no GEMM plan for batch ", batch, " (prepare() it first)");
+}
+}  // namespace
+
+void LinearGemms::forward(const void* x, const void* w, const float* bias,
+                          const Bf16* /*bias_bf16: cuBLASLt's*/, void* y, int64_t batch) {
+  if (batch == 0) return;
+  Plans& p = *plans_;
+  Plans::Plan& plan = plan_for(p, batch, spec_.name);
+  Blas::Backend& backend = blas_->backend();
+  const device::Stream& stream = blas_->stream();
+  const auto n = static_cast<std::size_t>(batch);
+  if (p.emulated) {
+    device::parallel_for(stream, n * spec_.x_ld,
+                         ToFloat{static_cast<const Bf16*>(x), p.x32.data()});
+    device::parallel_for(stream, p.w32.size(), ToFloat{static_cast<const Bf16*>(w), p.w32.data()});
+    x = p.x32.data();
+    w = p.w32.data();
+  }
+  void* out = p.emulated && spec_.output == ElementType::kBf16 ? p.out32.data() : y;
+  count_gemm_launch(stream);
+  plan.forward.run(backend.stream, {{DNNL_ARG_SRC, x},
+                                    {DNNL_ARG_WEIGHTS, w},
+                                    {DNNL_ARG_BIAS, bias},
+                                    {DNNL_ARG_DST, out},
+                                    {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+  if (out != y) {
+    device::parallel_for(stream, n * spec_.y_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(y)});
+  }
+}
+
+void LinearGemms::backward_weights(const void* x, const void* dz, float* dw, float* db,
+                                   int64_t batch) {
+  const device::Stream& stream = blas_->stream();
+  if (batch == 0) {
+    device::memset_bytes_async(dw, 0, sizeof(float) * spec_.in * spec_.out, stream);
+    device::memset_bytes_async(db, 0, sizeof(float) * spec_.out, stream);
+    return;
+  }
+  Plans& p = *plans_;
+  Plans::Plan& plan = plan_for(p, batch, spec_.name);
+  Blas::Backend& backend = blas_->backend();
+  const auto n = static_cast<std::size_t>(batch);
+  if (p.emulated) {
+    device::parallel_for(stream, n * spec_.x_ld,
+                         ToFloat{static_cast<const Bf16*>(x), p.x32.data()});
+    device::parallel_for(stream, n * spec_.dz_ld,
+                         ToFloat{static_cast<const Bf16*>(dz), p.dz32.data()});
+    x = p.x32.data();
+    dz = p.dz32.data();
+  }
+  count_gemm_launch(stream);
+  plan.weights.run(backend.stream, {{DNNL_ARG_SRC, x},
+                                    {DNNL_ARG_WEIGHTS, dz},
+                                    {DNNL_ARG_DST, dw},
+                                    {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+  plan.bias_grad.run(backend.stream, {{DNNL_ARG_SRC, p.ones.data()},
+                                      {DNNL_ARG_WEIGHTS, dz},
+                                      {DNNL_ARG_DST, db},
+                                      {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+}
+
+void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
+                                const LinearGemms* producer, float alpha, void* dx, int64_t batch) {
+  GPUBOX_EXPECTS(!spec_.input_is_relu || producer != nullptr, "layer ", spec_.name,
+                 ": the ReLU mask needs the layer that produced the input");
+  if (batch == 0 || spec_.dx_cols == 0) return;
+  Plans& p = *plans_;
+  Plans::Plan& plan = plan_for(p, batch, spec_.name);
+  Blas::Backend& backend = blas_->backend();
+  const device::Stream& stream = blas_->stream();
+  const auto n = static_cast<std::size_t>(batch);
+  if (p.emulated) {
+    device::parallel_for(stream, n * spec_.dz_ld,
+                         ToFloat{static_cast<const Bf16*>(dz), p.dz32.data()});
+    device::parallel_for(stream, p.w32.size(), ToFloat{static_cast<const Bf16*>(w), p.w32.data()});
+    if (spec_.input_is_relu) {
+      device::parallel_for(stream, n * spec_.x_ld,
+                           ToFloat{static_cast<const Bf16*>(x), p.x32.data()});
+      x = p.x32.data();
+    }
+    dz = p.dz32.data();
+    w = p.w32.data();
+  }
+  void* out = p.emulated && spec_.dx == ElementType::kBf16 ? p.out32.data() : dx;
+  // The mask chain's scale-down rides on the output scale (see the file comment).
+  p.alpha = spec_.input_is_relu ? alpha * kMaskScaleDown : alpha;
+  count_gemm_launch(stream);
+  if (spec_.input_is_relu) {
+    plan.data.run(
+        backend.stream,
+        {{DNNL_ARG_SRC, dz},
+         {DNNL_ARG_WEIGHTS, w},
+         {DNNL_ARG_DST, out},
+         {DNNL_ARG_ATTR_OUTPUT_SCALES, &p.alpha},
+         {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1, x},
+         {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1, x},
+         {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1, &p.mask_scale_up},
+         {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+  } else {
+    plan.data.run(backend.stream, {{DNNL_ARG_SRC, dz},
+                                   {DNNL_ARG_WEIGHTS, w},
+                                   {DNNL_ARG_DST, out},
+                                   {DNNL_ARG_ATTR_OUTPUT_SCALES, &p.alpha},
+                                   {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+  }
+  if (out != dx) {
+    device::parallel_for(stream, n * spec_.dx_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(dx)});
+  }
+}
+
+std::string LinearGemms::describe(int64_t batch) const {
+  const Plans::Plan& plan = plan_for(*plans_, batch, spec_.name);
+  const Blas::Backend& backend = blas_->backend();
+  std::string line = "forward " + plan.forward.impl + " + bias" + (spec_.relu ? " + relu" : "") +
+                     ", weight grad " + plan.weights.impl + " (+ bias grad)";
+  if (spec_.dx_cols > 0) {
+    line += ", input grad " + plan.data.impl + (spec_.input_is_relu ? " + relu mask" : "");
+  }
+  line += " (oneDNN, " + backend.isa + ", " + element_type_name(spec_.input);
+  if (plans_->emulated) line += " emulated in fp32: GPUBOX_BF16_EMULATION=1";
+  return line + ")";
+}
+
+}  // namespace gpubox::trainer
