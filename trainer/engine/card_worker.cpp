@@ -1,3 +1,5 @@
+#include "trainer/engine/card_worker.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -7,8 +9,7 @@
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/sparse/card_store.cuh"
-#include "trainer/engine/card_worker.hpp"
+#include "heterps/sparse/card_store.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"

@@ -1,3 +1,5 @@
+#include "heterps/pass/pass_manager.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -9,8 +11,7 @@
 #include "common/hash.hpp"
 #include "common/timer.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/pass/pass_manager.hpp"
-#include "heterps/sparse/card_store.cuh"
+#include "heterps/sparse/card_store.hpp"
 
 namespace gpubox::pass {
 namespace {
