@@ -4,25 +4,25 @@
 
 namespace gpubox::table {
 
-SparseOptimizerConfig sparse_config_from(const config::ConfigDocument& doc) {
+AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   const std::string so = "hyper_parameters.sparse_optimizer.";
   const auto f = [&](const char* name) { return static_cast<float>(doc.get_float(so + name)); };
-  SparseOptimizerConfig c;
-  c.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
+  AccessorConfig c;
+  c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
   c.mf_dim = doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1;
-  c.learning_rate = f("learning_rate");
-  c.initial_g2sum = f("initial_g2sum");
-  c.initial_range = f("initial_range");
-  c.min_bound = f("min_bound");
-  c.max_bound = f("max_bound");
-  c.mf_learning_rate = f("mf_learning_rate");
-  c.mf_initial_g2sum = f("mf_initial_g2sum");
-  c.mf_initial_range = f("mf_initial_range");
-  c.mf_min_bound = f("mf_min_bound");
-  c.mf_max_bound = f("mf_max_bound");
-  c.beta1_decay_rate = f("beta1_decay_rate");
-  c.beta2_decay_rate = f("beta2_decay_rate");
-  c.ada_epsilon = f("ada_epsilon");
+  c.optimizer.learning_rate = f("learning_rate");
+  c.optimizer.initial_g2sum = f("initial_g2sum");
+  c.optimizer.initial_range = f("initial_range");
+  c.optimizer.min_bound = f("min_bound");
+  c.optimizer.max_bound = f("max_bound");
+  c.optimizer.mf_learning_rate = f("mf_learning_rate");
+  c.optimizer.mf_initial_g2sum = f("mf_initial_g2sum");
+  c.optimizer.mf_initial_range = f("mf_initial_range");
+  c.optimizer.mf_min_bound = f("mf_min_bound");
+  c.optimizer.mf_max_bound = f("mf_max_bound");
+  c.optimizer.beta1_decay_rate = f("beta1_decay_rate");
+  c.optimizer.beta2_decay_rate = f("beta2_decay_rate");
+  c.optimizer.ada_epsilon = f("ada_epsilon");
   c.nonclk_coeff = f("nonclk_coeff");
   c.clk_coeff = f("clk_coeff");
   c.embedx_threshold = f("embedx_threshold");
@@ -35,8 +35,8 @@ SparseOptimizerConfig sparse_config_from(const config::ConfigDocument& doc) {
   return c;
 }
 
-StatusOr<SparseOptimizerConfig> load_sparse_config(const std::string& path,
-                                                   const std::vector<std::string>& overrides) {
+StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);
   if (!doc.ok()) return doc.status();
   return sparse_config_from(*doc);

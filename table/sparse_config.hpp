@@ -19,12 +19,12 @@ class ConfigDocument;
 namespace table {
 
 // Reads the keys the key table marks as read by the table part (config::kTable).
-SparseOptimizerConfig sparse_config_from(const config::ConfigDocument& doc);
+AccessorConfig sparse_config_from(const config::ConfigDocument& doc);
 
 // gpubox_server's loader: config::ConfigDocument::load(path, overrides), then
 // sparse_config_from. Errors are the document's (they name the file, line and key).
-StatusOr<SparseOptimizerConfig> load_sparse_config(const std::string& path,
-                                                   const std::vector<std::string>& overrides = {});
+StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
+                                            const std::vector<std::string>& overrides = {});
 
 }  // namespace table
 }  // namespace gpubox

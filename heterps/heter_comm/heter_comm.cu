@@ -89,7 +89,7 @@ struct ApplyUpdates {
   const row_index_t* rows;
   const uint64_t* keys;
   const float* grads;
-  table::SparseOptimizerConfig config;
+  table::AccessorConfig config;
   const uint32_t* veto;  // null, or apply only while *veto == kNoVeto
   GPUBOX_HD void operator()(std::size_t m) const {
     if (veto != nullptr && *veto != kNoVeto) return;
@@ -453,7 +453,7 @@ class HeterComm::Impl {
   comm::Communicator* comm_;
   HeterCommOptions options_;
   table::RowLayout layout_;
-  table::SparseOptimizerConfig config_;
+  table::AccessorConfig config_;
   int total_cards_;
 
   device::ScratchArena& scratch_;  // the card's: Thrust temporaries of every step

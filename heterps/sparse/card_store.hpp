@@ -29,9 +29,9 @@ class CardStoreRef;  // card_store.cuh
 
 class CardSparseStore {
  public:
-  // Rows follow RowLayout::make(config.kind, config.mf_dim); options.row_stride is ignored.
-  // The card must outlive the store.
-  CardSparseStore(device::Card& card, const table::SparseOptimizerConfig& config,
+  // Rows follow RowLayout::make(config.optimizer.kind, config.mf_dim); options.row_stride is
+  // ignored. The card must outlive the store.
+  CardSparseStore(device::Card& card, const table::AccessorConfig& config,
                   const HashTableOptions& options = {});
   CardSparseStore(CardSparseStore&&) noexcept = default;
   CardSparseStore& operator=(CardSparseStore&&) noexcept = default;
@@ -115,7 +115,7 @@ class CardSparseStore {
   std::size_t page_bytes() const { return table_.pool().page_bytes(); }
   std::size_t page_rows() const { return table_.pool().page_rows(); }
   const table::RowLayout& layout() const { return layout_; }
-  const table::SparseOptimizerConfig& config() const { return config_; }
+  const table::AccessorConfig& config() const { return config_; }
   const CardHashTable& table() const { return table_; }
   device::Card& card() const { return table_.card(); }
 
@@ -130,7 +130,7 @@ class CardSparseStore {
   // counts, then one sum, so no thread contends for one address.
   void count_misses(const row_index_t* rows, std::size_t n, const device::Stream& stream);
 
-  table::SparseOptimizerConfig config_;
+  table::AccessorConfig config_;
   table::RowLayout layout_;
   CardHashTable table_;
   device::device_buffer<uint8_t> dirty_;

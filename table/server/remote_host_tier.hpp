@@ -25,7 +25,7 @@ namespace gpubox::table::server {
 struct RemoteHostTierOptions {
   std::string endpoints;  // "ip:port,ip:port" (PADDLE_PSERVERS_IP_PORT_LIST)
   // The trainer's row layout; every server must hold the same (checked at connect).
-  SparseOptimizerConfig config;
+  AccessorConfig config;
   std::string auth_token;
   std::size_t chunk_rows = 4096;  // keys per request frame (lowered to fit the frame limit)
   int max_in_flight = 4;          // pipelined chunks per connection
@@ -51,7 +51,7 @@ class RemoteHostTier final : public HostTier {
   static StatusOr<std::unique_ptr<RemoteHostTier>> connect(RemoteHostTierOptions options);
 
   const RowLayout& layout() const override { return layout_; }
-  const SparseOptimizerConfig& config() const override { return options_.config; }
+  const AccessorConfig& config() const override { return options_.config; }
 
   // All thread-safe. n == 0 is a no-op. A call that fails may have been applied on some
   // endpoints (each endpoint's share is applied at most once); pull, push and erase may simply

@@ -118,12 +118,12 @@ Status run(const std::vector<std::string>& overrides) {
                            : config::ConfigDocument::load(FLAGS_config, overrides);
   if (!doc.ok()) return doc.status();
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
-  SparseOptimizerConfig optimizer = sparse_config_from(*doc);
+  AccessorConfig optimizer = sparse_config_from(*doc);
   if (FLAGS_mf_dim >= 0) optimizer.mf_dim = FLAGS_mf_dim;
   if (!FLAGS_optimizer.empty()) {
     auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
     if (!kind.ok()) return kind.status().with_context("--optimizer");
-    optimizer.kind = *kind;
+    optimizer.optimizer.kind = *kind;
   }
   if (FLAGS_port < 0 || FLAGS_port > 65535) return Status::InvalidArgument("--port out of range");
   if (FLAGS_max_frame_mb < 1 || FLAGS_max_frame_mb > 2047) {

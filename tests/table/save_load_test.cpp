@@ -69,7 +69,7 @@ struct Fixture {
   }
 
   ScratchDir dir;
-  SparseOptimizerConfig opt;
+  AccessorConfig opt;
   HostTableConfig cfg;
   std::unique_ptr<SparseTable> table;
   int fresh_count = 0;
@@ -156,9 +156,9 @@ TEST_P(SaveLoadTest, BaseLoadInitializesOptimizerState) {
     row_to_record(RecordKind::kModel, layout, row.data(), rec.data());
     record_to_row(RecordKind::kModel, layout, f.opt, key, rec.data(), false, want.data());
     ASSERT_TRUE(testing::same_bits(row, want)) << "key " << key;
-    EXPECT_EQ(row[RowLayout::kEmbedState], f.opt.initial_g2sum);  // adagrad g2sum
+    EXPECT_EQ(row[RowLayout::kEmbedState], f.opt.optimizer.initial_g2sum);  // adagrad g2sum
     if (row[layout.mf_size()] > 0) {
-      EXPECT_EQ(row[layout.embedx_state()], f.opt.mf_initial_g2sum);
+      EXPECT_EQ(row[layout.embedx_state()], f.opt.optimizer.mf_initial_g2sum);
     }
   }
 }
@@ -290,7 +290,7 @@ TEST(SaveLoad, RefusesAnotherLayoutAndForeignFolders) {
   std::mt19937_64 rng(1);
   f.mutate(rng, 10, 100);
   ASSERT_TRUE(f.table->save(f.dir.sub("m"), SaveKind::kCheckpoint).ok());
-  SparseOptimizerConfig wide = f.opt;
+  AccessorConfig wide = f.opt;
   wide.mf_dim = 8;
   auto other = testing::open_table(wide, HostTableConfig{});
   const Status st = other->load(f.dir.sub("m"));

@@ -58,7 +58,7 @@ struct TrainerConfig {
   dataset::DatasetConfig dataset;
   // The table part (table::sparse_config_from): the sparse row and optimizer of every tier,
   // mf_dim = sparse_feature_dim - 1, seed = runner.seed ^ sparse_optimizer.seed.
-  table::SparseOptimizerConfig sparse;
+  table::AccessorConfig sparse;
 
   int num_sparse_slots() const { return static_cast<int>(dataset.slots.size()); }
   int mf_dim() const { return sparse.mf_dim; }

@@ -126,7 +126,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
                  ": training with several trainer processes is not supported yet; run one "
                  "trainer that drives all cards of the machine");
   // The row layout and optimizer rules of every tier, derived once (table::sparse_config_from).
-  const table::SparseOptimizerConfig& sparse_config = config_.sparse;
+  const table::AccessorConfig& sparse_config = config_.sparse;
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
                                        env_.threads_per_card),
