@@ -35,6 +35,21 @@ AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   return c;
 }
 
+HostTierConfig host_tier_config_from(const config::ConfigDocument& doc) {
+  const std::string r = "runner.";
+  HostTierConfig c;
+  c.table.shards = doc.get_int<uint32_t>(r + "host_table_shards");
+  c.table.save_form = doc.get_enum(r + "save_form", kSaveFormNames);
+  c.table.rocksdb_path = doc.get_string(r + "rocksdb_path");
+  c.table.memory_row_budget =
+      static_cast<uint64_t>(doc.get_int<int64_t>(r + "host_memory_row_budget"));
+  c.table.cold_after_days = doc.get_int<int32_t>(r + "cold_after_days");
+  c.remote.deadline_s = doc.get_float(r + "server_timeout_s");
+  c.remote.connect_timeout_s = doc.get_float(r + "server_connect_timeout_s");
+  c.remote.connections_per_endpoint = doc.get_int<int>(r + "server_connections");
+  return c;
+}
+
 StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
                                             const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);

@@ -73,6 +73,7 @@ class RemoteHostTier final : public HostTier {
   Status shutdown_servers();
 
   std::size_t endpoint_count() const { return transport_.endpoints().size(); }
+  const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in

@@ -170,6 +170,7 @@ TEST_F(ConfigAgreement, EachPartReadsExactlyTheKeysTheTableGivesIt) {
 
   const config::ConfigDocument for_table = config::ConfigDocument::defaults();
   table::sparse_config_from(for_table);
+  table::host_tier_config_from(for_table);
   EXPECT_EQ(for_table.keys_read(), keys_of(config::kTable));
 
   // gpubox_train reads every part: together, every key that has an effect, and no other.

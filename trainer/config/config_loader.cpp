@@ -43,6 +43,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();
   c.sparse = table::sparse_config_from(doc);
+  c.host_tier = table::host_tier_config_from(doc);
   c.config_path = doc.source();
   return c;
 }

@@ -12,6 +12,7 @@
 
 #include "dataset/dataset_types.hpp"
 #include "table/accessor/sparse_row.hpp"
+#include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 
@@ -59,6 +60,9 @@ struct TrainerConfig {
   // The table part (table::sparse_config_from): the sparse row and optimizer of every tier,
   // mf_dim = sparse_feature_dim - 1, seed = runner.seed ^ sparse_optimizer.seed.
   table::AccessorConfig sparse;
+  // The host tier (table::host_tier_config_from): the in-process table's shards, save form and
+  // disk tier, the remote client's timeouts. The endpoints come from the launcher (TrainerEnv).
+  table::HostTierConfig host_tier;
 
   int num_sparse_slots() const { return static_cast<int>(dataset.slots.size()); }
   int mf_dim() const { return sparse.mf_dim; }
