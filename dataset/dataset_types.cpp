@@ -1,6 +1,7 @@
 #include "dataset/dataset_types.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <string_view>
 
 namespace gpubox::dataset {
@@ -53,6 +54,14 @@ std::vector<std::string> numbered_slots(int sparse_inputs_slots) {
   std::vector<std::string> names;
   for (int i = 1; i < sparse_inputs_slots; ++i) names.push_back(std::to_string(i));
   return names;
+}
+
+std::int32_t slot_id(const std::vector<std::string>& slots, std::size_t position) {
+  const std::string& name = slots.at(position);
+  std::int32_t id = 0;
+  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), id);
+  if (!name.empty() && error == std::errc() && end == name.data() + name.size()) return id;
+  return static_cast<std::int32_t>(position);
 }
 
 std::string ParseErrorRecord::to_string() const {

@@ -171,10 +171,10 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
 }
 
 PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
-                                  const std::vector<int32_t>* slots) {
+                                  const std::vector<int32_t>& slots) {
   GPUBOX_EXPECTS(!in_pass_, "begin_pass called twice without end_pass");
-  GPUBOX_EXPECTS(slots == nullptr || slots->size() == keys.size(), "begin_pass: ", keys.size(),
-                 " keys but ", slots->size(), " slots");
+  GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
+                 " keys but ", slots.size(), " slots");
   Timer timer;
   const int num_cards = cards_.num_local_cards();
   const int stride = host_.layout().stride();
@@ -185,14 +185,15 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   {
     std::vector<std::size_t> order(keys.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+    // Stable: a repeated key keeps the slot of its first occurrence.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
     for (std::size_t k = 0; k < order.size(); ++k) {
       const uint64_t key = keys[order[k]];
       if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
       const int owner = owner_card(key, num_cards);
       owned[owner].push_back(key);  // sorted per card: eviction tests membership by binary search
-      owned_slots[owner].push_back(slots ? (*slots)[order[k]] : 0);
+      owned_slots[owner].push_back(slots.empty() ? 0 : slots[order[k]]);
     }
   }
 

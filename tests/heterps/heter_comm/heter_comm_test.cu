@@ -559,53 +559,6 @@ TEST(HeterComm, RunsAreBitReproducible) {
   }
 }
 
-// Rows created by a pull that carries slots get their key's slot; without slots, slot 0.
-TEST(HeterComm, PullWithSlotsCreatesRowsInTheirSlot) {
-  GPUBOX_REQUIRE_CARDS(3);
-  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
-  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
-  constexpr int kCards = 3;
-  Cluster cluster(kCards, cfg);
-  auto slot_of = [](uint64_t key) { return static_cast<int32_t>(1 + key % 26); };
-  BatchMaker maker(17, layout.push_dim());
-  std::vector<Batch> batches = {maker.make(200), maker.make(0), maker.make(150)};
-  std::vector<uint64_t> slotless = {mix64(555), mix64(556)};
-  cluster.run([&](device::Card& card) {
-    const int c = card.local_index();
-    HeterComm& hc = cluster.heter_comm(c);
-    std::vector<int32_t> slots;
-    for (uint64_t k : batches[c].keys) slots.push_back(slot_of(k));
-    auto keys = device::to_device(batches[c].keys, card.memory(), card.stream());
-    auto dev_slots = device::to_device(slots, card.memory(), card.stream());
-    auto out = card.make_buffer<float>(batches[c].keys.size() * hc.pull_dim());
-    hc.pull(keys.data(), dev_slots.data(), batches[c].keys.size(), out.data(), card.stream());
-    card.stream().synchronize();  // pull returns with records in flight: wait before allocating
-    std::vector<uint64_t> mine = c == 1 ? slotless : std::vector<uint64_t>{};
-    auto more = device::to_device(mine, card.memory(), card.stream());
-    out.resize_discard(mine.size() * hc.pull_dim());
-    hc.pull(more.data(), mine.size(), out.data(), card.stream());
-    card.stream().synchronize();
-  });
-  std::size_t checked = 0;
-  for (int c = 0; c < kCards; ++c) {
-    device::Card& card = cluster.cards().card(c);
-    auto keys = card.make_buffer<uint64_t>(0);
-    auto rows = card.make_buffer<float>(0);
-    const std::size_t count = cluster.store(c).collect_all(keys, rows, card.stream());
-    const std::vector<uint64_t> host_keys = device::to_host(keys);
-    const std::vector<float> host_rows = device::to_host(rows);
-    for (std::size_t i = 0; i < count; ++i) {
-      const bool has_slot =
-          std::find(slotless.begin(), slotless.end(), host_keys[i]) == slotless.end();
-      EXPECT_EQ(host_rows[i * layout.stride() + layout.slot()],
-                has_slot ? static_cast<float>(slot_of(host_keys[i])) : 0.0f)
-          << "key " << host_keys[i];
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, slotless.size());
-}
-
 // push_pulled needs a pull since the last push: otherwise it fails clearly on every card (the
 // check runs before any collective, so nothing hangs).
 TEST(HeterComm, PushPulledWithoutPullFails) {
