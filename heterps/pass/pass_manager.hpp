@@ -66,6 +66,20 @@ class PassManager {
   bool in_pass() const { return in_pass_; }
 
  private:
+  // Keys of one card with their slots (same length).
+  struct CardKeys {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+  };
+  // The pass's keys by owner card, sorted, without key 0 and duplicates (a repeated key keeps
+  // its first slot).
+  std::vector<CardKeys> partition_by_owner(const std::vector<uint64_t>& keys,
+                                           const std::vector<int32_t>& slots) const;
+  // Those of card `c`'s keys that are not on the card.
+  CardKeys missing_on_card(int c, const CardKeys& mine);
+  // Pulls `missing` from the host tier (created there with their slots when new) into card
+  // `c`'s store. Returns how many rows the host tier created.
+  std::size_t pull_to_card(int c, const CardKeys& missing);
   // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
   uint64_t write_back(int c);
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,
