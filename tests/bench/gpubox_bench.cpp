@@ -18,7 +18,8 @@ std::map<std::string, BenchCommand>& bench_commands() {
 BenchArgs::BenchArgs(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
-    GPUBOX_EXPECTS(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "' (options are --name value)");
+    GPUBOX_EXPECTS(arg.rfind("--", 0) == 0, "unexpected argument '", arg,
+                   "' (options are --name value)");
     arg = arg.substr(2);
     auto eq = arg.find('=');
     if (eq != std::string::npos) {
