@@ -31,11 +31,10 @@ std::string concat(const Parts&... parts) {
 #define GPUBOX_FAIL(...) \
   ::gpubox::detail::throw_error(__FILE__, __LINE__, ::gpubox::detail::concat(__VA_ARGS__))
 
-#define GPUBOX_EXPECTS(cond, ...)                                                        \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      ::gpubox::detail::throw_error(__FILE__, __LINE__,                                  \
-                                    ::gpubox::detail::concat(__VA_ARGS__,                \
-                                                             " (expected: " #cond ")")); \
-    }                                                                                    \
+#define GPUBOX_EXPECTS(cond, ...)                                                               \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      ::gpubox::detail::throw_error(                                                            \
+          __FILE__, __LINE__, ::gpubox::detail::concat(__VA_ARGS__, " (expected: " #cond ")")); \
+    }                                                                                           \
   } while (0)

@@ -12,20 +12,38 @@ namespace gpubox {
 
 class Status {
  public:
-  enum class Code { kOk = 0, kInvalidArgument, kNotFound, kIOError, kCorruption, kUnavailable,
-                    kDeadlineExceeded, kPermissionDenied, kResourceExhausted, kAborted,
-                    kInternal };
+  enum class Code {
+    kOk = 0,
+    kInvalidArgument,
+    kNotFound,
+    kIOError,
+    kCorruption,
+    kUnavailable,
+    kDeadlineExceeded,
+    kPermissionDenied,
+    kResourceExhausted,
+    kAborted,
+    kInternal
+  };
 
   Status() = default;
   static Status OK() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {Code::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {Code::kNotFound, std::move(msg)}; }
   static Status IOError(std::string msg) { return {Code::kIOError, std::move(msg)}; }
   static Status Corruption(std::string msg) { return {Code::kCorruption, std::move(msg)}; }
   static Status Unavailable(std::string msg) { return {Code::kUnavailable, std::move(msg)}; }
-  static Status DeadlineExceeded(std::string msg) { return {Code::kDeadlineExceeded, std::move(msg)}; }
-  static Status PermissionDenied(std::string msg) { return {Code::kPermissionDenied, std::move(msg)}; }
-  static Status ResourceExhausted(std::string msg) { return {Code::kResourceExhausted, std::move(msg)}; }
+  static Status DeadlineExceeded(std::string msg) {
+    return {Code::kDeadlineExceeded, std::move(msg)};
+  }
+  static Status PermissionDenied(std::string msg) {
+    return {Code::kPermissionDenied, std::move(msg)};
+  }
+  static Status ResourceExhausted(std::string msg) {
+    return {Code::kResourceExhausted, std::move(msg)};
+  }
   static Status Aborted(std::string msg) { return {Code::kAborted, std::move(msg)}; }
   static Status Internal(std::string msg) { return {Code::kInternal, std::move(msg)}; }
 
@@ -56,9 +74,18 @@ class StatusOr {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { check(); return *value_; }
-  const T& value() const& { check(); return *value_; }
-  T&& value() && { check(); return std::move(*value_); }
+  T& value() & {
+    check();
+    return *value_;
+  }
+  const T& value() const& {
+    check();
+    return *value_;
+  }
+  T&& value() && {
+    check();
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -76,8 +103,8 @@ void throw_if_error(const Status& status);
 
 }  // namespace gpubox
 
-#define GPUBOX_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::gpubox::Status _st = (expr);          \
-    if (!_st.ok()) return _st;              \
+#define GPUBOX_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::gpubox::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)

@@ -1,6 +1,7 @@
 #include "dataset/dataset_types.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <string_view>
 
 #include "dataset/line_reader.hpp"
@@ -92,6 +93,14 @@ std::string pipe_command_line(const DatasetConfig& config) {
   std::string line = config.pipe_command;
   for (const std::string& arg : config.pipe_arguments) line += " " + shell_quote(arg);
   return line;
+}
+
+std::int32_t slot_id(const std::vector<std::string>& slots, std::size_t position) {
+  const std::string& name = slots.at(position);
+  std::int32_t id = 0;
+  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), id);
+  if (!name.empty() && error == std::errc() && end == name.data() + name.size()) return id;
+  return static_cast<std::int32_t>(position);
 }
 
 std::string ParseErrorRecord::to_string() const {

@@ -76,6 +76,16 @@ std::vector<std::string> numbered_slots(int sparse_inputs_slots,
 // quoted for sh. "" when there is no pipe_command.
 std::string pipe_command_line(const DatasetConfig& config);
 
+// The slot a sparse row carries (its `slot` field) for sparse slot `position` of `slots`: the
+// slot's name when it is a whole number (PaddleRec's "1" .. "26"), else its position.
+std::int32_t slot_id(const std::vector<std::string>& slots, std::size_t position);
+
+// A pass's distinct keys and, next to each, its slot id (InMemoryDataset::unique_keys_and_slots).
+struct UniqueKeys {
+  std::vector<std::uint64_t> keys;
+  std::vector<std::int32_t> slots;
+};
+
 // Why a line was not accepted. Order is the reporting order.
 enum class ParseReason : std::uint8_t {
   kOk = 0,

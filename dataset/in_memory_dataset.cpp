@@ -6,6 +6,8 @@
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -334,10 +336,13 @@ namespace {
 
 // Distinct keys per partition: keys are scattered into `partitions` buckets by part_of(slot,
 // key) (counting sort, parallel over instance chunks), then each bucket is deduplicated and
-// sorted in parallel. Returns the keys bucket by bucket and the bucket bounds.
+// sorted in parallel. Returns the keys bucket by bucket and the bucket bounds. With
+// `slots_out`, also each returned key's slot position (its first occurrence in load order: the
+// scatter keeps that order inside a bucket and the dedup keeps the first copy).
 template <class PartOf>
 std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partition(
-    const std::vector<InstanceBlock>& blocks, std::size_t partitions, int workers, PartOf part_of) {
+    const std::vector<InstanceBlock>& blocks, std::size_t partitions, int workers, PartOf part_of,
+    std::vector<std::int32_t>* slots_out = nullptr) {
   struct Chunk {
     std::size_t block, begin, end;
   };
@@ -357,7 +362,7 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
       const std::uint32_t* sizes = b.slot_sizes.data() + i * b.num_slots;
       for (int s = 0; s < b.num_slots; ++s) {
         for (std::uint32_t k = 0; k < sizes[s]; ++k, ++key) {
-          if (*key != 0) visit(part_of(s, *key), *key);
+          if (*key != 0) visit(part_of(s, *key), s, *key);
         }
       }
     }
@@ -366,7 +371,7 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
   std::vector<std::size_t> counts(chunks.size() * partitions, 0);
   parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
     std::size_t* count = counts.data() + c * partitions;
-    for_each_key(chunks[c], [&](std::size_t p, std::uint64_t) { ++count[p]; });
+    for_each_key(chunks[c], [&](std::size_t p, int, std::uint64_t) { ++count[p]; });
   });
   std::vector<std::size_t> bucket_begin(partitions + 1, 0);
   std::vector<std::size_t> cursor(chunks.size() * partitions);
@@ -380,9 +385,13 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
   }
   bucket_begin[partitions] = running;
   std::vector<std::uint64_t> scattered(running);
+  std::vector<std::int32_t> scattered_slots(slots_out != nullptr ? running : 0);
   parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
     std::size_t* at = cursor.data() + c * partitions;
-    for_each_key(chunks[c], [&](std::size_t p, std::uint64_t key) { scattered[at[p]++] = key; });
+    for_each_key(chunks[c], [&](std::size_t p, int slot, std::uint64_t key) {
+      if (slots_out != nullptr) scattered_slots[at[p]] = slot;
+      scattered[at[p]++] = key;
+    });
   });
   // Deduplicate each bucket with an open-addressing set (keys repeat a lot in CTR data: far
   // cheaper than sorting every occurrence), compacting in place, then sort the distinct keys so
@@ -390,6 +399,8 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
   std::vector<std::size_t> unique_count(partitions, 0);
   parallel_tasks(workers, partitions, [&](std::size_t p) {
     std::uint64_t* bucket = scattered.data() + bucket_begin[p];
+    std::int32_t* bucket_slots =
+        slots_out != nullptr ? scattered_slots.data() + bucket_begin[p] : nullptr;
     const std::size_t n = bucket_begin[p + 1] - bucket_begin[p];
     std::size_t capacity = 16;
     while (capacity < 2 * n) capacity *= 2;
@@ -402,33 +413,63 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
         if (table[slot] == key) break;
         if (table[slot] == 0) {
           table[slot] = key;
+          if (bucket_slots != nullptr) bucket_slots[kept] = bucket_slots[k];
           bucket[kept++] = key;
           break;
         }
       }
     }
-    std::sort(bucket, bucket + kept);
+    if (bucket_slots == nullptr) {
+      std::sort(bucket, bucket + kept);
+    } else {
+      std::vector<std::pair<std::uint64_t, std::int32_t>> pairs(kept);
+      for (std::size_t k = 0; k < kept; ++k) pairs[k] = {bucket[k], bucket_slots[k]};
+      std::sort(pairs.begin(), pairs.end());  // keys are distinct: ordered by key alone
+      for (std::size_t k = 0; k < kept; ++k) std::tie(bucket[k], bucket_slots[k]) = pairs[k];
+    }
     unique_count[p] = kept;
   });
   std::vector<std::size_t> out_begin(partitions + 1, 0);
   for (std::size_t p = 0; p < partitions; ++p) out_begin[p + 1] = out_begin[p] + unique_count[p];
   std::vector<std::uint64_t> out(out_begin[partitions]);
+  if (slots_out != nullptr) slots_out->assign(out.size(), 0);
   parallel_tasks(workers, partitions, [&](std::size_t p) {
-    std::copy_n(scattered.begin() + static_cast<std::ptrdiff_t>(bucket_begin[p]), unique_count[p],
-                out.begin() + static_cast<std::ptrdiff_t>(out_begin[p]));
+    const auto from = static_cast<std::ptrdiff_t>(bucket_begin[p]);
+    const auto to = static_cast<std::ptrdiff_t>(out_begin[p]);
+    std::copy_n(scattered.begin() + from, unique_count[p], out.begin() + to);
+    if (slots_out != nullptr) {
+      std::copy_n(scattered_slots.begin() + from, unique_count[p], slots_out->begin() + to);
+    }
   });
   return {std::move(out), std::move(out_begin)};
+}
+
+// A fixed bucket count keeps the output order of unique_keys independent of thread_num.
+constexpr std::size_t kUniqueKeyBuckets = 256;
+std::size_t unique_key_bucket(int, std::uint64_t key) {
+  return static_cast<std::size_t>(fmix64(key) >> 56);
 }
 
 }  // namespace
 
 std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
-  // A fixed bucket count keeps the output order independent of thread_num.
-  constexpr std::size_t kBuckets = 256;
-  return unique_by_partition(
-             blocks_, kBuckets, config_.thread_num,
-             [](int, std::uint64_t key) { return static_cast<std::size_t>(fmix64(key) >> 56); })
+  return unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num, unique_key_bucket)
       .first;
+}
+
+UniqueKeys InMemoryDataset::unique_keys_and_slots() const {
+  UniqueKeys out;
+  std::vector<std::int32_t> positions;
+  out.keys = unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num, unique_key_bucket,
+                                 &positions)
+                 .first;
+  std::vector<std::int32_t> ids(config_.slots.size());
+  for (std::size_t s = 0; s < ids.size(); ++s) ids[s] = slot_id(config_.slots, s);
+  out.slots.resize(positions.size());
+  for (std::size_t k = 0; k < positions.size(); ++k) {
+    out.slots[k] = ids[static_cast<std::size_t>(positions[k])];
+  }
+  return out;
 }
 
 std::vector<std::size_t> InMemoryDataset::unique_keys_per_slot() const {

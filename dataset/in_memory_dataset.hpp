@@ -71,6 +71,10 @@ class InMemoryDataset {
   // Order: grouped by a hash of the key, sorted inside each group; the same data gives the
   // same order whatever thread_num is.
   std::vector<std::uint64_t> unique_keys() const;
+  // unique_keys() with each key's slot next to it: the slot_id (dataset_types.hpp) of the slot
+  // of the key's first occurrence in load order (files in list order; independent of
+  // local_shuffle and thread_num). What begin_pass gives the rows it creates.
+  UniqueKeys unique_keys_and_slots() const;
   // Distinct keys per slot (a key in two slots counts in both).
   std::vector<std::size_t> unique_keys_per_slot() const;
   // Bytes held by instances and the order index.

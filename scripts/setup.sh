@@ -2,6 +2,7 @@
 # Installs what GPUBox needs to build from Debian's packages, only when something is missing.
 # Idempotent and quiet when everything is there. Also checks for CCCL (Thrust/CUB/libcu++),
 # which comes with the CUDA toolkit. --fuzz: also what the fuzz build needs (scripts/fuzz.sh).
+# --checks: also what CI's source checks need (scripts/check_format.sh, check_thread_safety.sh).
 set -euo pipefail
 
 PACKAGES=(
@@ -19,6 +20,12 @@ PACKAGES=(
   python3-minimal      # the tests' stand-in for PaddleRec's Python reader (pipe_command)
   gnuplot-nox          # scripts/plot_metrics.sh (and its test), bench_gpubox.sh's plot
 )
+if [ "${1:-}" = "--checks" ]; then
+  PACKAGES+=(
+    clang-format-14      # scripts/check_format.sh: the repo's .clang-format, version 14
+    clang-14             # scripts/check_thread_safety.sh: -Wthread-safety (syntax only)
+  )
+fi
 if [ "${1:-}" = "--fuzz" ]; then
   PACKAGES+=(
     clang-14             # the fuzz build's compiler (the normal build stays g++)

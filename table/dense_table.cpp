@@ -64,31 +64,31 @@ class Reader {
 }  // namespace
 
 void DenseTable::put(const std::string& name, DenseBlock block) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   blocks_[name] = std::move(block);
 }
 
 std::optional<DenseBlock> DenseTable::get(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = blocks_.find(name);
   if (it == blocks_.end()) return std::nullopt;
   return it->second;
 }
 
 bool DenseTable::erase(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return blocks_.erase(name) > 0;
 }
 
 std::vector<std::string> DenseTable::names() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> out;
   for (const auto& [name, block] : blocks_) out.push_back(name);
   return out;
 }
 
 std::size_t DenseTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return blocks_.size();
 }
 
@@ -96,7 +96,7 @@ Status DenseTable::save(const std::string& path) const {
   std::string data;
   uint64_t count = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     count = blocks_.size();
     put_u64(count, &data);
     for (const auto& [name, block] : blocks_) {
@@ -146,7 +146,7 @@ Status DenseTable::load(const std::string& path) {
     return Status::Corruption("load dense " + path + "/" + kBlocksFile +
                               ": block count or trailing bytes do not match the MANIFEST");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   blocks_ = std::move(blocks);
   return Status::OK();
 }

@@ -9,12 +9,12 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/io/file_env.hpp"
 
 namespace gpubox::table {
@@ -45,8 +45,8 @@ class DenseTable {
 
  private:
   io::FileEnv* env_;
-  mutable std::mutex mu_;
-  std::map<std::string, DenseBlock> blocks_;
+  mutable Mutex mu_;
+  std::map<std::string, DenseBlock> blocks_ GPUBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubox::table

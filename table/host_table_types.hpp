@@ -1,11 +1,12 @@
-// Plain options of the in-process host tier (SparseTable) and its disk tier. Host-only, no
-// RocksDB or device headers, so configs and tools can include it cheaply.
+// Plain options of the host tier: the in-process table (SparseTable) with its disk tier, and the
+// client of the remote tier. Host-only, no RocksDB or device headers, so configs and tools can
+// include it cheaply.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "common/enum_names.hpp"
+#include "common/config/config_enums.hpp"
 
 namespace gpubox::table {
 
@@ -13,12 +14,13 @@ namespace io {
 class FileEnv;
 }
 
-// How save() writes part files: text (`key v0 v1 ...` per line, floats in shortest round-trip
-// form, like Paddle's) or binary (little-endian uint64 key + float32 values per record).
-enum class SaveForm { kText, kBinary };
-inline constexpr EnumName<SaveForm> kSaveFormNames[] = {{SaveForm::kText, "text"},
-                                                        {SaveForm::kBinary, "binary"}};
+// How save() writes part files (runner.save_form): text or binary (config_enums.hpp).
+using SaveForm = config::SaveForm;
+using config::kSaveFormNames;
 
+// Filled from a config by host_tier_config_from (table/sparse_config.hpp: runner.host_table_shards,
+// runner.save_form, runner.rocksdb_path, runner.host_memory_row_budget, runner.cold_after_days),
+// by gpubox_server's flags, or by hand in tests and tools.
 struct HostTableConfig {
   // Key shards (host_shard(key, shards)); each has its own lock and its own part-<shard> file.
   uint32_t shards = 64;
@@ -38,6 +40,22 @@ struct HostTableConfig {
   int32_t cold_after_days = 0;
   // File system for save/load; nullptr = POSIX. Borrowed; must outlive the table.
   io::FileEnv* env = nullptr;
+};
+
+// The client side of a remote host tier (gpubox_server processes), from the config: the rest
+// (endpoints, token) comes from the launcher. See table/server/remote_host_tier.hpp.
+struct RemoteTierConfig {
+  std::string endpoints;     // "ip:port,..." (PADDLE_PSERVERS_IP_PORT_LIST); empty: in-process
+  std::string auth_token;    // presented on every connection when not empty
+  double deadline_s = 30.0;  // runner.server_timeout_s: per call, retries included
+  double connect_timeout_s = 2.0;    // runner.server_connect_timeout_s
+  int connections_per_endpoint = 2;  // runner.server_connections
+};
+
+// Where the host tier lives and how it is set up: what table::make_host_tier builds from.
+struct HostTierConfig {
+  HostTableConfig table;    // the in-process table (gpubox_server builds its own from the same)
+  RemoteTierConfig remote;  // used when remote.endpoints is set
 };
 
 }  // namespace gpubox::table

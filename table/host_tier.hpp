@@ -29,7 +29,7 @@ class HostTier {
  public:
   virtual ~HostTier() = default;
   virtual const RowLayout& layout() const = 0;
-  virtual const SparseOptimizerConfig& config() const = 0;
+  virtual const AccessorConfig& config() const = 0;
 
   // rows[i] = the row of keys[i]; missing keys are created by the accessor rules (init_row,
   // slot from slots[i] when slots != nullptr, else 0) and counted in *created when given.

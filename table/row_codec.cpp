@@ -35,7 +35,7 @@ void row_to_record(RecordKind kind, const RowLayout& layout, const float* row, f
   std::memcpy(rec + kModelFixed, row + layout.embedx_w(), sizeof(float) * layout.mf_dim);
 }
 
-void record_to_row(RecordKind kind, const RowLayout& layout, const SparseOptimizerConfig& cfg,
+void record_to_row(RecordKind kind, const RowLayout& layout, const AccessorConfig& cfg,
                    uint64_t key, const float* rec, bool existing, float* row) {
   if (kind == RecordKind::kFullRow) {
     std::memcpy(row, rec, sizeof(float) * layout.stride());
@@ -47,7 +47,7 @@ void record_to_row(RecordKind kind, const RowLayout& layout, const SparseOptimiz
   row[layout.slot()] = rec[2];
   row[RowLayout::kEmbedW] = rec[3];
   if (rec[4] > 0.0f && !(row[layout.mf_size()] > 0.0f)) {
-    detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind, cfg);
+    detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.optimizer);
   }
   row[layout.mf_size()] = rec[4];
   std::memcpy(row + layout.embedx_w(), rec + kModelFixed, sizeof(float) * layout.mf_dim);

@@ -30,7 +30,7 @@ void row_to_record(RecordKind kind, const RowLayout& layout, const float* row, f
 // Writes a record into `row`. A full record overwrites the row. A model record overwrites the
 // model fields; when `existing` is false the row is first created by init_row, and an embedx part
 // that the record has and the row had not gets its initial optimizer state.
-void record_to_row(RecordKind kind, const RowLayout& layout, const SparseOptimizerConfig& cfg,
+void record_to_row(RecordKind kind, const RowLayout& layout, const AccessorConfig& cfg,
                    uint64_t key, const float* rec, bool existing, float* row);
 
 void append_record(SaveForm form, uint64_t key, const float* rec, int32_t floats, std::string* out);

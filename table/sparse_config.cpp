@@ -4,27 +4,27 @@
 
 namespace gpubox::table {
 
-SparseOptimizerConfig sparse_config_from(const config::ConfigDocument& doc) {
+AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   const std::string so = "hyper_parameters.sparse_optimizer.";
   const auto f = [&](const char* name) { return static_cast<float>(doc.get_float(so + name)); };
-  SparseOptimizerConfig c;
-  c.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
+  AccessorConfig c;
+  c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
   c.mf_dim = doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1;
-  c.learning_rate = f("learning_rate");
-  c.initial_g2sum = f("initial_g2sum");
-  c.initial_range = f("initial_range");
-  c.min_bound = f("min_bound");
-  c.max_bound = f("max_bound");
-  c.weight_decay = f("weight_decay");
-  c.mf_learning_rate = f("mf_learning_rate");
-  c.mf_initial_g2sum = f("mf_initial_g2sum");
-  c.mf_initial_range = f("mf_initial_range");
-  c.mf_min_bound = f("mf_min_bound");
-  c.mf_max_bound = f("mf_max_bound");
-  c.mf_weight_decay = f("mf_weight_decay");
-  c.beta1_decay_rate = f("beta1_decay_rate");
-  c.beta2_decay_rate = f("beta2_decay_rate");
-  c.ada_epsilon = f("ada_epsilon");
+  c.optimizer.learning_rate = f("learning_rate");
+  c.optimizer.initial_g2sum = f("initial_g2sum");
+  c.optimizer.initial_range = f("initial_range");
+  c.optimizer.min_bound = f("min_bound");
+  c.optimizer.max_bound = f("max_bound");
+  c.optimizer.weight_decay = f("weight_decay");
+  c.optimizer.mf_learning_rate = f("mf_learning_rate");
+  c.optimizer.mf_initial_g2sum = f("mf_initial_g2sum");
+  c.optimizer.mf_initial_range = f("mf_initial_range");
+  c.optimizer.mf_min_bound = f("mf_min_bound");
+  c.optimizer.mf_max_bound = f("mf_max_bound");
+  c.optimizer.mf_weight_decay = f("mf_weight_decay");
+  c.optimizer.beta1_decay_rate = f("beta1_decay_rate");
+  c.optimizer.beta2_decay_rate = f("beta2_decay_rate");
+  c.optimizer.ada_epsilon = f("ada_epsilon");
   c.nonclk_coeff = f("nonclk_coeff");
   c.clk_coeff = f("clk_coeff");
   c.show_scale = doc.get_bool(so + "show_scale");
@@ -39,8 +39,23 @@ SparseOptimizerConfig sparse_config_from(const config::ConfigDocument& doc) {
   return c;
 }
 
-StatusOr<SparseOptimizerConfig> load_sparse_config(const std::string& path,
-                                                   const std::vector<std::string>& overrides) {
+HostTierConfig host_tier_config_from(const config::ConfigDocument& doc) {
+  const std::string r = "runner.";
+  HostTierConfig c;
+  c.table.shards = doc.get_int<uint32_t>(r + "host_table_shards");
+  c.table.save_form = doc.get_enum(r + "save_form", kSaveFormNames);
+  c.table.rocksdb_path = doc.get_string(r + "rocksdb_path");
+  c.table.memory_row_budget =
+      static_cast<uint64_t>(doc.get_int<int64_t>(r + "host_memory_row_budget"));
+  c.table.cold_after_days = doc.get_int<int32_t>(r + "cold_after_days");
+  c.remote.deadline_s = doc.get_float(r + "server_timeout_s");
+  c.remote.connect_timeout_s = doc.get_float(r + "server_connect_timeout_s");
+  c.remote.connections_per_endpoint = doc.get_int<int>(r + "server_connections");
+  return c;
+}
+
+StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);
   if (!doc.ok()) return doc.status();
   return sparse_config_from(*doc);

@@ -1,9 +1,14 @@
-// The table part of a config: the sparse row layout and its accessor/optimizer rules, derived
-// in ONE place for every tier that holds rows (the card tier and the in-process table of
-// gpubox_train, and gpubox_server), so that they all create and update the same rows:
-//   mf_dim = hyper_parameters.sparse_feature_dim - 1
-//   seed   = runner.seed ^ hyper_parameters.sparse_optimizer.seed
-//   the rest: hyper_parameters.sparse_optimizer.* by name.
+// The table part of a config, derived in ONE place for every tier that holds rows (the card tier
+// and the in-process table of gpubox_train, and gpubox_server), so that they all create and
+// update the same rows and set up the host tier the same way:
+//   the sparse row layout and its accessor/optimizer rules (sparse_config_from):
+//     mf_dim = hyper_parameters.sparse_feature_dim - 1
+//     seed   = runner.seed ^ hyper_parameters.sparse_optimizer.seed
+//     the rest: hyper_parameters.sparse_optimizer.* by name;
+//   the host tier (host_tier_config_from): the in-process table's shards, save form and disk
+//   tier (runner.host_table_shards, save_form, rocksdb_path, host_memory_row_budget,
+//   cold_after_days) and the remote tier's client (runner.server_timeout_s,
+//   server_connect_timeout_s, server_connections).
 #pragma once
 
 #include <string>
@@ -11,6 +16,7 @@
 
 #include "common/status.hpp"
 #include "table/accessor/sparse_row.hpp"
+#include "table/host_table_types.hpp"
 
 namespace gpubox {
 namespace config {
@@ -19,12 +25,16 @@ class ConfigDocument;
 namespace table {
 
 // Reads the keys the key table marks as read by the table part (config::kTable).
-SparseOptimizerConfig sparse_config_from(const config::ConfigDocument& doc);
+AccessorConfig sparse_config_from(const config::ConfigDocument& doc);
+
+// Reads the host-tier keys (above). The remote tier's endpoints and token are not config keys:
+// they come from the launcher (PADDLE_PSERVERS_IP_PORT_LIST, the token file).
+HostTierConfig host_tier_config_from(const config::ConfigDocument& doc);
 
 // gpubox_server's loader: config::ConfigDocument::load(path, overrides), then
 // sparse_config_from. Errors are the document's (they name the file, line and key).
-StatusOr<SparseOptimizerConfig> load_sparse_config(const std::string& path,
-                                                   const std::vector<std::string>& overrides = {});
+StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
+                                            const std::vector<std::string>& overrides = {});
 
 }  // namespace table
 }  // namespace gpubox

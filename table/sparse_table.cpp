@@ -6,7 +6,7 @@
 #include "table/parallel.hpp"
 
 namespace gpubox::table {
-StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const SparseOptimizerConfig& optimizer,
+StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& optimizer,
                                                          const HostTableConfig& config) {
   if (config.shards == 0) return Status::InvalidArgument("HostTableConfig.shards must be > 0");
   if (optimizer.mf_dim < 0) return Status::InvalidArgument("mf_dim must be >= 0");
@@ -19,19 +19,19 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const SparseOptimizerCo
   }
   std::unique_ptr<DiskTier> disk_tier;
   if (disk) {
-    auto opened = DiskTier::open(config.rocksdb_path,
-                                 RowLayout::make(optimizer.kind, optimizer.mf_dim).stride());
+    auto opened = DiskTier::open(
+        config.rocksdb_path, RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim).stride());
     if (!opened.ok()) return opened.status();
     disk_tier = std::move(opened).value();
   }
   return std::unique_ptr<SparseTable>(new SparseTable(optimizer, config, std::move(disk_tier)));
 }
 
-SparseTable::SparseTable(const SparseOptimizerConfig& optimizer, const HostTableConfig& config,
+SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
                          std::unique_ptr<DiskTier> disk)
     : optimizer_(optimizer),
       config_(config),
-      layout_(RowLayout::make(optimizer.kind, optimizer.mf_dim)),
+      layout_(RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim)),
       env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
       disk_(std::move(disk)) {
   const uint64_t per_shard = config.memory_row_budget == 0

@@ -38,12 +38,12 @@ class SparseTable final : public HostTier {
  public:
   // Checks the options (a memory budget or cold_after_days need a disk tier) and opens the disk
   // tier when configured.
-  static StatusOr<std::unique_ptr<SparseTable>> open(const SparseOptimizerConfig& optimizer,
+  static StatusOr<std::unique_ptr<SparseTable>> open(const AccessorConfig& optimizer,
                                                      const HostTableConfig& config);
   ~SparseTable() override;
 
   const RowLayout& layout() const override { return layout_; }
-  const SparseOptimizerConfig& config() const override { return optimizer_; }
+  const AccessorConfig& config() const override { return optimizer_; }
   const HostTableConfig& table_config() const { return config_; }
 
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
@@ -73,7 +73,7 @@ class SparseTable final : public HostTier {
   Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);
 
  private:
-  SparseTable(const SparseOptimizerConfig& optimizer, const HostTableConfig& config,
+  SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
               std::unique_ptr<DiskTier> disk);
   // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs
   // more than it saves, and much more on an oversubscribed machine.
@@ -88,7 +88,7 @@ class SparseTable final : public HostTier {
                     const std::vector<float>& recs);
   Status apply_deletions(const std::vector<uint64_t>& keys);
 
-  const SparseOptimizerConfig optimizer_;
+  const AccessorConfig optimizer_;
   const HostTableConfig config_;
   const RowLayout layout_;
   io::FileEnv* const env_;

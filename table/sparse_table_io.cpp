@@ -54,7 +54,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) 
       {"mode", name_of(kSaveKindNames, mode)},
       {"form", name_of(kSaveFormNames, form)},
       {"shards", std::to_string(shards_.size())},
-      {"optimizer", std::to_string(static_cast<int>(optimizer_.kind))},
+      {"optimizer", std::to_string(static_cast<int>(optimizer_.optimizer.kind))},
       {"mf_dim", std::to_string(layout_.mf_dim)},
       {"embed_state_dim", std::to_string(layout_.embed_state_dim)},
       {"embedx_state_dim", std::to_string(layout_.embedx_state_dim)},
@@ -97,7 +97,7 @@ Status SparseTable::load(const std::string& path) {
   std::vector<Expect> expects = {{"mf_dim", layout_.mf_dim},
                                  {"record_floats", record_floats(kind, layout_)}};
   if (kind == RecordKind::kFullRow) {
-    expects.push_back({"optimizer", static_cast<int64_t>(optimizer_.kind)});
+    expects.push_back({"optimizer", static_cast<int64_t>(optimizer_.optimizer.kind)});
     expects.push_back({"stride", layout_.stride()});
   }
   for (const Expect& e : expects) {

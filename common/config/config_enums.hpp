@@ -120,6 +120,13 @@ inline constexpr EnumName<ResumeMode> kResumeModeNames[] = {
     {ResumeMode::kOff, "off"},
 };
 
+// runner.save_form: how the host table's save writes its part files: text (`key v0 v1 ...` per
+// line, floats in shortest round-trip form, like Paddle's) or binary (little-endian uint64 key +
+// float32 values per record).
+enum class SaveForm { kText, kBinary };
+inline constexpr EnumName<SaveForm> kSaveFormNames[] = {{SaveForm::kText, "text"},
+                                                        {SaveForm::kBinary, "binary"}};
+
 // runner.sync_mode: the training schedule. GPUBox runs the pass-staged card tier only, so far.
 enum class SyncMode { kGpubox };
 inline constexpr EnumName<SyncMode> kSyncModeNames[] = {{SyncMode::kGpubox, "gpubox"}};

@@ -112,6 +112,14 @@ std::vector<KeySpec> build_table() {
   t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kTrainer, "--mode infer: the first save <infer_load_path>/<epoch> evaluated"));
   t.push_back(int_key(r + "infer_end_epoch", "-1", -1, kInt32Max, kTrainer, "--mode infer: the saves evaluated end before this epoch; -1: at the last save under infer_load_path"));
   t.push_back(int_key(r + "card_memory_mb", "0", 0, kInt64Max, kTrainer, "card-tier budget per card in MiB (rows over it are evicted); 0 = no limit"));
+  t.push_back(int_key(r + "host_table_shards", "64", 1, 65536, kTable, "lock shards of the in-process host table and of gpubox_server's (one part file each in a save)"));
+  t.push_back(enum_key(r + "save_form", kSaveFormNames, SaveForm::kBinary, kTable, "part files of the host table's saves: binary records or Paddle-like text lines (loads read either)"));
+  t.push_back(path_key(r + "rocksdb_path", "\"\"", kTable, "disk tier (RocksDB) folder under the host table, working storage wiped at start; gpubox_server shard i of n > 1 uses <path>/shard-i; \"\": no disk tier"));
+  t.push_back(int_key(r + "host_memory_row_budget", "0", 0, kInt64Max, kTable, "rows the host table keeps in memory, the lowest-score ones go to the disk tier (needs rocksdb_path); 0 = all"));
+  t.push_back(int_key(r + "cold_after_days", "0", 0, kInt32Max, kTable, "shrink moves rows unseen this many days to the disk tier (needs rocksdb_path); 0 = never"));
+  t.push_back(float_key(r + "server_timeout_s", "30", 1e-3, 1e6, kTable, "longest a host-tier call to the gpubox_server processes may take, retries included, before the job fails naming the server"));
+  t.push_back(float_key(r + "server_connect_timeout_s", "2", 1e-3, 1e6, kTable, "longest one connection attempt to a gpubox_server may take (it is retried until server_timeout_s)"));
+  t.push_back(int_key(r + "server_connections", "2", 1, 64, kTable, "connections per gpubox_server that one host-tier call spreads its requests over"));
   t.push_back(enum_key(r + "data_format", kDataFormatNames, DataFormat::kAuto, kDataset, "input format: auto recognises each file's (or pipe output's) format from its first lines and says which; slot: PaddleRec slot text; multislot: Paddle MultiSlot; criteo: raw Criteo TSV; feat_idx: PaddleRec's LR/FM Criteo text"));
   t.push_back(list_key(r + "multislot_order", KeyType::kStringList, kDataset, "multislot: the fields of a line by name (label_name, slot names, dense_name; other names are read and skipped); empty = label, sparse slots, dense, as PaddleRec's readers write"));
   t.push_back(enum_key(r + "slot_token_order", kSlotTokenOrderNames, SlotTokenOrder::kSlotFirst, kDataset, "token order of the slot format"));

@@ -36,8 +36,9 @@ enum Part : unsigned {
   kTrainer = 1u << 0,  // gpubox_train's own settings (trainer_config_from)
   kDataset = 1u << 1,  // how files become instances (dataset_config_from: gpubox_train and
                        // gpubox_data)
-  kTable = 1u << 2,    // the sparse row and its optimizer on every tier (sparse_config_from:
-                       // gpubox_train's card and in-process tiers, gpubox_server)
+  kTable = 1u << 2,    // the sparse row and its optimizer on every tier, and the host tier
+                       // (table/sparse_config.hpp: sparse_config_from, host_tier_config_from:
+                       // gpubox_train's card and host tiers, gpubox_server)
 };
 
 // A typed value: bool, int64 (kInt), uint64 (kUInt64), double (kFloat), string (kString,

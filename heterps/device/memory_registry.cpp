@@ -5,18 +5,17 @@
 #include <cstring>
 #include <iterator>
 #include <map>
-#include <mutex>
-#include <shared_mutex>
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::device {
 namespace {
 
 struct Registry {
-  std::shared_mutex mu;
-  std::map<std::uintptr_t, MemoryRange> ranges;  // GUARDED_BY(mu), keyed by begin
+  SharedMutex mu;
+  std::map<std::uintptr_t, MemoryRange> ranges GPUBOX_GUARDED_BY(mu);  // keyed by begin
 };
 
 Registry& registry() {
@@ -46,21 +45,21 @@ void register_memory(const void* ptr, std::size_t bytes, MemoryKind kind, int de
   if (ptr == nullptr || bytes == 0) return;
   const auto begin = reinterpret_cast<std::uintptr_t>(ptr);
   Registry& r = registry();
-  std::unique_lock<std::shared_mutex> lock(r.mu);
+  WriterLock lock(r.mu);
   r.ranges[begin] = MemoryRange{kind, device, begin, bytes};
 }
 
 void unregister_memory(const void* ptr) noexcept {
   if (ptr == nullptr) return;
   Registry& r = registry();
-  std::unique_lock<std::shared_mutex> lock(r.mu);
+  WriterLock lock(r.mu);
   r.ranges.erase(reinterpret_cast<std::uintptr_t>(ptr));
 }
 
 MemoryRange find_memory(const void* ptr) {
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
   Registry& r = registry();
-  std::shared_lock<std::shared_mutex> lock(r.mu);
+  ReaderLock lock(r.mu);
   auto it = r.ranges.upper_bound(address);
   if (it == r.ranges.begin()) return MemoryRange{};
   --it;

@@ -59,18 +59,6 @@ struct ScatterRecords {
   }
 };
 
-// The slot of each unique key (its first occurrence's), in send order.
-struct GatherUniqueSlots {
-  const int32_t* slots;
-  const position_t* sorted_pos;
-  const position_t* segment_start;
-  const position_t* unique_to_send;
-  int32_t* send_slots;
-  GPUBOX_HD void operator()(std::size_t u) const {
-    send_slots[unique_to_send[u]] = slots[sorted_pos[segment_start[u]]];
-  }
-};
-
 // merged_rows[m] = the row the pull found for merged key m (at its first received position).
 struct GatherMergedRows {
   const row_index_t* received_rows;
@@ -89,7 +77,7 @@ struct ApplyUpdates {
   const row_index_t* rows;
   const uint64_t* keys;
   const float* grads;
-  table::SparseOptimizerConfig config;
+  table::AccessorConfig config;
   const uint32_t* veto;  // null, or apply only while *veto == kNoVeto
   GPUBOX_HD void operator()(std::size_t m) const {
     if (veto != nullptr && *veto != kNoVeto) return;
@@ -139,8 +127,6 @@ class HeterComm::Impl {
                       card.stream()),
         host_counts_(static_cast<std::size_t>(comm.size()) * comm.size()),
         recv_keys_(0, card.memory(), card.stream()),
-        send_slots_(0, card.memory(), card.stream()),
-        recv_slots_(0, card.memory(), card.stream()),
         recv_rows_(0, card.memory(), card.stream()),
         recv_records_(0, card.memory(), card.stream()),
         send_records_(0, card.memory(), card.stream()),
@@ -151,22 +137,17 @@ class HeterComm::Impl {
                    store.card().rank(), ", not to card ", card.rank());
   }
 
-  // with_slots: the slots travel with the keys (a collective choice: the same on every card).
   // Host waits: the key counts (S1) and the owner's lookups (S2); returns with the records
   // enqueued.
-  void pull(const uint64_t* keys, const int32_t* slots, bool with_slots, std::size_t n,
-            float* out_pull, const device::Stream& stream) {
-    GPUBOX_EXPECTS(!with_slots || slots != nullptr || n == 0, "HeterComm::pull on card ",
-                   comm_->rank(), ": slots is null for ", n, " keys");
+  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream) {
     pulled_ = false;
     begin_step();
     last_.pull_calls = 1;
     const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
     const std::size_t unique = plan_keys(keys, n, stream);  // S1
     const std::size_t received = recv_offsets_[total_cards_];
-    reserve_exchange(unique, received, with_slots);
+    reserve_exchange(unique, received);
     send_keys(stream);
-    const int32_t* received_slots = with_slots ? send_slots(slots, unique, stream) : nullptr;
 
     // Owner: the rows of the keys this card received, and the merge plan of their pushes (used
     // by push_pulled); one wait for both counts.
@@ -177,8 +158,8 @@ class HeterComm::Impl {
     merged_ = collect_owner_merge(received);
     const std::size_t missing = store_->misses();
     if (missing > 0) {
-      last_.created_on_pull = resolve_missing(recv_keys_.data(), received_slots, received,
-                                              recv_rows_.data(), nullptr, missing, stream);
+      last_.created_on_pull =
+          resolve_missing(recv_keys_.data(), received, recv_rows_.data(), nullptr, missing, stream);
     }
     last_.owner_lookups += received;
     recv_records_.resize_discard(received * dim);
@@ -209,7 +190,7 @@ class HeterComm::Impl {
     last_.push_calls = 1;
     const std::size_t unique = plan_keys(keys, n, stream);  // S1
     const std::size_t received = recv_offsets_[total_cards_];
-    reserve_exchange(unique, received, /*with_slots=*/false);
+    reserve_exchange(unique, received);
     reduce_local(grads, unique, stream);
     send_keys(stream);
     send_records(received, stream);
@@ -222,7 +203,7 @@ class HeterComm::Impl {
     stream.synchronize();  // no collective in flight since S2
     const std::size_t missing = store_->misses();
     if (missing > 0) {
-      last_.created_on_push = resolve_missing(owner_merge_.unique_keys(), nullptr, merged,
+      last_.created_on_push = resolve_missing(owner_merge_.unique_keys(), merged,
                                               merged_rows_.data(), &owner_merge_, missing, stream);
     }
     last_.owner_lookups += merged;
@@ -267,15 +248,11 @@ class HeterComm::Impl {
 
   // Device rule 1: every buffer the rest of the step needs (this pull or push, and the
   // push_pulled after a pull), sized before the first collective that moves keys.
-  void reserve_exchange(std::size_t unique, std::size_t received, bool with_slots) {
+  void reserve_exchange(std::size_t unique, std::size_t received) {
     const std::size_t record_dim =
         static_cast<std::size_t>(std::max(layout_.pull_dim(), layout_.push_dim()));
     const std::size_t push_dim = static_cast<std::size_t>(layout_.push_dim());
     recv_keys_.resize_discard(received);
-    if (with_slots) {
-      send_slots_.resize_discard(unique);
-      recv_slots_.resize_discard(received);
-    }
     recv_rows_.resize_discard(received);
     recv_records_.resize_discard(received * record_dim);
     send_records_.resize_discard(unique * record_dim);
@@ -391,21 +368,6 @@ class HeterComm::Impl {
     count_bytes(plan_.send_counts(), sizeof(uint64_t));
   }
 
-  // Sends each planned unique key's slot (its first occurrence's) along the keys' route;
-  // returns the slots of the received keys.
-  const int32_t* send_slots(const int32_t* slots, std::size_t unique,
-                            const device::Stream& stream) {
-    send_slots_.resize_discard(unique);
-    device::parallel_for(stream, unique,
-                         GatherUniqueSlots{slots, local_.sorted_positions(), local_.unique_start(),
-                                           plan_.unique_to_send(), send_slots_.data()});
-    recv_slots_.resize_discard(recv_keys_.size());
-    comm_->all_to_all_v(send_slots_.data(), plan_.send_counts(), recv_slots_.data(),
-                        recv_counts_.data(), stream);
-    count_bytes(plan_.send_counts(), sizeof(int32_t));
-    return recv_slots_.data();
-  }
-
   void count_bytes(const std::size_t* send_counts, std::size_t element_bytes) {
     for (int c = 0; c < total_cards_; ++c) {
       const uint64_t bytes = send_counts[c] * element_bytes;
@@ -418,11 +380,11 @@ class HeterComm::Impl {
   // created (rows filled in, count returned) or a failure, as the options say. `merge` (push)
   // maps a merged key back to a received position, to name the requesting card; null when keys
   // are the received keys themselves. Runs after a wait: it may allocate and synchronize.
-  std::size_t resolve_missing(const uint64_t* keys, const int32_t* slots, std::size_t n,
-                              row_index_t* rows, const detail::KeyDedup* merge, std::size_t missing,
+  std::size_t resolve_missing(const uint64_t* keys, std::size_t n, row_index_t* rows,
+                              const detail::KeyDedup* merge, std::size_t missing,
                               const device::Stream& stream) {
     if (options_.missing_keys == MissingKeyPolicy::kCreate) {
-      return store_->create_missing_rows(keys, slots, n, rows, missing, stream);
+      return store_->create_missing_rows(keys, /*slots=*/nullptr, n, rows, missing, stream);
     }
     const row_index_t* first_missing = rows + n;
     detail::with_policy(stream, scratch_, n, [&](const auto& policy) {
@@ -453,7 +415,7 @@ class HeterComm::Impl {
   comm::Communicator* comm_;
   HeterCommOptions options_;
   table::RowLayout layout_;
-  table::SparseOptimizerConfig config_;
+  table::AccessorConfig config_;
   int total_cards_;
 
   device::ScratchArena& scratch_;  // the card's: Thrust temporaries of every step
@@ -472,8 +434,6 @@ class HeterComm::Impl {
   device::pinned_buffer<uint64_t> host_counts_;
 
   device::device_buffer<uint64_t> recv_keys_;
-  device::device_buffer<int32_t> send_slots_;  // only when pull is given slots
-  device::device_buffer<int32_t> recv_slots_;
   device::device_buffer<row_index_t> recv_rows_;
   device::device_buffer<float> recv_records_;    // owner side: records received / to send back
   device::device_buffer<float> send_records_;    // sender side: records in send order
@@ -499,11 +459,7 @@ HeterComm& HeterComm::operator=(HeterComm&&) noexcept = default;
 
 void HeterComm::pull(const uint64_t* keys, std::size_t n, float* out_pull,
                      const device::Stream& stream) {
-  impl_->pull(keys, nullptr, /*with_slots=*/false, n, out_pull, stream);
-}
-void HeterComm::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* out_pull,
-                     const device::Stream& stream) {
-  impl_->pull(keys, slots, /*with_slots=*/true, n, out_pull, stream);
+  impl_->pull(keys, n, out_pull, stream);
 }
 void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
                      const device::Stream& stream) {

@@ -62,12 +62,6 @@ class HeterComm {
   // A key missing on its owner: see HeterCommOptions::missing_keys (kFail throws on the owner,
   // which must abort the group so the peers wake up, see comm::CommGroup::abort).
   void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream);
-  // As pull, with each occurrence's slot (card memory): a row created on the fly gets the slot of
-  // its key's first occurrence on the requesting card (the slots travel with the keys; without
-  // them created rows get slot 0). Every card calls this overload in the same step, or none
-  // does (a card with n = 0 may pass null slots).
-  void pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* out_pull,
-            const device::Stream& stream);
 
   // grads[i * push_dim() ...] = the push record of occurrence i (show, click, embed_g,
   // embedx_g[mf_dim]). Applies one optimizer step per distinct key over all cards. Collective;

@@ -12,8 +12,9 @@ inline constexpr uint32_t kNoVeto = UINT32_MAX;
 
 // What the owner card does with a key it does not hold during a step.
 enum class MissingKeyPolicy {
-  // Create the row on the fly (table::init_row; slot from pull's slots, else 0), count it,
-  // mark it dirty.
+  // Create the row on the fly (table::init_row with slot 0: a row's slot comes from begin_pass,
+  // which places every key of a pass before its steps), count it, mark it dirty. For HeterComm
+  // on its own (tests, benchmarks); the card tier uses kFail.
   kCreate,
   kFail,  // throw gpubox::Error naming the key, the owner card and the requesting card
 };

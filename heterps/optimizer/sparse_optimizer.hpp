@@ -33,6 +33,7 @@
 
 namespace gpubox::optimizer {
 
+using table::AccessorConfig;
 using table::RowLayout;
 using table::SparseOptimizerConfig;
 using table::SparseOptimizerKind;
@@ -182,9 +183,8 @@ GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* sta
 //   existed before this step it takes one step, otherwise it is created when the row's new
 //   score reaches embedx_threshold (its gradient of this step is not applied).
 // Returns true when this step created the embedx part. `row` must be a row of `layout`.
-GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout,
-                                 const SparseOptimizerConfig& cfg, uint64_t key,
-                                 const float* push) {
+GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+                                 uint64_t key, const float* push) {
   const float show = push[PushRecord::kShow];
   const float click = push[PushRecord::kClick];
   row[RowLayout::kShow] += show;
@@ -196,14 +196,15 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout,
 
   // Below embed_threshold a key is counted but not learned: the weights of keys seen a few
   // times are what a dnn memorises in a second epoch over the same data (BENCHMARKS.md).
+  const SparseOptimizerConfig& opt = cfg.optimizer;
   if (cfg.embed_threshold <= 0.0f || table::row_score(row, cfg) >= cfg.embed_threshold) {
-    update_part(cfg.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
-                push + PushRecord::kEmbedG, 1, embed_rule(cfg), cfg, scale);
+    update_part(opt.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
+                push + PushRecord::kEmbedG, 1, embed_rule(opt), opt, scale);
   }
 
   if (row[layout.mf_size()] > 0.0f) {
-    update_part(cfg.kind, row + layout.embedx_w(), row + layout.embedx_state(),
-                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(cfg), cfg, scale);
+    update_part(opt.kind, row + layout.embedx_w(), row + layout.embedx_state(),
+                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(opt), opt, scale);
     return false;
   }
   return table::maybe_create_embedx(row, layout, cfg, key);

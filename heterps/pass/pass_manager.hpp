@@ -1,5 +1,7 @@
-// PassManager: moves sparse rows between the host tier and the cards at pass boundaries (the
-// role PaddlePaddle's PSGPUWrapper plays), with the card tier kept as a cache across passes.
+// PassManager: moves sparse rows between the host tier and the cards at pass boundaries, with
+// the card tier kept as a cache across passes. It is the pass half of ps::CardTier (the card
+// tier's owner, Paddle's PSGPUWrapper role: heterps/ps/card_tier.hpp), which builds it over its
+// stores; schedules talk to the CardTier.
 //
 //   begin_pass(keys)  keys already on their owner card stay; only the missing ones are pulled
 //                     from the host tier (in batches, several in flight) and inserted on their
@@ -43,11 +45,11 @@ class PassManager {
   PassManager(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
               table::HostTier& host, const PassManagerOptions& options = {});
 
-  // `keys`: the pass's unique keys (duplicates and key 0 are tolerated and dropped); `slots`
-  // (optional, same length) names each key's slot for rows the host tier creates. Throws
-  // gpubox::Error when the host tier fails (after its own retries) or the pass cannot fit.
-  PassStats begin_pass(const std::vector<uint64_t>& keys,
-                       const std::vector<int32_t>* slots = nullptr);
+  // `keys`: the pass's unique keys (duplicates and key 0 are tolerated and dropped; a repeated
+  // key keeps its first slot); `slots` (same length, or empty: slot 0) names each key's slot
+  // for rows the host tier creates. Throws gpubox::Error when the host tier fails (after its
+  // own retries) or the pass cannot fit.
+  PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {});
   // Writes dirty rows back; returns this pass's counters (begin and end).
   PassStats end_pass();
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
@@ -64,6 +66,20 @@ class PassManager {
   bool in_pass() const { return in_pass_; }
 
  private:
+  // Keys of one card with their slots (same length).
+  struct CardKeys {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+  };
+  // The pass's keys by owner card, sorted, without key 0 and duplicates (a repeated key keeps
+  // its first slot).
+  std::vector<CardKeys> partition_by_owner(const std::vector<uint64_t>& keys,
+                                           const std::vector<int32_t>& slots) const;
+  // Those of card `c`'s keys that are not on the card.
+  CardKeys missing_on_card(int c, const CardKeys& mine);
+  // Pulls `missing` from the host tier (created there with their slots when new) into card
+  // `c`'s store. Returns how many rows the host tier created.
+  std::size_t pull_to_card(int c, const CardKeys& missing);
   // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
   uint64_t write_back(int c);
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,

@@ -40,7 +40,8 @@ struct CardTierPlan {
   std::string to_string() const;
 };
 
-// Counters of one pass, summed over this trainer's cards.
+// Counters of one pass, summed over this trainer's cards (the trainer's pass report prints
+// them: trainer/engine/trainer.cpp).
 struct PassStats {
   int64_t pass_id = 0;
   uint64_t keys_in_pass = 0;   // unique keys handed to begin_pass (after key 0 was dropped)
@@ -52,12 +53,6 @@ struct PassStats {
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass
   double begin_seconds = 0;
   double end_seconds = 0;
-
-  // "keys: K, hits: H, pulled: P, created: C, evicted: E, written_back: W, begin_pass: Bs,
-  // end_pass: Es"
-  std::string to_string() const;
-  // The same counters as JSON members (no braces): "\"keys_in_pass\": K, ...".
-  std::string json_members() const;
 };
 
 }  // namespace gpubox::pass

@@ -53,7 +53,7 @@ struct RowScores {
   RowPagesRef pages;
   const row_index_t* rows;
   float* scores;
-  table::SparseOptimizerConfig config;
+  table::AccessorConfig config;
   GPUBOX_HD void operator()(std::size_t i) const {
     scores[i] = table::row_score(pages.row(rows[i]), config);
   }
@@ -82,7 +82,7 @@ struct ScatterCreated {
   RowPagesRef pages;
   uint8_t* dirty;
   table::RowLayout layout;
-  table::SparseOptimizerConfig config;
+  table::AccessorConfig config;
   GPUBOX_HD void operator()(std::size_t j) const {
     const row_index_t r = missing_rows[j];
     const uint64_t position = positions[j];
@@ -103,14 +103,14 @@ struct IsCleanEntry {
 
 }  // namespace
 
-CardSparseStore::CardSparseStore(device::Card& card, const table::SparseOptimizerConfig& config,
+CardSparseStore::CardSparseStore(device::Card& card, const table::AccessorConfig& config,
                                  const HashTableOptions& options)
     : config_(config),
-      layout_(table::RowLayout::make(config.kind, config.mf_dim)),
+      layout_(table::RowLayout::make(config.optimizer.kind, config.mf_dim)),
       table_(card,
              [&] {
                HashTableOptions o = options;
-               o.row_stride = table::RowLayout::make(config.kind, config.mf_dim).stride();
+               o.row_stride = table::RowLayout::make(config.optimizer.kind, config.mf_dim).stride();
                return o;
              }()),
       dirty_(0, card.memory(), card.stream()),

@@ -1,24 +1,11 @@
-// CardSparseStore: one card's sparse parameters — hash table (key -> row index), row pool of
-// full sparse rows (table/accessor/sparse_row.hpp layout), and a dirty flag per row.
-//
-// Who uses it: the pass manager moves rows between the host tier and the card (insert_rows,
-// read_rows, collect_dirty/clear_dirty, erase); HeterComm looks rows up and applies the
-// optimizer through CardStoreRef inside its functors (lookup_or_create, ref()).
-// Rows inserted from the host tier arrive clean; a row created on the card, or updated through
-// the ref (mark_dirty), is dirty until clear_dirty.
-//
-// Bulk API over card ranges, stream last; calls that return a count synchronize `stream`.
-// Not thread-safe: one card thread drives a store. Move-only; owns all its memory.
+// The device view of a CardSparseStore (card_store.hpp), for functors: HeterComm's pull records
+// and optimizer step read and update rows through it.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
-#include "heterps/device/card.hpp"
-#include "heterps/device/memory.hpp"
+#include "heterps/sparse/card_store.hpp"
 #include "heterps/sparse/hash_table.cuh"
-#include "heterps/sparse/sparse_types.hpp"
-#include "table/accessor/sparse_row.hpp"
 
 namespace gpubox::sparse {
 
@@ -48,123 +35,6 @@ class CardStoreRef {
   uint8_t* dirty_ = nullptr;
   TableFindRef table_{};
   table::RowLayout layout_{};
-};
-
-class CardSparseStore {
- public:
-  // Rows follow RowLayout::make(config.kind, config.mf_dim); options.row_stride is ignored.
-  // The card must outlive the store.
-  CardSparseStore(device::Card& card, const table::SparseOptimizerConfig& config,
-                  const HashTableOptions& options = {});
-  CardSparseStore(CardSparseStore&&) noexcept = default;
-  CardSparseStore& operator=(CardSparseStore&&) noexcept = default;
-  CardSparseStore(const CardSparseStore&) = delete;
-  CardSparseStore& operator=(const CardSparseStore&) = delete;
-
-  // Stores full rows from the host tier (`rows`: n * stride floats, card memory), clean. A key
-  // already on the card has its row overwritten. Keys should be unique within the batch (for a
-  // repeated key one of its rows is kept). Returns how many keys were new. Synchronizes.
-  std::size_t insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
-                          const device::Stream& stream);
-  // rows_out[i] = the full row of keys[i] (n * stride floats, card memory), bit-exact. A key the
-  // card does not hold is an error naming the key and the card. Synchronizes.
-  void read_rows(const uint64_t* keys, std::size_t n, float* rows_out,
-                 const device::Stream& stream) const;
-  // out_row_indices[i] = the row index of keys[i]. A missing key gets a new row
-  // (table::init_row with slots[i], or slot 0 when slots is null; marked dirty) when
-  // `create_missing`, else kInvalidRow. *created (when given) = how many rows were created.
-  // Synchronizes.
-  void lookup_or_create(const uint64_t* keys, const int32_t* slots, std::size_t n,
-                        row_index_t* out_row_indices, bool create_missing, std::size_t* created,
-                        const device::Stream& stream);
-  // lookup_or_create(create_missing = true) in two halves, so a step can fold the miss count's
-  // readback into a wait it makes anyway: lookup_async writes out_row_indices (kInvalidRow for
-  // a missing key) and enqueues the miss count's copy to a pinned host word; once the caller
-  // has synchronized `stream`, misses() reads it, and create_missing_rows(misses()) creates the
-  // missing rows exactly as lookup_or_create does (returns how many; synchronizes).
-  // Sizes lookup_async's scratch for up to n keys, so a step that calls this before its
-  // collectives allocates nothing after them (device rule 1).
-  void reserve_lookups(std::size_t n);
-  void lookup_async(const uint64_t* keys, std::size_t n, row_index_t* out_row_indices,
-                    const device::Stream& stream);
-  std::size_t misses() const { return static_cast<std::size_t>(host_misses_[0]); }
-  std::size_t create_missing_rows(const uint64_t* keys, const int32_t* slots, std::size_t n,
-                                  row_index_t* out_row_indices, std::size_t missing,
-                                  const device::Stream& stream);
-  // Every live key and its row index (slot order) into keys_out / rows_out, resized to the
-  // count; only the dirty rows when `dirty_only`. 12 bytes per entry, no row is copied. Returns
-  // the count. Synchronizes.
-  std::size_t list_entries(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
-                           device::device_buffer<row_index_t>& rows_out,
-                           const device::Stream& stream) const;
-  // rows_out[i * stride ...] = the row with index rows[i] (card memory), bit-exact; one thread
-  // per (row, field). Stream-ordered.
-  void gather_rows(const row_index_t* rows, std::size_t n, float* rows_out,
-                   const device::Stream& stream) const;
-  // scores_out[i] = table::row_score of the row with index rows[i] (card memory), e.g. to pick
-  // eviction victims without copying rows. Stream-ordered.
-  void row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
-                  const device::Stream& stream) const;
-  // list_entries + gather_rows in one call: copies every dirty row (collect_dirty) or every row
-  // (collect_all) with its key into keys_out / rows_out, resized to the count (slot order).
-  // Holds a second copy of the rows it collects: for tests and small stores; the pass manager
-  // streams list_entries through gather_rows a page at a time instead. Synchronizes.
-  std::size_t collect_dirty(device::device_buffer<uint64_t>& keys_out,
-                            device::device_buffer<float>& rows_out,
-                            const device::Stream& stream) const;
-  std::size_t collect_all(device::device_buffer<uint64_t>& keys_out,
-                          device::device_buffer<float>& rows_out,
-                          const device::Stream& stream) const;
-  // Marks every row clean. Stream-ordered.
-  void clear_dirty(const device::Stream& stream);
-  // Removes the keys (absent ones are ignored); returns how many were removed. Synchronizes.
-  std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
-  // Removes everything (capacity kept). Stream-ordered.
-  void clear(const device::Stream& stream);
-  // Grows so that `new_keys` more keys fit without growth inside the next batch.
-  void reserve(std::size_t new_keys, const device::Stream& stream);
-  // Sizes the table and the per-row index memory (free list, dirty flags) for `keys` keys once,
-  // so that holding up to that many never reallocates them (rows still come page by page). See
-  // CardHashTable::reserve_capacity. Synchronizes.
-  void reserve_capacity(std::size_t keys, const device::Stream& stream);
-
-  std::size_t size() const { return table_.size(); }
-  std::size_t bytes_per_row() const {
-    return sizeof(float) * static_cast<std::size_t>(layout_.stride());
-  }
-  // Card bytes held (slots, row pages, page table, free list, dirty flags, scratch).
-  std::size_t memory_bytes() const;
-  // Bytes of one pool page (rows are allocated a page at a time).
-  std::size_t page_bytes() const { return table_.pool().page_bytes(); }
-  std::size_t page_rows() const { return table_.pool().page_rows(); }
-  const table::RowLayout& layout() const { return layout_; }
-  const table::SparseOptimizerConfig& config() const { return config_; }
-  const CardHashTable& table() const { return table_; }
-  device::Card& card() const { return table_.card(); }
-
-  CardStoreRef ref();
-
- private:
-  // Keeps one dirty flag per pool row after the pool grew (new rows clean).
-  void sync_dirty_capacity(const device::Stream& stream);
-  std::size_t collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
-                      device::device_buffer<float>& rows_out, const device::Stream& stream) const;
-  // Counts kInvalidRow among rows[0, n) into *miss_count_ (card memory): per-chunk partial
-  // counts, then one sum, so no thread contends for one address.
-  void count_misses(const row_index_t* rows, std::size_t n, const device::Stream& stream);
-
-  table::SparseOptimizerConfig config_;
-  table::RowLayout layout_;
-  CardHashTable table_;
-  device::device_buffer<uint8_t> dirty_;
-  // Scratch reused across calls.
-  mutable device::device_buffer<row_index_t> rows_scratch_;
-  mutable device::device_buffer<uint8_t> created_scratch_;
-  mutable device::device_buffer<uint64_t> keys_scratch_;
-  mutable device::device_buffer<uint64_t> positions_scratch_;
-  device::device_buffer<uint32_t> miss_partials_;  // per chunk of kMissChunk positions
-  device::device_buffer<unsigned long long> miss_count_;
-  device::pinned_buffer<unsigned long long> host_misses_;  // miss_count_'s host copy
 };
 
 }  // namespace gpubox::sparse

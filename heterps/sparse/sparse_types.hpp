@@ -39,6 +39,17 @@ inline std::size_t page_rows_for(int32_t stride) {
   return rows;
 }
 
+namespace detail {
+// One slot of a CardHashTable: a key and its row. 16 bytes, so a 64-byte cache line holds four
+// and a lookup usually reads one line (detail/probe.cuh).
+struct alignas(16) Slot {
+  uint64_t key;
+  row_index_t row;
+  uint32_t unused;
+};
+static_assert(sizeof(Slot) == 16);
+}  // namespace detail
+
 struct HashTableOptions {
   // Slots allocated up front (rounded up to a power of two, at least 16).
   std::size_t initial_capacity = 1024;

@@ -22,14 +22,11 @@ namespace gpubox::table {
 using SparseOptimizerKind = config::SparseOptimizerKind;
 using config::kSparseOptimizerKindNames;
 
-// hyper_parameters.sparse_feature_dim, hyper_parameters.sparse_optimizer.* and runner.seed, as
-// table/sparse_config.hpp derives them from a config for every tier. Plain data; the defaults
-// here are the key table's (tests/integration/config_agreement_test.cpp checks they agree), and
-// those are Paddle's CtrCommonAccessor / SparseAdaGradSGDRule defaults (ps.proto, heter_ps
-// optimizer_conf.h) except where a comment says otherwise.
+// The per-key optimizer of a row: which one (hyper_parameters.sparse_optimizer.class) and its
+// hyper-parameters per part (embed_w, embedx): learning rate, adagrad's initial g2sum, initial
+// range, clip bounds, and adam's decays. Plain data.
 struct SparseOptimizerConfig {
   SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad;
-  int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
   // embed_w (wide weight) part
   float learning_rate = 0.05f;
   float initial_g2sum = 3.0f;  // adagrad step: lr * sqrt(initial_g2sum / (initial_g2sum + g2sum))
@@ -48,12 +45,25 @@ struct SparseOptimizerConfig {
   float beta1_decay_rate = 0.9f;
   float beta2_decay_rate = 0.999f;
   float ada_epsilon = 1e-8f;
-  // creation and shrink rules
+};
+
+// The accessor (Paddle's CtrDymfAccessor role): what a sparse row is and the rules every tier
+// applies to it — the embedx width, the optimizer, the show/click score with the embedx
+// creation threshold, the decay and deletion rules of shrink, and the initialisation seed.
+// hyper_parameters.sparse_feature_dim, hyper_parameters.sparse_optimizer.* and runner.seed, as
+// table/sparse_config.hpp derives them from a config for every tier. Plain data; the defaults
+// here are the key table's (tests/integration/config_agreement_test.cpp checks they agree).
+struct AccessorConfig {
+  int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
+  SparseOptimizerConfig optimizer;
+  // score = nonclk_coeff * (show - click) + clk_coeff * click; embedx is created at
+  // embedx_threshold
   float nonclk_coeff = 0.1f;
   float clk_coeff = 1.0f;
   bool show_scale = true;  // divide a key's merged gradient by its show (sparse_optimizer.hpp)
   float embed_threshold = 0.0f;  // embed_w steps once the score reaches this (0: always, Paddle's)
   float embedx_threshold = 10.0f;
+  // shrink: show/click decay, deletion by score and by unseen days
   float show_click_decay_rate = 0.98f;
   float delete_threshold = 0.8f;
   float delete_after_unseen_days = 30.0f;
@@ -112,7 +122,7 @@ struct RowLayout {
 };
 
 // show/click score used by the creation rule, eviction and shrink.
-GPUBOX_HD inline float row_score(const float* row, const SparseOptimizerConfig& cfg) {
+GPUBOX_HD inline float row_score(const float* row, const AccessorConfig& cfg) {
   const float show = row[RowLayout::kShow];
   const float click = row[RowLayout::kClick];
   return cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
@@ -128,10 +138,9 @@ GPUBOX_HD inline float init_value(uint64_t key, uint64_t seed, uint32_t lane, fl
 // Optimizer state of a part at creation. As in Paddle's rules (SparseAdaGradSGDRule::
 // InitValueWork, heter_ps's creation of embedx), the adagrad g2sum starts at 0: initial_g2sum
 // only enters the step size, so the first step is lr * g. Adam's beta powers start at beta.
-GPUBOX_HD inline void init_state(float* state, int32_t dim, SparseOptimizerKind kind,
-                                 const SparseOptimizerConfig& cfg) {
+GPUBOX_HD inline void init_state(float* state, int32_t dim, const SparseOptimizerConfig& cfg) {
   for (int32_t i = 0; i < dim; ++i) state[i] = 0.0f;
-  switch (kind) {
+  switch (cfg.kind) {
     case SparseOptimizerKind::kSgd:
     case SparseOptimizerKind::kAdagrad:
       break;
@@ -145,14 +154,14 @@ GPUBOX_HD inline void init_state(float* state, int32_t dim, SparseOptimizerKind 
 }  // namespace detail
 
 // A new row for `key` in `slot`: counters zero, embed_w and its state initialised, embedx absent.
-GPUBOX_HD inline void init_row(float* row, const RowLayout& layout,
-                               const SparseOptimizerConfig& cfg, uint64_t key, int32_t slot) {
+GPUBOX_HD inline void init_row(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+                               uint64_t key, int32_t slot) {
   for (int32_t i = 0; i < layout.stride(); ++i) row[i] = 0.0f;
   row[RowLayout::kEmbedW] =
-      cfg.initial_range > 0.0f
-          ? detail::init_value(key, cfg.seed ^ 0x5bd1e995ULL, 0, cfg.initial_range)
+      cfg.optimizer.initial_range > 0.0f
+          ? detail::init_value(key, cfg.seed ^ 0x5bd1e995ULL, 0, cfg.optimizer.initial_range)
           : 0.0f;
-  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.kind, cfg);
+  detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.optimizer);
   row[layout.slot()] = static_cast<float>(slot);
   row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
   row[layout.mf_size()] = 0.0f;
@@ -162,14 +171,15 @@ GPUBOX_HD inline void init_row(float* row, const RowLayout& layout,
 // hash of (key, seed), so every tier and every run creates the same values). Returns true when
 // it created the part now.
 GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
-                                          const SparseOptimizerConfig& cfg, uint64_t key) {
+                                          const AccessorConfig& cfg, uint64_t key) {
   if (row[layout.mf_size()] > 0.0f) return false;
   if (row_score(row, cfg) < cfg.embedx_threshold) return false;
   float* w = row + layout.embedx_w();
   for (int32_t i = 0; i < layout.mf_dim; ++i) {
-    w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1), cfg.mf_initial_range);
+    w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1),
+                              cfg.optimizer.mf_initial_range);
   }
-  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.kind, cfg);
+  detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.optimizer);
   row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
   return true;
 }

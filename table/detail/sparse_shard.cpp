@@ -20,7 +20,7 @@ std::vector<uint32_t> identity(std::size_t n) {
 
 }  // namespace
 
-SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const SparseOptimizerConfig& cfg,
+SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg,
                          DiskTier* disk, uint64_t memory_limit, TableEpochs* epochs)
     : id_(id),
       layout_(layout),

@@ -49,8 +49,8 @@ struct ShardSnapshot {
 class SparseShard {
  public:
   // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none).
-  SparseShard(uint32_t id, const RowLayout& layout, const SparseOptimizerConfig& cfg,
-              DiskTier* disk, uint64_t memory_limit, TableEpochs* epochs);
+  SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
+              uint64_t memory_limit, TableEpochs* epochs);
 
   Status pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
               float* rows, std::size_t* created);
@@ -91,7 +91,7 @@ class SparseShard {
 
   const uint32_t id_;
   const RowLayout layout_;
-  const SparseOptimizerConfig& cfg_;
+  const AccessorConfig& cfg_;
   DiskTier* const disk_;
   const uint64_t memory_limit_;
   TableEpochs* const epochs_;

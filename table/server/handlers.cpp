@@ -109,7 +109,7 @@ Reply Server::Impl::info(const FrameHeader& header) {
   InfoReply info;
   info.shard_id = options_.shard_id;
   info.shard_num = options_.shard_num;
-  info.optimizer_kind = static_cast<int32_t>(table_->config().kind);
+  info.optimizer_kind = static_cast<int32_t>(table_->config().optimizer.kind);
   info.mf_dim = table_->layout().mf_dim;
   info.stride = static_cast<uint32_t>(table_->layout().stride());
   // What a client may send: the frame limit, or less when a connection may buffer less.

@@ -111,7 +111,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
 RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
                                TransportOptions transport_options)
     : options_(std::move(options)),
-      layout_(RowLayout::make(options_.config.kind, options_.config.mf_dim)),
+      layout_(RowLayout::make(options_.config.optimizer.kind, options_.config.mf_dim)),
       identities_(endpoint_names(endpoints)),
       transport_(std::move(endpoints), [&] {
         transport_options.on_connect = [this](uint32_t e, Connection& c, Clock::time_point d) {
@@ -145,13 +145,13 @@ Status RemoteHostTier::check_servers() {
   for (std::size_t e = 0; e < n; ++e) {
     const InfoReply& info = infos[e];
     const std::string where = transport_.endpoints()[e].to_string();
-    if (info.optimizer_kind != static_cast<int32_t>(options_.config.kind) ||
+    if (info.optimizer_kind != static_cast<int32_t>(options_.config.optimizer.kind) ||
         info.mf_dim != layout_.mf_dim || info.stride != static_cast<uint32_t>(layout_.stride())) {
       return Status::InvalidArgument(
           "server " + where + " holds rows of optimizer " + std::to_string(info.optimizer_kind) +
           ", mf_dim " + std::to_string(info.mf_dim) + " (stride " + std::to_string(info.stride) +
           "); this trainer uses optimizer " +
-          std::to_string(static_cast<int32_t>(options_.config.kind)) + ", mf_dim " +
+          std::to_string(static_cast<int32_t>(options_.config.optimizer.kind)) + ", mf_dim " +
           std::to_string(layout_.mf_dim) + ": start the servers with the trainer's config");
     }
     if (info.shard_num > 1 && (info.shard_num != n || info.shard_id != e)) {

@@ -26,7 +26,7 @@ namespace gpubox::table::server {
 struct RemoteHostTierOptions {
   std::string endpoints;  // "ip:port,ip:port" (PADDLE_PSERVERS_IP_PORT_LIST)
   // The trainer's row layout; every server must hold the same (checked at connect).
-  SparseOptimizerConfig config;
+  AccessorConfig config;
   std::string auth_token;
   std::size_t chunk_rows = 4096;  // keys per request frame (lowered to fit the frame limit)
   int max_in_flight = 4;          // pipelined chunks per connection
@@ -52,7 +52,7 @@ class RemoteHostTier final : public HostTier {
   static StatusOr<std::unique_ptr<RemoteHostTier>> connect(RemoteHostTierOptions options);
 
   const RowLayout& layout() const override { return layout_; }
-  const SparseOptimizerConfig& config() const override { return options_.config; }
+  const AccessorConfig& config() const override { return options_.config; }
 
   // All thread-safe. n == 0 is a no-op. A call that fails may have been applied on some
   // endpoints (each endpoint's share is applied at most once); pull, push and erase may simply
@@ -78,6 +78,7 @@ class RemoteHostTier final : public HostTier {
   std::string endpoint_name(std::size_t e) const {
     return transport_.endpoints().at(e).to_string();
   }
+  const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in

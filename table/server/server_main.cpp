@@ -18,11 +18,11 @@
 #include "common/cli_flags.hpp"
 #include "common/config/config_document.hpp"
 #include "common/logging.hpp"
+#include "table/host_tier_factory.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_config.hpp"
-#include "table/sparse_table.hpp"
 
 DEFINE_int32(port, 29011, "TCP port to listen on (0: an ephemeral port, printed when ready)");
 DEFINE_string(bind, "127.0.0.1", "address to bind; loopback unless told otherwise");
@@ -43,11 +43,21 @@ DEFINE_int32(mf_dim, -1, "embedx width; overrides --config");
 DEFINE_string(optimizer, "",
               "sparse optimizer: sgd | adagrad | adam | shared_adam; overrides --config");
 DEFINE_int32(max_frame_mb, 64, "largest accepted frame payload, in MiB");
-DEFINE_int32(table_shards, 64, "lock shards of the in-memory table");
-DEFINE_string(rocksdb_dir, "", "disk tier folder (working storage, wiped at start); empty: none");
-DEFINE_uint64(memory_row_budget, 0, "rows kept in memory at most (needs --rocksdb_dir); 0: all");
-DEFINE_int32(cold_after_days, 0, "shrink moves rows unseen this many days to disk; 0: never");
-DEFINE_string(save_form, "binary", "part file form of saves: binary | text");
+// The table's settings come from the config's runner.* keys (host_tier_config_from, as in the
+// trainer's in-process table); each of these flags, when given, overrides its key.
+DEFINE_int32(table_shards, 64,
+             "lock shards of the in-memory table; overrides runner.host_table_shards");
+DEFINE_string(rocksdb_dir, "",
+              "disk tier folder (working storage, wiped at start); empty: none; overrides "
+              "runner.rocksdb_path");
+DEFINE_uint64(memory_row_budget, 0,
+              "rows kept in memory at most (needs a disk tier); 0: all; overrides "
+              "runner.host_memory_row_budget");
+DEFINE_int32(cold_after_days, 0,
+             "shrink moves rows unseen this many days to disk; 0: never; overrides "
+             "runner.cold_after_days");
+DEFINE_string(save_form, "binary",
+              "part file form of saves: binary | text; overrides runner.save_form");
 
 // Limits (README "Security and durability").
 DEFINE_uint64(max_connections, 0,
@@ -65,6 +75,31 @@ DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a repl
 
 namespace gpubox::table::server {
 namespace {
+
+bool flag_given(const char* name) { return !gflags::GetCommandLineFlagInfoOrDie(name).is_default; }
+
+// The table's settings: the config's (host_tier_config_from, exactly as the trainer's in-process
+// table), each overridden by its flag when given. Shard i of n > 1 keeps a config's disk tier in
+// <rocksdb_path>/shard-i, so servers started with one config never share a RocksDB folder.
+StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
+  HostTableConfig table = host_tier_config_from(doc).table;
+  if (!table.rocksdb_path.empty() && FLAGS_shard_num > 1) {
+    table.rocksdb_path += "/shard-" + std::to_string(FLAGS_shard_id);
+  }
+  if (flag_given("table_shards")) {
+    if (FLAGS_table_shards < 1) return Status::InvalidArgument("--table_shards must be >= 1");
+    table.shards = static_cast<uint32_t>(FLAGS_table_shards);
+  }
+  if (flag_given("rocksdb_dir")) table.rocksdb_path = FLAGS_rocksdb_dir;
+  if (flag_given("memory_row_budget")) table.memory_row_budget = FLAGS_memory_row_budget;
+  if (flag_given("cold_after_days")) table.cold_after_days = FLAGS_cold_after_days;
+  if (flag_given("save_form")) {
+    auto save_form = parse_enum(kSaveFormNames, FLAGS_save_form);
+    if (!save_form.ok()) return save_form.status().with_context("--save_form");
+    table.save_form = *save_form;
+  }
+  return table;
+}
 
 // The limit flags into `options`; raises the open files limit first (the connection cap's
 // default derives from it) and says what is in force.
@@ -108,12 +143,12 @@ Status run(const std::vector<std::string>& overrides) {
                            : config::ConfigDocument::load(FLAGS_config, overrides);
   if (!doc.ok()) return doc.status();
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
-  SparseOptimizerConfig optimizer = sparse_config_from(*doc);
+  AccessorConfig optimizer = sparse_config_from(*doc);
   if (FLAGS_mf_dim >= 0) optimizer.mf_dim = FLAGS_mf_dim;
   if (!FLAGS_optimizer.empty()) {
     auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
     if (!kind.ok()) return kind.status().with_context("--optimizer");
-    optimizer.kind = *kind;
+    optimizer.optimizer.kind = *kind;
   }
   if (FLAGS_port < 0 || FLAGS_port > 65535) return Status::InvalidArgument("--port out of range");
   if (FLAGS_max_frame_mb < 1 || FLAGS_max_frame_mb > 2047) {
@@ -123,16 +158,12 @@ Status run(const std::vector<std::string>& overrides) {
     return Status::InvalidArgument("--shard_id/--shard_num must be non-negative/positive");
   }
 
-  HostTableConfig table_config;
-  table_config.shards = static_cast<uint32_t>(std::max(1, FLAGS_table_shards));
-  table_config.rocksdb_path = FLAGS_rocksdb_dir;
-  table_config.memory_row_budget = FLAGS_memory_row_budget;
-  table_config.cold_after_days = FLAGS_cold_after_days;
-  auto save_form = parse_enum(kSaveFormNames, FLAGS_save_form);
-  if (!save_form.ok()) return save_form.status().with_context("--save_form");
-  table_config.save_form = *save_form;
-  auto table = SparseTable::open(optimizer, table_config);
-  if (!table.ok()) return table.status().with_context("opening the table");
+  auto table_config = table_config_from(*doc);
+  if (!table_config.ok()) return table_config.status();
+  HostTierConfig tier_config;
+  tier_config.table = *table_config;  // no endpoints: the in-process table
+  auto table = make_host_tier(optimizer, tier_config);
+  if (!table.ok()) return table.status();
 
   ServerOptions options;
   options.bind_address = FLAGS_bind;

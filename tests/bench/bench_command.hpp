@@ -47,6 +47,6 @@ double median(std::vector<double> values);
 
 #define GPUBOX_BENCH_CONCAT2(a, b) a##b
 #define GPUBOX_BENCH_CONCAT(a, b) GPUBOX_BENCH_CONCAT2(a, b)
-#define GPUBOX_BENCH_COMMAND(name, usage, fn)                                                  \
+#define GPUBOX_BENCH_COMMAND(name, usage, fn)                                                    \
   static ::gpubox::bench::BenchRegistrar GPUBOX_BENCH_CONCAT(gpubox_bench_registrar_, __LINE__)( \
       name, usage, fn)

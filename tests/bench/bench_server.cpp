@@ -180,7 +180,7 @@ int run_server_bench(const BenchArgs& args) {
   GPUBOX_EXPECTS(batch >= 1, "--batch must be positive");
   GPUBOX_EXPECTS(key_space >= 1, "--keys must be positive");
 
-  table::SparseOptimizerConfig optimizer;
+  table::AccessorConfig optimizer;
   optimizer.mf_dim = mf_dim;
   table::HostTableConfig table_config;
   table_config.shards = 64;

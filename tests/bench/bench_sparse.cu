@@ -101,10 +101,10 @@ int run_sparse(const BenchArgs& args) {
   GPUBOX_EXPECTS(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
   GPUBOX_EXPECTS(mf_dim >= 1, "--mf-dim must be positive, got ", mf_dim);
 
-  table::SparseOptimizerConfig cfg;
-  cfg.kind = parse_optimizer(optimizer_name);
+  table::AccessorConfig cfg;
+  cfg.optimizer.kind = parse_optimizer(optimizer_name);
   cfg.mf_dim = mf_dim;
-  const table::RowLayout layout = table::RowLayout::make(cfg.kind, cfg.mf_dim);
+  const table::RowLayout layout = table::RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   const std::size_t keys_per_step = static_cast<std::size_t>(batch * slots);
   constexpr int kDistinctBatches = 8;  // cycled: enough variety, bounded setup time
 

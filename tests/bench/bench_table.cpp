@@ -46,7 +46,7 @@ Workload make_workload(std::size_t n, const table::RowLayout& layout, uint64_t s
   return w;
 }
 
-std::unique_ptr<SparseTable> open_or_die(const table::SparseOptimizerConfig& opt,
+std::unique_ptr<SparseTable> open_or_die(const table::AccessorConfig& opt,
                                          const HostTableConfig& cfg) {
   auto t = SparseTable::open(opt, cfg);
   GPUBOX_EXPECTS(t.ok(), t.status().to_string());
@@ -75,7 +75,7 @@ struct TableFigures {
 };
 
 TableFigures measure_table(const Workload& w, std::size_t batch, int threads, int repeats,
-                           const table::SparseOptimizerConfig& opt, HostTableConfig cfg) {
+                           const table::AccessorConfig& opt, HostTableConfig cfg) {
   cfg.threads = threads;
   const std::size_t n = w.keys.size();
   std::vector<float> out(batch * w.stride);
@@ -105,10 +105,10 @@ int table_main(const BenchArgs& args) {
   const bool json = args.has("json");
   GPUBOX_EXPECTS(n > 0 && batch > 0 && repeats > 0, "--rows, --batch and --repeats must be > 0");
 
-  table::SparseOptimizerConfig opt;
-  opt.kind = table::SparseOptimizerKind::kAdagrad;
+  table::AccessorConfig opt;
+  opt.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
   opt.mf_dim = static_cast<int32_t>(args.get_int("mf_dim", 8));
-  const table::RowLayout layout = table::RowLayout::make(opt.kind, opt.mf_dim);
+  const table::RowLayout layout = table::RowLayout::make(opt.optimizer.kind, opt.mf_dim);
   HostTableConfig cfg;
   cfg.shards = static_cast<uint32_t>(args.get_int("shards", 64));
   const Workload w = make_workload(n, layout, 1);

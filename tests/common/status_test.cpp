@@ -11,7 +11,8 @@ TEST(Status, OkAndErrors) {
   EXPECT_FALSE(st.ok());
   EXPECT_EQ(st.code(), Status::Code::kIOError);
   EXPECT_EQ(st.to_string(), "IOError: part-3: short read");
-  EXPECT_EQ(st.with_context("loading model").to_string(), "IOError: loading model: part-3: short read");
+  EXPECT_EQ(st.with_context("loading model").to_string(),
+            "IOError: loading model: part-3: short read");
 }
 
 TEST(StatusOr, ValueOrError) {

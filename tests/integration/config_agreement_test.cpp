@@ -21,15 +21,17 @@ namespace gpubox {
 namespace {
 namespace fs = std::filesystem;
 
-std::string describe(const table::SparseOptimizerConfig& c) {
+std::string describe(const table::AccessorConfig& c) {
   std::ostringstream out;
-  out << name_of(table::kSparseOptimizerKindNames, c.kind) << " mf_dim=" << c.mf_dim
-      << " lr=" << c.learning_rate << " g2=" << c.initial_g2sum << " range=" << c.initial_range
-      << " bounds=" << c.min_bound << "," << c.max_bound << " l2=" << c.weight_decay
-      << " mf_lr=" << c.mf_learning_rate << " mf_g2=" << c.mf_initial_g2sum
-      << " mf_range=" << c.mf_initial_range << " mf_bounds=" << c.mf_min_bound << ","
-      << c.mf_max_bound << " mf_l2=" << c.mf_weight_decay << " b1=" << c.beta1_decay_rate
-      << " b2=" << c.beta2_decay_rate << " eps=" << c.ada_epsilon << " nonclk=" << c.nonclk_coeff
+  out << name_of(table::kSparseOptimizerKindNames, c.optimizer.kind) << " mf_dim=" << c.mf_dim
+      << " lr=" << c.optimizer.learning_rate << " g2=" << c.optimizer.initial_g2sum
+      << " range=" << c.optimizer.initial_range << " bounds=" << c.optimizer.min_bound << ","
+      << c.optimizer.max_bound << " l2=" << c.optimizer.weight_decay
+      << " mf_lr=" << c.optimizer.mf_learning_rate << " mf_g2=" << c.optimizer.mf_initial_g2sum
+      << " mf_range=" << c.optimizer.mf_initial_range << " mf_bounds=" << c.optimizer.mf_min_bound
+      << "," << c.optimizer.mf_max_bound << " mf_l2=" << c.optimizer.mf_weight_decay
+      << " b1=" << c.optimizer.beta1_decay_rate << " b2=" << c.optimizer.beta2_decay_rate
+      << " eps=" << c.optimizer.ada_epsilon << " nonclk=" << c.nonclk_coeff
       << " clk=" << c.clk_coeff << " show_scale=" << c.show_scale
       << " embed_threshold=" << c.embed_threshold << " threshold=" << c.embedx_threshold
       << " decay=" << c.show_click_decay_rate << " delete=" << c.delete_threshold
@@ -87,7 +89,7 @@ TEST_F(ConfigAgreement, TheThreeLoadersReadOneConfigTheSameWay) {
   // sparse_feature_dim (it used to ignore runner.seed: rows started different on a server).
   EXPECT_EQ(server->seed, 7u ^ 3u);
   EXPECT_EQ(server->mf_dim, 4);
-  EXPECT_FLOAT_EQ(server->mf_initial_range, 0.2f);
+  EXPECT_FLOAT_EQ(server->optimizer.mf_initial_range, 0.2f);
   EXPECT_EQ(data->batch_size, 32);
   EXPECT_EQ(data->slots, (std::vector<std::string>{"1", "2", "3"}));
 
@@ -100,7 +102,7 @@ TEST_F(ConfigAgreement, TheThreeLoadersReadOneConfigTheSameWay) {
   ASSERT_TRUE(t.ok() && d.ok() && s.ok());
   EXPECT_EQ(describe(t->dataset), describe(*d));
   EXPECT_EQ(describe(t->sparse), describe(*s));
-  EXPECT_EQ(describe(*s), describe(table::SparseOptimizerConfig{}));
+  EXPECT_EQ(describe(*s), describe(table::AccessorConfig{}));
   EXPECT_EQ(d->dense_dim, 13);  // gpubox_data stat used to default to 0
 }
 
@@ -171,6 +173,7 @@ TEST_F(ConfigAgreement, EachPartReadsExactlyTheKeysTheTableGivesIt) {
 
   const config::ConfigDocument for_table = config::ConfigDocument::defaults();
   table::sparse_config_from(for_table);
+  table::host_tier_config_from(for_table);
   EXPECT_EQ(for_table.keys_read(), keys_of(config::kTable));
 
   // gpubox_train reads every part: together, every key that has an effect, and no other.

@@ -85,7 +85,7 @@ TEST(DiskTier, OpenWipesAnEarlierDatabase) {
 
 TEST(DiskTier, MemoryBudgetSpillsAndPullBringsBackBitExact) {
   ScratchDir dir;
-  const SparseOptimizerConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 4);
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 4);
   HostTableConfig cfg;
   cfg.shards = 4;
   cfg.threads = 2;
@@ -135,7 +135,7 @@ TEST(DiskTier, MemoryBudgetSpillsAndPullBringsBackBitExact) {
 
 TEST(DiskTier, EvictsLowestScoreFirst) {
   ScratchDir dir;
-  SparseOptimizerConfig opt = testing::test_optimizer();
+  AccessorConfig opt = testing::test_optimizer();
   HostTableConfig cfg;
   cfg.shards = 1;
   cfg.rocksdb_path = dir.sub("rocksdb");
@@ -169,7 +169,7 @@ TEST(DiskTier, EvictsLowestScoreFirst) {
 
 TEST(DiskTier, ColdRowsMoveAtShrinkAndAgeOnDisk) {
   ScratchDir dir;
-  SparseOptimizerConfig opt = testing::test_optimizer();
+  AccessorConfig opt = testing::test_optimizer();
   opt.delete_threshold = 0.0f;
   opt.delete_after_unseen_days = 2.0f;
   HostTableConfig cfg;

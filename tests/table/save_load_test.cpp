@@ -69,7 +69,7 @@ struct Fixture {
   }
 
   ScratchDir dir;
-  SparseOptimizerConfig opt;
+  AccessorConfig opt;
   HostTableConfig cfg;
   std::unique_ptr<SparseTable> table;
   int fresh_count = 0;
@@ -290,7 +290,7 @@ TEST(SaveLoad, RefusesAnotherLayoutAndForeignFolders) {
   std::mt19937_64 rng(1);
   f.mutate(rng, 10, 100);
   ASSERT_TRUE(f.table->save(f.dir.sub("m"), SaveKind::kCheckpoint).ok());
-  SparseOptimizerConfig wide = f.opt;
+  AccessorConfig wide = f.opt;
   wide.mf_dim = 8;
   auto other = testing::open_table(wide, HostTableConfig{});
   const Status st = other->load(f.dir.sub("m"));

@@ -19,8 +19,8 @@ using testing::ScratchDir;
 // The reference: the accessor rules applied one key at a time, in batch order.
 class OracleTable {
  public:
-  OracleTable(const SparseOptimizerConfig& cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.kind, cfg.mf_dim)) {}
+  OracleTable(const AccessorConfig& cfg)
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
 
   std::vector<float> pull(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                           std::size_t* created) {
@@ -71,7 +71,7 @@ class OracleTable {
   std::size_t size() const { return rows_.size(); }
 
  private:
-  SparseOptimizerConfig cfg_;
+  AccessorConfig cfg_;
   RowLayout layout_;
   std::unordered_map<uint64_t, std::vector<float>> rows_;
 };
@@ -82,7 +82,7 @@ class SparseTableOracleTest : public ::testing::TestWithParam<std::tuple<int, in
 TEST_P(SparseTableOracleTest, RandomOpsMatchOracle) {
   const auto [shards, threads, disk] = GetParam();
   ScratchDir dir;
-  const SparseOptimizerConfig opt = testing::test_optimizer();
+  const AccessorConfig opt = testing::test_optimizer();
   HostTableConfig cfg;
   cfg.shards = shards;
   cfg.threads = threads;
@@ -153,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, SparseTableOracleTest,
                                            std::make_tuple(5, 1, 2), std::make_tuple(16, 2, 2)));
 
 TEST(SparseTable, PullCreatesRowsByAccessorRules) {
-  const SparseOptimizerConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 3);
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 3);
   auto table = testing::open_table(opt, HostTableConfig{});
   const RowLayout layout = table->layout();
   const uint64_t keys[] = {42, 42, 7};
@@ -176,7 +176,7 @@ TEST(SparseTable, PullCreatesRowsByAccessorRules) {
 }
 
 TEST(SparseTable, ShrinkAgesDecaysAndPullResetsUnseenDays) {
-  SparseOptimizerConfig opt = testing::test_optimizer();
+  AccessorConfig opt = testing::test_optimizer();
   opt.delete_threshold = 0.0f;
   auto table = testing::open_table(opt, HostTableConfig{});
   const RowLayout layout = table->layout();
@@ -207,7 +207,7 @@ TEST(SparseTable, ShrinkAgesDecaysAndPullResetsUnseenDays) {
 }
 
 TEST(SparseTable, RejectsBadOptionsAndArguments) {
-  const SparseOptimizerConfig opt = testing::test_optimizer();
+  const AccessorConfig opt = testing::test_optimizer();
   HostTableConfig cfg;
   cfg.memory_row_budget = 10;  // no disk tier
   EXPECT_FALSE(SparseTable::open(opt, cfg).ok());
@@ -230,7 +230,7 @@ TEST(SparseTable, ConcurrentCallersOnDisjointKeys) {
   HostTableConfig cfg;
   cfg.shards = 8;
   cfg.threads = 1;
-  const SparseOptimizerConfig opt = testing::test_optimizer();
+  const AccessorConfig opt = testing::test_optimizer();
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
   constexpr int kThreads = 4;

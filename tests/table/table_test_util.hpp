@@ -41,12 +41,12 @@ class ScratchDir {
   std::string path_;
 };
 
-inline SparseOptimizerConfig test_optimizer(
-    SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad, int32_t mf_dim = 4) {
-  SparseOptimizerConfig cfg;
-  cfg.kind = kind;
+inline AccessorConfig test_optimizer(SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad,
+                                     int32_t mf_dim = 4) {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = kind;
   cfg.mf_dim = mf_dim;
-  cfg.initial_range = 0.01f;  // non-zero embed_w at creation, so init_row is visible
+  cfg.optimizer.initial_range = 0.01f;  // non-zero embed_w at creation, so init_row is visible
   cfg.show_click_decay_rate = 0.9f;
   cfg.delete_threshold = 0.2f;
   cfg.delete_after_unseen_days = 3.0f;
@@ -54,7 +54,7 @@ inline SparseOptimizerConfig test_optimizer(
   return cfg;
 }
 
-inline std::unique_ptr<SparseTable> open_table(const SparseOptimizerConfig& opt,
+inline std::unique_ptr<SparseTable> open_table(const AccessorConfig& opt,
                                                const HostTableConfig& cfg) {
   auto table = SparseTable::open(opt, cfg);
   EXPECT_TRUE(table.ok()) << table.status().to_string();

@@ -46,7 +46,7 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(dnn->hyper.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
   EXPECT_EQ(dnn->hyper.model, ModelKind::kDnn);
   EXPECT_EQ(dnn->hyper.optimizer.kind, DenseOptimizerKind::kAdam);
-  EXPECT_EQ(dnn->sparse.kind, table::SparseOptimizerKind::kAdagrad);
+  EXPECT_EQ(dnn->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
   EXPECT_EQ(dnn->runner.save_mode, SaveKind::kBase);
   const fs::path train = dnn->runner.train_data_dir;
   EXPECT_TRUE(train.is_absolute());
@@ -61,7 +61,7 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(wide->hyper.model, ModelKind::kWideDeep);
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
-  EXPECT_EQ(synthetic->sparse.kind, table::SparseOptimizerKind::kAdam);
+  EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
   EXPECT_FALSE(synthetic->runner.shuffle);
 }
 
@@ -88,7 +88,7 @@ TEST_F(ConfigTest, EveryPartArrivesFromTheOverrides) {
   EXPECT_EQ(c->hyper.model, ModelKind::kWideDeep);
   EXPECT_EQ(c->hyper.optimizer.kind, DenseOptimizerKind::kSgd);
   EXPECT_FLOAT_EQ(c->hyper.optimizer.learning_rate, 0.001f);
-  EXPECT_EQ(c->sparse.kind, table::SparseOptimizerKind::kAdam);
+  EXPECT_EQ(c->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
   // The dataset part.
   EXPECT_EQ(c->dataset.pipe_command, "python3 reader.py --sep=: x");
   EXPECT_EQ(c->dataset.max_line_bytes, 4096u);
@@ -126,13 +126,13 @@ TEST_F(ConfigTest, TheTablePartDerivesMfDimAndTheSeedOnce) {
                                      "    beta1_decay_rate: 0.8\n    seed: 99\n"
                                      "    delete_after_unseen_days: 7\n"));
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  const table::SparseOptimizerConfig& so = c->sparse;
-  EXPECT_EQ(so.kind, table::SparseOptimizerKind::kSharedAdam);
-  EXPECT_FLOAT_EQ(so.learning_rate, 0.2f);
-  EXPECT_FLOAT_EQ(so.mf_learning_rate, 0.3f);
-  EXPECT_FLOAT_EQ(so.mf_initial_range, 0.01f);
+  const table::AccessorConfig& so = c->sparse;
+  EXPECT_EQ(so.optimizer.kind, table::SparseOptimizerKind::kSharedAdam);
+  EXPECT_FLOAT_EQ(so.optimizer.learning_rate, 0.2f);
+  EXPECT_FLOAT_EQ(so.optimizer.mf_learning_rate, 0.3f);
+  EXPECT_FLOAT_EQ(so.optimizer.mf_initial_range, 0.01f);
   EXPECT_FLOAT_EQ(so.embedx_threshold, 5.0f);
-  EXPECT_FLOAT_EQ(so.beta1_decay_rate, 0.8f);
+  EXPECT_FLOAT_EQ(so.optimizer.beta1_decay_rate, 0.8f);
   EXPECT_FLOAT_EQ(so.delete_after_unseen_days, 7.0f);
   EXPECT_EQ(so.seed, 5u ^ 99u);
   EXPECT_EQ(so.mf_dim, 16);

@@ -49,6 +49,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();
   c.sparse = table::sparse_config_from(doc);
+  c.host_tier = table::host_tier_config_from(doc);
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (key.has_effect() && (hyper || (key.parts & config::kTable) != 0)) {

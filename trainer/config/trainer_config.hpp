@@ -13,6 +13,7 @@
 
 #include "dataset/dataset_types.hpp"
 #include "table/accessor/sparse_row.hpp"
+#include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 
@@ -69,7 +70,10 @@ struct TrainerConfig {
   dataset::DatasetConfig dataset;
   // The table part (table::sparse_config_from): the sparse row and optimizer of every tier,
   // mf_dim = sparse_feature_dim - 1, seed = runner.seed ^ sparse_optimizer.seed.
-  table::SparseOptimizerConfig sparse;
+  table::AccessorConfig sparse;
+  // The host tier (table::host_tier_config_from): the in-process table's shards, save form and
+  // disk tier, the remote client's timeouts. The endpoints come from the launcher (TrainerEnv).
+  table::HostTierConfig host_tier;
   // The keys that define the model (every hyper_parameters key with an effect, and the keys the
   // table part reads), each with its value as text: a save records them, and resuming from a
   // save made with other values is refused naming the keys (trainer/engine/checkpoint.hpp).

@@ -1,9 +1,9 @@
-// CardWorker: everything one card needs for a training or evaluation step, driven by that card's
-// host thread: its sparse store (the card tier), its HeterComm, the dense model, the dense
-// optimizer and the metric accumulator.
+// CardWorker: the dense half of one card's training or evaluation step, driven by that card's
+// host thread: the dense model, the dense optimizer and the metric accumulator. The sparse half
+// (the card's store and HeterComm) is borrowed from the card tier's owner (ps::CardTier).
 //
 // One training step (collective: every card calls it in the same step, an empty batch too):
-//   upload batch (one pinned block, one copy) -> HeterComm::pull (records of every key
+//   upload batch (one pinned block, one copy) -> CardTier::pull (records of every key
 //   occurrence; waits S1, S2) -> forward/backward (loss on the card) -> metrics -> all-reduce
 //   of the flat dense gradient and the loss slot -> finite check on the card (the same verdict
 //   on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on the card by
@@ -12,7 +12,7 @@
 // Three host waits per step, no allocation and no pageable copy in steady state (device rules,
 // heterps/device/card.hpp); last_step_counts() says what the last step cost.
 //
-// Thread-safety: one card thread. The card and communicator must outlive the worker.
+// Thread-safety: one card thread. The card, communicator and card tier must outlive the worker.
 #pragma once
 
 #include <cstdint>
@@ -26,11 +26,8 @@ namespace gpubox {
 namespace comm {
 class Communicator;
 }
-namespace sparse {
-class CardSparseStore;
-}
-namespace heter_comm {
-class HeterComm;
+namespace ps {
+class CardTier;
 }
 
 namespace trainer {
@@ -42,7 +39,9 @@ class MetricsAccumulator;
 
 class CardWorker {
  public:
-  CardWorker(device::Card& card, comm::Communicator& comm, const TrainerConfig& config);
+  // `tier` holds this card's sparse side (card.local_index() is its card there).
+  CardWorker(device::Card& card, comm::Communicator& comm, ps::CardTier& tier,
+             const TrainerConfig& config);
   ~CardWorker();
   CardWorker(const CardWorker&) = delete;
   CardWorker& operator=(const CardWorker&) = delete;
@@ -64,15 +63,10 @@ class CardWorker {
   // Predictions of the last step (host copy), one per instance.
   std::vector<float> last_predictions() const;
 
-  // Empties the card tier (after a model load; it refills at the next begin_pass).
-  void clear_card_tier();
-
   // Sums the metric buffers of all cards into every card's (collective).
   void all_reduce_metrics();
 
   device::Card& card() { return card_; }
-  sparse::CardSparseStore& store() { return *store_; }
-  heter_comm::HeterComm& heter_comm() { return *heter_comm_; }
   DenseModel& model() { return *model_; }
   DenseOptimizer& optimizer() { return *optimizer_; }
   MetricsAccumulator& metrics() { return *metrics_; }
@@ -83,9 +77,7 @@ class CardWorker {
 
   device::Card& card_;
   comm::Communicator& comm_;
-  std::vector<int32_t> slot_ids_;
-  std::unique_ptr<sparse::CardSparseStore> store_;
-  std::unique_ptr<heter_comm::HeterComm> heter_comm_;
+  ps::CardTier& tier_;
   std::unique_ptr<DenseModel> model_;
   std::unique_ptr<DenseOptimizer> optimizer_;
   std::unique_ptr<MetricsAccumulator> metrics_;

@@ -19,8 +19,9 @@
 #include "dataset/load_report.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
-#include "heterps/pass/pass_manager.hpp"
+#include "heterps/ps/card_tier.hpp"
 #include "table/dense_table.hpp"
+#include "table/host_tier_factory.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -120,9 +121,9 @@ struct Trainer::State {
   device::CardSet cards;
   std::unique_ptr<comm::CommGroup> group;
   std::unique_ptr<table::HostTier> host;
-  std::vector<std::unique_ptr<CardWorker>> workers;
-  std::unique_ptr<pass::PassManager> pass_manager;
-  std::unique_ptr<SaveLineage> lineage;  // what saves apply onto, where a resume starts
+  std::unique_ptr<ps::CardTier> card_tier;           // the sparse side of every card
+  std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
+  std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
 };
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
@@ -130,64 +131,60 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   GPUBOX_EXPECTS(env_.trainers == 1, "PADDLE_TRAINERS_NUM=", env_.trainers,
                  ": training with several trainer processes is not supported yet; run one "
                  "trainer that drives all cards of the machine");
-  // The row layout and optimizer rules of every tier, derived once (table::sparse_config_from).
-  const table::SparseOptimizerConfig& sparse_config = config_.sparse;
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
                                        env_.threads_per_card),
             nullptr,
             nullptr,
-            {},
             nullptr,
+            {},
             std::make_unique<SaveLineage>(config_)});
   State& s = *state_;
   s.group = comm::make_group(s.cards, std::chrono::milliseconds(static_cast<int64_t>(std::ceil(
                                           config_.runner.collective_timeout_s * 1000.0))));
-  if (env_.servers.empty()) {
-    auto table = table::SparseTable::open(sparse_config, table::HostTableConfig{});
-    throw_if_error(table.status());
-    s.host = std::move(table).value();
-  } else {
-    table::server::RemoteHostTierOptions options;
-    options.endpoints = env_.servers;
-    options.config = sparse_config;
-    const auto token_file = table::server::client_token_file(config_.runner.auth_token_file);
-    if (!token_file.path.empty()) {
-      auto token = table::server::read_auth_token_file(token_file.path, token_file.source);
-      if (!token.ok()) GPUBOX_FAIL(token.status().message());
-      options.auth_token = std::move(token).value();
-    }
-    auto remote = table::server::RemoteHostTier::connect(options);
-    if (!remote.ok()) {
-      const bool refused = remote.status().code() == Status::Code::kPermissionDenied;
-      GPUBOX_FAIL(
-          "cannot reach the host-tier servers ", env_.servers, ": ", remote.status().to_string(),
-          !refused ? ""
-          : token_file.path.empty()
-              ? " (they need a token: set runner.auth_token_file "
-                "or GPUBOX_AUTH_TOKEN_FILE)"
-              : " (the token of " + token_file.source + " '" + token_file.path + "' was refused)");
-    }
-    s.host = std::move(remote).value();
+  // The host tier: in-process, or the servers the launcher names (table::make_host_tier), with
+  // the row rules of every tier (table::sparse_config_from) and the config's host-tier settings.
+  table::HostTierConfig host_config = config_.host_tier;
+  host_config.remote.endpoints = env_.servers;
+  const auto token_file = table::server::client_token_file(config_.runner.auth_token_file);
+  if (!env_.servers.empty() && !token_file.path.empty()) {
+    auto token = table::server::read_auth_token_file(token_file.path, token_file.source);
+    if (!token.ok()) GPUBOX_FAIL(token.status().message());
+    host_config.remote.auth_token = std::move(token).value();
   }
+  auto host = table::make_host_tier(config_.sparse, host_config);
+  if (!host.ok()) {
+    const bool refused = host.status().code() == Status::Code::kPermissionDenied;
+    GPUBOX_FAIL(
+        "cannot reach the host-tier servers ", env_.servers, ": ", host.status().to_string(),
+        !refused ? ""
+        : token_file.path.empty()
+            ? " (they need a token: set runner.auth_token_file "
+              "or GPUBOX_AUTH_TOKEN_FILE)"
+            : " (the token of " + token_file.source + " '" + token_file.path + "' was refused)");
+  }
+  s.host = std::move(host).value();
+  // Each card's pool takes its bytes from the driver before anything is allocated on it: the
+  // card tier's budget-sized stores and the dense model then come out of the pool.
+  for (int c = 0; c < s.cards.num_local_cards(); ++c)
+    s.cards.card(c).prewarm_pool(prewarm_bytes(config_));
+  ps::CardTierOptions tier_options;
+  tier_options.pass.card_memory_bytes =
+      static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
+  s.card_tier =
+      std::make_unique<ps::CardTier>(s.cards, *s.group, *s.host, config_.sparse, tier_options);
   for (int c = 0; c < s.cards.num_local_cards(); ++c) {
     device::Card& card = s.cards.card(c);
     card.activate();
-    s.workers.push_back(std::make_unique<CardWorker>(card, s.group->at(c), config_));
-    card.prewarm_pool(prewarm_bytes(config_));
+    s.workers.push_back(std::make_unique<CardWorker>(card, s.group->at(c), *s.card_tier, config_));
   }
-  std::vector<sparse::CardSparseStore*> stores;
-  for (auto& w : s.workers) stores.push_back(&w->store());
-  pass::PassManagerOptions pass_options;
-  pass_options.card_memory_bytes =
-      static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
-  s.pass_manager = std::make_unique<pass::PassManager>(s.cards, stores, *s.host, pass_options);
-  GPUBOX_LOG(INFO) << s.pass_manager->plan().to_string();
+  GPUBOX_LOG(INFO) << s.card_tier->plan().to_string();
 }
 
 Trainer::~Trainer() = default;
 
 table::HostTier& Trainer::host_tier() { return *state_->host; }
+ps::CardTier& Trainer::card_tier() { return *state_->card_tier; }
 int Trainer::num_cards() const { return state_->cards.num_local_cards(); }
 
 std::vector<float> Trainer::dense_values(int card) const {
@@ -230,7 +227,8 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   if (config_.runner.shuffle) ds->local_shuffle(config_.runner.seed * 1000003 + pass);
   const double load_seconds = phase.seconds();
 
-  const pass::PassStats begin = s.pass_manager->begin_pass(ds->unique_keys());
+  const dataset::UniqueKeys pass_keys = ds->unique_keys_and_slots();
+  const pass::PassStats begin = s.card_tier->begin_pass(pass_keys.keys, pass_keys.slots);
   phase.reset();
   const int cards = s.cards.num_local_cards();
   const std::size_t batches = ds->num_batches_per_card(cards);
@@ -278,7 +276,7 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   if (tty && batches >= static_cast<std::size_t>(1)) std::printf("\n");
   const double train_seconds = phase.seconds();
 
-  const pass::PassStats end = s.pass_manager->end_pass();
+  const pass::PassStats end = s.card_tier->end_pass();
   PassReport report;
   report.pass = pass;
   report.seconds = pass_timer.seconds();
@@ -303,7 +301,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   State& s = *state_;
   auto ds = load_dataset(files, "evaluation data");
   ds->set_batch_size(config_.runner.infer_batch_size);
-  s.pass_manager->begin_pass(ds->unique_keys());
+  const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
+  s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots);
   const int cards = s.cards.num_local_cards();
   const std::size_t batches = ds->num_batches_per_card(cards);
   EvalResult result;
@@ -331,7 +330,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) { s.group->abort(why); });
-  s.pass_manager->end_pass();
+  s.card_tier->end_pass();
   result.metrics = s.workers[0]->metrics().compute();
   return result;
 }
@@ -368,11 +367,12 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
   }
   if (const auto resume = s.lineage->find_resume_point(origin, *s.host)) {
-    pass_id_ = resume->manifest.pass;  // before load(): the lineage records the pass it stands at
+    // Before load(): the lineage records the passes done (pass P's save: P + 1), the next pass.
+    pass_id_ = resume->manifest.pass;
     load(resume->dir);
     if (pass_id_ >= total) {
-      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total
-                       << " passes and the last save is pass " << pass_id_
+      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total << " passes (0 to "
+                       << total - 1 << ") and the last save is pass " << pass_id_ - 1
                        << ": nothing left to train (more epochs or pass_dirs continue it; "
                        << "-o runner.resume=off starts afresh)";
     }
@@ -437,7 +437,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     } catch (const Error& e) {
       // A server that restarted while no pass was open: reload the last save and train the
       // passes after it again (checkpoint.hpp); anything else is thrown again.
-      const auto recovery = s.lineage->recover(e, *s.host, s.pass_manager->in_pass(), pass);
+      const auto recovery = s.lineage->recover(e, *s.host, s.card_tier->in_pass(), pass);
       pass_id_ = recovery.run_pass;
       load(recovery.dir);
       k = pass_id_;
@@ -450,7 +450,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
 
 void Trainer::save(const std::string& dir) {
   State& s = *state_;
-  s.pass_manager->sync();
+  s.card_tier->sync();
   std::filesystem::create_directories(dir);
   // Explicit saves (gpubox_train --load's counterpart, tests) write base rows when the config
   // says none.
@@ -481,7 +481,7 @@ void Trainer::save(const std::string& dir) {
 
 void Trainer::load(const std::string& dir) {
   State& s = *state_;
-  GPUBOX_EXPECTS(!s.pass_manager->in_pass(), "load during a pass");
+  GPUBOX_EXPECTS(!s.card_tier->in_pass(), "load during a pass");
   loaded_ = true;
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, !host_is_remote(*s.host));
@@ -509,9 +509,9 @@ void Trainer::load(const std::string& dir) {
       if (!host.empty()) device::copy_async(buffer.data(), host.data(), host.size(), card.stream());
     }
     worker.optimizer().set_steps(unpack_steps(block->state.at("steps")));
-    worker.clear_card_tier();
   }
   s.lineage->restored(plan, pass_id_);
+  s.card_tier->clear();
 }
 
 }  // namespace gpubox::trainer

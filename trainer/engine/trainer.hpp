@@ -1,8 +1,10 @@
-// Trainer: the pass loop of gpubox_train. Owns the cards, the communicator group, the host tier
-// (in-process SparseTable, or the gpubox_server client when servers are given), one CardWorker
-// per card and the pass manager.
+// Trainer: the pass loop of gpubox_train (the gpubox schedule). Owns the cards, the
+// communicator group, the host tier (table::make_host_tier: in-process SparseTable, or the
+// gpubox_server client when servers are given), the card tier's owner (ps::CardTier: stores,
+// HeterComms, pass manager) and one CardWorker (dense model, optimizer, metrics) per card.
 //
-// A pass: load the pass's files into an InMemoryDataset -> shuffle -> begin_pass(unique keys)
+// A pass: load the pass's files into an InMemoryDataset -> shuffle -> begin_pass(unique keys and
+// their slots)
 // -> every card trains its batches (one host thread per card) -> end_pass (dirty rows back to
 // the host tier) -> metrics all-reduced over the cards -> pass line and one JSON line in
 // runner.metrics_path (with the pass manager's counters and the steady steps' device counts per
@@ -24,6 +26,9 @@
 namespace gpubox {
 namespace dataset {
 class InMemoryDataset;
+}
+namespace ps {
+class CardTier;
 }
 namespace trainer {
 
@@ -81,6 +86,8 @@ class Trainer {
 
   const TrainerConfig& config() const { return config_; }
   table::HostTier& host_tier();
+  // The card tier's owner (stores, HeterComms, pass manager), for tests and tools that look in.
+  ps::CardTier& card_tier();
   int num_cards() const;
   // Dense parameters of one card (host copy): every card holds the same values.
   std::vector<float> dense_values(int card) const;

@@ -236,7 +236,7 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
   GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kDenseFile, dense_bytes, block->values.size()));
 
   const DenseModelConfig model = config.dense_model_config();
-  const table::SparseOptimizerConfig& sparse = config.sparse;
+  const table::AccessorConfig& sparse = config.sparse;
   const std::map<std::string, std::string> properties = {
       {"format", kServingFormat},
       {"source_save", save_dir},
@@ -253,8 +253,8 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
       {"show_threshold", number_text(options.show_threshold)},
       {"rows", std::to_string(summary.rows_exported)},
       {"dense_parameters", std::to_string(summary.dense_parameters)},
-      {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.kind)},
-      {"initial_range", number_text(sparse.initial_range)},
+      {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.optimizer.kind)},
+      {"initial_range", number_text(sparse.optimizer.initial_range)},
       {"sparse_seed", std::to_string(sparse.seed)}};
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
@@ -286,9 +286,9 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   spec.show_threshold = read.real("show_threshold");
   spec.rows = static_cast<uint64_t>(read.integer("rows", 0, INT64_MAX));
   spec.dense_parameters = static_cast<uint64_t>(read.integer("dense_parameters", 0, INT64_MAX));
-  spec.sparse.kind = read.choice("sparse_optimizer", table::kSparseOptimizerKindNames);
+  spec.sparse.optimizer.kind = read.choice("sparse_optimizer", table::kSparseOptimizerKindNames);
   spec.sparse.mf_dim = spec.model.mf_dim;
-  spec.sparse.initial_range = static_cast<float>(read.real("initial_range"));
+  spec.sparse.optimizer.initial_range = static_cast<float>(read.real("initial_range"));
   spec.sparse.seed =
       static_cast<uint64_t>(std::strtoull(read.text("sparse_seed").c_str(), nullptr, 10));
   GPUBOX_RETURN_IF_ERROR(read.error());
@@ -374,7 +374,8 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
 }
 
 void ServingModel::initial_record(uint64_t key, float* out) const {
-  const table::RowLayout layout = table::RowLayout::make(spec_.sparse.kind, spec_.sparse.mf_dim);
+  const table::RowLayout layout =
+      table::RowLayout::make(spec_.sparse.optimizer.kind, spec_.sparse.mf_dim);
   thread_local std::vector<float> row;  // one scratch row per thread: no allocation per key
   row.resize(static_cast<std::size_t>(layout.stride()));
   table::init_row(row.data(), layout, spec_.sparse, key, 0);

@@ -69,7 +69,7 @@ struct ServingSpec {
   uint64_t rows = 0;
   uint64_t dense_parameters = 0;
   // For the initial pull record of keys the export does not hold (table::init_row).
-  table::SparseOptimizerConfig sparse;
+  table::AccessorConfig sparse;
 
   int pull_dim() const { return 3 + model.mf_dim; }
 };

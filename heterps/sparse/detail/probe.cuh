@@ -21,13 +21,6 @@
 
 namespace gpubox::sparse::detail {
 
-struct alignas(16) Slot {
-  uint64_t key;
-  row_index_t row;
-  uint32_t unused;
-};
-static_assert(sizeof(Slot) == 16);
-
 template <class T>
 using atomic_ref = cuda::atomic_ref<T, cuda::thread_scope_device>;
 

@@ -34,8 +34,8 @@
 namespace gpubox::heter_comm {
 namespace {
 
+using table::AccessorConfig;
 using table::RowLayout;
-using table::SparseOptimizerConfig;
 using table::SparseOptimizerKind;
 
 constexpr double kAbsTol = 2e-5;
@@ -98,8 +98,8 @@ class BatchMaker {
 // The single-table reference.
 class ReferenceTable {
  public:
-  explicit ReferenceTable(const SparseOptimizerConfig& cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.kind, cfg.mf_dim)) {}
+  explicit ReferenceTable(const AccessorConfig& cfg)
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
 
   std::vector<float>& row(uint64_t key) {
     auto it = rows_.find(key);
@@ -134,21 +134,22 @@ class ReferenceTable {
   const RowLayout& layout() const { return layout_; }
 
  private:
-  SparseOptimizerConfig cfg_;
+  AccessorConfig cfg_;
   RowLayout layout_;
   std::unordered_map<uint64_t, std::vector<float>> rows_;
 };
 
-SparseOptimizerConfig test_config(SparseOptimizerKind kind) {
-  SparseOptimizerConfig cfg;
-  cfg.kind = kind;
+AccessorConfig test_config(SparseOptimizerKind kind) {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = kind;
   cfg.mf_dim = 8;
-  cfg.learning_rate = 0.1f;
-  cfg.mf_learning_rate = 0.08f;
-  cfg.initial_range = 0.01f;
-  cfg.mf_initial_range = 0.01f;
-  cfg.min_bound = -0.15f;  // hot keys reach the bounds within the run (mean-gradient steps)
-  cfg.max_bound = 0.15f;
+  cfg.optimizer.learning_rate = 0.1f;
+  cfg.optimizer.mf_learning_rate = 0.08f;
+  cfg.optimizer.initial_range = 0.01f;
+  cfg.optimizer.mf_initial_range = 0.01f;
+  cfg.optimizer.min_bound =
+      -0.15f;  // hot keys reach the bounds within the run (mean-gradient steps)
+  cfg.optimizer.max_bound = 0.15f;
   cfg.embedx_threshold = 1.5f;  // embedx appears mid-run: some keys cross it, cold ones do not
   cfg.seed = 99;
   return cfg;
@@ -157,7 +158,7 @@ SparseOptimizerConfig test_config(SparseOptimizerKind kind) {
 // C simulated cards, each with its store and HeterComm, built on the card's own thread.
 class Cluster {
  public:
-  Cluster(int cards, const SparseOptimizerConfig& cfg, HeterCommOptions options = {},
+  Cluster(int cards, const AccessorConfig& cfg, HeterCommOptions options = {},
           sparse::HashTableOptions table_options = {})
       : cards_(device::CardSet::from_list(card_list(cards))),
         group_(comm::make_group(cards_, std::chrono::seconds(60))),
@@ -227,7 +228,7 @@ class HeterCommClusterTest : public ::testing::TestWithParam<ClusterCase> {};
 TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   const ClusterCase param = GetParam();
   GPUBOX_REQUIRE_CARDS(param.cards);
-  const SparseOptimizerConfig cfg = test_config(param.kind);
+  const AccessorConfig cfg = test_config(param.kind);
   sparse::HashTableOptions table_options;
   table_options.initial_capacity = 64;  // the stores grow during the run
   Cluster cluster(param.cards, cfg, {}, table_options);
@@ -297,7 +298,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
       EXPECT_EQ(got[RowLayout::kShow], it->second[RowLayout::kShow]) << key;
       EXPECT_EQ(got[RowLayout::kClick], it->second[RowLayout::kClick]) << key;
       const float w = it->second[RowLayout::kEmbedW];
-      clipped += (w == cfg.min_bound || w == cfg.max_bound);
+      clipped += (w == cfg.optimizer.min_bound || w == cfg.optimizer.max_bound);
       for (int f = 0; f < layout.stride(); ++f) {
         ASSERT_TRUE(close_enough(got[f], it->second[f]))
             << "card " << c << " key " << key << " field " << f << ": got " << got[f] << ", want "
@@ -307,7 +308,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   }
   EXPECT_EQ(seen.size(), ref.rows().size());
   EXPECT_EQ(created, ref.rows().size()) << "every key was created on the fly exactly once";
-  if (cfg.kind != SparseOptimizerKind::kAdagrad) {
+  if (cfg.optimizer.kind != SparseOptimizerKind::kAdagrad) {
     EXPECT_GT(clipped, 0u) << "no bound was hit";
   }
 }
@@ -328,7 +329,7 @@ INSTANTIATE_TEST_SUITE_P(
 // A Zipf-hot key with 10^4+ occurrences per card: the local merge and the owner merge take the
 // chunked path of the segment reduction, and the result still matches the float64 reference.
 TEST(HeterComm, HotKeyWithTensOfThousandsOfOccurrencesMatchesReference) {
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
   Cluster cluster(2, cfg);
   ReferenceTable ref(cfg);
   const int push_dim = ref.layout().push_dim();
@@ -385,8 +386,8 @@ TEST(HeterComm, HotKeyWithTensOfThousandsOfOccurrencesMatchesReference) {
 // and the owner's rows are untouched by the failed push.
 TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
   GPUBOX_REQUIRE_CARDS(3);
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   constexpr int kCards = 3;
   HeterCommOptions options;
   options.missing_keys = MissingKeyPolicy::kFail;
@@ -485,9 +486,9 @@ TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
 // Create mode counts what it creates, on pull and on push (a key pushed without a pull).
 TEST(HeterComm, CreateModeCountsCreatedRows) {
   GPUBOX_REQUIRE_CARDS(2);
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kSgd);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kSgd);
   Cluster cluster(2, cfg);
-  const int push_dim = RowLayout::make(cfg.kind, cfg.mf_dim).push_dim();
+  const int push_dim = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim).push_dim();
   std::vector<uint64_t> pull_keys = {10, 11, 12, 10, 10};  // 3 distinct
   std::vector<uint64_t> push_only = {20, 21, 20};          // 2 distinct, never pulled
   cluster.run([&](device::Card& card) {
@@ -521,8 +522,8 @@ TEST(HeterComm, CreateModeCountsCreatedRows) {
 // (thread scheduling and arrival order do not leak into the results).
 TEST(HeterComm, RunsAreBitReproducible) {
   GPUBOX_REQUIRE_CARDS(4);
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdam);
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdam);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   auto run_once = [&] {
     Cluster cluster(4, cfg);
     BatchMaker maker(31, layout.push_dim());
@@ -558,60 +559,13 @@ TEST(HeterComm, RunsAreBitReproducible) {
   }
 }
 
-// Rows created by a pull that carries slots get their key's slot; without slots, slot 0.
-TEST(HeterComm, PullWithSlotsCreatesRowsInTheirSlot) {
-  GPUBOX_REQUIRE_CARDS(3);
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
-  constexpr int kCards = 3;
-  Cluster cluster(kCards, cfg);
-  auto slot_of = [](uint64_t key) { return static_cast<int32_t>(1 + key % 26); };
-  BatchMaker maker(17, layout.push_dim());
-  std::vector<Batch> batches = {maker.make(200), maker.make(0), maker.make(150)};
-  std::vector<uint64_t> slotless = {mix64(555), mix64(556)};
-  cluster.run([&](device::Card& card) {
-    const int c = card.local_index();
-    HeterComm& hc = cluster.heter_comm(c);
-    std::vector<int32_t> slots;
-    for (uint64_t k : batches[c].keys) slots.push_back(slot_of(k));
-    auto keys = device::to_device(batches[c].keys, card.memory(), card.stream());
-    auto dev_slots = device::to_device(slots, card.memory(), card.stream());
-    auto out = card.make_buffer<float>(batches[c].keys.size() * hc.pull_dim());
-    hc.pull(keys.data(), dev_slots.data(), batches[c].keys.size(), out.data(), card.stream());
-    card.stream().synchronize();  // pull returns with records in flight: wait before allocating
-    std::vector<uint64_t> mine = c == 1 ? slotless : std::vector<uint64_t>{};
-    auto more = device::to_device(mine, card.memory(), card.stream());
-    out.resize_discard(mine.size() * hc.pull_dim());
-    hc.pull(more.data(), mine.size(), out.data(), card.stream());
-    card.stream().synchronize();
-  });
-  std::size_t checked = 0;
-  for (int c = 0; c < kCards; ++c) {
-    device::Card& card = cluster.cards().card(c);
-    auto keys = card.make_buffer<uint64_t>(0);
-    auto rows = card.make_buffer<float>(0);
-    const std::size_t count = cluster.store(c).collect_all(keys, rows, card.stream());
-    const std::vector<uint64_t> host_keys = device::to_host(keys);
-    const std::vector<float> host_rows = device::to_host(rows);
-    for (std::size_t i = 0; i < count; ++i) {
-      const bool has_slot =
-          std::find(slotless.begin(), slotless.end(), host_keys[i]) == slotless.end();
-      EXPECT_EQ(host_rows[i * layout.stride() + layout.slot()],
-                has_slot ? static_cast<float>(slot_of(host_keys[i])) : 0.0f)
-          << "key " << host_keys[i];
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, slotless.size());
-}
-
 // push_pulled needs a pull since the last push: otherwise it fails clearly on every card (the
 // check runs before any collective, so nothing hangs).
 TEST(HeterComm, PushPulledWithoutPullFails) {
   GPUBOX_REQUIRE_CARDS(2);
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kSgd);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kSgd);
   Cluster cluster(2, cfg);
-  BatchMaker maker(3, RowLayout::make(cfg.kind, cfg.mf_dim).push_dim());
+  BatchMaker maker(3, RowLayout::make(cfg.optimizer.kind, cfg.mf_dim).push_dim());
   std::vector<Batch> batches = {maker.make(10), maker.make(4)};
   auto push_pulled_only = [&] {
     cluster.run([&](device::Card& card) {
@@ -645,9 +599,9 @@ TEST(HeterComm, PushPulledWithoutPullFails) {
 // after the first steps (buffers are reused).
 TEST(HeterComm, SteadyStateAllocatesNothing) {
   GPUBOX_REQUIRE_CARDS(3);
-  const SparseOptimizerConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
   Cluster cluster(3, cfg);
-  BatchMaker maker(11, RowLayout::make(cfg.kind, cfg.mf_dim).push_dim());
+  BatchMaker maker(11, RowLayout::make(cfg.optimizer.kind, cfg.mf_dim).push_dim());
   std::vector<Batch> batches = {maker.make(300), maker.make(0), maker.make(120)};
   std::vector<std::size_t> in_use(3);
   std::vector<uint64_t> scratch_at_2(3);

@@ -20,8 +20,8 @@
 namespace gpubox::optimizer {
 namespace {
 
+using table::AccessorConfig;
 using table::RowLayout;
-using table::SparseOptimizerConfig;
 using table::SparseOptimizerKind;
 
 // ---- float64 reference: named fields, no RowLayout offsets --------------------------------
@@ -47,7 +47,7 @@ struct RefRule {
   double lr, initial_g2sum, lo, hi, weight_decay;
 };
 
-RefPart ref_new_part(SparseOptimizerKind kind, int dim, const SparseOptimizerConfig& cfg) {
+RefPart ref_new_part(SparseOptimizerKind kind, int dim, const AccessorConfig& cfg) {
   RefPart p;
   p.w.assign(dim, 0.0);
   switch (kind) {
@@ -59,14 +59,14 @@ RefPart ref_new_part(SparseOptimizerKind kind, int dim, const SparseOptimizerCon
     case SparseOptimizerKind::kAdam:
       p.m.assign(dim, 0.0);
       p.v.assign(dim, 0.0);
-      p.beta1_pow = cfg.beta1_decay_rate;
-      p.beta2_pow = cfg.beta2_decay_rate;
+      p.beta1_pow = cfg.optimizer.beta1_decay_rate;
+      p.beta2_pow = cfg.optimizer.beta2_decay_rate;
       break;
     case SparseOptimizerKind::kSharedAdam:
       p.m = {0.0};
       p.v = {0.0};
-      p.beta1_pow = cfg.beta1_decay_rate;
-      p.beta2_pow = cfg.beta2_decay_rate;
+      p.beta1_pow = cfg.optimizer.beta1_decay_rate;
+      p.beta2_pow = cfg.optimizer.beta2_decay_rate;
       break;
   }
   return p;
@@ -79,9 +79,10 @@ double ref_clip(double w, const RefRule& r, int* clipped) {
 
 // One step of a part on the show-scaled pushed gradient `scaled` (push_g / show).
 void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& scaled,
-              const RefRule& r, const SparseOptimizerConfig& cfg, int* clipped) {
+              const RefRule& r, const AccessorConfig& cfg, int* clipped) {
   const std::size_t dim = p.w.size();
-  const double b1 = cfg.beta1_decay_rate, b2 = cfg.beta2_decay_rate, eps = cfg.ada_epsilon;
+  const double b1 = cfg.optimizer.beta1_decay_rate, b2 = cfg.optimizer.beta2_decay_rate,
+               eps = cfg.optimizer.ada_epsilon;
   // L2 as a weight_decay term of the gradient, from the weights before this step.
   std::vector<double> g(dim);
   for (std::size_t i = 0; i < dim; ++i) g[i] = scaled[i] + r.weight_decay * p.w[i];
@@ -132,39 +133,40 @@ void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& s
 // One push (show, click, embed_g, embedx_g[]) applied to the reference row, in
 // CtrCommonAccessor's order: counters, embed step, then embedx step or creation.
 void ref_push(RefRow& row, uint64_t key, const std::vector<double>& push, int mf_dim,
-              const SparseOptimizerConfig& cfg) {
+              const AccessorConfig& cfg) {
   const double show = push[0], click = push[1];
   row.show += show;
   row.click += click;
   row.delta_score += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
   row.unseen_days = 0;
-  const RefRule embed{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound,
-                      cfg.weight_decay};
-  const RefRule embedx{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound,
-                       cfg.mf_max_bound, cfg.mf_weight_decay};
+  const RefRule embed{cfg.optimizer.learning_rate, cfg.optimizer.initial_g2sum,
+                      cfg.optimizer.min_bound, cfg.optimizer.max_bound, cfg.optimizer.weight_decay};
+  const RefRule embedx{cfg.optimizer.mf_learning_rate, cfg.optimizer.mf_initial_g2sum,
+                       cfg.optimizer.mf_min_bound, cfg.optimizer.mf_max_bound,
+                       cfg.optimizer.mf_weight_decay};
   // Paddle's rules divide the merged gradient by the key's show in the batch (show 0: as is)
   // unless show_scale is off.
   const double scale = cfg.show_scale && show > 1 ? show : 1;
   const double score = cfg.nonclk_coeff * (row.show - row.click) + cfg.clk_coeff * row.click;
   if (cfg.embed_threshold <= 0 || score >= cfg.embed_threshold) {
-    ref_step(cfg.kind, row.embed, {push[2] / scale}, embed, cfg, &row.clipped);
+    ref_step(cfg.optimizer.kind, row.embed, {push[2] / scale}, embed, cfg, &row.clipped);
   } else {
     ++row.embed_steps_skipped;
   }
   if (row.has_embedx) {
     std::vector<double> g(push.begin() + 3, push.end());
     for (double& gi : g) gi /= scale;
-    ref_step(cfg.kind, row.embedx, g, embedx, cfg, &row.clipped);
+    ref_step(cfg.optimizer.kind, row.embedx, g, embedx, cfg, &row.clipped);
     return;
   }
   if (score >= cfg.embedx_threshold) {
     row.has_embedx = true;
-    row.embedx = ref_new_part(cfg.kind, mf_dim, cfg);
+    row.embedx = ref_new_part(cfg.optimizer.kind, mf_dim, cfg);
     for (int i = 0; i < mf_dim; ++i) {
       // The creation values are the accessor's seeded init (sparse_row.hpp), not an optimizer
       // output; the test only checks they land and stay in range.
       row.embedx.w[i] = table::detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1),
-                                                  cfg.mf_initial_range);
+                                                  cfg.optimizer.mf_initial_range);
     }
   }
 }
@@ -177,7 +179,7 @@ struct ApplyPushes {
   const uint64_t* keys;
   uint8_t* created;
   RowLayout layout;
-  SparseOptimizerConfig cfg;
+  AccessorConfig cfg;
   GPUBOX_HD void operator()(std::size_t i) const {
     const bool made = apply_push(rows + i * layout.stride(), layout, cfg, keys[i],
                                  pushes + i * layout.push_dim());
@@ -226,24 +228,24 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class SparseOptimizerTest : public ::testing::TestWithParam<Case> {};
 
-SparseOptimizerConfig make_config(SparseOptimizerKind kind, int mf_dim, bool show_scale = true) {
-  SparseOptimizerConfig cfg;
-  cfg.kind = kind;
+AccessorConfig make_config(SparseOptimizerKind kind, int mf_dim, bool show_scale = true) {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = kind;
   cfg.mf_dim = mf_dim;
   cfg.show_scale = show_scale;
-  cfg.learning_rate = 0.3f;
-  cfg.mf_learning_rate = 0.2f;
-  cfg.initial_g2sum = 2.0f;
-  cfg.mf_initial_g2sum = 3.0f;
-  cfg.initial_range = 0.01f;
-  cfg.mf_initial_range = 0.02f;
+  cfg.optimizer.learning_rate = 0.3f;
+  cfg.optimizer.mf_learning_rate = 0.2f;
+  cfg.optimizer.initial_g2sum = 2.0f;
+  cfg.optimizer.mf_initial_g2sum = 3.0f;
+  cfg.optimizer.initial_range = 0.01f;
+  cfg.optimizer.mf_initial_range = 0.02f;
   // Tight bounds, so random pushes hit them within a few steps.
-  cfg.min_bound = -0.4f;
-  cfg.max_bound = 0.5f;
-  cfg.mf_min_bound = -0.3f;
-  cfg.mf_max_bound = 0.35f;
-  cfg.weight_decay = 0.4f;
-  cfg.mf_weight_decay = 0.7f;
+  cfg.optimizer.min_bound = -0.4f;
+  cfg.optimizer.max_bound = 0.5f;
+  cfg.optimizer.mf_min_bound = -0.3f;
+  cfg.optimizer.mf_max_bound = 0.35f;
+  cfg.optimizer.weight_decay = 0.4f;
+  cfg.optimizer.mf_weight_decay = 0.7f;
   cfg.nonclk_coeff = 0.1f;
   cfg.clk_coeff = 1.0f;
   cfg.embed_threshold = 0.95f;  // crossed after a few pushes (never hit exactly: no ties)
@@ -254,8 +256,8 @@ SparseOptimizerConfig make_config(SparseOptimizerKind kind, int mf_dim, bool sho
 
 TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   const Case c = GetParam();
-  const SparseOptimizerConfig cfg = make_config(c.kind, c.mf_dim, c.show_scale);
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  const AccessorConfig cfg = make_config(c.kind, c.mf_dim, c.show_scale);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   const int stride = layout.stride();
   const int push_dim = layout.push_dim();
   constexpr int kRows = 64;
@@ -275,7 +277,7 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   std::vector<RefRow> ref(kRows);
   for (int r = 0; r < kRows; ++r) {
     table::init_row(host_rows.data() + r * stride, layout, cfg, keys[r], r % 26);
-    ref[r].embed = ref_new_part(cfg.kind, 1, cfg);
+    ref[r].embed = ref_new_part(cfg.optimizer.kind, 1, cfg);
     ref[r].embed.w[0] = host_rows[r * stride + RowLayout::kEmbedW];
     // A row back from the host tier after some unseen days: any push resets the count.
     host_rows[r * stride + RowLayout::kUnseenDays] = static_cast<float>(r % 4);
@@ -331,24 +333,25 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
     expect_near_rel(row[RowLayout::kDeltaScore], want.delta_score, what + " delta_score");
     EXPECT_EQ(row[RowLayout::kUnseenDays], 0.0f) << what;
     EXPECT_EQ(row[layout.slot()], static_cast<float>(r % 26)) << what;
-    expect_part(row + RowLayout::kEmbedW, row + RowLayout::kEmbedState, want.embed, cfg.kind,
-                what + " embed");
+    expect_part(row + RowLayout::kEmbedW, row + RowLayout::kEmbedState, want.embed,
+                cfg.optimizer.kind, what + " embed");
     ASSERT_EQ(row[layout.mf_size()] > 0.0f, want.has_embedx) << what;
     if (want.has_embedx) {
       EXPECT_EQ(row[layout.mf_size()], static_cast<float>(cfg.mf_dim)) << what;
-      expect_part(row + layout.embedx_w(), row + layout.embedx_state(), want.embedx, cfg.kind,
-                  what + " embedx");
+      expect_part(row + layout.embedx_w(), row + layout.embedx_state(), want.embedx,
+                  cfg.optimizer.kind, what + " embedx");
       for (int i = 0; i < cfg.mf_dim; ++i) {
         const float w = row[layout.embedx_w() + i];
-        EXPECT_GE(w, cfg.mf_min_bound) << what;
-        EXPECT_LE(w, cfg.mf_max_bound) << what;
-        clipped_embedx_weights += (w == cfg.mf_min_bound || w == cfg.mf_max_bound);
+        EXPECT_GE(w, cfg.optimizer.mf_min_bound) << what;
+        EXPECT_LE(w, cfg.optimizer.mf_max_bound) << what;
+        clipped_embedx_weights +=
+            (w == cfg.optimizer.mf_min_bound || w == cfg.optimizer.mf_max_bound);
       }
     } else {
       for (int i = 0; i < cfg.mf_dim; ++i) EXPECT_EQ(row[layout.embedx_w() + i], 0.0f) << what;
     }
-    EXPECT_GE(row[RowLayout::kEmbedW], cfg.min_bound) << what;
-    EXPECT_LE(row[RowLayout::kEmbedW], cfg.max_bound) << what;
+    EXPECT_GE(row[RowLayout::kEmbedW], cfg.optimizer.min_bound) << what;
+    EXPECT_LE(row[RowLayout::kEmbedW], cfg.optimizer.max_bound) << what;
   }
   // The run must exercise what it claims to: bounds hit, creation crossed mid-run, and some rows
   // (show 0 pushes are common) still below the thresholds at some point.
@@ -356,7 +359,7 @@ TEST_P(SparseOptimizerTest, RowUpdatesMatchFloat64Reference) {
   EXPECT_GT(embed_steps_skipped, 0);
   EXPECT_GT(created_after_first_step, 0);
   EXPECT_GT(creations, kRows / 2);
-  if (cfg.kind != SparseOptimizerKind::kAdagrad) {
+  if (cfg.optimizer.kind != SparseOptimizerKind::kAdagrad) {
     EXPECT_GT(clipped_embedx_weights, 0);
   }
 }
@@ -380,10 +383,10 @@ INSTANTIATE_TEST_SUITE_P(
 // A push on a row whose embedx does not exist yet never touches embedx weights, even with a
 // large gradient, until the threshold is reached; the creating step applies no embedx gradient.
 TEST(SparseOptimizer, EmbedxGradientIgnoredUntilCreated) {
-  SparseOptimizerConfig cfg = make_config(SparseOptimizerKind::kAdagrad, 4);
+  AccessorConfig cfg = make_config(SparseOptimizerKind::kAdagrad, 4);
   cfg.embedx_threshold = 1.0f;
-  cfg.mf_initial_range = 0.0f;  // created weights are exactly zero: any update would show
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  cfg.optimizer.mf_initial_range = 0.0f;  // created weights are exactly zero: any update would show
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   std::vector<float> row(layout.stride());
   table::init_row(row.data(), layout, cfg, 42, 3);
   std::vector<float> push = {1.0f, 0.0f, 0.5f, 9.0f, -9.0f, 9.0f, -9.0f};  // score 0.1
@@ -395,18 +398,18 @@ TEST(SparseOptimizer, EmbedxGradientIgnoredUntilCreated) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(row[layout.embedx_w() + i], 0.0f);
   EXPECT_EQ(row[layout.embedx_state()], 0.0f);  // g2sum starts at 0, as in Paddle
   EXPECT_FALSE(apply_push(row.data(), layout, cfg, 42, push.data()));  // now it is updated
-  const float step = cfg.mf_learning_rate * 1.0f;                      // g2sum still 0
-  EXPECT_FLOAT_EQ(row[layout.embedx_w() + 0], std::max(-step * 9.0f, cfg.mf_min_bound));
-  EXPECT_FLOAT_EQ(row[layout.embedx_w() + 1], std::min(step * 9.0f, cfg.mf_max_bound));
+  const float step = cfg.optimizer.mf_learning_rate * 1.0f;            // g2sum still 0
+  EXPECT_FLOAT_EQ(row[layout.embedx_w() + 0], std::max(-step * 9.0f, cfg.optimizer.mf_min_bound));
+  EXPECT_FLOAT_EQ(row[layout.embedx_w() + 1], std::min(step * 9.0f, cfg.optimizer.mf_max_bound));
 }
 
 // Paddle's adagrad from a fresh row, by hand: g2sum starts at 0, so the first step is lr * g on
 // the show-scaled gradient (GPUBox used to start g2sum at initial_g2sum: a first step of lr * g /
 // sqrt(2)); the next one is lr * g * sqrt(initial_g2sum / (initial_g2sum + g_1^2)).
 TEST(SparseOptimizer, AdagradStartsLikePaddle) {
-  SparseOptimizerConfig cfg;  // the defaults: adagrad, lr 0.05, initial_g2sum 3, no L2
+  AccessorConfig cfg;  // the defaults: adagrad, lr 0.05, initial_g2sum 3, no L2
   cfg.mf_dim = 2;
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   std::vector<float> row(layout.stride());
   table::init_row(row.data(), layout, cfg, 7, 1);
   EXPECT_EQ(row[RowLayout::kEmbedState], 0.0f);
@@ -424,14 +427,14 @@ TEST(SparseOptimizer, AdagradStartsLikePaddle) {
 // Below embed_threshold a key's show and click are counted and embed_w stays as created; the push
 // that brings the score to the threshold takes the first step, with weight_decay on it.
 TEST(SparseOptimizer, EmbedThresholdCountsBeforeItLearns) {
-  SparseOptimizerConfig cfg;
-  cfg.kind = SparseOptimizerKind::kSgd;
+  AccessorConfig cfg;
+  cfg.optimizer.kind = SparseOptimizerKind::kSgd;
   cfg.mf_dim = 1;
-  cfg.learning_rate = 0.5f;
-  cfg.initial_range = 0.2f;  // a non-zero start, so weight_decay shows
-  cfg.weight_decay = 0.25f;
+  cfg.optimizer.learning_rate = 0.5f;
+  cfg.optimizer.initial_range = 0.2f;  // a non-zero start, so weight_decay shows
+  cfg.optimizer.weight_decay = 0.25f;
   cfg.embed_threshold = 0.25f;  // three shows without a click (score 0.1 each)
-  const RowLayout layout = RowLayout::make(cfg.kind, cfg.mf_dim);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   std::vector<float> row(layout.stride());
   table::init_row(row.data(), layout, cfg, 11, 2);
   const float w0 = row[RowLayout::kEmbedW];

@@ -37,7 +37,7 @@
 namespace gpubox::pass {
 namespace {
 
-using table::SparseOptimizerConfig;
+using table::AccessorConfig;
 
 std::string card_list(int cards) {
   std::string list;
@@ -45,12 +45,12 @@ std::string card_list(int cards) {
   return list;
 }
 
-SparseOptimizerConfig test_config() {
-  SparseOptimizerConfig cfg;
-  cfg.kind = table::SparseOptimizerKind::kAdagrad;
+AccessorConfig test_config() {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
   cfg.mf_dim = 4;
   cfg.embedx_threshold = 1.0f;  // some rows grow embedx during the passes
-  cfg.mf_initial_range = 0.01f;
+  cfg.optimizer.mf_initial_range = 0.01f;
   cfg.seed = 11;
   return cfg;
 }
@@ -59,7 +59,7 @@ SparseOptimizerConfig test_config() {
 struct Engine {
   Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host = nullptr)
       : card_set(device::CardSet::from_list(card_list(cards))) {
-    const SparseOptimizerConfig cfg = test_config();
+    const AccessorConfig cfg = test_config();
     if (external_host == nullptr) {
       auto opened = table::SparseTable::open(cfg, table::HostTableConfig{});
       owned_host = std::move(opened.value());
@@ -331,8 +331,7 @@ struct TouchRows {
 
 // One card, its store and its own host tier, for the peak-memory test.
 struct BudgetSide {
-  explicit BudgetSide(const SparseOptimizerConfig& cfg,
-                      const sparse::HashTableOptions& table_options)
+  explicit BudgetSide(const AccessorConfig& cfg, const sparse::HashTableOptions& table_options)
       : cards(device::CardSet::from_list("0")),
         host(std::move(table::SparseTable::open(cfg, table::HostTableConfig{}).value())),
         store(cards.card(0), cfg, table_options),
@@ -348,7 +347,7 @@ struct BudgetSide {
 // CardMemory's peak (everything the card ever held at once) stays under the plan, and the host
 // tier ends bit-identical to an unbudgeted run of the same passes.
 TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
-  const SparseOptimizerConfig cfg = test_config();
+  const AccessorConfig cfg = test_config();
   sparse::HashTableOptions table_options;
   table_options.initial_capacity = 16;
   table_options.page_rows = 64;
@@ -424,7 +423,7 @@ class FlakyHost : public table::HostTier {
  public:
   explicit FlakyHost(table::HostTier& inner) : inner_(inner) {}
   const table::RowLayout& layout() const override { return inner_.layout(); }
-  const SparseOptimizerConfig& config() const override { return inner_.config(); }
+  const AccessorConfig& config() const override { return inner_.config(); }
   Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* c) override {
     return inner_.pull(k, s, n, r, c);

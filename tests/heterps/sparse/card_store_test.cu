@@ -24,11 +24,11 @@ using device::to_host;
 
 constexpr uint64_t kMaxKey = ~uint64_t{0};
 
-table::SparseOptimizerConfig test_config(table::SparseOptimizerKind kind) {
-  table::SparseOptimizerConfig config;
-  config.kind = kind;
+table::AccessorConfig test_config(table::SparseOptimizerKind kind) {
+  table::AccessorConfig config;
+  config.optimizer.kind = kind;
   config.mf_dim = 8;
-  config.initial_range = 0.5f;
+  config.optimizer.initial_range = 0.5f;
   config.seed = 1234;
   return config;
 }

@@ -21,11 +21,11 @@ namespace gpubox::table::server::testing {
 
 class FakeHostTier final : public HostTier {
  public:
-  explicit FakeHostTier(SparseOptimizerConfig cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.kind, cfg.mf_dim)) {}
+  explicit FakeHostTier(AccessorConfig cfg)
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
 
   const RowLayout& layout() const override { return layout_; }
-  const SparseOptimizerConfig& config() const override { return cfg_; }
+  const AccessorConfig& config() const override { return cfg_; }
 
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* created) override {
@@ -142,7 +142,7 @@ class FakeHostTier final : public HostTier {
   std::atomic<uint64_t> pull_calls{0}, push_calls{0}, pushed_rows{0}, shrink_calls{0};
 
  private:
-  SparseOptimizerConfig cfg_;
+  AccessorConfig cfg_;
   RowLayout layout_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::vector<float>> rows_;

@@ -56,16 +56,16 @@ Clock::time_point in_seconds(double s) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-SparseOptimizerConfig probe_config() {  // what scripts/fault_check.sh starts servers with
-  SparseOptimizerConfig cfg;
-  cfg.kind = SparseOptimizerKind::kAdagrad;
+AccessorConfig probe_config() {  // what scripts/fault_check.sh starts servers with
+  AccessorConfig cfg;
+  cfg.optimizer.kind = SparseOptimizerKind::kAdagrad;
   cfg.mf_dim = 4;
   return cfg;
 }
 
 uint32_t probe_stride() {
   return static_cast<uint32_t>(
-      RowLayout::make(probe_config().kind, probe_config().mf_dim).stride());
+      RowLayout::make(probe_config().optimizer.kind, probe_config().mf_dim).stride());
 }
 
 // ---- the server process, seen from outside ----------------------------------------------------

@@ -138,11 +138,11 @@ class ServerBinary : public ::testing::Test {
     return a;
   }
 
-  static SparseOptimizerConfig config() {
-    SparseOptimizerConfig cfg;  // what config.yaml says
-    cfg.kind = SparseOptimizerKind::kAdagrad;
+  static AccessorConfig config() {
+    AccessorConfig cfg;  // what config.yaml says
+    cfg.optimizer.kind = SparseOptimizerKind::kAdagrad;
     cfg.mf_dim = 4;
-    cfg.initial_range = 0.5f;
+    cfg.optimizer.initial_range = 0.5f;
     cfg.seed = 17;
     return cfg;
   }
@@ -187,7 +187,7 @@ TEST_F(ServerBinary, KilledServerRestartedWithLoadKeepsEverySavedRow) {
   ASSERT_TRUE(first.start(args(), dir_ / "server.log")) << "see " << dir_ / "server.log";
   auto client = RemoteHostTier::connect(client_options(first.endpoint()));
   ASSERT_TRUE(client.ok()) << client.status().to_string();
-  const RowLayout layout = RowLayout::make(config().kind, config().mf_dim);
+  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
   const std::size_t stride = layout.stride();
 
   // Pull 1500 keys (created by init_row), push new values for a third of them.

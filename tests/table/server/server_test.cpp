@@ -31,8 +31,8 @@ using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 // Expected rows of one client's keys: what was pushed last, or init_row for a new key.
 class Oracle {
  public:
-  explicit Oracle(const SparseOptimizerConfig& cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.kind, cfg.mf_dim)) {}
+  explicit Oracle(const AccessorConfig& cfg)
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
   const RowLayout& layout() const { return layout_; }
   std::size_t stride() const { return layout_.stride(); }
 
@@ -64,7 +64,7 @@ class Oracle {
   const std::unordered_map<uint64_t, std::vector<float>>& rows() const { return rows_; }
 
  private:
-  SparseOptimizerConfig cfg_;
+  AccessorConfig cfg_;
   RowLayout layout_;
   std::unordered_map<uint64_t, std::vector<float>> rows_;
 };

@@ -19,11 +19,11 @@
 
 namespace gpubox::table::server::testing {
 
-inline SparseOptimizerConfig test_config() {
-  SparseOptimizerConfig cfg;
-  cfg.kind = SparseOptimizerKind::kAdagrad;
+inline AccessorConfig test_config() {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = SparseOptimizerKind::kAdagrad;
   cfg.mf_dim = 4;
-  cfg.initial_range = 0.5f;  // non-zero embed_w: created rows are distinguishable
+  cfg.optimizer.initial_range = 0.5f;  // non-zero embed_w: created rows are distinguishable
   cfg.seed = 17;
   cfg.delete_threshold = 0.0f;  // shrink decays and keeps rows (the retry test counts decays)
   return cfg;

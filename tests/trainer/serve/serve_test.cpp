@@ -280,6 +280,9 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   ASSERT_TRUE(delta_config.ok());
   {
     Trainer trainer(delta_config.value(), env());
+    // The first save of a run is a base: the second is the delta.
+    trainer.train_pass(data_files((root_ / "train").string()));
+    trainer.save((root_ / "delta_base").string());
     trainer.train_pass(data_files((root_ / "train").string()));
     trainer.save((root_ / "delta_save").string());
   }

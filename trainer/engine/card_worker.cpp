@@ -1,14 +1,12 @@
+#include "trainer/engine/card_worker.hpp"
+
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "common/error.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/sparse/card_store.cuh"
-#include "trainer/engine/card_worker.hpp"
+#include "heterps/ps/card_tier.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -24,7 +22,7 @@ std::size_t align_up(std::size_t bytes) {
 }  // namespace
 
 // Step buffers, reused across steps (they only grow). The batch travels to the card as one
-// pinned block (device rule 2) in one copy: keys | slots | offsets | dense | labels, each
+// pinned block (device rule 2) in one copy: keys | offsets | dense | labels, each
 // section aligned to 256 bytes; the card-side views point into `uploaded`.
 struct CardWorker::Buffers {
   explicit Buffers(device::Card& card)
@@ -35,7 +33,7 @@ struct CardWorker::Buffers {
 
   // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
   struct Layout {
-    std::size_t keys = 0, slots = 0, offsets = 0, dense = 0, labels = 0, total = 0;
+    std::size_t keys = 0, offsets = 0, dense = 0, labels = 0, total = 0;
   };
 
   device::device_buffer<char> uploaded;
@@ -49,9 +47,6 @@ struct CardWorker::Buffers {
   const uint64_t* keys() const {
     return reinterpret_cast<const uint64_t*>(uploaded.data() + layout.keys);
   }
-  const int32_t* slots() const {
-    return reinterpret_cast<const int32_t*>(uploaded.data() + layout.slots);
-  }
   const uint32_t* offsets() const {
     return reinterpret_cast<const uint32_t*>(uploaded.data() + layout.offsets);
   }
@@ -63,18 +58,9 @@ struct CardWorker::Buffers {
   }
 };
 
-CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, const TrainerConfig& config)
-    : card_(card), comm_(comm) {
-  // A row's slot: the slot name when it is a number (PaddleRec's "1".."26"), else its position.
-  const std::vector<std::string>& names = config.sparse_slot_names();
-  for (std::size_t s = 0; s < names.size(); ++s) {
-    char* end = nullptr;
-    const long id = std::strtol(names[s].c_str(), &end, 10);
-    slot_ids_.push_back(end != names[s].c_str() && *end == '\0' ? static_cast<int32_t>(id)
-                                                                : static_cast<int32_t>(s));
-  }
-  store_ = std::make_unique<sparse::CardSparseStore>(card, config.sparse);
-  heter_comm_ = std::make_unique<heter_comm::HeterComm>(card, *store_, comm);
+CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, ps::CardTier& tier,
+                       const TrainerConfig& config)
+    : card_(card), comm_(comm), tier_(tier) {
   model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
   optimizer_ =
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
@@ -93,8 +79,7 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
 
   Buffers::Layout& at = b.layout;
   at.keys = 0;
-  at.slots = at.keys + align_up(occurrences * sizeof(uint64_t));
-  at.offsets = at.slots + align_up(occurrences * sizeof(int32_t));
+  at.offsets = at.keys + align_up(occurrences * sizeof(uint64_t));
   at.dense = at.offsets + align_up(batch.offsets.size() * sizeof(uint32_t));
   at.labels = at.dense + align_up(batch.dense.size() * sizeof(float));
   at.total = at.labels + align_up(batch.labels.size() * sizeof(float));
@@ -106,21 +91,14 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
     b.staging = device::pinned_buffer<char>(std::max(at.total, b.staging.size() * 3 / 2));
   }
   b.uploaded.resize_discard(at.total);
-  b.pull.resize_discard(occurrences * static_cast<std::size_t>(heter_comm_->pull_dim()));
-  b.push.resize_discard(occurrences * static_cast<std::size_t>(heter_comm_->push_dim()));
+  b.pull.resize_discard(occurrences * static_cast<std::size_t>(tier_.pull_dim()));
+  b.push.resize_discard(occurrences * static_cast<std::size_t>(tier_.push_dim()));
   model_->reserve(size);
   metrics_->reserve(size);
 
   char* host = b.staging.data();
   if (occurrences > 0)
     std::memcpy(host + at.keys, batch.keys.data(), occurrences * sizeof(uint64_t));
-  // Slot of every occurrence: slot-major CSR, so slot s is one contiguous run of keys.
-  int32_t* slots = reinterpret_cast<int32_t*>(host + at.slots);
-  for (int s = 0; s < batch.num_slots && size > 0; ++s) {
-    const uint32_t first = batch.offsets[static_cast<std::size_t>(s) * size];
-    const uint32_t last = batch.offsets[static_cast<std::size_t>(s + 1) * size];
-    std::fill(slots + first, slots + last, slot_ids_[s]);
-  }
   if (!batch.offsets.empty()) {
     std::memcpy(host + at.offsets, batch.offsets.data(), batch.offsets.size() * sizeof(uint32_t));
   }
@@ -131,7 +109,7 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
     std::memcpy(host + at.labels, batch.labels.data(), batch.labels.size() * sizeof(float));
   }
   device::copy_async(b.uploaded.data(), host, at.total, stream);
-  heter_comm_->pull(b.keys(), b.slots(), occurrences, b.pull.data(), stream);
+  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream);
   return size;
 }
 
@@ -170,7 +148,8 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
   device::copy_async(b.host_status.data(), model_->step_status(), 1, stream);
   // The owners apply the sparse updates only if the verdict (on the card) says finite; the
   // push ends with the step's last wait (S3), after which the verdict is on the host.
-  heter_comm_->push_pulled(b.push.data(), stream, &model_->step_status()->first_non_finite);
+  tier_.push_pulled(card_.local_index(), b.push.data(), stream,
+                    &model_->step_status()->first_non_finite);
   const DenseStepStatus status = b.host_status[0];
   model_->throw_if_non_finite(status, pass, step);  // before the dense update
   optimizer_->step(params);
@@ -198,11 +177,6 @@ void CardWorker::all_reduce_metrics() {
   comm_.set_step(-1, -1);
   comm_.all_reduce_sum(metrics_->flat(), metrics_->flat(), metrics_->flat_size(), card_.stream());
   comm_.synchronize(card_.stream(), "metrics all-reduce");
-}
-
-void CardWorker::clear_card_tier() {
-  store_->clear(card_.stream());
-  card_.stream().synchronize();
 }
 
 }  // namespace gpubox::trainer

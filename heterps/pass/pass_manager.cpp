@@ -1,3 +1,5 @@
+#include "heterps/pass/pass_manager.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -9,8 +11,7 @@
 #include "common/hash.hpp"
 #include "common/timer.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/pass/pass_manager.hpp"
-#include "heterps/sparse/card_store.cuh"
+#include "heterps/sparse/card_store.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -61,24 +62,6 @@ void throw_host_error(const Status& st, const std::string& what) {
 }
 
 }  // namespace
-
-std::string PassStats::to_string() const {
-  std::ostringstream out;
-  out << "keys: " << keys_in_pass << ", hits: " << hits << ", pulled: " << pulled
-      << ", created: " << created << ", evicted: " << evicted << ", written_back: " << written_back
-      << ", rows_on_cards: " << rows_on_cards << ", begin_pass: " << begin_seconds
-      << " s, end_pass: " << end_seconds << " s";
-  return out.str();
-}
-
-std::string PassStats::json_members() const {
-  std::ostringstream out;
-  out << "\"keys_in_pass\": " << keys_in_pass << ", \"hits\": " << hits
-      << ", \"pulled\": " << pulled << ", \"created\": " << created << ", \"evicted\": " << evicted
-      << ", \"written_back\": " << written_back << ", \"rows_on_cards\": " << rows_on_cards
-      << ", \"begin_pass_seconds\": " << begin_seconds << ", \"end_pass_seconds\": " << end_seconds;
-  return out.str();
-}
 
 double CardTierPlan::bytes_per_key() const {
   return static_cast<double>(total_bytes()) / static_cast<double>(std::max<std::size_t>(rows, 1));
@@ -170,39 +153,18 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
 }
 
 PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
-                                  const std::vector<int32_t>* slots) {
+                                  const std::vector<int32_t>& slots) {
   GPUBOX_EXPECTS(!in_pass_, "begin_pass called twice without end_pass");
-  GPUBOX_EXPECTS(slots == nullptr || slots->size() == keys.size(), "begin_pass: ", keys.size(),
-                 " keys but ", slots->size(), " slots");
+  GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
+                 " keys but ", slots.size(), " slots");
   Timer timer;
-  const int num_cards = cards_.num_local_cards();
-  const int stride = host_.layout().stride();
-
-  // Partition by owner card; drop key 0 ("no feature") and duplicates.
-  std::vector<std::vector<uint64_t>> owned(num_cards);
-  std::vector<std::vector<int32_t>> owned_slots(num_cards);
-  {
-    std::vector<std::size_t> order(keys.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      const uint64_t key = keys[order[k]];
-      if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
-      const int owner = owner_card(key, num_cards);
-      owned[owner].push_back(key);  // sorted per card: eviction tests membership by binary search
-      owned_slots[owner].push_back(slots ? (*slots)[order[k]] : 0);
-    }
-  }
-
+  const std::vector<CardKeys> owned = partition_by_owner(keys, slots);
   PassStats stats;
   stats.pass_id = next_pass_id_;
   std::mutex stats_mu;
   cards_.run_on_cards([&](device::Card& card) {
     const int c = card.local_index();
-    sparse::CardSparseStore& store = *stores_[c];
-    const device::Stream& stream = card.stream();
-    const std::vector<uint64_t>& mine = owned[c];
+    const std::vector<uint64_t>& mine = owned[c].keys;
     const std::size_t n = mine.size();
     if (row_budget_ > 0 && n > row_budget_) {
       GPUBOX_FAIL("pass ", next_pass_id_, " does not fit on card ", card.rank(), ": it needs ", n,
@@ -211,77 +173,105 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                   " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
                   "runner.card_memory_mb.");
     }
-
-    // Which keys are already on the card? (12 bytes per pass key, freed before eviction.)
-    std::vector<uint64_t> missing;
-    std::vector<int32_t> missing_slots;
-    {
-      auto d_keys = device::to_device(mine, card.memory(), stream);
-      auto d_rows_idx = card.make_buffer<row_index_t>(n);
-      store.lookup_or_create(d_keys.data(), nullptr, n, d_rows_idx.data(),
-                             /*create_missing=*/false, nullptr, stream);
-      const std::vector<row_index_t> found = device::to_host(d_rows_idx);
-      for (std::size_t i = 0; i < n; ++i) {
-        if (found[i] == sparse::kInvalidRow) {
-          missing.push_back(mine[i]);
-          missing_slots.push_back(owned_slots[c][i]);
-        }
-      }
-    }
-
+    const CardKeys missing = missing_on_card(c, owned[c]);
     // Make room: evict rows this pass does not need, lowest score first.
     uint64_t evicted = 0;
-    const std::size_t resident = store.size();
-    if (row_budget_ > 0 && resident + missing.size() > row_budget_) {
-      evicted = evict(c, mine, resident + missing.size() - row_budget_);
+    const std::size_t resident = stores_[c]->size();
+    if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
+      evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
     }
-
-    // Pull what is missing: several host-tier requests in flight, inserted in order, staged on
-    // the card at most a page of rows at a time.
-    std::vector<float> rows(missing.size() * stride);
-    std::vector<std::size_t> created(
-        missing.size() == 0
-            ? 0
-            : (missing.size() + options_.host_batch_keys - 1) / options_.host_batch_keys,
-        0);
-    store.reserve(missing.size(), stream);
-    const std::size_t stage_limit = std::min(store.page_rows(), options_.host_batch_keys);
-    device::device_buffer<uint64_t> staged_keys(0, card.memory(), stream);
-    device::device_buffer<float> staged_rows(0, card.memory(), stream);
-    const Status st = pipelined_chunks(
-        missing.size(), options_.host_batch_keys, options_.pulls_in_flight,
-        [&](std::size_t b, std::size_t e) {
-          return host_.pull(missing.data() + b, missing_slots.data() + b, e - b,
-                            rows.data() + b * stride, &created[b / options_.host_batch_keys]);
-        },
-        [&](std::size_t b, std::size_t e) {
-          for (std::size_t from = b; from < e; from += stage_limit) {
-            const std::size_t count = std::min(e, from + stage_limit) - from;
-            staged_keys.resize_discard(count);
-            staged_rows.resize_discard(count * stride);
-            device::copy_async(staged_keys.data(), missing.data() + from, count, stream);
-            device::copy_async(staged_rows.data(), rows.data() + from * stride, count * stride,
-                               stream);
-            store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
-          }
-        });
-    throw_host_error(st, "begin_pass: pulling " + std::to_string(missing.size()) +
-                             " keys of card " + std::to_string(card.rank()) +
-                             " from the host tier");
+    const std::size_t created = pull_to_card(c, missing);
 
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.keys_in_pass += n;
-    stats.hits += n - missing.size();
-    stats.pulled += missing.size();
-    stats.created += std::accumulate(created.begin(), created.end(), std::size_t{0});
+    stats.hits += n - missing.keys.size();
+    stats.pulled += missing.keys.size();
+    stats.created += created;
     stats.evicted += evicted;
-    stats.rows_on_cards += store.size();
+    stats.rows_on_cards += stores_[c]->size();
   });
   stats.begin_seconds = timer.seconds();
   current_ = stats;
   in_pass_ = true;
   ++next_pass_id_;
   return current_;
+}
+
+std::vector<PassManager::CardKeys> PassManager::partition_by_owner(
+    const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots) const {
+  const int num_cards = cards_.num_local_cards();
+  std::vector<CardKeys> owned(static_cast<std::size_t>(num_cards));
+  std::vector<std::size_t> order(keys.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  // Stable: a repeated key keeps the slot of its first occurrence.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const uint64_t key = keys[order[k]];
+    if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
+    CardKeys& owner = owned[owner_card(key, num_cards)];
+    owner.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
+    owner.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
+  }
+  return owned;
+}
+
+PassManager::CardKeys PassManager::missing_on_card(int c, const CardKeys& mine) {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t n = mine.keys.size();
+  // 12 bytes per pass key on the card, freed before eviction.
+  auto d_keys = device::to_device(mine.keys, card.memory(), stream);
+  auto d_rows = card.make_buffer<row_index_t>(n);
+  store.lookup_or_create(d_keys.data(), nullptr, n, d_rows.data(), /*create_missing=*/false,
+                         nullptr, stream);
+  const std::vector<row_index_t> found = device::to_host(d_rows);
+  CardKeys missing;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (found[i] == sparse::kInvalidRow) {
+      missing.keys.push_back(mine.keys[i]);
+      missing.slots.push_back(mine.slots[i]);
+    }
+  }
+  return missing;
+}
+
+std::size_t PassManager::pull_to_card(int c, const CardKeys& missing) {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t n = missing.keys.size();
+  const std::size_t batch = options_.host_batch_keys;
+  // Several host-tier requests in flight, inserted in order, staged on the card at most a page
+  // of rows at a time.
+  std::vector<float> rows(n * stride);
+  std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
+  store.reserve(n, stream);
+  const std::size_t stage_limit = std::min(store.page_rows(), batch);
+  device::device_buffer<uint64_t> staged_keys(0, card.memory(), stream);
+  device::device_buffer<float> staged_rows(0, card.memory(), stream);
+  const Status st = pipelined_chunks(
+      n, batch, options_.pulls_in_flight,
+      [&](std::size_t b, std::size_t e) {
+        return host_.pull(missing.keys.data() + b, missing.slots.data() + b, e - b,
+                          rows.data() + b * stride, &created[b / batch]);
+      },
+      [&](std::size_t b, std::size_t e) {
+        for (std::size_t from = b; from < e; from += stage_limit) {
+          const std::size_t count = std::min(e, from + stage_limit) - from;
+          staged_keys.resize_discard(count);
+          staged_rows.resize_discard(count * stride);
+          device::copy_async(staged_keys.data(), missing.keys.data() + from, count, stream);
+          device::copy_async(staged_rows.data(), rows.data() + from * stride, count * stride,
+                             stream);
+          store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
+        }
+      });
+  throw_host_error(st, "begin_pass: pulling " + std::to_string(n) + " keys of card " +
+                           std::to_string(card.rank()) + " from the host tier");
+  return std::accumulate(created.begin(), created.end(), std::size_t{0});
 }
 
 uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess) {

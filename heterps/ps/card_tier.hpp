@@ -1,0 +1,113 @@
+// CardTier: the one owner of the card tier (the role of Paddle's PSGPUWrapper). It owns every
+// local card's sparse store (CardSparseStore), its HeterComm and the pass manager between them
+// and the host tier, and is what a schedule talks to: gpubox_train's pass loop today, other
+// schedules (sync/async/geo, collective) and trainers later.
+//
+//   pass boundaries (controlling thread, no card thread running steps):
+//     begin_pass(keys, slots) -> the pass's rows on their owner cards (pulled from the host
+//                                tier, created there with the key's slot when new)
+//     end_pass() / sync()     -> dirty rows back to the host tier
+//     clear()                 -> every card's store emptied (after a model load)
+//   a step (card thread `c`, collective over the cards):
+//     pull(c, ...) -> records of every key occurrence; push_pulled(c, ...) -> one optimizer
+//     step per key (HeterComm, heterps/heter_comm/heter_comm.hpp)
+//
+// The cards, their communicator group and the host tier are borrowed (the schedule builds the
+// host tier with table::make_host_tier and shares the communicator with its dense part) and must
+// outlive the CardTier. Every row follows the accessor config given here; the host tier must
+// hold the same layout (checked).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
+#include "heterps/pass/pass_types.hpp"
+#include "table/accessor/sparse_row.hpp"
+#include "table/host_tier.hpp"
+
+namespace gpubox {
+namespace comm {
+class CommGroup;
+}
+namespace sparse {
+class CardSparseStore;
+}
+namespace heter_comm {
+class HeterComm;
+}
+namespace pass {
+class PassManager;
+}
+
+namespace ps {
+
+struct CardTierOptions {
+  pass::PassManagerOptions pass;  // card budget (runner.card_memory_mb), host batching
+  // begin_pass places every key of a pass on its owner (with its slot) before the pass's steps,
+  // so a key an owner lacks during a step is a bug: the step fails naming it (kFail).
+  heter_comm::MissingKeyPolicy missing_keys = heter_comm::MissingKeyPolicy::kFail;
+};
+
+class CardTier {
+ public:
+  // One store and one HeterComm per local card of `cards` (group.at(c) is card c's rank), rows
+  // by `accessor`; with a budget, every store is sized for it once (pass_manager.hpp).
+  CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
+           const table::AccessorConfig& accessor, const CardTierOptions& options = {});
+  ~CardTier();
+  CardTier(const CardTier&) = delete;
+  CardTier& operator=(const CardTier&) = delete;
+
+  // --- pass boundaries (controlling thread) ---
+  // `keys`: the pass's unique keys; `slots` (same length, or empty): each key's slot, given to
+  // the rows the host tier creates (the dataset's first occurrence, InMemoryDataset::unique_keys).
+  // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
+  pass::PassStats begin_pass(const std::vector<uint64_t>& keys,
+                             const std::vector<int32_t>& slots = {});
+  // Writes the dirty rows back; returns the pass's counters.
+  pass::PassStats end_pass();
+  // Writes the dirty rows back without ending the pass (before a save). Returns rows written.
+  uint64_t sync();
+  // Empties every card's store (after a model load; the next begin_pass refills it). Not
+  // during a pass.
+  void clear();
+  bool in_pass() const;
+  // The card tier's footprint per card (rows, bytes per key): the log line at the start.
+  const pass::CardTierPlan& plan() const;
+  // The counters of the current (or last) pass.
+  const pass::PassStats& current() const;
+
+  // --- a step (card thread `card`; collective over the cards) ---
+  // out_pull[i * pull_dim() ...] = the pull record of keys[i] (card memory): HeterComm::pull.
+  void pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
+            const device::Stream& stream);
+  // One optimizer step per key of the card's last pull: HeterComm::push_pulled (ends with the
+  // step's last wait; `veto` as there).
+  void push_pulled(int card, const float* grads, const device::Stream& stream,
+                   const uint32_t* veto = nullptr);
+  int32_t pull_dim() const { return layout().pull_dim(); }
+  int32_t push_dim() const { return layout().push_dim(); }
+  const table::RowLayout& layout() const;
+  // Cumulative traffic counters of card `card`'s HeterComm.
+  const heter_comm::HeterCommStats& stats(int card) const;
+
+  int num_cards() const;
+  table::HostTier& host() { return host_; }
+  // Card `card`'s parts, for tests and tools that look inside.
+  sparse::CardSparseStore& store(int card);
+  heter_comm::HeterComm& heter_comm(int card);
+
+ private:
+  device::CardSet& cards_;
+  table::HostTier& host_;
+  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores_;
+  std::vector<std::unique_ptr<heter_comm::HeterComm>> comms_;
+  std::unique_ptr<pass::PassManager> pass_manager_;
+};
+
+}  // namespace ps
+}  // namespace gpubox
