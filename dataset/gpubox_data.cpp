@@ -1,5 +1,5 @@
 // gpubox_data: synthetic data with a planted model (gen), load statistics (stat) and format
-// conversion (convert). See ARCHITECTURE.md §5 and `gpubox_data --help`.
+// conversion (convert). See ARCHITECTURE.md §5 and `gpubox_data [gen|stat|convert] --help`.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/config/config_document.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
@@ -23,27 +24,84 @@
 namespace gpubox::dataset {
 namespace {
 
-constexpr const char* kUsage = R"(usage:
-  gpubox_data gen --out DIR --lines N --files K --seed S
-                  [--slots 26] [--dense 13] [--vocab 100000] [--zipf 1.1] [--factor-dim 4]
-                  [--ctr 0.25] [--threads T] [--first_line L]
-      (held-out data of the same planted model: the same --seed with --first_line past the
-       training set's --lines)
-      slot-format files DIR/part-NNNNN from a planted model, and DIR/oracle.json with the
-      planted model's AUC, logloss and positive rate on them.
-  gpubox_data stat --config C [-o key=value ...] [--json] [FILE ...]
-      loads runner.pass_dirs (or runner.train_data_dir) and the FILEs exactly as training
-      would (the same config loader: keys, defaults, errors) and reports lines, instances,
-      skipped lines by reason, skipped folder entries, unique keys, positives, bytes, seconds,
-      MB/s. Exit 0 unless the config is bad, strict parsing failed or a file could not be read;
-      no data file at all is a warning (training refuses it).
-  gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx] --to slot|multislot IN OUT
-                  [--config C] [-o key=value ...] [--slots 26] [--dense 13] [--strict]
-      slot names and dense size come from --config (hyper_parameters.*) or --slots/--dense
-      (slots named 1..N); default 26 slots, 13 dense values (the Criteo shape). --from defaults
-      to the config's runner.data_format, else auto (recognised from the first lines); feat_idx
-      is the `feat_idx:I ... feat_value:V ... label:L` text of PaddleRec's LR and FM samples.
-)";
+// Each command's --help (common/cli.hpp): what it does, its options with defaults, an example.
+cli::Usage gen_usage() {
+  cli::Usage u;
+  u.synopsis = "gpubox_data gen --out DIR --lines N --files K --seed S [options]";
+  u.summary =
+      "Writes slot-format files DIR/part-NNNNN from a planted model, and DIR/oracle.json with "
+      "the planted model's AUC, logloss and positive rate on them (the ceiling a trained model "
+      "can approach). Held-out data of the same planted model: the same --seed with "
+      "--first_line past the training set's --lines.";
+  u.options = {{"--out DIR", "", "output folder (required)"},
+               {"--lines N", "1000", "lines in all"},
+               {"--files K", "1", "files the lines are spread over"},
+               {"--seed S", "1", "seed of the planted model and of the lines"},
+               {"--slots N", "26", "sparse slots, named 1..N"},
+               {"--dense N", "13", "dense values per line"},
+               {"--vocab N", "100000", "distinct keys per slot"},
+               {"--zipf A", "1.1", "Zipf exponent of key popularity"},
+               {"--factor-dim D", "4", "rank of the planted pairwise term"},
+               {"--ctr P", "0.25", "target positive rate (<= 0: the planted bias as it is)"},
+               {"--threads T", "the machine's cores", "writer threads"},
+               {"--first_line L", "0", "lines L .. L+N-1 of the seed's stream"}};
+  u.examples = {"gpubox_data gen --out data/train --lines 100000 --files 4 --seed 7",
+                "gpubox_data gen --out data/test --lines 10000 --files 1 --seed 7 "
+                "--first_line 100000"};
+  return u;
+}
+
+cli::Usage stat_usage() {
+  cli::Usage u;
+  u.synopsis = "gpubox_data stat --config CONFIG.yaml [-o key=value ...] [--json] [FILE ...]";
+  u.summary =
+      "Loads runner.pass_dirs (or runner.train_data_dir) and the FILEs exactly as training "
+      "would (the same config loader: keys, defaults, errors) and reports lines, instances, "
+      "skipped lines by reason, skipped folder entries, unique keys, positives, bytes, seconds "
+      "and MB/s. Exit 0 unless the config is bad, strict parsing failed or a file could not be "
+      "read; no data file at all is a warning (training refuses it).";
+  u.options = {{"--config C", "", "the training config (required)"},
+               {"-o key=value", "", "override a config key (repeatable)"},
+               {"--json", "false", "one JSON object instead of text"},
+               {"FILE ...", "", "more files to load besides the config's folders"}};
+  u.examples = {"gpubox_data stat --config configs/config_gpubox.yaml",
+                "gpubox_data stat --config configs/config_gpubox.yaml -o runner.thread_num=2 "
+                "--json"};
+  return u;
+}
+
+cli::Usage convert_usage() {
+  cli::Usage u;
+  u.synopsis =
+      "gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx] --to slot|multislot "
+      "IN OUT [--config C [-o key=value ...]] [--slots 26] [--dense 13] [--strict]";
+  u.summary =
+      "Converts one file between the input formats. Slot names and the dense size come from "
+      "--config (hyper_parameters.*) or --slots/--dense (slots named 1..N). feat_idx is the "
+      "`feat_idx:I ... feat_value:V ... label:L` text of PaddleRec's LR and FM samples.";
+  u.options = {{"--from F", "the config's runner.data_format, else auto",
+                "input format (auto: recognised from the first lines)"},
+               {"--to F", "slot", "output format: slot or multislot"},
+               {"--config C", "", "a training config: slots, dense size, parsing rules"},
+               {"-o key=value", "", "override a config key (repeatable)"},
+               {"--slots N", "26", "without --config: sparse slots, named 1..N"},
+               {"--dense N", "13", "without --config: dense values per line"},
+               {"--strict", "false", "the first malformed line is an error instead of skipped"}};
+  u.examples = {"gpubox_data convert --from criteo --to slot day_0.tsv day_0.slot"};
+  return u;
+}
+
+std::string overall_usage() {
+  std::string out =
+      "gpubox_data: synthetic data with a planted model (gen), load statistics as training "
+      "loads (stat), and format conversion (convert).\n"
+      "  gpubox_data <gen|stat|convert> --help   one command's options\n"
+      "  gpubox_data --version                   version, commit and backend\n\n";
+  for (const cli::Usage& u : {gen_usage(), stat_usage(), convert_usage()}) {
+    out += cli::render_usage(u) + "\n";
+  }
+  return out;
+}
 
 // `--name value`, `--name=value`, bare `--flag`, repeated `-o key=value`, and positionals.
 struct Args {
@@ -250,21 +308,36 @@ int run_convert(const Args& args) {
 
 int main(int argc, char** argv) {
   using namespace gpubox::dataset;
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+  namespace cli = gpubox::cli;
+  if (argc >= 2 && cli::asks_for_version(2, argv, 1)) {
+    std::printf("%s\n", cli::version_text("gpubox_data").c_str());
+    return 0;
+  }
+  if (argc < 2 || cli::asks_for_help(2, argv, 1)) {
+    std::fputs(overall_usage().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  const std::map<std::string, cli::Usage> usages = {
+      {"gen", gen_usage()}, {"stat", stat_usage()}, {"convert", convert_usage()}};
+  const auto usage = usages.find(command);
+  if (usage == usages.end()) {
+    std::fprintf(stderr, "gpubox_data: unknown command '%s'\n%s", command.c_str(),
+                 overall_usage().c_str());
+    return 2;
+  }
+  if (cli::asks_for_help(argc, argv, 2)) {
+    std::fputs(cli::render_usage(usage->second).c_str(), stdout);
+    return 0;
+  }
   try {
     gpubox::StatusOr<Args> args = Args::parse(argc - 2, argv + 2, {"json", "strict"});
     if (!args.ok()) return fail(args.status(), 2);
     if (command == "gen") return run_gen(*args);
     if (command == "stat") return run_stat_command(*args);
-    if (command == "convert") return run_convert(*args);
+    return run_convert(*args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubox_data %s: %s\n", command.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "gpubox_data: unknown command '%s'\n%s", command.c_str(), kUsage);
-  return 2;
 }

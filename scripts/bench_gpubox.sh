@@ -16,8 +16,8 @@ usage: scripts/bench_gpubox.sh [options]
   --lines N         generated training lines (default 200000)
   --test-lines N    generated held-out lines of the same planted model (default lines/5)
   --repeats R       runs per card count (default 3); runs of different card counts interleave
-  --epochs E        passes per run (default 2, whatever the config says); pass 1 is the
-                    warm-up (cold pulls), examples/s is measured over passes 2..E when E >= 2
+  --epochs E        passes per run (default 2, whatever the config says); pass 0 is the
+                    warm-up (cold pulls), examples/s is measured over passes 1..E-1 when E >= 2
   --out DIR         report folder (default output/bench/<UTC time>)
   --components      also run gpubox_bench hashtable, sparse, dense, server, comm, table, dataset
   --seed S          data generator seed (default 1)

@@ -289,8 +289,8 @@ def main():
         "machine": machine, "commit": commit, "uncommitted_tracked_changes": dirty,
         "config": {"path": a.config, **cfg, "epochs_run": a.epochs},
         "data": {"dir": a.data, "reused": a.data_reused == "1", "oracle": oracle},
-        "measured": "examples/s of a run = examples / seconds over passes 2..E (pass 1, with the cold "
-                    "pulls, is the warm-up); with E = 1, pass 1",
+        "measured": "examples/s of a run = examples / seconds over passes 1..E-1 (pass 0, with the "
+                    "cold pulls, is the warm-up); with E = 1, pass 0",
         "summary": summary, "runs": runs, "components": comp,
         "component_table": [dict(zip(("bench", "command", "figure", "limit", "ratio"), r)) for r in comp_rows],
     }
@@ -327,10 +327,10 @@ def main():
     if machine.get("omp_num_threads"):
         L.append(f"- OMP_NUM_THREADS={machine['omp_num_threads']}")
     L.append("")
-    measured = "pass 1 (one pass per run: no warm-up excluded)" if a.epochs == 1 else (
-        "pass 2" if a.epochs == 2 else f"passes 2..{a.epochs}")
+    measured = "pass 0 (one pass per run: no warm-up excluded)" if a.epochs == 1 else (
+        "pass 1" if a.epochs == 2 else f"passes 1..{a.epochs - 1}")
     L.append("examples/s of a run = examples ÷ seconds of " + measured
-             + " (pass 1 pulls every key cold: the warm-up, shown apart); median and min–max over runs; "
+             + " (pass 0 pulls every key cold: the warm-up, shown apart); median and min–max over runs; "
              "ips counts the examples of all cards. Phase times are medians over the measured passes.")
     L.append("")
     if cpu_build:
@@ -339,7 +339,7 @@ def main():
         L.append("")
     L.append("| cards | runs | examples/s median (min–max) | examples/s per card | scaling efficiency"
              + (" (cards share the cores)" if cpu_build else "") +
-             " | pass 1 examples/s | load s | begin_pass s (pass 1) | train s | end_pass s | train AUC (last pass) | test AUC | load avg |")
+             " | pass 0 examples/s | load s | begin_pass s (pass 0) | train s | end_pass s | train AUC (last pass) | test AUC | load avg |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         ph = s["phases_median_s"]
@@ -351,7 +351,7 @@ def main():
     L.append("")
     L.append("Runs (in the order they ran):")
     L.append("")
-    L.append("| cards | repeat | examples/s (measured passes) | pass 1 examples/s | wall s | load avg before → after | log |")
+    L.append("| cards | repeat | examples/s (measured passes) | pass 0 examples/s | wall s | load avg before → after | log |")
     L.append("|---|---|---|---|---|---|---|")
     for r in sorted(runs, key=lambda r: (r["repeat"], card_counts.index(r["cards"]))):
         L.append(f"| {r['cards']} | {r['repeat']} | {fmt(r['ips'])} | {fmt(r['ips_first_pass'])} | {r['wall_s']:.1f} | "

@@ -212,7 +212,7 @@ else
 fi
 trainer_run token_env with_token "127.0.0.1:$token_port" GPUBOX_AUTH_TOKEN_FILE="$t/token" -- \
   -o runner.epochs=1 -o "runner.auth_token_file=$t/not_there"
-if [ "$trc" -eq 0 ] && grep -q "^pass: 1," "$t/token_env.out"; then
+if [ "$trc" -eq 0 ] && grep -q "^pass: 0," "$t/token_env.out"; then
   record 7 trainer_with_token "held: GPUBOX_AUTH_TOKEN_FILE (winning over runner.auth_token_file) trained a pass"
 else
   record 7 trainer_with_token "failed: exit $trc: $(tail1 "$t/token_env.out")"
@@ -239,20 +239,20 @@ trainer_run reference reference "127.0.0.1:$sport"
 ref_auc="$(final_auc "$t/reference.out")"
 kill "$spid" 2>/dev/null || true
 
-# 8: a server killed -9 and restarted on its port while pass 2 trains; then the rerun.
+# 8: a server killed -9 and restarted on its port while pass 1 (the second) trains; then the rerun.
 tserver_start mid 0
 mid_port=$sport mid_pid=$spid
 trainer_start mid mid "127.0.0.1:$mid_port"
-wait_for "$t/mid.out" "pass 2: 3/" 60 || true
+wait_for "$t/mid.out" "pass 1: 3/" 60 || true
 server_replace "$mid_pid" mid_again "$mid_port"
 trc=0
 wait "$tpid" || trc=$?
-if [ "$trc" -ne 0 ] && grep -q "pass 2: server 127.0.0.1:$mid_port restarted" "$t/mid.out" &&
-   grep -q "resumes from the last complete save (pass 1," "$t/mid.out"; then
+if [ "$trc" -ne 0 ] && grep -q "pass 1: server 127.0.0.1:$mid_port restarted" "$t/mid.out" &&
+   grep -q "resumes from the last complete save (pass 0," "$t/mid.out"; then
   trainer_run mid_rerun mid "127.0.0.1:$mid_port"
-  if [ "$trc" -eq 0 ] && grep -q "resuming from pass 1 (" "$t/mid_rerun.out" &&
+  if [ "$trc" -eq 0 ] && grep -q "resuming from pass 0 (" "$t/mid_rerun.out" &&
      [ "$(final_auc "$t/mid_rerun.out")" = "$ref_auc" ]; then
-    record 8 restart_mid_pass "held: the trainer stopped naming 127.0.0.1:$mid_port and pass 2; the rerun resumed from pass 1 (test auc $ref_auc as uninterrupted)"
+    record 8 restart_mid_pass "held: the trainer stopped naming 127.0.0.1:$mid_port and pass 1; the rerun resumed from pass 0 (test auc $ref_auc as uninterrupted)"
   else
     record 8 restart_mid_pass "failed: the rerun: exit $trc, auc $(final_auc "$t/mid_rerun.out") vs $ref_auc: $(tail1 "$t/mid_rerun.out")"
   fi
@@ -261,11 +261,11 @@ else
 fi
 kill "$spid" 2>/dev/null || true
 
-# 8: a server restarted between passes (the trainer held at pass 2's save) is reloaded in the run.
+# 8: a server restarted between passes (the trainer held at pass 1's save) is reloaded in the run.
 tserver_start between 0
 b_port=$sport b_pid=$spid
 trainer_start between between "127.0.0.1:$b_port"
-wait_for "$t/between.server.out" "saved to $t/between/2/sparse" 60 || true
+wait_for "$t/between.server.out" "saved to $t/between/1/sparse" 60 || true
 kill -STOP "$tpid" 2>/dev/null || true
 server_replace "$b_pid" between_again "$b_port"
 kill -CONT "$tpid" 2>/dev/null || true
@@ -279,20 +279,20 @@ else
 fi
 kill "$spid" 2>/dev/null || true
 
-# 9: the trainer killed -9 in pass 2 (and its server: the machine went down), then rerun.
+# 9: the trainer killed -9 in pass 1, its second (and its server: the machine went down), then rerun.
 tserver_start killed 0
 killed_pid=$spid
 trainer_start killed killed "127.0.0.1:$sport"
-wait_for "$t/killed.out" "pass 2: 3/" 60 || true
+wait_for "$t/killed.out" "pass 1: 3/" 60 || true
 kill -9 "$tpid" "$killed_pid" 2>/dev/null || true
 wait "$tpid" 2>/dev/null || true
 tserver_start killed_again 0
 trainer_run killed_rerun killed "127.0.0.1:$sport"
-if grep -q "^pass: 2," "$t/killed.out"; then
-  record 9 trainer_killed_resume "failed: pass 2 ended before the kill (the probe did not interrupt it)"
-elif [ "$trc" -eq 0 ] && grep -q "resuming from pass 1 (" "$t/killed_rerun.out" &&
+if grep -q "^pass: 1," "$t/killed.out"; then
+  record 9 trainer_killed_resume "failed: pass 1 ended before the kill (the probe did not interrupt it)"
+elif [ "$trc" -eq 0 ] && grep -q "resuming from pass 0 (" "$t/killed_rerun.out" &&
      [ "$(final_auc "$t/killed_rerun.out")" = "$ref_auc" ]; then
-  record 9 trainer_killed_resume "held: killed -9 in pass 2, the rerun resumed from pass 1: test auc $ref_auc, as uninterrupted"
+  record 9 trainer_killed_resume "held: killed -9 in pass 1, the rerun resumed from pass 0: test auc $ref_auc, as uninterrupted"
 else
   record 9 trainer_killed_resume "failed: exit $trc, auc $(final_auc "$t/killed_rerun.out") vs $ref_auc: $(tail1 "$t/killed_rerun.out")"
 fi
@@ -300,15 +300,15 @@ kill "$spid" 2>/dev/null || true
 
 # 9: halves of two saves in one folder (what a crash between them left), a folder without its
 # model manifest: --mode infer --load refuses both, naming what differs.
-cp -r "$t/reference/3" "$t/mixed"
+cp -r "$t/reference/2" "$t/mixed"
 rm -rf "$t/mixed/dense"
-cp -r "$t/reference/2/dense" "$t/mixed/dense"
+cp -r "$t/reference/1/dense" "$t/mixed/dense"
 trainer_run infer_mixed x "" -- --mode infer --load "$t/mixed"
 mixed_rc=$trc
-cp -r "$t/reference/3" "$t/no_manifest"
+cp -r "$t/reference/2" "$t/no_manifest"
 rm -f "$t/no_manifest/MODEL_MANIFEST"
 trainer_run infer_nomanifest x "" -- --mode infer --load "$t/no_manifest"
-if [ "$mixed_rc" -ne 0 ] && grep -q "do not match its MODEL_MANIFEST (pass 3): dense/MANIFEST has digest" "$t/infer_mixed.out" &&
+if [ "$mixed_rc" -ne 0 ] && grep -q "do not match its MODEL_MANIFEST (saved after 3 passes): dense/MANIFEST has digest" "$t/infer_mixed.out" &&
    [ "$trc" -ne 0 ] && grep -q "$t/no_manifest/MODEL_MANIFEST is missing" "$t/infer_nomanifest.out"; then
   record 9 infer_mixed_halves "held: refused, naming the dense half that differs / the missing MODEL_MANIFEST"
 else
@@ -322,8 +322,8 @@ echo "click:1 oops" >"$t/bad_data/malformed-part"
 trainer_run empty_pass x "" -- -o "runner.train_data_dir=$t/bad_data" -o runner.epochs=1
 e1=$trc
 trainer_run no_data x "" -- -o "runner.train_data_dir=$t/no_data" -o runner.epochs=1
-if [ "$e1" -ne 0 ] && grep -q "pass 1: no valid instance in 2 file(s)" "$t/empty_pass.out" &&
-   [ "$trc" -ne 0 ] && grep -q "holds no data file" "$t/no_data.out" && [ ! -e "$t/x/1" ]; then
+if [ "$e1" -ne 0 ] && grep -q "pass 0: no valid instance in 2 file(s)" "$t/empty_pass.out" &&
+   [ "$trc" -ne 0 ] && grep -q "holds no data file" "$t/no_data.out" && [ ! -e "$t/x/0" ]; then
   record 10 no_valid_instance "held: an error naming the pass and its files, nothing saved; an empty folder is an error"
 else
   record 10 no_valid_instance "failed: $(tail1 "$t/empty_pass.out") / $(tail1 "$t/no_data.out")"

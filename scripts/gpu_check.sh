@@ -426,7 +426,7 @@ if ((run_nccl)); then
     # Which transport NCCL took between the two GPUs (P2P/CUMEM, P2P/IPC, SHM, via host ...).
     grep -E 'via P2P|via SHM|via NET|P2P/|Channel [0-9]+/[0-9]+ : ' "$out/nccl/train.log" | sort -u > "$out/nccl/transports.txt" || true
     grep -E '^pass: ' "$out/nccl/train.log" | sed 's/, ne:.*//; s/^/  /' || true
-    if ((rc == 0)) && grep -q '^pass: 1' "$out/nccl/train.log"; then
+    if ((rc == 0)) && grep -q '^pass: 0' "$out/nccl/train.log"; then
       record PASS "2-card run" "$(grep -c . "$out/nccl/transports.txt" || true) NCCL transport lines (nccl/transports.txt)"
     else
       tail -n 8 "$out/nccl/train.log" | sed 's/^/  | /'

@@ -18,6 +18,7 @@ PACKAGES=(
   libbenchmark-dev     # micro-benchmarks
   libabsl-dev          # absl::flat_hash_map: the peer of the card hash table in gpubox_bench
   python3-minimal      # the tests' stand-in for PaddleRec's Python reader (pipe_command)
+  gnuplot-nox          # scripts/plot_metrics.sh (and its test), bench_gpubox.sh's plot
 )
 if [ "${1:-}" = "--checks" ]; then
   PACKAGES+=(

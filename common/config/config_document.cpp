@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/config/detail/parse_value.hpp"
@@ -170,10 +171,15 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
       return Status::OK();
     }
     case KeyType::kString:
-    case KeyType::kPath: {
+    case KeyType::kPath:
+    case KeyType::kWorkPath: {
       std::string v;
       GPUBOX_RETURN_IF_ERROR(parse_string(key, node, &v));
-      *out = key.type == KeyType::kPath ? resolve_path(v, base_dir) : v;
+      if (key.type == KeyType::kString) {
+        *out = v;
+      } else {
+        *out = resolve_path(v, key.type == KeyType::kPath ? base_dir : std::string());
+      }
       return Status::OK();
     }
     case KeyType::kEnum: {
@@ -226,6 +232,14 @@ class DocumentBuilder {
  public:
   explicit DocumentBuilder(std::string source) { doc_.source_ = std::move(source); }
 
+  // Keys an override (-o key=value) replaces: the file's value of such a key is not checked, so
+  // `-o runner.sync_mode=gpubox` runs a PaddleRec config whose value GPUBox does not take.
+  void set_overridden(const std::vector<std::string>& overrides) {
+    for (const std::string& o : overrides) {
+      if (const auto eq = o.find('='); eq != std::string::npos) overridden_.insert(o.substr(0, eq));
+    }
+  }
+
   Status apply_root(const YAML::Node& root, const std::string& base_dir) {
     if (root.IsNull() || (root.IsMap() && root.size() == 0)) {
       return Status::InvalidArgument(
@@ -255,7 +269,7 @@ class DocumentBuilder {
     if (key == nullptr) return error("-o: " + unknown_key(name));
     YAML::Node node;
     if (key->type == KeyType::kString || key->type == KeyType::kPath ||
-        key->type == KeyType::kEnum) {
+        key->type == KeyType::kWorkPath || key->type == KeyType::kEnum) {
       node = YAML::Node(value);  // the raw text: "slot:feasign" or "sh -c 'x: y'" stay text
     } else {
       try {
@@ -357,6 +371,7 @@ class DocumentBuilder {
           continue;
         }
         lines_[name] = line;
+        if (overridden_.count(name) > 0) continue;  // the override's value is checked instead
         ConfigValue parsed;
         const Status st = detail::parse_value(*key, value, base_dir, &parsed);
         if (!st.ok()) {
@@ -381,6 +396,7 @@ class DocumentBuilder {
 
   ConfigDocument doc_;
   std::map<std::string, int> lines_;  // where the file sets each key
+  std::set<std::string> overridden_;  // keys an override replaces
   std::vector<Status> unknown_;       // one per unknown key of the file, in file order
   Status first_error_;                // the file's first error of another kind
 };
@@ -397,6 +413,7 @@ StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
     return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
                                    ": YAML syntax error: " + e.msg);
   }
+  builder.set_overridden(overrides);
   GPUBOX_RETURN_IF_ERROR(builder.apply_root(root, base_dir));
   for (const std::string& o : overrides) GPUBOX_RETURN_IF_ERROR(builder.apply_override(o));
   GPUBOX_RETURN_IF_ERROR(builder.check_rules());
@@ -464,7 +481,10 @@ double ConfigDocument::get_float(std::string_view key) const {
 }
 
 const std::string& ConfigDocument::get_string(std::string_view key) const {
-  return std::get<std::string>(value_of(spec_of(key, KeyType::kString, KeyType::kPath)));
+  const KeySpec* spec = find_key(key);
+  const KeyType path =
+      spec != nullptr && spec->type == KeyType::kWorkPath ? KeyType::kWorkPath : KeyType::kPath;
+  return std::get<std::string>(value_of(spec_of(key, KeyType::kString, path)));
 }
 
 std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {

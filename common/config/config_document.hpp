@@ -72,7 +72,7 @@ class ConfigDocument {
   }
   uint64_t get_uint64(std::string_view key) const;
   double get_float(std::string_view key) const;
-  // kString and kPath keys (paths resolved; "" when not set).
+  // kString, kPath and kWorkPath keys (paths resolved; "" when not set).
   const std::string& get_string(std::string_view key) const;
   // kIntList keys.
   std::vector<int> get_int_list(std::string_view key) const;

@@ -54,6 +54,9 @@ KeySpec string_key(std::string name, std::string def, unsigned parts, std::strin
 KeySpec path_key(std::string name, std::string def, unsigned parts, std::string meaning) {
   return base(std::move(name), KeyType::kPath, std::move(def), parts, std::move(meaning));
 }
+KeySpec work_path_key(std::string name, unsigned parts, std::string meaning) {
+  return base(std::move(name), KeyType::kWorkPath, "\"\"", parts, std::move(meaning));
+}
 template <class E, std::size_t N>
 KeySpec enum_key(std::string name, const EnumName<E> (&names)[N], E def, unsigned parts,
                  std::string meaning) {
@@ -86,9 +89,9 @@ std::vector<KeySpec> build_table() {
   t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file); each epoch over it is one pass; what gpubox_data stat loads"));
   t.push_back(list_key(r + "pass_dirs", KeyType::kPathList, kTrainer, "when non-empty, each folder is one pass (e.g. one per day), in order, every epoch; replaces train_data_dir"));
   t.push_back(path_key(r + "test_data_dir", "\"\"", kTrainer, "when set, evaluated after each epoch (\"test auc: ...\"); the data --mode infer evaluates unless --infer_data_dir is given"));
-  t.push_back(path_key(r + "model_save_path", "\"\"", kTrainer, "when set, each pass is saved to <model_save_path>/<pass>"));
-  t.push_back(path_key(r + "infer_load_path", "\"\"", kTrainer, "the save --mode infer evaluates unless --load is given"));
-  t.push_back(path_key(r + "model_init_path", "\"\"", kTrainer, "when set, training starts from this save (a <model_save_path>/<pass> folder), loaded before the first pass; --load overrides it"));
+  t.push_back(work_path_key(r + "model_save_path", kTrainer, "when set, each pass is saved to <model_save_path>/<pass>, passes numbered from 0 as PaddleRec numbers epochs"));
+  t.push_back(work_path_key(r + "infer_load_path", kTrainer, "what --mode infer evaluates unless --load is given: this save, or, as PaddleRec, every save <infer_load_path>/<epoch> for infer_start_epoch <= epoch < infer_end_epoch"));
+  t.push_back(work_path_key(r + "model_init_path", kTrainer, "when set, training starts from this save (a <model_save_path>/<pass> folder), loaded before the first pass; --load overrides it"));
   t.push_back(path_key(r + "metrics_path", "log/metrics.jsonl", kTrainer, "one JSON object per pass is appended here (\"\": none); the default is relative to the working directory"));
   t.push_back(int_key(r + "train_batch_size", "512", 1, kInt32Max, kDataset, "instances per card per training step"));
   t.push_back(int_key(r + "infer_batch_size", "512", 1, kInt32Max, kTrainer, "instances per card per step when evaluating (test_data_dir, --mode infer)"));
@@ -106,8 +109,8 @@ std::vector<KeySpec> build_table() {
   t.push_back(bool_key(r + "split_file_list", "false", kNoEffect, "PaddleRec's split of the file list among trainers"));
   t.push_back(string_key(r + "train_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module"));
   t.push_back(string_key(r + "infer_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module for inference"));
-  t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kNoEffect, "PaddleRec's first saved epoch to evaluate; --mode infer evaluates one save"));
-  t.push_back(int_key(r + "infer_end_epoch", "1", 0, kInt32Max, kNoEffect, "PaddleRec's end of the saved epochs to evaluate"));
+  t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kTrainer, "--mode infer: the first save <infer_load_path>/<epoch> evaluated"));
+  t.push_back(int_key(r + "infer_end_epoch", "-1", -1, kInt32Max, kTrainer, "--mode infer: the saves evaluated end before this epoch; -1: at the last save under infer_load_path"));
   t.push_back(int_key(r + "card_memory_mb", "0", 0, kInt64Max, kTrainer, "card-tier budget per card in MiB (rows over it are evicted); 0 = no limit"));
   t.push_back(int_key(r + "host_table_shards", "64", 1, 65536, kTable, "lock shards of the in-process host table and of gpubox_server's (one part file each in a save)"));
   t.push_back(enum_key(r + "save_form", kSaveFormNames, SaveForm::kBinary, kTable, "part files of the host table's saves: binary records or Paddle-like text lines (loads read either)"));
@@ -434,6 +437,8 @@ std::string type_text(const KeySpec& k) {
       return "string";
     case KeyType::kPath:
       return "path";
+    case KeyType::kWorkPath:
+      return "path (from the working directory)";
     case KeyType::kEnum: {
       std::string out;
       for (const std::string& c : k.choices) out += (out.empty() ? "" : "|") + c;
@@ -502,8 +507,10 @@ std::string render_markdown_key_table() {
 std::string render_yaml_template() {
   std::ostringstream out;
   out << "# GPUBox config: every key at its default (gpubox_train --print_config_template).\n"
-         "# Relative paths are relative to this file's folder; paths given with -o are relative "
-         "to\n# the working directory. An unknown key or a value of the wrong type is an error.\n";
+         "# Relative paths are relative to this file's folder, except the model paths\n"
+         "# (model_save_path, infer_load_path, model_init_path: from the working directory, as in\n"
+         "# PaddleRec); paths given with -o are relative to the working directory. An unknown key\n"
+         "# or a value of the wrong type is an error.\n";
   std::vector<std::string> open;  // the sections currently open, outermost first
   std::vector<std::string> closed;
   for (const KeySpec& k : config_keys()) {

@@ -23,6 +23,8 @@ enum class KeyType {
   kString,      // any scalar, taken as text (-o takes the raw text)
   kPath,        // a string; relative paths resolve against the config file's folder (in -o
                 // overrides: against the working directory); "" means not set
+  kWorkPath,    // a string; relative paths stay relative to the working directory, as PaddleRec
+                // takes its model paths (model_save_path, infer_load_path, model_init_path)
   kEnum,        // one of `choices` (case-insensitive; stored under the table's spelling)
   kIntList,     // a YAML list of integers in [int_min, int_max], at least min_items of them
   kStringList,  // a YAML list of strings
@@ -40,7 +42,7 @@ enum Part : unsigned {
 };
 
 // A typed value: bool, int64 (kInt), uint64 (kUInt64), double (kFloat), string (kString,
-// kPath, kEnum), list of int64 (kIntList), list of strings (kStringList, kPathList).
+// kPath, kWorkPath, kEnum), list of int64 (kIntList), list of strings (kStringList, kPathList).
 using ConfigValue = std::variant<bool, int64_t, uint64_t, double, std::string, std::vector<int64_t>,
                                  std::vector<std::string>>;
 

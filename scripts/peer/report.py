@@ -40,10 +40,11 @@ def main():
         with open(a.test_oracle) as f:
             test_oracle = json.load(f)
     e = a.timed_epoch
-    g = [r for r in gb if r.get("pass") == e]
+    # GPUBox's passes count from 0 (as PaddleRec's epochs), train_paddle.py's epochs from 1.
+    g = [r for r in gb if r.get("pass") == e - 1]
     p = [r for r in pd["epochs"] if r["epoch"] == e]
     if not g:
-        die("no pass %d in %s" % (e, a.gpubox_metrics))
+        die("no pass %d in %s" % (e - 1, a.gpubox_metrics))
     if not p:
         die("no epoch %d in %s" % (e, a.paddle_json))
     g, p = g[-1], p[0]
@@ -108,7 +109,7 @@ def main():
     g_test_f = [float(x) for x in g_test]
     p_test_f = [r.get("test_auc") for r in pd["epochs"]]
     for i, r in enumerate(pd["epochs"]):
-        gr = [x for x in gb if x.get("pass") == r["epoch"]]
+        gr = [x for x in gb if x.get("pass") == r["epoch"] - 1]
         if not gr:
             continue
         gr = gr[-1]

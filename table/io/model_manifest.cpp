@@ -182,9 +182,9 @@ Status check_halves(FileEnv* env, const std::string& dir, const ModelManifest& m
           sparse_required);
   }
   if (differences.empty()) return Status::OK();
-  return Status::InvalidArgument("the halves of " + dir + " do not match its " +
-                                 kModelManifestName + " (pass " + std::to_string(manifest.pass) +
-                                 ")" + differences.replace(0, 1, ":"));
+  return Status::InvalidArgument(
+      "the halves of " + dir + " do not match its " + kModelManifestName + " (saved after " +
+      std::to_string(manifest.pass) + " passes)" + differences.replace(0, 1, ":"));
 }
 
 }  // namespace gpubox::table::io

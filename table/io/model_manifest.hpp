@@ -46,7 +46,7 @@ StatusOr<uint64_t> read_half_digest(FileEnv* env, const std::string& folder,
 std::string sparse_part_folder(std::size_t i, std::size_t n);
 
 struct ModelManifest {
-  int64_t pass = 0;  // the pass whose end the save holds
+  int64_t pass = 0;  // the passes trained when it was made (pass p's save, from 0: p + 1)
   // Orders the saves made into one model_save_path, across runs: the newest has the largest.
   uint64_t sequence = 0;
   config::SaveKind mode = config::SaveKind::kBase;  // what the sparse half holds

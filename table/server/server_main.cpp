@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
+#include "common/cli_flags.hpp"
 #include "common/config/config_document.hpp"
 #include "common/logging.hpp"
 #include "table/host_tier_factory.hpp"
@@ -223,10 +225,33 @@ Status run(const std::vector<std::string>& overrides) {
 }  // namespace
 }  // namespace gpubox::table::server
 
+namespace {
+
+std::string usage_text() {
+  gpubox::cli::Usage u;
+  u.synopsis =
+      "gpubox_server --port 29011 [--bind IP] [--shard_id i --shard_num n] [--data_dir D] "
+      "[--load PATH] [--auth_token_file F] [--config CONFIG.yaml [-o key=value ...]] [options]";
+  u.summary =
+      "Serves GPUBox's host tier (the sparse table in memory, with an optional RocksDB disk "
+      "tier) to trainers over TCP. Prints \"gpubox_server listening on <ip>:<port>\" once it "
+      "accepts connections; stops on SHUTDOWN, SIGTERM or SIGINT. Binds loopback unless told; "
+      "limits and durability: README.md, \"Security and durability\".";
+  u.options = gpubox::cli::gflags_options(__FILE__);
+  u.options.push_back({"-o key=value", "", "the trainer's overrides of --config (repeatable)"});
+  u.options.push_back({"--help, -h", "", "print this text and exit"});
+  u.options.push_back({"--version", "", "print the version, commit and backend and exit"});
+  u.examples = {"gpubox_server --port 29011 --config configs/config_gpubox.yaml",
+                "gpubox_server --port 0 --data_dir /data/models --auth_token_file token.txt "
+                "--bind 0.0.0.0"};
+  return gpubox::cli::render_usage(u);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
-      "gpubox_server --port 29011 [--bind IP] [--shard_id i --shard_num n] "
-      "[--data_dir D] [--load PATH] [--auth_token_file F] [--config YAML [-o key=value ...]]");
+  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_server", usage_text)) return 0;
+  gflags::SetUsageMessage("gpubox_server --port 29011 (gpubox_server --help)");
   // `-o key=value` (the trainer's overrides of --config) is taken out before gflags.
   std::vector<std::string> overrides;
   std::vector<char*> rest;

@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "common/cli.hpp"
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/bench/bench_command.hpp"
@@ -76,12 +77,21 @@ double median(std::vector<double> values) {
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);  // measure what gpubox_train users get
   using gpubox::bench::bench_commands;
-  if (argc < 2 || std::string(argv[1]) == "--help" || bench_commands().count(argv[1]) == 0) {
-    std::fprintf(stderr, "usage: gpubox_bench <command> [options]\ncommands:\n");
+  if (argc >= 2 && gpubox::cli::asks_for_version(2, argv, 1)) {
+    std::printf("%s\n", gpubox::cli::version_text("gpubox_bench").c_str());
+    return 0;
+  }
+  const bool help = argc >= 2 && gpubox::cli::asks_for_help(argc, argv, 1);
+  if (argc < 2 || help || bench_commands().count(argv[1]) == 0) {
+    std::FILE* out = help ? stdout : stderr;
+    std::fprintf(out,
+                 "usage: gpubox_bench <command> [options]\n\nMicro-benchmarks of GPUBox's parts "
+                 "(figures and their limits: BENCHMARKS.md).\n\ncommands:\n");
     for (const auto& [name, cmd] : bench_commands()) {
-      std::fprintf(stderr, "  %s %s\n", name.c_str(), cmd.usage.c_str());
+      std::fprintf(out, "  %s %s\n", name.c_str(), cmd.usage.c_str());
     }
-    return argc < 2 ? 2 : (std::string(argv[1]) == "--help" ? 0 : 2);
+    std::fprintf(out, "\nexample:\n  gpubox_bench step --json\n");
+    return help ? 0 : 2;
   }
   try {
     return bench_commands()[argv[1]].main(gpubox::bench::BenchArgs(argc - 2, argv + 2));

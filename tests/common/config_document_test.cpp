@@ -209,6 +209,43 @@ TEST_F(ConfigDocumentTest, RelativePathsResolveAgainstTheConfigFolder) {
             (fs::current_path() / "elsewhere").lexically_normal().string());
 }
 
+// PaddleRec takes its model paths from the working directory (its data folders from the
+// config's): a relative model_save_path, infer_load_path or model_init_path stays relative, in
+// the file and in -o alike; absolute ones are kept.
+TEST_F(ConfigDocumentTest, ModelPathsAreTakenFromTheWorkingDirectory) {
+  const std::string path =
+      write("sub/m.yaml",
+            "runner:\n  train_data_dir: data/train\n  model_save_path: output_model_dnn\n"
+            "  infer_load_path: ./out/../output_model_dnn\n  model_init_path: /abs/init/2\n");
+  auto doc = ConfigDocument::load(path);
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_string("runner.train_data_dir"),
+            (fs::absolute(dir_ / "sub") / "data/train").lexically_normal().string());
+  EXPECT_EQ(doc->get_string("runner.model_save_path"), "output_model_dnn");
+  EXPECT_EQ(doc->get_string("runner.infer_load_path"), "output_model_dnn");
+  EXPECT_EQ(doc->get_string("runner.model_init_path"), "/abs/init/2");
+  auto o = ConfigDocument::load(path, {"runner.model_save_path=models/m"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->get_string("runner.model_save_path"), "models/m");
+  EXPECT_EQ(find_key("runner.model_save_path")->type, KeyType::kWorkPath);
+}
+
+// An override replaces the file's value before it is checked: a PaddleRec parameter-server
+// config (sync_mode: async) runs with -o runner.sync_mode=gpubox. Other keys are still checked.
+TEST_F(ConfigDocumentTest, AnOverriddenValueOfTheFileIsNotChecked) {
+  const std::string text = "runner:\n  sync_mode: \"async\"\n  epochs: 2\n";
+  EXPECT_EQ(error_of(text),
+            bad_path() + ":2: runner.sync_mode: expected one of gpubox, got 'async'");
+  auto doc = ConfigDocument::load(write("sub/ps.yaml", text), {"runner.sync_mode=gpubox"});
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_int("runner.epochs"), 2);
+  EXPECT_EQ(error_of("runner:\n  sync_mode: async\n  epochs: zero\n", {"runner.sync_mode=gpubox"}),
+            bad_path() + ":3: runner.epochs: expected an integer, got 'zero'");
+  // The override itself is checked.
+  EXPECT_NE(error_of(text, {"runner.sync_mode=geo"}).find("expected one of gpubox, got 'geo'"),
+            std::string::npos);
+}
+
 TEST_F(ConfigDocumentTest, DefaultsComeFromTheTableAndTheTemplateSetsEachKeyToIt) {
   const ConfigDocument defaults = ConfigDocument::defaults();
   EXPECT_EQ(defaults.get_int("runner.train_batch_size"), 512);
@@ -341,8 +378,8 @@ TEST_F(ConfigDocumentTest, ValueTextWritesEachTypeAndReadsBackTheSameValue) {
   EXPECT_EQ(doc->value_text("runner.shuffle"), "false");
   EXPECT_EQ(doc->value_text("runner.epochs"), "7");
   EXPECT_EQ(doc->value_text("runner.seed"), "18446744073709551615");
-  EXPECT_EQ(doc->value_text("runner.model_save_path"), (dir_ / "sub/out/m").string());
-  EXPECT_EQ(doc->value_text("runner.resume"), "off");  // the table's spelling
+  EXPECT_EQ(doc->value_text("runner.model_save_path"), "out/m");  // from the working directory
+  EXPECT_EQ(doc->value_text("runner.resume"), "off");             // the table's spelling
   EXPECT_EQ(doc->value_text("runner.auth_token_file"), "");
   EXPECT_EQ(doc->value_text("hyper_parameters.fc_sizes"), "[64, 32]");
   EXPECT_EQ(doc->value_text("hyper_parameters.slot_names"), "[a, b]");

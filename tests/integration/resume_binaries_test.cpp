@@ -1,12 +1,12 @@
 // Crash-safe resume with the real binaries (gpubox_train + gpubox_server on loopback, small
 // generated data, 2 simulated cards, shuffled passes):
-//  - a 3-pass run whose trainer and server are killed with -9 in pass 2, run again against a
-//    fresh server, resumes from pass 1 and ends with the same final test AUC as an
+//  - a 3-pass run (passes 0, 1, 2) whose trainer and server are killed with -9 in pass 1, run
+//    again against a fresh server, resumes from pass 0 and ends with the same final test AUC as an
 //    uninterrupted run, and the same dense half bit for bit: the run is deterministic (the
 //    shuffle seed is derived from runner.seed and the pass, every reduction has a fixed order);
-//  - a server restarted (kill -9, same port) while pass 2 trains stops the trainer with an error
+//  - a server restarted (kill -9, same port) while pass 1 trains stops the trainer with an error
 //    naming the server and the pass; the rerun resumes and ends the same;
-//  - a server restarted between passes (around pass 2's save) is repaired in the run;
+//  - a server restarted between passes (around pass 1's save) is repaired in the run;
 //  - a token-protected server refuses a trainer without its token, and serves one given
 //    GPUBOX_AUTH_TOKEN_FILE;
 //  - gpubox_train --mode infer --load refuses a save whose halves do not match its manifest.
@@ -132,25 +132,26 @@ class ResumeBinaries : public ::testing::Test {
 fs::path ResumeBinaries::root_;
 std::string ResumeBinaries::straight_auc_;
 
-TEST_F(ResumeBinaries, KilledInPass2RerunEndsWithTheSameTestAucAndDenseHalf) {
+TEST_F(ResumeBinaries, KilledInPass1RerunEndsWithTheSameTestAucAndDenseHalf) {
   {
     auto server = start_server();
     auto trainer = start_trainer("killed", server_endpoint(*server));
-    ASSERT_TRUE(trainer->wait_for("pass 2: 3/", kRunSeconds)) << trainer->output();
+    ASSERT_TRUE(trainer->wait_for("pass 1: 3/", kRunSeconds)) << trainer->output();
     trainer->signal(SIGKILL);
     server->signal(SIGKILL);  // a machine that went down: the server's rows are gone too
     EXPECT_EQ(trainer->wait(10), 128 + SIGKILL);
-    ASSERT_EQ(trainer->output().find("pass: 2,"), std::string::npos)
-        << "pass 2 ended before the kill: the test did not interrupt it";
+    ASSERT_EQ(trainer->output().find("pass: 1,"), std::string::npos)
+        << "pass 1 ended before the kill: the test did not interrupt it";
   }
   auto server = start_server();
   auto rerun = start_trainer("killed", server_endpoint(*server));
   ASSERT_EQ(rerun->wait(kRunSeconds), 0) << rerun->output();
-  EXPECT_NE(rerun->output().find("runner.resume: resuming from pass 1 ("), std::string::npos)
+  EXPECT_NE(rerun->output().find("runner.resume: resuming from pass 0 ("), std::string::npos)
       << rerun->output();
-  EXPECT_EQ(rerun->output().find("pass: 1,"), std::string::npos) << "pass 1 trained again";
+  EXPECT_NE(rerun->output().find("the next pass is 1"), std::string::npos) << rerun->output();
+  EXPECT_EQ(rerun->output().find("pass: 0,"), std::string::npos) << "pass 0 trained again";
   EXPECT_EQ(final_test_auc(rerun->output()), straight_auc_) << rerun->output();
-  EXPECT_EQ(manifest("killed", 3).dense, manifest("straight", 3).dense)
+  EXPECT_EQ(manifest("killed", 2).dense, manifest("straight", 2).dense)
       << "the dense halves (parameters and Adam state) differ";
 }
 
@@ -159,25 +160,25 @@ TEST_F(ResumeBinaries, AServerRestartedMidPassStopsNamingItAndTheRerunResumes) {
   const std::string endpoint = server_endpoint(*server);
   const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
   auto trainer = start_trainer("mid_pass", endpoint);
-  ASSERT_TRUE(trainer->wait_for("pass 2: 3/", kRunSeconds)) << trainer->output();
+  ASSERT_TRUE(trainer->wait_for("pass 1: 3/", kRunSeconds)) << trainer->output();
   server->signal(SIGKILL);
   EXPECT_EQ(server->wait(10), 128 + SIGKILL);
   server = start_server(port);  // back on the same port, empty
   ASSERT_EQ(server_endpoint(*server), endpoint) << server->output();
   EXPECT_EQ(trainer->wait(kRunSeconds), 1) << trainer->output();
   const std::string& out = trainer->output();
-  EXPECT_NE(out.find("gpubox_train: pass 2: server " + endpoint + " restarted (instance "),
+  EXPECT_NE(out.find("gpubox_train: pass 1: server " + endpoint + " restarted (instance "),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("Found while the pass was open"), std::string::npos) << out;
-  EXPECT_NE(out.find("it resumes from the last complete save (pass 1, " +
-                     (root_ / "mid_pass" / "1").string() + ")"),
+  EXPECT_NE(out.find("it resumes from the last complete save (pass 0, " +
+                     (root_ / "mid_pass" / "0").string() + ")"),
             std::string::npos)
       << out;
 
   auto rerun = start_trainer("mid_pass", endpoint);
   ASSERT_EQ(rerun->wait(kRunSeconds), 0) << rerun->output();
-  EXPECT_NE(rerun->output().find("runner.resume: resuming from pass 1 ("), std::string::npos)
+  EXPECT_NE(rerun->output().find("runner.resume: resuming from pass 0 ("), std::string::npos)
       << rerun->output();
   EXPECT_EQ(final_test_auc(rerun->output()), straight_auc_) << rerun->output();
 }
@@ -187,10 +188,10 @@ TEST_F(ResumeBinaries, AServerRestartedBetweenPassesIsReloadedInTheRun) {
   const std::string endpoint = server_endpoint(*server);
   const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
   auto trainer = start_trainer("between", endpoint);
-  // The server's log line of pass 2's sparse save comes before its reply: the trainer is
+  // The server's log line of pass 1's sparse save comes before its reply: the trainer is
   // stopped there, between passes, while the server is replaced.
   ASSERT_TRUE(
-      server->wait_for("saved to " + (root_ / "between" / "2" / "sparse").string(), kRunSeconds))
+      server->wait_for("saved to " + (root_ / "between" / "1" / "sparse").string(), kRunSeconds))
       << server->output();
   trainer->signal(SIGSTOP);
   server->signal(SIGKILL);
@@ -237,26 +238,28 @@ TEST_F(ResumeBinaries, ATokenServerServesOnlyATrainerGivenItsToken) {
       {"-o", "runner.epochs=1", "-o", "runner.auth_token_file=" + (root_ / "missing").string()},
       {"GPUBOX_AUTH_TOKEN_FILE=" + token.string()});
   EXPECT_EQ(with->wait(kRunSeconds), 0) << with->output();
-  EXPECT_NE(with->output().find("pass: 1,"), std::string::npos) << with->output();
+  EXPECT_NE(with->output().find("pass: 0,"), std::string::npos) << with->output();
 }
 
 TEST_F(ResumeBinaries, InferRefusesASaveWhoseHalvesDoNotMatch) {
   const fs::path mixed = root_ / "mixed";
-  fs::copy(root_ / "straight" / "3", mixed, fs::copy_options::recursive);
+  fs::copy(root_ / "straight" / "2", mixed, fs::copy_options::recursive);
   fs::remove_all(mixed / "dense");
-  fs::copy(root_ / "straight" / "2" / "dense", mixed / "dense", fs::copy_options::recursive);
+  fs::copy(root_ / "straight" / "1" / "dense", mixed / "dense", fs::copy_options::recursive);
   auto infer = start_trainer("unused", "", {"--mode", "infer", "--load", mixed.string()});
   EXPECT_EQ(infer->wait(kRunSeconds), 1) << infer->output();
-  EXPECT_NE(infer->output().find("the halves of " + mixed.string() +
-                                 " do not match its MODEL_MANIFEST (pass 3): dense/MANIFEST has "
-                                 "digest"),
+  EXPECT_NE(infer->output().find(
+                "the halves of " + mixed.string() +
+                " do not match its MODEL_MANIFEST (saved after 3 passes): dense/MANIFEST has "
+                "digest"),
             std::string::npos)
       << infer->output();
 
-  auto good = start_trainer("unused", "",
-                            {"--mode", "infer", "--load", (root_ / "straight" / "3").string()});
+  const std::string last = (root_ / "straight" / "2").string();
+  auto good = start_trainer("unused", "", {"--mode", "infer", "--load", last});
   EXPECT_EQ(good->wait(kRunSeconds), 0) << good->output();
-  EXPECT_NE(good->output().find("infer: examples: 2000, auc: " + straight_auc_), std::string::npos)
+  EXPECT_NE(good->output().find("infer: save: " + last + ", examples: 2000, auc: " + straight_auc_),
+            std::string::npos)
       << good->output();
 }
 

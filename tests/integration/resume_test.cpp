@@ -1,6 +1,7 @@
 // Saves and resume of the trainer (trainer/engine/checkpoint.hpp), in-process host tier:
-//  - a run stopped after pass 1 and run again (epochs raised to 3) resumes from pass 1 and ends
+//  - a run stopped after pass 0 and run again (epochs raised to 3) resumes from pass 0 and ends
 //    bit-identical to an uninterrupted 3-pass run (shuffled passes included: seeds per pass);
+//    passes and their save folders count from 0, the manifest records the passes done;
 //  - run again once complete, it trains nothing; runner.resume: off starts afresh;
 //  - the newest save made with other model keys, or by a run started from another --load, is
 //    refused naming the keys or the starting points (a save of a config built in code records
@@ -94,19 +95,19 @@ class Resume : public ::testing::Test {
 };
 fs::path Resume::root_;
 
-TEST_F(Resume, ARunStoppedAfterPass1ResumesAndEndsBitIdentical) {
+TEST_F(Resume, ARunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   const fs::path straight_dir = root_ / "straight", stopped_dir = root_ / "stopped";
   Trainer straight(config(straight_dir), env());
   const std::vector<PassReport> want = straight.train();
-  ASSERT_EQ(passes(want), (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_EQ(passes(want), (std::vector<int64_t>{0, 1, 2}));
 
-  {  // The first run ends after pass 1 (as if killed in pass 2: pass 1's save is the last).
+  {  // The first run ends after pass 0 (as if killed in pass 1: pass 0's save is the last).
     Trainer first(config(stopped_dir, {"runner.epochs=1"}), env());
-    EXPECT_EQ(passes(first.train()), (std::vector<int64_t>{1}));
+    EXPECT_EQ(passes(first.train()), (std::vector<int64_t>{0}));
   }
   Trainer again(config(stopped_dir), env());
   const std::vector<PassReport> got = again.train();
-  ASSERT_EQ(passes(got), (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(passes(got), (std::vector<int64_t>{1, 2}));
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(got[i].metrics.auc, want[i + 1].metrics.auc) << "pass " << got[i].pass;
     EXPECT_EQ(got[i].metrics.logloss, want[i + 1].metrics.logloss) << "pass " << got[i].pass;
@@ -114,12 +115,13 @@ TEST_F(Resume, ARunStoppedAfterPass1ResumesAndEndsBitIdentical) {
   EXPECT_EQ(again.dense_values(0), straight.dense_values(0));
   EXPECT_EQ(again.passes_done(), 3);
 
-  // The saves of the resumed run continue the lineage: sequences 2 and 3 after pass 1's 1.
-  for (int pass = 1; pass <= 3; ++pass) {
+  // The saves of the resumed run continue the lineage: sequences 2 and 3 after pass 0's 1. The
+  // save of pass p (folder p) records p + 1 passes done: a resume from it goes on with pass p + 1.
+  for (int pass = 0; pass < 3; ++pass) {
     auto m = io::read_model_manifest(io::FileEnv::posix(), (stopped_dir / std::to_string(pass)));
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    EXPECT_EQ(m->pass, pass);
-    EXPECT_EQ(m->sequence, static_cast<uint64_t>(pass));
+    EXPECT_EQ(m->pass, pass + 1);
+    EXPECT_EQ(m->sequence, static_cast<uint64_t>(pass + 1));
     EXPECT_EQ(m->origin, "");
   }
 
@@ -133,10 +135,10 @@ TEST_F(Resume, OffStartsAfreshAndItsSavesAreTheNewest) {
   const fs::path dir = root_ / "off";
   Trainer(config(dir, {"runner.epochs=2"}), env()).train();
   Trainer fresh(config(dir, {"runner.resume=off", "runner.epochs=1"}), env());
-  EXPECT_EQ(passes(fresh.train()), (std::vector<int64_t>{1}));
-  // Pass 1 was saved again after pass 2: it is the newest, so a resume starts after it.
+  EXPECT_EQ(passes(fresh.train()), (std::vector<int64_t>{0}));
+  // Pass 0 was saved again after pass 1: it is the newest, so a resume starts after it.
   Trainer resumed(config(dir, {"runner.epochs=2"}), env());
-  EXPECT_EQ(passes(resumed.train()), (std::vector<int64_t>{2}));
+  EXPECT_EQ(passes(resumed.train()), (std::vector<int64_t>{1}));
 }
 
 TEST_F(Resume, TheNewestSaveOfAnotherRunIsRefusedNamingWhatDiffers) {
@@ -153,10 +155,10 @@ TEST_F(Resume, TheNewestSaveOfAnotherRunIsRefusedNamingWhatDiffers) {
   EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
 
   // Started from scratch, then run again with --load of another save: not the same run.
-  what = error_of([&] { Trainer(config(dir), env()).train((dir / "1").string()); });
+  what = error_of([&] { Trainer(config(dir), env()).train((dir / "0").string()); });
   EXPECT_NE(what.find("belongs to a run that started from scratch, and this command starts from "
                       "--load " +
-                      (dir / "1").string()),
+                      (dir / "0").string()),
             std::string::npos)
       << what;
 }
@@ -166,22 +168,22 @@ TEST_F(Resume, ASaveOfAConfigBuiltInCodeRecordsNoModelKeysAndIsNotCompared) {
   TrainerConfig in_code = config(dir, {"runner.epochs=1"});
   in_code.model_keys.clear();  // what a TrainerConfig filled in code holds
   Trainer(in_code, env()).train();
-  auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / "1").string());
+  auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / "0").string());
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_TRUE(m->model_keys.empty());
   // Nothing recorded to compare with: the loaded config's run resumes from it.
   Trainer again(config(dir, {"runner.epochs=2"}), env());
-  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{2}));
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
 }
 
 TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {
   const fs::path dir = root_ / "incomplete";
   Trainer(config(dir, {"runner.epochs=2"}), env()).train();
-  // Pass 2's dense half replaced by pass 1's: its halves no longer match its manifest.
-  fs::remove_all(dir / "2" / "dense");
-  fs::copy(dir / "1" / "dense", dir / "2" / "dense", fs::copy_options::recursive);
+  // Pass 1's dense half replaced by pass 0's: its halves no longer match its manifest.
+  fs::remove_all(dir / "1" / "dense");
+  fs::copy(dir / "0" / "dense", dir / "1" / "dense", fs::copy_options::recursive);
   Trainer again(config(dir, {"runner.epochs=2"}), env());
-  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{2}));
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
 }
 
 TEST_F(Resume, LoadRefusesAFolderThatIsNotOneCompleteSave) {
@@ -191,7 +193,7 @@ TEST_F(Resume, LoadRefusesAFolderThatIsNotOneCompleteSave) {
   Trainer fresh(config(root_ / "unused"), env());
 
   // Without its model manifest (a save cut short): refused, naming it.
-  fs::copy(a / "1", root_ / "no_manifest", fs::copy_options::recursive);
+  fs::copy(a / "0", root_ / "no_manifest", fs::copy_options::recursive);
   fs::remove(root_ / "no_manifest" / "MODEL_MANIFEST");
   std::string what = error_of([&] { fresh.load((root_ / "no_manifest").string()); });
   EXPECT_NE(what.find((root_ / "no_manifest" / "MODEL_MANIFEST").string() + " is missing"),
@@ -199,14 +201,14 @@ TEST_F(Resume, LoadRefusesAFolderThatIsNotOneCompleteSave) {
       << what;
 
   // A new sparse half beside the old dense half: refused, naming the sparse half.
-  fs::copy(a / "1", root_ / "mixed", fs::copy_options::recursive);
+  fs::copy(a / "0", root_ / "mixed", fs::copy_options::recursive);
   fs::remove_all(root_ / "mixed" / "sparse");
-  fs::copy(b / "1" / "sparse", root_ / "mixed" / "sparse", fs::copy_options::recursive);
+  fs::copy(b / "0" / "sparse", root_ / "mixed" / "sparse", fs::copy_options::recursive);
   what = error_of([&] { fresh.load((root_ / "mixed").string()); });
   EXPECT_NE(what.find("do not match its MODEL_MANIFEST"), std::string::npos) << what;
   EXPECT_NE(what.find("sparse/MANIFEST has digest"), std::string::npos) << what;
   EXPECT_EQ(what.find("dense/MANIFEST has digest"), std::string::npos) << what;
-  fresh.load((a / "1").string());  // the complete one loads
+  fresh.load((a / "0").string());  // the complete one loads
 }
 
 TEST_F(Resume, DeltaSavesChainToABaseAndLoadTheWholeChain) {
@@ -218,24 +220,24 @@ TEST_F(Resume, DeltaSavesChainToABaseAndLoadTheWholeChain) {
     throw_if_error(m.status());
     return m.value();
   };
-  EXPECT_EQ(manifest(1).mode, table::SaveKind::kBase);  // a chain starts with a base
-  EXPECT_EQ(manifest(2).mode, table::SaveKind::kDelta);
+  EXPECT_EQ(manifest(0).mode, table::SaveKind::kBase);  // a chain starts with a base
+  EXPECT_EQ(manifest(1).mode, table::SaveKind::kDelta);
+  EXPECT_EQ(manifest(1).parent, "../0");
   EXPECT_EQ(manifest(2).parent, "../1");
-  EXPECT_EQ(manifest(3).parent, "../2");
 
   const auto files = data_files((root_ / "train").string());
   const EvalResult want = trainer.evaluate(files, true);
   Trainer fresh(config(root_ / "unused_delta", {"runner.save_mode=delta"}), env());
-  fresh.load((dir / "3").string());
+  fresh.load((dir / "2").string());
   const EvalResult got = fresh.evaluate(files, true);
   EXPECT_EQ(got.predictions, want.predictions);
 
-  // The base replaced by another save: the chain of pass 3 is refused, naming the link.
-  fs::remove_all(dir / "1");
-  fs::copy(dir / "2", dir / "1", fs::copy_options::recursive);
+  // The base replaced by another save: the chain of pass 2 is refused, naming the link.
+  fs::remove_all(dir / "0");
+  fs::copy(dir / "1", dir / "0", fs::copy_options::recursive);
   Trainer another(config(root_ / "unused_delta2", {"runner.save_mode=delta"}), env());
-  const std::string what = error_of([&] { another.load((dir / "3").string()); });
-  EXPECT_NE(what.find("applies onto " + (dir / "1").string() +
+  const std::string what = error_of([&] { another.load((dir / "2").string()); });
+  EXPECT_NE(what.find("applies onto " + (dir / "0").string() +
                       ", but that folder now holds another save"),
             std::string::npos)
       << what;

@@ -276,10 +276,43 @@ TEST(MetricsFormat, PassLineAndJson) {
 }
 
 TEST(MetricsFormat, ProgressLine) {
-  EXPECT_EQ(format_progress_line(2, 30, 120, 12345.67, 0.70123),
-            "pass 2: 30/120 batches (25.0%), 12345.7 example/sec, auc: 0.701230");
-  EXPECT_EQ(format_progress_line(1, 0, 0, 0.0, std::nan("")),
-            "pass 1: 0/0 batches (nan%), 0.0 example/sec, auc: nan");
+  // 30 of 120 batches in 10 s: the other 90 take 30 s.
+  EXPECT_EQ(format_progress_line(2, 30, 120, 12345.67, 0.70123, 10.0),
+            "pass 2: 30/120 batches (25.0%), 12345.7 example/sec, auc: 0.701230, eta: 30s");
+  EXPECT_EQ(format_progress_line(1, 0, 0, 0.0, std::nan(""), 0.0),
+            "pass 1: 0/0 batches (nan%), 0.0 example/sec, auc: nan, eta: ?");
+  const std::string slow = format_progress_line(0, 1, 100, 1.0, 0.5, 2.5);  // 99 x 2.5 s
+  EXPECT_EQ(slow.substr(slow.rfind("eta: ")), "eta: 4m08s");
+}
+
+TEST(MetricsFormat, Durations) {
+  EXPECT_EQ(format_duration(0.4), "0s");
+  EXPECT_EQ(format_duration(59.4), "59s");
+  EXPECT_EQ(format_duration(59.6), "1m00s");
+  EXPECT_EQ(format_duration(3599), "59m59s");
+  EXPECT_EQ(format_duration(3600), "1h00m");
+  EXPECT_EQ(format_duration(7325), "2h02m");
+  EXPECT_EQ(format_duration(-1), "?");
+  EXPECT_EQ(format_duration(std::nan("")), "?");
+}
+
+// The lines PaddleRec's trainers print, so that scrapers written for them read GPUBox's logs:
+// static_gpubox_trainer.py's (ips per GPU) and trainer.py's / static_infer.py's.
+TEST(MetricsFormat, PaddleRecLines) {
+  EXPECT_EQ(format_paddlerec_epoch_line(0, 2.0, 1000, 4, 0.712345678),
+            "Epoch: 0, using time: 2.000 second, ips: 125.0 example/sec. auc: 0.712346");
+  const std::regex paddlerec(
+      R"(Epoch: (\d+), using time: ([\d.]+) second, ips: ([\d.]+) example/sec\. auc: ([\d.]+))");
+  std::smatch m;
+  const std::string line = format_paddlerec_epoch_line(3, 0.5, 77, 1, 0.5);
+  ASSERT_TRUE(std::regex_match(line, m, paddlerec)) << line;
+  EXPECT_EQ(m[1], "3");
+  EXPECT_EQ(std::stod(m[3]), 154.0);
+  MetricValues v;
+  v.auc = 0.75;
+  v.logloss = 0.5;
+  EXPECT_EQ(format_paddlerec_done_line(1, v, 12.345),
+            "epoch: 1 done, auc: 0.750000, logloss: 0.500000, epoch time: 12.35 s");
 }
 
 TEST(MetricsFormat, AppendMetricsLineCreatesFoldersAndAppends) {

@@ -15,6 +15,8 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.model_save_path = doc.get_string("runner.model_save_path");
   r.infer_load_path = doc.get_string("runner.infer_load_path");
   r.model_init_path = doc.get_string("runner.model_init_path");
+  r.infer_start_epoch = doc.get_int("runner.infer_start_epoch");
+  r.infer_end_epoch = doc.get_int("runner.infer_end_epoch");
   r.metrics_path = doc.get_string("runner.metrics_path");
   r.infer_batch_size = doc.get_int("runner.infer_batch_size");
   r.epochs = doc.get_int("runner.epochs");

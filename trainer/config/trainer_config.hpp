@@ -28,12 +28,16 @@ using ResumeMode = config::ResumeMode;
 
 struct RunnerConfig {
   // Paths: relative ones in the config file are resolved against the config file's folder; in
-  // `-o` overrides, against the working directory. Empty = not set.
+  // `-o` overrides, against the working directory; the model paths (model_save_path,
+  // infer_load_path, model_init_path) always from the working directory, as PaddleRec takes
+  // them. Empty = not set.
   std::string train_data_dir;            // runner.train_data_dir: one pass per epoch over it
   std::vector<std::string> pass_dirs;    // runner.pass_dirs: each folder is one pass (overrides)
   std::string test_data_dir;             // runner.test_data_dir: evaluated after each epoch
   std::string model_save_path;           // runner.model_save_path: saves under <path>/<pass>
-  std::string infer_load_path;           // runner.infer_load_path: the save --mode infer loads
+  std::string infer_load_path;           // runner.infer_load_path: a save, or a folder of saves
+  int infer_start_epoch = 0;             // runner.infer_start_epoch: first save <path>/<epoch>
+  int infer_end_epoch = -1;              // runner.infer_end_epoch: saves end before it; -1: last
   std::string model_init_path;           // runner.model_init_path: loaded before the first pass
   std::string metrics_path;              // runner.metrics_path: one JSON line per pass
   int infer_batch_size = 0;              // runner.infer_batch_size: per card per evaluation step

@@ -208,7 +208,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     if (!saves.empty()) {
       GPUBOX_LOG(WARNING) << "runner.resume is off: " << r.model_save_path
                           << " holds saves of an earlier run (the newest: pass "
-                          << saves.front().manifest.pass << "); this run starts "
+                          << saves.front().manifest.pass - 1 << "); this run starts "
                           << describe_start(origin_) << " and its saves replace those of the "
                           << "same passes";
     }
@@ -221,7 +221,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
   for (const SavePoint& candidate : saves) {
     const io::ModelManifest& m = candidate.manifest;
     const std::string which = "the newest save under " + r.model_save_path + " (pass " +
-                              std::to_string(m.pass) + ", " + candidate.dir + ")";
+                              std::to_string(m.pass - 1) + ", " + candidate.dir + ")";
     const std::string remedy =
         ". Resuming would mix two runs: run the command that made it, or add -o "
         "runner.resume=off to start afresh (its saves then replace those there), or use "
@@ -244,9 +244,9 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       continue;
     }
     origin_ = m.origin;
-    GPUBOX_LOG(INFO) << "runner.resume: resuming from pass " << m.pass << " (" << candidate.dir
+    GPUBOX_LOG(INFO) << "runner.resume: resuming from pass " << m.pass - 1 << " (" << candidate.dir
                      << ", a " << name_of(table::kSaveKindNames, m.mode) << " save); the next "
-                     << "pass is " << m.pass + 1
+                     << "pass is " << m.pass
                      << (m.mode == table::SaveKind::kCheckpoint
                              ? std::string()
                              : std::string("; a ") + name_of(table::kSaveKindNames, m.mode) +
@@ -313,9 +313,13 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
   if (restarts.empty()) throw error;
   std::string what;
   for (const auto& r : restarts) what += (what.empty() ? "" : "; ") + r.describe();
-  const std::string last = last_ ? "the last complete save (pass " +
-                                       std::to_string(last_run_pass_) + ", " + last_->dir + ")"
-                                 : "";
+  // last_run_pass_ counts the passes done: the save of pass p (from 0) stands at p + 1, the save
+  // a run started from (--load, model_init_path) at 0.
+  const std::string last = !last_ ? ""
+                           : last_run_pass_ > 0
+                               ? "the last complete save (pass " +
+                                     std::to_string(last_run_pass_ - 1) + ", " + last_->dir + ")"
+                               : "the save the run started from (" + last_->dir + ")";
   if (pass_open) {
     GPUBOX_FAIL("pass ", pass, ": ", what,
                 ". Found while the pass was open (its rows trained on the cards, the write-back "

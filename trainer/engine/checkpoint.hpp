@@ -92,10 +92,11 @@ class SaveLineage {
   // until commit_save) and the sparse half's mode is chosen: `configured`, except that a delta
   // without a save to apply onto (the run's first save) is written as a base.
   table::SaveKind begin_save(const std::string& dir, table::SaveKind configured);
-  // Both halves are saved: writes the model manifest. `run_pass` = the trainer's pass.
+  // Both halves are saved: writes the model manifest. `run_pass` = the passes the trainer has
+  // done (the save of pass p, counted from 0, records p + 1: a resume goes on with pass p + 1).
   void commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
                    std::vector<uint64_t> sparse, uint64_t dense);
-  // The trainer restored `plan` and stands at pass `run_pass`.
+  // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
   void restored(const RestorePlan& plan, int64_t run_pass);
 
   // What to reload after `error` stopped the run at `pass`: when the host tier reports a

@@ -1,5 +1,6 @@
 // gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] [--mode train|infer|export]
-// gpubox_train --print_config_keys | --print_config_template
+// gpubox_train -m config.yaml (PaddleRec's spelling) | --print_config_keys |
+// --print_config_template | --print_model_root | --help | --version
 //
 // Trains (or evaluates) a CTR model with GPUBox. Cards come from FLAGS_selected_gpus (on the
 // cpu build, that many simulated cards); the host tier runs in-process unless
@@ -13,24 +14,32 @@
 #include <thread>
 #include <vector>
 
+#include "common/cli.hpp"
+#include "common/cli_flags.hpp"
 #include "common/config/config_document.hpp"
 #include "common/config/config_keys.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/timer.hpp"
 #include "dataset/dataset_config.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/checkpoint.hpp"
+#include "trainer/engine/saved_models.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/serve/serving_model.hpp"
 
-DEFINE_string(config, "", "YAML config (PaddleRec config_gpubox.yaml keys); required");
+DEFINE_string(config, "",
+              "YAML config (PaddleRec config_gpubox.yaml keys); required. -m and --config_yaml "
+              "(PaddleRec's spellings) name it too");
 DEFINE_string(mode, "train",
-              "train: every pass of the config; infer: evaluate a saved model; export: write a "
+              "train: every pass of the config; infer: evaluate saved models; export: write a "
               "saved model for gpubox_serve (--load, --out)");
 DEFINE_string(load, "",
-              "a save folder (model_save_path/<pass>) to start from (train) or to evaluate "
-              "(infer; default runner.infer_load_path)");
+              "a save folder (model_save_path/<pass>) to start from (train; default "
+              "runner.model_init_path), to evaluate (infer; default: the saves "
+              "runner.infer_load_path, infer_start_epoch and infer_end_epoch name) or to export "
+              "(export; default: the last of those saves)");
 DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runner.test_data_dir)");
 DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance to this file");
 DEFINE_string(out, "", "export: the serving model folder to write");
@@ -44,14 +53,23 @@ DEFINE_bool(print_config_template, false,
             "print a config with every key at its default, commented, and exit");
 DEFINE_bool(print_model_root, false,
             "print the folder holding every save this command writes or reads "
-            "(runner.model_save_path, --load or runner.infer_load_path; what "
+            "(runner.model_save_path, --load, runner.model_init_path or "
+            "runner.infer_load_path; what "
             "scripts/run_gpubox.sh gives its servers as --data_dir), and exit");
 
 namespace {
 
-// --mode export: the save --load (default runner.infer_load_path) as a serving model in --out.
+// --mode export: the save --load as a serving model in --out. Without --load: the save
+// runner.infer_load_path names, or the last save of its infer_start_epoch/infer_end_epoch range.
 int export_for_serving(const gpubox::trainer::TrainerConfig& config) {
-  const std::string load = FLAGS_load.empty() ? config.runner.infer_load_path : FLAGS_load;
+  std::string load = FLAGS_load;
+  if (load.empty() && !config.runner.infer_load_path.empty()) {
+    load = gpubox::trainer::saves_to_evaluate(config.runner.infer_load_path,
+                                              config.runner.infer_start_epoch,
+                                              config.runner.infer_end_epoch)
+               .back()
+               .dir;
+  }
   if (load.empty() || FLAGS_out.empty()) {
     std::fprintf(stderr,
                  "gpubox_train: --mode export needs --load (or runner.infer_load_path) "
@@ -79,23 +97,117 @@ int export_for_serving(const gpubox::trainer::TrainerConfig& config) {
   return 0;
 }
 
+std::string usage_text() {
+  gpubox::cli::Usage u;
+  u.synopsis =
+      "gpubox_train --config CONFIG.yaml [-o key=value ...] [--mode train|infer|export] "
+      "[options]";
+  u.summary =
+      "Trains a CTR model with GPUBox (or, with --mode infer, evaluates saved models; with "
+      "--mode export, writes one save as a serving model for gpubox_serve) from a "
+      "PaddleRec-style config (config_gpubox.yaml keys). Cards: FLAGS_selected_gpus (on the cpu "
+      "build, that many simulated cards); host tier: in-process, or the gpubox_servers of "
+      "PADDLE_PSERVERS_IP_PORT_LIST (scripts/run_gpubox.sh starts them). Each pass prints a "
+      "line and appends one JSON object to runner.metrics_path; passes and epochs count from 0.";
+  u.options = gpubox::cli::gflags_options(__FILE__);
+  u.options.push_back(
+      {"-m CONFIG.yaml, --config_yaml CONFIG.yaml", "", "PaddleRec's spellings of --config"});
+  u.options.push_back({"-o key=value", "",
+                       "override a config key (repeatable), e.g. -o runner.epochs=2; relative "
+                       "paths are taken from the working directory"});
+  u.options.push_back({"--help, -h", "", "print this text and exit"});
+  u.options.push_back({"--version", "", "print the version, commit and backend and exit"});
+  u.examples = {"gpubox_train --config configs/config_gpubox.yaml -o runner.epochs=2",
+                "FLAGS_selected_gpus=0,1 gpubox_train -m models/rank/dnn/config_gpubox.yaml",
+                "gpubox_train --config configs/config_gpubox.yaml --mode infer   # every save of "
+                "runner.infer_load_path in [infer_start_epoch, infer_end_epoch)",
+                "gpubox_train --config configs/config_gpubox.yaml --mode export "
+                "--load output_model/1 --out serving_model"};
+  u.notes = "Config keys: gpubox_train --print_config_keys (README.md has the same table).";
+  return gpubox::cli::render_usage(u);
+}
+
+// PaddleRec's trainers take the config as `-m FILE` / `--config_yaml FILE`: rewritten to
+// --config before gflags (whose single-dash flags are whole names) sees them.
+std::vector<std::string> paddlerec_config_flags(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "-m" || arg == "--config_yaml" || arg == "-config_yaml") && i + 1 < argc) {
+      out.push_back("--config=" + std::string(argv[++i]));
+    } else if (arg.rfind("--config_yaml=", 0) == 0) {
+      out.push_back("--config=" + arg.substr(14));
+    } else if (arg == "-o" && i + 1 < argc) {
+      out.push_back(arg);
+      out.push_back(argv[++i]);
+    } else {
+      out.push_back(arg);
+    }
+  }
+  return out;
+}
+
+// --mode infer: every save `load` (--load, else runner.infer_load_path with its epoch range)
+// names, each on the same data, one PaddleRec line and one GPUBox line per save.
+int run_infer(gpubox::trainer::Trainer& trainer, const gpubox::trainer::TrainerConfig& config) {
+  using namespace gpubox::trainer;
+  const std::vector<SaveToEvaluate> saves =
+      FLAGS_load.empty()
+          ? saves_to_evaluate(config.runner.infer_load_path, config.runner.infer_start_epoch,
+                              config.runner.infer_end_epoch)
+          : std::vector<SaveToEvaluate>{{FLAGS_load, -1}};
+  const std::string data_dir =
+      FLAGS_infer_data_dir.empty() ? config.runner.test_data_dir : FLAGS_infer_data_dir;
+  GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
+  const std::vector<std::string> files = data_files(data_dir);
+  EvalResult result;
+  for (const SaveToEvaluate& save : saves) {
+    gpubox::Timer timer;
+    GPUBOX_LOG(INFO) << "load model " << save.dir;
+    trainer.load(save.dir);
+    result = trainer.evaluate(files, !FLAGS_predictions_out.empty());
+    if (save.epoch >= 0) {
+      std::printf("%s\n",
+                  format_paddlerec_done_line(save.epoch, result.metrics, timer.seconds()).c_str());
+    }
+    std::printf(
+        "infer: save: %s, examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, "
+        "predicted_ctr: %.6f\n",
+        save.dir.c_str(), result.metrics.examples, result.metrics.auc, result.metrics.logloss,
+        result.metrics.actual_ctr, result.metrics.predicted_ctr);
+    std::fflush(stdout);
+  }
+  if (!FLAGS_predictions_out.empty()) {  // of the last save evaluated
+    std::ofstream out(FLAGS_predictions_out);
+    GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
+    for (std::size_t i = 0; i < result.predictions.size(); ++i) {
+      out << result.labels[i] << ' ' << result.predictions[i] << '\n';
+    }
+    GPUBOX_EXPECTS(out.good(), "writing --predictions_out '", FLAGS_predictions_out, "' failed");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
+  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_train", usage_text)) return 0;
+  std::vector<std::string> args = paddlerec_config_flags(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   // `-o key=value` (repeatable, PaddleRec style) is taken out before gflags sees the rest.
   std::vector<std::string> overrides;
   std::vector<char*> rest;
   std::string error;
-  if (!gpubox::config::take_overrides(argc, argv, &overrides, &rest, &error)) {
+  if (!gpubox::config::take_overrides(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(),
+                                      &overrides, &rest, &error)) {
     std::fprintf(stderr, "gpubox_train: %s\n", error.c_str());
     return 2;
   }
   int rest_argc = static_cast<int>(rest.size());
   char** rest_argv = rest.data();
-  gflags::SetUsageMessage(
-      "gpubox_train --config configs/config_gpubox.yaml [-o key=value ...] "
-      "[--mode train|infer|export]");
+  gflags::SetUsageMessage("gpubox_train --config CONFIG.yaml (gpubox_train --help)");
   gflags::ParseCommandLineFlags(&rest_argc, &rest_argv, true);
   if (rest_argc > 1) {
     std::fprintf(stderr, "gpubox_train: unexpected argument '%s'\n", rest_argv[1]);
@@ -108,7 +220,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (FLAGS_config.empty()) {
-    std::fprintf(stderr, "gpubox_train: --config is required\n");
+    std::fprintf(stderr, "gpubox_train: --config is required (gpubox_train --help)\n");
     return 2;
   }
   if (FLAGS_mode != "train" && FLAGS_mode != "infer" && FLAGS_mode != "export") {
@@ -129,9 +241,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (FLAGS_print_model_root) {
+      // Training reads --load or runner.model_init_path, infer and export infer_load_path.
       const bool train = FLAGS_mode == "train";
-      const std::string load =
-          FLAGS_load.empty() && !train ? config->runner.infer_load_path : FLAGS_load;
+      const std::string load = !FLAGS_load.empty() ? FLAGS_load
+                               : train             ? config->runner.model_init_path
+                                                   : config->runner.infer_load_path;
       std::printf(
           "%s\n",
           gpubox::trainer::model_root(train ? config->runner.model_save_path : "", load).c_str());
@@ -152,28 +266,7 @@ int main(int argc, char** argv) {
       trainer.train(FLAGS_load);
       return 0;
     }
-    const std::string load = FLAGS_load.empty() ? config->runner.infer_load_path : FLAGS_load;
-    GPUBOX_EXPECTS(!load.empty(), "--mode infer needs --load or runner.infer_load_path");
-    trainer.load(load);
-    const std::string data_dir =
-        FLAGS_infer_data_dir.empty() ? config->runner.test_data_dir : FLAGS_infer_data_dir;
-    GPUBOX_EXPECTS(!data_dir.empty(),
-                   "--mode infer needs --infer_data_dir or runner.test_data_dir");
-    const auto result =
-        trainer.evaluate(gpubox::trainer::data_files(data_dir), !FLAGS_predictions_out.empty());
-    std::printf(
-        "infer: examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, predicted_ctr: %.6f\n",
-        result.metrics.examples, result.metrics.auc, result.metrics.logloss,
-        result.metrics.actual_ctr, result.metrics.predicted_ctr);
-    if (!FLAGS_predictions_out.empty()) {
-      std::ofstream out(FLAGS_predictions_out);
-      GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
-      for (std::size_t i = 0; i < result.predictions.size(); ++i) {
-        out << result.labels[i] << ' ' << result.predictions[i] << '\n';
-      }
-      GPUBOX_EXPECTS(out.good(), "writing --predictions_out '", FLAGS_predictions_out, "' failed");
-    }
-    return 0;
+    return run_infer(trainer, config.value());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubox_train: %s\n", e.what());
     return 1;

@@ -220,7 +220,7 @@ void Trainer::print_report(const PassReport& report, const std::string& prefix) 
 
 PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   State& s = *state_;
-  const int64_t pass = ++pass_id_;
+  const int64_t pass = pass_id_++;  // from 0, as PaddleRec numbers its epochs
   Timer pass_timer;
   Timer phase;
   auto ds = load_dataset(files, "pass " + std::to_string(pass));
@@ -243,24 +243,30 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
         worker.metrics().reset();
         dataset::Batch batch;
         Timer card_timer;
+        double last_redraw = 0;
         int64_t examples = 0;
         for (std::size_t b = 0; b < batches; ++b) {
           ds->fill_batch(card.local_index(), cards, b, &batch);
           int64_t global = 0;
           for (int c = 0; c < cards; ++c) global += ds->batch_span(c, cards, b).size();
           // Card 0's progress line: the running AUC is computed on the card and read with the
-          // step's own last wait, so printing it costs the other cards nothing.
-          const bool progress =
-              card.local_index() == 0 && ((b + 1) % interval == 0 || (tty && b + 1 == batches));
+          // step's own last wait, so printing it costs the other cards nothing. On a terminal
+          // the line is redrawn in place, at most 4 times a second besides print_interval.
+          const bool redraw =
+              tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
+          const bool progress = card.local_index() == 0 && ((b + 1) % interval == 0 || redraw);
           worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
           if (b >= kWarmupSteps) steady[card.local_index()] += worker.last_step_counts();
           examples += global;
           if (progress) {
-            const std::string line = format_progress_line(
-                pass, b + 1, batches, examples / std::max(1e-9, card_timer.seconds()),
-                worker.progress_auc());
+            const double elapsed = card_timer.seconds();
+            last_redraw = elapsed;
+            const std::string line =
+                format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
+                                     worker.progress_auc(), elapsed);
             std::lock_guard<std::mutex> lock(print_mu);
-            std::printf(tty ? "\r%s" : "%s\n", line.c_str());
+            // On a terminal: back to the line's start, and clear what a longer line left.
+            std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
             std::fflush(stdout);
           }
         }
@@ -348,8 +354,9 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     metrics_out.open(path, std::ios::app);
     GPUBOX_EXPECTS(metrics_out.good(), "cannot open runner.metrics_path '", path.string(), "'");
+    GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
   }
-  // The schedule: every epoch goes over pass_files; the pass at index k has id k + 1.
+  // The schedule: every epoch goes over pass_files; the pass at index k has id k (from 0).
   const auto per_epoch = static_cast<int64_t>(pass_files.size());
   const int64_t total = per_epoch * std::max(1, config_.runner.epochs);
   // --load wins over runner.model_init_path; either is the save this run starts from, and a
@@ -360,11 +367,12 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
   }
   if (const auto resume = s.lineage->find_resume_point(origin, *s.host)) {
-    pass_id_ = resume->manifest.pass;  // before load(): the lineage records the pass it stands at
+    // Before load(): the lineage records the passes done (pass P's save: P + 1), the next pass.
+    pass_id_ = resume->manifest.pass;
     load(resume->dir);
     if (pass_id_ >= total) {
-      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total
-                       << " passes and the last save is pass " << pass_id_
+      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total << " passes (0 to "
+                       << total - 1 << ") and the last save is pass " << pass_id_ - 1
                        << ": nothing left to train (more epochs or pass_dirs continue it; "
                        << "-o runner.resume=off starts afresh)";
     }
@@ -372,12 +380,24 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     load(origin);
   }
   std::vector<PassReport> reports;
+  // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged (a run
+  // resumed within an epoch counts the passes it trained of it).
+  double epoch_seconds = 0;
+  MetricValues epoch_metrics;
+  std::vector<double> epoch_sums;
   for (int64_t k = pass_id_; k < total;) {
-    const int64_t pass = k + 1;
+    const int64_t pass = k;  // from 0, as PaddleRec numbers its epochs
+    if (k % per_epoch == 0) {
+      epoch_seconds = 0;
+      epoch_sums.clear();
+    }
     try {
       SaveLineage::check_servers(*s.host, pass);
       PassReport report = train_pass(pass_files[k % per_epoch]);
       print_report(report, "");
+      epoch_seconds += report.seconds;
+      epoch_metrics = report.metrics;
+      if (pass_files.size() > 1) state_->workers[0]->metrics().accumulate_into(&epoch_sums);
       if (metrics_out.is_open()) {
         metrics_out << format_pass_json(report) << '\n';
         metrics_out.flush();
@@ -387,18 +407,30 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
                  .string());
       }
       reports.push_back(std::move(report));
-      if (!test_files.empty() && pass % per_epoch == 0) {
+      if ((k + 1) % per_epoch == 0) {
         const int64_t epoch = k / per_epoch;
-        const EvalResult test = evaluate(test_files, false);
-        std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
-                    static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
-                    test.metrics.examples);
+        if (per_epoch > 1) {
+          epoch_metrics =
+              compute_metrics(epoch_sums.data(), state_->workers[0]->metrics().buckets());
+        }
+        std::printf("%s\n%s\n",
+                    format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
+                                                state_->cards.total_cards(), epoch_metrics.auc)
+                        .c_str(),
+                    format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
         std::fflush(stdout);
-        if (metrics_out.is_open()) {
-          metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
-                      << ", \"test_logloss\": " << test.metrics.logloss
-                      << ", \"test_examples\": " << test.metrics.examples << "}\n";
-          metrics_out.flush();
+        if (!test_files.empty()) {
+          const EvalResult test = evaluate(test_files, false);
+          std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
+                      static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
+                      test.metrics.examples);
+          std::fflush(stdout);
+          if (metrics_out.is_open()) {
+            metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
+                        << ", \"test_logloss\": " << test.metrics.logloss
+                        << ", \"test_examples\": " << test.metrics.examples << "}\n";
+            metrics_out.flush();
+          }
         }
       }
       ++k;
@@ -409,6 +441,8 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       pass_id_ = recovery.run_pass;
       load(recovery.dir);
       k = pass_id_;
+      epoch_seconds = 0;  // the epoch's passes from k on are trained again
+      epoch_sums.clear();
     }
   }
   return reports;

@@ -61,13 +61,15 @@ class Trainer {
   // Every pass of the config: one per epoch over runner.train_data_dir, or, with
   // runner.pass_dirs, one per folder (each epoch goes over the list). Starts from
   // runner.model_init_path when set and no model was loaded yet (load()). Prints a pass line per
-  // pass and appends it to runner.metrics_path; evaluates runner.test_data_dir after each epoch
-  // and saves under runner.model_save_path/<pass> when set. Starts from the save `start_from`
-  // (gpubox_train --load; "" = from scratch), unless runner.resume finds a save of this run
-  // under model_save_path: then from the pass after it (checkpoint.hpp). Returns the reports
-  // of the passes it trained.
+  // pass and appends it to runner.metrics_path, PaddleRec's two lines per epoch ("Epoch: E, using
+  // time: ..." and "epoch: E done, ..."), evaluates runner.test_data_dir after each epoch and
+  // saves under runner.model_save_path/<pass> when set. Passes and epochs count from 0, as in
+  // PaddleRec (one pass per epoch: save <pass> is epoch <pass>'s). Starts from the save
+  // `start_from` (gpubox_train --load; "" = from scratch), unless runner.resume finds a save of
+  // this run under model_save_path: then from the pass after it (checkpoint.hpp). Returns the
+  // reports of the passes it trained.
   std::vector<PassReport> train(const std::string& start_from = "");
-  // Trains one pass over `files` (pass ids count up from 1).
+  // Trains one pass over `files` (pass ids count up from 0).
   PassReport train_pass(const std::vector<std::string>& files);
   // Evaluates `files` with the current model (no update).
   EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions);

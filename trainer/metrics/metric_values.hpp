@@ -66,15 +66,27 @@ std::string format_pass_line(const PassReport& report);
 // ips_per_card, every metric, then the extras.
 std::string format_pass_json(const PassReport& report);
 
+// PaddleRec's own lines, for the log scrapers written against them (epochs from 0):
+// static_gpubox_trainer.py's "Epoch: E, using time: T second, ips: S example/sec. auc: A", ips
+// per card (PaddleRec divides by the GPUs), and trainer.py's / static_infer.py's
+// "epoch: E done, auc: A, logloss: L, epoch time: T s".
+std::string format_paddlerec_epoch_line(int64_t epoch, double seconds, double examples, int cards,
+                                        double auc);
+std::string format_paddlerec_done_line(int64_t epoch, const MetricValues& metrics, double seconds);
+
 // Appends `json_line` and a newline to the file at `path` (runner.metrics_path), creating the
 // file and its missing parent folders. One write per call, so lines of consecutive passes never
 // interleave within this process. Errors name the path.
 Status append_metrics_line(const std::string& path, const std::string& json_line);
 
-// The in-pass progress line: "pass P: D/T batches (x%), S example/sec, auc: A". On a terminal
-// the pass loop redraws it in place ('\r' prefix, no newline); otherwise it prints it as a plain
+// The in-pass progress line: "pass P: D/T batches (x%), S example/sec, auc: A, eta: 1m05s"
+// (the rest of the pass at the speed so far; "eta: ?" before a batch is done). On a terminal the
+// pass loop redraws it in place ('\r' prefix, no newline); otherwise it prints it as a plain
 // line every print_interval batches.
 std::string format_progress_line(int64_t pass, int64_t batches_done, int64_t batches_total,
-                                 double examples_per_sec, double running_auc);
+                                 double examples_per_sec, double running_auc,
+                                 double elapsed_seconds);
+// "42s", "3m07s", "2h05m": a duration for people ("?" when negative or not finite).
+std::string format_duration(double seconds);
 
 }  // namespace gpubox::trainer

@@ -212,4 +212,12 @@ MetricValues MetricsAccumulator::compute() const {
   return compute_metrics(host_flat_.data(), buckets_);
 }
 
+void MetricsAccumulator::accumulate_into(std::vector<double>* totals) const {
+  GPUBOX_EXPECTS(host_flat_.size() >= flat_.size(), "accumulate_into before compute()");
+  if (totals->empty()) totals->assign(flat_.size(), 0.0);
+  GPUBOX_EXPECTS(totals->size() == flat_.size(), "accumulate_into: ", totals->size(),
+                 " totals for a buffer of ", flat_.size());
+  for (std::size_t i = 0; i < flat_.size(); ++i) (*totals)[i] += host_flat_[i];
+}
+
 }  // namespace gpubox::trainer

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
@@ -48,6 +49,10 @@ class MetricsAccumulator {
 
   // Metrics of what this buffer holds (after the all-reduce: of all cards). Synchronizes.
   MetricValues compute() const;
+  // Adds the buffer compute() last read back to `totals` (sized on first use), so that several
+  // passes merge exactly: compute_metrics(totals) is the metrics of all of them (an epoch of
+  // runner.pass_dirs).
+  void accumulate_into(std::vector<double>* totals) const;
 
  private:
   device::Card* card_;

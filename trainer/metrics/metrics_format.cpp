@@ -102,13 +102,46 @@ std::string format_pass_json(const PassReport& r) {
   return out + "}";
 }
 
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto whole = static_cast<int64_t>(std::llround(seconds));
+  char buf[48];
+  if (whole < 60) {
+    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(whole));
+  } else if (whole < 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(whole / 60),
+                  static_cast<long long>(whole % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(whole / 3600),
+                  static_cast<long long>(whole / 60 % 60));
+  }
+  return buf;
+}
+
 std::string format_progress_line(int64_t pass, int64_t batches_done, int64_t batches_total,
-                                 double examples_per_sec, double running_auc) {
+                                 double examples_per_sec, double running_auc,
+                                 double elapsed_seconds) {
   const double percent =
       batches_total > 0 ? 100.0 * static_cast<double>(batches_done) / batches_total : kNaN;
+  const double eta = batches_done > 0 ? elapsed_seconds / static_cast<double>(batches_done) *
+                                            static_cast<double>(batches_total - batches_done)
+                                      : kNaN;
   return "pass " + std::to_string(pass) + ": " + std::to_string(batches_done) + "/" +
          std::to_string(batches_total) + " batches (" + fixed(percent, 1) + "%), " +
-         fixed(examples_per_sec, 1) + " example/sec, auc: " + fixed(running_auc, 6);
+         fixed(examples_per_sec, 1) + " example/sec, auc: " + fixed(running_auc, 6) +
+         ", eta: " + format_duration(eta);
+}
+
+std::string format_paddlerec_epoch_line(int64_t epoch, double seconds, double examples, int cards,
+                                        double auc) {
+  const double ips_per_card = cards > 0 ? ratio(examples, seconds) / cards : kNaN;
+  return "Epoch: " + std::to_string(epoch) + ", using time: " + fixed(seconds, 3) +
+         " second, ips: " + fixed(ips_per_card, 1) + " example/sec. auc: " + fixed(auc, 6);
+}
+
+std::string format_paddlerec_done_line(int64_t epoch, const MetricValues& m, double seconds) {
+  return "epoch: " + std::to_string(epoch) + " done, auc: " + fixed(m.auc, 6) +
+         ", logloss: " + fixed(m.logloss, 6) + ", epoch time: " + fixed(seconds, 2) + " s";
 }
 
 Status append_metrics_line(const std::string& path, const std::string& json_line) {

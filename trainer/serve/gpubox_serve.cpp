@@ -9,7 +9,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "common/cli.hpp"
+#include "common/cli_flags.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/serve/http_server.hpp"
@@ -36,11 +39,26 @@ bool is_loopback(const std::string& address) {
   return address == "127.0.0.1" || address == "::1" || address.rfind("127.", 0) == 0;
 }
 
+std::string usage_text() {
+  gpubox::cli::Usage u;
+  u.synopsis = "gpubox_serve --model DIR [--port P] [--bind IP] [--threads N] [options]";
+  u.summary =
+      "Serves a model exported by gpubox_train --mode export over HTTP/1.1: POST /predict, GET "
+      "/health, GET /metrics. Binds loopback unless --bind says otherwise (no authentication: "
+      "put a proxy in front of it for other hosts). SIGTERM or SIGINT stops it gracefully.";
+  u.options = gpubox::cli::gflags_options(__FILE__);
+  u.options.push_back({"--help, -h", "", "print this text and exit"});
+  u.options.push_back({"--version", "", "print the version, commit and backend and exit"});
+  u.examples = {"gpubox_serve --model serving_model --port 29080"};
+  return gpubox::cli::render_usage(u);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
-  gflags::SetUsageMessage("gpubox_serve --model DIR [--port P] [--bind IP] [--threads N]");
+  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_serve", usage_text)) return 0;
+  gflags::SetUsageMessage("gpubox_serve --model DIR (gpubox_serve --help)");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {
     std::fprintf(stderr, "gpubox_serve: unexpected argument '%s'\n", argv[1]);

@@ -1,0 +1,42 @@
+#!/bin/sh
+# sh tests/scripts/run_gpubox_test.sh REPO BUILD_DIR
+# scripts/run_gpubox.sh as PaddleRec users start it, under sh (dash) from another folder:
+#  1. `sh run_gpubox.sh -m CONFIG` with the in-process host tier: trains, prints PaddleRec's
+#     epoch line, logs to ./log/worker.0.log and says how to plot the metrics;
+#  2. the variables PaddleRec's tools/run_gpubox.sh exports (a server list, no TRAINING_ROLE):
+#     the named server is started on its port, the trainer uses it, and it is stopped at the end.
+set -eu
+repo="$1"
+build="$2"
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpubox_run_test_XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cd "$work"
+config="$repo/configs/config_gpubox.yaml"
+export GPUBOX_BUILD_DIR="$build" FLAGS_selected_gpus=0
+
+# 1.
+GPUBOX_LOCAL_TIER=1 timeout 120 sh "$repo/scripts/run_gpubox.sh" -m "$config" -o runner.epochs=1 \
+  -o runner.model_save_path= -o runner.metrics_path=log/m.jsonl >out1.txt 2>&1 </dev/null ||
+  { cat out1.txt; fail "sh run_gpubox.sh -m exited nonzero"; }
+grep -q "^Epoch: 0, using time: .* example/sec\. auc: " out1.txt || { cat out1.txt; fail "no PaddleRec epoch line"; }
+grep -q "^Epoch: 0, " log/worker.0.log || fail "log/worker.0.log misses the run"
+[ ! -e log/pserver.0.log ] || fail "GPUBOX_LOCAL_TIER=1 started a server"
+grep -q "scripts/plot_metrics.sh $work/log/m.jsonl --out log/plots" out1.txt || { cat out1.txt; fail "no plot hint"; }
+[ -s log/m.jsonl ] || fail "no metrics written"
+
+# 2.
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+rm -rf log
+env GPUBOX_LOCAL_TIER=0 PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port" PADDLE_PSERVER_NUMS=1 \
+  PADDLE_TRAINERS=1 PADDLE_TRAINERS_NUM=1 PADDLE_TRAINER_ID=0 POD_IP=127.0.0.1 \
+  timeout 120 sh "$repo/scripts/run_gpubox.sh" --config "$config" -o runner.epochs=1 \
+  -o runner.model_save_path= -o runner.metrics_path= >out2.txt 2>&1 </dev/null ||
+  { cat out2.txt; cat log/pserver.0.log 2>/dev/null; fail "PaddleRec's exports: exited nonzero"; }
+grep -q "gpubox_server on 127.0.0.1:$port" out2.txt || { cat out2.txt; fail "the listed server was not started"; }
+grep -q "listening on 127.0.0.1:$port" log/pserver.0.log || fail "log/pserver.0.log: not listening on $port"
+grep -q "^Epoch: 0, " out2.txt || { cat out2.txt; fail "no training"; }
+# Stopped on exit: the port is free again.
+python3 -c "import socket, sys; s = socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) == 0)" ||
+  fail "the server still listens after the launcher exited"
+echo "PASS"

@@ -1,0 +1,77 @@
+#include "trainer/engine/saved_models.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "common/error.hpp"
+
+namespace gpubox::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The epochs of the numbered saves directly under `dir`, ascending.
+std::vector<int64_t> numbered_saves(const fs::path& dir) {
+  std::vector<int64_t> epochs;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.size() > 9 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    if (is_save_folder(it->path().string())) epochs.push_back(std::stoll(name));
+  }
+  std::sort(epochs.begin(), epochs.end());
+  return epochs;
+}
+
+std::string list_text(const std::vector<int64_t>& epochs) {
+  if (epochs.empty()) return "none";
+  std::string out;
+  for (int64_t e : epochs) out += (out.empty() ? "" : ", ") + std::to_string(e);
+  return out;
+}
+
+}  // namespace
+
+bool is_save_folder(const std::string& dir) {
+  std::error_code ec;
+  const fs::path p(dir);
+  return fs::exists(p / "MODEL_MANIFEST", ec) || fs::exists(p / "MANIFEST", ec) ||
+         (fs::is_directory(p / "sparse", ec) && fs::is_directory(p / "dense", ec));
+}
+
+std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int64_t start_epoch,
+                                              int64_t end_epoch) {
+  GPUBOX_EXPECTS(!load_path.empty(), "--mode infer needs --load or runner.infer_load_path");
+  if (is_save_folder(load_path)) {
+    const std::string name = fs::path(load_path).lexically_normal().filename().string();
+    const bool numbered =
+        !name.empty() && name.size() <= 9 &&
+        std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return {{load_path, numbered ? std::stoll(name) : -1}};
+  }
+  std::error_code ec;
+  GPUBOX_EXPECTS(fs::is_directory(load_path, ec), "runner.infer_load_path '", load_path,
+                 "' is neither a save nor a folder of saves (relative model paths are taken from "
+                 "the working directory, as PaddleRec takes them)");
+  const std::vector<int64_t> present = numbered_saves(load_path);
+  const int64_t end = end_epoch >= 0 ? end_epoch : (present.empty() ? 0 : present.back() + 1);
+  const std::string range = "runner.infer_start_epoch " + std::to_string(start_epoch) +
+                            ", runner.infer_end_epoch " + std::to_string(end_epoch);
+  GPUBOX_EXPECTS(start_epoch < end, "no save to evaluate under '", load_path, "' (", range,
+                 "); saves there: ", list_text(present));
+  std::vector<SaveToEvaluate> out;
+  for (int64_t epoch = start_epoch; epoch < end; ++epoch) {
+    const fs::path dir = fs::path(load_path) / std::to_string(epoch);
+    GPUBOX_EXPECTS(std::binary_search(present.begin(), present.end(), epoch), "no save of epoch ",
+                   epoch, " at '", dir.string(), "' (", range,
+                   "); saves there: ", list_text(present));
+    out.push_back({dir.string(), epoch});
+  }
+  return out;
+}
+
+}  // namespace gpubox::trainer
