@@ -219,7 +219,10 @@ PlantedModel planted_model(const GeneratorOptions& o) {
   return model;
 }
 
-Status generate(const GeneratorOptions& o, OracleSummary* summary) {
+namespace {
+
+// The options are sane and out_dir exists without part files of an earlier, larger run.
+Status prepare_output(const GeneratorOptions& o) {
   if (o.out_dir.empty()) return Status::InvalidArgument("gen: --out is required");
   if (o.files < 1) return Status::InvalidArgument("gen: --files must be >= 1");
   if (o.slots < 1 || o.dense < 0 || o.factor_dim < 1 || o.factor_dim > 64) {
@@ -245,76 +248,67 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
                                      "or use another --out");
     }
   }
+  return Status::OK();
+}
 
-  Timer timer;
-  const PlantedModel model = planted_model(o);
-  const ZipfSampler zipf(o.vocab, o.zipf);
-  std::vector<double> logits(o.lines);
-  std::vector<std::uint8_t> labels(o.lines);
-  std::vector<std::string> slot_names(static_cast<std::size_t>(o.slots));
-  for (int s = 0; s < o.slots; ++s) slot_names[s] = std::to_string(s + 1);
-  std::vector<Status> file_status(static_cast<std::size_t>(o.files));
-  std::vector<std::uint64_t> file_bytes(static_cast<std::size_t>(o.files), 0);
-
-  parallel_tasks(o.threads, static_cast<std::size_t>(o.files), [&](std::size_t f) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "part-%05zu", f);
-    const std::string path = (std::filesystem::path(o.out_dir) / name).string();
-    std::FILE* out = std::fopen(path.c_str(), "wb");
-    if (out == nullptr) {
-      file_status[f] = Status::IOError("cannot create '" + path + "': " + std::strerror(errno));
-      return;
+// Part file `f` of o.files: its share of the lines, with each line's logit and label kept for
+// the oracle's metrics.
+Status write_part_file(const GeneratorOptions& o, const PlantedModel& model,
+                       const ZipfSampler& zipf, const std::vector<std::string>& slot_names,
+                       std::size_t f, std::vector<double>* logits_out,
+                       std::vector<std::uint8_t>* labels_out, std::uint64_t* bytes) {
+  std::vector<double>& logits = *logits_out;
+  std::vector<std::uint8_t>& labels = *labels_out;
+  Status status;
+  char name[32];
+  std::snprintf(name, sizeof(name), "part-%05zu", f);
+  const std::string path = (std::filesystem::path(o.out_dir) / name).string();
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (out == nullptr) {
+    return Status::IOError("cannot create '" + path + "': " + std::strerror(errno));
+  }
+  const std::uint64_t first = o.lines * f / static_cast<std::uint64_t>(o.files);
+  const std::uint64_t last = o.lines * (f + 1) / static_cast<std::uint64_t>(o.files);
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
+  std::vector<float> dense(static_cast<std::size_t>(o.dense));
+  std::string text;
+  text.reserve(std::size_t{5} << 20);
+  for (std::uint64_t i = first; i < last; ++i) {
+    LineRng rng(o.seed, o.first_line + i);
+    draw_features(o, model, zipf, rng, keys.data(), dense.data());
+    const double z = model.logit(keys.data(), dense.data());
+    const bool positive = unit_float(rng.next()) < sigmoid(z);
+    logits[i] = z;
+    labels[i] = positive ? 1 : 0;
+    text.append(positive ? "click:1" : "click:0");
+    for (int j = 0; j < o.dense; ++j) {
+      text.append(" dense_feature:");
+      append_float(&text, dense[j]);
     }
-    const std::uint64_t first = o.lines * f / static_cast<std::uint64_t>(o.files);
-    const std::uint64_t last = o.lines * (f + 1) / static_cast<std::uint64_t>(o.files);
-    std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
-    std::vector<float> dense(static_cast<std::size_t>(o.dense));
-    std::string text;
-    text.reserve(std::size_t{5} << 20);
-    for (std::uint64_t i = first; i < last; ++i) {
-      LineRng rng(o.seed, o.first_line + i);
-      draw_features(o, model, zipf, rng, keys.data(), dense.data());
-      const double z = model.logit(keys.data(), dense.data());
-      const bool positive = unit_float(rng.next()) < sigmoid(z);
-      logits[i] = z;
-      labels[i] = positive ? 1 : 0;
-      text.append(positive ? "click:1" : "click:0");
-      for (int j = 0; j < o.dense; ++j) {
-        text.append(" dense_feature:");
-        append_float(&text, dense[j]);
-      }
-      for (int s = 0; s < o.slots; ++s) {
-        text.push_back(' ');
-        text.append(slot_names[s]);
-        text.push_back(':');
-        append_u64(&text, keys[s]);
-      }
-      text.push_back('\n');
-      if (text.size() >= (std::size_t{4} << 20) || i + 1 == last) {
-        if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
-          file_status[f] =
-              Status::IOError("write error on '" + path + "': " + std::strerror(errno));
-          break;
-        }
-        file_bytes[f] += text.size();
-        text.clear();
-      }
+    for (int s = 0; s < o.slots; ++s) {
+      text.push_back(' ');
+      text.append(slot_names[s]);
+      text.push_back(':');
+      append_u64(&text, keys[s]);
     }
-    if (std::fclose(out) != 0 && file_status[f].ok()) {
-      file_status[f] = Status::IOError("write error on '" + path + "': " + std::strerror(errno));
+    text.push_back('\n');
+    if (text.size() >= (std::size_t{4} << 20) || i + 1 == last) {
+      if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
+        status = Status::IOError("write error on '" + path + "': " + std::strerror(errno));
+        break;
+      }
+      *bytes += text.size();
+      text.clear();
     }
-  });
-  for (const Status& st : file_status) GPUBOX_RETURN_IF_ERROR(st);
+  }
+  if (std::fclose(out) != 0 && status.ok()) {
+    status = Status::IOError("write error on '" + path + "': " + std::strerror(errno));
+  }
+  return status;
+}
 
-  OracleSummary s;
-  s.lines = o.lines;
-  for (std::uint8_t y : labels) s.positives += y;
-  s.positive_rate = o.lines ? static_cast<double>(s.positives) / static_cast<double>(o.lines) : 0.0;
-  s.auc = exact_auc(logits, labels);
-  s.logloss = mean_logloss(logits, labels);
-  for (std::uint64_t b : file_bytes) s.bytes += b;
-  s.seconds = timer.seconds();
-
+// oracle.json: what the planted model scores on the data, and the options that made it.
+Status write_oracle(const GeneratorOptions& o, const PlantedModel& model, const OracleSummary& s) {
   const std::string oracle_path = (std::filesystem::path(o.out_dir) / "oracle.json").string();
   std::FILE* out = std::fopen(oracle_path.c_str(), "wb");
   if (out == nullptr) {
@@ -337,6 +331,39 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
   if (std::fclose(out) != 0 || !written) {
     return Status::IOError("write error on '" + oracle_path + "'");
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status generate(const GeneratorOptions& o, OracleSummary* summary) {
+  GPUBOX_RETURN_IF_ERROR(prepare_output(o));
+  Timer timer;
+  const PlantedModel model = planted_model(o);
+  const ZipfSampler zipf(o.vocab, o.zipf);
+  std::vector<double> logits(o.lines);
+  std::vector<std::uint8_t> labels(o.lines);
+  std::vector<std::string> slot_names(static_cast<std::size_t>(o.slots));
+  for (int s = 0; s < o.slots; ++s) slot_names[s] = std::to_string(s + 1);
+  std::vector<Status> file_status(static_cast<std::size_t>(o.files));
+  std::vector<std::uint64_t> file_bytes(static_cast<std::size_t>(o.files), 0);
+
+  parallel_tasks(o.threads, static_cast<std::size_t>(o.files), [&](std::size_t f) {
+    file_status[f] =
+        write_part_file(o, model, zipf, slot_names, f, &logits, &labels, &file_bytes[f]);
+  });
+  for (const Status& st : file_status) GPUBOX_RETURN_IF_ERROR(st);
+
+  OracleSummary s;
+  s.lines = o.lines;
+  for (std::uint8_t y : labels) s.positives += y;
+  s.positive_rate = o.lines ? static_cast<double>(s.positives) / static_cast<double>(o.lines) : 0.0;
+  s.auc = exact_auc(logits, labels);
+  s.logloss = mean_logloss(logits, labels);
+  for (std::uint64_t b : file_bytes) s.bytes += b;
+  s.seconds = timer.seconds();
+
+  GPUBOX_RETURN_IF_ERROR(write_oracle(o, model, s));
   *summary = s;
   return Status::OK();
 }
