@@ -36,8 +36,10 @@ void check_bounds(const TrainerConfig& c) {
   FUZZ_CHECK(c.dataset.dense_dim >= 0, "dense_input_dim < 0");
   FUZZ_CHECK(c.num_sparse_slots() >= 1, "no sparse slot");
   FUZZ_CHECK(c.sparse.mf_dim >= 0 && c.sparse.mf_dim <= 1023, "mf_dim out of range");
-  FUZZ_CHECK(c.sparse.min_bound <= c.sparse.max_bound, "embed_w bounds out of order");
-  FUZZ_CHECK(c.sparse.mf_min_bound <= c.sparse.mf_max_bound, "embedx bounds out of order");
+  FUZZ_CHECK(c.sparse.optimizer.min_bound <= c.sparse.optimizer.max_bound,
+             "embed_w bounds out of order");
+  FUZZ_CHECK(c.sparse.optimizer.mf_min_bound <= c.sparse.optimizer.mf_max_bound,
+             "embedx bounds out of order");
   FUZZ_CHECK(!c.model_keys.empty(), "no model keys");
 }
 
