@@ -24,6 +24,7 @@ if [ "${1:-}" = "--checks" ]; then
   PACKAGES+=(
     clang-format-14      # scripts/check_format.sh: the repo's .clang-format, version 14
     clang-14             # scripts/check_thread_safety.sh: -Wthread-safety (syntax only)
+    libomp-14-dev        # its omp.h: the sources it checks are built with -fopenmp
   )
 fi
 if [ "${1:-}" = "--fuzz" ]; then
