@@ -13,6 +13,7 @@
 #include "common/enum_names.hpp"
 #include "common/json.hpp"
 #include "table/dense_table.hpp"
+#include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/serve/half.hpp"
@@ -174,6 +175,21 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
   }
   if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
   table::io::FileEnv* env = table::io::FileEnv::posix();
+  // Only a complete save whose halves are the ones its model manifest names, as --mode infer
+  // and a resume require: a save cut short or with a replaced half is refused, naming it.
+  auto model_manifest = table::io::read_model_manifest(env, save_dir);
+  if (!model_manifest.ok()) {
+    return model_manifest.status().with_context("exporting save " + save_dir);
+  }
+  if (model_manifest->sparse.size() != 1) {
+    return Status::InvalidArgument(
+        "save " + save_dir + " keeps its sparse half on " +
+        std::to_string(model_manifest->sparse.size()) +
+        " servers: export reads one sparse half (save from an in-process run, or load the save "
+        "into one process first)");
+  }
+  GPUBOX_RETURN_IF_ERROR(table::io::check_halves(env, save_dir, *model_manifest, true)
+                             .with_context("exporting save " + save_dir));
   const std::string sparse_dir = save_dir + "/sparse";
   const std::string dense_dir = save_dir + "/dense";
   auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");

@@ -291,6 +291,18 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("delta"), std::string::npos);
   EXPECT_FALSE(fs::exists(root_ / "delta_export"));
+
+  // Only a complete save: without its model manifest (a save cut short) it is refused by name.
+  const fs::path cut_short = root_ / "cut_short_save";
+  fs::copy(root_ / "save", cut_short, fs::copy_options::recursive);
+  fs::remove(cut_short / "MODEL_MANIFEST");
+  const auto incomplete =
+      export_serving_model(delta_config.value(), cut_short.string(),
+                           (root_ / "cut_short_export").string(), ExportOptions{});
+  ASSERT_FALSE(incomplete.ok());
+  EXPECT_NE(incomplete.status().message().find("MODEL_MANIFEST"), std::string::npos)
+      << incomplete.status().to_string();
+  EXPECT_FALSE(fs::exists(root_ / "cut_short_export"));
 }
 
 // The server's predictions are --mode infer's, for slot text and JSON bodies alike.
