@@ -33,18 +33,26 @@ cli::Usage gen_usage() {
       "the planted model's AUC, logloss and positive rate on them (the ceiling a trained model "
       "can approach). Held-out data of the same planted model: the same --seed with "
       "--first_line past the training set's --lines.";
-  u.options = {{"--out DIR", "", "output folder (required)"},
-               {"--lines N", "1000", "lines in all"},
-               {"--files K", "1", "files the lines are spread over"},
-               {"--seed S", "1", "seed of the planted model and of the lines"},
-               {"--slots N", "26", "sparse slots, named 1..N"},
-               {"--dense N", "13", "dense values per line"},
-               {"--vocab N", "100000", "distinct keys per slot"},
-               {"--zipf A", "1.1", "Zipf exponent of key popularity"},
-               {"--factor-dim D", "4", "rank of the planted pairwise term"},
-               {"--ctr P", "0.25", "target positive rate (<= 0: the planted bias as it is)"},
-               {"--threads T", "the machine's cores", "writer threads"},
-               {"--first_line L", "0", "lines L .. L+N-1 of the seed's stream"}};
+  // The defaults shown are GeneratorOptions' own, so the text cannot drift from them.
+  const GeneratorOptions d;
+  const auto num = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", v);
+    return std::string(text);
+  };
+  u.options = {
+      {"--out DIR", "", "output folder (required)"},
+      {"--lines N", std::to_string(d.lines), "lines in all"},
+      {"--files K", std::to_string(d.files), "files the lines are spread over"},
+      {"--seed S", std::to_string(d.seed), "seed of the planted model and of the lines"},
+      {"--slots N", std::to_string(d.slots), "sparse slots, named 1..N"},
+      {"--dense N", std::to_string(d.dense), "dense values per line"},
+      {"--vocab N", std::to_string(d.vocab), "distinct keys per slot"},
+      {"--zipf A", num(d.zipf), "Zipf exponent of key popularity"},
+      {"--factor-dim D", std::to_string(d.factor_dim), "rank of the planted pairwise term"},
+      {"--ctr P", num(d.ctr), "target positive rate (<= 0: the planted bias as it is)"},
+      {"--threads T", "the machine's cores", "writer threads"},
+      {"--first_line L", std::to_string(d.first_line), "lines L .. L+N-1 of the seed's stream"}};
   u.examples = {"gpubox_data gen --out data/train --lines 100000 --files 4 --seed 7",
                 "gpubox_data gen --out data/test --lines 10000 --files 1 --seed 7 "
                 "--first_line 100000"};
