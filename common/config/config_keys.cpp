@@ -111,6 +111,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(string_key(r + "infer_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module for inference"));
   t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kTrainer, "--mode infer: the first save <infer_load_path>/<epoch> evaluated"));
   t.push_back(int_key(r + "infer_end_epoch", "-1", -1, kInt32Max, kTrainer, "--mode infer: the saves evaluated end before this epoch; -1: at the last save under infer_load_path"));
+  t.push_back(int_key(r + "prefetch_passes", "1", 0, 8, kTrainer, "passes read, deduplicated and staged (their host-tier rows fetched) while an earlier pass trains, so begin_pass moves only what changed; each one ahead holds its data set and staged rows in host memory; 0 = off"));
   t.push_back(int_key(r + "card_memory_mb", "0", 0, kInt64Max, kTrainer, "card-tier budget per card in MiB (rows over it are evicted); 0 = no limit"));
   t.push_back(int_key(r + "host_table_shards", "64", 1, 65536, kTable, "lock shards of the in-process host table and of gpubox_server's (one part file each in a save)"));
   t.push_back(enum_key(r + "save_form", kSaveFormNames, SaveForm::kBinary, kTable, "part files of the host table's saves: binary records or Paddle-like text lines (loads read either)"));
@@ -251,7 +252,7 @@ std::vector<IgnoredKey> build_ignored() {
   key("parse_content", "PaddleRec's InMemoryDataset content field; GPUBox's formats carry none");
   key("parse_ins_id", "PaddleRec's InMemoryDataset instance id field; GPUBox's formats carry none");
   key("pass_per_day", "PaddleRec online trainer's passes per day; GPUBox's passes are runner.pass_dirs");
-  key("prefetch", "PaddleRec online trainer's prefetch of the next pass");
+  key("prefetch", "PaddleRec online trainer's prefetch of the next pass; GPUBox's is runner.prefetch_passes");
   key("preload_thread_num", "PaddleRec online trainer's preload threads; GPUBox uses runner.thread_num");
   key("print_period", "print interval of PaddleRec's heter loop; GPUBox reads runner.print_interval");
   key("reader_batch_size", "batch size of PaddleRec's reader scripts; GPUBox reads runner.train_batch_size");

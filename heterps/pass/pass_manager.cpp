@@ -153,10 +153,14 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
 }
 
 PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
-                                  const std::vector<int32_t>& slots) {
+                                  const std::vector<int32_t>& slots, const StagedRows* staged) {
   GPUBOX_EXPECTS(!in_pass_, "begin_pass called twice without end_pass");
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
                  " keys but ", slots.size(), " slots");
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  GPUBOX_EXPECTS(staged == nullptr || staged->rows.size() == staged->keys.size() * stride,
+                 "begin_pass: ", staged ? staged->keys.size() : 0, " staged keys with ",
+                 staged ? staged->rows.size() : 0, " floats of rows");
   Timer timer;
   const std::vector<CardKeys> owned = partition_by_owner(keys, slots);
   PassStats stats;
@@ -174,27 +178,92 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                   "runner.card_memory_mb.");
     }
     const CardKeys missing = missing_on_card(c, owned[c]);
+    // The missing rows staged ahead are inserted from the staging; only the others are pulled.
+    CardKeys to_pull;
+    std::vector<uint64_t> staged_keys;
+    std::vector<float> staged_rows;
+    for (std::size_t i = 0; i < missing.keys.size(); ++i) {
+      const uint64_t key = missing.keys[i];
+      const auto at = staged ? std::lower_bound(staged->keys.begin(), staged->keys.end(), key)
+                             : std::vector<uint64_t>::const_iterator{};
+      if (staged && at != staged->keys.end() && *at == key) {
+        const float* row = staged->rows.data() + (at - staged->keys.begin()) * stride;
+        staged_keys.push_back(key);
+        staged_rows.insert(staged_rows.end(), row, row + stride);
+      } else {
+        to_pull.keys.push_back(key);
+        to_pull.slots.push_back(missing.slots[i]);
+      }
+    }
     // Make room: evict rows this pass does not need, lowest score first.
     uint64_t evicted = 0;
     const std::size_t resident = stores_[c]->size();
     if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
       evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
     }
-    const std::size_t created = pull_to_card(c, missing);
+    stores_[c]->reserve(missing.keys.size(), card.stream());
+    insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
+    const std::size_t created = pull_to_card(c, to_pull);
 
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.keys_in_pass += n;
     stats.hits += n - missing.keys.size();
-    stats.pulled += missing.keys.size();
+    stats.pulled += to_pull.keys.size();
+    stats.prefetched += staged_keys.size();
     stats.created += created;
     stats.evicted += evicted;
     stats.rows_on_cards += stores_[c]->size();
   });
+  // A staged row the host tier created is missing on every card (it was new), so it was used.
+  if (staged != nullptr) stats.created += staged->created;
   stats.begin_seconds = timer.seconds();
   current_ = stats;
   in_pass_ = true;
   ++next_pass_id_;
   return current_;
+}
+
+StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
+                                   const std::vector<int32_t>& slots,
+                                   const std::vector<uint64_t>& exclude) const {
+  GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "stage_rows: ", keys.size(),
+                 " keys but ", slots.size(), " slots");
+  GPUBOX_EXPECTS(std::is_sorted(exclude.begin(), exclude.end()),
+                 "stage_rows: the excluded keys are not sorted");
+  Timer timer;
+  // Sorted and unique (a repeated key keeps its first slot, as in begin_pass), less key 0 and
+  // the excluded keys.
+  std::vector<std::size_t> order(keys.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  StagedRows staged;
+  std::vector<int32_t> staged_slots;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const uint64_t key = keys[order[k]];
+    if (key == 0 || (k > 0 && keys[order[k - 1]] == key) ||
+        std::binary_search(exclude.begin(), exclude.end(), key)) {
+      continue;
+    }
+    staged.keys.push_back(key);
+    staged_slots.push_back(slots.empty() ? 0 : slots[order[k]]);
+  }
+  const std::size_t n = staged.keys.size();
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t batch = options_.host_batch_keys;
+  staged.rows.resize(n * stride);
+  std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
+  const Status st = pipelined_chunks(
+      n, batch, options_.pulls_in_flight,
+      [&](std::size_t b, std::size_t e) {
+        return host_.pull(staged.keys.data() + b, staged_slots.data() + b, e - b,
+                          staged.rows.data() + b * stride, &created[b / batch]);
+      },
+      [](std::size_t, std::size_t) {});
+  throw_host_error(st, "staging " + std::to_string(n) + " rows of a coming pass");
+  staged.created = std::accumulate(created.begin(), created.end(), std::size_t{0});
+  staged.seconds = timer.seconds();
+  return staged;
 }
 
 std::vector<PassManager::CardKeys> PassManager::partition_by_owner(
@@ -238,20 +307,12 @@ PassManager::CardKeys PassManager::missing_on_card(int c, const CardKeys& mine) 
 }
 
 std::size_t PassManager::pull_to_card(int c, const CardKeys& missing) {
-  sparse::CardSparseStore& store = *stores_[c];
-  device::Card& card = cards_.card(c);
-  const device::Stream& stream = card.stream();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   const std::size_t n = missing.keys.size();
   const std::size_t batch = options_.host_batch_keys;
-  // Several host-tier requests in flight, inserted in order, staged on the card at most a page
-  // of rows at a time.
+  // Several host-tier requests in flight, inserted in order.
   std::vector<float> rows(n * stride);
   std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
-  store.reserve(n, stream);
-  const std::size_t stage_limit = std::min(store.page_rows(), batch);
-  device::device_buffer<uint64_t> staged_keys(0, card.memory(), stream);
-  device::device_buffer<float> staged_rows(0, card.memory(), stream);
   const Status st = pipelined_chunks(
       n, batch, options_.pulls_in_flight,
       [&](std::size_t b, std::size_t e) {
@@ -259,19 +320,30 @@ std::size_t PassManager::pull_to_card(int c, const CardKeys& missing) {
                           rows.data() + b * stride, &created[b / batch]);
       },
       [&](std::size_t b, std::size_t e) {
-        for (std::size_t from = b; from < e; from += stage_limit) {
-          const std::size_t count = std::min(e, from + stage_limit) - from;
-          staged_keys.resize_discard(count);
-          staged_rows.resize_discard(count * stride);
-          device::copy_async(staged_keys.data(), missing.keys.data() + from, count, stream);
-          device::copy_async(staged_rows.data(), rows.data() + from * stride, count * stride,
-                             stream);
-          store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
-        }
+        insert_to_card(c, missing.keys.data() + b, rows.data() + b * stride, e - b);
       });
   throw_host_error(st, "begin_pass: pulling " + std::to_string(n) + " keys of card " +
-                           std::to_string(card.rank()) + " from the host tier");
+                           std::to_string(cards_.card(c).rank()) + " from the host tier");
   return std::accumulate(created.begin(), created.end(), std::size_t{0});
+}
+
+void PassManager::insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) {
+  if (n == 0) return;
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t stage_limit = std::min(store.page_rows(), options_.host_batch_keys);
+  device::device_buffer<uint64_t> staged_keys(0, card.memory(), stream);
+  device::device_buffer<float> staged_rows(0, card.memory(), stream);
+  for (std::size_t from = 0; from < n; from += stage_limit) {
+    const std::size_t count = std::min(n, from + stage_limit) - from;
+    staged_keys.resize_discard(count);
+    staged_rows.resize_discard(count * stride);
+    device::copy_async(staged_keys.data(), keys + from, count, stream);
+    device::copy_async(staged_rows.data(), rows + from * stride, count * stride, stream);
+    store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
+  }
 }
 
 uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess) {

@@ -9,6 +9,18 @@
 //                     are evicted first, lowest score first (they are clean: the previous
 //                     end_pass wrote every change back). If the pass itself does not fit, it
 //                     fails before anything is pulled, with the numbers and the remedy.
+//   stage_rows(keys, exclude)  (any thread, also while the cards train) pulls the host-tier
+//                     rows of a coming pass's keys, less `exclude`: the keys of every pass that
+//                     trains between now and that pass's begin_pass. Those are the only rows
+//                     whose host-tier value can change in between (a pass writes back only its
+//                     own keys, at its end_pass), so each staged row is exactly what begin_pass
+//                     would pull; begin_pass(keys, slots, &staged) inserts the staged rows of
+//                     the keys missing on their card and pulls only the rest. A key excluded,
+//                     or evicted after staging, is simply pulled. Call it after the end_pass
+//                     of the pass before the first excluded one. Rows new to the host tier are
+//                     created there by the fetch, from the same seeded rules a later pull
+//                     would use, so only their creation moves earlier (a save in between
+//                     holds them untrained).
 //   end_pass()        rows changed during the pass (dirty) are pushed to the host tier, then
 //                     marked clean. After it, the host tier holds exactly what the cards hold.
 //                     If the host tier fails midway, the rows stay dirty on the cards, so a
@@ -49,7 +61,15 @@ class PassManager {
   // key keeps its first slot); `slots` (same length, or empty: slot 0) names each key's slot
   // for rows the host tier creates. Throws gpubox::Error when the host tier fails (after its
   // own retries) or the pass cannot fit.
-  PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {});
+  // `staged` (optional, borrowed for the call): rows fetched ahead by stage_rows for this pass.
+  PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {},
+                       const StagedRows* staged = nullptr);
+  // The host-tier rows of `keys` (slots as for begin_pass) that are not in `exclude` (sorted).
+  // Touches only the host tier: safe while card threads run steps and during end_pass, but not
+  // beside another call that changes the host tier's rows of these keys (a load). Throws
+  // gpubox::Error when the host tier fails.
+  StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
+                        const std::vector<uint64_t>& exclude) const;
   // Writes dirty rows back; returns this pass's counters (begin and end).
   PassStats end_pass();
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
@@ -80,6 +100,9 @@ class PassManager {
   // Pulls `missing` from the host tier (created there with their slots when new) into card
   // `c`'s store. Returns how many rows the host tier created.
   std::size_t pull_to_card(int c, const CardKeys& missing);
+  // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
+  // on the card at most a page of rows at a time.
+  void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n);
   // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
   uint64_t write_back(int c);
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpubox::pass {
 
@@ -40,14 +41,27 @@ struct CardTierPlan {
   std::string to_string() const;
 };
 
+// Host-tier rows of a coming pass, fetched ahead while an earlier pass trains
+// (PassManager::stage_rows, runner.prefetch_passes). Only keys no pass between the fetch and
+// the coming pass's begin_pass touches are staged, so a staged row is the value begin_pass would
+// pull (pass_manager.hpp). Owned by the caller; handed to begin_pass.
+struct StagedRows {
+  std::vector<uint64_t> keys;  // sorted, unique, no key 0
+  std::vector<float> rows;     // the host-tier row of keys[i] at [i * stride, (i + 1) * stride)
+  std::size_t created = 0;     // rows the host tier created for this fetch (never seen before)
+  double seconds = 0;          // the fetch's wall time
+  std::size_t bytes() const { return keys.size() * sizeof(uint64_t) + rows.size() * sizeof(float); }
+};
+
 // Counters of one pass, summed over this trainer's cards (the trainer's pass report prints
 // them: trainer/engine/trainer.cpp).
 struct PassStats {
   int64_t pass_id = 0;
   uint64_t keys_in_pass = 0;   // unique keys handed to begin_pass (after key 0 was dropped)
   uint64_t hits = 0;           // already on their owner card
-  uint64_t pulled = 0;         // fetched from the host tier
-  uint64_t created = 0;        // of those, rows the host tier created (never seen before)
+  uint64_t pulled = 0;         // fetched from the host tier by begin_pass itself
+  uint64_t prefetched = 0;     // taken from rows staged ahead (StagedRows) instead
+  uint64_t created = 0;        // of pulled + prefetched, rows the host tier created (new keys)
   uint64_t evicted = 0;        // rows removed from cards to make room
   uint64_t written_back = 0;   // dirty rows pushed to the host tier by end_pass / sync
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass

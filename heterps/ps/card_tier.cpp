@@ -31,8 +31,15 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
 CardTier::~CardTier() = default;
 
 pass::PassStats CardTier::begin_pass(const std::vector<uint64_t>& keys,
-                                     const std::vector<int32_t>& slots) {
-  return pass_manager_->begin_pass(keys, slots);
+                                     const std::vector<int32_t>& slots,
+                                     const pass::StagedRows* staged) {
+  return pass_manager_->begin_pass(keys, slots, staged);
+}
+
+pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,
+                                      const std::vector<int32_t>& slots,
+                                      const std::vector<uint64_t>& exclude) const {
+  return pass_manager_->stage_rows(keys, slots, exclude);
 }
 
 pass::PassStats CardTier::end_pass() { return pass_manager_->end_pass(); }

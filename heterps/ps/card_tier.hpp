@@ -6,9 +6,13 @@
 //   pass boundaries (controlling thread, no card thread running steps):
 //     begin_pass(keys, slots) -> the pass's rows on their owner cards (pulled from the host
 //                                tier, created there with the key's slot when new)
+//     begin_pass(keys, slots, &staged) -> the same, inserting the rows staged ahead
 //     end_pass() / sync()     -> dirty rows back to the host tier
 //     clear()                 -> every card's store emptied (after a model load)
 //   a step (card thread `c`, collective over the cards):
+//   any thread, also during steps:
+//     stage_rows(keys, slots, exclude) -> a coming pass's host-tier rows, fetched ahead
+//                                         (runner.prefetch_passes; pass_manager.hpp)
 //     pull(c, ...) -> records of every key occurrence; push_pulled(c, ...) -> one optimizer
 //     step per key (HeterComm, heterps/heter_comm/heter_comm.hpp)
 //
@@ -66,8 +70,15 @@ class CardTier {
   // `keys`: the pass's unique keys; `slots` (same length, or empty): each key's slot, given to
   // the rows the host tier creates (the dataset's first occurrence, InMemoryDataset::unique_keys).
   // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
+  // `staged`: rows stage_rows fetched ahead for this pass (optional, borrowed for the call).
   pass::PassStats begin_pass(const std::vector<uint64_t>& keys,
-                             const std::vector<int32_t>& slots = {});
+                             const std::vector<int32_t>& slots = {},
+                             const pass::StagedRows* staged = nullptr);
+  // The host-tier rows of a coming pass's `keys` less `exclude` (sorted: the keys of every pass
+  // trained before it from now on): PassManager::stage_rows. Any thread; touches only the host
+  // tier.
+  pass::StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
+                              const std::vector<uint64_t>& exclude) const;
   // Writes the dirty rows back; returns the pass's counters.
   pass::PassStats end_pass();
   // Writes the dirty rows back without ending the pass (before a save). Returns rows written.

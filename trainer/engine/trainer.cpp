@@ -28,6 +28,7 @@
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/checkpoint.hpp"
+#include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -218,18 +219,34 @@ void Trainer::print_report(const PassReport& report, const std::string& prefix) 
   std::fflush(stdout);
 }
 
-PassReport Trainer::train_pass(const std::vector<std::string>& files) {
-  State& s = *state_;
-  const int64_t pass = pass_id_++;  // from 0, as PaddleRec numbers its epochs
-  Timer pass_timer;
-  Timer phase;
+std::unique_ptr<dataset::InMemoryDataset> Trainer::read_pass(const std::vector<std::string>& files,
+                                                             int64_t pass) const {
   auto ds = load_dataset(files, "pass " + std::to_string(pass));
   if (config_.runner.shuffle) ds->local_shuffle(config_.runner.seed * 1000003 + pass);
-  const double load_seconds = phase.seconds();
+  return ds;
+}
 
-  const dataset::UniqueKeys pass_keys = ds->unique_keys_and_slots();
-  const pass::PassStats begin = s.card_tier->begin_pass(pass_keys.keys, pass_keys.slots);
-  phase.reset();
+PassReport Trainer::train_pass(const std::vector<std::string>& files) {
+  Timer timer;
+  const auto prepared =
+      prepare_pass([&](int64_t pass) { return read_pass(files, pass); }, pass_id_);
+  prepared->waited_seconds = timer.seconds();
+  return run_pass(*prepared);
+}
+
+PassReport Trainer::run_pass(PreparedPass& prepared) {
+  State& s = *state_;
+  const int64_t pass = prepared.pass;  // from 0, as PaddleRec numbers its epochs
+  pass_id_ = pass + 1;
+  Timer pass_timer;
+  const dataset::InMemoryDataset* ds = prepared.data.get();
+  // What the pass boundary waited for the pass's data: reading it now, or what was left of
+  // reading it ahead.
+  const double load_seconds = prepared.waited_seconds;
+  const pass::PassStats begin = s.card_tier->begin_pass(
+      prepared.keys.keys, prepared.keys.slots, prepared.prefetched ? &prepared.staged : nullptr);
+  prepared.staged = {};  // in the cards now
+  Timer phase;
   const int cards = s.cards.num_local_cards();
   const std::size_t batches = ds->num_batches_per_card(cards);
   const bool tty = isatty(fileno(stdout)) != 0;
@@ -279,7 +296,7 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   const pass::PassStats end = s.card_tier->end_pass();
   PassReport report;
   report.pass = pass;
-  report.seconds = pass_timer.seconds();
+  report.seconds = load_seconds + pass_timer.seconds();
   report.cards = s.cards.total_cards();
   report.metrics = s.workers[0]->metrics().compute();
   report.extra = {{"load_seconds", load_seconds},
@@ -289,6 +306,8 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
                   {"keys_in_pass", static_cast<double>(begin.keys_in_pass)},
                   {"hits", static_cast<double>(begin.hits)},
                   {"pulled", static_cast<double>(begin.pulled)},
+                  {"prefetched", static_cast<double>(begin.prefetched)},
+                  {"read_ahead_seconds", prepared.prefetched ? prepared.read_seconds : 0.0},
                   {"created", static_cast<double>(begin.created)},
                   {"evicted", static_cast<double>(begin.evicted)},
                   {"written_back", static_cast<double>(end.written_back)},
@@ -379,6 +398,16 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
   } else if (!origin.empty()) {
     load(origin);
   }
+  // The passes after the one training are read and staged ahead (runner.prefetch_passes).
+  PassPipeline pipeline(*s.card_tier, config_.runner.prefetch_passes, [&](int64_t pass) {
+    return read_pass(pass_files[pass % per_epoch], pass);
+  });
+  if (pipeline.depth() > 0 && total > 1) {
+    GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << pipeline.depth()
+                     << ": while a pass trains, the next " << pipeline.depth()
+                     << " pass(es) are read and their host-tier rows staged; each holds its data "
+                        "set and staged rows in host memory until its begin_pass";
+  }
   std::vector<PassReport> reports;
   // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged (a run
   // resumed within an epoch counts the passes it trained of it).
@@ -393,7 +422,9 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     }
     try {
       SaveLineage::check_servers(*s.host, pass);
-      PassReport report = train_pass(pass_files[k % per_epoch]);
+      const std::shared_ptr<PreparedPass> prepared = pipeline.take(k);
+      pipeline.start_after(*prepared, total);  // after the previous end_pass, as it must be
+      PassReport report = run_pass(*prepared);
       print_report(report, "");
       epoch_seconds += report.seconds;
       epoch_metrics = report.metrics;
@@ -403,6 +434,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
         metrics_out.flush();
       }
       if (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) {
+        pipeline.wait();  // the save sees no staging under way
         save((std::filesystem::path(config_.runner.model_save_path) / std::to_string(report.pass))
                  .string());
       }
@@ -438,6 +470,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       // A server that restarted while no pass was open: reload the last save and train the
       // passes after it again (checkpoint.hpp); anything else is thrown again.
       const auto recovery = s.lineage->recover(e, *s.host, s.card_tier->in_pass(), pass);
+      pipeline.clear();  // rows staged from before the reload are stale
       pass_id_ = recovery.run_pass;
       load(recovery.dir);
       k = pass_id_;

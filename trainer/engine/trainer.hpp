@@ -4,11 +4,12 @@
 // HeterComms, pass manager) and one CardWorker (dense model, optimizer, metrics) per card.
 //
 // A pass: load the pass's files into an InMemoryDataset -> shuffle -> begin_pass(unique keys and
-// their slots)
-// -> every card trains its batches (one host thread per card) -> end_pass (dirty rows back to
-// the host tier) -> metrics all-reduced over the cards -> pass line and one JSON line in
+// their slots) -> every card trains its batches (one host thread per card) -> end_pass (dirty rows
+// back to the host tier) -> metrics all-reduced over the cards -> pass line and one JSON line in
 // runner.metrics_path (with the pass manager's counters and the steady steps' device counts per
-// card per step: host_syncs_per_step, ...) -> optional test evaluation and save.
+// card per step: host_syncs_per_step, ...) -> optional test evaluation and save. In train(),
+// with runner.prefetch_passes > 0, the next passes are read and their rows staged while a pass
+// trains (PassPipeline, pass_pipeline.hpp): same results, a shorter wait at the pass boundary.
 //
 // Thread-safety: one controlling thread calls the public methods; card threads live inside them.
 #pragma once
@@ -31,6 +32,8 @@ namespace ps {
 class CardTier;
 }
 namespace trainer {
+
+struct PreparedPass;
 
 // Where the trainer runs: its cards and the servers, from the launcher's environment.
 struct TrainerEnv {
@@ -69,7 +72,7 @@ class Trainer {
   // this run under model_save_path: then from the pass after it (checkpoint.hpp). Returns the
   // reports of the passes it trained.
   std::vector<PassReport> train(const std::string& start_from = "");
-  // Trains one pass over `files` (pass ids count up from 0).
+  // Trains one pass over `files` (pass ids count up from 0), read now (no prefetch).
   PassReport train_pass(const std::vector<std::string>& files);
   // Evaluates `files` with the current model (no update).
   EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions);
@@ -98,6 +101,12 @@ class Trainer {
   std::unique_ptr<dataset::InMemoryDataset> load_dataset(const std::vector<std::string>& files,
                                                          const std::string& what) const;
   void print_report(const PassReport& report, const std::string& prefix) const;
+  // Pass `pass` over `files`: read and shuffled with that pass's seed (thread-safe: the pass
+  // pipeline calls it from its threads).
+  std::unique_ptr<dataset::InMemoryDataset> read_pass(const std::vector<std::string>& files,
+                                                      int64_t pass) const;
+  // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass.
+  PassReport run_pass(PreparedPass& prepared);
 
   TrainerConfig config_;
   TrainerEnv env_;

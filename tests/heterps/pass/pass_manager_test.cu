@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <random>
@@ -271,6 +272,154 @@ INSTANTIATE_TEST_SUITE_P(Cards, PassManagerTest,
                            return std::to_string(info.param.cards) + "cards_budget" +
                                   std::to_string(info.param.row_budget);
                          });
+
+// The rows of pass p + depth staged while pass p trains (another thread, concurrent with the
+// steps), excluding the keys of passes p .. p + depth - 1, then handed to its begin_pass: the
+// cards and the host tier stay bit-identical to the same passes without staging, and the
+// counters add up to the unstaged ones. With a budget and depth 2, rows of pass p are evicted at
+// pass p + 1 and needed again at p + 2: staged without the exclusion they would be stale.
+struct StagingCase {
+  int cards;
+  std::size_t row_budget;  // per card; 0 = none
+  int depth;
+};
+
+class PassManagerStagingTest : public ::testing::TestWithParam<StagingCase> {};
+
+TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
+  const StagingCase tc = GetParam();
+  GPUBOX_REQUIRE_CARDS(tc.cards);
+  PassManagerOptions options;
+  options.card_row_budget = tc.row_budget;
+  options.host_batch_keys = 37;
+  Engine staged(tc.cards, options);
+  Engine reference(tc.cards, options);
+
+  const auto passes = make_passes(7, 240, 78);
+  const std::size_t stride = static_cast<std::size_t>(staged.host->layout().stride());
+  std::map<std::size_t, StagedRows> ahead;  // pass -> its staged rows
+  uint64_t prefetched = 0, evicted = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const auto& keys = passes[p];
+    const StagedRows* mine = ahead.count(p) ? &ahead.at(p) : nullptr;
+    const PassStats got = staged.manager->begin_pass(keys, {}, mine);
+    const PassStats want = reference.manager->begin_pass(keys);
+    EXPECT_EQ(got.hits, want.hits) << "pass " << p;
+    EXPECT_EQ(got.pulled + got.prefetched, want.pulled) << "pass " << p;
+    EXPECT_EQ(got.created, want.created) << "pass " << p;
+    EXPECT_EQ(got.evicted, want.evicted) << "pass " << p;
+    if (mine != nullptr && (tc.depth == 1 || tc.row_budget == 0)) {
+      EXPECT_EQ(got.pulled, 0u) << "pass " << p << ": a missing row was not staged";
+    }
+    prefetched += got.prefetched;
+    evicted += got.evicted;
+
+    // This pass's own rows fetched now would be stale after its end_pass: why each staging
+    // excludes the keys of the passes training before it.
+    const StagedRows unexcluded = staged.manager->stage_rows(keys, {}, {});
+    // Stage pass p + depth while this one trains.
+    const std::size_t target = p + static_cast<std::size_t>(tc.depth);
+    if (target < passes.size()) {
+      std::set<uint64_t> before;
+      for (std::size_t q = p; q < target; ++q) before.insert(passes[q].begin(), passes[q].end());
+      const std::vector<uint64_t> exclude(before.begin(), before.end());
+      auto staging = std::async(std::launch::async, [&] {
+        return staged.manager->stage_rows(passes[target], {}, exclude);
+      });
+      staged.train(keys, 2000 + p, 4);
+      ahead[target] = staging.get();
+      EXPECT_FALSE(ahead[target].keys.empty());
+      for (uint64_t k : ahead[target].keys) ASSERT_EQ(before.count(k), 0u) << "excluded key staged";
+    } else {
+      staged.train(keys, 2000 + p, 4);
+    }
+    reference.train(keys, 2000 + p, 4);
+    staged.manager->end_pass();
+    reference.manager->end_pass();
+    ahead.erase(p);
+
+    // The host tiers agree on every row; the staged side also holds rows the staging created
+    // for coming passes, untouched since.
+    const auto got_host = staged.host_rows();
+    const auto want_host = reference.host_rows();
+    for (const auto& [k, row] : want_host) {
+      ASSERT_TRUE(got_host.count(k)) << "key " << k << " pass " << p;
+      ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k << " pass " << p;
+    }
+    std::size_t created_early = 0, created_staging = 0;
+    for (const auto& [q, rows] : ahead) created_staging += rows.created;
+    for (const auto& [k, row] : got_host) {
+      if (want_host.count(k)) continue;
+      bool found = false;
+      for (const auto& [q, rows] : ahead) {
+        const auto at = std::lower_bound(rows.keys.begin(), rows.keys.end(), k);
+        if (at == rows.keys.end() || *at != k) continue;
+        const auto i = static_cast<std::size_t>(at - rows.keys.begin());
+        ASSERT_TRUE(rows_equal(row, std::vector<float>(rows.rows.begin() + i * stride,
+                                                       rows.rows.begin() + (i + 1) * stride)));
+        found = true;
+      }
+      ASSERT_TRUE(found) << "host row " << k << " neither trained nor staged";
+      ++created_early;
+    }
+    EXPECT_EQ(created_early, created_staging) << "pass " << p;
+    const auto got_cards = staged.card_rows();
+    const auto want_cards = reference.card_rows();
+    ASSERT_EQ(got_cards.size(), want_cards.size()) << "pass " << p;
+    for (const auto& [k, row] : want_cards) {
+      ASSERT_TRUE(rows_equal(got_cards.at(k), row)) << "card key " << k << " pass " << p;
+    }
+    std::size_t stale = 0;
+    for (std::size_t i = 0; i < unexcluded.keys.size(); ++i) {
+      const std::vector<float> row(unexcluded.rows.begin() + i * stride,
+                                   unexcluded.rows.begin() + (i + 1) * stride);
+      stale += !rows_equal(row, got_host.at(unexcluded.keys[i]));
+    }
+    EXPECT_GT(stale, 0u) << "pass " << p << ": training changed no row it staged";
+  }
+  EXPECT_GT(prefetched, 0u);
+  if (tc.row_budget > 0) {
+    EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, PassManagerStagingTest,
+                         ::testing::Values(StagingCase{1, 0, 1}, StagingCase{2, 0, 1},
+                                           StagingCase{3, 0, 2}, StagingCase{1, 300, 1},
+                                           StagingCase{1, 300, 2}, StagingCase{2, 170, 2}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.cards) + "cards_budget" +
+                                  std::to_string(info.param.row_budget) + "_depth" +
+                                  std::to_string(info.param.depth);
+                         });
+
+// stage_rows drops key 0, duplicates (the first slot wins) and the excluded keys, creates new
+// rows with their slots, and returns rows in key order equal to a pull's; nothing for no keys.
+TEST(PassManager, StageRowsSortsDedupsExcludesAndCreates) {
+  Engine engine(1, PassManagerOptions{});
+  EXPECT_TRUE(engine.manager->stage_rows({}, {}, {}).keys.empty());
+  const std::vector<uint64_t> keys = {mix64(9) | 1, 0, mix64(3) | 1, mix64(9) | 1, mix64(5) | 1};
+  const std::vector<int32_t> slots = {4, 1, 2, 7, 3};
+  std::vector<uint64_t> exclude = {mix64(5) | 1};
+  const StagedRows staged = engine.manager->stage_rows(keys, slots, exclude);
+  std::vector<uint64_t> want = {mix64(9) | 1, mix64(3) | 1};
+  std::sort(want.begin(), want.end());
+  ASSERT_EQ(staged.keys, want);
+  EXPECT_EQ(staged.created, 2u);
+  const int stride = engine.host->layout().stride();
+  ASSERT_EQ(staged.rows.size(), 2u * stride);
+  EXPECT_EQ(staged.bytes(), 2 * sizeof(uint64_t) + 2 * stride * sizeof(float));
+  const auto host = engine.host_rows();
+  EXPECT_EQ(host.size(), 2u) << "the excluded key was pulled";
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const std::vector<float> row(staged.rows.begin() + i * stride,
+                                 staged.rows.begin() + (i + 1) * stride);
+    EXPECT_TRUE(rows_equal(row, host.at(want[i])));
+    EXPECT_EQ(row[engine.host->layout().slot()], want[i] == (mix64(9) | 1) ? 4.0f : 2.0f);
+  }
+  EXPECT_THROW(engine.manager->stage_rows(keys, {1}, {}), Error);
+  EXPECT_THROW(engine.manager->stage_rows(keys, {}, {5, 2}), Error);
+}
 
 TEST(PassManager, PassLargerThanBudgetFailsBeforeTrainingWithNumbers) {
   GPUBOX_REQUIRE_CARDS(2);

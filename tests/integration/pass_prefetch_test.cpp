@@ -1,0 +1,210 @@
+// runner.prefetch_passes end to end: the passes after the one training are read, shuffled and
+// their rows staged ahead (trainer/engine/pass_pipeline.hpp). On the cpu backend a run is
+// deterministic, so with the pipeline off, 1 or 2 passes deep, and through a save and a resume
+// in between, every pass's metrics, the test evaluation, the dense parameters and every host
+// row must be bit-identical; 1 and 2 simulated cards. Passes overlap in keys (hits), each epoch
+// is evaluated between passes, and the pass-seeded shuffle is on.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "dataset/generator.hpp"
+#include "table/sparse_table.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kPasses = 4;
+
+// What a run ends with, compared bit for bit.
+struct RunResult {
+  std::vector<PassReport> reports;
+  std::vector<float> dense;
+  std::map<uint64_t, std::vector<float>> host_rows;
+};
+
+class PassPrefetch : public ::testing::TestWithParam<int> {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_prefetch_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    // One folder per pass; the same vocabulary, so consecutive passes share keys.
+    for (int p = 0; p <= kPasses; ++p) {
+      dataset::GeneratorOptions gen;
+      gen.out_dir = (root_ / (p == kPasses ? "test" : "pass" + std::to_string(p))).string();
+      gen.lines = 600;
+      gen.files = 2;
+      gen.seed = 40 + p;
+      gen.slots = 6;
+      gen.dense = 3;
+      gen.vocab = 300;
+      dataset::OracleSummary oracle;
+      throw_if_error(dataset::generate(gen, &oracle));
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static TrainerConfig config(int prefetch, int epochs, const std::vector<std::string>& extra) {
+    std::string dirs = "runner.pass_dirs=[";
+    for (int p = 0; p < kPasses; ++p)
+      dirs += (p ? ", " : "") + (root_ / ("pass" + std::to_string(p))).string();
+    std::vector<std::string> overrides = {dirs + "]",
+                                          "runner.test_data_dir=" + (root_ / "test").string(),
+                                          "runner.prefetch_passes=" + std::to_string(prefetch),
+                                          "runner.epochs=" + std::to_string(epochs),
+                                          "runner.train_batch_size=64",
+                                          "runner.shuffle=true",
+                                          "runner.metrics_path=",
+                                          "runner.model_save_path=",
+                                          "runner.thread_num=2",
+                                          "hyper_parameters.sparse_inputs_slots=7",
+                                          "hyper_parameters.sparse_feature_dim=5",
+                                          "hyper_parameters.dense_input_dim=3",
+                                          "hyper_parameters.fc_sizes=[16, 8]",
+                                          "hyper_parameters.sparse_optimizer.embed_threshold=0",
+                                          "hyper_parameters.sparse_optimizer.embedx_threshold=0"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
+                                   overrides);
+    throw_if_error(cfg.status());
+    return cfg.value();
+  }
+
+  static RunResult finish(Trainer& trainer, std::vector<PassReport> reports) {
+    RunResult out;
+    out.reports = std::move(reports);
+    out.dense = trainer.dense_values(trainer.num_cards() - 1);
+    auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
+    EXPECT_NE(table, nullptr);
+    const int stride = trainer.host_tier().layout().stride();
+    throw_if_error(table->for_each_row([&](uint64_t key, const float* row) {
+      out.host_rows[key] = std::vector<float>(row, row + stride);
+    }));
+    return out;
+  }
+
+  static RunResult run(int cards, int prefetch) {
+    Trainer trainer(config(prefetch, 2, {}), env(cards));
+    auto reports = trainer.train();
+    return finish(trainer, std::move(reports));
+  }
+
+  // Epoch 0 with saves (runner.save_mode checkpoint) in one trainer, then a second trainer that
+  // resumes from the last save and trains epoch 1.
+  static RunResult run_with_resume(int cards, int prefetch) {
+    const fs::path saves =
+        root_ / ("saves_" + std::to_string(cards) + "_" + std::to_string(prefetch));
+    const std::vector<std::string> extra = {"runner.model_save_path=" + saves.string(),
+                                            "runner.save_mode=checkpoint", "runner.resume=auto"};
+    std::vector<PassReport> reports;
+    {
+      Trainer first(config(prefetch, 1, extra), env(cards));
+      reports = first.train();
+    }
+    Trainer second(config(prefetch, 2, extra), env(cards));
+    auto rest = second.train();
+    EXPECT_EQ(rest.size(), static_cast<std::size_t>(kPasses)) << "did not resume at epoch 1";
+    reports.insert(reports.end(), rest.begin(), rest.end());
+    return finish(second, std::move(reports));
+  }
+
+  static TrainerEnv env(int cards) {
+    TrainerEnv e;
+    e.selected_cards = cards == 1 ? "0" : "0,1";
+    e.threads_per_card = 1;
+    return e;
+  }
+
+  static double extra(const PassReport& report, const std::string& name) {
+    for (const auto& [key, value] : report.extra)
+      if (key == name) return value;
+    ADD_FAILURE() << "pass report has no " << name;
+    return -1;
+  }
+
+  // Counters too unless `values_only` (a resumed run starts with empty cards: more pulls).
+  static void expect_identical(const RunResult& got, const RunResult& want, const char* what,
+                               bool values_only = false) {
+    ASSERT_EQ(got.reports.size(), want.reports.size()) << what;
+    for (std::size_t p = 0; p < want.reports.size(); ++p) {
+      const MetricValues& g = got.reports[p].metrics;
+      const MetricValues& w = want.reports[p].metrics;
+      EXPECT_EQ(got.reports[p].pass, want.reports[p].pass) << what;
+      EXPECT_EQ(g.examples, w.examples) << what << " pass " << p;
+      EXPECT_EQ(g.auc, w.auc) << what << " pass " << p;
+      EXPECT_EQ(g.logloss, w.logloss) << what << " pass " << p;
+      if (values_only) continue;
+      // The pass's counters, and what its steady steps asked of the cards (step_accounting_test
+      // pins those): the staging thread never touches a card.
+      for (const char* counter :
+           {"keys_in_pass", "hits", "created", "written_back", "host_syncs_per_step",
+            "allocations_per_step", "pageable_copies_per_step", "pinned_copies_per_step",
+            "launches_per_step", "collectives_per_step"}) {
+        EXPECT_EQ(extra(got.reports[p], counter), extra(want.reports[p], counter))
+            << what << " pass " << p << " " << counter;
+      }
+      EXPECT_EQ(extra(got.reports[p], "pulled") + extra(got.reports[p], "prefetched"),
+                extra(want.reports[p], "pulled"))
+          << what << " pass " << p;
+    }
+    ASSERT_EQ(got.dense.size(), want.dense.size()) << what;
+    EXPECT_EQ(std::memcmp(got.dense.data(), want.dense.data(), got.dense.size() * sizeof(float)), 0)
+        << what << ": dense parameters differ";
+    ASSERT_EQ(got.host_rows.size(), want.host_rows.size()) << what;
+    for (const auto& [key, row] : want.host_rows) {
+      ASSERT_TRUE(got.host_rows.count(key)) << what << ": key " << key;
+      ASSERT_EQ(std::memcmp(got.host_rows.at(key).data(), row.data(), row.size() * sizeof(float)),
+                0)
+          << what << ": host row of key " << key << " differs";
+    }
+  }
+
+  static fs::path root_;
+};
+fs::path PassPrefetch::root_;
+
+TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const RunResult off = run(cards, 0);
+  ASSERT_EQ(off.reports.size(), 2u * kPasses);
+  double hits = 0;
+  for (const auto& report : off.reports) {
+    EXPECT_EQ(extra(report, "prefetched"), 0) << "prefetch off staged rows";
+    hits += extra(report, "hits");
+  }
+  EXPECT_GT(hits, 0) << "the passes share no key: the test would not see stale staging";
+
+  const RunResult one = run(cards, 1);
+  expect_identical(one, off, "prefetch_passes=1");
+  // Every pass after the first had its missing rows staged: begin_pass pulled none itself (in
+  // epoch 1 every key is on the cards already).
+  for (std::size_t p = 1; p < one.reports.size(); ++p) {
+    EXPECT_EQ(extra(one.reports[p], "pulled"), 0) << "pass " << p;
+    if (p < kPasses) {
+      EXPECT_GT(extra(one.reports[p], "prefetched"), 0) << "pass " << p;
+    }
+  }
+  const RunResult two = run(cards, 2);
+  expect_identical(two, off, "prefetch_passes=2");
+  const RunResult resumed_off = run_with_resume(cards, 0);
+  expect_identical(resumed_off, off, "a save and resume", /*values_only=*/true);
+  expect_identical(run_with_resume(cards, 1), resumed_off, "prefetch_passes=1, save and resume");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, PassPrefetch, ::testing::Values(1, 2),
+                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
+
+}  // namespace
+}  // namespace gpubox::trainer

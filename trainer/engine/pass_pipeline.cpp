@@ -1,0 +1,107 @@
+#include "trainer/engine/pass_pipeline.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/timer.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "heterps/ps/card_tier.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// The sorted union of `a` and `b`.
+std::vector<uint64_t> merged(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+  std::vector<uint64_t> out;
+  out.reserve(a.size() + b.size());
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
+  Timer timer;
+  auto prepared = std::make_unique<PreparedPass>();
+  prepared->pass = pass;
+  prepared->data = read(pass);
+  prepared->keys = prepared->data->unique_keys_and_slots();
+  std::vector<uint64_t> sorted = prepared->keys.keys;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  prepared->sorted_keys = std::make_shared<const std::vector<uint64_t>>(std::move(sorted));
+  prepared->read_seconds = timer.seconds();
+  return prepared;
+}
+
+PassPipeline::PassPipeline(ps::CardTier& tier, int depth, ReadPass read)
+    : tier_(tier), depth_(std::max(0, depth)), read_(std::move(read)) {}
+
+PassPipeline::~PassPipeline() { wait(); }
+
+std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
+  Timer timer;
+  // Passes are taken in order; anything else (a schedule that jumped back) reads in place.
+  if (!jobs_.empty() && jobs_.front().pass != pass) clear();
+  std::shared_ptr<PreparedPass> prepared;
+  if (jobs_.empty()) {
+    prepared = prepare_pass(read_, pass);
+  } else {
+    const Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    prepared = job.ready.get();  // a failure to read the pass is thrown here
+    const double mib = 1.0 / (1 << 20);
+    GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
+                     << " s, data set " << prepared->data->memory_bytes() * mib << " MiB) and "
+                     << prepared->staged.keys.size() << " of its " << prepared->keys.keys.size()
+                     << " keys staged (" << prepared->staged.bytes() * mib << " MiB, "
+                     << prepared->staged.seconds << " s) while the pass before it trained; "
+                     << "runner.prefetch_passes = " << depth_ << " holds at most " << depth_
+                     << " such pass(es)";
+  }
+  prepared->waited_seconds = timer.seconds();
+  return prepared;
+}
+
+void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
+  const int64_t last = std::min(end - 1, current.pass + depth_);
+  const int64_t first = jobs_.empty() ? current.pass + 1 : jobs_.back().pass + 1;
+  for (int64_t pass = first; pass <= last; ++pass) {
+    // Excluded from its staging: the keys of the passes that train before it from now on.
+    std::vector<std::shared_future<std::shared_ptr<PreparedPass>>> before;
+    for (const Job& job : jobs_) before.push_back(job.ready);
+    auto job = [&tier = tier_, &read = read_, pass, current_keys = current.sorted_keys,
+                before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
+      std::shared_ptr<PreparedPass> prepared = prepare_pass(read, pass);
+      prepared->prefetched = true;
+      try {
+        std::vector<uint64_t> exclude = *current_keys;
+        for (const auto& earlier : before) exclude = merged(exclude, *earlier.get()->sorted_keys);
+        prepared->staged =
+            tier.stage_rows(prepared->keys.keys, prepared->keys.slots, std::move(exclude));
+      } catch (const Error& e) {
+        // begin_pass pulls the rows itself (and reports a host-tier failure there); a pass
+        // before this one that failed to read is reported when it is taken.
+        GPUBOX_LOG(WARNING) << "pass " << pass << ": staging its rows ahead failed, its "
+                            << "begin_pass pulls them: " << e.what();
+        prepared->staged = {};
+      }
+      return prepared;
+    };
+    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share()});
+  }
+}
+
+void PassPipeline::wait() {
+  for (const Job& job : jobs_) job.ready.wait();
+}
+
+void PassPipeline::clear() {
+  wait();
+  jobs_.clear();
+}
+
+}  // namespace gpubox::trainer

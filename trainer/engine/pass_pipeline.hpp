@@ -1,0 +1,95 @@
+// PassPipeline: runner.prefetch_passes, PaddleRec GPUBox's pre-build thread. While pass k
+// trains, each of the next `depth` passes is read and shuffled, its unique keys collected and
+// its host-tier rows staged (ps::CardTier::stage_rows), on a thread of its own; begin_pass of the
+// pass then only inserts the staged rows and pulls what changed since.
+//
+// Exactness: a pass's staging excludes the keys of every pass that trains before it from the
+// moment the staging starts (the pass training then, and the passes between): those are the only
+// rows whose host-tier value can still change before its begin_pass, and they are on the cards
+// or pulled by begin_pass itself. A job starts only after the previous pass's end_pass, so with
+// the pipeline on or off every begin_pass places the same values (tested bit for bit).
+// Rows new to the host tier are created by the staging (same seeded rules, created earlier).
+//
+// Memory: at most `depth` passes ahead, each its InMemoryDataset and its staged rows (their
+// sizes are logged when the pass is taken). A failure to stage (the host tier) is logged and
+// the pass's begin_pass pulls its rows as without the pipeline; a failure to read the pass is
+// thrown by take() for that pass, as reading it then would.
+//
+// Thread-safety: one controlling thread calls the methods; the jobs read the config, the files
+// and the host tier only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "dataset/dataset_types.hpp"
+#include "heterps/pass/pass_types.hpp"
+
+namespace gpubox {
+namespace dataset {
+class InMemoryDataset;
+}
+namespace ps {
+class CardTier;
+}
+namespace trainer {
+
+// One pass ready for its begin_pass.
+struct PreparedPass {
+  int64_t pass = 0;
+  std::unique_ptr<dataset::InMemoryDataset> data;            // read and shuffled
+  dataset::UniqueKeys keys;                                  // its unique keys and their slots
+  std::shared_ptr<const std::vector<uint64_t>> sorted_keys;  // the same keys, sorted
+  pass::StagedRows staged;    // rows fetched ahead (empty when not prefetched)
+  bool prefetched = false;    // read (and staged) ahead by the pipeline
+  double read_seconds = 0;    // reading, shuffling and the keys (in the background if prefetched)
+  double waited_seconds = 0;  // what take() waited for it on the controlling thread
+};
+
+// Reads pass `pass`'s files (its slice of the schedule, shuffled with that pass's seed): the
+// trainer's own reading, so a pass read ahead is the one read in place.
+using ReadPass = std::function<std::unique_ptr<dataset::InMemoryDataset>(int64_t pass)>;
+
+// Reads pass `pass` now and collects its keys (no staging).
+std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass);
+
+class PassPipeline {
+ public:
+  // `depth` passes ahead at most (0: off, every pass is read by take()). `tier` and `read` are
+  // borrowed and must outlive the pipeline.
+  PassPipeline(ps::CardTier& tier, int depth, ReadPass read);
+  // Waits for the jobs in flight.
+  ~PassPipeline();
+  PassPipeline(const PassPipeline&) = delete;
+  PassPipeline& operator=(const PassPipeline&) = delete;
+
+  // Pass `pass`: the one started ahead (waiting for it), or read now when none was.
+  std::shared_ptr<PreparedPass> take(int64_t pass);
+  // Starts the passes after `current` (about to begin; the previous pass has ended) up to
+  // current.pass + depth and before `end`, those not started yet.
+  void start_after(const PreparedPass& current, int64_t end);
+  // Waits for the jobs in flight (before a save, so the save sees no staging under way).
+  void wait();
+  // Drops every pass started ahead, after waiting for it (before a model load: its staged rows
+  // would be stale).
+  void clear();
+  int depth() const { return depth_; }
+
+ private:
+  struct Job {
+    int64_t pass = 0;
+    std::shared_future<std::shared_ptr<PreparedPass>> ready;
+  };
+
+  ps::CardTier& tier_;
+  int depth_ = 0;
+  ReadPass read_;
+  std::deque<Job> jobs_;  // in pass order
+};
+
+}  // namespace trainer
+}  // namespace gpubox
