@@ -158,11 +158,16 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
                  " keys but ", slots.size(), " slots");
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
-  GPUBOX_EXPECTS(staged == nullptr || staged->rows.size() == staged->keys.size() * stride,
-                 "begin_pass: ", staged ? staged->keys.size() : 0, " staged keys with ",
-                 staged ? staged->rows.size() : 0, " floats of rows");
+  const auto num_cards = static_cast<std::size_t>(cards_.num_local_cards());
+  GPUBOX_EXPECTS(staged == nullptr ||
+                     (staged->owned.size() == num_cards && staged->card_end.size() == num_cards &&
+                      staged->rows.size() == staged->keys.size() * stride),
+                 "begin_pass: the staged rows were made for other cards or rows");
   Timer timer;
-  const std::vector<CardKeys> owned = partition_by_owner(keys, slots);
+  // With a staging, the split by owner card was done ahead.
+  std::vector<OwnedKeys> partitioned;
+  if (staged == nullptr) partitioned = partition_by_owner(keys, slots);
+  const std::vector<OwnedKeys>& owned = staged ? staged->owned : partitioned;
   PassStats stats;
   stats.pass_id = next_pass_id_;
   std::mutex stats_mu;
@@ -177,17 +182,20 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                   " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
                   "runner.card_memory_mb.");
     }
-    const CardKeys missing = missing_on_card(c, owned[c]);
-    // The missing rows staged ahead are inserted from the staging; only the others are pulled.
-    CardKeys to_pull;
+    const OwnedKeys missing = missing_on_card(c, owned[c]);
+    // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
+    // walk); only the others are pulled.
+    OwnedKeys to_pull;
     std::vector<uint64_t> staged_keys;
     std::vector<float> staged_rows;
+    std::size_t at = staged && c > 0 ? staged->card_end[c - 1] : 0;
+    const std::size_t end = staged ? staged->card_end[c] : 0;
+    if (staged) staged_rows.reserve(missing.keys.size() * stride);
     for (std::size_t i = 0; i < missing.keys.size(); ++i) {
       const uint64_t key = missing.keys[i];
-      const auto at = staged ? std::lower_bound(staged->keys.begin(), staged->keys.end(), key)
-                             : std::vector<uint64_t>::const_iterator{};
-      if (staged && at != staged->keys.end() && *at == key) {
-        const float* row = staged->rows.data() + (at - staged->keys.begin()) * stride;
+      while (at < end && staged->keys[at] < key) ++at;
+      if (at < end && staged->keys[at] == key) {
+        const float* row = staged->rows.data() + at * stride;
         staged_keys.push_back(key);
         staged_rows.insert(staged_rows.end(), row, row + stride);
       } else {
@@ -231,22 +239,16 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   GPUBOX_EXPECTS(std::is_sorted(exclude.begin(), exclude.end()),
                  "stage_rows: the excluded keys are not sorted");
   Timer timer;
-  // Sorted and unique (a repeated key keeps its first slot, as in begin_pass), less key 0 and
-  // the excluded keys.
-  std::vector<std::size_t> order(keys.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
   StagedRows staged;
+  staged.owned = partition_by_owner(keys, slots);
   std::vector<int32_t> staged_slots;
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const uint64_t key = keys[order[k]];
-    if (key == 0 || (k > 0 && keys[order[k - 1]] == key) ||
-        std::binary_search(exclude.begin(), exclude.end(), key)) {
-      continue;
+  for (const OwnedKeys& card : staged.owned) {
+    for (std::size_t i = 0; i < card.keys.size(); ++i) {
+      if (std::binary_search(exclude.begin(), exclude.end(), card.keys[i])) continue;
+      staged.keys.push_back(card.keys[i]);
+      staged_slots.push_back(card.slots[i]);
     }
-    staged.keys.push_back(key);
-    staged_slots.push_back(slots.empty() ? 0 : slots[order[k]]);
+    staged.card_end.push_back(staged.keys.size());
   }
   const std::size_t n = staged.keys.size();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
@@ -266,10 +268,10 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   return staged;
 }
 
-std::vector<PassManager::CardKeys> PassManager::partition_by_owner(
-    const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots) const {
+std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_t>& keys,
+                                                       const std::vector<int32_t>& slots) const {
   const int num_cards = cards_.num_local_cards();
-  std::vector<CardKeys> owned(static_cast<std::size_t>(num_cards));
+  std::vector<OwnedKeys> owned(static_cast<std::size_t>(num_cards));
   std::vector<std::size_t> order(keys.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   // Stable: a repeated key keeps the slot of its first occurrence.
@@ -278,14 +280,14 @@ std::vector<PassManager::CardKeys> PassManager::partition_by_owner(
   for (std::size_t k = 0; k < order.size(); ++k) {
     const uint64_t key = keys[order[k]];
     if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
-    CardKeys& owner = owned[owner_card(key, num_cards)];
+    OwnedKeys& owner = owned[owner_card(key, num_cards)];
     owner.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
     owner.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
   }
   return owned;
 }
 
-PassManager::CardKeys PassManager::missing_on_card(int c, const CardKeys& mine) {
+OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -296,7 +298,7 @@ PassManager::CardKeys PassManager::missing_on_card(int c, const CardKeys& mine) 
   store.lookup_or_create(d_keys.data(), nullptr, n, d_rows.data(), /*create_missing=*/false,
                          nullptr, stream);
   const std::vector<row_index_t> found = device::to_host(d_rows);
-  CardKeys missing;
+  OwnedKeys missing;
   for (std::size_t i = 0; i < n; ++i) {
     if (found[i] == sparse::kInvalidRow) {
       missing.keys.push_back(mine.keys[i]);
@@ -306,7 +308,7 @@ PassManager::CardKeys PassManager::missing_on_card(int c, const CardKeys& mine) 
   return missing;
 }
 
-std::size_t PassManager::pull_to_card(int c, const CardKeys& missing) {
+std::size_t PassManager::pull_to_card(int c, const OwnedKeys& missing) {
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   const std::size_t n = missing.keys.size();
   const std::size_t batch = options_.host_batch_keys;

@@ -9,13 +9,14 @@
 //                     are evicted first, lowest score first (they are clean: the previous
 //                     end_pass wrote every change back). If the pass itself does not fit, it
 //                     fails before anything is pulled, with the numbers and the remedy.
-//   stage_rows(keys, exclude)  (any thread, also while the cards train) pulls the host-tier
-//                     rows of a coming pass's keys, less `exclude`: the keys of every pass that
-//                     trains between now and that pass's begin_pass. Those are the only rows
-//                     whose host-tier value can change in between (a pass writes back only its
-//                     own keys, at its end_pass), so each staged row is exactly what begin_pass
-//                     would pull; begin_pass(keys, slots, &staged) inserts the staged rows of
-//                     the keys missing on their card and pulls only the rest. A key excluded,
+//   stage_rows(keys, exclude)  (any thread, also while the cards train) splits a coming pass's
+//                     keys by owner card and pulls their host-tier rows, less `exclude`: the
+//                     keys of every pass that trains between now and that pass's begin_pass.
+//                     Those are the only rows whose host-tier value can change in between (a
+//                     pass writes back only its own keys, at its end_pass), so each staged row
+//                     is exactly what begin_pass would pull; begin_pass(keys, slots, &staged)
+//                     inserts the staged rows of the keys missing on their card and pulls only
+//                     the rest. A key excluded,
 //                     or evicted after staging, is simply pulled. Call it after the end_pass
 //                     of the pass before the first excluded one. Rows new to the host tier are
 //                     created there by the fetch, from the same seeded rules a later pull
@@ -61,7 +62,8 @@ class PassManager {
   // key keeps its first slot); `slots` (same length, or empty: slot 0) names each key's slot
   // for rows the host tier creates. Throws gpubox::Error when the host tier fails (after its
   // own retries) or the pass cannot fit.
-  // `staged` (optional, borrowed for the call): rows fetched ahead by stage_rows for this pass.
+  // `staged` (optional, borrowed for the call): what stage_rows made ready for this pass, from
+  // the same `keys` and `slots` (its split by owner card is used as it is).
   PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {},
                        const StagedRows* staged = nullptr);
   // The host-tier rows of `keys` (slots as for begin_pass) that are not in `exclude` (sorted).
@@ -86,20 +88,15 @@ class PassManager {
   bool in_pass() const { return in_pass_; }
 
  private:
-  // Keys of one card with their slots (same length).
-  struct CardKeys {
-    std::vector<uint64_t> keys;
-    std::vector<int32_t> slots;
-  };
   // The pass's keys by owner card, sorted, without key 0 and duplicates (a repeated key keeps
   // its first slot).
-  std::vector<CardKeys> partition_by_owner(const std::vector<uint64_t>& keys,
-                                           const std::vector<int32_t>& slots) const;
+  std::vector<OwnedKeys> partition_by_owner(const std::vector<uint64_t>& keys,
+                                            const std::vector<int32_t>& slots) const;
   // Those of card `c`'s keys that are not on the card.
-  CardKeys missing_on_card(int c, const CardKeys& mine);
+  OwnedKeys missing_on_card(int c, const OwnedKeys& mine);
   // Pulls `missing` from the host tier (created there with their slots when new) into card
   // `c`'s store. Returns how many rows the host tier created.
-  std::size_t pull_to_card(int c, const CardKeys& missing);
+  std::size_t pull_to_card(int c, const OwnedKeys& missing);
   // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
   // on the card at most a page of rows at a time.
   void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n);

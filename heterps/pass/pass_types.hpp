@@ -41,16 +41,29 @@ struct CardTierPlan {
   std::string to_string() const;
 };
 
-// Host-tier rows of a coming pass, fetched ahead while an earlier pass trains
-// (PassManager::stage_rows, runner.prefetch_passes). Only keys no pass between the fetch and
-// the coming pass's begin_pass touches are staged, so a staged row is the value begin_pass would
-// pull (pass_manager.hpp). Owned by the caller; handed to begin_pass.
+// Keys of one card with their slots (same length), sorted and unique.
+struct OwnedKeys {
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> slots;
+};
+
+// A coming pass made ready while an earlier pass trains (PassManager::stage_rows,
+// runner.prefetch_passes): its keys split by owner card, and the host-tier rows of those no pass
+// between the fetch and its begin_pass touches, so a staged row is the value begin_pass would
+// pull (pass_manager.hpp). Owned by the caller; handed to that pass's begin_pass.
 struct StagedRows {
-  std::vector<uint64_t> keys;  // sorted, unique, no key 0
-  std::vector<float> rows;     // the host-tier row of keys[i] at [i * stride, (i + 1) * stride)
-  std::size_t created = 0;     // rows the host tier created for this fetch (never seen before)
-  double seconds = 0;          // the fetch's wall time
-  std::size_t bytes() const { return keys.size() * sizeof(uint64_t) + rows.size() * sizeof(float); }
+  std::vector<OwnedKeys> owned;       // per local card: the pass's keys it owns (no key 0)
+  std::vector<uint64_t> keys;         // staged keys by owner card, sorted within each card
+  std::vector<std::size_t> card_end;  // card c's staged keys: [card_end[c - 1], card_end[c])
+  std::vector<float> rows;            // the host-tier row of keys[i] at [i * stride, ...)
+  std::size_t created = 0;            // rows the host tier created for this fetch (new keys)
+  double seconds = 0;                 // the fetch's wall time
+  std::size_t bytes() const {
+    std::size_t total = keys.size() * sizeof(uint64_t) + rows.size() * sizeof(float);
+    for (const OwnedKeys& card : owned)
+      total += card.keys.size() * (sizeof(uint64_t) + sizeof(int32_t));
+    return total;
+  }
 };
 
 // Counters of one pass, summed over this trainer's cards (the trainer's pass report prints

@@ -69,7 +69,7 @@ class PassPipeline {
 
   // Pass `pass`: the one started ahead (waiting for it), or read now when none was.
   std::shared_ptr<PreparedPass> take(int64_t pass);
-  // Starts the passes after `current` (about to begin; the previous pass has ended) up to
+  // Starts the passes after `current` (begun or about to; the previous pass has ended) up to
   // current.pass + depth and before `end`, those not started yet.
   void start_after(const PreparedPass& current, int64_t end);
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).

@@ -234,7 +234,7 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   return run_pass(*prepared);
 }
 
-PassReport Trainer::run_pass(PreparedPass& prepared) {
+PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>& begun) {
   State& s = *state_;
   const int64_t pass = prepared.pass;  // from 0, as PaddleRec numbers its epochs
   pass_id_ = pass + 1;
@@ -246,6 +246,7 @@ PassReport Trainer::run_pass(PreparedPass& prepared) {
   const pass::PassStats begin = s.card_tier->begin_pass(
       prepared.keys.keys, prepared.keys.slots, prepared.prefetched ? &prepared.staged : nullptr);
   prepared.staged = {};  // in the cards now
+  if (begun) begun();
   Timer phase;
   const int cards = s.cards.num_local_cards();
   const std::size_t batches = ds->num_batches_per_card(cards);
@@ -423,8 +424,9 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     try {
       SaveLineage::check_servers(*s.host, pass);
       const std::shared_ptr<PreparedPass> prepared = pipeline.take(k);
-      pipeline.start_after(*prepared, total);  // after the previous end_pass, as it must be
-      PassReport report = run_pass(*prepared);
+      // The next passes start reading and staging once this one has begun (the previous
+      // end_pass is done, as the staging needs; begin_pass has the cores to itself).
+      PassReport report = run_pass(*prepared, [&] { pipeline.start_after(*prepared, total); });
       print_report(report, "");
       epoch_seconds += report.seconds;
       epoch_metrics = report.metrics;

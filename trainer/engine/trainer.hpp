@@ -14,6 +14,7 @@
 // Thread-safety: one controlling thread calls the public methods; card threads live inside them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,8 +106,9 @@ class Trainer {
   // pipeline calls it from its threads).
   std::unique_ptr<dataset::InMemoryDataset> read_pass(const std::vector<std::string>& files,
                                                       int64_t pass) const;
-  // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass.
-  PassReport run_pass(PreparedPass& prepared);
+  // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass;
+  // `begun` (optional) runs after begin_pass, before the steps.
+  PassReport run_pass(PreparedPass& prepared, const std::function<void()>& begun = {});
 
   TrainerConfig config_;
   TrainerEnv env_;

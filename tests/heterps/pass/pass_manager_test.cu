@@ -352,8 +352,8 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
       if (want_host.count(k)) continue;
       bool found = false;
       for (const auto& [q, rows] : ahead) {
-        const auto at = std::lower_bound(rows.keys.begin(), rows.keys.end(), k);
-        if (at == rows.keys.end() || *at != k) continue;
+        const auto at = std::find(rows.keys.begin(), rows.keys.end(), k);  // sorted per card
+        if (at == rows.keys.end()) continue;
         const auto i = static_cast<std::size_t>(at - rows.keys.begin());
         ASSERT_TRUE(rows_equal(row, std::vector<float>(rows.rows.begin() + i * stride,
                                                        rows.rows.begin() + (i + 1) * stride)));
@@ -402,13 +402,17 @@ TEST(PassManager, StageRowsSortsDedupsExcludesAndCreates) {
   const std::vector<int32_t> slots = {4, 1, 2, 7, 3};
   std::vector<uint64_t> exclude = {mix64(5) | 1};
   const StagedRows staged = engine.manager->stage_rows(keys, slots, exclude);
+  ASSERT_EQ(staged.owned.size(), 1u);
+  EXPECT_EQ(staged.owned[0].keys.size(), 3u) << "the pass's keys, the excluded one too";
+  EXPECT_EQ(staged.card_end, std::vector<std::size_t>{2});
   std::vector<uint64_t> want = {mix64(9) | 1, mix64(3) | 1};
   std::sort(want.begin(), want.end());
   ASSERT_EQ(staged.keys, want);
   EXPECT_EQ(staged.created, 2u);
   const int stride = engine.host->layout().stride();
   ASSERT_EQ(staged.rows.size(), 2u * stride);
-  EXPECT_EQ(staged.bytes(), 2 * sizeof(uint64_t) + 2 * stride * sizeof(float));
+  EXPECT_EQ(staged.bytes(), 2 * sizeof(uint64_t) + 2 * stride * sizeof(float) +
+                                3 * (sizeof(uint64_t) + sizeof(int32_t)));
   const auto host = engine.host_rows();
   EXPECT_EQ(host.size(), 2u) << "the excluded key was pulled";
   for (std::size_t i = 0; i < want.size(); ++i) {
