@@ -61,6 +61,27 @@ void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
 }
 
+// Pulls the rows of `n` keys (created with their slots when new) into `rows`, in batches of
+// host_batch_keys with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for
+// each batch in order as it arrives. Returns the rows the host tier created; throws naming
+// `what` when it fails.
+template <class Finish>
+std::size_t pull_rows(table::HostTier& host, const PassManagerOptions& options,
+                      const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                      Finish finish, const std::string& what) {
+  const std::size_t stride = static_cast<std::size_t>(host.layout().stride());
+  const std::size_t batch = std::max<std::size_t>(options.host_batch_keys, 1);
+  std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
+  const Status st = pipelined_chunks(
+      n, batch, options.pulls_in_flight,
+      [&](std::size_t b, std::size_t e) {
+        return host.pull(keys + b, slots + b, e - b, rows + b * stride, &created[b / batch]);
+      },
+      finish);
+  throw_host_error(st, what);
+  return std::accumulate(created.begin(), created.end(), std::size_t{0});
+}
+
 }  // namespace
 
 double CardTierPlan::bytes_per_key() const {
@@ -251,19 +272,10 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
     staged.card_end.push_back(staged.keys.size());
   }
   const std::size_t n = staged.keys.size();
-  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
-  const std::size_t batch = options_.host_batch_keys;
-  staged.rows.resize(n * stride);
-  std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
-  const Status st = pipelined_chunks(
-      n, batch, options_.pulls_in_flight,
-      [&](std::size_t b, std::size_t e) {
-        return host_.pull(staged.keys.data() + b, staged_slots.data() + b, e - b,
-                          staged.rows.data() + b * stride, &created[b / batch]);
-      },
-      [](std::size_t, std::size_t) {});
-  throw_host_error(st, "staging " + std::to_string(n) + " rows of a coming pass");
-  staged.created = std::accumulate(created.begin(), created.end(), std::size_t{0});
+  staged.rows.resize(n * static_cast<std::size_t>(host_.layout().stride()));
+  staged.created = pull_rows(
+      host_, options_, staged.keys.data(), staged_slots.data(), n, staged.rows.data(),
+      [](std::size_t, std::size_t) {}, "staging " + std::to_string(n) + " rows of a coming pass");
   staged.seconds = timer.seconds();
   return staged;
 }
@@ -311,22 +323,15 @@ OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
 std::size_t PassManager::pull_to_card(int c, const OwnedKeys& missing) {
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   const std::size_t n = missing.keys.size();
-  const std::size_t batch = options_.host_batch_keys;
-  // Several host-tier requests in flight, inserted in order.
+  // Inserted batch by batch as the requests complete.
   std::vector<float> rows(n * stride);
-  std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
-  const Status st = pipelined_chunks(
-      n, batch, options_.pulls_in_flight,
-      [&](std::size_t b, std::size_t e) {
-        return host_.pull(missing.keys.data() + b, missing.slots.data() + b, e - b,
-                          rows.data() + b * stride, &created[b / batch]);
-      },
+  return pull_rows(
+      host_, options_, missing.keys.data(), missing.slots.data(), n, rows.data(),
       [&](std::size_t b, std::size_t e) {
         insert_to_card(c, missing.keys.data() + b, rows.data() + b * stride, e - b);
-      });
-  throw_host_error(st, "begin_pass: pulling " + std::to_string(n) + " keys of card " +
-                           std::to_string(cards_.card(c).rank()) + " from the host tier");
-  return std::accumulate(created.begin(), created.end(), std::size_t{0});
+      },
+      "begin_pass: pulling " + std::to_string(n) + " keys of card " +
+          std::to_string(cards_.card(c).rank()) + " from the host tier");
 }
 
 void PassManager::insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) {
