@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -201,6 +202,33 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   const RunResult resumed_off = run_with_resume(cards, 0);
   expect_identical(resumed_off, off, "a save and resume", /*values_only=*/true);
   expect_identical(run_with_resume(cards, 1), resumed_off, "prefetch_passes=1, save and resume");
+}
+
+// A pass read ahead that cannot be read (every line malformed) fails where reading it in place
+// would: when its turn comes, naming it, after the pass before it trained and was saved.
+TEST_F(PassPrefetch, APassThatCannotBeReadFailsAtItsTurnNamingIt) {
+  const fs::path bad = root_ / "bad";
+  fs::create_directories(bad);
+  {
+    std::ofstream out(bad / "part-0");
+    for (int i = 0; i < 10; ++i) out << "not a slot line " << i << "\n";
+  }
+  const fs::path saves = root_ / "saves_bad";
+  TrainerConfig cfg = config(1, 1,
+                             {"runner.model_save_path=" + saves.string(), "runner.save_mode=base",
+                              "runner.test_data_dir="});
+  cfg.runner.pass_dirs = {(root_ / "pass0").string(), bad.string()};
+  Trainer trainer(cfg, env(1));
+  try {
+    trainer.train();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pass 1"), std::string::npos) << what;
+    EXPECT_NE(what.find(bad.string()), std::string::npos) << what;
+  }
+  EXPECT_EQ(trainer.passes_done(), 1);
+  EXPECT_TRUE(fs::exists(saves / "0")) << "pass 0 was not saved before the failure";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, PassPrefetch, ::testing::Values(1, 2),
