@@ -29,6 +29,7 @@ void check_bounds(const TrainerConfig& c) {
   FUZZ_CHECK(c.runner.print_interval >= 1, "print_interval < 1");
   FUZZ_CHECK(c.runner.auc_buckets_log2 >= 20 && c.runner.auc_buckets_log2 <= 28, "auc buckets");
   FUZZ_CHECK(c.runner.card_memory_mb >= 0, "card_memory_mb < 0");
+  FUZZ_CHECK(c.runner.prefetch_passes >= 0 && c.runner.prefetch_passes <= 8, "prefetch_passes");
   FUZZ_CHECK(c.runner.collective_timeout_s > 0, "collective_timeout_s <= 0");
   FUZZ_CHECK(!c.hyper.fc_sizes.empty(), "no fc layer");
   for (int size : c.hyper.fc_sizes) FUZZ_CHECK(size >= 1, "fc layer narrower than 1");
