@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -65,6 +66,18 @@ std::string this_host() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
   return name;
+}
+
+// Whether process `pid` of this host still runs: it exists and is not a zombie (a killed
+// trainer stays one until its launcher reaps it).
+bool process_alive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  // "pid (comm) S ...": the state follows the last ')'.
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
 }
 
 // A stand-in for a null buffer of zero bytes: Gloo wants a pointer for every buffer.
@@ -159,7 +172,7 @@ std::string GlooGroup::gone_trainers() const {
       std::string host;
       long pid = 0;
       if (!(in >> host >> pid) || host != me || pid <= 0) continue;
-      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      if (!process_alive(static_cast<pid_t>(pid))) {
         out +=
             ::gpubox::detail::concat("trainer ", t, " (pid ", pid, " on this host) has exited; ");
       }
@@ -195,7 +208,12 @@ void GlooCommunicator::run_gloo(const char* collective, const device::Stream& st
   } catch (const std::exception& e) {
     failure = ::gpubox::detail::concat("Gloo: ", e.what());
   }
-  const std::string gone = group_->gone_trainers();
+  // A peer's closed socket may arrive while its process is still exiting: look a little while.
+  std::string gone = group_->gone_trainers();
+  for (int i = 0; i < 20 && gone.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = group_->gone_trainers();
+  }
   const std::string message = ::gpubox::detail::concat(
       collective, " on card rank ", rank(), " (trainer ", rank() / group_->cards_per_trainer(),
       ") failed: ", gone, failure, " (a peer trainer exited, or stalled past the ",

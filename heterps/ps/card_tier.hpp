@@ -65,6 +65,10 @@ class CardTier {
   // --- pass boundaries (controlling thread) ---
   // `keys`: the pass's unique keys; `slots` (same length, or empty): each key's slot, given to
   // the rows the host tier creates (the dataset's first occurrence, InMemoryDataset::unique_keys).
+  // With several trainers (cards.total_cards() > local cards) these are this trainer's keys:
+  // they are first sent to their owner cards over the communicator (every trainer's begin_pass
+  // is collective; a trainer with no keys still joins), so each card holds the keys of every
+  // trainer's data that it owns.
   // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
   pass::PassStats begin_pass(const std::vector<uint64_t>& keys,
                              const std::vector<int32_t>& slots = {});
@@ -102,7 +106,16 @@ class CardTier {
   heter_comm::HeterComm& heter_comm(int card);
 
  private:
+  struct OwnedKeys {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+  };
+  // Several trainers: sends every key of `keys` to its owner card (all_to_all_v over the
+  // group) and returns the keys (with slots) the local cards received, in peer order.
+  OwnedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
+
   device::CardSet& cards_;
+  comm::CommGroup& group_;
   table::HostTier& host_;
   std::vector<std::unique_ptr<sparse::CardSparseStore>> stores_;
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms_;
