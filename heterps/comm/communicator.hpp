@@ -115,6 +115,10 @@ class Communicator {
   // collective enqueued. Counts one host synchronization.
   void synchronize(const device::Stream& stream, const char* what);
 
+  // Bytes this rank has sent to ranks of other processes so far (0 for a group within one
+  // process; the Gloo group's count: gloo_communicator.hpp). For reports, not for control.
+  virtual uint64_t bytes_to_other_processes() const { return 0; }
+
   // The step context errors name ("pass 3, step 17"), set by the card's worker before each
   // step; pass < 0 clears it.
   void set_step(int64_t pass, int64_t step) {

@@ -191,6 +191,15 @@ GlooCommunicator::GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Conte
 int GlooCommunicator::rank() const { return context_->rank; }
 int GlooCommunicator::size() const { return context_->size; }
 
+bool GlooCommunicator::other_process(int peer) const {
+  return peer / group_->cards_per_trainer() != rank() / group_->cards_per_trainer();
+}
+
+void GlooCommunicator::count_ring(double bytes) {
+  if (other_process((rank() + 1) % size()))
+    bytes_to_other_processes_ += static_cast<uint64_t>(bytes);
+}
+
 template <class Op>
 void GlooCommunicator::run_gloo(const char* collective, const device::Stream& stream, Op&& op) {
   if (group_->aborted()) {
@@ -237,6 +246,7 @@ void GlooCommunicator::do_all_reduce_sum(const void* send, void* recv, std::size
       opts.setReduceFunction(
           static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<Sum>));
       gloo::allreduce(opts);
+      count_ring(2.0 * (size() - 1) / size() * static_cast<double>(count * sizeof(T)));
     });
   });
 }
@@ -257,6 +267,9 @@ void GlooCommunicator::do_all_to_all_v(const void* send, const std::size_t* send
       opts.setOutput(static_cast<T*>(or_empty(recv)), std::move(recvs));
       gloo::alltoallv(opts);
     });
+    for (int p = 0; p < size(); ++p) {
+      if (other_process(p)) bytes_to_other_processes_ += send_counts[p] * sizeof(T);
+    }
   });
 }
 
@@ -274,6 +287,7 @@ void GlooCommunicator::do_all_gather(const void* send, void* recv, std::size_t c
       gloo::AllgatherOptions opts(context_);
       opts.setOutput(out, count * static_cast<std::size_t>(size()));
       gloo::allgather(opts);
+      count_ring(static_cast<double>(size() - 1) * static_cast<double>(count * sizeof(T)));
     });
   });
 }
@@ -313,6 +327,9 @@ void GlooCommunicator::do_exchange_counts(const std::size_t* send_counts, std::s
     opts.setOutput(reinterpret_cast<uint64_t*>(recv_counts), n);
     gloo::alltoall(opts);
   });
+  for (int p = 0; p < size(); ++p) {
+    if (other_process(p)) bytes_to_other_processes_ += sizeof(uint64_t);
+  }
 }
 
 void GlooCommunicator::do_synchronize(const device::Stream& stream, const char* what) {

@@ -48,6 +48,11 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override;
   int size() const override;
+  // Payload bytes sent to ranks of other trainers: exact for all_to_all_v and exchange_counts
+  // (what the counts say), the ring's share for all_reduce_sum (2(R-1)/R of the buffer) and
+  // all_gather ((R-1) blocks), each when the ring's next rank is another trainer's; broadcast
+  // and barrier are not counted. Read by this rank's thread (or after it joined).
+  uint64_t bytes_to_other_processes() const override { return bytes_to_other_processes_; }
 
  protected:
   void do_all_reduce_sum(const void* send, void* recv, std::size_t count, DataType type,
@@ -71,8 +76,14 @@ class GlooCommunicator final : public Communicator {
   template <class Op>
   void run_gloo(const char* collective, const device::Stream& stream, Op&& op);
 
+  // Whether rank `peer` lives in another trainer process.
+  bool other_process(int peer) const;
+  // The share of a ring collective sent to the next rank, when that rank is another trainer's.
+  void count_ring(double bytes);
+
   GlooGroup* group_;
   std::shared_ptr<gloo::Context> context_;
+  uint64_t bytes_to_other_processes_ = 0;
 };
 
 // The local cards' ranks of one job-wide group. Thread-safe as CommGroup says.

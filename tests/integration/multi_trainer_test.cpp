@@ -181,6 +181,7 @@ TEST_F(MultiTrainer, TwoTrainersOfTwoCardsTrainAsOneOfFour) {
   EXPECT_EQ(lines0.size(), 6u);  // 3 passes + 3 test lines
   ASSERT_EQ(lines1.size(), lines0.size());
   EXPECT_NE(lines1[0].find("\"trainer\": 1"), std::string::npos) << lines1[0];
+  EXPECT_NE(lines1[0].find("\"interprocess_bytes_per_step\": "), std::string::npos) << lines1[0];
 }
 
 TEST_F(MultiTrainer, ThreeTrainersWithUnevenShares) {

@@ -326,6 +326,8 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   std::mutex print_mu;
   // Per card: what its steady steps (after kWarmupSteps) asked of the device layer.
   std::vector<device::DeviceCounts> steady(static_cast<std::size_t>(cards));
+  // Per card: bytes sent to other trainer processes over the steady steps.
+  std::vector<uint64_t> steady_interprocess(static_cast<std::size_t>(cards), 0);
   s.cards.run_on_cards(
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
@@ -347,8 +349,13 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
               tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
           const bool progress = card.local_index() == 0 && env_.trainer_id == 0 &&
                                 ((b + 1) % interval == 0 || redraw);
+          const uint64_t sent_before = s.group->at(card.local_index()).bytes_to_other_processes();
           worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
-          if (b >= kWarmupSteps) steady[card.local_index()] += worker.last_step_counts();
+          if (b >= kWarmupSteps) {
+            steady[card.local_index()] += worker.last_step_counts();
+            steady_interprocess[card.local_index()] +=
+                s.group->at(card.local_index()).bytes_to_other_processes() - sent_before;
+          }
           examples += global;
           if (progress) {
             const double elapsed = card_timer.seconds();
@@ -390,6 +397,14 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   if (env_.trainers > 1) {
     report.extra.emplace_back("trainer", env_.trainer_id);
     report.extra.emplace_back("trainers", env_.trainers);
+    if (batches > kWarmupSteps) {
+      // This trainer's cards together, per steady step (GlooCommunicator's count).
+      uint64_t sent = 0;
+      for (uint64_t bytes : steady_interprocess) sent += bytes;
+      report.extra.emplace_back(
+          "interprocess_bytes_per_step",
+          static_cast<double>(sent) / static_cast<double>(batches - kWarmupSteps));
+    }
   }
   return report;
 }

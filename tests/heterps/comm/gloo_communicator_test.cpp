@@ -238,6 +238,18 @@ TEST_P(GlooTest, AllToAllVWithEmptyPeersAndExchangeCounts) {
       GPUBOX_EXPECTS(device::to_host(recv) == want, "iteration ", it, ": rank ", me,
                      " received other elements than its peers sent");
     }
+    // What crossed to other trainers' ranks: the counts themselves and the elements.
+    const int cards = GetParam().cards;
+    uint64_t crossed = 0;
+    for (int it = 0; it < kIterations; ++it) {
+      for (int dst = 0; dst < n_ranks; ++dst) {
+        if (dst / cards != me / cards) {
+          crossed += sizeof(uint64_t) * (1 + counts[it][me * n_ranks + dst]);
+        }
+      }
+    }
+    GPUBOX_EXPECTS(comm.bytes_to_other_processes() == crossed, "rank ", me, " counted ",
+                   comm.bytes_to_other_processes(), " bytes to other trainers, sent ", crossed);
   });
 }
 
