@@ -25,6 +25,7 @@
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "tests/integration/child_process.hpp"
+#include "trainer/engine/trainer.hpp"
 
 #if !defined(GPUBOX_TRAIN_BIN)
 #error "GPUBOX_TRAIN_BIN must name the binary"
@@ -217,6 +218,35 @@ TEST_F(MultiTrainer, KilledTrainerEndsTheOtherWithAnErrorNamingIt) {
   EXPECT_NE(rc, 0) << trainer0->output();
   EXPECT_NE(trainer0->output().find("trainer 1 (pid " + std::to_string(pid1)), std::string::npos)
       << trainer0->output();
+}
+
+TEST(TrainerFileShare, ContiguousBlocksCoverTheListOnce) {
+  for (int trainers : {1, 2, 3, 5}) {
+    for (int n : {0, 1, trainers - 1, trainers, trainers + 1, 3 * trainers + 2}) {
+      if (n < 0) continue;
+      std::vector<std::string> files;
+      for (int i = 0; i < n; ++i) files.push_back("part-" + std::to_string(i));
+      std::vector<std::string> joined;
+      for (int t = 0; t < trainers; ++t) {
+        const auto share = trainer::trainer_file_share(files, t, trainers);
+        // Paddle's get_file_shard: the first n % T trainers hold one file more.
+        const std::size_t want =
+            static_cast<std::size_t>(n / trainers + (t < n % trainers ? 1 : 0));
+        EXPECT_EQ(share.size(), want) << "trainer " << t << " of " << trainers << ", " << n;
+        joined.insert(joined.end(), share.begin(), share.end());
+      }
+      EXPECT_EQ(joined, files) << trainers << " trainers, " << n << " files";
+    }
+  }
+  EXPECT_THROW(trainer::trainer_file_share({"a"}, 2, 2), Error);
+  EXPECT_THROW(trainer::trainer_file_share({"a"}, 0, 0), Error);
+}
+
+TEST(TrainerMetricsPath, TrainerZeroKeepsTheConfiguredPath) {
+  EXPECT_EQ(trainer::trainer_metrics_path("log/metrics.jsonl", 0), "log/metrics.jsonl");
+  EXPECT_EQ(trainer::trainer_metrics_path("log/metrics.jsonl", 2), "log/metrics.trainer2.jsonl");
+  EXPECT_EQ(trainer::trainer_metrics_path("metrics", 1), "metrics.trainer1");
+  EXPECT_EQ(trainer::trainer_metrics_path("", 1), "");
 }
 
 }  // namespace
