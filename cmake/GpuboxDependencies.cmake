@@ -5,6 +5,11 @@ find_package(yaml-cpp REQUIRED)
 find_package(Boost 1.74 REQUIRED)            # Asio (header-only) for gpubox_server and its client
 find_package(RocksDB REQUIRED)
 if(GPUBOX_BACKEND STREQUAL "cpu")
+  # Gloo (libgloo-dev): the collectives between trainer processes on the cpu backend (its CMake
+  # package file gives the imported target `gloo`).
+  find_package(Gloo REQUIRED)
+endif()
+if(GPUBOX_BACKEND STREQUAL "cpu")
   # oneDNN (libdnnl-dev): the dense net's GEMMs with fused bias/ReLU and bf16 on the cpu backend.
   # Found by hand rather than through dnnl-config.cmake, which also wants OpenCL (Debian builds
   # it with the OpenCL GPU runtime; GPUBox uses the CPU engine only).

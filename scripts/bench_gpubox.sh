@@ -12,6 +12,11 @@ usage() {
 usage: scripts/bench_gpubox.sh [options]
   --cards LIST      card counts to run, comma-separated (default 1,2); the scaling
                     efficiency ips(C)/(C*ips(1)) needs 1 in the list
+  --trainers LIST   also run jobs of T trainer processes x C cards each (C from --cards;
+                    Gloo over loopback, cpu build), e.g. 1,2: examples/s of the job, bytes sent
+                    between processes per step, and `gpubox_bench comm --trainers T` (Gloo
+                    all-reduce busbw next to one loopback TCP stream, same run); written to
+                    OUT/trainers.md and appended to report.md (default: none)
   --config FILE     gpubox_train config (default configs/config_synthetic.yaml)
   --lines N         generated training lines (default 200000)
   --test-lines N    generated held-out lines of the same planted model (default lines/5)
@@ -45,6 +50,7 @@ is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cards_list="1,2"
+trainers_list=""
 config="configs/config_synthetic.yaml"
 lines=200000
 test_lines=""
@@ -68,6 +74,7 @@ need_val() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (see --help)";
 while [ $# -gt 0 ]; do
   case "$1" in
     --cards) need_val "$@"; cards_list="$2"; shift 2 ;;
+    --trainers) need_val "$@"; trainers_list="$2"; shift 2 ;;
     --config) need_val "$@"; config="$2"; shift 2 ;;
     --lines) need_val "$@"; lines="$2"; shift 2 ;;
     --test-lines) need_val "$@"; test_lines="$2"; shift 2 ;;
@@ -97,6 +104,10 @@ IFS=, read -r -a cards <<<"$cards_list"
 for c in "${cards[@]}"; do
   [ "$c" -ge 1 ] && [ "$c" -le 64 ] || die "--cards '$cards_list': card count '$c' is not in 1..64"
 done
+if [ -n "$trainers_list" ]; then
+  [[ "$trainers_list" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--trainers '$trainers_list': expected a comma-separated list of trainer counts, e.g. 1,2"
+  IFS=, read -r -a trainer_counts <<<"$trainers_list"
+fi
 for v in lines repeats seed vocab files; do
   is_uint "${!v}" || die "--$v '${!v}': expected a non-negative integer"
 done
@@ -141,6 +152,7 @@ data_bin="$bin_dir/gpubox_data"
 bench_bin="$bin_dir/gpubox_bench"
 for b in "$train_bin" "$data_bin"; do [ -x "$b" ] || die "missing binary $b (build it, or pass --bin DIR)"; done
 if [ "$components" = 1 ] && [ ! -x "$bench_bin" ]; then die "--components needs $bench_bin (build it, or pass --bin DIR)"; fi
+if [ -n "$trainers_list" ] && [ ! -x "$bench_bin" ]; then die "--trainers needs $bench_bin (build it, or pass --bin DIR)"; fi
 if [ -f "$build_dir/CMakeCache.txt" ]; then
   built_backend="$(sed -n 's/^GPUBOX_BACKEND:STRING=//p' "$build_dir/CMakeCache.txt")"
   if [ -n "$built_backend" ] && [ "$built_backend" != "$backend" ]; then
@@ -240,6 +252,84 @@ for ((r = 1; r <= repeats; r++)); do
   done
 done
 
+# ---- several trainer processes (--trainers) ----
+trainers_md=""
+if [ -n "$trainers_list" ]; then
+  [ "$backend" = cpu ] || die "--trainers: the multi-process rows run the cpu build's Gloo group"
+  trainers_md="$out/trainers.md"
+  mkdir -p "$out/trainers"
+  for t in "${trainer_counts[@]}"; do
+    for c in "${cards[@]}"; do
+      for ((r = 1; r <= repeats; r++)); do
+        job="t${t}_c${c}_run${r}"
+        rdv="$out/trainers/$job.rendezvous"
+        rm -rf "$rdv" "$out/trainers/$job".*
+        load_before="$(cut -d' ' -f1 /proc/loadavg)"
+        echo "== job $job: $t trainer(s) x $c card(s) (load $load_before)"
+        pids=()
+        for ((id = 0; id < t; id++)); do
+          PADDLE_TRAINERS_NUM="$t" PADDLE_TRAINER_ID="$id" GPUBOX_RENDEZVOUS="file://$rdv" \
+            FLAGS_selected_gpus="$(seq -s, 0 $((c - 1)))" "$train_bin" --config "$config" \
+            -o "runner.train_data_dir=$data_dir/train" -o "runner.test_data_dir=" \
+            -o "runner.metrics_path=$out/trainers/$job.jsonl" -o "runner.model_save_path=" \
+            -o "runner.epochs=$epochs" \
+            ${threads_per_card:+--threads_per_card "$threads_per_card"} ${extra_o[@]+"${extra_o[@]}"} \
+            >"$out/trainers/$job.worker$id.log" 2>&1 &
+          pids+=($!)
+        done
+        rc=0
+        for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+        rm -rf "$rdv"
+        [ "$rc" = 0 ] || { tail -5 "$out/trainers/$job".worker*.log >&2; die "job $job exited with $rc"; }
+        echo "$t $c $r $load_before $(cut -d' ' -f1 /proc/loadavg)" >>"$out/trainers/jobs.txt"
+      done
+      if [ "$t" -gt 1 ]; then
+        "$bench_bin" comm --ranks $((t * c)) --trainers "$t" --mb 16 --iters 5 --json \
+          >"$out/trainers/comm_t${t}_c${c}.json" 2>"$out/trainers/comm_t${t}_c${c}.err" \
+          || die "gpubox_bench comm --trainers $t failed (see $out/trainers/comm_t${t}_c${c}.err)"
+      fi
+    done
+  done
+  python3 - "$out/trainers" "$epochs" >"$trainers_md" <<'PY'
+import glob, json, os, statistics, sys
+folder, epochs = sys.argv[1], int(sys.argv[2])
+jobs = [line.split() for line in open(os.path.join(folder, "jobs.txt"))]
+print("## Several trainer processes (Gloo over loopback)\n")
+print("examples/s of the job: median over repeats of trainer 0's passes 1.. (pass 0 with fewer "
+      "than 2 passes); bytes between processes per step: every trainer's "
+      "`interprocess_bytes_per_step` summed; busbw: `gpubox_bench comm --trainers T`, 16 MB "
+      "per rank, against one loopback TCP stream in the same run.\n")
+print("| trainers x cards | examples/s | bytes between processes per step | Gloo all-reduce busbw GB/s | all-to-all-v busbw GB/s | loopback TCP GB/s | load before/after |")
+print("|---|---|---|---|---|---|---|")
+keys = sorted({(int(t), int(c)) for t, c, *_ in jobs})
+for t, c in keys:
+    ips, bytes_, loads = [], [], []
+    for jt, jc, r, lb, la in jobs:
+        if (int(jt), int(jc)) != (t, c):
+            continue
+        loads.append(f"{lb}/{la}")
+        base = os.path.join(folder, f"t{t}_c{c}_run{r}")
+        passes = [json.loads(l) for l in open(base + ".jsonl") if '"pass"' in l]
+        steady = [p for p in passes if p["pass"] >= 1] or passes
+        ips.append(statistics.median(p["ips"] for p in steady))
+        total = 0.0
+        for f in [base + ".jsonl"] + sorted(glob.glob(base + ".trainer*.jsonl")):
+            lines = [json.loads(l) for l in open(f) if '"pass"' in l]
+            total += statistics.median(l.get("interprocess_bytes_per_step", 0.0) for l in lines)
+        bytes_.append(total)
+    comm = os.path.join(folder, f"comm_t{t}_c{c}.json")
+    if os.path.exists(comm):
+        figure = json.loads(open(comm).read().strip().splitlines()[-1])
+        bus = f'{figure["all_reduce_sum"]["busbw_gbps"]:.2f}'
+        a2a = f'{figure["all_to_all_v"]["busbw_gbps"]:.2f}'
+        tcp = f'{figure["loopback_tcp_gbps"]:.2f}'
+    else:
+        bus = a2a = tcp = "-"
+    print(f"| {t} x {c} | {statistics.median(ips):.0f} | {statistics.median(bytes_):.0f} | {bus} | {a2a} | {tcp} | {', '.join(loads)} |")
+PY
+  echo "== wrote $trainers_md"
+fi
+
 # ---- component micro-benchmarks ----
 if [ "$components" = 1 ]; then
   export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
@@ -288,12 +378,14 @@ facts="$out/machine.env"
   echo "date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$facts"
 
-cmdline="scripts/bench_gpubox.sh --cards $cards_list --config ${config#"$repo"/} --lines $lines --repeats $repeats --epochs $epochs"
+cmdline="scripts/bench_gpubox.sh --cards $cards_list${trainers_list:+ --trainers $trainers_list} --config ${config#"$repo"/} --lines $lines --repeats $repeats --epochs $epochs"
 [ -z "$threads_per_card" ] || cmdline+=" --threads-per-card $threads_per_card"
 [ "$components" = 0 ] || cmdline+=" --components"
 python3 "$repo/scripts/bench_report.py" --out "$out" --config "$config" --data "$data_dir" \
   --data-reused "$data_reused" --epochs "$epochs" --batch "$batch" --command "$cmdline" \
   ${extra_o[@]+--extra "${extra_o[*]}"}
+
+if [ -n "$trainers_md" ]; then { echo; cat "$trainers_md"; } >>"$out/report.md"; fi
 
 # ---- the plot ----
 if ! command -v gnuplot >/dev/null 2>&1; then

@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# scripts/run_gpubox.sh [gpubox_train args...]
+# scripts/run_gpubox.sh [--trainers T] [--servers S] [gpubox_train args...]
 #
 # PaddleRec-style launcher. With no arguments it builds GPUBox if needed and trains the shipped
-# sample on configs/config_gpubox.yaml. Environment (PADDLE_* or GPUBOX_* names):
+# sample on configs/config_gpubox.yaml.
+#   --trainers T   one job of T trainer processes on this machine (PADDLE_TRAINERS_NUM=T, ids
+#                  0..T-1): FLAGS_selected_gpus' cards are split between them (a multiple of T
+#                  cards; unset: one card each), they meet through a fresh rendezvous folder
+#                  (GPUBOX_RENDEZVOUS, unless given) and share the servers. Trainer 0's output
+#                  is shown; every trainer logs to log/worker.N.log. The failure of any trainer
+#                  or server stops them all; the exit status is the first failure's (else 0).
+#   --servers S    local gpubox_servers to start (PADDLE_PSERVER_NUMS=S)
+# Environment (PADDLE_* or GPUBOX_* names):
 #   PADDLE_PSERVERS_IP_PORT_LIST  servers "ip:port,ip:port"; unset: PADDLE_PSERVER_NUMS (default 1)
 #                                 local gpubox_servers are started on free ports (29011 up).
 #                                 Set with TRAINING_ROLE unset (what PaddleRec's
 #                                 tools/run_gpubox.sh exports): the endpoints of this machine
 #                                 that nobody serves yet are started, as PaddleRec starts them
-#   PADDLE_TRAINERS_NUM           trainer processes in the job (default PADDLE_TRAINERS, else 1)
-#   PADDLE_TRAINER_ID             this trainer's id (default 0)
+#   PADDLE_TRAINERS_NUM           trainer processes in the job (default PADDLE_TRAINERS, else
+#                                 OMPI_COMM_WORLD_SIZE (mpirun), else SLURM_NTASKS (srun), else 1)
+#   PADDLE_TRAINER_ID             this trainer's id (default OMPI_COMM_WORLD_RANK, else
+#                                 SLURM_PROCID, else 0)
+#   GPUBOX_RENDEZVOUS             where several trainers meet: file:///shared/dir, a folder every
+#                                 trainer reaches, fresh per job (--trainers makes one)
 #   POD_IP                        this machine's address (default 127.0.0.1)
 #   FLAGS_selected_gpus           cards of this trainer, e.g. "0,1" (cpu build: simulated cards)
 #   TRAINING_ROLE                 PSERVER (servers only: this machine's endpoints, or only
@@ -38,16 +50,42 @@ fi
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=scripts/lib/procs.sh
+source "$repo/scripts/lib/procs.sh"
+
+# This script's own options come first; the rest goes to gpubox_train.
+local_trainers=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --trainers) local_trainers="${2:-}"; shift 2 ;;
+    --trainers=*) local_trainers="${1#*=}"; shift ;;
+    --servers) export PADDLE_PSERVER_NUMS="${2:-}"; shift 2 ;;
+    --servers=*) export PADDLE_PSERVER_NUMS="${1#*=}"; shift ;;
+    *) break ;;
+  esac
+done
+if [ -n "$local_trainers" ] && ! [[ "$local_trainers" =~ ^[1-9][0-9]*$ ]]; then
+  echo "run_gpubox: --trainers takes a positive number, got '$local_trainers'" >&2
+  exit 2
+fi
 env_or() {  # env_or NAME DEFAULT: $PADDLE_NAME, else $GPUBOX_NAME, else DEFAULT
   local paddle="PADDLE_$1" gpubox="GPUBOX_$1"
   if [ -n "${!paddle:-}" ]; then echo "${!paddle}"; elif [ -n "${!gpubox:-}" ]; then echo "${!gpubox}"; else echo "$2"; fi
 }
 servers="$(env_or PSERVERS_IP_PORT_LIST "")"
-trainers_num="$(env_or TRAINERS_NUM "${PADDLE_TRAINERS:-1}")"
+# Cluster launchers: mpirun (OMPI_*) and srun (SLURM_*) start the processes; GPUBox does the rest.
+trainers_num="$(env_or TRAINERS_NUM "${PADDLE_TRAINERS:-${OMPI_COMM_WORLD_SIZE:-${SLURM_NTASKS:-1}}}")"
 pserver_nums="${PADDLE_PSERVER_NUMS:-${GPUBOX_PSERVER_NUMS:-1}}"
-trainer_id="$(env_or TRAINER_ID 0)"
+trainer_id="$(env_or TRAINER_ID "${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}")"
 pod_ip="${POD_IP:-${GPUBOX_POD_IP:-127.0.0.1}}"
-selected="${FLAGS_selected_gpus:-${GPUBOX_SELECTED_GPUS:-0}}"
+selected="${FLAGS_selected_gpus:-${GPUBOX_SELECTED_GPUS:-}}"
+if [ -n "$local_trainers" ]; then
+  trainers_num="$local_trainers"
+  trainer_id=0
+  # One card each unless told: simulated cards on the cpu build, GPUs 0..T-1 on cuda.
+  if [ -z "$selected" ]; then selected="$(seq -s, 0 $((local_trainers - 1)))"; fi
+fi
+selected="${selected:-0}"
 role="${TRAINING_ROLE:-${GPUBOX_TRAINING_ROLE:-}}"
 local_tier="${GPUBOX_LOCAL_TIER:-0}"
 build_dir="${GPUBOX_BUILD_DIR:-$repo/build}"
@@ -77,7 +115,9 @@ done
 mkdir -p log
 server_pids=()
 token_dir=""
+rendezvous_dir=""
 cleanup() {
+  procs_stop_all
   for pid in "${server_pids[@]:-}"; do
     [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
   done
@@ -85,6 +125,7 @@ cleanup() {
     [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
   done
   if [ -n "$token_dir" ]; then rm -rf "$token_dir"; fi
+  if [ -n "$rendezvous_dir" ]; then rm -rf "$rendezvous_dir"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -120,8 +161,8 @@ start_server() {
   if [ -n "$config" ]; then server_args+=(--config "$config" "${overrides[@]}"); fi
   if [ -n "$model_root" ]; then server_args+=(--data_dir "$model_root"); fi
   if [ -n "$token_file" ]; then server_args+=(--auth_token_file "$token_file"); fi
-  "$bin/gpubox_server" "${server_args[@]}" >"$logf" 2>&1 &
-  server_pids+=($!)
+  procs_start "gpubox_server $index" "$logf" "$bin/gpubox_server" "${server_args[@]}"
+  server_pids+=("$(procs_pid "gpubox_server $index")")
   for _ in $(seq 1 100); do
     if grep -q "listening on" "$logf" 2>/dev/null; then return 0; fi
     if ! kill -0 "${server_pids[-1]}" 2>/dev/null; then
@@ -184,6 +225,36 @@ fi
 
 export PADDLE_PSERVERS_IP_PORT_LIST="$servers" PADDLE_TRAINERS_NUM="$trainers_num" \
        PADDLE_TRAINER_ID="$trainer_id" FLAGS_selected_gpus="$selected"
+if [ "$trainers_num" -gt 1 ] && [ -z "$local_trainers" ] && [ -z "${GPUBOX_RENDEZVOUS:-}" ]; then
+  echo "run_gpubox: PADDLE_TRAINERS_NUM=$trainers_num: the trainers meet through a rendezvous store; set GPUBOX_RENDEZVOUS=file:///shared/dir (a folder every trainer reaches, fresh for this job)" >&2
+  exit 2
+fi
+
+if [ -n "$local_trainers" ] && [ "$local_trainers" -gt 1 ]; then
+  # Several trainers here: split the cards, a fresh rendezvous folder, one process each.
+  IFS=',' read -r -a cards <<<"$selected"
+  if [ $(( ${#cards[@]} % local_trainers )) -ne 0 ]; then
+    echo "run_gpubox: FLAGS_selected_gpus=$selected (${#cards[@]} cards) cannot be split evenly between $local_trainers trainers" >&2
+    exit 2
+  fi
+  per=$(( ${#cards[@]} / local_trainers ))
+  if [ -z "${GPUBOX_RENDEZVOUS:-}" ]; then
+    rendezvous_dir="$(mktemp -d "${TMPDIR:-/tmp}/gpubox_rendezvous.XXXXXX")"
+    export GPUBOX_RENDEZVOUS="file://$rendezvous_dir"
+  fi
+  workers=()
+  for ((t = 0; t < local_trainers; t++)); do
+    mine="$(IFS=,; echo "${cards[*]:$((t * per)):$per}")"
+    procs_start "trainer $t" "log/worker.$t.log" \
+      env PADDLE_TRAINER_ID="$t" FLAGS_selected_gpus="$mine" "$bin/gpubox_train" "${args[@]}"
+    workers+=("trainer $t")
+    echo "run_gpubox: trainer $t of $local_trainers on cards $mine (log/worker.$t.log)"
+  done
+  tail -n +1 -f --pid="$(procs_pid "trainer 0")" "log/worker.0.log" &
+  status=0
+  procs_wait_for "${workers[@]}" || status=$?
+  exit "$status"
+fi
 status=0
 "$bin/gpubox_train" "${args[@]}" 2>&1 | tee "log/worker.$trainer_id.log" || status=${PIPESTATUS[0]}
 if [ "$status" = 0 ]; then

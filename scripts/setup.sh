@@ -13,6 +13,7 @@ PACKAGES=(
   libdnnl-dev          # oneDNN: the dense net's GEMMs with fused bias/ReLU, bf16 where the CPU has it (cpu backend)
   nlohmann-json3-dev   # gpubox_serve: parsing JSON prediction requests (header-only)
   librocksdb-dev       # disk tier under the host table
+  libgloo-dev          # Gloo: collectives over TCP between trainer processes (cpu backend, several trainers)
   libxxhash-dev        # hashing Criteo categoricals, checksums of saved models
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev     # micro-benchmarks

@@ -10,6 +10,8 @@
 
 #if defined(GPUBOX_BACKEND_CUDA)
 #include "heterps/comm/nccl_communicator.hpp"
+#else
+#include "heterps/comm/gloo_communicator.hpp"
 #endif
 
 namespace gpubox::comm {
@@ -149,15 +151,18 @@ std::unique_ptr<CommGroup> make_in_process_group(int ranks, std::chrono::millise
   return std::make_unique<InProcessGroup>(ranks, timeout);
 }
 
-std::unique_ptr<CommGroup> make_group(device::CardSet& cards, std::chrono::milliseconds timeout) {
+std::unique_ptr<CommGroup> make_group(device::CardSet& cards, std::chrono::milliseconds timeout,
+                                      RendezvousStore* store, const std::string& host) {
+  const bool one_process = cards.total_cards() == cards.num_local_cards();
 #if defined(GPUBOX_BACKEND_CUDA)
-  return std::make_unique<NcclGroup>(cards, timeout);
+  (void)host;  // NCCL finds its own interfaces (NCCL_SOCKET_IFNAME)
+  return std::make_unique<NcclGroup>(cards, timeout, one_process ? nullptr : store);
 #else
-  GPUBOX_EXPECTS(cards.total_cards() == cards.num_local_cards(),
-                 "the cpu backend's communicator spans one process (", cards.num_local_cards(),
-                 " local cards); ", cards.total_cards(),
-                 " cards over several trainers need the Gloo transport, not implemented yet");
-  return make_in_process_group(cards.num_local_cards(), timeout);
+  if (one_process) return make_in_process_group(cards.num_local_cards(), timeout);
+  GPUBOX_EXPECTS(store != nullptr, "a communicator over ", cards.total_cards(),
+                 " cards of several trainers (", cards.num_local_cards(),
+                 " here) needs a rendezvous store: set GPUBOX_RENDEZVOUS=file:///shared/dir");
+  return std::make_unique<GlooGroup>(cards, *store, timeout, host);
 #endif
 }
 

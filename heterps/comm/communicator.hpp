@@ -14,9 +14,13 @@
 // group's timeout also aborts the group; the error names the rank, the step context, the wait
 // and the last collective.
 //
-// Implementations: in_process_communicator.hpp (any backend; buffers must be host-addressable,
-// i.e. card memory on the cpu backend) and nccl_communicator.hpp (cuda backend). make_group
-// picks the one for the build.
+// Ranks: rank() is the card's global rank among every card of the job (trainer_id * cards +
+// local index) and size() the job's card count; CommGroup::at takes the local index.
+//
+// Implementations: in_process_communicator.hpp (one process, any backend; buffers must be
+// host-addressable, i.e. card memory on the cpu backend), gloo_communicator.hpp (several trainer
+// processes, cpu backend) and nccl_communicator.hpp (cuda backend, one or several trainers).
+// make_group picks the one for the build and the job.
 #pragma once
 
 #include <chrono>
@@ -35,6 +39,8 @@ class CardSet;
 }
 
 namespace comm {
+
+class RendezvousStore;
 
 enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt64, kUInt8 };
 
@@ -108,6 +114,10 @@ class Communicator {
   // error; the message names this rank, the step context, `what` the wait was for and the last
   // collective enqueued. Counts one host synchronization.
   void synchronize(const device::Stream& stream, const char* what);
+
+  // Bytes this rank has sent to ranks of other processes so far (0 for a group within one
+  // process; the Gloo group's count: gloo_communicator.hpp). For reports, not for control.
+  virtual uint64_t bytes_to_other_processes() const { return 0; }
 
   // The step context errors name ("pass 3, step 17"), set by the card's worker before each
   // step; pass < 0 clears it.
@@ -183,11 +193,16 @@ class CommGroup {
 std::unique_ptr<CommGroup> make_in_process_group(
     int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
-// The group for a CardSet: in-process on the cpu backend, NCCL on the cuda backend (one
-// non-blocking communicator per local GPU, for a single trainer). `timeout` bounds every wait
+// The group for a CardSet. One trainer: in-process on the cpu backend, NCCL on the cuda
+// backend. Cards over several trainers (cards.total_cards() > local cards) meet through `store`
+// (required then; it must outlive the group): Gloo over TCP on the cpu backend, reached at
+// `host` (this process's address for its peers: 127.0.0.1 on one machine, POD_IP across
+// machines), NCCL with ncclCommInitRank on the cuda backend. `timeout` bounds every wait
 // (runner.collective_timeout_s in gpubox_train).
 std::unique_ptr<CommGroup> make_group(device::CardSet& cards,
-                                      std::chrono::milliseconds timeout = std::chrono::minutes(5));
+                                      std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                                      RendezvousStore* store = nullptr,
+                                      const std::string& host = "127.0.0.1");
 
 }  // namespace comm
 }  // namespace gpubox

@@ -2,46 +2,16 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "common/error.hpp"
+#include "heterps/comm/detail/data_types.hpp"
 #include "heterps/device/memory_registry.hpp"
 
 namespace gpubox::comm {
 namespace {
 
-// Calls f(T{}) for the element type `type` names.
-template <class F>
-void visit_type(DataType type, F&& f) {
-  switch (type) {
-    case DataType::kFloat32:
-      return f(float{});
-    case DataType::kFloat64:
-      return f(double{});
-    case DataType::kInt32:
-      return f(int32_t{});
-    case DataType::kInt64:
-      return f(int64_t{});
-    case DataType::kUInt64:
-      return f(uint64_t{});
-    case DataType::kUInt8:
-      return f(uint8_t{});
-  }
-  GPUBOX_FAIL("unknown communicator data type ", static_cast<int>(type));
-}
-
-// Integers add in their unsigned twin so overflow wraps (as NCCL does) instead of being
-// undefined behaviour.
-template <class T, bool = std::is_integral_v<T>>
-struct SumTypeOf {
-  using type = T;
-};
-template <class T>
-struct SumTypeOf<T, true> {
-  using type = std::make_unsigned_t<T>;
-};
-template <class T>
-using SumType = typename SumTypeOf<T>::type;
+using detail::SumType;
+using detail::visit_type;
 
 // All-reduces up to this size write the sums straight into every rank's recv (one data phase);
 // larger ones write only the own recv, then every rank copies the other chunks with memcpy (two

@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/error.hpp"
 #include "heterps/comm/nccl_check.hpp"
@@ -57,25 +59,41 @@ class Backoff {
 
 // ---- group ---------------------------------------------------------------------------------
 
-NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout)
-    : timeout_(timeout) {
-  GPUBOX_EXPECTS(cards.total_cards() == cards.num_local_cards(),
-                 "NCCL across trainers (ncclCommInitRank with an out-of-band unique id) is not "
-                 "supported yet: ",
-                 cards.total_cards(), " cards in all, ", cards.num_local_cards(), " local");
+NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout,
+                     RendezvousStore* store)
+    : timeout_(timeout), total_(cards.total_cards()) {
   GPUBOX_EXPECTS(timeout.count() > 0, "communicator timeout must be positive");
   const int n = cards.num_local_cards();
+  // The clique's id: made here for one trainer; across trainers made by global rank 0 and
+  // read by every other process from the rendezvous store (ncclCommInitRank's out-of-band id).
   ncclUniqueId id;
-  GPUBOX_NCCL_TRY(ncclGetUniqueId(&id));
+  if (total_ == n) {
+    GPUBOX_NCCL_TRY(ncclGetUniqueId(&id));
+  } else {
+    GPUBOX_EXPECTS(store != nullptr, "NCCL group of ", total_, " GPUs over several trainers (", n,
+                   " here) needs a rendezvous store (GPUBOX_RENDEZVOUS)");
+    constexpr const char* kIdKey = "nccl/unique_id";
+    if (cards.card(0).rank() == 0) {
+      GPUBOX_NCCL_TRY(ncclGetUniqueId(&id));
+      store->set(kIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      const std::vector<char> shared = store->get(kIdKey, timeout_);
+      GPUBOX_EXPECTS(shared.size() == sizeof(id.internal), "rendezvous key ", kIdKey, " in ",
+                     store->describe(), " holds ", shared.size(), " bytes, not an NCCL unique id (",
+                     sizeof(id.internal), ")");
+      std::memcpy(id.internal, shared.data(), sizeof(id.internal));
+    }
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   comms_.assign(static_cast<std::size_t>(n), nullptr);
-  // One group over every local rank (ncclCommInitAll's recipe): each rank's init names its
-  // device, which must be current during its call.
+  // One group over every local rank (ncclCommInitAll's recipe, with global ranks): each rank's
+  // init names its device, which must be current during its call.
   ncclResult_t init = ncclGroupStart();
   for (int i = 0; i < n && (init == ncclSuccess || init == ncclInProgress); ++i) {
     device::DeviceGuard guard(cards.card(i).device());
-    init = ncclCommInitRankConfig(&comms_[static_cast<std::size_t>(i)], n, id, i, &config);
+    init = ncclCommInitRankConfig(&comms_[static_cast<std::size_t>(i)], total_, id,
+                                  cards.card(i).rank(), &config);
   }
   const ncclResult_t end = ncclGroupEnd();
   std::string failure;
@@ -111,11 +129,12 @@ NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout)
   }
   if (!failure.empty()) {
     abort_communicators();
-    GPUBOX_FAIL("NCCL group of ", n, " GPUs: ", failure);
+    GPUBOX_FAIL("NCCL group of ", total_, " GPUs (", n, " here): ", failure);
   }
   ranks_.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
-    ranks_.push_back(std::make_unique<NcclCommunicator>(*this, i, comms_[i], cards.card(i)));
+    ranks_.push_back(
+        std::make_unique<NcclCommunicator>(*this, cards.card(i).rank(), comms_[i], cards.card(i)));
   }
 }
 
@@ -203,15 +222,15 @@ NcclCommunicator::NcclCommunicator(NcclGroup& group, int rank, ncclComm_t comm, 
       rank_(rank),
       comm_(comm),
       barrier_word_(card.make_buffer<int32_t>(1)),
-      counts_device_(
-          card.make_buffer<uint64_t>(static_cast<std::size_t>(group.size()) * group.size())),
-      counts_host_(static_cast<std::size_t>(group.size()) * group.size()) {
+      counts_device_(card.make_buffer<uint64_t>(static_cast<std::size_t>(group.total_ranks()) *
+                                                group.total_ranks())),
+      counts_host_(static_cast<std::size_t>(group.total_ranks()) * group.total_ranks()) {
   device::DeviceGuard guard(card.device());  // built on the main thread
   device::memset_bytes_async(barrier_word_.data(), 0, sizeof(int32_t), card.stream());
   card.stream().synchronize();
 }
 
-int NcclCommunicator::size() const { return group_->size(); }
+int NcclCommunicator::size() const { return group_->total_ranks(); }
 
 void NcclCommunicator::fail(const std::string& reason) {
   group_->abort(reason);

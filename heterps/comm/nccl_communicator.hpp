@@ -1,6 +1,9 @@
-// NCCL communicator for the GPUs of one trainer (cuda backend only). One non-blocking ncclComm_t
+// NCCL communicator for the GPUs of a job (cuda backend only): one clique over every card of
+// every trainer (global rank = trainer_id * cards + local index). One non-blocking ncclComm_t
 // per local GPU (ncclCommInitRankConfig with config.blocking = 0 inside one group, which is what
 // ncclCommInitAll does, minus the blocking); each card's thread drives its own communicator.
+// Across trainers the clique's ncclUniqueId is made by global rank 0 and shared through the
+// rendezvous store (rendezvous_store.hpp); every process then inits its own ranks.
 //
 // Non-blocking: an NCCL call may return ncclInProgress instead of blocking (e.g. while a peer
 // has not joined yet); the rank then polls ncclCommGetAsyncError until the call is enqueued,
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "heterps/comm/communicator.hpp"
+#include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 
@@ -76,14 +80,19 @@ class NcclCommunicator final : public Communicator {
 
 class NcclGroup final : public CommGroup {
  public:
-  // The cards must outlive the group. Only a single trainer (all ranks local) is supported.
-  // Peer access between the GPUs was granted when the CardSet was made (card.hpp).
-  NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout);
+  // The cards (and the store) must outlive the group. `store` is needed when the cards span
+  // several trainers (cards.total_cards() > local cards): rank 0 publishes the unique id there
+  // under "nccl/unique_id" and the others wait for it (bounded by `timeout`). Peer access
+  // between the local GPUs was granted when the CardSet was made (card.hpp).
+  NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout,
+            RendezvousStore* store = nullptr);
   ~NcclGroup() override;
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
+  // Local ranks (at() takes 0 .. size()-1); total_ranks(): every card of the job.
   int size() const override { return static_cast<int>(comms_.size()); }
+  int total_ranks() const { return total_; }
   Communicator& at(int local_rank) override;
   void abort(const std::string& reason) override;
   bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
@@ -105,6 +114,7 @@ class NcclGroup final : public CommGroup {
   void abort_communicators() noexcept;
 
   const std::chrono::milliseconds timeout_;
+  const int total_;
   std::vector<ncclComm_t> comms_;
   std::vector<std::unique_ptr<NcclCommunicator>> ranks_;
   mutable std::mutex mu_;

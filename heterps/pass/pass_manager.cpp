@@ -112,9 +112,6 @@ PassManager::PassManager(device::CardSet& cards, std::vector<sparse::CardSparseS
   GPUBOX_EXPECTS(static_cast<int>(stores_.size()) == cards_.num_local_cards(),
                  "pass manager: ", stores_.size(), " stores for ", cards_.num_local_cards(),
                  " cards");
-  GPUBOX_EXPECTS(cards_.total_cards() == cards_.num_local_cards(),
-                 "pass manager: several trainer processes are not supported yet (",
-                 cards_.total_cards(), " cards in all, ", cards_.num_local_cards(), " here)");
   for (auto* store : stores_) {
     GPUBOX_EXPECTS(store != nullptr, "pass manager: null store");
     GPUBOX_EXPECTS(store->layout().stride() == host_.layout().stride(),
@@ -283,6 +280,8 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
 std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_t>& keys,
                                                        const std::vector<int32_t>& slots) const {
   const int num_cards = cards_.num_local_cards();
+  const int total_cards = cards_.total_cards();
+  const int first_rank = cards_.trainer_id() * num_cards;
   std::vector<OwnedKeys> owned(static_cast<std::size_t>(num_cards));
   std::vector<std::size_t> order(keys.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
@@ -292,9 +291,14 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   for (std::size_t k = 0; k < order.size(); ++k) {
     const uint64_t key = keys[order[k]];
     if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
-    OwnedKeys& owner = owned[owner_card(key, num_cards)];
-    owner.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
-    owner.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
+    // The job-wide owner (heter_comm.hpp); with several trainers the caller (CardTier) gives
+    // only keys owned here.
+    const int owner = owner_card(key, total_cards) - first_rank;
+    GPUBOX_EXPECTS(owner >= 0 && owner < num_cards, "pass manager: key ", key, " is owned by card ",
+                   owner + first_rank, ", not by one of trainer ", cards_.trainer_id(), "'s");
+    OwnedKeys& owner_keys = owned[owner];
+    owner_keys.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
+    owner_keys.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
   }
   return owned;
 }

@@ -1,6 +1,7 @@
 #include "heterps/ps/card_tier.hpp"
 
 #include "common/error.hpp"
+#include "common/hash.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/pass_manager.hpp"
@@ -10,7 +11,7 @@ namespace gpubox::ps {
 
 CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
                    const table::AccessorConfig& accessor, const CardTierOptions& options)
-    : cards_(cards), host_(host) {
+    : cards_(cards), group_(group), host_(host) {
   const int n = cards_.num_local_cards();
   GPUBOX_EXPECTS(group.size() == n, "card tier: a communicator group of ", group.size(),
                  " ranks for ", n, " cards");
@@ -33,13 +34,77 @@ CardTier::~CardTier() = default;
 pass::PassStats CardTier::begin_pass(const std::vector<uint64_t>& keys,
                                      const std::vector<int32_t>& slots,
                                      const pass::StagedRows* staged) {
-  return pass_manager_->begin_pass(keys, slots, staged);
+  if (cards_.total_cards() == cards_.num_local_cards()) {
+    return pass_manager_->begin_pass(keys, slots, staged);
+  }
+  // Several trainers: the keys owned here come from every trainer's data, so rows staged from
+  // this trainer's keys alone would not cover them (stage_rows stages nothing then).
+  const ReceivedKeys owned = exchange_keys(keys, slots);
+  return pass_manager_->begin_pass(owned.keys, owned.slots);
 }
 
 pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,
                                       const std::vector<int32_t>& slots,
                                       const std::vector<uint64_t>& exclude) const {
+  if (cards_.total_cards() != cards_.num_local_cards()) return {};
   return pass_manager_->stage_rows(keys, slots, exclude);
+}
+
+CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys,
+                                            const std::vector<int32_t>& slots) {
+  GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
+                 " keys but ", slots.size(), " slots");
+  const int local = cards_.num_local_cards();
+  const int total = cards_.total_cards();
+  // What local card c sends: this trainer's keys whose owner has local index c (on any
+  // trainer), grouped by owner rank. Each key leaves once; a key owned here goes card to itself.
+  std::vector<std::vector<std::vector<uint64_t>>> send_keys(
+      static_cast<std::size_t>(local), std::vector<std::vector<uint64_t>>(total));
+  std::vector<std::vector<std::vector<int32_t>>> send_slots(
+      static_cast<std::size_t>(local), std::vector<std::vector<int32_t>>(total));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == 0) continue;  // the padding key is never a row (pass_manager.hpp)
+    const int owner = owner_card(keys[i], total);
+    send_keys[owner % local][owner].push_back(keys[i]);
+    send_slots[owner % local][owner].push_back(slots.empty() ? 0 : slots[i]);
+  }
+  std::vector<ReceivedKeys> received(static_cast<std::size_t>(local));
+  cards_.run_on_cards(
+      [&](device::Card& card) {
+        const int c = card.local_index();
+        comm::Communicator& comm = group_.at(c);
+        const device::Stream& stream = card.stream();
+        std::vector<std::size_t> send_counts(total), recv_counts(total);
+        std::vector<uint64_t> flat_keys;
+        std::vector<int32_t> flat_slots;
+        for (int r = 0; r < total; ++r) {
+          send_counts[r] = send_keys[c][r].size();
+          flat_keys.insert(flat_keys.end(), send_keys[c][r].begin(), send_keys[c][r].end());
+          flat_slots.insert(flat_slots.end(), send_slots[c][r].begin(), send_slots[c][r].end());
+        }
+        comm.exchange_counts(send_counts.data(), recv_counts.data(), stream);
+        std::size_t incoming = 0;
+        for (std::size_t n : recv_counts) incoming += n;
+        auto d_send_keys = device::to_device(flat_keys, card.memory(), stream);
+        auto d_send_slots = device::to_device(flat_slots, card.memory(), stream);
+        auto d_recv_keys = card.make_buffer<uint64_t>(incoming);
+        auto d_recv_slots = card.make_buffer<int32_t>(incoming);
+        comm.all_to_all_v(d_send_keys.data(), send_counts.data(), d_recv_keys.data(),
+                          recv_counts.data(), stream);
+        comm.all_to_all_v(d_send_slots.data(), send_counts.data(), d_recv_slots.data(),
+                          recv_counts.data(), stream);
+        comm.synchronize(stream, "the pass's keys sent to their owner cards");
+        // In peer order: the pass manager keeps a repeated key's first slot, the lowest trainer's.
+        received[c].keys = device::to_host(d_recv_keys);
+        received[c].slots = device::to_host(d_recv_slots);
+      },
+      [&](const std::string& why) { group_.abort(why); });
+  ReceivedKeys owned;
+  for (auto& part : received) {
+    owned.keys.insert(owned.keys.end(), part.keys.begin(), part.keys.end());
+    owned.slots.insert(owned.slots.end(), part.slots.begin(), part.slots.end());
+  }
+  return owned;
 }
 
 pass::PassStats CardTier::end_pass() { return pass_manager_->end_pass(); }

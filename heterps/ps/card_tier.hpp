@@ -69,6 +69,10 @@ class CardTier {
   // --- pass boundaries (controlling thread) ---
   // `keys`: the pass's unique keys; `slots` (same length, or empty): each key's slot, given to
   // the rows the host tier creates (the dataset's first occurrence, InMemoryDataset::unique_keys).
+  // With several trainers (cards.total_cards() > local cards) these are this trainer's keys:
+  // they are first sent to their owner cards over the communicator (every trainer's begin_pass
+  // is collective; a trainer with no keys still joins), so each card holds the keys of every
+  // trainer's data that it owns.
   // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
   // `staged`: rows stage_rows fetched ahead for this pass (optional, borrowed for the call).
   pass::PassStats begin_pass(const std::vector<uint64_t>& keys,
@@ -76,7 +80,7 @@ class CardTier {
                              const pass::StagedRows* staged = nullptr);
   // The host-tier rows of a coming pass's `keys` less `exclude` (sorted: the keys of every pass
   // trained before it from now on): PassManager::stage_rows. Any thread; touches only the host
-  // tier.
+  // tier. With several trainers it stages nothing (begin_pass pulls every row).
   pass::StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                               const std::vector<uint64_t>& exclude) const;
   // Writes the dirty rows back; returns the pass's counters.
@@ -113,7 +117,16 @@ class CardTier {
   heter_comm::HeterComm& heter_comm(int card);
 
  private:
+  struct ReceivedKeys {  // in peer order, not sorted (pass::OwnedKeys is sorted)
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+  };
+  // Several trainers: sends every key of `keys` to its owner card (all_to_all_v over the
+  // group) and returns the keys (with slots) the local cards received, in peer order.
+  ReceivedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
+
   device::CardSet& cards_;
+  comm::CommGroup& group_;
   table::HostTier& host_;
   std::vector<std::unique_ptr<sparse::CardSparseStore>> stores_;
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms_;

@@ -4,7 +4,10 @@
 #  1. `sh run_gpubox.sh -m CONFIG` with the in-process host tier: trains, prints PaddleRec's
 #     epoch line, logs to ./log/worker.0.log and says how to plot the metrics;
 #  2. the variables PaddleRec's tools/run_gpubox.sh exports (a server list, no TRAINING_ROLE):
-#     the named server is started on its port, the trainer uses it, and it is stopped at the end.
+#     the named server is started on its port, the trainer uses it, and it is stopped at the end;
+#  3. --trainers 2 --servers 1: two trainer processes (one card each) and a server, trainer 0's
+#     lines shown, log/worker.0.log and log/worker.1.log, every process stopped at the end; cards
+#     that cannot be split between the trainers are refused.
 set -eu
 repo="$1"
 build="$2"
@@ -39,4 +42,21 @@ grep -q "^Epoch: 0, " out2.txt || { cat out2.txt; fail "no training"; }
 # Stopped on exit: the port is free again.
 python3 -c "import socket, sys; s = socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)) == 0)" ||
   fail "the server still listens after the launcher exited"
+# 3.
+rm -rf log
+env -u FLAGS_selected_gpus GPUBOX_LOCAL_TIER=0 timeout 120 bash "$repo/scripts/run_gpubox.sh" \
+  --trainers 2 --servers 1 --config "$config" -o runner.epochs=1 -o runner.model_save_path= \
+  -o runner.metrics_path=log/m.jsonl >out3.txt 2>&1 </dev/null ||
+  { cat out3.txt; cat log/worker.1.log 2>/dev/null; fail "--trainers 2 exited nonzero"; }
+grep -q "^Epoch: 0, " out3.txt || { cat out3.txt; fail "--trainers 2: no epoch line"; }
+grep -q "trainer 1 of 2 on cards 1 (log/worker.1.log)" out3.txt || { cat out3.txt; fail "no trainer 1"; }
+grep -q '"trainer": 1' log/m.trainer1.jsonl || fail "trainer 1 wrote no metrics line"
+[ -s log/worker.1.log ] && [ -s log/pserver.0.log ] || fail "--trainers 2: logs missing"
+port3="$(sed -n 's/^run_gpubox: gpubox_server on 127.0.0.1:\([0-9]*\) .*/\1/p' out3.txt)"
+[ -n "$port3" ] || { cat out3.txt; fail "--servers 1 started no server"; }
+python3 -c "import socket, sys; s = socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port3)) == 0)" ||
+  fail "--trainers 2: the server still listens after the launcher exited"
+FLAGS_selected_gpus=0,1,2 timeout 60 bash "$repo/scripts/run_gpubox.sh" --trainers 2 \
+  --config "$config" >out4.txt 2>&1 </dev/null && fail "3 cards split between 2 trainers"
+grep -q "cannot be split evenly between 2 trainers" out4.txt || { cat out4.txt; fail "no reason given"; }
 echo "PASS"

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/load_report.hpp"
 #include "heterps/comm/communicator.hpp"
+#include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/ps/card_tier.hpp"
 #include "table/dense_table.hpp"
@@ -79,7 +81,72 @@ int64_t unpack_steps(const std::vector<float>& packed) {
   return steps;
 }
 
+// The steps of a pass, agreed by every card of every trainer (collective over `comm`): as many
+// as the trainer with the most batches has (a card past its own batches trains empty ones,
+// still joining every collective), and each step's instances over every card of the job (the
+// dense gradients' scale).
+struct StepPlan {
+  std::size_t local_batches = 0;      // this trainer's batches per card
+  std::vector<int64_t> global_batch;  // per step: instances over every card of the job
+  std::size_t steps() const { return global_batch.size(); }
+};
+
+StepPlan agree_step_plan(const dataset::InMemoryDataset& ds, int cards, device::Card& card,
+                         comm::Communicator& comm) {
+  const device::Stream& stream = card.stream();
+  StepPlan plan;
+  plan.local_batches = ds.num_batches_per_card(cards);
+  auto counts = card.make_buffer<int64_t>(static_cast<std::size_t>(comm.size()));
+  auto mine = device::to_device(std::vector<int64_t>{static_cast<int64_t>(plan.local_batches)},
+                                card.memory(), stream);
+  comm.all_gather(mine.data(), counts.data(), 1, stream);
+  comm.synchronize(stream, "the pass's batch counts");
+  int64_t steps = 0;
+  for (int64_t n : device::to_host(counts)) steps = std::max(steps, n);
+  std::vector<int64_t> sizes(static_cast<std::size_t>(steps), 0);
+  for (std::size_t b = 0; b < plan.local_batches; ++b)
+    sizes[b] = static_cast<int64_t>(ds.batch_span(card.local_index(), cards, b).size());
+  auto global = device::to_device(sizes, card.memory(), stream);
+  comm.all_reduce_sum(global.data(), global.data(), sizes.size(), stream);
+  comm.synchronize(stream, "the pass's batch sizes");
+  plan.global_batch = device::to_host(global);
+  return plan;
+}
+
+// Batch `b` of this card: the dataset's while it has one, else an empty batch.
+void fill_step_batch(const dataset::InMemoryDataset& ds, const StepPlan& plan, int card, int cards,
+                     std::size_t b, const dataset::DatasetConfig& config, dataset::Batch* batch) {
+  if (b < plan.local_batches) {
+    ds.fill_batch(card, cards, b, batch);
+  } else {
+    dataset::assemble_batch(nullptr, 0, static_cast<int>(config.slots.size()), config.dense_dim,
+                            batch);
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> trainer_file_share(const std::vector<std::string>& files, int trainer_id,
+                                            int trainers) {
+  GPUBOX_EXPECTS(trainers >= 1 && trainer_id >= 0 && trainer_id < trainers, "trainer id ",
+                 trainer_id, " is not in [0, ", trainers, ")");
+  const std::size_t n = files.size();
+  const auto t = static_cast<std::size_t>(trainer_id);
+  const std::size_t base = n / static_cast<std::size_t>(trainers);
+  const std::size_t extra = n % static_cast<std::size_t>(trainers);
+  const std::size_t begin = t * base + std::min(t, extra);
+  const std::size_t end = begin + base + (t < extra ? 1 : 0);
+  return std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  files.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id) {
+  if (trainer_id == 0 || metrics_path.empty()) return metrics_path;
+  const std::filesystem::path path(metrics_path);
+  return (path.parent_path() / (path.stem().string() + ".trainer" + std::to_string(trainer_id) +
+                                path.extension().string()))
+      .string();
+}
 
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report) {
@@ -103,6 +170,8 @@ TrainerEnv TrainerEnv::from_environment() {
   env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
   env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", 0);
   env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM", 1);
+  env.rendezvous = env_string("GPUBOX_RENDEZVOUS", "GPUBOX_RENDEZVOUS", "");
+  env.host = env_string("POD_IP", "GPUBOX_POD_IP", "127.0.0.1");
   return env;
 }
 
@@ -120,6 +189,7 @@ std::vector<std::string> data_files(const std::string& dir) {
 
 struct Trainer::State {
   device::CardSet cards;
+  std::unique_ptr<comm::RendezvousStore> store;  // several trainers: where they meet
   std::unique_ptr<comm::CommGroup> group;
   std::unique_ptr<table::HostTier> host;
   std::unique_ptr<ps::CardTier> card_tier;           // the sparse side of every card
@@ -129,20 +199,31 @@ struct Trainer::State {
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     : config_(std::move(config)), env_(std::move(env)) {
-  GPUBOX_EXPECTS(env_.trainers == 1, "PADDLE_TRAINERS_NUM=", env_.trainers,
-                 ": training with several trainer processes is not supported yet; run one "
-                 "trainer that drives all cards of the machine");
+  if (env_.trainers > 1) {
+    GPUBOX_EXPECTS(!env_.rendezvous.empty(), "PADDLE_TRAINERS_NUM=", env_.trainers,
+                   ": the trainers meet through a rendezvous store; set "
+                   "GPUBOX_RENDEZVOUS=file:///shared/dir (scripts/run_gpubox.sh does)");
+    // Saves hold one host tier and one dense copy; with several trainers they would need every
+    // trainer's card tier synced first (a job-wide barrier): not implemented.
+    GPUBOX_EXPECTS(config_.runner.model_save_path.empty() && config_.runner.model_init_path.empty(),
+                   "PADDLE_TRAINERS_NUM=", env_.trainers,
+                   ": saving and loading models (runner.model_save_path, "
+                   "runner.model_init_path) with several trainers is not supported yet");
+  }
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
                                        env_.threads_per_card),
+            env_.trainers > 1 ? comm::open_rendezvous_store(env_.rendezvous) : nullptr,
             nullptr,
             nullptr,
             nullptr,
             {},
             std::make_unique<SaveLineage>(config_)});
   State& s = *state_;
-  s.group = comm::make_group(s.cards, std::chrono::milliseconds(static_cast<int64_t>(std::ceil(
-                                          config_.runner.collective_timeout_s * 1000.0))));
+  s.group = comm::make_group(s.cards,
+                             std::chrono::milliseconds(static_cast<int64_t>(
+                                 std::ceil(config_.runner.collective_timeout_s * 1000.0))),
+                             s.store.get(), env_.host);
   // The host tier: in-process, or the servers the launcher names (table::make_host_tier), with
   // the row rules of every tier (table::sparse_config_from) and the config's host-tier settings.
   table::HostTierConfig host_config = config_.host_tier;
@@ -195,6 +276,12 @@ std::vector<float> Trainer::dense_values(int card) const {
 std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
     const std::vector<std::string>& files, const std::string& what) const {
   auto ds = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
+  if (files.empty() && env_.trainers > 1) {
+    // An uneven split left this trainer no file: it joins every step with empty batches.
+    GPUBOX_LOG(INFO) << what << ": trainer " << env_.trainer_id << " of " << env_.trainers
+                     << " has no file of it";
+    return ds;
+  }
   ds->set_filelist(files);
   const Status st = ds->load_into_memory();
   if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
@@ -221,7 +308,8 @@ void Trainer::print_report(const PassReport& report, const std::string& prefix) 
 
 std::unique_ptr<dataset::InMemoryDataset> Trainer::read_pass(const std::vector<std::string>& files,
                                                              int64_t pass) const {
-  auto ds = load_dataset(files, "pass " + std::to_string(pass));
+  auto ds = load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers),
+                         "pass " + std::to_string(pass));
   if (config_.runner.shuffle) ds->local_shuffle(config_.runner.seed * 1000003 + pass);
   return ds;
 }
@@ -249,32 +337,43 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
   if (begun) begun();
   Timer phase;
   const int cards = s.cards.num_local_cards();
-  const std::size_t batches = ds->num_batches_per_card(cards);
-  const bool tty = isatty(fileno(stdout)) != 0;
+  // Every card's plan is the same (agreed over the job); card 0's is read after the join.
+  std::vector<StepPlan> plans(static_cast<std::size_t>(cards));
+  const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
   const int interval = std::max(1, config_.runner.print_interval);
   std::mutex print_mu;
   // Per card: what its steady steps (after kWarmupSteps) asked of the device layer.
   std::vector<device::DeviceCounts> steady(static_cast<std::size_t>(cards));
+  // Per card: bytes sent to other trainer processes over the steady steps.
+  std::vector<uint64_t> steady_interprocess(static_cast<std::size_t>(cards), 0);
   s.cards.run_on_cards(
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
         worker.metrics().reset();
+        StepPlan& plan = plans[card.local_index()];
+        plan = agree_step_plan(*ds, cards, card, s.group->at(card.local_index()));
+        const std::size_t batches = plan.steps();
         dataset::Batch batch;
         Timer card_timer;
         double last_redraw = 0;
         int64_t examples = 0;
         for (std::size_t b = 0; b < batches; ++b) {
-          ds->fill_batch(card.local_index(), cards, b, &batch);
-          int64_t global = 0;
-          for (int c = 0; c < cards; ++c) global += ds->batch_span(c, cards, b).size();
+          fill_step_batch(*ds, plan, card.local_index(), cards, b, config_.dataset, &batch);
+          const int64_t global = plan.global_batch[b];
           // Card 0's progress line: the running AUC is computed on the card and read with the
           // step's own last wait, so printing it costs the other cards nothing. On a terminal
           // the line is redrawn in place, at most 4 times a second besides print_interval.
           const bool redraw =
               tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
-          const bool progress = card.local_index() == 0 && ((b + 1) % interval == 0 || redraw);
+          const bool progress = card.local_index() == 0 && env_.trainer_id == 0 &&
+                                ((b + 1) % interval == 0 || redraw);
+          const uint64_t sent_before = s.group->at(card.local_index()).bytes_to_other_processes();
           worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
-          if (b >= kWarmupSteps) steady[card.local_index()] += worker.last_step_counts();
+          if (b >= kWarmupSteps) {
+            steady[card.local_index()] += worker.last_step_counts();
+            steady_interprocess[card.local_index()] +=
+                s.group->at(card.local_index()).bytes_to_other_processes() - sent_before;
+          }
           examples += global;
           if (progress) {
             const double elapsed = card_timer.seconds();
@@ -291,6 +390,7 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) { s.group->abort(why); });
+  const std::size_t batches = plans.front().steps();
   if (tty && batches >= static_cast<std::size_t>(1)) std::printf("\n");
   const double train_seconds = phase.seconds();
 
@@ -314,17 +414,29 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
                   {"written_back", static_cast<double>(end.written_back)},
                   {"skipped_lines", static_cast<double>(ds->load_stats().skipped_lines())}};
   append_step_counts(steady, batches > kWarmupSteps ? batches - kWarmupSteps : 0, &report);
+  if (env_.trainers > 1) {
+    report.extra.emplace_back("trainer", env_.trainer_id);
+    report.extra.emplace_back("trainers", env_.trainers);
+    if (batches > kWarmupSteps) {
+      // This trainer's cards together, per steady step (GlooCommunicator's count).
+      uint64_t sent = 0;
+      for (uint64_t bytes : steady_interprocess) sent += bytes;
+      report.extra.emplace_back(
+          "interprocess_bytes_per_step",
+          static_cast<double>(sent) / static_cast<double>(batches - kWarmupSteps));
+    }
+  }
   return report;
 }
 
 EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
   State& s = *state_;
-  auto ds = load_dataset(files, "evaluation data");
+  auto ds =
+      load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers), "evaluation data");
   ds->set_batch_size(config_.runner.infer_batch_size);
   const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
   s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots);
   const int cards = s.cards.num_local_cards();
-  const std::size_t batches = ds->num_batches_per_card(cards);
   EvalResult result;
   if (keep_predictions) {
     result.predictions.assign(ds->size(), 0.0f);
@@ -334,11 +446,12 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
         worker.metrics().reset();
+        const StepPlan plan = agree_step_plan(*ds, cards, card, s.group->at(card.local_index()));
         dataset::Batch batch;
-        for (std::size_t b = 0; b < batches; ++b) {
-          ds->fill_batch(card.local_index(), cards, b, &batch);
+        for (std::size_t b = 0; b < plan.steps(); ++b) {
+          fill_step_batch(*ds, plan, card.local_index(), cards, b, config_.dataset, &batch);
           worker.eval_step(batch);
-          if (keep_predictions) {
+          if (keep_predictions && b < plan.local_batches) {
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
             const std::vector<float> preds = worker.last_predictions();
             for (std::size_t i = 0; i < span.size(); ++i) {
@@ -370,7 +483,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
 
   std::ofstream metrics_out;
   if (!config_.runner.metrics_path.empty()) {
-    std::filesystem::path path(config_.runner.metrics_path);
+    std::filesystem::path path(trainer_metrics_path(config_.runner.metrics_path, env_.trainer_id));
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     metrics_out.open(path, std::ios::app);
     GPUBOX_EXPECTS(metrics_out.good(), "cannot open runner.metrics_path '", path.string(), "'");
@@ -427,7 +540,8 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       // The next passes start reading and staging once this one has begun (the previous
       // end_pass is done, as the staging needs; begin_pass has the cores to itself).
       PassReport report = run_pass(*prepared, [&] { pipeline.start_after(*prepared, total); });
-      print_report(report, "");
+      const bool prints = env_.trainer_id == 0;  // the job's lines, once
+      if (prints) print_report(report, "");
       epoch_seconds += report.seconds;
       epoch_metrics = report.metrics;
       if (pass_files.size() > 1) state_->workers[0]->metrics().accumulate_into(&epoch_sums);
@@ -447,18 +561,22 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
           epoch_metrics =
               compute_metrics(epoch_sums.data(), state_->workers[0]->metrics().buckets());
         }
-        std::printf("%s\n%s\n",
-                    format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
-                                                state_->cards.total_cards(), epoch_metrics.auc)
-                        .c_str(),
-                    format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
-        std::fflush(stdout);
+        if (prints) {
+          std::printf("%s\n%s\n",
+                      format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
+                                                  state_->cards.total_cards(), epoch_metrics.auc)
+                          .c_str(),
+                      format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
+          std::fflush(stdout);
+        }
         if (!test_files.empty()) {
           const EvalResult test = evaluate(test_files, false);
-          std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
-                      static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
-                      test.metrics.examples);
-          std::fflush(stdout);
+          if (prints) {
+            std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
+                        static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
+                        test.metrics.examples);
+            std::fflush(stdout);
+          }
           if (metrics_out.is_open()) {
             metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
                         << ", \"test_logloss\": " << test.metrics.logloss

@@ -1,0 +1,128 @@
+// Gloo communicator: the cards of several trainer processes in one group (cpu backend). Every
+// local card gets its own Gloo context over every card of the job (global rank = card.rank() =
+// trainer_id * cards + local index, size = total cards), connected full mesh over TCP
+// (Gloo's tcp transport) through the rendezvous store, so a card's collectives are Gloo's
+// (ring all-reduce, all-to-all-v, all-gather, broadcast, barrier) whether a peer is a card of
+// this process or of another one. Buffers must be host-addressable (card memory on cpu).
+//
+// Contract (communicator.hpp): Gloo's collectives block, so every one has completed when it
+// returns; synchronize() only reports an abort. The ring all-reduce reduces each chunk once and
+// passes the sums on, so the result is bit-identical on every rank (its order of summation is
+// the ring's, not rank order: results equal an in-process group's up to rounding).
+//
+// Failure: a peer process that exits closes its sockets, and every rank in a collective with
+// it throws at once; a peer that stalls is caught by the group's timeout (Gloo's per-operation
+// timeout). Either way the rank aborts the group (the local ranks' next collective throws at
+// once; one already blocked in Gloo returns within the timeout, Gloo having no way to wake it)
+// and the error names this rank, the collective and, when a trainer on this host has exited,
+// that trainer and its pid. Each process publishes "trainer/<id>" = "<host> <pid>" in the store
+// for that purpose.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "heterps/comm/communicator.hpp"
+#include "heterps/comm/rendezvous_store.hpp"
+#include "heterps/device/card.hpp"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace gpubox::comm {
+
+class GlooGroup;
+
+// One rank's handle; used only by that rank's card thread.
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Context> context);
+
+  int rank() const override;
+  int size() const override;
+  // Payload bytes sent to ranks of other trainers: exact for all_to_all_v and exchange_counts
+  // (what the counts say), the ring's share for all_reduce_sum (2(R-1)/R of the buffer) and
+  // all_gather ((R-1) blocks), each when the ring's next rank is another trainer's; broadcast
+  // and barrier are not counted. Read by this rank's thread (or after it joined).
+  uint64_t bytes_to_other_processes() const override { return bytes_to_other_processes_; }
+
+ protected:
+  void do_all_reduce_sum(const void* send, void* recv, std::size_t count, DataType type,
+                         const device::Stream& stream) override;
+  void do_all_to_all_v(const void* send, const std::size_t* send_counts, void* recv,
+                       const std::size_t* recv_counts, DataType type,
+                       const device::Stream& stream) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count, DataType type,
+                     const device::Stream& stream) override;
+  void do_broadcast(void* buffer, std::size_t count, DataType type, int root,
+                    const device::Stream& stream) override;
+  void do_barrier(const device::Stream& stream) override;
+  void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
+                          const device::Stream& stream) override;
+  void do_synchronize(const device::Stream& stream, const char* what) override;
+
+ private:
+  // Throws the abort error when the group was aborted, then synchronizes `stream` (its earlier
+  // work feeds the collective), runs `op` (one Gloo collective) and turns a Gloo failure into
+  // an abort of the group and a gpubox::Error naming this rank and `collective`.
+  template <class Op>
+  void run_gloo(const char* collective, const device::Stream& stream, Op&& op);
+
+  // Whether rank `peer` lives in another trainer process.
+  bool other_process(int peer) const;
+  // The share of a ring collective sent to the next rank, when that rank is another trainer's.
+  void count_ring(double bytes);
+
+  GlooGroup* group_;
+  std::shared_ptr<gloo::Context> context_;
+  uint64_t bytes_to_other_processes_ = 0;
+};
+
+// The local cards' ranks of one job-wide group. Thread-safe as CommGroup says.
+class GlooGroup final : public CommGroup {
+ public:
+  // Connects every local card to every card of the job through `store` (keys "gloo/<rank>" and
+  // "trainer/<id>"), one thread per local card; `host` is the address peers reach this process
+  // at (127.0.0.1 on one machine, POD_IP across machines). Throws naming the ranks (and their
+  // trainers) that did not join within `timeout`. The cards and the store must outlive the
+  // group.
+  GlooGroup(device::CardSet& cards, RendezvousStore& store, std::chrono::milliseconds timeout,
+            const std::string& host = "127.0.0.1");
+  ~GlooGroup() override;
+  GlooGroup(const GlooGroup&) = delete;
+  GlooGroup& operator=(const GlooGroup&) = delete;
+
+  int size() const override { return static_cast<int>(ranks_.size()); }
+  Communicator& at(int local_rank) override;
+  void abort(const std::string& reason) override;
+  bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
+  std::string reason() const;
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  int cards_per_trainer() const { return cards_per_trainer_; }
+  // "trainer 1 (pid 4242 on this host) has exited; " for every trainer of this host whose
+  // process is gone (read from the store), or "" when none is known to be.
+  std::string gone_trainers() const;
+
+ private:
+  RendezvousStore& store_;
+  const std::chrono::milliseconds timeout_;
+  const int trainer_id_;
+  const int trainers_;
+  const int cards_per_trainer_;
+  const std::string host_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::vector<std::unique_ptr<GlooCommunicator>> ranks_;
+  mutable std::mutex mu_;
+  std::string reason_;  // GUARDED_BY(mu_)
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace gpubox::comm

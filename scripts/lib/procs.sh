@@ -1,0 +1,71 @@
+# scripts/lib/procs.sh: the process bookkeeping of GPUBox's launchers, sourced by bash scripts
+# (run_gpubox.sh; any other launcher may source it too). Needs bash >= 5.1 (wait -n -p).
+#
+#   procs_start NAME LOG CMD...   runs CMD in the background, output to LOG; remembers it as NAME
+#   procs_wait_for NAME...        waits until every process named has exited. Returns 0 when all
+#                                 exited with 0; as soon as any process started here (named or
+#                                 not, e.g. a server) exits otherwise, or a non-named one exits at
+#                                 all, says which (and its log) and returns its status (1 when it
+#                                 was 0), leaving the rest to procs_stop_all
+#   procs_stop_all                TERM to every process still running, KILL after 5 s, reaped
+#   procs_pid NAME                the pid of NAME
+# Callers stop everything on exit: trap procs_stop_all EXIT (and INT/TERM that exit).
+
+declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
+
+procs_start() {
+  local name=$1 log=$2
+  shift 2
+  "$@" >"$log" 2>&1 &
+  procs_pid_of[$name]=$!
+  procs_log_of[$name]=$log
+  procs_name_of[$!]=$name
+}
+
+procs_pid() { echo "${procs_pid_of[$1]}"; }
+
+procs_wait_for() {
+  local -A pending=()
+  local name pid status
+  for name in "$@"; do pending[${procs_pid_of[$name]}]=$name; done
+  while [ "${#pending[@]}" -gt 0 ]; do
+    status=0
+    wait -n -p pid "${!procs_name_of[@]}" || status=$?
+    [ -n "${pid:-}" ] || return 1  # nothing left to wait for
+    name="${procs_name_of[$pid]}"
+    unset "procs_name_of[$pid]"
+    if [ -n "${pending[$pid]:-}" ] && [ "$status" -eq 0 ]; then
+      unset "pending[$pid]"
+      continue
+    fi
+    echo "run_gpubox: $name (pid $pid) exited with status $status; stopping the others (see ${procs_log_of[$name]})" >&2
+    # A peer's death is often what made this one fail: name the others that are gone too.
+    sleep 0.2
+    local other other_status
+    for other in "${!procs_name_of[@]}"; do
+      if ! kill -0 "$other" 2>/dev/null; then
+        other_status=0
+        wait "$other" 2>/dev/null || other_status=$?
+        echo "run_gpubox: ${procs_name_of[$other]} (pid $other) exited too, with status $other_status (see ${procs_log_of[${procs_name_of[$other]}]})" >&2
+        unset "procs_name_of[$other]"
+      fi
+    done
+    [ "$status" -ne 0 ] || status=1
+    return "$status"
+  done
+  return 0
+}
+
+procs_stop_all() {
+  local pid
+  for pid in "${!procs_name_of[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    local alive=0
+    for pid in "${!procs_name_of[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 1 ] || break
+    sleep 0.1
+  done
+  for pid in "${!procs_name_of[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for pid in "${!procs_name_of[@]}"; do wait "$pid" 2>/dev/null || true; done
+  procs_name_of=()
+}
