@@ -51,7 +51,7 @@ pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,
 }
 
 CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys,
-                                            const std::vector<int32_t>& slots) {
+                                               const std::vector<int32_t>& slots) {
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
                  " keys but ", slots.size(), " slots");
   const int local = cards_.num_local_cards();
