@@ -1,7 +1,8 @@
 // Chunked, stable row storage for one host-tier shard: rows are `stride` floats each, allocated
 // in chunks of kRowsPerChunk, and never move when the arena grows (an index stays valid until
-// the row is released). Per-row metadata (key, modification epoch) sits in parallel arrays.
-// Released indices are reused. Not thread-safe: the owning shard's mutex guards it.
+// the row is released). The per-row modification epoch sits in a parallel array; the key does
+// not (the shard's KeyIndexMap holds it: 8 bytes a row saved). Released indices are reused. Not
+// thread-safe: the owning shard's mutex guards it.
 #pragma once
 
 #include <cstddef>
@@ -22,10 +23,11 @@ class RowArena {
   int32_t stride() const { return stride_; }
   std::size_t live_rows() const { return allocated_ - free_.size(); }
   std::size_t memory_bytes() const {
-    return chunks_.size() * kRowsPerChunk *
-               (stride_ * sizeof(float) + sizeof(uint64_t) + sizeof(uint32_t)) +
+    return chunks_.size() * kRowsPerChunk * (stride_ * sizeof(float) + kMetadataBytes) +
            free_.capacity() * sizeof(uint32_t);
   }
+  // Bytes a row carries besides its floats (the modification epoch).
+  static constexpr std::size_t kMetadataBytes = sizeof(uint32_t);
 
   float* row(uint32_t index) {
     return chunks_[index / kRowsPerChunk].get() + std::size_t(index % kRowsPerChunk) * stride_;
@@ -34,12 +36,11 @@ class RowArena {
     return chunks_[index / kRowsPerChunk].get() + std::size_t(index % kRowsPerChunk) * stride_;
   }
   void prefetch(uint32_t index) const { __builtin_prefetch(row(index)); }
-  uint64_t key(uint32_t index) const { return keys_[index]; }
   uint32_t epoch(uint32_t index) const { return epochs_[index]; }
   void set_epoch(uint32_t index, uint32_t epoch) { epochs_[index] = epoch; }
 
-  // A row index for `key` (contents unspecified until the caller writes them).
-  uint32_t allocate(uint64_t key, uint32_t epoch) {
+  // A row index (contents unspecified until the caller writes them).
+  uint32_t allocate(uint32_t epoch) {
     uint32_t index;
     if (!free_.empty()) {
       index = free_.back();
@@ -47,12 +48,10 @@ class RowArena {
     } else {
       if (allocated_ == chunks_.size() * kRowsPerChunk) {
         chunks_.emplace_back(new float[std::size_t(kRowsPerChunk) * stride_]);
-        keys_.resize(chunks_.size() * kRowsPerChunk);
         epochs_.resize(chunks_.size() * kRowsPerChunk);
       }
       index = static_cast<uint32_t>(allocated_++);
     }
-    keys_[index] = key;
     epochs_[index] = epoch;
     return index;
   }
@@ -62,10 +61,8 @@ class RowArena {
   // Drops every row and gives the memory back.
   void clear() {
     chunks_.clear();
-    keys_.clear();
     epochs_.clear();
     free_.clear();
-    keys_.shrink_to_fit();
     epochs_.shrink_to_fit();
     free_.shrink_to_fit();
     allocated_ = 0;
@@ -74,7 +71,6 @@ class RowArena {
  private:
   int32_t stride_;
   std::vector<std::unique_ptr<float[]>> chunks_;
-  std::vector<uint64_t> keys_;
   std::vector<uint32_t> epochs_;
   std::vector<uint32_t> free_;
   std::size_t allocated_ = 0;

@@ -31,7 +31,7 @@ SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorCon
       arena_(layout.stride()) {}
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch) {
-  const uint32_t index = arena_.allocate(key, epoch);
+  const uint32_t index = arena_.allocate(epoch);
   index_.insert(key, index);
   return index;
 }
@@ -251,15 +251,16 @@ Status SparseShard::enforce_memory_limit() {
     float score;
     float minus_unseen;
     uint32_t index;
+    uint64_t key;
     bool operator<(const Candidate& o) const {
       return score != o.score ? score < o.score : minus_unseen < o.minus_unseen;
     }
   };
   std::vector<Candidate> scored;
   scored.reserve(index_.size());
-  index_.for_each([&](uint64_t, uint32_t index) {
+  index_.for_each([&](uint64_t key, uint32_t index) {
     const float* row = arena_.row(index);
-    scored.push_back({row_score(row, cfg_), -row[RowLayout::kUnseenDays], index});
+    scored.push_back({row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
   });
   std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
   const int32_t stride = layout_.stride();
@@ -268,11 +269,11 @@ Status SparseShard::enforce_memory_limit() {
     DiskTier::Batch batch;
     for (std::size_t i = begin; i < end; ++i) {
       const uint32_t index = scored[i].index;
-      batch.put(id_, arena_.key(index), arena_.row(index), arena_.epoch(index), stride);
+      batch.put(id_, scored[i].key, arena_.row(index), arena_.epoch(index), stride);
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = begin; i < end; ++i) {
-      remove_row(arena_.key(scored[i].index), scored[i].index);
+      remove_row(scored[i].key, scored[i].index);
     }
     rows_on_disk_ += end - begin;
   }
