@@ -53,6 +53,7 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride) {
   plan.disk_bytes_per_key = 12 + sizeof(uint32_t) + plan.row_bytes;  // DiskTier's encoding
   // No budget: the index doubles at the growth fill, so right after it the fill is half that.
   plan.index_bytes_per_key = KeyIndexMap::kSlotBytes / (KeyIndexMap::kMaxLoad / 2);
+  plan.rows_per_chunk = detail::RowArena::kMaxRowsPerChunk;
   if (config.shards == 0) return plan;
   uint64_t per_shard = 0;
   if (config.memory_budget_bytes > 0) {
@@ -69,6 +70,10 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride) {
     }
   }
   plan.rows_per_shard = per_shard;
+  plan.rows_per_chunk = detail::RowArena::kMaxRowsPerChunk;
+  while (per_shard > 0 && plan.rows_per_chunk > 16 && plan.rows_per_chunk > per_shard / 8) {
+    plan.rows_per_chunk /= 2;
+  }
   return plan;
 }
 

@@ -15,7 +15,10 @@ namespace gpubox::table {
 
 struct HostMemoryPlan {
   uint32_t shards = 0;
-  uint64_t rows_per_shard = 0;     // rows a shard keeps in memory at most (0: no limit)
+  uint64_t rows_per_shard = 0;  // rows a shard keeps in memory at most (0: no limit)
+  // Rows per storage chunk of a shard (a power of two, at most RowArena::kMaxRowsPerChunk): about
+  // an eighth of the shard's budget, so the part of the last chunk not yet used stays small.
+  uint32_t rows_per_chunk = 0;
   std::size_t row_bytes = 0;       // the row's floats
   std::size_t metadata_bytes = 0;  // per row besides its floats (modification epoch)
   // Hash slot bytes per key: at the planned fill when there is a budget, else at the worst fill
@@ -36,7 +39,8 @@ struct HostMemoryPlan {
 // The plan for `config` and rows of `stride` floats. A byte budget gives each shard
 // budget / shards bytes: the most rows whose floats and epochs, plus the hash index sized so that
 // those rows and one call's 1/8 more fit below its growth fill, stay within it (at least one row
-// a shard; the arena rounds its storage up to chunks of 1024 rows per shard on top). A row budget
+// a shard; storage grows in chunks of rows_per_chunk rows, so up to one chunk a shard comes on
+// top). A row budget
 // gives max(1, rows / shards) per shard. Both: the smaller.
 HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride);
 

@@ -32,8 +32,11 @@ struct HostTableConfig {
   // working storage, wiped when the table opens; save/load is what persists a model.
   std::string rocksdb_path;
   // Rows kept in memory at most (0 = no limit; needs the disk tier). Each shard keeps at most
-  // max(1, budget / shards); a shard over its share moves its lowest-score rows (row_score, then
-  // the longest unseen) to disk, down to 7/8 of its share, after the call that grew it.
+  // max(1, budget / shards). A bulk call works through a shard's keys in pieces of 1/8 of its
+  // share; after each piece, a shard over its share moves its lowest-score rows (row_score, then
+  // the longest unseen) to disk, down to 7/8 of its share, so memory never holds more than the
+  // share. Score is Paddle's CTR rule (nonclk_coeff * (show - click) + clk_coeff * click, decayed
+  // by shrink): rows a pass will likely see again stay in memory.
   uint64_t memory_row_budget = 0;
   // Bytes the rows and their index may take (0 = no limit; needs the disk tier): turned into a
   // row budget per shard by plan_host_memory (table/host_memory_plan.hpp), which counts each

@@ -43,8 +43,8 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
   const HostMemoryPlan plan = plan_host_memory(config, layout_.stride());
   shards_.reserve(config.shards);
   for (uint32_t s = 0; s < config.shards; ++s) {
-    shards_.push_back(std::make_unique<detail::SparseShard>(s, layout_, optimizer_, disk_.get(),
-                                                            plan.rows_per_shard, &epochs_));
+    shards_.push_back(std::make_unique<detail::SparseShard>(
+        s, layout_, optimizer_, disk_.get(), plan.rows_per_shard, plan.rows_per_chunk, &epochs_));
   }
   GPUBOX_LOG(INFO) << plan.to_string();
 }

@@ -40,6 +40,10 @@ TEST(HostMemoryPlan, PlannedRowsAndIndexFitTheByteBudget) {
                              detail::KeyIndexMap::kSlotBytes;
         EXPECT_LE(static_cast<double>(plan.rows_per_shard) * 9 / 8,
                   slots * detail::KeyIndexMap::kMaxLoad + 1e-9);
+        // Storage chunks: a power of two, about an eighth of a shard's rows or fewer.
+        EXPECT_EQ(plan.rows_per_chunk & (plan.rows_per_chunk - 1), 0u);
+        EXPECT_GE(plan.rows_per_chunk, 16u);
+        EXPECT_LE(plan.rows_per_chunk, std::max<uint64_t>(16, plan.rows_per_shard / 8));
         EXPECT_EQ(plan.row_bytes, sizeof(float) * stride);
         EXPECT_EQ(plan.disk_bytes_per_key, 16 + sizeof(float) * stride);
       }
@@ -195,9 +199,9 @@ TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
     auto stats = table->stats();
     ASSERT_TRUE(stats.ok());
     EXPECT_LE(stats->rows_in_memory, plan.rows());
-    // Rows, epochs, index and free list as allocated; the arena rounds each shard's storage up
-    // to whole chunks of 1024 rows.
-    const uint64_t chunk_slack = cfg.shards * 1024 * (plan.row_bytes + plan.metadata_bytes);
+    // Rows, epochs, index and free list as allocated; storage grows by whole chunks.
+    const uint64_t chunk_slack =
+        cfg.shards * plan.rows_per_chunk * (plan.row_bytes + plan.metadata_bytes);
     EXPECT_LE(stats->memory_bytes, cfg.memory_budget_bytes + chunk_slack) << "after " << begin;
   }
   auto stats = table->stats();
