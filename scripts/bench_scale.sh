@@ -130,6 +130,7 @@ for k in "${sizes[@]}"; do
   fi
   pass_dirs="$(python3 -c "import sys; print('[' + ', '.join('$data/pass-%d' % p for p in range($passes)) + ']')")"
   run="$out/k$k"
+  rm -rf "$run"
   mkdir -p "$run"
   rocksdb="$data_root/rocksdb"
   rm -rf "$rocksdb"
