@@ -159,7 +159,7 @@ std::uint64_t PowerLawSampler::operator()(std::uint64_t bits) const {
 
 RankSampler::RankSampler(KeySampler kind, std::uint64_t n, double exponent)
     : power_law_(n, exponent) {
-  if (kind == KeySampler::kAlias) alias_.emplace_back(n, exponent);
+  if (kind == KeySampler::kAlias) alias_.emplace(n, exponent);
 }
 
 double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8_t>& labels) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,11 +112,11 @@ class RankSampler {
  public:
   RankSampler(KeySampler kind, std::uint64_t n, double exponent);
   std::uint64_t operator()(std::uint64_t random_bits) const {
-    return alias_.empty() ? power_law_(random_bits) : alias_.front()(random_bits);
+    return alias_ ? (*alias_)(random_bits) : power_law_(random_bits);
   }
 
  private:
-  std::vector<ZipfSampler> alias_;  // one element for kAlias, none for kClosedForm
+  std::optional<ZipfSampler> alias_;  // kAlias only
   PowerLawSampler power_law_;
 };
 
