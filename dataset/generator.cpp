@@ -139,6 +139,29 @@ std::uint64_t ZipfSampler::operator()(std::uint64_t bits) const {
   return low < threshold_[column] || threshold_[column] == 0xffffffffu ? column : alias_[column];
 }
 
+PowerLawSampler::PowerLawSampler(std::uint64_t n, double exponent)
+    : n_(n),
+      one_minus_exponent_(std::abs(1.0 - exponent) < 1e-12 ? 0.0 : 1.0 - exponent),
+      log_top_(std::log(static_cast<double>(n) + 1.0)),
+      top_term_(std::expm1(one_minus_exponent_ * log_top_)) {
+  GPUBOX_EXPECTS(n >= 1, "power-law vocabulary must be >= 1, got ", n);
+}
+
+std::uint64_t PowerLawSampler::operator()(std::uint64_t bits) const {
+  const double u = static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+  // x = F^-1(u) on [1, n + 1): (1 + u ((n+1)^(1-a) - 1))^(1/(1-a)), or (n+1)^u when a = 1.
+  const double log_x =
+      one_minus_exponent_ == 0.0 ? u * log_top_ : std::log1p(u * top_term_) / one_minus_exponent_;
+  const double rank = std::floor(std::exp(log_x)) - 1.0;
+  if (!(rank > 0.0)) return 0;
+  return std::min(n_ - 1, static_cast<std::uint64_t>(rank));
+}
+
+RankSampler::RankSampler(KeySampler kind, std::uint64_t n, double exponent)
+    : power_law_(n, exponent) {
+  if (kind == KeySampler::kAlias) alias_.emplace(n, exponent);
+}
+
 double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8_t>& labels) {
   GPUBOX_EXPECTS(scores.size() == labels.size(), "scores and labels differ in size");
   // Sorting (score, label) pairs directly: an index sort chases pointers on every compare.
@@ -180,7 +203,7 @@ double mean_logloss(const std::vector<double>& logits, const std::vector<std::ui
 namespace {
 
 // Keys (one per slot) and dense values of line `line`; advances `rng` past them.
-void draw_features(const GeneratorOptions& o, const PlantedModel& model, const ZipfSampler& zipf,
+void draw_features(const GeneratorOptions& o, const PlantedModel& model, const RankSampler& zipf,
                    LineRng& rng, std::uint64_t* keys, float* dense) {
   for (int j = 0; j < o.dense; ++j) dense[j] = static_cast<float>(rng.next() % 1000) / 1000.0f;
   for (int s = 0; s < o.slots; ++s) keys[s] = model.key(s, zipf(rng.next()));
@@ -194,7 +217,7 @@ PlantedModel planted_model(const GeneratorOptions& o) {
   PlantedModel model(o);
   if (o.ctr <= 0.0) return model;
   GPUBOX_EXPECTS(o.ctr < 1.0, "ctr must be in (0, 1), got ", o.ctr);
-  const ZipfSampler zipf(o.vocab, o.zipf);
+  const RankSampler zipf(o.key_sampler, o.vocab, o.zipf);
   model.set_bias(0.0);
   std::vector<double> logits;
   std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
@@ -228,8 +251,15 @@ Status prepare_output(const GeneratorOptions& o) {
   if (o.slots < 1 || o.dense < 0 || o.factor_dim < 1 || o.factor_dim > 64) {
     return Status::InvalidArgument("gen: need slots >= 1, dense >= 0, 1 <= factor_dim <= 64");
   }
-  if (o.vocab < 1 || o.vocab > 0xffffffffULL) {
-    return Status::InvalidArgument("gen: --vocab must be in [1, 2^32)");
+  if (o.key_sampler == KeySampler::kAlias && (o.vocab < 1 || o.vocab > 0xffffffffULL)) {
+    return Status::InvalidArgument(
+        "gen: --vocab must be in [1, 2^32) (larger: --key_sampler closed_form)");
+  }
+  if (o.vocab < 1 || o.vocab >= (std::uint64_t{1} << 40)) {
+    return Status::InvalidArgument("gen: --vocab must be in [1, 2^40)");
+  }
+  if (static_cast<double>(o.vocab) * o.slots >= 1.8e19) {
+    return Status::InvalidArgument("gen: --vocab times --slots must stay below 2^64 (keys)");
   }
   if (!(o.zipf >= 0.0)) return Status::InvalidArgument("gen: --zipf must be >= 0");
   if (!(o.ctr < 1.0)) return Status::InvalidArgument("gen: --ctr must be < 1 (<= 0: fixed bias)");
@@ -254,7 +284,7 @@ Status prepare_output(const GeneratorOptions& o) {
 // Part file `f` of o.files: its share of the lines, with each line's logit and label kept for
 // the oracle's metrics.
 Status write_part_file(const GeneratorOptions& o, const PlantedModel& model,
-                       const ZipfSampler& zipf, const std::vector<std::string>& slot_names,
+                       const RankSampler& zipf, const std::vector<std::string>& slot_names,
                        std::size_t f, std::vector<double>* logits_out,
                        std::vector<std::uint8_t>* labels_out, std::uint64_t* bytes) {
   std::vector<double>& logits = *logits_out;
@@ -321,9 +351,11 @@ Status write_oracle(const GeneratorOptions& o, const PlantedModel& model, const 
       ", \"logloss\": " + json_number(s.logloss) + ", \"bytes\": " + std::to_string(s.bytes) +
       ", \"seed\": " + std::to_string(o.seed) + ", \"slots\": " + std::to_string(o.slots) +
       ", \"dense\": " + std::to_string(o.dense) + ", \"vocab\": " + std::to_string(o.vocab) +
-      ", \"zipf\": " + json_number(o.zipf) + ", \"factor_dim\": " + std::to_string(o.factor_dim) +
-      ", \"ctr\": " + json_number(o.ctr) + ", \"bias\": " + json_number(model.bias()) +
-      ", \"sigma_w\": " + json_number(o.sigma_w) +
+      ", \"zipf\": " + json_number(o.zipf) +
+      // Named only when not the default, so the default's oracle.json stays as it was.
+      (o.key_sampler == KeySampler::kClosedForm ? ", \"key_sampler\": \"closed_form\"" : "") +
+      ", \"factor_dim\": " + std::to_string(o.factor_dim) + ", \"ctr\": " + json_number(o.ctr) +
+      ", \"bias\": " + json_number(model.bias()) + ", \"sigma_w\": " + json_number(o.sigma_w) +
       ", \"sigma_v\": " + json_number(model.sigma_v()) +
       ", \"sigma_u\": " + json_number(o.sigma_u) +
       ", \"format\": \"slot\", \"label_name\": \"click\", \"dense_name\": \"dense_feature\"}\n";
@@ -340,7 +372,7 @@ Status generate(const GeneratorOptions& o, OracleSummary* summary) {
   GPUBOX_RETURN_IF_ERROR(prepare_output(o));
   Timer timer;
   const PlantedModel model = planted_model(o);
-  const ZipfSampler zipf(o.vocab, o.zipf);
+  const RankSampler zipf(o.key_sampler, o.vocab, o.zipf);
   std::vector<double> logits(o.lines);
   std::vector<std::uint8_t> labels(o.lines);
   std::vector<std::string> slot_names(static_cast<std::size_t>(o.slots));

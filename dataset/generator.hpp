@@ -4,7 +4,9 @@
 // The planted model, for line i (all randomness from counter-based hashes of (seed, i), so the
 // output does not depend on the number of threads):
 //   slot s (0-based, named "s+1") holds one key: rank r ~ Zipf(vocab, zipf) (P(r) ∝ (r+1)^-zipf),
-//   key = s * vocab + r + 1 (never 0; distinct across slots);
+//   key = s * vocab + r + 1 (never 0; distinct across slots); with key_sampler closed_form the
+//   rank is floor(x) - 1 for x drawn from the continuous power law ∝ x^-zipf on [1, vocab + 1)
+//   (by its inverse CDF: no table, so vocabularies of 10^8 and more per slot cost no memory);
 //   dense feature j: x_j = k / 1000 with k uniform in [0, 1000);
 //   logit = bias + Σ_s w(key_s) + Σ_j u_j x_j + Σ_{s<t} <v(key_s), v(key_t)>
 //   with per-key weight w, per-key vector v of factor_dim entries and per-feature u_j drawn
@@ -14,12 +16,19 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
 
 namespace gpubox::dataset {
+
+// How a slot's key rank is drawn (--key_sampler): alias = the exact Zipf law from an alias table
+// (8 bytes a vocabulary entry, built once); closed_form = the continuous power law's inverse CDF
+// (nothing held; the head ranks differ slightly from Zipf). The planted weights are hashes of
+// the key either way, so closed_form generates any vocabulary in constant memory.
+enum class KeySampler { kAlias, kClosedForm };
 
 struct GeneratorOptions {
   std::string out_dir;
@@ -28,8 +37,9 @@ struct GeneratorOptions {
   std::uint64_t seed = 1;
   int slots = 26;
   int dense = 13;
-  std::uint64_t vocab = 100000;  // distinct keys per slot
+  std::uint64_t vocab = 100000;  // distinct keys per slot (alias: < 2^32; closed_form: < 2^40)
   double zipf = 1.1;
+  KeySampler key_sampler = KeySampler::kAlias;
   int factor_dim = 4;
   // Target positive rate: the bias is set so that the mean predicted probability over the first
   // 20000 lines equals it (deterministic for a seed). <= 0: use `bias` as given.
@@ -81,6 +91,33 @@ class ZipfSampler {
  private:
   std::vector<std::uint32_t> threshold_;  // accept column c when the low 32 bits < threshold
   std::vector<std::uint32_t> alias_;
+};
+
+// Ranks in [0, n) with P(r) ∝ ∫_{r+1}^{r+2} x^-exponent dx: the continuous power law's inverse
+// CDF, O(1) memory and time a draw.
+class PowerLawSampler {
+ public:
+  PowerLawSampler(std::uint64_t n, double exponent);
+  std::uint64_t operator()(std::uint64_t random_bits) const;
+
+ private:
+  std::uint64_t n_;
+  double one_minus_exponent_;  // 0 for exponent 1 (the logarithmic form)
+  double log_top_;             // log(n + 1)
+  double top_term_;            // expm1((1 - exponent) * log(n + 1))
+};
+
+// The rank sampler of options.key_sampler.
+class RankSampler {
+ public:
+  RankSampler(KeySampler kind, std::uint64_t n, double exponent);
+  std::uint64_t operator()(std::uint64_t random_bits) const {
+    return alias_ ? (*alias_)(random_bits) : power_law_(random_bits);
+  }
+
+ private:
+  std::optional<ZipfSampler> alias_;  // kAlias only
+  PowerLawSampler power_law_;
 };
 
 // The model `generate` draws from: PlantedModel(options) with its bias calibrated to

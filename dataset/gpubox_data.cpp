@@ -1,9 +1,11 @@
 // gpubox_data: synthetic data with a planted model (gen), load statistics (stat) and format
 // conversion (convert). See ARCHITECTURE.md §5 and `gpubox_data [gen|stat|convert] --help`.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -49,11 +51,17 @@ cli::Usage gen_usage() {
       {"--dense N", std::to_string(d.dense), "dense values per line"},
       {"--vocab N", std::to_string(d.vocab), "distinct keys per slot"},
       {"--zipf A", num(d.zipf), "Zipf exponent of key popularity"},
+      {"--key_sampler S", "alias",
+       "alias: exact Zipf from a table of 8 bytes per vocabulary entry (--vocab < 2^32); "
+       "closed_form: the continuous power law, no table (streaming: any --vocab < 2^40 in "
+       "constant memory)"},
       {"--factor-dim D", std::to_string(d.factor_dim), "rank of the planted pairwise term"},
       {"--ctr P", num(d.ctr), "target positive rate (<= 0: the planted bias as it is)"},
       {"--threads T", "the machine's cores", "writer threads"},
       {"--first_line L", std::to_string(d.first_line), "lines L .. L+N-1 of the seed's stream"}};
   u.examples = {"gpubox_data gen --out data/train --lines 100000 --files 4 --seed 7",
+                "gpubox_data gen --out data/big --lines 4e6 --files 8 --vocab 2e7 --zipf 0.9 "
+                "--key_sampler closed_form",
                 "gpubox_data gen --out data/test --lines 10000 --files 1 --seed 7 "
                 "--first_line 100000"};
   return u;
@@ -162,12 +170,22 @@ struct Args {
     if (it == options.end()) return Status::OK();
     char* end = nullptr;
     const char* text = it->second.c_str();
+    bool ok = !it->second.empty();
     if constexpr (std::is_floating_point_v<T>) {
       *out = static_cast<T>(std::strtod(text, &end));
+      ok = ok && *end == '\0';
     } else {
       *out = static_cast<T>(std::strtoull(text, &end, 10));
+      if (*end == 'e' || *end == 'E' || *end == '.') {
+        // A whole number in exponent form (--vocab 2e7, --lines 1.5e6).
+        const double value = std::strtod(text, &end);
+        ok = ok && value >= 0 && value == std::floor(value) &&
+             value <= static_cast<double>(std::numeric_limits<T>::max());
+        if (ok) *out = static_cast<T>(value);
+      }
+      ok = ok && *end == '\0';
     }
-    if (it->second.empty() || *end != '\0') {
+    if (!ok) {
       return Status::InvalidArgument("--" + name + " wants a number, got '" + it->second + "'");
     }
     return Status::OK();
@@ -180,8 +198,9 @@ int fail(const Status& status, int code = 1) {
 }
 
 int run_gen(const Args& args) {
-  if (Status st = args.expect_only({"out", "lines", "files", "seed", "slots", "dense", "vocab",
-                                    "zipf", "factor-dim", "threads", "ctr", "first_line"});
+  if (Status st =
+          args.expect_only({"out", "lines", "files", "seed", "slots", "dense", "vocab", "zipf",
+                            "key_sampler", "factor-dim", "threads", "ctr", "first_line"});
       !st.ok()) {
     return fail(st, 2);
   }
@@ -197,6 +216,14 @@ int run_gen(const Args& args) {
     if (!st.ok()) return fail(st, 2);
   }
   if (o.out_dir.empty()) return fail(Status::InvalidArgument("gen: --out DIR is required"), 2);
+  const std::string sampler = args.get("key_sampler", "alias");
+  if (sampler == "closed_form") {
+    o.key_sampler = KeySampler::kClosedForm;
+  } else if (sampler != "alias") {
+    return fail(Status::InvalidArgument("gen: --key_sampler is alias or closed_form, got '" +
+                                        sampler + "'"),
+                2);
+  }
   OracleSummary summary;
   if (Status st = generate(o, &summary); !st.ok()) return fail(st);
   std::printf(

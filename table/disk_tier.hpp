@@ -32,7 +32,7 @@ class DiskTier {
   const std::string& path() const { return path_; }
 
   // For i < n: found[i] = 1 and rows[i*stride..], epochs[i] filled when (shard, keys[i]) is on
-  // disk, else found[i] = 0. One MultiGet.
+  // disk, else found[i] = 0. One MultiGet; ascending keys are read without a sort.
   Status multi_get(uint32_t shard, const uint64_t* keys, std::size_t n, float* rows,
                    uint32_t* epochs, uint8_t* found);
 

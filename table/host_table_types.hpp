@@ -19,8 +19,8 @@ using SaveForm = config::SaveForm;
 using config::kSaveFormNames;
 
 // Filled from a config by host_tier_config_from (table/sparse_config.hpp: runner.host_table_shards,
-// runner.save_form, runner.rocksdb_path, runner.host_memory_row_budget, runner.cold_after_days),
-// by gpubox_server's flags, or by hand in tests and tools.
+// runner.save_form, runner.rocksdb_path, runner.host_memory_row_budget, runner.cold_after_days,
+// runner.host_memory_mb), by gpubox_server's flags, or by hand in tests and tools.
 struct HostTableConfig {
   // Key shards (host_shard(key, shards)); each has its own lock and its own part-<shard> file.
   uint32_t shards = 64;
@@ -32,9 +32,17 @@ struct HostTableConfig {
   // working storage, wiped when the table opens; save/load is what persists a model.
   std::string rocksdb_path;
   // Rows kept in memory at most (0 = no limit; needs the disk tier). Each shard keeps at most
-  // max(1, budget / shards); a shard over its share moves its lowest-score rows (row_score, then
-  // the longest unseen) to disk, down to 7/8 of its share, after the call that grew it.
+  // max(1, budget / shards). A bulk call works through a shard's keys in pieces of 1/8 of its
+  // share; after each piece, a shard over its share moves its lowest-score rows (row_score, then
+  // the longest unseen) to disk, down to 7/8 of its share, so memory never holds more than the
+  // share. Score is Paddle's CTR rule (nonclk_coeff * (show - click) + clk_coeff * click, decayed
+  // by shrink): rows a pass will likely see again stay in memory.
   uint64_t memory_row_budget = 0;
+  // Bytes the rows and their index may take (0 = no limit; needs the disk tier): turned into a
+  // row budget per shard by plan_host_memory (table/host_memory_plan.hpp), which counts each
+  // row's floats and epoch and the hash index at its planned fill. With memory_row_budget too,
+  // the smaller budget wins.
+  uint64_t memory_budget_bytes = 0;
   // shrink() moves rows unseen for at least this many days to disk (0 = never; needs the disk
   // tier).
   int32_t cold_after_days = 0;

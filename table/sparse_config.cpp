@@ -47,6 +47,8 @@ HostTierConfig host_tier_config_from(const config::ConfigDocument& doc) {
   c.table.rocksdb_path = doc.get_string(r + "rocksdb_path");
   c.table.memory_row_budget =
       static_cast<uint64_t>(doc.get_int<int64_t>(r + "host_memory_row_budget"));
+  c.table.memory_budget_bytes = static_cast<uint64_t>(doc.get_int<int64_t>(r + "host_memory_mb"))
+                                << 20;
   c.table.cold_after_days = doc.get_int<int32_t>(r + "cold_after_days");
   c.remote.deadline_s = doc.get_float(r + "server_timeout_s");
   c.remote.connect_timeout_s = doc.get_float(r + "server_connect_timeout_s");

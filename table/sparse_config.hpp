@@ -7,7 +7,7 @@
 //     the rest: hyper_parameters.sparse_optimizer.* by name;
 //   the host tier (host_tier_config_from): the in-process table's shards, save form and disk
 //   tier (runner.host_table_shards, save_form, rocksdb_path, host_memory_row_budget,
-//   cold_after_days) and the remote tier's client (runner.server_timeout_s,
+//   host_memory_mb, cold_after_days) and the remote tier's client (runner.server_timeout_s,
 //   server_connect_timeout_s, server_connections).
 #pragma once
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "common/hash.hpp"
+#include "common/logging.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/parallel.hpp"
 
 namespace gpubox::table {
@@ -13,6 +15,10 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   const bool disk = !config.rocksdb_path.empty();
   if (config.memory_row_budget > 0 && !disk) {
     return Status::InvalidArgument("memory_row_budget needs a disk tier (rocksdb_path)");
+  }
+  if (config.memory_budget_bytes > 0 && !disk) {
+    return Status::InvalidArgument(
+        "a host memory budget (runner.host_memory_mb) needs a disk tier (rocksdb_path)");
   }
   if (config.cold_after_days > 0 && !disk) {
     return Status::InvalidArgument("cold_after_days needs a disk tier (rocksdb_path)");
@@ -34,14 +40,13 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
       layout_(RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim)),
       env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
       disk_(std::move(disk)) {
-  const uint64_t per_shard = config.memory_row_budget == 0
-                                 ? 0
-                                 : std::max<uint64_t>(1, config.memory_row_budget / config.shards);
+  const HostMemoryPlan plan = plan_host_memory(config, layout_.stride());
   shards_.reserve(config.shards);
   for (uint32_t s = 0; s < config.shards; ++s) {
-    shards_.push_back(std::make_unique<detail::SparseShard>(s, layout_, optimizer_, disk_.get(),
-                                                            per_shard, &epochs_));
+    shards_.push_back(std::make_unique<detail::SparseShard>(
+        s, layout_, optimizer_, disk_.get(), plan.rows_per_shard, plan.rows_per_chunk, &epochs_));
   }
+  GPUBOX_LOG(INFO) << plan.to_string();
 }
 
 SparseTable::~SparseTable() {

@@ -117,6 +117,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(enum_key(r + "save_form", kSaveFormNames, SaveForm::kBinary, kTable, "part files of the host table's saves: binary records or Paddle-like text lines (loads read either)"));
   t.push_back(path_key(r + "rocksdb_path", "\"\"", kTable, "disk tier (RocksDB) folder under the host table, working storage wiped at start; gpubox_server shard i of n > 1 uses <path>/shard-i; \"\": no disk tier"));
   t.push_back(int_key(r + "host_memory_row_budget", "0", 0, kInt64Max, kTable, "rows the host table keeps in memory, the lowest-score ones go to the disk tier (needs rocksdb_path); 0 = all"));
+  t.push_back(int_key(r + "host_memory_mb", "0", 0, kInt64Max >> 20, kTable, "MiB the host table's rows and index may take in memory, the lowest-score rows beyond go to the disk tier (needs rocksdb_path); with host_memory_row_budget the smaller wins; 0 = no limit"));
   t.push_back(int_key(r + "cold_after_days", "0", 0, kInt32Max, kTable, "shrink moves rows unseen this many days to the disk tier (needs rocksdb_path); 0 = never"));
   t.push_back(float_key(r + "server_timeout_s", "30", 1e-3, 1e6, kTable, "longest a host-tier call to the gpubox_server processes may take, retries included, before the job fails naming the server"));
   t.push_back(float_key(r + "server_connect_timeout_s", "2", 1e-3, 1e6, kTable, "longest one connection attempt to a gpubox_server may take (it is retried until server_timeout_s)"));

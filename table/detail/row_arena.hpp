@@ -1,7 +1,9 @@
 // Chunked, stable row storage for one host-tier shard: rows are `stride` floats each, allocated
-// in chunks of kRowsPerChunk, and never move when the arena grows (an index stays valid until
-// the row is released). Per-row metadata (key, modification epoch) sits in parallel arrays.
-// Released indices are reused. Not thread-safe: the owning shard's mutex guards it.
+// in chunks of rows_per_chunk (a power of two, kMaxRowsPerChunk unless a small memory budget
+// asks for less, so that the last chunk's unused rows stay small beside it), and never move when
+// the arena grows (an index stays valid until the row is released). The per-row modification epoch
+// sits in a parallel array; the key does not (the shard's KeyIndexMap holds it: 8 bytes a row
+// saved). Released indices are reused. Not thread-safe: the owning shard's mutex guards it.
 #pragma once
 
 #include <cstddef>
@@ -9,50 +11,54 @@
 #include <memory>
 #include <vector>
 
+#include "common/error.hpp"
+
 namespace gpubox::table::detail {
 
 class RowArena {
  public:
-  static constexpr uint32_t kRowsPerChunk = 1024;
+  static constexpr uint32_t kMaxRowsPerChunk = 1024;
 
-  explicit RowArena(int32_t stride) : stride_(stride) {}
+  explicit RowArena(int32_t stride, uint32_t rows_per_chunk = kMaxRowsPerChunk)
+      : stride_(stride), chunk_shift_(log2_of(rows_per_chunk)) {}
   RowArena(RowArena&&) = default;
   RowArena& operator=(RowArena&&) = default;
 
   int32_t stride() const { return stride_; }
   std::size_t live_rows() const { return allocated_ - free_.size(); }
   std::size_t memory_bytes() const {
-    return chunks_.size() * kRowsPerChunk *
-               (stride_ * sizeof(float) + sizeof(uint64_t) + sizeof(uint32_t)) +
+    return chunks_.size() * rows_per_chunk() * (stride_ * sizeof(float) + kMetadataBytes) +
            free_.capacity() * sizeof(uint32_t);
   }
+  // Bytes a row carries besides its floats (the modification epoch).
+  static constexpr std::size_t kMetadataBytes = sizeof(uint32_t);
 
+  uint32_t rows_per_chunk() const { return uint32_t{1} << chunk_shift_; }
   float* row(uint32_t index) {
-    return chunks_[index / kRowsPerChunk].get() + std::size_t(index % kRowsPerChunk) * stride_;
+    return chunks_[index >> chunk_shift_].get() +
+           std::size_t(index & (rows_per_chunk() - 1)) * stride_;
   }
   const float* row(uint32_t index) const {
-    return chunks_[index / kRowsPerChunk].get() + std::size_t(index % kRowsPerChunk) * stride_;
+    return chunks_[index >> chunk_shift_].get() +
+           std::size_t(index & (rows_per_chunk() - 1)) * stride_;
   }
   void prefetch(uint32_t index) const { __builtin_prefetch(row(index)); }
-  uint64_t key(uint32_t index) const { return keys_[index]; }
   uint32_t epoch(uint32_t index) const { return epochs_[index]; }
   void set_epoch(uint32_t index, uint32_t epoch) { epochs_[index] = epoch; }
 
-  // A row index for `key` (contents unspecified until the caller writes them).
-  uint32_t allocate(uint64_t key, uint32_t epoch) {
+  // A row index (contents unspecified until the caller writes them).
+  uint32_t allocate(uint32_t epoch) {
     uint32_t index;
     if (!free_.empty()) {
       index = free_.back();
       free_.pop_back();
     } else {
-      if (allocated_ == chunks_.size() * kRowsPerChunk) {
-        chunks_.emplace_back(new float[std::size_t(kRowsPerChunk) * stride_]);
-        keys_.resize(chunks_.size() * kRowsPerChunk);
-        epochs_.resize(chunks_.size() * kRowsPerChunk);
+      if (allocated_ == chunks_.size() * rows_per_chunk()) {
+        chunks_.emplace_back(new float[std::size_t(rows_per_chunk()) * stride_]);
+        epochs_.resize(chunks_.size() * rows_per_chunk());
       }
       index = static_cast<uint32_t>(allocated_++);
     }
-    keys_[index] = key;
     epochs_[index] = epoch;
     return index;
   }
@@ -62,19 +68,25 @@ class RowArena {
   // Drops every row and gives the memory back.
   void clear() {
     chunks_.clear();
-    keys_.clear();
     epochs_.clear();
     free_.clear();
-    keys_.shrink_to_fit();
     epochs_.shrink_to_fit();
     free_.shrink_to_fit();
     allocated_ = 0;
   }
 
  private:
+  static uint32_t log2_of(uint32_t rows_per_chunk) {
+    uint32_t shift = 0;
+    while ((uint32_t{1} << shift) < rows_per_chunk) ++shift;
+    GPUBOX_EXPECTS((uint32_t{1} << shift) == rows_per_chunk && shift <= 30,
+                   "row arena: rows per chunk must be a power of two, got ", rows_per_chunk);
+    return shift;
+  }
+
   int32_t stride_;
+  uint32_t chunk_shift_;
   std::vector<std::unique_ptr<float[]>> chunks_;
-  std::vector<uint64_t> keys_;
   std::vector<uint32_t> epochs_;
   std::vector<uint32_t> free_;
   std::size_t allocated_ = 0;

@@ -21,17 +21,18 @@ std::vector<uint32_t> identity(std::size_t n) {
 }  // namespace
 
 SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg,
-                         DiskTier* disk, uint64_t memory_limit, TableEpochs* epochs)
+                         DiskTier* disk, uint64_t memory_limit, uint32_t rows_per_chunk,
+                         TableEpochs* epochs)
     : id_(id),
       layout_(layout),
       cfg_(cfg),
       disk_(disk),
       memory_limit_(memory_limit),
       epochs_(epochs),
-      arena_(layout.stride()) {}
+      arena_(layout.stride(), rows_per_chunk) {}
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch) {
-  const uint32_t index = arena_.allocate(key, epoch);
+  const uint32_t index = arena_.allocate(epoch);
   index_.insert(key, index);
   return index;
 }
@@ -112,39 +113,57 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
   return Status::OK();
 }
 
+std::size_t SparseShard::piece_keys(std::size_t m) const {
+  if (disk_ == nullptr || memory_limit_ == 0) return std::max<std::size_t>(m, 1);
+  // Eviction leaves at most 7/8 of the limit; a piece of the other 1/8 keeps memory within it.
+  return static_cast<std::size_t>(std::max<uint64_t>(1, memory_limit_ / 8));
+}
+
 Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
                          std::size_t m, float* rows, std::size_t* created) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint32_t> idx;
-  GPUBOX_RETURN_IF_ERROR(locate(keys, slots, pos, m, /*create=*/true, &idx, created));
   const std::size_t stride = layout_.stride();
-  constexpr std::size_t kAhead = 4;
-  for (std::size_t j = 0; j < std::min(m, kAhead); ++j) arena_.prefetch(idx[j]);
-  for (std::size_t j = 0; j < m; ++j) {
-    if (j + kAhead < m) arena_.prefetch(idx[j + kAhead]);
-    float* row = arena_.row(idx[j]);
-    if (row[RowLayout::kUnseenDays] != 0.0f) {
-      row[RowLayout::kUnseenDays] = 0.0f;
-      mark(idx[j]);
+  const std::size_t piece = piece_keys(m);
+  for (std::size_t begin = 0; begin < m; begin += piece) {
+    const uint32_t* piece_pos = pos + begin;
+    const std::size_t n = std::min(m - begin, piece);
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(n));
+    GPUBOX_RETURN_IF_ERROR(locate(keys, slots, piece_pos, n, /*create=*/true, &idx, created));
+    constexpr std::size_t kAhead = 4;
+    for (std::size_t j = 0; j < std::min(n, kAhead); ++j) arena_.prefetch(idx[j]);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j + kAhead < n) arena_.prefetch(idx[j + kAhead]);
+      float* row = arena_.row(idx[j]);
+      if (row[RowLayout::kUnseenDays] != 0.0f) {
+        row[RowLayout::kUnseenDays] = 0.0f;
+        mark(idx[j]);
+      }
+      std::memcpy(rows + piece_pos[j] * stride, row, sizeof(float) * stride);
     }
-    std::memcpy(rows + pos[j] * stride, row, sizeof(float) * stride);
   }
-  return enforce_memory_limit();
+  return Status::OK();
 }
 
 Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t m,
                          const float* rows) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint32_t> idx;
-  GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos, m, /*create=*/true, &idx, nullptr));
   const std::size_t stride = layout_.stride();
-  for (std::size_t j = 0; j < m; ++j) {
-    float* row = arena_.row(idx[j]);
-    std::memcpy(row, rows + pos[j] * stride, sizeof(float) * stride);
-    row[RowLayout::kUnseenDays] = 0.0f;
-    mark(idx[j]);
+  const std::size_t piece = piece_keys(m);
+  for (std::size_t begin = 0; begin < m; begin += piece) {
+    const uint32_t* piece_pos = pos + begin;
+    const std::size_t n = std::min(m - begin, piece);
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(n));
+    GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/true, &idx, nullptr));
+    for (std::size_t j = 0; j < n; ++j) {
+      float* row = arena_.row(idx[j]);
+      std::memcpy(row, rows + piece_pos[j] * stride, sizeof(float) * stride);
+      row[RowLayout::kUnseenDays] = 0.0f;
+      mark(idx[j]);
+    }
   }
-  return enforce_memory_limit();
+  return Status::OK();
 }
 
 Status SparseShard::erase(const uint64_t* keys, const uint32_t* pos, std::size_t m) {
@@ -239,27 +258,30 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
   return deleted;
 }
 
-Status SparseShard::enforce_memory_limit() {
-  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() <= memory_limit_) {
+Status SparseShard::enforce_memory_limit(std::size_t incoming) {
+  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() + incoming <= memory_limit_) {
     return Status::OK();
   }
   // Evict a little below the limit so that the next pulls do not each evict a handful of rows.
-  const uint64_t target = memory_limit_ >= 8 ? memory_limit_ - memory_limit_ / 8 : memory_limit_;
+  const uint64_t target =
+      std::min<uint64_t>(memory_limit_ - memory_limit_ / 8,
+                         memory_limit_ - std::min<uint64_t>(incoming, memory_limit_));
   const std::size_t victims = index_.size() - target;
   // Coldest first: lowest score, then longest unseen.
   struct Candidate {
     float score;
     float minus_unseen;
     uint32_t index;
+    uint64_t key;
     bool operator<(const Candidate& o) const {
       return score != o.score ? score < o.score : minus_unseen < o.minus_unseen;
     }
   };
   std::vector<Candidate> scored;
   scored.reserve(index_.size());
-  index_.for_each([&](uint64_t, uint32_t index) {
+  index_.for_each([&](uint64_t key, uint32_t index) {
     const float* row = arena_.row(index);
-    scored.push_back({row_score(row, cfg_), -row[RowLayout::kUnseenDays], index});
+    scored.push_back({row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
   });
   std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
   const int32_t stride = layout_.stride();
@@ -268,11 +290,11 @@ Status SparseShard::enforce_memory_limit() {
     DiskTier::Batch batch;
     for (std::size_t i = begin; i < end; ++i) {
       const uint32_t index = scored[i].index;
-      batch.put(id_, arena_.key(index), arena_.row(index), arena_.epoch(index), stride);
+      batch.put(id_, scored[i].key, arena_.row(index), arena_.epoch(index), stride);
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = begin; i < end; ++i) {
-      remove_row(arena_.key(scored[i].index), scored[i].index);
+      remove_row(scored[i].key, scored[i].index);
     }
     rows_on_disk_ += end - begin;
   }
@@ -337,9 +359,11 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
                                  std::size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   const int32_t floats = record_floats(kind, layout_);
-  constexpr std::size_t kPiece = 1 << 16;  // bound memory above the row budget while loading
-  for (std::size_t begin = 0; begin < n; begin += kPiece) {
-    const std::size_t m = std::min(n, begin + kPiece) - begin;
+  // Pieces bound memory above the row budget while loading.
+  const std::size_t piece = std::min<std::size_t>(piece_keys(n), 1 << 16);
+  for (std::size_t begin = 0; begin < n; begin += piece) {
+    const std::size_t m = std::min(n, begin + piece) - begin;
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(m));
     const std::vector<uint32_t> pos = identity(m);
     std::vector<uint32_t> idx;
     GPUBOX_RETURN_IF_ERROR(
@@ -353,7 +377,6 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
                     arena_.row(index));
       arena_.set_epoch(index, 0);  // as saved
     }
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit());
   }
   return Status::OK();
 }

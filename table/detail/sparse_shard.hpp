@@ -48,9 +48,10 @@ struct ShardSnapshot {
 
 class SparseShard {
  public:
-  // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none).
+  // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none);
+  // rows are stored in chunks of `rows_per_chunk` (a power of two, RowArena).
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
-              uint64_t memory_limit, TableEpochs* epochs);
+              uint64_t memory_limit, uint32_t rows_per_chunk, TableEpochs* epochs);
 
   Status pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
               float* rows, std::size_t* created);
@@ -84,8 +85,13 @@ class SparseShard {
   void remove_row(uint64_t key, uint32_t index);
   void note_deleted(uint64_t key);
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
-  // Moves the lowest-score rows to disk until at most memory_limit_ * 7/8 stay. Requires mu_.
-  Status enforce_memory_limit();
+  // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limit that
+  // eviction frees (at least 1), so that a piece fits after enforce_memory_limit(piece).
+  std::size_t piece_keys(std::size_t m) const;
+  // Before `incoming` keys are located: when they could take memory over the limit, moves the
+  // lowest-score rows to disk until at most min(7/8 of the limit, limit - incoming) stay.
+  // Requires mu_.
+  Status enforce_memory_limit(std::size_t incoming);
   // Applies the shrink rules to one row in place; true when the row must be deleted.
   bool age_row(float* row) const;
 

@@ -53,6 +53,9 @@ DEFINE_string(rocksdb_dir, "",
 DEFINE_uint64(memory_row_budget, 0,
               "rows kept in memory at most (needs a disk tier); 0: all; overrides "
               "runner.host_memory_row_budget");
+DEFINE_uint64(memory_mb, 0,
+              "MiB the table's rows and index may take in memory, the lowest-score rows beyond go "
+              "to the disk tier (needs one); 0: no limit; overrides runner.host_memory_mb");
 DEFINE_int32(cold_after_days, 0,
              "shrink moves rows unseen this many days to disk; 0: never; overrides "
              "runner.cold_after_days");
@@ -92,6 +95,7 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   }
   if (flag_given("rocksdb_dir")) table.rocksdb_path = FLAGS_rocksdb_dir;
   if (flag_given("memory_row_budget")) table.memory_row_budget = FLAGS_memory_row_budget;
+  if (flag_given("memory_mb")) table.memory_budget_bytes = FLAGS_memory_mb << 20;
   if (flag_given("cold_after_days")) table.cold_after_days = FLAGS_cold_after_days;
   if (flag_given("save_form")) {
     auto save_form = parse_enum(kSaveFormNames, FLAGS_save_form);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "common/hash.hpp"
@@ -212,6 +213,98 @@ TEST(ZipfSampler, FrequenciesFollowThePowerLaw) {
   }
   const ZipfSampler one(1, 1.0);
   EXPECT_EQ(one(~0ull), 0u);
+}
+
+// FNV-1a of a string: a fingerprint for the golden check below.
+std::uint64_t fnv1a(const std::string& bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+TEST(Generator, DefaultSamplerOutputIsUnchanged) {
+  // Files and oracle of small_options as written before closed_form existed (tests and
+  // benchmarks compare against data generated with the default sampler).
+  ScratchDir dir;
+  OracleSummary s;
+  ASSERT_TRUE(generate(small_options(dir.path(), 2), &s).ok());
+  std::string all;
+  for (const std::string name :
+       {"part-00000", "part-00001", "part-00002", "part-00003", "oracle.json"}) {
+    all += slurp(dir.file(name));
+  }
+  EXPECT_EQ(all.size(), 151862u);
+  EXPECT_EQ(fnv1a(all), 0x46748536767b430ULL);
+}
+
+TEST(Generator, ClosedFormSamplerStreamsAHugeVocabulary) {
+  ScratchDir a, b;
+  GeneratorOptions o = small_options(a.path(), 1);
+  o.key_sampler = KeySampler::kClosedForm;
+  o.vocab = std::uint64_t{1} << 36;  // 2^36 keys a slot: no table could hold it
+  o.zipf = 0.9;
+  OracleSummary sa, sb;
+  ASSERT_TRUE(generate(o, &sa).ok());
+  o.out_dir = b.path();
+  o.threads = 3;
+  ASSERT_TRUE(generate(o, &sb).ok());
+  EXPECT_EQ(slurp(a.file("part-00001")), slurp(b.file("part-00001")));
+  EXPECT_EQ(sa.auc, sb.auc);
+  EXPECT_NE(slurp(a.file("oracle.json")).find("\"key_sampler\": \"closed_form\""),
+            std::string::npos);
+  // Keys stay in their slot's range, and a heavy tail makes most of them distinct.
+  DatasetConfig c = slot_config(o.slots, o.dense);
+  InMemoryDataset ds(c);
+  ds.set_filelist(
+      {a.file("part-00000"), a.file("part-00001"), a.file("part-00002"), a.file("part-00003")});
+  ASSERT_TRUE(ds.load_into_memory().ok());
+  ASSERT_EQ(ds.size(), o.lines);
+  std::set<std::uint64_t> distinct;
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    const InstanceRef r = ds.instance(i);
+    for (int s = 0; s < o.slots; ++s) {
+      ASSERT_GE(r.keys[s], static_cast<std::uint64_t>(s) * o.vocab + 1);
+      ASSERT_LE(r.keys[s], static_cast<std::uint64_t>(s + 1) * o.vocab);
+      distinct.insert(r.keys[s]);
+    }
+  }
+  EXPECT_GT(distinct.size(), o.lines * o.slots * 9 / 10);
+  // The alias table refuses such a vocabulary and names the way out.
+  o.key_sampler = KeySampler::kAlias;
+  const Status st = generate(o, &sa);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("closed_form"), std::string::npos) << st.message();
+}
+
+TEST(PowerLawSampler, FrequenciesFollowTheContinuousLaw) {
+  const std::uint64_t n = 200;
+  const int draws = 400000;
+  for (const double exponent : {0.0, 0.8, 1.0, 1.2}) {
+    const PowerLawSampler law(n, exponent);
+    // P(r) = ∫_{r+1}^{r+2} x^-a dx / ∫_1^{n+1} x^-a dx.
+    const auto integral = [&](double lo, double hi) {
+      return exponent == 1.0
+                 ? std::log(hi / lo)
+                 : (std::pow(hi, 1 - exponent) - std::pow(lo, 1 - exponent)) / (1 - exponent);
+    };
+    const double total = integral(1.0, n + 1.0);
+    std::vector<int> count(n, 0);
+    for (int i = 0; i < draws; ++i) {
+      const std::uint64_t r = law(mix64(static_cast<std::uint64_t>(i) + 777));
+      ASSERT_LT(r, n);
+      ++count[r];
+    }
+    for (std::uint64_t r : {0, 1, 2, 5, 20, 100, 199}) {
+      const double p = integral(r + 1.0, r + 2.0) / total;
+      const double sigma = std::sqrt(draws * p * (1 - p));
+      EXPECT_NEAR(count[r], draws * p, 5 * sigma + 1) << "exponent " << exponent << " rank " << r;
+    }
+  }
+  const PowerLawSampler one(1, 1.1);
+  EXPECT_EQ(one(~0ull), 0u);
+  EXPECT_EQ(one(0), 0u);
+  const PowerLawSampler big(std::uint64_t{1} << 39, 1.05);
+  EXPECT_LT(big(~0ull), std::uint64_t{1} << 39);
 }
 
 TEST(ExactAuc, MatchesPairwiseCountWithTies) {

@@ -52,6 +52,16 @@ TEST(DiskTier, PutMultiGetScanAndClearAreBitExact) {
   EXPECT_EQ(std::memcmp(rows + 2 * kStride, row_b, sizeof(row_b)), 0);
   EXPECT_EQ(epochs[0], 11u);
   EXPECT_EQ(epochs[2], 12u);
+  // Keys out of order (MultiGet sorts them itself) give the same answers.
+  const uint64_t reversed[] = {~uint64_t{0}, 1, 0};
+  ASSERT_TRUE((*disk)->multi_get(3, reversed, 3, rows, epochs, found).ok());
+  EXPECT_EQ(found[0], 1);
+  EXPECT_EQ(found[1], 0);
+  EXPECT_EQ(found[2], 1);
+  EXPECT_EQ(std::memcmp(rows, row_b, sizeof(row_b)), 0);
+  EXPECT_EQ(std::memcmp(rows + 2 * kStride, row_a, sizeof(row_a)), 0);
+  EXPECT_EQ(epochs[0], 12u);
+  EXPECT_EQ(epochs[2], 11u);
   std::vector<uint64_t> scanned;
   ASSERT_TRUE(
       (*disk)->scan(3, [&](uint64_t k, const float*, uint32_t) { scanned.push_back(k); }).ok());

@@ -37,6 +37,7 @@ TEST(HostTierConfigFrom, DefaultsAreTheStructDefaults) {
   EXPECT_EQ(got.table.save_form, table.save_form);
   EXPECT_EQ(got.table.rocksdb_path, table.rocksdb_path);
   EXPECT_EQ(got.table.memory_row_budget, table.memory_row_budget);
+  EXPECT_EQ(got.table.memory_budget_bytes, table.memory_budget_bytes);
   EXPECT_EQ(got.table.cold_after_days, table.cold_after_days);
   EXPECT_EQ(got.remote.endpoints, "");  // from the launcher, never the config
   EXPECT_EQ(got.remote.auth_token, "");
@@ -46,15 +47,16 @@ TEST(HostTierConfigFrom, DefaultsAreTheStructDefaults) {
 }
 
 TEST(HostTierConfigFrom, EveryKeyReachesItsField) {
-  const HostTierConfig got =
-      from_overrides({"runner.host_table_shards=5", "runner.save_form=text",
-                      "runner.rocksdb_path=/tmp/disk", "runner.host_memory_row_budget=1234",
-                      "runner.cold_after_days=9", "runner.server_timeout_s=7.5",
-                      "runner.server_connect_timeout_s=0.25", "runner.server_connections=3"});
+  const HostTierConfig got = from_overrides(
+      {"runner.host_table_shards=5", "runner.save_form=text", "runner.rocksdb_path=/tmp/disk",
+       "runner.host_memory_row_budget=1234", "runner.host_memory_mb=3", "runner.cold_after_days=9",
+       "runner.server_timeout_s=7.5", "runner.server_connect_timeout_s=0.25",
+       "runner.server_connections=3"});
   EXPECT_EQ(got.table.shards, 5u);
   EXPECT_EQ(got.table.save_form, SaveForm::kText);
   EXPECT_EQ(got.table.rocksdb_path, "/tmp/disk");
   EXPECT_EQ(got.table.memory_row_budget, 1234u);
+  EXPECT_EQ(got.table.memory_budget_bytes, uint64_t{3} << 20);
   EXPECT_EQ(got.table.cold_after_days, 9);
   EXPECT_EQ(got.remote.deadline_s, 7.5);
   EXPECT_EQ(got.remote.connect_timeout_s, 0.25);

@@ -277,6 +277,24 @@ TEST_F(ServerBinary, SigintStopsCleanlyAndFlagsAreChecked) {
   EXPECT_EQ(bad.wait(5), 1);
 }
 
+TEST_F(ServerBinary, MemoryBudgetFlagSizesTheTableAndNeedsADiskTier) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start(args({"--rocksdb_dir", (dir_ / "rocksdb").string(), "--memory_mb", "1"}),
+                           dir_ / "server.log"));
+  auto client = RemoteHostTier::connect(client_options(server.endpoint()));
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  ASSERT_TRUE((*client)->shutdown_servers().ok());
+  EXPECT_EQ(server.wait(5), 0);
+  // 1 MiB over 4 shards: the plan printed at open says how many rows stay in memory.
+  const std::string text = log_text();
+  EXPECT_NE(text.find("rows in memory at most"), std::string::npos) << text;
+  EXPECT_NE(text.find("4 shards"), std::string::npos) << text;
+  ServerProcess bad;
+  EXPECT_FALSE(bad.start(args({"--memory_mb", "1"}), dir_ / "bad.log"));
+  EXPECT_EQ(bad.wait(5), 1);
+  EXPECT_NE(log_text("bad.log").find("host_memory_mb"), std::string::npos) << log_text("bad.log");
+}
+
 TEST_F(ServerBinary, BadStartupIsAClearError) {
   ServerProcess server;
   EXPECT_FALSE(server.start(args({"--load", "does-not-exist"}), dir_ / "server.log"));

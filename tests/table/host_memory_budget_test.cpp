@@ -1,0 +1,213 @@
+// The host table under a memory budget (runner.host_memory_mb / host_memory_row_budget):
+//  - plan_host_memory: the planned rows and their index fit the byte budget, the smaller of two
+//    budgets wins, and tiny budgets keep one row a shard;
+//  - eviction to the disk tier and reload agree with a std::map oracle, bit for bit, over seeded
+//    random pulls, pushes and erases, for tables of 0, 1, budget, budget + 1 and many rows;
+//  - the memory the table measures (stats().memory_bytes) stays within a byte budget.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "table/detail/key_index_map.hpp"
+#include "table/host_memory_plan.hpp"
+#include "tests/table/table_test_util.hpp"
+
+namespace gpubox::table {
+namespace {
+
+using testing::ScratchDir;
+
+TEST(HostMemoryPlan, PlannedRowsAndIndexFitTheByteBudget) {
+  for (const int32_t stride : {5, 17, 43}) {
+    for (const uint64_t mib : {1, 3, 64, 1024}) {
+      for (const uint32_t shards : {1u, 7u, 64u}) {
+        HostTableConfig config;
+        config.shards = shards;
+        config.memory_budget_bytes = mib << 20;
+        const HostMemoryPlan plan = plan_host_memory(config, stride);
+        SCOPED_TRACE(::testing::Message()
+                     << "stride " << stride << ", " << mib << " MiB, " << shards << " shards");
+        ASSERT_GT(plan.rows_per_shard, 0u);
+        const double shard_bytes =
+            static_cast<double>(plan.rows_per_shard) * plan.memory_bytes_per_key();
+        EXPECT_LE(shard_bytes, static_cast<double>(config.memory_budget_bytes / shards));
+        // Not wastefully small: at least 2/3 of the budget goes to rows and index.
+        EXPECT_GE(shard_bytes * 1.5, static_cast<double>(config.memory_budget_bytes / shards));
+        // The index is planned below its growth fill with 1/8 headroom.
+        const double slots = plan.index_bytes_per_key * static_cast<double>(plan.rows_per_shard) /
+                             detail::KeyIndexMap::kSlotBytes;
+        EXPECT_LE(static_cast<double>(plan.rows_per_shard) * 9 / 8,
+                  slots * detail::KeyIndexMap::kMaxLoad + 1e-9);
+        // Storage chunks: a power of two, about an eighth of a shard's rows or fewer.
+        EXPECT_EQ(plan.rows_per_chunk & (plan.rows_per_chunk - 1), 0u);
+        EXPECT_GE(plan.rows_per_chunk, 16u);
+        EXPECT_LE(plan.rows_per_chunk, std::max<uint64_t>(16, plan.rows_per_shard / 8));
+        EXPECT_EQ(plan.row_bytes, sizeof(float) * stride);
+        EXPECT_EQ(plan.disk_bytes_per_key, 16 + sizeof(float) * stride);
+      }
+    }
+  }
+}
+
+TEST(HostMemoryPlan, TheSmallerBudgetWinsAndTinyBudgetsKeepOneRowAShard) {
+  HostTableConfig config;
+  config.shards = 4;
+  EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, 0u);  // no budget
+  config.memory_row_budget = 100;
+  EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, 25u);
+  config.memory_budget_bytes = 1 << 20;  // far more than 25 rows a shard
+  EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, 25u);
+  config.memory_row_budget = 1u << 30;  // now the bytes are the smaller budget
+  const uint64_t by_bytes = plan_host_memory(config, 10).rows_per_shard;
+  EXPECT_GT(by_bytes, 25u);
+  EXPECT_LT(by_bytes, (1u << 20) / 4 / 40);
+  config.memory_row_budget = 0;
+  EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, by_bytes);
+  config.memory_budget_bytes = 1;  // below one row: still one a shard
+  EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, 1u);
+  config.memory_budget_bytes = 0;
+  config.memory_row_budget = 3;  // fewer rows than shards
+  EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, 1u);
+}
+
+TEST(HostMemoryPlan, AByteBudgetNeedsTheDiskTier) {
+  HostTableConfig config;
+  config.memory_budget_bytes = 1 << 20;
+  auto table = SparseTable::open(testing::test_optimizer(), config);
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("host_memory_mb"), std::string::npos)
+      << table.status().to_string();
+}
+
+// (rows pushed before the random steps, shards)
+class BudgetOracle : public ::testing::TestWithParam<std::tuple<std::size_t, uint32_t>> {};
+
+constexpr uint64_t kBudget = 64;  // rows in memory, the whole table
+
+TEST_P(BudgetOracle, EvictionAndReloadAgreeWithAMapOracle) {
+  const auto [initial, shards] = GetParam();
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 4);
+  HostTableConfig cfg;
+  cfg.shards = shards;
+  cfg.threads = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  cfg.memory_row_budget = kBudget;
+  auto table = testing::open_table(opt, cfg);
+  const RowLayout layout = table->layout();
+  const std::size_t stride = layout.stride();
+  const uint64_t limit = plan_host_memory(cfg, layout.stride()).rows();
+  ASSERT_EQ(limit, kBudget / shards * shards);
+  std::mt19937_64 rng(1000 + initial * 7 + shards);
+  testing::RowMap oracle;
+  // Keys from a small range, so that steps hit rows in memory, on disk and not yet created.
+  const uint64_t key_range = std::max<uint64_t>(8, 3 * (initial + kBudget));
+  const auto check = [&](const std::string& step) {
+    auto stats = table->stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_LE(stats->rows_in_memory, limit) << step;
+    EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, oracle.size()) << step;
+  };
+
+  std::vector<uint64_t> keys(initial);
+  std::vector<float> rows;
+  for (std::size_t i = 0; i < initial; ++i) {
+    keys[i] = i * 3 + 1;  // distinct
+    const auto row = testing::random_row(rng, layout);
+    rows.insert(rows.end(), row.begin(), row.end());
+    oracle[keys[i]] = row;
+  }
+  ASSERT_TRUE(table->push(keys.data(), initial, rows.data()).ok());
+  check("initial push");
+  if (initial > limit) {
+    EXPECT_GT(table->stats()->rows_on_disk, 0u);
+  }
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*table), oracle));
+
+  for (int step = 0; step < 60; ++step) {
+    const std::size_t n = rng() % (2 * kBudget + 3);  // 0 .. over the budget, repeats allowed
+    std::vector<uint64_t> batch(n);
+    for (auto& k : batch) k = rng() % key_range;
+    const int op = static_cast<int>(rng() % 3);
+    const std::string what = "step " + std::to_string(step) + " op " + std::to_string(op);
+    if (op == 0) {  // pull: existing rows come back as they were, missing ones are created
+      std::vector<float> got(n * stride);
+      std::size_t created = 0;
+      ASSERT_TRUE(table->pull(batch.data(), nullptr, n, got.data(), &created).ok()) << what;
+      std::set<uint64_t> fresh;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::vector<float> row(got.begin() + i * stride, got.begin() + (i + 1) * stride);
+        auto it = oracle.find(batch[i]);
+        if (it == oracle.end()) {
+          fresh.insert(batch[i]);
+          oracle[batch[i]] = row;
+        } else {
+          it->second[RowLayout::kUnseenDays] = 0.0f;  // a pull marks the row seen
+          EXPECT_TRUE(testing::same_bits(row, it->second)) << what << " key " << batch[i];
+        }
+      }
+      EXPECT_EQ(created, fresh.size()) << what;
+    } else if (op == 1) {  // push: the last row of a repeated key wins
+      std::vector<float> pushed;
+      for (std::size_t i = 0; i < n; ++i) {
+        auto row = testing::random_row(rng, layout);
+        pushed.insert(pushed.end(), row.begin(), row.end());
+        oracle[batch[i]] = row;
+      }
+      ASSERT_TRUE(table->push(batch.data(), n, pushed.data()).ok()) << what;
+    } else {
+      ASSERT_TRUE(table->erase(batch.data(), n).ok()) << what;
+      for (uint64_t k : batch) oracle.erase(k);
+    }
+    check(what);
+  }
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*table), oracle));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, BudgetOracle,
+    ::testing::Combine(::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{kBudget},
+                                         std::size_t{kBudget + 1}, std::size_t{5 * kBudget + 3}),
+                       ::testing::Values(1u, 4u)));
+
+TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 8);
+  HostTableConfig cfg;
+  cfg.shards = 2;
+  cfg.threads = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  cfg.memory_budget_bytes = 2 << 20;
+  auto table = testing::open_table(opt, cfg);
+  const RowLayout layout = table->layout();
+  const HostMemoryPlan plan = plan_host_memory(cfg, layout.stride());
+  std::mt19937_64 rng(31);
+  constexpr std::size_t kBatch = 2048;
+  constexpr std::size_t kRows = 30 * kBatch;  // several times what fits
+  ASSERT_LT(plan.rows() * 2, kRows);
+  std::vector<float> rows(kBatch * layout.stride());
+  std::vector<uint64_t> keys(kBatch);
+  for (std::size_t begin = 0; begin < kRows; begin += kBatch) {
+    for (std::size_t i = 0; i < kBatch; ++i) {
+      keys[i] = rng();
+      const auto row = testing::random_row(rng, layout);
+      std::copy(row.begin(), row.end(), rows.begin() + i * layout.stride());
+    }
+    ASSERT_TRUE(table->push(keys.data(), kBatch, rows.data()).ok());
+    auto stats = table->stats();
+    ASSERT_TRUE(stats.ok());
+    EXPECT_LE(stats->rows_in_memory, plan.rows());
+    // Rows, epochs, index and free list as allocated; storage grows by whole chunks.
+    const uint64_t chunk_slack =
+        cfg.shards * plan.rows_per_chunk * (plan.row_bytes + plan.metadata_bytes);
+    EXPECT_LE(stats->memory_bytes, cfg.memory_budget_bytes + chunk_slack) << "after " << begin;
+  }
+  auto stats = table->stats();
+  EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, kRows);
+  EXPECT_GE(stats->rows_in_memory, plan.rows() * 7 / 8 - cfg.shards);
+}
+
+}  // namespace
+}  // namespace gpubox::table
