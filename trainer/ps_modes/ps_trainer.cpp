@@ -244,9 +244,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
           if (b < batches) {
             ds.fill_batch(t, threads, b, &batch);
           } else {
-            ds.fill_batch(t, threads, 0, &batch);
             batch = dataset::Batch{};  // an empty step: this trainer has no batch left
-            batch.num_slots = config_.num_sparse_slots();
           }
           losses[static_cast<std::size_t>(t)] +=
               worker.train_step(batch, pass, static_cast<int64_t>(b));
