@@ -52,7 +52,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$config" ] || { config="$repo/configs/config_ps.yaml"; config_args=(--config "$config" "${config_args[@]}"); }
-[ -x "$bin/gpubox_train" ] && [ -x "$bin/gpubox_server" ] ||
+{ [ -x "$bin/gpubox_train" ] && [ -x "$bin/gpubox_server" ]; } ||
   die "no gpubox_train/gpubox_server in $bin (scripts/build.sh cpu, or set GPUBOX_BUILD_DIR)"
 is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 
@@ -153,10 +153,10 @@ left=$workers_here
 while true; do
   for k in "${!pids[@]}"; do
     pid="${pids[$k]}"
-    [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null || continue
+    if [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null; then continue; fi  # gone or still running
     status=0
     wait "$pid" || status=$?
-    pids[$k]=""
+    pids[k]=""
     if [ "${kinds[$k]}" = worker ] && [ "$status" = 0 ]; then
       left=$((left - 1))
       echo "launch: ${names[$k]} finished"
