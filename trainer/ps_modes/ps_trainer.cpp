@@ -232,7 +232,6 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
       mode == SyncMode::kSync ? 1.0f / static_cast<float>(env_.trainers * threads) : 1.0f;
   const int dense_every =
       mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps;
-  std::vector<double> losses(static_cast<std::size_t>(threads), 0.0);
   Timer train_timer;
   s.cards.run_on_cards(
       [&](device::Card& card) {
@@ -246,8 +245,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
           } else {
             batch = dataset::Batch{};  // an empty step: this trainer has no batch left
           }
-          losses[static_cast<std::size_t>(t)] +=
-              worker.train_step(batch, pass, static_cast<int64_t>(b));
+          worker.train_step(batch, pass, static_cast<int64_t>(b));
           const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
           if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
           if (dense_step) worker.sync_dense(dense_scale);
