@@ -36,12 +36,13 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   const bool use_gpu = doc.get_bool("runner.use_gpu");
   if (doc.get_bool("runner.use_fleet") && !doc.is_set("runner.sync_mode")) {
     return Status::InvalidArgument(
-        use_gpu ? "runner.use_fleet: true without runner.sync_mode asks for Collective mode, "
-                  "which is not yet: needs issue 13 (the multi-process communicator); set "
-                  "runner.sync_mode to gpubox, async, sync or geo"
-                : "runner.use_fleet: true with runner.use_gpu: false and no runner.sync_mode "
-                  "names no mode GPUBox has (Collective runs on GPUs); set runner.sync_mode to "
-                  "gpubox, async, sync or geo");
+        doc.source() + ": " +
+        (use_gpu ? "runner.use_fleet: true without runner.sync_mode asks for Collective mode, "
+                   "which is not yet: needs issue 13 (the multi-process communicator); set "
+                   "runner.sync_mode to gpubox, async, sync or geo"
+                 : "runner.use_fleet: true with runner.use_gpu: false and no runner.sync_mode "
+                   "names no mode GPUBox has (Collective runs on GPUs); set runner.sync_mode to "
+                   "gpubox, async, sync or geo"));
   }
   r.geo_step = doc.get_int("runner.geo_step");
   r.dense_sync_steps = doc.get_int("runner.dense_sync_steps");
