@@ -127,9 +127,19 @@ enum class SaveForm { kText, kBinary };
 inline constexpr EnumName<SaveForm> kSaveFormNames[] = {{SaveForm::kText, "text"},
                                                         {SaveForm::kBinary, "binary"}};
 
-// runner.sync_mode: the training schedule. GPUBox runs the pass-staged card tier only, so far.
-enum class SyncMode { kGpubox };
-inline constexpr EnumName<SyncMode> kSyncModeNames[] = {{SyncMode::kGpubox, "gpubox"}};
+// runner.sync_mode: the training schedule (ARCHITECTURE §7). Every schedule uses the same parts
+// (dataset, accessor rules, servers, client, dense net); they differ in where rows live during a
+// step and when trainers meet. Collective (runner.use_fleet without sync_mode) is not a value.
+enum class SyncMode {
+  kGpubox,  // each pass's rows staged on the cards; dense all-reduced every step
+  kAsync,   // CPU parameter server: threads pull rows per batch, push gradients without waiting
+  kSync,    // as async, with every trainer's step applied before anyone's next pull (a barrier)
+  kGeo,     // trainers train local copies; every runner.geo_step steps push deltas, pull merged
+};
+inline constexpr EnumName<SyncMode> kSyncModeNames[] = {{SyncMode::kGpubox, "gpubox"},
+                                                        {SyncMode::kAsync, "async"},
+                                                        {SyncMode::kSync, "sync"},
+                                                        {SyncMode::kGeo, "geo"}};
 
 // runner.reader_type: how a pass is read. A pass is always loaded into memory.
 enum class ReaderType { kInMemoryDataset };

@@ -21,8 +21,8 @@
 #include "heterps/heter_comm/detail/key_dedup.cuh"
 #include "heterps/heter_comm/detail/segment_reduce.cuh"
 #include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/optimizer/sparse_optimizer.hpp"
 #include "heterps/sparse/card_store.cuh"
+#include "table/accessor/sparse_rule.hpp"
 
 namespace gpubox::heter_comm {
 namespace {

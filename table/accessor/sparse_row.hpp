@@ -33,7 +33,7 @@ struct SparseOptimizerConfig {
   float initial_range = 0.0f;  // embed_w starts uniform in [-initial_range, initial_range]
   float min_bound = -10.0f;
   float max_bound = 10.0f;
-  float weight_decay = 0.0f;  // L2 (Paddle's sparse rules have none): see sparse_optimizer.hpp
+  float weight_decay = 0.0f;  // L2 (Paddle's sparse rules have none): see sparse_rule.hpp
   // embedx part
   float mf_learning_rate = 0.05f;
   float mf_initial_g2sum = 3.0f;
@@ -60,7 +60,7 @@ struct AccessorConfig {
   // embedx_threshold
   float nonclk_coeff = 0.1f;
   float clk_coeff = 1.0f;
-  bool show_scale = true;  // divide a key's merged gradient by its show (sparse_optimizer.hpp)
+  bool show_scale = true;        // divide a key's merged gradient by its show (sparse_rule.hpp)
   float embed_threshold = 0.0f;  // embed_w steps once the score reaches this (0: always, Paddle's)
   float embedx_threshold = 10.0f;
   // shrink: show/click decay, deletion by score and by unseen days

@@ -10,19 +10,9 @@
 namespace gpubox::table::server {
 namespace {
 
-// A failed table call. Aborted on the wire means "retry later" (see handle()), so a table's own
-// Aborted travels as Internal: the client must not retry it until its deadline.
-Reply table_error_reply(const FrameHeader& request, const Status& status) {
-  const std::string context = op_name(request.op);
-  if (status.code() == Status::Code::kAborted) {
-    return error_reply(request, Status::Internal(context + ": " + status.to_string()));
-  }
-  return error_reply(request, status.with_context(context));
-}
-
 bool is_mutation(Op op) {
   return op == Op::kPush || op == Op::kErase || op == Op::kShrink || op == Op::kSave ||
-         op == Op::kLoad;
+         op == Op::kLoad || op == Op::kPsPush || op == Op::kDense;
 }
 
 Reply u64_reply(const FrameHeader& header, uint64_t value) {
@@ -32,6 +22,14 @@ Reply u64_reply(const FrameHeader& header, uint64_t value) {
 }
 
 }  // namespace
+
+Reply table_error_reply(const FrameHeader& request, const Status& status) {
+  const std::string context = op_name(request.op);
+  if (status.code() == Status::Code::kAborted) {
+    return error_reply(request, Status::Internal(context + ": " + status.to_string()));
+  }
+  return error_reply(request, status.with_context(context));
+}
 
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
                            const ReserveReply& reserve) {
@@ -83,6 +81,10 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
       return stats(header);
     case Op::kShutdown:
       return shutdown(header);
+    case Op::kPsPush:
+      return ps_push(header, payload);
+    case Op::kDense:
+      return dense(header, payload);
     case Op::kAuth:
     case Op::kBarrier:
       break;  // handled by the session

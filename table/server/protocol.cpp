@@ -59,12 +59,16 @@ const char* op_name(Op op) {
       return "BARRIER";
     case Op::kShutdown:
       return "SHUTDOWN";
+    case Op::kPsPush:
+      return "PS_PUSH";
+    case Op::kDense:
+      return "DENSE";
   }
   return "OP#?";
 }
 
 bool is_known_op(uint16_t value) {
-  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kShutdown);
+  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kDense);
 }
 
 Status make_status(Status::Code code, std::string message) {

@@ -48,17 +48,19 @@ inline constexpr uint32_t kDefaultMaxPayloadBytes = 64u << 20;
 inline constexpr uint32_t kMaxAuthPayloadBytes = 4 + 4096;
 
 enum class Op : uint16_t {
-  kAuth = 1,      // token; must be the first frame when the server has a token
-  kInfo = 2,      // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity
-  kPull = 3,      // keys (+ slots) -> rows, created count
-  kPush = 4,      // keys + full rows
-  kErase = 5,     // keys
-  kSave = 6,      // mode + path -> generation of the save
-  kLoad = 7,      // path -> generation of what is now loaded
-  kShrink = 8,    // -> deleted rows
-  kStats = 9,     // -> HostTierStats
-  kBarrier = 10,  // name + parties: answered once `parties` connections wait on `name`
-  kShutdown = 11  // graceful stop after the reply
+  kAuth = 1,       // token; must be the first frame when the server has a token
+  kInfo = 2,       // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity
+  kPull = 3,       // keys (+ slots) -> rows, created count
+  kPush = 4,       // keys + full rows
+  kErase = 5,      // keys
+  kSave = 6,       // mode + path -> generation of the save
+  kLoad = 7,       // path -> generation of what is now loaded
+  kShrink = 8,     // -> deleted rows
+  kStats = 9,      // -> HostTierStats
+  kBarrier = 10,   // name + parties: answered once `parties` connections wait on `name`
+  kShutdown = 11,  // graceful stop after the reply
+  kPsPush = 12,  // PS modes: per-key gradients or geo deltas, applied on arrival (ps_protocol.hpp)
+  kDense = 13,   // PS modes: read or add to a named dense vector (ps_protocol.hpp)
 };
 
 // "PULL", "PUSH", ... ("OP#<n>" for an unknown value).

@@ -395,4 +395,57 @@ Status RemoteHostTier::shutdown_servers() {
       /*retry=*/false);
 }
 
+Status RemoteHostTier::push_updates(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots,
+                                    std::size_t n, const float* values) {
+  if (n == 0) return Status::OK();
+  const auto dim = static_cast<uint32_t>(layout_.push_dim());
+  const std::size_t bad = first_non_finite(values, n * dim);
+  if (bad != n * dim) return non_finite_row_error(keys, n, values, dim, bad);
+  const auto groups = split_keys(keys, n);
+  std::vector<OutgoingRequest> requests;
+  std::vector<uint64_t> chunk_keys;
+  std::vector<int32_t> chunk_slots;
+  std::vector<float> chunk_values;
+  std::vector<uint8_t> payload;
+  for_each_chunk(groups, chunk_rows_, [&](std::size_t g, const uint32_t* pos, std::size_t m) {
+    chunk_keys.resize(m);
+    chunk_slots.resize(m);
+    chunk_values.resize(m * dim);
+    for (std::size_t j = 0; j < m; ++j) {
+      chunk_keys[j] = keys[pos[j]];
+      chunk_slots[j] = slots[pos[j]];
+      std::memcpy(chunk_values.data() + j * dim, values + std::size_t{pos[j]} * dim,
+                  sizeof(float) * dim);
+    }
+    payload.clear();
+    encode_ps_push_request(kind, chunk_keys.data(), chunk_slots.data(), m, chunk_values.data(), dim,
+                           &payload);
+    requests.push_back(make_group_request(Op::kPsPush, g, payload));
+  });
+  MutationScope scope(
+      &identities_,
+      endpoints_of(groups, static_cast<std::size_t>(options_.connections_per_endpoint)));
+  return transport_.run(
+      Op::kPsPush, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
+}
+
+Status RemoteHostTier::dense(DenseAction action, const std::string& name,
+                             std::vector<float>* values) {
+  std::vector<uint8_t> payload;
+  encode_dense_request(action, name, values->data(), values->size(), &payload);
+  std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
+  MutationScope scope(&identities_, {0});
+  const std::size_t expect = values->size();
+  return transport_.run(
+      Op::kDense, requests,
+      [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
+        auto reply = decode_dense_reply(data, bytes, expect);
+        if (!reply.ok()) return reply.status();
+        *values = std::move(reply).value();
+        return Status::OK();
+      },
+      /*retry=*/true);
+}
+
 }  // namespace gpubox::table::server

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "table/host_tier.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/server_identity.hpp"
 #include "table/server/transport.hpp"
 
@@ -72,6 +73,16 @@ class RemoteHostTier final : public HostTier {
   Status barrier(const std::string& name, uint32_t parties, double timeout_s = -1.0);
   // Asks every server to stop gracefully.
   Status shutdown_servers();
+
+  // ---- the parameter-server modes (runner.sync_mode async | sync | geo; ps_protocol.hpp) ----
+  // Sends one update record (layout().push_dim() floats) per distinct key to the key's server,
+  // which applies it on arrival: a gradient through the accessor's rule, or a geo delta. Missing
+  // keys are created in `slots`. Thread-safe; retried like push (each share applied once).
+  Status push_updates(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots, std::size_t n,
+                      const float* values);
+  // DENSE on the first server: reads dense table `name` (created from *values when absent) or
+  // adds *values to it; *values becomes the table's values after the request. Thread-safe.
+  Status dense(DenseAction action, const std::string& name, std::vector<float>* values);
 
   std::size_t endpoint_count() const { return transport_.endpoints().size(); }
   // "ip:port" of endpoint `e`.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "table/server/connection_limits.hpp"
+#include "table/server/ps_store.hpp"
 #include "table/server/request_window.hpp"
 #include "table/server/server.hpp"
 
@@ -36,6 +37,9 @@ struct Reply {
 
 Reply make_reply(const FrameHeader& request, Status::Code code, std::vector<uint8_t> payload);
 Reply error_reply(const FrameHeader& request, const Status& status);
+// A failed table call's reply, in the op's name. Aborted on the wire means "retry later", so a
+// table's own Aborted travels as Internal: the client must not retry it until its deadline.
+Reply table_error_reply(const FrameHeader& request, const Status& status);
 
 // Asks the connection for `bytes` more of reply buffer before a handler allocates it (PULL):
 // OK, ResourceExhausted (over the connection's limit: never fits) or Aborted (over the server's
@@ -125,8 +129,12 @@ class Server::Impl {
   Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload);
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
+  // ---- ps_handlers.cpp: the parameter-server modes' ops ----
+  Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload);
 
   HostTier* table_;
+  PsStore ps_store_;  // the PS modes' row locks and dense tables
   const ServerOptions options_;
   const uint64_t instance_id_;
   const std::size_t max_connections_;

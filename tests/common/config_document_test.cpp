@@ -88,8 +88,8 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
             p + ":2: runner.max_line_bytes: 1e30 is out of range [16, 1073741824]");
   EXPECT_EQ(error_of("hyper_parameters:\n  model: deepfm\n"),
             p + ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide, got 'deepfm'");
-  EXPECT_EQ(error_of("runner:\n  sync_mode: async\n"),
-            p + ":2: runner.sync_mode: expected one of gpubox, got 'async'");
+  EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n"),
+            p + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   EXPECT_EQ(error_of("hyper_parameters:\n  sparse_optimizer:\n    class: lamb\n"),
             p + ":3: hyper_parameters.sparse_optimizer.class: expected one of "
                 "sgd|adagrad|adam|shared_adam, got 'lamb'");
@@ -230,19 +230,21 @@ TEST_F(ConfigDocumentTest, ModelPathsAreTakenFromTheWorkingDirectory) {
   EXPECT_EQ(find_key("runner.model_save_path")->type, KeyType::kWorkPath);
 }
 
-// An override replaces the file's value before it is checked: a PaddleRec parameter-server
-// config (sync_mode: async) runs with -o runner.sync_mode=gpubox. Other keys are still checked.
+// An override replaces the file's value before it is checked: a PaddleRec heter-PS config
+// (sync_mode: heter) runs with -o runner.sync_mode=gpubox. Other keys are still checked.
 TEST_F(ConfigDocumentTest, AnOverriddenValueOfTheFileIsNotChecked) {
-  const std::string text = "runner:\n  sync_mode: \"async\"\n  epochs: 2\n";
-  EXPECT_EQ(error_of(text),
-            bad_path() + ":2: runner.sync_mode: expected one of gpubox, got 'async'");
+  const std::string text = "runner:\n  sync_mode: \"heter\"\n  epochs: 2\n";
+  EXPECT_EQ(
+      error_of(text),
+      bad_path() + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   auto doc = ConfigDocument::load(write("sub/ps.yaml", text), {"runner.sync_mode=gpubox"});
   ASSERT_TRUE(doc.ok()) << doc.status().to_string();
   EXPECT_EQ(doc->get_int("runner.epochs"), 2);
-  EXPECT_EQ(error_of("runner:\n  sync_mode: async\n  epochs: zero\n", {"runner.sync_mode=gpubox"}),
+  EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n  epochs: zero\n", {"runner.sync_mode=gpubox"}),
             bad_path() + ":3: runner.epochs: expected an integer, got 'zero'");
   // The override itself is checked.
-  EXPECT_NE(error_of(text, {"runner.sync_mode=geo"}).find("expected one of gpubox, got 'geo'"),
+  EXPECT_NE(error_of(text, {"runner.sync_mode=collective"})
+                .find("expected one of gpubox|async|sync|geo, got 'collective'"),
             std::string::npos);
 }
 
@@ -268,18 +270,18 @@ TEST_F(ConfigDocumentTest, DefaultsComeFromTheTableAndTheTemplateSetsEachKeyToIt
 TEST_F(ConfigDocumentTest, PaddleRecOnlyKeysSetToOtherValuesAreReportedOnce) {
   auto doc = ConfigDocument::load(
       write("sub/p.yaml",
-            "workspace: models/rank/dnn\nrunner:\n  use_gpu: False\n  train_reader_path: r\n"
+            "workspace: models/rank/dnn\nrunner:\n  use_auc: False\n  train_reader_path: r\n"
             "  infer_end_epoch: 1\n  dataset_debug: false\n"));
   ASSERT_TRUE(doc.ok()) << doc.status().to_string();
   EXPECT_EQ(doc->no_effect_keys(),
-            (std::vector<std::string>{"workspace", "runner.use_gpu", "runner.train_reader_path"}));
+            (std::vector<std::string>{"workspace", "runner.use_auc", "runner.train_reader_path"}));
   EXPECT_EQ(doc->no_effect_note(),
             (dir_ / "sub/p.yaml").string() +
                 ": 3 PaddleRec keys have no effect in GPUBox:\n"
                 "  workspace: PaddleRec's model folder (GPUBox has no Python model)\n"
-                "  runner.use_gpu: PaddleRec's device switch; cards come from FLAGS_selected_gpus\n"
+                "  runner.use_auc: PaddleRec's AUC switch; GPUBox always computes AUC\n"
                 "  runner.train_reader_path: PaddleRec's Python reader module");
-  auto quiet = ConfigDocument::load(write("sub/q.yaml", "runner:\n  use_gpu: true\n"));
+  auto quiet = ConfigDocument::load(write("sub/q.yaml", "runner:\n  use_auc: true\n"));
   ASSERT_TRUE(quiet.ok());
   EXPECT_EQ(quiet->no_effect_note(), "");
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "table/server/protocol.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 
 namespace gpubox::table::server {
@@ -83,6 +84,22 @@ void check_requests(const uint8_t* data, std::size_t n) {
     encode_barrier_request(barrier->name, barrier->parties, &out);
     FUZZ_CHECK(same(out, data, n), "BARRIER request does not round-trip");
   }
+  if (auto ps = decode_ps_push_request(data, n); ps.ok()) {
+    FUZZ_CHECK(ps->slots.size() == ps->keys.size() &&
+                   ps->values.size() == ps->keys.size() * std::size_t{ps->dim},
+               "PS_PUSH counts");
+    out.clear();
+    encode_ps_push_request(ps->kind, ps->keys.data(), ps->slots.data(), ps->keys.size(),
+                           ps->values.data(), ps->dim, &out);
+    FUZZ_CHECK(same(out, data, n), "PS_PUSH request does not round-trip");
+  }
+  if (auto dense = decode_dense_request(data, n); dense.ok()) {
+    FUZZ_CHECK(!dense->name.empty() && dense->name.size() <= kMaxDenseNameBytes, "DENSE name");
+    out.clear();
+    encode_dense_request(dense->action, dense->name, dense->values.data(), dense->values.size(),
+                         &out);
+    FUZZ_CHECK(same(out, data, n), "DENSE request does not round-trip");
+  }
 }
 
 void check_replies(const uint8_t* data, std::size_t n) {
@@ -109,6 +126,15 @@ void check_replies(const uint8_t* data, std::size_t n) {
     if (auto view = decode_pull_reply(data, n, rows, stride); view.ok()) {
       FUZZ_CHECK(view->rows >= data && view->rows + std::size_t{rows} * stride * 4 <= data + n,
                  "PULL reply rows outside the payload");
+    }
+  }
+  if (n >= 4) {
+    uint32_t count = 0;
+    std::memcpy(&count, data, 4);
+    if (auto values = decode_dense_reply(data, n, count); values.ok()) {
+      out.clear();
+      encode_dense_reply(values->data(), values->size(), &out);
+      FUZZ_CHECK(same(out, data, n), "DENSE reply does not round-trip");
     }
   }
   FrameHeader error;

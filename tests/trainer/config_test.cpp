@@ -155,5 +155,43 @@ TEST(ConfigDefaults, DenseOptimizerDefaultsAreTheTables) {
   EXPECT_EQ(c->num_sparse_slots(), 26);
 }
 
+// runner.sync_mode with runner.use_fleet and runner.use_gpu, as PaddleRec's configs combine
+// them: every mode by name; use_fleet without sync_mode is Collective (on GPUs), not available
+// yet; unknown values name the key.
+TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
+  const std::string path = write("modes.yaml", "runner:\n  epochs: 1\n");
+  const std::pair<const char*, SyncMode> modes[] = {{"gpubox", SyncMode::kGpubox},
+                                                    {"async", SyncMode::kAsync},
+                                                    {"sync", SyncMode::kSync},
+                                                    {"geo", SyncMode::kGeo}};
+  for (const auto& [name, mode] : modes) {
+    for (const char* fleet : {"true", "false"}) {
+      auto c = load_trainer_config(path, {std::string("runner.sync_mode=") + name,
+                                          std::string("runner.use_fleet=") + fleet});
+      ASSERT_TRUE(c.ok()) << name << " " << fleet << ": " << c.status().to_string();
+      EXPECT_EQ(c->runner.sync_mode, mode);
+    }
+  }
+  auto plain = load_trainer_config(path);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->runner.sync_mode, SyncMode::kGpubox);
+  EXPECT_EQ(plain->runner.geo_step, 100);
+  EXPECT_EQ(plain->runner.dense_sync_steps, 1);
+  auto collective = load_trainer_config(path, {"runner.use_fleet=true"});
+  ASSERT_FALSE(collective.ok());
+  EXPECT_NE(collective.status().message().find("Collective mode, which GPUBox does not have yet"),
+            std::string::npos)
+      << collective.status().message();
+  auto cpu_fleet = load_trainer_config(path, {"runner.use_fleet=true", "runner.use_gpu=false"});
+  ASSERT_FALSE(cpu_fleet.ok());
+  EXPECT_NE(cpu_fleet.status().message().find("runner.use_fleet"), std::string::npos);
+  auto unknown = load_trainer_config(path, {"runner.sync_mode=heter"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("runner.sync_mode"), std::string::npos);
+  auto zero = load_trainer_config(path, {"runner.geo_step=0"});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("runner.geo_step"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -25,6 +25,8 @@ using DataFormat = dataset::DataFormat;
 using SaveKind = table::SaveKind;
 // runner.resume: auto | off.
 using ResumeMode = config::ResumeMode;
+// runner.sync_mode: gpubox | async | sync | geo.
+using SyncMode = config::SyncMode;
 
 struct RunnerConfig {
   // Paths: relative ones in the config file are resolved against the config file's folder; in
@@ -52,6 +54,10 @@ struct RunnerConfig {
   ResumeMode resume = ResumeMode::kOff;  // runner.resume: auto | off
   std::string auth_token_file;           // runner.auth_token_file (GPUBOX_AUTH_TOKEN_FILE wins)
   double collective_timeout_s = 0;       // runner.collective_timeout_s
+  SyncMode sync_mode = SyncMode::kGpubox;  // runner.sync_mode (with runner.use_fleet, use_gpu)
+  int geo_step = 0;                        // runner.geo_step: geo mode's push interval
+  int dense_sync_steps = 0;                // runner.dense_sync_steps: async/sync dense interval
+  bool split_file_list = false;            // runner.split_file_list: PS modes' file shards
 };
 
 struct HyperParameters {

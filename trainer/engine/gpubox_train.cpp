@@ -27,6 +27,7 @@
 #include "trainer/engine/checkpoint.hpp"
 #include "trainer/engine/saved_models.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/serve/serving_model.hpp"
 
 DEFINE_string(config, "",
@@ -254,6 +255,19 @@ int main(int argc, char** argv) {
     if (FLAGS_mode == "export") return export_for_serving(config.value());
     gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
     env.threads_per_card = FLAGS_threads_per_card;
+    if (config->runner.sync_mode != gpubox::config::SyncMode::kGpubox) {
+      // The parameter-server modes: training only, against the servers the launcher names.
+      if (FLAGS_mode != "train" || !FLAGS_load.empty()) {
+        std::fprintf(stderr,
+                     "gpubox_train: --mode infer and --load are not available with "
+                     "runner.sync_mode %s yet (training only)\n",
+                     gpubox::name_of(gpubox::config::kSyncModeNames, config->runner.sync_mode));
+        return 2;
+      }
+      gpubox::trainer::ps_modes::PsTrainer trainer(config.value(), env);
+      trainer.train();
+      return 0;
+    }
     gpubox::trainer::Trainer trainer(config.value(), env);
     if (const std::string& pipe = config->dataset.pipe_arguments_note; !pipe.empty()) {
       GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;

@@ -27,8 +27,8 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/optimizer/sparse_optimizer.hpp"
 #include "heterps/sparse/card_store.cuh"
+#include "table/accessor/sparse_rule.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 
 namespace gpubox::heter_comm {

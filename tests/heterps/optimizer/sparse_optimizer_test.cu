@@ -15,7 +15,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
-#include "heterps/optimizer/sparse_optimizer.hpp"
+#include "table/accessor/sparse_rule.hpp"
 
 namespace gpubox::optimizer {
 namespace {

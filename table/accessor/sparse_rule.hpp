@@ -1,8 +1,10 @@
 // Sparse optimizers: one optimizer step for one row from one merged push record, on host and
-// card alike (GPUBOX_HD, no allocation, no exceptions). The row layout and the accessor rules
-// (init_row, maybe_create_embedx, row_score) come from table/accessor/sparse_row.hpp; the update
-// formulas are Paddle's sparse SGD rules (ps/table/sparse_sgd_rule.cc, and for the GPU table
-// GPUBox mirrors heter_ps/optimizer.cuh.h), with g the step's gradient (below):
+// card alike (GPUBOX_HD, no allocation, no exceptions): the card tier's HeterComm and, in the
+// async/sync parameter-server modes, gpubox_server apply the same rule. The row layout and the
+// accessor rules (init_row, maybe_create_embedx, row_score) come from
+// table/accessor/sparse_row.hpp; the update formulas are Paddle's sparse SGD rules
+// (ps/table/sparse_sgd_rule.cc, and for the GPU table GPUBox mirrors heter_ps/optimizer.cuh.h),
+// with g the step's gradient (below):
 //
 //   sgd          w -= lr * g
 //   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part, starting at 0)
@@ -208,6 +210,37 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const Acce
     return false;
   }
   return table::maybe_create_embedx(row, layout, cfg, key);
+}
+
+// Geo mode (runner.sync_mode: geo): adds a trainer's delta to `row`. `delta` has the push
+// record's shape (show, click, embed_w, embedx_w[mf_dim]): the change of the trainer's local
+// copy since it last synced. show/click, delta_score and unseen_days change as a push's would;
+// the weights move by the delta, clipped to their bounds. An embedx part the row lacks is
+// created (state initialised, weights from zero) when the delta carries one: the trainer created
+// it locally, and its synced copy read zeros for it.
+GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+                                  const float* delta) {
+  const float show = delta[PushRecord::kShow];
+  const float click = delta[PushRecord::kClick];
+  row[RowLayout::kShow] += show;
+  row[RowLayout::kClick] += click;
+  row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  row[RowLayout::kUnseenDays] = 0.0f;
+  const SparseOptimizerConfig& opt = cfg.optimizer;
+  row[RowLayout::kEmbedW] =
+      clip_weight(row[RowLayout::kEmbedW] + delta[PushRecord::kEmbedG], embed_rule(opt));
+  const float* dx = delta + PushRecord::kEmbedxG;
+  float* w = row + layout.embedx_w();
+  if (row[layout.mf_size()] <= 0.0f) {
+    bool carries = false;
+    for (int32_t i = 0; i < layout.mf_dim; ++i) carries = carries || dx[i] != 0.0f;
+    if (!carries) return;
+    table::detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, opt);
+    for (int32_t i = 0; i < layout.mf_dim; ++i) w[i] = 0.0f;
+    row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
+  }
+  const PartRule rule = embedx_rule(opt);
+  for (int32_t i = 0; i < layout.mf_dim; ++i) w[i] = clip_weight(w[i] + dx[i], rule);
 }
 
 }  // namespace gpubox::optimizer

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# scripts/launch.sh: PaddleRec's fleetrun for the parameter-server modes (runner.sync_mode async,
+# sync or geo): starts gpubox_server shards and gpubox_train trainers, logs as fleetrun does, and
+# stops every process it started when one fails or when it is stopped.
+#
+# One machine:
+#   scripts/launch.sh --server_num S --worker_num W [--config C] [-o key=value ...]
+#     S servers on free loopback ports (a fresh token only this job knows), W trainers
+#     (PADDLE_TRAINER_ID 0..W-1) against them.
+# Several machines (run the same command on each; each starts the endpoints of its own address):
+#   scripts/launch.sh --servers ip:port,... --workers ip:port,... [--config C] [-o key=value ...]
+#     Endpoints whose ip is POD_IP (default 127.0.0.1) are started here: server i as shard i of
+#     the list, worker i as PADDLE_TRAINER_ID i. TRAINING_ROLE=PSERVER or TRAINER starts only that
+#     role (with PADDLE_TRAINER_ID: only that worker), as PaddleRec's per-process variables do.
+#     Off loopback, GPUBOX_AUTH_TOKEN_FILE must name a token file every machine shares.
+# Other arguments go to every gpubox_train; --config and -o go to the servers too (the same row
+# layout). Logs: log/serverlog.N, log/workerlog.N. The exit status is 0 when every worker here
+# finished; else the first failure's, named on stderr (a worker's status, or 1 for a server that
+# died while workers ran), after every process started here was stopped.
+if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
+usage() {
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  exit "${1:-2}"
+}
+die() {
+  echo "launch: $*" >&2
+  exit 2
+}
+
+server_num="" worker_num="" server_list="" worker_list="" config=""
+config_args=()  # --config C and -o k=v: for the servers and the trainers
+train_args=()   # everything else: for the trainers only
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --server_num) server_num="${2:?}"; shift 2 ;;
+    --server_num=*) server_num="${1#*=}"; shift ;;
+    --worker_num) worker_num="${2:?}"; shift 2 ;;
+    --worker_num=*) worker_num="${1#*=}"; shift ;;
+    --servers) server_list="${2:?}"; shift 2 ;;
+    --servers=*) server_list="${1#*=}"; shift ;;
+    --workers) worker_list="${2:?}"; shift 2 ;;
+    --workers=*) worker_list="${1#*=}"; shift ;;
+    --config | -m) config="${2:?}"; config_args+=(--config "$2"); shift 2 ;;
+    --config=*) config="${1#*=}"; config_args+=(--config "$config"); shift ;;
+    -o) config_args+=(-o "${2:?}"); shift 2 ;;
+    -h | --help) usage 0 ;;
+    *) train_args+=("$1"); shift ;;
+  esac
+done
+[ -n "$config" ] || { config="$repo/configs/config_ps.yaml"; config_args=(--config "$config" "${config_args[@]}"); }
+{ [ -x "$bin/gpubox_train" ] && [ -x "$bin/gpubox_server" ]; } ||
+  die "no gpubox_train/gpubox_server in $bin (scripts/build.sh cpu, or set GPUBOX_BUILD_DIR)"
+is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+
+pod_ip="${POD_IP:-127.0.0.1}"
+role="${TRAINING_ROLE:-}"
+[ -z "$role" ] || [ "$role" = PSERVER ] || [ "$role" = TRAINER ] ||
+  die "TRAINING_ROLE='$role': expected PSERVER or TRAINER (or unset: both)"
+port_in_use() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }  # IP PORT
+is_loopback() { case "$1" in 127.* | localhost) return 0 ;; esac; return 1; }
+
+if [ -n "$server_list$worker_list" ]; then
+  [ -n "$server_list" ] && [ -n "$worker_list" ] || die "--servers and --workers go together"
+  [ -z "$server_num$worker_num" ] || die "--server_num/--worker_num or --servers/--workers, not both"
+  IFS=',' read -r -a servers <<<"$server_list"
+  IFS=',' read -r -a workers <<<"$worker_list"
+  for e in "${servers[@]}" "${workers[@]}"; do
+    [[ "$e" =~ ^[^:]+:[0-9]+$ ]] || die "endpoint '$e' is not ip:port"
+  done
+else
+  is_count "${server_num:-}" || die "--server_num must be a positive count (or use --servers; --help)"
+  is_count "${worker_num:-}" || die "--worker_num must be a positive count (or use --workers; --help)"
+  servers=() workers=()
+  port=29100
+  for ((i = 0; i < server_num; i++)); do
+    while port_in_use 127.0.0.1 "$port"; do port=$((port + 1)); done
+    servers+=("127.0.0.1:$port")
+    port=$((port + 1))
+  done
+  for ((i = 0; i < worker_num; i++)); do workers+=("127.0.0.1:0"); done
+fi
+server_csv="$(IFS=,; echo "${servers[*]}")"
+
+# Processes started here: pid, what it is, its log.
+pids=() names=() logs=() kinds=()
+token_dir=""
+stop_all() {
+  for pid in "${pids[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]:-}"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
+  pids=()
+  if [ -n "$token_dir" ]; then rm -rf "$token_dir"; fi
+}
+trap stop_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+token_file="${GPUBOX_AUTH_TOKEN_FILE:-}"
+if [ -z "$token_file" ]; then
+  for e in "${servers[@]}"; do
+    is_loopback "${e%:*}" || die "server $e is off loopback: set GPUBOX_AUTH_TOKEN_FILE to a token file (mode 600) every machine shares"
+  done
+  token_dir="$(mktemp -d "${TMPDIR:-/tmp}/gpubox_token.XXXXXX")"
+  token_file="$token_dir/token"
+  (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$token_file")
+fi
+export GPUBOX_AUTH_TOKEN_FILE="$token_file"
+
+mkdir -p log
+here() { [ "$1" = "$pod_ip" ] || { is_loopback "$1" && is_loopback "$pod_ip"; }; }
+
+if [ "$role" != TRAINER ]; then
+  for i in "${!servers[@]}"; do
+    ip="${servers[$i]%:*}" port="${servers[$i]##*:}"
+    here "$ip" || continue
+    logf="log/serverlog.$i"
+    "$bin/gpubox_server" --port "$port" --bind "$ip" --shard_id "$i" --shard_num "${#servers[@]}" \
+      --auth_token_file "$token_file" "${config_args[@]}" >"$logf" 2>&1 &
+    pids+=($!) names+=("gpubox_server $i ($ip:$port)") logs+=("$logf") kinds+=(server)
+    for _ in $(seq 1 100); do
+      grep -q "listening on" "$logf" 2>/dev/null && break
+      kill -0 "${pids[-1]}" 2>/dev/null || { tail -n 20 "$logf" >&2; die "gpubox_server $i failed to start; see $logf"; }
+      sleep 0.1
+    done
+    grep -q "listening on" "$logf" || die "gpubox_server $i did not listen within 10 s; see $logf"
+    echo "launch: gpubox_server $i on $ip:$port (log: $logf)"
+  done
+fi
+
+workers_here=0
+if [ "$role" != PSERVER ]; then
+  for i in "${!workers[@]}"; do
+    ip="${workers[$i]%:*}"
+    here "$ip" || continue
+    if [ "$role" = TRAINER ] && [ -n "${PADDLE_TRAINER_ID:-}" ] && [ "$PADDLE_TRAINER_ID" != "$i" ]; then continue; fi
+    logf="log/workerlog.$i"
+    PADDLE_PSERVERS_IP_PORT_LIST="$server_csv" PADDLE_TRAINERS_NUM="${#workers[@]}" \
+      PADDLE_TRAINER_ID="$i" TRAINING_ROLE=TRAINER \
+      "$bin/gpubox_train" "${config_args[@]}" "${train_args[@]}" >"$logf" 2>&1 &
+    pids+=($!) names+=("worker $i") logs+=("$logf") kinds+=(worker)
+    workers_here=$((workers_here + 1))
+    echo "launch: worker $i of ${#workers[@]} (log: $logf)"
+  done
+fi
+[ "${#pids[@]}" -gt 0 ] || die "nothing to start on POD_IP=$pod_ip (no endpoint of --servers/--workers is on it)"
+
+# Until every worker here finished: the first failure (a worker's non-zero status, or a server
+# that exits while workers run) stops everything.
+left=$workers_here
+while true; do
+  for k in "${!pids[@]}"; do
+    pid="${pids[$k]}"
+    if [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null; then continue; fi  # gone or still running
+    status=0
+    wait "$pid" || status=$?
+    pids[k]=""
+    if [ "${kinds[$k]}" = worker ] && [ "$status" = 0 ]; then
+      left=$((left - 1))
+      echo "launch: ${names[$k]} finished"
+      continue
+    fi
+    echo "launch: ${names[$k]} exited with status $status; stopping the job. Last lines of ${logs[$k]}:" >&2
+    tail -n 15 "${logs[$k]}" >&2
+    [ "${kinds[$k]}" = server ] && [ "$status" = 0 ] && status=1
+    exit "$status"
+  done
+  if [ "$workers_here" -gt 0 ] && [ "$left" = 0 ]; then
+    echo "launch: every worker finished"
+    exit 0
+  fi
+  sleep 0.2
+done

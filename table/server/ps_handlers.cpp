@@ -1,0 +1,29 @@
+// What the parameter-server modes' ops (ps_protocol.hpp) do on the server: PS_PUSH and DENSE,
+// both through the server's PsStore. Retried requests are answered from the retry cache
+// (handlers.cpp), so a gradient or a delta is applied once.
+#include "table/server/ps_protocol.hpp"
+#include "table/server/server_impl.hpp"
+
+namespace gpubox::table::server {
+
+Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+  auto request = decode_ps_push_request(payload.data(), payload.size());
+  if (!request.ok()) return table_error_reply(header, request.status());
+  Status st = check_keys(request->keys.data(), request->keys.size());
+  if (st.ok()) st = ps_store_.apply(*table_, *request);
+  if (!st.ok()) return table_error_reply(header, st);
+  rows_pushed.fetch_add(request->keys.size(), std::memory_order_relaxed);
+  return make_reply(header, Status::Code::kOk, {});
+}
+
+Reply Server::Impl::dense(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+  auto request = decode_dense_request(payload.data(), payload.size());
+  if (!request.ok()) return table_error_reply(header, request.status());
+  auto values = ps_store_.dense(*request);
+  if (!values.ok()) return table_error_reply(header, values.status());
+  std::vector<uint8_t> out;
+  encode_dense_reply(values->data(), values->size(), &out);
+  return make_reply(header, Status::Code::kOk, std::move(out));
+}
+
+}  // namespace gpubox::table::server

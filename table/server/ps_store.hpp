@@ -1,0 +1,43 @@
+// PsStore: what a gpubox_server keeps for the parameter-server modes (ps_protocol.hpp) besides
+// its table: the locks that make a PS_PUSH's read-modify-write of a row atomic per key, and the
+// dense tables. Thread-safe: every server thread may call it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "common/thread_annotations.hpp"
+#include "table/host_tier.hpp"
+#include "table/server/ps_protocol.hpp"
+
+namespace gpubox::table::server {
+
+class PsStore {
+ public:
+  // Applies a PS_PUSH to `table`: pulls the rows (creating missing ones in the request's slots),
+  // applies each key's gradient (the accessor's rule, sparse_rule.hpp: apply_push) or geo delta
+  // (apply_delta), and writes them back. The keys of one lock stripe are updated under that
+  // stripe's lock, so two trainers' updates of one key never overwrite each other; different
+  // stripes proceed in parallel. Refuses the whole request (nothing applied) when its width is
+  // not the table's push_dim or a value is not finite; a table error part-way leaves the
+  // stripes before it applied.
+  Status apply(HostTier& table, const PsPushRequest& request);
+
+  // DENSE: reads table `name` (creating it from the request's values when absent), or adds the
+  // request's values to it; returns the table's values after the request. Refuses a size that
+  // differs from the table's, non-finite values, an add to a table never read, and a new table
+  // beyond kMaxDenseTables.
+  StatusOr<std::vector<float>> dense(const DenseRequest& request);
+
+ private:
+  static constexpr std::size_t kStripes = 64;
+  std::array<Mutex, kStripes> stripes_;
+  Mutex dense_mu_;
+  std::map<std::string, std::vector<float>> dense_ GPUBOX_GUARDED_BY(dense_mu_);
+};
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,60 @@
+// GeoRows: a geo-mode training thread's local copy of the sparse rows it touched
+// (runner.sync_mode: geo). Rows come from the servers on first touch; the thread's steps apply
+// the accessor's rule to them locally (sparse_rule.hpp: apply_push); every runner.geo_step
+// steps sync() pushes the change of each touched row since its last sync (local minus synced:
+// show, click, embed_w, embedx_w) and adopts the servers' merged values. The optimizer state
+// stays local, as in Paddle's geo mode (the servers only add deltas).
+//
+// Thread-safety: one training thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "table/accessor/sparse_row.hpp"
+
+namespace gpubox::table::server {
+class RemoteHostTier;
+}
+
+namespace gpubox::trainer::ps_modes {
+
+class GeoRows {
+ public:
+  explicit GeoRows(table::server::RemoteHostTier& servers);
+
+  // rows[i * stride] = the local row of keys[i] (n distinct keys); keys not held yet are
+  // pulled from the servers (created there in slots[i]) and held from now on. Throws naming
+  // the servers on a failed pull.
+  void read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows);
+  // One step of the accessor's rule on the local rows of keys[0..n) (held: read() them first),
+  // from their merged push records (push_dim floats each).
+  void apply(const uint64_t* keys, std::size_t n, const float* push);
+  // Pushes the deltas of every row changed since its last sync and adopts the servers' merged
+  // values (their optimizer state stays local). Returns the rows synced. Throws on a failed call.
+  std::size_t sync();
+
+  std::size_t size() const { return index_.size(); }
+
+ private:
+  float* row(uint32_t index) { return rows_.data() + std::size_t{index} * stride_; }
+  // The servers' merged row `merged` becomes the local row's values (show, click, delta_score,
+  // embed_w, embedx); the local optimizer state is kept.
+  void adopt(float* local, const float* merged) const;
+
+  table::server::RemoteHostTier& servers_;
+  table::RowLayout layout_;
+  table::AccessorConfig config_;
+  std::size_t stride_;
+  std::size_t push_dim_;
+  std::unordered_map<uint64_t, uint32_t> index_;  // key -> local row
+  std::vector<uint64_t> keys_;                    // local row -> key
+  std::vector<float> rows_;                       // local rows, stride_ floats each
+  std::vector<float> synced_;                     // pull record at the last sync, push_dim_ each
+  std::vector<uint32_t> dirty_;                   // rows changed since the last sync
+  std::vector<char> is_dirty_;
+};
+
+}  // namespace gpubox::trainer::ps_modes

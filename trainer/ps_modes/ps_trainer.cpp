@@ -1,0 +1,366 @@
+#include "trainer/ps_modes/ps_trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/timer.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "dataset/load_report.hpp"
+#include "heterps/device/card.hpp"
+#include "table/server/auth_token.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "trainer/metrics/metrics.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::DenseAction;
+using table::server::RemoteHostTier;
+
+// Sync mode's small tables on the servers: per trainer, the barriers it reached (a timeout names
+// the trainers behind) and the batches of each pass (so every trainer takes the same steps).
+constexpr const char* kProgressTable = "ps_sync_progress";
+constexpr const char* kBatchesTable = "ps_sync_batches";
+
+// The threads of one trainer meeting at each sync step. abort() wakes every waiter with the
+// failure of another thread, so no thread waits for one that has died.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int parties) : parties_(parties) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!aborted_.empty()) GPUBOX_FAIL("stopped: ", aborted_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation || !aborted_.empty(); });
+    if (generation_ == generation) GPUBOX_FAIL("stopped: ", aborted_);
+  }
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.empty()) aborted_ = why.empty() ? "another training thread failed" : why;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int parties_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::string aborted_;
+};
+
+std::vector<float> one_hot(int size, int index, float value) {
+  std::vector<float> v(static_cast<std::size_t>(size), 0.0f);
+  v.at(static_cast<std::size_t>(index)) = value;
+  return v;
+}
+
+std::unique_ptr<RemoteHostTier> connect_servers(const TrainerConfig& config,
+                                                const TrainerEnv& env) {
+  GPUBOX_EXPECTS(!env.servers.empty(),
+                 "runner.sync_mode: ", name_of(config::kSyncModeNames, config.runner.sync_mode),
+                 " trains against gpubox_server processes: name them in "
+                 "PADDLE_PSERVERS_IP_PORT_LIST (scripts/launch.sh starts servers and trainers)");
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = env.servers;
+  options.config = config.sparse;
+  options.deadline_s = config.host_tier.remote.deadline_s;
+  options.connect_timeout_s = config.host_tier.remote.connect_timeout_s;
+  options.connections_per_endpoint = config.host_tier.remote.connections_per_endpoint;
+  const auto token_file = table::server::client_token_file(config.runner.auth_token_file);
+  if (!token_file.path.empty()) {
+    auto token = table::server::read_auth_token_file(token_file.path, token_file.source);
+    if (!token.ok()) GPUBOX_FAIL(token.status().message());
+    options.auth_token = std::move(token).value();
+  }
+  auto servers = RemoteHostTier::connect(std::move(options));
+  if (!servers.ok()) {
+    GPUBOX_FAIL("cannot reach the servers ", env.servers, ": ", servers.status().to_string());
+  }
+  return std::move(servers).value();
+}
+
+// The cards of the training threads: runner.thread_num simulated cards on the cpu backend, the
+// selected cards on cuda.
+std::string thread_cards(const TrainerConfig& config, const TrainerEnv& env) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  (void)config;
+  return env.selected_cards;
+#else
+  (void)env;
+  std::string list;
+  for (int t = 0; t < config.dataset.thread_num; ++t) list += (t ? "," : "") + std::to_string(t);
+  return list;
+#endif
+}
+
+}  // namespace
+
+struct PsTrainer::State {
+  device::CardSet cards;
+  std::unique_ptr<RemoteHostTier> servers;
+  std::vector<std::unique_ptr<PsWorker>> workers;
+  std::vector<float> batches_seen;  // sync: kBatchesTable as this trainer last read it
+};
+
+PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
+    : config_(std::move(config)), env_(std::move(env)) {
+  GPUBOX_EXPECTS(config_.runner.sync_mode != SyncMode::kGpubox,
+                 "PsTrainer runs the async, sync and geo modes");
+  GPUBOX_EXPECTS(env_.trainers >= 1 && env_.trainer_id >= 0 && env_.trainer_id < env_.trainers,
+                 "PADDLE_TRAINER_ID=", env_.trainer_id,
+                 " is not in [0, PADDLE_TRAINERS_NUM=", env_.trainers, ")");
+  state_ = std::make_unique<State>(
+      State{device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1), nullptr, {}, {}});
+  State& s = *state_;
+  s.servers = connect_servers(config_, env_);
+  for (int t = 0; t < s.cards.num_local_cards(); ++t) {
+    s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
+  }
+  if (config_.runner.sync_mode == SyncMode::kSync) {
+    // Every trainer reads the tables before any adds to them (the start barrier).
+    std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
+    throw_if_error(s.servers->dense(DenseAction::kRead, kProgressTable, &progress));
+    s.batches_seen.assign(static_cast<std::size_t>(env_.trainers), 0.0f);
+    throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &s.batches_seen));
+    throw_if_error(s.servers
+                       ->barrier("ps_sync/start", static_cast<uint32_t>(env_.trainers),
+                                 config_.runner.collective_timeout_s)
+                       .with_context("sync mode: waiting for all " + std::to_string(env_.trainers) +
+                                     " trainers to start"));
+  }
+  GPUBOX_LOG(INFO) << "runner.sync_mode "
+                   << name_of(config::kSyncModeNames, config_.runner.sync_mode) << ": trainer "
+                   << env_.trainer_id << " of " << env_.trainers << ", "
+                   << s.cards.num_local_cards() << " training threads, servers " << env_.servers;
+}
+
+PsTrainer::~PsTrainer() = default;
+
+int PsTrainer::threads() const { return state_->cards.num_local_cards(); }
+
+std::vector<float> PsTrainer::dense_values() const {
+  return state_->workers.at(0)->model().parameters().values_to_host();
+}
+
+PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
+  State& s = *state_;
+  const int64_t pass = pass_id_++;
+  const SyncMode mode = config_.runner.sync_mode;
+  Timer pass_timer;
+  std::vector<std::string> share;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (!config_.runner.split_file_list ||
+        static_cast<int>(i % static_cast<std::size_t>(env_.trainers)) == env_.trainer_id) {
+      share.push_back(files[i]);
+    }
+  }
+  GPUBOX_EXPECTS(!share.empty(), "pass ", pass, ": trainer ", env_.trainer_id, " of ",
+                 env_.trainers, " gets none of the ", files.size(),
+                 " files (runner.split_file_list shares them among the trainers: give at least ",
+                 env_.trainers, " files)");
+  dataset::InMemoryDataset ds(config_.dataset);
+  ds.set_filelist(share);
+  const Status loaded = ds.load_into_memory();
+  if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
+  for (const std::string& line : dataset::load_messages(ds.load_stats()).warnings) {
+    GPUBOX_LOG(WARNING) << "pass " << pass << ": " << line;
+  }
+  if (config_.runner.shuffle) ds.local_shuffle(config_.runner.seed * 1000003 + pass);
+  const double load_seconds = pass_timer.seconds();
+
+  const int threads = s.cards.num_local_cards();
+  const std::size_t batches = ds.num_batches_per_card(threads);
+  std::size_t steps = batches;
+  const std::string barrier_prefix = "ps_sync/" + std::to_string(pass) + "/";
+  // Thread 0's barriers of all trainers. Each arrival is counted first in kProgressTable, so a
+  // timeout names the trainers behind the furthest one.
+  const auto barrier = [&](const std::string& name, const std::string& what) {
+    std::vector<float> arrival = one_hot(env_.trainers, env_.trainer_id, 1.0f);
+    throw_if_error(s.servers->dense(DenseAction::kAdd, kProgressTable, &arrival));
+    const Status st =
+        s.servers->barrier(barrier_prefix + name, static_cast<uint32_t>(env_.trainers),
+                           config_.runner.collective_timeout_s);
+    if (st.ok()) return;
+    std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
+    std::string missing;
+    if (s.servers->dense(DenseAction::kRead, kProgressTable, &progress).ok()) {
+      const float furthest = *std::max_element(progress.begin(), progress.end());
+      for (int w = 0; w < env_.trainers; ++w) {
+        if (progress[static_cast<std::size_t>(w)] < furthest) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+        }
+      }
+    }
+    GPUBOX_FAIL("sync mode, pass ", pass, ", ", what, ": not every one of the ", env_.trainers,
+                " trainers arrived within runner.collective_timeout_s=",
+                config_.runner.collective_timeout_s, " s",
+                missing.empty() ? std::string() : " (missing: trainer " + missing + ")",
+                ": a trainer died or is stuck; ", st.to_string());
+  };
+  if (mode == SyncMode::kSync) {
+    // Every trainer takes as many steps as the one with the most batches.
+    std::vector<float> mine = one_hot(env_.trainers, env_.trainer_id, static_cast<float>(batches));
+    throw_if_error(s.servers->dense(DenseAction::kAdd, kBatchesTable, &mine));
+    barrier("count", "counting batches");
+    std::vector<float> all(static_cast<std::size_t>(env_.trainers), 0.0f);
+    throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &all));
+    for (std::size_t w = 0; w < all.size(); ++w) {
+      steps = std::max(steps, static_cast<std::size_t>(std::lround(all[w] - s.batches_seen[w])));
+    }
+    s.batches_seen = all;
+    barrier("counted", "agreeing on the steps");
+  }
+
+  ThreadBarrier local(threads);
+  const float dense_scale =
+      mode == SyncMode::kSync ? 1.0f / static_cast<float>(env_.trainers * threads) : 1.0f;
+  const int dense_every =
+      mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps;
+  Timer train_timer;
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        const int t = card.local_index();
+        PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
+        worker.metrics().reset();
+        dataset::Batch batch;
+        for (std::size_t b = 0; b < steps; ++b) {
+          if (b < batches) {
+            ds.fill_batch(t, threads, b, &batch);
+          } else {
+            batch = dataset::Batch{};  // an empty step: this trainer has no batch left
+          }
+          worker.train_step(batch, pass, static_cast<int64_t>(b));
+          const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
+          if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
+          if (dense_step) worker.sync_dense(dense_scale);
+          if (mode == SyncMode::kSync) {
+            local.wait();  // every thread's updates of this step are on the servers
+            if (t == 0) barrier(std::to_string(b), "step " + std::to_string(b));
+            local.wait();  // ... and every trainer's
+            if (dense_step) worker.sync_dense(0.0f);
+          }
+        }
+        // The end of a pass: what is left goes to the servers.
+        if (mode == SyncMode::kGeo) worker.sync_rows();
+        if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
+      },
+      [&](const std::string& why) { local.abort(why); });
+  const double train_seconds = train_timer.seconds();
+
+  std::vector<double> sums;
+  for (auto& worker : s.workers) {
+    worker->metrics().compute();
+    worker->metrics().accumulate_into(&sums);
+  }
+  PassReport report;
+  report.pass = pass;
+  report.seconds = pass_timer.seconds();
+  report.cards = threads;
+  report.metrics = compute_metrics(sums.data(), s.workers[0]->metrics().buckets());
+  report.extra = {{"load_seconds", load_seconds},
+                  {"train_seconds", train_seconds},
+                  {"steps", static_cast<double>(steps)},
+                  {"trainer_id", static_cast<double>(env_.trainer_id)},
+                  {"trainers", static_cast<double>(env_.trainers)},
+                  {"skipped_lines", static_cast<double>(ds.load_stats().skipped_lines())}};
+  return report;
+}
+
+EvalResult PsTrainer::evaluate(const std::vector<std::string>& files) {
+  State& s = *state_;
+  dataset::InMemoryDataset ds(config_.dataset);
+  ds.set_filelist(files);
+  const Status loaded = ds.load_into_memory();
+  if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
+  ds.set_batch_size(config_.runner.infer_batch_size);
+  EvalResult result;
+  s.cards.run_on_cards([&](device::Card& card) {
+    if (card.local_index() != 0) return;
+    PsWorker& worker = *s.workers[0];
+    worker.sync_dense(0.0f);  // the servers' dense table
+    worker.metrics().reset();
+    dataset::Batch batch;
+    const std::size_t batches = ds.num_batches_per_card(1);
+    for (std::size_t b = 0; b < batches; ++b) {
+      ds.fill_batch(0, 1, b, &batch);
+      worker.eval_step(batch);
+    }
+    result.metrics = worker.metrics().compute();
+  });
+  return result;
+}
+
+std::vector<PassReport> PsTrainer::train() {
+  const RunnerConfig& r = config_.runner;
+  GPUBOX_EXPECTS(r.model_save_path.empty() || r.save_mode == SaveKind::kNone,
+                 "runner.model_save_path: saving is not available in the async, sync and geo "
+                 "modes yet (the servers' rows stay on the servers); unset it or set "
+                 "runner.save_mode: none");
+  GPUBOX_EXPECTS(r.model_init_path.empty(), "runner.model_init_path: starting from a save is not ",
+                 "available in the async, sync and geo modes yet");
+  std::vector<std::vector<std::string>> pass_files;
+  if (!r.pass_dirs.empty()) {
+    for (const std::string& dir : r.pass_dirs) pass_files.push_back(data_files(dir));
+  } else {
+    GPUBOX_EXPECTS(!r.train_data_dir.empty(), "runner.train_data_dir is not set");
+    pass_files.push_back(data_files(r.train_data_dir));
+  }
+  const std::vector<std::string> test_files =
+      r.test_data_dir.empty() ? std::vector<std::string>{} : data_files(r.test_data_dir);
+  std::ofstream metrics_out;
+  if (!r.metrics_path.empty()) {
+    metrics_out.open(r.metrics_path, std::ios::app);
+    if (!metrics_out)
+      GPUBOX_LOG(WARNING) << "cannot append to runner.metrics_path " << r.metrics_path;
+  }
+  std::vector<PassReport> reports;
+  for (int epoch = 0; epoch < r.epochs; ++epoch) {
+    double epoch_seconds = 0;
+    for (const auto& files : pass_files) {
+      PassReport report = train_pass(files);
+      std::printf("%s\n", format_pass_line(report).c_str());
+      std::fflush(stdout);
+      if (metrics_out.is_open()) metrics_out << format_pass_json(report) << '\n' << std::flush;
+      epoch_seconds += report.seconds;
+      reports.push_back(std::move(report));
+    }
+    const MetricValues& last = reports.back().metrics;
+    std::printf(
+        "%s\n%s\n",
+        format_paddlerec_epoch_line(epoch, epoch_seconds, last.examples, threads(), last.auc)
+            .c_str(),
+        format_paddlerec_done_line(epoch, last, epoch_seconds).c_str());
+    std::fflush(stdout);
+    if (!test_files.empty()) {
+      const EvalResult test = evaluate(test_files);
+      std::printf("epoch: %d, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n", epoch,
+                  test.metrics.auc, test.metrics.logloss, test.metrics.examples);
+      std::fflush(stdout);
+      if (metrics_out.is_open()) {
+        metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
+                    << ", \"test_logloss\": " << test.metrics.logloss
+                    << ", \"test_examples\": " << test.metrics.examples << "}\n"
+                    << std::flush;
+      }
+    }
+  }
+  return reports;
+}
+
+}  // namespace gpubox::trainer::ps_modes

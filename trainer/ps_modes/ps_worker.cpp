@@ -1,0 +1,176 @@
+#include "trainer/ps_modes/ps_worker.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "heterps/device/memory.hpp"
+#include "table/accessor/sparse_row.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "trainer/metrics/metrics.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/ps_modes/geo_rows.hpp"
+
+namespace gpubox::trainer::ps_modes {
+
+// The batch on the card, one buffer per array.
+struct PsWorker::Buffers {
+  explicit Buffers(device::Card& card)
+      : records(card.make_buffer<float>(0)),
+        offsets(card.make_buffer<uint32_t>(0)),
+        dense(card.make_buffer<float>(0)),
+        labels(card.make_buffer<float>(0)),
+        push(card.make_buffer<float>(0)) {}
+  device::device_buffer<float> records;
+  device::device_buffer<uint32_t> offsets;
+  device::device_buffer<float> dense;
+  device::device_buffer<float> labels;
+  device::device_buffer<float> push;
+};
+
+PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
+                   const TrainerConfig& config)
+    : card_(card), servers_(servers), config_(config) {
+  card_.activate();
+  model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
+  optimizer_ =
+      std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
+  metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
+  buffers_ = std::make_unique<Buffers>(card);
+  if (config.runner.sync_mode == SyncMode::kGeo) geo_ = std::make_unique<GeoRows>(servers);
+  for (std::size_t s = 0; s < config.dataset.slots.size(); ++s) {
+    slot_ids_.push_back(dataset::slot_id(config.dataset.slots, s));
+  }
+  synced_dense_ = model_->parameters().values_to_host();
+  sync_dense(0.0f);
+}
+
+PsWorker::~PsWorker() = default;
+
+void PsWorker::gather_keys(const dataset::Batch& batch) {
+  unique_index_.clear();
+  unique_keys_.clear();
+  unique_slots_.clear();
+  occurrence_unique_.resize(batch.keys.size());
+  const std::size_t b = batch.size();
+  for (int s = 0; s < batch.num_slots; ++s) {
+    const uint32_t first = batch.offsets[static_cast<std::size_t>(s) * b];
+    const uint32_t last = batch.offsets[static_cast<std::size_t>(s + 1) * b];
+    for (uint32_t j = first; j < last; ++j) {
+      const auto [it, inserted] =
+          unique_index_.emplace(batch.keys[j], static_cast<uint32_t>(unique_keys_.size()));
+      if (inserted) {
+        unique_keys_.push_back(batch.keys[j]);
+        unique_slots_.push_back(slot_ids_.at(static_cast<std::size_t>(s)));
+      }
+      occurrence_unique_[j] = it->second;
+    }
+  }
+}
+
+void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
+  const table::RowLayout& layout = servers_.layout();
+  const auto stride = static_cast<std::size_t>(layout.stride());
+  const auto pull_dim = static_cast<std::size_t>(layout.pull_dim());
+  const std::size_t unique = unique_keys_.size();
+  rows_.resize(unique * stride);
+  if (local_rows) {
+    geo_->read(unique_keys_.data(), unique_slots_.data(), unique, rows_.data());
+  } else if (unique > 0) {
+    throw_if_error(
+        servers_.pull(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), nullptr)
+            .with_context("pulling the rows of a batch"));
+  }
+  const std::size_t occurrences = batch.keys.size();
+  records_.resize(occurrences * pull_dim);
+  for (std::size_t j = 0; j < occurrences; ++j) {
+    table::fill_pull_record(rows_.data() + std::size_t{occurrence_unique_[j]} * stride, layout,
+                            records_.data() + j * pull_dim);
+  }
+  const device::Stream& stream = card_.stream();
+  Buffers& buf = *buffers_;
+  buf.records.resize_discard(records_.size());
+  buf.offsets.resize_discard(batch.offsets.size());
+  buf.dense.resize_discard(batch.dense.size());
+  buf.labels.resize_discard(batch.labels.size());
+  buf.push.resize_discard(occurrences * static_cast<std::size_t>(layout.push_dim()));
+  device::copy_async(buf.records.data(), records_.data(), records_.size(), stream);
+  device::copy_async(buf.offsets.data(), batch.offsets.data(), batch.offsets.size(), stream);
+  device::copy_async(buf.dense.data(), batch.dense.data(), batch.dense.size(), stream);
+  device::copy_async(buf.labels.data(), batch.labels.data(), batch.labels.size(), stream);
+  model_->reserve(static_cast<int64_t>(batch.size()));
+  metrics_->reserve(static_cast<int64_t>(batch.size()));
+}
+
+DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
+  DenseBatchView view;
+  view.sparse.records = buffers_->records.data();
+  view.sparse.offsets = buffers_->offsets.data();
+  view.sparse.batch = static_cast<int64_t>(batch.size());
+  view.sparse.slots = batch.num_slots;
+  view.dense = buffers_->dense.data();
+  view.labels = buffers_->labels.data();
+  view.batch = static_cast<int64_t>(batch.size());
+  return view;
+}
+
+double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step) {
+  const auto size = static_cast<int64_t>(batch.size());
+  if (size == 0) return 0.0;
+  gather_keys(batch);
+  upload(batch, geo_ != nullptr);
+  GradScales scales;
+  scales.dense = 1.0f / static_cast<float>(size);  // the gradient of the batch's mean loss
+  const double loss = model_->forward_backward(batch_view(batch), scales, buffers_->push.data());
+  metrics_->add(model_->predictions(), buffers_->labels.data(), size);
+  model_->check_finite(loss, pass, step);  // before any parameter changes
+
+  const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
+  const std::vector<float> push = device::to_host(buffers_->push);
+  merged_.assign(unique_keys_.size() * push_dim, 0.0f);
+  for (std::size_t j = 0; j < occurrence_unique_.size(); ++j) {
+    float* into = merged_.data() + std::size_t{occurrence_unique_[j]} * push_dim;
+    const float* from = push.data() + j * push_dim;
+    for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
+  }
+  if (geo_) {
+    geo_->apply(unique_keys_.data(), unique_keys_.size(), merged_.data());
+  } else {
+    throw_if_error(servers_
+                       .push_updates(table::server::PsUpdateKind::kGradient, unique_keys_.data(),
+                                     unique_slots_.data(), unique_keys_.size(), merged_.data())
+                       .with_context("pushing the gradients of pass " + std::to_string(pass) +
+                                     ", step " + std::to_string(step)));
+  }
+  optimizer_->step(model_->parameters());
+  return loss;
+}
+
+void PsWorker::eval_step(const dataset::Batch& batch) {
+  const auto size = static_cast<int64_t>(batch.size());
+  if (size == 0) return;
+  gather_keys(batch);
+  upload(batch, false);
+  model_->predict(batch_view(batch));
+  metrics_->add(model_->predictions(), buffers_->labels.data(), size);
+}
+
+void PsWorker::sync_dense(float scale) {
+  DenseParameters& params = model_->parameters();
+  std::vector<float> values = params.values_to_host();
+  table::server::DenseAction action = table::server::DenseAction::kRead;
+  if (scale != 0.0f) {
+    action = table::server::DenseAction::kAdd;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      values[i] = (values[i] - synced_dense_[i]) * scale;
+    }
+  }
+  throw_if_error(servers_.dense(action, kDenseTableName, &values)
+                     .with_context("syncing the dense parameters with the servers"));
+  params.set_values(values);
+  synced_dense_ = std::move(values);
+}
+
+std::size_t PsWorker::sync_rows() { return geo_ ? geo_->sync() : 0; }
+
+}  // namespace gpubox::trainer::ps_modes

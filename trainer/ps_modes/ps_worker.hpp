@@ -1,0 +1,105 @@
+// PsWorker: one training thread of the parameter-server modes (runner.sync_mode async | sync |
+// geo, ARCHITECTURE §7), on its own card (the cpu backend: an execution context; trainer threads
+// are runner.thread_num of them). The parts are the gpubox mode's: the dataset's batches, the
+// dense net (DenseModel, DenseOptimizer), the metrics, the accessor's rule and the servers'
+// client; only the schedule differs:
+//
+//   step:  the batch's distinct keys -> their rows (async/sync: pulled from the servers; geo:
+//          the thread's local copy, GeoRows) -> pull records per occurrence -> forward/backward
+//          -> finite check (throws naming pass and step before anything changes) -> push
+//          records merged per key -> (async/sync) pushed to the servers, which apply the rule on
+//          arrival, without waiting for anyone; (geo) applied to the local copy -> the dense
+//          optimizer step on the thread's own dense parameters.
+//   dense: sync_dense() pushes the change of the dense parameters since the last sync (times a
+//          scale) to the servers' dense table and adopts the merged values.
+//
+// Thread-safety: one thread. The card and the servers' client must outlive the worker.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dataset/batch.hpp"
+#include "heterps/device/card.hpp"
+#include "trainer/config/trainer_config.hpp"
+
+namespace gpubox::table::server {
+class RemoteHostTier;
+}
+
+namespace gpubox::trainer {
+class DenseModel;
+class DenseOptimizer;
+class MetricsAccumulator;
+struct DenseBatchView;
+}  // namespace gpubox::trainer
+
+namespace gpubox::trainer::ps_modes {
+
+class GeoRows;
+
+// The servers' dense table every worker of a job shares.
+inline constexpr const char* kDenseTableName = "dense";
+
+class PsWorker {
+ public:
+  // Reads the servers' dense table (created from this worker's initial values when absent) and
+  // starts from it.
+  PsWorker(device::Card& card, table::server::RemoteHostTier& servers, const TrainerConfig& config);
+  ~PsWorker();
+  PsWorker(const PsWorker&) = delete;
+  PsWorker& operator=(const PsWorker&) = delete;
+
+  // One training step on `batch` (see the file comment); an empty batch does nothing. Returns
+  // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call.
+  double train_step(const dataset::Batch& batch, int64_t pass, int64_t step);
+  // Predicts `batch` with the servers' rows (in geo mode too: the merged model) and adds to the
+  // metrics; nothing changes (rows missing on the servers are created there, as a gpubox
+  // evaluation's begin_pass does).
+  void eval_step(const dataset::Batch& batch);
+
+  // Adds (dense parameters - their value at the last sync) * scale to the servers' dense table
+  // and takes the sum as the new dense parameters. scale 0: only reads the table.
+  void sync_dense(float scale);
+  // Geo: pushes the deltas of the rows changed since the last sync, adopts the merged rows.
+  // Returns how many rows it synced; 0 in the other modes.
+  std::size_t sync_rows();
+
+  device::Card& card() { return card_; }
+  DenseModel& model() { return *model_; }
+  MetricsAccumulator& metrics() { return *metrics_; }
+
+ private:
+  // The batch's distinct keys (with their slot ids) and each occurrence's index among them.
+  void gather_keys(const dataset::Batch& batch);
+  // Rows of the distinct keys (`local_rows`: the geo copy, else the servers') -> pull records per
+  // occurrence, copied to the card with the batch.
+  void upload(const dataset::Batch& batch, bool local_rows);
+  DenseBatchView batch_view(const dataset::Batch& batch) const;
+
+  device::Card& card_;
+  table::server::RemoteHostTier& servers_;
+  const TrainerConfig& config_;
+  std::unique_ptr<DenseModel> model_;
+  std::unique_ptr<DenseOptimizer> optimizer_;
+  std::unique_ptr<MetricsAccumulator> metrics_;
+  std::unique_ptr<GeoRows> geo_;  // geo mode only
+  std::vector<int32_t> slot_ids_;
+  std::vector<float> synced_dense_;  // dense parameters at the last sync_dense
+
+  // Step buffers, reused (they only grow).
+  std::unordered_map<uint64_t, uint32_t> unique_index_;
+  std::vector<uint64_t> unique_keys_;
+  std::vector<int32_t> unique_slots_;
+  std::vector<uint32_t> occurrence_unique_;
+  std::vector<float> rows_;     // distinct keys x stride
+  std::vector<float> records_;  // occurrences x pull_dim
+  std::vector<float> merged_;   // distinct keys x push_dim
+  struct Buffers;
+  std::unique_ptr<Buffers> buffers_;
+};
+
+}  // namespace gpubox::trainer::ps_modes
