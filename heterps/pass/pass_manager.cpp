@@ -153,8 +153,10 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
 }
 
 PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
-                                  const std::vector<int32_t>& slots) {
+                                  const std::vector<int32_t>& slots, PassAccess access) {
   GPUBOX_EXPECTS(!in_pass_, "begin_pass called twice without end_pass");
+  access_ = access;
+  borrowed_.assign(stores_.size(), {});
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
                  " keys but ", slots.size(), " slots");
   Timer timer;
@@ -181,12 +183,13 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
       evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
     }
     const std::size_t created = pull_to_card(c, missing);
+    if (access == PassAccess::kEvaluate) borrowed_[c] = missing.keys;
 
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.keys_in_pass += n;
     stats.hits += n - missing.keys.size();
     stats.pulled += missing.keys.size();
-    stats.created += created;
+    stats.created += access == PassAccess::kTrain ? created : 0;
     stats.evicted += evicted;
     stats.rows_on_cards += stores_[c]->size();
   });
@@ -255,8 +258,12 @@ std::size_t PassManager::pull_to_card(int c, const CardKeys& missing) {
   const Status st = pipelined_chunks(
       n, batch, options_.pulls_in_flight,
       [&](std::size_t b, std::size_t e) {
-        return host_.pull(missing.keys.data() + b, missing.slots.data() + b, e - b,
-                          rows.data() + b * stride, &created[b / batch]);
+        float* out = rows.data() + b * stride;
+        return access_ == PassAccess::kEvaluate
+                   ? host_.peek(missing.keys.data() + b, missing.slots.data() + b, e - b, out,
+                                &created[b / batch])
+                   : host_.pull(missing.keys.data() + b, missing.slots.data() + b, e - b, out,
+                                &created[b / batch]);
       },
       [&](std::size_t b, std::size_t e) {
         for (std::size_t from = b; from < e; from += stage_limit) {
@@ -305,14 +312,21 @@ uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::
   // free list, where the rows pulled next take it.
   std::vector<uint64_t> victims(excess);
   for (std::size_t i = 0; i < excess; ++i) victims[i] = keys[candidates[i]];
+  return erase_from_card(c, victims);
+}
+
+uint64_t PassManager::erase_from_card(int c, const std::vector<uint64_t>& keys) {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
   const std::size_t chunk = store.page_rows();
-  device::device_buffer<uint64_t> d_victims(0, card.memory(), stream);
+  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
   uint64_t removed = 0;
-  for (std::size_t b = 0; b < victims.size(); b += chunk) {
-    const std::size_t count = std::min(victims.size(), b + chunk) - b;
-    d_victims.resize_discard(count);
-    device::copy_async(d_victims.data(), victims.data() + b, count, stream);
-    removed += store.erase(d_victims.data(), count, stream);
+  for (std::size_t b = 0; b < keys.size(); b += chunk) {
+    const std::size_t count = std::min(keys.size(), b + chunk) - b;
+    d_keys.resize_discard(count);
+    device::copy_async(d_keys.data(), keys.data() + b, count, stream);
+    removed += store.erase(d_keys.data(), count, stream);
   }
   return removed;
 }
@@ -368,6 +382,15 @@ uint64_t PassManager::sync() {
 PassStats PassManager::end_pass() {
   GPUBOX_EXPECTS(in_pass_, "end_pass called without begin_pass");
   Timer timer;
+  if (access_ == PassAccess::kEvaluate) {
+    // The borrowed rows are clean (an evaluation pass only pulls): they leave without a
+    // write-back, and the host tier never saw them.
+    cards_.run_on_cards([&](device::Card& card) {
+      const int c = card.local_index();
+      erase_from_card(c, borrowed_[c]);
+      borrowed_[c] = {};
+    });
+  }
   current_.written_back += sync();
   uint64_t rows = 0;
   for (auto* store : stores_) rows += store->size();

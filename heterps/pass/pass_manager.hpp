@@ -47,10 +47,13 @@ class PassManager {
 
   // `keys`: the pass's unique keys (duplicates and key 0 are tolerated and dropped; a repeated
   // key keeps its first slot); `slots` (same length, or empty: slot 0) names each key's slot
-  // for rows the host tier creates. Throws gpubox::Error when the host tier fails (after its
+  // for rows the host tier creates. `access`: a training pass, or an evaluation pass that leaves
+  // the model unchanged (PassAccess). Throws gpubox::Error when the host tier fails (after its
   // own retries) or the pass cannot fit.
-  PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {});
-  // Writes dirty rows back; returns this pass's counters (begin and end).
+  PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {},
+                       PassAccess access = PassAccess::kTrain);
+  // Writes dirty rows back (after an evaluation pass: first takes the rows it borrowed off the
+  // cards); returns this pass's counters (begin and end).
   PassStats end_pass();
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
   uint64_t sync();
@@ -77,14 +80,17 @@ class PassManager {
                                            const std::vector<int32_t>& slots) const;
   // Those of card `c`'s keys that are not on the card.
   CardKeys missing_on_card(int c, const CardKeys& mine);
-  // Pulls `missing` from the host tier (created there with their slots when new) into card
-  // `c`'s store. Returns how many rows the host tier created.
+  // Pulls `missing` from the host tier (created there with their slots when new; read with
+  // HostTier::peek in an evaluation pass) into card `c`'s store. Returns how many rows the host
+  // tier created (kEvaluate: how many keys it does not hold).
   std::size_t pull_to_card(int c, const CardKeys& missing);
   // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
   uint64_t write_back(int c);
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,
   // reading only keys and scores (never a copy of the rows). Returns the rows removed.
   uint64_t evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess);
+  // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
+  uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys);
 
   device::CardSet& cards_;
   std::vector<sparse::CardSparseStore*> stores_;
@@ -95,6 +101,9 @@ class PassManager {
   PassStats current_;
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
+  PassAccess access_ = PassAccess::kTrain;  // of the current pass
+  // kEvaluate: per card, the keys begin_pass placed there, taken off again by end_pass.
+  std::vector<std::vector<uint64_t>> borrowed_;
 };
 
 }  // namespace pass

@@ -31,8 +31,8 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
 CardTier::~CardTier() = default;
 
 pass::PassStats CardTier::begin_pass(const std::vector<uint64_t>& keys,
-                                     const std::vector<int32_t>& slots) {
-  return pass_manager_->begin_pass(keys, slots);
+                                     const std::vector<int32_t>& slots, pass::PassAccess access) {
+  return pass_manager_->begin_pass(keys, slots, access);
 }
 
 pass::PassStats CardTier::end_pass() { return pass_manager_->end_pass(); }

@@ -65,9 +65,12 @@ class CardTier {
   // --- pass boundaries (controlling thread) ---
   // `keys`: the pass's unique keys; `slots` (same length, or empty): each key's slot, given to
   // the rows the host tier creates (the dataset's first occurrence, InMemoryDataset::unique_keys).
-  // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
+  // `access`: kEvaluate for a pass whose steps only pull, which leaves the host tier and the card
+  // tier's keys as they were (pass::PassAccess). Throws gpubox::Error when the host tier fails
+  // or the pass cannot fit on a card.
   pass::PassStats begin_pass(const std::vector<uint64_t>& keys,
-                             const std::vector<int32_t>& slots = {});
+                             const std::vector<int32_t>& slots = {},
+                             pass::PassAccess access = pass::PassAccess::kTrain);
   // Writes the dirty rows back; returns the pass's counters.
   pass::PassStats end_pass();
   // Writes the dirty rows back without ending the pass (before a save). Returns rows written.

@@ -59,12 +59,14 @@ const char* op_name(Op op) {
       return "BARRIER";
     case Op::kShutdown:
       return "SHUTDOWN";
+    case Op::kPeek:
+      return "PEEK";
   }
   return "OP#?";
 }
 
 bool is_known_op(uint16_t value) {
-  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kShutdown);
+  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kPeek);
 }
 
 Status make_status(Status::Code code, std::string message) {

@@ -48,17 +48,18 @@ inline constexpr uint32_t kDefaultMaxPayloadBytes = 64u << 20;
 inline constexpr uint32_t kMaxAuthPayloadBytes = 4 + 4096;
 
 enum class Op : uint16_t {
-  kAuth = 1,      // token; must be the first frame when the server has a token
-  kInfo = 2,      // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity
-  kPull = 3,      // keys (+ slots) -> rows, created count
-  kPush = 4,      // keys + full rows
-  kErase = 5,     // keys
-  kSave = 6,      // mode + path -> generation of the save
-  kLoad = 7,      // path -> generation of what is now loaded
-  kShrink = 8,    // -> deleted rows
-  kStats = 9,     // -> HostTierStats
-  kBarrier = 10,  // name + parties: answered once `parties` connections wait on `name`
-  kShutdown = 11  // graceful stop after the reply
+  kAuth = 1,       // token; must be the first frame when the server has a token
+  kInfo = 2,       // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity
+  kPull = 3,       // keys (+ slots) -> rows, created count
+  kPush = 4,       // keys + full rows
+  kErase = 5,      // keys
+  kSave = 6,       // mode + path -> generation of the save
+  kLoad = 7,       // path -> generation of what is now loaded
+  kShrink = 8,     // -> deleted rows
+  kStats = 9,      // -> HostTierStats
+  kBarrier = 10,   // name + parties: answered once `parties` connections wait on `name`
+  kShutdown = 11,  // graceful stop after the reply
+  kPeek = 12       // PULL's request and reply, read-only (HostTier::peek): created = unknown keys
 };
 
 // "PULL", "PUSH", ... ("OP#<n>" for an unknown value).
@@ -167,7 +168,7 @@ struct InfoReply {
 void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);
 
-// PULL request: u32 n, u32 has_slots, u64 keys[n], (i32 slots[n] when has_slots).
+// PULL (and PEEK) request: u32 n, u32 has_slots, u64 keys[n], (i32 slots[n] when has_slots).
 void encode_pull_request(const uint64_t* keys, const int32_t* slots, std::size_t n,
                          std::vector<uint8_t>* out);
 struct PullRequest {
@@ -176,8 +177,8 @@ struct PullRequest {
 };
 StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n);
 
-// PULL reply: u32 n, u32 stride, u64 created, f32 rows[n * stride]. The server writes rows in
-// place: pull_reply_rows_offset() is where they start in the payload.
+// PULL (and PEEK) reply: u32 n, u32 stride, u64 created, f32 rows[n * stride]. The server writes
+// rows in place: pull_reply_rows_offset() is where they start in the payload.
 inline constexpr std::size_t pull_reply_rows_offset() { return 16; }
 std::size_t pull_reply_bytes(std::size_t n, uint32_t stride);
 void encode_pull_reply_head(std::size_t n, uint32_t stride, uint64_t created, uint8_t* out);

@@ -428,6 +428,10 @@ class FlakyHost : public table::HostTier {
               std::size_t* c) override {
     return inner_.pull(k, s, n, r, c);
   }
+  Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* u) override {
+    return inner_.peek(k, s, n, r, u);
+  }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
     return inner_.push(k, n, r);
