@@ -307,23 +307,30 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   EXPECT_FALSE(fs::exists(root_ / "cut_short_export"));
 }
 
-// The server's predictions are --mode infer's, for slot text and JSON bodies alike.
-TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
-  PredictionServer server(*model_, options());
-  ASSERT_TRUE(server.start().ok());
+// Predictions of the served `model` for `lines`, sent as slot text in requests of 64 lines.
+std::vector<float> served_predictions(const ServingModel& model, const ServerOptions& options,
+                                      const std::vector<std::string>& lines) {
+  PredictionServer server(model, options);
+  EXPECT_TRUE(server.start().ok());
   HttpClient client(server.port());
-  const std::vector<std::string> lines = test_lines();
-  ASSERT_EQ(lines.size(), infer_->size());
   std::vector<float> got;
   for (std::size_t begin = 0; begin < lines.size(); begin += 64) {
     std::string body;
     for (std::size_t i = begin; i < std::min(lines.size(), begin + 64); ++i)
       body += lines[i] + "\n";
     const HttpReply reply = client.send(http::verb::post, "/predict", body, "text/plain");
-    ASSERT_EQ(reply.status, 200) << reply.body << reply.error;
+    EXPECT_EQ(reply.status, 200) << reply.body << reply.error;
     const auto preds = parse_predictions(reply.body);
     got.insert(got.end(), preds.begin(), preds.end());
   }
+  return got;
+}
+
+// The server's predictions are --mode infer's, for slot text and JSON bodies alike.
+TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
+  const std::vector<std::string> lines = test_lines();
+  ASSERT_EQ(lines.size(), infer_->size());
+  const std::vector<float> got = served_predictions(*model_, options(), lines);
   ASSERT_EQ(got.size(), infer_->size());
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -361,31 +368,15 @@ TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
     json += "]}";
   }
   json += "]}";
+  PredictionServer server(*model_, options());
+  ASSERT_TRUE(server.start().ok());
+  HttpClient client(server.port());
   const HttpReply reply = client.send(http::verb::post, "/predict", json, "application/json");
   ASSERT_EQ(reply.status, 200) << reply.body;
   const auto preds = parse_predictions(reply.body);
   ASSERT_EQ(preds.size(), 40u);
   // std::to_string prints 6 decimals of the dense values: compare with that rounding's effect.
   for (std::size_t i = 0; i < preds.size(); ++i) EXPECT_NEAR(preds[i], (*infer_)[i], 1e-4) << i;
-}
-
-// Predictions of the served `model` for `lines`, sent as slot text in requests of 64 lines.
-std::vector<float> served_predictions(const ServingModel& model, const ServerOptions& options,
-                                      const std::vector<std::string>& lines) {
-  PredictionServer server(model, options);
-  EXPECT_TRUE(server.start().ok());
-  HttpClient client(server.port());
-  std::vector<float> got;
-  for (std::size_t begin = 0; begin < lines.size(); begin += 64) {
-    std::string body;
-    for (std::size_t i = begin; i < std::min(lines.size(), begin + 64); ++i)
-      body += lines[i] + "\n";
-    const HttpReply reply = client.send(http::verb::post, "/predict", body, "text/plain");
-    EXPECT_EQ(reply.status, 200) << reply.body << reply.error;
-    const auto preds = parse_predictions(reply.body);
-    got.insert(got.end(), preds.begin(), preds.end());
-  }
-  return got;
 }
 
 TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
