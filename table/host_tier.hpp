@@ -35,6 +35,13 @@ class HostTier {
   // slot from slots[i] when slots != nullptr, else 0) and counted in *created when given.
   virtual Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
                       std::size_t* created) = 0;
+  // The read-only form of pull, for evaluation (which must leave the model as it found it):
+  // rows[i] = the row of keys[i], or, for a key the tier does not hold, the row pull would create
+  // (init_row, slot from slots[i] or 0), which is not stored. Nothing changes: no row is
+  // created, no unseen-days counter is reset, rows on disk stay there. *unknown (when given) =
+  // how many of the n keys the tier does not hold (a repeated key counts each time).
+  virtual Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                      std::size_t* unknown) = 0;
   // Writes back full rows a card updated (creates keys that are missing).
   virtual Status push(const uint64_t* keys, std::size_t n, const float* rows) = 0;
   virtual Status erase(const uint64_t* keys, std::size_t n) = 0;

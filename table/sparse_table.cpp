@@ -74,24 +74,47 @@ void SparseTable::group(const uint64_t* keys, std::size_t n, std::vector<uint32_
   for (std::size_t i = 0; i < n; ++i) (*pos)[next[shard_of[i]]++] = static_cast<uint32_t>(i);
 }
 
-Status SparseTable::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
-                         std::size_t* created) {
-  if (created != nullptr) *created = 0;
+template <class Access>
+Status SparseTable::for_keys_by_shard(const char* what, const uint64_t* keys, std::size_t n,
+                                      float* rows, std::size_t* counted, Access access) {
+  if (counted != nullptr) *counted = 0;
   if (n == 0) return Status::OK();
-  if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("pull: null keys/rows");
-  if (n >= (std::size_t{1} << 32)) return Status::InvalidArgument("pull: batch over 2^32 keys");
+  if (keys == nullptr || rows == nullptr) {
+    return Status::InvalidArgument(std::string(what) + ": null keys/rows");
+  }
+  if (n >= (std::size_t{1} << 32)) {
+    return Status::InvalidArgument(std::string(what) + ": batch over 2^32 keys");
+  }
   std::vector<uint32_t> offsets, pos;
   group(keys, n, &offsets, &pos);
-  std::vector<std::size_t> made(shards_.size(), 0);
+  std::vector<std::size_t> per_shard(shards_.size(), 0);
   GPUBOX_RETURN_IF_ERROR(for_shards(n >= kParallelKeys, [&](uint32_t s) {
     const uint32_t begin = offsets[s], end = offsets[s + 1];
     if (begin == end) return Status::OK();
-    return shards_[s]->pull(keys, slots, pos.data() + begin, end - begin, rows, &made[s]);
+    return access(*shards_[s], pos.data() + begin, end - begin, &per_shard[s]);
   }));
-  if (created != nullptr) {
-    for (std::size_t m : made) *created += m;
+  if (counted != nullptr) {
+    for (std::size_t m : per_shard) *counted += m;
   }
   return Status::OK();
+}
+
+Status SparseTable::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                         std::size_t* created) {
+  return for_keys_by_shard(
+      "pull", keys, n, rows, created,
+      [&](detail::SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* made) {
+        return shard.pull(keys, slots, pos, m, rows, made);
+      });
+}
+
+Status SparseTable::peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                         std::size_t* unknown) {
+  return for_keys_by_shard(
+      "peek", keys, n, rows, unknown,
+      [&](detail::SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* absent) {
+        return shard.peek(keys, slots, pos, m, rows, absent);
+      });
 }
 
 Status SparseTable::push(const uint64_t* keys, std::size_t n, const float* rows) {

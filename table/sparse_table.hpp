@@ -48,6 +48,8 @@ class SparseTable final : public HostTier {
 
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* created) override;
+  Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* unknown) override;
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
   Status erase(const uint64_t* keys, std::size_t n) override;
   StatusOr<HostTierStats> stats() override;
@@ -84,6 +86,10 @@ class SparseTable final : public HostTier {
   // Groups positions 0..n-1 by shard: positions of shard s are pos[offsets[s] .. offsets[s+1]).
   void group(const uint64_t* keys, std::size_t n, std::vector<uint32_t>* offsets,
              std::vector<uint32_t>* pos) const;
+  // pull (`create`) or peek: the shards' `access` over the keys grouped by shard.
+  template <class Access>
+  Status for_keys_by_shard(const char* what, const uint64_t* keys, std::size_t n, float* rows,
+                           std::size_t* counted, Access access);
   Status apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
                     const std::vector<float>& recs);
   Status apply_deletions(const std::vector<uint64_t>& keys);

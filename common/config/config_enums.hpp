@@ -75,11 +75,13 @@ enum class ModelKind {
   kWideDeep,  // kDnn + wide part (sum of embed_w over the instance's keys + linear on dense)
   kWide,      // the wide part alone plus a bias: a logistic regression (the baseline wide_deep
               // must beat)
+  kDeepFm,    // kWideDeep + the pairwise factorization-machine term over the slots' embeddings
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},
     {ModelKind::kWideDeep, "wide_deep"},
     {ModelKind::kWide, "wide"},
+    {ModelKind::kDeepFm, "deepfm"},
 };
 
 // hyper_parameters.dense_precision: what the dense net's GEMMs read. bf16: activations and the

@@ -61,12 +61,13 @@ void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
 }
 
-// Pulls the rows of `n` keys (created with their slots when new) into `rows`, in batches of
-// host_batch_keys with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for
-// each batch in order as it arrives. Returns the rows the host tier created; throws naming
-// `what` when it fails.
+// Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
+// creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys with up
+// to pulls_in_flight requests at once, and runs `finish(begin, end)` for each batch in order as
+// it arrives. Returns the rows the host tier created (kEvaluate: the keys it does not hold);
+// throws naming `what` when it fails.
 template <class Finish>
-std::size_t pull_rows(table::HostTier& host, const PassManagerOptions& options,
+std::size_t pull_rows(table::HostTier& host, const PassManagerOptions& options, PassAccess access,
                       const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
                       Finish finish, const std::string& what) {
   const std::size_t stride = static_cast<std::size_t>(host.layout().stride());
@@ -75,7 +76,10 @@ std::size_t pull_rows(table::HostTier& host, const PassManagerOptions& options,
   const Status st = pipelined_chunks(
       n, batch, options.pulls_in_flight,
       [&](std::size_t b, std::size_t e) {
-        return host.pull(keys + b, slots + b, e - b, rows + b * stride, &created[b / batch]);
+        float* out = rows + b * stride;
+        return access == PassAccess::kEvaluate
+                   ? host.peek(keys + b, slots + b, e - b, out, &created[b / batch])
+                   : host.pull(keys + b, slots + b, e - b, out, &created[b / batch]);
       },
       finish);
   throw_host_error(st, what);
@@ -171,8 +175,14 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
 }
 
 PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
-                                  const std::vector<int32_t>& slots, const StagedRows* staged) {
+                                  const std::vector<int32_t>& slots, const StagedRows* staged,
+                                  PassAccess access) {
   GPUBOX_EXPECTS(!in_pass_, "begin_pass called twice without end_pass");
+  // Rows staged ahead were pulled (created when new): only a training pass may use them.
+  GPUBOX_EXPECTS(staged == nullptr || access == PassAccess::kTrain,
+                 "begin_pass: an evaluation pass takes no staged rows");
+  access_ = access;
+  borrowed_.assign(stores_.size(), {});
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
                  " keys but ", slots.size(), " slots");
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
@@ -230,13 +240,14 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
     stores_[c]->reserve(missing.keys.size(), card.stream());
     insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
     const std::size_t created = pull_to_card(c, to_pull);
+    if (access == PassAccess::kEvaluate) borrowed_[c] = missing.keys;
 
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.keys_in_pass += n;
     stats.hits += n - missing.keys.size();
     stats.pulled += to_pull.keys.size();
     stats.prefetched += staged_keys.size();
-    stats.created += created;
+    stats.created += access == PassAccess::kTrain ? created : 0;
     stats.evicted += evicted;
     stats.rows_on_cards += stores_[c]->size();
   });
@@ -271,8 +282,9 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   const std::size_t n = staged.keys.size();
   staged.rows.resize(n * static_cast<std::size_t>(host_.layout().stride()));
   staged.created = pull_rows(
-      host_, options_, staged.keys.data(), staged_slots.data(), n, staged.rows.data(),
-      [](std::size_t, std::size_t) {}, "staging " + std::to_string(n) + " rows of a coming pass");
+      host_, options_, PassAccess::kTrain, staged.keys.data(), staged_slots.data(), n,
+      staged.rows.data(), [](std::size_t, std::size_t) {},
+      "staging " + std::to_string(n) + " rows of a coming pass");
   staged.seconds = timer.seconds();
   return staged;
 }
@@ -330,7 +342,7 @@ std::size_t PassManager::pull_to_card(int c, const OwnedKeys& missing) {
   // Inserted batch by batch as the requests complete.
   std::vector<float> rows(n * stride);
   return pull_rows(
-      host_, options_, missing.keys.data(), missing.slots.data(), n, rows.data(),
+      host_, options_, access_, missing.keys.data(), missing.slots.data(), n, rows.data(),
       [&](std::size_t b, std::size_t e) {
         insert_to_card(c, missing.keys.data() + b, rows.data() + b * stride, e - b);
       },
@@ -388,14 +400,21 @@ uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::
   // free list, where the rows pulled next take it.
   std::vector<uint64_t> victims(excess);
   for (std::size_t i = 0; i < excess; ++i) victims[i] = keys[candidates[i]];
+  return erase_from_card(c, victims);
+}
+
+uint64_t PassManager::erase_from_card(int c, const std::vector<uint64_t>& keys) {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
   const std::size_t chunk = store.page_rows();
-  device::device_buffer<uint64_t> d_victims(0, card.memory(), stream);
+  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
   uint64_t removed = 0;
-  for (std::size_t b = 0; b < victims.size(); b += chunk) {
-    const std::size_t count = std::min(victims.size(), b + chunk) - b;
-    d_victims.resize_discard(count);
-    device::copy_async(d_victims.data(), victims.data() + b, count, stream);
-    removed += store.erase(d_victims.data(), count, stream);
+  for (std::size_t b = 0; b < keys.size(); b += chunk) {
+    const std::size_t count = std::min(keys.size(), b + chunk) - b;
+    d_keys.resize_discard(count);
+    device::copy_async(d_keys.data(), keys.data() + b, count, stream);
+    removed += store.erase(d_keys.data(), count, stream);
   }
   return removed;
 }
@@ -451,6 +470,15 @@ uint64_t PassManager::sync() {
 PassStats PassManager::end_pass() {
   GPUBOX_EXPECTS(in_pass_, "end_pass called without begin_pass");
   Timer timer;
+  if (access_ == PassAccess::kEvaluate) {
+    // The borrowed rows are clean (an evaluation pass only pulls): they leave without a
+    // write-back, and the host tier never saw them.
+    cards_.run_on_cards([&](device::Card& card) {
+      const int c = card.local_index();
+      erase_from_card(c, borrowed_[c]);
+      borrowed_[c] = {};
+    });
+  }
   current_.written_back += sync();
   uint64_t rows = 0;
   for (auto* store : stores_) rows += store->size();

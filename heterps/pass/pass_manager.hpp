@@ -60,19 +60,21 @@ class PassManager {
 
   // `keys`: the pass's unique keys (duplicates and key 0 are tolerated and dropped; a repeated
   // key keeps its first slot); `slots` (same length, or empty: slot 0) names each key's slot
-  // for rows the host tier creates. Throws gpubox::Error when the host tier fails (after its
-  // own retries) or the pass cannot fit.
+  // for rows the host tier creates. `access`: a training pass, or an evaluation pass that leaves
+  // the model unchanged (PassAccess; it takes no staged rows). Throws gpubox::Error when the
+  // host tier fails (after its own retries) or the pass cannot fit.
   // `staged` (optional, borrowed for the call): what stage_rows made ready for this pass, from
   // the same `keys` and `slots` (its split by owner card is used as it is).
   PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {},
-                       const StagedRows* staged = nullptr);
+                       const StagedRows* staged = nullptr, PassAccess access = PassAccess::kTrain);
   // The host-tier rows of `keys` (slots as for begin_pass) that are not in `exclude` (sorted).
   // Touches only the host tier: safe while card threads run steps and during end_pass, but not
   // beside another call that changes the host tier's rows of these keys (a load). Throws
   // gpubox::Error when the host tier fails.
   StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                         const std::vector<uint64_t>& exclude) const;
-  // Writes dirty rows back; returns this pass's counters (begin and end).
+  // Writes dirty rows back (after an evaluation pass: first takes the rows it borrowed off the
+  // cards); returns this pass's counters (begin and end).
   PassStats end_pass();
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
   uint64_t sync();
@@ -94,8 +96,9 @@ class PassManager {
                                             const std::vector<int32_t>& slots) const;
   // Those of card `c`'s keys that are not on the card.
   OwnedKeys missing_on_card(int c, const OwnedKeys& mine);
-  // Pulls `missing` from the host tier (created there with their slots when new) into card
-  // `c`'s store. Returns how many rows the host tier created.
+  // Pulls `missing` from the host tier (created there with their slots when new; read with
+  // HostTier::peek in an evaluation pass) into card `c`'s store. Returns how many rows the host
+  // tier created (kEvaluate: how many keys it does not hold).
   std::size_t pull_to_card(int c, const OwnedKeys& missing);
   // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
   // on the card at most a page of rows at a time.
@@ -105,6 +108,8 @@ class PassManager {
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,
   // reading only keys and scores (never a copy of the rows). Returns the rows removed.
   uint64_t evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess);
+  // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
+  uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys);
 
   device::CardSet& cards_;
   std::vector<sparse::CardSparseStore*> stores_;
@@ -115,6 +120,9 @@ class PassManager {
   PassStats current_;
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
+  PassAccess access_ = PassAccess::kTrain;  // of the current pass
+  // kEvaluate: per card, the keys begin_pass placed there, taken off again by end_pass.
+  std::vector<std::vector<uint64_t>> borrowed_;
 };
 
 }  // namespace pass

@@ -20,6 +20,19 @@ struct PassManagerOptions {
   int pulls_in_flight = 4;
 };
 
+// What a pass does with the rows it places on the cards.
+enum class PassAccess {
+  // Steps pull and push: keys new to the host tier are created there (with their slot), and
+  // end_pass writes the changed rows back.
+  kTrain,
+  // Steps only pull (evaluation, --mode infer): keys the cards lack are read from the host tier
+  // without changing it (HostTier::peek; a key it does not hold reads as the accessor's initial
+  // row and is stored nowhere), and end_pass takes them off the cards again. The host tier stays
+  // byte for byte as it was, and so does the card tier's key set unless the budget made
+  // begin_pass evict rows (those are clean: their values stay in the host tier).
+  kEvaluate,
+};
+
 // What the card tier of one card holds at its row budget, from the real capacities: rows in
 // whole pages, the hash table at its power-of-two slot count, per-row index memory, and the
 // largest working set a pass boundary adds on top (eviction scores, rehash, write-back list,
@@ -74,7 +87,8 @@ struct PassStats {
   uint64_t hits = 0;           // already on their owner card
   uint64_t pulled = 0;         // fetched from the host tier by begin_pass itself
   uint64_t prefetched = 0;     // taken from rows staged ahead (StagedRows) instead
-  uint64_t created = 0;        // of pulled + prefetched, rows the host tier created (new keys)
+  uint64_t created = 0;        // of pulled + prefetched, rows the host tier created (new keys;
+                               // none in a kEvaluate pass)
   uint64_t evicted = 0;        // rows removed from cards to make room
   uint64_t written_back = 0;   // dirty rows pushed to the host tier by end_pass / sync
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass

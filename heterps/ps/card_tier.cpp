@@ -33,14 +33,14 @@ CardTier::~CardTier() = default;
 
 pass::PassStats CardTier::begin_pass(const std::vector<uint64_t>& keys,
                                      const std::vector<int32_t>& slots,
-                                     const pass::StagedRows* staged) {
+                                     const pass::StagedRows* staged, pass::PassAccess access) {
   if (cards_.total_cards() == cards_.num_local_cards()) {
-    return pass_manager_->begin_pass(keys, slots, staged);
+    return pass_manager_->begin_pass(keys, slots, staged, access);
   }
   // Several trainers: the keys owned here come from every trainer's data, so rows staged from
   // this trainer's keys alone would not cover them (stage_rows stages nothing then).
   const ReceivedKeys owned = exchange_keys(keys, slots);
-  return pass_manager_->begin_pass(owned.keys, owned.slots);
+  return pass_manager_->begin_pass(owned.keys, owned.slots, nullptr, access);
 }
 
 pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,

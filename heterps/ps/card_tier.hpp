@@ -75,9 +75,12 @@ class CardTier {
   // trainer's data that it owns.
   // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
   // `staged`: rows stage_rows fetched ahead for this pass (optional, borrowed for the call).
+  // `access`: kEvaluate for a pass whose steps only pull, which leaves the host tier and the card
+  // tier's keys as they were (pass::PassAccess; no staged rows then).
   pass::PassStats begin_pass(const std::vector<uint64_t>& keys,
                              const std::vector<int32_t>& slots = {},
-                             const pass::StagedRows* staged = nullptr);
+                             const pass::StagedRows* staged = nullptr,
+                             pass::PassAccess access = pass::PassAccess::kTrain);
   // The host-tier rows of a coming pass's `keys` less `exclude` (sorted: the keys of every pass
   // trained before it from now on): PassManager::stage_rows. Any thread; touches only the host
   // tier. With several trainers it stages nothing (begin_pass pulls every row).

@@ -145,6 +145,43 @@ Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint3
   return Status::OK();
 }
 
+Status SparseShard::peek(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
+                         std::size_t m, float* rows, std::size_t* unknown) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::size_t stride = layout_.stride();
+  std::vector<std::size_t> misses;  // j of each key not in memory
+  for (std::size_t j = 0; j < m; ++j) {
+    const uint32_t index = index_.find(keys[pos[j]]);
+    if (index == kAbsent) {
+      misses.push_back(j);
+    } else {
+      std::memcpy(rows + pos[j] * stride, arena_.row(index), sizeof(float) * stride);
+    }
+  }
+  std::vector<uint8_t> on_disk(misses.size(), 0);
+  if (!misses.empty() && disk_ != nullptr && rows_on_disk_ > 0) {
+    std::vector<uint64_t> miss_keys(misses.size());
+    for (std::size_t i = 0; i < misses.size(); ++i) miss_keys[i] = keys[pos[misses[i]]];
+    std::vector<float> disk_rows(misses.size() * stride);
+    std::vector<uint32_t> disk_epochs(misses.size());
+    GPUBOX_RETURN_IF_ERROR(disk_->multi_get(id_, miss_keys.data(), miss_keys.size(),
+                                            disk_rows.data(), disk_epochs.data(), on_disk.data()));
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      if (on_disk[i]) {
+        std::memcpy(rows + pos[misses[i]] * stride, &disk_rows[i * stride], sizeof(float) * stride);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < misses.size(); ++i) {
+    if (on_disk[i]) continue;
+    const std::size_t j = misses[i];
+    init_row(rows + pos[j] * stride, layout_, cfg_, keys[pos[j]],
+             slots != nullptr ? slots[pos[j]] : 0);
+    if (unknown != nullptr) ++*unknown;
+  }
+  return Status::OK();
+}
+
 Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t m,
                          const float* rows) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -55,6 +55,10 @@ class SparseShard {
 
   Status pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
               float* rows, std::size_t* created);
+  // HostTier::peek for keys[pos[j]]: reads memory and disk rows as they are, fills the row of a
+  // key held nowhere with init_row (not stored), counts those in *unknown. Changes nothing.
+  Status peek(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
+              float* rows, std::size_t* unknown);
   Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows);
   Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
   // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least

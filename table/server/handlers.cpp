@@ -66,6 +66,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kInfo:
       return info(header);
     case Op::kPull:
+    case Op::kPeek:
       return pull(header, payload, reserve);
     case Op::kPush:
       return push(header, payload);
@@ -148,8 +149,10 @@ Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& 
   std::size_t created = 0;
   float* rows =
       reinterpret_cast<float*>(reply.frame.data() + kHeaderBytes + pull_reply_rows_offset());
-  st = table_->pull(req->keys.data(), req->slots.empty() ? nullptr : req->slots.data(),
-                    req->keys.size(), rows, &created);
+  const int32_t* slots = req->slots.empty() ? nullptr : req->slots.data();
+  st = header.op == Op::kPeek
+           ? table_->peek(req->keys.data(), slots, req->keys.size(), rows, &created)
+           : table_->pull(req->keys.data(), slots, req->keys.size(), rows, &created);
   if (!st.ok()) return fail(st);
   encode_header(h, reply.frame.data());
   encode_pull_reply_head(req->keys.size(), stride, created, reply.frame.data() + kHeaderBytes);

@@ -63,12 +63,14 @@ const char* op_name(Op op) {
       return "PS_PUSH";
     case Op::kDense:
       return "DENSE";
+    case Op::kPeek:
+      return "PEEK";
   }
   return "OP#?";
 }
 
 bool is_known_op(uint16_t value) {
-  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kDense);
+  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kPeek);
 }
 
 Status make_status(Status::Code code, std::string message) {

@@ -61,6 +61,7 @@ enum class Op : uint16_t {
   kShutdown = 11,  // graceful stop after the reply
   kPsPush = 12,  // PS modes: per-key gradients or geo deltas, applied on arrival (ps_protocol.hpp)
   kDense = 13,   // PS modes: read or add to a named dense vector (ps_protocol.hpp)
+  kPeek = 14,    // PULL's request and reply, read-only (HostTier::peek): created = unknown keys
 };
 
 // "PULL", "PUSH", ... ("OP#<n>" for an unknown value).
@@ -169,7 +170,7 @@ struct InfoReply {
 void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);
 
-// PULL request: u32 n, u32 has_slots, u64 keys[n], (i32 slots[n] when has_slots).
+// PULL (and PEEK) request: u32 n, u32 has_slots, u64 keys[n], (i32 slots[n] when has_slots).
 void encode_pull_request(const uint64_t* keys, const int32_t* slots, std::size_t n,
                          std::vector<uint8_t>* out);
 struct PullRequest {
@@ -178,8 +179,8 @@ struct PullRequest {
 };
 StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n);
 
-// PULL reply: u32 n, u32 stride, u64 created, f32 rows[n * stride]. The server writes rows in
-// place: pull_reply_rows_offset() is where they start in the payload.
+// PULL (and PEEK) reply: u32 n, u32 stride, u64 created, f32 rows[n * stride]. The server writes
+// rows in place: pull_reply_rows_offset() is where they start in the payload.
 inline constexpr std::size_t pull_reply_rows_offset() { return 16; }
 std::size_t pull_reply_bytes(std::size_t n, uint32_t stride);
 void encode_pull_reply_head(std::size_t n, uint32_t stride, uint64_t created, uint8_t* out);

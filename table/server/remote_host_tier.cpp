@@ -222,6 +222,16 @@ Status RemoteHostTier::run_on_every_endpoint(Op op, const std::vector<uint8_t>& 
 
 Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
                             std::size_t* created) {
+  return fetch_rows(Op::kPull, keys, slots, n, rows, created);
+}
+
+Status RemoteHostTier::peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                            std::size_t* unknown) {
+  return fetch_rows(Op::kPeek, keys, slots, n, rows, unknown);
+}
+
+Status RemoteHostTier::fetch_rows(Op op, const uint64_t* keys, const int32_t* slots, std::size_t n,
+                                  float* rows, std::size_t* created) {
   if (created) *created = 0;
   if (n == 0) return Status::OK();
   const auto stride = static_cast<uint32_t>(layout_.stride());
@@ -241,13 +251,13 @@ Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::siz
     }
     payload.clear();
     encode_pull_request(chunk_keys.data(), slots ? chunk_slots.data() : nullptr, m, &payload);
-    requests.push_back(make_group_request(Op::kPull, g, payload));
+    requests.push_back(make_group_request(op, g, payload));
     chunk_index.push_back(pos);
     chunk_size.push_back(static_cast<uint32_t>(m));
   });
   uint64_t total_created = 0;
   Status st = transport_.run(
-      Op::kPull, requests,
+      op, requests,
       [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
         auto reply = decode_pull_reply(data, bytes, chunk_size[r], stride);
         if (!reply.ok()) return reply.status();

@@ -60,6 +60,8 @@ class RemoteHostTier final : public HostTier {
   // be called again.
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* created) override;
+  Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* unknown) override;  // PEEK: no server changes anything
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
   Status erase(const uint64_t* keys, std::size_t n) override;
   StatusOr<HostTierStats> stats() override;  // summed over the servers
@@ -114,6 +116,9 @@ class RemoteHostTier final : public HostTier {
   Status check_identity(uint32_t endpoint, Connection& connection, Clock::time_point deadline);
   // SAVE or LOAD on every endpoint; a successful reply's generation syncs identities_.
   Status run_sync(Op op, const std::vector<uint8_t>& payload);
+  // PULL or PEEK of n keys, chunked over the endpoints; *created = the replies' counts summed.
+  Status fetch_rows(Op op, const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                    std::size_t* created);
   // Keys per chunk so that every frame of a chunk stays under `max_payload_bytes`.
   std::size_t rows_per_frame(uint32_t max_payload_bytes) const;
   // Indices of keys[0..n) per (endpoint, lane) group, group = endpoint * lanes + lane, in order.

@@ -120,6 +120,7 @@ class Server::Impl {
               const ReserveReply& reserve);
   Status check_keys(const uint64_t* keys, std::size_t n) const;
   Reply info(const FrameHeader& header);
+  // PULL, or PEEK (the same message, read-only: HostTier::peek).
   Reply pull(const FrameHeader& header, const std::vector<uint8_t>& payload,
              const ReserveReply& reserve);
   Reply push(const FrameHeader& header, const std::vector<uint8_t>& payload);

@@ -123,9 +123,9 @@ std::vector<BadConfig> bad_configs() {
        {},
        ":3: hyper_parameters.sparse_optimizer.class: expected one of "
        "sgd|adagrad|adam|shared_adam, got 'lamb'"},
-      {"hyper_parameters:\n  model: deepfm\n",
+      {"hyper_parameters:\n  model: xdeepfm\n",
        {},
-       ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide, got 'deepfm'"},
+       ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm, got 'xdeepfm'"},
       {"runner:\n  data_format: parquet\n",
        {},
        ":2: runner.data_format: expected one of auto|slot|multislot|criteo|feat_idx, got "

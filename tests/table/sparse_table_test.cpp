@@ -2,6 +2,7 @@
 // and without the disk tier, several shard and thread counts, batch sizes 0, 1, n.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -204,6 +205,80 @@ TEST(SparseTable, ShrinkAgesDecaysAndPullResetsUnseenDays) {
   for (int day = 0; day < 3; ++day) EXPECT_EQ(table->shrink().value(), 0u);
   EXPECT_EQ(table->shrink().value(), 1u);
   EXPECT_EQ(table->size().value(), 0u);
+}
+
+// peek (evaluation's read-only pull): rows held in memory and on disk read exactly as they are,
+// a key held nowhere reads as its init_row (with its slot) and is not stored, and nothing in the
+// table changes: no row created, no unseen-days counter reset, no row moved off the disk.
+TEST(SparseTable, PeekReadsMemoryDiskAndUnknownKeysWithoutChangingTheTable) {
+  AccessorConfig opt = testing::test_optimizer();
+  opt.delete_threshold = 0.0f;
+  ScratchDir dir;
+  HostTableConfig cfg;
+  cfg.shards = 3;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  cfg.cold_after_days = 2;
+  auto table = testing::open_table(opt, cfg);
+  const RowLayout layout = table->layout();
+  const std::size_t stride = layout.stride();
+  std::mt19937_64 rng(11);
+  const auto push_keys = [&](uint64_t first, std::size_t n) {
+    std::vector<uint64_t> keys(n);
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      keys[i] = first + i;
+      const auto row = testing::random_row(rng, layout);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    ASSERT_TRUE(table->push(keys.data(), n, rows.data()).ok());
+  };
+  push_keys(100, 40);  // unseen for two days, then cold: on disk
+  ASSERT_TRUE(table->shrink().ok());
+  ASSERT_TRUE(table->shrink().ok());
+  push_keys(200, 40);  // unseen for a day, in memory
+  ASSERT_TRUE(table->shrink().ok());
+  const HostTierStats stats = table->stats().value();
+  ASSERT_GT(stats.rows_on_disk, 0u);
+  ASSERT_GT(stats.rows_in_memory, 0u);
+  const RowMap held = testing::snapshot(*table);
+
+  // Held keys from both tiers, unknown ones, a repeated unknown key, in a mixed order.
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> slots;
+  for (uint64_t k = 95; k < 245; k += 3) keys.push_back(k);
+  keys.push_back(97);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (std::size_t i = 0; i < keys.size(); ++i) slots.push_back(static_cast<int32_t>(i % 7));
+  std::vector<float> rows(keys.size() * stride);
+  std::size_t unknown = 0;
+  ASSERT_TRUE(table->peek(keys.data(), slots.data(), keys.size(), rows.data(), &unknown).ok());
+  std::size_t want_unknown = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::vector<float> got(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
+    const auto it = held.find(keys[i]);
+    std::vector<float> want(stride);
+    if (it != held.end()) {
+      want = it->second;
+    } else {
+      init_row(want.data(), layout, opt, keys[i], slots[i]);
+      ++want_unknown;
+    }
+    EXPECT_TRUE(testing::same_bits(got, want)) << "key " << keys[i];
+  }
+  EXPECT_EQ(unknown, want_unknown);
+  EXPECT_GT(unknown, 1u);
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*table), held));
+  const HostTierStats after = table->stats().value();
+  EXPECT_EQ(after.rows_on_disk, stats.rows_on_disk);
+  EXPECT_EQ(after.rows_in_memory, stats.rows_in_memory);
+  // n = 0 reads nothing; null arguments are refused.
+  unknown = 5;
+  EXPECT_TRUE(table->peek(nullptr, nullptr, 0, nullptr, &unknown).ok());
+  EXPECT_EQ(unknown, 0u);
+  EXPECT_FALSE(table->peek(nullptr, nullptr, 1, rows.data(), nullptr).ok());
+  // pull, by contrast, changes what peek left alone (the test can tell).
+  ASSERT_TRUE(table->pull(keys.data(), slots.data(), keys.size(), rows.data(), nullptr).ok());
+  EXPECT_FALSE(testing::same_rows(testing::snapshot(*table), held));
 }
 
 TEST(SparseTable, RejectsBadOptionsAndArguments) {

@@ -59,6 +59,10 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   auto wide = load_trainer_config((configs / "config_wide_deep.yaml").string());
   ASSERT_TRUE(wide.ok()) << wide.status().to_string();
   EXPECT_EQ(wide->hyper.model, ModelKind::kWideDeep);
+  auto deepfm = load_trainer_config((configs / "config_deepfm.yaml").string());
+  ASSERT_TRUE(deepfm.ok()) << deepfm.status().to_string();
+  EXPECT_EQ(deepfm->hyper.model, ModelKind::kDeepFm);
+  EXPECT_EQ(deepfm->hyper.fc_sizes, wide->hyper.fc_sizes);
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);

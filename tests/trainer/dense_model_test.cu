@@ -1,6 +1,6 @@
-// The whole dense model (dnn, wide_deep; with and without cvm): backward against float64 central
-// differences of the summed log loss, for every dense parameter and every pulled embedding value;
-// gradient scaling across cards; the non-finite check.
+// The whole dense model (dnn, wide_deep, wide, deepfm; with and without cvm): backward against
+// float64 central differences of the summed log loss, for every dense parameter and every pulled
+// embedding value; gradient scaling across cards; the non-finite check.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -176,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(
     Models, ModelGradientTest,
     ::testing::Values(ModelCase{ModelKind::kDnn, false}, ModelCase{ModelKind::kDnn, true},
                       ModelCase{ModelKind::kWideDeep, false}, ModelCase{ModelKind::kWideDeep, true},
-                      ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true}));
+                      ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true},
+                      ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true}));
 
 TEST_F(DenseModelTest, LayerShapesFollowTheConfig) {
   DenseModelConfig cfg;  // config_gpubox: 26 slots x (1 + 8) + 13 -> 512-256-128-32-1

@@ -566,6 +566,71 @@ TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
   }
 }
 
+// deepfm's FM term: the forward against the pairwise sum in float64 (sum over s < t of
+// <v_s, v_t>, the definition, not the square-of-sums identity the layer computes), the backward
+// against central differences, added onto the pooled gradient already there; other columns
+// (cvm, embed_w, dense features) get nothing. Rows strided wider than the pooled slots.
+TEST_F(LayersTest, FmPartMatchesPairwiseFloat64AndNumericalGradients) {
+  const int batch = 5, slots = 4, mf_dim = 3;
+  for (bool use_cvm : {false, true}) {
+    std::mt19937_64 rng(use_cvm ? 41 : 42);
+    SlotSumPool pool(slots, mf_dim, use_cvm);
+    FmPart fm(pool);
+    const int64_t ld = pool.out_dim() + 3;  // as if 3 dense features followed
+    std::vector<float> rows = random_vector(static_cast<std::size_t>(batch) * ld, rng);
+    std::vector<float> base = random_vector(batch, rng);
+    const std::vector<float> r = random_vector(batch, rng);
+    auto logits = card_.make_buffer<float>(batch);
+    auto run = [&] {
+      auto dr = up(rows);
+      device::copy_async(logits.data(), base.data(), batch, card_.stream());
+      fm.forward(card_.stream(), InputRows{dr.data(), ld, ElementType::kF32}, batch, logits.data());
+      return weighted_sum(to_host(logits), r);
+    };
+    run();
+    const std::vector<float> got = to_host(logits);
+    const int embedx = pool.embed_w_column() + 1;
+    for (int i = 0; i < batch; ++i) {
+      double want = base[i];
+      for (int s = 0; s < slots; ++s) {
+        for (int t = s + 1; t < slots; ++t) {
+          for (int k = 0; k < mf_dim; ++k) {
+            want += double{rows[i * ld + s * pool.width() + embedx + k]} *
+                    rows[i * ld + t * pool.width() + embedx + k];
+          }
+        }
+      }
+      EXPECT_NEAR(got[i], want, 1e-5) << "instance " << i;
+    }
+    std::vector<float> d_init =
+        random_vector(static_cast<std::size_t>(batch) * pool.out_dim(), rng);
+    auto d_pooled = up(d_init);
+    auto dr = up(rows);
+    auto dz = up(r);
+    fm.backward(card_.stream(), InputRows{dr.data(), ld, ElementType::kF32}, dz.data(), batch,
+                d_pooled.data());
+    const std::vector<float> dp = to_host(d_pooled);
+    for (int i = 0; i < batch; ++i) {
+      for (int c = 0; c < pool.out_dim(); ++c) {
+        const double numeric = central_difference(rows, i * ld + c, 1e-2f, run);
+        expect_gradient_near(dp[i * pool.out_dim() + c] - d_init[i * pool.out_dim() + c], numeric,
+                             1e-4, 1e-3, "pooled " + std::to_string(i) + "," + std::to_string(c));
+      }
+    }
+    // No FM at all for one slot, or for an empty batch.
+    SlotSumPool one(1, mf_dim, use_cvm);
+    auto single = card_.make_buffer<float>(batch);
+    device::copy_async(single.data(), base.data(), batch, card_.stream());
+    auto d1 = up(rows);
+    FmPart(one).forward(card_.stream(), InputRows{d1.data(), ld, ElementType::kF32}, batch,
+                        single.data());
+    const std::vector<float> alone = to_host(single);
+    for (int i = 0; i < batch; ++i) EXPECT_NEAR(alone[i], base[i], 1e-6) << "one slot has no pair";
+    fm.forward(card_.stream(), InputRows{d1.data(), ld, ElementType::kF32}, 0, single.data());
+    EXPECT_EQ(to_host(single), base);
+  }
+}
+
 TEST_F(LayersTest, SigmoidLogLossIsStableAndItsGradientIsPredMinusLabel) {
   std::vector<float> logits{-100.0f, -20.0f, -1.5f, 0.0f, 0.3f, 2.0f, 20.0f, 100.0f};
   std::vector<float> labels{0, 1, 1, 0, 1, 0, 1, 0};

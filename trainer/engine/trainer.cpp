@@ -435,7 +435,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers), "evaluation data");
   ds->set_batch_size(config_.runner.infer_batch_size);
   const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
-  s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots);
+  // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
+  s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots, nullptr, pass::PassAccess::kEvaluate);
   const int cards = s.cards.num_local_cards();
   EvalResult result;
   if (keep_predictions) {

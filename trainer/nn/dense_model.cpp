@@ -71,6 +71,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (config.kind != ModelKind::kDnn) {
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
+  if (config.kind == ModelKind::kDeepFm) fm_ = std::make_unique<FmPart>(pool_);
   if (config.kind == ModelKind::kWide) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
@@ -153,6 +154,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
+  if (fm_) fm_->forward(stream, input_rows(), n, logits());
 }
 
 void DenseModel::predict(const DenseBatchView& batch) {
@@ -209,6 +211,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
                     d_pooled_.data());
   }
+  if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
   pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
 }
 

@@ -1,6 +1,7 @@
 // The dense part of the CTR model on one card: slot sum-pool, written with the dense features
 // into the first layer's input rows -> MLP (ReLU) -> one logit (+ the wide part for wide_deep;
-// the wide part and a bias alone for wide) -> sigmoid, log loss. Owns its layers (each one's
+// + the wide part and the FM term for deepfm; the wide part and a bias alone for wide) ->
+// sigmoid, log loss. Owns its layers (each one's
 // GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its parameters (one
 // flat buffer, DenseParameters) and its activation buffers; it does not own the batch (views
 // into the sparse side's buffers) nor the optimizer.
@@ -143,6 +144,7 @@ class DenseModel {
   SlotSumPool pool_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
+  std::unique_ptr<FmPart> fm_;   // kDeepFm only
   std::size_t wide_bias_ = 0;    // kWide only
   int64_t x0_ld_ = 0;            // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)

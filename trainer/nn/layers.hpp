@@ -112,7 +112,7 @@ class SlotSumPool {
   bool use_cvm_;
 };
 
-// The wide part of wide_deep, added to the deep logit:
+// The wide part of wide_deep (and deepfm's first-order term), added to the deep logit:
 //   wide_i = sum of embed_w over instance i's keys (= sum over slots of the pooled embed_w)
 //          + dense_i . w_dense
 // w_dense starts at zero.
@@ -133,6 +133,29 @@ class WidePart {
   int embed_w_column_;
   int dense_dim_;
   std::size_t w_;
+};
+
+// deepfm's second-order term, added to the logit: a factorization machine over the slots, whose
+// factors are the slots' pooled embeddings v_s (the embedx_w columns of slot s's block):
+//   fm_i = sum_{s < t} <v_s, v_t> = 1/2 sum_k [(sum_s v_sk)^2 - sum_s v_sk^2]
+// It has no parameters of its own: the embeddings are the sparse side's, trained through the
+// pooled gradient. (The first-order term is the WidePart; the deep term the MLP.)
+class FmPart {
+ public:
+  explicit FmPart(const SlotSumPool& pool);
+  // logits[i] += fm_i; the pooled embeddings are read from the first layer's input rows.
+  void forward(const device::Stream& stream, const InputRows& input, int64_t batch,
+               float* logits) const;
+  // d_pooled[i, embedx_w[k] of slot s] += dlogits[i] * (sum_t v_tk - v_sk) (d_pooled:
+  // [B x pool out_dim] floats, unscaled like the rest of the pooled gradient).
+  void backward(const device::Stream& stream, const InputRows& input, const float* dlogits,
+                int64_t batch, float* d_pooled) const;
+
+ private:
+  int slots_;
+  int width_;
+  int embedx_column_;
+  int mf_dim_;
 };
 
 // pred = sigmoid(z); per-instance log loss computed stably from the logit

@@ -559,6 +559,68 @@ TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
   for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
 }
 
+// An evaluation pass (PassAccess::kEvaluate) over keys about half of which the model never saw:
+// during it the cards hold every key, the known ones as the host tier has them and the new ones
+// as init_row with their slot; the host tier is never changed (nothing created, nothing written
+// back), and end_pass leaves the cards as they were: with no budget the same keys and rows, with
+// a budget that made it evict, a subset of them (clean rows, still in the host tier).
+TEST(PassManager, EvaluationPassReadsWithoutCreatingAndGivesTheRowsBack) {
+  GPUBOX_REQUIRE_CARDS(2);
+  for (const std::size_t budget : {std::size_t{0}, std::size_t{130}}) {
+    SCOPED_TRACE("row budget " + std::to_string(budget));
+    PassManagerOptions options;
+    options.card_row_budget = budget;
+    Engine engine(2, options);
+    const auto passes = make_passes(2, 200, 21);  // pass 1 shares about half of pass 0's keys
+    engine.manager->begin_pass(passes[0]);
+    engine.train(passes[0], 3, 3);
+    engine.manager->end_pass();
+    const auto host_before = engine.host_rows();
+    const auto cards_before = engine.card_rows();
+    const std::vector<int32_t> slots(passes[1].size(), 4);
+    const PassStats begin =
+        engine.manager->begin_pass(passes[1], slots, nullptr, PassAccess::kEvaluate);
+    EXPECT_EQ(begin.created, 0u);
+    if (budget > 0) {
+      EXPECT_GT(begin.evicted, 0u) << "the budget case must evict";
+    }
+    const auto during = engine.card_rows();
+    const table::RowLayout& layout = engine.host->layout();
+    std::size_t unknown = 0;
+    for (const uint64_t key : passes[1]) {
+      const auto it = during.find(key);
+      ASSERT_NE(it, during.end()) << "key " << key << " not placed";
+      const auto held = host_before.find(key);
+      std::vector<float> want(layout.stride());
+      if (held != host_before.end()) {
+        want = held->second;
+      } else {
+        table::init_row(want.data(), layout, test_config(), key, 4);
+        ++unknown;
+      }
+      EXPECT_TRUE(rows_equal(it->second, want)) << "key " << key;
+    }
+    EXPECT_GT(unknown, 50u);
+    const PassStats end = engine.manager->end_pass();
+    EXPECT_EQ(end.written_back, 0u);
+    EXPECT_EQ(engine.host_rows(), host_before);
+    const auto after = engine.card_rows();
+    if (budget == 0) {
+      EXPECT_EQ(after, cards_before);
+    } else {
+      EXPECT_LT(after.size(), cards_before.size());
+      for (const auto& [key, row] : after) {
+        const auto it = cards_before.find(key);
+        ASSERT_NE(it, cards_before.end()) << "key " << key << " stayed on the cards";
+        EXPECT_TRUE(rows_equal(row, it->second)) << "key " << key;
+      }
+    }
+    // A training pass afterwards creates the new keys as usual.
+    EXPECT_EQ(engine.manager->begin_pass(passes[1], slots).created, unknown);
+    engine.manager->end_pass();
+  }
+}
+
 TEST(PassManager, EmptyPassAndMisuse) {
   GPUBOX_REQUIRE_CARDS(2);
   Engine engine(2, PassManagerOptions{});
@@ -580,6 +642,10 @@ class FlakyHost : public table::HostTier {
   Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* c) override {
     return inner_.pull(k, s, n, r, c);
+  }
+  Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* u) override {
+    return inner_.peek(k, s, n, r, u);
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");

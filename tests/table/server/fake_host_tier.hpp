@@ -46,6 +46,24 @@ class FakeHostTier final : public HostTier {
     return Status::OK();
   }
 
+  Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* unknown) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t absent = 0;
+    const std::size_t stride = layout_.stride();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto it = rows_.find(keys[i]);
+      if (it != rows_.end()) {
+        std::memcpy(rows + i * stride, it->second.data(), stride * sizeof(float));
+      } else {
+        init_row(rows + i * stride, layout_, cfg_, keys[i], slots ? slots[i] : 0);
+        ++absent;
+      }
+    }
+    if (unknown) *unknown = absent;
+    return Status::OK();
+  }
+
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
     std::lock_guard<std::mutex> lock(mu_);
     const std::size_t stride = layout_.stride();

@@ -176,6 +176,39 @@ TEST(Server, ConcurrentClientsMatchOracleOnSparseTable) {
 }
 #endif
 
+// PEEK over the wire: the rows and the unknown count of HostTier::peek on the server's table,
+// spread over two endpoints, and neither server's table changes.
+TEST(Server, PeekReadsRowsAndChangesNothingOnTheServers) {
+  FakeHostTier t0(test_config()), t1(test_config());
+  ServerOptions s0, s1;
+  s0.shard_num = s1.shard_num = 2;
+  s1.shard_id = 1;
+  auto a = start_server(&t0, s0);
+  auto b = start_server(&t1, s1);
+  ASSERT_TRUE(a && b);
+  auto client = connect_client(client_options(a->endpoint() + "," + b->endpoint()));
+  ASSERT_TRUE(client);
+  const std::size_t stride = client->layout().stride();
+  std::vector<uint64_t> keys(60);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + 7 * i;
+  std::vector<float> pulled(30 * stride);
+  ASSERT_TRUE(client->pull(keys.data(), nullptr, 30, pulled.data(), nullptr).ok());  // held
+  const uint64_t held = client->stats().value().rows_in_memory;
+  std::vector<int32_t> slots(keys.size(), 3);
+  std::vector<float> rows(keys.size() * stride);
+  std::size_t unknown = 0;
+  ASSERT_TRUE(client->peek(keys.data(), slots.data(), keys.size(), rows.data(), &unknown).ok());
+  EXPECT_EQ(unknown, 30u);
+  EXPECT_EQ(client->stats().value().rows_in_memory, held);
+  EXPECT_EQ(std::vector<float>(rows.begin(), rows.begin() + 30 * stride), pulled);
+  for (std::size_t i = 30; i < keys.size(); ++i) {
+    std::vector<float> want(stride);
+    init_row(want.data(), client->layout(), test_config(), keys[i], 3);
+    EXPECT_EQ(std::vector<float>(rows.begin() + i * stride, rows.begin() + (i + 1) * stride), want)
+        << keys[i];
+  }
+}
+
 TEST(Server, KeysShardOverEndpointsAndServersRefuseForeignKeys) {
   FakeHostTier t0(test_config()), t1(test_config());
   ServerOptions s0, s1;

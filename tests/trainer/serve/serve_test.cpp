@@ -5,6 +5,8 @@
 //  - a truncated or altered export, a missing MANIFEST and a delta save are refused, naming why;
 //  - the server's predictions equal `--mode infer`'s (Trainer::evaluate) on the same model and
 //    instances, sent as slot text and as JSON, keys unseen in training included;
+//  - so do they for every model kind (wide_deep, deepfm, ...): the export names the model and
+//    its settings, and the server builds the same dense net;
 //  - concurrent requests are micro-batched and each gets its own predictions;
 //  - /health, /metrics counters, every 4xx, connections past the limit, and a graceful stop;
 //  - the binaries: gpubox_train --mode export, then gpubox_serve stopped by SIGTERM.
@@ -305,23 +307,30 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   EXPECT_FALSE(fs::exists(root_ / "cut_short_export"));
 }
 
-// The server's predictions are --mode infer's, for slot text and JSON bodies alike.
-TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
-  PredictionServer server(*model_, options());
-  ASSERT_TRUE(server.start().ok());
+// Predictions of the served `model` for `lines`, sent as slot text in requests of 64 lines.
+std::vector<float> served_predictions(const ServingModel& model, const ServerOptions& options,
+                                      const std::vector<std::string>& lines) {
+  PredictionServer server(model, options);
+  EXPECT_TRUE(server.start().ok());
   HttpClient client(server.port());
-  const std::vector<std::string> lines = test_lines();
-  ASSERT_EQ(lines.size(), infer_->size());
   std::vector<float> got;
   for (std::size_t begin = 0; begin < lines.size(); begin += 64) {
     std::string body;
     for (std::size_t i = begin; i < std::min(lines.size(), begin + 64); ++i)
       body += lines[i] + "\n";
     const HttpReply reply = client.send(http::verb::post, "/predict", body, "text/plain");
-    ASSERT_EQ(reply.status, 200) << reply.body << reply.error;
+    EXPECT_EQ(reply.status, 200) << reply.body << reply.error;
     const auto preds = parse_predictions(reply.body);
     got.insert(got.end(), preds.begin(), preds.end());
   }
+  return got;
+}
+
+// The server's predictions are --mode infer's, for slot text and JSON bodies alike.
+TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
+  const std::vector<std::string> lines = test_lines();
+  ASSERT_EQ(lines.size(), infer_->size());
+  const std::vector<float> got = served_predictions(*model_, options(), lines);
   ASSERT_EQ(got.size(), infer_->size());
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -359,12 +368,49 @@ TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
     json += "]}";
   }
   json += "]}";
+  PredictionServer server(*model_, options());
+  ASSERT_TRUE(server.start().ok());
+  HttpClient client(server.port());
   const HttpReply reply = client.send(http::verb::post, "/predict", json, "application/json");
   ASSERT_EQ(reply.status, 200) << reply.body;
   const auto preds = parse_predictions(reply.body);
   ASSERT_EQ(preds.size(), 40u);
   // std::to_string prints 6 decimals of the dense values: compare with that rounding's effect.
   for (std::size_t i = 0; i < preds.size(); ++i) EXPECT_NEAR(preds[i], (*infer_)[i], 1e-4) << i;
+}
+
+TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
+  for (const std::vector<std::string>& model : std::vector<std::vector<std::string>>{
+           {"hyper_parameters.model=wide_deep"}, {"hyper_parameters.model=deepfm"}}) {
+    SCOPED_TRACE(model.front());
+    std::vector<std::string> overrides = config_overrides(root_);
+    overrides.insert(overrides.end(), model.begin(), model.end());
+    auto cfg = load_trainer_config(config_path_, overrides);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    const fs::path save = root_ / "save_kind";
+    const fs::path exported = root_ / "export_kind";
+    fs::remove_all(save);
+    fs::remove_all(exported);
+    {
+      Trainer trainer(*cfg, env());
+      trainer.train_pass(data_files((root_ / "train").string()));
+      trainer.save(save.string());
+    }
+    Trainer infer(*cfg, env());
+    infer.load(save.string());
+    const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
+    ASSERT_TRUE(export_serving_model(*cfg, save.string(), exported.string(), ExportOptions{}).ok());
+    auto served = ServingModel::load(exported.string());
+    ASSERT_TRUE(served.ok()) << served.status().to_string();
+    EXPECT_EQ(served->spec().model.kind, cfg->hyper.model);
+    const std::vector<float> got = served_predictions(*served, options(), test_lines());
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    }
+    EXPECT_LT(worst, 1e-6) << "largest difference from --mode infer";
+  }
 }
 
 TEST_F(Serving, ConcurrentRequestsAreMicroBatched) {

@@ -1,0 +1,85 @@
+// The factorization and cross models against dnn on data whose planted model has a pairwise
+// (rank-4 factorization) term (dataset/generator.hpp), in process on one simulated card
+// (deterministic: one thread, no shuffle): after two epochs over 20,000 lines of 8 slots with 300
+// keys each, the held-out AUC of deepfm beats dnn's by a clear margin. Measured when written
+// (held-out AUC after epochs 1-3; the planted model's own: 0.812): dnn 0.615 0.639 0.648,
+// wide_deep 0.627 0.643 0.653, deepfm 0.671 0.698 0.704. scripts/bench_models.sh runs the same
+// comparison at full size (BENCHMARKS.md).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "dataset/generator.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kEpochs = 2;
+
+class PlantedModels : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_planted_it_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    dataset::GeneratorOptions gen;
+    dataset::OracleSummary oracle;
+    gen.lines = 20000;
+    gen.seed = 5;
+    gen.slots = 8;
+    gen.dense = 3;
+    gen.vocab = 300;
+    gen.out_dir = (root_ / "train").string();
+    throw_if_error(dataset::generate(gen, &oracle));
+    gen.first_line = gen.lines;  // held-out lines of the same planted model
+    gen.lines = 5000;
+    gen.out_dir = (root_ / "test").string();
+    throw_if_error(dataset::generate(gen, &oracle));
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  // Held-out AUC after the last epoch, config_gpubox.yaml with the model sized to the data.
+  static double held_out_auc(const std::vector<std::string>& extra) {
+    std::vector<std::string> overrides = {"runner.train_batch_size=256",
+                                          "runner.epochs=1",
+                                          "runner.shuffle=false",
+                                          "runner.metrics_path=",
+                                          "runner.model_save_path=",
+                                          "runner.thread_num=1",
+                                          "hyper_parameters.sparse_inputs_slots=9",
+                                          "hyper_parameters.dense_input_dim=3",
+                                          "hyper_parameters.fc_sizes=[64, 32]"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
+                                   overrides);
+    throw_if_error(cfg.status());
+    TrainerEnv env;
+    env.selected_cards = "0";
+    env.threads_per_card = 1;
+    Trainer trainer(cfg.value(), env);
+    const auto train = data_files((root_ / "train").string());
+    const auto test = data_files((root_ / "test").string());
+    for (int epoch = 0; epoch < kEpochs; ++epoch) trainer.train_pass(train);
+    return trainer.evaluate(test, false).metrics.auc;
+  }
+
+  static fs::path root_;
+};
+fs::path PlantedModels::root_;
+
+TEST_F(PlantedModels, DeepFmBeatsDnnOnPairwisePlantedData) {
+  const double dnn = held_out_auc({"hyper_parameters.model=dnn"});
+  const double deepfm = held_out_auc({"hyper_parameters.model=deepfm"});
+  EXPECT_GT(dnn, 0.6) << "dnn learned nothing: the comparison would prove nothing";
+  EXPECT_GT(deepfm, dnn + 0.02) << "deepfm " << deepfm << ", dnn " << dnn;
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

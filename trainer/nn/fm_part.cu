@@ -1,0 +1,104 @@
+// deepfm's pairwise interaction term (FmPart, layers.hpp). Portable: one parallel_for thread per
+// instance, reading the pooled embeddings from the first layer's input rows (fp32 or bf16).
+#include <type_traits>
+
+#include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/bf16.hpp"
+#include "trainer/nn/layers.hpp"
+
+namespace gpubox::trainer {
+namespace {
+// Where slot s's embedding v_s sits in an instance's row: columns embedx_column + s * width
+// + [0, mf_dim).
+struct FmShape {
+  int slots;
+  int width;
+  int embedx_column;
+  int mf_dim;
+};
+
+// logits[i] += 1/2 sum_k [(sum_s v_sk)^2 - sum_s v_sk^2] = sum_{s<t} <v_s, v_t>.
+template <class T>
+struct FmForward {
+  const T* rows;
+  int64_t ld;
+  float* logits;
+  FmShape shape;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const T* row = rows + static_cast<int64_t>(i) * ld + shape.embedx_column;
+    float pairs = 0.0f;
+    for (int k = 0; k < shape.mf_dim; ++k) {
+      float sum = 0.0f, squares = 0.0f;
+      for (int s = 0; s < shape.slots; ++s) {
+        const float v = to_float(row[s * shape.width + k]);
+        sum += v;
+        squares += v * v;
+      }
+      pairs += sum * sum - squares;
+    }
+    logits[i] += 0.5f * pairs;
+  }
+};
+
+// d fm_i / d v_sk = sum_t v_tk - v_sk; times dlogits[i], added to the pooled gradient.
+template <class T>
+struct FmBackward {
+  const T* rows;
+  int64_t ld;
+  const float* dlogits;
+  float* d_pooled;
+  int64_t d_ld;
+  FmShape shape;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const T* row = rows + static_cast<int64_t>(i) * ld + shape.embedx_column;
+    float* d_row = d_pooled + static_cast<int64_t>(i) * d_ld + shape.embedx_column;
+    const float g = dlogits[i];
+    for (int k = 0; k < shape.mf_dim; ++k) {
+      float sum = 0.0f;
+      for (int s = 0; s < shape.slots; ++s) sum += to_float(row[s * shape.width + k]);
+      for (int s = 0; s < shape.slots; ++s) {
+        d_row[s * shape.width + k] += g * (sum - to_float(row[s * shape.width + k]));
+      }
+    }
+  }
+};
+
+// Calls launch(rows) with the input rows typed as they are stored.
+template <class Launch>
+void with_row_type(const InputRows& input, Launch launch) {
+  if (input.type == ElementType::kBf16) {
+    launch(static_cast<const Bf16*>(input.data));
+  } else {
+    launch(static_cast<const float*>(input.data));
+  }
+}
+}  // namespace
+
+FmPart::FmPart(const SlotSumPool& pool)
+    : slots_(pool.slots()),
+      width_(pool.width()),
+      embedx_column_(pool.embed_w_column() + 1),
+      mf_dim_(pool.mf_dim()) {}
+
+void FmPart::forward(const device::Stream& stream, const InputRows& input, int64_t batch,
+                     float* logits) const {
+  const FmShape shape{slots_, width_, embedx_column_, mf_dim_};
+  with_row_type(input, [&](const auto* rows) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
+    device::parallel_for(stream, static_cast<std::size_t>(batch),
+                         FmForward<T>{rows, input.ld, logits, shape});
+  });
+}
+
+void FmPart::backward(const device::Stream& stream, const InputRows& input, const float* dlogits,
+                      int64_t batch, float* d_pooled) const {
+  const FmShape shape{slots_, width_, embedx_column_, mf_dim_};
+  with_row_type(input, [&](const auto* rows) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
+    device::parallel_for(
+        stream, static_cast<std::size_t>(batch),
+        FmBackward<T>{rows, input.ld, dlogits, d_pooled, int64_t{slots_} * width_, shape});
+  });
+}
+
+}  // namespace gpubox::trainer
