@@ -428,6 +428,19 @@ TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
   EXPECT_EQ(outputs[0].find("pass: 0,"), std::string::npos) << outputs[0];
   EXPECT_NE(outputs[0].find("pass: 1,"), std::string::npos) << outputs[0];
   ASSERT_TRUE(fs::exists(root_ / "saves_resume" / "1" / "MODEL_MANIFEST")) << outputs[0];
+  // Trainers that would start differently (one resumes, one starts afresh) refuse, naming it.
+  {
+    std::vector<std::string> off = again;
+    off.insert(off.end(), {"-o", "runner.resume=off"});
+    auto trainer0 = start_trainer("resume_mixed", 0, 2, "0,1", "train_2x2", again, endpoint);
+    auto trainer1 = start_trainer("resume_mixed", 1, 2, "0,1", "train_2x2", off, endpoint);
+    for (auto* trainer : {trainer0.get(), trainer1.get()}) {
+      EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();
+      EXPECT_NE(trainer->output().find("trainer 1 starts from scratch, trainer 0 by resuming"),
+                std::string::npos)
+          << trainer->output();
+    }
+  }
   // The delta chain loaded into 2 trainers and a fresh server evaluates as into 1 trainer.
   const std::vector<std::string> infer = {"--mode", "infer", "--load",
                                           (root_ / "saves_resume" / "1").string()};

@@ -534,7 +534,30 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     origin = config_.runner.model_init_path;
     GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
   }
-  if (const auto resume = s.lineage->find_resume_point(origin, *s.host)) {
+  const auto resume = s.lineage->find_resume_point(origin, *s.host);
+  if (env_.trainers > 1) {
+    // Every trainer starts the same way, else one would load (a collective) while another
+    // trains: each trainer's resume point (its manifest's digest; load() checks that the saves
+    // agree), 1 for a start from `origin`, 0 from scratch.
+    const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
+    const std::vector<int64_t> starts = gather_over_job(
+        std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
+    auto describe = [&](int64_t how) {
+      return how == 0   ? std::string("from scratch")
+             : how == 1 ? "from " + origin
+                        : "by resuming the save under " + config_.runner.model_save_path +
+                              " whose MODEL_MANIFEST has digest " +
+                              table::io::hex64(static_cast<uint64_t>(how));
+    };
+    const auto cards = static_cast<std::size_t>(num_cards());
+    for (std::size_t rank = cards; rank < starts.size(); rank += cards) {
+      GPUBOX_EXPECTS(starts[rank] == starts[0], "trainer ", rank / cards, " starts ",
+                     describe(starts[rank]), ", trainer 0 ", describe(starts[0]),
+                     ": every trainer must see the same saves (a folder they share) and "
+                     "runner.resume, --load and runner.model_init_path alike");
+    }
+  }
+  if (resume) {
     // Before load(): the lineage records the passes done (pass P's save: P + 1), the next pass.
     pass_id_ = resume->manifest.pass;
     load(resume->dir);
