@@ -182,6 +182,25 @@ class MultiTrainer : public ::testing::Test {
     return server;
   }
 
+  // `save` evaluated (--mode infer) by 1 trainer x 4 cards and by 2 trainers x 2 cards, each
+  // loading it into a fresh server; returns trainer 0's output of each.
+  static std::pair<std::string, std::string> infer_one_and_two(const std::string& name,
+                                                               const fs::path& save) {
+    const std::vector<std::string> infer = {"--mode", "infer", "--load", save.string()};
+    std::string endpoint;
+    std::pair<std::string, std::string> out;
+    {
+      auto server = start_server(&endpoint);
+      out.first =
+          run_job_outputs(name + "_one", 1, "0,1,2,3", "train_1x4", infer, endpoint).front();
+    }
+    {
+      auto server = start_server(&endpoint);
+      out.second = run_job_outputs(name + "_two", 2, "0,1", "train_2x2", infer, endpoint).front();
+    }
+    return out;
+  }
+
   // What a save holds: every sparse row (read into an in-process table) and the dense block's
   // parameters and optimizer state.
   struct SavedModel {
@@ -353,19 +372,10 @@ TEST_F(MultiTrainer, TwoByTwoSavesWhatOneByFourSavesAndLoadsIt) {
                 pass, saved_one.rows.size(), saved_one.dense.size(), worst);
     EXPECT_LE(worst, kSaveTolerance) << "pass " << pass;
   }
-  // The same save evaluated by 1 trainer x 4 cards and by 2 trainers x 2 cards, each loading
-  // it into a fresh server: the same predictions, so the same test AUC.
-  const std::string save = (root_ / "saves_2x2" / "1").string();
-  const std::vector<std::string> infer = {"--mode", "infer", "--load", save};
-  std::string one_out, two_out;
-  {
-    auto server = start_server(&endpoint);
-    one_out = run_job_outputs("infer_one", 1, "0,1,2,3", "train_1x4", infer, endpoint).front();
-  }
-  {
-    auto server = start_server(&endpoint);
-    two_out = run_job_outputs("infer_two", 2, "0,1", "train_2x2", infer, endpoint).front();
-  }
+  // The same save evaluated by 1 trainer x 4 cards and by 2 trainers x 2 cards: the same
+  // predictions, so the same test AUC.
+  const fs::path save = root_ / "saves_2x2" / "1";
+  const auto [one_out, two_out] = infer_one_and_two("infer", save);
   const double auc_one = last_value(one_out, ", auc: ");
   const double auc_two = last_value(two_out, ", auc: ");
   ASSERT_FALSE(std::isnan(auc_one)) << one_out;
@@ -380,7 +390,8 @@ TEST_F(MultiTrainer, TwoByTwoSavesWhatOneByFourSavesAndLoadsIt) {
     auto trainer0 = start_trainer(
         "infer_mixed", 0, 2, "0,1", "train_2x2",
         {"--mode", "infer", "--load", (root_ / "saves_2x2" / "0").string()}, endpoint);
-    auto trainer1 = start_trainer("infer_mixed", 1, 2, "0,1", "train_2x2", infer, endpoint);
+    auto trainer1 = start_trainer("infer_mixed", 1, 2, "0,1", "train_2x2",
+                                  {"--mode", "infer", "--load", save.string()}, endpoint);
     for (auto* trainer : {trainer0.get(), trainer1.get()}) {
       EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();
       EXPECT_NE(trainer->output().find("every trainer must see the same save"), std::string::npos)
@@ -441,18 +452,8 @@ TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
           << trainer->output();
     }
   }
-  // The delta chain loaded into 2 trainers and a fresh server evaluates as into 1 trainer.
-  const std::vector<std::string> infer = {"--mode", "infer", "--load",
-                                          (root_ / "saves_resume" / "1").string()};
-  std::string one_out, two_out;
-  {
-    auto fresh = start_server(&endpoint);
-    one_out = run_job_outputs("delta_one", 1, "0,1,2,3", "train_1x4", infer, endpoint).front();
-  }
-  {
-    auto fresh = start_server(&endpoint);
-    two_out = run_job_outputs("delta_two", 2, "0,1", "train_2x2", infer, endpoint).front();
-  }
+  // The delta chain loaded into 2 trainers evaluates as loaded into 1.
+  const auto [one_out, two_out] = infer_one_and_two("delta", root_ / "saves_resume" / "1");
   const double auc_one = last_value(one_out, ", auc: ");
   ASSERT_FALSE(std::isnan(auc_one)) << one_out;
   EXPECT_NEAR(last_value(two_out, ", auc: "), auc_one, 1e-6) << one_out << "\n" << two_out;
