@@ -182,21 +182,19 @@ class MultiTrainer : public ::testing::Test {
     return server;
   }
 
-  // `save` evaluated (--mode infer) by 1 trainer x 4 cards and by 2 trainers x 2 cards, each
-  // loading it into a fresh server; returns trainer 0's output of each.
-  static std::pair<std::string, std::string> infer_one_and_two(const std::string& name,
-                                                               const fs::path& save) {
-    const std::vector<std::string> infer = {"--mode", "infer", "--load", save.string()};
+  // gpubox_train `args` run by 1 trainer x 4 cards and by 2 trainers x 2 cards, each job
+  // against a fresh server; returns trainer 0's output of each.
+  static std::pair<std::string, std::string> one_by_four_and_two_by_two(
+      const std::string& name, const std::vector<std::string>& args) {
     std::string endpoint;
     std::pair<std::string, std::string> out;
     {
       auto server = start_server(&endpoint);
-      out.first =
-          run_job_outputs(name + "_one", 1, "0,1,2,3", "train_1x4", infer, endpoint).front();
+      out.first = run_job_outputs(name + "_one", 1, "0,1,2,3", "train_1x4", args, endpoint).front();
     }
     {
       auto server = start_server(&endpoint);
-      out.second = run_job_outputs(name + "_two", 2, "0,1", "train_2x2", infer, endpoint).front();
+      out.second = run_job_outputs(name + "_two", 2, "0,1", "train_2x2", args, endpoint).front();
     }
     return out;
   }
@@ -375,7 +373,8 @@ TEST_F(MultiTrainer, TwoByTwoSavesWhatOneByFourSavesAndLoadsIt) {
   // The same save evaluated by 1 trainer x 4 cards and by 2 trainers x 2 cards: the same
   // predictions, so the same test AUC.
   const fs::path save = root_ / "saves_2x2" / "1";
-  const auto [one_out, two_out] = infer_one_and_two("infer", save);
+  const auto [one_out, two_out] =
+      one_by_four_and_two_by_two("infer", {"--mode", "infer", "--load", save.string()});
   const double auc_one = last_value(one_out, ", auc: ");
   const double auc_two = last_value(two_out, ", auc: ");
   ASSERT_FALSE(std::isnan(auc_one)) << one_out;
@@ -384,6 +383,17 @@ TEST_F(MultiTrainer, TwoByTwoSavesWhatOneByFourSavesAndLoadsIt) {
   std::printf("the pass 1 save evaluated: test auc 1 x 4 %.6f, 2 x 2 %.6f\n", auc_one, auc_two);
   EXPECT_NEAR(auc_two, auc_one, 1e-6) << "1 x 4:\n" << one_out << "\n2 x 2:\n" << two_out;
   EXPECT_EQ(last_value(two_out, "examples: "), 2.0 * kSteps * kLinesPerFile);
+  // Training on from the save (runner.model_init_path): 2 x 2 as 1 x 4, within the dense
+  // all-reduce's rounding.
+  const auto [init_one, init_two] = one_by_four_and_two_by_two(
+      "init", {"-o", "runner.epochs=1", "-o", "runner.model_init_path=" + save.string()});
+  const double init_auc_one = last_value(init_one, "epoch: 0, test auc: ");
+  ASSERT_FALSE(std::isnan(init_auc_one)) << init_one;
+  std::printf("a pass from the save: test auc 1 x 4 %.6f, 2 x 2 %.6f\n", init_auc_one,
+              last_value(init_two, "epoch: 0, test auc: "));
+  EXPECT_NE(init_two.find("starting from runner.model_init_path"), std::string::npos) << init_two;
+  EXPECT_NEAR(last_value(init_two, "epoch: 0, test auc: "), init_auc_one, 0.001) << init_one << "\n"
+                                                                                 << init_two;
   // Trainers that would load different saves refuse, each naming the mismatch.
   {
     auto server = start_server(&endpoint);
@@ -453,7 +463,8 @@ TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
     }
   }
   // The delta chain loaded into 2 trainers evaluates as loaded into 1.
-  const auto [one_out, two_out] = infer_one_and_two("delta", root_ / "saves_resume" / "1");
+  const auto [one_out, two_out] = one_by_four_and_two_by_two(
+      "delta", {"--mode", "infer", "--load", (root_ / "saves_resume" / "1").string()});
   const double auc_one = last_value(one_out, ", auc: ");
   ASSERT_FALSE(std::isnan(auc_one)) << one_out;
   EXPECT_NEAR(last_value(two_out, ", auc: "), auc_one, 1e-6) << one_out << "\n" << two_out;
