@@ -9,14 +9,22 @@
 //    none and still joins every step): the job trains and evaluates all the data (examples
 //    counted over every trainer), and every trainer appends its own metrics lines;
 //  - a trainer killed mid-run ends the other within the collective timeout, with an error
-//    naming the dead trainer.
+//    naming the dead trainer;
+//  - saves with one gpubox_server: 2 x 2 saves what 1 x 4 saves (sparse rows and dense half
+//    within a stated tolerance: the dense all-reduce's order of summation differs), a save (and
+//    a delta chain) loaded into 2 trainers evaluates to the 1-trainer load's test AUC, trainers
+//    loading different saves refuse, a SAVE refused on trainer 0 ends every trainer, a job run
+//    again (also after a kill) resumes from its last complete save on every trainer, and several
+//    trainers with the in-process host tier refuse saves naming --servers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,11 +32,15 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "table/dense_table.hpp"
+#include "table/host_tier_factory.hpp"
+#include "table/sparse_table.hpp"
 #include "tests/integration/child_process.hpp"
+#include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
-#if !defined(GPUBOX_TRAIN_BIN)
-#error "GPUBOX_TRAIN_BIN must name the binary"
+#if !defined(GPUBOX_TRAIN_BIN) || !defined(GPUBOX_SERVER_BIN)
+#error "GPUBOX_TRAIN_BIN and GPUBOX_SERVER_BIN must name the binaries"
 #endif
 
 namespace gpubox {
@@ -110,12 +122,14 @@ class MultiTrainer : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  // Trainer `id` of `trainers` on `cards`, training `train_dir`; its metrics file is
-  // <name>.jsonl (trainer 0) or <name>.trainer<id>.jsonl.
+  // Trainer `id` of `trainers` on `cards`, training `train_dir` against `servers` ("": the
+  // in-process host tier); its metrics file is <name>.jsonl (trainer 0) or
+  // <name>.trainer<id>.jsonl.
   static std::unique_ptr<ChildProcess> start_trainer(const std::string& name, int id, int trainers,
                                                      const std::string& cards,
                                                      const std::string& train_dir,
-                                                     std::vector<std::string> args = {}) {
+                                                     std::vector<std::string> args = {},
+                                                     const std::string& servers = "") {
     args.insert(args.begin(), {"--config", (root_ / "config.yaml").string(), "--threads_per_card",
                                "1", "-o", "runner.train_data_dir=" + train_dir, "-o",
                                "runner.metrics_path=" + (root_ / (name + ".jsonl")).string()});
@@ -124,22 +138,122 @@ class MultiTrainer : public ::testing::Test {
         "PADDLE_TRAINER_ID=" + std::to_string(id),
         "PADDLE_TRAINERS_NUM=" + std::to_string(trainers),
         "GPUBOX_RENDEZVOUS=file://" + (root_ / ("rendezvous_" + name)).string(),
-        "PADDLE_PSERVERS_IP_PORT_LIST=",
+        "PADDLE_PSERVERS_IP_PORT_LIST=" + servers,
         "GPUBOX_AUTH_TOKEN_FILE="};
     return std::make_unique<ChildProcess>(GPUBOX_TRAIN_BIN, args, env, root_.string());
   }
 
-  // A job of `trainers` processes; returns trainer 0's output after every one exited with 0.
-  static std::string run_job(const std::string& name, int trainers, const std::string& cards,
-                             const std::string& train_dir) {
+  // A job of `trainers` processes; returns every trainer's output (trainer 0's first) after
+  // every one exited with 0.
+  static std::vector<std::string> run_job_outputs(const std::string& name, int trainers,
+                                                  const std::string& cards,
+                                                  const std::string& train_dir,
+                                                  const std::vector<std::string>& args = {},
+                                                  const std::string& servers = "") {
     std::vector<std::unique_ptr<ChildProcess>> procs;
     for (int t = 0; t < trainers; ++t)
-      procs.push_back(start_trainer(name, t, trainers, cards, train_dir));
+      procs.push_back(start_trainer(name, t, trainers, cards, train_dir, args, servers));
+    std::vector<std::string> outputs;
     for (int t = 0; t < trainers; ++t) {
       const int rc = procs[t]->wait(kRunSeconds);
       EXPECT_EQ(rc, 0) << name << " trainer " << t << ":\n" << procs[t]->output();
+      outputs.push_back(procs[t]->output());
     }
-    return procs[0]->output();
+    return outputs;
+  }
+  static std::string run_job(const std::string& name, int trainers, const std::string& cards,
+                             const std::string& train_dir) {
+    return run_job_outputs(name, trainers, cards, train_dir).front();
+  }
+
+  // A fresh gpubox_server on any port, holding saves under `data_dir` (default: the test
+  // folder); its endpoint is `*endpoint`.
+  static std::unique_ptr<ChildProcess> start_server(std::string* endpoint,
+                                                    const fs::path& data_dir = {}) {
+    auto server = std::make_unique<ChildProcess>(
+        GPUBOX_SERVER_BIN,
+        std::vector<std::string>{"--port", "0", "--config", (root_ / "config.yaml").string(),
+                                 "--data_dir", (data_dir.empty() ? root_ : data_dir).string()});
+    EXPECT_TRUE(server->wait_for(" (shard ", 10)) << server->output();
+    const std::string& out = server->output();
+    const auto at = out.find("listening on ");
+    *endpoint =
+        at == std::string::npos ? "" : out.substr(at + 13, out.find(' ', at + 13) - at - 13);
+    return server;
+  }
+
+  // gpubox_train `args` run by 1 trainer x 4 cards and by 2 trainers x 2 cards, each job
+  // against a fresh server; returns trainer 0's output of each.
+  static std::pair<std::string, std::string> one_by_four_and_two_by_two(
+      const std::string& name, const std::vector<std::string>& args) {
+    std::string endpoint;
+    std::pair<std::string, std::string> out;
+    {
+      auto server = start_server(&endpoint);
+      out.first = run_job_outputs(name + "_one", 1, "0,1,2,3", "train_1x4", args, endpoint).front();
+    }
+    {
+      auto server = start_server(&endpoint);
+      out.second = run_job_outputs(name + "_two", 2, "0,1", "train_2x2", args, endpoint).front();
+    }
+    return out;
+  }
+
+  // What a save holds: every sparse row (read into an in-process table) and the dense block's
+  // parameters and optimizer state.
+  struct SavedModel {
+    std::map<uint64_t, std::vector<float>> rows;
+    std::vector<float> dense;  // values, moment1, moment2, steps
+  };
+  static SavedModel read_save(const fs::path& dir) {
+    auto config = trainer::load_trainer_config((root_ / "config.yaml").string());
+    throw_if_error(config.status());
+    auto host = table::make_host_tier(config->sparse, config->host_tier);
+    throw_if_error(host.status());
+    throw_if_error((*host)->load((dir / "sparse").string()));
+    SavedModel saved;
+    const int stride = (*host)->layout().stride();
+    auto* table = dynamic_cast<table::SparseTable*>(host->get());
+    EXPECT_NE(table, nullptr);
+    throw_if_error(table->for_each_row([&](uint64_t key, const float* row) {
+      saved.rows[key] = std::vector<float>(row, row + stride);
+    }));
+    table::DenseTable dense;
+    throw_if_error(dense.load((dir / "dense").string()));
+    const auto block = dense.get("dense");
+    EXPECT_TRUE(block.has_value());
+    saved.dense = block->values;
+    for (const char* name : {"moment1", "moment2", "steps"}) {
+      const auto& state = block->state.at(name);
+      saved.dense.insert(saved.dense.end(), state.begin(), state.end());
+    }
+    return saved;
+  }
+
+  // Two saves hold the same keys; returns the largest difference between their values
+  // (absolute, relative above magnitude 1), sparse rows and dense half alike.
+  static double max_difference(const SavedModel& a, const SavedModel& b) {
+    double worst = 0;
+    auto diff = [&](float x, float y) {
+      const double d =
+          std::fabs(static_cast<double>(x) - y) / std::max(1.0, std::fabs(static_cast<double>(x)));
+      worst = std::max(worst, d);
+    };
+    EXPECT_EQ(a.rows.size(), b.rows.size());
+    for (const auto& [key, row] : a.rows) {
+      const auto other = b.rows.find(key);
+      if (other == b.rows.end()) {
+        ADD_FAILURE() << "key " << key << " saved by one layout only";
+        return worst;
+      }
+      EXPECT_EQ(row.size(), other->second.size());
+      for (std::size_t i = 0; i < row.size() && i < other->second.size(); ++i)
+        diff(row[i], other->second[i]);
+    }
+    EXPECT_EQ(a.dense.size(), b.dense.size());
+    for (std::size_t i = 0; i < a.dense.size() && i < b.dense.size(); ++i)
+      diff(a.dense[i], b.dense[i]);
+    return worst;
   }
 
   // The number after the last `label` in `out` (NaN when absent).
@@ -218,6 +332,185 @@ TEST_F(MultiTrainer, KilledTrainerEndsTheOtherWithAnErrorNamingIt) {
   EXPECT_NE(rc, 0) << trainer0->output();
   EXPECT_NE(trainer0->output().find("trainer 1 (pid " + std::to_string(pid1)), std::string::npos)
       << trainer0->output();
+}
+
+// The tolerance between the 2 x 2 and 1 x 4 saves: they differ only by the order in which the
+// dense gradients are summed (Gloo's ring against rank order), roundings of 1e-7 relative
+// that 2 passes carry into the weights (3.3e-7 measured after pass 1).
+constexpr double kSaveTolerance = 1e-5;
+
+TEST_F(MultiTrainer, TwoByTwoSavesWhatOneByFourSavesAndLoadsIt) {
+  const std::vector<std::string> two_passes = {"-o", "runner.epochs=2", "-o",
+                                               "runner.save_mode=checkpoint"};
+  auto with_save = [&](const std::string& save) {
+    std::vector<std::string> args = two_passes;
+    args.insert(args.end(), {"-o", "runner.model_save_path=" + (root_ / save).string()});
+    return args;
+  };
+  std::string endpoint;
+  {
+    auto server = start_server(&endpoint);
+    run_job_outputs("save_one", 1, "0,1,2,3", "train_1x4", with_save("saves_1x4"), endpoint);
+  }
+  std::vector<std::string> two;
+  {
+    auto server = start_server(&endpoint);
+    two = run_job_outputs("save_two", 2, "0,1", "train_2x2", with_save("saves_2x2"), endpoint);
+  }
+  ASSERT_EQ(two.size(), 2u);
+  for (int pass : {0, 1}) {
+    const fs::path one_dir = root_ / "saves_1x4" / std::to_string(pass);
+    const fs::path two_dir = root_ / "saves_2x2" / std::to_string(pass);
+    ASSERT_TRUE(fs::exists(two_dir / "MODEL_MANIFEST")) << two[0] << "\n" << two[1];
+    const SavedModel saved_one = read_save(one_dir);
+    const SavedModel saved_two = read_save(two_dir);
+    EXPECT_GT(saved_one.rows.size(), 100u);
+    const double worst = max_difference(saved_one, saved_two);
+    std::printf("pass %d: %zu rows, %zu dense values; largest difference 2 x 2 vs 1 x 4: %.3g\n",
+                pass, saved_one.rows.size(), saved_one.dense.size(), worst);
+    EXPECT_LE(worst, kSaveTolerance) << "pass " << pass;
+  }
+  // The same save evaluated by 1 trainer x 4 cards and by 2 trainers x 2 cards: the same
+  // predictions, so the same test AUC.
+  const fs::path save = root_ / "saves_2x2" / "1";
+  const auto [one_out, two_out] =
+      one_by_four_and_two_by_two("infer", {"--mode", "infer", "--load", save.string()});
+  const double auc_one = last_value(one_out, ", auc: ");
+  const double auc_two = last_value(two_out, ", auc: ");
+  ASSERT_FALSE(std::isnan(auc_one)) << one_out;
+  ASSERT_FALSE(std::isnan(auc_two)) << two_out;
+  EXPECT_GT(auc_one, 0.52) << one_out;
+  std::printf("the pass 1 save evaluated: test auc 1 x 4 %.6f, 2 x 2 %.6f\n", auc_one, auc_two);
+  EXPECT_NEAR(auc_two, auc_one, 1e-6) << "1 x 4:\n" << one_out << "\n2 x 2:\n" << two_out;
+  EXPECT_EQ(last_value(two_out, "examples: "), 2.0 * kSteps * kLinesPerFile);
+  // Training on from the save (runner.model_init_path): 2 x 2 as 1 x 4, within the dense
+  // all-reduce's rounding.
+  const auto [init_one, init_two] = one_by_four_and_two_by_two(
+      "init", {"-o", "runner.epochs=1", "-o", "runner.model_init_path=" + save.string()});
+  const double init_auc_one = last_value(init_one, "epoch: 0, test auc: ");
+  ASSERT_FALSE(std::isnan(init_auc_one)) << init_one;
+  std::printf("a pass from the save: test auc 1 x 4 %.6f, 2 x 2 %.6f\n", init_auc_one,
+              last_value(init_two, "epoch: 0, test auc: "));
+  EXPECT_NE(init_two.find("starting from runner.model_init_path"), std::string::npos) << init_two;
+  EXPECT_NEAR(last_value(init_two, "epoch: 0, test auc: "), init_auc_one, 0.001) << init_one << "\n"
+                                                                                 << init_two;
+  // Trainers that would load different saves refuse, each naming the mismatch.
+  {
+    auto server = start_server(&endpoint);
+    auto trainer0 = start_trainer(
+        "infer_mixed", 0, 2, "0,1", "train_2x2",
+        {"--mode", "infer", "--load", (root_ / "saves_2x2" / "0").string()}, endpoint);
+    auto trainer1 = start_trainer("infer_mixed", 1, 2, "0,1", "train_2x2",
+                                  {"--mode", "infer", "--load", save.string()}, endpoint);
+    for (auto* trainer : {trainer0.get(), trainer1.get()}) {
+      EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();
+      EXPECT_NE(trainer->output().find("every trainer must see the same save"), std::string::npos)
+          << trainer->output();
+    }
+  }
+}
+
+TEST_F(MultiTrainer, SaveThatFailsOnTrainerZeroEndsEveryTrainerNamingIt) {
+  // The server's --data_dir does not hold model_save_path: it refuses trainer 0's SAVE.
+  fs::create_directories(root_ / "server_data");
+  std::string endpoint;
+  auto server = start_server(&endpoint, root_ / "server_data");
+  const std::vector<std::string> args = {
+      "-o", "runner.epochs=1", "-o",
+      "runner.model_save_path=" + (root_ / "saves_outside").string()};
+  auto trainer0 = start_trainer("save_refused", 0, 2, "0,1", "train_2x2", args, endpoint);
+  auto trainer1 = start_trainer("save_refused", 1, 2, "0,1", "train_2x2", args, endpoint);
+  EXPECT_NE(trainer0->wait(kRunSeconds), 0) << trainer0->output();
+  EXPECT_NE(trainer1->wait(kRunSeconds), 0) << trainer1->output();
+  EXPECT_NE(trainer0->output().find("saving the sparse table under"), std::string::npos)
+      << trainer0->output();
+  EXPECT_NE(trainer1->output().find("trainer 0 failed to write the save"), std::string::npos)
+      << trainer1->output();
+  EXPECT_FALSE(fs::exists(root_ / "saves_outside" / "0" / "MODEL_MANIFEST"));
+}
+
+TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
+  std::string endpoint;
+  auto server = start_server(&endpoint);
+  // save_mode delta: pass 0's save is a base (nothing to apply onto), pass 1's a delta on it.
+  const std::vector<std::string> args = {
+      "-o", "runner.save_mode=delta", "-o",
+      "runner.model_save_path=" + (root_ / "saves_resume").string()};
+  std::vector<std::string> first = args;
+  first.insert(first.end(), {"-o", "runner.epochs=1"});
+  run_job_outputs("resume_first", 2, "0,1", "train_2x2", first, endpoint);
+  // Run again with one epoch more: every trainer loads pass 0's save and trains pass 1 only.
+  std::vector<std::string> again = args;
+  again.insert(again.end(), {"-o", "runner.epochs=2"});
+  const auto outputs = run_job_outputs("resume_again", 2, "0,1", "train_2x2", again, endpoint);
+  ASSERT_EQ(outputs.size(), 2u);
+  for (const std::string& out : outputs)
+    EXPECT_NE(out.find("runner.resume: resuming from pass 0"), std::string::npos) << out;
+  EXPECT_EQ(outputs[0].find("pass: 0,"), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("pass: 1,"), std::string::npos) << outputs[0];
+  ASSERT_TRUE(fs::exists(root_ / "saves_resume" / "1" / "MODEL_MANIFEST")) << outputs[0];
+  // Trainers that would start differently (one resumes, one starts afresh) refuse, naming it.
+  {
+    std::vector<std::string> off = again;
+    off.insert(off.end(), {"-o", "runner.resume=off"});
+    auto trainer0 = start_trainer("resume_mixed", 0, 2, "0,1", "train_2x2", again, endpoint);
+    auto trainer1 = start_trainer("resume_mixed", 1, 2, "0,1", "train_2x2", off, endpoint);
+    for (auto* trainer : {trainer0.get(), trainer1.get()}) {
+      EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();
+      EXPECT_NE(trainer->output().find("trainer 1 starts from scratch, trainer 0 by resuming"),
+                std::string::npos)
+          << trainer->output();
+    }
+  }
+  // The delta chain loaded into 2 trainers evaluates as loaded into 1.
+  const auto [one_out, two_out] = one_by_four_and_two_by_two(
+      "delta", {"--mode", "infer", "--load", (root_ / "saves_resume" / "1").string()});
+  const double auc_one = last_value(one_out, ", auc: ");
+  ASSERT_FALSE(std::isnan(auc_one)) << one_out;
+  EXPECT_NEAR(last_value(two_out, ", auc: "), auc_one, 1e-6) << one_out << "\n" << two_out;
+}
+
+TEST_F(MultiTrainer, KilledJobRerunResumesFromTheLastCompleteSave) {
+  std::string endpoint;
+  auto server = start_server(&endpoint);
+  const fs::path saves = root_ / "saves_killed";
+  auto args = [&](int epochs) {
+    return std::vector<std::string>{"-o", "runner.save_mode=checkpoint",
+                                    "-o", "runner.model_save_path=" + saves.string(),
+                                    "-o", "runner.epochs=" + std::to_string(epochs)};
+  };
+  auto trainer0 = start_trainer("killed_save", 0, 2, "0,1", "train_2x2", args(200), endpoint);
+  auto trainer1 = start_trainer("killed_save", 1, 2, "0,1", "train_2x2", args(200), endpoint);
+  ASSERT_TRUE(trainer0->wait_for("pass: 2,", kRunSeconds)) << trainer0->output();
+  trainer1->signal(SIGKILL);
+  EXPECT_EQ(trainer1->wait(10), 128 + SIGKILL);
+  EXPECT_NE(trainer0->wait(30), 0) << trainer0->output();
+  // The newest save with a model manifest (one being written when the job died has none).
+  int last = -1;
+  for (const auto& entry : fs::directory_iterator(saves)) {
+    if (fs::exists(entry.path() / "MODEL_MANIFEST"))
+      last = std::max(last, std::stoi(entry.path().filename().string()));
+  }
+  ASSERT_GE(last, 1);
+  const auto outputs =
+      run_job_outputs("killed_rerun", 2, "0,1", "train_2x2", args(last + 2), endpoint);
+  ASSERT_EQ(outputs.size(), 2u);
+  for (const std::string& out : outputs) {
+    EXPECT_NE(out.find("runner.resume: resuming from pass " + std::to_string(last)),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(outputs[0].find("pass: " + std::to_string(last + 1) + ","), std::string::npos)
+      << outputs[0];
+  EXPECT_TRUE(fs::exists(saves / std::to_string(last + 1) / "MODEL_MANIFEST")) << outputs[0];
+}
+
+TEST_F(MultiTrainer, InProcessHostTierRefusesSavesNamingServers) {
+  // Refused before the job meets: trainer 0 alone ends with the error.
+  auto trainer = start_trainer("local_save", 0, 2, "0", "train2",
+                               {"-o", "runner.model_save_path=" + (root_ / "local").string()});
+  EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();
+  EXPECT_NE(trainer->output().find("--servers"), std::string::npos) << trainer->output();
 }
 
 TEST(TrainerFileShare, ContiguousBlocksCoverTheListOnce) {

@@ -1,6 +1,7 @@
 #include "trainer/engine/trainer.hpp"
 
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -25,6 +27,7 @@
 #include "table/dense_table.hpp"
 #include "table/host_tier_factory.hpp"
 #include "table/io/model_manifest.hpp"
+#include "table/io/save_dir.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_table.hpp"
@@ -79,6 +82,38 @@ int64_t unpack_steps(const std::vector<float>& packed) {
   int64_t steps = 0;
   std::memcpy(&steps, packed.data(), sizeof(steps));
   return steps;
+}
+
+// Several trainers with the in-process host tier: each trainer holds only the rows its own cards
+// own, so no one process can write or read the whole sparse half.
+constexpr const char* kLocalTierSaves =
+    ": with several trainers and the in-process host tier (GPUBOX_LOCAL_TIER=1) each trainer "
+    "holds only the rows its cards own, so models are saved and loaded only with the host tier "
+    "on gpubox_server shards (scripts/run_gpubox.sh --trainers T --servers S, or "
+    "PADDLE_PSERVERS_IP_PORT_LIST)";
+
+// A digest of one card's dense parameters and optimizer state (what a save writes of it):
+// equal on every card of the job while their dense updates stay identical.
+uint64_t dense_state_digest(CardWorker& worker) {
+  const std::vector<float> values = worker.model().parameters().values_to_host();
+  const std::vector<float> moment1 = device::to_host(worker.optimizer().moment1());
+  const std::vector<float> moment2 = device::to_host(worker.optimizer().moment2());
+  const int64_t steps = worker.optimizer().steps();
+  XXH3_state_t* state = XXH3_createState();
+  GPUBOX_EXPECTS(state != nullptr, "dense digest: out of memory");
+  XXH3_64bits_reset(state);
+  for (const std::vector<float>* part : {&values, &moment1, &moment2})
+    XXH3_64bits_update(state, part->data(), part->size() * sizeof(float));
+  XXH3_64bits_update(state, &steps, sizeof(steps));
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
+}
+
+int64_t as_int64(uint64_t bits) {
+  int64_t out = 0;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
 }
 
 // The steps of a pass, agreed by every card of every trainer (collective over `comm`): as many
@@ -203,12 +238,12 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     GPUBOX_EXPECTS(!env_.rendezvous.empty(), "PADDLE_TRAINERS_NUM=", env_.trainers,
                    ": the trainers meet through a rendezvous store; set "
                    "GPUBOX_RENDEZVOUS=file:///shared/dir (scripts/run_gpubox.sh does)");
-    // Saves hold one host tier and one dense copy; with several trainers they would need every
-    // trainer's card tier synced first (a job-wide barrier): not implemented.
-    GPUBOX_EXPECTS(config_.runner.model_save_path.empty() && config_.runner.model_init_path.empty(),
+    // Refused here, before the job meets, when the config asks for saves or a start from one;
+    // save() and load() refuse the same (gpubox_train --load, --mode infer).
+    GPUBOX_EXPECTS(!env_.servers.empty() || (config_.runner.model_save_path.empty() &&
+                                             config_.runner.model_init_path.empty()),
                    "PADDLE_TRAINERS_NUM=", env_.trainers,
-                   ": saving and loading models (runner.model_save_path, "
-                   "runner.model_init_path) with several trainers is not supported yet");
+                   ": runner.model_save_path / runner.model_init_path", kLocalTierSaves);
   }
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
@@ -500,7 +535,30 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     origin = config_.runner.model_init_path;
     GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
   }
-  if (const auto resume = s.lineage->find_resume_point(origin, *s.host)) {
+  const auto resume = s.lineage->find_resume_point(origin, *s.host);
+  if (env_.trainers > 1) {
+    // Every trainer starts the same way, else one would load (a collective) while another
+    // trains: each trainer's resume point (its manifest's digest; load() checks that the saves
+    // agree), 1 for a start from `origin`, 0 from scratch.
+    const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
+    const std::vector<int64_t> starts = gather_over_job(
+        std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
+    auto describe = [&](int64_t how) {
+      return how == 0   ? std::string("from scratch")
+             : how == 1 ? "from " + origin
+                        : "by resuming the save under " + config_.runner.model_save_path +
+                              " whose MODEL_MANIFEST has digest " +
+                              table::io::hex64(static_cast<uint64_t>(how));
+    };
+    const auto cards = static_cast<std::size_t>(num_cards());
+    for (std::size_t rank = cards; rank < starts.size(); rank += cards) {
+      GPUBOX_EXPECTS(starts[rank] == starts[0], "trainer ", rank / cards, " starts ",
+                     describe(starts[rank]), ", trainer 0 ", describe(starts[0]),
+                     ": every trainer must see the same saves (a folder they share) and "
+                     "runner.resume, --load and runner.model_init_path alike");
+    }
+  }
+  if (resume) {
     // Before load(): the lineage records the passes done (pass P's save: P + 1), the next pass.
     pass_id_ = resume->manifest.pass;
     load(resume->dir);
@@ -589,7 +647,10 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       ++k;
     } catch (const Error& e) {
       // A server that restarted while no pass was open: reload the last save and train the
-      // passes after it again (checkpoint.hpp); anything else is thrown again.
+      // passes after it again (checkpoint.hpp); anything else is thrown again. Several
+      // trainers do not find a restart at the same point, so their reload could not be one
+      // collective: the job stops, and running it again resumes from the last complete save.
+      if (env_.trainers > 1) throw;
       const auto recovery = s.lineage->recover(e, *s.host, s.card_tier->in_pass(), pass);
       pipeline.clear();  // rows staged from before the reload are stale
       pass_id_ = recovery.run_pass;
@@ -602,9 +663,76 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
   return reports;
 }
 
+std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_card,
+                                              const char* what) {
+  State& s = *state_;
+  GPUBOX_EXPECTS(per_card.size() == static_cast<std::size_t>(s.cards.num_local_cards()),
+                 "gather_over_job: one value per card");
+  std::vector<int64_t> gathered;
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        comm::Communicator& comm = s.group->at(card.local_index());
+        const device::Stream& stream = card.stream();
+        auto all = card.make_buffer<int64_t>(static_cast<std::size_t>(comm.size()));
+        auto mine = device::to_device(std::vector<int64_t>{per_card[card.local_index()]},
+                                      card.memory(), stream);
+        comm.all_gather(mine.data(), all.data(), 1, stream);
+        comm.synchronize(stream, what);
+        if (card.local_index() == 0) gathered = device::to_host(all);
+      },
+      [&](const std::string& why) { s.group->abort(why); });
+  return gathered;
+}
+
+void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what) {
+  std::exception_ptr failed;
+  if (env_.trainer_id == 0) {
+    try {
+      part();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  const std::vector<int64_t> outcome = gather_over_job(
+      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), failed ? 0 : 1), what.c_str());
+  if (failed) std::rethrow_exception(failed);
+  GPUBOX_EXPECTS(outcome.at(0) == 1, "trainer 0 failed ", what,
+                 " (its log, log/worker.0.log under scripts/run_gpubox.sh, names why)");
+}
+
 void Trainer::save(const std::string& dir) {
   State& s = *state_;
+  // Every trainer writes its cards' dirty rows back before any server saves.
   s.card_tier->sync();
+  if (env_.trainers == 1) {
+    write_save(dir);
+    return;
+  }
+  GPUBOX_EXPECTS(host_is_remote(*s.host), "saving ", dir, kLocalTierSaves);
+  // The job meets (every write-back done) and checks that the dense half trainer 0 writes is
+  // every card's.
+  std::vector<int64_t> digests;
+  for (auto& worker : s.workers) {
+    worker->card().activate();
+    digests.push_back(as_int64(dense_state_digest(*worker)));
+  }
+  const std::vector<int64_t> all = gather_over_job(digests, "the save's dense digests");
+  const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
+  for (std::size_t rank = 1; rank < all.size(); ++rank) {
+    GPUBOX_EXPECTS(all[rank] == all[0], "saving ", dir,
+                   ": the dense parameters or their "
+                   "optimizer state of card rank ",
+                   rank, " (trainer ", rank / cards, ", card ", rank % cards,
+                   ") differ from card rank 0's (digests ",
+                   table::io::hex64(static_cast<uint64_t>(all[rank])), " and ",
+                   table::io::hex64(static_cast<uint64_t>(all[0])),
+                   "): the trainers' dense updates diverged; the save would keep one of them");
+  }
+  on_trainer_zero([&] { write_save(dir); }, "to write the save " + dir);
+}
+
+void Trainer::write_save(const std::string& dir) {
+  State& s = *state_;
   std::filesystem::create_directories(dir);
   // Explicit saves (gpubox_train --load's counterpart, tests) write base rows when the config
   // says none.
@@ -636,10 +764,37 @@ void Trainer::save(const std::string& dir) {
 void Trainer::load(const std::string& dir) {
   State& s = *state_;
   GPUBOX_EXPECTS(!s.card_tier->in_pass(), "load during a pass");
+  const bool remote = host_is_remote(*s.host);
+  GPUBOX_EXPECTS(env_.trainers == 1 || remote, "loading ", dir, kLocalTierSaves);
   loaded_ = true;
   // Only a save whose halves match its model manifest, with its whole delta chain.
-  const RestorePlan plan = plan_restore(dir, !host_is_remote(*s.host));
-  restore_sparse(*s.host, plan);
+  const RestorePlan plan = plan_restore(dir, !remote);
+  if (env_.trainers == 1) {
+    restore_sparse(*s.host, plan);
+  } else {
+    // Every trainer loads the same save (its manifest's digest; the folder's name may differ
+    // between machines), and no trainer pulls rows before the servers hold it.
+    const std::vector<int64_t> all = gather_over_job(
+        std::vector<int64_t>(static_cast<std::size_t>(num_cards()), as_int64(plan.save().digest)),
+        "the save each trainer loads");
+    const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
+    for (std::size_t rank = cards; rank < all.size(); rank += cards) {
+      GPUBOX_EXPECTS(all[rank] == all[0], "loading ", dir, ": trainer ", rank / cards,
+                     " loads a save whose MODEL_MANIFEST has digest ",
+                     table::io::hex64(static_cast<uint64_t>(all[rank])), ", trainer 0 one with ",
+                     table::io::hex64(static_cast<uint64_t>(all[0])),
+                     ": every trainer must see the same save (a shared folder)");
+    }
+    on_trainer_zero([&] { restore_sparse(*s.host, plan); },
+                    "to load the sparse half of " + dir + " into the servers");
+  }
+  read_dense(dir);
+  s.lineage->restored(plan, pass_id_);
+  s.card_tier->clear();
+}
+
+void Trainer::read_dense(const std::string& dir) {
+  State& s = *state_;
   table::DenseTable dense;
   throw_if_error(dense.load((std::filesystem::path(dir) / "dense").string())
                      .with_context("loading the dense parameters from " + dir));
@@ -664,8 +819,6 @@ void Trainer::load(const std::string& dir) {
     }
     worker.optimizer().set_steps(unpack_steps(block->state.at("steps")));
   }
-  s.lineage->restored(plan, pass_id_);
-  s.card_tier->clear();
 }
 
 }  // namespace gpubox::trainer

@@ -104,11 +104,23 @@ class Trainer {
   // Saves the host tier (runner.save_mode; `checkpoint` keeps optimizer state) under dir/sparse
   // and the dense parameters with their optimizer state under dir/dense, then the model
   // manifest naming both (table/io/model_manifest.hpp).
+  //
+  // Several trainers (collective: every trainer calls it with the same `dir`; servers only, the
+  // in-process host tier is refused): every trainer writes its cards' dirty rows back, the job
+  // meets (a barrier with runner.collective_timeout_s) and checks that every card holds the same
+  // dense parameters and optimizer state (a digest per card, all-gathered), trainer 0 alone
+  // sends SAVE to the servers and writes the dense half and the manifest, and the job meets
+  // again: no trainer trains on before the save is complete, and all fail when it failed.
   void save(const std::string& dir);
   // Loads a save made by save(), once its halves are checked against its model manifest (a
   // delta: its chain from the base): host tier, dense parameters and optimizer state on every
   // card; the card tier is emptied (it refills at the next begin_pass). Throws naming what is
   // missing or differs.
+  //
+  // Several trainers (collective, servers only): every trainer checks the save and that all
+  // load the same one (its manifest digest, all-gathered), trainer 0 alone sends LOAD to the
+  // servers, the job meets after it (all fail when it failed), then every trainer reads the
+  // dense half onto its cards.
   void load(const std::string& dir);
 
   const TrainerConfig& config() const { return config_; }
@@ -132,6 +144,16 @@ class Trainer {
   // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass;
   // `begun` (optional) runs after begin_pass, before the steps.
   PassReport run_pass(PreparedPass& prepared, const std::function<void()>& begun = {});
+  // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
+  void write_save(const std::string& dir);
+  void read_dense(const std::string& dir);
+  // Several trainers: every card of the job contributes its value of `per_card` (one per local
+  // card) and receives every card's, in global card rank order. A job-wide barrier (collective,
+  // bounded by runner.collective_timeout_s); `what` names it in errors.
+  std::vector<int64_t> gather_over_job(const std::vector<int64_t>& per_card, const char* what);
+  // Trainer 0 runs `part` (the job's single writer), then the job meets: the other trainers
+  // fail, naming `what`, when it threw; trainer 0 throws its error again.
+  void on_trainer_zero(const std::function<void()>& part, const std::string& what);
 
   TrainerConfig config_;
   TrainerEnv env_;
