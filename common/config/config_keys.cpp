@@ -109,7 +109,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(enum_key(r + "pipe_command_args", kPipeCommandArgsNames, PipeCommandArgs::kAuto, kDataset, "whether the config's path and pipe_utils_path are appended to pipe_command, as PaddleRec does for its readers: auto = when the command runs a Python script"));
   t.push_back(path_key(r + "pipe_utils_path", "\"\"", kDataset, "the <utils> argument of pipe_command; empty: tools/utils/static_ps of the PaddleRec checkout holding the config or the working directory, else the config's folder"));
   t.push_back(bool_key(r + "dataset_debug", "false", kNoEffect, "PaddleRec's reader debug switch"));
-  t.push_back(bool_key(r + "split_file_list", "false", kTrainer, "async, sync and geo modes: true gives trainer i of N the files i, i+N, ... of each pass (PaddleRec's get_file_shard); false: every trainer reads every file"));
+  t.push_back(bool_key(r + "split_file_list", "false", kTrainer, "async, sync and geo modes: true gives each trainer a contiguous block of each pass's files (PaddleRec's get_file_shard, as the gpubox mode splits them); false: every trainer reads every file"));
   t.push_back(string_key(r + "train_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module"));
   t.push_back(string_key(r + "infer_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module for inference"));
   t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kTrainer, "--mode infer: the first save <infer_load_path>/<epoch> evaluated"));

@@ -16,6 +16,7 @@
 #include "heterps/device/card.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/engine/trainer.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
@@ -163,13 +164,9 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   const int64_t pass = pass_id_++;
   const SyncMode mode = config_.runner.sync_mode;
   Timer pass_timer;
-  std::vector<std::string> share;
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    if (!config_.runner.split_file_list ||
-        static_cast<int>(i % static_cast<std::size_t>(env_.trainers)) == env_.trainer_id) {
-      share.push_back(files[i]);
-    }
-  }
+  const std::vector<std::string> share =
+      config_.runner.split_file_list ? trainer_file_share(files, env_.trainer_id, env_.trainers)
+                                     : files;
   GPUBOX_EXPECTS(!share.empty(), "pass ", pass, ": trainer ", env_.trainer_id, " of ",
                  env_.trainers, " gets none of the ", files.size(),
                  " files (runner.split_file_list shares them among the trainers: give at least ",

@@ -3,8 +3,8 @@
 // and a dense table live on the gpubox_server processes the launcher names
 // (PADDLE_PSERVERS_IP_PORT_LIST, scripts/launch.sh); a trainer is runner.thread_num training
 // threads (PsWorker, each on its own card: on the cpu backend an execution context), each
-// taking its own batches of the trainer's files (with runner.split_file_list, file i goes to
-// trainer i % PADDLE_TRAINERS_NUM, as PaddleRec's get_file_shard; else each reads them all).
+// taking its own batches of the trainer's files (with runner.split_file_list, a contiguous block
+// of them, as PaddleRec's get_file_shard and the gpubox mode split them; else each reads them all).
 //
 //   async: every thread steps without waiting for anyone: its batch's rows pulled, gradients
 //          pushed (the servers apply the rule on arrival); every runner.dense_sync_steps steps
