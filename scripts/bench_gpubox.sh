@@ -38,6 +38,9 @@ usage: scripts/bench_gpubox.sh [options]
   --bin DIR         use gpubox_train/gpubox_data/gpubox_bench from DIR; no build
   --threads-per-card T  cpu build: gpubox_train --threads_per_card T (default: the trainer's
                     own default, cores / cards)
+  --precision P     fp32 | bf16: -o hyper_parameters.dense_precision=P for gpubox_train
+                    (default: the config's); bf16 without AVX512-BF16/AMX (or a GPU) runs fp32
+                    and gpubox_train says so at start
   --set KEY=VALUE   extra `-o KEY=VALUE` for gpubox_train (repeatable)
   -h, --help        this text
 Example (a few minutes on 2 cores):
@@ -69,6 +72,7 @@ backend=""
 bin_dir=""
 extra_o=()
 threads_per_card=""
+precision=""
 
 need_val() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
@@ -92,6 +96,7 @@ while [ $# -gt 0 ]; do
     --backend) need_val "$@"; backend="$2"; shift 2 ;;
     --bin) need_val "$@"; bin_dir="$2"; shift 2 ;;
     --threads-per-card) need_val "$@"; threads_per_card="$2"; shift 2 ;;
+    --precision) need_val "$@"; precision="$2"; shift 2 ;;
     --set) need_val "$@"; [[ "$2" == *=* ]] || die "--set '$2': expected KEY=VALUE"; extra_o+=(-o "$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
@@ -120,6 +125,11 @@ is_uint "$factor_dim" && [ "$factor_dim" -ge 1 ] || die "--factor-dim '$factor_d
 if [ -z "$test_lines" ]; then test_lines=$((lines / 5)); [ "$test_lines" -ge 1000 ] || test_lines=1000; fi
 is_uint "$test_lines" && [ "$test_lines" -ge 1 ] || die "--test-lines '$test_lines': expected a positive integer"
 if [ -n "$threads_per_card" ]; then is_uint "$threads_per_card" && [ "$threads_per_card" -ge 1 ] || die "--threads-per-card '$threads_per_card': expected a positive integer"; fi
+case "$precision" in
+  "") ;;
+  fp32|bf16) extra_o+=(-o "hyper_parameters.dense_precision=$precision") ;;
+  *) die "--precision '$precision': expected fp32 or bf16" ;;
+esac
 is_uint "$epochs" && [ "$epochs" -ge 1 ] || die "--epochs '$epochs': expected a positive integer"
 case "$config" in /*) ;; *) config="$repo/$config" ;; esac
 [ -f "$config" ] || die "--config '$config': no such file"
@@ -380,6 +390,7 @@ facts="$out/machine.env"
 
 cmdline="scripts/bench_gpubox.sh --cards $cards_list${trainers_list:+ --trainers $trainers_list} --config ${config#"$repo"/} --lines $lines --repeats $repeats --epochs $epochs"
 [ -z "$threads_per_card" ] || cmdline+=" --threads-per-card $threads_per_card"
+[ -z "$precision" ] || cmdline+=" --precision $precision"
 [ "$components" = 0 ] || cmdline+=" --components"
 python3 "$repo/scripts/bench_report.py" --out "$out" --config "$config" --data "$data_dir" \
   --data-reused "$data_reused" --epochs "$epochs" --batch "$batch" --command "$cmdline" \
