@@ -196,10 +196,10 @@ if [ "$mode" = ps ]; then
       -o runner.split_file_list=true -o runner.shuffle=false -o "runner.metrics_path=$run_dir/metrics.jsonl") \
       >"$run_dir/launch.log" 2>&1 &
     child=$!
-    port=""
-    for _ in $(seq 1 100); do
+    port=""  # (launch.sh starts the server first; under load that took over 10 s once)
+    while [ -z "$port" ] && kill -0 "$child" 2>/dev/null; do
       port="$(sed -n 's/^gpubox_server listening on [0-9.]*:\([0-9]*\) .*/\1/p' "$run_dir/log/serverlog.0" 2>/dev/null || true)"
-      [ -n "$port" ] && break; sleep 0.1
+      [ -n "$port" ] || sleep 0.1
     done
     [ -n "$port" ] && wire_poll "$child" "$port" "$run_dir/server_wire" &
     rc=0; wait "$child" || rc=$?; child=""
@@ -237,24 +237,30 @@ if [ "$mode" = ps ]; then
   exit 0
 fi
 
-# --- 3. GPUBox ----------------------------------------------------------------------------------
+# --- 3. GPUBox, once per --precision ------------------------------------------------------------
 cards="$(seq -s, 0 $((threads - 1)))"
-rm -f "$out/gpubox_metrics.jsonl"
-load_gpubox="$(cut -d' ' -f1-3 /proc/loadavg)"
-echo "bench_peer_paddle: GPUBox, FLAGS_selected_gpus=$cards --threads_per_card 1 (log: $out/gpubox.log)"
-gb_args=(--config "$repo/configs/config_gpubox.yaml" --threads_per_card 1
-  -o "runner.train_data_dir=$data/train" -o "runner.epochs=$epochs"
-  -o "runner.train_batch_size=$batch" -o "runner.metrics_path=$out/gpubox_metrics.jsonl"
-  -o runner.save_mode=none -o runner.shuffle=False -o "runner.thread_num=$threads")
-[ -n "$test_dir" ] && gb_args+=(-o "runner.test_data_dir=$test_dir")
-children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
-run_child env FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox.log" 2>&1 ||
-  die "gpubox_train failed (exit $?): $(tail -5 "$out/gpubox.log")"
-children_cpu
-usage_gpubox="$(awk -v c0="$cpu0" -v c1="$CHILD_CPU" -v t0="$t0" -v t1="$(date +%s.%N)" \
-  'BEGIN { printf "%.1f CPU s in %.1f s", c1 - c0, t1 - t0 }')"
-grep -E '^(pass|epoch):' "$out/gpubox.log" | cut -c1-160
-gb_test_auc="$(sed -n 's/^epoch: [0-9]*, test auc: \([0-9.na]*\),.*/\1/p' "$out/gpubox.log" | paste -sd, -)"
+IFS=, read -r -a prec_list <<<"$precisions"
+declare -A load_gpubox usage_gpubox gb_test_auc
+for prec in "${prec_list[@]}"; do
+  rm -f "$out/gpubox_${prec}_metrics.jsonl"
+  load_gpubox[$prec]="$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "bench_peer_paddle: GPUBox $prec, FLAGS_selected_gpus=$cards --threads_per_card 1 (log: $out/gpubox_$prec.log)"
+  gb_args=(--config "$repo/configs/config_gpubox.yaml" --threads_per_card 1
+    -o "runner.train_data_dir=$data/train" -o "runner.epochs=$epochs"
+    -o "runner.train_batch_size=$batch" -o "runner.metrics_path=$out/gpubox_${prec}_metrics.jsonl"
+    -o runner.save_mode=none -o runner.shuffle=False -o "runner.thread_num=$threads"
+    -o "hyper_parameters.dense_precision=$prec")
+  [ -n "$test_dir" ] && gb_args+=(-o "runner.test_data_dir=$test_dir")
+  children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
+  run_child env FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox_$prec.log" 2>&1 ||
+    die "gpubox_train ($prec) failed (exit $?): $(tail -5 "$out/gpubox_$prec.log")"
+  children_cpu
+  usage_gpubox[$prec]="$(awk -v c0="$cpu0" -v c1="$CHILD_CPU" -v t0="$t0" -v t1="$(date +%s.%N)" \
+    'BEGIN { printf "%.1f CPU s in %.1f s", c1 - c0, t1 - t0 }')"
+  grep -iE 'bf16|fp32\)' "$out/gpubox_$prec.log" | head -3 || true
+  grep -E '^(pass|epoch):' "$out/gpubox_$prec.log" | cut -c1-160
+  gb_test_auc[$prec]="$(sed -n 's/^epoch: [0-9]*, test auc: \([0-9.na]*\),.*/\1/p' "$out/gpubox_$prec.log" | paste -sd, -)"
+done
 
 # --- 4. PaddlePaddle ----------------------------------------------------------------------------
 load_paddle="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -277,13 +283,18 @@ grep -E '^paddle' "$out/paddle.log"
 cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 mem="$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
 commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-python3 "$repo/scripts/peer/report.py" --gpubox_metrics "$out/gpubox_metrics.jsonl" \
-  --gpubox_test_auc "$gb_test_auc" --paddle_json "$out/paddle.json" \
-  --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
-  --timed_epoch "$epochs" --out "$out/report.md" \
-  --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch" \
-  --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
-  --meta "load average before each run (other users share this machine): GPUBox $load_gpubox, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox $usage_gpubox, Paddle $usage_paddle" \
-  --meta "threads: $threads per system (GPUBox: $threads simulated cards x 1 host thread, synchronous data parallel, dense grads all-reduced, global batch $((threads * batch)); Paddle: $threads Hogwild workers of train_from_dataset, 1 math thread each, lock-free updates of one shared scope, batch $batch each)" \
-  --meta "model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc 512-256-128-32 ReLU, 1 logit, sigmoid log loss; dense Adam lr 0.001 on mean-loss gradients; sparse Adagrad on per-instance gradients (GPUBox: the sparse_optimizer of config_gpubox.yaml, Paddle's PS rule: lr 0.05, initial_g2sum 3, g2sum from 0, one g2sum per row part, updated after the step, a key's gradient the MEAN over its occurrences in the global batch, embed_w learned from score 10 (embed_threshold), embedx created at score 10; Paddle: Adagrad op on SelectedRows, lr 0.05*sqrt(3), initial accumulator 3, one accumulator per float, updated before the step, a key's gradient the SUM over its occurrences in the worker's batch, every float learned from the first occurrence); Paddle table keys folded: $folded" \
-  --meta "differences that remain: GPUBox clips weights to [-10,10] and keeps show/click per row, Paddle does neither; Paddle's table is preallocated (every row initialised like a GPUBox row: embed_w 0, embedx U(+-1e-4)), GPUBox creates rows on first sight; synchronous data parallel (GPUBox) vs Hogwild (Paddle), see threads; AUC: Paddle's auc op with 2^20-1 thresholds, GPUBox 2^20 buckets; no shuffle in either"
+for prec in "${prec_list[@]}"; do
+  python3 "$repo/scripts/peer/report.py" --gpubox_metrics "$out/gpubox_${prec}_metrics.jsonl" \
+    --gpubox_test_auc "${gb_test_auc[$prec]}" --paddle_json "$out/paddle.json" \
+    --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
+    --timed_epoch "$epochs" --out "$out/report_$prec.md" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --precision $precisions"
+    --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200 || echo nothing))" \
+    --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
+    --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \
+    --meta "threads: $threads per system (GPUBox: $threads simulated cards x 1 host thread, synchronous data parallel, dense grads all-reduced, global batch $((threads * batch)); Paddle: $threads Hogwild workers of train_from_dataset, 1 math thread each, lock-free updates of one shared scope, batch $batch each)" \
+    --meta "model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc 512-256-128-32 ReLU, 1 logit, sigmoid log loss; dense Adam lr 0.001 on mean-loss gradients; sparse Adagrad on per-instance gradients (GPUBox: the sparse_optimizer of config_gpubox.yaml, Paddle's PS rule: lr 0.05, initial_g2sum 3, g2sum from 0, one g2sum per row part, updated after the step, a key's gradient the MEAN over its occurrences in the global batch, embed_w learned from score 10 (embed_threshold), embedx created at score 10; Paddle: Adagrad op on SelectedRows, lr 0.05*sqrt(3), initial accumulator 3, one accumulator per float, updated before the step, a key's gradient the SUM over its occurrences in the worker's batch, every float learned from the first occurrence); Paddle table keys folded: $folded" \
+    --meta "differences that remain: GPUBox clips weights to [-10,10] and keeps show/click per row, Paddle does neither; Paddle's table is preallocated (every row initialised like a GPUBox row: embed_w 0, embedx U(+-1e-4)), GPUBox creates rows on first sight; synchronous data parallel (GPUBox) vs Hogwild (Paddle), see threads; AUC: Paddle's auc op with 2^20-1 thresholds, GPUBox 2^20 buckets; no shuffle in either"
+done
+for prec in "${prec_list[@]}"; do cat "$out/report_$prec.md"; echo; done >"$out/report.md"
+
