@@ -36,9 +36,8 @@ def gpubox_row(folder, epoch):
         die("no pass %d in %s/metrics.jsonl" % (epoch - 1, folder))
     examples = sum(p["examples"] for p in passes)
     secs = max(p["train_seconds"] for p in passes)
-    all_examples = 0
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-        all_examples = sum(json.loads(l).get("examples", 0) for l in f if '"pass"' in l)
+    with open(os.path.join(folder, "metrics.jsonl")) as f:  # every pass of every trainer
+        all_examples = sum(json.loads(line).get("examples", 0) for line in f if '"pass"' in line)
     wire = None
     io = os.path.join(folder, "server_wire")
     if os.path.exists(io):
