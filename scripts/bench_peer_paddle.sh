@@ -177,8 +177,9 @@ if [ "$mode" = ps ]; then
   wire_poll() {
     local b m=0
     while kill -0 "$1" 2>/dev/null; do
+      # (|| true: no connection yet is 0, not an exit under set -e and pipefail)
       b="$(ss -tinH state established "( sport = :$2 )" 2>/dev/null |
-        grep -oE 'bytes_(sent|received):[0-9]+' | awk -F: '{ n += $2 } END { print n + 0 }')"
+        { grep -oE 'bytes_(sent|received):[0-9]+' || true; } | awk -F: '{ n += $2 } END { print n + 0 }')"
       [ "${b:-0}" -gt "$m" ] && m="$b" && echo "$m" >"$3"
       sleep 0.2
     done
@@ -288,8 +289,8 @@ for prec in "${prec_list[@]}"; do
     --gpubox_test_auc "${gb_test_auc[$prec]}" --paddle_json "$out/paddle.json" \
     --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
     --timed_epoch "$epochs" --out "$out/report_$prec.md" \
-    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --precision $precisions"
-    --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200 || echo nothing))" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --precision $precisions" \
+    --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
     --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \
     --meta "threads: $threads per system (GPUBox: $threads simulated cards x 1 host thread, synchronous data parallel, dense grads all-reduced, global batch $((threads * batch)); Paddle: $threads Hogwild workers of train_from_dataset, 1 math thread each, lock-free updates of one shared scope, batch $batch each)" \
