@@ -36,7 +36,8 @@ import paddle.distributed.fleet as fleet
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from train_paddle import auc_from_stats  # noqa: E402  (the same AUC as the single-process peer)
+# The single-process peer's AUC, data set (MultiSlot through slot_to_multislot.py) and file list.
+from train_paddle import auc_from_stats, files_of, make_dataset  # noqa: E402
 
 
 def io_bytes():
@@ -80,25 +81,6 @@ def build(args):
     auc_out, _, auc_states = paddle.static.auc(input=prob2, label=label,
                                                num_thresholds=2**20 - 1, slide_steps=0)
     return [label, dense] + sparse, loss, auc_out, auc_states
-
-
-def make_dataset(args, use_vars, files):
-    ds = paddle.distributed.InMemoryDataset()
-    pipe = "%s %s --slots %d --dense %d --table_rows %d" % (
-        sys.executable, os.path.join(HERE, "slot_to_multislot.py"), args.slots, args.dense,
-        args.table_rows)
-    ds.init(batch_size=args.batch, thread_num=args.threads, use_var=use_vars, pipe_command=pipe)
-    ds.set_filelist(files)
-    t0 = time.time()
-    ds.load_into_memory()
-    return ds, time.time() - t0
-
-
-def files_of(d):
-    fs = sorted(os.path.join(d, f) for f in os.listdir(d) if f.startswith("part-"))
-    if not fs:
-        sys.exit("train_paddle_ps: no part-* files in %s" % d)
-    return fs
 
 
 def main():
