@@ -84,6 +84,15 @@ TEST(HostMemoryPlan, AByteBudgetNeedsTheDiskTier) {
       << table.status().to_string();
 }
 
+// One thread, `shards` shards, the disk tier under `dir`; no budget yet.
+HostTableConfig disk_tier_config(const ScratchDir& dir, uint32_t shards) {
+  HostTableConfig cfg;
+  cfg.shards = shards;
+  cfg.threads = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  return cfg;
+}
+
 // (rows pushed before the random steps, shards)
 class BudgetOracle : public ::testing::TestWithParam<std::tuple<std::size_t, uint32_t>> {};
 
@@ -93,10 +102,7 @@ TEST_P(BudgetOracle, EvictionAndReloadAgreeWithAMapOracle) {
   const auto [initial, shards] = GetParam();
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 4);
-  HostTableConfig cfg;
-  cfg.shards = shards;
-  cfg.threads = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
+  HostTableConfig cfg = disk_tier_config(dir, shards);
   cfg.memory_row_budget = kBudget;
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
@@ -178,10 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 8);
-  HostTableConfig cfg;
-  cfg.shards = 2;
-  cfg.threads = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
+  HostTableConfig cfg = disk_tier_config(dir, 2);
   cfg.memory_budget_bytes = 2 << 20;
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
@@ -219,10 +222,7 @@ TEST_P(PinnedWorkingSet, RowsOfAPassInFlightAreEvictedLast) {
   const std::size_t w = GetParam();
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 4);
-  HostTableConfig cfg;
-  cfg.shards = 1;
-  cfg.threads = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
+  HostTableConfig cfg = disk_tier_config(dir, 1);
   cfg.memory_row_budget = kBudget;
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
