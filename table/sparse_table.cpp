@@ -160,6 +160,16 @@ StatusOr<uint64_t> SparseTable::size() {
   return s->rows_in_memory + s->rows_on_disk;
 }
 
+SparseTable::DiskTraffic SparseTable::disk_traffic() {
+  DiskTraffic total;
+  for (auto& shard : shards_) {
+    const detail::ShardStats s = shard->stats();
+    total.rows_evicted += s.rows_evicted;
+    total.rows_read_back += s.rows_read_back;
+  }
+  return total;
+}
+
 uint64_t SparseTable::rows_now() {
   uint64_t rows = 0;
   for (auto& shard : shards_) {

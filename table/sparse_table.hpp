@@ -70,6 +70,12 @@ class SparseTable final : public HostTier {
 
   // Rows in memory and on disk.
   StatusOr<uint64_t> size();
+  // Rows moved between memory and the disk tier since open, all shards.
+  struct DiskTraffic {
+    uint64_t rows_evicted = 0;    // memory -> disk (the budget, shrink's cold rows)
+    uint64_t rows_read_back = 0;  // disk -> memory (pull, push, load, erase of a disk row)
+  };
+  DiskTraffic disk_traffic();
   // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must
   // not call back into the table.
   Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);

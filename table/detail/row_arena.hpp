@@ -2,7 +2,8 @@
 // in chunks of rows_per_chunk (a power of two, kMaxRowsPerChunk unless a small memory budget
 // asks for less, so that the last chunk's unused rows stay small beside it), and never move when
 // the arena grows (an index stays valid until the row is released). The per-row modification epoch
-// sits in a parallel array; the key does not (the shard's KeyIndexMap holds it: 8 bytes a row
+// and pin flag sit in a parallel array (the pin in the epoch word's top bit: epochs count saves
+// and stay below 2^31); the key does not (the shard's KeyIndexMap holds it: 8 bytes a row
 // saved). Released indices are reused. Not thread-safe: the owning shard's mutex guards it.
 #pragma once
 
@@ -30,8 +31,9 @@ class RowArena {
     return chunks_.size() * rows_per_chunk() * (stride_ * sizeof(float) + kMetadataBytes) +
            free_.capacity() * sizeof(uint32_t);
   }
-  // Bytes a row carries besides its floats (the modification epoch).
+  // Bytes a row carries besides its floats (the modification epoch and the pin flag).
   static constexpr std::size_t kMetadataBytes = sizeof(uint32_t);
+  static constexpr uint32_t kPinBit = uint32_t{1} << 31;
 
   uint32_t rows_per_chunk() const { return uint32_t{1} << chunk_shift_; }
   float* row(uint32_t index) {
@@ -43,8 +45,16 @@ class RowArena {
            std::size_t(index & (rows_per_chunk() - 1)) * stride_;
   }
   void prefetch(uint32_t index) const { __builtin_prefetch(row(index)); }
-  uint32_t epoch(uint32_t index) const { return epochs_[index]; }
-  void set_epoch(uint32_t index, uint32_t epoch) { epochs_[index] = epoch; }
+  uint32_t epoch(uint32_t index) const { return epochs_[index] & ~kPinBit; }
+  void set_epoch(uint32_t index, uint32_t epoch) {
+    epochs_[index] = (epochs_[index] & kPinBit) | checked(epoch);
+  }
+  // A pinned row belongs to a pass in flight (pulled, not yet written back); eviction takes
+  // unpinned rows first.
+  bool pinned(uint32_t index) const { return (epochs_[index] & kPinBit) != 0; }
+  void set_pinned(uint32_t index, bool pin) {
+    epochs_[index] = pin ? epochs_[index] | kPinBit : epochs_[index] & ~kPinBit;
+  }
 
   // A row index (contents unspecified until the caller writes them).
   uint32_t allocate(uint32_t epoch) {
@@ -59,7 +69,7 @@ class RowArena {
       }
       index = static_cast<uint32_t>(allocated_++);
     }
-    epochs_[index] = epoch;
+    epochs_[index] = checked(epoch);  // unpinned
     return index;
   }
 
@@ -82,6 +92,11 @@ class RowArena {
     GPUBOX_EXPECTS((uint32_t{1} << shift) == rows_per_chunk && shift <= 30,
                    "row arena: rows per chunk must be a power of two, got ", rows_per_chunk);
     return shift;
+  }
+
+  static uint32_t checked(uint32_t epoch) {
+    GPUBOX_EXPECTS((epoch & kPinBit) == 0, "row arena: epoch ", epoch, " needs the pin bit");
+    return epoch;
   }
 
   int32_t stride_;

@@ -95,6 +95,7 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
       const uint32_t index = insert_row(miss_keys[i], disk_epochs[i]);
       std::memcpy(arena_.row(index), &disk_rows[i * stride], sizeof(float) * stride);
       --rows_on_disk_;
+      ++rows_read_back_;
     }
   }
   if (create) {
@@ -128,13 +129,14 @@ Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint3
   for (std::size_t begin = 0; begin < m; begin += piece) {
     const uint32_t* piece_pos = pos + begin;
     const std::size_t n = std::min(m - begin, piece);
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(n));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
     GPUBOX_RETURN_IF_ERROR(locate(keys, slots, piece_pos, n, /*create=*/true, &idx, created));
     constexpr std::size_t kAhead = 4;
     for (std::size_t j = 0; j < std::min(n, kAhead); ++j) arena_.prefetch(idx[j]);
     for (std::size_t j = 0; j < n; ++j) {
       if (j + kAhead < n) arena_.prefetch(idx[j + kAhead]);
       float* row = arena_.row(idx[j]);
+      arena_.set_pinned(idx[j], true);  // the pass's working set: evicted last until pushed
       if (row[RowLayout::kUnseenDays] != 0.0f) {
         row[RowLayout::kUnseenDays] = 0.0f;
         mark(idx[j]);
@@ -191,13 +193,14 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
   for (std::size_t begin = 0; begin < m; begin += piece) {
     const uint32_t* piece_pos = pos + begin;
     const std::size_t n = std::min(m - begin, piece);
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(n));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/true, &idx, nullptr));
     for (std::size_t j = 0; j < n; ++j) {
       float* row = arena_.row(idx[j]);
       std::memcpy(row, rows + piece_pos[j] * stride, sizeof(float) * stride);
       row[RowLayout::kUnseenDays] = 0.0f;
       mark(idx[j]);
+      arena_.set_pinned(idx[j], false);  // written back: its pass is done with it
     }
   }
   return Status::OK();
@@ -291,8 +294,17 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = begin; i < end; ++i) remove_row(cold[i].first, cold[i].second);
     rows_on_disk_ += end - begin;
+    rows_evicted_ += end - begin;
   }
   return deleted;
+}
+
+std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
+                                     std::size_t m) const {
+  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() + m <= memory_limit_) return m;
+  std::size_t absent = 0;
+  for (std::size_t j = 0; j < m; ++j) absent += index_.find(keys[pos[j]]) == kAbsent ? 1 : 0;
+  return absent;
 }
 
 Status SparseShard::enforce_memory_limit(std::size_t incoming) {
@@ -304,13 +316,16 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
       std::min<uint64_t>(memory_limit_ - memory_limit_ / 8,
                          memory_limit_ - std::min<uint64_t>(incoming, memory_limit_));
   const std::size_t victims = index_.size() - target;
-  // Coldest first: lowest score, then longest unseen.
+  // Rows outside the passes in flight first (a pinned row evicted now is read back when its pass
+  // writes it back), then coldest first: lowest score, then longest unseen.
   struct Candidate {
+    bool pinned;
     float score;
     float minus_unseen;
     uint32_t index;
     uint64_t key;
     bool operator<(const Candidate& o) const {
+      if (pinned != o.pinned) return !pinned;
       return score != o.score ? score < o.score : minus_unseen < o.minus_unseen;
     }
   };
@@ -318,7 +333,8 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
   scored.reserve(index_.size());
   index_.for_each([&](uint64_t key, uint32_t index) {
     const float* row = arena_.row(index);
-    scored.push_back({row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
+    scored.push_back(
+        {arena_.pinned(index), row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
   });
   std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
   const int32_t stride = layout_.stride();
@@ -334,6 +350,7 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
       remove_row(scored[i].key, scored[i].index);
     }
     rows_on_disk_ += end - begin;
+    rows_evicted_ += end - begin;
   }
   return Status::OK();
 }
@@ -343,6 +360,8 @@ ShardStats SparseShard::stats() {
   ShardStats s;
   s.rows_in_memory = index_.size();
   s.rows_on_disk = rows_on_disk_;
+  s.rows_evicted = rows_evicted_;
+  s.rows_read_back = rows_read_back_;
   s.memory_bytes =
       arena_.memory_bytes() + index_.memory_bytes() + deleted_.capacity() * sizeof(deleted_[0]);
   return s;

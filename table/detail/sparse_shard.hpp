@@ -36,6 +36,8 @@ struct ShardStats {
   uint64_t rows_in_memory = 0;
   uint64_t rows_on_disk = 0;
   uint64_t memory_bytes = 0;
+  uint64_t rows_evicted = 0;    // moved memory -> disk since the shard began (budget, shrink)
+  uint64_t rows_read_back = 0;  // moved disk -> memory since the shard began
 };
 
 // One shard's contribution to a save.
@@ -53,6 +55,9 @@ class SparseShard {
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
               uint64_t memory_limit, uint32_t rows_per_chunk, TableEpochs* epochs);
 
+  // pull pins the rows it returns and push unpins the rows it writes: a pinned row is part of a
+  // pass in flight (on a card, to be written back at end_pass), and eviction takes it only when
+  // every unpinned row has gone to disk. A row pulled and never pushed stays pinned until clear().
   Status pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
               float* rows, std::size_t* created);
   // HostTier::peek for keys[pos[j]]: reads memory and disk rows as they are, fills the row of a
@@ -92,8 +97,12 @@ class SparseShard {
   // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limit that
   // eviction frees (at least 1), so that a piece fits after enforce_memory_limit(piece).
   std::size_t piece_keys(std::size_t m) const;
-  // Before `incoming` keys are located: when they could take memory over the limit, moves the
-  // lowest-score rows to disk until at most min(7/8 of the limit, limit - incoming) stay.
+  // How many of keys[pos[0..m)] are not in memory (a repeated key counts each time): what a
+  // locate of them may add. m itself when that cannot reach the limit. Requires mu_.
+  std::size_t absent_keys(const uint64_t* keys, const uint32_t* pos, std::size_t m) const;
+  // Before `incoming` keys are located: when they could take memory over the limit, moves rows
+  // to disk, unpinned before pinned and lowest score first (then longest unseen), until at most
+  // min(7/8 of the limit, limit - incoming) stay.
   // Requires mu_.
   Status enforce_memory_limit(std::size_t incoming);
   // Applies the shrink rules to one row in place; true when the row must be deleted.
@@ -110,6 +119,8 @@ class SparseShard {
   KeyIndexMap index_;
   RowArena arena_;
   uint64_t rows_on_disk_ = 0;
+  uint64_t rows_evicted_ = 0;
+  uint64_t rows_read_back_ = 0;
   std::vector<std::pair<uint64_t, uint32_t>> deleted_;  // (key, epoch)
 };
 

@@ -3,7 +3,10 @@
 //    budgets wins, and tiny budgets keep one row a shard;
 //  - eviction to the disk tier and reload agree with a std::map oracle, bit for bit, over seeded
 //    random pulls, pushes and erases, for tables of 0, 1, budget, budget + 1 and many rows;
-//  - the memory the table measures (stats().memory_bytes) stays within a byte budget.
+//  - the memory the table measures (stats().memory_bytes) stays within a byte budget;
+//  - rows pulled for a pass in flight are evicted last (pinned until pushed), so a pass's write
+//    back reads nothing from disk while two passes' working sets fit the budget, and the table
+//    still agrees with the oracle when they do not (working sets of 0, 1, budget, budget + 1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +84,15 @@ TEST(HostMemoryPlan, AByteBudgetNeedsTheDiskTier) {
       << table.status().to_string();
 }
 
+// One thread, `shards` shards, the disk tier under `dir`; no budget yet.
+HostTableConfig disk_tier_config(const ScratchDir& dir, uint32_t shards) {
+  HostTableConfig cfg;
+  cfg.shards = shards;
+  cfg.threads = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  return cfg;
+}
+
 // (rows pushed before the random steps, shards)
 class BudgetOracle : public ::testing::TestWithParam<std::tuple<std::size_t, uint32_t>> {};
 
@@ -90,10 +102,7 @@ TEST_P(BudgetOracle, EvictionAndReloadAgreeWithAMapOracle) {
   const auto [initial, shards] = GetParam();
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 4);
-  HostTableConfig cfg;
-  cfg.shards = shards;
-  cfg.threads = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
+  HostTableConfig cfg = disk_tier_config(dir, shards);
   cfg.memory_row_budget = kBudget;
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
@@ -175,10 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 8);
-  HostTableConfig cfg;
-  cfg.shards = 2;
-  cfg.threads = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
+  HostTableConfig cfg = disk_tier_config(dir, 2);
   cfg.memory_budget_bytes = 2 << 20;
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
@@ -208,6 +214,85 @@ TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
   EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, kRows);
   EXPECT_GE(stats->rows_in_memory, plan.rows() * 7 / 8 - cfg.shards);
 }
+
+// Working-set keys per pass: two passes in flight (one trained, the next staged by the pipeline).
+class PinnedWorkingSet : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(PinnedWorkingSet, RowsOfAPassInFlightAreEvictedLast) {
+  const std::size_t w = GetParam();
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 4);
+  HostTableConfig cfg = disk_tier_config(dir, 1);
+  cfg.memory_row_budget = kBudget;
+  auto table = testing::open_table(opt, cfg);
+  const RowLayout layout = table->layout();
+  const std::size_t stride = layout.stride();
+  std::mt19937_64 rng(77 + w);
+  testing::RowMap oracle;
+
+  // A full memory of hot rows: by score alone they outrank every new row (score 0).
+  std::vector<uint64_t> hot(kBudget);
+  std::vector<float> rows;
+  for (std::size_t i = 0; i < hot.size(); ++i) {
+    hot[i] = 1000000 + i;
+    auto row = testing::random_row(rng, layout);
+    row[RowLayout::kShow] = 1000.0f;
+    row[RowLayout::kClick] = 300.0f;
+    rows.insert(rows.end(), row.begin(), row.end());
+    oracle[hot[i]] = row;
+  }
+  ASSERT_TRUE(table->push(hot.data(), hot.size(), rows.data()).ok());
+  ASSERT_EQ(table->stats()->rows_on_disk, 0u);
+
+  const auto pull_new = [&](uint64_t first_key) {
+    std::vector<uint64_t> keys(w);
+    for (std::size_t i = 0; i < w; ++i) keys[i] = first_key + i;
+    std::vector<float> got(w * stride);
+    std::size_t created = 0;
+    EXPECT_TRUE(table->pull(keys.data(), nullptr, w, got.data(), &created).ok());
+    EXPECT_EQ(created, w);
+    for (std::size_t i = 0; i < w; ++i) {
+      oracle[keys[i]].assign(got.begin() + i * stride, got.begin() + (i + 1) * stride);
+    }
+    return keys;
+  };
+  const auto push_trained = [&](const std::vector<uint64_t>& keys) {
+    std::vector<float> trained;
+    for (uint64_t k : keys) {
+      const auto row = testing::random_row(rng, layout);
+      trained.insert(trained.end(), row.begin(), row.end());
+      oracle[k] = row;
+    }
+    EXPECT_TRUE(table->push(keys.data(), keys.size(), trained.data()).ok());
+  };
+
+  const std::vector<uint64_t> pass_a = pull_new(1);       // pass k: on the cards
+  const std::vector<uint64_t> pass_b = pull_new(100000);  // pass k + 1: staged ahead
+  const SparseTable::DiskTraffic before = table->disk_traffic();
+  push_trained(pass_a);  // end_pass of k
+  const uint64_t read_back = table->disk_traffic().rows_read_back - before.rows_read_back;
+  const uint64_t evicted = table->disk_traffic().rows_evicted - before.rows_evicted;
+  push_trained(pass_b);  // end_pass of k + 1
+
+  // Eviction frees 1/8 of the budget ahead of each 1/8-budget piece: pinned rows stay in memory
+  // while both working sets and one piece fit in 7/8 of it.
+  if (2 * w + kBudget / 8 <= kBudget * 7 / 8) {
+    EXPECT_EQ(read_back, 0u) << "rows of the pass in flight went to disk";
+    // Every pushed row was in memory: the push brought none in, so it made no room either.
+    EXPECT_EQ(evicted, 0u);
+  } else {
+    EXPECT_LE(read_back, w);
+  }
+  auto stats = table->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_LE(stats->rows_in_memory, kBudget);
+  EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, oracle.size());
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*table), oracle));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, PinnedWorkingSet,
+                         ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{24},
+                                           std::size_t{kBudget}, std::size_t{kBudget + 1}));
 
 }  // namespace
 }  // namespace gpubox::table

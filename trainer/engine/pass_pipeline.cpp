@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string>
 #include <utility>
 
 #include "common/error.hpp"
@@ -37,8 +38,15 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   return prepared;
 }
 
-PassPipeline::PassPipeline(ps::CardTier& tier, int depth, ReadPass read)
-    : tier_(tier), depth_(std::max(0, depth)), read_(std::move(read)) {}
+std::size_t staged_bytes_per_key(int32_t stride) {
+  return sizeof(float) * static_cast<std::size_t>(stride) + 2 * sizeof(uint64_t) + sizeof(int32_t);
+}
+
+PassPipeline::PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes)
+    : tier_(tier),
+      depth_(std::max(0, depth)),
+      read_(std::move(read)),
+      host_budget_bytes_(host_budget_bytes) {}
 
 PassPipeline::~PassPipeline() { wait(); }
 
@@ -54,12 +62,20 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     jobs_.pop_front();
     prepared = job.ready.get();  // a failure to read the pass is thrown here
     const double mib = 1.0 / (1 << 20);
+    const std::size_t held = prepared->data->memory_bytes() + prepared->staged.bytes();
+    std::string budget;
+    if (host_budget_bytes_ > 0) {
+      budget = ", " + std::to_string(static_cast<int>(100.0 * held / host_budget_bytes_ + 0.5)) +
+               "% of runner.host_memory_mb " + std::to_string(host_budget_bytes_ >> 20) +
+               " MiB, on top of it";
+    }
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
                      << " s, data set " << prepared->data->memory_bytes() * mib << " MiB) and "
                      << prepared->staged.keys.size() << " of its " << prepared->keys.keys.size()
                      << " keys staged (" << prepared->staged.bytes() * mib << " MiB, "
-                     << prepared->staged.seconds << " s) while the pass before it trained; "
-                     << "runner.prefetch_passes = " << depth_ << " holds at most " << depth_
+                     << prepared->staged.seconds << " s) while the pass before it trained ("
+                     << held * mib << " MiB in all" << budget
+                     << "); runner.prefetch_passes = " << depth_ << " holds at most " << depth_
                      << " such pass(es)";
   }
   prepared->waited_seconds = timer.seconds();

@@ -11,9 +11,12 @@
 // Rows new to the host tier are created by the staging (same seeded rules, created earlier).
 //
 // Memory: at most `depth` passes ahead, each its InMemoryDataset and its staged rows (their
-// sizes are logged when the pass is taken). A failure to stage (the host tier) is logged and
-// the pass's begin_pass pulls its rows as without the pipeline; a failure to read the pass is
-// thrown by take() for that pass, as reading it then would.
+// sizes are logged when the pass is taken, beside runner.host_memory_mb). They are not part of
+// the host table's budget: a trainer's host memory is about host_memory_mb (the table) plus
+// (1 + depth) data sets plus depth × (the staged keys × staged_bytes_per_key(stride)); size
+// host_memory_mb with that room left (README, "Pass pipeline"). A failure to stage (the host tier)
+// is logged and the pass's begin_pass pulls its rows as without the pipeline; a failure to read the
+// pass is thrown by take() for that pass, as reading it then would.
 //
 // Thread-safety: one controlling thread calls the methods; the jobs read the config, the files
 // and the host tier only.
@@ -57,11 +60,16 @@ using ReadPass = std::function<std::unique_ptr<dataset::InMemoryDataset>(int64_t
 // Reads pass `pass` now and collects its keys (no staging).
 std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass);
 
+// Host bytes a staged key takes (StagedRows: its row of `stride` floats, the key twice and its
+// slot).
+std::size_t staged_bytes_per_key(int32_t stride);
+
 class PassPipeline {
  public:
   // `depth` passes ahead at most (0: off, every pass is read by take()). `tier` and `read` are
-  // borrowed and must outlive the pipeline.
-  PassPipeline(ps::CardTier& tier, int depth, ReadPass read);
+  // borrowed and must outlive the pipeline. `host_budget_bytes` (runner.host_memory_mb, 0: none)
+  // is only printed beside what a pass read ahead holds.
+  PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0);
   // Waits for the jobs in flight.
   ~PassPipeline();
   PassPipeline(const PassPipeline&) = delete;
@@ -88,6 +96,7 @@ class PassPipeline {
   ps::CardTier& tier_;
   int depth_ = 0;
   ReadPass read_;
+  uint64_t host_budget_bytes_ = 0;
   std::deque<Job> jobs_;  // in pass order
 };
 

@@ -572,14 +572,18 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
     load(origin);
   }
   // The passes after the one training are read and staged ahead (runner.prefetch_passes).
-  PassPipeline pipeline(*s.card_tier, config_.runner.prefetch_passes, [&](int64_t pass) {
-    return read_pass(pass_files[pass % per_epoch], pass);
-  });
+  PassPipeline pipeline(
+      *s.card_tier, config_.runner.prefetch_passes,
+      [&](int64_t pass) { return read_pass(pass_files[pass % per_epoch], pass); },
+      config_.host_tier.table.memory_budget_bytes);
   if (pipeline.depth() > 0 && total > 1) {
     GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << pipeline.depth()
                      << ": while a pass trains, the next " << pipeline.depth()
                      << " pass(es) are read and their host-tier rows staged; each holds its data "
-                        "set and staged rows in host memory until its begin_pass";
+                        "set and staged rows ("
+                     << staged_bytes_per_key(s.host->layout().stride())
+                     << " bytes a key) in host memory until its begin_pass, outside "
+                        "runner.host_memory_mb";
   }
   std::vector<PassReport> reports;
   // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged (a run
