@@ -8,6 +8,7 @@
 #include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
+#include "dataset/queue_dataset.hpp"
 #include "heterps/ps/card_tier.hpp"
 
 namespace gpubox::trainer {
@@ -27,8 +28,8 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   Timer timer;
   auto prepared = std::make_unique<PreparedPass>();
   prepared->pass = pass;
-  prepared->data = read(pass);
-  prepared->keys = prepared->data->unique_keys_and_slots();
+  read(pass, prepared.get());
+  if (prepared->data != nullptr) prepared->keys = prepared->data->unique_keys_and_slots();
   std::vector<uint64_t> sorted = prepared->keys.keys;
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
@@ -54,11 +55,12 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     jobs_.pop_front();
     prepared = job.ready.get();  // a failure to read the pass is thrown here
     const double mib = 1.0 / (1 << 20);
+    const double data_mib = prepared->data ? prepared->data->memory_bytes() * mib : 0.0;
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
-                     << " s, data set " << prepared->data->memory_bytes() * mib << " MiB) and "
-                     << prepared->staged.keys.size() << " of its " << prepared->keys.keys.size()
-                     << " keys staged (" << prepared->staged.bytes() * mib << " MiB, "
-                     << prepared->staged.seconds << " s) while the pass before it trained; "
+                     << " s, data set " << data_mib << " MiB) and " << prepared->staged.keys.size()
+                     << " of its " << prepared->keys.keys.size() << " keys staged ("
+                     << prepared->staged.bytes() * mib << " MiB, " << prepared->staged.seconds
+                     << " s) while the pass before it trained; "
                      << "runner.prefetch_passes = " << depth_ << " holds at most " << depth_
                      << " such pass(es)";
   }
