@@ -241,27 +241,35 @@ InstanceRef InMemoryDataset::instance(std::size_t position) const {
   return blocks_[at.block].instance(at.index);
 }
 
-std::size_t InMemoryDataset::num_batches_per_card(int cards) const {
+std::size_t batches_per_card(std::size_t n, std::size_t batch, int cards) {
   GPUBOX_EXPECTS(cards >= 1, "cards must be >= 1, got ", cards);
-  const std::size_t round = static_cast<std::size_t>(config_.batch_size) * cards;
-  return (order_.size() + round - 1) / round;
+  const std::size_t round = batch * static_cast<std::size_t>(cards);
+  return (n + round - 1) / round;
 }
 
-BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) const {
-  const std::size_t rounds = num_batches_per_card(cards);
+BatchSpan batch_span_of(std::size_t n, std::size_t batch, int card, int cards, std::size_t index) {
+  const std::size_t rounds = batches_per_card(n, batch, cards);
   GPUBOX_EXPECTS(card >= 0 && card < cards, "card ", card, " of ", cards);
   GPUBOX_EXPECTS(index < rounds, "batch ", index, " of ", rounds, " per card");
-  const std::size_t batch = static_cast<std::size_t>(config_.batch_size);
-  const std::size_t round_size = batch * cards;
+  const std::size_t round_size = batch * static_cast<std::size_t>(cards);
   const std::size_t round_begin = index * round_size;
   const auto c = static_cast<std::size_t>(card);
   if (index + 1 < rounds) return BatchSpan{round_begin + c * batch, round_begin + (c + 1) * batch};
   // Last round: spread the remaining instances evenly.
-  const std::size_t left = order_.size() - round_begin;
-  const std::size_t base = left / cards;
-  const std::size_t extra = left % cards;
+  const std::size_t left = n - round_begin;
+  const std::size_t base = left / static_cast<std::size_t>(cards);
+  const std::size_t extra = left % static_cast<std::size_t>(cards);
   const std::size_t begin = round_begin + c * base + std::min(c, extra);
   return BatchSpan{begin, begin + base + (c < extra ? 1 : 0)};
+}
+
+std::size_t InMemoryDataset::num_batches_per_card(int cards) const {
+  return batches_per_card(order_.size(), static_cast<std::size_t>(config_.batch_size), cards);
+}
+
+BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) const {
+  return batch_span_of(order_.size(), static_cast<std::size_t>(config_.batch_size), card, cards,
+                       index);
 }
 
 void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* batch) const {

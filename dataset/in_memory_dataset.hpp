@@ -29,6 +29,11 @@ struct BatchSpan {
   std::size_t size() const { return end - begin; }
 };
 
+// The tail policy above for `n` instances in batches of `batch` over `cards` cards: batches per
+// card, and which instances batch `index` of `card` holds.
+std::size_t batches_per_card(std::size_t n, std::size_t batch, int cards);
+BatchSpan batch_span_of(std::size_t n, std::size_t batch, int card, int cards, std::size_t index);
+
 // Thread-safety: the loading and mutating members (load_into_memory, local_shuffle,
 // release_memory, set_*) need exclusive access; the const members may run concurrently, e.g.
 // one fill_batch per card thread.

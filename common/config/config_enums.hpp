@@ -143,9 +143,10 @@ inline constexpr EnumName<SyncMode> kSyncModeNames[] = {{SyncMode::kGpubox, "gpu
                                                         {SyncMode::kSync, "sync"},
                                                         {SyncMode::kGeo, "geo"}};
 
-// runner.reader_type: how a pass is read. A pass is always loaded into memory.
-enum class ReaderType { kInMemoryDataset };
+// runner.reader_type: how a pass is read, PaddleRec's spellings: loaded into memory whole
+// (dataset/in_memory_dataset.hpp), or streamed through a bounded queue (queue_dataset.hpp).
+enum class ReaderType { kInMemoryDataset, kQueueDataset };
 inline constexpr EnumName<ReaderType> kReaderTypeNames[] = {
-    {ReaderType::kInMemoryDataset, "InmemoryDataset"}};
+    {ReaderType::kInMemoryDataset, "InmemoryDataset"}, {ReaderType::kQueueDataset, "QueueDataset"}};
 
 }  // namespace gpubox::config

@@ -217,6 +217,55 @@ TEST_F(PsModes, TwoTrainersOnTwoServersInEveryMode) {
   }
 }
 
+// runner.reader_type QueueDataset streams each pass (the sync mode reads it once more to count
+// its batches): with one training thread and no shuffle the batches and their order are
+// InmemoryDataset's, so every mode ends with the same model bit for bit; two trainers in sync
+// mode (the count agreed over the job from each trainer's scan) still learn the planted model.
+TEST_F(PsModes, QueueDatasetReachesInMemoryDatasetsModelInEveryMode) {
+  for (const char* mode : {"async", "sync", "geo"}) {
+    SCOPED_TRACE(mode);
+    const std::vector<std::string> base = {std::string("runner.sync_mode=") + mode,
+                                           "runner.geo_step=4"};
+    std::vector<std::string> queued = base;
+    queued.push_back("runner.reader_type=QueueDataset");
+    const Outcome held = run(base, 1, 1);
+    const Outcome streamed = run(queued, 1, 1);
+    std::printf("%s: QueueDataset test auc %.6f, InmemoryDataset %.6f\n", mode, streamed.test_auc,
+                held.test_auc);
+    EXPECT_EQ(streamed.test_auc, held.test_auc);
+    EXPECT_EQ(streamed.dense, held.dense);
+  }
+  const Outcome two = run({"runner.sync_mode=sync", "runner.reader_type=QueueDataset"}, 2, 2);
+  EXPECT_NEAR(two.test_auc, planted_auc_, kPlantedTolerance);
+}
+
+// The gpubox mode with QueueDataset: each pass read once for its keys (begin_pass), then
+// streamed to the cards; on two cards, with runner.prefetch_passes off and on (the next pass's
+// keys read and its rows staged ahead), the same model as InmemoryDataset's without a shuffle.
+TEST_F(PsModes, QueueDatasetInTheGpuboxModeEqualsInMemoryDataset) {
+  const auto test = data_files((root_ / "test").string());
+  auto train_with = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                          "runner.test_data_dir=", "runner.epochs=2"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    TrainerEnv env;
+    env.selected_cards = "0,1";
+    env.threads_per_card = 1;
+    Trainer trainer(config(overrides), env);
+    trainer.train();
+    return std::make_pair(trainer.evaluate(test, false).metrics.auc, trainer.dense_values(0));
+  };
+  const auto held = train_with({});
+  for (const char* prefetch : {"runner.prefetch_passes=0", "runner.prefetch_passes=1"}) {
+    SCOPED_TRACE(prefetch);
+    const auto streamed = train_with({"runner.reader_type=QueueDataset", prefetch});
+    std::printf("gpubox mode, 2 cards, %s: QueueDataset test auc %.6f, InmemoryDataset %.6f\n",
+                prefetch, streamed.first, held.first);
+    EXPECT_EQ(streamed.first, held.first);
+    EXPECT_EQ(streamed.second, held.second);
+  }
+}
+
 // A server that dies mid-job: the trainer's next call fails after runner.server_timeout_s,
 // naming the server, never a hang.
 TEST_F(PsModes, ADeadServerEndsTheJobWithAnErrorNamingIt) {

@@ -50,8 +50,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.geo_step = doc.get_int("runner.geo_step");
   r.dense_sync_steps = doc.get_int("runner.dense_sync_steps");
   r.split_file_list = doc.get_bool("runner.split_file_list");
-  // One choice so far: read so that a later reader is a new name, not a key.
-  doc.get_enum("runner.reader_type", config::kReaderTypeNames);
+  r.reader_type = doc.get_enum("runner.reader_type", config::kReaderTypeNames);
 
   HyperParameters& h = c.hyper;
   const std::string o = "hyper_parameters.optimizer.";

@@ -27,6 +27,7 @@ using SaveKind = table::SaveKind;
 using ResumeMode = config::ResumeMode;
 // runner.sync_mode: gpubox | async | sync | geo.
 using SyncMode = config::SyncMode;
+using ReaderType = config::ReaderType;
 
 struct RunnerConfig {
   // Paths: relative ones in the config file are resolved against the config file's folder; in
@@ -58,6 +59,7 @@ struct RunnerConfig {
   int geo_step = 0;                        // runner.geo_step: geo mode's push interval
   int dense_sync_steps = 0;                // runner.dense_sync_steps: async/sync dense interval
   bool split_file_list = false;            // runner.split_file_list: PS modes' file shards
+  ReaderType reader_type = ReaderType::kInMemoryDataset;  // runner.reader_type: held or streamed
 };
 
 struct HyperParameters {

@@ -9,6 +9,7 @@
 #include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
+#include "dataset/queue_dataset.hpp"
 #include "heterps/ps/card_tier.hpp"
 
 namespace gpubox::trainer {
@@ -28,8 +29,8 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   Timer timer;
   auto prepared = std::make_unique<PreparedPass>();
   prepared->pass = pass;
-  prepared->data = read(pass);
-  prepared->keys = prepared->data->unique_keys_and_slots();
+  read(pass, prepared.get());
+  if (prepared->data != nullptr) prepared->keys = prepared->data->unique_keys_and_slots();
   std::vector<uint64_t> sorted = prepared->keys.keys;
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
@@ -62,7 +63,8 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     jobs_.pop_front();
     prepared = job.ready.get();  // a failure to read the pass is thrown here
     const double mib = 1.0 / (1 << 20);
-    const std::size_t held = prepared->data->memory_bytes() + prepared->staged.bytes();
+    const std::size_t data_bytes = prepared->data ? prepared->data->memory_bytes() : 0;
+    const std::size_t held = data_bytes + prepared->staged.bytes();
     std::string budget;
     if (host_budget_bytes_ > 0) {
       budget = ", " + std::to_string(static_cast<int>(100.0 * held / host_budget_bytes_ + 0.5)) +
@@ -70,7 +72,7 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
                " MiB, on top of it";
     }
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
-                     << " s, data set " << prepared->data->memory_bytes() * mib << " MiB) and "
+                     << " s, data set " << data_bytes * mib << " MiB) and "
                      << prepared->staged.keys.size() << " of its " << prepared->keys.keys.size()
                      << " keys staged (" << prepared->staged.bytes() * mib << " MiB, "
                      << prepared->staged.seconds << " s) while the pass before it trained ("

@@ -35,7 +35,8 @@
 namespace gpubox {
 namespace dataset {
 class InMemoryDataset;
-}
+class QueueDataset;
+}  // namespace dataset
 namespace ps {
 class CardTier;
 }
@@ -44,7 +45,10 @@ namespace trainer {
 // One pass ready for its begin_pass.
 struct PreparedPass {
   int64_t pass = 0;
-  std::unique_ptr<dataset::InMemoryDataset> data;            // read and shuffled
+  // runner.reader_type InmemoryDataset: the pass read and shuffled. QueueDataset: `stream`, read
+  // once for `keys` (scan), streamed again by the steps.
+  std::unique_ptr<dataset::InMemoryDataset> data;
+  std::unique_ptr<dataset::QueueDataset> stream;
   dataset::UniqueKeys keys;                                  // its unique keys and their slots
   std::shared_ptr<const std::vector<uint64_t>> sorted_keys;  // the same keys, sorted
   pass::StagedRows staged;    // rows fetched ahead (empty when not prefetched)
@@ -53,9 +57,10 @@ struct PreparedPass {
   double waited_seconds = 0;  // what take() waited for it on the controlling thread
 };
 
-// Reads pass `pass`'s files (its slice of the schedule, shuffled with that pass's seed): the
-// trainer's own reading, so a pass read ahead is the one read in place.
-using ReadPass = std::function<std::unique_ptr<dataset::InMemoryDataset>(int64_t pass)>;
+// Reads pass `pass`'s files (its slice of the schedule, shuffled with that pass's seed) into
+// `into`: its `data`, or its `stream` and `keys`. The trainer's own reading, so a pass read ahead
+// is the one read in place.
+using ReadPass = std::function<void(int64_t pass, PreparedPass* into)>;
 
 // Reads pass `pass` now and collects its keys (no staging).
 std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass);

@@ -20,6 +20,7 @@
 #include "dataset/data_files.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/load_report.hpp"
+#include "dataset/queue_dataset.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
@@ -126,11 +127,11 @@ struct StepPlan {
   std::size_t steps() const { return global_batch.size(); }
 };
 
-StepPlan agree_step_plan(const dataset::InMemoryDataset& ds, int cards, device::Card& card,
+StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, device::Card& card,
                          comm::Communicator& comm) {
   const device::Stream& stream = card.stream();
   StepPlan plan;
-  plan.local_batches = ds.num_batches_per_card(cards);
+  plan.local_batches = dataset::batches_per_card(instances, batch, cards);
   auto counts = card.make_buffer<int64_t>(static_cast<std::size_t>(comm.size()));
   auto mine = device::to_device(std::vector<int64_t>{static_cast<int64_t>(plan.local_batches)},
                                 card.memory(), stream);
@@ -139,8 +140,10 @@ StepPlan agree_step_plan(const dataset::InMemoryDataset& ds, int cards, device::
   int64_t steps = 0;
   for (int64_t n : device::to_host(counts)) steps = std::max(steps, n);
   std::vector<int64_t> sizes(static_cast<std::size_t>(steps), 0);
-  for (std::size_t b = 0; b < plan.local_batches; ++b)
-    sizes[b] = static_cast<int64_t>(ds.batch_span(card.local_index(), cards, b).size());
+  for (std::size_t b = 0; b < plan.local_batches; ++b) {
+    sizes[b] = static_cast<int64_t>(
+        dataset::batch_span_of(instances, batch, card.local_index(), cards, b).size());
+  }
   auto global = device::to_device(sizes, card.memory(), stream);
   comm.all_reduce_sum(global.data(), global.data(), sizes.size(), stream);
   comm.synchronize(stream, "the pass's batch sizes");
@@ -148,14 +151,36 @@ StepPlan agree_step_plan(const dataset::InMemoryDataset& ds, int cards, device::
   return plan;
 }
 
-// Batch `b` of this card: the dataset's while it has one, else an empty batch.
-void fill_step_batch(const dataset::InMemoryDataset& ds, const StepPlan& plan, int card, int cards,
-                     std::size_t b, const dataset::DatasetConfig& config, dataset::Batch* batch) {
-  if (b < plan.local_batches) {
-    ds.fill_batch(card, cards, b, batch);
-  } else {
+// Batch `b` of this card: the dataset's (held, or the stream's next) while it has one, else an
+// empty batch.
+void fill_step_batch(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
+                     const StepPlan& plan, int card, int cards, std::size_t b,
+                     const dataset::DatasetConfig& config, dataset::Batch* batch) {
+  if (b >= plan.local_batches) {
     dataset::assemble_batch(nullptr, 0, static_cast<int>(config.slots.size()), config.dense_dim,
                             batch);
+  } else if (stream != nullptr) {
+    GPUBOX_EXPECTS(stream->next_batch(card, batch), "the pass's stream ended at batch ", b, " of ",
+                   plan.local_batches);
+  } else {
+    ds->fill_batch(card, cards, b, batch);
+  }
+}
+
+// What a read pass (or evaluation data) tells the log; throws when it holds no valid instance:
+// nothing to learn from or to measure (the metrics would be NaN and a save would store an
+// unchanged model as if a pass had run).
+void report_read(const dataset::LoadStats& stats, std::size_t instances,
+                 const std::vector<std::string>& files, const std::string& what) {
+  const dataset::LoadMessages messages = dataset::load_messages(stats);
+  for (const std::string& line : messages.info) GPUBOX_LOG(INFO) << what << ": " << line;
+  for (const std::string& line : messages.warnings) GPUBOX_LOG(WARNING) << what << ": " << line;
+  if (instances == 0) {
+    std::string names;
+    for (std::size_t i = 0; i < files.size() && i < 10; ++i) names += (i ? ", " : "") + files[i];
+    if (files.size() > 10) names += ", ...";
+    GPUBOX_FAIL(what, ": no valid instance in ", files.size(), " file(s) (", stats.lines,
+                " lines, ", stats.skipped_lines(), " malformed): ", names);
   }
 }
 
@@ -320,19 +345,7 @@ std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
   ds->set_filelist(files);
   const Status st = ds->load_into_memory();
   if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
-  const dataset::LoadStats& stats = ds->load_stats();
-  const dataset::LoadMessages messages = dataset::load_messages(stats);
-  for (const std::string& line : messages.info) GPUBOX_LOG(INFO) << what << ": " << line;
-  for (const std::string& line : messages.warnings) GPUBOX_LOG(WARNING) << what << ": " << line;
-  // Nothing to learn from or to measure: the metrics would be NaN and a save would store an
-  // unchanged model as if a pass had run.
-  if (ds->size() == 0) {
-    std::string names;
-    for (std::size_t i = 0; i < files.size() && i < 10; ++i) names += (i ? ", " : "") + files[i];
-    if (files.size() > 10) names += ", ...";
-    GPUBOX_FAIL(what, ": no valid instance in ", files.size(), " file(s) (", stats.lines,
-                " lines, ", stats.skipped_lines(), " malformed): ", names);
-  }
+  report_read(ds->load_stats(), ds->size(), files, what);
   return ds;
 }
 
@@ -341,18 +354,35 @@ void Trainer::print_report(const PassReport& report, const std::string& prefix) 
   std::fflush(stdout);
 }
 
-std::unique_ptr<dataset::InMemoryDataset> Trainer::read_pass(const std::vector<std::string>& files,
-                                                             int64_t pass) const {
-  auto ds = load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers),
-                         "pass " + std::to_string(pass));
-  if (config_.runner.shuffle) ds->local_shuffle(config_.runner.seed * 1000003 + pass);
-  return ds;
+void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
+                        PreparedPass* into) const {
+  const std::vector<std::string> share = trainer_file_share(files, env_.trainer_id, env_.trainers);
+  const std::string what = "pass " + std::to_string(pass);
+  if (config_.runner.reader_type != ReaderType::kQueueDataset) {
+    into->data = load_dataset(share, what);
+    if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+    return;
+  }
+  // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
+  // step; memory: the keys, not the instances), streamed again by run_pass.
+  into->stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
+  if (share.empty() && env_.trainers > 1) {
+    GPUBOX_LOG(INFO) << what << ": trainer " << env_.trainer_id << " of " << env_.trainers
+                     << " has no file of it";
+  } else {
+    into->stream->set_filelist(share);
+  }
+  const Status st = into->stream->scan(&into->keys);
+  if (!st.ok()) GPUBOX_FAIL("reading ", what, " for its keys: ", st.message());
+  if (!share.empty() || env_.trainers == 1) {
+    report_read(into->stream->load_stats(), into->stream->size(), share, what);
+  }
 }
 
 PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   Timer timer;
-  const auto prepared =
-      prepare_pass([&](int64_t pass) { return read_pass(files, pass); }, pass_id_);
+  const auto prepared = prepare_pass(
+      [&](int64_t pass, PreparedPass* into) { read_pass(files, pass, into); }, pass_id_);
   prepared->waited_seconds = timer.seconds();
   return run_pass(*prepared);
 }
@@ -362,7 +392,10 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
   const int64_t pass = prepared.pass;  // from 0, as PaddleRec numbers its epochs
   pass_id_ = pass + 1;
   Timer pass_timer;
-  const dataset::InMemoryDataset* ds = prepared.data.get();
+  const dataset::InMemoryDataset* ds = prepared.data.get();  // one of these two
+  dataset::QueueDataset* stream = prepared.stream.get();
+  const std::size_t instances = ds != nullptr ? ds->size() : stream->size();
+  const auto batch_size = static_cast<std::size_t>(config_.dataset.batch_size);
   // What the pass boundary waited for the pass's data: reading it now, or what was left of
   // reading it ahead.
   const double load_seconds = prepared.waited_seconds;
@@ -381,50 +414,73 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
   std::vector<device::DeviceCounts> steady(static_cast<std::size_t>(cards));
   // Per card: bytes sent to other trainer processes over the steady steps.
   std::vector<uint64_t> steady_interprocess(static_cast<std::size_t>(cards), 0);
-  s.cards.run_on_cards(
-      [&](device::Card& card) {
-        CardWorker& worker = *s.workers[card.local_index()];
-        worker.metrics().reset();
-        StepPlan& plan = plans[card.local_index()];
-        plan = agree_step_plan(*ds, cards, card, s.group->at(card.local_index()));
-        const std::size_t batches = plan.steps();
-        dataset::Batch batch;
-        Timer card_timer;
-        double last_redraw = 0;
-        int64_t examples = 0;
-        for (std::size_t b = 0; b < batches; ++b) {
-          fill_step_batch(*ds, plan, card.local_index(), cards, b, config_.dataset, &batch);
-          const int64_t global = plan.global_batch[b];
-          // Card 0's progress line: the running AUC is computed on the card and read with the
-          // step's own last wait, so printing it costs the other cards nothing. On a terminal
-          // the line is redrawn in place, at most 4 times a second besides print_interval.
-          const bool redraw =
-              tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
-          const bool progress = card.local_index() == 0 && env_.trainer_id == 0 &&
-                                ((b + 1) % interval == 0 || redraw);
-          const uint64_t sent_before = s.group->at(card.local_index()).bytes_to_other_processes();
-          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
-          if (b >= kWarmupSteps) {
-            steady[card.local_index()] += worker.last_step_counts();
-            steady_interprocess[card.local_index()] +=
-                s.group->at(card.local_index()).bytes_to_other_processes() - sent_before;
+  if (stream != nullptr) {
+    stream->start(cards);
+    GPUBOX_LOG(INFO) << "pass " << pass << ": " << stream->memory_note();
+  }
+  try {
+    s.cards.run_on_cards(
+        [&](device::Card& card) {
+          CardWorker& worker = *s.workers[card.local_index()];
+          worker.metrics().reset();
+          StepPlan& plan = plans[card.local_index()];
+          plan =
+              agree_step_plan(instances, batch_size, cards, card, s.group->at(card.local_index()));
+          const std::size_t batches = plan.steps();
+          dataset::Batch batch;
+          Timer card_timer;
+          double last_redraw = 0;
+          int64_t examples = 0;
+          for (std::size_t b = 0; b < batches; ++b) {
+            fill_step_batch(ds, stream, plan, card.local_index(), cards, b, config_.dataset,
+                            &batch);
+            const int64_t global = plan.global_batch[b];
+            // Card 0's progress line: the running AUC is computed on the card and read with the
+            // step's own last wait, so printing it costs the other cards nothing. On a terminal
+            // the line is redrawn in place, at most 4 times a second besides print_interval.
+            const bool redraw =
+                tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
+            const bool progress = card.local_index() == 0 && env_.trainer_id == 0 &&
+                                  ((b + 1) % interval == 0 || redraw);
+            const uint64_t sent_before = s.group->at(card.local_index()).bytes_to_other_processes();
+            worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
+            if (b >= kWarmupSteps) {
+              steady[card.local_index()] += worker.last_step_counts();
+              steady_interprocess[card.local_index()] +=
+                  s.group->at(card.local_index()).bytes_to_other_processes() - sent_before;
+            }
+            examples += global;
+            if (progress) {
+              const double elapsed = card_timer.seconds();
+              last_redraw = elapsed;
+              const std::string line =
+                  format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
+                                       worker.progress_auc(), elapsed);
+              std::lock_guard<std::mutex> lock(print_mu);
+              // On a terminal: back to the line's start, and clear what a longer line left.
+              std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
+              std::fflush(stdout);
+            }
           }
-          examples += global;
-          if (progress) {
-            const double elapsed = card_timer.seconds();
-            last_redraw = elapsed;
-            const std::string line =
-                format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
-                                     worker.progress_auc(), elapsed);
-            std::lock_guard<std::mutex> lock(print_mu);
-            // On a terminal: back to the line's start, and clear what a longer line left.
-            std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
-            std::fflush(stdout);
-          }
-        }
-        worker.all_reduce_metrics();
-      },
-      [&](const std::string& why) { s.group->abort(why); });
+          worker.all_reduce_metrics();
+        },
+        [&](const std::string& why) {
+          s.group->abort(why);
+          if (stream != nullptr) stream->abort(why);
+        });
+  } catch (const Error&) {
+    // The stream's own failure (a file, pipe_command, its second read differing from the first)
+    // is the pass's error, also when a card stopped for it first.
+    const Status read = stream != nullptr ? stream->finish() : Status::OK();
+    if (!read.ok() && read.code() != Status::Code::kAborted) {
+      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+    }
+    throw;
+  }
+  if (stream != nullptr) {
+    const Status read = stream->finish();
+    if (!read.ok()) GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+  }
   const std::size_t batches = plans.front().steps();
   if (tty && batches >= static_cast<std::size_t>(1)) std::printf("\n");
   const double train_seconds = phase.seconds();
@@ -447,7 +503,9 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
                   {"created", static_cast<double>(begin.created)},
                   {"evicted", static_cast<double>(begin.evicted)},
                   {"written_back", static_cast<double>(end.written_back)},
-                  {"skipped_lines", static_cast<double>(ds->load_stats().skipped_lines())}};
+                  {"skipped_lines",
+                   static_cast<double>(
+                       (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
   append_step_counts(steady, batches > kWarmupSteps ? batches - kWarmupSteps : 0, &report);
   if (env_.trainers > 1) {
     report.extra.emplace_back("trainer", env_.trainer_id);
@@ -482,10 +540,13 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
         worker.metrics().reset();
-        const StepPlan plan = agree_step_plan(*ds, cards, card, s.group->at(card.local_index()));
+        const StepPlan plan =
+            agree_step_plan(ds->size(), static_cast<std::size_t>(ds->config().batch_size), cards,
+                            card, s.group->at(card.local_index()));
         dataset::Batch batch;
         for (std::size_t b = 0; b < plan.steps(); ++b) {
-          fill_step_batch(*ds, plan, card.local_index(), cards, b, config_.dataset, &batch);
+          fill_step_batch(ds.get(), nullptr, plan, card.local_index(), cards, b, config_.dataset,
+                          &batch);
           worker.eval_step(batch);
           if (keep_predictions && b < plan.local_batches) {
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
@@ -574,7 +635,9 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
   // The passes after the one training are read and staged ahead (runner.prefetch_passes).
   PassPipeline pipeline(
       *s.card_tier, config_.runner.prefetch_passes,
-      [&](int64_t pass) { return read_pass(pass_files[pass % per_epoch], pass); },
+      [&](int64_t pass, PreparedPass* into) {
+        read_pass(pass_files[pass % per_epoch], pass, into);
+      },
       config_.host_tier.table.memory_budget_bytes);
   if (pipeline.depth() > 0 && total > 1) {
     GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << pipeline.depth()

@@ -139,8 +139,7 @@ class Trainer {
   void print_report(const PassReport& report, const std::string& prefix) const;
   // Pass `pass` over `files`: read and shuffled with that pass's seed (thread-safe: the pass
   // pipeline calls it from its threads).
-  std::unique_ptr<dataset::InMemoryDataset> read_pass(const std::vector<std::string>& files,
-                                                      int64_t pass) const;
+  void read_pass(const std::vector<std::string>& files, int64_t pass, PreparedPass* into) const;
   // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass;
   // `begun` (optional) runs after begin_pass, before the steps.
   PassReport run_pass(PreparedPass& prepared, const std::function<void()>& begun = {});

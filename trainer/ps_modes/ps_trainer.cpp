@@ -13,6 +13,7 @@
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/load_report.hpp"
+#include "dataset/queue_dataset.hpp"
 #include "heterps/device/card.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -171,19 +172,51 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
                  env_.trainers, " gets none of the ", files.size(),
                  " files (runner.split_file_list shares them among the trainers: give at least ",
                  env_.trainers, " files)");
-  dataset::InMemoryDataset ds(config_.dataset);
-  ds.set_filelist(share);
-  const Status loaded = ds.load_into_memory();
-  if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
-  for (const std::string& line : dataset::load_messages(ds.load_stats()).warnings) {
-    GPUBOX_LOG(WARNING) << "pass " << pass << ": " << line;
-  }
-  if (config_.runner.shuffle) ds.local_shuffle(config_.runner.seed * 1000003 + pass);
-  const double load_seconds = pass_timer.seconds();
-
+  // The pass's data: held whole (InmemoryDataset), or streamed (QueueDataset): in the sync mode
+  // read once first for its batch count (every trainer takes as many steps as the longest).
   const int threads = s.cards.num_local_cards();
-  const std::size_t batches = ds.num_batches_per_card(threads);
+  std::unique_ptr<dataset::InMemoryDataset> held;
+  std::unique_ptr<dataset::QueueDataset> stream;
+  std::size_t batches = 0;
+  if (config_.runner.reader_type == ReaderType::kQueueDataset) {
+    stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
+    stream->set_filelist(share);
+    if (mode == SyncMode::kSync) {
+      const Status counted = stream->scan();
+      if (!counted.ok()) GPUBOX_FAIL("reading pass ", pass, " (to count it): ", counted.message());
+      batches = stream->num_batches_per_card(threads);
+    }
+    stream->start(threads);
+    GPUBOX_LOG(INFO) << "pass " << pass << ": " << stream->memory_note();
+  } else {
+    held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
+    held->set_filelist(share);
+    const Status loaded = held->load_into_memory();
+    if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
+    for (const std::string& line : dataset::load_messages(held->load_stats()).warnings) {
+      GPUBOX_LOG(WARNING) << "pass " << pass << ": " << line;
+    }
+    if (config_.runner.shuffle) held->local_shuffle(config_.runner.seed * 1000003 + pass);
+    batches = held->num_batches_per_card(threads);
+  }
+  const double load_seconds = pass_timer.seconds();
   std::size_t steps = batches;
+  // async and geo take a stream's batches until it ends; everything else `steps` of them.
+  const bool open_ended = stream != nullptr && mode != SyncMode::kSync;
+  // Thread t's batch of step b; false when the thread has no step left.
+  const auto next_batch = [&](int t, std::size_t b, dataset::Batch* batch) {
+    if (open_ended) return stream->next_batch(t, batch);
+    if (b >= steps) return false;
+    if (b >= batches) {
+      *batch = dataset::Batch{};  // an empty step: this trainer has no batch left
+    } else if (stream != nullptr) {
+      GPUBOX_EXPECTS(stream->next_batch(t, batch), "pass ", pass, ": its stream ended at batch ", b,
+                     " of ", batches);
+    } else {
+      held->fill_batch(t, threads, b, batch);
+    }
+    return true;
+  };
   const std::string barrier_prefix = "ps_sync/" + std::to_string(pass) + "/";
   // Thread 0's barriers of all trainers. Each arrival is counted first in kProgressTable, so a
   // timeout names the trainers behind the furthest one.
@@ -230,35 +263,56 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   const int dense_every =
       mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps;
   Timer train_timer;
-  s.cards.run_on_cards(
-      [&](device::Card& card) {
-        const int t = card.local_index();
-        PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
-        worker.metrics().reset();
-        dataset::Batch batch;
-        for (std::size_t b = 0; b < steps; ++b) {
-          if (b < batches) {
-            ds.fill_batch(t, threads, b, &batch);
-          } else {
-            batch = dataset::Batch{};  // an empty step: this trainer has no batch left
+  std::size_t steps_taken = 0;  // thread 0's
+  // A stream's own failure (a file, pipe_command, strict_parse) is the pass's error, also when
+  // a training thread stopped for it first; the steps taken before it stay taken: a streamed
+  // pass is never whole in memory to be checked first.
+  const auto stream_failure = [&] {
+    const Status read = stream->finish();
+    if (!read.ok() && read.code() != Status::Code::kAborted) {
+      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+    }
+  };
+  try {
+    s.cards.run_on_cards(
+        [&](device::Card& card) {
+          const int t = card.local_index();
+          PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
+          worker.metrics().reset();
+          dataset::Batch batch;
+          std::size_t b = 0;
+          for (; next_batch(t, b, &batch); ++b) {
+            worker.train_step(batch, pass, static_cast<int64_t>(b));
+            const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
+            if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
+            if (dense_step) worker.sync_dense(dense_scale);
+            if (mode == SyncMode::kSync) {
+              local.wait();  // every thread's updates of this step are on the servers
+              if (t == 0) barrier(std::to_string(b), "step " + std::to_string(b));
+              local.wait();  // ... and every trainer's
+              if (dense_step) worker.sync_dense(0.0f);
+            }
           }
-          worker.train_step(batch, pass, static_cast<int64_t>(b));
-          const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
-          if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
-          if (dense_step) worker.sync_dense(dense_scale);
-          if (mode == SyncMode::kSync) {
-            local.wait();  // every thread's updates of this step are on the servers
-            if (t == 0) barrier(std::to_string(b), "step " + std::to_string(b));
-            local.wait();  // ... and every trainer's
-            if (dense_step) worker.sync_dense(0.0f);
-          }
-        }
-        // The end of a pass: what is left goes to the servers.
-        if (mode == SyncMode::kGeo) worker.sync_rows();
-        if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
-      },
-      [&](const std::string& why) { local.abort(why); });
+          // The end of a pass: what is left goes to the servers.
+          if (mode == SyncMode::kGeo) worker.sync_rows();
+          if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
+          if (t == 0) steps_taken = b;
+        },
+        [&](const std::string& why) {
+          local.abort(why);
+          if (stream != nullptr) stream->abort(why);
+        });
+  } catch (const Error&) {
+    if (stream != nullptr) stream_failure();
+    throw;
+  }
   const double train_seconds = train_timer.seconds();
+  if (stream != nullptr) {
+    stream_failure();
+    for (const std::string& line : dataset::load_messages(stream->load_stats()).warnings) {
+      GPUBOX_LOG(WARNING) << "pass " << pass << ": " << line;
+    }
+  }
 
   std::vector<double> sums;
   for (auto& worker : s.workers) {
@@ -270,36 +324,60 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   report.seconds = pass_timer.seconds();
   report.cards = threads;
   report.metrics = compute_metrics(sums.data(), s.workers[0]->metrics().buckets());
-  report.extra = {{"load_seconds", load_seconds},
-                  {"train_seconds", train_seconds},
-                  {"steps", static_cast<double>(steps)},
-                  {"trainer_id", static_cast<double>(env_.trainer_id)},
-                  {"trainers", static_cast<double>(env_.trainers)},
-                  {"skipped_lines", static_cast<double>(ds.load_stats().skipped_lines())}};
+  report.extra = {
+      {"load_seconds", load_seconds},
+      {"train_seconds", train_seconds},
+      {"steps", static_cast<double>(steps_taken)},
+      {"trainer_id", static_cast<double>(env_.trainer_id)},
+      {"trainers", static_cast<double>(env_.trainers)},
+      {"skipped_lines",
+       static_cast<double>((stream ? stream->load_stats() : held->load_stats()).skipped_lines())}};
   return report;
 }
 
 EvalResult PsTrainer::evaluate(const std::vector<std::string>& files) {
   State& s = *state_;
-  dataset::InMemoryDataset ds(config_.dataset);
-  ds.set_filelist(files);
-  const Status loaded = ds.load_into_memory();
-  if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
-  ds.set_batch_size(config_.runner.infer_batch_size);
+  // Read like the training passes: held whole, or streamed (one consumer: thread 0).
+  std::unique_ptr<dataset::InMemoryDataset> held;
+  std::unique_ptr<dataset::QueueDataset> stream;
+  if (config_.runner.reader_type == ReaderType::kQueueDataset) {
+    stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
+    stream->set_filelist(files);
+    stream->set_batch_size(config_.runner.infer_batch_size);
+    stream->start(1);
+  } else {
+    held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
+    held->set_filelist(files);
+    const Status loaded = held->load_into_memory();
+    if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
+    held->set_batch_size(config_.runner.infer_batch_size);
+  }
   EvalResult result;
-  s.cards.run_on_cards([&](device::Card& card) {
-    if (card.local_index() != 0) return;
-    PsWorker& worker = *s.workers[0];
-    worker.sync_dense(0.0f);  // the servers' dense table
-    worker.metrics().reset();
-    dataset::Batch batch;
-    const std::size_t batches = ds.num_batches_per_card(1);
-    for (std::size_t b = 0; b < batches; ++b) {
-      ds.fill_batch(0, 1, b, &batch);
-      worker.eval_step(batch);
-    }
-    result.metrics = worker.metrics().compute();
-  });
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        if (card.local_index() != 0) return;
+        PsWorker& worker = *s.workers[0];
+        worker.sync_dense(0.0f);  // the servers' dense table
+        worker.metrics().reset();
+        dataset::Batch batch;
+        if (stream != nullptr) {
+          while (stream->next_batch(0, &batch)) worker.eval_step(batch);
+        } else {
+          const std::size_t batches = held->num_batches_per_card(1);
+          for (std::size_t b = 0; b < batches; ++b) {
+            held->fill_batch(0, 1, b, &batch);
+            worker.eval_step(batch);
+          }
+        }
+        result.metrics = worker.metrics().compute();
+      },
+      [&](const std::string& why) {
+        if (stream != nullptr) stream->abort(why);
+      });
+  if (stream != nullptr) {
+    const Status read = stream->finish();
+    if (!read.ok()) GPUBOX_FAIL("reading evaluation data: ", read.message());
+  }
   return result;
 }
 

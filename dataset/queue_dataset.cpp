@@ -1,0 +1,379 @@
+#include "dataset/queue_dataset.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "dataset/format_detect.hpp"
+#include "dataset/input_reader.hpp"
+#include "dataset/line_reader.hpp"
+#include "dataset/pipe_command.hpp"
+
+namespace gpubox::dataset {
+
+// One file's chunks on their way from its reader to the assembler, in order.
+struct QueueDataset::Channel {
+  std::deque<InstanceBlock> chunks;
+  bool done = false;  // the reader finished (status and stats are final)
+  Status status;
+  bool strict_failure = false;
+  LoadStats stats;
+};
+
+// batch_size x cards instances (fewer in the last round) and how many cards took theirs.
+struct QueueDataset::Round {
+  InstanceBlock block;
+  int taken = 0;
+};
+
+QueueDataset::QueueDataset(DatasetConfig config) : config_(std::move(config)) {
+  throw_if_error(validate(config_));
+}
+
+QueueDataset::~QueueDataset() { stop_stream(); }
+
+void QueueDataset::set_batch_size(int batch_size) {
+  GPUBOX_EXPECTS(batch_size >= 1, "batch_size must be >= 1, got ", batch_size);
+  config_.batch_size = batch_size;
+}
+
+void QueueDataset::set_queue_rounds(std::size_t rounds) {
+  GPUBOX_EXPECTS(rounds >= 1, "queue rounds must be >= 1, got ", rounds);
+  queue_rounds_ = rounds;
+}
+
+std::size_t QueueDataset::num_batches_per_card(int cards) const {
+  GPUBOX_EXPECTS(scanned_, "QueueDataset: num_batches_per_card before scan()");
+  return batches_per_card(scanned_instances_, static_cast<std::size_t>(config_.batch_size), cards);
+}
+
+BatchSpan QueueDataset::batch_span(int card, int cards, std::size_t index) const {
+  GPUBOX_EXPECTS(scanned_, "QueueDataset: batch_span before scan()");
+  return batch_span_of(scanned_instances_, static_cast<std::size_t>(config_.batch_size), card,
+                       cards, index);
+}
+
+std::size_t QueueDataset::bound_instances() const {
+  const std::size_t round =
+      static_cast<std::size_t>(config_.batch_size) * static_cast<std::size_t>(std::max(1, cards_));
+  const std::size_t readers = static_cast<std::size_t>(config_.thread_num);
+  return (queue_rounds_ + 1) * round + ((readers + 1) * kChunksPerFile + 1) * kChunkInstances;
+}
+
+std::size_t QueueDataset::peak_queued_instances() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_queued_;
+}
+
+std::string QueueDataset::memory_note() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream out;
+  out << "runner.reader_type QueueDataset: the pass is streamed in file order (no global "
+         "shuffle), at most "
+      << bound_instances() << " instances queued (" << queue_rounds_ << " rounds of "
+      << config_.batch_size << " x " << std::max(1, cards_) << " cards, and " << config_.thread_num
+      << " reader threads' chunks of " << kChunkInstances << ")";
+  if (bytes_per_instance_ > 0) {
+    out << ", about " << (bound_instances() * bytes_per_instance_ >> 20) << " MiB";
+  }
+  return out.str();
+}
+
+Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink) {
+  const int num_slots = static_cast<int>(config_.slots.size());
+  const std::string pipe_command = pipe_command_line(config_);
+  const auto slots = std::make_shared<const SlotIndex>(config_.slots);
+  const std::size_t files = files_.size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels_.clear();
+    for (std::size_t f = 0; f < files; ++f) channels_.push_back(std::make_unique<Channel>());
+  }
+  // The file the assembler drains: its reader may always add up to kChunksPerFile chunks; the
+  // readers of later files share thread_num x kChunksPerFile, so the head file is never stuck
+  // behind them.
+  std::size_t head = 0;
+  std::size_t waiting_chunks = 0;  // in every channel
+  const std::size_t shared_chunks = static_cast<std::size_t>(config_.thread_num) * kChunksPerFile;
+  std::atomic<std::size_t> next_file{0};
+
+  auto read_files = [&]() {
+    FormatChooser chooser(config_, slots);
+    for (std::size_t f = next_file.fetch_add(1); f < files; f = next_file.fetch_add(1)) {
+      Channel& channel = *channels_[f];
+      LoadStats stats;
+      stats.files = 1;
+      Status status;
+      bool strict_failure = false;
+      InstanceBlock block(num_slots, config_.dense_dim);
+      StatusOr<std::unique_ptr<LineReader>> opened =
+          LineReader::open(files_[f], pipe_command, config_.max_line_bytes);
+      if (!opened.ok()) {
+        status = opened.status();
+      } else {
+        InputHooks hooks;
+        hooks.chunk_instances = kChunkInstances;
+        hooks.keep_going = [&] {
+          std::lock_guard<std::mutex> lock(mu_);
+          return !stop_;
+        };
+        hooks.on_chunk = [&](InstanceBlock* chunk) -> Status {
+          if (chunk->size() == 0) return Status::OK();
+          std::unique_lock<std::mutex> lock(mu_);
+          changed_.wait(lock, [&] {
+            return stop_ || (f == head ? channel.chunks.size() < kChunksPerFile
+                                       : waiting_chunks < shared_chunks);
+          });
+          if (stop_) return Status::Aborted("the stream was stopped");
+          queued_ += chunk->size();
+          peak_queued_ = std::max(peak_queued_, queued_);
+          ++waiting_chunks;
+          channel.chunks.push_back(std::move(*chunk));
+          *chunk = InstanceBlock(num_slots, config_.dense_dim);
+          changed_.notify_all();
+          return Status::OK();
+        };
+        const InputOutcome outcome =
+            read_input(**opened, chooser, config_, files_[f], &block, &stats, hooks);
+        status =
+            pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, config_);
+        strict_failure = outcome.strict_failure;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      channel.done = true;
+      channel.status = std::move(status);
+      channel.strict_failure = strict_failure;
+      channel.stats = std::move(stats);
+      changed_.notify_all();
+      if (stop_) return;
+    }
+  };
+  const int readers =
+      static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(config_.thread_num), files));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < readers; ++r) threads.emplace_back(read_files);
+
+  // Chunks in file order to the sink; the statistics merged in file order.
+  LoadStats merged;
+  Status failure;
+  while (head < files) {
+    Channel& channel = *channels_[head];
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [&] { return stop_ || !channel.chunks.empty() || channel.done; });
+      if (stop_) break;
+      if (channel.chunks.empty()) break;  // done
+      InstanceBlock chunk = std::move(channel.chunks.front());
+      channel.chunks.pop_front();
+      --waiting_chunks;
+      if (bytes_per_instance_ == 0) {
+        bytes_per_instance_ = std::max<std::size_t>(1, chunk.memory_bytes() / chunk.size());
+      }
+      changed_.notify_all();
+      lock.unlock();
+      sink(chunk);  // the sink moves the instances on and counts them out of queued_
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) {
+      failure = Status::Aborted(aborted_.empty() ? "the stream was stopped" : aborted_);
+      break;
+    }
+    if (!channel.status.ok()) failure = channel.status;
+    if (failure.ok() && channel.strict_failure) {
+      failure = Status::Corruption(channel.stats.errors.back().to_string() + " (strict_parse)");
+    }
+    merged.merge(channel.stats, config_.max_reported_errors);
+    if (!failure.ok()) break;
+    ++head;  // under mu_: the readers' room depends on it
+    changed_.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure.ok()) stop_ = true;  // readers still at work stop
+    changed_.notify_all();
+  }
+  for (std::thread& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels_.clear();
+  }
+  stats_ = std::move(merged);
+  return failure;
+}
+
+Status QueueDataset::scan(UniqueKeys* keys) {
+  stop_stream();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+    aborted_.clear();
+    queued_ = 0;
+    cards_ = 1;
+  }
+  std::size_t instances = 0;
+  // Each distinct key with the slot position of its first occurrence in file order.
+  std::unordered_map<std::uint64_t, std::int32_t> first_slot;
+  const Status status = pump([&](const InstanceBlock& chunk) {
+    instances += chunk.size();
+    if (keys != nullptr) {
+      for (std::size_t i = 0; i < chunk.size(); ++i) {
+        const std::uint64_t* key = chunk.keys.data() + chunk.key_begin[i];
+        const std::uint32_t* sizes = chunk.slot_sizes.data() + i * chunk.num_slots;
+        for (int s = 0; s < chunk.num_slots; ++s) {
+          for (std::uint32_t k = 0; k < sizes[s]; ++k, ++key) {
+            if (*key != 0) first_slot.emplace(*key, s);
+          }
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_ -= chunk.size();
+  });
+  scanned_ = status.ok();
+  scanned_instances_ = status.ok() ? instances : 0;
+  if (!status.ok() || keys == nullptr) return status;
+  // InMemoryDataset::unique_keys' order: by the top byte of fmix64(key), then by key.
+  std::vector<std::pair<std::uint64_t, std::int32_t>> sorted(first_slot.begin(), first_slot.end());
+  auto bucket = [](std::uint64_t key) { return fmix64(key) >> 56; };
+  std::sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) {
+    const std::uint64_t ba = bucket(a.first), bb = bucket(b.first);
+    return ba != bb ? ba < bb : a.first < b.first;
+  });
+  keys->keys.resize(sorted.size());
+  keys->slots.resize(sorted.size());
+  for (std::size_t k = 0; k < sorted.size(); ++k) {
+    keys->keys[k] = sorted[k].first;
+    keys->slots[k] = slot_id(config_.slots, static_cast<std::size_t>(sorted[k].second));
+  }
+  return status;
+}
+
+void QueueDataset::start(int cards) {
+  GPUBOX_EXPECTS(cards >= 1, "cards must be >= 1, got ", cards);
+  stop_stream();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cards_ = cards;
+    rounds_.clear();
+    first_round_ = 0;
+    next_round_.assign(static_cast<std::size_t>(cards), 0);
+    queued_ = 0;
+    peak_queued_ = 0;
+    stream_done_ = false;
+    stop_ = false;
+    aborted_.clear();
+    stream_status_ = Status::OK();
+  }
+  assembler_ = std::thread([this] {
+    const int num_slots = static_cast<int>(config_.slots.size());
+    const std::size_t round_size =
+        static_cast<std::size_t>(config_.batch_size) * static_cast<std::size_t>(cards_);
+    Round filling{InstanceBlock(num_slots, config_.dense_dim), 0};
+    std::size_t streamed = 0;
+    // Hands a round to the queue, waiting for room; false once stopped.
+    auto push = [&]() -> bool {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [&] { return stop_ || rounds_.size() < queue_rounds_; });
+      if (stop_) return false;
+      rounds_.push_back(std::move(filling));
+      changed_.notify_all();
+      filling = Round{InstanceBlock(num_slots, config_.dense_dim), 0};
+      return true;
+    };
+    // After a scan, the card threads take the scanned count's batches and no more: more
+    // instances than that stop the stream at once rather than wait for room forever.
+    bool too_many = false;
+    Status status = pump([&](const InstanceBlock& chunk) {
+      for (std::size_t i = 0; i < chunk.size(); ++i) {
+        if (scanned_ && streamed == scanned_instances_) {
+          too_many = true;
+          std::lock_guard<std::mutex> lock(mu_);
+          stop_ = true;
+          changed_.notify_all();
+          return;
+        }
+        filling.block.append(chunk.instance(i));
+        ++streamed;
+        if (filling.block.size() == round_size && !push()) return;
+      }
+    });
+    if (status.ok() && filling.block.size() > 0) push();
+    if ((status.ok() || too_many) && scanned_ && (too_many || streamed != scanned_instances_)) {
+      status =
+          Status::Corruption("runner.reader_type QueueDataset: the second read of the pass gave " +
+                             std::string(too_many ? "more than " : "") + std::to_string(streamed) +
+                             " instances, the first " + std::to_string(scanned_instances_) +
+                             ": pipe_command must give the same lines each time it reads a file");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_done_ = true;
+    if (stream_status_.ok()) stream_status_ = status;
+    changed_.notify_all();
+  });
+}
+
+bool QueueDataset::next_batch(int card, Batch* batch) {
+  GPUBOX_EXPECTS(card >= 0 && card < cards_, "card ", card, " of ", cards_);
+  const auto c = static_cast<std::size_t>(card);
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] {
+    return !aborted_.empty() || next_round_[c] < first_round_ + rounds_.size() || stream_done_;
+  });
+  if (!aborted_.empty() || !stream_status_.ok()) return false;
+  if (next_round_[c] >= first_round_ + rounds_.size()) return false;  // the end
+  Round& round = rounds_[next_round_[c] - first_round_];
+  // A round is dropped only once every card took its part: `round` stays put while unlocked.
+  lock.unlock();
+  const std::size_t n = round.block.size();
+  const BatchSpan span =
+      batch_span_of(n, static_cast<std::size_t>(config_.batch_size), card, cards_, 0);
+  std::vector<InstanceRef> refs(span.size());
+  for (std::size_t i = 0; i < refs.size(); ++i) refs[i] = round.block.instance(span.begin + i);
+  assemble_batch(refs.data(), refs.size(), static_cast<int>(config_.slots.size()),
+                 config_.dense_dim, batch);
+  lock.lock();
+  ++next_round_[c];
+  ++round.taken;
+  while (!rounds_.empty() && rounds_.front().taken == cards_) {
+    queued_ -= rounds_.front().block.size();
+    rounds_.pop_front();
+    ++first_round_;
+  }
+  changed_.notify_all();
+  return true;
+}
+
+void QueueDataset::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_.empty()) aborted_ = why.empty() ? "aborted" : why;
+  stop_ = true;
+  changed_.notify_all();
+}
+
+Status QueueDataset::finish() {
+  if (assembler_.joinable()) assembler_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  // The stream's own failure first: an abort often follows it (a card thread that stopped).
+  if (!stream_status_.ok() && stream_status_.code() != Status::Code::kAborted) {
+    return stream_status_;
+  }
+  if (!aborted_.empty()) return Status::Aborted("runner.reader_type QueueDataset: " + aborted_);
+  return stream_status_;
+}
+
+void QueueDataset::stop_stream() {
+  if (!assembler_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    changed_.notify_all();
+  }
+  assembler_.join();
+}
+
+}  // namespace gpubox::dataset
