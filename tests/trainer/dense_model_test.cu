@@ -1,4 +1,5 @@
-// The whole dense model (dnn, wide_deep, wide, deepfm; with and without cvm): backward against
+// The whole dense model (dnn, wide_deep, wide, deepfm, dcn_v2 full and low rank, stacked and
+// parallel; with and without cvm): backward against
 // float64 central differences of the summed log loss, for every dense parameter and every pulled
 // embedding value; gradient scaling across cards; the non-finite check.
 #include <gtest/gtest.h>
@@ -80,6 +81,8 @@ class DenseModelTest : public ::testing::Test {
 struct ModelCase {
   ModelKind kind;
   bool use_cvm;
+  int cross_rank = 0;  // dcn_v2
+  DcnStructure structure = DcnStructure::kStacked;
 };
 
 class ModelGradientTest : public DenseModelTest, public ::testing::WithParamInterface<ModelCase> {};
@@ -93,6 +96,9 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
   cfg.dense_dim = 2;
   cfg.fc_sizes = {6, 4};
   cfg.seed = 17;
+  cfg.cross_layers = 2;
+  cfg.cross_rank = GetParam().cross_rank;
+  cfg.dcn_structure = GetParam().structure;
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(cfg.use_cvm * 3 + static_cast<int>(cfg.kind));
   HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
@@ -177,7 +183,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCase{ModelKind::kDnn, false}, ModelCase{ModelKind::kDnn, true},
                       ModelCase{ModelKind::kWideDeep, false}, ModelCase{ModelKind::kWideDeep, true},
                       ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true},
-                      ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true}));
+                      ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true},
+                      ModelCase{ModelKind::kDcnV2, false, 0, DcnStructure::kStacked},
+                      ModelCase{ModelKind::kDcnV2, true, 0, DcnStructure::kParallel},
+                      ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kParallel},
+                      ModelCase{ModelKind::kDcnV2, true, 2, DcnStructure::kStacked}));
 
 TEST_F(DenseModelTest, LayerShapesFollowTheConfig) {
   DenseModelConfig cfg;  // config_gpubox: 26 slots x (1 + 8) + 13 -> 512-256-128-32-1
