@@ -94,9 +94,9 @@ TEST_F(PlantedModels, DeepFmBeatsDnnOnPairwisePlantedData) {
 // gives the planted <v_s, v_t> exactly, where the ReLU MLP only approximates it; but W has to
 // learn those blocks (deepfm's FM term has the planted form built in), so dcn_v2's lead is
 // smaller and slower to show than deepfm's. Measured when written (held-out AUC, epochs 2 / 4):
-// dnn 0.639 / 0.654, dcn_v2 stacked full rank 0.650 / 0.675, parallel full rank 0.654 / 0.684,
-// parallel rank 8 (tested) - / 0.679, deepfm 0.698 / 0.705 (with the dense learning rate at 0.003,
-// dnn reaches 0.672 at 4 epochs: part of the lead is dcn_v2 learning faster).
+// dnn 0.639 / 0.654, dcn_v2 stacked full rank 0.656 / 0.678, parallel full rank - / 0.679,
+// parallel rank 8 - / 0.677, deepfm 0.698 / 0.705 (with the dense learning rate at 0.003, dnn
+// reaches 0.672 at 4 epochs: part of the lead is dcn_v2 learning faster).
 TEST_F(PlantedModels, DcnV2BeatsDnnOnPairwisePlantedData) {
   constexpr int kCrossEpochs = 4;
   const double dnn = dnn_auc(kCrossEpochs);

@@ -86,7 +86,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       in = spec.out;
     }
   }
-  if (config.kind != ModelKind::kDnn) {
+  if (config.kind != ModelKind::kDnn && !dcn) {  // dcn_v2 has no first-order (wide) term
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm) fm_ = std::make_unique<FmPart>(pool_);
