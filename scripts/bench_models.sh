@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# scripts/bench_models.sh — issue 17's model comparison at full size: dnn, wide_deep and deepfm
+# scripts/bench_models.sh — issue 17's model comparison at full size: dnn, wide_deep, deepfm and dcn_v2
 # (configs/config_gpubox.yaml with hyper_parameters.model set, the model sized to the data) on
 # planted data with a rank-4 pairwise term (gpubox_data gen), held-out AUC after each epoch
 # against the planted model's own (test/oracle.json). The small, fast version is
 # planted_models_test (tests/integration).
 #
 #   scripts/bench_models.sh [--bin build/bin] [--data output/planted_models] [--epochs 2]
-#                           [--lines 200000] [--vocab 2000] [--models "dnn wide_deep deepfm"]
+#                           [--lines 200000] [--vocab 2000] [--models "dnn wide_deep deepfm dcn_v2"]
 #
 # Logs and metrics go to DATA/runs/.
 set -euo pipefail
@@ -17,7 +17,7 @@ data=output/planted_models
 epochs=2
 lines=200000
 vocab=2000
-models="dnn wide_deep deepfm"
+models="dnn wide_deep deepfm dcn_v2"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;

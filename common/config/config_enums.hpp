@@ -76,12 +76,21 @@ enum class ModelKind {
   kWide,      // the wide part alone plus a bias: a logistic regression (the baseline wide_deep
               // must beat)
   kDeepFm,    // kWideDeep + the pairwise factorization-machine term over the slots' embeddings
+  kDcnV2,     // DCN-v2: a cross network over the first layer's input rows, stacked before the MLP
+              // or parallel to it (hyper_parameters.cross_layers, cross_rank, dcn_structure)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
-    {ModelKind::kDnn, "dnn"},
-    {ModelKind::kWideDeep, "wide_deep"},
-    {ModelKind::kWide, "wide"},
-    {ModelKind::kDeepFm, "deepfm"},
+    {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},
+    {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},
+};
+
+// hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two
+// structures; PaddleRec's is_stacked). stacked: the MLP reads the cross network's output;
+// parallel: both read the input rows and the output layer reads [cross output | last hidden].
+enum class DcnStructure { kStacked, kParallel };
+inline constexpr EnumName<DcnStructure> kDcnStructureNames[] = {
+    {DcnStructure::kStacked, "stacked"},
+    {DcnStructure::kParallel, "parallel"},
 };
 
 // hyper_parameters.dense_precision: what the dense net's GEMMs read. bf16: activations and the

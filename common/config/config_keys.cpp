@@ -157,7 +157,10 @@ std::vector<KeySpec> build_table() {
   t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset, "dense features per instance"));
   t.push_back(int_list_key(h + "fc_sizes", "[512, 256, 128, 32]", 1, 1, kTrainer, "hidden layers (ReLU); a 1-wide logit layer follows"));
   t.push_back(int_key(h + "distributed_embedding", "0", 0, 1, kNoEffect, "PaddleRec's switch; GPUBox embeddings are always sharded over the cards"));
-  t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer, "dense model: dnn, dnn plus the wide part, the wide part alone (logistic regression), or deepfm (the wide part as first-order term + pairwise FM over the slot embeddings + dnn)"));
+  t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer, "dense model: dnn, dnn plus the wide part, the wide part alone (logistic regression), deepfm (the wide part as first-order term + pairwise FM over the slot embeddings + dnn), or dcn_v2 (a cross network with the dnn, see cross_layers)"));
+  t.push_back(int_key(h + "cross_layers", "3", 1, 64, kTrainer, "dcn_v2: cross layers x_{l+1} = x0 * (W_l x_l + b_l) + x_l over the first layer's input x0 (PaddleRec's cross_num)"));
+  t.push_back(int_key(h + "cross_rank", "0", 0, 100000, kTrainer, "dcn_v2: 0 = full-rank W_l; r > 0 = low-rank W_l = U_l V_l^T with r columns (PaddleRec's low_rank)"));
+  t.push_back(enum_key(h + "dcn_structure", kDcnStructureNames, DcnStructure::kStacked, kTrainer, "dcn_v2: stacked (the dnn reads the cross output) or parallel (cross and dnn side by side, concatenated before the logit layer; PaddleRec's is_stacked)"));
   t.push_back(enum_key(h + "dense_precision", kDensePrecisionNames, DensePrecision::kFp32, kTrainer, "what the dense net's GEMMs compute in: fp32, or bf16 inputs with fp32 accumulation, master weights, optimizer and loss; bf16 only where the hardware has it (AVX512-BF16/AMX CPUs, GPUs), else fp32 and said at start"));
   t.push_back(bool_key(h + "use_cvm", "false", kTrainer, "true: each slot also feeds log(show+1), log(click+1)-log(show+1)"));
   t.push_back(list_key(h + "slot_names", KeyType::kStringList, kDataset, "sparse slot names in data order; empty = numbered (see sparse_inputs_slots)"));

@@ -63,6 +63,30 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   ASSERT_TRUE(deepfm.ok()) << deepfm.status().to_string();
   EXPECT_EQ(deepfm->hyper.model, ModelKind::kDeepFm);
   EXPECT_EQ(deepfm->hyper.fc_sizes, wide->hyper.fc_sizes);
+  auto dcn = load_trainer_config((configs / "config_dcn.yaml").string());
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->hyper.model, ModelKind::kDcnV2);
+  EXPECT_EQ(dcn->hyper.fc_sizes, wide->hyper.fc_sizes);
+  EXPECT_EQ(dcn->hyper.cross_layers, 3);
+  EXPECT_EQ(dcn->hyper.cross_rank, 0);
+  EXPECT_EQ(dcn->hyper.dcn_structure, DcnStructure::kStacked);
+  const DenseModelConfig dcn_model = dcn->dense_model_config();
+  EXPECT_EQ(dcn_model.cross_layers, 3);
+  auto low = load_trainer_config(
+      (configs / "config_dcn.yaml").string(),
+      {"hyper_parameters.cross_rank=16", "hyper_parameters.dcn_structure=parallel",
+       "hyper_parameters.cross_layers=2"});
+  ASSERT_TRUE(low.ok()) << low.status().to_string();
+  EXPECT_EQ(low->dense_model_config().cross_rank, 16);
+  EXPECT_EQ(low->dense_model_config().cross_layers, 2);
+  EXPECT_EQ(low->dense_model_config().dcn_structure, DcnStructure::kParallel);
+  for (const std::string bad : {"hyper_parameters.cross_layers=0", "hyper_parameters.cross_rank=-1",
+                                "hyper_parameters.dcn_structure=mixture"}) {
+    auto refused = load_trainer_config((configs / "config_dcn.yaml").string(), {bad});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().to_string().find(bad.substr(0, bad.find('='))), std::string::npos)
+        << refused.status().to_string();
+  }
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);

@@ -1,4 +1,5 @@
-// The whole dense model (dnn, wide_deep, wide, deepfm; with and without cvm): backward against
+// The whole dense model (dnn, wide_deep, wide, deepfm, dcn_v2 full and low rank, stacked and
+// parallel; with and without cvm): backward against
 // float64 central differences of the summed log loss, for every dense parameter and every pulled
 // embedding value; gradient scaling across cards; the non-finite check.
 #include <gtest/gtest.h>
@@ -80,6 +81,8 @@ class DenseModelTest : public ::testing::Test {
 struct ModelCase {
   ModelKind kind;
   bool use_cvm;
+  int cross_rank = 0;  // dcn_v2
+  DcnStructure structure = DcnStructure::kStacked;
 };
 
 class ModelGradientTest : public DenseModelTest, public ::testing::WithParamInterface<ModelCase> {};
@@ -93,6 +96,9 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
   cfg.dense_dim = 2;
   cfg.fc_sizes = {6, 4};
   cfg.seed = 17;
+  cfg.cross_layers = 2;
+  cfg.cross_rank = GetParam().cross_rank;
+  cfg.dcn_structure = GetParam().structure;
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(cfg.use_cvm * 3 + static_cast<int>(cfg.kind));
   HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
@@ -177,7 +183,43 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCase{ModelKind::kDnn, false}, ModelCase{ModelKind::kDnn, true},
                       ModelCase{ModelKind::kWideDeep, false}, ModelCase{ModelKind::kWideDeep, true},
                       ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true},
-                      ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true}));
+                      ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true},
+                      ModelCase{ModelKind::kDcnV2, false, 0, DcnStructure::kStacked},
+                      ModelCase{ModelKind::kDcnV2, true, 0, DcnStructure::kParallel},
+                      ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kParallel},
+                      ModelCase{ModelKind::kDcnV2, true, 2, DcnStructure::kStacked}));
+
+// dcn_v2's shapes: the cross blocks (full: D x D, low rank: D x r and r x D, a bias each; parallel:
+// the logit layer's cross half), its flops on top of the MLP's (stacked: the first layer's input
+// gradient over every column, the cross network takes it), and bf16 asked for runs fp32.
+TEST_F(DenseModelTest, DcnV2ShapesAndItsFp32Fallback) {
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kDcnV2;
+  cfg.slots = 4;
+  cfg.mf_dim = 3;
+  cfg.dense_dim = 2;  // D = 4 x 4 + 2 = 18
+  cfg.fc_sizes = {8};
+  cfg.cross_layers = 2;
+  cfg.precision = DensePrecision::kBf16;
+  const std::size_t d = 18;
+  for (const int rank : {0, 5}) {
+    for (const DcnStructure structure : {DcnStructure::kStacked, DcnStructure::kParallel}) {
+      cfg.cross_rank = rank;
+      cfg.dcn_structure = structure;
+      DenseModel model(card_, cfg);
+      EXPECT_EQ(model.precision(), DensePrecision::kFp32);
+      const bool parallel = structure == DcnStructure::kParallel;
+      std::size_t count = 0;
+      for (const ParamBlock& b : model.parameters().blocks()) count += b.count;
+      const std::size_t per_layer = (rank == 0 ? d * d : 2 * d * rank) + d;
+      EXPECT_EQ(count, (d * 8 + 8) + (8 + 1) + 2 * per_layer + (parallel ? d : 0));
+      const double mlp_macs = 8.0 * (2 * d + (parallel ? 16 : d)) + 3 * 8.0;
+      const double cross_macs =
+          2 * 3.0 * (rank == 0 ? d * d : 2.0 * d * rank) + (parallel ? 2.0 * d : 0);
+      EXPECT_DOUBLE_EQ(model.flops_per_example(), 2 * (mlp_macs + cross_macs));
+    }
+  }
+}
 
 TEST_F(DenseModelTest, LayerShapesFollowTheConfig) {
   DenseModelConfig cfg;  // config_gpubox: 26 slots x (1 + 8) + 13 -> 512-256-128-32-1

@@ -63,6 +63,9 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.model = doc.get_enum("hyper_parameters.model", kModelKindNames);
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
+  h.cross_layers = static_cast<int>(doc.get_int("hyper_parameters.cross_layers"));
+  h.cross_rank = static_cast<int>(doc.get_int("hyper_parameters.cross_rank"));
+  h.dcn_structure = doc.get_enum("hyper_parameters.dcn_structure", kDcnStructureNames);
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();

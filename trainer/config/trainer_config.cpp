@@ -12,6 +12,9 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.fc_sizes = hyper.fc_sizes;
   model.seed = runner.seed;
   model.precision = hyper.dense_precision;
+  model.cross_layers = hyper.cross_layers;
+  model.cross_rank = hyper.cross_rank;
+  model.dcn_structure = hyper.dcn_structure;
   return model;
 }
 

@@ -32,6 +32,16 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       pool_(config.slots, config.mf_dim, config.use_cvm) {
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
   const bool has_mlp = config.kind != ModelKind::kWide;
+  const bool dcn = config.kind == ModelKind::kDcnV2;
+  if (precision_ == DensePrecision::kBf16 && dcn) {
+    // The cross network's GEMMs and elementwise products are fp32 (CrossNet), and the MLP reads
+    // either its output (stacked) or the same input rows (parallel): one precision for both.
+    precision_ = DensePrecision::kFp32;
+    if (card.local_index() == 0) {
+      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but dcn_v2's cross "
+                          << "network computes in fp32: the dense net runs in fp32";
+    }
+  }
   if (precision_ == DensePrecision::kBf16 && (!has_mlp || blas_.bf16() == Bf16Support::kNone)) {
     precision_ = DensePrecision::kFp32;
     if (has_mlp && card.local_index() == 0) {
@@ -43,6 +53,14 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   activation_type_ = element_type(precision_);
   const int input_dim = pool_.out_dim() + config.dense_dim;
   x0_ld_ = activation_ld(input_dim);
+  if (dcn) {
+    cross_ = std::make_unique<CrossNet>(card, params_, input_dim, x0_ld_, config.cross_layers,
+                                        config.cross_rank,
+                                        config.dcn_structure == DcnStructure::kParallel);
+  }
+  // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
+  // wanted for every column (the cross network's backward takes it, still scaled).
+  const bool stacked = dcn && !cross_->parallel();
   if (has_mlp) {
     const std::size_t count = config.fc_sizes.size() + 1;
     layers_.reserve(count);
@@ -59,16 +77,16 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       spec.relu = !last;
       spec.input_is_relu = l > 0;
       // The first layer's input gradient is wanted for the pooled slots only.
-      spec.dx_cols = l == 0 ? pool_.out_dim() : in;
+      spec.dx_cols = l == 0 && !stacked ? pool_.out_dim() : in;
       spec.x_ld = l == 0 ? x0_ld_ : activation_ld(in);
       spec.y_ld = activation_ld(spec.out);
       spec.dz_ld = activation_ld(spec.out);
-      spec.dx_ld = l == 0 ? pool_.out_dim() : activation_ld(in);
+      spec.dx_ld = l == 0 ? (stacked ? x0_ld_ : pool_.out_dim()) : activation_ld(in);
       layers_.emplace_back(params_, blas_, spec);
       in = spec.out;
     }
   }
-  if (config.kind != ModelKind::kDnn) {
+  if (config.kind != ModelKind::kDnn && !dcn) {  // dcn_v2 has no first-order (wide) term
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm) fm_ = std::make_unique<FmPart>(pool_);
@@ -93,7 +111,7 @@ double DenseModel::flops_per_example() const {
     // dx_cols of them.
     macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + layer.spec().dx_cols);
   }
-  return 2.0 * macs;
+  return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -108,6 +126,7 @@ void DenseModel::reserve(int64_t batch) {
     widest_dz = std::max<std::size_t>(widest_dz, spec.dz_ld);
     layers_[l].prepare(batch);
   }
+  if (cross_) cross_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -134,6 +153,12 @@ std::string DenseModel::kernel_report(int64_t batch) const {
     out << (l ? "\n" : "") << "  " << layers_[l].spec().name << " " << layers_[l].in() << "x"
         << layers_[l].out() << ": " << layers_[l].describe(batch);
   }
+  if (cross_) {
+    out << "\n  cross " << cross_->layers() << " x " << cross_->dim() << "x" << cross_->dim()
+        << (cross_->rank() > 0 ? " rank " + std::to_string(cross_->rank()) : std::string())
+        << (cross_->parallel() ? ", parallel" : ", stacked")
+        << ": sgemm + elementwise (fp32, batch " << batch << ")";
+  }
   return out.str();
 }
 
@@ -150,9 +175,11 @@ void DenseModel::forward(const DenseBatchView& batch) {
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
+  if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
+  if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
 }
@@ -186,6 +213,8 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   // (layers.hpp), so every parameter gradient comes straight out of a GEMM or its epilogue.
   void* dz = dz_a_.data();
   void* spare = dz_b_.data();
+  // The pooled gradient is handed on with the dense scale multiplied back out.
+  const float unscale = n > 0 ? 1.0f / scales.dense : 0.0f;
   SigmoidLogLoss::forward_backward_async(
       stream, logits(), batch.labels, n, preds_.data(), dlogits_.data(),
       SigmoidLogLoss::ScaledGrad{layers_.empty() ? nullptr : dz, activation_type_, scales.dense},
@@ -195,11 +224,21 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     if (l > 0) {
       layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1], 1.0f, spare, n);
       std::swap(dz, spare);
+    } else if (cross_ && !cross_->parallel()) {
+      // stacked: dL/dx_L, still scaled, into the cross network, which hands on the pooled part.
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, cross_->output_grad(),
+                               n);
+      cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
+                       /*accumulate=*/false);
     } else {
       // The pooled gradient, with the dense scale multiplied back out.
-      const float unscale = n > 0 ? 1.0f / scales.dense : 0.0f;
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);
     }
+  }
+  if (cross_ && cross_->parallel()) {
+    cross_->backward_from_logits(blas_, params_, dlogits_.data(), scales.dense, n);
+    cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
+                     /*accumulate=*/true);
   }
   if (layers_.empty()) {
     // wide: d bias = scale * sum of dz; the pooled gradient is the wide part's alone.

@@ -1,10 +1,10 @@
 // The dense part of the CTR model on one card: slot sum-pool, written with the dense features
 // into the first layer's input rows -> MLP (ReLU) -> one logit (+ the wide part for wide_deep;
-// + the wide part and the FM term for deepfm; the wide part and a bias alone for wide) ->
-// sigmoid, log loss. Owns its layers (each one's
-// GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its parameters (one
-// flat buffer, DenseParameters) and its activation buffers; it does not own the batch (views
-// into the sparse side's buffers) nor the optimizer.
+// + the wide part and the FM term for deepfm; the wide part and a bias alone for wide; for dcn_v2
+// a cross network before the MLP (stacked) or beside it (parallel)) -> sigmoid, log loss. Owns its
+// layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
+// parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
+// batch (views into the sparse side's buffers) nor the optimizer.
 //
 // Precision (DenseModelConfig::precision, hyper_parameters.dense_precision): with bf16, the
 // first layer's input, the hidden activations, the MLP's gradients dZ and the weights' GEMM
@@ -126,9 +126,14 @@ class DenseModel {
   void forward(const DenseBatchView& batch);
   // The first layer's input rows (the wide model's pooled slots).
   InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, activation_type_}; }
-  // Layer l's input: the first layer's input rows, or the previous layer's output.
+  // The first layer's input rows as floats (dcn_v2 runs in fp32: the cross network's x0).
+  const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
+  // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output),
+  // or the previous layer's output.
   const void* layer_input(std::size_t l) const {
-    return l == 0 ? static_cast<const void*>(x0_.data()) : hidden_[l - 1].data();
+    if (l > 0) return hidden_[l - 1].data();
+    if (cross_ && !cross_->parallel()) return cross_->output();
+    return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for the wide model.
   float* logits() {
@@ -144,10 +149,11 @@ class DenseModel {
   SlotSumPool pool_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
-  std::unique_ptr<FmPart> fm_;   // kDeepFm only
-  std::size_t wide_bias_ = 0;    // kWide only
-  int64_t x0_ld_ = 0;            // row stride of the first layer's input (elements)
-  int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
+  std::unique_ptr<FmPart> fm_;       // kDeepFm only
+  std::unique_ptr<CrossNet> cross_;  // kDcnV2 only
+  std::size_t wide_bias_ = 0;        // kWide only
+  int64_t x0_ld_ = 0;                // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;      // the batch whose kernel report was logged (-1: none yet)
 
   // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
   // dense features), one output per linear layer (the last is the fp32 logit column), and the

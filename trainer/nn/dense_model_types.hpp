@@ -9,13 +9,18 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep or wide (config_enums.hpp says what each is).
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm or dcn_v2 (config_enums.hpp says what each
+// is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
 // hyper_parameters.dense_precision: fp32 or bf16 (config_enums.hpp says what each computes in).
 using DensePrecision = config::DensePrecision;
 using config::kDensePrecisionNames;
+
+// hyper_parameters.dcn_structure: stacked or parallel (config_enums.hpp).
+using DcnStructure = config::DcnStructure;
+using config::kDcnStructureNames;
 
 struct DenseModelConfig {
   ModelKind kind = ModelKind::kDnn;
@@ -27,6 +32,10 @@ struct DenseModelConfig {
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
   // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
   DensePrecision precision = DensePrecision::kFp32;
+  // kDcnV2 only: cross layers, their rank (0 = full) and where the MLP meets them.
+  int cross_layers = 3;
+  int cross_rank = 0;
+  DcnStructure dcn_structure = DcnStructure::kStacked;
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.

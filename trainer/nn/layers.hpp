@@ -14,7 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
 #include "heterps/device/stream.hpp"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/blas.hpp"
@@ -156,6 +159,78 @@ class FmPart {
   int width_;
   int embedx_column_;
   int mf_dim_;
+};
+
+// dcn_v2's cross network (DCN-v2, Wang et al. 2021) over the first layer's input rows x0 (the
+// pooled slots and dense features, dim() = D columns):
+//   x_{l+1} = x0 * (x_l W_l + b_l) + x_l,  l = 0 .. layers-1   (* elementwise; row vectors)
+// W_l is a [D x D] block (rank 0: full rank), or V_l U_l with V_l [D x r] and U_l [r x D] (rank
+// r: DCN-v2's low-rank W = U V^T written for row vectors). W, V ~ N(0, 1/D), U ~ N(0, 1/r),
+// b = 0. stacked: the MLP reads output(); parallel: add_logits adds x_L . w_out to the MLP's
+// logit, which is the logit layer over the concatenation [x_L | last hidden] (its bias is the
+// MLP's), w_out ~ N(0, 1/D).
+//
+// fp32 throughout, whatever the MLP's precision (the model runs dcn_v2 in fp32: DenseModel);
+// GEMMs are the card's Blas::sgemm, elementwise work parallel_for. Owns its activation buffers
+// (every layer's x_{l+1} and x_l W_l + b_l, kept for the backward). Gradients follow the MLP's
+// convention: backward takes dL/dx_L already multiplied by the dense scale and writes every
+// parameter gradient from it; the pooled gradient it hands the sparse side is unscaled.
+class CrossNet {
+ public:
+  // Registers cross_<l>.w (or .v and .u) and .b, and cross_out.w when `parallel`, in `params`
+  // (before params.finalize()). `ld`: the row stride (elements) of x0 and of every buffer here.
+  CrossNet(device::Card& card, DenseParameters& params, int dim, int64_t ld, int layers, int rank,
+           bool parallel);
+  int dim() const { return dim_; }
+  int layers() const { return layers_; }
+  int rank() const { return rank_; }
+  bool parallel() const { return parallel_; }
+  int64_t ld() const { return ld_; }
+  // Multiply-adds of one example's forward and backward (x2: flops).
+  double flops_per_example() const;
+  // Sizes the buffers for batches of up to `batch` rows (allocates only when they grow).
+  void reserve(int64_t batch);
+
+  // x_1 .. x_L from x0 ([B x D], row stride ld()).
+  void forward(const Blas& blas, const DenseParameters& params, const float* x0, int64_t batch);
+  // x_L: [B x D] floats, row stride ld() (the stacked MLP's input).
+  const float* output() const;
+  // parallel: logits[i] += x_L[i] . w_out.
+  void add_logits(const Blas& blas, const DenseParameters& params, int64_t batch,
+                  float* logits) const;
+  // stacked: where the MLP's first layer writes scale * dL/dx_L ([B x D], row stride ld()).
+  float* output_grad() { return g_.data(); }
+  // parallel: d w_out = scale * x_L^T dlogits and output_grad() = scale * dlogits w_out^T, from
+  // the unscaled dlogits; then backward.
+  void backward_from_logits(const Blas& blas, DenseParameters& params, const float* dlogits,
+                            float scale, int64_t batch);
+  // From output_grad(): every cross parameter's gradient, and the pooled gradient
+  // d_pooled[i, c] (+)= unscale * dL/dx0[i, c] for c < pooled_cols (d_pooled: [B x pooled_cols]
+  // floats; written when !accumulate, added to when accumulate). Uses output_grad() as scratch.
+  void backward(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
+                float unscale, float* d_pooled, int pooled_cols, bool accumulate);
+
+ private:
+  const float* layer_input(const float* x0, int l) const {
+    return l == 0 ? x0 : xs_[static_cast<std::size_t>(l - 1)].data();
+  }
+
+  int dim_;
+  int64_t ld_;
+  int layers_;
+  int rank_;
+  bool parallel_;
+  std::vector<std::size_t> w_;  // rank 0: W_l; else V_l
+  std::vector<std::size_t> u_;  // rank > 0 only: U_l
+  std::vector<std::size_t> b_;
+  std::size_t w_out_ = 0;                          // parallel only
+  std::vector<device::device_buffer<float>> xs_;   // x_1 .. x_L
+  std::vector<device::device_buffer<float>> pre_;  // x_l W_l + b_l
+  std::vector<device::device_buffer<float>> low_;  // rank > 0: x_l V_l, [B x r]
+  device::device_buffer<float> g_;                 // dL/dx_l (scaled), walking down the layers
+  device::device_buffer<float> dpre_;              // dL/d(x_l W_l + b_l)
+  device::device_buffer<float> dx0_;               // the x0 * (...) terms' share of dL/dx0
+  device::device_buffer<float> dlow_;              // rank > 0: dL/d(x_l V_l)
 };
 
 // pred = sigmoid(z); per-instance log loss computed stably from the logit

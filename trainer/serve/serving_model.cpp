@@ -253,7 +253,7 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
 
   const DenseModelConfig model = config.dense_model_config();
   const table::AccessorConfig& sparse = config.sparse;
-  const std::map<std::string, std::string> properties = {
+  std::map<std::string, std::string> properties = {
       {"format", kServingFormat},
       {"source_save", save_dir},
       {"model", name_of(kModelKindNames, model.kind)},
@@ -272,6 +272,11 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
       {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.optimizer.kind)},
       {"initial_range", number_text(sparse.optimizer.initial_range)},
       {"sparse_seed", std::to_string(sparse.seed)}};
+  if (model.kind == ModelKind::kDcnV2) {
+    properties["cross_layers"] = std::to_string(model.cross_layers);
+    properties["cross_rank"] = std::to_string(model.cross_rank);
+    properties["dcn_structure"] = name_of(kDcnStructureNames, model.dcn_structure);
+  }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
 }
@@ -295,6 +300,11 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   spec.model.use_cvm = read.integer("use_cvm", 0, 1) != 0;
   spec.model.dense_dim = static_cast<int>(read.integer("dense_dim", 0, 1 << 20));
   spec.model.fc_sizes = read.sizes("fc_sizes");
+  if (spec.model.kind == ModelKind::kDcnV2) {  // written for dcn_v2 exports only
+    spec.model.cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
+    spec.model.cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
+    spec.model.dcn_structure = read.choice("dcn_structure", kDcnStructureNames);
+  }
   spec.label_name = read.quoted("label_name");
   spec.dense_name = read.quoted("dense_name");
   spec.feasign_first = read.integer("feasign_first", 0, 1) != 0;

@@ -9,7 +9,8 @@
 //                   key (uint64) and its pull record (show, click, embed_w, embedx_w[mf_dim]:
 //                   what the model reads of a row, no optimizer state), float32 or float16
 // and MANIFEST properties describing the model and its input (model kind, slot names, mf_dim,
-// use_cvm, dense_dim, fc_sizes, the slot text names), the value type, the show threshold, and
+// use_cvm, dense_dim, fc_sizes, for dcn_v2 cross_layers, cross_rank and dcn_structure, the slot
+// text names), the value type, the show threshold, and
 // what a key the export does not hold reads as: the accessor's initial pull record for it
 // (zeros, embed_w from the seeded initial_range when that is not 0), which is what
 // `--mode infer` reads for a key the save does not hold.
@@ -59,7 +60,7 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
 
 // What an export's MANIFEST says about the model and its input.
 struct ServingSpec {
-  DenseModelConfig model;  // kind, slots, mf_dim, use_cvm, dense_dim, fc_sizes
+  DenseModelConfig model;  // kind, slots, mf_dim, use_cvm, dense_dim, fc_sizes, cross_*
   std::vector<std::string> slot_names;
   std::string label_name;
   std::string dense_name;

@@ -5,7 +5,8 @@
 //  - a truncated or altered export, a missing MANIFEST and a delta save are refused, naming why;
 //  - the server's predictions equal `--mode infer`'s (Trainer::evaluate) on the same model and
 //    instances, sent as slot text and as JSON, keys unseen in training included;
-//  - so do they for every model kind (wide_deep, deepfm, ...): the export names the model and
+//  - so do they for every model kind (wide_deep, deepfm, dcn_v2 stacked and parallel, ...): the
+//  export names the model and
 //    its settings, and the server builds the same dense net;
 //  - concurrent requests are micro-batched and each gets its own predictions;
 //  - /health, /metrics counters, every 4xx, connections past the limit, and a graceful stop;
@@ -381,7 +382,11 @@ TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
 
 TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
   for (const std::vector<std::string>& model : std::vector<std::vector<std::string>>{
-           {"hyper_parameters.model=wide_deep"}, {"hyper_parameters.model=deepfm"}}) {
+           {"hyper_parameters.model=wide_deep"},
+           {"hyper_parameters.model=deepfm"},
+           {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
+           {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
+            "hyper_parameters.dcn_structure=parallel"}}) {
     SCOPED_TRACE(model.front());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -403,6 +408,11 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     auto served = ServingModel::load(exported.string());
     ASSERT_TRUE(served.ok()) << served.status().to_string();
     EXPECT_EQ(served->spec().model.kind, cfg->hyper.model);
+    if (cfg->hyper.model == ModelKind::kDcnV2) {
+      EXPECT_EQ(served->spec().model.cross_layers, cfg->hyper.cross_layers);
+      EXPECT_EQ(served->spec().model.cross_rank, cfg->hyper.cross_rank);
+      EXPECT_EQ(served->spec().model.dcn_structure, cfg->hyper.dcn_structure);
+    }
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;
