@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/config_document.hpp"
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "table/io/model_manifest.hpp"
@@ -172,6 +173,27 @@ TEST_F(Resume, ASaveOfAConfigBuiltInCodeRecordsNoModelKeysAndIsNotCompared) {
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_TRUE(m->model_keys.empty());
   // Nothing recorded to compare with: the loaded config's run resumes from it.
+  Trainer again(config(dir, {"runner.epochs=2"}), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
+}
+
+TEST_F(Resume, AKeyNewerThanTheSaveReadsAsItsDefault) {
+  const fs::path dir = root_ / "newer_key";
+  TrainerConfig older = config(dir, {"runner.epochs=1"});
+  // A save made before hyper_parameters.cross_layers existed records no value for it.
+  ASSERT_EQ(older.model_keys.erase("hyper_parameters.cross_layers"), 1u);
+  Trainer(older, env()).train();
+  // Set to something else it is a difference, named with the default the save had.
+  const std::string default_layers =
+      config::ConfigDocument::defaults().value_text("hyper_parameters.cross_layers");
+  const std::string what = error_of([&] {
+    Trainer(config(dir, {"runner.epochs=2", "hyper_parameters.cross_layers=5"}), env()).train();
+  });
+  EXPECT_NE(what.find("hyper_parameters.cross_layers: saved (not recorded; its default is " +
+                      default_layers + "), now 5"),
+            std::string::npos)
+      << what;
+  // At its default the key changes nothing the save was made with: the run resumes.
   Trainer again(config(dir, {"runner.epochs=2"}), env());
   EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
 }

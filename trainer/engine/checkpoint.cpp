@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <set>
 
+#include "common/config/config_document.hpp"
+#include "common/config/config_keys.hpp"
 #include "common/logging.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -51,8 +53,14 @@ std::string model_key_differences(const std::map<std::string, std::string>& save
   for (const std::string& key : keys) {
     const auto s = saved.find(key);
     const auto n = now.find(key);
-    const std::string was = s == saved.end() ? "(not recorded)" : s->second;
+    std::string was = s == saved.end() ? "(not recorded)" : s->second;
     const std::string is = n == now.end() ? "(not a key)" : n->second;
+    if (s == saved.end() && config::find_key(key) != nullptr) {
+      // A key newer than the save: the run that made it behaved as the key's default.
+      const std::string def = config::ConfigDocument::defaults().value_text(key);
+      if (is == def) continue;
+      was = "(not recorded; its default is " + def + ")";
+    }
     if (was != is) out += (out.empty() ? "" : "; ") + key + ": saved " + was + ", now " + is;
   }
   return out;
