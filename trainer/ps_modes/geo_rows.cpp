@@ -48,7 +48,14 @@ void GeoRows::read(const uint64_t* keys, const int32_t* slots, std::size_t n, fl
 void GeoRows::apply(const uint64_t* keys, std::size_t n, const float* push) {
   for (std::size_t i = 0; i < n; ++i) {
     const uint32_t local = index_.at(keys[i]);
-    optimizer::apply_push(row(local), layout_, config_, keys[i], push + i * push_dim_);
+    if (optimizer::apply_push(row(local), layout_, config_, keys[i], push + i * push_dim_)) {
+      // Created here at the key's initial values, as the servers create it from the first delta
+      // (apply_delta): its delta counts from them, so that they count once however many
+      // trainers create the part.
+      std::copy_n(
+          row(local) + layout_.embedx_w(), layout_.mf_dim,
+          synced_.data() + std::size_t{local} * push_dim_ + optimizer::PushRecord::kEmbedxG);
+    }
     if (!is_dirty_[local]) {
       is_dirty_[local] = 1;
       dirty_.push_back(local);

@@ -3,7 +3,10 @@
 // the accessor's rule to them locally (sparse_rule.hpp: apply_push); every runner.geo_step
 // steps sync() pushes the change of each touched row since its last sync (local minus synced:
 // show, click, embed_w, embedx_w) and adopts the servers' merged values. The optimizer state
-// stays local, as in Paddle's geo mode (the servers only add deltas).
+// stays local, as in Paddle's geo mode (the servers only add deltas). "Synced" is what the
+// servers held when the row was pulled or last synced; an embedx part created here counts from
+// the key's initial values, which the servers create it at (apply_delta): another trainer may
+// create the same part, and its initial values must be counted once.
 //
 // Thread-safety: one training thread.
 #pragma once
