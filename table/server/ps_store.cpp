@@ -48,7 +48,7 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
       if (request.kind == PsUpdateKind::kGradient) {
         optimizer::apply_push(row, layout, config, keys[j], update);
       } else {
-        optimizer::apply_delta(row, layout, config, update);
+        optimizer::apply_delta(row, layout, config, keys[j], update);
       }
     }
     GPUBOX_RETURN_IF_ERROR(table.push(keys.data(), keys.size(), rows.data()));
@@ -64,6 +64,10 @@ StatusOr<std::vector<float>> PsStore::dense(const DenseRequest& request) {
   }
   MutexLock lock(dense_mu_);
   auto it = dense_.find(request.name);
+  if (it != dense_.end() && request.action == DenseAction::kWrite) {
+    it->second = request.values;
+    return it->second;
+  }
   if (it == dense_.end()) {
     if (request.action == DenseAction::kAdd) {
       return Status::NotFound("DENSE '" + request.name +

@@ -27,10 +27,10 @@ class PsStore {
   // stripes before it applied.
   Status apply(HostTier& table, const PsPushRequest& request);
 
-  // DENSE: reads table `name` (creating it from the request's values when absent), or adds the
-  // request's values to it; returns the table's values after the request. Refuses a size that
-  // differs from the table's, non-finite values, an add to a table never read, and a new table
-  // beyond kMaxDenseTables.
+  // DENSE: reads table `name` (creating it from the request's values when absent), adds the
+  // request's values to it, or replaces it by them; returns the table's values after the
+  // request. Refuses (a read or an add) a size that differs from the table's, non-finite
+  // values, an add to a table never read, and a new table beyond kMaxDenseTables.
   StatusOr<std::vector<float>> dense(const DenseRequest& request);
 
  private:

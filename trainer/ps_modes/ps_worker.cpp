@@ -42,7 +42,6 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
     slot_ids_.push_back(dataset::slot_id(config.dataset.slots, s));
   }
   synced_dense_ = model_->parameters().values_to_host();
-  sync_dense(0.0f);
 }
 
 PsWorker::~PsWorker() = default;
@@ -153,6 +152,11 @@ void PsWorker::eval_step(const dataset::Batch& batch) {
   upload(batch, false);
   model_->predict(batch_view(batch));
   metrics_->add(model_->predictions(), buffers_->labels.data(), size);
+  last_batch_ = batch.size();
+}
+
+std::vector<float> PsWorker::last_predictions() const {
+  return device::to_host(model_->predictions(), last_batch_, card_.stream());
 }
 
 void PsWorker::sync_dense(float scale) {
