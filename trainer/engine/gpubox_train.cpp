@@ -255,6 +255,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (FLAGS_mode == "export") return export_for_serving(config.value());
+    if (config->runner.reader_type == gpubox::config::ReaderType::kQueueDataset &&
+        config->runner.shuffle && FLAGS_mode == "train") {
+      GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
+                             "QueueDataset (each pass is streamed in file order, in every "
+                             "mode); set runner.shuffle: false, or read with InmemoryDataset";
+    }
     gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
     env.threads_per_card = FLAGS_threads_per_card;
     if (config->runner.sync_mode != gpubox::config::SyncMode::kGpubox) {

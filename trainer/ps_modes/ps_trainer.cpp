@@ -182,11 +182,6 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
     worker->sync_dense(0.0f);
   }
   s.batches_seen.assign(static_cast<std::size_t>(env_.trainers), 0.0f);
-  if (config_.runner.reader_type == ReaderType::kQueueDataset && config_.runner.shuffle) {
-    GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
-                           "QueueDataset (each pass is streamed in file order); set "
-                           "runner.shuffle: false, or read with InmemoryDataset to shuffle";
-  }
   GPUBOX_LOG(INFO) << "runner.sync_mode "
                    << name_of(config::kSyncModeNames, config_.runner.sync_mode) << ": trainer "
                    << env_.trainer_id << " of " << env_.trainers << ", "
