@@ -254,23 +254,26 @@ TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
   const std::vector<int32_t> slots(keys.size(), 2);
   const std::size_t n = keys.size();
   std::vector<float> rows_a(n * stride), rows_b(n * stride);
-  trainer_a.read(keys.data(), slots.data(), n, rows_a.data());  // neither has embedx yet
-  trainer_b.read(keys.data(), slots.data(), n, rows_b.data());
+  std::vector<uint32_t> locals_a(n), locals_b(n);
+  // Neither has embedx yet.
+  trainer_a.read(keys.data(), slots.data(), n, rows_a.data(), locals_a.data());
+  trainer_b.read(keys.data(), slots.data(), n, rows_b.data(), locals_b.data());
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> grad(-1.0f, 1.0f);
   for (int step = 0; step < 3; ++step) {  // the first step creates embedx (score 1 per click)
-    for (GeoRows* trainer : {&trainer_a, &trainer_b}) {
+    for (auto [trainer, locals] :
+         {std::make_pair(&trainer_a, &locals_a), std::make_pair(&trainer_b, &locals_b)}) {
       std::vector<float> push(n * push_dim);
       for (std::size_t i = 0; i < n; ++i) {
         push[i * push_dim] = 1.0f;      // show
         push[i * push_dim + 1] = 1.0f;  // click
         for (std::size_t f = 2; f < push_dim; ++f) push[i * push_dim + f] = grad(rng);
       }
-      trainer->apply(keys.data(), n, push.data());
+      trainer->apply(locals->data(), n, push.data());
     }
   }
-  trainer_a.read(keys.data(), slots.data(), n, rows_a.data());
-  trainer_b.read(keys.data(), slots.data(), n, rows_b.data());
+  trainer_a.read(keys.data(), slots.data(), n, rows_a.data(), locals_a.data());
+  trainer_b.read(keys.data(), slots.data(), n, rows_b.data(), locals_b.data());
   trainer_a.sync();
   trainer_b.sync();
   std::vector<float> merged(n * stride);

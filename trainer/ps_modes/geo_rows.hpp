@@ -28,13 +28,14 @@ class GeoRows {
  public:
   explicit GeoRows(table::server::RemoteHostTier& servers);
 
-  // rows[i * stride] = the local row of keys[i] (n distinct keys); keys not held yet are
-  // pulled from the servers (created there in slots[i]) and held from now on. Throws naming
-  // the servers on a failed pull.
-  void read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows);
-  // One step of the accessor's rule on the local rows of keys[0..n) (held: read() them first),
-  // from their merged push records (push_dim floats each).
-  void apply(const uint64_t* keys, std::size_t n, const float* push);
+  // rows[i * stride] = the local row of keys[i] (n distinct keys) and locals[i] its index
+  // here (for apply); keys not held yet are pulled from the servers (created there in
+  // slots[i]) and held from now on. Throws naming the servers on a failed pull.
+  void read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+            uint32_t* locals);
+  // One step of the accessor's rule on the local rows locals[0..n) (read() gave them), from
+  // their merged push records (push_dim floats each).
+  void apply(const uint32_t* locals, std::size_t n, const float* push);
   // Pushes the deltas of every row changed since its last sync and adopts the servers' merged
   // values (their optimizer state stays local). Returns the rows synced. Throws on a failed call.
   std::size_t sync();
@@ -58,6 +59,7 @@ class GeoRows {
   std::vector<float> synced_;                     // pull record at the last sync, push_dim_ each
   std::vector<uint32_t> dirty_;                   // rows changed since the last sync
   std::vector<char> is_dirty_;
+  std::vector<std::size_t> missing_;  // read(): positions of keys not held yet (reused)
 };
 
 }  // namespace gpubox::trainer::ps_modes

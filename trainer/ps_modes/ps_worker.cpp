@@ -74,7 +74,8 @@ void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
   const std::size_t unique = unique_keys_.size();
   rows_.resize(unique * stride);
   if (local_rows) {
-    geo_->read(unique_keys_.data(), unique_slots_.data(), unique, rows_.data());
+    geo_locals_.resize(unique);
+    geo_->read(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), geo_locals_.data());
   } else if (unique > 0) {
     throw_if_error(
         servers_.pull(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), nullptr)
@@ -133,7 +134,7 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
     for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
   }
   if (geo_) {
-    geo_->apply(unique_keys_.data(), unique_keys_.size(), merged_.data());
+    geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
   } else {
     throw_if_error(servers_
                        .push_updates(table::server::PsUpdateKind::kGradient, unique_keys_.data(),

@@ -99,9 +99,10 @@ class PsWorker {
   std::vector<uint64_t> unique_keys_;
   std::vector<int32_t> unique_slots_;
   std::vector<uint32_t> occurrence_unique_;
-  std::vector<float> rows_;     // distinct keys x stride
-  std::vector<float> records_;  // occurrences x pull_dim
-  std::vector<float> merged_;   // distinct keys x push_dim
+  std::vector<uint32_t> geo_locals_;  // geo: each distinct key's row in GeoRows
+  std::vector<float> rows_;           // distinct keys x stride
+  std::vector<float> records_;        // occurrences x pull_dim
+  std::vector<float> merged_;         // distinct keys x push_dim
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
 };
