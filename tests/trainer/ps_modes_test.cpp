@@ -120,12 +120,12 @@ class PsModes : public ::testing::Test {
     std::vector<float> dense;  // trainer 0's, after training
   };
 
-  // `trainers` PsTrainers (threads of this process) against `servers` fresh shards, kEpochs
-  // passes over the training files; trainer 0's test AUC afterwards.
-  static Outcome run(const std::vector<std::string>& extra, int trainers, int servers) {
-    const TrainerConfig cfg = config(extra);
-    Servers shards(cfg, servers);
-    const auto train = data_files((root_ / "train").string());
+  // `trainers` PsTrainers (threads of this process) of one job against `servers`: each runs
+  // `body(trainer, id)`; once all are done, `finish(trainer 0)` gives the result. Every
+  // trainer's error is reported.
+  template <typename Body, typename Finish>
+  static auto run_job(const TrainerConfig& cfg, const std::string& servers, int trainers, Body body,
+                      Finish finish) -> decltype(finish(std::declval<PsTrainer&>())) {
     std::vector<std::unique_ptr<PsTrainer>> made(static_cast<std::size_t>(trainers));
     std::vector<std::string> errors(static_cast<std::size_t>(trainers));
     std::vector<std::thread> threads;
@@ -133,11 +133,11 @@ class PsModes : public ::testing::Test {
       threads.emplace_back([&, w] {
         try {
           TrainerEnv env;
-          env.servers = shards.endpoints();
+          env.servers = servers;
           env.trainer_id = w;
           env.trainers = trainers;
           auto trainer = std::make_unique<PsTrainer>(cfg, env);
-          for (int e = 0; e < kEpochs; ++e) trainer->train_pass(train);
+          body(*trainer, w);
           made[static_cast<std::size_t>(w)] = std::move(trainer);
         } catch (const std::exception& e) {
           errors[static_cast<std::size_t>(w)] = e.what();
@@ -148,11 +148,27 @@ class PsModes : public ::testing::Test {
     for (int w = 0; w < trainers; ++w) {
       EXPECT_EQ(errors[static_cast<std::size_t>(w)], "") << "trainer " << w;
     }
-    Outcome out;
-    if (!made[0]) return out;
-    out.test_auc = made[0]->evaluate(data_files((root_ / "test").string())).metrics.auc;
-    out.dense = made[0]->dense_values();
-    return out;
+    if (!made[0]) return {};
+    return finish(*made[0]);
+  }
+  static double test_auc(PsTrainer& trainer) {
+    return trainer.evaluate(data_files((root_ / "test").string())).metrics.auc;
+  }
+
+  // `trainers` PsTrainers against `servers` fresh shards, kEpochs passes over the training
+  // files; trainer 0's test AUC afterwards.
+  static Outcome run(const std::vector<std::string>& extra, int trainers, int servers) {
+    const TrainerConfig cfg = config(extra);
+    Servers shards(cfg, servers);
+    const auto train = data_files((root_ / "train").string());
+    return run_job(
+        cfg, shards.endpoints(), trainers,
+        [&](PsTrainer& trainer, int) {
+          for (int e = 0; e < kEpochs; ++e) trainer.train_pass(train);
+        },
+        [](PsTrainer& trainer) {
+          return Outcome{test_auc(trainer), trainer.dense_values()};
+        });
   }
 
   static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -298,35 +314,6 @@ TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
   }
 }
 
-// `trainers` PsTrainers (threads) of one job against `servers`: each runs `body(trainer, id)`.
-// Every trainer's error is reported; returns trainer 0's result.
-template <typename Body>
-auto run_job(const TrainerConfig& cfg, const std::string& servers, int trainers, Body body) {
-  using Result = decltype(body(std::declval<PsTrainer&>(), 0));
-  std::vector<Result> results(static_cast<std::size_t>(trainers));
-  std::vector<std::string> errors(static_cast<std::size_t>(trainers));
-  std::vector<std::thread> threads;
-  for (int w = 0; w < trainers; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        TrainerEnv env;
-        env.servers = servers;
-        env.trainer_id = w;
-        env.trainers = trainers;
-        PsTrainer trainer(cfg, env);
-        results[static_cast<std::size_t>(w)] = body(trainer, w);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(w)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int w = 0; w < trainers; ++w) {
-    EXPECT_EQ(errors[static_cast<std::size_t>(w)], "") << "trainer " << w;
-  }
-  return results[0];
-}
-
 // Issue 16: a PS save (2 trainers x 2 servers) is the gpubox mode's save: it starts a PS job on
 // fresh servers and the gpubox mode (both evaluate the same model as the job that saved it),
 // and a gpubox-mode save (on 2 servers) starts a 2-trainer PS job the same way. The model is
@@ -343,20 +330,18 @@ TEST_F(PsModes, SavesLoadBetweenThePsModesAndTheGpuboxMode) {
   double saved_auc = 0;
   {
     Servers shards(ps_cfg, 2);
-    saved_auc = run_job(ps_cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int id) {
-      EXPECT_EQ(trainer.train().size(), 1u);
-      return id == 0 ? trainer.evaluate(test).metrics.auc : 0.0;
-    });
+    saved_auc = run_job(
+        ps_cfg, shards.endpoints(), 2,
+        [](PsTrainer& trainer, int) { EXPECT_EQ(trainer.train().size(), 1u); }, test_auc);
   }
   const std::string ps_save = ps_saves + "/0";
   ASSERT_TRUE(fs::exists(ps_save + "/MODEL_MANIFEST"));
   const TrainerConfig reader_cfg = config({"runner.sync_mode=async"});
   {
     Servers shards(reader_cfg, 2);
-    const double auc = run_job(reader_cfg, shards.endpoints(), 1, [&](PsTrainer& trainer, int) {
-      trainer.load(ps_save);
-      return trainer.evaluate(test).metrics.auc;
-    });
+    const double auc = run_job(
+        reader_cfg, shards.endpoints(), 1, [&](PsTrainer& trainer, int) { trainer.load(ps_save); },
+        test_auc);
     std::printf("PS save: test auc %.6f when saved, %.6f loaded by a PS job\n", saved_auc, auc);
     EXPECT_EQ(auc, saved_auc);
   }
@@ -372,7 +357,7 @@ TEST_F(PsModes, SavesLoadBetweenThePsModesAndTheGpuboxMode) {
     std::printf("PS save: test auc %.6f loaded by the gpubox mode\n", auc);
     EXPECT_NEAR(auc, saved_auc, 1e-5);
   }
-  // The other way: a gpubox-mode save starts a PS job of 2 trainers, which trains on from it.
+  // The other way: a gpubox-mode save starts a PS job of 2 trainers.
   const std::string gpubox_save = (root_ / "gpubox_save").string();
   double gpubox_auc = 0;
   {
@@ -387,12 +372,9 @@ TEST_F(PsModes, SavesLoadBetweenThePsModesAndTheGpuboxMode) {
   }
   {
     Servers shards(reader_cfg, 2);
-    const double auc = run_job(reader_cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int id) {
-      trainer.load(gpubox_save);
-      const double loaded = id == 0 ? trainer.evaluate(test).metrics.auc : 0.0;
-      trainer.train_pass(data_files((root_ / "train").string()));
-      return loaded;
-    });
+    const double auc = run_job(
+        reader_cfg, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) { trainer.load(gpubox_save); }, test_auc);
     std::printf("gpubox save: test auc %.6f, loaded by a PS job of 2 trainers %.6f\n", gpubox_auc,
                 auc);
     EXPECT_NEAR(auc, gpubox_auc, 1e-5);
@@ -417,29 +399,33 @@ TEST_F(PsModes, AStoppedJobResumesFromItsLastSave) {
   {
     const TrainerConfig first = config(keys);  // runner.epochs=1: "killed" after pass 0 of 3
     Servers shards(first, 2);
-    run_job(first, shards.endpoints(), 2, [&](PsTrainer& trainer, int) {
-      EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{0}));
-      return 0;
-    });
+    run_job(
+        first, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) {
+          EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{0}));
+        },
+        [](PsTrainer&) { return 0; });
   }
   keys.push_back("runner.epochs=3");
   const TrainerConfig again = config(keys);
   {
     Servers shards(again, 2);
-    const double auc = run_job(again, shards.endpoints(), 2, [&](PsTrainer& trainer, int id) {
-      EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{1, 2}));
-      return id == 0 ? trainer.evaluate(data_files((root_ / "test").string())).metrics.auc : 0.0;
-    });
+    const double auc = run_job(
+        again, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) {
+          EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{1, 2}));
+        },
+        test_auc);
     std::printf("resumed async job: test auc %.6f, planted %.6f\n", auc, planted_auc_);
     EXPECT_NEAR(auc, planted_auc_, kPlantedTolerance);
     EXPECT_TRUE(fs::exists(saves + "/2/MODEL_MANIFEST"));
   }
   {
     Servers shards(again, 2);
-    run_job(again, shards.endpoints(), 1, [&](PsTrainer& trainer, int) {
-      EXPECT_TRUE(trainer.train().empty());
-      return 0;
-    });
+    run_job(
+        again, shards.endpoints(), 1,
+        [](PsTrainer& trainer, int) { EXPECT_TRUE(trainer.train().empty()); },
+        [](PsTrainer&) { return 0; });
   }
   Servers one(again, 1);
   TrainerEnv env;
@@ -460,21 +446,23 @@ TEST_F(PsModes, ASecondJobOnTheSameServersStartsAfresh) {
   const TrainerConfig two = config({"runner.sync_mode=sync"});
   Servers shards(two, 1);
   const auto train = data_files((root_ / "train").string());
-  run_job(two, shards.endpoints(), 2, [&](PsTrainer& trainer, int) {
-    trainer.train_pass(train);
-    return 0;
-  });
+  run_job(
+      two, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(train); },
+      [](PsTrainer&) { return 0; });
   const TrainerConfig other =
       config({"runner.sync_mode=sync", "hyper_parameters.fc_sizes=[32]", "runner.epochs=1"});
-  const auto dense = run_job(other, shards.endpoints(), 3, [&](PsTrainer& trainer, int) {
-    const std::vector<float> initial = trainer.dense_values();
-    trainer.train_pass(train);
-    return initial;
-  });
+  std::vector<float> initial;
+  run_job(
+      other, shards.endpoints(), 3,
+      [&](PsTrainer& trainer, int id) {
+        if (id == 0) initial = trainer.dense_values();  // as this job starts
+        trainer.train_pass(train);
+      },
+      [](PsTrainer&) { return 0; });
   TrainerEnv env;
   env.servers = "";
   Trainer fresh(other, env);  // the same config's initial dense net, in-process
-  EXPECT_EQ(dense, fresh.dense_values(0));
+  EXPECT_EQ(initial, fresh.dense_values(0));
 }
 
 // runner.reader_type QueueDataset streams each pass (the sync mode reads it once more to count
