@@ -50,6 +50,29 @@ run_ps --server_num 1 --worker_num 2 -o runner.model_save_path="$work/one" -o ru
   --load "$work/one/0" --out "$work/serving" >out.txt 2>&1 || { cat out.txt; fail "--mode export"; }
 [ -f "$work/serving/MANIFEST" ] || fail "--mode export wrote no MANIFEST"
 
+# A job whose workers are killed (SIGKILL) after a save, run again, goes on after its newest save.
+rm -rf log "$work/killed"
+"$repo/scripts/launch.sh" --server_num 2 --worker_num 2 -o runner.sync_mode=async \
+  -o runner.metrics_path= -o runner.model_save_path="$work/killed" -o runner.epochs=1000 \
+  >out.txt 2>&1 &
+job=$!
+trap 'kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 600); do [ -f "$work/killed/0/MODEL_MANIFEST" ] && break; sleep 0.1; done
+[ -f "$work/killed/0/MODEL_MANIFEST" ] || { kill "$job"; wait "$job" || true; fail "no save to kill after"; }
+for pid in $(ps -o pid=,args= --ppid "$job" | awk '$2 ~ /\/gpubox_train$/ { print $1 }'); do
+  kill -KILL "$pid"
+done
+status=0
+wait "$job" || status=$?
+[ "$status" != 0 ] || fail "a job whose workers were killed exited 0"
+trap 'rm -rf "$work"' EXIT
+newest="$(ls "$work/killed" | grep -E '^[0-9]+$' | sort -n | tail -1)"
+[ -f "$work/killed/$newest/MODEL_MANIFEST" ] || newest=$((newest - 1))  # killed while saving
+run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/killed" \
+  -o runner.epochs=$((newest + 2))
+first="$(grep -m1 -oE '^pass: [0-9]+' log/workerlog.0)"
+[ "$first" = "pass: $((newest + 1))" ] || fail "after the kill: first pass '$first', not $((newest + 1))"
+
 # A worker that fails (no data) ends the job: non-zero status naming it, servers stopped.
 rm -rf log
 start=$SECONDS
