@@ -112,13 +112,21 @@ export GPUBOX_AUTH_TOKEN_FILE="$token_file"
 mkdir -p log
 here() { [ "$1" = "$pod_ip" ] || { is_loopback "$1" && is_loopback "$pod_ip"; }; }
 
+# The folder that holds every save the trainers write or read (gpubox_train --print_model_root):
+# the servers' --data_dir, since their SAVE and LOAD paths must stay inside it.
+server_args=()
+if [ "$role" != TRAINER ]; then
+  model_root="$("$bin/gpubox_train" "${config_args[@]}" "${train_args[@]}" --print_model_root 2>/dev/null || true)"
+  if [ -n "$model_root" ]; then mkdir -p "$model_root" && server_args+=(--data_dir "$model_root"); fi
+fi
+
 if [ "$role" != TRAINER ]; then
   for i in "${!servers[@]}"; do
     ip="${servers[$i]%:*}" port="${servers[$i]##*:}"
     here "$ip" || continue
     logf="log/serverlog.$i"
     "$bin/gpubox_server" --port "$port" --bind "$ip" --shard_id "$i" --shard_num "${#servers[@]}" \
-      --auth_token_file "$token_file" "${config_args[@]}" >"$logf" 2>&1 &
+      --auth_token_file "$token_file" "${config_args[@]}" "${server_args[@]}" >"$logf" 2>&1 &
     pids+=($!) names+=("gpubox_server $i ($ip:$port)") logs+=("$logf") kinds+=(server)
     for _ in $(seq 1 100); do
       grep -q "listening on" "$logf" 2>/dev/null && break

@@ -6,8 +6,8 @@
                        --out report_ps.md [--meta LINE ...]
 
 RUNS.tsv: system (gpubox|paddle), schedule (async|geo), load average before, run folder.
-GPUBox's folder holds metrics.jsonl (one line per trainer and pass, test lines per epoch) and
-server_wire (the largest
+GPUBox's folder holds trainer 0's metrics.jsonl and trainer t's metrics.trainer<t>.jsonl (one
+line per pass, test lines per epoch) and server_wire (the largest
 bytes sent + received on the server's connections, from ss); Paddle's holds paddle.worker<i>.json.
 examples/s of a job: the examples all its workers trained in the timed (last) epoch over the
 slowest worker's training seconds of it (data in memory, load excluded, both systems).
@@ -24,20 +24,18 @@ def die(msg):
 
 
 def gpubox_row(folder, epoch):
-    passes, tests = [], []
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("pass") == epoch - 1:
-                passes.append(r)
-            elif r.get("epoch") == epoch - 1 and "test_auc" in r:
-                tests.append(r["test_auc"])
+    # Every trainer's file (runner.metrics_path: trainer 0's, metrics.trainer<t>.jsonl beside it).
+    lines = []
+    for name in sorted(glob.glob(os.path.join(folder, "metrics*.jsonl"))):
+        with open(name) as f:
+            lines += [json.loads(line) for line in f]
+    passes = [r for r in lines if r.get("pass") == epoch - 1]
+    tests = [r["test_auc"] for r in lines if r.get("epoch") == epoch - 1 and "test_auc" in r]
     if not passes:
-        die("no pass %d in %s/metrics.jsonl" % (epoch - 1, folder))
+        die("no pass %d in %s/metrics*.jsonl" % (epoch - 1, folder))
     examples = sum(p["examples"] for p in passes)
     secs = max(p["train_seconds"] for p in passes)
-    with open(os.path.join(folder, "metrics.jsonl")) as f:  # every pass of every trainer
-        all_examples = sum(json.loads(line).get("examples", 0) for line in f if '"pass"' in line)
+    all_examples = sum(r.get("examples", 0) for r in lines if "pass" in r)  # every pass, trainer
     wire = None
     io = os.path.join(folder, "server_wire")
     if os.path.exists(io):

@@ -167,13 +167,10 @@ GPUBOX_HD inline void init_row(float* row, const RowLayout& layout, const Access
   row[layout.mf_size()] = 0.0f;
 }
 
-// Creates the embedx part when the row's score reaches embedx_threshold (values from a seeded
-// hash of (key, seed), so every tier and every run creates the same values). Returns true when
-// it created the part now.
-GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
-                                          const AccessorConfig& cfg, uint64_t key) {
-  if (row[layout.mf_size()] > 0.0f) return false;
-  if (row_score(row, cfg) < cfg.embedx_threshold) return false;
+// Creates the embedx part of `key`'s row now: its values from a seeded hash of (key, seed), so
+// every tier, every trainer and every run creates the same values; its optimizer state fresh.
+GPUBOX_HD inline void create_embedx(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+                                    uint64_t key) {
   float* w = row + layout.embedx_w();
   for (int32_t i = 0; i < layout.mf_dim; ++i) {
     w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1),
@@ -181,6 +178,15 @@ GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
   }
   detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.optimizer);
   row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
+}
+
+// Creates the embedx part (create_embedx) when the row's score reaches embedx_threshold.
+// Returns true when it created the part now.
+GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
+                                          const AccessorConfig& cfg, uint64_t key) {
+  if (row[layout.mf_size()] > 0.0f) return false;
+  if (row_score(row, cfg) < cfg.embedx_threshold) return false;
+  create_embedx(row, layout, cfg, key);
   return true;
 }
 

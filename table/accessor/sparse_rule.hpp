@@ -216,10 +216,11 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const Acce
 // record's shape (show, click, embed_w, embedx_w[mf_dim]): the change of the trainer's local
 // copy since it last synced. show/click, delta_score and unseen_days change as a push's would;
 // the weights move by the delta, clipped to their bounds. An embedx part the row lacks is
-// created (state initialised, weights from zero) when the delta carries one: the trainer created
-// it locally, and its synced copy read zeros for it.
+// created at `key`'s initial values (create_embedx) when the delta carries one: a trainer
+// created it locally at those same values, and its delta is the change since then, so the
+// initial values count once however many trainers created the part.
 GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const AccessorConfig& cfg,
-                                  const float* delta) {
+                                  uint64_t key, const float* delta) {
   const float show = delta[PushRecord::kShow];
   const float click = delta[PushRecord::kClick];
   row[RowLayout::kShow] += show;
@@ -235,9 +236,7 @@ GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const Acc
     bool carries = false;
     for (int32_t i = 0; i < layout.mf_dim; ++i) carries = carries || dx[i] != 0.0f;
     if (!carries) return;
-    table::detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, opt);
-    for (int32_t i = 0; i < layout.mf_dim; ++i) w[i] = 0.0f;
-    row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
+    table::create_embedx(row, layout, cfg, key);
   }
   const PartRule rule = embedx_rule(opt);
   for (int32_t i = 0; i < layout.mf_dim; ++i) w[i] = clip_weight(w[i] + dx[i], rule);

@@ -19,10 +19,9 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
 Reply Server::Impl::dense(const FrameHeader& header, const std::vector<uint8_t>& payload) {
   auto request = decode_dense_request(payload.data(), payload.size());
   if (!request.ok()) return table_error_reply(header, request.status());
-  auto values = ps_store_.dense(*request);
-  if (!values.ok()) return table_error_reply(header, values.status());
   std::vector<uint8_t> out;
-  encode_dense_reply(values->data(), values->size(), &out);
+  const Status st = ps_store_.dense(std::move(request).value(), &out);
+  if (!st.ok()) return table_error_reply(header, st);
   return make_reply(header, Status::Code::kOk, std::move(out));
 }
 

@@ -55,7 +55,7 @@ StatusOr<DenseRequest> decode_dense_request(const uint8_t* data, std::size_t n) 
   uint8_t action = 0;
   uint32_t count = 0;
   GPUBOX_RETURN_IF_ERROR(r.get_u8(&action));
-  if (action > static_cast<uint8_t>(DenseAction::kAdd)) {
+  if (action > static_cast<uint8_t>(DenseAction::kWrite)) {
     return Status::InvalidArgument("DENSE request: unknown action " + std::to_string(action));
   }
   req.action = static_cast<DenseAction>(action);

@@ -6,10 +6,12 @@
 //            key stripe: a gradient (the push record of sparse_rule.hpp: show, click, embed_g,
 //            embedx_g[mf_dim], merged over the sender's batch; the accessor's optimizer rule
 //            runs on the server) or a geo delta (the same fields, added to show, click, embed_w
-//            and embedx_w; an embedx part that a trainer created arrives as a delta from zero).
+//            and embedx_w; an embedx part that a trainer created arrives as a delta from the key's
+//            initial values, which the server creates it at).
 //   DENSE:   a named float vector held by the server (the dense table of the PS modes): read it
-//            (created from the request's values when absent), or add the request's values to
-//            it and read the sum back in the same round trip.
+//            (created from the request's values when absent), add the request's values to it
+//            and read the sum back in the same round trip, or write it (a job's start: the
+//            values of the model it starts from, whatever a previous job left there).
 #pragma once
 
 #include <cstddef>
@@ -40,8 +42,9 @@ StatusOr<PsPushRequest> decode_ps_push_request(const uint8_t* data, std::size_t 
 
 // What a DENSE request does. Travels as u8: never renumber.
 enum class DenseAction : uint8_t {
-  kRead = 0,  // the table's values; created from the request's values when absent
-  kAdd = 1,   // values += the request's values; replies the sums
+  kRead = 0,   // the table's values; created from the request's values when absent
+  kAdd = 1,    // values += the request's values; replies the sums
+  kWrite = 2,  // the table becomes the request's values (any size; created when absent)
 };
 // Bounds of the dense tables one server holds (a client cannot make it keep more).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;

@@ -48,7 +48,7 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
       if (request.kind == PsUpdateKind::kGradient) {
         optimizer::apply_push(row, layout, config, keys[j], update);
       } else {
-        optimizer::apply_delta(row, layout, config, update);
+        optimizer::apply_delta(row, layout, config, keys[j], update);
       }
     }
     GPUBOX_RETURN_IF_ERROR(table.push(keys.data(), keys.size(), rows.data()));
@@ -56,7 +56,7 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
   return Status::OK();
 }
 
-StatusOr<std::vector<float>> PsStore::dense(const DenseRequest& request) {
+Status PsStore::dense(DenseRequest request, std::vector<uint8_t>* reply) {
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
   if (bad != request.values.size()) {
     return Status::InvalidArgument("DENSE '" + request.name + "': value " + std::to_string(bad) +
@@ -64,7 +64,9 @@ StatusOr<std::vector<float>> PsStore::dense(const DenseRequest& request) {
   }
   MutexLock lock(dense_mu_);
   auto it = dense_.find(request.name);
-  if (it == dense_.end()) {
+  if (it != dense_.end() && request.action == DenseAction::kWrite) {
+    it->second = std::move(request.values);
+  } else if (it == dense_.end()) {
     if (request.action == DenseAction::kAdd) {
       return Status::NotFound("DENSE '" + request.name +
                               "': an add to a table no trainer has read (created) yet");
@@ -73,20 +75,22 @@ StatusOr<std::vector<float>> PsStore::dense(const DenseRequest& request) {
       return Status::ResourceExhausted("DENSE '" + request.name + "': this server already holds " +
                                        std::to_string(kMaxDenseTables) + " dense tables");
     }
-    it = dense_.emplace(request.name, request.values).first;
-    return it->second;
+    it = dense_.emplace(request.name, std::move(request.values)).first;
+  } else {
+    std::vector<float>& values = it->second;
+    if (request.values.size() != values.size()) {
+      return Status::InvalidArgument("DENSE '" + request.name + "' holds " +
+                                     std::to_string(values.size()) + " values; the request has " +
+                                     std::to_string(request.values.size()) +
+                                     " (trainers with different models?)");
+    }
+    if (request.action == DenseAction::kAdd) {
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] += request.values[i];
+    }
   }
-  std::vector<float>& values = it->second;
-  if (request.values.size() != values.size()) {
-    return Status::InvalidArgument("DENSE '" + request.name + "' holds " +
-                                   std::to_string(values.size()) + " values; the request has " +
-                                   std::to_string(request.values.size()) +
-                                   " (trainers with different models?)");
-  }
-  if (request.action == DenseAction::kAdd) {
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] += request.values[i];
-  }
-  return values;
+  // Encoded from the table itself: the async mode sends the whole dense net every step.
+  encode_dense_reply(it->second.data(), it->second.size(), reply);
+  return Status::OK();
 }
 
 }  // namespace gpubox::table::server

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,11 +28,12 @@ class PsStore {
   // stripes before it applied.
   Status apply(HostTier& table, const PsPushRequest& request);
 
-  // DENSE: reads table `name` (creating it from the request's values when absent), or adds the
-  // request's values to it; returns the table's values after the request. Refuses a size that
-  // differs from the table's, non-finite values, an add to a table never read, and a new table
-  // beyond kMaxDenseTables.
-  StatusOr<std::vector<float>> dense(const DenseRequest& request);
+  // DENSE: reads table `name` (creating it from the request's values when absent), adds the
+  // request's values to it, or replaces it by them; `*reply` becomes the DENSE reply holding
+  // the table's values after the request. Refuses (a read or an add) a size that differs from
+  // the table's, non-finite values, an add to a table never read, and a new table beyond
+  // kMaxDenseTables.
+  Status dense(DenseRequest request, std::vector<uint8_t>* reply);
 
  private:
   static constexpr std::size_t kStripes = 64;

@@ -25,6 +25,54 @@ done
 ports="$(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\).*/\1/p' out.txt)"
 for p in $ports; do ! port_in_use "$p" || fail "server port $p still served after the job"; done
 
+# Saves (issue 16): 2 workers x 2 servers save each pass in the gpubox mode's format; run again
+# with more epochs, the job resumes after the last save; --mode infer evaluates a save on its
+# servers and --mode export writes it for gpubox_serve (export reads one sparse half: a save of
+# one server). QueueDataset with runner.shuffle on warns naming the key.
+rm -rf log saves
+run_ps() { timeout 120 "$repo/scripts/launch.sh" "$@" -o runner.sync_mode=async \
+  -o runner.metrics_path= -o runner.save_mode=checkpoint \
+  >out.txt 2>&1 || { cat out.txt; tail -n 20 log/workerlog.*; fail "$* : exit"; }; }
+run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/saves" -o runner.epochs=1 \
+  -o runner.reader_type=QueueDataset
+[ -f "$work/saves/0/MODEL_MANIFEST" ] || fail "no save of pass 0"
+grep -q "runner.shuffle" log/workerlog.0 || fail "no warning naming runner.shuffle with QueueDataset"
+run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/saves" -o runner.epochs=2
+grep -q "^pass: 0" log/workerlog.0 && fail "the resumed job trained pass 0 again"
+grep -q "^pass: 1" log/workerlog.1 || fail "the resumed job did not train pass 1"
+[ -f "$work/saves/1/MODEL_MANIFEST" ] || fail "no save of pass 1"
+data="$(sed -n 's/^  train_data_dir: "\([^"]*\)".*/\1/p' "$repo/configs/config_ps.yaml")"
+run_ps --server_num 2 --worker_num 1 --mode infer --load "$work/saves/1" \
+  --infer_data_dir "$repo/configs/$data"
+grep -q "^infer: save: $work/saves/1, examples: [1-9]" log/workerlog.0 || fail "--mode infer: no result line"
+run_ps --server_num 1 --worker_num 2 -o runner.model_save_path="$work/one" -o runner.epochs=1
+"$GPUBOX_BUILD_DIR/bin/gpubox_train" --config "$repo/configs/config_ps.yaml" --mode export \
+  --load "$work/one/0" --out "$work/serving" >out.txt 2>&1 || { cat out.txt; fail "--mode export"; }
+[ -f "$work/serving/MANIFEST" ] || fail "--mode export wrote no MANIFEST"
+
+# A job whose workers are killed (SIGKILL) after a save, run again, goes on after its newest save.
+rm -rf log "$work/killed"
+"$repo/scripts/launch.sh" --server_num 2 --worker_num 2 -o runner.sync_mode=async \
+  -o runner.metrics_path= -o runner.model_save_path="$work/killed" -o runner.epochs=1000 \
+  >out.txt 2>&1 &
+job=$!
+trap 'kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 600); do [ -f "$work/killed/0/MODEL_MANIFEST" ] && break; sleep 0.1; done
+[ -f "$work/killed/0/MODEL_MANIFEST" ] || { kill "$job"; wait "$job" || true; fail "no save to kill after"; }
+for pid in $(ps -o pid=,args= --ppid "$job" | awk '$2 ~ /\/gpubox_train$/ { print $1 }'); do
+  kill -KILL "$pid"
+done
+status=0
+wait "$job" || status=$?
+[ "$status" != 0 ] || fail "a job whose workers were killed exited 0"
+trap 'rm -rf "$work"' EXIT
+newest="$(ls "$work/killed" | grep -E '^[0-9]+$' | sort -n | tail -1)"
+[ -f "$work/killed/$newest/MODEL_MANIFEST" ] || newest=$((newest - 1))  # killed while saving
+run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/killed" \
+  -o runner.epochs=$((newest + 2))
+first="$(grep -m1 -oE '^pass: [0-9]+' log/workerlog.0)"
+[ "$first" = "pass: $((newest + 1))" ] || fail "after the kill: first pass '$first', not $((newest + 1))"
+
 # A worker that fails (no data) ends the job: non-zero status naming it, servers stopped.
 rm -rf log
 start=$SECONDS

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,10 +18,13 @@
 #include "common/error.hpp"
 #include "common/status.hpp"
 #include "dataset/generator.hpp"
+#include "table/accessor/sparse_rule.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/ps_modes/geo_rows.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -32,10 +36,12 @@ constexpr int kEpochs = 3;
 // Issue 16: each mode's test AUC within 0.02 of the planted model's.
 constexpr double kPlantedTolerance = 0.02;
 
-// In-process gpubox_server shards, each over its own in-process table.
+// In-process gpubox_server shards, each over its own in-process table; their saves stay inside
+// `data_dir`.
 class Servers {
  public:
-  Servers(const TrainerConfig& config, int count) {
+  Servers(const TrainerConfig& config, int count,
+          const std::string& data_dir = fs::temp_directory_path().string()) {
     for (int i = 0; i < count; ++i) {
       auto table = table::SparseTable::open(config.sparse, config.host_tier.table);
       throw_if_error(table.status());
@@ -43,6 +49,7 @@ class Servers {
       table::server::ServerOptions options;
       options.shard_id = static_cast<uint32_t>(i);
       options.shard_num = static_cast<uint32_t>(count);
+      options.data_dir = data_dir;
       auto server = table::server::Server::start(tables_.back().get(), options);
       throw_if_error(server.status());
       endpoints_ += (i ? "," : "") + (*server)->endpoint();
@@ -113,12 +120,12 @@ class PsModes : public ::testing::Test {
     std::vector<float> dense;  // trainer 0's, after training
   };
 
-  // `trainers` PsTrainers (threads of this process) against `servers` fresh shards, kEpochs
-  // passes over the training files; trainer 0's test AUC afterwards.
-  static Outcome run(const std::vector<std::string>& extra, int trainers, int servers) {
-    const TrainerConfig cfg = config(extra);
-    Servers shards(cfg, servers);
-    const auto train = data_files((root_ / "train").string());
+  // `trainers` PsTrainers (threads of this process) of one job against `servers`: each runs
+  // `body(trainer, id)`; once all are done, `finish(trainer 0)` gives the result. Every
+  // trainer's error is reported.
+  template <typename Body, typename Finish>
+  static auto run_job(const TrainerConfig& cfg, const std::string& servers, int trainers, Body body,
+                      Finish finish) -> decltype(finish(std::declval<PsTrainer&>())) {
     std::vector<std::unique_ptr<PsTrainer>> made(static_cast<std::size_t>(trainers));
     std::vector<std::string> errors(static_cast<std::size_t>(trainers));
     std::vector<std::thread> threads;
@@ -126,11 +133,11 @@ class PsModes : public ::testing::Test {
       threads.emplace_back([&, w] {
         try {
           TrainerEnv env;
-          env.servers = shards.endpoints();
+          env.servers = servers;
           env.trainer_id = w;
           env.trainers = trainers;
           auto trainer = std::make_unique<PsTrainer>(cfg, env);
-          for (int e = 0; e < kEpochs; ++e) trainer->train_pass(train);
+          body(*trainer, w);
           made[static_cast<std::size_t>(w)] = std::move(trainer);
         } catch (const std::exception& e) {
           errors[static_cast<std::size_t>(w)] = e.what();
@@ -141,11 +148,27 @@ class PsModes : public ::testing::Test {
     for (int w = 0; w < trainers; ++w) {
       EXPECT_EQ(errors[static_cast<std::size_t>(w)], "") << "trainer " << w;
     }
-    Outcome out;
-    if (!made[0]) return out;
-    out.test_auc = made[0]->evaluate(data_files((root_ / "test").string())).metrics.auc;
-    out.dense = made[0]->dense_values();
-    return out;
+    if (!made[0]) return {};
+    return finish(*made[0]);
+  }
+  static double test_auc(PsTrainer& trainer) {
+    return trainer.evaluate(data_files((root_ / "test").string())).metrics.auc;
+  }
+
+  // `trainers` PsTrainers against `servers` fresh shards, kEpochs passes over the training
+  // files; trainer 0's test AUC afterwards.
+  static Outcome run(const std::vector<std::string>& extra, int trainers, int servers) {
+    const TrainerConfig cfg = config(extra);
+    Servers shards(cfg, servers);
+    const auto train = data_files((root_ / "train").string());
+    return run_job(
+        cfg, shards.endpoints(), trainers,
+        [&](PsTrainer& trainer, int) {
+          for (int e = 0; e < kEpochs; ++e) trainer.train_pass(train);
+        },
+        [](PsTrainer& trainer) {
+          return Outcome{test_auc(trainer), trainer.dense_values()};
+        });
   }
 
   static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -215,6 +238,231 @@ TEST_F(PsModes, TwoTrainersOnTwoServersInEveryMode) {
                 planted_auc_);
     EXPECT_NEAR(out.test_auc, planted_auc_, kPlantedTolerance);
   }
+}
+
+// Geo with two trainers that both create the embedx part of the same rows (each on its own
+// first touch, before the other synced): the servers hold the key's initial values once plus
+// each trainer's change of them (the oracle, in float64 from the two local copies), not the
+// initial values once per trainer.
+TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
+  const TrainerConfig cfg =
+      config({"runner.sync_mode=geo", "hyper_parameters.sparse_optimizer.mf_initial_range=0.5",
+              "hyper_parameters.sparse_optimizer.embedx_threshold=1",
+              "hyper_parameters.sparse_optimizer.embed_threshold=0"});
+  Servers shards(cfg, 2);
+  auto connect = [&] {
+    table::server::RemoteHostTierOptions options;
+    options.endpoints = shards.endpoints();
+    options.config = cfg.sparse;
+    auto client = table::server::RemoteHostTier::connect(std::move(options));
+    throw_if_error(client.status());
+    return std::move(client).value();
+  };
+  auto client_a = connect();
+  auto client_b = connect();
+  GeoRows trainer_a(*client_a), trainer_b(*client_b);
+  const table::RowLayout& layout = client_a->layout();
+  const auto stride = static_cast<std::size_t>(layout.stride());
+  const auto push_dim = static_cast<std::size_t>(layout.push_dim());
+  const auto mf = static_cast<std::size_t>(layout.mf_dim);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 17; ++k) keys.push_back(k * 7919);
+  const std::vector<int32_t> slots(keys.size(), 2);
+  const std::size_t n = keys.size();
+  std::vector<float> rows_a(n * stride), rows_b(n * stride);
+  std::vector<uint32_t> locals_a(n), locals_b(n);
+  // Neither has embedx yet.
+  trainer_a.read(keys.data(), slots.data(), n, rows_a.data(), locals_a.data());
+  trainer_b.read(keys.data(), slots.data(), n, rows_b.data(), locals_b.data());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> grad(-1.0f, 1.0f);
+  for (int step = 0; step < 3; ++step) {  // the first step creates embedx (score 1 per click)
+    for (auto [trainer, locals] :
+         {std::make_pair(&trainer_a, &locals_a), std::make_pair(&trainer_b, &locals_b)}) {
+      std::vector<float> push(n * push_dim);
+      for (std::size_t i = 0; i < n; ++i) {
+        push[i * push_dim] = 1.0f;      // show
+        push[i * push_dim + 1] = 1.0f;  // click
+        for (std::size_t f = 2; f < push_dim; ++f) push[i * push_dim + f] = grad(rng);
+      }
+      trainer->apply(locals->data(), n, push.data());
+    }
+  }
+  trainer_a.read(keys.data(), slots.data(), n, rows_a.data(), locals_a.data());
+  trainer_b.read(keys.data(), slots.data(), n, rows_b.data(), locals_b.data());
+  trainer_a.sync();
+  trainer_b.sync();
+  std::vector<float> merged(n * stride);
+  ASSERT_TRUE(client_a->pull(keys.data(), slots.data(), n, merged.data(), nullptr).ok());
+  std::vector<float> initial(stride, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(keys[i]);
+    const float* a = rows_a.data() + i * stride;
+    const float* b = rows_b.data() + i * stride;
+    const float* m = merged.data() + i * stride;
+    ASSERT_GT(a[layout.mf_size()], 0.0f);
+    ASSERT_GT(b[layout.mf_size()], 0.0f);
+    ASSERT_GT(m[layout.mf_size()], 0.0f);
+    EXPECT_EQ(m[table::RowLayout::kShow], a[table::RowLayout::kShow] + b[table::RowLayout::kShow]);
+    table::create_embedx(initial.data(), layout, cfg.sparse, keys[i]);
+    for (std::size_t f = 0; f < mf; ++f) {
+      const auto at = static_cast<std::size_t>(layout.embedx_w()) + f;
+      const double start = initial[at];
+      const double expected = start + (a[at] - start) + (b[at] - start);
+      EXPECT_NEAR(m[at], expected, 1e-5) << "embedx " << f << " (initial value " << start << ")";
+    }
+  }
+}
+
+// Issue 16: a PS save (2 trainers x 2 servers) is the gpubox mode's save: it starts a PS job on
+// fresh servers and the gpubox mode (both evaluate the same model as the job that saved it),
+// and a gpubox-mode save (on 2 servers) starts a 2-trainer PS job the same way. The model is
+// the servers' rows and dense table, so the AUCs agree to float rounding of the two forward
+// paths; PS to PS to the bit.
+TEST_F(PsModes, SavesLoadBetweenThePsModesAndTheGpuboxMode) {
+  const auto test = data_files((root_ / "test").string());
+  const std::string ps_saves = (root_ / "ps_saves").string();
+  const std::vector<std::string> common = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                           "runner.test_data_dir=", "runner.save_mode=base"};
+  std::vector<std::string> ps_keys = common;
+  ps_keys.insert(ps_keys.end(), {"runner.sync_mode=async", "runner.model_save_path=" + ps_saves});
+  const TrainerConfig ps_cfg = config(ps_keys);
+  double saved_auc = 0;
+  {
+    Servers shards(ps_cfg, 2);
+    saved_auc = run_job(
+        ps_cfg, shards.endpoints(), 2,
+        [](PsTrainer& trainer, int) { EXPECT_EQ(trainer.train().size(), 1u); }, test_auc);
+  }
+  const std::string ps_save = ps_saves + "/0";
+  ASSERT_TRUE(fs::exists(ps_save + "/MODEL_MANIFEST"));
+  const TrainerConfig reader_cfg = config({"runner.sync_mode=async"});
+  {
+    Servers shards(reader_cfg, 2);
+    const double auc = run_job(
+        reader_cfg, shards.endpoints(), 1, [&](PsTrainer& trainer, int) { trainer.load(ps_save); },
+        test_auc);
+    std::printf("PS save: test auc %.6f when saved, %.6f loaded by a PS job\n", saved_auc, auc);
+    EXPECT_EQ(auc, saved_auc);
+  }
+  const TrainerConfig gpubox_cfg = config(common);
+  {
+    Servers shards(gpubox_cfg, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.threads_per_card = 1;
+    Trainer gpubox(gpubox_cfg, env);
+    gpubox.load(ps_save);
+    const double auc = gpubox.evaluate(test, false).metrics.auc;
+    std::printf("PS save: test auc %.6f loaded by the gpubox mode\n", auc);
+    EXPECT_NEAR(auc, saved_auc, 1e-5);
+  }
+  // The other way: a gpubox-mode save starts a PS job of 2 trainers.
+  const std::string gpubox_save = (root_ / "gpubox_save").string();
+  double gpubox_auc = 0;
+  {
+    Servers shards(gpubox_cfg, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.threads_per_card = 1;
+    Trainer gpubox(gpubox_cfg, env);
+    gpubox.train_pass(data_files((root_ / "train").string()));
+    gpubox.save(gpubox_save);
+    gpubox_auc = gpubox.evaluate(test, false).metrics.auc;
+  }
+  {
+    Servers shards(reader_cfg, 2);
+    const double auc = run_job(
+        reader_cfg, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) { trainer.load(gpubox_save); }, test_auc);
+    std::printf("gpubox save: test auc %.6f, loaded by a PS job of 2 trainers %.6f\n", gpubox_auc,
+                auc);
+    EXPECT_NEAR(auc, gpubox_auc, 1e-5);
+  }
+}
+
+// A PS job stopped after its first pass and run again (on fresh servers: they died too) goes on
+// from its save (save_mode checkpoint: with the rows' optimizer state) with the passes after
+// it, every trainer alike, and learns the planted model; a job that has all its passes trains
+// none. A save made with another number of servers is refused naming both counts.
+TEST_F(PsModes, AStoppedJobResumesFromItsLastSave) {
+  const std::string saves = (root_ / "resume_saves").string();
+  std::vector<std::string> keys = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                   "runner.test_data_dir=", "runner.sync_mode=async",
+                                   "runner.save_mode=checkpoint",
+                                   "runner.model_save_path=" + saves};
+  const auto passes_of = [](const std::vector<PassReport>& reports) {
+    std::vector<int64_t> out;
+    for (const PassReport& r : reports) out.push_back(r.pass);
+    return out;
+  };
+  {
+    const TrainerConfig first = config(keys);  // runner.epochs=1: "killed" after pass 0 of 3
+    Servers shards(first, 2);
+    run_job(
+        first, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) {
+          EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{0}));
+        },
+        [](PsTrainer&) { return 0; });
+  }
+  keys.push_back("runner.epochs=3");
+  const TrainerConfig again = config(keys);
+  {
+    Servers shards(again, 2);
+    const double auc = run_job(
+        again, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) {
+          EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{1, 2}));
+        },
+        test_auc);
+    std::printf("resumed async job: test auc %.6f, planted %.6f\n", auc, planted_auc_);
+    EXPECT_NEAR(auc, planted_auc_, kPlantedTolerance);
+    EXPECT_TRUE(fs::exists(saves + "/2/MODEL_MANIFEST"));
+  }
+  {
+    Servers shards(again, 2);
+    run_job(
+        again, shards.endpoints(), 1,
+        [](PsTrainer& trainer, int) { EXPECT_TRUE(trainer.train().empty()); },
+        [](PsTrainer&) { return 0; });
+  }
+  Servers one(again, 1);
+  TrainerEnv env;
+  env.servers = one.endpoints();
+  PsTrainer trainer(again, env);
+  try {
+    trainer.load(saves + "/2");
+    ADD_FAILURE() << "a save of 2 servers loaded into 1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 part(s)"), std::string::npos) << e.what();
+  }
+}
+
+// A second job on the same servers, with another number of trainers (sync mode: its tables
+// are per trainer) and another dense net, starts from its own initial values: the servers'
+// tables of the first job are replaced at its start.
+TEST_F(PsModes, ASecondJobOnTheSameServersStartsAfresh) {
+  const TrainerConfig two = config({"runner.sync_mode=sync"});
+  Servers shards(two, 1);
+  const auto train = data_files((root_ / "train").string());
+  run_job(
+      two, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(train); },
+      [](PsTrainer&) { return 0; });
+  const TrainerConfig other =
+      config({"runner.sync_mode=sync", "hyper_parameters.fc_sizes=[32]", "runner.epochs=1"});
+  std::vector<float> initial;
+  run_job(
+      other, shards.endpoints(), 3,
+      [&](PsTrainer& trainer, int id) {
+        if (id == 0) initial = trainer.dense_values();  // as this job starts
+        trainer.train_pass(train);
+      },
+      [](PsTrainer&) { return 0; });
+  TrainerEnv env;
+  env.servers = "";
+  Trainer fresh(other, env);  // the same config's initial dense net, in-process
+  EXPECT_EQ(initial, fresh.dense_values(0));
 }
 
 // runner.reader_type QueueDataset streams each pass (the sync mode reads it once more to count

@@ -149,8 +149,10 @@ std::vector<std::string> paddlerec_config_flags(int argc, char** argv) {
 }
 
 // --mode infer: every save `load` (--load, else runner.infer_load_path with its epoch range)
-// names, each on the same data, one PaddleRec line and one GPUBox line per save.
-int run_infer(gpubox::trainer::Trainer& trainer, const gpubox::trainer::TrainerConfig& config) {
+// names, each on the same data, one PaddleRec line and one GPUBox line per save. `TrainerT`: the
+// gpubox mode's Trainer, or the PS modes' PsTrainer (the save loaded into their servers).
+template <typename TrainerT>
+int run_infer(TrainerT& trainer, const gpubox::trainer::TrainerConfig& config) {
   using namespace gpubox::trainer;
   const std::vector<SaveToEvaluate> saves =
       FLAGS_load.empty()
@@ -253,20 +255,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (FLAGS_mode == "export") return export_for_serving(config.value());
+    if (config->runner.reader_type == gpubox::config::ReaderType::kQueueDataset &&
+        config->runner.shuffle && FLAGS_mode == "train") {
+      GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
+                             "QueueDataset (each pass is streamed in file order, in every "
+                             "mode); set runner.shuffle: false, or read with InmemoryDataset";
+    }
     gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
     env.threads_per_card = FLAGS_threads_per_card;
     if (config->runner.sync_mode != gpubox::config::SyncMode::kGpubox) {
-      // The parameter-server modes: training only, against the servers the launcher names.
-      if (FLAGS_mode != "train" || !FLAGS_load.empty()) {
-        std::fprintf(stderr,
-                     "gpubox_train: --mode infer and --load are not available with "
-                     "runner.sync_mode %s yet (training only)\n",
-                     gpubox::name_of(gpubox::config::kSyncModeNames, config->runner.sync_mode));
-        return 2;
-      }
+      // The parameter-server modes, against the servers the launcher names.
       gpubox::trainer::ps_modes::PsTrainer trainer(config.value(), env);
-      trainer.train();
-      return 0;
+      if (FLAGS_mode == "train") {
+        trainer.train(FLAGS_load);
+        return 0;
+      }
+      return run_infer(trainer, config.value());
     }
     gpubox::trainer::Trainer trainer(config.value(), env);
     if (const std::string& pipe = config->dataset.pipe_arguments_note; !pipe.empty()) {

@@ -15,40 +15,56 @@ GeoRows::GeoRows(table::server::RemoteHostTier& servers)
       stride_(static_cast<std::size_t>(layout_.stride())),
       push_dim_(static_cast<std::size_t>(layout_.push_dim())) {}
 
-void GeoRows::read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows) {
-  std::vector<uint64_t> missing_keys;
-  std::vector<int32_t> missing_slots;
+void GeoRows::read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+                   uint32_t* locals) {
+  // One hash lookup per key (every step of the thread reads its batch's keys here).
+  std::vector<std::size_t>& missing = missing_;
+  missing.clear();
   for (std::size_t i = 0; i < n; ++i) {
-    if (index_.count(keys[i]) == 0) {
-      missing_keys.push_back(keys[i]);
-      missing_slots.push_back(slots[i]);
+    const auto it = index_.find(keys[i]);
+    if (it == index_.end()) {
+      missing.push_back(i);
+    } else {
+      locals[i] = it->second;
     }
   }
-  if (!missing_keys.empty()) {
+  if (!missing.empty()) {
     const std::size_t first = keys_.size();
-    rows_.resize((first + missing_keys.size()) * stride_);
-    synced_.resize((first + missing_keys.size()) * push_dim_);
+    std::vector<uint64_t> missing_keys(missing.size());
+    std::vector<int32_t> missing_slots(missing.size());
+    for (std::size_t j = 0; j < missing.size(); ++j) {
+      missing_keys[j] = keys[missing[j]];
+      missing_slots[j] = slots[missing[j]];
+    }
+    rows_.resize((first + missing.size()) * stride_);
+    synced_.resize((first + missing.size()) * push_dim_);
     throw_if_error(servers_
-                       .pull(missing_keys.data(), missing_slots.data(), missing_keys.size(),
+                       .pull(missing_keys.data(), missing_slots.data(), missing.size(),
                              rows_.data() + first * stride_, nullptr)
                        .with_context("geo: pulling new rows from the servers"));
-    for (std::size_t j = 0; j < missing_keys.size(); ++j) {
+    for (std::size_t j = 0; j < missing.size(); ++j) {
       const auto local = static_cast<uint32_t>(first + j);
       index_.emplace(missing_keys[j], local);
       keys_.push_back(missing_keys[j]);
       is_dirty_.push_back(0);
       table::fill_pull_record(row(local), layout_, synced_.data() + std::size_t{local} * push_dim_);
+      locals[missing[j]] = local;
     }
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    std::copy_n(row(index_.at(keys[i])), stride_, rows + i * stride_);
-  }
+  for (std::size_t i = 0; i < n; ++i) std::copy_n(row(locals[i]), stride_, rows + i * stride_);
 }
 
-void GeoRows::apply(const uint64_t* keys, std::size_t n, const float* push) {
+void GeoRows::apply(const uint32_t* locals, std::size_t n, const float* push) {
   for (std::size_t i = 0; i < n; ++i) {
-    const uint32_t local = index_.at(keys[i]);
-    optimizer::apply_push(row(local), layout_, config_, keys[i], push + i * push_dim_);
+    const uint32_t local = locals[i];
+    if (optimizer::apply_push(row(local), layout_, config_, keys_[local], push + i * push_dim_)) {
+      // Created here at the key's initial values, as the servers create it from the first delta
+      // (apply_delta): its delta counts from them, so that they count once however many
+      // trainers create the part.
+      std::copy_n(
+          row(local) + layout_.embedx_w(), layout_.mf_dim,
+          synced_.data() + std::size_t{local} * push_dim_ + optimizer::PushRecord::kEmbedxG);
+    }
     if (!is_dirty_[local]) {
       is_dirty_[local] = 1;
       dirty_.push_back(local);

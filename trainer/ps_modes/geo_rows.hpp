@@ -3,7 +3,10 @@
 // the accessor's rule to them locally (sparse_rule.hpp: apply_push); every runner.geo_step
 // steps sync() pushes the change of each touched row since its last sync (local minus synced:
 // show, click, embed_w, embedx_w) and adopts the servers' merged values. The optimizer state
-// stays local, as in Paddle's geo mode (the servers only add deltas).
+// stays local, as in Paddle's geo mode (the servers only add deltas). "Synced" is what the
+// servers held when the row was pulled or last synced; an embedx part created here counts from
+// the key's initial values, which the servers create it at (apply_delta): another trainer may
+// create the same part, and its initial values must be counted once.
 //
 // Thread-safety: one training thread.
 #pragma once
@@ -25,13 +28,14 @@ class GeoRows {
  public:
   explicit GeoRows(table::server::RemoteHostTier& servers);
 
-  // rows[i * stride] = the local row of keys[i] (n distinct keys); keys not held yet are
-  // pulled from the servers (created there in slots[i]) and held from now on. Throws naming
-  // the servers on a failed pull.
-  void read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows);
-  // One step of the accessor's rule on the local rows of keys[0..n) (held: read() them first),
-  // from their merged push records (push_dim floats each).
-  void apply(const uint64_t* keys, std::size_t n, const float* push);
+  // rows[i * stride] = the local row of keys[i] (n distinct keys) and locals[i] its index
+  // here (for apply); keys not held yet are pulled from the servers (created there in
+  // slots[i]) and held from now on. Throws naming the servers on a failed pull.
+  void read(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+            uint32_t* locals);
+  // One step of the accessor's rule on the local rows locals[0..n) (read() gave them), from
+  // their merged push records (push_dim floats each).
+  void apply(const uint32_t* locals, std::size_t n, const float* push);
   // Pushes the deltas of every row changed since its last sync and adopts the servers' merged
   // values (their optimizer state stays local). Returns the rows synced. Throws on a failed call.
   std::size_t sync();
@@ -55,6 +59,7 @@ class GeoRows {
   std::vector<float> synced_;                     // pull record at the last sync, push_dim_ each
   std::vector<uint32_t> dirty_;                   // rows changed since the last sync
   std::vector<char> is_dirty_;
+  std::vector<std::size_t> missing_;  // read(): positions of keys not held yet (reused)
 };
 
 }  // namespace gpubox::trainer::ps_modes

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -15,11 +18,16 @@
 #include "dataset/load_report.hpp"
 #include "dataset/queue_dataset.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "table/dense_table.hpp"
+#include "table/io/model_manifest.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/engine/checkpoint.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -32,6 +40,23 @@ using table::server::RemoteHostTier;
 // the trainers behind) and the batches of each pass (so every trainer takes the same steps).
 constexpr const char* kProgressTable = "ps_sync_progress";
 constexpr const char* kBatchesTable = "ps_sync_batches";
+// What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
+// succeeded, else 0; the pass it goes on with}.
+constexpr const char* kOutcomeTable = "ps_outcome";
+// The save's dense half: the gpubox mode's block (Trainer::write_save), so either mode loads it.
+constexpr const char* kDenseBlock = "dense";
+
+std::vector<float> pack_steps(int64_t steps) {
+  std::vector<float> out(2);
+  std::memcpy(out.data(), &steps, sizeof(steps));
+  return out;
+}
+int64_t unpack_steps(const std::vector<float>& packed, const std::string& dir) {
+  GPUBOX_EXPECTS(packed.size() == 2, "save ", dir, ": bad dense optimizer step record");
+  int64_t steps = 0;
+  std::memcpy(&steps, packed.data(), sizeof(steps));
+  return steps;
+}
 
 // The threads of one trainer meeting at each sync step. abort() wakes every waiter with the
 // failure of another thread, so no thread waits for one that has died.
@@ -118,6 +143,7 @@ struct PsTrainer::State {
   std::unique_ptr<RemoteHostTier> servers;
   std::vector<std::unique_ptr<PsWorker>> workers;
   std::vector<float> batches_seen;  // sync: kBatchesTable as this trainer last read it
+  std::unique_ptr<SaveLineage> lineage;
 };
 
 PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
@@ -127,25 +153,35 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
   GPUBOX_EXPECTS(env_.trainers >= 1 && env_.trainer_id >= 0 && env_.trainer_id < env_.trainers,
                  "PADDLE_TRAINER_ID=", env_.trainer_id,
                  " is not in [0, PADDLE_TRAINERS_NUM=", env_.trainers, ")");
-  state_ = std::make_unique<State>(
-      State{device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1), nullptr, {}, {}});
+  state_ = std::make_unique<State>(State{
+      device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1), nullptr, {}, {}, nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   for (int t = 0; t < s.cards.num_local_cards(); ++t) {
     s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
   }
-  if (config_.runner.sync_mode == SyncMode::kSync) {
-    // Every trainer reads the tables before any adds to them (the start barrier).
-    std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
-    throw_if_error(s.servers->dense(DenseAction::kRead, kProgressTable, &progress));
-    s.batches_seen.assign(static_cast<std::size_t>(env_.trainers), 0.0f);
-    throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &s.batches_seen));
-    throw_if_error(s.servers
-                       ->barrier("ps_sync/start", static_cast<uint32_t>(env_.trainers),
-                                 config_.runner.collective_timeout_s)
-                       .with_context("sync mode: waiting for all " + std::to_string(env_.trainers) +
-                                     " trainers to start"));
+  s.lineage = std::make_unique<SaveLineage>(config_);
+  // The job's start: its own dense table and zeroed sync tables, whatever an earlier job on
+  // these servers (another model, another trainer count) left there; nobody reads them before.
+  on_trainer_zero(
+      [&] {
+        PsWorker& first = *s.workers[0];
+        first.card().activate();
+        std::vector<float> dense = first.model().parameters().values_to_host();
+        throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &dense)
+                           .with_context("writing the servers' dense table"));
+        for (const char* name : {kProgressTable, kBatchesTable}) {
+          std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
+          throw_if_error(s.servers->dense(DenseAction::kWrite, name, &zeros)
+                             .with_context("resetting the servers' table " + std::string(name)));
+        }
+      },
+      "ps/start", "to start the job");
+  for (auto& worker : s.workers) {
+    worker->card().activate();
+    worker->sync_dense(0.0f);
   }
+  s.batches_seen.assign(static_cast<std::size_t>(env_.trainers), 0.0f);
   GPUBOX_LOG(INFO) << "runner.sync_mode "
                    << name_of(config::kSyncModeNames, config_.runner.sync_mode) << ": trainer "
                    << env_.trainer_id << " of " << env_.trainers << ", "
@@ -157,7 +193,136 @@ PsTrainer::~PsTrainer() = default;
 int PsTrainer::threads() const { return state_->cards.num_local_cards(); }
 
 std::vector<float> PsTrainer::dense_values() const {
+  state_->workers.at(0)->card().activate();
   return state_->workers.at(0)->model().parameters().values_to_host();
+}
+
+void PsTrainer::meet(const std::string& name, const std::string& what) {
+  if (env_.trainers == 1) return;
+  throw_if_error(
+      state_->servers
+          ->barrier(name, static_cast<uint32_t>(env_.trainers), config_.runner.collective_timeout_s)
+          .with_context("trainer " + std::to_string(env_.trainer_id) + ": waiting for all " +
+                        std::to_string(env_.trainers) + " trainers " + what +
+                        " (runner.collective_timeout_s=" +
+                        std::to_string(config_.runner.collective_timeout_s) +
+                        " s): a trainer died or is stuck"));
+}
+
+void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
+                                const std::string& what) {
+  State& s = *state_;
+  std::exception_ptr failed;
+  if (env_.trainer_id == 0) {
+    try {
+      part();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (env_.trainers > 1) {
+      std::vector<float> outcome = {failed ? 0.0f : 1.0f, static_cast<float>(pass_id_)};
+      const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
+      if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
+    }
+  }
+  if (failed) {
+    try {
+      meet(name, what);  // the others learn of the failure now, not at their timeout
+    } catch (const Error&) {
+    }
+    std::rethrow_exception(failed);
+  }
+  meet(name, what);
+  if (env_.trainer_id == 0) return;
+  std::vector<float> outcome(2, 0.0f);
+  throw_if_error(s.servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
+                     .with_context("reading trainer 0's outcome " + what));
+  GPUBOX_EXPECTS(outcome[0] == 1.0f, "trainer 0 failed ", what,
+                 " (its log, log/workerlog.0 under scripts/launch.sh, names why)");
+  GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
+                 std::lround(outcome[1]), ", trainer ", env_.trainer_id, " with pass ", pass_id_,
+                 ": every trainer must see the same saves (a folder they share) and "
+                 "runner.resume, --load and runner.model_init_path alike");
+}
+
+void PsTrainer::save(const std::string& dir) {
+  // Every trainer's updates are on the servers before they save, and none lands until the save
+  // is written.
+  const std::string pass = std::to_string(pass_id_);
+  meet("ps/save/" + pass, "to end pass " + pass + " before the save " + dir);
+  on_trainer_zero([&] { write_save(dir); }, "ps/saved/" + pass, "to write the save " + dir);
+}
+
+void PsTrainer::write_save(const std::string& dir) {
+  State& s = *state_;
+  std::filesystem::create_directories(dir);
+  // The model manifest is written last (checkpoint.hpp): until then the folder holds no save.
+  const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
+                                                       ? SaveKind::kBase
+                                                       : config_.runner.save_mode);
+  throw_if_error(s.servers->save((std::filesystem::path(dir) / "sparse").string(), mode)
+                     .with_context("saving the sparse table under " + dir));
+  PsWorker& worker = *s.workers[0];
+  worker.card().activate();
+  table::DenseBlock block;
+  block.values.assign(worker.model().parameters().size(), 0.0f);
+  throw_if_error(s.servers->dense(DenseAction::kRead, kDenseTableName, &block.values)
+                     .with_context("reading the servers' dense table for the save " + dir));
+  block.state["moment1"] = device::to_host(worker.optimizer().moment1());
+  block.state["moment2"] = device::to_host(worker.optimizer().moment2());
+  block.state["steps"] = pack_steps(worker.optimizer().steps());
+  table::DenseTable dense;
+  dense.put(kDenseBlock, std::move(block));
+  const std::string dense_dir = (std::filesystem::path(dir) / "dense").string();
+  throw_if_error(dense.save(dense_dir).with_context("saving the dense parameters under " + dir));
+  auto dense_digest =
+      table::io::read_half_digest(table::io::FileEnv::posix(), dense_dir, table::io::kDenseHalf);
+  throw_if_error(dense_digest.status().with_context("reading back " + dense_dir));
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), *dense_digest);
+  GPUBOX_LOG(INFO) << "saved " << dir << " (pass " << pass_id_ - 1 << ")";
+}
+
+void PsTrainer::load(const std::string& dir) {
+  State& s = *state_;
+  // Only a save whose halves match its model manifest, with its whole delta chain.
+  const RestorePlan plan = plan_restore(dir, false);
+  table::DenseTable dense;
+  throw_if_error(dense.load((std::filesystem::path(dir) / "dense").string())
+                     .with_context("loading the dense parameters from " + dir));
+  auto block = dense.get(kDenseBlock);
+  GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
+  const std::size_t params = s.workers[0]->model().parameters().size();
+  GPUBOX_EXPECTS(block->values.size() == params, "save ", dir, " holds ", block->values.size(),
+                 " dense parameters but the configured model has ", params,
+                 " (different fc_sizes, slots or dense_input_dim?)");
+  for (const char* name : {"moment1", "moment2", "steps"}) {
+    GPUBOX_EXPECTS(block->state.count(name) == 1, "save ", dir,
+                   ": the dense half has no optimizer state '", name, "'");
+  }
+  on_trainer_zero(
+      [&] {
+        restore_sparse(*s.servers, plan);
+        std::vector<float> values = block->values;
+        throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &values)
+                           .with_context("writing the dense half of " + dir + " to the servers"));
+      },
+      "ps/load", "to load " + dir + " into the servers");
+  for (auto& worker : s.workers) {
+    device::Card& card = worker->card();
+    card.activate();
+    DenseOptimizer& optimizer = worker->optimizer();
+    for (const char* name : {"moment1", "moment2"}) {
+      const std::vector<float>& host = block->state.at(name);
+      auto& buffer = std::strcmp(name, "moment1") == 0 ? optimizer.moment1() : optimizer.moment2();
+      GPUBOX_EXPECTS(host.size() == buffer.size(), "save ", dir, ": optimizer state '", name,
+                     "' has ", host.size(), " values, expected ", buffer.size());
+      if (!host.empty()) device::copy_async(buffer.data(), host.data(), host.size(), card.stream());
+    }
+    optimizer.set_steps(unpack_steps(block->state.at("steps"), dir));
+    card.stream().synchronize();
+    worker->sync_dense(0.0f);  // the dense half, from the servers' table
+  }
+  s.lineage->restored(plan, pass_id_);
 }
 
 PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
@@ -335,7 +500,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   return report;
 }
 
-EvalResult PsTrainer::evaluate(const std::vector<std::string>& files) {
+EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
   State& s = *state_;
   // Read like the training passes: held whole, or streamed (one consumer: thread 0).
   std::unique_ptr<dataset::InMemoryDataset> held;
@@ -360,13 +525,21 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files) {
         worker.sync_dense(0.0f);  // the servers' dense table
         worker.metrics().reset();
         dataset::Batch batch;
+        const auto step = [&] {
+          worker.eval_step(batch);
+          if (!keep_predictions || batch.size() == 0) return;
+          const std::vector<float> predictions = worker.last_predictions();
+          result.labels.insert(result.labels.end(), batch.labels.begin(), batch.labels.end());
+          result.predictions.insert(result.predictions.end(), predictions.begin(),
+                                    predictions.end());
+        };
         if (stream != nullptr) {
-          while (stream->next_batch(0, &batch)) worker.eval_step(batch);
+          while (stream->next_batch(0, &batch)) step();
         } else {
           const std::size_t batches = held->num_batches_per_card(1);
           for (std::size_t b = 0; b < batches; ++b) {
             held->fill_batch(0, 1, b, &batch);
-            worker.eval_step(batch);
+            step();
           }
         }
         result.metrics = worker.metrics().compute();
@@ -381,14 +554,9 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files) {
   return result;
 }
 
-std::vector<PassReport> PsTrainer::train() {
+std::vector<PassReport> PsTrainer::train(const std::string& start_from) {
   const RunnerConfig& r = config_.runner;
-  GPUBOX_EXPECTS(r.model_save_path.empty() || r.save_mode == SaveKind::kNone,
-                 "runner.model_save_path: saving is not available in the async, sync and geo "
-                 "modes yet (the servers' rows stay on the servers); unset it or set "
-                 "runner.save_mode: none");
-  GPUBOX_EXPECTS(r.model_init_path.empty(), "runner.model_init_path: starting from a save is not ",
-                 "available in the async, sync and geo modes yet");
+  State& s = *state_;
   std::vector<std::vector<std::string>> pass_files;
   if (!r.pass_dirs.empty()) {
     for (const std::string& dir : r.pass_dirs) pass_files.push_back(data_files(dir));
@@ -400,21 +568,45 @@ std::vector<PassReport> PsTrainer::train() {
       r.test_data_dir.empty() ? std::vector<std::string>{} : data_files(r.test_data_dir);
   std::ofstream metrics_out;
   if (!r.metrics_path.empty()) {
-    metrics_out.open(r.metrics_path, std::ios::app);
+    metrics_out.open(trainer_metrics_path(r.metrics_path, env_.trainer_id), std::ios::app);
     if (!metrics_out)
       GPUBOX_LOG(WARNING) << "cannot append to runner.metrics_path " << r.metrics_path;
   }
-  std::vector<PassReport> reports;
-  for (int epoch = 0; epoch < r.epochs; ++epoch) {
-    double epoch_seconds = 0;
-    for (const auto& files : pass_files) {
-      PassReport report = train_pass(files);
-      std::printf("%s\n", format_pass_line(report).c_str());
-      std::fflush(stdout);
-      if (metrics_out.is_open()) metrics_out << format_pass_json(report) << '\n' << std::flush;
-      epoch_seconds += report.seconds;
-      reports.push_back(std::move(report));
+  // The schedule, as the gpubox mode's: every epoch goes over pass_files; the pass at index k
+  // has id k. The start: the newest save to resume, else --load, else runner.model_init_path.
+  const auto per_epoch = static_cast<int64_t>(pass_files.size());
+  const int64_t total = per_epoch * std::max(1, r.epochs);
+  std::string origin = start_from;
+  if (origin.empty() && pass_id_ == 0 && !r.model_init_path.empty()) {
+    origin = r.model_init_path;
+    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
+  }
+  const auto resume = s.lineage->find_resume_point(origin, *s.servers);
+  if (resume) {
+    pass_id_ = resume->manifest.pass;  // the passes done: the next pass
+    load(resume->dir);
+    if (pass_id_ >= total) {
+      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total << " passes and the "
+                       << "last save is pass " << pass_id_ - 1 << ": nothing left to train";
     }
+  } else if (!origin.empty()) {
+    load(origin);
+  }
+  const bool saves = !r.model_save_path.empty() && r.save_mode != SaveKind::kNone;
+  std::vector<PassReport> reports;
+  double epoch_seconds = 0;
+  for (int64_t k = pass_id_; k < total; ++k) {
+    if (k % per_epoch == 0) epoch_seconds = 0;
+    PassReport report = train_pass(pass_files[static_cast<std::size_t>(k % per_epoch)]);
+    std::printf("%s\n", format_pass_line(report).c_str());
+    std::fflush(stdout);
+    if (metrics_out.is_open()) metrics_out << format_pass_json(report) << '\n' << std::flush;
+    epoch_seconds += report.seconds;
+    if (saves)
+      save((std::filesystem::path(r.model_save_path) / std::to_string(report.pass)).string());
+    reports.push_back(std::move(report));
+    if ((k + 1) % per_epoch != 0) continue;
+    const int64_t epoch = k / per_epoch;
     const MetricValues& last = reports.back().metrics;
     std::printf(
         "%s\n%s\n",
@@ -424,8 +616,9 @@ std::vector<PassReport> PsTrainer::train() {
     std::fflush(stdout);
     if (!test_files.empty()) {
       const EvalResult test = evaluate(test_files);
-      std::printf("epoch: %d, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n", epoch,
-                  test.metrics.auc, test.metrics.logloss, test.metrics.examples);
+      std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
+                  static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
+                  test.metrics.examples);
       std::fflush(stdout);
       if (metrics_out.is_open()) {
         metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc

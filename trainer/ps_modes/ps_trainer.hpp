@@ -20,9 +20,27 @@
 //          dense net; every runner.geo_step steps (and at the end of a pass) it pushes both
 //          deltas and adopts the merged values.
 //
+// A job's start: trainer 0 writes the servers' dense table (this job's initial dense net) and
+// zeroes the sync tables, whatever an earlier job on the same servers left there, and every
+// trainer adopts the table after the start barrier.
+//
+// Saves are the gpubox mode's (trainer/engine/checkpoint.hpp, README "Durability and resume"):
+// after each pass (runner.model_save_path, runner.save_mode), once every trainer's updates are
+// on the servers, trainer 0 has every server save its rows (SAVE) and writes the dense half
+// (the servers' dense table, with thread 0's optimizer state) and the model manifest; the
+// others wait at a barrier, so no update lands during the save. A load (--load,
+// runner.model_init_path, runner.resume: auto, --mode infer) is the same in reverse: trainer 0
+// loads the sparse half into the servers and writes the dense half into their dense table;
+// every thread takes the saved dense optimizer state. So a PS save is loaded by every mode,
+// gpubox_serve's export and --mode infer, and a gpubox-mode save (made with as many servers)
+// starts a PS run. Geo's per-trainer optimizer state of its local rows is not saved (its rows
+// start again from the servers' values); a server restart ends the job (running it again
+// resumes from the last save).
+//
 // Thread-safety: one controlling thread calls the public methods; training threads live inside.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,13 +63,21 @@ class PsTrainer {
 
   // Every pass of the config (one per epoch over runner.train_data_dir, or one per
   // runner.pass_dirs folder), this trainer's share of each; prints gpubox_train's pass line and
-  // PaddleRec's epoch lines, appends to runner.metrics_path, evaluates runner.test_data_dir
-  // after each epoch. Returns the reports.
-  std::vector<PassReport> train();
+  // PaddleRec's epoch lines, appends to runner.metrics_path, saves after each pass (as the
+  // gpubox mode), evaluates runner.test_data_dir after each epoch. Starts from the newest save
+  // under runner.model_save_path (runner.resume: auto; with the pass after it), else from
+  // `start_from` (--load), else runner.model_init_path, else from scratch; every trainer of
+  // the job must start alike. Returns the reports of the passes it trained.
+  std::vector<PassReport> train(const std::string& start_from = "");
   // One pass over this trainer's share of `files`.
   PassReport train_pass(const std::vector<std::string>& files);
-  // Evaluates `files` (all of them) with the servers' rows and dense table.
-  EvalResult evaluate(const std::vector<std::string>& files);
+  // Evaluates `files` (all of them) with the servers' rows and dense table; with
+  // `keep_predictions`, also each example's label and prediction in file order.
+  EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions = false);
+  // Every trainer of the job: saves the servers' rows and dense table into `dir` (see above).
+  void save(const std::string& dir);
+  // Every trainer of the job: the servers and every thread start from save `dir`.
+  void load(const std::string& dir);
 
   int threads() const;
   // Thread 0's dense parameters (host copy).
@@ -59,6 +85,14 @@ class PsTrainer {
 
  private:
   struct State;
+  // Every trainer waits at server barrier `name` (`what` names it in the timeout's error).
+  void meet(const std::string& name, const std::string& what);
+  // `part` runs on trainer 0 while the others wait at barrier `name`; every trainer then
+  // throws when it failed (trainer 0 its error, the others one naming `what`), or when trainer
+  // 0 goes on with another pass than this trainer.
+  void on_trainer_zero(const std::function<void()>& part, const std::string& name,
+                       const std::string& what);
+  void write_save(const std::string& dir);
   TrainerConfig config_;
   TrainerEnv env_;
   std::unique_ptr<State> state_;

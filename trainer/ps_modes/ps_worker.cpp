@@ -42,7 +42,6 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
     slot_ids_.push_back(dataset::slot_id(config.dataset.slots, s));
   }
   synced_dense_ = model_->parameters().values_to_host();
-  sync_dense(0.0f);
 }
 
 PsWorker::~PsWorker() = default;
@@ -75,7 +74,8 @@ void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
   const std::size_t unique = unique_keys_.size();
   rows_.resize(unique * stride);
   if (local_rows) {
-    geo_->read(unique_keys_.data(), unique_slots_.data(), unique, rows_.data());
+    geo_locals_.resize(unique);
+    geo_->read(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), geo_locals_.data());
   } else if (unique > 0) {
     throw_if_error(
         servers_.pull(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), nullptr)
@@ -134,7 +134,7 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
     for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
   }
   if (geo_) {
-    geo_->apply(unique_keys_.data(), unique_keys_.size(), merged_.data());
+    geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
   } else {
     throw_if_error(servers_
                        .push_updates(table::server::PsUpdateKind::kGradient, unique_keys_.data(),
@@ -153,6 +153,11 @@ void PsWorker::eval_step(const dataset::Batch& batch) {
   upload(batch, false);
   model_->predict(batch_view(batch));
   metrics_->add(model_->predictions(), buffers_->labels.data(), size);
+  last_batch_ = batch.size();
+}
+
+std::vector<float> PsWorker::last_predictions() const {
+  return device::to_host(model_->predictions(), last_batch_, card_.stream());
 }
 
 void PsWorker::sync_dense(float scale) {

@@ -46,8 +46,8 @@ inline constexpr const char* kDenseTableName = "dense";
 
 class PsWorker {
  public:
-  // Reads the servers' dense table (created from this worker's initial values when absent) and
-  // starts from it.
+  // Starts from the dense net's initial values; sync_dense(0) then adopts the servers' dense
+  // table (PsTrainer writes it at a job's start).
   PsWorker(device::Card& card, table::server::RemoteHostTier& servers, const TrainerConfig& config);
   ~PsWorker();
   PsWorker(const PsWorker&) = delete;
@@ -60,6 +60,8 @@ class PsWorker {
   // metrics; nothing changes (rows missing on the servers are created there, as a gpubox
   // evaluation's begin_pass does).
   void eval_step(const dataset::Batch& batch);
+  // The predictions of the last eval_step's batch (host copy).
+  std::vector<float> last_predictions() const;
 
   // Adds (dense parameters - their value at the last sync) * scale to the servers' dense table
   // and takes the sum as the new dense parameters. scale 0: only reads the table.
@@ -70,6 +72,7 @@ class PsWorker {
 
   device::Card& card() { return card_; }
   DenseModel& model() { return *model_; }
+  DenseOptimizer& optimizer() { return *optimizer_; }
   MetricsAccumulator& metrics() { return *metrics_; }
 
  private:
@@ -89,15 +92,17 @@ class PsWorker {
   std::unique_ptr<GeoRows> geo_;  // geo mode only
   std::vector<int32_t> slot_ids_;
   std::vector<float> synced_dense_;  // dense parameters at the last sync_dense
+  std::size_t last_batch_ = 0;       // examples of the last eval_step
 
   // Step buffers, reused (they only grow).
   std::unordered_map<uint64_t, uint32_t> unique_index_;
   std::vector<uint64_t> unique_keys_;
   std::vector<int32_t> unique_slots_;
   std::vector<uint32_t> occurrence_unique_;
-  std::vector<float> rows_;     // distinct keys x stride
-  std::vector<float> records_;  // occurrences x pull_dim
-  std::vector<float> merged_;   // distinct keys x push_dim
+  std::vector<uint32_t> geo_locals_;  // geo: each distinct key's row in GeoRows
+  std::vector<float> rows_;           // distinct keys x stride
+  std::vector<float> records_;        // occurrences x pull_dim
+  std::vector<float> merged_;         // distinct keys x push_dim
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
 };

@@ -61,6 +61,11 @@ TEST(PsOps, RoundTripsAndRefusesMalformedRequests) {
   bytes.clear();
   encode_dense_request(DenseAction::kRead, "", nullptr, 0, &bytes);
   EXPECT_FALSE(decode_dense_request(bytes.data(), bytes.size()).ok());
+  bytes.clear();
+  encode_dense_request(DenseAction::kWrite, "dense", values.data(), values.size(), &bytes);
+  ASSERT_TRUE(decode_dense_request(bytes.data(), bytes.size()).ok());
+  bytes[0] = static_cast<uint8_t>(DenseAction::kWrite) + 1;  // no such action
+  EXPECT_FALSE(decode_dense_request(bytes.data(), bytes.size()).ok());
 }
 
 // Seeded batches of gradients and deltas through two servers, against the rules applied to an
@@ -108,7 +113,7 @@ TEST(PsOps, PushUpdatesApplyTheRuleAsTheOracleDoes) {
       if (kind == PsUpdateKind::kGradient) {
         optimizer::apply_push(it->second.data(), layout, cfg, keys[i], values.data() + i * dim);
       } else {
-        optimizer::apply_delta(it->second.data(), layout, cfg, values.data() + i * dim);
+        optimizer::apply_delta(it->second.data(), layout, cfg, keys[i], values.data() + i * dim);
       }
     }
   }
@@ -213,13 +218,34 @@ TEST(PsOps, DenseTablesReadAddAndKeepTheirBounds) {
   std::vector<float> unknown = {1.0f};
   EXPECT_EQ(client->dense(DenseAction::kAdd, "never_read", &unknown).code(),
             Status::Code::kNotFound);
-  // At most kMaxDenseTables tables ("dense" is one).
-  for (std::size_t i = 1; i < kMaxDenseTables; ++i) {
+  // A write replaces the table whatever its size (a job's start over a previous job's table),
+  // and creates a missing one; a non-finite write changes nothing.
+  std::vector<float> written = {4.0f, 5.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kWrite, "dense", &written).ok());
+  EXPECT_EQ(written, (std::vector<float>{4.0f, 5.0f}));
+  std::vector<float> read_back = {0.0f, 0.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read_back).ok());
+  EXPECT_EQ(read_back, written);
+  std::vector<float> nan_write = {std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(client->dense(DenseAction::kWrite, "dense", &nan_write).code(),
+            Status::Code::kInvalidArgument);
+  read_back = {0.0f, 0.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read_back).ok());
+  EXPECT_EQ(read_back, written);
+  std::vector<float> fresh = {7.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kWrite, "written_first", &fresh).ok());
+  std::vector<float> one = {1.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kAdd, "written_first", &one).ok());
+  EXPECT_EQ(one, (std::vector<float>{8.0f}));
+  // At most kMaxDenseTables tables ("dense" and "written_first" are two), written ones too.
+  for (std::size_t i = 2; i < kMaxDenseTables; ++i) {
     std::vector<float> v = {0.0f};
     ASSERT_TRUE(client->dense(DenseAction::kRead, "t" + std::to_string(i), &v).ok()) << i;
   }
   std::vector<float> v = {0.0f};
   EXPECT_EQ(client->dense(DenseAction::kRead, "one_too_many", &v).code(),
+            Status::Code::kResourceExhausted);
+  EXPECT_EQ(client->dense(DenseAction::kWrite, "one_too_many", &v).code(),
             Status::Code::kResourceExhausted);
 }
 
