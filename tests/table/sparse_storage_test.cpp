@@ -207,6 +207,20 @@ std::unique_ptr<SparseTable> table_with(SparseStorage storage, SaveForm form) {
   return testing::open_table(testing::test_optimizer(SparseOptimizerKind::kAdam, 5, storage), cfg);
 }
 
+// Pushes `n` random rows under random keys; returns the keys.
+std::vector<uint64_t> push_random_rows(SparseTable& table, std::size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> keys(n);
+  std::vector<float> rows;
+  for (auto& k : keys) {
+    k = rng();
+    const auto row = testing::random_row(rng, table.layout());
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  EXPECT_TRUE(table.push(keys.data(), keys.size(), rows.data()).ok());
+  return keys;
+}
+
 // In each storage and form, a checkpoint and a base save load back into the same rows (the
 // checkpoint: every bit) and saving again writes the same records, bit for bit (the same bytes
 // per record in either form).
@@ -216,15 +230,7 @@ TEST(SparseStorage, SaveLoadSaveWritesTheSameRecordsInEachStorage) {
       for (SaveKind mode : {SaveKind::kCheckpoint, SaveKind::kBase}) {
         ScratchDir dir;
         auto table = table_with(storage, form);
-        std::mt19937_64 rng(3);
-        std::vector<uint64_t> keys(300);
-        std::vector<float> rows;
-        for (auto& k : keys) {
-          k = rng();
-          const auto row = testing::random_row(rng, table->layout());
-          rows.insert(rows.end(), row.begin(), row.end());
-        }
-        ASSERT_TRUE(table->push(keys.data(), keys.size(), rows.data()).ok());
+        const std::vector<uint64_t> keys = push_random_rows(*table, 300, 3);
         ASSERT_TRUE(table->save(dir.sub("a"), mode).ok());
         auto loaded = table_with(storage, form);
         ASSERT_TRUE(loaded->load(dir.sub("a")).ok());
@@ -260,15 +266,7 @@ TEST(SparseStorage, ASaveLoadsIntoAnotherStorageConverted) {
     for (SparseStorage to : all) {
       ScratchDir dir;
       auto table = table_with(from, SaveForm::kBinary);
-      std::mt19937_64 rng(4);
-      std::vector<uint64_t> keys(100);
-      std::vector<float> rows;
-      for (auto& k : keys) {
-        k = rng();
-        const auto row = testing::random_row(rng, table->layout());
-        rows.insert(rows.end(), row.begin(), row.end());
-      }
-      ASSERT_TRUE(table->push(keys.data(), keys.size(), rows.data()).ok());
+      push_random_rows(*table, 100, 4);
       ASSERT_TRUE(table->save(dir.sub("s"), SaveKind::kCheckpoint).ok());
       auto other = table_with(to, SaveForm::kBinary);
       const Status st = other->load(dir.sub("s"));
