@@ -32,6 +32,16 @@ fi
 out="$data/quality"
 mkdir -p "$out"
 
+# "host (row R), card" from the start lines `host tier: ... per key in memory H bytes (row R, ...`
+# and `card tier: ... per key up to C bytes`.
+bytes_per_key() {
+  local host card
+  host=$(grep -o 'per key in memory [0-9.]* bytes (row [0-9]*' "$1" | head -1 |
+    sed 's/per key in memory \([0-9.]*\) bytes (row \([0-9]*\)/\1 (row \2)/')
+  card=$(grep -o 'per key up to [0-9]* bytes' "$1" | head -1 | cut -d' ' -f5)
+  echo "$host, $card"
+}
+
 run() {  # storage
   local storage=$1 start
   start=$(date +%s)
@@ -42,13 +52,13 @@ run() {  # storage
     -o runner.metrics_path="$out/storage_$storage.jsonl" >"$out/storage_$storage.log" 2>&1
   printf '| %s | %s | %s | %s | %ds | %s |\n' "$storage" \
     "$(grep -o 'test auc: [0-9.]*' "$out/storage_$storage.log" | tail -1 | cut -d' ' -f3)" \
-    "$(grep -o '[0-9.]* bytes per key (row [0-9]*' "$out/storage_$storage.log" | head -1)" \
+    "$(bytes_per_key "$out/storage_$storage.log")" \
     "$(grep -o '[0-9.]* example/sec' "$out/storage_$storage.log" | tail -1)" \
     "$(($(date +%s) - start))" "$(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 echo "planted model: $(cat "$data/test/oracle.json")"
-echo "| sparse_storage | test auc | card tier bytes per key (row bytes) | last progress rate | wall | load after |"
+echo "| sparse_storage | test auc | host tier bytes per key (row), card tier | last progress rate | wall | load after |"
 echo "|---|---|---|---|---|---|"
 run fp32
 run fp16
