@@ -19,38 +19,46 @@ const char* skip_spaces(const char* p, const char* end) {
 }  // namespace
 
 int32_t record_floats(RecordKind kind, const RowLayout& layout) {
-  return kind == RecordKind::kModel ? kModelFixed + layout.mf_dim : layout.stride();
+  return kind == RecordKind::kModel ? kModelFixed + layout.mf_dim : layout.unpacked().stride();
 }
 
 void row_to_record(RecordKind kind, const RowLayout& layout, const float* row, float* rec) {
   if (kind == RecordKind::kFullRow) {
-    std::memcpy(rec, row, sizeof(float) * layout.stride());
+    if (layout.packed()) {
+      convert_row(row, layout, rec, layout.unpacked());
+    } else {
+      std::memcpy(rec, row, sizeof(float) * layout.stride());
+    }
     return;
   }
   rec[0] = row[RowLayout::kShow];
   rec[1] = row[RowLayout::kClick];
   rec[2] = row[layout.slot()];
-  rec[3] = row[RowLayout::kEmbedW];
+  rec[3] = read_embed_w(row, layout);
   rec[4] = row[layout.mf_size()];
-  std::memcpy(rec + kModelFixed, row + layout.embedx_w(), sizeof(float) * layout.mf_dim);
+  for (int32_t i = 0; i < layout.mf_dim; ++i) rec[kModelFixed + i] = read_embedx_w(row, layout, i);
 }
 
 void record_to_row(RecordKind kind, const RowLayout& layout, const AccessorConfig& cfg,
                    uint64_t key, const float* rec, bool existing, float* row) {
   if (kind == RecordKind::kFullRow) {
-    std::memcpy(row, rec, sizeof(float) * layout.stride());
+    if (layout.packed()) {
+      convert_row(rec, layout.unpacked(), row, layout);
+    } else {
+      std::memcpy(row, rec, sizeof(float) * layout.stride());
+    }
     return;
   }
   if (!existing) init_row(row, layout, cfg, key, static_cast<int32_t>(rec[2]));
   row[RowLayout::kShow] = rec[0];
   row[RowLayout::kClick] = rec[1];
   row[layout.slot()] = rec[2];
-  row[RowLayout::kEmbedW] = rec[3];
+  write_embed_w(row, layout, rec[3]);
   if (rec[4] > 0.0f && !(row[layout.mf_size()] > 0.0f)) {
     detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.optimizer);
   }
   row[layout.mf_size()] = rec[4];
-  std::memcpy(row + layout.embedx_w(), rec + kModelFixed, sizeof(float) * layout.mf_dim);
+  for (int32_t i = 0; i < layout.mf_dim; ++i) write_embedx_w(row, layout, i, rec[kModelFixed + i]);
 }
 
 void append_record(SaveForm form, uint64_t key, const float* rec, int32_t floats,

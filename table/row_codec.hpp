@@ -4,8 +4,13 @@
 //  - model (base and delta saves): show, click, slot, embed_w, mf_size, embedx_w[mf_dim] —
 //    what serving and a warm start need. Optimizer state is not saved; loading a model record
 //    into a new row re-creates the state at its initial values (init_row / init_state).
-//  - full row (checkpoint saves): all `stride` floats of the row, optimizer state and
-//    unseen_days included, bit-exact.
+//  - full row (checkpoint saves): all floats of the row, optimizer state and unseen_days
+//    included, bit-exact; with 16-bit storage (RowLayout::packed) the row unpacked to fp32
+//    values (RowLayout::unpacked, convert_row), so its floats are the fp32 layout's stride.
+// Records hold the embedding values as fp32 whatever hyper_parameters.sparse_storage is: the
+// 16-bit values widen exactly, so writing a record back into the same storage gives the same
+// row, and a record loaded into another storage is converted (rounded to nearest even when
+// narrowing).
 // Text: one record per line, `key v0 v1 ...`, key in decimal, floats in the shortest form that
 // reads back to the same bits. Binary: little-endian uint64 key then the float32 values.
 #pragma once

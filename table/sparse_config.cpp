@@ -10,6 +10,7 @@ AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   AccessorConfig c;
   c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
   c.mf_dim = doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1;
+  c.storage = doc.get_enum("hyper_parameters.sparse_storage", kSparseStorageNames);
   c.optimizer.learning_rate = f("learning_rate");
   c.optimizer.initial_g2sum = f("initial_g2sum");
   c.optimizer.initial_range = f("initial_range");

@@ -26,7 +26,8 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   std::unique_ptr<DiskTier> disk_tier;
   if (disk) {
     auto opened = DiskTier::open(
-        config.rocksdb_path, RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim).stride());
+        config.rocksdb_path,
+        RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim, optimizer.storage).stride());
     if (!opened.ok()) return opened.status();
     disk_tier = std::move(opened).value();
   }
@@ -37,7 +38,7 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
                          std::unique_ptr<DiskTier> disk)
     : optimizer_(optimizer),
       config_(config),
-      layout_(RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim)),
+      layout_(RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim, optimizer.storage)),
       env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
       disk_(std::move(disk)) {
   const HostMemoryPlan plan = plan_host_memory(config, layout_.stride());

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "common/hash.hpp"
+#include "common/logging.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/parallel.hpp"
 #include "table/row_codec.hpp"
@@ -59,6 +60,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) 
       {"embed_state_dim", std::to_string(layout_.embed_state_dim)},
       {"embedx_state_dim", std::to_string(layout_.embedx_state_dim)},
       {"stride", std::to_string(layout_.stride())},
+      {"sparse_storage", name_of(kSparseStorageNames, layout_.storage)},
       {"record_floats", std::to_string(record_floats(kind, layout_))},
       {"fields", field_names(kind)},
       {"day", std::to_string(day_.load())},
@@ -89,7 +91,21 @@ Status SparseTable::load(const std::string& path) {
   const RecordKind kind =
       *mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
 
-  // The layout must match the table's (a checkpoint also needs the same optimizer).
+  // The layout must match the table's (a checkpoint also needs the same optimizer). The storage
+  // need not: records hold fp32 values (row_codec.hpp), rounded here to this table's storage.
+  // A save from before sparse_storage existed was fp32.
+  if (auto storage_text = manifest->get("sparse_storage"); storage_text.ok()) {
+    const std::string saved = *storage_text;
+    if (!parse_enum(kSparseStorageNames, saved).ok()) {
+      return context(Status::Corruption("unknown sparse_storage '" + saved + "'"));
+    }
+    if (saved != name_of(kSparseStorageNames, layout_.storage)) {
+      GPUBOX_LOG(INFO) << "load " << where << ": saved with sparse_storage " << saved
+                       << ", this table keeps " << name_of(kSparseStorageNames, layout_.storage)
+                       << ": the saved values are converted (rounded to nearest even when "
+                          "narrowing)";
+    }
+  }
   struct Expect {
     const char* key;
     int64_t value;
@@ -98,7 +114,6 @@ Status SparseTable::load(const std::string& path) {
                                  {"record_floats", record_floats(kind, layout_)}};
   if (kind == RecordKind::kFullRow) {
     expects.push_back({"optimizer", static_cast<int64_t>(optimizer_.optimizer.kind)});
-    expects.push_back({"stride", layout_.stride()});
   }
   for (const Expect& e : expects) {
     auto v = manifest->get_int(e.key);

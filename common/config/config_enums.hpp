@@ -69,6 +69,18 @@ inline constexpr EnumName<SparseOptimizerKind> kSparseOptimizerKindNames[] = {
     {SparseOptimizerKind::kSharedAdam, "shared_adam"},
 };
 
+// hyper_parameters.sparse_storage: how the sparse rows keep their embedding values (embed_w,
+// embedx_w) in the card and host tiers (and the disk tier, which holds the same rows): fp32, or
+// rounded to 16 bits (to nearest, ties to even) and packed two per float slot; optimizer state
+// and show/click stay fp32, the arithmetic is fp32. The values are written in save MANIFESTs and
+// sent in the server's INFO reply: never renumber them.
+enum class SparseStorage : int32_t { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+inline constexpr EnumName<SparseStorage> kSparseStorageNames[] = {
+    {SparseStorage::kFp32, "fp32"},
+    {SparseStorage::kFp16, "fp16"},
+    {SparseStorage::kBf16, "bf16"},
+};
+
 // hyper_parameters.model.
 enum class ModelKind {
   kDnn,       // PaddleRec DNN: pooled slots + dense features -> MLP (ReLU) -> 1 logit

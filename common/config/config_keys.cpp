@@ -154,6 +154,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(int_key(h + "sparse_inputs_slots", "27", 2, 100000, kDataset, "as in PaddleRec the label counts as one: the data has this minus 1 sparse slots, numbered from 1 and skipping runner.label_name"));
   t.push_back(int_key(h + "sparse_feature_number", "0", 0, kInt64Max, kNoEffect, "PaddleRec's table size; GPUBox tables grow as needed"));
   t.push_back(int_key(h + "sparse_feature_dim", "9", 1, 1024, kTable, "per key: 1 wide weight (embed_w) + mf_dim embedding values (embedx)"));
+  t.push_back(enum_key(h + "sparse_storage", kSparseStorageNames, SparseStorage::kFp32, kTable, "how the card and host tiers keep each key's embedding values (embed_w, embedx): fp32, or fp16 / bf16 rounded to nearest even, two per float (optimizer state, show and click stay fp32; the math is fp32); saves hold fp32 values, so a save loads into any storage"));
   t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset, "dense features per instance"));
   t.push_back(int_list_key(h + "fc_sizes", "[512, 256, 128, 32]", 1, 1, kTrainer, "hidden layers (ReLU); a 1-wide logit layer follows"));
   t.push_back(int_key(h + "distributed_embedding", "0", 0, 1, kNoEffect, "PaddleRec's switch; GPUBox embeddings are always sharded over the cards"));

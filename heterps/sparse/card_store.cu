@@ -106,11 +106,13 @@ struct IsCleanEntry {
 CardSparseStore::CardSparseStore(device::Card& card, const table::AccessorConfig& config,
                                  const HashTableOptions& options)
     : config_(config),
-      layout_(table::RowLayout::make(config.optimizer.kind, config.mf_dim)),
+      layout_(table::RowLayout::make(config.optimizer.kind, config.mf_dim, config.storage)),
       table_(card,
              [&] {
                HashTableOptions o = options;
-               o.row_stride = table::RowLayout::make(config.optimizer.kind, config.mf_dim).stride();
+               o.row_stride =
+                   table::RowLayout::make(config.optimizer.kind, config.mf_dim, config.storage)
+                       .stride();
                return o;
              }()),
       dirty_(0, card.memory(), card.stream()),

@@ -29,8 +29,8 @@ class CardStoreRef;  // card_store.cuh
 
 class CardSparseStore {
  public:
-  // Rows follow RowLayout::make(config.optimizer.kind, config.mf_dim); options.row_stride is
-  // ignored. The card must outlive the store.
+  // Rows follow RowLayout::make(config.optimizer.kind, config.mf_dim, config.storage);
+  // options.row_stride is ignored. The card must outlive the store.
   CardSparseStore(device::Card& card, const table::AccessorConfig& config,
                   const HashTableOptions& options = {});
   CardSparseStore(CardSparseStore&&) noexcept = default;

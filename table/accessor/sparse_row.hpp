@@ -8,11 +8,21 @@
 // created (creation rule below), then mf_dim. The optimizer state lives in the row, so a row
 // moved between tiers carries it. Everything here is trivially copyable and usable on host and
 // card (GPUBOX_HD).
+//
+// The embedding values (embed_w, embedx_w) are kept as hyper_parameters.sparse_storage says:
+// fp32, one per float slot, or fp16 / bf16 (common/half.hpp), two per float slot, so the row
+// shrinks: embedx_w[2j], embedx_w[2j+1] share slot j of the embedx_w part (low, high 16 bits),
+// and embed_w sits in the low half of its own slot, whose high half takes the last embedx value
+// when mf_dim is odd. Every read and write of a value goes through read_embed_w / write_embed_w /
+// read_embedx_w / write_embedx_w below: reads widen exactly, writes round to nearest even. The
+// other fields keep their offsets whatever the storage.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/config/config_enums.hpp"
+#include "common/half.hpp"
 #include "common/hash.hpp"
 #include "common/macros.hpp"
 
@@ -21,6 +31,9 @@ namespace gpubox::table {
 // hyper_parameters.sparse_optimizer.class (names: config::kSparseOptimizerKindNames).
 using SparseOptimizerKind = config::SparseOptimizerKind;
 using config::kSparseOptimizerKindNames;
+// hyper_parameters.sparse_storage (names: config::kSparseStorageNames).
+using SparseStorage = config::SparseStorage;
+using config::kSparseStorageNames;
 
 // The per-key optimizer of a row: which one (hyper_parameters.sparse_optimizer.class) and its
 // hyper-parameters per part (embed_w, embedx): learning rate, adagrad's initial g2sum, initial
@@ -55,6 +68,7 @@ struct SparseOptimizerConfig {
 // here are the key table's (tests/integration/config_agreement_test.cpp checks they agree).
 struct AccessorConfig {
   int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
+  SparseStorage storage = SparseStorage::kFp32;  // how the rows keep embed_w and embedx_w
   SparseOptimizerConfig optimizer;
   // score = nonclk_coeff * (show - click) + clk_coeff * click; embedx is created at
   // embedx_threshold
@@ -70,11 +84,12 @@ struct AccessorConfig {
   uint64_t seed = 0;  // embed init is a hash of (key, seed): runs are reproducible
 };
 
-// Offsets (in floats) of each field for a given optimizer and mf_dim.
+// Offsets (in floats) of each field for a given optimizer, mf_dim and storage.
 struct RowLayout {
   int32_t mf_dim = 0;
   int32_t embed_state_dim = 0;   // k1
   int32_t embedx_state_dim = 0;  // k2
+  SparseStorage storage = SparseStorage::kFp32;
 
   static constexpr int32_t kShow = 0;
   static constexpr int32_t kClick = 1;
@@ -83,9 +98,11 @@ struct RowLayout {
   static constexpr int32_t kEmbedW = 4;
   static constexpr int32_t kEmbedState = 5;
 
-  GPUBOX_HD static RowLayout make(SparseOptimizerKind kind, int32_t mf_dim) {
+  GPUBOX_HD static RowLayout make(SparseOptimizerKind kind, int32_t mf_dim,
+                                  SparseStorage storage = SparseStorage::kFp32) {
     RowLayout layout;
     layout.mf_dim = mf_dim;
+    layout.storage = storage;
     switch (kind) {
       case SparseOptimizerKind::kSgd:
         layout.embed_state_dim = 0;
@@ -111,8 +128,19 @@ struct RowLayout {
   GPUBOX_HD int32_t mf_size() const { return slot() + 2; }
   GPUBOX_HD int32_t embedx_state() const { return slot() + 3; }
   GPUBOX_HD int32_t embedx_w() const { return embedx_state() + embedx_state_dim; }
+  // 16-bit values, two per float slot (sparse_storage fp16 or bf16).
+  GPUBOX_HD bool packed() const { return storage != SparseStorage::kFp32; }
+  // Float slots of the embedx_w part: mf_dim, or packed mf_dim / 2 (an odd last value shares
+  // embed_w's slot).
+  GPUBOX_HD int32_t embedx_w_slots() const { return packed() ? mf_dim / 2 : mf_dim; }
   // Floats per row.
-  GPUBOX_HD int32_t stride() const { return embedx_w() + mf_dim; }
+  GPUBOX_HD int32_t stride() const { return embedx_w() + embedx_w_slots(); }
+  // The same row with fp32 values: what save records and the unpacked copies hold.
+  GPUBOX_HD RowLayout unpacked() const {
+    RowLayout layout = *this;
+    layout.storage = SparseStorage::kFp32;
+    return layout;
+  }
 
   // The pull record a model sees: show, click, embed_w, embedx_w[mf_dim].
   GPUBOX_HD int32_t pull_dim() const { return 3 + mf_dim; }
@@ -120,6 +148,95 @@ struct RowLayout {
   // embedx_g[mf_dim]; the slot travels separately.
   GPUBOX_HD int32_t push_dim() const { return 3 + mf_dim; }
 };
+
+// --- the embedding values, whatever the storage -------------------------------------------
+
+namespace detail {
+// The 16-bit value in half `high` of a float slot, widened to float.
+GPUBOX_HD inline float read_half_slot(const float* slot, bool high, SparseStorage storage) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, slot, sizeof(bits));
+  const auto value = static_cast<uint16_t>(high ? bits >> 16 : bits & 0xffffu);
+  return storage == SparseStorage::kFp16 ? half_to_float(value) : bf16_to_float(value);
+}
+// Rounds `value` to the storage's 16 bits into half `high` of a float slot; the other half stays.
+GPUBOX_HD inline void write_half_slot(float* slot, bool high, SparseStorage storage, float value) {
+  const uint32_t half =
+      storage == SparseStorage::kFp16 ? float_to_half(value) : float_to_bf16(value);
+  uint32_t bits = 0;
+  std::memcpy(&bits, slot, sizeof(bits));
+  bits = high ? (bits & 0x0000ffffu) | (half << 16) : (bits & 0xffff0000u) | half;
+  std::memcpy(slot, &bits, sizeof(bits));
+}
+// Where embedx_w[i] of a packed row lives: its float slot and half.
+GPUBOX_HD inline int32_t packed_embedx_slot(const RowLayout& layout, int32_t i) {
+  return i < 2 * layout.embedx_w_slots() ? layout.embedx_w() + i / 2 : RowLayout::kEmbedW;
+}
+GPUBOX_HD inline bool packed_embedx_high(const RowLayout& layout, int32_t i) {
+  return i < 2 * layout.embedx_w_slots() ? (i & 1) != 0 : true;
+}
+}  // namespace detail
+
+GPUBOX_HD inline float read_embed_w(const float* row, const RowLayout& layout) {
+  return layout.packed() ? detail::read_half_slot(row + RowLayout::kEmbedW, false, layout.storage)
+                         : row[RowLayout::kEmbedW];
+}
+GPUBOX_HD inline void write_embed_w(float* row, const RowLayout& layout, float value) {
+  if (layout.packed()) {
+    detail::write_half_slot(row + RowLayout::kEmbedW, false, layout.storage, value);
+  } else {
+    row[RowLayout::kEmbedW] = value;
+  }
+}
+// embedx_w[i], 0 <= i < mf_dim (whether or not the part exists: mf_size says).
+GPUBOX_HD inline float read_embedx_w(const float* row, const RowLayout& layout, int32_t i) {
+  if (!layout.packed()) return row[layout.embedx_w() + i];
+  return detail::read_half_slot(row + detail::packed_embedx_slot(layout, i),
+                                detail::packed_embedx_high(layout, i), layout.storage);
+}
+GPUBOX_HD inline void write_embedx_w(float* row, const RowLayout& layout, int32_t i, float value) {
+  if (layout.packed()) {
+    detail::write_half_slot(row + detail::packed_embedx_slot(layout, i),
+                            detail::packed_embedx_high(layout, i), layout.storage, value);
+  } else {
+    row[layout.embedx_w() + i] = value;
+  }
+}
+
+// The weights of one part of a row (embed_w: 1 value; embedx_w: mf_dim values) as floats, for
+// the optimizer rules (sparse_rule.hpp): get widens, set rounds to the storage.
+struct PartWeights {
+  float* row;
+  RowLayout layout;
+  bool embedx;
+
+  GPUBOX_HD float get(int32_t i) const {
+    return embedx ? read_embedx_w(row, layout, i) : read_embed_w(row, layout);
+  }
+  GPUBOX_HD void set(int32_t i, float value) const {
+    if (embedx) {
+      write_embedx_w(row, layout, i, value);
+    } else {
+      write_embed_w(row, layout, value);
+    }
+  }
+};
+
+// Copies a row of layout `from` into `to` (same optimizer and mf_dim, any storage): every field
+// as is, the values converted (exact when widening, rounded to nearest even when narrowing).
+// With equal storages it is a plain copy.
+GPUBOX_HD inline void convert_row(const float* src, const RowLayout& from, float* dst,
+                                  const RowLayout& to) {
+  if (from.storage == to.storage) {
+    for (int32_t i = 0; i < from.stride(); ++i) dst[i] = src[i];
+    return;
+  }
+  for (int32_t i = 0; i < from.embedx_w(); ++i) dst[i] = src[i];
+  for (int32_t i = 0; i < to.embedx_w_slots(); ++i) dst[to.embedx_w() + i] = 0.0f;
+  if (to.packed()) dst[RowLayout::kEmbedW] = 0.0f;  // the high half may stay unused
+  write_embed_w(dst, to, read_embed_w(src, from));
+  for (int32_t i = 0; i < from.mf_dim; ++i) write_embedx_w(dst, to, i, read_embedx_w(src, from, i));
+}
 
 // show/click score used by the creation rule, eviction and shrink.
 GPUBOX_HD inline float row_score(const float* row, const AccessorConfig& cfg) {
@@ -157,10 +274,11 @@ GPUBOX_HD inline void init_state(float* state, int32_t dim, const SparseOptimize
 GPUBOX_HD inline void init_row(float* row, const RowLayout& layout, const AccessorConfig& cfg,
                                uint64_t key, int32_t slot) {
   for (int32_t i = 0; i < layout.stride(); ++i) row[i] = 0.0f;
-  row[RowLayout::kEmbedW] =
+  write_embed_w(
+      row, layout,
       cfg.optimizer.initial_range > 0.0f
           ? detail::init_value(key, cfg.seed ^ 0x5bd1e995ULL, 0, cfg.optimizer.initial_range)
-          : 0.0f;
+          : 0.0f);
   detail::init_state(row + RowLayout::kEmbedState, layout.embed_state_dim, cfg.optimizer);
   row[layout.slot()] = static_cast<float>(slot);
   row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
@@ -171,10 +289,10 @@ GPUBOX_HD inline void init_row(float* row, const RowLayout& layout, const Access
 // every tier, every trainer and every run creates the same values; its optimizer state fresh.
 GPUBOX_HD inline void create_embedx(float* row, const RowLayout& layout, const AccessorConfig& cfg,
                                     uint64_t key) {
-  float* w = row + layout.embedx_w();
   for (int32_t i = 0; i < layout.mf_dim; ++i) {
-    w[i] = detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1),
-                              cfg.optimizer.mf_initial_range);
+    write_embedx_w(row, layout, i,
+                   detail::init_value(key, cfg.seed, static_cast<uint32_t>(i + 1),
+                                      cfg.optimizer.mf_initial_range));
   }
   detail::init_state(row + layout.embedx_state(), layout.embedx_state_dim, cfg.optimizer);
   row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
@@ -199,9 +317,9 @@ GPUBOX_HD inline float pull_record_field(const float* row, const RowLayout& layo
     case 1:
       return row[RowLayout::kClick];
     case 2:
-      return row[RowLayout::kEmbedW];
+      return read_embed_w(row, layout);
     default:
-      return row[layout.mf_size()] > 0.0f ? row[layout.embedx_w() + (f - 3)] : 0.0f;
+      return row[layout.mf_size()] > 0.0f ? read_embedx_w(row, layout, f - 3) : 0.0f;
   }
 }
 

@@ -36,6 +36,7 @@
 namespace gpubox::optimizer {
 
 using table::AccessorConfig;
+using table::PartWeights;
 using table::RowLayout;
 using table::SparseOptimizerConfig;
 using table::SparseOptimizerKind;
@@ -76,24 +77,28 @@ GPUBOX_HD inline float step_gradient(float push_g, float w, const PartRule& rule
 }
 
 // --- one part: w[dim], its optimizer state, its gradient g[dim] ---------------------------
+// The weights are read and written through PartWeights (sparse_row.hpp): each step computes in
+// fp32 and rounds once per weight on its write when the storage is 16-bit.
 
 // `g`: the pushed gradient; `scale`: its divisor (the key's show; see the file comment).
-GPUBOX_HD inline void sgd_update(float* w, const float* g, int32_t dim, const PartRule& rule,
+GPUBOX_HD inline void sgd_update(PartWeights w, const float* g, int32_t dim, const PartRule& rule,
                                  float scale) {
   for (int32_t i = 0; i < dim; ++i) {
-    w[i] = clip_weight(w[i] - rule.learning_rate * step_gradient(g[i], w[i], rule, scale), rule);
+    const float wi = w.get(i);
+    w.set(i, clip_weight(wi - rule.learning_rate * step_gradient(g[i], wi, rule, scale), rule));
   }
 }
 
 // state: [g2sum]
-GPUBOX_HD inline void adagrad_update(float* w, float* state, const float* g, int32_t dim,
+GPUBOX_HD inline void adagrad_update(PartWeights w, float* state, const float* g, int32_t dim,
                                      const PartRule& rule, float scale) {
   float& g2sum = state[0];
   const float ratio = rule.learning_rate * sqrtf(rule.initial_g2sum / (rule.initial_g2sum + g2sum));
   float add_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
-    const float gi = step_gradient(g[i], w[i], rule, scale);
-    w[i] = clip_weight(w[i] - ratio * gi, rule);
+    const float wi = w.get(i);
+    const float gi = step_gradient(g[i], wi, rule, scale);
+    w.set(i, clip_weight(wi - ratio * gi, rule));
     add_g2sum += gi * gi;
   }
   if (dim > 0) g2sum += add_g2sum / static_cast<float>(dim);
@@ -105,7 +110,7 @@ GPUBOX_HD inline float adam_step_size(float learning_rate, float beta1_pow, floa
 }
 
 // state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]
-GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_t dim,
+GPUBOX_HD inline void adam_update(PartWeights w, float* state, const float* g, int32_t dim,
                                   const PartRule& rule, const SparseOptimizerConfig& cfg,
                                   float scale) {
   float* gsum = state;
@@ -116,17 +121,18 @@ GPUBOX_HD inline void adam_update(float* w, float* state, const float* g, int32_
   const float b2 = cfg.beta2_decay_rate;
   const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
   for (int32_t i = 0; i < dim; ++i) {
-    const float gi = step_gradient(g[i], w[i], rule, scale);
+    const float wi = w.get(i);
+    const float gi = step_gradient(g[i], wi, rule, scale);
     gsum[i] = b1 * gsum[i] + (1.0f - b1) * gi;
     g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * gi * gi;
-    w[i] = clip_weight(w[i] - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule);
+    w.set(i, clip_weight(wi - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule));
   }
   beta1_pow *= b1;
   beta2_pow *= b2;
 }
 
 // state: [gsum, g2sum, beta1_pow, beta2_pow], moments shared by the part.
-GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g, int32_t dim,
+GPUBOX_HD inline void shared_adam_update(PartWeights w, float* state, const float* g, int32_t dim,
                                          const PartRule& rule, const SparseOptimizerConfig& cfg,
                                          float scale) {
   float& gsum = state[0];
@@ -139,10 +145,11 @@ GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g,
   float sum_gsum = 0.0f;
   float sum_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
-    const float gi = step_gradient(g[i], w[i], rule, scale);
+    const float wi = w.get(i);
+    const float gi = step_gradient(g[i], wi, rule, scale);
     const float new_gsum = b1 * gsum + (1.0f - b1) * gi;
     const float new_g2sum = b2 * g2sum + (1.0f - b2) * gi * gi;
-    w[i] = clip_weight(w[i] - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule);
+    w.set(i, clip_weight(wi - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule));
     sum_gsum += new_gsum;
     sum_g2sum += new_g2sum;
   }
@@ -156,8 +163,8 @@ GPUBOX_HD inline void shared_adam_update(float* w, float* state, const float* g,
 
 // One step of `kind` over one part. The kind is uniform over a batch, so the switch does not
 // diverge across card threads.
-GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* state, const float* g,
-                                  int32_t dim, const PartRule& rule,
+GPUBOX_HD inline void update_part(SparseOptimizerKind kind, PartWeights w, float* state,
+                                  const float* g, int32_t dim, const PartRule& rule,
                                   const SparseOptimizerConfig& cfg, float scale) {
   switch (kind) {
     case SparseOptimizerKind::kSgd:
@@ -200,12 +207,12 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const Acce
   // times are what a dnn memorises in a second epoch over the same data (BENCHMARKS.md).
   const SparseOptimizerConfig& opt = cfg.optimizer;
   if (cfg.embed_threshold <= 0.0f || table::row_score(row, cfg) >= cfg.embed_threshold) {
-    update_part(opt.kind, row + RowLayout::kEmbedW, row + RowLayout::kEmbedState,
+    update_part(opt.kind, PartWeights{row, layout, false}, row + RowLayout::kEmbedState,
                 push + PushRecord::kEmbedG, 1, embed_rule(opt), opt, scale);
   }
 
   if (row[layout.mf_size()] > 0.0f) {
-    update_part(opt.kind, row + layout.embedx_w(), row + layout.embedx_state(),
+    update_part(opt.kind, PartWeights{row, layout, true}, row + layout.embedx_state(),
                 push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(opt), opt, scale);
     return false;
   }
@@ -228,10 +235,10 @@ GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const Acc
   row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
   row[RowLayout::kUnseenDays] = 0.0f;
   const SparseOptimizerConfig& opt = cfg.optimizer;
-  row[RowLayout::kEmbedW] =
-      clip_weight(row[RowLayout::kEmbedW] + delta[PushRecord::kEmbedG], embed_rule(opt));
+  table::write_embed_w(
+      row, layout,
+      clip_weight(table::read_embed_w(row, layout) + delta[PushRecord::kEmbedG], embed_rule(opt)));
   const float* dx = delta + PushRecord::kEmbedxG;
-  float* w = row + layout.embedx_w();
   if (row[layout.mf_size()] <= 0.0f) {
     bool carries = false;
     for (int32_t i = 0; i < layout.mf_dim; ++i) carries = carries || dx[i] != 0.0f;
@@ -239,7 +246,10 @@ GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const Acc
     table::create_embedx(row, layout, cfg, key);
   }
   const PartRule rule = embedx_rule(opt);
-  for (int32_t i = 0; i < layout.mf_dim; ++i) w[i] = clip_weight(w[i] + dx[i], rule);
+  for (int32_t i = 0; i < layout.mf_dim; ++i) {
+    table::write_embedx_w(row, layout, i,
+                          clip_weight(table::read_embedx_w(row, layout, i) + dx[i], rule));
+  }
 }
 
 }  // namespace gpubox::optimizer

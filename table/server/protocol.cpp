@@ -5,6 +5,8 @@
 #include <limits>
 #include <sstream>
 
+#include "common/config/config_enums.hpp"
+
 namespace gpubox::table::server {
 namespace {
 
@@ -259,6 +261,7 @@ void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out) {
   w.put_u32(info.max_payload_bytes);
   w.put_u64(info.instance_id);
   w.put_u64(info.generation);
+  w.put_i32(info.storage);
 }
 
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
@@ -272,10 +275,18 @@ StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&info.max_payload_bytes));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.instance_id));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.generation));
+  GPUBOX_RETURN_IF_ERROR(r.get_i32(&info.storage));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   if (info.shard_num == 0 || info.shard_id >= info.shard_num) {
     return Status::Corruption("INFO reply: shard " + std::to_string(info.shard_id) + " of " +
                               std::to_string(info.shard_num));
+  }
+  bool known_storage = false;
+  for (const auto& name : config::kSparseStorageNames) {
+    known_storage = known_storage || static_cast<int32_t>(name.value) == info.storage;
+  }
+  if (!known_storage) {
+    return Status::Corruption("INFO reply: sparse storage " + std::to_string(info.storage));
   }
   return info;
 }

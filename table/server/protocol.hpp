@@ -37,7 +37,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the wire
 // 2: INFO carries the server's instance id and generation; SAVE and LOAD reply with a generation.
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: INFO carries the rows' sparse storage (fp16 and bf16 rows have the same stride).
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;
 // Default frame limit of both sides: 64 MiB of payload (a chunk of a few thousand rows is far
@@ -49,7 +50,8 @@ inline constexpr uint32_t kMaxAuthPayloadBytes = 4 + 4096;
 
 enum class Op : uint16_t {
   kAuth = 1,       // token; must be the first frame when the server has a token
-  kInfo = 2,       // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity
+  kInfo = 2,       // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity,
+                   //    sparse storage
   kPull = 3,       // keys (+ slots) -> rows, created count
   kPush = 4,       // keys + full rows
   kErase = 5,      // keys
@@ -153,7 +155,8 @@ class PayloadReader {
 // ---- messages --------------------------------------------------------------------------------
 
 // INFO reply: u32 shard_id, u32 shard_num, i32 optimizer_kind, i32 mf_dim, u32 stride,
-// u32 max_payload_bytes, u64 instance_id, u64 generation.
+// u32 max_payload_bytes, u64 instance_id, u64 generation, i32 storage (SparseStorage: rows travel
+// as the server keeps them, packed when 16-bit).
 struct InfoReply {
   uint32_t shard_id = 0;
   uint32_t shard_num = 1;
@@ -166,6 +169,7 @@ struct InfoReply {
   // The save the server last loaded (its digest, see model_path.hpp); 0: nothing loaded since
   // it started, so it holds only what clients wrote to this instance.
   uint64_t generation = 0;
+  int32_t storage = 0;  // config::SparseStorage
 };
 void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);

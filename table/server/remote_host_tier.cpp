@@ -111,7 +111,8 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
 RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
                                TransportOptions transport_options)
     : options_(std::move(options)),
-      layout_(RowLayout::make(options_.config.optimizer.kind, options_.config.mf_dim)),
+      layout_(RowLayout::make(options_.config.optimizer.kind, options_.config.mf_dim,
+                              options_.config.storage)),
       identities_(endpoint_names(endpoints)),
       transport_(std::move(endpoints), [&] {
         transport_options.on_connect = [this](uint32_t e, Connection& c, Clock::time_point d) {
@@ -146,13 +147,19 @@ Status RemoteHostTier::check_servers() {
     const InfoReply& info = infos[e];
     const std::string where = transport_.endpoints()[e].to_string();
     if (info.optimizer_kind != static_cast<int32_t>(options_.config.optimizer.kind) ||
-        info.mf_dim != layout_.mf_dim || info.stride != static_cast<uint32_t>(layout_.stride())) {
+        info.mf_dim != layout_.mf_dim || info.stride != static_cast<uint32_t>(layout_.stride()) ||
+        info.storage != static_cast<int32_t>(layout_.storage)) {
+      const auto storage = [](int32_t s) {
+        return std::string(name_of(kSparseStorageNames, static_cast<SparseStorage>(s)));
+      };
       return Status::InvalidArgument(
           "server " + where + " holds rows of optimizer " + std::to_string(info.optimizer_kind) +
-          ", mf_dim " + std::to_string(info.mf_dim) + " (stride " + std::to_string(info.stride) +
-          "); this trainer uses optimizer " +
+          ", mf_dim " + std::to_string(info.mf_dim) + ", sparse_storage " + storage(info.storage) +
+          " (stride " + std::to_string(info.stride) + "); this trainer uses optimizer " +
           std::to_string(static_cast<int32_t>(options_.config.optimizer.kind)) + ", mf_dim " +
-          std::to_string(layout_.mf_dim) + ": start the servers with the trainer's config");
+          std::to_string(layout_.mf_dim) + ", sparse_storage " +
+          storage(static_cast<int32_t>(layout_.storage)) +
+          ": start the servers with the trainer's config");
     }
     if (info.shard_num > 1 && (info.shard_num != n || info.shard_id != e)) {
       return Status::InvalidArgument(

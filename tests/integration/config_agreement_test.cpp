@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 std::string describe(const table::AccessorConfig& c) {
   std::ostringstream out;
   out << name_of(table::kSparseOptimizerKindNames, c.optimizer.kind) << " mf_dim=" << c.mf_dim
+      << " storage=" << name_of(table::kSparseStorageNames, c.storage)
       << " lr=" << c.optimizer.learning_rate << " g2=" << c.optimizer.initial_g2sum
       << " range=" << c.optimizer.initial_range << " bounds=" << c.optimizer.min_bound << ","
       << c.optimizer.max_bound << " l2=" << c.optimizer.weight_decay
@@ -72,6 +73,7 @@ TEST_F(ConfigAgreement, TheThreeLoadersReadOneConfigTheSameWay) {
                                  "  slot_token_order: \"feasign:slot\"\n  max_line_bytes: 4096\n"
                                  "hyper_parameters:\n  sparse_inputs_slots: 4\n"
                                  "  dense_input_dim: 2\n  sparse_feature_dim: 5\n"
+                                 "  sparse_storage: bf16\n"
                                  "  sparse_optimizer:\n    class: shared_adam\n"
                                  "    initial_range: 0.5\n    embedx_threshold: 2\n"
                                  "    seed: 3\n");
@@ -89,6 +91,7 @@ TEST_F(ConfigAgreement, TheThreeLoadersReadOneConfigTheSameWay) {
   // sparse_feature_dim (it used to ignore runner.seed: rows started different on a server).
   EXPECT_EQ(server->seed, 7u ^ 3u);
   EXPECT_EQ(server->mf_dim, 4);
+  EXPECT_EQ(server->storage, table::SparseStorage::kBf16);
   EXPECT_FLOAT_EQ(server->optimizer.mf_initial_range, 0.2f);
   EXPECT_EQ(data->batch_size, 32);
   EXPECT_EQ(data->slots, (std::vector<std::string>{"1", "2", "3"}));

@@ -4,9 +4,12 @@
 // same and, at the end, every host-tier row is the same bit for bit. The card tier is held to
 // runner.card_memory_mb = 8 (about 16,000 rows) so that rows leave the cards between passes and
 // come back from the host tier, i.e. from disk; the test checks that they did.
+// The same data checks hyper_parameters.sparse_storage: fp16 and bf16 rows train to the test AUC
+// of fp32 rows (the bound, 0.002) with smaller rows.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -52,6 +55,7 @@ class DiskTierQuality : public ::testing::Test {
   struct Run {
     std::vector<double> test_aucs;  // after each pass
     std::map<uint64_t, std::vector<float>> rows;
+    int32_t stride = 0;  // floats per host-tier row
     table::HostTierStats stats;
     double reloaded = 0;  // rows pulled back to the cards that the host tier already held
   };
@@ -92,6 +96,7 @@ class DiskTierQuality : public ::testing::Test {
     auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
     EXPECT_NE(table, nullptr);
     const int32_t stride = table->layout().stride();
+    run.stride = stride;
     throw_if_error(table->for_each_row(
         [&](uint64_t key, const float* row) { run.rows[key].assign(row, row + stride); }));
     run.stats = table->stats().value();
@@ -127,6 +132,27 @@ TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
     if (std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)) != 0) ++differ;
   }
   EXPECT_EQ(differ, 0u) << "of " << memory.rows.size() << " rows";
+}
+
+// The full check, on config_synthetic.yaml's 1M planted lines, is
+// scripts/quality_sparse_storage.sh (BENCHMARKS.md).
+TEST_F(DiskTierQuality, SixteenBitStorageTrainsLikeFp32) {
+  // No card budget here: the card tier sizes its pages in rows by the row's bytes, and at 56
+  // bytes a row one page and the pass working set no longer fit the other test's 8 MiB.
+  const std::string no_card_budget = "runner.card_memory_mb=0";
+  const Run fp32 = train({no_card_budget});
+  const Run fp16 = train({no_card_budget, "hyper_parameters.sparse_storage=fp16"});
+  const Run bf16 = train({no_card_budget, "hyper_parameters.sparse_storage=bf16"});
+  EXPECT_GT(fp32.test_aucs.back(), 0.6);  // it learned something
+  EXPECT_NEAR(fp16.test_aucs.back(), fp32.test_aucs.back(), 0.002);
+  EXPECT_NEAR(bf16.test_aucs.back(), fp32.test_aucs.back(), 0.002);
+  // Rows of 8 embedx values: 4 floats fewer.
+  EXPECT_EQ(fp16.stride, fp32.stride - 4);
+  EXPECT_EQ(bf16.stride, fp32.stride - 4);
+  EXPECT_EQ(fp16.rows.size(), fp32.rows.size());
+  std::printf("test auc fp32 %.5f, fp16 %.5f, bf16 %.5f; host row %d, %d, %d bytes\n",
+              fp32.test_aucs.back(), fp16.test_aucs.back(), bf16.test_aucs.back(), 4 * fp32.stride,
+              4 * fp16.stride, 4 * bf16.stride);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ using testing::ScratchDir;
 class OracleTable {
  public:
   OracleTable(const AccessorConfig& cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim, cfg.storage)) {}
 
   std::vector<float> pull(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                           std::size_t* created) {
@@ -77,13 +77,16 @@ class OracleTable {
   std::unordered_map<uint64_t, std::vector<float>> rows_;
 };
 
-// (shards, threads, disk tier: 0 none, 1 with cold_after_days, 2 with a small memory budget)
-class SparseTableOracleTest : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+// (shards, threads, disk tier: 0 none, 1 with cold_after_days, 2 with a small memory budget,
+// sparse_storage)
+class SparseTableOracleTest
+    : public ::testing::TestWithParam<std::tuple<int, int, int, SparseStorage>> {};
 
 TEST_P(SparseTableOracleTest, RandomOpsMatchOracle) {
-  const auto [shards, threads, disk] = GetParam();
+  const auto [shards, threads, disk, storage] = GetParam();
   ScratchDir dir;
-  const AccessorConfig opt = testing::test_optimizer();
+  const AccessorConfig opt = testing::test_optimizer(
+      SparseOptimizerKind::kAdagrad, storage == SparseStorage::kFp32 ? 4 : 5, storage);
   HostTableConfig cfg;
   cfg.shards = shards;
   cfg.threads = threads;
@@ -149,9 +152,16 @@ TEST_P(SparseTableOracleTest, RandomOpsMatchOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, SparseTableOracleTest,
-                         ::testing::Values(std::make_tuple(1, 1, 0), std::make_tuple(3, 2, 0),
-                                           std::make_tuple(64, 2, 0), std::make_tuple(8, 2, 1),
-                                           std::make_tuple(5, 1, 2), std::make_tuple(16, 2, 2)));
+                         ::testing::Values(std::make_tuple(1, 1, 0, SparseStorage::kFp32),
+                                           std::make_tuple(3, 2, 0, SparseStorage::kFp32),
+                                           std::make_tuple(64, 2, 0, SparseStorage::kFp32),
+                                           std::make_tuple(8, 2, 1, SparseStorage::kFp32),
+                                           std::make_tuple(5, 1, 2, SparseStorage::kFp32),
+                                           std::make_tuple(16, 2, 2, SparseStorage::kFp32),
+                                           // odd mf_dim: a value shares embed_w's slot
+                                           std::make_tuple(3, 2, 0, SparseStorage::kFp16),
+                                           std::make_tuple(5, 1, 2, SparseStorage::kFp16),
+                                           std::make_tuple(8, 2, 1, SparseStorage::kBf16)));
 
 TEST(SparseTable, PullCreatesRowsByAccessorRules) {
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 3);

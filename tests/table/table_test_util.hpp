@@ -42,10 +42,12 @@ class ScratchDir {
 };
 
 inline AccessorConfig test_optimizer(SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad,
-                                     int32_t mf_dim = 4) {
+                                     int32_t mf_dim = 4,
+                                     SparseStorage storage = SparseStorage::kFp32) {
   AccessorConfig cfg;
   cfg.optimizer.kind = kind;
   cfg.mf_dim = mf_dim;
+  cfg.storage = storage;
   cfg.optimizer.initial_range = 0.01f;  // non-zero embed_w at creation, so init_row is visible
   cfg.show_click_decay_rate = 0.9f;
   cfg.delete_threshold = 0.2f;
@@ -104,7 +106,8 @@ inline ::testing::AssertionResult same_rows(const RowMap& a, const RowMap& b) {
   return ::testing::AssertionSuccess();
 }
 
-// A plausible trained row: counters, weights and optimizer state all random.
+// A plausible trained row: counters, weights and optimizer state all random (16-bit weights
+// rounded as the storage keeps them).
 inline std::vector<float> random_row(std::mt19937_64& rng, const RowLayout& layout) {
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   std::uniform_real_distribution<float> count(0.0f, 20.0f);
@@ -116,6 +119,12 @@ inline std::vector<float> random_row(std::mt19937_64& rng, const RowLayout& layo
   row[layout.slot()] = static_cast<float>(rng() % 26);
   row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
   row[layout.mf_size()] = (rng() % 2) ? static_cast<float>(layout.mf_dim) : 0.0f;
+  if (layout.packed()) {
+    row[RowLayout::kEmbedW] = 0.0f;
+    for (int32_t i = 0; i < layout.embedx_w_slots(); ++i) row[layout.embedx_w() + i] = 0.0f;
+    write_embed_w(row.data(), layout, value(rng));
+    for (int32_t i = 0; i < layout.mf_dim; ++i) write_embedx_w(row.data(), layout, i, value(rng));
+  }
   return row;
 }
 

@@ -9,8 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
+#include "common/half.hpp"
 #include "common/macros.hpp"
 
 namespace gpubox::device {
@@ -26,21 +26,10 @@ static_assert(sizeof(Bf16) == 2, "Bf16 is handed to the GEMM libraries as 16-bit
 
 // Round to nearest even, as the hardware converts (AVX512-BF16 vcvtneps2bf16, CUDA
 // __float2bfloat16_rn): a NaN stays a (quiet) NaN, values past the largest bf16 round to
-// infinity.
-GPUBOX_HD GPUBOX_FORCEINLINE Bf16 to_bf16(float x) {
-  uint32_t u = 0;
-  std::memcpy(&u, &x, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
-  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return Bf16{static_cast<uint16_t>((u + rounding) >> 16)};
-}
+// infinity. The conversion is common/half.hpp's, the one the sparse rows' bf16 storage uses.
+GPUBOX_HD GPUBOX_FORCEINLINE Bf16 to_bf16(float x) { return Bf16{float_to_bf16(x)}; }
 
-GPUBOX_HD GPUBOX_FORCEINLINE float to_float(Bf16 b) {
-  const uint32_t u = static_cast<uint32_t>(b.bits) << 16;
-  float x = 0.0f;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
+GPUBOX_HD GPUBOX_FORCEINLINE float to_float(Bf16 b) { return bf16_to_float(b.bits); }
 GPUBOX_HD GPUBOX_FORCEINLINE float to_float(float x) { return x; }
 
 // Stores a float as the element type of an activation buffer (float, or Bf16 rounded).

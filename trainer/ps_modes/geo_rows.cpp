@@ -74,10 +74,11 @@ void GeoRows::apply(const uint32_t* locals, std::size_t n, const float* push) {
 
 void GeoRows::adopt(float* local, const float* merged) const {
   using table::RowLayout;
-  for (int32_t f : {RowLayout::kShow, RowLayout::kClick, RowLayout::kDeltaScore,
-                    RowLayout::kUnseenDays, RowLayout::kEmbedW}) {
+  for (int32_t f :
+       {RowLayout::kShow, RowLayout::kClick, RowLayout::kDeltaScore, RowLayout::kUnseenDays}) {
     local[f] = merged[f];
   }
+  table::write_embed_w(local, layout_, table::read_embed_w(merged, layout_));
   if (merged[layout_.mf_size()] <= 0.0f) return;  // no embedx on the servers: keep the local one
   if (local[layout_.mf_size()] <= 0.0f) {
     // Created by another trainer: its state starts here.
@@ -85,7 +86,9 @@ void GeoRows::adopt(float* local, const float* merged) const {
                               config_.optimizer);
     local[layout_.mf_size()] = merged[layout_.mf_size()];
   }
-  std::copy_n(merged + layout_.embedx_w(), layout_.mf_dim, local + layout_.embedx_w());
+  for (int32_t i = 0; i < layout_.mf_dim; ++i) {
+    table::write_embedx_w(local, layout_, i, table::read_embedx_w(merged, layout_, i));
+  }
 }
 
 std::size_t GeoRows::sync() {

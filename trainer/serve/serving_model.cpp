@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/enum_names.hpp"
+#include "common/half.hpp"
 #include "common/json.hpp"
 #include "table/dense_table.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/sparse_table.hpp"
-#include "trainer/serve/half.hpp"
 
 namespace gpubox::trainer::serve {
 namespace {
@@ -400,8 +400,8 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
 }
 
 void ServingModel::initial_record(uint64_t key, float* out) const {
-  const table::RowLayout layout =
-      table::RowLayout::make(spec_.sparse.optimizer.kind, spec_.sparse.mf_dim);
+  const table::RowLayout layout = table::RowLayout::make(spec_.sparse.optimizer.kind,
+                                                         spec_.sparse.mf_dim, spec_.sparse.storage);
   thread_local std::vector<float> row;  // one scratch row per thread: no allocation per key
   row.resize(static_cast<std::size_t>(layout.stride()));
   table::init_row(row.data(), layout, spec_.sparse, key, 0);

@@ -44,6 +44,14 @@ constexpr double kRelTol = 2e-4;
 bool close_enough(double got, double want) {
   return std::fabs(got - want) <= kAbsTol + kRelTol * std::fabs(want);
 }
+// With 16-bit sparse storage a weight whose fp32 value (summed in another order) lies near a
+// rounding boundary may round one 16-bit ulp away: 2 ulps of margin (2^-10 fp16, 2^-7 bf16).
+bool close_enough(double got, double want, table::SparseStorage storage) {
+  const double ulps = storage == table::SparseStorage::kFp16   ? 2.0 / 1024
+                      : storage == table::SparseStorage::kBf16 ? 2.0 / 128
+                                                               : 0.0;
+  return std::fabs(got - want) <= kAbsTol + (kRelTol + ulps) * std::fabs(want);
+}
 
 std::string card_list(int cards) {
   std::string list;
@@ -99,7 +107,7 @@ class BatchMaker {
 class ReferenceTable {
  public:
   explicit ReferenceTable(const AccessorConfig& cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim, cfg.storage)) {}
 
   std::vector<float>& row(uint64_t key) {
     auto it = rows_.find(key);
@@ -220,6 +228,7 @@ struct ClusterCase {
   int cards;
   SparseOptimizerKind kind;
   const char* name;
+  table::SparseStorage storage = table::SparseStorage::kFp32;
 };
 void PrintTo(const ClusterCase& c, std::ostream* os) { *os << c.name; }
 
@@ -228,7 +237,8 @@ class HeterCommClusterTest : public ::testing::TestWithParam<ClusterCase> {};
 TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   const ClusterCase param = GetParam();
   GPUBOX_REQUIRE_CARDS(param.cards);
-  const AccessorConfig cfg = test_config(param.kind);
+  AccessorConfig cfg = test_config(param.kind);
+  cfg.storage = param.storage;
   sparse::HashTableOptions table_options;
   table_options.initial_capacity = 64;  // the stores grow during the run
   Cluster cluster(param.cards, cfg, {}, table_options);
@@ -257,7 +267,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
         const std::vector<float> want = ref.pull_record(key);
         pulled_embedx += want[3] != 0.0f;
         for (int d = 0; d < pull_dim; ++d) {
-          ASSERT_TRUE(close_enough(pulled[c][i * pull_dim + d], want[d]))
+          ASSERT_TRUE(close_enough(pulled[c][i * pull_dim + d], want[d], param.storage))
               << "step " << step << " card " << c << " key " << key << " field " << d << ": got "
               << pulled[c][i * pull_dim + d] << ", want " << want[d];
         }
@@ -272,6 +282,15 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   std::size_t created = 0;
   std::size_t clipped = 0;
   const RowLayout& layout = ref.layout();
+  // Rows are compared unpacked (the same as they are with fp32 storage); a clipped weight is
+  // its bound as the storage keeps it.
+  const RowLayout wide = layout.unpacked();
+  std::vector<float> got(wide.stride()), want(wide.stride());
+  std::vector<float> bounds(layout.stride());
+  table::write_embed_w(bounds.data(), layout, cfg.optimizer.min_bound);
+  const float min_bound = table::read_embed_w(bounds.data(), layout);
+  table::write_embed_w(bounds.data(), layout, cfg.optimizer.max_bound);
+  const float max_bound = table::read_embed_w(bounds.data(), layout);
   for (int c = 0; c < param.cards; ++c) {
     sparse::CardSparseStore& store = cluster.store(c);
     device::Card& card = cluster.cards().card(c);
@@ -294,15 +313,16 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
       EXPECT_TRUE(seen.insert(key).second) << "key " << key << " stored twice";
       auto it = ref.rows().find(key);
       ASSERT_NE(it, ref.rows().end()) << "key " << key << " on card " << c << " never pulled";
-      const float* got = host_rows.data() + i * layout.stride();
-      EXPECT_EQ(got[RowLayout::kShow], it->second[RowLayout::kShow]) << key;
-      EXPECT_EQ(got[RowLayout::kClick], it->second[RowLayout::kClick]) << key;
-      const float w = it->second[RowLayout::kEmbedW];
-      clipped += (w == cfg.optimizer.min_bound || w == cfg.optimizer.max_bound);
-      for (int f = 0; f < layout.stride(); ++f) {
-        ASSERT_TRUE(close_enough(got[f], it->second[f]))
+      table::convert_row(host_rows.data() + i * layout.stride(), layout, got.data(), wide);
+      table::convert_row(it->second.data(), layout, want.data(), wide);
+      EXPECT_EQ(got[RowLayout::kShow], want[RowLayout::kShow]) << key;
+      EXPECT_EQ(got[RowLayout::kClick], want[RowLayout::kClick]) << key;
+      const float w = want[RowLayout::kEmbedW];
+      clipped += (w == min_bound || w == max_bound);
+      for (int f = 0; f < wide.stride(); ++f) {
+        ASSERT_TRUE(close_enough(got[f], want[f], param.storage))
             << "card " << c << " key " << key << " field " << f << ": got " << got[f] << ", want "
-            << it->second[f];
+            << want[f];
       }
     }
   }
@@ -323,7 +343,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ClusterCase{3, SparseOptimizerKind::kSgd, "3cards_sgd"},
                       ClusterCase{4, SparseOptimizerKind::kAdam, "4cards_adam"},
                       ClusterCase{2, SparseOptimizerKind::kSharedAdam, "2cards_shared_adam"},
-                      ClusterCase{8, SparseOptimizerKind::kSharedAdam, "8cards_shared_adam"}),
+                      ClusterCase{8, SparseOptimizerKind::kSharedAdam, "8cards_shared_adam"},
+                      ClusterCase{3, SparseOptimizerKind::kAdagrad, "3cards_adagrad_fp16",
+                                  table::SparseStorage::kFp16},
+                      ClusterCase{4, SparseOptimizerKind::kAdam, "4cards_adam_bf16",
+                                  table::SparseStorage::kBf16}),
     [](const ::testing::TestParamInfo<ClusterCase>& info) { return std::string(info.param.name); });
 
 // A Zipf-hot key with 10^4+ occurrences per card: the local merge and the owner merge take the

@@ -22,7 +22,7 @@ namespace gpubox::table::server::testing {
 class FakeHostTier final : public HostTier {
  public:
   explicit FakeHostTier(AccessorConfig cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim, cfg.storage)) {}
 
   const RowLayout& layout() const override { return layout_; }
   const AccessorConfig& config() const override { return cfg_; }

@@ -124,6 +124,30 @@ TEST(Protocol, PullReplyChecksShape) {
   EXPECT_FALSE(decode_pull_reply(payload.data(), payload.size() - 1, n, stride).ok());
 }
 
+TEST(Protocol, InfoReplyRoundTripAndUnknownStorage) {
+  InfoReply info;
+  info.shard_id = 1;
+  info.shard_num = 3;
+  info.optimizer_kind = 2;
+  info.mf_dim = 7;
+  info.stride = 30;
+  info.instance_id = 99;
+  info.generation = 5;
+  info.storage = static_cast<int32_t>(config::SparseStorage::kBf16);
+  std::vector<uint8_t> p;
+  encode_info_reply(info, &p);
+  auto back = decode_info_reply(p.data(), p.size());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->storage, info.storage);
+  EXPECT_EQ(back->stride, 30u);
+  EXPECT_EQ(back->generation, 5u);
+  info.storage = 3;  // no such storage
+  p.clear();
+  encode_info_reply(info, &p);
+  EXPECT_FALSE(decode_info_reply(p.data(), p.size()).ok());
+  EXPECT_FALSE(decode_info_reply(p.data(), p.size() - 4).ok());  // a version-2 reply: truncated
+}
+
 TEST(Protocol, PushEraseSaveBarrierStatsRoundTrip) {
   std::vector<uint64_t> keys{1, 2, 3};
   std::vector<float> rows{1, 2, 3, 4, 5, 6};

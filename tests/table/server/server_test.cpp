@@ -32,7 +32,7 @@ using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 class Oracle {
  public:
   explicit Oracle(const AccessorConfig& cfg)
-      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)) {}
+      : cfg_(cfg), layout_(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim, cfg.storage)) {}
   const RowLayout& layout() const { return layout_; }
   std::size_t stride() const { return layout_.stride(); }
 
@@ -295,6 +295,26 @@ TEST(Server, LayoutMismatchIsRefusedAtConnect) {
   ASSERT_FALSE(client.ok());
   EXPECT_NE(client.status().message().find("mf_dim 4"), std::string::npos)
       << client.status().to_string();
+}
+
+// fp16 and bf16 rows have the same stride: INFO's storage tells them apart, and the error names
+// both.
+TEST(Server, SparseStorageMismatchIsRefusedAtConnect) {
+  AccessorConfig fp16 = test_config();
+  fp16.storage = SparseStorage::kFp16;
+  FakeHostTier table(fp16);
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  auto options = client_options(server->endpoint());
+  options.config.storage = SparseStorage::kBf16;
+  auto client = RemoteHostTier::connect(options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("sparse_storage fp16"), std::string::npos)
+      << client.status().to_string();
+  EXPECT_NE(client.status().message().find("sparse_storage bf16"), std::string::npos)
+      << client.status().to_string();
+  options.config.storage = SparseStorage::kFp16;
+  EXPECT_TRUE(RemoteHostTier::connect(options).ok());
 }
 
 TEST(Server, GarbageOversizedAndTruncatedFramesCloseOnlyThatConnection) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/half.hpp"
 #include "dataset/generator.hpp"
 #include "dataset/line_parser.hpp"
 #include "table/dense_table.hpp"
@@ -38,7 +39,6 @@
 #include "tests/trainer/serve/http_client.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
-#include "trainer/serve/half.hpp"
 #include "trainer/serve/http_server.hpp"
 #include "trainer/serve/serving_model.hpp"
 

@@ -1,15 +1,23 @@
-// IEEE 754 binary16 ("fp16") on the host: the optional value type of an exported serving model
-// (gpubox_train --mode export --export_fp16). Plain bit manipulation, no device headers, so the
-// exporter and gpubox_serve convert the same way on both backends.
+// 16-bit floating point, the one conversion of every layer: IEEE 754 binary16 ("fp16") and
+// bfloat16 ("bf16", the upper half of an IEEE float: 8 exponent bits, 7 mantissa bits). Used by
+// the sparse rows' 16-bit storage (hyper_parameters.sparse_storage, table/accessor/sparse_row.hpp)
+// on host and card, the dense net's bf16 buffers (trainer/nn/bf16.hpp) and the serving export
+// (gpubox_train --mode export --export_fp16). Plain bit manipulation (GPUBOX_HD, no device
+// headers), so both backends round the same way, and as CUDA's __float2half_rn /
+// __float2bfloat16_rn and AVX512-BF16's vcvtneps2bf16 do (NaN payloads aside). Conversions to 16
+// bits round to nearest, ties to even; a NaN stays a quiet NaN; values past the largest finite one
+// round to infinity. Widening back to float is exact.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-namespace gpubox::trainer::serve {
+#include "common/macros.hpp"
+
+namespace gpubox {
 
 // The nearest binary16 value (ties to even); overflow gives +-infinity, NaN stays NaN (quiet).
-inline uint16_t float_to_half(float value) {
+GPUBOX_HD inline uint16_t float_to_half(float value) {
   uint32_t bits = 0;
   std::memcpy(&bits, &value, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
@@ -38,7 +46,7 @@ inline uint16_t float_to_half(float value) {
   return static_cast<uint16_t>(sign | half);
 }
 
-inline float half_to_float(uint16_t half) {
+GPUBOX_HD inline float half_to_float(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
   const uint32_t exponent = (half >> 10) & 0x1fu;
   uint32_t mantissa = half & 0x3ffu;
@@ -62,4 +70,20 @@ inline float half_to_float(uint16_t half) {
   return out;
 }
 
-}  // namespace gpubox::trainer::serve
+// The nearest bfloat16 (ties to even), by the carry of a rounding bias into the upper half.
+GPUBOX_HD inline uint16_t float_to_bf16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+GPUBOX_HD inline float bf16_to_float(uint16_t bf16) {
+  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+  float out = 0;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+}  // namespace gpubox
