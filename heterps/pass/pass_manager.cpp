@@ -203,6 +203,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
     const int c = card.local_index();
     const std::vector<uint64_t>& mine = owned[c].keys;
     const std::size_t n = mine.size();
+    if (replicated() && row_budget_ > 0 && n > row_budget_) fail_table_over_budget(n);
     if (row_budget_ > 0 && n > row_budget_) {
       GPUBOX_FAIL("pass ", next_pass_id_, " does not fit on card ", card.rank(), ": it needs ", n,
                   " rows (", plan_for(n).total_bytes(), " bytes) but the card budget is ",
@@ -235,6 +236,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
     uint64_t evicted = 0;
     const std::size_t resident = stores_[c]->size();
     if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
+      // A replica is the whole table: nothing may leave it.
+      if (replicated()) fail_table_over_budget(resident + missing.keys.size());
       evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
     }
     stores_[c]->reserve(missing.keys.size(), card.stream());
@@ -294,7 +297,7 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   const int num_cards = cards_.num_local_cards();
   const int total_cards = cards_.total_cards();
   const int first_rank = cards_.trainer_id() * num_cards;
-  std::vector<OwnedKeys> owned(static_cast<std::size_t>(num_cards));
+  std::vector<OwnedKeys> owned(static_cast<std::size_t>(replicated() ? 1 : num_cards));
   std::vector<std::size_t> order(keys.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   // Stable: a repeated key keeps the slot of its first occurrence.
@@ -304,14 +307,15 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
     const uint64_t key = keys[order[k]];
     if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
     // The job-wide owner (heter_comm.hpp); with several trainers the caller (CardTier) gives
-    // only keys owned here.
-    const int owner = owner_card(key, total_cards) - first_rank;
+    // only keys owned here. Replicated: every card's (card 0's list, copied below).
+    const int owner = replicated() ? 0 : owner_card(key, total_cards) - first_rank;
     GPUBOX_EXPECTS(owner >= 0 && owner < num_cards, "pass manager: key ", key, " is owned by card ",
                    owner + first_rank, ", not by one of trainer ", cards_.trainer_id(), "'s");
     OwnedKeys& owner_keys = owned[owner];
     owner_keys.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
     owner_keys.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
   }
+  if (replicated()) owned.resize(static_cast<std::size_t>(num_cards), owned.front());
   return owned;
 }
 
@@ -423,6 +427,12 @@ uint64_t PassManager::write_back(int c) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
+  if (replicated() && c > 0) {
+    // The replicas are identical (heter_comm.hpp): card 0's write-back covers this one.
+    store.clear_dirty(stream);
+    stream.synchronize();
+    return 0;
+  }
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   // The dirty rows' keys and indices (12 bytes each), then the rows a page at a time: the card
   // never holds a second copy of the rows it writes back.
@@ -458,6 +468,17 @@ uint64_t PassManager::write_back(int c) {
   store.clear_dirty(stream);
   stream.synchronize();
   return count;
+}
+
+void PassManager::fail_table_over_budget(std::size_t rows) const {
+  GPUBOX_FAIL(
+      "Collective mode holds the whole embedding table on every card, and it has grown "
+      "to ",
+      rows, " rows (", plan_for(rows).total_bytes(),
+      " bytes of card memory per card) but the card budget holds ", row_budget_, " rows (",
+      plan_.total_bytes(),
+      " bytes). Raise runner.card_memory_mb, or use runner.sync_mode: gpubox, which "
+      "shards the table over the cards.");
 }
 
 uint64_t PassManager::sync() {
