@@ -313,6 +313,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   ps::CardTierOptions tier_options;
   tier_options.pass.card_memory_bytes =
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
+  if (config_.runner.collective) tier_options.placement = heter_comm::Placement::kReplicated;
   s.card_tier =
       std::make_unique<ps::CardTier>(s.cards, *s.group, *s.host, config_.sparse, tier_options);
   for (int c = 0; c < s.cards.num_local_cards(); ++c) {
@@ -321,6 +322,13 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     s.workers.push_back(std::make_unique<CardWorker>(card, s.group->at(c), *s.card_tier, config_));
   }
   GPUBOX_LOG(INFO) << s.card_tier->plan().to_string();
+  if (config_.runner.collective) {
+    GPUBOX_LOG(INFO) << "Collective mode (runner.use_fleet without runner.sync_mode): every one "
+                        "of the job's "
+                     << s.cards.total_cards()
+                     << " cards holds the whole embedding table; sparse gradients are "
+                        "all-gathered, dense gradients all-reduced";
+  }
 }
 
 Trainer::~Trainer() = default;
