@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -720,6 +721,7 @@ class FlakyHost : public table::HostTier {
   const AccessorConfig& config() const override { return inner_.config(); }
   Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* c) override {
+    pulled_keys += n;
     return inner_.pull(k, s, n, r, c);
   }
   Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
@@ -728,6 +730,7 @@ class FlakyHost : public table::HostTier {
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
+    pushed_keys += n;
     return inner_.push(k, n, r);
   }
   Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
@@ -736,10 +739,44 @@ class FlakyHost : public table::HostTier {
   Status save(const std::string& p, table::SaveKind m) override { return inner_.save(p, m); }
   Status load(const std::string& p) override { return inner_.load(p); }
   bool fail_pushes = false;
+  std::atomic<uint64_t> pulled_keys{0};  // keys asked of the inner tier by pull
+  std::atomic<uint64_t> pushed_keys{0};
 
  private:
   table::HostTier& inner_;
 };
+
+// Replicated placement over 3 cards: each row crosses the host-tier boundary once per pass, not
+// once per card (card 0 pulls or stages it and the others insert its copy; card 0 writes back).
+TEST(PassManager, ReplicatedPassesReadAndWriteEachRowOnce) {
+  GPUBOX_REQUIRE_CARDS(3);
+  auto opened = table::SparseTable::open(test_config(), table::HostTableConfig{});
+  auto inner = std::move(opened.value());
+  FlakyHost counting(*inner);
+  PassManagerOptions options;
+  options.placement = heter_comm::Placement::kReplicated;
+  Engine engine(3, options, &counting);
+  engine.inspect = inner.get();
+  const auto passes = make_passes(2, 150, 21);
+  const PassStats first = engine.manager->begin_pass(passes[0]);
+  EXPECT_EQ(counting.pulled_keys.load(), passes[0].size());
+  EXPECT_EQ(first.created, passes[0].size());
+  engine.train(passes[0], 1, 3);
+  const PassStats first_end = engine.manager->end_pass();
+  EXPECT_EQ(counting.pushed_keys.load(), first_end.written_back);
+  // The second pass staged ahead: only its new keys are read, once.
+  const std::vector<uint64_t> exclude;
+  const StagedRows staged = engine.manager->stage_rows(passes[1], {}, exclude);
+  EXPECT_EQ(staged.keys.size(), passes[1].size());
+  engine.manager->begin_pass(passes[1], {}, &staged);
+  std::set<uint64_t> both(passes[0].begin(), passes[0].end());
+  both.insert(passes[1].begin(), passes[1].end());
+  EXPECT_EQ(counting.pulled_keys.load(), passes[0].size() + passes[1].size());
+  engine.train(passes[1], 2, 3);
+  engine.manager->end_pass();
+  EXPECT_EQ(engine.card_rows().size(), both.size());  // identical replicas of the whole table
+  EXPECT_EQ(engine.host_rows().size(), both.size());
+}
 
 TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
   GPUBOX_REQUIRE_CARDS(2);
