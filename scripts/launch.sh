@@ -13,6 +13,12 @@
 #     the list, worker i as PADDLE_TRAINER_ID i. TRAINING_ROLE=PSERVER or TRAINER starts only that
 #     role (with PADDLE_TRAINER_ID: only that worker), as PaddleRec's per-process variables do.
 #     Off loopback, GPUBOX_AUTH_TOKEN_FILE must name a token file every machine shares.
+# Collective mode (runner.use_fleet without sync_mode; PaddleRec's `fleetrun --gpus=0,1`):
+#   scripts/launch.sh --gpus 0,1 [--worker_num W] [--config C] [-o key=value ...]
+#     no servers; W trainers (default 1) on this machine share the cards (a multiple of W, split
+#     in order; one trainer drives several cards), meeting through a fresh rendezvous folder.
+#     FLAGS_selected_gpus stands for --gpus when neither it nor servers are given. The default
+#     config is configs/config_collective.yaml.
 # Other arguments go to every gpubox_train; --config and -o go to the servers too (the same row
 # layout). Logs: log/serverlog.N, log/workerlog.N. The exit status is 0 when every worker here
 # finished; else the first failure's, named on stderr (a worker's status, or 1 for a server that
@@ -23,7 +29,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() {
@@ -31,7 +37,7 @@ die() {
   exit 2
 }
 
-server_num="" worker_num="" server_list="" worker_list="" config=""
+server_num="" worker_num="" server_list="" worker_list="" config="" gpus=""
 config_args=()  # --config C and -o k=v: for the servers and the trainers
 train_args=()   # everything else: for the trainers only
 while [ $# -gt 0 ]; do
@@ -44,6 +50,8 @@ while [ $# -gt 0 ]; do
     --servers=*) server_list="${1#*=}"; shift ;;
     --workers) worker_list="${2:?}"; shift 2 ;;
     --workers=*) worker_list="${1#*=}"; shift ;;
+    --gpus) gpus="${2:?}"; shift 2 ;;
+    --gpus=*) gpus="${1#*=}"; shift ;;
     --config | -m) config="${2:?}"; config_args+=(--config "$2"); shift 2 ;;
     --config=*) config="${1#*=}"; config_args+=(--config "$config"); shift ;;
     -o) config_args+=(-o "${2:?}"); shift 2 ;;
@@ -51,7 +59,17 @@ while [ $# -gt 0 ]; do
     *) train_args+=("$1"); shift ;;
   esac
 done
-[ -n "$config" ] || { config="$repo/configs/config_ps.yaml"; config_args=(--config "$config" "${config_args[@]}"); }
+# Collective: --gpus, or FLAGS_selected_gpus with no servers named.
+if [ -z "$gpus" ] && [ -z "$server_num$server_list$worker_list" ]; then gpus="${FLAGS_selected_gpus:-}"; fi
+collective=""
+if [ -n "$gpus" ]; then
+  collective=1
+  [ -z "$server_num$server_list$worker_list" ] || die "--gpus (Collective mode) starts no servers: drop --server_num/--servers/--workers"
+fi
+if [ -z "$config" ]; then
+  config="$repo/configs/config_$([ -n "$collective" ] && echo collective || echo ps).yaml"
+  config_args=(--config "$config" "${config_args[@]}")
+fi
 { [ -x "$bin/gpubox_train" ] && [ -x "$bin/gpubox_server" ]; } ||
   die "no gpubox_train/gpubox_server in $bin (scripts/build.sh cpu, or set GPUBOX_BUILD_DIR)"
 is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
@@ -63,7 +81,16 @@ role="${TRAINING_ROLE:-}"
 port_in_use() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }  # IP PORT
 is_loopback() { case "$1" in 127.* | localhost) return 0 ;; esac; return 1; }
 
-if [ -n "$server_list$worker_list" ]; then
+if [ -n "$collective" ]; then
+  [[ "$gpus" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--gpus '$gpus': expected card ids such as 0,1"
+  worker_num="${worker_num:-1}"
+  is_count "$worker_num" || die "--worker_num must be a positive count"
+  IFS=',' read -r -a cards <<<"$gpus"
+  [ $(( ${#cards[@]} % worker_num )) = 0 ] ||
+    die "--gpus $gpus: ${#cards[@]} cards do not split evenly over $worker_num trainers"
+  servers=() workers=()
+  for ((i = 0; i < worker_num; i++)); do workers+=("127.0.0.1:0"); done
+elif [ -n "$server_list$worker_list" ]; then
   [ -n "$server_list" ] && [ -n "$worker_list" ] || die "--servers and --workers go together"
   [ -z "$server_num$worker_num" ] || die "--server_num/--worker_num or --servers/--workers, not both"
   IFS=',' read -r -a servers <<<"$server_list"
@@ -99,7 +126,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 token_file="${GPUBOX_AUTH_TOKEN_FILE:-}"
-if [ -z "$token_file" ]; then
+if [ -n "$collective" ]; then
+  # No servers: the trainers hold the table; several meet through a folder of their own.
+  token_dir="$(mktemp -d "${TMPDIR:-/tmp}/gpubox_collective.XXXXXX")"
+  export GPUBOX_RENDEZVOUS="${GPUBOX_RENDEZVOUS:-file://$token_dir/rendezvous}"
+elif [ -z "$token_file" ]; then
   for e in "${servers[@]}"; do
     is_loopback "${e%:*}" || die "server $e is off loopback: set GPUBOX_AUTH_TOKEN_FILE to a token file (mode 600) every machine shares"
   done
@@ -107,7 +138,7 @@ if [ -z "$token_file" ]; then
   token_file="$token_dir/token"
   (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$token_file")
 fi
-export GPUBOX_AUTH_TOKEN_FILE="$token_file"
+[ -n "$collective" ] || export GPUBOX_AUTH_TOKEN_FILE="$token_file"
 
 mkdir -p log
 here() { [ "$1" = "$pod_ip" ] || { is_loopback "$1" && is_loopback "$pod_ip"; }; }
@@ -145,12 +176,17 @@ if [ "$role" != PSERVER ]; then
     here "$ip" || continue
     if [ "$role" = TRAINER ] && [ -n "${PADDLE_TRAINER_ID:-}" ] && [ "$PADDLE_TRAINER_ID" != "$i" ]; then continue; fi
     logf="log/workerlog.$i"
+    selected="${FLAGS_selected_gpus:-0}"
+    if [ -n "$collective" ]; then  # this trainer's block of the cards
+      per=$(( ${#cards[@]} / ${#workers[@]} ))
+      selected="$(IFS=,; echo "${cards[*]:$((i * per)):$per}")"
+    fi
     PADDLE_PSERVERS_IP_PORT_LIST="$server_csv" PADDLE_TRAINERS_NUM="${#workers[@]}" \
-      PADDLE_TRAINER_ID="$i" TRAINING_ROLE=TRAINER \
+      PADDLE_TRAINER_ID="$i" TRAINING_ROLE=TRAINER FLAGS_selected_gpus="$selected" \
       "$bin/gpubox_train" "${config_args[@]}" "${train_args[@]}" >"$logf" 2>&1 &
     pids+=($!) names+=("worker $i") logs+=("$logf") kinds+=(worker)
     workers_here=$((workers_here + 1))
-    echo "launch: worker $i of ${#workers[@]} (log: $logf)"
+    echo "launch: worker $i of ${#workers[@]}${collective:+ on cards $selected} (log: $logf)"
   done
 fi
 [ "${#pids[@]}" -gt 0 ] || die "nothing to start on POD_IP=$pod_ip (no endpoint of --servers/--workers is on it)"

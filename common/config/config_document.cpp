@@ -372,6 +372,10 @@ class DocumentBuilder {
         }
         lines_[name] = line;
         if (overridden_.count(name) > 0) continue;  // the override's value is checked instead
+        // A choice left empty (`sync_mode:`) is shown but not set: its default applies and
+        // is_set says no (configs/config_collective.yaml shows runner.sync_mode that way, since
+        // Collective mode is use_fleet without a sync_mode).
+        if (value.IsNull() && key->type == KeyType::kEnum) continue;
         ConfigValue parsed;
         const Status st = detail::parse_value(*key, value, base_dir, &parsed);
         if (!st.ok()) {

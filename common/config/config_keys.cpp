@@ -101,7 +101,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(bool_key(r + "use_auc", "true", kNoEffect, "PaddleRec's AUC switch; GPUBox always computes AUC"));
   t.push_back(bool_key(r + "use_gpu", "true", kTrainer, "PaddleRec's device switch: cards come from FLAGS_selected_gpus; with use_fleet and no sync_mode, true asks for Collective mode"));
   t.push_back(enum_key(r + "sync_mode", kSyncModeNames, SyncMode::kGpubox, kTrainer, "training schedule: gpubox stages each pass's rows on the cards; async, sync and geo are PaddleRec's CPU parameter-server modes on gpubox_server (scripts/launch.sh)"));
-  t.push_back(bool_key(r + "use_fleet", "false", kTrainer, "PaddleRec's fleet switch: with sync_mode set it changes nothing; true without sync_mode on GPUs (use_gpu) asks for Collective mode, not available yet"));
+  t.push_back(bool_key(r + "use_fleet", "false", kTrainer, "PaddleRec's fleet switch: with sync_mode set it changes nothing; true without sync_mode on GPUs (use_gpu) asks for Collective mode (the table replicated on every card)"));
   t.push_back(int_key(r + "geo_step", "100", 1, kInt32Max, kTrainer, "geo mode: steps of a training thread between pushes of its deltas (local minus last synced) and pulls of the merged values"));
   t.push_back(int_key(r + "dense_sync_steps", "1", 1, kInt32Max, kTrainer, "async and sync modes: steps of a training thread between pushes of its dense update to the servers' dense table and pulls of the merged values"));
   t.push_back(enum_key(r + "reader_type", kReaderTypeNames, ReaderType::kInMemoryDataset, kTrainer, "how a pass is read: InmemoryDataset loads it whole; QueueDataset streams it in file order through a bounded queue, no shuffle (the gpubox and sync modes read it twice, its keys or count first)"));

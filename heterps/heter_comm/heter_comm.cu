@@ -114,9 +114,12 @@ class HeterComm::Impl {
         layout_(store.layout()),
         config_(store.config()),
         total_cards_(comm.size()),
+        replicated_(options.placement == Placement::kReplicated),
         scratch_(card.scratch()),
         local_(card, scratch_),
-        plan_(card, comm.size(), scratch_),
+        // Replicated: every card gets every key, so the plan has one destination (the send
+        // order is the unique keys' order) and all_gather stands in for all_to_all_v.
+        plan_(card, replicated_ ? 1 : comm.size(), scratch_),
         owner_merge_(card, scratch_),
         reducer_(card),
         recv_counts_(comm.size(), 0),
@@ -132,6 +135,8 @@ class HeterComm::Impl {
         send_records_(0, card.memory(), card.stream()),
         merged_records_(0, card.memory(), card.stream()),
         merged_rows_(0, card.memory(), card.stream()),
+        gathered_keys_(0, card.memory(), card.stream()),
+        gathered_records_(0, card.memory(), card.stream()),
         host_probe_(2) {
     GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
                    store.card().rank(), ", not to card ", card.rank());
@@ -162,20 +167,28 @@ class HeterComm::Impl {
           resolve_missing(recv_keys_.data(), received, recv_rows_.data(), nullptr, missing, stream);
     }
     last_.owner_lookups += received;
-    recv_records_.resize_discard(received * dim);
-    device::parallel_for(stream, received * dim,
-                         FillPullRecords{store_->ref(), recv_rows_.data(), recv_records_.data(),
-                                         static_cast<int32_t>(dim)});
-
-    // Records travel back along the keys' route, reversed.
-    for (int c = 0; c < total_cards_; ++c) {
-      send_scaled_[c] = recv_counts_[c] * dim;
-      recv_scaled_[c] = plan_.send_counts()[c] * dim;
-    }
     send_records_.resize_discard(unique * dim);
-    comm_->all_to_all_v(recv_records_.data(), send_scaled_.data(), send_records_.data(),
-                        recv_scaled_.data(), stream);
-    count_bytes(send_scaled_.data(), sizeof(float));
+    if (replicated_) {
+      // This card's own block of the received keys is its batch's unique keys in send order:
+      // their records come from its replica, nothing travels back.
+      device::parallel_for(
+          stream, unique * dim,
+          FillPullRecords{store_->ref(), recv_rows_.data() + recv_offsets_[comm_->rank()],
+                          send_records_.data(), static_cast<int32_t>(dim)});
+    } else {
+      recv_records_.resize_discard(received * dim);
+      device::parallel_for(stream, received * dim,
+                           FillPullRecords{store_->ref(), recv_rows_.data(), recv_records_.data(),
+                                           static_cast<int32_t>(dim)});
+      // Records travel back along the keys' route, reversed.
+      for (int c = 0; c < total_cards_; ++c) {
+        send_scaled_[c] = recv_counts_[c] * dim;
+        recv_scaled_[c] = plan_.send_counts()[c] * dim;
+      }
+      comm_->all_to_all_v(recv_records_.data(), send_scaled_.data(), send_records_.data(),
+                          recv_scaled_.data(), stream);
+      count_bytes(send_scaled_.data(), sizeof(float));
+    }
     device::parallel_for(
         stream, n * dim,
         ScatterRecords{send_records_.data(), local_.occurrence_unique(), plan_.unique_to_send(),
@@ -262,6 +275,11 @@ class HeterComm::Impl {
     store_->reserve_lookups(received);
     reducer_.reserve(std::max(local_.occurrences(), received), layout_.push_dim());
     if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(received));
+    if (replicated_) {
+      const std::size_t blocks = static_cast<std::size_t>(total_cards_) * max_unique_;
+      gathered_keys_.resize_discard(blocks);
+      gathered_records_.resize_discard(blocks * push_dim);
+    }
   }
 
   // One summed push record per unique key of the planned batch, written in send order.
@@ -282,9 +300,35 @@ class HeterComm::Impl {
       recv_scaled_[c] = recv_counts_[c] * dim;
     }
     recv_records_.resize_discard(received * dim);
+    if (replicated_) {
+      gather_blocks(gathered_records_, send_records_.data(), dim, recv_records_.data(), stream);
+      return;
+    }
     comm_->all_to_all_v(send_records_.data(), send_scaled_.data(), recv_records_.data(),
                         recv_scaled_.data(), stream);
     count_bytes(send_scaled_.data(), sizeof(float));
+  }
+
+  // Replicated placement's exchange: every card's `mine` (its unique count of records of `dim`
+  // elements, in send order) lands in `out` on every card, grouped by source card in rank order
+  // (the layout the owner receives with all_to_all_v). The blocks are padded to the largest
+  // unique count so that one all_gather moves them (in place in `gathered`, sized by
+  // reserve_exchange), then packed; `mine` needs no padding.
+  template <class T>
+  void gather_blocks(device::device_buffer<T>& gathered, const T* mine, std::size_t dim, T* out,
+                     const device::Stream& stream) {
+    const std::size_t block = max_unique_ * dim;
+    const int me = comm_->rank();
+    T* own = gathered.data() + static_cast<std::size_t>(me) * block;
+    device::copy_async(own, mine, recv_counts_[me] * dim, stream);
+    comm_->all_gather(own, gathered.data(), block, stream);
+    for (int c = 0; c < total_cards_; ++c) {
+      device::copy_async(out + recv_offsets_[c] * dim,
+                         gathered.data() + static_cast<std::size_t>(c) * block,
+                         recv_counts_[c] * dim, stream);
+      send_scaled_[c] = block;  // what this card's block costs each peer
+    }
+    count_bytes(send_scaled_.data(), sizeof(T));
   }
 
   // Merges, on the owner, the records of one key from every source card (summed in source-rank
@@ -340,20 +384,25 @@ class HeterComm::Impl {
     last_.keys_in = n;
     const std::size_t cards = static_cast<std::size_t>(total_cards_);
     const std::size_t me = static_cast<std::size_t>(comm_->rank());
+    // Sharded: row r = what card r sends each card. Replicated: row r (one entry) = card r's
+    // unique count, which it sends to every card.
+    const std::size_t row_size = replicated_ ? 1 : cards;
     local_.run_async(keys, n, stream);
     plan_.run_async(local_.unique_keys(), local_.count_on_card(), n, stream);
-    uint64_t* my_row = count_matrix_.data() + me * cards;
+    uint64_t* my_row = count_matrix_.data() + me * row_size;
     plan_.write_counts_async(my_row, stream);
-    comm_->all_gather(my_row, count_matrix_.data(), cards, stream);  // in place
-    device::copy_async(host_counts_.data(), count_matrix_.data(), cards * cards, stream);
+    comm_->all_gather(my_row, count_matrix_.data(), row_size, stream);  // in place
+    device::copy_async(host_counts_.data(), count_matrix_.data(), cards * row_size, stream);
     comm_->synchronize(stream, "HeterComm key counts");  // S1
-    const uint64_t* row = host_counts_.data() + me * cards;
+    const uint64_t* row = host_counts_.data() + me * row_size;
     plan_.set_send_counts(row);
     std::size_t unique = 0;
+    for (std::size_t c = 0; c < row_size; ++c) unique += row[c];
+    max_unique_ = 0;
     for (std::size_t c = 0; c < cards; ++c) {
-      unique += row[c];
-      recv_counts_[c] = host_counts_[c * cards + me];
+      recv_counts_[c] = replicated_ ? host_counts_[c] : host_counts_[c * cards + me];
       recv_offsets_[c + 1] = recv_offsets_[c] + recv_counts_[c];
+      max_unique_ = std::max<std::size_t>(max_unique_, recv_counts_[c]);
     }
     local_.set_count(unique);
     last_.unique_keys_sent = unique;
@@ -363,6 +412,10 @@ class HeterComm::Impl {
   // Sends the planned unique keys to their owners; recv_keys_ (sized by reserve_exchange) gets
   // the keys this card owns, grouped by source card.
   void send_keys(const device::Stream& stream) {
+    if (replicated_) {
+      gather_blocks(gathered_keys_, plan_.send_keys(), 1, recv_keys_.data(), stream);
+      return;
+    }
     comm_->all_to_all_v(plan_.send_keys(), plan_.send_counts(), recv_keys_.data(),
                         recv_counts_.data(), stream);
     count_bytes(plan_.send_counts(), sizeof(uint64_t));
@@ -406,9 +459,10 @@ class HeterComm::Impl {
     const auto source = std::upper_bound(recv_offsets_.begin(), recv_offsets_.end(),
                                          static_cast<std::size_t>(received_at)) -
                         recv_offsets_.begin() - 1;
-    GPUBOX_FAIL("HeterComm ", merge != nullptr ? "push" : "pull", ": key ", key,
-                " is missing on its owner card ", comm_->rank(), " (requested by card ", source,
-                "; missing_keys = fail)");
+    GPUBOX_FAIL(
+        "HeterComm ", merge != nullptr ? "push" : "pull", ": key ", key,
+        replicated_ ? " is missing on the replica of card " : " is missing on its owner card ",
+        comm_->rank(), " (requested by card ", source, "; missing_keys = fail)");
   }
 
   sparse::CardSparseStore* store_;
@@ -417,6 +471,7 @@ class HeterComm::Impl {
   table::RowLayout layout_;
   table::AccessorConfig config_;
   int total_cards_;
+  bool replicated_;  // Placement::kReplicated
 
   device::ScratchArena& scratch_;  // the card's: Thrust temporaries of every step
   detail::KeyDedup local_;
@@ -439,6 +494,10 @@ class HeterComm::Impl {
   device::device_buffer<float> send_records_;    // sender side: records in send order
   device::device_buffer<float> merged_records_;  // owner side: one summed push per key
   device::device_buffer<row_index_t> merged_rows_;
+  // Replicated: every card's block, padded to max_unique_ (the largest unique count of the step).
+  device::device_buffer<uint64_t> gathered_keys_;
+  device::device_buffer<float> gathered_records_;
+  std::size_t max_unique_ = 0;
   device::pinned_buffer<position_t> host_probe_;
 
   HeterCommStats stats_;

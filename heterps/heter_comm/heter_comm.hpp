@@ -11,6 +11,15 @@
 //          all source cards -> ONE optimizer step per key per batch (heterps/optimizer), row
 //          marked dirty.
 //
+// Replicated placement (HeterCommOptions::placement, Collective mode): every card holds every
+// row, so the pull reads the card's own replica (no records travel), and instead of the key and
+// record all_to_all_v every card's unique keys and summed records are all-gathered (padded to the
+// step's largest unique count, then packed in source-rank order, the layout an owner receives).
+// Every card then merges all of them and applies the same step per key to its replica, exactly
+// as the owner does in the sharded placement: same sums in the same order, so replicas stay
+// byte-identical and equal to the sharded owners' rows. Same host waits; collectives per step:
+// 3 (counts, keys, records) instead of 4.
+//
 // pull and push are collectives: every card of the communicator calls them in the same order
 // (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
 // position inside a card, by source rank across cards; a hot key's long segment in chunks summed

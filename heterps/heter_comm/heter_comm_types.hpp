@@ -19,8 +19,21 @@ enum class MissingKeyPolicy {
   kFail,  // throw gpubox::Error naming the key, the owner card and the requesting card
 };
 
+// Where a key's row lives (ARCHITECTURE §7).
+enum class Placement {
+  // gpubox mode: one owner card per key, owner_card(key, total_cards); keys and records travel
+  // to and from the owners (all_to_all_v).
+  kSharded,
+  // Collective mode: every card holds every row (a replica of the whole table). A pull reads
+  // the card's own replica; the push all-gathers every card's (key, summed grad) records, and
+  // every card merges them and applies the same optimizer step to its replica, in the order the
+  // owner would, so the replicas stay identical (and equal to kSharded's owners' rows).
+  kReplicated,
+};
+
 struct HeterCommOptions {
   MissingKeyPolicy missing_keys = MissingKeyPolicy::kCreate;
+  Placement placement = Placement::kSharded;
 };
 
 // Cumulative counters of one card's HeterComm (what this card did, as sender and as owner).

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <numeric>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -199,58 +200,89 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   PassStats stats;
   stats.pass_id = next_pass_id_;
   std::mutex stats_mu;
-  cards_.run_on_cards([&](device::Card& card) {
-    const int c = card.local_index();
-    const std::vector<uint64_t>& mine = owned[c].keys;
-    const std::size_t n = mine.size();
-    if (row_budget_ > 0 && n > row_budget_) {
-      GPUBOX_FAIL("pass ", next_pass_id_, " does not fit on card ", card.rank(), ": it needs ", n,
-                  " rows (", plan_for(n).total_bytes(), " bytes) but the card budget is ",
-                  row_budget_, " rows (", plan_.total_bytes(),
-                  " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
-                  "runner.card_memory_mb.");
-    }
-    const OwnedKeys missing = missing_on_card(c, owned[c]);
-    // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
-    // walk); only the others are pulled.
-    OwnedKeys to_pull;
-    std::vector<uint64_t> staged_keys;
-    std::vector<float> staged_rows;
-    std::size_t at = staged && c > 0 ? staged->card_end[c - 1] : 0;
-    const std::size_t end = staged ? staged->card_end[c] : 0;
-    if (staged) staged_rows.reserve(missing.keys.size() * stride);
-    for (std::size_t i = 0; i < missing.keys.size(); ++i) {
-      const uint64_t key = missing.keys[i];
-      while (at < end && staged->keys[at] < key) ++at;
-      if (at < end && staged->keys[at] == key) {
-        const float* row = staged->rows.data() + at * stride;
-        staged_keys.push_back(key);
-        staged_rows.insert(staged_rows.end(), row, row + stride);
-      } else {
-        to_pull.keys.push_back(key);
-        to_pull.slots.push_back(missing.slots[i]);
-      }
-    }
-    // Make room: evict rows this pass does not need, lowest score first.
-    uint64_t evicted = 0;
-    const std::size_t resident = stores_[c]->size();
-    if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
-      evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
-    }
-    stores_[c]->reserve(missing.keys.size(), card.stream());
-    insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
-    const std::size_t created = pull_to_card(c, to_pull);
-    if (access == PassAccess::kEvaluate) borrowed_[c] = missing.keys;
+  // Replicated: every card misses the same keys; card 0 pulls their rows once and the other cards
+  // insert its copy, so the host tier is read once per row, not once per card. A failing card
+  // wakes the waiting ones (on_failure).
+  std::promise<std::vector<float>> card0_rows;
+  std::shared_future<std::vector<float>> card0_rows_ready = card0_rows.get_future().share();
+  std::once_flag card0_rows_set;
+  const bool share_rows = replicated() && cards_.num_local_cards() > 1;
+  cards_.run_on_cards(
+      [&](device::Card& card) {
+        const int c = card.local_index();
+        const std::vector<uint64_t>& mine = owned[c].keys;
+        const std::size_t n = mine.size();
+        if (replicated() && row_budget_ > 0 && n > row_budget_) fail_table_over_budget(n);
+        if (row_budget_ > 0 && n > row_budget_) {
+          GPUBOX_FAIL("pass ", next_pass_id_, " does not fit on card ", card.rank(), ": it needs ",
+                      n, " rows (", plan_for(n).total_bytes(), " bytes) but the card budget is ",
+                      row_budget_, " rows (", plan_.total_bytes(),
+                      " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
+                      "runner.card_memory_mb.");
+        }
+        const OwnedKeys missing = missing_on_card(c, owned[c]);
+        // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
+        // walk); only the others are pulled.
+        OwnedKeys to_pull;
+        std::vector<uint64_t> staged_keys;
+        std::vector<float> staged_rows;
+        // Replicated: the rows were staged once, in card 0's range.
+        const int range = replicated() ? 0 : c;
+        std::size_t at = staged && range > 0 ? staged->card_end[range - 1] : 0;
+        const std::size_t end = staged ? staged->card_end[range] : 0;
+        if (staged) staged_rows.reserve(missing.keys.size() * stride);
+        for (std::size_t i = 0; i < missing.keys.size(); ++i) {
+          const uint64_t key = missing.keys[i];
+          while (at < end && staged->keys[at] < key) ++at;
+          if (at < end && staged->keys[at] == key) {
+            const float* row = staged->rows.data() + at * stride;
+            staged_keys.push_back(key);
+            staged_rows.insert(staged_rows.end(), row, row + stride);
+          } else {
+            to_pull.keys.push_back(key);
+            to_pull.slots.push_back(missing.slots[i]);
+          }
+        }
+        // Make room: evict rows this pass does not need, lowest score first.
+        uint64_t evicted = 0;
+        const std::size_t resident = stores_[c]->size();
+        if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
+          // A replica is the whole table: nothing may leave it.
+          if (replicated()) fail_table_over_budget(resident + missing.keys.size());
+          evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
+        }
+        stores_[c]->reserve(missing.keys.size(), card.stream());
+        insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
+        std::size_t created = 0;
+        if (share_rows && c > 0) {
+          const std::vector<float>& rows = card0_rows_ready.get();  // rethrows a card's failure
+          GPUBOX_EXPECTS(rows.size() == to_pull.keys.size() * stride, "begin_pass: card ",
+                         card.rank(), " misses other rows than card 0's replica");
+          insert_to_card(c, to_pull.keys.data(), rows.data(), to_pull.keys.size());
+        } else {
+          std::vector<float> pulled;
+          created = pull_to_card(c, to_pull, share_rows ? &pulled : nullptr);
+          if (share_rows) {
+            std::call_once(card0_rows_set, [&] { card0_rows.set_value(std::move(pulled)); });
+          }
+        }
+        if (access == PassAccess::kEvaluate) borrowed_[c] = missing.keys;
 
-    std::lock_guard<std::mutex> lock(stats_mu);
-    stats.keys_in_pass += n;
-    stats.hits += n - missing.keys.size();
-    stats.pulled += to_pull.keys.size();
-    stats.prefetched += staged_keys.size();
-    stats.created += access == PassAccess::kTrain ? created : 0;
-    stats.evicted += evicted;
-    stats.rows_on_cards += stores_[c]->size();
-  });
+        std::lock_guard<std::mutex> lock(stats_mu);
+        stats.keys_in_pass += n;
+        stats.hits += n - missing.keys.size();
+        stats.pulled += to_pull.keys.size();
+        stats.prefetched += staged_keys.size();
+        stats.created += access == PassAccess::kTrain ? created : 0;
+        stats.evicted += evicted;
+        stats.rows_on_cards += stores_[c]->size();
+      },
+      [&](const std::string& why) {
+        if (!share_rows) return;
+        std::call_once(card0_rows_set, [&] {
+          card0_rows.set_exception(std::make_exception_ptr(std::runtime_error(why)));
+        });
+      });
   // A staged row the host tier created is missing on every card (it was new), so it was used.
   if (staged != nullptr) stats.created += staged->created;
   stats.begin_seconds = timer.seconds();
@@ -271,8 +303,10 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   StagedRows staged;
   staged.owned = partition_by_owner(keys, slots);
   std::vector<int32_t> staged_slots;
-  for (const OwnedKeys& card : staged.owned) {
-    for (std::size_t i = 0; i < card.keys.size(); ++i) {
+  for (std::size_t c = 0; c < staged.owned.size(); ++c) {
+    const OwnedKeys& card = staged.owned[c];
+    // Replicated: every card's keys are card 0's, staged once (begin_pass reads card 0's range).
+    for (std::size_t i = 0; i < (c == 0 || !replicated() ? card.keys.size() : 0); ++i) {
       if (std::binary_search(exclude.begin(), exclude.end(), card.keys[i])) continue;
       staged.keys.push_back(card.keys[i]);
       staged_slots.push_back(card.slots[i]);
@@ -294,7 +328,7 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   const int num_cards = cards_.num_local_cards();
   const int total_cards = cards_.total_cards();
   const int first_rank = cards_.trainer_id() * num_cards;
-  std::vector<OwnedKeys> owned(static_cast<std::size_t>(num_cards));
+  std::vector<OwnedKeys> owned(static_cast<std::size_t>(replicated() ? 1 : num_cards));
   std::vector<std::size_t> order(keys.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   // Stable: a repeated key keeps the slot of its first occurrence.
@@ -304,14 +338,15 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
     const uint64_t key = keys[order[k]];
     if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
     // The job-wide owner (heter_comm.hpp); with several trainers the caller (CardTier) gives
-    // only keys owned here.
-    const int owner = owner_card(key, total_cards) - first_rank;
+    // only keys owned here. Replicated: every card's (card 0's list, copied below).
+    const int owner = replicated() ? 0 : owner_card(key, total_cards) - first_rank;
     GPUBOX_EXPECTS(owner >= 0 && owner < num_cards, "pass manager: key ", key, " is owned by card ",
                    owner + first_rank, ", not by one of trainer ", cards_.trainer_id(), "'s");
     OwnedKeys& owner_keys = owned[owner];
     owner_keys.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
     owner_keys.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
   }
+  if (replicated()) owned.resize(static_cast<std::size_t>(num_cards), owned.front());
   return owned;
 }
 
@@ -336,18 +371,20 @@ OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
   return missing;
 }
 
-std::size_t PassManager::pull_to_card(int c, const OwnedKeys& missing) {
+std::size_t PassManager::pull_to_card(int c, const OwnedKeys& missing, std::vector<float>* keep) {
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   const std::size_t n = missing.keys.size();
   // Inserted batch by batch as the requests complete.
   std::vector<float> rows(n * stride);
-  return pull_rows(
+  const std::size_t created = pull_rows(
       host_, options_, access_, missing.keys.data(), missing.slots.data(), n, rows.data(),
       [&](std::size_t b, std::size_t e) {
         insert_to_card(c, missing.keys.data() + b, rows.data() + b * stride, e - b);
       },
       "begin_pass: pulling " + std::to_string(n) + " keys of card " +
           std::to_string(cards_.card(c).rank()) + " from the host tier");
+  if (keep != nullptr) *keep = std::move(rows);
+  return created;
 }
 
 void PassManager::insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) {
@@ -423,6 +460,12 @@ uint64_t PassManager::write_back(int c) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
+  if (replicated() && c > 0) {
+    // The replicas are identical (heter_comm.hpp): card 0's write-back covers this one.
+    store.clear_dirty(stream);
+    stream.synchronize();
+    return 0;
+  }
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   // The dirty rows' keys and indices (12 bytes each), then the rows a page at a time: the card
   // never holds a second copy of the rows it writes back.
@@ -458,6 +501,17 @@ uint64_t PassManager::write_back(int c) {
   store.clear_dirty(stream);
   stream.synchronize();
   return count;
+}
+
+void PassManager::fail_table_over_budget(std::size_t rows) const {
+  GPUBOX_FAIL(
+      "Collective mode holds the whole embedding table on every card, and it has grown "
+      "to ",
+      rows, " rows (", plan_for(rows).total_bytes(),
+      " bytes of card memory per card) but the card budget holds ", row_budget_, " rows (",
+      plan_.total_bytes(),
+      " bytes). Raise runner.card_memory_mb, or use runner.sync_mode: gpubox, which "
+      "shards the table over the cards.");
 }
 
 uint64_t PassManager::sync() {

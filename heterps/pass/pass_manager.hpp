@@ -22,6 +22,10 @@
 //                     created there by the fetch, from the same seeded rules a later pull
 //                     would use, so only their creation moves earlier (a save in between
 //                     holds them untrained).
+//   Replicated placement (PassManagerOptions::placement, Collective mode): every card holds
+//                     every key (no eviction; a table over the budget fails with its size); each
+//                     row is pulled (or staged) once, by the first card, whose copy the others
+//                     insert; end_pass writes back the first card's replica only.
 //   end_pass()        rows changed during the pass (dirty) are pushed to the host tier, then
 //                     marked clean. After it, the host tier holds exactly what the cards hold.
 //                     If the host tier fails midway, the rows stay dirty on the cards, so a
@@ -98,11 +102,15 @@ class PassManager {
   OwnedKeys missing_on_card(int c, const OwnedKeys& mine);
   // Pulls `missing` from the host tier (created there with their slots when new; read with
   // HostTier::peek in an evaluation pass) into card `c`'s store. Returns how many rows the host
-  // tier created (kEvaluate: how many keys it does not hold).
-  std::size_t pull_to_card(int c, const OwnedKeys& missing);
+  // tier created (kEvaluate: how many keys it does not hold). `keep` (optional) receives the
+  // pulled rows (packed in the order of missing.keys), for the replicas that share them.
+  std::size_t pull_to_card(int c, const OwnedKeys& missing, std::vector<float>* keep = nullptr);
   // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
   // on the card at most a page of rows at a time.
   void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n);
+  bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
+  // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
+  [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
   // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
   uint64_t write_back(int c);
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "heterps/heter_comm/heter_comm_types.hpp"
+
 namespace gpubox::pass {
 
 struct PassManagerOptions {
@@ -18,6 +20,10 @@ struct PassManagerOptions {
   // Keys per host-tier request; up to `pulls_in_flight` requests run at once.
   std::size_t host_batch_keys = 1 << 16;
   int pulls_in_flight = 4;
+  // kReplicated (Collective mode): every card holds every key of every pass, nothing is evicted
+  // (a table over the budget fails, naming its size), and end_pass writes back one replica (the
+  // first local card's; the others only drop their dirty flags).
+  heter_comm::Placement placement = heter_comm::Placement::kSharded;
 };
 
 // What a pass does with the rows it places on the cards.

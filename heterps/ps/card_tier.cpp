@@ -11,7 +11,7 @@ namespace gpubox::ps {
 
 CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
                    const table::AccessorConfig& accessor, const CardTierOptions& options)
-    : cards_(cards), group_(group), host_(host) {
+    : cards_(cards), group_(group), placement_(options.placement), host_(host) {
   const int n = cards_.num_local_cards();
   GPUBOX_EXPECTS(group.size() == n, "card tier: a communicator group of ", group.size(),
                  " ranks for ", n, " cards");
@@ -21,12 +21,15 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
     stores_.push_back(std::make_unique<sparse::CardSparseStore>(card, accessor));
     heter_comm::HeterCommOptions comm_options;
     comm_options.missing_keys = options.missing_keys;
+    comm_options.placement = options.placement;
     comms_.push_back(
         std::make_unique<heter_comm::HeterComm>(card, *stores_.back(), group.at(c), comm_options));
   }
   std::vector<sparse::CardSparseStore*> stores;
   for (auto& store : stores_) stores.push_back(store.get());
-  pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, options.pass);
+  pass::PassManagerOptions pass_options = options.pass;
+  pass_options.placement = options.placement;
+  pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, pass_options);
 }
 
 CardTier::~CardTier() = default;
@@ -58,15 +61,25 @@ CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys
   const int total = cards_.total_cards();
   // What local card c sends: this trainer's keys whose owner has local index c (on any
   // trainer), grouped by owner rank. Each key leaves once; a key owned here goes card to itself.
+  // Replicated: every key goes from local card c to every rank with local index c, so each
+  // card receives every trainer's keys (begin_pass drops the repeats of the local cards).
   std::vector<std::vector<std::vector<uint64_t>>> send_keys(
       static_cast<std::size_t>(local), std::vector<std::vector<uint64_t>>(total));
   std::vector<std::vector<std::vector<int32_t>>> send_slots(
       static_cast<std::size_t>(local), std::vector<std::vector<int32_t>>(total));
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (keys[i] == 0) continue;  // the padding key is never a row (pass_manager.hpp)
+    const int32_t slot = slots.empty() ? 0 : slots[i];
+    if (placement_ == heter_comm::Placement::kReplicated) {
+      for (int rank = 0; rank < total; ++rank) {
+        send_keys[rank % local][rank].push_back(keys[i]);
+        send_slots[rank % local][rank].push_back(slot);
+      }
+      continue;
+    }
     const int owner = owner_card(keys[i], total);
     send_keys[owner % local][owner].push_back(keys[i]);
-    send_slots[owner % local][owner].push_back(slots.empty() ? 0 : slots[i]);
+    send_slots[owner % local][owner].push_back(slot);
   }
   std::vector<ReceivedKeys> received(static_cast<std::size_t>(local));
   cards_.run_on_cards(

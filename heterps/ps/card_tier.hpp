@@ -54,6 +54,10 @@ struct CardTierOptions {
   // begin_pass places every key of a pass on its owner (with its slot) before the pass's steps,
   // so a key an owner lacks during a step is a bug: the step fails naming it (kFail).
   heter_comm::MissingKeyPolicy missing_keys = heter_comm::MissingKeyPolicy::kFail;
+  // kSharded: gpubox mode (one owner card per key). kReplicated: Collective mode, every card of
+  // the job holds the whole table (HeterComm and PassManager follow it; `pass.placement` is set
+  // from it).
+  heter_comm::Placement placement = heter_comm::Placement::kSharded;
 };
 
 class CardTier {
@@ -72,7 +76,7 @@ class CardTier {
   // With several trainers (cards.total_cards() > local cards) these are this trainer's keys:
   // they are first sent to their owner cards over the communicator (every trainer's begin_pass
   // is collective; a trainer with no keys still joins), so each card holds the keys of every
-  // trainer's data that it owns.
+  // trainer's data that it owns (replicated: every key of every trainer's data).
   // Throws gpubox::Error when the host tier fails or the pass cannot fit on a card.
   // `staged`: rows stage_rows fetched ahead for this pass (optional, borrowed for the call).
   // `access`: kEvaluate for a pass whose steps only pull, which leaves the host tier and the card
@@ -125,11 +129,13 @@ class CardTier {
     std::vector<int32_t> slots;
   };
   // Several trainers: sends every key of `keys` to its owner card (all_to_all_v over the
-  // group) and returns the keys (with slots) the local cards received, in peer order.
+  // group; replicated: to every card) and returns the keys (with slots) the local cards
+  // received, in peer order.
   ReceivedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
 
   device::CardSet& cards_;
   comm::CommGroup& group_;
+  heter_comm::Placement placement_;
   table::HostTier& host_;
   std::vector<std::unique_ptr<sparse::CardSparseStore>> stores_;
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms_;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/launch.sh (issue 16): servers and workers on loopback in every PS mode, PaddleRec's log
-# names, and a failing worker ending the whole job (servers stopped, within a bound).
+# names, and a failing worker ending the whole job (servers stopped, within a bound); Collective
+# mode with --gpus (1 and 2 trainers, no servers).
 # Usage: launch_test.sh BUILD_DIR
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -85,6 +86,25 @@ grep -q "does not exist" out.txt || fail "the worker's error is not shown"
 [ $((SECONDS - start)) -lt 60 ] || fail "took $((SECONDS - start)) s"
 ports="$(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\).*/\1/p' out.txt)"
 for p in $ports; do ! port_in_use "$p" || fail "server port $p still served after a failure"; done
+
+# Collective mode as fleetrun --gpus=0,1 starts it: no servers; 1 trainer on both cards, then 2
+# trainers of one card each (the shipped config_collective.yaml, saves included), logs as fleetrun's.
+for workers in 1 2; do
+  rm -rf log output
+  timeout 120 "$repo/scripts/launch.sh" --gpus 0,1 --worker_num $workers -o runner.epochs=1 \
+    -o runner.metrics_path= >out.txt 2>&1 || { cat out.txt; fail "--gpus x $workers: exit $?"; }
+  grep -q "every worker finished" out.txt || fail "--gpus x $workers: no 'every worker finished'"
+  ! grep -q "gpubox_server" out.txt || fail "--gpus started a server"
+  for ((w = 0; w < workers; w++)); do
+    grep -q "Collective mode.*job's 2 cards" "log/workerlog.$w" || fail "workerlog.$w: not Collective on 2 cards"
+  done
+  grep -q "^pass: 0" log/workerlog.0 || fail "--gpus x $workers: no pass trained"
+  [ -f output/model_collective/0/MODEL_MANIFEST ] || { ls -R output >&2 || true; fail "--gpus x $workers: no save"; }
+done
+grep -q "worker 1 of 2 on cards 1 " out.txt || fail "trainer 1 was not given card 1"
+status=0
+"$repo/scripts/launch.sh" --gpus 0,1,2 --worker_num 2 >out.txt 2>&1 || status=$?
+[ "$status" = 2 ] && grep -q "do not split evenly" out.txt || fail "3 cards over 2 trainers accepted"
 
 # Bad arguments: a clear error, nothing started.
 status=0

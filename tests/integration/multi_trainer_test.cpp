@@ -15,7 +15,9 @@
 //    a delta chain) loaded into 2 trainers evaluates to the 1-trainer load's test AUC, trainers
 //    loading different saves refuse, a SAVE refused on trainer 0 ends every trainer, a job run
 //    again (also after a kill) resumes from its last complete save on every trainer, and several
-//    trainers with the in-process host tier refuse saves naming --servers.
+//    trainers with the in-process host tier refuse saves naming --servers;
+//  - Collective mode: 1 trainer x 2 cards = 2 trainers x 1 card (saves with no server), and a
+//    killed trainer ends the other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -511,6 +513,76 @@ TEST_F(MultiTrainer, InProcessHostTierRefusesSavesNamingServers) {
                                {"-o", "runner.model_save_path=" + (root_ / "local").string()});
   EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();
   EXPECT_NE(trainer->output().find("--servers"), std::string::npos) << trainer->output();
+}
+
+// Collective mode (issue 16) with several trainers, no server (each trainer's in-process host
+// tier holds the whole table): 1 trainer x 2 cards and 2 trainers x 1 card read the same batch
+// on each global card at every step (train_2x1 is train2 reordered for the split by trainer),
+// and every card merges the job's sparse gradients in rank order in both, so only the dense
+// all-reduce could differ (Gloo's ring against rank order); with two cards it adds two terms,
+// and a + b == b + a in floats, so the saves are equal exactly (largest difference 0).
+TEST_F(MultiTrainer, CollectiveOneByTwoEqualsTwoByOne) {
+  // 1 x 2: card c reads sorted file 2b + c at step b; 2 x 1: trainer t reads the files
+  // [kSteps t, kSteps (t + 1)), file kSteps t + b at step b: a copy of 2b + t.
+  fs::create_directories(root_ / "train_2x1");
+  for (int t = 0; t < 2; ++t) {
+    for (int b = 0; b < kSteps; ++b) {
+      char from[32], to[32];
+      std::snprintf(from, sizeof(from), "part-%05d", 2 * b + t);
+      std::snprintf(to, sizeof(to), "part-%05d", kSteps * t + b);
+      fs::copy_file(root_ / "train2" / from, root_ / "train_2x1" / to,
+                    fs::copy_options::overwrite_existing);
+    }
+  }
+  auto args = [&](const std::string& save) {
+    return std::vector<std::string>{"-o", "runner.use_fleet=true",
+                                    "-o", "runner.epochs=2",
+                                    "-o", "runner.save_mode=checkpoint",
+                                    "-o", "runner.model_save_path=" + (root_ / save).string()};
+  };
+  const std::string one =
+      run_job_outputs("collective_one", 1, "0,1", "train2", args("collective_1x2")).front();
+  const auto two = run_job_outputs("collective_two", 2, "0", "train_2x1", args("collective_2x1"));
+  ASSERT_EQ(two.size(), 2u);
+  for (const std::string* out : {&one, &two[0], &two[1]}) {
+    EXPECT_NE(out->find("Collective mode"), std::string::npos) << *out;
+  }
+  const double auc_one = last_value(one, "epoch: 1, test auc: ");
+  const double auc_two = last_value(two[0], "epoch: 1, test auc: ");
+  ASSERT_FALSE(std::isnan(auc_one)) << one;
+  EXPECT_GT(auc_one, 0.52) << one;
+  EXPECT_NEAR(auc_two, auc_one, 0.001) << "1 x 2:\n" << one << "\n2 x 1:\n" << two[0];
+  for (int pass : {0, 1}) {
+    const fs::path two_dir = root_ / "collective_2x1" / std::to_string(pass);
+    ASSERT_TRUE(fs::exists(two_dir / "MODEL_MANIFEST")) << two[0] << "\n" << two[1];
+    const SavedModel saved_one = read_save(root_ / "collective_1x2" / std::to_string(pass));
+    const SavedModel saved_two = read_save(two_dir);
+    EXPECT_GT(saved_one.rows.size(), 100u);
+    const double worst = max_difference(saved_one, saved_two);
+    std::printf("Collective pass %d: %zu rows; largest difference 2 x 1 vs 1 x 2: %.3g\n", pass,
+                saved_one.rows.size(), worst);
+    EXPECT_EQ(worst, 0.0) << "pass " << pass;
+  }
+  // The 2 x 1 save loaded by 2 trainers (each its own host tier) trains on.
+  const auto resumed = run_job_outputs("collective_resumed", 2, "0", "train_2x1",
+                                       {"-o", "runner.use_fleet=true", "-o", "runner.epochs=1",
+                                        "--load", (root_ / "collective_2x1" / "1").string()});
+  EXPECT_NE(resumed[0].find("pass: 0,"), std::string::npos) << resumed[0];
+}
+
+TEST_F(MultiTrainer, KilledCollectiveTrainerEndsTheOtherWithAnErrorNamingIt) {
+  const std::vector<std::string> args = {"-o", "runner.use_fleet=true", "-o", "runner.epochs=200"};
+  auto trainer0 = start_trainer("collective_killed", 0, 2, "0", "train2", args);
+  auto trainer1 = start_trainer("collective_killed", 1, 2, "0", "train2", args);
+  ASSERT_TRUE(trainer0->wait_for("pass: 2,", kRunSeconds)) << trainer0->output();
+  const pid_t pid1 = trainer1->pid();
+  trainer1->signal(SIGKILL);
+  EXPECT_EQ(trainer1->wait(10), 128 + SIGKILL);
+  const int rc = trainer0->wait(30);  // the collective timeout (10 s) and some
+  EXPECT_NE(rc, -1) << "trainer 0 still runs after its peer died:\n" << trainer0->output();
+  EXPECT_NE(rc, 0) << trainer0->output();
+  EXPECT_NE(trainer0->output().find("trainer 1 (pid " + std::to_string(pid1)), std::string::npos)
+      << trainer0->output();
 }
 
 TEST(TrainerFileShare, ContiguousBlocksCoverTheListOnce) {

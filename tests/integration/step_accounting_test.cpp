@@ -2,7 +2,9 @@
 // its portable wrappers, so a GPU run counts the same): in steady state a step of the default
 // model waits for the card at most 3 times, allocates nothing, copies nothing from or to
 // pageable memory, and runs exactly 5 collectives (pull: key counts, keys, records back; the
-// dense all-reduce; push_pulled: records to the owners). 1 and 2 simulated cards.
+// dense all-reduce; push_pulled: records to the owners). 1 and 2 simulated cards. Collective mode
+// (issue 16: the table on every card) the same, with 4 collectives: its pull reads the card's
+// replica, so no records come back (heter_comm.hpp).
 //
 // Steady state: the second pass over the same (unshuffled) batches, past its warm-up steps. In
 // the first pass the step buffers still grow now and then (a step receiving more keys than any
@@ -42,13 +44,14 @@ class StepAccounting : public ::testing::TestWithParam<int> {
 
   // The default model (configs/config_gpubox.yaml's: fc 512-256-128-32, 26 slots x 9) at a
   // small batch, so a pass has many steps.
-  static std::map<std::string, double> second_pass(int cards) {
+  static std::map<std::string, double> second_pass(int cards, bool collective = false) {
     // The default config (every key at its table default) with a small batch, so a pass has
     // many steps; print_interval 7 puts progress readbacks inside the counted steps too.
     auto parsed = parse_trainer_config(
         "runner: {}\n", ".",
         {"runner.train_data_dir=" + (root_ / "train").string(), "runner.train_batch_size=100",
-         "runner.shuffle=false", "runner.metrics_path=", "runner.print_interval=7"});
+         "runner.shuffle=false", "runner.metrics_path=", "runner.print_interval=7",
+         std::string("runner.use_fleet=") + (collective ? "true" : "false")});
     throw_if_error(parsed.status());
     TrainerConfig config = std::move(parsed).value();
     TrainerEnv env;
@@ -84,6 +87,19 @@ TEST_P(StepAccounting, SteadyStepWaitsThreeTimesAllocatesNothingAndRunsFiveColle
   EXPECT_GE(extra.at("pinned_copies_per_step"), cards == 1 ? 4.0 : 5.0);
   EXPECT_LT(extra.at("pinned_copies_per_step"), 7.0);
   EXPECT_GT(extra.at("launches_per_step"), 10.0);
+}
+
+TEST_P(StepAccounting, CollectiveSteadyStepRunsOneCollectiveFewer) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto gpubox = second_pass(cards);
+  const auto collective = second_pass(cards, /*collective=*/true);
+  ASSERT_TRUE(collective.count("steady_steps")) << "the pass report has no step counts";
+  EXPECT_EQ(collective.at("steady_steps"), gpubox.at("steady_steps"));
+  EXPECT_EQ(collective.at("host_syncs_per_step"), gpubox.at("host_syncs_per_step"));
+  EXPECT_EQ(collective.at("allocations_per_step"), 0.0);
+  EXPECT_EQ(collective.at("pageable_copies_per_step"), 0.0);
+  EXPECT_EQ(collective.at("collectives_per_step"), gpubox.at("collectives_per_step") - 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, StepAccounting, ::testing::Values(1, 2),

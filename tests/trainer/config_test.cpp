@@ -184,8 +184,9 @@ TEST(ConfigDefaults, DenseOptimizerDefaultsAreTheTables) {
 }
 
 // runner.sync_mode with runner.use_fleet and runner.use_gpu, as PaddleRec's configs combine
-// them: every mode by name; use_fleet without sync_mode is Collective (on GPUs), not available
-// yet; unknown values name the key.
+// them: every mode by name; use_fleet without sync_mode is Collective (on GPUs; with a sync_mode
+// shown but left empty too, as configs/config_collective.yaml shows it); unknown values name the
+// key.
 TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
   const std::string path = write("modes.yaml", "runner:\n  epochs: 1\n");
   const std::pair<const char*, SyncMode> modes[] = {{"gpubox", SyncMode::kGpubox},
@@ -198,6 +199,7 @@ TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
                                           std::string("runner.use_fleet=") + fleet});
       ASSERT_TRUE(c.ok()) << name << " " << fleet << ": " << c.status().to_string();
       EXPECT_EQ(c->runner.sync_mode, mode);
+      EXPECT_FALSE(c->runner.collective) << name << " " << fleet;
     }
   }
   auto plain = load_trainer_config(path);
@@ -205,14 +207,24 @@ TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
   EXPECT_EQ(plain->runner.sync_mode, SyncMode::kGpubox);
   EXPECT_EQ(plain->runner.geo_step, 100);
   EXPECT_EQ(plain->runner.dense_sync_steps, 1);
+  EXPECT_FALSE(plain->runner.collective);
   auto collective = load_trainer_config(path, {"runner.use_fleet=true"});
-  ASSERT_FALSE(collective.ok());
-  EXPECT_NE(collective.status().message().find("Collective mode, which GPUBox does not have yet"),
-            std::string::npos)
-      << collective.status().message();
+  ASSERT_TRUE(collective.ok()) << collective.status().to_string();
+  EXPECT_TRUE(collective->runner.collective);
+  EXPECT_EQ(collective->runner.sync_mode, SyncMode::kGpubox);  // the gpubox schedule, replicated
+  const std::string empty_mode =
+      write("empty_mode.yaml", "runner:\n  use_fleet: true\n  sync_mode:\n  use_gpu: true\n");
+  auto shown_empty = load_trainer_config(empty_mode);
+  ASSERT_TRUE(shown_empty.ok()) << shown_empty.status().to_string();
+  EXPECT_TRUE(shown_empty->runner.collective);
+  auto shipped =
+      load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_collective.yaml");
+  ASSERT_TRUE(shipped.ok()) << shipped.status().to_string();
+  EXPECT_TRUE(shipped->runner.collective);
   auto cpu_fleet = load_trainer_config(path, {"runner.use_fleet=true", "runner.use_gpu=false"});
   ASSERT_FALSE(cpu_fleet.ok());
   EXPECT_NE(cpu_fleet.status().message().find("runner.use_fleet"), std::string::npos);
+  EXPECT_NE(cpu_fleet.status().message().find("runner.use_gpu"), std::string::npos);
   auto unknown = load_trainer_config(path, {"runner.sync_mode=heter"});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("runner.sync_mode"), std::string::npos);

@@ -31,21 +31,19 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.auth_token_file = doc.get_string("runner.auth_token_file");
   r.collective_timeout_s = doc.get_float("runner.collective_timeout_s");
   r.sync_mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
-  // PaddleRec: use_fleet without a sync_mode is Collective mode (on GPUs), which needs the
-  // multi-process communicator; every sync_mode runs through fleet there, so with one set,
-  // use_fleet changes nothing.
+  // PaddleRec: use_fleet without a sync_mode is Collective mode (on GPUs): the gpubox schedule
+  // with the table replicated on every card. Every sync_mode runs through fleet there, so with
+  // one set, use_fleet changes nothing.
   const bool use_gpu = doc.get_bool("runner.use_gpu");
   if (doc.get_bool("runner.use_fleet") && !doc.is_set("runner.sync_mode")) {
-    return Status::InvalidArgument(
-        doc.source() + ": " +
-        (use_gpu ? "runner.use_fleet: true without runner.sync_mode asks for Collective mode, "
-                   "which GPUBox does not have yet (issue 16); the gpubox mode shards the "
-                   "embeddings over "
-                   "every card of the job instead; set "
-                   "runner.sync_mode to gpubox, async, sync or geo"
-                 : "runner.use_fleet: true with runner.use_gpu: false and no runner.sync_mode "
-                   "names no mode GPUBox has (Collective runs on GPUs); set runner.sync_mode to "
-                   "gpubox, async, sync or geo"));
+    if (!use_gpu) {
+      return Status::InvalidArgument(
+          doc.source() +
+          ": runner.use_fleet: true with runner.use_gpu: false and no runner.sync_mode names no "
+          "mode GPUBox has (Collective runs on GPUs); set runner.use_gpu: true for Collective "
+          "mode, or runner.sync_mode to gpubox, async, sync or geo");
+    }
+    r.collective = true;
   }
   r.geo_step = doc.get_int("runner.geo_step");
   r.dense_sync_steps = doc.get_int("runner.dense_sync_steps");

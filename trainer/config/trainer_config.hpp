@@ -56,9 +56,12 @@ struct RunnerConfig {
   std::string auth_token_file;           // runner.auth_token_file (GPUBOX_AUTH_TOKEN_FILE wins)
   double collective_timeout_s = 0;       // runner.collective_timeout_s
   SyncMode sync_mode = SyncMode::kGpubox;  // runner.sync_mode (with runner.use_fleet, use_gpu)
-  int geo_step = 0;                        // runner.geo_step: geo mode's push interval
-  int dense_sync_steps = 0;                // runner.dense_sync_steps: async/sync dense interval
-  bool split_file_list = false;            // runner.split_file_list: PS modes' file shards
+  // Collective mode: runner.use_fleet and use_gpu with no runner.sync_mode. The gpubox schedule
+  // with the embedding table replicated on every card (heter_comm::Placement::kReplicated).
+  bool collective = false;
+  int geo_step = 0;              // runner.geo_step: geo mode's push interval
+  int dense_sync_steps = 0;      // runner.dense_sync_steps: async/sync dense interval
+  bool split_file_list = false;  // runner.split_file_list: PS modes' file shards
   ReaderType reader_type = ReaderType::kInMemoryDataset;  // runner.reader_type: held or streamed
 };
 

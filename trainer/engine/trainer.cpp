@@ -86,7 +86,9 @@ int64_t unpack_steps(const std::vector<float>& packed) {
 }
 
 // Several trainers with the in-process host tier: each trainer holds only the rows its own cards
-// own, so no one process can write or read the whole sparse half.
+// own, so no one process can write or read the whole sparse half. Collective mode excepted: there
+// every trainer's cards hold the whole table, and so does every trainer's host tier after each
+// pass (saves are trainer 0's; a load fills every trainer's).
 constexpr const char* kLocalTierSaves =
     ": with several trainers and the in-process host tier (GPUBOX_LOCAL_TIER=1) each trainer "
     "holds only the rows its cards own, so models are saved and loaded only with the host tier "
@@ -265,10 +267,11 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
                    "GPUBOX_RENDEZVOUS=file:///shared/dir (scripts/run_gpubox.sh does)");
     // Refused here, before the job meets, when the config asks for saves or a start from one;
     // save() and load() refuse the same (gpubox_train --load, --mode infer).
-    GPUBOX_EXPECTS(!env_.servers.empty() || (config_.runner.model_save_path.empty() &&
-                                             config_.runner.model_init_path.empty()),
-                   "PADDLE_TRAINERS_NUM=", env_.trainers,
-                   ": runner.model_save_path / runner.model_init_path", kLocalTierSaves);
+    GPUBOX_EXPECTS(
+        !env_.servers.empty() || config_.runner.collective ||
+            (config_.runner.model_save_path.empty() && config_.runner.model_init_path.empty()),
+        "PADDLE_TRAINERS_NUM=", env_.trainers, ": runner.model_save_path / runner.model_init_path",
+        kLocalTierSaves);
   }
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
@@ -313,6 +316,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   ps::CardTierOptions tier_options;
   tier_options.pass.card_memory_bytes =
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
+  if (config_.runner.collective) tier_options.placement = heter_comm::Placement::kReplicated;
   s.card_tier =
       std::make_unique<ps::CardTier>(s.cards, *s.group, *s.host, config_.sparse, tier_options);
   for (int c = 0; c < s.cards.num_local_cards(); ++c) {
@@ -321,6 +325,13 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     s.workers.push_back(std::make_unique<CardWorker>(card, s.group->at(c), *s.card_tier, config_));
   }
   GPUBOX_LOG(INFO) << s.card_tier->plan().to_string();
+  if (config_.runner.collective) {
+    GPUBOX_LOG(INFO) << "Collective mode (runner.use_fleet without runner.sync_mode): every one "
+                        "of the job's "
+                     << s.cards.total_cards()
+                     << " cards holds the whole embedding table; sparse gradients are "
+                        "all-gathered, dense gradients all-reduced";
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -775,7 +786,8 @@ void Trainer::save(const std::string& dir) {
     write_save(dir);
     return;
   }
-  GPUBOX_EXPECTS(host_is_remote(*s.host), "saving ", dir, kLocalTierSaves);
+  GPUBOX_EXPECTS(host_is_remote(*s.host) || config_.runner.collective, "saving ", dir,
+                 kLocalTierSaves);
   // The job meets (every write-back done) and checks that the dense half trainer 0 writes is
   // every card's.
   std::vector<int64_t> digests;
@@ -832,7 +844,8 @@ void Trainer::load(const std::string& dir) {
   State& s = *state_;
   GPUBOX_EXPECTS(!s.card_tier->in_pass(), "load during a pass");
   const bool remote = host_is_remote(*s.host);
-  GPUBOX_EXPECTS(env_.trainers == 1 || remote, "loading ", dir, kLocalTierSaves);
+  GPUBOX_EXPECTS(env_.trainers == 1 || remote || config_.runner.collective, "loading ", dir,
+                 kLocalTierSaves);
   loaded_ = true;
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, !remote);
@@ -852,8 +865,12 @@ void Trainer::load(const std::string& dir) {
                      table::io::hex64(static_cast<uint64_t>(all[0])),
                      ": every trainer must see the same save (a shared folder)");
     }
-    on_trainer_zero([&] { restore_sparse(*s.host, plan); },
-                    "to load the sparse half of " + dir + " into the servers");
+    if (remote) {
+      on_trainer_zero([&] { restore_sparse(*s.host, plan); },
+                      "to load the sparse half of " + dir + " into the servers");
+    } else {
+      restore_sparse(*s.host, plan);  // Collective: each trainer's host tier holds the table
+    }
   }
   read_dense(dir);
   s.lineage->restored(plan, pass_id_);

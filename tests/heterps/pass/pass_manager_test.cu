@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -59,7 +60,7 @@ AccessorConfig test_config() {
 // One engine: cards, their stores and HeterComms, a host tier, a pass manager.
 struct Engine {
   Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host = nullptr)
-      : card_set(device::CardSet::from_list(card_list(cards))) {
+      : card_set(device::CardSet::from_list(card_list(cards))), placement(options.placement) {
     const AccessorConfig cfg = test_config();
     if (external_host == nullptr) {
       auto opened = table::SparseTable::open(cfg, table::HostTableConfig{});
@@ -76,6 +77,7 @@ struct Engine {
       heter_comm::HeterCommOptions hc;
       hc.missing_keys =
           heter_comm::MissingKeyPolicy::kFail;  // begin_pass must have placed every key
+      hc.placement = options.placement;
       comms.push_back(
           std::make_unique<heter_comm::HeterComm>(card_set.card(c), *stores[c], group->at(c), hc));
     }
@@ -125,8 +127,20 @@ struct Engine {
       auto hk = device::to_host(keys.data(), n, card.stream());
       auto hr = device::to_host(rows.data(), n * stride, card.stream());
       for (std::size_t i = 0; i < n; ++i) {
-        EXPECT_EQ(owner_card(hk[i], card_set.num_local_cards()), c) << "key on the wrong card";
-        out[hk[i]] = std::vector<float>(hr.begin() + i * stride, hr.begin() + (i + 1) * stride);
+        std::vector<float> row(hr.begin() + i * stride, hr.begin() + (i + 1) * stride);
+        if (placement == heter_comm::Placement::kReplicated) {
+          // Every card holds every row, byte for byte the same (card 0's come first).
+          if (c > 0) {
+            EXPECT_TRUE(out.count(hk[i]) && out[hk[i]] == row) << "replica " << c;
+            continue;
+          }
+        } else {
+          EXPECT_EQ(owner_card(hk[i], card_set.num_local_cards()), c) << "key on the wrong card";
+        }
+        out[hk[i]] = std::move(row);
+      }
+      if (placement == heter_comm::Placement::kReplicated) {
+        EXPECT_EQ(n, out.size()) << "replica " << c << " is not the whole table";
       }
     }
     return out;
@@ -149,6 +163,7 @@ struct Engine {
   }
 
   device::CardSet card_set;
+  heter_comm::Placement placement;
   std::unique_ptr<table::SparseTable> owned_host;
   table::HostTier* host = nullptr;
   table::SparseTable* inspect = nullptr;  // the table behind a remote host tier
@@ -445,6 +460,71 @@ TEST(PassManager, PassLargerThanBudgetFailsBeforeTrainingWithNumbers) {
   EXPECT_EQ(engine.host_rows().size(), 0u) << "nothing pulled for a pass that cannot fit";
 }
 
+// Collective mode's placement: every card holds every key of every pass, the replicas stay
+// identical, the host tier gets one replica's dirty rows (the same count as the sharded owners
+// write) and ends bit-identical to the sharded run's (same merges in the same order:
+// heter_comm.hpp).
+TEST(PassManager, ReplicatedPassesMatchShardedAndWriteBackOneReplica) {
+  GPUBOX_REQUIRE_CARDS(3);
+  PassManagerOptions sharded_options;
+  PassManagerOptions replicated_options;
+  replicated_options.placement = heter_comm::Placement::kReplicated;
+  Engine sharded(3, sharded_options);
+  Engine replicated(3, replicated_options);
+  const auto passes = make_passes(4, 120, /*seed=*/8);
+  std::set<uint64_t> seen;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const PassStats want_begin = sharded.manager->begin_pass(passes[p]);
+    const PassStats got_begin = replicated.manager->begin_pass(passes[p]);
+    seen.insert(passes[p].begin(), passes[p].end());
+    EXPECT_EQ(got_begin.keys_in_pass, 3 * passes[p].size()) << "pass " << p;
+    EXPECT_EQ(got_begin.rows_on_cards, 3 * seen.size()) << "pass " << p << ": nothing evicted";
+    EXPECT_EQ(got_begin.created, want_begin.created) << "pass " << p << ": each new row once";
+    sharded.train(passes[p], p + 1, 3);
+    replicated.train(passes[p], p + 1, 3);
+    const PassStats want_end = sharded.manager->end_pass();
+    const PassStats got_end = replicated.manager->end_pass();
+    EXPECT_EQ(got_end.written_back, want_end.written_back) << "pass " << p;
+    const auto want_rows = sharded.host_rows();
+    const auto got_rows = replicated.host_rows();
+    ASSERT_EQ(got_rows.size(), want_rows.size()) << "pass " << p;
+    for (const auto& [key, row] : want_rows) {
+      ASSERT_TRUE(rows_equal(got_rows.at(key), row)) << "pass " << p << " key " << key;
+    }
+    const auto cards = replicated.card_rows();  // checks the replicas against each other
+    EXPECT_EQ(cards.size(), seen.size());
+    for (const auto& [key, row] : cards) EXPECT_TRUE(rows_equal(row, want_rows.at(key))) << key;
+  }
+}
+
+// A replica is the whole table: when the table outgrows the card budget, begin_pass fails with
+// the table's size in rows and bytes (nothing is evicted), before it pulls anything.
+TEST(PassManager, ReplicatedTableOverBudgetFailsWithItsSize) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.card_row_budget = 150;
+  options.placement = heter_comm::Placement::kReplicated;
+  Engine engine(2, options);
+  std::vector<uint64_t> first;
+  std::vector<uint64_t> second;
+  for (uint64_t k = 1; k <= 100; ++k) first.push_back(mix64(k));
+  for (uint64_t k = 101; k <= 200; ++k) second.push_back(mix64(k));
+  engine.manager->begin_pass(first);  // 100 rows per card: fits
+  engine.manager->end_pass();
+  try {
+    engine.manager->begin_pass(second);  // 200 rows per card: over the budget
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string bytes = std::to_string(engine.manager->plan_for(200).total_bytes());
+    EXPECT_NE(what.find("whole embedding table on every card"), std::string::npos) << what;
+    EXPECT_NE(what.find("grown to 200 rows (" + bytes + " bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("budget holds 150 rows"), std::string::npos) << what;
+    EXPECT_NE(what.find("runner.card_memory_mb"), std::string::npos) << what;
+  }
+  EXPECT_EQ(engine.host_rows().size(), 100u) << "nothing pulled for a table that cannot fit";
+}
+
 TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
   PassManagerOptions options;
   Engine probe(1, options);
@@ -641,6 +721,7 @@ class FlakyHost : public table::HostTier {
   const AccessorConfig& config() const override { return inner_.config(); }
   Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* c) override {
+    pulled_keys += n;
     return inner_.pull(k, s, n, r, c);
   }
   Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
@@ -649,6 +730,7 @@ class FlakyHost : public table::HostTier {
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
+    pushed_keys += n;
     return inner_.push(k, n, r);
   }
   Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
@@ -657,10 +739,44 @@ class FlakyHost : public table::HostTier {
   Status save(const std::string& p, table::SaveKind m) override { return inner_.save(p, m); }
   Status load(const std::string& p) override { return inner_.load(p); }
   bool fail_pushes = false;
+  std::atomic<uint64_t> pulled_keys{0};  // keys asked of the inner tier by pull
+  std::atomic<uint64_t> pushed_keys{0};
 
  private:
   table::HostTier& inner_;
 };
+
+// Replicated placement over 3 cards: each row crosses the host-tier boundary once per pass, not
+// once per card (card 0 pulls or stages it and the others insert its copy; card 0 writes back).
+TEST(PassManager, ReplicatedPassesReadAndWriteEachRowOnce) {
+  GPUBOX_REQUIRE_CARDS(3);
+  auto opened = table::SparseTable::open(test_config(), table::HostTableConfig{});
+  auto inner = std::move(opened.value());
+  FlakyHost counting(*inner);
+  PassManagerOptions options;
+  options.placement = heter_comm::Placement::kReplicated;
+  Engine engine(3, options, &counting);
+  engine.inspect = inner.get();
+  const auto passes = make_passes(2, 150, 21);
+  const PassStats first = engine.manager->begin_pass(passes[0]);
+  EXPECT_EQ(counting.pulled_keys.load(), passes[0].size());
+  EXPECT_EQ(first.created, passes[0].size());
+  engine.train(passes[0], 1, 3);
+  const PassStats first_end = engine.manager->end_pass();
+  EXPECT_EQ(counting.pushed_keys.load(), first_end.written_back);
+  // The second pass staged ahead: only its new keys are read, once.
+  const std::vector<uint64_t> exclude;
+  const StagedRows staged = engine.manager->stage_rows(passes[1], {}, exclude);
+  EXPECT_EQ(staged.keys.size(), passes[1].size());
+  engine.manager->begin_pass(passes[1], {}, &staged);
+  std::set<uint64_t> both(passes[0].begin(), passes[0].end());
+  both.insert(passes[1].begin(), passes[1].end());
+  EXPECT_EQ(counting.pulled_keys.load(), passes[0].size() + passes[1].size());
+  engine.train(passes[1], 2, 3);
+  engine.manager->end_pass();
+  EXPECT_EQ(engine.card_rows().size(), both.size());  // identical replicas of the whole table
+  EXPECT_EQ(engine.host_rows().size(), both.size());
+}
 
 TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
   GPUBOX_REQUIRE_CARDS(2);
