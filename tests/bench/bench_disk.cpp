@@ -1,10 +1,12 @@
 // gpubox_bench disk: the host tier's RocksDB disk tier under a trainer's pass pattern, in rows/s.
-// A job of --rows distinct keys, a memory budget of --budget_rows rows, and --passes passes of
-// --pass_rows keys each drawn uniformly from the job (so later passes meet rows on disk and new
-// keys alike). As the trainer with runner.prefetch_passes 1 does, pass p+1 is pulled (staged)
-// before pass p's trained rows are pushed back (end_pass: every row of the pass, whole rows), so
-// two passes are pinned at once. Reports pull and push rows/s per pass and overall, and the rows
-// moved between memory and disk; limit: the same pulls and pushes with no budget (all in memory).
+// A job of --rows distinct keys, a memory budget of --budget_rows rows (or --budget_mb MiB, as
+// runner.host_memory_mb plans it), and --passes passes of --pass_rows keys each drawn uniformly
+// from the job (so later passes meet rows on disk and new keys alike). As the trainer with
+// runner.prefetch_passes 1 does, pass p+1 is pulled (staged) before pass p's trained rows are
+// pushed back (end_pass: every row of the pass, whole rows), so two passes are pinned at once.
+// Reports pull and push rows/s per pass and overall, the rows moved between memory and disk
+// (evicted, read back, written through; --no_write_through turns that off to compare), and the
+// run's CPU seconds; limit: the same pulls and pushes with no budget (all in memory).
 #include <time.h>
 #include <unistd.h>
 
