@@ -10,6 +10,9 @@
 # bytes per key at each tier (as the trainer prints them at start), disk bytes, distinct keys
 # and the test AUC, for each size. Every -o KEY=VALUE goes to gpubox_train, e.g.
 # -o runner.prefetch_passes=0 to compare the pass pipeline off and on where that key exists.
+# --time-limit S stops a size's training after S seconds (a machine too small or too busy for
+# the largest size): the report then shows the passes that finished, marked partial, with the
+# total projected from them.
 set -euo pipefail
 
 usage() {
@@ -24,7 +27,10 @@ usage: scripts/bench_scale.sh [options] [-o KEY=VALUE ...]
   --zipf A           exponent of the key power law (default 0.9)
   --host-memory-mb M runner.host_memory_mb for every size (default 256: the larger sizes
                      must use the disk tier)
-  --card-memory-mb M runner.card_memory_mb (default 0: no card budget)
+  --card-memory-mb M runner.card_memory_mb (default 0: no card budget; at 10^8 keys set one, a
+                     card row takes ~147 bytes)
+  --time-limit S     stop each size's training after S seconds and report the passes done
+                     (default 0: no limit)
   --config FILE      gpubox_train config (default configs/config_gpubox.yaml)
   --out DIR          report folder (default output/bench_scale/<UTC time>)
   --data-root DIR    data and RocksDB folder (default /tmp/gpubox_bench_scale); data of a size
@@ -47,6 +53,7 @@ test_lines=20000
 zipf=0.9
 host_mb=256
 card_mb=0
+time_limit=0
 config="configs/config_gpubox.yaml"
 out=""
 data_root="/tmp/gpubox_bench_scale"
@@ -63,6 +70,7 @@ while [ $# -gt 0 ]; do
     --zipf) need_val "$@"; zipf="$2"; shift 2 ;;
     --host-memory-mb) need_val "$@"; host_mb="$2"; shift 2 ;;
     --card-memory-mb) need_val "$@"; card_mb="$2"; shift 2 ;;
+    --time-limit) need_val "$@"; time_limit="$2"; shift 2 ;;
     --config) need_val "$@"; config="$2"; shift 2 ;;
     --out) need_val "$@"; out="$2"; shift 2 ;;
     --data-root) need_val "$@"; data_root="$2"; shift 2 ;;
@@ -83,7 +91,7 @@ for s in "${size_args[@]}"; do
   [ "$k" -ge 26000 ] || die "--sizes: '$s' is below 26000 (1000 keys a slot)"
   sizes+=("$k")
 done
-for v in passes test_lines host_mb card_mb; do
+for v in passes test_lines host_mb card_mb time_limit; do
   is_uint "${!v}" || die "--${v//_/-} '${!v}': expected a non-negative integer"
 done
 [ "$passes" -ge 1 ] || die "--passes: at least 1"
@@ -135,13 +143,21 @@ for k in "${sizes[@]}"; do
   rocksdb="$data_root/rocksdb"
   rm -rf "$rocksdb"
   echo "== size $k: training $passes passes (host_memory_mb $host_mb)"
-  /usr/bin/time -f "%M %e" -o "$run/time.txt" "$train_bin" --config "$config" \
+  limit=()
+  [ "$time_limit" -eq 0 ] || limit=(timeout --signal=TERM "$time_limit")
+  status=0
+  /usr/bin/time -f "%M %e" -o "$run/time.txt" ${limit[@]+"${limit[@]}"} "$train_bin" --config "$config" \
     -o "runner.pass_dirs=$pass_dirs" -o "runner.test_data_dir=$data/test" -o runner.epochs=1 \
     -o "runner.metrics_path=$run/metrics.jsonl" -o runner.model_save_path= \
     -o "runner.rocksdb_path=$rocksdb" -o "runner.host_memory_mb=$host_mb" \
     -o "runner.card_memory_mb=$card_mb" -o runner.print_interval=1000000 \
-    ${extra_o[@]+"${extra_o[@]}"} >"$run/train.log" 2>&1 \
-    || { tail -20 "$run/train.log" >&2; die "training size $k failed (see $run/train.log)"; }
+    ${extra_o[@]+"${extra_o[@]}"} >"$run/train.log" 2>&1 || status=$?
+  if [ "$status" -eq 124 ] && [ "$time_limit" -gt 0 ]; then
+    echo "== size $k: stopped at the --time-limit of $time_limit s; reporting the passes done"
+    touch "$run/partial"
+  elif [ "$status" -ne 0 ]; then
+    tail -20 "$run/train.log" >&2; die "training size $k failed (see $run/train.log)"
+  fi
   du -sb "$rocksdb" | cut -f1 >"$run/disk_bytes.txt"
   rm -rf "$rocksdb"
   cp "$data/pass-0/oracle.json" "$run/oracle.json"
@@ -161,6 +177,9 @@ for k in sizes:
     log = open(os.path.join(run, "train.log"), errors="replace").read()
     lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if l.strip()]
     passes_m = [p for p in lines if "pass" in p]  # the epoch's test line has no "pass"
+    partial = os.path.exists(os.path.join(run, "partial"))
+    if not passes_m:
+        sys.exit("bench_scale.sh: size %d finished no pass (see %s/train.log)" % (k, run))
     rss_kb, wall = open(os.path.join(run, "time.txt")).read().split()[-2:]
     def grab(pattern, default=None):
         m = re.findall(pattern, log)
@@ -193,6 +212,11 @@ for k in sizes:
         "host_tier": host_line, "card_tier": card_line,
         "test_auc": float(auc) if auc else None,
         "planted_auc": json.load(open(os.path.join(run, "oracle.json")))["auc"],
+        "passes_done": len(passes_m),
+        "partial": partial,
+        # A stopped run: its wall time scaled by passes planned / passes done (pass times vary
+        # as the disk tier fills, so a rough figure).
+        "projected_wall_s": float(wall) * int(passes) / len(passes_m) if partial else float(wall),
     })
     r = rows[-1]
     budget_rows = grab(r"host tier: ([0-9]+) rows in memory at most")
@@ -208,6 +232,11 @@ with open(os.path.join(out, "report.md"), "w") as f:
     f.write("# bench_scale (commit %s, %d cores, load average at end %s)\n\n" % (commit, os.cpu_count(), load))
     f.write("host_memory_mb %s, card_memory_mb %s, %s passes, lines = %s x K / 26, zipf %s, overrides: %s\n\n"
             % (host_mb, card_mb, passes, lpk, zipf, extra or "none"))
+    for r in rows:
+        if r["partial"]:
+            f.write("**vocab %d: stopped at the time limit after %d of %s passes (%.0f s); total "
+                    "projected %.0f s; the figures below are of the passes done.**\n\n"
+                    % (r["vocab"], r["passes_done"], passes, r["wall_s"], r["projected_wall_s"]))
     f.write("| vocab K | distinct keys | examples | ex/s (all) | ex/s (passes 1..) | begin_pass s per pass | end_pass s per pass | peak RSS MiB | disk MiB | disk B/row on disk | host B/key | card B/key | test AUC (planted) |\n")
     f.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:

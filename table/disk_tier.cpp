@@ -1,5 +1,6 @@
 #include "table/disk_tier.hpp"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
@@ -15,6 +16,8 @@ namespace gpubox::table {
 namespace {
 
 constexpr std::size_t kKeyBytes = 12;
+// RocksDB's own floor for a memtable; the block cache gets at least as much.
+constexpr std::size_t kMinMemtableBytes = 64 << 10;
 
 void encode_key(uint32_t shard, uint64_t key, char* out) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(shard >> (24 - 8 * i));
@@ -34,15 +37,35 @@ Status to_status(const rocksdb::Status& st, const std::string& what) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& path, int32_t stride) {
+StatusOr<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& path, int32_t stride,
+                                                   std::size_t memory_bytes) {
+  if (memory_bytes == 0) memory_bytes = kDefaultMemoryBytes;
   rocksdb::Options options;
   options.create_if_missing = true;
   options.compression = rocksdb::kNoCompression;  // float rows barely compress; save the CPU
   options.IncreaseParallelism(2);
+  // A cache tier is written as fast as it is read (every row read back is deleted, every row
+  // evicted is written), so RocksDB's memory goes to the write path: two memtables of 3/8 of
+  // `memory_bytes` each (fewer, larger flushes: fewer files for a MultiGet to probe and less
+  // compaction), the other 1/4 to the block cache. A memtable Bloom filter answers a lookup of
+  // a key not in the memtable (most of a pass's new keys) without a skiplist search.
+  options.write_buffer_size = std::max<std::size_t>(memory_bytes * 3 / 8, kMinMemtableBytes);
+  options.max_write_buffer_number = 2;
+  options.memtable_prefix_bloom_size_ratio = 0.05;
+  options.memtable_whole_key_filtering = true;
+  // L0 files may pile up a little further before writes slow down: eviction and read-back come in
+  // bursts at pass boundaries, and a stall there is training time lost, while compaction catches
+  // up during the next pass.
+  options.level0_slowdown_writes_trigger = 32;
+  options.level0_stop_writes_trigger = 48;
+  options.target_file_size_base = std::max<uint64_t>(options.write_buffer_size, 8 << 20);
+  options.max_bytes_for_level_base = 4 * options.target_file_size_base;
+  options.level_compaction_dynamic_level_bytes = true;
   // A pass's new keys are looked up on disk before they are created: a Bloom filter (10 bits a
   // key, ~1% false positives) answers most of those misses without reading a data block.
   rocksdb::BlockBasedTableOptions table;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.block_cache = rocksdb::NewLRUCache(std::max(memory_bytes / 4, kMinMemtableBytes));
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // Working storage only (the folder is wiped on open), so a fresh database each time.
   rocksdb::Status destroyed = rocksdb::DestroyDB(path, options);
@@ -70,8 +93,10 @@ Status DiskTier::multi_get(uint32_t shard, const uint64_t* keys, std::size_t n, 
   // Keys in order (the table's misses are) spare MultiGet its own sort; the encoding is
   // big-endian, so key order is byte order.
   const bool sorted = std::is_sorted(keys, keys + n);
-  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), values.data(),
-                statuses.data(), sorted);
+  rocksdb::ReadOptions read;
+  read.verify_checksums = false;  // working storage of this process: no media to distrust
+  db_->MultiGet(read, db_->DefaultColumnFamily(), n, slices.data(), values.data(), statuses.data(),
+                sorted);
   const std::size_t row_bytes = sizeof(float) * stride_;
   for (std::size_t i = 0; i < n; ++i) {
     found[i] = 0;
@@ -114,7 +139,9 @@ void DiskTier::Batch::clear() { batch_->Clear(); }
 Status DiskTier::write(Batch& batch) {
   if (batch.count() == 0) return Status::OK();
   rocksdb::WriteOptions options;
-  options.disableWAL = true;  // working storage: nothing to recover after a crash
+  // No write-ahead log: this folder is a cache wiped at every open, never recovered; the durable
+  // copy of a model is its save (runner.model_save_path), which covers rows on disk too.
+  options.disableWAL = true;
   return to_status(db_->Write(options, batch.batch_.get()), "write to " + path_);
 }
 

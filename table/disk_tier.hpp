@@ -22,8 +22,13 @@ namespace gpubox::table {
 
 class DiskTier {
  public:
-  // Opens a fresh database at `path`, wiping what an earlier process left there.
-  static StatusOr<std::unique_ptr<DiskTier>> open(const std::string& path, int32_t stride);
+  // RocksDB's memory (memtables and block cache) when the caller plans none.
+  static constexpr std::size_t kDefaultMemoryBytes = std::size_t{64} << 20;
+  // Opens a fresh database at `path`, wiping what an earlier process left there. RocksDB's
+  // memtables and block cache take about `memory_bytes` (0: kDefaultMemoryBytes); its Bloom
+  // filters and block indexes (~1.5 bytes a row on disk) come on top.
+  static StatusOr<std::unique_ptr<DiskTier>> open(const std::string& path, int32_t stride,
+                                                  std::size_t memory_bytes = 0);
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;

@@ -5,11 +5,32 @@
 
 #include "table/detail/key_index_map.hpp"
 #include "table/detail/row_arena.hpp"
+#include "table/disk_tier.hpp"
 
 namespace gpubox::table {
 namespace {
 
 using detail::KeyIndexMap;
+
+// 1/kDiskMemoryShare of a byte budget goes to RocksDB's memtables and block cache, up to
+// 1/kWriteThroughShare to the write-through sets.
+constexpr uint64_t kDiskMemoryShare = 8;
+constexpr uint64_t kWriteThroughShare = 16;
+
+// Slots of a write-through map: the most (a power of two, >= 16) within `bytes`; 0 when not even
+// 16 fit. Its key limit stays below the growth fill, so the map never grows past them.
+std::size_t write_through_slots_within(uint64_t bytes) {
+  if (bytes < 16 * KeyIndexMap::kSlotBytes) return 0;
+  std::size_t slots = 16;
+  while ((slots * 2) * KeyIndexMap::kSlotBytes <= bytes) slots *= 2;
+  return slots;
+}
+
+// Keys a map of `slots` slots takes without growing: insert grows when (size + 1) exceeds
+// slots * kMaxLoad.
+uint64_t keys_below_growth(std::size_t slots) {
+  return static_cast<uint64_t>(static_cast<double>(slots) * KeyIndexMap::kMaxLoad);
+}
 
 // Slots of the index a shard of `rows` rows grows to: those rows and 1/8 more (one call's worth
 // before eviction brings it back) under the growth fill.
@@ -56,9 +77,17 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride) {
   plan.rows_per_chunk = detail::RowArena::kMaxRowsPerChunk;
   if (config.shards == 0) return plan;
   uint64_t per_shard = 0;
+  plan.disk_memory_bytes = DiskTier::kDefaultMemoryBytes;
   if (config.memory_budget_bytes > 0) {
-    per_shard = rows_within(config.memory_budget_bytes / config.shards,
-                            plan.row_bytes + plan.metadata_bytes, &plan.index_bytes_per_key);
+    plan.disk_memory_bytes = config.memory_budget_bytes / kDiskMemoryShare;
+    if (config.write_through) {
+      plan.write_through_slots = write_through_slots_within(config.memory_budget_bytes /
+                                                            kWriteThroughShare / config.shards);
+    }
+    const uint64_t rows_bytes =
+        config.memory_budget_bytes - plan.disk_memory_bytes - plan.write_through_bytes();
+    per_shard = rows_within(rows_bytes / config.shards, plan.row_bytes + plan.metadata_bytes,
+                            &plan.index_bytes_per_key);
   }
   if (config.memory_row_budget > 0) {
     const uint64_t by_rows = std::max<uint64_t>(1, config.memory_row_budget / config.shards);
@@ -70,6 +99,16 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride) {
     }
   }
   plan.rows_per_shard = per_shard;
+  if (config.memory_budget_bytes == 0 && per_shard > 0 && config.write_through) {
+    // A row budget: room for a quarter of a shard's rows, on top of the rows.
+    plan.write_through_slots = 16;
+    while (keys_below_growth(plan.write_through_slots) < (per_shard + 3) / 4) {
+      plan.write_through_slots *= 2;
+    }
+  }
+  if (plan.write_through_slots > 0) {
+    plan.write_through_keys_per_shard = keys_below_growth(plan.write_through_slots) - 1;
+  }
   plan.rows_per_chunk = detail::RowArena::kMaxRowsPerChunk;
   while (per_shard > 0 && plan.rows_per_chunk > 16 && plan.rows_per_chunk > per_shard / 8) {
     plan.rows_per_chunk /= 2;
@@ -87,7 +126,9 @@ std::string HostMemoryPlan::to_string() const {
   } else {
     out << rows() << " rows in memory at most (" << rows_per_shard << " per shard, " << shards
         << " shards), " << memory_bytes_per_key() * static_cast<double>(rows()) / (1 << 20)
-        << " MiB";
+        << " MiB, RocksDB " << static_cast<double>(disk_memory_bytes) / (1 << 20)
+        << " MiB, write-through keys " << write_through_keys_per_shard * shards << " ("
+        << static_cast<double>(write_through_bytes()) / (1 << 20) << " MiB)";
   }
   out << "; per key in memory " << memory_bytes_per_key() << " bytes (row " << row_bytes
       << ", epoch " << metadata_bytes << ", index " << index_bytes_per_key << "), on disk "

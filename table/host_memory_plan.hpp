@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "table/detail/key_index_map.hpp"
 #include "table/host_table_types.hpp"
 
 namespace gpubox::table {
@@ -25,6 +26,20 @@ struct HostMemoryPlan {
   // right after the index doubled.
   double index_bytes_per_key = 0;
   std::size_t disk_bytes_per_key = 0;  // RocksDB key (shard, key) and value (epoch, row)
+  // RocksDB's memtables and block cache (DiskTier::open): 1/8 of a byte budget, taken from it
+  // before the rows are planned; DiskTier::kDefaultMemoryBytes without one.
+  std::size_t disk_memory_bytes = 0;
+  // Write-through set (SparseShard): keys of pinned rows that eviction sent to disk, so that
+  // their push writes them over the disk copy without reading it first. At most
+  // write_through_keys_per_shard keys a shard, in a map of write_through_slots slots (never
+  // grown past them); 1/16 of a byte budget, or a quarter of the row budget's keys. 0: none
+  // (no budget, or a budget too small for a 16-slot map).
+  uint64_t write_through_keys_per_shard = 0;
+  std::size_t write_through_slots = 0;
+
+  std::size_t write_through_bytes() const {
+    return static_cast<std::size_t>(shards) * write_through_slots * detail::KeyIndexMap::kSlotBytes;
+  }
 
   uint64_t rows() const { return rows_per_shard * shards; }
   double memory_bytes_per_key() const {
@@ -36,8 +51,9 @@ struct HostMemoryPlan {
   std::string to_string() const;
 };
 
-// The plan for `config` and rows of `stride` floats. A byte budget gives each shard
-// budget / shards bytes: the most rows whose floats and epochs, plus the hash index sized so that
+// The plan for `config` and rows of `stride` floats. A byte budget keeps 1/8 for RocksDB
+// (disk_memory_bytes) and about 1/16 for the write-through sets, and gives each shard the rest /
+// shards bytes: the most rows whose floats and epochs, plus the hash index sized so that
 // those rows and one call's 1/8 more fit below its growth fill, stay within it (at least one row
 // a shard; storage grows in chunks of rows_per_chunk rows, so up to one chunk a shard comes on
 // top). A row budget

@@ -46,6 +46,11 @@ struct HostTableConfig {
   // shrink() moves rows unseen for at least this many days to disk (0 = never; needs the disk
   // tier).
   int32_t cold_after_days = 0;
+  // With a budget: a push of a row that eviction moved to disk while it was pinned (pulled for a
+  // pass in flight) writes the pushed row over the disk copy instead of reading it back first
+  // (HostMemoryPlan plans the keys it remembers). false only to compare against it in tests and
+  // benchmarks.
+  bool write_through = true;
   // File system for save/load; nullptr = POSIX. Borrowed; must outlive the table.
   io::FileEnv* env = nullptr;
 };

@@ -25,9 +25,9 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   }
   std::unique_ptr<DiskTier> disk_tier;
   if (disk) {
-    auto opened = DiskTier::open(
-        config.rocksdb_path,
-        RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim, optimizer.storage).stride());
+    const int32_t stride = RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim, optimizer.storage).stride();
+    auto opened = DiskTier::open(config.rocksdb_path, stride,
+                                 plan_host_memory(config, stride).disk_memory_bytes);
     if (!opened.ok()) return opened.status();
     disk_tier = std::move(opened).value();
   }
@@ -45,7 +45,8 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
   shards_.reserve(config.shards);
   for (uint32_t s = 0; s < config.shards; ++s) {
     shards_.push_back(std::make_unique<detail::SparseShard>(
-        s, layout_, optimizer_, disk_.get(), plan.rows_per_shard, plan.rows_per_chunk, &epochs_));
+        s, layout_, optimizer_, disk_.get(), plan.rows_per_shard, plan.rows_per_chunk,
+        plan.write_through_keys_per_shard, &epochs_));
   }
   GPUBOX_LOG(INFO) << plan.to_string();
 }
@@ -167,6 +168,7 @@ SparseTable::DiskTraffic SparseTable::disk_traffic() {
     const detail::ShardStats s = shard->stats();
     total.rows_evicted += s.rows_evicted;
     total.rows_read_back += s.rows_read_back;
+    total.rows_written_through += s.rows_written_through;
   }
   return total;
 }

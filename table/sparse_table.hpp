@@ -72,8 +72,9 @@ class SparseTable final : public HostTier {
   StatusOr<uint64_t> size();
   // Rows moved between memory and the disk tier since open, all shards.
   struct DiskTraffic {
-    uint64_t rows_evicted = 0;    // memory -> disk (the budget, shrink's cold rows)
-    uint64_t rows_read_back = 0;  // disk -> memory (pull, push, load, erase of a disk row)
+    uint64_t rows_evicted = 0;          // memory -> disk (the budget, shrink's cold rows)
+    uint64_t rows_read_back = 0;        // disk -> memory (pull, push, load, erase of a disk row)
+    uint64_t rows_written_through = 0;  // pushed over their disk copy, not read back
   };
   DiskTraffic disk_traffic();
   // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must

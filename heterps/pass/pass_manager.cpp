@@ -428,10 +428,13 @@ uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::
   }
   GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
                  " rows, only ", candidates.size(), " are outside the pass");
-  std::partial_sort(candidates.begin(), candidates.begin() + excess, candidates.end(),
-                    [&](std::size_t a, std::size_t b) {
-                      return scores[a] != scores[b] ? scores[a] < scores[b] : keys[a] < keys[b];
-                    });
+  // The `excess` lowest (score, key) form a set fixed by that total order; their order among
+  // themselves does not matter, so a selection (linear) rather than a partial sort (n log k:
+  // minutes at 10^7 rows a card on the cpu backend).
+  std::nth_element(candidates.begin(), candidates.begin() + excess, candidates.end(),
+                   [&](std::size_t a, std::size_t b) {
+                     return scores[a] != scores[b] ? scores[a] < scores[b] : keys[a] < keys[b];
+                   });
   // end_pass wrote every dirty row back and begin_pass needs !in_pass_, so every row is clean
   // here: a victim leaves the card without a write-back and nothing is lost. Its row goes to the
   // free list, where the rows pulled next take it.

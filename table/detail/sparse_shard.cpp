@@ -22,14 +22,15 @@ std::vector<uint32_t> identity(std::size_t n) {
 
 SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg,
                          DiskTier* disk, uint64_t memory_limit, uint32_t rows_per_chunk,
-                         TableEpochs* epochs)
+                         uint64_t write_through_limit, TableEpochs* epochs)
     : id_(id),
       layout_(layout),
       cfg_(cfg),
       disk_(disk),
       memory_limit_(memory_limit),
       epochs_(epochs),
-      arena_(layout.stride(), rows_per_chunk) {}
+      arena_(layout.stride(), rows_per_chunk),
+      write_through_limit_(disk != nullptr && memory_limit > 0 ? write_through_limit : 0) {}
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch) {
   const uint32_t index = arena_.allocate(epoch);
@@ -94,6 +95,7 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
       if (!on_disk[i]) continue;
       const uint32_t index = insert_row(miss_keys[i], disk_epochs[i]);
       std::memcpy(arena_.row(index), &disk_rows[i * stride], sizeof(float) * stride);
+      if (write_through_.size() > 0) write_through_.erase(miss_keys[i]);
       --rows_on_disk_;
       ++rows_read_back_;
     }
@@ -184,15 +186,57 @@ Status SparseShard::peek(const uint64_t* keys, const int32_t* slots, const uint3
   return Status::OK();
 }
 
+Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m,
+                                  const float* rows, std::vector<uint32_t>* rest) {
+  rest->resize(m);
+  if (write_through_.size() == 0) {
+    std::copy(pos, pos + m, rest->begin());
+    return Status::OK();
+  }
+  const int32_t stride = layout_.stride();
+  const uint32_t now = epochs_->current.load();
+  std::vector<std::pair<uint64_t, uint32_t>> through;  // (key, position in the batch)
+  std::size_t kept = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    const uint64_t key = keys[pos[j]];
+    // The first push of the key in this call takes it out of the set; a repeat of it later in
+    // the call reads that row back and overwrites it in memory, so the last push still wins.
+    if (write_through_.erase(key) != kAbsent) {
+      through.emplace_back(key, pos[j]);
+    } else {
+      (*rest)[kept++] = pos[j];
+    }
+  }
+  rest->resize(kept);
+  if (through.empty()) return Status::OK();
+  std::sort(through.begin(), through.end());  // key order, as eviction writes
+  std::vector<float> row(stride);
+  for (std::size_t begin = 0; begin < through.size(); begin += kDiskBatchEntries) {
+    const std::size_t end = std::min(through.size(), begin + kDiskBatchEntries);
+    DiskTier::Batch batch;
+    for (std::size_t i = begin; i < end; ++i) {
+      std::memcpy(row.data(), rows + static_cast<std::size_t>(through[i].second) * stride,
+                  sizeof(float) * stride);
+      row[RowLayout::kUnseenDays] = 0.0f;
+      batch.put(id_, through[i].first, row.data(), now, stride);
+    }
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    rows_written_through_ += end - begin;
+  }
+  return Status::OK();
+}
+
 Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t m,
                          const float* rows) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<uint32_t> idx;
+  std::vector<uint32_t> idx, rest;
   const std::size_t stride = layout_.stride();
   const std::size_t piece = piece_keys(m);
   for (std::size_t begin = 0; begin < m; begin += piece) {
-    const uint32_t* piece_pos = pos + begin;
-    const std::size_t n = std::min(m - begin, piece);
+    GPUBOX_RETURN_IF_ERROR(
+        write_through(keys, pos + begin, std::min(m - begin, piece), rows, &rest));
+    const uint32_t* piece_pos = rest.data();
+    const std::size_t n = rest.size();
     GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/true, &idx, nullptr));
     for (std::size_t j = 0; j < n; ++j) {
@@ -246,6 +290,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
       if (age_row(row.data())) {
         batch.erase(id_, key);
         deleted_keys.push_back(key);
+        if (write_through_.size() > 0) write_through_.erase(key);
       } else {
         batch.put(id_, key, row.data(), now, stride);
       }
@@ -284,6 +329,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
       cold.emplace_back(key, index);
     }
   }
+  std::sort(cold.begin(), cold.end());  // key order, as eviction writes
   for (std::size_t begin = 0; begin < cold.size(); begin += kDiskBatchEntries) {
     const std::size_t end = std::min(cold.size(), begin + kDiskBatchEntries);
     DiskTier::Batch batch;
@@ -337,6 +383,10 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
         {arena_.pinned(index), row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
   });
   std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
+  // Written in key order: RocksDB's memtable inserts walk forward, and its files come out with
+  // fewer overlaps to compact.
+  std::sort(scored.begin(), scored.begin() + victims,
+            [](const Candidate& a, const Candidate& b) { return a.key < b.key; });
   const int32_t stride = layout_.stride();
   for (std::size_t begin = 0; begin < victims; begin += kDiskBatchEntries) {
     const std::size_t end = std::min(victims, begin + kDiskBatchEntries);
@@ -348,6 +398,9 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = begin; i < end; ++i) {
       remove_row(scored[i].key, scored[i].index);
+      if (scored[i].pinned && write_through_.size() < write_through_limit_) {
+        write_through_.insert(scored[i].key, 0);
+      }
     }
     rows_on_disk_ += end - begin;
     rows_evicted_ += end - begin;
@@ -362,8 +415,9 @@ ShardStats SparseShard::stats() {
   s.rows_on_disk = rows_on_disk_;
   s.rows_evicted = rows_evicted_;
   s.rows_read_back = rows_read_back_;
-  s.memory_bytes =
-      arena_.memory_bytes() + index_.memory_bytes() + deleted_.capacity() * sizeof(deleted_[0]);
+  s.rows_written_through = rows_written_through_;
+  s.memory_bytes = arena_.memory_bytes() + index_.memory_bytes() +
+                   deleted_.capacity() * sizeof(deleted_[0]) + write_through_.memory_bytes();
   return s;
 }
 
@@ -406,6 +460,7 @@ Status SparseShard::clear() {
   arena_.clear();
   deleted_.clear();
   deleted_.shrink_to_fit();
+  write_through_.clear();
   if (disk_ != nullptr) GPUBOX_RETURN_IF_ERROR(disk_->clear_shard(id_));
   rows_on_disk_ = 0;
   return Status::OK();

@@ -36,8 +36,9 @@ struct ShardStats {
   uint64_t rows_in_memory = 0;
   uint64_t rows_on_disk = 0;
   uint64_t memory_bytes = 0;
-  uint64_t rows_evicted = 0;    // moved memory -> disk since the shard began (budget, shrink)
-  uint64_t rows_read_back = 0;  // moved disk -> memory since the shard began
+  uint64_t rows_evicted = 0;          // moved memory -> disk since the shard began (budget, shrink)
+  uint64_t rows_read_back = 0;        // moved disk -> memory since the shard began
+  uint64_t rows_written_through = 0;  // pushed straight over their disk copy since it began
 };
 
 // One shard's contribution to a save.
@@ -51,9 +52,12 @@ struct ShardSnapshot {
 class SparseShard {
  public:
   // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none);
-  // rows are stored in chunks of `rows_per_chunk` (a power of two, RowArena).
+  // rows are stored in chunks of `rows_per_chunk` (a power of two, RowArena). Eviction remembers
+  // up to `write_through_limit` keys of pinned rows it sends to disk (0: none), in a map that
+  // stays within HostMemoryPlan::write_through_slots.
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
-              uint64_t memory_limit, uint32_t rows_per_chunk, TableEpochs* epochs);
+              uint64_t memory_limit, uint32_t rows_per_chunk, uint64_t write_through_limit,
+              TableEpochs* epochs);
 
   // pull pins the rows it returns and push unpins the rows it writes: a pinned row is part of a
   // pass in flight (on a card, to be written back at end_pass), and eviction takes it only when
@@ -64,6 +68,8 @@ class SparseShard {
   // key held nowhere with init_row (not stored), counts those in *unknown. Changes nothing.
   Status peek(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
               float* rows, std::size_t* unknown);
+  // A key in the write-through set (its row went to disk while pinned) is written over its disk
+  // copy without a read; the others are located (read back or created) and overwritten in memory.
   Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows);
   Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
   // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least
@@ -105,6 +111,11 @@ class SparseShard {
   // min(7/8 of the limit, limit - incoming) stay.
   // Requires mu_.
   Status enforce_memory_limit(std::size_t incoming);
+  // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
+  // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
+  // of the other keys to the front of *rest (resized to their count). Requires mu_.
+  Status write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows,
+                       std::vector<uint32_t>* rest);
   // Applies the shrink rules to one row in place; true when the row must be deleted.
   bool age_row(float* row) const;
 
@@ -121,7 +132,13 @@ class SparseShard {
   uint64_t rows_on_disk_ = 0;
   uint64_t rows_evicted_ = 0;
   uint64_t rows_read_back_ = 0;
+  uint64_t rows_written_through_ = 0;
   std::vector<std::pair<uint64_t, uint32_t>> deleted_;  // (key, epoch)
+  // Keys on disk whose rows were pinned when evicted (their pass will push them whole); the
+  // value is unused. Invariant: every key here is on disk and not in memory (a read-back,
+  // deletion or clear drops it).
+  const uint64_t write_through_limit_;
+  KeyIndexMap write_through_;
 };
 
 }  // namespace gpubox::table::detail

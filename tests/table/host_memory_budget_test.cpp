@@ -6,12 +6,17 @@
 //  - the memory the table measures (stats().memory_bytes) stays within a byte budget;
 //  - rows pulled for a pass in flight are evicted last (pinned until pushed), so a pass's write
 //    back reads nothing from disk while two passes' working sets fit the budget, and the table
-//    still agrees with the oracle when they do not (working sets of 0, 1, budget, budget + 1).
+//    still agrees with the oracle when they do not (working sets of 0, 1, budget, budget + 1);
+//  - write-through: a push of a pinned row that eviction sent to disk writes over its disk copy
+//    without reading it; passes in flight over the budget give the same rows with and without it
+//    (an unordered_map oracle), read fewer rows back with it, and the memory the table measures
+//    (its remembered keys included) stays within the plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <set>
+#include <unordered_map>
 
 #include "table/detail/key_index_map.hpp"
 #include "table/host_memory_plan.hpp"
@@ -93,17 +98,18 @@ HostTableConfig disk_tier_config(const ScratchDir& dir, uint32_t shards) {
   return cfg;
 }
 
-// (rows pushed before the random steps, shards)
-class BudgetOracle : public ::testing::TestWithParam<std::tuple<std::size_t, uint32_t>> {};
+// (rows pushed before the random steps, shards, write-through)
+class BudgetOracle : public ::testing::TestWithParam<std::tuple<std::size_t, uint32_t, bool>> {};
 
 constexpr uint64_t kBudget = 64;  // rows in memory, the whole table
 
 TEST_P(BudgetOracle, EvictionAndReloadAgreeWithAMapOracle) {
-  const auto [initial, shards] = GetParam();
+  const auto [initial, shards, write_through] = GetParam();
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdam, 4);
   HostTableConfig cfg = disk_tier_config(dir, shards);
   cfg.memory_row_budget = kBudget;
+  cfg.write_through = write_through;
   auto table = testing::open_table(opt, cfg);
   const RowLayout layout = table->layout();
   const std::size_t stride = layout.stride();
@@ -179,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(
     Sizes, BudgetOracle,
     ::testing::Combine(::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{kBudget},
                                          std::size_t{kBudget + 1}, std::size_t{5 * kBudget + 3}),
-                       ::testing::Values(1u, 4u)));
+                       ::testing::Values(1u, 4u), ::testing::Bool()));
 
 TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
   ScratchDir dir;
@@ -289,6 +295,135 @@ TEST_P(PinnedWorkingSet, RowsOfAPassInFlightAreEvictedLast) {
   EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, oracle.size());
   EXPECT_TRUE(testing::same_rows(testing::snapshot(*table), oracle));
 }
+
+// Passes in flight over a byte budget, as the trainer runs them with runner.prefetch_passes 1:
+// pull pass p + 1 (staged), then push pass p's trained rows whole (end_pass). Each pass draws its
+// keys from a range four times what memory holds, so it meets rows in memory, rows on disk and
+// new keys. Returns the table's rows (memory and disk) and fills *traffic and *peak_bytes.
+struct PassRun {
+  std::unordered_map<uint64_t, std::vector<float>> rows;
+  SparseTable::DiskTraffic traffic;
+  uint64_t peak_bytes = 0;  // stats().memory_bytes after each call, the largest
+  HostMemoryPlan plan;
+};
+
+// `memory_rows`: the rows memory holds with write-through (the plan without it holds a few more:
+// the same draws either way).
+PassRun run_passes(bool write_through, uint64_t memory_rows, std::size_t pass_keys_per_mille,
+                   int passes, std::unordered_map<uint64_t, std::vector<float>>* oracle) {
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 8);
+  HostTableConfig cfg = disk_tier_config(dir, 4);
+  cfg.memory_budget_bytes = 1 << 20;
+  cfg.write_through = write_through;
+  auto table = testing::open_table(opt, cfg);
+  const RowLayout layout = table->layout();
+  const std::size_t stride = layout.stride();
+  PassRun run;
+  run.plan = plan_host_memory(cfg, layout.stride());
+  const std::size_t w = memory_rows * pass_keys_per_mille / 1000;
+  std::mt19937_64 rng(4242 + pass_keys_per_mille);  // the same draws with and without
+  std::vector<std::vector<uint64_t>> keys(passes);
+  for (auto& pass : keys) {
+    pass.resize(w);
+    for (auto& k : pass) k = rng() % (4 * memory_rows) + 1;
+  }
+  const auto note_memory = [&] {
+    auto stats = table->stats();
+    ASSERT_TRUE(stats.ok());
+    run.peak_bytes = std::max<uint64_t>(run.peak_bytes, stats->memory_bytes);
+  };
+  std::vector<std::vector<float>> pulled(passes);
+  const auto pull = [&](int p) {
+    pulled[p].resize(keys[p].size() * stride);
+    ASSERT_TRUE(
+        table->pull(keys[p].data(), nullptr, keys[p].size(), pulled[p].data(), nullptr).ok());
+    for (std::size_t i = 0; i < keys[p].size(); ++i) {
+      const std::vector<float> row(pulled[p].begin() + i * stride,
+                                   pulled[p].begin() + (i + 1) * stride);
+      auto it = oracle->find(keys[p][i]);
+      if (it == oracle->end()) {
+        (*oracle)[keys[p][i]] = row;  // created by this pull
+      } else {
+        it->second[RowLayout::kUnseenDays] = 0.0f;
+        EXPECT_TRUE(testing::same_bits(row, it->second)) << "pass " << p << " key " << keys[p][i];
+      }
+    }
+    note_memory();
+  };
+  const auto push = [&](int p) {
+    // Trained: a deterministic change of every row (the same with and without write-through),
+    // the last of a repeated key winning as in the table.
+    std::vector<float> trained = pulled[p];
+    for (std::size_t i = 0; i < keys[p].size(); ++i) {
+      trained[i * stride + RowLayout::kShow] += 1.0f;
+      trained[i * stride + stride - 1] += static_cast<float>(p + 1);
+      (*oracle)[keys[p][i]].assign(trained.begin() + i * stride,
+                                   trained.begin() + (i + 1) * stride);
+    }
+    ASSERT_TRUE(table->push(keys[p].data(), keys[p].size(), trained.data()).ok());
+    note_memory();
+  };
+  pull(0);
+  for (int p = 0; p < passes; ++p) {
+    if (p + 1 < passes) pull(p + 1);
+    push(p);
+  }
+  run.traffic = table->disk_traffic();
+  EXPECT_TRUE(table
+                  ->for_each_row([&](uint64_t key, const float* row) {
+                    run.rows[key].assign(row, row + stride);
+                  })
+                  .ok());
+  return run;
+}
+
+// Keys a pass draws, in thousandths of the rows memory holds: one pass alone fits; at 500 two
+// fit as well (with unpinned rows to evict first, so nothing is written through: the set only
+// costs its memory), above that they do not.
+class WriteThrough : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(WriteThrough, PassesInFlightGiveTheSameRowsWithFewerReads) {
+  const std::size_t per_mille = GetParam();
+  std::unordered_map<uint64_t, std::vector<float>> oracle_off, oracle_on;
+  HostTableConfig cfg;
+  cfg.shards = 4;
+  cfg.memory_budget_bytes = 1 << 20;
+  const uint64_t memory_rows =
+      plan_host_memory(cfg, RowLayout::make(SparseOptimizerKind::kAdagrad, 8).stride()).rows();
+  const PassRun off = run_passes(false, memory_rows, per_mille, 5, &oracle_off);
+  const PassRun on = run_passes(true, memory_rows, per_mille, 5, &oracle_on);
+  ASSERT_EQ(oracle_off.size(), oracle_on.size());
+  for (const PassRun* run : {&off, &on}) {
+    const auto& oracle = run == &off ? oracle_off : oracle_on;
+    ASSERT_EQ(run->rows.size(), oracle.size());
+    for (const auto& [key, row] : oracle) {
+      auto it = run->rows.find(key);
+      ASSERT_NE(it, run->rows.end()) << "key " << key;
+      EXPECT_TRUE(testing::same_bits(it->second, row)) << "key " << key;
+    }
+  }
+  EXPECT_EQ(off.traffic.rows_written_through, 0u);
+  EXPECT_EQ(off.plan.write_through_keys_per_shard, 0u);
+  ASSERT_GT(on.plan.write_through_keys_per_shard, 0u);
+  if (per_mille >= 700) {
+    // Two passes in flight exceed memory: pinned rows go to disk, and their push skips the read.
+    EXPECT_GT(on.traffic.rows_written_through, 0u);
+    EXPECT_LT(on.traffic.rows_read_back, off.traffic.rows_read_back);
+  }
+  // The rows, the index and the remembered keys within the budget less RocksDB's part, but for
+  // the storage chunk a shard may have started.
+  const HostMemoryPlan& plan = on.plan;
+  const uint64_t chunk_slack =
+      plan.shards * plan.rows_per_chunk * (plan.row_bytes + plan.metadata_bytes);
+  EXPECT_LE(on.peak_bytes, (uint64_t{1} << 20) - plan.disk_memory_bytes + chunk_slack);
+  EXPECT_LE(plan.write_through_bytes() + plan.disk_memory_bytes +
+                plan.rows() * plan.memory_bytes_per_key(),
+            static_cast<double>(uint64_t{1} << 20));
+}
+
+INSTANTIATE_TEST_SUITE_P(PassSizes, WriteThrough,
+                         ::testing::Values(std::size_t{500}, std::size_t{700}, std::size_t{900}));
 
 INSTANTIATE_TEST_SUITE_P(Sizes, PinnedWorkingSet,
                          ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{24},
