@@ -25,8 +25,7 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   }
   std::unique_ptr<DiskTier> disk_tier;
   if (disk) {
-    auto opened = DiskTier::open(
-        config.rocksdb_path, RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim).stride());
+    auto opened = DiskTier::open(config.rocksdb_path, record_layout(optimizer).stride());
     if (!opened.ok()) return opened.status();
     disk_tier = std::move(opened).value();
   }
@@ -37,7 +36,7 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
                          std::unique_ptr<DiskTier> disk)
     : optimizer_(optimizer),
       config_(config),
-      layout_(RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim)),
+      layout_(record_layout(optimizer)),
       env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
       disk_(std::move(disk)) {
   const HostMemoryPlan plan = plan_host_memory(config, layout_.stride());

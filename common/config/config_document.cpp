@@ -129,6 +129,13 @@ struct ValueText {
     return buf;
   }
   std::string operator()(const std::string& v) const { return v; }
+  std::string operator()(const IntMap& items) const {
+    std::string out = "{";
+    for (const auto& [name, value] : items) {
+      out += (out.size() > 1 ? ", " : "") + name + ": " + std::to_string(value);
+    }
+    return out + "}";
+  }
   template <class T>
   std::string operator()(const std::vector<T>& items) const {
     std::string out = "[";
@@ -217,6 +224,25 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
       if (v.size() < key.min_items) {
         return Status::InvalidArgument(key.name + ": needs at least " +
                                        std::to_string(key.min_items) + " item(s)");
+      }
+      *out = std::move(v);
+      return Status::OK();
+    }
+    case KeyType::kIntMap: {
+      if (!node.IsNull() && !node.IsMap()) {
+        return wrong_type(key, "a map of slot names to integers", node);
+      }
+      IntMap v;
+      for (const auto& item : node) {
+        if (!item.first.IsScalar() || item.first.Scalar().empty()) {
+          return wrong_type(key, "a slot name", item.first);
+        }
+        int64_t x = 0;
+        GPUBOX_RETURN_IF_ERROR(parse_int(key, item.second, &x));
+        if (!v.emplace(item.first.Scalar(), x).second) {
+          return Status::InvalidArgument(key.name + ": slot " + item.first.Scalar() +
+                                         " is set twice");
+        }
       }
       *out = std::move(v);
       return Status::OK();
@@ -499,6 +525,10 @@ std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {
 const std::vector<std::string>& ConfigDocument::get_string_list(std::string_view key) const {
   return std::get<std::vector<std::string>>(
       value_of(spec_of(key, KeyType::kStringList, KeyType::kPathList)));
+}
+
+const IntMap& ConfigDocument::get_int_map(std::string_view key) const {
+  return std::get<IntMap>(value_of(spec_of(key, KeyType::kIntMap)));
 }
 
 std::string ConfigDocument::value_text(std::string_view key) const {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -29,6 +30,7 @@ enum class KeyType {
   kIntList,     // a YAML list of integers in [int_min, int_max], at least min_items of them
   kStringList,  // a YAML list of strings
   kPathList,    // a YAML list of paths (resolved like kPath)
+  kIntMap,  // a YAML map of names to integers in [int_min, int_max] (hyper_parameters.slot_dims)
 };
 
 // The part of GPUBox that reads a key (a bit set; a key may have several readers).
@@ -42,9 +44,11 @@ enum Part : unsigned {
 };
 
 // A typed value: bool, int64 (kInt), uint64 (kUInt64), double (kFloat), string (kString,
-// kPath, kWorkPath, kEnum), list of int64 (kIntList), list of strings (kStringList, kPathList).
+// kPath, kWorkPath, kEnum), list of int64 (kIntList), list of strings (kStringList, kPathList),
+// map of names to int64 (kIntMap, ordered by name).
+using IntMap = std::map<std::string, int64_t>;
 using ConfigValue = std::variant<bool, int64_t, uint64_t, double, std::string, std::vector<int64_t>,
-                                 std::vector<std::string>>;
+                                 std::vector<std::string>, IntMap>;
 
 struct KeySpec {
   std::string name;  // dotted: "runner.thread_num"

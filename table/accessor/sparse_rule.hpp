@@ -184,9 +184,11 @@ GPUBOX_HD inline void update_part(SparseOptimizerKind kind, float* w, float* sta
 //   the row's new score reaches it; by default always, as in Paddle); then, if the embedx part
 //   existed before this step it takes one step, otherwise it is created when the row's new
 //   score reaches embedx_threshold (its gradient of this step is not applied).
-// Returns true when this step created the embedx part. `row` must be a row of `layout`.
-GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+// Returns true when this step created the embedx part. `row` is a row of `layout`'s optimizer,
+// of any width (its own layout, RowLayout::of_row, is used); `push` holds at least its width.
+GPUBOX_HD inline bool apply_push(float* row, const RowLayout& any_layout, const AccessorConfig& cfg,
                                  uint64_t key, const float* push) {
+  const RowLayout layout = any_layout.of_row(row);
   const float show = push[PushRecord::kShow];
   const float click = push[PushRecord::kClick];
   row[RowLayout::kShow] += show;
@@ -218,8 +220,9 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const Acce
 // the weights move by the delta, clipped to their bounds. An embedx part the row lacks is
 // created (state initialised, weights from zero) when the delta carries one: the trainer created
 // it locally, and its synced copy read zeros for it.
-GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const AccessorConfig& cfg,
-                                  const float* delta) {
+GPUBOX_HD inline void apply_delta(float* row, const RowLayout& any_layout,
+                                  const AccessorConfig& cfg, const float* delta) {
+  const RowLayout layout = any_layout.of_row(row);
   const float show = delta[PushRecord::kShow];
   const float click = delta[PushRecord::kClick];
   row[RowLayout::kShow] += show;

@@ -111,7 +111,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
 RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
                                TransportOptions transport_options)
     : options_(std::move(options)),
-      layout_(RowLayout::make(options_.config.optimizer.kind, options_.config.mf_dim)),
+      layout_(record_layout(options_.config)),
       identities_(endpoint_names(endpoints)),
       transport_(std::move(endpoints), [&] {
         transport_options.on_connect = [this](uint32_t e, Connection& c, Clock::time_point d) {
