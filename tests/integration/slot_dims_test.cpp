@@ -190,18 +190,17 @@ TEST_F(SlotDims, EveryRowTakesItsSlotsWidthOnOneAndTwoCards) {
   const table::RowLayout record = table::record_layout(sparse);
   for (const auto& [dim, rows] : per_width) {
     const table::RowLayout own = table::RowLayout::make(sparse.optimizer.kind, dim);
-    std::printf("width class %2d: %5zu keys, %3zu bytes per key in a host arena (row %zu + epoch "
-                "%zu; %zu at the widest class's stride)\n",
-                dim, rows,
-                sizeof(float) * own.stride() + table::detail::RowArena::kMetadataBytes,
-                sizeof(float) * own.stride(), table::detail::RowArena::kMetadataBytes,
-                sizeof(float) * record.stride() + table::detail::RowArena::kMetadataBytes);
+    std::printf(
+        "width class %2d: %5zu keys, %3zu bytes per key in a host arena (row %zu + epoch "
+        "%zu; %zu at the widest class's stride)\n",
+        dim, rows, sizeof(float) * own.stride() + table::detail::RowArena::kMetadataBytes,
+        sizeof(float) * own.stride(), table::detail::RowArena::kMetadataBytes,
+        sizeof(float) * record.stride() + table::detail::RowArena::kMetadataBytes);
   }
 }
 
 TEST_F(SlotDims, EverySlotAtTheDefaultIsBitIdenticalToNoSlotDims) {
-  const std::string all_default =
-      "hyper_parameters.slot_dims={1: 4, 2: 4, 3: 4, 4: 4, 5: 4, 6: 4}";
+  const std::string all_default = "hyper_parameters.slot_dims={1: 4, 2: 4, 3: 4, 4: 4, 5: 4, 6: 4}";
   Trainer plain(config(50), env("0"));
   Trainer listed(config(50, {all_default}), env("0"));
   const PassReport a = plain.train_pass(train_files());
@@ -306,8 +305,8 @@ TEST_F(SlotDims, TrainsAgainstAGpuboxServer) {
          << "    embedx_threshold: 0\n";
   }
   gpubox::testing::ChildProcess server(
-      GPUBOX_SERVER_BIN, {"--port", "0", "--config", (dir / "config.yaml").string(), "--data_dir",
-                          dir.string()});
+      GPUBOX_SERVER_BIN,
+      {"--port", "0", "--config", (dir / "config.yaml").string(), "--data_dir", dir.string()});
   ASSERT_TRUE(server.wait_for(" (shard ", 20)) << server.output();
   const std::string& out = server.output();
   const auto at = out.find("listening on ");
