@@ -262,7 +262,11 @@ class DocumentBuilder {
   // `-o runner.sync_mode=gpubox` runs a PaddleRec config whose value GPUBox does not take.
   void set_overridden(const std::vector<std::string>& overrides) {
     for (const std::string& o : overrides) {
-      if (const auto eq = o.find('='); eq != std::string::npos) overridden_.insert(o.substr(0, eq));
+      const auto eq = o.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string name = o.substr(0, eq);
+      const KeyAlias* alias = find_alias(name);
+      overridden_.insert(alias != nullptr && !alias->key.empty() ? alias->key : name);
     }
   }
 
@@ -288,6 +292,23 @@ class DocumentBuilder {
     const std::string name = text.substr(0, eq);
     const std::string value = text.substr(eq + 1);
     const KeySpec* key = find_key(name);
+    if (const KeyAlias* alias = key == nullptr ? find_alias(name) : nullptr) {
+      YAML::Node node;
+      try {
+        node = YAML::Load(value);
+      } catch (const YAML::Exception& e) {
+        return error("-o: " + name + ": cannot parse '" + value + "': " + e.msg);
+      }
+      const KeySpec* target = nullptr;
+      YAML::Node translated;
+      GPUBOX_RETURN_IF_ERROR(translate(*alias, node, &target, &translated).with_context("-o"));
+      if (target == nullptr) return Status::OK();
+      ConfigValue parsed;
+      const Status st = detail::parse_value(*target, translated, "", &parsed);
+      if (!st.ok()) return error("-o: " + name + " (" + target->name + "): " + st.message());
+      doc_.values_[target->name] = std::move(parsed);
+      return Status::OK();
+    }
     if (key == nullptr && find_ignored(name) != nullptr) {
       doc_.ignored_set_.insert(name);
       return Status::OK();
@@ -405,6 +426,29 @@ class DocumentBuilder {
           continue;
         }
         doc_.values_[name] = std::move(parsed);
+      } else if (const KeyAlias* alias = find_alias(name)) {
+        const KeySpec* target = nullptr;
+        YAML::Node translated;
+        if (const Status st = translate(*alias, value, &target, &translated); !st.ok()) {
+          note(error(st.message(), line));
+          continue;
+        }
+        if (target == nullptr) continue;
+        if (auto it = lines_.find(target->name); it != lines_.end()) {
+          note(error(name + " sets " + target->name + ", set already on line " +
+                         std::to_string(it->second),
+                     line));
+          continue;
+        }
+        lines_[target->name] = line;
+        if (overridden_.count(target->name) > 0) continue;
+        ConfigValue parsed;
+        if (const Status st = detail::parse_value(*target, translated, base_dir, &parsed);
+            !st.ok()) {
+          note(error(name + " (" + target->name + "): " + st.message(), line));
+          continue;
+        }
+        doc_.values_[target->name] = std::move(parsed);
       } else if (find_ignored(name) != nullptr) {
         doc_.ignored_set_.insert(name);  // any value, a whole ignored section included
       } else if (is_section(name)) {
@@ -418,6 +462,27 @@ class DocumentBuilder {
         unknown_.push_back(error(unknown_key(name), line));
       }
     }
+  }
+
+  // The value `alias` gives its key (*target; nullptr when it sets none), or why it is refused.
+  static Status translate(const KeyAlias& alias, const YAML::Node& value, const KeySpec** target,
+                          YAML::Node* out) {
+    *target = alias.key.empty() ? nullptr : find_key(alias.key);
+    if (alias.kind == KeyAlias::Kind::kSame) {
+      *out = value;
+      return Status::OK();
+    }
+    bool flag = false;
+    if (!value.IsScalar() || !YAML::convert<bool>::decode(value, flag)) {
+      return Status::InvalidArgument(alias.name + ": expected true or false, got " +
+                                     describe(value));
+    }
+    if (alias.kind == KeyAlias::Kind::kRefuseTrue) {
+      if (flag) return Status::InvalidArgument(alias.name + ": true is not built: " + alias.reason);
+      return Status::OK();
+    }
+    *out = YAML::Node(flag ? alias.if_true : alias.if_false);
+    return Status::OK();
   }
 
   ConfigDocument doc_;

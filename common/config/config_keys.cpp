@@ -373,6 +373,27 @@ const std::vector<IgnoredKey>& ignored_paddlerec_keys() {
   return table;
 }
 
+const std::vector<KeyAlias>& key_aliases() {
+  using Kind = KeyAlias::Kind;
+  static const std::vector<KeyAlias> aliases = {
+      {"hyper_parameters.cross_num", "hyper_parameters.cross_layers", Kind::kSame, "", "",
+       "PaddleRec dcn_v2's number of cross layers"},
+      {"hyper_parameters.is_Stacked", "hyper_parameters.dcn_structure", Kind::kBoolChoice,
+       "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel"},
+      {"hyper_parameters.use_low_rank_mixture", "", Kind::kRefuseTrue, "", "",
+       "PaddleRec dcn_v2's mixture of low-rank experts (DCN-Mix): true is refused, GPUBox builds "
+       "full-rank and low-rank cross layers only (hyper_parameters.cross_rank)"},
+  };
+  return aliases;
+}
+
+const KeyAlias* find_alias(std::string_view name) {
+  for (const KeyAlias& a : key_aliases()) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
 const IgnoredKey* find_ignored(std::string_view name) {
   for (const IgnoredKey& k : ignored_paddlerec_keys()) {
     if (name == k.name) return &k;
@@ -509,6 +530,12 @@ std::string render_markdown_key_table() {
   for (const KeySpec& k : config_keys()) {
     out << "| `" << k.name << "` | " << cell(type_text(k)) << " | `" << k.default_text << "` | "
         << parts_text(k) << " | " << cell(k.meaning) << " |\n";
+  }
+  out << "\nPaddleRec spellings of these keys (a config sets one or the other):\n\n"
+         "| PaddleRec key | GPUBox key | meaning |\n|---|---|---|\n";
+  for (const KeyAlias& a : key_aliases()) {
+    out << "| `" << a.name << "` | " << (a.key.empty() ? "(none)" : "`" + a.key + "`") << " | "
+        << cell(a.reason) << " |\n";
   }
   out << "\nPaddleRec keys accepted with any value and ignored (listed at start when a config sets "
          "them):\n\n| PaddleRec key | why GPUBox ignores it |\n|---|---|\n";

@@ -84,6 +84,23 @@ const std::vector<IgnoredKey>& ignored_paddlerec_keys();
 // The entry covering `name` (the key itself, or an ignored section holding it), or nullptr.
 const IgnoredKey* find_ignored(std::string_view name);
 
+// A PaddleRec spelling of a GPUBox key (PaddleRec's models/rank/dcn_v2 config.yaml names
+// dcn_v2's settings its own way): a config may set `name` instead of `key`, never both. The
+// value is taken as the key's (kSame), a bool chooses one of the key's values (kBoolChoice:
+// true -> if_true, false -> if_false), or a bool whose true GPUBox does not build is refused
+// with `reason` (kRefuseTrue, `key` empty: false changes nothing).
+struct KeyAlias {
+  enum class Kind { kSame, kBoolChoice, kRefuseTrue };
+  std::string name;
+  std::string key;
+  Kind kind = Kind::kSame;
+  std::string if_true, if_false;  // kBoolChoice
+  std::string reason;             // one line: what it is in PaddleRec (and why refused)
+};
+const std::vector<KeyAlias>& key_aliases();
+// The alias named `name`, or nullptr.
+const KeyAlias* find_alias(std::string_view name);
+
 // The suggestions of an "unknown key" error, best first (at most 3, possibly none): valid keys
 // or sections whose edit distance to `name` is small for its length (at most a third of the
 // last name part, at least 1), and keys of other sections with the same last part
