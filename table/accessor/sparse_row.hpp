@@ -194,6 +194,18 @@ struct RowLayout {
   GPUBOX_HD int32_t push_dim() const { return 3 + mf_dim; }
 };
 
+// A digest of the width `cfg` gives each slot (the default and slot_dims, in any order), so that
+// processes can check they create rows of the same widths (gpubox_server's INFO reply).
+inline uint64_t slot_dims_digest(const AccessorConfig& cfg) {
+  uint64_t digest = hash_with_seed(static_cast<uint64_t>(static_cast<uint32_t>(cfg.mf_dim)), 17);
+  for (int32_t i = 0; i < cfg.slot_dims.count; ++i) {
+    const uint64_t pair = (uint64_t{static_cast<uint32_t>(cfg.slot_dims.slot[i])} << 32) |
+                          static_cast<uint32_t>(cfg.slot_dims.dim[i]);
+    digest += hash_with_seed(pair, 19);
+  }
+  return digest;
+}
+
 // The layout of the records that carry rows of every width of `cfg` (the widest class's).
 GPUBOX_HD inline RowLayout record_layout(const AccessorConfig& cfg) {
   const WidthClasses classes = width_classes(cfg);

@@ -120,6 +120,7 @@ Reply Server::Impl::info(const FrameHeader& header) {
       std::min<std::size_t>(options_.max_payload_bytes, connection_buffer_limit(true)));
   info.instance_id = instance_id_;
   info.generation = generation_.load();
+  info.slot_dims_digest = table::slot_dims_digest(table_->config());
   std::vector<uint8_t> out;
   encode_info_reply(info, &out);
   return make_reply(header, Status::Code::kOk, std::move(out));

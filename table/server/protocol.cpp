@@ -259,6 +259,7 @@ void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out) {
   w.put_u32(info.max_payload_bytes);
   w.put_u64(info.instance_id);
   w.put_u64(info.generation);
+  w.put_u64(info.slot_dims_digest);
 }
 
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
@@ -272,6 +273,7 @@ StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&info.max_payload_bytes));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.instance_id));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.generation));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.slot_dims_digest));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   if (info.shard_num == 0 || info.shard_id >= info.shard_num) {
     return Status::Corruption("INFO reply: shard " + std::to_string(info.shard_id) + " of " +

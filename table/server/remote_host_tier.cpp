@@ -154,6 +154,13 @@ Status RemoteHostTier::check_servers() {
           std::to_string(static_cast<int32_t>(options_.config.optimizer.kind)) + ", mf_dim " +
           std::to_string(layout_.mf_dim) + ": start the servers with the trainer's config");
     }
+    if (info.slot_dims_digest != slot_dims_digest(options_.config)) {
+      return Status::InvalidArgument(
+          "server " + where +
+          " gives the slots other embedx widths than this trainer "
+          "(hyper_parameters.slot_dims, sparse_feature_dim): start the servers with the "
+          "trainer's config");
+    }
     if (info.shard_num > 1 && (info.shard_num != n || info.shard_id != e)) {
       return Status::InvalidArgument(
           "server " + where + " is shard " + std::to_string(info.shard_id) + " of " +

@@ -7,7 +7,7 @@
 //    std::unordered_map oracle of every row) and a re-save is byte-identical;
 //  - a load under other widths is refused naming the slot; a slot_dims naming no slot of the
 //    data, and deepfm over unequal widths, are refused;
-//  - the same training against a gpubox_server process.
+//  - the same training against a gpubox_server process, which refuses a trainer of other widths.
 // Bytes per key of each width class are printed (host tier rows at their own width).
 #include <gtest/gtest.h>
 
@@ -323,6 +323,15 @@ TEST_F(SlotDims, TrainsAgainstAGpuboxServer) {
   const Rows cards = card_rows(remote.card_tier());
   EXPECT_EQ(cards, host_rows(local));
   check_widths(cards, cfg.sparse, "card tier against the server");
+
+  // A trainer whose slots the server would create at other widths is refused at start (here
+  // the default and the widest width are the server's, so only slot 1's width tells them apart).
+  try {
+    Trainer narrower(config(64, {"hyper_parameters.slot_dims={1: 2, 2: 16}"}), env("0", endpoint));
+    ADD_FAILURE() << "a trainer with other slot widths than the server's started";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("other embedx widths"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
