@@ -102,16 +102,27 @@ Status DiskTier::multi_get(uint32_t shard, const uint64_t* keys, std::size_t n, 
     found[i] = 0;
     if (statuses[i].IsNotFound()) continue;
     GPUBOX_RETURN_IF_ERROR(to_status(statuses[i], "multi_get in " + path_));
-    if (values[i].size() != sizeof(uint32_t) + row_bytes) {
+    if (!row_fits(values[i].size())) {
       return Status::Corruption("rocksdb " + path_ + ": key " + std::to_string(keys[i]) + " has " +
                                 std::to_string(values[i].size()) + " bytes, expected " +
-                                std::to_string(sizeof(uint32_t) + row_bytes));
+                                std::to_string(sizeof(uint32_t) + row_bytes) + " at most");
     }
     std::memcpy(&epochs[i], values[i].data(), sizeof(uint32_t));
-    std::memcpy(rows + i * stride_, values[i].data() + sizeof(uint32_t), row_bytes);
+    copy_row(values[i].data(), values[i].size(), rows + i * stride_);
     found[i] = 1;
   }
   return Status::OK();
+}
+
+bool DiskTier::row_fits(std::size_t value_bytes) const {
+  return value_bytes > sizeof(uint32_t) && (value_bytes - sizeof(uint32_t)) % sizeof(float) == 0 &&
+         value_bytes <= sizeof(uint32_t) + sizeof(float) * static_cast<std::size_t>(stride_);
+}
+
+void DiskTier::copy_row(const char* value, std::size_t value_bytes, float* row) const {
+  const std::size_t floats = (value_bytes - sizeof(uint32_t)) / sizeof(float);
+  std::memcpy(row, value + sizeof(uint32_t), sizeof(float) * floats);
+  std::fill(row + floats, row + stride_, 0.0f);
 }
 
 DiskTier::Batch::Batch() : batch_(new rocksdb::WriteBatch()) {}
@@ -156,17 +167,16 @@ Status DiskTier::scan(uint32_t shard,
   options.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
   std::vector<float> row(stride_);
-  const std::size_t row_bytes = sizeof(float) * stride_;
   for (it->Seek(rocksdb::Slice(lower, kKeyBytes)); it->Valid(); it->Next()) {
     const rocksdb::Slice value = it->value();
     const uint64_t key = decode_key(it->key().data());
-    if (it->key().size() != kKeyBytes || value.size() != sizeof(uint32_t) + row_bytes) {
+    if (it->key().size() != kKeyBytes || !row_fits(value.size())) {
       return Status::Corruption("rocksdb " + path_ + ": malformed entry for key " +
                                 std::to_string(key));
     }
     uint32_t epoch;
     std::memcpy(&epoch, value.data(), sizeof(uint32_t));
-    std::memcpy(row.data(), value.data() + sizeof(uint32_t), row_bytes);
+    copy_row(value.data(), value.size(), row.data());
     fn(key, row.data(), epoch);
   }
   return to_status(it->status(), "scan of " + path_);

@@ -1,6 +1,7 @@
 // The disk tier: cold rows of every shard in one RocksDB database, keyed by (shard, key) in
 // big-endian so that one shard's rows form one contiguous range. The value is the row's
-// modification epoch (uint32) followed by its `stride` floats, bit-exact. Thread-safe as
+// modification epoch (uint32) followed by the row's floats (its own width's, at most `stride`),
+// bit-exact. Thread-safe as
 // RocksDB is; the table calls it for shard s only under shard s's lock, which keeps "a key lives
 // in memory or on disk, never both" true.
 #pragma once
@@ -63,6 +64,11 @@ class DiskTier {
   Status clear_shard(uint32_t shard);
 
  private:
+  // A value (epoch, then a row of at most stride() floats: rows of a narrower width class are
+  // stored at their own width) and its copy into `stride()` floats, zero-padded.
+  bool row_fits(std::size_t value_bytes) const;
+  void copy_row(const char* value, std::size_t value_bytes, float* row) const;
+
   DiskTier(std::string path, int32_t stride, rocksdb::DB* db)
       : path_(std::move(path)), stride_(stride), db_(db) {}
   std::string path_;

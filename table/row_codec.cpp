@@ -61,6 +61,34 @@ void record_to_row(RecordKind kind, const RowLayout& layout, const AccessorConfi
   for (int32_t i = 0; i < layout.mf_dim; ++i) write_embedx_w(row, layout, i, rec[kModelFixed + i]);
 }
 
+RecordShape record_shape(RecordKind kind, const AccessorConfig& cfg) {
+  RecordShape shape;
+  shape.kind = kind;
+  shape.record = record_layout(cfg);
+  shape.cfg = cfg;
+  shape.uniform = width_classes(cfg).count == 1;
+  return shape;
+}
+
+int32_t RecordShape::prefix() const {
+  if (uniform || fixed >= 0) return 0;
+  return kind == RecordKind::kModel ? 3 : record.mf_dim_offset() + 1;
+}
+
+int32_t RecordShape::floats(const float* head) const {
+  if (uniform || fixed >= 0) return max();
+  const float width = kind == RecordKind::kModel
+                          ? static_cast<float>(slot_mf_dim(cfg, static_cast<int32_t>(head[2])))
+                          : head[record.mf_dim_offset()];
+  // A width no class has (or not a width at all) makes the record unreadable: -1.
+  if (!(width >= 0.0f && width <= static_cast<float>(record.mf_dim)) ||
+      width != static_cast<float>(static_cast<int32_t>(width)) ||
+      width_classes(cfg).class_of(static_cast<int32_t>(width)) < 0) {
+    return -1;
+  }
+  return record_floats(kind, RowLayout::make(record.kind, static_cast<int32_t>(width), record.storage));
+}
+
 void append_record(SaveForm form, uint64_t key, const float* rec, int32_t floats,
                    std::string* out) {
   if (form == SaveForm::kBinary) {
@@ -90,31 +118,51 @@ void append_key(SaveForm form, uint64_t key, std::string* out) {
   out->push_back('\n');
 }
 
-Status parse_records(SaveForm form, const std::string& data, int32_t floats,
+Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
                      const std::string& where, std::vector<uint64_t>* keys,
                      std::vector<float>* recs) {
   keys->clear();
   recs->clear();
+  const int32_t max = shape.max();
+  const int32_t prefix = shape.prefix();
+  const auto bad_width = [&](uint64_t key, const std::string& at) {
+    return Status::Corruption(where + at + ": the record of key " + std::to_string(key) +
+                              " has a width that this config's hyper_parameters.slot_dims does " +
+                              "not give its slot (a save made with other slot_dims?)");
+  };
   if (form == SaveForm::kBinary) {
-    const std::size_t record_bytes = sizeof(uint64_t) + sizeof(float) * floats;
-    if (data.size() % record_bytes != 0) {
-      return Status::Corruption(where + ": " + std::to_string(data.size()) +
-                                " bytes is not a whole number of " + std::to_string(record_bytes) +
-                                "-byte records (truncated)");
-    }
-    const std::size_t n = data.size() / record_bytes;
-    keys->resize(n);
-    recs->resize(n * floats);
-    for (std::size_t i = 0; i < n; ++i) {
-      const char* p = data.data() + i * record_bytes;
-      std::memcpy(&(*keys)[i], p, sizeof(uint64_t));
-      std::memcpy(recs->data() + i * floats, p + sizeof(uint64_t), sizeof(float) * floats);
+    std::size_t at = 0;
+    std::vector<float> head(static_cast<std::size_t>(prefix));
+    while (at < data.size()) {
+      const std::size_t left = data.size() - at;
+      const std::size_t head_bytes = sizeof(uint64_t) + sizeof(float) * prefix;
+      if (left < head_bytes) {
+        return Status::Corruption(where + ": " + std::to_string(left) +
+                                  " bytes left at the end, less than a record (truncated)");
+      }
+      uint64_t key = 0;
+      std::memcpy(&key, data.data() + at, sizeof(uint64_t));
+      std::memcpy(head.data(), data.data() + at + sizeof(uint64_t), sizeof(float) * prefix);
+      const int32_t floats = shape.floats(head.data());
+      if (floats < 0) return bad_width(key, "");
+      const std::size_t record_bytes = sizeof(uint64_t) + sizeof(float) * floats;
+      if (left < record_bytes) {
+        return Status::Corruption(where + ": " + std::to_string(data.size()) +
+                                  " bytes is not a whole number of " +
+                                  std::to_string(record_bytes) + "-byte records (truncated)");
+      }
+      keys->push_back(key);
+      const std::size_t base = recs->size();
+      recs->resize(base + max, 0.0f);
+      std::memcpy(recs->data() + base, data.data() + at + sizeof(uint64_t), sizeof(float) * floats);
+      at += record_bytes;
     }
     return Status::OK();
   }
   const char* p = data.data();
   const char* end = p + data.size();
   std::size_t line = 0;
+  std::vector<float> values;
   while (p < end) {
     ++line;
     const char* eol = static_cast<const char*>(std::memchr(p, '\n', end - p));
@@ -129,26 +177,46 @@ Status parse_records(SaveForm form, const std::string& data, int32_t floats,
     const char* q = skip_spaces(p, eol);
     auto r = std::from_chars(q, eol, key);
     if (r.ec != std::errc()) return fail("bad key");
-    keys->push_back(key);
     q = r.ptr;
-    for (int32_t i = 0; i < floats; ++i) {
+    // Reads the values up to `count`; the record's length is known once its prefix is read.
+    values.clear();
+    int32_t floats = prefix == 0 ? max : -1;
+    for (int32_t i = 0; floats < 0 || i < floats; ++i) {
+      if (floats < 0 && i == prefix) {
+        floats = shape.floats(values.data());
+        if (floats < 0) return bad_width(key, " line " + std::to_string(line));
+        if (i >= floats) break;
+      }
       const char* start = skip_spaces(q, eol);
-      if (start == q && i >= 0) return fail("expected " + std::to_string(floats) + " values");
+      const std::string expected =
+          floats < 0 ? "at least " + std::to_string(prefix) : std::to_string(floats);
+      if (start == q) return fail("expected " + expected + " values");
       float v = 0.0f;
       auto fr = std::from_chars(start, eol, v);
       if (fr.ec != std::errc()) {
-        return fail("value " + std::to_string(i) + " is not a number (expected " +
-                    std::to_string(floats) + " values)");
+        return fail("value " + std::to_string(i) + " is not a number (expected " + expected +
+                    " values)");
       }
-      recs->push_back(v);
+      values.push_back(v);
       q = fr.ptr;
     }
     if (skip_spaces(q, eol) != eol) {
       return fail("more than " + std::to_string(floats) + " values");
     }
+    keys->push_back(key);
+    values.resize(static_cast<std::size_t>(max), 0.0f);
+    recs->insert(recs->end(), values.begin(), values.end());
     p = eol + 1;
   }
   return Status::OK();
+}
+
+Status parse_records(SaveForm form, const std::string& data, int32_t floats,
+                     const std::string& where, std::vector<uint64_t>* keys,
+                     std::vector<float>* recs) {
+  RecordShape shape;
+  shape.fixed = floats;
+  return parse_records(form, data, shape, where, keys, recs);
 }
 
 Status parse_keys(SaveForm form, const std::string& data, const std::string& where,

@@ -27,6 +27,7 @@ namespace gpubox::table {
 
 enum class RecordKind { kModel, kFullRow };
 
+// Floats of the record of a row of `layout` (the row's own: RowLayout::of_row).
 int32_t record_floats(RecordKind kind, const RowLayout& layout);
 
 // Writes the record of `row` into rec[0 .. record_floats).
@@ -34,14 +35,37 @@ void row_to_record(RecordKind kind, const RowLayout& layout, const float* row, f
 
 // Writes a record into `row`. A full record overwrites the row. A model record overwrites the
 // model fields; when `existing` is false the row is first created by init_row, and an embedx part
-// that the record has and the row had not gets its initial optimizer state.
+// that the record has and the row had not gets its initial optimizer state. `layout`: the row's
+// own (a full record's mf_dim, a model record's slot's width).
 void record_to_row(RecordKind kind, const RowLayout& layout, const AccessorConfig& cfg,
                    uint64_t key, const float* rec, bool existing, float* row);
 
 void append_record(SaveForm form, uint64_t key, const float* rec, int32_t floats, std::string* out);
 void append_key(SaveForm form, uint64_t key, std::string* out);
 
-// Parses a whole part file. `where` names the file in errors (with the line for text).
+// How long each record of a part file is. With slot_dims a row's width, and so its record's
+// length, follows from its slot (a model record's third float; a full row records its mf_dim):
+// `floats(head)` is the length of the record starting with the `prefix` floats at `head`, and
+// no record is longer than `max`. With one width every record is `max` floats.
+struct RecordShape {
+  RecordKind kind = RecordKind::kModel;
+  RowLayout record;     // the widest class's layout
+  AccessorConfig cfg;   // its slot_dims
+  bool uniform = true;  // one width class
+  int32_t fixed = -1;   // >= 0: every record is this many floats, whatever the above say
+
+  int32_t max() const { return fixed >= 0 ? fixed : record_floats(kind, record); }
+  int32_t prefix() const;
+  int32_t floats(const float* head) const;
+};
+RecordShape record_shape(RecordKind kind, const AccessorConfig& cfg);
+
+// Parses a whole part file. `where` names the file in errors (with the line for text). Records
+// come back `shape.max()` floats apart, a shorter one zero-padded.
+Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
+                     const std::string& where, std::vector<uint64_t>* keys,
+                     std::vector<float>* recs);
+// Records of `floats` floats each.
 Status parse_records(SaveForm form, const std::string& data, int32_t floats,
                      const std::string& where, std::vector<uint64_t>* keys,
                      std::vector<float>* recs);

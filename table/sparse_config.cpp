@@ -1,8 +1,63 @@
 #include "table/sparse_config.hpp"
 
+#include <charconv>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "common/config/config_document.hpp"
+#include "common/error.hpp"
 
 namespace gpubox::table {
+namespace {
+
+// The slot id of the slot named `name` (the dataset's rule, dataset::slot_id: the name when it is
+// a whole number, else its position in hyper_parameters.slot_names), or -1 when the data has no
+// such slot.
+int32_t slot_id_of(const std::vector<std::string>& names, int32_t slots, const std::string& name) {
+  const auto whole_number = [](const std::string& text, int32_t* out) {
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return !text.empty() && error == std::errc() && end == text.data() + text.size();
+  };
+  int32_t id = 0;
+  if (names.empty()) {  // numbered slots 1 .. sparse_inputs_slots - 1 (the label counts as one)
+    return whole_number(name, &id) && id >= 1 && id <= slots ? id : -1;
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != name) continue;
+    return whole_number(name, &id) ? id : static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+SlotDims slot_dims_from(const config::ConfigDocument& doc, int32_t default_dim) {
+  const config::IntMap& entries = doc.get_int_map("hyper_parameters.slot_dims");
+  // Read whether or not slot_dims names a slot: the table part reads what the key table says.
+  const std::vector<std::string>& names = doc.get_string_list("hyper_parameters.slot_names");
+  const int32_t numbered = doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots");
+  GPUBOX_EXPECTS(entries.size() <= static_cast<std::size_t>(kMaxSlotDims),
+                 "hyper_parameters.slot_dims: ", entries.size(), " slots listed, at most ",
+                 kMaxSlotDims, " (list only the slots that differ from sparse_feature_dim - 1)");
+  SlotDims dims;
+  std::set<int64_t> widths{default_dim};
+  for (const auto& [name, dim] : entries) {
+    widths.insert(dim);
+    const int32_t id = slot_id_of(names, numbered, name);
+    GPUBOX_EXPECTS(id >= 0, "hyper_parameters.slot_dims: slot '", name,
+                   "' is not one of the data's sparse slots (hyper_parameters.slot_names, or 1 .. "
+                   "sparse_inputs_slots - 1)");
+    if (dim == default_dim) continue;  // the default: nothing to record
+    dims.slot[dims.count] = id;
+    dims.dim[dims.count] = static_cast<int32_t>(dim);
+    ++dims.count;
+  }
+  GPUBOX_EXPECTS(widths.size() <= static_cast<std::size_t>(kMaxWidthClasses),
+                 "hyper_parameters.slot_dims: ", widths.size(), " distinct embedx widths (with ",
+                 "sparse_feature_dim - 1), at most ", kMaxWidthClasses);
+  return dims;
+}
+
+}  // namespace
 
 AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   const std::string so = "hyper_parameters.sparse_optimizer.";
@@ -11,6 +66,7 @@ AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
   c.mf_dim = doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1;
   c.storage = doc.get_enum("hyper_parameters.sparse_storage", kSparseStorageNames);
+  c.slot_dims = slot_dims_from(doc, c.mf_dim);
   c.optimizer.learning_rate = f("learning_rate");
   c.optimizer.initial_g2sum = f("initial_g2sum");
   c.optimizer.initial_range = f("initial_range");

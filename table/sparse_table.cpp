@@ -25,7 +25,7 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   }
   std::unique_ptr<DiskTier> disk_tier;
   if (disk) {
-    const int32_t stride = RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim, optimizer.storage).stride();
+    const int32_t stride = record_layout(optimizer).stride();
     auto opened = DiskTier::open(config.rocksdb_path, stride,
                                  plan_host_memory(config, stride).disk_memory_bytes);
     if (!opened.ok()) return opened.status();
@@ -38,7 +38,7 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
                          std::unique_ptr<DiskTier> disk)
     : optimizer_(optimizer),
       config_(config),
-      layout_(RowLayout::make(optimizer.optimizer.kind, optimizer.mf_dim, optimizer.storage)),
+      layout_(record_layout(optimizer)),
       env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
       disk_(std::move(disk)) {
   const HostMemoryPlan plan = plan_host_memory(config, layout_.stride());

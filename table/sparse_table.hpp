@@ -33,6 +33,9 @@
 #include "table/io/file_env.hpp"
 
 namespace gpubox::table {
+namespace io {
+struct Manifest;
+}  // namespace io
 
 class SparseTable final : public HostTier {
  public:
@@ -82,6 +85,9 @@ class SparseTable final : public HostTier {
   Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);
 
  private:
+  // The save's slot_dims (MANIFEST) against this table's: an error naming the first slot whose
+  // width differs.
+  Status check_slot_dims(const io::Manifest& manifest, const std::string& where) const;
   SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
               std::unique_ptr<DiskTier> disk);
   // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs

@@ -1,5 +1,7 @@
 // SparseTable::save / load (the folder layout is described in sparse_table.hpp).
+#include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
@@ -27,7 +29,76 @@ struct PartFile {
   bool deletions = false;
 };
 
+// slot_dims as a save's MANIFEST records it: "slot:dim" by ascending slot, comma-separated.
+std::map<int32_t, int32_t> slot_dims_map(const SlotDims& dims) {
+  std::map<int32_t, int32_t> out;
+  for (int32_t i = 0; i < dims.count; ++i) out[dims.slot[i]] = dims.dim[i];
+  return out;
+}
+
+std::string slot_dims_text(const SlotDims& dims) {
+  std::string text;
+  for (const auto& [slot, dim] : slot_dims_map(dims)) {
+    text += (text.empty() ? "" : ",") + std::to_string(slot) + ":" + std::to_string(dim);
+  }
+  return text;
+}
+
+StatusOr<std::map<int32_t, int32_t>> parse_slot_dims(const std::string& text) {
+  std::map<int32_t, int32_t> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    int32_t slot = 0, dim = 0;
+    if (std::sscanf(text.substr(at, comma - at).c_str(), "%d:%d", &slot, &dim) != 2) {
+      return Status::Corruption("slot_dims: cannot read '" + text + "'");
+    }
+    out[slot] = dim;
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
+
+// A save's rows have the widths its slot_dims gave (none recorded: every row mf_dim wide); this
+// table must give every slot the same width, or the saved rows would not fit it.
+Status SparseTable::check_slot_dims(const io::Manifest& manifest, const std::string& where) const {
+  std::map<int32_t, int32_t> saved;
+  auto saved_default = manifest.get_int("mf_dim");
+  if (auto text = manifest.properties.find("slot_dims"); text != manifest.properties.end()) {
+    auto parsed = parse_slot_dims(text->second);
+    if (!parsed.ok()) return parsed.status().with_context("load " + where);
+    saved = std::move(parsed).value();
+    saved_default = manifest.get_int("slot_dims_default");
+  }
+  if (!saved_default.ok()) return saved_default.status().with_context("load " + where);
+  const std::map<int32_t, int32_t> mine = slot_dims_map(optimizer_.slot_dims);
+  const auto width = [](const std::map<int32_t, int32_t>& dims, int32_t slot, int64_t dflt) {
+    const auto it = dims.find(slot);
+    return it != dims.end() ? int64_t{it->second} : dflt;
+  };
+  std::map<int32_t, int32_t> slots = saved;
+  slots.insert(mine.begin(), mine.end());
+  for (const auto& [slot, unused] : slots) {
+    const int64_t was = width(saved, slot, *saved_default);
+    const int64_t is = width(mine, slot, optimizer_.mf_dim);
+    if (was == is) continue;
+    return Status::InvalidArgument(
+        "load " + where + ": slot " + std::to_string(slot) + " was saved with embedx width " +
+        std::to_string(was) + ", this config gives it " + std::to_string(is) +
+        " (hyper_parameters.slot_dims and sparse_feature_dim must be those of the save)");
+  }
+  if (*saved_default != optimizer_.mf_dim) {
+    return Status::InvalidArgument(
+        "load " + where +
+        ": the slots not in hyper_parameters.slot_dims were saved with embedx "
+        "width " +
+        std::to_string(*saved_default) + ", this config gives them " +
+        std::to_string(optimizer_.mf_dim) + " (mf_dim = sparse_feature_dim - 1)");
+  }
+  return Status::OK();
+}
 
 Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) {
   if (mode == SaveKind::kNone) return Status::InvalidArgument("save " + path + ": save mode none");
@@ -65,6 +136,11 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) 
       {"fields", field_names(kind)},
       {"day", std::to_string(day_.load())},
   };
+  // Rows of other widths than mf_dim's (the widest class's): their records are shorter.
+  if (optimizer_.slot_dims.count > 0) {
+    props["slot_dims"] = slot_dims_text(optimizer_.slot_dims);
+    props["slot_dims_default"] = std::to_string(optimizer_.mf_dim);
+  }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kSparseKind, props).with_context("save " + path));
   epochs_.saved_through.store(epoch);
   for (auto& shard : shards_) shard->forget_deletions(epoch);
@@ -106,6 +182,8 @@ Status SparseTable::load(const std::string& path) {
                           "narrowing)";
     }
   }
+  // Every slot's width must match the table's too.
+  GPUBOX_RETURN_IF_ERROR(check_slot_dims(*manifest, where));
   struct Expect {
     const char* key;
     int64_t value;
@@ -146,7 +224,7 @@ Status SparseTable::load(const std::string& path) {
     }
   }
 
-  const int32_t floats = record_floats(kind, layout_);
+  const RecordShape shape = record_shape(kind, optimizer_);
   uint64_t total_records = 0;
   for (const PartFile& f : files) total_records += f.entry->records;
   const int threads = total_records >= kParallelKeys ? config_.threads : 1;
@@ -158,7 +236,7 @@ Status SparseTable::load(const std::string& path) {
     if (!data.ok()) return data.status();
     const std::string file = path + "/" + f.entry->name;
     GPUBOX_RETURN_IF_ERROR(f.deletions ? parse_keys(*form, *data, file, keys)
-                                       : parse_records(*form, *data, floats, file, keys, recs));
+                                       : parse_records(*form, *data, shape, file, keys, recs));
     if (keys->size() != f.entry->records) {
       return Status::Corruption(file + ": " + std::to_string(keys->size()) +
                                 " records, MANIFEST says " + std::to_string(f.entry->records));

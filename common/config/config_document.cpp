@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -129,6 +130,13 @@ struct ValueText {
     return buf;
   }
   std::string operator()(const std::string& v) const { return v; }
+  std::string operator()(const IntMap& items) const {
+    std::string out = "{";
+    for (const auto& [name, value] : items) {
+      out += (out.size() > 1 ? ", " : "") + name + ": " + std::to_string(value);
+    }
+    return out + "}";
+  }
   template <class T>
   std::string operator()(const std::vector<T>& items) const {
     std::string out = "[";
@@ -221,6 +229,25 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
       *out = std::move(v);
       return Status::OK();
     }
+    case KeyType::kIntMap: {
+      if (!node.IsNull() && !node.IsMap()) {
+        return wrong_type(key, "a map of slot names to integers", node);
+      }
+      IntMap v;
+      for (const auto& item : node) {
+        if (!item.first.IsScalar() || item.first.Scalar().empty()) {
+          return wrong_type(key, "a slot name", item.first);
+        }
+        int64_t x = 0;
+        GPUBOX_RETURN_IF_ERROR(parse_int(key, item.second, &x));
+        if (!v.emplace(item.first.Scalar(), x).second) {
+          return Status::InvalidArgument(key.name + ": slot " + item.first.Scalar() +
+                                         " is set twice");
+        }
+      }
+      *out = std::move(v);
+      return Status::OK();
+    }
   }
   return Status::Internal(key.name + ": unknown key type");
 }
@@ -236,7 +263,11 @@ class DocumentBuilder {
   // `-o runner.sync_mode=gpubox` runs a PaddleRec config whose value GPUBox does not take.
   void set_overridden(const std::vector<std::string>& overrides) {
     for (const std::string& o : overrides) {
-      if (const auto eq = o.find('='); eq != std::string::npos) overridden_.insert(o.substr(0, eq));
+      const auto eq = o.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string name = o.substr(0, eq);
+      const KeyAlias* alias = find_alias(name);
+      overridden_.insert(alias != nullptr && !alias->key.empty() ? alias->key : name);
     }
   }
 
@@ -262,6 +293,23 @@ class DocumentBuilder {
     const std::string name = text.substr(0, eq);
     const std::string value = text.substr(eq + 1);
     const KeySpec* key = find_key(name);
+    if (const KeyAlias* alias = key == nullptr ? find_alias(name) : nullptr) {
+      YAML::Node node;
+      try {
+        node = YAML::Load(value);
+      } catch (const YAML::Exception& e) {
+        return error("-o: " + name + ": cannot parse '" + value + "': " + e.msg);
+      }
+      const KeySpec* target = nullptr;
+      YAML::Node translated;
+      GPUBOX_RETURN_IF_ERROR(translate(*alias, node, &target, &translated).with_context("-o"));
+      if (target == nullptr) return Status::OK();
+      ConfigValue parsed;
+      const Status st = detail::parse_value(*target, translated, "", &parsed);
+      if (!st.ok()) return error("-o: " + name + " (" + target->name + "): " + st.message());
+      doc_.values_[target->name] = std::move(parsed);
+      return Status::OK();
+    }
     if (key == nullptr && find_ignored(name) != nullptr) {
       doc_.ignored_set_.insert(name);
       return Status::OK();
@@ -320,6 +368,36 @@ class DocumentBuilder {
                    " names but hyper_parameters.sparse_inputs_slots = " + std::to_string(slots) +
                    " means " + std::to_string(slots - 1) +
                    " sparse slots (the label counts as one)");
+    }
+    // slot_dims names slots of the data (a name of slot_names, else a slot number), lists at
+    // most 128 of them and gives at most 8 distinct widths with the default (the table's
+    // bounds: table/accessor/sparse_row.hpp kMaxSlotDims, kMaxWidthClasses).
+    const std::string sd = "hyper_parameters.slot_dims";
+    const auto& dims = std::get<IntMap>(doc_.value_of(*find_key(sd)));
+    std::set<int64_t> widths{
+        std::get<int64_t>(doc_.value_of(*find_key("hyper_parameters.sparse_feature_dim"))) - 1};
+    for (const auto& [name, dim] : dims) {
+      widths.insert(dim);
+      const bool listed = std::find(names.begin(), names.end(), name) != names.end();
+      int64_t number = 0;
+      const bool numbered =
+          names.empty() && !name.empty() &&
+          std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+          name.size() <= 9 && (number = std::stoll(name)) >= 1 && number <= slots;
+      if (!listed && !numbered) {
+        return error(sd + ": slot '" + name +
+                     "' is not one of the data's sparse slots (hyper_parameters.slot_names, or "
+                     "1 .. sparse_inputs_slots - 1)");
+      }
+    }
+    if (dims.size() > 128) {
+      return error(sd + ": " + std::to_string(dims.size()) +
+                   " slots listed, at most 128 (list "
+                   "only the slots that differ from sparse_feature_dim - 1)");
+    }
+    if (widths.size() > 8) {
+      return error(sd + ": " + std::to_string(widths.size()) +
+                   " distinct embedx widths with sparse_feature_dim - 1, at most 8");
     }
     return Status::OK();
   }
@@ -383,6 +461,29 @@ class DocumentBuilder {
           continue;
         }
         doc_.values_[name] = std::move(parsed);
+      } else if (const KeyAlias* alias = find_alias(name)) {
+        const KeySpec* target = nullptr;
+        YAML::Node translated;
+        if (const Status st = translate(*alias, value, &target, &translated); !st.ok()) {
+          note(error(st.message(), line));
+          continue;
+        }
+        if (target == nullptr) continue;
+        if (auto it = lines_.find(target->name); it != lines_.end()) {
+          note(error(name + " sets " + target->name + ", set already on line " +
+                         std::to_string(it->second),
+                     line));
+          continue;
+        }
+        lines_[target->name] = line;
+        if (overridden_.count(target->name) > 0) continue;
+        ConfigValue parsed;
+        if (const Status st = detail::parse_value(*target, translated, base_dir, &parsed);
+            !st.ok()) {
+          note(error(name + " (" + target->name + "): " + st.message(), line));
+          continue;
+        }
+        doc_.values_[target->name] = std::move(parsed);
       } else if (find_ignored(name) != nullptr) {
         doc_.ignored_set_.insert(name);  // any value, a whole ignored section included
       } else if (is_section(name)) {
@@ -396,6 +497,27 @@ class DocumentBuilder {
         unknown_.push_back(error(unknown_key(name), line));
       }
     }
+  }
+
+  // The value `alias` gives its key (*target; nullptr when it sets none), or why it is refused.
+  static Status translate(const KeyAlias& alias, const YAML::Node& value, const KeySpec** target,
+                          YAML::Node* out) {
+    *target = alias.key.empty() ? nullptr : find_key(alias.key);
+    if (alias.kind == KeyAlias::Kind::kSame) {
+      *out = value;
+      return Status::OK();
+    }
+    bool flag = false;
+    if (!value.IsScalar() || !YAML::convert<bool>::decode(value, flag)) {
+      return Status::InvalidArgument(alias.name + ": expected true or false, got " +
+                                     describe(value));
+    }
+    if (alias.kind == KeyAlias::Kind::kRefuseTrue) {
+      if (flag) return Status::InvalidArgument(alias.name + ": true is not built: " + alias.reason);
+      return Status::OK();
+    }
+    *out = YAML::Node(flag ? alias.if_true : alias.if_false);
+    return Status::OK();
   }
 
   ConfigDocument doc_;
@@ -503,6 +625,10 @@ std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {
 const std::vector<std::string>& ConfigDocument::get_string_list(std::string_view key) const {
   return std::get<std::vector<std::string>>(
       value_of(spec_of(key, KeyType::kStringList, KeyType::kPathList)));
+}
+
+const IntMap& ConfigDocument::get_int_map(std::string_view key) const {
+  return std::get<IntMap>(value_of(spec_of(key, KeyType::kIntMap)));
 }
 
 std::string ConfigDocument::value_text(std::string_view key) const {

@@ -78,6 +78,8 @@ class ConfigDocument {
   std::vector<int> get_int_list(std::string_view key) const;
   // kStringList and kPathList keys.
   const std::vector<std::string>& get_string_list(std::string_view key) const;
+  // kIntMap keys.
+  const IntMap& get_int_map(std::string_view key) const;
   // kEnum keys, through the enum's name table (config_enums.hpp).
   template <class E, std::size_t N>
   E get_enum(std::string_view key, const EnumName<E> (&names)[N]) const {

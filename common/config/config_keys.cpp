@@ -151,10 +151,16 @@ std::vector<KeySpec> build_table() {
   t.push_back(float_key(o + "epsilon", "1.0e-8", 1e-30, 1, kTrainer, "Adam epsilon"));
 
   const std::string h = "hyper_parameters.";
-  t.push_back(int_key(h + "sparse_inputs_slots", "27", 2, 100000, kDataset, "as in PaddleRec the label counts as one: the data has this minus 1 sparse slots, numbered from 1 and skipping runner.label_name"));
+  t.push_back(int_key(h + "sparse_inputs_slots", "27", 2, 100000, kDataset | kTable, "as in PaddleRec the label counts as one: the data has this minus 1 sparse slots, numbered from 1 and skipping runner.label_name"));
   t.push_back(int_key(h + "sparse_feature_number", "0", 0, kInt64Max, kNoEffect, "PaddleRec's table size; GPUBox tables grow as needed"));
   t.push_back(int_key(h + "sparse_feature_dim", "9", 1, 1024, kTable, "per key: 1 wide weight (embed_w) + mf_dim embedding values (embedx)"));
   t.push_back(enum_key(h + "sparse_storage", kSparseStorageNames, SparseStorage::kFp32, kTable, "how the card and host tiers keep each key's embedding values (embed_w, embedx): fp32, or fp16 / bf16 rounded to nearest even, two per float (optimizer state, show and click stay fp32; the math is fp32); saves hold fp32 values, so a save loads into any storage"));
+  {
+    KeySpec k = base(h + "slot_dims", KeyType::kIntMap, "{}", kTable, "embedx width per slot, e.g. {1: 4, 7: 16} (Paddle's dynamic mf dim, PSGPUWrapper::SetSlotDimVector): each slot's rows and pooled input take this many values; a slot not listed takes sparse_feature_dim - 1; at most 8 distinct widths");
+    k.int_min = 0;
+    k.int_max = 1023;
+    t.push_back(std::move(k));
+  }
   t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset, "dense features per instance"));
   t.push_back(int_list_key(h + "fc_sizes", "[512, 256, 128, 32]", 1, 1, kTrainer, "hidden layers (ReLU); a 1-wide logit layer follows"));
   t.push_back(int_key(h + "distributed_embedding", "0", 0, 1, kNoEffect, "PaddleRec's switch; GPUBox embeddings are always sharded over the cards"));
@@ -164,7 +170,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(enum_key(h + "dcn_structure", kDcnStructureNames, DcnStructure::kStacked, kTrainer, "dcn_v2: stacked (the dnn reads the cross output) or parallel (cross and dnn side by side, concatenated before the logit layer; PaddleRec's is_stacked)"));
   t.push_back(enum_key(h + "dense_precision", kDensePrecisionNames, DensePrecision::kFp32, kTrainer, "what the dense net's GEMMs compute in: fp32, or bf16 inputs with fp32 accumulation, master weights, optimizer and loss; bf16 only where the hardware has it (AVX512-BF16/AMX CPUs, GPUs), else fp32 and said at start"));
   t.push_back(bool_key(h + "use_cvm", "false", kTrainer, "true: each slot also feeds log(show+1), log(click+1)-log(show+1)"));
-  t.push_back(list_key(h + "slot_names", KeyType::kStringList, kDataset, "sparse slot names in data order; empty = numbered (see sparse_inputs_slots)"));
+  t.push_back(list_key(h + "slot_names", KeyType::kStringList, kDataset | kTable, "sparse slot names in data order; empty = numbered (see sparse_inputs_slots)"));
 
   const std::string s = "hyper_parameters.sparse_optimizer.";
   t.push_back(enum_key(s + "class", kSparseOptimizerKindNames, SparseOptimizerKind::kAdagrad, kTable, "per-key optimizer of the sparse table (card and host tiers)"));
@@ -368,6 +374,27 @@ const std::vector<IgnoredKey>& ignored_paddlerec_keys() {
   return table;
 }
 
+const std::vector<KeyAlias>& key_aliases() {
+  using Kind = KeyAlias::Kind;
+  static const std::vector<KeyAlias> aliases = {
+      {"hyper_parameters.cross_num", "hyper_parameters.cross_layers", Kind::kSame, "", "",
+       "PaddleRec dcn_v2's number of cross layers"},
+      {"hyper_parameters.is_Stacked", "hyper_parameters.dcn_structure", Kind::kBoolChoice,
+       "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel"},
+      {"hyper_parameters.use_low_rank_mixture", "", Kind::kRefuseTrue, "", "",
+       "PaddleRec dcn_v2's mixture of low-rank experts (DCN-Mix): true is refused, GPUBox builds "
+       "full-rank and low-rank cross layers only (hyper_parameters.cross_rank)"},
+  };
+  return aliases;
+}
+
+const KeyAlias* find_alias(std::string_view name) {
+  for (const KeyAlias& a : key_aliases()) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
 const IgnoredKey* find_ignored(std::string_view name) {
   for (const IgnoredKey& k : ignored_paddlerec_keys()) {
     if (name == k.name) return &k;
@@ -458,6 +485,8 @@ std::string type_text(const KeySpec& k) {
       return "list of strings";
     case KeyType::kPathList:
       return "list of paths";
+    case KeyType::kIntMap:
+      return "map of slot to " + int_range("integer");
   }
   return "?";
 }
@@ -502,6 +531,12 @@ std::string render_markdown_key_table() {
   for (const KeySpec& k : config_keys()) {
     out << "| `" << k.name << "` | " << cell(type_text(k)) << " | `" << k.default_text << "` | "
         << parts_text(k) << " | " << cell(k.meaning) << " |\n";
+  }
+  out << "\nPaddleRec spellings of these keys (a config sets one or the other):\n\n"
+         "| PaddleRec key | GPUBox key | meaning |\n|---|---|---|\n";
+  for (const KeyAlias& a : key_aliases()) {
+    out << "| `" << a.name << "` | " << (a.key.empty() ? "(none)" : "`" + a.key + "`") << " | "
+        << cell(a.reason) << " |\n";
   }
   out << "\nPaddleRec keys accepted with any value and ignored (listed at start when a config sets "
          "them):\n\n| PaddleRec key | why GPUBox ignores it |\n|---|---|\n";

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -29,6 +30,7 @@ enum class KeyType {
   kIntList,     // a YAML list of integers in [int_min, int_max], at least min_items of them
   kStringList,  // a YAML list of strings
   kPathList,    // a YAML list of paths (resolved like kPath)
+  kIntMap,  // a YAML map of names to integers in [int_min, int_max] (hyper_parameters.slot_dims)
 };
 
 // The part of GPUBox that reads a key (a bit set; a key may have several readers).
@@ -42,9 +44,11 @@ enum Part : unsigned {
 };
 
 // A typed value: bool, int64 (kInt), uint64 (kUInt64), double (kFloat), string (kString,
-// kPath, kWorkPath, kEnum), list of int64 (kIntList), list of strings (kStringList, kPathList).
+// kPath, kWorkPath, kEnum), list of int64 (kIntList), list of strings (kStringList, kPathList),
+// map of names to int64 (kIntMap, ordered by name).
+using IntMap = std::map<std::string, int64_t>;
 using ConfigValue = std::variant<bool, int64_t, uint64_t, double, std::string, std::vector<int64_t>,
-                                 std::vector<std::string>>;
+                                 std::vector<std::string>, IntMap>;
 
 struct KeySpec {
   std::string name;  // dotted: "runner.thread_num"
@@ -79,6 +83,23 @@ struct IgnoredKey {
 const std::vector<IgnoredKey>& ignored_paddlerec_keys();
 // The entry covering `name` (the key itself, or an ignored section holding it), or nullptr.
 const IgnoredKey* find_ignored(std::string_view name);
+
+// A PaddleRec spelling of a GPUBox key (PaddleRec's models/rank/dcn_v2 config.yaml names
+// dcn_v2's settings its own way): a config may set `name` instead of `key`, never both. The
+// value is taken as the key's (kSame), a bool chooses one of the key's values (kBoolChoice:
+// true -> if_true, false -> if_false), or a bool whose true GPUBox does not build is refused
+// with `reason` (kRefuseTrue, `key` empty: false changes nothing).
+struct KeyAlias {
+  enum class Kind { kSame, kBoolChoice, kRefuseTrue };
+  std::string name;
+  std::string key;
+  Kind kind = Kind::kSame;
+  std::string if_true, if_false;  // kBoolChoice
+  std::string reason;             // one line: what it is in PaddleRec (and why refused)
+};
+const std::vector<KeyAlias>& key_aliases();
+// The alias named `name`, or nullptr.
+const KeyAlias* find_alias(std::string_view name);
 
 // The suggestions of an "unknown key" error, best first (at most 3, possibly none): valid keys
 // or sections whose edit distance to `name` is small for its length (at most a third of the

@@ -106,13 +106,11 @@ struct IsCleanEntry {
 CardSparseStore::CardSparseStore(device::Card& card, const table::AccessorConfig& config,
                                  const HashTableOptions& options)
     : config_(config),
-      layout_(table::RowLayout::make(config.optimizer.kind, config.mf_dim, config.storage)),
+      layout_(table::record_layout(config)),
       table_(card,
              [&] {
                HashTableOptions o = options;
-               o.row_stride =
-                   table::RowLayout::make(config.optimizer.kind, config.mf_dim, config.storage)
-                       .stride();
+               o.row_stride = table::record_layout(config).stride();
                return o;
              }()),
       dirty_(0, card.memory(), card.stream()),

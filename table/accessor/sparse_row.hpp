@@ -60,6 +60,20 @@ struct SparseOptimizerConfig {
   float ada_epsilon = 1e-8f;
 };
 
+// hyper_parameters.slot_dims: the embedx width of the slots that do not take the default
+// (AccessorConfig::mf_dim), Paddle's dynamic mf dim (PSGPUWrapper::SetSlotDimVector). A row's
+// width is fixed when it is created, from its slot, and the row records it (mf_dim field), so a
+// row read anywhere says its own layout (RowLayout::of_row). Rows of one width form a width
+// class; the tiers store each class at its own stride. A bounded table of plain data, so that
+// functors copy it to the card.
+inline constexpr int32_t kMaxSlotDims = 128;
+inline constexpr int32_t kMaxWidthClasses = 8;
+struct SlotDims {
+  int32_t count = 0;  // entries used
+  int32_t slot[kMaxSlotDims] = {};
+  int32_t dim[kMaxSlotDims] = {};
+};
+
 // The accessor (Paddle's CtrDymfAccessor role): what a sparse row is and the rules every tier
 // applies to it — the embedx width, the optimizer, the show/click score with the embedx
 // creation threshold, the decay and deletion rules of shrink, and the initialisation seed.
@@ -69,6 +83,7 @@ struct SparseOptimizerConfig {
 struct AccessorConfig {
   int32_t mf_dim = 8;  // embedx width (sparse_feature_dim minus the wide weight)
   SparseStorage storage = SparseStorage::kFp32;  // how the rows keep embed_w and embedx_w
+  SlotDims slot_dims;  // slots of another embedx width (hyper_parameters.slot_dims)
   SparseOptimizerConfig optimizer;
   // score = nonclk_coeff * (show - click) + clk_coeff * click; embedx is created at
   // embedx_threshold
@@ -84,12 +99,60 @@ struct AccessorConfig {
   uint64_t seed = 0;  // embed init is a hash of (key, seed): runs are reproducible
 };
 
+// The embedx width of the rows of `slot`.
+GPUBOX_HD inline int32_t slot_mf_dim(const AccessorConfig& cfg, int32_t slot) {
+  for (int32_t i = 0; i < cfg.slot_dims.count; ++i) {
+    if (cfg.slot_dims.slot[i] == slot) return cfg.slot_dims.dim[i];
+  }
+  return cfg.mf_dim;
+}
+
+// The widths of the rows a config creates, ascending and distinct: the default and every
+// slot_dims value. Class c holds the rows of width dims[c].
+struct WidthClasses {
+  int32_t count = 0;
+  int32_t dims[kMaxWidthClasses] = {};
+
+  // The class of rows of width `mf_dim`, or -1 when the config creates none.
+  GPUBOX_HD int32_t class_of(int32_t mf_dim) const {
+    for (int32_t c = 0; c < count; ++c) {
+      if (dims[c] == mf_dim) return c;
+    }
+    return -1;
+  }
+  GPUBOX_HD int32_t widest() const { return count > 0 ? dims[count - 1] : 0; }
+};
+
+// The width classes of `cfg`; more than kMaxWidthClasses distinct widths is an error at config
+// time (sparse_config_from), so this one only asserts it.
+GPUBOX_HD inline WidthClasses width_classes(const AccessorConfig& cfg) {
+  WidthClasses classes;
+  const auto add = [&classes](int32_t dim) {
+    if (classes.class_of(dim) >= 0 || classes.count == kMaxWidthClasses) return;
+    int32_t at = classes.count++;
+    for (; at > 0 && classes.dims[at - 1] > dim; --at) classes.dims[at] = classes.dims[at - 1];
+    classes.dims[at] = dim;
+  };
+  add(cfg.mf_dim);
+  for (int32_t i = 0; i < cfg.slot_dims.count; ++i) add(cfg.slot_dims.dim[i]);
+  return classes;
+}
+
 // Offsets (in floats) of each field for a given optimizer, mf_dim and storage.
+//
+// With slot_dims, rows differ in mf_dim (and, for adam, in embedx_state_dim). Records that move
+// between tiers and cards (pull and push records, host-tier transfers) take the layout of the
+// widest class, record_layout(cfg): each record holds one row in its own layout (of_row) at the
+// start of a widest-stride slot, zeros after it. Stored rows keep their own stride.
 struct RowLayout {
   int32_t mf_dim = 0;
   int32_t embed_state_dim = 0;   // k1
   int32_t embedx_state_dim = 0;  // k2
   SparseStorage storage = SparseStorage::kFp32;
+  SparseOptimizerKind kind = SparseOptimizerKind::kAdagrad;
+  // A record layout (record_layout) of a config with several width classes: the rows it carries
+  // say their own width. False: every row has this layout.
+  bool mixed_widths = false;
 
   static constexpr int32_t kShow = 0;
   static constexpr int32_t kClick = 1;
@@ -103,6 +166,7 @@ struct RowLayout {
     RowLayout layout;
     layout.mf_dim = mf_dim;
     layout.storage = storage;
+    layout.kind = kind;
     switch (kind) {
       case SparseOptimizerKind::kSgd:
         layout.embed_state_dim = 0;
@@ -140,6 +204,15 @@ struct RowLayout {
     RowLayout layout = *this;
     layout.storage = SparseStorage::kFp32;
     return layout;
+  }
+  // The layout of `row`, a row carried under this layout: this one, or with mixed_widths the
+  // one its mf_dim field names (the field's offset does not depend on the width).
+  GPUBOX_HD RowLayout of_row(const float* row) const {
+    return mixed_widths ? make(kind, static_cast<int32_t>(row[mf_dim_offset()]), storage) : *this;
+  }
+  // The layout of the rows of `slot` under `cfg`.
+  GPUBOX_HD static RowLayout for_slot(const AccessorConfig& cfg, int32_t slot) {
+    return make(cfg.optimizer.kind, slot_mf_dim(cfg, slot), cfg.storage);
   }
 
   // The pull record a model sees: show, click, embed_w, embedx_w[mf_dim].
@@ -238,6 +311,33 @@ GPUBOX_HD inline void convert_row(const float* src, const RowLayout& from, float
   for (int32_t i = 0; i < from.mf_dim; ++i) write_embedx_w(dst, to, i, read_embedx_w(src, from, i));
 }
 
+// A digest of the width `cfg` gives each slot (the default and slot_dims, in any order), so that
+// processes can check they create rows of the same widths (gpubox_server's INFO reply).
+inline uint64_t slot_dims_digest(const AccessorConfig& cfg) {
+  uint64_t digest = hash_with_seed(static_cast<uint64_t>(static_cast<uint32_t>(cfg.mf_dim)), 17);
+  for (int32_t i = 0; i < cfg.slot_dims.count; ++i) {
+    const uint64_t pair = (uint64_t{static_cast<uint32_t>(cfg.slot_dims.slot[i])} << 32) |
+                          static_cast<uint32_t>(cfg.slot_dims.dim[i]);
+    digest += hash_with_seed(pair, 19);
+  }
+  return digest;
+}
+
+// The layout of the records that carry rows of every width of `cfg` (the widest class's).
+GPUBOX_HD inline RowLayout record_layout(const AccessorConfig& cfg) {
+  const WidthClasses classes = width_classes(cfg);
+  RowLayout layout = RowLayout::make(cfg.optimizer.kind, classes.widest(), cfg.storage);
+  layout.mixed_widths = classes.count > 1;
+  return layout;
+}
+
+// Copies a stored row into a record of `record`'s width: the row's own floats, then zeros.
+GPUBOX_HD inline void row_into_record(const float* row, const RowLayout& record, float* out) {
+  const int32_t own = record.of_row(row).stride();
+  for (int32_t i = 0; i < own; ++i) out[i] = row[i];
+  for (int32_t i = own; i < record.stride(); ++i) out[i] = 0.0f;
+}
+
 // show/click score used by the creation rule, eviction and shrink.
 GPUBOX_HD inline float row_score(const float* row, const AccessorConfig& cfg) {
   const float show = row[RowLayout::kShow];
@@ -271,9 +371,12 @@ GPUBOX_HD inline void init_state(float* state, int32_t dim, const SparseOptimize
 }  // namespace detail
 
 // A new row for `key` in `slot`: counters zero, embed_w and its state initialised, embedx absent.
-GPUBOX_HD inline void init_row(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+// The row takes the slot's width (RowLayout::for_slot); `room` is the layout of the space at
+// `row` (the slot's own, or a record layout at least as wide), zeroed whole.
+GPUBOX_HD inline void init_row(float* row, const RowLayout& room, const AccessorConfig& cfg,
                                uint64_t key, int32_t slot) {
-  for (int32_t i = 0; i < layout.stride(); ++i) row[i] = 0.0f;
+  for (int32_t i = 0; i < room.stride(); ++i) row[i] = 0.0f;
+  const RowLayout layout = RowLayout::for_slot(cfg, slot);
   write_embed_w(
       row, layout,
       cfg.optimizer.initial_range > 0.0f
@@ -300,8 +403,9 @@ GPUBOX_HD inline void create_embedx(float* row, const RowLayout& layout, const A
 
 // Creates the embedx part (create_embedx) when the row's score reaches embedx_threshold.
 // Returns true when it created the part now.
-GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
+GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& any_layout,
                                           const AccessorConfig& cfg, uint64_t key) {
+  const RowLayout layout = any_layout.of_row(row);
   if (row[layout.mf_size()] > 0.0f) return false;
   if (row_score(row, cfg) < cfg.embedx_threshold) return false;
   create_embedx(row, layout, cfg, key);
@@ -309,17 +413,21 @@ GPUBOX_HD inline bool maybe_create_embedx(float* row, const RowLayout& layout,
 }
 
 // Field f < pull_dim() of the pull record (show, click, embed_w, embedx_w or zeros while embedx
-// is absent): kernels that spread one record over several threads read it field by field.
-GPUBOX_HD inline float pull_record_field(const float* row, const RowLayout& layout, int32_t f) {
+// is absent, and past the row's own width): kernels that spread one record over several threads
+// read it field by field. `layout`: the record's (any width of the row's optimizer).
+GPUBOX_HD inline float pull_record_field(const float* row, const RowLayout& record, int32_t f) {
   switch (f) {
     case 0:
       return row[RowLayout::kShow];
     case 1:
       return row[RowLayout::kClick];
     case 2:
-      return read_embed_w(row, layout);
-    default:
-      return row[layout.mf_size()] > 0.0f ? read_embedx_w(row, layout, f - 3) : 0.0f;
+      return read_embed_w(row, record);
+    default: {
+      if (!(row[record.mf_size()] > 0.0f)) return 0.0f;
+      const RowLayout layout = record.of_row(row);
+      return f - 3 < layout.mf_dim ? read_embedx_w(row, layout, f - 3) : 0.0f;
+    }
   }
 }
 

@@ -191,9 +191,11 @@ GPUBOX_HD inline void update_part(SparseOptimizerKind kind, PartWeights w, float
 //   the row's new score reaches it; by default always, as in Paddle); then, if the embedx part
 //   existed before this step it takes one step, otherwise it is created when the row's new
 //   score reaches embedx_threshold (its gradient of this step is not applied).
-// Returns true when this step created the embedx part. `row` must be a row of `layout`.
-GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const AccessorConfig& cfg,
+// Returns true when this step created the embedx part. `row` is a row of `layout`'s optimizer,
+// of any width (its own layout, RowLayout::of_row, is used); `push` holds at least its width.
+GPUBOX_HD inline bool apply_push(float* row, const RowLayout& any_layout, const AccessorConfig& cfg,
                                  uint64_t key, const float* push) {
+  const RowLayout layout = any_layout.of_row(row);
   const float show = push[PushRecord::kShow];
   const float click = push[PushRecord::kClick];
   row[RowLayout::kShow] += show;
@@ -226,8 +228,9 @@ GPUBOX_HD inline bool apply_push(float* row, const RowLayout& layout, const Acce
 // created at `key`'s initial values (create_embedx) when the delta carries one: a trainer
 // created it locally at those same values, and its delta is the change since then, so the
 // initial values count once however many trainers created the part.
-GPUBOX_HD inline void apply_delta(float* row, const RowLayout& layout, const AccessorConfig& cfg,
-                                  uint64_t key, const float* delta) {
+GPUBOX_HD inline void apply_delta(float* row, const RowLayout& any_layout,
+                                  const AccessorConfig& cfg, uint64_t key, const float* delta) {
+  const RowLayout layout = any_layout.of_row(row);
   const float show = delta[PushRecord::kShow];
   const float click = delta[PushRecord::kClick];
   row[RowLayout::kShow] += show;

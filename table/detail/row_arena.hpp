@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/accessor/sparse_row.hpp"
 
 namespace gpubox::table::detail {
 
@@ -105,6 +106,72 @@ class RowArena {
   std::vector<uint32_t> epochs_;
   std::vector<uint32_t> free_;
   std::size_t allocated_ = 0;
+};
+
+// One RowArena per width class (hyper_parameters.slot_dims), so that a row takes its own
+// width's floats and not the widest's. A row is named by a handle: its class in the top
+// kClassBits bits, its index in that class's arena below. With one class the handle is the
+// index. Same contract as RowArena otherwise (not thread-safe; the shard's mutex guards it).
+class RowArenas {
+ public:
+  static constexpr uint32_t kClassBits = 3;  // kMaxWidthClasses classes
+  static constexpr uint32_t kClassShift = 32 - kClassBits;
+  static constexpr uint32_t kIndexMask = (uint32_t{1} << kClassShift) - 1;
+  static_assert((uint32_t{1} << kClassBits) >= static_cast<uint32_t>(kMaxWidthClasses));
+
+  // `strides[c]`: floats per row of class c.
+  RowArenas(const std::vector<int32_t>& strides, uint32_t rows_per_chunk) {
+    GPUBOX_EXPECTS(!strides.empty() && strides.size() <= (std::size_t{1} << kClassBits),
+                   "row arenas: ", strides.size(), " width classes");
+    for (int32_t stride : strides) arenas_.emplace_back(stride, rows_per_chunk);
+  }
+
+  std::size_t classes() const { return arenas_.size(); }
+  const RowArena& arena(std::size_t c) const { return arenas_[c]; }
+  std::size_t live_rows() const {
+    std::size_t rows = 0;
+    for (const RowArena& a : arenas_) rows += a.live_rows();
+    return rows;
+  }
+  std::size_t memory_bytes() const {
+    std::size_t bytes = 0;
+    for (const RowArena& a : arenas_) bytes += a.memory_bytes();
+    return bytes;
+  }
+  static uint32_t class_of(uint32_t handle) { return handle >> kClassShift; }
+  int32_t stride(uint32_t handle) const { return arenas_[class_of(handle)].stride(); }
+  float* row(uint32_t handle) { return arenas_[class_of(handle)].row(handle & kIndexMask); }
+  const float* row(uint32_t handle) const {
+    return arenas_[class_of(handle)].row(handle & kIndexMask);
+  }
+  void prefetch(uint32_t handle) const { arenas_[class_of(handle)].prefetch(handle & kIndexMask); }
+  uint32_t epoch(uint32_t handle) const {
+    return arenas_[class_of(handle)].epoch(handle & kIndexMask);
+  }
+  void set_epoch(uint32_t handle, uint32_t epoch) {
+    arenas_[class_of(handle)].set_epoch(handle & kIndexMask, epoch);
+  }
+  bool pinned(uint32_t handle) const {
+    return arenas_[class_of(handle)].pinned(handle & kIndexMask);
+  }
+  void set_pinned(uint32_t handle, bool pin) {
+    arenas_[class_of(handle)].set_pinned(handle & kIndexMask, pin);
+  }
+  // A row of class `c` (contents unspecified until the caller writes them).
+  uint32_t allocate(uint32_t c, uint32_t epoch) {
+    const uint32_t index = arenas_[c].allocate(epoch);
+    // kIndexMask itself stays unused: the top class's last index would read as kAbsent.
+    GPUBOX_EXPECTS(index < kIndexMask, "row arenas: width class ", c, " is full (", index,
+                   " rows in one shard; use more runner.host_table_shards)");
+    return (c << kClassShift) | index;
+  }
+  void release(uint32_t handle) { arenas_[class_of(handle)].release(handle & kIndexMask); }
+  void clear() {
+    for (RowArena& a : arenas_) a.clear();
+  }
+
+ private:
+  std::vector<RowArena> arenas_;
 };
 
 }  // namespace gpubox::table::detail

@@ -18,6 +18,15 @@ std::vector<uint32_t> identity(std::size_t n) {
   return pos;
 }
 
+// Floats per row of each width class.
+std::vector<int32_t> class_strides(const WidthClasses& classes, const AccessorConfig& cfg) {
+  std::vector<int32_t> strides;
+  for (int32_t c = 0; c < classes.count; ++c) {
+    strides.push_back(RowLayout::make(cfg.optimizer.kind, classes.dims[c], cfg.storage).stride());
+  }
+  return strides;
+}
+
 }  // namespace
 
 SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg,
@@ -29,12 +38,46 @@ SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorCon
       disk_(disk),
       memory_limit_(memory_limit),
       epochs_(epochs),
-      arena_(layout.stride(), rows_per_chunk),
+      classes_(width_classes(cfg)),
+      arena_(class_strides(classes_, cfg), rows_per_chunk),
       write_through_limit_(disk != nullptr && memory_limit > 0 ? write_through_limit : 0) {}
 
-uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch) {
-  const uint32_t index = arena_.allocate(epoch);
+uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch, uint32_t width_class) {
+  const uint32_t index = arena_.allocate(width_class, epoch);
   index_.insert(key, index);
+  return index;
+}
+
+uint32_t SparseShard::slot_class(int32_t slot) const {
+  return static_cast<uint32_t>(classes_.class_of(slot_mf_dim(cfg_, slot)));
+}
+
+StatusOr<uint32_t> SparseShard::row_class(uint64_t key, const float* row) const {
+  if (!layout_.mixed_widths) return 0u;
+  const float width = row[layout_.mf_dim_offset()];
+  const int32_t c = width >= 0.0f && width <= static_cast<float>(layout_.mf_dim)
+                        ? classes_.class_of(static_cast<int32_t>(width))
+                        : -1;
+  if (c < 0 || width != static_cast<float>(static_cast<int32_t>(width))) {
+    return Status::InvalidArgument(
+        "host table: the row of key " + std::to_string(key) + " (slot " +
+        std::to_string(static_cast<int32_t>(row[layout_.slot()])) + ") has embedx width " +
+        std::to_string(width) +
+        ", which no slot has under this config's hyper_parameters.slot_dims");
+  }
+  return static_cast<uint32_t>(c);
+}
+
+uint32_t SparseShard::store_row(uint64_t key, uint32_t index, uint32_t width_class,
+                                const float* row) {
+  if (RowArenas::class_of(index) != width_class) {
+    const uint32_t epoch = arena_.epoch(index);
+    const bool pinned = arena_.pinned(index);
+    remove_row(key, index);
+    index = insert_row(key, epoch, width_class);
+    arena_.set_pinned(index, pinned);
+  }
+  std::memcpy(arena_.row(index), row, sizeof(float) * arena_.stride(index));
   return index;
 }
 
@@ -63,8 +106,9 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
     (*idx)[j] = index_.find(key);
     if ((*idx)[j] != kAbsent) continue;
     if (create_inline) {
-      (*idx)[j] = insert_row(key, now);
-      init_row(arena_.row((*idx)[j]), layout_, cfg_, key, slots != nullptr ? slots[pos[j]] : 0);
+      const int32_t slot = slots != nullptr ? slots[pos[j]] : 0;
+      (*idx)[j] = insert_row(key, now, slot_class(slot));
+      init_row(arena_.row((*idx)[j]), RowLayout::for_slot(cfg_, slot), cfg_, key, slot);
       if (created != nullptr) ++*created;
     } else {
       misses.emplace_back(key, static_cast<uint32_t>(j));
@@ -93,8 +137,11 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = 0; i < misses.size(); ++i) {
       if (!on_disk[i]) continue;
-      const uint32_t index = insert_row(miss_keys[i], disk_epochs[i]);
-      std::memcpy(arena_.row(index), &disk_rows[i * stride], sizeof(float) * stride);
+      const float* row = &disk_rows[i * stride];
+      StatusOr<uint32_t> width_class = row_class(miss_keys[i], row);
+      if (!width_class.ok()) return width_class.status();
+      const uint32_t index = insert_row(miss_keys[i], disk_epochs[i], *width_class);
+      std::memcpy(arena_.row(index), row, sizeof(float) * arena_.stride(index));
       if (write_through_.size() > 0) write_through_.erase(miss_keys[i]);
       --rows_on_disk_;
       ++rows_read_back_;
@@ -105,8 +152,8 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
       if (on_disk[i]) continue;
       const uint64_t key = misses[i].first;
       const int32_t slot = slots != nullptr ? slots[pos[misses[i].second]] : 0;
-      const uint32_t index = insert_row(key, now);
-      init_row(arena_.row(index), layout_, cfg_, key, slot);
+      const uint32_t index = insert_row(key, now, slot_class(slot));
+      init_row(arena_.row(index), RowLayout::for_slot(cfg_, slot), cfg_, key, slot);
       if (created != nullptr) ++*created;
     }
   }
@@ -143,7 +190,7 @@ Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint3
         row[RowLayout::kUnseenDays] = 0.0f;
         mark(idx[j]);
       }
-      std::memcpy(rows + piece_pos[j] * stride, row, sizeof(float) * stride);
+      row_into_record(row, layout_, rows + piece_pos[j] * stride);
     }
   }
   return Status::OK();
@@ -159,7 +206,7 @@ Status SparseShard::peek(const uint64_t* keys, const int32_t* slots, const uint3
     if (index == kAbsent) {
       misses.push_back(j);
     } else {
-      std::memcpy(rows + pos[j] * stride, arena_.row(index), sizeof(float) * stride);
+      row_into_record(arena_.row(index), layout_, rows + pos[j] * stride);
     }
   }
   std::vector<uint8_t> on_disk(misses.size(), 0);
@@ -240,8 +287,16 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
     GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/true, &idx, nullptr));
     for (std::size_t j = 0; j < n; ++j) {
+      const uint64_t key = keys[piece_pos[j]];
+      const float* pushed = rows + piece_pos[j] * stride;
+      StatusOr<uint32_t> width_class = row_class(key, pushed);
+      if (!width_class.ok()) return width_class.status();
+      // A new key was created above at slot 0's width: store_row moves it to the pushed one's
+      // (a repeat of the key then finds the moved row).
+      const uint32_t index =
+          RowArenas::class_of(idx[j]) == *width_class ? idx[j] : index_.find(key);
+      idx[j] = store_row(key, index, *width_class, pushed);
       float* row = arena_.row(idx[j]);
-      std::memcpy(row, rows + piece_pos[j] * stride, sizeof(float) * stride);
       row[RowLayout::kUnseenDays] = 0.0f;
       mark(idx[j]);
       arena_.set_pinned(idx[j], false);  // written back: its pass is done with it
@@ -292,7 +347,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
         deleted_keys.push_back(key);
         if (write_through_.size() > 0) write_through_.erase(key);
       } else {
-        batch.put(id_, key, row.data(), now, stride);
+        batch.put(id_, key, row.data(), now, layout_.of_row(row.data()).stride());
       }
       if (batch.count() >= kDiskBatchEntries && st.ok()) {
         st = disk_->write(batch);
@@ -335,7 +390,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     DiskTier::Batch batch;
     for (std::size_t i = begin; i < end; ++i) {
       batch.put(id_, cold[i].first, arena_.row(cold[i].second), arena_.epoch(cold[i].second),
-                stride);
+                arena_.stride(cold[i].second));
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = begin; i < end; ++i) remove_row(cold[i].first, cold[i].second);
@@ -387,13 +442,12 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
   // fewer overlaps to compact.
   std::sort(scored.begin(), scored.begin() + victims,
             [](const Candidate& a, const Candidate& b) { return a.key < b.key; });
-  const int32_t stride = layout_.stride();
   for (std::size_t begin = 0; begin < victims; begin += kDiskBatchEntries) {
     const std::size_t end = std::min(victims, begin + kDiskBatchEntries);
     DiskTier::Batch batch;
     for (std::size_t i = begin; i < end; ++i) {
       const uint32_t index = scored[i].index;
-      batch.put(id_, scored[i].key, arena_.row(index), arena_.epoch(index), stride);
+      batch.put(id_, scored[i].key, arena_.row(index), arena_.epoch(index), arena_.stride(index));
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     for (std::size_t i = begin; i < end; ++i) {
@@ -425,13 +479,14 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
                              ShardSnapshot* out) {
   std::lock_guard<std::mutex> lock(mu_);
   const RecordKind kind = mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
-  const int32_t floats = record_floats(kind, layout_);
-  std::vector<float> rec(floats);
+  std::vector<float> rec(record_floats(kind, layout_));
   const bool delta = mode == SaveKind::kDelta;
   auto emit = [&](uint64_t key, const float* row, uint32_t epoch) {
     if (delta && epoch <= saved_through) return;
-    row_to_record(kind, layout_, row, rec.data());
-    append_record(form, key, rec.data(), floats, &out->part);
+    // Each row's record at its own width (record_shape reads it back).
+    const RowLayout own = layout_.of_row(row);
+    row_to_record(kind, own, row, rec.data());
+    append_record(form, key, rec.data(), record_floats(kind, own), &out->part);
     ++out->rows;
   };
   index_.for_each(
@@ -469,6 +524,7 @@ Status SparseShard::clear() {
 Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const float* recs,
                                  std::size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Records come padded to the widest record (parse_records with record_shape).
   const int32_t floats = record_floats(kind, layout_);
   // Pieces bound memory above the row budget while loading.
   const std::size_t piece = std::min<std::size_t>(piece_keys(n), 1 << 16);
@@ -481,11 +537,28 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
         locate(keys + begin, nullptr, pos.data(), m, /*create=*/false, &idx, nullptr));
     for (std::size_t j = 0; j < m; ++j) {
       const uint64_t key = keys[begin + j];
+      const float* rec = recs + (begin + j) * floats;
+      // The row's width: a full record's own, a model record's slot's.
+      const RowLayout own = kind == RecordKind::kFullRow || !layout_.mixed_widths
+                                ? layout_.of_row(rec)
+                                : RowLayout::for_slot(cfg_, static_cast<int32_t>(rec[2]));
+      const int32_t width_class = classes_.class_of(own.mf_dim);
+      if (width_class < 0 || own.stride() > layout_.stride()) {
+        return Status::InvalidArgument("host table: the loaded row of key " + std::to_string(key) +
+                                       " has embedx width " + std::to_string(own.mf_dim) +
+                                       ", which no slot has under this config's "
+                                       "hyper_parameters.slot_dims");
+      }
       uint32_t index = index_.find(key);
       const bool existing = index != kAbsent;
-      if (!existing) index = insert_row(key, 0);
-      record_to_row(kind, layout_, cfg_, key, recs + (begin + j) * floats, existing,
-                    arena_.row(index));
+      if (!existing) {
+        index = insert_row(key, 0, static_cast<uint32_t>(width_class));
+      } else if (RowArenas::class_of(index) != static_cast<uint32_t>(width_class)) {
+        return Status::InvalidArgument("host table: the loaded row of key " + std::to_string(key) +
+                                       " has embedx width " + std::to_string(own.mf_dim) +
+                                       " but the table holds it at another width");
+      }
+      record_to_row(kind, own, cfg_, key, rec, existing, arena_.row(index));
       arena_.set_epoch(index, 0);  // as saved
     }
   }

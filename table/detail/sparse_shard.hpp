@@ -96,7 +96,15 @@ class SparseShard {
   // KeyIndexMap::kAbsent. Requires mu_.
   Status locate(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
                 bool create, std::vector<uint32_t>* idx, std::size_t* created);
-  uint32_t insert_row(uint64_t key, uint32_t epoch);
+  // A new row of width class `width_class` for `key`.
+  uint32_t insert_row(uint64_t key, uint32_t epoch, uint32_t width_class);
+  // The width class of the rows of `slot`, and of `row` (a record or a stored row); a width this
+  // config has no class for is an error naming `key`.
+  uint32_t slot_class(int32_t slot) const;
+  StatusOr<uint32_t> row_class(uint64_t key, const float* row) const;
+  // Copies `row` (own layout) over the stored row of `key` at handle `index`, moving it to the
+  // right width class first when it is in another; returns the (possibly new) handle.
+  uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row);
   void remove_row(uint64_t key, uint32_t index);
   void note_deleted(uint64_t key);
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
@@ -120,15 +128,16 @@ class SparseShard {
   bool age_row(float* row) const;
 
   const uint32_t id_;
-  const RowLayout layout_;
+  const RowLayout layout_;  // the records' (widest class's); rows are stored at their own width
   const AccessorConfig& cfg_;
   DiskTier* const disk_;
   const uint64_t memory_limit_;
   TableEpochs* const epochs_;
+  const WidthClasses classes_;
 
   std::mutex mu_;
-  KeyIndexMap index_;
-  RowArena arena_;
+  KeyIndexMap index_;  // key -> RowArenas handle
+  RowArenas arena_;
   uint64_t rows_on_disk_ = 0;
   uint64_t rows_evicted_ = 0;
   uint64_t rows_read_back_ = 0;

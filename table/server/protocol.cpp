@@ -262,6 +262,7 @@ void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out) {
   w.put_u64(info.instance_id);
   w.put_u64(info.generation);
   w.put_i32(info.storage);
+  w.put_u64(info.slot_dims_digest);
 }
 
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
@@ -276,6 +277,7 @@ StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.instance_id));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.generation));
   GPUBOX_RETURN_IF_ERROR(r.get_i32(&info.storage));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.slot_dims_digest));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   if (info.shard_num == 0 || info.shard_id >= info.shard_num) {
     return Status::Corruption("INFO reply: shard " + std::to_string(info.shard_id) + " of " +

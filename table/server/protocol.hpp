@@ -170,6 +170,8 @@ struct InfoReply {
   // it started, so it holds only what clients wrote to this instance.
   uint64_t generation = 0;
   int32_t storage = 0;  // config::SparseStorage
+  // table::slot_dims_digest of the server's accessor: the width it gives each slot.
+  uint64_t slot_dims_digest = 0;
 };
 void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);

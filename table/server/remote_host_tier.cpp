@@ -111,8 +111,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
 RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOptions options,
                                TransportOptions transport_options)
     : options_(std::move(options)),
-      layout_(RowLayout::make(options_.config.optimizer.kind, options_.config.mf_dim,
-                              options_.config.storage)),
+      layout_(record_layout(options_.config)),
       identities_(endpoint_names(endpoints)),
       transport_(std::move(endpoints), [&] {
         transport_options.on_connect = [this](uint32_t e, Connection& c, Clock::time_point d) {
@@ -160,6 +159,13 @@ Status RemoteHostTier::check_servers() {
           std::to_string(layout_.mf_dim) + ", sparse_storage " +
           storage(static_cast<int32_t>(layout_.storage)) +
           ": start the servers with the trainer's config");
+    }
+    if (info.slot_dims_digest != slot_dims_digest(options_.config)) {
+      return Status::InvalidArgument(
+          "server " + where +
+          " gives the slots other embedx widths than this trainer "
+          "(hyper_parameters.slot_dims, sparse_feature_dim): start the servers with the "
+          "trainer's config");
     }
     if (info.shard_num > 1 && (info.shard_num != n || info.shard_id != e)) {
       return Status::InvalidArgument(

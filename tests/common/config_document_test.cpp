@@ -437,3 +437,59 @@ TEST(TakeOverrides, SplitsOverridesFromTheOtherArguments) {
 
 }  // namespace
 }  // namespace gpubox::config
+
+namespace gpubox::config {
+namespace {
+
+// PaddleRec's dcn_v2 spellings set GPUBox's keys through the one alias table, in a file and
+// in -o; the mixture of experts GPUBox does not build is refused; alias and key together are
+// one key set twice.
+TEST_F(ConfigDocumentTest, PaddleRecDcnV2SpellingsSetGpuboxKeys) {
+  auto doc = ConfigDocument::load(write("dcn.yaml",
+                                        "hyper_parameters:\n  cross_num: 4\n  is_Stacked: False\n"
+                                        "  use_low_rank_mixture: false\n"),
+                                  {});
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_int("hyper_parameters.cross_layers"), 4);
+  EXPECT_EQ(doc->get_enum("hyper_parameters.dcn_structure", kDcnStructureNames),
+            DcnStructure::kParallel);
+  auto overridden =
+      ConfigDocument::load(write("dcn2.yaml", "hyper_parameters:\n  cross_num: 4\n"),
+                           {"hyper_parameters.cross_num=2", "hyper_parameters.is_Stacked=True"});
+  ASSERT_TRUE(overridden.ok()) << overridden.status().to_string();
+  EXPECT_EQ(overridden->get_int("hyper_parameters.cross_layers"), 2);
+  EXPECT_EQ(overridden->get_enum("hyper_parameters.dcn_structure", kDcnStructureNames),
+            DcnStructure::kStacked);
+
+  EXPECT_NE(error_of("hyper_parameters:\n  use_low_rank_mixture: true\n")
+                .find("hyper_parameters.use_low_rank_mixture: true is not built"),
+            std::string::npos);
+  EXPECT_NE(error_of("hyper_parameters:\n  is_Stacked: maybe\n").find("expected true or false"),
+            std::string::npos);
+  EXPECT_EQ(error_of("hyper_parameters:\n  cross_layers: 2\n  cross_num: 3\n"),
+            bad_path() +
+                ":3: hyper_parameters.cross_num sets hyper_parameters.cross_layers, set already on "
+                "line 2");
+  EXPECT_NE(error_of("hyper_parameters:\n  cross_num: 0\n").find("out of range"),
+            std::string::npos);
+}
+
+// hyper_parameters.slot_dims: a map of slot names to widths; value_text reads back through -o.
+TEST_F(ConfigDocumentTest, SlotDimsIsAMapOfSlotsToWidths) {
+  auto doc = ConfigDocument::load(
+      write("dims.yaml", "hyper_parameters:\n  slot_dims: {2: 16, 1: 4}\n"), {});
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_int_map("hyper_parameters.slot_dims"), (IntMap{{"1", 4}, {"2", 16}}));
+  EXPECT_EQ(doc->value_text("hyper_parameters.slot_dims"), "{1: 4, 2: 16}");
+  auto again = ConfigDocument::load(write("empty.yaml", "runner: {}\n"),
+                                    {"hyper_parameters.slot_dims={1: 4, 2: 16}"});
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->get_int_map("hyper_parameters.slot_dims"), (IntMap{{"1", 4}, {"2", 16}}));
+  EXPECT_NE(error_of("hyper_parameters:\n  slot_dims: [4, 8]\n").find("a map of slot names"),
+            std::string::npos);
+  EXPECT_NE(error_of("hyper_parameters:\n  slot_dims: {1: 2048}\n").find("out of range"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpubox::config

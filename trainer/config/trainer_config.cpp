@@ -7,6 +7,13 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.kind = hyper.model;
   model.slots = num_sparse_slots();
   model.mf_dim = mf_dim();
+  if (sparse.slot_dims.count > 0) {
+    model.mf_dim = table::record_layout(sparse).mf_dim;
+    for (int s = 0; s < model.slots; ++s) {
+      model.slot_dims.push_back(
+          table::slot_mf_dim(sparse, dataset::slot_id(dataset.slots, static_cast<std::size_t>(s))));
+    }
+  }
   model.use_cvm = hyper.use_cvm;
   model.dense_dim = dataset.dense_dim;
   model.fc_sizes = hyper.fc_sizes;

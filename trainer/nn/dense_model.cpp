@@ -29,7 +29,12 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       blas_(card),
       precision_(config.precision),
       params_(card),
-      pool_(config.slots, config.mf_dim, config.use_cvm) {
+      pool_(config.slot_dims.empty()
+                ? SlotSumPool(config.slots, config.mf_dim, config.use_cvm)
+                : SlotSumPool(card, config.slot_dims, config.mf_dim, config.use_cvm)) {
+  GPUBOX_EXPECTS(
+      config.slot_dims.empty() || static_cast<int>(config.slot_dims.size()) == config.slots,
+      "dense model: ", config.slot_dims.size(), " slot widths for ", config.slots, " slots");
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
   const bool has_mlp = config.kind != ModelKind::kWide;
   const bool dcn = config.kind == ModelKind::kDcnV2;

@@ -24,8 +24,11 @@ using config::kDcnStructureNames;
 
 struct DenseModelConfig {
   ModelKind kind = ModelKind::kDnn;
-  int slots = 26;        // sparse slots
-  int mf_dim = 8;        // embedx width (pull record = show, click, embed_w, embedx_w[mf_dim])
+  int slots = 26;  // sparse slots
+  int mf_dim = 8;  // embedx width (pull record = show, click, embed_w, embedx_w[mf_dim])
+  // Per slot (data order) when slots differ in embedx width (hyper_parameters.slot_dims; mf_dim
+  // is then the records', the widest width class's); empty: every slot mf_dim wide.
+  std::vector<int> slot_dims;
   bool use_cvm = false;  // adds log(show+1), log(click+1)-log(show+1) per slot
   int dense_dim = 13;    // dense features per instance
   std::vector<int> fc_sizes{512, 256, 128, 32};  // hidden layers (ReLU); a 1-wide output follows

@@ -2,6 +2,7 @@
 // instance, reading the pooled embeddings from the first layer's input rows (fp32 or bf16).
 #include <type_traits>
 
+#include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/layers.hpp"
@@ -78,7 +79,13 @@ FmPart::FmPart(const SlotSumPool& pool)
     : slots_(pool.slots()),
       width_(pool.width()),
       embedx_column_(pool.embed_w_column() + 1),
-      mf_dim_(pool.mf_dim()) {}
+      mf_dim_(pool.mf_dim()) {
+  GPUBOX_EXPECTS(pool.uniform(),
+                 "deepfm's pairwise interaction needs every slot at one embedx width, but "
+                 "hyper_parameters.slot_dims gives the slots different widths (slot 0: ",
+                 pool.slot_mf_dim(0), ", the widest: ", pool.mf_dim(),
+                 "); set them equal, or train dnn, wide_deep or dcn_v2");
+}
 
 void FmPart::forward(const device::Stream& stream, const InputRows& input, int64_t batch,
                      float* logits) const {

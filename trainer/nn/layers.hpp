@@ -81,23 +81,51 @@ struct InputRows {
   ElementType type = ElementType::kF32;
 };
 
-// Sum-pools each slot's records per instance. Output per slot (width() floats):
-//   use_cvm: log(show+1), log(click+1) - log(show+1), embed_w, embedx_w[mf_dim]
-//   else:    embed_w, embedx_w[mf_dim]
+// Where each slot's block of pooled columns starts, for functors: slot s's block is
+// [begin(s), begin(s) + width_of(s)). Uniform widths need no table (offsets null). Trivially
+// copyable.
+struct SlotBlocks {
+  const int32_t* offsets = nullptr;  // slots + 1 ascending column offsets (card memory), or null
+  int width = 0;                     // every slot's width when offsets is null
+  GPUBOX_HD int64_t begin(int64_t s) const { return offsets ? offsets[s] : s * width; }
+  GPUBOX_HD int width_of(int64_t s) const { return offsets ? offsets[s + 1] - offsets[s] : width; }
+};
+
+// Sum-pools each slot's records per instance. Output per slot (width(s) floats):
+//   use_cvm: log(show+1), log(click+1) - log(show+1), embed_w, embedx_w[mf_dim(s)]
+//   else:    embed_w, embedx_w[mf_dim(s)]
 // (sums first, then the cvm transform, as Paddle's fused_seqpool_cvm). An instance with no key in
-// a slot pools to zeros.
+// a slot pools to zeros. Slots may differ in embedx width (hyper_parameters.slot_dims): the pull
+// and push records then have the widest slot's width, and slot s reads and writes its first
+// 3 + mf_dim(s) fields (the push's others are zero).
 class SlotSumPool {
  public:
+  // Every slot mf_dim wide.
   SlotSumPool(int slots, int mf_dim, bool use_cvm);
+  // Slot s slot_dims[s] wide, in records record_mf_dim wide (at least the widest slot); the
+  // block offsets live in `card`'s memory (the card must outlive the pool). Every slot
+  // record_mf_dim wide makes the first form's pool.
+  SlotSumPool(device::Card& card, const std::vector<int>& slot_dims, int record_mf_dim,
+              bool use_cvm);
   int slots() const { return slots_; }
+  // The records' embedx width (every slot's when uniform()).
   int mf_dim() const { return mf_dim_; }
   bool use_cvm() const { return use_cvm_; }
   int pull_dim() const { return 3 + mf_dim_; }
   int push_dim() const { return 3 + mf_dim_; }
+  // Every slot's width when uniform(), else the width a slot of the records' width would have.
   int width() const { return (use_cvm_ ? 2 : 0) + 1 + mf_dim_; }
+  bool uniform() const { return offsets_host_.empty(); }
+  int slot_mf_dim(int s) const { return width_of(s) - width() + mf_dim_; }
+  int width_of(int s) const {
+    return uniform() ? width() : offsets_host_[s + 1] - offsets_host_[s];
+  }
+  SlotBlocks blocks() const {
+    return SlotBlocks{uniform() ? nullptr : offsets_.data(), uniform() ? width() : 0};
+  }
   // Column of embed_w inside a slot's block.
   int embed_w_column() const { return use_cvm_ ? 2 : 0; }
-  int out_dim() const { return slots_ * width(); }
+  int out_dim() const { return uniform() ? slots_ * width() : offsets_host_.back(); }
 
   // Writes each instance's row of `out`: columns [0, out_dim()) the pooled slots, then its
   // `dense_dim` dense features (`dense`: [B x dense_dim] floats). One launch.
@@ -113,6 +141,8 @@ class SlotSumPool {
   int slots_;
   int mf_dim_;
   bool use_cvm_;
+  std::vector<int32_t> offsets_host_;       // empty when uniform
+  device::device_buffer<int32_t> offsets_;  // offsets_host_ on the card
 };
 
 // The wide part of wide_deep (and deepfm's first-order term), added to the deep logit:
@@ -131,8 +161,8 @@ class WidePart {
                 int64_t batch, float grad_scale, float* d_pooled) const;
 
  private:
+  SlotBlocks blocks_;
   int slots_;
-  int width_;
   int embed_w_column_;
   int dense_dim_;
   std::size_t w_;
@@ -145,6 +175,7 @@ class WidePart {
 // pooled gradient. (The first-order term is the WidePart; the deep term the MLP.)
 class FmPart {
  public:
+  // Every slot must have one embedx width (pool.uniform()): the factors are dot products.
   explicit FmPart(const SlotSumPool& pool);
   // logits[i] += fm_i; the pooled embeddings are read from the first layer's input rows.
   void forward(const device::Stream& stream, const InputRows& input, int64_t batch,

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <type_traits>
 
 #include "common/error.hpp"
@@ -38,7 +39,7 @@ struct PoolForward {
   int64_t batch;
   std::size_t pooled_items;
   int columns;  // cvm ? 1 + values : values, values = pull_dim - 2 (embed_w, embedx_w[mf_dim])
-  int width;
+  SlotBlocks blocks;
   int out_dim;
   int dense_dim;
   bool use_cvm;
@@ -53,7 +54,9 @@ struct PoolForward {
     const int column = static_cast<int>(item % static_cast<std::size_t>(columns));
     const int64_t s = segment / batch;
     const int64_t i = segment % batch;
-    T* out = rows + i * ld + s * width;
+    // A slot narrower than the records has fewer columns: the item past them has none.
+    if (column >= blocks.width_of(s) - (use_cvm ? 1 : 0)) return;
+    T* out = rows + i * ld + blocks.begin(s);
     const position_t begin = offsets[segment];
     const position_t end = offsets[segment + 1];
     using heter_comm::detail::sum_segment;
@@ -81,7 +84,7 @@ struct PoolBackward {
   float scale;
   int64_t batch;
   int push_dim;
-  int width;
+  SlotBlocks blocks;
   int out_dim;
   int cvm_columns;
   GPUBOX_HD void operator()(std::size_t item) const {
@@ -93,7 +96,10 @@ struct PoolBackward {
     if (field == 1) {
       value = labels[i];
     } else if (field >= 2) {
-      value = scale * d_pooled[i * out_dim + s * width + cvm_columns + (field - 2)];
+      // Fields past the slot's width (a narrower slot's in wider records) push zero.
+      const int column = cvm_columns + (field - 2);
+      value = column < blocks.width_of(s) ? scale * d_pooled[i * out_dim + blocks.begin(s) + column]
+                                          : 0.0f;
     }
     for (uint32_t j = offsets[segment]; j < offsets[segment + 1]; ++j) {
       push[static_cast<int64_t>(j) * push_dim + field] = value;
@@ -106,6 +112,24 @@ SlotSumPool::SlotSumPool(int slots, int mf_dim, bool use_cvm)
     : slots_(slots), mf_dim_(mf_dim), use_cvm_(use_cvm) {
   GPUBOX_EXPECTS(slots > 0 && mf_dim >= 0, "slot pool needs slots > 0 and mf_dim >= 0, got ", slots,
                  " slots, mf_dim ", mf_dim);
+}
+
+SlotSumPool::SlotSumPool(device::Card& card, const std::vector<int>& slot_dims, int record_mf_dim,
+                         bool use_cvm)
+    : SlotSumPool(static_cast<int>(slot_dims.size()), record_mf_dim, use_cvm) {
+  if (std::all_of(slot_dims.begin(), slot_dims.end(),
+                  [&](int dim) { return dim == record_mf_dim; })) {
+    return;
+  }
+  offsets_host_.assign(1, 0);
+  for (int dim : slot_dims) {
+    GPUBOX_EXPECTS(dim >= 0 && dim <= record_mf_dim,
+                   "slot pool: a slot's embedx width must be in [0, ", record_mf_dim,
+                   "] (the records' width), got ", dim);
+    offsets_host_.push_back(offsets_host_.back() + (use_cvm ? 2 : 0) + 1 + dim);
+  }
+  offsets_ = device::to_device(offsets_host_, card.memory(), card.stream());
+  card.stream().synchronize();
 }
 
 void SlotSumPool::forward(const device::Stream& stream, const SlotBatchView& in, const float* dense,
@@ -123,7 +147,7 @@ void SlotSumPool::forward(const device::Stream& stream, const SlotBatchView& in,
     device::parallel_for(
         stream, items,
         PoolForward<T>{PullRecords{in.records, pull_dim()}, in.offsets, dense, rows, out.ld,
-                       in.batch, pooled_items, columns, width(), out_dim(), dense_dim, use_cvm_});
+                       in.batch, pooled_items, columns, blocks(), out_dim(), dense_dim, use_cvm_});
   };
   if (out.type == ElementType::kBf16) {
     launch(static_cast<Bf16*>(out.data));
@@ -139,7 +163,7 @@ void SlotSumPool::backward(const device::Stream& stream, const SlotBatchView& in
   if (in.batch == 0) return;
   device::parallel_for(stream, static_cast<std::size_t>(in.batch) * slots_ * push_dim(),
                        PoolBackward{in.offsets, d_pooled, labels, push, scale, in.batch, push_dim(),
-                                    width(), out_dim(), use_cvm_ ? 2 : 0});
+                                    blocks(), out_dim(), use_cvm_ ? 2 : 0});
 }
 
 }  // namespace gpubox::trainer

@@ -15,14 +15,14 @@ struct WideForward {
   const float* dense;
   const float* weights;
   float* logits;
+  SlotBlocks blocks;
   int slots;
-  int width;
   int embed_w_column;
   int dense_dim;
   GPUBOX_HD void operator()(std::size_t i) const {
     const T* row = rows + static_cast<int64_t>(i) * ld + embed_w_column;
     float sum = 0.0f;
-    for (int s = 0; s < slots; ++s) sum += to_float(row[s * width]);
+    for (int s = 0; s < slots; ++s) sum += to_float(row[blocks.begin(s)]);
     const float* x = dense + static_cast<int64_t>(i) * dense_dim;
     for (int d = 0; d < dense_dim; ++d) sum += x[d] * weights[d];
     logits[i] += sum;
@@ -31,19 +31,19 @@ struct WideForward {
 struct WideBackward {
   const float* dlogits;
   float* d_pooled;
+  SlotBlocks blocks;
   int slots;
-  int width;
   int embed_w_column;
   GPUBOX_HD void operator()(std::size_t i) const {
-    float* row = d_pooled + static_cast<int64_t>(i) * slots * width + embed_w_column;
-    for (int s = 0; s < slots; ++s) row[s * width] += dlogits[i];
+    float* row = d_pooled + static_cast<int64_t>(i) * blocks.begin(slots) + embed_w_column;
+    for (int s = 0; s < slots; ++s) row[blocks.begin(s)] += dlogits[i];
   }
 };
 }  // namespace
 
 WidePart::WidePart(DenseParameters& params, const SlotSumPool& pool, int dense_dim)
-    : slots_(pool.slots()),
-      width_(pool.width()),
+    : blocks_(pool.blocks()),
+      slots_(pool.slots()),
       embed_w_column_(pool.embed_w_column()),
       dense_dim_(dense_dim) {
   GPUBOX_EXPECTS(dense_dim >= 0, "wide part: dense_dim must be >= 0, got ", dense_dim);
@@ -56,8 +56,8 @@ void WidePart::forward(const device::Stream& stream, const DenseParameters& para
   auto launch = [&](const auto* rows) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
     device::parallel_for(stream, static_cast<std::size_t>(batch),
-                         WideForward<T>{rows, input.ld, dense, params.values(w_), logits, slots_,
-                                        width_, embed_w_column_, dense_dim_});
+                         WideForward<T>{rows, input.ld, dense, params.values(w_), logits, blocks_,
+                                        slots_, embed_w_column_, dense_dim_});
   };
   if (input.type == ElementType::kBf16) {
     launch(static_cast<const Bf16*>(input.data));
@@ -70,7 +70,7 @@ void WidePart::backward(const Blas& blas, DenseParameters& params, const float* 
                         const float* dlogits, int64_t batch, float grad_scale,
                         float* d_pooled) const {
   device::parallel_for(blas.stream(), static_cast<std::size_t>(batch),
-                       WideBackward{dlogits, d_pooled, slots_, width_, embed_w_column_});
+                       WideBackward{dlogits, d_pooled, blocks_, slots_, embed_w_column_});
   blas.sgemv(Transpose::kYes, batch, dense_dim_, grad_scale, dense, dense_dim_, dlogits, 0.0f,
              params.grads(w_));
 }

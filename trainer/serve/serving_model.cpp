@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/enum_names.hpp"
 #include "common/half.hpp"
@@ -272,6 +273,14 @@ StatusOr<ExportSummary> export_serving_model(const TrainerConfig& config,
       {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.optimizer.kind)},
       {"initial_range", number_text(sparse.optimizer.initial_range)},
       {"sparse_seed", std::to_string(sparse.seed)}};
+  // Slots of several embedx widths (hyper_parameters.slot_dims): each slot's width, in slot
+  // order; mf_dim is then the records' (the widest class's).
+  if (!model.slot_dims.empty()) {
+    std::string widths;
+    for (const int dim : model.slot_dims)
+      widths += (widths.empty() ? "" : ",") + std::to_string(dim);
+    properties["slot_dims"] = widths;
+  }
   if (model.kind == ModelKind::kDcnV2) {
     properties["cross_layers"] = std::to_string(model.cross_layers);
     properties["cross_rank"] = std::to_string(model.cross_rank);
@@ -304,6 +313,25 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
     spec.model.cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
     spec.model.cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
     spec.model.dcn_structure = read.choice("dcn_structure", kDcnStructureNames);
+  }
+  if (const auto widths = manifest->properties.find("slot_dims");
+      widths != manifest->properties.end()) {
+    std::istringstream items(widths->second);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      char* end = nullptr;
+      const long dim = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || dim < 0 || dim > spec.model.mf_dim) {
+        return Status::Corruption(where + ": 'slot_dims' is not a list of embedx widths up to " +
+                                  "mf_dim: '" + widths->second + "'");
+      }
+      spec.model.slot_dims.push_back(static_cast<int>(dim));
+    }
+    if (static_cast<int>(spec.model.slot_dims.size()) != spec.model.slots) {
+      return Status::Corruption(where + ": 'slot_dims' has " +
+                                std::to_string(spec.model.slot_dims.size()) + " widths for " +
+                                std::to_string(spec.model.slots) + " slots");
+    }
   }
   spec.label_name = read.quoted("label_name");
   spec.dense_name = read.quoted("dense_name");

@@ -384,10 +384,11 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
   for (const std::vector<std::string>& model : std::vector<std::vector<std::string>>{
            {"hyper_parameters.model=wide_deep"},
            {"hyper_parameters.model=deepfm"},
+           {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
             "hyper_parameters.dcn_structure=parallel"}}) {
-    SCOPED_TRACE(model.front());
+    SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
     auto cfg = load_trainer_config(config_path_, overrides);
@@ -408,6 +409,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     auto served = ServingModel::load(exported.string());
     ASSERT_TRUE(served.ok()) << served.status().to_string();
     EXPECT_EQ(served->spec().model.kind, cfg->hyper.model);
+    EXPECT_EQ(served->spec().model.slot_dims, cfg->dense_model_config().slot_dims);
     if (cfg->hyper.model == ModelKind::kDcnV2) {
       EXPECT_EQ(served->spec().model.cross_layers, cfg->hyper.cross_layers);
       EXPECT_EQ(served->spec().model.cross_rank, cfg->hyper.cross_rank);
