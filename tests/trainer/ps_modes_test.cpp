@@ -240,6 +240,45 @@ TEST_F(PsModes, TwoTrainersOnTwoServersInEveryMode) {
   }
 }
 
+// Issue 16: a pass's last dense window shorter than runner.dense_sync_steps (geo: geo_step) is
+// on the servers after the pass, so a save or an evaluation has it. The oracle: trainer 0's dense
+// net after the pass equals the servers' dense table (evaluate adopts it), exactly where every
+// change of the net reached the table (sync: after its last barrier, with two trainers of two
+// threads; async and geo: one thread, the table's only writer).
+TEST_F(PsModes, APassesLastPartialDenseWindowReachesTheServers) {
+  constexpr int kWindow = 7;
+  for (const char* mode : {"sync", "async", "geo"}) {
+    SCOPED_TRACE(mode);
+    const bool sync = std::string(mode) == "sync";
+    const int trainers = sync ? 2 : 1;
+    const TrainerConfig cfg = config({std::string("runner.sync_mode=") + mode,
+                                      "runner.thread_num=" + std::to_string(trainers),
+                                      "runner.dense_sync_steps=" + std::to_string(kWindow),
+                                      "runner.geo_step=" + std::to_string(kWindow)});
+    Servers shards(cfg, 2);
+    const auto train = data_files((root_ / "train").string());
+    double steps = 0;
+    run_job(
+        cfg, shards.endpoints(), trainers,
+        [&](PsTrainer& trainer, int id) {
+          const PassReport report = trainer.train_pass(train);
+          if (id != 0) return;
+          for (const auto& [name, value] : report.extra) {
+            if (name == "steps") steps = value;
+          }
+        },
+        [&](PsTrainer& trainer) {
+          const std::vector<float> trained = trainer.dense_values();
+          trainer.evaluate(data_files((root_ / "test").string()));
+          const std::vector<float> on_servers = trainer.dense_values();
+          EXPECT_EQ(max_abs_diff(trained, on_servers), 0.0);
+          return 0;
+        });
+    // The pass ends inside a window (else this test would not test it).
+    EXPECT_NE(static_cast<long long>(steps) % kWindow, 0) << "steps " << steps;
+  }
+}
+
 // Geo with two trainers that both create the embedx part of the same rows (each on its own
 // first touch, before the other synced): the servers hold the key's initial values once plus
 // each trainer's change of them (the oracle, in float64 from the two local copies), not the

@@ -14,8 +14,11 @@
 //          step's updates of every trainer are applied before anyone's next pull. Dense changes
 //          are added scaled by 1 / (trainers x threads): the servers' dense table moves by the
 //          mean of the threads' updates. Trainers with fewer batches take empty steps, so all
-//          take the same number. A trainer missing from a barrier for runner.collective_timeout_s
-//          ends the job with an error naming it.
+//          take the same number. A pass ending inside a runner.dense_sync_steps window adds
+//          and adopts that window's dense change behind one more barrier (async and geo push
+//          theirs at the end of every pass too), so a save or an evaluation after the pass has
+//          it. A trainer missing from a barrier for runner.collective_timeout_s ends the job with
+//          an error naming it.
 //   geo:   every thread trains its local copy of the rows it touches (GeoRows) and its own
 //          dense net; every runner.geo_step steps (and at the end of a pass) it pushes both
 //          deltas and adopts the merged values.
