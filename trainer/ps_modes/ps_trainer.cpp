@@ -450,7 +450,8 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
             worker.train_step(batch, pass, static_cast<int64_t>(b));
             const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
             if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
-            if (dense_step) worker.sync_dense(dense_scale);
+            if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
+            if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(dense_scale);
             if (mode == SyncMode::kSync) {
               local.wait();  // every thread's updates of this step are on the servers
               if (t == 0) barrier(std::to_string(b), "step " + std::to_string(b));
