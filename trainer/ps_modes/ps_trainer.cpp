@@ -450,7 +450,8 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
             worker.train_step(batch, pass, static_cast<int64_t>(b));
             const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
             if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
-            if (dense_step) worker.sync_dense(dense_scale);
+            if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
+            if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(dense_scale);
             if (mode == SyncMode::kSync) {
               local.wait();  // every thread's updates of this step are on the servers
               if (t == 0) barrier(std::to_string(b), "step " + std::to_string(b));
@@ -458,9 +459,18 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
               if (dense_step) worker.sync_dense(0.0f);
             }
           }
-          // The end of a pass: what is left goes to the servers.
+          // The end of a pass: what is left goes to the servers. In the sync mode every thread
+          // of every trainer took the same `steps`, so all agree on whether a partial dense
+          // window is left; it is added and adopted behind one more barrier, as a step's.
           if (mode == SyncMode::kGeo) worker.sync_rows();
           if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
+          if (mode == SyncMode::kSync && b % static_cast<std::size_t>(dense_every) != 0) {
+            worker.sync_dense(dense_scale);
+            local.wait();
+            if (t == 0) barrier("dense", "the pass's last dense window");
+            local.wait();
+            worker.sync_dense(0.0f);
+          }
           if (t == 0) steps_taken = b;
         },
         [&](const std::string& why) {

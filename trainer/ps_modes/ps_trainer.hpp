@@ -8,14 +8,19 @@
 //
 //   async: every thread steps without waiting for anyone: its batch's rows pulled, gradients
 //          pushed (the servers apply the rule on arrival); every runner.dense_sync_steps steps
-//          its dense change is added to the servers' dense table and the sum adopted.
+//          its dense change is added to the servers' dense table and the sum adopted, off the
+//          training thread and one window behind (PsWorker::exchange_dense, its staleness bound
+//          there), and in full at the end of the pass.
 //   sync:  the same, and every step ends at a barrier of all trainers (one per step, thread 0
 //          of each trainer at the servers, the threads of a trainer among themselves), so each
 //          step's updates of every trainer are applied before anyone's next pull. Dense changes
 //          are added scaled by 1 / (trainers x threads): the servers' dense table moves by the
 //          mean of the threads' updates. Trainers with fewer batches take empty steps, so all
-//          take the same number. A trainer missing from a barrier for runner.collective_timeout_s
-//          ends the job with an error naming it.
+//          take the same number. A pass ending inside a runner.dense_sync_steps window adds
+//          and adopts that window's dense change behind one more barrier (async and geo push
+//          theirs at the end of every pass too), so a save or an evaluation after the pass has
+//          it. A trainer missing from a barrier for runner.collective_timeout_s ends the job with
+//          an error naming it.
 //   geo:   every thread trains its local copy of the rows it touches (GeoRows) and its own
 //          dense net; every runner.geo_step steps (and at the end of a pass) it pushes both
 //          deltas and adopts the merged values.

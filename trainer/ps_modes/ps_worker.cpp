@@ -161,6 +161,7 @@ std::vector<float> PsWorker::last_predictions() const {
 }
 
 void PsWorker::sync_dense(float scale) {
+  finish_exchange();
   DenseParameters& params = model_->parameters();
   std::vector<float> values = params.values_to_host();
   table::server::DenseAction action = table::server::DenseAction::kRead;
@@ -174,6 +175,35 @@ void PsWorker::sync_dense(float scale) {
                      .with_context("syncing the dense parameters with the servers"));
   params.set_values(values);
   synced_dense_ = std::move(values);
+}
+
+void PsWorker::finish_exchange() {
+  if (!exchange_) return;
+  const std::unique_ptr<Exchange> done = std::move(exchange_);
+  throw_if_error(done->done.get().with_context("syncing the dense parameters with the servers"));
+  // The servers' sum, plus what this thread changed since the snapshot (not sent yet).
+  DenseParameters& params = model_->parameters();
+  std::vector<float> values = params.values_to_host();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = done->sent[i] + (values[i] - done->snapshot[i]);
+  }
+  params.set_values(values);
+  synced_dense_ = std::move(done->sent);
+}
+
+void PsWorker::exchange_dense() {
+  finish_exchange();
+  auto next = std::make_unique<Exchange>();
+  next->snapshot = model_->parameters().values_to_host();
+  next->sent.resize(next->snapshot.size());
+  for (std::size_t i = 0; i < next->sent.size(); ++i) {
+    next->sent[i] = next->snapshot[i] - synced_dense_[i];
+  }
+  std::vector<float>* sent = &next->sent;  // stable: the Exchange outlives its future
+  next->done = std::async(std::launch::async, [this, sent] {
+    return servers_.dense(table::server::DenseAction::kAdd, kDenseTableName, sent);
+  });
+  exchange_ = std::move(next);
 }
 
 std::size_t PsWorker::sync_rows() { return geo_ ? geo_->sync() : 0; }

@@ -11,17 +11,27 @@
 //          arrival, without waiting for anyone; (geo) applied to the local copy -> the dense
 //          optimizer step on the thread's own dense parameters.
 //   dense: sync_dense() pushes the change of the dense parameters since the last sync (times a
-//          scale) to the servers' dense table and adopts the merged values.
+//          scale) to the servers' dense table and adopts the merged values. exchange_dense()
+//          (async) does the same off the training thread, one window behind: it adopts the
+//          exchange it started at the previous dense step (waiting only if that one is not done
+//          yet), keeping the local changes made since, and starts the next with the changes of
+//          the steps since that one (merged: one add per window, as Paddle's communicator
+//          merges the steps it queued). The bound: a step's dense parameters have every one of
+//          this thread's own changes, and every other thread's changes that reached the servers
+//          before this thread's previous exchange: at most two windows of
+//          runner.dense_sync_steps steps old (one with sync_dense()).
 //
 // Thread-safety: one thread. The card and the servers' client must outlive the worker.
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/status.hpp"
 #include "dataset/batch.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/config/trainer_config.hpp"
@@ -65,7 +75,11 @@ class PsWorker {
 
   // Adds (dense parameters - their value at the last sync) * scale to the servers' dense table
   // and takes the sum as the new dense parameters. scale 0: only reads the table.
+  // Waits for an exchange_dense() still under way first.
   void sync_dense(float scale);
+  // The async mode's dense step (see the file comment); sync_dense(1) at the end of a pass
+  // makes the servers' table equal this thread's parameters again when it is the only writer.
+  void exchange_dense();
   // Geo: pushes the deltas of the rows changed since the last sync, adopts the merged rows.
   // Returns how many rows it synced; 0 in the other modes.
   std::size_t sync_rows();
@@ -82,6 +96,8 @@ class PsWorker {
   // occurrence, copied to the card with the batch.
   void upload(const dataset::Batch& batch, bool local_rows);
   DenseBatchView batch_view(const dataset::Batch& batch) const;
+  // Adopts the exchange under way, if any (waits for it; throws its error).
+  void finish_exchange();
 
   device::Card& card_;
   table::server::RemoteHostTier& servers_;
@@ -93,6 +109,14 @@ class PsWorker {
   std::vector<int32_t> slot_ids_;
   std::vector<float> synced_dense_;  // dense parameters at the last sync_dense
   std::size_t last_batch_ = 0;       // examples of the last eval_step
+  // exchange_dense()'s add under way on its own thread: `sent` holds the change, then the
+  // servers' sum; `snapshot` the parameters it was taken from.
+  struct Exchange {
+    std::vector<float> snapshot;
+    std::vector<float> sent;
+    std::future<Status> done;
+  };
+  std::unique_ptr<Exchange> exchange_;
 
   // Step buffers, reused (they only grow).
   std::unordered_map<uint64_t, uint32_t> unique_index_;
