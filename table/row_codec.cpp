@@ -86,7 +86,8 @@ int32_t RecordShape::floats(const float* head) const {
       width_classes(cfg).class_of(static_cast<int32_t>(width)) < 0) {
     return -1;
   }
-  return record_floats(kind, RowLayout::make(record.kind, static_cast<int32_t>(width), record.storage));
+  return record_floats(kind,
+                       RowLayout::make(record.kind, static_cast<int32_t>(width), record.storage));
 }
 
 void append_record(SaveForm form, uint64_t key, const float* rec, int32_t floats,
