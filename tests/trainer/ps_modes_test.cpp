@@ -155,16 +155,17 @@ class PsModes : public ::testing::Test {
     return trainer.evaluate(data_files((root_ / "test").string())).metrics.auc;
   }
 
-  // `trainers` PsTrainers against `servers` fresh shards, kEpochs passes over the training
+  // `trainers` PsTrainers against `servers` fresh shards, `passes` passes over the training
   // files; trainer 0's test AUC afterwards.
-  static Outcome run(const std::vector<std::string>& extra, int trainers, int servers) {
+  static Outcome run(const std::vector<std::string>& extra, int trainers, int servers,
+                     int passes = kEpochs) {
     const TrainerConfig cfg = config(extra);
     Servers shards(cfg, servers);
     const auto train = data_files((root_ / "train").string());
     return run_job(
         cfg, shards.endpoints(), trainers,
         [&](PsTrainer& trainer, int) {
-          for (int e = 0; e < kEpochs; ++e) trainer.train_pass(train);
+          for (int e = 0; e < passes; ++e) trainer.train_pass(train);
         },
         [](PsTrainer& trainer) {
           return Outcome{test_auc(trainer), trainer.dense_values()};
@@ -252,10 +253,14 @@ TEST_F(PsModes, GeoWithGeoStepOneEqualsSync) {
   EXPECT_LT(max_abs_diff(geo.dense, sync.dense), 1e-4);
 }
 
+// Geo averages the trainers' moves at each sync (as Paddle's geo does), so two trainers move the
+// model about as far per pass as one: it gets twice the passes to reach the planted AUC.
 TEST_F(PsModes, TwoTrainersOnTwoServersInEveryMode) {
   for (const char* mode : {"async", "sync", "geo"}) {
     SCOPED_TRACE(mode);
-    const Outcome out = run({std::string("runner.sync_mode=") + mode, "runner.geo_step=4"}, 2, 2);
+    const int passes = std::string(mode) == "geo" ? 2 * kEpochs : kEpochs;
+    const Outcome out =
+        run({std::string("runner.sync_mode=") + mode, "runner.geo_step=4"}, 2, 2, passes);
     std::printf("%s, 2 trainers x 2 servers: test auc %.6f, planted %.6f\n", mode, out.test_auc,
                 planted_auc_);
     EXPECT_NEAR(out.test_auc, planted_auc_, kPlantedTolerance);
@@ -303,8 +308,9 @@ TEST_F(PsModes, APassesLastPartialDenseWindowReachesTheServers) {
 
 // Geo with two trainers that both create the embedx part of the same rows (each on its own
 // first touch, before the other synced): the servers hold the key's initial values once plus
-// each trainer's change of them (the oracle, in float64 from the two local copies), not the
-// initial values once per trainer.
+// the average of the trainers' changes of them (each delta scaled by 1 / 2, as Paddle's geo
+// scales by 1 / trainers; the oracle in float64 from the two local copies), not the initial
+// values once per trainer; show and click add up.
 TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
   const TrainerConfig cfg =
       config({"runner.sync_mode=geo", "hyper_parameters.sparse_optimizer.mf_initial_range=0.5",
@@ -351,8 +357,8 @@ TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
   }
   trainer_a.read(keys.data(), slots.data(), n, rows_a.data(), locals_a.data());
   trainer_b.read(keys.data(), slots.data(), n, rows_b.data(), locals_b.data());
-  trainer_a.sync();
-  trainer_b.sync();
+  trainer_a.sync(0.5f);
+  trainer_b.sync(0.5f);
   std::vector<float> merged(n * stride);
   ASSERT_TRUE(client_a->pull(keys.data(), slots.data(), n, merged.data(), nullptr).ok());
   std::vector<float> initial(stride, 0.0f);
@@ -369,7 +375,7 @@ TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
     for (std::size_t f = 0; f < mf; ++f) {
       const auto at = static_cast<std::size_t>(layout.embedx_w()) + f;
       const double start = initial[at];
-      const double expected = start + (a[at] - start) + (b[at] - start);
+      const double expected = start + 0.5 * (a[at] - start) + 0.5 * (b[at] - start);
       EXPECT_NEAR(m[at], expected, 1e-5) << "embedx " << f << " (initial value " << start << ")";
     }
   }

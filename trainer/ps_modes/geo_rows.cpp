@@ -91,7 +91,7 @@ void GeoRows::adopt(float* local, const float* merged) const {
   }
 }
 
-std::size_t GeoRows::sync() {
+std::size_t GeoRows::sync(float scale) {
   const std::size_t n = dirty_.size();
   if (n == 0) return 0;
   std::vector<uint64_t> keys(n);
@@ -104,7 +104,11 @@ std::size_t GeoRows::sync() {
     slots[i] = static_cast<int32_t>(row(local)[layout_.slot()]);
     table::fill_pull_record(row(local), layout_, record.data());
     const float* synced = synced_.data() + std::size_t{local} * push_dim_;
-    for (std::size_t f = 0; f < push_dim_; ++f) deltas[i * push_dim_ + f] = record[f] - synced[f];
+    for (std::size_t f = 0; f < push_dim_; ++f) {
+      const float moved = record[f] - synced[f];
+      deltas[i * push_dim_ + f] =
+          f < static_cast<std::size_t>(optimizer::PushRecord::kEmbedG) ? moved : moved * scale;
+    }
   }
   throw_if_error(servers_
                      .push_updates(table::server::PsUpdateKind::kDelta, keys.data(), slots.data(),

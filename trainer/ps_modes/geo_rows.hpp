@@ -37,8 +37,12 @@ class GeoRows {
   // their merged push records (push_dim floats each).
   void apply(const uint32_t* locals, std::size_t n, const float* push);
   // Pushes the deltas of every row changed since its last sync and adopts the servers' merged
-  // values (their optimizer state stays local). Returns the rows synced. Throws on a failed call.
-  std::size_t sync();
+  // values (their optimizer state stays local). The weight deltas (embed_w, embedx) are scaled
+  // by `scale`, 1 / the job's training threads, as Paddle's GeoCommunicator scales them by
+  // 1 / trainers: the servers average the local models' moves instead of adding them (added,
+  // W threads that learn the same rows move them W times as far). show and click are counts
+  // and add up unscaled. Returns the rows synced. Throws on a failed call.
+  std::size_t sync(float scale);
 
   std::size_t size() const { return index_.size(); }
 

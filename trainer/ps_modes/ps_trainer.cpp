@@ -423,8 +423,11 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   }
 
   ThreadBarrier local(threads);
+  // sync averages the step's gradients of every thread of the job; geo averages the threads'
+  // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
+  // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
   const float dense_scale =
-      mode == SyncMode::kSync ? 1.0f / static_cast<float>(env_.trainers * threads) : 1.0f;
+      mode == SyncMode::kAsync ? 1.0f : 1.0f / static_cast<float>(env_.trainers * threads);
   const int dense_every =
       mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps;
   Timer train_timer;
@@ -449,7 +452,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
           for (; next_batch(t, b, &batch); ++b) {
             worker.train_step(batch, pass, static_cast<int64_t>(b));
             const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
-            if (mode == SyncMode::kGeo && dense_step) worker.sync_rows();
+            if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(dense_scale);
             if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
             if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(dense_scale);
             if (mode == SyncMode::kSync) {
@@ -462,7 +465,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
           // The end of a pass: what is left goes to the servers. In the sync mode every thread
           // of every trainer took the same `steps`, so all agree on whether a partial dense
           // window is left; it is added and adopted behind one more barrier, as a step's.
-          if (mode == SyncMode::kGeo) worker.sync_rows();
+          if (mode == SyncMode::kGeo) worker.sync_rows(dense_scale);
           if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
           if (mode == SyncMode::kSync && b % static_cast<std::size_t>(dense_every) != 0) {
             worker.sync_dense(dense_scale);

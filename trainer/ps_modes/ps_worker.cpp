@@ -206,6 +206,6 @@ void PsWorker::exchange_dense() {
   exchange_ = std::move(next);
 }
 
-std::size_t PsWorker::sync_rows() { return geo_ ? geo_->sync() : 0; }
+std::size_t PsWorker::sync_rows(float scale) { return geo_ ? geo_->sync(scale) : 0; }
 
 }  // namespace gpubox::trainer::ps_modes

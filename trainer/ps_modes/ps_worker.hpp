@@ -80,9 +80,10 @@ class PsWorker {
   // The async mode's dense step (see the file comment); sync_dense(1) at the end of a pass
   // makes the servers' table equal this thread's parameters again when it is the only writer.
   void exchange_dense();
-  // Geo: pushes the deltas of the rows changed since the last sync, adopts the merged rows.
-  // Returns how many rows it synced; 0 in the other modes.
-  std::size_t sync_rows();
+  // Geo: pushes the deltas of the rows changed since the last sync, their weights scaled by
+  // `scale` (GeoRows::sync), adopts the merged rows. Returns how many rows it synced; 0 in the
+  // other modes.
+  std::size_t sync_rows(float scale);
 
   device::Card& card() { return card_; }
   DenseModel& model() { return *model_; }
