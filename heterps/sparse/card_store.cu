@@ -2,6 +2,7 @@
 #include <thrust/find.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
+#include <thrust/partition.h>
 #include <thrust/remove.h>
 #include <thrust/tuple.h>
 
@@ -168,6 +169,19 @@ struct ScatterCreated {
     table::init_row(pages.row(r), table::RowLayout::for_slot(config, slot), config, missing_keys[j],
                     slot);
     dirty[r] = 1;
+  }
+};
+
+// An entry whose row is in pool `pool` at or above index `first_row` (compact_pool).
+struct IsMovedEntry {
+  RowHandleCodec codec;
+  int32_t pool;
+  std::size_t first_row;
+  template <class Tuple>
+  GPUBOX_HD bool operator()(const Tuple& entry) const {
+    const row_index_t handle = thrust::get<1>(entry);
+    return codec.pool_of(handle) == pool &&
+           static_cast<std::size_t>(handle & codec.index_mask()) >= first_row;
   }
 };
 
@@ -520,6 +534,37 @@ std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
 void CardSparseStore::clear(const device::Stream& stream) {
   table_.clear(stream);
   clear_dirty(stream);
+}
+
+std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
+  RowPool& rows = table_.pool(pool);
+  const std::size_t page_rows = rows.page_rows();
+  const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
+  if (keep >= rows.capacity()) return 0;
+  const std::size_t pages_before = rows.pages();
+  // The entries to move (12 bytes each), then a page of their records at a time.
+  device::device_buffer<uint64_t> keys(0, card().memory(), stream);
+  device::device_buffer<row_index_t> handles(0, card().memory(), stream);
+  const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);
+  auto first = thrust::make_zip_iterator(thrust::make_tuple(keys.data(), handles.data()));
+  auto moved_end = device::host_result(stream, [&] {
+    return thrust::stable_partition(device::exec_policy(stream), first, first + live,
+                                    IsMovedEntry{table_.codec(), pool, keep});
+  });
+  const auto moved = static_cast<std::size_t>(moved_end - first);
+  device::device_buffer<float> records(0, card().memory(), stream);
+  for (std::size_t b = 0; b < moved; b += page_rows) {
+    const std::size_t n = std::min(moved, b + page_rows) - b;
+    records.resize_discard(n * static_cast<std::size_t>(record_stride()));
+    gather_rows(handles.data() + b, n, records.data(), stream);
+    table_.erase(keys.data() + b, n, stream);
+    // What the erase freed (and what was free above `keep`) is not handed out again.
+    rows.withhold_free_from(keep, stream);
+    insert_rows(keys.data() + b, records.data(), n, stream);
+  }
+  rows.withhold_free_from(keep, stream);
+  rows.drop_pages_from(keep, stream);
+  return pages_before - rows.pages();
 }
 
 }  // namespace gpubox::sparse

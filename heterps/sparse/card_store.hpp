@@ -62,7 +62,8 @@ class CardSparseStore {
                  const device::Stream& stream) const;
   // out_row_indices[i] = the row handle of keys[i]. A missing key gets a new row in its slot's
   // width class (table::init_row with slots[i], or slot 0 when slots is null; marked dirty) when
-  // `create_missing`, else kInvalidRow. *created (when given) = how many rows were created.
+  // `create_missing`, else kInvalidRow. A new key repeated in the batch under slots of different
+  // widths takes the narrowest of them. *created (when given) = how many rows were created.
   // Synchronizes.
   void lookup_or_create(const uint64_t* keys, const int32_t* slots, std::size_t n,
                         row_index_t* out_row_indices, bool create_missing, std::size_t* created,
@@ -111,6 +112,12 @@ class CardSparseStore {
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
   // Removes everything (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
+  // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,
+  // erased, inserted again, a page at a time), then the pages above are freed. A pool keeps its
+  // pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages of
+  // both. Every row must be clean (a pass boundary): the moved rows come back clean. Returns the
+  // pages freed. Synchronizes.
+  std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch.
   void reserve(std::size_t new_keys, const device::Stream& stream);
   // Sizes the table and the per-row index memory (free list, dirty flags) for `keys` keys once,

@@ -61,6 +61,15 @@ struct ScatterRows {
   }
 };
 
+// A handle whose index is at or above `first_row`.
+struct IsAtOrAbove {
+  row_index_t index_mask;
+  std::size_t first_row;
+  GPUBOX_HD bool operator()(row_index_t handle) const {
+    return static_cast<std::size_t>(handle & index_mask) >= first_row;
+  }
+};
+
 uint32_t log2_exact(std::size_t page_rows) {
   GPUBOX_EXPECTS(page_rows > 0 && (page_rows & (page_rows - 1)) == 0,
                  "row pool: rows per page must be a power of two, got ", page_rows);
@@ -192,6 +201,30 @@ std::size_t RowPool::release(const row_index_t* rows, std::size_t count,
 void RowPool::clear(const device::Stream& stream) {
   device::parallel_for(stream, capacity_, FillIndices{free_.data(), codec_.first_handle(pool_)});
   free_count_ = capacity_;
+}
+
+std::size_t RowPool::withhold_free_from(std::size_t first_row, const device::Stream& stream) {
+  row_index_t* first = free_.data();
+  row_index_t* kept_end = device::host_result(stream, [&] {
+    return thrust::remove_if(device::exec_policy(stream), first, first + free_count_,
+                             IsAtOrAbove{codec_.index_mask(), first_row});
+  });
+  const std::size_t withheld = free_count_ - static_cast<std::size_t>(kept_end - first);
+  free_count_ -= withheld;
+  return withheld;
+}
+
+void RowPool::drop_pages_from(std::size_t rows, const device::Stream& stream) {
+  GPUBOX_EXPECTS(rows % page_rows() == 0 && rows <= capacity_, "row pool: cannot shrink ",
+                 capacity_, " rows to ", rows, " (pages of ", page_rows(), ")");
+  GPUBOX_EXPECTS(free_count_ <= rows, "row pool: ", free_count_, " rows on the free list, ", rows,
+                 " kept: the rows above were not withheld");
+  if (stride_ > 0) {
+    stream.synchronize();  // no kernel may still write the pages
+    pages_.resize(rows / page_rows());
+    page_table_.resize(pages_.size());
+  }
+  capacity_ = rows;
 }
 
 void RowPool::gather(const row_index_t* rows, std::size_t n, float* out,

@@ -112,6 +112,13 @@ class RowPool {
   std::size_t release(const row_index_t* rows, std::size_t count, const device::Stream& stream);
   // Every row free again (capacity and contents kept). Stream-ordered.
   void clear(const device::Stream& stream);
+  // Shrinking (CardSparseStore::compact_pool moves the rows above `first_row` below it first):
+  // takes the free rows at or above `first_row` off the free list, so that no allocation hands
+  // them out; returns how many. Synchronizes.
+  std::size_t withhold_free_from(std::size_t first_row, const device::Stream& stream);
+  // Drops the pages at and above row `rows` (a multiple of page_rows()); every row there must be
+  // free and withheld. Stream-ordered.
+  void drop_pages_from(std::size_t rows, const device::Stream& stream);
 
   // out[i * stride + f] = field f of row rows[i], i < n (card memory). One thread per (row,
   // field): coalesced. Stream-ordered.
