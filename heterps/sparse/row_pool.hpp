@@ -51,10 +51,13 @@ struct RowPoolsRef {
   RowPagesRef pools[kMaxRowPools] = {};
   RowHandleCodec codec;
 
-  GPUBOX_HD float* row(row_index_t handle) const {
-    return pools[codec.pool_of(handle)].row(handle);
+  // One pool (no class bits) reads pools[0] directly: the common case keeps its fields in
+  // registers instead of indexing the array per row.
+  GPUBOX_HD const RowPagesRef& pool_of(row_index_t handle) const {
+    return codec.index_bits == 32 ? pools[0] : pools[codec.pool_of(handle)];
   }
-  GPUBOX_HD int32_t stride(row_index_t handle) const { return pools[codec.pool_of(handle)].stride; }
+  GPUBOX_HD float* row(row_index_t handle) const { return pool_of(handle).row(handle); }
+  GPUBOX_HD int32_t stride(row_index_t handle) const { return pool_of(handle).stride; }
 };
 
 class RowPool {
