@@ -466,7 +466,7 @@ StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
   PushRequest req;
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.stride));
-  if (count > 0 && req.stride != static_cast<uint32_t>(record.stride())) {
+  if (req.stride != static_cast<uint32_t>(record.stride())) {
     return Status::InvalidArgument("rows of stride " + std::to_string(req.stride) +
                                    " pushed to a table of stride " +
                                    std::to_string(record.stride()));
