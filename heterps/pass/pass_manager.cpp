@@ -184,6 +184,7 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
                       sizeof(sparse::detail::Slot);
   // Free list entry and dirty flag per pooled row, a page table pointer per page.
   for (int32_t p = 0; p < pools; ++p) {
+    if (rows == 0 && p + 1 < pools) continue;  // one key: one pool's entry (the widest's page)
     const std::size_t pool_page_rows = store.page_rows(p);
     const std::size_t pool_pages = (keys + pool_page_rows - 1) / pool_page_rows;
     const std::size_t pooled = rows == 0 ? 1 : pool_pages * pool_page_rows;
