@@ -10,6 +10,7 @@
 #include "table/server/protocol.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -44,12 +45,7 @@ void check_frame(const uint8_t* data, std::size_t n) {
 RowLayout mixed_record() {
   AccessorConfig cfg;
   cfg.mf_dim = 4;
-  cfg.slot_dims.count = 2;
-  cfg.slot_dims.slot[0] = 1;
-  cfg.slot_dims.dim[0] = 8;
-  cfg.slot_dims.slot[1] = 2;
-  cfg.slot_dims.dim[1] = 16;
-  return record_layout(cfg);
+  return record_layout(with_slot_dims(cfg, {{1, 8}, {2, 16}}));
 }
 
 void check_requests(const uint8_t* data, std::size_t n) {

@@ -35,6 +35,7 @@
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -645,12 +646,7 @@ TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
 // width-16 pool gives its free pages back), the card's peak stays under the plan, each pool holds
 // exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted run.
 TEST(PassManager, WidthClassesUnderACardBudget) {
-  AccessorConfig cfg = test_config();
-  cfg.slot_dims.count = 2;
-  cfg.slot_dims.slot[0] = 1;
-  cfg.slot_dims.dim[0] = 16;
-  cfg.slot_dims.slot[1] = 2;
-  cfg.slot_dims.dim[1] = 2;
+  const AccessorConfig cfg = table::with_slot_dims(test_config(), {{1, 16}, {2, 2}});
   sparse::HashTableOptions table_options;
   table_options.initial_capacity = 16;
   table_options.page_rows = 64;

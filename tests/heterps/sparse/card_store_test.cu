@@ -15,6 +15,7 @@
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/sparse/card_store.cuh"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::sparse {
 namespace {
@@ -305,12 +306,7 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, CardStoreTest,
 table::AccessorConfig mixed_config(table::SparseOptimizerKind kind) {
   table::AccessorConfig config = test_config(kind);
   config.mf_dim = 4;
-  config.slot_dims.count = 2;
-  config.slot_dims.slot[0] = 1;
-  config.slot_dims.dim[0] = 8;
-  config.slot_dims.slot[1] = 2;
-  config.slot_dims.dim[1] = 16;
-  return config;
+  return table::with_slot_dims(config, {{1, 8}, {2, 16}});
 }
 
 // A record of `record`'s stride holding a row of `width` (random bits, its width field set),

@@ -12,6 +12,7 @@
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/request_window.hpp"
 #include "table/server/transport.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -210,12 +211,7 @@ TEST(Protocol, PushEraseSaveBarrierStatsRoundTrip) {
 TEST(Protocol, RowsTravelAtTheirOwnWidths) {
   AccessorConfig cfg;
   cfg.mf_dim = 4;
-  cfg.slot_dims.count = 2;
-  cfg.slot_dims.slot[0] = 1;
-  cfg.slot_dims.dim[0] = 8;
-  cfg.slot_dims.slot[1] = 2;
-  cfg.slot_dims.dim[1] = 16;
-  const RowLayout record = record_layout(cfg);
+  const RowLayout record = record_layout(with_slot_dims(cfg, {{1, 8}, {2, 16}}));
   ASSERT_TRUE(record.mixed_widths);
   const auto stride = static_cast<std::size_t>(record.stride());
   std::mt19937_64 rng(3);
