@@ -94,12 +94,21 @@ double CardTierPlan::bytes_per_key() const {
 }
 
 std::string CardTierPlan::to_string() const {
+  const auto class_bytes = [this] {
+    if (class_row_bytes.empty()) return std::string();
+    std::string text = "; a pool per embedx width, row bytes";
+    for (const auto& [width, bytes] : class_row_bytes) {
+      text += " " + std::to_string(width) + ": " + std::to_string(bytes);
+    }
+    return text;
+  };
   std::ostringstream out;
   const double mib = 1.0 / (1 << 20);
   if (rows == 0) {
     out << "card tier: no budget (runner.card_memory_mb = 0); per key up to " << bytes_per_key()
         << " bytes (row " << row_bytes << ", table " << table_bytes << ", index " << index_bytes
-        << ", pass working set " << working_bytes << "), rows in pages of " << page_rows;
+        << ", pass working set " << working_bytes << "), rows in pages of " << page_rows
+        << class_bytes();
     return out.str();
   }
   out.setf(std::ios::fixed);
@@ -107,7 +116,8 @@ std::string CardTierPlan::to_string() const {
   out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
       << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
       << ", pass working set " << working_bytes * mib << "), " << bytes_per_key()
-      << " bytes per key (row " << row_bytes << "), pages of " << page_rows << " rows";
+      << " bytes per key (row " << row_bytes << "), pages of " << page_rows << " rows"
+      << class_bytes();
   return out.str();
 }
 
@@ -158,6 +168,14 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
   const std::size_t pages = (keys + plan.page_rows - 1) / plan.page_rows;
   const double load = store.table().options().max_load_factor;
   plan.row_page_bytes = rows == 0 ? plan.row_bytes : pages * store.page_bytes();
+  // Width classes: the rows are planned at the widest class's bytes (any mix fits), and every
+  // pool may hold one partly used page more (a pool's pages hold ceil(rows / page rows) pages
+  // after compact_pool); every pool indexes up to `rows`.
+  const int32_t pools = store.pool_count();
+  for (int32_t p = 0; pools > 1 && p < pools; ++p) {
+    plan.class_row_bytes.emplace_back(store.classes().dims[p], store.bytes_per_row(p));
+    if (rows > 0) plan.row_page_bytes += store.page_bytes(p);
+  }
   // Slots: the power of two the table takes for the budget (or its initial size, if larger).
   plan.table_bytes =
       rows == 0 ? static_cast<std::size_t>(std::ceil(2.0 * sizeof(sparse::detail::Slot) / load))
@@ -165,8 +183,14 @@ CardTierPlan PassManager::plan_for(std::size_t rows) const {
                            store.table().capacity()) *
                       sizeof(sparse::detail::Slot);
   // Free list entry and dirty flag per pooled row, a page table pointer per page.
-  const std::size_t pooled = rows == 0 ? 1 : pages * plan.page_rows;
-  plan.index_bytes = pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pages * sizeof(float*));
+  for (int32_t p = 0; p < pools; ++p) {
+    if (rows == 0 && p + 1 < pools) continue;  // one key: one pool's entry (the widest's page)
+    const std::size_t pool_page_rows = store.page_rows(p);
+    const std::size_t pool_pages = (keys + pool_page_rows - 1) / pool_page_rows;
+    const std::size_t pooled = rows == 0 ? 1 : pool_pages * pool_page_rows;
+    plan.index_bytes +=
+        pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
+  }
   const std::size_t staged = plan.page_rows;  // write-back gathers, inserts stage, at most a page
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0
@@ -251,6 +275,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
           if (replicated()) fail_table_over_budget(resident + missing.keys.size());
           evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
         }
+        if (row_budget_ > 0 && stores_[c]->pool_count() > 1) fit_pools(c, missing);
         stores_[c]->reserve(missing.keys.size(), card.stream());
         insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
         std::size_t created = 0;
@@ -404,6 +429,37 @@ void PassManager::insert_to_card(int c, const uint64_t* keys, const float* rows,
     device::copy_async(staged_rows.data(), rows + from * stride, count * stride, stream);
     store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
   }
+}
+
+std::size_t PassManager::fit_pools(int c, const OwnedKeys& missing) {
+  sparse::CardSparseStore& store = *stores_[c];
+  const auto page_bytes_after_insert = [&] {
+    std::vector<std::size_t> need(static_cast<std::size_t>(store.pool_count()), 0);
+    for (const int32_t slot : missing.slots) {
+      const int32_t pool = store.pool_of_slot(slot);
+      if (pool >= 0) ++need[static_cast<std::size_t>(pool)];
+    }
+    std::size_t bytes = 0;
+    for (int32_t p = 0; p < store.pool_count(); ++p) {
+      const sparse::RowPool& pool = store.pool(p);
+      const std::size_t wanted = need[static_cast<std::size_t>(p)];
+      const std::size_t lacking = wanted > pool.free_count() ? wanted - pool.free_count() : 0;
+      bytes +=
+          (pool.pages() + (lacking + pool.page_rows() - 1) / pool.page_rows()) * pool.page_bytes();
+    }
+    return bytes;
+  };
+  if (page_bytes_after_insert() <= plan_.row_page_bytes) return 0;
+  // With at most row_budget_ rows in all, compacted pools hold at most the plan's pages.
+  std::size_t freed = 0;
+  for (int32_t p = 0; p < store.pool_count(); ++p) {
+    freed += store.compact_pool(p, cards_.card(c).stream());
+  }
+  const std::size_t bytes = page_bytes_after_insert();
+  GPUBOX_EXPECTS(bytes <= plan_.row_page_bytes, "card ", cards_.card(c).rank(),
+                 ": the row pools would hold ", bytes,
+                 " bytes of pages after compaction, the plan ", plan_.row_page_bytes);
+  return freed;
 }
 
 uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess) {

@@ -116,6 +116,11 @@ class PassManager {
   // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,
   // reading only keys and scores (never a copy of the rows). Returns the rows removed.
   uint64_t evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess);
+  // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the
+  // plan (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold
+  // both), gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the
+  // pages freed.
+  std::size_t fit_pools(int c, const OwnedKeys& missing);
   // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
   uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys);
 

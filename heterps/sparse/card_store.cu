@@ -2,8 +2,12 @@
 #include <thrust/find.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
+#include <thrust/partition.h>
 #include <thrust/remove.h>
 #include <thrust/tuple.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "common/error.hpp"
 #include "heterps/device/exec_policy.cuh"
@@ -16,8 +20,81 @@ namespace {
 // A row written from the host tier is clean.
 struct MarkClean {
   const row_index_t* rows;
-  uint8_t* dirty;
+  DirtyFlagsRef dirty;
   GPUBOX_HD void operator()(std::size_t i) const { dirty[rows[i]] = 0; }
+};
+
+// One thread per (record, field): field f of a record is the row's field f within the row's own
+// stride, zero past it (table::row_into_record), so records of every width share one stride.
+struct GatherRecords {
+  RowPoolsRef pools;
+  const row_index_t* rows;
+  float* out;
+  int32_t record_stride;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const std::size_t stride = static_cast<std::size_t>(record_stride);
+    const row_index_t handle = rows[item / stride];
+    const auto f = static_cast<int32_t>(item % stride);
+    out[item] = f < pools.stride(handle) ? pools.row(handle)[f] : 0.0f;
+  }
+};
+
+struct ScatterRecords {
+  RowPoolsRef pools;
+  const float* records;
+  const row_index_t* rows;
+  int32_t record_stride;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const std::size_t stride = static_cast<std::size_t>(record_stride);
+    const row_index_t handle = rows[item / stride];
+    const auto f = static_cast<int32_t>(item % stride);
+    if (f < pools.stride(handle)) pools.row(handle)[f] = records[item];
+  }
+};
+
+// pools[i] = the width class of record i, by the width it records (-1: none of the config's).
+struct RecordPools {
+  const float* records;
+  int32_t record_stride;
+  int32_t mf_dim_offset;
+  table::WidthClasses classes;
+  int32_t* pools;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const float width = records[i * static_cast<std::size_t>(record_stride) + mf_dim_offset];
+    pools[i] = classes.class_of(static_cast<int32_t>(width));
+  }
+};
+
+// pools[j] = the width class of the slot of missing position j (slot 0 without slots).
+struct SlotPools {
+  const int32_t* slots;
+  const uint64_t* positions;
+  table::AccessorConfig config;
+  table::WidthClasses classes;
+  int32_t* pools;
+  GPUBOX_HD void operator()(std::size_t j) const {
+    const int32_t slot = slots ? slots[positions[j]] : 0;
+    pools[j] = classes.class_of(table::slot_mf_dim(config, slot));
+  }
+};
+
+struct InPool {
+  const int32_t* pools;
+  int32_t pool;
+  GPUBOX_HD bool operator()(uint64_t i) const { return pools[i] == pool; }
+};
+
+// The pool-grouped insert's results back at their positions.
+struct UngroupRows {
+  const uint64_t* positions;
+  const row_index_t* grouped_rows;
+  const uint8_t* grouped_created;
+  row_index_t* rows;
+  uint8_t* created;  // may be null
+  GPUBOX_HD void operator()(std::size_t j) const {
+    rows[positions[j]] = grouped_rows[j];
+    if (created != nullptr) created[positions[j]] = grouped_created[j];
+  }
 };
 
 // Misses are counted by work items of kMissChunk positions each (interleaved: item t counts t,
@@ -50,7 +127,7 @@ struct SumChunkMisses {
 };
 
 struct RowScores {
-  RowPagesRef pages;
+  RowPoolsRef pages;
   const row_index_t* rows;
   float* scores;
   table::AccessorConfig config;
@@ -71,7 +148,8 @@ struct GatherKeys {
 };
 
 // Scatters the rows of the missing keys back to their positions; the position that created a
-// row initialises it (accessor rules) and marks it dirty: the host tier does not have it yet.
+// row initialises it (accessor rules, at its slot's width: the row's pool) and marks it dirty:
+// the host tier does not have it yet.
 struct ScatterCreated {
   const uint64_t* missing_keys;
   const uint64_t* positions;
@@ -79,27 +157,58 @@ struct ScatterCreated {
   const uint8_t* created;
   const int32_t* slots;
   row_index_t* out;
-  RowPagesRef pages;
-  uint8_t* dirty;
-  table::RowLayout layout;
+  RowPoolsRef pages;
+  DirtyFlagsRef dirty;
   table::AccessorConfig config;
   GPUBOX_HD void operator()(std::size_t j) const {
     const row_index_t r = missing_rows[j];
     const uint64_t position = positions[j];
     out[position] = r;
     if (!created[j]) return;
-    table::init_row(pages.row(r), layout, config, missing_keys[j], slots ? slots[position] : 0);
+    const int32_t slot = slots ? slots[position] : 0;
+    table::init_row(pages.row(r), table::RowLayout::for_slot(config, slot), config, missing_keys[j],
+                    slot);
     dirty[r] = 1;
   }
 };
 
+// An entry whose row is in pool `pool` at or above index `first_row` (compact_pool).
+struct IsMovedEntry {
+  RowHandleCodec codec;
+  int32_t pool;
+  std::size_t first_row;
+  template <class Tuple>
+  GPUBOX_HD bool operator()(const Tuple& entry) const {
+    const row_index_t handle = thrust::get<1>(entry);
+    return codec.pool_of(handle) == pool &&
+           static_cast<std::size_t>(handle & codec.index_mask()) >= first_row;
+  }
+};
+
 struct IsCleanEntry {
-  const uint8_t* dirty;
+  DirtyFlagsRef dirty;
   template <class Tuple>
   GPUBOX_HD bool operator()(const Tuple& entry) const {
     return dirty[thrust::get<1>(entry)] == 0;
   }
 };
+
+// The table's options for `config`: one pool, of the record stride, when every row has one width;
+// else a pool per width class, each at its rows' stride.
+HashTableOptions store_table_options(const table::AccessorConfig& config,
+                                     const HashTableOptions& options) {
+  HashTableOptions o = options;
+  o.row_stride = table::record_layout(config).stride();
+  o.pool_strides.clear();
+  const table::WidthClasses classes = table::width_classes(config);
+  if (classes.count > 1) {
+    for (int32_t c = 0; c < classes.count; ++c) {
+      o.pool_strides.push_back(
+          table::RowLayout::make(config.optimizer.kind, classes.dims[c], config.storage).stride());
+    }
+  }
+  return o;
+}
 
 }  // namespace
 
@@ -107,64 +216,150 @@ CardSparseStore::CardSparseStore(device::Card& card, const table::AccessorConfig
                                  const HashTableOptions& options)
     : config_(config),
       layout_(table::record_layout(config)),
-      table_(card,
-             [&] {
-               HashTableOptions o = options;
-               o.row_stride = table::record_layout(config).stride();
-               return o;
-             }()),
-      dirty_(0, card.memory(), card.stream()),
+      classes_(table::width_classes(config)),
+      table_(card, store_table_options(config, options)),
       rows_scratch_(0, card.memory(), card.stream()),
       created_scratch_(0, card.memory(), card.stream()),
       keys_scratch_(0, card.memory(), card.stream()),
       positions_scratch_(0, card.memory(), card.stream()),
+      pools_scratch_(0, card.memory(), card.stream()),
+      pool_positions_(0, card.memory(), card.stream()),
+      pool_keys_(0, card.memory(), card.stream()),
+      pool_rows_(0, card.memory(), card.stream()),
+      pool_created_(0, card.memory(), card.stream()),
       miss_partials_(0, card.memory(), card.stream()),
       miss_count_(1, card.memory(), card.stream()),
       host_misses_(1) {
   host_misses_[0] = 0;
   GPUBOX_EXPECTS(config.mf_dim >= 0, "mf_dim must be >= 0, got ", config.mf_dim);
+  for (int32_t c = 0; c < table_.pool_count(); ++c) {
+    dirty_.emplace_back(0, card.memory(), card.stream());
+  }
   sync_dirty_capacity(card.stream());
 }
 
 std::size_t CardSparseStore::memory_bytes() const {
-  return table_.memory_bytes() + dirty_.capacity() +
-         rows_scratch_.capacity() * sizeof(row_index_t) + created_scratch_.capacity() +
+  std::size_t dirty = 0;
+  for (const auto& flags : dirty_) dirty += flags.capacity();
+  return table_.memory_bytes() + dirty + rows_scratch_.capacity() * sizeof(row_index_t) +
+         created_scratch_.capacity() +
          (keys_scratch_.capacity() + positions_scratch_.capacity()) * sizeof(uint64_t) +
+         pools_scratch_.capacity() * sizeof(int32_t) +
+         (pool_positions_.capacity() + pool_keys_.capacity()) * sizeof(uint64_t) +
+         pool_rows_.capacity() * sizeof(row_index_t) + pool_created_.capacity() +
          miss_partials_.capacity() * sizeof(uint32_t) +
          miss_count_.capacity() * sizeof(unsigned long long);
 }
 
 void CardSparseStore::sync_dirty_capacity(const device::Stream& stream) {
-  const std::size_t old_size = dirty_.size();
-  const std::size_t rows = table_.pool().capacity();
-  if (old_size >= rows) return;
-  dirty_.resize(rows);
-  device::memset_bytes_async(dirty_.data() + old_size, 0, rows - old_size, stream);
+  for (int32_t c = 0; c < table_.pool_count(); ++c) {
+    device::device_buffer<uint8_t>& dirty = dirty_[static_cast<std::size_t>(c)];
+    const std::size_t old_size = dirty.size();
+    const std::size_t rows = table_.pool(c).capacity();
+    if (old_size >= rows) continue;
+    dirty.resize(rows);
+    device::memset_bytes_async(dirty.data() + old_size, 0, rows - old_size, stream);
+  }
+}
+
+DirtyFlagsRef CardSparseStore::dirty_flags() const {
+  DirtyFlagsRef dirty;
+  dirty.codec = table_.codec();
+  // Writable view; the const callers (list_entries) only read through it.
+  for (std::size_t c = 0; c < dirty_.size(); ++c) {
+    dirty.pools[c] = const_cast<uint8_t*>(dirty_[c].data());
+  }
+  return dirty;
 }
 
 CardStoreRef CardSparseStore::ref() {
-  return CardStoreRef(table_.pool().rows(), dirty_.data(), table_.find_ref(), layout_);
+  return CardStoreRef(table_.rows(), dirty_flags(), table_.find_ref(), layout_);
 }
 
 void CardSparseStore::reserve(std::size_t new_keys, const device::Stream& stream) {
-  table_.reserve(new_keys, stream);
+  // With several pools the keys' classes are not known here: their rows come at insert.
+  if (table_.pool_count() == 1) {
+    table_.reserve(new_keys, stream);
+  } else {
+    table_.reserve_slots(new_keys, stream);
+  }
   sync_dirty_capacity(stream);
 }
 
 void CardSparseStore::reserve_capacity(std::size_t keys, const device::Stream& stream) {
   table_.reserve_capacity(keys, stream);
-  const std::size_t page_rows = table_.pool().page_rows();
-  dirty_.reserve((keys + page_rows - 1) / page_rows * page_rows);
+  for (int32_t c = 0; c < table_.pool_count(); ++c) {
+    const std::size_t page_rows = table_.pool(c).page_rows();
+    dirty_[static_cast<std::size_t>(c)].reserve((keys + page_rows - 1) / page_rows * page_rows);
+  }
+}
+
+std::size_t CardSparseStore::insert_by_pool(const uint64_t* keys, std::size_t n,
+                                            const int32_t* pools, row_index_t* out_rows,
+                                            uint8_t* out_created, const device::Stream& stream) {
+  pool_positions_.resize_discard(n);
+  pool_keys_.resize_discard(n);
+  pool_rows_.resize_discard(n);
+  pool_created_.resize_discard(n);
+  // Positions grouped by pool (stable: a pool's keys keep their order).
+  std::vector<std::size_t> starts(1, 0);
+  for (int32_t c = 0; c < table_.pool_count(); ++c) {
+    uint64_t* first = pool_positions_.data() + starts.back();
+    uint64_t* end = device::host_result(stream, [&] {
+      return thrust::copy_if(device::exec_policy(stream), thrust::counting_iterator<uint64_t>(0),
+                             thrust::counting_iterator<uint64_t>(n), first, InPool{pools, c});
+    });
+    starts.push_back(starts.back() + static_cast<std::size_t>(end - first));
+  }
+  if (starts.back() != n) {
+    const std::vector<int32_t> host_pools = device::to_host(pools, n, stream);
+    const auto bad = static_cast<std::size_t>(std::find(host_pools.begin(), host_pools.end(), -1) -
+                                              host_pools.begin());
+    const uint64_t key = device::to_host(keys + bad, 1, stream)[0];
+    GPUBOX_FAIL(
+        "card ", card().rank(), ": the row of key ", key,
+        " has an embedx width that no slot of this config has (hyper_parameters.slot_dims)");
+  }
+  device::parallel_for(stream, n, GatherKeys{keys, pool_positions_.data(), pool_keys_.data()});
+  std::size_t inserted = 0;
+  for (int32_t c = 0; c < table_.pool_count(); ++c) {
+    const std::size_t b = starts[static_cast<std::size_t>(c)];
+    const std::size_t count = starts[static_cast<std::size_t>(c) + 1] - b;
+    inserted += table_.insert_in_pool(c, pool_keys_.data() + b, count, pool_rows_.data() + b,
+                                      pool_created_.data() + b, stream);
+  }
+  device::parallel_for(stream, n,
+                       UngroupRows{pool_positions_.data(), pool_rows_.data(), pool_created_.data(),
+                                   out_rows, out_created});
+  stream.synchronize();
+  return inserted;
+}
+
+void CardSparseStore::scatter_records(const float* records, const row_index_t* rows, std::size_t n,
+                                      const device::Stream& stream) {
+  const int32_t stride = record_stride();
+  device::parallel_for(stream, n * static_cast<std::size_t>(stride),
+                       ScatterRecords{table_.rows(), records, rows, stride});
 }
 
 std::size_t CardSparseStore::insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
                                          const device::Stream& stream) {
   if (n == 0) return 0;
   rows_scratch_.resize_discard(n);
-  const std::size_t inserted = table_.insert(keys, n, rows_scratch_.data(), stream);
+  std::size_t inserted = 0;
+  if (table_.pool_count() == 1) {
+    inserted = table_.insert(keys, n, rows_scratch_.data(), stream);
+  } else {
+    pools_scratch_.resize_discard(n);
+    device::parallel_for(stream, n,
+                         RecordPools{rows, record_stride(), layout_.mf_dim_offset(), classes_,
+                                     pools_scratch_.data()});
+    inserted =
+        insert_by_pool(keys, n, pools_scratch_.data(), rows_scratch_.data(), nullptr, stream);
+  }
   sync_dirty_capacity(stream);
-  table_.pool().scatter(rows, rows_scratch_.data(), n, stream);
-  device::parallel_for(stream, n, MarkClean{rows_scratch_.data(), dirty_.data()});
+  scatter_records(rows, rows_scratch_.data(), n, stream);
+  device::parallel_for(stream, n, MarkClean{rows_scratch_.data(), dirty_flags()});
   return inserted;
 }
 
@@ -183,7 +378,7 @@ void CardSparseStore::read_rows(const uint64_t* keys, std::size_t n, float* rows
     GPUBOX_FAIL("card ", card().rank(), ": read_rows: key ", key, " (position ", position, " of ",
                 n, ") is not on the card");
   }
-  table_.pool().gather(first, n, rows_out, stream);
+  gather_rows(first, n, rows_out, stream);
   stream.synchronize();
 }
 
@@ -236,14 +431,23 @@ std::size_t CardSparseStore::create_missing_rows(const uint64_t* keys, const int
   });
   device::parallel_for(stream, missing,
                        GatherKeys{keys, positions_scratch_.data(), keys_scratch_.data()});
-  const std::size_t inserted = table_.insert(keys_scratch_.data(), missing, rows_scratch_.data(),
-                                             created_scratch_.data(), stream);
+  std::size_t inserted = 0;
+  if (table_.pool_count() == 1) {
+    inserted = table_.insert(keys_scratch_.data(), missing, rows_scratch_.data(),
+                             created_scratch_.data(), stream);
+  } else {
+    pools_scratch_.resize_discard(missing);
+    device::parallel_for(
+        stream, missing,
+        SlotPools{slots, positions_scratch_.data(), config_, classes_, pools_scratch_.data()});
+    inserted = insert_by_pool(keys_scratch_.data(), missing, pools_scratch_.data(),
+                              rows_scratch_.data(), created_scratch_.data(), stream);
+  }
   sync_dirty_capacity(stream);
-  device::parallel_for(
-      stream, missing,
-      ScatterCreated{keys_scratch_.data(), positions_scratch_.data(), rows_scratch_.data(),
-                     created_scratch_.data(), slots, out_row_indices, table_.pool().rows(),
-                     dirty_.data(), layout_, config_});
+  device::parallel_for(stream, missing,
+                       ScatterCreated{keys_scratch_.data(), positions_scratch_.data(),
+                                      rows_scratch_.data(), created_scratch_.data(), slots,
+                                      out_row_indices, table_.rows(), dirty_flags(), config_});
   stream.synchronize();
   return inserted;
 }
@@ -272,9 +476,9 @@ std::size_t CardSparseStore::list_entries(bool dirty_only,
   if (!dirty_only) return live;
   // Stable in-place compaction: the dirty entries move to the front, keys and rows together.
   auto first = thrust::make_zip_iterator(thrust::make_tuple(keys_out.data(), rows_out.data()));
+  const DirtyFlagsRef dirty = dirty_flags();
   auto end = device::host_result(stream, [&] {
-    return thrust::remove_if(device::exec_policy(stream), first, first + live,
-                             IsCleanEntry{dirty_.data()});
+    return thrust::remove_if(device::exec_policy(stream), first, first + live, IsCleanEntry{dirty});
   });
   const auto count = static_cast<std::size_t>(end - first);
   keys_out.resize(count);
@@ -284,12 +488,14 @@ std::size_t CardSparseStore::list_entries(bool dirty_only,
 
 void CardSparseStore::gather_rows(const row_index_t* rows, std::size_t n, float* rows_out,
                                   const device::Stream& stream) const {
-  table_.pool().gather(rows, n, rows_out, stream);
+  const int32_t stride = record_stride();
+  device::parallel_for(stream, n * static_cast<std::size_t>(stride),
+                       GatherRecords{table_.rows(), rows, rows_out, stride});
 }
 
 void CardSparseStore::row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
                                  const device::Stream& stream) const {
-  device::parallel_for(stream, n, RowScores{table_.pool().rows(), rows, scores_out, config_});
+  device::parallel_for(stream, n, RowScores{table_.rows(), rows, scores_out, config_});
 }
 
 std::size_t CardSparseStore::collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
@@ -316,7 +522,7 @@ std::size_t CardSparseStore::collect_all(device::device_buffer<uint64_t>& keys_o
 }
 
 void CardSparseStore::clear_dirty(const device::Stream& stream) {
-  device::memset_bytes_async(dirty_.data(), 0, dirty_.size(), stream);
+  for (auto& flags : dirty_) device::memset_bytes_async(flags.data(), 0, flags.size(), stream);
 }
 
 std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
@@ -328,6 +534,37 @@ std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
 void CardSparseStore::clear(const device::Stream& stream) {
   table_.clear(stream);
   clear_dirty(stream);
+}
+
+std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
+  RowPool& rows = table_.pool(pool);
+  const std::size_t page_rows = rows.page_rows();
+  const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
+  if (keep >= rows.capacity()) return 0;
+  const std::size_t pages_before = rows.pages();
+  // The entries to move (12 bytes each), then a page of their records at a time.
+  device::device_buffer<uint64_t> keys(0, card().memory(), stream);
+  device::device_buffer<row_index_t> handles(0, card().memory(), stream);
+  const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);
+  auto first = thrust::make_zip_iterator(thrust::make_tuple(keys.data(), handles.data()));
+  auto moved_end = device::host_result(stream, [&] {
+    return thrust::stable_partition(device::exec_policy(stream), first, first + live,
+                                    IsMovedEntry{table_.codec(), pool, keep});
+  });
+  const auto moved = static_cast<std::size_t>(moved_end - first);
+  device::device_buffer<float> records(0, card().memory(), stream);
+  for (std::size_t b = 0; b < moved; b += page_rows) {
+    const std::size_t n = std::min(moved, b + page_rows) - b;
+    records.resize_discard(n * static_cast<std::size_t>(record_stride()));
+    gather_rows(handles.data() + b, n, records.data(), stream);
+    table_.erase(keys.data() + b, n, stream);
+    // What the erase freed (and what was free above `keep`) is not handed out again.
+    rows.withhold_free_from(keep, stream);
+    insert_rows(keys.data() + b, records.data(), n, stream);
+  }
+  rows.withhold_free_from(keep, stream);
+  rows.drop_pages_from(keep, stream);
+  return pages_before - rows.pages();
 }
 
 }  // namespace gpubox::sparse

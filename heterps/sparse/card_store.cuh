@@ -9,7 +9,17 @@
 
 namespace gpubox::sparse {
 
-// Device view for functors (optimizer, pull): rows by index, find by key, dirty marks.
+// The dirty flags of a store's pools, by row handle. Trivially copyable.
+struct DirtyFlagsRef {
+  uint8_t* pools[kMaxRowPools] = {};
+  RowHandleCodec codec;
+
+  GPUBOX_HD uint8_t& operator[](row_index_t handle) const {
+    return pools[codec.pool_of(handle)][handle & codec.index_mask()];
+  }
+};
+
+// Device view for functors (optimizer, pull): rows by handle, find by key, dirty marks.
 // Trivially copyable. Invalidated by any store call that may grow it (insert_rows,
 // lookup_or_create with create_missing, reserve, clear): take a fresh ref after those.
 // Thread-safety inside a kernel: any number of threads may find and read; a row may be written
@@ -17,11 +27,11 @@ namespace gpubox::sparse {
 class CardStoreRef {
  public:
   CardStoreRef() = default;
-  CardStoreRef(RowPagesRef rows, uint8_t* dirty, TableFindRef table, table::RowLayout layout)
+  CardStoreRef(RowPoolsRef rows, DirtyFlagsRef dirty, TableFindRef table, table::RowLayout layout)
       : rows_(rows), dirty_(dirty), table_(table), layout_(layout) {}
 
+  // The record layout (table::record_layout): a row says its own width (RowLayout::of_row).
   GPUBOX_HD const table::RowLayout& layout() const { return layout_; }
-  GPUBOX_HD int32_t stride() const { return layout_.stride(); }
   GPUBOX_HD float* row(row_index_t index) const { return rows_.row(index); }
   // The key's row index, or kInvalidRow when the card does not hold it.
   GPUBOX_HD row_index_t find(uint64_t key) const { return table_.find(key); }
@@ -31,8 +41,8 @@ class CardStoreRef {
   GPUBOX_HD bool is_dirty(row_index_t index) const { return dirty_[index] != 0; }
 
  private:
-  RowPagesRef rows_{};
-  uint8_t* dirty_ = nullptr;
+  RowPoolsRef rows_{};
+  DirtyFlagsRef dirty_{};
   TableFindRef table_{};
   table::RowLayout layout_{};
 };

@@ -1,5 +1,14 @@
-// CardSparseStore: one card's sparse parameters — hash table (key -> row index), row pool of
-// full sparse rows (table/accessor/sparse_row.hpp layout), and a dirty flag per row.
+// CardSparseStore: one card's sparse parameters — hash table (key -> row handle), a row pool of
+// full sparse rows (table/accessor/sparse_row.hpp layout) per width class, and a dirty flag per
+// row.
+//
+// Width classes (hyper_parameters.slot_dims): each class's rows live in their own pool at their
+// own stride, so a width-4 row takes a width-4 row's bytes; the table's value is a handle naming
+// the pool and the row (RowHandleCodec). A missing key's slot decides its class; a row from the
+// host tier says its width (its mf_dim field). The records the API moves (insert_rows,
+// read_rows, gather_rows, collect_*) are at the record stride (table::record_layout: the widest
+// class's), each row at the start of its record, zeros after it. With one class the store holds
+// one pool and a handle is the row index.
 //
 // Who uses it: the pass manager moves rows between the host tier and the card (insert_rows,
 // read_rows, collect_dirty/clear_dirty, erase); HeterComm looks rows up and applies the
@@ -16,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
@@ -25,12 +35,13 @@
 
 namespace gpubox::sparse {
 
-class CardStoreRef;  // card_store.cuh
+class CardStoreRef;    // card_store.cuh
+struct DirtyFlagsRef;  // card_store.cuh
 
 class CardSparseStore {
  public:
-  // Rows follow RowLayout::make(config.optimizer.kind, config.mf_dim, config.storage);
-  // options.row_stride is ignored. The card must outlive the store.
+  // Rows follow RowLayout::for_slot(config, slot) (one pool per width_classes(config));
+  // options.row_stride and options.pool_strides are ignored. The card must outlive the store.
   CardSparseStore(device::Card& card, const table::AccessorConfig& config,
                   const HashTableOptions& options = {});
   CardSparseStore(CardSparseStore&&) noexcept = default;
@@ -38,18 +49,21 @@ class CardSparseStore {
   CardSparseStore(const CardSparseStore&) = delete;
   CardSparseStore& operator=(const CardSparseStore&) = delete;
 
-  // Stores full rows from the host tier (`rows`: n * stride floats, card memory), clean. A key
-  // already on the card has its row overwritten. Keys should be unique within the batch (for a
-  // repeated key one of its rows is kept). Returns how many keys were new. Synchronizes.
+  // Stores full rows from the host tier (`rows`: n records of record_stride() floats, card
+  // memory), clean. A key already on the card has its row overwritten (at the width it has).
+  // Keys should be unique within the batch (for a repeated key one of its rows is kept). A row
+  // of a width the config does not create is an error. Returns how many keys were new.
+  // Synchronizes.
   std::size_t insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
                           const device::Stream& stream);
-  // rows_out[i] = the full row of keys[i] (n * stride floats, card memory), bit-exact. A key the
-  // card does not hold is an error naming the key and the card. Synchronizes.
+  // rows_out[i] = the record of keys[i] (n * record_stride() floats, card memory), bit-exact. A key
+  // the card does not hold is an error naming the key and the card. Synchronizes.
   void read_rows(const uint64_t* keys, std::size_t n, float* rows_out,
                  const device::Stream& stream) const;
-  // out_row_indices[i] = the row index of keys[i]. A missing key gets a new row
-  // (table::init_row with slots[i], or slot 0 when slots is null; marked dirty) when
-  // `create_missing`, else kInvalidRow. *created (when given) = how many rows were created.
+  // out_row_indices[i] = the row handle of keys[i]. A missing key gets a new row in its slot's
+  // width class (table::init_row with slots[i], or slot 0 when slots is null; marked dirty) when
+  // `create_missing`, else kInvalidRow. A new key repeated in the batch under slots of different
+  // widths takes the narrowest of them. *created (when given) = how many rows were created.
   // Synchronizes.
   void lookup_or_create(const uint64_t* keys, const int32_t* slots, std::size_t n,
                         row_index_t* out_row_indices, bool create_missing, std::size_t* created,
@@ -68,17 +82,17 @@ class CardSparseStore {
   std::size_t create_missing_rows(const uint64_t* keys, const int32_t* slots, std::size_t n,
                                   row_index_t* out_row_indices, std::size_t missing,
                                   const device::Stream& stream);
-  // Every live key and its row index (slot order) into keys_out / rows_out, resized to the
+  // Every live key and its row handle (slot order) into keys_out / rows_out, resized to the
   // count; only the dirty rows when `dirty_only`. 12 bytes per entry, no row is copied. Returns
   // the count. Synchronizes.
   std::size_t list_entries(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
                            device::device_buffer<row_index_t>& rows_out,
                            const device::Stream& stream) const;
-  // rows_out[i * stride ...] = the row with index rows[i] (card memory), bit-exact; one thread
-  // per (row, field). Stream-ordered.
+  // rows_out[i * record_stride() ...] = the record of the row with handle rows[i] (card memory),
+  // bit-exact, zeros past the row's own stride; one thread per (record, field). Stream-ordered.
   void gather_rows(const row_index_t* rows, std::size_t n, float* rows_out,
                    const device::Stream& stream) const;
-  // scores_out[i] = table::row_score of the row with index rows[i] (card memory), e.g. to pick
+  // scores_out[i] = table::row_score of the row with handle rows[i] (card memory), e.g. to pick
   // eviction victims without copying rows. Stream-ordered.
   void row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
                   const device::Stream& stream) const;
@@ -98,6 +112,12 @@ class CardSparseStore {
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
   // Removes everything (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
+  // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,
+  // erased, inserted again, a page at a time), then the pages above are freed. A pool keeps its
+  // pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages of
+  // both. Every row must be clean (a pass boundary): the moved rows come back clean. Returns the
+  // pages freed. Synchronizes.
+  std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch.
   void reserve(std::size_t new_keys, const device::Stream& stream);
   // Sizes the table and the per-row index memory (free list, dirty flags) for `keys` keys once,
@@ -106,14 +126,27 @@ class CardSparseStore {
   void reserve_capacity(std::size_t keys, const device::Stream& stream);
 
   std::size_t size() const { return table_.size(); }
-  std::size_t bytes_per_row() const {
-    return sizeof(float) * static_cast<std::size_t>(layout_.stride());
+  // Floats per record (the widest class's row).
+  int32_t record_stride() const { return layout_.stride(); }
+  // Width classes: pool c holds the rows of embedx width classes().dims[c].
+  const table::WidthClasses& classes() const { return classes_; }
+  int32_t pool_count() const { return table_.pool_count(); }
+  // The pool (width class) of the rows of `slot`.
+  int32_t pool_of_slot(int32_t slot) const {
+    return classes_.class_of(table::slot_mf_dim(config_, slot));
   }
+  // Bytes of a row of pool `pool` (by default the widest: a record's).
+  std::size_t bytes_per_row(int32_t pool = -1) const { return this->pool(pool).row_bytes(); }
   // Card bytes held (slots, row pages, page table, free list, dirty flags, scratch).
   std::size_t memory_bytes() const;
-  // Bytes of one pool page (rows are allocated a page at a time).
-  std::size_t page_bytes() const { return table_.pool().page_bytes(); }
-  std::size_t page_rows() const { return table_.pool().page_rows(); }
+  // Bytes and rows of one page of pool `pool` (rows are allocated a page at a time; by default
+  // the widest pool's, whose pages hold a page of records).
+  std::size_t page_bytes(int32_t pool = -1) const { return this->pool(pool).page_bytes(); }
+  std::size_t page_rows(int32_t pool = -1) const { return this->pool(pool).page_rows(); }
+  // Pool `pool` (-1: the widest).
+  const RowPool& pool(int32_t pool) const {
+    return table_.pool(pool < 0 ? table_.pool_count() - 1 : pool);
+  }
   const table::RowLayout& layout() const { return layout_; }
   const table::AccessorConfig& config() const { return config_; }
   const CardHashTable& table() const { return table_; }
@@ -122,8 +155,19 @@ class CardSparseStore {
   CardStoreRef ref();
 
  private:
-  // Keeps one dirty flag per pool row after the pool grew (new rows clean).
+  // The dirty flags by row handle (card memory).
+  DirtyFlagsRef dirty_flags() const;
+  // Keeps one dirty flag per pool row after a pool grew (new rows clean).
   void sync_dirty_capacity(const device::Stream& stream);
+  // CardHashTable::insert with the new key at position i taking a row of pool pools[i] (card
+  // memory): one insert per pool with keys. out_created may be null. Synchronizes.
+  std::size_t insert_by_pool(const uint64_t* keys, std::size_t n, const int32_t* pools,
+                             row_index_t* out_rows, uint8_t* out_created,
+                             const device::Stream& stream);
+  // Writes n records (record_stride() floats each) into the rows with handles rows[i], each row
+  // its own stride. Stream-ordered.
+  void scatter_records(const float* records, const row_index_t* rows, std::size_t n,
+                       const device::Stream& stream);
   std::size_t collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
                       device::device_buffer<float>& rows_out, const device::Stream& stream) const;
   // Counts kInvalidRow among rows[0, n) into *miss_count_ (card memory): per-chunk partial
@@ -131,14 +175,22 @@ class CardSparseStore {
   void count_misses(const row_index_t* rows, std::size_t n, const device::Stream& stream);
 
   table::AccessorConfig config_;
-  table::RowLayout layout_;
+  table::RowLayout layout_;  // the record layout
+  table::WidthClasses classes_;
   CardHashTable table_;
-  device::device_buffer<uint8_t> dirty_;
+  std::vector<device::device_buffer<uint8_t>> dirty_;  // per pool, a flag per row
   // Scratch reused across calls.
   mutable device::device_buffer<row_index_t> rows_scratch_;
   mutable device::device_buffer<uint8_t> created_scratch_;
   mutable device::device_buffer<uint64_t> keys_scratch_;
   mutable device::device_buffer<uint64_t> positions_scratch_;
+  // insert_by_pool's (several pools only): each position's pool, positions grouped by pool,
+  // their keys, rows and created flags.
+  device::device_buffer<int32_t> pools_scratch_;
+  device::device_buffer<uint64_t> pool_positions_;
+  device::device_buffer<uint64_t> pool_keys_;
+  device::device_buffer<row_index_t> pool_rows_;
+  device::device_buffer<uint8_t> pool_created_;
   device::device_buffer<uint32_t> miss_partials_;  // per chunk of kMissChunk positions
   device::device_buffer<unsigned long long> miss_count_;
   device::pinned_buffer<unsigned long long> host_misses_;  // miss_count_'s host copy

@@ -122,10 +122,29 @@ struct IsLiveSlot {
 
 }  // namespace
 
+namespace {
+std::vector<RowPool> make_pools(device::Card& card, const HashTableOptions& options,
+                                RowHandleCodec codec) {
+  std::vector<int32_t> strides = options.pool_strides;
+  if (strides.empty()) strides.push_back(options.row_stride);
+  GPUBOX_EXPECTS(static_cast<int32_t>(strides.size()) <= kMaxRowPools,
+                 "hash table: ", strides.size(), " row pools asked, at most ", kMaxRowPools);
+  std::vector<RowPool> pools;
+  pools.reserve(strides.size());
+  for (std::size_t c = 0; c < strides.size(); ++c) {
+    pools.emplace_back(card, strides[c], options.initial_rows, options.page_rows, codec,
+                       static_cast<int32_t>(c));
+  }
+  return pools;
+}
+}  // namespace
+
 CardHashTable::CardHashTable(device::Card& card, const HashTableOptions& options)
     : card_(&card),
       options_(options),
-      pool_(card, options.row_stride, options.initial_rows, options.page_rows),
+      codec_(RowHandleCodec::for_pools(
+          std::max<int32_t>(1, static_cast<int32_t>(options.pool_strides.size())))),
+      pools_(make_pools(card, options, codec_)),
       slots_(0, card.memory(), card.stream()),
       side_rows_(2, card.memory(), card.stream()),
       created_scratch_(0, card.memory(), card.stream()),
@@ -150,10 +169,19 @@ detail::InsertEngine CardHashTable::insert_engine() {
 TableFindRef CardHashTable::find_ref() const { return TableFindRef(find_engine()); }
 TableInsertRef CardHashTable::insert_ref() { return TableInsertRef(insert_engine()); }
 
+RowPoolsRef CardHashTable::rows() const {
+  RowPoolsRef ref;
+  ref.codec = codec_;
+  for (std::size_t c = 0; c < pools_.size(); ++c) ref.pools[c] = pools_[c].rows();
+  return ref;
+}
+
 std::size_t CardHashTable::memory_bytes() const {
+  std::size_t pools = 0;
+  for (const RowPool& pool : pools_) pools += pool.memory_bytes();
   return slots_.capacity() * sizeof(Slot) + side_rows_.capacity() * sizeof(row_index_t) +
          created_scratch_.capacity() + rows_scratch_.capacity() * sizeof(row_index_t) +
-         flags_.capacity() * sizeof(uint32_t) + pool_.memory_bytes();
+         flags_.capacity() * sizeof(uint32_t) + pools;
 }
 
 std::size_t CardHashTable::slot_capacity_for(std::size_t keys, double max_load_factor) {
@@ -163,6 +191,16 @@ std::size_t CardHashTable::slot_capacity_for(std::size_t keys, double max_load_f
 }
 
 void CardHashTable::reserve(std::size_t new_keys, const device::Stream& stream) {
+  reserve_in_pool(0, new_keys, stream);
+}
+
+void CardHashTable::reserve_in_pool(int32_t pool, std::size_t new_keys,
+                                    const device::Stream& stream) {
+  reserve_slots(new_keys, stream);
+  this->pool(pool).reserve_free(new_keys, stream);
+}
+
+void CardHashTable::reserve_slots(std::size_t new_keys, const device::Stream& stream) {
   GPUBOX_EXPECTS(new_keys <= kMaxRows, "card ", card_->rank(), ": batch of ", new_keys,
                  " keys exceeds the table's row limit ", kMaxRows);
   const double bound = options_.max_load_factor * static_cast<double>(capacity());
@@ -171,7 +209,6 @@ void CardHashTable::reserve(std::size_t new_keys, const device::Stream& stream) 
     rehash(std::max(slot_capacity_for(size_ + new_keys, options_.max_load_factor), capacity()),
            stream);
   }
-  pool_.reserve_free(new_keys, stream);
 }
 
 void CardHashTable::reserve_capacity(std::size_t keys, const device::Stream& stream) {
@@ -179,7 +216,7 @@ void CardHashTable::reserve_capacity(std::size_t keys, const device::Stream& str
                  " keys exceed the table's row limit ", kMaxRows);
   const std::size_t slots = slot_capacity_for(keys, options_.max_load_factor);
   if (slots > capacity()) rehash(slots, stream);
-  pool_.reserve_index(keys);
+  for (RowPool& pool : pools_) pool.reserve_index(keys);
 }
 
 void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& stream) {
@@ -216,24 +253,26 @@ void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& strea
 
 std::size_t CardHashTable::insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
                                   const device::Stream& stream) {
-  return insert_impl(keys, n, out_rows, nullptr, stream);
+  return insert_in_pool(0, keys, n, out_rows, nullptr, stream);
 }
 
 std::size_t CardHashTable::insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
                                   uint8_t* out_created, const device::Stream& stream) {
-  return insert_impl(keys, n, out_rows, out_created, stream);
+  return insert_in_pool(0, keys, n, out_rows, out_created, stream);
 }
 
-std::size_t CardHashTable::insert_impl(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
-                                       uint8_t* out_created, const device::Stream& stream) {
+std::size_t CardHashTable::insert_in_pool(int32_t pool, const uint64_t* keys, std::size_t n,
+                                          row_index_t* out_rows, uint8_t* out_created,
+                                          const device::Stream& stream) {
   if (n == 0) return 0;
-  reserve(n, stream);
+  reserve_in_pool(pool, n, stream);
+  RowPool& rows = this->pool(pool);
   uint8_t* created = out_created;
   if (created == nullptr) {
     created_scratch_.resize_discard(n);
     created = created_scratch_.data();
   }
-  const row_index_t* candidates = pool_.peek_free(n);
+  const row_index_t* candidates = rows.peek_free(n);
   for (bool retry = false;; retry = true) {
     device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
     device::parallel_for(stream, n,
@@ -243,7 +282,7 @@ std::size_t CardHashTable::insert_impl(const uint64_t* keys, std::size_t n, row_
     // Some key met a probe run longer than kMaxProbe: grow and insert the keys that failed.
     rehash(capacity() * 2, stream);
   }
-  const std::size_t inserted = pool_.commit_allocation(created, n, stream);
+  const std::size_t inserted = rows.commit_allocation(created, n, stream);
   size_ += inserted;
   return inserted;
 }
@@ -263,7 +302,8 @@ std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const devi
   }
   device::memset_bytes_async(flags_.data() + 1, 0, sizeof(uint32_t), stream);
   device::parallel_for(stream, n, EraseKeys{insert_engine(), keys, released, flags_.data() + 1});
-  const std::size_t removed = pool_.release(released, n, stream);
+  std::size_t removed = 0;
+  for (RowPool& pool : pools_) removed += pool.release(released, n, stream);
   const std::size_t reserved_removed = device::to_host(flags_.data() + 1, 1, stream)[0];
   size_ -= removed;
   erased_ += removed - reserved_removed;
@@ -310,7 +350,7 @@ void CardHashTable::clear(const device::Stream& stream) {
   device::parallel_for(stream, slots_.size(), FillEmpty{slots_.data()});
   const row_index_t none[2] = {kInvalidRow, kInvalidRow};
   device::copy_async(side_rows_.data(), none, 2, stream);
-  pool_.clear(stream);
+  for (RowPool& pool : pools_) pool.clear(stream);
   stream.synchronize();  // `none` lives on this stack frame
   size_ = 0;
   erased_ = 0;

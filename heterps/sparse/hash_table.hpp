@@ -1,4 +1,6 @@
-// CardHashTable: one card's map from uint64 keys to row indices of its RowPool.
+// CardHashTable: one card's map from uint64 keys to rows of its RowPool, or of its RowPools when
+// rows come in several widths (options.pool_strides: one pool per width class); the value is
+// then a handle naming the pool and the row (RowHandleCodec).
 //
 // Open addressing with linear probing over a power-of-two array of 16-byte slots; the probe
 // start is mix64(key) (independent of owner_card's fmix64) rounded down to a cache line. Probing is
@@ -16,11 +18,12 @@
 // Bulk API over card ranges (keys/out pointers in this card's memory), stream last. Calls that
 // return a count synchronize `stream`; the others are only stream-ordered. `stream` must be the
 // card's stream (or ordered with it): buffers grow on the card's stream.
-// Not thread-safe: one card thread drives a table. Move-only; owns its slots and its RowPool.
+// Not thread-safe: one card thread drives a table. Move-only; owns its slots and its RowPools.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
@@ -52,10 +55,15 @@ class CardHashTable {
                      const device::Stream& stream);
   std::size_t insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
                      uint8_t* out_created, const device::Stream& stream);
+  // insert(), the new keys taking rows of pool `pool` (a key already present keeps its row,
+  // whatever its pool).
+  std::size_t insert_in_pool(int32_t pool, const uint64_t* keys, std::size_t n,
+                             row_index_t* out_rows, uint8_t* out_created,
+                             const device::Stream& stream);
   // out_rows[i] = the row of keys[i], kInvalidRow when absent. Stream-ordered.
   void find(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
             const device::Stream& stream) const;
-  // Removes the keys (absent ones and repeats are ignored); their rows go back to the pool.
+  // Removes the keys (absent ones and repeats are ignored); their rows go back to their pools.
   // When `out_rows` is given, out_rows[i] = the row keys[i] released, else kInvalidRow.
   // Returns how many keys were removed. Synchronizes.
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream,
@@ -65,12 +73,16 @@ class CardHashTable {
   std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;
   // Removes every key and frees every row (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
-  // Grows so that an insert batch of up to `new_keys` keys needs no growth, and the pool has
-  // `new_keys` free rows. Stream-ordered.
+  // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or
+  // `pool`) has `new_keys` free rows. Stream-ordered.
   void reserve(std::size_t new_keys, const device::Stream& stream);
-  // Sizes the slot array for `keys` live keys at the load bound and the pool's index for as many
-  // rows, once (a card budget): up to that many keys the table never grows, and a rehash only
-  // purges erased slots in place. Rows themselves are still allocated page by page. Synchronizes.
+  void reserve_in_pool(int32_t pool, std::size_t new_keys, const device::Stream& stream);
+  // Slots only: an insert batch of up to `new_keys` keys needs no growth. Stream-ordered.
+  void reserve_slots(std::size_t new_keys, const device::Stream& stream);
+  // Sizes the slot array for `keys` live keys at the load bound and every pool's index for as
+  // many rows, once (a card budget): up to that many keys the table never grows, and a rehash
+  // only purges erased slots in place. Rows themselves are still allocated page by page.
+  // Synchronizes.
   void reserve_capacity(std::size_t keys, const device::Stream& stream);
   // Slots (a power of two, at least 16) the table uses for `keys` live keys at `max_load_factor`.
   static std::size_t slot_capacity_for(std::size_t keys, double max_load_factor);
@@ -83,8 +95,12 @@ class CardHashTable {
   std::size_t memory_bytes() const;
   const HashTableOptions& options() const { return options_; }
 
-  RowPool& pool() { return pool_; }
-  const RowPool& pool() const { return pool_; }
+  int32_t pool_count() const { return static_cast<int32_t>(pools_.size()); }
+  RowPool& pool(int32_t c = 0) { return pools_.at(static_cast<std::size_t>(c)); }
+  const RowPool& pool(int32_t c = 0) const { return pools_.at(static_cast<std::size_t>(c)); }
+  const RowHandleCodec& codec() const { return codec_; }
+  // Every pool's rows by handle (card memory). Invalidated by growth.
+  RowPoolsRef rows() const;
   device::Card& card() const { return *card_; }
 
   TableFindRef find_ref() const;
@@ -99,12 +115,11 @@ class CardHashTable {
   // Rehashes into a table of at least `min_capacity` slots (doubling past the probe bound),
   // purging erased slots. Synchronizes.
   void rehash(std::size_t min_capacity, const device::Stream& stream);
-  std::size_t insert_impl(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
-                          uint8_t* out_created, const device::Stream& stream);
 
   device::Card* card_;
   HashTableOptions options_;
-  RowPool pool_;
+  RowHandleCodec codec_;
+  std::vector<RowPool> pools_;
   device::device_buffer<detail::Slot> slots_;
   // side_rows_[0]: row of kErasedKey, [1]: row of kEmptyKey (kInvalidRow when absent).
   device::device_buffer<row_index_t> side_rows_;

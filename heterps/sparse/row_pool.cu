@@ -12,7 +12,7 @@
 namespace gpubox::sparse {
 namespace {
 
-// free[i] = first + i.
+// free[i] = first + i (the handles of consecutive rows).
 struct FillIndices {
   row_index_t* free;
   row_index_t first;
@@ -23,8 +23,13 @@ struct IsTaken {
   GPUBOX_HD bool operator()(uint8_t used) const { return used != 0; }
 };
 
+// A row of pool `pool` (not kInvalidRow, not another pool's handle).
 struct IsRow {
-  GPUBOX_HD bool operator()(row_index_t row) const { return row != kInvalidRow; }
+  RowHandleCodec codec;
+  int32_t pool;
+  GPUBOX_HD bool operator()(row_index_t row) const {
+    return row != kInvalidRow && codec.pool_of(row) == pool;
+  }
 };
 
 // page_table[index] = page (the pointer travels by value: no host buffer to keep alive).
@@ -56,6 +61,15 @@ struct ScatterRows {
   }
 };
 
+// A handle whose index is at or above `first_row`.
+struct IsAtOrAbove {
+  row_index_t index_mask;
+  std::size_t first_row;
+  GPUBOX_HD bool operator()(row_index_t handle) const {
+    return static_cast<std::size_t>(handle & index_mask) >= first_row;
+  }
+};
+
 uint32_t log2_exact(std::size_t page_rows) {
   GPUBOX_EXPECTS(page_rows > 0 && (page_rows & (page_rows - 1)) == 0,
                  "row pool: rows per page must be a power of two, got ", page_rows);
@@ -67,13 +81,18 @@ uint32_t log2_exact(std::size_t page_rows) {
 }  // namespace
 
 RowPool::RowPool(device::Card& card, int32_t stride, std::size_t initial_rows,
-                 std::size_t page_rows)
+                 std::size_t page_rows, RowHandleCodec codec, int32_t pool)
     : card_(&card),
       stride_(stride),
+      codec_(codec),
+      pool_(pool),
       page_shift_(log2_exact(page_rows == 0 ? page_rows_for(stride) : page_rows)),
       page_table_(0, card.memory(), card.stream()),
       free_(0, card.memory(), card.stream()) {
   GPUBOX_EXPECTS(stride >= 0, "row stride must be >= 0, got ", stride);
+  GPUBOX_EXPECTS(pool >= 0 && codec.pool_of(codec.first_handle(pool)) == pool &&
+                     codec.first_handle(pool) != kInvalidRow,
+                 "row pool ", pool, " has no handles with ", codec.index_bits, " index bits");
   reserve_free(initial_rows, card.stream());
 }
 
@@ -84,8 +103,9 @@ std::size_t RowPool::memory_bytes() const {
 
 void RowPool::add_pages(std::size_t count, const device::Stream& stream) {
   const std::size_t new_capacity = capacity_ + count * page_rows();
-  GPUBOX_EXPECTS(new_capacity <= kMaxRows, "card ", card_->rank(), ": row pool cannot hold ",
-                 new_capacity, " rows (at most ", kMaxRows, ")");
+  GPUBOX_EXPECTS(new_capacity <= codec_.max_rows(), "card ", card_->rank(), ": row pool ", pool_,
+                 " (rows of ", stride_, " floats) cannot hold ", new_capacity, " rows (at most ",
+                 codec_.max_rows(), ")");
   if (stride_ > 0) {
     page_table_.resize(pages_.size() + count);  // a few pointers: the only thing ever copied
     for (std::size_t p = 0; p < count; ++p) {
@@ -100,7 +120,8 @@ void RowPool::add_pages(std::size_t count, const device::Stream& stream) {
   free_.resize(new_capacity);
   device::parallel_for(
       stream, new_capacity - capacity_,
-      FillIndices{free_.data() + free_count_, static_cast<row_index_t>(capacity_)});
+      FillIndices{free_.data() + free_count_,
+                  codec_.first_handle(pool_) | static_cast<row_index_t>(capacity_)});
   free_count_ += new_capacity - capacity_;
   capacity_ = new_capacity;
 }
@@ -112,8 +133,8 @@ void RowPool::reserve_free(std::size_t count, const device::Stream& stream) {
 }
 
 void RowPool::reserve_index(std::size_t rows) {
-  GPUBOX_EXPECTS(rows <= kMaxRows, "card ", card_->rank(), ": row pool cannot hold ", rows,
-                 " rows (at most ", kMaxRows, ")");
+  GPUBOX_EXPECTS(rows <= codec_.max_rows(), "card ", card_->rank(), ": row pool ", pool_,
+                 " cannot hold ", rows, " rows (at most ", codec_.max_rows(), ")");
   const std::size_t pages = (rows + page_rows() - 1) / page_rows();
   free_.reserve(pages * page_rows());
   if (stride_ > 0) page_table_.reserve(pages);
@@ -162,24 +183,48 @@ std::size_t RowPool::release(const row_index_t* rows, std::size_t count,
   row_index_t* first = free_.data() + free_count_;
   const std::size_t room = capacity_ - free_count_;
   if (count <= room) {
-    row_index_t* end =
-        thrust::copy_if(device::exec_policy(stream), rows, rows + count, first, IsRow{});
+    row_index_t* end = thrust::copy_if(device::exec_policy(stream), rows, rows + count, first,
+                                       IsRow{codec_, pool_});
     free_count_ += static_cast<std::size_t>(end - first);
     return static_cast<std::size_t>(end - first);
   }
-  // More entries than rows in use: some must be kInvalidRow; count first so nothing overflows.
+  // More entries than rows in use: some must be skipped; count first so nothing overflows.
   const auto freed = static_cast<std::size_t>(
-      thrust::count_if(device::exec_policy(stream), rows, rows + count, IsRow{}));
+      thrust::count_if(device::exec_policy(stream), rows, rows + count, IsRow{codec_, pool_}));
   GPUBOX_EXPECTS(freed <= room, "row pool: releasing ", freed, " rows but only ", room,
                  " are in use");
-  thrust::copy_if(device::exec_policy(stream), rows, rows + count, first, IsRow{});
+  thrust::copy_if(device::exec_policy(stream), rows, rows + count, first, IsRow{codec_, pool_});
   free_count_ += freed;
   return freed;
 }
 
 void RowPool::clear(const device::Stream& stream) {
-  device::parallel_for(stream, capacity_, FillIndices{free_.data(), 0});
+  device::parallel_for(stream, capacity_, FillIndices{free_.data(), codec_.first_handle(pool_)});
   free_count_ = capacity_;
+}
+
+std::size_t RowPool::withhold_free_from(std::size_t first_row, const device::Stream& stream) {
+  row_index_t* first = free_.data();
+  row_index_t* kept_end = device::host_result(stream, [&] {
+    return thrust::remove_if(device::exec_policy(stream), first, first + free_count_,
+                             IsAtOrAbove{codec_.index_mask(), first_row});
+  });
+  const std::size_t withheld = free_count_ - static_cast<std::size_t>(kept_end - first);
+  free_count_ -= withheld;
+  return withheld;
+}
+
+void RowPool::drop_pages_from(std::size_t rows, const device::Stream& stream) {
+  GPUBOX_EXPECTS(rows % page_rows() == 0 && rows <= capacity_, "row pool: cannot shrink ",
+                 capacity_, " rows to ", rows, " (pages of ", page_rows(), ")");
+  GPUBOX_EXPECTS(free_count_ <= rows, "row pool: ", free_count_, " rows on the free list, ", rows,
+                 " kept: the rows above were not withheld");
+  if (stride_ > 0) {
+    stream.synchronize();  // no kernel may still write the pages
+    pages_.resize(rows / page_rows());
+    page_table_.resize(pages_.size());
+  }
+  capacity_ = rows;
 }
 
 void RowPool::gather(const row_index_t* rows, std::size_t n, float* out,

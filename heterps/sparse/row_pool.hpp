@@ -33,23 +33,42 @@ namespace gpubox::sparse {
 // Device view of a pool's rows. Trivially copyable.
 struct RowPagesRef {
   float* const* pages = nullptr;
-  uint32_t page_shift = 0;  // log2(rows per page)
-  int32_t stride = 0;       // floats per row
+  uint32_t page_shift = 0;                   // log2(rows per page)
+  int32_t stride = 0;                        // floats per row
+  row_index_t index_mask = ~row_index_t{0};  // a handle's index bits (RowHandleCodec)
 
-  GPUBOX_HD float* row(row_index_t r) const {
+  GPUBOX_HD float* row(row_index_t handle) const {
+    const row_index_t r = handle & index_mask;
     const row_index_t within = r & ((row_index_t{1} << page_shift) - 1);
     return pages[r >> page_shift] +
            static_cast<std::size_t>(within) * static_cast<std::size_t>(stride);
   }
 };
 
+// Device view of the rows of several pools (one per width class), reached by handle: the
+// handle's class bits pick the pool. Trivially copyable.
+struct RowPoolsRef {
+  RowPagesRef pools[kMaxRowPools] = {};
+  RowHandleCodec codec;
+
+  // One pool (no class bits) reads pools[0] directly: the common case keeps its fields in
+  // registers instead of indexing the array per row.
+  GPUBOX_HD const RowPagesRef& pool_of(row_index_t handle) const {
+    return codec.index_bits == 32 ? pools[0] : pools[codec.pool_of(handle)];
+  }
+  GPUBOX_HD float* row(row_index_t handle) const { return pool_of(handle).row(handle); }
+  GPUBOX_HD int32_t stride(row_index_t handle) const { return pool_of(handle).stride; }
+};
+
 class RowPool {
  public:
   // `stride`: floats per row (0: an index allocator with no row storage). `initial_rows` rows
   // (rounded up to whole pages) are allocated up front, all free. `page_rows`: rows per page, a
-  // power of two (0: page_rows_for(stride)). The card must outlive the pool.
+  // power of two (0: page_rows_for(stride)). With `codec`, the pool is pool `pool` of a set: its
+  // rows are named by handles (RowHandleCodec), at most codec.max_rows() of them; by default a
+  // handle is the index. The card must outlive the pool.
   RowPool(device::Card& card, int32_t stride, std::size_t initial_rows = 0,
-          std::size_t page_rows = 0);
+          std::size_t page_rows = 0, RowHandleCodec codec = {}, int32_t pool = 0);
   RowPool(RowPool&&) noexcept = default;
   RowPool& operator=(RowPool&&) noexcept = default;
   RowPool(const RowPool&) = delete;
@@ -65,7 +84,10 @@ class RowPool {
   std::size_t pages() const { return pages_.size(); }
   std::size_t row_bytes() const { return sizeof(float) * static_cast<std::size_t>(stride_); }
   // The rows (card memory). Invalidated by growth.
-  RowPagesRef rows() const { return RowPagesRef{page_table_.data(), page_shift_, stride_}; }
+  RowPagesRef rows() const {
+    return RowPagesRef{page_table_.data(), page_shift_, stride_, codec_.index_mask()};
+  }
+  int32_t pool_id() const { return pool_; }
   // Card bytes held: pages, page table and free list.
   std::size_t memory_bytes() const;
 
@@ -86,12 +108,20 @@ class RowPool {
   // Takes `count` rows at once (reserving them first), writing their indices to `out` (card
   // memory). Stream-ordered.
   void allocate(row_index_t* out, std::size_t count, const device::Stream& stream);
-  // Returns rows to the free list; entries equal to kInvalidRow are skipped. The rows must be
-  // in use and distinct (the hash table guarantees both). Returns how many were freed.
+  // Returns rows to the free list; entries equal to kInvalidRow, and handles of other pools,
+  // are skipped. The rows must be in use and distinct (the hash table guarantees both). Returns
+  // how many were freed.
   // Synchronizes `stream`.
   std::size_t release(const row_index_t* rows, std::size_t count, const device::Stream& stream);
   // Every row free again (capacity and contents kept). Stream-ordered.
   void clear(const device::Stream& stream);
+  // Shrinking (CardSparseStore::compact_pool moves the rows above `first_row` below it first):
+  // takes the free rows at or above `first_row` off the free list, so that no allocation hands
+  // them out; returns how many. Synchronizes.
+  std::size_t withhold_free_from(std::size_t first_row, const device::Stream& stream);
+  // Drops the pages at and above row `rows` (a multiple of page_rows()); every row there must be
+  // free and withheld. Stream-ordered.
+  void drop_pages_from(std::size_t rows, const device::Stream& stream);
 
   // out[i * stride + f] = field f of row rows[i], i < n (card memory). One thread per (row,
   // field): coalesced. Stream-ordered.
@@ -106,12 +136,14 @@ class RowPool {
 
   device::Card* card_;
   int32_t stride_;
+  RowHandleCodec codec_;
+  int32_t pool_;
   uint32_t page_shift_;
   std::size_t capacity_ = 0;
   std::size_t free_count_ = 0;
   std::vector<device::device_buffer<float>> pages_;  // empty when stride_ == 0
   device::device_buffer<float*> page_table_;         // page_table_[p] = pages_[p].data()
-  // free_[0, free_count_) are the free rows; a batch takes candidates from the top.
+  // free_[0, free_count_) are the free rows (handles); a batch takes candidates from the top.
   device::device_buffer<row_index_t> free_;
 };
 

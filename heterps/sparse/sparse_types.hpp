@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
+
+#include "common/macros.hpp"
 
 namespace gpubox::sparse {
 
@@ -15,6 +18,34 @@ using row_index_t = uint32_t;
 inline constexpr row_index_t kInvalidRow = std::numeric_limits<row_index_t>::max();
 // Largest number of rows one pool can hold (kInvalidRow must stay out of range).
 inline constexpr std::size_t kMaxRows = std::size_t{kInvalidRow} - 1;
+
+// Most row pools (width classes) one store holds: table::kMaxWidthClasses.
+inline constexpr int32_t kMaxRowPools = 8;
+
+// What a table value names when a store keeps one RowPool per width class: the class in the top
+// class bits, the row's index in that class's pool below them. With one pool there are no class
+// bits and a handle is the index itself (all 32 bits, as before classes). Every pool's handles
+// stay below kInvalidRow: a pool holds at most max_rows() rows (2^index_bits - 2).
+struct RowHandleCodec {
+  uint32_t index_bits = 32;
+
+  // The codec of `pools` pools: the fewest class bits that number them.
+  static RowHandleCodec for_pools(int32_t pools) {
+    uint32_t class_bits = 0;
+    while ((int32_t{1} << class_bits) < pools) ++class_bits;
+    return RowHandleCodec{32 - class_bits};
+  }
+  GPUBOX_HD int32_t pool_of(row_index_t handle) const {
+    return static_cast<int32_t>(uint64_t{handle} >> index_bits);
+  }
+  GPUBOX_HD row_index_t index_mask() const {
+    return static_cast<row_index_t>((uint64_t{1} << index_bits) - 1);
+  }
+  GPUBOX_HD row_index_t first_handle(int32_t pool) const {
+    return static_cast<row_index_t>(static_cast<uint64_t>(pool) << index_bits);
+  }
+  std::size_t max_rows() const { return (std::size_t{1} << index_bits) - 2; }
+};
 
 // Keys the open-addressing table reserves for its slot states. They are still storable: the
 // table keeps them in two side slots (see hash_table.cuh), so every uint64 key is a valid key.
@@ -58,6 +89,9 @@ struct HashTableOptions {
   double max_load_factor = 0.6;
   // Floats per row of the table's RowPool; 0 makes the pool an index allocator only.
   int32_t row_stride = 0;
+  // Several pools, one per width class (floats per row of each, at most kMaxRowPools), their
+  // handles told apart by RowHandleCodec::for_pools; empty: the one pool of row_stride.
+  std::vector<int32_t> pool_strides;
   // Rows allocated up front in the pool (rounded up to whole pages).
   std::size_t initial_rows = 0;
   // Rows per pool page, a power of two; 0: page_rows_for(row_stride).

@@ -156,6 +156,13 @@ Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& 
            ? table_->peek(req->keys.data(), slots, req->keys.size(), rows, &created)
            : table_->pull(req->keys.data(), slots, req->keys.size(), rows, &created);
   if (!st.ok()) return fail(st);
+  // Each row at its own width (protocol 4): packed in place, the frame cut to what they take.
+  const table::RowLayout& record = table_->layout();
+  if (record.mixed_widths) {
+    const std::size_t floats = pack_rows(rows, req->keys.size(), record, rows);
+    h.payload_bytes = static_cast<uint32_t>(pull_reply_rows_offset() + floats * sizeof(float));
+    reply.frame.resize(kHeaderBytes + h.payload_bytes);
+  }
   encode_header(h, reply.frame.data());
   encode_pull_reply_head(req->keys.size(), stride, created, reply.frame.data() + kHeaderBytes);
   rows_pulled.fetch_add(req->keys.size(), std::memory_order_relaxed);
@@ -164,7 +171,7 @@ Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& 
 
 Reply Server::Impl::push(const FrameHeader& header, const std::vector<uint8_t>& payload) {
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
-  auto req = decode_push_request(payload.data(), payload.size());
+  auto req = decode_push_request(payload.data(), payload.size(), table_->layout());
   if (!req.ok()) return fail(req.status());
   const auto stride = static_cast<uint32_t>(table_->layout().stride());
   if (!req->keys.empty() && req->stride != stride) {

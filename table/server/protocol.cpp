@@ -339,10 +339,97 @@ StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, ui
                               std::to_string(expect_n) + " of stride " +
                               std::to_string(expect_stride));
   }
+  view.rows_bytes = static_cast<std::size_t>(view.n) * view.stride * sizeof(float);
   GPUBOX_RETURN_IF_ERROR(
       r.skip_array(static_cast<std::size_t>(view.n) * view.stride, sizeof(float), &view.rows));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   return view;
+}
+
+StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
+                                          const RowLayout& record) {
+  const auto stride = static_cast<uint32_t>(record.stride());
+  if (!record.mixed_widths) return decode_pull_reply(data, n, expect_n, stride);
+  PayloadReader r(data, n, "PULL reply");
+  PullReplyView view;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.n));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.stride));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&view.created));
+  if (view.n != expect_n || view.stride != stride) {
+    return Status::Corruption("PULL reply holds " + std::to_string(view.n) + " rows of stride " +
+                              std::to_string(view.stride) + ", expected " +
+                              std::to_string(expect_n) + " of stride " + std::to_string(stride));
+  }
+  view.rows_bytes = r.remaining();
+  const auto narrowest = static_cast<std::size_t>(
+      RowLayout::make(record.kind, 0, record.storage).stride() * sizeof(float));
+  if (view.rows_bytes > std::size_t{view.n} * stride * sizeof(float) ||
+      view.rows_bytes < std::size_t{view.n} * narrowest) {
+    return Status::Corruption("PULL reply: " + std::to_string(view.rows_bytes) +
+                              " bytes of rows cannot be " + std::to_string(view.n) +
+                              " rows of stride at most " + std::to_string(stride));
+  }
+  GPUBOX_RETURN_IF_ERROR(r.skip_array(view.rows_bytes, 1, &view.rows));
+  return view;
+}
+
+std::size_t packed_floats(const float* rows, std::size_t n, const RowLayout& record) {
+  const auto stride = static_cast<std::size_t>(record.stride());
+  if (!record.mixed_widths) return n * stride;
+  std::size_t floats = 0;
+  for (std::size_t i = 0; i < n; ++i) floats += record.of_row(rows + i * stride).stride();
+  return floats;
+}
+
+std::size_t pack_rows(const float* rows, std::size_t n, const RowLayout& record, float* out) {
+  const auto stride = static_cast<std::size_t>(record.stride());
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* row = rows + i * stride;
+    const auto own = static_cast<std::size_t>(record.of_row(row).stride());
+    if (out + at != row) std::memmove(out + at, row, own * sizeof(float));
+    at += own;
+  }
+  return at;
+}
+
+Status unpack_rows(const uint8_t* packed, std::size_t bytes, std::size_t n, const RowLayout& record,
+                   const uint32_t* positions, float* rows, const char* what) {
+  const auto stride = static_cast<std::size_t>(record.stride());
+  const std::size_t width_at = sizeof(float) * static_cast<std::size_t>(record.mf_dim_offset());
+  std::size_t at = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    std::size_t own = stride;
+    if (record.mixed_widths) {
+      if (bytes - at < width_at + sizeof(float)) {
+        return Status::Corruption(std::string(what) + ": row " + std::to_string(j) + " of " +
+                                  std::to_string(n) + " is cut short");
+      }
+      const auto width = load<float>(packed + at + width_at);
+      if (!(width >= 0.0f && width <= static_cast<float>(record.mf_dim)) ||
+          width != std::floor(width)) {
+        return Status::Corruption(std::string(what) + ": row " + std::to_string(j) +
+                                  " records embedx width " + std::to_string(width) +
+                                  ", the table's widths are at most " +
+                                  std::to_string(record.mf_dim));
+      }
+      own = static_cast<std::size_t>(
+          RowLayout::make(record.kind, static_cast<int32_t>(width), record.storage).stride());
+    }
+    if (bytes - at < own * sizeof(float)) {
+      return Status::Corruption(std::string(what) + ": row " + std::to_string(j) + " of " +
+                                std::to_string(n) + " is cut short");
+    }
+    float* out = rows + (positions != nullptr ? std::size_t{positions[j]} : j) * stride;
+    std::memcpy(out, packed + at, own * sizeof(float));
+    std::fill(out + own, out + stride, 0.0f);
+    at += own * sizeof(float);
+  }
+  if (at != bytes) {
+    return Status::Corruption(std::string(what) + ": " + std::to_string(bytes - at) +
+                              " bytes after its " + std::to_string(n) + " rows");
+  }
+  return Status::OK();
 }
 
 void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,
@@ -352,6 +439,53 @@ void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows,
   w.put_u32(stride);
   w.put_array(keys, n);
   w.put_array(rows, n * stride);
+}
+
+void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows,
+                         const RowLayout& record, std::vector<uint8_t>* out) {
+  if (!record.mixed_widths) {
+    encode_push_request(keys, n, rows, static_cast<uint32_t>(record.stride()), out);
+    return;
+  }
+  PayloadWriter w(out);
+  w.put_u32(static_cast<uint32_t>(n));
+  w.put_u32(static_cast<uint32_t>(record.stride()));
+  w.put_array(keys, n);
+  const auto stride = static_cast<std::size_t>(record.stride());
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* row = rows + i * stride;
+    w.put_array(row, static_cast<std::size_t>(record.of_row(row).stride()));
+  }
+}
+
+StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
+                                          const RowLayout& record) {
+  if (!record.mixed_widths) return decode_push_request(data, n);
+  PayloadReader r(data, n, "PUSH request");
+  uint32_t count = 0;
+  PushRequest req;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.stride));
+  if (req.stride != static_cast<uint32_t>(record.stride())) {
+    return Status::InvalidArgument("rows of stride " + std::to_string(req.stride) +
+                                   " pushed to a table of stride " +
+                                   std::to_string(record.stride()));
+  }
+  GPUBOX_RETURN_IF_ERROR(r.get_array(&req.keys, count));
+  // Every row takes at least the narrowest stride: check the bytes before sizing the rows.
+  const auto narrowest = static_cast<std::size_t>(
+      RowLayout::make(record.kind, 0, record.storage).stride() * sizeof(float));
+  if (r.remaining() / narrowest < count) {
+    return Status::Corruption("PUSH request: " + std::to_string(r.remaining()) +
+                              " bytes cannot hold " + std::to_string(count) + " rows");
+  }
+  req.rows.resize(static_cast<std::size_t>(count) * req.stride);
+  const uint8_t* packed = nullptr;
+  const std::size_t bytes = r.remaining();
+  GPUBOX_RETURN_IF_ERROR(r.skip_array(bytes, 1, &packed));
+  GPUBOX_RETURN_IF_ERROR(
+      unpack_rows(packed, bytes, count, record, nullptr, req.rows.data(), "PUSH request"));
+  return req;
 }
 
 StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n) {

@@ -38,7 +38,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the wire
 // 2: INFO carries the server's instance id and generation; SAVE and LOAD reply with a generation.
 // 3: INFO carries the rows' sparse storage (fp16 and bf16 rows have the same stride).
-inline constexpr uint16_t kProtocolVersion = 3;
+// 4: PULL replies and PUSH requests carry each row at its own width (hyper_parameters.slot_dims;
+//    see "Rows on the wire" below).
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;
 // Default frame limit of both sides: 64 MiB of payload (a chunk of a few thousand rows is far
@@ -185,8 +187,26 @@ struct PullRequest {
 };
 StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n);
 
-// PULL (and PEEK) reply: u32 n, u32 stride, u64 created, f32 rows[n * stride]. The server writes
-// rows in place: pull_reply_rows_offset() is where they start in the payload.
+// Rows on the wire (PULL replies, PUSH requests): each row at its own stride, the floats of
+// RowLayout::of_row of the table's record layout (the row's mf_dim field, at the same offset in
+// every width, says which), one after the other; with one width (no mixed_widths) every row at
+// the record stride. A width-4 row of a 4/8/16 table travels in 56 bytes, not 104.
+//
+// Packs n rows of the record stride into their own strides (`out` may be `rows`: rows only move
+// down). Returns the floats written.
+std::size_t pack_rows(const float* rows, std::size_t n, const RowLayout& record, float* out);
+// The packed floats of n rows (at most n * record stride).
+std::size_t packed_floats(const float* rows, std::size_t n, const RowLayout& record);
+// Unpacks n rows from `bytes` bytes at `packed` (unaligned) into record-stride rows: row j goes to
+// rows[positions[j]] (or rows[j] when positions is null), zeros after its own floats. A width
+// outside [0, record.mf_dim], or bytes that do not hold exactly the n rows, is a Corruption
+// error naming `what`.
+Status unpack_rows(const uint8_t* packed, std::size_t bytes, std::size_t n, const RowLayout& record,
+                   const uint32_t* positions, float* rows, const char* what);
+
+// PULL (and PEEK) reply: u32 n, u32 stride, u64 created, then the n rows (each at its own width,
+// see above; the record stride is `stride`). The server writes rows in place:
+// pull_reply_rows_offset() is where they start in the payload.
 inline constexpr std::size_t pull_reply_rows_offset() { return 16; }
 std::size_t pull_reply_bytes(std::size_t n, uint32_t stride);
 void encode_pull_reply_head(std::size_t n, uint32_t stride, uint64_t created, uint8_t* out);
@@ -194,21 +214,33 @@ struct PullReplyView {
   uint32_t n = 0;
   uint32_t stride = 0;
   uint64_t created = 0;
-  const uint8_t* rows = nullptr;  // n * stride floats, unaligned
+  const uint8_t* rows = nullptr;  // the packed rows, unaligned (unpack_rows)
+  std::size_t rows_bytes = 0;
 };
-// Checks n/stride against the expected values and the payload size.
+// Checks n/stride against the expected values and the payload size: every row at `expect_stride`
+// (one width), or, with the table's record layout, each at its own width (the rows' sizes are
+// checked by unpack_rows).
 StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
                                           uint32_t expect_stride);
+StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
+                                          const RowLayout& record);
 
-// PUSH request: u32 n, u32 stride, u64 keys[n], f32 rows[n * stride].
+// PUSH request: u32 n, u32 stride, u64 keys[n], then the n rows (each at its own width; the
+// record stride is `stride`). The stride form writes rows of one width.
 void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,
                          std::vector<uint8_t>* out);
+void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows,
+                         const RowLayout& record, std::vector<uint8_t>* out);
 struct PushRequest {
   std::vector<uint64_t> keys;
-  std::vector<float> rows;
+  std::vector<float> rows;  // at the record stride
   uint32_t stride = 0;
 };
+// Rows of one width; with the table's record layout, each at its own width (unpacked to the
+// record stride; a request of another record stride is an InvalidArgument error).
 StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n);
+StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
+                                          const RowLayout& record);
 
 // PUSH rows must be finite: the index of the first NaN or infinity in v[0..n), or n.
 std::size_t first_non_finite(const float* v, std::size_t n);

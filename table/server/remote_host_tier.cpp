@@ -247,7 +247,6 @@ Status RemoteHostTier::fetch_rows(Op op, const uint64_t* keys, const int32_t* sl
                                   float* rows, std::size_t* created) {
   if (created) *created = 0;
   if (n == 0) return Status::OK();
-  const auto stride = static_cast<uint32_t>(layout_.stride());
   const auto groups = split_keys(keys, n);
   std::vector<OutgoingRequest> requests;
   std::vector<const uint32_t*> chunk_index;  // original positions of each request's keys
@@ -272,13 +271,10 @@ Status RemoteHostTier::fetch_rows(Op op, const uint64_t* keys, const int32_t* sl
   Status st = transport_.run(
       op, requests,
       [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
-        auto reply = decode_pull_reply(data, bytes, chunk_size[r], stride);
+        auto reply = decode_pull_reply(data, bytes, chunk_size[r], layout_);
         if (!reply.ok()) return reply.status();
-        const std::size_t row_bytes = sizeof(float) * stride;
-        for (uint32_t j = 0; j < chunk_size[r]; ++j) {
-          std::memcpy(rows + static_cast<std::size_t>(chunk_index[r][j]) * stride,
-                      reply->rows + j * row_bytes, row_bytes);
-        }
+        GPUBOX_RETURN_IF_ERROR(unpack_rows(reply->rows, reply->rows_bytes, chunk_size[r], layout_,
+                                           chunk_index[r], rows, "PULL reply"));
         total_created += reply->created;
         return Status::OK();
       },
@@ -308,7 +304,7 @@ Status RemoteHostTier::push(const uint64_t* keys, std::size_t n, const float* ro
                   sizeof(float) * stride);
     }
     payload.clear();
-    encode_push_request(chunk_keys.data(), m, chunk_rows.data(), stride, &payload);
+    encode_push_request(chunk_keys.data(), m, chunk_rows.data(), layout_, &payload);
     requests.push_back(make_group_request(Op::kPush, g, payload));
   });
   MutationScope scope(

@@ -10,6 +10,7 @@
 #include "table/server/protocol.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -40,8 +41,23 @@ void check_frame(const uint8_t* data, std::size_t n) {
              "frame does not round-trip");
 }
 
+// The record layout of a table with widths 4, 8 and 16 (adagrad): rows travel at their own widths.
+RowLayout mixed_record() {
+  AccessorConfig cfg;
+  cfg.mf_dim = 4;
+  return record_layout(with_slot_dims(cfg, {{1, 8}, {2, 16}}));
+}
+
 void check_requests(const uint8_t* data, std::size_t n) {
   Bytes out;
+  static const RowLayout mixed = mixed_record();
+  if (auto push = decode_push_request(data, n, mixed); push.ok()) {
+    FUZZ_CHECK(push->rows.size() == push->keys.size() * push->stride, "mixed PUSH rows count");
+    out.clear();
+    encode_push_request(push->keys.data(), push->keys.size(), push->rows.data(), mixed, &out);
+    FUZZ_CHECK(same(out, data, n), "PUSH request of mixed widths does not round-trip");
+    out.clear();
+  }
   if (auto pull = decode_pull_request(data, n); pull.ok()) {
     FUZZ_CHECK(pull->slots.empty() || pull->slots.size() == pull->keys.size(), "slots count");
     encode_pull_request(pull->keys.data(), pull->slots.empty() ? nullptr : pull->slots.data(),
@@ -126,6 +142,15 @@ void check_replies(const uint8_t* data, std::size_t n) {
     if (auto view = decode_pull_reply(data, n, rows, stride); view.ok()) {
       FUZZ_CHECK(view->rows >= data && view->rows + std::size_t{rows} * stride * 4 <= data + n,
                  "PULL reply rows outside the payload");
+    }
+    static const RowLayout mixed = mixed_record();
+    if (auto view = decode_pull_reply(data, n, rows, mixed); view.ok()) {
+      FUZZ_CHECK(view->rows >= data && view->rows + view->rows_bytes == data + n,
+                 "PULL reply of mixed widths: rows outside the payload");
+      // Bounded: the view holds at least the narrowest stride per row.
+      std::vector<float> unpacked(std::size_t{rows} * static_cast<std::size_t>(mixed.stride()));
+      (void)unpack_rows(view->rows, view->rows_bytes, rows, mixed, nullptr, unpacked.data(),
+                        "PULL reply");
     }
   }
   if (n >= 4) {

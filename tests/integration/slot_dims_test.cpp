@@ -114,23 +114,27 @@ Rows host_rows(Trainer& trainer) {
   return rows;
 }
 
-// Every card row (read back as records of the widest layout), per key.
+// Every row of one card (read back as records of the widest layout), per key.
+Rows card_rows_of(const sparse::CardSparseStore& store) {
+  Rows rows;
+  device::Card& card = store.card();
+  device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
+  device::device_buffer<float> records(0, card.memory(), card.stream());
+  const std::size_t n = store.collect_all(keys, records, card.stream());
+  const auto host_keys = device::to_host(keys.data(), n, card.stream());
+  const std::size_t stride = store.layout().stride();
+  const auto host_records = device::to_host(records.data(), n * stride, card.stream());
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* row = host_records.data() + i * stride;
+    rows[host_keys[i]].assign(row, row + store.layout().of_row(row).stride());
+  }
+  return rows;
+}
+
+// Every card row, per key.
 Rows card_rows(ps::CardTier& tier) {
   Rows rows;
-  for (int c = 0; c < tier.num_cards(); ++c) {
-    sparse::CardSparseStore& store = tier.store(c);
-    device::Card& card = store.card();
-    device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
-    device::device_buffer<float> records(0, card.memory(), card.stream());
-    const std::size_t n = store.collect_all(keys, records, card.stream());
-    const auto host_keys = device::to_host(keys.data(), n, card.stream());
-    const std::size_t stride = store.layout().stride();
-    const auto host_records = device::to_host(records.data(), n * stride, card.stream());
-    for (std::size_t i = 0; i < n; ++i) {
-      const float* row = host_records.data() + i * stride;
-      rows[host_keys[i]].assign(row, row + store.layout().of_row(row).stride());
-    }
-  }
+  for (int c = 0; c < tier.num_cards(); ++c) rows.merge(card_rows_of(tier.store(c)));
   return rows;
 }
 
@@ -186,6 +190,30 @@ TEST_F(SlotDims, EveryRowTakesItsSlotsWidthOnOneAndTwoCards) {
   const Rows cards = card_rows(two.card_tier());
   check_widths(cards, sparse, "card tier");
   EXPECT_EQ(cards, host);
+
+  // Each card keeps each width's rows in that width's pool, at its own stride: the row bytes
+  // are the sum over the widths, not every row at the widest stride.
+  std::size_t own_bytes = 0;
+  std::size_t widest_bytes = 0;
+  for (int c = 0; c < two.card_tier().num_cards(); ++c) {
+    const sparse::CardSparseStore& store = two.card_tier().store(c);
+    ASSERT_EQ(store.pool_count(), 3);
+    std::map<int32_t, std::size_t> on_card;
+    for (const auto& [dim, rows] : check_widths(card_rows_of(store), sparse, "card")) {
+      on_card[dim] = rows;
+    }
+    for (int32_t p = 0; p < store.pool_count(); ++p) {
+      const int32_t dim = store.classes().dims[p];
+      EXPECT_EQ(store.pool(p).in_use(), on_card[dim]) << "card " << c << " width " << dim;
+      EXPECT_EQ(store.bytes_per_row(p),
+                sizeof(float) * table::RowLayout::make(sparse.optimizer.kind, dim).stride());
+      own_bytes += store.pool(p).in_use() * store.bytes_per_row(p);
+    }
+    widest_bytes += store.size() * store.bytes_per_row();
+  }
+  EXPECT_LT(own_bytes, widest_bytes * 3 / 4);
+  std::printf("card tier rows: %zu bytes at their own widths, %zu at the widest stride\n",
+              own_bytes, widest_bytes);
 
   const table::RowLayout record = table::record_layout(sparse);
   for (const auto& [dim, rows] : per_width) {

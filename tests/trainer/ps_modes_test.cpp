@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -58,6 +59,7 @@ class Servers {
   }
   const std::string& endpoints() const { return endpoints_; }
   void stop(int i) { servers_.at(static_cast<std::size_t>(i))->stop(); }
+  table::SparseTable& table(int i) { return *tables_.at(static_cast<std::size_t>(i)); }
 
  private:
   std::vector<std::unique_ptr<table::SparseTable>> tables_;
@@ -265,6 +267,54 @@ TEST_F(PsModes, TwoTrainersOnTwoServersInEveryMode) {
                 planted_auc_);
     EXPECT_NEAR(out.test_auc, planted_auc_, kPlantedTolerance);
   }
+}
+
+// Issue 17: slot_dims (widths 4, 16 and 2 beside the default 8) in every PS mode, 2 trainers on
+// 2 servers: the rows travel at their own widths (protocol 4), each server keeps every row at its
+// slot's width, the model learns, and an async job's save loads into another PS job exactly.
+TEST_F(PsModes, MixedWidthsInEveryModeAndThroughASave) {
+  const std::string mixed = "hyper_parameters.slot_dims={1: 4, 2: 16, 5: 2}";
+  const auto train = data_files((root_ / "train").string());
+  for (const char* mode : {"async", "sync", "geo"}) {
+    SCOPED_TRACE(mode);
+    const TrainerConfig cfg =
+        config({mixed, std::string("runner.sync_mode=") + mode, "runner.geo_step=4"});
+    Servers shards(cfg, 2);
+    const double auc = run_job(
+        cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(train); },
+        test_auc);
+    std::printf("%s with slot_dims, 2 trainers x 2 servers, 1 pass: test auc %.6f\n", mode, auc);
+    EXPECT_GT(auc, 0.6);
+    std::map<int32_t, std::size_t> per_width;
+    for (int i = 0; i < 2; ++i) {
+      const table::RowLayout record = shards.table(i).layout();
+      throw_if_error(shards.table(i).for_each_row([&](uint64_t key, const float* row) {
+        const table::RowLayout own = record.of_row(row);
+        EXPECT_EQ(own.mf_dim, table::slot_mf_dim(cfg.sparse, static_cast<int32_t>(row[own.slot()])))
+            << "key " << key;
+        ++per_width[own.mf_dim];
+      }));
+    }
+    EXPECT_EQ(per_width.size(), 4u);
+  }
+  const std::string saves = (root_ / "mixed_saves").string();
+  const TrainerConfig writer =
+      config({mixed, "runner.sync_mode=async", "runner.save_mode=checkpoint",
+              "runner.train_data_dir=" + (root_ / "train").string(),
+              "runner.test_data_dir=", "runner.model_save_path=" + saves});
+  double saved_auc = 0;
+  {
+    Servers shards(writer, 2);
+    saved_auc = run_job(
+        writer, shards.endpoints(), 2,
+        [](PsTrainer& trainer, int) { EXPECT_EQ(trainer.train().size(), 1u); }, test_auc);
+  }
+  const TrainerConfig reader = config({mixed, "runner.sync_mode=async"});
+  Servers shards(reader, 2);
+  const double auc = run_job(
+      reader, shards.endpoints(), 1, [&](PsTrainer& trainer, int) { trainer.load(saves + "/0"); },
+      test_auc);
+  EXPECT_EQ(auc, saved_auc);
 }
 
 // Issue 16: a pass's last dense window shorter than runner.dense_sync_steps (geo: geo_step) is

@@ -35,6 +35,7 @@
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -635,6 +636,120 @@ TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
       [&](uint64_t key, const float* row) { got[key] = std::vector<float>(row, row + stride); }));
   throw_if_error(unbudgeted.host->for_each_row(
       [&](uint64_t key, const float* row) { want[key] = std::vector<float>(row, row + stride); }));
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// Width classes (slot_dims: slot 1 at width 16, slot 2 at 2, the rest 4) under a byte budget: each
+// width's rows in its own pool at its own stride. A pass of width-16 keys fills the budget, then
+// passes that shift the mix to the narrow widths: the pools hold at most the plan's pages (the
+// width-16 pool gives its free pages back), the card's peak stays under the plan, each pool holds
+// exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted run.
+TEST(PassManager, WidthClassesUnderACardBudget) {
+  const AccessorConfig cfg = table::with_slot_dims(test_config(), {{1, 16}, {2, 2}});
+  sparse::HashTableOptions table_options;
+  table_options.initial_capacity = 16;
+  table_options.page_rows = 64;
+  BudgetSide budgeted(cfg, table_options);
+  BudgetSide unbudgeted(cfg, table_options);
+  ASSERT_EQ(budgeted.store.pool_count(), 3);
+  PassManagerOptions options;
+  options.host_batch_keys = 150;
+  const std::size_t budget_rows = 700;
+  options.card_memory_bytes =
+      PassManager(budgeted.cards, {&budgeted.store}, *budgeted.host, options)
+          .plan_for(budget_rows)
+          .total_bytes();
+  PassManager manager(budgeted.cards, {&budgeted.store}, *budgeted.host, options);
+  PassManager reference(unbudgeted.cards, {&unbudgeted.store}, *unbudgeted.host, {});
+  ASSERT_EQ(manager.row_budget(), budget_rows);
+  const CardTierPlan& plan = manager.plan();
+  ASSERT_EQ(plan.class_row_bytes.size(), 3u);
+  EXPECT_NE(plan.to_string().find("row bytes 2: 48 4: 56 16: 104"), std::string::npos)
+      << plan.to_string();
+
+  // A key's slot (so its width) is fixed: slot = key % 3.
+  const auto keys_of_slot = [](int32_t slot, std::size_t n, uint64_t from) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = from; keys.size() < n; ++k) {
+      if (static_cast<int32_t>(mix64(k) % 3) == slot) keys.push_back(mix64(k));
+    }
+    return keys;
+  };
+  const std::vector<uint64_t> wide = keys_of_slot(1, 650, 0);
+  std::vector<std::vector<uint64_t>> passes = {wide};
+  std::vector<uint64_t> shifted(wide.begin(), wide.begin() + 300);
+  for (const uint64_t k : keys_of_slot(2, 350, 100000)) shifted.push_back(k);
+  passes.push_back(shifted);
+  passes.push_back(keys_of_slot(0, 500, 200000));
+  for (const auto& pass : make_passes(3, 600, 7)) passes.push_back(pass);
+  std::mt19937_64 rng(9);
+  std::size_t widest_pages_before = 0;
+  bool gave_pages_back = false;
+  uint64_t evicted = 0;
+  for (auto& pass : passes) {
+    std::sort(pass.begin(), pass.end());
+    std::vector<int32_t> slots(pass.size());
+    for (std::size_t i = 0; i < pass.size(); ++i) slots[i] = static_cast<int32_t>(pass[i] % 3);
+    widest_pages_before = budgeted.store.pool(2).pages();
+    evicted += manager.begin_pass(pass, slots).evicted;
+    reference.begin_pass(pass, slots);
+    gave_pages_back |= budgeted.store.pool(2).pages() < widest_pages_before;
+    std::size_t page_bytes = 0;
+    for (int32_t p = 0; p < 3; ++p) {
+      page_bytes += budgeted.store.pool(p).pages() * budgeted.store.page_bytes(p);
+    }
+    EXPECT_LE(page_bytes, plan.row_page_bytes) << plan.to_string();
+    // Each pool holds its width's rows: every resident key's handle names the pool of the width
+    // its host-tier row records (listing keys and handles only: the pass boundary's working set).
+    std::vector<std::size_t> per_pool(3, 0);
+    {
+      device::Card& card = budgeted.cards.card(0);
+      device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
+      device::device_buffer<sparse::row_index_t> handles(0, card.memory(), card.stream());
+      const std::size_t n = budgeted.store.list_entries(false, keys, handles, card.stream());
+      const auto host_keys = device::to_host(keys);
+      const auto host_handles = device::to_host(handles);
+      const table::RowLayout record = budgeted.store.layout();
+      std::map<uint64_t, int32_t> width;
+      throw_if_error(budgeted.host->for_each_row(
+          [&](uint64_t key, const float* row) { width[key] = record.of_row(row).mf_dim; }));
+      for (std::size_t i = 0; i < n; ++i) {
+        const int32_t pool = budgeted.store.table().codec().pool_of(host_handles[i]);
+        EXPECT_EQ(budgeted.store.classes().dims[pool], width.at(host_keys[i]));
+        ++per_pool[static_cast<std::size_t>(pool)];
+      }
+    }
+    for (int32_t p = 0; p < 3; ++p) {
+      EXPECT_EQ(budgeted.store.pool(p).in_use(), per_pool[static_cast<std::size_t>(p)]);
+    }
+    std::vector<uint64_t> touched(BudgetSide::kTouched);
+    for (auto& k : touched) k = pass[rng() % pass.size()];
+    for (BudgetSide* side : {&budgeted, &unbudgeted}) {
+      device::Card& card = side->cards.card(0);
+      device::copy_async(side->touch.data(), touched.data(), touched.size(), card.stream());
+      device::parallel_for(card.stream(), touched.size(),
+                           TouchRows{side->store.ref(), side->touch.data()});
+      card.stream().synchronize();
+    }
+    manager.end_pass();
+    reference.end_pass();
+  }
+  EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+  EXPECT_TRUE(gave_pages_back) << "the width-16 pool never gave pages back";
+  const std::size_t peak = budgeted.cards.card(0).memory().peak_bytes();
+  const std::size_t scratch = budgeted.cards.card(0).scratch().peak();
+  EXPECT_LE(peak, plan.total_bytes() + budgeted.touch.bytes() + scratch) << plan.to_string();
+
+  // Host-tier rows at their own widths.
+  std::map<uint64_t, std::vector<float>> got, want;
+  const table::RowLayout record = budgeted.host->layout();
+  throw_if_error(budgeted.host->for_each_row([&](uint64_t key, const float* row) {
+    got[key] = std::vector<float>(row, row + record.of_row(row).stride());
+  }));
+  throw_if_error(unbudgeted.host->for_each_row([&](uint64_t key, const float* row) {
+    want[key] = std::vector<float>(row, row + record.of_row(row).stride());
+  }));
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
 }

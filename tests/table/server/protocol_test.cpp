@@ -2,12 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/request_window.hpp"
 #include "table/server/transport.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -198,6 +203,94 @@ TEST(Protocol, PushEraseSaveBarrierStatsRoundTrip) {
   Status err = decode_error_reply(h, p.data(), p.size());
   EXPECT_EQ(err.code(), Status::Code::kNotFound);
   EXPECT_EQ(err.message(), "key 5 is missing");
+}
+
+// Protocol 4: with slot_dims (widths 4, 8, 16; adagrad) PUSH and PULL carry each row at its own
+// width: the bytes are the sum of the rows' own strides, the rows come back exactly (zeros past
+// their width), and a forged width, a cut row or bytes left over are errors.
+TEST(Protocol, RowsTravelAtTheirOwnWidths) {
+  AccessorConfig cfg;
+  cfg.mf_dim = 4;
+  const RowLayout record = record_layout(with_slot_dims(cfg, {{1, 8}, {2, 16}}));
+  ASSERT_TRUE(record.mixed_widths);
+  const auto stride = static_cast<std::size_t>(record.stride());
+  std::mt19937_64 rng(3);
+  const std::size_t n = 9;
+  std::vector<uint64_t> keys(n);
+  std::vector<float> rows(n * stride, 0.0f);
+  std::size_t own_floats = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    keys[i] = rng();
+    const int32_t width = std::vector<int32_t>{4, 8, 16}[i % 3];
+    const RowLayout own = RowLayout::make(record.kind, width);
+    for (int32_t f = 0; f < own.stride(); ++f)
+      rows[i * stride + f] = static_cast<float>(rng() % 1000);
+    rows[i * stride + own.mf_dim_offset()] = static_cast<float>(width);
+    own_floats += own.stride();
+  }
+  EXPECT_EQ(own_floats, 3 * (14 + 18 + 26));  // adagrad strides of widths 4, 8, 16
+  EXPECT_EQ(packed_floats(rows.data(), n, record), own_floats);
+
+  std::vector<uint8_t> push;
+  encode_push_request(keys.data(), n, rows.data(), record, &push);
+  EXPECT_EQ(push.size(), 8 + n * sizeof(uint64_t) + own_floats * sizeof(float));
+  auto decoded = decode_push_request(push.data(), push.size(), record);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
+  EXPECT_EQ(decoded->keys, keys);
+  EXPECT_EQ(decoded->rows, rows);
+  // The same rows at one width: every row at the record stride.
+  std::vector<uint8_t> padded;
+  encode_push_request(keys.data(), n, rows.data(), static_cast<uint32_t>(stride), &padded);
+  EXPECT_EQ(padded.size(), 8 + n * sizeof(uint64_t) + n * stride * sizeof(float));
+  std::printf("PUSH of %zu rows of widths 4/8/16: %zu bytes at their own widths, %zu padded\n", n,
+              push.size(), padded.size());
+
+  // A forged width (past the widest, or not whole), a cut row, a byte too many.
+  const std::size_t width_at = 8 + n * sizeof(uint64_t) + record.mf_dim_offset() * sizeof(float);
+  for (const float forged : {17.0f, -1.0f, 4.5f}) {
+    std::vector<uint8_t> bad = push;
+    std::memcpy(bad.data() + width_at, &forged, sizeof forged);
+    EXPECT_FALSE(decode_push_request(bad.data(), bad.size(), record).ok()) << forged;
+  }
+  EXPECT_FALSE(decode_push_request(push.data(), push.size() - 4, record).ok());
+  std::vector<uint8_t> longer = push;
+  longer.resize(longer.size() + 4);
+  EXPECT_FALSE(decode_push_request(longer.data(), longer.size(), record).ok());
+  // Another record stride is refused naming both.
+  std::vector<uint8_t> other = push;
+  const uint32_t wrong = static_cast<uint32_t>(stride) + 1;
+  std::memcpy(other.data() + 4, &wrong, 4);
+  const auto refused = decode_push_request(other.data(), other.size(), record);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("pushed to a table of stride"), std::string::npos);
+
+  // PULL reply: packed in place by the server, unpacked into positions by the client.
+  std::vector<uint8_t> reply(pull_reply_bytes(n, static_cast<uint32_t>(stride)));
+  std::vector<float> work = rows;
+  const std::size_t floats = pack_rows(work.data(), n, record, work.data());
+  EXPECT_EQ(floats, own_floats);
+  encode_pull_reply_head(n, static_cast<uint32_t>(stride), 2, reply.data());
+  std::memcpy(reply.data() + pull_reply_rows_offset(), work.data(), floats * sizeof(float));
+  reply.resize(pull_reply_rows_offset() + floats * sizeof(float));
+  auto view = decode_pull_reply(reply.data(), reply.size(), static_cast<uint32_t>(n), record);
+  ASSERT_TRUE(view.ok()) << view.status().to_string();
+  EXPECT_EQ(view->created, 2u);
+  std::vector<uint32_t> positions(n);
+  for (std::size_t j = 0; j < n; ++j) positions[j] = static_cast<uint32_t>(n - 1 - j);
+  std::vector<float> out(n * stride, -1.0f);
+  ASSERT_TRUE(unpack_rows(view->rows, view->rows_bytes, n, record, positions.data(), out.data(),
+                          "PULL reply")
+                  .ok());
+  for (std::size_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(std::equal(rows.begin() + j * stride, rows.begin() + (j + 1) * stride,
+                           out.begin() + positions[j] * stride))
+        << j;
+  }
+  EXPECT_FALSE(
+      unpack_rows(view->rows, view->rows_bytes - 4, n, record, nullptr, out.data(), "PULL reply")
+          .ok());
+  EXPECT_FALSE(
+      decode_pull_reply(reply.data(), reply.size(), static_cast<uint32_t>(n + 1), record).ok());
 }
 
 TEST(Protocol, ForgedCountsFailWithoutAllocating) {
