@@ -220,24 +220,22 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                       " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
                       "runner.card_memory_mb.");
         }
-        const OwnedKeys missing = missing_on_card(c, owned[c]);
+        std::vector<row_index_t> hit_rows;
+        const OwnedKeys missing = missing_on_card(c, owned[c], &hit_rows);
         // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
         // walk); only the others are pulled.
         OwnedKeys to_pull;
-        std::vector<uint64_t> staged_keys;
-        std::vector<float> staged_rows;
+        std::vector<std::size_t> used;  // staged positions of the missing keys staged ahead
         // Replicated: the rows were staged once, in card 0's range.
         const int range = replicated() ? 0 : c;
-        std::size_t at = staged && range > 0 ? staged->card_end[range - 1] : 0;
+        const std::size_t first = staged && range > 0 ? staged->card_end[range - 1] : 0;
         const std::size_t end = staged ? staged->card_end[range] : 0;
-        if (staged) staged_rows.reserve(missing.keys.size() * stride);
+        std::size_t at = first;
         for (std::size_t i = 0; i < missing.keys.size(); ++i) {
           const uint64_t key = missing.keys[i];
           while (at < end && staged->keys[at] < key) ++at;
           if (at < end && staged->keys[at] == key) {
-            const float* row = staged->rows.data() + at * stride;
-            staged_keys.push_back(key);
-            staged_rows.insert(staged_rows.end(), row, row + stride);
+            used.push_back(at);
           } else {
             to_pull.keys.push_back(key);
             to_pull.slots.push_back(missing.slots[i]);
@@ -249,10 +247,27 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
           // A replica is the whole table: nothing may leave it.
           if (replicated()) fail_table_over_budget(resident + missing.keys.size());
-          evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
+          evicted = evict(c, hit_rows, resident + missing.keys.size() - row_budget_);
         }
+        hit_rows = {};
         stores_[c]->reserve(missing.keys.size(), card.stream());
-        insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
+        if (used.size() == end - first) {
+          // Every staged row is missing (the staging skips the keys on the cards): inserted
+          // straight from the staging, without a copy.
+          insert_to_card(c, staged ? staged->keys.data() + first : nullptr,
+                         staged ? staged->rows.data() + first * stride : nullptr, used.size());
+        } else {
+          // Some staged keys are on the card after all (placed there since the staging started):
+          // the others are gathered.
+          std::vector<uint64_t> staged_keys(used.size());
+          std::vector<float> staged_rows(used.size() * stride);
+          for (std::size_t u = 0; u < used.size(); ++u) {
+            staged_keys[u] = staged->keys[used[u]];
+            std::copy_n(staged->rows.data() + used[u] * stride, stride,
+                        staged_rows.data() + u * stride);
+          }
+          insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
+        }
         std::size_t created = 0;
         if (share_rows && c > 0) {
           const std::vector<float>& rows = card0_rows_ready.get();  // rethrows a card's failure
@@ -272,7 +287,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         stats.keys_in_pass += n;
         stats.hits += n - missing.keys.size();
         stats.pulled += to_pull.keys.size();
-        stats.prefetched += staged_keys.size();
+        stats.prefetched += used.size();
         stats.created += access == PassAccess::kTrain ? created : 0;
         stats.evicted += evicted;
         stats.rows_on_cards += stores_[c]->size();
@@ -323,6 +338,25 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   return staged;
 }
 
+std::vector<uint64_t> PassManager::resident_keys() const {
+  const auto num_cards = static_cast<std::size_t>(cards_.num_local_cards());
+  std::vector<std::vector<uint64_t>> per_card(num_cards);
+  cards_.run_on_cards([&](device::Card& card) {
+    const int c = card.local_index();
+    if (replicated() && c > 0) return;
+    const device::Stream& stream = card.stream();
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count =
+        stores_[c]->list_entries(/*dirty_only=*/false, d_keys, d_rows, stream);
+    per_card[c] = device::to_host(d_keys.data(), count, stream);
+  });
+  std::vector<uint64_t> keys = std::move(per_card.front());
+  for (std::size_t c = 1; c < num_cards; ++c)
+    keys.insert(keys.end(), per_card[c].begin(), per_card[c].end());
+  return keys;
+}
+
 std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_t>& keys,
                                                        const std::vector<int32_t>& slots) const {
   const int num_cards = cards_.num_local_cards();
@@ -350,7 +384,8 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   return owned;
 }
 
-OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
+OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine,
+                                       std::vector<row_index_t>* hit_rows) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -362,10 +397,13 @@ OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
                          nullptr, stream);
   const std::vector<row_index_t> found = device::to_host(d_rows);
   OwnedKeys missing;
+  hit_rows->clear();
   for (std::size_t i = 0; i < n; ++i) {
     if (found[i] == sparse::kInvalidRow) {
       missing.keys.push_back(mine.keys[i]);
       missing.slots.push_back(mine.slots[i]);
+    } else {
+      hit_rows->push_back(found[i]);
     }
   }
   return missing;
@@ -406,12 +444,13 @@ void PassManager::insert_to_card(int c, const uint64_t* keys, const float* rows,
   }
 }
 
-uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess) {
+uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, std::size_t excess) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  // Keys and scores only (16 bytes per resident key), on the host for the choice.
+  // Keys, row indices and scores only (16 bytes per resident key), on the host for the choice.
   std::vector<uint64_t> keys;
+  std::vector<row_index_t> rows;
   std::vector<float> scores;
   {
     device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
@@ -420,26 +459,42 @@ uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::
     device::device_buffer<float> d_scores(count, card.memory(), stream);
     store.row_scores(d_rows.data(), count, d_scores.data(), stream);
     keys = device::to_host(d_keys.data(), count, stream);
+    rows = device::to_host(d_rows.data(), count, stream);
     scores = device::to_host(d_scores.data(), count, stream);
   }
-  std::vector<std::size_t> candidates;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (!std::binary_search(pass_keys.begin(), pass_keys.end(), keys[i])) candidates.push_back(i);
+  // The pass's rows, marked by row index (a byte per row): one look-up per resident key instead
+  // of a binary search over the pass's keys (n log p: most of the choice at 10^7 rows a card).
+  row_index_t row_end = 0;
+  for (row_index_t row : rows) row_end = std::max<row_index_t>(row_end, row + 1);
+  std::vector<uint8_t> in_pass(row_end, 0);
+  for (row_index_t row : pass_rows) {
+    if (row < row_end) in_pass[row] = 1;
   }
+  struct Candidate {
+    float score;
+    uint64_t key;
+  };
+  std::vector<Candidate> candidates;
+  candidates.reserve(keys.size() - std::min(keys.size(), pass_rows.size()));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (in_pass[rows[i]] == 0) candidates.push_back({scores[i], keys[i]});
+  }
+  rows = {};
+  in_pass = {};
   GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
                  " rows, only ", candidates.size(), " are outside the pass");
   // The `excess` lowest (score, key) form a set fixed by that total order; their order among
   // themselves does not matter, so a selection (linear) rather than a partial sort (n log k:
-  // minutes at 10^7 rows a card on the cpu backend).
-  std::nth_element(candidates.begin(), candidates.begin() + excess, candidates.end(),
-                   [&](std::size_t a, std::size_t b) {
-                     return scores[a] != scores[b] ? scores[a] < scores[b] : keys[a] < keys[b];
+  // minutes at 10^7 rows a card on the cpu backend), over the (score, key) pairs side by side.
+  std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(excess),
+                   candidates.end(), [](const Candidate& a, const Candidate& b) {
+                     return a.score != b.score ? a.score < b.score : a.key < b.key;
                    });
   // end_pass wrote every dirty row back and begin_pass needs !in_pass_, so every row is clean
   // here: a victim leaves the card without a write-back and nothing is lost. Its row goes to the
   // free list, where the rows pulled next take it.
   std::vector<uint64_t> victims(excess);
-  for (std::size_t i = 0; i < excess; ++i) victims[i] = keys[candidates[i]];
+  for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
   return erase_from_card(c, victims);
 }
 

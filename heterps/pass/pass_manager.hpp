@@ -47,6 +47,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/pass/pass_types.hpp"
+#include "heterps/sparse/sparse_types.hpp"
 #include "table/host_tier.hpp"
 
 namespace gpubox {
@@ -77,6 +78,12 @@ class PassManager {
   // gpubox::Error when the host tier fails.
   StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                         const std::vector<uint64_t>& exclude) const;
+  // Every key on this process's cards (Replicated: card 0's, the others hold the same), in no
+  // particular order; 8 bytes a key of host memory. Between passes, or after begin_pass before
+  // the steps start (the cards idle). A coming pass's staging excludes them: a key of that pass
+  // on its card now is still there at its begin_pass (eviction spares the pass's own keys), so
+  // its staged row would never be used.
+  std::vector<uint64_t> resident_keys() const;
   // Writes dirty rows back (after an evaluation pass: first takes the rows it borrowed off the
   // cards); returns this pass's counters (begin and end).
   PassStats end_pass();
@@ -98,8 +105,10 @@ class PassManager {
   // its first slot).
   std::vector<OwnedKeys> partition_by_owner(const std::vector<uint64_t>& keys,
                                             const std::vector<int32_t>& slots) const;
-  // Those of card `c`'s keys that are not on the card.
-  OwnedKeys missing_on_card(int c, const OwnedKeys& mine);
+  // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
+  // the others.
+  OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
+                            std::vector<sparse::row_index_t>* hit_rows);
   // Pulls `missing` from the host tier (created there with their slots when new; read with
   // HostTier::peek in an evaluation pass) into card `c`'s store. Returns how many rows the host
   // tier created (kEvaluate: how many keys it does not hold). `keep` (optional) receives the
@@ -113,9 +122,10 @@ class PassManager {
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
   // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
   uint64_t write_back(int c);
-  // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,
-  // reading only keys and scores (never a copy of the rows). Returns the rows removed.
-  uint64_t evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess);
+  // Removes `excess` rows of card `c` whose row index is not in `pass_rows` (the rows of the
+  // pass's keys on the card), lowest score first, reading only keys, row indices and scores
+  // (never a copy of the rows). Returns the rows removed.
+  uint64_t evict(int c, const std::vector<sparse::row_index_t>& pass_rows, std::size_t excess);
   // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
   uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys);
 

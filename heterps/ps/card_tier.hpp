@@ -90,6 +90,10 @@ class CardTier {
   // tier. With several trainers it stages nothing (begin_pass pulls every row).
   pass::StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                               const std::vector<uint64_t>& exclude) const;
+  // Every key on this trainer's cards, unsorted (PassManager::resident_keys): a coming pass's
+  // staging excludes them too. Between passes or after begin_pass before the steps. With several
+  // trainers none (stage_rows stages nothing there).
+  std::vector<uint64_t> resident_keys() const;
   // Writes the dirty rows back; returns the pass's counters.
   pass::PassStats end_pass();
   // Writes the dirty rows back without ending the pass (before a save). Returns rows written.

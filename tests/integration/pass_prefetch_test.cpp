@@ -191,8 +191,10 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   expect_identical(one, off, "prefetch_passes=1");
   // Every pass after the first had its missing rows staged: begin_pass pulled none itself (in
   // epoch 1 every key is on the cards already).
+  // Nothing staged goes unused: the staging skips the keys on the cards (they are hits).
   for (std::size_t p = 1; p < one.reports.size(); ++p) {
     EXPECT_EQ(extra(one.reports[p], "pulled"), 0) << "pass " << p;
+    EXPECT_EQ(extra(one.reports[p], "staged"), extra(one.reports[p], "prefetched")) << "pass " << p;
     if (p < kPasses) {
       EXPECT_GT(extra(one.reports[p], "prefetched"), 0) << "pass " << p;
     }

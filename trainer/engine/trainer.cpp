@@ -412,6 +412,7 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
   const double load_seconds = prepared.waited_seconds;
   const pass::PassStats begin = s.card_tier->begin_pass(
       prepared.keys.keys, prepared.keys.slots, prepared.prefetched ? &prepared.staged : nullptr);
+  const std::size_t staged = prepared.staged.keys.size();
   prepared.staged = {};  // in the cards now
   if (begun) begun();
   Timer phase;
@@ -509,6 +510,7 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
                   {"keys_in_pass", static_cast<double>(begin.keys_in_pass)},
                   {"hits", static_cast<double>(begin.hits)},
                   {"pulled", static_cast<double>(begin.pulled)},
+                  {"staged", static_cast<double>(staged)},
                   {"prefetched", static_cast<double>(begin.prefetched)},
                   {"read_ahead_seconds", prepared.prefetched ? prepared.read_seconds : 0.0},
                   {"created", static_cast<double>(begin.created)},

@@ -31,6 +31,7 @@
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "heterps/sparse/card_store.cuh"
+#include "table/accessor/sparse_row.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
@@ -297,6 +298,9 @@ struct StagingCase {
   int cards;
   std::size_t row_budget;  // per card; 0 = none
   int depth;
+  // Also exclude the keys on the cards when the staging starts (the trainer's PassPipeline):
+  // nothing staged is then a hit at its begin_pass, with depth 1 every staged row is used.
+  bool exclude_resident = false;
 };
 
 class PassManagerStagingTest : public ::testing::TestWithParam<StagingCase> {};
@@ -326,6 +330,9 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
     if (mine != nullptr && (tc.depth == 1 || tc.row_budget == 0)) {
       EXPECT_EQ(got.pulled, 0u) << "pass " << p << ": a missing row was not staged";
     }
+    if (mine != nullptr && tc.exclude_resident && tc.depth == 1) {
+      EXPECT_EQ(got.prefetched, mine->keys.size()) << "pass " << p << ": a staged row was a hit";
+    }
     prefetched += got.prefetched;
     evicted += got.evicted;
 
@@ -337,6 +344,11 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
     if (target < passes.size()) {
       std::set<uint64_t> before;
       for (std::size_t q = p; q < target; ++q) before.insert(passes[q].begin(), passes[q].end());
+      if (tc.exclude_resident) {
+        const std::vector<uint64_t> resident = staged.manager->resident_keys();
+        EXPECT_EQ(resident.size(), staged.card_rows().size()) << "pass " << p;
+        before.insert(resident.begin(), resident.end());
+      }
       const std::vector<uint64_t> exclude(before.begin(), before.end());
       auto staging = std::async(std::launch::async, [&] {
         return staged.manager->stage_rows(passes[target], {}, exclude);
@@ -401,12 +413,61 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Cards, PassManagerStagingTest,
                          ::testing::Values(StagingCase{1, 0, 1}, StagingCase{2, 0, 1},
                                            StagingCase{3, 0, 2}, StagingCase{1, 300, 1},
-                                           StagingCase{1, 300, 2}, StagingCase{2, 170, 2}),
+                                           StagingCase{1, 300, 2}, StagingCase{2, 170, 2},
+                                           StagingCase{1, 0, 1, true}, StagingCase{2, 170, 1, true},
+                                           StagingCase{1, 300, 2, true},
+                                           StagingCase{3, 120, 2, true}),
                          [](const auto& info) {
                            return std::to_string(info.param.cards) + "cards_budget" +
                                   std::to_string(info.param.row_budget) + "_depth" +
-                                  std::to_string(info.param.depth);
+                                  std::to_string(info.param.depth) +
+                                  (info.param.exclude_resident ? "_resident" : "");
                          });
+
+// Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
+// oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
+// decides among them), over passes that overlap, are all on the card, or are empty.
+TEST(PassManager, EvictionRemovesTheLowestScoredRowsOutsideThePass) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.card_row_budget = 300;
+  options.host_batch_keys = 37;
+  Engine engine(1, options);
+  const AccessorConfig cfg = test_config();
+  auto passes = make_passes(6, 240, 79);
+  passes.insert(passes.begin() + 3,
+                std::vector<uint64_t>(passes[2].begin(), passes[2].begin() + 90));
+  passes.insert(passes.begin() + 4, std::vector<uint64_t>{});
+  uint64_t evicted = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const auto& keys = passes[p];
+    const auto before = engine.card_rows();
+    std::vector<std::pair<float, uint64_t>> outside;  // (score, key) of rows the pass lacks
+    std::size_t missing = 0;
+    for (uint64_t k : keys) missing += before.count(k) == 0;
+    for (const auto& [k, row] : before) {
+      if (!std::binary_search(keys.begin(), keys.end(), k))
+        outside.emplace_back(table::row_score(row.data(), cfg), k);
+    }
+    const std::size_t excess = before.size() + missing > options.card_row_budget
+                                   ? before.size() + missing - options.card_row_budget
+                                   : 0;
+    ASSERT_LE(excess, outside.size());
+    std::sort(outside.begin(), outside.end());
+    std::set<uint64_t> want(keys.begin(), keys.end());
+    for (std::size_t i = excess; i < outside.size(); ++i) want.insert(outside[i].second);
+
+    const PassStats stats = engine.manager->begin_pass(keys);
+    EXPECT_EQ(stats.evicted, excess) << "pass " << p;
+    std::set<uint64_t> got;
+    for (const auto& [k, row] : engine.card_rows()) got.insert(k);
+    EXPECT_EQ(got, want) << "pass " << p;
+    evicted += stats.evicted;
+    if (!keys.empty()) engine.train(keys, 3000 + p, 4);
+    engine.manager->end_pass();
+  }
+  EXPECT_GT(evicted, 0u);
+}
 
 // stage_rows drops key 0, duplicates (the first slot wins) and the excluded keys, creates new
 // rows with their slots, and returns rows in key order equal to a pull's; nothing for no keys.
