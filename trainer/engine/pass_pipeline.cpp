@@ -91,7 +91,11 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
   if (first > last) return;
   // The keys on the cards now (the cards idle between begin_pass and the steps), sorted by the
   // first job: a coming pass's key among them is a hit at its begin_pass, its staged row unused.
+  Timer listing;
   auto resident = std::make_shared<std::vector<uint64_t>>(tier_.resident_keys());
+  GPUBOX_LOG(INFO) << "pass " << current.pass << ": " << resident->size()
+                   << " keys on the cards listed in " << listing.seconds()
+                   << " s; the staging of the next pass(es) skips them";
   auto resident_sorted = std::make_shared<std::once_flag>();
   for (int64_t pass = first; pass <= last; ++pass) {
     // Excluded from its staging: the keys of the passes that train before it from now on, and
