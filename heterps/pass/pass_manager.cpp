@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/sparse/card_store.hpp"
@@ -201,6 +202,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   PassStats stats;
   stats.pass_id = next_pass_id_;
   std::mutex stats_mu;
+  // The slowest card's phases, for the log line.
+  double lookup_s = 0, evict_s = 0, insert_s = 0, pull_s = 0;
   // Replicated: every card misses the same keys; card 0 pulls their rows once and the other cards
   // insert its copy, so the host tier is read once per row, not once per card. A failing card
   // wakes the waiting ones (on_failure).
@@ -221,6 +224,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                       " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
                       "runner.card_memory_mb.");
         }
+        Timer phase;
         std::vector<row_index_t> hit_rows;
         const OwnedKeys missing = missing_on_card(c, owned[c], &hit_rows);
         // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
@@ -242,6 +246,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
             to_pull.slots.push_back(missing.slots[i]);
           }
         }
+        const double lookup = phase.seconds();
+        phase.reset();
         // Make room: evict rows this pass does not need, lowest score first.
         uint64_t evicted = 0;
         const std::size_t resident = stores_[c]->size();
@@ -251,6 +257,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
           evicted = evict(c, hit_rows, resident + missing.keys.size() - row_budget_);
         }
         hit_rows = {};
+        const double evicting = phase.seconds();
+        phase.reset();
         stores_[c]->reserve(missing.keys.size(), card.stream());
         if (used.size() == end - first) {
           // Every staged row is missing (the staging skips the keys on the cards): inserted
@@ -269,6 +277,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
           }
           insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
         }
+        const double inserting = phase.seconds();
+        phase.reset();
         std::size_t created = 0;
         if (share_rows && c > 0) {
           const std::vector<float>& rows = card0_rows_ready.get();  // rethrows a card's failure
@@ -284,7 +294,12 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         }
         if (access == PassAccess::kEvaluate) borrowed_[c] = missing.keys;
 
+        const double pulling = phase.seconds();
         std::lock_guard<std::mutex> lock(stats_mu);
+        lookup_s = std::max(lookup_s, lookup);
+        evict_s = std::max(evict_s, evicting);
+        insert_s = std::max(insert_s, inserting);
+        pull_s = std::max(pull_s, pulling);
         stats.keys_in_pass += n;
         stats.hits += n - missing.keys.size();
         stats.pulled += to_pull.keys.size();
@@ -302,6 +317,9 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   // A staged row the host tier created is missing on every card (it was new), so it was used.
   if (staged != nullptr) stats.created += staged->created;
   stats.begin_seconds = timer.seconds();
+  GPUBOX_LOG(INFO) << "begin_pass " << stats.pass_id << ": " << stats.begin_seconds
+                   << " s; slowest card: looking up " << lookup_s << " s, evicting " << evict_s
+                   << " s, inserting staged rows " << insert_s << " s, pulling " << pull_s << " s";
   current_ = stats;
   in_pass_ = true;
   ++next_pass_id_;
@@ -515,7 +533,7 @@ uint64_t PassManager::erase_from_card(int c, const std::vector<uint64_t>& keys) 
   return removed;
 }
 
-uint64_t PassManager::write_back(int c) {
+uint64_t PassManager::write_back(int c, double* gather_seconds) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -556,6 +574,7 @@ uint64_t PassManager::write_back(int c) {
   for (std::size_t b = 0; b < count && st.ok(); b += batch) {
     const std::size_t n = std::min(count, b + batch) - b;
     if (window.size() == in_flight) retire();
+    Timer gather;
     std::vector<float> rows(n * stride);
     for (std::size_t p = 0; p < n; p += page) {
       const std::size_t m = std::min(n, p + page) - p;
@@ -564,6 +583,7 @@ uint64_t PassManager::write_back(int c) {
       device::copy_async(rows.data() + p * stride, staged.data(), m * stride, stream);
       stream.synchronize();
     }
+    *gather_seconds += gather.seconds();
     const float* data = rows.data();
     window.push_back(
         Push{std::move(rows), std::async(std::launch::async, [this, &keys, b, n, data] {
@@ -592,8 +612,12 @@ void PassManager::fail_table_over_budget(std::size_t rows) const {
 
 uint64_t PassManager::sync() {
   std::vector<uint64_t> written(cards_.num_local_cards(), 0);
-  cards_.run_on_cards(
-      [&](device::Card& card) { written[card.local_index()] = write_back(card.local_index()); });
+  std::vector<double> gathering(written.size(), 0);
+  cards_.run_on_cards([&](device::Card& card) {
+    const int c = card.local_index();
+    written[c] = write_back(c, &gathering[c]);
+  });
+  gather_seconds_ = *std::max_element(gathering.begin(), gathering.end());
   return std::accumulate(written.begin(), written.end(), uint64_t{0});
 }
 
@@ -614,6 +638,10 @@ PassStats PassManager::end_pass() {
   for (auto* store : stores_) rows += store->size();
   current_.rows_on_cards = rows;
   current_.end_seconds = timer.seconds();
+  GPUBOX_LOG(INFO) << "end_pass " << current_.pass_id << ": " << current_.written_back
+                   << " rows written back in " << current_.end_seconds
+                   << " s; the slowest card gathered its rows off the card in " << gather_seconds_
+                   << " s, the rest waited for the host tier";
   in_pass_ = false;
   return current_;
 }

@@ -120,8 +120,9 @@ class PassManager {
   bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
-  // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
-  uint64_t write_back(int c);
+  // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags. Adds the
+  // time spent gathering rows off the card to *gather_seconds.
+  uint64_t write_back(int c, double* gather_seconds);
   // Removes `excess` rows of card `c` whose row index is not in `pass_rows` (the rows of the
   // pass's keys on the card), lowest score first, reading only keys, row indices and scores
   // (never a copy of the rows). Returns the rows removed.
@@ -136,6 +137,7 @@ class PassManager {
   std::size_t row_budget_ = 0;
   CardTierPlan plan_;
   PassStats current_;
+  double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
   PassAccess access_ = PassAccess::kTrain;  // of the current pass
