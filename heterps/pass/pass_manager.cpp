@@ -32,6 +32,7 @@ constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_
 constexpr std::size_t kStagingBytesPerRow = 40;
 // Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
 constexpr std::size_t kStoreFixedBytes = 4096;
+const std::vector<uint64_t> kNoKeys;
 
 // Runs `work(begin, end)` over [0, n) in chunks of `chunk`, up to `in_flight` chunks at once,
 // and `finish(begin, end)` for each chunk in order on the calling thread as it completes.
@@ -489,6 +490,17 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
   for (row_index_t row : pass_rows) {
     if (row < row_end) in_pass[row] = 1;
   }
+  if (kept_dirty_ > 0) {
+    // Rows the last end_pass kept dirty (its `keep`) stay too, whatever this pass holds: their
+    // newest value is only here.
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+    d_keys.release();
+    for (row_index_t row : device::to_host(d_rows.data(), count, stream)) {
+      if (row < row_end) in_pass[row] = 1;
+    }
+  }
   struct Candidate {
     float score;
     uint64_t key;
@@ -501,7 +513,9 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
   rows = {};
   in_pass = {};
   GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
-                 " rows, only ", candidates.size(), " are outside the pass");
+                 " rows, only ", candidates.size(),
+                 " are outside the pass and clean (the last end_pass kept ", kept_dirty_,
+                 " rows dirty)");
   // The `excess` lowest (score, key) form a set fixed by that total order; their order among
   // themselves does not matter, so a selection (linear) rather than a partial sort (n log k:
   // minutes at 10^7 rows a card on the cpu backend), over the (score, key) pairs side by side.
@@ -509,9 +523,9 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
                    candidates.end(), [](const Candidate& a, const Candidate& b) {
                      return a.score != b.score ? a.score < b.score : a.key < b.key;
                    });
-  // end_pass wrote every dirty row back and begin_pass needs !in_pass_, so every row is clean
-  // here: a victim leaves the card without a write-back and nothing is lost. Its row goes to the
-  // free list, where the rows pulled next take it.
+  // end_pass wrote every dirty row back but those it kept (spared above) and begin_pass needs
+  // !in_pass_, so every victim is clean: it leaves the card without a write-back and nothing is
+  // lost. Its row goes to the free list, where the rows pulled next take it.
   std::vector<uint64_t> victims(excess);
   for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
   return erase_from_card(c, victims);
@@ -533,7 +547,8 @@ uint64_t PassManager::erase_from_card(int c, const std::vector<uint64_t>& keys) 
   return removed;
 }
 
-uint64_t PassManager::write_back(int c, double* gather_seconds) {
+uint64_t PassManager::write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
+                                 uint64_t* kept) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -551,10 +566,49 @@ uint64_t PassManager::write_back(int c, double* gather_seconds) {
   // 10.9 M rows).
   device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
   device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
-  const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+  std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
   if (count == 0) return 0;
-  const std::vector<uint64_t> keys = device::to_host(d_keys.data(), count, stream);
+  std::vector<uint64_t> keys = device::to_host(d_keys.data(), count, stream);
   d_keys.release();
+  if (!keep.empty()) {
+    // The rows of `keep` stay dirty: marked by row index, then the others listed again (and
+    // only they are marked clean below).
+    std::vector<row_index_t> rows = device::to_host(d_rows.data(), count, stream);
+    d_rows.release();
+    const row_index_t row_end = *std::max_element(rows.begin(), rows.end()) + 1;
+    std::vector<uint8_t> kept_row(row_end, 0);
+    {
+      // The keep keys looked up a page at a time (card memory stays within the plan).
+      const std::size_t chunk = store.page_rows();
+      device::device_buffer<uint64_t> d_keep(0, card.memory(), stream);
+      device::device_buffer<row_index_t> d_found(0, card.memory(), stream);
+      std::vector<row_index_t> found;
+      for (std::size_t b = 0; b < keep.size(); b += chunk) {
+        const std::size_t n = std::min(keep.size(), b + chunk) - b;
+        d_keep.resize_discard(n);
+        d_found.resize_discard(n);
+        device::copy_async(d_keep.data(), keep.data() + b, n, stream);
+        store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
+                               /*create_missing=*/false, nullptr, stream);
+        found = device::to_host(d_found.data(), n, stream);
+        for (row_index_t row : found) {
+          if (row != sparse::kInvalidRow && row < row_end) kept_row[row] = 1;
+        }
+      }
+    }
+    std::size_t pushed = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (kept_row[rows[i]] != 0) continue;
+      keys[pushed] = keys[i];
+      rows[pushed] = rows[i];
+      ++pushed;
+    }
+    *kept = count - pushed;
+    count = pushed;
+    keys.resize(count);
+    rows.resize(count);
+    d_rows = device::to_device(rows, card.memory(), stream);
+  }
   const std::size_t batch = std::max<std::size_t>(options_.host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, options_.pulls_in_flight));
   struct Push {
@@ -594,7 +648,11 @@ uint64_t PassManager::write_back(int c, double* gather_seconds) {
   // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
   throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
                            std::to_string(card.rank()) + " to the host tier");
-  store.clear_dirty(stream);
+  if (keep.empty()) {
+    store.clear_dirty(stream);
+  } else {
+    store.clear_dirty(d_rows.data(), count, stream);
+  }
   stream.synchronize();
   return count;
 }
@@ -610,18 +668,24 @@ void PassManager::fail_table_over_budget(std::size_t rows) const {
       "shards the table over the cards.");
 }
 
-uint64_t PassManager::sync() {
+uint64_t PassManager::sync() { return write_back_all({}); }
+
+uint64_t PassManager::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_local_cards(), 0);
+  std::vector<uint64_t> kept(written.size(), 0);
   std::vector<double> gathering(written.size(), 0);
   cards_.run_on_cards([&](device::Card& card) {
     const int c = card.local_index();
-    written[c] = write_back(c, &gathering[c]);
+    written[c] = write_back(c, &gathering[c], keep, &kept[c]);
   });
   gather_seconds_ = *std::max_element(gathering.begin(), gathering.end());
+  kept_dirty_ = std::accumulate(kept.begin(), kept.end(), uint64_t{0});
   return std::accumulate(written.begin(), written.end(), uint64_t{0});
 }
 
-PassStats PassManager::end_pass() {
+PassStats PassManager::end_pass(const std::vector<uint64_t>& keep) {
+  GPUBOX_EXPECTS(std::is_sorted(keep.begin(), keep.end()),
+                 "end_pass: the kept keys are not sorted");
   GPUBOX_EXPECTS(in_pass_, "end_pass called without begin_pass");
   Timer timer;
   if (access_ == PassAccess::kEvaluate) {
@@ -633,13 +697,17 @@ PassStats PassManager::end_pass() {
       borrowed_[c] = {};
     });
   }
-  current_.written_back += sync();
+  // Replicated: every replica's flags are cleared by card 0's write-back; nothing is kept.
+  current_.written_back +=
+      write_back_all(access_ == PassAccess::kTrain && !replicated() ? keep : kNoKeys);
+  current_.kept_dirty = kept_dirty_;
   uint64_t rows = 0;
   for (auto* store : stores_) rows += store->size();
   current_.rows_on_cards = rows;
   current_.end_seconds = timer.seconds();
   GPUBOX_LOG(INFO) << "end_pass " << current_.pass_id << ": " << current_.written_back
-                   << " rows written back in " << current_.end_seconds
+                   << " rows written back, " << current_.kept_dirty
+                   << " kept dirty on the cards for the next pass, in " << current_.end_seconds
                    << " s; the slowest card gathered its rows off the card in " << gather_seconds_
                    << " s, the rest waited for the host tier";
   in_pass_ = false;

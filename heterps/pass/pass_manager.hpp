@@ -26,8 +26,10 @@
 //                     every key (no eviction; a table over the budget fails with its size); each
 //                     row is pulled (or staged) once, by the first card, whose copy the others
 //                     insert; end_pass writes back the first card's replica only.
-//   end_pass()        rows changed during the pass (dirty) are pushed to the host tier, then
-//                     marked clean. After it, the host tier holds exactly what the cards hold.
+//   end_pass(keep)    rows changed during the pass (dirty) are pushed to the host tier, then
+//                     marked clean. After it, the host tier holds exactly what the cards hold,
+//                     but for the rows of `keep` (the next training pass's keys, optional): they
+//                     stay dirty on the cards until a later end_pass or sync() writes them.
 //                     If the host tier fails midway, the rows stay dirty on the cards, so a
 //                     retried end_pass() (or sync()) completes the write-back; rows the host
 //                     already acknowledged are simply written again (a full-row overwrite).
@@ -85,8 +87,14 @@ class PassManager {
   // its staged row would never be used.
   std::vector<uint64_t> resident_keys() const;
   // Writes dirty rows back (after an evaluation pass: first takes the rows it borrowed off the
-  // cards); returns this pass's counters (begin and end).
-  PassStats end_pass();
+  // cards); returns this pass's counters (begin and end). `keep` (sorted, optional): the keys of
+  // the next pass when it is a training pass that begins right after (the trainer's next pass
+  // in the same epoch). Their rows stay on the cards, dirty, instead of being written back: that
+  // pass trains them again and a later end_pass writes the newer value, so a row trained in
+  // consecutive passes is pushed once. Until then the host tier holds an older value of them:
+  // sync() (every save makes one) writes them back, eviction spares them, and a staging skips
+  // them (they are on the cards). Ignored for an evaluation pass and with kReplicated.
+  PassStats end_pass(const std::vector<uint64_t>& keep = {});
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
   uint64_t sync();
 
@@ -120,9 +128,13 @@ class PassManager {
   bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
-  // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags. Adds the
-  // time spent gathering rows off the card to *gather_seconds.
-  uint64_t write_back(int c, double* gather_seconds);
+  // Pushes every dirty row of card `c` but those of `keep` (sorted) to the host tier, then clears
+  // their dirty flags; *kept = the dirty rows of `keep` left as they are. Adds the time spent
+  // gathering rows off the card to *gather_seconds.
+  uint64_t write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
+                      uint64_t* kept);
+  // write_back on every card; sets kept_dirty_. Returns the rows written.
+  uint64_t write_back_all(const std::vector<uint64_t>& keep);
   // Removes `excess` rows of card `c` whose row index is not in `pass_rows` (the rows of the
   // pass's keys on the card), lowest score first, reading only keys, row indices and scores
   // (never a copy of the rows). Returns the rows removed.
@@ -138,6 +150,7 @@ class PassManager {
   CardTierPlan plan_;
   PassStats current_;
   double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
+  uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
   PassAccess access_ = PassAccess::kTrain;  // of the current pass

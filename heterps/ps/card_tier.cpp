@@ -125,7 +125,9 @@ CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys
   return owned;
 }
 
-pass::PassStats CardTier::end_pass() { return pass_manager_->end_pass(); }
+pass::PassStats CardTier::end_pass(const std::vector<uint64_t>& keep) {
+  return pass_manager_->end_pass(keep);
+}
 
 uint64_t CardTier::sync() { return pass_manager_->sync(); }
 

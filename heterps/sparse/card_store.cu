@@ -319,6 +319,12 @@ void CardSparseStore::clear_dirty(const device::Stream& stream) {
   device::memset_bytes_async(dirty_.data(), 0, dirty_.size(), stream);
 }
 
+void CardSparseStore::clear_dirty(const row_index_t* rows, std::size_t n,
+                                  const device::Stream& stream) {
+  if (n == 0) return;
+  device::parallel_for(stream, n, MarkClean{rows, dirty_.data()});
+}
+
 std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
                                    const device::Stream& stream) {
   // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.

@@ -102,9 +102,19 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
     // the keys on the cards.
     std::vector<std::shared_future<std::shared_ptr<PreparedPass>>> before;
     for (const Job& job : jobs_) before.push_back(job.ready);
+    auto keys_read = std::make_shared<std::promise<std::shared_ptr<const std::vector<uint64_t>>>>();
+    auto keys = keys_read->get_future().share();
     auto job = [&tier = tier_, &read = read_, pass, current_keys = current.sorted_keys, resident,
-                resident_sorted, before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
-      std::shared_ptr<PreparedPass> prepared = prepare_pass(read, pass);
+                resident_sorted, keys_read,
+                before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
+      std::shared_ptr<PreparedPass> prepared;
+      try {
+        prepared = prepare_pass(read, pass);
+      } catch (...) {
+        keys_read->set_value(nullptr);
+        throw;
+      }
+      keys_read->set_value(prepared->sorted_keys);
       prepared->prefetched = true;
       try {
         std::call_once(*resident_sorted, [&] {
@@ -124,8 +134,15 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
       }
       return prepared;
     };
-    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share()});
+    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share(), keys});
   }
+}
+
+std::shared_ptr<const std::vector<uint64_t>> PassPipeline::keys_of(int64_t pass) const {
+  for (const Job& job : jobs_) {
+    if (job.pass == pass) return job.keys.get();
+  }
+  return nullptr;
 }
 
 void PassPipeline::wait() {

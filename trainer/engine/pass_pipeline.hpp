@@ -89,6 +89,9 @@ class PassPipeline {
   // Starts the passes after `current` (begun or about to; the previous pass has ended) up to
   // current.pass + depth and before `end`, those not started yet.
   void start_after(const PreparedPass& current, int64_t end);
+  // The sorted unique keys of pass `pass` when it was started ahead (waiting for its read, not
+  // for its staging), else null; null too when it could not be read.
+  std::shared_ptr<const std::vector<uint64_t>> keys_of(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
   // Drops every pass started ahead, after waiting for it (before a model load: its staged rows
@@ -100,6 +103,8 @@ class PassPipeline {
   struct Job {
     int64_t pass = 0;
     std::shared_future<std::shared_ptr<PreparedPass>> ready;
+    // Its sorted keys, set once read (before the staging); null when the read failed.
+    std::shared_future<std::shared_ptr<const std::vector<uint64_t>>> keys;
   };
 
   ps::CardTier& tier_;

@@ -469,6 +469,99 @@ TEST(PassManager, EvictionRemovesTheLowestScoredRowsOutsideThePass) {
   EXPECT_GT(evicted, 0u);
 }
 
+// end_pass(keep): the rows of the next pass's keys stay on the cards, dirty, and the host tier
+// holds their older value until a later end_pass or sync() writes them; the cards (eviction
+// included) and, after the last pass, the host tier equal a run that writes everything back
+// each pass. A keep that is not the next pass's keys cannot make eviction drop a dirty row: it
+// fails, naming the kept rows.
+TEST(PassManager, KeptRowsStayDirtyUntilALaterEndPassOrSync) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.card_row_budget = 170;
+  options.host_batch_keys = 37;
+  Engine kept(2, options);
+  Engine reference(2, options);
+  const auto passes = make_passes(6, 240, 81);
+  uint64_t kept_total = 0, evicted = 0, written = 0, written_reference = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const auto& keys = passes[p];
+    const PassStats got_begin = kept.manager->begin_pass(keys);
+    const PassStats want_begin = reference.manager->begin_pass(keys);
+    EXPECT_EQ(got_begin.hits, want_begin.hits) << "pass " << p;
+    EXPECT_EQ(got_begin.evicted, want_begin.evicted) << "pass " << p;
+    evicted += got_begin.evicted;
+    kept.train(keys, 4000 + p, 4);
+    reference.train(keys, 4000 + p, 4);
+    const bool last = p + 1 == passes.size();
+    const PassStats got = kept.manager->end_pass(last ? std::vector<uint64_t>{} : passes[p + 1]);
+    const PassStats want = reference.manager->end_pass();
+    // A kept row not trained again stays dirty: a later end_pass writes it (once).
+    written += got.written_back;
+    written_reference += want.written_back;
+    kept_total += got.kept_dirty;
+    const auto got_cards = kept.card_rows();
+    const auto want_cards = reference.card_rows();
+    ASSERT_EQ(got_cards.size(), want_cards.size()) << "pass " << p;
+    for (const auto& [k, row] : want_cards) {
+      ASSERT_TRUE(got_cards.count(k) && rows_equal(got_cards.at(k), row)) << k << " pass " << p;
+    }
+    // The host tier: every row equal but the kept ones, which hold an older value.
+    const auto got_host = kept.host_rows();
+    const auto want_host = reference.host_rows();
+    ASSERT_EQ(got_host.size(), want_host.size()) << "pass " << p;
+    std::size_t stale = 0;
+    for (const auto& [k, row] : want_host) {
+      if (rows_equal(got_host.at(k), row)) continue;
+      ASSERT_TRUE(!last && std::binary_search(passes[p + 1].begin(), passes[p + 1].end(), k))
+          << "host row " << k << " differs but was not kept, pass " << p;
+      ++stale;
+    }
+    EXPECT_EQ(stale, got.kept_dirty) << "pass " << p;
+    if (p == 2) {
+      // A save's sync() writes the kept rows too.
+      EXPECT_EQ(kept.manager->sync(), got.kept_dirty);
+      for (const auto& [k, row] : kept.host_rows()) {
+        ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "after sync, key " << k;
+      }
+    }
+  }
+  EXPECT_GT(kept_total, 0u);
+  EXPECT_LT(written, written_reference) << "keeping rows saved no write-back";
+  EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+
+  // Misuse: keeping this pass's own keys, not the next pass's. Eviction spares the dirty rows
+  // (the host tier ends equal to the reference's); when too few clean rows are left it fails.
+  PassManagerOptions one_card;
+  one_card.card_row_budget = 300;
+  Engine misused(1, one_card);
+  Engine plain(1, one_card);
+  for (std::size_t p = 0; p < 2; ++p) {
+    misused.manager->begin_pass(passes[p]);
+    plain.manager->begin_pass(passes[p]);
+    misused.train(passes[p], 5000 + p, 4);
+    plain.train(passes[p], 5000 + p, 4);
+    misused.manager->end_pass(passes[p]);
+    plain.manager->end_pass();
+  }
+  misused.manager->sync();
+  const auto want_host = plain.host_rows();
+  for (const auto& [k, row] : misused.host_rows()) {
+    ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "key " << k << " lost its update";
+  }
+  misused.manager->begin_pass(passes[2]);
+  misused.train(passes[2], 5002, 4);
+  misused.manager->end_pass(passes[2]);
+  std::vector<uint64_t> disjoint;  // none of pass 2's keys: every dirty row is outside it
+  for (uint64_t k : passes[2]) disjoint.push_back(k + 2);
+  std::sort(disjoint.begin(), disjoint.end());
+  try {
+    misused.manager->begin_pass(disjoint);
+    FAIL() << "evicted a dirty row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kept"), std::string::npos) << e.what();
+  }
+}
+
 // stage_rows drops key 0, duplicates (the first slot wins) and the excluded keys, creates new
 // rows with their slots, and returns rows in key order equal to a pull's; nothing for no keys.
 TEST(PassManager, StageRowsSortsDedupsExcludesAndCreates) {
