@@ -61,6 +61,41 @@ Status pipelined_chunks(std::size_t n, std::size_t chunk, int in_flight, Work wo
   return first_error;
 }
 
+// A set of row indices to test listed rows against. Pool indices are dense: a byte per index up
+// to the largest listed one, one look-up each. Handles that carry a width class in their top
+// bits would not be: a sorted list then (a binary search each), so the set never takes more than
+// a few bytes per row.
+class RowMarks {
+ public:
+  // `end`: one past the largest index that will be tested; `expected`: about how many will be.
+  RowMarks(row_index_t end, std::size_t expected)
+      : dense_(end <= 4 * expected + (std::size_t{1} << 20)) {
+    if (dense_) bytes_.assign(end, 0);
+  }
+  void mark(row_index_t row) {
+    if (row == sparse::kInvalidRow) return;
+    if (!dense_) {
+      sorted_.push_back(row);
+    } else if (row < bytes_.size()) {
+      bytes_[row] = 1;
+    }
+  }
+  // After the last mark(), before the first has().
+  void seal() {
+    std::sort(sorted_.begin(), sorted_.end());
+    sorted_.erase(std::unique(sorted_.begin(), sorted_.end()), sorted_.end());
+  }
+  bool has(row_index_t row) const {
+    return dense_ ? row < bytes_.size() && bytes_[row] != 0
+                  : std::binary_search(sorted_.begin(), sorted_.end(), row);
+  }
+
+ private:
+  bool dense_;
+  std::vector<uint8_t> bytes_;
+  std::vector<row_index_t> sorted_;
+};
+
 void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
 }
@@ -482,14 +517,12 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
     rows = device::to_host(d_rows.data(), count, stream);
     scores = device::to_host(d_scores.data(), count, stream);
   }
-  // The pass's rows, marked by row index (a byte per row): one look-up per resident key instead
-  // of a binary search over the pass's keys (n log p: most of the choice at 10^7 rows a card).
+  // The pass's rows, marked by row index: one look-up per resident key instead of a binary
+  // search over the pass's keys (n log p: most of the choice at 10^7 rows a card).
   row_index_t row_end = 0;
   for (row_index_t row : rows) row_end = std::max<row_index_t>(row_end, row + 1);
-  std::vector<uint8_t> in_pass(row_end, 0);
-  for (row_index_t row : pass_rows) {
-    if (row < row_end) in_pass[row] = 1;
-  }
+  RowMarks in_pass(row_end, rows.size());
+  for (row_index_t row : pass_rows) in_pass.mark(row);
   if (kept_dirty_ > 0) {
     // Rows the last end_pass kept dirty (its `keep`) stay too, whatever this pass holds: their
     // newest value is only here.
@@ -497,10 +530,9 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
     device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
     const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
     d_keys.release();
-    for (row_index_t row : device::to_host(d_rows.data(), count, stream)) {
-      if (row < row_end) in_pass[row] = 1;
-    }
+    for (row_index_t row : device::to_host(d_rows.data(), count, stream)) in_pass.mark(row);
   }
+  in_pass.seal();
   struct Candidate {
     float score;
     uint64_t key;
@@ -508,10 +540,9 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
   std::vector<Candidate> candidates;
   candidates.reserve(keys.size() - std::min(keys.size(), pass_rows.size()));
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (in_pass[rows[i]] == 0) candidates.push_back({scores[i], keys[i]});
+    if (!in_pass.has(rows[i])) candidates.push_back({scores[i], keys[i]});
   }
   rows = {};
-  in_pass = {};
   GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
                  " rows, only ", candidates.size(),
                  " are outside the pass and clean (the last end_pass kept ", kept_dirty_,
@@ -576,7 +607,7 @@ uint64_t PassManager::write_back(int c, double* gather_seconds, const std::vecto
     std::vector<row_index_t> rows = device::to_host(d_rows.data(), count, stream);
     d_rows.release();
     const row_index_t row_end = *std::max_element(rows.begin(), rows.end()) + 1;
-    std::vector<uint8_t> kept_row(row_end, 0);
+    RowMarks kept_row(row_end, count);
     {
       // The keep keys looked up a page at a time (card memory stays within the plan).
       const std::size_t chunk = store.page_rows();
@@ -591,14 +622,13 @@ uint64_t PassManager::write_back(int c, double* gather_seconds, const std::vecto
         store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
                                /*create_missing=*/false, nullptr, stream);
         found = device::to_host(d_found.data(), n, stream);
-        for (row_index_t row : found) {
-          if (row != sparse::kInvalidRow && row < row_end) kept_row[row] = 1;
-        }
+        for (row_index_t row : found) kept_row.mark(row);
       }
     }
+    kept_row.seal();
     std::size_t pushed = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      if (kept_row[rows[i]] != 0) continue;
+      if (kept_row.has(rows[i])) continue;
       keys[pushed] = keys[i];
       rows[pushed] = rows[i];
       ++pushed;
