@@ -146,6 +146,7 @@ for k in "${sizes[@]}"; do
   limit=()
   [ "$time_limit" -eq 0 ] || limit=(timeout --signal=TERM "$time_limit")
   status=0
+  cut -d' ' -f1-3 /proc/loadavg >"$run/load_start.txt"
   /usr/bin/time -f "%M %e" -o "$run/time.txt" ${limit[@]+"${limit[@]}"} "$train_bin" --config "$config" \
     -o "runner.pass_dirs=$pass_dirs" -o "runner.test_data_dir=$data/test" -o runner.epochs=1 \
     -o "runner.metrics_path=$run/metrics.jsonl" -o runner.model_save_path= \
@@ -158,6 +159,7 @@ for k in "${sizes[@]}"; do
   elif [ "$status" -ne 0 ]; then
     tail -20 "$run/train.log" >&2; die "training size $k failed (see $run/train.log)"
   fi
+  cut -d' ' -f1-3 /proc/loadavg >"$run/load_end.txt"
   du -sb "$rocksdb" | cut -f1 >"$run/disk_bytes.txt"
   rm -rf "$rocksdb"
   cp "$data/pass-0/oracle.json" "$run/oracle.json"
@@ -203,6 +205,19 @@ for k in sizes:
         "end_pass_s": [round(p.get("end_pass_seconds", 0), 3) for p in passes_m],
         "keys_in_pass": [int(p.get("keys_in_pass", 0)) for p in passes_m],
         "pulled": [int(p.get("pulled", 0)) for p in passes_m],
+        # Rows fetched ahead for the pass (runner.prefetch_passes), those begin_pass took from
+        # them, rows evicted from the cards, and what the pass waited for its data.
+        "staged": [int(p.get("staged", 0)) for p in passes_m],
+        "prefetched": [int(p.get("prefetched", 0)) for p in passes_m],
+        "evicted": [int(p.get("evicted", 0)) for p in passes_m],
+        "load_wait_s": [round(p.get("load_seconds", 0), 3) for p in passes_m],
+        "train_s": [round(p.get("train_seconds", 0), 3) for p in passes_m],
+        # The boundary training waits for: the pass's data, then begin_pass.
+        "visible_begin_s": [round(p.get("load_seconds", 0) + p.get("begin_pass_seconds", 0), 3)
+                            for p in passes_m],
+        "load_average": [open(os.path.join(run, f)).read().strip()
+                         for f in ("load_start.txt", "load_end.txt")
+                         if os.path.exists(os.path.join(run, f))],
         "peak_rss_mb": int(rss_kb) / 1024.0,
         "wall_s": float(wall),
         "disk_bytes": int(open(os.path.join(run, "disk_bytes.txt")).read().split()[0]),
@@ -237,15 +252,17 @@ with open(os.path.join(out, "report.md"), "w") as f:
             f.write("**vocab %d: stopped at the time limit after %d of %s passes (%.0f s); total "
                     "projected %.0f s; the figures below are of the passes done.**\n\n"
                     % (r["vocab"], r["passes_done"], passes, r["wall_s"], r["projected_wall_s"]))
-    f.write("| vocab K | distinct keys | examples | ex/s (all) | ex/s (passes 1..) | begin_pass s per pass | end_pass s per pass | peak RSS MiB | disk MiB | disk B/row on disk | host B/key | card B/key | test AUC (planted) |\n")
-    f.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    f.write("| vocab K | distinct keys | examples | ex/s (all) | ex/s (passes 1..) | begin_pass s per pass | visible begin s (load wait + begin_pass) | end_pass s per pass | peak RSS MiB | disk MiB | disk B/row on disk | host B/key | card B/key | test AUC (planted) | load average start, end |\n")
+    f.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
-        f.write("| %d | %d | %d | %.0f | %.0f | %s | %s | %.0f | %.1f | %s | %s | %s | %s (%.4f) |\n" % (
+        f.write("| %d | %d | %d | %.0f | %.0f | %s | %s | %s | %.0f | %.1f | %s | %s | %s | %s (%.4f) | %s |\n" % (
             r["vocab"], r["distinct_keys"], r["examples"], r["examples_per_s"],
             r["examples_per_s_after_pass0"], " / ".join("%.2f" % x for x in r["begin_pass_s"]),
+            " / ".join("%.2f" % x for x in r["visible_begin_s"]),
             " / ".join("%.2f" % x for x in r["end_pass_s"]), r["peak_rss_mb"],
             r["disk_bytes"] / 2**20, r["disk_bytes_per_key_measured"], r["host_bytes_per_key"],
-            r["card_bytes_per_key"], "%.4f" % r["test_auc"] if r["test_auc"] else "-", r["planted_auc"]))
+            r["card_bytes_per_key"], "%.4f" % r["test_auc"] if r["test_auc"] else "-", r["planted_auc"],
+            "; ".join(r["load_average"])))
     f.write("\nTier lines as printed at start (largest size):\n\n    %s\n    %s\n" % (rows[-1]["host_tier"], rows[-1]["card_tier"]))
 with open(os.path.join(out, "scale.dat"), "w") as f:
     for r in rows:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <numeric>
@@ -10,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/sparse/card_store.hpp"
@@ -30,6 +32,7 @@ constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_
 constexpr std::size_t kStagingBytesPerRow = 40;
 // Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
 constexpr std::size_t kStoreFixedBytes = 4096;
+const std::vector<uint64_t> kNoKeys;
 
 // Runs `work(begin, end)` over [0, n) in chunks of `chunk`, up to `in_flight` chunks at once,
 // and `finish(begin, end)` for each chunk in order on the calling thread as it completes.
@@ -57,6 +60,41 @@ Status pipelined_chunks(std::size_t n, std::size_t chunk, int in_flight, Work wo
   }
   return first_error;
 }
+
+// A set of row indices to test listed rows against. Pool indices are dense: a byte per index up
+// to the largest listed one, one look-up each. Handles that carry a width class in their top
+// bits would not be: a sorted list then (a binary search each), so the set never takes more than
+// a few bytes per row.
+class RowMarks {
+ public:
+  // `end`: one past the largest index that will be tested; `expected`: about how many will be.
+  RowMarks(row_index_t end, std::size_t expected)
+      : dense_(end <= 4 * expected + (std::size_t{1} << 20)) {
+    if (dense_) bytes_.assign(end, 0);
+  }
+  void mark(row_index_t row) {
+    if (row == sparse::kInvalidRow) return;
+    if (!dense_) {
+      sorted_.push_back(row);
+    } else if (row < bytes_.size()) {
+      bytes_[row] = 1;
+    }
+  }
+  // After the last mark(), before the first has().
+  void seal() {
+    std::sort(sorted_.begin(), sorted_.end());
+    sorted_.erase(std::unique(sorted_.begin(), sorted_.end()), sorted_.end());
+  }
+  bool has(row_index_t row) const {
+    return dense_ ? row < bytes_.size() && bytes_[row] != 0
+                  : std::binary_search(sorted_.begin(), sorted_.end(), row);
+  }
+
+ private:
+  bool dense_;
+  std::vector<uint8_t> bytes_;
+  std::vector<row_index_t> sorted_;
+};
 
 void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
@@ -224,6 +262,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   PassStats stats;
   stats.pass_id = next_pass_id_;
   std::mutex stats_mu;
+  // The slowest card's phases, for the log line.
+  double lookup_s = 0, evict_s = 0, insert_s = 0, pull_s = 0;
   // Replicated: every card misses the same keys; card 0 pulls their rows once and the other cards
   // insert its copy, so the host tier is read once per row, not once per card. A failing card
   // wakes the waiting ones (on_failure).
@@ -244,40 +284,62 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                       " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
                       "runner.card_memory_mb.");
         }
-        const OwnedKeys missing = missing_on_card(c, owned[c]);
+        Timer phase;
+        std::vector<row_index_t> hit_rows;
+        const OwnedKeys missing = missing_on_card(c, owned[c], &hit_rows);
         // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
         // walk); only the others are pulled.
         OwnedKeys to_pull;
-        std::vector<uint64_t> staged_keys;
-        std::vector<float> staged_rows;
+        std::vector<std::size_t> used;  // staged positions of the missing keys staged ahead
         // Replicated: the rows were staged once, in card 0's range.
         const int range = replicated() ? 0 : c;
-        std::size_t at = staged && range > 0 ? staged->card_end[range - 1] : 0;
+        const std::size_t first = staged && range > 0 ? staged->card_end[range - 1] : 0;
         const std::size_t end = staged ? staged->card_end[range] : 0;
-        if (staged) staged_rows.reserve(missing.keys.size() * stride);
+        std::size_t at = first;
         for (std::size_t i = 0; i < missing.keys.size(); ++i) {
           const uint64_t key = missing.keys[i];
           while (at < end && staged->keys[at] < key) ++at;
           if (at < end && staged->keys[at] == key) {
-            const float* row = staged->rows.data() + at * stride;
-            staged_keys.push_back(key);
-            staged_rows.insert(staged_rows.end(), row, row + stride);
+            used.push_back(at);
           } else {
             to_pull.keys.push_back(key);
             to_pull.slots.push_back(missing.slots[i]);
           }
         }
+        const double lookup = phase.seconds();
+        phase.reset();
         // Make room: evict rows this pass does not need, lowest score first.
         uint64_t evicted = 0;
         const std::size_t resident = stores_[c]->size();
         if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
           // A replica is the whole table: nothing may leave it.
           if (replicated()) fail_table_over_budget(resident + missing.keys.size());
-          evicted = evict(c, mine, resident + missing.keys.size() - row_budget_);
+          evicted = evict(c, hit_rows, resident + missing.keys.size() - row_budget_);
         }
         if (row_budget_ > 0 && stores_[c]->pool_count() > 1) fit_pools(c, missing);
+        hit_rows = {};
+        const double evicting = phase.seconds();
+        phase.reset();
         stores_[c]->reserve(missing.keys.size(), card.stream());
-        insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
+        if (used.size() == end - first) {
+          // Every staged row is missing (the staging skips the keys on the cards): inserted
+          // straight from the staging, without a copy.
+          insert_to_card(c, staged ? staged->keys.data() + first : nullptr,
+                         staged ? staged->rows.data() + first * stride : nullptr, used.size());
+        } else {
+          // Some staged keys are on the card after all (placed there since the staging started):
+          // the others are gathered.
+          std::vector<uint64_t> staged_keys(used.size());
+          std::vector<float> staged_rows(used.size() * stride);
+          for (std::size_t u = 0; u < used.size(); ++u) {
+            staged_keys[u] = staged->keys[used[u]];
+            std::copy_n(staged->rows.data() + used[u] * stride, stride,
+                        staged_rows.data() + u * stride);
+          }
+          insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
+        }
+        const double inserting = phase.seconds();
+        phase.reset();
         std::size_t created = 0;
         if (share_rows && c > 0) {
           const std::vector<float>& rows = card0_rows_ready.get();  // rethrows a card's failure
@@ -293,11 +355,16 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         }
         if (access == PassAccess::kEvaluate) borrowed_[c] = missing.keys;
 
+        const double pulling = phase.seconds();
         std::lock_guard<std::mutex> lock(stats_mu);
+        lookup_s = std::max(lookup_s, lookup);
+        evict_s = std::max(evict_s, evicting);
+        insert_s = std::max(insert_s, inserting);
+        pull_s = std::max(pull_s, pulling);
         stats.keys_in_pass += n;
         stats.hits += n - missing.keys.size();
         stats.pulled += to_pull.keys.size();
-        stats.prefetched += staged_keys.size();
+        stats.prefetched += used.size();
         stats.created += access == PassAccess::kTrain ? created : 0;
         stats.evicted += evicted;
         stats.rows_on_cards += stores_[c]->size();
@@ -311,6 +378,9 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   // A staged row the host tier created is missing on every card (it was new), so it was used.
   if (staged != nullptr) stats.created += staged->created;
   stats.begin_seconds = timer.seconds();
+  GPUBOX_LOG(INFO) << "begin_pass " << stats.pass_id << ": " << stats.begin_seconds
+                   << " s; slowest card: looking up " << lookup_s << " s, evicting " << evict_s
+                   << " s, inserting staged rows " << insert_s << " s, pulling " << pull_s << " s";
   current_ = stats;
   in_pass_ = true;
   ++next_pass_id_;
@@ -348,6 +418,25 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   return staged;
 }
 
+std::vector<uint64_t> PassManager::resident_keys() const {
+  const auto num_cards = static_cast<std::size_t>(cards_.num_local_cards());
+  std::vector<std::vector<uint64_t>> per_card(num_cards);
+  cards_.run_on_cards([&](device::Card& card) {
+    const int c = card.local_index();
+    if (replicated() && c > 0) return;
+    const device::Stream& stream = card.stream();
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count =
+        stores_[c]->list_entries(/*dirty_only=*/false, d_keys, d_rows, stream);
+    per_card[c] = device::to_host(d_keys.data(), count, stream);
+  });
+  std::vector<uint64_t> keys = std::move(per_card.front());
+  for (std::size_t c = 1; c < num_cards; ++c)
+    keys.insert(keys.end(), per_card[c].begin(), per_card[c].end());
+  return keys;
+}
+
 std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_t>& keys,
                                                        const std::vector<int32_t>& slots) const {
   const int num_cards = cards_.num_local_cards();
@@ -375,7 +464,8 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   return owned;
 }
 
-OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
+OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine,
+                                       std::vector<row_index_t>* hit_rows) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -387,10 +477,13 @@ OwnedKeys PassManager::missing_on_card(int c, const OwnedKeys& mine) {
                          nullptr, stream);
   const std::vector<row_index_t> found = device::to_host(d_rows);
   OwnedKeys missing;
+  hit_rows->clear();
   for (std::size_t i = 0; i < n; ++i) {
     if (found[i] == sparse::kInvalidRow) {
       missing.keys.push_back(mine.keys[i]);
       missing.slots.push_back(mine.slots[i]);
+    } else {
+      hit_rows->push_back(found[i]);
     }
   }
   return missing;
@@ -462,12 +555,13 @@ std::size_t PassManager::fit_pools(int c, const OwnedKeys& missing) {
   return freed;
 }
 
-uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess) {
+uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, std::size_t excess) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  // Keys and scores only (16 bytes per resident key), on the host for the choice.
+  // Keys, row indices and scores only (16 bytes per resident key), on the host for the choice.
   std::vector<uint64_t> keys;
+  std::vector<row_index_t> rows;
   std::vector<float> scores;
   {
     device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
@@ -476,26 +570,51 @@ uint64_t PassManager::evict(int c, const std::vector<uint64_t>& pass_keys, std::
     device::device_buffer<float> d_scores(count, card.memory(), stream);
     store.row_scores(d_rows.data(), count, d_scores.data(), stream);
     keys = device::to_host(d_keys.data(), count, stream);
+    rows = device::to_host(d_rows.data(), count, stream);
     scores = device::to_host(d_scores.data(), count, stream);
   }
-  std::vector<std::size_t> candidates;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (!std::binary_search(pass_keys.begin(), pass_keys.end(), keys[i])) candidates.push_back(i);
+  // The pass's rows, marked by row index: one look-up per resident key instead of a binary
+  // search over the pass's keys (n log p: most of the choice at 10^7 rows a card).
+  row_index_t row_end = 0;
+  for (row_index_t row : rows) row_end = std::max<row_index_t>(row_end, row + 1);
+  RowMarks in_pass(row_end, rows.size());
+  for (row_index_t row : pass_rows) in_pass.mark(row);
+  if (kept_dirty_ > 0) {
+    // Rows the last end_pass kept dirty (its `keep`) stay too, whatever this pass holds: their
+    // newest value is only here.
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+    d_keys.release();
+    for (row_index_t row : device::to_host(d_rows.data(), count, stream)) in_pass.mark(row);
   }
+  in_pass.seal();
+  struct Candidate {
+    float score;
+    uint64_t key;
+  };
+  std::vector<Candidate> candidates;
+  candidates.reserve(keys.size() - std::min(keys.size(), pass_rows.size()));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!in_pass.has(rows[i])) candidates.push_back({scores[i], keys[i]});
+  }
+  rows = {};
   GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
-                 " rows, only ", candidates.size(), " are outside the pass");
+                 " rows, only ", candidates.size(),
+                 " are outside the pass and clean (the last end_pass kept ", kept_dirty_,
+                 " rows dirty)");
   // The `excess` lowest (score, key) form a set fixed by that total order; their order among
   // themselves does not matter, so a selection (linear) rather than a partial sort (n log k:
-  // minutes at 10^7 rows a card on the cpu backend).
-  std::nth_element(candidates.begin(), candidates.begin() + excess, candidates.end(),
-                   [&](std::size_t a, std::size_t b) {
-                     return scores[a] != scores[b] ? scores[a] < scores[b] : keys[a] < keys[b];
+  // minutes at 10^7 rows a card on the cpu backend), over the (score, key) pairs side by side.
+  std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(excess),
+                   candidates.end(), [](const Candidate& a, const Candidate& b) {
+                     return a.score != b.score ? a.score < b.score : a.key < b.key;
                    });
-  // end_pass wrote every dirty row back and begin_pass needs !in_pass_, so every row is clean
-  // here: a victim leaves the card without a write-back and nothing is lost. Its row goes to the
-  // free list, where the rows pulled next take it.
+  // end_pass wrote every dirty row back but those it kept (spared above) and begin_pass needs
+  // !in_pass_, so every victim is clean: it leaves the card without a write-back and nothing is
+  // lost. Its row goes to the free list, where the rows pulled next take it.
   std::vector<uint64_t> victims(excess);
-  for (std::size_t i = 0; i < excess; ++i) victims[i] = keys[candidates[i]];
+  for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
   return erase_from_card(c, victims);
 }
 
@@ -515,7 +634,8 @@ uint64_t PassManager::erase_from_card(int c, const std::vector<uint64_t>& keys) 
   return removed;
 }
 
-uint64_t PassManager::write_back(int c) {
+uint64_t PassManager::write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
+                                 uint64_t* kept) {
   sparse::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -526,38 +646,99 @@ uint64_t PassManager::write_back(int c) {
     return 0;
   }
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
-  // The dirty rows' keys and indices (12 bytes each), then the rows a page at a time: the card
-  // never holds a second copy of the rows it writes back.
-  std::vector<uint64_t> keys;
-  std::vector<float> rows;
-  {
-    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
-    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
-    const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
-    if (count == 0) return 0;
-    keys = device::to_host(d_keys.data(), count, stream);
-    rows.resize(count * stride);
-    const std::size_t chunk = store.page_rows();
-    device::device_buffer<float> staged(0, card.memory(), stream);
-    for (std::size_t b = 0; b < count; b += chunk) {
-      const std::size_t n = std::min(count, b + chunk) - b;
-      staged.resize_discard(n * stride);
-      store.gather_rows(d_rows.data() + b, n, staged.data(), stream);
-      device::copy_async(rows.data() + b * stride, staged.data(), n * stride, stream);
+  // The dirty rows' keys and indices (12 bytes each), then the rows a batch at a time: a batch is
+  // gathered off the card (a page at a time: the card never holds a second copy of the rows)
+  // while the batches before it are pushed, at most pulls_in_flight at once, so the host holds
+  // pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785 MB for a pass of
+  // 10.9 M rows).
+  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+  std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+  if (count == 0) return 0;
+  std::vector<uint64_t> keys = device::to_host(d_keys.data(), count, stream);
+  d_keys.release();
+  if (!keep.empty()) {
+    // The rows of `keep` stay dirty: marked by row index, then the others listed again (and
+    // only they are marked clean below).
+    std::vector<row_index_t> rows = device::to_host(d_rows.data(), count, stream);
+    d_rows.release();
+    const row_index_t row_end = *std::max_element(rows.begin(), rows.end()) + 1;
+    RowMarks kept_row(row_end, count);
+    {
+      // The keep keys looked up a page at a time (card memory stays within the plan).
+      const std::size_t chunk = store.page_rows();
+      device::device_buffer<uint64_t> d_keep(0, card.memory(), stream);
+      device::device_buffer<row_index_t> d_found(0, card.memory(), stream);
+      std::vector<row_index_t> found;
+      for (std::size_t b = 0; b < keep.size(); b += chunk) {
+        const std::size_t n = std::min(keep.size(), b + chunk) - b;
+        d_keep.resize_discard(n);
+        d_found.resize_discard(n);
+        device::copy_async(d_keep.data(), keep.data() + b, n, stream);
+        store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
+                               /*create_missing=*/false, nullptr, stream);
+        found = device::to_host(d_found.data(), n, stream);
+        for (row_index_t row : found) kept_row.mark(row);
+      }
+    }
+    kept_row.seal();
+    std::size_t pushed = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (kept_row.has(rows[i])) continue;
+      keys[pushed] = keys[i];
+      rows[pushed] = rows[i];
+      ++pushed;
+    }
+    *kept = count - pushed;
+    count = pushed;
+    keys.resize(count);
+    rows.resize(count);
+    d_rows = device::to_device(rows, card.memory(), stream);
+  }
+  const std::size_t batch = std::max<std::size_t>(options_.host_batch_keys, 1);
+  const auto in_flight = static_cast<std::size_t>(std::max(1, options_.pulls_in_flight));
+  struct Push {
+    std::vector<float> rows;
+    std::future<Status> done;
+  };
+  std::deque<Push> window;
+  Status st;
+  // Waits for the oldest push; keeps the first error.
+  auto retire = [&] {
+    const Status pushed = window.front().done.get();
+    if (!pushed.ok() && st.ok()) st = pushed;
+    window.pop_front();
+  };
+  device::device_buffer<float> staged(0, card.memory(), stream);
+  const std::size_t page = store.page_rows();
+  for (std::size_t b = 0; b < count && st.ok(); b += batch) {
+    const std::size_t n = std::min(count, b + batch) - b;
+    if (window.size() == in_flight) retire();
+    Timer gather;
+    std::vector<float> rows(n * stride);
+    for (std::size_t p = 0; p < n; p += page) {
+      const std::size_t m = std::min(n, p + page) - p;
+      staged.resize_discard(m * stride);
+      store.gather_rows(d_rows.data() + b + p, m, staged.data(), stream);
+      device::copy_async(rows.data() + p * stride, staged.data(), m * stride, stream);
       stream.synchronize();
     }
+    *gather_seconds += gather.seconds();
+    const float* data = rows.data();
+    window.push_back(
+        Push{std::move(rows), std::async(std::launch::async, [this, &keys, b, n, data] {
+               return host_.push(keys.data() + b, n, data);
+             })});
   }
-  const std::size_t count = keys.size();
-  const Status st = pipelined_chunks(
-      count, options_.host_batch_keys, options_.pulls_in_flight,
-      [&](std::size_t b, std::size_t e) {
-        return host_.push(keys.data() + b, e - b, rows.data() + b * stride);
-      },
-      [](std::size_t, std::size_t) {});
+  while (!window.empty()) retire();
   // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
   throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
                            std::to_string(card.rank()) + " to the host tier");
-  store.clear_dirty(stream);
+  if (keep.empty()) {
+    store.clear_dirty(stream);
+  } else {
+    store.clear_dirty(d_rows.data(), count, stream);
+  }
   stream.synchronize();
   return count;
 }
@@ -573,14 +754,24 @@ void PassManager::fail_table_over_budget(std::size_t rows) const {
       "shards the table over the cards.");
 }
 
-uint64_t PassManager::sync() {
+uint64_t PassManager::sync() { return write_back_all({}); }
+
+uint64_t PassManager::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_local_cards(), 0);
-  cards_.run_on_cards(
-      [&](device::Card& card) { written[card.local_index()] = write_back(card.local_index()); });
+  std::vector<uint64_t> kept(written.size(), 0);
+  std::vector<double> gathering(written.size(), 0);
+  cards_.run_on_cards([&](device::Card& card) {
+    const int c = card.local_index();
+    written[c] = write_back(c, &gathering[c], keep, &kept[c]);
+  });
+  gather_seconds_ = *std::max_element(gathering.begin(), gathering.end());
+  kept_dirty_ = std::accumulate(kept.begin(), kept.end(), uint64_t{0});
   return std::accumulate(written.begin(), written.end(), uint64_t{0});
 }
 
-PassStats PassManager::end_pass() {
+PassStats PassManager::end_pass(const std::vector<uint64_t>& keep) {
+  GPUBOX_EXPECTS(std::is_sorted(keep.begin(), keep.end()),
+                 "end_pass: the kept keys are not sorted");
   GPUBOX_EXPECTS(in_pass_, "end_pass called without begin_pass");
   Timer timer;
   if (access_ == PassAccess::kEvaluate) {
@@ -592,11 +783,19 @@ PassStats PassManager::end_pass() {
       borrowed_[c] = {};
     });
   }
-  current_.written_back += sync();
+  // Replicated: every replica's flags are cleared by card 0's write-back; nothing is kept.
+  current_.written_back +=
+      write_back_all(access_ == PassAccess::kTrain && !replicated() ? keep : kNoKeys);
+  current_.kept_dirty = kept_dirty_;
   uint64_t rows = 0;
   for (auto* store : stores_) rows += store->size();
   current_.rows_on_cards = rows;
   current_.end_seconds = timer.seconds();
+  GPUBOX_LOG(INFO) << "end_pass " << current_.pass_id << ": " << current_.written_back
+                   << " rows written back, " << current_.kept_dirty
+                   << " kept dirty on the cards for the next pass, in " << current_.end_seconds
+                   << " s; the slowest card gathered its rows off the card in " << gather_seconds_
+                   << " s, the rest waited for the host tier";
   in_pass_ = false;
   return current_;
 }

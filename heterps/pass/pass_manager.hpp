@@ -26,8 +26,10 @@
 //                     every key (no eviction; a table over the budget fails with its size); each
 //                     row is pulled (or staged) once, by the first card, whose copy the others
 //                     insert; end_pass writes back the first card's replica only.
-//   end_pass()        rows changed during the pass (dirty) are pushed to the host tier, then
-//                     marked clean. After it, the host tier holds exactly what the cards hold.
+//   end_pass(keep)    rows changed during the pass (dirty) are pushed to the host tier, then
+//                     marked clean. After it, the host tier holds exactly what the cards hold,
+//                     but for the rows of `keep` (the next training pass's keys, optional): they
+//                     stay dirty on the cards until a later end_pass or sync() writes them.
 //                     If the host tier fails midway, the rows stay dirty on the cards, so a
 //                     retried end_pass() (or sync()) completes the write-back; rows the host
 //                     already acknowledged are simply written again (a full-row overwrite).
@@ -47,6 +49,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/pass/pass_types.hpp"
+#include "heterps/sparse/sparse_types.hpp"
 #include "table/host_tier.hpp"
 
 namespace gpubox {
@@ -77,9 +80,21 @@ class PassManager {
   // gpubox::Error when the host tier fails.
   StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                         const std::vector<uint64_t>& exclude) const;
+  // Every key on this process's cards (Replicated: card 0's, the others hold the same), in no
+  // particular order; 8 bytes a key of host memory. Between passes, or after begin_pass before
+  // the steps start (the cards idle). A coming pass's staging excludes them: a key of that pass
+  // on its card now is still there at its begin_pass (eviction spares the pass's own keys), so
+  // its staged row would never be used.
+  std::vector<uint64_t> resident_keys() const;
   // Writes dirty rows back (after an evaluation pass: first takes the rows it borrowed off the
-  // cards); returns this pass's counters (begin and end).
-  PassStats end_pass();
+  // cards); returns this pass's counters (begin and end). `keep` (sorted, optional): the keys of
+  // the next pass when it is a training pass that begins right after (the trainer's next pass
+  // in the same epoch). Their rows stay on the cards, dirty, instead of being written back: that
+  // pass trains them again and a later end_pass writes the newer value, so a row trained in
+  // consecutive passes is pushed once. Until then the host tier holds an older value of them:
+  // sync() (every save makes one) writes them back, eviction spares them, and a staging skips
+  // them (they are on the cards). Ignored for an evaluation pass and with kReplicated.
+  PassStats end_pass(const std::vector<uint64_t>& keep = {});
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
   uint64_t sync();
 
@@ -98,8 +113,10 @@ class PassManager {
   // its first slot).
   std::vector<OwnedKeys> partition_by_owner(const std::vector<uint64_t>& keys,
                                             const std::vector<int32_t>& slots) const;
-  // Those of card `c`'s keys that are not on the card.
-  OwnedKeys missing_on_card(int c, const OwnedKeys& mine);
+  // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
+  // the others.
+  OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
+                            std::vector<sparse::row_index_t>* hit_rows);
   // Pulls `missing` from the host tier (created there with their slots when new; read with
   // HostTier::peek in an evaluation pass) into card `c`'s store. Returns how many rows the host
   // tier created (kEvaluate: how many keys it does not hold). `keep` (optional) receives the
@@ -111,11 +128,17 @@ class PassManager {
   bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
-  // Pushes every dirty row of card `c` to the host tier, then clears its dirty flags.
-  uint64_t write_back(int c);
-  // Removes `excess` rows of card `c` that are not in `pass_keys` (sorted), lowest score first,
-  // reading only keys and scores (never a copy of the rows). Returns the rows removed.
-  uint64_t evict(int c, const std::vector<uint64_t>& pass_keys, std::size_t excess);
+  // Pushes every dirty row of card `c` but those of `keep` (sorted) to the host tier, then clears
+  // their dirty flags; *kept = the dirty rows of `keep` left as they are. Adds the time spent
+  // gathering rows off the card to *gather_seconds.
+  uint64_t write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
+                      uint64_t* kept);
+  // write_back on every card; sets kept_dirty_. Returns the rows written.
+  uint64_t write_back_all(const std::vector<uint64_t>& keep);
+  // Removes `excess` rows of card `c` whose row index is not in `pass_rows` (the rows of the
+  // pass's keys on the card), lowest score first, reading only keys, row indices and scores
+  // (never a copy of the rows). Returns the rows removed.
+  uint64_t evict(int c, const std::vector<sparse::row_index_t>& pass_rows, std::size_t excess);
   // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the
   // plan (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold
   // both), gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the
@@ -131,6 +154,8 @@ class PassManager {
   std::size_t row_budget_ = 0;
   CardTierPlan plan_;
   PassStats current_;
+  double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
+  uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
   PassAccess access_ = PassAccess::kTrain;  // of the current pass

@@ -103,6 +103,7 @@ struct PassStats {
                                // none in a kEvaluate pass)
   uint64_t evicted = 0;        // rows removed from cards to make room
   uint64_t written_back = 0;   // dirty rows pushed to the host tier by end_pass / sync
+  uint64_t kept_dirty = 0;     // dirty rows end_pass left on the cards for the next pass (keep)
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass
   double begin_seconds = 0;
   double end_seconds = 0;

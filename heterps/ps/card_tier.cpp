@@ -53,6 +53,11 @@ pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,
   return pass_manager_->stage_rows(keys, slots, exclude);
 }
 
+std::vector<uint64_t> CardTier::resident_keys() const {
+  if (cards_.total_cards() != cards_.num_local_cards()) return {};
+  return pass_manager_->resident_keys();
+}
+
 CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys,
                                                const std::vector<int32_t>& slots) {
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "begin_pass: ", keys.size(),
@@ -120,7 +125,9 @@ CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys
   return owned;
 }
 
-pass::PassStats CardTier::end_pass() { return pass_manager_->end_pass(); }
+pass::PassStats CardTier::end_pass(const std::vector<uint64_t>& keep) {
+  return pass_manager_->end_pass(keep);
+}
 
 uint64_t CardTier::sync() { return pass_manager_->sync(); }
 

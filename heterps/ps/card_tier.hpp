@@ -7,7 +7,7 @@
 //     begin_pass(keys, slots) -> the pass's rows on their owner cards (pulled from the host
 //                                tier, created there with the key's slot when new)
 //     begin_pass(keys, slots, &staged) -> the same, inserting the rows staged ahead
-//     end_pass() / sync()     -> dirty rows back to the host tier
+//     end_pass(keep) / sync() -> dirty rows back to the host tier
 //     clear()                 -> every card's store emptied (after a model load)
 //   a step (card thread `c`, collective over the cards):
 //   any thread, also during steps:
@@ -90,8 +90,13 @@ class CardTier {
   // tier. With several trainers it stages nothing (begin_pass pulls every row).
   pass::StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                               const std::vector<uint64_t>& exclude) const;
-  // Writes the dirty rows back; returns the pass's counters.
-  pass::PassStats end_pass();
+  // Every key on this trainer's cards, unsorted (PassManager::resident_keys): a coming pass's
+  // staging excludes them too. Between passes or after begin_pass before the steps. With several
+  // trainers none (stage_rows stages nothing there).
+  std::vector<uint64_t> resident_keys() const;
+  // Writes the dirty rows back but those of `keep` (sorted: the next pass's keys when it trains
+  // right after; PassManager::end_pass); returns the pass's counters.
+  pass::PassStats end_pass(const std::vector<uint64_t>& keep = {});
   // Writes the dirty rows back without ending the pass (before a save). Returns rows written.
   uint64_t sync();
   // Empties every card's store (after a model load; the next begin_pass refills it). Not

@@ -525,6 +525,12 @@ void CardSparseStore::clear_dirty(const device::Stream& stream) {
   for (auto& flags : dirty_) device::memset_bytes_async(flags.data(), 0, flags.size(), stream);
 }
 
+void CardSparseStore::clear_dirty(const row_index_t* rows, std::size_t n,
+                                  const device::Stream& stream) {
+  if (n == 0) return;
+  device::parallel_for(stream, n, MarkClean{rows, dirty_flags()});
+}
+
 std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
                                    const device::Stream& stream) {
   // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.

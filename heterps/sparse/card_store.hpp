@@ -108,6 +108,9 @@ class CardSparseStore {
                           const device::Stream& stream) const;
   // Marks every row clean. Stream-ordered.
   void clear_dirty(const device::Stream& stream);
+  // Marks the rows with these indices (card memory) clean; the others keep their flags.
+  // Stream-ordered.
+  void clear_dirty(const row_index_t* rows, std::size_t n, const device::Stream& stream);
   // Removes the keys (absent ones are ignored); returns how many were removed. Synchronizes.
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
   // Removes everything (capacity kept). Stream-ordered.

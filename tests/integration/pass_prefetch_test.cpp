@@ -149,14 +149,19 @@ class PassPrefetch : public ::testing::TestWithParam<int> {
       // The pass's counters, and what its steady steps asked of the cards (step_accounting_test
       // pins those): the staging thread never touches a card.
       for (const char* counter :
-           {"keys_in_pass", "hits", "created", "written_back", "host_syncs_per_step",
-            "allocations_per_step", "pageable_copies_per_step", "pinned_copies_per_step",
-            "launches_per_step", "collectives_per_step"}) {
+           {"keys_in_pass", "hits", "created", "host_syncs_per_step", "allocations_per_step",
+            "pageable_copies_per_step", "pinned_copies_per_step", "launches_per_step",
+            "collectives_per_step"}) {
         EXPECT_EQ(extra(got.reports[p], counter), extra(want.reports[p], counter))
             << what << " pass " << p << " " << counter;
       }
       EXPECT_EQ(extra(got.reports[p], "pulled") + extra(got.reports[p], "prefetched"),
                 extra(want.reports[p], "pulled"))
+          << what << " pass " << p;
+      // With the pipeline the next pass's keys are known at end_pass: their rows stay dirty on
+      // the cards (kept_dirty) instead of being written back; every dirty row is one or the other.
+      EXPECT_EQ(extra(got.reports[p], "written_back") + extra(got.reports[p], "kept_dirty"),
+                extra(want.reports[p], "written_back") + extra(want.reports[p], "kept_dirty"))
           << what << " pass " << p;
     }
     ASSERT_EQ(got.dense.size(), want.dense.size()) << what;
@@ -183,16 +188,28 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   double hits = 0;
   for (const auto& report : off.reports) {
     EXPECT_EQ(extra(report, "prefetched"), 0) << "prefetch off staged rows";
+    EXPECT_EQ(extra(report, "kept_dirty"), 0) << "prefetch off kept rows dirty";
     hits += extra(report, "hits");
   }
   EXPECT_GT(hits, 0) << "the passes share no key: the test would not see stale staging";
 
   const RunResult one = run(cards, 1);
   expect_identical(one, off, "prefetch_passes=1");
+  // Within an epoch a pass keeps the next pass's rows dirty (the passes share keys); the last
+  // pass of an epoch (an evaluation follows) keeps none.
+  for (std::size_t p = 0; p < one.reports.size(); ++p) {
+    if ((p + 1) % kPasses == 0) {
+      EXPECT_EQ(extra(one.reports[p], "kept_dirty"), 0) << "pass " << p;
+    } else {
+      EXPECT_GT(extra(one.reports[p], "kept_dirty"), 0) << "pass " << p;
+    }
+  }
   // Every pass after the first had its missing rows staged: begin_pass pulled none itself (in
   // epoch 1 every key is on the cards already).
+  // Nothing staged goes unused: the staging skips the keys on the cards (they are hits).
   for (std::size_t p = 1; p < one.reports.size(); ++p) {
     EXPECT_EQ(extra(one.reports[p], "pulled"), 0) << "pass " << p;
+    EXPECT_EQ(extra(one.reports[p], "staged"), extra(one.reports[p], "prefetched")) << "pass " << p;
     if (p < kPasses) {
       EXPECT_GT(extra(one.reports[p], "prefetched"), 0) << "pass " << p;
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -87,16 +88,40 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
 void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
   const int64_t last = std::min(end - 1, current.pass + depth_);
   const int64_t first = jobs_.empty() ? current.pass + 1 : jobs_.back().pass + 1;
+  if (first > last) return;
+  // The keys on the cards now (the cards idle between begin_pass and the steps), sorted by the
+  // first job: a coming pass's key among them is a hit at its begin_pass, its staged row unused.
+  Timer listing;
+  auto resident = std::make_shared<std::vector<uint64_t>>(tier_.resident_keys());
+  GPUBOX_LOG(INFO) << "pass " << current.pass << ": " << resident->size()
+                   << " keys on the cards listed in " << listing.seconds()
+                   << " s; the staging of the next pass(es) skips them";
+  auto resident_sorted = std::make_shared<std::once_flag>();
   for (int64_t pass = first; pass <= last; ++pass) {
-    // Excluded from its staging: the keys of the passes that train before it from now on.
+    // Excluded from its staging: the keys of the passes that train before it from now on, and
+    // the keys on the cards.
     std::vector<std::shared_future<std::shared_ptr<PreparedPass>>> before;
     for (const Job& job : jobs_) before.push_back(job.ready);
-    auto job = [&tier = tier_, &read = read_, pass, current_keys = current.sorted_keys,
+    auto keys_read = std::make_shared<std::promise<std::shared_ptr<const std::vector<uint64_t>>>>();
+    auto keys = keys_read->get_future().share();
+    auto job = [&tier = tier_, &read = read_, pass, current_keys = current.sorted_keys, resident,
+                resident_sorted, keys_read,
                 before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
-      std::shared_ptr<PreparedPass> prepared = prepare_pass(read, pass);
+      std::shared_ptr<PreparedPass> prepared;
+      try {
+        prepared = prepare_pass(read, pass);
+      } catch (...) {
+        keys_read->set_value(nullptr);
+        throw;
+      }
+      keys_read->set_value(prepared->sorted_keys);
       prepared->prefetched = true;
       try {
-        std::vector<uint64_t> exclude = *current_keys;
+        std::call_once(*resident_sorted, [&] {
+          std::sort(resident->begin(), resident->end());
+          resident->erase(std::unique(resident->begin(), resident->end()), resident->end());
+        });
+        std::vector<uint64_t> exclude = merged(*current_keys, *resident);
         for (const auto& earlier : before) exclude = merged(exclude, *earlier.get()->sorted_keys);
         prepared->staged =
             tier.stage_rows(prepared->keys.keys, prepared->keys.slots, std::move(exclude));
@@ -109,8 +134,15 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
       }
       return prepared;
     };
-    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share()});
+    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share(), keys});
   }
+}
+
+std::shared_ptr<const std::vector<uint64_t>> PassPipeline::keys_of(int64_t pass) const {
+  for (const Job& job : jobs_) {
+    if (job.pass == pass) return job.keys.get();
+  }
+  return nullptr;
 }
 
 void PassPipeline::wait() {

@@ -6,13 +6,17 @@
 // Exactness: a pass's staging excludes the keys of every pass that trains before it from the
 // moment the staging starts (the pass training then, and the passes between): those are the only
 // rows whose host-tier value can still change before its begin_pass, and they are on the cards
-// or pulled by begin_pass itself. A job starts only after the previous pass's end_pass, so with
+// or pulled by begin_pass itself. It also skips the keys on the cards when it starts (listed on the
+// controlling thread between begin_pass and the steps): begin_pass evicts only keys its pass
+// lacks, so those are hits and their staged rows would go unused (a key evicted in between by an
+// evaluation pass is pulled). A job starts only after the previous pass's end_pass, so with
 // the pipeline on or off every begin_pass places the same values (tested bit for bit).
 // Rows new to the host tier are created by the staging (same seeded rules, created earlier).
 //
 // Memory: at most `depth` passes ahead, each its InMemoryDataset and its staged rows (their
 // sizes are logged when the pass is taken, beside runner.host_memory_mb). They are not part of
-// the host table's budget: a trainer's host memory is about host_memory_mb (the table) plus
+// the host table's budget (nor is the list of keys on the cards, 8 bytes a key, while a staging
+// runs): a trainer's host memory is about host_memory_mb (the table) plus
 // (1 + depth) data sets plus depth × (the staged keys × staged_bytes_per_key(stride)); size
 // host_memory_mb with that room left (README, "Pass pipeline"). A failure to stage (the host tier)
 // is logged and the pass's begin_pass pulls its rows as without the pipeline; a failure to read the
@@ -85,6 +89,9 @@ class PassPipeline {
   // Starts the passes after `current` (begun or about to; the previous pass has ended) up to
   // current.pass + depth and before `end`, those not started yet.
   void start_after(const PreparedPass& current, int64_t end);
+  // The sorted unique keys of pass `pass` when it was started ahead (waiting for its read, not
+  // for its staging), else null; null too when it could not be read.
+  std::shared_ptr<const std::vector<uint64_t>> keys_of(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
   // Drops every pass started ahead, after waiting for it (before a model load: its staged rows
@@ -96,6 +103,8 @@ class PassPipeline {
   struct Job {
     int64_t pass = 0;
     std::shared_future<std::shared_ptr<PreparedPass>> ready;
+    // Its sorted keys, set once read (before the staging); null when the read failed.
+    std::shared_future<std::shared_ptr<const std::vector<uint64_t>>> keys;
   };
 
   ps::CardTier& tier_;

@@ -398,7 +398,9 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   return run_pass(*prepared);
 }
 
-PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>& begun) {
+PassReport Trainer::run_pass(
+    PreparedPass& prepared, const std::function<void()>& begun,
+    const std::function<std::shared_ptr<const std::vector<uint64_t>>()>& next_keys) {
   State& s = *state_;
   const int64_t pass = prepared.pass;  // from 0, as PaddleRec numbers its epochs
   pass_id_ = pass + 1;
@@ -412,6 +414,7 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
   const double load_seconds = prepared.waited_seconds;
   const pass::PassStats begin = s.card_tier->begin_pass(
       prepared.keys.keys, prepared.keys.slots, prepared.prefetched ? &prepared.staged : nullptr);
+  const std::size_t staged = prepared.staged.keys.size();
   prepared.staged = {};  // in the cards now
   if (begun) begun();
   Timer phase;
@@ -496,7 +499,8 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
   if (tty && batches >= static_cast<std::size_t>(1)) std::printf("\n");
   const double train_seconds = phase.seconds();
 
-  const pass::PassStats end = s.card_tier->end_pass();
+  const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
+  const pass::PassStats end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{});
   PassReport report;
   report.pass = pass;
   report.seconds = load_seconds + pass_timer.seconds();
@@ -509,11 +513,13 @@ PassReport Trainer::run_pass(PreparedPass& prepared, const std::function<void()>
                   {"keys_in_pass", static_cast<double>(begin.keys_in_pass)},
                   {"hits", static_cast<double>(begin.hits)},
                   {"pulled", static_cast<double>(begin.pulled)},
+                  {"staged", static_cast<double>(staged)},
                   {"prefetched", static_cast<double>(begin.prefetched)},
                   {"read_ahead_seconds", prepared.prefetched ? prepared.read_seconds : 0.0},
                   {"created", static_cast<double>(begin.created)},
                   {"evicted", static_cast<double>(begin.evicted)},
                   {"written_back", static_cast<double>(end.written_back)},
+                  {"kept_dirty", static_cast<double>(end.kept_dirty)},
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
@@ -676,7 +682,18 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       const std::shared_ptr<PreparedPass> prepared = pipeline.take(k);
       // The next passes start reading and staging once this one has begun (the previous
       // end_pass is done, as the staging needs; begin_pass has the cores to itself).
-      PassReport report = run_pass(*prepared, [&] { pipeline.start_after(*prepared, total); });
+      // The next pass's keys keep their rows dirty on the cards when it trains right after this
+      // one: same epoch (no evaluation between), no save between (its sync would write them
+      // anyway), one trainer (with several, a card's next keys come from every trainer).
+      const bool saving =
+          !config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone;
+      PassReport report = run_pass(
+          *prepared, [&] { pipeline.start_after(*prepared, total); },
+          [&]() -> std::shared_ptr<const std::vector<uint64_t>> {
+            if (saving || env_.trainers > 1 || k + 1 >= total || (k + 1) % per_epoch == 0)
+              return nullptr;
+            return pipeline.keys_of(k + 1);
+          });
       const bool prints = env_.trainer_id == 0;  // the job's lines, once
       if (prints) print_report(report, "");
       epoch_seconds += report.seconds;

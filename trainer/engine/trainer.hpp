@@ -141,8 +141,12 @@ class Trainer {
   // pipeline calls it from its threads).
   void read_pass(const std::vector<std::string>& files, int64_t pass, PreparedPass* into) const;
   // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass;
-  // `begun` (optional) runs after begin_pass, before the steps.
-  PassReport run_pass(PreparedPass& prepared, const std::function<void()>& begun = {});
+  // `begun` (optional) runs after begin_pass, before the steps; `next_keys` (optional) gives the
+  // sorted keys of the pass that trains right after this one, or null: end_pass keeps their
+  // rows dirty on the cards (PassManager::end_pass).
+  PassReport run_pass(
+      PreparedPass& prepared, const std::function<void()>& begun = {},
+      const std::function<std::shared_ptr<const std::vector<uint64_t>>()>& next_keys = {});
   // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
   void write_save(const std::string& dir);
   void read_dense(const std::string& dir);

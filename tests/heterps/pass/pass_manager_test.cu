@@ -31,6 +31,7 @@
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "heterps/sparse/card_store.cuh"
+#include "table/accessor/sparse_row.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
@@ -298,6 +299,9 @@ struct StagingCase {
   int cards;
   std::size_t row_budget;  // per card; 0 = none
   int depth;
+  // Also exclude the keys on the cards when the staging starts (the trainer's PassPipeline):
+  // nothing staged is then a hit at its begin_pass, with depth 1 every staged row is used.
+  bool exclude_resident = false;
 };
 
 class PassManagerStagingTest : public ::testing::TestWithParam<StagingCase> {};
@@ -327,6 +331,9 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
     if (mine != nullptr && (tc.depth == 1 || tc.row_budget == 0)) {
       EXPECT_EQ(got.pulled, 0u) << "pass " << p << ": a missing row was not staged";
     }
+    if (mine != nullptr && tc.exclude_resident && tc.depth == 1) {
+      EXPECT_EQ(got.prefetched, mine->keys.size()) << "pass " << p << ": a staged row was a hit";
+    }
     prefetched += got.prefetched;
     evicted += got.evicted;
 
@@ -338,6 +345,11 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
     if (target < passes.size()) {
       std::set<uint64_t> before;
       for (std::size_t q = p; q < target; ++q) before.insert(passes[q].begin(), passes[q].end());
+      if (tc.exclude_resident) {
+        const std::vector<uint64_t> resident = staged.manager->resident_keys();
+        EXPECT_EQ(resident.size(), staged.card_rows().size()) << "pass " << p;
+        before.insert(resident.begin(), resident.end());
+      }
       const std::vector<uint64_t> exclude(before.begin(), before.end());
       auto staging = std::async(std::launch::async, [&] {
         return staged.manager->stage_rows(passes[target], {}, exclude);
@@ -402,12 +414,154 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Cards, PassManagerStagingTest,
                          ::testing::Values(StagingCase{1, 0, 1}, StagingCase{2, 0, 1},
                                            StagingCase{3, 0, 2}, StagingCase{1, 300, 1},
-                                           StagingCase{1, 300, 2}, StagingCase{2, 170, 2}),
+                                           StagingCase{1, 300, 2}, StagingCase{2, 170, 2},
+                                           StagingCase{1, 0, 1, true}, StagingCase{2, 170, 1, true},
+                                           StagingCase{1, 300, 2, true},
+                                           StagingCase{3, 120, 2, true}),
                          [](const auto& info) {
                            return std::to_string(info.param.cards) + "cards_budget" +
                                   std::to_string(info.param.row_budget) + "_depth" +
-                                  std::to_string(info.param.depth);
+                                  std::to_string(info.param.depth) +
+                                  (info.param.exclude_resident ? "_resident" : "");
                          });
+
+// Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
+// oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
+// decides among them), over passes that overlap, are all on the card, or are empty.
+TEST(PassManager, EvictionRemovesTheLowestScoredRowsOutsideThePass) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.card_row_budget = 300;
+  options.host_batch_keys = 37;
+  Engine engine(1, options);
+  const AccessorConfig cfg = test_config();
+  auto passes = make_passes(6, 240, 79);
+  passes.insert(passes.begin() + 3,
+                std::vector<uint64_t>(passes[2].begin(), passes[2].begin() + 90));
+  passes.insert(passes.begin() + 4, std::vector<uint64_t>{});
+  uint64_t evicted = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const auto& keys = passes[p];
+    const auto before = engine.card_rows();
+    std::vector<std::pair<float, uint64_t>> outside;  // (score, key) of rows the pass lacks
+    std::size_t missing = 0;
+    for (uint64_t k : keys) missing += before.count(k) == 0;
+    for (const auto& [k, row] : before) {
+      if (!std::binary_search(keys.begin(), keys.end(), k))
+        outside.emplace_back(table::row_score(row.data(), cfg), k);
+    }
+    const std::size_t excess = before.size() + missing > options.card_row_budget
+                                   ? before.size() + missing - options.card_row_budget
+                                   : 0;
+    ASSERT_LE(excess, outside.size());
+    std::sort(outside.begin(), outside.end());
+    std::set<uint64_t> want(keys.begin(), keys.end());
+    for (std::size_t i = excess; i < outside.size(); ++i) want.insert(outside[i].second);
+
+    const PassStats stats = engine.manager->begin_pass(keys);
+    EXPECT_EQ(stats.evicted, excess) << "pass " << p;
+    std::set<uint64_t> got;
+    for (const auto& [k, row] : engine.card_rows()) got.insert(k);
+    EXPECT_EQ(got, want) << "pass " << p;
+    evicted += stats.evicted;
+    if (!keys.empty()) engine.train(keys, 3000 + p, 4);
+    engine.manager->end_pass();
+  }
+  EXPECT_GT(evicted, 0u);
+}
+
+// end_pass(keep): the rows of the next pass's keys stay on the cards, dirty, and the host tier
+// holds their older value until a later end_pass or sync() writes them; the cards (eviction
+// included) and, after the last pass, the host tier equal a run that writes everything back
+// each pass. A keep that is not the next pass's keys cannot make eviction drop a dirty row: it
+// fails, naming the kept rows.
+TEST(PassManager, KeptRowsStayDirtyUntilALaterEndPassOrSync) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.card_row_budget = 170;
+  options.host_batch_keys = 37;
+  Engine kept(2, options);
+  Engine reference(2, options);
+  const auto passes = make_passes(6, 240, 81);
+  uint64_t kept_total = 0, evicted = 0, written = 0, written_reference = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const auto& keys = passes[p];
+    const PassStats got_begin = kept.manager->begin_pass(keys);
+    const PassStats want_begin = reference.manager->begin_pass(keys);
+    EXPECT_EQ(got_begin.hits, want_begin.hits) << "pass " << p;
+    EXPECT_EQ(got_begin.evicted, want_begin.evicted) << "pass " << p;
+    evicted += got_begin.evicted;
+    kept.train(keys, 4000 + p, 4);
+    reference.train(keys, 4000 + p, 4);
+    const bool last = p + 1 == passes.size();
+    const PassStats got = kept.manager->end_pass(last ? std::vector<uint64_t>{} : passes[p + 1]);
+    const PassStats want = reference.manager->end_pass();
+    // A kept row not trained again stays dirty: a later end_pass writes it (once).
+    written += got.written_back;
+    written_reference += want.written_back;
+    kept_total += got.kept_dirty;
+    const auto got_cards = kept.card_rows();
+    const auto want_cards = reference.card_rows();
+    ASSERT_EQ(got_cards.size(), want_cards.size()) << "pass " << p;
+    for (const auto& [k, row] : want_cards) {
+      ASSERT_TRUE(got_cards.count(k) && rows_equal(got_cards.at(k), row)) << k << " pass " << p;
+    }
+    // The host tier: every row equal but the kept ones, which hold an older value.
+    const auto got_host = kept.host_rows();
+    const auto want_host = reference.host_rows();
+    ASSERT_EQ(got_host.size(), want_host.size()) << "pass " << p;
+    std::size_t stale = 0;
+    for (const auto& [k, row] : want_host) {
+      if (rows_equal(got_host.at(k), row)) continue;
+      ASSERT_TRUE(!last && std::binary_search(passes[p + 1].begin(), passes[p + 1].end(), k))
+          << "host row " << k << " differs but was not kept, pass " << p;
+      ++stale;
+    }
+    EXPECT_EQ(stale, got.kept_dirty) << "pass " << p;
+    if (p == 2) {
+      // A save's sync() writes the kept rows too.
+      EXPECT_EQ(kept.manager->sync(), got.kept_dirty);
+      for (const auto& [k, row] : kept.host_rows()) {
+        ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "after sync, key " << k;
+      }
+    }
+  }
+  EXPECT_GT(kept_total, 0u);
+  EXPECT_LT(written, written_reference) << "keeping rows saved no write-back";
+  EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+
+  // Misuse: keeping this pass's own keys, not the next pass's. Eviction spares the dirty rows
+  // (the host tier ends equal to the reference's); when too few clean rows are left it fails.
+  PassManagerOptions one_card;
+  one_card.card_row_budget = 300;
+  Engine misused(1, one_card);
+  Engine plain(1, one_card);
+  for (std::size_t p = 0; p < 2; ++p) {
+    misused.manager->begin_pass(passes[p]);
+    plain.manager->begin_pass(passes[p]);
+    misused.train(passes[p], 5000 + p, 4);
+    plain.train(passes[p], 5000 + p, 4);
+    misused.manager->end_pass(passes[p]);
+    plain.manager->end_pass();
+  }
+  misused.manager->sync();
+  const auto want_host = plain.host_rows();
+  for (const auto& [k, row] : misused.host_rows()) {
+    ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "key " << k << " lost its update";
+  }
+  misused.manager->begin_pass(passes[2]);
+  misused.train(passes[2], 5002, 4);
+  misused.manager->end_pass(passes[2]);
+  std::vector<uint64_t> disjoint;  // none of pass 2's keys: every dirty row is outside it
+  for (uint64_t k : passes[2]) disjoint.push_back(k + 2);
+  std::sort(disjoint.begin(), disjoint.end());
+  try {
+    misused.manager->begin_pass(disjoint);
+    FAIL() << "evicted a dirty row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kept"), std::string::npos) << e.what();
+  }
+}
 
 // stage_rows drops key 0, duplicates (the first slot wins) and the excluded keys, creates new
 // rows with their slots, and returns rows in key order equal to a pull's; nothing for no keys.
