@@ -159,12 +159,14 @@ if [ "$role" != TRAINER ]; then
     "$bin/gpubox_server" --port "$port" --bind "$ip" --shard_id "$i" --shard_num "${#servers[@]}" \
       --auth_token_file "$token_file" "${config_args[@]}" "${server_args[@]}" >"$logf" 2>&1 &
     pids+=($!) names+=("gpubox_server $i ($ip:$port)") logs+=("$logf") kinds+=(server)
-    for _ in $(seq 1 100); do
+    # A server that is alive keeps its chance: under load (a loaded CI machine, a build beside
+    # it) its start has taken over 10 s; one that exits is reported at once.
+    for _ in $(seq 1 600); do
       grep -q "listening on" "$logf" 2>/dev/null && break
       kill -0 "${pids[-1]}" 2>/dev/null || { tail -n 20 "$logf" >&2; die "gpubox_server $i failed to start; see $logf"; }
       sleep 0.1
     done
-    grep -q "listening on" "$logf" || die "gpubox_server $i did not listen within 10 s; see $logf"
+    grep -q "listening on" "$logf" || die "gpubox_server $i did not listen within 60 s; see $logf"
     echo "launch: gpubox_server $i on $ip:$port (log: $logf)"
   done
 fi

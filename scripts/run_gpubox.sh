@@ -163,7 +163,9 @@ start_server() {
   if [ -n "$token_file" ]; then server_args+=(--auth_token_file "$token_file"); fi
   procs_start "gpubox_server $index" "$logf" "$bin/gpubox_server" "${server_args[@]}"
   server_pids+=("$(procs_pid "gpubox_server $index")")
-  for _ in $(seq 1 100); do
+  # A server that is alive keeps its chance (under load its start has taken over 10 s); one that
+  # exits is reported at once.
+  for _ in $(seq 1 600); do
     if grep -q "listening on" "$logf" 2>/dev/null; then return 0; fi
     if ! kill -0 "${server_pids[-1]}" 2>/dev/null; then
       echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2
@@ -172,7 +174,7 @@ start_server() {
     fi
     sleep 0.1
   done
-  echo "run_gpubox: gpubox_server $index did not report listening within 10 s; see $logf" >&2
+  echo "run_gpubox: gpubox_server $index did not report listening within 60 s; see $logf" >&2
   return 1
 }
 
