@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -93,8 +94,19 @@ Status LineReader::start_command(const std::string& command) {
   std::string dash_c = "-c";
   std::string line = command;
   char* argv[] = {shell.data(), dash_c.data(), line.data(), nullptr};
+  // The command gets SIGPIPE's default action back: a process that ignores it (gpubox_train
+  // does, so a dead peer's socket is an error rather than a silent death) would pass SIG_IGN
+  // on, and a command whose reader stopped early should end at its next write, not carry on.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, shell.c_str(), &actions, nullptr, argv, environ);
+  const int rc = ::posix_spawn(&pid, shell.c_str(), &actions, &attr, argv, environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
   ::close(err[1]);

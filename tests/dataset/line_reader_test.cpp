@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "tests/dataset/test_util.hpp"
 
@@ -192,6 +194,23 @@ TEST(LineReader, PipeCommandStderrIsDrainedAndItsTailKept) {
   const ReadAll quiet = read_file(path, "echo chatter >&2; cat");
   EXPECT_TRUE(quiet.status.ok()) << quiet.status.to_string();
   EXPECT_EQ(quiet.lines, (std::vector<std::string>{"a", "b"}));
+}
+
+// gpubox_train ignores SIGPIPE (a dead peer's socket must be an error, not a silent death); the
+// commands it starts for data files get the default action back, so one whose reader stopped
+// early ends at its next write. Its ignored-signal mask, read from /proc, must not hold SIGPIPE.
+TEST(LineReader, PipeCommandGetsSigpipeDefaultFromAnIgnoringParent) {
+  ScratchDir dir;
+  const std::string path = dir.write("in.txt", "a\n");
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);
+  const ReadAll r = read_file(path, "cat >/dev/null; grep SigIgn /proc/self/status");
+  std::signal(SIGPIPE, previous);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  ASSERT_EQ(r.lines.size(), 1u);
+  const std::string& line = r.lines[0];  // "SigIgn:\t<hex mask>", bit s-1 for signal s
+  const unsigned long long ignored =
+      std::stoull(line.substr(line.find_last_of(" \t:") + 1), nullptr, 16);
+  EXPECT_EQ(ignored & (1ULL << (SIGPIPE - 1)), 0u) << line;
 }
 
 TEST(LineReader, ShellQuote) {

@@ -582,6 +582,7 @@ TEST_F(MultiTrainer, KilledCollectiveTrainerEndsTheOtherWithAnErrorNamingIt) {
   EXPECT_NE(rc, -1) << "trainer 0 still runs after its peer died:\n" << trainer0->output();
   EXPECT_NE(rc, 0) << trainer0->output();
   EXPECT_NE(trainer0->output().find("trainer 1 (pid " + std::to_string(pid1)), std::string::npos)
+      << "exit status " << rc << "\n"
       << trainer0->output();
 }
 

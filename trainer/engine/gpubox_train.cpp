@@ -7,6 +7,7 @@
 // PADDLE_PSERVERS_IP_PORT_LIST names gpubox_server endpoints (scripts/run_gpubox.sh sets it).
 #include <gflags/gflags.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -195,6 +196,11 @@ int run_infer(TrainerT& trainer, const gpubox::trainer::TrainerConfig& config) {
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
+  // A write to a socket whose peer has gone (Gloo writes with writev, which raises SIGPIPE)
+  // must come back as EPIPE, so the collective fails with an error naming the trainer that
+  // exited; with the default action the process would die silently. Commands started for data
+  // files get the default action back (dataset/line_reader.cpp).
+  std::signal(SIGPIPE, SIG_IGN);
   if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_train", usage_text)) return 0;
   std::vector<std::string> args = paddlerec_config_flags(argc, argv);
   std::vector<char*> arg_ptrs;
