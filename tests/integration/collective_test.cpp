@@ -26,6 +26,7 @@
 #include "heterps/ps/card_tier.hpp"
 #include "heterps/sparse/card_store.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/dataset/planted_data.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -44,23 +45,8 @@ class Collective : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gpubox_collective_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    dataset::GeneratorOptions gen;
-    gen.lines = 40000;
-    gen.files = 4;
-    gen.seed = 7;
-    gen.slots = 8;
-    gen.dense = 3;
-    gen.vocab = 10000;
-    gen.zipf = 2.0;
-    gen.factor_dim = 1;
-    gen.out_dir = (root_ / "train").string();
     dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
-    gen.first_line = gen.lines;  // held-out lines of the same planted model
-    gen.lines = 5000;
-    gen.files = 1;
-    gen.out_dir = (root_ / "test").string();
-    throw_if_error(dataset::generate(gen, &oracle));
+    dataset::GeneratorOptions gen = gpubox::testing::write_planted_train_test(root_, &oracle);
     planted_auc_ = oracle.auc;
     // Many rare keys (Zipf 1.1 over a larger vocabulary): a table over a small card budget.
     gen.first_line = 0;

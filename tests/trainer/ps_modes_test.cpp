@@ -23,6 +23,7 @@
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/dataset/planted_data.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
@@ -72,25 +73,8 @@ class PsModes : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gpubox_ps_modes_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    dataset::GeneratorOptions gen;
-    // config_synthetic.yaml's data settings (Zipf 2, one planted factor), scaled down: learnable
-    // from a small sample.
-    gen.lines = 40000;
-    gen.files = 4;  // two trainers take two files each
-    gen.seed = 7;
-    gen.slots = 8;
-    gen.dense = 3;
-    gen.vocab = 10000;
-    gen.zipf = 2.0;
-    gen.factor_dim = 1;
-    gen.out_dir = (root_ / "train").string();
     dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
-    gen.first_line = gen.lines;  // held-out lines of the same planted model
-    gen.lines = 5000;
-    gen.files = 1;
-    gen.out_dir = (root_ / "test").string();
-    throw_if_error(dataset::generate(gen, &oracle));
+    gpubox::testing::write_planted_train_test(root_, &oracle);
     planted_auc_ = oracle.auc;
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
