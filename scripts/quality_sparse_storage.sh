@@ -12,23 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin=build/bin
-data=output/synthetic
-epochs=1
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --bin) bin="$2"; shift 2 ;;
-    --data) data="$2"; shift 2 ;;
-    --epochs) epochs="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
-
-if [ ! -f "$data/test/oracle.json" ]; then
-  "$bin/gpubox_data" gen --out "$data/train" --lines 1000000 --files 8 --seed 7 --zipf 2.0 --factor-dim 1
-  "$bin/gpubox_data" gen --out "$data/test" --lines 100000 --files 1 --seed 7 --zipf 2.0 --factor-dim 1 \
-    --first_line 1000000
-fi
+source scripts/lib/quality_data.sh
+quality_options "$@"
+quality_planted_data
 out="$data/quality"
 mkdir -p "$out"
 
