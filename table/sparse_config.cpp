@@ -21,7 +21,7 @@ int32_t slot_id_of(const std::vector<std::string>& names, int32_t slots, const s
   };
   int32_t id = 0;
   if (names.empty()) {  // numbered slots 1 .. sparse_inputs_slots - 1 (the label counts as one)
-    return whole_number(name, &id) && id >= 1 && id <= slots ? id : -1;
+    return whole_number(name, &id) && id >= 1 && id < slots ? id : -1;
   }
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (names[i] != name) continue;

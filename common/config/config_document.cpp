@@ -383,7 +383,7 @@ class DocumentBuilder {
       const bool numbered =
           names.empty() && !name.empty() &&
           std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-          name.size() <= 9 && (number = std::stoll(name)) >= 1 && number <= slots;
+          name.size() <= 9 && (number = std::stoll(name)) >= 1 && number < slots;
       if (!listed && !numbered) {
         return error(sd + ": slot '" + name +
                      "' is not one of the data's sparse slots (hyper_parameters.slot_names, or "

@@ -489,6 +489,18 @@ TEST_F(ConfigDocumentTest, SlotDimsIsAMapOfSlotsToWidths) {
             std::string::npos);
   EXPECT_NE(error_of("hyper_parameters:\n  slot_dims: {1: 2048}\n").find("out of range"),
             std::string::npos);
+  // Numbered slots are 1 .. sparse_inputs_slots - 1 (the label counts as one): the last number
+  // is one below the count, the count itself names no slot.
+  const std::string slots = "  sparse_inputs_slots: 4\n";
+  const auto last = ConfigDocument::load(
+      write("dims_last.yaml", "hyper_parameters:\n" + slots + "  slot_dims: {3: 4}\n"), {});
+  EXPECT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_NE(error_of("hyper_parameters:\n" + slots + "  slot_dims: {4: 4}\n")
+                .find("slot '4' is not one of the data's sparse slots"),
+            std::string::npos);
+  EXPECT_NE(error_of("hyper_parameters:\n" + slots + "  slot_dims: {0: 4}\n")
+                .find("slot '0' is not one of"),
+            std::string::npos);
 }
 
 }  // namespace
