@@ -179,7 +179,8 @@ Reply Server::Impl::push(const FrameHeader& header, const std::vector<uint8_t>& 
                                         " pushed to a table of stride " + std::to_string(stride)));
   }
   // A non-finite value would be served back to every trainer: refuse the whole request.
-  const std::size_t bad = first_non_finite(req->rows.data(), req->rows.size());
+  const std::size_t bad =
+      first_non_finite_row(req->rows.data(), req->keys.size(), table_->layout());
   if (bad != req->rows.size()) {
     return fail(
         non_finite_row_error(req->keys.data(), req->keys.size(), req->rows.data(), stride, bad));

@@ -522,6 +522,23 @@ std::size_t first_non_finite(const float* v, std::size_t n) {
   return n;
 }
 
+std::size_t first_non_finite_row(const float* rows, std::size_t n, const RowLayout& layout) {
+  const auto stride = static_cast<std::size_t>(layout.stride());
+  const std::size_t bad = first_non_finite(rows, n * stride);
+  if (bad != n * stride || !layout.packed()) return bad;
+  for (std::size_t r = 0; r < n; ++r) {
+    const float* row = rows + r * stride;
+    const RowLayout own = layout.of_row(row);
+    if (!std::isfinite(read_embed_w(row, own))) return r * stride + RowLayout::kEmbedW;
+    for (int32_t i = 0; i < own.mf_dim; ++i) {
+      if (!std::isfinite(read_embedx_w(row, own, i))) {
+        return r * stride + static_cast<std::size_t>(detail::packed_embedx_slot(own, i));
+      }
+    }
+  }
+  return n * stride;
+}
+
 Status non_finite_row_error(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,
                             std::size_t index) {
   std::ostringstream msg;

@@ -244,6 +244,11 @@ StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
 
 // PUSH rows must be finite: the index of the first NaN or infinity in v[0..n), or n.
 std::size_t first_non_finite(const float* v, std::size_t n);
+// first_non_finite over `n` push rows of `layout` (records of layout.stride() floats): with 16-bit
+// sparse_storage an embedding slot holds two halves, which a float's exponent test does not see,
+// so those values are read through the row's accessors. Returns the index of the float slot that
+// holds the first non-finite value, or n * stride.
+std::size_t first_non_finite_row(const float* rows, std::size_t n, const RowLayout& layout);
 // "row of key K holds nan in field F of S; none of this request's N rows was applied" for the
 // value at `index` of push rows `rows` (from first_non_finite).
 Status non_finite_row_error(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,

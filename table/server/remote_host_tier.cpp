@@ -288,7 +288,7 @@ Status RemoteHostTier::push(const uint64_t* keys, std::size_t n, const float* ro
   const auto stride = static_cast<uint32_t>(layout_.stride());
   // The servers refuse non-finite rows per request; checking here first keeps the whole call
   // all-or-nothing for them.
-  const std::size_t bad = first_non_finite(rows, n * stride);
+  const std::size_t bad = first_non_finite_row(rows, n, layout_);
   if (bad != n * stride) return non_finite_row_error(keys, n, rows, stride, bad);
   const auto groups = split_keys(keys, n);
   std::vector<OutgoingRequest> requests;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -479,6 +480,39 @@ TEST(Endpoints, FromEnvironmentPrefersPaddleName) {
   EXPECT_EQ(endpoints_from_environment(), "127.0.0.1:1");
   ::unsetenv("PADDLE_PSERVERS_IP_PORT_LIST");
   ::unsetenv("GPUBOX_PSERVERS_IP_PORT_LIST");
+}
+
+// With fp16/bf16 sparse_storage an embedding slot holds two 16-bit halves: a NaN or infinity in
+// either half (which a float's exponent test misses in the low half, and for fp16 in the high
+// half too) is found, at the slot that holds it, in every position of a few rows.
+TEST(Protocol, FirstNonFiniteRowReadsSixteenBitHalves) {
+  for (const auto storage : {config::SparseStorage::kFp16, config::SparseStorage::kBf16}) {
+    const RowLayout layout = RowLayout::make(SparseOptimizerKind::kAdagrad, 8, storage);
+    const auto stride = static_cast<std::size_t>(layout.stride());
+    constexpr std::size_t kRows = 3;
+    std::vector<float> rows(kRows * stride, 0.0f);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      float* row = rows.data() + r * stride;
+      row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
+      write_embed_w(row, layout, 0.5f);
+      for (int32_t i = 0; i < layout.mf_dim; ++i) write_embedx_w(row, layout, i, -0.25f * i);
+    }
+    ASSERT_EQ(first_non_finite_row(rows.data(), kRows, layout), kRows * stride);
+    EXPECT_EQ(first_non_finite_row(rows.data(), 0, layout), 0u);
+    for (const float bad :
+         {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      for (int32_t i = -1; i < layout.mf_dim; ++i) {  // -1: embed_w
+        std::vector<float> copy = rows;
+        float* row = copy.data() + stride;  // the second row
+        i < 0 ? write_embed_w(row, layout, bad) : write_embedx_w(row, layout, i, bad);
+        const std::size_t slot =
+            i < 0 ? RowLayout::kEmbedW
+                  : static_cast<std::size_t>(table::detail::packed_embedx_slot(layout, i));
+        EXPECT_EQ(first_non_finite_row(copy.data(), kRows, layout), stride + slot)
+            << "storage " << static_cast<int>(storage) << ", value " << bad << ", position " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
