@@ -98,15 +98,17 @@ Status LineReader::start_command(const std::string& command) {
   // does, so a dead peer's socket is an error rather than a silent death) would pass SIG_IGN
   // on, and a command whose reader stopped early should end at its next write, not carry on.
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
   sigset_t defaults;
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, shell.c_str(), &actions, &attr, argv, environ);
-  posix_spawnattr_destroy(&attr);
+  int rc = posix_spawnattr_init(&attr);  // each call returns an error number, 0 when done
+  if (rc == 0) {
+    rc = posix_spawnattr_setsigdefault(&attr, &defaults);
+    if (rc == 0) rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+    if (rc == 0) rc = ::posix_spawn(&pid, shell.c_str(), &actions, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+  }
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
   ::close(err[1]);
