@@ -27,6 +27,7 @@
 #include "heterps/sparse/card_store.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -139,6 +140,7 @@ fs::path Collective::root_;
 double Collective::planted_auc_ = 0;
 
 TEST_F(Collective, EqualsGpuboxModeOnTheSameCardsAndReachesThePlantedAuc) {
+  GPUBOX_REQUIRE_CARDS(2);
   auto collective = make_trainer(true, "0,1");
   auto gpubox = make_trainer(false, "0,1");
   const auto train = train_files();
@@ -166,6 +168,7 @@ TEST_F(Collective, EqualsGpuboxModeOnTheSameCardsAndReachesThePlantedAuc) {
 }
 
 TEST_F(Collective, SavesLoadAcrossModes) {
+  GPUBOX_REQUIRE_CARDS(3);
   auto collective = make_trainer(true, "0,1");
   auto gpubox = make_trainer(false, "0,1");
   const auto train = train_files();
@@ -197,6 +200,7 @@ TEST_F(Collective, SavesLoadAcrossModes) {
 // bit), its replicas are byte-identical, and a checkpoint loads back into a Collective trainer
 // exactly.
 TEST_F(Collective, MixedWidthsEqualGpuboxModeAndRoundTripASave) {
+  GPUBOX_REQUIRE_CARDS(2);
   const std::vector<std::string> mixed = {"hyper_parameters.slot_dims={1: 4, 2: 16, 5: 2}",
                                           "runner.save_mode=checkpoint"};
   auto collective = make_trainer(true, "0,1", mixed);
@@ -248,6 +252,7 @@ TEST_F(Collective, MixedWidthsEqualGpuboxModeAndRoundTripASave) {
 }
 
 TEST_F(Collective, TableOverTheCardBudgetFailsWithItsSize) {
+  GPUBOX_REQUIRE_CARDS(2);
   // 7 MiB per card (a 4 MiB pass working set, then about 120 bytes per row) holds a few
   // thousand rows; the data has tens of thousands of keys.
   auto collective = make_trainer(true, "0,1", {"runner.card_memory_mb=7"});

@@ -15,7 +15,7 @@ port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for mode in async sync geo; do
   rm -rf log
   timeout 120 "$repo/scripts/launch.sh" --server_num 2 --worker_num 2 -o runner.sync_mode=$mode \
-    -o runner.epochs=1 -o runner.metrics_path= >out.txt 2>&1 || { cat out.txt; fail "$mode: exit $?"; }
+    -o runner.epochs=1 -o runner.metrics_path= >out.txt 2>&1 || { rc=$?; cat out.txt; fail "$mode: exit $rc"; }
   grep -q "every worker finished" out.txt || fail "$mode: no 'every worker finished'"
   for f in log/serverlog.0 log/serverlog.1 log/workerlog.0 log/workerlog.1; do
     [ -s "$f" ] || fail "$mode: $f missing"
@@ -92,7 +92,7 @@ for p in $ports; do ! port_in_use "$p" || fail "server port $p still served afte
 for workers in 1 2; do
   rm -rf log output
   timeout 120 "$repo/scripts/launch.sh" --gpus 0,1 --worker_num $workers -o runner.epochs=1 \
-    -o runner.metrics_path= >out.txt 2>&1 || { cat out.txt; fail "--gpus x $workers: exit $?"; }
+    -o runner.metrics_path= >out.txt 2>&1 || { rc=$?; cat out.txt; fail "--gpus x $workers: exit $rc"; }
   grep -q "every worker finished" out.txt || fail "--gpus x $workers: no 'every worker finished'"
   ! grep -q "gpubox_server" out.txt || fail "--gpus started a server"
   for ((w = 0; w < workers; w++)); do

@@ -30,6 +30,7 @@
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/child_process.hpp"
+#include "tests/integration/folder_bytes.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -153,17 +154,7 @@ std::map<int32_t, std::size_t> check_widths(const Rows& rows, const table::Acces
   return per_width;
 }
 
-std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (!entry.is_regular_file()) continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    files[fs::relative(entry.path(), dir).string()] = bytes.str();
-  }
-  return files;
-}
+using gpubox::testing::folder_bytes;
 
 TEST_F(SlotDims, EveryRowTakesItsSlotsWidthOnOneAndTwoCards) {
   GPUBOX_REQUIRE_CARDS(2);

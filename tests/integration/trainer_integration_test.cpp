@@ -31,6 +31,7 @@
 #include "table/io/model_manifest.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/folder_bytes.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -252,18 +253,7 @@ TEST_F(TrainerIntegration, InferOnASavedModelReproducesTheEvaluation) {
   EXPECT_EQ(after.labels, during.labels);
 }
 
-// Every file under `dir` (path relative to it) with its bytes.
-std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (!entry.is_regular_file()) continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    files[fs::relative(entry.path(), dir).string()] = bytes.str();
-  }
-  return files;
-}
+using gpubox::testing::folder_bytes;
 
 // The keys each card's store holds, sorted.
 std::vector<std::vector<uint64_t>> card_keys(ps::CardTier& tier) {
