@@ -172,6 +172,23 @@ struct ScatterCreated {
   }
 };
 
+// compact_pool: a moved row keeps its dirty flag (a row end_pass kept dirty on the card holds the
+// only copy of its newest value): read before the move, set again on the row's new handle.
+struct ReadDirty {
+  const row_index_t* rows;
+  DirtyFlagsRef dirty;
+  uint8_t* out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = dirty[rows[i]]; }
+};
+struct RestoreDirty {
+  const row_index_t* rows;
+  const uint8_t* was_dirty;
+  DirtyFlagsRef dirty;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (was_dirty[i] != 0) dirty[rows[i]] = 1;
+  }
+};
+
 // An entry whose row is in pool `pool` at or above index `first_row` (compact_pool).
 struct IsMovedEntry {
   RowHandleCodec codec;
@@ -559,14 +576,22 @@ std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& st
   });
   const auto moved = static_cast<std::size_t>(moved_end - first);
   device::device_buffer<float> records(0, card().memory(), stream);
+  device::device_buffer<uint8_t> was_dirty(0, card().memory(), stream);
+  device::device_buffer<row_index_t> moved_to(0, card().memory(), stream);
   for (std::size_t b = 0; b < moved; b += page_rows) {
     const std::size_t n = std::min(moved, b + page_rows) - b;
     records.resize_discard(n * static_cast<std::size_t>(record_stride()));
+    was_dirty.resize_discard(n);
+    moved_to.resize_discard(n);
     gather_rows(handles.data() + b, n, records.data(), stream);
+    device::parallel_for(stream, n, ReadDirty{handles.data() + b, dirty_flags(), was_dirty.data()});
     table_.erase(keys.data() + b, n, stream);
     // What the erase freed (and what was free above `keep`) is not handed out again.
     rows.withhold_free_from(keep, stream);
-    insert_rows(keys.data() + b, records.data(), n, stream);
+    insert_rows(keys.data() + b, records.data(), n, stream);  // inserted rows come clean
+    lookup_or_create(keys.data() + b, nullptr, n, moved_to.data(), /*create_missing=*/false,
+                     nullptr, stream);
+    device::parallel_for(stream, n, RestoreDirty{moved_to.data(), was_dirty.data(), dirty_flags()});
   }
   rows.withhold_free_from(keep, stream);
   rows.drop_pages_from(keep, stream);

@@ -473,8 +473,20 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
     auto d_doomed = to_device(doomed, card().memory(), stream());
     store.erase(d_doomed.data(), doomed.size(), stream());
     const std::size_t left = n - n / 2;
+    // The surviving width-8 rows and one width-4 row are dirty, the other width-4 rows clean (as
+    // end_pass leaves the next pass's rows): the move keeps each row's flag, so a later
+    // write-back still finds them (without it, every moved row came out clean).
+    std::vector<uint64_t> touched(keys.begin() + static_cast<std::ptrdiff_t>(n / 2),
+                                  keys.begin() + static_cast<std::ptrdiff_t>(n + 1));
+    store.clear_dirty(stream());
+    auto d_touched = to_device(touched, card().memory(), stream());
+    device::parallel_for(stream(), touched.size(), TouchRows{store.ref(), d_touched.data()});
+    for (const uint64_t key : touched) oracle[key][table::RowLayout::kClick] += 1.0f;
     const std::size_t pages_before = store.pool(1).pages();
     EXPECT_EQ(store.compact_pool(1, stream()), pages_before - (left + kPage - 1) / kPage);
+    std::set<uint64_t> dirty_after;
+    for (const auto& entry : collect(store, true)) dirty_after.insert(entry.first);
+    EXPECT_EQ(dirty_after, std::set<uint64_t>(touched.begin(), touched.end()));
     EXPECT_EQ(store.pool(1).pages(), (left + kPage - 1) / kPage);
     EXPECT_EQ(store.pool(1).in_use(), left);
     EXPECT_EQ(store.compact_pool(0, stream()), 0u);
