@@ -171,8 +171,12 @@ Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& 
 
 Reply Server::Impl::push(const FrameHeader& header, const std::vector<uint8_t>& payload) {
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
-  auto req = decode_push_request(payload.data(), payload.size(), table_->layout());
-  if (!req.ok()) return fail(req.status());
+  auto req = decode_push_request(payload.data(), payload.size(), table_->layout(),
+                                 width_classes(table_->config()));
+  if (!req.ok()) {
+    return fail(req.status().with_context("request " + std::to_string(header.request_id) +
+                                          " of client " + std::to_string(header.client_id)));
+  }
   const auto stride = static_cast<uint32_t>(table_->layout().stride());
   if (!req->keys.empty() && req->stride != stride) {
     return fail(Status::InvalidArgument("rows of stride " + std::to_string(req->stride) +

@@ -347,7 +347,7 @@ StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, ui
 }
 
 StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
-                                          const RowLayout& record) {
+                                          const RowLayout& record, const WidthClasses& classes) {
   const auto stride = static_cast<uint32_t>(record.stride());
   if (!record.mixed_widths) return decode_pull_reply(data, n, expect_n, stride);
   PayloadReader r(data, n, "PULL reply");
@@ -361,16 +361,20 @@ StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, ui
                               std::to_string(expect_n) + " of stride " + std::to_string(stride));
   }
   view.rows_bytes = r.remaining();
-  const auto narrowest = static_cast<std::size_t>(
-      RowLayout::make(record.kind, 0, record.storage).stride() * sizeof(float));
   if (view.rows_bytes > std::size_t{view.n} * stride * sizeof(float) ||
-      view.rows_bytes < std::size_t{view.n} * narrowest) {
+      view.rows_bytes < std::size_t{view.n} * narrowest_row_bytes(record, classes)) {
     return Status::Corruption("PULL reply: " + std::to_string(view.rows_bytes) +
                               " bytes of rows cannot be " + std::to_string(view.n) +
-                              " rows of stride at most " + std::to_string(stride));
+                              " rows of the table's widths");
   }
   GPUBOX_RETURN_IF_ERROR(r.skip_array(view.rows_bytes, 1, &view.rows));
   return view;
+}
+
+std::size_t narrowest_row_bytes(const RowLayout& record, const WidthClasses& classes) {
+  if (!record.mixed_widths || classes.count == 0) return record.stride() * sizeof(float);
+  return static_cast<std::size_t>(
+      RowLayout::make(record.kind, classes.dims[0], record.storage).stride() * sizeof(float));
 }
 
 std::size_t packed_floats(const float* rows, std::size_t n, const RowLayout& record) {
@@ -394,7 +398,8 @@ std::size_t pack_rows(const float* rows, std::size_t n, const RowLayout& record,
 }
 
 Status unpack_rows(const uint8_t* packed, std::size_t bytes, std::size_t n, const RowLayout& record,
-                   const uint32_t* positions, float* rows, const char* what) {
+                   const WidthClasses& classes, const uint32_t* positions, float* rows,
+                   const char* what) {
   const auto stride = static_cast<std::size_t>(record.stride());
   const std::size_t width_at = sizeof(float) * static_cast<std::size_t>(record.mf_dim_offset());
   std::size_t at = 0;
@@ -405,13 +410,17 @@ Status unpack_rows(const uint8_t* packed, std::size_t bytes, std::size_t n, cons
         return Status::Corruption(std::string(what) + ": row " + std::to_string(j) + " of " +
                                   std::to_string(n) + " is cut short");
       }
+      // A width class of the table, not any width up to the widest: another width would size
+      // and store a row that no slot makes (the host table's arenas have no pool for it).
       const auto width = load<float>(packed + at + width_at);
       if (!(width >= 0.0f && width <= static_cast<float>(record.mf_dim)) ||
-          width != std::floor(width)) {
-        return Status::Corruption(std::string(what) + ": row " + std::to_string(j) +
-                                  " records embedx width " + std::to_string(width) +
-                                  ", the table's widths are at most " +
-                                  std::to_string(record.mf_dim));
+          width != std::floor(width) || classes.class_of(static_cast<int32_t>(width)) < 0) {
+        std::ostringstream msg;
+        msg << what << ": row " << j << " of " << n << " records embedx width " << width
+            << ", which is not one of the table's widths (";
+        for (int32_t c = 0; c < classes.count; ++c) msg << (c > 0 ? ", " : "") << classes.dims[c];
+        msg << ": hyper_parameters.slot_dims and sparse_feature_dim)";
+        return Status::Corruption(msg.str());
       }
       own = static_cast<std::size_t>(
           RowLayout::make(record.kind, static_cast<int32_t>(width), record.storage).stride());
@@ -459,7 +468,7 @@ void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows,
 }
 
 StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
-                                          const RowLayout& record) {
+                                          const RowLayout& record, const WidthClasses& classes) {
   if (!record.mixed_widths) return decode_push_request(data, n);
   PayloadReader r(data, n, "PUSH request");
   uint32_t count = 0;
@@ -472,10 +481,9 @@ StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
                                    std::to_string(record.stride()));
   }
   GPUBOX_RETURN_IF_ERROR(r.get_array(&req.keys, count));
-  // Every row takes at least the narrowest stride: check the bytes before sizing the rows.
-  const auto narrowest = static_cast<std::size_t>(
-      RowLayout::make(record.kind, 0, record.storage).stride() * sizeof(float));
-  if (r.remaining() / narrowest < count) {
+  // Every row takes at least the narrowest class's stride: check the bytes before sizing the
+  // rows, so a frame cannot make the server size more than stride / narrowest stride times it.
+  if (r.remaining() / narrowest_row_bytes(record, classes) < count) {
     return Status::Corruption("PUSH request: " + std::to_string(r.remaining()) +
                               " bytes cannot hold " + std::to_string(count) + " rows");
   }
@@ -484,7 +492,7 @@ StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
   const std::size_t bytes = r.remaining();
   GPUBOX_RETURN_IF_ERROR(r.skip_array(bytes, 1, &packed));
   GPUBOX_RETURN_IF_ERROR(
-      unpack_rows(packed, bytes, count, record, nullptr, req.rows.data(), "PUSH request"));
+      unpack_rows(packed, bytes, count, record, classes, nullptr, req.rows.data(), "PUSH request"));
   return req;
 }
 

@@ -199,10 +199,14 @@ std::size_t pack_rows(const float* rows, std::size_t n, const RowLayout& record,
 std::size_t packed_floats(const float* rows, std::size_t n, const RowLayout& record);
 // Unpacks n rows from `bytes` bytes at `packed` (unaligned) into record-stride rows: row j goes to
 // rows[positions[j]] (or rows[j] when positions is null), zeros after its own floats. A width
-// outside [0, record.mf_dim], or bytes that do not hold exactly the n rows, is a Corruption
-// error naming `what`.
+// that is not one of `classes` (the table's width_classes), or bytes that do not hold exactly the
+// n rows, is a Corruption error naming `what` and the width.
 Status unpack_rows(const uint8_t* packed, std::size_t bytes, std::size_t n, const RowLayout& record,
-                   const uint32_t* positions, float* rows, const char* what);
+                   const WidthClasses& classes, const uint32_t* positions, float* rows,
+                   const char* what);
+// The bytes of the narrowest row the table's `classes` make: a packed row takes at least these,
+// so n rows that claim fewer bytes are refused before anything is sized by n.
+std::size_t narrowest_row_bytes(const RowLayout& record, const WidthClasses& classes);
 
 // PULL (and PEEK) reply: u32 n, u32 stride, u64 created, then the n rows (each at its own width,
 // see above; the record stride is `stride`). The server writes rows in place:
@@ -218,12 +222,12 @@ struct PullReplyView {
   std::size_t rows_bytes = 0;
 };
 // Checks n/stride against the expected values and the payload size: every row at `expect_stride`
-// (one width), or, with the table's record layout, each at its own width (the rows' sizes are
-// checked by unpack_rows).
+// (one width), or, with the table's record layout, each at its own width, between the narrowest
+// of `classes` and the record stride (each row's width is checked by unpack_rows).
 StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
                                           uint32_t expect_stride);
 StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
-                                          const RowLayout& record);
+                                          const RowLayout& record, const WidthClasses& classes);
 
 // PUSH request: u32 n, u32 stride, u64 keys[n], then the n rows (each at its own width; the
 // record stride is `stride`). The stride form writes rows of one width.
@@ -236,11 +240,12 @@ struct PushRequest {
   std::vector<float> rows;  // at the record stride
   uint32_t stride = 0;
 };
-// Rows of one width; with the table's record layout, each at its own width (unpacked to the
-// record stride; a request of another record stride is an InvalidArgument error).
+// Rows of one width; with the table's record layout, each at its own width, one of `classes`
+// (unpacked to the record stride; a request of another record stride is an InvalidArgument
+// error).
 StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n);
 StatusOr<PushRequest> decode_push_request(const uint8_t* data, std::size_t n,
-                                          const RowLayout& record);
+                                          const RowLayout& record, const WidthClasses& classes);
 
 // PUSH rows must be finite: the index of the first NaN or infinity in v[0..n), or n.
 std::size_t first_non_finite(const float* v, std::size_t n);

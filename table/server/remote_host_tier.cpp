@@ -112,6 +112,7 @@ RemoteHostTier::RemoteHostTier(std::vector<Endpoint> endpoints, RemoteHostTierOp
                                TransportOptions transport_options)
     : options_(std::move(options)),
       layout_(record_layout(options_.config)),
+      classes_(width_classes(options_.config)),
       identities_(endpoint_names(endpoints)),
       transport_(std::move(endpoints), [&] {
         transport_options.on_connect = [this](uint32_t e, Connection& c, Clock::time_point d) {
@@ -271,10 +272,10 @@ Status RemoteHostTier::fetch_rows(Op op, const uint64_t* keys, const int32_t* sl
   Status st = transport_.run(
       op, requests,
       [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
-        auto reply = decode_pull_reply(data, bytes, chunk_size[r], layout_);
+        auto reply = decode_pull_reply(data, bytes, chunk_size[r], layout_, classes_);
         if (!reply.ok()) return reply.status();
         GPUBOX_RETURN_IF_ERROR(unpack_rows(reply->rows, reply->rows_bytes, chunk_size[r], layout_,
-                                           chunk_index[r], rows, "PULL reply"));
+                                           classes_, chunk_index[r], rows, "PULL reply"));
         total_created += reply->created;
         return Status::OK();
       },

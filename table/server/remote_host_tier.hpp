@@ -130,6 +130,7 @@ class RemoteHostTier final : public HostTier {
 
   RemoteHostTierOptions options_;
   RowLayout layout_;
+  WidthClasses classes_;    // the widths a PULL reply's rows may have
   std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
   ServerIdentityBook identities_;
   mutable std::mutex sync_mu_;

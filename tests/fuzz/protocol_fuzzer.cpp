@@ -41,17 +41,19 @@ void check_frame(const uint8_t* data, std::size_t n) {
              "frame does not round-trip");
 }
 
-// The record layout of a table with widths 4, 8 and 16 (adagrad): rows travel at their own widths.
-RowLayout mixed_record() {
+// A table with widths 4, 8 and 16 (adagrad): rows travel at their own widths.
+AccessorConfig mixed_config() {
   AccessorConfig cfg;
   cfg.mf_dim = 4;
-  return record_layout(with_slot_dims(cfg, {{1, 8}, {2, 16}}));
+  return with_slot_dims(cfg, {{1, 8}, {2, 16}});
 }
+RowLayout mixed_record() { return record_layout(mixed_config()); }
 
 void check_requests(const uint8_t* data, std::size_t n) {
   Bytes out;
   static const RowLayout mixed = mixed_record();
-  if (auto push = decode_push_request(data, n, mixed); push.ok()) {
+  static const WidthClasses classes = width_classes(mixed_config());
+  if (auto push = decode_push_request(data, n, mixed, classes); push.ok()) {
     FUZZ_CHECK(push->rows.size() == push->keys.size() * push->stride, "mixed PUSH rows count");
     out.clear();
     encode_push_request(push->keys.data(), push->keys.size(), push->rows.data(), mixed, &out);
@@ -144,13 +146,16 @@ void check_replies(const uint8_t* data, std::size_t n) {
                  "PULL reply rows outside the payload");
     }
     static const RowLayout mixed = mixed_record();
-    if (auto view = decode_pull_reply(data, n, rows, mixed); view.ok()) {
+    static const WidthClasses classes = width_classes(mixed_config());
+    if (auto view = decode_pull_reply(data, n, rows, mixed, classes); view.ok()) {
       FUZZ_CHECK(view->rows >= data && view->rows + view->rows_bytes == data + n,
                  "PULL reply of mixed widths: rows outside the payload");
-      // Bounded: the view holds at least the narrowest stride per row.
+      // Bounded: the view holds at least the narrowest class's stride per row.
+      FUZZ_CHECK(view->rows_bytes >= std::size_t{rows} * narrowest_row_bytes(mixed, classes),
+                 "PULL reply of mixed widths: rows narrower than the narrowest class");
       std::vector<float> unpacked(std::size_t{rows} * static_cast<std::size_t>(mixed.stride()));
-      (void)unpack_rows(view->rows, view->rows_bytes, rows, mixed, nullptr, unpacked.data(),
-                        "PULL reply");
+      (void)unpack_rows(view->rows, view->rows_bytes, rows, mixed, classes, nullptr,
+                        unpacked.data(), "PULL reply");
     }
   }
   if (n >= 4) {

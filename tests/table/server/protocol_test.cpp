@@ -212,7 +212,9 @@ TEST(Protocol, PushEraseSaveBarrierStatsRoundTrip) {
 TEST(Protocol, RowsTravelAtTheirOwnWidths) {
   AccessorConfig cfg;
   cfg.mf_dim = 4;
-  const RowLayout record = record_layout(with_slot_dims(cfg, {{1, 8}, {2, 16}}));
+  const AccessorConfig mixed = with_slot_dims(cfg, {{1, 8}, {2, 16}});
+  const RowLayout record = record_layout(mixed);
+  const WidthClasses classes = width_classes(mixed);
   ASSERT_TRUE(record.mixed_widths);
   const auto stride = static_cast<std::size_t>(record.stride());
   std::mt19937_64 rng(3);
@@ -235,7 +237,7 @@ TEST(Protocol, RowsTravelAtTheirOwnWidths) {
   std::vector<uint8_t> push;
   encode_push_request(keys.data(), n, rows.data(), record, &push);
   EXPECT_EQ(push.size(), 8 + n * sizeof(uint64_t) + own_floats * sizeof(float));
-  auto decoded = decode_push_request(push.data(), push.size(), record);
+  auto decoded = decode_push_request(push.data(), push.size(), record, classes);
   ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
   EXPECT_EQ(decoded->keys, keys);
   EXPECT_EQ(decoded->rows, rows);
@@ -251,17 +253,17 @@ TEST(Protocol, RowsTravelAtTheirOwnWidths) {
   for (const float forged : {17.0f, -1.0f, 4.5f}) {
     std::vector<uint8_t> bad = push;
     std::memcpy(bad.data() + width_at, &forged, sizeof forged);
-    EXPECT_FALSE(decode_push_request(bad.data(), bad.size(), record).ok()) << forged;
+    EXPECT_FALSE(decode_push_request(bad.data(), bad.size(), record, classes).ok()) << forged;
   }
-  EXPECT_FALSE(decode_push_request(push.data(), push.size() - 4, record).ok());
+  EXPECT_FALSE(decode_push_request(push.data(), push.size() - 4, record, classes).ok());
   std::vector<uint8_t> longer = push;
   longer.resize(longer.size() + 4);
-  EXPECT_FALSE(decode_push_request(longer.data(), longer.size(), record).ok());
+  EXPECT_FALSE(decode_push_request(longer.data(), longer.size(), record, classes).ok());
   // Another record stride is refused naming both.
   std::vector<uint8_t> other = push;
   const uint32_t wrong = static_cast<uint32_t>(stride) + 1;
   std::memcpy(other.data() + 4, &wrong, 4);
-  const auto refused = decode_push_request(other.data(), other.size(), record);
+  const auto refused = decode_push_request(other.data(), other.size(), record, classes);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("pushed to a table of stride"), std::string::npos);
 
@@ -273,25 +275,91 @@ TEST(Protocol, RowsTravelAtTheirOwnWidths) {
   encode_pull_reply_head(n, static_cast<uint32_t>(stride), 2, reply.data());
   std::memcpy(reply.data() + pull_reply_rows_offset(), work.data(), floats * sizeof(float));
   reply.resize(pull_reply_rows_offset() + floats * sizeof(float));
-  auto view = decode_pull_reply(reply.data(), reply.size(), static_cast<uint32_t>(n), record);
+  auto view =
+      decode_pull_reply(reply.data(), reply.size(), static_cast<uint32_t>(n), record, classes);
   ASSERT_TRUE(view.ok()) << view.status().to_string();
   EXPECT_EQ(view->created, 2u);
   std::vector<uint32_t> positions(n);
   for (std::size_t j = 0; j < n; ++j) positions[j] = static_cast<uint32_t>(n - 1 - j);
   std::vector<float> out(n * stride, -1.0f);
-  ASSERT_TRUE(unpack_rows(view->rows, view->rows_bytes, n, record, positions.data(), out.data(),
-                          "PULL reply")
+  ASSERT_TRUE(unpack_rows(view->rows, view->rows_bytes, n, record, classes, positions.data(),
+                          out.data(), "PULL reply")
                   .ok());
   for (std::size_t j = 0; j < n; ++j) {
     EXPECT_TRUE(std::equal(rows.begin() + j * stride, rows.begin() + (j + 1) * stride,
                            out.begin() + positions[j] * stride))
         << j;
   }
+  EXPECT_FALSE(unpack_rows(view->rows, view->rows_bytes - 4, n, record, classes, nullptr,
+                           out.data(), "PULL reply")
+                   .ok());
   EXPECT_FALSE(
-      unpack_rows(view->rows, view->rows_bytes - 4, n, record, nullptr, out.data(), "PULL reply")
+      decode_pull_reply(reply.data(), reply.size(), static_cast<uint32_t>(n + 1), record, classes)
           .ok());
-  EXPECT_FALSE(
-      decode_pull_reply(reply.data(), reply.size(), static_cast<uint32_t>(n + 1), record).ok());
+}
+
+// A width under the widest that is not one of the table's classes (0, 9, 12 of a 4/8/16 table)
+// is refused naming the row and the width, in a PUSH request and in a PULL reply: the host
+// table has no pool for such a row. And the rows' bytes are bounded by the narrowest class
+// (width 4), not width 0: n rows claimed over fewer than n narrowest rows' bytes are refused
+// before the rows are sized.
+TEST(Protocol, RowWidthsMustBeTheTablesClassesAndBoundTheBytes) {
+  for (const int32_t narrowest : {1, 4, 16}) {
+    AccessorConfig cfg;
+    cfg.mf_dim = narrowest;
+    const AccessorConfig mixed = with_slot_dims(cfg, {{1, narrowest * 2}, {2, narrowest * 4}});
+    const RowLayout record = record_layout(mixed);
+    const WidthClasses classes = width_classes(mixed);
+    const auto stride = static_cast<std::size_t>(record.stride());
+    const auto own_stride = [&](int32_t w) {
+      return static_cast<std::size_t>(RowLayout::make(record.kind, w).stride());
+    };
+    EXPECT_EQ(narrowest_row_bytes(record, classes), own_stride(narrowest) * sizeof(float));
+    for (const int32_t width : {0, narrowest * 2 + 1, narrowest * 3}) {
+      // Two rows: a good one of the widest width (so the bytes pass the narrowest bound), then
+      // one of `width`.
+      std::vector<float> rows(2 * stride, 1.0f);
+      rows[record.mf_dim_offset()] = static_cast<float>(narrowest * 4);
+      rows[stride + record.mf_dim_offset()] = static_cast<float>(width);
+      const uint64_t keys[2] = {7, 8};
+      std::vector<uint8_t> push;
+      encode_push_request(keys, 2, rows.data(), record, &push);
+      const auto refused = decode_push_request(push.data(), push.size(), record, classes);
+      ASSERT_FALSE(refused.ok()) << narrowest << " " << width;
+      EXPECT_EQ(refused.status().code(), Status::Code::kCorruption);
+      EXPECT_NE(refused.status().message().find("row 1 of 2 records embedx width " +
+                                                std::to_string(width) + ","),
+                std::string::npos)
+          << refused.status().to_string();
+      EXPECT_NE(refused.status().message().find("not one of the table's widths"),
+                std::string::npos);
+      // The same rows as a PULL reply: the client refuses them the same way.
+      const std::size_t floats = pack_rows(rows.data(), 2, record, rows.data());
+      std::vector<float> out(2 * stride);
+      const Status st =
+          unpack_rows(reinterpret_cast<const uint8_t*>(rows.data()), floats * sizeof(float), 2,
+                      record, classes, nullptr, out.data(), "PULL reply");
+      EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.to_string();
+    }
+    // Bytes for n rows of width 0 but not of the narrowest class: refused before sizing.
+    const uint32_t n = 1000;
+    std::vector<uint8_t> forged;
+    PayloadWriter w(&forged);
+    w.put_u32(n);
+    w.put_u32(static_cast<uint32_t>(stride));
+    std::vector<uint64_t> keys(n, 1);
+    w.put_array(keys.data(), n);
+    std::vector<float> zeros(n * own_stride(0), 0.0f);  // every row says width 0
+    w.put_array(zeros.data(), zeros.size());
+    const auto push = decode_push_request(forged.data(), forged.size(), record, classes);
+    ASSERT_FALSE(push.ok());
+    EXPECT_NE(push.status().message().find("cannot hold 1000 rows"), std::string::npos)
+        << push.status().to_string();
+    std::vector<uint8_t> reply(pull_reply_rows_offset());
+    encode_pull_reply_head(n, static_cast<uint32_t>(stride), 0, reply.data());
+    reply.resize(pull_reply_rows_offset() + zeros.size() * sizeof(float));
+    EXPECT_FALSE(decode_pull_reply(reply.data(), reply.size(), n, record, classes).ok());
+  }
 }
 
 TEST(Protocol, ForgedCountsFailWithoutAllocating) {
