@@ -13,6 +13,8 @@
 #     the list, worker i as PADDLE_TRAINER_ID i. TRAINING_ROLE=PSERVER or TRAINER starts only that
 #     role (with PADDLE_TRAINER_ID: only that worker), as PaddleRec's per-process variables do.
 #     Off loopback, GPUBOX_AUTH_TOKEN_FILE must name a token file every machine shares.
+#     FLAGS_selected_gpus (optional): this machine's cards, split over its trainers (a block
+#     each, or one each in turn when there are fewer cards than trainers); unset, none is given.
 # Collective mode (runner.use_fleet without sync_mode; PaddleRec's `fleetrun --gpus=0,1`):
 #   scripts/launch.sh --gpus 0,1 [--worker_num W] [--config C] [-o key=value ...]
 #     no servers; W trainers (default 1) on this machine share the cards (a multiple of W, split
@@ -29,7 +31,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() {
@@ -171,26 +173,51 @@ if [ "$role" != TRAINER ]; then
   done
 fi
 
-workers_here=0
+# The workers to start here.
+mine=()
 if [ "$role" != PSERVER ]; then
   for i in "${!workers[@]}"; do
-    ip="${workers[$i]%:*}"
-    here "$ip" || continue
+    here "${workers[$i]%:*}" || continue
     if [ "$role" = TRAINER ] && [ -n "${PADDLE_TRAINER_ID:-}" ] && [ "$PADDLE_TRAINER_ID" != "$i" ]; then continue; fi
-    logf="log/workerlog.$i"
-    selected="${FLAGS_selected_gpus:-0}"
-    if [ -n "$collective" ]; then  # this trainer's block of the cards
-      per=$(( ${#cards[@]} / ${#workers[@]} ))
-      selected="$(IFS=,; echo "${cards[*]:$((i * per)):$per}")"
-    fi
-    PADDLE_PSERVERS_IP_PORT_LIST="$server_csv" PADDLE_TRAINERS_NUM="${#workers[@]}" \
-      PADDLE_TRAINER_ID="$i" TRAINING_ROLE=TRAINER FLAGS_selected_gpus="$selected" \
-      "$bin/gpubox_train" "${config_args[@]}" "${train_args[@]}" >"$logf" 2>&1 &
-    pids+=($!) names+=("worker $i") logs+=("$logf") kinds+=(worker)
-    workers_here=$((workers_here + 1))
-    echo "launch: worker $i of ${#workers[@]}${collective:+ on cards $selected} (log: $logf)"
+    mine+=("$i")
   done
 fi
+# The cards of each worker. Collective: its block of --gpus. PS modes: FLAGS_selected_gpus are
+# this machine's cards for its trainers, which each need cards of their own (a trainer drives
+# its cards' dense nets): a block each when they split evenly, else one each in turn when there
+# are fewer cards than trainers (they share). Unset: no card list is given (a cpu build's PS
+# trainer uses none; a cuda one takes gpubox_train's default, card 0).
+ps_cards=()
+if [ -z "$collective" ] && [ -n "${FLAGS_selected_gpus:-}" ] && [ "${#mine[@]}" -gt 0 ]; then
+  [[ "$FLAGS_selected_gpus" =~ ^[0-9]+(,[0-9]+)*$ ]] ||
+    die "FLAGS_selected_gpus='$FLAGS_selected_gpus': expected card ids such as 0,1"
+  IFS=',' read -r -a ps_cards <<<"$FLAGS_selected_gpus"
+  [ "${#ps_cards[@]}" -lt "${#mine[@]}" ] || [ $(( ${#ps_cards[@]} % ${#mine[@]} )) = 0 ] ||
+    die "FLAGS_selected_gpus=$FLAGS_selected_gpus: ${#ps_cards[@]} cards do not split evenly over the ${#mine[@]} trainers of this machine"
+fi
+workers_here=0
+for i in "${mine[@]}"; do
+  logf="log/workerlog.$i"
+  selected=""
+  if [ -n "$collective" ]; then  # this trainer's block of the cards
+    per=$(( ${#cards[@]} / ${#workers[@]} ))
+    selected="$(IFS=,; echo "${cards[*]:$((i * per)):$per}")"
+  elif [ "${#ps_cards[@]}" -ge "${#mine[@]}" ]; then
+    per=$(( ${#ps_cards[@]} / ${#mine[@]} ))
+    selected="$(IFS=,; echo "${ps_cards[*]:$((workers_here * per)):$per}")"
+  elif [ "${#ps_cards[@]}" -gt 0 ]; then
+    selected="${ps_cards[$((workers_here % ${#ps_cards[@]}))]}"
+  fi
+  (
+    if [ -n "$selected" ]; then export FLAGS_selected_gpus="$selected"; else unset FLAGS_selected_gpus; fi
+    PADDLE_PSERVERS_IP_PORT_LIST="$server_csv" PADDLE_TRAINERS_NUM="${#workers[@]}" \
+      PADDLE_TRAINER_ID="$i" TRAINING_ROLE=TRAINER \
+      exec "$bin/gpubox_train" "${config_args[@]}" "${train_args[@]}"
+  ) >"$logf" 2>&1 &
+  pids+=($!) names+=("worker $i") logs+=("$logf") kinds+=(worker)
+  workers_here=$((workers_here + 1))
+  echo "launch: worker $i of ${#workers[@]}${selected:+ on cards $selected} (log: $logf)"
+done
 [ "${#pids[@]}" -gt 0 ] || die "nothing to start on POD_IP=$pod_ip (no endpoint of --servers/--workers is on it)"
 
 # Until every worker here finished: the first failure (a worker's non-zero status, or a server

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/launch.sh (issue 16): servers and workers on loopback in every PS mode, PaddleRec's log
 # names, and a failing worker ending the whole job (servers stopped, within a bound); Collective
-# mode with --gpus (1 and 2 trainers, no servers).
+# mode with --gpus (1 and 2 trainers, no servers); the PS trainers' cards (FLAGS_selected_gpus).
 # Usage: launch_test.sh BUILD_DIR
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -105,6 +105,36 @@ grep -q "worker 1 of 2 on cards 1 " out.txt || fail "trainer 1 was not given car
 status=0
 "$repo/scripts/launch.sh" --gpus 0,1,2 --worker_num 2 >out.txt 2>&1 || status=$?
 [ "$status" = 2 ] && grep -q "do not split evenly" out.txt || fail "3 cards over 2 trainers accepted"
+
+# PS trainers' cards: FLAGS_selected_gpus is split over the trainers of the machine (each needs
+# its own card), shared in turn when there are fewer cards than trainers, and not set at all when
+# the launch was given none (a cpu trainer uses none). A stand-in gpubox_train shows what it got.
+mkdir -p fake/bin
+ln -sf "$GPUBOX_BUILD_DIR/bin/gpubox_server" fake/bin/gpubox_server
+cat >fake/bin/gpubox_train <<'SH'
+#!/usr/bin/env bash
+for a in "$@"; do [ "$a" != --print_model_root ] || exit 1; done
+echo "cards: ${FLAGS_selected_gpus-unset}"
+SH
+chmod +x fake/bin/gpubox_train
+ps_cards() {  # FLAGS_selected_gpus (or "unset") -> the two workers' cards, one line each
+  rm -rf log
+  if [ "$1" = unset ]; then
+    (unset FLAGS_selected_gpus; GPUBOX_BUILD_DIR="$work/fake" timeout 60 \
+      "$repo/scripts/launch.sh" --server_num 1 --worker_num 2 >out.txt 2>&1)
+  else
+    FLAGS_selected_gpus="$1" GPUBOX_BUILD_DIR="$work/fake" timeout 60 \
+      "$repo/scripts/launch.sh" --server_num 1 --worker_num 2 >out.txt 2>&1
+  fi || { cat out.txt; fail "PS cards $1: exit"; }
+  cat log/workerlog.0 log/workerlog.1
+}
+[ "$(ps_cards unset)" = "$(printf 'cards: unset\ncards: unset')" ] || fail "PS trainers given cards unasked"
+[ "$(ps_cards 0,1,2,3)" = "$(printf 'cards: 0,1\ncards: 2,3')" ] || fail "PS trainers not given a block of cards each"
+grep -q "worker 1 of 2 on cards 2,3 " out.txt || fail "PS worker 1's cards not named"
+[ "$(ps_cards 5)" = "$(printf 'cards: 5\ncards: 5')" ] || fail "PS trainers do not share the one card"
+status=0
+FLAGS_selected_gpus=0,1,2 "$repo/scripts/launch.sh" --server_num 1 --worker_num 2 >out.txt 2>&1 || status=$?
+[ "$status" = 2 ] && grep -q "do not split evenly over the 2 trainers" out.txt || fail "3 cards over 2 PS trainers accepted"
 
 # Bad arguments: a clear error, nothing started.
 status=0
