@@ -28,6 +28,7 @@
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -636,6 +637,32 @@ TEST_F(PsModes, ADeadServerEndsTheJobWithAnErrorNamingIt) {
     EXPECT_NE(what.find(dead), std::string::npos) << what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+}
+
+// An async dense exchange still under way when its worker is destroyed (a step threw before the
+// pass's last sync_dense took it) that then fails is logged naming the server, not dropped.
+TEST_F(PsModes, AFailedDenseExchangeLeftAtTheEndIsLoggedNamingTheServer) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async"});
+  Servers shards(cfg, 1);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  options.deadline_s = 1.0;
+  options.connect_timeout_s = 0.5;
+  auto servers = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(servers.status());
+  device::Card card(0, 0, 0, 1);
+  auto worker = std::make_unique<PsWorker>(card, **servers, cfg);
+  worker->sync_dense(0.0f);  // the servers' dense table
+  shards.stop(0);
+  worker->exchange_dense();  // fails on its own thread: nothing takes its status
+  ::testing::internal::CaptureStderr();
+  worker.reset();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("the dense exchange under way when the thread stopped failed"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(shards.endpoints()), std::string::npos) << log;
 }
 
 // In sync mode a trainer that stops coming ends the others' job at the next barrier, after

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/logging.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/accessor/sparse_row.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -44,7 +45,26 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
   synced_dense_ = model_->parameters().values_to_host();
 }
 
-PsWorker::~PsWorker() = default;
+// An exchange still under way here was started by a dense step after which nothing took it: the
+// pass's last sync_dense() (which throws its error) did not run, so the thread is unwinding from
+// an earlier error, which is the one reported. A destructor cannot return this one, so it is
+// logged (the status names the server) rather than lost; the wait itself is needed, as the
+// exchange uses this worker's buffers and servers.
+PsWorker::~PsWorker() {
+  if (!exchange_ || !exchange_->done.valid()) return;
+  Status st;
+  try {
+    st = exchange_->done.get();
+  } catch (const std::exception& e) {
+    st = Status::Internal(e.what());
+  }
+  if (!st.ok()) {
+    GPUBOX_LOG(ERROR) << "training thread of card " << card_.device()
+                      << ": the dense exchange under way when the thread stopped failed, so its "
+                         "change of the dense parameters did not reach the servers: "
+                      << st.to_string();
+  }
+}
 
 void PsWorker::gather_keys(const dataset::Batch& batch) {
   unique_index_.clear();
