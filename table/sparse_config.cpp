@@ -1,59 +1,29 @@
 #include "table/sparse_config.hpp"
 
-#include <charconv>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "common/config/config_document.hpp"
+#include "common/config/slot_dims.hpp"
 #include "common/error.hpp"
 
 namespace gpubox::table {
 namespace {
 
-// The slot id of the slot named `name` (the dataset's rule, dataset::slot_id: the name when it is
-// a whole number, else its position in hyper_parameters.slot_names), or -1 when the data has no
-// such slot.
-int32_t slot_id_of(const std::vector<std::string>& names, int32_t slots, const std::string& name) {
-  const auto whole_number = [](const std::string& text, int32_t* out) {
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
-    return !text.empty() && error == std::errc() && end == text.data() + text.size();
-  };
-  int32_t id = 0;
-  if (names.empty()) {  // numbered slots 1 .. sparse_inputs_slots - 1 (the label counts as one)
-    return whole_number(name, &id) && id >= 1 && id < slots ? id : -1;
-  }
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] != name) continue;
-    return whole_number(name, &id) ? id : static_cast<int32_t>(i);
-  }
-  return -1;
-}
-
 SlotDims slot_dims_from(const config::ConfigDocument& doc, int32_t default_dim) {
-  const config::IntMap& entries = doc.get_int_map("hyper_parameters.slot_dims");
   // Read whether or not slot_dims names a slot: the table part reads what the key table says.
-  const std::vector<std::string>& names = doc.get_string_list("hyper_parameters.slot_names");
-  const int32_t numbered = doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots");
-  GPUBOX_EXPECTS(entries.size() <= static_cast<std::size_t>(kMaxSlotDims),
-                 "hyper_parameters.slot_dims: ", entries.size(), " slots listed, at most ",
-                 kMaxSlotDims, " (list only the slots that differ from sparse_feature_dim - 1)");
+  auto entries = config::resolve_slot_dims(
+      doc.get_int_map("hyper_parameters.slot_dims"),
+      doc.get_string_list("hyper_parameters.slot_names"),
+      doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots"), default_dim);
+  GPUBOX_EXPECTS(entries.ok(), entries.status().message());
   SlotDims dims;
-  std::set<int64_t> widths{default_dim};
-  for (const auto& [name, dim] : entries) {
-    widths.insert(dim);
-    const int32_t id = slot_id_of(names, numbered, name);
-    GPUBOX_EXPECTS(id >= 0, "hyper_parameters.slot_dims: slot '", name,
-                   "' is not one of the data's sparse slots (hyper_parameters.slot_names, or 1 .. "
-                   "sparse_inputs_slots - 1)");
-    if (dim == default_dim) continue;  // the default: nothing to record
-    dims.slot[dims.count] = id;
-    dims.dim[dims.count] = static_cast<int32_t>(dim);
+  for (const config::SlotDim& entry : *entries) {
+    if (entry.dim == default_dim) continue;  // the default: nothing to record
+    dims.slot[dims.count] = entry.slot;
+    dims.dim[dims.count] = entry.dim;
     ++dims.count;
   }
-  GPUBOX_EXPECTS(widths.size() <= static_cast<std::size_t>(kMaxWidthClasses),
-                 "hyper_parameters.slot_dims: ", widths.size(), " distinct embedx widths (with ",
-                 "sparse_feature_dim - 1), at most ", kMaxWidthClasses);
   return dims;
 }
 

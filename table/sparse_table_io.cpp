@@ -1,8 +1,8 @@
 // SparseTable::save / load (the folder layout is described in sparse_table.hpp).
 #include <algorithm>
-#include <cstdio>
 #include <map>
 
+#include "common/config/slot_dims.hpp"
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "table/io/save_dir.hpp"
@@ -44,18 +44,12 @@ std::string slot_dims_text(const SlotDims& dims) {
   return text;
 }
 
-StatusOr<std::map<int32_t, int32_t>> parse_slot_dims(const std::string& text) {
+StatusOr<std::map<int32_t, int32_t>> parse_slot_dims(const std::string& text,
+                                                     const std::string& where) {
+  auto items = config::parse_slot_dims_text(text, where);
+  if (!items.ok()) return items.status();
   std::map<int32_t, int32_t> out;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    int32_t slot = 0, dim = 0;
-    if (std::sscanf(text.substr(at, comma - at).c_str(), "%d:%d", &slot, &dim) != 2) {
-      return Status::Corruption("slot_dims: cannot read '" + text + "'");
-    }
-    out[slot] = dim;
-    at = comma + 1;
-  }
+  for (const config::SlotDim& item : *items) out[item.slot] = item.dim;
   return out;
 }
 
@@ -67,8 +61,8 @@ Status SparseTable::check_slot_dims(const io::Manifest& manifest, const std::str
   std::map<int32_t, int32_t> saved;
   auto saved_default = manifest.get_int("mf_dim");
   if (auto text = manifest.properties.find("slot_dims"); text != manifest.properties.end()) {
-    auto parsed = parse_slot_dims(text->second);
-    if (!parsed.ok()) return parsed.status().with_context("load " + where);
+    auto parsed = parse_slot_dims(text->second, where);
+    if (!parsed.ok()) return parsed.status().with_context("load");
     saved = std::move(parsed).value();
     saved_default = manifest.get_int("slot_dims_default");
   }

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/config/detail/parse_value.hpp"
+#include "common/config/slot_dims.hpp"
 
 namespace gpubox::config {
 namespace {
@@ -369,36 +370,12 @@ class DocumentBuilder {
                    " means " + std::to_string(slots - 1) +
                    " sparse slots (the label counts as one)");
     }
-    // slot_dims names slots of the data (a name of slot_names, else a slot number), lists at
-    // most 128 of them and gives at most 8 distinct widths with the default (the table's
-    // bounds: table/accessor/sparse_row.hpp kMaxSlotDims, kMaxWidthClasses).
-    const std::string sd = "hyper_parameters.slot_dims";
-    const auto& dims = std::get<IntMap>(doc_.value_of(*find_key(sd)));
-    std::set<int64_t> widths{
-        std::get<int64_t>(doc_.value_of(*find_key("hyper_parameters.sparse_feature_dim"))) - 1};
-    for (const auto& [name, dim] : dims) {
-      widths.insert(dim);
-      const bool listed = std::find(names.begin(), names.end(), name) != names.end();
-      int64_t number = 0;
-      const bool numbered =
-          names.empty() && !name.empty() &&
-          std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-          name.size() <= 9 && (number = std::stoll(name)) >= 1 && number < slots;
-      if (!listed && !numbered) {
-        return error(sd + ": slot '" + name +
-                     "' is not one of the data's sparse slots (hyper_parameters.slot_names, or "
-                     "1 .. sparse_inputs_slots - 1)");
-      }
-    }
-    if (dims.size() > 128) {
-      return error(sd + ": " + std::to_string(dims.size()) +
-                   " slots listed, at most 128 (list "
-                   "only the slots that differ from sparse_feature_dim - 1)");
-    }
-    if (widths.size() > 8) {
-      return error(sd + ": " + std::to_string(widths.size()) +
-                   " distinct embedx widths with sparse_feature_dim - 1, at most 8");
-    }
+    // slot_dims names slots of the data and stays within the table's bounds (slot_dims.hpp:
+    // the rules the table part reads it by).
+    const auto dims = resolve_slot_dims(
+        std::get<IntMap>(doc_.value_of(*find_key("hyper_parameters.slot_dims"))), names, slots,
+        std::get<int64_t>(doc_.value_of(*find_key("hyper_parameters.sparse_feature_dim"))) - 1);
+    if (!dims.ok()) return error(dims.status().message());
     return Status::OK();
   }
 

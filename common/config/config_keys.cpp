@@ -8,6 +8,7 @@
 
 #include "common/config/config_enums.hpp"
 #include "common/config/detail/parse_value.hpp"
+#include "common/config/slot_dims.hpp"
 #include "common/error.hpp"
 
 namespace gpubox::config {
@@ -158,7 +159,7 @@ std::vector<KeySpec> build_table() {
   {
     KeySpec k = base(h + "slot_dims", KeyType::kIntMap, "{}", kTable, "embedx width per slot, e.g. {1: 4, 7: 16} (Paddle's dynamic mf dim, PSGPUWrapper::SetSlotDimVector): each slot's rows and pooled input take this many values; a slot not listed takes sparse_feature_dim - 1; at most 8 distinct widths");
     k.int_min = 0;
-    k.int_max = 1023;
+    k.int_max = kMaxSlotDim;
     t.push_back(std::move(k));
   }
   t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset, "dense features per instance"));

@@ -501,6 +501,12 @@ TEST_F(ConfigDocumentTest, SlotDimsIsAMapOfSlotsToWidths) {
   EXPECT_NE(error_of("hyper_parameters:\n" + slots + "  slot_dims: {0: 4}\n")
                 .find("slot '0' is not one of"),
             std::string::npos);
+  // The table part's rule (config/slot_dims.hpp): a listed name that is a negative number is the
+  // slot id the dataset gives it, which no table takes; the check accepted it before.
+  EXPECT_NE(error_of("hyper_parameters:\n  sparse_inputs_slots: 3\n  slot_names: [a, \"-5\"]\n"
+                     "  slot_dims: {\"-5\": 4}\n")
+                .find("slot '-5' is not one of"),
+            std::string::npos);
 }
 
 }  // namespace

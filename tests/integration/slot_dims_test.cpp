@@ -31,6 +31,7 @@
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/child_process.hpp"
 #include "tests/integration/folder_bytes.hpp"
+#include "tests/table/manifest_edit.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -335,6 +336,20 @@ TEST_F(SlotDims, RefusesOtherWidthsAndUnknownSlotsAndUnequalDeepfm) {
               std::string::npos)
         << e.what();
   }
+  // A table MANIFEST whose slot_dims has junk after a number (read as 1:8 before) is refused
+  // naming the file and the item.
+  const fs::path manifest = save / "sparse" / "MANIFEST";
+  ASSERT_TRUE(
+      gpubox::testing::set_manifest_property(manifest.string(), "slot_dims", "1:8junk,2:16"))
+      << manifest;
+  const TrainerConfig same = config(100, {kMixed});
+  auto table = table::SparseTable::open(same.sparse, same.host_tier.table);
+  throw_if_error(table.status());
+  const Status junk = (*table)->load((save / "sparse").string());
+  EXPECT_NE(
+      junk.to_string().find(manifest.string() + ": slot_dims item 1 '1:8junk' is not slot:width"),
+      std::string::npos)
+      << junk.to_string();
   try {
     config(100, {"hyper_parameters.slot_dims={9: 8}"});
     ADD_FAILURE() << "slot_dims naming no slot was accepted";

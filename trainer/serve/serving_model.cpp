@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/config/slot_dims.hpp"
 #include "common/enum_names.hpp"
 #include "common/half.hpp"
 #include "common/json.hpp"
@@ -316,17 +317,9 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   }
   if (const auto widths = manifest->properties.find("slot_dims");
       widths != manifest->properties.end()) {
-    std::istringstream items(widths->second);
-    std::string item;
-    while (std::getline(items, item, ',')) {
-      char* end = nullptr;
-      const long dim = std::strtol(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || dim < 0 || dim > spec.model.mf_dim) {
-        return Status::Corruption(where + ": 'slot_dims' is not a list of embedx widths up to " +
-                                  "mf_dim: '" + widths->second + "'");
-      }
-      spec.model.slot_dims.push_back(static_cast<int>(dim));
-    }
+    auto dims = config::parse_slot_widths_text(widths->second, spec.model.mf_dim, where);
+    if (!dims.ok()) return dims.status();
+    spec.model.slot_dims.assign(dims->begin(), dims->end());
     if (static_cast<int>(spec.model.slot_dims.size()) != spec.model.slots) {
       return Status::Corruption(where + ": 'slot_dims' has " +
                                 std::to_string(spec.model.slot_dims.size()) + " widths for " +

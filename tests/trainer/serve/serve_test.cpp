@@ -36,6 +36,7 @@
 #include "dataset/line_parser.hpp"
 #include "table/dense_table.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/table/manifest_edit.hpp"
 #include "tests/trainer/serve/http_client.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
@@ -422,6 +423,21 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
       worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
     }
     EXPECT_LT(worst, 1e-6) << "largest difference from --mode infer";
+    if (!cfg->dense_model_config().slot_dims.empty()) {
+      // Widths read strictly: a trailing comma (an empty item, skipped before) is refused
+      // naming the file and the item.
+      std::string widths;
+      for (const int dim : cfg->dense_model_config().slot_dims) widths += std::to_string(dim) + ",";
+      ASSERT_TRUE(gpubox::testing::set_manifest_property((exported / "MANIFEST").string(),
+                                                         "slot_dims", widths));
+      const auto refused = ServingModel::load(exported.string());
+      ASSERT_FALSE(refused.ok());
+      EXPECT_NE(
+          refused.status().to_string().find("MANIFEST: slot_dims item " +
+                                            std::to_string(served->spec().model.slots + 1) + " ''"),
+          std::string::npos)
+          << refused.status().to_string();
+    }
   }
 }
 
