@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
@@ -44,14 +46,20 @@ class StepAccounting : public ::testing::TestWithParam<int> {
 
   // The default model (configs/config_gpubox.yaml's: fc 512-256-128-32, 26 slots x 9) at a
   // small batch, so a pass has many steps.
-  static std::map<std::string, double> second_pass(int cards, bool collective = false) {
+  using Counts = std::map<std::string, double>;
+  static Counts second_pass(int cards, bool collective = false) {
+    return both_passes(cards, {std::string("runner.use_fleet=") + (collective ? "true" : "false")})
+        .second;
+  }
+  // The counts of the first and the second pass.
+  static std::pair<Counts, Counts> both_passes(int cards, const std::vector<std::string>& extra) {
     // The default config (every key at its table default) with a small batch, so a pass has
     // many steps; print_interval 7 puts progress readbacks inside the counted steps too.
-    auto parsed = parse_trainer_config(
-        "runner: {}\n", ".",
-        {"runner.train_data_dir=" + (root_ / "train").string(), "runner.train_batch_size=100",
-         "runner.shuffle=false", "runner.metrics_path=", "runner.print_interval=7",
-         std::string("runner.use_fleet=") + (collective ? "true" : "false")});
+    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                          "runner.train_batch_size=100", "runner.shuffle=false",
+                                          "runner.metrics_path=", "runner.print_interval=7"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto parsed = parse_trainer_config("runner: {}\n", ".", overrides);
     throw_if_error(parsed.status());
     TrainerConfig config = std::move(parsed).value();
     TrainerEnv env;
@@ -59,10 +67,10 @@ class StepAccounting : public ::testing::TestWithParam<int> {
     env.threads_per_card = 1;
     Trainer trainer(config, env);
     const auto files = data_files(config.runner.train_data_dir);
-    trainer.train_pass(files);
-    const PassReport report = trainer.train_pass(files);
-    std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
-    return extra;
+    const PassReport first = trainer.train_pass(files);
+    const PassReport second = trainer.train_pass(files);
+    return {Counts(first.extra.begin(), first.extra.end()),
+            Counts(second.extra.begin(), second.extra.end())};
   }
 
   static fs::path root_;
@@ -100,6 +108,21 @@ TEST_P(StepAccounting, CollectiveSteadyStepRunsOneCollectiveFewer) {
   EXPECT_EQ(collective.at("allocations_per_step"), 0.0);
   EXPECT_EQ(collective.at("pageable_copies_per_step"), 0.0);
   EXPECT_EQ(collective.at("collectives_per_step"), gpubox.at("collectives_per_step") - 1);
+}
+
+// Under a card budget (runner.card_memory_mb) too, and from the first pass's steady steps on: on
+// 2 cards the first pass used to allocate 0.3 a steady step (HeterComm's exchange buffers, sized
+// to the first steps' received keys exactly, all grew at a later step that received more).
+TEST_P(StepAccounting, UnderACardBudgetNoSteadyStepOfAnyPassAllocates) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto [first, second] = both_passes(cards, {"runner.card_memory_mb=40"});
+  ASSERT_TRUE(first.count("steady_steps")) << "the pass report has no step counts";
+  EXPECT_EQ(first.at("steady_steps"), 4000 / (100 * cards) - 2);
+  EXPECT_EQ(first.at("allocations_per_step"), 0.0);
+  EXPECT_EQ(second.at("allocations_per_step"), 0.0);
+  EXPECT_EQ(second.at("host_syncs_per_step"), 3.0);
+  EXPECT_EQ(second.at("pageable_copies_per_step"), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, StepAccounting, ::testing::Values(1, 2),
