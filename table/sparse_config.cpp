@@ -10,6 +10,9 @@
 namespace gpubox::table {
 namespace {
 
+static_assert(kMaxSlotDims == config::kMaxSlotDims && kMaxWidthClasses == config::kMaxWidthClasses,
+              "the table's slot_dims bounds are the config check's");
+
 SlotDims slot_dims_from(const config::ConfigDocument& doc, int32_t default_dim) {
   // Read whether or not slot_dims names a slot: the table part reads what the key table says.
   auto entries = config::resolve_slot_dims(

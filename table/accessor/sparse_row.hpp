@@ -22,7 +22,6 @@
 #include <cstring>
 
 #include "common/config/config_enums.hpp"
-#include "common/config/slot_dims.hpp"
 #include "common/half.hpp"
 #include "common/hash.hpp"
 #include "common/macros.hpp"
@@ -67,8 +66,8 @@ struct SparseOptimizerConfig {
 // row read anywhere says its own layout (RowLayout::of_row). Rows of one width form a width
 // class; the tiers store each class at its own stride. A bounded table of plain data, so that
 // functors copy it to the card.
-inline constexpr int32_t kMaxSlotDims = config::kMaxSlotDims;
-inline constexpr int32_t kMaxWidthClasses = config::kMaxWidthClasses;
+inline constexpr int32_t kMaxSlotDims = 128;
+inline constexpr int32_t kMaxWidthClasses = 8;
 struct SlotDims {
   int32_t count = 0;  // entries used
   int32_t slot[kMaxSlotDims] = {};
