@@ -70,6 +70,30 @@ struct GatherMergedRows {
   }
 };
 
+// send_slots[unique_to_send[u]] = the slot of unique key u's first occurrence (a key that comes
+// in two slots of one batch takes the first one's: the sort is stable, so the same every run).
+struct SendOrderSlots {
+  const int32_t* slots;
+  const position_t* sorted_pos;
+  const position_t* unique_start;
+  const position_t* unique_to_send;
+  int32_t* send_slots;
+  GPUBOX_HD void operator()(std::size_t u) const {
+    send_slots[unique_to_send[u]] = slots[sorted_pos[unique_start[u]]];
+  }
+};
+
+// merged_slots[m] = the slot received with merged key m's first received occurrence.
+struct GatherMergedSlots {
+  const int32_t* received_slots;
+  const position_t* sorted_pos;
+  const position_t* segment_start;
+  int32_t* merged_slots;
+  GPUBOX_HD void operator()(std::size_t m) const {
+    merged_slots[m] = received_slots[sorted_pos[segment_start[m]]];
+  }
+};
+
 // One optimizer step per merged key (keys are distinct, so rows are too: no races). Nothing
 // when the step was vetoed on the card (push_pulled's veto word).
 struct ApplyUpdates {
@@ -137,6 +161,10 @@ class HeterComm::Impl {
         merged_rows_(0, card.memory(), card.stream()),
         gathered_keys_(0, card.memory(), card.stream()),
         gathered_records_(0, card.memory(), card.stream()),
+        send_slots_(0, card.memory(), card.stream()),
+        recv_slots_(0, card.memory(), card.stream()),
+        merged_slots_(0, card.memory(), card.stream()),
+        gathered_slots_(0, card.memory(), card.stream()),
         host_probe_(2) {
     GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
                    store.card().rank(), ", not to card ", card.rank());
@@ -144,7 +172,8 @@ class HeterComm::Impl {
 
   // Host waits: the key counts (S1) and the owner's lookups (S2); returns with the records
   // enqueued.
-  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream) {
+  void pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* out_pull,
+            const device::Stream& stream) {
     pulled_ = false;
     begin_step();
     last_.pull_calls = 1;
@@ -152,6 +181,7 @@ class HeterComm::Impl {
     const std::size_t unique = plan_keys(keys, n, stream);  // S1
     const std::size_t received = recv_offsets_[total_cards_];
     reserve_exchange(unique, received);
+    const bool with_slots = send_slots(slots, unique, received, stream);
     send_keys(stream);
 
     // Owner: the rows of the keys this card received, and the merge plan of their pushes (used
@@ -163,8 +193,8 @@ class HeterComm::Impl {
     merged_ = collect_owner_merge(received);
     const std::size_t missing = store_->misses();
     if (missing > 0) {
-      last_.created_on_pull =
-          resolve_missing(recv_keys_.data(), received, recv_rows_.data(), nullptr, missing, stream);
+      last_.created_on_pull = resolve_missing(recv_keys_.data(), received, recv_rows_.data(),
+                                              nullptr, with_slots, missing, stream);
     }
     last_.owner_lookups += received;
     send_records_.resize_discard(unique * dim);
@@ -197,7 +227,8 @@ class HeterComm::Impl {
     pulled_ = true;
   }
 
-  void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream) {
+  void push(const uint64_t* keys, const int32_t* slots, std::size_t n, const float* grads,
+            const device::Stream& stream) {
     pulled_ = false;  // the plan and the received keys are about to describe another batch
     begin_step();
     last_.push_calls = 1;
@@ -205,6 +236,7 @@ class HeterComm::Impl {
     const std::size_t received = recv_offsets_[total_cards_];
     reserve_exchange(unique, received);
     reduce_local(grads, unique, stream);
+    const bool with_slots = send_slots(slots, unique, received, stream);
     send_keys(stream);
     send_records(received, stream);
     plan_owner_merge_async(received, stream);
@@ -216,8 +248,9 @@ class HeterComm::Impl {
     stream.synchronize();  // no collective in flight since S2
     const std::size_t missing = store_->misses();
     if (missing > 0) {
-      last_.created_on_push = resolve_missing(owner_merge_.unique_keys(), merged,
-                                              merged_rows_.data(), &owner_merge_, missing, stream);
+      last_.created_on_push =
+          resolve_missing(owner_merge_.unique_keys(), merged, merged_rows_.data(), &owner_merge_,
+                          with_slots, missing, stream);
     }
     last_.owner_lookups += merged;
     apply_updates(merged, /*veto=*/nullptr, stream);
@@ -423,6 +456,32 @@ class HeterComm::Impl {
     return unique;
   }
 
+  // With MissingKeyPolicy::kCreate and the occurrences' slots: sends each planned unique key's
+  // slot to its owner along with the key (recv_slots_, in recv_keys_'s order), so that a missing
+  // key is created at its slot's width. One more collective; the trainer (kFail) never sends
+  // them. Sizes its buffers first (the step's collectives have not started). Returns whether it
+  // sent them.
+  bool send_slots(const int32_t* slots, std::size_t unique, std::size_t received,
+                  const device::Stream& stream) {
+    if (slots == nullptr || options_.missing_keys != MissingKeyPolicy::kCreate) return false;
+    send_slots_.resize_discard(unique);
+    recv_slots_.resize_discard(received);
+    if (replicated_) {
+      gathered_slots_.resize_discard(static_cast<std::size_t>(total_cards_) * max_unique_);
+    }
+    device::parallel_for(stream, unique,
+                         SendOrderSlots{slots, local_.sorted_positions(), local_.unique_start(),
+                                        plan_.unique_to_send(), send_slots_.data()});
+    if (replicated_) {
+      gather_blocks(gathered_slots_, send_slots_.data(), 1, recv_slots_.data(), stream);
+    } else {
+      comm_->all_to_all_v(send_slots_.data(), plan_.send_counts(), recv_slots_.data(),
+                          recv_counts_.data(), stream);
+      count_bytes(plan_.send_counts(), sizeof(int32_t));
+    }
+    return true;
+  }
+
   // Sends the planned unique keys to their owners; recv_keys_ (sized by reserve_exchange) gets
   // the keys this card owns, grouped by source card.
   void send_keys(const device::Stream& stream) {
@@ -446,12 +505,22 @@ class HeterComm::Impl {
   // The `missing` keys among keys[0, n) that the lookup did not find (rows[i] == kInvalidRow):
   // created (rows filled in, count returned) or a failure, as the options say. `merge` (push)
   // maps a merged key back to a received position, to name the requesting card; null when keys
-  // are the received keys themselves. Runs after a wait: it may allocate and synchronize.
+  // are the received keys themselves. `with_slots`: recv_slots_ holds the received keys' slots
+  // (send_slots), so created rows take their slot's width; else slot 0's. Runs after a wait: it
+  // may allocate and synchronize.
   std::size_t resolve_missing(const uint64_t* keys, std::size_t n, row_index_t* rows,
-                              const detail::KeyDedup* merge, std::size_t missing,
+                              const detail::KeyDedup* merge, bool with_slots, std::size_t missing,
                               const device::Stream& stream) {
     if (options_.missing_keys == MissingKeyPolicy::kCreate) {
-      return store_->create_missing_rows(keys, /*slots=*/nullptr, n, rows, missing, stream);
+      const int32_t* key_slots = with_slots ? recv_slots_.data() : nullptr;
+      if (with_slots && merge != nullptr) {
+        merged_slots_.resize_discard(n);
+        device::parallel_for(stream, n,
+                             GatherMergedSlots{recv_slots_.data(), merge->sorted_positions(),
+                                               merge->unique_start(), merged_slots_.data()});
+        key_slots = merged_slots_.data();
+      }
+      return store_->create_missing_rows(keys, key_slots, n, rows, missing, stream);
     }
     const row_index_t* first_missing = rows + n;
     detail::with_policy(stream, scratch_, n, [&](const auto& policy) {
@@ -512,6 +581,12 @@ class HeterComm::Impl {
   device::device_buffer<uint64_t> gathered_keys_;
   device::device_buffer<float> gathered_records_;
   std::size_t max_unique_ = 0;
+  // MissingKeyPolicy::kCreate with slots (send_slots): the planned keys' slots in send order,
+  // the received keys' (recv_keys_'s order), the merged keys' (push), and the replicated blocks.
+  device::device_buffer<int32_t> send_slots_;
+  device::device_buffer<int32_t> recv_slots_;
+  device::device_buffer<int32_t> merged_slots_;
+  device::device_buffer<int32_t> gathered_slots_;
   // What the exchange buffers are sized for (reserve_exchange): received and unique keys.
   std::size_t exchange_received_ = 0;
   std::size_t exchange_unique_ = 0;
@@ -534,12 +609,12 @@ HeterComm::HeterComm(HeterComm&&) noexcept = default;
 HeterComm& HeterComm::operator=(HeterComm&&) noexcept = default;
 
 void HeterComm::pull(const uint64_t* keys, std::size_t n, float* out_pull,
-                     const device::Stream& stream) {
-  impl_->pull(keys, n, out_pull, stream);
+                     const device::Stream& stream, const int32_t* slots) {
+  impl_->pull(keys, slots, n, out_pull, stream);
 }
 void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
-                     const device::Stream& stream) {
-  impl_->push(keys, n, grads, stream);
+                     const device::Stream& stream, const int32_t* slots) {
+  impl_->push(keys, slots, n, grads, stream);
 }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {

@@ -69,14 +69,21 @@ class HeterComm {
   // card's memory). Duplicates get the same record. Collective; the records are enqueued on
   // `stream` when it returns (read them after a synchronization).
   // A key missing on its owner: see HeterCommOptions::missing_keys (kFail throws on the owner,
-  // which must abort the group so the peers wake up, see comm::CommGroup::abort).
-  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream);
+  // which must abort the group so the peers wake up, see comm::CommGroup::abort). `slots`
+  // (optional, card memory): the slot of each occurrence; with kCreate a missing key's row is
+  // created at its slot's width (hyper_parameters.slot_dims; a key in two slots of one batch
+  // takes its first occurrence's), else at slot 0's. Given with kCreate, the slots travel with
+  // the keys (one more collective: every card of the step gives slots, or none does);
+  // otherwise they are not read.
+  void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream,
+            const int32_t* slots = nullptr);
 
   // grads[i * push_dim() ...] = the push record of occurrence i (show, click, embed_g,
   // embedx_g[mf_dim]). Applies one optimizer step per distinct key over all cards. Collective;
   // synchronizes `stream`. With MissingKeyPolicy::kFail, a missing key fails the step on its
-  // owner before any of that owner's rows changes.
-  void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream);
+  // owner before any of that owner's rows changes. `slots`: as pull's.
+  void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream,
+            const int32_t* slots = nullptr);
 
   // push() for exactly the keys of this card's last pull (same n, same order; grads as in
   // push), reusing that pull's work: no dedup, no key exchange, no hash lookup, no merge plan

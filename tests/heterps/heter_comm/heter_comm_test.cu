@@ -32,6 +32,7 @@
 #include "heterps/sparse/card_store.cuh"
 #include "table/accessor/sparse_rule.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::heter_comm {
 namespace {
@@ -672,6 +673,76 @@ std::map<uint64_t, std::vector<float>> store_rows(Cluster& cluster, int c,
 
 bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Create mode with the occurrences' slots: with slot_dims (widths 4, 8, 16) every key created on
+// pull, or on push (never pulled), takes its slot's width and records its slot, on its owner
+// (sharded) or on every replica, against an oracle of each key's width. Without slots a created
+// row takes slot 0's width (the default), as before.
+TEST(HeterComm, CreateModeGivesEachCreatedRowItsSlotsWidth) {
+  GPUBOX_REQUIRE_CARDS(3);
+  AccessorConfig base = test_config(SparseOptimizerKind::kAdagrad);
+  base.mf_dim = 4;
+  const AccessorConfig cfg = table::with_slot_dims(base, {{1, 8}, {2, 16}});
+  const auto slot_of = [](uint64_t key) { return static_cast<int32_t>(key % 3); };
+  const auto width_of = [](int32_t slot) { return slot == 1 ? 8 : slot == 2 ? 16 : 4; };
+  for (const Placement placement : {Placement::kSharded, Placement::kReplicated}) {
+    for (const int cards : {1, 2, 3}) {
+      for (const bool with_slots : {true, false}) {
+        SCOPED_TRACE(std::to_string(cards) + " cards, " +
+                     (placement == Placement::kSharded ? "sharded" : "replicated") +
+                     (with_slots ? "" : ", no slots"));
+        HeterCommOptions options;
+        options.placement = placement;
+        options.missing_keys = MissingKeyPolicy::kCreate;
+        Cluster cluster(cards, cfg, options);
+        std::mt19937_64 rng(static_cast<uint64_t>(cards));
+        std::vector<std::vector<uint64_t>> pull_keys(cards), push_keys(cards);
+        std::set<uint64_t> all;
+        for (int c = 0; c < cards; ++c) {
+          for (int i = 0; i < 200; ++i) pull_keys[c].push_back(rng() % 300);  // shared, repeated
+          for (int i = 0; i < 50; ++i) push_keys[c].push_back(1000 + c * 100 + rng() % 60);
+          all.insert(pull_keys[c].begin(), pull_keys[c].end());
+          all.insert(push_keys[c].begin(), push_keys[c].end());
+        }
+        const auto slots_of = [&](const std::vector<uint64_t>& keys) {
+          std::vector<int32_t> slots;
+          for (const uint64_t key : keys) slots.push_back(slot_of(key));
+          return slots;
+        };
+        cluster.run([&](device::Card& card) {
+          const int c = card.local_index();
+          HeterComm& hc = cluster.heter_comm(c);
+          auto keys = device::to_device(pull_keys[c], card.memory(), card.stream());
+          auto slots = device::to_device(slots_of(pull_keys[c]), card.memory(), card.stream());
+          auto out = card.make_buffer<float>(pull_keys[c].size() * hc.pull_dim());
+          hc.pull(keys.data(), pull_keys[c].size(), out.data(), card.stream(),
+                  with_slots ? slots.data() : nullptr);
+          card.stream().synchronize();
+          auto pk = device::to_device(push_keys[c], card.memory(), card.stream());
+          auto ps = device::to_device(slots_of(push_keys[c]), card.memory(), card.stream());
+          auto grads =
+              device::to_device(std::vector<float>(push_keys[c].size() * hc.push_dim(), 0.5f),
+                                card.memory(), card.stream());
+          hc.push(pk.data(), push_keys[c].size(), grads.data(), card.stream(),
+                  with_slots ? ps.data() : nullptr);
+        });
+        const RowLayout layout = cluster.store(0).layout();
+        std::size_t rows = 0;
+        for (int c = 0; c < cards; ++c) {
+          for (const auto& [key, row] : store_rows(cluster, c, layout)) {
+            ++rows;
+            ASSERT_TRUE(all.count(key)) << key;
+            const int32_t slot = with_slots ? slot_of(key) : 0;
+            EXPECT_EQ(row[layout.mf_dim_offset()], static_cast<float>(width_of(slot)))
+                << "key " << key << " on card " << c;
+            EXPECT_EQ(row[layout.slot()], static_cast<float>(slot)) << "key " << key;
+          }
+        }
+        EXPECT_EQ(rows, placement == Placement::kSharded ? all.size() : all.size() * cards);
+      }
+    }
+  }
 }
 
 // Collective mode's placement against gpubox mode's on the same C cards and batches: the merged
