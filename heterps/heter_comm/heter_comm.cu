@@ -59,14 +59,16 @@ struct ScatterRecords {
   }
 };
 
-// merged_rows[m] = the row the pull found for merged key m (at its first received position).
-struct GatherMergedRows {
-  const row_index_t* received_rows;
+// merged[m] = what came with merged key m's first received occurrence: the row the pull found
+// for it (push_pulled), or its slot (created rows, push).
+template <class T>
+struct GatherMerged {
+  const T* received;
   const position_t* sorted_pos;
   const position_t* segment_start;
-  row_index_t* merged_rows;
+  T* merged;
   GPUBOX_HD void operator()(std::size_t m) const {
-    merged_rows[m] = received_rows[sorted_pos[segment_start[m]]];
+    merged[m] = received[sorted_pos[segment_start[m]]];
   }
 };
 
@@ -80,17 +82,6 @@ struct SendOrderSlots {
   int32_t* send_slots;
   GPUBOX_HD void operator()(std::size_t u) const {
     send_slots[unique_to_send[u]] = slots[sorted_pos[unique_start[u]]];
-  }
-};
-
-// merged_slots[m] = the slot received with merged key m's first received occurrence.
-struct GatherMergedSlots {
-  const int32_t* received_slots;
-  const position_t* sorted_pos;
-  const position_t* segment_start;
-  int32_t* merged_slots;
-  GPUBOX_HD void operator()(std::size_t m) const {
-    merged_slots[m] = received_slots[sorted_pos[segment_start[m]]];
   }
 };
 
@@ -271,9 +262,10 @@ class HeterComm::Impl {
     // the first occurrence of each merged key names it. No dedup, no hash lookup.
     merge_records(merged_, stream);
     merged_rows_.resize_discard(merged_);
-    device::parallel_for(stream, merged_,
-                         GatherMergedRows{recv_rows_.data(), owner_merge_.sorted_positions(),
-                                          owner_merge_.unique_start(), merged_rows_.data()});
+    device::parallel_for(
+        stream, merged_,
+        GatherMerged<row_index_t>{recv_rows_.data(), owner_merge_.sorted_positions(),
+                                  owner_merge_.unique_start(), merged_rows_.data()});
     apply_updates(merged_, veto, stream);
     comm_->synchronize(stream, "HeterComm::push_pulled");  // the step's last wait (S3)
     finish_step();
@@ -516,8 +508,8 @@ class HeterComm::Impl {
       if (with_slots && merge != nullptr) {
         merged_slots_.resize_discard(n);
         device::parallel_for(stream, n,
-                             GatherMergedSlots{recv_slots_.data(), merge->sorted_positions(),
-                                               merge->unique_start(), merged_slots_.data()});
+                             GatherMerged<int32_t>{recv_slots_.data(), merge->sorted_positions(),
+                                                   merge->unique_start(), merged_slots_.data()});
         key_slots = merged_slots_.data();
       }
       return store_->create_missing_rows(keys, key_slots, n, rows, missing, stream);
