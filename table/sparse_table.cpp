@@ -169,7 +169,9 @@ SparseTable::DiskTraffic SparseTable::disk_traffic() {
     total.rows_evicted += s.rows_evicted;
     total.rows_read_back += s.rows_read_back;
     total.rows_written_through += s.rows_written_through;
+    total.rows_evicted_clean += s.rows_evicted_clean;
   }
+  if (disk_ != nullptr) total.disk = disk_->traffic();
   return total;
 }
 

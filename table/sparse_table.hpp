@@ -78,6 +78,8 @@ class SparseTable final : public HostTier {
     uint64_t rows_evicted = 0;          // memory -> disk (the budget, shrink's cold rows)
     uint64_t rows_read_back = 0;        // disk -> memory (pull, push, load, erase of a disk row)
     uint64_t rows_written_through = 0;  // pushed over their disk copy, not read back
+    uint64_t rows_evicted_clean = 0;    // of rows_evicted: unchanged since read back, not written
+    DiskTier::Traffic disk;             // puts, deletes and bytes put into RocksDB
   };
   DiskTraffic disk_traffic();
   // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must

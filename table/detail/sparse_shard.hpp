@@ -1,6 +1,9 @@
 // One shard of the host tier: a key -> row index map over chunked row storage in memory, with
 // its slice of the disk tier underneath. Every method takes the shard's mutex for its whole
-// run, so a shard is thread-safe and its rows are always in exactly one place (memory or disk).
+// run, so a shard is thread-safe. A row is in memory or on disk; a row read back from disk keeps
+// its disk copy, marked clean until the memory row changes (RowArena::set_epoch), so that
+// evicting it unchanged writes nothing. Memory wins: a disk copy of a memory row is never read
+// (lookups try memory first, scans skip keys in memory), and eviction writes a changed row over it.
 // Bulk methods get the caller's whole arrays plus `pos`, the positions of the keys this shard
 // owns (SparseTable groups a batch by host_shard and runs shards in parallel).
 #pragma once
@@ -39,6 +42,8 @@ struct ShardStats {
   uint64_t rows_evicted = 0;          // moved memory -> disk since the shard began (budget, shrink)
   uint64_t rows_read_back = 0;        // moved disk -> memory since the shard began
   uint64_t rows_written_through = 0;  // pushed straight over their disk copy since it began
+  uint64_t rows_evicted_clean = 0;    // of rows_evicted: unchanged since read back, not written
+  uint64_t disk_copies = 0;           // rows in memory whose disk copy is kept (clean or stale)
 };
 
 // One shard's contribution to a save.
@@ -105,7 +110,11 @@ class SparseShard {
   // Copies `row` (own layout) over the stored row of `key` at handle `index`, moving it to the
   // right width class first when it is in another; returns the (possibly new) handle.
   uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row);
+  // Drops the memory row (its disk copy, if any, stays: eviction's case).
   void remove_row(uint64_t key, uint32_t index);
+  // Deletes rows (key, handle) from memory and their disk copies from disk (disk first: when that
+  // fails, nothing changed).
+  Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows);
   void note_deleted(uint64_t key);
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
   // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limit that
@@ -142,6 +151,8 @@ class SparseShard {
   uint64_t rows_evicted_ = 0;
   uint64_t rows_read_back_ = 0;
   uint64_t rows_written_through_ = 0;
+  uint64_t rows_evicted_clean_ = 0;
+  uint64_t disk_copies_ = 0;  // memory rows with a disk copy (RowArena::disk_copy)
   std::vector<std::pair<uint64_t, uint32_t>> deleted_;  // (key, epoch)
   // Keys on disk whose rows were pinned when evicted (their pass will push them whole); the
   // value is unused. Invariant: every key here is on disk and not in memory (a read-back,
