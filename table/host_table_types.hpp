@@ -24,6 +24,10 @@ using config::kSaveFormNames;
 struct HostTableConfig {
   // Key shards (host_shard(key, shards)); each has its own lock and its own part-<shard> file.
   uint32_t shards = 64;
+  // Sparse slots the keys come from (hyper_parameters.sparse_inputs_slots less the label): the
+  // memory plan's assumed mix of width classes (planned_classes). 0: unknown, planned at the
+  // widest class.
+  uint32_t key_slots = 0;
   // Threads for bulk calls and save/load; 0 = OpenMP's default. Small batches run inline.
   int threads = 0;
   // Form of the part files save() writes; load() reads either (the MANIFEST says which).

@@ -28,6 +28,7 @@
 
 #include "table/detail/sparse_shard.hpp"
 #include "table/disk_tier.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
 #include "table/io/file_env.hpp"
@@ -91,7 +92,7 @@ class SparseTable final : public HostTier {
   // width differs.
   Status check_slot_dims(const io::Manifest& manifest, const std::string& where) const;
   SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
-              std::unique_ptr<DiskTier> disk);
+              const HostMemoryPlan& plan, std::unique_ptr<DiskTier> disk);
   // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs
   // more than it saves, and much more on an oversubscribed machine.
   static constexpr std::size_t kParallelKeys = 4096;

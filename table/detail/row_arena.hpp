@@ -152,6 +152,18 @@ class RowArenas {
     for (const RowArena& a : arenas_) bytes += a.memory_bytes();
     return bytes;
   }
+  // Floats and metadata of the live rows, each at its class's stride.
+  std::size_t live_row_bytes() const {
+    std::size_t bytes = 0;
+    for (const RowArena& a : arenas_) {
+      bytes += a.live_rows() * (sizeof(float) * a.stride() + RowArena::kMetadataBytes);
+    }
+    return bytes;
+  }
+  // Floats and metadata of the row at `handle`.
+  std::size_t row_bytes(uint32_t handle) const {
+    return sizeof(float) * stride(handle) + RowArena::kMetadataBytes;
+  }
   static uint32_t class_of(uint32_t handle) { return handle >> kClassShift; }
   int32_t stride(uint32_t handle) const { return arenas_[class_of(handle)].stride(); }
   float* row(uint32_t handle) { return arenas_[class_of(handle)].row(handle & kIndexMask); }

@@ -30,17 +30,24 @@ std::vector<int32_t> class_strides(const WidthClasses& classes, const AccessorCo
 }  // namespace
 
 SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg,
-                         DiskTier* disk, uint64_t memory_limit, uint32_t rows_per_chunk,
-                         uint64_t write_through_limit, TableEpochs* epochs)
+                         DiskTier* disk, const HostMemoryPlan& plan, TableEpochs* epochs)
     : id_(id),
       layout_(layout),
       cfg_(cfg),
       disk_(disk),
-      memory_limit_(memory_limit),
+      memory_limit_(plan.rows_per_shard),
+      byte_limit_(plan.row_bytes_per_shard),
       epochs_(epochs),
       classes_(width_classes(cfg)),
-      arena_(class_strides(classes_, cfg), rows_per_chunk),
-      write_through_limit_(disk != nullptr && memory_limit > 0 ? write_through_limit : 0) {}
+      arena_(class_strides(classes_, cfg), plan.rows_per_chunk),
+      widest_row_bytes_(sizeof(float) * record_layout(cfg).stride() + RowArena::kMetadataBytes),
+      write_through_limit_(
+          disk != nullptr && plan.rows_per_shard > 0 ? plan.write_through_keys_per_shard : 0) {
+  if (disk_ == nullptr || memory_limit_ == 0) return;
+  // Planned in full: neither map grows (and briefly holds 1.5 times its new size) later.
+  index_.reserve(plan.index_slots);
+  if (write_through_limit_ > 0) write_through_.reserve(plan.write_through_slots);
+}
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch, uint32_t width_class) {
   const uint32_t index = arena_.allocate(width_class, epoch);
@@ -182,8 +189,10 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
 
 std::size_t SparseShard::piece_keys(std::size_t m) const {
   if (disk_ == nullptr || memory_limit_ == 0) return std::max<std::size_t>(m, 1);
-  // Eviction leaves at most 7/8 of the limit; a piece of the other 1/8 keeps memory within it.
-  return static_cast<std::size_t>(std::max<uint64_t>(1, memory_limit_ / 8));
+  // Eviction leaves at most 7/8 of a limit; a piece of the other 1/8 keeps memory within it.
+  uint64_t piece = memory_limit_ / 8;
+  if (byte_limit_ > 0) piece = std::min<uint64_t>(piece, byte_limit_ / 8 / widest_row_bytes_);
+  return static_cast<std::size_t>(std::max<uint64_t>(1, piece));
 }
 
 Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
@@ -440,21 +449,32 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
 
 std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
                                      std::size_t m) const {
-  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() + m <= memory_limit_) return m;
+  if (disk_ == nullptr || memory_limit_ == 0) return m;
+  if (index_.size() + m <= memory_limit_ &&
+      (byte_limit_ == 0 || arena_.live_row_bytes() + m * widest_row_bytes_ <= byte_limit_)) {
+    return m;
+  }
   std::size_t absent = 0;
   for (std::size_t j = 0; j < m; ++j) absent += index_.find(keys[pos[j]]) == kAbsent ? 1 : 0;
   return absent;
 }
 
 Status SparseShard::enforce_memory_limit(std::size_t incoming) {
-  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() + incoming <= memory_limit_) {
+  if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
+  const uint64_t bytes = arena_.live_row_bytes();
+  const uint64_t incoming_bytes = static_cast<uint64_t>(incoming) * widest_row_bytes_;
+  if (index_.size() + incoming <= memory_limit_ &&
+      (byte_limit_ == 0 || bytes + incoming_bytes <= byte_limit_)) {
     return Status::OK();
   }
-  // Evict a little below the limit so that the next pulls do not each evict a handful of rows.
-  const uint64_t target =
-      std::min<uint64_t>(memory_limit_ - memory_limit_ / 8,
-                         memory_limit_ - std::min<uint64_t>(incoming, memory_limit_));
-  const std::size_t victims = index_.size() - target;
+  // Evict a little below the limits so that the next pulls do not each evict a handful of rows.
+  const auto target = [](uint64_t limit, uint64_t incoming) {
+    return std::min<uint64_t>(limit - limit / 8, limit - std::min<uint64_t>(incoming, limit));
+  };
+  const uint64_t target_rows = target(memory_limit_, incoming);
+  const uint64_t target_bytes = byte_limit_ == 0 ? bytes : target(byte_limit_, incoming_bytes);
+  const std::size_t victims_by_rows = index_.size() > target_rows ? index_.size() - target_rows : 0;
+  const uint64_t excess_bytes = bytes > target_bytes ? bytes - target_bytes : 0;
   // Rows outside the passes in flight first (a pinned row evicted now is read back when its pass
   // writes it back), then coldest first: lowest score, then longest unseen.
   struct Candidate {
@@ -475,7 +495,23 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
     scored.push_back(
         {arena_.pinned(index), row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
   });
+  // The rows' count, then as many more as the bytes need: each row frees at most the widest
+  // row's bytes, so a step of excess / widest rows never overshoots the bytes by a row's worth.
+  const auto rows_for = [&](uint64_t excess) {
+    return static_cast<std::size_t>((excess + widest_row_bytes_ - 1) / widest_row_bytes_);
+  };
+  std::size_t victims = std::min(scored.size(), std::max(victims_by_rows, rows_for(excess_bytes)));
   std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
+  uint64_t freed = 0;
+  for (std::size_t i = 0; i < victims; ++i) freed += arena_.row_bytes(scored[i].index);
+  while (freed < excess_bytes && victims < scored.size()) {
+    const std::size_t more = std::min(scored.size() - victims, rows_for(excess_bytes - freed));
+    std::nth_element(scored.begin() + victims, scored.begin() + victims + more, scored.end());
+    for (std::size_t i = victims; i < victims + more; ++i) {
+      freed += arena_.row_bytes(scored[i].index);
+    }
+    victims += more;
+  }
   // Written in key order: RocksDB's memtable inserts walk forward, and its files come out with
   // fewer overlaps to compact.
   std::sort(scored.begin(), scored.begin() + victims,
@@ -513,6 +549,8 @@ ShardStats SparseShard::stats() {
   s.rows_written_through = rows_written_through_;
   s.rows_evicted_clean = rows_evicted_clean_;
   s.disk_copies = disk_copies_;
+  s.index_slots = index_.capacity();
+  s.write_through_slots = write_through_.capacity();
   s.memory_bytes = arena_.memory_bytes() + index_.memory_bytes() +
                    deleted_.capacity() * sizeof(deleted_[0]) + write_through_.memory_bytes();
   return s;

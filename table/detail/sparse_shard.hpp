@@ -21,6 +21,7 @@
 #include "table/detail/key_index_map.hpp"
 #include "table/detail/row_arena.hpp"
 #include "table/disk_tier.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/host_tier.hpp"
 #include "table/row_codec.hpp"
 
@@ -44,6 +45,8 @@ struct ShardStats {
   uint64_t rows_written_through = 0;  // pushed straight over their disk copy since it began
   uint64_t rows_evicted_clean = 0;    // of rows_evicted: unchanged since read back, not written
   uint64_t disk_copies = 0;           // rows in memory whose disk copy is kept (clean or stale)
+  uint64_t index_slots = 0;           // of the key index
+  uint64_t write_through_slots = 0;   // of the write-through set
 };
 
 // One shard's contribution to a save.
@@ -56,13 +59,14 @@ struct ShardSnapshot {
 
 class SparseShard {
  public:
-  // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none);
-  // rows are stored in chunks of `rows_per_chunk` (a power of two, RowArena). Eviction remembers
-  // up to `write_through_limit` keys of pinned rows it sends to disk (0: none), in a map that
-  // stays within HostMemoryPlan::write_through_slots.
+  // `disk` may be null (no disk tier). From `plan`: rows_per_shard = rows kept in memory at most
+  // and row_bytes_per_shard = their floats and epochs at most (0: no limit; with a disk tier);
+  // rows are stored in chunks of rows_per_chunk (a power of two, RowArena); the index is
+  // reserved at index_slots (never grows under a budget). Eviction remembers up to
+  // write_through_keys_per_shard keys of pinned rows it sends to disk (0: none), in a map
+  // reserved at write_through_slots.
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
-              uint64_t memory_limit, uint32_t rows_per_chunk, uint64_t write_through_limit,
-              TableEpochs* epochs);
+              const HostMemoryPlan& plan, TableEpochs* epochs);
 
   // pull pins the rows it returns and push unpins the rows it writes: a pinned row is part of a
   // pass in flight (on a card, to be written back at end_pass), and eviction takes it only when
@@ -117,16 +121,17 @@ class SparseShard {
   Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows);
   void note_deleted(uint64_t key);
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
-  // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limit that
-  // eviction frees (at least 1), so that a piece fits after enforce_memory_limit(piece).
+  // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limits
+  // (rows, and bytes at the widest row) that eviction frees (at least 1), so that a piece fits
+  // after enforce_memory_limit(piece).
   std::size_t piece_keys(std::size_t m) const;
   // How many of keys[pos[0..m)] are not in memory (a repeated key counts each time): what a
   // locate of them may add. m itself when that cannot reach the limit. Requires mu_.
   std::size_t absent_keys(const uint64_t* keys, const uint32_t* pos, std::size_t m) const;
-  // Before `incoming` keys are located: when they could take memory over the limit, moves rows
-  // to disk, unpinned before pinned and lowest score first (then longest unseen), until at most
-  // min(7/8 of the limit, limit - incoming) stay.
-  // Requires mu_.
+  // Before `incoming` keys are located: when they could take memory over a limit (rows, or row
+  // bytes with each incoming row at the widest class's), moves rows to disk, unpinned before
+  // pinned and lowest score first (then longest unseen), until at most min(7/8 of the limit,
+  // limit - incoming) stay, for rows and for bytes. Requires mu_.
   Status enforce_memory_limit(std::size_t incoming);
   // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
   // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
@@ -140,13 +145,15 @@ class SparseShard {
   const RowLayout layout_;  // the records' (widest class's); rows are stored at their own width
   const AccessorConfig& cfg_;
   DiskTier* const disk_;
-  const uint64_t memory_limit_;
+  const uint64_t memory_limit_;  // rows
+  const uint64_t byte_limit_;    // floats and epochs of the rows (0: none)
   TableEpochs* const epochs_;
   const WidthClasses classes_;
 
   std::mutex mu_;
   KeyIndexMap index_;  // key -> RowArenas handle
   RowArenas arena_;
+  const std::size_t widest_row_bytes_;  // floats and epoch of a row of the widest class
   uint64_t rows_on_disk_ = 0;
   uint64_t rows_evicted_ = 0;
   uint64_t rows_read_back_ = 0;

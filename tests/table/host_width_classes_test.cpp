@@ -2,9 +2,12 @@
 //  - write-through puts each row at its own width, as eviction does (no record padding on disk),
 //    and the rows read back are the ones pushed (an unordered_map oracle);
 //  - a key first seen in a push is created in its row's width class, not slot 0's and then
-//    moved: the table holds what a pull-then-push of the same keys leaves (same rows, same memory).
+//    moved: the table holds what a pull-then-push of the same keys leaves (same rows, same memory);
+//  - the memory plan assumes one share of the rows a key slot, counts each class at its own
+//    stride, and the byte budget holds whatever the real mix (the rows' bytes are limited too).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <unordered_map>
 
@@ -109,6 +112,120 @@ TEST(HostWidthClasses, AKeyFirstSeenInAPushIsCreatedAtItsRowsWidth) {
         testing::same_rows(testing::snapshot(*pushed_only), testing::snapshot(*pulled_first)));
     // No wide row was made for them: the memory is the same, byte for byte.
     EXPECT_EQ(pushed_only->stats()->memory_bytes, pulled_first->stats()->memory_bytes);
+  }
+}
+
+TEST(HostWidthClasses, ThePlanAssumesOneShareASlot) {
+  const AccessorConfig cfg =
+      with_slot_dims(testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16),
+                     {{1, 4}, {2, 4}, {3, 8}, {40, 4}});
+  const auto stride = [&](int32_t dim) {
+    return RowLayout::make(cfg.optimizer.kind, dim).stride();
+  };
+  // 26 key slots: 1 and 2 at width 4 (40 is no key slot), 3 at 8, the other 23 at 16.
+  std::vector<PlannedClass> classes = planned_classes(cfg, 26);
+  ASSERT_EQ(classes.size(), 3u);
+  EXPECT_EQ(classes[0].mf_dim, 4);
+  EXPECT_EQ(classes[0].stride, stride(4));
+  EXPECT_DOUBLE_EQ(classes[0].share, 2.0 / 26);
+  EXPECT_DOUBLE_EQ(classes[1].share, 1.0 / 26);
+  EXPECT_EQ(classes[2].mf_dim, 16);
+  EXPECT_DOUBLE_EQ(classes[2].share, 23.0 / 26);
+  // Unknown: all at the widest.
+  classes = planned_classes(cfg, 0);
+  EXPECT_EQ(classes[0].share, 0.0);
+  EXPECT_EQ(classes[1].share, 0.0);
+  EXPECT_EQ(classes[2].share, 1.0);
+  // One slot, listed: all at its width.
+  classes = planned_classes(cfg, 1);
+  EXPECT_EQ(classes[0].share, 1.0);
+  EXPECT_EQ(classes[2].share, 0.0);
+}
+
+TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
+  const AccessorConfig cfg = with_slot_dims(
+      testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
+  const int32_t widest = record_layout(cfg).stride();
+  for (const uint64_t kib : {64, 1024, 65536}) {
+    for (const uint32_t shards : {1u, 7u}) {
+      SCOPED_TRACE(::testing::Message() << kib << " KiB, " << shards << " shards");
+      HostTableConfig config;
+      config.shards = shards;
+      config.memory_budget_bytes = kib << 10;
+      const HostMemoryPlan at_widest = plan_host_memory(config, widest);
+      const HostMemoryPlan mixed = plan_host_memory(config, planned_classes(cfg, 4));
+      // Three slots of four are narrow: more rows fit than at the widest stride.
+      EXPECT_GT(mixed.rows_per_shard, at_widest.rows_per_shard);
+      EXPECT_LT(mixed.row_bytes, at_widest.row_bytes);
+      EXPECT_LT(mixed.memory_bytes_per_key(), at_widest.memory_bytes_per_key());
+      // What a shard may hold, rows at their limit in bytes and the index reserved, stays within
+      // its part of the budget (less RocksDB's and the write-through set's).
+      const uint64_t shard_bytes =
+          (config.memory_budget_bytes - mixed.disk_memory_bytes - mixed.write_through_bytes()) /
+          shards;
+      EXPECT_LE(mixed.row_bytes_per_shard + mixed.index_slots * detail::KeyIndexMap::kSlotBytes,
+                shard_bytes);
+      // The index holds the planned rows and a piece more below its growth fill.
+      EXPECT_LE(static_cast<double>(mixed.rows_per_shard) * 9 / 8,
+                static_cast<double>(mixed.index_slots) * detail::KeyIndexMap::kMaxLoad);
+      EXPECT_NE(mixed.to_string().find("75.0% of width 4, 25.0% of width 16"), std::string::npos)
+          << mixed.to_string();
+    }
+  }
+}
+
+// Rows of one width only, pushed through a table planned for a 3:1 mix of narrow and wide: all
+// wide, the byte limit binds and memory stays within the budget; all narrow, the row count binds
+// at more rows than a plan at the widest stride keeps. Both agree with an unordered_map oracle.
+TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
+  const AccessorConfig cfg = with_slot_dims(
+      testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
+  for (const int32_t slot : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "every row of slot " << slot);
+    ScratchDir dir;
+    HostTableConfig config;
+    config.shards = 2;
+    config.threads = 1;
+    config.key_slots = 4;
+    config.rocksdb_path = dir.sub("rocksdb");
+    config.memory_budget_bytes = 1 << 20;
+    auto table = testing::open_table(cfg, config);
+    const RowLayout record = table->layout();
+    const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, config.key_slots));
+    const HostMemoryPlan at_widest = plan_host_memory(config, record.stride());
+    std::mt19937_64 rng(59 + slot);
+    std::unordered_map<uint64_t, std::vector<float>> oracle;
+    constexpr std::size_t kBatch = 1000;
+    std::vector<uint64_t> keys(kBatch);
+    std::vector<float> rows;
+    uint64_t peak_memory = 0;
+    for (int batch = 0; batch < 30; ++batch) {
+      rows.clear();
+      for (std::size_t i = 0; i < kBatch; ++i) {
+        keys[i] = rng();
+        const std::vector<float> rec = record_of_slot(rng, cfg, record, slot);
+        rows.insert(rows.end(), rec.begin(), rec.end());
+        oracle[keys[i]] = rec;
+      }
+      ASSERT_TRUE(table->push(keys.data(), kBatch, rows.data()).ok());
+      const HostTierStats stats = table->stats().value();
+      EXPECT_LE(stats.rows_in_memory, plan.rows());
+      peak_memory = std::max(peak_memory, stats.memory_bytes);
+    }
+    // Rows, epochs, the index and the write-through set as allocated; storage grows by whole
+    // chunks of a class, one a shard at most unused.
+    const uint64_t chunk_slack = config.shards * plan.rows_per_chunk * plan.widest_row_bytes;
+    EXPECT_LE(peak_memory, config.memory_budget_bytes - plan.disk_memory_bytes + chunk_slack);
+    const HostTierStats stats = table->stats().value();
+    if (slot == 1) {
+      EXPECT_GT(stats.rows_in_memory, at_widest.rows());
+    }
+    EXPECT_EQ(stats.rows_in_memory + stats.rows_on_disk, oracle.size());
+    const testing::RowMap got = testing::snapshot(*table);
+    ASSERT_EQ(got.size(), oracle.size());
+    for (const auto& [key, row] : got) {
+      ASSERT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
+    }
   }
 }
 
