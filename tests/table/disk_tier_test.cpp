@@ -235,6 +235,14 @@ std::vector<float> push_keys(SparseTable& table, std::size_t n, std::mt19937_64&
   return rows;
 }
 
+HostTableConfig one_shard_of_100_rows(const ScratchDir& dir) {
+  HostTableConfig cfg;
+  cfg.shards = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  cfg.memory_row_budget = 100;
+  return cfg;
+}
+
 std::vector<uint64_t> key_range(uint64_t begin, uint64_t end) {
   std::vector<uint64_t> keys;
   for (uint64_t k = begin; k < end; ++k) keys.push_back(k);
@@ -244,11 +252,7 @@ std::vector<uint64_t> key_range(uint64_t begin, uint64_t end) {
 TEST(DiskTier, ARowReadBackUnchangedIsEvictedWithoutAWriteOrADelete) {
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer();
-  HostTableConfig cfg;
-  cfg.shards = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
-  cfg.memory_row_budget = 100;
-  auto table = testing::open_table(opt, cfg);
+  auto table = testing::open_table(opt, one_shard_of_100_rows(dir));
   const int32_t stride = table->layout().stride();
   std::mt19937_64 rng(31);
   constexpr std::size_t n = 400;
@@ -287,11 +291,7 @@ TEST(DiskTier, ARowReadBackUnchangedIsEvictedWithoutAWriteOrADelete) {
 TEST(DiskTier, ARowChangedAfterItsReadBackIsWrittenOnEvictionAndNeverServedStale) {
   ScratchDir dir;
   const AccessorConfig opt = testing::test_optimizer();
-  HostTableConfig cfg;
-  cfg.shards = 1;
-  cfg.rocksdb_path = dir.sub("rocksdb");
-  cfg.memory_row_budget = 100;
-  auto table = testing::open_table(opt, cfg);
+  auto table = testing::open_table(opt, one_shard_of_100_rows(dir));
   const RowLayout layout = table->layout();
   const int32_t stride = layout.stride();
   std::mt19937_64 rng(32);
