@@ -43,9 +43,9 @@ struct HostTableConfig {
   // by shrink): rows a pass will likely see again stay in memory.
   uint64_t memory_row_budget = 0;
   // Bytes the rows and their index may take (0 = no limit; needs the disk tier): turned into a
-  // row budget per shard by plan_host_memory (table/host_memory_plan.hpp), which counts each
-  // row's floats and epoch and the hash index at its planned fill. With memory_row_budget too,
-  // the smaller budget wins.
+  // row budget and a row-bytes limit per shard by plan_host_memory (table/host_memory_plan.hpp),
+  // which counts each row's floats (at each width class's stride) and epoch and the hash index,
+  // reserved at its planned size. With memory_row_budget too, the smaller budget wins.
   uint64_t memory_budget_bytes = 0;
   // shrink() moves rows unseen for at least this many days to disk (0 = never; needs the disk
   // tier).
