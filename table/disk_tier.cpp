@@ -136,16 +136,22 @@ void DiskTier::Batch::put(uint32_t shard, uint64_t key, const float* row, uint32
   std::memcpy(value.data(), &epoch, sizeof(uint32_t));
   std::memcpy(value.data() + sizeof(uint32_t), row, sizeof(float) * stride);
   batch_->Put(rocksdb::Slice(key_bytes, kKeyBytes), value);
+  ++traffic_.puts;
+  traffic_.put_bytes += kKeyBytes + value.size();
 }
 
 void DiskTier::Batch::erase(uint32_t shard, uint64_t key) {
   char key_bytes[kKeyBytes];
   encode_key(shard, key, key_bytes);
   batch_->Delete(rocksdb::Slice(key_bytes, kKeyBytes));
+  ++traffic_.deletes;
 }
 
 std::size_t DiskTier::Batch::count() const { return batch_->Count(); }
-void DiskTier::Batch::clear() { batch_->Clear(); }
+void DiskTier::Batch::clear() {
+  batch_->Clear();
+  traffic_ = Traffic{};
+}
 
 Status DiskTier::write(Batch& batch) {
   if (batch.count() == 0) return Status::OK();
@@ -153,7 +159,11 @@ Status DiskTier::write(Batch& batch) {
   // No write-ahead log: this folder is a cache wiped at every open, never recovered; the durable
   // copy of a model is its save (runner.model_save_path), which covers rows on disk too.
   options.disableWAL = true;
-  return to_status(db_->Write(options, batch.batch_.get()), "write to " + path_);
+  GPUBOX_RETURN_IF_ERROR(to_status(db_->Write(options, batch.batch_.get()), "write to " + path_));
+  puts_ += batch.traffic_.puts;
+  deletes_ += batch.traffic_.deletes;
+  put_bytes_ += batch.traffic_.put_bytes;
+  return Status::OK();
 }
 
 Status DiskTier::scan(uint32_t shard,

@@ -2,10 +2,11 @@
 // big-endian so that one shard's rows form one contiguous range. The value is the row's
 // modification epoch (uint32) followed by the row's floats (its own width's, at most `stride`),
 // bit-exact. Thread-safe as
-// RocksDB is; the table calls it for shard s only under shard s's lock, which keeps "a key lives
-// in memory or on disk, never both" true.
+// RocksDB is; the table calls it for shard s only under shard s's lock. A key in memory may keep
+// a copy here (SparseShard): the memory row is the current one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,11 +43,21 @@ class DiskTier {
   Status multi_get(uint32_t shard, const uint64_t* keys, std::size_t n, float* rows,
                    uint32_t* epochs, uint8_t* found);
 
+  // What write() has applied since open: rows put, keys deleted, and the bytes of the puts'
+  // keys and values (before RocksDB's own flushes and compactions).
+  struct Traffic {
+    uint64_t puts = 0;
+    uint64_t deletes = 0;
+    uint64_t put_bytes = 0;
+  };
+  Traffic traffic() const { return {puts_.load(), deletes_.load(), put_bytes_.load()}; }
+
   // A set of puts and deletes applied atomically by write().
   class Batch {
    public:
     Batch();
     ~Batch();
+    // Stores `stride` floats of `row` (the row's own width's).
     void put(uint32_t shard, uint64_t key, const float* row, uint32_t epoch, int32_t stride);
     void erase(uint32_t shard, uint64_t key);
     std::size_t count() const;
@@ -55,6 +66,7 @@ class DiskTier {
    private:
     friend class DiskTier;
     std::unique_ptr<rocksdb::WriteBatch> batch_;
+    Traffic traffic_;
   };
   Status write(Batch& batch);
 
@@ -74,6 +86,9 @@ class DiskTier {
   std::string path_;
   int32_t stride_;
   rocksdb::DB* db_;  // owned
+  std::atomic<uint64_t> puts_{0};
+  std::atomic<uint64_t> deletes_{0};
+  std::atomic<uint64_t> put_bytes_{0};
 };
 
 }  // namespace gpubox::table

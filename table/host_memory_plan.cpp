@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/error.hpp"
 #include "table/detail/key_index_map.hpp"
 #include "table/detail/row_arena.hpp"
 #include "table/disk_tier.hpp"
@@ -42,36 +43,80 @@ std::size_t index_slots_for(uint64_t rows) {
   return slots;
 }
 
-// Most rows of `row_bytes` (floats and metadata) a shard of `bytes` holds together with the
-// index that keeps them, plus 1/8 more arriving before eviction, under the growth fill. The
-// index's slot count is a power of two: try each and keep the best.
-uint64_t rows_within(uint64_t bytes, std::size_t row_bytes, double* index_bytes_per_key) {
+// Most rows of `row_bytes` (floats and metadata, on average) a shard of `bytes` holds together
+// with the index that keeps them, plus 1/8 more arriving before eviction, under the growth fill.
+// The index's slot count is a power of two: try each and keep the best (*slots).
+uint64_t rows_within(uint64_t bytes, double row_bytes, std::size_t* index_slots) {
   uint64_t best = 0;
   std::size_t best_slots = 16;
   for (std::size_t slots = 16; slots * KeyIndexMap::kSlotBytes <= bytes; slots *= 2) {
     const auto by_fill =
         static_cast<uint64_t>(static_cast<double>(slots) * KeyIndexMap::kMaxLoad * 8 / 9);
-    const uint64_t by_bytes = (bytes - slots * KeyIndexMap::kSlotBytes) / row_bytes;
+    const auto by_bytes = static_cast<uint64_t>(
+        static_cast<double>(bytes - slots * KeyIndexMap::kSlotBytes) / row_bytes);
     const uint64_t rows = std::min(by_fill, by_bytes);
     if (rows > best) {
       best = rows;
       best_slots = slots;
     }
   }
-  best = std::max<uint64_t>(best, 1);
-  *index_bytes_per_key =
-      static_cast<double>(best_slots * KeyIndexMap::kSlotBytes) / static_cast<double>(best);
-  return best;
+  *index_slots = best_slots;
+  return std::max<uint64_t>(best, 1);
 }
+
+double row_floats_bytes(int32_t stride) { return static_cast<double>(sizeof(float) * stride); }
 
 }  // namespace
 
+std::vector<PlannedClass> planned_classes(const AccessorConfig& accessor, uint32_t key_slots) {
+  const WidthClasses widths = width_classes(accessor);
+  std::vector<PlannedClass> classes;
+  for (int32_t c = 0; c < widths.count; ++c) {
+    PlannedClass planned;
+    planned.mf_dim = widths.dims[c];
+    planned.stride =
+        RowLayout::make(accessor.optimizer.kind, widths.dims[c], accessor.storage).stride();
+    classes.push_back(planned);
+  }
+  if (key_slots == 0) {
+    classes.back().share = 1.0;  // the widest
+    return classes;
+  }
+  // Slots 1..key_slots, each one share; the listed ones at their width, the rest at the default.
+  uint32_t listed = 0;
+  for (int32_t i = 0; i < accessor.slot_dims.count; ++i) {
+    const int32_t slot = accessor.slot_dims.slot[i];
+    if (slot < 1 || static_cast<uint32_t>(slot) > key_slots) continue;
+    ++listed;
+    classes[widths.class_of(accessor.slot_dims.dim[i])].share += 1.0 / key_slots;
+  }
+  classes[widths.class_of(accessor.mf_dim)].share +=
+      static_cast<double>(key_slots - listed) / key_slots;
+  return classes;
+}
+
 HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride) {
+  PlannedClass only;
+  only.stride = stride;
+  only.share = 1.0;
+  return plan_host_memory(config, std::vector<PlannedClass>{only});
+}
+
+HostMemoryPlan plan_host_memory(const HostTableConfig& config,
+                                const std::vector<PlannedClass>& classes) {
+  GPUBOX_EXPECTS(!classes.empty(), "host memory plan: no width class");
   HostMemoryPlan plan;
   plan.shards = config.shards;
-  plan.row_bytes = sizeof(float) * static_cast<std::size_t>(stride);
+  plan.classes = classes;
+  int32_t widest = 0;
+  for (const PlannedClass& c : classes) {
+    plan.row_bytes += c.share * row_floats_bytes(c.stride);
+    widest = std::max(widest, c.stride);
+  }
   plan.metadata_bytes = detail::RowArena::kMetadataBytes;
-  plan.disk_bytes_per_key = 12 + sizeof(uint32_t) + plan.row_bytes;  // DiskTier's encoding
+  plan.widest_row_bytes = sizeof(float) * static_cast<std::size_t>(widest) + plan.metadata_bytes;
+  // DiskTier's encoding: a 12-byte key, the epoch, the row at its own width.
+  plan.disk_bytes_per_key = 12 + sizeof(uint32_t) + plan.row_bytes;
   // No budget: the index doubles at the growth fill, so right after it the fill is half that.
   plan.index_bytes_per_key = KeyIndexMap::kSlotBytes / (KeyIndexMap::kMaxLoad / 2);
   plan.rows_per_chunk = detail::RowArena::kMaxRowsPerChunk;
@@ -86,19 +131,26 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride) {
     }
     const uint64_t rows_bytes =
         config.memory_budget_bytes - plan.disk_memory_bytes - plan.write_through_bytes();
-    per_shard = rows_within(rows_bytes / config.shards, plan.row_bytes + plan.metadata_bytes,
-                            &plan.index_bytes_per_key);
+    const uint64_t shard_bytes = rows_bytes / config.shards;
+    per_shard = rows_within(shard_bytes, plan.row_bytes + static_cast<double>(plan.metadata_bytes),
+                            &plan.index_slots);
+    const uint64_t index_bytes = plan.index_slots * KeyIndexMap::kSlotBytes;
+    // At least one row of any class (a tiny budget keeps one row a shard, as the row count).
+    plan.row_bytes_per_shard = std::max<uint64_t>(
+        shard_bytes > index_bytes ? shard_bytes - index_bytes : 0, plan.widest_row_bytes);
   }
   if (config.memory_row_budget > 0) {
     const uint64_t by_rows = std::max<uint64_t>(1, config.memory_row_budget / config.shards);
     if (per_shard == 0 || by_rows < per_shard) {
       per_shard = by_rows;
-      plan.index_bytes_per_key =
-          static_cast<double>(index_slots_for(per_shard) * KeyIndexMap::kSlotBytes) /
-          static_cast<double>(per_shard);
+      plan.index_slots = index_slots_for(per_shard);
     }
   }
   plan.rows_per_shard = per_shard;
+  if (per_shard > 0) {
+    plan.index_bytes_per_key = static_cast<double>(plan.index_slots * KeyIndexMap::kSlotBytes) /
+                               static_cast<double>(per_shard);
+  }
   if (config.memory_budget_bytes == 0 && per_shard > 0 && config.write_through) {
     // A row budget: room for a quarter of a shard's rows, on top of the rows.
     plan.write_through_slots = 16;
@@ -132,7 +184,20 @@ std::string HostMemoryPlan::to_string() const {
   }
   out << "; per key in memory " << memory_bytes_per_key() << " bytes (row " << row_bytes
       << ", epoch " << metadata_bytes << ", index " << index_bytes_per_key << "), on disk "
-      << disk_bytes_per_key << " bytes before RocksDB's own overhead";
+      << static_cast<uint64_t>(disk_bytes_per_key + 0.5) << " bytes before RocksDB's own overhead";
+  if (index_slots > 0) {
+    out << "; index " << index_slots << " slots a shard ("
+        << static_cast<double>(index_slots * KeyIndexMap::kSlotBytes * shards) / (1 << 20)
+        << " MiB), reserved at start, never grows";
+  }
+  if (classes.size() > 1) {
+    out << "; rows planned as";
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+      out << (c == 0 ? " " : ", ") << classes[c].share * 100 << "% of width " << classes[c].mf_dim;
+    }
+    out << ", at most " << static_cast<double>(row_bytes_per_shard) / (1 << 20)
+        << " MiB of rows a shard whatever the mix";
+  }
   return out.str();
 }
 

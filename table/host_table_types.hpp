@@ -24,6 +24,10 @@ using config::kSaveFormNames;
 struct HostTableConfig {
   // Key shards (host_shard(key, shards)); each has its own lock and its own part-<shard> file.
   uint32_t shards = 64;
+  // Sparse slots the keys come from (hyper_parameters.sparse_inputs_slots less the label): the
+  // memory plan's assumed mix of width classes (planned_classes). 0: unknown, planned at the
+  // widest class.
+  uint32_t key_slots = 0;
   // Threads for bulk calls and save/load; 0 = OpenMP's default. Small batches run inline.
   int threads = 0;
   // Form of the part files save() writes; load() reads either (the MANIFEST says which).
@@ -39,9 +43,9 @@ struct HostTableConfig {
   // by shrink): rows a pass will likely see again stay in memory.
   uint64_t memory_row_budget = 0;
   // Bytes the rows and their index may take (0 = no limit; needs the disk tier): turned into a
-  // row budget per shard by plan_host_memory (table/host_memory_plan.hpp), which counts each
-  // row's floats and epoch and the hash index at its planned fill. With memory_row_budget too,
-  // the smaller budget wins.
+  // row budget and a row-bytes limit per shard by plan_host_memory (table/host_memory_plan.hpp),
+  // which counts each row's floats (at each width class's stride) and epoch and the hash index,
+  // reserved at its planned size. With memory_row_budget too, the smaller budget wins.
   uint64_t memory_budget_bytes = 0;
   // shrink() moves rows unseen for at least this many days to disk (0 = never; needs the disk
   // tier).

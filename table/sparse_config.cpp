@@ -1,5 +1,6 @@
 #include "table/sparse_config.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,9 @@ HostTierConfig host_tier_config_from(const config::ConfigDocument& doc) {
   const std::string r = "runner.";
   HostTierConfig c;
   c.table.shards = doc.get_int<uint32_t>(r + "host_table_shards");
+  // The memory plan's mix of width classes: one share a slot (the label is no key slot).
+  c.table.key_slots = static_cast<uint32_t>(
+      std::max(0, doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots") - 1));
   c.table.save_form = doc.get_enum(r + "save_form", kSaveFormNames);
   c.table.rocksdb_path = doc.get_string(r + "rocksdb_path");
   c.table.memory_row_budget =

@@ -23,30 +23,30 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   if (config.cold_after_days > 0 && !disk) {
     return Status::InvalidArgument("cold_after_days needs a disk tier (rocksdb_path)");
   }
+  const HostMemoryPlan plan =
+      plan_host_memory(config, planned_classes(optimizer, config.key_slots));
   std::unique_ptr<DiskTier> disk_tier;
   if (disk) {
-    const int32_t stride = record_layout(optimizer).stride();
-    auto opened = DiskTier::open(config.rocksdb_path, stride,
-                                 plan_host_memory(config, stride).disk_memory_bytes);
+    auto opened = DiskTier::open(config.rocksdb_path, record_layout(optimizer).stride(),
+                                 plan.disk_memory_bytes);
     if (!opened.ok()) return opened.status();
     disk_tier = std::move(opened).value();
   }
-  return std::unique_ptr<SparseTable>(new SparseTable(optimizer, config, std::move(disk_tier)));
+  return std::unique_ptr<SparseTable>(
+      new SparseTable(optimizer, config, plan, std::move(disk_tier)));
 }
 
 SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
-                         std::unique_ptr<DiskTier> disk)
+                         const HostMemoryPlan& plan, std::unique_ptr<DiskTier> disk)
     : optimizer_(optimizer),
       config_(config),
       layout_(record_layout(optimizer)),
       env_(config.env != nullptr ? config.env : io::FileEnv::posix()),
       disk_(std::move(disk)) {
-  const HostMemoryPlan plan = plan_host_memory(config, layout_.stride());
   shards_.reserve(config.shards);
   for (uint32_t s = 0; s < config.shards; ++s) {
-    shards_.push_back(std::make_unique<detail::SparseShard>(
-        s, layout_, optimizer_, disk_.get(), plan.rows_per_shard, plan.rows_per_chunk,
-        plan.write_through_keys_per_shard, &epochs_));
+    shards_.push_back(
+        std::make_unique<detail::SparseShard>(s, layout_, optimizer_, disk_.get(), plan, &epochs_));
   }
   GPUBOX_LOG(INFO) << plan.to_string();
 }
@@ -169,7 +169,9 @@ SparseTable::DiskTraffic SparseTable::disk_traffic() {
     total.rows_evicted += s.rows_evicted;
     total.rows_read_back += s.rows_read_back;
     total.rows_written_through += s.rows_written_through;
+    total.rows_evicted_clean += s.rows_evicted_clean;
   }
+  if (disk_ != nullptr) total.disk = disk_->traffic();
   return total;
 }
 

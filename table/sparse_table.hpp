@@ -28,6 +28,7 @@
 
 #include "table/detail/sparse_shard.hpp"
 #include "table/disk_tier.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
 #include "table/io/file_env.hpp"
@@ -78,6 +79,8 @@ class SparseTable final : public HostTier {
     uint64_t rows_evicted = 0;          // memory -> disk (the budget, shrink's cold rows)
     uint64_t rows_read_back = 0;        // disk -> memory (pull, push, load, erase of a disk row)
     uint64_t rows_written_through = 0;  // pushed over their disk copy, not read back
+    uint64_t rows_evicted_clean = 0;    // of rows_evicted: unchanged since read back, not written
+    DiskTier::Traffic disk;             // puts, deletes and bytes put into RocksDB
   };
   DiskTraffic disk_traffic();
   // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must
@@ -89,7 +92,7 @@ class SparseTable final : public HostTier {
   // width differs.
   Status check_slot_dims(const io::Manifest& manifest, const std::string& where) const;
   SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
-              std::unique_ptr<DiskTier> disk);
+              const HostMemoryPlan& plan, std::unique_ptr<DiskTier> disk);
   // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs
   // more than it saves, and much more on an oversubscribed machine.
   static constexpr std::size_t kParallelKeys = 4096;

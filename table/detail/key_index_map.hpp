@@ -68,6 +68,15 @@ class KeyIndexMap {
     return value;
   }
 
+  // Grows the map to at least `slots` slots (rounded up to a power of two) now, so that it holds
+  // slots * kMaxLoad keys without growing again (a growth briefly holds the old and the new
+  // slots). clear() gives the memory back.
+  void reserve(std::size_t slots) {
+    std::size_t capacity = slots_.size();
+    while (capacity < slots) capacity *= 2;
+    if (capacity > slots_.size()) rehash(capacity);
+  }
+
   void clear() {
     slots_.assign(16, Slot{});
     mask_ = 15;

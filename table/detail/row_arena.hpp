@@ -2,8 +2,8 @@
 // in chunks of rows_per_chunk (a power of two, kMaxRowsPerChunk unless a small memory budget
 // asks for less, so that the last chunk's unused rows stay small beside it), and never move when
 // the arena grows (an index stays valid until the row is released). The per-row modification epoch
-// and pin flag sit in a parallel array (the pin in the epoch word's top bit: epochs count saves
-// and stay below 2^31); the key does not (the shard's KeyIndexMap holds it: 8 bytes a row
+// and three flags sit in a parallel array (the flags in the epoch word's top bits: epochs count
+// saves and stay below 2^29); the key does not (the shard's KeyIndexMap holds it: 8 bytes a row
 // saved). Released indices are reused. Not thread-safe: the owning shard's mutex guards it.
 #pragma once
 
@@ -32,9 +32,14 @@ class RowArena {
     return chunks_.size() * rows_per_chunk() * (stride_ * sizeof(float) + kMetadataBytes) +
            free_.capacity() * sizeof(uint32_t);
   }
-  // Bytes a row carries besides its floats (the modification epoch and the pin flag).
+  // Bytes a row carries besides its floats (the modification epoch and the flags).
   static constexpr std::size_t kMetadataBytes = sizeof(uint32_t);
   static constexpr uint32_t kPinBit = uint32_t{1} << 31;
+  // The disk tier holds a copy of the row (it was read back from there and kept) ...
+  static constexpr uint32_t kDiskCopyBit = uint32_t{1} << 30;
+  // ... equal to it, epoch included: set by set_disk_copy, cleared by set_epoch (a change).
+  static constexpr uint32_t kDiskCleanBit = uint32_t{1} << 29;
+  static constexpr uint32_t kFlagBits = kPinBit | kDiskCopyBit | kDiskCleanBit;
 
   uint32_t rows_per_chunk() const { return uint32_t{1} << chunk_shift_; }
   float* row(uint32_t index) {
@@ -46,15 +51,24 @@ class RowArena {
            std::size_t(index & (rows_per_chunk() - 1)) * stride_;
   }
   void prefetch(uint32_t index) const { __builtin_prefetch(row(index)); }
-  uint32_t epoch(uint32_t index) const { return epochs_[index] & ~kPinBit; }
+  uint32_t epoch(uint32_t index) const { return epochs_[index] & ~kFlagBits; }
+  // The row changed at `epoch`: a disk copy it has is stale from now on (kDiskCleanBit cleared).
   void set_epoch(uint32_t index, uint32_t epoch) {
-    epochs_[index] = (epochs_[index] & kPinBit) | checked(epoch);
+    epochs_[index] = (epochs_[index] & (kPinBit | kDiskCopyBit)) | checked(epoch);
   }
   // A pinned row belongs to a pass in flight (pulled, not yet written back); eviction takes
   // unpinned rows first.
   bool pinned(uint32_t index) const { return (epochs_[index] & kPinBit) != 0; }
   void set_pinned(uint32_t index, bool pin) {
     epochs_[index] = pin ? epochs_[index] | kPinBit : epochs_[index] & ~kPinBit;
+  }
+  // Whether the disk tier holds a copy of the row, and whether that copy is current (the row has
+  // not changed since set_disk_copy). A new row has none.
+  bool disk_copy(uint32_t index) const { return (epochs_[index] & kDiskCopyBit) != 0; }
+  bool disk_copy_clean(uint32_t index) const { return (epochs_[index] & kDiskCleanBit) != 0; }
+  // The row was just read from the disk tier, which keeps its copy: clean (`clean`) or not.
+  void set_disk_copy(uint32_t index, bool clean) {
+    epochs_[index] = (epochs_[index] & ~kDiskCleanBit) | kDiskCopyBit | (clean ? kDiskCleanBit : 0);
   }
 
   // A row index (contents unspecified until the caller writes them).
@@ -70,7 +84,7 @@ class RowArena {
       }
       index = static_cast<uint32_t>(allocated_++);
     }
-    epochs_[index] = checked(epoch);  // unpinned
+    epochs_[index] = checked(epoch);  // unpinned, no disk copy
     return index;
   }
 
@@ -96,7 +110,7 @@ class RowArena {
   }
 
   static uint32_t checked(uint32_t epoch) {
-    GPUBOX_EXPECTS((epoch & kPinBit) == 0, "row arena: epoch ", epoch, " needs the pin bit");
+    GPUBOX_EXPECTS((epoch & kFlagBits) == 0, "row arena: epoch ", epoch, " needs a flag bit");
     return epoch;
   }
 
@@ -138,6 +152,18 @@ class RowArenas {
     for (const RowArena& a : arenas_) bytes += a.memory_bytes();
     return bytes;
   }
+  // Floats and metadata of the live rows, each at its class's stride.
+  std::size_t live_row_bytes() const {
+    std::size_t bytes = 0;
+    for (const RowArena& a : arenas_) {
+      bytes += a.live_rows() * (sizeof(float) * a.stride() + RowArena::kMetadataBytes);
+    }
+    return bytes;
+  }
+  // Floats and metadata of the row at `handle`.
+  std::size_t row_bytes(uint32_t handle) const {
+    return sizeof(float) * stride(handle) + RowArena::kMetadataBytes;
+  }
   static uint32_t class_of(uint32_t handle) { return handle >> kClassShift; }
   int32_t stride(uint32_t handle) const { return arenas_[class_of(handle)].stride(); }
   float* row(uint32_t handle) { return arenas_[class_of(handle)].row(handle & kIndexMask); }
@@ -156,6 +182,15 @@ class RowArenas {
   }
   void set_pinned(uint32_t handle, bool pin) {
     arenas_[class_of(handle)].set_pinned(handle & kIndexMask, pin);
+  }
+  bool disk_copy(uint32_t handle) const {
+    return arenas_[class_of(handle)].disk_copy(handle & kIndexMask);
+  }
+  bool disk_copy_clean(uint32_t handle) const {
+    return arenas_[class_of(handle)].disk_copy_clean(handle & kIndexMask);
+  }
+  void set_disk_copy(uint32_t handle, bool clean) {
+    arenas_[class_of(handle)].set_disk_copy(handle & kIndexMask, clean);
   }
   // A row of class `c` (contents unspecified until the caller writes them).
   uint32_t allocate(uint32_t c, uint32_t epoch) {

@@ -30,17 +30,24 @@ std::vector<int32_t> class_strides(const WidthClasses& classes, const AccessorCo
 }  // namespace
 
 SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg,
-                         DiskTier* disk, uint64_t memory_limit, uint32_t rows_per_chunk,
-                         uint64_t write_through_limit, TableEpochs* epochs)
+                         DiskTier* disk, const HostMemoryPlan& plan, TableEpochs* epochs)
     : id_(id),
       layout_(layout),
       cfg_(cfg),
       disk_(disk),
-      memory_limit_(memory_limit),
+      memory_limit_(plan.rows_per_shard),
+      byte_limit_(plan.row_bytes_per_shard),
       epochs_(epochs),
       classes_(width_classes(cfg)),
-      arena_(class_strides(classes_, cfg), rows_per_chunk),
-      write_through_limit_(disk != nullptr && memory_limit > 0 ? write_through_limit : 0) {}
+      arena_(class_strides(classes_, cfg), plan.rows_per_chunk),
+      widest_row_bytes_(sizeof(float) * record_layout(cfg).stride() + RowArena::kMetadataBytes),
+      write_through_limit_(
+          disk != nullptr && plan.rows_per_shard > 0 ? plan.write_through_keys_per_shard : 0) {
+  if (disk_ == nullptr || memory_limit_ == 0) return;
+  // Planned in full: neither map grows (and briefly holds 1.5 times its new size) later.
+  index_.reserve(plan.index_slots);
+  if (write_through_limit_ > 0) write_through_.reserve(plan.write_through_slots);
+}
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch, uint32_t width_class) {
   const uint32_t index = arena_.allocate(width_class, epoch);
@@ -73,17 +80,37 @@ uint32_t SparseShard::store_row(uint64_t key, uint32_t index, uint32_t width_cla
   if (RowArenas::class_of(index) != width_class) {
     const uint32_t epoch = arena_.epoch(index);
     const bool pinned = arena_.pinned(index);
+    const bool disk_copy = arena_.disk_copy(index);
     remove_row(key, index);
     index = insert_row(key, epoch, width_class);
     arena_.set_pinned(index, pinned);
+    if (disk_copy) {
+      arena_.set_disk_copy(index, /*clean=*/false);
+      ++disk_copies_;
+    }
   }
   std::memcpy(arena_.row(index), row, sizeof(float) * arena_.stride(index));
   return index;
 }
 
 void SparseShard::remove_row(uint64_t key, uint32_t index) {
+  if (arena_.disk_copy(index)) --disk_copies_;
   index_.erase(key);
   arena_.release(index);
+}
+
+Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows) {
+  DiskTier::Batch batch;
+  for (const auto& [key, index] : rows) {
+    if (arena_.disk_copy(index)) batch.erase(id_, key);
+    if (batch.count() >= kDiskBatchEntries) {
+      GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+      batch.clear();
+    }
+  }
+  if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+  for (const auto& [key, index] : rows) remove_row(key, index);
+  return Status::OK();
 }
 
 void SparseShard::note_deleted(uint64_t key) {
@@ -129,12 +156,7 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
     std::vector<uint32_t> disk_epochs(misses.size());
     GPUBOX_RETURN_IF_ERROR(disk_->multi_get(id_, miss_keys.data(), miss_keys.size(),
                                             disk_rows.data(), disk_epochs.data(), on_disk.data()));
-    // Delete from disk first: if that fails, nothing moved and the rows are still on disk.
-    DiskTier::Batch batch;
-    for (std::size_t i = 0; i < misses.size(); ++i) {
-      if (on_disk[i]) batch.erase(id_, miss_keys[i]);
-    }
-    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    // The disk keeps its copy (a clean row's eviction then writes nothing).
     for (std::size_t i = 0; i < misses.size(); ++i) {
       if (!on_disk[i]) continue;
       const float* row = &disk_rows[i * stride];
@@ -142,8 +164,10 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
       if (!width_class.ok()) return width_class.status();
       const uint32_t index = insert_row(miss_keys[i], disk_epochs[i], *width_class);
       std::memcpy(arena_.row(index), row, sizeof(float) * arena_.stride(index));
+      arena_.set_disk_copy(index, /*clean=*/true);
       if (write_through_.size() > 0) write_through_.erase(miss_keys[i]);
       --rows_on_disk_;
+      ++disk_copies_;
       ++rows_read_back_;
     }
   }
@@ -165,8 +189,10 @@ Status SparseShard::locate(const uint64_t* keys, const int32_t* slots, const uin
 
 std::size_t SparseShard::piece_keys(std::size_t m) const {
   if (disk_ == nullptr || memory_limit_ == 0) return std::max<std::size_t>(m, 1);
-  // Eviction leaves at most 7/8 of the limit; a piece of the other 1/8 keeps memory within it.
-  return static_cast<std::size_t>(std::max<uint64_t>(1, memory_limit_ / 8));
+  // Eviction leaves at most 7/8 of a limit; a piece of the other 1/8 keeps memory within it.
+  uint64_t piece = memory_limit_ / 8;
+  if (byte_limit_ > 0) piece = std::min<uint64_t>(piece, byte_limit_ / 8 / widest_row_bytes_);
+  return static_cast<std::size_t>(std::max<uint64_t>(1, piece));
 }
 
 Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
@@ -242,17 +268,28 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
   }
   const int32_t stride = layout_.stride();
   const uint32_t now = epochs_->current.load();
-  std::vector<std::pair<uint64_t, uint32_t>> through;  // (key, position in the batch)
+  struct Through {
+    uint64_t key;
+    uint32_t pos;  // in the batch
+    uint32_t width_class;
+    bool operator<(const Through& o) const { return key != o.key ? key < o.key : pos < o.pos; }
+  };
+  std::vector<Through> through;
   std::size_t kept = 0;
   for (std::size_t j = 0; j < m; ++j) {
     const uint64_t key = keys[pos[j]];
+    if (write_through_.find(key) == kAbsent) {
+      (*rest)[kept++] = pos[j];
+      continue;
+    }
+    // Checked before the key leaves the set: an error leaves the set as it was.
+    StatusOr<uint32_t> width_class =
+        row_class(key, rows + static_cast<std::size_t>(pos[j]) * stride);
+    if (!width_class.ok()) return width_class.status();
     // The first push of the key in this call takes it out of the set; a repeat of it later in
     // the call reads that row back and overwrites it in memory, so the last push still wins.
-    if (write_through_.erase(key) != kAbsent) {
-      through.emplace_back(key, pos[j]);
-    } else {
-      (*rest)[kept++] = pos[j];
-    }
+    write_through_.erase(key);
+    through.push_back({key, pos[j], *width_class});
   }
   rest->resize(kept);
   if (through.empty()) return Status::OK();
@@ -262,10 +299,12 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
     const std::size_t end = std::min(through.size(), begin + kDiskBatchEntries);
     DiskTier::Batch batch;
     for (std::size_t i = begin; i < end; ++i) {
-      std::memcpy(row.data(), rows + static_cast<std::size_t>(through[i].second) * stride,
-                  sizeof(float) * stride);
+      // The row at its own width, as eviction writes it (the record's padding stays off disk).
+      const int32_t own = arena_.arena(through[i].width_class).stride();
+      std::memcpy(row.data(), rows + static_cast<std::size_t>(through[i].pos) * stride,
+                  sizeof(float) * own);
       row[RowLayout::kUnseenDays] = 0.0f;
-      batch.put(id_, through[i].first, row.data(), now, stride);
+      batch.put(id_, through[i].key, row.data(), now, own);
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     rows_written_through_ += end - begin;
@@ -285,16 +324,19 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
     const uint32_t* piece_pos = rest.data();
     const std::size_t n = rest.size();
     GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
-    GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/true, &idx, nullptr));
+    // Rows on disk come back; a new key is created below, at the pushed row's width.
+    GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/false, &idx, nullptr));
+    const uint32_t now = epochs_->current.load();
+    bool moved = false;  // a row changed class in this piece: earlier handles may be stale
     for (std::size_t j = 0; j < n; ++j) {
       const uint64_t key = keys[piece_pos[j]];
       const float* pushed = rows + piece_pos[j] * stride;
       StatusOr<uint32_t> width_class = row_class(key, pushed);
       if (!width_class.ok()) return width_class.status();
-      // A new key was created above at slot 0's width: store_row moves it to the pushed one's
-      // (a repeat of the key then finds the moved row).
-      const uint32_t index =
-          RowArenas::class_of(idx[j]) == *width_class ? idx[j] : index_.find(key);
+      // A repeat of a key finds the row its first occurrence created or moved.
+      uint32_t index = idx[j] == kAbsent || moved ? index_.find(key) : idx[j];
+      if (index == kAbsent) index = insert_row(key, now, *width_class);
+      moved = moved || RowArenas::class_of(index) != *width_class;
       idx[j] = store_row(key, index, *width_class, pushed);
       float* row = arena_.row(idx[j]);
       row[RowLayout::kUnseenDays] = 0.0f;
@@ -309,13 +351,14 @@ Status SparseShard::erase(const uint64_t* keys, const uint32_t* pos, std::size_t
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint32_t> idx;
   GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos, m, /*create=*/false, &idx, nullptr));
+  std::vector<std::pair<uint64_t, uint32_t>> found;  // (key, handle), each key once
   for (std::size_t j = 0; j < m; ++j) {
-    const uint64_t key = keys[pos[j]];
-    // A key repeated in the batch is removed by its first occurrence.
-    if (idx[j] == kAbsent || index_.find(key) != idx[j]) continue;
-    remove_row(key, idx[j]);
-    note_deleted(key);
+    if (idx[j] != kAbsent) found.emplace_back(keys[pos[j]], idx[j]);
   }
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  GPUBOX_RETURN_IF_ERROR(delete_rows(found));
+  for (const auto& entry : found) note_deleted(entry.first);
   return Status::OK();
 }
 
@@ -341,6 +384,8 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     std::vector<uint64_t> deleted_keys;
     std::vector<float> row(stride);
     GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
+      // A copy of a memory row: the memory row is aged below, and its copy goes stale.
+      if (index_.find(key) != kAbsent) return;
       std::memcpy(row.data(), r, sizeof(float) * stride);
       if (age_row(row.data())) {
         batch.erase(id_, key);
@@ -369,13 +414,11 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
   std::vector<std::pair<uint64_t, uint32_t>> entries;
   entries.reserve(index_.size());
   index_.for_each([&](uint64_t key, uint32_t index) { entries.emplace_back(key, index); });
-  std::vector<std::pair<uint64_t, uint32_t>> cold;
+  std::vector<std::pair<uint64_t, uint32_t>> cold, dead;
   for (const auto& [key, index] : entries) {
     float* row = arena_.row(index);
     if (age_row(row)) {
-      remove_row(key, index);
-      note_deleted(key);
-      ++deleted;
+      dead.emplace_back(key, index);
       continue;
     }
     mark(index);
@@ -384,6 +427,10 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
       cold.emplace_back(key, index);
     }
   }
+  std::sort(dead.begin(), dead.end());
+  GPUBOX_RETURN_IF_ERROR(delete_rows(dead));
+  for (const auto& entry : dead) note_deleted(entry.first);
+  deleted += dead.size();
   std::sort(cold.begin(), cold.end());  // key order, as eviction writes
   for (std::size_t begin = 0; begin < cold.size(); begin += kDiskBatchEntries) {
     const std::size_t end = std::min(cold.size(), begin + kDiskBatchEntries);
@@ -402,21 +449,32 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
 
 std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
                                      std::size_t m) const {
-  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() + m <= memory_limit_) return m;
+  if (disk_ == nullptr || memory_limit_ == 0) return m;
+  if (index_.size() + m <= memory_limit_ &&
+      (byte_limit_ == 0 || arena_.live_row_bytes() + m * widest_row_bytes_ <= byte_limit_)) {
+    return m;
+  }
   std::size_t absent = 0;
   for (std::size_t j = 0; j < m; ++j) absent += index_.find(keys[pos[j]]) == kAbsent ? 1 : 0;
   return absent;
 }
 
 Status SparseShard::enforce_memory_limit(std::size_t incoming) {
-  if (disk_ == nullptr || memory_limit_ == 0 || index_.size() + incoming <= memory_limit_) {
+  if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
+  const uint64_t bytes = arena_.live_row_bytes();
+  const uint64_t incoming_bytes = static_cast<uint64_t>(incoming) * widest_row_bytes_;
+  if (index_.size() + incoming <= memory_limit_ &&
+      (byte_limit_ == 0 || bytes + incoming_bytes <= byte_limit_)) {
     return Status::OK();
   }
-  // Evict a little below the limit so that the next pulls do not each evict a handful of rows.
-  const uint64_t target =
-      std::min<uint64_t>(memory_limit_ - memory_limit_ / 8,
-                         memory_limit_ - std::min<uint64_t>(incoming, memory_limit_));
-  const std::size_t victims = index_.size() - target;
+  // Evict a little below the limits so that the next pulls do not each evict a handful of rows.
+  const auto target = [](uint64_t limit, uint64_t incoming) {
+    return std::min<uint64_t>(limit - limit / 8, limit - std::min<uint64_t>(incoming, limit));
+  };
+  const uint64_t target_rows = target(memory_limit_, incoming);
+  const uint64_t target_bytes = byte_limit_ == 0 ? bytes : target(byte_limit_, incoming_bytes);
+  const std::size_t victims_by_rows = index_.size() > target_rows ? index_.size() - target_rows : 0;
+  const uint64_t excess_bytes = bytes > target_bytes ? bytes - target_bytes : 0;
   // Rows outside the passes in flight first (a pinned row evicted now is read back when its pass
   // writes it back), then coldest first: lowest score, then longest unseen.
   struct Candidate {
@@ -437,7 +495,23 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
     scored.push_back(
         {arena_.pinned(index), row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
   });
+  // The rows' count, then as many more as the bytes need: each row frees at most the widest
+  // row's bytes, so a step of excess / widest rows never overshoots the bytes by a row's worth.
+  const auto rows_for = [&](uint64_t excess) {
+    return static_cast<std::size_t>((excess + widest_row_bytes_ - 1) / widest_row_bytes_);
+  };
+  std::size_t victims = std::min(scored.size(), std::max(victims_by_rows, rows_for(excess_bytes)));
   std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
+  uint64_t freed = 0;
+  for (std::size_t i = 0; i < victims; ++i) freed += arena_.row_bytes(scored[i].index);
+  while (freed < excess_bytes && victims < scored.size()) {
+    const std::size_t more = std::min(scored.size() - victims, rows_for(excess_bytes - freed));
+    std::nth_element(scored.begin() + victims, scored.begin() + victims + more, scored.end());
+    for (std::size_t i = victims; i < victims + more; ++i) {
+      freed += arena_.row_bytes(scored[i].index);
+    }
+    victims += more;
+  }
   // Written in key order: RocksDB's memtable inserts walk forward, and its files come out with
   // fewer overlaps to compact.
   std::sort(scored.begin(), scored.begin() + victims,
@@ -447,9 +521,12 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
     DiskTier::Batch batch;
     for (std::size_t i = begin; i < end; ++i) {
       const uint32_t index = scored[i].index;
+      // A clean copy on disk is the row already: nothing to write.
+      if (arena_.disk_copy_clean(index)) continue;
       batch.put(id_, scored[i].key, arena_.row(index), arena_.epoch(index), arena_.stride(index));
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    rows_evicted_clean_ += (end - begin) - batch.count();
     for (std::size_t i = begin; i < end; ++i) {
       remove_row(scored[i].key, scored[i].index);
       if (scored[i].pinned && write_through_.size() < write_through_limit_) {
@@ -470,6 +547,10 @@ ShardStats SparseShard::stats() {
   s.rows_evicted = rows_evicted_;
   s.rows_read_back = rows_read_back_;
   s.rows_written_through = rows_written_through_;
+  s.rows_evicted_clean = rows_evicted_clean_;
+  s.disk_copies = disk_copies_;
+  s.index_slots = index_.capacity();
+  s.write_through_slots = write_through_.capacity();
   s.memory_bytes = arena_.memory_bytes() + index_.memory_bytes() +
                    deleted_.capacity() * sizeof(deleted_[0]) + write_through_.memory_bytes();
   return s;
@@ -491,7 +572,12 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
   };
   index_.for_each(
       [&](uint64_t key, uint32_t index) { emit(key, arena_.row(index), arena_.epoch(index)); });
-  if (disk_ != nullptr && rows_on_disk_ > 0) GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, emit));
+  if (disk_ != nullptr && rows_on_disk_ > 0) {
+    // Disk copies of memory rows were emitted from memory.
+    GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t epoch) {
+      if (index_.find(key) == kAbsent) emit(key, row, epoch);
+    }));
+  }
   if (delta) {
     for (const auto& [key, epoch] : deleted_) {
       if (epoch <= saved_through) continue;
@@ -516,6 +602,7 @@ Status SparseShard::clear() {
   deleted_.clear();
   deleted_.shrink_to_fit();
   write_through_.clear();
+  disk_copies_ = 0;
   if (disk_ != nullptr) GPUBOX_RETURN_IF_ERROR(disk_->clear_shard(id_));
   rows_on_disk_ = 0;
   return Status::OK();
@@ -570,18 +657,22 @@ Status SparseShard::load_deletions(const uint64_t* keys, std::size_t n) {
   const std::vector<uint32_t> pos = identity(n);
   std::vector<uint32_t> idx;
   GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos.data(), n, /*create=*/false, &idx, nullptr));
+  std::vector<std::pair<uint64_t, uint32_t>> found;  // (key, handle), each key once
   for (std::size_t j = 0; j < n; ++j) {
-    const uint32_t index = index_.find(keys[j]);
-    if (index != kAbsent) remove_row(keys[j], index);
+    if (idx[j] != kAbsent) found.emplace_back(keys[j], idx[j]);
   }
-  return Status::OK();
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  return delete_rows(found);
 }
 
 Status SparseShard::for_each_row(const std::function<void(uint64_t, const float*)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
   index_.for_each([&](uint64_t key, uint32_t index) { fn(key, arena_.row(index)); });
   if (disk_ == nullptr || rows_on_disk_ == 0) return Status::OK();
-  return disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t) { fn(key, row); });
+  return disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t) {
+    if (index_.find(key) == kAbsent) fn(key, row);  // a memory row's copy was seen above
+  });
 }
 
 }  // namespace gpubox::table::detail

@@ -1,6 +1,9 @@
 // One shard of the host tier: a key -> row index map over chunked row storage in memory, with
 // its slice of the disk tier underneath. Every method takes the shard's mutex for its whole
-// run, so a shard is thread-safe and its rows are always in exactly one place (memory or disk).
+// run, so a shard is thread-safe. A row is in memory or on disk; a row read back from disk keeps
+// its disk copy, marked clean until the memory row changes (RowArena::set_epoch), so that
+// evicting it unchanged writes nothing. Memory wins: a disk copy of a memory row is never read
+// (lookups try memory first, scans skip keys in memory), and eviction writes a changed row over it.
 // Bulk methods get the caller's whole arrays plus `pos`, the positions of the keys this shard
 // owns (SparseTable groups a batch by host_shard and runs shards in parallel).
 #pragma once
@@ -18,6 +21,7 @@
 #include "table/detail/key_index_map.hpp"
 #include "table/detail/row_arena.hpp"
 #include "table/disk_tier.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/host_tier.hpp"
 #include "table/row_codec.hpp"
 
@@ -39,6 +43,10 @@ struct ShardStats {
   uint64_t rows_evicted = 0;          // moved memory -> disk since the shard began (budget, shrink)
   uint64_t rows_read_back = 0;        // moved disk -> memory since the shard began
   uint64_t rows_written_through = 0;  // pushed straight over their disk copy since it began
+  uint64_t rows_evicted_clean = 0;    // of rows_evicted: unchanged since read back, not written
+  uint64_t disk_copies = 0;           // rows in memory whose disk copy is kept (clean or stale)
+  uint64_t index_slots = 0;           // of the key index
+  uint64_t write_through_slots = 0;   // of the write-through set
 };
 
 // One shard's contribution to a save.
@@ -51,13 +59,14 @@ struct ShardSnapshot {
 
 class SparseShard {
  public:
-  // `disk` may be null (no disk tier). `memory_limit` = rows kept in memory at most (0: none);
-  // rows are stored in chunks of `rows_per_chunk` (a power of two, RowArena). Eviction remembers
-  // up to `write_through_limit` keys of pinned rows it sends to disk (0: none), in a map that
-  // stays within HostMemoryPlan::write_through_slots.
+  // `disk` may be null (no disk tier). From `plan`: rows_per_shard = rows kept in memory at most
+  // and row_bytes_per_shard = their floats and epochs at most (0: no limit; with a disk tier);
+  // rows are stored in chunks of rows_per_chunk (a power of two, RowArena); the index is
+  // reserved at index_slots (never grows under a budget). Eviction remembers up to
+  // write_through_keys_per_shard keys of pinned rows it sends to disk (0: none), in a map
+  // reserved at write_through_slots.
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
-              uint64_t memory_limit, uint32_t rows_per_chunk, uint64_t write_through_limit,
-              TableEpochs* epochs);
+              const HostMemoryPlan& plan, TableEpochs* epochs);
 
   // pull pins the rows it returns and push unpins the rows it writes: a pinned row is part of a
   // pass in flight (on a card, to be written back at end_pass), and eviction takes it only when
@@ -105,19 +114,24 @@ class SparseShard {
   // Copies `row` (own layout) over the stored row of `key` at handle `index`, moving it to the
   // right width class first when it is in another; returns the (possibly new) handle.
   uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row);
+  // Drops the memory row (its disk copy, if any, stays: eviction's case).
   void remove_row(uint64_t key, uint32_t index);
+  // Deletes rows (key, handle) from memory and their disk copies from disk (disk first: when that
+  // fails, nothing changed).
+  Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows);
   void note_deleted(uint64_t key);
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
-  // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limit that
-  // eviction frees (at least 1), so that a piece fits after enforce_memory_limit(piece).
+  // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limits
+  // (rows, and bytes at the widest row) that eviction frees (at least 1), so that a piece fits
+  // after enforce_memory_limit(piece).
   std::size_t piece_keys(std::size_t m) const;
   // How many of keys[pos[0..m)] are not in memory (a repeated key counts each time): what a
   // locate of them may add. m itself when that cannot reach the limit. Requires mu_.
   std::size_t absent_keys(const uint64_t* keys, const uint32_t* pos, std::size_t m) const;
-  // Before `incoming` keys are located: when they could take memory over the limit, moves rows
-  // to disk, unpinned before pinned and lowest score first (then longest unseen), until at most
-  // min(7/8 of the limit, limit - incoming) stay.
-  // Requires mu_.
+  // Before `incoming` keys are located: when they could take memory over a limit (rows, or row
+  // bytes with each incoming row at the widest class's), moves rows to disk, unpinned before
+  // pinned and lowest score first (then longest unseen), until at most min(7/8 of the limit,
+  // limit - incoming) stay, for rows and for bytes. Requires mu_.
   Status enforce_memory_limit(std::size_t incoming);
   // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
   // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
@@ -131,17 +145,21 @@ class SparseShard {
   const RowLayout layout_;  // the records' (widest class's); rows are stored at their own width
   const AccessorConfig& cfg_;
   DiskTier* const disk_;
-  const uint64_t memory_limit_;
+  const uint64_t memory_limit_;  // rows
+  const uint64_t byte_limit_;    // floats and epochs of the rows (0: none)
   TableEpochs* const epochs_;
   const WidthClasses classes_;
 
   std::mutex mu_;
   KeyIndexMap index_;  // key -> RowArenas handle
   RowArenas arena_;
+  const std::size_t widest_row_bytes_;  // floats and epoch of a row of the widest class
   uint64_t rows_on_disk_ = 0;
   uint64_t rows_evicted_ = 0;
   uint64_t rows_read_back_ = 0;
   uint64_t rows_written_through_ = 0;
+  uint64_t rows_evicted_clean_ = 0;
+  uint64_t disk_copies_ = 0;  // memory rows with a disk copy (RowArena::disk_copy)
   std::vector<std::pair<uint64_t, uint32_t>> deleted_;  // (key, epoch)
   // Keys on disk whose rows were pinned when evicted (their pass will push them whole); the
   // value is unused. Invariant: every key here is on disk and not in memory (a read-back,

@@ -5,8 +5,9 @@
 // runner.prefetch_passes 1 does, pass p+1 is pulled (staged) before pass p's trained rows are
 // pushed back (end_pass: every row of the pass, whole rows), so two passes are pinned at once.
 // Reports pull and push rows/s per pass and overall, the rows moved between memory and disk
-// (evicted, read back, written through; --no_write_through turns that off to compare), and the
-// run's CPU seconds; limit: the same pulls and pushes with no budget (all in memory).
+// (evicted, read back, written through; --no_write_through turns that off to compare), RocksDB's
+// puts, deletes and bytes put, and the run's CPU seconds; limit: the same pulls and pushes with
+// no budget (all in memory).
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +55,15 @@ struct PassFigures {
   std::size_t keys = 0;
   double pull_s = 0, push_s = 0;
   uint64_t evicted = 0, read_back = 0, written_through = 0;
+  // RocksDB writes: rows put, keys deleted, bytes put; evicted rows that were clean read-backs
+  // (their disk copy kept, nothing written).
+  uint64_t puts = 0, deletes = 0, put_bytes = 0, evicted_clean = 0;
+  void add_writes(const SparseTable::DiskTraffic& before, const SparseTable::DiskTraffic& after) {
+    puts += after.disk.puts - before.disk.puts;
+    deletes += after.disk.deletes - before.disk.deletes;
+    put_bytes += after.disk.put_bytes - before.disk.put_bytes;
+    evicted_clean += after.rows_evicted_clean - before.rows_evicted_clean;
+  }
 };
 
 // Pulls pass p+1 before pushing pass p (two passes in flight); returns per-pass figures (the
@@ -82,6 +92,7 @@ std::vector<PassFigures> run(const std::vector<std::vector<uint64_t>>& passes,
     const auto after = t->disk_traffic();
     figures[p].evicted += after.rows_evicted - before.rows_evicted;
     figures[p].read_back += after.rows_read_back - before.rows_read_back;
+    figures[p].add_writes(before, after);
   };
   auto push = [&](std::size_t p) {
     const auto& keys = passes[p];
@@ -103,6 +114,7 @@ std::vector<PassFigures> run(const std::vector<std::vector<uint64_t>>& passes,
     figures[p].evicted += after.rows_evicted - before.rows_evicted;
     figures[p].read_back += after.rows_read_back - before.rows_read_back;
     figures[p].written_through += after.rows_written_through - before.rows_written_through;
+    figures[p].add_writes(before, after);
     rows[p].clear();
     rows[p].shrink_to_fit();
   };
@@ -162,6 +174,10 @@ int disk_main(const BenchArgs& args) {
       t.evicted += p.evicted;
       t.read_back += p.read_back;
       t.written_through += p.written_through;
+      t.puts += p.puts;
+      t.deletes += p.deletes;
+      t.put_bytes += p.put_bytes;
+      t.evicted_clean += p.evicted_clean;
     }
     return t;
   };
@@ -174,14 +190,18 @@ int disk_main(const BenchArgs& args) {
         "{\"bench\":\"disk\",\"rows\":%zu,\"budget_rows\":%zu,\"pass_rows\":%zu,\"passes\":%d,"
         "\"keys_pulled\":%zu,\"memory\":{\"pull_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f},"
         "\"disk\":{\"pull_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"evicted\":%llu,"
-        "\"read_back\":%llu,\"written_through\":%llu,\"disk_rows_per_s\":%.0f,\"cpu_s\":%.2f,"
+        "\"read_back\":%llu,\"written_through\":%llu,\"evicted_clean\":%llu,\"puts\":%llu,"
+        "\"deletes\":%llu,\"put_bytes\":%llu,\"disk_rows_per_s\":%.0f,\"cpu_s\":%.2f,"
         "\"wall_s\":%.2f}}\n",
         rows, budget, pass_rows, passes, disk_all.keys, mem_all.keys / mem_all.pull_s,
         mem_all.keys / mem_all.push_s, disk_all.keys / disk_all.pull_s,
         disk_all.keys / disk_all.push_s, static_cast<unsigned long long>(disk_all.evicted),
         static_cast<unsigned long long>(disk_all.read_back),
-        static_cast<unsigned long long>(disk_all.written_through), disk_rows_s, disk_cpu_s,
-        disk_wall_s);
+        static_cast<unsigned long long>(disk_all.written_through),
+        static_cast<unsigned long long>(disk_all.evicted_clean),
+        static_cast<unsigned long long>(disk_all.puts),
+        static_cast<unsigned long long>(disk_all.deletes),
+        static_cast<unsigned long long>(disk_all.put_bytes), disk_rows_s, disk_cpu_s, disk_wall_s);
     return 0;
   }
   std::printf(
@@ -215,6 +235,13 @@ int disk_main(const BenchArgs& args) {
   std::printf("  disk run: %.1f s wall, %.1f CPU s (%.2f cores); %.0f disk rows moved per CPU s\n",
               disk_wall_s, disk_cpu_s, disk_cpu_s / disk_wall_s,
               static_cast<double>(moved) / disk_cpu_s);
+  std::printf(
+      "  RocksDB writes: %llu puts (%.1f MiB), %llu deletes; %llu of the evicted rows were read "
+      "back unchanged and not written again\n",
+      static_cast<unsigned long long>(disk_all.puts),
+      static_cast<double>(disk_all.put_bytes) / (1 << 20),
+      static_cast<unsigned long long>(disk_all.deletes),
+      static_cast<unsigned long long>(disk_all.evicted_clean));
   return 0;
 }
 

@@ -10,7 +10,9 @@
 //  - write-through: a push of a pinned row that eviction sent to disk writes over its disk copy
 //    without reading it; passes in flight over the budget give the same rows with and without it
 //    (an unordered_map oracle), read fewer rows back with it, and the memory the table measures
-//    (its remembered keys included) stays within the plan.
+//    (its remembered keys included) stays within the plan;
+//  - a shard's key index and write-through set are reserved at the plan's sizes when it opens
+//    and never grow.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <unordered_map>
 
 #include "table/detail/key_index_map.hpp"
+#include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
 #include "tests/table/table_test_util.hpp"
 
@@ -219,6 +222,47 @@ TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
   auto stats = table->stats();
   EXPECT_EQ(stats->rows_in_memory + stats->rows_on_disk, kRows);
   EXPECT_GE(stats->rows_in_memory, plan.rows() * 7 / 8 - cfg.shards);
+}
+
+// The key index and the write-through set are sized once, for the plan, when a shard opens: no
+// growth (which briefly holds 1.5 times the new size) happens later, however many rows pass.
+TEST(HostMemoryBudget, TheShardsMapsAreReservedAtOpenAndNeverGrow) {
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 8);
+  HostTableConfig cfg = disk_tier_config(dir, 1);
+  cfg.memory_budget_bytes = 256 << 10;
+  const RowLayout layout = record_layout(opt);
+  const HostMemoryPlan plan = plan_host_memory(cfg, layout.stride());
+  ASSERT_GT(plan.index_slots, 16u);
+  ASSERT_GT(plan.write_through_slots, 16u);
+  auto disk = DiskTier::open(cfg.rocksdb_path, layout.stride(), plan.disk_memory_bytes);
+  ASSERT_TRUE(disk.ok()) << disk.status().to_string();
+  detail::TableEpochs epochs;
+  detail::SparseShard shard(0, layout, opt, disk->get(), plan, &epochs);
+  const auto expect_planned = [&](const char* when) {
+    const detail::ShardStats stats = shard.stats();
+    EXPECT_EQ(stats.index_slots, plan.index_slots) << when;
+    EXPECT_EQ(stats.write_through_slots, plan.write_through_slots) << when;
+    EXPECT_LE(stats.rows_in_memory, plan.rows_per_shard) << when;
+  };
+  expect_planned("at open");
+  // Passes of 3x the row budget: pulled (pinned; eviction fills the write-through set), pushed.
+  std::mt19937_64 rng(57);
+  const std::size_t n = plan.rows_per_shard * 3;
+  std::vector<uint64_t> keys(n);
+  std::vector<uint32_t> pos(n);
+  std::vector<float> rows(n * layout.stride());
+  for (int pass = 0; pass < 3; ++pass) {
+    for (std::size_t i = 0; i < n; ++i) {
+      keys[i] = rng() % (4 * n);
+      pos[i] = static_cast<uint32_t>(i);
+    }
+    ASSERT_TRUE(shard.pull(keys.data(), nullptr, pos.data(), n, rows.data(), nullptr).ok());
+    expect_planned("after a pull");
+    ASSERT_TRUE(shard.push(keys.data(), pos.data(), n, rows.data()).ok());
+    expect_planned("after a push");
+  }
+  EXPECT_GT(shard.stats().rows_written_through, 0u);
 }
 
 // Working-set keys per pass: two passes in flight (one trained, the next staged by the pipeline).

@@ -58,5 +58,21 @@ TEST(KeyIndexMap, ZeroAndMaxKeysAreOrdinaryKeys) {
   EXPECT_EQ(map.find(~uint64_t{0}), 6u);
 }
 
+TEST(KeyIndexMap, ReserveSizesTheMapOnceForItsKeys) {
+  KeyIndexMap map;
+  map.reserve(1000);  // rounded up to 1024
+  ASSERT_EQ(map.capacity(), 1024u);
+  map.reserve(10);  // never shrinks
+  ASSERT_EQ(map.capacity(), 1024u);
+  // Growth fill 0.7: 716 keys fit in 1024 slots, the 717th grows the map.
+  for (uint64_t k = 0; k < 716; ++k)
+    map.insert(k * 0x9e3779b97f4a7c15ULL, static_cast<uint32_t>(k));
+  EXPECT_EQ(map.capacity(), 1024u);
+  map.insert(~uint64_t{0}, 716);
+  EXPECT_EQ(map.capacity(), 2048u);
+  for (uint64_t k = 0; k < 716; ++k) EXPECT_EQ(map.find(k * 0x9e3779b97f4a7c15ULL), k);
+  EXPECT_EQ(map.find(~uint64_t{0}), 716u);
+}
+
 }  // namespace
 }  // namespace gpubox::table::detail

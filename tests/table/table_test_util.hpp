@@ -65,13 +65,14 @@ inline std::unique_ptr<SparseTable> open_table(const AccessorConfig& opt,
 
 using RowMap = std::map<uint64_t, std::vector<float>>;
 
-// Every row of the table, memory and disk.
+// Every row of the table, memory and disk, as records (the row's own floats, then zeros).
 inline RowMap snapshot(SparseTable& table) {
   RowMap rows;
-  const int32_t stride = table.layout().stride();
+  const RowLayout record = table.layout();
   Status st = table.for_each_row([&](uint64_t key, const float* row) {
     EXPECT_EQ(rows.count(key), 0u) << "key " << key << " seen twice (memory and disk?)";
-    rows[key].assign(row, row + stride);
+    rows[key].resize(record.stride());
+    row_into_record(row, record, rows[key].data());
   });
   EXPECT_TRUE(st.ok()) << st.to_string();
   return rows;

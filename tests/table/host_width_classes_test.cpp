@@ -1,0 +1,233 @@
+// The host table with several width classes (hyper_parameters.slot_dims):
+//  - write-through puts each row at its own width, as eviction does (no record padding on disk),
+//    and the rows read back are the ones pushed (an unordered_map oracle);
+//  - a key first seen in a push is created in its row's width class, not slot 0's and then
+//    moved: the table holds what a pull-then-push of the same keys leaves (same rows, same memory);
+//  - the memory plan assumes one share of the rows a key slot, counts each class at its own
+//    stride, and the byte budget holds whatever the real mix (the rows' bytes are limited too).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <unordered_map>
+
+#include "table/host_memory_plan.hpp"
+#include "tests/table/slot_dims_config.hpp"
+#include "tests/table/table_test_util.hpp"
+
+namespace gpubox::table {
+namespace {
+
+using testing::ScratchDir;
+
+constexpr int32_t kNarrowSlot = 1;  // width 4; every other slot has the config's mf_dim, 16
+
+AccessorConfig two_widths() {
+  return with_slot_dims(testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16),
+                        {{kNarrowSlot, 4}});
+}
+
+// A random row of `slot`'s width in a record of `record`'s stride (zeros after the row).
+std::vector<float> record_of_slot(std::mt19937_64& rng, const AccessorConfig& cfg,
+                                  const RowLayout& record, int32_t slot) {
+  const RowLayout own = RowLayout::for_slot(cfg, slot);
+  std::vector<float> row = testing::random_row(rng, own);
+  row[own.slot()] = static_cast<float>(slot);
+  row.resize(record.stride(), 0.0f);
+  return row;
+}
+
+TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
+  ScratchDir dir;
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 2;
+  config.rocksdb_path = dir.sub("rocksdb");
+  config.memory_row_budget = 64;
+  auto table = testing::open_table(cfg, config);
+  const RowLayout record = table->layout();
+  const int32_t narrow_stride = RowLayout::for_slot(cfg, kNarrowSlot).stride();
+  ASSERT_LT(narrow_stride, record.stride());
+  // A pass of 300 narrow keys pulled at once: pinned rows go to disk and are remembered.
+  constexpr std::size_t n = 300;
+  std::vector<uint64_t> keys(n);
+  std::vector<int32_t> slots(n, kNarrowSlot);
+  for (std::size_t i = 0; i < n; ++i) keys[i] = 1000 + 7 * i;
+  std::vector<float> pulled(n * record.stride());
+  ASSERT_TRUE(table->pull(keys.data(), slots.data(), n, pulled.data(), nullptr).ok());
+  // The pass writes them back changed.
+  std::mt19937_64 rng(41);
+  std::vector<float> pushed;
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::vector<float> rec = record_of_slot(rng, cfg, record, kNarrowSlot);
+    pushed.insert(pushed.end(), rec.begin(), rec.end());
+    oracle[keys[i]] = rec;
+  }
+  const SparseTable::DiskTraffic before = table->disk_traffic();
+  ASSERT_TRUE(table->push(keys.data(), n, pushed.data()).ok());
+  const SparseTable::DiskTraffic after = table->disk_traffic();
+  const uint64_t through = after.rows_written_through - before.rows_written_through;
+  EXPECT_GT(through, 0u);
+  // Every row in the table is narrow: every put, written through or evicted, is 12 key bytes, 4
+  // epoch bytes and the narrow row's floats.
+  const uint64_t puts = after.disk.puts - before.disk.puts;
+  EXPECT_GE(puts, through);
+  EXPECT_EQ(after.disk.put_bytes - before.disk.put_bytes,
+            puts * (12 + 4 + sizeof(float) * narrow_stride));
+  // Read back as pushed.
+  std::vector<float> got(n * record.stride());
+  ASSERT_TRUE(table->pull(keys.data(), slots.data(), n, got.data(), nullptr).ok());
+  EXPECT_TRUE(testing::same_bits(got, pushed));
+  const testing::RowMap rows = testing::snapshot(*table);
+  ASSERT_EQ(rows.size(), n);
+  for (const auto& [key, row] : rows) EXPECT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
+}
+
+TEST(HostWidthClasses, AKeyFirstSeenInAPushIsCreatedAtItsRowsWidth) {
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 1;
+  auto pushed_only = testing::open_table(cfg, config);
+  auto pulled_first = testing::open_table(cfg, config);
+  const RowLayout record = pushed_only->layout();
+  std::mt19937_64 rng(43);
+  // Sizes 0, 1, a chunk and past it.
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{1024}, std::size_t{1500}}) {
+    SCOPED_TRACE(n);
+    std::vector<uint64_t> keys(n);
+    std::vector<int32_t> slots(n, kNarrowSlot);
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      keys[i] = (uint64_t{n} << 32) + i;
+      const std::vector<float> rec = record_of_slot(rng, cfg, record, kNarrowSlot);
+      rows.insert(rows.end(), rec.begin(), rec.end());
+    }
+    std::vector<float> scratch(n * record.stride());
+    ASSERT_TRUE(pulled_first->pull(keys.data(), slots.data(), n, scratch.data(), nullptr).ok());
+    ASSERT_TRUE(pulled_first->push(keys.data(), n, rows.data()).ok());
+    ASSERT_TRUE(pushed_only->push(keys.data(), n, rows.data()).ok());
+    EXPECT_TRUE(
+        testing::same_rows(testing::snapshot(*pushed_only), testing::snapshot(*pulled_first)));
+    // No wide row was made for them: the memory is the same, byte for byte.
+    EXPECT_EQ(pushed_only->stats()->memory_bytes, pulled_first->stats()->memory_bytes);
+  }
+}
+
+TEST(HostWidthClasses, ThePlanAssumesOneShareASlot) {
+  const AccessorConfig cfg =
+      with_slot_dims(testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16),
+                     {{1, 4}, {2, 4}, {3, 8}, {40, 4}});
+  const auto stride = [&](int32_t dim) {
+    return RowLayout::make(cfg.optimizer.kind, dim).stride();
+  };
+  // 26 key slots: 1 and 2 at width 4 (40 is no key slot), 3 at 8, the other 23 at 16.
+  std::vector<PlannedClass> classes = planned_classes(cfg, 26);
+  ASSERT_EQ(classes.size(), 3u);
+  EXPECT_EQ(classes[0].mf_dim, 4);
+  EXPECT_EQ(classes[0].stride, stride(4));
+  EXPECT_DOUBLE_EQ(classes[0].share, 2.0 / 26);
+  EXPECT_DOUBLE_EQ(classes[1].share, 1.0 / 26);
+  EXPECT_EQ(classes[2].mf_dim, 16);
+  EXPECT_DOUBLE_EQ(classes[2].share, 23.0 / 26);
+  // Unknown: all at the widest.
+  classes = planned_classes(cfg, 0);
+  EXPECT_EQ(classes[0].share, 0.0);
+  EXPECT_EQ(classes[1].share, 0.0);
+  EXPECT_EQ(classes[2].share, 1.0);
+  // One slot, listed: all at its width.
+  classes = planned_classes(cfg, 1);
+  EXPECT_EQ(classes[0].share, 1.0);
+  EXPECT_EQ(classes[2].share, 0.0);
+}
+
+TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
+  const AccessorConfig cfg = with_slot_dims(
+      testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
+  const int32_t widest = record_layout(cfg).stride();
+  for (const uint64_t kib : {64, 1024, 65536}) {
+    for (const uint32_t shards : {1u, 7u}) {
+      SCOPED_TRACE(::testing::Message() << kib << " KiB, " << shards << " shards");
+      HostTableConfig config;
+      config.shards = shards;
+      config.memory_budget_bytes = kib << 10;
+      const HostMemoryPlan at_widest = plan_host_memory(config, widest);
+      const HostMemoryPlan mixed = plan_host_memory(config, planned_classes(cfg, 4));
+      // Three slots of four are narrow: more rows fit than at the widest stride.
+      EXPECT_GT(mixed.rows_per_shard, at_widest.rows_per_shard);
+      EXPECT_LT(mixed.row_bytes, at_widest.row_bytes);
+      EXPECT_LT(mixed.memory_bytes_per_key(), at_widest.memory_bytes_per_key());
+      // What a shard may hold, rows at their limit in bytes and the index reserved, stays within
+      // its part of the budget (less RocksDB's and the write-through set's).
+      const uint64_t shard_bytes =
+          (config.memory_budget_bytes - mixed.disk_memory_bytes - mixed.write_through_bytes()) /
+          shards;
+      EXPECT_LE(mixed.row_bytes_per_shard + mixed.index_slots * detail::KeyIndexMap::kSlotBytes,
+                shard_bytes);
+      // The index holds the planned rows and a piece more below its growth fill.
+      EXPECT_LE(static_cast<double>(mixed.rows_per_shard) * 9 / 8,
+                static_cast<double>(mixed.index_slots) * detail::KeyIndexMap::kMaxLoad);
+      EXPECT_NE(mixed.to_string().find("75.0% of width 4, 25.0% of width 16"), std::string::npos)
+          << mixed.to_string();
+    }
+  }
+}
+
+// Rows of one width only, pushed through a table planned for a 3:1 mix of narrow and wide: all
+// wide, the byte limit binds and memory stays within the budget; all narrow, the row count binds
+// at more rows than a plan at the widest stride keeps. Both agree with an unordered_map oracle.
+TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
+  const AccessorConfig cfg = with_slot_dims(
+      testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
+  for (const int32_t slot : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "every row of slot " << slot);
+    ScratchDir dir;
+    HostTableConfig config;
+    config.shards = 2;
+    config.threads = 1;
+    config.key_slots = 4;
+    config.rocksdb_path = dir.sub("rocksdb");
+    config.memory_budget_bytes = 1 << 20;
+    auto table = testing::open_table(cfg, config);
+    const RowLayout record = table->layout();
+    const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, config.key_slots));
+    const HostMemoryPlan at_widest = plan_host_memory(config, record.stride());
+    std::mt19937_64 rng(59 + slot);
+    std::unordered_map<uint64_t, std::vector<float>> oracle;
+    constexpr std::size_t kBatch = 1000;
+    std::vector<uint64_t> keys(kBatch);
+    std::vector<float> rows;
+    uint64_t peak_memory = 0;
+    for (int batch = 0; batch < 30; ++batch) {
+      rows.clear();
+      for (std::size_t i = 0; i < kBatch; ++i) {
+        keys[i] = rng();
+        const std::vector<float> rec = record_of_slot(rng, cfg, record, slot);
+        rows.insert(rows.end(), rec.begin(), rec.end());
+        oracle[keys[i]] = rec;
+      }
+      ASSERT_TRUE(table->push(keys.data(), kBatch, rows.data()).ok());
+      const HostTierStats stats = table->stats().value();
+      EXPECT_LE(stats.rows_in_memory, plan.rows());
+      peak_memory = std::max(peak_memory, stats.memory_bytes);
+    }
+    // Rows, epochs, the index and the write-through set as allocated; storage grows by whole
+    // chunks of a class, one a shard at most unused.
+    const uint64_t chunk_slack = config.shards * plan.rows_per_chunk * plan.widest_row_bytes;
+    EXPECT_LE(peak_memory, config.memory_budget_bytes - plan.disk_memory_bytes + chunk_slack);
+    const HostTierStats stats = table->stats().value();
+    if (slot == 1) {
+      EXPECT_GT(stats.rows_in_memory, at_widest.rows());
+    }
+    EXPECT_EQ(stats.rows_in_memory + stats.rows_on_disk, oracle.size());
+    const testing::RowMap got = testing::snapshot(*table);
+    ASSERT_EQ(got.size(), oracle.size());
+    for (const auto& [key, row] : got) {
+      ASSERT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::table
