@@ -15,6 +15,8 @@
 #     Off loopback, GPUBOX_AUTH_TOKEN_FILE must name a token file every machine shares.
 #     FLAGS_selected_gpus (optional): this machine's cards, split over its trainers (a block
 #     each, or one each in turn when there are fewer cards than trainers); unset, none is given.
+#     With TRAINING_ROLE=TRAINER and PADDLE_TRAINER_ID (one trainer a process), that trainer gets
+#     the whole list: give each process its own FLAGS_selected_gpus, as Paddle's launch does.
 # Collective mode (runner.use_fleet without sync_mode; PaddleRec's `fleetrun --gpus=0,1`):
 #   scripts/launch.sh --gpus 0,1 [--worker_num W] [--config C] [-o key=value ...]
 #     no servers; W trainers (default 1) on this machine share the cards (a multiple of W, split

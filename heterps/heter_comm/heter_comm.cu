@@ -315,8 +315,13 @@ class HeterComm::Impl {
     reducer_.reserve(std::max(local_.occurrences(), rows), layout_.push_dim());
     if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(rows));
     if (replicated_) {
+      // The blocks are padded to the step's largest unique count: headroom as above.
+      if (max_unique_ > exchange_max_unique_) exchange_max_unique_ = max_unique_ + max_unique_ / 2;
+      const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
       const std::size_t blocks = static_cast<std::size_t>(total_cards_) * max_unique_;
+      gathered_keys_.resize_discard(room);
       gathered_keys_.resize_discard(blocks);
+      gathered_records_.resize_discard(room * push_dim);
       gathered_records_.resize_discard(blocks * push_dim);
     }
   }
@@ -582,6 +587,7 @@ class HeterComm::Impl {
   // What the exchange buffers are sized for (reserve_exchange): received and unique keys.
   std::size_t exchange_received_ = 0;
   std::size_t exchange_unique_ = 0;
+  std::size_t exchange_max_unique_ = 0;
   device::pinned_buffer<position_t> host_probe_;
 
   HeterCommStats stats_;

@@ -125,6 +125,19 @@ TEST_P(StepAccounting, UnderACardBudgetNoSteadyStepOfAnyPassAllocates) {
   EXPECT_EQ(second.at("pageable_copies_per_step"), 0.0);
 }
 
+// Collective mode (the table on every card) from the first pass on: its all-gathered blocks are
+// padded to the step's largest unique count, which grows during the first pass as the exchange
+// buffers' counts do.
+TEST_P(StepAccounting, CollectiveNoSteadyStepOfAnyPassAllocates) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto [first, second] =
+      both_passes(cards, {"runner.use_fleet=true", "runner.card_memory_mb=40"});
+  ASSERT_TRUE(first.count("steady_steps")) << "the pass report has no step counts";
+  EXPECT_EQ(first.at("allocations_per_step"), 0.0);
+  EXPECT_EQ(second.at("allocations_per_step"), 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cards, StepAccounting, ::testing::Values(1, 2),
                          [](const auto& info) { return std::to_string(info.param) + "cards"; });
 

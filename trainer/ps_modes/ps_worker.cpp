@@ -57,6 +57,8 @@ PsWorker::~PsWorker() {
     st = exchange_->done.get();
   } catch (const std::exception& e) {
     st = Status::Internal(e.what());
+  } catch (...) {  // a destructor must not throw
+    st = Status::Internal("an exception that is not a std::exception");
   }
   if (!st.ok()) {
     GPUBOX_LOG(ERROR) << "training thread of card " << card_.device()
