@@ -57,6 +57,13 @@
 //                     is exact in any state: the early rows are clean copies of the host tier's.
 //                     Off with Replicated placement and with width classes (compact_pool moves
 //                     rows); with several trainers no rows are staged, so there is nothing to do.
+//                     Memory while it runs: on the card, scratch for a chunk (its keys and rows,
+//                     12 bytes each, 16 while listing 8 slots a key, a page of staged rows while
+//                     inserting) beside the steps' own buffers, which plan() never counted (the
+//                     boundary's working set it counts is larger and not live then); on the host,
+//                     the current pass's keys (8 bytes each, kept from its begin_pass), a byte
+//                     per pool row, and (score, key) for each row outside both passes (16 bytes)
+//                     until the victims are chosen.
 //
 // One trainer process: total cards == this process's cards (multi-trainer key exchange is not
 // part of the pass manager yet). Calls are made from the controlling thread, between passes,
