@@ -349,7 +349,14 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         if (row_budget_ > 0 && resident + missing_count > row_budget_) {
           // A replica is the whole table: nothing may leave it.
           if (replicated()) fail_table_over_budget(resident + missing_count);
-          evicted = evict(c, hit_rows, resident + missing_count - row_budget_);
+          if (early != nullptr && early->outside_gone) {
+            // Only rows of the previous pass are left to choose from (clean: end_pass wrote
+            // back all but this pass's keys): their scores alone, no listing of the table.
+            evicted = evict_among(c, early->spare_keys, early->spare_rows,
+                                  resident + missing_count - row_budget_);
+          } else {
+            evicted = evict(c, hit_rows, resident + missing_count - row_budget_);
+          }
         }
         if (row_budget_ > 0 && stores_[c]->pool_count() > 1) fit_pools(c, missing);
         hit_rows = {};
@@ -645,18 +652,39 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
     for (row_index_t row : device::to_host(d_rows.data(), count, stream)) in_pass.mark(row);
   }
   in_pass.seal();
-  struct Candidate {
-    float score;
-    uint64_t key;
-  };
   std::vector<Candidate> candidates;
   candidates.reserve(keys.size() - std::min(keys.size(), pass_rows.size()));
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (!in_pass.has(rows[i])) candidates.push_back({scores[i], keys[i]});
   }
   rows = {};
-  GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
-                 " rows, only ", candidates.size(),
+  return evict_lowest(c, candidates, excess);
+}
+
+uint64_t PassManager::evict_among(int c, const std::vector<uint64_t>& keys,
+                                  const std::vector<row_index_t>& rows, std::size_t excess) {
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  std::vector<Candidate> candidates(keys.size());
+  // The scores a page of rows at a time (card memory stays within the plan).
+  const std::size_t page = stores_[c]->page_rows();
+  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+  device::device_buffer<float> d_scores(0, card.memory(), stream);
+  for (std::size_t b = 0; b < rows.size(); b += page) {
+    const std::size_t n = std::min(rows.size(), b + page) - b;
+    d_rows.resize_discard(n);
+    d_scores.resize_discard(n);
+    device::copy_async(d_rows.data(), rows.data() + b, n, stream);
+    stores_[c]->row_scores(d_rows.data(), n, d_scores.data(), stream);
+    const std::vector<float> scores = device::to_host(d_scores.data(), n, stream);
+    for (std::size_t i = 0; i < n; ++i) candidates[b + i] = {scores[i], keys[b + i]};
+  }
+  return evict_lowest(c, candidates, excess);
+}
+
+uint64_t PassManager::evict_lowest(int c, std::vector<Candidate>& candidates, std::size_t excess) {
+  GPUBOX_EXPECTS(candidates.size() >= excess, "card ", cards_.card(c).rank(), ": cannot evict ",
+                 excess, " rows, only ", candidates.size(),
                  " are outside the pass and clean (the last end_pass kept ", kept_dirty_,
                  " rows dirty)");
   // The `excess` lowest (score, key) form a set fixed by that total order; their order among
@@ -666,9 +694,10 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
                    candidates.end(), [](const Candidate& a, const Candidate& b) {
                      return a.score != b.score ? a.score < b.score : a.key < b.key;
                    });
-  // end_pass wrote every dirty row back but those it kept (spared above) and begin_pass needs
-  // !in_pass_, so every victim is clean: it leaves the card without a write-back and nothing is
-  // lost. Its row goes to the free list, where the rows pulled next take it.
+  // end_pass wrote every dirty row back but those it kept (spared by the callers) and
+  // begin_pass needs !in_pass_, so every victim is clean: it leaves the card without a
+  // write-back and nothing is lost. Its row goes to the free list, where the rows pulled next
+  // take it.
   std::vector<uint64_t> victims(excess);
   for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
   return erase_from_card(c, victims);
@@ -931,6 +960,7 @@ bool PassManager::prepare_next_pass(int c) {
       if (next.at == next.victims.size()) {
         next.victims = {};
         next.at = 0;
+        next.outside_gone = next.evicts_all_outside;
         next.phase = Phase::kInsert;
       }
       break;
@@ -1018,10 +1048,16 @@ void PassManager::next_mark(int c, NextPassCard& next) {
   device::copy_async(next.d_keys.data(), keys.data() + next.at, n, stream);
   store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
                          /*create_missing=*/false, nullptr, stream);
-  for (row_index_t row : device::to_host(next.d_rows.data(), n, stream)) {
+  const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
+  for (std::size_t i = 0; i < n; ++i) {
+    const row_index_t row = rows[i];
     // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
     GPUBOX_EXPECTS(row != sparse::kInvalidRow && row < next.marks.size(), "card ",
                    cards_.card(c).rank(), ": a key of the training pass is not on the card");
+    if (next.marks[row] == 0) {  // not a row of the next pass
+      next.spare_keys.push_back(keys[next.at + i]);
+      next.spare_rows.push_back(row);
+    }
     next.marks[row] = 1;
   }
   next.at += n;
@@ -1063,6 +1099,7 @@ void PassManager::next_list(int c, NextPassCard& next) {
                    next.candidates.end());
   next.victims.resize(excess);
   for (std::size_t i = 0; i < excess; ++i) next.victims[i] = next.candidates[i].second;
+  next.evicts_all_outside = excess == next.candidates.size();
   next.candidates = {};
   next.marks = {};
   next.at = 0;

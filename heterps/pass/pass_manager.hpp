@@ -179,6 +179,19 @@ class PassManager {
   // pass's keys on the card), lowest score first, reading only keys, row indices and scores
   // (never a copy of the rows). Returns the rows removed.
   uint64_t evict(int c, const std::vector<sparse::row_index_t>& pass_rows, std::size_t excess);
+  // evict() when the only rows of card `c` outside the pass are known: `keys` with their row
+  // indices `rows` (the previous pass's rows this pass lacks, once prepare_next_pass removed every
+  // row outside both). Reads only their scores. Returns the rows removed.
+  uint64_t evict_among(int c, const std::vector<uint64_t>& keys,
+                       const std::vector<sparse::row_index_t>& rows, std::size_t excess);
+  // An eviction candidate: a row's score and key (the lowest (score, key) leave first).
+  struct Candidate {
+    float score;
+    uint64_t key;
+  };
+  // Removes the `excess` candidates with the lowest (score, key) from card `c` (they must be
+  // clean). Returns the rows removed.
+  uint64_t evict_lowest(int c, std::vector<Candidate>& candidates, std::size_t excess);
   // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the
   // plan (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold
   // both), gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the
@@ -209,6 +222,12 @@ class PassManager {
     std::vector<uint8_t> marks;
     std::vector<std::pair<float, uint64_t>> candidates;
     std::vector<uint64_t> victims;
+    // kMark: the current pass's rows the next pass lacks (keys and rows). Once every row outside
+    // both passes is evicted (`outside_gone`), they are the only ones begin_pass may evict.
+    std::vector<uint64_t> spare_keys;
+    std::vector<sparse::row_index_t> spare_rows;
+    bool evicts_all_outside = false;  // kList chose every row outside both passes
+    bool outside_gone = false;        // ... and kErase removed them
     uint64_t evicted = 0;
     uint64_t chunks = 0;
     device::DeviceCounts counts;  // of the chunks
