@@ -210,6 +210,11 @@ for k in sizes:
         "staged": [int(p.get("staged", 0)) for p in passes_m],
         "prefetched": [int(p.get("prefetched", 0)) for p in passes_m],
         "evicted": [int(p.get("evicted", 0)) for p in passes_m],
+        # Of those, what the cards did for the pass between the steps of the pass before it
+        # (runner.next_pass_chunk_keys) and their time there (not part of begin_pass).
+        "early_inserted": [int(p.get("early_inserted", 0)) for p in passes_m],
+        "early_evicted": [int(p.get("early_evicted", 0)) for p in passes_m],
+        "early_s": [round(p.get("early_seconds", 0), 3) for p in passes_m],
         "load_wait_s": [round(p.get("load_seconds", 0), 3) for p in passes_m],
         "train_s": [round(p.get("train_seconds", 0), 3) for p in passes_m],
         # The boundary training waits for: the pass's data, then begin_pass.

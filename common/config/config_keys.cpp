@@ -116,6 +116,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kTrainer, "--mode infer: the first save <infer_load_path>/<epoch> evaluated"));
   t.push_back(int_key(r + "infer_end_epoch", "-1", -1, kInt32Max, kTrainer, "--mode infer: the saves evaluated end before this epoch; -1: at the last save under infer_load_path"));
   t.push_back(int_key(r + "prefetch_passes", "1", 0, 8, kTrainer, "passes read, deduplicated and staged (their host-tier rows fetched) while an earlier pass trains, so begin_pass moves only what changed; each one ahead holds its data set and staged rows in host memory; 0 = off"));
+  t.push_back(int_key(r + "next_pass_chunk_keys", "131072", 0, kInt32Max, kTrainer, "with prefetch_passes, once the next pass's rows are staged each card looks its keys up, evicts rows neither pass uses and inserts the staged rows between the steps of the pass training, this many keys a chunk, one chunk after each step, so its begin_pass only does the rest; 0 = off (begin_pass does it all)"));
   t.push_back(int_key(r + "card_memory_mb", "0", 0, kInt64Max, kTrainer, "card-tier budget per card in MiB (rows over it are evicted); 0 = no limit"));
   t.push_back(int_key(r + "host_table_shards", "64", 1, 65536, kTable, "lock shards of the in-process host table and of gpubox_server's (one part file each in a save)"));
   t.push_back(enum_key(r + "save_form", kSaveFormNames, SaveForm::kBinary, kTable, "part files of the host table's saves: binary records or Paddle-like text lines (loads read either)"));

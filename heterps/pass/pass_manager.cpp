@@ -255,6 +255,23 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                       staged->rows.size() == staged->keys.size() * stride),
                  "begin_pass: the staged rows were made for other cards or rows");
   Timer timer;
+  // What the cards did for this pass during the previous one (prepare_next_pass), if it is still
+  // true of them: made for these staged rows, and no other change of the keys since.
+  std::vector<NextPassCard> next = std::move(next_);
+  next_.clear();
+  const uint64_t generation = key_generation_++;
+  const auto early_of = [&](int c) -> NextPassCard* {
+    if (staged == nullptr || static_cast<std::size_t>(c) >= next.size()) return nullptr;
+    NextPassCard& card = next[static_cast<std::size_t>(c)];
+    const bool looked_up = card.phase != NextPassCard::Phase::kOff &&
+                           card.phase != NextPassCard::Phase::kWaiting &&
+                           card.phase != NextPassCard::Phase::kLookup;
+    return card.staged == staged && card.generation == generation && looked_up ? &card : nullptr;
+  };
+  // The next pass's work needs this pass's keys per card (its rows stay while it trains).
+  const bool keep_keys = options_.next_pass_chunk_keys > 0 && row_budget_ > 0 && !replicated() &&
+                         stores_.front()->pool_count() == 1 && access == PassAccess::kTrain;
+  current_keys_.assign(stores_.size(), {});
   // With a staging, the split by owner card was done ahead.
   std::vector<OwnedKeys> partitioned;
   if (staged == nullptr) partitioned = partition_by_owner(keys, slots);
@@ -264,6 +281,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   std::mutex stats_mu;
   // The slowest card's phases, for the log line.
   double lookup_s = 0, evict_s = 0, insert_s = 0, pull_s = 0;
+  std::size_t early_cards = 0;
   // Replicated: every card misses the same keys; card 0 pulls their rows once and the other cards
   // insert its copy, so the host tier is read once per row, not once per card. A failing card
   // wakes the waiting ones (on_failure).
@@ -285,25 +303,42 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                       "runner.card_memory_mb.");
         }
         Timer phase;
+        if (keep_keys) current_keys_[c] = owned[c].keys;
         std::vector<row_index_t> hit_rows;
-        const OwnedKeys missing = missing_on_card(c, owned[c], &hit_rows);
-        // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
-        // walk); only the others are pulled.
+        OwnedKeys missing;              // the keys not on the card (not known with `early`)
+        std::size_t missing_count = 0;  // how many
         OwnedKeys to_pull;
         std::vector<std::size_t> used;  // staged positions of the missing keys staged ahead
         // Replicated: the rows were staged once, in card 0's range.
         const int range = replicated() ? 0 : c;
         const std::size_t first = staged && range > 0 ? staged->card_end[range - 1] : 0;
         const std::size_t end = staged ? staged->card_end[range] : 0;
-        std::size_t at = first;
-        for (std::size_t i = 0; i < missing.keys.size(); ++i) {
-          const uint64_t key = missing.keys[i];
-          while (at < end && staged->keys[at] < key) ++at;
-          if (at < end && staged->keys[at] == key) {
-            used.push_back(at);
-          } else {
-            to_pull.keys.push_back(key);
-            to_pull.slots.push_back(missing.slots[i]);
+        NextPassCard* early = early_of(c);
+        std::size_t early_missing = 0;
+        if (early != nullptr) {
+          // Looked up during the previous pass (the keys found then are still here: only rows
+          // outside this pass were evicted since), some staged rows inserted then.
+          hit_rows = std::move(early->hit_rows);
+          early_missing = early->missing;
+          missing_count = early->missing - early->inserted;
+          used.assign(early->used.begin() + static_cast<std::ptrdiff_t>(early->inserted),
+                      early->used.end());
+          to_pull = std::move(early->to_pull);
+        } else {
+          missing = missing_on_card(c, owned[c], &hit_rows);
+          missing_count = missing.keys.size();
+          // The missing rows staged ahead are inserted from the staging (both lists are sorted:
+          // one walk); only the others are pulled.
+          std::size_t at = first;
+          for (std::size_t i = 0; i < missing.keys.size(); ++i) {
+            const uint64_t key = missing.keys[i];
+            while (at < end && staged->keys[at] < key) ++at;
+            if (at < end && staged->keys[at] == key) {
+              used.push_back(at);
+            } else {
+              to_pull.keys.push_back(key);
+              to_pull.slots.push_back(missing.slots[i]);
+            }
           }
         }
         const double lookup = phase.seconds();
@@ -311,16 +346,23 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         // Make room: evict rows this pass does not need, lowest score first.
         uint64_t evicted = 0;
         const std::size_t resident = stores_[c]->size();
-        if (row_budget_ > 0 && resident + missing.keys.size() > row_budget_) {
+        if (row_budget_ > 0 && resident + missing_count > row_budget_) {
           // A replica is the whole table: nothing may leave it.
-          if (replicated()) fail_table_over_budget(resident + missing.keys.size());
-          evicted = evict(c, hit_rows, resident + missing.keys.size() - row_budget_);
+          if (replicated()) fail_table_over_budget(resident + missing_count);
+          if (early != nullptr && early->outside_gone) {
+            // Only rows of the previous pass are left to choose from (clean: end_pass wrote
+            // back all but this pass's keys): their scores alone, no listing of the table.
+            evicted = evict_among(c, early->spare_keys, early->spare_rows,
+                                  resident + missing_count - row_budget_);
+          } else {
+            evicted = evict(c, hit_rows, resident + missing_count - row_budget_);
+          }
         }
         if (row_budget_ > 0 && stores_[c]->pool_count() > 1) fit_pools(c, missing);
         hit_rows = {};
         const double evicting = phase.seconds();
         phase.reset();
-        stores_[c]->reserve(missing.keys.size(), card.stream());
+        stores_[c]->reserve(missing_count, card.stream());
         if (used.size() == end - first) {
           // Every staged row is missing (the staging skips the keys on the cards): inserted
           // straight from the staging, without a copy.
@@ -362,11 +404,23 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         insert_s = std::max(insert_s, inserting);
         pull_s = std::max(pull_s, pulling);
         stats.keys_in_pass += n;
-        stats.hits += n - missing.keys.size();
+        stats.hits += n - (early != nullptr ? early_missing : missing_count);
         stats.pulled += to_pull.keys.size();
         stats.prefetched += used.size();
         stats.created += access == PassAccess::kTrain ? created : 0;
         stats.evicted += evicted;
+        if (early != nullptr) {
+          ++early_cards;
+          stats.prefetched += early->inserted;
+          stats.evicted += early->evicted;
+          stats.early_inserted += early->inserted;
+          stats.early_evicted += early->evicted;
+          stats.early_chunks += early->chunks;
+          stats.early_host_syncs += early->counts.host_syncs;
+          stats.early_allocations += early->counts.allocations;
+          stats.early_launches += early->counts.launches;
+          stats.early_seconds = std::max(stats.early_seconds, early->seconds);
+        }
         stats.rows_on_cards += stores_[c]->size();
       },
       [&](const std::string& why) {
@@ -381,6 +435,15 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   GPUBOX_LOG(INFO) << "begin_pass " << stats.pass_id << ": " << stats.begin_seconds
                    << " s; slowest card: looking up " << lookup_s << " s, evicting " << evict_s
                    << " s, inserting staged rows " << insert_s << " s, pulling " << pull_s << " s";
+  if (early_cards > 0) {
+    GPUBOX_LOG(INFO) << "begin_pass " << stats.pass_id << ": " << early_cards << " of " << num_cards
+                     << " card(s) looked its keys up during the previous pass, evicting "
+                     << stats.early_evicted << " rows and inserting " << stats.early_inserted
+                     << " staged rows then, in " << stats.early_chunks
+                     << " chunks between steps (slowest card " << stats.early_seconds << " s; "
+                     << stats.early_host_syncs << " host syncs, " << stats.early_allocations
+                     << " allocations, " << stats.early_launches << " launches)";
+  }
   current_ = stats;
   in_pass_ = true;
   ++next_pass_id_;
@@ -589,18 +652,39 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
     for (row_index_t row : device::to_host(d_rows.data(), count, stream)) in_pass.mark(row);
   }
   in_pass.seal();
-  struct Candidate {
-    float score;
-    uint64_t key;
-  };
   std::vector<Candidate> candidates;
   candidates.reserve(keys.size() - std::min(keys.size(), pass_rows.size()));
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (!in_pass.has(rows[i])) candidates.push_back({scores[i], keys[i]});
   }
   rows = {};
-  GPUBOX_EXPECTS(candidates.size() >= excess, "card ", card.rank(), ": cannot evict ", excess,
-                 " rows, only ", candidates.size(),
+  return evict_lowest(c, candidates, excess);
+}
+
+uint64_t PassManager::evict_among(int c, const std::vector<uint64_t>& keys,
+                                  const std::vector<row_index_t>& rows, std::size_t excess) {
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  std::vector<Candidate> candidates(keys.size());
+  // The scores a page of rows at a time (card memory stays within the plan).
+  const std::size_t page = stores_[c]->page_rows();
+  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+  device::device_buffer<float> d_scores(0, card.memory(), stream);
+  for (std::size_t b = 0; b < rows.size(); b += page) {
+    const std::size_t n = std::min(rows.size(), b + page) - b;
+    d_rows.resize_discard(n);
+    d_scores.resize_discard(n);
+    device::copy_async(d_rows.data(), rows.data() + b, n, stream);
+    stores_[c]->row_scores(d_rows.data(), n, d_scores.data(), stream);
+    const std::vector<float> scores = device::to_host(d_scores.data(), n, stream);
+    for (std::size_t i = 0; i < n; ++i) candidates[b + i] = {scores[i], keys[b + i]};
+  }
+  return evict_lowest(c, candidates, excess);
+}
+
+uint64_t PassManager::evict_lowest(int c, std::vector<Candidate>& candidates, std::size_t excess) {
+  GPUBOX_EXPECTS(candidates.size() >= excess, "card ", cards_.card(c).rank(), ": cannot evict ",
+                 excess, " rows, only ", candidates.size(),
                  " are outside the pass and clean (the last end_pass kept ", kept_dirty_,
                  " rows dirty)");
   // The `excess` lowest (score, key) form a set fixed by that total order; their order among
@@ -610,9 +694,10 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
                    candidates.end(), [](const Candidate& a, const Candidate& b) {
                      return a.score != b.score ? a.score < b.score : a.key < b.key;
                    });
-  // end_pass wrote every dirty row back but those it kept (spared above) and begin_pass needs
-  // !in_pass_, so every victim is clean: it leaves the card without a write-back and nothing is
-  // lost. Its row goes to the free list, where the rows pulled next take it.
+  // end_pass wrote every dirty row back but those it kept (spared by the callers) and
+  // begin_pass needs !in_pass_, so every victim is clean: it leaves the card without a
+  // write-back and nothing is lost. Its row goes to the free list, where the rows pulled next
+  // take it.
   std::vector<uint64_t> victims(excess);
   for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
   return erase_from_card(c, victims);
@@ -775,6 +860,7 @@ PassStats PassManager::end_pass(const std::vector<uint64_t>& keep) {
   GPUBOX_EXPECTS(in_pass_, "end_pass called without begin_pass");
   Timer timer;
   if (access_ == PassAccess::kEvaluate) {
+    ++key_generation_;
     // The borrowed rows are clean (an evaluation pass only pulls): they leave without a
     // write-back, and the host tier never saw them.
     cards_.run_on_cards([&](device::Card& card) {
@@ -798,6 +884,264 @@ PassStats PassManager::end_pass(const std::vector<uint64_t>& keep) {
                    << " s, the rest waited for the host tier";
   in_pass_ = false;
   return current_;
+}
+
+void PassManager::expect_next_pass(const std::function<const StagedRows*()>& poll) {
+  next_.clear();
+  if (!poll || options_.next_pass_chunk_keys == 0 || replicated() ||
+      stores_.front()->pool_count() > 1 || !in_pass_ || access_ != PassAccess::kTrain) {
+    return;
+  }
+  next_.resize(stores_.size());
+  for (std::size_t c = 0; c < next_.size(); ++c) {
+    device::Card& card = cards_.card(static_cast<int>(c));
+    NextPassCard& next = next_[c];
+    next.phase = NextPassCard::Phase::kWaiting;
+    next.poll = poll;  // a copy per card thread
+    next.generation = key_generation_;
+    next.d_keys = device::device_buffer<uint64_t>(0, card.memory(), card.stream());
+    next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
+    next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
+  }
+}
+
+void PassManager::forget_next_pass() {
+  ++key_generation_;
+  next_.clear();
+}
+
+bool PassManager::prepare_next_pass(int c) {
+  using Phase = NextPassCard::Phase;
+  if (static_cast<std::size_t>(c) >= next_.size()) return false;
+  NextPassCard& next = next_[static_cast<std::size_t>(c)];
+  if (next.phase == Phase::kOff || next.phase == Phase::kDone) return false;
+  if (next.generation != key_generation_) {
+    next.phase = Phase::kOff;
+    return false;
+  }
+  if (next.phase == Phase::kWaiting) {
+    const StagedRows* staged = next.poll();
+    if (staged == nullptr) return false;
+    next.poll = nullptr;
+    const std::size_t n = staged->owned.size() == stores_.size() ? staged->owned[c].keys.size() : 0;
+    // A failed staging (or several trainers) staged nothing: begin_pass does it all. A pass
+    // over the budget fails there with its numbers.
+    if (staged->owned.size() != stores_.size() || (row_budget_ > 0 && n > row_budget_)) {
+      next.phase = Phase::kOff;
+      return false;
+    }
+    next.staged = staged;
+    next.found.assign(n, sparse::kInvalidRow);
+    next.at = 0;
+    next.phase = Phase::kLookup;
+  }
+  device::Card& card = cards_.card(c);
+  const device::DeviceCounts before = card.counts();
+  Timer timer;
+  switch (next.phase) {
+    case Phase::kLookup:
+      next_lookup(c, next);
+      break;
+    case Phase::kMark:
+      next_mark(c, next);
+      break;
+    case Phase::kList:
+      next_list(c, next);
+      break;
+    case Phase::kErase: {
+      const std::size_t chunk = options_.next_pass_chunk_keys;
+      const std::size_t n = std::min(chunk, next.victims.size() - next.at);
+      if (n > 0) {
+        next.d_keys.resize_discard(n);
+        device::copy_async(next.d_keys.data(), next.victims.data() + next.at, n, card.stream());
+        next.evicted += stores_[c]->erase(next.d_keys.data(), n, card.stream());
+      }
+      next.at += n;
+      if (next.at == next.victims.size()) {
+        next.victims = {};
+        next.at = 0;
+        next.outside_gone = next.evicts_all_outside;
+        next.phase = Phase::kInsert;
+      }
+      break;
+    }
+    case Phase::kInsert:
+      next_insert(c, next);
+      break;
+    default:
+      break;
+  }
+  if (next.phase == Phase::kDone) {
+    next.d_keys.release();
+    next.d_rows.release();
+    next.d_floats.release();
+  }
+  next.counts += card.counts() - before;
+  next.seconds += timer.seconds();
+  ++next.chunks;
+  return next.phase != Phase::kDone;
+}
+
+void PassManager::next_lookup(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = *stores_[c];
+  const device::Stream& stream = cards_.card(c).stream();
+  const std::vector<uint64_t>& keys = next.staged->owned[c].keys;
+  const std::size_t n = std::min(options_.next_pass_chunk_keys, keys.size() - next.at);
+  if (n > 0) {
+    next.d_keys.resize_discard(n);
+    next.d_rows.resize_discard(n);
+    device::copy_async(next.d_keys.data(), keys.data() + next.at, n, stream);
+    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> found = device::to_host(next.d_rows.data(), n, stream);
+    std::copy(found.begin(), found.end(),
+              next.found.begin() + static_cast<std::ptrdiff_t>(next.at));
+    next.at += n;
+  }
+  if (next.at == keys.size()) next_plan(c, next);
+}
+
+void PassManager::next_plan(int c, NextPassCard& next) {
+  const StagedRows& staged = *next.staged;
+  const OwnedKeys& mine = staged.owned[c];
+  const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
+  const std::size_t end = staged.card_end[c];
+  // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the rest.
+  std::size_t at = first;
+  for (std::size_t i = 0; i < mine.keys.size(); ++i) {
+    if (next.found[i] != sparse::kInvalidRow) {
+      next.hit_rows.push_back(next.found[i]);
+      continue;
+    }
+    ++next.missing;
+    while (at < end && staged.keys[at] < mine.keys[i]) ++at;
+    if (at < end && staged.keys[at] == mine.keys[i]) {
+      next.used.push_back(at);
+    } else {
+      next.to_pull.keys.push_back(mine.keys[i]);
+      next.to_pull.slots.push_back(mine.slots[i]);
+    }
+  }
+  next.found = {};
+  next.at = 0;
+  const std::size_t resident = stores_[c]->size();
+  if (row_budget_ > 0 && resident + next.missing > row_budget_) {
+    // Room to make: first the rows of both passes are marked by row index (one pool: handles
+    // are dense indices).
+    next.marks.assign(stores_[c]->pool(0).capacity(), 0);
+    for (row_index_t row : next.hit_rows) {
+      if (row < next.marks.size()) next.marks[row] = 1;
+    }
+    next.phase = NextPassCard::Phase::kMark;
+  } else {
+    next.phase = NextPassCard::Phase::kInsert;
+  }
+}
+
+void PassManager::next_mark(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = *stores_[c];
+  const device::Stream& stream = cards_.card(c).stream();
+  const std::vector<uint64_t>& keys = current_keys_[c];
+  const std::size_t n = std::min(options_.next_pass_chunk_keys, keys.size() - next.at);
+  next.d_keys.resize_discard(n);
+  next.d_rows.resize_discard(n);
+  device::copy_async(next.d_keys.data(), keys.data() + next.at, n, stream);
+  store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
+                         /*create_missing=*/false, nullptr, stream);
+  const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
+  for (std::size_t i = 0; i < n; ++i) {
+    const row_index_t row = rows[i];
+    // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
+    GPUBOX_EXPECTS(row != sparse::kInvalidRow && row < next.marks.size(), "card ",
+                   cards_.card(c).rank(), ": a key of the training pass is not on the card");
+    if (next.marks[row] == 0) {  // not a row of the next pass
+      next.spare_keys.push_back(keys[next.at + i]);
+      next.spare_rows.push_back(row);
+    }
+    next.marks[row] = 1;
+  }
+  next.at += n;
+  if (next.at == keys.size()) {
+    next.at = 0;
+    next.phase = NextPassCard::Phase::kList;
+  }
+}
+
+void PassManager::next_list(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
+  const std::size_t slots = store.table().capacity();
+  const std::size_t end = std::min(slots, next.at + 8 * options_.next_pass_chunk_keys);
+  const std::size_t count =
+      store.list_entries_range(next.at, end, next.d_keys, next.d_rows, stream);
+  next.d_floats.resize_discard(count);
+  store.row_scores(next.d_rows.data(), count, next.d_floats.data(), stream);
+  const std::vector<uint64_t> keys = device::to_host(next.d_keys.data(), count, stream);
+  const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), count, stream);
+  const std::vector<float> scores = device::to_host(next.d_floats.data(), count, stream);
+  for (std::size_t i = 0; i < count; ++i) {
+    // Unmarked: in neither pass, so clean (pass_manager.hpp) and unused until begin_pass.
+    if (rows[i] < next.marks.size() && next.marks[rows[i]] != 0) continue;
+    next.candidates.emplace_back(scores[i], keys[i]);
+  }
+  next.at = end;
+  if (next.at < slots) return;
+  // The lowest (score, key) first, as evict() chooses: as many as the next pass lacks room for,
+  // or every candidate (begin_pass evicts the rest among the rows of this pass it does not use).
+  const std::size_t resident = store.size();
+  const std::size_t lacking =
+      resident + next.missing > row_budget_ ? resident + next.missing - row_budget_ : 0;
+  const std::size_t excess = std::min(lacking, next.candidates.size());
+  std::nth_element(next.candidates.begin(),
+                   next.candidates.begin() + static_cast<std::ptrdiff_t>(excess),
+                   next.candidates.end());
+  next.victims.resize(excess);
+  for (std::size_t i = 0; i < excess; ++i) next.victims[i] = next.candidates[i].second;
+  next.evicts_all_outside = excess == next.candidates.size();
+  next.candidates = {};
+  next.marks = {};
+  next.at = 0;
+  next.phase = NextPassCard::Phase::kErase;
+}
+
+void PassManager::next_insert(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = *stores_[c];
+  const device::Stream& stream = cards_.card(c).stream();
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t room =
+      row_budget_ > 0 ? row_budget_ - std::min(row_budget_, store.size()) : next.used.size();
+  const std::size_t n =
+      std::min({options_.next_pass_chunk_keys, room, next.used.size() - next.inserted});
+  // The staged rows of this chunk, packed (host), then on the card a page at a time (the plan's
+  // staging room, as insert_to_card).
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  for (std::size_t from = 0; from < n; from += store.page_rows()) {
+    const std::size_t m = std::min(n - from, store.page_rows());
+    keys.resize(m);
+    rows.resize(m * stride);
+    for (std::size_t i = 0; i < m; ++i) {
+      const std::size_t at = next.used[next.inserted + i];
+      keys[i] = next.staged->keys[at];
+      std::copy_n(next.staged->rows.data() + at * stride, stride, rows.data() + i * stride);
+    }
+    next.d_keys.resize_discard(m);
+    next.d_floats.resize_discard(m * stride);
+    next.d_rows.resize_discard(m);
+    device::copy_async(next.d_keys.data(), keys.data(), m, stream);
+    device::copy_async(next.d_floats.data(), rows.data(), m * stride, stream);
+    store.insert_rows(next.d_keys.data(), next.d_floats.data(), m, stream);
+    // Their rows are the next pass's too: begin_pass spares them if it still evicts.
+    store.lookup_or_create(next.d_keys.data(), nullptr, m, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> inserted = device::to_host(next.d_rows.data(), m, stream);
+    next.hit_rows.insert(next.hit_rows.end(), inserted.begin(), inserted.end());
+    next.inserted += m;
+  }
+  // No room left (begin_pass evicts rows of this pass first) or every staged row in.
+  if (n == 0 || next.inserted == next.used.size()) next.phase = NextPassCard::Phase::kDone;
 }
 
 }  // namespace gpubox::pass

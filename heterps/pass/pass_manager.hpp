@@ -39,15 +39,44 @@
 // rows go to the free list and the next pull reuses them), and write-back streams dirty rows a
 // page at a time, so CardMemory's peak stays under plan().total_bytes() (tested).
 //
+//   prepare_next_pass(c)  (card thread c, between the steps of the current training pass)
+//                     once the next pass's rows are staged (expect_next_pass), does its card
+//                     work a bounded chunk at a time: looks up its keys, evicts clean rows that
+//                     neither the current pass nor the next one uses, inserts its staged rows into
+//                     the room made, and remembers it, so that its begin_pass only does what is
+//                     left (rows of the current pass evicted when room is still short, the rest
+//                     inserted, the keys staging left out pulled). Every table call of card c is
+//                     made by card c's thread on its stream, so a chunk runs between two steps,
+//                     never beside one; the current pass's rows never move or leave (they are
+//                     marked by row index; no insert of the current pass happens, and nothing is
+//                     erased but the unmarked rows). Rows outside the current pass are clean:
+//                     the previous end_pass wrote back every dirty row but its `keep`, which are
+//                     this pass's keys (the steps only dirty this pass's rows). Any other change
+//                     of the cards' keys before that begin_pass (an evaluation pass, clear())
+//                     makes begin_pass discard what was remembered and do the whole work, which
+//                     is exact in any state: the early rows are clean copies of the host tier's.
+//                     Off with Replicated placement and with width classes (compact_pool moves
+//                     rows); with several trainers no rows are staged, so there is nothing to do.
+//                     Memory while it runs: on the card, scratch for a chunk (its keys and rows,
+//                     12 bytes each, 16 while listing 8 slots a key, a page of staged rows while
+//                     inserting) beside the steps' own buffers, which plan() never counted (the
+//                     boundary's working set it counts is larger and not live then); on the host,
+//                     the current pass's keys (8 bytes each, kept from its begin_pass), a byte
+//                     per pool row, and (score, key) for each row outside both passes (16 bytes)
+//                     until the victims are chosen.
+//
 // One trainer process: total cards == this process's cards (multi-trainer key exchange is not
 // part of the pass manager yet). Calls are made from the controlling thread, between passes,
 // never while card threads run steps. Stores and host tier are borrowed and must outlive it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
 #include "heterps/pass/pass_types.hpp"
 #include "heterps/sparse/sparse_types.hpp"
 #include "table/host_tier.hpp"
@@ -98,6 +127,17 @@ class PassManager {
   // Writes dirty rows back without ending the pass (before a save). Returns rows written.
   uint64_t sync();
 
+  // Controlling thread, after begin_pass and before the steps: the next pass will be a training
+  // pass taking the rows that `poll` returns (null until staged; the same object must then be
+  // given to its begin_pass, which stays valid until then). Card threads call `poll` (a copy
+  // each). Does nothing when next_pass_chunk_keys is 0 or the placement or widths rule it out.
+  void expect_next_pass(const std::function<const StagedRows*()>& poll);
+  // Card thread `c`, between two steps of the current pass: one chunk of the next pass's card
+  // work (above). Returns false when there is none (left): not expected, not staged yet, or done.
+  bool prepare_next_pass(int c);
+  // Forgets the next pass's work (the cards were emptied: CardTier::clear).
+  void forget_next_pass();
+
   // Rows per card the budget allows (0 = unlimited).
   std::size_t row_budget() const { return row_budget_; }
   // The card tier's footprint per card at the row budget (with no budget: for one key), for the
@@ -139,6 +179,19 @@ class PassManager {
   // pass's keys on the card), lowest score first, reading only keys, row indices and scores
   // (never a copy of the rows). Returns the rows removed.
   uint64_t evict(int c, const std::vector<sparse::row_index_t>& pass_rows, std::size_t excess);
+  // evict() when the only rows of card `c` outside the pass are known: `keys` with their row
+  // indices `rows` (the previous pass's rows this pass lacks, once prepare_next_pass removed every
+  // row outside both). Reads only their scores. Returns the rows removed.
+  uint64_t evict_among(int c, const std::vector<uint64_t>& keys,
+                       const std::vector<sparse::row_index_t>& rows, std::size_t excess);
+  // An eviction candidate: a row's score and key (the lowest (score, key) leave first).
+  struct Candidate {
+    float score;
+    uint64_t key;
+  };
+  // Removes the `excess` candidates with the lowest (score, key) from card `c` (they must be
+  // clean). Returns the rows removed.
+  uint64_t evict_lowest(int c, std::vector<Candidate>& candidates, std::size_t excess);
   // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the
   // plan (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold
   // both), gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the
@@ -146,6 +199,50 @@ class PassManager {
   std::size_t fit_pools(int c, const OwnedKeys& missing);
   // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
   uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys);
+
+  // What prepare_next_pass did and knows on one card, for the next begin_pass.
+  struct NextPassCard {
+    enum class Phase { kOff, kWaiting, kLookup, kMark, kList, kErase, kInsert, kDone };
+    Phase phase = Phase::kOff;
+    std::function<const StagedRows*()> poll;
+    const StagedRows* staged = nullptr;
+    uint64_t generation = 0;                 // key_generation_ when expected
+    std::size_t at = 0;                      // progress within the phase
+    std::vector<sparse::row_index_t> found;  // kLookup: per next-pass key, its row or kInvalidRow
+    // After kLookup, the next pass's keys on this card: the rows of those there (hits, then the
+    // ones inserted early), the missing ones staged (positions in staged->keys, the first
+    // `inserted` of them inserted early), the missing ones not staged (begin_pass pulls them).
+    std::vector<sparse::row_index_t> hit_rows;
+    std::vector<std::size_t> used;
+    OwnedKeys to_pull;
+    std::size_t missing = 0;
+    std::size_t inserted = 0;
+    // kMark / kList / kErase: the current and next pass's rows (RowMarks in the .cpp, type-
+    // erased here), the eviction candidates (score, key) and the victims.
+    std::vector<uint8_t> marks;
+    std::vector<std::pair<float, uint64_t>> candidates;
+    std::vector<uint64_t> victims;
+    // kMark: the current pass's rows the next pass lacks (keys and rows). Once every row outside
+    // both passes is evicted (`outside_gone`), they are the only ones begin_pass may evict.
+    std::vector<uint64_t> spare_keys;
+    std::vector<sparse::row_index_t> spare_rows;
+    bool evicts_all_outside = false;  // kList chose every row outside both passes
+    bool outside_gone = false;        // ... and kErase removed them
+    uint64_t evicted = 0;
+    uint64_t chunks = 0;
+    device::DeviceCounts counts;  // of the chunks
+    double seconds = 0;
+    // Lookup and insert scratch on the card, kept across chunks.
+    device::device_buffer<uint64_t> d_keys;
+    device::device_buffer<sparse::row_index_t> d_rows;
+    device::device_buffer<float> d_floats;
+  };
+  // prepare_next_pass's phases, one chunk each (card c).
+  void next_lookup(int c, NextPassCard& next);
+  void next_plan(int c, NextPassCard& next);
+  void next_mark(int c, NextPassCard& next);
+  void next_list(int c, NextPassCard& next);
+  void next_insert(int c, NextPassCard& next);
 
   device::CardSet& cards_;
   std::vector<sparse::CardSparseStore*> stores_;
@@ -161,6 +258,12 @@ class PassManager {
   PassAccess access_ = PassAccess::kTrain;  // of the current pass
   // kEvaluate: per card, the keys begin_pass placed there, taken off again by end_pass.
   std::vector<std::vector<uint64_t>> borrowed_;
+  // Changes whenever the cards' key set changes other than by prepare_next_pass (begin_pass,
+  // an evaluation's end_pass, clear): what a card remembered for the next pass is stale then.
+  uint64_t key_generation_ = 0;
+  // Per card: the current training pass's keys (sorted), when the next pass's work is on.
+  std::vector<std::vector<uint64_t>> current_keys_;
+  std::vector<NextPassCard> next_;
 };
 
 }  // namespace pass

@@ -21,6 +21,10 @@ struct PassManagerOptions {
   // Keys per host-tier request; up to `pulls_in_flight` requests run at once.
   std::size_t host_batch_keys = 1 << 16;
   int pulls_in_flight = 4;
+  // The next pass's card work done between the current pass's steps
+  // (PassManager::prepare_next_pass, runner.next_pass_chunk_keys): at most this many keys (or
+  // table slots / 8 when listing) per chunk; 0 = off (begin_pass does all of it).
+  std::size_t next_pass_chunk_keys = 0;
   // kReplicated (Collective mode): every card holds every key of every pass, nothing is evicted
   // (a table over the budget fails, naming its size), and end_pass writes back one replica (the
   // first local card's; the others only drop their dirty flags).
@@ -105,6 +109,17 @@ struct PassStats {
   uint64_t written_back = 0;   // dirty rows pushed to the host tier by end_pass / sync
   uint64_t kept_dirty = 0;     // dirty rows end_pass left on the cards for the next pass (keep)
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass
+  // Of the card work for this pass done during the previous pass's steps
+  // (PassManager::prepare_next_pass; counted in `prefetched` and `evicted` too): staged rows
+  // inserted and rows evicted then, and what its chunks asked of the device layer, summed over
+  // the cards (not part of any step's counts), and the slowest card's time in them.
+  uint64_t early_inserted = 0;
+  uint64_t early_evicted = 0;
+  uint64_t early_chunks = 0;
+  uint64_t early_host_syncs = 0;
+  uint64_t early_allocations = 0;
+  uint64_t early_launches = 0;
+  double early_seconds = 0;
   double begin_seconds = 0;
   double end_seconds = 0;
 };

@@ -131,8 +131,16 @@ pass::PassStats CardTier::end_pass(const std::vector<uint64_t>& keep) {
 
 uint64_t CardTier::sync() { return pass_manager_->sync(); }
 
+void CardTier::expect_next_pass(const std::function<const pass::StagedRows*()>& poll) {
+  if (cards_.total_cards() != cards_.num_local_cards()) return;
+  pass_manager_->expect_next_pass(poll);
+}
+
+bool CardTier::prepare_next_pass(int card) { return pass_manager_->prepare_next_pass(card); }
+
 void CardTier::clear() {
   GPUBOX_EXPECTS(!pass_manager_->in_pass(), "card tier: clear() during a pass");
+  pass_manager_->forget_next_pass();
   cards_.run_on_cards([&](device::Card& card) {
     stores_[card.local_index()]->clear(card.stream());
     card.stream().synchronize();

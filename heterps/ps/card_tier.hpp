@@ -9,6 +9,8 @@
 //     begin_pass(keys, slots, &staged) -> the same, inserting the rows staged ahead
 //     end_pass(keep) / sync() -> dirty rows back to the host tier
 //     clear()                 -> every card's store emptied (after a model load)
+//   between two steps (card thread `c`):
+//     prepare_next_pass(c)    -> a chunk of the next pass's card work (after expect_next_pass)
 //   a step (card thread `c`, collective over the cards):
 //   any thread, also during steps:
 //     stage_rows(keys, slots, exclude) -> a coming pass's host-tier rows, fetched ahead
@@ -24,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -102,6 +105,13 @@ class CardTier {
   // Empties every card's store (after a model load; the next begin_pass refills it). Not
   // during a pass.
   void clear();
+  // The next pass's card work between the current pass's steps (PassManager::prepare_next_pass,
+  // runner.next_pass_chunk_keys): expect_next_pass on the controlling thread after begin_pass
+  // (`poll` returns the next pass's staged rows once ready, else null), prepare_next_pass(c) on
+  // card thread c between two steps (one bounded chunk; false when nothing is left). With
+  // several trainers nothing is staged, so there is nothing to do.
+  void expect_next_pass(const std::function<const pass::StagedRows*()>& poll);
+  bool prepare_next_pass(int card);
   bool in_pass() const;
   // The card tier's footprint per card (rows, bytes per key): the log line at the start.
   const pass::CardTierPlan& plan() const;

@@ -482,6 +482,20 @@ void CardSparseStore::count_misses(const row_index_t* rows, std::size_t n,
                        SumChunkMisses{miss_partials_.data(), chunks, miss_count_.data()});
 }
 
+std::size_t CardSparseStore::list_entries_range(std::size_t slot_begin, std::size_t slot_end,
+                                                device::device_buffer<uint64_t>& keys_out,
+                                                device::device_buffer<row_index_t>& rows_out,
+                                                const device::Stream& stream) const {
+  const std::size_t room = slot_end > slot_begin ? slot_end - slot_begin + 2 : 2;
+  keys_out.resize_discard(room);
+  rows_out.resize_discard(room);
+  const std::size_t count =
+      table_.dump_range(slot_begin, slot_end, keys_out.data(), rows_out.data(), stream);
+  keys_out.resize(count);
+  rows_out.resize(count);
+  return count;
+}
+
 std::size_t CardSparseStore::list_entries(bool dirty_only,
                                           device::device_buffer<uint64_t>& keys_out,
                                           device::device_buffer<row_index_t>& rows_out,

@@ -88,6 +88,12 @@ class CardSparseStore {
   std::size_t list_entries(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
                            device::device_buffer<row_index_t>& rows_out,
                            const device::Stream& stream) const;
+  // list_entries(dirty_only = false) of the table's slots [slot_begin, slot_end) only
+  // (CardHashTable::dump_range): a listing a bounded range at a time, up to table().capacity().
+  std::size_t list_entries_range(std::size_t slot_begin, std::size_t slot_end,
+                                 device::device_buffer<uint64_t>& keys_out,
+                                 device::device_buffer<row_index_t>& rows_out,
+                                 const device::Stream& stream) const;
   // rows_out[i * record_stride() ...] = the record of the row with handle rows[i] (card memory),
   // bit-exact, zeros past the row's own stride; one thread per (record, field). Stream-ordered.
   void gather_rows(const row_index_t* rows, std::size_t n, float* rows_out,

@@ -312,26 +312,38 @@ std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const devi
 
 std::size_t CardHashTable::dump(uint64_t* keys_out, row_index_t* rows_out,
                                 const device::Stream& stream) const {
-  const Slot* slots = slots_.data();
+  const std::size_t count = dump_range(0, slots_.size(), keys_out, rows_out, stream);
+  GPUBOX_EXPECTS(count == size_, "card ", card_->rank(), ": hash table dump found ", count,
+                 " keys, size() says ", size_, " (inserts through insert_ref need recount())");
+  return count;
+}
+
+std::size_t CardHashTable::dump_range(std::size_t slot_begin, std::size_t slot_end,
+                                      uint64_t* keys_out, row_index_t* rows_out,
+                                      const device::Stream& stream) const {
+  GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= slots_.size(), "card ", card_->rank(),
+                 ": slots [", slot_begin, ", ", slot_end, ") are not in the table's ",
+                 slots_.size());
+  const Slot* slots = slots_.data() + slot_begin;
   auto first = thrust::make_zip_iterator(
       thrust::make_tuple(thrust::make_transform_iterator(slots, SlotKey{}),
                          thrust::make_transform_iterator(slots, SlotRow{})));
   auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
-  auto end = thrust::copy_if(device::exec_policy(stream), first, first + slots_.size(), out,
-                             IsLiveEntry{});
+  auto end = thrust::copy_if(device::exec_policy(stream), first, first + (slot_end - slot_begin),
+                             out, IsLiveEntry{});
   std::size_t count = static_cast<std::size_t>(end - out);
-  // The reserved keys, from their side slots.
-  const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
-  const uint64_t side_keys[2] = {kErasedKey, kEmptyKey};
-  for (int s = 0; s < 2; ++s) {
-    if (side[s] == kInvalidRow) continue;
-    device::copy_async(keys_out + count, &side_keys[s], 1, stream);
-    device::copy_async(rows_out + count, &side[s], 1, stream);
-    ++count;
+  if (slot_end == slots_.size()) {
+    // The reserved keys, from their side slots.
+    const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
+    const uint64_t side_keys[2] = {kErasedKey, kEmptyKey};
+    for (int s = 0; s < 2; ++s) {
+      if (side[s] == kInvalidRow) continue;
+      device::copy_async(keys_out + count, &side_keys[s], 1, stream);
+      device::copy_async(rows_out + count, &side[s], 1, stream);
+      ++count;
+    }
   }
   stream.synchronize();
-  GPUBOX_EXPECTS(count == size_, "card ", card_->rank(), ": hash table dump found ", count,
-                 " keys, size() says ", size_, " (inserts through insert_ref need recount())");
   return count;
 }
 

@@ -71,6 +71,13 @@ class CardHashTable {
   // Writes every live (key, row) to keys_out/rows_out (card memory, room for size()), in slot
   // order. Returns size(). Synchronizes.
   std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;
+  // dump() of the slots [slot_begin, slot_end) only, so a caller can list the table a bounded
+  // range at a time (the keys kept in side slots come with the range that ends at capacity()).
+  // keys_out/rows_out need room for slot_end - slot_begin + 2 entries. The ranges of one listing
+  // are only consistent while nothing is inserted or erased between them. Returns the count.
+  // Synchronizes.
+  std::size_t dump_range(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
+                         row_index_t* rows_out, const device::Stream& stream) const;
   // Removes every key and frees every row (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or

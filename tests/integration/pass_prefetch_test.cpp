@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -95,8 +96,8 @@ class PassPrefetch : public ::testing::TestWithParam<int> {
     return out;
   }
 
-  static RunResult run(int cards, int prefetch) {
-    Trainer trainer(config(prefetch, 2, {}), env(cards));
+  static RunResult run(int cards, int prefetch, const std::vector<std::string>& extra = {}) {
+    Trainer trainer(config(prefetch, 2, extra), env(cards));
     auto reports = trainer.train();
     return finish(trainer, std::move(reports));
   }
@@ -216,6 +217,23 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   }
   const RunResult two = run(cards, 2);
   expect_identical(two, off, "prefetch_passes=2");
+  // The next pass's card work between the steps (runner.next_pass_chunk_keys; on by default
+  // above) off, and in chunks of 3 keys (the work spread over many steps, often unfinished at
+  // begin_pass), under a card budget too: the same runs.
+  double early = 0;
+  for (const auto& report : one.reports) early += extra(report, "early_inserted");
+  for (const auto& report : two.reports) early += extra(report, "early_inserted");
+  const RunResult no_early = run(cards, 1, {"runner.next_pass_chunk_keys=0"});
+  for (const auto& report : no_early.reports) {
+    EXPECT_EQ(extra(report, "early_inserted"), 0) << "the work ran while off";
+  }
+  expect_identical(no_early, off, "next_pass_chunk_keys=0");
+  for (const char* budget : {"runner.card_memory_mb=0", "runner.card_memory_mb=12"}) {
+    const RunResult small = run(cards, 1, {"runner.next_pass_chunk_keys=3", budget});
+    for (const auto& report : small.reports) early += extra(report, "early_inserted");
+    expect_identical(small, off, (std::string("next_pass_chunk_keys=3, ") + budget).c_str());
+  }
+  std::printf("rows inserted between steps over the runs with the work on: %.0f\n", early);
   const RunResult resumed_off = run_with_resume(cards, 0);
   expect_identical(resumed_off, off, "a save and resume", /*values_only=*/true);
   expect_identical(run_with_resume(cards, 1), resumed_off, "prefetch_passes=1, save and resume");

@@ -1,6 +1,7 @@
 #include "trainer/engine/pass_pipeline.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <mutex>
 #include <string>
@@ -143,6 +144,21 @@ std::shared_ptr<const std::vector<uint64_t>> PassPipeline::keys_of(int64_t pass)
     if (job.pass == pass) return job.keys.get();
   }
   return nullptr;
+}
+
+std::function<const pass::StagedRows*()> PassPipeline::staged_poll(int64_t pass) const {
+  for (const Job& job : jobs_) {
+    if (job.pass != pass) continue;
+    return [ready = job.ready]() -> const pass::StagedRows* {
+      if (ready.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+      try {
+        return &ready.get()->staged;
+      } catch (...) {
+        return nullptr;  // take() reports the failure to read it
+      }
+    };
+  }
+  return {};
 }
 
 void PassPipeline::wait() {

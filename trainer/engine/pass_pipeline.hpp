@@ -92,6 +92,11 @@ class PassPipeline {
   // The sorted unique keys of pass `pass` when it was started ahead (waiting for its read, not
   // for its staging), else null; null too when it could not be read.
   std::shared_ptr<const std::vector<uint64_t>> keys_of(int64_t pass) const;
+  // For the cards' work on pass `pass` while the pass before it trains
+  // (ps::CardTier::expect_next_pass): a function returning its staged rows once its job is done
+  // (null before, and when reading it failed), or an empty function when it was not started
+  // ahead. The rows stay valid until that pass is taken and its begin_pass is done.
+  std::function<const pass::StagedRows*()> staged_poll(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
   // Drops every pass started ahead, after waiting for it (before a model load: its staged rows

@@ -316,6 +316,8 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   ps::CardTierOptions tier_options;
   tier_options.pass.card_memory_bytes =
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
+  tier_options.pass.next_pass_chunk_keys =
+      static_cast<std::size_t>(std::max(0, config_.runner.next_pass_chunk_keys));
   if (config_.runner.collective) tier_options.placement = heter_comm::Placement::kReplicated;
   s.card_tier =
       std::make_unique<ps::CardTier>(s.cards, *s.group, *s.host, config_.sparse, tier_options);
@@ -458,6 +460,9 @@ PassReport Trainer::run_pass(
                                   ((b + 1) % interval == 0 || redraw);
             const uint64_t sent_before = s.group->at(card.local_index()).bytes_to_other_processes();
             worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
+            // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
+            // step's counts were taken: the pass reports its own counts.
+            s.card_tier->prepare_next_pass(card.local_index());
             if (b >= kWarmupSteps) {
               steady[card.local_index()] += worker.last_step_counts();
               steady_interprocess[card.local_index()] +=
@@ -520,6 +525,10 @@ PassReport Trainer::run_pass(
                   {"evicted", static_cast<double>(begin.evicted)},
                   {"written_back", static_cast<double>(end.written_back)},
                   {"kept_dirty", static_cast<double>(end.kept_dirty)},
+                  {"early_inserted", static_cast<double>(begin.early_inserted)},
+                  {"early_evicted", static_cast<double>(begin.early_evicted)},
+                  {"early_seconds", begin.early_seconds},
+                  {"early_host_syncs", static_cast<double>(begin.early_host_syncs)},
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
@@ -688,7 +697,12 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       const bool saving =
           !config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone;
       PassReport report = run_pass(
-          *prepared, [&] { pipeline.start_after(*prepared, total); },
+          *prepared,
+          [&] {
+            pipeline.start_after(*prepared, total);
+            // The next pass's card work while this one trains, once its rows are staged.
+            if (k + 1 < total) s.card_tier->expect_next_pass(pipeline.staged_poll(k + 1));
+          },
           [&]() -> std::shared_ptr<const std::vector<uint64_t>> {
             if (saving || env_.trainers > 1 || k + 1 >= total || (k + 1) % per_epoch == 0)
               return nullptr;

@@ -12,8 +12,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -89,7 +91,9 @@ struct Engine {
   }
 
   // Per card, per step: a batch of keys from the pass and seeded gradients; pull then push.
-  void train(const std::vector<uint64_t>& pass_keys, uint64_t seed, int steps) {
+  // `between(card)` (optional) runs on the card's thread after each step.
+  void train(const std::vector<uint64_t>& pass_keys, uint64_t seed, int steps,
+             const std::function<void(int)>& between = nullptr) {
     const int push_dim = host->layout().push_dim();
     card_set.run_on_cards(
         [&](device::Card& card) {
@@ -97,7 +101,8 @@ struct Engine {
           for (int step = 0; step < steps; ++step) {
             // Card 0 of a multi-card set sometimes has an empty batch (the collectives must not
             // hang).
-            const std::size_t n = (card.local_index() == 0 && step == 1) ? 0 : 50;
+            const std::size_t n =
+                pass_keys.empty() || (card.local_index() == 0 && step == 1) ? 0 : 50;
             std::vector<uint64_t> keys(n);
             std::vector<float> grads(n * push_dim);
             for (std::size_t i = 0; i < n; ++i) {
@@ -112,6 +117,7 @@ struct Engine {
             auto d_pull = card.make_buffer<float>(n * host->layout().pull_dim());
             comms[card.local_index()]->pull(d_keys.data(), n, d_pull.data(), card.stream());
             comms[card.local_index()]->push(d_keys.data(), n, d_grads.data(), card.stream());
+            if (between) between(card.local_index());
           }
         },
         [&](const std::string& why) { group->abort(why); });
@@ -424,6 +430,217 @@ INSTANTIATE_TEST_SUITE_P(Cards, PassManagerStagingTest,
                                   std::to_string(info.param.depth) +
                                   (info.param.exclude_resident ? "_resident" : "");
                          });
+
+// The next pass's card work between the current pass's steps (prepare_next_pass): the next
+// pass is staged on another thread while this one trains (the poll says null until it is done),
+// each card does a chunk after each step, and begin_pass does the rest. Against an engine that
+// neither stages nor prepares: the pass's card rows after begin_pass and after training, and the
+// host tier after every end_pass, are bit-identical; every card row equals its host row after
+// end_pass (the rows inserted early are exact copies); the counters add up. Passes overlap, one
+// repeats the previous (every key on the card), one is empty, one is disjoint, and an
+// evaluation pass between two passes makes begin_pass discard what was done (still exact).
+// Few steps or small chunks leave the work unfinished in every phase.
+struct NextPassCase {
+  int cards;
+  std::size_t row_budget;  // per card; 0 = none
+  std::size_t chunk;       // next_pass_chunk_keys
+  int steps;               // per pass
+  // The work reaches its insertions (and evictions, with a budget) in some pass: enough steps
+  // for the chunks; otherwise it stays partial (begin_pass finishes it).
+  bool reaches_inserts;
+};
+
+class NextPassWorkTest : public ::testing::TestWithParam<NextPassCase> {};
+
+TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
+  const NextPassCase tc = GetParam();
+  GPUBOX_REQUIRE_CARDS(tc.cards);
+  PassManagerOptions options;
+  options.card_row_budget = tc.row_budget;
+  options.host_batch_keys = 37;
+  Engine reference(tc.cards, options);
+  options.next_pass_chunk_keys = tc.chunk;
+  Engine early(tc.cards, options);
+
+  auto passes = make_passes(5, 240, 79);
+  passes.insert(passes.begin() + 2, passes[1]);  // every key on the card already
+  passes.insert(passes.begin() + 4, std::vector<uint64_t>{});
+  passes.push_back(make_passes(1, 240, 80).front());  // disjoint from the last
+  const std::size_t evaluate_before = 6;              // an evaluation pass runs between 5 and 6
+  std::map<std::size_t, std::shared_future<StagedRows>> ahead;
+  uint64_t early_inserted = 0, early_evicted = 0, early_chunks = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    const auto& keys = passes[p];
+    const StagedRows* staged = ahead.count(p) ? &ahead.at(p).get() : nullptr;
+    const PassStats got = early.manager->begin_pass(keys, {}, staged);
+    const PassStats want = reference.manager->begin_pass(keys);
+    EXPECT_EQ(got.keys_in_pass, want.keys_in_pass);
+    EXPECT_EQ(got.hits + got.pulled + got.prefetched, got.keys_in_pass);
+    EXPECT_EQ(got.created, want.created);
+    EXPECT_LE(got.early_inserted, got.prefetched);
+    EXPECT_LE(got.early_evicted, got.evicted);
+    if (tc.row_budget > 0) {
+      EXPECT_LE(got.rows_on_cards, tc.row_budget * tc.cards);
+    }
+    early_inserted += got.early_inserted;
+    early_evicted += got.early_evicted;
+    early_chunks += got.early_chunks;
+    const auto check_pass_rows = [&](const char* when) {
+      const auto got_cards = early.card_rows();
+      const auto want_cards = reference.card_rows();
+      for (uint64_t k : keys) {
+        ASSERT_TRUE(got_cards.count(k)) << when << ": key " << k << " not on its card";
+        ASSERT_TRUE(rows_equal(got_cards.at(k), want_cards.at(k))) << when << ": key " << k;
+      }
+    };
+    check_pass_rows("after begin_pass");
+
+    std::function<void(int)> between;
+    if (p + 1 < passes.size()) {
+      // Stage the next pass as the trainer's pipeline does (excluding this pass's keys and the
+      // keys on the cards), on another thread, and let the cards work on it between steps.
+      std::set<uint64_t> before(keys.begin(), keys.end());
+      const std::vector<uint64_t> resident = early.manager->resident_keys();
+      before.insert(resident.begin(), resident.end());
+      ahead[p + 1] = std::async(std::launch::async, [&early, &passes, p,
+                                                     exclude = std::vector<uint64_t>(
+                                                         before.begin(), before.end())] {
+                       return early.manager->stage_rows(passes[p + 1], {}, exclude);
+                     }).share();
+      early.manager->expect_next_pass([ready = ahead[p + 1]]() -> const StagedRows* {
+        return ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? &ready.get()
+                                                                                    : nullptr;
+      });
+      between = [&](int c) { early.manager->prepare_next_pass(c); };
+      // Every other pass trains only once the staging is done (the cards then work from the
+      // first step); the others start at once (the first steps find nothing staged yet).
+      if (p % 2 == 0) ahead[p + 1].wait();
+    }
+    early.train(keys, 3000 + p, tc.steps, between);
+    reference.train(keys, 3000 + p, tc.steps);
+    check_pass_rows("after training");
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    ahead.erase(p);
+
+    const auto got_host = early.host_rows();
+    const auto want_host = reference.host_rows();
+    for (const auto& [k, row] : want_host) {
+      ASSERT_TRUE(got_host.count(k)) << "key " << k;
+      ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k;
+    }
+    for (const auto& [k, row] : got_host) {
+      if (want_host.count(k)) continue;
+      ASSERT_TRUE(ahead.count(p + 1)) << "host row " << k << " neither trained nor staged";
+      const StagedRows& next = ahead.at(p + 1).get();
+      ASSERT_NE(std::find(next.keys.begin(), next.keys.end(), k), next.keys.end())
+          << "host row " << k << " neither trained nor staged";
+    }
+    for (const auto& [k, row] : early.card_rows()) {
+      ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "card row " << k << " differs from host";
+    }
+    if (p + 1 == evaluate_before) {
+      // Both engines evaluate: the cards' keys change, so what was prepared is stale.
+      const auto& eval_keys = passes[0];
+      early.manager->begin_pass(eval_keys, {}, nullptr, PassAccess::kEvaluate);
+      reference.manager->begin_pass(eval_keys, {}, nullptr, PassAccess::kEvaluate);
+      EXPECT_FALSE(early.manager->prepare_next_pass(0)) << "stale work went on";
+      early.manager->end_pass();
+      reference.manager->end_pass();
+    }
+  }
+  EXPECT_GT(early_chunks, 0u);
+  if (tc.reaches_inserts) {
+    EXPECT_GT(early_inserted, 0u) << "no staged row was inserted between steps";
+    if (tc.row_budget > 0) {
+      EXPECT_GT(early_evicted, 0u) << "no row was evicted between steps";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cards, NextPassWorkTest,
+    ::testing::Values(NextPassCase{1, 0, 1000, 12, true}, NextPassCase{2, 0, 7, 12, false},
+                      NextPassCase{1, 300, 1000, 12, true}, NextPassCase{1, 300, 1000, 4, false},
+                      NextPassCase{2, 170, 1000, 12, true}, NextPassCase{2, 170, 7, 30, false},
+                      NextPassCase{3, 120, 16, 40, true}, NextPassCase{3, 120, 1, 6, false}),
+    [](const auto& info) {
+      return std::to_string(info.param.cards) + "cards_budget" +
+             std::to_string(info.param.row_budget) + "_chunk" + std::to_string(info.param.chunk) +
+             "_steps" + std::to_string(info.param.steps);
+    });
+
+// Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
+// full of the training pass's rows), a next pass larger than the budget (nothing done; its
+// begin_pass fails as without the work), a failed staging (nothing staged: nothing done), and
+// steps that never reach the work (begin_pass does it all).
+TEST(PassManager, NextPassWorkEdgeCases) {
+  PassManagerOptions options;
+  options.card_row_budget = 240;
+  options.next_pass_chunk_keys = 1000;
+  Engine early(1, options);
+  options.next_pass_chunk_keys = 0;
+  Engine reference(1, options);
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(4, 240, 92).back();  // disjoint from a (a window further on)
+  early.manager->begin_pass(a);
+  reference.manager->begin_pass(a);
+  StagedRows staged = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass([&] { return &staged; });
+  early.train(a, 1, 8, [&](int c) { early.manager->prepare_next_pass(c); });
+  reference.train(a, 1, 8);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  // The card is full of a's rows: nothing could be evicted or inserted during a.
+  const PassStats got = early.manager->begin_pass(b, {}, &staged);
+  const PassStats want = reference.manager->begin_pass(b);
+  EXPECT_EQ(got.early_inserted, 0u);
+  EXPECT_EQ(got.early_evicted, 0u);
+  EXPECT_GT(got.early_chunks, 0u);
+  EXPECT_EQ(got.evicted, want.evicted);
+  EXPECT_EQ(got.prefetched, b.size());
+  EXPECT_EQ(early.card_rows(), reference.card_rows());
+  early.train(b, 2, 3);
+  reference.train(b, 2, 3);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  EXPECT_EQ(early.host_rows(), reference.host_rows());
+
+  // A failed staging (the pipeline hands an empty one) and a next pass over the budget: the
+  // cards do nothing; the over-budget pass fails at its begin_pass with its numbers.
+  const auto big = make_passes(1, 300, 93).front();
+  for (const bool failed : {true, false}) {
+    SCOPED_TRACE(failed ? "failed staging" : "next pass over the budget");
+    early.manager->begin_pass(a);
+    StagedRows next = failed ? StagedRows{} : early.manager->stage_rows(big, {}, a);
+    early.manager->expect_next_pass([&] { return &next; });
+    EXPECT_FALSE(early.manager->prepare_next_pass(0));
+    EXPECT_FALSE(early.manager->prepare_next_pass(0));
+    early.manager->end_pass();
+    if (failed) {
+      const PassStats plain = early.manager->begin_pass(b);
+      EXPECT_EQ(plain.early_chunks, 0u);
+      early.manager->end_pass();
+    } else {
+      try {
+        early.manager->begin_pass(big, {}, &next);
+        ADD_FAILURE() << "a pass over the budget began";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+      }
+    }
+  }
+  // Staged but no step ran after it: begin_pass does all of the work.
+  early.manager->begin_pass(a);
+  StagedRows late = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass([&] { return &late; });
+  early.manager->end_pass();
+  const PassStats all = early.manager->begin_pass(b, {}, &late);
+  EXPECT_EQ(all.early_chunks, 0u);
+  EXPECT_EQ(all.hits + all.pulled + all.prefetched, b.size());
+  early.manager->end_pass();
+}
 
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
 // oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
