@@ -177,7 +177,9 @@ rows = []
 for k in sizes:
     run = os.path.join(out, "k%d" % k)
     log = open(os.path.join(run, "train.log"), errors="replace").read()
-    lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if l.strip()]
+    metrics = os.path.join(run, "metrics.jsonl")  # absent when stopped before any pass ended
+    lines = ([json.loads(l) for l in open(metrics) if l.strip()]
+             if os.path.exists(metrics) else [])
     passes_m = [p for p in lines if "pass" in p]  # the epoch's test line has no "pass"
     partial = os.path.exists(os.path.join(run, "partial"))
     if not passes_m:
