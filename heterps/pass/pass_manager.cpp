@@ -665,19 +665,27 @@ uint64_t PassManager::evict_among(int c, const std::vector<uint64_t>& keys,
                                   const std::vector<row_index_t>& rows, std::size_t excess) {
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  std::vector<Candidate> candidates(keys.size());
+  std::vector<Candidate> candidates;
+  candidates.reserve(keys.size());
   // The scores a page of rows at a time (card memory stays within the plan).
   const std::size_t page = stores_[c]->page_rows();
   device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
   device::device_buffer<float> d_scores(0, card.memory(), stream);
+  device::device_buffer<uint8_t> d_dirty(0, card.memory(), stream);
   for (std::size_t b = 0; b < rows.size(); b += page) {
     const std::size_t n = std::min(rows.size(), b + page) - b;
     d_rows.resize_discard(n);
     d_scores.resize_discard(n);
+    d_dirty.resize_discard(n);
     device::copy_async(d_rows.data(), rows.data() + b, n, stream);
     stores_[c]->row_scores(d_rows.data(), n, d_scores.data(), stream);
+    stores_[c]->row_dirty(d_rows.data(), n, d_dirty.data(), stream);
     const std::vector<float> scores = device::to_host(d_scores.data(), n, stream);
-    for (std::size_t i = 0; i < n; ++i) candidates[b + i] = {scores[i], keys[b + i]};
+    const std::vector<uint8_t> dirty = device::to_host(d_dirty.data(), n, stream);
+    for (std::size_t i = 0; i < n; ++i) {
+      // A dirty row (kept by a `keep` wider than this pass's keys) stays: only here.
+      if (dirty[i] == 0) candidates.push_back({scores[i], keys[b + i]});
+    }
   }
   return evict_lowest(c, candidates, excess);
 }
@@ -902,6 +910,7 @@ void PassManager::expect_next_pass(const std::function<const StagedRows*()>& pol
     next.d_keys = device::device_buffer<uint64_t>(0, card.memory(), card.stream());
     next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
     next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
+    next.d_flags = device::device_buffer<uint8_t>(0, card.memory(), card.stream());
   }
 }
 
@@ -938,6 +947,31 @@ bool PassManager::prepare_next_pass(int c) {
   device::Card& card = cards_.card(c);
   const device::DeviceCounts before = card.counts();
   Timer timer;
+  try {
+    next_chunk(c, next);
+  } catch (const std::exception& e) {
+    // The work is optional: what it did so far leaves the card exact (victims were clean,
+    // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
+    // the pass failing. A device fault that persists fails the next step.
+    GPUBOX_LOG(WARNING) << "card " << card.rank() << ": the next pass's card work stopped ("
+                        << e.what() << "); begin_pass of the next pass does it all";
+    next.phase = Phase::kOff;
+  }
+  if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
+    next.d_keys.release();
+    next.d_rows.release();
+    next.d_floats.release();
+    next.d_flags.release();
+  }
+  next.counts += card.counts() - before;
+  next.seconds += timer.seconds();
+  ++next.chunks;
+  return next.phase != Phase::kDone && next.phase != Phase::kOff;
+}
+
+void PassManager::next_chunk(int c, NextPassCard& next) {
+  using Phase = NextPassCard::Phase;
+  device::Card& card = cards_.card(c);
   switch (next.phase) {
     case Phase::kLookup:
       next_lookup(c, next);
@@ -971,15 +1005,6 @@ bool PassManager::prepare_next_pass(int c) {
     default:
       break;
   }
-  if (next.phase == Phase::kDone) {
-    next.d_keys.release();
-    next.d_rows.release();
-    next.d_floats.release();
-  }
-  next.counts += card.counts() - before;
-  next.seconds += timer.seconds();
-  ++next.chunks;
-  return next.phase != Phase::kDone;
 }
 
 void PassManager::next_lookup(int c, NextPassCard& next) {
@@ -1077,13 +1102,19 @@ void PassManager::next_list(int c, NextPassCard& next) {
   const std::size_t count =
       store.list_entries_range(next.at, end, next.d_keys, next.d_rows, stream);
   next.d_floats.resize_discard(count);
+  next.d_flags.resize_discard(count);
   store.row_scores(next.d_rows.data(), count, next.d_floats.data(), stream);
+  store.row_dirty(next.d_rows.data(), count, next.d_flags.data(), stream);
   const std::vector<uint64_t> keys = device::to_host(next.d_keys.data(), count, stream);
   const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), count, stream);
   const std::vector<float> scores = device::to_host(next.d_floats.data(), count, stream);
+  const std::vector<uint8_t> dirty = device::to_host(next.d_flags.data(), count, stream);
   for (std::size_t i = 0; i < count; ++i) {
-    // Unmarked: in neither pass, so clean (pass_manager.hpp) and unused until begin_pass.
-    if (rows[i] < next.marks.size() && next.marks[rows[i]] != 0) continue;
+    // Unmarked: in neither pass, so unused until begin_pass, and clean when end_pass kept only
+    // the training pass's rows dirty (the trainer's `keep`); a dirty one (a wider `keep`) stays:
+    // its newest value is only here. Nothing inserts between next_mark and here, so every row
+    // has a mark; one past them is not a candidate either.
+    if (rows[i] >= next.marks.size() || next.marks[rows[i]] != 0 || dirty[i] != 0) continue;
     next.candidates.emplace_back(scores[i], keys[i]);
   }
   next.at = end;

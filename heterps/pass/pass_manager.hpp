@@ -236,8 +236,10 @@ class PassManager {
     device::device_buffer<uint64_t> d_keys;
     device::device_buffer<sparse::row_index_t> d_rows;
     device::device_buffer<float> d_floats;
+    device::device_buffer<uint8_t> d_flags;
   };
-  // prepare_next_pass's phases, one chunk each (card c).
+  // prepare_next_pass's phases, one chunk each (card c): next_chunk runs the current phase's.
+  void next_chunk(int c, NextPassCard& next);
   void next_lookup(int c, NextPassCard& next);
   void next_plan(int c, NextPassCard& next);
   void next_mark(int c, NextPassCard& next);

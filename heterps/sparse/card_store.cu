@@ -136,6 +136,13 @@ struct RowScores {
   }
 };
 
+struct RowDirty {
+  DirtyFlagsRef dirty;
+  const row_index_t* rows;
+  uint8_t* out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = dirty[rows[i]] != 0 ? 1 : 0; }
+};
+
 struct IsMissing {
   GPUBOX_HD bool operator()(row_index_t row) const { return row == kInvalidRow; }
 };
@@ -527,6 +534,11 @@ void CardSparseStore::gather_rows(const row_index_t* rows, std::size_t n, float*
 void CardSparseStore::row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
                                  const device::Stream& stream) const {
   device::parallel_for(stream, n, RowScores{table_.rows(), rows, scores_out, config_});
+}
+
+void CardSparseStore::row_dirty(const row_index_t* rows, std::size_t n, uint8_t* dirty_out,
+                                const device::Stream& stream) const {
+  device::parallel_for(stream, n, RowDirty{dirty_flags(), rows, dirty_out});
 }
 
 std::size_t CardSparseStore::collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,

@@ -102,6 +102,10 @@ class CardSparseStore {
   // eviction victims without copying rows. Stream-ordered.
   void row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
                   const device::Stream& stream) const;
+  // dirty_out[i] = 1 when the row with handle rows[i] (card memory) is dirty (its newest value
+  // only on the card), else 0: eviction must spare it. Stream-ordered.
+  void row_dirty(const row_index_t* rows, std::size_t n, uint8_t* dirty_out,
+                 const device::Stream& stream) const;
   // list_entries + gather_rows in one call: copies every dirty row (collect_dirty) or every row
   // (collect_all) with its key into keys_out / rows_out, resized to the count (slot order).
   // Holds a second copy of the rows it collects: for tests and small stores; the pass manager

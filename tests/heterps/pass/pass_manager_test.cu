@@ -780,6 +780,57 @@ TEST(PassManager, KeptRowsStayDirtyUntilALaterEndPassOrSync) {
   }
 }
 
+// The next pass's card work with a `keep` wider than the next pass's keys (each end_pass keeps
+// its own pass's rows too): rows outside both passes may then be dirty, their newest value only
+// on the card. The work and begin_pass's remainder spare them; the host tier ends equal to an
+// engine that keeps nothing and does no early work.
+TEST(PassManager, NextPassWorkSparesRowsAWiderKeepLeftDirty) {
+  PassManagerOptions options;
+  options.card_row_budget = 600;
+  Engine plain(1, options);
+  options.next_pass_chunk_keys = 16;
+  Engine early(1, options);
+  const auto passes = make_passes(6, 240, 83);
+  std::shared_future<StagedRows> ahead;
+  uint64_t early_evicted = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    const StagedRows* staged = ahead.valid() ? &ahead.get() : nullptr;
+    early_evicted += early.manager->begin_pass(passes[p], {}, staged).early_evicted;
+    plain.manager->begin_pass(passes[p]);
+    std::function<void(int)> between;
+    std::shared_future<StagedRows> next;
+    if (p + 1 < passes.size()) {
+      std::set<uint64_t> exclude(passes[p].begin(), passes[p].end());
+      const std::vector<uint64_t> resident = early.manager->resident_keys();
+      exclude.insert(resident.begin(), resident.end());
+      next = std::async(std::launch::async, [&early, &passes, p,
+                                             excluded = std::vector<uint64_t>(exclude.begin(),
+                                                                              exclude.end())] {
+               return early.manager->stage_rows(passes[p + 1], {}, excluded);
+             }).share();
+      next.wait();
+      early.manager->expect_next_pass([next]() -> const StagedRows* { return &next.get(); });
+      between = [&](int c) { early.manager->prepare_next_pass(c); };
+    }
+    early.train(passes[p], 7000 + p, 60, between);
+    plain.train(passes[p], 7000 + p, 60);
+    std::set<uint64_t> keep(passes[p].begin(), passes[p].end());
+    if (p + 1 < passes.size()) keep.insert(passes[p + 1].begin(), passes[p + 1].end());
+    early.manager->end_pass(std::vector<uint64_t>(keep.begin(), keep.end()));
+    plain.manager->end_pass();
+    ahead = next;
+  }
+  early.manager->sync();
+  EXPECT_GT(early_evicted, 0u) << "the work never evicted between steps";
+  const auto want_host = plain.host_rows();
+  const auto got_host = early.host_rows();
+  for (const auto& [k, row] : want_host) {
+    ASSERT_TRUE(got_host.count(k)) << "key " << k;
+    ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k << " lost its update";
+  }
+}
+
 // stage_rows drops key 0, duplicates (the first slot wins) and the excluded keys, creates new
 // rows with their slots, and returns rows in key order equal to a pull's; nothing for no keys.
 TEST(PassManager, StageRowsSortsDedupsExcludesAndCreates) {
