@@ -70,6 +70,8 @@ class RowArena {
   void set_disk_copy(uint32_t index, bool clean) {
     epochs_[index] = (epochs_[index] & ~kDiskCleanBit) | kDiskCopyBit | (clean ? kDiskCleanBit : 0);
   }
+  // The disk copy is gone (deleted): the row has none from now on.
+  void clear_disk_copy(uint32_t index) { epochs_[index] &= ~(kDiskCopyBit | kDiskCleanBit); }
 
   // A row index (contents unspecified until the caller writes them).
   uint32_t allocate(uint32_t epoch) {
@@ -191,6 +193,9 @@ class RowArenas {
   }
   void set_disk_copy(uint32_t handle, bool clean) {
     arenas_[class_of(handle)].set_disk_copy(handle & kIndexMask, clean);
+  }
+  void clear_disk_copy(uint32_t handle) {
+    arenas_[class_of(handle)].clear_disk_copy(handle & kIndexMask);
   }
   // A row of class `c` (contents unspecified until the caller writes them).
   uint32_t allocate(uint32_t c, uint32_t epoch) {

@@ -37,16 +37,27 @@ SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorCon
       disk_(disk),
       memory_limit_(plan.rows_per_shard),
       byte_limit_(plan.row_bytes_per_shard),
+      // Under a byte budget only: a row budget alone is a cap, and reserving its whole index
+      // (and write-through set) would take its memory for an empty table.
+      index_reserve_(disk != nullptr && plan.rows_per_shard > 0 && plan.row_bytes_per_shard > 0
+                         ? plan.index_slots
+                         : 0),
+      write_through_reserve_(index_reserve_ > 0 && plan.write_through_keys_per_shard > 0
+                                 ? plan.write_through_slots
+                                 : 0),
       epochs_(epochs),
       classes_(width_classes(cfg)),
       arena_(class_strides(classes_, cfg), plan.rows_per_chunk),
       widest_row_bytes_(sizeof(float) * record_layout(cfg).stride() + RowArena::kMetadataBytes),
       write_through_limit_(
           disk != nullptr && plan.rows_per_shard > 0 ? plan.write_through_keys_per_shard : 0) {
-  if (disk_ == nullptr || memory_limit_ == 0) return;
+  reserve_maps();
+}
+
+void SparseShard::reserve_maps() {
   // Planned in full: neither map grows (and briefly holds 1.5 times its new size) later.
-  index_.reserve(plan.index_slots);
-  if (write_through_limit_ > 0) write_through_.reserve(plan.write_through_slots);
+  if (index_reserve_ > 0) index_.reserve(index_reserve_);
+  if (write_through_reserve_ > 0) write_through_.reserve(write_through_reserve_);
 }
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch, uint32_t width_class) {
@@ -101,14 +112,26 @@ void SparseShard::remove_row(uint64_t key, uint32_t index) {
 
 Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows) {
   DiskTier::Batch batch;
-  for (const auto& [key, index] : rows) {
-    if (arena_.disk_copy(index)) batch.erase(id_, key);
-    if (batch.count() >= kDiskBatchEntries) {
-      GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
-      batch.clear();
+  std::size_t committed = 0;  // rows[0..committed) have no disk copy left
+  // A batch's rows lose their disk-copy flag as it commits: when a later batch fails they stay
+  // in memory with no copy on record, and eviction writes them (a row still flagged clean, its
+  // copy deleted, would be written nowhere and lost).
+  const auto commit = [&](std::size_t end) -> Status {
+    if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    batch.clear();
+    for (; committed < end; ++committed) {
+      const uint32_t index = rows[committed].second;
+      if (!arena_.disk_copy(index)) continue;
+      arena_.clear_disk_copy(index);
+      --disk_copies_;
     }
+    return Status::OK();
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (arena_.disk_copy(rows[i].second)) batch.erase(id_, rows[i].first);
+    if (batch.count() >= kDiskBatchEntries) GPUBOX_RETURN_IF_ERROR(commit(i + 1));
   }
-  if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+  GPUBOX_RETURN_IF_ERROR(commit(rows.size()));
   for (const auto& [key, index] : rows) remove_row(key, index);
   return Status::OK();
 }
@@ -274,22 +297,27 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
     uint32_t width_class;
     bool operator<(const Through& o) const { return key != o.key ? key < o.key : pos < o.pos; }
   };
-  std::vector<Through> through;
-  std::size_t kept = 0;
+  // Every row's width is checked before any key leaves the set: an error leaves it as it was.
+  constexpr uint32_t kNotInSet = kAbsent;
+  std::vector<uint32_t> width_classes(m, kNotInSet);
   for (std::size_t j = 0; j < m; ++j) {
     const uint64_t key = keys[pos[j]];
-    if (write_through_.find(key) == kAbsent) {
-      (*rest)[kept++] = pos[j];
-      continue;
-    }
-    // Checked before the key leaves the set: an error leaves the set as it was.
+    if (write_through_.find(key) == kAbsent) continue;
     StatusOr<uint32_t> width_class =
         row_class(key, rows + static_cast<std::size_t>(pos[j]) * stride);
     if (!width_class.ok()) return width_class.status();
-    // The first push of the key in this call takes it out of the set; a repeat of it later in
-    // the call reads that row back and overwrites it in memory, so the last push still wins.
-    write_through_.erase(key);
-    through.push_back({key, pos[j], *width_class});
+    width_classes[j] = *width_class;
+  }
+  std::vector<Through> through;
+  std::size_t kept = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    // The first push of a key in this call takes it out of the set; a repeat of it later in the
+    // call reads that row back and overwrites it in memory, so the last push still wins.
+    if (width_classes[j] != kNotInSet && write_through_.erase(keys[pos[j]]) != kAbsent) {
+      through.push_back({keys[pos[j]], pos[j], width_classes[j]});
+    } else {
+      (*rest)[kept++] = pos[j];
+    }
   }
   rest->resize(kept);
   if (through.empty()) return Status::OK();
@@ -417,11 +445,12 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
   std::vector<std::pair<uint64_t, uint32_t>> cold, dead;
   for (const auto& [key, index] : entries) {
     float* row = arena_.row(index);
+    // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale.
+    mark(index);
     if (age_row(row)) {
       dead.emplace_back(key, index);
       continue;
     }
-    mark(index);
     if (disk_ != nullptr && cold_after_days > 0 &&
         row[RowLayout::kUnseenDays] >= static_cast<float>(cold_after_days)) {
       cold.emplace_back(key, index);
@@ -602,6 +631,7 @@ Status SparseShard::clear() {
   deleted_.clear();
   deleted_.shrink_to_fit();
   write_through_.clear();
+  reserve_maps();  // a load follows: the maps stay at their planned sizes
   disk_copies_ = 0;
   if (disk_ != nullptr) GPUBOX_RETURN_IF_ERROR(disk_->clear_shard(id_));
   rows_on_disk_ = 0;

@@ -61,10 +61,11 @@ class SparseShard {
  public:
   // `disk` may be null (no disk tier). From `plan`: rows_per_shard = rows kept in memory at most
   // and row_bytes_per_shard = their floats and epochs at most (0: no limit; with a disk tier);
-  // rows are stored in chunks of rows_per_chunk (a power of two, RowArena); the index is
-  // reserved at index_slots (never grows under a budget). Eviction remembers up to
-  // write_through_keys_per_shard keys of pinned rows it sends to disk (0: none), in a map
-  // reserved at write_through_slots.
+  // rows are stored in chunks of rows_per_chunk (a power of two, RowArena). Under a byte budget
+  // (row_bytes_per_shard > 0) the index is reserved at index_slots and the write-through set at
+  // write_through_slots, at open and again by clear(), so neither grows; a row budget alone
+  // reserves nothing (a cap, not memory to take up front). Eviction remembers up to
+  // write_through_keys_per_shard keys of pinned rows it sends to disk (0: none).
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
               const HostMemoryPlan& plan, TableEpochs* epochs);
 
@@ -116,10 +117,13 @@ class SparseShard {
   uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row);
   // Drops the memory row (its disk copy, if any, stays: eviction's case).
   void remove_row(uint64_t key, uint32_t index);
-  // Deletes rows (key, handle) from memory and their disk copies from disk (disk first: when that
-  // fails, nothing changed).
+  // Deletes rows (key, handle) from memory and their disk copies from disk, disk first in
+  // batches. When a batch fails, every row stays in memory; those whose copies an earlier batch
+  // deleted have no disk copy on record any more.
   Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows);
   void note_deleted(uint64_t key);
+  // Reserves the maps at their planned sizes (index_reserve_, write_through_reserve_).
+  void reserve_maps();
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
   // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limits
   // (rows, and bytes at the widest row) that eviction frees (at least 1), so that a piece fits
@@ -147,6 +151,10 @@ class SparseShard {
   DiskTier* const disk_;
   const uint64_t memory_limit_;  // rows
   const uint64_t byte_limit_;    // floats and epochs of the rows (0: none)
+  // Slots the key index and the write-through set are reserved at, at open and after clear()
+  // (0: not reserved, they grow with their keys).
+  const std::size_t index_reserve_;
+  const std::size_t write_through_reserve_;
   TableEpochs* const epochs_;
   const WidthClasses classes_;
 

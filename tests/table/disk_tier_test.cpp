@@ -2,7 +2,8 @@
 // (NaN payloads, -0.0, denormals, infinities included), a memory budget holds, and the table
 // grows past it. A row read back keeps its disk copy: evicting it unchanged writes and deletes
 // nothing, a changed one is written on eviction, and scans, saves, shrink and erase see each key
-// once, at its newest value.
+// once, at its newest value. A disk write that fails (DiskTier::fail_writes_after) in the middle
+// of a deletion loses no row: what stays in memory is written on its eviction.
 #include "table/disk_tier.hpp"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,8 @@
 #include <random>
 #include <unordered_map>
 
+#include "table/detail/sparse_shard.hpp"
+#include "table/host_memory_plan.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -178,6 +181,141 @@ TEST(DiskTier, EvictsLowestScoreFirst) {
   stats = table->stats();
   EXPECT_EQ(stats->rows_on_disk, 0u);
   EXPECT_EQ(stats->rows_in_memory, in_memory);
+}
+
+// One shard over its own disk tier, planned from `cfg`, so that a test can inject disk faults.
+struct ShardOnDisk {
+  ShardOnDisk(const AccessorConfig& accessor, const HostTableConfig& cfg)
+      : opt(accessor),
+        layout(record_layout(opt)),
+        plan(plan_host_memory(cfg, layout.stride())),
+        disk(DiskTier::open(cfg.rocksdb_path, layout.stride(), plan.disk_memory_bytes).value()),
+        shard(0, layout, opt, disk.get(), plan, &epochs) {}
+
+  // Pushes keys first.. first+n-1 (rows random, `show` each, unseen 0), recorded in *oracle.
+  void push(uint64_t first, std::size_t n, float show, std::mt19937_64& rng,
+            std::unordered_map<uint64_t, std::vector<float>>* oracle) {
+    std::vector<uint64_t> keys(n);
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      keys[i] = first + i;
+      auto row = testing::random_row(rng, layout);
+      row[RowLayout::kShow] = show;
+      row[RowLayout::kClick] = 0.0f;
+      row[RowLayout::kUnseenDays] = 0.0f;
+      rows.insert(rows.end(), row.begin(), row.end());
+      (*oracle)[keys[i]] = row;
+    }
+    const std::vector<uint32_t> pos = positions(n);
+    ASSERT_TRUE(shard.push(keys.data(), pos.data(), n, rows.data()).ok());
+  }
+  Status pull(uint64_t first, std::size_t n) {
+    std::vector<uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) keys[i] = first + i;
+    std::vector<float> rows(n * layout.stride());
+    const std::vector<uint32_t> pos = positions(n);
+    return shard.pull(keys.data(), nullptr, pos.data(), n, rows.data(), nullptr);
+  }
+  // Every key of `oracle` is in the shard (memory or disk) with its bits.
+  void expect_holds(const std::unordered_map<uint64_t, std::vector<float>>& oracle) {
+    std::unordered_map<uint64_t, std::vector<float>> got;
+    ASSERT_TRUE(shard
+                    .for_each_row([&](uint64_t key, const float* row) {
+                      got[key].assign(row, row + layout.stride());
+                    })
+                    .ok());
+    std::size_t missing = 0, differ = 0;
+    for (const auto& [key, row] : oracle) {
+      if (!got.count(key)) {
+        ++missing;
+      } else if (!testing::same_bits(got.at(key), row)) {
+        ++differ;
+      }
+    }
+    EXPECT_EQ(missing, 0u);
+    EXPECT_EQ(differ, 0u);
+  }
+  static std::vector<uint32_t> positions(std::size_t n) {
+    std::vector<uint32_t> pos(n);
+    for (std::size_t i = 0; i < n; ++i) pos[i] = static_cast<uint32_t>(i);
+    return pos;
+  }
+
+  const AccessorConfig opt;
+  const RowLayout layout;
+  const HostMemoryPlan plan;
+  std::unique_ptr<DiskTier> disk;
+  detail::TableEpochs epochs;
+  detail::SparseShard shard;
+};
+
+HostTableConfig one_shard_of(const ScratchDir& dir, uint64_t rows) {
+  HostTableConfig cfg;
+  cfg.shards = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  cfg.memory_row_budget = rows;
+  return cfg;
+}
+
+// An erase of more rows than one disk batch (65,536 deletes) whose second batch fails: the
+// erase reports it and every row stays, including those whose disk copies the first batch
+// deleted; evicted later, they are written, not dropped as clean copies.
+TEST(DiskTier, AnEraseWhoseLaterDiskBatchFailsLosesNoRow) {
+  ScratchDir dir;
+  constexpr std::size_t kCold = 80000, kHot = 100000;
+  ShardOnDisk s(testing::test_optimizer(), one_shard_of(dir, kHot));
+  std::mt19937_64 rng(41);
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  // Cold rows 0..kCold-1, then hot ones that push every cold row to disk.
+  s.push(0, kCold, 0.0f, rng, &oracle);
+  s.push(1000000, kHot, 100.0f, rng, &oracle);
+  ASSERT_EQ(s.shard.stats().rows_on_disk, kCold);
+  // The erase reads the cold rows back (disk copies kept, clean), deletes the first 65,536
+  // copies, and fails on the rest.
+  std::vector<uint64_t> keys(kCold);
+  for (std::size_t i = 0; i < kCold; ++i) keys[i] = i;
+  const std::vector<uint32_t> pos = ShardOnDisk::positions(kCold);
+  s.disk->fail_writes_after(1);
+  EXPECT_FALSE(s.shard.erase(keys.data(), pos.data(), kCold).ok());
+  s.disk->fail_writes_after(-1);
+  EXPECT_EQ(s.shard.stats().rows_in_memory, kCold + kHot);
+  EXPECT_EQ(s.shard.stats().disk_copies, kCold - 65536);
+  // One new key: eviction takes the cold rows (unpinned, lowest score) to disk.
+  ASSERT_TRUE(s.pull(5000000, 1).ok());
+  ASSERT_GE(s.shard.stats().rows_on_disk, kCold);
+  s.expect_holds(oracle);
+}
+
+// A shrink whose deletion of memory rows fails leaves them aged in memory: their disk copies
+// (kept since their read-back) are stale, and eviction writes the aged rows over them.
+TEST(DiskTier, AShrinkWhoseDeletionFailsKeepsTheAgedRows) {
+  ScratchDir dir;
+  AccessorConfig opt = testing::test_optimizer();
+  opt.delete_after_unseen_days = 0.5f;  // a shrink deletes every row
+  ShardOnDisk s(opt, one_shard_of(dir, 100));
+  std::mt19937_64 rng(42);
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  s.push(0, 100, 0.0f, rng, &oracle);  // the score of a new row: unseen days decide below
+  s.push(100, 100, 100.0f, rng, &oracle);
+  ASSERT_GE(s.shard.stats().rows_on_disk, 100u);  // keys 0..99, and a few hot ones
+  ASSERT_TRUE(s.pull(0, 50).ok());                // read back, clean
+  ASSERT_EQ(s.shard.stats().disk_copies, 50u);
+  // The disk rows' batch is written (all deleted); the memory rows' deletion fails.
+  s.disk->fail_writes_after(1);
+  EXPECT_FALSE(s.shard.shrink(0).ok());
+  s.disk->fail_writes_after(-1);
+  std::unordered_map<uint64_t, std::vector<float>> aged;
+  for (uint64_t key = 0; key < 50; ++key) {
+    std::vector<float> row = oracle.at(key);
+    row[RowLayout::kShow] *= opt.show_click_decay_rate;
+    row[RowLayout::kClick] *= opt.show_click_decay_rate;
+    row[RowLayout::kUnseenDays] += 1.0f;
+    aged[key] = row;
+  }
+  // New rows (pinned, as the read-back ones, and unseen 0) push every aged row to disk.
+  ASSERT_TRUE(s.pull(1000, 150).ok());
+  ASSERT_EQ(s.shard.stats().disk_copies, 0u);
+  s.expect_holds(aged);
 }
 
 TEST(DiskTier, ColdRowsMoveAtShrinkAndAgeOnDisk) {

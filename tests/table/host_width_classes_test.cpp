@@ -11,6 +11,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
 #include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
@@ -140,6 +141,81 @@ TEST(HostWidthClasses, ThePlanAssumesOneShareASlot) {
   classes = planned_classes(cfg, 1);
   EXPECT_EQ(classes[0].share, 1.0);
   EXPECT_EQ(classes[2].share, 0.0);
+}
+
+// A push that fails on a row of no width class leaves the write-through set as it was: keys
+// checked before the bad row are still written through by the next push.
+TEST(HostWidthClasses, APushWithABadWidthLeavesTheWriteThroughSetAsItWas) {
+  ScratchDir dir;
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 1;
+  config.rocksdb_path = dir.sub("rocksdb");
+  config.memory_row_budget = 16;  // pieces of 2 keys
+  const RowLayout record = record_layout(cfg);
+  const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, 0));
+  ASSERT_GE(plan.write_through_keys_per_shard, 2u);
+  auto disk = DiskTier::open(config.rocksdb_path, record.stride(), plan.disk_memory_bytes);
+  ASSERT_TRUE(disk.ok()) << disk.status().to_string();
+  detail::TableEpochs epochs;
+  detail::SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
+  std::mt19937_64 rng(44);
+  const auto records = [&](std::size_t n, float first_show) {
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<float> rec = record_of_slot(rng, cfg, record, kNarrowSlot);
+      rec[RowLayout::kShow] = first_show + static_cast<float>(i);
+      rec[RowLayout::kClick] = 0.0f;
+      rows.insert(rows.end(), rec.begin(), rec.end());
+    }
+    return rows;
+  };
+  const std::vector<uint32_t> pos = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  std::vector<uint64_t> keys(16);
+  for (uint64_t k = 0; k < 16; ++k) keys[k] = k;
+  std::vector<int32_t> slots(16, kNarrowSlot);
+  std::vector<float> scratch(16 * record.stride());
+  // Keys 0..15 (show 1..16) pushed, then pulled (pinned): the budget, full.
+  ASSERT_TRUE(shard.push(keys.data(), pos.data(), 16, records(16, 1.0f).data()).ok());
+  ASSERT_TRUE(shard.pull(keys.data(), slots.data(), pos.data(), 16, scratch.data(), nullptr).ok());
+  // Two new keys: eviction sends the two coldest, keys 0 and 1, to disk and the set.
+  const uint64_t fresh[2] = {100, 101};
+  ASSERT_TRUE(shard.pull(fresh, slots.data(), pos.data(), 2, scratch.data(), nullptr).ok());
+  ASSERT_EQ(shard.stats().rows_evicted, 2u);
+  // Keys 0 and 1 pushed, 1's row of width 7 (no class): an error, nothing changed.
+  std::vector<float> pushed = records(2, 1.0f);
+  pushed[record.stride() + record.mf_dim_offset()] = 7.0f;
+  EXPECT_FALSE(shard.push(keys.data(), pos.data(), 2, pushed.data()).ok());
+  EXPECT_EQ(shard.stats().rows_written_through, 0u);
+  // Pushed right: both written through.
+  pushed = records(2, 1.0f);
+  ASSERT_TRUE(shard.push(keys.data(), pos.data(), 2, pushed.data()).ok());
+  EXPECT_EQ(shard.stats().rows_written_through, 2u);
+  EXPECT_EQ(shard.stats().rows_read_back, 0u);
+}
+
+// Slot ids listed twice, or outside 1..key_slots, count once or not at all: the shares stay
+// within 0..1 and add up to 1.
+TEST(HostWidthClasses, ThePlanCountsEachKeySlotOnce) {
+  const AccessorConfig cfg =
+      with_slot_dims(testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16),
+                     {{1, 4}, {1, 8}, {2, 4}, {0, 8}, {9, 8}});
+  for (const uint32_t key_slots : {1u, 2u, 4u}) {
+    SCOPED_TRACE(key_slots);
+    const std::vector<PlannedClass> classes = planned_classes(cfg, key_slots);
+    ASSERT_EQ(classes.size(), 3u);
+    double total = 0;
+    for (const PlannedClass& c : classes) {
+      EXPECT_GE(c.share, 0.0);
+      EXPECT_LE(c.share, 1.0);
+      total += c.share;
+    }
+    EXPECT_DOUBLE_EQ(total, 1.0);
+    // Slot 1 at its first width (4), as rows are made; slot 2 at 4 when it is a key slot.
+    EXPECT_DOUBLE_EQ(classes[0].share, std::min(2.0, double(key_slots)) / key_slots);
+    EXPECT_EQ(classes[1].share, 0.0);
+    EXPECT_DOUBLE_EQ(classes[2].share, key_slots > 2 ? (key_slots - 2.0) / key_slots : 0.0);
+  }
 }
 
 TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
