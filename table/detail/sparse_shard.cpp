@@ -480,7 +480,7 @@ std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
                                      std::size_t m) const {
   if (disk_ == nullptr || memory_limit_ == 0) return m;
   if (index_.size() + m <= memory_limit_ &&
-      (byte_limit_ == 0 || arena_.live_row_bytes() + m * widest_row_bytes_ <= byte_limit_)) {
+      (byte_limit_ == 0 || arena_.allocated_row_bytes() + m * widest_row_bytes_ <= byte_limit_)) {
     return m;
   }
   std::size_t absent = 0;
@@ -488,14 +488,45 @@ std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
   return absent;
 }
 
+void SparseShard::compact_arenas() {
+  std::vector<uint32_t> boundary(arena_.classes());
+  bool any = false;
+  for (std::size_t c = 0; c < boundary.size(); ++c) {
+    boundary[c] = arena_.compact_boundary(c);
+    any = any || boundary[c] != RowArena::kNoCompaction;
+  }
+  if (!any) return;
+  std::vector<std::pair<uint32_t, uint64_t>> moving;  // (handle, key) of the rows to move
+  index_.for_each([&](uint64_t key, uint32_t handle) {
+    if ((handle & RowArenas::kIndexMask) >= boundary[RowArenas::class_of(handle)]) {
+      moving.emplace_back(handle, key);
+    }
+  });
+  std::sort(moving.begin(), moving.end());
+  arena_.compact([&](uint32_t from, uint32_t to) {
+    const auto it =
+        std::lower_bound(moving.begin(), moving.end(), std::make_pair(from, uint64_t{0}));
+    GPUBOX_EXPECTS(it != moving.end() && it->first == from, "shard ", id_, ": row ", from,
+                   " moved by compaction has no key");
+    index_.assign(it->second, to);
+  });
+}
+
 Status SparseShard::enforce_memory_limit(std::size_t incoming) {
   if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
-  const uint64_t bytes = arena_.live_row_bytes();
   const uint64_t incoming_bytes = static_cast<uint64_t>(incoming) * widest_row_bytes_;
-  if (index_.size() + incoming <= memory_limit_ &&
-      (byte_limit_ == 0 || bytes + incoming_bytes <= byte_limit_)) {
-    return Status::OK();
+  // The byte limit holds on the rows' storage as allocated: chunks that freed rows left behind
+  // (each class keeps its peak otherwise) go back before anything is evicted.
+  const auto within = [&] {
+    return index_.size() + incoming <= memory_limit_ &&
+           (byte_limit_ == 0 || arena_.allocated_row_bytes() + incoming_bytes <= byte_limit_);
+  };
+  if (within()) return Status::OK();
+  if (byte_limit_ > 0) {
+    compact_arenas();
+    if (within()) return Status::OK();
   }
+  const uint64_t bytes = arena_.allocated_row_bytes();
   // Evict a little below the limits so that the next pulls do not each evict a handful of rows.
   const auto target = [](uint64_t limit, uint64_t incoming) {
     return std::min<uint64_t>(limit - limit / 8, limit - std::min<uint64_t>(incoming, limit));
@@ -565,6 +596,7 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
     rows_on_disk_ += end - begin;
     rows_evicted_ += end - begin;
   }
+  if (byte_limit_ > 0) compact_arenas();
   return Status::OK();
 }
 

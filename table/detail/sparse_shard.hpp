@@ -132,11 +132,15 @@ class SparseShard {
   // How many of keys[pos[0..m)] are not in memory (a repeated key counts each time): what a
   // locate of them may add. m itself when that cannot reach the limit. Requires mu_.
   std::size_t absent_keys(const uint64_t* keys, const uint32_t* pos, std::size_t m) const;
-  // Before `incoming` keys are located: when they could take memory over a limit (rows, or row
-  // bytes with each incoming row at the widest class's), moves rows to disk, unpinned before
-  // pinned and lowest score first (then longest unseen), until at most min(7/8 of the limit,
-  // limit - incoming) stay, for rows and for bytes. Requires mu_.
+  // Before `incoming` keys are located: when they could take memory over a limit (rows, or the
+  // row storage's allocated bytes with each incoming row at the widest class's), compacts the
+  // row storage (byte limit), then moves rows to disk, unpinned before pinned and lowest score
+  // first (then longest unseen), until at most min(7/8 of the limit, limit - incoming) stay, for
+  // rows and for bytes, and compacts again. Requires mu_.
   Status enforce_memory_limit(std::size_t incoming);
+  // Gives back the row storage's chunks beyond what the live rows need (RowArena::compact),
+  // re-pointing the index at the rows it moves. Requires mu_; invalidates handles held.
+  void compact_arenas();
   // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
   // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
   // of the other keys to the front of *rest (resized to their count). Requires mu_.
@@ -150,7 +154,7 @@ class SparseShard {
   const AccessorConfig& cfg_;
   DiskTier* const disk_;
   const uint64_t memory_limit_;  // rows
-  const uint64_t byte_limit_;    // floats and epochs of the rows (0: none)
+  const uint64_t byte_limit_;    // floats and epochs of the rows' storage as allocated (0: none)
   // Slots the key index and the write-through set are reserved at, at open and after clear()
   // (0: not reserved, they grow with their keys).
   const std::size_t index_reserve_;

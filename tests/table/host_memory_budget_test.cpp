@@ -211,7 +211,8 @@ TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
       const auto row = testing::random_row(rng, layout);
       std::copy(row.begin(), row.end(), rows.begin() + i * layout.stride());
     }
-    ASSERT_TRUE(table->push(keys.data(), kBatch, rows.data()).ok());
+    const Status pushed = table->push(keys.data(), kBatch, rows.data());
+    ASSERT_TRUE(pushed.ok()) << pushed.to_string();
     auto stats = table->stats();
     ASSERT_TRUE(stats.ok());
     EXPECT_LE(stats->rows_in_memory, plan.rows());
