@@ -227,7 +227,7 @@ Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint3
   for (std::size_t begin = 0; begin < m; begin += piece) {
     const uint32_t* piece_pos = pos + begin;
     const std::size_t n = std::min(m - begin, piece);
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(incoming(keys, piece_pos, n, nullptr)));
     GPUBOX_RETURN_IF_ERROR(locate(keys, slots, piece_pos, n, /*create=*/true, &idx, created));
     constexpr std::size_t kAhead = 4;
     for (std::size_t j = 0; j < std::min(n, kAhead); ++j) arena_.prefetch(idx[j]);
@@ -351,7 +351,7 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
         write_through(keys, pos + begin, std::min(m - begin, piece), rows, &rest));
     const uint32_t* piece_pos = rest.data();
     const std::size_t n = rest.size();
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(incoming(keys, piece_pos, n, rows)));
     // Rows on disk come back; a new key is created below, at the pushed row's width.
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/false, &idx, nullptr));
     const uint32_t now = epochs_->current.load();
@@ -476,16 +476,32 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
   return deleted;
 }
 
-std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
-                                     std::size_t m) const {
-  if (disk_ == nullptr || memory_limit_ == 0) return m;
+SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t* pos,
+                                            std::size_t m, const float* pushed) const {
+  const Incoming all{m, static_cast<uint64_t>(m) * widest_row_bytes_};
+  if (disk_ == nullptr || memory_limit_ == 0) return all;
   if (index_.size() + m <= memory_limit_ &&
-      (byte_limit_ == 0 || arena_.allocated_row_bytes() + m * widest_row_bytes_ <= byte_limit_)) {
-    return m;
+      (byte_limit_ == 0 || arena_.allocated_row_bytes() + all.bytes <= byte_limit_)) {
+    return all;
   }
-  std::size_t absent = 0;
-  for (std::size_t j = 0; j < m; ++j) absent += index_.find(keys[pos[j]]) == kAbsent ? 1 : 0;
-  return absent;
+  Incoming in{0, 0};
+  const std::size_t stride = layout_.stride();
+  for (std::size_t j = 0; j < m; ++j) {
+    const uint64_t key = keys[pos[j]];
+    const uint32_t index = index_.find(key);
+    if (index == kAbsent) {
+      ++in.rows;
+      in.bytes += widest_row_bytes_;
+    } else if (pushed != nullptr && layout_.mixed_widths) {
+      // A push that moves the row to another class takes a row of that class (the one it
+      // leaves is released, its chunk kept until a compaction); a bad width fails the push later.
+      StatusOr<uint32_t> width_class = row_class(key, pushed + pos[j] * stride);
+      if (width_class.ok() && *width_class != RowArenas::class_of(index)) {
+        in.bytes += sizeof(float) * arena_.arena(*width_class).stride() + RowArena::kMetadataBytes;
+      }
+    }
+  }
+  return in;
 }
 
 void SparseShard::compact_arenas() {
@@ -512,9 +528,10 @@ void SparseShard::compact_arenas() {
   });
 }
 
-Status SparseShard::enforce_memory_limit(std::size_t incoming) {
+Status SparseShard::enforce_memory_limit(Incoming in) {
   if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
-  const uint64_t incoming_bytes = static_cast<uint64_t>(incoming) * widest_row_bytes_;
+  const std::size_t incoming = in.rows;
+  const uint64_t incoming_bytes = in.bytes;
   // The byte limit holds on the rows' storage as allocated: chunks that freed rows left behind
   // (each class keeps its peak otherwise) go back before anything is evicted.
   const auto within = [&] {
@@ -679,7 +696,7 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
   const std::size_t piece = std::min<std::size_t>(piece_keys(n), 1 << 16);
   for (std::size_t begin = 0; begin < n; begin += piece) {
     const std::size_t m = std::min(n, begin + piece) - begin;
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(m));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit({m, m * widest_row_bytes_}));
     const std::vector<uint32_t> pos = identity(m);
     std::vector<uint32_t> idx;
     GPUBOX_RETURN_IF_ERROR(

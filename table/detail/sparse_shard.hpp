@@ -127,17 +127,23 @@ class SparseShard {
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
   // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limits
   // (rows, and bytes at the widest row) that eviction frees (at least 1), so that a piece fits
-  // after enforce_memory_limit(piece).
+  // after enforce_memory_limit of it.
   std::size_t piece_keys(std::size_t m) const;
-  // How many of keys[pos[0..m)] are not in memory (a repeated key counts each time): what a
-  // locate of them may add. m itself when that cannot reach the limit. Requires mu_.
-  std::size_t absent_keys(const uint64_t* keys, const uint32_t* pos, std::size_t m) const;
-  // Before `incoming` keys are located: when they could take memory over a limit (rows, or the
-  // row storage's allocated bytes with each incoming row at the widest class's), compacts the
-  // row storage (byte limit), then moves rows to disk, unpinned before pinned and lowest score
-  // first (then longest unseen), until at most min(7/8 of the limit, limit - incoming) stay, for
-  // rows and for bytes, and compacts again. Requires mu_.
-  Status enforce_memory_limit(std::size_t incoming);
+  // What locating keys[pos[0..m)] may add to memory: `rows` not in memory (a repeated key counts
+  // each time), and `bytes`, the widest row's for each of them and, with `pushed` (the rows of
+  // a push), a row of the new class for each row the push moves to another width class. m rows
+  // and m widest rows when that cannot reach a limit. Requires mu_.
+  struct Incoming {
+    std::size_t rows;
+    uint64_t bytes;
+  };
+  Incoming incoming(const uint64_t* keys, const uint32_t* pos, std::size_t m,
+                    const float* pushed) const;
+  // Before rows come in: when they could take memory over a limit (rows, or the row storage's
+  // allocated bytes), compacts the row storage (byte limit), then moves rows to disk, unpinned
+  // before pinned and lowest score first (then longest unseen), until at most min(7/8 of the
+  // limit, limit - incoming) stay, for rows and for bytes, and compacts again. Requires mu_.
+  Status enforce_memory_limit(Incoming in);
   // Gives back the row storage's chunks beyond what the live rows need (RowArena::compact),
   // re-pointing the index at the rows it moves. Requires mu_; invalidates handles held.
   void compact_arenas();

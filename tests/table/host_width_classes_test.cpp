@@ -253,6 +253,69 @@ TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
 // Rows of one width only, pushed through a table planned for a 3:1 mix of narrow and wide: all
 // wide, the byte limit binds and memory stays within the budget; all narrow, the row count binds
 // at more rows than a plan at the widest stride keeps. Both agree with an unordered_map oracle.
+// A push that moves rows to a wider class counts the rows it makes against the byte limit, as
+// new rows are: a piece of narrow rows in a full memory, pushed back wide, makes room first
+// (before, a push of rows all in memory evicted nothing and went over by up to a piece).
+TEST(HostWidthClasses, APushWideningRowsMakesRoomForThem) {
+  ScratchDir dir;
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 1;
+  config.key_slots = 1;  // planned all narrow: the row bytes bind before the row count
+  config.rocksdb_path = dir.sub("rocksdb");
+  config.memory_budget_bytes = 1 << 20;
+  const RowLayout record = record_layout(cfg);
+  const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, config.key_slots));
+  auto disk = DiskTier::open(config.rocksdb_path, record.stride(), plan.disk_memory_bytes);
+  ASSERT_TRUE(disk.ok()) << disk.status().to_string();
+  detail::TableEpochs epochs;
+  detail::SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
+  // Rows, epochs, the maps as reserved; storage grows by whole chunks, one a class at most
+  // beyond what the limit counts.
+  const uint64_t bound =
+      plan.row_bytes_per_shard +
+      (plan.index_slots + plan.write_through_slots) * detail::KeyIndexMap::kSlotBytes +
+      plan.classes.size() * plan.rows_per_chunk * plan.widest_row_bytes;
+  // A bulk call's piece (SparseShard::piece_keys).
+  const std::size_t piece = std::min<std::size_t>(
+      plan.rows_per_shard / 8, plan.row_bytes_per_shard / 8 / plan.widest_row_bytes);
+  ASSERT_GT(piece, 1u);
+  // Wide keys, twice what the row bytes hold, pushed (the memory is full of them), then one
+  // piece of narrow keys pulled: memory stays within the limit counting them at the widest.
+  const std::size_t n = 2 * plan.row_bytes_per_shard / plan.widest_row_bytes;
+  std::vector<uint64_t> keys(n + piece);
+  std::vector<uint32_t> pos(n + piece);
+  for (std::size_t i = 0; i < n + piece; ++i) {
+    keys[i] = 7 * i + 1;
+    pos[i] = static_cast<uint32_t>(i);
+  }
+  std::mt19937_64 rng(45);
+  const auto wide_records = [&](std::size_t count) {
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::vector<float> rec = record_of_slot(rng, cfg, record, 2);
+      rows.insert(rows.end(), rec.begin(), rec.end());
+    }
+    return rows;
+  };
+  ASSERT_TRUE(shard.push(keys.data(), pos.data(), n, wide_records(n).data()).ok());
+  const std::vector<int32_t> slots(piece, kNarrowSlot);
+  std::vector<float> scratch(piece * record.stride());
+  ASSERT_TRUE(
+      shard.pull(keys.data() + n, slots.data(), pos.data(), piece, scratch.data(), nullptr).ok());
+  EXPECT_LE(shard.stats().memory_bytes, bound);
+  // The narrow piece (pinned) pushed back at the default width: a piece of wide rows more, for
+  // which the wide rows (unpinned) make room.
+  const std::vector<float> rows = wide_records(piece);
+  const detail::ShardStats before = shard.stats();
+  ASSERT_TRUE(shard.push(keys.data() + n, pos.data(), piece, rows.data()).ok());
+  const detail::ShardStats after = shard.stats();
+  EXPECT_EQ(after.rows_written_through, 0u);
+  EXPECT_EQ(after.rows_read_back, 0u);
+  EXPECT_GT(after.rows_evicted, before.rows_evicted);
+  EXPECT_LE(after.memory_bytes, bound);
+}
+
 TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
   const AccessorConfig cfg = with_slot_dims(
       testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
