@@ -16,6 +16,7 @@
 
 #include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
+#include "table/io/save_dir.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -508,6 +509,65 @@ TEST(DiskTier, ARowChangedAfterItsReadBackIsWrittenOnEvictionAndNeverServedStale
   std::size_t unknown = 0;
   ASSERT_TRUE(table->peek(&gone, nullptr, 1, got.data(), &unknown).ok());
   EXPECT_EQ(unknown, 1u);
+}
+
+// A checkpoint saved while read-back rows keep their disk copies (clean and stale) holds each
+// key once, at its newest value (SparseShard::snapshot); a delta loaded over rows that the base
+// load sent to disk reads them back and overwrites them, and evicting them writes the delta's
+// values.
+TEST(DiskTier, SavesAndLoadsSeeEachKeyOnceAtItsNewestValueWhileDiskCopiesExist) {
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer();
+  auto table = testing::open_table(opt, one_shard_of_100_rows(dir));
+  const RowLayout layout = table->layout();
+  const int32_t stride = layout.stride();
+  std::mt19937_64 rng(33);
+  constexpr std::size_t n = 400;
+  const std::vector<float> rows = push_keys(*table, n, rng);
+  testing::RowMap expected;
+  for (std::size_t i = 0; i < n; ++i) {
+    expected[i].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
+  }
+  ASSERT_TRUE(table->save(dir.sub("base"), SaveKind::kBase).ok());
+  // Keys 300..399 read back (copies clean), the even ones of 300..358 changed (copies stale).
+  const std::vector<uint64_t> back = key_range(300, 400);
+  std::vector<float> got(back.size() * stride);
+  ASSERT_TRUE(table->pull(back.data(), nullptr, back.size(), got.data(), nullptr).ok());
+  std::vector<uint64_t> changed;
+  std::vector<float> pushed;
+  for (uint64_t key = 300; key < 360; key += 2) {
+    const auto row = testing::random_row(rng, layout);
+    changed.push_back(key);
+    pushed.insert(pushed.end(), row.begin(), row.end());
+    expected[key] = row;
+  }
+  ASSERT_TRUE(table->push(changed.data(), changed.size(), pushed.data()).ok());
+  ASSERT_GE(table->disk_traffic().rows_read_back, back.size());
+  ASSERT_TRUE(table->save(dir.sub("delta"), SaveKind::kDelta).ok());
+  ASSERT_TRUE(table->save(dir.sub("checkpoint"), SaveKind::kCheckpoint).ok());
+  auto manifest = io::read_manifest(io::FileEnv::posix(), dir.sub("checkpoint"), "sparse");
+  ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
+  uint64_t records = 0;
+  for (const auto& file : manifest->files) records += file.records;
+  EXPECT_EQ(records, n);  // a key with a disk copy is saved once
+
+  ScratchDir other;
+  auto restored = testing::open_table(opt, one_shard_of_100_rows(other));
+  ASSERT_TRUE(restored->load(dir.sub("checkpoint")).ok());
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*restored), expected));
+
+  ScratchDir third;
+  auto resumed = testing::open_table(opt, one_shard_of_100_rows(third));
+  ASSERT_TRUE(resumed->load(dir.sub("base")).ok());
+  const uint64_t read_back = resumed->disk_traffic().rows_read_back;
+  ASSERT_TRUE(resumed->load(dir.sub("delta")).ok());
+  EXPECT_GE(resumed->disk_traffic().rows_read_back - read_back, changed.size() / 2);
+  // Every row the delta loaded goes back to disk.
+  const std::vector<uint64_t> others = key_range(0, 100);
+  got.resize(others.size() * stride);
+  ASSERT_TRUE(resumed->pull(others.data(), nullptr, others.size(), got.data(), nullptr).ok());
+  EXPECT_TRUE(testing::same_rows(testing::model_of(testing::snapshot(*resumed), layout),
+                                 testing::model_of(expected, layout)));
 }
 
 }  // namespace
