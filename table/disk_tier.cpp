@@ -155,6 +155,11 @@ void DiskTier::Batch::clear() {
 
 Status DiskTier::write(Batch& batch) {
   if (batch.count() == 0) return Status::OK();
+  const int64_t before_fault = writes_before_fault_.load();
+  if (before_fault == 0) {
+    return Status::IOError("write to " + path_ + ": fault injected (fail_writes_after)");
+  }
+  if (before_fault > 0) writes_before_fault_.store(before_fault - 1);
   rocksdb::WriteOptions options;
   // No write-ahead log: this folder is a cache wiped at every open, never recovered; the durable
   // copy of a model is its save (runner.model_save_path), which covers rows on disk too.

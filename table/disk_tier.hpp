@@ -69,6 +69,10 @@ class DiskTier {
     Traffic traffic_;
   };
   Status write(Batch& batch);
+  // Fault injection for tests: once `ok_writes` more non-empty write()s have succeeded, every
+  // later one fails (IOError, nothing applied) until this is called again; -1 (the default):
+  // never.
+  void fail_writes_after(int64_t ok_writes) { writes_before_fault_.store(ok_writes); }
 
   // fn(key, row, epoch) for every row of `shard`, in key order. `row` is valid during the call.
   Status scan(uint32_t shard, const std::function<void(uint64_t, const float*, uint32_t)>& fn);
@@ -89,6 +93,7 @@ class DiskTier {
   std::atomic<uint64_t> puts_{0};
   std::atomic<uint64_t> deletes_{0};
   std::atomic<uint64_t> put_bytes_{0};
+  std::atomic<int64_t> writes_before_fault_{-1};
 };
 
 }  // namespace gpubox::table

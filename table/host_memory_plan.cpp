@@ -1,6 +1,7 @@
 #include "table/host_memory_plan.hpp"
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "common/error.hpp"
@@ -83,13 +84,16 @@ std::vector<PlannedClass> planned_classes(const AccessorConfig& accessor, uint32
     return classes;
   }
   // Slots 1..key_slots, each one share; the listed ones at their width, the rest at the default.
-  uint32_t listed = 0;
+  // Each slot counted once: a slot id listed twice keeps its first width (as slot_mf_dim
+  // finds it), and ids outside 1..key_slots bring no keys.
+  std::set<int32_t> listed_slots;
   for (int32_t i = 0; i < accessor.slot_dims.count; ++i) {
     const int32_t slot = accessor.slot_dims.slot[i];
     if (slot < 1 || static_cast<uint32_t>(slot) > key_slots) continue;
-    ++listed;
+    if (!listed_slots.insert(slot).second) continue;
     classes[widths.class_of(accessor.slot_dims.dim[i])].share += 1.0 / key_slots;
   }
+  const auto listed = static_cast<uint32_t>(listed_slots.size());  // <= key_slots
   classes[widths.class_of(accessor.mf_dim)].share +=
       static_cast<double>(key_slots - listed) / key_slots;
   return classes;
@@ -162,7 +166,9 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config,
     plan.write_through_keys_per_shard = keys_below_growth(plan.write_through_slots) - 1;
   }
   plan.rows_per_chunk = detail::RowArena::kMaxRowsPerChunk;
-  while (per_shard > 0 && plan.rows_per_chunk > 16 && plan.rows_per_chunk > per_shard / 8) {
+  // Each class grows its own chunks: an eighth of the shard's rows over all of them.
+  const uint64_t chunk_rows = per_shard / 8 / classes.size();
+  while (per_shard > 0 && plan.rows_per_chunk > 16 && plan.rows_per_chunk > chunk_rows) {
     plan.rows_per_chunk /= 2;
   }
   return plan;
@@ -185,7 +191,7 @@ std::string HostMemoryPlan::to_string() const {
   out << "; per key in memory " << memory_bytes_per_key() << " bytes (row " << row_bytes
       << ", epoch " << metadata_bytes << ", index " << index_bytes_per_key << "), on disk "
       << static_cast<uint64_t>(disk_bytes_per_key + 0.5) << " bytes before RocksDB's own overhead";
-  if (index_slots > 0) {
+  if (index_slots > 0 && row_bytes_per_shard > 0) {
     out << "; index " << index_slots << " slots a shard ("
         << static_cast<double>(index_slots * KeyIndexMap::kSlotBytes * shards) / (1 << 20)
         << " MiB), reserved at start, never grows";

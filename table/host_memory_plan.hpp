@@ -45,14 +45,15 @@ struct HostMemoryPlan {
   // byte budget's share of a shard less its index. Binds before rows_per_shard only when the
   // rows are wider on average than planned.
   uint64_t row_bytes_per_shard = 0;
-  // Slots of a shard's key index, reserved when the shard opens so that it never grows (a
-  // growth briefly holds the old and the new slots, 1.5 times the new): with a budget, the
-  // most rows_per_shard and one piece more need below the growth fill. 0: no budget, the index
-  // grows with the rows.
+  // Slots of a shard's key index for rows_per_shard and one piece more below the growth fill
+  // (0: no budget). Under a byte budget the shard reserves them when it opens and after a
+  // clear(), so that the index never grows (a growth briefly holds the old and the new slots,
+  // 1.5 times the new); under a row budget alone the index grows with the rows up to them.
   std::size_t index_slots = 0;
   std::vector<PlannedClass> classes;
   // Rows per storage chunk of a shard (a power of two, at most RowArena::kMaxRowsPerChunk): about
-  // an eighth of the shard's budget, so the part of the last chunk not yet used stays small.
+  // an eighth of the shard's rows over its width classes (each class grows its own chunks), so
+  // the parts of the last chunks not yet used stay small.
   uint32_t rows_per_chunk = 0;
   double row_bytes = 0;              // the row's floats (averaged over the classes by share)
   std::size_t metadata_bytes = 0;    // per row besides its floats (modification epoch)

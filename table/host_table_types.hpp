@@ -44,8 +44,10 @@ struct HostTableConfig {
   uint64_t memory_row_budget = 0;
   // Bytes the rows and their index may take (0 = no limit; needs the disk tier): turned into a
   // row budget and a row-bytes limit per shard by plan_host_memory (table/host_memory_plan.hpp),
-  // which counts each row's floats (at each width class's stride) and epoch and the hash index,
-  // reserved at its planned size. With memory_row_budget too, the smaller budget wins.
+  // which counts each row's floats (at each width class's stride) and epoch, as the row storage
+  // allocates them (chunks freed rows leave are given back), and the hash index, reserved at its
+  // planned size. With memory_row_budget too, the smaller budget wins (a row budget alone
+  // reserves nothing).
   uint64_t memory_budget_bytes = 0;
   // shrink() moves rows unseen for at least this many days to disk (0 = never; needs the disk
   // tier).

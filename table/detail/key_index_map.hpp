@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/hash.hpp"
 
 namespace gpubox::table::detail {
@@ -43,6 +44,16 @@ class KeyIndexMap {
     if ((size_ + 1) * 10 > slots_.size() * 7) rehash(slots_.size() * 2);
     place(key, value);
     ++size_;
+  }
+
+  // Points `key`, which must be present, at `value` (!= kAbsent).
+  void assign(uint64_t key, uint32_t value) {
+    std::size_t i = home(key);
+    while (slots_[i].key != key || slots_[i].value == kAbsent) {
+      GPUBOX_EXPECTS(slots_[i].value != kAbsent, "key index: assign to absent key ", key);
+      i = (i + 1) & mask_;
+    }
+    slots_[i].value = value;
   }
 
   // Removes `key`; returns its value, or kAbsent when it was not there.

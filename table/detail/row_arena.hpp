@@ -4,11 +4,13 @@
 // the arena grows (an index stays valid until the row is released). The per-row modification epoch
 // and three flags sit in a parallel array (the flags in the epoch word's top bits: epochs count
 // saves and stay below 2^29); the key does not (the shard's KeyIndexMap holds it: 8 bytes a row
-// saved). Released indices are reused. Not thread-safe: the owning shard's mutex guards it.
+// saved). Released indices are reused, and compact() gives back the chunks that released rows
+// leave beyond what the live rows need. Not thread-safe: the owning shard's mutex guards it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -31,6 +33,10 @@ class RowArena {
   std::size_t memory_bytes() const {
     return chunks_.size() * rows_per_chunk() * (stride_ * sizeof(float) + kMetadataBytes) +
            free_.capacity() * sizeof(uint32_t);
+  }
+  // Floats and metadata of every row of the allocated chunks, live or free.
+  std::size_t allocated_row_bytes() const {
+    return chunks_.size() * rows_per_chunk() * (stride_ * sizeof(float) + kMetadataBytes);
   }
   // Bytes a row carries besides its floats (the modification epoch and the flags).
   static constexpr std::size_t kMetadataBytes = sizeof(uint32_t);
@@ -70,6 +76,8 @@ class RowArena {
   void set_disk_copy(uint32_t index, bool clean) {
     epochs_[index] = (epochs_[index] & ~kDiskCleanBit) | kDiskCopyBit | (clean ? kDiskCleanBit : 0);
   }
+  // The disk copy is gone (deleted): the row has none from now on.
+  void clear_disk_copy(uint32_t index) { epochs_[index] &= ~(kDiskCopyBit | kDiskCleanBit); }
 
   // A row index (contents unspecified until the caller writes them).
   uint32_t allocate(uint32_t epoch) {
@@ -89,6 +97,45 @@ class RowArena {
   }
 
   void release(uint32_t index) { free_.push_back(index); }
+
+  // The first index compact() would move rows from (the fewest chunks that hold the live rows
+  // end there), or kNoCompaction when no chunk would be freed.
+  static constexpr uint32_t kNoCompaction = 0xffffffffu;
+  uint32_t compact_boundary() const {
+    const std::size_t needed = (live_rows() + rows_per_chunk() - 1) / rows_per_chunk();
+    return chunks_.size() > needed ? static_cast<uint32_t>(needed * rows_per_chunk())
+                                   : kNoCompaction;
+  }
+  // Released rows never free their chunk: this moves the live rows past compact_boundary() into
+  // free rows below it (moved(from, to) for each, so that the caller re-points its index; flags
+  // and epoch move along) and frees the chunks past it.
+  template <class Moved>
+  void compact(Moved&& moved) {
+    const uint32_t boundary = compact_boundary();
+    if (boundary == kNoCompaction) return;
+    // allocated_ > boundary, and every index below it has been handed out: the free ones there
+    // are at least as many as the live rows past it (boundary - live more).
+    std::vector<bool> free(allocated_, false);
+    for (uint32_t index : free_) free[index] = true;
+    uint32_t hole = 0;
+    for (uint32_t from = boundary; from < allocated_; ++from) {
+      if (free[from]) continue;
+      while (!free[hole]) ++hole;
+      std::memcpy(row(hole), row(from), sizeof(float) * stride_);
+      epochs_[hole] = epochs_[from];
+      free[hole] = false;
+      moved(from, hole);
+    }
+    chunks_.resize(boundary / rows_per_chunk());
+    epochs_.resize(boundary);
+    epochs_.shrink_to_fit();
+    std::vector<uint32_t> still_free;
+    for (uint32_t index = hole; index < boundary; ++index) {
+      if (free[index]) still_free.push_back(index);
+    }
+    free_.swap(still_free);
+    allocated_ = boundary;
+  }
 
   // Drops every row and gives the memory back.
   void clear() {
@@ -160,6 +207,23 @@ class RowArenas {
     }
     return bytes;
   }
+  // Floats and metadata of the allocated chunks (what the rows take, free ones included).
+  std::size_t allocated_row_bytes() const {
+    std::size_t bytes = 0;
+    for (const RowArena& a : arenas_) bytes += a.allocated_row_bytes();
+    return bytes;
+  }
+  // Whether compact() would free a chunk, and the index in class c's arena it moves rows from.
+  uint32_t compact_boundary(std::size_t c) const { return arenas_[c].compact_boundary(); }
+  // RowArena::compact for every class; moved(from, to) with handles.
+  template <class Moved>
+  void compact(Moved&& moved) {
+    for (uint32_t c = 0; c < arenas_.size(); ++c) {
+      arenas_[c].compact([&](uint32_t from, uint32_t to) {
+        moved((c << kClassShift) | from, (c << kClassShift) | to);
+      });
+    }
+  }
   // Floats and metadata of the row at `handle`.
   std::size_t row_bytes(uint32_t handle) const {
     return sizeof(float) * stride(handle) + RowArena::kMetadataBytes;
@@ -191,6 +255,9 @@ class RowArenas {
   }
   void set_disk_copy(uint32_t handle, bool clean) {
     arenas_[class_of(handle)].set_disk_copy(handle & kIndexMask, clean);
+  }
+  void clear_disk_copy(uint32_t handle) {
+    arenas_[class_of(handle)].clear_disk_copy(handle & kIndexMask);
   }
   // A row of class `c` (contents unspecified until the caller writes them).
   uint32_t allocate(uint32_t c, uint32_t epoch) {

@@ -37,16 +37,27 @@ SparseShard::SparseShard(uint32_t id, const RowLayout& layout, const AccessorCon
       disk_(disk),
       memory_limit_(plan.rows_per_shard),
       byte_limit_(plan.row_bytes_per_shard),
+      // Under a byte budget only: a row budget alone is a cap, and reserving its whole index
+      // (and write-through set) would take its memory for an empty table.
+      index_reserve_(disk != nullptr && plan.rows_per_shard > 0 && plan.row_bytes_per_shard > 0
+                         ? plan.index_slots
+                         : 0),
+      write_through_reserve_(index_reserve_ > 0 && plan.write_through_keys_per_shard > 0
+                                 ? plan.write_through_slots
+                                 : 0),
       epochs_(epochs),
       classes_(width_classes(cfg)),
       arena_(class_strides(classes_, cfg), plan.rows_per_chunk),
       widest_row_bytes_(sizeof(float) * record_layout(cfg).stride() + RowArena::kMetadataBytes),
       write_through_limit_(
           disk != nullptr && plan.rows_per_shard > 0 ? plan.write_through_keys_per_shard : 0) {
-  if (disk_ == nullptr || memory_limit_ == 0) return;
+  reserve_maps();
+}
+
+void SparseShard::reserve_maps() {
   // Planned in full: neither map grows (and briefly holds 1.5 times its new size) later.
-  index_.reserve(plan.index_slots);
-  if (write_through_limit_ > 0) write_through_.reserve(plan.write_through_slots);
+  if (index_reserve_ > 0) index_.reserve(index_reserve_);
+  if (write_through_reserve_ > 0) write_through_.reserve(write_through_reserve_);
 }
 
 uint32_t SparseShard::insert_row(uint64_t key, uint32_t epoch, uint32_t width_class) {
@@ -101,14 +112,26 @@ void SparseShard::remove_row(uint64_t key, uint32_t index) {
 
 Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows) {
   DiskTier::Batch batch;
-  for (const auto& [key, index] : rows) {
-    if (arena_.disk_copy(index)) batch.erase(id_, key);
-    if (batch.count() >= kDiskBatchEntries) {
-      GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
-      batch.clear();
+  std::size_t committed = 0;  // rows[0..committed) have no disk copy left
+  // A batch's rows lose their disk-copy flag as it commits: when a later batch fails they stay
+  // in memory with no copy on record, and eviction writes them (a row still flagged clean, its
+  // copy deleted, would be written nowhere and lost).
+  const auto commit = [&](std::size_t end) -> Status {
+    if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    batch.clear();
+    for (; committed < end; ++committed) {
+      const uint32_t index = rows[committed].second;
+      if (!arena_.disk_copy(index)) continue;
+      arena_.clear_disk_copy(index);
+      --disk_copies_;
     }
+    return Status::OK();
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (arena_.disk_copy(rows[i].second)) batch.erase(id_, rows[i].first);
+    if (batch.count() >= kDiskBatchEntries) GPUBOX_RETURN_IF_ERROR(commit(i + 1));
   }
-  if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+  GPUBOX_RETURN_IF_ERROR(commit(rows.size()));
   for (const auto& [key, index] : rows) remove_row(key, index);
   return Status::OK();
 }
@@ -204,7 +227,7 @@ Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint3
   for (std::size_t begin = 0; begin < m; begin += piece) {
     const uint32_t* piece_pos = pos + begin;
     const std::size_t n = std::min(m - begin, piece);
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(incoming(keys, piece_pos, n, nullptr)));
     GPUBOX_RETURN_IF_ERROR(locate(keys, slots, piece_pos, n, /*create=*/true, &idx, created));
     constexpr std::size_t kAhead = 4;
     for (std::size_t j = 0; j < std::min(n, kAhead); ++j) arena_.prefetch(idx[j]);
@@ -274,22 +297,27 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
     uint32_t width_class;
     bool operator<(const Through& o) const { return key != o.key ? key < o.key : pos < o.pos; }
   };
-  std::vector<Through> through;
-  std::size_t kept = 0;
+  // Every row's width is checked before any key leaves the set: an error leaves it as it was.
+  constexpr uint32_t kNotInSet = kAbsent;
+  std::vector<uint32_t> width_classes(m, kNotInSet);
   for (std::size_t j = 0; j < m; ++j) {
     const uint64_t key = keys[pos[j]];
-    if (write_through_.find(key) == kAbsent) {
-      (*rest)[kept++] = pos[j];
-      continue;
-    }
-    // Checked before the key leaves the set: an error leaves the set as it was.
+    if (write_through_.find(key) == kAbsent) continue;
     StatusOr<uint32_t> width_class =
         row_class(key, rows + static_cast<std::size_t>(pos[j]) * stride);
     if (!width_class.ok()) return width_class.status();
-    // The first push of the key in this call takes it out of the set; a repeat of it later in
-    // the call reads that row back and overwrites it in memory, so the last push still wins.
-    write_through_.erase(key);
-    through.push_back({key, pos[j], *width_class});
+    width_classes[j] = *width_class;
+  }
+  std::vector<Through> through;
+  std::size_t kept = 0;
+  for (std::size_t j = 0; j < m; ++j) {
+    // The first push of a key in this call takes it out of the set; a repeat of it later in the
+    // call reads that row back and overwrites it in memory, so the last push still wins.
+    if (width_classes[j] != kNotInSet && write_through_.erase(keys[pos[j]]) != kAbsent) {
+      through.push_back({keys[pos[j]], pos[j], width_classes[j]});
+    } else {
+      (*rest)[kept++] = pos[j];
+    }
   }
   rest->resize(kept);
   if (through.empty()) return Status::OK();
@@ -323,7 +351,7 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
         write_through(keys, pos + begin, std::min(m - begin, piece), rows, &rest));
     const uint32_t* piece_pos = rest.data();
     const std::size_t n = rest.size();
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(absent_keys(keys, piece_pos, n)));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(incoming(keys, piece_pos, n, rows)));
     // Rows on disk come back; a new key is created below, at the pushed row's width.
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/false, &idx, nullptr));
     const uint32_t now = epochs_->current.load();
@@ -417,11 +445,12 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
   std::vector<std::pair<uint64_t, uint32_t>> cold, dead;
   for (const auto& [key, index] : entries) {
     float* row = arena_.row(index);
+    // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale.
+    mark(index);
     if (age_row(row)) {
       dead.emplace_back(key, index);
       continue;
     }
-    mark(index);
     if (disk_ != nullptr && cold_after_days > 0 &&
         row[RowLayout::kUnseenDays] >= static_cast<float>(cold_after_days)) {
       cold.emplace_back(key, index);
@@ -447,26 +476,74 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
   return deleted;
 }
 
-std::size_t SparseShard::absent_keys(const uint64_t* keys, const uint32_t* pos,
-                                     std::size_t m) const {
-  if (disk_ == nullptr || memory_limit_ == 0) return m;
+SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t* pos,
+                                            std::size_t m, const float* pushed) const {
+  const Incoming all{m, static_cast<uint64_t>(m) * widest_row_bytes_};
+  if (disk_ == nullptr || memory_limit_ == 0) return all;
   if (index_.size() + m <= memory_limit_ &&
-      (byte_limit_ == 0 || arena_.live_row_bytes() + m * widest_row_bytes_ <= byte_limit_)) {
-    return m;
+      (byte_limit_ == 0 || arena_.allocated_row_bytes() + all.bytes <= byte_limit_)) {
+    return all;
   }
-  std::size_t absent = 0;
-  for (std::size_t j = 0; j < m; ++j) absent += index_.find(keys[pos[j]]) == kAbsent ? 1 : 0;
-  return absent;
+  Incoming in{0, 0};
+  const std::size_t stride = layout_.stride();
+  for (std::size_t j = 0; j < m; ++j) {
+    const uint64_t key = keys[pos[j]];
+    const uint32_t index = index_.find(key);
+    if (index == kAbsent) {
+      ++in.rows;
+      in.bytes += widest_row_bytes_;
+    } else if (pushed != nullptr && layout_.mixed_widths) {
+      // A push that moves the row to another class takes a row of that class (the one it
+      // leaves is released, its chunk kept until a compaction); a bad width fails the push later.
+      StatusOr<uint32_t> width_class = row_class(key, pushed + pos[j] * stride);
+      if (width_class.ok() && *width_class != RowArenas::class_of(index)) {
+        in.bytes += sizeof(float) * arena_.arena(*width_class).stride() + RowArena::kMetadataBytes;
+      }
+    }
+  }
+  return in;
 }
 
-Status SparseShard::enforce_memory_limit(std::size_t incoming) {
-  if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
-  const uint64_t bytes = arena_.live_row_bytes();
-  const uint64_t incoming_bytes = static_cast<uint64_t>(incoming) * widest_row_bytes_;
-  if (index_.size() + incoming <= memory_limit_ &&
-      (byte_limit_ == 0 || bytes + incoming_bytes <= byte_limit_)) {
-    return Status::OK();
+void SparseShard::compact_arenas() {
+  std::vector<uint32_t> boundary(arena_.classes());
+  bool any = false;
+  for (std::size_t c = 0; c < boundary.size(); ++c) {
+    boundary[c] = arena_.compact_boundary(c);
+    any = any || boundary[c] != RowArena::kNoCompaction;
   }
+  if (!any) return;
+  std::vector<std::pair<uint32_t, uint64_t>> moving;  // (handle, key) of the rows to move
+  index_.for_each([&](uint64_t key, uint32_t handle) {
+    if ((handle & RowArenas::kIndexMask) >= boundary[RowArenas::class_of(handle)]) {
+      moving.emplace_back(handle, key);
+    }
+  });
+  std::sort(moving.begin(), moving.end());
+  arena_.compact([&](uint32_t from, uint32_t to) {
+    const auto it =
+        std::lower_bound(moving.begin(), moving.end(), std::make_pair(from, uint64_t{0}));
+    GPUBOX_EXPECTS(it != moving.end() && it->first == from, "shard ", id_, ": row ", from,
+                   " moved by compaction has no key");
+    index_.assign(it->second, to);
+  });
+}
+
+Status SparseShard::enforce_memory_limit(Incoming in) {
+  if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
+  const std::size_t incoming = in.rows;
+  const uint64_t incoming_bytes = in.bytes;
+  // The byte limit holds on the rows' storage as allocated: chunks that freed rows left behind
+  // (each class keeps its peak otherwise) go back before anything is evicted.
+  const auto within = [&] {
+    return index_.size() + incoming <= memory_limit_ &&
+           (byte_limit_ == 0 || arena_.allocated_row_bytes() + incoming_bytes <= byte_limit_);
+  };
+  if (within()) return Status::OK();
+  if (byte_limit_ > 0) {
+    compact_arenas();
+    if (within()) return Status::OK();
+  }
+  const uint64_t bytes = arena_.allocated_row_bytes();
   // Evict a little below the limits so that the next pulls do not each evict a handful of rows.
   const auto target = [](uint64_t limit, uint64_t incoming) {
     return std::min<uint64_t>(limit - limit / 8, limit - std::min<uint64_t>(incoming, limit));
@@ -536,6 +613,7 @@ Status SparseShard::enforce_memory_limit(std::size_t incoming) {
     rows_on_disk_ += end - begin;
     rows_evicted_ += end - begin;
   }
+  if (byte_limit_ > 0) compact_arenas();
   return Status::OK();
 }
 
@@ -602,6 +680,7 @@ Status SparseShard::clear() {
   deleted_.clear();
   deleted_.shrink_to_fit();
   write_through_.clear();
+  reserve_maps();  // a load follows: the maps stay at their planned sizes
   disk_copies_ = 0;
   if (disk_ != nullptr) GPUBOX_RETURN_IF_ERROR(disk_->clear_shard(id_));
   rows_on_disk_ = 0;
@@ -617,7 +696,7 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
   const std::size_t piece = std::min<std::size_t>(piece_keys(n), 1 << 16);
   for (std::size_t begin = 0; begin < n; begin += piece) {
     const std::size_t m = std::min(n, begin + piece) - begin;
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(m));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit({m, m * widest_row_bytes_}));
     const std::vector<uint32_t> pos = identity(m);
     std::vector<uint32_t> idx;
     GPUBOX_RETURN_IF_ERROR(

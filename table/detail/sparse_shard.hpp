@@ -61,10 +61,11 @@ class SparseShard {
  public:
   // `disk` may be null (no disk tier). From `plan`: rows_per_shard = rows kept in memory at most
   // and row_bytes_per_shard = their floats and epochs at most (0: no limit; with a disk tier);
-  // rows are stored in chunks of rows_per_chunk (a power of two, RowArena); the index is
-  // reserved at index_slots (never grows under a budget). Eviction remembers up to
-  // write_through_keys_per_shard keys of pinned rows it sends to disk (0: none), in a map
-  // reserved at write_through_slots.
+  // rows are stored in chunks of rows_per_chunk (a power of two, RowArena). Under a byte budget
+  // (row_bytes_per_shard > 0) the index is reserved at index_slots and the write-through set at
+  // write_through_slots, at open and again by clear(), so neither grows; a row budget alone
+  // reserves nothing (a cap, not memory to take up front). Eviction remembers up to
+  // write_through_keys_per_shard keys of pinned rows it sends to disk (0: none).
   SparseShard(uint32_t id, const RowLayout& layout, const AccessorConfig& cfg, DiskTier* disk,
               const HostMemoryPlan& plan, TableEpochs* epochs);
 
@@ -116,23 +117,36 @@ class SparseShard {
   uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row);
   // Drops the memory row (its disk copy, if any, stays: eviction's case).
   void remove_row(uint64_t key, uint32_t index);
-  // Deletes rows (key, handle) from memory and their disk copies from disk (disk first: when that
-  // fails, nothing changed).
+  // Deletes rows (key, handle) from memory and their disk copies from disk, disk first in
+  // batches. When a batch fails, every row stays in memory; those whose copies an earlier batch
+  // deleted have no disk copy on record any more.
   Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows);
   void note_deleted(uint64_t key);
+  // Reserves the maps at their planned sizes (index_reserve_, write_through_reserve_).
+  void reserve_maps();
   void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
   // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limits
   // (rows, and bytes at the widest row) that eviction frees (at least 1), so that a piece fits
-  // after enforce_memory_limit(piece).
+  // after enforce_memory_limit of it.
   std::size_t piece_keys(std::size_t m) const;
-  // How many of keys[pos[0..m)] are not in memory (a repeated key counts each time): what a
-  // locate of them may add. m itself when that cannot reach the limit. Requires mu_.
-  std::size_t absent_keys(const uint64_t* keys, const uint32_t* pos, std::size_t m) const;
-  // Before `incoming` keys are located: when they could take memory over a limit (rows, or row
-  // bytes with each incoming row at the widest class's), moves rows to disk, unpinned before
-  // pinned and lowest score first (then longest unseen), until at most min(7/8 of the limit,
-  // limit - incoming) stay, for rows and for bytes. Requires mu_.
-  Status enforce_memory_limit(std::size_t incoming);
+  // What locating keys[pos[0..m)] may add to memory: `rows` not in memory (a repeated key counts
+  // each time), and `bytes`, the widest row's for each of them and, with `pushed` (the rows of
+  // a push), a row of the new class for each row the push moves to another width class. m rows
+  // and m widest rows when that cannot reach a limit. Requires mu_.
+  struct Incoming {
+    std::size_t rows;
+    uint64_t bytes;
+  };
+  Incoming incoming(const uint64_t* keys, const uint32_t* pos, std::size_t m,
+                    const float* pushed) const;
+  // Before rows come in: when they could take memory over a limit (rows, or the row storage's
+  // allocated bytes), compacts the row storage (byte limit), then moves rows to disk, unpinned
+  // before pinned and lowest score first (then longest unseen), until at most min(7/8 of the
+  // limit, limit - incoming) stay, for rows and for bytes, and compacts again. Requires mu_.
+  Status enforce_memory_limit(Incoming in);
+  // Gives back the row storage's chunks beyond what the live rows need (RowArena::compact),
+  // re-pointing the index at the rows it moves. Requires mu_; invalidates handles held.
+  void compact_arenas();
   // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
   // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
   // of the other keys to the front of *rest (resized to their count). Requires mu_.
@@ -146,7 +160,11 @@ class SparseShard {
   const AccessorConfig& cfg_;
   DiskTier* const disk_;
   const uint64_t memory_limit_;  // rows
-  const uint64_t byte_limit_;    // floats and epochs of the rows (0: none)
+  const uint64_t byte_limit_;    // floats and epochs of the rows' storage as allocated (0: none)
+  // Slots the key index and the write-through set are reserved at, at open and after clear()
+  // (0: not reserved, they grow with their keys).
+  const std::size_t index_reserve_;
+  const std::size_t write_through_reserve_;
   TableEpochs* const epochs_;
   const WidthClasses classes_;
 

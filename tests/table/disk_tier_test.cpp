@@ -2,7 +2,8 @@
 // (NaN payloads, -0.0, denormals, infinities included), a memory budget holds, and the table
 // grows past it. A row read back keeps its disk copy: evicting it unchanged writes and deletes
 // nothing, a changed one is written on eviction, and scans, saves, shrink and erase see each key
-// once, at its newest value.
+// once, at its newest value. A disk write that fails (DiskTier::fail_writes_after) in the middle
+// of a deletion loses no row: what stays in memory is written on its eviction.
 #include "table/disk_tier.hpp"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,9 @@
 #include <random>
 #include <unordered_map>
 
+#include "table/detail/sparse_shard.hpp"
+#include "table/host_memory_plan.hpp"
+#include "table/io/save_dir.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -178,6 +182,141 @@ TEST(DiskTier, EvictsLowestScoreFirst) {
   stats = table->stats();
   EXPECT_EQ(stats->rows_on_disk, 0u);
   EXPECT_EQ(stats->rows_in_memory, in_memory);
+}
+
+// One shard over its own disk tier, planned from `cfg`, so that a test can inject disk faults.
+struct ShardOnDisk {
+  ShardOnDisk(const AccessorConfig& accessor, const HostTableConfig& cfg)
+      : opt(accessor),
+        layout(record_layout(opt)),
+        plan(plan_host_memory(cfg, layout.stride())),
+        disk(DiskTier::open(cfg.rocksdb_path, layout.stride(), plan.disk_memory_bytes).value()),
+        shard(0, layout, opt, disk.get(), plan, &epochs) {}
+
+  // Pushes keys first.. first+n-1 (rows random, `show` each, unseen 0), recorded in *oracle.
+  void push(uint64_t first, std::size_t n, float show, std::mt19937_64& rng,
+            std::unordered_map<uint64_t, std::vector<float>>* oracle) {
+    std::vector<uint64_t> keys(n);
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      keys[i] = first + i;
+      auto row = testing::random_row(rng, layout);
+      row[RowLayout::kShow] = show;
+      row[RowLayout::kClick] = 0.0f;
+      row[RowLayout::kUnseenDays] = 0.0f;
+      rows.insert(rows.end(), row.begin(), row.end());
+      (*oracle)[keys[i]] = row;
+    }
+    const std::vector<uint32_t> pos = positions(n);
+    ASSERT_TRUE(shard.push(keys.data(), pos.data(), n, rows.data()).ok());
+  }
+  Status pull(uint64_t first, std::size_t n) {
+    std::vector<uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) keys[i] = first + i;
+    std::vector<float> rows(n * layout.stride());
+    const std::vector<uint32_t> pos = positions(n);
+    return shard.pull(keys.data(), nullptr, pos.data(), n, rows.data(), nullptr);
+  }
+  // Every key of `oracle` is in the shard (memory or disk) with its bits.
+  void expect_holds(const std::unordered_map<uint64_t, std::vector<float>>& oracle) {
+    std::unordered_map<uint64_t, std::vector<float>> got;
+    ASSERT_TRUE(shard
+                    .for_each_row([&](uint64_t key, const float* row) {
+                      got[key].assign(row, row + layout.stride());
+                    })
+                    .ok());
+    std::size_t missing = 0, differ = 0;
+    for (const auto& [key, row] : oracle) {
+      if (!got.count(key)) {
+        ++missing;
+      } else if (!testing::same_bits(got.at(key), row)) {
+        ++differ;
+      }
+    }
+    EXPECT_EQ(missing, 0u);
+    EXPECT_EQ(differ, 0u);
+  }
+  static std::vector<uint32_t> positions(std::size_t n) {
+    std::vector<uint32_t> pos(n);
+    for (std::size_t i = 0; i < n; ++i) pos[i] = static_cast<uint32_t>(i);
+    return pos;
+  }
+
+  const AccessorConfig opt;
+  const RowLayout layout;
+  const HostMemoryPlan plan;
+  std::unique_ptr<DiskTier> disk;
+  detail::TableEpochs epochs;
+  detail::SparseShard shard;
+};
+
+HostTableConfig one_shard_of(const ScratchDir& dir, uint64_t rows) {
+  HostTableConfig cfg;
+  cfg.shards = 1;
+  cfg.rocksdb_path = dir.sub("rocksdb");
+  cfg.memory_row_budget = rows;
+  return cfg;
+}
+
+// An erase of more rows than one disk batch (65,536 deletes) whose second batch fails: the
+// erase reports it and every row stays, including those whose disk copies the first batch
+// deleted; evicted later, they are written, not dropped as clean copies.
+TEST(DiskTier, AnEraseWhoseLaterDiskBatchFailsLosesNoRow) {
+  ScratchDir dir;
+  constexpr std::size_t kCold = 80000, kHot = 100000;
+  ShardOnDisk s(testing::test_optimizer(), one_shard_of(dir, kHot));
+  std::mt19937_64 rng(41);
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  // Cold rows 0..kCold-1, then hot ones that push every cold row to disk.
+  s.push(0, kCold, 0.0f, rng, &oracle);
+  s.push(1000000, kHot, 100.0f, rng, &oracle);
+  ASSERT_EQ(s.shard.stats().rows_on_disk, kCold);
+  // The erase reads the cold rows back (disk copies kept, clean), deletes the first 65,536
+  // copies, and fails on the rest.
+  std::vector<uint64_t> keys(kCold);
+  for (std::size_t i = 0; i < kCold; ++i) keys[i] = i;
+  const std::vector<uint32_t> pos = ShardOnDisk::positions(kCold);
+  s.disk->fail_writes_after(1);
+  EXPECT_FALSE(s.shard.erase(keys.data(), pos.data(), kCold).ok());
+  s.disk->fail_writes_after(-1);
+  EXPECT_EQ(s.shard.stats().rows_in_memory, kCold + kHot);
+  EXPECT_EQ(s.shard.stats().disk_copies, kCold - 65536);
+  // One new key: eviction takes the cold rows (unpinned, lowest score) to disk.
+  ASSERT_TRUE(s.pull(5000000, 1).ok());
+  ASSERT_GE(s.shard.stats().rows_on_disk, kCold);
+  s.expect_holds(oracle);
+}
+
+// A shrink whose deletion of memory rows fails leaves them aged in memory: their disk copies
+// (kept since their read-back) are stale, and eviction writes the aged rows over them.
+TEST(DiskTier, AShrinkWhoseDeletionFailsKeepsTheAgedRows) {
+  ScratchDir dir;
+  AccessorConfig opt = testing::test_optimizer();
+  opt.delete_after_unseen_days = 0.5f;  // a shrink deletes every row
+  ShardOnDisk s(opt, one_shard_of(dir, 100));
+  std::mt19937_64 rng(42);
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  s.push(0, 100, 0.0f, rng, &oracle);  // the score of a new row: unseen days decide below
+  s.push(100, 100, 100.0f, rng, &oracle);
+  ASSERT_GE(s.shard.stats().rows_on_disk, 100u);  // keys 0..99, and a few hot ones
+  ASSERT_TRUE(s.pull(0, 50).ok());                // read back, clean
+  ASSERT_EQ(s.shard.stats().disk_copies, 50u);
+  // The disk rows' batch is written (all deleted); the memory rows' deletion fails.
+  s.disk->fail_writes_after(1);
+  EXPECT_FALSE(s.shard.shrink(0).ok());
+  s.disk->fail_writes_after(-1);
+  std::unordered_map<uint64_t, std::vector<float>> aged;
+  for (uint64_t key = 0; key < 50; ++key) {
+    std::vector<float> row = oracle.at(key);
+    row[RowLayout::kShow] *= opt.show_click_decay_rate;
+    row[RowLayout::kClick] *= opt.show_click_decay_rate;
+    row[RowLayout::kUnseenDays] += 1.0f;
+    aged[key] = row;
+  }
+  // New rows (pinned, as the read-back ones, and unseen 0) push every aged row to disk.
+  ASSERT_TRUE(s.pull(1000, 150).ok());
+  ASSERT_EQ(s.shard.stats().disk_copies, 0u);
+  s.expect_holds(aged);
 }
 
 TEST(DiskTier, ColdRowsMoveAtShrinkAndAgeOnDisk) {
@@ -370,6 +509,65 @@ TEST(DiskTier, ARowChangedAfterItsReadBackIsWrittenOnEvictionAndNeverServedStale
   std::size_t unknown = 0;
   ASSERT_TRUE(table->peek(&gone, nullptr, 1, got.data(), &unknown).ok());
   EXPECT_EQ(unknown, 1u);
+}
+
+// A checkpoint saved while read-back rows keep their disk copies (clean and stale) holds each
+// key once, at its newest value (SparseShard::snapshot); a delta loaded over rows that the base
+// load sent to disk reads them back and overwrites them, and evicting them writes the delta's
+// values.
+TEST(DiskTier, SavesAndLoadsSeeEachKeyOnceAtItsNewestValueWhileDiskCopiesExist) {
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer();
+  auto table = testing::open_table(opt, one_shard_of_100_rows(dir));
+  const RowLayout layout = table->layout();
+  const int32_t stride = layout.stride();
+  std::mt19937_64 rng(33);
+  constexpr std::size_t n = 400;
+  const std::vector<float> rows = push_keys(*table, n, rng);
+  testing::RowMap expected;
+  for (std::size_t i = 0; i < n; ++i) {
+    expected[i].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
+  }
+  ASSERT_TRUE(table->save(dir.sub("base"), SaveKind::kBase).ok());
+  // Keys 300..399 read back (copies clean), the even ones of 300..358 changed (copies stale).
+  const std::vector<uint64_t> back = key_range(300, 400);
+  std::vector<float> got(back.size() * stride);
+  ASSERT_TRUE(table->pull(back.data(), nullptr, back.size(), got.data(), nullptr).ok());
+  std::vector<uint64_t> changed;
+  std::vector<float> pushed;
+  for (uint64_t key = 300; key < 360; key += 2) {
+    const auto row = testing::random_row(rng, layout);
+    changed.push_back(key);
+    pushed.insert(pushed.end(), row.begin(), row.end());
+    expected[key] = row;
+  }
+  ASSERT_TRUE(table->push(changed.data(), changed.size(), pushed.data()).ok());
+  ASSERT_GE(table->disk_traffic().rows_read_back, back.size());
+  ASSERT_TRUE(table->save(dir.sub("delta"), SaveKind::kDelta).ok());
+  ASSERT_TRUE(table->save(dir.sub("checkpoint"), SaveKind::kCheckpoint).ok());
+  auto manifest = io::read_manifest(io::FileEnv::posix(), dir.sub("checkpoint"), "sparse");
+  ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
+  uint64_t records = 0;
+  for (const auto& file : manifest->files) records += file.records;
+  EXPECT_EQ(records, n);  // a key with a disk copy is saved once
+
+  ScratchDir other;
+  auto restored = testing::open_table(opt, one_shard_of_100_rows(other));
+  ASSERT_TRUE(restored->load(dir.sub("checkpoint")).ok());
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*restored), expected));
+
+  ScratchDir third;
+  auto resumed = testing::open_table(opt, one_shard_of_100_rows(third));
+  ASSERT_TRUE(resumed->load(dir.sub("base")).ok());
+  const uint64_t read_back = resumed->disk_traffic().rows_read_back;
+  ASSERT_TRUE(resumed->load(dir.sub("delta")).ok());
+  EXPECT_GE(resumed->disk_traffic().rows_read_back - read_back, changed.size() / 2);
+  // Every row the delta loaded goes back to disk.
+  const std::vector<uint64_t> others = key_range(0, 100);
+  got.resize(others.size() * stride);
+  ASSERT_TRUE(resumed->pull(others.data(), nullptr, others.size(), got.data(), nullptr).ok());
+  EXPECT_TRUE(testing::same_rows(testing::model_of(testing::snapshot(*resumed), layout),
+                                 testing::model_of(expected, layout)));
 }
 
 }  // namespace

@@ -11,8 +11,9 @@
 //    without reading it; passes in flight over the budget give the same rows with and without it
 //    (an unordered_map oracle), read fewer rows back with it, and the memory the table measures
 //    (its remembered keys included) stays within the plan;
-//  - a shard's key index and write-through set are reserved at the plan's sizes when it opens
-//    and never grow.
+//  - under a byte budget, a shard's key index and write-through set are reserved at the plan's
+//    sizes when it opens and again when a load clears it, and never grow; a row budget alone
+//    reserves neither.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -210,7 +211,8 @@ TEST(HostMemoryBudget, MeasuredMemoryStaysWithinAByteBudget) {
       const auto row = testing::random_row(rng, layout);
       std::copy(row.begin(), row.end(), rows.begin() + i * layout.stride());
     }
-    ASSERT_TRUE(table->push(keys.data(), kBatch, rows.data()).ok());
+    const Status pushed = table->push(keys.data(), kBatch, rows.data());
+    ASSERT_TRUE(pushed.ok()) << pushed.to_string();
     auto stats = table->stats();
     ASSERT_TRUE(stats.ok());
     EXPECT_LE(stats->rows_in_memory, plan.rows());
@@ -263,6 +265,35 @@ TEST(HostMemoryBudget, TheShardsMapsAreReservedAtOpenAndNeverGrow) {
     expect_planned("after a push");
   }
   EXPECT_GT(shard.stats().rows_written_through, 0u);
+  // A load starts with clear(): the maps stay at their planned sizes, and the load (3x the
+  // budget, so it evicts) does not grow them.
+  ASSERT_TRUE(shard.clear().ok());
+  expect_planned("after clear");
+  ASSERT_EQ(record_floats(RecordKind::kFullRow, layout), layout.stride());
+  ASSERT_TRUE(shard.load_records(RecordKind::kFullRow, keys.data(), rows.data(), n).ok());
+  expect_planned("after a load");
+}
+
+// A row budget alone is a cap, not memory to take: the shard reserves neither map at open (the
+// index grows with its rows), however large the budget.
+TEST(HostMemoryBudget, ARowBudgetAloneReservesNothing) {
+  ScratchDir dir;
+  const AccessorConfig opt = testing::test_optimizer(SparseOptimizerKind::kAdagrad, 8);
+  HostTableConfig cfg = disk_tier_config(dir, 1);
+  cfg.memory_row_budget = 1 << 20;
+  const RowLayout layout = record_layout(opt);
+  const HostMemoryPlan plan = plan_host_memory(cfg, layout.stride());
+  ASSERT_GT(plan.index_slots, 1u << 20);
+  ASSERT_GT(plan.write_through_keys_per_shard, 0u);
+  EXPECT_EQ(plan.to_string().find("reserved"), std::string::npos) << plan.to_string();
+  auto disk = DiskTier::open(cfg.rocksdb_path, layout.stride(), plan.disk_memory_bytes);
+  ASSERT_TRUE(disk.ok()) << disk.status().to_string();
+  detail::TableEpochs epochs;
+  detail::SparseShard shard(0, layout, opt, disk->get(), plan, &epochs);
+  const detail::KeyIndexMap empty;
+  EXPECT_EQ(shard.stats().index_slots, empty.capacity());
+  EXPECT_EQ(shard.stats().write_through_slots, empty.capacity());
+  EXPECT_LT(shard.stats().memory_bytes, std::size_t{1} << 20);
 }
 
 // Working-set keys per pass: two passes in flight (one trained, the next staged by the pipeline).

@@ -11,6 +11,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
 #include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
@@ -142,6 +143,81 @@ TEST(HostWidthClasses, ThePlanAssumesOneShareASlot) {
   EXPECT_EQ(classes[2].share, 0.0);
 }
 
+// A push that fails on a row of no width class leaves the write-through set as it was: keys
+// checked before the bad row are still written through by the next push.
+TEST(HostWidthClasses, APushWithABadWidthLeavesTheWriteThroughSetAsItWas) {
+  ScratchDir dir;
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 1;
+  config.rocksdb_path = dir.sub("rocksdb");
+  config.memory_row_budget = 16;  // pieces of 2 keys
+  const RowLayout record = record_layout(cfg);
+  const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, 0));
+  ASSERT_GE(plan.write_through_keys_per_shard, 2u);
+  auto disk = DiskTier::open(config.rocksdb_path, record.stride(), plan.disk_memory_bytes);
+  ASSERT_TRUE(disk.ok()) << disk.status().to_string();
+  detail::TableEpochs epochs;
+  detail::SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
+  std::mt19937_64 rng(44);
+  const auto records = [&](std::size_t n, float first_show) {
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<float> rec = record_of_slot(rng, cfg, record, kNarrowSlot);
+      rec[RowLayout::kShow] = first_show + static_cast<float>(i);
+      rec[RowLayout::kClick] = 0.0f;
+      rows.insert(rows.end(), rec.begin(), rec.end());
+    }
+    return rows;
+  };
+  const std::vector<uint32_t> pos = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  std::vector<uint64_t> keys(16);
+  for (uint64_t k = 0; k < 16; ++k) keys[k] = k;
+  std::vector<int32_t> slots(16, kNarrowSlot);
+  std::vector<float> scratch(16 * record.stride());
+  // Keys 0..15 (show 1..16) pushed, then pulled (pinned): the budget, full.
+  ASSERT_TRUE(shard.push(keys.data(), pos.data(), 16, records(16, 1.0f).data()).ok());
+  ASSERT_TRUE(shard.pull(keys.data(), slots.data(), pos.data(), 16, scratch.data(), nullptr).ok());
+  // Two new keys: eviction sends the two coldest, keys 0 and 1, to disk and the set.
+  const uint64_t fresh[2] = {100, 101};
+  ASSERT_TRUE(shard.pull(fresh, slots.data(), pos.data(), 2, scratch.data(), nullptr).ok());
+  ASSERT_EQ(shard.stats().rows_evicted, 2u);
+  // Keys 0 and 1 pushed, 1's row of width 7 (no class): an error, nothing changed.
+  std::vector<float> pushed = records(2, 1.0f);
+  pushed[record.stride() + record.mf_dim_offset()] = 7.0f;
+  EXPECT_FALSE(shard.push(keys.data(), pos.data(), 2, pushed.data()).ok());
+  EXPECT_EQ(shard.stats().rows_written_through, 0u);
+  // Pushed right: both written through.
+  pushed = records(2, 1.0f);
+  ASSERT_TRUE(shard.push(keys.data(), pos.data(), 2, pushed.data()).ok());
+  EXPECT_EQ(shard.stats().rows_written_through, 2u);
+  EXPECT_EQ(shard.stats().rows_read_back, 0u);
+}
+
+// Slot ids listed twice, or outside 1..key_slots, count once or not at all: the shares stay
+// within 0..1 and add up to 1.
+TEST(HostWidthClasses, ThePlanCountsEachKeySlotOnce) {
+  const AccessorConfig cfg =
+      with_slot_dims(testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16),
+                     {{1, 4}, {1, 8}, {2, 4}, {0, 8}, {9, 8}});
+  for (const uint32_t key_slots : {1u, 2u, 4u}) {
+    SCOPED_TRACE(key_slots);
+    const std::vector<PlannedClass> classes = planned_classes(cfg, key_slots);
+    ASSERT_EQ(classes.size(), 3u);
+    double total = 0;
+    for (const PlannedClass& c : classes) {
+      EXPECT_GE(c.share, 0.0);
+      EXPECT_LE(c.share, 1.0);
+      total += c.share;
+    }
+    EXPECT_DOUBLE_EQ(total, 1.0);
+    // Slot 1 at its first width (4), as rows are made; slot 2 at 4 when it is a key slot.
+    EXPECT_DOUBLE_EQ(classes[0].share, std::min(2.0, double(key_slots)) / key_slots);
+    EXPECT_EQ(classes[1].share, 0.0);
+    EXPECT_DOUBLE_EQ(classes[2].share, key_slots > 2 ? (key_slots - 2.0) / key_slots : 0.0);
+  }
+}
+
 TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
   const AccessorConfig cfg = with_slot_dims(
       testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
@@ -177,11 +253,78 @@ TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
 // Rows of one width only, pushed through a table planned for a 3:1 mix of narrow and wide: all
 // wide, the byte limit binds and memory stays within the budget; all narrow, the row count binds
 // at more rows than a plan at the widest stride keeps. Both agree with an unordered_map oracle.
+// A push that moves rows to a wider class counts the rows it makes against the byte limit, as
+// new rows are: a piece of narrow rows in a full memory, pushed back wide, makes room first
+// (before, a push of rows all in memory evicted nothing and went over by up to a piece).
+TEST(HostWidthClasses, APushWideningRowsMakesRoomForThem) {
+  ScratchDir dir;
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 1;
+  config.key_slots = 1;  // planned all narrow: the row bytes bind before the row count
+  config.rocksdb_path = dir.sub("rocksdb");
+  config.memory_budget_bytes = 1 << 20;
+  const RowLayout record = record_layout(cfg);
+  const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, config.key_slots));
+  auto disk = DiskTier::open(config.rocksdb_path, record.stride(), plan.disk_memory_bytes);
+  ASSERT_TRUE(disk.ok()) << disk.status().to_string();
+  detail::TableEpochs epochs;
+  detail::SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
+  // Rows, epochs, the maps as reserved; storage grows by whole chunks, one a class at most
+  // beyond what the limit counts.
+  const uint64_t bound =
+      plan.row_bytes_per_shard +
+      (plan.index_slots + plan.write_through_slots) * detail::KeyIndexMap::kSlotBytes +
+      plan.classes.size() * plan.rows_per_chunk * plan.widest_row_bytes;
+  // A bulk call's piece (SparseShard::piece_keys).
+  const std::size_t piece = std::min<std::size_t>(
+      plan.rows_per_shard / 8, plan.row_bytes_per_shard / 8 / plan.widest_row_bytes);
+  ASSERT_GT(piece, 1u);
+  // Wide keys, twice what the row bytes hold, pushed (the memory is full of them), then one
+  // piece of narrow keys pulled: memory stays within the limit counting them at the widest.
+  const std::size_t n = 2 * plan.row_bytes_per_shard / plan.widest_row_bytes;
+  std::vector<uint64_t> keys(n + piece);
+  std::vector<uint32_t> pos(n + piece);
+  for (std::size_t i = 0; i < n + piece; ++i) {
+    keys[i] = 7 * i + 1;
+    pos[i] = static_cast<uint32_t>(i);
+  }
+  std::mt19937_64 rng(45);
+  const auto wide_records = [&](std::size_t count) {
+    std::vector<float> rows;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::vector<float> rec = record_of_slot(rng, cfg, record, 2);
+      rows.insert(rows.end(), rec.begin(), rec.end());
+    }
+    return rows;
+  };
+  ASSERT_TRUE(shard.push(keys.data(), pos.data(), n, wide_records(n).data()).ok());
+  const std::vector<int32_t> slots(piece, kNarrowSlot);
+  std::vector<float> scratch(piece * record.stride());
+  ASSERT_TRUE(
+      shard.pull(keys.data() + n, slots.data(), pos.data(), piece, scratch.data(), nullptr).ok());
+  EXPECT_LE(shard.stats().memory_bytes, bound);
+  // The narrow piece (pinned) pushed back at the default width: a piece of wide rows more, for
+  // which the wide rows (unpinned) make room.
+  const std::vector<float> rows = wide_records(piece);
+  const detail::ShardStats before = shard.stats();
+  ASSERT_TRUE(shard.push(keys.data() + n, pos.data(), piece, rows.data()).ok());
+  const detail::ShardStats after = shard.stats();
+  EXPECT_EQ(after.rows_written_through, 0u);
+  EXPECT_EQ(after.rows_read_back, 0u);
+  EXPECT_GT(after.rows_evicted, before.rows_evicted);
+  EXPECT_LE(after.memory_bytes, bound);
+}
+
 TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
   const AccessorConfig cfg = with_slot_dims(
       testing::test_optimizer(SparseOptimizerKind::kAdagrad, 16), {{1, 4}, {2, 4}, {3, 4}});
-  for (const int32_t slot : {0, 1}) {
-    SCOPED_TRACE(::testing::Message() << "every row of slot " << slot);
+  // Rows of the wide slot 0, of the narrow slot 1, or of one then the other (each phase fills
+  // the memory: the first phase's storage must go back as its rows leave).
+  for (const std::pair<int32_t, int32_t>& phases :
+       {std::pair{0, 0}, std::pair{1, 1}, std::pair{1, 0}, std::pair{0, 1}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "rows of slot " << phases.first << ", then of slot " << phases.second);
     ScratchDir dir;
     HostTableConfig config;
     config.shards = 2;
@@ -193,7 +336,7 @@ TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
     const RowLayout record = table->layout();
     const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, config.key_slots));
     const HostMemoryPlan at_widest = plan_host_memory(config, record.stride());
-    std::mt19937_64 rng(59 + slot);
+    std::mt19937_64 rng(59 + phases.first + 2 * phases.second);
     std::unordered_map<uint64_t, std::vector<float>> oracle;
     constexpr std::size_t kBatch = 1000;
     std::vector<uint64_t> keys(kBatch);
@@ -201,6 +344,7 @@ TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
     uint64_t peak_memory = 0;
     for (int batch = 0; batch < 30; ++batch) {
       rows.clear();
+      const int32_t slot = batch < 15 ? phases.first : phases.second;
       for (std::size_t i = 0; i < kBatch; ++i) {
         keys[i] = rng();
         const std::vector<float> rec = record_of_slot(rng, cfg, record, slot);
@@ -213,11 +357,12 @@ TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
       peak_memory = std::max(peak_memory, stats.memory_bytes);
     }
     // Rows, epochs, the index and the write-through set as allocated; storage grows by whole
-    // chunks of a class, one a shard at most unused.
-    const uint64_t chunk_slack = config.shards * plan.rows_per_chunk * plan.widest_row_bytes;
+    // chunks of a class, one a class and shard at most unused.
+    const uint64_t chunk_slack =
+        config.shards * plan.classes.size() * plan.rows_per_chunk * plan.widest_row_bytes;
     EXPECT_LE(peak_memory, config.memory_budget_bytes - plan.disk_memory_bytes + chunk_slack);
     const HostTierStats stats = table->stats().value();
-    if (slot == 1) {
+    if (phases.second == 1) {
       EXPECT_GT(stats.rows_in_memory, at_widest.rows());
     }
     EXPECT_EQ(stats.rows_in_memory + stats.rows_on_disk, oracle.size());

@@ -1,11 +1,16 @@
 // KeyIndexMap (open addressing, backward-shift deletion) against std::unordered_map under
-// seeded random insert/erase churn, including clustered keys and growth.
+// seeded random insert/erase churn, including clustered keys and growth; RowArena's compaction
+// (rows moved down, chunks freed) against a map of each row's contents, re-pointed through
+// KeyIndexMap::assign as the shard does.
 #include "table/detail/key_index_map.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <unordered_map>
+
+#include "table/detail/row_arena.hpp"
 
 namespace gpubox::table::detail {
 namespace {
@@ -72,6 +77,75 @@ TEST(KeyIndexMap, ReserveSizesTheMapOnceForItsKeys) {
   EXPECT_EQ(map.capacity(), 2048u);
   for (uint64_t k = 0; k < 716; ++k) EXPECT_EQ(map.find(k * 0x9e3779b97f4a7c15ULL), k);
   EXPECT_EQ(map.find(~uint64_t{0}), 716u);
+}
+
+// Rows allocated and released at random (sizes 0, 1, a chunk, a chunk + 1 and many chunks
+// live), then compacted: every live row keeps its floats, epoch and flags at its new index, the
+// chunks come down to the fewest that hold the live rows, and allocation goes on from there.
+TEST(RowArena, CompactionKeepsEveryLiveRowAndFreesTheEmptiedChunks) {
+  constexpr int32_t kStride = 3;
+  constexpr uint32_t kChunk = 16;
+  std::mt19937_64 rng(71);
+  for (const std::size_t live : {std::size_t{0}, std::size_t{1}, std::size_t{kChunk},
+                                 std::size_t{kChunk + 1}, std::size_t{5 * kChunk + 3}}) {
+    SCOPED_TRACE(live);
+    RowArena arena(kStride, kChunk);
+    KeyIndexMap index;  // key -> arena index
+    std::unordered_map<uint64_t, std::vector<float>> rows;
+    std::unordered_map<uint64_t, uint32_t> epochs;
+    // 8 chunks' worth of rows, then all but `live` of them released at random.
+    std::vector<uint64_t> keys;
+    for (uint64_t key = 0; key < 8 * kChunk; ++key) {
+      const uint32_t i = arena.allocate(static_cast<uint32_t>(key));
+      for (int32_t f = 0; f < kStride; ++f) arena.row(i)[f] = static_cast<float>(rng() % 1000);
+      arena.set_pinned(i, key % 2 == 0);
+      if (key % 3 == 0) arena.set_disk_copy(i, key % 5 == 0);
+      index.insert(key, i);
+      rows[key].assign(arena.row(i), arena.row(i) + kStride);
+      epochs[key] = static_cast<uint32_t>(key);
+      keys.push_back(key);
+    }
+    std::shuffle(keys.begin(), keys.end(), rng);
+    for (std::size_t k = live; k < keys.size(); ++k) {
+      arena.release(index.erase(keys[k]));
+      rows.erase(keys[k]);
+    }
+    ASSERT_EQ(arena.live_rows(), live);
+    // The shard's way: the keys of the rows past the boundary, re-pointed as they move.
+    const uint32_t boundary = arena.compact_boundary();
+    ASSERT_NE(boundary, RowArena::kNoCompaction);
+    std::unordered_map<uint32_t, uint64_t> key_at;
+    index.for_each([&](uint64_t key, uint32_t i) {
+      if (i >= boundary) key_at[i] = key;
+    });
+    std::size_t moved = 0;
+    arena.compact([&](uint32_t from, uint32_t to) {
+      ASSERT_TRUE(key_at.count(from)) << from;
+      EXPECT_LT(to, boundary);
+      index.assign(key_at.at(from), to);
+      ++moved;
+    });
+    EXPECT_EQ(moved, key_at.size());
+    EXPECT_EQ(arena.live_rows(), live);
+    EXPECT_EQ(arena.allocated_row_bytes(),
+              (live + kChunk - 1) / kChunk * kChunk * (kStride * sizeof(float) + 4));
+    EXPECT_EQ(arena.compact_boundary(), RowArena::kNoCompaction);
+    index.for_each([&](uint64_t key, uint32_t i) {
+      EXPECT_EQ(std::vector<float>(arena.row(i), arena.row(i) + kStride), rows.at(key)) << key;
+      EXPECT_EQ(arena.epoch(i), epochs.at(key));
+      EXPECT_EQ(arena.pinned(i), key % 2 == 0);
+      EXPECT_EQ(arena.disk_copy(i), key % 3 == 0);
+      EXPECT_EQ(arena.disk_copy_clean(i), key % 3 == 0 && key % 5 == 0);
+    });
+    // Allocation reuses the holes left below the boundary, then grows by chunks again.
+    std::unordered_map<uint32_t, int> taken;
+    index.for_each([&](uint64_t, uint32_t i) { ++taken[i]; });
+    for (std::size_t k = 0; k < 2 * kChunk; ++k) {
+      const uint32_t i = arena.allocate(1);
+      EXPECT_EQ(taken[i]++, 0) << "index " << i << " handed out twice";
+    }
+    EXPECT_EQ(arena.live_rows(), live + 2 * kChunk);
+  }
 }
 
 }  // namespace
