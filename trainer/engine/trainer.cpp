@@ -417,8 +417,8 @@ PassReport Trainer::run_pass(
   // A staging that failed (or several trainers: stage_rows stages nothing) hands no rows per
   // card: begin_pass then pulls them itself, as the pipeline's warning says.
   const bool staged_rows = prepared.prefetched && !prepared.staged.owned.empty();
-  const pass::PassStats begin = s.card_tier->begin_pass(
-      prepared.keys.keys, prepared.keys.slots, staged_rows ? &prepared.staged : nullptr);
+  const pass::PassStats begin = s.card_tier->begin_pass(prepared.keys.keys, prepared.keys.slots,
+                                                        staged_rows ? &prepared.staged : nullptr);
   const std::size_t staged = prepared.staged.keys.size();
   prepared.staged = {};  // in the cards now
   if (begun) begun();
