@@ -155,11 +155,15 @@ void DiskTier::Batch::clear() {
 
 Status DiskTier::write(Batch& batch) {
   if (batch.count() == 0) return Status::OK();
-  const int64_t before_fault = writes_before_fault_.load();
+  // Off (-1) stays off; else each write takes one of the allowed ones, atomically (shards write
+  // at once), and the write that finds none left fails.
+  int64_t before_fault = writes_before_fault_.load();
+  while (before_fault > 0 &&
+         !writes_before_fault_.compare_exchange_weak(before_fault, before_fault - 1)) {
+  }
   if (before_fault == 0) {
     return Status::IOError("write to " + path_ + ": fault injected (fail_writes_after)");
   }
-  if (before_fault > 0) writes_before_fault_.store(before_fault - 1);
   rocksdb::WriteOptions options;
   // No write-ahead log: this folder is a cache wiped at every open, never recovered; the durable
   // copy of a model is its save (runner.model_save_path), which covers rows on disk too.

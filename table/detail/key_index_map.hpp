@@ -89,7 +89,9 @@ class KeyIndexMap {
   }
 
   void clear() {
-    slots_.assign(16, Slot{});
+    // A fresh small array, so the old one is freed now (assign would keep its capacity, and a
+    // reserve right after would hold both).
+    std::vector<Slot>(16).swap(slots_);
     mask_ = 15;
     size_ = 0;
   }
