@@ -382,6 +382,15 @@ HostTableConfig one_shard_of_100_rows(const ScratchDir& dir) {
   return cfg;
 }
 
+// Key i -> its row in `rows` (push_keys' keys 0..n-1): the oracle of what the table holds.
+testing::RowMap rows_by_key(const std::vector<float>& rows, std::size_t n, int32_t stride) {
+  testing::RowMap out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
+  }
+  return out;
+}
+
 std::vector<uint64_t> key_range(uint64_t begin, uint64_t end) {
   std::vector<uint64_t> keys;
   for (uint64_t k = begin; k < end; ++k) keys.push_back(k);
@@ -396,10 +405,7 @@ TEST(DiskTier, ARowReadBackUnchangedIsEvictedWithoutAWriteOrADelete) {
   std::mt19937_64 rng(31);
   constexpr std::size_t n = 400;
   const std::vector<float> rows = push_keys(*table, n, rng);
-  testing::RowMap expected;
-  for (std::size_t i = 0; i < n; ++i) {
-    expected[i].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
-  }
+  testing::RowMap expected = rows_by_key(rows, n, stride);
   ASSERT_EQ(table->stats()->rows_on_disk, n - table->stats()->rows_in_memory);
   ASSERT_GE(table->stats()->rows_on_disk, 300u);
 
@@ -436,10 +442,7 @@ TEST(DiskTier, ARowChangedAfterItsReadBackIsWrittenOnEvictionAndNeverServedStale
   std::mt19937_64 rng(32);
   constexpr std::size_t n = 400;
   const std::vector<float> rows = push_keys(*table, n, rng);
-  std::unordered_map<uint64_t, std::vector<float>> oracle;
-  for (std::size_t i = 0; i < n; ++i) {
-    oracle[i].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
-  }
+  testing::RowMap oracle = rows_by_key(rows, n, stride);
   auto check = [&](const char* when) {
     SCOPED_TRACE(when);
     const testing::RowMap got = testing::snapshot(*table);  // fails on a key seen twice
@@ -524,10 +527,7 @@ TEST(DiskTier, SavesAndLoadsSeeEachKeyOnceAtItsNewestValueWhileDiskCopiesExist) 
   std::mt19937_64 rng(33);
   constexpr std::size_t n = 400;
   const std::vector<float> rows = push_keys(*table, n, rng);
-  testing::RowMap expected;
-  for (std::size_t i = 0; i < n; ++i) {
-    expected[i].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
-  }
+  testing::RowMap expected = rows_by_key(rows, n, stride);
   ASSERT_TRUE(table->save(dir.sub("base"), SaveKind::kBase).ok());
   // Keys 300..399 read back (copies clean), the even ones of 300..358 changed (copies stale).
   const std::vector<uint64_t> back = key_range(300, 400);
