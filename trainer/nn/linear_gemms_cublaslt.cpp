@@ -9,7 +9,9 @@
 //             epilogue RELU_AUX_BIAS (hidden) or BIAS (logit): bias of length out = D's rows;
 //             RELU_AUX_BIAS also writes the ReLU bit mask of D, aux ld = out rounded up to 128.
 //   weights   dW^T [out x in]   = dZ^T [out x B]   (X^T)^T [B x in]     A = dZ (N), B = X (T)
-//             epilogue BGRADA: db = row sums of A over k = B, the batch (length out = D's rows).
+//             epilogue BGRADA: db = row sums of A over k = B, the batch (length out = D's rows);
+//             where cuBLASLt offers no BGRADA algorithm, no epilogue and db^T [out x 1] =
+//             dZ^T [out x B] 1 [B x 1], a GEMM of its own (the oneDNN path's ones GEMM).
 //   data      dX^T [dxc x B]    = (W^T [out x dxc])^T  dZ^T [out x B]   A = W (T), B = dZ (N)
 //             with alpha; epilogue DRELU with the producer's bit mask when the input is a ReLU
 //             output (D [in x B] here is the producer's forward D, so the mask lines up).
@@ -27,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -126,8 +129,15 @@ struct LinearGemms::Plans {
   struct Plan {
     int64_t batch = 0;
     Gemm forward, weights, data;
+    // db = dZ^T ones, made only when cuBLASLt has no BGRADA algorithm for `weights` (which then
+    // runs with no epilogue): the oneDNN path's ones GEMM.
+    Gemm bias;
   };
   std::vector<Plan> plans;  // most recently made first
+  // `ones_count` ones of the layer's input type for the bias GEMMs (card memory, filled by
+  // prepare(), before the step's collectives).
+  device::device_buffer<char> ones;
+  int64_t ones_count = 0;
   // RELU_AUX_BIAS's bit mask of the last forward: mask_ld bits per batch row (card memory),
   // read by the consumer layer's DRELU.
   device::device_buffer<char> mask;
@@ -149,6 +159,7 @@ LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
   GPUBOX_EXPECTS(!wants_bf16 || blas.bf16() == Bf16Support::kHardware, "layer ", spec.name,
                  ": bf16 GEMMs asked for on a GPU without bf16 tensor cores (", blas.isa(), ")");
   plans_->mask = blas.card().make_buffer<char>(0);
+  plans_->ones = blas.card().make_buffer<char>(0);
   plans_->mask_ld = spec.relu ? mask_ld_bits(spec.out) : 0;
 }
 
@@ -163,9 +174,15 @@ namespace {
 // each is the start of a card buffer or of a parameter block, blocks start every 16 elements).
 // It sees null bias and mask pointers, i.e. assumes them fully aligned: they are a parameter
 // block (64 bytes fp32, 32 bytes bf16) and the start of a card buffer.
-void make_gemm(Gemm& gemm, Blas::Backend& backend, const std::string& layer, const char* what,
-               cublasOperation_t op_a, cublasOperation_t op_b, Layout a, Layout b, Layout d,
-               cublasLtEpilogue_t epilogue, int64_t mask_ld) {
+// Returns false when cuBLASLt has no algorithm for it (the heuristic found none or answered
+// CUBLAS_STATUS_NOT_SUPPORTED); other statuses throw.
+bool try_make_gemm(Gemm& gemm, Blas::Backend& backend, cublasOperation_t op_a,
+                   cublasOperation_t op_b, Layout a, Layout b, Layout d,
+                   cublasLtEpilogue_t epilogue, int64_t mask_ld) {
+  if (gemm.desc != nullptr) {
+    cublasLtMatmulDescDestroy(gemm.desc);
+    gemm.desc = nullptr;
+  }
   GPUBOX_CUBLAS_TRY(cublasLtMatmulDescCreate(&gemm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   gemm.set(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   gemm.set(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
@@ -198,12 +215,21 @@ void make_gemm(Gemm& gemm, Blas::Backend& backend, const std::string& layer, con
                                             &found);
   }
   cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   GPUBOX_CUBLAS_TRY(status);
-  if (found == 0) {
+  if (found == 0) return false;
+  gemm.algo = result.algo;
+  return true;
+}
+
+void make_gemm(Gemm& gemm, Blas::Backend& backend, const std::string& layer, const char* what,
+               cublasOperation_t op_a, cublasOperation_t op_b, Layout a, Layout b, Layout d,
+               cublasLtEpilogue_t epilogue, int64_t mask_ld) {
+  if (!try_make_gemm(gemm, backend, op_a, op_b, std::move(a), std::move(b), std::move(d), epilogue,
+                     mask_ld)) {
     GPUBOX_FAIL("layer ", layer, ": cuBLASLt has no algorithm for its ", what,
                 " GEMM with epilogue ", epilogue_name(epilogue));
   }
-  gemm.algo = result.algo;
 }
 
 void run(const Gemm& gemm, Blas::Backend& backend, const device::Stream& stream, float alpha,
@@ -213,6 +239,27 @@ void run(const Gemm& gemm, Blas::Backend& backend, const device::Stream& stream,
   GPUBOX_CUBLAS_TRY(cublasLtMatmul(
       backend.lt, gemm.desc, &alpha, a, gemm.a.handle, b, gemm.b.handle, &beta, d, gemm.d.handle, d,
       gemm.d.handle, &gemm.algo, backend.workspace, backend.workspace_bytes, stream.native()));
+}
+
+// Makes p.ones hold `count` ones of type `type` (setup time: waits for the copy).
+void fill_ones(LinearGemms::Plans& p, ElementType type, int64_t count,
+               const device::Stream& stream) {
+  const bool bf16 = type == ElementType::kBf16;
+  const std::size_t element = bf16 ? sizeof(Bf16) : sizeof(float);
+  std::vector<char> host(static_cast<std::size_t>(count) * element);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(count); ++i) {
+    if (bf16) {
+      const Bf16 one = to_bf16(1.0f);
+      std::memcpy(host.data() + i * element, &one, element);
+    } else {
+      const float one = 1.0f;
+      std::memcpy(host.data() + i * element, &one, element);
+    }
+  }
+  p.ones.resize_discard(host.size());
+  device::copy_async(p.ones.data(), host.data(), host.size(), stream);
+  stream.synchronize();
+  p.ones_count = count;
 }
 
 }  // namespace
@@ -238,9 +285,19 @@ void LinearGemms::prepare(int64_t batch) {
             Layout(in, s.out, s.in, s.out), Layout(in, s.in, rows, s.x_ld),
             Layout(cuda_type(s.output), s.out, rows, s.y_ld),
             s.relu ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, p.mask_ld);
-  make_gemm(plan.weights, backend, s.name, "weight gradient", CUBLAS_OP_N, CUBLAS_OP_T,
-            Layout(in, s.out, rows, s.dz_ld), Layout(in, s.in, rows, s.x_ld),
-            Layout(CUDA_R_32F, s.out, s.in, s.out), CUBLASLT_EPILOGUE_BGRADA, 0);
+  // BGRADA is not offered for every type and shape by every cuBLASLt version: without it, the
+  // weight gradient runs with no epilogue and db = dZ^T 1 is a GEMM of its own.
+  if (!try_make_gemm(plan.weights, backend, CUBLAS_OP_N, CUBLAS_OP_T,
+                     Layout(in, s.out, rows, s.dz_ld), Layout(in, s.in, rows, s.x_ld),
+                     Layout(CUDA_R_32F, s.out, s.in, s.out), CUBLASLT_EPILOGUE_BGRADA, 0)) {
+    make_gemm(plan.weights, backend, s.name, "weight gradient", CUBLAS_OP_N, CUBLAS_OP_T,
+              Layout(in, s.out, rows, s.dz_ld), Layout(in, s.in, rows, s.x_ld),
+              Layout(CUDA_R_32F, s.out, s.in, s.out), CUBLASLT_EPILOGUE_DEFAULT, 0);
+    make_gemm(plan.bias, backend, s.name, "bias gradient", CUBLAS_OP_N, CUBLAS_OP_N,
+              Layout(in, s.out, rows, s.dz_ld), Layout(in, rows, 1, rows),
+              Layout(CUDA_R_32F, s.out, 1, s.out), CUBLASLT_EPILOGUE_DEFAULT, 0);
+    if (p.ones_count < rows) fill_ones(p, s.input, rows, blas_->stream());
+  }
   if (s.dx_cols > 0) {
     // The mask's leading dimension is the producer's: D [in x B] is its forward D.
     make_gemm(plan.data, backend, s.name, "input gradient", CUBLAS_OP_T, CUBLAS_OP_N,
@@ -288,9 +345,14 @@ void LinearGemms::backward_weights(const void* x, const void* dz, float* dw, flo
     device::memset_bytes_async(db, 0, sizeof(float) * spec_.out, stream);
     return;
   }
-  Gemm& gemm = plan_for(*plans_, batch, spec_.name).weights;
-  gemm.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(db));
-  run(gemm, blas_->backend(), stream, 1.0f, dz, x, dw);
+  Plans::Plan& plan = plan_for(*plans_, batch, spec_.name);
+  if (plan.weights.epilogue == CUBLASLT_EPILOGUE_BGRADA) {
+    plan.weights.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(db));
+    run(plan.weights, blas_->backend(), stream, 1.0f, dz, x, dw);
+    return;
+  }
+  run(plan.weights, blas_->backend(), stream, 1.0f, dz, x, dw);
+  run(plan.bias, blas_->backend(), stream, 1.0f, dz, plans_->ones.data(), db);
 }
 
 void LinearGemms::backward_data(const void* dz, const void* w, const void* /*x: oneDNN's*/,
@@ -312,6 +374,7 @@ std::string LinearGemms::describe(int64_t batch) const {
   const Plans::Plan& plan = plan_for(*plans_, batch, spec_.name);
   std::string line = std::string("forward ") + epilogue_name(plan.forward.epilogue) +
                      ", weight grad " + epilogue_name(plan.weights.epilogue);
+  if (plan.weights.epilogue != CUBLASLT_EPILOGUE_BGRADA) line += " + bias GEMM of ones";
   if (spec_.dx_cols > 0) line += std::string(", input grad ") + epilogue_name(plan.data.epilogue);
   line += " (cuBLASLt, " + blas_->isa() + ", " + element_type_name(spec_.input) +
           (spec_.input == ElementType::kBf16 ? " tensor cores)" : ")");
