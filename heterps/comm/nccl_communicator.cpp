@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/logging.hpp"
 #include "heterps/comm/nccl_check.hpp"
 #include "heterps/device/cuda_check.hpp"
 
@@ -144,11 +145,16 @@ NcclGroup::~NcclGroup() {
   // Finalize every communicator first (non-blocking: it flushes and reports ncclInProgress until
   // the clique is quiescent), then destroy; a communicator that does not settle within the
   // timeout is aborted instead.
+  // A destructor cannot throw: what goes wrong is logged (a job that ends here has its results;
+  // a communicator left unsettled is aborted so the process can exit).
+  ncclResult_t first_error = ncclSuccess;
   for (ncclComm_t comm : comms_) {
-    if (comm != nullptr) ncclCommFinalize(comm);
+    if (comm == nullptr) continue;
+    const ncclResult_t r = ncclCommFinalize(comm);
+    if (r != ncclSuccess && r != ncclInProgress && first_error == ncclSuccess) first_error = r;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  bool settled = true;
+  bool settled = first_error == ncclSuccess;
   for (ncclComm_t comm : comms_) {
     if (comm == nullptr) continue;
     Backoff backoff;
@@ -157,12 +163,24 @@ NcclGroup::~NcclGroup() {
       if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
       if (state == ncclInProgress) backoff.pause();
     }
+    if (state != ncclSuccess && first_error == ncclSuccess) first_error = state;
     settled = settled && state == ncclSuccess;
+  }
+  if (!settled) {
+    GPUBOX_LOG(WARNING) << "NCCL: the communicators did not finalize cleanly at shutdown ("
+                        << (first_error == ncclInProgress
+                                ? std::string("still in progress after ") +
+                                      std::to_string(timeout_.count()) + " ms"
+                                : std::string(ncclGetErrorString(first_error)))
+                        << "): aborting them";
   }
   for (ncclComm_t comm : comms_) {
     if (comm == nullptr) continue;
     if (settled) {
-      ncclCommDestroy(comm);
+      const ncclResult_t r = ncclCommDestroy(comm);
+      if (r != ncclSuccess) {
+        GPUBOX_LOG(WARNING) << "NCCL: ncclCommDestroy at shutdown: " << ncclGetErrorString(r);
+      }
     } else {
       ncclCommAbort(comm);
     }
