@@ -75,8 +75,9 @@ class HeterComm {
   // batch takes its first occurrence's there; one that reaches its owner from several cards with
   // different slots takes the narrowest width on pull, the lowest rank's slot on push; both
   // deterministic, so replicas agree), else at slot 0's. Given with kCreate, the slots travel with
-  // the keys (one more collective: every card of the step gives slots, or none does);
-  // otherwise they are not read.
+  // the keys (one more collective: every card of the step gives slots, or none does; a step
+  // where some do and some do not fails on every card with the same error, agreed with the key
+  // counts before any key moves); otherwise they are not read.
   void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream,
             const int32_t* slots = nullptr);
 

@@ -170,9 +170,10 @@ AccessorConfig test_config(SparseOptimizerKind kind) {
 class Cluster {
  public:
   Cluster(int cards, const AccessorConfig& cfg, HeterCommOptions options = {},
-          sparse::HashTableOptions table_options = {})
+          sparse::HashTableOptions table_options = {},
+          std::chrono::milliseconds timeout = std::chrono::seconds(60))
       : cards_(device::CardSet::from_list(card_list(cards))),
-        group_(comm::make_group(cards_, std::chrono::seconds(60))),
+        group_(comm::make_group(cards_, timeout)),
         stores_(cards),
         comms_(cards) {
     run([&](device::Card& card) {
@@ -740,6 +741,77 @@ TEST(HeterComm, CreateModeGivesEachCreatedRowItsSlotsWidth) {
           }
         }
         EXPECT_EQ(rows, placement == Placement::kSharded ? all.size() : all.size() * cards);
+      }
+    }
+  }
+}
+
+// Create mode: every card of a step passes slots or none does. When some do and some do not,
+// every card fails with the same error naming both sides, agreed with the key counts before
+// any key moves (without the check the slot exchange of one card met the key exchange of
+// another: a hang until the group's timeout, or garbage). Sharded and replicated, on pull and
+// push, 2 and 3 cards, either side; the group's timeout (5 s) bounds the test if it regresses.
+// (A card that sees the group aborted by a peer's error first reports the peer's message.)
+TEST(HeterComm, CreateModeSlotsOnSomeCardsOnlyFailsEveryCard) {
+  GPUBOX_REQUIRE_CARDS(3);
+  AccessorConfig base = test_config(SparseOptimizerKind::kAdagrad);
+  base.mf_dim = 4;
+  const AccessorConfig cfg = table::with_slot_dims(base, {{1, 8}});
+  for (const Placement placement : {Placement::kSharded, Placement::kReplicated}) {
+    for (const int cards : {2, 3}) {
+      for (const int odd_card : {0, cards - 1}) {
+        for (const bool on_push : {false, true}) {
+          SCOPED_TRACE(std::to_string(cards) + " cards, odd card " + std::to_string(odd_card) +
+                       (placement == Placement::kSharded ? ", sharded" : ", replicated") +
+                       (on_push ? ", push" : ", pull"));
+          HeterCommOptions options;
+          options.placement = placement;
+          options.missing_keys = MissingKeyPolicy::kCreate;
+          Cluster cluster(cards, cfg, options, {}, std::chrono::seconds(5));
+          // Only odd_card passes slots (odd_card 0), or all but it (the last card).
+          const auto gives_slots = [&](int c) { return (c == odd_card) == (odd_card == 0); };
+          std::vector<std::string> errors(cards);
+          const auto started = std::chrono::steady_clock::now();
+          const auto step = [&] {
+            cluster.run([&](device::Card& card) {
+              const int c = card.local_index();
+              HeterComm& hc = cluster.heter_comm(c);
+              std::vector<uint64_t> host_keys;
+              for (uint64_t k = 0; k < 40; ++k) host_keys.push_back(1 + k * 7 + c);
+              const std::vector<int32_t> host_slots(host_keys.size(), 1);
+              auto keys = device::to_device(host_keys, card.memory(), card.stream());
+              auto slots = device::to_device(host_slots, card.memory(), card.stream());
+              const int32_t* given = gives_slots(c) ? slots.data() : nullptr;
+              auto grads = card.make_buffer<float>(host_keys.size() * hc.push_dim());
+              auto out = card.make_buffer<float>(host_keys.size() * hc.pull_dim());
+              try {
+                if (on_push) {
+                  hc.push(keys.data(), host_keys.size(), grads.data(), card.stream(), given);
+                } else {
+                  hc.pull(keys.data(), host_keys.size(), out.data(), card.stream(), given);
+                  card.stream().synchronize();
+                }
+              } catch (const Error& e) {
+                errors[c] = e.what();
+                throw;
+              }
+            });
+          };
+          EXPECT_THROW(step(), Error);
+          EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(4))
+              << "the cards waited for the group's timeout instead of failing at once";
+          std::string with, without;
+          for (int c = 0; c < cards; ++c) {
+            std::string& side = gives_slots(c) ? with : without;
+            side += (side.empty() ? "" : ",") + std::to_string(c);
+          }
+          for (int c = 0; c < cards; ++c) {
+            EXPECT_NE(errors[c].find("cards " + with + " passed the keys' slots and cards " +
+                                     without + " did not"),
+                      std::string::npos)
+                << "card " << c << ": " << errors[c];
+          }
+        }
       }
     }
   }
