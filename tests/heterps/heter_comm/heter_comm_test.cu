@@ -746,6 +746,75 @@ TEST(HeterComm, CreateModeGivesEachCreatedRowItsSlotsWidth) {
   }
 }
 
+// Create mode, a key seen in several slots of different widths (in one card's batch and across
+// cards): its row is created at the width of the slot it is seen in first — in rank order, then
+// batch order, as the host tier creates a pass's key at its first slot in load order — on pull
+// and on push, sharded and replicated, against an oracle of each key's first slot. (The owner
+// used to take the narrowest of the slots it received.)
+TEST(HeterComm, CreateModeGivesARepeatedKeyItsFirstSlotsWidth) {
+  GPUBOX_REQUIRE_CARDS(3);
+  AccessorConfig base = test_config(SparseOptimizerKind::kAdagrad);
+  base.mf_dim = 4;
+  const AccessorConfig cfg = table::with_slot_dims(base, {{1, 8}, {2, 16}, {3, 8}});
+  for (const Placement placement : {Placement::kSharded, Placement::kReplicated}) {
+    for (const int cards : {1, 2, 3}) {
+      SCOPED_TRACE(std::to_string(cards) + " cards, " +
+                   (placement == Placement::kSharded ? "sharded" : "replicated"));
+      HeterCommOptions options;
+      options.placement = placement;
+      options.missing_keys = MissingKeyPolicy::kCreate;
+      Cluster cluster(cards, cfg, options);
+      std::mt19937_64 rng(static_cast<uint64_t>(40 + cards));
+      std::vector<std::vector<uint64_t>> pull_keys(cards), push_keys(cards);
+      std::vector<std::vector<int32_t>> pull_slots(cards), push_slots(cards);
+      std::map<uint64_t, int32_t> first_slot;  // the oracle: rank order, then batch order
+      for (int c = 0; c < cards; ++c) {
+        for (int i = 0; i < 150; ++i) {
+          pull_keys[c].push_back(1 + rng() % 40);  // few keys, each in several slots
+          pull_slots[c].push_back(static_cast<int32_t>(rng() % 4));
+          first_slot.emplace(pull_keys[c].back(), pull_slots[c].back());
+        }
+      }
+      for (int c = 0; c < cards; ++c) {
+        for (int i = 0; i < 60; ++i) {
+          push_keys[c].push_back(1000 + rng() % 30);  // never pulled: created on push
+          push_slots[c].push_back(static_cast<int32_t>(rng() % 4));
+          first_slot.emplace(push_keys[c].back(), push_slots[c].back());
+        }
+      }
+      cluster.run([&](device::Card& card) {
+        const int c = card.local_index();
+        HeterComm& hc = cluster.heter_comm(c);
+        auto keys = device::to_device(pull_keys[c], card.memory(), card.stream());
+        auto slots = device::to_device(pull_slots[c], card.memory(), card.stream());
+        auto out = card.make_buffer<float>(pull_keys[c].size() * hc.pull_dim());
+        hc.pull(keys.data(), pull_keys[c].size(), out.data(), card.stream(), slots.data());
+        card.stream().synchronize();
+        auto pk = device::to_device(push_keys[c], card.memory(), card.stream());
+        auto ps = device::to_device(push_slots[c], card.memory(), card.stream());
+        auto grads =
+            device::to_device(std::vector<float>(push_keys[c].size() * hc.push_dim(), 0.5f),
+                              card.memory(), card.stream());
+        hc.push(pk.data(), push_keys[c].size(), grads.data(), card.stream(), ps.data());
+      });
+      const RowLayout layout = cluster.store(0).layout();
+      std::size_t rows = 0;
+      for (int c = 0; c < cards; ++c) {
+        for (const auto& [key, row] : store_rows(cluster, c, layout)) {
+          ++rows;
+          ASSERT_TRUE(first_slot.count(key)) << key;
+          const int32_t slot = first_slot.at(key);
+          EXPECT_EQ(row[layout.slot()], static_cast<float>(slot)) << "key " << key << " card " << c;
+          EXPECT_EQ(row[layout.mf_dim_offset()], static_cast<float>(table::slot_mf_dim(cfg, slot)))
+              << "key " << key << " on card " << c;
+        }
+      }
+      EXPECT_EQ(rows,
+                placement == Placement::kSharded ? first_slot.size() : first_slot.size() * cards);
+    }
+  }
+}
+
 // Create mode: every card of a step passes slots or none does. When some do and some do not,
 // every card fails with the same error naming both sides, agreed with the key counts before
 // any key moves (without the check the slot exchange of one card met the key exchange of
