@@ -1,7 +1,10 @@
 #include "table/row_codec.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
+
+#include "common/error.hpp"
 
 namespace gpubox::table {
 namespace {
@@ -17,6 +20,12 @@ const char* skip_spaces(const char* p, const char* end) {
 }
 
 }  // namespace
+
+bool is_slot_value(float slot) {
+  // Finite and integral, in int32's range (2^31 is a float; it is the first value out of range).
+  return std::isfinite(slot) && slot == std::trunc(slot) && slot >= -2147483648.0f &&
+         slot < 2147483648.0f;
+}
 
 int32_t record_floats(RecordKind kind, const RowLayout& layout) {
   return kind == RecordKind::kModel ? kModelFixed + layout.mf_dim : layout.unpacked().stride();
@@ -49,6 +58,8 @@ void record_to_row(RecordKind kind, const RowLayout& layout, const AccessorConfi
     }
     return;
   }
+  GPUBOX_EXPECTS(is_slot_value(rec[2]), "record_to_row: the model record of key ", key,
+                 " has slot ", rec[2], ", not a whole number in int32's range");
   if (!existing) init_row(row, layout, cfg, key, static_cast<int32_t>(rec[2]));
   row[RowLayout::kShow] = rec[0];
   row[RowLayout::kClick] = rec[1];
@@ -77,6 +88,7 @@ int32_t RecordShape::prefix() const {
 
 int32_t RecordShape::floats(const float* head) const {
   if (uniform || fixed >= 0) return max();
+  if (kind == RecordKind::kModel && !is_slot_value(head[2])) return -1;
   const float width = kind == RecordKind::kModel
                           ? static_cast<float>(slot_mf_dim(cfg, static_cast<int32_t>(head[2])))
                           : head[record.mf_dim_offset()];
@@ -131,6 +143,17 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
                               " has a width that this config's hyper_parameters.slot_dims does " +
                               "not give its slot (a save made with other slot_dims?)");
   };
+  // A model record's slot (its third float) becomes a row's int32 slot and, with slot_dims,
+  // decides the record's length: a value that is not one (corrupt or hostile file) is refused
+  // here, before any cast. Records of a fixed length (shape.fixed) are not model records.
+  const bool has_slot = shape.kind == RecordKind::kModel && shape.fixed < 0;
+  const auto bad_slot = [&](uint64_t key, const std::string& at, float slot) {
+    char text[32];
+    const auto r = std::to_chars(text, text + sizeof(text), slot);
+    return Status::Corruption(where + at + ": the model record of key " + std::to_string(key) +
+                              " has slot " + std::string(text, r.ptr) +
+                              ", not a whole number in int32's range (corrupt file?)");
+  };
   if (form == SaveForm::kBinary) {
     std::size_t at = 0;
     std::vector<float> head(static_cast<std::size_t>(prefix));
@@ -144,6 +167,9 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
       uint64_t key = 0;
       std::memcpy(&key, data.data() + at, sizeof(uint64_t));
       std::memcpy(head.data(), data.data() + at + sizeof(uint64_t), sizeof(float) * prefix);
+      if (has_slot && prefix > 2 && !is_slot_value(head[2])) {
+        return bad_slot(key, " at byte " + std::to_string(at), head[2]);
+      }
       const int32_t floats = shape.floats(head.data());
       if (floats < 0) return bad_width(key, "");
       const std::size_t record_bytes = sizeof(uint64_t) + sizeof(float) * floats;
@@ -156,6 +182,9 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
       const std::size_t base = recs->size();
       recs->resize(base + max, 0.0f);
       std::memcpy(recs->data() + base, data.data() + at + sizeof(uint64_t), sizeof(float) * floats);
+      if (has_slot && prefix == 0 && !is_slot_value((*recs)[base + 2])) {
+        return bad_slot(key, " at byte " + std::to_string(at), (*recs)[base + 2]);
+      }
       at += record_bytes;
     }
     return Status::OK();
@@ -184,6 +213,9 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
     int32_t floats = prefix == 0 ? max : -1;
     for (int32_t i = 0; floats < 0 || i < floats; ++i) {
       if (floats < 0 && i == prefix) {
+        if (has_slot && !is_slot_value(values[2])) {
+          return bad_slot(key, " line " + std::to_string(line), values[2]);
+        }
         floats = shape.floats(values.data());
         if (floats < 0) return bad_width(key, " line " + std::to_string(line));
         if (i >= floats) break;
@@ -203,6 +235,9 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
     }
     if (skip_spaces(q, eol) != eol) {
       return fail("more than " + std::to_string(floats) + " values");
+    }
+    if (has_slot && prefix == 0 && !is_slot_value(values[2])) {
+      return bad_slot(key, " line " + std::to_string(line), values[2]);
     }
     keys->push_back(key);
     values.resize(static_cast<std::size_t>(max), 0.0f);

@@ -27,6 +27,11 @@ namespace gpubox::table {
 
 enum class RecordKind { kModel, kFullRow };
 
+// Whether a model record's slot field (a float) is a slot id: finite, a whole number, in int32's
+// range. parse_records refuses a model record whose slot is not (naming file and record), so a
+// corrupt or hostile save cannot reach a cast that is undefined for it.
+bool is_slot_value(float slot);
+
 // Floats of the record of a row of `layout` (the row's own: RowLayout::of_row).
 int32_t record_floats(RecordKind kind, const RowLayout& layout);
 
@@ -60,8 +65,9 @@ struct RecordShape {
 };
 RecordShape record_shape(RecordKind kind, const AccessorConfig& cfg);
 
-// Parses a whole part file. `where` names the file in errors (with the line for text). Records
-// come back `shape.max()` floats apart, a shorter one zero-padded.
+// Parses a whole part file. `where` names the file in errors (with the line for text, the byte
+// offset for binary). Records come back `shape.max()` floats apart, a shorter one zero-padded.
+// A model record (shape.fixed < 0) whose slot is not is_slot_value is corrupt.
 Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
                      const std::string& where, std::vector<uint64_t>* keys,
                      std::vector<float>* recs);

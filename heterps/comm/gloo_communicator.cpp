@@ -139,6 +139,8 @@ GlooGroup::GlooGroup(device::CardSet& cards, RendezvousStore& store,
     ranks_.push_back(
         std::make_unique<GlooCommunicator>(*this, contexts[static_cast<std::size_t>(c)]));
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  in_collective_.assign(ranks_.size(), false);
 }
 
 GlooGroup::~GlooGroup() = default;
@@ -154,6 +156,27 @@ void GlooGroup::abort(const std::string& reason) {
   if (aborted_.load(std::memory_order_relaxed)) return;  // the first reason wins
   reason_ = reason.empty() ? std::string("(no reason given)") : reason;
   aborted_.store(true, std::memory_order_release);
+  // The peers waiting on these ranks see their sockets close and fail at once (the header).
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    if (!in_collective_[r]) ranks_[r]->close_connections();
+  }
+}
+
+void GlooGroup::enter_collective(int local, const char* collective) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_.load(std::memory_order_relaxed)) {
+    GPUBOX_FAIL("communicator aborted (rank ", ranks_[static_cast<std::size_t>(local)]->rank(),
+                " in ", collective, "): ", reason_);
+  }
+  in_collective_[static_cast<std::size_t>(local)] = true;
+}
+
+void GlooGroup::leave_collective(int local) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_collective_[static_cast<std::size_t>(local)] = false;
+  if (aborted_.load(std::memory_order_relaxed)) {
+    ranks_[static_cast<std::size_t>(local)]->close_connections();
+  }
 }
 
 std::string GlooGroup::reason() const {
@@ -188,6 +211,8 @@ std::string GlooGroup::gone_trainers() const {
 GlooCommunicator::GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Context> context)
     : group_(&group), context_(std::move(context)) {}
 
+void GlooCommunicator::close_connections() { context_->closeConnections(); }
+
 int GlooCommunicator::rank() const { return context_->rank; }
 int GlooCommunicator::size() const { return context_->size; }
 
@@ -202,21 +227,22 @@ void GlooCommunicator::count_ring(double bytes) {
 
 template <class Op>
 void GlooCommunicator::run_gloo(const char* collective, const device::Stream& stream, Op&& op) {
-  if (group_->aborted()) {
-    GPUBOX_FAIL("communicator aborted (rank ", rank(), " in ", collective, "): ", group_->reason());
-  }
-  // Stream order: the caller's earlier work on `stream` must be done before Gloo reads it.
-  // Not counted: the Communicator's public method counts the collective.
-  device::detail::synchronize_uncounted(stream);
+  const int local = rank() % group_->cards_per_trainer();
+  group_->enter_collective(local, collective);  // throws when aborted
   std::string failure;
   try {
+    // Stream order: the caller's earlier work on `stream` must be done before Gloo reads it.
+    // Not counted: the Communicator's public method counts the collective.
+    device::detail::synchronize_uncounted(stream);
     op();
+    group_->leave_collective(local);
     return;
   } catch (const Error& e) {
     failure = e.what();
   } catch (const std::exception& e) {
     failure = ::gpubox::detail::concat("Gloo: ", e.what());
   }
+  group_->leave_collective(local);
   // A peer's closed socket may arrive while its process is still exiting: look a little while.
   std::string gone = group_->gone_trainers();
   for (int i = 0; i < 20 && gone.empty(); ++i) {

@@ -16,7 +16,12 @@
 // once; one already blocked in Gloo returns within the timeout, Gloo having no way to wake it)
 // and the error names this rank, the collective and, when a trainer on this host has exited,
 // that trainer and its pid. Each process publishes "trainer/<id>" = "<host> <pid>" in the store
-// for that purpose.
+// for that purpose. An abort also closes the Gloo connections of this process's ranks that are
+// not inside a collective (a rank inside one closes its own when it leaves it): the peers see
+// the sockets close and their collectives with them end at once (Gloo signals a closed
+// connection to a waiting peer), instead of at the timeout; a rank that is itself waiting in
+// Gloo is not woken by closing its own connections (Gloo's tcp Pair::close signals no waiter),
+// only by a peer's closing or by the timeout.
 #pragma once
 
 #include <atomic>
@@ -45,6 +50,8 @@ class GlooGroup;
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Context> context);
+  // Closes this rank's Gloo connections (GlooGroup::abort; never while it runs a collective).
+  void close_connections();
 
   int rank() const override;
   int size() const override;
@@ -103,6 +110,10 @@ class GlooGroup final : public CommGroup {
   int size() const override { return static_cast<int>(ranks_.size()); }
   Communicator& at(int local_rank) override;
   void abort(const std::string& reason) override;
+  // Around each Gloo collective of local rank `local`: enter throws the abort error when the
+  // group was aborted; leave closes the rank's connections when it was aborted meanwhile.
+  void enter_collective(int local, const char* collective);
+  void leave_collective(int local);
   bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
   std::string reason() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -121,7 +132,8 @@ class GlooGroup final : public CommGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::vector<std::unique_ptr<GlooCommunicator>> ranks_;
   mutable std::mutex mu_;
-  std::string reason_;  // GUARDED_BY(mu_)
+  std::string reason_;               // GUARDED_BY(mu_)
+  std::vector<bool> in_collective_;  // GUARDED_BY(mu_), per local rank
   std::atomic<bool> aborted_{false};
 };
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,13 @@ struct SendOrderSlots {
   }
 };
 
+// *word = value, on the card (a flag next to the counts that S1 all-gathers).
+struct WriteWord {
+  uint64_t* word;
+  uint64_t value;
+  GPUBOX_HD void operator()(std::size_t) const { *word = value; }
+};
+
 // One optimizer step per merged key (keys are distinct, so rows are too: no races). Nothing
 // when the step was vetoed on the card (push_pulled's veto word).
 struct ApplyUpdates {
@@ -141,9 +149,13 @@ class HeterComm::Impl {
         recv_offsets_(comm.size() + 1, 0),
         send_scaled_(comm.size(), 0),
         recv_scaled_(comm.size(), 0),
-        count_matrix_(static_cast<std::size_t>(comm.size()) * comm.size(), card.memory(),
+        // Sharded: what card r sends each card; replicated: card r's unique count. With kCreate
+        // one more word: whether card r sends slots (agreed in plan_keys).
+        count_words_((replicated_ ? 1 : comm.size()) +
+                     (options.missing_keys == MissingKeyPolicy::kCreate ? 1 : 0)),
+        count_matrix_(static_cast<std::size_t>(comm.size()) * count_words_, card.memory(),
                       card.stream()),
-        host_counts_(static_cast<std::size_t>(comm.size()) * comm.size()),
+        host_counts_(static_cast<std::size_t>(comm.size()) * count_words_),
         recv_keys_(0, card.memory(), card.stream()),
         recv_rows_(0, card.memory(), card.stream()),
         recv_records_(0, card.memory(), card.stream()),
@@ -169,7 +181,7 @@ class HeterComm::Impl {
     begin_step();
     last_.pull_calls = 1;
     const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
-    const std::size_t unique = plan_keys(keys, n, stream);  // S1
+    const std::size_t unique = plan_keys(keys, n, slots != nullptr, stream);  // S1
     const std::size_t received = recv_offsets_[total_cards_];
     reserve_exchange(unique, received);
     const bool with_slots = send_slots(slots, unique, received, stream);
@@ -223,7 +235,7 @@ class HeterComm::Impl {
     pulled_ = false;  // the plan and the received keys are about to describe another batch
     begin_step();
     last_.push_calls = 1;
-    const std::size_t unique = plan_keys(keys, n, stream);  // S1
+    const std::size_t unique = plan_keys(keys, n, slots != nullptr, stream);  // S1
     const std::size_t received = recv_offsets_[total_cards_];
     reserve_exchange(unique, received);
     reduce_local(grads, unique, stream);
@@ -423,34 +435,58 @@ class HeterComm::Impl {
 
   // Local dedup and per-owner grouping of the batch's keys, all on the card; the per-owner
   // counts of every card are all-gathered into the count matrix and read back in one wait
-  // (S1). Sets the send and receive counts; returns the unique count.
-  std::size_t plan_keys(const uint64_t* keys, std::size_t n, const device::Stream& stream) {
+  // (S1). Sets the send and receive counts; returns the unique count. With kCreate, each card's
+  // row also says whether it `sends_slots`: every card must, or none (send_slots is one more
+  // collective, and an int32 exchange paired with another card's uint64 key exchange hangs or
+  // moves garbage). Every card reads the same matrix, so on a mismatch every card fails here,
+  // with the same error, before any payload moves.
+  std::size_t plan_keys(const uint64_t* keys, std::size_t n, bool sends_slots,
+                        const device::Stream& stream) {
     last_.keys_in = n;
     const std::size_t cards = static_cast<std::size_t>(total_cards_);
     const std::size_t me = static_cast<std::size_t>(comm_->rank());
     // Sharded: row r = what card r sends each card. Replicated: row r (one entry) = card r's
-    // unique count, which it sends to every card.
+    // unique count, which it sends to every card. Then kCreate's slots flag.
     const std::size_t row_size = replicated_ ? 1 : cards;
     local_.run_async(keys, n, stream);
     plan_.run_async(local_.unique_keys(), local_.count_on_card(), n, stream);
-    uint64_t* my_row = count_matrix_.data() + me * row_size;
+    uint64_t* my_row = count_matrix_.data() + me * count_words_;
     plan_.write_counts_async(my_row, stream);
-    comm_->all_gather(my_row, count_matrix_.data(), row_size, stream);  // in place
-    device::copy_async(host_counts_.data(), count_matrix_.data(), cards * row_size, stream);
+    if (count_words_ > row_size) {
+      device::parallel_for(stream, 1, WriteWord{my_row + row_size, sends_slots ? 1u : 0u});
+    }
+    comm_->all_gather(my_row, count_matrix_.data(), count_words_, stream);  // in place
+    device::copy_async(host_counts_.data(), count_matrix_.data(), cards * count_words_, stream);
     comm_->synchronize(stream, "HeterComm key counts");  // S1
-    const uint64_t* row = host_counts_.data() + me * row_size;
+    if (count_words_ > row_size) check_slots_agree(row_size);
+    const uint64_t* row = host_counts_.data() + me * count_words_;
     plan_.set_send_counts(row);
     std::size_t unique = 0;
     for (std::size_t c = 0; c < row_size; ++c) unique += row[c];
     max_unique_ = 0;
     for (std::size_t c = 0; c < cards; ++c) {
-      recv_counts_[c] = replicated_ ? host_counts_[c] : host_counts_[c * cards + me];
+      recv_counts_[c] =
+          replicated_ ? host_counts_[c * count_words_] : host_counts_[c * count_words_ + me];
       recv_offsets_[c + 1] = recv_offsets_[c] + recv_counts_[c];
       max_unique_ = std::max<std::size_t>(max_unique_, recv_counts_[c]);
     }
     local_.set_count(unique);
     last_.unique_keys_sent = unique;
     return unique;
+  }
+
+  // plan_keys's agreement (kCreate): the slots flag after each card's `row_size` counts. A
+  // mismatch fails every card with the same message, naming the cards on each side.
+  void check_slots_agree(std::size_t row_size) const {
+    std::string with, without;
+    for (int c = 0; c < total_cards_; ++c) {
+      std::string& side =
+          host_counts_[static_cast<std::size_t>(c) * count_words_ + row_size] != 0 ? with : without;
+      side += (side.empty() ? "" : ",") + std::to_string(c);
+    }
+    GPUBOX_EXPECTS(with.empty() || without.empty(), "HeterComm (missing_keys = create): cards ",
+                   with, " passed the keys' slots and cards ", without,
+                   " did not, in the same step: every card passes slots or none does");
   }
 
   // With MissingKeyPolicy::kCreate and the occurrences' slots: sends each planned unique key's
@@ -564,7 +600,8 @@ class HeterComm::Impl {
   std::vector<std::size_t> recv_offsets_;
   std::vector<std::size_t> send_scaled_;
   std::vector<std::size_t> recv_scaled_;
-  // Row r = what card r sends to each card (all-gathered), and its host copy.
+  // Row r (count_words_ each) = what card r sends to each card (all-gathered), and its host copy.
+  std::size_t count_words_;
   device::device_buffer<uint64_t> count_matrix_;
   device::pinned_buffer<uint64_t> host_counts_;
 

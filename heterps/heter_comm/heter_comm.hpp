@@ -71,12 +71,12 @@ class HeterComm {
   // A key missing on its owner: see HeterCommOptions::missing_keys (kFail throws on the owner,
   // which must abort the group so the peers wake up, see comm::CommGroup::abort). `slots`
   // (optional, card memory): the slot of each occurrence; with kCreate a missing key's row is
-  // created at its slot's width (hyper_parameters.slot_dims; a key in two slots of one card's
-  // batch takes its first occurrence's there; one that reaches its owner from several cards with
-  // different slots takes the narrowest width on pull, the lowest rank's slot on push; both
-  // deterministic, so replicas agree), else at slot 0's. Given with kCreate, the slots travel with
-  // the keys (one more collective: every card of the step gives slots, or none does);
-  // otherwise they are not read.
+  // created at its slot's width (hyper_parameters.slot_dims; a key in several slots takes the
+  // slot it is seen in first, in rank order then batch order, on pull and on push: the rule of
+  // every tier, see table::slot_mf_dim; deterministic, so replicas agree), else at slot 0's. Given
+  // with kCreate, the slots travel with the keys (one more collective: every card of the step gives
+  // slots, or none does; a step where some do and some do not fails on every card with the same
+  // error, agreed with the key counts before any key moves); otherwise they are not read.
   void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream,
             const int32_t* slots = nullptr);
 

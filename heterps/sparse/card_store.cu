@@ -1,9 +1,13 @@
 #include <thrust/copy.h>
 #include <thrust/find.h>
+#include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
 #include <thrust/partition.h>
 #include <thrust/remove.h>
+#include <thrust/scan.h>
+#include <thrust/sequence.h>
+#include <thrust/sort.h>
 #include <thrust/tuple.h>
 
 #include <algorithm>
@@ -67,15 +71,26 @@ struct RecordPools {
 
 // pools[j] = the width class of the slot of missing position j (slot 0 without slots).
 struct SlotPools {
-  const int32_t* slots;
-  const uint64_t* positions;
+  const int32_t* missing_slots;  // slot of missing key j (null: slot 0)
   table::AccessorConfig config;
   table::WidthClasses classes;
   int32_t* pools;
   GPUBOX_HD void operator()(std::size_t j) const {
-    const int32_t slot = slots ? slots[positions[j]] : 0;
+    const int32_t slot = missing_slots ? missing_slots[j] : 0;
     pools[j] = classes.class_of(table::slot_mf_dim(config, slot));
   }
+};
+
+// out[order[j]] = the slot of the first occurrence of missing key order[j]: with the missing keys
+// sorted stably (order[j] = index of the j-th), run_first[j] is the lowest index of its key's
+// run, and missing keys are in batch order.
+struct FirstOccurrenceSlots {
+  const int32_t* slots;
+  const uint64_t* positions;
+  const uint64_t* order;
+  const uint64_t* run_first;
+  int32_t* out;
+  GPUBOX_HD void operator()(std::size_t j) const { out[order[j]] = slots[positions[run_first[j]]]; }
 };
 
 struct InPool {
@@ -162,7 +177,7 @@ struct ScatterCreated {
   const uint64_t* positions;
   const row_index_t* missing_rows;
   const uint8_t* created;
-  const int32_t* slots;
+  const int32_t* missing_slots;  // as SlotPools'
   row_index_t* out;
   RowPoolsRef pages;
   DirtyFlagsRef dirty;
@@ -172,7 +187,7 @@ struct ScatterCreated {
     const uint64_t position = positions[j];
     out[position] = r;
     if (!created[j]) return;
-    const int32_t slot = slots ? slots[position] : 0;
+    const int32_t slot = missing_slots ? missing_slots[j] : 0;
     table::init_row(pages.row(r), table::RowLayout::for_slot(config, slot), config, missing_keys[j],
                     slot);
     dirty[r] = 1;
@@ -455,22 +470,43 @@ std::size_t CardSparseStore::create_missing_rows(const uint64_t* keys, const int
   });
   device::parallel_for(stream, missing,
                        GatherKeys{keys, positions_scratch_.data(), keys_scratch_.data()});
+  // The slot each new row is created with: a key repeated in the batch takes its first
+  // occurrence's (the lowest position), as every tier does (table/accessor/sparse_row.hpp:
+  // slot_dims). Only with slots and a repeated missing key; allocates (kCreate's creation).
+  device::device_buffer<int32_t> missing_slots = card().make_buffer<int32_t>(0);
+  if (slots != nullptr) {
+    missing_slots.resize_discard(missing);
+    device::device_buffer<uint64_t> sorted_keys = card().make_buffer<uint64_t>(missing);
+    device::device_buffer<uint64_t> order = card().make_buffer<uint64_t>(missing);
+    device::device_buffer<uint64_t> run_first = card().make_buffer<uint64_t>(missing);
+    thrust::copy(exec, keys_scratch_.data(), keys_scratch_.data() + missing, sorted_keys.data());
+    thrust::sequence(exec, order.data(), order.data() + missing);
+    thrust::stable_sort_by_key(exec, sorted_keys.data(), sorted_keys.data() + missing,
+                               order.data());
+    thrust::inclusive_scan_by_key(exec, sorted_keys.data(), sorted_keys.data() + missing,
+                                  order.data(), run_first.data(), thrust::equal_to<uint64_t>(),
+                                  thrust::minimum<uint64_t>());
+    device::parallel_for(stream, missing,
+                         FirstOccurrenceSlots{slots, positions_scratch_.data(), order.data(),
+                                              run_first.data(), missing_slots.data()});
+    stream.synchronize();  // before the sort's buffers go
+  }
+  const int32_t* created_slots = slots != nullptr ? missing_slots.data() : nullptr;
   std::size_t inserted = 0;
   if (table_.pool_count() == 1) {
     inserted = table_.insert(keys_scratch_.data(), missing, rows_scratch_.data(),
                              created_scratch_.data(), stream);
   } else {
     pools_scratch_.resize_discard(missing);
-    device::parallel_for(
-        stream, missing,
-        SlotPools{slots, positions_scratch_.data(), config_, classes_, pools_scratch_.data()});
+    device::parallel_for(stream, missing,
+                         SlotPools{created_slots, config_, classes_, pools_scratch_.data()});
     inserted = insert_by_pool(keys_scratch_.data(), missing, pools_scratch_.data(),
                               rows_scratch_.data(), created_scratch_.data(), stream);
   }
   sync_dirty_capacity(stream);
   device::parallel_for(stream, missing,
                        ScatterCreated{keys_scratch_.data(), positions_scratch_.data(),
-                                      rows_scratch_.data(), created_scratch_.data(), slots,
+                                      rows_scratch_.data(), created_scratch_.data(), created_slots,
                                       out_row_indices, table_.rows(), dirty_flags(), config_});
   stream.synchronize();
   return inserted;

@@ -62,8 +62,9 @@ class CardSparseStore {
                  const device::Stream& stream) const;
   // out_row_indices[i] = the row handle of keys[i]. A missing key gets a new row in its slot's
   // width class (table::init_row with slots[i], or slot 0 when slots is null; marked dirty) when
-  // `create_missing`, else kInvalidRow. A new key repeated in the batch under slots of different
-  // widths takes the narrowest of them. *created (when given) = how many rows were created.
+  // `create_missing`, else kInvalidRow. A new key repeated in the batch takes the slot (and so the
+  // width) of its first occurrence, as every tier does. *created (when given) = how many rows
+  // were created.
   // Synchronizes.
   void lookup_or_create(const uint64_t* keys, const int32_t* slots, std::size_t n,
                         row_index_t* out_row_indices, bool create_missing, std::size_t* created,

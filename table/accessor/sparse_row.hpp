@@ -64,8 +64,14 @@ struct SparseOptimizerConfig {
 // (AccessorConfig::mf_dim), Paddle's dynamic mf dim (PSGPUWrapper::SetSlotDimVector). A row's
 // width is fixed when it is created, from its slot, and the row records it (mf_dim field), so a
 // row read anywhere says its own layout (RowLayout::of_row). Rows of one width form a width
-// class; the tiers store each class at its own stride. A bounded table of plain data, so that
-// functors copy it to the card.
+// class; the tiers store each class at its own stride.
+// A key seen in several slots of different widths is created, in every tier, with the slot it
+// is seen in first: a pass's keys in load order (InMemoryDataset::unique_keys_and_slots, then
+// begin_pass and the host tier's pull with them), a host-tier pull's in call order
+// (SparseShard::locate), created on the cards (missing_keys: create) in rank order then batch
+// order (HeterComm, CardSparseStore::create_missing_rows). From then on the row keeps that
+// width and slot: pushes, write-backs, saves and loads carry them (a model record's slot). A
+// bounded table of plain data, so that functors copy it to the card.
 inline constexpr int32_t kMaxSlotDims = 128;
 inline constexpr int32_t kMaxWidthClasses = 8;
 struct SlotDims {

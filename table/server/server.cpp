@@ -56,7 +56,9 @@ Reply make_reply(const FrameHeader& request, Status::Code code, std::vector<uint
 Reply error_reply(const FrameHeader& request, const Status& status) {
   std::vector<uint8_t> payload;
   encode_error_reply(status.message(), &payload);
-  return make_reply(request, status.code(), std::move(payload));
+  Reply reply = make_reply(request, status.code(), std::move(payload));
+  reply.error = status.message();
+  return reply;
 }
 
 bool ByteBudget::try_take(std::size_t n) {

@@ -31,6 +31,7 @@ class Session;
 struct Reply {
   std::vector<uint8_t> frame;
   Status::Code status = Status::Code::kOk;
+  std::string error;  // an error reply's message (error_reply), for the server's own log
   bool close_after = false;
   bool stop_server_after = false;
 };
@@ -102,6 +103,9 @@ class Server::Impl {
 
   // Per-connection events (protocol errors, refusals, idle closes), one line per interval.
   LogThrottle connection_log{std::chrono::seconds(2)};
+  // Requests answered with an error (a payload that does not decode, a row of a width the table
+  // has not, ...), naming the peer: one line per interval, so a client cannot flood the log.
+  LogThrottle request_log{std::chrono::seconds(2)};
   std::atomic<uint64_t> connections{0}, open_connections{0}, refused_connections{0},
       accept_failures{0}, idle_closed{0}, requests{0}, duplicates{0}, rows_pulled{0},
       rows_pushed{0}, protocol_errors{0}, auth_refusals{0}, budget_refusals{0},

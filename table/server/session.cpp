@@ -192,7 +192,7 @@ void Session::on_frame() {
   if (header_.op == Op::kBarrier) {
     auto reply = server_->barrier_arrive(shared_from_this(), header_, payload_, &barrier_name_);
     free_request();
-    if (reply) return send(std::move(*reply));
+    if (reply) return answer(std::move(*reply));
     return watch_barrier_wait();
   }
   Reply reply = server_->handle(header_, payload_,
@@ -202,6 +202,19 @@ void Session::on_frame() {
     GPUBOX_LOG(INFO) << "gpubox_server: fault injection drops the reply to " << op_name(header_.op)
                      << " request " << header_.request_id;
     return close();
+  }
+  answer(std::move(reply));
+}
+
+void Session::answer(Reply reply) {
+  // Aborted means "retry later" (the in-flight budget, a request still being applied): load,
+  // not a refusal.
+  if (reply.status != Status::Code::kOk && reply.status != Status::Code::kAborted) {
+    Server::Impl::warn(server_->request_log,
+                       std::string("gpubox_server: refused ") + op_name(header_.op) + " request " +
+                           std::to_string(header_.request_id) + " of client " +
+                           std::to_string(header_.client_id) + " from " + peer_ + ": " +
+                           Status::code_name(reply.status) + ": " + reply.error);
   }
   send(std::move(reply));
 }

@@ -48,6 +48,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void authenticate();
   void watch_barrier_wait();
   void on_barrier_watch(const boost::system::error_code& ec, std::size_t n);
+  // send(), after logging an error reply (rate-limited, naming the peer and why).
+  void answer(Reply reply);
   void send(Reply reply);
   void on_written(const boost::system::error_code& ec);
   // After a refusal: no more sending, the client's unread bytes are read and dropped (at most

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -316,6 +317,64 @@ TEST_F(SlotDims, MixedWidthsWithSixteenBitStorage) {
       const auto it = b.find(path);
       ASSERT_NE(it, b.end()) << path;
       EXPECT_TRUE(it->second == bytes) << path << " differs in the re-save";
+    }
+  }
+}
+
+// Keys seen in slots of different widths (the generated data's slots never share a key): each
+// key's row takes the slot it is seen in first in load order (table/accessor/sparse_row.hpp),
+// on the host tier that creates it at begin_pass and on the cards, after the pass's pushes and
+// write-back, and through a base save (rows re-created from each record's slot) and a
+// checkpoint save loaded into a fresh trainer, on 1 and 2 cards: against an oracle of each
+// key's first (line, slot).
+TEST_F(SlotDims, AKeyInSlotsOfDifferentWidthsTakesItsFirstSlotEverywhere) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const fs::path data = root_ / "shared_keys";
+  fs::create_directories(data);
+  std::map<uint64_t, int32_t> first_slot;
+  {
+    std::ofstream out(data / "part-00000");
+    std::mt19937_64 rng(17);
+    for (int line = 0; line < 400; ++line) {
+      out << "click:" << (rng() % 3 == 0 ? 1 : 0);
+      for (int d = 0; d < 3; ++d) out << " dense_feature:0." << rng() % 10;
+      for (int32_t slot = 1; slot <= 6; ++slot) {
+        // Half the tokens from 40 keys that every slot uses, the rest the slot's own.
+        const uint64_t key = rng() % 2 ? 1 + rng() % 40 : 1000 * slot + rng() % 50;
+        out << ' ' << slot << ':' << key;
+        first_slot.emplace(key, slot);
+      }
+      out << '\n';
+    }
+  }
+  const auto check = [&](const Rows& rows, const table::AccessorConfig& cfg, const char* tier) {
+    const table::RowLayout record = table::record_layout(cfg);
+    EXPECT_EQ(rows.size(), first_slot.size()) << tier;
+    std::size_t shared = 0;
+    for (const auto& [key, row] : rows) {
+      ASSERT_TRUE(first_slot.count(key)) << tier << " key " << key;
+      const int32_t slot = first_slot.at(key);
+      EXPECT_EQ(row[record.slot()], static_cast<float>(slot)) << tier << " key " << key;
+      EXPECT_EQ(record.of_row(row.data()).mf_dim, table::slot_mf_dim(cfg, slot))
+          << tier << " key " << key;
+      shared += key <= 40;
+    }
+    EXPECT_EQ(shared, 40u) << tier;  // the keys of several slots are all there
+  };
+  const std::vector<std::string> files = data_files(data.string());
+  for (const std::string cards : {"0", "0,1"}) {
+    for (const std::string mode : {"base", "checkpoint"}) {
+      SCOPED_TRACE(cards + ", " + mode);
+      const TrainerConfig cfg = config(32, {kMixed, "runner.save_mode=" + mode});
+      Trainer trained(cfg, env(cards));
+      trained.train_pass(files);
+      check(host_rows(trained), cfg.sparse, "host tier");
+      check(card_rows(trained.card_tier()), cfg.sparse, "card tier");
+      const fs::path save = root_ / ("shared_keys_save_" + mode + std::to_string(cards.size()));
+      trained.save(save.string());
+      Trainer loaded(cfg, env(cards));
+      loaded.load(save.string());
+      check(host_rows(loaded), cfg.sparse, "loaded host tier");
     }
   }
 }

@@ -7,7 +7,10 @@
 #     the named server is started on its port, the trainer uses it, and it is stopped at the end;
 #  3. --trainers 2 --servers 1: two trainer processes (one card each) and a server, trainer 0's
 #     lines shown, log/worker.0.log and log/worker.1.log, every process stopped at the end; cards
-#     that cannot be split between the trainers are refused.
+#     that cannot be split between the trainers are refused;
+#  4. run twice in the same folder with a server and saves (the shipped config's
+#     model_save_path): the first run's sparse halves land in its saves (not under the server's
+#     --data_dir a second time), and the second run resumes from them and trains on.
 set -eu
 repo="$1"
 build="$2"
@@ -59,4 +62,17 @@ python3 -c "import socket, sys; s = socket.socket(); sys.exit(s.connect_ex(('127
 FLAGS_selected_gpus=0,1,2 timeout 60 bash "$repo/scripts/run_gpubox.sh" --trainers 2 \
   --config "$config" >out4.txt 2>&1 </dev/null && fail "3 cards split between 2 trainers"
 grep -q "cannot be split evenly between 2 trainers" out4.txt || { cat out4.txt; fail "no reason given"; }
+# 4.
+rm -rf log output
+for epochs in 1 2; do
+  env GPUBOX_LOCAL_TIER=0 timeout 120 sh "$repo/scripts/run_gpubox.sh" --config "$config" \
+    -o runner.epochs=$epochs -o runner.metrics_path= >out5.$epochs.txt 2>&1 </dev/null ||
+    { cat out5.$epochs.txt; cat log/pserver.0.log 2>/dev/null; fail "run $epochs with saves exited nonzero"; }
+  [ -s output/model_dnn/0/sparse/MANIFEST ] || { find output; fail "run $epochs: no sparse half in output/model_dnn/0"; }
+  [ ! -e output/model_dnn/output ] || { find output; fail "run $epochs: a save landed under the server's data_dir twice"; }
+done
+grep -q "runner.resume: resuming from pass 0 (output/model_dnn/0" out5.2.txt || { cat out5.2.txt; fail "the second run did not resume"; }
+grep -q "^Epoch: 1, " out5.2.txt || { cat out5.2.txt; fail "the second run did not train"; }
+grep -q "^pass: 1, .* created: 0," out5.2.txt || { cat out5.2.txt; fail "the second run's rows were not the save's"; }
+[ -s output/model_dnn/1/sparse/MANIFEST ] || { find output; fail "the second run saved no sparse half"; }
 echo "PASS"

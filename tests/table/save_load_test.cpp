@@ -15,6 +15,7 @@
 #include "table/dense_table.hpp"
 #include "table/io/fault_env.hpp"
 #include "table/io/save_dir.hpp"
+#include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -334,6 +335,59 @@ TEST(SaveLoad, MalformedTextRecordsNameTheLine) {
     EXPECT_NE(st.message().find(b.where), std::string::npos) << st.to_string();
   }
   EXPECT_FALSE(parse_records(SaveForm::kBinary, std::string(27, 'a'), 4, "b", &keys, &recs).ok());
+}
+
+// A model record's slot (a float in the file) becomes a row's int32 slot: a value that is not a
+// whole number in int32's range (NaN, infinite, fractional, out of range) is refused as corrupt,
+// naming the file and the line (text) or byte offset (binary), with one width and with slot_dims
+// (where the slot also decides the record's length). The good record before it parses.
+TEST(SaveLoad, ModelRecordWithABadSlotIsRefusedByFileAndRecord) {
+  const AccessorConfig one_width = testing::test_optimizer(SparseOptimizerKind::kSgd, 4);
+  const AccessorConfig mixed = with_slot_dims(one_width, {{3, 2}});
+  const float bad_slots[] = {std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(),
+                             1.5f,
+                             2147483648.0f,
+                             -2147483904.0f,
+                             3e38f};
+  for (const AccessorConfig& cfg : {one_width, mixed}) {
+    const RecordShape shape = record_shape(RecordKind::kModel, cfg);
+    const int32_t floats = record_floats(RecordKind::kModel, RowLayout::for_slot(cfg, 1));
+    for (const SaveForm form : {SaveForm::kText, SaveForm::kBinary}) {
+      for (const float slot : bad_slots) {
+        SCOPED_TRACE(std::string(name_of(kSaveFormNames, form)) + ", slot " + std::to_string(slot) +
+                     (shape.uniform ? ", one width" : ", slot_dims"));
+        std::vector<float> rec(static_cast<std::size_t>(floats), 0.5f);
+        rec[2] = 1.0f;  // a good record first
+        std::string data;
+        append_record(form, 7, rec.data(), floats, &data);
+        const std::size_t second = data.size();
+        rec[2] = slot;
+        append_record(form, 8, rec.data(), floats, &data);
+        std::vector<uint64_t> keys;
+        std::vector<float> recs;
+        const Status st = parse_records(form, data, shape, "part-00003", &keys, &recs);
+        ASSERT_EQ(st.code(), Status::Code::kCorruption) << st.to_string();
+        const std::string at = form == SaveForm::kText
+                                   ? "part-00003 line 2"
+                                   : "part-00003 at byte " + std::to_string(second);
+        EXPECT_NE(st.message().find(at), std::string::npos) << st.to_string();
+        EXPECT_NE(st.message().find("key 8 has slot"), std::string::npos) << st.to_string();
+      }
+      // Slots at int32's ends are slots.
+      for (const float slot : {-2147483648.0f, 2147483520.0f, 0.0f}) {
+        std::vector<float> rec(static_cast<std::size_t>(floats), 0.5f);
+        rec[2] = slot;
+        std::string data;
+        append_record(form, 9, rec.data(), floats, &data);
+        std::vector<uint64_t> keys;
+        std::vector<float> recs;
+        EXPECT_TRUE(parse_records(form, data, shape, "p", &keys, &recs).ok()) << slot;
+        EXPECT_EQ(keys, std::vector<uint64_t>{9});
+      }
+    }
+  }
 }
 
 TEST(DenseTable, SaveLoadRoundTripAndCorruption) {

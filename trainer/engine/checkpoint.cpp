@@ -164,7 +164,16 @@ void restore_sparse(table::HostTier& host, const RestorePlan& plan) {
                   ": load it with as many servers as saved it");
     }
     const std::string sparse = join(link.dir, io::kSparseHalf);
-    throw_if_error(host.load(sparse).with_context("restoring the sparse half of " + link.dir));
+    Status loaded_half = host.load(sparse);
+    if (remote != nullptr && loaded_half.code() == Status::Code::kNotFound) {
+      // The trainer cannot look into the servers' folders before asking: say what to do.
+      loaded_half = loaded_half.with_context(
+          "the servers hold no sparse half of this save (saved by servers with another "
+          "--data_dir, or by a gpubox_train before 2026-11-24, whose remote saves landed under "
+          "<data_dir>/<model_save_path>): remove that save, or add -o runner.resume=off to start "
+          "afresh");
+    }
+    throw_if_error(loaded_half.with_context("restoring the sparse half of " + link.dir));
     if (remote == nullptr) continue;
     const std::vector<uint64_t> loaded = remote->last_sync_generations();
     for (std::size_t e = 0; e < parts.size(); ++e) {

@@ -346,6 +346,37 @@ TEST(GlooFailure, FailingTrainerEndsEveryRankWithAnErrorWithinTheTimeout) {
                                           HasSubstr("all_reduce_sum on card rank 3")));
 }
 
+// The same failure under a long timeout: trainer 1's abort closes the connections of its ranks
+// that are not inside a collective (rank 2, which failed), so trainer 0's ranks, waiting on rank
+// 2 inside the all-reduce, fail at once on the closed connection instead of at the 20 s timeout
+// (they timed out before: "Timed out waiting 1500ms", with the timeout above).
+TEST(GlooFailure, AnAbortClosesItsConnectionsSoPeersFailAtOnce) {
+  Job job(2, 2, std::chrono::seconds(20));
+  std::vector<std::string> errors(4);
+  std::mutex mu;
+  EXPECT_THROW(job.run([&](device::Card& card, Communicator& comm) {
+    try {
+      std::vector<float> values(64, 1.0f);
+      auto buffer = device::to_device(values, card.memory(), card.stream());
+      comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
+      comm.synchronize(card.stream(), "step 0");
+      if (comm.rank() == 2) GPUBOX_FAIL("injected failure on rank 2");
+      comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
+      comm.synchronize(card.stream(), "step 1");
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors[comm.rank()] = e.what();
+      throw;
+    }
+  }),
+               Error);
+  for (int r : {0, 1}) {
+    EXPECT_THAT(errors[r], HasSubstr("all_reduce_sum on card rank " + std::to_string(r)));
+    EXPECT_THAT(errors[r], HasSubstr(" by peer")) << "rank " << r;  // reset, or closed
+    EXPECT_THAT(errors[r], ::testing::Not(HasSubstr("Timed out"))) << "rank " << r;
+  }
+}
+
 // ---- the file store ----------------------------------------------------------------------
 
 TEST(FileStore, SetGetWaitAndBounds) {

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
 #include <thread>
 
+#include "common/logging.hpp"
 #include "table/server/model_path.hpp"
 #include "table/server/request_window.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
@@ -302,6 +304,69 @@ TEST(Hardening, ConnectionBufferLimitBoundsFramesAndReplies) {
   Connection raw2 = raw_connection(server->port());
   st = raw_call(raw2, Op::kPull, pull);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
+}
+
+// ---- rejected frames are logged with their peer -----------------------------------------------
+
+// The lines of `log` that contain `what`.
+std::size_t lines_with(const std::string& log, const std::string& what) {
+  std::size_t count = 0;
+  for (std::size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+// A request the server refuses (a PUSH payload that does not decode) is logged naming the op,
+// the request, the client, the connection's peer and why, not only answered; a burst of them
+// (a hostile client) gives one line per interval, with a count of the lines held back. A frame
+// refused from its header (another protocol version) is logged with its peer too.
+TEST(Hardening, RefusedFramesAreLoggedWithThePeerAndRateLimited) {
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::WARNING);
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  const std::vector<uint8_t> garbage(10, 0xff);
+  ::testing::internal::CaptureStderr();
+  constexpr int kBurst = 40;
+  for (int i = 0; i < kBurst; ++i) {
+    const Status st = raw_call(conn, Op::kPush, garbage, /*request_id=*/100 + i, /*client_id=*/7);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.to_string();
+  }
+  std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string peer = "from 127.0.0.1:";
+  EXPECT_NE(log.find("refused PUSH request 100 of client 7 " + peer), std::string::npos) << log;
+  EXPECT_NE(log.find("Corruption"), std::string::npos) << log;
+  const std::size_t lines = lines_with(log, "refused PUSH request");
+  EXPECT_GE(lines, 1u);
+  EXPECT_LE(lines, 3u) << "one line per 2 s interval, not one per refused request:\n" << log;
+
+  // After the interval the next refusal is logged, with the count held back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(raw_call(conn, Op::kPush, garbage, 200, 7).ok());
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("refused PUSH request 200 of client 7 " + peer), std::string::npos) << log;
+  if (lines < static_cast<std::size_t>(kBurst)) {
+    EXPECT_NE(log.find("similar lines held back"), std::string::npos) << log;
+  }
+
+  // Another protocol version: refused from the header, the connection closed, the peer named.
+  FrameHeader h;
+  h.op = Op::kStats;
+  std::vector<uint8_t> frame(kHeaderBytes);
+  encode_header(h, frame.data());
+  const uint16_t version = kProtocolVersion + 1;
+  std::memcpy(frame.data() + 4, &version, sizeof(version));
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(server_closes_after(server->port(), frame));
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("closing connection " + peer), std::string::npos) << log;
+  EXPECT_NE(log.find("unsupported protocol version " + std::to_string(version)), std::string::npos)
+      << log;
+  set_log_level(level);
 }
 
 // ---- 4. the retry cache ----------------------------------------------------------------------
