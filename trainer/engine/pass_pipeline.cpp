@@ -75,12 +75,12 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     }
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
                      << " s, data set " << data_bytes * mib << " MiB) and "
-                     << prepared->staged.keys.size() << " of its " << prepared->keys.keys.size()
-                     << " keys staged (" << prepared->staged.bytes() * mib << " MiB, "
-                     << prepared->staged.seconds << " s) while the pass before it trained ("
-                     << held * mib << " MiB in all" << budget
-                     << "); runner.prefetch_passes = " << depth_ << " holds at most " << depth_
-                     << " such pass(es)";
+                     << (prepared->staged.fetched ? prepared->staged.keys.size() : 0) << " of its "
+                     << prepared->keys.keys.size() << " keys staged ("
+                     << prepared->staged.bytes() * mib << " MiB, " << prepared->staged.seconds
+                     << " s) while the pass before it trained (" << held * mib << " MiB in all"
+                     << budget << "); runner.prefetch_passes = " << depth_ << " holds at most "
+                     << depth_ << " such pass(es)";
   }
   prepared->waited_seconds = timer.seconds();
   return prepared;
@@ -105,18 +105,22 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
     for (const Job& job : jobs_) before.push_back(job.ready);
     auto keys_read = std::make_shared<std::promise<std::shared_ptr<const std::vector<uint64_t>>>>();
     auto keys = keys_read->get_future().share();
+    auto staging_planned = std::make_shared<std::promise<std::shared_ptr<PreparedPass>>>();
+    auto planned = staging_planned->get_future().share();
     auto job = [&tier = tier_, &read = read_, pass, current_keys = current.sorted_keys, resident,
-                resident_sorted, keys_read,
+                resident_sorted, keys_read, staging_planned,
                 before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
       std::shared_ptr<PreparedPass> prepared;
       try {
         prepared = prepare_pass(read, pass);
       } catch (...) {
         keys_read->set_value(nullptr);
+        staging_planned->set_value(nullptr);
         throw;
       }
       keys_read->set_value(prepared->sorted_keys);
       prepared->prefetched = true;
+      bool plan_published = false;
       try {
         std::call_once(*resident_sorted, [&] {
           std::sort(resident->begin(), resident->end());
@@ -124,18 +128,24 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
         });
         std::vector<uint64_t> exclude = merged(*current_keys, *resident);
         for (const auto& earlier : before) exclude = merged(exclude, *earlier.get()->sorted_keys);
-        prepared->staged =
-            tier.stage_rows(prepared->keys.keys, prepared->keys.slots, std::move(exclude));
+        prepared->staged = tier.plan_staging(prepared->keys.keys, prepared->keys.slots, exclude);
+        exclude = {};
+        // From here the cards may read the plan (its keys) while the rows are fetched.
+        staging_planned->set_value(prepared);
+        plan_published = true;
+        tier.fetch_staged(&prepared->staged);
       } catch (const Error& e) {
         // begin_pass pulls the rows itself (and reports a host-tier failure there); a pass
-        // before this one that failed to read is reported when it is taken.
+        // before this one that failed to read is reported when it is taken. The plan stays as
+        // it is (the cards may be reading it), never fetched.
         GPUBOX_LOG(WARNING) << "pass " << pass << ": staging its rows ahead failed, its "
                             << "begin_pass pulls them: " << e.what();
-        prepared->staged = {};
+        if (!plan_published) staging_planned->set_value(nullptr);
       }
       return prepared;
     };
-    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share(), keys});
+    jobs_.push_back(
+        Job{pass, std::async(std::launch::async, std::move(job)).share(), keys, planned});
   }
 }
 
@@ -146,16 +156,22 @@ std::shared_ptr<const std::vector<uint64_t>> PassPipeline::keys_of(int64_t pass)
   return nullptr;
 }
 
-std::function<const pass::StagedRows*()> PassPipeline::staged_poll(int64_t pass) const {
+std::function<pass::StagingProgress()> PassPipeline::staged_poll(int64_t pass) const {
+  const auto now = [](const auto& future) {
+    return future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
   for (const Job& job : jobs_) {
     if (job.pass != pass) continue;
-    return [ready = job.ready]() -> const pass::StagedRows* {
-      if (ready.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
-      try {
-        return &ready.get()->staged;
-      } catch (...) {
-        return nullptr;  // take() reports the failure to read it
-      }
+    return [planned = job.planned, ready = job.ready, now]() -> pass::StagingProgress {
+      // Null when reading the pass or planning its staging failed (take() reports a failure
+      // to read it).
+      if (!now(planned) || planned.get() == nullptr) return {};
+      pass::StagingProgress progress;
+      progress.staged = &planned.get()->staged;
+      // The job ends once the fetch is done or failed; `fetched` says which (its writes happen
+      // before the job's end).
+      progress.rows_ready = now(ready) && progress.staged->fetched;
+      return progress;
     };
   }
   return {};

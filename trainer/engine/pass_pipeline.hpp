@@ -93,10 +93,11 @@ class PassPipeline {
   // for its staging), else null; null too when it could not be read.
   std::shared_ptr<const std::vector<uint64_t>> keys_of(int64_t pass) const;
   // For the cards' work on pass `pass` while the pass before it trains
-  // (ps::CardTier::expect_next_pass): a function returning its staged rows once its job is done
-  // (null before, and when reading it failed), or an empty function when it was not started
-  // ahead. The rows stay valid until that pass is taken and its begin_pass is done.
-  std::function<const pass::StagedRows*()> staged_poll(int64_t pass) const;
+  // (ps::CardTier::expect_next_pass): a function reporting its staging (pass::StagingProgress:
+  // its keys once read and planned, its rows once fetched; nothing when reading it failed, the
+  // keys but never the rows when fetching them failed), or an empty function when it was not
+  // started ahead. What it reports stays valid while the function (or a copy) lives.
+  std::function<pass::StagingProgress()> staged_poll(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
   // Drops every pass started ahead, after waiting for it (before a model load: its staged rows
@@ -110,6 +111,9 @@ class PassPipeline {
     std::shared_future<std::shared_ptr<PreparedPass>> ready;
     // Its sorted keys, set once read (before the staging); null when the read failed.
     std::shared_future<std::shared_ptr<const std::vector<uint64_t>>> keys;
+    // The pass once its staging is planned (its keys split by card, before the fetch); null
+    // when reading or planning failed.
+    std::shared_future<std::shared_ptr<PreparedPass>> planned;
   };
 
   ps::CardTier& tier_;
