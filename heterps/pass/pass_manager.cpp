@@ -538,14 +538,31 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   const int total_cards = cards_.total_cards();
   const int first_rank = cards_.trainer_id() * num_cards;
   std::vector<OwnedKeys> owned(static_cast<std::size_t>(replicated() ? 1 : num_cards));
-  std::vector<std::size_t> order(keys.size());
+  // The trainer's keys come ascending and distinct (its data sets give them so): taken in order.
+  // Others are put in order first, stably: a repeated key keeps the slot of its first occurrence.
+  const bool ascending = std::adjacent_find(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) {
+                           return a >= b;
+                         }) == keys.end();
+  std::vector<std::size_t> order(ascending ? 0 : keys.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  // Stable: a repeated key keeps the slot of its first occurrence.
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const uint64_t key = keys[order[k]];
-    if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
+  const auto at = [&](std::size_t k) { return ascending ? k : order[k]; };
+  if (!ascending) {
+    const std::size_t distinct = static_cast<std::size_t>(
+        std::unique(order.begin(), order.end(),
+                    [&](std::size_t a, std::size_t b) { return keys[a] == keys[b]; }) -
+        order.begin());
+    order.resize(distinct);
+  }
+  const std::size_t count = ascending ? keys.size() : order.size();
+  if (owned.size() == 1) {  // one list: no regrowth copies
+    owned[0].keys.reserve(count);
+    owned[0].slots.reserve(count);
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    const uint64_t key = keys[at(k)];
+    if (key == 0) continue;
     // The job-wide owner (heter_comm.hpp); with several trainers the caller (CardTier) gives
     // only keys owned here. Replicated: every card's (card 0's list, copied below).
     const int owner = replicated() ? 0 : owner_card(key, total_cards) - first_rank;
@@ -553,7 +570,7 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
                    owner + first_rank, ", not by one of trainer ", cards_.trainer_id(), "'s");
     OwnedKeys& owner_keys = owned[owner];
     owner_keys.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
-    owner_keys.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
+    owner_keys.slots.push_back(slots.empty() ? 0 : slots[at(k)]);
   }
   if (replicated()) owned.resize(static_cast<std::size_t>(num_cards), owned.front());
   return owned;

@@ -418,7 +418,7 @@ PassReport Trainer::run_pass(
   // nothing) hand no rows: begin_pass then pulls them itself, as the pipeline's warning says.
   const bool staged_rows =
       prepared.prefetched && prepared.staged.fetched && !prepared.staged.owned.empty();
-  const pass::PassStats begin = s.card_tier->begin_pass(prepared.keys.keys, prepared.keys.slots,
+  const pass::PassStats begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys.slots,
                                                         staged_rows ? &prepared.staged : nullptr);
   const std::size_t staged = staged_rows ? prepared.staged.keys.size() : 0;
   prepared.staged = {};  // in the cards now
@@ -668,7 +668,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       [&](int64_t pass, PreparedPass* into) {
         read_pass(pass_files[pass % per_epoch], pass, into);
       },
-      config_.host_tier.table.memory_budget_bytes);
+      config_.host_tier.table.memory_budget_bytes, config_.runner.staging_nice);
   if (pipeline.depth() > 0 && total > 1) {
     GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << pipeline.depth()
                      << ": while a pass trains, the next " << pipeline.depth()
