@@ -203,11 +203,15 @@ std::function<pass::StagingProgress()> PassPipeline::staged_poll(int64_t pass) c
   for (const Job& job : jobs_) {
     if (job.pass != pass) continue;
     return [planned = job.planned, ready = job.ready, now]() -> pass::StagingProgress {
-      // Null when reading the pass or planning its staging failed (take() reports a failure
-      // to read it).
-      if (!now(planned) || planned.get() == nullptr) return {};
+      // Nothing when reading the pass or planning its staging failed (take() reports a failure
+      // to read it, or what else ended the job): called between the steps, it never throws.
       pass::StagingProgress progress;
-      progress.staged = &planned.get()->staged;
+      try {
+        if (!now(planned) || planned.get() == nullptr) return progress;
+        progress.staged = &planned.get()->staged;
+      } catch (...) {
+        return progress;
+      }
       // The job ends once the fetch is done or failed; `fetched` says which (its writes happen
       // before the job's end).
       progress.rows_ready = now(ready) && progress.staged->fetched;
