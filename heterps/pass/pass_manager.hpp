@@ -149,7 +149,8 @@ class PassManager {
   void expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
                         const std::function<StagingProgress()>& poll);
   // Card thread `c`, between two steps of the current pass: one chunk of the next pass's card
-  // work (above). Returns false when there is none (left): not expected, not staged yet, or done.
+  // work (above). Returns false when there is none now: not expected, its keys not planned yet,
+  // waiting for its rows (looked up and room made), or done.
   bool prepare_next_pass(int c);
   // Forgets the next pass's work (the cards were emptied: CardTier::clear).
   void forget_next_pass();
