@@ -452,24 +452,40 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
   return {std::move(out), std::move(out_begin)};
 }
 
-// A fixed bucket count keeps the output order of unique_keys independent of thread_num.
+// Buckets that are ranges of key values, so the buckets' sorted keys laid end to end are sorted
+// (the pass's users need its keys sorted: one sort fewer than sorting them again): a key's 8
+// highest bits among the bits any key of the data set uses (their OR), so hashed feasigns and
+// small dense ones alike spread over the buckets. A fixed bucket count keeps the output
+// independent of thread_num.
 constexpr std::size_t kUniqueKeyBuckets = 256;
-std::size_t unique_key_bucket(int, std::uint64_t key) {
-  return static_cast<std::size_t>(fmix64(key) >> 56);
+struct KeyRangeBucket {
+  int shift = 0;
+  std::size_t operator()(int, std::uint64_t key) const {
+    return static_cast<std::size_t>(key >> shift);
+  }
+};
+KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
+  std::uint64_t any = 0;
+  for (const InstanceBlock& b : blocks) {
+    for (const std::uint64_t key : b.keys) any |= key;
+  }
+  const int bits = any == 0 ? 0 : 64 - __builtin_clzll(any);
+  return KeyRangeBucket{std::max(0, bits - 8)};
 }
 
 }  // namespace
 
 std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
-  return unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num, unique_key_bucket)
+  return unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,
+                             key_range_buckets(blocks_))
       .first;
 }
 
 UniqueKeys InMemoryDataset::unique_keys_and_slots() const {
   UniqueKeys out;
   std::vector<std::int32_t> positions;
-  out.keys = unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num, unique_key_bucket,
-                                 &positions)
+  out.keys = unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,
+                                 key_range_buckets(blocks_), &positions)
                  .first;
   std::vector<std::int32_t> ids(config_.slots.size());
   for (std::size_t s = 0; s < ids.size(); ++s) ids[s] = slot_id(config_.slots, s);

@@ -72,9 +72,9 @@ class InMemoryDataset {
   // Builds that batch into `batch`, reusing its storage.
   void fill_batch(int card, int cards, std::size_t index, Batch* batch) const;
 
-  // Distinct keys of all loaded instances, key 0 excluded; computed with thread_num threads.
-  // Order: grouped by a hash of the key, sorted inside each group; the same data gives the
-  // same order whatever thread_num is.
+  // Distinct keys of all loaded instances, key 0 excluded, in ascending order; computed with
+  // thread_num threads (the data set's keys split into 256 ranges of values, each deduplicated
+  // and sorted on its own).
   std::vector<std::uint64_t> unique_keys() const;
   // unique_keys() with each key's slot next to it: the slot_id (dataset_types.hpp) of the slot
   // of the key's first occurrence in load order (files in list order; independent of

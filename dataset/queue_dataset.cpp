@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "common/error.hpp"
-#include "common/hash.hpp"
 #include "dataset/format_detect.hpp"
 #include "dataset/input_reader.hpp"
 #include "dataset/line_reader.hpp"
@@ -237,13 +236,9 @@ Status QueueDataset::scan(UniqueKeys* keys) {
   scanned_ = status.ok();
   scanned_instances_ = status.ok() ? instances : 0;
   if (!status.ok() || keys == nullptr) return status;
-  // InMemoryDataset::unique_keys' order: by the top byte of fmix64(key), then by key.
+  // InMemoryDataset::unique_keys' order: ascending (keys are distinct: by key alone).
   std::vector<std::pair<std::uint64_t, std::int32_t>> sorted(first_slot.begin(), first_slot.end());
-  auto bucket = [](std::uint64_t key) { return fmix64(key) >> 56; };
-  std::sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) {
-    const std::uint64_t ba = bucket(a.first), bb = bucket(b.first);
-    return ba != bb ? ba < bb : a.first < b.first;
-  });
+  std::sort(sorted.begin(), sorted.end());
   keys->keys.resize(sorted.size());
   keys->slots.resize(sorted.size());
   for (std::size_t k = 0; k < sorted.size(); ++k) {

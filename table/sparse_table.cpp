@@ -103,6 +103,20 @@ Status SparseTable::for_keys_by_shard(const char* what, const uint64_t* keys, st
 
 Status SparseTable::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
                          std::size_t* created) {
+  int64_t before_fault = pulls_before_fault_.load();
+  if (before_fault >= 0) {
+    while (before_fault > 0 &&
+           !pulls_before_fault_.compare_exchange_weak(before_fault, before_fault - 1)) {
+    }
+    int64_t failing = before_fault == 0 ? failing_pulls_.load() : 0;
+    while (failing > 0 && !failing_pulls_.compare_exchange_weak(failing, failing - 1)) {
+    }
+    if (failing > 0) {
+      if (created != nullptr) *created = 0;
+      return Status::IOError("pull of " + std::to_string(n) +
+                             " keys: fault injected (fail_pulls_after)");
+    }
+  }
   return for_keys_by_shard(
       "pull", keys, n, rows, created,
       [&](detail::SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* made) {

@@ -86,6 +86,13 @@ class SparseTable final : public HostTier {
   // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must
   // not call back into the table.
   Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);
+  // Fault injection for tests (as DiskTier::fail_writes_after): once `ok_pulls` more pull()s
+  // have succeeded, the next `failing` ones fail (IOError, nothing read or created), and the
+  // ones after succeed again; ok_pulls -1 (the default): never. One atomic load a pull when off.
+  void fail_pulls_after(int64_t ok_pulls, int64_t failing = 1) {
+    failing_pulls_.store(failing);
+    pulls_before_fault_.store(ok_pulls);
+  }
 
  private:
   // The save's slot_dims (MANIFEST) against this table's: an error naming the first slot whose
@@ -118,6 +125,8 @@ class SparseTable final : public HostTier {
   detail::TableEpochs epochs_;
   std::vector<std::unique_ptr<detail::SparseShard>> shards_;
   std::atomic<int64_t> day_{0};
+  std::atomic<int64_t> pulls_before_fault_{-1};  // fail_pulls_after
+  std::atomic<int64_t> failing_pulls_{0};
   std::mutex io_mu_;  // one save or load at a time
 };
 

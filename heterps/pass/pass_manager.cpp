@@ -250,6 +250,8 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                  " keys but ", slots.size(), " slots");
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
   const auto num_cards = static_cast<std::size_t>(cards_.num_local_cards());
+  GPUBOX_EXPECTS(staged == nullptr || staged->fetched,
+                 "begin_pass: the staged rows were never fetched (a failed staging hands none)");
   GPUBOX_EXPECTS(staged == nullptr ||
                      (staged->owned.size() == num_cards && staged->card_end.size() == num_cards &&
                       staged->rows.size() == staged->keys.size() * stride),
@@ -268,10 +270,6 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                            card.phase != NextPassCard::Phase::kLookup;
     return card.staged == staged && card.generation == generation && looked_up ? &card : nullptr;
   };
-  // The next pass's work needs this pass's keys per card (its rows stay while it trains).
-  const bool keep_keys = options_.next_pass_chunk_keys > 0 && row_budget_ > 0 && !replicated() &&
-                         stores_.front()->pool_count() == 1 && access == PassAccess::kTrain;
-  current_keys_.assign(stores_.size(), {});
   // With a staging, the split by owner card was done ahead.
   std::vector<OwnedKeys> partitioned;
   if (staged == nullptr) partitioned = partition_by_owner(keys, slots);
@@ -303,12 +301,11 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
                       "runner.card_memory_mb.");
         }
         Timer phase;
-        if (keep_keys) current_keys_[c] = owned[c].keys;
         std::vector<row_index_t> hit_rows;
         OwnedKeys missing;              // the keys not on the card (not known with `early`)
         std::size_t missing_count = 0;  // how many
         OwnedKeys to_pull;
-        std::vector<std::size_t> used;  // staged positions of the missing keys staged ahead
+        std::vector<uint32_t> used;  // offsets in this card's staged keys of the missing ones
         // Replicated: the rows were staged once, in card 0's range.
         const int range = replicated() ? 0 : c;
         const std::size_t first = staged && range > 0 ? staged->card_end[range - 1] : 0;
@@ -334,7 +331,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
             const uint64_t key = missing.keys[i];
             while (at < end && staged->keys[at] < key) ++at;
             if (at < end && staged->keys[at] == key) {
-              used.push_back(at);
+              used.push_back(static_cast<uint32_t>(at - first));
             } else {
               to_pull.keys.push_back(key);
               to_pull.slots.push_back(missing.slots[i]);
@@ -352,7 +349,7 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
           if (early != nullptr && early->outside_gone) {
             // Only rows of the previous pass are left to choose from (clean: end_pass wrote
             // back all but this pass's keys): their scores alone, no listing of the table.
-            evicted = evict_among(c, early->spare_keys, early->spare_rows,
+            evicted = evict_among(c, *early->current_keys, early->spare_at, early->spare_rows,
                                   resident + missing_count - row_budget_);
           } else {
             evicted = evict(c, hit_rows, resident + missing_count - row_budget_);
@@ -374,9 +371,9 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
           std::vector<uint64_t> staged_keys(used.size());
           std::vector<float> staged_rows(used.size() * stride);
           for (std::size_t u = 0; u < used.size(); ++u) {
-            staged_keys[u] = staged->keys[used[u]];
-            std::copy_n(staged->rows.data() + used[u] * stride, stride,
-                        staged_rows.data() + u * stride);
+            const std::size_t at = first + used[u];
+            staged_keys[u] = staged->keys[at];
+            std::copy_n(staged->rows.data() + at * stride, stride, staged_rows.data() + u * stride);
           }
           insert_to_card(c, staged_keys.data(), staged_rows.data(), staged_keys.size());
         }
@@ -409,17 +406,22 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
         stats.prefetched += used.size();
         stats.created += access == PassAccess::kTrain ? created : 0;
         stats.evicted += evicted;
+        if (static_cast<std::size_t>(c) < next.size()) {
+          // The card's work during the previous pass, used here or not (a failed staging, an
+          // evaluation pass between): its evictions and chunks happened all the same.
+          const NextPassCard& work = next[static_cast<std::size_t>(c)];
+          stats.evicted += work.evicted;
+          stats.early_evicted += work.evicted;
+          stats.early_chunks += work.chunks;
+          stats.early_host_syncs += work.counts.host_syncs;
+          stats.early_allocations += work.counts.allocations;
+          stats.early_launches += work.counts.launches;
+          stats.early_seconds = std::max(stats.early_seconds, work.seconds);
+        }
         if (early != nullptr) {
           ++early_cards;
           stats.prefetched += early->inserted;
-          stats.evicted += early->evicted;
           stats.early_inserted += early->inserted;
-          stats.early_evicted += early->evicted;
-          stats.early_chunks += early->chunks;
-          stats.early_host_syncs += early->counts.host_syncs;
-          stats.early_allocations += early->counts.allocations;
-          stats.early_launches += early->counts.launches;
-          stats.early_seconds = std::max(stats.early_seconds, early->seconds);
         }
         stats.rows_on_cards += stores_[c]->size();
       },
@@ -435,10 +437,11 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
   GPUBOX_LOG(INFO) << "begin_pass " << stats.pass_id << ": " << stats.begin_seconds
                    << " s; slowest card: looking up " << lookup_s << " s, evicting " << evict_s
                    << " s, inserting staged rows " << insert_s << " s, pulling " << pull_s << " s";
-  if (early_cards > 0) {
+  if (stats.early_chunks > 0) {
     GPUBOX_LOG(INFO) << "begin_pass " << stats.pass_id << ": " << early_cards << " of " << num_cards
-                     << " card(s) looked its keys up during the previous pass, evicting "
-                     << stats.early_evicted << " rows and inserting " << stats.early_inserted
+                     << " card(s) used their look-up of its keys during the previous pass; the "
+                        "cards evicted "
+                     << stats.early_evicted << " rows and inserted " << stats.early_inserted
                      << " staged rows then, in " << stats.early_chunks
                      << " chunks between steps (slowest card " << stats.early_seconds << " s; "
                      << stats.early_host_syncs << " host syncs, " << stats.early_allocations
@@ -453,6 +456,14 @@ PassStats PassManager::begin_pass(const std::vector<uint64_t>& keys,
 StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
                                    const std::vector<int32_t>& slots,
                                    const std::vector<uint64_t>& exclude) const {
+  StagedRows staged = plan_staging(keys, slots, exclude);
+  fetch_staged(&staged);
+  return staged;
+}
+
+StagedRows PassManager::plan_staging(const std::vector<uint64_t>& keys,
+                                     const std::vector<int32_t>& slots,
+                                     const std::vector<uint64_t>& exclude) const {
   GPUBOX_EXPECTS(slots.empty() || slots.size() == keys.size(), "stage_rows: ", keys.size(),
                  " keys but ", slots.size(), " slots");
   GPUBOX_EXPECTS(std::is_sorted(exclude.begin(), exclude.end()),
@@ -460,25 +471,46 @@ StagedRows PassManager::stage_rows(const std::vector<uint64_t>& keys,
   Timer timer;
   StagedRows staged;
   staged.owned = partition_by_owner(keys, slots);
-  std::vector<int32_t> staged_slots;
   for (std::size_t c = 0; c < staged.owned.size(); ++c) {
     const OwnedKeys& card = staged.owned[c];
     // Replicated: every card's keys are card 0's, staged once (begin_pass reads card 0's range).
+    // Both lists sorted: one walk through `exclude` per card instead of a search per key.
+    auto skip = exclude.begin();
     for (std::size_t i = 0; i < (c == 0 || !replicated() ? card.keys.size() : 0); ++i) {
-      if (std::binary_search(exclude.begin(), exclude.end(), card.keys[i])) continue;
+      skip = std::lower_bound(skip, exclude.end(), card.keys[i]);
+      if (skip != exclude.end() && *skip == card.keys[i]) continue;
       staged.keys.push_back(card.keys[i]);
-      staged_slots.push_back(card.slots[i]);
     }
+    // The card work keeps offsets in a card's range in 32 bits.
+    GPUBOX_EXPECTS(staged.keys.size() - (c > 0 ? staged.card_end.back() : 0) <= UINT32_MAX,
+                   "stage_rows: over 2^32 keys staged for one card");
     staged.card_end.push_back(staged.keys.size());
   }
-  const std::size_t n = staged.keys.size();
-  staged.rows.resize(n * static_cast<std::size_t>(host_.layout().stride()));
-  staged.created = pull_rows(
-      host_, options_, PassAccess::kTrain, staged.keys.data(), staged_slots.data(), n,
-      staged.rows.data(), [](std::size_t, std::size_t) {},
-      "staging " + std::to_string(n) + " rows of a coming pass");
   staged.seconds = timer.seconds();
   return staged;
+}
+
+void PassManager::fetch_staged(StagedRows* staged) const {
+  Timer timer;
+  // The staged keys' slots, from their cards' lists (both sorted: one walk per card).
+  std::vector<int32_t> staged_slots;
+  staged_slots.reserve(staged->keys.size());
+  for (std::size_t c = 0; c < staged->card_end.size(); ++c) {
+    const OwnedKeys& card = staged->owned[c];
+    std::size_t i = 0;
+    for (std::size_t k = c > 0 ? staged->card_end[c - 1] : 0; k < staged->card_end[c]; ++k) {
+      while (card.keys[i] != staged->keys[k]) ++i;
+      staged_slots.push_back(card.slots[i]);
+    }
+  }
+  const std::size_t n = staged->keys.size();
+  std::vector<float> rows(n * static_cast<std::size_t>(host_.layout().stride()));
+  staged->created = pull_rows(
+      host_, options_, PassAccess::kTrain, staged->keys.data(), staged_slots.data(), n, rows.data(),
+      [](std::size_t, std::size_t) {}, "staging " + std::to_string(n) + " rows of a coming pass");
+  staged->rows = std::move(rows);
+  staged->seconds += timer.seconds();
+  staged->fetched = true;
 }
 
 std::vector<uint64_t> PassManager::resident_keys() const {
@@ -506,14 +538,31 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
   const int total_cards = cards_.total_cards();
   const int first_rank = cards_.trainer_id() * num_cards;
   std::vector<OwnedKeys> owned(static_cast<std::size_t>(replicated() ? 1 : num_cards));
-  std::vector<std::size_t> order(keys.size());
+  // The trainer's keys come ascending and distinct (its data sets give them so): taken in order.
+  // Others are put in order first, stably: a repeated key keeps the slot of its first occurrence.
+  const bool ascending = std::adjacent_find(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) {
+                           return a >= b;
+                         }) == keys.end();
+  std::vector<std::size_t> order(ascending ? 0 : keys.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  // Stable: a repeated key keeps the slot of its first occurrence.
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const uint64_t key = keys[order[k]];
-    if (key == 0 || (k > 0 && keys[order[k - 1]] == key)) continue;
+  const auto at = [&](std::size_t k) { return ascending ? k : order[k]; };
+  if (!ascending) {
+    const std::size_t distinct = static_cast<std::size_t>(
+        std::unique(order.begin(), order.end(),
+                    [&](std::size_t a, std::size_t b) { return keys[a] == keys[b]; }) -
+        order.begin());
+    order.resize(distinct);
+  }
+  const std::size_t count = ascending ? keys.size() : order.size();
+  if (owned.size() == 1) {  // one list: no regrowth copies
+    owned[0].keys.reserve(count);
+    owned[0].slots.reserve(count);
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    const uint64_t key = keys[at(k)];
+    if (key == 0) continue;
     // The job-wide owner (heter_comm.hpp); with several trainers the caller (CardTier) gives
     // only keys owned here. Replicated: every card's (card 0's list, copied below).
     const int owner = replicated() ? 0 : owner_card(key, total_cards) - first_rank;
@@ -521,7 +570,7 @@ std::vector<OwnedKeys> PassManager::partition_by_owner(const std::vector<uint64_
                    owner + first_rank, ", not by one of trainer ", cards_.trainer_id(), "'s");
     OwnedKeys& owner_keys = owned[owner];
     owner_keys.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
-    owner_keys.slots.push_back(slots.empty() ? 0 : slots[order[k]]);
+    owner_keys.slots.push_back(slots.empty() ? 0 : slots[at(k)]);
   }
   if (replicated()) owned.resize(static_cast<std::size_t>(num_cards), owned.front());
   return owned;
@@ -662,11 +711,12 @@ uint64_t PassManager::evict(int c, const std::vector<row_index_t>& pass_rows, st
 }
 
 uint64_t PassManager::evict_among(int c, const std::vector<uint64_t>& keys,
+                                  const std::vector<uint32_t>& at,
                                   const std::vector<row_index_t>& rows, std::size_t excess) {
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   std::vector<Candidate> candidates;
-  candidates.reserve(keys.size());
+  candidates.reserve(rows.size());
   // The scores a page of rows at a time (card memory stays within the plan).
   const std::size_t page = stores_[c]->page_rows();
   device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
@@ -684,7 +734,7 @@ uint64_t PassManager::evict_among(int c, const std::vector<uint64_t>& keys,
     const std::vector<uint8_t> dirty = device::to_host(d_dirty.data(), n, stream);
     for (std::size_t i = 0; i < n; ++i) {
       // A dirty row (kept by a `keep` wider than this pass's keys) stays: only here.
-      if (dirty[i] == 0) candidates.push_back({scores[i], keys[b + i]});
+      if (dirty[i] == 0) candidates.push_back({scores[i], keys[at[b + i]]});
     }
   }
   return evict_lowest(c, candidates, excess);
@@ -894,18 +944,23 @@ PassStats PassManager::end_pass(const std::vector<uint64_t>& keep) {
   return current_;
 }
 
-void PassManager::expect_next_pass(const std::function<const StagedRows*()>& poll) {
+void PassManager::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
+                                   const std::function<StagingProgress()>& poll) {
   next_.clear();
-  if (!poll || options_.next_pass_chunk_keys == 0 || replicated() ||
+  if (!poll || current_keys == nullptr || options_.next_pass_chunk_keys == 0 || replicated() ||
       stores_.front()->pool_count() > 1 || !in_pass_ || access_ != PassAccess::kTrain) {
     return;
   }
+  // The rows of the current pass the next one lacks are kept as 32-bit offsets in its keys.
+  GPUBOX_EXPECTS(current_keys->size() <= UINT32_MAX, "expect_next_pass: ", current_keys->size(),
+                 " keys in the training pass, over 2^32");
   next_.resize(stores_.size());
   for (std::size_t c = 0; c < next_.size(); ++c) {
     device::Card& card = cards_.card(static_cast<int>(c));
     NextPassCard& next = next_[c];
     next.phase = NextPassCard::Phase::kWaiting;
     next.poll = poll;  // a copy per card thread
+    next.current_keys = current_keys;
     next.generation = key_generation_;
     next.d_keys = device::device_buffer<uint64_t>(0, card.memory(), card.stream());
     next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
@@ -929,20 +984,31 @@ bool PassManager::prepare_next_pass(int c) {
     return false;
   }
   if (next.phase == Phase::kWaiting) {
-    const StagedRows* staged = next.poll();
+    // The keys are enough to start: look-ups and evictions need no staged row.
+    const StagedRows* staged = next.poll().staged;
     if (staged == nullptr) return false;
-    next.poll = nullptr;
     const std::size_t n = staged->owned.size() == stores_.size() ? staged->owned[c].keys.size() : 0;
-    // A failed staging (or several trainers) staged nothing: begin_pass does it all. A pass
-    // over the budget fails there with its numbers.
+    // Several trainers staged nothing: begin_pass does it all. A pass over the budget fails
+    // there with its numbers.
     if (staged->owned.size() != stores_.size() || (row_budget_ > 0 && n > row_budget_)) {
       next.phase = Phase::kOff;
       return false;
     }
     next.staged = staged;
-    next.found.assign(n, sparse::kInvalidRow);
     next.at = 0;
+    next.staged_at = c > 0 ? staged->card_end[c - 1] : 0;
+    // The next pass's rows found on the card are marked as they are found, in case room must be
+    // made (a byte per pool row; dropped at once if not).
+    if (row_budget_ > 0) next.marks.assign(stores_[c]->pool(0).capacity(), 0);
     next.phase = Phase::kLookup;
+  }
+  if (next.phase == Phase::kInsert && !next.rows_ready) {
+    // Looked up and room made; the inserts wait for the fetch (for ever when it failed: its
+    // begin_pass then gets no staged rows and does the rest, exact as the rows evicted were
+    // clean).
+    if (!next.poll().rows_ready) return false;
+    next.rows_ready = true;
+    next.poll = nullptr;
   }
   device::Card& card = cards_.card(c);
   const device::DeviceCounts before = card.counts();
@@ -971,7 +1037,6 @@ bool PassManager::prepare_next_pass(int c) {
 
 void PassManager::next_chunk(int c, NextPassCard& next) {
   using Phase = NextPassCard::Phase;
-  device::Card& card = cards_.card(c);
   switch (next.phase) {
     case Phase::kLookup:
       next_lookup(c, next);
@@ -982,23 +1047,9 @@ void PassManager::next_chunk(int c, NextPassCard& next) {
     case Phase::kList:
       next_list(c, next);
       break;
-    case Phase::kErase: {
-      const std::size_t chunk = options_.next_pass_chunk_keys;
-      const std::size_t n = std::min(chunk, next.victims.size() - next.at);
-      if (n > 0) {
-        next.d_keys.resize_discard(n);
-        device::copy_async(next.d_keys.data(), next.victims.data() + next.at, n, card.stream());
-        next.evicted += stores_[c]->erase(next.d_keys.data(), n, card.stream());
-      }
-      next.at += n;
-      if (next.at == next.victims.size()) {
-        next.victims = {};
-        next.at = 0;
-        next.outside_gone = next.evicts_all_outside;
-        next.phase = Phase::kInsert;
-      }
+    case Phase::kErase:
+      next_erase(c, next);
       break;
-    }
     case Phase::kInsert:
       next_insert(c, next);
       break;
@@ -1010,55 +1061,50 @@ void PassManager::next_chunk(int c, NextPassCard& next) {
 void PassManager::next_lookup(int c, NextPassCard& next) {
   sparse::CardSparseStore& store = *stores_[c];
   const device::Stream& stream = cards_.card(c).stream();
-  const std::vector<uint64_t>& keys = next.staged->owned[c].keys;
-  const std::size_t n = std::min(options_.next_pass_chunk_keys, keys.size() - next.at);
-  if (n > 0) {
-    next.d_keys.resize_discard(n);
-    next.d_rows.resize_discard(n);
-    device::copy_async(next.d_keys.data(), keys.data() + next.at, n, stream);
-    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
-                           /*create_missing=*/false, nullptr, stream);
-    const std::vector<row_index_t> found = device::to_host(next.d_rows.data(), n, stream);
-    std::copy(found.begin(), found.end(),
-              next.found.begin() + static_cast<std::ptrdiff_t>(next.at));
-    next.at += n;
-  }
-  if (next.at == keys.size()) next_plan(c, next);
-}
-
-void PassManager::next_plan(int c, NextPassCard& next) {
   const StagedRows& staged = *next.staged;
   const OwnedKeys& mine = staged.owned[c];
   const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
   const std::size_t end = staged.card_end[c];
-  // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the rest.
-  std::size_t at = first;
-  for (std::size_t i = 0; i < mine.keys.size(); ++i) {
-    if (next.found[i] != sparse::kInvalidRow) {
-      next.hit_rows.push_back(next.found[i]);
-      continue;
+  const std::size_t n = std::min(options_.next_pass_chunk_keys, mine.keys.size() - next.at);
+  if (n > 0) {
+    next.d_keys.resize_discard(n);
+    next.d_rows.resize_discard(n);
+    device::copy_async(next.d_keys.data(), mine.keys.data() + next.at, n, stream);
+    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> found = device::to_host(next.d_rows.data(), n, stream);
+    // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
+    // rest.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t k = next.at + i;
+      if (found[i] != sparse::kInvalidRow) {
+        next.hit_rows.push_back(found[i]);
+        if (found[i] < next.marks.size()) next.marks[found[i]] = 1;
+        continue;
+      }
+      ++next.missing;
+      while (next.staged_at < end && staged.keys[next.staged_at] < mine.keys[k]) ++next.staged_at;
+      if (next.staged_at < end && staged.keys[next.staged_at] == mine.keys[k]) {
+        next.used.push_back(static_cast<uint32_t>(next.staged_at - first));
+      } else {
+        next.to_pull.keys.push_back(mine.keys[k]);
+        next.to_pull.slots.push_back(mine.slots[k]);
+      }
     }
-    ++next.missing;
-    while (at < end && staged.keys[at] < mine.keys[i]) ++at;
-    if (at < end && staged.keys[at] == mine.keys[i]) {
-      next.used.push_back(at);
-    } else {
-      next.to_pull.keys.push_back(mine.keys[i]);
-      next.to_pull.slots.push_back(mine.slots[i]);
-    }
+    next.at += n;
   }
-  next.found = {};
+  if (next.at == mine.keys.size()) next_plan(c, next);
+}
+
+void PassManager::next_plan(int c, NextPassCard& next) {
   next.at = 0;
   const std::size_t resident = stores_[c]->size();
   if (row_budget_ > 0 && resident + next.missing > row_budget_) {
-    // Room to make: first the rows of both passes are marked by row index (one pool: handles
-    // are dense indices).
-    next.marks.assign(stores_[c]->pool(0).capacity(), 0);
-    for (row_index_t row : next.hit_rows) {
-      if (row < next.marks.size()) next.marks[row] = 1;
-    }
+    // Room to make: the rows of the next pass are marked (by row index: one pool, handles are
+    // dense indices); the current pass's are marked next.
     next.phase = NextPassCard::Phase::kMark;
   } else {
+    next.marks = {};
     next.phase = NextPassCard::Phase::kInsert;
   }
 }
@@ -1066,27 +1112,44 @@ void PassManager::next_plan(int c, NextPassCard& next) {
 void PassManager::next_mark(int c, NextPassCard& next) {
   sparse::CardSparseStore& store = *stores_[c];
   const device::Stream& stream = cards_.card(c).stream();
-  const std::vector<uint64_t>& keys = current_keys_[c];
-  const std::size_t n = std::min(options_.next_pass_chunk_keys, keys.size() - next.at);
-  next.d_keys.resize_discard(n);
-  next.d_rows.resize_discard(n);
-  device::copy_async(next.d_keys.data(), keys.data() + next.at, n, stream);
-  store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
-                         /*create_missing=*/false, nullptr, stream);
-  const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
-  for (std::size_t i = 0; i < n; ++i) {
-    const row_index_t row = rows[i];
-    // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
-    GPUBOX_EXPECTS(row != sparse::kInvalidRow && row < next.marks.size(), "card ",
-                   cards_.card(c).rank(), ": a key of the training pass is not on the card");
-    if (next.marks[row] == 0) {  // not a row of the next pass
-      next.spare_keys.push_back(keys[next.at + i]);
-      next.spare_rows.push_back(row);
-    }
-    next.marks[row] = 1;
+  // A chunk of the training pass's keys (shared, every card's): this card's among them.
+  const std::vector<uint64_t>& keys = *next.current_keys;
+  const std::size_t stop = std::min(keys.size(), next.at + options_.next_pass_chunk_keys);
+  const int total_cards = cards_.total_cards();
+  const int first_rank = cards_.trainer_id() * cards_.num_local_cards();
+  std::vector<uint64_t> mine;
+  std::vector<uint32_t> offsets;
+  for (std::size_t k = next.at; k < stop; ++k) {
+    if (keys[k] == 0 || owner_card(keys[k], total_cards) - first_rank != c) continue;
+    mine.push_back(keys[k]);
+    offsets.push_back(static_cast<uint32_t>(k));
   }
-  next.at += n;
+  next.at = stop;
+  const std::size_t n = mine.size();
+  if (n > 0) {
+    next.d_keys.resize_discard(n);
+    next.d_rows.resize_discard(n);
+    device::copy_async(next.d_keys.data(), mine.data(), n, stream);
+    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
+    for (std::size_t i = 0; i < n; ++i) {
+      const row_index_t row = rows[i];
+      // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
+      GPUBOX_EXPECTS(row != sparse::kInvalidRow && row < next.marks.size(), "card ",
+                     cards_.card(c).rank(), ": a key of the training pass is not on the card");
+      if (next.marks[row] == 0) {  // not a row of the next pass
+        next.spare_at.push_back(offsets[i]);
+        next.spare_rows.push_back(row);
+      }
+      next.marks[row] = 1;
+    }
+  }
   if (next.at == keys.size()) {
+    // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
+    const std::size_t resident = store.size();
+    next.lacking =
+        resident + next.missing > row_budget_ ? resident + next.missing - row_budget_ : 0;
     next.at = 0;
     next.phase = NextPassCard::Phase::kList;
   }
@@ -1109,38 +1172,64 @@ void PassManager::next_list(int c, NextPassCard& next) {
   const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), count, stream);
   const std::vector<float> scores = device::to_host(next.d_floats.data(), count, stream);
   const std::vector<uint8_t> dirty = device::to_host(next.d_flags.data(), count, stream);
+  // The lowest (score, key) first, as evict() chooses: as many as the next pass lacks room for,
+  // or every candidate (begin_pass evicts the rest among the rows of this pass it does not use).
+  // Chosen as the listing goes: a max-heap of the `lacking` lowest so far, so the work of a chunk
+  // is bounded by its size (heapified once, when it first fills) and the host holds no more
+  // candidates than will leave.
+  auto& heap = next.candidates;
   for (std::size_t i = 0; i < count; ++i) {
     // Unmarked: in neither pass, so unused until begin_pass, and clean when end_pass kept only
     // the training pass's rows dirty (the trainer's `keep`); a dirty one (a wider `keep`) stays:
     // its newest value is only here. Nothing inserts between next_mark and here, so every row
     // has a mark; one past them is not a candidate either.
     if (rows[i] >= next.marks.size() || next.marks[rows[i]] != 0 || dirty[i] != 0) continue;
-    next.candidates.emplace_back(scores[i], keys[i]);
+    const std::pair<float, uint64_t> candidate(scores[i], keys[i]);
+    if (heap.size() < next.lacking) {
+      heap.push_back(candidate);
+      if (heap.size() == next.lacking) std::make_heap(heap.begin(), heap.end());
+      continue;
+    }
+    next.passed_over = true;
+    if (candidate < heap.front()) {
+      std::pop_heap(heap.begin(), heap.end());
+      heap.back() = candidate;
+      std::push_heap(heap.begin(), heap.end());
+    }
   }
   next.at = end;
   if (next.at < slots) return;
-  // The lowest (score, key) first, as evict() chooses: as many as the next pass lacks room for,
-  // or every candidate (begin_pass evicts the rest among the rows of this pass it does not use).
-  const std::size_t resident = store.size();
-  const std::size_t lacking =
-      resident + next.missing > row_budget_ ? resident + next.missing - row_budget_ : 0;
-  const std::size_t excess = std::min(lacking, next.candidates.size());
-  std::nth_element(next.candidates.begin(),
-                   next.candidates.begin() + static_cast<std::ptrdiff_t>(excess),
-                   next.candidates.end());
-  next.victims.resize(excess);
-  for (std::size_t i = 0; i < excess; ++i) next.victims[i] = next.candidates[i].second;
-  next.evicts_all_outside = excess == next.candidates.size();
-  next.candidates = {};
+  next.evicts_all_outside = !next.passed_over;
   next.marks = {};
   next.at = 0;
   next.phase = NextPassCard::Phase::kErase;
+}
+
+void PassManager::next_erase(int c, NextPassCard& next) {
+  device::Card& card = cards_.card(c);
+  // The victims are the candidates left in the heap (their order does not matter).
+  const std::size_t n = std::min(options_.next_pass_chunk_keys, next.candidates.size() - next.at);
+  if (n > 0) {
+    std::vector<uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) keys[i] = next.candidates[next.at + i].second;
+    next.d_keys.resize_discard(n);
+    device::copy_async(next.d_keys.data(), keys.data(), n, card.stream());
+    next.evicted += stores_[c]->erase(next.d_keys.data(), n, card.stream());
+  }
+  next.at += n;
+  if (next.at == next.candidates.size()) {
+    next.candidates = {};
+    next.at = 0;
+    next.outside_gone = next.evicts_all_outside;
+    next.phase = NextPassCard::Phase::kInsert;
+  }
 }
 
 void PassManager::next_insert(int c, NextPassCard& next) {
   sparse::CardSparseStore& store = *stores_[c];
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t first = c > 0 ? next.staged->card_end[c - 1] : 0;
   const std::size_t room =
       row_budget_ > 0 ? row_budget_ - std::min(row_budget_, store.size()) : next.used.size();
   const std::size_t n =
@@ -1154,7 +1243,7 @@ void PassManager::next_insert(int c, NextPassCard& next) {
     keys.resize(m);
     rows.resize(m * stride);
     for (std::size_t i = 0; i < m; ++i) {
-      const std::size_t at = next.used[next.inserted + i];
+      const std::size_t at = first + next.used[next.inserted + i];
       keys[i] = next.staged->keys[at];
       std::copy_n(next.staged->rows.data() + at * stride, stride, rows.data() + i * stride);
     }

@@ -40,10 +40,12 @@
 // page at a time, so CardMemory's peak stays under plan().total_bytes() (tested).
 //
 //   prepare_next_pass(c)  (card thread c, between the steps of the current training pass)
-//                     once the next pass's rows are staged (expect_next_pass), does its card
-//                     work a bounded chunk at a time: looks up its keys, evicts clean rows that
-//                     neither the current pass nor the next one uses, inserts its staged rows into
-//                     the room made, and remembers it, so that its begin_pass only does what is
+//                     once the next pass's keys are planned for its staging (expect_next_pass:
+//                     the keys are known once the pass is read, long before its rows are
+//                     fetched), does its card work a bounded chunk at a time: looks up its keys,
+//                     evicts clean rows that neither the current pass nor the next one uses,
+//                     and, once the staged rows are fetched, inserts them into the room made; it
+//                     remembers it, so that its begin_pass only does what is
 //                     left (rows of the current pass evicted when room is still short, the rest
 //                     inserted, the keys staging left out pulled). Every table call of card c is
 //                     made by card c's thread on its stream, so a chunk runs between two steps,
@@ -61,9 +63,11 @@
 //                     12 bytes each, 16 while listing 8 slots a key, a page of staged rows while
 //                     inserting) beside the steps' own buffers, which plan() never counted (the
 //                     boundary's working set it counts is larger and not live then); on the host,
-//                     the current pass's keys (8 bytes each, kept from its begin_pass), a byte
-//                     per pool row, and (score, key) for each row outside both passes (16 bytes)
-//                     until the victims are chosen.
+//                     per next-pass key on the card its row index (4 bytes) and per staged key
+//                     its offset (4), per current-pass row the next lacks its row and key
+//                     offset (8), a byte per pool row, and (score, key) of the rows outside both
+//                     passes (16 bytes), at most as many as must leave, until they are erased.
+//                     The current pass's keys are shared with its data set, not copied.
 //
 // One trainer process: total cards == this process's cards (multi-trainer key exchange is not
 // part of the pass manager yet). Calls are made from the controlling thread, between passes,
@@ -72,6 +76,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -103,12 +108,20 @@ class PassManager {
   // the same `keys` and `slots` (its split by owner card is used as it is).
   PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots = {},
                        const StagedRows* staged = nullptr, PassAccess access = PassAccess::kTrain);
-  // The host-tier rows of `keys` (slots as for begin_pass) that are not in `exclude` (sorted).
-  // Touches only the host tier: safe while card threads run steps and during end_pass, but not
-  // beside another call that changes the host tier's rows of these keys (a load). Throws
-  // gpubox::Error when the host tier fails.
+  // The host-tier rows of `keys` (slots as for begin_pass) that are not in `exclude` (sorted):
+  // plan_staging then fetch_staged. Touches only the host tier: safe while card threads run
+  // steps and during end_pass, but not beside another call that changes the host tier's rows of
+  // these keys (a load). Throws gpubox::Error when the host tier fails.
   StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                         const std::vector<uint64_t>& exclude) const;
+  // The first half of stage_rows: `keys` split by owner card and those to stage (not in
+  // `exclude`), no rows yet (`fetched` false). Touches nothing shared.
+  StagedRows plan_staging(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
+                          const std::vector<uint64_t>& exclude) const;
+  // The second half: pulls the rows of staged->keys into staged->rows and sets `fetched`.
+  // Writes only rows, created, seconds and fetched, so card threads may read the keys meanwhile
+  // (StagingProgress). Throws gpubox::Error when the host tier fails (`fetched` stays false).
+  void fetch_staged(StagedRows* staged) const;
   // Every key on this process's cards (Replicated: card 0's, the others hold the same), in no
   // particular order; 8 bytes a key of host memory. Between passes, or after begin_pass before
   // the steps start (the cards idle). A coming pass's staging excludes them: a key of that pass
@@ -128,12 +141,16 @@ class PassManager {
   uint64_t sync();
 
   // Controlling thread, after begin_pass and before the steps: the next pass will be a training
-  // pass taking the rows that `poll` returns (null until staged; the same object must then be
-  // given to its begin_pass, which stays valid until then). Card threads call `poll` (a copy
-  // each). Does nothing when next_pass_chunk_keys is 0 or the placement or widths rule it out.
-  void expect_next_pass(const std::function<const StagedRows*()>& poll);
+  // pass taking the rows that `poll` reports (StagingProgress: its keys once planned, then its
+  // rows once fetched; the same object must then be given to its begin_pass, and stays valid
+  // until then). Card threads call `poll` (a copy each). `current_keys`: this pass's unique keys,
+  // sorted (key 0 allowed; shared with its data set, not copied: each card reads those it owns).
+  // Does nothing when next_pass_chunk_keys is 0 or the placement or widths rule it out.
+  void expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
+                        const std::function<StagingProgress()>& poll);
   // Card thread `c`, between two steps of the current pass: one chunk of the next pass's card
-  // work (above). Returns false when there is none (left): not expected, not staged yet, or done.
+  // work (above). Returns false when there is none now: not expected, its keys not planned yet,
+  // waiting for its rows (looked up and room made), or done.
   bool prepare_next_pass(int c);
   // Forgets the next pass's work (the cards were emptied: CardTier::clear).
   void forget_next_pass();
@@ -179,10 +196,10 @@ class PassManager {
   // pass's keys on the card), lowest score first, reading only keys, row indices and scores
   // (never a copy of the rows). Returns the rows removed.
   uint64_t evict(int c, const std::vector<sparse::row_index_t>& pass_rows, std::size_t excess);
-  // evict() when the only rows of card `c` outside the pass are known: `keys` with their row
-  // indices `rows` (the previous pass's rows this pass lacks, once prepare_next_pass removed every
-  // row outside both). Reads only their scores. Returns the rows removed.
-  uint64_t evict_among(int c, const std::vector<uint64_t>& keys,
+  // evict() when the only rows of card `c` outside the pass are known: keys[at[i]] with row
+  // indices rows[i] (the previous pass's rows this pass lacks, once prepare_next_pass removed
+  // every row outside both). Reads only their scores. Returns the rows removed.
+  uint64_t evict_among(int c, const std::vector<uint64_t>& keys, const std::vector<uint32_t>& at,
                        const std::vector<sparse::row_index_t>& rows, std::size_t excess);
   // An eviction candidate: a row's score and key (the lowest (score, key) leave first).
   struct Candidate {
@@ -204,27 +221,33 @@ class PassManager {
   struct NextPassCard {
     enum class Phase { kOff, kWaiting, kLookup, kMark, kList, kErase, kInsert, kDone };
     Phase phase = Phase::kOff;
-    std::function<const StagedRows*()> poll;
+    std::function<StagingProgress()> poll;  // until the rows are ready
     const StagedRows* staged = nullptr;
-    uint64_t generation = 0;                 // key_generation_ when expected
-    std::size_t at = 0;                      // progress within the phase
-    std::vector<sparse::row_index_t> found;  // kLookup: per next-pass key, its row or kInvalidRow
+    bool rows_ready = false;  // staged->rows fetched: kInsert may run
+    std::shared_ptr<const std::vector<uint64_t>> current_keys;  // the training pass's, sorted
+    uint64_t generation = 0;                                    // key_generation_ when expected
+    std::size_t at = 0;                                         // progress within the phase
+    std::size_t staged_at = 0;  // kLookup: the walk through this card's staged keys
     // After kLookup, the next pass's keys on this card: the rows of those there (hits, then the
-    // ones inserted early), the missing ones staged (positions in staged->keys, the first
-    // `inserted` of them inserted early), the missing ones not staged (begin_pass pulls them).
+    // ones inserted early), the missing ones staged (offsets in this card's range of
+    // staged->keys, the first `inserted` of them inserted early), the missing ones not staged
+    // (begin_pass pulls them).
     std::vector<sparse::row_index_t> hit_rows;
-    std::vector<std::size_t> used;
+    std::vector<uint32_t> used;
     OwnedKeys to_pull;
     std::size_t missing = 0;
     std::size_t inserted = 0;
-    // kMark / kList / kErase: the current and next pass's rows (RowMarks in the .cpp, type-
-    // erased here), the eviction candidates (score, key) and the victims.
+    // kMark / kList / kErase: the current and next pass's rows (a byte per pool row), and the
+    // eviction candidates (score, key): while listing, a max-heap of the `lacking` lowest seen
+    // so far (never more), then the victims erased from it.
     std::vector<uint8_t> marks;
     std::vector<std::pair<float, uint64_t>> candidates;
-    std::vector<uint64_t> victims;
-    // kMark: the current pass's rows the next pass lacks (keys and rows). Once every row outside
-    // both passes is evicted (`outside_gone`), they are the only ones begin_pass may evict.
-    std::vector<uint64_t> spare_keys;
+    std::size_t lacking = 0;   // kList: rows to evict for the next pass to fit
+    bool passed_over = false;  // kList: a candidate was left out of the heap
+    // kMark: the current pass's rows the next pass lacks (offsets in current_keys, and rows).
+    // Once every row outside both passes is evicted (`outside_gone`), they are the only ones
+    // begin_pass may evict.
+    std::vector<uint32_t> spare_at;
     std::vector<sparse::row_index_t> spare_rows;
     bool evicts_all_outside = false;  // kList chose every row outside both passes
     bool outside_gone = false;        // ... and kErase removed them
@@ -241,8 +264,10 @@ class PassManager {
   // prepare_next_pass's phases, one chunk each (card c): next_chunk runs the current phase's.
   void next_chunk(int c, NextPassCard& next);
   void next_lookup(int c, NextPassCard& next);
+  // After the last look-up: whether room must be made first (kMark) or not (kInsert).
   void next_plan(int c, NextPassCard& next);
   void next_mark(int c, NextPassCard& next);
+  void next_erase(int c, NextPassCard& next);
   void next_list(int c, NextPassCard& next);
   void next_insert(int c, NextPassCard& next);
 
@@ -263,8 +288,6 @@ class PassManager {
   // Changes whenever the cards' key set changes other than by prepare_next_pass (begin_pass,
   // an evaluation's end_pass, clear): what a card remembered for the next pass is stale then.
   uint64_t key_generation_ = 0;
-  // Per card: the current training pass's keys (sorted), when the next pass's work is on.
-  std::vector<std::vector<uint64_t>> current_keys_;
   std::vector<NextPassCard> next_;
 };
 

@@ -79,12 +79,15 @@ struct OwnedKeys {
 // A coming pass made ready while an earlier pass trains (PassManager::stage_rows,
 // runner.prefetch_passes): its keys split by owner card, and the host-tier rows of those no pass
 // between the fetch and its begin_pass touches, so a staged row is the value begin_pass would
-// pull (pass_manager.hpp). Owned by the caller; handed to that pass's begin_pass.
+// pull (pass_manager.hpp). Made in two steps: plan_staging (the keys, known once the pass is
+// read) and fetch_staged (the rows, from the host tier: `fetched`). Owned by the caller; handed
+// to that pass's begin_pass once fetched.
 struct StagedRows {
   std::vector<OwnedKeys> owned;       // per local card: the pass's keys it owns (no key 0)
   std::vector<uint64_t> keys;         // staged keys by owner card, sorted within each card
   std::vector<std::size_t> card_end;  // card c's staged keys: [card_end[c - 1], card_end[c])
   std::vector<float> rows;            // the host-tier row of keys[i] at [i * stride, ...)
+  bool fetched = false;               // `rows` hold every staged key's row (fetch_staged done)
   std::size_t created = 0;            // rows the host tier created for this fetch (new keys)
   double seconds = 0;                 // the fetch's wall time
   std::size_t bytes() const {
@@ -93,6 +96,16 @@ struct StagedRows {
       total += card.keys.size() * (sizeof(uint64_t) + sizeof(int32_t));
     return total;
   }
+};
+
+// How far a coming pass's staging is, as the next pass's card work sees it
+// (PassManager::expect_next_pass polls it from the card threads). `staged` is set once its keys
+// are planned (owned, keys and card_end final: the card work's look-ups and evictions need only
+// those); `rows_ready` once its rows are fetched (the inserts need them). A fetch that failed
+// never becomes ready: the cards then insert nothing, and its begin_pass gets no staged rows.
+struct StagingProgress {
+  const StagedRows* staged = nullptr;
+  bool rows_ready = false;
 };
 
 // Counters of one pass, summed over this trainer's cards (the trainer's pass report prints
@@ -112,7 +125,9 @@ struct PassStats {
   // Of the card work for this pass done during the previous pass's steps
   // (PassManager::prepare_next_pass; counted in `prefetched` and `evicted` too): staged rows
   // inserted and rows evicted then, and what its chunks asked of the device layer, summed over
-  // the cards (not part of any step's counts), and the slowest card's time in them.
+  // the cards (not part of any step's counts), and the slowest card's time in them. Evictions
+  // and chunks count even when begin_pass could not use the work (a failed staging, an
+  // evaluation pass between).
   uint64_t early_inserted = 0;
   uint64_t early_evicted = 0;
   uint64_t early_chunks = 0;

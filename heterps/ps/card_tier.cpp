@@ -1,5 +1,7 @@
 #include "heterps/ps/card_tier.hpp"
 
+#include <utility>
+
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "heterps/comm/communicator.hpp"
@@ -51,6 +53,18 @@ pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,
                                       const std::vector<uint64_t>& exclude) const {
   if (cards_.total_cards() != cards_.num_local_cards()) return {};
   return pass_manager_->stage_rows(keys, slots, exclude);
+}
+
+pass::StagedRows CardTier::plan_staging(const std::vector<uint64_t>& keys,
+                                        const std::vector<int32_t>& slots,
+                                        const std::vector<uint64_t>& exclude) const {
+  if (cards_.total_cards() != cards_.num_local_cards()) return {};
+  return pass_manager_->plan_staging(keys, slots, exclude);
+}
+
+void CardTier::fetch_staged(pass::StagedRows* staged) const {
+  if (cards_.total_cards() != cards_.num_local_cards()) return;
+  pass_manager_->fetch_staged(staged);
 }
 
 std::vector<uint64_t> CardTier::resident_keys() const {
@@ -131,9 +145,10 @@ pass::PassStats CardTier::end_pass(const std::vector<uint64_t>& keep) {
 
 uint64_t CardTier::sync() { return pass_manager_->sync(); }
 
-void CardTier::expect_next_pass(const std::function<const pass::StagedRows*()>& poll) {
+void CardTier::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
+                                const std::function<pass::StagingProgress()>& poll) {
   if (cards_.total_cards() != cards_.num_local_cards()) return;
-  pass_manager_->expect_next_pass(poll);
+  pass_manager_->expect_next_pass(std::move(current_keys), poll);
 }
 
 bool CardTier::prepare_next_pass(int card) { return pass_manager_->prepare_next_pass(card); }

@@ -93,6 +93,12 @@ class CardTier {
   // tier. With several trainers it stages nothing (begin_pass pulls every row).
   pass::StagedRows stage_rows(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
                               const std::vector<uint64_t>& exclude) const;
+  // stage_rows in its two steps (PassManager::plan_staging, then fetch_staged), so the cards can
+  // start on the keys before the rows are fetched. With several trainers both do nothing.
+  pass::StagedRows plan_staging(const std::vector<uint64_t>& keys,
+                                const std::vector<int32_t>& slots,
+                                const std::vector<uint64_t>& exclude) const;
+  void fetch_staged(pass::StagedRows* staged) const;
   // Every key on this trainer's cards, unsorted (PassManager::resident_keys): a coming pass's
   // staging excludes them too. Between passes or after begin_pass before the steps. With several
   // trainers none (stage_rows stages nothing there).
@@ -107,10 +113,12 @@ class CardTier {
   void clear();
   // The next pass's card work between the current pass's steps (PassManager::prepare_next_pass,
   // runner.next_pass_chunk_keys): expect_next_pass on the controlling thread after begin_pass
-  // (`poll` returns the next pass's staged rows once ready, else null), prepare_next_pass(c) on
-  // card thread c between two steps (one bounded chunk; false when nothing is left). With
+  // (`current_keys`: this pass's sorted unique keys, shared; `poll` reports the next pass's
+  // staging: its keys once planned, its rows once fetched), prepare_next_pass(c) on card thread
+  // c between two steps (one bounded chunk; false when nothing is left or it waits). With
   // several trainers nothing is staged, so there is nothing to do.
-  void expect_next_pass(const std::function<const pass::StagedRows*()>& poll);
+  void expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
+                        const std::function<pass::StagingProgress()>& poll);
   bool prepare_next_pass(int card);
   bool in_pass() const;
   // The card tier's footprint per card (rows, bytes per key): the log line at the start.

@@ -241,6 +241,46 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   expect_identical(run_with_resume(cards, 1), resumed_off, "prefetch_passes=1, save and resume");
 }
 
+// A staging whose host-tier pull fails (SparseTable::fail_pulls_after: the first pull after pass
+// 0's begin_pass, which is pass 1's staging) is logged, and pass 1's begin_pass pulls the rows
+// itself (the trainer hands it no staged rows): the run equals prefetch off bit for bit, with and
+// without a card budget (the cards looked pass 1's keys up before its rows failed).
+TEST_P(PassPrefetch, AFailedStagingGivesTheTablesOfPrefetchOff) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  for (const char* budget : {"runner.card_memory_mb=0", "runner.card_memory_mb=12"}) {
+    SCOPED_TRACE(budget);
+    const std::vector<std::string> overrides = {"runner.next_pass_chunk_keys=3", budget};
+    const RunResult off = run(cards, 0, overrides);
+    Trainer trainer(config(1, 2, overrides), env(cards));
+    auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
+    ASSERT_NE(table, nullptr);
+    // Pass 0's begin_pass pulls once a card (its keys fit one host batch), then pass 1's
+    // staging pulls.
+    table->fail_pulls_after(cards, 1);
+    ::testing::internal::CaptureStderr();
+    std::vector<PassReport> reports;
+    try {
+      reports = trainer.train();
+    } catch (...) {
+      std::fprintf(stderr, "%s", ::testing::internal::GetCapturedStderr().c_str());
+      throw;
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("pass 1: staging its rows ahead failed, its begin_pass pulls them"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("fail_pulls_after"), std::string::npos) << "the warning names no cause";
+    const RunResult failed = finish(trainer, std::move(reports));
+    ASSERT_EQ(failed.reports.size(), 2u * kPasses);
+    EXPECT_EQ(extra(failed.reports[1], "staged"), 0);
+    EXPECT_EQ(extra(failed.reports[1], "prefetched"), 0);
+    EXPECT_GT(extra(failed.reports[1], "pulled"), 0);
+    EXPECT_GT(extra(failed.reports[2], "prefetched"), 0) << "the staging after it failed too";
+    expect_identical(failed, off, "a failed staging");
+  }
+}
+
 // A pass read ahead that cannot be read (every line malformed) fails where reading it in place
 // would: when its turn comes, naming it, after the pass before it trained and was saved.
 TEST_F(PassPrefetch, APassThatCannotBeReadFailsAtItsTurnNamingIt) {

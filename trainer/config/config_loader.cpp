@@ -24,6 +24,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.card_memory_mb = doc.get_int<int64_t>("runner.card_memory_mb");
   r.prefetch_passes = doc.get_int("runner.prefetch_passes");
   r.next_pass_chunk_keys = doc.get_int("runner.next_pass_chunk_keys");
+  r.staging_nice = doc.get_int("runner.staging_nice");
   r.shuffle = doc.get_bool("runner.shuffle");
   r.seed = doc.get_uint64("runner.seed");
   r.auc_buckets_log2 = doc.get_int("runner.auc_buckets_log2");

@@ -1,10 +1,17 @@
 #include "trainer/engine/pass_pipeline.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <iterator>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "common/error.hpp"
@@ -25,6 +32,19 @@ std::vector<uint64_t> merged(const std::vector<uint64_t>& a, const std::vector<u
   return out;
 }
 
+// Adds `nice` to the calling thread's nice value (at most 19). On Linux a thread's nice value is
+// its own and the threads it starts (the reader's, the host-tier pulls' and their OpenMP teams)
+// inherit it, so a pass's whole staging runs below the steps. A refusal is only logged.
+void lower_thread_priority(int nice, int64_t pass) {
+  if (nice <= 0) return;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (errno == 0 && ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice)) == 0) return;
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": could not lower the staging thread's priority "
+                      << "(runner.staging_nice " << nice << "): " << std::strerror(errno);
+}
+
 }  // namespace
 
 std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
@@ -33,10 +53,27 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   prepared->pass = pass;
   read(pass, prepared.get());
   if (prepared->data != nullptr) prepared->keys = prepared->data->unique_keys_and_slots();
-  std::vector<uint64_t> sorted = prepared->keys.keys;
-  std::sort(sorted.begin(), sorted.end());
-  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  prepared->sorted_keys = std::make_shared<const std::vector<uint64_t>>(std::move(sorted));
+  // The data sets give their distinct keys in ascending order (a reader that does not is sorted
+  // here, slots along): moved, not copied, into the shared list.
+  dataset::UniqueKeys& keys = prepared->keys;
+  const auto ascending = [](uint64_t a, uint64_t b) { return a >= b; };
+  if (std::adjacent_find(keys.keys.begin(), keys.keys.end(), ascending) != keys.keys.end()) {
+    std::vector<std::pair<uint64_t, int32_t>> pairs(keys.keys.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      pairs[i] = {keys.keys[i], keys.slots.empty() ? 0 : keys.slots[i]};
+    }
+    // Stable: a repeated key keeps its first slot, as begin_pass would.
+    std::stable_sort(pairs.begin(), pairs.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    pairs.erase(std::unique(pairs.begin(), pairs.end(),
+                            [](const auto& a, const auto& b) { return a.first == b.first; }),
+                pairs.end());
+    keys.keys.resize(pairs.size());
+    keys.slots.resize(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) std::tie(keys.keys[i], keys.slots[i]) = pairs[i];
+  }
+  prepared->sorted_keys = std::make_shared<const std::vector<uint64_t>>(std::move(keys.keys));
+  keys.keys = {};
   prepared->read_seconds = timer.seconds();
   return prepared;
 }
@@ -45,11 +82,13 @@ std::size_t staged_bytes_per_key(int32_t stride) {
   return sizeof(float) * static_cast<std::size_t>(stride) + 2 * sizeof(uint64_t) + sizeof(int32_t);
 }
 
-PassPipeline::PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes)
+PassPipeline::PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes,
+                           int staging_nice)
     : tier_(tier),
       depth_(std::max(0, depth)),
       read_(std::move(read)),
-      host_budget_bytes_(host_budget_bytes) {}
+      host_budget_bytes_(host_budget_bytes),
+      staging_nice_(staging_nice) {}
 
 PassPipeline::~PassPipeline() { wait(); }
 
@@ -75,12 +114,12 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     }
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
                      << " s, data set " << data_bytes * mib << " MiB) and "
-                     << prepared->staged.keys.size() << " of its " << prepared->keys.keys.size()
-                     << " keys staged (" << prepared->staged.bytes() * mib << " MiB, "
-                     << prepared->staged.seconds << " s) while the pass before it trained ("
-                     << held * mib << " MiB in all" << budget
-                     << "); runner.prefetch_passes = " << depth_ << " holds at most " << depth_
-                     << " such pass(es)";
+                     << (prepared->staged.fetched ? prepared->staged.keys.size() : 0) << " of its "
+                     << prepared->sorted_keys->size() << " keys staged ("
+                     << prepared->staged.bytes() * mib << " MiB, " << prepared->staged.seconds
+                     << " s) while the pass before it trained (" << held * mib << " MiB in all"
+                     << budget << "); runner.prefetch_passes = " << depth_ << " holds at most "
+                     << depth_ << " such pass(es)";
   }
   prepared->waited_seconds = timer.seconds();
   return prepared;
@@ -105,18 +144,23 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
     for (const Job& job : jobs_) before.push_back(job.ready);
     auto keys_read = std::make_shared<std::promise<std::shared_ptr<const std::vector<uint64_t>>>>();
     auto keys = keys_read->get_future().share();
-    auto job = [&tier = tier_, &read = read_, pass, current_keys = current.sorted_keys, resident,
-                resident_sorted, keys_read,
-                before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
+    auto staging_planned = std::make_shared<std::promise<std::shared_ptr<PreparedPass>>>();
+    auto planned = staging_planned->get_future().share();
+    auto job = [&tier = tier_, &read = read_, nice = staging_nice_, pass,
+                current_keys = current.sorted_keys, resident, resident_sorted, keys_read,
+                staging_planned, before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
+      lower_thread_priority(nice, pass);  // a thread of its own (std::async), ends with the job
       std::shared_ptr<PreparedPass> prepared;
       try {
         prepared = prepare_pass(read, pass);
       } catch (...) {
         keys_read->set_value(nullptr);
+        staging_planned->set_value(nullptr);
         throw;
       }
       keys_read->set_value(prepared->sorted_keys);
       prepared->prefetched = true;
+      bool plan_published = false;
       try {
         std::call_once(*resident_sorted, [&] {
           std::sort(resident->begin(), resident->end());
@@ -124,18 +168,24 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
         });
         std::vector<uint64_t> exclude = merged(*current_keys, *resident);
         for (const auto& earlier : before) exclude = merged(exclude, *earlier.get()->sorted_keys);
-        prepared->staged =
-            tier.stage_rows(prepared->keys.keys, prepared->keys.slots, std::move(exclude));
+        prepared->staged = tier.plan_staging(*prepared->sorted_keys, prepared->keys.slots, exclude);
+        exclude = {};
+        // From here the cards may read the plan (its keys) while the rows are fetched.
+        staging_planned->set_value(prepared);
+        plan_published = true;
+        tier.fetch_staged(&prepared->staged);
       } catch (const Error& e) {
         // begin_pass pulls the rows itself (and reports a host-tier failure there); a pass
-        // before this one that failed to read is reported when it is taken.
+        // before this one that failed to read is reported when it is taken. The plan stays as
+        // it is (the cards may be reading it), never fetched.
         GPUBOX_LOG(WARNING) << "pass " << pass << ": staging its rows ahead failed, its "
                             << "begin_pass pulls them: " << e.what();
-        prepared->staged = {};
+        if (!plan_published) staging_planned->set_value(nullptr);
       }
       return prepared;
     };
-    jobs_.push_back(Job{pass, std::async(std::launch::async, std::move(job)).share(), keys});
+    jobs_.push_back(
+        Job{pass, std::async(std::launch::async, std::move(job)).share(), keys, planned});
   }
 }
 
@@ -146,16 +196,26 @@ std::shared_ptr<const std::vector<uint64_t>> PassPipeline::keys_of(int64_t pass)
   return nullptr;
 }
 
-std::function<const pass::StagedRows*()> PassPipeline::staged_poll(int64_t pass) const {
+std::function<pass::StagingProgress()> PassPipeline::staged_poll(int64_t pass) const {
+  const auto now = [](const auto& future) {
+    return future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
   for (const Job& job : jobs_) {
     if (job.pass != pass) continue;
-    return [ready = job.ready]() -> const pass::StagedRows* {
-      if (ready.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+    return [planned = job.planned, ready = job.ready, now]() -> pass::StagingProgress {
+      // Nothing when reading the pass or planning its staging failed (take() reports a failure
+      // to read it, or what else ended the job): called between the steps, it never throws.
+      pass::StagingProgress progress;
       try {
-        return &ready.get()->staged;
+        if (!now(planned) || planned.get() == nullptr) return progress;
+        progress.staged = &planned.get()->staged;
       } catch (...) {
-        return nullptr;  // take() reports the failure to read it
+        return progress;
       }
+      // The job ends once the fetch is done or failed; `fetched` says which (its writes happen
+      // before the job's end).
+      progress.rows_ready = now(ready) && progress.staged->fetched;
+      return progress;
     };
   }
   return {};

@@ -53,8 +53,10 @@ struct PreparedPass {
   // once for `keys` (scan), streamed again by the steps.
   std::unique_ptr<dataset::InMemoryDataset> data;
   std::unique_ptr<dataset::QueueDataset> stream;
-  dataset::UniqueKeys keys;                                  // its unique keys and their slots
-  std::shared_ptr<const std::vector<uint64_t>> sorted_keys;  // the same keys, sorted
+  // Its unique keys, ascending (shared: the next pass's card work reads them while this pass
+  // trains), and their slots in `keys.slots`, aligned with them (`keys.keys` was moved out).
+  std::shared_ptr<const std::vector<uint64_t>> sorted_keys;
+  dataset::UniqueKeys keys;
   pass::StagedRows staged;    // rows fetched ahead (empty when not prefetched)
   bool prefetched = false;    // read (and staged) ahead by the pipeline
   double read_seconds = 0;    // reading, shuffling and the keys (in the background if prefetched)
@@ -77,8 +79,11 @@ class PassPipeline {
  public:
   // `depth` passes ahead at most (0: off, every pass is read by take()). `tier` and `read` are
   // borrowed and must outlive the pipeline. `host_budget_bytes` (runner.host_memory_mb, 0: none)
-  // is only printed beside what a pass read ahead holds.
-  PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0);
+  // is only printed beside what a pass read ahead holds. `staging_nice` (runner.staging_nice):
+  // added to the nice value of each job's thread (and the threads it starts), so the steps get
+  // the cores first; 0: the same priority as the steps.
+  PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0,
+               int staging_nice = 0);
   // Waits for the jobs in flight.
   ~PassPipeline();
   PassPipeline(const PassPipeline&) = delete;
@@ -93,10 +98,11 @@ class PassPipeline {
   // for its staging), else null; null too when it could not be read.
   std::shared_ptr<const std::vector<uint64_t>> keys_of(int64_t pass) const;
   // For the cards' work on pass `pass` while the pass before it trains
-  // (ps::CardTier::expect_next_pass): a function returning its staged rows once its job is done
-  // (null before, and when reading it failed), or an empty function when it was not started
-  // ahead. The rows stay valid until that pass is taken and its begin_pass is done.
-  std::function<const pass::StagedRows*()> staged_poll(int64_t pass) const;
+  // (ps::CardTier::expect_next_pass): a function reporting its staging (pass::StagingProgress:
+  // its keys once read and planned, its rows once fetched; nothing when reading it failed, the
+  // keys but never the rows when fetching them failed), or an empty function when it was not
+  // started ahead. What it reports stays valid while the function (or a copy) lives.
+  std::function<pass::StagingProgress()> staged_poll(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
   // Drops every pass started ahead, after waiting for it (before a model load: its staged rows
@@ -110,12 +116,16 @@ class PassPipeline {
     std::shared_future<std::shared_ptr<PreparedPass>> ready;
     // Its sorted keys, set once read (before the staging); null when the read failed.
     std::shared_future<std::shared_ptr<const std::vector<uint64_t>>> keys;
+    // The pass once its staging is planned (its keys split by card, before the fetch); null
+    // when reading or planning failed.
+    std::shared_future<std::shared_ptr<PreparedPass>> planned;
   };
 
   ps::CardTier& tier_;
   int depth_ = 0;
   ReadPass read_;
   uint64_t host_budget_bytes_ = 0;
+  int staging_nice_ = 0;
   std::deque<Job> jobs_;  // in pass order
 };
 

@@ -414,12 +414,13 @@ PassReport Trainer::run_pass(
   // What the pass boundary waited for the pass's data: reading it now, or what was left of
   // reading it ahead.
   const double load_seconds = prepared.waited_seconds;
-  // A staging that failed (or several trainers: stage_rows stages nothing) hands no rows per
-  // card: begin_pass then pulls them itself, as the pipeline's warning says.
-  const bool staged_rows = prepared.prefetched && !prepared.staged.owned.empty();
-  const pass::PassStats begin = s.card_tier->begin_pass(prepared.keys.keys, prepared.keys.slots,
+  // A staging that failed (its rows never fetched) or several trainers (stage_rows stages
+  // nothing) hand no rows: begin_pass then pulls them itself, as the pipeline's warning says.
+  const bool staged_rows =
+      prepared.prefetched && prepared.staged.fetched && !prepared.staged.owned.empty();
+  const pass::PassStats begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys.slots,
                                                         staged_rows ? &prepared.staged : nullptr);
-  const std::size_t staged = prepared.staged.keys.size();
+  const std::size_t staged = staged_rows ? prepared.staged.keys.size() : 0;
   prepared.staged = {};  // in the cards now
   if (begun) begun();
   Timer phase;
@@ -667,7 +668,7 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
       [&](int64_t pass, PreparedPass* into) {
         read_pass(pass_files[pass % per_epoch], pass, into);
       },
-      config_.host_tier.table.memory_budget_bytes);
+      config_.host_tier.table.memory_budget_bytes, config_.runner.staging_nice);
   if (pipeline.depth() > 0 && total > 1) {
     GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << pipeline.depth()
                      << ": while a pass trains, the next " << pipeline.depth()
@@ -703,8 +704,10 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
           *prepared,
           [&] {
             pipeline.start_after(*prepared, total);
-            // The next pass's card work while this one trains, once its rows are staged.
-            if (k + 1 < total) s.card_tier->expect_next_pass(pipeline.staged_poll(k + 1));
+            // The next pass's card work while this one trains, from when its keys are known.
+            if (k + 1 < total) {
+              s.card_tier->expect_next_pass(prepared->sorted_keys, pipeline.staged_poll(k + 1));
+            }
           },
           [&]() -> std::shared_ptr<const std::vector<uint64_t>> {
             if (saving || env_.trainers > 1 || k + 1 >= total || (k + 1) % per_epoch == 0)

@@ -200,6 +200,19 @@ std::vector<std::vector<uint64_t>> make_passes(int passes, std::size_t keys_per_
   return out;
 }
 
+// A pass's keys sorted and unique, shared, as the trainer hands expect_next_pass its data set's.
+std::shared_ptr<const std::vector<uint64_t>> sorted_keys(const std::vector<uint64_t>& keys) {
+  auto sorted = std::make_shared<std::vector<uint64_t>>(keys);
+  std::sort(sorted->begin(), sorted->end());
+  sorted->erase(std::unique(sorted->begin(), sorted->end()), sorted->end());
+  return sorted;
+}
+
+// A poll that reports `staged` planned, and fetched when `rows_ready`.
+std::function<StagingProgress()> poll_of(const StagedRows* staged, bool rows_ready = true) {
+  return [staged, rows_ready] { return StagingProgress{staged, rows_ready}; };
+}
+
 struct Case {
   int cards;
   std::size_t row_budget;  // per card; 0 = none
@@ -432,8 +445,11 @@ INSTANTIATE_TEST_SUITE_P(Cards, PassManagerStagingTest,
                          });
 
 // The next pass's card work between the current pass's steps (prepare_next_pass): the next
-// pass is staged on another thread while this one trains (the poll says null until it is done),
-// each card does a chunk after each step, and begin_pass does the rest. Against an engine that
+// pass's staging is planned (its keys known) and its rows fetched on another thread while this
+// one trains, as the pipeline does: the poll reports the keys first, in every third pass only
+// after some steps (the read takes time), and the rows once fetched, in every other pass only
+// during the steps (the cards look up and evict before they can insert). Each card does a chunk
+// after each step, and begin_pass does the rest. Against an engine that
 // neither stages nor prepares: the pass's card rows after begin_pass and after training, and the
 // host tier after every end_pass, are bit-identical; every card row equals its host row after
 // end_pass (the rows inserted early are exact copies); the counters add up. Passes overlap, one
@@ -467,12 +483,21 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
   passes.insert(passes.begin() + 4, std::vector<uint64_t>{});
   passes.push_back(make_passes(1, 240, 80).front());  // disjoint from the last
   const std::size_t evaluate_before = 6;              // an evaluation pass runs between 5 and 6
-  std::map<std::size_t, std::shared_future<StagedRows>> ahead;
+  // A coming pass's staging: planned, then fetched on another thread.
+  struct Staging {
+    std::shared_ptr<StagedRows> plan;
+    std::shared_future<void> fetched;
+  };
+  std::map<std::size_t, Staging> ahead;
   uint64_t early_inserted = 0, early_evicted = 0, early_chunks = 0;
   for (std::size_t p = 0; p < passes.size(); ++p) {
     SCOPED_TRACE("pass " + std::to_string(p));
     const auto& keys = passes[p];
-    const StagedRows* staged = ahead.count(p) ? &ahead.at(p).get() : nullptr;
+    const StagedRows* staged = nullptr;
+    if (ahead.count(p)) {
+      ahead.at(p).fetched.get();
+      staged = ahead.at(p).plan.get();
+    }
     const PassStats got = early.manager->begin_pass(keys, {}, staged);
     const PassStats want = reference.manager->begin_pass(keys);
     EXPECT_EQ(got.keys_in_pass, want.keys_in_pass);
@@ -503,19 +528,28 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
       std::set<uint64_t> before(keys.begin(), keys.end());
       const std::vector<uint64_t> resident = early.manager->resident_keys();
       before.insert(resident.begin(), resident.end());
-      ahead[p + 1] = std::async(std::launch::async, [&early, &passes, p,
-                                                     exclude = std::vector<uint64_t>(
-                                                         before.begin(), before.end())] {
-                       return early.manager->stage_rows(passes[p + 1], {}, exclude);
+      const std::vector<uint64_t> exclude(before.begin(), before.end());
+      Staging& next = ahead[p + 1];
+      next.plan =
+          std::make_shared<StagedRows>(early.manager->plan_staging(passes[p + 1], {}, exclude));
+      next.fetched = std::async(std::launch::async, [&early, plan = next.plan] {
+                       early.manager->fetch_staged(plan.get());
                      }).share();
-      early.manager->expect_next_pass([ready = ahead[p + 1]]() -> const StagedRows* {
-        return ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? &ready.get()
-                                                                                    : nullptr;
-      });
+      const int keys_after = p % 3 == 2 ? tc.steps / 3 * tc.cards : 0;  // polls, all cards
+      early.manager->expect_next_pass(
+          sorted_keys(keys), [plan = next.plan, fetched = next.fetched, keys_after,
+                              polls = std::make_shared<std::atomic<int>>(0)] {
+            StagingProgress progress;
+            if (polls->fetch_add(1) < keys_after) return progress;
+            progress.staged = plan.get();
+            progress.rows_ready =
+                fetched.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+            return progress;
+          });
       between = [&](int c) { early.manager->prepare_next_pass(c); };
-      // Every other pass trains only once the staging is done (the cards then work from the
-      // first step); the others start at once (the first steps find nothing staged yet).
-      if (p % 2 == 0) ahead[p + 1].wait();
+      // Every other pass trains only once the rows are fetched (the cards can insert from the
+      // first step); the others start at once (the first steps find the keys but no rows).
+      if (p % 2 == 0) next.fetched.wait();
     }
     early.train(keys, 3000 + p, tc.steps, between);
     reference.train(keys, 3000 + p, tc.steps);
@@ -523,6 +557,7 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
     early.manager->end_pass();
     reference.manager->end_pass();
     ahead.erase(p);
+    if (ahead.count(p + 1)) ahead.at(p + 1).fetched.wait();  // the host rows it creates
 
     const auto got_host = early.host_rows();
     const auto want_host = reference.host_rows();
@@ -533,7 +568,7 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
     for (const auto& [k, row] : got_host) {
       if (want_host.count(k)) continue;
       ASSERT_TRUE(ahead.count(p + 1)) << "host row " << k << " neither trained nor staged";
-      const StagedRows& next = ahead.at(p + 1).get();
+      const StagedRows& next = *ahead.at(p + 1).plan;
       ASSERT_NE(std::find(next.keys.begin(), next.keys.end(), k), next.keys.end())
           << "host row " << k << " neither trained nor staged";
     }
@@ -572,9 +607,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
-// full of the training pass's rows), a next pass larger than the budget (nothing done; its
-// begin_pass fails as without the work), a failed staging (nothing staged: nothing done), and
-// steps that never reach the work (begin_pass does it all).
+// full of the training pass's rows), a failed staging (its keys known, so the cards looked them
+// up and made room, but its rows never came: its begin_pass gets none and places the same rows),
+// a next pass larger than the budget (nothing done; its begin_pass fails as without the work),
+// and steps that never reach the work (begin_pass does it all).
 TEST(PassManager, NextPassWorkEdgeCases) {
   PassManagerOptions options;
   options.card_row_budget = 240;
@@ -587,7 +623,7 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   early.manager->begin_pass(a);
   reference.manager->begin_pass(a);
   StagedRows staged = early.manager->stage_rows(b, {}, a);
-  early.manager->expect_next_pass([&] { return &staged; });
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&staged));
   early.train(a, 1, 8, [&](int c) { early.manager->prepare_next_pass(c); });
   reference.train(a, 1, 8);
   early.manager->end_pass();
@@ -607,34 +643,67 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   reference.manager->end_pass();
   EXPECT_EQ(early.host_rows(), reference.host_rows());
 
-  // A failed staging (the pipeline hands an empty one) and a next pass over the budget: the
-  // cards do nothing; the over-budget pass fails at its begin_pass with its numbers.
-  const auto big = make_passes(1, 300, 93).front();
-  for (const bool failed : {true, false}) {
-    SCOPED_TRACE(failed ? "failed staging" : "next pass over the budget");
+  {
+    // A failed staging: half of b trains (the card still holds all of b), then a pass of 120
+    // new keys whose rows never arrive. The other half of b is evicted during the steps; no row
+    // is inserted; its begin_pass, given no staged rows as the trainer does, pulls them all.
+    SCOPED_TRACE("failed staging");
+    const std::vector<uint64_t> half(b.begin(), b.begin() + 120);
+    const auto fresh = make_passes(16, 120, 94).back();  // disjoint from a and b
+    early.manager->begin_pass(half);
+    reference.manager->begin_pass(half);
+    const StagedRows planned = early.manager->plan_staging(fresh, {}, half);
+    EXPECT_FALSE(planned.fetched);
+    EXPECT_TRUE(planned.rows.empty());
+    early.manager->expect_next_pass(sorted_keys(half), poll_of(&planned, /*rows_ready=*/false));
+    early.train(half, 3, 8, [&](int c) { early.manager->prepare_next_pass(c); });
+    reference.train(half, 3, 8);
+    EXPECT_FALSE(early.manager->prepare_next_pass(0)) << "the work did not wait for the rows";
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    EXPECT_THROW(early.manager->begin_pass(fresh, {}, &planned), Error) << "rows never fetched";
+    const PassStats got_fresh = early.manager->begin_pass(fresh);
+    const PassStats want_fresh = reference.manager->begin_pass(fresh);
+    EXPECT_EQ(got_fresh.early_evicted, 120u);
+    EXPECT_EQ(got_fresh.early_inserted, 0u);
+    EXPECT_EQ(got_fresh.evicted, want_fresh.evicted);
+    EXPECT_EQ(got_fresh.pulled, fresh.size());
+    // The cards chose other victims (the reference among all of b, the work outside `half`);
+    // the pass's rows are the same.
+    const auto got_cards = early.card_rows();
+    const auto want_cards = reference.card_rows();
+    for (uint64_t k : fresh) {
+      ASSERT_TRUE(got_cards.count(k)) << "key " << k << " not on the card";
+      EXPECT_EQ(got_cards.at(k), want_cards.at(k)) << "key " << k;
+    }
+    early.train(fresh, 4, 3);
+    reference.train(fresh, 4, 3);
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    EXPECT_EQ(early.host_rows(), reference.host_rows());
+  }
+  {
+    // A next pass over the budget: the cards do nothing; it fails at its begin_pass with its
+    // numbers.
+    SCOPED_TRACE("next pass over the budget");
+    const auto big = make_passes(1, 300, 93).front();
     early.manager->begin_pass(a);
-    StagedRows next = failed ? StagedRows{} : early.manager->stage_rows(big, {}, a);
-    early.manager->expect_next_pass([&] { return &next; });
+    StagedRows next = early.manager->stage_rows(big, {}, a);
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&next));
     EXPECT_FALSE(early.manager->prepare_next_pass(0));
     EXPECT_FALSE(early.manager->prepare_next_pass(0));
     early.manager->end_pass();
-    if (failed) {
-      const PassStats plain = early.manager->begin_pass(b);
-      EXPECT_EQ(plain.early_chunks, 0u);
-      early.manager->end_pass();
-    } else {
-      try {
-        early.manager->begin_pass(big, {}, &next);
-        ADD_FAILURE() << "a pass over the budget began";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
-      }
+    try {
+      early.manager->begin_pass(big, {}, &next);
+      ADD_FAILURE() << "a pass over the budget began";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
     }
   }
   // Staged but no step ran after it: begin_pass does all of the work.
   early.manager->begin_pass(a);
   StagedRows late = early.manager->stage_rows(b, {}, a);
-  early.manager->expect_next_pass([&] { return &late; });
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&late));
   early.manager->end_pass();
   const PassStats all = early.manager->begin_pass(b, {}, &late);
   EXPECT_EQ(all.early_chunks, 0u);
@@ -810,7 +879,7 @@ TEST(PassManager, NextPassWorkSparesRowsAWiderKeepLeftDirty) {
                return early.manager->stage_rows(passes[p + 1], {}, excluded);
              }).share();
       next.wait();
-      early.manager->expect_next_pass([next]() -> const StagedRows* { return &next.get(); });
+      early.manager->expect_next_pass(sorted_keys(passes[p]), poll_of(&next.get()));
       between = [&](int c) { early.manager->prepare_next_pass(c); };
     }
     early.train(passes[p], 7000 + p, 60, between);
