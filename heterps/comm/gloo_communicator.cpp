@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -85,6 +86,17 @@ char empty_buffer[1];
 
 void* or_empty(const void* ptr) { return ptr != nullptr ? const_cast<void*>(ptr) : empty_buffer; }
 
+// Gloo's TCP pairs write with write(2), not send(MSG_NOSIGNAL): a write to a peer that reset
+// its connection (an abort closes them with SO_LINGER 0) raises SIGPIPE, which would kill the
+// process instead of failing the collective with EPIPE. Ignored unless the program installed a
+// handler of its own (gpubox_train ignores it already; tests and tools did not).
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 // ---- group ---------------------------------------------------------------------------------
@@ -98,6 +110,7 @@ GlooGroup::GlooGroup(device::CardSet& cards, RendezvousStore& store,
       cards_per_trainer_(cards.num_local_cards()),
       host_(host) {
   GPUBOX_EXPECTS(timeout.count() > 0, "communicator timeout must be positive");
+  ignore_sigpipe();
   {
     const std::string who = this_host() + " " + std::to_string(::getpid());
     store_.set(trainer_key(trainer_id_), std::vector<char>(who.begin(), who.end()));
@@ -152,14 +165,21 @@ Communicator& GlooGroup::at(int local_rank) {
 }
 
 void GlooGroup::abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (aborted_.load(std::memory_order_relaxed)) return;  // the first reason wins
-  reason_ = reason.empty() ? std::string("(no reason given)") : reason;
-  aborted_.store(true, std::memory_order_release);
-  // The peers waiting on these ranks see their sockets close and fail at once (the header).
-  for (std::size_t r = 0; r < ranks_.size(); ++r) {
-    if (!in_collective_[r]) ranks_[r]->close_connections();
+  std::vector<std::size_t> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.load(std::memory_order_relaxed)) return;  // the first reason wins
+    reason_ = reason.empty() ? std::string("(no reason given)") : reason;
+    aborted_.store(true, std::memory_order_release);
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      if (!in_collective_[r]) idle.push_back(r);
+    }
   }
+  // The peers waiting on these ranks see their sockets close and fail at once (the header).
+  // Closed outside mu_: each close waits for a tick of Gloo's loop thread, and no rank can
+  // enter a collective once aborted_ is set (a rank leaving one closes its own, below; a second
+  // close of a pair does nothing).
+  for (std::size_t r : idle) ranks_[r]->close_connections();
 }
 
 void GlooGroup::enter_collective(int local, const char* collective) {
@@ -172,11 +192,13 @@ void GlooGroup::enter_collective(int local, const char* collective) {
 }
 
 void GlooGroup::leave_collective(int local) {
-  std::lock_guard<std::mutex> lock(mu_);
-  in_collective_[static_cast<std::size_t>(local)] = false;
-  if (aborted_.load(std::memory_order_relaxed)) {
-    ranks_[static_cast<std::size_t>(local)]->close_connections();
+  bool aborted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_collective_[static_cast<std::size_t>(local)] = false;
+    aborted = aborted_.load(std::memory_order_relaxed);
   }
+  if (aborted) ranks_[static_cast<std::size_t>(local)]->close_connections();
 }
 
 std::string GlooGroup::reason() const {

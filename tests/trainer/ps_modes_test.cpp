@@ -541,6 +541,46 @@ TEST_F(PsModes, AStoppedJobResumesFromItsLastSave) {
   }
 }
 
+// A relative runner.model_save_path names a folder under the trainer's working directory; the
+// servers (--data_dir: its parent here) must write the sparse halves there too, where the
+// resume looks (they resolved relative names inside their data_dir: the halves landed in
+// <data_dir>/<model_save_path> and the resume found none).
+TEST_F(PsModes, ARelativeSavePathResumes) {
+  const fs::path work = root_ / "relative_cwd";
+  fs::create_directories(work);
+  const fs::path cwd = fs::current_path();
+  fs::current_path(work);
+  std::vector<std::string> keys = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                   "runner.test_data_dir=", "runner.sync_mode=async",
+                                   "runner.save_mode=checkpoint",
+                                   "runner.model_save_path=relative_saves"};
+  try {
+    {
+      const TrainerConfig first = config(keys);
+      Servers shards(first, 1, root_.string());
+      run_job(
+          first, shards.endpoints(), 1, [](PsTrainer& trainer, int) { trainer.train(); },
+          [](PsTrainer&) { return 0; });
+    }
+    EXPECT_TRUE(fs::is_directory(work / "relative_saves" / "0" / "sparse"));
+    keys.push_back("runner.epochs=2");
+    const TrainerConfig again = config(keys);
+    Servers shards(again, 1, root_.string());
+    run_job(
+        again, shards.endpoints(), 1,
+        [](PsTrainer& trainer, int) {
+          const std::vector<PassReport> reports = trainer.train();
+          ASSERT_EQ(reports.size(), 1u);
+          EXPECT_EQ(reports[0].pass, 1);
+        },
+        [](PsTrainer&) { return 0; });
+  } catch (...) {
+    fs::current_path(cwd);
+    throw;
+  }
+  fs::current_path(cwd);
+}
+
 // A second job on the same servers, with another number of trainers (sync mode: its tables
 // are per trainer) and another dense net, starts from its own initial values: the servers'
 // tables of the first job are replaced at its start.

@@ -152,6 +152,10 @@ RestorePlan plan_restore(const std::string& dir, bool sparse_required) {
   return plan;
 }
 
+std::string sparse_half_dir(const std::string& dir) {
+  return (fs::path(normalized(dir)) / io::kSparseHalf).string();
+}
+
 void restore_sparse(table::HostTier& host, const RestorePlan& plan) {
   auto* remote = as_remote(host);
   for (const SavePoint& link : plan.chain) {
@@ -163,7 +167,7 @@ void restore_sparse(table::HostTier& host, const RestorePlan& plan) {
                   remote != nullptr ? " server(s)" : " in-process host tier",
                   ": load it with as many servers as saved it");
     }
-    const std::string sparse = join(link.dir, io::kSparseHalf);
+    const std::string sparse = sparse_half_dir(link.dir);
     Status loaded_half = host.load(sparse);
     if (remote != nullptr && loaded_half.code() == Status::Code::kNotFound) {
       // The trainer cannot look into the servers' folders before asking: say what to do.

@@ -54,6 +54,12 @@ struct RestorePlan {
 // the folder and what is missing or differs.
 RestorePlan plan_restore(const std::string& dir, bool sparse_required);
 
+// The sparse half's folder of the save `dir`, absolute and normalized: what a save names to the
+// host tier and a resume loads. A gpubox_server resolves a relative path inside its --data_dir,
+// not the trainer's working directory, so a relative name would put the half where no resume
+// looks (<data_dir>/<model_save_path>/<pass>/sparse).
+std::string sparse_half_dir(const std::string& dir);
+
 // Loads the sparse halves of `plan` into `host`, in order (a delta applies onto what is there).
 // With servers, each server's reply must name the part the manifest names; throws naming the
 // server and both digests otherwise.

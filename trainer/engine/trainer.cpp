@@ -856,13 +856,9 @@ void Trainer::write_save(const std::string& dir) {
   const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
                                                        ? SaveKind::kBase
                                                        : config_.runner.save_mode);
-  // Named absolutely, as a resume loads it (checkpoint.cpp): a gpubox_server resolves a relative
-  // path inside its --data_dir, not the trainer's working directory, so a relative save landed
-  // in <data_dir>/<model_save_path>/<pass>/sparse and the next run's resume found no sparse half.
-  const std::string sparse_dir =
-      (std::filesystem::absolute(dir) / "sparse").lexically_normal().string();
-  throw_if_error(
-      s.host->save(sparse_dir, mode).with_context("saving the sparse table under " + dir));
+  // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
+  throw_if_error(s.host->save(sparse_half_dir(dir), mode)
+                     .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
   CardWorker& worker = *s.workers[0];
   const device::Stream& stream = worker.card().stream();

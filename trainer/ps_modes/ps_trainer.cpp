@@ -260,7 +260,8 @@ void PsTrainer::write_save(const std::string& dir) {
   const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
                                                        ? SaveKind::kBase
                                                        : config_.runner.save_mode);
-  throw_if_error(s.servers->save((std::filesystem::path(dir) / "sparse").string(), mode)
+  // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
+  throw_if_error(s.servers->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
   PsWorker& worker = *s.workers[0];
   worker.card().activate();
