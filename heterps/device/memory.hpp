@@ -21,8 +21,10 @@ namespace gpubox::device {
 
 // Allocates card memory and counts it. CUDA: stream-ordered (cudaMallocAsync) from `device`'s
 // memory pool, under a DeviceGuard (the calling thread's current device is left as it was).
-// cpu: 64-byte-aligned host memory standing in for the card's arena. Every block is registered
-// as card `device` memory (memory_registry.hpp).
+// cpu: 64-byte-aligned host memory standing in for the card's arena; blocks of 2 MiB and more
+// are mapped on their own on a 2 MiB boundary, with transparent huge pages asked for over their
+// whole 2 MiB spans (the hash table's slots and row pages are read at random). Every block is
+// registered as card `device` memory (memory_registry.hpp).
 // Thread-safe (the counters are atomic); owned by its Card and must outlive its buffers.
 class CardMemory {
  public:
