@@ -20,12 +20,10 @@ std::size_t round_up(std::size_t bytes) {
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-// Card blocks of at least this many bytes (the hash table's slots, row pool pages, a pass's
-// working set) are mapped on their own, starting on a 2 MiB boundary, and their whole 2 MiB
-// spans are marked for transparent huge pages: the steps read rows and slots at random over
-// gigabytes at 10^8 keys, and with 4 KiB pages nearly every access also missed the TLB (a page
-// walk). The tail past the last whole 2 MiB span keeps small pages, so no block holds more
-// memory than it asked for. With THP off (or "never") madvise changes nothing.
+// Pages::kHuge blocks (memory.hpp) of at least one huge page are mapped on their own, starting on
+// a 2 MiB boundary, with MADV_HUGEPAGE over their whole 2 MiB spans; the tail past the last whole
+// span keeps small pages, so no block holds more memory than it asked for. With THP off (or
+// "never") the advice changes nothing.
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kSmallPage = 4096;
 std::size_t round_up_to(std::size_t bytes, std::size_t unit) {
@@ -49,11 +47,15 @@ void* map_huge(std::size_t bytes) {
   return block;
 }
 
-void* allocate_host_block(std::size_t bytes) {
-  return bytes >= kHugePage ? map_huge(bytes) : std::aligned_alloc(kAlignment, round_up(bytes));
+bool maps_huge(std::size_t bytes, Pages pages) {
+  return pages == Pages::kHuge && bytes >= kHugePage;
 }
-void free_host_block(void* ptr, std::size_t bytes) {
-  if (bytes >= kHugePage) {
+void* allocate_host_block(std::size_t bytes, Pages pages) {
+  return maps_huge(bytes, pages) ? map_huge(bytes)
+                                 : std::aligned_alloc(kAlignment, round_up(bytes));
+}
+void free_host_block(void* ptr, std::size_t bytes, Pages pages) {
+  if (maps_huge(bytes, pages)) {
     munmap(ptr, round_up_to(bytes, kSmallPage));
   } else {
     std::free(ptr);
@@ -105,7 +107,7 @@ void account_copy(void* dst, const void* src, std::size_t bytes, const Stream& s
 
 }  // namespace
 
-void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
+void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages) {
   if (bytes == 0) return nullptr;
   if (counters_ != nullptr) {
     const char* open_collective = counters_->add_allocation();
@@ -118,6 +120,7 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   }
   void* ptr = nullptr;
 #if defined(GPUBOX_BACKEND_CUDA)
+  (void)pages;  // the pool's card memory is on 2 MiB pages already
   DeviceGuard guard(device_);
   cudaError_t err = cudaMallocAsync(&ptr, bytes, stream.native());
   if (err != cudaSuccess) {
@@ -126,7 +129,7 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   }
 #else
   (void)stream;
-  ptr = allocate_host_block(bytes);
+  ptr = allocate_host_block(bytes, pages);
   if (ptr == nullptr) {
     GPUBOX_FAIL("card ", device_, ": cannot allocate ", bytes, " bytes of host memory; in use ",
                 bytes_in_use(), " bytes");
@@ -140,16 +143,18 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   return ptr;
 }
 
-void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream) noexcept {
+void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
+                            Pages pages) noexcept {
   if (ptr == nullptr) return;
   unregister_memory(ptr);
 #if defined(GPUBOX_BACKEND_CUDA)
   // On the owning device whatever the caller has current (teardown runs on the main thread).
+  (void)pages;
   DeviceGuard guard(device_, std::nothrow);
   cudaFreeAsync(ptr, stream.native());
 #else
   (void)stream;
-  free_host_block(ptr, bytes);
+  free_host_block(ptr, bytes, pages);
 #endif
   in_use_.fetch_sub(bytes, std::memory_order_relaxed);
 }

@@ -273,10 +273,11 @@ std::string vm_flags_at(const void* address) {
   return "";
 }
 
-// cpu backend: card blocks of 2 MiB and more (hash table slots, row pool pages) start on a 2 MiB
-// boundary and ask for transparent huge pages over their whole 2 MiB spans only (the tail keeps
-// small pages: no block holds more than it asked for); smaller blocks are plain heap memory.
-TEST(CardMemory, LargeBlocksStartOnHugePagesAndHoldEveryByte) {
+// cpu backend: Pages::kHuge blocks of 2 MiB and more (hash table slots, row pool pages) start on
+// a 2 MiB boundary and ask for transparent huge pages over their whole 2 MiB spans only (the tail
+// keeps small pages: no block holds more than it asked for); smaller ones, and Pages::kSmall
+// blocks of any size, are plain heap memory without the advice.
+TEST(CardMemory, HugePageBlocksStartOnHugePagesAndHoldEveryByte) {
   GPUBOX_REQUIRE_CARDS(1);
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
@@ -284,7 +285,14 @@ TEST(CardMemory, LargeBlocksStartOnHugePagesAndHoldEveryByte) {
   const bool thp = std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
   for (const std::size_t bytes : {kHuge - 64, kHuge, kHuge + 4096 + 8, 2 * kHuge + kHuge / 4}) {
     SCOPED_TRACE(bytes);
-    auto* block = static_cast<unsigned char*>(card.memory().allocate(bytes, card.stream()));
+    {
+      // The default: no advice, whatever the size (blocks that come and go reuse heap memory).
+      void* plain = card.memory().allocate(bytes, card.stream());
+      EXPECT_EQ(vm_flags_at(plain).find(" hg"), std::string::npos) << vm_flags_at(plain);
+      card.memory().deallocate(plain, bytes, card.stream());
+    }
+    auto* block =
+        static_cast<unsigned char*>(card.memory().allocate(bytes, card.stream(), Pages::kHuge));
     ASSERT_NE(block, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
     const MemoryRange range = find_memory(block + bytes - 1);
@@ -308,7 +316,7 @@ TEST(CardMemory, LargeBlocksStartOnHugePagesAndHoldEveryByte) {
         }
       }
     }
-    card.memory().deallocate(block, bytes, card.stream());
+    card.memory().deallocate(block, bytes, card.stream(), Pages::kHuge);
     EXPECT_EQ(find_memory(block).kind, MemoryKind::kPageable);
   }
   EXPECT_EQ(card.memory().bytes_in_use(), 0u);
