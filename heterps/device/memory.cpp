@@ -4,6 +4,10 @@
 #include <cstring>
 #include <new>
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+#include <sys/mman.h>
+#endif
+
 #include "heterps/device/counters.hpp"
 #include "heterps/device/cuda_check.hpp"
 #include "heterps/device/memory_registry.hpp"
@@ -14,6 +18,48 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 std::size_t round_up(std::size_t bytes) {
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+// Pages::kHuge blocks (memory.hpp) of at least one huge page are mapped on their own, starting on
+// a 2 MiB boundary, with MADV_HUGEPAGE over their whole 2 MiB spans; the tail past the last whole
+// span keeps small pages, so no block holds more memory than it asked for. With THP off (or
+// "never") the advice changes nothing.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kSmallPage = 4096;
+std::size_t round_up_to(std::size_t bytes, std::size_t unit) {
+  return (bytes + unit - 1) / unit * unit;
+}
+
+void* map_huge(std::size_t bytes) {
+  const std::size_t length = round_up_to(bytes, kSmallPage);
+  // Over-map by 2 MiB less a page, then give back the head and tail around the aligned block.
+  const std::size_t span = length + kHugePage - kSmallPage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = round_up_to(start, kHugePage);
+  if (aligned > start) munmap(raw, aligned - start);
+  const std::uintptr_t end = aligned + length;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  void* block = reinterpret_cast<void*>(aligned);
+  const std::size_t huge = length / kHugePage * kHugePage;
+  if (huge > 0) madvise(block, huge, MADV_HUGEPAGE);  // advice only: its failure changes nothing
+  return block;
+}
+
+bool maps_huge(std::size_t bytes, Pages pages) {
+  return pages == Pages::kHuge && bytes >= kHugePage;
+}
+void* allocate_host_block(std::size_t bytes, Pages pages) {
+  return maps_huge(bytes, pages) ? map_huge(bytes)
+                                 : std::aligned_alloc(kAlignment, round_up(bytes));
+}
+void free_host_block(void* ptr, std::size_t bytes, Pages pages) {
+  if (maps_huge(bytes, pages)) {
+    munmap(ptr, round_up_to(bytes, kSmallPage));
+  } else {
+    std::free(ptr);
+  }
 }
 #endif
 
@@ -61,7 +107,7 @@ void account_copy(void* dst, const void* src, std::size_t bytes, const Stream& s
 
 }  // namespace
 
-void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
+void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages) {
   if (bytes == 0) return nullptr;
   if (counters_ != nullptr) {
     const char* open_collective = counters_->add_allocation();
@@ -74,6 +120,7 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   }
   void* ptr = nullptr;
 #if defined(GPUBOX_BACKEND_CUDA)
+  (void)pages;  // the pool's card memory is on 2 MiB pages already
   DeviceGuard guard(device_);
   cudaError_t err = cudaMallocAsync(&ptr, bytes, stream.native());
   if (err != cudaSuccess) {
@@ -82,7 +129,7 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   }
 #else
   (void)stream;
-  ptr = std::aligned_alloc(kAlignment, round_up(bytes));
+  ptr = allocate_host_block(bytes, pages);
   if (ptr == nullptr) {
     GPUBOX_FAIL("card ", device_, ": cannot allocate ", bytes, " bytes of host memory; in use ",
                 bytes_in_use(), " bytes");
@@ -96,16 +143,18 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream) {
   return ptr;
 }
 
-void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream) noexcept {
+void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
+                            Pages pages) noexcept {
   if (ptr == nullptr) return;
   unregister_memory(ptr);
 #if defined(GPUBOX_BACKEND_CUDA)
   // On the owning device whatever the caller has current (teardown runs on the main thread).
+  (void)pages;
   DeviceGuard guard(device_, std::nothrow);
   cudaFreeAsync(ptr, stream.native());
 #else
   (void)stream;
-  std::free(ptr);
+  free_host_block(ptr, bytes, pages);
 #endif
   in_use_.fetch_sub(bytes, std::memory_order_relaxed);
 }

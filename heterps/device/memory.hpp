@@ -19,10 +19,18 @@
 
 namespace gpubox::device {
 
+// How a card block is paged. kHuge: a long-lived block read at random over its whole size (the
+// hash table's slots, row pool pages): on the cpu backend a block of 2 MiB or more is mapped on
+// its own on a 2 MiB boundary with transparent huge pages over its whole 2 MiB spans (with 4 KiB
+// pages nearly every random access also missed the TLB), the tail on small pages. Not for blocks
+// that come and go: each is then a fresh mapping the kernel zeroes. CUDA: the same either way
+// (cudaMallocAsync's pool already maps card memory in 2 MiB pages).
+enum class Pages : uint8_t { kSmall, kHuge };
+
 // Allocates card memory and counts it. CUDA: stream-ordered (cudaMallocAsync) from `device`'s
 // memory pool, under a DeviceGuard (the calling thread's current device is left as it was).
-// cpu: 64-byte-aligned host memory standing in for the card's arena. Every block is registered
-// as card `device` memory (memory_registry.hpp).
+// cpu: 64-byte-aligned host memory standing in for the card's arena (Pages::kHuge blocks: see
+// Pages). Every block is registered as card `device` memory (memory_registry.hpp).
 // Thread-safe (the counters are atomic); owned by its Card and must outlive its buffers.
 class CardMemory {
  public:
@@ -33,8 +41,10 @@ class CardMemory {
   CardMemory(const CardMemory&) = delete;
   CardMemory& operator=(const CardMemory&) = delete;
 
-  void* allocate(std::size_t bytes, const Stream& stream);
-  void deallocate(void* ptr, std::size_t bytes, const Stream& stream) noexcept;
+  void* allocate(std::size_t bytes, const Stream& stream, Pages pages = Pages::kSmall);
+  // `bytes` and `pages` as allocated.
+  void deallocate(void* ptr, std::size_t bytes, const Stream& stream,
+                  Pages pages = Pages::kSmall) noexcept;
 
   int device() const { return device_; }
   std::size_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
@@ -75,8 +85,9 @@ class device_buffer {
 
  public:
   device_buffer() = default;
-  device_buffer(std::size_t count, CardMemory& memory, const Stream& stream)
-      : memory_(&memory), stream_(&stream) {
+  device_buffer(std::size_t count, CardMemory& memory, const Stream& stream,
+                Pages pages = Pages::kSmall)
+      : memory_(&memory), stream_(&stream), pages_(pages) {
     reserve(count);
     size_ = count;
   }
@@ -115,7 +126,7 @@ class device_buffer {
   void clear() { size_ = 0; }
   // Frees the memory; the buffer stays usable (with the same memory and stream).
   void release() noexcept {
-    if (data_ != nullptr) memory_->deallocate(data_, capacity_ * sizeof(T), *stream_);
+    if (data_ != nullptr) memory_->deallocate(data_, capacity_ * sizeof(T), *stream_, pages_);
     data_ = nullptr;
     size_ = capacity_ = 0;
   }
@@ -131,10 +142,10 @@ class device_buffer {
     // Contents not kept: free first, so the old and the new block are never alive together
     // (stream-ordered on CUDA: the pool may hand the same memory back).
     if (!keep || size_ == 0) release();
-    T* fresh = static_cast<T*>(memory_->allocate(new_capacity * sizeof(T), *stream_));
+    T* fresh = static_cast<T*>(memory_->allocate(new_capacity * sizeof(T), *stream_, pages_));
     if (data_ != nullptr) {
       copy_async(fresh, data_, size_, *stream_);
-      memory_->deallocate(data_, capacity_ * sizeof(T), *stream_);
+      memory_->deallocate(data_, capacity_ * sizeof(T), *stream_, pages_);
     }
     data_ = fresh;
     capacity_ = new_capacity;
@@ -145,6 +156,7 @@ class device_buffer {
     std::swap(capacity_, other.capacity_);
     std::swap(memory_, other.memory_);
     std::swap(stream_, other.stream_);
+    std::swap(pages_, other.pages_);
   }
 
   T* data_ = nullptr;
@@ -152,6 +164,7 @@ class device_buffer {
   std::size_t capacity_ = 0;
   CardMemory* memory_ = nullptr;
   const Stream* stream_ = nullptr;
+  Pages pages_ = Pages::kSmall;
 };
 
 // Owning, move-only pinned host array.

@@ -29,6 +29,7 @@ namespace gpubox::heter_comm {
 namespace {
 
 using detail::position_t;
+using sparse::kRowPrefetchDistance;
 using sparse::row_index_t;
 
 // Owner side of pull: the record of each received key, one thread per (record, field) so that
@@ -36,11 +37,15 @@ using sparse::row_index_t;
 struct FillPullRecords {
   sparse::CardStoreRef store;
   const row_index_t* rows;
+  std::size_t count;  // records
   float* records;
   int32_t dim;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t r = item / static_cast<std::size_t>(dim);
     const int32_t f = static_cast<int32_t>(item % static_cast<std::size_t>(dim));
+    if (f == 0 && r + kRowPrefetchDistance < count) {
+      store.prefetch_read(rows[r + kRowPrefetchDistance]);
+    }
     records[item] = table::pull_record_field(store.row(rows[r]), store.layout(), f);
   }
 };
@@ -102,8 +107,10 @@ struct ApplyUpdates {
   const float* grads;
   table::AccessorConfig config;
   const uint32_t* veto;  // null, or apply only while *veto == kNoVeto
+  std::size_t count;     // merged keys
   GPUBOX_HD void operator()(std::size_t m) const {
     if (veto != nullptr && *veto != kNoVeto) return;
+    if (m + kRowPrefetchDistance < count) store.prefetch_update(rows[m + kRowPrefetchDistance]);
     const table::RowLayout& layout = store.layout();
     optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
                           grads + m * static_cast<std::size_t>(layout.push_dim()));
@@ -206,13 +213,13 @@ class HeterComm::Impl {
       // their records come from its replica, nothing travels back.
       device::parallel_for(
           stream, unique * dim,
-          FillPullRecords{store_->ref(), recv_rows_.data() + recv_offsets_[comm_->rank()],
+          FillPullRecords{store_->ref(), recv_rows_.data() + recv_offsets_[comm_->rank()], unique,
                           send_records_.data(), static_cast<int32_t>(dim)});
     } else {
       recv_records_.resize_discard(received * dim);
       device::parallel_for(stream, received * dim,
-                           FillPullRecords{store_->ref(), recv_rows_.data(), recv_records_.data(),
-                                           static_cast<int32_t>(dim)});
+                           FillPullRecords{store_->ref(), recv_rows_.data(), received,
+                                           recv_records_.data(), static_cast<int32_t>(dim)});
       // Records travel back along the keys' route, reversed.
       for (int c = 0; c < total_cards_; ++c) {
         send_scaled_[c] = recv_counts_[c] * dim;
@@ -420,7 +427,7 @@ class HeterComm::Impl {
     device::parallel_for(
         stream, merged,
         ApplyUpdates{store_->ref(), merged_rows_.data(), owner_merge_.unique_keys(),
-                     merged_records_.data(), config_, veto});
+                     merged_records_.data(), config_, veto, merged});
     last_.merged_updates = merged;
   }
 

@@ -33,12 +33,15 @@ struct MarkClean {
 struct GatherRecords {
   RowPoolsRef pools;
   const row_index_t* rows;
+  std::size_t count;  // rows
   float* out;
   int32_t record_stride;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t stride = static_cast<std::size_t>(record_stride);
-    const row_index_t handle = rows[item / stride];
+    const std::size_t r = item / stride;
+    const row_index_t handle = rows[r];
     const auto f = static_cast<int32_t>(item % stride);
+    if (f == 0 && r + kRowPrefetchDistance < count) pools.prefetch(rows[r + kRowPrefetchDistance]);
     out[item] = f < pools.stride(handle) ? pools.row(handle)[f] : 0.0f;
   }
 };
@@ -47,11 +50,16 @@ struct ScatterRecords {
   RowPoolsRef pools;
   const float* records;
   const row_index_t* rows;
+  std::size_t count;  // rows
   int32_t record_stride;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t stride = static_cast<std::size_t>(record_stride);
-    const row_index_t handle = rows[item / stride];
+    const std::size_t r = item / stride;
+    const row_index_t handle = rows[r];
     const auto f = static_cast<int32_t>(item % stride);
+    if (f == 0 && r + kRowPrefetchDistance < count) {
+      pools.prefetch</*kWrite=*/true>(rows[r + kRowPrefetchDistance]);
+    }
     if (f < pools.stride(handle)) pools.row(handle)[f] = records[item];
   }
 };
@@ -144,9 +152,11 @@ struct SumChunkMisses {
 struct RowScores {
   RowPoolsRef pages;
   const row_index_t* rows;
+  std::size_t count;
   float* scores;
   table::AccessorConfig config;
   GPUBOX_HD void operator()(std::size_t i) const {
+    if (i + kRowPrefetchDistance < count) pages.prefetch(rows[i + kRowPrefetchDistance]);
     scores[i] = table::row_score(pages.row(rows[i]), config);
   }
 };
@@ -378,7 +388,7 @@ void CardSparseStore::scatter_records(const float* records, const row_index_t* r
                                       const device::Stream& stream) {
   const int32_t stride = record_stride();
   device::parallel_for(stream, n * static_cast<std::size_t>(stride),
-                       ScatterRecords{table_.rows(), records, rows, stride});
+                       ScatterRecords{table_.rows(), records, rows, n, stride});
 }
 
 std::size_t CardSparseStore::insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
@@ -564,12 +574,12 @@ void CardSparseStore::gather_rows(const row_index_t* rows, std::size_t n, float*
                                   const device::Stream& stream) const {
   const int32_t stride = record_stride();
   device::parallel_for(stream, n * static_cast<std::size_t>(stride),
-                       GatherRecords{table_.rows(), rows, rows_out, stride});
+                       GatherRecords{table_.rows(), rows, n, rows_out, stride});
 }
 
 void CardSparseStore::row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
                                  const device::Stream& stream) const {
-  device::parallel_for(stream, n, RowScores{table_.rows(), rows, scores_out, config_});
+  device::parallel_for(stream, n, RowScores{table_.rows(), rows, n, scores_out, config_});
 }
 
 void CardSparseStore::row_dirty(const row_index_t* rows, std::size_t n, uint8_t* dirty_out,

@@ -9,6 +9,11 @@
 
 namespace gpubox::sparse {
 
+// How far ahead a loop over rows at random (pull records, optimizer updates, a pass's gathers
+// and scatters) prefetches on the cpu backend (RowPagesRef::prefetch): at 10^8 keys nearly every
+// row is a cache and TLB miss, and the work of ~8 rows covers one.
+inline constexpr std::size_t kRowPrefetchDistance = 8;
+
 // The dirty flags of a store's pools, by row handle. Trivially copyable.
 struct DirtyFlagsRef {
   uint8_t* pools[kMaxRowPools] = {};
@@ -33,6 +38,17 @@ class CardStoreRef {
   // The record layout (table::record_layout): a row says its own width (RowLayout::of_row).
   GPUBOX_HD const table::RowLayout& layout() const { return layout_; }
   GPUBOX_HD float* row(row_index_t index) const { return rows_.row(index); }
+  // Hints for a loop over rows at random (RowPagesRef::prefetch; nothing on the card): a read of
+  // the row soon, or an update of it (the row and its dirty mark).
+  GPUBOX_HD GPUBOX_FORCEINLINE void prefetch_read(row_index_t index) const {
+    rows_.prefetch(index);
+  }
+  GPUBOX_HD GPUBOX_FORCEINLINE void prefetch_update(row_index_t index) const {
+    rows_.prefetch</*kWrite=*/true>(index);
+#if !GPUBOX_ON_DEVICE
+    if (index != kInvalidRow) __builtin_prefetch(&dirty_[index], 1);
+#endif
+  }
   // The key's row index, or kInvalidRow when the card does not hold it.
   GPUBOX_HD row_index_t find(uint64_t key) const { return table_.find(key); }
   // The row changed since it came from the host tier: end_pass writes it back. Several threads

@@ -145,7 +145,7 @@ CardHashTable::CardHashTable(device::Card& card, const HashTableOptions& options
       codec_(RowHandleCodec::for_pools(
           std::max<int32_t>(1, static_cast<int32_t>(options.pool_strides.size())))),
       pools_(make_pools(card, options, codec_)),
-      slots_(0, card.memory(), card.stream()),
+      slots_(0, card.memory(), card.stream(), device::Pages::kHuge),  // probed at random
       side_rows_(2, card.memory(), card.stream()),
       created_scratch_(0, card.memory(), card.stream()),
       rows_scratch_(0, card.memory(), card.stream()),

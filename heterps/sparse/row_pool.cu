@@ -109,8 +109,9 @@ void RowPool::add_pages(std::size_t count, const device::Stream& stream) {
   if (stride_ > 0) {
     page_table_.resize(pages_.size() + count);  // a few pointers: the only thing ever copied
     for (std::size_t p = 0; p < count; ++p) {
+      // Read at random for the pool's life: on huge pages (device::Pages).
       device::device_buffer<float> page(page_rows() * static_cast<std::size_t>(stride_),
-                                        card_->memory(), card_->stream());
+                                        card_->memory(), card_->stream(), device::Pages::kHuge);
       device::memset_bytes_async(page.data(), 0, page.bytes(), stream);
       device::parallel_for(stream, 1, SetPage{page_table_.data(), pages_.size(), page.data()});
       pages_.push_back(std::move(page));

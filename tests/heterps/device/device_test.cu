@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "heterps/device/card.hpp"
@@ -249,6 +252,76 @@ TEST(DeviceCounters, AllocationWhileACollectiveIsInFlightIsCountedAndFatalUnderT
 }
 
 // ---- the memory registry and GPUBOX_DEVICE_CHECK -------------------------------------------
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The VmFlags of the mapping of /proc/self/smaps that holds `address` ("" when none does).
+std::string vm_flags_at(const void* address) {
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// cpu backend: Pages::kHuge blocks of 2 MiB and more (hash table slots, row pool pages) start on
+// a 2 MiB boundary and ask for transparent huge pages over their whole 2 MiB spans only (the tail
+// keeps small pages: no block holds more than it asked for); smaller ones, and Pages::kSmall
+// blocks of any size, are plain heap memory without the advice.
+TEST(CardMemory, HugePageBlocksStartOnHugePagesAndHoldEveryByte) {
+  GPUBOX_REQUIRE_CARDS(1);
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const bool thp = std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
+  for (const std::size_t bytes : {kHuge - 64, kHuge, kHuge + 4096 + 8, 2 * kHuge + kHuge / 4}) {
+    SCOPED_TRACE(bytes);
+    {
+      // The default: no advice, whatever the size (blocks that come and go reuse heap memory).
+      void* plain = card.memory().allocate(bytes, card.stream());
+      EXPECT_EQ(vm_flags_at(plain).find(" hg"), std::string::npos) << vm_flags_at(plain);
+      card.memory().deallocate(plain, bytes, card.stream());
+    }
+    auto* block =
+        static_cast<unsigned char*>(card.memory().allocate(bytes, card.stream(), Pages::kHuge));
+    ASSERT_NE(block, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
+    const MemoryRange range = find_memory(block + bytes - 1);
+    EXPECT_EQ(range.kind, MemoryKind::kCard);
+    EXPECT_EQ(range.bytes, bytes);
+    for (std::size_t i = 0; i < bytes; ++i) block[i] = static_cast<unsigned char>(i * 7 + 3);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < bytes; ++i) {
+      wrong += block[i] != static_cast<unsigned char>(i * 7 + 3);
+    }
+    EXPECT_EQ(wrong, 0u);
+    if (bytes >= kHuge) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % kHuge, 0u);
+      if (thp) {
+        const std::size_t spans = bytes / kHuge;
+        EXPECT_NE(vm_flags_at(block).find(" hg"), std::string::npos) << vm_flags_at(block);
+        EXPECT_NE(vm_flags_at(block + spans * kHuge - 1).find(" hg"), std::string::npos);
+        if (bytes % kHuge != 0) {  // the tail past the last whole span: small pages
+          EXPECT_EQ(vm_flags_at(block + spans * kHuge).find(" hg"), std::string::npos)
+              << vm_flags_at(block + spans * kHuge);
+        }
+      }
+    }
+    card.memory().deallocate(block, bytes, card.stream(), Pages::kHuge);
+    EXPECT_EQ(find_memory(block).kind, MemoryKind::kPageable);
+  }
+  EXPECT_EQ(card.memory().bytes_in_use(), 0u);
+}
+#endif
 
 TEST(MemoryRegistry, TellsCardPinnedAndPageableMemoryApart) {
   GPUBOX_REQUIRE_CARDS(2);
