@@ -143,15 +143,19 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
                               " has a width that this config's hyper_parameters.slot_dims does " +
                               "not give its slot (a save made with other slot_dims?)");
   };
-  // A model record's slot (its third float) becomes a row's int32 slot and, with slot_dims,
-  // decides the record's length: a value that is not one (corrupt or hostile file) is refused
-  // here, before any cast. Records of a fixed length (shape.fixed) are not model records.
-  const bool has_slot = shape.kind == RecordKind::kModel && shape.fixed < 0;
+  // A record's slot (a model record's third float, a full row's slot field) becomes a row's
+  // int32 slot (cast wherever the row is read) and, for a model record with slot_dims, decides
+  // its length: a value that is not one (corrupt or hostile file) is refused here, before any
+  // cast. Records of a fixed length (shape.fixed) are neither.
+  const bool has_slot = shape.fixed < 0;
+  const int32_t slot_at = shape.kind == RecordKind::kModel ? 2 : shape.record.slot();
+  const char* what = shape.kind == RecordKind::kModel ? ": the model record of key "
+                                                      : ": the full-row record of key ";
   const auto bad_slot = [&](uint64_t key, const std::string& at, float slot) {
     char text[32];
     const auto r = std::to_chars(text, text + sizeof(text), slot);
-    return Status::Corruption(where + at + ": the model record of key " + std::to_string(key) +
-                              " has slot " + std::string(text, r.ptr) +
+    return Status::Corruption(where + at + what + std::to_string(key) + " has slot " +
+                              std::string(text, r.ptr) +
                               ", not a whole number in int32's range (corrupt file?)");
   };
   if (form == SaveForm::kBinary) {
@@ -167,8 +171,8 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
       uint64_t key = 0;
       std::memcpy(&key, data.data() + at, sizeof(uint64_t));
       std::memcpy(head.data(), data.data() + at + sizeof(uint64_t), sizeof(float) * prefix);
-      if (has_slot && prefix > 2 && !is_slot_value(head[2])) {
-        return bad_slot(key, " at byte " + std::to_string(at), head[2]);
+      if (has_slot && prefix > slot_at && !is_slot_value(head[slot_at])) {
+        return bad_slot(key, " at byte " + std::to_string(at), head[slot_at]);
       }
       const int32_t floats = shape.floats(head.data());
       if (floats < 0) return bad_width(key, "");
@@ -182,8 +186,8 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
       const std::size_t base = recs->size();
       recs->resize(base + max, 0.0f);
       std::memcpy(recs->data() + base, data.data() + at + sizeof(uint64_t), sizeof(float) * floats);
-      if (has_slot && prefix == 0 && !is_slot_value((*recs)[base + 2])) {
-        return bad_slot(key, " at byte " + std::to_string(at), (*recs)[base + 2]);
+      if (has_slot && prefix == 0 && !is_slot_value((*recs)[base + slot_at])) {
+        return bad_slot(key, " at byte " + std::to_string(at), (*recs)[base + slot_at]);
       }
       at += record_bytes;
     }
@@ -213,8 +217,8 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
     int32_t floats = prefix == 0 ? max : -1;
     for (int32_t i = 0; floats < 0 || i < floats; ++i) {
       if (floats < 0 && i == prefix) {
-        if (has_slot && !is_slot_value(values[2])) {
-          return bad_slot(key, " line " + std::to_string(line), values[2]);
+        if (has_slot && !is_slot_value(values[slot_at])) {
+          return bad_slot(key, " line " + std::to_string(line), values[slot_at]);
         }
         floats = shape.floats(values.data());
         if (floats < 0) return bad_width(key, " line " + std::to_string(line));
@@ -236,8 +240,8 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
     if (skip_spaces(q, eol) != eol) {
       return fail("more than " + std::to_string(floats) + " values");
     }
-    if (has_slot && prefix == 0 && !is_slot_value(values[2])) {
-      return bad_slot(key, " line " + std::to_string(line), values[2]);
+    if (has_slot && prefix == 0 && !is_slot_value(values[slot_at])) {
+      return bad_slot(key, " line " + std::to_string(line), values[slot_at]);
     }
     keys->push_back(key);
     values.resize(static_cast<std::size_t>(max), 0.0f);

@@ -67,7 +67,8 @@ RecordShape record_shape(RecordKind kind, const AccessorConfig& cfg);
 
 // Parses a whole part file. `where` names the file in errors (with the line for text, the byte
 // offset for binary). Records come back `shape.max()` floats apart, a shorter one zero-padded.
-// A model record (shape.fixed < 0) whose slot is not is_slot_value is corrupt.
+// A record (shape.fixed < 0; a model record's or a full row's) whose slot is not is_slot_value
+// is corrupt.
 Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
                      const std::string& where, std::vector<uint64_t>* keys,
                      std::vector<float>* recs);

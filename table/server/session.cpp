@@ -206,6 +206,31 @@ void Session::on_frame() {
   answer(std::move(reply));
 }
 
+namespace {
+// A refusal's reason can quote what the client sent (a SAVE path, say): one log line of at most
+// kMaxLogged bytes, control characters escaped, so a client cannot forge or flood lines.
+std::string loggable(const std::string& text) {
+  constexpr std::size_t kMaxLogged = 256;
+  std::string out;
+  for (const char c : text) {
+    if (out.size() >= kMaxLogged) {
+      out += "... (" + std::to_string(text.size()) + " bytes)";
+      break;
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void Session::answer(Reply reply) {
   // Aborted means "retry later" (the in-flight budget, a request still being applied): load,
   // not a refusal.
@@ -214,7 +239,7 @@ void Session::answer(Reply reply) {
                        std::string("gpubox_server: refused ") + op_name(header_.op) + " request " +
                            std::to_string(header_.request_id) + " of client " +
                            std::to_string(header_.client_id) + " from " + peer_ + ": " +
-                           Status::code_name(reply.status) + ": " + reply.error);
+                           Status::code_name(reply.status) + ": " + loggable(reply.error));
   }
   send(std::move(reply));
 }

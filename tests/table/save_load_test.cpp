@@ -341,7 +341,7 @@ TEST(SaveLoad, MalformedTextRecordsNameTheLine) {
 // whole number in int32's range (NaN, infinite, fractional, out of range) is refused as corrupt,
 // naming the file and the line (text) or byte offset (binary), with one width and with slot_dims
 // (where the slot also decides the record's length). The good record before it parses.
-TEST(SaveLoad, ModelRecordWithABadSlotIsRefusedByFileAndRecord) {
+TEST(SaveLoad, ARecordWithABadSlotIsRefusedByFileAndRecord) {
   const AccessorConfig one_width = testing::test_optimizer(SparseOptimizerKind::kSgd, 4);
   const AccessorConfig mixed = with_slot_dims(one_width, {{3, 2}});
   const float bad_slots[] = {std::numeric_limits<float>::quiet_NaN(),
@@ -351,40 +351,50 @@ TEST(SaveLoad, ModelRecordWithABadSlotIsRefusedByFileAndRecord) {
                              2147483648.0f,
                              -2147483904.0f,
                              3e38f};
-  for (const AccessorConfig& cfg : {one_width, mixed}) {
-    const RecordShape shape = record_shape(RecordKind::kModel, cfg);
-    const int32_t floats = record_floats(RecordKind::kModel, RowLayout::for_slot(cfg, 1));
-    for (const SaveForm form : {SaveForm::kText, SaveForm::kBinary}) {
-      for (const float slot : bad_slots) {
-        SCOPED_TRACE(std::string(name_of(kSaveFormNames, form)) + ", slot " + std::to_string(slot) +
-                     (shape.uniform ? ", one width" : ", slot_dims"));
-        std::vector<float> rec(static_cast<std::size_t>(floats), 0.5f);
-        rec[2] = 1.0f;  // a good record first
-        std::string data;
-        append_record(form, 7, rec.data(), floats, &data);
-        const std::size_t second = data.size();
-        rec[2] = slot;
-        append_record(form, 8, rec.data(), floats, &data);
-        std::vector<uint64_t> keys;
-        std::vector<float> recs;
-        const Status st = parse_records(form, data, shape, "part-00003", &keys, &recs);
-        ASSERT_EQ(st.code(), Status::Code::kCorruption) << st.to_string();
-        const std::string at = form == SaveForm::kText
-                                   ? "part-00003 line 2"
-                                   : "part-00003 at byte " + std::to_string(second);
-        EXPECT_NE(st.message().find(at), std::string::npos) << st.to_string();
-        EXPECT_NE(st.message().find("key 8 has slot"), std::string::npos) << st.to_string();
-      }
-      // Slots at int32's ends are slots.
-      for (const float slot : {-2147483648.0f, 2147483520.0f, 0.0f}) {
-        std::vector<float> rec(static_cast<std::size_t>(floats), 0.5f);
-        rec[2] = slot;
-        std::string data;
-        append_record(form, 9, rec.data(), floats, &data);
-        std::vector<uint64_t> keys;
-        std::vector<float> recs;
-        EXPECT_TRUE(parse_records(form, data, shape, "p", &keys, &recs).ok()) << slot;
-        EXPECT_EQ(keys, std::vector<uint64_t>{9});
+  for (const RecordKind kind : {RecordKind::kModel, RecordKind::kFullRow}) {
+    for (const AccessorConfig& cfg : {one_width, mixed}) {
+      const RecordShape shape = record_shape(kind, cfg);
+      const RowLayout layout = RowLayout::for_slot(cfg, 1);
+      const int32_t floats = record_floats(kind, layout);
+      // Where the record keeps its slot (and, a full row, its width).
+      const std::size_t slot_at = kind == RecordKind::kModel ? 2 : layout.unpacked().slot();
+      std::vector<float> good(static_cast<std::size_t>(floats), 0.5f);
+      if (kind == RecordKind::kFullRow) good[layout.unpacked().mf_dim_offset()] = layout.mf_dim;
+      const std::string label = kind == RecordKind::kModel ? "model" : "full-row";
+      for (const SaveForm form : {SaveForm::kText, SaveForm::kBinary}) {
+        for (const float slot : bad_slots) {
+          SCOPED_TRACE(label + ", " + name_of(kSaveFormNames, form) + ", slot " +
+                       std::to_string(slot) + (shape.uniform ? ", one width" : ", slot_dims"));
+          std::vector<float> rec = good;
+          rec[slot_at] = 1.0f;  // a good record first
+          std::string data;
+          append_record(form, 7, rec.data(), floats, &data);
+          const std::size_t second = data.size();
+          rec[slot_at] = slot;
+          append_record(form, 8, rec.data(), floats, &data);
+          std::vector<uint64_t> keys;
+          std::vector<float> recs;
+          const Status st = parse_records(form, data, shape, "part-00003", &keys, &recs);
+          ASSERT_EQ(st.code(), Status::Code::kCorruption) << st.to_string();
+          const std::string at = form == SaveForm::kText
+                                     ? "part-00003 line 2"
+                                     : "part-00003 at byte " + std::to_string(second);
+          EXPECT_NE(st.message().find(at), std::string::npos) << st.to_string();
+          EXPECT_NE(st.message().find(label + " record of key 8 has slot"), std::string::npos)
+              << st.to_string();
+        }
+        // Slots at int32's ends are slots.
+        for (const float slot : {-2147483648.0f, 2147483520.0f, 0.0f}) {
+          std::vector<float> rec = good;
+          rec[slot_at] = slot;
+          std::string data;
+          append_record(form, 9, rec.data(), floats, &data);
+          std::vector<uint64_t> keys;
+          std::vector<float> recs;
+          const Status st = parse_records(form, data, shape, "p", &keys, &recs);
+          EXPECT_TRUE(st.ok()) << label << " " << slot << ": " << st.to_string();
+          EXPECT_EQ(keys, std::vector<uint64_t>{9});
+        }
       }
     }
   }
