@@ -453,24 +453,46 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
 }
 
 // Buckets that are ranges of key values, so the buckets' sorted keys laid end to end are sorted
-// (the pass's users need its keys sorted: one sort fewer than sorting them again): a key's 8
-// highest bits among the bits any key of the data set uses (their OR), so hashed feasigns and
-// small dense ones alike spread over the buckets. A fixed bucket count keeps the output
-// independent of thread_num.
+// (the pass's users need its keys sorted: one sort fewer than sorting them again). The ranges are
+// cut at quantiles of a sample of the key occurrences, so each bucket gets about as many
+// occurrences whatever the keys look like (hashed feasigns, small dense ids, slot-prefixed ids,
+// an outlier near 2^64): each bucket's dedup table is sized by its occurrences and runs on one
+// thread. The bounds change where work goes, never the result (the distinct keys sorted, each
+// with its first occurrence's slot); a fixed bucket count keeps that independent of thread_num.
 constexpr std::size_t kUniqueKeyBuckets = 256;
+// Occurrences sampled (evenly spaced in load order) to cut the ranges.
+constexpr std::size_t kBucketSample = 64 * kUniqueKeyBuckets;
 struct KeyRangeBucket {
-  int shift = 0;
+  std::vector<std::uint64_t> bounds;  // ascending; bucket b holds bounds[b-1] <= key < bounds[b]
   std::size_t operator()(int, std::uint64_t key) const {
-    return static_cast<std::size_t>(key >> shift);
+    return static_cast<std::size_t>(std::upper_bound(bounds.begin(), bounds.end(), key) -
+                                    bounds.begin());
   }
 };
 KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
-  std::uint64_t any = 0;
-  for (const InstanceBlock& b : blocks) {
-    for (const std::uint64_t key : b.keys) any |= key;
+  std::size_t total = 0;
+  for (const InstanceBlock& b : blocks) total += b.keys.size();
+  std::vector<std::uint64_t> sample;
+  if (total > 0) {
+    const std::size_t stride = std::max<std::size_t>(1, total / kBucketSample);
+    std::size_t next = stride / 2;
+    std::size_t base = 0;
+    for (const InstanceBlock& b : blocks) {
+      for (; next < base + b.keys.size(); next += stride) {
+        const std::uint64_t key = b.keys[next - base];
+        if (key != 0) sample.push_back(key);  // key 0 is not a key (filtered out)
+      }
+      base += b.keys.size();
+    }
   }
-  const int bits = any == 0 ? 0 : 64 - __builtin_clzll(any);
-  return KeyRangeBucket{std::max(0, bits - 8)};
+  std::sort(sample.begin(), sample.end());
+  KeyRangeBucket out;
+  if (sample.empty()) return out;  // every key in bucket 0
+  out.bounds.reserve(kUniqueKeyBuckets - 1);
+  for (std::size_t b = 1; b < kUniqueKeyBuckets; ++b) {
+    out.bounds.push_back(sample[b * sample.size() / kUniqueKeyBuckets]);
+  }
+  return out;
 }
 
 }  // namespace

@@ -21,9 +21,11 @@ std::size_t round_up(std::size_t bytes) {
 }
 
 // Pages::kHuge blocks (memory.hpp) of at least one huge page are mapped on their own, starting on
-// a 2 MiB boundary, with MADV_HUGEPAGE over their whole 2 MiB spans; the tail past the last whole
-// span keeps small pages, so no block holds more memory than it asked for. With THP off (or
-// "never") the advice changes nothing.
+// a 2 MiB boundary, with MADV_HUGEPAGE over the whole block: the kernel backs only whole 2 MiB
+// spans inside a mapping with huge pages, so the tail past the last one keeps small pages and no
+// block holds more memory than it asked for, and the block stays one mapping (advising the
+// whole spans only split each block in two, and a process may hold only vm.max_map_count
+// mappings). With THP off (or "never") the advice changes nothing.
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kSmallPage = 4096;
 std::size_t round_up_to(std::size_t bytes, std::size_t unit) {
@@ -42,8 +44,7 @@ void* map_huge(std::size_t bytes) {
   const std::uintptr_t end = aligned + length;
   if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
   void* block = reinterpret_cast<void*>(aligned);
-  const std::size_t huge = length / kHugePage * kHugePage;
-  if (huge > 0) madvise(block, huge, MADV_HUGEPAGE);  // advice only: its failure changes nothing
+  madvise(block, length, MADV_HUGEPAGE);  // advice only: its failure changes nothing
   return block;
 }
 

@@ -1112,9 +1112,12 @@ void PassManager::next_plan(int c, NextPassCard& next) {
 void PassManager::next_mark(int c, NextPassCard& next) {
   sparse::CardSparseStore& store = *stores_[c];
   const device::Stream& stream = cards_.card(c).stream();
-  // A chunk of the training pass's keys (shared, every card's): this card's among them.
+  // A window of the training pass's keys (shared, every card's): this card's among them, about
+  // a chunk of them (the window spans a chunk per local card).
   const std::vector<uint64_t>& keys = *next.current_keys;
-  const std::size_t stop = std::min(keys.size(), next.at + options_.next_pass_chunk_keys);
+  const std::size_t window =
+      options_.next_pass_chunk_keys * static_cast<std::size_t>(cards_.num_local_cards());
+  const std::size_t stop = std::min(keys.size(), next.at + window);
   const int total_cards = cards_.total_cards();
   const int first_rank = cards_.trainer_id() * cards_.num_local_cards();
   std::vector<uint64_t> mine;
@@ -1184,6 +1187,10 @@ void PassManager::next_list(int c, NextPassCard& next) {
     // its newest value is only here. Nothing inserts between next_mark and here, so every row
     // has a mark; one past them is not a candidate either.
     if (rows[i] >= next.marks.size() || next.marks[rows[i]] != 0 || dirty[i] != 0) continue;
+    if (next.lacking == 0) {  // nothing has to leave: every candidate stays
+      next.passed_over = true;
+      continue;
+    }
     const std::pair<float, uint64_t> candidate(scores[i], keys[i]);
     if (heap.size() < next.lacking) {
       heap.push_back(candidate);

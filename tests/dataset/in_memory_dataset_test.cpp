@@ -371,6 +371,67 @@ TEST(InMemoryDataset, UniqueKeysMatchASetOracle) {
   }
 }
 
+// The pass's keys come back sorted, each with the slot of its first occurrence in load order,
+// whatever the keys look like: small dense ids, slot-prefixed ids, hashed-looking ones and
+// outliers near 2^64 in one data set (the dedup cuts its buckets at quantiles of the keys).
+TEST(InMemoryDataset, UniqueKeysAreSortedWithTheirFirstSlotWhateverTheKeysLookLike) {
+  ScratchDir dir;
+  std::mt19937_64 rng(11);
+  std::vector<PlainInstance> instances;
+  std::string text;
+  for (int i = 0; i < 3000; ++i) {
+    PlainInstance p;
+    p.label = static_cast<float>(i % 2);
+    p.dense.assign(kDense, 0.0f);
+    p.slots.resize(kSlots);
+    for (int s = 0; s < kSlots; ++s) {
+      const int n = static_cast<int>(rng() % 4);
+      for (int k = 0; k < n; ++k) {
+        std::uint64_t key = 0;
+        switch (rng() % 4) {
+          case 0:
+            key = 1 + rng() % 50;
+            break;  // small, hot
+          case 1:
+            key = (static_cast<std::uint64_t>(1 + rng() % 3) << 40) | (rng() % 2000);
+            break;
+          case 2:
+            key = rng() | 1;
+            break;  // hashed
+          default:
+            key = ~std::uint64_t{0} - rng() % 5;
+            break;  // near 2^64
+        }
+        p.slots[s].push_back(key);
+      }
+    }
+    text += line_of(p) + "\n";
+    instances.push_back(p);
+  }
+  const std::string file = dir.write("mixed", text);
+  std::map<std::uint64_t, std::int32_t> first_slot;  // the oracle: load order, slot by slot
+  for (const PlainInstance& p : instances) {
+    for (int s = 0; s < kSlots; ++s) {
+      for (std::uint64_t key : p.slots[s]) first_slot.emplace(key, s + 1);
+    }
+  }
+  for (int threads : {1, 3}) {
+    InMemoryDataset ds(config(threads));
+    ds.set_filelist({file});
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    const UniqueKeys got = ds.unique_keys_and_slots();
+    ASSERT_EQ(got.keys.size(), first_slot.size());
+    ASSERT_EQ(got.slots.size(), first_slot.size());
+    std::size_t i = 0;
+    for (const auto& [key, slot] : first_slot) {
+      ASSERT_EQ(got.keys[i], key) << "position " << i << ", " << threads << " threads";
+      ASSERT_EQ(got.slots[i], slot) << "key " << key;
+      ++i;
+    }
+    EXPECT_EQ(ds.unique_keys(), got.keys);
+  }
+}
+
 TEST(InMemoryDataset, KeyZeroNeverReachesBatchesOrUniqueKeys) {
   ScratchDir dir;
   const std::string f = dir.write("z", "click:1 dense_feature:0 dense_feature:0 1:0 2:0 2:9\n");

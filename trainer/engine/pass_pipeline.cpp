@@ -181,6 +181,11 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
         GPUBOX_LOG(WARNING) << "pass " << pass << ": staging its rows ahead failed, its "
                             << "begin_pass pulls them: " << e.what();
         if (!plan_published) staging_planned->set_value(nullptr);
+      } catch (...) {
+        // Anything else (bad_alloc) is the job's error, thrown by take(); the cards stop waiting
+        // for a plan.
+        if (!plan_published) staging_planned->set_value(nullptr);
+        throw;
       }
       return prepared;
     };
