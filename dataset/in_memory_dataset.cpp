@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <limits>
 #include <memory>
@@ -463,10 +464,17 @@ constexpr std::size_t kUniqueKeyBuckets = 256;
 // Occurrences sampled (evenly spaced in load order) to cut the ranges.
 constexpr std::size_t kBucketSample = 64 * kUniqueKeyBuckets;
 struct KeyRangeBucket {
-  std::vector<std::uint64_t> bounds;  // ascending; bucket b holds bounds[b-1] <= key < bounds[b]
+  // kUniqueKeyBuckets - 1 ascending bounds: bucket b holds bounds[b-1] <= key < bounds[b].
+  std::array<std::uint64_t, kUniqueKeyBuckets - 1> bounds{};
+  // How many bounds are <= key: a branchless binary search of 8 fixed steps (2^8 - 1 bounds),
+  // run twice for every key occurrence of the pass.
   std::size_t operator()(int, std::uint64_t key) const {
-    return static_cast<std::size_t>(std::upper_bound(bounds.begin(), bounds.end(), key) -
-                                    bounds.begin());
+    static_assert(kUniqueKeyBuckets == 256, "8 steps search 255 bounds");
+    std::size_t at = 0;
+    for (std::size_t step = kUniqueKeyBuckets / 2; step > 0; step /= 2) {
+      at += bounds[at + step - 1] <= key ? step : 0;
+    }
+    return at;
   }
 };
 KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
@@ -487,10 +495,10 @@ KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
   }
   std::sort(sample.begin(), sample.end());
   KeyRangeBucket out;
-  if (sample.empty()) return out;  // every key in bucket 0
-  out.bounds.reserve(kUniqueKeyBuckets - 1);
+  out.bounds.fill(std::numeric_limits<std::uint64_t>::max());  // no sample: one bucket (two)
+  if (sample.empty()) return out;
   for (std::size_t b = 1; b < kUniqueKeyBuckets; ++b) {
-    out.bounds.push_back(sample[b * sample.size() / kUniqueKeyBuckets]);
+    out.bounds[b - 1] = sample[b * sample.size() / kUniqueKeyBuckets];
   }
   return out;
 }

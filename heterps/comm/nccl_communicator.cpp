@@ -159,10 +159,15 @@ NcclGroup::~NcclGroup() {
     if (comm == nullptr) continue;
     Backoff backoff;
     ncclResult_t state = ncclInProgress;
-    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
-      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
+    // Each communicator is asked at least once, also after the deadline passed.
+    do {
+      const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+      if (query != ncclSuccess) {
+        state = query;  // the query's own failure is what to report
+        break;
+      }
       if (state == ncclInProgress) backoff.pause();
-    }
+    } while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline);
     if (state != ncclSuccess && first_error == ncclSuccess) first_error = state;
     settled = settled && state == ncclSuccess;
   }

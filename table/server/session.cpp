@@ -208,7 +208,8 @@ void Session::on_frame() {
 
 namespace {
 // A refusal's reason can quote what the client sent (a SAVE path, say): one log line of at most
-// kMaxLogged bytes, control characters escaped, so a client cannot forge or flood lines.
+// kMaxLogged bytes, control characters and every byte past ASCII escaped (no UTF-8 line
+// separators, no character cut in two), so a client cannot forge or flood lines.
 std::string loggable(const std::string& text) {
   constexpr std::size_t kMaxLogged = 256;
   std::string out;
@@ -218,7 +219,7 @@ std::string loggable(const std::string& text) {
       break;
     }
     const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
+    if (u < 0x20 || u >= 0x7f) {
       static const char* hex = "0123456789abcdef";
       out += "\\x";
       out += hex[u >> 4];

@@ -186,7 +186,14 @@ bool try_make_gemm(Gemm& gemm, Blas::Backend& backend, cublasOperation_t op_a,
   GPUBOX_CUBLAS_TRY(cublasLtMatmulDescCreate(&gemm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   gemm.set(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   gemm.set(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  // A cuBLASLt that does not know the epilogue refuses it here: no algorithm either.
+  const cublasStatus_t epilogue_status = cublasLtMatmulDescSetAttribute(
+      gemm.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+  if (epilogue_status == CUBLAS_STATUS_INVALID_VALUE ||
+      epilogue_status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    return false;
+  }
+  GPUBOX_CUBLAS_TRY(epilogue_status);
   if (mask_ld > 0) gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld);
   gemm.a = std::move(a);
   gemm.b = std::move(b);
@@ -293,10 +300,13 @@ void LinearGemms::prepare(int64_t batch) {
     make_gemm(plan.weights, backend, s.name, "weight gradient", CUBLAS_OP_N, CUBLAS_OP_T,
               Layout(in, s.out, rows, s.dz_ld), Layout(in, s.in, rows, s.x_ld),
               Layout(CUDA_R_32F, s.out, s.in, s.out), CUBLASLT_EPILOGUE_DEFAULT, 0);
+    // The ones' leading dimension rounded up to 8 elements (16 bytes of bf16, the alignment the
+    // heuristic is told); with one column only `rows` of them are read.
+    const int64_t ones_ld = (rows + 7) / 8 * 8;
     make_gemm(plan.bias, backend, s.name, "bias gradient", CUBLAS_OP_N, CUBLAS_OP_N,
-              Layout(in, s.out, rows, s.dz_ld), Layout(in, rows, 1, rows),
+              Layout(in, s.out, rows, s.dz_ld), Layout(in, rows, 1, ones_ld),
               Layout(CUDA_R_32F, s.out, 1, s.out), CUBLASLT_EPILOGUE_DEFAULT, 0);
-    if (p.ones_count < rows) fill_ones(p, s.input, rows, blas_->stream());
+    if (p.ones_count < ones_ld) fill_ones(p, s.input, ones_ld, blas_->stream());
   }
   if (s.dx_cols > 0) {
     // The mask's leading dimension is the producer's: D [in x B] is its forward D.
