@@ -320,18 +320,18 @@ TEST(GlooFailure, TrainerThatNeverJoinsIsNamedWithinTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
-TEST(GlooFailure, FailingTrainerEndsEveryRankWithAnErrorWithinTheTimeout) {
-  Job job(2, 2, std::chrono::milliseconds(1500));
+// Two trainers of 2 cards; trainer 1's card 0 (rank 2) fails between two all-reduces, every
+// other rank enters the second one. Returns each rank's error.
+std::vector<std::string> run_job_whose_rank_2_fails(std::chrono::milliseconds timeout) {
+  Job job(2, 2, timeout);
   std::vector<std::string> errors(4);
   std::mutex mu;
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(job.run([&](device::Card& card, Communicator& comm) {
     try {
       std::vector<float> values(64, 1.0f);
       auto buffer = device::to_device(values, card.memory(), card.stream());
       comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
       comm.synchronize(card.stream(), "step 0");
-      // Trainer 1's card 0 fails before the second collective; every other rank enters it.
       if (comm.rank() == 2) GPUBOX_FAIL("injected failure on rank 2");
       comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
       comm.synchronize(card.stream(), "step 1");
@@ -342,6 +342,13 @@ TEST(GlooFailure, FailingTrainerEndsEveryRankWithAnErrorWithinTheTimeout) {
     }
   }),
                Error);
+  return errors;
+}
+
+TEST(GlooFailure, FailingTrainerEndsEveryRankWithAnErrorWithinTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::string> errors =
+      run_job_whose_rank_2_fails(std::chrono::milliseconds(1500));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   EXPECT_THAT(errors[2], HasSubstr("injected failure"));
   // Trainer 0's ranks: their collective with the failed trainer ends (its timeout or a closed
@@ -357,25 +364,7 @@ TEST(GlooFailure, FailingTrainerEndsEveryRankWithAnErrorWithinTheTimeout) {
 // 2 inside the all-reduce, fail at once on the closed connection instead of at the 20 s timeout
 // (they timed out before: "Timed out waiting 1500ms", with the timeout above).
 TEST(GlooFailure, AnAbortClosesItsConnectionsSoPeersFailAtOnce) {
-  Job job(2, 2, std::chrono::seconds(20));
-  std::vector<std::string> errors(4);
-  std::mutex mu;
-  EXPECT_THROW(job.run([&](device::Card& card, Communicator& comm) {
-    try {
-      std::vector<float> values(64, 1.0f);
-      auto buffer = device::to_device(values, card.memory(), card.stream());
-      comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
-      comm.synchronize(card.stream(), "step 0");
-      if (comm.rank() == 2) GPUBOX_FAIL("injected failure on rank 2");
-      comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
-      comm.synchronize(card.stream(), "step 1");
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      errors[comm.rank()] = e.what();
-      throw;
-    }
-  }),
-               Error);
+  const std::vector<std::string> errors = run_job_whose_rank_2_fails(std::chrono::seconds(20));
   for (int r : {0, 1}) {
     EXPECT_THAT(errors[r], failed_in_all_reduce(r)) << "rank " << r;
     EXPECT_THAT(errors[r], HasSubstr(" by peer")) << "rank " << r;  // reset, or closed
