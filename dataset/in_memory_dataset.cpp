@@ -495,7 +495,8 @@ KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
   }
   std::sort(sample.begin(), sample.end());
   KeyRangeBucket out;
-  out.bounds.fill(std::numeric_limits<std::uint64_t>::max());  // no sample: one bucket (two)
+  // No sample (no key): every bound 2^64-1, so a key goes to bucket 0 (255 only for 2^64-1).
+  out.bounds.fill(std::numeric_limits<std::uint64_t>::max());
   if (sample.empty()) return out;
   for (std::size_t b = 1; b < kUniqueKeyBuckets; ++b) {
     out.bounds[b - 1] = sample[b * sample.size() / kUniqueKeyBuckets];
