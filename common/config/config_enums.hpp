@@ -133,7 +133,7 @@ inline constexpr EnumName<SaveKind> kSaveKindNames[] = {
 };
 
 // runner.resume: what a training command does when runner.model_save_path already holds a
-// complete save (trainer/engine/checkpoint.hpp).
+// complete save (trainer/schedule/checkpoint.hpp).
 enum class ResumeMode {
   kAuto,  // continue from the last complete save, with the pass after it
   kOff,   // start afresh (from --load or from scratch); this run's saves replace the old ones

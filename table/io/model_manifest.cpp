@@ -12,6 +12,7 @@ namespace {
 // fields are properties, the model keys under "config.<key>".
 constexpr const char* kModelKind = "model";
 constexpr const char* kConfigPrefix = "config.";
+constexpr const char* kJobPrefix = "job.";
 
 std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
@@ -59,6 +60,8 @@ std::string ModelManifest::encode() const {
   if (!origin.empty()) m.properties["origin"] = origin;
   m.properties["config_hash"] = hex64(config_hash());
   for (const auto& [key, value] : model_keys) m.properties[kConfigPrefix + key] = value;
+  if (job_passes > 0) m.properties["job_passes"] = std::to_string(job_passes);
+  for (const auto& [key, value] : job) m.properties[kJobPrefix + key] = value;
   m.properties["dense"] = hex64(dense);
   m.properties["sparse_parts"] = std::to_string(sparse.size());
   for (std::size_t i = 0; i < sparse.size(); ++i) {
@@ -117,9 +120,18 @@ StatusOr<ModelManifest> ModelManifest::parse(const std::string& text, const std:
     out.sparse.push_back(value);
   }
   const std::string prefix = kConfigPrefix;
+  const std::string job_prefix = kJobPrefix;
   for (const auto& [key, value] : m->properties) {
     if (key.compare(0, prefix.size(), prefix) == 0)
       out.model_keys[key.substr(prefix.size())] = value;
+    if (key.compare(0, job_prefix.size(), job_prefix) == 0)
+      out.job[key.substr(job_prefix.size())] = value;
+  }
+  if (m->properties.count("job_passes") != 0) {
+    auto job_passes = m->get_int("job_passes");
+    if (!job_passes.ok() || *job_passes < 1)
+      return bad_field(where, "job_passes", optional("job_passes"));
+    out.job_passes = *job_passes;
   }
   uint64_t recorded = 0;
   if (!parse_hex64(optional("config_hash"), &recorded) || recorded != out.config_hash()) {

@@ -58,8 +58,13 @@ struct ModelManifest {
   // started from scratch; kept across resumes.
   std::string origin;
   std::map<std::string, std::string> model_keys;  // the model-defining config keys and values
-  uint64_t dense = 0;                             // digest of dense/MANIFEST
-  std::vector<uint64_t> sparse;                   // digest of each sparse part's MANIFEST
+  // The job that made it (older saves: empty, 0): the config keys that shape its result besides
+  // the model's, and its data (trainer/schedule/job_identity.hpp), and how many passes it
+  // schedules, so a rerun tells a finished job from an interrupted one and this job from another.
+  std::map<std::string, std::string> job;
+  int64_t job_passes = 0;
+  uint64_t dense = 0;            // digest of dense/MANIFEST
+  std::vector<uint64_t> sparse;  // digest of each sparse part's MANIFEST
 
   // xxh64 over the model keys and values: a short name of the model's configuration.
   uint64_t config_hash() const;

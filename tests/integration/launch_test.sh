@@ -27,7 +27,7 @@ ports="$(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\).*/\1/p'
 for p in $ports; do ! port_in_use "$p" || fail "server port $p still served after the job"; done
 
 # Saves (issue 16): 2 workers x 2 servers save each pass in the gpubox mode's format; run again
-# with more epochs, the job resumes after the last save; --mode infer evaluates a save on its
+# with more epochs, the job (same reader: another is another job) resumes after the last save; --mode infer evaluates a save on its
 # servers and --mode export writes it for gpubox_serve (export reads one sparse half: a save of
 # one server). QueueDataset with runner.shuffle on warns naming the key.
 rm -rf log saves
@@ -38,7 +38,8 @@ run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/saves" -o 
   -o runner.reader_type=QueueDataset
 [ -f "$work/saves/0/MODEL_MANIFEST" ] || fail "no save of pass 0"
 grep -q "runner.shuffle" log/workerlog.0 || fail "no warning naming runner.shuffle with QueueDataset"
-run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/saves" -o runner.epochs=2
+run_ps --server_num 2 --worker_num 2 -o runner.model_save_path="$work/saves" -o runner.epochs=2 \
+  -o runner.reader_type=QueueDataset
 grep -q "^pass: 0" log/workerlog.0 && fail "the resumed job trained pass 0 again"
 grep -q "^pass: 1" log/workerlog.1 || fail "the resumed job did not train pass 1"
 [ -f "$work/saves/1/MODEL_MANIFEST" ] || fail "no save of pass 1"

@@ -452,10 +452,13 @@ TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
   EXPECT_NE(outputs[0].find("pass: 1,"), std::string::npos) << outputs[0];
   ASSERT_TRUE(fs::exists(root_ / "saves_resume" / "1" / "MODEL_MANIFEST")) << outputs[0];
   // Trainers that would start differently (one resumes, one starts afresh) refuse, naming it.
+  // One epoch more again: the job's last save does not end it, so trainer 0 would resume it.
   {
-    std::vector<std::string> off = again;
+    std::vector<std::string> more = args;
+    more.insert(more.end(), {"-o", "runner.epochs=3"});
+    std::vector<std::string> off = more;
     off.insert(off.end(), {"-o", "runner.resume=off"});
-    auto trainer0 = start_trainer("resume_mixed", 0, 2, "0,1", "train_2x2", again, endpoint);
+    auto trainer0 = start_trainer("resume_mixed", 0, 2, "0,1", "train_2x2", more, endpoint);
     auto trainer1 = start_trainer("resume_mixed", 1, 2, "0,1", "train_2x2", off, endpoint);
     for (auto* trainer : {trainer0.get(), trainer1.get()}) {
       EXPECT_NE(trainer->wait(kRunSeconds), 0) << trainer->output();

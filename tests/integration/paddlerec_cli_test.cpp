@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "trainer/engine/saved_models.hpp"
+#include "trainer/schedule/saved_models.hpp"
 
 namespace gpubox::trainer {
 namespace {

@@ -1,8 +1,10 @@
-// Saves and resume of the trainer (trainer/engine/checkpoint.hpp), in-process host tier:
+// Saves and resume of the trainer (trainer/schedule/checkpoint.hpp), in-process host tier:
 //  - a run stopped after pass 0 and run again (epochs raised to 3) resumes from pass 0 and ends
 //    bit-identical to an uninterrupted 3-pass run (shuffled passes included: seeds per pass);
 //    passes and their save folders count from 0, the manifest records the passes done;
-//  - run again once complete, it trains nothing; runner.resume: off starts afresh;
+//  - run again once complete, it trains the job again from the start; only an interrupted run
+//    of the same job resumes (other data or other runner keys that shape the result: refused
+//    naming them); runner.resume: off starts afresh;
 //  - the newest save made with other model keys, or by a run started from another --load, is
 //    refused naming the keys or the starting points (a save of a config built in code records
 //    no keys and is not compared); an incomplete newest save is skipped;
@@ -22,6 +24,7 @@
 #include "table/io/model_manifest.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -126,10 +129,78 @@ TEST_F(Resume, ARunStoppedAfterPass0ResumesAndEndsBitIdentical) {
     EXPECT_EQ(m->origin, "");
   }
 
-  // Once complete, running it again trains nothing and leaves the model as it was.
+  // Once complete, running it again trains the job again from the start (as PaddleRec does):
+  // every pass, bit-identical to the first time, its saves replacing those there.
   Trainer done(config(stopped_dir), env());
-  EXPECT_TRUE(done.train().empty());
+  const std::vector<PassReport> rerun = done.train();
+  ASSERT_EQ(passes(rerun), (std::vector<int64_t>{0, 1, 2}));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(rerun[i].metrics.auc, want[i].metrics.auc) << i;
   EXPECT_EQ(done.dense_values(0), straight.dense_values(0));
+  auto m = io::read_model_manifest(io::FileEnv::posix(), (stopped_dir / "2"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->sequence, 6u);  // the rerun's saves are the newest
+  EXPECT_EQ(m->job_passes, 3);
+  EXPECT_EQ(m->job.count("data"), 1u);
+}
+
+// A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and
+// the trainer are the real ones.
+class StopAt final : public Schedule {
+ public:
+  StopAt(Trainer& trainer, int64_t stop) : t_(trainer), stop_(stop) {}
+  const TrainerEnv& env() const override { return t_.env(); }
+  table::HostTier& host_tier() override { return t_.host_tier(); }
+  SaveLineage& lineage() override { return t_.lineage(); }
+  bool prints() const override { return t_.prints(); }
+  int64_t passes_done() const override { return t_.passes_done(); }
+  void set_passes_done(int64_t passes) override { t_.set_passes_done(passes); }
+  void begin_run(const RunPlan& plan) override { t_.begin_run(plan); }
+  void end_run() noexcept override { t_.end_run(); }
+  PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override {
+    if (pass == stop_) GPUBOX_FAIL("stopped before pass ", pass);
+    return t_.train_scheduled_pass(plan, pass);
+  }
+  void accumulate_pass_metrics(std::vector<double>* sums) const override {
+    t_.accumulate_pass_metrics(sums);
+  }
+  std::size_t metric_buckets() const override { return t_.metric_buckets(); }
+  void settle() override { t_.settle(); }
+  EvalResult evaluate(const std::vector<std::string>& files, bool keep) override {
+    return t_.evaluate(files, keep);
+  }
+  void save(const std::string& dir) override { t_.save(dir); }
+  void load(const std::string& dir) override { t_.load(dir); }
+
+ private:
+  Trainer& t_;
+  int64_t stop_;
+};
+
+TEST_F(Resume, OnlyAnInterruptedRunOfTheSameJobResumes) {
+  const fs::path dir = root_ / "interrupted";
+  {  // Killed before pass 1 of 3: pass 0's save is the last.
+    Trainer first(config(dir), env());
+    StopAt stopper(first, 1);
+    const std::string what = error_of([&] { run_epochs(stopper, first.config(), "", false); });
+    EXPECT_NE(what.find("stopped before pass 1"), std::string::npos) << what;
+  }
+  // Other data (the same files, copied into another folder): another job, refused naming it
+  // and the ways out, whatever else matches.
+  const fs::path other = root_ / "train_other";
+  fs::copy(root_ / "train", other, fs::copy_options::recursive);
+  std::string what = error_of(
+      [&] { Trainer(config(dir, {"runner.train_data_dir=" + other.string()}), env()).train(); });
+  EXPECT_NE(what.find("is of another job than this one: data: saved 2 files"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
+  EXPECT_NE(what.find("another runner.model_save_path"), std::string::npos) << what;
+  // Another batch size: another job too.
+  what = error_of([&] { Trainer(config(dir, {"runner.train_batch_size=50"}), env()).train(); });
+  EXPECT_NE(what.find("runner.train_batch_size: saved 40, now 50"), std::string::npos) << what;
+  // Keys that cannot change the result (where it logs, how it overlaps its work) are the same
+  // job: it resumes with pass 1.
+  Trainer again(config(dir, {"runner.print_interval=7", "runner.prefetch_passes=0"}), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1, 2}));
 }
 
 TEST_F(Resume, OffStartsAfreshAndItsSavesAreTheNewest) {

@@ -375,6 +375,34 @@ TEST_F(TrainerIntegration, APassWithoutAValidInstanceStopsBeforeAnySave) {
   EXPECT_THROW(trainer.evaluate({(bad / "empty-part").string()}, false), Error);
 }
 
+// runner.test_data_dir is read through the config's reader before the first pass: test data
+// that does not fit it stops the run at start, naming it, instead of after an epoch.
+TEST_F(TrainerIntegration, TestDataThatDoesNotFitTheReaderStopsTheRunBeforeTheFirstPass) {
+  const fs::path bad = root_ / "bad_test";
+  const fs::path save = root_ / "bad_test_save";
+  fs::create_directories(bad);
+  {
+    std::ofstream out(bad / "part-0");
+    for (int i = 0; i < 5; ++i) out << "1 0 1:" << 7 + i << "\n";  // slot_dnn-like: show first
+  }
+  Trainer trainer(config(10, {"runner.test_data_dir=" + bad.string(),
+                              "runner.model_save_path=" + save.string()}),
+                  env("0"));
+  try {
+    trainer.train();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("runner.test_data_dir (checked before the first pass): no valid instance "
+                        "in 1 file(s) (5 lines, 5 malformed): " +
+                        (bad / "part-0").string()),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_EQ(trainer.passes_done(), 0) << "a pass trained";
+  EXPECT_FALSE(fs::exists(save)) << "a save was written";
+}
+
 TEST_F(TrainerIntegration, ADataFolderWithoutDataFilesNamesWhatItSkipped) {
   const fs::path dir = root_ / "no_files";
   fs::create_directories(dir / "sub");

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <regex>
@@ -273,6 +274,19 @@ TEST(MetricsFormat, PassLineAndJson) {
   EXPECT_NE(json.find("\"rmse\": null"), std::string::npos) << json;
   EXPECT_NE(json.find("\"ips\": 500"), std::string::npos) << json;
   EXPECT_EQ(json.find('\n'), std::string::npos);
+}
+
+// The test line of a one-class test set (AUC undefined) is JSON too: every metrics writer goes
+// through the same number formatter.
+TEST(MetricsFormat, TestJsonWritesUndefinedAsNull) {
+  MetricValues test;
+  test.auc = std::nan("");
+  test.logloss = 0.25;
+  test.examples = 40;
+  EXPECT_EQ(format_test_json(2, test),
+            "{\"epoch\": 2, \"test_auc\": null, \"test_logloss\": 0.25, \"test_examples\": 40}");
+  test.logloss = std::numeric_limits<double>::infinity();
+  EXPECT_NE(format_test_json(0, test).find("\"test_logloss\": null"), std::string::npos);
 }
 
 TEST(MetricsFormat, ProgressLine) {

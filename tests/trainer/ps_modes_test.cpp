@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -522,12 +523,20 @@ TEST_F(PsModes, AStoppedJobResumesFromItsLastSave) {
     EXPECT_NEAR(auc, planted_auc_, kPlantedTolerance);
     EXPECT_TRUE(fs::exists(saves + "/2/MODEL_MANIFEST"));
   }
-  {
+  {  // The job with another number of trainers is another job: refused, naming it.
     Servers shards(again, 2);
-    run_job(
-        again, shards.endpoints(), 1,
-        [](PsTrainer& trainer, int) { EXPECT_TRUE(trainer.train().empty()); },
-        [](PsTrainer&) { return 0; });
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    PsTrainer one_trainer(again, env);
+    try {
+      one_trainer.train();
+      ADD_FAILURE() << "a save of a 2-trainer job resumed by 1 trainer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is of another job than this one: trainers: saved 2, "
+                                           "now 1"),
+                std::string::npos)
+          << e.what();
+    }
   }
   Servers one(again, 1);
   TrainerEnv env;
@@ -737,6 +746,43 @@ TEST_F(PsModes, ADeadTrainerEndsASyncJobWithAnErrorNamingIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
   EXPECT_NE(error.find("missing: trainer 1"), std::string::npos) << error;
   EXPECT_NE(error.find("runner.collective_timeout_s"), std::string::npos) << error;
+}
+
+// Data whose every line is malformed (here PaddleRec's slot_dnn lines, which start with a show
+// field the config does not name) trains nothing: every PS mode and both readers end with the
+// same error naming the file and why its lines were skipped, and write no save.
+TEST_F(PsModes, DataWithoutAValidInstanceIsAnErrorInEveryMode) {
+  const fs::path bad = root_ / "all_malformed";
+  fs::create_directories(bad);
+  {
+    std::ofstream out(bad / "part-0");
+    for (int i = 0; i < 10; ++i) out << "1 0 1:" << 100 + i << " 2:" << 200 + i << "\n";
+  }
+  for (const char* mode : {"async", "sync", "geo"}) {
+    for (const char* reader : {"InmemoryDataset", "QueueDataset"}) {
+      const fs::path saves = root_ / (std::string("malformed_saves_") + mode + reader);
+      const TrainerConfig cfg =
+          config({"runner.train_data_dir=" + bad.string(),
+                  "runner.test_data_dir=", std::string("runner.sync_mode=") + mode,
+                  std::string("runner.reader_type=") + reader, "runner.save_mode=base",
+                  "runner.model_save_path=" + saves.string()});
+      Servers shards(cfg, 1);
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      PsTrainer trainer(cfg, env);
+      try {
+        trainer.train();
+        ADD_FAILURE() << mode << " " << reader << " trained on nothing";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("pass 0: no valid instance in 1 file(s) (10 lines, 10 malformed): " +
+                            (bad / "part-0").string()),
+                  std::string::npos)
+            << mode << " " << reader << ": " << what;
+      }
+      EXPECT_FALSE(fs::exists(saves / "0")) << mode << " " << reader;
+    }
+  }
 }
 
 }  // namespace

@@ -1,10 +1,42 @@
 #include "trainer/config/config_loader.hpp"
 
+#include <set>
+
 #include "common/config/config_document.hpp"
 #include "dataset/dataset_config.hpp"
 #include "table/sparse_config.hpp"
 
 namespace gpubox::trainer {
+namespace {
+
+// The runner keys that cannot change what a run trains: where it reads (the data is
+// fingerprinted instead: job_identity.hpp), writes, logs and waits, how it evaluates, how it
+// overlaps its work (bit-identical either way, as the tests pin) and what it saves.
+bool shapes_the_job(const std::string& key) {
+  static const std::set<std::string> outside = {"runner.train_data_dir",
+                                                "runner.pass_dirs",
+                                                "runner.test_data_dir",
+                                                "runner.model_save_path",
+                                                "runner.infer_load_path",
+                                                "runner.model_init_path",
+                                                "runner.metrics_path",
+                                                "runner.infer_batch_size",
+                                                "runner.print_interval",
+                                                "runner.infer_start_epoch",
+                                                "runner.infer_end_epoch",
+                                                "runner.prefetch_passes",
+                                                "runner.next_pass_chunk_keys",
+                                                "runner.staging_nice",
+                                                "runner.card_memory_mb",
+                                                "runner.auc_buckets_log2",
+                                                "runner.auth_token_file",
+                                                "runner.collective_timeout_s",
+                                                "runner.resume",
+                                                "runner.save_mode"};
+  return outside.count(key) == 0;
+}
+
+}  // namespace
 
 StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   TrainerConfig c;
@@ -74,8 +106,11 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.host_tier = table::host_tier_config_from(doc);
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
-    if (key.has_effect() && (hyper || (key.parts & config::kTable) != 0)) {
+    if (!key.has_effect()) continue;
+    if (hyper || (key.parts & config::kTable) != 0) {
       c.model_keys[key.name] = doc.value_text(key.name);
+    } else if (shapes_the_job(key.name)) {
+      c.job_keys[key.name] = doc.value_text(key.name);
     }
   }
   c.config_path = doc.source();

@@ -93,8 +93,14 @@ struct TrainerConfig {
   table::HostTierConfig host_tier;
   // The keys that define the model (every hyper_parameters key with an effect, and the keys the
   // table part reads), each with its value as text: a save records them, and resuming from a
-  // save made with other values is refused naming the keys (trainer/engine/checkpoint.hpp).
+  // save made with other values is refused naming the keys (trainer/schedule/checkpoint.hpp).
   std::map<std::string, std::string> model_keys;
+  // The other keys that shape what a run trains (its schedule, batches, reading, seed: every
+  // runner key with an effect but those that only say where it reads, writes, logs or waits,
+  // or how it overlaps its work), each with its value as text: with the data's fingerprint, the
+  // identity of a training job that a save records, so that runner.resume continues only the
+  // same job (trainer/schedule/job_identity.hpp).
+  std::map<std::string, std::string> job_keys;
 
   int num_sparse_slots() const { return static_cast<int>(dataset.slots.size()); }
   int mf_dim() const { return sparse.mf_dim; }

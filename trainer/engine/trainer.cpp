@@ -1,7 +1,6 @@
 #include "trainer/engine/trainer.hpp"
 
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +10,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 
 #include "common/error.hpp"
@@ -25,7 +23,6 @@
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/ps/card_tier.hpp"
-#include "table/dense_table.hpp"
 #include "table/host_tier_factory.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
@@ -33,33 +30,17 @@
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
-#include "trainer/engine/checkpoint.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/dense_state.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+#include "trainer/schedule/pass_data.hpp"
 
 namespace gpubox::trainer {
 namespace {
-
-int env_int(const char* paddle, const char* gpubox, int fallback) {
-  const char* name = std::getenv(paddle) ? paddle : gpubox;
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  const long parsed = std::strtol(value, &end, 10);
-  GPUBOX_EXPECTS(end != value && *end == '\0', "environment variable ", name, "='", value,
-                 "' is not a whole number");
-  return static_cast<int>(parsed);
-}
-
-std::string env_string(const char* paddle, const char* gpubox, const std::string& fallback) {
-  for (const char* name : {paddle, gpubox}) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return value;
-  }
-  return fallback;
-}
 
 // Steps of a pass not counted in its per-step device counts: the first steps size the buffers
 // and the scratch arena (allocations), later ones repeat the same work.
@@ -72,19 +53,6 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
   return budget_mb > 0 ? static_cast<std::size_t>(budget_mb) << 20 : std::size_t{1} << 30;
 }
 
-// Dense optimizer step count stored bit-exactly in two floats of a state block.
-std::vector<float> pack_steps(int64_t steps) {
-  std::vector<float> out(2);
-  std::memcpy(out.data(), &steps, sizeof(steps));
-  return out;
-}
-int64_t unpack_steps(const std::vector<float>& packed) {
-  GPUBOX_EXPECTS(packed.size() == 2, "dense save: bad optimizer step record");
-  int64_t steps = 0;
-  std::memcpy(&steps, packed.data(), sizeof(steps));
-  return steps;
-}
-
 // Several trainers with the in-process host tier: each trainer holds only the rows its own cards
 // own, so no one process can write or read the whole sparse half. Collective mode excepted: there
 // every trainer's cards hold the whole table, and so does every trainer's host tier after each
@@ -95,22 +63,11 @@ constexpr const char* kLocalTierSaves =
     "on gpubox_server shards (scripts/run_gpubox.sh --trainers T --servers S, or "
     "PADDLE_PSERVERS_IP_PORT_LIST)";
 
-// A digest of one card's dense parameters and optimizer state (what a save writes of it):
-// equal on every card of the job while their dense updates stay identical.
-uint64_t dense_state_digest(CardWorker& worker) {
-  const std::vector<float> values = worker.model().parameters().values_to_host();
-  const std::vector<float> moment1 = device::to_host(worker.optimizer().moment1());
-  const std::vector<float> moment2 = device::to_host(worker.optimizer().moment2());
-  const int64_t steps = worker.optimizer().steps();
-  XXH3_state_t* state = XXH3_createState();
-  GPUBOX_EXPECTS(state != nullptr, "dense digest: out of memory");
-  XXH3_64bits_reset(state);
-  for (const std::vector<float>* part : {&values, &moment1, &moment2})
-    XXH3_64bits_update(state, part->data(), part->size() * sizeof(float));
-  XXH3_64bits_update(state, &steps, sizeof(steps));
-  const uint64_t digest = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return digest;
+// One card's dense parameters and optimizer state (what a save writes of it): equal on every
+// card of the job while their dense updates stay identical.
+DenseState dense_state_of(CardWorker& worker) {
+  worker.card().activate();
+  return DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
 }
 
 int64_t as_int64(uint64_t bits) {
@@ -169,46 +126,7 @@ void fill_step_batch(const dataset::InMemoryDataset* ds, dataset::QueueDataset* 
   }
 }
 
-// What a read pass (or evaluation data) tells the log; throws when it holds no valid instance:
-// nothing to learn from or to measure (the metrics would be NaN and a save would store an
-// unchanged model as if a pass had run).
-void report_read(const dataset::LoadStats& stats, std::size_t instances,
-                 const std::vector<std::string>& files, const std::string& what) {
-  const dataset::LoadMessages messages = dataset::load_messages(stats);
-  for (const std::string& line : messages.info) GPUBOX_LOG(INFO) << what << ": " << line;
-  for (const std::string& line : messages.warnings) GPUBOX_LOG(WARNING) << what << ": " << line;
-  if (instances == 0) {
-    std::string names;
-    for (std::size_t i = 0; i < files.size() && i < 10; ++i) names += (i ? ", " : "") + files[i];
-    if (files.size() > 10) names += ", ...";
-    GPUBOX_FAIL(what, ": no valid instance in ", files.size(), " file(s) (", stats.lines,
-                " lines, ", stats.skipped_lines(), " malformed): ", names);
-  }
-}
-
 }  // namespace
-
-std::vector<std::string> trainer_file_share(const std::vector<std::string>& files, int trainer_id,
-                                            int trainers) {
-  GPUBOX_EXPECTS(trainers >= 1 && trainer_id >= 0 && trainer_id < trainers, "trainer id ",
-                 trainer_id, " is not in [0, ", trainers, ")");
-  const std::size_t n = files.size();
-  const auto t = static_cast<std::size_t>(trainer_id);
-  const std::size_t base = n / static_cast<std::size_t>(trainers);
-  const std::size_t extra = n % static_cast<std::size_t>(trainers);
-  const std::size_t begin = t * base + std::min(t, extra);
-  const std::size_t end = begin + base + (t < extra ? 1 : 0);
-  return std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
-                                  files.begin() + static_cast<std::ptrdiff_t>(end));
-}
-
-std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id) {
-  if (trainer_id == 0 || metrics_path.empty()) return metrics_path;
-  const std::filesystem::path path(metrics_path);
-  return (path.parent_path() / (path.stem().string() + ".trainer" + std::to_string(trainer_id) +
-                                path.extension().string()))
-      .string();
-}
 
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report) {
@@ -226,29 +144,6 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("collectives_per_step", total.collectives * per_step);
 }
 
-TrainerEnv TrainerEnv::from_environment() {
-  TrainerEnv env;
-  env.selected_cards = env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0");
-  env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
-  env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", 0);
-  env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM", 1);
-  env.rendezvous = env_string("GPUBOX_RENDEZVOUS", "GPUBOX_RENDEZVOUS", "");
-  env.host = env_string("POD_IP", "GPUBOX_POD_IP", "127.0.0.1");
-  return env;
-}
-
-std::vector<std::string> data_files(const std::string& dir) {
-  auto listed = dataset::list_data_files(dir);
-  throw_if_error(listed.status());
-  const std::string skipped = dataset::skipped_text(dir, listed->unexpected_skips());
-  if (!skipped.empty()) GPUBOX_LOG(WARNING) << skipped;
-  if (listed->files.empty()) {
-    GPUBOX_FAIL("data folder '", dir, "' holds no data file",
-                listed->skipped.empty() ? "" : "; " + dataset::skipped_text(dir, listed->skipped));
-  }
-  return std::move(listed->files);
-}
-
 struct Trainer::State {
   device::CardSet cards;
   std::unique_ptr<comm::RendezvousStore> store;  // several trainers: where they meet
@@ -257,6 +152,7 @@ struct Trainer::State {
   std::unique_ptr<ps::CardTier> card_tier;           // the sparse side of every card
   std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
   std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
+  std::unique_ptr<PassPipeline> pipeline;            // during train(): the passes read ahead
 };
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
@@ -281,7 +177,8 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             nullptr,
             {},
-            std::make_unique<SaveLineage>(config_)});
+            std::make_unique<SaveLineage>(config_),
+            nullptr});
   State& s = *state_;
   s.group = comm::make_group(s.cards,
                              std::chrono::milliseconds(static_cast<int64_t>(
@@ -358,13 +255,8 @@ std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
   ds->set_filelist(files);
   const Status st = ds->load_into_memory();
   if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
-  report_read(ds->load_stats(), ds->size(), files, what);
+  report_read(ds->load_stats(), files, what);
   return ds;
-}
-
-void Trainer::print_report(const PassReport& report, const std::string& prefix) const {
-  std::printf("%s%s\n", prefix.c_str(), format_pass_line(report).c_str());
-  std::fflush(stdout);
 }
 
 void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
@@ -388,7 +280,7 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   const Status st = into->stream->scan(&into->keys);
   if (!st.ok()) GPUBOX_FAIL("reading ", what, " for its keys: ", st.message());
   if (!share.empty() || env_.trainers == 1) {
-    report_read(into->stream->load_stats(), into->stream->size(), share, what);
+    report_read(into->stream->load_stats(), share, what);
   }
 }
 
@@ -400,6 +292,83 @@ PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   return run_pass(*prepared);
 }
 
+// What the cards' steps of a pass tell its report.
+struct Trainer::StepTally {
+  std::size_t steps = 0;  // of every card (agreed over the job)
+  // Per card: what its steady steps (after kWarmupSteps) asked of the device layer, and the
+  // bytes it sent to other trainer processes over them.
+  std::vector<device::DeviceCounts> steady;
+  std::vector<uint64_t> steady_interprocess;
+};
+
+Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
+                                        dataset::QueueDataset* stream, int64_t pass) {
+  State& s = *state_;
+  const int cards = s.cards.num_local_cards();
+  const std::size_t instances = ds != nullptr ? ds->size() : stream->size();
+  const auto batch_size = static_cast<std::size_t>(config_.dataset.batch_size);
+  StepTally tally;
+  tally.steady.resize(static_cast<std::size_t>(cards));
+  tally.steady_interprocess.assign(static_cast<std::size_t>(cards), 0);
+  const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
+  const int interval = std::max(1, config_.runner.print_interval);
+  std::mutex print_mu;
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        const int c = card.local_index();
+        CardWorker& worker = *s.workers[static_cast<std::size_t>(c)];
+        comm::Communicator& comm = s.group->at(c);
+        worker.metrics().reset();
+        // Every card's plan is the same (agreed over the job).
+        const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm);
+        const std::size_t batches = plan.steps();
+        if (c == 0) tally.steps = batches;
+        dataset::Batch batch;
+        Timer card_timer;
+        double last_redraw = 0;
+        int64_t examples = 0;
+        for (std::size_t b = 0; b < batches; ++b) {
+          fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
+          const int64_t global = plan.global_batch[b];
+          // Card 0's progress line: the running AUC is computed on the card and read with the
+          // step's own last wait, so printing it costs the other cards nothing. On a terminal
+          // the line is redrawn in place, at most 4 times a second besides print_interval.
+          const bool redraw =
+              tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
+          const bool progress =
+              c == 0 && env_.trainer_id == 0 && ((b + 1) % interval == 0 || redraw);
+          const uint64_t sent_before = comm.bytes_to_other_processes();
+          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
+          // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
+          // step's counts were taken: the pass reports its own counts.
+          s.card_tier->prepare_next_pass(c);
+          if (b >= kWarmupSteps) {
+            tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
+            tally.steady_interprocess[static_cast<std::size_t>(c)] +=
+                comm.bytes_to_other_processes() - sent_before;
+          }
+          examples += global;
+          if (!progress) continue;
+          const double elapsed = card_timer.seconds();
+          last_redraw = elapsed;
+          const std::string line =
+              format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
+                                   worker.progress_auc(), elapsed);
+          std::lock_guard<std::mutex> lock(print_mu);
+          // On a terminal: back to the line's start, and clear what a longer line left.
+          std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
+          std::fflush(stdout);
+        }
+        worker.all_reduce_metrics();
+      },
+      [&](const std::string& why) {
+        s.group->abort(why);
+        if (stream != nullptr) stream->abort(why);
+      });
+  if (tty && tally.steps >= 1) std::printf("\n");
+  return tally;
+}
+
 PassReport Trainer::run_pass(
     PreparedPass& prepared, const std::function<void()>& begun,
     const std::function<std::shared_ptr<const std::vector<uint64_t>>()>& next_keys) {
@@ -409,8 +378,6 @@ PassReport Trainer::run_pass(
   Timer pass_timer;
   const dataset::InMemoryDataset* ds = prepared.data.get();  // one of these two
   dataset::QueueDataset* stream = prepared.stream.get();
-  const std::size_t instances = ds != nullptr ? ds->size() : stream->size();
-  const auto batch_size = static_cast<std::size_t>(config_.dataset.batch_size);
   // What the pass boundary waited for the pass's data: reading it now, or what was left of
   // reading it ahead.
   const double load_seconds = prepared.waited_seconds;
@@ -424,73 +391,13 @@ PassReport Trainer::run_pass(
   prepared.staged = {};  // in the cards now
   if (begun) begun();
   Timer phase;
-  const int cards = s.cards.num_local_cards();
-  // Every card's plan is the same (agreed over the job); card 0's is read after the join.
-  std::vector<StepPlan> plans(static_cast<std::size_t>(cards));
-  const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
-  const int interval = std::max(1, config_.runner.print_interval);
-  std::mutex print_mu;
-  // Per card: what its steady steps (after kWarmupSteps) asked of the device layer.
-  std::vector<device::DeviceCounts> steady(static_cast<std::size_t>(cards));
-  // Per card: bytes sent to other trainer processes over the steady steps.
-  std::vector<uint64_t> steady_interprocess(static_cast<std::size_t>(cards), 0);
   if (stream != nullptr) {
-    stream->start(cards);
+    stream->start(s.cards.num_local_cards());
     GPUBOX_LOG(INFO) << "pass " << pass << ": " << stream->memory_note();
   }
+  StepTally tally;
   try {
-    s.cards.run_on_cards(
-        [&](device::Card& card) {
-          CardWorker& worker = *s.workers[card.local_index()];
-          worker.metrics().reset();
-          StepPlan& plan = plans[card.local_index()];
-          plan =
-              agree_step_plan(instances, batch_size, cards, card, s.group->at(card.local_index()));
-          const std::size_t batches = plan.steps();
-          dataset::Batch batch;
-          Timer card_timer;
-          double last_redraw = 0;
-          int64_t examples = 0;
-          for (std::size_t b = 0; b < batches; ++b) {
-            fill_step_batch(ds, stream, plan, card.local_index(), cards, b, config_.dataset,
-                            &batch);
-            const int64_t global = plan.global_batch[b];
-            // Card 0's progress line: the running AUC is computed on the card and read with the
-            // step's own last wait, so printing it costs the other cards nothing. On a terminal
-            // the line is redrawn in place, at most 4 times a second besides print_interval.
-            const bool redraw =
-                tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
-            const bool progress = card.local_index() == 0 && env_.trainer_id == 0 &&
-                                  ((b + 1) % interval == 0 || redraw);
-            const uint64_t sent_before = s.group->at(card.local_index()).bytes_to_other_processes();
-            worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
-            // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
-            // step's counts were taken: the pass reports its own counts.
-            s.card_tier->prepare_next_pass(card.local_index());
-            if (b >= kWarmupSteps) {
-              steady[card.local_index()] += worker.last_step_counts();
-              steady_interprocess[card.local_index()] +=
-                  s.group->at(card.local_index()).bytes_to_other_processes() - sent_before;
-            }
-            examples += global;
-            if (progress) {
-              const double elapsed = card_timer.seconds();
-              last_redraw = elapsed;
-              const std::string line =
-                  format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
-                                       worker.progress_auc(), elapsed);
-              std::lock_guard<std::mutex> lock(print_mu);
-              // On a terminal: back to the line's start, and clear what a longer line left.
-              std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
-              std::fflush(stdout);
-            }
-          }
-          worker.all_reduce_metrics();
-        },
-        [&](const std::string& why) {
-          s.group->abort(why);
-          if (stream != nullptr) stream->abort(why);
-        });
+    tally = train_steps(ds, stream, pass);
   } catch (const Error&) {
     // The stream's own failure (a file, pipe_command, its second read differing from the first)
     // is the pass's error, also when a card stopped for it first.
@@ -504,8 +411,6 @@ PassReport Trainer::run_pass(
     const Status read = stream->finish();
     if (!read.ok()) GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
   }
-  const std::size_t batches = plans.front().steps();
-  if (tty && batches >= static_cast<std::size_t>(1)) std::printf("\n");
   const double train_seconds = phase.seconds();
 
   const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
@@ -536,20 +441,22 @@ PassReport Trainer::run_pass(
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
-  append_step_counts(steady, batches > kWarmupSteps ? batches - kWarmupSteps : 0, &report);
-  if (env_.trainers > 1) {
-    report.extra.emplace_back("trainer", env_.trainer_id);
-    report.extra.emplace_back("trainers", env_.trainers);
-    if (batches > kWarmupSteps) {
-      // This trainer's cards together, per steady step (GlooCommunicator's count).
-      uint64_t sent = 0;
-      for (uint64_t bytes : steady_interprocess) sent += bytes;
-      report.extra.emplace_back(
-          "interprocess_bytes_per_step",
-          static_cast<double>(sent) / static_cast<double>(batches - kWarmupSteps));
-    }
-  }
+  append_step_counts(tally, &report);
   return report;
+}
+
+void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {
+  const std::size_t steady = tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0;
+  trainer::append_step_counts(tally.steady, steady, report);
+  if (env_.trainers == 1) return;
+  report->extra.emplace_back("trainer", env_.trainer_id);
+  report->extra.emplace_back("trainers", env_.trainers);
+  if (steady == 0) return;
+  // This trainer's cards together, per steady step (GlooCommunicator's count).
+  uint64_t sent = 0;
+  for (uint64_t bytes : tally.steady_interprocess) sent += bytes;
+  report->extra.emplace_back("interprocess_bytes_per_step",
+                             static_cast<double>(sent) / static_cast<double>(steady));
 }
 
 EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
@@ -596,186 +503,107 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
 }
 
 std::vector<PassReport> Trainer::train(const std::string& start_from) {
-  State& s = *state_;
-  std::vector<std::vector<std::string>> pass_files;
-  if (!config_.runner.pass_dirs.empty()) {
-    for (const auto& dir : config_.runner.pass_dirs) pass_files.push_back(data_files(dir));
-  } else {
-    GPUBOX_EXPECTS(!config_.runner.train_data_dir.empty(),
-                   "the config sets neither runner.train_data_dir nor runner.pass_dirs");
-    pass_files.push_back(data_files(config_.runner.train_data_dir));
-  }
-  std::vector<std::string> test_files;
-  if (!config_.runner.test_data_dir.empty()) test_files = data_files(config_.runner.test_data_dir);
+  return run_epochs(*this, config_, start_from, loaded_);
+}
 
-  std::ofstream metrics_out;
-  if (!config_.runner.metrics_path.empty()) {
-    std::filesystem::path path(trainer_metrics_path(config_.runner.metrics_path, env_.trainer_id));
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    metrics_out.open(path, std::ios::app);
-    GPUBOX_EXPECTS(metrics_out.good(), "cannot open runner.metrics_path '", path.string(), "'");
-    GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
+SaveLineage& Trainer::lineage() { return *state_->lineage; }
+
+void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) {
+  if (env_.trainers == 1) return;
+  // Every trainer starts the same way, else one would load (a collective) while another
+  // trains: each trainer's resume point (its manifest's digest; load() checks that the saves
+  // agree), 1 for a start from `origin`, 0 from scratch.
+  const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
+  const std::vector<int64_t> starts = gather_over_job(
+      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
+  auto describe = [&](int64_t how) {
+    return how == 0   ? std::string("from scratch")
+           : how == 1 ? "from " + origin
+                      : "by resuming the save under " + config_.runner.model_save_path +
+                            " whose MODEL_MANIFEST has digest " +
+                            table::io::hex64(static_cast<uint64_t>(how));
+  };
+  const auto cards = static_cast<std::size_t>(num_cards());
+  for (std::size_t rank = cards; rank < starts.size(); rank += cards) {
+    GPUBOX_EXPECTS(starts[rank] == starts[0], "trainer ", rank / cards, " starts ",
+                   describe(starts[rank]), ", trainer 0 ", describe(starts[0]),
+                   ": every trainer must see the same saves (a folder they share) and "
+                   "runner.resume, --load and runner.model_init_path alike");
   }
-  // The schedule: every epoch goes over pass_files; the pass at index k has id k (from 0).
-  const auto per_epoch = static_cast<int64_t>(pass_files.size());
-  const int64_t total = per_epoch * std::max(1, config_.runner.epochs);
-  // --load wins over runner.model_init_path; either is the save this run starts from, and a
-  // resume only continues a run that started from the same one.
-  std::string origin = start_from;
-  if (origin.empty() && !loaded_ && pass_id_ == 0 && !config_.runner.model_init_path.empty()) {
-    origin = config_.runner.model_init_path;
-    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
-  }
-  const auto resume = s.lineage->find_resume_point(origin, *s.host);
-  if (env_.trainers > 1) {
-    // Every trainer starts the same way, else one would load (a collective) while another
-    // trains: each trainer's resume point (its manifest's digest; load() checks that the saves
-    // agree), 1 for a start from `origin`, 0 from scratch.
-    const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
-    const std::vector<int64_t> starts = gather_over_job(
-        std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
-    auto describe = [&](int64_t how) {
-      return how == 0   ? std::string("from scratch")
-             : how == 1 ? "from " + origin
-                        : "by resuming the save under " + config_.runner.model_save_path +
-                              " whose MODEL_MANIFEST has digest " +
-                              table::io::hex64(static_cast<uint64_t>(how));
-    };
-    const auto cards = static_cast<std::size_t>(num_cards());
-    for (std::size_t rank = cards; rank < starts.size(); rank += cards) {
-      GPUBOX_EXPECTS(starts[rank] == starts[0], "trainer ", rank / cards, " starts ",
-                     describe(starts[rank]), ", trainer 0 ", describe(starts[0]),
-                     ": every trainer must see the same saves (a folder they share) and "
-                     "runner.resume, --load and runner.model_init_path alike");
-    }
-  }
-  if (resume) {
-    // Before load(): the lineage records the passes done (pass P's save: P + 1), the next pass.
-    pass_id_ = resume->manifest.pass;
-    load(resume->dir);
-    if (pass_id_ >= total) {
-      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total << " passes (0 to "
-                       << total - 1 << ") and the last save is pass " << pass_id_ - 1
-                       << ": nothing left to train (more epochs or pass_dirs continue it; "
-                       << "-o runner.resume=off starts afresh)";
-    }
-  } else if (!origin.empty()) {
-    load(origin);
-  }
+}
+
+void Trainer::begin_run(const RunPlan& plan) {
+  State& s = *state_;
   // The passes after the one training are read and staged ahead (runner.prefetch_passes).
-  PassPipeline pipeline(
+  s.pipeline = std::make_unique<PassPipeline>(
       *s.card_tier, config_.runner.prefetch_passes,
-      [&](int64_t pass, PreparedPass* into) {
-        read_pass(pass_files[pass % per_epoch], pass, into);
+      [this, plan](int64_t pass, PreparedPass* into) {
+        read_pass(plan.files_of(pass), pass, into);
       },
       config_.host_tier.table.memory_budget_bytes, config_.runner.staging_nice);
-  if (pipeline.depth() > 0 && total > 1) {
-    GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << pipeline.depth()
-                     << ": while a pass trains, the next " << pipeline.depth()
+  if (s.pipeline->depth() > 0 && plan.total > 1) {
+    GPUBOX_LOG(INFO) << "runner.prefetch_passes = " << s.pipeline->depth()
+                     << ": while a pass trains, the next " << s.pipeline->depth()
                      << " pass(es) are read and their host-tier rows staged; each holds its data "
                         "set and staged rows ("
                      << staged_bytes_per_key(s.host->layout().stride())
                      << " bytes a key) in host memory until its begin_pass, outside "
                         "runner.host_memory_mb";
   }
-  std::vector<PassReport> reports;
-  // The epoch's PaddleRec lines: its passes' time and examples, and their metrics merged (a run
-  // resumed within an epoch counts the passes it trained of it).
-  double epoch_seconds = 0;
-  MetricValues epoch_metrics;
-  std::vector<double> epoch_sums;
-  for (int64_t k = pass_id_; k < total;) {
-    const int64_t pass = k;  // from 0, as PaddleRec numbers its epochs
-    if (k % per_epoch == 0) {
-      epoch_seconds = 0;
-      epoch_sums.clear();
-    }
-    try {
-      SaveLineage::check_servers(*s.host, pass);
-      const std::shared_ptr<PreparedPass> prepared = pipeline.take(k);
-      // The next passes start reading and staging once this one has begun (the previous
-      // end_pass is done, as the staging needs; begin_pass has the cores to itself).
-      // The next pass's keys keep their rows dirty on the cards when it trains right after this
-      // one: same epoch (no evaluation between), no save between (its sync would write them
-      // anyway), one trainer (with several, a card's next keys come from every trainer).
-      const bool saving =
-          !config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone;
-      PassReport report = run_pass(
-          *prepared,
-          [&] {
-            pipeline.start_after(*prepared, total);
-            // The next pass's card work while this one trains, from when its keys are known.
-            if (k + 1 < total) {
-              s.card_tier->expect_next_pass(prepared->sorted_keys, pipeline.staged_poll(k + 1));
-            }
-          },
-          [&]() -> std::shared_ptr<const std::vector<uint64_t>> {
-            if (saving || env_.trainers > 1 || k + 1 >= total || (k + 1) % per_epoch == 0)
-              return nullptr;
-            return pipeline.keys_of(k + 1);
-          });
-      const bool prints = env_.trainer_id == 0;  // the job's lines, once
-      if (prints) print_report(report, "");
-      epoch_seconds += report.seconds;
-      epoch_metrics = report.metrics;
-      if (pass_files.size() > 1) state_->workers[0]->metrics().accumulate_into(&epoch_sums);
-      if (metrics_out.is_open()) {
-        metrics_out << format_pass_json(report) << '\n';
-        metrics_out.flush();
-      }
-      if (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) {
-        pipeline.wait();  // the save sees no staging under way
-        save((std::filesystem::path(config_.runner.model_save_path) / std::to_string(report.pass))
-                 .string());
-      }
-      reports.push_back(std::move(report));
-      if ((k + 1) % per_epoch == 0) {
-        const int64_t epoch = k / per_epoch;
-        if (per_epoch > 1) {
-          epoch_metrics =
-              compute_metrics(epoch_sums.data(), state_->workers[0]->metrics().buckets());
+}
+
+void Trainer::end_run() noexcept { state_->pipeline.reset(); }
+
+PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
+  State& s = *state_;
+  PassPipeline& pipeline = *s.pipeline;
+  SaveLineage::check_servers(*s.host, k);
+  const std::shared_ptr<PreparedPass> prepared = pipeline.take(k);
+  // The next passes start reading and staging once this one has begun (the previous end_pass
+  // is done, as the staging needs; begin_pass has the cores to itself). The next pass's keys
+  // keep their rows dirty on the cards when it trains right after this one: same epoch (no
+  // evaluation between), no save between (its sync would write them anyway), one trainer (with
+  // several, a card's next keys come from every trainer).
+  const bool saving =
+      !config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone;
+  return run_pass(
+      *prepared,
+      [&] {
+        pipeline.start_after(*prepared, plan.total);
+        // The next pass's card work while this one trains, from when its keys are known.
+        if (k + 1 < plan.total) {
+          s.card_tier->expect_next_pass(prepared->sorted_keys, pipeline.staged_poll(k + 1));
         }
-        if (prints) {
-          std::printf("%s\n%s\n",
-                      format_paddlerec_epoch_line(epoch, epoch_seconds, epoch_metrics.examples,
-                                                  state_->cards.total_cards(), epoch_metrics.auc)
-                          .c_str(),
-                      format_paddlerec_done_line(epoch, epoch_metrics, epoch_seconds).c_str());
-          std::fflush(stdout);
-        }
-        if (!test_files.empty()) {
-          const EvalResult test = evaluate(test_files, false);
-          if (prints) {
-            std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
-                        static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
-                        test.metrics.examples);
-            std::fflush(stdout);
-          }
-          if (metrics_out.is_open()) {
-            metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
-                        << ", \"test_logloss\": " << test.metrics.logloss
-                        << ", \"test_examples\": " << test.metrics.examples << "}\n";
-            metrics_out.flush();
-          }
-        }
-      }
-      ++k;
-    } catch (const Error& e) {
-      // A server that restarted while no pass was open: reload the last save and train the
-      // passes after it again (checkpoint.hpp); anything else is thrown again. Several
-      // trainers do not find a restart at the same point, so their reload could not be one
-      // collective: the job stops, and running it again resumes from the last complete save.
-      if (env_.trainers > 1) throw;
-      const auto recovery = s.lineage->recover(e, *s.host, s.card_tier->in_pass(), pass);
-      pipeline.clear();  // rows staged from before the reload are stale
-      pass_id_ = recovery.run_pass;
-      load(recovery.dir);
-      k = pass_id_;
-      epoch_seconds = 0;  // the epoch's passes from k on are trained again
-      epoch_sums.clear();
-    }
-  }
-  return reports;
+      },
+      [&]() -> std::shared_ptr<const std::vector<uint64_t>> {
+        if (saving || env_.trainers > 1 || k + 1 >= plan.total || plan.ends_epoch(k))
+          return nullptr;
+        return pipeline.keys_of(k + 1);
+      });
+}
+
+void Trainer::accumulate_pass_metrics(std::vector<double>* sums) const {
+  state_->workers[0]->metrics().accumulate_into(sums);
+}
+
+std::size_t Trainer::metric_buckets() const { return state_->workers[0]->metrics().buckets(); }
+
+void Trainer::settle() {
+  if (state_->pipeline) state_->pipeline->wait();
+}
+
+std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
+  // A server that restarted while no pass was open: reload the last save and train the passes
+  // after it again (checkpoint.hpp); anything else is thrown again. Several trainers do not
+  // find a restart at the same point, so their reload could not be one collective: the job
+  // stops, and running it again resumes from the last complete save.
+  if (env_.trainers > 1) return std::nullopt;
+  State& s = *state_;
+  const auto recovery = s.lineage->recover(error, *s.host, s.card_tier->in_pass(), pass);
+  if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
+  pass_id_ = recovery.run_pass;
+  load(recovery.dir);
+  return pass_id_;
 }
 
 std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_card,
@@ -828,10 +656,7 @@ void Trainer::save(const std::string& dir) {
   // The job meets (every write-back done) and checks that the dense half trainer 0 writes is
   // every card's.
   std::vector<int64_t> digests;
-  for (auto& worker : s.workers) {
-    worker->card().activate();
-    digests.push_back(as_int64(dense_state_digest(*worker)));
-  }
+  for (auto& worker : s.workers) digests.push_back(as_int64(dense_state_of(*worker).digest()));
   const std::vector<int64_t> all = gather_over_job(digests, "the save's dense digests");
   const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
   for (std::size_t rank = 1; rank < all.size(); ++rank) {
@@ -860,22 +685,8 @@ void Trainer::write_save(const std::string& dir) {
   throw_if_error(s.host->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
-  CardWorker& worker = *s.workers[0];
-  const device::Stream& stream = worker.card().stream();
-  table::DenseBlock block;
-  block.values = worker.model().parameters().values_to_host();
-  block.state["moment1"] = device::to_host(worker.optimizer().moment1());
-  block.state["moment2"] = device::to_host(worker.optimizer().moment2());
-  block.state["steps"] = pack_steps(worker.optimizer().steps());
-  stream.synchronize();
-  table::DenseTable dense;
-  dense.put("dense", std::move(block));
-  const std::string dense_dir = (std::filesystem::path(dir) / "dense").string();
-  throw_if_error(dense.save(dense_dir).with_context("saving the dense parameters under " + dir));
-  auto dense_digest =
-      table::io::read_half_digest(table::io::FileEnv::posix(), dense_dir, table::io::kDenseHalf);
-  throw_if_error(dense_digest.status().with_context("reading back " + dense_dir));
-  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), *dense_digest);
+  const uint64_t dense_digest = save_dense_half(dir, dense_state_of(*s.workers[0]));
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest);
 }
 
 void Trainer::load(const std::string& dir) {
@@ -917,29 +728,12 @@ void Trainer::load(const std::string& dir) {
 
 void Trainer::read_dense(const std::string& dir) {
   State& s = *state_;
-  table::DenseTable dense;
-  throw_if_error(dense.load((std::filesystem::path(dir) / "dense").string())
-                     .with_context("loading the dense parameters from " + dir));
-  auto block = dense.get("dense");
-  GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
-  for (auto& worker_ptr : s.workers) {
-    CardWorker& worker = *worker_ptr;
-    device::Card& card = worker.card();
+  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
+  for (auto& worker : s.workers) {
+    device::Card& card = worker->card();
     card.activate();
-    DenseParameters& params = worker.model().parameters();
-    GPUBOX_EXPECTS(block->values.size() == params.size(), "save ", dir, " holds ",
-                   block->values.size(), " dense parameters but the configured model has ",
-                   params.size(), " (different fc_sizes, slots or dense_input_dim?)");
-    params.set_values(block->values);
-    for (const char* name : {"moment1", "moment2"}) {
-      const auto& host = block->state.at(name);
-      auto& buffer = std::strcmp(name, "moment1") == 0 ? worker.optimizer().moment1()
-                                                       : worker.optimizer().moment2();
-      GPUBOX_EXPECTS(host.size() == buffer.size(), "save ", dir, ": optimizer state '", name,
-                     "' has ", host.size(), " values, expected ", buffer.size());
-      if (!host.empty()) device::copy_async(buffer.data(), host.data(), host.size(), card.stream());
-    }
-    worker.optimizer().set_steps(unpack_steps(block->state.at("steps")));
+    worker->model().parameters().set_values(dense.values);
+    dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
   }
 }
 

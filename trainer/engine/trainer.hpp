@@ -24,61 +24,26 @@
 #include "table/host_tier.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/metrics/metric_values.hpp"
+#include "trainer/schedule/schedule.hpp"
+#include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox {
 namespace dataset {
 class InMemoryDataset;
-}
+class QueueDataset;
+}  // namespace dataset
 namespace ps {
 class CardTier;
 }
 namespace trainer {
 
 struct PreparedPass;
+class PassPipeline;
 
-// Where the trainer runs: its cards and the servers, from the launcher's environment.
-//
-// Several trainers (PADDLE_TRAINERS_NUM > 1): one job of T processes x C cards each (every
-// trainer the same C); card ranks are global (trainer_id * C + card) and the communicator spans
-// them all (Gloo on cpu, NCCL on cuda), meeting through the rendezvous store. Each trainer
-// trains its share of each pass's files (trainer_file_share); keys are owned by one card of the
-// job; dense gradients and metrics are summed over every card of every trainer. Trainer 0 prints
-// the pass lines; every trainer appends its own line to its metrics file (trainer_metrics_path).
-struct TrainerEnv {
-  std::string selected_cards = "0";  // FLAGS_selected_gpus (cpu build: simulated cards)
-  std::string servers;               // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
-  int trainer_id = 0;                // PADDLE_TRAINER_ID
-  int trainers = 1;                  // PADDLE_TRAINERS_NUM
-  int threads_per_card = 0;          // cpu backend; 0 = cores / cards
-  std::string rendezvous;  // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
-  std::string host = "127.0.0.1";  // POD_IP: where this trainer's peers reach it
-
-  // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
-  // PADDLE_TRAINERS_NUM (or their GPUBOX_* names), GPUBOX_RENDEZVOUS and POD_IP (or
-  // GPUBOX_POD_IP). A malformed number names the variable.
-  static TrainerEnv from_environment();
-};
-
-// Trainer `trainer_id`'s share of a pass's files, as Paddle's fleet.util.get_file_shard splits
-// them: contiguous blocks in list order, the first (files % trainers) trainers one file more. A
-// trainer may get none (it still joins every step, with empty batches).
-std::vector<std::string> trainer_file_share(const std::vector<std::string>& files, int trainer_id,
-                                            int trainers);
-
-// Trainer t's metrics file: runner.metrics_path itself for trainer 0 (and a single trainer),
-// "<stem>.trainer<t><extension>" beside it for the others.
-std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id);
-
-struct EvalResult {
-  MetricValues metrics;
-  std::vector<float> labels;       // in file order, when predictions were asked for
-  std::vector<float> predictions;  // in file order, when predictions were asked for
-};
-
-class Trainer {
+class Trainer final : public Schedule {
  public:
   Trainer(TrainerConfig config, TrainerEnv env);
-  ~Trainer();
+  ~Trainer() override;
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -99,7 +64,7 @@ class Trainer {
   PassReport train_pass(const std::vector<std::string>& files);
   // Evaluates `files` with the current model (no update); with several trainers each evaluates
   // its share, the metrics are the job's and the predictions (when kept) this trainer's share's.
-  EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions);
+  EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions) override;
 
   // Saves the host tier (runner.save_mode; `checkpoint` keeps optimizer state) under dir/sparse
   // and the dense parameters with their optimizer state under dir/dense, then the model
@@ -111,7 +76,7 @@ class Trainer {
   // dense parameters and optimizer state (a digest per card, all-gathered), trainer 0 alone
   // sends SAVE to the servers and writes the dense half and the manifest, and the job meets
   // again: no trainer trains on before the save is complete, and all fail when it failed.
-  void save(const std::string& dir);
+  void save(const std::string& dir) override;
   // Loads a save made by save(), once its halves are checked against its model manifest (a
   // delta: its chain from the base): host tier, dense parameters and optimizer state on every
   // card; the card tier is emptied (it refills at the next begin_pass). Throws naming what is
@@ -121,22 +86,35 @@ class Trainer {
   // load the same one (its manifest digest, all-gathered), trainer 0 alone sends LOAD to the
   // servers, the job meets after it (all fail when it failed), then every trainer reads the
   // dense half onto its cards.
-  void load(const std::string& dir);
+  void load(const std::string& dir) override;
 
   const TrainerConfig& config() const { return config_; }
-  table::HostTier& host_tier();
+  table::HostTier& host_tier() override;
   // The card tier's owner (stores, HeterComms, pass manager), for tests and tools that look in.
   ps::CardTier& card_tier();
   int num_cards() const;
   // Dense parameters of one card (host copy): every card holds the same values.
   std::vector<float> dense_values(int card) const;
-  int64_t passes_done() const { return pass_id_; }
+  int64_t passes_done() const override { return pass_id_; }
+
+  // Schedule (schedule.hpp): what the epoch loop (train()) drives.
+  const TrainerEnv& env() const override { return env_; }
+  SaveLineage& lineage() override;
+  bool prints() const override { return env_.trainer_id == 0; }  // the job's lines, once
+  void set_passes_done(int64_t passes) override { pass_id_ = passes; }
+  void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
+  void begin_run(const RunPlan& plan) override;
+  void end_run() noexcept override;
+  PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;
+  void accumulate_pass_metrics(std::vector<double>* sums) const override;
+  std::size_t metric_buckets() const override;
+  void settle() override;
+  std::optional<int64_t> recover(const Error& error, int64_t pass) override;
 
  private:
   struct State;
   std::unique_ptr<dataset::InMemoryDataset> load_dataset(const std::vector<std::string>& files,
                                                          const std::string& what) const;
-  void print_report(const PassReport& report, const std::string& prefix) const;
   // Pass `pass` over `files`: read and shuffled with that pass's seed (thread-safe: the pass
   // pipeline calls it from its threads).
   void read_pass(const std::vector<std::string>& files, int64_t pass, PreparedPass* into) const;
@@ -147,6 +125,11 @@ class Trainer {
   PassReport run_pass(
       PreparedPass& prepared, const std::function<void()>& begun = {},
       const std::function<std::shared_ptr<const std::vector<uint64_t>>()>& next_keys = {});
+  // run_pass's steps on every card (one host thread per card) and what they tell the report.
+  struct StepTally;
+  StepTally train_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
+                        int64_t pass);
+  void append_step_counts(const StepTally& tally, PassReport* report) const;
   // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
   void write_save(const std::string& dir);
   void read_dense(const std::string& dir);
@@ -171,9 +154,6 @@ class Trainer {
 // collectives_per_step. Nothing when steps == 0.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report);
-
-// The data files of a folder (sorted; hidden files and *.json skipped). Throws naming it.
-std::vector<std::string> data_files(const std::string& dir);
 
 }  // namespace trainer
 }  // namespace gpubox

@@ -65,6 +65,9 @@ std::string format_pass_line(const PassReport& report);
 // One JSON object on one line (no trailing newline): pass, seconds, examples, cards, ips,
 // ips_per_card, every metric, then the extras.
 std::string format_pass_json(const PassReport& report);
+// The test evaluation after epoch `epoch`, one JSON object on one line: epoch, test_auc,
+// test_logloss, test_examples (undefined values, e.g. the AUC of a one-class test set, null).
+std::string format_test_json(int64_t epoch, const MetricValues& test);
 
 // PaddleRec's own lines, for the log scrapers written against them (epochs from 0):
 // static_gpubox_trainer.py's "Epoch: E, using time: T second, ips: S example/sec. auc: A", ips

@@ -102,6 +102,12 @@ std::string format_pass_json(const PassReport& r) {
   return out + "}";
 }
 
+std::string format_test_json(int64_t epoch, const MetricValues& test) {
+  return "{\"epoch\": " + std::to_string(epoch) + ", \"test_auc\": " + json_number(test.auc) +
+         ", \"test_logloss\": " + json_number(test.logloss) +
+         ", \"test_examples\": " + json_number(test.examples) + "}";
+}
+
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const auto whole = static_cast<int64_t>(std::llround(seconds));

@@ -15,7 +15,6 @@
 #include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
-#include "dataset/load_report.hpp"
 #include "dataset/queue_dataset.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
@@ -23,12 +22,14 @@
 #include "table/io/model_manifest.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
-#include "trainer/engine/checkpoint.hpp"
-#include "trainer/engine/trainer.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/dense_state.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+#include "trainer/schedule/pass_data.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -43,21 +44,6 @@ constexpr const char* kBatchesTable = "ps_sync_batches";
 // What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
 // succeeded, else 0; the pass it goes on with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
-// The save's dense half: the gpubox mode's block (Trainer::write_save), so either mode loads it.
-constexpr const char* kDenseBlock = "dense";
-
-std::vector<float> pack_steps(int64_t steps) {
-  std::vector<float> out(2);
-  std::memcpy(out.data(), &steps, sizeof(steps));
-  return out;
-}
-int64_t unpack_steps(const std::vector<float>& packed, const std::string& dir) {
-  GPUBOX_EXPECTS(packed.size() == 2, "save ", dir, ": bad dense optimizer step record");
-  int64_t steps = 0;
-  std::memcpy(&steps, packed.data(), sizeof(steps));
-  return steps;
-}
-
 // The threads of one trainer meeting at each sync step. abort() wakes every waiter with the
 // failure of another thread, so no thread waits for one that has died.
 class ThreadBarrier {
@@ -144,6 +130,7 @@ struct PsTrainer::State {
   std::vector<std::unique_ptr<PsWorker>> workers;
   std::vector<float> batches_seen;  // sync: kBatchesTable as this trainer last read it
   std::unique_ptr<SaveLineage> lineage;
+  std::vector<double> metric_sums;  // the last pass's, over this trainer's threads
 };
 
 PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
@@ -153,8 +140,13 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
   GPUBOX_EXPECTS(env_.trainers >= 1 && env_.trainer_id >= 0 && env_.trainer_id < env_.trainers,
                  "PADDLE_TRAINER_ID=", env_.trainer_id,
                  " is not in [0, PADDLE_TRAINERS_NUM=", env_.trainers, ")");
-  state_ = std::make_unique<State>(State{
-      device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1), nullptr, {}, {}, nullptr});
+  state_ = std::make_unique<State>(
+      State{device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1),
+            nullptr,
+            {},
+            {},
+            nullptr,
+            {}});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   for (int t = 0; t < s.cards.num_local_cards(); ++t) {
@@ -263,23 +255,15 @@ void PsTrainer::write_save(const std::string& dir) {
   // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
   throw_if_error(s.servers->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
+  // Thread 0's optimizer state, with the servers' dense values (what every thread adopts).
   PsWorker& worker = *s.workers[0];
   worker.card().activate();
-  table::DenseBlock block;
-  block.values.assign(worker.model().parameters().size(), 0.0f);
-  throw_if_error(s.servers->dense(DenseAction::kRead, kDenseTableName, &block.values)
+  DenseState dense =
+      DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+  throw_if_error(s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values)
                      .with_context("reading the servers' dense table for the save " + dir));
-  block.state["moment1"] = device::to_host(worker.optimizer().moment1());
-  block.state["moment2"] = device::to_host(worker.optimizer().moment2());
-  block.state["steps"] = pack_steps(worker.optimizer().steps());
-  table::DenseTable dense;
-  dense.put(kDenseBlock, std::move(block));
-  const std::string dense_dir = (std::filesystem::path(dir) / "dense").string();
-  throw_if_error(dense.save(dense_dir).with_context("saving the dense parameters under " + dir));
-  auto dense_digest =
-      table::io::read_half_digest(table::io::FileEnv::posix(), dense_dir, table::io::kDenseHalf);
-  throw_if_error(dense_digest.status().with_context("reading back " + dense_dir));
-  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), *dense_digest);
+  const uint64_t dense_digest = save_dense_half(dir, dense);
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest);
   GPUBOX_LOG(INFO) << "saved " << dir << " (pass " << pass_id_ - 1 << ")";
 }
 
@@ -287,23 +271,12 @@ void PsTrainer::load(const std::string& dir) {
   State& s = *state_;
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, false);
-  table::DenseTable dense;
-  throw_if_error(dense.load((std::filesystem::path(dir) / "dense").string())
-                     .with_context("loading the dense parameters from " + dir));
-  auto block = dense.get(kDenseBlock);
-  GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
-  const std::size_t params = s.workers[0]->model().parameters().size();
-  GPUBOX_EXPECTS(block->values.size() == params, "save ", dir, " holds ", block->values.size(),
-                 " dense parameters but the configured model has ", params,
-                 " (different fc_sizes, slots or dense_input_dim?)");
-  for (const char* name : {"moment1", "moment2", "steps"}) {
-    GPUBOX_EXPECTS(block->state.count(name) == 1, "save ", dir,
-                   ": the dense half has no optimizer state '", name, "'");
-  }
+  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
+  loaded_ = true;
   on_trainer_zero(
       [&] {
         restore_sparse(*s.servers, plan);
-        std::vector<float> values = block->values;
+        std::vector<float> values = dense.values;
         throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &values)
                            .with_context("writing the dense half of " + dir + " to the servers"));
       },
@@ -311,25 +284,178 @@ void PsTrainer::load(const std::string& dir) {
   for (auto& worker : s.workers) {
     device::Card& card = worker->card();
     card.activate();
-    DenseOptimizer& optimizer = worker->optimizer();
-    for (const char* name : {"moment1", "moment2"}) {
-      const std::vector<float>& host = block->state.at(name);
-      auto& buffer = std::strcmp(name, "moment1") == 0 ? optimizer.moment1() : optimizer.moment2();
-      GPUBOX_EXPECTS(host.size() == buffer.size(), "save ", dir, ": optimizer state '", name,
-                     "' has ", host.size(), " values, expected ", buffer.size());
-      if (!host.empty()) device::copy_async(buffer.data(), host.data(), host.size(), card.stream());
-    }
-    optimizer.set_steps(unpack_steps(block->state.at("steps"), dir));
+    dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
     card.stream().synchronize();
     worker->sync_dense(0.0f);  // the dense half, from the servers' table
   }
   s.lineage->restored(plan, pass_id_);
 }
 
+// One pass's data as a PS trainer reads it: held whole (InmemoryDataset), or streamed
+// (QueueDataset; in the sync mode read once first for its batch count, as every trainer takes as
+// many steps as the longest).
+struct PsTrainer::PassData {
+  std::unique_ptr<dataset::InMemoryDataset> held;
+  std::unique_ptr<dataset::QueueDataset> stream;
+  std::size_t batches = 0;  // per thread; unknown (0) for an async or geo stream
+  std::size_t steps = 0;    // per thread, agreed over the job in the sync mode
+  const dataset::LoadStats& stats() const {
+    return stream ? stream->load_stats() : held->load_stats();
+  }
+  // A stream's own failure (a file, pipe_command, strict_parse) is the pass's error, also when a
+  // training thread stopped for it first.
+  void check_stream(int64_t pass) const {
+    const Status read = stream->finish();
+    if (!read.ok() && read.code() != Status::Code::kAborted) {
+      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+    }
+  }
+};
+
+PsTrainer::PassData PsTrainer::read_pass(const std::vector<std::string>& share, int64_t pass) {
+  const int threads = state_->cards.num_local_cards();
+  PassData data;
+  if (config_.runner.reader_type == ReaderType::kQueueDataset) {
+    data.stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
+    data.stream->set_filelist(share);
+    if (config_.runner.sync_mode == SyncMode::kSync) {
+      const Status counted = data.stream->scan();
+      if (!counted.ok()) GPUBOX_FAIL("reading pass ", pass, " (to count it): ", counted.message());
+      data.batches = data.stream->num_batches_per_card(threads);
+    }
+    data.stream->start(threads);
+    GPUBOX_LOG(INFO) << "pass " << pass << ": " << data.stream->memory_note();
+  } else {
+    data.held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
+    data.held->set_filelist(share);
+    const Status loaded = data.held->load_into_memory();
+    if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
+    report_read(data.held->load_stats(), share, "pass " + std::to_string(pass));
+    if (config_.runner.shuffle) data.held->local_shuffle(config_.runner.seed * 1000003 + pass);
+    data.batches = data.held->num_batches_per_card(threads);
+  }
+  data.steps = data.batches;
+  return data;
+}
+
+void PsTrainer::sync_barrier(int64_t pass, const std::string& name, const std::string& what) {
+  State& s = *state_;
+  // Each arrival is counted first in kProgressTable, so a timeout names the trainers behind the
+  // furthest one.
+  std::vector<float> arrival = one_hot(env_.trainers, env_.trainer_id, 1.0f);
+  throw_if_error(s.servers->dense(DenseAction::kAdd, kProgressTable, &arrival));
+  const Status st =
+      s.servers->barrier("ps_sync/" + std::to_string(pass) + "/" + name,
+                         static_cast<uint32_t>(env_.trainers), config_.runner.collective_timeout_s);
+  if (st.ok()) return;
+  std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
+  std::string missing;
+  if (s.servers->dense(DenseAction::kRead, kProgressTable, &progress).ok()) {
+    const float furthest = *std::max_element(progress.begin(), progress.end());
+    for (int w = 0; w < env_.trainers; ++w) {
+      if (progress[static_cast<std::size_t>(w)] < furthest) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+      }
+    }
+  }
+  GPUBOX_FAIL(
+      "sync mode, pass ", pass, ", ", what, ": not every one of the ", env_.trainers,
+      " trainers arrived within runner.collective_timeout_s=", config_.runner.collective_timeout_s,
+      " s", missing.empty() ? std::string() : " (missing: trainer " + missing + ")",
+      ": a trainer died or is stuck; ", st.to_string());
+}
+
+std::size_t PsTrainer::agree_sync_steps(int64_t pass, std::size_t batches) {
+  State& s = *state_;
+  std::vector<float> mine = one_hot(env_.trainers, env_.trainer_id, static_cast<float>(batches));
+  throw_if_error(s.servers->dense(DenseAction::kAdd, kBatchesTable, &mine));
+  sync_barrier(pass, "count", "counting batches");
+  std::vector<float> all(static_cast<std::size_t>(env_.trainers), 0.0f);
+  throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &all));
+  std::size_t steps = batches;
+  for (std::size_t w = 0; w < all.size(); ++w) {
+    steps = std::max(steps, static_cast<std::size_t>(std::lround(all[w] - s.batches_seen[w])));
+  }
+  s.batches_seen = all;
+  sync_barrier(pass, "counted", "agreeing on the steps");
+  return steps;
+}
+
+std::size_t PsTrainer::train_threads(PassData& data, int64_t pass) {
+  State& s = *state_;
+  const SyncMode mode = config_.runner.sync_mode;
+  const int threads = s.cards.num_local_cards();
+  // async and geo take a stream's batches until it ends; everything else `steps` of them.
+  const bool open_ended = data.stream != nullptr && mode != SyncMode::kSync;
+  // Thread t's batch of step b; false when the thread has no step left.
+  const auto next_batch = [&](int t, std::size_t b, dataset::Batch* batch) {
+    if (open_ended) return data.stream->next_batch(t, batch);
+    if (b >= data.steps) return false;
+    if (b >= data.batches) {
+      *batch = dataset::Batch{};  // an empty step: this trainer has no batch left
+    } else if (data.stream != nullptr) {
+      GPUBOX_EXPECTS(data.stream->next_batch(t, batch), "pass ", pass,
+                     ": its stream ended at batch ", b, " of ", data.batches);
+    } else {
+      data.held->fill_batch(t, threads, b, batch);
+    }
+    return true;
+  };
+  ThreadBarrier local(threads);
+  // sync averages the step's gradients of every thread of the job; geo averages the threads'
+  // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
+  // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
+  const float dense_scale =
+      mode == SyncMode::kAsync ? 1.0f : 1.0f / static_cast<float>(env_.trainers * threads);
+  const auto dense_every = static_cast<std::size_t>(
+      mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps);
+  // Every trainer's updates of a step are on the servers before anyone's next pull (sync).
+  const auto meet_all = [&](int t, const std::string& name, const std::string& what) {
+    local.wait();  // every thread's updates of this step are on the servers
+    if (t == 0) sync_barrier(pass, name, what);
+    local.wait();  // ... and every trainer's
+  };
+  std::size_t steps_taken = 0;  // thread 0's
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        const int t = card.local_index();
+        PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
+        worker.metrics().reset();
+        dataset::Batch batch;
+        std::size_t b = 0;
+        for (; next_batch(t, b, &batch); ++b) {
+          worker.train_step(batch, pass, static_cast<int64_t>(b));
+          const bool dense_step = (b + 1) % dense_every == 0;
+          if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(dense_scale);
+          if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
+          if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(dense_scale);
+          if (mode == SyncMode::kSync) {
+            meet_all(t, std::to_string(b), "step " + std::to_string(b));
+            if (dense_step) worker.sync_dense(0.0f);
+          }
+        }
+        // The end of a pass: what is left goes to the servers. In the sync mode every thread of
+        // every trainer took the same `steps`, so all agree on whether a partial dense window
+        // is left; it is added and adopted behind one more barrier, as a step's.
+        if (mode == SyncMode::kGeo) worker.sync_rows(dense_scale);
+        if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
+        if (mode == SyncMode::kSync && b % dense_every != 0) {
+          worker.sync_dense(dense_scale);
+          meet_all(t, "dense", "the pass's last dense window");
+          worker.sync_dense(0.0f);
+        }
+        if (t == 0) steps_taken = b;
+      },
+      [&](const std::string& why) {
+        local.abort(why);
+        if (data.stream != nullptr) data.stream->abort(why);
+      });
+  return steps_taken;
+}
+
 PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   State& s = *state_;
   const int64_t pass = pass_id_++;
-  const SyncMode mode = config_.runner.sync_mode;
   Timer pass_timer;
   const std::vector<std::string> share =
       config_.runner.split_file_list ? trainer_file_share(files, env_.trainer_id, env_.trainers)
@@ -338,162 +464,27 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
                  env_.trainers, " gets none of the ", files.size(),
                  " files (runner.split_file_list shares them among the trainers: give at least ",
                  env_.trainers, " files)");
-  // The pass's data: held whole (InmemoryDataset), or streamed (QueueDataset): in the sync mode
-  // read once first for its batch count (every trainer takes as many steps as the longest).
-  const int threads = s.cards.num_local_cards();
-  std::unique_ptr<dataset::InMemoryDataset> held;
-  std::unique_ptr<dataset::QueueDataset> stream;
-  std::size_t batches = 0;
-  if (config_.runner.reader_type == ReaderType::kQueueDataset) {
-    stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
-    stream->set_filelist(share);
-    if (mode == SyncMode::kSync) {
-      const Status counted = stream->scan();
-      if (!counted.ok()) GPUBOX_FAIL("reading pass ", pass, " (to count it): ", counted.message());
-      batches = stream->num_batches_per_card(threads);
-    }
-    stream->start(threads);
-    GPUBOX_LOG(INFO) << "pass " << pass << ": " << stream->memory_note();
-  } else {
-    held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
-    held->set_filelist(share);
-    const Status loaded = held->load_into_memory();
-    if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
-    for (const std::string& line : dataset::load_messages(held->load_stats()).warnings) {
-      GPUBOX_LOG(WARNING) << "pass " << pass << ": " << line;
-    }
-    if (config_.runner.shuffle) held->local_shuffle(config_.runner.seed * 1000003 + pass);
-    batches = held->num_batches_per_card(threads);
-  }
+  PassData data = read_pass(share, pass);
   const double load_seconds = pass_timer.seconds();
-  std::size_t steps = batches;
-  // async and geo take a stream's batches until it ends; everything else `steps` of them.
-  const bool open_ended = stream != nullptr && mode != SyncMode::kSync;
-  // Thread t's batch of step b; false when the thread has no step left.
-  const auto next_batch = [&](int t, std::size_t b, dataset::Batch* batch) {
-    if (open_ended) return stream->next_batch(t, batch);
-    if (b >= steps) return false;
-    if (b >= batches) {
-      *batch = dataset::Batch{};  // an empty step: this trainer has no batch left
-    } else if (stream != nullptr) {
-      GPUBOX_EXPECTS(stream->next_batch(t, batch), "pass ", pass, ": its stream ended at batch ", b,
-                     " of ", batches);
-    } else {
-      held->fill_batch(t, threads, b, batch);
-    }
-    return true;
-  };
-  const std::string barrier_prefix = "ps_sync/" + std::to_string(pass) + "/";
-  // Thread 0's barriers of all trainers. Each arrival is counted first in kProgressTable, so a
-  // timeout names the trainers behind the furthest one.
-  const auto barrier = [&](const std::string& name, const std::string& what) {
-    std::vector<float> arrival = one_hot(env_.trainers, env_.trainer_id, 1.0f);
-    throw_if_error(s.servers->dense(DenseAction::kAdd, kProgressTable, &arrival));
-    const Status st =
-        s.servers->barrier(barrier_prefix + name, static_cast<uint32_t>(env_.trainers),
-                           config_.runner.collective_timeout_s);
-    if (st.ok()) return;
-    std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
-    std::string missing;
-    if (s.servers->dense(DenseAction::kRead, kProgressTable, &progress).ok()) {
-      const float furthest = *std::max_element(progress.begin(), progress.end());
-      for (int w = 0; w < env_.trainers; ++w) {
-        if (progress[static_cast<std::size_t>(w)] < furthest) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(w);
-        }
-      }
-    }
-    GPUBOX_FAIL("sync mode, pass ", pass, ", ", what, ": not every one of the ", env_.trainers,
-                " trainers arrived within runner.collective_timeout_s=",
-                config_.runner.collective_timeout_s, " s",
-                missing.empty() ? std::string() : " (missing: trainer " + missing + ")",
-                ": a trainer died or is stuck; ", st.to_string());
-  };
-  if (mode == SyncMode::kSync) {
-    // Every trainer takes as many steps as the one with the most batches.
-    std::vector<float> mine = one_hot(env_.trainers, env_.trainer_id, static_cast<float>(batches));
-    throw_if_error(s.servers->dense(DenseAction::kAdd, kBatchesTable, &mine));
-    barrier("count", "counting batches");
-    std::vector<float> all(static_cast<std::size_t>(env_.trainers), 0.0f);
-    throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &all));
-    for (std::size_t w = 0; w < all.size(); ++w) {
-      steps = std::max(steps, static_cast<std::size_t>(std::lround(all[w] - s.batches_seen[w])));
-    }
-    s.batches_seen = all;
-    barrier("counted", "agreeing on the steps");
-  }
-
-  ThreadBarrier local(threads);
-  // sync averages the step's gradients of every thread of the job; geo averages the threads'
-  // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
-  // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
-  const float dense_scale =
-      mode == SyncMode::kAsync ? 1.0f : 1.0f / static_cast<float>(env_.trainers * threads);
-  const int dense_every =
-      mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps;
+  if (config_.runner.sync_mode == SyncMode::kSync)
+    data.steps = agree_sync_steps(pass, data.batches);
   Timer train_timer;
-  std::size_t steps_taken = 0;  // thread 0's
-  // A stream's own failure (a file, pipe_command, strict_parse) is the pass's error, also when
-  // a training thread stopped for it first; the steps taken before it stay taken: a streamed
-  // pass is never whole in memory to be checked first.
-  const auto stream_failure = [&] {
-    const Status read = stream->finish();
-    if (!read.ok() && read.code() != Status::Code::kAborted) {
-      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
-    }
-  };
+  std::size_t steps_taken = 0;
+  // The steps taken before a stream's failure stay taken: a streamed pass is never whole in
+  // memory to be checked first.
   try {
-    s.cards.run_on_cards(
-        [&](device::Card& card) {
-          const int t = card.local_index();
-          PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
-          worker.metrics().reset();
-          dataset::Batch batch;
-          std::size_t b = 0;
-          for (; next_batch(t, b, &batch); ++b) {
-            worker.train_step(batch, pass, static_cast<int64_t>(b));
-            const bool dense_step = (b + 1) % static_cast<std::size_t>(dense_every) == 0;
-            if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(dense_scale);
-            if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
-            if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(dense_scale);
-            if (mode == SyncMode::kSync) {
-              local.wait();  // every thread's updates of this step are on the servers
-              if (t == 0) barrier(std::to_string(b), "step " + std::to_string(b));
-              local.wait();  // ... and every trainer's
-              if (dense_step) worker.sync_dense(0.0f);
-            }
-          }
-          // The end of a pass: what is left goes to the servers. In the sync mode every thread
-          // of every trainer took the same `steps`, so all agree on whether a partial dense
-          // window is left; it is added and adopted behind one more barrier, as a step's.
-          if (mode == SyncMode::kGeo) worker.sync_rows(dense_scale);
-          if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
-          if (mode == SyncMode::kSync && b % static_cast<std::size_t>(dense_every) != 0) {
-            worker.sync_dense(dense_scale);
-            local.wait();
-            if (t == 0) barrier("dense", "the pass's last dense window");
-            local.wait();
-            worker.sync_dense(0.0f);
-          }
-          if (t == 0) steps_taken = b;
-        },
-        [&](const std::string& why) {
-          local.abort(why);
-          if (stream != nullptr) stream->abort(why);
-        });
+    steps_taken = train_threads(data, pass);
   } catch (const Error&) {
-    if (stream != nullptr) stream_failure();
+    if (data.stream != nullptr) data.check_stream(pass);
     throw;
   }
   const double train_seconds = train_timer.seconds();
-  if (stream != nullptr) {
-    stream_failure();
-    for (const std::string& line : dataset::load_messages(stream->load_stats()).warnings) {
-      GPUBOX_LOG(WARNING) << "pass " << pass << ": " << line;
-    }
+  if (data.stream != nullptr) {
+    data.check_stream(pass);
+    report_read(data.stream->load_stats(), share, "pass " + std::to_string(pass));
   }
-
-  std::vector<double> sums;
+  std::vector<double>& sums = s.metric_sums;
+  sums.clear();
   for (auto& worker : s.workers) {
     worker->metrics().compute();
     worker->metrics().accumulate_into(&sums);
@@ -501,16 +492,14 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   PassReport report;
   report.pass = pass;
   report.seconds = pass_timer.seconds();
-  report.cards = threads;
+  report.cards = s.cards.num_local_cards();
   report.metrics = compute_metrics(sums.data(), s.workers[0]->metrics().buckets());
-  report.extra = {
-      {"load_seconds", load_seconds},
-      {"train_seconds", train_seconds},
-      {"steps", static_cast<double>(steps_taken)},
-      {"trainer_id", static_cast<double>(env_.trainer_id)},
-      {"trainers", static_cast<double>(env_.trainers)},
-      {"skipped_lines",
-       static_cast<double>((stream ? stream->load_stats() : held->load_stats()).skipped_lines())}};
+  report.extra = {{"load_seconds", load_seconds},
+                  {"train_seconds", train_seconds},
+                  {"steps", static_cast<double>(steps_taken)},
+                  {"trainer_id", static_cast<double>(env_.trainer_id)},
+                  {"trainers", static_cast<double>(env_.trainers)},
+                  {"skipped_lines", static_cast<double>(data.stats().skipped_lines())}};
   return report;
 }
 
@@ -529,6 +518,7 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
     held->set_filelist(files);
     const Status loaded = held->load_into_memory();
     if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
+    report_read(held->load_stats(), files, "evaluation data");
     held->set_batch_size(config_.runner.infer_batch_size);
   }
   EvalResult result;
@@ -564,85 +554,30 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   if (stream != nullptr) {
     const Status read = stream->finish();
     if (!read.ok()) GPUBOX_FAIL("reading evaluation data: ", read.message());
+    report_read(stream->load_stats(), files, "evaluation data");
   }
   return result;
 }
 
 std::vector<PassReport> PsTrainer::train(const std::string& start_from) {
-  const RunnerConfig& r = config_.runner;
-  State& s = *state_;
-  std::vector<std::vector<std::string>> pass_files;
-  if (!r.pass_dirs.empty()) {
-    for (const std::string& dir : r.pass_dirs) pass_files.push_back(data_files(dir));
-  } else {
-    GPUBOX_EXPECTS(!r.train_data_dir.empty(), "runner.train_data_dir is not set");
-    pass_files.push_back(data_files(r.train_data_dir));
-  }
-  const std::vector<std::string> test_files =
-      r.test_data_dir.empty() ? std::vector<std::string>{} : data_files(r.test_data_dir);
-  std::ofstream metrics_out;
-  if (!r.metrics_path.empty()) {
-    metrics_out.open(trainer_metrics_path(r.metrics_path, env_.trainer_id), std::ios::app);
-    if (!metrics_out)
-      GPUBOX_LOG(WARNING) << "cannot append to runner.metrics_path " << r.metrics_path;
-  }
-  // The schedule, as the gpubox mode's: every epoch goes over pass_files; the pass at index k
-  // has id k. The start: the newest save to resume, else --load, else runner.model_init_path.
-  const auto per_epoch = static_cast<int64_t>(pass_files.size());
-  const int64_t total = per_epoch * std::max(1, r.epochs);
-  std::string origin = start_from;
-  if (origin.empty() && pass_id_ == 0 && !r.model_init_path.empty()) {
-    origin = r.model_init_path;
-    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
-  }
-  const auto resume = s.lineage->find_resume_point(origin, *s.servers);
-  if (resume) {
-    pass_id_ = resume->manifest.pass;  // the passes done: the next pass
-    load(resume->dir);
-    if (pass_id_ >= total) {
-      GPUBOX_LOG(INFO) << "runner.resume: the config schedules " << total << " passes and the "
-                       << "last save is pass " << pass_id_ - 1 << ": nothing left to train";
-    }
-  } else if (!origin.empty()) {
-    load(origin);
-  }
-  const bool saves = !r.model_save_path.empty() && r.save_mode != SaveKind::kNone;
-  std::vector<PassReport> reports;
-  double epoch_seconds = 0;
-  for (int64_t k = pass_id_; k < total; ++k) {
-    if (k % per_epoch == 0) epoch_seconds = 0;
-    PassReport report = train_pass(pass_files[static_cast<std::size_t>(k % per_epoch)]);
-    std::printf("%s\n", format_pass_line(report).c_str());
-    std::fflush(stdout);
-    if (metrics_out.is_open()) metrics_out << format_pass_json(report) << '\n' << std::flush;
-    epoch_seconds += report.seconds;
-    if (saves)
-      save((std::filesystem::path(r.model_save_path) / std::to_string(report.pass)).string());
-    reports.push_back(std::move(report));
-    if ((k + 1) % per_epoch != 0) continue;
-    const int64_t epoch = k / per_epoch;
-    const MetricValues& last = reports.back().metrics;
-    std::printf(
-        "%s\n%s\n",
-        format_paddlerec_epoch_line(epoch, epoch_seconds, last.examples, threads(), last.auc)
-            .c_str(),
-        format_paddlerec_done_line(epoch, last, epoch_seconds).c_str());
-    std::fflush(stdout);
-    if (!test_files.empty()) {
-      const EvalResult test = evaluate(test_files);
-      std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
-                  static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
-                  test.metrics.examples);
-      std::fflush(stdout);
-      if (metrics_out.is_open()) {
-        metrics_out << "{\"epoch\": " << epoch << ", \"test_auc\": " << test.metrics.auc
-                    << ", \"test_logloss\": " << test.metrics.logloss
-                    << ", \"test_examples\": " << test.metrics.examples << "}\n"
-                    << std::flush;
-      }
-    }
-  }
-  return reports;
+  return run_epochs(*this, config_, start_from, loaded_);
 }
+
+table::HostTier& PsTrainer::host_tier() { return *state_->servers; }
+
+SaveLineage& PsTrainer::lineage() { return *state_->lineage; }
+
+PassReport PsTrainer::train_scheduled_pass(const RunPlan& plan, int64_t pass) {
+  pass_id_ = pass;
+  return train_pass(plan.files_of(pass));
+}
+
+void PsTrainer::accumulate_pass_metrics(std::vector<double>* sums) const {
+  const std::vector<double>& last = state_->metric_sums;
+  if (sums->empty()) sums->assign(last.size(), 0.0);
+  for (std::size_t i = 0; i < last.size(); ++i) (*sums)[i] += last[i];
+}
+
+std::size_t PsTrainer::metric_buckets() const { return state_->workers[0]->metrics().buckets(); }
 
 }  // namespace gpubox::trainer::ps_modes

@@ -29,7 +29,7 @@
 // zeroes the sync tables, whatever an earlier job on the same servers left there, and every
 // trainer adopts the table after the start barrier.
 //
-// Saves are the gpubox mode's (trainer/engine/checkpoint.hpp, README "Durability and resume"):
+// Saves are the gpubox mode's (trainer/schedule/checkpoint.hpp, README "Durability and resume"):
 // after each pass (runner.model_save_path, runner.save_mode), once every trainer's updates are
 // on the servers, trainer 0 has every server save its rows (SAVE) and writes the dense half
 // (the servers' dense table, with thread 0's optimizer state) and the model manifest; the
@@ -51,18 +51,19 @@
 #include <vector>
 
 #include "trainer/config/trainer_config.hpp"
-#include "trainer/engine/trainer.hpp"
 #include "trainer/metrics/metric_values.hpp"
+#include "trainer/schedule/schedule.hpp"
+#include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
-class PsTrainer {
+class PsTrainer final : public Schedule {
  public:
   // Connects to the servers of `env` (required: the PS modes keep no host tier in-process) and
   // makes one training thread per card: runner.thread_num on the cpu backend, the cards of
   // FLAGS_selected_gpus on cuda. Throws naming the servers when they cannot be reached.
   PsTrainer(TrainerConfig config, TrainerEnv env);
-  ~PsTrainer();
+  ~PsTrainer() override;
   PsTrainer(const PsTrainer&) = delete;
   PsTrainer& operator=(const PsTrainer&) = delete;
 
@@ -78,15 +79,28 @@ class PsTrainer {
   PassReport train_pass(const std::vector<std::string>& files);
   // Evaluates `files` (all of them) with the servers' rows and dense table; with
   // `keep_predictions`, also each example's label and prediction in file order.
-  EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions = false);
+  EvalResult evaluate(const std::vector<std::string>& files,
+                      bool keep_predictions = false) override;
   // Every trainer of the job: saves the servers' rows and dense table into `dir` (see above).
-  void save(const std::string& dir);
+  void save(const std::string& dir) override;
   // Every trainer of the job: the servers and every thread start from save `dir`.
-  void load(const std::string& dir);
+  void load(const std::string& dir) override;
 
   int threads() const;
   // Thread 0's dense parameters (host copy).
   std::vector<float> dense_values() const;
+
+  // Schedule (schedule.hpp): what the epoch loop (train()) drives. Every trainer prints its own
+  // lines (its metrics are its threads').
+  const TrainerEnv& env() const override { return env_; }
+  table::HostTier& host_tier() override;
+  SaveLineage& lineage() override;
+  bool prints() const override { return true; }
+  int64_t passes_done() const override { return pass_id_; }
+  void set_passes_done(int64_t passes) override { pass_id_ = passes; }
+  PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;
+  void accumulate_pass_metrics(std::vector<double>* sums) const override;
+  std::size_t metric_buckets() const override;
 
  private:
   struct State;
@@ -98,10 +112,19 @@ class PsTrainer {
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
+  // A pass, in parts: its data, the sync mode's barrier of every trainer at the servers and its
+  // agreed step count, and every training thread's steps (returns thread 0's step count).
+  struct PassData;
+  PassData read_pass(const std::vector<std::string>& share, int64_t pass);
+  void sync_barrier(int64_t pass, const std::string& name, const std::string& what);
+  std::size_t agree_sync_steps(int64_t pass, std::size_t batches);
+  std::size_t train_threads(PassData& data, int64_t pass);
+
   TrainerConfig config_;
   TrainerEnv env_;
   std::unique_ptr<State> state_;
   int64_t pass_id_ = 0;
+  bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
 };
 
 }  // namespace gpubox::trainer::ps_modes

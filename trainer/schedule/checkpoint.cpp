@@ -1,4 +1,4 @@
-#include "trainer/engine/checkpoint.hpp"
+#include "trainer/schedule/checkpoint.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -64,6 +64,15 @@ std::string model_key_differences(const std::map<std::string, std::string>& save
     if (was != is) out += (out.empty() ? "" : "; ") + key + ": saved " + was + ", now " + is;
   }
   return out;
+}
+
+// The differences between a save's job and this one's, runner.epochs aside (more epochs
+// continue a job); "" when either records none.
+std::string job_differences_of(std::map<std::string, std::string> saved,
+                               std::map<std::string, std::string> now) {
+  saved.erase("runner.epochs");
+  now.erase("runner.epochs");
+  return model_key_differences(saved, now);
 }
 
 // The complete-looking saves directly under `root` (their MODEL_MANIFEST reads back), newest
@@ -247,6 +256,15 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
         ". Resuming would mix two runs: run the command that made it, or add -o "
         "runner.resume=off to start afresh (its saves then replace those there), or use "
         "another runner.model_save_path";
+    // Another job (other data, batches, reading, seed ...; runner.epochs aside: more epochs
+    // continue a job) is never resumed; this job, with every pass it schedules saved, starts
+    // again (a rerun of a finished job).
+    const std::string job_differences = job_differences_of(m.job, job_);
+    if (!job_differences.empty()) {
+      GPUBOX_FAIL("runner.resume: ", which, " is of another job than this one: ", job_differences,
+                  ". Resuming would mix two jobs: add -o runner.resume=off to start afresh (its "
+                  "saves then replace those there), or use another runner.model_save_path");
+    }
     if (m.origin != origin_) {
       GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
                   describe_start(m.origin), ", and this command starts ", describe_start(origin_),
@@ -263,6 +281,14 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       GPUBOX_LOG(WARNING) << "runner.resume: " << candidate.dir
                           << " is not a complete save, trying the one before: " << e.what();
       continue;
+    }
+    if (!m.job.empty() && job_passes_ > 0 && m.pass >= job_passes_) {
+      GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job (all its " << job_passes_
+                       << " passes saved): training it again from the start (as PaddleRec "
+                       << "does), " << describe_start(origin_)
+                       << "; its saves replace those of the same passes there (copy them "
+                          "elsewhere first to keep them, or set another runner.model_save_path)";
+      return std::nullopt;
     }
     origin_ = m.origin;
     GPUBOX_LOG(INFO) << "runner.resume: resuming from pass " << m.pass - 1 << " (" << candidate.dir
@@ -310,6 +336,8 @@ void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::S
   }
   m.origin = origin_;
   m.model_keys = config_.model_keys;
+  m.job = job_;
+  m.job_passes = job_passes_;
   m.dense = dense;
   m.sparse = std::move(sparse);
   SavePoint point;

@@ -25,10 +25,10 @@
 #include "dataset/dataset_config.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/config/config_loader.hpp"
-#include "trainer/engine/checkpoint.hpp"
-#include "trainer/engine/saved_models.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/saved_models.hpp"
 #include "trainer/serve/serving_model.hpp"
 
 DEFINE_string(config, "",
@@ -150,10 +150,9 @@ std::vector<std::string> paddlerec_config_flags(int argc, char** argv) {
 }
 
 // --mode infer: every save `load` (--load, else runner.infer_load_path with its epoch range)
-// names, each on the same data, one PaddleRec line and one GPUBox line per save. `TrainerT`: the
-// gpubox mode's Trainer, or the PS modes' PsTrainer (the save loaded into their servers).
-template <typename TrainerT>
-int run_infer(TrainerT& trainer, const gpubox::trainer::TrainerConfig& config) {
+// names, each on the same data, one PaddleRec line and one GPUBox line per save, on any
+// schedule (the PS modes load the save into their servers).
+int run_infer(gpubox::trainer::Schedule& trainer, const gpubox::trainer::TrainerConfig& config) {
   using namespace gpubox::trainer;
   const std::vector<SaveToEvaluate> saves =
       FLAGS_load.empty()

@@ -9,8 +9,10 @@
 // command run again after a crash of the trainer, of a server or of the machine finds the newest
 // complete save under model_save_path (largest sequence), restores its sparse half into the host
 // tier (the servers through LOAD, base then deltas in order) and its dense half on every card,
-// and goes on with the pass after it. It refuses a newest save made with other model keys or
-// started from another --load, naming what differs, instead of mixing two runs.
+// and goes on with the pass after it. It refuses a newest save of another job (other data,
+// other runner keys that shape the result: job_identity.hpp), made with other model keys or
+// started from another --load, naming what differs, instead of mixing two runs; a newest save
+// that ends this job (a rerun of a finished job) is not resumed: the job trains again.
 //
 // A server restart during the run (the client's instance-id check, table/server/server_identity
 // .hpp) is repaired in the run when it is found while no pass is open (at the start of a pass,
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,9 +87,21 @@ class SaveLineage {
  public:
   explicit SaveLineage(const TrainerConfig& config) : config_(config) {}
 
+  // The job this run trains (job_identity.hpp) and the passes it schedules: its saves record
+  // both, and find_resume_point continues only an interrupted run of the same job. Unset (tools,
+  // tests that save by hand): saves record no job, and any save of the same model resumes.
+  void set_job(std::map<std::string, std::string> identity, int64_t passes) {
+    job_ = std::move(identity);
+    job_passes_ = passes;
+  }
+
   // Where a training command starts. With runner.resume auto (model_save_path set, save_mode
   // not none): the newest complete save under model_save_path, or nothing when there is none
-  // (saves not complete are skipped, with a warning naming why). Throws, naming the keys or
+  // (saves not complete are skipped, with a warning naming why) or when it ends this job
+  // (every pass the config schedules saved: a rerun of a finished job trains it again from the
+  // start, as PaddleRec's do, saying so). Throws, naming what differs and the ways out, when it
+  // is of another job (set_job: other job keys or other data; runner.epochs aside, so more
+  // epochs continue a job). Throws, naming the keys or
   // folders, when the newest save belongs to another run: other model keys, or started from
   // another `start_from` (the command's --load, "" = from scratch). Logs what it chose.
   // `host` says which halves must be readable here. Sets the origin the run's saves record:
@@ -124,6 +139,8 @@ class SaveLineage {
   std::optional<SavePoint> find_newest_save(const table::HostTier& host);
 
   const TrainerConfig& config_;
+  std::map<std::string, std::string> job_;
+  int64_t job_passes_ = 0;
   std::string origin_;
   std::optional<SavePoint> last_;  // the last save made or restored
   int64_t last_run_pass_ = 0;      // the trainer's pass when it was

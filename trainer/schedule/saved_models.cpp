@@ -1,4 +1,4 @@
-#include "trainer/engine/saved_models.hpp"
+#include "trainer/schedule/saved_models.hpp"
 
 #include <algorithm>
 #include <filesystem>

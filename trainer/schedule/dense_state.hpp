@@ -1,0 +1,53 @@
+// DenseState: a card's dense parameters with their optimizer state (values, the two moments,
+// the step count) as host copies: what a save's dense half holds, what every mode restores and
+// what the trainers of a job compare (digest) before one of them saves. One definition for
+// every schedule: the dense half a gpubox-mode run writes is the one a PS-mode run loads, and
+// back.
+//
+// The save's dense half is a table::DenseTable under <save>/dense with one block "dense":
+// values, and state "moment1", "moment2" and "steps" (the int64 step count stored bit-exactly in
+// two floats).
+//
+// Thread-safety: plain data; the functions taking a card's parts run on that card's thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "heterps/device/stream.hpp"
+
+namespace gpubox::trainer {
+
+class DenseParameters;
+class DenseOptimizer;
+
+struct DenseState {
+  std::vector<float> values;
+  std::vector<float> moment1;
+  std::vector<float> moment2;
+  int64_t steps = 0;
+
+  // Host copies of one card's state. Synchronizes `stream` (the card's).
+  static DenseState of(const DenseParameters& parameters, DenseOptimizer& optimizer,
+                       const device::Stream& stream);
+  // Writes the moments and the step count into `optimizer` (on `stream`; the copies are
+  // complete when it is next synchronized). The values are the caller's: a card takes them
+  // with set_values, the PS modes through the servers' dense table. Throws naming `dir` (the
+  // save they came from) when the moments' sizes differ from the optimizer's.
+  void restore_optimizer(DenseOptimizer& optimizer, const device::Stream& stream,
+                         const std::string& dir) const;
+  // A digest of all four: equal on every card of a job while their dense updates agree.
+  uint64_t digest() const;
+};
+
+// Writes `state` as the dense half of the save `dir` (<dir>/dense) and returns the half's digest
+// as its manifest names it. Throws naming the folder.
+uint64_t save_dense_half(const std::string& dir, const DenseState& state);
+
+// Reads the dense half of the save `dir`, checked against a model of `parameters` dense
+// parameters: throws naming the save and what differs (another network, a half without
+// optimizer state).
+DenseState load_dense_half(const std::string& dir, std::size_t parameters);
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,201 @@
+#include "trainer/schedule/epoch_loop.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/logging.hpp"
+#include "dataset/batch.hpp"
+#include "dataset/queue_dataset.hpp"
+#include "trainer/schedule/job_identity.hpp"
+#include "trainer/schedule/pass_data.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// This trainer's metrics file, opened for appending at the start of the run (a path that cannot
+// be written fails the run before any pass, not after it).
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& metrics_path, int trainer_id) {
+    if (metrics_path.empty()) return;
+    const std::filesystem::path path(trainer_metrics_path(metrics_path, trainer_id));
+    std::error_code ec;
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+    out_.open(path, std::ios::app);
+    GPUBOX_EXPECTS(out_.good(), "cannot open runner.metrics_path '", path.string(), "'",
+                   ec ? " (" + ec.message() + ")" : std::string());
+    GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
+  }
+  // One JSON object, one line (metrics_format.hpp's formatters: NaN is null).
+  void append(const std::string& json) {
+    if (!out_.is_open()) return;
+    out_ << json << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// What an epoch's PaddleRec lines report: its passes' time and examples, and their metrics
+// merged (a run resumed within an epoch counts the passes it trained of it).
+struct EpochTally {
+  double seconds = 0;
+  MetricValues last;         // the last pass's metrics (an epoch of one pass)
+  std::vector<double> sums;  // the passes' metric buffers, merged (an epoch of several)
+  void reset() {
+    seconds = 0;
+    sums.clear();
+  }
+};
+
+// Where the run starts; returns the first pass to train.
+int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
+                  const std::string& start_from, bool loaded) {
+  // --load wins over runner.model_init_path; either is the save this run starts from, and a
+  // resume only continues a run that started from the same one.
+  std::string origin = start_from;
+  if (origin.empty() && !loaded && schedule.passes_done() == 0 &&
+      !config.runner.model_init_path.empty()) {
+    origin = config.runner.model_init_path;
+    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
+  }
+  schedule.lineage().set_job(job_identity(config, plan, schedule.env().trainers), plan.total);
+  const auto resume = schedule.lineage().find_resume_point(origin, schedule.host_tier());
+  schedule.agree_on_start(resume, origin);
+  if (resume) {
+    // Before load(): the lineage records the passes done (pass P's save: P + 1), the next pass.
+    schedule.set_passes_done(resume->manifest.pass);
+    schedule.load(resume->dir);
+    // A save that records its job and ends it starts the job afresh (find_resume_point); one
+    // from before saves recorded their job may still be past this config's passes.
+    GPUBOX_EXPECTS(schedule.passes_done() < plan.total, "runner.resume: the config schedules ",
+                   plan.total, " passes (0 to ", plan.total - 1, ") and the save ", resume->dir,
+                   " (made before saves recorded their job) is of pass ",
+                   schedule.passes_done() - 1,
+                   ": nothing is left to train; -o runner.resume=off trains afresh, more epochs "
+                   "or pass_dirs continue it");
+  } else if (!origin.empty()) {
+    schedule.load(origin);
+  }
+  return schedule.passes_done();
+}
+
+// The epoch's PaddleRec lines and its test evaluation.
+void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const EpochTally& tally,
+                  int cards, MetricsFile* metrics) {
+  const int64_t epoch = pass / plan.per_epoch;
+  const MetricValues merged = plan.per_epoch > 1
+                                  ? compute_metrics(tally.sums.data(), schedule.metric_buckets())
+                                  : tally.last;
+  if (schedule.prints()) {
+    std::printf(
+        "%s\n%s\n",
+        format_paddlerec_epoch_line(epoch, tally.seconds, merged.examples, cards, merged.auc)
+            .c_str(),
+        format_paddlerec_done_line(epoch, merged, tally.seconds).c_str());
+    std::fflush(stdout);
+  }
+  if (plan.test_files.empty()) return;
+  const EvalResult test = schedule.evaluate(plan.test_files, false);
+  if (schedule.prints()) {
+    std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
+                static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
+                test.metrics.examples);
+    std::fflush(stdout);
+  }
+  metrics->append(format_test_json(epoch, test.metrics));
+}
+
+// The test data's first batch, read through the config's reader before the first pass: data
+// that does not fit the reader (every line malformed, an unreadable file, a failing
+// pipe_command) stops the run now, with the reader's error, not after an epoch of training.
+void check_test_data(const TrainerConfig& config, const std::vector<std::string>& files) {
+  if (files.empty()) return;
+  dataset::QueueDataset probe(config.dataset);
+  probe.set_filelist(files);
+  probe.set_batch_size(config.runner.infer_batch_size);
+  probe.start(1);
+  dataset::Batch batch;
+  const bool read = probe.next_batch(0, &batch) && batch.size() > 0;
+  if (read) probe.abort("runner.test_data_dir: its first batch was read");
+  const Status finished = probe.finish();
+  if (read) return;
+  if (!finished.ok()) {
+    GPUBOX_FAIL("reading runner.test_data_dir (checked before the first pass): ",
+                finished.message());
+  }
+  report_read(probe.load_stats(), files, "runner.test_data_dir (checked before the first pass)");
+}
+
+}  // namespace
+
+RunPlan plan_run(const RunnerConfig& runner) {
+  RunPlan plan;
+  if (!runner.pass_dirs.empty()) {
+    for (const auto& dir : runner.pass_dirs) plan.pass_files.push_back(data_files(dir));
+  } else {
+    GPUBOX_EXPECTS(!runner.train_data_dir.empty(),
+                   "the config sets neither runner.train_data_dir nor runner.pass_dirs");
+    plan.pass_files.push_back(data_files(runner.train_data_dir));
+  }
+  if (!runner.test_data_dir.empty()) plan.test_files = data_files(runner.test_data_dir);
+  plan.per_epoch = static_cast<int64_t>(plan.pass_files.size());
+  plan.total = plan.per_epoch * std::max(1, runner.epochs);
+  return plan;
+}
+
+std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
+                                   const std::string& start_from, bool loaded) {
+  const RunnerConfig& runner = config.runner;
+  const RunPlan plan = plan_run(runner);
+  check_test_data(config, plan.test_files);
+  MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);
+  const int64_t first = start_run(schedule, config, plan, start_from, loaded);
+  const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
+  schedule.begin_run(plan);
+  struct EndRun {
+    Schedule& schedule;
+    ~EndRun() { schedule.end_run(); }
+  } end_run{schedule};
+  std::vector<PassReport> reports;
+  EpochTally tally;
+  for (int64_t k = first; k < plan.total;) {
+    if (k % plan.per_epoch == 0) tally.reset();
+    try {
+      PassReport report = schedule.train_scheduled_pass(plan, k);
+      if (schedule.prints()) {
+        std::printf("%s\n", format_pass_line(report).c_str());
+        std::fflush(stdout);
+      }
+      // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
+      // this holds the line for any path that did not: no save of a pass that trained nothing.
+      GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
+                     ": trained no instance (files: ", plan.files_of(k).size(),
+                     "); nothing is saved");
+      tally.seconds += report.seconds;
+      tally.last = report.metrics;
+      if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally.sums);
+      metrics.append(format_pass_json(report));
+      if (saving) {
+        schedule.settle();  // the save sees no staging under way
+        schedule.save(
+            (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+      }
+      const int cards = report.cards;
+      reports.push_back(std::move(report));
+      if (plan.ends_epoch(k)) finish_epoch(schedule, plan, k, tally, cards, &metrics);
+      ++k;
+    } catch (const Error& e) {
+      const std::optional<int64_t> again = schedule.recover(e, k);
+      if (!again) throw;
+      k = *again;  // the epoch's passes from k on are trained again
+      tally.reset();
+    }
+  }
+  return reports;
+}
+
+}  // namespace gpubox::trainer

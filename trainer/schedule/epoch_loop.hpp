@@ -1,0 +1,33 @@
+// The one epoch loop of gpubox_train, over any Schedule (schedule.hpp): every mode's runs
+// share it.
+//
+// A run: the pass list (runner.pass_dirs, one pass per folder, or runner.train_data_dir, one
+// pass per epoch) times runner.epochs; its start (runner.resume: the newest complete save of
+// this run under model_save_path, with the pass after it; else --load; else
+// runner.model_init_path; else from scratch); per pass the schedule's training, its pass line
+// (printed where the schedule prints) and one JSON line in runner.metrics_path (this trainer's:
+// trainer_metrics_path), then a save under model_save_path/<pass> (runner.save_mode); per
+// epoch PaddleRec's two lines over the epoch's passes (their metrics merged exactly), then the
+// evaluation of runner.test_data_dir with its line and JSON line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trainer/config/trainer_config.hpp"
+#include "trainer/metrics/metric_values.hpp"
+#include "trainer/schedule/schedule.hpp"
+
+namespace gpubox::trainer {
+
+// The passes the config schedules (data folders listed now: a folder without data throws
+// naming it).
+RunPlan plan_run(const RunnerConfig& runner);
+
+// Every pass of the config on `schedule`, from `start_from` (gpubox_train --load; "" = the
+// config's start) unless a resume finds a save of this run. `loaded`: a model was loaded before
+// (runner.model_init_path is then not needed). Returns the reports of the passes it trained.
+std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
+                                   const std::string& start_from, bool loaded);
+
+}  // namespace gpubox::trainer

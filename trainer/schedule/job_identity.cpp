@@ -1,0 +1,49 @@
+#include "trainer/schedule/job_identity.hpp"
+
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "table/io/save_dir.hpp"
+
+namespace gpubox::trainer {
+
+std::map<std::string, std::string> job_identity(const TrainerConfig& config, const RunPlan& plan,
+                                                int trainers) {
+  std::map<std::string, std::string> identity = config.job_keys;
+  identity["trainers"] = std::to_string(trainers);
+  XXH3_state_t* state = XXH3_createState();
+  GPUBOX_EXPECTS(state != nullptr, "job identity: out of memory");
+  XXH3_64bits_reset(state);
+  std::size_t files = 0;
+  for (const auto& pass : plan.pass_files) {
+    for (const std::string& file : pass) {
+      struct stat st {};
+      if (::stat(file.c_str(), &st) != 0) {
+        const int err = errno;
+        XXH3_freeState(state);
+        GPUBOX_FAIL("reading the size and time of data file '", file, "': ", std::strerror(err));
+      }
+      const std::string name = std::filesystem::absolute(file).lexically_normal().string();
+      const int64_t meta[3] = {static_cast<int64_t>(st.st_size),
+                               static_cast<int64_t>(st.st_mtim.tv_sec),
+                               static_cast<int64_t>(st.st_mtim.tv_nsec)};
+      XXH3_64bits_update(state, name.data(), name.size() + 1);  // with its terminator
+      XXH3_64bits_update(state, meta, sizeof(meta));
+      ++files;
+    }
+    XXH3_64bits_update(state, "|", 1);  // where a pass ends
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  identity["data"] = std::to_string(files) + " files in " + std::to_string(plan.per_epoch) +
+                     " passes an epoch, digest " + table::io::hex64(digest) +
+                     " (their names, sizes and modification times)";
+  return identity;
+}
+
+}  // namespace gpubox::trainer

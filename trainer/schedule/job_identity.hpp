@@ -1,0 +1,24 @@
+// The identity of a training job: what a save records so that runner.resume continues only an
+// interrupted run of the same job (checkpoint.hpp, SaveLineage::find_resume_point). A job is
+// its config's keys that shape the result besides the model's (TrainerConfig::job_keys; the
+// model's keys are recorded and checked on their own), its trainer count and its training data:
+// the pass list's files, by absolute name, size and modification time, in schedule order.
+//
+// Host-only; reads file metadata, no contents.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "trainer/config/trainer_config.hpp"
+#include "trainer/schedule/schedule.hpp"
+
+namespace gpubox::trainer {
+
+// Each entry a name and its value as text: the job keys, "trainers" (the job's trainer
+// processes: each trains its share of the files) and "data" = "<n> files in <p> passes an epoch,
+// digest <hex>" over the files of `plan`. Throws naming a file whose metadata cannot be read.
+std::map<std::string, std::string> job_identity(const TrainerConfig& config, const RunPlan& plan,
+                                                int trainers);
+
+}  // namespace gpubox::trainer

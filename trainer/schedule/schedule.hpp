@@ -1,0 +1,95 @@
+// Schedule: one way to train (gpubox / Collective: trainer/engine/trainer.hpp; the PS modes
+// async, sync and geo: trainer/ps_modes/ps_trainer.hpp) as the one epoch loop
+// (epoch_loop.hpp) drives it, as Paddle's TrainerBase/DeviceWorker split the loop from the
+// device work. A fix to the loop (resume, epoch lines, metrics file, test evaluation, save
+// cadence) is then made once for every mode; a schedule says only how it trains a pass,
+// evaluates, saves and loads.
+//
+// Thread-safety: one controlling thread calls every method (training threads live inside).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "table/host_tier.hpp"
+#include "trainer/metrics/metric_values.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/trainer_env.hpp"
+
+namespace gpubox::trainer {
+
+struct EvalResult {
+  MetricValues metrics;
+  std::vector<float> labels;       // in file order, when predictions were asked for
+  std::vector<float> predictions;  // in file order, when predictions were asked for
+};
+
+// The passes of a run as the config schedules them: every epoch goes over `pass_files` (one
+// entry per runner.pass_dirs folder, or runner.train_data_dir alone); the pass at index k has
+// id k, from 0 as PaddleRec numbers its epochs.
+struct RunPlan {
+  std::vector<std::vector<std::string>> pass_files;
+  std::vector<std::string> test_files;  // runner.test_data_dir's, evaluated after each epoch
+  int64_t per_epoch = 1;
+  int64_t total = 0;
+  const std::vector<std::string>& files_of(int64_t pass) const {
+    return pass_files[static_cast<std::size_t>(pass % per_epoch)];
+  }
+  bool ends_epoch(int64_t pass) const { return (pass + 1) % per_epoch == 0; }
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+
+  virtual const TrainerEnv& env() const = 0;
+  // Where the sparse rows live between passes (the in-process table or the servers).
+  virtual table::HostTier& host_tier() = 0;
+  // The saves this run makes and restores.
+  virtual SaveLineage& lineage() = 0;
+  // Whether this process prints the job's pass and epoch lines.
+  virtual bool prints() const = 0;
+
+  // The passes done so far (the next pass's id); set before a resumed save is loaded, so that
+  // the load records the pass it stands for.
+  virtual int64_t passes_done() const = 0;
+  virtual void set_passes_done(int64_t passes) = 0;
+  // Several trainers: every trainer must start alike (all from scratch, all from `origin`, or
+  // all resuming the same save); throws naming the trainer that differs. Default: nothing to
+  // agree (one trainer, or a schedule whose load checks it).
+  virtual void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) {
+    (void)resume;
+    (void)origin;
+  }
+
+  // The run begins and ends (a schedule's background work over the run: the pass pipeline).
+  virtual void begin_run(const RunPlan& plan) { (void)plan; }
+  virtual void end_run() noexcept {}
+  // Trains pass `pass` of `plan` (pass ids count from passes_done() up, one call each).
+  virtual PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) = 0;
+  // Adds the last pass's metric buffer (merged over the job's cards) to `sums`, so that an
+  // epoch of several passes reports their metrics merged exactly (compute_metrics(sums,
+  // metric_buckets())).
+  virtual void accumulate_pass_metrics(std::vector<double>* sums) const = 0;
+  virtual std::size_t metric_buckets() const = 0;
+  // Background work is settled before a save (it must see no staging under way).
+  virtual void settle() {}
+
+  virtual EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions) = 0;
+  virtual void save(const std::string& dir) = 0;
+  virtual void load(const std::string& dir) = 0;
+
+  // `error` stopped pass `pass`: the pass to train again from when the schedule repaired the
+  // cause (a server restarted between passes: the last save reloaded), else nullopt (the loop
+  // throws `error` again).
+  virtual std::optional<int64_t> recover(const Error& error, int64_t pass) {
+    (void)error;
+    (void)pass;
+    return std::nullopt;
+  }
+};
+
+}  // namespace gpubox::trainer

@@ -1,0 +1,80 @@
+#include "trainer/schedule/trainer_env.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "dataset/data_files.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+int env_int(const char* paddle, const char* gpubox, int fallback) {
+  const char* name = std::getenv(paddle) ? paddle : gpubox;
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  GPUBOX_EXPECTS(end != value && *end == '\0', "environment variable ", name, "='", value,
+                 "' is not a whole number");
+  return static_cast<int>(parsed);
+}
+
+std::string env_string(const char* paddle, const char* gpubox, const std::string& fallback) {
+  for (const char* name : {paddle, gpubox}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return value;
+  }
+  return fallback;
+}
+
+}  // namespace
+
+TrainerEnv TrainerEnv::from_environment() {
+  TrainerEnv env;
+  env.selected_cards = env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0");
+  env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
+  env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", 0);
+  env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM", 1);
+  env.rendezvous = env_string("GPUBOX_RENDEZVOUS", "GPUBOX_RENDEZVOUS", "");
+  env.host = env_string("POD_IP", "GPUBOX_POD_IP", "127.0.0.1");
+  return env;
+}
+
+std::vector<std::string> trainer_file_share(const std::vector<std::string>& files, int trainer_id,
+                                            int trainers) {
+  GPUBOX_EXPECTS(trainers >= 1 && trainer_id >= 0 && trainer_id < trainers, "trainer id ",
+                 trainer_id, " is not in [0, ", trainers, ")");
+  const std::size_t n = files.size();
+  const auto t = static_cast<std::size_t>(trainer_id);
+  const std::size_t base = n / static_cast<std::size_t>(trainers);
+  const std::size_t extra = n % static_cast<std::size_t>(trainers);
+  const std::size_t begin = t * base + std::min(t, extra);
+  const std::size_t end = begin + base + (t < extra ? 1 : 0);
+  return std::vector<std::string>(files.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  files.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id) {
+  if (trainer_id == 0 || metrics_path.empty()) return metrics_path;
+  const std::filesystem::path path(metrics_path);
+  return (path.parent_path() / (path.stem().string() + ".trainer" + std::to_string(trainer_id) +
+                                path.extension().string()))
+      .string();
+}
+
+std::vector<std::string> data_files(const std::string& dir) {
+  auto listed = dataset::list_data_files(dir);
+  throw_if_error(listed.status());
+  const std::string skipped = dataset::skipped_text(dir, listed->unexpected_skips());
+  if (!skipped.empty()) GPUBOX_LOG(WARNING) << skipped;
+  if (listed->files.empty()) {
+    GPUBOX_FAIL("data folder '", dir, "' holds no data file",
+                listed->skipped.empty() ? "" : "; " + dataset::skipped_text(dir, listed->skipped));
+  }
+  return std::move(listed->files);
+}
+
+}  // namespace gpubox::trainer

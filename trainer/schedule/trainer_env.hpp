@@ -1,0 +1,47 @@
+// Where a trainer runs, from the launcher's environment, and how a job splits its files and
+// metrics files among its trainers: shared by every schedule (gpubox, collective, PS modes).
+// Host-only, no state.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gpubox::trainer {
+
+// Where the trainer runs: its cards and the servers, from the launcher's environment.
+//
+// Several trainers (PADDLE_TRAINERS_NUM > 1): one job of T processes x C cards each (every
+// trainer the same C); card ranks are global (trainer_id * C + card) and the communicator spans
+// them all (Gloo on cpu, NCCL on cuda), meeting through the rendezvous store. Each trainer
+// trains its share of each pass's files (trainer_file_share); keys are owned by one card of the
+// job; dense gradients and metrics are summed over every card of every trainer. Trainer 0 prints
+// the pass lines; every trainer appends its own line to its metrics file (trainer_metrics_path).
+struct TrainerEnv {
+  std::string selected_cards = "0";  // FLAGS_selected_gpus (cpu build: simulated cards)
+  std::string servers;               // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
+  int trainer_id = 0;                // PADDLE_TRAINER_ID
+  int trainers = 1;                  // PADDLE_TRAINERS_NUM
+  int threads_per_card = 0;          // cpu backend; 0 = cores / cards
+  std::string rendezvous;  // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
+  std::string host = "127.0.0.1";  // POD_IP: where this trainer's peers reach it
+
+  // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
+  // PADDLE_TRAINERS_NUM (or their GPUBOX_* names), GPUBOX_RENDEZVOUS and POD_IP (or
+  // GPUBOX_POD_IP). A malformed number names the variable.
+  static TrainerEnv from_environment();
+};
+
+// Trainer `trainer_id`'s share of a pass's files, as Paddle's fleet.util.get_file_shard splits
+// them: contiguous blocks in list order, the first (files % trainers) trainers one file more. A
+// trainer may get none (it still joins every step, with empty batches).
+std::vector<std::string> trainer_file_share(const std::vector<std::string>& files, int trainer_id,
+                                            int trainers);
+
+// Trainer t's metrics file: runner.metrics_path itself for trainer 0 (and a single trainer),
+// "<stem>.trainer<t><extension>" beside it for the others.
+std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id);
+
+// The data files of a folder (sorted; hidden files and *.json skipped). Throws naming it.
+std::vector<std::string> data_files(const std::string& dir);
+
+}  // namespace gpubox::trainer
