@@ -53,6 +53,30 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
 source "$repo/scripts/lib/procs.sh"
 
+# --help and --version answer at once: no folder made, no build, no server started.
+for arg in "$@"; do
+  case "$arg" in
+    --help | -h)
+      sed -n '2,/^$/s/^# \{0,1\}//p' "$0" | sed '/^!/d'
+      echo
+      if [ -x "${GPUBOX_BUILD_DIR:-$repo/build}/bin/gpubox_train" ]; then
+        echo "gpubox_train's own options (everything after the launcher's options goes to it):"
+        "${GPUBOX_BUILD_DIR:-$repo/build}/bin/gpubox_train" --help
+      else
+        echo "gpubox_train --help lists its options once built (scripts/build.sh)."
+      fi
+      exit 0 ;;
+    --version)
+      echo "run_gpubox.sh: the GPUBox launcher of $repo"
+      if [ -x "${GPUBOX_BUILD_DIR:-$repo/build}/bin/gpubox_train" ]; then
+        "${GPUBOX_BUILD_DIR:-$repo/build}/bin/gpubox_train" --version
+      else
+        echo "gpubox_train: not built yet (scripts/build.sh)"
+      fi
+      exit 0 ;;
+  esac
+done
+
 # This script's own options come first; the rest goes to gpubox_train.
 local_trainers=""
 while [ $# -gt 0 ]; do

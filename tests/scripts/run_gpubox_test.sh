@@ -10,7 +10,9 @@
 #     that cannot be split between the trainers are refused;
 #  4. run twice in the same folder with a server and saves (the shipped config's
 #     model_save_path): the first run's sparse halves land in its saves (not under the server's
-#     --data_dir a second time), and the second run resumes from them and trains on.
+#     --data_dir a second time), and the second run resumes from them and trains on; the same
+#     finished job run a third time trains again from the start;
+#  0. --help and --version print and exit, making no folder and starting no server.
 set -eu
 repo="$1"
 build="$2"
@@ -20,6 +22,14 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cd "$work"
 config="$repo/configs/config_gpubox.yaml"
 export GPUBOX_BUILD_DIR="$build" FLAGS_selected_gpus=0
+
+# 0. --help and --version answer and exit: no folder made, no server started.
+sh "$repo/scripts/run_gpubox.sh" --help >out0.txt 2>&1 </dev/null || { cat out0.txt; fail "--help exited nonzero"; }
+grep -q -- "--trainers T" out0.txt || { cat out0.txt; fail "--help does not describe the launcher"; }
+grep -q "usage: gpubox_train" out0.txt || { cat out0.txt; fail "--help does not show gpubox_train's options"; }
+sh "$repo/scripts/run_gpubox.sh" -m "$config" --version >out0v.txt 2>&1 </dev/null || fail "--version exited nonzero"
+grep -q "^gpubox_train .*backend" out0v.txt || { cat out0v.txt; fail "--version printed no version"; }
+[ ! -e log ] && [ ! -e output ] || fail "--help or --version made a folder"
 
 # 1.
 GPUBOX_LOCAL_TIER=1 timeout 120 sh "$repo/scripts/run_gpubox.sh" -m "$config" -o runner.epochs=1 \
@@ -75,4 +85,12 @@ grep -q "runner.resume: resuming from pass 0 (output/model_dnn/0" out5.2.txt || 
 grep -q "^Epoch: 1, " out5.2.txt || { cat out5.2.txt; fail "the second run did not train"; }
 grep -q "^pass: 1, .* created: 0," out5.2.txt || { cat out5.2.txt; fail "the second run's rows were not the save's"; }
 [ -s output/model_dnn/1/sparse/MANIFEST ] || { find output; fail "the second run saved no sparse half"; }
+# The same finished job run again trains again from the start (it prints an AUC again).
+env GPUBOX_LOCAL_TIER=0 timeout 120 sh "$repo/scripts/run_gpubox.sh" --config "$config" \
+  -o runner.epochs=2 -o runner.metrics_path= >out5.3.txt 2>&1 </dev/null ||
+  { cat out5.3.txt; fail "the third run exited nonzero"; }
+grep -q "ends this job (all its 2 passes saved): training it again from the start" out5.3.txt ||
+  { cat out5.3.txt; fail "the third run did not say it trains the finished job again"; }
+grep -q "^Epoch: 0, .* auc: 0\.[0-9]" out5.3.txt && grep -q "^Epoch: 1, " out5.3.txt ||
+  { cat out5.3.txt; fail "the third run did not train both passes"; }
 echo "PASS"
