@@ -3,6 +3,13 @@ add_library(gpubox_warnings INTERFACE)
 target_compile_options(gpubox_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
+# CI's builds (GPUBOX_WERROR=1 scripts/build.sh ...): a warning fails the build, so none lands.
+option(GPUBOX_WERROR "Treat the project's own warnings as errors" OFF)
+if(GPUBOX_WERROR)
+  target_compile_options(gpubox_warnings INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror --Werror=all-warnings>)
+endif()
 
 # gpubox_add_test(<name> SOURCES <files> LIBS <targets> [LABELS <labels>] [TIMEOUT s])
 # One GoogleTest binary; .cu sources are portable device sources.

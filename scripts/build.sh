@@ -15,6 +15,8 @@ case "$backend" in
 esac
 
 jobs="${GPUBOX_JOBS:-$(nproc)}"
+# GPUBOX_WERROR=1 (CI): the project's warnings are errors.
+if [ -n "${GPUBOX_WERROR:-}" ]; then set -- -DGPUBOX_WERROR=ON "$@"; fi
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
