@@ -36,8 +36,15 @@ void use_passive_cpu_waits(char** argv) {
 #if !defined(GPUBOX_BACKEND_CUDA)
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   ::setenv("OMP_WAIT_POLICY", "passive", 1);
-  ::execv("/proc/self/exe", argv);
-  // exec failed (no /proc?): carry on with the default policy.
+  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and ps, top and pgrep gpubox_train would see "exe".
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    ::execv(self, argv);
+  }
+  // exec failed (no /proc, or the binary was replaced): carry on with the default policy.
 #else
   (void)argv;
 #endif

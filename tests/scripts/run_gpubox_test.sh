@@ -41,6 +41,21 @@ grep -q "^Epoch: 0, " log/worker.0.log || fail "log/worker.0.log misses the run"
 grep -q "scripts/plot_metrics.sh $work/log/m.jsonl --out log/plots" out1.txt || { cat out1.txt; fail "no plot hint"; }
 [ -s log/m.jsonl ] || fail "no metrics written"
 
+# 1b. The cpu build's trainer runs itself again (OMP_WAIT_POLICY) under its own name: ps, top
+#     and pgrep see gpubox_train, not "exe".
+"$build/bin/gpubox_train" --config "$config" -o runner.epochs=100000 -o runner.model_save_path= \
+  -o runner.metrics_path= >out1b.txt 2>&1 </dev/null &
+trainer=$!
+named=""
+for _ in $(seq 1 100); do
+  if [ "$(cat /proc/$trainer/comm 2>/dev/null)" = "gpubox_train" ] && grep -q "^pass: " out1b.txt; then
+    named=yes; break
+  fi
+  sleep 0.1
+done
+kill "$trainer" 2>/dev/null; wait "$trainer" 2>/dev/null || true
+[ -n "$named" ] || { cat out1b.txt; fail "the training process is not named gpubox_train"; }
+
 # 2.
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 rm -rf log
