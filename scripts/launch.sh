@@ -23,8 +23,10 @@
 #     in order; one trainer drives several cards), meeting through a fresh rendezvous folder.
 #     FLAGS_selected_gpus stands for --gpus when neither it nor servers are given. The default
 #     config is configs/config_collective.yaml.
-# Other arguments go to every gpubox_train; --config and -o go to the servers too (the same row
-# layout). Logs: log/serverlog.N, log/workerlog.N. The exit status is 0 when every worker here
+# fleetrun's training script argument (tools/static_ps_trainer.py, tools/trainer.py) is accepted
+# and ignored, with a note. Other arguments go to every gpubox_train; --config and -o go to the
+# servers too (the same row layout). Logs: log/serverlog.N, log/workerlog.N. The exit status is
+# 0 when every worker here
 # finished; else the first failure's, named on stderr (a worker's status, or 1 for a server that
 # died while workers ran), after every process started here was stopped.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
@@ -33,7 +35,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^if /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() {
@@ -60,6 +62,10 @@ while [ $# -gt 0 ]; do
     --config=*) config="${1#*=}"; config_args+=(--config "$config"); shift ;;
     -o) config_args+=(-o "${2:?}"); shift 2 ;;
     -h | --help) usage 0 ;;
+    # fleetrun's training script (tools/static_ps_trainer.py, tools/trainer.py ...): gpubox_train
+    # is the trainer, so a PaddleRec command line works as it is.
+    *.py) echo "launch: $1: GPUBox needs no training script (gpubox_train trains); ignored" >&2
+          shift ;;
     *) train_args+=("$1"); shift ;;
   esac
 done
