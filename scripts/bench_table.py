@@ -13,10 +13,12 @@ command, date, machine and load. The renderer computes every ratio from the two 
 table cannot disagree with the numbers it shows.
 
 `ingest` reads the JSON the benchmark scripts write (scripts/bench_gpubox.sh's results.json:
-summary and components; scripts/bench_scale.sh's results.json: runs per vocabulary size) and
-updates each figure whose "source" names that script and whose data the files hold: value,
-limit value, date, machine, load and command. Figures with no "source" (the peer runs, serving,
-quality) are entered by hand from their script's report.md. Standard library only.
+summary and components; scripts/bench_scale.sh's results.json: runs per vocabulary size;
+scripts/bench_peer_paddle.sh's report_<precision>.json and report_ps.json) and updates each
+figure whose "source" names that script and whose data the files hold: value, limit value,
+date, machine, load and command. Figures with no "source" (serving, step counts, the dense net,
+the planted-data quality) are entered by hand from their command's output. Standard library
+only.
 """
 import argparse
 import json
@@ -91,7 +93,8 @@ def render(current):
             fail(f"figure {f['id']}: machine '{f['machine']}' is not in \"machines\"")
         when = f"{f['date']}, {f['machine']}" + (f" ({f['load']})" if f.get("load") else "")
         L.append("| " + " | ".join(cell(c) for c in (
-            figure, quantity(f["value"], digits, unit), limit, ratio_text(f), f.get("aim", "—"),
+            figure, quantity(f["value"], digits, unit) + (f" ({f['detail']})" if f.get("detail") else ""),
+            limit, ratio_text(f), f.get("aim", "—"),
             f"`{f['command']}`", when)) + " |")
     L.append("")
     L.append("Machines: " + "; ".join(f"**{k}**: {v}" for k, v in machines.items()) + ".")
@@ -125,6 +128,8 @@ def check_sections(current, text, path):
 # ---- ingesting the benchmark scripts' JSON ----
 
 def kind_of(results):
+    if results.get("kind") == "bench_peer_paddle.sh":
+        return "bench_peer_paddle.sh"
     if "summary" in results and "component_table" in results:
         return "bench_gpubox.sh"
     if "meta" in results and "runs" in results and all("vocab" in r for r in results["runs"]):
@@ -202,6 +207,28 @@ def gpubox_load(results):
     return f"load {min(loads):.1f}–{max(loads):.1f}" if loads else ""
 
 
+def auc(x):
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+def from_peer(src, files):
+    """(value, limit_value, detail, results) of a figure of bench_peer_paddle.sh's report JSON
+    (scripts/peer/report.py, report_ps.py), or None."""
+    for r in files:
+        if src["get"] == "gpubox_mode" and r["mode"] == "gpubox" and r["precision"] == src["precision"]:
+            return r["gpubox_examples_per_s"], r["paddle_examples_per_s"], None, r
+        if src["get"] == "held_out" and r["mode"] == "gpubox" and r["precision"] == src["precision"]:
+            e = next((h for h in r["held_out"] if h["epoch"] == src["epoch"]), None)
+            if e is None or e["gpubox"] is None or e["paddle"] is None:
+                continue
+            return e["gpubox"], e["paddle"], None, r
+        if src["get"] == "ps" and r["mode"] == "ps" and src["mode"] in r["modes"]:
+            m = r["modes"][src["mode"]]
+            detail = f"held-out AUC {auc(m['gpubox_test_auc'])} vs {auc(m['paddle_test_auc'])}"
+            return m["gpubox_examples_per_s"], m["paddle_examples_per_s"], detail, r
+    return None
+
+
 def ingest(current, paths, machine):
     """Refreshes the figures the files measure; returns their ids. machine: the "machines" key
     of the machine the files were measured on."""
@@ -213,7 +240,7 @@ def ingest(current, paths, machine):
             results = json.load(fh)
         k = kind_of(results)
         if k is None:
-            fail(f"{p}: not a results.json of bench_gpubox.sh or bench_scale.sh")
+            fail(f"{p}: not the JSON of bench_gpubox.sh, bench_scale.sh or bench_peer_paddle.sh")
         by_kind.setdefault(k, []).append(results)
     updated = []
     for f in current["figures"]:
@@ -234,6 +261,17 @@ def ingest(current, paths, machine):
                 break
             else:
                 continue
+        elif src["script"] == "bench_peer_paddle.sh":
+            got = from_peer(src, by_kind["bench_peer_paddle.sh"])
+            if got is None:
+                continue
+            f["value"], f["limit_value"], detail, r = got
+            if detail:
+                f["detail"] = detail
+            f["date"] = (r.get("date_utc") or "")[:10] or f["date"]
+            f["command"] = r.get("command") or f["command"]
+            f["load"] = f"load {r['modes'][src['mode']]['load']}" if src["get"] == "ps" else \
+                (f"load {r['load']}" if r.get("load") else "")
         else:
             got = from_scale(src, by_kind["bench_scale.sh"])
             if got is None:
@@ -259,7 +297,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", nargs="?", choices=["ingest"], help="refresh figures from results.json")
-    ap.add_argument("results", nargs="*", help="results.json of bench_gpubox.sh / bench_scale.sh")
+    ap.add_argument("results", nargs="*", help="JSON of bench_gpubox.sh, bench_scale.sh, bench_peer_paddle.sh")
     ap.add_argument("--current", default=CURRENT)
     ap.add_argument("--benchmarks", default=BENCHMARKS)
     ap.add_argument("--write", action="store_true", help="write the table into --benchmarks")

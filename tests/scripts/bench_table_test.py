@@ -5,12 +5,14 @@ scripts/bench_table.py against hand-computed oracles: BENCHMARKS.md's table is w
 docs/bench/current.json renders (the staleness check), the ratios are the values' ratios, every
 figure's section is a heading of BENCHMARKS.md, --check fails on a stale copy, and `ingest` takes
 the figures from bench_gpubox.sh's and bench_scale.sh's results.json (small hand-written ones
-here) and leaves the others alone. Standard library only."""
+here) and from what scripts/peer/report.py and report_ps.py write with --json (run here on
+hand-made metrics), and leaves the others alone. Standard library only."""
 import copy
 import importlib.util
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -181,6 +183,71 @@ class Ingest(unittest.TestCase):
         self.assertEqual((f["scale-boundary"]["value"], f["scale-boundary"]["limit_value"]), (3.5, 40.0))
         self.assertEqual(f["scale-1e8"]["date"], "2026-12-02")
         self.assertEqual(bt.ratio_text(f["scale-1e8"]), "70%")
+
+    def peer_json(self):
+        """scripts/peer/report.py run on two epochs of hand-made metrics: its --json."""
+        gb = [{"pass": p, "cards": 2, "examples": 1000, "begin_pass_seconds": 0.1,
+               "train_seconds": 0.8, "end_pass_seconds": 0.1, "auc": 0.8} for p in (0, 1)]
+        pd = {"paddle_version": "2.6.2", "threads": 2, "batch": 512,
+              "epochs": [{"epoch": e, "examples": 1000, "train_seconds": 2.5, "ips": 400.0,
+                          "auc": 0.78, "test_auc": t} for e, t in ((1, 0.77), (2, 0.765))]}
+        oracle = {"lines": 1000, "auc": 0.88}
+        m, p, o = (self.write(n, x) for n, x in (("m.jsonl", None), ("p.json", pd), ("o.json", oracle)))
+        write(m, "".join(json.dumps(x) + "\n" for x in gb))
+        out = os.path.join(self.d.name, "report_fp32.json")
+        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "peer", "report.py"),
+                        "--gpubox_metrics", m, "--gpubox_test_auc", "0.78,0.781", "--paddle_json", p,
+                        "--oracle", o, "--timed_epoch", "2", "--out", os.path.join(self.d.name, "r.md"),
+                        "--meta", "command: scripts/bench_peer_paddle.sh --epochs 2", "--json", out,
+                        "--precision", "fp32", "--load", "1.0 / 2.0"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return out
+
+    def ps_json(self):
+        """scripts/peer/report_ps.py run on hand-made job folders: its --json."""
+        rows = []
+        for system, sched, ips_secs in (("gpubox", "async", 0.5), ("paddle", "async", 2.0),
+                                        ("gpubox", "geo", 0.25), ("paddle", "geo", 4.0)):
+            folder = os.path.join(self.d.name, system + sched)
+            os.mkdir(folder)
+            if system == "gpubox":
+                write(os.path.join(folder, "metrics.jsonl"), "".join(json.dumps(x) + "\n" for x in (
+                    {"pass": 0, "examples": 500, "train_seconds": ips_secs, "auc": 0.7},
+                    {"epoch": 0, "test_auc": 0.77})))
+            else:
+                write(os.path.join(folder, "paddle.worker0.json"), json.dumps({"epochs": [
+                    {"examples": 500, "train_seconds": ips_secs, "auc": 0.8, "wire_bytes": 1,
+                     "test_auc": 0.6}]}))
+            rows.append("\t".join((system, sched, "3.5 3.0 2.0", folder)))
+        runs = os.path.join(self.d.name, "runs.tsv")
+        write(runs, "\n".join(rows) + "\n")
+        out = os.path.join(self.d.name, "report_ps.json")
+        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "peer", "report_ps.py"),
+                        "--runs", runs, "--epochs", "1", "--oracle", self.write("o2.json", {"lines": 1, "auc": 0.9}),
+                        "--out", os.path.join(self.d.name, "ps.md"), "--json", out,
+                        "--meta", "command: scripts/bench_peer_paddle.sh --mode ps"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return out
+
+    def test_bench_peer_paddle_reports(self):
+        updated = bt.ingest(self.cur, [self.peer_json(), self.ps_json()], "dev VM")
+        self.assertEqual(sorted(updated), ["peer-paddle-async", "peer-paddle-geo", "peer-paddle-gpubox",
+                                           "quality-vs-paddle"])
+        f = self.by_id(self.cur)
+        # GPUBox: 1000 examples in 0.1 + 0.8 + 0.1 s; Paddle: its ips.
+        self.assertAlmostEqual(f["peer-paddle-gpubox"]["value"], 1000.0)
+        self.assertEqual(f["peer-paddle-gpubox"]["limit_value"], 400.0)
+        self.assertEqual(f["peer-paddle-gpubox"]["load"], "load 1.0 / 2.0")
+        self.assertEqual(f["peer-paddle-gpubox"]["command"], "scripts/bench_peer_paddle.sh --epochs 2")
+        self.assertEqual((f["quality-vs-paddle"]["value"], f["quality-vs-paddle"]["limit_value"]),
+                         (0.781, 0.765))
+        self.assertEqual((f["peer-paddle-async"]["value"], f["peer-paddle-async"]["limit_value"]),
+                         (1000.0, 250.0))
+        self.assertEqual((f["peer-paddle-geo"]["value"], f["peer-paddle-geo"]["limit_value"]),
+                         (2000.0, 125.0))
+        self.assertEqual(f["peer-paddle-geo"]["detail"], "held-out AUC 0.7700 vs 0.6000")
+        self.assertEqual(f["peer-paddle-geo"]["load"], "load 3.5 / 3.5")
+        self.assertEqual(bt.ratio_text(f["peer-paddle-geo"]), "16.00×")
 
     def test_a_missing_base_size_updates_nothing(self):
         on = scale_results([scale_run(10**8, 21000.0, [6.0, 0.5, 1.0])])
