@@ -27,7 +27,9 @@
 #                       Variable")
 #   --data DIR          where the data are written (default /dev/shm/gpubox-peer.<pid>, removed
 #                       on exit unless --keep-data)
-#   --out DIR           report.md, paddle.json, gpubox_metrics.jsonl, logs, and Paddle's
+#   --out DIR           report.md, report_<precision>.json (report_ps.md and report_ps.json
+#                       with --mode ps: the figures scripts/bench_table.py ingests),
+#                       paddle.json, gpubox_metrics.jsonl, logs, and Paddle's
 #                       *_train_desc.prototxt files (default output/peer)
 #   --precision LIST    GPUBox runs, one per entry, with hyper_parameters.dense_precision set to
 #                       it (fp32, bf16 or fp32,bf16; default fp32), all against the one Paddle
@@ -230,7 +232,7 @@ if [ "$mode" = ps ]; then
   done
   "$py" "$repo/scripts/peer/report_ps.py" --runs "$out/ps_runs.tsv" --epochs "$epochs" \
     --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
-    --out "$out/report_ps.md" \
+    --out "$out/report_ps.md" --json "$out/report_ps.json" \
     --meta "command: scripts/bench_peer_paddle.sh --mode ps --lines $lines --test-lines $test_lines --files $files --seed $seed --workers $workers --threads $threads --epochs $epochs --batch $batch --geo-step $geo_step" \
     --meta "machine: $machine; CPU build of GPUBox (commit $commit); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel" \
     --meta "jobs: 1 server + $workers workers x $threads training thread(s), each worker its block of the $files files (GPUBox runner.split_file_list, Paddle fleet.util.get_file_shard), batch $batch per thread, geo every $geo_step steps; Paddle table keys folded: $folded"
@@ -288,7 +290,8 @@ for prec in "${prec_list[@]}"; do
   python3 "$repo/scripts/peer/report.py" --gpubox_metrics "$out/gpubox_${prec}_metrics.jsonl" \
     --gpubox_test_auc "${gb_test_auc[$prec]}" --paddle_json "$out/paddle.json" \
     --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
-    --timed_epoch "$epochs" --out "$out/report_$prec.md" \
+    --timed_epoch "$epochs" --out "$out/report_$prec.md" --json "$out/report_$prec.json" \
+    --precision "$prec" --load "${load_gpubox[$prec]%% *} / ${load_paddle%% *}" \
     --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --precision $precisions" \
     --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \

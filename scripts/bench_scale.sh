@@ -60,6 +60,8 @@ data_root="/tmp/gpubox_bench_scale"
 bin_dir=""
 extra_o=()
 
+# The command as run, for results.json (scripts/bench_table.py shows it beside the figures).
+export BENCH_SCALE_COMMAND="scripts/bench_scale.sh $*"
 need_val() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -170,7 +172,7 @@ load="$(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" "$host_mb" "$card_mb" "$passes" "$lines_per_key" "$zipf" "$load" \
   "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)" "${extra_o[*]:-}" \
   "${sizes[@]}" <<'PY'
-import json, os, re, sys
+import json, os, re, sys, time
 out, host_mb, card_mb, passes, lpk, zipf, load, commit, extra = sys.argv[1:10]
 sizes = [int(s) for s in sys.argv[10:]]
 rows = []
@@ -248,7 +250,9 @@ for k in sizes:
                                         if r["rows_on_disk_approx"] else None)
 meta = {"host_memory_mb": int(host_mb), "card_memory_mb": int(card_mb), "passes": int(passes),
         "lines_per_key": float(lpk), "zipf": float(zipf), "load_average_at_end": load,
-        "commit": commit, "extra_overrides": extra, "cores": os.cpu_count()}
+        "commit": commit, "extra_overrides": extra, "cores": os.cpu_count(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": os.environ.get("BENCH_SCALE_COMMAND", "")}
 json.dump({"meta": meta, "runs": rows}, open(os.path.join(out, "results.json"), "w"), indent=1)
 with open(os.path.join(out, "report.md"), "w") as f:
     f.write("# bench_scale (commit %s, %d cores, load average at end %s)\n\n" % (commit, os.cpu_count(), load))

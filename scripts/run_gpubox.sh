@@ -35,8 +35,8 @@
 # Ctrl-C; the exit status is the trainer's. The config may be named as PaddleRec's trainers
 # name it (-m FILE) or as gpubox_train does (--config FILE). Servers get the folder holding the
 # trainer's saves (gpubox_train --print_model_root) as --data_dir. Run again after a crash, the
-# same command resumes from the last complete save (runner.resume: auto; README "Durability and
-# resume").
+# same command resumes from the last complete save (runner.resume: auto; docs/operations.md,
+# "Durability and resume").
 #
 # PaddleRec's docs run their launcher with `sh`: under sh (dash), this script runs itself again
 # with bash, which it needs (arrays, PIPESTATUS).

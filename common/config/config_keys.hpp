@@ -2,8 +2,9 @@
 // default, range or choices, which part of GPUBox reads it, and what it means. Every binary
 // (gpubox_train, gpubox_data, gpubox_server) validates a whole config against this one table
 // (config_document.hpp), so they accept the same keys with the same defaults and errors; each
-// part then reads its own keys. The shipped configs' comments and the README's key list are
-// rendered from it (render_* below; tests/common/config_docs_test.cpp checks they agree).
+// part then reads its own keys. The shipped configs' comments and the key list of
+// docs/config-reference.md are rendered from it (render_* below; tests/common/config_docs_test.cpp
+// checks they agree).
 #pragma once
 
 #include <cstddef>
@@ -55,7 +56,7 @@ struct KeySpec {
   KeyType type = KeyType::kString;
   std::string default_text;  // the default as written in YAML ("512", "\"\"", "[512, 256]")
   unsigned parts = 0;        // Part bits; 0: accepted for PaddleRec compatibility, no effect
-  std::string meaning;       // one line: the shipped configs' comment and the README's text
+  std::string meaning;       // one line: the shipped configs' comment and the reference's text
   int64_t int_min = 0, int_max = 0;  // kInt, kIntList items
   double float_min = 0, float_max = 0;
   std::size_t min_items = 0;         // lists
@@ -79,7 +80,7 @@ struct IgnoredKey {
   std::string reason;  // one line: what it is in PaddleRec, what GPUBox does instead
   bool section = false;
 };
-// In the order the README lists them.
+// In the order docs/config-reference.md lists them.
 const std::vector<IgnoredKey>& ignored_paddlerec_keys();
 // The entry covering `name` (the key itself, or an ignored section holding it), or nullptr.
 const IgnoredKey* find_ignored(std::string_view name);
@@ -119,8 +120,8 @@ std::string type_text(const KeySpec& key);
 std::string parts_text(const KeySpec& key);
 // The comment of the key's line in a YAML config: its meaning, plus the choices of an enum.
 std::string yaml_comment(const KeySpec& key);
-// The README's key list: a Markdown table (key, type, default, read by, meaning), then the
-// PaddleRec keys accepted and ignored (key, reason).
+// docs/config-reference.md's key list: a Markdown table (key, type, default, read by, meaning),
+// then the PaddleRec keys accepted and ignored (key, reason).
 std::string render_markdown_key_table();
 // A complete config with every key at its default, commented (gpubox_train
 // --print_config_template): the start of a new config.

@@ -3,6 +3,9 @@
 
   python3 report.py --gpubox_metrics M.jsonl --paddle_json P.json --oracle D/train/oracle.json
                     [--test_oracle D/test/oracle.json] --timed_epoch E --meta TEXT ... --out report.md
+                    [--json report.json --precision P --load TEXT]
+
+--json also writes the table's figures as JSON (scripts/bench_table.py ingest reads it).
 
 GPUBox's seconds for a pass are begin_pass + train + end_pass (its per-pass load is left out,
 as Paddle's load_into_memory is done once before the epochs and left out too); the train phase
@@ -11,6 +14,7 @@ alone is given as well. Paddle's seconds are the wall time of exe.train_from_dat
 import argparse
 import json
 import sys
+import time
 
 
 def die(msg):
@@ -27,6 +31,9 @@ def main():
     ap.add_argument("--timed_epoch", type=int, required=True)
     ap.add_argument("--meta", action="append", default=[], help="a line of the header (repeatable)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--json", default="", help="also write the figures here, as JSON")
+    ap.add_argument("--precision", default="fp32", help="GPUBox's dense_precision (for --json)")
+    ap.add_argument("--load", default="", help="load averages of the runs (for --json)")
     a = ap.parse_args()
 
     with open(a.gpubox_metrics) as f:
@@ -123,6 +130,16 @@ def main():
     with open(a.out, "w") as f:
         f.write(text)
     sys.stdout.write(text)
+    if a.json:
+        command = next((m[len("command: "):] for m in a.meta if m.startswith("command: ")), "")
+        held = [{"epoch": r["epoch"], "gpubox": g_test_f[i] if i < len(g_test_f) else None,
+                 "paddle": p_test_f[i]} for i, r in enumerate(pd["epochs"])]
+        with open(a.json, "w") as f:
+            json.dump({"kind": "bench_peer_paddle.sh", "mode": "gpubox", "precision": a.precision,
+                       "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "command": command, "load": a.load, "timed_epoch": e,
+                       "gpubox_examples_per_s": g_ips, "paddle_examples_per_s": p_ips,
+                       "paddle_version": pd["paddle_version"], "held_out": held}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ slowest worker's training seconds of it (data in memory, load excluded, both sys
 import argparse
 import glob
 import json
+import time
 import os
 import sys
 
@@ -69,6 +70,7 @@ def main():
     ap.add_argument("--test_oracle", default="")
     ap.add_argument("--meta", action="append", default=[])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--json", default="", help="also write the figures here, as JSON")
     a = ap.parse_args()
     e = a.epochs
     runs = [line.rstrip("\n").split("\t") for line in open(a.runs) if line.strip()]
@@ -114,6 +116,19 @@ def main():
     text = "\n".join(L) + "\n"
     with open(a.out, "w") as f:
         f.write(text)
+    if a.json:  # the table's figures, for scripts/bench_table.py ingest
+        modes = {}
+        for sched in ("async", "geo"):
+            g, p = res.get(("gpubox", sched)), res.get(("paddle", sched))
+            if g and p:
+                modes[sched] = {"gpubox_examples_per_s": g["ips"], "paddle_examples_per_s": p["ips"],
+                                "gpubox_test_auc": g["test_auc"], "paddle_test_auc": p["test_auc"],
+                                "load": "%s / %s" % (g["load"].split()[0], p["load"].split()[0])}
+        command = next((m[len("command: "):] for m in a.meta if m.startswith("command: ")), "")
+        with open(a.json, "w") as f:
+            json.dump({"kind": "bench_peer_paddle.sh", "mode": "ps", "epochs": e,
+                       "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "command": command, "modes": modes}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-// The shared secret of gpubox_server and its clients (README "Security and durability"): a file
-// holding one token, read the same way by the server (--auth_token_file) and by the trainer
-// (runner.auth_token_file, or GPUBOX_AUTH_TOKEN_FILE which wins over it).
+// The shared secret of gpubox_server and its clients (docs/operations.md, "Security and
+// durability"): a file holding one token, read the same way by the server (--auth_token_file) and
+// by the trainer (runner.auth_token_file, or GPUBOX_AUTH_TOKEN_FILE which wins over it).
 #pragma once
 
 #include <string>

@@ -2,8 +2,8 @@
 // thread pool. Embeddable: the gpubox_server binary, the tests and `gpubox_bench server` all
 // start it in-process. Asio stays inside the server's .cpp files.
 //
-// What bounds it (README "Security and durability"): connections (max_connections, idle
-// timeout), bytes buffered per connection and in all (requests are read as their bytes arrive,
+// What bounds it (docs/operations.md, "Security and durability"): connections (max_connections,
+// idle timeout), bytes buffered per connection and in all (requests are read as their bytes arrive,
 // never allocated from an announced length), the retry cache (bytes and age), and where SAVE and
 // LOAD may write (inside data_dir). Without an auth token it serves loopback only.
 #pragma once

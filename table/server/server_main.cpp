@@ -62,7 +62,7 @@ DEFINE_int32(cold_after_days, 0,
 DEFINE_string(save_form, "binary",
               "part file form of saves: binary | text; overrides runner.save_form");
 
-// Limits (README "Security and durability").
+// Limits (docs/operations.md, "Security and durability").
 DEFINE_uint64(max_connections, 0,
               "connections served at once; more are closed at accept. 0: min(1024, open files "
               "limit - 64)");
@@ -240,7 +240,7 @@ std::string usage_text() {
       "Serves GPUBox's host tier (the sparse table in memory, with an optional RocksDB disk "
       "tier) to trainers over TCP. Prints \"gpubox_server listening on <ip>:<port>\" once it "
       "accepts connections; stops on SHUTDOWN, SIGTERM or SIGINT. Binds loopback unless told; "
-      "limits and durability: README.md, \"Security and durability\".";
+      "limits and durability: docs/operations.md, \"Security and durability\".";
   u.options = gpubox::cli::gflags_options(__FILE__);
   u.options.push_back({"-o key=value", "", "the trainer's overrides of --config (repeatable)"});
   u.options.push_back({"--help, -h", "", "print this text and exit"});

@@ -18,9 +18,9 @@
 // the host table's budget (nor is the list of keys on the cards, 8 bytes a key, while a staging
 // runs): a trainer's host memory is about host_memory_mb (the table) plus
 // (1 + depth) data sets plus depth × (the staged keys × staged_bytes_per_key(stride)); size
-// host_memory_mb with that room left (README, "Pass pipeline"). A failure to stage (the host tier)
-// is logged and the pass's begin_pass pulls its rows as without the pipeline; a failure to read the
-// pass is thrown by take() for that pass, as reading it then would.
+// host_memory_mb with that room left (docs/user-guide.md, "The pass pipeline"). A failure to stage
+// (the host tier) is logged and the pass's begin_pass pulls its rows as without the pipeline; a
+// failure to read the pass is thrown by take() for that pass, as reading it then would.
 //
 // Thread-safety: one controlling thread calls the methods; the jobs read the config, the files
 // and the host tier only.

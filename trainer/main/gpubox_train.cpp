@@ -50,7 +50,7 @@ DEFINE_bool(export_fp16, false, "export: store sparse values as float16 (half th
 DEFINE_int32(threads_per_card, 0, "cpu build: host threads per simulated card (0 = cores / cards)");
 DEFINE_bool(print_config_keys, false,
             "print every config key (type, default, which part reads it, meaning) as the "
-            "Markdown table of the README, and exit");
+            "Markdown table of docs/config-reference.md, and exit");
 DEFINE_bool(print_config_template, false,
             "print a config with every key at its default, commented, and exit");
 DEFINE_bool(print_model_root, false,
@@ -125,7 +125,9 @@ std::string usage_text() {
                 "runner.infer_load_path in [infer_start_epoch, infer_end_epoch)",
                 "gpubox_train --config configs/config_gpubox.yaml --mode export "
                 "--load output_model/1 --out serving_model"};
-  u.notes = "Config keys: gpubox_train --print_config_keys (README.md has the same table).";
+  u.notes =
+      "Config keys: gpubox_train --print_config_keys (docs/config-reference.md has the same "
+      "table).";
   return gpubox::cli::render_usage(u);
 }
 

@@ -29,11 +29,11 @@
 // zeroes the sync tables, whatever an earlier job on the same servers left there, and every
 // trainer adopts the table after the start barrier.
 //
-// Saves are the gpubox mode's (trainer/schedule/checkpoint.hpp, README "Durability and resume"):
-// after each pass (runner.model_save_path, runner.save_mode), once every trainer's updates are
-// on the servers, trainer 0 has every server save its rows (SAVE) and writes the dense half
-// (the servers' dense table, with thread 0's optimizer state) and the model manifest; the
-// others wait at a barrier, so no update lands during the save. A load (--load,
+// Saves are the gpubox mode's (trainer/schedule/checkpoint.hpp, docs/operations.md,
+// "Durability and resume"): after each pass (runner.model_save_path, runner.save_mode), once
+// every trainer's updates are on the servers, trainer 0 has every server save its rows (SAVE) and
+// writes the dense half (the servers' dense table, with thread 0's optimizer state) and the model
+// manifest; the others wait at a barrier, so no update lands during the save. A load (--load,
 // runner.model_init_path, runner.resume: auto, --mode infer) is the same in reverse: trainer 0
 // loads the sparse half into the servers and writes the dense half into their dense table;
 // every thread takes the saved dense optimizer state. So a PS save is loaded by every mode,

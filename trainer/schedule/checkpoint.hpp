@@ -1,4 +1,5 @@
-// Saves a training run can be restored from, and the restore (README "Durability and resume").
+// Saves a training run can be restored from, and the restore (docs/operations.md, "Durability and
+// resume").
 //
 // A save folder (<model_save_path>/<pass>) holds the sparse half, the dense half and, written
 // last, a model manifest naming both (table/io/model_manifest.hpp). A save is complete when its
