@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.hpp"
+#include "heterps/device/memory.hpp"
 #include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"

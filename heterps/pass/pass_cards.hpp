@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/pass/pass_types.hpp"
 #include "heterps/sparse/sparse_types.hpp"
