@@ -6,7 +6,8 @@
 //   begin_pass(keys)  keys already on their owner card stay; only the missing ones are pulled
 //                     from the host tier (in batches, several in flight) and inserted on their
 //                     owner. If a card's budget would be exceeded, rows not needed by this pass
-//                     are evicted first, lowest score first (they are clean: the previous
+//                     are evicted first, in the order of the card store's eviction policy
+//                     (by default the lowest score first; they are clean: the previous
 //                     end_pass wrote every change back). If the pass itself does not fit, it
 //                     fails before anything is pulled, with the numbers and the remedy.
 //   stage_rows(keys, exclude)  (any thread, also while the cards train) splits a coming pass's
@@ -69,6 +70,12 @@
 //                     passes (16 bytes), at most as many as must leave, until they are erased.
 //                     The current pass's keys are shared with its data set, not copied.
 //
+// The three jobs live in their own objects (PassManager is their facade): the pass boundary
+// (pass_boundary.hpp: begin_pass, end_pass and write-back), staging ahead (pass_staging.hpp) and
+// the next pass's card work (next_pass_work.hpp), over what they share (pass_cards.hpp: the
+// cards, stores, host tier, budget and the row moves on one card). Which rows leave a card
+// first is the card store's eviction policy (heterps/sparse/eviction_policy.hpp).
+//
 // One trainer process: total cards == this process's cards (multi-trainer key exchange is not
 // part of the pass manager yet). Calls are made from the controlling thread, between passes,
 // never while card threads run steps. Stores and host tier are borrowed and must outlive it.
@@ -77,13 +84,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "heterps/device/card.hpp"
-#include "heterps/device/memory.hpp"
+#include "heterps/pass/next_pass_work.hpp"
+#include "heterps/pass/pass_boundary.hpp"
+#include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"
-#include "heterps/sparse/sparse_types.hpp"
 #include "table/host_tier.hpp"
 
 namespace gpubox {
@@ -98,6 +105,9 @@ class PassManager {
   // stores[i] belongs to cards.card(i).
   PassManager(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
               table::HostTier& host, const PassManagerOptions& options = {});
+  // Its jobs hold each other by reference: it stays where it was built.
+  PassManager(const PassManager&) = delete;
+  PassManager& operator=(const PassManager&) = delete;
 
   // `keys`: the pass's unique keys (duplicates and key 0 are tolerated and dropped; a repeated
   // key keeps its first slot); `slots` (same length, or empty: slot 0) names each key's slot
@@ -156,139 +166,19 @@ class PassManager {
   void forget_next_pass();
 
   // Rows per card the budget allows (0 = unlimited).
-  std::size_t row_budget() const { return row_budget_; }
+  std::size_t row_budget() const { return cards_.row_budget(); }
   // The card tier's footprint per card at the row budget (with no budget: for one key), for the
   // log line at the start of training.
-  const CardTierPlan& plan() const { return plan_; }
+  const CardTierPlan& plan() const { return cards_.plan(); }
   // The footprint of `rows` rows per card with these stores (monotone in rows).
-  CardTierPlan plan_for(std::size_t rows) const;
-  const PassStats& current() const { return current_; }
-  bool in_pass() const { return in_pass_; }
+  CardTierPlan plan_for(std::size_t rows) const { return cards_.plan_for(rows); }
+  const PassStats& current() const { return boundary_.current(); }
+  bool in_pass() const { return boundary_.in_pass(); }
 
  private:
-  // The pass's keys by owner card, sorted, without key 0 and duplicates (a repeated key keeps
-  // its first slot).
-  std::vector<OwnedKeys> partition_by_owner(const std::vector<uint64_t>& keys,
-                                            const std::vector<int32_t>& slots) const;
-  // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
-  // the others.
-  OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
-                            std::vector<sparse::row_index_t>* hit_rows);
-  // Pulls `missing` from the host tier (created there with their slots when new; read with
-  // HostTier::peek in an evaluation pass) into card `c`'s store. Returns how many rows the host
-  // tier created (kEvaluate: how many keys it does not hold). `keep` (optional) receives the
-  // pulled rows (packed in the order of missing.keys), for the replicas that share them.
-  std::size_t pull_to_card(int c, const OwnedKeys& missing, std::vector<float>* keep = nullptr);
-  // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
-  // on the card at most a page of rows at a time.
-  void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n);
-  bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
-  // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
-  [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
-  // Pushes every dirty row of card `c` but those of `keep` (sorted) to the host tier, then clears
-  // their dirty flags; *kept = the dirty rows of `keep` left as they are. Adds the time spent
-  // gathering rows off the card to *gather_seconds.
-  uint64_t write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
-                      uint64_t* kept);
-  // write_back on every card; sets kept_dirty_. Returns the rows written.
-  uint64_t write_back_all(const std::vector<uint64_t>& keep);
-  // Removes `excess` rows of card `c` whose row index is not in `pass_rows` (the rows of the
-  // pass's keys on the card), lowest score first, reading only keys, row indices and scores
-  // (never a copy of the rows). Returns the rows removed.
-  uint64_t evict(int c, const std::vector<sparse::row_index_t>& pass_rows, std::size_t excess);
-  // evict() when the only rows of card `c` outside the pass are known: keys[at[i]] with row
-  // indices rows[i] (the previous pass's rows this pass lacks, once prepare_next_pass removed
-  // every row outside both). Reads only their scores. Returns the rows removed.
-  uint64_t evict_among(int c, const std::vector<uint64_t>& keys, const std::vector<uint32_t>& at,
-                       const std::vector<sparse::row_index_t>& rows, std::size_t excess);
-  // An eviction candidate: a row's score and key (the lowest (score, key) leave first).
-  struct Candidate {
-    float score;
-    uint64_t key;
-  };
-  // Removes the `excess` candidates with the lowest (score, key) from card `c` (they must be
-  // clean). Returns the rows removed.
-  uint64_t evict_lowest(int c, std::vector<Candidate>& candidates, std::size_t excess);
-  // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the
-  // plan (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold
-  // both), gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the
-  // pages freed.
-  std::size_t fit_pools(int c, const OwnedKeys& missing);
-  // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
-  uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys);
-
-  // What prepare_next_pass did and knows on one card, for the next begin_pass.
-  struct NextPassCard {
-    enum class Phase { kOff, kWaiting, kLookup, kMark, kList, kErase, kInsert, kDone };
-    Phase phase = Phase::kOff;
-    std::function<StagingProgress()> poll;  // until the rows are ready
-    const StagedRows* staged = nullptr;
-    bool rows_ready = false;  // staged->rows fetched: kInsert may run
-    std::shared_ptr<const std::vector<uint64_t>> current_keys;  // the training pass's, sorted
-    uint64_t generation = 0;                                    // key_generation_ when expected
-    std::size_t at = 0;                                         // progress within the phase
-    std::size_t staged_at = 0;  // kLookup: the walk through this card's staged keys
-    // After kLookup, the next pass's keys on this card: the rows of those there (hits, then the
-    // ones inserted early), the missing ones staged (offsets in this card's range of
-    // staged->keys, the first `inserted` of them inserted early), the missing ones not staged
-    // (begin_pass pulls them).
-    std::vector<sparse::row_index_t> hit_rows;
-    std::vector<uint32_t> used;
-    OwnedKeys to_pull;
-    std::size_t missing = 0;
-    std::size_t inserted = 0;
-    // kMark / kList / kErase: the current and next pass's rows (a byte per pool row), and the
-    // eviction candidates (score, key): while listing, a max-heap of the `lacking` lowest seen
-    // so far (never more), then the victims erased from it.
-    std::vector<uint8_t> marks;
-    std::vector<std::pair<float, uint64_t>> candidates;
-    std::size_t lacking = 0;   // kList: rows to evict for the next pass to fit
-    bool passed_over = false;  // kList: a candidate was left out of the heap
-    // kMark: the current pass's rows the next pass lacks (offsets in current_keys, and rows).
-    // Once every row outside both passes is evicted (`outside_gone`), they are the only ones
-    // begin_pass may evict.
-    std::vector<uint32_t> spare_at;
-    std::vector<sparse::row_index_t> spare_rows;
-    bool evicts_all_outside = false;  // kList chose every row outside both passes
-    bool outside_gone = false;        // ... and kErase removed them
-    uint64_t evicted = 0;
-    uint64_t chunks = 0;
-    device::DeviceCounts counts;  // of the chunks
-    double seconds = 0;
-    // Lookup and insert scratch on the card, kept across chunks.
-    device::device_buffer<uint64_t> d_keys;
-    device::device_buffer<sparse::row_index_t> d_rows;
-    device::device_buffer<float> d_floats;
-    device::device_buffer<uint8_t> d_flags;
-  };
-  // prepare_next_pass's phases, one chunk each (card c): next_chunk runs the current phase's.
-  void next_chunk(int c, NextPassCard& next);
-  void next_lookup(int c, NextPassCard& next);
-  // After the last look-up: whether room must be made first (kMark) or not (kInsert).
-  void next_plan(int c, NextPassCard& next);
-  void next_mark(int c, NextPassCard& next);
-  void next_erase(int c, NextPassCard& next);
-  void next_list(int c, NextPassCard& next);
-  void next_insert(int c, NextPassCard& next);
-
-  device::CardSet& cards_;
-  std::vector<sparse::CardSparseStore*> stores_;
-  table::HostTier& host_;
-  PassManagerOptions options_;
-  std::size_t row_budget_ = 0;
-  CardTierPlan plan_;
-  PassStats current_;
-  double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
-  uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)
-  int64_t next_pass_id_ = 1;
-  bool in_pass_ = false;
-  PassAccess access_ = PassAccess::kTrain;  // of the current pass
-  // kEvaluate: per card, the keys begin_pass placed there, taken off again by end_pass.
-  std::vector<std::vector<uint64_t>> borrowed_;
-  // Changes whenever the cards' key set changes other than by prepare_next_pass (begin_pass,
-  // an evaluation's end_pass, clear): what a card remembered for the next pass is stale then.
-  uint64_t key_generation_ = 0;
-  std::vector<NextPassCard> next_;
+  PassCards cards_;
+  NextPassWork next_;
+  PassBoundary boundary_;
 };
 
 }  // namespace pass

@@ -20,7 +20,8 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
   for (int c = 0; c < n; ++c) {
     device::Card& card = cards_.card(c);
     card.activate();
-    stores_.push_back(std::make_unique<sparse::CardSparseStore>(card, accessor));
+    stores_.push_back(std::make_unique<sparse::CardSparseStore>(
+        card, accessor, sparse::HashTableOptions{}, options.eviction));
     heter_comm::HeterCommOptions comm_options;
     comm_options.missing_keys = options.missing_keys;
     comm_options.placement = options.placement;

@@ -33,6 +33,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/heter_comm/heter_comm_types.hpp"
 #include "heterps/pass/pass_types.hpp"
+#include "heterps/sparse/eviction_policy.hpp"
 #include "table/accessor/sparse_row.hpp"
 #include "table/host_tier.hpp"
 
@@ -61,6 +62,9 @@ struct CardTierOptions {
   // the job holds the whole table (HeterComm and PassManager follow it; `pass.placement` is set
   // from it).
   heter_comm::Placement placement = heter_comm::Placement::kSharded;
+  // Which rows leave a card first when a pass needs room: every store's policy
+  // (sparse/eviction_policy.hpp).
+  sparse::EvictionPolicy eviction = sparse::EvictionPolicy::kLowestScore;
 };
 
 class CardTier {

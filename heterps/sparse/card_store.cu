@@ -149,25 +149,6 @@ struct SumChunkMisses {
   }
 };
 
-struct RowScores {
-  RowPoolsRef pages;
-  const row_index_t* rows;
-  std::size_t count;
-  float* scores;
-  table::AccessorConfig config;
-  GPUBOX_HD void operator()(std::size_t i) const {
-    if (i + kRowPrefetchDistance < count) pages.prefetch(rows[i + kRowPrefetchDistance]);
-    scores[i] = table::row_score(pages.row(rows[i]), config);
-  }
-};
-
-struct RowDirty {
-  DirtyFlagsRef dirty;
-  const row_index_t* rows;
-  uint8_t* out;
-  GPUBOX_HD void operator()(std::size_t i) const { out[i] = dirty[rows[i]] != 0 ? 1 : 0; }
-};
-
 struct IsMissing {
   GPUBOX_HD bool operator()(row_index_t row) const { return row == kInvalidRow; }
 };
@@ -204,36 +185,6 @@ struct ScatterCreated {
   }
 };
 
-// compact_pool: a moved row keeps its dirty flag (a row end_pass kept dirty on the card holds the
-// only copy of its newest value): read before the move, set again on the row's new handle.
-struct ReadDirty {
-  const row_index_t* rows;
-  DirtyFlagsRef dirty;
-  uint8_t* out;
-  GPUBOX_HD void operator()(std::size_t i) const { out[i] = dirty[rows[i]]; }
-};
-struct RestoreDirty {
-  const row_index_t* rows;
-  const uint8_t* was_dirty;
-  DirtyFlagsRef dirty;
-  GPUBOX_HD void operator()(std::size_t i) const {
-    if (was_dirty[i] != 0) dirty[rows[i]] = 1;
-  }
-};
-
-// An entry whose row is in pool `pool` at or above index `first_row` (compact_pool).
-struct IsMovedEntry {
-  RowHandleCodec codec;
-  int32_t pool;
-  std::size_t first_row;
-  template <class Tuple>
-  GPUBOX_HD bool operator()(const Tuple& entry) const {
-    const row_index_t handle = thrust::get<1>(entry);
-    return codec.pool_of(handle) == pool &&
-           static_cast<std::size_t>(handle & codec.index_mask()) >= first_row;
-  }
-};
-
 struct IsCleanEntry {
   DirtyFlagsRef dirty;
   template <class Tuple>
@@ -262,10 +213,11 @@ HashTableOptions store_table_options(const table::AccessorConfig& config,
 }  // namespace
 
 CardSparseStore::CardSparseStore(device::Card& card, const table::AccessorConfig& config,
-                                 const HashTableOptions& options)
+                                 const HashTableOptions& options, EvictionPolicy eviction)
     : config_(config),
       layout_(table::record_layout(config)),
       classes_(table::width_classes(config)),
+      eviction_(eviction),
       table_(card, store_table_options(config, options)),
       rows_scratch_(0, card.memory(), card.stream()),
       created_scratch_(0, card.memory(), card.stream()),
@@ -577,16 +529,6 @@ void CardSparseStore::gather_rows(const row_index_t* rows, std::size_t n, float*
                        GatherRecords{table_.rows(), rows, n, rows_out, stride});
 }
 
-void CardSparseStore::row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
-                                 const device::Stream& stream) const {
-  device::parallel_for(stream, n, RowScores{table_.rows(), rows, n, scores_out, config_});
-}
-
-void CardSparseStore::row_dirty(const row_index_t* rows, std::size_t n, uint8_t* dirty_out,
-                                const device::Stream& stream) const {
-  device::parallel_for(stream, n, RowDirty{dirty_flags(), rows, dirty_out});
-}
-
 std::size_t CardSparseStore::collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
                                      device::device_buffer<float>& rows_out,
                                      const device::Stream& stream) const {
@@ -620,54 +562,9 @@ void CardSparseStore::clear_dirty(const row_index_t* rows, std::size_t n,
   device::parallel_for(stream, n, MarkClean{rows, dirty_flags()});
 }
 
-std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
-                                   const device::Stream& stream) {
-  // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.
-  return table_.erase(keys, n, stream);
-}
-
 void CardSparseStore::clear(const device::Stream& stream) {
   table_.clear(stream);
   clear_dirty(stream);
-}
-
-std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
-  RowPool& rows = table_.pool(pool);
-  const std::size_t page_rows = rows.page_rows();
-  const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
-  if (keep >= rows.capacity()) return 0;
-  const std::size_t pages_before = rows.pages();
-  // The entries to move (12 bytes each), then a page of their records at a time.
-  device::device_buffer<uint64_t> keys(0, card().memory(), stream);
-  device::device_buffer<row_index_t> handles(0, card().memory(), stream);
-  const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);
-  auto first = thrust::make_zip_iterator(thrust::make_tuple(keys.data(), handles.data()));
-  auto moved_end = device::host_result(stream, [&] {
-    return thrust::stable_partition(device::exec_policy(stream), first, first + live,
-                                    IsMovedEntry{table_.codec(), pool, keep});
-  });
-  const auto moved = static_cast<std::size_t>(moved_end - first);
-  device::device_buffer<float> records(0, card().memory(), stream);
-  device::device_buffer<uint8_t> was_dirty(0, card().memory(), stream);
-  device::device_buffer<row_index_t> moved_to(0, card().memory(), stream);
-  for (std::size_t b = 0; b < moved; b += page_rows) {
-    const std::size_t n = std::min(moved, b + page_rows) - b;
-    records.resize_discard(n * static_cast<std::size_t>(record_stride()));
-    was_dirty.resize_discard(n);
-    moved_to.resize_discard(n);
-    gather_rows(handles.data() + b, n, records.data(), stream);
-    device::parallel_for(stream, n, ReadDirty{handles.data() + b, dirty_flags(), was_dirty.data()});
-    table_.erase(keys.data() + b, n, stream);
-    // What the erase freed (and what was free above `keep`) is not handed out again.
-    rows.withhold_free_from(keep, stream);
-    insert_rows(keys.data() + b, records.data(), n, stream);  // inserted rows come clean
-    lookup_or_create(keys.data() + b, nullptr, n, moved_to.data(), /*create_missing=*/false,
-                     nullptr, stream);
-    device::parallel_for(stream, n, RestoreDirty{moved_to.data(), was_dirty.data(), dirty_flags()});
-  }
-  rows.withhold_free_from(keep, stream);
-  rows.drop_pages_from(keep, stream);
-  return pages_before - rows.pages();
 }
 
 }  // namespace gpubox::sparse

@@ -10,9 +10,12 @@
 // class's), each row at the start of its record, zeros after it. With one class the store holds
 // one pool and a handle is the row index.
 //
+// Eviction is a named policy of the store (EvictionPolicy, eviction_policy.hpp): it ranks the
+// rows (eviction_ranks), and whoever makes room erases the lowest-ranked clean rows it may.
+//
 // Who uses it: the pass manager moves rows between the host tier and the card (insert_rows,
-// read_rows, collect_dirty/clear_dirty, erase); HeterComm looks rows up and applies the
-// optimizer through CardStoreRef inside its functors (lookup_or_create, ref()).
+// read_rows, collect_dirty/clear_dirty, erase) and makes room by the policy; HeterComm looks rows
+// up and applies the optimizer through CardStoreRef inside its functors (lookup_or_create, ref()).
 // Rows inserted from the host tier arrive clean; a row created on the card, or updated through
 // the ref (mark_dirty), is dirty until clear_dirty.
 //
@@ -29,6 +32,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/sparse/eviction_policy.hpp"
 #include "heterps/sparse/hash_table.hpp"
 #include "heterps/sparse/sparse_types.hpp"
 #include "table/accessor/sparse_row.hpp"
@@ -41,9 +45,11 @@ struct DirtyFlagsRef;  // card_store.cuh
 class CardSparseStore {
  public:
   // Rows follow RowLayout::for_slot(config, slot) (one pool per width_classes(config));
-  // options.row_stride and options.pool_strides are ignored. The card must outlive the store.
+  // options.row_stride and options.pool_strides are ignored. `eviction`: which rows leave first
+  // when room is made (eviction_ranks). The card must outlive the store.
   CardSparseStore(device::Card& card, const table::AccessorConfig& config,
-                  const HashTableOptions& options = {});
+                  const HashTableOptions& options = {},
+                  EvictionPolicy eviction = EvictionPolicy::kLowestScore);
   CardSparseStore(CardSparseStore&&) noexcept = default;
   CardSparseStore& operator=(CardSparseStore&&) noexcept = default;
   CardSparseStore(const CardSparseStore&) = delete;
@@ -99,10 +105,11 @@ class CardSparseStore {
   // bit-exact, zeros past the row's own stride; one thread per (record, field). Stream-ordered.
   void gather_rows(const row_index_t* rows, std::size_t n, float* rows_out,
                    const device::Stream& stream) const;
-  // scores_out[i] = table::row_score of the row with handle rows[i] (card memory), e.g. to pick
-  // eviction victims without copying rows. Stream-ordered.
-  void row_scores(const row_index_t* rows, std::size_t n, float* scores_out,
-                  const device::Stream& stream) const;
+  // ranks_out[i] = the rank under eviction_policy() of the row with handle rows[i] (card
+  // memory; lower leaves first: EvictionCandidate), to pick victims without copying rows
+  // (kLowestScore: table::row_score). Stream-ordered.
+  void eviction_ranks(const row_index_t* rows, std::size_t n, float* ranks_out,
+                      const device::Stream& stream) const;
   // dirty_out[i] = 1 when the row with handle rows[i] (card memory) is dirty (its newest value
   // only on the card), else 0: eviction must spare it. Stream-ordered.
   void row_dirty(const row_index_t* rows, std::size_t n, uint8_t* dirty_out,
@@ -164,6 +171,7 @@ class CardSparseStore {
   const table::RowLayout& layout() const { return layout_; }
   const table::AccessorConfig& config() const { return config_; }
   const CardHashTable& table() const { return table_; }
+  EvictionPolicy eviction_policy() const { return eviction_; }
   device::Card& card() const { return table_.card(); }
 
   CardStoreRef ref();
@@ -191,6 +199,7 @@ class CardSparseStore {
   table::AccessorConfig config_;
   table::RowLayout layout_;  // the record layout
   table::WidthClasses classes_;
+  EvictionPolicy eviction_;
   CardHashTable table_;
   std::vector<device::device_buffer<uint8_t>> dirty_;  // per pool, a flag per row
   // Scratch reused across calls.

@@ -1,0 +1,128 @@
+// The card tier's footprint per card (CardTierPlan, pass_types.hpp) from the stores' real
+// capacities, and the row budget a card memory budget allows.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "heterps/pass/pass_cards.hpp"
+#include "heterps/sparse/card_store.hpp"
+
+namespace gpubox::pass {
+namespace {
+
+using sparse::row_index_t;
+
+// Card bytes a pass boundary holds per resident key on top of the store: eviction lists every
+// key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
+// begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
+// dirty keys and rows (12). These phases run one after another, so the largest one counts.
+constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
+// Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
+// store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
+// position of a miss 8 + 8), rounded up; scratch grows by half again when it grows, hence 3/2.
+constexpr std::size_t kStagingBytesPerRow = 40;
+// Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
+constexpr std::size_t kStoreFixedBytes = 4096;
+
+}  // namespace
+
+double CardTierPlan::bytes_per_key() const {
+  return static_cast<double>(total_bytes()) / static_cast<double>(std::max<std::size_t>(rows, 1));
+}
+
+std::string CardTierPlan::to_string() const {
+  const auto class_bytes = [this] {
+    if (class_row_bytes.empty()) return std::string();
+    std::string text = "; a pool per embedx width, row bytes";
+    for (const auto& [width, bytes] : class_row_bytes) {
+      text += " " + std::to_string(width) + ": " + std::to_string(bytes);
+    }
+    return text;
+  };
+  std::ostringstream out;
+  const double mib = 1.0 / (1 << 20);
+  if (rows == 0) {
+    out << "card tier: no budget (runner.card_memory_mb = 0); per key up to " << bytes_per_key()
+        << " bytes (row " << row_bytes << ", table " << table_bytes << ", index " << index_bytes
+        << ", pass working set " << working_bytes << "), rows in pages of " << page_rows
+        << class_bytes();
+    return out.str();
+  }
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
+      << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
+      << ", pass working set " << working_bytes * mib << "), " << bytes_per_key()
+      << " bytes per key (row " << row_bytes << "), pages of " << page_rows << " rows"
+      << class_bytes();
+  return out.str();
+}
+
+CardTierPlan PassCards::plan_for(std::size_t rows) const {
+  const sparse::CardSparseStore& store = *stores_.front();
+  CardTierPlan plan;
+  plan.rows = rows;
+  plan.row_bytes = store.bytes_per_row();
+  plan.page_rows = store.page_rows();
+  // Without a budget: one key, with its table share at the worst power-of-two fill.
+  const std::size_t keys = std::max<std::size_t>(rows, 1);
+  const std::size_t pages = (keys + plan.page_rows - 1) / plan.page_rows;
+  const double load = store.table().options().max_load_factor;
+  plan.row_page_bytes = rows == 0 ? plan.row_bytes : pages * store.page_bytes();
+  // Width classes: the rows are planned at the widest class's bytes (any mix fits), and every
+  // pool may hold one partly used page more (a pool's pages hold ceil(rows / page rows) pages
+  // after compact_pool); every pool indexes up to `rows`.
+  const int32_t pools = store.pool_count();
+  for (int32_t p = 0; pools > 1 && p < pools; ++p) {
+    plan.class_row_bytes.emplace_back(store.classes().dims[p], store.bytes_per_row(p));
+    if (rows > 0) plan.row_page_bytes += store.page_bytes(p);
+  }
+  // Slots: the power of two the table takes for the budget (or its initial size, if larger).
+  plan.table_bytes =
+      rows == 0 ? static_cast<std::size_t>(std::ceil(2.0 * sizeof(sparse::detail::Slot) / load))
+                : std::max(sparse::CardHashTable::slot_capacity_for(rows, load),
+                           store.table().capacity()) *
+                      sizeof(sparse::detail::Slot);
+  // Free list entry and dirty flag per pooled row, a page table pointer per page.
+  for (int32_t p = 0; p < pools; ++p) {
+    if (rows == 0 && p + 1 < pools) continue;  // one key: one pool's entry (the widest's page)
+    const std::size_t pool_page_rows = store.page_rows(p);
+    const std::size_t pool_pages = (keys + pool_page_rows - 1) / pool_page_rows;
+    const std::size_t pooled = rows == 0 ? 1 : pool_pages * pool_page_rows;
+    plan.index_bytes +=
+        pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
+  }
+  const std::size_t staged = plan.page_rows;  // write-back gathers, inserts stage, at most a page
+  plan.working_bytes = keys * kWorkingBytesPerKey +
+                       (rows == 0 ? 0
+                                  : staged * plan.row_bytes + 3 * staged * kStagingBytesPerRow / 2 +
+                                        kStoreFixedBytes);
+  return plan;
+}
+
+std::size_t PassCards::rows_fitting_memory() const {
+  // The footprint grows with the rows: a bisection between a count that fits and one that
+  // does not.
+  std::size_t fits = 0;
+  std::size_t too_many =
+      options_.card_memory_bytes / std::max<std::size_t>(1, plan_for(1).row_bytes) + 1;
+  while (too_many - fits > 1) {
+    const std::size_t mid = fits + (too_many - fits) / 2;
+    (plan_for(mid).total_bytes() <= options_.card_memory_bytes ? fits : too_many) = mid;
+  }
+  return fits;
+}
+
+void PassCards::fail_table_over_budget(std::size_t rows) const {
+  GPUBOX_FAIL(
+      "Collective mode holds the whole embedding table on every card, and it has grown "
+      "to ",
+      rows, " rows (", plan_for(rows).total_bytes(),
+      " bytes of card memory per card) but the card budget holds ", row_budget_, " rows (",
+      plan_.total_bytes(),
+      " bytes). Raise runner.card_memory_mb, or use runner.sync_mode: gpubox, which "
+      "shards the table over the cards.");
+}
+
+}  // namespace gpubox::pass

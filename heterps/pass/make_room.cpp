@@ -1,0 +1,139 @@
+#include "heterps/pass/make_room.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/pass/row_marks.hpp"
+#include "heterps/sparse/card_store.hpp"
+#include "heterps/sparse/eviction_policy.hpp"
+
+namespace gpubox::pass {
+namespace {
+
+using sparse::EvictionCandidate;
+using sparse::row_index_t;
+
+// Removes the `excess` candidates that leave first from card `c` (they must be clean). Returns
+// the rows removed.
+uint64_t evict_first(const PassCards& cards, int c, std::vector<EvictionCandidate>& candidates,
+                     uint64_t kept_dirty, std::size_t excess) {
+  GPUBOX_EXPECTS(candidates.size() >= excess, "card ", cards.card(c).rank(), ": cannot evict ",
+                 excess, " rows, only ", candidates.size(),
+                 " are outside the pass and clean (the last end_pass kept ", kept_dirty,
+                 " rows dirty)");
+  sparse::select_victims(candidates, excess);
+  std::vector<uint64_t> victims(excess);
+  for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
+  return cards.erase_from_card(c, victims);
+}
+
+}  // namespace
+
+uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_index_t>& pass_rows,
+                       uint64_t kept_dirty, std::size_t excess) {
+  sparse::CardSparseStore& store = cards.store(c);
+  device::Card& card = cards.card(c);
+  const device::Stream& stream = card.stream();
+  // Keys, row indices and ranks only (16 bytes per resident key), on the host for the choice.
+  std::vector<uint64_t> keys;
+  std::vector<row_index_t> rows;
+  std::vector<float> ranks;
+  {
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count = store.list_entries(/*dirty_only=*/false, d_keys, d_rows, stream);
+    device::device_buffer<float> d_ranks(count, card.memory(), stream);
+    store.eviction_ranks(d_rows.data(), count, d_ranks.data(), stream);
+    keys = device::to_host(d_keys.data(), count, stream);
+    rows = device::to_host(d_rows.data(), count, stream);
+    ranks = device::to_host(d_ranks.data(), count, stream);
+  }
+  // The pass's rows, marked by row index: one look-up per resident key instead of a binary
+  // search over the pass's keys (n log p: most of the choice at 10^7 rows a card).
+  row_index_t row_end = 0;
+  for (row_index_t row : rows) row_end = std::max<row_index_t>(row_end, row + 1);
+  RowMarks in_pass(row_end, rows.size());
+  for (row_index_t row : pass_rows) in_pass.mark(row);
+  if (kept_dirty > 0) {
+    // Rows the last end_pass kept dirty (its `keep`) stay too, whatever this pass holds: their
+    // newest value is only here.
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+    d_keys.release();
+    for (row_index_t row : device::to_host(d_rows.data(), count, stream)) in_pass.mark(row);
+  }
+  in_pass.seal();
+  std::vector<EvictionCandidate> candidates;
+  candidates.reserve(keys.size() - std::min(keys.size(), pass_rows.size()));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!in_pass.has(rows[i])) candidates.push_back({ranks[i], keys[i]});
+  }
+  rows = {};
+  return evict_first(cards, c, candidates, kept_dirty, excess);
+}
+
+uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>& keys,
+                     const std::vector<uint32_t>& at, const std::vector<row_index_t>& rows,
+                     uint64_t kept_dirty, std::size_t excess) {
+  sparse::CardSparseStore& store = cards.store(c);
+  device::Card& card = cards.card(c);
+  const device::Stream& stream = card.stream();
+  std::vector<EvictionCandidate> candidates;
+  candidates.reserve(rows.size());
+  // The ranks a page of rows at a time (card memory stays within the plan).
+  const std::size_t page = store.page_rows();
+  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+  device::device_buffer<float> d_ranks(0, card.memory(), stream);
+  device::device_buffer<uint8_t> d_dirty(0, card.memory(), stream);
+  for (std::size_t b = 0; b < rows.size(); b += page) {
+    const std::size_t n = std::min(rows.size(), b + page) - b;
+    d_rows.resize_discard(n);
+    d_ranks.resize_discard(n);
+    d_dirty.resize_discard(n);
+    device::copy_async(d_rows.data(), rows.data() + b, n, stream);
+    store.eviction_ranks(d_rows.data(), n, d_ranks.data(), stream);
+    store.row_dirty(d_rows.data(), n, d_dirty.data(), stream);
+    const std::vector<float> ranks = device::to_host(d_ranks.data(), n, stream);
+    const std::vector<uint8_t> dirty = device::to_host(d_dirty.data(), n, stream);
+    for (std::size_t i = 0; i < n; ++i) {
+      // A dirty row (kept by a `keep` wider than this pass's keys) stays: only here.
+      if (dirty[i] == 0) candidates.push_back({ranks[i], keys[at[b + i]]});
+    }
+  }
+  return evict_first(cards, c, candidates, kept_dirty, excess);
+}
+
+std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
+  sparse::CardSparseStore& store = cards.store(c);
+  const auto page_bytes_after_insert = [&] {
+    std::vector<std::size_t> need(static_cast<std::size_t>(store.pool_count()), 0);
+    for (const int32_t slot : missing.slots) {
+      const int32_t pool = store.pool_of_slot(slot);
+      if (pool >= 0) ++need[static_cast<std::size_t>(pool)];
+    }
+    std::size_t bytes = 0;
+    for (int32_t p = 0; p < store.pool_count(); ++p) {
+      const sparse::RowPool& pool = store.pool(p);
+      const std::size_t wanted = need[static_cast<std::size_t>(p)];
+      const std::size_t lacking = wanted > pool.free_count() ? wanted - pool.free_count() : 0;
+      bytes +=
+          (pool.pages() + (lacking + pool.page_rows() - 1) / pool.page_rows()) * pool.page_bytes();
+    }
+    return bytes;
+  };
+  if (page_bytes_after_insert() <= cards.plan().row_page_bytes) return 0;
+  // With at most the row budget rows in all, compacted pools hold at most the plan's pages.
+  std::size_t freed = 0;
+  for (int32_t p = 0; p < store.pool_count(); ++p) {
+    freed += store.compact_pool(p, cards.card(c).stream());
+  }
+  const std::size_t bytes = page_bytes_after_insert();
+  GPUBOX_EXPECTS(bytes <= cards.plan().row_page_bytes, "card ", cards.card(c).rank(),
+                 ": the row pools would hold ", bytes,
+                 " bytes of pages after compaction, the plan ", cards.plan().row_page_bytes);
+  return freed;
+}
+
+}  // namespace gpubox::pass

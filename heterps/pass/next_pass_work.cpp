@@ -1,0 +1,336 @@
+#include "heterps/pass/next_pass_work.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "common/logging.hpp"
+#include "common/timer.hpp"
+#include "heterps/sparse/card_store.hpp"
+
+namespace gpubox::pass {
+
+using sparse::row_index_t;
+
+std::vector<NextPassCard> NextPassWork::take() {
+  std::vector<NextPassCard> taken = std::move(cards_work_);
+  cards_work_.clear();
+  keys_changed();
+  return taken;
+}
+
+void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_keys,
+                          const std::function<StagingProgress()>& poll, bool training) {
+  cards_work_.clear();
+  if (!poll || current_keys == nullptr || cards_.options().next_pass_chunk_keys == 0 ||
+      cards_.replicated() || cards_.store(0).pool_count() > 1 || !training) {
+    return;
+  }
+  // The rows of the current pass the next one lacks are kept as 32-bit offsets in its keys.
+  GPUBOX_EXPECTS(current_keys->size() <= UINT32_MAX, "expect_next_pass: ", current_keys->size(),
+                 " keys in the training pass, over 2^32");
+  cards_work_.resize(cards_.num_cards());
+  for (std::size_t c = 0; c < cards_work_.size(); ++c) {
+    device::Card& card = cards_.card(static_cast<int>(c));
+    NextPassCard& next = cards_work_[c];
+    next.phase = NextPassCard::Phase::kWaiting;
+    next.poll = poll;  // a copy per card thread
+    next.current_keys = current_keys;
+    next.generation = generation_;
+    next.d_keys = device::device_buffer<uint64_t>(0, card.memory(), card.stream());
+    next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
+    next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
+    next.d_flags = device::device_buffer<uint8_t>(0, card.memory(), card.stream());
+  }
+}
+
+bool NextPassWork::prepare(int c) {
+  using Phase = NextPassCard::Phase;
+  if (static_cast<std::size_t>(c) >= cards_work_.size()) return false;
+  NextPassCard& next = cards_work_[static_cast<std::size_t>(c)];
+  if (next.phase == Phase::kOff || next.phase == Phase::kDone) return false;
+  if (next.generation != generation_) {
+    next.phase = Phase::kOff;
+    return false;
+  }
+  if (next.phase == Phase::kWaiting && !start(c, next)) return false;
+  if (next.phase == Phase::kInsert && !next.rows_ready) {
+    // Looked up and room made; the inserts wait for the fetch (for ever when it failed: its
+    // begin_pass then gets no staged rows and does the rest, exact as the rows evicted were
+    // clean).
+    if (!next.poll().rows_ready) return false;
+    next.rows_ready = true;
+    next.poll = nullptr;
+  }
+  device::Card& card = cards_.card(c);
+  const device::DeviceCounts before = card.counts();
+  Timer timer;
+  try {
+    run_chunk(c, next);
+  } catch (const std::exception& e) {
+    // The work is optional: what it did so far leaves the card exact (victims were clean,
+    // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
+    // the pass failing. A device fault that persists fails the next step.
+    GPUBOX_LOG(WARNING) << "card " << card.rank() << ": the next pass's card work stopped ("
+                        << e.what() << "); begin_pass of the next pass does it all";
+    next.phase = Phase::kOff;
+  }
+  if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
+    next.d_keys.release();
+    next.d_rows.release();
+    next.d_floats.release();
+    next.d_flags.release();
+  }
+  next.counts += card.counts() - before;
+  next.seconds += timer.seconds();
+  ++next.chunks;
+  return next.phase != Phase::kDone && next.phase != Phase::kOff;
+}
+
+bool NextPassWork::start(int c, NextPassCard& next) {
+  // The keys are enough to start: look-ups and evictions need no staged row.
+  const StagedRows* staged = next.poll().staged;
+  if (staged == nullptr) return false;
+  const std::size_t n =
+      staged->owned.size() == cards_.num_cards() ? staged->owned[c].keys.size() : 0;
+  // Several trainers staged nothing: begin_pass does it all. A pass over the budget fails
+  // there with its numbers.
+  if (staged->owned.size() != cards_.num_cards() ||
+      (cards_.row_budget() > 0 && n > cards_.row_budget())) {
+    next.phase = NextPassCard::Phase::kOff;
+    return false;
+  }
+  next.staged = staged;
+  next.at = 0;
+  next.staged_at = c > 0 ? staged->card_end[c - 1] : 0;
+  // The next pass's rows found on the card are marked as they are found, in case room must be
+  // made (a byte per pool row; dropped at once if not).
+  if (cards_.row_budget() > 0) next.marks.assign(cards_.store(c).pool(0).capacity(), 0);
+  next.phase = NextPassCard::Phase::kLookup;
+  return true;
+}
+
+void NextPassWork::run_chunk(int c, NextPassCard& next) {
+  using Phase = NextPassCard::Phase;
+  switch (next.phase) {
+    case Phase::kLookup:
+      lookup(c, next);
+      break;
+    case Phase::kMark:
+      mark(c, next);
+      break;
+    case Phase::kList:
+      list(c, next);
+      break;
+    case Phase::kErase:
+      erase(c, next);
+      break;
+    case Phase::kInsert:
+      insert(c, next);
+      break;
+    default:
+      break;
+  }
+}
+
+void NextPassWork::lookup(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = cards_.store(c);
+  const device::Stream& stream = cards_.card(c).stream();
+  const StagedRows& staged = *next.staged;
+  const OwnedKeys& mine = staged.owned[c];
+  const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
+  const std::size_t end = staged.card_end[c];
+  const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, mine.keys.size() - next.at);
+  if (n > 0) {
+    next.d_keys.resize_discard(n);
+    next.d_rows.resize_discard(n);
+    device::copy_async(next.d_keys.data(), mine.keys.data() + next.at, n, stream);
+    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> found = device::to_host(next.d_rows.data(), n, stream);
+    // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
+    // rest.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t k = next.at + i;
+      if (found[i] != sparse::kInvalidRow) {
+        next.hit_rows.push_back(found[i]);
+        if (found[i] < next.marks.size()) next.marks[found[i]] = 1;
+        continue;
+      }
+      ++next.missing;
+      while (next.staged_at < end && staged.keys[next.staged_at] < mine.keys[k]) ++next.staged_at;
+      if (next.staged_at < end && staged.keys[next.staged_at] == mine.keys[k]) {
+        next.used.push_back(static_cast<uint32_t>(next.staged_at - first));
+      } else {
+        next.to_pull.keys.push_back(mine.keys[k]);
+        next.to_pull.slots.push_back(mine.slots[k]);
+      }
+    }
+    next.at += n;
+  }
+  if (next.at == mine.keys.size()) plan(c, next);
+}
+
+void NextPassWork::plan(int c, NextPassCard& next) {
+  next.at = 0;
+  const std::size_t resident = cards_.store(c).size();
+  if (cards_.row_budget() > 0 && resident + next.missing > cards_.row_budget()) {
+    // Room to make: the rows of the next pass are marked (by row index: one pool, handles are
+    // dense indices); the current pass's are marked next.
+    next.phase = NextPassCard::Phase::kMark;
+  } else {
+    next.marks = {};
+    next.phase = NextPassCard::Phase::kInsert;
+  }
+}
+
+void NextPassWork::mark(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = cards_.store(c);
+  const device::Stream& stream = cards_.card(c).stream();
+  // A window of the training pass's keys (shared, every card's): this card's among them, about
+  // a chunk of them (the window spans a chunk per local card).
+  const std::vector<uint64_t>& keys = *next.current_keys;
+  const std::size_t window = cards_.options().next_pass_chunk_keys *
+                             static_cast<std::size_t>(cards_.cards().num_local_cards());
+  const std::size_t stop = std::min(keys.size(), next.at + window);
+  const int total_cards = cards_.cards().total_cards();
+  const int first_rank = cards_.cards().trainer_id() * cards_.cards().num_local_cards();
+  std::vector<uint64_t> mine;
+  std::vector<uint32_t> offsets;
+  for (std::size_t k = next.at; k < stop; ++k) {
+    if (keys[k] == 0 || owner_card(keys[k], total_cards) - first_rank != c) continue;
+    mine.push_back(keys[k]);
+    offsets.push_back(static_cast<uint32_t>(k));
+  }
+  next.at = stop;
+  const std::size_t n = mine.size();
+  if (n > 0) {
+    next.d_keys.resize_discard(n);
+    next.d_rows.resize_discard(n);
+    device::copy_async(next.d_keys.data(), mine.data(), n, stream);
+    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
+    for (std::size_t i = 0; i < n; ++i) {
+      const row_index_t row = rows[i];
+      // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
+      GPUBOX_EXPECTS(row != sparse::kInvalidRow && row < next.marks.size(), "card ",
+                     cards_.card(c).rank(), ": a key of the training pass is not on the card");
+      if (next.marks[row] == 0) {  // not a row of the next pass
+        next.spare_at.push_back(offsets[i]);
+        next.spare_rows.push_back(row);
+      }
+      next.marks[row] = 1;
+    }
+  }
+  if (next.at == keys.size()) {
+    // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
+    const std::size_t resident = store.size();
+    const std::size_t budget = cards_.row_budget();
+    next.victims =
+        sparse::VictimHeap(resident + next.missing > budget ? resident + next.missing - budget : 0);
+    next.at = 0;
+    next.phase = NextPassCard::Phase::kList;
+  }
+}
+
+void NextPassWork::list(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
+  const std::size_t slots = store.table().capacity();
+  const std::size_t end = std::min(slots, next.at + 8 * cards_.options().next_pass_chunk_keys);
+  const std::size_t count =
+      store.list_entries_range(next.at, end, next.d_keys, next.d_rows, stream);
+  next.d_floats.resize_discard(count);
+  next.d_flags.resize_discard(count);
+  store.eviction_ranks(next.d_rows.data(), count, next.d_floats.data(), stream);
+  store.row_dirty(next.d_rows.data(), count, next.d_flags.data(), stream);
+  const std::vector<uint64_t> keys = device::to_host(next.d_keys.data(), count, stream);
+  const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), count, stream);
+  const std::vector<float> ranks = device::to_host(next.d_floats.data(), count, stream);
+  const std::vector<uint8_t> dirty = device::to_host(next.d_flags.data(), count, stream);
+  // Those that leave first under the store's policy, as begin_pass chooses: as many as the next
+  // pass lacks room for, or every candidate (begin_pass evicts the rest among the rows of this
+  // pass it does not use). Chosen as the listing goes (sparse::VictimHeap), so the work of a
+  // chunk is bounded by its size and the host holds no more candidates than will leave.
+  for (std::size_t i = 0; i < count; ++i) {
+    // Unmarked: in neither pass, so unused until begin_pass, and clean when end_pass kept only
+    // the training pass's rows dirty (the trainer's `keep`); a dirty one (a wider `keep`) stays:
+    // its newest value is only here. Nothing inserts between mark() and here, so every row has
+    // a mark; one past them is not a candidate either.
+    if (rows[i] >= next.marks.size() || next.marks[rows[i]] != 0 || dirty[i] != 0) continue;
+    next.victims.offer({ranks[i], keys[i]});
+  }
+  next.at = end;
+  if (next.at < slots) return;
+  next.evicts_all_outside = !next.victims.passed_over();
+  next.marks = {};
+  next.at = 0;
+  next.phase = NextPassCard::Phase::kErase;
+}
+
+void NextPassWork::erase(int c, NextPassCard& next) {
+  device::Card& card = cards_.card(c);
+  // Their order does not matter.
+  const std::vector<sparse::EvictionCandidate>& victims = next.victims.victims();
+  const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, victims.size() - next.at);
+  if (n > 0) {
+    std::vector<uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) keys[i] = victims[next.at + i].key;
+    next.d_keys.resize_discard(n);
+    device::copy_async(next.d_keys.data(), keys.data(), n, card.stream());
+    next.evicted += cards_.store(c).erase(next.d_keys.data(), n, card.stream());
+  }
+  next.at += n;
+  if (next.at == victims.size()) {
+    next.victims.clear();
+    next.at = 0;
+    next.outside_gone = next.evicts_all_outside;
+    next.phase = NextPassCard::Phase::kInsert;
+  }
+}
+
+void NextPassWork::insert(int c, NextPassCard& next) {
+  sparse::CardSparseStore& store = cards_.store(c);
+  const device::Stream& stream = cards_.card(c).stream();
+  const std::size_t stride = cards_.stride();
+  const std::size_t first = c > 0 ? next.staged->card_end[c - 1] : 0;
+  const std::size_t room = cards_.row_budget() > 0
+                               ? cards_.row_budget() - std::min(cards_.row_budget(), store.size())
+                               : next.used.size();
+  const std::size_t n =
+      std::min({cards_.options().next_pass_chunk_keys, room, next.used.size() - next.inserted});
+  // The staged rows of this chunk, packed (host), then on the card a page at a time (the plan's
+  // staging room, as insert_to_card).
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  for (std::size_t from = 0; from < n; from += store.page_rows()) {
+    const std::size_t m = std::min(n - from, store.page_rows());
+    keys.resize(m);
+    rows.resize(m * stride);
+    for (std::size_t i = 0; i < m; ++i) {
+      const std::size_t at = first + next.used[next.inserted + i];
+      keys[i] = next.staged->keys[at];
+      std::copy_n(next.staged->rows.data() + at * stride, stride, rows.data() + i * stride);
+    }
+    next.d_keys.resize_discard(m);
+    next.d_floats.resize_discard(m * stride);
+    next.d_rows.resize_discard(m);
+    device::copy_async(next.d_keys.data(), keys.data(), m, stream);
+    device::copy_async(next.d_floats.data(), rows.data(), m * stride, stream);
+    store.insert_rows(next.d_keys.data(), next.d_floats.data(), m, stream);
+    // Their rows are the next pass's too: begin_pass spares them if it still evicts.
+    store.lookup_or_create(next.d_keys.data(), nullptr, m, next.d_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    const std::vector<row_index_t> inserted = device::to_host(next.d_rows.data(), m, stream);
+    next.hit_rows.insert(next.hit_rows.end(), inserted.begin(), inserted.end());
+    next.inserted += m;
+  }
+  // No room left (begin_pass evicts rows of this pass first) or every staged row in.
+  if (n == 0 || next.inserted == next.used.size()) next.phase = NextPassCard::Phase::kDone;
+}
+
+}  // namespace gpubox::pass

@@ -1,0 +1,127 @@
+// NextPassWork: the next pass's card work done between the current pass's steps
+// (PassManager::expect_next_pass / prepare_next_pass; the contract, the memory it takes and why
+// it is exact: pass_manager.hpp). Per card, a state machine a bounded chunk at a time:
+//
+//   kWaiting  until the next pass's keys are planned (StagingProgress::staged)
+//   kLookup   its keys on this card looked up: hits, missing staged, missing to pull
+//   kMark     (room to make) the current pass's rows marked beside the next pass's
+//   kList     the table listed, the clean unmarked rows that leave first chosen as it goes
+//             (the store's eviction policy: sparse::VictimHeap)
+//   kErase    the victims erased
+//   kInsert   once the rows are fetched, staged rows inserted into the room made
+//   kDone     (kOff: not expected, ruled out, stale, or stopped by a fault)
+//
+// begin_pass takes what every card did (take) and uses it where it still holds: made for the
+// staging it is given and no other change of the cards' keys since (generation).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/pass/pass_cards.hpp"
+#include "heterps/pass/pass_types.hpp"
+#include "heterps/sparse/eviction_policy.hpp"
+#include "heterps/sparse/sparse_types.hpp"
+
+namespace gpubox::pass {
+
+// What the next pass's card work did and knows on one card, for the next begin_pass.
+struct NextPassCard {
+  enum class Phase { kOff, kWaiting, kLookup, kMark, kList, kErase, kInsert, kDone };
+  Phase phase = Phase::kOff;
+  std::function<StagingProgress()> poll;  // until the rows are ready
+  const StagedRows* staged = nullptr;
+  bool rows_ready = false;  // staged->rows fetched: kInsert may run
+  std::shared_ptr<const std::vector<uint64_t>> current_keys;  // the training pass's, sorted
+  uint64_t generation = 0;                                    // NextPassWork's when expected
+  std::size_t at = 0;                                         // progress within the phase
+  std::size_t staged_at = 0;  // kLookup: the walk through this card's staged keys
+  // After kLookup, the next pass's keys on this card: the rows of those there (hits, then the
+  // ones inserted early), the missing ones staged (offsets in this card's range of
+  // staged->keys, the first `inserted` of them inserted early), the missing ones not staged
+  // (begin_pass pulls them).
+  std::vector<sparse::row_index_t> hit_rows;
+  std::vector<uint32_t> used;
+  OwnedKeys to_pull;
+  std::size_t missing = 0;
+  std::size_t inserted = 0;
+  // kMark / kList: the current and next pass's rows (a byte per pool row). kList / kErase: the
+  // victims, chosen as the listing goes among the rows to evict for the next pass to fit.
+  std::vector<uint8_t> marks;
+  sparse::VictimHeap victims;
+  // kMark: the current pass's rows the next pass lacks (offsets in current_keys, and rows).
+  // Once every row outside both passes is evicted (`outside_gone`), they are the only ones
+  // begin_pass may evict.
+  std::vector<uint32_t> spare_at;
+  std::vector<sparse::row_index_t> spare_rows;
+  bool evicts_all_outside = false;  // kList chose every row outside both passes
+  bool outside_gone = false;        // ... and kErase removed them
+  uint64_t evicted = 0;
+  uint64_t chunks = 0;
+  device::DeviceCounts counts;  // of the chunks
+  double seconds = 0;
+  // Lookup and insert scratch on the card, kept across chunks.
+  device::device_buffer<uint64_t> d_keys;
+  device::device_buffer<sparse::row_index_t> d_rows;
+  device::device_buffer<float> d_floats;
+  device::device_buffer<uint8_t> d_flags;
+
+  // Whether begin_pass can use this work: its keys looked up for `for_staged`, with no other
+  // change of the cards' keys since (`current_generation`).
+  bool usable_for(const StagedRows* for_staged, uint64_t current_generation) const {
+    const bool looked_up =
+        phase != Phase::kOff && phase != Phase::kWaiting && phase != Phase::kLookup;
+    return staged == for_staged && generation == current_generation && looked_up;
+  }
+};
+
+class NextPassWork {
+ public:
+  explicit NextPassWork(const PassCards& cards) : cards_(cards) {}
+
+  // PassManager::expect_next_pass; `training`: a training pass is on (between its begin_pass
+  // and end_pass), the only pass the work may run beside.
+  void expect(std::shared_ptr<const std::vector<uint64_t>> current_keys,
+              const std::function<StagingProgress()>& poll, bool training);
+  // PassManager::prepare_next_pass: one chunk on card `c` (its thread); false when none now.
+  bool prepare(int c);
+  // The cards' key set changed other than by this work (begin_pass, an evaluation's end_pass,
+  // clear): what a card remembered is stale from now on.
+  void keys_changed() { ++generation_; }
+  // Forgets the work (the cards were emptied).
+  void forget() {
+    keys_changed();
+    cards_work_.clear();
+  }
+  // Whose generation a card's work must carry to be usable now (NextPassCard::usable_for).
+  uint64_t generation() const { return generation_; }
+  // begin_pass: what every card did (used or not, its evictions and chunks happened), taken
+  // away; the cards' keys change from now on (keys_changed).
+  std::vector<NextPassCard> take();
+
+ private:
+  // kWaiting: starts the look-ups once the keys are planned. False while they are not (or the
+  // work is ruled out: kOff).
+  bool start(int c, NextPassCard& next);
+  // The current phase's chunk.
+  void run_chunk(int c, NextPassCard& next);
+  void lookup(int c, NextPassCard& next);
+  // After the last look-up: whether room must be made first (kMark) or not (kInsert).
+  void plan(int c, NextPassCard& next);
+  void mark(int c, NextPassCard& next);
+  void list(int c, NextPassCard& next);
+  void erase(int c, NextPassCard& next);
+  void insert(int c, NextPassCard& next);
+
+  const PassCards& cards_;
+  // Changes whenever the cards' key set changes other than by this work.
+  uint64_t generation_ = 0;
+  std::vector<NextPassCard> cards_work_;
+};
+
+}  // namespace gpubox::pass

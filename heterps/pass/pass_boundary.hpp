@@ -1,0 +1,108 @@
+// PassBoundary: the pass boundary of the pass manager (pass_manager.hpp holds the contract):
+// begin_pass places a pass's rows on their owner cards (what the cards hold stays; room made by
+// the store's eviction policy; staged rows inserted, the rest pulled), end_pass and sync write
+// the dirty rows back to the host tier (pass_write_back.cpp). It uses what the next pass's card
+// work (next_pass_work.hpp) did for the pass where that still holds.
+//
+// Controlling thread, between passes; its per-card parts run on the card threads
+// (CardSet::run_on_cards).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/pass/next_pass_work.hpp"
+#include "heterps/pass/pass_cards.hpp"
+#include "heterps/pass/pass_types.hpp"
+#include "heterps/sparse/sparse_types.hpp"
+
+namespace gpubox::pass {
+
+class PassBoundary {
+ public:
+  // Both borrowed: they must outlive it.
+  PassBoundary(PassCards& cards, NextPassWork& next_work) : cards_(cards), next_work_(next_work) {}
+
+  // PassManager::begin_pass / end_pass / sync.
+  PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
+                       const StagedRows* staged, PassAccess access);
+  PassStats end_pass(const std::vector<uint64_t>& keep);
+  uint64_t sync() { return write_back_all({}); }
+
+  const PassStats& current() const { return current_; }
+  bool in_pass() const { return in_pass_; }
+  PassAccess access() const { return access_; }
+
+ private:
+  // Replicated placement: card 0's pulled rows, shared with the other cards (pass_boundary.cpp).
+  class ReplicaRows;
+  // What begin_pass found and did on one card.
+  struct CardMisses;
+  struct CardBegin;
+  // The slowest card's phases and the cards that used their early work, for the log line.
+  struct BeginTimes {
+    double lookup = 0, evict = 0, insert = 0, pull = 0;
+    std::size_t early_cards = 0;
+  };
+
+  // Checks the arguments of begin_pass (and that no pass is on).
+  void check_begin(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
+                   const StagedRows* staged, PassAccess access) const;
+  // begin_pass on card `c` (its thread): `mine` its keys, `early` the work done for them during
+  // the previous pass when usable.
+  CardBegin begin_on_card(int c, const OwnedKeys& mine, const StagedRows* staged,
+                          NextPassCard* early, ReplicaRows& replica, PassAccess access);
+  // Throws when card `c` cannot hold the pass's `n` rows.
+  void check_fits(int c, std::size_t n) const;
+  // The card's keys split into hits, missing staged, missing to pull: looked up now, or taken
+  // from `early`.
+  CardMisses find_missing(int c, const OwnedKeys& mine, const StagedRows* staged) const;
+  static CardMisses take_early(NextPassCard& early);
+  // Evicts what `misses` need room for; returns the rows removed.
+  uint64_t make_room(int c, const CardMisses& misses, const NextPassCard* early) const;
+  // Inserts the staged rows of the missing keys (`used`: offsets in card c's staged range).
+  void insert_staged(int c, const StagedRows* staged, const std::vector<uint32_t>& used) const;
+  // Pulls (or takes card 0's replica of) the rows staging left out. Returns the rows the host
+  // tier created.
+  std::size_t pull_rest(int c, const OwnedKeys& to_pull, ReplicaRows& replica,
+                        PassAccess access) const;
+  // Adds card `c`'s share to `stats` and `times`, with its early work `work` (used or not:
+  // its evictions and chunks happened all the same).
+  static void add_card(const CardBegin& done, const NextPassCard* work, const NextPassCard* early,
+                       PassStats* stats, BeginTimes* times);
+  void log_begin(const PassStats& stats, const BeginTimes& times) const;
+
+  // Pushes every dirty row of card `c` but those of `keep` (sorted) to the host tier, then clears
+  // their dirty flags; *kept = the dirty rows of `keep` left as they are. Adds the time spent
+  // gathering rows off the card to *gather_seconds (pass_write_back.cpp).
+  uint64_t write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
+                      uint64_t* kept) const;
+  // Of card `c`'s `count` dirty rows (keys, and their row indices on the card), drops those of
+  // `keep` (sorted) from both lists. Returns how many were dropped.
+  std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, std::vector<uint64_t>* keys,
+                        device::device_buffer<sparse::row_index_t>* d_rows) const;
+  // Gathers card `c`'s rows d_rows[0, keys.size()) off the card a batch at a time while the
+  // batches before are pushed to the host tier. Returns the first push error.
+  Status push_rows(int c, const std::vector<uint64_t>& keys,
+                   const device::device_buffer<sparse::row_index_t>& d_rows,
+                   double* gather_seconds) const;
+  // write_back on every card; sets kept_dirty_ and gather_seconds_. Returns the rows written.
+  uint64_t write_back_all(const std::vector<uint64_t>& keep);
+
+  PassCards& cards_;
+  NextPassWork& next_work_;
+  PassStats current_;
+  double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
+  uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)
+  int64_t next_pass_id_ = 1;
+  bool in_pass_ = false;
+  PassAccess access_ = PassAccess::kTrain;  // of the current pass
+  // kEvaluate: per card, the keys begin_pass placed there, taken off again by end_pass.
+  std::vector<std::vector<uint64_t>> borrowed_;
+};
+
+}  // namespace gpubox::pass

@@ -1,0 +1,240 @@
+#include "heterps/pass/pass_cards.hpp"
+
+#include <algorithm>
+#include <future>
+#include <numeric>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/sparse/card_store.hpp"
+
+namespace gpubox::pass {
+namespace {
+
+using sparse::row_index_t;
+
+// Runs `work(begin, end)` over [0, n) in chunks of `chunk`, up to `in_flight` chunks at once,
+// and `finish(begin, end)` for each chunk in order on the calling thread as it completes.
+// Returns the first error; chunks after a failed one are not finished.
+template <class Work, class Finish>
+Status pipelined_chunks(std::size_t n, std::size_t chunk, int in_flight, Work work, Finish finish) {
+  chunk = std::max<std::size_t>(chunk, 1);
+  std::vector<std::future<Status>> window;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (std::size_t begin = 0; begin < n; begin += chunk)
+    ranges.emplace_back(begin, std::min(n, begin + chunk));
+  std::size_t next_launch = 0;
+  Status first_error;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    while (next_launch < ranges.size() &&
+           next_launch < i + static_cast<std::size_t>(std::max(1, in_flight))) {
+      auto [b, e] = ranges[next_launch];
+      window.push_back(
+          std::async(std::launch::async, [&work, b = b, e = e] { return work(b, e); }));
+      ++next_launch;
+    }
+    Status st = window[i].get();
+    if (!st.ok() && first_error.ok()) first_error = st;
+    if (first_error.ok()) finish(ranges[i].first, ranges[i].second);
+  }
+  return first_error;
+}
+
+}  // namespace
+
+void throw_host_error(const Status& st, const std::string& what) {
+  if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
+}
+
+PassCards::PassCards(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+                     table::HostTier& host, const PassManagerOptions& options)
+    : cards_(cards), stores_(std::move(stores)), host_(host), options_(options) {
+  GPUBOX_EXPECTS(static_cast<int>(stores_.size()) == cards_.num_local_cards(),
+                 "pass manager: ", stores_.size(), " stores for ", cards_.num_local_cards(),
+                 " cards");
+  for (auto* store : stores_) {
+    GPUBOX_EXPECTS(store != nullptr, "pass manager: null store");
+    GPUBOX_EXPECTS(store->layout().stride() == host_.layout().stride(),
+                   "pass manager: card rows have ", store->layout().stride(),
+                   " floats but host-tier rows have ", host_.layout().stride());
+  }
+  row_budget_ = options_.card_row_budget;
+  if (options_.card_memory_bytes > 0) {
+    const std::size_t fits = rows_fitting_memory();
+    row_budget_ = row_budget_ == 0 ? fits : std::min(row_budget_, fits);
+    GPUBOX_EXPECTS(row_budget_ > 0, "card memory budget of ", options_.card_memory_bytes,
+                   " bytes holds no row (", plan_for(1).total_bytes(),
+                   " bytes for one: ", plan_for(1).to_string(), ")");
+  }
+  plan_ = plan_for(row_budget_);
+  if (row_budget_ > 0) {
+    // Size every store for the budget once: its table never grows, its index never moves.
+    cards_.run_on_cards([&](device::Card& card) {
+      stores_[card.local_index()]->reserve_capacity(row_budget_, card.stream());
+    });
+  }
+}
+
+std::vector<uint64_t> PassCards::resident_keys() const {
+  const auto num_cards = static_cast<std::size_t>(cards_.num_local_cards());
+  std::vector<std::vector<uint64_t>> per_card(num_cards);
+  cards_.run_on_cards([&](device::Card& card) {
+    const int c = card.local_index();
+    if (replicated() && c > 0) return;
+    const device::Stream& stream = card.stream();
+    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    const std::size_t count =
+        stores_[c]->list_entries(/*dirty_only=*/false, d_keys, d_rows, stream);
+    per_card[c] = device::to_host(d_keys.data(), count, stream);
+  });
+  std::vector<uint64_t> keys = std::move(per_card.front());
+  for (std::size_t c = 1; c < num_cards; ++c)
+    keys.insert(keys.end(), per_card[c].begin(), per_card[c].end());
+  return keys;
+}
+
+std::vector<OwnedKeys> PassCards::partition_by_owner(const std::vector<uint64_t>& keys,
+                                                     const std::vector<int32_t>& slots) const {
+  const int num_cards = cards_.num_local_cards();
+  const int total_cards = cards_.total_cards();
+  const int first_rank = cards_.trainer_id() * num_cards;
+  std::vector<OwnedKeys> owned(static_cast<std::size_t>(replicated() ? 1 : num_cards));
+  // The trainer's keys come ascending and distinct (its data sets give them so): taken in order.
+  // Others are put in order first, stably: a repeated key keeps the slot of its first occurrence.
+  const bool ascending = std::adjacent_find(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) {
+                           return a >= b;
+                         }) == keys.end();
+  std::vector<std::size_t> order(ascending ? 0 : keys.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  const auto at = [&](std::size_t k) { return ascending ? k : order[k]; };
+  if (!ascending) {
+    const std::size_t distinct = static_cast<std::size_t>(
+        std::unique(order.begin(), order.end(),
+                    [&](std::size_t a, std::size_t b) { return keys[a] == keys[b]; }) -
+        order.begin());
+    order.resize(distinct);
+  }
+  const std::size_t count = ascending ? keys.size() : order.size();
+  if (owned.size() == 1) {  // one list: no regrowth copies
+    owned[0].keys.reserve(count);
+    owned[0].slots.reserve(count);
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    const uint64_t key = keys[at(k)];
+    if (key == 0) continue;
+    // The job-wide owner (heter_comm.hpp); with several trainers the caller (CardTier) gives
+    // only keys owned here. Replicated: every card's (card 0's list, copied below).
+    const int owner = replicated() ? 0 : owner_card(key, total_cards) - first_rank;
+    GPUBOX_EXPECTS(owner >= 0 && owner < num_cards, "pass manager: key ", key, " is owned by card ",
+                   owner + first_rank, ", not by one of trainer ", cards_.trainer_id(), "'s");
+    OwnedKeys& owner_keys = owned[owner];
+    owner_keys.keys.push_back(key);  // sorted per card: eviction tests membership by binary search
+    owner_keys.slots.push_back(slots.empty() ? 0 : slots[at(k)]);
+  }
+  if (replicated()) owned.resize(static_cast<std::size_t>(num_cards), owned.front());
+  return owned;
+}
+
+OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
+                                     std::vector<row_index_t>* hit_rows) const {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t n = mine.keys.size();
+  // 12 bytes per pass key on the card, freed before eviction.
+  auto d_keys = device::to_device(mine.keys, card.memory(), stream);
+  auto d_rows = card.make_buffer<row_index_t>(n);
+  store.lookup_or_create(d_keys.data(), nullptr, n, d_rows.data(), /*create_missing=*/false,
+                         nullptr, stream);
+  const std::vector<row_index_t> found = device::to_host(d_rows);
+  OwnedKeys missing;
+  hit_rows->clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (found[i] == sparse::kInvalidRow) {
+      missing.keys.push_back(mine.keys[i]);
+      missing.slots.push_back(mine.slots[i]);
+    } else {
+      hit_rows->push_back(found[i]);
+    }
+  }
+  return missing;
+}
+
+std::size_t PassCards::pull_rows(PassAccess access, const uint64_t* keys, const int32_t* slots,
+                                 std::size_t n, float* rows,
+                                 const std::function<void(std::size_t, std::size_t)>& finish,
+                                 const std::string& what) const {
+  const std::size_t stride = this->stride();
+  const std::size_t batch = std::max<std::size_t>(options_.host_batch_keys, 1);
+  std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
+  const Status st = pipelined_chunks(
+      n, batch, options_.pulls_in_flight,
+      [&](std::size_t b, std::size_t e) {
+        float* out = rows + b * stride;
+        return access == PassAccess::kEvaluate
+                   ? host_.peek(keys + b, slots + b, e - b, out, &created[b / batch])
+                   : host_.pull(keys + b, slots + b, e - b, out, &created[b / batch]);
+      },
+      finish);
+  throw_host_error(st, what);
+  return std::accumulate(created.begin(), created.end(), std::size_t{0});
+}
+
+std::size_t PassCards::pull_to_card(int c, const OwnedKeys& missing, PassAccess access,
+                                    std::vector<float>* keep) const {
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t n = missing.keys.size();
+  // Inserted batch by batch as the requests complete.
+  std::vector<float> rows(n * stride);
+  const std::size_t created = pull_rows(
+      access, missing.keys.data(), missing.slots.data(), n, rows.data(),
+      [&](std::size_t b, std::size_t e) {
+        insert_to_card(c, missing.keys.data() + b, rows.data() + b * stride, e - b);
+      },
+      "begin_pass: pulling " + std::to_string(n) + " keys of card " +
+          std::to_string(cards_.card(c).rank()) + " from the host tier");
+  if (keep != nullptr) *keep = std::move(rows);
+  return created;
+}
+
+void PassCards::insert_to_card(int c, const uint64_t* keys, const float* rows,
+                               std::size_t n) const {
+  if (n == 0) return;
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
+  const std::size_t stage_limit = std::min(store.page_rows(), options_.host_batch_keys);
+  device::device_buffer<uint64_t> staged_keys(0, card.memory(), stream);
+  device::device_buffer<float> staged_rows(0, card.memory(), stream);
+  for (std::size_t from = 0; from < n; from += stage_limit) {
+    const std::size_t count = std::min(n, from + stage_limit) - from;
+    staged_keys.resize_discard(count);
+    staged_rows.resize_discard(count * stride);
+    device::copy_async(staged_keys.data(), keys + from, count, stream);
+    device::copy_async(staged_rows.data(), rows + from * stride, count * stride, stream);
+    store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
+  }
+}
+
+uint64_t PassCards::erase_from_card(int c, const std::vector<uint64_t>& keys) const {
+  sparse::CardSparseStore& store = *stores_[c];
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t chunk = store.page_rows();
+  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+  uint64_t removed = 0;
+  for (std::size_t b = 0; b < keys.size(); b += chunk) {
+    const std::size_t count = std::min(keys.size(), b + chunk) - b;
+    d_keys.resize_discard(count);
+    device::copy_async(d_keys.data(), keys.data() + b, count, stream);
+    removed += store.erase(d_keys.data(), count, stream);
+  }
+  return removed;
+}
+
+}  // namespace gpubox::pass

@@ -1,0 +1,102 @@
+// PassCards: what every job of the pass manager (pass_manager.hpp) shares: this process's cards,
+// their stores, the host tier, the options and the card budget with its footprint plan, and the
+// row moves each job makes on one card (split by owner, look up, pull from the host tier, insert
+// and erase a page at a time). The jobs (pass_boundary.hpp, pass_staging.hpp,
+// next_pass_work.hpp) hold it by reference; PassManager owns it.
+//
+// Per-card calls (int c) are made by card c's thread (CardSet::run_on_cards), or by the
+// controlling thread while no card thread runs. Stores and host tier are borrowed and must
+// outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/pass/pass_types.hpp"
+#include "heterps/sparse/sparse_types.hpp"
+#include "table/host_tier.hpp"
+
+namespace gpubox {
+namespace sparse {
+class CardSparseStore;
+}
+
+namespace pass {
+
+// Throws gpubox::Error "what: <status>" when `st` is not ok (a host-tier call failed after its
+// own retries).
+void throw_host_error(const Status& st, const std::string& what);
+
+class PassCards {
+ public:
+  // stores[i] belongs to cards.card(i). Sizes every store for the budget once (card memory:
+  // card_tier_plan.cpp).
+  PassCards(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+            table::HostTier& host, const PassManagerOptions& options);
+
+  device::CardSet& cards() const { return cards_; }
+  device::Card& card(int c) const { return cards_.card(c); }
+  sparse::CardSparseStore& store(int c) const { return *stores_[static_cast<std::size_t>(c)]; }
+  std::size_t num_cards() const { return stores_.size(); }
+  table::HostTier& host() const { return host_; }
+  // Floats per row (host tier and cards alike).
+  std::size_t stride() const { return static_cast<std::size_t>(host_.layout().stride()); }
+  const PassManagerOptions& options() const { return options_; }
+  bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
+  // Rows per card the budget allows (0 = unlimited), and the footprint at it.
+  std::size_t row_budget() const { return row_budget_; }
+  const CardTierPlan& plan() const { return plan_; }
+  // The footprint of `rows` rows per card with these stores (monotone in rows).
+  CardTierPlan plan_for(std::size_t rows) const;
+  // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
+  [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
+
+  // The pass's keys by owner card, sorted, without key 0 and duplicates (a repeated key keeps
+  // its first slot). Replicated: every card's list is every key.
+  std::vector<OwnedKeys> partition_by_owner(const std::vector<uint64_t>& keys,
+                                            const std::vector<int32_t>& slots) const;
+  // Every key on this process's cards (Replicated: card 0's), in no particular order.
+  std::vector<uint64_t> resident_keys() const;
+  // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
+  // the others. 12 bytes per key on the card, freed before it returns.
+  OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
+                            std::vector<sparse::row_index_t>* hit_rows) const;
+  // Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
+  // creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys
+  // with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for each batch in
+  // order as it arrives. Returns the rows the host tier created (kEvaluate: the keys it does not
+  // hold); throws naming `what` when it fails. Any thread: touches only the host tier.
+  std::size_t pull_rows(PassAccess access, const uint64_t* keys, const int32_t* slots,
+                        std::size_t n, float* rows,
+                        const std::function<void(std::size_t, std::size_t)>& finish,
+                        const std::string& what) const;
+  // Pulls `missing` from the host tier (as pull_rows) into card `c`'s store, inserting batch by
+  // batch as the requests complete. Returns pull_rows' count. `keep` (optional) receives the
+  // pulled rows (packed in the order of missing.keys), for the replicas that share them.
+  std::size_t pull_to_card(int c, const OwnedKeys& missing, PassAccess access,
+                           std::vector<float>* keep = nullptr) const;
+  // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
+  // on the card at most a page of rows at a time.
+  void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) const;
+  // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
+  uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys) const;
+
+ private:
+  // The most rows whose footprint fits options_.card_memory_bytes (card_tier_plan.cpp).
+  std::size_t rows_fitting_memory() const;
+
+  device::CardSet& cards_;
+  std::vector<sparse::CardSparseStore*> stores_;
+  table::HostTier& host_;
+  PassManagerOptions options_;
+  std::size_t row_budget_ = 0;
+  CardTierPlan plan_;
+};
+
+}  // namespace pass
+}  // namespace gpubox

@@ -1,0 +1,203 @@
+// The pass boundary's write-back (PassBoundary::end_pass / sync): dirty rows from the cards to
+// the host tier, streamed a batch at a time.
+#include <algorithm>
+#include <deque>
+#include <future>
+#include <numeric>
+#include <string>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/timer.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/pass/pass_boundary.hpp"
+#include "heterps/pass/row_marks.hpp"
+#include "heterps/sparse/card_store.hpp"
+
+namespace gpubox::pass {
+namespace {
+
+using sparse::row_index_t;
+
+const std::vector<uint64_t> kNoKeys;
+
+}  // namespace
+
+PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
+  GPUBOX_EXPECTS(std::is_sorted(keep.begin(), keep.end()),
+                 "end_pass: the kept keys are not sorted");
+  GPUBOX_EXPECTS(in_pass_, "end_pass called without begin_pass");
+  Timer timer;
+  if (access_ == PassAccess::kEvaluate) {
+    next_work_.keys_changed();
+    // The borrowed rows are clean (an evaluation pass only pulls): they leave without a
+    // write-back, and the host tier never saw them.
+    cards_.cards().run_on_cards([&](device::Card& card) {
+      const int c = card.local_index();
+      cards_.erase_from_card(c, borrowed_[c]);
+      borrowed_[c] = {};
+    });
+  }
+  // Replicated: every replica's flags are cleared by card 0's write-back; nothing is kept.
+  current_.written_back +=
+      write_back_all(access_ == PassAccess::kTrain && !cards_.replicated() ? keep : kNoKeys);
+  current_.kept_dirty = kept_dirty_;
+  uint64_t rows = 0;
+  for (std::size_t c = 0; c < cards_.num_cards(); ++c) {
+    rows += cards_.store(static_cast<int>(c)).size();
+  }
+  current_.rows_on_cards = rows;
+  current_.end_seconds = timer.seconds();
+  GPUBOX_LOG(INFO) << "end_pass " << current_.pass_id << ": " << current_.written_back
+                   << " rows written back, " << current_.kept_dirty
+                   << " kept dirty on the cards for the next pass, in " << current_.end_seconds
+                   << " s; the slowest card gathered its rows off the card in " << gather_seconds_
+                   << " s, the rest waited for the host tier";
+  in_pass_ = false;
+  return current_;
+}
+
+uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
+  std::vector<uint64_t> written(cards_.num_cards(), 0);
+  std::vector<uint64_t> kept(written.size(), 0);
+  std::vector<double> gathering(written.size(), 0);
+  cards_.cards().run_on_cards([&](device::Card& card) {
+    const int c = card.local_index();
+    written[c] = write_back(c, &gathering[c], keep, &kept[c]);
+  });
+  gather_seconds_ = *std::max_element(gathering.begin(), gathering.end());
+  kept_dirty_ = std::accumulate(kept.begin(), kept.end(), uint64_t{0});
+  return std::accumulate(written.begin(), written.end(), uint64_t{0});
+}
+
+uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
+                                  uint64_t* kept) const {
+  sparse::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  if (cards_.replicated() && c > 0) {
+    // The replicas are identical (heter_comm.hpp): card 0's write-back covers this one.
+    store.clear_dirty(stream);
+    stream.synchronize();
+    return 0;
+  }
+  // The dirty rows' keys and indices (12 bytes each), then the rows a batch at a time
+  // (push_rows).
+  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+  const std::size_t listed = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+  if (listed == 0) return 0;
+  std::vector<uint64_t> keys = device::to_host(d_keys.data(), listed, stream);
+  d_keys.release();
+  if (!keep.empty()) *kept = drop_kept(c, keep, &keys, &d_rows);
+  const std::size_t count = keys.size();
+  const Status st = push_rows(c, keys, d_rows, gather_seconds);
+  // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
+  throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
+                           std::to_string(card.rank()) + " to the host tier");
+  if (keep.empty()) {
+    store.clear_dirty(stream);
+  } else {
+    store.clear_dirty(d_rows.data(), count, stream);
+  }
+  stream.synchronize();
+  return count;
+}
+
+std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep,
+                                    std::vector<uint64_t>* keys,
+                                    device::device_buffer<row_index_t>* d_rows) const {
+  sparse::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t count = keys->size();
+  // The rows of `keep` stay dirty: marked by row index, then the others listed again (and only
+  // they are marked clean after the push).
+  std::vector<row_index_t> rows = device::to_host(d_rows->data(), count, stream);
+  d_rows->release();
+  const row_index_t row_end = *std::max_element(rows.begin(), rows.end()) + 1;
+  RowMarks kept_row(row_end, count);
+  {
+    // The keep keys looked up a page at a time (card memory stays within the plan).
+    const std::size_t chunk = store.page_rows();
+    device::device_buffer<uint64_t> d_keep(0, card.memory(), stream);
+    device::device_buffer<row_index_t> d_found(0, card.memory(), stream);
+    std::vector<row_index_t> found;
+    for (std::size_t b = 0; b < keep.size(); b += chunk) {
+      const std::size_t n = std::min(keep.size(), b + chunk) - b;
+      d_keep.resize_discard(n);
+      d_found.resize_discard(n);
+      device::copy_async(d_keep.data(), keep.data() + b, n, stream);
+      store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
+                             /*create_missing=*/false, nullptr, stream);
+      found = device::to_host(d_found.data(), n, stream);
+      for (row_index_t row : found) kept_row.mark(row);
+    }
+  }
+  kept_row.seal();
+  std::size_t pushed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (kept_row.has(rows[i])) continue;
+    (*keys)[pushed] = (*keys)[i];
+    rows[pushed] = rows[i];
+    ++pushed;
+  }
+  keys->resize(pushed);
+  rows.resize(pushed);
+  *d_rows = device::to_device(rows, card.memory(), stream);
+  return count - pushed;
+}
+
+Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
+                               const device::device_buffer<row_index_t>& d_rows,
+                               double* gather_seconds) const {
+  sparse::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t stride = cards_.stride();
+  const std::size_t count = keys.size();
+  // A batch is gathered off the card (a page at a time: the card never holds a second copy of
+  // the rows) while the batches before it are pushed, at most pulls_in_flight at once, so the
+  // host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785 MB for a
+  // pass of 10.9 M rows).
+  const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
+  const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
+  struct Push {
+    std::vector<float> rows;
+    std::future<Status> done;
+  };
+  std::deque<Push> window;
+  Status st;
+  // Waits for the oldest push; keeps the first error.
+  auto retire = [&] {
+    const Status pushed = window.front().done.get();
+    if (!pushed.ok() && st.ok()) st = pushed;
+    window.pop_front();
+  };
+  device::device_buffer<float> staged(0, card.memory(), stream);
+  const std::size_t page = store.page_rows();
+  table::HostTier& host = cards_.host();
+  for (std::size_t b = 0; b < count && st.ok(); b += batch) {
+    const std::size_t n = std::min(count, b + batch) - b;
+    if (window.size() == in_flight) retire();
+    Timer gather;
+    std::vector<float> rows(n * stride);
+    for (std::size_t p = 0; p < n; p += page) {
+      const std::size_t m = std::min(n, p + page) - p;
+      staged.resize_discard(m * stride);
+      store.gather_rows(d_rows.data() + b + p, m, staged.data(), stream);
+      device::copy_async(rows.data() + p * stride, staged.data(), m * stride, stream);
+      stream.synchronize();
+    }
+    *gather_seconds += gather.seconds();
+    const float* data = rows.data();
+    window.push_back(
+        Push{std::move(rows), std::async(std::launch::async, [&host, &keys, b, n, data] {
+               return host.push(keys.data() + b, n, data);
+             })});
+  }
+  while (!window.empty()) retire();
+  return st;
+}
+
+}  // namespace gpubox::pass
