@@ -316,19 +316,8 @@ class DocumentBuilder {
       return Status::OK();
     }
     if (key == nullptr) return error("-o: " + unknown_key(name));
-    YAML::Node node;
-    if (key->type == KeyType::kString || key->type == KeyType::kPath ||
-        key->type == KeyType::kWorkPath || key->type == KeyType::kEnum) {
-      node = YAML::Node(value);  // the raw text: "slot:feasign" or "sh -c 'x: y'" stay text
-    } else {
-      try {
-        node = YAML::Load(value);
-      } catch (const YAML::Exception& e) {
-        return error("-o: " + name + ": cannot parse '" + value + "': " + e.msg);
-      }
-    }
     ConfigValue parsed;
-    const Status st = detail::parse_value(*key, node, fs::current_path().string(), &parsed);
+    const Status st = parse_value_text(*key, value, &parsed);
     if (!st.ok()) return error("-o: " + st.message());
     doc_.values_[key->name] = std::move(parsed);
     return Status::OK();
@@ -504,6 +493,21 @@ class DocumentBuilder {
   Status first_error_;                // the file's first error of another kind
 };
 
+Status parse_value_text(const KeySpec& key, const std::string& text, ConfigValue* out) {
+  YAML::Node node;
+  if (key.type == KeyType::kString || key.type == KeyType::kPath ||
+      key.type == KeyType::kWorkPath || key.type == KeyType::kEnum) {
+    node = YAML::Node(text);  // the raw text: "slot:feasign" or "sh -c 'x: y'" stay text
+  } else {
+    try {
+      node = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return Status::InvalidArgument(key.name + ": cannot parse '" + text + "': " + e.msg);
+    }
+  }
+  return detail::parse_value(key, node, fs::current_path().string(), out);
+}
+
 StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
                                                const std::string& base_dir,
                                                const std::vector<std::string>& overrides,
@@ -511,7 +515,17 @@ StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
   DocumentBuilder builder(source);
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    // Every document, so that a second one (after `---`) is refused rather than ignored: a
+    // config is one map of keys, and keys past a stray `---` would silently not apply.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1) {
+      const YAML::Mark mark = documents[1].Mark();
+      const std::string where = mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : "";
+      return Status::InvalidArgument(
+          source + where + ": a second YAML document (after '---'): a config is one document " +
+          "(" + std::to_string(documents.size()) + " found); merge them or remove the '---'");
+    }
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
                                    ": YAML syntax error: " + e.msg);
