@@ -447,8 +447,9 @@ TEST(ConfigKeys, ClosestKeyAndEditDistance) {
 
 TEST(TakeOverrides, SplitsOverridesFromTheOtherArguments) {
   std::vector<std::string> args = {
-      "bin",          "--config", "c.yaml", "-o", "runner.epochs=3", "-orunner.seed=4",
-      "--mode=train", "-o",       "a=b=c"};
+      "bin",          "--config", "c.yaml", "-o",        "runner.epochs=3", "-orunner.seed=4",
+      "--mode=train", "-o",       "a=b=c",  "--o=x.y=1", "-o=x.z=2",        "--o",
+      "x.w=3"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   std::vector<std::string> overrides;
@@ -456,7 +457,8 @@ TEST(TakeOverrides, SplitsOverridesFromTheOtherArguments) {
   std::string error;
   ASSERT_TRUE(
       take_overrides(static_cast<int>(argv.size()), argv.data(), &overrides, &rest, &error));
-  EXPECT_EQ(overrides, (std::vector<std::string>{"runner.epochs=3", "runner.seed=4", "a=b=c"}));
+  EXPECT_EQ(overrides, (std::vector<std::string>{"runner.epochs=3", "runner.seed=4", "a=b=c",
+                                                 "x.y=1", "x.z=2", "x.w=3"}));
   ASSERT_EQ(rest.size(), 4u);
   EXPECT_STREQ(rest[0], "bin");
   EXPECT_STREQ(rest[3], "--mode=train");
