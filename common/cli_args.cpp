@@ -89,6 +89,14 @@ std::string canonical_name(std::string name) {
 std::string FlagSpec::range_text() const {
   const bool numeric = type == FlagType::kInt || type == FlagType::kFloat;
   if (!numeric && key.empty()) return "";
+  // No bound worth stating (a flag whose range is its variable's whole type).
+  const bool unbounded_int = type == FlagType::kInt &&
+                             int_min <= std::numeric_limits<int32_t>::min() &&
+                             int_max >= std::numeric_limits<int32_t>::max();
+  const bool unbounded_float = type == FlagType::kFloat &&
+                               float_min <= -std::numeric_limits<double>::max() &&
+                               float_max >= std::numeric_limits<double>::max();
+  if (key.empty() && (unbounded_int || unbounded_float)) return "";
   return config::type_text(key_spec_of(*this)) + (key.empty() ? "" : " (" + key + ")");
 }
 

@@ -61,6 +61,31 @@ FlagSpec spec_of(const gflags::CommandLineFlagInfo& f) {
   return s;
 }
 
+// The flags of `defining_file`; `require_ranges`: a numeric flag without a declared range
+// throws (the front end reads no number unchecked; --help alone shows what is declared).
+std::vector<FlagSpec> specs_of(const char* defining_file, bool require_ranges) {
+  std::vector<gflags::CommandLineFlagInfo> flags;
+  gflags::GetAllFlags(&flags);  // sorted by name
+  std::vector<FlagSpec> out;
+  for (const gflags::CommandLineFlagInfo& f : flags) {
+    if (f.filename != defining_file) continue;
+    FlagSpec s = spec_of(f);
+    const auto rule = rules().find(f.name);
+    const bool numeric = s.type == FlagType::kInt || s.type == FlagType::kFloat;
+    GPUBOX_EXPECTS(!require_ranges || !numeric || rule != rules().end(), "flag --", f.name,
+                   " has no declared range: add GPUBOX_FLAG_RANGE or GPUBOX_FLAG_KEY next to it");
+    if (rule != rules().end()) {
+      s.int_min = std::max(s.int_min, rule->second.int_min);
+      s.int_max = std::min(s.int_max, rule->second.int_max);
+      s.float_min = rule->second.float_min;
+      s.float_max = rule->second.float_max;
+      s.key = rule->second.key;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 }  // namespace
 
 bool declare_flag_range(const char* name, const int32_t*, int64_t min, int64_t max) {
@@ -87,30 +112,11 @@ bool declare_flag_key(const char* name, const void*, const char* key) {
 }
 
 std::vector<FlagSpec> gflags_flag_specs(const char* defining_file) {
-  std::vector<gflags::CommandLineFlagInfo> flags;
-  gflags::GetAllFlags(&flags);  // sorted by name
-  std::vector<FlagSpec> out;
-  for (const gflags::CommandLineFlagInfo& f : flags) {
-    if (f.filename != defining_file) continue;
-    FlagSpec s = spec_of(f);
-    const auto rule = rules().find(f.name);
-    const bool numeric = s.type == FlagType::kInt || s.type == FlagType::kFloat;
-    GPUBOX_EXPECTS(!numeric || rule != rules().end(), "flag --", f.name,
-                   " has no declared range: add GPUBOX_FLAG_RANGE or GPUBOX_FLAG_KEY next to it");
-    if (rule != rules().end()) {
-      s.int_min = std::max(s.int_min, rule->second.int_min);
-      s.int_max = std::min(s.int_max, rule->second.int_max);
-      s.float_min = rule->second.float_min;
-      s.float_max = rule->second.float_max;
-      s.key = rule->second.key;
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
+  return specs_of(defining_file, true);
 }
 
 std::vector<Option> gflags_options(const char* defining_file) {
-  return options_of(gflags_flag_specs(defining_file));
+  return options_of(specs_of(defining_file, false));
 }
 
 CommandLine parse_gflags_command_line(const CommandSpec& spec, int argc, char** argv) {

@@ -34,7 +34,8 @@ bool declare_flag_key(const char* name, const void* flag, const char* key);
 // range-checked.
 std::vector<FlagSpec> gflags_flag_specs(const char* defining_file);
 
-// The --help options of those flags (meaning, default, range).
+// The --help options of those flags (meaning, default, the range when one is declared; a flag
+// without one does not throw here, so a binary not yet on the front end still prints its help).
 std::vector<Option> gflags_options(const char* defining_file);
 
 // parse_command_line(spec, ...), then every flag given set into its FLAGS_ variable (gflags then
