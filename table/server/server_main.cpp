@@ -131,6 +131,19 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   return table;
 }
 
+// The row layout and optimizer rules: the config's (sparse_config_from, as in the trainer), with
+// --mf_dim and --optimizer over them when given.
+StatusOr<AccessorConfig> optimizer_config_from(const config::ConfigDocument& doc) {
+  AccessorConfig optimizer = sparse_config_from(doc);
+  if (flag_given("mf_dim")) optimizer.mf_dim = FLAGS_mf_dim;
+  if (!FLAGS_optimizer.empty()) {
+    auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
+    if (!kind.ok()) return kind.status().with_context("--optimizer");
+    optimizer.optimizer.kind = *kind;
+  }
+  return optimizer;
+}
+
 // The limit flags into `options`; raises the open files limit first (the connection cap's
 // default derives from it) and says what is in force.
 Status apply_limit_flags(ServerOptions* options) {
@@ -167,13 +180,8 @@ Status run(const std::vector<std::string>& overrides) {
                            : config::ConfigDocument::load(FLAGS_config, overrides);
   if (!doc.ok()) return doc.status();
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
-  AccessorConfig optimizer = sparse_config_from(*doc);
-  if (flag_given("mf_dim")) optimizer.mf_dim = FLAGS_mf_dim;
-  if (!FLAGS_optimizer.empty()) {
-    auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
-    if (!kind.ok()) return kind.status().with_context("--optimizer");
-    optimizer.optimizer.kind = *kind;
-  }
+  auto optimizer = optimizer_config_from(*doc);
+  if (!optimizer.ok()) return optimizer.status();
   if (FLAGS_shard_id >= FLAGS_shard_num) {
     return Status::InvalidArgument("--shard_id " + std::to_string(FLAGS_shard_id) +
                                    " must be less than --shard_num " +
@@ -184,7 +192,7 @@ Status run(const std::vector<std::string>& overrides) {
   if (!table_config.ok()) return table_config.status();
   HostTierConfig tier_config;
   tier_config.table = *table_config;  // no endpoints: the in-process table
-  auto table = make_host_tier(optimizer, tier_config);
+  auto table = make_host_tier(*optimizer, tier_config);
   if (!table.ok()) return table.status();
 
   ServerOptions options;
