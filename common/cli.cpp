@@ -15,7 +15,7 @@ namespace {
 bool any_of(int argc, char** argv, int first, std::initializer_list<const char*> names) {
   for (int i = first; i < argc; ++i) {
     // The value of -o is a key=value, never a request.
-    if (std::strcmp(argv[i], "-o") == 0) {
+    if (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--o") == 0) {
       ++i;
       continue;
     }

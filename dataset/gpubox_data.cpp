@@ -1,18 +1,16 @@
 // gpubox_data: synthetic data with a planted model (gen), load statistics (stat) and format
 // conversion (convert). See ARCHITECTURE.md §5 and `gpubox_data [gen|stat|convert] --help`.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <map>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/cli_args.hpp"
 #include "common/config/config_document.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
@@ -26,85 +24,156 @@
 namespace gpubox::dataset {
 namespace {
 
-// Each command's --help (common/cli.hpp): what it does, its options with defaults, an example.
-cli::Usage gen_usage() {
-  cli::Usage u;
-  u.synopsis = "gpubox_data gen --out DIR --lines N --files K --seed S [options]";
-  u.summary =
-      "Writes slot-format files DIR/part-NNNNN from a planted model, and DIR/oracle.json with "
-      "the planted model's AUC, logloss and positive rate on them (the ceiling a trained model "
-      "can approach). Held-out data of the same planted model: the same --seed with "
-      "--first_line past the training set's --lines.";
+using cli::FlagSpec;
+using cli::FlagType;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+std::string num_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
+FlagSpec flag(std::string name, FlagType type, std::string value_name, std::string default_text,
+              std::string meaning) {
+  FlagSpec f;
+  f.name = std::move(name);
+  f.type = type;
+  f.value_name = std::move(value_name);
+  f.default_text = std::move(default_text);
+  f.meaning = std::move(meaning);
+  return f;
+}
+FlagSpec int_flag(std::string name, std::string value_name, std::string default_text, int64_t min,
+                  int64_t max, std::string meaning) {
+  FlagSpec f = flag(std::move(name), FlagType::kInt, std::move(value_name), std::move(default_text),
+                    std::move(meaning));
+  f.int_min = min;
+  f.int_max = max;
+  return f;
+}
+FlagSpec float_flag(std::string name, std::string value_name, std::string default_text, double min,
+                    double max, std::string meaning) {
+  FlagSpec f = flag(std::move(name), FlagType::kFloat, std::move(value_name),
+                    std::move(default_text), std::move(meaning));
+  f.float_min = min;
+  f.float_max = max;
+  return f;
+}
+// A flag that means what config key `key` means: the key table's range applies.
+FlagSpec key_flag(FlagSpec f, std::string key) {
+  f.key = std::move(key);
+  return f;
+}
+
+// Each command's flags (with their ranges, checked by the front end, common/cli_args.hpp) and
+// its --help: what it does, its options with defaults, an example.
+cli::CommandSpec gen_command() {
+  cli::CommandSpec c;
+  c.tool = "gpubox_data gen";
   // The defaults shown are GeneratorOptions' own, so the text cannot drift from them.
   const GeneratorOptions d;
-  const auto num = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%g", v);
-    return std::string(text);
+  const auto i = [](auto v) { return std::to_string(v); };
+  c.flags = {
+      flag("out", FlagType::kString, "DIR", "", "output folder (required)"),
+      int_flag("lines", "N", i(d.lines), 1, kInt64Max, "lines in all"),
+      int_flag("files", "K", i(d.files), 1, 1 << 20, "files the lines are spread over"),
+      flag("seed", FlagType::kUInt64, "S", i(d.seed), "seed of the planted model and of the lines"),
+      int_flag("slots", "N", i(d.slots), 1, 99999, "sparse slots, named 1..N"),
+      key_flag(int_flag("dense", "N", i(d.dense), 0, kInt64Max, "dense values per line"),
+               "hyper_parameters.dense_input_dim"),
+      int_flag("vocab", "N", i(d.vocab), 1, (int64_t{1} << 40) - 1, "distinct keys per slot"),
+      float_flag("zipf", "A", num_text(d.zipf), 0, 100, "Zipf exponent of key popularity"),
+      flag("key_sampler", FlagType::kString, "S", "alias",
+           "alias: exact Zipf from a table of 8 bytes per vocabulary entry (--vocab < 2^32); "
+           "closed_form: the continuous power law, no table (streaming: any --vocab < 2^40 in "
+           "constant memory)"),
+      int_flag("factor_dim", "D", i(d.factor_dim), 1, 64, "rank of the planted pairwise term"),
+      float_flag("ctr", "P", num_text(d.ctr), -1, 0.999999,
+                 "target positive rate (<= 0: the planted bias as it is)"),
+      int_flag("threads", "T", "the machine's cores", 1, 4096, "writer threads"),
+      int_flag("first_line", "L", i(d.first_line), 0, kInt64Max,
+               "lines L .. L+N-1 of the seed's stream")};
+  c.usage = [flags = c.flags] {
+    cli::Usage u;
+    u.synopsis = "gpubox_data gen --out DIR --lines N --files K --seed S [options]";
+    u.summary =
+        "Writes slot-format files DIR/part-NNNNN from a planted model, and DIR/oracle.json with "
+        "the planted model's AUC, logloss and positive rate on them (the ceiling a trained model "
+        "can approach). Held-out data of the same planted model: the same --seed with "
+        "--first_line past the training set's --lines.";
+    u.options = cli::options_of(flags);
+    u.examples = {"gpubox_data gen --out data/train --lines 100000 --files 4 --seed 7",
+                  "gpubox_data gen --out data/big --lines 4e6 --files 8 --vocab 2e7 --zipf 0.9 "
+                  "--key_sampler closed_form",
+                  "gpubox_data gen --out data/test --lines 10000 --files 1 --seed 7 "
+                  "--first_line 100000"};
+    return cli::render_usage(u);
   };
-  u.options = {
-      {"--out DIR", "", "output folder (required)"},
-      {"--lines N", std::to_string(d.lines), "lines in all"},
-      {"--files K", std::to_string(d.files), "files the lines are spread over"},
-      {"--seed S", std::to_string(d.seed), "seed of the planted model and of the lines"},
-      {"--slots N", std::to_string(d.slots), "sparse slots, named 1..N"},
-      {"--dense N", std::to_string(d.dense), "dense values per line"},
-      {"--vocab N", std::to_string(d.vocab), "distinct keys per slot"},
-      {"--zipf A", num(d.zipf), "Zipf exponent of key popularity"},
-      {"--key_sampler S", "alias",
-       "alias: exact Zipf from a table of 8 bytes per vocabulary entry (--vocab < 2^32); "
-       "closed_form: the continuous power law, no table (streaming: any --vocab < 2^40 in "
-       "constant memory)"},
-      {"--factor-dim D", std::to_string(d.factor_dim), "rank of the planted pairwise term"},
-      {"--ctr P", num(d.ctr), "target positive rate (<= 0: the planted bias as it is)"},
-      {"--threads T", "the machine's cores", "writer threads"},
-      {"--first_line L", std::to_string(d.first_line), "lines L .. L+N-1 of the seed's stream"}};
-  u.examples = {"gpubox_data gen --out data/train --lines 100000 --files 4 --seed 7",
-                "gpubox_data gen --out data/big --lines 4e6 --files 8 --vocab 2e7 --zipf 0.9 "
-                "--key_sampler closed_form",
-                "gpubox_data gen --out data/test --lines 10000 --files 1 --seed 7 "
-                "--first_line 100000"};
-  return u;
+  return c;
 }
 
-cli::Usage stat_usage() {
-  cli::Usage u;
-  u.synopsis = "gpubox_data stat --config CONFIG.yaml [-o key=value ...] [--json] [FILE ...]";
-  u.summary =
-      "Loads runner.pass_dirs (or runner.train_data_dir) and the FILEs exactly as training "
-      "would (the same config loader: keys, defaults, errors) and reports lines, instances, "
-      "skipped lines by reason, skipped folder entries, unique keys, positives, bytes, seconds "
-      "and MB/s. Exit 0 unless the config is bad, strict parsing failed or a file could not be "
-      "read; no data file at all is a warning (training refuses it).";
-  u.options = {{"--config C", "", "the training config (required)"},
-               {"-o key=value", "", "override a config key (repeatable)"},
-               {"--json", "false", "one JSON object instead of text"},
-               {"FILE ...", "", "more files to load besides the config's folders"}};
-  u.examples = {"gpubox_data stat --config configs/config_gpubox.yaml",
-                "gpubox_data stat --config configs/config_gpubox.yaml -o runner.thread_num=2 "
-                "--json"};
-  return u;
+cli::CommandSpec stat_command() {
+  cli::CommandSpec c;
+  c.tool = "gpubox_data stat";
+  c.takes_overrides = true;
+  c.takes_positionals = true;
+  c.flags = {flag("config", FlagType::kString, "C", "", "the training config (required)"),
+             flag("json", FlagType::kBool, "", "false", "one JSON object instead of text")};
+  c.usage = [flags = c.flags] {
+    cli::Usage u;
+    u.synopsis = "gpubox_data stat --config CONFIG.yaml [-o key=value ...] [--json] [FILE ...]";
+    u.summary =
+        "Loads runner.pass_dirs (or runner.train_data_dir) and the FILEs exactly as training "
+        "would (the same config loader: keys, defaults, errors) and reports lines, instances, "
+        "skipped lines by reason, skipped folder entries, unique keys, positives, bytes, seconds "
+        "and MB/s. Exit 0 unless the config is bad, strict parsing failed or a file could not be "
+        "read; no data file at all is a warning (training refuses it).";
+    u.options = cli::options_of(flags);
+    u.options.push_back({"-o key=value", "", "override a config key (repeatable)"});
+    u.options.push_back({"FILE ...", "", "more files to load besides the config's folders"});
+    u.examples = {"gpubox_data stat --config configs/config_gpubox.yaml",
+                  "gpubox_data stat --config configs/config_gpubox.yaml -o runner.thread_num=2 "
+                  "--json"};
+    return cli::render_usage(u);
+  };
+  return c;
 }
 
-cli::Usage convert_usage() {
-  cli::Usage u;
-  u.synopsis =
-      "gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx] --to slot|multislot "
-      "IN OUT [--config C [-o key=value ...]] [--slots 26] [--dense 13] [--strict]";
-  u.summary =
-      "Converts one file between the input formats. Slot names and the dense size come from "
-      "--config (hyper_parameters.*) or --slots/--dense (slots named 1..N). feat_idx is the "
-      "`feat_idx:I ... feat_value:V ... label:L` text of PaddleRec's LR and FM samples.";
-  u.options = {{"--from F", "the config's runner.data_format, else auto",
-                "input format (auto: recognised from the first lines)"},
-               {"--to F", "slot", "output format: slot or multislot"},
-               {"--config C", "", "a training config: slots, dense size, parsing rules"},
-               {"-o key=value", "", "override a config key (repeatable)"},
-               {"--slots N", "26", "without --config: sparse slots, named 1..N"},
-               {"--dense N", "13", "without --config: dense values per line"},
-               {"--strict", "false", "the first malformed line is an error instead of skipped"}};
-  u.examples = {"gpubox_data convert --from criteo --to slot day_0.tsv day_0.slot"};
-  return u;
+cli::CommandSpec convert_command() {
+  cli::CommandSpec c;
+  c.tool = "gpubox_data convert";
+  c.takes_overrides = true;
+  c.takes_positionals = true;
+  c.flags = {
+      key_flag(flag("from", FlagType::kString, "F", "the config's runner.data_format, else auto",
+                    "input format (auto: recognised from the first lines)"),
+               "runner.data_format"),
+      flag("to", FlagType::kString, "F", "slot", "output format: slot or multislot"),
+      flag("config", FlagType::kString, "C", "",
+           "a training config: slots, dense size, parsing rules"),
+      int_flag("slots", "N", "26", 1, 99999, "without --config: sparse slots, named 1..N"),
+      key_flag(
+          int_flag("dense", "N", "13", 0, kInt64Max, "without --config: dense values per line"),
+          "hyper_parameters.dense_input_dim"),
+      flag("strict", FlagType::kBool, "", "false",
+           "the first malformed line is an error instead of skipped")};
+  c.usage = [flags = c.flags] {
+    cli::Usage u;
+    u.synopsis =
+        "gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx] --to slot|multislot "
+        "IN OUT [--config C [-o key=value ...]] [--slots 26] [--dense 13] [--strict]";
+    u.summary =
+        "Converts one file between the input formats. Slot names and the dense size come from "
+        "--config (hyper_parameters.*) or --slots/--dense (slots named 1..N). feat_idx is the "
+        "`feat_idx:I ... feat_value:V ... label:L` text of PaddleRec's LR and FM samples.";
+    u.options = cli::options_of(flags);
+    u.options.push_back({"-o key=value", "", "override a config key (repeatable; needs --config)"});
+    u.examples = {"gpubox_data convert --from criteo --to slot day_0.tsv day_0.slot"};
+    return cli::render_usage(u);
+  };
+  return c;
 }
 
 std::string overall_usage() {
@@ -113,110 +182,35 @@ std::string overall_usage() {
       "loads (stat), and format conversion (convert).\n"
       "  gpubox_data <gen|stat|convert> --help   one command's options\n"
       "  gpubox_data --version                   version, commit and backend\n\n";
-  for (const cli::Usage& u : {gen_usage(), stat_usage(), convert_usage()}) {
-    out += cli::render_usage(u) + "\n";
+  for (const cli::CommandSpec& c : {gen_command(), stat_command(), convert_command()}) {
+    out += c.usage() + "\n";
   }
   return out;
 }
-
-// `--name value`, `--name=value`, bare `--flag`, repeated `-o key=value`, and positionals.
-struct Args {
-  std::map<std::string, std::string> options;
-  std::vector<std::string> overrides;
-  std::vector<std::string> positional;
-
-  static StatusOr<Args> parse(int argc, char** argv, const std::vector<std::string>& flags) {
-    Args args;
-    for (int i = 0; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg == "-o") {
-        if (i + 1 >= argc) return Status::InvalidArgument("-o needs key=value");
-        args.overrides.push_back(argv[++i]);
-      } else if (arg.rfind("--", 0) == 0) {
-        arg = arg.substr(2);
-        const std::size_t eq = arg.find('=');
-        if (eq != std::string::npos) {
-          args.options[arg.substr(0, eq)] = arg.substr(eq + 1);
-        } else if (std::find(flags.begin(), flags.end(), arg) != flags.end()) {
-          args.options[arg] = "true";
-        } else if (i + 1 < argc) {
-          args.options[arg] = argv[++i];
-        } else {
-          return Status::InvalidArgument("--" + arg + " needs a value");
-        }
-      } else {
-        args.positional.push_back(arg);
-      }
-    }
-    return args;
-  }
-
-  Status expect_only(const std::vector<std::string>& known) const {
-    for (const auto& [name, value] : options) {
-      if (std::find(known.begin(), known.end(), name) == known.end()) {
-        return Status::InvalidArgument("unknown option --" + name);
-      }
-    }
-    return Status::OK();
-  }
-  bool has(const std::string& name) const { return options.count(name) > 0; }
-  std::string get(const std::string& name, const std::string& fallback) const {
-    auto it = options.find(name);
-    return it == options.end() ? fallback : it->second;
-  }
-  template <class T>
-  Status get_number(const std::string& name, T* out) const {
-    auto it = options.find(name);
-    if (it == options.end()) return Status::OK();
-    char* end = nullptr;
-    const char* text = it->second.c_str();
-    bool ok = !it->second.empty();
-    if constexpr (std::is_floating_point_v<T>) {
-      *out = static_cast<T>(std::strtod(text, &end));
-      ok = ok && *end == '\0';
-    } else {
-      *out = static_cast<T>(std::strtoull(text, &end, 10));
-      if (*end == 'e' || *end == 'E' || *end == '.') {
-        // A whole number in exponent form (--vocab 2e7, --lines 1.5e6).
-        const double value = std::strtod(text, &end);
-        ok = ok && value >= 0 && value == std::floor(value) &&
-             value <= static_cast<double>(std::numeric_limits<T>::max());
-        if (ok) *out = static_cast<T>(value);
-      }
-      ok = ok && *end == '\0';
-    }
-    if (!ok) {
-      return Status::InvalidArgument("--" + name + " wants a number, got '" + it->second + "'");
-    }
-    return Status::OK();
-  }
-};
 
 int fail(const Status& status, int code = 1) {
   std::fprintf(stderr, "gpubox_data: %s\n", status.to_string().c_str());
   return code;
 }
 
-int run_gen(const Args& args) {
-  if (Status st =
-          args.expect_only({"out", "lines", "files", "seed", "slots", "dense", "vocab", "zipf",
-                            "key_sampler", "factor-dim", "threads", "ctr", "first_line"});
-      !st.ok()) {
-    return fail(st, 2);
-  }
+int run_gen(const cli::ParsedArgs& args) {
   GeneratorOptions o;
-  o.out_dir = args.get("out", "");
-  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (Status st : {args.get_number("lines", &o.lines), args.get_number("files", &o.files),
-                    args.get_number("seed", &o.seed), args.get_number("slots", &o.slots),
-                    args.get_number("dense", &o.dense), args.get_number("vocab", &o.vocab),
-                    args.get_number("zipf", &o.zipf), args.get_number("factor-dim", &o.factor_dim),
-                    args.get_number("threads", &o.threads), args.get_number("ctr", &o.ctr),
-                    args.get_number("first_line", &o.first_line)}) {
-    if (!st.ok()) return fail(st, 2);
-  }
+  o.out_dir = args.get_string("out", "");
+  o.lines = static_cast<uint64_t>(args.get_int("lines", static_cast<int64_t>(o.lines)));
+  o.files = static_cast<int>(args.get_int("files", o.files));
+  o.seed = args.get_uint64("seed", o.seed);
+  o.slots = static_cast<int>(args.get_int("slots", o.slots));
+  o.dense = static_cast<int>(args.get_int("dense", o.dense));
+  o.vocab = static_cast<uint64_t>(args.get_int("vocab", static_cast<int64_t>(o.vocab)));
+  o.zipf = args.get_float("zipf", o.zipf);
+  o.factor_dim = static_cast<int>(args.get_int("factor_dim", o.factor_dim));
+  o.ctr = args.get_float("ctr", o.ctr);
+  o.first_line =
+      static_cast<uint64_t>(args.get_int("first_line", static_cast<int64_t>(o.first_line)));
+  o.threads =
+      static_cast<int>(args.get_int("threads", std::max(1u, std::thread::hardware_concurrency())));
   if (o.out_dir.empty()) return fail(Status::InvalidArgument("gen: --out DIR is required"), 2);
-  const std::string sampler = args.get("key_sampler", "alias");
+  const std::string sampler = args.get_string("key_sampler", "alias");
   if (sampler == "closed_form") {
     o.key_sampler = KeySampler::kClosedForm;
   } else if (sampler != "alias") {
@@ -235,11 +229,10 @@ int run_gen(const Args& args) {
   return 0;
 }
 
-int run_stat_command(const Args& args) {
-  if (Status st = args.expect_only({"config", "json"}); !st.ok()) return fail(st, 2);
+int run_stat_command(const cli::ParsedArgs& args) {
   if (!args.has("config")) return fail(Status::InvalidArgument("stat: --config C is required"), 2);
   StatusOr<config::ConfigDocument> doc =
-      config::ConfigDocument::load(args.get("config", ""), args.overrides);
+      config::ConfigDocument::load(args.get_string("config", ""), args.overrides);
   if (!doc.ok()) return fail(doc.status());
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
   StatusOr<DatasetConfig> dataset_config = dataset_config_from(*doc);
@@ -254,7 +247,7 @@ int run_stat_command(const Args& args) {
     dirs.push_back(doc->get_string("runner.train_data_dir"));
     dir_key = "runner.train_data_dir";
   }
-  if (dirs.empty() && args.positional.empty()) {
+  if (dirs.empty() && args.positionals.empty()) {
     return fail(Status::InvalidArgument(
         "stat: the config sets neither runner.train_data_dir nor runner.pass_dirs, and no FILE "
         "was given"));
@@ -267,7 +260,7 @@ int run_stat_command(const Args& args) {
     files.insert(files.end(), listed->files.begin(), listed->files.end());
     skipped.insert(skipped.end(), listed->skipped.begin(), listed->skipped.end());
   }
-  for (const std::string& f : args.positional) files.push_back(f);
+  for (const std::string& f : args.positionals) files.push_back(f);
   if (files.empty()) {
     std::fprintf(stderr,
                  "gpubox_data: warning: files: 0 (%s holds no data file; training "
@@ -276,7 +269,7 @@ int run_stat_command(const Args& args) {
   }
   StatReport report = run_stat(*dataset_config, files);
   report.skipped_entries = std::move(skipped);
-  if (args.has("json")) {
+  if (args.get_bool("json")) {
     std::printf("%s\n", stat_json(report).c_str());
   } else {
     std::printf("%s", stat_text(report).c_str());
@@ -288,37 +281,35 @@ int run_stat_command(const Args& args) {
   return 0;
 }
 
-int run_convert(const Args& args) {
-  if (Status st = args.expect_only({"from", "to", "config", "slots", "dense", "strict"});
-      !st.ok()) {
-    return fail(st, 2);
-  }
-  if (args.positional.size() != 2) {
+int run_convert(const cli::ParsedArgs& args) {
+  if (args.positionals.size() != 2) {
     return fail(Status::InvalidArgument("convert: expected IN OUT"), 2);
   }
-  StatusOr<DataFormat> to = parse_enum(kDataFormatNames, args.get("to", "slot"));
+  StatusOr<DataFormat> to = parse_enum(kDataFormatNames, args.get_string("to", "slot"));
   if (!to.ok()) return fail(to.status().with_context("--to"), 2);
   DatasetConfig dataset_config;
+  if (!args.has("config") && !args.overrides.empty()) {
+    return fail(Status::InvalidArgument("-o " + args.overrides.front() + ": needs --config"), 2);
+  }
   if (args.has("config")) {
-    StatusOr<DatasetConfig> loaded = load_dataset_config(args.get("config", ""), args.overrides);
+    StatusOr<DatasetConfig> loaded =
+        load_dataset_config(args.get_string("config", ""), args.overrides);
     if (!loaded.ok()) return fail(loaded.status());
     dataset_config = *loaded;
   } else {
-    int slots = 26;
-    dataset_config.dense_dim = 13;
-    if (Status st = args.get_number("slots", &slots); !st.ok()) return fail(st, 2);
-    if (Status st = args.get_number("dense", &dataset_config.dense_dim); !st.ok())
-      return fail(st, 2);
+    const int64_t slots = args.get_int("slots", 26);
+    dataset_config.dense_dim = static_cast<int>(args.get_int("dense", 13));
     for (int s = 1; s <= slots; ++s) dataset_config.slots.push_back(std::to_string(s));
   }
-  StatusOr<DataFormat> from = parse_enum(
-      kDataFormatNames, args.get("from", name_of(kDataFormatNames, dataset_config.data_format)));
+  StatusOr<DataFormat> from =
+      parse_enum(kDataFormatNames,
+                 args.get_string("from", name_of(kDataFormatNames, dataset_config.data_format)));
   if (!from.ok()) return fail(from.status().with_context("--from"), 2);
   dataset_config.data_format = *from;
-  if (args.has("strict")) dataset_config.strict_parse = true;
+  if (args.get_bool("strict")) dataset_config.strict_parse = true;
   ConvertSummary summary;
   const Status st =
-      convert_file(dataset_config, *to, args.positional[0], args.positional[1], &summary);
+      convert_file(dataset_config, *to, args.positionals[0], args.positionals[1], &summary);
   for (const ParseErrorRecord& e : summary.stats.errors) {
     std::fprintf(stderr, "skipped %s\n", e.to_string().c_str());
   }
@@ -353,24 +344,23 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
-  const std::map<std::string, cli::Usage> usages = {
-      {"gen", gen_usage()}, {"stat", stat_usage()}, {"convert", convert_usage()}};
-  const auto usage = usages.find(command);
-  if (usage == usages.end()) {
+  using Run = int (*)(const cli::ParsedArgs&);
+  const std::map<std::string, std::pair<cli::CommandSpec, Run>> commands = {
+      {"gen", {gen_command(), run_gen}},
+      {"stat", {stat_command(), run_stat_command}},
+      {"convert", {convert_command(), run_convert}}};
+  const auto found = commands.find(command);
+  if (found == commands.end()) {
     std::fprintf(stderr, "gpubox_data: unknown command '%s'\n%s", command.c_str(),
                  overall_usage().c_str());
     return 2;
   }
-  if (cli::asks_for_help(argc, argv, 2)) {
-    std::fputs(cli::render_usage(usage->second).c_str(), stdout);
-    return 0;
-  }
+  // The one front end (common/cli_args.hpp): the command's flags after its name.
+  const auto& [spec, run] = found->second;
+  const cli::CommandLine line = cli::parse_command_line(spec, argc, argv, 2);
+  if (line.exit_code) return *line.exit_code;
   try {
-    gpubox::StatusOr<Args> args = Args::parse(argc - 2, argv + 2, {"json", "strict"});
-    if (!args.ok()) return fail(args.status(), 2);
-    if (command == "gen") return run_gen(*args);
-    if (command == "stat") return run_stat_command(*args);
-    return run_convert(*args);
+    return run(line.args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubox_data %s: %s\n", command.c_str(), e.what());
     return 1;

@@ -19,102 +19,7 @@ namespace gpubox::config {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string describe(const YAML::Node& node) {
-  if (!node.IsDefined() || node.IsNull()) return "null";
-  if (node.IsScalar()) return "'" + node.Scalar() + "'";
-  if (node.IsSequence()) return "a list";
-  return "a map";
-}
-
-Status wrong_type(const KeySpec& key, const std::string& wanted, const YAML::Node& node) {
-  return Status::InvalidArgument(key.name + ": expected " + wanted + ", got " + describe(node));
-}
-
-std::string resolve_path(const std::string& value, const std::string& base_dir) {
-  if (value.empty()) return value;
-  const fs::path p(value);
-  if (p.is_absolute() || base_dir.empty()) return p.lexically_normal().string();
-  return (fs::path(base_dir) / p).lexically_normal().string();
-}
-
-// An integer in [key.int_min, key.int_max]. Integral numbers written as floats (1e6, 2.0) are
-// integers too, so that 1e12 is reported as out of range rather than as "not an integer".
-Status parse_int(const KeySpec& key, const YAML::Node& node, int64_t* out) {
-  if (!node.IsScalar()) return wrong_type(key, "an integer", node);
-  long long v = 0;
-  double d = 0;
-  if (!YAML::convert<long long>::decode(node, v)) {
-    if (!YAML::convert<double>::decode(node, d) || !std::isfinite(d) || d != std::floor(d)) {
-      return wrong_type(key, "an integer", node);
-    }
-    // Past what int64 holds: clamp, so that the range check below reports it.
-    constexpr double kInt64Bound = 9.2e18;
-    if (std::fabs(d) >= kInt64Bound) {
-      v = d < 0 ? std::numeric_limits<long long>::min() : std::numeric_limits<long long>::max();
-    } else {
-      v = static_cast<long long>(d);
-    }
-  }
-  if (v < key.int_min || v > key.int_max) {
-    return Status::InvalidArgument(key.name + ": " + node.Scalar() + " is out of range [" +
-                                   std::to_string(key.int_min) + ", " +
-                                   std::to_string(key.int_max) + "]");
-  }
-  *out = v;
-  return Status::OK();
-}
-
-Status parse_uint64(const KeySpec& key, const YAML::Node& node, uint64_t* out) {
-  const char* wanted = "an integer in [0, 2^64)";
-  if (!node.IsScalar() || node.Scalar().empty() || node.Scalar()[0] == '-') {
-    return wrong_type(key, wanted, node);
-  }
-  unsigned long long v = 0;
-  if (!YAML::convert<unsigned long long>::decode(node, v)) return wrong_type(key, wanted, node);
-  *out = v;
-  return Status::OK();
-}
-
-Status parse_float(const KeySpec& key, const YAML::Node& node, double* out) {
-  double v = 0;
-  if (!node.IsScalar() || !YAML::convert<double>::decode(node, v)) {
-    return wrong_type(key, "a number", node);
-  }
-  if (!std::isfinite(v)) return wrong_type(key, "a finite number", node);
-  if (v < key.float_min || v > key.float_max) {
-    std::ostringstream msg;
-    msg << key.name << ": " << node.Scalar() << " is out of range [" << key.float_min << ", "
-        << key.float_max << "]";
-    return Status::InvalidArgument(msg.str());
-  }
-  *out = v;
-  return Status::OK();
-}
-
-Status parse_string(const KeySpec& key, const YAML::Node& node, std::string* out) {
-  if (node.IsNull()) {
-    out->clear();
-    return Status::OK();
-  }
-  if (!node.IsScalar()) return wrong_type(key, "a string", node);
-  *out = node.Scalar();
-  return Status::OK();
-}
-
-Status parse_choice(const KeySpec& key, const YAML::Node& node, std::string* out) {
-  std::string choices;
-  for (const std::string& c : key.choices) choices += (choices.empty() ? "" : "|") + c;
-  if (node.IsScalar()) {
-    for (const std::string& c : key.choices) {
-      if (::gpubox::detail::same_ignoring_case(c, node.Scalar())) {
-        *out = c;
-        return Status::OK();
-      }
-    }
-  }
-  return wrong_type(key, "one of " + choices, node);
-}
+using detail::describe;
 
 // A config value as a config writes it (ConfigDocument::value_text).
 struct ValueText {
@@ -147,114 +52,6 @@ struct ValueText {
 };
 
 }  // namespace
-
-namespace detail {
-
-Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string& base_dir,
-                   ConfigValue* out) {
-  switch (key.type) {
-    case KeyType::kBool: {
-      bool v = false;
-      if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v)) {
-        return wrong_type(key, "true or false", node);
-      }
-      *out = v;
-      return Status::OK();
-    }
-    case KeyType::kInt: {
-      int64_t v = 0;
-      GPUBOX_RETURN_IF_ERROR(parse_int(key, node, &v));
-      *out = v;
-      return Status::OK();
-    }
-    case KeyType::kUInt64: {
-      uint64_t v = 0;
-      GPUBOX_RETURN_IF_ERROR(parse_uint64(key, node, &v));
-      *out = v;
-      return Status::OK();
-    }
-    case KeyType::kFloat: {
-      double v = 0;
-      GPUBOX_RETURN_IF_ERROR(parse_float(key, node, &v));
-      *out = v;
-      return Status::OK();
-    }
-    case KeyType::kString:
-    case KeyType::kPath:
-    case KeyType::kWorkPath: {
-      std::string v;
-      GPUBOX_RETURN_IF_ERROR(parse_string(key, node, &v));
-      if (key.type == KeyType::kString) {
-        *out = v;
-      } else {
-        *out = resolve_path(v, key.type == KeyType::kPath ? base_dir : std::string());
-      }
-      return Status::OK();
-    }
-    case KeyType::kEnum: {
-      std::string v;
-      GPUBOX_RETURN_IF_ERROR(parse_choice(key, node, &v));
-      *out = v;
-      return Status::OK();
-    }
-    case KeyType::kIntList: {
-      if (!node.IsNull() && !node.IsSequence()) return wrong_type(key, "a list of integers", node);
-      std::vector<int64_t> v;
-      for (const YAML::Node& item : node) {
-        int64_t x = 0;
-        GPUBOX_RETURN_IF_ERROR(parse_int(key, item, &x));
-        v.push_back(x);
-      }
-      if (v.size() < key.min_items) {
-        return Status::InvalidArgument(key.name + ": needs at least " +
-                                       std::to_string(key.min_items) + " item(s)");
-      }
-      *out = std::move(v);
-      return Status::OK();
-    }
-    case KeyType::kStringList:
-    case KeyType::kPathList: {
-      const bool paths = key.type == KeyType::kPathList;
-      if (!node.IsNull() && !node.IsSequence()) {
-        return wrong_type(key, paths ? "a list of paths" : "a list of strings", node);
-      }
-      std::vector<std::string> v;
-      for (const YAML::Node& item : node) {
-        if (!item.IsScalar()) return wrong_type(key, paths ? "a path" : "a string", item);
-        v.push_back(paths ? resolve_path(item.Scalar(), base_dir) : item.Scalar());
-      }
-      if (v.size() < key.min_items) {
-        return Status::InvalidArgument(key.name + ": needs at least " +
-                                       std::to_string(key.min_items) + " item(s)");
-      }
-      *out = std::move(v);
-      return Status::OK();
-    }
-    case KeyType::kIntMap: {
-      if (!node.IsNull() && !node.IsMap()) {
-        return wrong_type(key, "a map of slot names to integers", node);
-      }
-      IntMap v;
-      for (const auto& item : node) {
-        if (!item.first.IsScalar() || item.first.Scalar().empty()) {
-          return wrong_type(key, "a slot name", item.first);
-        }
-        int64_t x = 0;
-        GPUBOX_RETURN_IF_ERROR(parse_int(key, item.second, &x));
-        if (!v.emplace(item.first.Scalar(), x).second) {
-          return Status::InvalidArgument(key.name + ": slot " + item.first.Scalar() +
-                                         " is set twice");
-        }
-      }
-      *out = std::move(v);
-      return Status::OK();
-    }
-  }
-  return Status::Internal(key.name + ": unknown key type");
-}
-
-}  // namespace detail
-
 // Fills a ConfigDocument from YAML and overrides, stopping at the first error.
 class DocumentBuilder {
  public:
@@ -316,19 +113,8 @@ class DocumentBuilder {
       return Status::OK();
     }
     if (key == nullptr) return error("-o: " + unknown_key(name));
-    YAML::Node node;
-    if (key->type == KeyType::kString || key->type == KeyType::kPath ||
-        key->type == KeyType::kWorkPath || key->type == KeyType::kEnum) {
-      node = YAML::Node(value);  // the raw text: "slot:feasign" or "sh -c 'x: y'" stay text
-    } else {
-      try {
-        node = YAML::Load(value);
-      } catch (const YAML::Exception& e) {
-        return error("-o: " + name + ": cannot parse '" + value + "': " + e.msg);
-      }
-    }
     ConfigValue parsed;
-    const Status st = detail::parse_value(*key, node, fs::current_path().string(), &parsed);
+    const Status st = parse_value_text(*key, value, &parsed);
     if (!st.ok()) return error("-o: " + st.message());
     doc_.values_[key->name] = std::move(parsed);
     return Status::OK();
@@ -511,7 +297,17 @@ StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
   DocumentBuilder builder(source);
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    // Every document, so that a second one (after `---`) is refused rather than ignored: a
+    // config is one map of keys, and keys past a stray `---` would silently not apply.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1) {
+      const YAML::Mark mark = documents[1].Mark();
+      const std::string where = mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : "";
+      return Status::InvalidArgument(
+          source + where + ": a second YAML document (after '---'): a config is one document " +
+          "(" + std::to_string(documents.size()) + " found); merge them or remove the '---'");
+    }
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
                                    ": YAML syntax error: " + e.msg);
@@ -645,12 +441,14 @@ bool take_overrides(int argc, char** argv, std::vector<std::string>* overrides,
                     std::vector<char*>* rest, std::string* error) {
   rest->assign(argv, argv + (argc > 0 ? 1 : 0));
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-o") == 0) {
+    if (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--o") == 0) {
       if (i + 1 >= argc) {
         *error = "-o needs key=value";
         return false;
       }
       overrides->emplace_back(argv[++i]);
+    } else if (std::strncmp(argv[i], "-o=", 3) == 0 || std::strncmp(argv[i], "--o=", 4) == 0) {
+      overrides->emplace_back(std::strchr(argv[i], '=') + 1);
     } else if (std::strncmp(argv[i], "-o", 2) == 0 && argv[i][2] != '-' &&
                std::strchr(argv[i], '=') != nullptr) {
       overrides->emplace_back(argv[i] + 2);

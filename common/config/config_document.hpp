@@ -123,9 +123,19 @@ class ConfigDocument {
   mutable std::set<std::string> keys_read_;
 };
 
-// The `-o key=value` arguments of a command line (PaddleRec style: `-o k=v` or `-ok=v`,
-// repeatable), taken out of argv before flag parsing; the other arguments stay in order, argv[0]
-// first. Returns false (with *error set) for a trailing `-o` without a value.
+// Reads `text` as `key` says (type, range, choices), as an `-o key=value` override is read:
+// the raw text for string, path and enum keys, else a YAML scalar or list; relative paths
+// resolve against the working directory. Every binary's flags that take a number are checked
+// by it too (common/cli_args.hpp), so a flag and a key share one reading and one range check.
+// Errors are InvalidArgument "<key.name>: ...".
+Status parse_value_text(const KeySpec& key, const std::string& text, ConfigValue* out);
+
+// The `-o key=value` arguments of a command line (PaddleRec style: `-o k=v`, `-ok=v`, and the
+// front end's `--o k=v`, `-o=k=v`, `--o=k=v`; repeatable), taken out of argv before flag
+// parsing; the other arguments stay in order, argv[0] first. Returns false (with *error set) for
+// a trailing `-o` without a value. Only gpubox_train still uses it: the binaries read their
+// command lines through common/cli_args.hpp, which takes these spellings itself; remove this
+// once gpubox_train does too.
 bool take_overrides(int argc, char** argv, std::vector<std::string>* overrides,
                     std::vector<char*>* rest, std::string* error);
 

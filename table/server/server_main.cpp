@@ -24,57 +24,85 @@
 #include "table/server/server.hpp"
 #include "table/sparse_config.hpp"
 
+// Every numeric flag's range is declared next to it (GPUBOX_FLAG_RANGE), or is the range of the
+// config key it stands for (GPUBOX_FLAG_KEY); the front end (common/cli_flags.hpp) checks them.
 DEFINE_int32(port, 29011, "TCP port to listen on (0: an ephemeral port, printed when ready)");
+GPUBOX_FLAG_RANGE(port, 0, 65535);
 DEFINE_string(bind, "127.0.0.1", "address to bind; loopback unless told otherwise");
-DEFINE_int32(shard_id, 0, "this server's shard of the keys (its position in the endpoint list)");
+DEFINE_int32(shard_id, 0,
+             "this server's shard of the keys (its position in the endpoint list; < --shard_num)");
+GPUBOX_FLAG_RANGE(shard_id, 0, 65535);
 DEFINE_int32(shard_num, 1, "number of servers sharing the keys");
+GPUBOX_FLAG_RANGE(shard_num, 1, 65536);
 DEFINE_string(data_dir, ".",
               "folder that holds every SAVE/LOAD path (relative paths resolve under it; none may "
               "leave it)");
 DEFINE_string(load, "", "model folder to load before serving (resolved like SAVE paths)");
 DEFINE_string(auth_token_file, "", "file holding a token every connection must present first");
 DEFINE_int32(threads, 2, "network threads (table calls run on them)");
+GPUBOX_FLAG_RANGE(threads, 1, 1024);
 DEFINE_string(config, "",
               "the trainer's YAML config (with the trainer's -o key=value overrides): the row "
               "layout and optimizer rules come from it exactly as in the trainer "
               "(hyper_parameters.sparse_feature_dim, hyper_parameters.sparse_optimizer.*, "
               "runner.seed); without it, the key table's defaults");
-DEFINE_int32(mf_dim, -1, "embedx width; overrides --config");
+DEFINE_int32(mf_dim, -1,
+             "embedx width; when given, overrides --config's hyper_parameters.sparse_feature_dim "
+             "- 1");
+// At most hyper_parameters.sparse_feature_dim's largest value (1024) less the wide weight.
+GPUBOX_FLAG_RANGE(mf_dim, 0, 1023);
 DEFINE_string(optimizer, "",
               "sparse optimizer: sgd | adagrad | adam | shared_adam; overrides --config");
+GPUBOX_FLAG_KEY(optimizer, "hyper_parameters.sparse_optimizer.class");
 DEFINE_int32(max_frame_mb, 64, "largest accepted frame payload, in MiB");
+// Frame lengths are 32-bit: 2047 MiB is the largest payload a frame header can announce.
+GPUBOX_FLAG_RANGE(max_frame_mb, 1, 2047);
 // The table's settings come from the config's runner.* keys (host_tier_config_from, as in the
 // trainer's in-process table); each of these flags, when given, overrides its key.
 DEFINE_int32(table_shards, 64,
              "lock shards of the in-memory table; overrides runner.host_table_shards");
+GPUBOX_FLAG_KEY(table_shards, "runner.host_table_shards");
 DEFINE_string(rocksdb_dir, "",
               "disk tier folder (working storage, wiped at start); empty: none; overrides "
               "runner.rocksdb_path");
 DEFINE_uint64(memory_row_budget, 0,
               "rows kept in memory at most (needs a disk tier); 0: all; overrides "
               "runner.host_memory_row_budget");
+GPUBOX_FLAG_KEY(memory_row_budget, "runner.host_memory_row_budget");
 DEFINE_uint64(memory_mb, 0,
               "MiB the table's rows and index may take in memory, the lowest-score rows beyond go "
               "to the disk tier (needs one); 0: no limit; overrides runner.host_memory_mb");
+GPUBOX_FLAG_KEY(memory_mb, "runner.host_memory_mb");
 DEFINE_int32(cold_after_days, 0,
              "shrink moves rows unseen this many days to disk; 0: never; overrides "
              "runner.cold_after_days");
+GPUBOX_FLAG_KEY(cold_after_days, "runner.cold_after_days");
 DEFINE_string(save_form, "binary",
               "part file form of saves: binary | text; overrides runner.save_form");
+GPUBOX_FLAG_KEY(save_form, "runner.save_form");
 
 // Limits (docs/operations.md, "Security and durability").
+// Sizes in MiB stop at 2^20 MiB (1 TiB): far above any machine's memory for one server, and
+// far below where shifting them into bytes would overflow.
+constexpr int64_t kMaxMiB = int64_t{1} << 20;
 DEFINE_uint64(max_connections, 0,
               "connections served at once; more are closed at accept. 0: min(1024, open files "
               "limit - 64)");
+GPUBOX_FLAG_RANGE(max_connections, 0, 1 << 20);
 DEFINE_double(idle_timeout_s, 300.0,
               "close a connection idle this long (BARRIER waits excepted); 0: never");
+GPUBOX_FLAG_RANGE(idle_timeout_s, 0.0, 1e6);
 DEFINE_uint64(max_connection_buffer_mb, 0,
               "request and reply bytes one connection may buffer, in MiB; 0: --max_frame_mb");
+GPUBOX_FLAG_RANGE(max_connection_buffer_mb, 0, kMaxMiB);
 DEFINE_uint64(max_inflight_mb, 1024,
               "request and reply bytes all connections may buffer together, in MiB; requests "
               "over it are answered 'retry later'");
+GPUBOX_FLAG_RANGE(max_inflight_mb, 1, kMaxMiB);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
+GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);
 DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a reply, in seconds");
+GPUBOX_FLAG_RANGE(dedup_max_age_s, 1e-3, 1e6);
 
 namespace gpubox::table::server {
 namespace {
@@ -89,10 +117,8 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   if (!table.rocksdb_path.empty() && FLAGS_shard_num > 1) {
     table.rocksdb_path += "/shard-" + std::to_string(FLAGS_shard_id);
   }
-  if (flag_given("table_shards")) {
-    if (FLAGS_table_shards < 1) return Status::InvalidArgument("--table_shards must be >= 1");
-    table.shards = static_cast<uint32_t>(FLAGS_table_shards);
-  }
+  // Each flag's range was checked by the front end (the key table's, GPUBOX_FLAG_KEY above).
+  if (flag_given("table_shards")) table.shards = static_cast<uint32_t>(FLAGS_table_shards);
   if (flag_given("rocksdb_dir")) table.rocksdb_path = FLAGS_rocksdb_dir;
   if (flag_given("memory_row_budget")) table.memory_row_budget = FLAGS_memory_row_budget;
   if (flag_given("memory_mb")) table.memory_budget_bytes = FLAGS_memory_mb << 20;
@@ -105,16 +131,23 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   return table;
 }
 
+// The row layout and optimizer rules: the config's (sparse_config_from, as in the trainer), with
+// --mf_dim and --optimizer over them when given.
+StatusOr<AccessorConfig> optimizer_config_from(const config::ConfigDocument& doc) {
+  AccessorConfig optimizer = sparse_config_from(doc);
+  if (flag_given("mf_dim")) optimizer.mf_dim = FLAGS_mf_dim;
+  if (!FLAGS_optimizer.empty()) {
+    auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
+    if (!kind.ok()) return kind.status().with_context("--optimizer");
+    optimizer.optimizer.kind = *kind;
+  }
+  return optimizer;
+}
+
 // The limit flags into `options`; raises the open files limit first (the connection cap's
 // default derives from it) and says what is in force.
 Status apply_limit_flags(ServerOptions* options) {
   const OpenFilesLimit files = raise_open_files_limit();
-  if (FLAGS_idle_timeout_s < 0 || FLAGS_dedup_max_age_s <= 0) {
-    return Status::InvalidArgument("--idle_timeout_s must be >= 0 and --dedup_max_age_s > 0");
-  }
-  if (FLAGS_max_inflight_mb < 1 || FLAGS_dedup_cache_mb < 1) {
-    return Status::InvalidArgument("--max_inflight_mb and --dedup_cache_mb must be at least 1");
-  }
   options->max_connections = static_cast<std::size_t>(FLAGS_max_connections);
   options->idle_timeout_s = FLAGS_idle_timeout_s;
   options->max_connection_buffer_bytes = static_cast<std::size_t>(FLAGS_max_connection_buffer_mb)
@@ -147,26 +180,19 @@ Status run(const std::vector<std::string>& overrides) {
                            : config::ConfigDocument::load(FLAGS_config, overrides);
   if (!doc.ok()) return doc.status();
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
-  AccessorConfig optimizer = sparse_config_from(*doc);
-  if (FLAGS_mf_dim >= 0) optimizer.mf_dim = FLAGS_mf_dim;
-  if (!FLAGS_optimizer.empty()) {
-    auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
-    if (!kind.ok()) return kind.status().with_context("--optimizer");
-    optimizer.optimizer.kind = *kind;
-  }
-  if (FLAGS_port < 0 || FLAGS_port > 65535) return Status::InvalidArgument("--port out of range");
-  if (FLAGS_max_frame_mb < 1 || FLAGS_max_frame_mb > 2047) {
-    return Status::InvalidArgument("--max_frame_mb must be in [1, 2047]");
-  }
-  if (FLAGS_shard_num < 1 || FLAGS_shard_id < 0) {
-    return Status::InvalidArgument("--shard_id/--shard_num must be non-negative/positive");
+  auto optimizer = optimizer_config_from(*doc);
+  if (!optimizer.ok()) return optimizer.status();
+  if (FLAGS_shard_id >= FLAGS_shard_num) {
+    return Status::InvalidArgument("--shard_id " + std::to_string(FLAGS_shard_id) +
+                                   " must be less than --shard_num " +
+                                   std::to_string(FLAGS_shard_num));
   }
 
   auto table_config = table_config_from(*doc);
   if (!table_config.ok()) return table_config.status();
   HostTierConfig tier_config;
   tier_config.table = *table_config;  // no endpoints: the in-process table
-  auto table = make_host_tier(optimizer, tier_config);
+  auto table = make_host_tier(*optimizer, tier_config);
   if (!table.ok()) return table.status();
 
   ServerOptions options;
@@ -254,24 +280,15 @@ std::string usage_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_server", usage_text)) return 0;
-  gflags::SetUsageMessage("gpubox_server --port 29011 (gpubox_server --help)");
-  // `-o key=value` (the trainer's overrides of --config) is taken out before gflags.
-  std::vector<std::string> overrides;
-  std::vector<char*> rest;
-  std::string error;
-  if (!gpubox::config::take_overrides(argc, argv, &overrides, &rest, &error)) {
-    std::fprintf(stderr, "gpubox_server: %s\n", error.c_str());
-    return 2;
-  }
-  int rest_argc = static_cast<int>(rest.size());
-  char** rest_argv = rest.data();
-  gflags::ParseCommandLineFlags(&rest_argc, &rest_argv, true);
-  if (rest_argc > 1) {
-    std::fprintf(stderr, "gpubox_server: unexpected argument '%s'\n", rest_argv[1]);
-    return 2;
-  }
-  const gpubox::Status st = gpubox::table::server::run(overrides);
+  // The one front end (common/cli_args.hpp): flags, -o key=value, --help, --version, ranges.
+  gpubox::cli::CommandSpec spec;
+  spec.tool = "gpubox_server";
+  spec.flags = gpubox::cli::gflags_flag_specs(__FILE__);
+  spec.takes_overrides = true;  // the trainer's overrides of --config
+  spec.usage = usage_text;
+  const gpubox::cli::CommandLine line = gpubox::cli::parse_gflags_command_line(spec, argc, argv);
+  if (line.exit_code) return *line.exit_code;
+  const gpubox::Status st = gpubox::table::server::run(line.args.overrides);
   if (!st.ok()) {
     std::fprintf(stderr, "gpubox_server: %s\n", st.to_string().c_str());
     return 1;

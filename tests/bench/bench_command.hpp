@@ -4,24 +4,38 @@
 #pragma once
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace gpubox::bench {
 
-// `--name value`, `--name=value` and bare `--flag` arguments of one sub-command.
+// The arguments of one sub-command, read by the front end every GPUBox binary uses
+// (common/cli_args.hpp) once the sub-command names its flags with expect_only (its first call):
+// `--name value`, `--name=value`, a bare `--flag`, unknown flags and -o refused the same way.
+// Numbers are read as config values are (1e6 is an integer; non-finite numbers are refused).
 class BenchArgs {
  public:
-  BenchArgs(int argc, char** argv);
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  BenchArgs(std::string command, int argc, char** argv);
+  bool has(const std::string& name) const;
   std::string get(const std::string& name, const std::string& fallback) const;
   long long get_int(const std::string& name, long long fallback) const;
   double get_double(const std::string& name, double fallback) const;
-  // Throws naming the first argument not in `known` (a typo must not silently pass).
+  // Parses the arguments with `known` as the sub-command's flags; throws BenchUsageError naming
+  // the first argument that is not one of them (a typo must not silently pass).
+  // Const, as the sub-commands hold their arguments const: the parse is done once, here.
   void expect_only(const std::vector<std::string>& known) const;
 
  private:
-  std::map<std::string, std::string> values_;
+  std::string command_;
+  std::vector<std::string> args_;
+  mutable bool parsed_ = false;
+  mutable std::map<std::string, std::string> values_;
+};
+
+// A command line the sub-command cannot take (gpubox_bench exits 2, as every binary does).
+struct BenchUsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 using BenchMain = int (*)(const BenchArgs& args);

@@ -132,6 +132,38 @@ TEST_F(ConfigDocumentTest, AKeySetTwiceIsAnError) {
             bad_path() + ":3: runner.epochs: set twice (first on line 2)");
 }
 
+// A second YAML document would otherwise be dropped without a word: its keys never apply.
+TEST_F(ConfigDocumentTest, ASecondYamlDocumentIsRefusedNamingFileAndLine) {
+  EXPECT_EQ(error_of("runner:\n  epochs: 1\n---\nrunner:\n  epochs: 2\n"),
+            bad_path() +
+                ":4: a second YAML document (after '---'): a config is one document (2 found); "
+                "merge them or remove the '---'");
+  // One document marked with '---' (as many YAML files start) is one document.
+  auto doc = ConfigDocument::load(write("one.yaml", "---\nrunner:\n  epochs: 3\n"));
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_int("runner.epochs"), 3);
+}
+
+// The reading every binary's flags share with -o (common/cli_args.hpp): ranges and types of
+// the key, 1e6-style integers, non-finite numbers refused.
+TEST(ParseValueText, ReadsAsAnOverrideDoes) {
+  const KeySpec* shards = find_key("runner.host_table_shards");
+  ASSERT_NE(shards, nullptr);
+  ConfigValue v;
+  ASSERT_TRUE(parse_value_text(*shards, "1e3", &v).ok());
+  EXPECT_EQ(std::get<int64_t>(v), 1000);
+  EXPECT_EQ(parse_value_text(*shards, "1e8", &v).message(),
+            "runner.host_table_shards: 1e8 is out of range [1, 65536]");
+  EXPECT_FALSE(parse_value_text(*shards, "1.5", &v).ok());
+  const KeySpec* timeout = find_key("runner.server_timeout_s");
+  for (const char* bad : {"nan", ".nan", "inf", ".inf", "-.inf", "x"}) {
+    EXPECT_FALSE(parse_value_text(*timeout, bad, &v).ok()) << bad;
+  }
+  const KeySpec* form = find_key("runner.save_form");
+  ASSERT_TRUE(parse_value_text(*form, "TEXT", &v).ok());
+  EXPECT_EQ(std::get<std::string>(v), "text");
+}
+
 TEST_F(ConfigDocumentTest, CrossKeyRules) {
   const std::string p = bad_path();
   EXPECT_EQ(
@@ -415,8 +447,9 @@ TEST(ConfigKeys, ClosestKeyAndEditDistance) {
 
 TEST(TakeOverrides, SplitsOverridesFromTheOtherArguments) {
   std::vector<std::string> args = {
-      "bin",          "--config", "c.yaml", "-o", "runner.epochs=3", "-orunner.seed=4",
-      "--mode=train", "-o",       "a=b=c"};
+      "bin",          "--config", "c.yaml", "-o",        "runner.epochs=3", "-orunner.seed=4",
+      "--mode=train", "-o",       "a=b=c",  "--o=x.y=1", "-o=x.z=2",        "--o",
+      "x.w=3"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   std::vector<std::string> overrides;
@@ -424,7 +457,8 @@ TEST(TakeOverrides, SplitsOverridesFromTheOtherArguments) {
   std::string error;
   ASSERT_TRUE(
       take_overrides(static_cast<int>(argv.size()), argv.data(), &overrides, &rest, &error));
-  EXPECT_EQ(overrides, (std::vector<std::string>{"runner.epochs=3", "runner.seed=4", "a=b=c"}));
+  EXPECT_EQ(overrides, (std::vector<std::string>{"runner.epochs=3", "runner.seed=4", "a=b=c",
+                                                 "x.y=1", "x.z=2", "x.w=3"}));
   ASSERT_EQ(rest.size(), 4u);
   EXPECT_STREQ(rest[0], "bin");
   EXPECT_STREQ(rest[3], "--mode=train");

@@ -18,20 +18,33 @@
 #include "trainer/serve/http_server.hpp"
 #include "trainer/serve/serving_model.hpp"
 
+// Every numeric flag's range is declared next to it and checked by the front end
+// (common/cli_flags.hpp), which names the flag and its range when a value is outside it.
 DEFINE_string(model, "", "folder written by gpubox_train --mode export; required");
 DEFINE_int32(port, 29080, "TCP port (0: any free port; the listening line says which)");
+GPUBOX_FLAG_RANGE(port, 0, 65535);
 DEFINE_string(bind, "127.0.0.1", "address to listen on (loopback by default)");
 DEFINE_int32(threads, 2, "HTTP threads (request parsing and responses)");
+GPUBOX_FLAG_RANGE(threads, 1, 1024);
 DEFINE_int32(card_threads, 0, "cpu build: host threads of the model's card (0 = cores)");
+GPUBOX_FLAG_RANGE(card_threads, 0, 4096);
 DEFINE_int32(max_body_kb, 1024, "largest request body in KiB (413 past it)");
+GPUBOX_FLAG_RANGE(max_body_kb, 1, 1 << 20);  // 1 GiB
 DEFINE_int32(max_instances, 4096, "most instances in one request (413 past it)");
+GPUBOX_FLAG_RANGE(max_instances, 1, 1 << 24);
 DEFINE_int32(max_connections, 256, "connections served at once; more are answered 503 and closed");
+GPUBOX_FLAG_RANGE(max_connections, 1, 1 << 20);
 DEFINE_int32(idle_timeout_s, 30, "a connection idle this long is closed");
+GPUBOX_FLAG_RANGE(idle_timeout_s, 1, 1000000);
 DEFINE_int32(batch_max_instances, 256, "micro-batch: most instances in one model batch");
+GPUBOX_FLAG_RANGE(batch_max_instances, 1, 1 << 24);
 DEFINE_int32(batch_wait_us, 1000,
              "micro-batch: longest wait for more requests after the oldest queued one arrived");
+GPUBOX_FLAG_RANGE(batch_wait_us, 0, 10000000);  // 10 s
 DEFINE_int32(max_queued_instances, 65536, "instances waiting at most (503 past it)");
+GPUBOX_FLAG_RANGE(max_queued_instances, 1, 1 << 30);
 DEFINE_int32(drain_timeout_s, 10, "on SIGTERM: longest wait for the requests in flight");
+GPUBOX_FLAG_RANGE(drain_timeout_s, 0, 1000000);
 
 namespace {
 
@@ -57,23 +70,16 @@ std::string usage_text() {
 
 int main(int argc, char** argv) {
   gpubox::device::use_passive_cpu_waits(argv);
-  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_serve", usage_text)) return 0;
-  gflags::SetUsageMessage("gpubox_serve --model DIR (gpubox_serve --help)");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  if (argc > 1) {
-    std::fprintf(stderr, "gpubox_serve: unexpected argument '%s'\n", argv[1]);
-    return 2;
-  }
+  // The one front end (common/cli_args.hpp): flags, --help, --version, every range checked.
+  gpubox::cli::CommandSpec spec;
+  spec.tool = "gpubox_serve";
+  spec.flags = gpubox::cli::gflags_flag_specs(__FILE__);
+  spec.usage = usage_text;
+  const gpubox::cli::CommandLine line = gpubox::cli::parse_gflags_command_line(spec, argc, argv);
+  if (line.exit_code) return *line.exit_code;
   if (FLAGS_model.empty()) {
     std::fprintf(stderr,
                  "gpubox_serve: --model is required (a gpubox_train --mode export folder)\n");
-    return 2;
-  }
-  if (FLAGS_port < 0 || FLAGS_port > 65535 || FLAGS_threads < 1 || FLAGS_max_body_kb < 1 ||
-      FLAGS_max_instances < 1 || FLAGS_max_connections < 1 || FLAGS_batch_max_instances < 1 ||
-      FLAGS_batch_wait_us < 0 || FLAGS_max_queued_instances < 1 || FLAGS_idle_timeout_s < 1 ||
-      FLAGS_drain_timeout_s < 0 || FLAGS_card_threads < 0) {
-    std::fprintf(stderr, "gpubox_serve: a flag is out of range (see --help)\n");
     return 2;
   }
   // SIGTERM and SIGINT are taken by sigwait below: blocked here, before any thread starts, so

@@ -1,5 +1,5 @@
-// The typed reading of one YAML value for one key (config_document.cpp, and the table's own
-// defaults in config_keys.cpp). Private to common/config.
+// The typed reading of one YAML value for one key (parse_value.cpp: used by config_document.cpp,
+// parse_value_text and the table's own defaults in config_keys.cpp). Private to common/config.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -15,5 +15,8 @@ namespace gpubox::config::detail {
 // (left as they are when it is empty). Errors are InvalidArgument "<key>: expected ..., got ...".
 Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string& base_dir,
                    ConfigValue* out);
+
+// A node as errors show it: "null", "'text'", "a list", "a map".
+std::string describe(const YAML::Node& node);
 
 }  // namespace gpubox::config::detail

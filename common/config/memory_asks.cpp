@@ -1,0 +1,75 @@
+#include "common/config/memory_asks.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace gpubox::config {
+namespace {
+
+std::string bytes_text(double bytes) {
+  char text[32];
+  if (bytes >= 1e9) {
+    std::snprintf(text, sizeof(text), "%.1f GB", bytes / 1e9);
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f MB", bytes / 1e6);
+  }
+  return text;
+}
+
+// The dense layers between hidden widths and into the 1-wide logit: weights and biases.
+MemoryAsk dense_layers(const ConfigDocument& doc) {
+  const std::vector<int> fc = doc.get_int_list("hyper_parameters.fc_sizes");
+  double weights = 0, largest = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < fc.size(); ++i) {
+    const double out = i + 1 < fc.size() ? fc[i + 1] : 1.0;
+    const double layer = static_cast<double>(fc[i]) * out;
+    weights += layer + out;
+    if (layer > largest) {
+      largest = layer;
+      at = i;
+    }
+  }
+  MemoryAsk ask{"hyper_parameters.fc_sizes", doc.value_text("hyper_parameters.fc_sizes"),
+                weights * sizeof(float), "of dense weights per card"};
+  if (at + 1 < fc.size()) {
+    ask.what += " (a " + std::to_string(fc[at]) + " x " + std::to_string(fc[at + 1]) +
+                " layer; the optimizer's moments take as much again each)";
+  }
+  return ask;
+}
+
+// A step's activations and their gradients: batch x every hidden width, twice.
+MemoryAsk activations(const ConfigDocument& doc) {
+  const std::vector<int> fc = doc.get_int_list("hyper_parameters.fc_sizes");
+  double widths = 0;
+  for (int w : fc) widths += w;
+  const double batch = doc.get_int<int64_t>("runner.train_batch_size");
+  return {"runner.train_batch_size", doc.value_text("runner.train_batch_size"),
+          2 * batch * widths * sizeof(float),
+          "of activations and their gradients per card and step (with hyper_parameters.fc_sizes)"};
+}
+
+}  // namespace
+
+std::vector<MemoryAsk> memory_asks(const ConfigDocument& doc) {
+  std::vector<MemoryAsk> asks = {dense_layers(doc), activations(doc)};
+  for (const char* key : {"runner.card_memory_mb", "runner.host_memory_mb"}) {
+    const int64_t mb = doc.get_int<int64_t>(key);
+    if (mb > 0) asks.push_back({key, doc.value_text(key), mb * 1048576.0, "as budgeted"});
+  }
+  std::stable_sort(asks.begin(), asks.end(),
+                   [](const MemoryAsk& a, const MemoryAsk& b) { return a.bytes > b.bytes; });
+  return asks;
+}
+
+std::string out_of_memory_text(const ConfigDocument& doc, const std::string& what) {
+  std::string text =
+      "out of memory (" + what + "); what " + doc.source() + " asks for, largest first:";
+  for (const MemoryAsk& a : memory_asks(doc)) {
+    text += "\n  " + a.key + " = " + a.value + ": at least " + bytes_text(a.bytes) + " " + a.what;
+  }
+  return text;
+}
+
+}  // namespace gpubox::config
