@@ -10,13 +10,25 @@
 
 namespace gpubox {
 
+// what() is the whole text, for logs and tests: the message, then where it was raised (the
+// expectation that failed, file:line). A program shows its user message() alone and logs
+// where() (an assertion expression is no help to a user; the location is to a developer).
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : std::runtime_error(message), message_(message) {}
+  Error(const std::string& message, const std::string& where)
+      : std::runtime_error(message + " " + where), message_(message), where_(where) {}
+  const std::string& message() const { return message_; }
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string message_;
+  std::string where_;  // "" when none was given
 };
 
 namespace detail {
-[[noreturn]] void throw_error(const char* file, int line, const std::string& message);
+[[noreturn]] void throw_error(const char* file, int line, const std::string& message,
+                              const char* expectation = nullptr);
 
 // Builds a message from stream-able parts: GPUBOX_FAIL("key ", key, " missing on card ", c).
 template <class... Parts>
@@ -31,10 +43,10 @@ std::string concat(const Parts&... parts) {
 #define GPUBOX_FAIL(...) \
   ::gpubox::detail::throw_error(__FILE__, __LINE__, ::gpubox::detail::concat(__VA_ARGS__))
 
-#define GPUBOX_EXPECTS(cond, ...)                                                               \
-  do {                                                                                          \
-    if (!(cond)) {                                                                              \
-      ::gpubox::detail::throw_error(                                                            \
-          __FILE__, __LINE__, ::gpubox::detail::concat(__VA_ARGS__, " (expected: " #cond ")")); \
-    }                                                                                           \
+#define GPUBOX_EXPECTS(cond, ...)                                                              \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      ::gpubox::detail::throw_error(__FILE__, __LINE__, ::gpubox::detail::concat(__VA_ARGS__), \
+                                    #cond);                                                    \
+    }                                                                                          \
   } while (0)

@@ -6,14 +6,15 @@
 
 namespace gpubox {
 namespace detail {
-void throw_error(const char* file, int line, const std::string& message) {
+void throw_error(const char* file, int line, const std::string& message, const char* expectation) {
   const char* base = file;
   for (const char* p = file; *p; ++p) {
     if (*p == '/') base = p + 1;
   }
-  std::ostringstream out;
-  out << message << " [" << base << ":" << line << "]";
-  throw Error(out.str());
+  std::ostringstream where;
+  if (expectation != nullptr) where << "(expected: " << expectation << ") ";
+  where << "[" << base << ":" << line << "]";
+  throw Error(message, where.str());
 }
 }  // namespace detail
 

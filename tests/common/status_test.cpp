@@ -37,5 +37,29 @@ TEST(ErrorMacros, MessageCarriesPartsAndLocation) {
   EXPECT_THROW(GPUBOX_FAIL("boom"), Error);
 }
 
+// What a user is shown (message()) carries no assertion expression and no source location;
+// where() has both, and what() (logs, tests) has everything.
+TEST(ErrorMacros, TheMessageAloneIsForTheUserWhereForTheLog) {
+  try {
+    GPUBOX_EXPECTS(1 + 1 == 3, "card ", 2, " is full");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "card 2 is full");
+    EXPECT_NE(e.where().find("(expected: 1 + 1 == 3)"), std::string::npos) << e.where();
+    EXPECT_NE(e.where().find("[status_test.cpp:"), std::string::npos) << e.where();
+    EXPECT_EQ(std::string(e.what()), e.message() + " " + e.where());
+  }
+  try {
+    GPUBOX_FAIL("boom ", 7);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "boom 7");
+    EXPECT_EQ(e.where().find("expected"), std::string::npos) << e.where();
+  }
+  const Error plain("just text");
+  EXPECT_EQ(plain.message(), "just text");
+  EXPECT_EQ(plain.where(), "");
+  EXPECT_STREQ(plain.what(), "just text");
+}
+
 }  // namespace
 }  // namespace gpubox

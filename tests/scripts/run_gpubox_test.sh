@@ -100,6 +100,13 @@ grep -q "runner.resume: resuming from pass 0 (output/model_dnn/0" out5.2.txt || 
 grep -q "^Epoch: 1, " out5.2.txt || { cat out5.2.txt; fail "the second run did not train"; }
 grep -q "^pass: 1, .* created: 0," out5.2.txt || { cat out5.2.txt; fail "the second run's rows were not the save's"; }
 [ -s output/model_dnn/1/sparse/MANIFEST ] || { find output; fail "the second run saved no sparse half"; }
+# Another job into the same saves is refused at start, the message alone on the user's line (no
+# assertion expression, no source location: those go to the log line above it).
+"$build/bin/gpubox_train" --config "$config" -o runner.train_batch_size=7 -o runner.metrics_path= \
+  >out5.x.txt 2>&1 </dev/null && fail "another job resumed the saves"
+grep -q "^gpubox_train: runner.resume: .* is of another job than this one: runner.train_batch_size: saved 512, now 7" out5.x.txt ||
+  { cat out5.x.txt; fail "no refusal naming the batch size"; }
+grep "^gpubox_train: " out5.x.txt | grep -q "expected:\|\.cpp:" && { cat out5.x.txt; fail "the user's line carries the code's location"; }
 # The same finished job run again trains again from the start (it prints an AUC again).
 env GPUBOX_LOCAL_TIER=0 timeout 120 sh "$repo/scripts/run_gpubox.sh" --config "$config" \
   -o runner.epochs=2 -o runner.metrics_path= >out5.3.txt 2>&1 </dev/null ||
