@@ -437,26 +437,4 @@ std::string ConfigDocument::no_effect_note() const {
   return text;
 }
 
-bool take_overrides(int argc, char** argv, std::vector<std::string>* overrides,
-                    std::vector<char*>* rest, std::string* error) {
-  rest->assign(argv, argv + (argc > 0 ? 1 : 0));
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--o") == 0) {
-      if (i + 1 >= argc) {
-        *error = "-o needs key=value";
-        return false;
-      }
-      overrides->emplace_back(argv[++i]);
-    } else if (std::strncmp(argv[i], "-o=", 3) == 0 || std::strncmp(argv[i], "--o=", 4) == 0) {
-      overrides->emplace_back(std::strchr(argv[i], '=') + 1);
-    } else if (std::strncmp(argv[i], "-o", 2) == 0 && argv[i][2] != '-' &&
-               std::strchr(argv[i], '=') != nullptr) {
-      overrides->emplace_back(argv[i] + 2);
-    } else {
-      rest->push_back(argv[i]);
-    }
-  }
-  return true;
-}
-
 }  // namespace gpubox::config

@@ -130,13 +130,4 @@ class ConfigDocument {
 // Errors are InvalidArgument "<key.name>: ...".
 Status parse_value_text(const KeySpec& key, const std::string& text, ConfigValue* out);
 
-// The `-o key=value` arguments of a command line (PaddleRec style: `-o k=v`, `-ok=v`, and the
-// front end's `--o k=v`, `-o=k=v`, `--o=k=v`; repeatable), taken out of argv before flag
-// parsing; the other arguments stay in order, argv[0] first. Returns false (with *error set) for
-// a trailing `-o` without a value. Only gpubox_train still uses it: the binaries read their
-// command lines through common/cli_args.hpp, which takes these spellings itself; remove this
-// once gpubox_train does too.
-bool take_overrides(int argc, char** argv, std::vector<std::string>* overrides,
-                    std::vector<char*>* rest, std::string* error);
-
 }  // namespace gpubox::config

@@ -190,7 +190,7 @@ TEST_F(ConfigDocumentTest, OverridesApplyInOrderWithTheKeysTypes) {
              "runner.slot_token_order=feasign:slot", "runner.epochs=9",
              "hyper_parameters.slot_names=[u, i]", "hyper_parameters.sparse_inputs_slots=3",
              "runner.seed=18446744073709551615", "-o", "runner.use_gpu=false"});
-  // "-o" is not key=value: take_overrides strips it from command lines, the loader refuses it.
+  // "-o" is not key=value: the command-line front end takes it out, the loader refuses it.
   ASSERT_FALSE(doc.ok());
   doc = ConfigDocument::load(
       path,
@@ -445,39 +445,6 @@ TEST(ConfigKeys, ClosestKeyAndEditDistance) {
   EXPECT_EQ(find_key("runner.nothing"), nullptr);
 }
 
-TEST(TakeOverrides, SplitsOverridesFromTheOtherArguments) {
-  std::vector<std::string> args = {
-      "bin",          "--config", "c.yaml", "-o",        "runner.epochs=3", "-orunner.seed=4",
-      "--mode=train", "-o",       "a=b=c",  "--o=x.y=1", "-o=x.z=2",        "--o",
-      "x.w=3"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  std::vector<std::string> overrides;
-  std::vector<char*> rest;
-  std::string error;
-  ASSERT_TRUE(
-      take_overrides(static_cast<int>(argv.size()), argv.data(), &overrides, &rest, &error));
-  EXPECT_EQ(overrides, (std::vector<std::string>{"runner.epochs=3", "runner.seed=4", "a=b=c",
-                                                 "x.y=1", "x.z=2", "x.w=3"}));
-  ASSERT_EQ(rest.size(), 4u);
-  EXPECT_STREQ(rest[0], "bin");
-  EXPECT_STREQ(rest[3], "--mode=train");
-  argv.push_back(args[3].data());  // a trailing -o
-  overrides.clear();
-  EXPECT_FALSE(
-      take_overrides(static_cast<int>(argv.size()), argv.data(), &overrides, &rest, &error));
-  EXPECT_EQ(error, "-o needs key=value");
-}
-
-}  // namespace
-}  // namespace gpubox::config
-
-namespace gpubox::config {
-namespace {
-
-// PaddleRec's dcn_v2 spellings set GPUBox's keys through the one alias table, in a file and
-// in -o; the mixture of experts GPUBox does not build is refused; alias and key together are
-// one key set twice.
 TEST_F(ConfigDocumentTest, PaddleRecDcnV2SpellingsSetGpuboxKeys) {
   auto doc = ConfigDocument::load(write("dcn.yaml",
                                         "hyper_parameters:\n  cross_num: 4\n  is_Stacked: False\n"

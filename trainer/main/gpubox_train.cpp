@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "common/cli_flags.hpp"
 #include "common/config/config_document.hpp"
 #include "common/config/config_keys.hpp"
+#include "common/config/memory_asks.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
@@ -46,8 +48,10 @@ DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runne
 DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance to this file");
 DEFINE_string(out, "", "export: the serving model folder to write");
 DEFINE_double(show_threshold, 0.0, "export: leave out sparse rows shown fewer times than this");
+GPUBOX_FLAG_RANGE(show_threshold, 0.0, 1e30);
 DEFINE_bool(export_fp16, false, "export: store sparse values as float16 (half the size)");
 DEFINE_int32(threads_per_card, 0, "cpu build: host threads per simulated card (0 = cores / cards)");
+GPUBOX_FLAG_RANGE(threads_per_card, 0, 4096);
 DEFINE_bool(print_config_keys, false,
             "print every config key (type, default, which part reads it, meaning) as the "
             "Markdown table of docs/config-reference.md, and exit");
@@ -202,27 +206,19 @@ int main(int argc, char** argv) {
   // exited; with the default action the process would die silently. Commands started for data
   // files get the default action back (dataset/line_reader.cpp).
   std::signal(SIGPIPE, SIG_IGN);
-  if (gpubox::cli::answer_help_or_version(argc, argv, "gpubox_train", usage_text)) return 0;
   std::vector<std::string> args = paddlerec_config_flags(argc, argv);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
-  // `-o key=value` (repeatable, PaddleRec style) is taken out before gflags sees the rest.
-  std::vector<std::string> overrides;
-  std::vector<char*> rest;
-  std::string error;
-  if (!gpubox::config::take_overrides(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(),
-                                      &overrides, &rest, &error)) {
-    std::fprintf(stderr, "gpubox_train: %s\n", error.c_str());
-    return 2;
-  }
-  int rest_argc = static_cast<int>(rest.size());
-  char** rest_argv = rest.data();
-  gflags::SetUsageMessage("gpubox_train --config CONFIG.yaml (gpubox_train --help)");
-  gflags::ParseCommandLineFlags(&rest_argc, &rest_argv, true);
-  if (rest_argc > 1) {
-    std::fprintf(stderr, "gpubox_train: unexpected argument '%s'\n", rest_argv[1]);
-    return 2;
-  }
+  // The one front end (common/cli_args.hpp): flags, -o key=value, --help, --version, ranges.
+  gpubox::cli::CommandSpec spec;
+  spec.tool = "gpubox_train";
+  spec.flags = gpubox::cli::gflags_flag_specs(__FILE__);
+  spec.takes_overrides = true;
+  spec.usage = usage_text;
+  const gpubox::cli::CommandLine line = gpubox::cli::parse_gflags_command_line(
+      spec, static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  if (line.exit_code) return *line.exit_code;
+  const std::vector<std::string>& overrides = line.args.overrides;
   if (FLAGS_print_config_keys || FLAGS_print_config_template) {
     std::fputs(FLAGS_print_config_keys ? gpubox::config::render_markdown_key_table().c_str()
                                        : gpubox::config::render_yaml_template().c_str(),
@@ -238,18 +234,21 @@ int main(int argc, char** argv) {
                  FLAGS_mode.c_str());
     return 2;
   }
+  auto doc = gpubox::config::ConfigDocument::load(FLAGS_config, overrides);
+  if (!doc.ok()) {
+    std::fprintf(stderr, "gpubox_train: %s\n", doc.status().to_string().c_str());
+    return 2;
+  }
   try {
-    auto doc = gpubox::config::ConfigDocument::load(FLAGS_config, overrides);
-    if (!doc.ok()) {
-      std::fprintf(stderr, "gpubox_train: %s\n", doc.status().to_string().c_str());
-      return 2;
-    }
     if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
     auto config = gpubox::trainer::trainer_config_from(*doc);
     if (!config.ok()) {
       std::fprintf(stderr, "gpubox_train: %s\n", config.status().to_string().c_str());
       return 2;
     }
+    GPUBOX_LOG(INFO) << "network: "
+                     << gpubox::name_of(gpubox::config::kModelKindNames, config->hyper.model)
+                     << " (from " << config->hyper.model_source << ")";
     if (FLAGS_print_model_root) {
       // Training reads --load or runner.model_init_path, infer and export infer_load_path.
       const bool train = FLAGS_mode == "train";
@@ -292,6 +291,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     return run_infer(trainer, config.value());
+  } catch (const gpubox::Error& e) {
+    // The user's message alone; where it was raised goes to the log.
+    if (!e.where().empty()) GPUBOX_LOG(INFO) << "the error below was raised at " << e.where();
+    std::fprintf(stderr, "gpubox_train: %s\n", e.message().c_str());
+    return 1;
+  } catch (const std::bad_alloc& e) {
+    // Name what the config asked for rather than a bare "std::bad_alloc".
+    std::fprintf(stderr, "gpubox_train: %s\n",
+                 gpubox::config::out_of_memory_text(*doc, e.what()).c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubox_train: %s\n", e.what());
     return 1;
