@@ -235,3 +235,51 @@ TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
 
 }  // namespace
 }  // namespace gpubox::trainer
+
+namespace gpubox::trainer {
+namespace {
+
+// A PaddleRec config has no hyper_parameters.model: the network is the one its model folder
+// (workspace, else the models/rank/<name>/ folder it sits in) names, or a refusal naming it.
+TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const auto load = [&](const std::string& folder, const std::string& text,
+                        const std::vector<std::string>& overrides = {}) {
+    fs::create_directories(dir_ / folder);
+    return load_trainer_config(write(folder + "/config.yaml", text), overrides);
+  };
+  auto wide_deep = load("PaddleRec/models/rank/wide_deep", yaml);
+  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
+  EXPECT_EQ(wide_deep->hyper.model, config::ModelKind::kWideDeep);
+  EXPECT_NE(wide_deep->hyper.model_source.find("the config's folder"), std::string::npos);
+  EXPECT_EQ(wide_deep->model_keys.at("hyper_parameters.model"), "wide_deep");
+
+  auto by_workspace = load("elsewhere", "workspace: \"models/rank/deepfm\"\n" + yaml);
+  ASSERT_TRUE(by_workspace.ok()) << by_workspace.status().to_string();
+  EXPECT_EQ(by_workspace->hyper.model, config::ModelKind::kDeepFm);
+  EXPECT_EQ(by_workspace->hyper.model_source,
+            "PaddleRec's model folder (workspace "
+            "models/rank/deepfm)");
+
+  auto fm = load("PaddleRec/models/rank/fm", yaml);
+  ASSERT_FALSE(fm.ok());
+  const std::string what = fm.status().message();
+  EXPECT_NE(what.find("names PaddleRec's network 'fm', which GPUBox does not build (it builds "
+                      "dnn, wide_deep, wide, deepfm, dcn_v2)"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
+  // Set knowingly, the key wins over the folder.
+  auto knowingly = load("PaddleRec/models/rank/fm", yaml, {"hyper_parameters.model=dnn"});
+  ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
+  EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
+  EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");
+
+  auto plain = load("plain", yaml);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->hyper.model, config::ModelKind::kDnn);
+  EXPECT_NE(plain->hyper.model_source.find("the default"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

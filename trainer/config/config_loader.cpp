@@ -5,6 +5,7 @@
 #include "common/config/config_document.hpp"
 #include "dataset/dataset_config.hpp"
 #include "table/sparse_config.hpp"
+#include "trainer/config/network_choice.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -93,6 +94,16 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.optimizer.epsilon = static_cast<float>(doc.get_float(o + "epsilon"));
   h.fc_sizes = doc.get_int_list("hyper_parameters.fc_sizes");
   h.model = doc.get_enum("hyper_parameters.model", kModelKindNames);
+  if (doc.is_set("hyper_parameters.model")) {
+    h.model_source = "hyper_parameters.model";
+  } else {
+    // No model key (no PaddleRec config has one): the network its model folder names.
+    StatusOr<NetworkChoice> choice = network_from_paddlerec_folder(
+        doc.get_string("workspace"), doc.file_path().empty() ? doc.source() : doc.file_path());
+    if (!choice.ok()) return choice.status();
+    h.model = choice->model;
+    h.model_source = choice->source;
+  }
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
   h.cross_layers = static_cast<int>(doc.get_int("hyper_parameters.cross_layers"));
@@ -113,6 +124,8 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
       c.job_keys[key.name] = doc.value_text(key.name);
     }
   }
+  // The network trained, also when a model folder chose it (a save records what was built).
+  c.model_keys["hyper_parameters.model"] = name_of(kModelKindNames, h.model);
   c.config_path = doc.source();
   return c;
 }

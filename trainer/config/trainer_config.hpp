@@ -71,7 +71,11 @@ struct HyperParameters {
   DenseOptimizerConfig optimizer;     // hyper_parameters.optimizer.{class, learning_rate, ...}
   std::vector<int> fc_sizes;          // hyper_parameters.fc_sizes
   ModelKind model = ModelKind::kDnn;  // hyper_parameters.model: dnn | wide_deep | wide | ...
-  bool use_cvm = false;               // hyper_parameters.use_cvm
+  // Where `model` came from, for the start line: "hyper_parameters.model", the PaddleRec model
+  // folder that named it ("workspace models/rank/wide_deep", "the config's folder ..."), or the
+  // default (network_choice.hpp).
+  std::string model_source = "the default (no hyper_parameters.model, no PaddleRec model folder)";
+  bool use_cvm = false;                                    // hyper_parameters.use_cvm
   DensePrecision dense_precision = DensePrecision::kFp32;  // hyper_parameters.dense_precision
   int cross_layers = 3;                                    // hyper_parameters.cross_layers (dcn_v2)
   int cross_rank = 0;  // hyper_parameters.cross_rank (dcn_v2; 0 = full rank)
