@@ -67,12 +67,15 @@ const char* op_name(Op op) {
       return "DENSE";
     case Op::kPeek:
       return "PEEK";
+    case Op::kAuthProof:
+      return "AUTH_PROOF";
   }
   return "OP#?";
 }
 
 bool is_known_op(uint16_t value) {
-  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kPeek);
+  return value >= static_cast<uint16_t>(Op::kAuth) &&
+         value <= static_cast<uint16_t>(Op::kAuthProof);
 }
 
 Status make_status(Status::Code code, std::string message) {
@@ -105,15 +108,20 @@ Status make_status(Status::Code code, std::string message) {
 
 // ---- header ----------------------------------------------------------------------------------
 
-void encode_header(const FrameHeader& header, uint8_t* out) {
+void encode_header(const FrameHeader& header, uint8_t* out, uint16_t version) {
   const uint16_t op = static_cast<uint16_t>(header.op) | (header.response ? kResponseBit : 0);
   store<uint32_t>(out + 0, kFrameMagic);
-  store<uint16_t>(out + 4, kProtocolVersion);
+  store<uint16_t>(out + 4, version);
   store<uint16_t>(out + 6, op);
   store<uint32_t>(out + 8, static_cast<uint32_t>(header.status));
   store<uint32_t>(out + 12, header.payload_bytes);
   store<uint64_t>(out + 16, header.request_id);
   store<uint64_t>(out + 24, header.client_id);
+}
+
+uint16_t header_version(const uint8_t* bytes, std::size_t n) {
+  if (n < 6 || load<uint32_t>(bytes) != kFrameMagic) return 0;
+  return load<uint16_t>(bytes + 4);
 }
 
 StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
@@ -130,7 +138,8 @@ StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
   const uint16_t version = load<uint16_t>(bytes + 4);
   if (version != kProtocolVersion) {
     return Status::InvalidArgument("unsupported protocol version " + std::to_string(version) +
-                                   " (this build speaks " + std::to_string(kProtocolVersion) + ")");
+                                   " (this build speaks " + std::to_string(kProtocolVersion) +
+                                   "): client and server must be of the same GPUBox release");
   }
   const uint16_t raw_op = load<uint16_t>(bytes + 6);
   const uint16_t op = raw_op & static_cast<uint16_t>(~kResponseBit);

@@ -4,14 +4,17 @@
 //                 [--load PATH] [--auth_token_file F] [--threads T]
 //                 [--config config_gpubox.yaml [-o key=value ...]] [--mf_dim 8 --optimizer adagrad]
 //                 [--max_connections N --idle_timeout_s S --max_inflight_mb M ...] (limits)
+//                 [--frame_deadline_s S --min_transfer_kb_s K --auth_timeout_s A ...] (deadlines)
 //
 // Prints "gpubox_server listening on <ip>:<port>" once it accepts connections (launchers wait
 // for that line). Stops gracefully on SHUTDOWN, SIGTERM or SIGINT.
 #include <gflags/gflags.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -67,7 +70,23 @@ DEFINE_uint64(max_connections, 0,
               "connections served at once; more are closed at accept. 0: min(1024, open files "
               "limit - 64)");
 DEFINE_double(idle_timeout_s, 300.0,
-              "close a connection idle this long (BARRIER waits excepted); 0: never");
+              "close a connection whose client sent no new frame for this long; 0: never");
+// Deadlines and shares against slow and hostile peers (ServerOptions, session.hpp).
+DEFINE_double(frame_deadline_s, 10.0,
+              "every frame (request or reply) gets this long from its first byte, then its "
+              "bytes must keep up with --min_transfer_kb_s, or the connection is closed");
+DEFINE_double(min_transfer_kb_s, 1024.0,
+              "floor rate of a frame's bytes after --frame_deadline_s, in KiB/s (a frame of B "
+              "bytes has frame_deadline_s + B / rate seconds in all)");
+DEFINE_double(auth_timeout_s, 10.0,
+              "with a token: a connection must authenticate this long after connecting");
+DEFINE_uint64(max_unauthenticated, 0,
+              "with a token: slots connections that have not authenticated may hold (a new one "
+              "beyond evicts the oldest); 0: half of max_connections");
+DEFINE_uint64(max_barrier_waiters, 0,
+              "BARRIER waiters at once, all barriers together; 0: half of max_connections");
+DEFINE_double(barrier_timeout_s, 3600.0,
+              "longest BARRIER wait; then the waiter is answered DeadlineExceeded");
 DEFINE_uint64(max_connection_buffer_mb, 0,
               "request and reply bytes one connection may buffer, in MiB; 0: --max_frame_mb");
 DEFINE_uint64(max_inflight_mb, 1024,
@@ -138,6 +157,32 @@ Status apply_limit_flags(ServerOptions* options) {
   return Status::OK();
 }
 
+// The deadline flags into `options` (Server::start checks their ranges again).
+Status apply_deadline_flags(ServerOptions* options) {
+  const std::pair<const char*, double> positive[] = {
+      {"--frame_deadline_s", FLAGS_frame_deadline_s},
+      {"--min_transfer_kb_s", FLAGS_min_transfer_kb_s},
+      {"--auth_timeout_s", FLAGS_auth_timeout_s},
+      {"--barrier_timeout_s", FLAGS_barrier_timeout_s}};
+  for (const auto& [flag, value] : positive) {
+    if (!(value > 0) || !std::isfinite(value) || value > 1e9) {
+      return Status::InvalidArgument(std::string(flag) +
+                                     " must be a positive number (at most 1e9), not " +
+                                     std::to_string(value));
+    }
+  }
+  options->frame_deadline_s = FLAGS_frame_deadline_s;
+  options->min_transfer_bytes_per_s = FLAGS_min_transfer_kb_s * 1024.0;
+  options->auth_timeout_s = FLAGS_auth_timeout_s;
+  options->max_unauthenticated = static_cast<std::size_t>(FLAGS_max_unauthenticated);
+  options->max_barrier_waiters = static_cast<std::size_t>(FLAGS_max_barrier_waiters);
+  options->barrier_timeout_s = FLAGS_barrier_timeout_s;
+  GPUBOX_LOG(INFO) << "gpubox_server: frame_deadline_s " << FLAGS_frame_deadline_s
+                   << " then min_transfer_kb_s " << FLAGS_min_transfer_kb_s << ", auth_timeout_s "
+                   << FLAGS_auth_timeout_s << ", barrier_timeout_s " << FLAGS_barrier_timeout_s;
+  return Status::OK();
+}
+
 Status run(const std::vector<std::string>& overrides) {
   if (FLAGS_config.empty() && !overrides.empty()) {
     return Status::InvalidArgument("-o " + overrides.front() + ": needs --config");
@@ -183,6 +228,7 @@ Status run(const std::vector<std::string>& overrides) {
     options.auth_token = *token;
   }
   GPUBOX_RETURN_IF_ERROR(apply_limit_flags(&options));
+  GPUBOX_RETURN_IF_ERROR(apply_deadline_flags(&options));
   if (!FLAGS_load.empty()) {
     auto path = resolve_model_path(options, FLAGS_load);
     if (!path.ok()) return path.status().with_context("--load");
