@@ -249,26 +249,30 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.max_inflight_bytes = 1 << 20;  // 128 KiB of it kept for connections holding <= 16 KiB
-  so.frame_deadline_s = 0.8;
+  so.frame_deadline_s = 1.0;
   so.idle_timeout_s = 60;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
-  auto small = connect_client(client_options(server->endpoint()));  // 64 rows a frame
+  auto small_options = client_options(server->endpoint());  // 64 rows a frame, ~4 KB
+  small_options.deadline_s = 0.5;
+  auto small = connect_client(small_options);
   auto big_options = client_options(server->endpoint());
   big_options.chunk_rows = 4096;
   big_options.deadline_s = 0.3;
   auto big = connect_client(big_options);
   ASSERT_TRUE(small && big);
-  // Six slow senders announce 200 KiB PUSH frames, send 150 KiB and stall: four hold 800 KiB
-  // (the most big holders may take is 896 KiB), the other two were refused.
+  // Six slow senders announce 170 KiB PUSH frames, send 150 KiB and stall: five hold 850 KiB
+  // (big holders may take 896 KiB at most; without that reserve all six would hold 1020 KiB),
+  // the sixth was refused.
   std::vector<Connection> slow;
   for (int i = 0; i < 6; ++i) {
     slow.push_back(raw_connection(server->port()));
-    send_header(slow.back(), Op::kPush, 200 * 1024);
+    send_header(slow.back(), Op::kPush, 170 * 1024);
     std::vector<uint8_t> some(150 * 1024, 0x5a);
     ASSERT_TRUE(slow.back().send_all(some.data(), some.size(), seconds_from_now(2)).ok());
   }
-  ASSERT_TRUE(eventually([&] { return server->counters().inflight_bytes >= 800 * 1024; }));
+  ASSERT_TRUE(eventually([&] { return server->counters().inflight_bytes >= 850 * 1024; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto stalled_at = Clock::now();
 
   // Small requests still fit (the reserve); a big one (two frames of 4000 rows, ~240 KB each)
