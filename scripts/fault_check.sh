@@ -228,8 +228,7 @@ final_auc() { { grep -o 'epoch: 2, test auc: [0-9.]*' "$1" || true; } | tail -1 
 tail1() { { grep -v '^pass [0-9]*: [0-9]*/' "$1" || true; } | tail -1 | cut -c1-160; }
 
 # 7: the trainer and a token-protected server.
-echo "tok-$RANDOM-$RANDOM-$RANDOM" >"$t/token"
-chmod 600 "$t/token"
+(umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$t/token")  # 128 bits
 tserver_start token 0 --auth_token_file "$t/token"
 token_port=$sport
 trainer_run token_none none "127.0.0.1:$token_port" -- -o runner.epochs=1
