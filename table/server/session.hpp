@@ -97,7 +97,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // An error reply, then the connection is closed (the rest of the frame is never read).
   void refuse(const Status& status);
   void protocol_error(const std::string& reason);
-  // Writes a notice (protocol.hpp: request id 0) if the socket takes it now, then closes.
+  // Writes a notice (protocol.hpp: request id 0) if the socket takes it now and no reply is
+  // being written, then closes.
   void notice_and_close(const Status& why);
   void close();
   // ---- deadlines (session_guard.cpp) ----

@@ -282,7 +282,8 @@ void Session::on_overdue() {
 // ---- closing ----------------------------------------------------------------------------------
 
 void Session::notice_and_close(const Status& why) {
-  send_notice_now(fd_, notice_frame(why));
+  // Not in the middle of a reply's bytes: the notice would garble the frame being written.
+  if (state_ != State::kWriting) send_notice_now(fd_, notice_frame(why));
   close();
 }
 
