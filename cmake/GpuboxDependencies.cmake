@@ -4,6 +4,7 @@ find_package(gflags REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(Boost 1.74 REQUIRED)            # Asio (header-only) for gpubox_server and its client
 find_package(RocksDB REQUIRED)
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # HMAC-SHA256 and nonces of gpubox_server's AUTH
 if(GPUBOX_BACKEND STREQUAL "cpu")
   # Gloo (libgloo-dev): the collectives between trainer processes on the cpu backend (its CMake
   # package file gives the imported target `gloo`).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# scripts/fault_check.sh: replays the abuse of issue #12 against live gpubox_server processes and
-# the live trainer on loopback and prints a table, probe -> held / failed; exits non-zero when
-# any probe failed. Every loop is bounded (a few hundred connections, 20k requests, a dozen
+# scripts/fault_check.sh: replays the abuse of issue #12 (items 1-11) and the network items of
+# issue #30 (rows 30.N) against live gpubox_server processes and the live trainer on loopback and
+# prints a table, probe -> held / failed; exits non-zero when any probe failed. Every loop is bounded (a few hundred connections, 20k requests, a dozen
 # short training runs); about a minute in all. The client side of each server probe is
-# build/bin/gpubox_fault_probe (tests/table/server/fault_probe.cpp); the trainer rows (items 7-11)
+# build/bin/gpubox_fault_probe (tests/table/server/fault_probe*.cpp); the trainer rows (items 7-11)
 # drive gpubox_train and gpubox_data on generated data.
 #   scripts/fault_check.sh [--only server|trainer]   (GPUBOX_FAULT_KEEP=1 keeps the work folder)
 set -euo pipefail
@@ -73,7 +73,7 @@ record() {
   local item=$1 probe=$2 line=$3
   local verdict="${line%%:*}" detail="${line#*: }"
   [ "$verdict" = held ] || { verdict=failed; failures=$((failures + 1)); }
-  rows+=("$(printf '%-4s  %-22s  %-6s  %s' "$item" "$probe" "$verdict" "$detail")")
+  rows+=("$(printf '%-5s  %-22s  %-6s  %s' "$item" "$probe" "$verdict" "$detail")")
 }
 # probe ITEM NAME PROBE [flags...]: runs gpubox_fault_probe against server NAME ($pid, $port).
 probe() {
@@ -89,13 +89,15 @@ if [ "$only" != trainer ]; then
 # 1: connections over the cap (default cap under 256 descriptors: 192), idle timeout.
 start_server capped 256 --idle_timeout_s 2
 probe 1 capped over_cap --idle_timeout_s 2
+# 30.10: at the cap a client reads "server at its connection cap (N)", not a reset.
+probe 30.10 capped cap_message
 # 1: out of descriptors (a cap above the limit, so accept() itself fails).
 start_server nofds 256 --max_connections 1000 --idle_timeout_s 0
 probe 1 nofds out_of_fds
 
 start_server plain 0
 plain_pid=$pid plain_port=$port
-echo "tok-$RANDOM-$RANDOM" >"$work/token"
+(umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$work/token")  # 128 bits
 start_server guarded 0 --auth_token_file "$work/token"
 guarded_pid=$pid guarded_port=$port
 
@@ -128,6 +130,32 @@ fi
 
 pid=$plain_pid port=$plain_port
 probe 6 plain nonfinite
+
+# ---- issue #30, the network items: deadlines, slots, the in-flight budget, AUTH ----------------
+# 30.2: clients dripping bytes are cut at their frame deadline; an unauthenticated flood does not
+# keep a trainer out.
+start_server dripped 0 --frame_deadline_s 1
+probe 30.2 dripped drip --frame_deadline_s 1
+start_server flooded 0 --auth_token_file "$work/token" --max_connections 32 --auth_timeout_s 60
+probe 30.2 flooded auth_flood --token "$(cat "$work/token")"
+# 30.3: slow senders cannot starve the in-flight budget; the refused read "server busy".
+start_server budget 0 --max_inflight_mb 4 --frame_deadline_s 1
+probe 30.3 budget budget_starve --frame_deadline_s 1
+# 30.8: token guesses slowed and logged (a server of their own: the guesses slow 127.0.0.1 there),
+# a captured exchange not replayable, short tokens refused.
+start_server guessed 0 --auth_token_file "$work/token"
+probe 30.8 guessed token_guess --token "$(cat "$work/token")"
+pid=$guarded_pid port=$guarded_port
+probe 30.8 guarded auth_replay --token "$(cat "$work/token")"
+(umask 077 && echo "0123456789abcdef0123456789abcde" >"$work/short_token")  # 31 characters
+if "$server_bin" --port 0 --config "$work/config.yaml" --auth_token_file "$work/short_token" \
+     >/dev/null 2>"$work/short_token.err"; then
+  record 30.8 short_token "failed: a server started with a 31-character token"
+elif grep -q "has 31 characters; at least 32" "$work/short_token.err"; then
+  record 30.8 short_token "held: a 31-character token refused at start: $(grep -o 'has 31 characters[^(]*' "$work/short_token.err" | head -1)"
+else
+  record 30.8 short_token "failed: refused without saying why: $(head -c 200 "$work/short_token.err")"
+fi
 mkdir -p "$work/restart/data"
 record 8 restart "$("$probe_bin" restart --server_binary "$server_bin" --config "$work/config.yaml" \
                      --data_dir "$work/restart/data" --log "$work/restart.log" || true)"
@@ -200,8 +228,7 @@ final_auc() { { grep -o 'epoch: 2, test auc: [0-9.]*' "$1" || true; } | tail -1 
 tail1() { { grep -v '^pass [0-9]*: [0-9]*/' "$1" || true; } | tail -1 | cut -c1-160; }
 
 # 7: the trainer and a token-protected server.
-echo "tok-$RANDOM-$RANDOM-$RANDOM" >"$t/token"
-chmod 600 "$t/token"
+(umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$t/token")  # 128 bits
 tserver_start token 0 --auth_token_file "$t/token"
 token_port=$sport
 trainer_run token_none none "127.0.0.1:$token_port" -- -o runner.epochs=1
@@ -345,7 +372,7 @@ else
 fi
 fi  # the trainer rows
 
-printf '%-4s  %-22s  %-6s  %s\n' item probe result detail
+printf '%-5s  %-22s  %-6s  %s\n' item probe result detail
 printf '%s\n' "${rows[@]}"
 if ((failures)); then
   echo "fault_check: $failures probe(s) failed"

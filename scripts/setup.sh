@@ -15,6 +15,7 @@ PACKAGES=(
   librocksdb-dev       # disk tier under the host table
   libgloo-dev          # Gloo: collectives over TCP between trainer processes (cpu backend, several trainers)
   libxxhash-dev        # hashing Criteo categoricals, checksums of saved models
+  libssl-dev           # libcrypto: HMAC-SHA256 and random nonces of gpubox_server's challenge-response AUTH
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev     # micro-benchmarks
   libabsl-dev          # absl::flat_hash_map: the peer of the card hash table in gpubox_bench

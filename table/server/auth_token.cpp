@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/logging.hpp"
+#include "table/server/auth_handshake.hpp"
 
 namespace gpubox::table::server {
 
@@ -34,6 +35,7 @@ StatusOr<std::string> read_auth_token_file(const std::string& path, const std::s
   std::string token = text.str();
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
   if (token.empty()) return Status::InvalidArgument("the token file " + named + " is empty");
+  GPUBOX_RETURN_IF_ERROR(check_token_strength(token, named));
   if ((st.st_mode & (S_IRGRP | S_IROTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));

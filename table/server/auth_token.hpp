@@ -22,8 +22,8 @@ TokenFileChoice client_token_file(const std::string& configured);
 
 // Reads a token file: the token is its text without trailing whitespace. `what` names the file
 // in messages ("--auth_token_file", "GPUBOX_AUTH_TOKEN_FILE"). Errors name the file: missing or
-// unreadable (NotFound), empty (InvalidArgument). A file that other users may read is used,
-// with a warning naming it and its mode (a token is a password: chmod 600).
+// unreadable (NotFound), empty or shorter than kMinTokenChars (InvalidArgument). A file that other
+// users may read is used, with a warning naming it and its mode (a token is a password: chmod 600).
 StatusOr<std::string> read_auth_token_file(const std::string& path, const std::string& what);
 
 }  // namespace gpubox::table::server

@@ -87,6 +87,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kDense:
       return dense(header, payload);
     case Op::kAuth:
+    case Op::kAuthProof:
     case Op::kBarrier:
       break;  // handled by the session
   }

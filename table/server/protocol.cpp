@@ -67,12 +67,15 @@ const char* op_name(Op op) {
       return "DENSE";
     case Op::kPeek:
       return "PEEK";
+    case Op::kAuthProof:
+      return "AUTH_PROOF";
   }
   return "OP#?";
 }
 
 bool is_known_op(uint16_t value) {
-  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kPeek);
+  return value >= static_cast<uint16_t>(Op::kAuth) &&
+         value <= static_cast<uint16_t>(Op::kAuthProof);
 }
 
 Status make_status(Status::Code code, std::string message) {
@@ -105,15 +108,20 @@ Status make_status(Status::Code code, std::string message) {
 
 // ---- header ----------------------------------------------------------------------------------
 
-void encode_header(const FrameHeader& header, uint8_t* out) {
+void encode_header(const FrameHeader& header, uint8_t* out, uint16_t version) {
   const uint16_t op = static_cast<uint16_t>(header.op) | (header.response ? kResponseBit : 0);
   store<uint32_t>(out + 0, kFrameMagic);
-  store<uint16_t>(out + 4, kProtocolVersion);
+  store<uint16_t>(out + 4, version);
   store<uint16_t>(out + 6, op);
   store<uint32_t>(out + 8, static_cast<uint32_t>(header.status));
   store<uint32_t>(out + 12, header.payload_bytes);
   store<uint64_t>(out + 16, header.request_id);
   store<uint64_t>(out + 24, header.client_id);
+}
+
+uint16_t header_version(const uint8_t* bytes, std::size_t n) {
+  if (n < 6 || load<uint32_t>(bytes) != kFrameMagic) return 0;
+  return load<uint16_t>(bytes + 4);
 }
 
 StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
@@ -130,7 +138,8 @@ StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,
   const uint16_t version = load<uint16_t>(bytes + 4);
   if (version != kProtocolVersion) {
     return Status::InvalidArgument("unsupported protocol version " + std::to_string(version) +
-                                   " (this build speaks " + std::to_string(kProtocolVersion) + ")");
+                                   " (this build speaks " + std::to_string(kProtocolVersion) +
+                                   "): client and server must be of the same GPUBox release");
   }
   const uint16_t raw_op = load<uint16_t>(bytes + 6);
   const uint16_t op = raw_op & static_cast<uint16_t>(~kResponseBit);
@@ -314,131 +323,6 @@ StatusOr<PullRequest> decode_pull_request(const uint8_t* data, std::size_t n) {
   if (has_slots) GPUBOX_RETURN_IF_ERROR(r.get_array(&req.slots, count));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   return req;
-}
-
-std::size_t pull_reply_bytes(std::size_t n, uint32_t stride) {
-  return pull_reply_rows_offset() + n * stride * sizeof(float);
-}
-
-void encode_pull_reply_head(std::size_t n, uint32_t stride, uint64_t created, uint8_t* out) {
-  store<uint32_t>(out, static_cast<uint32_t>(n));
-  store<uint32_t>(out + 4, stride);
-  store<uint64_t>(out + 8, created);
-}
-
-StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
-                                          uint32_t expect_stride) {
-  PayloadReader r(data, n, "PULL reply");
-  PullReplyView view;
-  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.n));
-  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.stride));
-  GPUBOX_RETURN_IF_ERROR(r.get_u64(&view.created));
-  if (view.n != expect_n || view.stride != expect_stride) {
-    return Status::Corruption("PULL reply holds " + std::to_string(view.n) + " rows of stride " +
-                              std::to_string(view.stride) + ", expected " +
-                              std::to_string(expect_n) + " of stride " +
-                              std::to_string(expect_stride));
-  }
-  view.rows_bytes = static_cast<std::size_t>(view.n) * view.stride * sizeof(float);
-  GPUBOX_RETURN_IF_ERROR(
-      r.skip_array(static_cast<std::size_t>(view.n) * view.stride, sizeof(float), &view.rows));
-  GPUBOX_RETURN_IF_ERROR(r.finish());
-  return view;
-}
-
-StatusOr<PullReplyView> decode_pull_reply(const uint8_t* data, std::size_t n, uint32_t expect_n,
-                                          const RowLayout& record, const WidthClasses& classes) {
-  const auto stride = static_cast<uint32_t>(record.stride());
-  if (!record.mixed_widths) return decode_pull_reply(data, n, expect_n, stride);
-  PayloadReader r(data, n, "PULL reply");
-  PullReplyView view;
-  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.n));
-  GPUBOX_RETURN_IF_ERROR(r.get_u32(&view.stride));
-  GPUBOX_RETURN_IF_ERROR(r.get_u64(&view.created));
-  if (view.n != expect_n || view.stride != stride) {
-    return Status::Corruption("PULL reply holds " + std::to_string(view.n) + " rows of stride " +
-                              std::to_string(view.stride) + ", expected " +
-                              std::to_string(expect_n) + " of stride " + std::to_string(stride));
-  }
-  view.rows_bytes = r.remaining();
-  if (view.rows_bytes > std::size_t{view.n} * stride * sizeof(float) ||
-      view.rows_bytes < std::size_t{view.n} * narrowest_row_bytes(record, classes)) {
-    return Status::Corruption("PULL reply: " + std::to_string(view.rows_bytes) +
-                              " bytes of rows cannot be " + std::to_string(view.n) +
-                              " rows of the table's widths");
-  }
-  GPUBOX_RETURN_IF_ERROR(r.skip_array(view.rows_bytes, 1, &view.rows));
-  return view;
-}
-
-std::size_t narrowest_row_bytes(const RowLayout& record, const WidthClasses& classes) {
-  if (!record.mixed_widths || classes.count == 0) return record.stride() * sizeof(float);
-  return static_cast<std::size_t>(
-      RowLayout::make(record.kind, classes.dims[0], record.storage).stride() * sizeof(float));
-}
-
-std::size_t packed_floats(const float* rows, std::size_t n, const RowLayout& record) {
-  const auto stride = static_cast<std::size_t>(record.stride());
-  if (!record.mixed_widths) return n * stride;
-  std::size_t floats = 0;
-  for (std::size_t i = 0; i < n; ++i) floats += record.of_row(rows + i * stride).stride();
-  return floats;
-}
-
-std::size_t pack_rows(const float* rows, std::size_t n, const RowLayout& record, float* out) {
-  const auto stride = static_cast<std::size_t>(record.stride());
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float* row = rows + i * stride;
-    const auto own = static_cast<std::size_t>(record.of_row(row).stride());
-    if (out + at != row) std::memmove(out + at, row, own * sizeof(float));
-    at += own;
-  }
-  return at;
-}
-
-Status unpack_rows(const uint8_t* packed, std::size_t bytes, std::size_t n, const RowLayout& record,
-                   const WidthClasses& classes, const uint32_t* positions, float* rows,
-                   const char* what) {
-  const auto stride = static_cast<std::size_t>(record.stride());
-  const std::size_t width_at = sizeof(float) * static_cast<std::size_t>(record.mf_dim_offset());
-  std::size_t at = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    std::size_t own = stride;
-    if (record.mixed_widths) {
-      if (bytes - at < width_at + sizeof(float)) {
-        return Status::Corruption(std::string(what) + ": row " + std::to_string(j) + " of " +
-                                  std::to_string(n) + " is cut short");
-      }
-      // A width class of the table, not any width up to the widest: another width would size
-      // and store a row that no slot makes (the host table's arenas have no pool for it).
-      const auto width = load<float>(packed + at + width_at);
-      if (!(width >= 0.0f && width <= static_cast<float>(record.mf_dim)) ||
-          width != std::floor(width) || classes.class_of(static_cast<int32_t>(width)) < 0) {
-        std::ostringstream msg;
-        msg << what << ": row " << j << " of " << n << " records embedx width " << width
-            << ", which is not one of the table's widths (";
-        for (int32_t c = 0; c < classes.count; ++c) msg << (c > 0 ? ", " : "") << classes.dims[c];
-        msg << ": hyper_parameters.slot_dims and sparse_feature_dim)";
-        return Status::Corruption(msg.str());
-      }
-      own = static_cast<std::size_t>(
-          RowLayout::make(record.kind, static_cast<int32_t>(width), record.storage).stride());
-    }
-    if (bytes - at < own * sizeof(float)) {
-      return Status::Corruption(std::string(what) + ": row " + std::to_string(j) + " of " +
-                                std::to_string(n) + " is cut short");
-    }
-    float* out = rows + (positions != nullptr ? std::size_t{positions[j]} : j) * stride;
-    std::memcpy(out, packed + at, own * sizeof(float));
-    std::fill(out + own, out + stride, 0.0f);
-    at += own * sizeof(float);
-  }
-  if (at != bytes) {
-    return Status::Corruption(std::string(what) + ": " + std::to_string(bytes - at) +
-                              " bytes after its " + std::to_string(n) + " rows");
-  }
-  return Status::OK();
 }
 
 void encode_push_request(const uint64_t* keys, std::size_t n, const float* rows, uint32_t stride,

@@ -15,10 +15,16 @@
 //
 // A server answers the requests of one connection in order. Payloads per op are described by the
 // encode_* functions below. Before a connection authenticated (on a server with a token) it may
-// send only AUTH, with at most kMaxAuthPayloadBytes of payload; while a BARRIER waits it may send
-// nothing (bytes then close the connection). Decoders never trust a length: every count is checked
-// against the bytes actually present and against the frame limit before anything is allocated, and
-// any mismatch is a Status error (never a crash, never an unbounded allocation).
+// send only AUTH and AUTH_PROOF (auth_handshake.hpp), with at most kMaxAuthPayloadBytes of
+// payload; while a BARRIER waits it may send nothing (bytes then close the connection).
+// A response with request id 0 (kNoticeRequestId; clients number requests from 1) answers no
+// request: it is the server's notice about the connection (at its connection cap, evicted,
+// another protocol version, a deadline passed), sent just before the server closes it; its status
+// and message are the reason. A frame of another protocol version is answered with such a notice
+// in that version's header, so an older or newer client reports both versions. Decoders never trust
+// a length: every count is checked against the bytes actually present and against the frame limit
+// before anything is allocated, and any mismatch is a Status error (never a crash, never an
+// unbounded allocation).
 #pragma once
 
 #include <cstddef>
@@ -40,18 +46,21 @@ inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the w
 // 3: INFO carries the rows' sparse storage (fp16 and bf16 rows have the same stride).
 // 4: PULL replies and PUSH requests carry each row at its own width (hyper_parameters.slot_dims;
 //    see "Rows on the wire" below).
-inline constexpr uint16_t kProtocolVersion = 4;
+// 5: AUTH is a challenge-response (auth_handshake.hpp: the token never crosses the wire);
+//    notices (request id 0) say why the server closes a connection.
+inline constexpr uint16_t kProtocolVersion = 5;
+inline constexpr uint64_t kNoticeRequestId = 0;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;
 // Default frame limit of both sides: 64 MiB of payload (a chunk of a few thousand rows is far
 // below it; the limit exists so a forged length cannot make anyone allocate gigabytes).
 inline constexpr uint32_t kDefaultMaxPayloadBytes = 64u << 20;
-// Payload limit of an AUTH frame (a token of up to 4 KiB), and of anything an unauthenticated
-// connection sends: it must not make the server buffer more.
-inline constexpr uint32_t kMaxAuthPayloadBytes = 4 + 4096;
+// Payload limit of an AUTH or AUTH_PROOF frame, and of anything an unauthenticated connection
+// sends: it must not make the server buffer more.
+inline constexpr uint32_t kMaxAuthPayloadBytes = 64;
 
 enum class Op : uint16_t {
-  kAuth = 1,       // token; must be the first frame when the server has a token
+  kAuth = 1,       // -> the connection's challenge (auth_handshake.hpp); first on a token server
   kInfo = 2,       // -> shard id/num, optimizer kind, mf_dim, row stride, frame limit, identity,
                    //    sparse storage
   kPull = 3,       // keys (+ slots) -> rows, created count
@@ -66,6 +75,7 @@ enum class Op : uint16_t {
   kPsPush = 12,  // PS modes: per-key gradients or geo deltas, applied on arrival (ps_protocol.hpp)
   kDense = 13,   // PS modes: read or add to a named dense vector (ps_protocol.hpp)
   kPeek = 14,    // PULL's request and reply, read-only (HostTier::peek): created = unknown keys
+  kAuthProof = 15,  // the HMAC of AUTH's challenge under the token (auth_handshake.hpp)
 };
 
 // "PULL", "PUSH", ... ("OP#<n>" for an unknown value).
@@ -81,8 +91,11 @@ struct FrameHeader {
   uint64_t client_id = 0;
 };
 
-// Writes the 32-byte header.
-void encode_header(const FrameHeader& header, uint8_t* out);
+// Writes the 32-byte header (of protocol `version`: only a notice to a client of another version
+// is written in any but kProtocolVersion).
+void encode_header(const FrameHeader& header, uint8_t* out, uint16_t version = kProtocolVersion);
+// The protocol version of a header that starts with the frame magic (0 when it does not).
+uint16_t header_version(const uint8_t* bytes, std::size_t n);
 // Parses and validates a header: magic, version, known op, status code, payload under
 // `max_payload_bytes`. `n` < kHeaderBytes is a truncated-frame error.
 StatusOr<FrameHeader> decode_header(const uint8_t* bytes, std::size_t n,

@@ -10,6 +10,7 @@
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "table/server/auth_handshake.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -92,6 +93,9 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be positive");
   if (options.connections_per_endpoint < 1) {
     return Status::InvalidArgument("connections_per_endpoint must be positive");
+  }
+  if (!options.auth_token.empty()) {
+    GPUBOX_RETURN_IF_ERROR(check_token_strength(options.auth_token, "the client"));
   }
   if (options.client_id == 0) options.client_id = random_client_id();
   TransportOptions t;

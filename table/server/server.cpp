@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <random>
+#include <utility>
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "table/server/auth_handshake.hpp"
 #include "table/server/model_path.hpp"
 #include "table/server/server_impl.hpp"
 #include "table/server/session.hpp"
@@ -33,6 +36,48 @@ uint64_t random_instance_id() {
 std::size_t effective_max_connections(const ServerOptions& options) {
   if (options.max_connections > 0) return options.max_connections;
   return default_max_connections(open_files_limit().soft);
+}
+
+// 0 in `value`: half of the connection cap, at least 1.
+std::size_t half_of_cap_unless(std::size_t value, std::size_t max_connections) {
+  return value > 0 ? value : std::max<std::size_t>(1, max_connections / 2);
+}
+
+std::chrono::steady_clock::duration seconds(double s) {
+  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
+}
+
+// A quarter of the shortest deadline in force, between 10 ms and 250 ms: how late the sweep may
+// notice one.
+std::chrono::steady_clock::duration sweep_interval(const ServerOptions& o) {
+  double shortest = std::min(o.frame_deadline_s, o.barrier_timeout_s);
+  if (!o.auth_token.empty()) shortest = std::min(shortest, o.auth_timeout_s);
+  if (o.idle_timeout_s > 0) shortest = std::min(shortest, o.idle_timeout_s);
+  return seconds(std::clamp(shortest / 4, 0.01, 0.25));
+}
+
+// The deadlines and rates of `o` that must be positive and finite, as an error naming the first
+// that is not.
+Status check_deadline_options(const ServerOptions& o) {
+  const std::pair<const char*, double> positive[] = {
+      {"frame_deadline_s", o.frame_deadline_s},
+      {"min_transfer_bytes_per_s", o.min_transfer_bytes_per_s},
+      {"auth_timeout_s", o.auth_timeout_s},
+      {"barrier_timeout_s", o.barrier_timeout_s},
+      {"auth_backoff_max_s", o.auth_backoff_max_s}};
+  for (const auto& [name, value] : positive) {
+    if (!(value > 0) || !std::isfinite(value)) {
+      return Status::InvalidArgument(std::string(name) + " must be a positive number, not " +
+                                     std::to_string(value));
+    }
+  }
+  if (!(o.idle_timeout_s >= 0) || !(o.auth_backoff_base_s >= 0) ||
+      !std::isfinite(o.idle_timeout_s) || !std::isfinite(o.auth_backoff_base_s)) {
+    return Status::InvalidArgument("idle_timeout_s and auth_backoff_base_s must be >= 0");
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -61,10 +106,13 @@ Reply error_reply(const FrameHeader& request, const Status& status) {
   return reply;
 }
 
-bool ByteBudget::try_take(std::size_t n) {
+bool ByteBudget::try_take(std::size_t n, std::size_t held) {
+  // A connection that would hold more than a small share may not take from the reserve.
+  const bool small = held + n <= small_holder();
+  const std::size_t cap = small ? limit_ : limit_ - reserve();
   std::size_t used = used_.load(std::memory_order_relaxed);
   do {
-    if (n > limit_ || used > limit_ - n) return false;
+    if (n > cap || used > cap - n) return false;
   } while (!used_.compare_exchange_weak(used, used + n, std::memory_order_relaxed));
   return true;
 }
@@ -76,13 +124,19 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),
+      max_unauthenticated_(half_of_cap_unless(options_.max_unauthenticated, max_connections_)),
+      max_barrier_waiters_(half_of_cap_unless(options_.max_barrier_waiters, max_connections_)),
+      frame_grace_(seconds(options_.frame_deadline_s)),
       budget_(options_.max_inflight_bytes),
+      auth_backoff_(options_.auth_backoff_base_s, options_.auth_backoff_max_s),
       window_(options_.dedup_max_bytes,
               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                   std::clamp(options_.dedup_max_age_s, 1e-3, 8.64e6)))),
       accept_strand_(asio::make_strand(io_)),
       acceptor_(accept_strand_),
       accept_pause_timer_(accept_strand_),
+      sweep_timer_(accept_strand_),
+      sweep_interval_(sweep_interval(options_)),
       work_(asio::make_work_guard(io_)) {
   if (!options_.loaded_model.empty()) generation_ = model_generation(options_.loaded_model);
 }
@@ -130,27 +184,36 @@ Status Server::Impl::listen() {
   }
   port_ = acceptor_.local_endpoint().port();
   reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  asio::post(accept_strand_, [this] { accept(); });
+  asio::post(accept_strand_, [this] {
+    accept();
+    sweep();
+  });
   return Status::OK();
 }
 
 void Server::Impl::accept() {
-  acceptor_.async_accept(asio::make_strand(io_),
-                         [this](const boost::system::error_code& ec, tcp::socket socket) {
-                           if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-                           if (ec) return accept_failed(ec);
-                           accept_pause_ = {};
-                           connections.fetch_add(1, std::memory_order_relaxed);
-                           if (open_connections.load() >= max_connections_) {
-                             refuse_connection(socket);
-                           } else {
-                             open_connections.fetch_add(1, std::memory_order_relaxed);
-                             boost::system::error_code ignored;
-                             socket.set_option(tcp::no_delay(true), ignored);
-                             std::make_shared<Session>(this, std::move(socket))->start();
-                           }
-                           accept();
-                         });
+  acceptor_.async_accept(
+      asio::make_strand(io_), [this](const boost::system::error_code& ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+        if (ec) return accept_failed(ec);
+        accept_pause_ = {};
+        connections.fetch_add(1, std::memory_order_relaxed);
+        // On a token server a new connection is unauthenticated: at their cap (or at the connection
+        // cap) it takes the slot of the oldest of them; a cap held by authenticated ones refuses
+        // it.
+        const bool token = !options_.auth_token.empty();
+        const bool full = open_connections.load() >= max_connections_;
+        const bool unauthenticated_full = token && unauthenticated.load() >= max_unauthenticated_;
+        if ((full || unauthenticated_full) && !(token && evict_oldest_unauthenticated())) {
+          refuse_connection(socket);
+        } else {
+          open_connections.fetch_add(1, std::memory_order_relaxed);
+          boost::system::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
+          std::make_shared<Session>(this, std::move(socket), next_serial_.fetch_add(1))->start();
+        }
+        accept();
+      });
 }
 
 void Server::Impl::accept_failed(const boost::system::error_code& ec) {
@@ -188,18 +251,6 @@ void Server::Impl::shed_waiting_connection() {
   reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-void Server::Impl::refuse_connection(tcp::socket& socket) {
-  refused_connections.fetch_add(1, std::memory_order_relaxed);
-  boost::system::error_code ec;
-  auto remote = socket.remote_endpoint(ec);
-  const std::string peer =
-      ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
-  warn(connection_log, "gpubox_server: refusing connection from " + peer + ": " +
-                           std::to_string(max_connections_) +
-                           " connections open (--max_connections)");
-  socket.close(ec);
-}
-
 void Server::Impl::run_threads() {
   const int n = std::max(1, options_.threads);
   for (int i = 0; i < n; ++i) {
@@ -223,6 +274,7 @@ void Server::Impl::stop() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     accept_pause_timer_.cancel();
+    sweep_timer_.cancel();
     work_.reset();
     io_.stop();
   });
@@ -241,6 +293,11 @@ ServerCounters Server::Impl::counters() const {
   c.refused_connections = refused_connections.load();
   c.accept_failures = accept_failures.load();
   c.idle_closed = idle_closed.load();
+  c.deadline_closed = deadline_closed.load();
+  c.evicted = evicted.load();
+  c.unauthenticated = unauthenticated.load();
+  c.auth_failures = auth_failures.load();
+  c.barrier_timeouts = barrier_timeouts.load();
   c.requests = requests.load();
   c.duplicate_requests = duplicates.load();
   c.rows_pulled = rows_pulled.load();
@@ -273,10 +330,20 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
         std::remove_if(barrier.waiters.begin(), barrier.waiters.end(),
                        [](const Waiter& w) { return !w.session->peer_still_waiting(); });
     barrier_waiters_dropped.fetch_add(barrier.waiters.end() - gone, std::memory_order_relaxed);
+    barrier_waiters_ -= static_cast<std::size_t>(barrier.waiters.end() - gone);
     barrier.waiters.erase(gone, barrier.waiters.end());
     if (!session->peer_still_waiting()) {  // sent BARRIER and left: it does not count either
       if (barrier.waiters.empty()) barriers_.erase(req->name);
       return error_reply(header, Status::Aborted("BARRIER '" + req->name + "': the client left"));
+    }
+    if (barrier_waiters_ >= max_barrier_waiters_ &&
+        barrier.waiters.size() + 1 < std::max<uint32_t>(req->parties, barrier.parties)) {
+      if (barrier.waiters.empty()) barriers_.erase(req->name);
+      return error_reply(header,
+                         Status::ResourceExhausted("BARRIER '" + req->name +
+                                                   "': " + std::to_string(barrier_waiters_) +
+                                                   " BARRIER waiters already, the server's limit "
+                                                   "(--max_barrier_waiters)"));
     }
     if (!barrier.waiters.empty() && barrier.parties != req->parties) {
       return error_reply(
@@ -288,9 +355,11 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
     barrier.parties = req->parties;
     if (barrier.waiters.size() + 1 < barrier.parties) {
       barrier.waiters.push_back(Waiter{session, header});
+      ++barrier_waiters_;
       *name = req->name;
       return std::nullopt;
     }
+    barrier_waiters_ -= barrier.waiters.size();
     released = std::move(barrier.waiters);
     barriers_.erase(req->name);
   }
@@ -300,16 +369,19 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
   return make_reply(header, Status::Code::kOk, {});
 }
 
-void Server::Impl::barrier_leave(const Session* session, const std::string& name) {
+bool Server::Impl::barrier_leave(const Session* session, const std::string& name) {
   std::lock_guard<std::mutex> lock(barrier_mu_);
   auto it = barriers_.find(name);
-  if (it == barriers_.end()) return;
+  if (it == barriers_.end()) return false;
   auto& waiters = it->second.waiters;
   const auto gone = std::remove_if(waiters.begin(), waiters.end(),
                                    [&](const Waiter& w) { return w.session.get() == session; });
-  barrier_waiters_dropped.fetch_add(waiters.end() - gone, std::memory_order_relaxed);
+  const auto left = static_cast<std::size_t>(waiters.end() - gone);
+  barrier_waiters_dropped.fetch_add(left, std::memory_order_relaxed);
+  barrier_waiters_ -= left;
   waiters.erase(gone, waiters.end());
   if (waiters.empty()) barriers_.erase(it);
+  return left > 0;
 }
 
 // ---- Server ----------------------------------------------------------------------------------
@@ -327,6 +399,10 @@ StatusOr<std::unique_ptr<Server>> Server::start(HostTier* table, ServerOptions o
     return Status::InvalidArgument("shard_id " + std::to_string(options.shard_id) +
                                    " is not below shard_num " + std::to_string(options.shard_num));
   }
+  if (!options.auth_token.empty()) {
+    GPUBOX_RETURN_IF_ERROR(check_token_strength(options.auth_token, "the server"));
+  }
+  GPUBOX_RETURN_IF_ERROR(check_deadline_options(options));
   if (options.max_inflight_bytes < kMaxAuthPayloadBytes) {
     return Status::InvalidArgument("max_inflight_bytes " +
                                    std::to_string(options.max_inflight_bytes) +

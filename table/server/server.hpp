@@ -3,9 +3,12 @@
 // start it in-process. Asio stays inside the server's .cpp files.
 //
 // What bounds it (docs/operations.md, "Security and durability"): connections (max_connections,
-// idle timeout), bytes buffered per connection and in all (requests are read as their bytes arrive,
-// never allocated from an announced length), the retry cache (bytes and age), and where SAVE and
-// LOAD may write (inside data_dir). Without an auth token it serves loopback only.
+// a share of them for unauthenticated ones, deadlines per frame, for authentication, between
+// frames and per BARRIER wait), bytes buffered per connection and in all (requests are read as their bytes
+// arrive, never allocated from an announced length), the retry cache (bytes and age), and where
+// SAVE and LOAD may write (inside data_dir). Without an auth token it serves loopback only; with
+// one, connections prove they know it (auth_handshake.hpp) and wrong proofs are slowed per peer
+// address.
 #pragma once
 
 #include <cstddef>
@@ -28,23 +31,45 @@ struct ServerOptions {
   uint32_t shard_id = 0;   // this server's share of the keys: host_shard(key,
   uint32_t shard_num = 1;  // shard_num) == shard_id; other keys are refused
   std::string data_dir;    // SAVE/LOAD paths stay inside it (the working directory when empty)
-  std::string auth_token;  // non-empty: connections must AUTH with it first
+  // Non-empty (at least kMinTokenChars): connections must prove they know it first.
+  std::string auth_token;
   // The model folder the table was loaded from before start (--load), if any: its generation is
   // what INFO reports until a LOAD, so clients can tell a restart that restored their last save.
   std::string loaded_model;
   uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
 
-  // Connections beyond this are accepted and closed at once (a line per interval says so).
+  // Connections beyond this are accepted and closed at once with a notice "server at its
+  // connection cap (N)" (and a line per interval in the log).
   // 0: default_max_connections(the open files limit), see connection_limits.hpp.
   std::size_t max_connections = 0;
-  // A connection that waited this long for its client's next bytes, or for a reply to be read,
-  // is closed (clients reconnect transparently). BARRIER waits do not count. 0: never.
+  // With a token: connections that have not authenticated may hold at most this many slots (0:
+  // half of max_connections, at least 1); a new connection beyond evicts the oldest of them, so
+  // a flood of them never keeps a trainer out.
+  std::size_t max_unauthenticated = 0;
+  // With a token: authentication must complete this long after connecting (else closed).
+  double auth_timeout_s = 10.0;
+  // Wrong AUTH proofs from one address: the next is checked base * 2^(k-1) s after the k-th,
+  // at most max (auth_backoff.hpp).
+  double auth_backoff_base_s = 0.1;
+  double auth_backoff_max_s = 30.0;
+  // A connection that waited this long for the first byte of its client's next frame is closed
+  // (clients reconnect transparently). 0: never.
   double idle_timeout_s = 300.0;
+  // Deadline of every frame, request or reply, from its first byte: its bytes must keep up with
+  // min_transfer_bytes_per_s after a grace of frame_deadline_s (so a frame of B bytes has
+  // frame_deadline_s + B / rate in all, and a client dripping bytes is cut after the grace).
+  double frame_deadline_s = 10.0;
+  double min_transfer_bytes_per_s = 1024.0 * 1024.0;
+  // BARRIER waiters: at most this many at once over all barriers (0: half of max_connections),
+  // each waiting at most barrier_timeout_s (then answered DeadlineExceeded).
+  std::size_t max_barrier_waiters = 0;
+  double barrier_timeout_s = 3600.0;
   // Request and reply payload bytes one connection may hold at once; 0: max_payload_bytes.
   // Before a connection authenticated it may hold kMaxAuthPayloadBytes only.
   std::size_t max_connection_buffer_bytes = 0;
-  // Request and reply payload bytes of all connections together. A request that does not fit
-  // is read and dropped and answered "retry later" (the client's transport retries it).
+  // Request and reply payload bytes of all connections together (ByteBudget: its last eighth
+  // kept for connections holding little). A request that does not fit is read and dropped and
+  // answered "server busy: in-flight budget" (the client's transport retries it).
   std::size_t max_inflight_bytes = std::size_t{1} << 30;
   // The retry cache (successful mutations only): at most this many bytes, entries this old.
   std::size_t dedup_max_bytes = std::size_t{64} << 20;
@@ -61,6 +86,11 @@ struct ServerCounters {
   uint64_t refused_connections = 0;  // over max_connections, or shed while out of descriptors
   uint64_t accept_failures = 0;      // accept() errors (each pauses accepting)
   uint64_t idle_closed = 0;          // connections closed by the idle timeout
+  uint64_t deadline_closed = 0;      // closed at a frame, reply or authentication deadline
+  uint64_t evicted = 0;              // unauthenticated connections evicted for a new one
+  uint64_t unauthenticated = 0;      // connections open now that have not authenticated
+  uint64_t auth_failures = 0;        // wrong AUTH proofs
+  uint64_t barrier_timeouts = 0;     // BARRIER waits answered at barrier_timeout_s
   uint64_t requests = 0;             // frames that passed decoding
   uint64_t duplicate_requests = 0;   // retried mutations answered from the retry cache
   uint64_t rows_pulled = 0;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "table/server/auth_backoff.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/ps_store.hpp"
 #include "table/server/request_window.hpp"
@@ -42,17 +43,29 @@ Reply error_reply(const FrameHeader& request, const Status& status);
 // table's own Aborted travels as Internal: the client must not retry it until its deadline.
 Reply table_error_reply(const FrameHeader& request, const Status& status);
 
+// A notice (protocol.hpp: request id 0) saying why the server closes a connection, in a header
+// of protocol `version`; send_notice_now writes it if the socket `fd` takes it at once.
+std::vector<uint8_t> notice_frame(const Status& why, uint16_t version = kProtocolVersion);
+void send_notice_now(int fd, const std::vector<uint8_t>& frame);
+
 // Asks the connection for `bytes` more of reply buffer before a handler allocates it (PULL):
 // OK, ResourceExhausted (over the connection's limit: never fits) or Aborted (over the server's
 // in-flight budget now: retry later).
 using ReserveReply = std::function<Status(std::size_t bytes)>;
 
 // Bytes buffered by all connections together, against a limit. Thread-safe.
+//
+// Fair share: the last eighth of the limit (reserve()) goes only to connections that hold at
+// most a 64th of it (small_holder()) once they have it, so that a few connections sending big
+// frames (slowly, or not at all: session.hpp cuts those at their frame deadline) cannot take all
+// of it from the trainers' ordinary chunks.
 class ByteBudget {
  public:
   explicit ByteBudget(std::size_t limit) : limit_(limit) {}
-  // Takes `n` when it fits under the limit.
-  bool try_take(std::size_t n);
+  // Takes `n` for a connection that holds `held` bytes already, when it fits (see above).
+  bool try_take(std::size_t n, std::size_t held);
+  std::size_t reserve() const { return limit_ / 8; }
+  std::size_t small_holder() const { return limit_ / 64; }
   void give_back(std::size_t n) { used_.fetch_sub(n, std::memory_order_relaxed); }
   std::size_t used() const { return used_.load(std::memory_order_relaxed); }
   std::size_t limit() const { return limit_; }
@@ -85,6 +98,16 @@ class Server::Impl {
   // Payload bytes one connection may hold: kMaxAuthPayloadBytes before it authenticated.
   std::size_t connection_buffer_limit(bool authenticated) const;
   ByteBudget& budget() { return budget_; }
+  AuthBackoff& auth_backoff() { return auth_backoff_; }
+  // A frame's grace (--frame_deadline_s) and the floor rate its bytes must keep after it.
+  Clock::duration frame_grace() const { return frame_grace_; }
+  double min_transfer_bytes_per_s() const { return options_.min_transfer_bytes_per_s; }
+  // Connections that have not authenticated (token servers) may hold at most this many slots.
+  std::size_t max_unauthenticated() const { return max_unauthenticated_; }
+  std::size_t max_barrier_waiters() const { return max_barrier_waiters_; }
+  // The session registry, for the deadline sweep and evictions (oldest serial first).
+  void register_session(const std::shared_ptr<Session>& session);
+  void unregister_session(uint64_t serial);
   // The reply of one decoded request (everything but BARRIER and AUTH); retried mutations are
   // answered from the retry cache.
   Reply handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
@@ -95,8 +118,9 @@ class Server::Impl {
   std::optional<Reply> barrier_arrive(const std::shared_ptr<Session>& session,
                                       const FrameHeader& header,
                                       const std::vector<uint8_t>& payload, std::string* name);
-  // A waiting session whose connection ends: it no longer counts toward barrier `name`.
-  void barrier_leave(const Session* session, const std::string& name);
+  // A waiting session whose connection ends or whose wait timed out: it no longer counts toward
+  // barrier `name`. False when it was not waiting there (released meanwhile).
+  bool barrier_leave(const Session* session, const std::string& name);
   void session_closed() { open_connections.fetch_sub(1, std::memory_order_relaxed); }
   // Logs `line` as a warning unless `throttle` held it back.
   static void warn(LogThrottle& throttle, const std::string& line);
@@ -106,10 +130,14 @@ class Server::Impl {
   // Requests answered with an error (a payload that does not decode, a row of a width the table
   // has not, ...), naming the peer: one line per interval, so a client cannot flood the log.
   LogThrottle request_log{std::chrono::seconds(2)};
+  // Requests answered "server busy: in-flight budget", and failed AUTH proofs.
+  LogThrottle busy_log{std::chrono::seconds(2)};
+  LogThrottle auth_log{std::chrono::seconds(2)};
   std::atomic<uint64_t> connections{0}, open_connections{0}, refused_connections{0},
       accept_failures{0}, idle_closed{0}, requests{0}, duplicates{0}, rows_pulled{0},
       rows_pushed{0}, protocol_errors{0}, auth_refusals{0}, budget_refusals{0},
-      barrier_waiters_dropped{0};
+      barrier_waiters_dropped{0}, deadline_closed{0}, evicted{0}, auth_failures{0},
+      barrier_timeouts{0}, unauthenticated{0};
 
  private:
   void accept();
@@ -118,6 +146,13 @@ class Server::Impl {
   // so the kernel queue drains instead of waking the accept loop forever.
   void shed_waiting_connection();
   void refuse_connection(tcp::socket& socket);
+  // A token server at its cap of unauthenticated connections: evicts the oldest one (its slot
+  // goes to the new connection). False when none may be evicted.
+  bool evict_oldest_unauthenticated();
+  // Every sweep interval: sessions past a deadline act on it (session.hpp).
+  void sweep();
+  // The registered sessions still alive, oldest first.
+  std::vector<std::shared_ptr<Session>> live_sessions();
 
   // ---- handlers.cpp ----
   Reply apply(const FrameHeader& header, const std::vector<uint8_t>& payload,
@@ -144,9 +179,16 @@ class Server::Impl {
   const uint64_t instance_id_;
   const std::size_t max_connections_;
   std::atomic<uint64_t> generation_{0};  // of the model last loaded; 0: none
+  const std::size_t max_unauthenticated_;
+  const std::size_t max_barrier_waiters_;
+  const Clock::duration frame_grace_;
   ByteBudget budget_;
+  AuthBackoff auth_backoff_;
   RequestWindow window_;
   LogThrottle accept_log_{std::chrono::seconds(2)};
+  std::mutex sessions_mu_;
+  std::map<uint64_t, std::weak_ptr<Session>> sessions_;  // GUARDED_BY(sessions_mu_)
+  std::atomic<uint64_t> next_serial_{1};
   // Declared before io_: sessions destroyed with the io_context still reach the counters above.
   asio::io_context io_;
   asio::strand<asio::io_context::executor_type> accept_strand_;
@@ -154,6 +196,8 @@ class Server::Impl {
   asio::steady_timer accept_pause_timer_;  // used on accept_strand_
   Clock::duration accept_pause_{};         // used on accept_strand_
   int reserve_fd_ = -1;                    // used on accept_strand_
+  asio::steady_timer sweep_timer_;         // used on accept_strand_
+  Clock::duration sweep_interval_{};
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::vector<std::thread> threads_;
   std::once_flag joined_;
@@ -170,6 +214,7 @@ class Server::Impl {
   };
   std::mutex barrier_mu_;
   std::map<std::string, Barrier> barriers_;  // GUARDED_BY(barrier_mu_)
+  std::size_t barrier_waiters_ = 0;          // GUARDED_BY(barrier_mu_), over all barriers
 };
 
 }  // namespace gpubox::table::server

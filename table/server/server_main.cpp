@@ -4,14 +4,17 @@
 //                 [--load PATH] [--auth_token_file F] [--threads T]
 //                 [--config config_gpubox.yaml [-o key=value ...]] [--mf_dim 8 --optimizer adagrad]
 //                 [--max_connections N --idle_timeout_s S --max_inflight_mb M ...] (limits)
+//                 [--frame_deadline_s S --min_transfer_kb_s K --auth_timeout_s A ...] (deadlines)
 //
 // Prints "gpubox_server listening on <ip>:<port>" once it accepts connections (launchers wait
 // for that line). Stops gracefully on SHUTDOWN, SIGTERM or SIGINT.
 #include <gflags/gflags.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -90,8 +93,30 @@ DEFINE_uint64(max_connections, 0,
               "limit - 64)");
 GPUBOX_FLAG_RANGE(max_connections, 0, 1 << 20);
 DEFINE_double(idle_timeout_s, 300.0,
-              "close a connection idle this long (BARRIER waits excepted); 0: never");
+              "close a connection whose client sent no new frame for this long; 0: never");
 GPUBOX_FLAG_RANGE(idle_timeout_s, 0.0, 1e6);
+// Deadlines and shares against slow and hostile peers (ServerOptions, session.hpp).
+DEFINE_double(frame_deadline_s, 10.0,
+              "every frame (request or reply) gets this long from its first byte, then its "
+              "bytes must keep up with --min_transfer_kb_s, or the connection is closed");
+GPUBOX_FLAG_RANGE(frame_deadline_s, 0.01, 1e6);
+DEFINE_double(min_transfer_kb_s, 1024.0,
+              "floor rate of a frame's bytes after --frame_deadline_s, in KiB/s (a frame of B "
+              "bytes has frame_deadline_s + B / rate seconds in all)");
+GPUBOX_FLAG_RANGE(min_transfer_kb_s, 1.0, 1e9);
+DEFINE_double(auth_timeout_s, 10.0,
+              "with a token: a connection must authenticate this long after connecting");
+GPUBOX_FLAG_RANGE(auth_timeout_s, 0.01, 1e6);
+DEFINE_uint64(max_unauthenticated, 0,
+              "with a token: slots connections that have not authenticated may hold (a new one "
+              "beyond evicts the oldest); 0: half of max_connections");
+GPUBOX_FLAG_RANGE(max_unauthenticated, 0, 1 << 20);
+DEFINE_uint64(max_barrier_waiters, 0,
+              "BARRIER waiters at once, all barriers together; 0: half of max_connections");
+GPUBOX_FLAG_RANGE(max_barrier_waiters, 0, 1 << 20);
+DEFINE_double(barrier_timeout_s, 3600.0,
+              "longest BARRIER wait; then the waiter is answered DeadlineExceeded");
+GPUBOX_FLAG_RANGE(barrier_timeout_s, 0.001, 1e6);
 DEFINE_uint64(max_connection_buffer_mb, 0,
               "request and reply bytes one connection may buffer, in MiB; 0: --max_frame_mb");
 GPUBOX_FLAG_RANGE(max_connection_buffer_mb, 0, kMaxMiB);
@@ -171,6 +196,21 @@ Status apply_limit_flags(ServerOptions* options) {
   return Status::OK();
 }
 
+// The deadline flags into `options` (Server::start checks their ranges again).
+Status apply_deadline_flags(ServerOptions* options) {
+  // Their ranges are checked with every flag's, by the command-line front end.
+  options->frame_deadline_s = FLAGS_frame_deadline_s;
+  options->min_transfer_bytes_per_s = FLAGS_min_transfer_kb_s * 1024.0;
+  options->auth_timeout_s = FLAGS_auth_timeout_s;
+  options->max_unauthenticated = static_cast<std::size_t>(FLAGS_max_unauthenticated);
+  options->max_barrier_waiters = static_cast<std::size_t>(FLAGS_max_barrier_waiters);
+  options->barrier_timeout_s = FLAGS_barrier_timeout_s;
+  GPUBOX_LOG(INFO) << "gpubox_server: frame_deadline_s " << FLAGS_frame_deadline_s
+                   << " then min_transfer_kb_s " << FLAGS_min_transfer_kb_s << ", auth_timeout_s "
+                   << FLAGS_auth_timeout_s << ", barrier_timeout_s " << FLAGS_barrier_timeout_s;
+  return Status::OK();
+}
+
 Status run(const std::vector<std::string>& overrides) {
   if (FLAGS_config.empty() && !overrides.empty()) {
     return Status::InvalidArgument("-o " + overrides.front() + ": needs --config");
@@ -209,6 +249,7 @@ Status run(const std::vector<std::string>& overrides) {
     options.auth_token = *token;
   }
   GPUBOX_RETURN_IF_ERROR(apply_limit_flags(&options));
+  GPUBOX_RETURN_IF_ERROR(apply_deadline_flags(&options));
   if (!FLAGS_load.empty()) {
     auto path = resolve_model_path(options, FLAGS_load);
     if (!path.ok()) return path.status().with_context("--load");

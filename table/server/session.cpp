@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "common/logging.hpp"
 
@@ -14,46 +15,67 @@ namespace {
 // readable; a slow sender holds at most this much more than it sent.
 constexpr std::size_t kFirstChunkBytes = 256 * 1024;
 constexpr std::size_t kScratchBytes = 16 * 1024;
-constexpr std::size_t kLingerBytes = 64 * 1024;
-constexpr auto kLingerTime = std::chrono::seconds(2);
 
-bool tokens_equal(const std::string& a, const std::string& b) {
-  // Length-independent comparison time would need padding; a constant-time loop over the
-  // longer string is enough to not leak the matching prefix length.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+// A refusal's reason can quote what the client sent (a SAVE path, say): one log line of at most
+// kMaxLogged bytes, control characters and every byte past ASCII escaped (no UTF-8 line
+// separators, no character cut in two), so a client cannot forge or flood lines.
+std::string loggable(const std::string& text) {
+  constexpr std::size_t kMaxLogged = 256;
+  std::string out;
+  for (const char c : text) {
+    if (out.size() >= kMaxLogged) {
+      out += "... (" + std::to_string(text.size()) + " bytes)";
+      break;
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
   }
-  return diff == 0;
+  return out;
 }
 
 }  // namespace
 
-Session::Session(Server::Impl* server, tcp::socket socket)
-    : server_(server),
-      socket_(std::move(socket)),
-      fd_(socket_.native_handle()),
-      idle_timer_(socket_.get_executor()),
-      last_activity_(Clock::now()) {
+Session::Session(Server::Impl* server, tcp::socket socket, uint64_t serial)
+    : server_(server), socket_(std::move(socket)), fd_(socket_.native_handle()), serial_(serial) {
   boost::system::error_code ec;
   auto remote = socket_.remote_endpoint(ec);
-  peer_ =
-      ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
+  peer_address_ = ec ? std::string("?") : remote.address().to_string();
+  peer_ = ec ? peer_address_ : peer_address_ + ":" + std::to_string(remote.port());
   authenticated_ = server_->options().auth_token.empty();
+  if (!authenticated_) {
+    counted_unauthenticated_ = true;
+    server_->unauthenticated.fetch_add(1, std::memory_order_relaxed);
+    evictable_.store(true);
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                           std::min(server_->options().auth_timeout_s, 8.64e6)));
+    auth_deadline_ns_.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count(),
+        std::memory_order_relaxed);
+  }
 }
 
 Session::~Session() {
-  // Destroyed without close() (the server stopped with this session pending): the descriptor
-  // closes with socket_, the counters must still balance.
+  // Destroyed without close() (the server stopped with this session pending): the counters must
+  // still balance.
   if (!closed_) {
     server_->budget().give_back(request_held_ + reply_held_);
+    leave_unauthenticated();
+    server_->unregister_session(serial_);
     server_->session_closed();
   }
 }
 
 void Session::start() {
-  if (server_->options().idle_timeout_s > 0) arm_idle_timer(last_activity_);
+  server_->register_session(shared_from_this());
+  watch_idle();
   read_header();
 }
 
@@ -62,12 +84,12 @@ void Session::start() {
 void Session::read_header() {
   state_ = State::kHeader;
   auto self = shared_from_this();
-  asio::async_read(
-      socket_, asio::buffer(header_bytes_),
-      [self](const boost::system::error_code& ec, std::size_t) { self->on_header(ec); });
+  socket_.async_read_some(
+      asio::buffer(header_bytes_ + header_got_, kHeaderBytes - header_got_),
+      [self](const boost::system::error_code& ec, std::size_t n) { self->on_header_bytes(ec, n); });
 }
 
-void Session::on_header(const boost::system::error_code& ec) {
+void Session::on_header_bytes(const boost::system::error_code& ec, std::size_t n) {
   if (closed_) return;
   if (ec) {
     if (ec != asio::error::eof && ec != asio::error::operation_aborted) {
@@ -76,20 +98,30 @@ void Session::on_header(const boost::system::error_code& ec) {
     }
     return close();
   }
-  last_activity_ = Clock::now();
+  if (header_got_ == 0) frame_started();  // a frame's deadline runs from its first byte
+  header_got_ += n;
+  frame_progress(header_got_);
+  if (header_got_ < kHeaderBytes) return read_header();
+  header_got_ = 0;
+  on_header();
+}
+
+void Session::on_header() {
+  const uint16_t version = header_version(header_bytes_, kHeaderBytes);
+  if (version != 0 && version != kProtocolVersion) return refuse_version(version);
   auto header = decode_header(header_bytes_, kHeaderBytes, server_->options().max_payload_bytes);
   if (!header.ok()) return protocol_error(header.status().to_string());
   if (header->response) return protocol_error("a response frame sent to the server");
   header_ = *header;
   if (!authenticated_) {
     // Refused from the header alone: nothing of an unauthenticated frame is buffered but AUTH.
-    if (header_.op != Op::kAuth) {
+    if (header_.op != Op::kAuth && header_.op != Op::kAuthProof) {
       return refuse(Status::PermissionDenied(std::string("this server requires AUTH before ") +
                                              op_name(header_.op)));
     }
     if (header_.payload_bytes > kMaxAuthPayloadBytes) {
       return refuse(Status::PermissionDenied(
-          "AUTH frame of " + std::to_string(header_.payload_bytes) +
+          std::string(op_name(header_.op)) + " frame of " + std::to_string(header_.payload_bytes) +
           " bytes is over the limit of " + std::to_string(kMaxAuthPayloadBytes)));
     }
   }
@@ -102,6 +134,35 @@ void Session::on_header(const boost::system::error_code& ec) {
   payload_got_ = 0;
   payload_ready_ = false;
   read_payload();
+}
+
+void Session::refuse_version(uint16_t version) {
+  // The header layout is the same in every version: read this one's op and request id as ours,
+  // so the reply answers the client's request in words its own version decodes.
+  uint8_t as_ours[kHeaderBytes];
+  std::memcpy(as_ours, header_bytes_, kHeaderBytes);
+  std::memcpy(as_ours + 4, &kProtocolVersion, sizeof(kProtocolVersion));
+  const std::string why = "unsupported protocol version " + std::to_string(version) +
+                          ": this gpubox_server speaks protocol version " +
+                          std::to_string(kProtocolVersion) +
+                          "; client and server must be of the same GPUBox release";
+  auto header = decode_header(as_ours, kHeaderBytes, UINT32_MAX);
+  if (!header.ok()) return protocol_error(why);
+  server_->protocol_errors.fetch_add(1, std::memory_order_relaxed);
+  Server::Impl::warn(server_->connection_log,
+                     "gpubox_server: refusing connection from " + peer_ + ": " + why);
+  header_ = *header;
+  std::vector<uint8_t> frame = notice_frame(Status::InvalidArgument(why), version);
+  FrameHeader reply = header_;
+  reply.response = true;
+  reply.status = Status::Code::kInvalidArgument;
+  reply.payload_bytes = static_cast<uint32_t>(frame.size() - kHeaderBytes);
+  encode_header(reply, frame.data(), version);
+  Reply out;
+  out.frame = std::move(frame);
+  out.status = reply.status;
+  out.close_after = true;
+  send(std::move(out));
 }
 
 void Session::read_payload() {
@@ -128,12 +189,7 @@ void Session::read_payload() {
   if (payload_got_ == payload_.size()) {
     // Grow by doubling, only as far as bytes have arrived.
     const std::size_t target = std::min(want, std::max(kFirstChunkBytes, 2 * payload_.size()));
-    const std::size_t growth = target - payload_.size();
-    if (!server_->budget().try_take(growth)) {
-      server_->budget_refusals.fetch_add(1, std::memory_order_relaxed);
-      return drain();
-    }
-    request_held_ += growth;
+    if (!take_budget(target - payload_.size())) return drain();
     payload_.reserve(target);
     payload_.resize(target);
   }
@@ -149,9 +205,18 @@ void Session::on_payload(const boost::system::error_code& ec, std::size_t n) {
     return protocol_error(std::string("truncated ") + op_name(header_.op) + " frame (" +
                           ec.message() + ")");
   }
-  last_activity_ = Clock::now();
   payload_got_ += n;
+  frame_progress(kHeaderBytes + payload_got_);
   read_payload();
+}
+
+bool Session::take_budget(std::size_t growth) {
+  if (server_->budget().try_take(growth, request_held_ + reply_held_)) {
+    request_held_ += growth;
+    return true;
+  }
+  server_->budget_refusals.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 
 void Session::drain() {
@@ -165,14 +230,22 @@ void Session::drain() {
 void Session::on_drained(const boost::system::error_code& ec, std::size_t n) {
   if (closed_) return;
   if (ec) return protocol_error(std::string("truncated ") + op_name(header_.op) + " frame");
-  if (n > 0) last_activity_ = Clock::now();
   drain_left_ -= n;
+  frame_progress(kHeaderBytes + header_.payload_bytes - drain_left_);
   if (drain_left_ == 0) {
+    frame_ended();
     server_->requests.fetch_add(1, std::memory_order_relaxed);
-    return send(error_reply(
-        header_, Status::Aborted("the server holds " + std::to_string(server_->budget().used()) +
-                                 " bytes of requests and replies, its in-flight limit is " +
-                                 std::to_string(server_->budget().limit()) + "; retry")));
+    const ByteBudget& budget = server_->budget();
+    const std::string why =
+        "server busy: in-flight budget: the server holds " + std::to_string(budget.used()) +
+        " bytes of requests and replies, " + "its limit (--max_inflight_mb) is " +
+        std::to_string(budget.limit()) + "; this " + op_name(header_.op) + " of " +
+        std::to_string(header_.payload_bytes) + " bytes was read and dropped; retry";
+    Server::Impl::warn(server_->busy_log, "gpubox_server: request " +
+                                              std::to_string(header_.request_id) + " of client " +
+                                              std::to_string(header_.client_id) + " from " + peer_ +
+                                              ": " + why);
+    return send(error_reply(header_, Status::Aborted(why)));
   }
   auto self = shared_from_this();
   socket_.async_read_some(
@@ -183,10 +256,19 @@ void Session::on_drained(const boost::system::error_code& ec, std::size_t n) {
 // ---- answering it -----------------------------------------------------------------------------
 
 void Session::on_frame() {
+  frame_ended();
   server_->requests.fetch_add(1, std::memory_order_relaxed);
-  if (!authenticated_) return authenticate();
   if (header_.op == Op::kAuth) {
     free_request();
+    nonce_ = random_nonce();
+    have_nonce_ = true;
+    std::vector<uint8_t> challenge;
+    encode_auth_challenge(nonce_, &challenge);
+    return send(make_reply(header_, Status::Code::kOk, std::move(challenge)));
+  }
+  if (header_.op == Op::kAuthProof) {
+    if (!authenticated_) return check_proof();
+    free_request();  // a server without a token, or a connection that proved it already
     return send(make_reply(header_, Status::Code::kOk, {}));
   }
   if (header_.op == Op::kBarrier) {
@@ -206,32 +288,6 @@ void Session::on_frame() {
   answer(std::move(reply));
 }
 
-namespace {
-// A refusal's reason can quote what the client sent (a SAVE path, say): one log line of at most
-// kMaxLogged bytes, control characters and every byte past ASCII escaped (no UTF-8 line
-// separators, no character cut in two), so a client cannot forge or flood lines.
-std::string loggable(const std::string& text) {
-  constexpr std::size_t kMaxLogged = 256;
-  std::string out;
-  for (const char c : text) {
-    if (out.size() >= kMaxLogged) {
-      out += "... (" + std::to_string(text.size()) + " bytes)";
-      break;
-    }
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-}  // namespace
-
 void Session::answer(Reply reply) {
   // Aborted means "retry later" (the in-flight budget, a request still being applied): load,
   // not a refusal.
@@ -248,15 +304,24 @@ void Session::answer(Reply reply) {
 Status Session::reserve_reply(std::size_t bytes) {
   const std::size_t limit = server_->connection_buffer_limit(authenticated_);
   if (request_held_ + reply_held_ + bytes > limit) {
-    return Status::ResourceExhausted("a reply of " + std::to_string(bytes) +
-                                     " bytes is over the connection's buffer limit of " +
-                                     std::to_string(limit) + " (ask for fewer rows per request)");
+    return Status::ResourceExhausted(
+        "a reply of " + std::to_string(bytes) + " bytes with the request's " +
+        std::to_string(request_held_ + reply_held_) + " bytes still held (" +
+        std::to_string(request_held_ + reply_held_ + bytes) +
+        " in all) is over the connection's buffer limit of " + std::to_string(limit) +
+        " bytes (--max_connection_buffer_mb): ask for fewer rows per request");
   }
-  if (!server_->budget().try_take(bytes)) {
+  if (!server_->budget().try_take(bytes, request_held_ + reply_held_)) {
     server_->budget_refusals.fetch_add(1, std::memory_order_relaxed);
-    return Status::Aborted(
-        "the server's in-flight limit of " + std::to_string(server_->budget().limit()) +
-        " bytes has no room for a reply of " + std::to_string(bytes) + " bytes now; retry");
+    const ByteBudget& budget = server_->budget();
+    const std::string why = "server busy: in-flight budget: no room for a reply of " +
+                            std::to_string(bytes) + " bytes now (" + std::to_string(budget.used()) +
+                            " of " + std::to_string(budget.limit()) +
+                            " bytes held, --max_inflight_mb); retry";
+    Server::Impl::warn(server_->busy_log, "gpubox_server: " + std::string(op_name(header_.op)) +
+                                              " request " + std::to_string(header_.request_id) +
+                                              " from " + peer_ + ": " + why);
+    return Status::Aborted(why);
   }
   reply_held_ += bytes;
   return Status::OK();
@@ -266,16 +331,6 @@ void Session::free_request() {
   std::vector<uint8_t>().swap(payload_);
   server_->budget().give_back(request_held_);
   request_held_ = 0;
-}
-
-void Session::authenticate() {
-  auto token = decode_path_request(payload_.data(), payload_.size());
-  free_request();
-  if (token.ok() && tokens_equal(*token, server_->options().auth_token)) {
-    authenticated_ = true;
-    return send(make_reply(header_, Status::Code::kOk, {}));
-  }
-  refuse(Status::PermissionDenied("wrong auth token"));
 }
 
 void Session::refuse(const Status& status) {
@@ -294,54 +349,18 @@ void Session::protocol_error(const std::string& reason) {
   close();
 }
 
-// ---- BARRIER ----------------------------------------------------------------------------------
-
-void Session::watch_barrier_wait() {
-  // The client sends nothing while it waits: a completed read means it left (or broke the
-  // protocol), and either way it must not count toward the barrier any more.
-  state_ = State::kBarrier;
-  if (!scratch_) scratch_.reset(new uint8_t[kScratchBytes]);
-  auto self = shared_from_this();
-  socket_.async_read_some(asio::buffer(scratch_.get(), 1),
-                          [self](const boost::system::error_code& ec, std::size_t n) {
-                            self->on_barrier_watch(ec, n);
-                          });
-}
-
-void Session::on_barrier_watch(const boost::system::error_code& ec, std::size_t n) {
-  if (closed_ || ec == asio::error::operation_aborted) return;
-  if (state_ != State::kBarrier) {
-    // Released meanwhile; a byte that was read belongs to a request sent too early.
-    if (!ec && n > 0) protocol_error("bytes sent while a BARRIER was waiting");
-    return;
-  }
-  if (ec) return close();  // the client left: close() drops the waiter
-  protocol_error("bytes sent while a BARRIER was waiting");
-}
-
-void Session::release_barrier(Reply reply) {
-  auto self = shared_from_this();
-  asio::post(socket_.get_executor(), [self, reply = std::move(reply)]() mutable {
-    if (self->closed_ || self->state_ != State::kBarrier) return;
-    boost::system::error_code ignored;
-    self->socket_.cancel(ignored);  // the watch read
-    self->last_activity_ = Clock::now();
-    self->send(std::move(reply));
-  });
-}
-
-bool Session::peer_still_waiting() const {
-  uint8_t byte = 0;
-  const ssize_t k = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
-}
-
 // ---- writing ----------------------------------------------------------------------------------
 
 void Session::send(Reply reply) {
   state_ = State::kWriting;
+  frame_ended();  // the request is done with, or abandoned (a refusal from its header)
   reply_ = std::move(reply);
-  last_activity_ = Clock::now();
+  // A reply must be read as fast as a request must arrive.
+  const double seconds =
+      static_cast<double>(reply_.frame.size()) / server_->min_transfer_bytes_per_s();
+  watch(Watch::kWriting, Clock::now() + server_->frame_grace() +
+                             std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(std::min(seconds, 8.64e6))));
   auto self = shared_from_this();
   asio::async_write(
       socket_, asio::buffer(reply_.frame),
@@ -357,77 +376,14 @@ void Session::on_written(const boost::system::error_code& ec) {
                        "gpubox_server: reply to " + peer_ + " lost: " + ec.message());
     return close();
   }
-  last_activity_ = Clock::now();
   if (reply_.stop_server_after) {
     close();
     return server_->stop();
   }
   if (reply_.close_after) return linger_then_close(0);
   reply_ = Reply{};
+  watch_idle();
   read_header();
-}
-
-void Session::linger_then_close(std::size_t dropped) {
-  if (state_ != State::kLingering) {
-    state_ = State::kLingering;
-    boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
-    if (!scratch_) scratch_.reset(new uint8_t[kScratchBytes]);
-    // At most kLingerTime, whatever the idle timeout (on_idle_timer closes a lingering session).
-    idle_timer_.expires_after(kLingerTime);
-    auto self = shared_from_this();
-    idle_timer_.async_wait(
-        [self](const boost::system::error_code& ec) { self->on_idle_timer(ec); });
-  }
-  if (dropped >= kLingerBytes) return close();
-  auto self = shared_from_this();
-  socket_.async_read_some(asio::buffer(scratch_.get(), kScratchBytes),
-                          [self, dropped](const boost::system::error_code& ec, std::size_t n) {
-                            if (self->closed_) return;
-                            if (ec) return self->close();  // the client closed: done
-                            self->linger_then_close(dropped + n);
-                          });
-}
-
-// ---- idle timeout and close -------------------------------------------------------------------
-
-void Session::arm_idle_timer(Clock::time_point from) {
-  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(std::min(server_->options().idle_timeout_s, 8.64e6)));
-  idle_timer_.expires_at(from + timeout);
-  auto self = shared_from_this();
-  idle_timer_.async_wait([self](const boost::system::error_code& ec) { self->on_idle_timer(ec); });
-}
-
-void Session::on_idle_timer(const boost::system::error_code& ec) {
-  if (closed_ || ec == asio::error::operation_aborted) return;
-  if (state_ == State::kLingering) return close();
-  const auto now = Clock::now();
-  if (state_ == State::kBarrier) return arm_idle_timer(now);  // waiting on the server: not idle
-  const auto timeout = std::chrono::duration<double>(server_->options().idle_timeout_s);
-  if (now - last_activity_ < timeout) return arm_idle_timer(last_activity_);
-  server_->idle_closed.fetch_add(1, std::memory_order_relaxed);
-  Server::Impl::warn(server_->connection_log,
-                     "gpubox_server: closing connection from " + peer_ + " idle for " +
-                         std::to_string(server_->options().idle_timeout_s) + " s");
-  close();
-}
-
-void Session::close() {
-  if (closed_) return;
-  // Leave the barrier before the descriptor closes: a barrier may peek at it until then.
-  if (state_ == State::kBarrier) server_->barrier_leave(this, barrier_name_);
-  closed_ = true;
-  state_ = State::kClosed;
-  boost::system::error_code ignored;
-  socket_.shutdown(tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
-  idle_timer_.cancel();
-  server_->budget().give_back(request_held_ + reply_held_);
-  request_held_ = reply_held_ = 0;
-  std::vector<uint8_t>().swap(payload_);
-  server_->session_closed();
 }
 
 }  // namespace gpubox::table::server

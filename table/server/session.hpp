@@ -1,30 +1,43 @@
 // Internal to gpubox_server_lib: one client connection of a Server. Reads a frame, answers it,
 // repeats. Handlers of one session never overlap: they run on the socket's strand (a BARRIER
-// release and the idle timer are posted to it too).
+// release, a deadline and an eviction are posted to it too).
 //
 // Memory: a request's payload buffer is allocated once its bytes arrive and grows with them
 // (doubling from 256 KiB, never allocated from the announced length), and every buffered byte is
 // charged to the connection's limit and to the server's in-flight budget until the reply was
 // written.
+//
+// Time: every phase has a deadline (session_guard.cpp), checked by the server's sweep (Server::
+// Impl::sweep, from another thread: hence the atomics below) and acted on on the strand:
+//   - a frame (header and payload), from its first byte: its bytes must keep up with
+//     --min_transfer_kb_s after a grace of --frame_deadline_s, so a client dripping bytes is cut
+//     within the grace whatever it announced; a reply must be read as fast;
+//   - on a token server, authentication within --auth_timeout_s of connecting;
+//   - between frames, --idle_timeout_s; a BARRIER wait, --barrier_timeout_s.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "table/server/auth_handshake.hpp"
 #include "table/server/server_impl.hpp"
 
 namespace gpubox::table::server {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Server::Impl* server, tcp::socket socket);
+  using Clock = std::chrono::steady_clock;
+
+  Session(Server::Impl* server, tcp::socket socket, uint64_t serial);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   void start();
+  uint64_t serial() const { return serial_; }
   // Ends this session's BARRIER wait with `reply` (from any thread).
   void release_barrier(Reply reply);
   // Called by the barrier, under its lock, while this session is one of its waiters (so the
@@ -32,49 +45,96 @@ class Session : public std::enable_shared_from_this<Session> {
   // not while waiting. Such a waiter is dropped, never counted.
   bool peer_still_waiting() const;
 
+  // ---- for the server's sweep and accept loop (any thread) ----
+  // Whether a deadline of this session passed at `now` (then the sweep calls on_overdue(),
+  // which acts on the strand if it still holds there).
+  bool overdue(Clock::time_point now) const { return overdue_kind(now) != Overdue::kNone; }
+  void on_overdue();
+  // Claims this session for eviction: true once, and only while it has not authenticated.
+  bool claim_for_eviction() { return evictable_.exchange(false); }
+  // Closes a session claimed by claim_for_eviction(), with a notice saying why.
+  void evict();
+
  private:
-  using Clock = std::chrono::steady_clock;
   enum class State { kHeader, kPayload, kDraining, kBarrier, kWriting, kLingering, kClosed };
+  // What deadline_ns_ stands for.
+  enum class Watch : uint8_t { kNone, kIdle, kBarrier, kWriting, kLingering };
+  enum class Overdue { kNone, kAuth, kFrame, kIdle, kBarrier, kWriting, kLingering };
 
   void read_header();
-  void on_header(const boost::system::error_code& ec);
+  void on_header_bytes(const boost::system::error_code& ec, std::size_t n);
+  void on_header();
   void read_payload();
   void on_payload(const boost::system::error_code& ec, std::size_t n);
   // The server's budget is spent: read the rest of the frame into a small scratch buffer and
-  // answer "retry later".
+  // answer "server busy: in-flight budget" (retry later).
   void drain();
   void on_drained(const boost::system::error_code& ec, std::size_t n);
   void on_frame();
-  void authenticate();
+  // A frame of another protocol version: answered in that version, naming both, then closed.
+  void refuse_version(uint16_t version);
+  // ---- session_guard.cpp: authentication, BARRIER, deadlines, notices ----
+  // AUTH_PROOF on a connection that has not authenticated: checked at once, or when the backoff
+  // of its peer address allows (a timer), or refused when that is past the auth deadline.
+  void check_proof();
+  void on_proof_checked();
   void watch_barrier_wait();
   void on_barrier_watch(const boost::system::error_code& ec, std::size_t n);
+  void barrier_timed_out();
+  // Charges `growth` more request bytes to the server's budget; false (logged, counted) when
+  // the budget has no room.
+  bool take_budget(std::size_t growth);
   // send(), after logging an error reply (rate-limited, naming the peer and why).
   void answer(Reply reply);
   void send(Reply reply);
   void on_written(const boost::system::error_code& ec);
   // After a refusal: no more sending, the client's unread bytes are read and dropped (at most
-  // kLingerBytes, within the idle timeout) so that closing does not reset the connection before
+  // kLingerBytes, for at most kLingerTime) so that closing does not reset the connection before
   // the client read the reply.
   void linger_then_close(std::size_t dropped);
-  void arm_idle_timer(Clock::time_point at);
-  void on_idle_timer(const boost::system::error_code& ec);
   Status reserve_reply(std::size_t bytes);
   void free_request();
   // An error reply, then the connection is closed (the rest of the frame is never read).
   void refuse(const Status& status);
   void protocol_error(const std::string& reason);
+  // Writes a notice (protocol.hpp: request id 0) if the socket takes it now and no reply is
+  // being written, then closes.
+  void notice_and_close(const Status& why);
   void close();
+  // ---- deadlines (session_guard.cpp) ----
+  void watch(Watch kind, Clock::time_point deadline);
+  void watch_idle();
+  void frame_started();
+  void frame_progress(std::size_t bytes) { frame_bytes_.store(bytes, std::memory_order_relaxed); }
+  void frame_ended() { frame_start_ns_.store(0, std::memory_order_relaxed); }
+  Overdue overdue_kind(Clock::time_point now) const;
+  // Why a connection is closed for `kind`, for the log and the client's notice.
+  std::string overdue_reason(Overdue kind, Clock::time_point now) const;
+  void leave_unauthenticated();
 
   Server::Impl* server_;
   tcp::socket socket_;
   int fd_;  // socket_'s descriptor, for peer_still_waiting()
+  const uint64_t serial_;
   std::string peer_;
-  asio::steady_timer idle_timer_;
-  Clock::time_point last_activity_;
+  std::string peer_address_;  // without the port: AUTH failures are slowed per address
   State state_ = State::kHeader;
   bool closed_ = false;
   bool authenticated_ = false;
+  bool counted_unauthenticated_ = false;
+  std::atomic<bool> evictable_{false};
+  // Deadlines, read by the sweep (steady-clock nanoseconds; 0: none).
+  std::atomic<int64_t> auth_deadline_ns_{0};
+  std::atomic<int64_t> deadline_ns_{0};
+  std::atomic<uint8_t> watch_{0};  // Watch
+  std::atomic<int64_t> frame_start_ns_{0};
+  std::atomic<uint64_t> frame_bytes_{0};
+  bool have_nonce_ = false;
+  AuthNonce nonce_{};
+  AuthProof proof_{};
+  Clock::time_point barrier_since_;
   uint8_t header_bytes_[kHeaderBytes] = {};
+  std::size_t header_got_ = 0;
   FrameHeader header_;
   std::vector<uint8_t> payload_;
   std::size_t payload_got_ = 0;
@@ -82,7 +142,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t request_held_ = 0;  // bytes charged for payload_
   std::size_t reply_held_ = 0;    // bytes charged for the reply being built or written
   std::size_t drain_left_ = 0;
-  std::unique_ptr<uint8_t[]> scratch_;  // for drain() and the barrier watch
+  std::unique_ptr<uint8_t[]> scratch_;              // for drain() and the barrier watch
+  std::unique_ptr<asio::steady_timer> auth_timer_;  // a slowed AUTH_PROOF waits on it
   std::string barrier_name_;
   Reply reply_;
 };

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "table/server/auth_handshake.hpp"
+
 namespace gpubox::table::server {
 namespace {
 
@@ -40,6 +42,17 @@ std::string trim(const std::string& s) {
 Clock::time_point after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(std::max(0.0, seconds)));
+}
+
+bool is_notice(const FrameHeader& header) {
+  return header.response && header.request_id == kNoticeRequestId;
+}
+
+// What a notice (protocol.hpp) says: the server closes the connection, and why.
+Status notice_status(const FrameHeader& header, const uint8_t* data, std::size_t n) {
+  const Status st = decode_error_reply(header, data, n);
+  if (st.ok()) return Status::Corruption("the server sent a notice without a reason");
+  return st.with_context("the server closed the connection");
 }
 
 }  // namespace
@@ -171,6 +184,9 @@ StatusOr<std::vector<uint8_t>> Connection::call(const FrameHeader& request,
   GPUBOX_RETURN_IF_ERROR(send_all(frame.data(), frame.size(), deadline));
   Frame reply;
   GPUBOX_RETURN_IF_ERROR(recv_frame(&reply, max_payload_bytes, deadline));
+  if (is_notice(reply.header)) {
+    return notice_status(reply.header, reply.payload.data(), reply.payload.size());
+  }
   if (!reply.header.response || reply.header.op != request.op ||
       reply.header.request_id != request.request_id) {
     return Status::Corruption(std::string("reply does not match the ") + op_name(request.op) +
@@ -203,7 +219,9 @@ struct Transport::Attempt {
   std::vector<uint8_t> payload;
   std::size_t payload_got = 0;
   std::size_t replies = 0;
-  std::vector<std::size_t> retry_later;  // answered "still being applied"
+  std::vector<std::size_t> retry_later;  // answered "retry later" (server busy, still applying)
+  Status retry_reason;                   // the last such answer
+  bool notice = false;                   // the frame being read is a notice (protocol.hpp)
   bool failed = false;
   Status error;
 
@@ -266,8 +284,9 @@ struct Transport::Attempt {
           fail(header.status());
           return Status::OK();
         }
-        if (in_flight.empty() || !header->response || header->op != op ||
-            header->request_id != requests[in_flight.front()].request_id) {
+        notice = is_notice(*header);
+        if (!notice && (in_flight.empty() || !header->response || header->op != op ||
+                        header->request_id != requests[in_flight.front()].request_id)) {
           fail(Status::Corruption("reply does not match the request in flight"));
           return Status::OK();
         }
@@ -278,13 +297,19 @@ struct Transport::Attempt {
         payload_got += static_cast<std::size_t>(k);
       }
       if (payload_got < payload.size()) continue;
+      if (notice) {  // the server closes the connection; the requests in flight are retried
+        fail(notice_status(reply, payload.data(), payload.size()));
+        return Status::OK();
+      }
       // A whole reply.
       const std::size_t index = in_flight.front();
       in_flight.pop_front();
       head_got = 0;
       ++replies;
       if (reply.status == Status::Code::kAborted) {
-        retry_later.push_back(index);  // a retried mutation racing its original: later
+        // The server is busy, or a retried mutation races its original: later.
+        retry_later.push_back(index);
+        retry_reason = decode_error_reply(reply, payload.data(), payload.size());
       } else if (reply.status != Status::Code::kOk) {
         return decode_error_reply(reply, payload.data(), payload.size());
       } else {
@@ -339,19 +364,31 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   auto conn = Connection::open(endpoints_[endpoint], connect_deadline);
   if (!conn.ok()) return conn;
   if (!options_.auth_token.empty()) {
-    std::vector<uint8_t> token;
-    encode_path_request(options_.auth_token, &token);
-    FrameHeader auth;
-    auth.op = Op::kAuth;
-    auth.request_id = next_request_id();
-    auth.client_id = options_.client_id;
-    auto reply = conn->call(auth, token, options_.max_payload_bytes, connect_deadline);
-    if (!reply.ok()) return reply.status();
+    GPUBOX_RETURN_IF_ERROR(authenticate(*conn, connect_deadline));
   }
   if (options_.on_connect) {
     GPUBOX_RETURN_IF_ERROR(options_.on_connect(endpoint, *conn, connect_deadline));
   }
   return conn;
+}
+
+Status Transport::authenticate(Connection& conn, Clock::time_point deadline) {
+  // Challenge-response (auth_handshake.hpp): the token itself never crosses the wire.
+  FrameHeader ask;
+  ask.op = Op::kAuth;
+  ask.request_id = next_request_id();
+  ask.client_id = options_.client_id;
+  auto challenge = conn.call(ask, {}, options_.max_payload_bytes, deadline);
+  if (!challenge.ok()) return challenge.status();
+  auto nonce = decode_auth_challenge(challenge->data(), challenge->size());
+  if (!nonce.ok()) return nonce.status();
+  const AuthProof proof = auth_proof(options_.auth_token, *nonce, options_.client_id);
+  FrameHeader answer = ask;
+  answer.op = Op::kAuthProof;
+  answer.request_id = next_request_id();
+  auto reply = conn.call(answer, std::vector<uint8_t>(proof.begin(), proof.end()),
+                         options_.max_payload_bytes, deadline);
+  return reply.ok() ? Status::OK() : reply.status();
 }
 
 void Transport::release(uint32_t endpoint, Connection connection) {
@@ -485,7 +522,10 @@ Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const Reply
       GPUBOX_RETURN_IF_ERROR(drive(op, attempts, requests, mark, deadline));
       for (auto& a : attempts) {
         if (!a.failed) {
-          if (!a.retry_later.empty()) schedule_retry(a.endpoint);
+          if (!a.retry_later.empty()) {
+            last_error[a.endpoint] = a.retry_reason;  // e.g. "server busy: in-flight budget"
+            schedule_retry(a.endpoint);
+          }
           release(a.endpoint, std::move(a.conn));
           continue;
         }

@@ -68,7 +68,9 @@ using ConnectHook =
 
 struct TransportOptions {
   uint64_t client_id = 0;
-  std::string auth_token;          // sent as the first frame of every connection when set
+  // When set (at least kMinTokenChars): every new connection proves it knows it first
+  // (auth_handshake.hpp); the token itself is never sent.
+  std::string auth_token;
   double deadline_s = 30.0;        // total time a call may spend, retries included
   double connect_timeout_s = 2.0;  // one connection attempt
   double initial_backoff_s = 0.01;
@@ -127,6 +129,8 @@ class Transport {
   StatusOr<Connection> acquire(uint32_t endpoint, Clock::time_point deadline, bool allow_pooled,
                                bool* reused);
   void release(uint32_t endpoint, Connection connection);
+  // AUTH and AUTH_PROOF on a new connection.
+  Status authenticate(Connection& conn, Clock::time_point deadline);
   Status drive(Op op, std::vector<Attempt>& attempts, std::vector<OutgoingRequest>& requests,
                const ReplyHandler& on_reply, Clock::time_point deadline);
 

@@ -193,6 +193,7 @@ int run_server_bench(const BenchArgs& args) {
   if (in_process) {
     table::server::ServerOptions so;
     so.threads = server_threads;
+    so.auth_token = args.get("auth_token", "");  // so the clients' AUTH is measured too
     auto started = table::server::Server::start(local->get(), so);
     throw_if_error(started.status());
     server = std::move(*started);

@@ -209,7 +209,7 @@ TEST_F(ResumeBinaries, AServerRestartedBetweenPassesIsReloadedInTheRun) {
 
 TEST_F(ResumeBinaries, ATokenServerServesOnlyATrainerGivenItsToken) {
   const fs::path token = root_ / "token";
-  std::ofstream(token) << "t0k3n-" << ::getpid() << "\n";
+  std::ofstream(token) << "t0k3n-0123456789abcdef0123456789-" << ::getpid() << "\n";
   ::chmod(token.c_str(), 0600);
   auto server = start_server(0, {"--auth_token_file", token.string()});
   const std::string endpoint = server_endpoint(*server);
@@ -222,7 +222,7 @@ TEST_F(ResumeBinaries, ATokenServerServesOnlyATrainerGivenItsToken) {
       << without->output();
 
   const fs::path wrong = root_ / "wrong_token";
-  std::ofstream(wrong) << "not-it\n";
+  std::ofstream(wrong) << "not-it-0123456789abcdef0123456789abcdef\n";
   ::chmod(wrong.c_str(), 0600);
   auto refused = start_trainer("token_wrong", endpoint, {"-o", "runner.epochs=1"},
                                {"GPUBOX_AUTH_TOKEN_FILE=" + wrong.string()});

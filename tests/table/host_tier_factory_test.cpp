@@ -120,20 +120,20 @@ TEST(MakeHostTier, RemoteClientGetsTheEndpointsTokenAndTimeouts) {
   ASSERT_TRUE(table.ok());
   server::ServerOptions server_options;
   server_options.port = 0;
-  server_options.auth_token = "s3cret";
+  server_options.auth_token = "s3cret-0123456789abcdef0123456789ab";
   auto server = server::Server::start(table->get(), server_options);
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   HostTierConfig config =
       from_overrides({"runner.server_timeout_s=1.5", "runner.server_connect_timeout_s=0.2",
                       "runner.server_connections=3"});
   config.remote.endpoints = (*server)->endpoint();
-  config.remote.auth_token = "s3cret";
+  config.remote.auth_token = "s3cret-0123456789abcdef0123456789ab";
   auto tier = make_host_tier(accessor(), config);
   ASSERT_TRUE(tier.ok()) << tier.status().to_string();
   auto* remote = dynamic_cast<server::RemoteHostTier*>(tier->get());
   ASSERT_NE(remote, nullptr) << "endpoints given: the remote tier";
   EXPECT_EQ(remote->options().endpoints, (*server)->endpoint());
-  EXPECT_EQ(remote->options().auth_token, "s3cret");
+  EXPECT_EQ(remote->options().auth_token, "s3cret-0123456789abcdef0123456789ab");
   EXPECT_EQ(remote->options().deadline_s, 1.5);
   EXPECT_EQ(remote->options().connect_timeout_s, 0.2);
   EXPECT_EQ(remote->options().connections_per_endpoint, 3);

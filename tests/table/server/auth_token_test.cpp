@@ -34,12 +34,15 @@ class AuthTokenFile : public ::testing::Test {
   fs::path dir_;
 };
 
+constexpr char kLong[] = "00112233445566778899aabbccddeeff";  // 128 bits as hex
+
 TEST_F(AuthTokenFile, ReadsTheTokenWithoutTrailingWhitespace) {
   ::testing::internal::CaptureStderr();
-  auto token = read_auth_token_file(write("t", "s3cret \n", 0600), "--auth_token_file");
+  auto token =
+      read_auth_token_file(write("t", std::string(kLong) + " \n", 0600), "--auth_token_file");
   const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(token.ok()) << token.status().to_string();
-  EXPECT_EQ(*token, "s3cret");
+  EXPECT_EQ(*token, kLong);
   EXPECT_EQ(log, "") << "a private token file is read quietly";
 }
 
@@ -59,13 +62,24 @@ TEST_F(AuthTokenFile, MissingEmptyOrNotAFileIsAnErrorNamingIt) {
   EXPECT_NE(st.message().find("is not a regular file"), std::string::npos) << st.message();
 }
 
+// Shorter than 128 bits as hex digits: guessable, refused (the client reads its file the same).
+TEST_F(AuthTokenFile, AShortTokenIsAnErrorNamingTheFile) {
+  const std::string short_one = write("short", std::string(kLong).substr(0, 31) + "\n", 0600);
+  auto st = read_auth_token_file(short_one, "GPUBOX_AUTH_TOKEN_FILE").status();
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("GPUBOX_AUTH_TOKEN_FILE '" + short_one +
+                              "' has 31 characters; at least 32 are needed"),
+            std::string::npos)
+      << st.message();
+}
+
 TEST_F(AuthTokenFile, AFileOthersMayReadIsUsedWithAWarningNamingIt) {
-  const std::string open = write("open", "tok", 0644);
+  const std::string open = write("open", kLong, 0644);
   ::testing::internal::CaptureStderr();
   auto token = read_auth_token_file(open, "--auth_token_file");
   const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(token.ok());
-  EXPECT_EQ(*token, "tok");
+  EXPECT_EQ(*token, kLong);
   EXPECT_NE(log.find("the token file --auth_token_file '" + open +
                      "' is readable by other users (mode 0644)"),
             std::string::npos)

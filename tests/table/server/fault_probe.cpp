@@ -5,7 +5,10 @@
 //   gpubox_fault_probe <probe> --endpoint 127.0.0.1:P [--pid PID] [--log FILE] [--data_dir D]
 //                      [--token T] [--server_binary B --config C]
 //   probes: over_cap, out_of_fds, barrier_leavers, forged_lengths, retry_cache, paths,
-//           token_required, nonfinite, restart
+//           token_required, nonfinite, restart; and issue #30's (fault_probe_net.cpp): drip,
+//           auth_flood, budget_starve, token_guess, auth_replay, cap_message
+#include "tests/table/server/fault_probe.hpp"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -25,7 +28,6 @@
 #include <thread>
 #include <vector>
 
-#include "table/server/remote_host_tier.hpp"
 #include "tests/table/server/process_probe.hpp"
 
 namespace gpubox::table::server {
@@ -33,40 +35,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace testing;  // NOLINT: the process probes
+using namespace probe;    // NOLINT: the shared probe helpers
 using std::chrono::milliseconds;
-
-struct Args {
-  std::string probe;
-  std::map<std::string, std::string> flags;
-  std::string get(const std::string& name, const std::string& fallback = "") const {
-    auto it = flags.find(name);
-    return it == flags.end() ? fallback : it->second;
-  }
-};
-
-struct Verdict {
-  bool held = false;
-  std::string detail;
-};
-Verdict held(std::string d) { return {true, std::move(d)}; }
-Verdict failed(std::string d) { return {false, std::move(d)}; }
-
-Clock::time_point in_seconds(double s) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-AccessorConfig probe_config() {  // what scripts/fault_check.sh starts servers with
-  AccessorConfig cfg;
-  cfg.optimizer.kind = SparseOptimizerKind::kAdagrad;
-  cfg.mf_dim = 4;
-  return cfg;
-}
-
-uint32_t probe_stride() {
-  return static_cast<uint32_t>(
-      RowLayout::make(probe_config().optimizer.kind, probe_config().mf_dim).stride());
-}
 
 // ---- the server process, seen from outside ----------------------------------------------------
 
@@ -77,63 +47,6 @@ std::size_t file_size(const std::string& path) {
 }
 
 bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
-
-// ---- raw protocol ------------------------------------------------------------------------------
-
-std::vector<Connection> open_connections(const Endpoint& ep, int n) {
-  std::vector<Connection> out;
-  for (int i = 0; i < n; ++i) {
-    auto c = Connection::open(ep, in_seconds(2));
-    if (!c.ok()) break;
-    out.push_back(std::move(*c));
-  }
-  return out;
-}
-
-Status call(Connection& conn, Op op, const std::vector<uint8_t>& payload, uint64_t id = 1,
-            uint64_t client = 1, std::vector<uint8_t>* reply = nullptr) {
-  FrameHeader h;
-  h.op = op;
-  h.request_id = id;
-  h.client_id = client;
-  auto r = conn.call(h, payload, kDefaultMaxPayloadBytes, in_seconds(5));
-  if (!r.ok()) return r.status();
-  if (reply) *reply = std::move(*r);
-  return Status::OK();
-}
-
-Status authenticate(Connection& conn, const std::string& token) {
-  if (token.empty()) return Status::OK();
-  std::vector<uint8_t> p;
-  encode_path_request(token, &p);
-  return call(conn, Op::kAuth, p);
-}
-
-// A served request on a fresh connection: STATS answered before `seconds`.
-Status served(const Endpoint& ep, const std::string& token, double seconds) {
-  auto c = Connection::open(ep, in_seconds(seconds));
-  if (!c.ok()) return c.status();
-  GPUBOX_RETURN_IF_ERROR(authenticate(*c, token));
-  FrameHeader h;
-  h.op = Op::kStats;
-  h.request_id = 1;
-  auto r = c->call(h, {}, kDefaultMaxPayloadBytes, in_seconds(seconds));
-  return r.ok() ? Status::OK() : r.status();
-}
-
-std::vector<uint8_t> frame_bytes(Op op, const std::vector<uint8_t>& payload, uint64_t id = 1) {
-  FrameHeader h;
-  h.op = op;
-  h.request_id = id;
-  return encode_frame(h, payload);
-}
-
-std::vector<uint8_t> push_payload(uint64_t key, float value, uint32_t stride) {
-  std::vector<float> row(stride, value);
-  std::vector<uint8_t> p;
-  encode_push_request(&key, 1, row.data(), stride, &p);
-  return p;
-}
 
 // ---- probes -----------------------------------------------------------------------------------
 
@@ -437,7 +350,8 @@ Verdict restart(const Endpoint&, const Args& a) {
 }  // namespace gpubox::table::server
 
 int main(int argc, char** argv) {
-  using namespace gpubox::table::server;  // NOLINT: main
+  using namespace gpubox::table::server;         // NOLINT: main
+  using namespace gpubox::table::server::probe;  // NOLINT: main
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: gpubox_fault_probe <probe> --endpoint IP:PORT [--flag value]...\n");
@@ -468,7 +382,13 @@ int main(int argc, char** argv) {
       {"paths", paths},
       {"token_required", token_required},
       {"nonfinite", nonfinite},
-      {"restart", restart}};
+      {"restart", restart},
+      {"drip", probe::drip},
+      {"auth_flood", probe::auth_flood},
+      {"budget_starve", probe::budget_starve},
+      {"token_guess", probe::token_guess},
+      {"auth_replay", probe::auth_replay},
+      {"cap_message", probe::cap_message}};
   auto it = probes.find(a.probe);
   if (it == probes.end()) {
     std::printf("failed: unknown probe '%s'\n", a.probe.c_str());

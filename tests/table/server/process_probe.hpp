@@ -62,18 +62,22 @@ inline std::size_t open_fds(pid_t pid) {
 }
 
 // True when the peer closes `fd` within `seconds` (0: only what already arrived); bytes it
-// sends first are read and dropped.
+// sends first (a notice, say) are read and dropped, even past `seconds` (at most 256 KiB).
 inline bool closed_by_peer(int fd, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(seconds));
-  do {
+  for (int reads_past_deadline = 0; reads_past_deadline < 64;) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, seconds > 0 ? 20 : 0) != 1) continue;
-    uint8_t buf[4096];
-    const ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
-    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return true;
-  } while (std::chrono::steady_clock::now() < deadline);
+    if (::poll(&p, 1, seconds > 0 ? 20 : 0) == 1) {
+      uint8_t buf[4096];
+      const ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return true;
+      if (k > 0 && std::chrono::steady_clock::now() >= deadline) ++reads_past_deadline;
+      if (k > 0) continue;  // read on: the end may follow
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
   return false;
 }
 

@@ -189,7 +189,7 @@ TEST(PsOps, ConcurrentGradientsOfOneKeyAreNotLost) {
 TEST(PsOps, DenseTablesReadAddAndKeepTheirBounds) {
   FakeHostTier table(test_config());
   ServerOptions so;
-  so.auth_token = "t0ken";
+  so.auth_token = kTestToken;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   // Without the token: refused like every other op.
@@ -199,7 +199,7 @@ TEST(PsOps, DenseTablesReadAddAndKeepTheirBounds) {
   EXPECT_EQ(raw_call(raw, Op::kDense, payload).code(), Status::Code::kPermissionDenied);
 
   RemoteHostTierOptions options = client_options(server->endpoint());
-  options.auth_token = "t0ken";
+  options.auth_token = kTestToken;
   auto client = connect_client(options);
   ASSERT_TRUE(client);
   std::vector<float> values = {1.0f, 2.0f, 3.0f};

@@ -421,7 +421,7 @@ TEST(Server, FuzzedFramesFromManyConnectionsDoNotStopService) {
 TEST(Server, AuthTokenRequiredFirst) {
   FakeHostTier table(test_config());
   ServerOptions so;
-  so.auth_token = "s3cret-token";
+  so.auth_token = std::string(kTestToken) + "-s3cret";
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
 
@@ -432,7 +432,7 @@ TEST(Server, AuthTokenRequiredFirst) {
   EXPECT_NE(no_token.status().message().find("requires AUTH"), std::string::npos);
 
   auto wrong = client_options(server->endpoint());
-  wrong.auth_token = "s3cret-tokeN";
+  wrong.auth_token = std::string(kTestToken) + "-s3creT";
   auto refused = RemoteHostTier::connect(wrong);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kPermissionDenied);
@@ -440,7 +440,7 @@ TEST(Server, AuthTokenRequiredFirst) {
   EXPECT_EQ(table.pull_calls.load(), 0u);
 
   auto right = client_options(server->endpoint());
-  right.auth_token = "s3cret-token";
+  right.auth_token = std::string(kTestToken) + "-s3cret";
   auto client = connect_client(right);
   ASSERT_TRUE(client);
   Oracle oracle(test_config());

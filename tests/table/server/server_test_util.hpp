@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "table/server/auth_handshake.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "tests/table/server/process_probe.hpp"
@@ -79,6 +80,22 @@ inline Status raw_call(Connection& conn, Op op, const std::vector<uint8_t>& payl
   if (!reply.ok()) return reply.status();
   if (reply_payload) *reply_payload = std::move(*reply);
   return Status::OK();
+}
+
+// A token long enough for a server (kMinTokenChars).
+inline constexpr char kTestToken[] = "0123456789abcdef0123456789abcdef";
+
+// AUTH and AUTH_PROOF by hand on `conn`: the proof's status. *nonce, *proof: what was used.
+inline Status raw_authenticate(Connection& conn, const std::string& token, uint64_t client_id = 1,
+                               AuthNonce* nonce = nullptr, AuthProof* proof = nullptr) {
+  std::vector<uint8_t> challenge;
+  GPUBOX_RETURN_IF_ERROR(raw_call(conn, Op::kAuth, {}, 1, client_id, &challenge));
+  auto n = decode_auth_challenge(challenge.data(), challenge.size());
+  if (!n.ok()) return n.status();
+  const AuthProof p = auth_proof(token, *n, client_id);
+  if (nonce) *nonce = *n;
+  if (proof) *proof = p;
+  return raw_call(conn, Op::kAuthProof, std::vector<uint8_t>(p.begin(), p.end()), 2, client_id);
 }
 
 // True when `fd` has bytes to read (or was closed) within `seconds`.

@@ -1,0 +1,233 @@
+// gpubox_fault_probe's probes of issue #30's network items: slots held by dripping clients and by
+// an unauthenticated flood, the in-flight budget starved by slow senders, token guesses and
+// replays, and what a client reads when the server is at its connection cap. Every loop is
+// bounded (a few hundred connections, a few seconds).
+#include <sys/socket.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/table/server/fault_probe.hpp"
+#include "tests/table/server/process_probe.hpp"
+
+namespace gpubox::table::server::probe {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::closed_by_peer;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<uint8_t> header_bytes(Op op, uint32_t payload_bytes) {
+  FrameHeader h;
+  h.op = op;
+  h.request_id = 1;
+  h.payload_bytes = payload_bytes;
+  std::vector<uint8_t> out(kHeaderBytes);
+  encode_header(h, out.data());
+  return out;
+}
+
+bool log_has(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str().find(what) != std::string::npos;
+}
+
+RemoteHostTierOptions client_options(const Endpoint& ep, const std::string& token) {
+  RemoteHostTierOptions o;
+  o.endpoints = ep.to_string();
+  o.config = probe_config();
+  o.auth_token = token;
+  o.deadline_s = 1.0;
+  o.connect_timeout_s = 0.5;
+  o.connections_per_endpoint = 1;
+  return o;
+}
+
+uint64_t rows_held(const Endpoint& ep, const std::string& token) {
+  auto c = Connection::open(ep, in_seconds(2));
+  if (!c.ok() || !authenticate(*c, token).ok()) return 0;
+  std::vector<uint8_t> reply;
+  if (!call(*c, Op::kStats, {}, 9, 1, &reply).ok()) return 0;
+  auto stats = decode_stats_reply(reply.data(), reply.size());
+  return stats.ok() ? stats->rows_in_memory : 0;
+}
+
+}  // namespace
+
+// 30.2: 40 clients drip a byte per 200 ms into PUSH frames announcing 64 MiB: each is cut at its
+// frame deadline (the server's --frame_deadline_s), and the server serves afterwards.
+Verdict drip(const Endpoint& ep, const Args& a) {
+  const double grace = std::stod(a.get("frame_deadline_s", "1"));
+  auto conns = open_connections(ep, 40);
+  const auto head = header_bytes(Op::kPush, kDefaultMaxPayloadBytes);
+  for (auto& c : conns) (void)c.send_all(head.data(), head.size(), in_seconds(2));
+  const auto start = Clock::now();
+  std::vector<char> open(conns.size(), 1);
+  std::size_t still = conns.size();
+  double last_cut = 0;
+  while (still > 0 && seconds_since(start) < grace + 5) {
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+      if (!open[i]) continue;
+      const uint8_t byte = 0x5a;
+      if (::send(conns[i].fd(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1 ||
+          closed_by_peer(conns[i].fd(), 0.0)) {
+        open[i] = 0;
+        --still;
+        last_cut = seconds_since(start);
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  std::ostringstream d;
+  d << conns.size()
+    << " clients dripping a byte per 200 ms into 64 MiB PUSH frames: " << conns.size() - still
+    << " cut, the last after " << last_cut << " s (--frame_deadline_s " << grace << ")";
+  if (conns.size() < 40 || still > 0) return failed(d.str());
+  const Status st = served(ep, "", 3.0);
+  if (!st.ok()) return failed(d.str() + "; not served afterwards: " + st.to_string());
+  return held(d.str() + "; served afterwards");
+}
+
+// 30.2: 200 connections that never authenticate against --max_connections 32 (token server):
+// the oldest are evicted for the new, and a client that authenticates is served meanwhile.
+Verdict auth_flood(const Endpoint& ep, const Args& a) {
+  const std::string token = a.get("token");
+  auto flood = open_connections(ep, 200);
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto start = Clock::now();
+  const Status st = served(ep, token, 3.0);
+  const double took = seconds_since(start);
+  int evicted = 0;
+  for (auto& c : flood) evicted += closed_by_peer(c.fd(), 0.0) ? 1 : 0;
+  std::ostringstream d;
+  d << flood.size() << " unauthenticated connections held open: " << evicted
+    << " evicted or refused; an authenticating client ";
+  if (!st.ok()) return failed(d.str() + "was not served: " + st.to_string());
+  d << "served in " << took << " s";
+  if (!log_has(a.get("log"), "evicted") && evicted == 0) return failed(d.str() + " (no eviction)");
+  return held(d.str());
+}
+
+// 30.3: 17 slow senders announce 64 MiB PUSH frames, send just under 1 MiB and stall against
+// --max_inflight_mb 4 (3 of them then hold 3 MiB, the most big holders may take is 3.5 MiB):
+// small requests are served (the reserve), a big PUSH (~1 MB) is refused with "server busy:
+// in-flight budget" (and logged), and served once the senders were cut at their deadline.
+Verdict budget_starve(const Endpoint& ep, const Args& a) {
+  const double grace = std::stod(a.get("frame_deadline_s", "1"));
+  auto slow = open_connections(ep, 17);
+  const auto head = header_bytes(Op::kPush, kDefaultMaxPayloadBytes);
+  const std::vector<uint8_t> some((1 << 20) - 100, 0x5a);  // a buffer step is 1 MiB then
+  for (auto& c : slow) {
+    (void)c.send_all(head.data(), head.size(), in_seconds(2));
+    (void)c.send_all(some.data(), some.size(), in_seconds(2));
+  }
+  const auto stalled_at = Clock::now();
+  std::this_thread::sleep_for(milliseconds(200));
+  auto small = RemoteHostTier::connect(client_options(ep, ""));
+  if (!small.ok()) return failed("a client could not connect: " + small.status().to_string());
+  std::vector<uint64_t> keys(16384);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = 1 + i;
+  std::vector<float> rows(keys.size() * (*small)->layout().stride(), 0.5f);
+  Status st = (*small)->push(keys.data(), 64, rows.data());
+  if (!st.ok())
+    return failed("a 64-row PUSH was refused while slow senders held the budget: " +
+                  st.to_string());
+  auto options = client_options(ep, "");
+  options.chunk_rows = keys.size();  // one frame of ~1 MB
+  options.deadline_s = 0.3;
+  auto big = RemoteHostTier::connect(options);
+  if (!big.ok()) return failed("a client could not connect: " + big.status().to_string());
+  st = (*big)->push(keys.data(), keys.size(), rows.data());
+  std::ostringstream d;
+  d << "17 slow senders of 64 MiB frames: a 64-row PUSH served; a 16384-row PUSH refused: ";
+  if (st.ok() || st.message().find("server busy: in-flight budget") == std::string::npos) {
+    return failed(d.str() + "no, " + st.to_string());
+  }
+  d << "\"server busy: in-flight budget\"";
+  if (!log_has(a.get("log"), "server busy: in-flight budget")) {
+    return failed(d.str() + ", but the server logged nothing");
+  }
+  Status later;
+  while (!(later = (*big)->push(keys.data(), keys.size(), rows.data())).ok() &&
+         seconds_since(stalled_at) < grace + 5) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  if (!later.ok()) return failed(d.str() + "; still refused: " + later.to_string());
+  d << " (logged); served " << seconds_since(stalled_at) << " s after the senders stalled";
+  return held(d.str());
+}
+
+// 30.8: wrong tokens as fast as the server answers, for 3 s: slowed per address and logged.
+Verdict token_guess(const Endpoint& ep, const Args& a) {
+  std::string wrong = a.get("token");
+  if (wrong.empty()) return failed("needs --token");
+  wrong[0] = wrong[0] == 'x' ? 'y' : 'x';
+  const auto start = Clock::now();
+  int guesses = 0;
+  while (seconds_since(start) < 3.0) {
+    auto c = Connection::open(ep, in_seconds(2));
+    if (!c.ok()) return failed("cannot connect: " + c.status().to_string());
+    if (authenticate(*c, wrong).code() != Status::Code::kPermissionDenied) {
+      return failed("a wrong token was not refused");
+    }
+    ++guesses;
+  }
+  std::ostringstream d;
+  d << guesses << " wrong tokens in " << seconds_since(start) << " s from one address";
+  if (guesses > 12) return failed(d.str() + " (not slowed)");
+  if (!log_has(a.get("log"), "wrong AUTH proof from 127.0.0.1")) {
+    return failed(d.str() + "; not logged");
+  }
+  return held(d.str() + " (slowed, logged)");
+}
+
+// 30.8: an AUTH exchange and PUSH captured on one connection, replayed on another: refused.
+Verdict auth_replay(const Endpoint& ep, const Args& a) {
+  const std::string token = a.get("token");
+  auto first = Connection::open(ep, in_seconds(2));
+  if (!first.ok()) return failed("cannot connect");
+  std::vector<uint8_t> challenge;
+  if (!call(*first, Op::kAuth, {}, 1, 5, &challenge).ok()) return failed("AUTH refused");
+  auto nonce = decode_auth_challenge(challenge.data(), challenge.size());
+  if (!nonce.ok()) return failed(nonce.status().to_string());
+  const AuthProof proof = auth_proof(token, *nonce, 5);
+  const std::vector<uint8_t> proof_bytes(proof.begin(), proof.end());
+  if (!call(*first, Op::kAuthProof, proof_bytes, 2, 5).ok())
+    return failed("the right proof refused");
+  const auto push = push_payload(777001, 0.5f, probe_stride());
+  if (!call(*first, Op::kPush, push, 3, 5).ok()) return failed("PUSH refused");
+  const uint64_t rows0 = rows_held(ep, token);
+
+  auto replay = Connection::open(ep, in_seconds(2));
+  if (!replay.ok()) return failed("cannot connect");
+  (void)call(*replay, Op::kAuth, {}, 1, 5, &challenge);
+  const Status st = call(*replay, Op::kAuthProof, proof_bytes, 2, 5);
+  const auto other = push_payload(777002, 0.5f, probe_stride());
+  const bool pushed = call(*replay, Op::kPush, other, 4, 5).ok();
+  const uint64_t rows1 = rows_held(ep, token);
+  if (st.ok() || pushed || rows1 != rows0) {
+    return failed("a replayed proof was accepted (" + st.to_string() + ")");
+  }
+  return held("a captured AUTH_PROOF replayed on a new connection: " + st.to_string() +
+              "; its PUSH not applied");
+}
+
+// 30.10: at the connection cap a client reads "server at its connection cap (N)", not a reset.
+Verdict cap_message(const Endpoint& ep, const Args&) {
+  auto held_open = open_connections(ep, 400);
+  std::this_thread::sleep_for(milliseconds(300));
+  auto client = RemoteHostTier::connect(client_options(ep, ""));
+  if (client.ok()) return failed("a client connected although 400 connections were open");
+  const std::string message = client.status().message();
+  const auto at = message.find("server at its connection cap (");
+  if (at == std::string::npos) return failed("the client read: " + message);
+  return held("the client read \"" + message.substr(at, message.find(')', at) + 1 - at) + "\"");
+}
+
+}  // namespace gpubox::table::server::probe

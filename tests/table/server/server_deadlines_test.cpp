@@ -1,0 +1,481 @@
+// gpubox_server against slow, racing and hostile peers (issue #30, the network items), in-process
+// on loopback: frame, authentication and BARRIER deadlines; slots kept for trainers while
+// unauthenticated connections flood; a fair in-flight budget and "server busy" as the client's
+// error; challenge-response authentication (no replay, wrong proofs slowed, short tokens
+// refused); errors that name the connection cap and other protocol versions.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/logging.hpp"
+#include "tests/table/server/fake_host_tier.hpp"
+#include "tests/table/server/server_test_util.hpp"
+
+namespace gpubox::table::server {
+namespace {
+
+using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Sends a header announcing `payload_bytes` of `op` (nothing of the payload).
+void send_header(Connection& conn, Op op, uint32_t payload_bytes) {
+  FrameHeader h;
+  h.op = op;
+  h.request_id = 1;
+  h.payload_bytes = payload_bytes;
+  std::vector<uint8_t> bytes(kHeaderBytes);
+  encode_header(h, bytes.data());
+  ASSERT_TRUE(conn.send_all(bytes.data(), bytes.size(), seconds_from_now(2)).ok());
+}
+
+// Sends `bytes` one at a time, one every `every_s`, until the server closes the connection or
+// `limit_s` passed; returns the seconds it took the server to close it (limit_s: never).
+double drip_until_closed(Connection& conn, const std::vector<uint8_t>& bytes, double every_s,
+                         double limit_s) {
+  const auto start = Clock::now();
+  for (std::size_t i = 0; seconds_since(start) < limit_s; ++i) {
+    const uint8_t byte = bytes[i % bytes.size()];
+    if (::send(conn.fd(), &byte, 1, MSG_NOSIGNAL) != 1) return seconds_since(start);
+    if (closed_by_peer(conn.fd(), every_s)) return seconds_since(start);
+  }
+  return limit_s;
+}
+
+// The next frame on `conn` is a notice (request id 0): its status.
+Status read_notice(Connection& conn) {
+  Frame frame;
+  GPUBOX_RETURN_IF_ERROR(conn.recv_frame(&frame, kDefaultMaxPayloadBytes, seconds_from_now(3)));
+  if (frame.header.request_id != kNoticeRequestId) return Status::Internal("not a notice");
+  return decode_error_reply(frame.header, frame.payload.data(), frame.payload.size());
+}
+
+// ---- deadlines ----------------------------------------------------------------------------------
+
+TEST(Deadlines, ADrippingClientIsCutAtItsFrameDeadline) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.idle_timeout_s = 60;  // each byte would reset an idle timer
+  so.frame_deadline_s = 0.3;
+  so.min_transfer_bytes_per_s = 64 * 1024;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+
+  // One byte per 50 ms into a PUSH payload that announced 1 MiB, and into a header.
+  Connection payload_drip = raw_connection(server->port());
+  send_header(payload_drip, Op::kPush, 1 << 20);
+  double took = drip_until_closed(payload_drip, {0x5a}, 0.05, 5.0);
+  EXPECT_LT(took, 2.0) << "a payload dripped byte by byte was not cut";
+  EXPECT_GE(took, 0.25);
+  std::vector<uint8_t> header(kHeaderBytes);
+  FrameHeader h;
+  h.op = Op::kStats;
+  encode_header(h, header.data());
+  Connection header_drip = raw_connection(server->port());
+  took = drip_until_closed(header_drip, header, 0.05, 5.0);
+  EXPECT_LT(took, 1.5) << "a header dripped byte by byte was not cut";
+  EXPECT_EQ(server->counters().deadline_closed, 2u);
+
+  // A client at the floor rate or faster is served however long its frame takes: a 100 KB PUSH
+  // in ten pieces over 0.5 s (200 KB/s).
+  std::vector<uint64_t> keys(1000);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = 100 + i;
+  const uint32_t stride = static_cast<uint32_t>(table.layout().stride());
+  std::vector<float> rows(keys.size() * stride, 0.25f);
+  std::vector<uint8_t> payload;
+  encode_push_request(keys.data(), keys.size(), rows.data(), stride, &payload);
+  FrameHeader push;
+  push.op = Op::kPush;
+  push.request_id = 5;
+  const std::vector<uint8_t> frame = encode_frame(push, payload);
+  Connection steady = raw_connection(server->port());
+  const std::size_t piece = frame.size() / 10 + 1;
+  for (std::size_t at = 0; at < frame.size(); at += piece) {
+    const std::size_t n = std::min(piece, frame.size() - at);
+    ASSERT_TRUE(steady.send_all(frame.data() + at, n, seconds_from_now(2)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Frame reply;
+  ASSERT_TRUE(steady.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok());
+  EXPECT_EQ(reply.header.status, Status::Code::kOk);
+  EXPECT_EQ(table.size(), keys.size());
+}
+
+TEST(Deadlines, AuthenticationMustCompleteSoonAfterConnecting) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.idle_timeout_s = 60;
+  so.auth_timeout_s = 0.3;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  // Asks for the challenge (a byte of progress) and then never answers it.
+  Connection slow = raw_connection(server->port());
+  const auto start = Clock::now();
+  ASSERT_TRUE(raw_call(slow, Op::kAuth, {}).ok());
+  const Status notice = read_notice(slow);
+  EXPECT_LT(seconds_since(start), 1.5);
+  EXPECT_EQ(notice.code(), Status::Code::kDeadlineExceeded) << notice.to_string();
+  EXPECT_NE(notice.message().find("not authenticated within 0.3 s"), std::string::npos)
+      << notice.to_string();
+  EXPECT_TRUE(closed_by_peer(slow.fd(), 2.0));
+  // One that authenticates in time is served past that deadline.
+  Connection prompt = raw_connection(server->port());
+  ASSERT_TRUE(raw_authenticate(prompt, kTestToken).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(raw_call(prompt, Op::kStats, {}).ok());
+}
+
+std::vector<uint8_t> barrier_frame(const std::string& name, uint32_t parties) {
+  std::vector<uint8_t> p;
+  encode_barrier_request(name, parties, &p);
+  FrameHeader h;
+  h.op = Op::kBarrier;
+  h.request_id = 3;
+  return encode_frame(h, p);
+}
+
+TEST(Deadlines, BarrierWaitersHaveACapAndAWaitDeadline) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_barrier_waiters = 2;
+  so.barrier_timeout_s = 0.4;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  std::vector<Connection> waiters;
+  const auto frame = barrier_frame("crowd", 10);
+  for (int i = 0; i < 2; ++i) {
+    waiters.push_back(raw_connection(server->port()));
+    ASSERT_TRUE(waiters.back().send_all(frame.data(), frame.size(), seconds_from_now(2)).ok());
+  }
+  ASSERT_TRUE(eventually([&] { return server->counters().requests == 2; }));
+  Connection third = raw_connection(server->port());
+  std::vector<uint8_t> payload(frame.begin() + kHeaderBytes, frame.end());
+  Status st = raw_call(third, Op::kBarrier, payload);
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
+  EXPECT_NE(st.message().find("--max_barrier_waiters"), std::string::npos) << st.to_string();
+  // The two waiting are answered at their deadline, and their connections serve on.
+  for (auto& w : waiters) {
+    Frame reply;
+    ASSERT_TRUE(w.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok());
+    const Status timed_out =
+        decode_error_reply(reply.header, reply.payload.data(), reply.payload.size());
+    EXPECT_EQ(timed_out.code(), Status::Code::kDeadlineExceeded) << timed_out.to_string();
+    EXPECT_NE(timed_out.message().find("--barrier_timeout_s"), std::string::npos);
+    EXPECT_TRUE(raw_call(w, Op::kStats, {}).ok());
+  }
+  EXPECT_EQ(server->counters().barrier_timeouts, 2u);
+  // With the waiters gone, a barrier completes again.
+  Connection a = raw_connection(server->port());
+  Connection b = raw_connection(server->port());
+  std::vector<uint8_t> pair;
+  encode_barrier_request("pair", 2, &pair);
+  Status first;
+  std::thread waiter([&] { first = raw_call(a, Op::kBarrier, pair); });
+  EXPECT_TRUE(raw_call(b, Op::kBarrier, pair).ok());
+  waiter.join();
+  EXPECT_TRUE(first.ok()) << first.to_string();
+}
+
+// ---- slots ------------------------------------------------------------------------------------
+
+TEST(Slots, AnUnauthenticatedFloodAtTheCapDoesNotKeepATrainerOut) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.max_connections = 8;  // 4 for connections that have not authenticated
+  so.idle_timeout_s = 60;
+  so.auth_timeout_s = 60;  // the flood would hold its slots for a minute
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  auto options = client_options(server->endpoint());
+  options.auth_token = kTestToken;
+  options.connections_per_endpoint = 1;
+  auto before = connect_client(options);
+  ASSERT_TRUE(before);
+  std::vector<Connection> flood;
+  for (int i = 0; i < 24; ++i) flood.push_back(raw_connection(server->port()));
+  ASSERT_TRUE(eventually([&] { return server->counters().connections >= 25; }));
+  EXPECT_LE(server->counters().unauthenticated, 4u);
+  // A trainer that connects now gets in, and the one connected before is served on.
+  auto after = connect_client(options);
+  ASSERT_TRUE(after);
+  std::vector<uint64_t> keys{1, 2, 3};
+  std::vector<float> rows(keys.size() * after->layout().stride());
+  Status st = after->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  st = before->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_GE(server->counters().evicted, 20u);
+  // An evicted connection was told why.
+  const Status notice = read_notice(flood.front());
+  EXPECT_EQ(notice.code(), Status::Code::kResourceExhausted) << notice.to_string();
+  EXPECT_NE(notice.message().find("evicted"), std::string::npos) << notice.to_string();
+}
+
+TEST(Slots, AConnectionOverTheCapReadsTheCap) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_connections = 2;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  std::vector<Connection> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(raw_connection(server->port()));
+    ASSERT_TRUE(raw_call(held.back(), Op::kStats, {}).ok());
+  }
+  auto options = client_options(server->endpoint());
+  options.deadline_s = 0.5;
+  auto client = RemoteHostTier::connect(options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("server at its connection cap (2"), std::string::npos)
+      << client.status().to_string();
+  EXPECT_EQ(client.status().message().find("reset by peer"), std::string::npos)
+      << client.status().to_string();
+}
+
+// ---- the in-flight budget ---------------------------------------------------------------------
+
+TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_inflight_bytes = 1 << 20;  // 128 KiB of it kept for connections holding <= 16 KiB
+  so.frame_deadline_s = 1.0;
+  so.idle_timeout_s = 60;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  auto small_options = client_options(server->endpoint());  // 64 rows a frame, ~4 KB
+  small_options.deadline_s = 0.5;
+  auto small = connect_client(small_options);
+  auto big_options = client_options(server->endpoint());
+  big_options.chunk_rows = 4096;
+  big_options.deadline_s = 0.3;
+  auto big = connect_client(big_options);
+  ASSERT_TRUE(small && big);
+  // Six slow senders announce 170 KiB PUSH frames, send 150 KiB and stall: five hold 850 KiB
+  // (big holders may take 896 KiB at most; without that reserve all six would hold 1020 KiB),
+  // the sixth was refused.
+  std::vector<Connection> slow;
+  for (int i = 0; i < 6; ++i) {
+    slow.push_back(raw_connection(server->port()));
+    send_header(slow.back(), Op::kPush, 170 * 1024);
+    std::vector<uint8_t> some(150 * 1024, 0x5a);
+    ASSERT_TRUE(slow.back().send_all(some.data(), some.size(), seconds_from_now(2)).ok());
+  }
+  ASSERT_TRUE(eventually([&] { return server->counters().inflight_bytes >= 850 * 1024; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto stalled_at = Clock::now();
+
+  // Small requests still fit (the reserve); a big one (two frames of 4000 rows, ~240 KB each)
+  // is refused as "server busy".
+  std::vector<uint64_t> keys(8000);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + i;
+  std::vector<float> rows(keys.size() * small->layout().stride(), 0.5f);
+  Status st = small->push(keys.data(), 200, rows.data());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  st = big->push(keys.data(), keys.size(), rows.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("server busy: in-flight budget"), std::string::npos)
+      << st.to_string();
+  EXPECT_GT(server->counters().budget_refusals, 0u);
+
+  // The stalled bytes are released at the senders' frame deadline; then the big one fits.
+  ASSERT_TRUE(eventually([&] { return server->counters().deadline_closed >= 6; }, 5.0));
+  EXPECT_LT(seconds_since(stalled_at), 3.0);
+  EXPECT_TRUE(eventually([&] { return server->counters().inflight_bytes == 0; }));
+  st = big->push(keys.data(), keys.size(), rows.data());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+// ---- authentication ---------------------------------------------------------------------------
+
+TEST(Auth, ACapturedExchangeCannotBeReplayedOnANewConnection) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  // What a client sent on one connection: AUTH, its proof, a PUSH.
+  Connection first = raw_connection(server->port());
+  AuthNonce nonce{};
+  AuthProof proof{};
+  ASSERT_TRUE(raw_authenticate(first, kTestToken, 7, &nonce, &proof).ok());
+  const uint32_t stride = static_cast<uint32_t>(table.layout().stride());
+  std::vector<uint64_t> keys{42};
+  std::vector<float> row(stride, 1.0f);
+  std::vector<uint8_t> push;
+  encode_push_request(keys.data(), 1, row.data(), stride, &push);
+  ASSERT_TRUE(raw_call(first, Op::kPush, push, 3, 7).ok());
+  ASSERT_EQ(table.size(), 1u);
+  ASSERT_TRUE(table.erase(keys.data(), 1).ok());
+
+  // The same bytes on a new connection: a new challenge, so the old proof is refused and the
+  // PUSH never applied.
+  Connection replay = raw_connection(server->port());
+  std::vector<uint8_t> challenge;
+  ASSERT_TRUE(raw_call(replay, Op::kAuth, {}, 1, 7, &challenge).ok());
+  auto fresh = decode_auth_challenge(challenge.data(), challenge.size());
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(*fresh, nonce);
+  Status st =
+      raw_call(replay, Op::kAuthProof, std::vector<uint8_t>(proof.begin(), proof.end()), 2, 7);
+  EXPECT_EQ(st.code(), Status::Code::kPermissionDenied) << st.to_string();
+  EXPECT_FALSE(raw_call(replay, Op::kPush, push, 3, 7).ok());
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(server->counters().auth_failures, 1u);
+}
+
+// A stand-in server that records what a client sends while it authenticates.
+TEST(Auth, TheTokenNeverCrossesTheWire) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const uint16_t port = ntohs(addr.sin_port);
+  std::vector<uint8_t> seen;
+  std::thread fake([&] {
+    Connection conn(::accept(listener, nullptr, nullptr));
+    Frame ask;
+    if (!conn.recv_frame(&ask, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok()) return;
+    std::vector<uint8_t> challenge;
+    encode_auth_challenge(random_nonce(), &challenge);
+    FrameHeader h = ask.header;
+    h.response = true;
+    const auto reply = encode_frame(h, challenge);
+    if (!conn.send_all(reply.data(), reply.size(), seconds_from_now(3)).ok()) return;
+    Frame proof;
+    if (!conn.recv_frame(&proof, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok()) return;
+    seen = encode_frame(ask.header, ask.payload);
+    const auto p = encode_frame(proof.header, proof.payload);
+    seen.insert(seen.end(), p.begin(), p.end());
+  });
+  TransportOptions t;
+  t.client_id = 9;
+  t.auth_token = kTestToken;
+  t.deadline_s = 1.0;
+  Transport transport({Endpoint{"127.0.0.1", port}}, t);
+  std::vector<OutgoingRequest> requests{transport.make_request(Op::kStats, 0, {})};
+  EXPECT_FALSE(transport.run(Op::kStats, requests, {}, /*retry=*/false).ok());
+  fake.join();
+  ::close(listener);
+  ASSERT_GT(seen.size(), 2 * kHeaderBytes) << "the client did not authenticate";
+  const std::string wire(seen.begin(), seen.end());
+  EXPECT_EQ(wire.find(kTestToken), std::string::npos);
+  EXPECT_EQ(wire.find(std::string(kTestToken).substr(0, 8)), std::string::npos);
+}
+
+TEST(Auth, WrongProofsAreSlowedPerAddressAndLogged) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_backoff_base_s = 0.1;
+  so.auth_backoff_max_s = 1.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::WARNING);
+  ::testing::internal::CaptureStderr();
+  const auto start = Clock::now();
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  for (int i = 0; i < 5; ++i) {  // checked at 0, +0.1, +0.2, +0.4, +0.8 s
+    Connection guess = raw_connection(server->port());
+    EXPECT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied) << i;
+  }
+  const double took = seconds_since(start);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  set_log_level(level);
+  EXPECT_GE(took, 1.4) << "5 wrong proofs in " << took << " s: not slowed";
+  EXPECT_EQ(server->counters().auth_failures, 5u);
+  EXPECT_NE(log.find("wrong AUTH proof from 127.0.0.1:"), std::string::npos) << log;
+  // The right proof from that address waits its turn too, and then clears the address.
+  Connection right = raw_connection(server->port());
+  EXPECT_TRUE(raw_authenticate(right, kTestToken).ok());
+  const auto after = Clock::now();
+  Connection next = raw_connection(server->port());
+  EXPECT_TRUE(raw_authenticate(next, kTestToken).ok());
+  EXPECT_LT(seconds_since(after), 0.5);
+}
+
+TEST(Auth, TokensShorterThan128BitsAreRefused) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = std::string(kTestToken).substr(0, 31);
+  auto server = Server::start(&table, so);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("has 31 characters; at least 32"), std::string::npos)
+      << server.status().to_string();
+  so.auth_token = kTestToken;
+  auto good = start_server(&table, so);
+  ASSERT_TRUE(good);
+  auto options = client_options(good->endpoint());
+  options.auth_token = "s3cret";
+  auto client = RemoteHostTier::connect(options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(client.status().message().find("at least 32"), std::string::npos)
+      << client.status().to_string();
+}
+
+// ---- protocol versions ------------------------------------------------------------------------
+
+TEST(Versions, AnOtherVersionsClientIsToldBothVersions) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection old = raw_connection(server->port());
+  FrameHeader h;
+  h.op = Op::kInfo;
+  h.request_id = 9;
+  std::vector<uint8_t> frame(kHeaderBytes);
+  encode_header(h, frame.data(), kProtocolVersion - 1);
+  ASSERT_TRUE(old.send_all(frame.data(), frame.size(), seconds_from_now(2)).ok());
+  // The reply is in the client's version (its own decoder takes it): read it as bytes.
+  std::vector<uint8_t> reply(kHeaderBytes);
+  std::size_t got = 0;
+  while (got < reply.size()) {
+    ASSERT_TRUE(readable_within(old.fd(), 2.0));
+    const ssize_t k = ::recv(old.fd(), reply.data() + got, reply.size() - got, 0);
+    ASSERT_GT(k, 0);
+    got += static_cast<std::size_t>(k);
+  }
+  EXPECT_EQ(header_version(reply.data(), reply.size()), kProtocolVersion - 1);
+  const uint16_t ours = kProtocolVersion;
+  std::memcpy(reply.data() + 4, &ours, sizeof(ours));
+  auto header = decode_header(reply.data(), reply.size(), kDefaultMaxPayloadBytes);
+  ASSERT_TRUE(header.ok()) << header.status().to_string();
+  EXPECT_EQ(header->request_id, 9u);
+  EXPECT_EQ(header->op, Op::kInfo);
+  std::vector<uint8_t> payload(header->payload_bytes);
+  got = 0;
+  while (got < payload.size()) {
+    ASSERT_TRUE(readable_within(old.fd(), 2.0));
+    const ssize_t k = ::recv(old.fd(), payload.data() + got, payload.size() - got, 0);
+    ASSERT_GT(k, 0);
+    got += static_cast<std::size_t>(k);
+  }
+  const Status st = decode_error_reply(*header, payload.data(), payload.size());
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find(
+                "unsupported protocol version " + std::to_string(kProtocolVersion - 1) +
+                ": this gpubox_server speaks protocol version " + std::to_string(kProtocolVersion)),
+            std::string::npos)
+      << st.to_string();
+}
+
+}  // namespace
+}  // namespace gpubox::table::server
