@@ -43,8 +43,13 @@ std::optional<std::string> paddlerec_model_name(const std::string& workspace,
     *source = "workspace " + workspace;
     return name;
   }
+  // A config parsed from text ("<config>") sits in no folder.
   const std::string folder = std::filesystem::path(config_path).parent_path().string();
-  if (auto name = rank_folder(std::filesystem::absolute(folder).string() + "/")) {
+  if (folder.empty()) return std::nullopt;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
+  if (ec) return std::nullopt;
+  if (auto name = rank_folder(absolute.string() + "/")) {
     *source = "the config's folder " + folder;
     return name;
   }
