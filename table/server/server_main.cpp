@@ -21,6 +21,7 @@
 #include "table/host_tier_factory.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
+#include "table/server/memory_limit.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_config.hpp"
 
@@ -30,7 +31,8 @@ DEFINE_int32(shard_id, 0, "this server's shard of the keys (its position in the 
 DEFINE_int32(shard_num, 1, "number of servers sharing the keys");
 DEFINE_string(data_dir, ".",
               "folder that holds every SAVE/LOAD path (relative paths resolve under it; none may "
-              "leave it)");
+              "leave it, and none may go through a symbolic link: data_dir is opened once at "
+              "start and every file operation is resolved beneath it)");
 DEFINE_string(load, "", "model folder to load before serving (resolved like SAVE paths)");
 DEFINE_string(auth_token_file, "", "file holding a token every connection must present first");
 DEFINE_int32(threads, 2, "network threads (table calls run on them)");
@@ -54,8 +56,10 @@ DEFINE_uint64(memory_row_budget, 0,
               "rows kept in memory at most (needs a disk tier); 0: all; overrides "
               "runner.host_memory_row_budget");
 DEFINE_uint64(memory_mb, 0,
-              "MiB the table's rows and index may take in memory, the lowest-score rows beyond go "
-              "to the disk tier (needs one); 0: no limit; overrides runner.host_memory_mb");
+              "MiB the table's rows and index may take in memory: with a disk tier the "
+              "lowest-score rows beyond go to disk; without one, requests that would create rows "
+              "beyond it are refused ('server memory limit'). Default: runner.host_memory_mb, "
+              "else half of the machine's memory (or of its cgroup's limit); 0: no limit");
 DEFINE_int32(cold_after_days, 0,
              "shrink moves rows unseen this many days to disk; 0: never; overrides "
              "runner.cold_after_days");
@@ -95,7 +99,6 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   }
   if (flag_given("rocksdb_dir")) table.rocksdb_path = FLAGS_rocksdb_dir;
   if (flag_given("memory_row_budget")) table.memory_row_budget = FLAGS_memory_row_budget;
-  if (flag_given("memory_mb")) table.memory_budget_bytes = FLAGS_memory_mb << 20;
   if (flag_given("cold_after_days")) table.cold_after_days = FLAGS_cold_after_days;
   if (flag_given("save_form")) {
     auto save_form = parse_enum(kSaveFormNames, FLAGS_save_form);
@@ -103,6 +106,23 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
     table.save_form = *save_form;
   }
   return table;
+}
+
+// The memory limit (memory_limit.hpp) into the table's budget when it has a disk tier (rows
+// beyond it go to disk), else into the server's cap on row creation; says which is in force.
+void apply_memory_limit(HostTableConfig* table, ServerOptions* options) {
+  const MemoryLimit limit =
+      choose_memory_limit(flag_given("memory_mb"), FLAGS_memory_mb, table->memory_budget_bytes);
+  const bool disk = !table->rocksdb_path.empty();
+  table->memory_budget_bytes = disk ? limit.bytes : 0;
+  options->memory_limit_bytes = disk ? 0 : static_cast<std::size_t>(limit.bytes);
+  GPUBOX_LOG(INFO) << "gpubox_server: memory limit "
+                   << (limit.bytes == 0 ? std::string("none")
+                                        : std::to_string(limit.bytes >> 20) + " MiB")
+                   << " (" << limit.source << ")"
+                   << (limit.bytes == 0 ? ""
+                       : disk           ? ": rows beyond it go to the disk tier"
+                              : ": requests that would create rows beyond it are refused");
 }
 
 // The limit flags into `options`; raises the open files limit first (the connection cap's
@@ -164,12 +184,13 @@ Status run(const std::vector<std::string>& overrides) {
 
   auto table_config = table_config_from(*doc);
   if (!table_config.ok()) return table_config.status();
+  ServerOptions options;
+  apply_memory_limit(&*table_config, &options);
   HostTierConfig tier_config;
   tier_config.table = *table_config;  // no endpoints: the in-process table
   auto table = make_host_tier(optimizer, tier_config);
   if (!table.ok()) return table.status();
 
-  ServerOptions options;
   options.bind_address = FLAGS_bind;
   options.port = static_cast<uint16_t>(FLAGS_port);
   options.threads = FLAGS_threads;
@@ -184,12 +205,11 @@ Status run(const std::vector<std::string>& overrides) {
   }
   GPUBOX_RETURN_IF_ERROR(apply_limit_flags(&options));
   if (!FLAGS_load.empty()) {
-    auto path = resolve_model_path(options, FLAGS_load);
-    if (!path.ok()) return path.status().with_context("--load");
-    GPUBOX_RETURN_IF_ERROR((*table)->load(*path).with_context("--load " + *path));
+    auto path = load_before_start(table->get(), options, FLAGS_load);
+    if (!path.ok()) return path.status().with_context("--load " + FLAGS_load);
     options.loaded_model = *path;
     auto stats = (*table)->stats();
-    GPUBOX_LOG(INFO) << "gpubox_server: loaded " << *path << " ("
+    GPUBOX_LOG(INFO) << "gpubox_server: loaded " << FLAGS_data_dir << "/" << *path << " ("
                      << (stats.ok() ? stats->rows_in_memory + stats->rows_on_disk : 0) << " rows)";
   }
 
