@@ -128,6 +128,15 @@ fi
 
 pid=$plain_pid port=$plain_port
 probe 6 plain nonfinite
+
+# Issue #30's data items: paths resolved beneath data_dir's descriptor, bounded reads of saves,
+# the memory limit, finite results.
+probe 30.1 plain save_race
+probe 30.4 plain big_part
+start_server small 0 --memory_mb 16
+probe 30.5 small memory_limit
+pid=$plain_pid port=$plain_port
+probe 30.6 plain finite_results
 mkdir -p "$work/restart/data"
 record 8 restart "$("$probe_bin" restart --server_binary "$server_bin" --config "$work/config.yaml" \
                      --data_dir "$work/restart/data" --log "$work/restart.log" || true)"

@@ -115,12 +115,33 @@ std::string RootedEnv::where(const std::string& path) const {
   return root_ + (root_.back() == '/' ? "" : "/") + path;
 }
 
+Status RootedEnv::failure(const std::string& what, const std::string& path, int err) const {
+  if (err == ELOOP || err == ENOTDIR || err == EXDEV) {
+    // Say which component is a link (a second look, for the message only: stat never writes).
+    auto parts = split(path);
+    for (std::size_t i = 1; parts.ok() && i <= parts->size(); ++i) {
+      struct stat st {};
+      const std::string prefix = join(*parts, i);
+      if (::fstatat(root_fd_, prefix.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISLNK(st.st_mode)) {
+        return Status::PermissionDenied(what + " " + where(path) + ": " + where(prefix) +
+                                        " is a symbolic link, and paths beneath " + root_ +
+                                        " never go through one");
+      }
+    }
+  }
+  return posix_error(what, where(path), err);
+}
+
 StatusOr<RootedEnv::Fd> RootedEnv::open_dir(const std::vector<std::string>& parts,
                                             std::size_t count, const std::string& path) const {
   constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   if (use_openat2_) {
     Fd fd(sys_openat2(root_fd_, join(parts, count).c_str(), kDirFlags, 0, kBeneath));
-    if (fd.get() < 0) return posix_error("open folder", where(join(parts, count)), errno);
+    if (fd.get() < 0) {
+      const int err = errno;
+      return failure("open folder", join(parts, count), err);
+    }
     return fd;
   }
   Fd dir(::openat(root_fd_, ".", kDirFlags));
@@ -128,7 +149,8 @@ StatusOr<RootedEnv::Fd> RootedEnv::open_dir(const std::vector<std::string>& part
   for (std::size_t i = 0; i < count; ++i) {
     Fd next(::openat(dir.get(), parts[i].c_str(), kDirFlags));
     if (next.get() < 0) {
-      return posix_error("open folder", where(join(parts, i + 1)) + " (of " + path + ")", errno);
+      const int err = errno;
+      return failure("open folder", join(parts, i + 1), err);
     }
     dir = std::move(next);
   }
@@ -152,7 +174,7 @@ StatusOr<std::unique_ptr<WritableFile>> RootedEnv::new_writable_file(const std::
   if (!parent.ok()) return parent.status();
   const int fd = ::openat(parent->dir.get(), parent->leaf.c_str(),
                           O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return posix_error("open", where(path), errno);
+  if (fd < 0) return failure("open", path, errno);
   return posix_writable_file(where(path), fd);
 }
 
@@ -162,7 +184,7 @@ StatusOr<std::string> RootedEnv::read_file(const std::string& path, uint64_t max
   // O_NONBLOCK: a FIFO planted under a save's name must not hang the reader in open().
   Fd fd(::openat(parent->dir.get(), parent->leaf.c_str(),
                  O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return posix_error("open", where(path), errno);
+  if (fd.get() < 0) return failure("open", path, errno);
   return read_open_file(fd.get(), where(path), max_bytes);
 }
 
@@ -178,7 +200,10 @@ Status RootedEnv::create_dir(const std::string& path) {
       return posix_error("create folder", where(join(*parts, i + 1)), errno);
     }
     Fd next(::openat(dir.get(), name, kDirFlags));
-    if (next.get() < 0) return posix_error("open folder", where(join(*parts, i + 1)), errno);
+    if (next.get() < 0) {
+      const int err = errno;
+      return failure("open folder", join(*parts, i + 1), err);
+    }
     dir = std::move(next);
   }
   return Status::OK();

@@ -9,7 +9,7 @@
 // (openat with O_NOFOLLOW, mkdirat, unlinkat, renameat, renameat2), which act on a link itself,
 // never on what it points to. So however another process interleaves renames, links and
 // removals, no operation creates, writes, reads, exchanges or removes anything outside the
-// folder: a link met on the way is an error (ELOOP or ENOTDIR), not a detour.
+// folder: a link met on the way is an error (PermissionDenied naming it), not a detour.
 //
 // Paths are relative to the folder, '/'-separated; "" and "." name the folder itself; absolute
 // paths and ".." components are refused (InvalidArgument). Errors name the folder and the path.
@@ -68,6 +68,9 @@ class RootedEnv final : public FileEnv {
   // The folder that holds `path`'s last component, and that component.
   StatusOr<Parent> parent_of(const std::string& path) const;
   std::string where(const std::string& path) const;
+  // The error of `what` on `path` failing with `err`: PermissionDenied naming the link when a
+  // component of `path` is a symbolic link, else IOError.
+  Status failure(const std::string& what, const std::string& path, int err) const;
 
   const int root_fd_;
   const std::string root_;

@@ -22,6 +22,7 @@ uint64_t default_memory_limit_bytes();
 struct MemoryLimit {
   uint64_t bytes = 0;  // 0: no limit
   std::string source;  // "--memory_mb", "runner.host_memory_mb" or "default: half of ..."
+  bool is_default = false;
 };
 
 // The limit in force: `flag_mb` when the flag was given (0 = no limit), else `config_bytes`

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <random>
 
 #include "common/hash.hpp"
@@ -97,6 +98,10 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
       work_(asio::make_work_guard(io_)) {
   // data_dir is opened once, here: a folder renamed or replaced by a link later does not move
   // where saves go (io/rooted_env.hpp).
+  if (!options_.data_dir.empty()) {
+    std::error_code ec;  // a missing data_dir is made (its parent is the operator's choice)
+    std::filesystem::create_directories(options_.data_dir, ec);
+  }
   auto env = io::RootedEnv::open(options_.data_dir);
   if (env.ok()) {
     data_env_ = std::move(env).value();

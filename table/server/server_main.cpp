@@ -56,10 +56,11 @@ DEFINE_uint64(memory_row_budget, 0,
               "rows kept in memory at most (needs a disk tier); 0: all; overrides "
               "runner.host_memory_row_budget");
 DEFINE_uint64(memory_mb, 0,
-              "MiB the table's rows and index may take in memory: with a disk tier the "
-              "lowest-score rows beyond go to disk; without one, requests that would create rows "
-              "beyond it are refused ('server memory limit'). Default: runner.host_memory_mb, "
-              "else half of the machine's memory (or of its cgroup's limit); 0: no limit");
+              "MiB the table's rows and index may take in memory: given (or runner.host_memory_mb) "
+              "with a disk tier, the lowest-score rows beyond go to disk; otherwise requests "
+              "that would create rows beyond it are refused ('server memory limit'). Default: "
+              "runner.host_memory_mb, else half of the machine's memory (or of its cgroup's "
+              "limit); 0: no limit");
 DEFINE_int32(cold_after_days, 0,
              "shrink moves rows unseen this many days to disk; 0: never; overrides "
              "runner.cold_after_days");
@@ -108,21 +109,23 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   return table;
 }
 
-// The memory limit (memory_limit.hpp) into the table's budget when it has a disk tier (rows
-// beyond it go to disk), else into the server's cap on row creation; says which is in force.
+// The memory limit (memory_limit.hpp): a limit given (--memory_mb, runner.host_memory_mb) on a
+// table with a disk tier is the table's budget (rows beyond it go to disk); otherwise the server
+// refuses to create rows beyond it. (The default is not made a disk budget: a byte budget
+// reserves the table's whole planned index when it opens, half the machine's worth.)
 void apply_memory_limit(HostTableConfig* table, ServerOptions* options) {
   const MemoryLimit limit =
       choose_memory_limit(flag_given("memory_mb"), FLAGS_memory_mb, table->memory_budget_bytes);
-  const bool disk = !table->rocksdb_path.empty();
-  table->memory_budget_bytes = disk ? limit.bytes : 0;
-  options->memory_limit_bytes = disk ? 0 : static_cast<std::size_t>(limit.bytes);
+  const bool spill = !table->rocksdb_path.empty() && !limit.is_default;
+  table->memory_budget_bytes = spill ? limit.bytes : 0;
+  options->memory_limit_bytes = spill ? 0 : static_cast<std::size_t>(limit.bytes);
   GPUBOX_LOG(INFO) << "gpubox_server: memory limit "
                    << (limit.bytes == 0 ? std::string("none")
                                         : std::to_string(limit.bytes >> 20) + " MiB")
                    << " (" << limit.source << ")"
                    << (limit.bytes == 0 ? ""
-                       : disk           ? ": rows beyond it go to the disk tier"
-                              : ": requests that would create rows beyond it are refused");
+                       : spill          ? ": rows beyond it go to the disk tier"
+                               : ": requests that would create rows beyond it are refused");
 }
 
 // The limit flags into `options`; raises the open files limit first (the connection cap's

@@ -125,8 +125,11 @@ TEST_P(RootedEnvTest, RefusesPathsThatLeaveIt) {
 TEST_P(RootedEnvTest, NeverFollowsALink) {
   // Through the link to the outside folder: every operation fails.
   EXPECT_FALSE(env_->read_file("out/secret", 100).ok());
-  EXPECT_FALSE(env_->new_writable_file("out/new").ok());
-  EXPECT_FALSE(env_->create_dir("out/m/new").ok());
+  const Status through = env_->new_writable_file("out/new").status();
+  EXPECT_EQ(through.code(), Status::Code::kPermissionDenied) << through.to_string();
+  EXPECT_NE(through.message().find("/out is a symbolic link"), std::string::npos)
+      << through.to_string();
+  EXPECT_EQ(env_->create_dir("out/m/new").code(), Status::Code::kPermissionDenied);
   EXPECT_FALSE(env_->create_dir("out").ok());
   EXPECT_FALSE(env_->list_dir("out").ok());
   EXPECT_FALSE(env_->sync_dir("out").ok());

@@ -79,23 +79,27 @@ class DuplicateKeyFinder {
   bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
-        objects_.push_back({{}, last_key_});
+      case json::parse_event_t::array_start: {
+        // A container is named by the key it is the value of, or, inside a list, by the list's.
+        std::string name;
+        if (!open_.empty()) name = open_.back().is_object ? last_key_ : open_.back().name;
+        open_.push_back({event == json::parse_event_t::object_start, {}, std::move(name)});
         break;
+      }
       case json::parse_event_t::object_end:
-        if (!objects_.empty()) objects_.pop_back();
+      case json::parse_event_t::array_end:
+        if (!open_.empty()) open_.pop_back();
         break;
-      case json::parse_event_t::key: {
+      case json::parse_event_t::key:
         last_key_ = parsed.get<std::string>();
-        if (!objects_.empty() && !objects_.back().keys.insert(last_key_).second &&
-            duplicate_.empty()) {
+        if (!open_.empty() && !open_.back().keys.insert(last_key_).second && duplicate_.empty()) {
+          const std::string& under = open_.back().name;
           duplicate_ = "duplicate JSON key " + gpubox::json_quote(last_key_) +
-                       (objects_.back().parent.empty()
-                            ? std::string(" in the top-level object")
-                            : " in an object under " + gpubox::json_quote(objects_.back().parent)) +
+                       (under.empty() ? std::string(" in the top-level object")
+                                      : " in an object under " + gpubox::json_quote(under)) +
                        ": each key may appear once per object";
         }
         break;
-      }
       default:
         break;
     }
@@ -105,11 +109,12 @@ class DuplicateKeyFinder {
   const std::string& duplicate() const { return duplicate_; }
 
  private:
-  struct Object {
-    std::set<std::string> keys;
-    std::string parent;  // the key this object is the value of (or inside the list of)
+  struct Container {
+    bool is_object = false;
+    std::set<std::string> keys;  // of an object, so far
+    std::string name;
   };
-  std::vector<Object> objects_;
+  std::vector<Container> open_;  // the containers being parsed, innermost last
   std::string last_key_;
   std::string duplicate_;
 };

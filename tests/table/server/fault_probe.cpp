@@ -5,7 +5,8 @@
 //   gpubox_fault_probe <probe> --endpoint 127.0.0.1:P [--pid PID] [--log FILE] [--data_dir D]
 //                      [--token T] [--server_binary B --config C]
 //   probes: over_cap, out_of_fds, barrier_leavers, forged_lengths, retry_cache, paths,
-//           token_required, nonfinite, restart
+//           token_required, nonfinite, restart; issue #30's data items (fault_probe_data.cpp):
+//           save_race, big_part, memory_limit, finite_results
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "table/server/remote_host_tier.hpp"
+#include "tests/table/server/fault_probe_data.hpp"
 #include "tests/table/server/process_probe.hpp"
 
 namespace gpubox::table::server {
@@ -470,6 +472,11 @@ int main(int argc, char** argv) {
       {"nonfinite", nonfinite},
       {"restart", restart}};
   auto it = probes.find(a.probe);
+  std::string line;
+  if (it == probes.end() && run_data_probe(a.probe, a.flags, &line)) {
+    std::printf("%s\n", line.c_str());
+    return line.rfind("held", 0) == 0 ? 0 : 1;
+  }
   if (it == probes.end()) {
     std::printf("failed: unknown probe '%s'\n", a.probe.c_str());
     return 2;
