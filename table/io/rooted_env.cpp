@@ -2,8 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <stdio.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +10,14 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#else  // headers older than Linux 5.6: the walk only (openat2_works answers no)
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_NO_SYMLINKS 0x04
+#define RESOLVE_BENEATH 0x08
+#endif
 
 namespace gpubox::table::io {
 namespace {
@@ -20,7 +27,7 @@ namespace {
 constexpr int kMaxRemoveDepth = 32;
 
 int sys_openat2(int dirfd, const char* path, int flags, mode_t mode, uint64_t resolve) {
-#ifdef SYS_openat2
+#if defined(SYS_openat2) && __has_include(<linux/openat2.h>)
   struct open_how how {};
   how.flags = static_cast<uint64_t>(flags);
   how.mode = flags & O_CREAT ? mode : 0;

@@ -28,7 +28,10 @@ struct ServerOptions {
   int threads = 2;         // Asio threads; table calls run on them
   uint32_t shard_id = 0;   // this server's share of the keys: host_shard(key,
   uint32_t shard_num = 1;  // shard_num) == shard_id; other keys are refused
-  std::string data_dir;    // SAVE/LOAD paths stay inside it (the working directory when empty)
+  // SAVE/LOAD paths stay inside it (the working directory when empty): made when missing and
+  // opened once at start; every file operation of a SAVE or LOAD is resolved beneath that
+  // descriptor, never through a symbolic link (resolve_model_path).
+  std::string data_dir;
   std::string auth_token;  // non-empty: connections must AUTH with it first
   // The model folder the table was loaded from before start (--load, load_before_start), if
   // any, relative to data_dir: its generation is what INFO reports until a LOAD, so clients can
