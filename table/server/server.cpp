@@ -106,7 +106,11 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
   if (env.ok()) {
     data_env_ = std::move(env).value();
     if (!options_.loaded_model.empty()) {
-      generation_ = model_generation(data_env_.get(), options_.loaded_model);
+      // An absolute path inside data_dir (what callers gave before it was relative) names the
+      // same folder.
+      auto folder = model_path_in_data_dir(options_.data_dir, options_.loaded_model, "");
+      generation_ =
+          model_generation(data_env_.get(), folder.ok() ? *folder : options_.loaded_model);
     }
   } else {
     data_env_error_ = env.status().with_context("the server's data_dir");

@@ -34,8 +34,8 @@ struct ServerOptions {
   std::string data_dir;
   std::string auth_token;  // non-empty: connections must AUTH with it first
   // The model folder the table was loaded from before start (--load, load_before_start), if
-  // any, relative to data_dir: its generation is what INFO reports until a LOAD, so clients can
-  // tell a restart that restored their last save.
+  // any, relative to data_dir (or absolute inside it): its generation is what INFO reports until
+  // a LOAD, so clients can tell a restart that restored their last save.
   std::string loaded_model;
   uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
 
