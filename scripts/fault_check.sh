@@ -131,6 +131,16 @@ fi
 pid=$plain_pid port=$plain_port
 probe 6 plain nonfinite
 
+# Issue #30's data items: paths resolved beneath data_dir's descriptor, bounded reads of saves,
+# the memory limit, finite results.
+start_server race 0 --table_shards 2  # a save of a few ms: many race the swaps
+probe 30.1 race save_race
+pid=$plain_pid port=$plain_port
+probe 30.4 plain big_part
+start_server small 0 --memory_mb 16
+probe 30.5 small memory_limit
+pid=$plain_pid port=$plain_port
+probe 30.6 plain finite_results
 # ---- issue #30, the network items: deadlines, slots, the in-flight budget, AUTH ----------------
 # 30.2: clients dripping bytes are cut at their frame deadline; an unauthenticated flood does not
 # keep a trainer out.

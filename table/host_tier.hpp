@@ -14,6 +14,9 @@
 #include "table/accessor/sparse_row.hpp"
 
 namespace gpubox::table {
+namespace io {
+class FileEnv;
+}  // namespace io
 
 // What a save writes (runner.save_mode): base, delta or checkpoint; kNone is refused by save().
 using SaveKind = config::SaveKind;
@@ -50,9 +53,16 @@ class HostTier {
   // Decays show/click, ages unseen rows, deletes rows under delete_threshold or unseen longer
   // than delete_after_unseen_days. Returns how many rows were deleted.
   virtual StatusOr<uint64_t> shrink() = 0;
-  // Model save/load under `path` (a folder; for servers, a folder on the server's machine).
-  virtual Status save(const std::string& path, SaveKind mode) = 0;
-  virtual Status load(const std::string& path) = 0;
+  // Model save/load under `path` (a folder; for servers, a folder on the server's machine),
+  // through the tier's own file system (the in-process table's HostTableConfig::env).
+  Status save(const std::string& path, SaveKind mode) { return save(path, mode, nullptr); }
+  Status load(const std::string& path) { return load(path, nullptr); }
+  // The same through `env` when it is not null (borrowed for the call): gpubox_server passes
+  // its data_dir env (io/rooted_env.hpp), so that no file operation of a request's save or load
+  // leaves data_dir whatever happens to the folders meanwhile. A remote tier refuses an env
+  // (its servers save through their own).
+  virtual Status save(const std::string& path, SaveKind mode, io::FileEnv* env) = 0;
+  virtual Status load(const std::string& path, io::FileEnv* env) = 0;
 };
 
 }  // namespace gpubox::table

@@ -61,12 +61,14 @@ class SparseTable final : public HostTier {
   // cold_after_days move to disk. Advances day().
   StatusOr<uint64_t> shrink() override;
 
-  // Saves in config().save_form.
-  Status save(const std::string& path, SaveKind mode) override {
-    return save(path, mode, config_.save_form);
+  using HostTier::load;
+  using HostTier::save;
+  // Saves in config().save_form. `env` null: the table's own (HostTableConfig::env).
+  Status save(const std::string& path, SaveKind mode, io::FileEnv* env) override {
+    return save(path, mode, config_.save_form, env);
   }
-  Status save(const std::string& path, SaveKind mode, SaveForm form);
-  Status load(const std::string& path) override;
+  Status save(const std::string& path, SaveKind mode, SaveForm form, io::FileEnv* env = nullptr);
+  Status load(const std::string& path, io::FileEnv* env) override;
 
   // Day counter: shrinks since the table began (checkpoints keep it).
   int64_t day() const { return day_.load(); }

@@ -94,7 +94,8 @@ Status SparseTable::check_slot_dims(const io::Manifest& manifest, const std::str
   return Status::OK();
 }
 
-Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) {
+Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, io::FileEnv* env) {
+  io::FileEnv* const fs = env != nullptr ? env : env_;
   if (mode == SaveKind::kNone) return Status::InvalidArgument("save " + path + ": save mode none");
   std::lock_guard<std::mutex> lock(io_mu_);
   // Rows changed from here on carry a later epoch and belong to the next delta.
@@ -103,7 +104,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) 
   // snapshotted, so a row deleted during this save is in the next delta's deletions.
   epochs_.track_deletions.store(true);
   const uint32_t saved_through = epochs_.saved_through.load();
-  auto staged = io::StagedSave::begin(env_, path);
+  auto staged = io::StagedSave::begin(fs, path);
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
       for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
@@ -141,9 +142,10 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form) 
   return Status::OK();
 }
 
-Status SparseTable::load(const std::string& path) {
+Status SparseTable::load(const std::string& path, io::FileEnv* env) {
+  io::FileEnv* const fs = env != nullptr ? env : env_;
   std::lock_guard<std::mutex> lock(io_mu_);
-  auto manifest = io::read_manifest(env_, path, kSparseKind);
+  auto manifest = io::read_manifest(fs, path, kSparseKind);
   if (!manifest.ok()) return manifest.status().with_context("load");
   const std::string where = path + "/" + io::kManifestName;
   auto context = [&](const Status& st) { return st.with_context("load " + where); };
@@ -226,7 +228,7 @@ Status SparseTable::load(const std::string& path) {
   // is refused before anything already in the table is lost. Pass 2 applies.
   auto read_file = [&](const PartFile& f, std::vector<uint64_t>* keys,
                        std::vector<float>* recs) -> Status {
-    auto data = io::read_verified(env_, path, *f.entry);
+    auto data = io::read_verified(fs, path, *f.entry);
     if (!data.ok()) return data.status();
     const std::string file = path + "/" + f.entry->name;
     GPUBOX_RETURN_IF_ERROR(f.deletions ? parse_keys(*form, *data, file, keys)

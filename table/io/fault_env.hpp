@@ -28,8 +28,8 @@ class FaultInjectingEnv final : public FileEnv {
   void reset_steps() { steps_.store(0); }
 
   StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) override;
-  StatusOr<std::string> read_file(const std::string& path) override {
-    return base_->read_file(path);
+  StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
+    return base_->read_file(path, max_bytes);
   }
   Status create_dir(const std::string& path) override;
   Status remove_all(const std::string& path) override;

@@ -13,10 +13,6 @@
 namespace gpubox::table::io {
 namespace {
 
-Status posix_error(const std::string& what, const std::string& path, int err) {
-  return Status::IOError(what + " " + path + ": " + std::strerror(err));
-}
-
 class PosixWritableFile final : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
@@ -80,24 +76,11 @@ class PosixEnv final : public FileEnv {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
 
-  StatusOr<std::string> read_file(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
+    // O_NONBLOCK: a FIFO planted under a save's name must not hang the reader in open().
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return posix_error("open", path, errno);
-    std::string data;
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(static_cast<std::size_t>(st.st_size));
-    char buf[1 << 16];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        const int err = errno;
-        ::close(fd);
-        return posix_error("read", path, err);
-      }
-      if (n == 0) break;
-      data.append(buf, static_cast<std::size_t>(n));
-    }
+    auto data = read_open_file(fd, path, max_bytes);
     ::close(fd);
     return data;
   }
@@ -169,6 +152,47 @@ class PosixEnv final : public FileEnv {
 };
 
 }  // namespace
+
+Status posix_error(const std::string& what, const std::string& path, int err) {
+  return Status::IOError(what + " " + path + ": " + std::strerror(err));
+}
+
+std::unique_ptr<WritableFile> posix_writable_file(std::string path, int fd) {
+  return std::make_unique<PosixWritableFile>(std::move(path), fd);
+}
+
+StatusOr<std::string> read_open_file(int fd, const std::string& path, uint64_t max_bytes) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return posix_error("stat", path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::IOError(path + ": not a regular file");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    return Status::Corruption(path + ": " + std::to_string(size) + " bytes, more than the " +
+                              std::to_string(max_bytes) + " expected; not read");
+  }
+  std::string data;
+  data.resize(static_cast<std::size_t>(size));
+  std::size_t got = 0;
+  // One byte past the expectation tells a file that grew since fstat from one that did not.
+  char extra = 0;
+  for (;;) {
+    const bool in_data = got < data.size();
+    char* into = in_data ? &data[got] : &extra;
+    const ssize_t n = ::read(fd, into, in_data ? data.size() - got : 1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return posix_error("read", path, errno);
+    }
+    if (n == 0) break;
+    if (!in_data) {
+      return Status::Corruption(path + ": grew past the " + std::to_string(size) +
+                                " bytes it had when opened; not read");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  data.resize(got);  // shrank meanwhile: the caller's size check names it
+  return data;
+}
 
 FileEnv* FileEnv::posix() {
   static PosixEnv* env = new PosixEnv();  // never destroyed: usable from static destructors

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,7 +30,10 @@ class FileEnv {
   virtual ~FileEnv() = default;
   // Creates (or truncates) `path` for writing.
   virtual StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) = 0;
-  virtual StatusOr<std::string> read_file(const std::string& path) = 0;
+  // The whole file, refused (Corruption naming both sizes) before anything is read when it holds
+  // more than `max_bytes`, and after reading `max_bytes + 1` when it grew meanwhile: a file
+  // larger than its reader expects never takes more memory than the expectation.
+  virtual StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) = 0;
   virtual Status create_dir(const std::string& path) = 0;
   // Removes a file or a folder tree; OK when nothing is there.
   virtual Status remove_all(const std::string& path) = 0;
@@ -44,6 +48,14 @@ class FileEnv {
   // The process-wide POSIX env (never null, never destroyed).
   static FileEnv* posix();
 };
+
+// For FileEnv implementations over POSIX descriptors (file_env.cpp, rooted_env.cpp).
+// A WritableFile over `fd` (owned from here on); `path` names it in errors.
+std::unique_ptr<WritableFile> posix_writable_file(std::string path, int fd);
+// read_file's contract over an open `fd` (not closed here); `path` names it in errors.
+StatusOr<std::string> read_open_file(int fd, const std::string& path, uint64_t max_bytes);
+// An IOError "<what> <path>: <strerror(err)>".
+Status posix_error(const std::string& what, const std::string& path, int err);
 
 // Writes `data` to `path` through `env`: create, append, sync, close.
 Status write_file(FileEnv* env, const std::string& path, const std::string& data);

@@ -166,7 +166,7 @@ StatusOr<ModelManifest> read_model_manifest(FileEnv* env, const std::string& dir
     return Status::NotFound(path + " is missing: " + dir +
                             " holds no complete save (a save cut short, or not a gpubox save)");
   }
-  auto text = env->read_file(path);
+  auto text = env->read_file(path, kMaxManifestBytes);
   if (!text.ok()) return text.status();
   auto manifest = ModelManifest::parse(*text, path);
   if (manifest.ok() && digest != nullptr) *digest = half_digest(*text);

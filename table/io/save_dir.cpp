@@ -182,7 +182,7 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
   if (!env->exists(where)) {
     return Status::NotFound(where + " is missing: no complete save at " + path);
   }
-  auto text = env->read_file(where);
+  auto text = env->read_file(where, kMaxManifestBytes);
   if (!text.ok()) return text.status();
   auto manifest = Manifest::parse(*text, where);
   if (!manifest.ok()) return manifest.status();
@@ -197,7 +197,7 @@ StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
                                     const ManifestFile& file) {
   const std::string where = path + "/" + file.name;
   if (!env->exists(where)) return Status::Corruption(where + ": listed in MANIFEST but missing");
-  auto data = env->read_file(where);
+  auto data = env->read_file(where, file.bytes);
   if (!data.ok()) return data.status();
   if (data->size() != file.bytes) {
     return Status::Corruption(where + ": " + std::to_string(data->size()) +

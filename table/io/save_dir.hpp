@@ -19,6 +19,9 @@
 namespace gpubox::table::io {
 
 inline constexpr const char* kManifestName = "MANIFEST";
+// The largest MANIFEST (or MODEL_MANIFEST) read: a line per file, so a save of a million files
+// fits; a larger one is refused unread.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{64} << 20;
 
 struct ManifestFile {
   std::string name;
@@ -77,7 +80,8 @@ class StagedSave {
 StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind,
                                  std::string* text = nullptr);
 
-// Reads `<path>/<file.name>` and checks its size and checksum against the MANIFEST entry.
+// Reads `<path>/<file.name>` and checks its size and checksum against the MANIFEST entry. The
+// size is checked before reading: a file larger than the entry says is refused unread.
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
                                     const ManifestFile& file);
 

@@ -1,5 +1,6 @@
 // What each op does to the table (Server::Impl::apply and one function per op), and the retry
 // cache in front of the mutations.
+#include <algorithm>
 #include <sstream>
 
 #include "common/hash.hpp"
@@ -109,6 +110,37 @@ Status Server::Impl::check_keys(const uint64_t* keys, std::size_t n) const {
   return Status::OK();
 }
 
+Status Server::Impl::admit_new_rows(const uint64_t* keys, const int32_t* slots, std::size_t n) {
+  const std::size_t limit = options_.memory_limit_bytes;
+  if (limit == 0 || n == 0) return Status::OK();
+  auto stats = table_->stats();
+  if (!stats.ok()) return stats.status();
+  const auto stride = static_cast<std::size_t>(table_->layout().stride());
+  // What one more row costs: its floats, its epoch and its index slots at about half fill, or
+  // the table's own average once it holds enough rows for the average to mean something.
+  double per_row = static_cast<double>(stride * sizeof(float) + 32);
+  if (stats->rows_in_memory >= 65536) {
+    per_row = std::max(per_row, static_cast<double>(stats->memory_bytes) /
+                                    static_cast<double>(stats->rows_in_memory));
+  }
+  const double room =
+      stats->memory_bytes < limit ? static_cast<double>(limit - stats->memory_bytes) : 0.0;
+  if (static_cast<double>(n) * per_row <= room) return Status::OK();  // fits if all were new
+  // Near the limit: count the keys the table does not hold (peek creates nothing).
+  std::vector<float> scratch(n * stride);
+  std::size_t unknown = 0;
+  GPUBOX_RETURN_IF_ERROR(table_->peek(keys, slots, n, scratch.data(), &unknown));
+  if (static_cast<double>(unknown) * per_row <= room) return Status::OK();
+  std::ostringstream msg;
+  msg << "server memory limit: the table holds " << stats->rows_in_memory << " rows in "
+      << (stats->memory_bytes >> 20) << " MiB of its " << (limit >> 20)
+      << " MiB (gpubox_server --memory_mb); this request would create " << unknown
+      << " more rows: refused, nothing created (rows it holds are still served and updated; "
+         "raise --memory_mb, give the server a disk tier with --rocksdb_dir, or shrink the "
+         "table)";
+  return Status::ResourceExhausted(msg.str());
+}
+
 Reply Server::Impl::info(const FrameHeader& header) {
   InfoReply info;
   info.shard_id = options_.shard_id;
@@ -134,6 +166,10 @@ Reply Server::Impl::pull(const FrameHeader& header, const std::vector<uint8_t>& 
   auto req = decode_pull_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
   Status st = check_keys(req->keys.data(), req->keys.size());
+  if (st.ok() && header.op == Op::kPull) {
+    st = admit_new_rows(req->keys.data(), req->slots.empty() ? nullptr : req->slots.data(),
+                        req->keys.size());
+  }
   if (!st.ok()) return fail(st);
   const uint32_t stride = static_cast<uint32_t>(table_->layout().stride());
   const std::size_t bytes = pull_reply_bytes(req->keys.size(), stride);
@@ -191,6 +227,7 @@ Reply Server::Impl::push(const FrameHeader& header, const std::vector<uint8_t>& 
         non_finite_row_error(req->keys.data(), req->keys.size(), req->rows.data(), stride, bad));
   }
   Status st = check_keys(req->keys.data(), req->keys.size());
+  if (st.ok()) st = admit_new_rows(req->keys.data(), nullptr, req->keys.size());
   if (st.ok()) st = table_->push(req->keys.data(), req->keys.size(), req->rows.data());
   if (!st.ok()) return fail(st);
   rows_pushed.fetch_add(req->keys.size(), std::memory_order_relaxed);
@@ -213,11 +250,12 @@ Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& 
   if (!req.ok()) return fail(req.status());
   auto path = resolve_model_path(options_, req->path);
   if (!path.ok()) return fail(path.status());
-  Status st = table_->save(*path, req->mode);
+  if (data_env_ == nullptr) return fail(data_env_error_);
+  Status st = table_->save(*path, req->mode, data_env_.get());
   if (!st.ok()) return fail(st);
-  const uint64_t generation = model_generation(*path);
-  GPUBOX_LOG(INFO) << "gpubox_server: saved to " << *path << " (generation " << std::hex
-                   << generation << std::dec << ")";
+  const uint64_t generation = model_generation(data_env_.get(), *path);
+  GPUBOX_LOG(INFO) << "gpubox_server: saved to " << data_env_->root() << "/" << *path
+                   << " (generation " << std::hex << generation << std::dec << ")";
   return u64_reply(header, generation);
 }
 
@@ -227,12 +265,13 @@ Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& 
   if (!req.ok()) return fail(req.status());
   auto path = resolve_model_path(options_, *req);
   if (!path.ok()) return fail(path.status());
-  Status st = table_->load(*path);
+  if (data_env_ == nullptr) return fail(data_env_error_);
+  Status st = table_->load(*path, data_env_.get());
   if (!st.ok()) return fail(st);
-  const uint64_t generation = model_generation(*path);
+  const uint64_t generation = model_generation(data_env_.get(), *path);
   generation_.store(generation);
-  GPUBOX_LOG(INFO) << "gpubox_server: loaded " << *path << " (generation " << std::hex << generation
-                   << std::dec << ")";
+  GPUBOX_LOG(INFO) << "gpubox_server: loaded " << data_env_->root() << "/" << *path
+                   << " (generation " << std::hex << generation << std::dec << ")";
   return u64_reply(header, generation);
 }
 

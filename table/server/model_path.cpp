@@ -4,43 +4,38 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <vector>
+
+#include "table/io/save_dir.hpp"
 
 namespace gpubox::table::server {
 namespace {
 
 namespace fs = std::filesystem;
 
-// True when `inner` is `root` followed by at least one more part (both normalized).
-bool strictly_inside(const fs::path& inner, const fs::path& root) {
+// The files a model folder without a MANIFEST is digested from (a test tier's) are small;
+// anything larger is not a model this server wrote.
+constexpr uint64_t kMaxDigestedFileBytes = uint64_t{1} << 30;
+
+// Whether `inner` starts with `root` (both normalized); `*rest` = the parts after it.
+bool relative_inside(const fs::path& inner, const fs::path& root, fs::path* rest) {
   auto i = inner.begin();
-  for (auto r = root.begin(); r != root.end(); ++r, ++i) {
-    if (r->empty()) continue;  // the trailing "" of "/tmp/"
-    if (i == inner.end() || *i != *r) return false;
+  for (const auto& part : root) {
+    if (part.empty()) continue;  // the trailing "" of "/tmp/"
+    if (i == inner.end() || *i != part) return false;
+    ++i;
   }
-  for (; i != inner.end(); ++i) {
-    if (!i->empty()) return true;
-  }
-  return false;
+  fs::path out;
+  for (; i != inner.end(); ++i) out /= *i;
+  *rest = out;
+  return true;
 }
 
 class Digest {
  public:
   Digest() : state_(XXH3_createState(), &XXH3_freeState) { XXH3_64bits_reset(state_.get()); }
   void add(const void* data, std::size_t n) { XXH3_64bits_update(state_.get(), data, n); }
-  // Adds the file's bytes; false when it cannot be read.
-  bool add_file(const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return false;
-    std::vector<char> buf(1 << 20);
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      add(buf.data(), static_cast<std::size_t>(in.gcount()));
-    }
-    return in.eof();
-  }
   uint64_t value() const { return XXH3_64bits_digest(state_.get()); }
 
  private:
@@ -49,63 +44,59 @@ class Digest {
 
 }  // namespace
 
-StatusOr<std::string> resolve_inside_data_dir(const std::string& data_dir, const std::string& path,
-                                              const std::string& subfolder) {
+StatusOr<std::string> model_path_in_data_dir(const std::string& data_dir, const std::string& path,
+                                             const std::string& subfolder) {
   if (path.empty()) return Status::InvalidArgument("empty model path");
   if (path.find('\0') != std::string::npos) {
     return Status::InvalidArgument("model path contains a NUL byte");
   }
-  const fs::path requested(path);
-  for (const auto& part : requested) {
+  const fs::path requested = fs::path(path).lexically_normal();
+  for (const auto& part : fs::path(path)) {
     if (part == "..") return Status::InvalidArgument("model path '" + path + "' contains '..'");
   }
-  std::error_code ec;
-  fs::path root = data_dir.empty() ? fs::current_path(ec) : fs::path(data_dir);
-  if (!ec) root = fs::weakly_canonical(root, ec);
-  if (ec) return Status::IOError("data_dir '" + data_dir + "': " + ec.message());
-  fs::path joined = requested.is_absolute() ? requested : root / requested;
-  if (!subfolder.empty()) joined /= subfolder;
-  const fs::path real = fs::weakly_canonical(joined, ec);
-  if (ec) return Status::IOError("model path '" + path + "': " + ec.message());
-  const fs::path staging = fs::weakly_canonical(fs::path(real.string() + ".tmp"), ec);
-  if (ec) return Status::IOError("model path '" + path + "': " + ec.message());
-  // weakly_canonical follows the links that lead somewhere; one that leads nowhere is left as
-  // it is, and a save through it would land wherever it points once created: refused.
-  for (const fs::path& p : {real, staging}) {
-    fs::path prefix;
-    for (const auto& part : p) {
-      prefix /= part;
-      if (fs::is_symlink(fs::symlink_status(prefix, ec))) {
-        return Status::PermissionDenied("model path '" + path + "' goes through '" +
-                                        prefix.string() + "', a symbolic link to nothing");
-      }
+  fs::path relative = requested;
+  if (requested.is_absolute()) {
+    std::error_code ec;
+    const fs::path given = data_dir.empty() ? fs::current_path(ec) : fs::absolute(data_dir, ec);
+    if (ec) return Status::IOError("data_dir '" + data_dir + "': " + ec.message());
+    const fs::path real = fs::weakly_canonical(given, ec);
+    if (!relative_inside(requested, given.lexically_normal(), &relative) &&
+        (ec || !relative_inside(requested, real, &relative))) {
+      return Status::PermissionDenied("model path '" + path +
+                                      "' is outside the server's data_dir '" + given.string() +
+                                      "' (paths are relative to --data_dir and may not leave it)");
     }
   }
-  if (!strictly_inside(real, root) || !strictly_inside(staging, root)) {
-    return Status::PermissionDenied("model path '" + path + "' leads to '" + real.string() +
-                                    "', outside the server's data_dir '" + root.string() +
-                                    "' (paths are relative to --data_dir and may not leave it)");
+  std::string out = relative.lexically_normal().generic_string();
+  while (!out.empty() && out.back() == '/') out.pop_back();
+  if (out.empty() || out == ".") {
+    return Status::InvalidArgument(
+        "model path '" + path +
+        "' names the server's --data_dir itself: a save is a folder inside it (e.g. 'model'), "
+        "written beside its staging folder '<folder>.tmp'");
   }
-  return real.string();
+  if (!subfolder.empty()) out += "/" + subfolder;
+  return out;
 }
 
-uint64_t model_generation(const std::string& folder) {
-  const fs::path dir(folder);
+uint64_t model_generation(io::FileEnv* env, const std::string& folder) {
   Digest digest;
-  std::error_code ec;
-  if (fs::is_regular_file(dir / "MANIFEST", ec)) {
-    if (!digest.add_file(dir / "MANIFEST")) return 1;
+  const std::string manifest = folder + "/" + io::kManifestName;
+  if (env->exists(manifest)) {
+    auto text = env->read_file(manifest, io::kMaxManifestBytes);
+    if (!text.ok()) return 1;
+    digest.add(text->data(), text->size());
   } else {
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (entry.is_regular_file(ec)) files.push_back(entry.path());
-    }
-    if (ec) return 1;
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files) {
-      const std::string name = file.filename().string();
+    auto names = env->list_dir(folder);
+    if (!names.ok()) return 1;
+    std::sort(names->begin(), names->end());
+    for (const std::string& name : *names) {
+      const std::string file = folder + "/" + name;
+      if (env->list_dir(file).ok()) continue;  // a folder: only the files count
+      auto bytes = env->read_file(file, kMaxDigestedFileBytes);
+      if (!bytes.ok()) return 1;
       digest.add(name.c_str(), name.size() + 1);
-      if (!digest.add_file(file)) return 1;
+      digest.add(bytes->data(), bytes->size());
     }
   }
   const uint64_t g = digest.value();

@@ -10,6 +10,8 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
   auto request = decode_ps_push_request(payload.data(), payload.size());
   if (!request.ok()) return table_error_reply(header, request.status());
   Status st = check_keys(request->keys.data(), request->keys.size());
+  if (st.ok())
+    st = admit_new_rows(request->keys.data(), request->slots.data(), request->keys.size());
   if (st.ok()) st = ps_store_.apply(*table_, *request);
   if (!st.ok()) return table_error_reply(header, st);
   rows_pushed.fetch_add(request->keys.size(), std::memory_order_relaxed);

@@ -21,17 +21,18 @@ class PsStore {
  public:
   // Applies a PS_PUSH to `table`: pulls the rows (creating missing ones in the request's slots),
   // applies each key's gradient (the accessor's rule, sparse_rule.hpp: apply_push) or geo delta
-  // (apply_delta), and writes them back. The keys of one lock stripe are updated under that
-  // stripe's lock, so two trainers' updates of one key never overwrite each other; different
-  // stripes proceed in parallel. Refuses the whole request (nothing applied) when its width is
-  // not the table's push_dim or a value is not finite; a table error part-way leaves the
-  // stripes before it applied.
+  // (apply_delta), checks every resulting value, and writes them back, all under the locks of
+  // the key stripes the request touches, so two trainers' updates of one key never overwrite
+  // each other. Refuses the whole request (nothing applied; rows it created at their initial
+  // values stay, as after a PULL) when its width is not the table's push_dim, a value is not
+  // finite, or a result would not be finite (naming the key and the row's field).
   Status apply(HostTier& table, const PsPushRequest& request);
 
   // DENSE: reads table `name` (creating it from the request's values when absent), adds the
   // request's values to it, or replaces it by them; `*reply` becomes the DENSE reply holding
   // the table's values after the request. Refuses (a read or an add) a size that differs from
-  // the table's, non-finite values, an add to a table never read, and a new table beyond
+  // the table's, non-finite values, an add whose sum would not be finite (naming the value's
+  // index; nothing added), an add to a table never read, and a new table beyond
   // kMaxDenseTables.
   Status dense(DenseRequest request, std::vector<uint8_t>* reply);
 

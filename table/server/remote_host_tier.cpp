@@ -15,6 +15,9 @@
 namespace gpubox::table::server {
 namespace {
 
+constexpr const char* kNoEnvNote =
+    "a remote host tier's servers save through their own file system, not a caller's env";
+
 uint64_t random_client_id() {
   std::random_device rd;
   const uint64_t entropy = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -392,13 +395,15 @@ std::vector<uint64_t> RemoteHostTier::last_sync_generations() const {
   return sync_generations_;
 }
 
-Status RemoteHostTier::save(const std::string& path, SaveKind mode) {
+Status RemoteHostTier::save(const std::string& path, SaveKind mode, io::FileEnv* env) {
+  if (env != nullptr) return Status::InvalidArgument("save " + path + ": " + kNoEnvNote);
   std::vector<uint8_t> payload;
   encode_save_request(mode, path, &payload);
   return run_sync(Op::kSave, payload);
 }
 
-Status RemoteHostTier::load(const std::string& path) {
+Status RemoteHostTier::load(const std::string& path, io::FileEnv* env) {
+  if (env != nullptr) return Status::InvalidArgument("load " + path + ": " + kNoEnvNote);
   std::vector<uint8_t> payload;
   encode_path_request(path, &payload);
   return run_sync(Op::kLoad, payload);

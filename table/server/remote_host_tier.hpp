@@ -67,8 +67,10 @@ class RemoteHostTier final : public HostTier {
   StatusOr<HostTierStats> stats() override;  // summed over the servers
   StatusOr<uint64_t> shrink() override;      // rows deleted, summed
   // Every server saves its share under `path` on its own machine (see resolve_model_path).
-  Status save(const std::string& path, SaveKind mode) override;
-  Status load(const std::string& path) override;
+  using HostTier::load;
+  using HostTier::save;
+  Status save(const std::string& path, SaveKind mode, io::FileEnv* env) override;
+  Status load(const std::string& path, io::FileEnv* env) override;
 
   // Waits until `parties` callers (trainers) reached barrier `name` on the first server; not
   // retried (a lost connection would count twice). timeout_s < 0: the call deadline.

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <utility>
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "table/io/rooted_env.hpp"
 #include "table/server/auth_handshake.hpp"
 #include "table/server/model_path.hpp"
 #include "table/server/server_impl.hpp"
@@ -85,7 +87,17 @@ Status check_deadline_options(const ServerOptions& o) {
 StatusOr<std::string> resolve_model_path(const ServerOptions& options, const std::string& path) {
   const std::string shard =
       options.shard_num > 1 ? "server-" + std::to_string(options.shard_id) : std::string();
-  return resolve_inside_data_dir(options.data_dir, path, shard);
+  return model_path_in_data_dir(options.data_dir, path, shard);
+}
+
+StatusOr<std::string> load_before_start(HostTier* table, const ServerOptions& options,
+                                        const std::string& path) {
+  auto folder = resolve_model_path(options, path);
+  if (!folder.ok()) return folder.status();
+  auto env = io::RootedEnv::open(options.data_dir);
+  if (!env.ok()) return env.status().with_context("data_dir");
+  GPUBOX_RETURN_IF_ERROR(table->load(*folder, env->get()));
+  return folder;
 }
 
 Reply make_reply(const FrameHeader& request, Status::Code code, std::vector<uint8_t> payload) {
@@ -138,7 +150,27 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
       sweep_timer_(accept_strand_),
       sweep_interval_(sweep_interval(options_)),
       work_(asio::make_work_guard(io_)) {
-  if (!options_.loaded_model.empty()) generation_ = model_generation(options_.loaded_model);
+  // data_dir is opened once, here: a folder renamed or replaced by a link later does not move
+  // where saves go (io/rooted_env.hpp).
+  if (!options_.data_dir.empty()) {
+    std::error_code ec;  // a missing data_dir is made (its parent is the operator's choice)
+    std::filesystem::create_directories(options_.data_dir, ec);
+  }
+  auto env = io::RootedEnv::open(options_.data_dir);
+  if (env.ok()) {
+    data_env_ = std::move(env).value();
+    if (!options_.loaded_model.empty()) {
+      // An absolute path inside data_dir (what callers gave before it was relative) names the
+      // same folder.
+      auto folder = model_path_in_data_dir(options_.data_dir, options_.loaded_model, "");
+      generation_ =
+          model_generation(data_env_.get(), folder.ok() ? *folder : options_.loaded_model);
+    }
+  } else {
+    data_env_error_ = env.status().with_context("the server's data_dir");
+    GPUBOX_LOG(WARNING) << "gpubox_server: " << data_env_error_.to_string()
+                        << "; SAVE and LOAD will fail";
+  }
 }
 
 Server::Impl::~Impl() {

@@ -4,11 +4,11 @@
 //
 // What bounds it (docs/operations.md, "Security and durability"): connections (max_connections,
 // a share of them for unauthenticated ones, deadlines per frame, for authentication, between
-// frames and per BARRIER wait), bytes buffered per connection and in all (requests are read as their bytes
-// arrive, never allocated from an announced length), the retry cache (bytes and age), and where
-// SAVE and LOAD may write (inside data_dir). Without an auth token it serves loopback only; with
-// one, connections prove they know it (auth_handshake.hpp) and wrong proofs are slowed per peer
-// address.
+// frames and per BARRIER wait), bytes buffered per connection and in all (requests are read as
+// their bytes arrive, never allocated from an announced length), the retry cache (bytes and
+// age), and where SAVE and LOAD may touch (inside data_dir, links never followed). Without an
+// auth token it serves loopback only; with one, connections prove they know it
+// (auth_handshake.hpp) and wrong proofs are slowed per peer address.
 #pragma once
 
 #include <cstddef>
@@ -30,11 +30,15 @@ struct ServerOptions {
   int threads = 2;         // Asio threads; table calls run on them
   uint32_t shard_id = 0;   // this server's share of the keys: host_shard(key,
   uint32_t shard_num = 1;  // shard_num) == shard_id; other keys are refused
-  std::string data_dir;    // SAVE/LOAD paths stay inside it (the working directory when empty)
+  // SAVE/LOAD paths stay inside it (the working directory when empty): made when missing and
+  // opened once at start; every file operation of a SAVE or LOAD is resolved beneath that
+  // descriptor, never through a symbolic link (resolve_model_path).
+  std::string data_dir;
   // Non-empty (at least kMinTokenChars): connections must prove they know it first.
   std::string auth_token;
-  // The model folder the table was loaded from before start (--load), if any: its generation is
-  // what INFO reports until a LOAD, so clients can tell a restart that restored their last save.
+  // The model folder the table was loaded from before start (--load, load_before_start), if
+  // any, relative to data_dir (or absolute inside it): its generation is what INFO reports until
+  // a LOAD, so clients can tell a restart that restored their last save.
   std::string loaded_model;
   uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
 
@@ -71,6 +75,12 @@ struct ServerOptions {
   // kept for connections holding little). A request that does not fit is read and dropped and
   // answered "server busy: in-flight budget" (the client's transport retries it).
   std::size_t max_inflight_bytes = std::size_t{1} << 30;
+  // Bytes the table's rows and index may take (HostTierStats::memory_bytes) before the server
+  // stops creating rows: a PULL, PUSH or PS_PUSH whose keys the table does not hold would go
+  // over it is refused whole, ResourceExhausted "server memory limit: ..."; rows it holds are
+  // served and updated as before. 0: no limit. gpubox_server sets it from --memory_mb when it
+  // has no disk tier (with one, --memory_mb is the table's budget and rows beyond it go to disk).
+  std::size_t memory_limit_bytes = 0;
   // The retry cache (successful mutations only): at most this many bytes, entries this old.
   std::size_t dedup_max_bytes = std::size_t{64} << 20;
   double dedup_max_age_s = 120.0;
@@ -104,9 +114,16 @@ struct ServerCounters {
   uint64_t dedup_bytes = 0;
 };
 
-// Where the server stores SAVE/LOAD `path`: inside data_dir (resolve_inside_data_dir), in a
-// `server-<shard_id>` sub-folder when shard_num > 1 (servers may share one file system).
+// Where the server stores SAVE/LOAD `path`: a folder relative to data_dir
+// (model_path_in_data_dir), in a `server-<shard_id>` sub-folder when shard_num > 1 (servers may
+// share one file system). Every file operation on it then goes through the server's data_dir
+// env (io::RootedEnv): resolved beneath data_dir's descriptor, never through a link.
 StatusOr<std::string> resolve_model_path(const ServerOptions& options, const std::string& path);
+// What --load does before the server starts: loads SAVE/LOAD `path` into `table` through an env
+// rooted at options.data_dir, and returns the folder (relative to data_dir) for
+// ServerOptions::loaded_model.
+StatusOr<std::string> load_before_start(HostTier* table, const ServerOptions& options,
+                                        const std::string& path);
 
 class Server {
  public:

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "table/io/rooted_env.hpp"
 #include "table/server/auth_backoff.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/ps_store.hpp"
@@ -158,6 +159,11 @@ class Server::Impl {
   Reply apply(const FrameHeader& header, const std::vector<uint8_t>& payload,
               const ReserveReply& reserve);
   Status check_keys(const uint64_t* keys, std::size_t n) const;
+  // Under ServerOptions::memory_limit_bytes: OK when the rows the table would create for these
+  // keys (those it does not hold) fit under the limit, else ResourceExhausted "server memory
+  // limit: ..." (checked before anything is created; concurrent requests may overshoot by what
+  // they create between their checks).
+  Status admit_new_rows(const uint64_t* keys, const int32_t* slots, std::size_t n);
   Reply info(const FrameHeader& header);
   // PULL, or PEEK (the same message, read-only: HostTier::peek).
   Reply pull(const FrameHeader& header, const std::vector<uint8_t>& payload,
@@ -176,6 +182,10 @@ class Server::Impl {
   HostTier* table_;
   PsStore ps_store_;  // the PS modes' row locks and dense tables
   const ServerOptions options_;
+  // Every SAVE and LOAD goes through it (io/rooted_env.hpp): opened on data_dir at start; null
+  // when data_dir could not be opened (data_env_error_ says why, and SAVE/LOAD fail with it).
+  std::unique_ptr<io::RootedEnv> data_env_;
+  Status data_env_error_;
   const uint64_t instance_id_;
   const std::size_t max_connections_;
   std::atomic<uint64_t> generation_{0};  // of the model last loaded; 0: none

@@ -24,6 +24,7 @@
 #include "table/host_tier_factory.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
+#include "table/server/memory_limit.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_config.hpp"
 
@@ -39,7 +40,8 @@ DEFINE_int32(shard_num, 1, "number of servers sharing the keys");
 GPUBOX_FLAG_RANGE(shard_num, 1, 65536);
 DEFINE_string(data_dir, ".",
               "folder that holds every SAVE/LOAD path (relative paths resolve under it; none may "
-              "leave it)");
+              "leave it, and none may go through a symbolic link: data_dir is opened once at "
+              "start and every file operation is resolved beneath it)");
 DEFINE_string(load, "", "model folder to load before serving (resolved like SAVE paths)");
 DEFINE_string(auth_token_file, "", "file holding a token every connection must present first");
 DEFINE_int32(threads, 2, "network threads (table calls run on them)");
@@ -73,8 +75,11 @@ DEFINE_uint64(memory_row_budget, 0,
               "runner.host_memory_row_budget");
 GPUBOX_FLAG_KEY(memory_row_budget, "runner.host_memory_row_budget");
 DEFINE_uint64(memory_mb, 0,
-              "MiB the table's rows and index may take in memory, the lowest-score rows beyond go "
-              "to the disk tier (needs one); 0: no limit; overrides runner.host_memory_mb");
+              "MiB the table's rows and index may take in memory: given (or runner.host_memory_mb) "
+              "with a disk tier, the lowest-score rows beyond go to disk; otherwise requests "
+              "that would create rows beyond it are refused ('server memory limit'). Default: "
+              "runner.host_memory_mb, else half of the machine's memory (or of its cgroup's "
+              "limit); 0: no limit");
 GPUBOX_FLAG_KEY(memory_mb, "runner.host_memory_mb");
 DEFINE_int32(cold_after_days, 0,
              "shrink moves rows unseen this many days to disk; 0: never; overrides "
@@ -146,7 +151,6 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
   if (flag_given("table_shards")) table.shards = static_cast<uint32_t>(FLAGS_table_shards);
   if (flag_given("rocksdb_dir")) table.rocksdb_path = FLAGS_rocksdb_dir;
   if (flag_given("memory_row_budget")) table.memory_row_budget = FLAGS_memory_row_budget;
-  if (flag_given("memory_mb")) table.memory_budget_bytes = FLAGS_memory_mb << 20;
   if (flag_given("cold_after_days")) table.cold_after_days = FLAGS_cold_after_days;
   if (flag_given("save_form")) {
     auto save_form = parse_enum(kSaveFormNames, FLAGS_save_form);
@@ -167,6 +171,25 @@ StatusOr<AccessorConfig> optimizer_config_from(const config::ConfigDocument& doc
     optimizer.optimizer.kind = *kind;
   }
   return optimizer;
+}
+
+// The memory limit (memory_limit.hpp): a limit given (--memory_mb, runner.host_memory_mb) on a
+// table with a disk tier is the table's budget (rows beyond it go to disk); otherwise the server
+// refuses to create rows beyond it. (The default is not made a disk budget: a byte budget
+// reserves the table's whole planned index when it opens, half the machine's worth.)
+void apply_memory_limit(HostTableConfig* table, ServerOptions* options) {
+  const MemoryLimit limit =
+      choose_memory_limit(flag_given("memory_mb"), FLAGS_memory_mb, table->memory_budget_bytes);
+  const bool spill = !table->rocksdb_path.empty() && !limit.is_default;
+  table->memory_budget_bytes = spill ? limit.bytes : 0;
+  options->memory_limit_bytes = spill ? 0 : static_cast<std::size_t>(limit.bytes);
+  GPUBOX_LOG(INFO) << "gpubox_server: memory limit "
+                   << (limit.bytes == 0 ? std::string("none")
+                                        : std::to_string(limit.bytes >> 20) + " MiB")
+                   << " (" << limit.source << ")"
+                   << (limit.bytes == 0 ? ""
+                       : spill          ? ": rows beyond it go to the disk tier"
+                               : ": requests that would create rows beyond it are refused");
 }
 
 // The limit flags into `options`; raises the open files limit first (the connection cap's
@@ -230,12 +253,13 @@ Status run(const std::vector<std::string>& overrides) {
 
   auto table_config = table_config_from(*doc);
   if (!table_config.ok()) return table_config.status();
+  ServerOptions options;
+  apply_memory_limit(&*table_config, &options);
   HostTierConfig tier_config;
   tier_config.table = *table_config;  // no endpoints: the in-process table
   auto table = make_host_tier(*optimizer, tier_config);
   if (!table.ok()) return table.status();
 
-  ServerOptions options;
   options.bind_address = FLAGS_bind;
   options.port = static_cast<uint16_t>(FLAGS_port);
   options.threads = FLAGS_threads;
@@ -251,12 +275,11 @@ Status run(const std::vector<std::string>& overrides) {
   GPUBOX_RETURN_IF_ERROR(apply_limit_flags(&options));
   GPUBOX_RETURN_IF_ERROR(apply_deadline_flags(&options));
   if (!FLAGS_load.empty()) {
-    auto path = resolve_model_path(options, FLAGS_load);
-    if (!path.ok()) return path.status().with_context("--load");
-    GPUBOX_RETURN_IF_ERROR((*table)->load(*path).with_context("--load " + *path));
+    auto path = load_before_start(table->get(), options, FLAGS_load);
+    if (!path.ok()) return path.status().with_context("--load " + FLAGS_load);
     options.loaded_model = *path;
     auto stats = (*table)->stats();
-    GPUBOX_LOG(INFO) << "gpubox_server: loaded " << *path << " ("
+    GPUBOX_LOG(INFO) << "gpubox_server: loaded " << FLAGS_data_dir << "/" << *path << " ("
                      << (stats.ok() ? stats->rows_in_memory + stats->rows_on_disk : 0) << " rows)";
   }
 

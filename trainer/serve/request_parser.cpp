@@ -1,9 +1,13 @@
 #include "trainer/serve/request_parser.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common/json.hpp"
@@ -68,6 +72,62 @@ int nesting_depth(std::string_view body) {
 
 constexpr int kMaxDepth = 8;
 
+// Finds the first key repeated within one JSON object while the parser reads the body (the
+// parser itself keeps the last value of a repeated key, silently). Used as the parse callback.
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        // A container is named by the key it is the value of, or, inside a list, by the list's.
+        std::string name;
+        if (!open_.empty()) name = open_.back().is_object ? last_key_ : open_.back().name;
+        open_.push_back({event == json::parse_event_t::object_start, {}, std::move(name)});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!open_.empty()) open_.pop_back();
+        break;
+      case json::parse_event_t::key:
+        last_key_ = parsed.get<std::string>();
+        if (!open_.empty() && !open_.back().keys.insert(last_key_).second && duplicate_.empty()) {
+          const std::string& under = open_.back().name;
+          duplicate_ = "duplicate JSON key " + gpubox::json_quote(last_key_) +
+                       (under.empty() ? std::string(" in the top-level object")
+                                      : " in an object under " + gpubox::json_quote(under)) +
+                       ": each key may appear once per object";
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+  // "" when no key repeated.
+  const std::string& duplicate() const { return duplicate_; }
+
+ private:
+  struct Container {
+    bool is_object = false;
+    std::set<std::string> keys;  // of an object, so far
+    std::string name;
+  };
+  std::vector<Container> open_;  // the containers being parsed, innermost last
+  std::string last_key_;
+  std::string duplicate_;
+};
+
+// One dense value: a JSON number within float range (beyond it the float would be inf).
+bool dense_value(const json& v, float* out) {
+  if (!v.is_number()) return false;
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(FLT_MAX)) return false;
+  *out = static_cast<float>(d);
+  return true;
+}
+
 std::string shown(const json& value) {
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 64) text = text.substr(0, 61) + "...";
@@ -110,8 +170,9 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body
                                    " levels; a request needs 5");
   }
   json doc;
+  DuplicateKeyFinder duplicates;
   try {
-    doc = json::parse(body.begin(), body.end());
+    doc = json::parse(body.begin(), body.end(), std::ref(duplicates));
   } catch (const json::exception& e) {
     // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ...", or
     // out_of_range.406 for a number past a double's range.
@@ -119,6 +180,7 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body
     if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
     return Status::InvalidArgument("invalid JSON: " + what);
   }
+  if (!duplicates.duplicate().empty()) return Status::InvalidArgument(duplicates.duplicate());
   if (!doc.is_object()) {
     return Status::InvalidArgument(
         "the body must be a JSON object: {\"instances\": [...]} or "
@@ -187,11 +249,12 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body
         }
         for (std::size_t d = 0; d < dense.size(); ++d) {
           const json& v = value[d];
-          if (!v.is_number() || !std::isfinite(v.get<double>())) {
+          if (!dense_value(v, &dense[d])) {
             return Status::InvalidArgument(at + "dense value " + std::to_string(d) + " (" +
-                                           shown(v) + ") is not a finite number");
+                                           shown(v) +
+                                           ") is not a finite number within float range "
+                                           "(|v| <= 3.4028235e38)");
           }
-          dense[d] = v.get<float>();
         }
         has_dense = true;
       } else {

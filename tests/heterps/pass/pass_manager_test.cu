@@ -1342,8 +1342,14 @@ class FlakyHost : public table::HostTier {
   Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
   StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
   StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
-  Status save(const std::string& p, table::SaveKind m) override { return inner_.save(p, m); }
-  Status load(const std::string& p) override { return inner_.load(p); }
+  using HostTier::load;
+  using HostTier::save;
+  Status save(const std::string& p, table::SaveKind m, table::io::FileEnv* env) override {
+    return inner_.save(p, m, env);
+  }
+  Status load(const std::string& p, table::io::FileEnv* env) override {
+    return inner_.load(p, env);
+  }
   bool fail_pushes = false;
   std::atomic<uint64_t> pulled_keys{0};  // keys asked of the inner tier by pull
   std::atomic<uint64_t> pushed_keys{0};

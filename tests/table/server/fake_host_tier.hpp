@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "table/host_tier.hpp"
+#include "table/io/file_env.hpp"
 
 namespace gpubox::table::server::testing {
 
@@ -108,38 +109,48 @@ class FakeHostTier final : public HostTier {
     return deleted;
   }
 
-  Status save(const std::string& path, SaveKind) override {
+  using HostTier::load;
+  using HostTier::save;
+  // One file, fake-rows.bin: u64 count, then (u64 key, f32 row[stride]) per row; through `env`
+  // (the server's data_dir env) or the POSIX one.
+  Status save(const std::string& path, SaveKind, io::FileEnv* env) override {
+    if (env == nullptr) env = io::FileEnv::posix();
     std::lock_guard<std::mutex> lock(mu_);
-    std::error_code ec;
-    std::filesystem::create_directories(path, ec);
-    const std::string file = path + "/fake-rows.bin";
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IOError("cannot write " + file);
+    std::string bytes;
     const uint64_t count = rows_.size();
-    out.write(reinterpret_cast<const char*>(&count), sizeof(count));
+    bytes.append(reinterpret_cast<const char*>(&count), sizeof(count));
     for (const auto& [key, row] : rows_) {
-      out.write(reinterpret_cast<const char*>(&key), sizeof(key));
-      out.write(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+      bytes.append(reinterpret_cast<const char*>(&key), sizeof(key));
+      bytes.append(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
     }
-    return out ? Status::OK() : Status::IOError("short write to " + file);
+    GPUBOX_RETURN_IF_ERROR(env->create_dir(path));
+    return io::write_file(env, path + "/fake-rows.bin", bytes);
   }
 
-  Status load(const std::string& path) override {
+  Status load(const std::string& path, io::FileEnv* env) override {
+    if (env == nullptr) env = io::FileEnv::posix();
     std::lock_guard<std::mutex> lock(mu_);
     const std::string file = path + "/fake-rows.bin";
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return Status::NotFound("no saved rows at " + file);
+    if (!env->exists(file)) return Status::NotFound("no saved rows at " + file);
+    auto bytes = env->read_file(file, uint64_t{1} << 30);
+    if (!bytes.ok()) return bytes.status();
+    const std::size_t row_bytes = layout_.stride() * sizeof(float);
     uint64_t count = 0;
-    in.read(reinterpret_cast<char*>(&count), sizeof(count));
+    if (bytes->size() < sizeof(count)) return Status::Corruption("truncated " + file);
+    std::memcpy(&count, bytes->data(), sizeof(count));
+    if ((bytes->size() - sizeof(count)) / (sizeof(uint64_t) + row_bytes) < count) {
+      return Status::Corruption("truncated " + file);
+    }
     std::unordered_map<uint64_t, std::vector<float>> loaded;
-    for (uint64_t i = 0; i < count && in; ++i) {
+    const char* at = bytes->data() + sizeof(count);
+    for (uint64_t i = 0; i < count; ++i) {
       uint64_t key = 0;
       std::vector<float> row(layout_.stride());
-      in.read(reinterpret_cast<char*>(&key), sizeof(key));
-      in.read(reinterpret_cast<char*>(row.data()), row.size() * sizeof(float));
+      std::memcpy(&key, at, sizeof(key));
+      std::memcpy(row.data(), at + sizeof(key), row_bytes);
+      at += sizeof(key) + row_bytes;
       loaded[key] = std::move(row);
     }
-    if (!in) return Status::Corruption("truncated " + file);
     rows_ = std::move(loaded);
     return Status::OK();
   }

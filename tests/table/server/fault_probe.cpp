@@ -5,8 +5,9 @@
 //   gpubox_fault_probe <probe> --endpoint 127.0.0.1:P [--pid PID] [--log FILE] [--data_dir D]
 //                      [--token T] [--server_binary B --config C]
 //   probes: over_cap, out_of_fds, barrier_leavers, forged_lengths, retry_cache, paths,
-//           token_required, nonfinite, restart; and issue #30's (fault_probe_net.cpp): drip,
-//           auth_flood, budget_starve, token_guess, auth_replay, cap_message
+//           token_required, nonfinite, restart; issue #30's network items (fault_probe_net.cpp):
+//           drip, auth_flood, budget_starve, token_guess, auth_replay, cap_message; and its data
+//           items (fault_probe_data.cpp): save_race, big_part, memory_limit, finite_results
 #include "tests/table/server/fault_probe.hpp"
 
 #include <poll.h>
@@ -28,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "table/server/remote_host_tier.hpp"
+#include "tests/table/server/fault_probe_data.hpp"
 #include "tests/table/server/process_probe.hpp"
 
 namespace gpubox::table::server {
@@ -390,6 +393,11 @@ int main(int argc, char** argv) {
       {"auth_replay", probe::auth_replay},
       {"cap_message", probe::cap_message}};
   auto it = probes.find(a.probe);
+  std::string line;
+  if (it == probes.end() && run_data_probe(a.probe, a.flags, &line)) {
+    std::printf("%s\n", line.c_str());
+    return line.rfind("held", 0) == 0 ? 0 : 1;
+  }
   if (it == probes.end()) {
     std::printf("failed: unknown probe '%s'\n", a.probe.c_str());
     return 2;

@@ -278,7 +278,7 @@ TEST_F(ServerBinary, SigintStopsCleanlyAndFlagsAreChecked) {
   EXPECT_EQ(bad.wait(5), 1);
 }
 
-TEST_F(ServerBinary, MemoryBudgetFlagSizesTheTableAndNeedsADiskTier) {
+TEST_F(ServerBinary, MemoryLimitSizesTheDiskTiersBudgetOrCapsRowCreation) {
   ServerProcess server;
   ASSERT_TRUE(server.start(args({"--rocksdb_dir", (dir_ / "rocksdb").string(), "--memory_mb", "1"}),
                            dir_ / "server.log"));
@@ -290,10 +290,35 @@ TEST_F(ServerBinary, MemoryBudgetFlagSizesTheTableAndNeedsADiskTier) {
   const std::string text = log_text();
   EXPECT_NE(text.find("rows in memory at most"), std::string::npos) << text;
   EXPECT_NE(text.find("4 shards"), std::string::npos) << text;
-  ServerProcess bad;
-  EXPECT_FALSE(bad.start(args({"--memory_mb", "1"}), dir_ / "bad.log"));
-  EXPECT_EQ(bad.wait(5), 1);
-  EXPECT_NE(log_text("bad.log").find("host_memory_mb"), std::string::npos) << log_text("bad.log");
+  EXPECT_NE(text.find("memory limit 1 MiB (--memory_mb): rows beyond it go to the disk tier"),
+            std::string::npos)
+      << text;
+  // Without a disk tier the limit is a cap: PULLs that would create rows beyond it are refused
+  // with a clear error, and the server goes on serving the rows it holds.
+  ServerProcess capped;
+  ASSERT_TRUE(capped.start(args({"--memory_mb", "1"}), dir_ / "capped.log"));
+  auto capped_client = RemoteHostTier::connect(client_options(capped.endpoint()));
+  ASSERT_TRUE(capped_client.ok()) << capped_client.status().to_string();
+  constexpr std::size_t kBatch = 1000;
+  std::vector<uint64_t> keys(kBatch);
+  std::vector<float> rows(kBatch * (*capped_client)->layout().stride());
+  Status st;
+  uint64_t next = 1;
+  for (int batch = 0; batch < 200 && st.ok(); ++batch) {
+    for (auto& k : keys) k = next++;
+    st = (*capped_client)->pull(keys.data(), nullptr, kBatch, rows.data(), nullptr);
+  }
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
+  EXPECT_NE(st.message().find("server memory limit"), std::string::npos) << st.to_string();
+  for (std::size_t i = 0; i < kBatch; ++i) keys[i] = i + 1;
+  EXPECT_TRUE((*capped_client)->pull(keys.data(), nullptr, kBatch, rows.data(), nullptr).ok());
+  ASSERT_TRUE((*capped_client)->shutdown_servers().ok());
+  EXPECT_EQ(capped.wait(5), 0);
+  EXPECT_NE(log_text("capped.log")
+                .find("memory limit 1 MiB (--memory_mb): requests that would create rows beyond "
+                      "it are refused"),
+            std::string::npos)
+      << log_text("capped.log");
 }
 
 TEST_F(ServerBinary, BadStartupIsAClearError) {

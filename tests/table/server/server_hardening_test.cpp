@@ -590,9 +590,8 @@ struct RestartScene {
     server.reset();
     options.loaded_model.clear();
     if (!load_from.empty()) {
-      auto path = resolve_model_path(options, load_from);
-      ASSERT_TRUE(path.ok());
-      ASSERT_TRUE(second.load(*path).ok());
+      auto path = load_before_start(&second, options, load_from);
+      ASSERT_TRUE(path.ok()) << path.status().to_string();
       options.loaded_model = *path;
     }
     server = start_server(&second, options);

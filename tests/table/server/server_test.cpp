@@ -560,9 +560,8 @@ TEST(Server, RestartOnSamePortWithLoadLosesNothingSaved) {
   server.reset();
   first_table.reset();
   FakeHostTier second_table(test_config());
-  auto path = resolve_model_path(so, "model");
-  ASSERT_TRUE(path.ok());
-  ASSERT_TRUE(second_table.load(*path).ok());
+  auto path = load_before_start(&second_table, so, "model");
+  ASSERT_TRUE(path.ok()) << path.status().to_string();
   so.loaded_model = *path;  // what --load does: INFO reports the save's generation
   server = start_server(&second_table, so);
   ASSERT_TRUE(server);

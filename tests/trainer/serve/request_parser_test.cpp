@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dataset/line_parser.hpp"
@@ -94,6 +96,50 @@ TEST(RequestParser, JsonErrorsSayWhatIsWrong) {
                    BodyForm::kJson);
   ASSERT_FALSE(too_many.ok());
   EXPECT_EQ(too_many.status().code(), Status::Code::kResourceExhausted);
+}
+
+// A dense value past float's range would become inf (and the model answer a constant): refused
+// naming the value, at both ends of the range; the largest float itself is accepted.
+TEST(RequestParser, DenseValuesBeyondFloatRangeAreRefused) {
+  const RequestParser parser(spec(), 2);
+  for (const char* value : {"3.5e38", "-3.5e38", "1e300"}) {
+    const std::string body = std::string(R"({"slots": {}, "dense": [0, )") + value + "]}";
+    const auto got = parser.parse(body, BodyForm::kJson);
+    ASSERT_FALSE(got.ok()) << body;
+    EXPECT_EQ(got.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("dense value 1 ("), std::string::npos)
+        << got.status().to_string();
+    EXPECT_NE(got.status().message().find("within float range"), std::string::npos);
+  }
+  const auto max =
+      parser.parse(R"({"slots": {}, "dense": [3.4028234e38, -1e-45]})", BodyForm::kJson);
+  ASSERT_TRUE(max.ok()) << max.status().to_string();
+  EXPECT_TRUE(std::isfinite(max->instance(0).dense[0]));
+}
+
+// The JSON parser keeps the last of a repeated key; a request that repeats one is ambiguous and
+// refused naming the key, at every level.
+TEST(RequestParser, DuplicateJsonKeysAreRefusedNamingTheKey) {
+  const RequestParser parser(spec(), 2);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"slots": {}, "dense": [0, 0], "dense": [1, 1]})", "\"dense\" in the top-level"},
+      {R"({"slots": {"1": [5], "1": [6]}, "dense": [0, 0]})", "\"1\" in an object under \"slots\""},
+      {R"({"instances": [{"dense": [0, 0]}, {"dense": [0, 0], "dense": [1, 2]}]})",
+       "\"dense\" in an object under \"instances\""},
+      {R"({"instances": [], "instances": []})", "\"instances\""},
+  };
+  for (const auto& [body, expect] : cases) {
+    const auto got = parser.parse(body, BodyForm::kJson);
+    ASSERT_FALSE(got.ok()) << body;
+    EXPECT_EQ(got.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("duplicate JSON key " + expect), std::string::npos)
+        << got.status().to_string();
+  }
+  // The same key in two different objects is fine.
+  const auto ok = parser.parse(
+      R"({"instances": [{"slots": {"1": [5]}, "dense": [0, 0]}, {"slots": {"1": [6]}, "dense": [0, 0]}]})",
+      BodyForm::kJson);
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
 // Slot text goes through the dataset's own parser: the same instances as training reads.

@@ -500,6 +500,14 @@ TEST_F(Serving, HealthMetricsAndClearErrors) {
   r = client.send(http::verb::post, "/predict", R"({"slots": {"42": [1]}, "dense": [0, 0, 0]})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("unknown slot \\\"42\\\""), std::string::npos) << r.body;
+  // A dense value past float's range, and a repeated key: 400 naming them, not a prediction.
+  r = client.send(http::verb::post, "/predict", R"({"slots": {}, "dense": [0, 3.5e38, 0]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("dense value 1 (3.5e+38)"), std::string::npos) << r.body;
+  r = client.send(http::verb::post, "/predict",
+                  R"({"slots": {}, "dense": [0, 0, 0], "dense": [1, 1, 1]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("duplicate JSON key \\\"dense\\\""), std::string::npos) << r.body;
   r = client.send(http::verb::post, "/predict", "click:1 7:5", "text/plain");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("line 1: unknown slot in '7:5'"), std::string::npos) << r.body;
@@ -524,14 +532,14 @@ TEST_F(Serving, HealthMetricsAndClearErrors) {
   EXPECT_NE(r.content_type.find("text/plain; version=0.0.4"), std::string::npos);
   for (const char* line_want :
        {"gpubox_serve_requests_total{path=\"/predict\",code=\"200\"} 1\n",
-        "gpubox_serve_requests_total{path=\"/predict\",code=\"400\"} 3\n",
+        "gpubox_serve_requests_total{path=\"/predict\",code=\"400\"} 5\n",
         "gpubox_serve_requests_total{path=\"/predict\",code=\"413\"} 2\n",
         "gpubox_serve_requests_total{path=\"/predict\",code=\"405\"} 1\n",
         "gpubox_serve_requests_total{path=\"other\",code=\"404\"} 1\n",
         "gpubox_serve_requests_total{path=\"other\",code=\"400\"} 1\n",
         "gpubox_serve_requests_total{path=\"/health\",code=\"200\"} 1\n",
-        "gpubox_serve_errors_total 8\n", "gpubox_serve_predict_seconds_count 7\n",
-        "gpubox_serve_predict_seconds_bucket{le=\"+Inf\"} 7\n", "gpubox_serve_instances_total 1\n",
+        "gpubox_serve_errors_total 10\n", "gpubox_serve_predict_seconds_count 9\n",
+        "gpubox_serve_predict_seconds_bucket{le=\"+Inf\"} 9\n", "gpubox_serve_instances_total 1\n",
         "gpubox_serve_model_rows "}) {
     EXPECT_NE(r.body.find(line_want), std::string::npos) << line_want << " in\n" << r.body;
   }
