@@ -31,6 +31,7 @@
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
+#include "trainer/engine/trainer_state.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -51,29 +52,6 @@ constexpr std::size_t kWarmupSteps = 2;
 std::size_t prewarm_bytes(const TrainerConfig& config) {
   const int64_t budget_mb = config.runner.card_memory_mb;
   return budget_mb > 0 ? static_cast<std::size_t>(budget_mb) << 20 : std::size_t{1} << 30;
-}
-
-// Several trainers with the in-process host tier: each trainer holds only the rows its own cards
-// own, so no one process can write or read the whole sparse half. Collective mode excepted: there
-// every trainer's cards hold the whole table, and so does every trainer's host tier after each
-// pass (saves are trainer 0's; a load fills every trainer's).
-constexpr const char* kLocalTierSaves =
-    ": with several trainers and the in-process host tier (GPUBOX_LOCAL_TIER=1) each trainer "
-    "holds only the rows its cards own, so models are saved and loaded only with the host tier "
-    "on gpubox_server shards (scripts/run_gpubox.sh --trainers T --servers S, or "
-    "PADDLE_PSERVERS_IP_PORT_LIST)";
-
-// One card's dense parameters and optimizer state (what a save writes of it): equal on every
-// card of the job while their dense updates stay identical.
-DenseState dense_state_of(CardWorker& worker) {
-  worker.card().activate();
-  return DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
-}
-
-int64_t as_int64(uint64_t bits) {
-  int64_t out = 0;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
 }
 
 // The steps of a pass, agreed by every card of every trainer (collective over `comm`): as many
@@ -128,6 +106,8 @@ void fill_step_batch(const dataset::InMemoryDataset* ds, dataset::QueueDataset* 
 
 }  // namespace
 
+using engine_detail::kLocalTierSaves;
+
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report) {
   if (steps == 0 || per_card.empty()) return;
@@ -143,17 +123,6 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("launches_per_step", total.launches * per_step);
   extra.emplace_back("collectives_per_step", total.collectives * per_step);
 }
-
-struct Trainer::State {
-  device::CardSet cards;
-  std::unique_ptr<comm::RendezvousStore> store;  // several trainers: where they meet
-  std::unique_ptr<comm::CommGroup> group;
-  std::unique_ptr<table::HostTier> host;
-  std::unique_ptr<ps::CardTier> card_tier;           // the sparse side of every card
-  std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
-  std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
-  std::unique_ptr<PassPipeline> pipeline;            // during train(): the passes read ahead
-};
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     : config_(std::move(config)), env_(std::move(env)) {
@@ -508,30 +477,6 @@ std::vector<PassReport> Trainer::train(const std::string& start_from) {
 
 SaveLineage& Trainer::lineage() { return *state_->lineage; }
 
-void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) {
-  if (env_.trainers == 1) return;
-  // Every trainer starts the same way, else one would load (a collective) while another
-  // trains: each trainer's resume point (its manifest's digest; load() checks that the saves
-  // agree), 1 for a start from `origin`, 0 from scratch.
-  const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
-  const std::vector<int64_t> starts = gather_over_job(
-      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
-  auto describe = [&](int64_t how) {
-    return how == 0   ? std::string("from scratch")
-           : how == 1 ? "from " + origin
-                      : "by resuming the save under " + config_.runner.model_save_path +
-                            " whose MODEL_MANIFEST has digest " +
-                            table::io::hex64(static_cast<uint64_t>(how));
-  };
-  const auto cards = static_cast<std::size_t>(num_cards());
-  for (std::size_t rank = cards; rank < starts.size(); rank += cards) {
-    GPUBOX_EXPECTS(starts[rank] == starts[0], "trainer ", rank / cards, " starts ",
-                   describe(starts[rank]), ", trainer 0 ", describe(starts[0]),
-                   ": every trainer must see the same saves (a folder they share) and "
-                   "runner.resume, --load and runner.model_init_path alike");
-  }
-}
-
 void Trainer::begin_run(const RunPlan& plan) {
   State& s = *state_;
   // The passes after the one training are read and staged ahead (runner.prefetch_passes).
@@ -604,137 +549,6 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   pass_id_ = recovery.run_pass;
   load(recovery.dir);
   return pass_id_;
-}
-
-std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_card,
-                                              const char* what) {
-  State& s = *state_;
-  GPUBOX_EXPECTS(per_card.size() == static_cast<std::size_t>(s.cards.num_local_cards()),
-                 "gather_over_job: one value per card");
-  std::vector<int64_t> gathered;
-  s.cards.run_on_cards(
-      [&](device::Card& card) {
-        comm::Communicator& comm = s.group->at(card.local_index());
-        const device::Stream& stream = card.stream();
-        auto all = card.make_buffer<int64_t>(static_cast<std::size_t>(comm.size()));
-        auto mine = device::to_device(std::vector<int64_t>{per_card[card.local_index()]},
-                                      card.memory(), stream);
-        comm.all_gather(mine.data(), all.data(), 1, stream);
-        comm.synchronize(stream, what);
-        if (card.local_index() == 0) gathered = device::to_host(all);
-      },
-      [&](const std::string& why) { s.group->abort(why); });
-  return gathered;
-}
-
-void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what) {
-  std::exception_ptr failed;
-  if (env_.trainer_id == 0) {
-    try {
-      part();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  const std::vector<int64_t> outcome = gather_over_job(
-      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), failed ? 0 : 1), what.c_str());
-  if (failed) std::rethrow_exception(failed);
-  GPUBOX_EXPECTS(outcome.at(0) == 1, "trainer 0 failed ", what,
-                 " (its log, log/worker.0.log under scripts/run_gpubox.sh, names why)");
-}
-
-void Trainer::save(const std::string& dir) {
-  State& s = *state_;
-  // Every trainer writes its cards' dirty rows back before any server saves.
-  s.card_tier->sync();
-  if (env_.trainers == 1) {
-    write_save(dir);
-    return;
-  }
-  GPUBOX_EXPECTS(host_is_remote(*s.host) || config_.runner.collective, "saving ", dir,
-                 kLocalTierSaves);
-  // The job meets (every write-back done) and checks that the dense half trainer 0 writes is
-  // every card's.
-  std::vector<int64_t> digests;
-  for (auto& worker : s.workers) digests.push_back(as_int64(dense_state_of(*worker).digest()));
-  const std::vector<int64_t> all = gather_over_job(digests, "the save's dense digests");
-  const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
-  for (std::size_t rank = 1; rank < all.size(); ++rank) {
-    GPUBOX_EXPECTS(all[rank] == all[0], "saving ", dir,
-                   ": the dense parameters or their "
-                   "optimizer state of card rank ",
-                   rank, " (trainer ", rank / cards, ", card ", rank % cards,
-                   ") differ from card rank 0's (digests ",
-                   table::io::hex64(static_cast<uint64_t>(all[rank])), " and ",
-                   table::io::hex64(static_cast<uint64_t>(all[0])),
-                   "): the trainers' dense updates diverged; the save would keep one of them");
-  }
-  on_trainer_zero([&] { write_save(dir); }, "to write the save " + dir);
-}
-
-void Trainer::write_save(const std::string& dir) {
-  State& s = *state_;
-  std::filesystem::create_directories(dir);
-  // Explicit saves (gpubox_train --load's counterpart, tests) write base rows when the config
-  // says none.
-  // A model manifest is written last (checkpoint.hpp): until then the folder holds no save.
-  const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
-                                                       ? SaveKind::kBase
-                                                       : config_.runner.save_mode);
-  // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
-  throw_if_error(s.host->save(sparse_half_dir(dir), mode)
-                     .with_context("saving the sparse table under " + dir));
-  // Every card holds the same dense parameters and optimizer state: save card 0's.
-  const uint64_t dense_digest = save_dense_half(dir, dense_state_of(*s.workers[0]));
-  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest);
-}
-
-void Trainer::load(const std::string& dir) {
-  State& s = *state_;
-  GPUBOX_EXPECTS(!s.card_tier->in_pass(), "load during a pass");
-  const bool remote = host_is_remote(*s.host);
-  GPUBOX_EXPECTS(env_.trainers == 1 || remote || config_.runner.collective, "loading ", dir,
-                 kLocalTierSaves);
-  loaded_ = true;
-  // Only a save whose halves match its model manifest, with its whole delta chain.
-  const RestorePlan plan = plan_restore(dir, !remote);
-  if (env_.trainers == 1) {
-    restore_sparse(*s.host, plan);
-  } else {
-    // Every trainer loads the same save (its manifest's digest; the folder's name may differ
-    // between machines), and no trainer pulls rows before the servers hold it.
-    const std::vector<int64_t> all = gather_over_job(
-        std::vector<int64_t>(static_cast<std::size_t>(num_cards()), as_int64(plan.save().digest)),
-        "the save each trainer loads");
-    const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
-    for (std::size_t rank = cards; rank < all.size(); rank += cards) {
-      GPUBOX_EXPECTS(all[rank] == all[0], "loading ", dir, ": trainer ", rank / cards,
-                     " loads a save whose MODEL_MANIFEST has digest ",
-                     table::io::hex64(static_cast<uint64_t>(all[rank])), ", trainer 0 one with ",
-                     table::io::hex64(static_cast<uint64_t>(all[0])),
-                     ": every trainer must see the same save (a shared folder)");
-    }
-    if (remote) {
-      on_trainer_zero([&] { restore_sparse(*s.host, plan); },
-                      "to load the sparse half of " + dir + " into the servers");
-    } else {
-      restore_sparse(*s.host, plan);  // Collective: each trainer's host tier holds the table
-    }
-  }
-  read_dense(dir);
-  s.lineage->restored(plan, pass_id_);
-  s.card_tier->clear();
-}
-
-void Trainer::read_dense(const std::string& dir) {
-  State& s = *state_;
-  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
-  for (auto& worker : s.workers) {
-    device::Card& card = worker->card();
-    card.activate();
-    worker->model().parameters().set_values(dense.values);
-    dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
-  }
 }
 
 }  // namespace gpubox::trainer

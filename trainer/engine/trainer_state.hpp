@@ -1,0 +1,63 @@
+// Trainer's state and the helpers its two source files share (trainer.cpp: the passes;
+// trainer_saves.cpp: saves, loads and what the trainers of a job agree on). Private to
+// trainer/engine.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "heterps/comm/communicator.hpp"
+#include "heterps/comm/rendezvous_store.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/ps/card_tier.hpp"
+#include "table/host_tier.hpp"
+#include "trainer/engine/card_worker.hpp"
+#include "trainer/engine/pass_pipeline.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/dense_state.hpp"
+
+namespace gpubox::trainer {
+
+struct Trainer::State {
+  device::CardSet cards;
+  std::unique_ptr<comm::RendezvousStore> store;  // several trainers: where they meet
+  std::unique_ptr<comm::CommGroup> group;
+  std::unique_ptr<table::HostTier> host;
+  std::unique_ptr<ps::CardTier> card_tier;           // the sparse side of every card
+  std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
+  std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
+  std::unique_ptr<PassPipeline> pipeline;            // during train(): the passes read ahead
+};
+
+namespace engine_detail {
+
+// Several trainers with the in-process host tier: each trainer holds only the rows its own cards
+// own, so no one process can write or read the whole sparse half. Collective mode excepted: there
+// every trainer's cards hold the whole table, and so does every trainer's host tier after each
+// pass (saves are trainer 0's; a load fills every trainer's).
+inline constexpr const char* kLocalTierSaves =
+    ": with several trainers and the in-process host tier (GPUBOX_LOCAL_TIER=1) each trainer "
+    "holds only the rows its cards own, so models are saved and loaded only with the host tier "
+    "on gpubox_server shards (scripts/run_gpubox.sh --trainers T --servers S, or "
+    "PADDLE_PSERVERS_IP_PORT_LIST)";
+
+// One card's dense parameters and optimizer state (what a save writes of it): equal on every
+// card of the job while their dense updates stay identical.
+inline DenseState dense_state_of(CardWorker& worker) {
+  worker.card().activate();
+  return DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+}
+
+inline int64_t as_int64(uint64_t bits) {
+  int64_t out = 0;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+}  // namespace engine_detail
+}  // namespace gpubox::trainer
