@@ -161,6 +161,10 @@ if [ "$role" != TRAINER ]; then
   if [ -n "$model_root" ]; then mkdir -p "$model_root" && server_args+=(--data_dir "$model_root"); fi
 fi
 
+# A TRAINING_ROLE=PSERVER server exits when every trainer of its job ended it (PaddleRec's
+# servers stop after the workers' stop_worker); started beside its trainers, this script stops it.
+[ "$role" != PSERVER ] || server_args+=(--exit_when_job_ends)
+servers_here=0
 if [ "$role" != TRAINER ]; then
   for i in "${!servers[@]}"; do
     ip="${servers[$i]%:*}" port="${servers[$i]##*:}"
@@ -169,6 +173,7 @@ if [ "$role" != TRAINER ]; then
     "$bin/gpubox_server" --port "$port" --bind "$ip" --shard_id "$i" --shard_num "${#servers[@]}" \
       --auth_token_file "$token_file" "${config_args[@]}" "${server_args[@]}" >"$logf" 2>&1 &
     pids+=($!) names+=("gpubox_server $i ($ip:$port)") logs+=("$logf") kinds+=(server)
+    servers_here=$((servers_here + 1))
     # A server that is alive keeps its chance: under load (a loaded CI machine, a build beside
     # it) its start has taken over 10 s; one that exits is reported at once.
     for _ in $(seq 1 600); do
@@ -243,6 +248,11 @@ while true; do
       echo "launch: ${names[$k]} finished"
       continue
     fi
+    if [ "${kinds[$k]}" = server ] && [ "$status" = 0 ] && [ "$role" = PSERVER ]; then
+      servers_here=$((servers_here - 1))
+      echo "launch: ${names[$k]} exited with its job"
+      continue
+    fi
     echo "launch: ${names[$k]} exited with status $status; stopping the job. Last lines of ${logs[$k]}:" >&2
     tail -n 15 "${logs[$k]}" >&2
     [ "${kinds[$k]}" = server ] && [ "$status" = 0 ] && status=1
@@ -250,6 +260,10 @@ while true; do
   done
   if [ "$workers_here" -gt 0 ] && [ "$left" = 0 ]; then
     echo "launch: every worker finished"
+    exit 0
+  fi
+  if [ "$role" = PSERVER ] && [ "$servers_here" = 0 ]; then
+    echo "launch: every server here exited with its job"
     exit 0
   fi
   sleep 0.2

@@ -138,6 +138,7 @@ done
 
 mkdir -p log
 server_pids=()
+server_extra=()  # flags every server of this script gets besides its own
 token_dir=""
 rendezvous_dir=""
 cleanup() {
@@ -185,6 +186,7 @@ start_server() {
   if [ -n "$config" ]; then server_args+=(--config "$config" "${overrides[@]}"); fi
   if [ -n "$model_root" ]; then server_args+=(--data_dir "$model_root"); fi
   if [ -n "$token_file" ]; then server_args+=(--auth_token_file "$token_file"); fi
+  server_args+=("${server_extra[@]}")
   procs_start "gpubox_server $index" "$logf" "$bin/gpubox_server" "${server_args[@]}"
   server_pids+=("$(procs_pid "gpubox_server $index")")
   # A server that is alive keeps its chance (under load its start has taken over 10 s); one that
@@ -210,15 +212,19 @@ if [ "$role" = "PSERVER" ]; then
     *) [ -n "$token_file" ] || { echo "run_gpubox: TRAINING_ROLE=PSERVER on POD_IP=$pod_ip needs a token the trainers share: set GPUBOX_AUTH_TOKEN_FILE to a file (mode 600) they can read too" >&2; exit 2; } ;;
   esac
   IFS=',' read -r -a endpoints <<<"$servers"
+  # They exit when every trainer of the job ended it (PaddleRec's servers stop after the
+  # workers' stop_worker).
+  server_extra=(--exit_when_job_ends)
   for i in "${!endpoints[@]}"; do
     ip="${endpoints[$i]%:*}"; port="${endpoints[$i]##*:}"
     if [ "$ip" = "$pod_ip" ] && { [ -z "${PADDLE_PORT:-}" ] || [ "$PADDLE_PORT" = "$port" ]; }; then
       start_server "$i" "$port" "$i" "${#endpoints[@]}"
     fi
   done
-  echo "run_gpubox: servers running (Ctrl-C to stop)"
-  wait
-  exit 0
+  echo "run_gpubox: servers running until their job's trainers finish (Ctrl-C to stop)"
+  status=0
+  for pid in "${server_pids[@]}"; do wait "$pid" || status=$?; done
+  exit "$status"
 fi
 
 if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; then

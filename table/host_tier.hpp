@@ -63,6 +63,14 @@ class HostTier {
   // (its servers save through their own).
   virtual Status save(const std::string& path, SaveKind mode, io::FileEnv* env) = 0;
   virtual Status load(const std::string& path, io::FileEnv* env) = 0;
+
+  // Each of the job's `trainers` trainers calls this once when the job ended well (its last
+  // save written). An in-process tier has no one to tell; a remote tier tells its servers,
+  // which may then exit (gpubox_server --exit_when_job_ends).
+  virtual Status end_job(uint32_t trainers) {
+    (void)trainers;
+    return Status::OK();
+  }
 };
 
 }  // namespace gpubox::table

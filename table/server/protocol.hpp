@@ -295,6 +295,11 @@ StatusOr<HostTierStats> decode_stats_reply(const uint8_t* data, std::size_t n);
 
 // BARRIER request: string name, u32 parties (> 0). AUTH request: string token.
 void encode_barrier_request(const std::string& name, uint32_t parties, std::vector<uint8_t>* out);
+// The BARRIER each trainer of a job reaches once its job ended well (RemoteHostTier::end_job):
+// a server started with exit_when_job_ends stops when it completes (a TRAINING_ROLE=PSERVER
+// server then exits with its job, as PaddleRec's do after stop_worker).
+inline constexpr const char* kJobEndBarrier = "gpubox/job_end";
+
 struct BarrierRequest {
   std::string name;
   uint32_t parties = 0;

@@ -233,12 +233,13 @@ OutgoingRequest RemoteHostTier::make_group_request(Op op, std::size_t group,
 }
 
 Status RemoteHostTier::run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
-                                             const ReplyHandler& on_reply, bool retry) {
+                                             const ReplyHandler& on_reply, bool retry,
+                                             double timeout_s) {
   std::vector<OutgoingRequest> requests;
   for (uint32_t e = 0; e < endpoint_count(); ++e) {
     requests.push_back(transport_.make_request(op, e, payload));
   }
-  return transport_.run(op, requests, on_reply, retry);
+  return transport_.run(op, requests, on_reply, retry, timeout_s);
 }
 
 Status RemoteHostTier::pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
@@ -421,6 +422,14 @@ Status RemoteHostTier::barrier(const std::string& name, uint32_t parties, double
 Status RemoteHostTier::shutdown_servers() {
   return run_on_every_endpoint(
       Op::kShutdown, {}, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/false);
+}
+
+Status RemoteHostTier::end_job(uint32_t trainers) {
+  std::vector<uint8_t> payload;
+  encode_barrier_request(kJobEndBarrier, trainers, &payload);
+  return run_on_every_endpoint(
+      Op::kBarrier, payload, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
       /*retry=*/false);
 }
 

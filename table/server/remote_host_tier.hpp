@@ -77,6 +77,8 @@ class RemoteHostTier final : public HostTier {
   Status barrier(const std::string& name, uint32_t parties, double timeout_s = -1.0);
   // Asks every server to stop gracefully.
   Status shutdown_servers();
+  // BARRIER kJobEndBarrier with `trainers` parties on every server; not retried.
+  Status end_job(uint32_t trainers) override;
 
   // ---- the parameter-server modes (runner.sync_mode async | sync | geo; ps_protocol.hpp) ----
   // Sends one update record (layout().push_dim() floats) per distinct key to the key's server,
@@ -128,7 +130,8 @@ class RemoteHostTier final : public HostTier {
   OutgoingRequest make_group_request(Op op, std::size_t group, const std::vector<uint8_t>& payload);
   // One request with an empty payload-less op per endpoint (STATS, SHRINK, ...).
   Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
-                               const ReplyHandler& on_reply, bool retry = true);
+                               const ReplyHandler& on_reply, bool retry = true,
+                               double timeout_s = -1.0);
 
   RemoteHostTierOptions options_;
   RowLayout layout_;

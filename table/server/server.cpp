@@ -395,6 +395,11 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
     released = std::move(barrier.waiters);
     barriers_.erase(req->name);
   }
+  if (options_.exit_when_job_ends && req->name == kJobEndBarrier) {
+    GPUBOX_LOG(INFO) << "gpubox_server: the job's " << req->parties
+                     << " trainers ended it; exiting once they disconnect";
+    job_ended_at_.store(std::max<Clock::rep>(1, Clock::now().time_since_epoch().count()));
+  }
   for (auto& waiter : released) {
     waiter.session->release_barrier(make_reply(waiter.header, Status::Code::kOk, {}));
   }

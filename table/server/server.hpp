@@ -68,6 +68,9 @@ struct ServerOptions {
   // each waiting at most barrier_timeout_s (then answered DeadlineExceeded).
   std::size_t max_barrier_waiters = 0;
   double barrier_timeout_s = 3600.0;
+  // When the BARRIER kJobEndBarrier completes (every trainer of the job ended it well), stop:
+  // once no connection is left open, at most kJobEndGrace later. Off: a server outlives jobs.
+  bool exit_when_job_ends = false;
   // Request and reply payload bytes one connection may hold at once; 0: max_payload_bytes.
   // Before a connection authenticated it may hold kMaxAuthPayloadBytes only.
   std::size_t max_connection_buffer_bytes = 0;

@@ -93,6 +93,8 @@ class Server::Impl {
   uint64_t instance_id() const { return instance_id_; }
   std::size_t max_connections() const { return max_connections_; }
   bool stopped() const { return stopped_.load(); }
+  // How long a server whose job ended waits for its trainers to close their connections.
+  static constexpr std::chrono::seconds kJobEndGrace{10};
   ServerCounters counters() const;
 
   // ---- for sessions ----
@@ -213,6 +215,9 @@ class Server::Impl {
   std::once_flag joined_;
   std::atomic<bool> stopped_{false};
   uint16_t port_ = 0;
+  // exit_when_job_ends: when the job-end barrier completed (Clock ticks; 0: not yet). The sweep
+  // stops the server once no connection is open, or kJobEndGrace after it.
+  std::atomic<Clock::rep> job_ended_at_{0};
 
   struct Waiter {
     std::shared_ptr<Session> session;

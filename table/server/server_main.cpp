@@ -122,6 +122,9 @@ GPUBOX_FLAG_RANGE(max_barrier_waiters, 0, 1 << 20);
 DEFINE_double(barrier_timeout_s, 3600.0,
               "longest BARRIER wait; then the waiter is answered DeadlineExceeded");
 GPUBOX_FLAG_RANGE(barrier_timeout_s, 0.001, 1e6);
+DEFINE_bool(exit_when_job_ends, false,
+            "exit once every trainer of the job ended it well (the launchers' TRAINING_ROLE="
+            "PSERVER servers); default: serve until SIGINT/SIGTERM");
 DEFINE_uint64(max_connection_buffer_mb, 0,
               "request and reply bytes one connection may buffer, in MiB; 0: --max_frame_mb");
 GPUBOX_FLAG_RANGE(max_connection_buffer_mb, 0, kMaxMiB);
@@ -267,6 +270,7 @@ Status run(const std::vector<std::string>& overrides) {
   options.shard_num = static_cast<uint32_t>(FLAGS_shard_num);
   options.data_dir = FLAGS_data_dir;
   options.max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
+  options.exit_when_job_ends = FLAGS_exit_when_job_ends;
   if (!FLAGS_auth_token_file.empty()) {
     auto token = read_auth_token_file(FLAGS_auth_token_file, "--auth_token_file");
     if (!token.ok()) return token.status();

@@ -54,6 +54,13 @@ std::vector<std::shared_ptr<Session>> Server::Impl::live_sessions() {
 void Server::Impl::sweep() {
   if (!acceptor_.is_open()) return;
   const auto now = Clock::now();
+  if (const Clock::rep ended = job_ended_at_.load(); ended != 0) {
+    if (open_connections.load() == 0 ||
+        now - Clock::time_point(Clock::duration(ended)) >= kJobEndGrace) {
+      stop();
+      return;
+    }
+  }
   for (const auto& session : live_sessions()) {
     if (session->overdue(now)) session->on_overdue();  // rechecked on the session's strand
   }

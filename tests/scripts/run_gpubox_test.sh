@@ -12,6 +12,8 @@
 #     model_save_path): the first run's sparse halves land in its saves (not under the server's
 #     --data_dir a second time), and the second run resumes from them and trains on; the same
 #     finished job run a third time trains again from the start;
+#  5. TRAINING_ROLE=PSERVER and TRAINING_ROLE=TRAINER started apart (as PaddleRec's launcher
+#     does): the server exits with status 0 once its job's trainer finished;
 #  0. --help and --version print and exit, making no folder and starting no server.
 set -eu
 repo="$1"
@@ -115,4 +117,21 @@ grep -q "ends this job (all its 2 passes saved): training it again from the star
   { cat out5.3.txt; fail "the third run did not say it trains the finished job again"; }
 grep -q "^Epoch: 0, .* auc: 0\.[0-9]" out5.3.txt && grep -q "^Epoch: 1, " out5.3.txt ||
   { cat out5.3.txt; fail "the third run did not train both passes"; }
+# 5.
+rm -rf log
+port6="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+roles() { env PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port6" PADDLE_TRAINERS_NUM=1 \
+  PADDLE_TRAINER_ID=0 POD_IP=127.0.0.1 TRAINING_ROLE="$1" timeout 120 bash \
+  "$repo/scripts/run_gpubox.sh" --config "$config" -o runner.epochs=1 -o runner.model_save_path= \
+  -o runner.metrics_path= </dev/null; }
+roles PSERVER >out6.s.txt 2>&1 &
+server_script=$!
+for _ in $(seq 1 600); do grep -q "listening on" log/pserver.0.log 2>/dev/null && break; sleep 0.1; done
+roles TRAINER >out6.t.txt 2>&1 || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER exited nonzero"; }
+grep -q "^Epoch: 0, " out6.t.txt || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER: no epoch line"; }
+# The trainer has gone: the server follows within its grace (10 s), well before timeout's 120 s.
+status=0
+wait "$server_script" || status=$?
+[ "$status" = 0 ] || { cat out6.s.txt log/pserver.0.log; fail "TRAINING_ROLE=PSERVER ended with status $status"; }
+grep -q "trainers ended it; exiting" log/pserver.0.log || { cat log/pserver.0.log; fail "the server did not exit with its job"; }
 echo "PASS"

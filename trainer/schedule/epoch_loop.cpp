@@ -195,6 +195,14 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       tally.reset();
     }
   }
+  // The job ended well: a tier on servers tells them (a TRAINING_ROLE=PSERVER server exits with
+  // its job). The model is trained and saved by now, so a failure here is only a warning.
+  const auto trainers = static_cast<uint32_t>(schedule.env().trainers);
+  if (const Status told = schedule.host_tier().end_job(trainers); !told.ok()) {
+    GPUBOX_LOG(WARNING) << "telling the servers that the job ended: " << told.to_string()
+                        << " (training is complete; a server started with "
+                           "--exit_when_job_ends keeps running)";
+  }
   return reports;
 }
 

@@ -639,5 +639,39 @@ TEST(Server, ShutdownStopsGracefully) {
   EXPECT_TRUE(server->stopped());
 }
 
+// A TRAINING_ROLE=PSERVER server (exit_when_job_ends) stops once every trainer of its job ended
+// it and left; before the last trainer ended it, or while they are connected (within the
+// grace), it serves; a server started without the option outlives the job.
+TEST(Server, JobEndStopsOnlyAServerStartedToExitWithItsJob) {
+  FakeHostTier table(test_config());
+  for (const bool exits : {false, true}) {
+    ServerOptions so;
+    so.exit_when_job_ends = exits;
+    auto server = start_server(&table, so);
+    ASSERT_TRUE(server);
+    {
+      auto a = connect_client(client_options(server->endpoint()));
+      auto b = connect_client(client_options(server->endpoint()));
+      ASSERT_TRUE(a && b);
+      std::thread first([&] { EXPECT_TRUE(a->end_job(2).ok()); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_FALSE(server->stopped()) << "one trainer of two ended the job";
+      const Status second = b->end_job(2);
+      EXPECT_TRUE(second.ok()) << second.to_string();
+      first.join();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_FALSE(server->stopped()) << "its trainers are still connected";
+      std::vector<uint64_t> keys{1, 2};
+      std::vector<float> rows(keys.size() * static_cast<std::size_t>(a->layout().stride()));
+      EXPECT_TRUE(a->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+    }  // the trainers disconnect
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(exits ? 5 : 1);
+    while (!server->stopped() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(server->stopped(), exits) << "exit_when_job_ends=" << exits;
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::table::server
