@@ -12,6 +12,7 @@
 #include "common/cli.hpp"
 #include "common/cli_args.hpp"
 #include "common/config/config_document.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "common/status.hpp"
 #include "dataset/data_files.hpp"
@@ -362,7 +363,7 @@ int main(int argc, char** argv) {
   try {
     return run(line.args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpubox_data %s: %s\n", command.c_str(), e.what());
+    gpubox::report_top_level(("gpubox_data " + command).c_str(), e);
     return 1;
   }
 }

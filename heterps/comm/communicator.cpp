@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "heterps/comm/in_process_communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/counters.hpp"
@@ -69,7 +69,7 @@ void Communicator::run(const char* collective, bool blocking, const device::Stre
   try {
     move();
   } catch (const Error& e) {
-    throw Error(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": ", e.what()));
+    throw with_context(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": "), e);
   }
 }
 
@@ -141,7 +141,7 @@ void Communicator::synchronize(const device::Stream& stream, const char* what) {
   try {
     do_synchronize(stream, what);
   } catch (const Error& e) {
-    throw Error(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": ", e.what()));
+    throw with_context(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": "), e);
   }
 }
 

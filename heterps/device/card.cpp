@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/cuda_check.hpp"
 
@@ -228,7 +228,7 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
           first_card = card.local_index();
         }
       }
-      if (on_failure) on_failure("card " + std::to_string(card.rank()) + ": " + e.what());
+      if (on_failure) on_failure("card " + std::to_string(card.rank()) + ": " + user_message(e));
     }
   };
   if (cards_.size() == 1) {
@@ -242,6 +242,8 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   if (first_error) {
     try {
       std::rethrow_exception(first_error);
+    } catch (const Error& e) {
+      throw with_context("card " + std::to_string(cards_[first_card]->rank()) + ": ", e);
     } catch (const std::exception& e) {
       throw Error("card " + std::to_string(cards_[first_card]->rank()) + ": " + e.what());
     }

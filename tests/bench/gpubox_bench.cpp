@@ -9,7 +9,7 @@
 #include "common/cli.hpp"
 #include "common/cli_args.hpp"
 #include "common/config/config_document.hpp"
-#include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/bench/bench_command.hpp"
 
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
                  command.c_str(), e.what(), command.c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpubox_bench %s: %s\n", command.c_str(), e.what());
+    gpubox::report_top_level(("gpubox_bench " + command).c_str(), e);
     return 1;
   }
 }

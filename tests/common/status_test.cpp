@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_report.hpp"
+
 namespace gpubox {
 namespace {
 
@@ -59,6 +61,31 @@ TEST(ErrorMacros, TheMessageAloneIsForTheUserWhereForTheLog) {
   EXPECT_EQ(plain.message(), "just text");
   EXPECT_EQ(plain.where(), "");
   EXPECT_STREQ(plain.what(), "just text");
+}
+
+// An error raised again one level up (a collective naming its pass and step, a card naming
+// itself) keeps the location out of the user's line, and a top level prints the message alone.
+TEST(ErrorReport, ContextIsAddedOnceAndTheLocationStaysInTheLog) {
+  try {
+    const int two = std::stoi("2");
+    GPUBOX_EXPECTS(two == 3, "key ", 42, " missing");
+    FAIL() << "GPUBOX_EXPECTS did not throw";
+  } catch (const Error& e) {
+    const Error outer = with_context("pass 3, step 7: ", with_context("card 1: ", e));
+    EXPECT_EQ(outer.message(), "pass 3, step 7: card 1: key 42 missing");
+    EXPECT_EQ(outer.where(), e.where());
+    EXPECT_EQ(user_message(outer), outer.message());
+    testing::internal::CaptureStderr();
+    report_top_level("gpubox_tool", outer);
+    const std::string printed = testing::internal::GetCapturedStderr();
+    const std::size_t user_line = printed.find("gpubox_tool: ");
+    ASSERT_NE(user_line, std::string::npos) << printed;
+    EXPECT_EQ(printed.substr(user_line), "gpubox_tool: pass 3, step 7: card 1: key 42 missing\n");
+    EXPECT_NE(printed.substr(0, user_line).find("status_test.cpp:"), std::string::npos)
+        << "the location goes to the log line before it: " << printed;
+  }
+  EXPECT_EQ(user_message(std::runtime_error("plain")), "plain");
+  EXPECT_EQ(with_context("x: ", Error("y")).what(), std::string("x: y"));
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 #include "common/config/config_document.hpp"
 #include "common/config/config_keys.hpp"
 #include "common/config/memory_asks.hpp"
-#include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "dataset/dataset_config.hpp"
@@ -293,8 +293,7 @@ int main(int argc, char** argv) {
     return run_infer(trainer, config.value());
   } catch (const gpubox::Error& e) {
     // The user's message alone; where it was raised goes to the log.
-    if (!e.where().empty()) GPUBOX_LOG(INFO) << "the error below was raised at " << e.where();
-    std::fprintf(stderr, "gpubox_train: %s\n", e.message().c_str());
+    gpubox::report_top_level("gpubox_train", e);
     return 1;
   } catch (const std::bad_alloc& e) {
     // Name what the config asked for rather than a bare "std::bad_alloc".

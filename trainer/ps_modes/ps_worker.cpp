@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/accessor/sparse_row.hpp"
@@ -56,7 +56,7 @@ PsWorker::~PsWorker() {
   try {
     st = exchange_->done.get();
   } catch (const std::exception& e) {
-    st = Status::Internal(e.what());
+    st = Status::Internal(user_message(e));
   } catch (...) {  // a destructor must not throw
     st = Status::Internal("an exception that is not a std::exception");
   }

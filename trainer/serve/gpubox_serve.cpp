@@ -13,6 +13,7 @@
 
 #include "common/cli.hpp"
 #include "common/cli_flags.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/serve/http_server.hpp"
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
     std::printf("gpubox_serve: stopped\n");
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpubox_serve: %s\n", e.what());
+    gpubox::report_top_level("gpubox_serve", e);
     return 1;
   }
 }

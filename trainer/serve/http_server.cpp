@@ -18,7 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/error_report.hpp"
 #include "common/json.hpp"
+#include "common/logging.hpp"
 #include "trainer/serve/predictor.hpp"
 #include "trainer/serve/request_parser.hpp"
 
@@ -179,7 +181,9 @@ class Session : public std::enable_shared_from_this<Session> {
       handle(parser_->release());
     } catch (const std::exception& e) {
       keep_alive_ = false;
-      respond(http::status::internal_server_error, error_body(e.what()));
+      // The client is told what failed; where in the code goes to the log only.
+      GPUBOX_LOG(WARNING) << "gpubox_serve: request failed: " << e.what();
+      respond(http::status::internal_server_error, error_body(user_message(e)));
     }
   }
 

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "common/error_report.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/in_memory_dataset.hpp"
 
@@ -91,7 +92,7 @@ void MicroBatcher::run_batch(std::vector<Pending>& taken) {
     dataset::assemble_batch(refs.data(), refs.size(), num_slots_, dense_dim_, &batch);
     predictor_.predict(batch, &predictions);
   } catch (const std::exception& e) {
-    status = Status::Internal(std::string("prediction failed: ") + e.what());
+    status = Status::Internal("prediction failed: " + user_message(e));
   }
   metrics_->record_batch(taken.size(), refs.size());
   std::size_t at = 0;
