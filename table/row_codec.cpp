@@ -131,11 +131,10 @@ void append_key(SaveForm form, uint64_t key, std::string* out) {
   out->push_back('\n');
 }
 
-Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
-                     const std::string& where, std::vector<uint64_t>* keys,
-                     std::vector<float>* recs) {
-  keys->clear();
-  recs->clear();
+StatusOr<ChunkTaken> parse_record_chunk(SaveForm form, const char* data, std::size_t n,
+                                        const RecordShape& shape, const std::string& where,
+                                        const RecordChunk& chunk, std::vector<uint64_t>* keys,
+                                        std::vector<float>* recs) {
   const int32_t max = shape.max();
   const int32_t prefix = shape.prefix();
   const auto bad_width = [&](uint64_t key, const std::string& at) {
@@ -161,45 +160,51 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
   if (form == SaveForm::kBinary) {
     std::size_t at = 0;
     std::vector<float> head(static_cast<std::size_t>(prefix));
-    while (at < data.size()) {
-      const std::size_t left = data.size() - at;
+    const auto byte = [&](std::size_t pos) {
+      return " at byte " + std::to_string(chunk.byte + pos);
+    };
+    while (at < n) {
+      const std::size_t left = n - at;
       const std::size_t head_bytes = sizeof(uint64_t) + sizeof(float) * prefix;
       if (left < head_bytes) {
+        if (!chunk.last) break;  // the record goes on in the next chunk
         return Status::Corruption(where + ": " + std::to_string(left) +
                                   " bytes left at the end, less than a record (truncated)");
       }
       uint64_t key = 0;
-      std::memcpy(&key, data.data() + at, sizeof(uint64_t));
-      std::memcpy(head.data(), data.data() + at + sizeof(uint64_t), sizeof(float) * prefix);
+      std::memcpy(&key, data + at, sizeof(uint64_t));
+      std::memcpy(head.data(), data + at + sizeof(uint64_t), sizeof(float) * prefix);
       if (has_slot && prefix > slot_at && !is_slot_value(head[slot_at])) {
-        return bad_slot(key, " at byte " + std::to_string(at), head[slot_at]);
+        return bad_slot(key, byte(at), head[slot_at]);
       }
       const int32_t floats = shape.floats(head.data());
       if (floats < 0) return bad_width(key, "");
       const std::size_t record_bytes = sizeof(uint64_t) + sizeof(float) * floats;
       if (left < record_bytes) {
-        return Status::Corruption(where + ": " + std::to_string(data.size()) +
+        if (!chunk.last) break;
+        return Status::Corruption(where + ": " + std::to_string(chunk.byte + n) +
                                   " bytes is not a whole number of " +
                                   std::to_string(record_bytes) + "-byte records (truncated)");
       }
       keys->push_back(key);
       const std::size_t base = recs->size();
       recs->resize(base + max, 0.0f);
-      std::memcpy(recs->data() + base, data.data() + at + sizeof(uint64_t), sizeof(float) * floats);
+      std::memcpy(recs->data() + base, data + at + sizeof(uint64_t), sizeof(float) * floats);
       if (has_slot && prefix == 0 && !is_slot_value((*recs)[base + slot_at])) {
-        return bad_slot(key, " at byte " + std::to_string(at), (*recs)[base + slot_at]);
+        return bad_slot(key, byte(at), (*recs)[base + slot_at]);
       }
       at += record_bytes;
     }
-    return Status::OK();
+    return ChunkTaken{at, 0};
   }
-  const char* p = data.data();
-  const char* end = p + data.size();
-  std::size_t line = 0;
+  const char* p = data;
+  const char* end = p + n;
+  uint64_t line = chunk.line;  // lines before this one
   std::vector<float> values;
   while (p < end) {
-    ++line;
     const char* eol = static_cast<const char*>(std::memchr(p, '\n', end - p));
+    if (eol == nullptr && !chunk.last) break;  // the line goes on in the next chunk
+    ++line;
     if (eol == nullptr) {
       return Status::Corruption(where + " line " + std::to_string(line) +
                                 ": no end of line (truncated)");
@@ -248,7 +253,17 @@ Status parse_records(SaveForm form, const std::string& data, const RecordShape& 
     recs->insert(recs->end(), values.begin(), values.end());
     p = eol + 1;
   }
-  return Status::OK();
+  return ChunkTaken{static_cast<std::size_t>(p - data), line - chunk.line};
+}
+
+Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
+                     const std::string& where, std::vector<uint64_t>* keys,
+                     std::vector<float>* recs) {
+  keys->clear();
+  recs->clear();
+  auto taken =
+      parse_record_chunk(form, data.data(), data.size(), shape, where, RecordChunk{}, keys, recs);
+  return taken.ok() ? Status::OK() : taken.status();
 }
 
 Status parse_records(SaveForm form, const std::string& data, int32_t floats,

@@ -72,6 +72,26 @@ RecordShape record_shape(RecordKind kind, const AccessorConfig& cfg);
 Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
                      const std::string& where, std::vector<uint64_t>* keys,
                      std::vector<float>* recs);
+// Where a chunk of a part file starts (its byte offset and the lines before it), and whether it
+// runs to the file's end.
+struct RecordChunk {
+  uint64_t byte = 0;
+  uint64_t line = 0;
+  bool last = true;
+};
+// What parse_record_chunk took: the bytes of the whole records at the chunk's front, and (text)
+// their lines.
+struct ChunkTaken {
+  std::size_t bytes = 0;
+  uint64_t lines = 0;
+};
+// parse_records over data[0, n), one chunk of a file read in order: appends the records that
+// are whole in it (a record cut at its end is left for the next chunk, unless `chunk.last`,
+// where it is the truncation parse_records reports); errors name the file's line or byte.
+StatusOr<ChunkTaken> parse_record_chunk(SaveForm form, const char* data, std::size_t n,
+                                        const RecordShape& shape, const std::string& where,
+                                        const RecordChunk& chunk, std::vector<uint64_t>* keys,
+                                        std::vector<float>* recs);
 // Records of `floats` floats each.
 Status parse_records(SaveForm form, const std::string& data, int32_t floats,
                      const std::string& where, std::vector<uint64_t>* keys,

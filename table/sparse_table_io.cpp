@@ -1,5 +1,6 @@
 // SparseTable::save / load (the folder layout is described in sparse_table.hpp).
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "common/config/slot_dims.hpp"
@@ -14,6 +15,9 @@ namespace gpubox::table {
 namespace {
 
 constexpr const char* kSparseKind = "sparse";
+// Bytes of a part file a load reads at a time, per thread (its records parsed then padded to
+// the widest record: a few times this in memory): thousands of records, far above any one.
+constexpr std::size_t kLoadChunkBytes = std::size_t{8} << 20;
 
 std::string part_name(uint32_t shard) { return "part-" + std::to_string(shard); }
 std::string delete_name(uint32_t shard) { return "delete-" + std::to_string(shard); }
@@ -225,24 +229,43 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   for (const PartFile& f : files) total_records += f.entry->records;
   const int threads = total_records >= kParallelKeys ? config_.threads : 1;
   // Pass 1 reads and parses every file without touching the table: a corrupt or partial save
-  // is refused before anything already in the table is lost. Pass 2 applies.
-  auto read_file = [&](const PartFile& f, std::vector<uint64_t>* keys,
-                       std::vector<float>* recs) -> Status {
-    auto data = io::read_verified(fs, path, *f.entry);
-    if (!data.ok()) return data.status();
+  // is refused before anything already in the table is lost. Pass 2 applies. Both stream each
+  // file in chunks (kLoadChunkBytes): a load holds a chunk per thread, not its files.
+  RecordShape keys_only;
+  keys_only.fixed = 0;
+  using Records = std::function<Status(const std::vector<uint64_t>&, const std::vector<float>&)>;
+  auto read_file = [&](const PartFile& f, const Records& on_records) -> Status {
     const std::string file = path + "/" + f.entry->name;
-    GPUBOX_RETURN_IF_ERROR(f.deletions ? parse_keys(*form, *data, file, keys)
-                                       : parse_records(*form, *data, shape, file, keys, recs));
-    if (keys->size() != f.entry->records) {
-      return Status::Corruption(file + ": " + std::to_string(keys->size()) +
-                                " records, MANIFEST says " + std::to_string(f.entry->records));
+    std::vector<uint64_t> keys;
+    std::vector<float> recs;
+    RecordChunk at;
+    uint64_t records = 0;
+    GPUBOX_RETURN_IF_ERROR(io::read_verified_chunks(
+        fs, path, *f.entry, kLoadChunkBytes,
+        [&](const char* data, std::size_t n, bool last) -> StatusOr<std::size_t> {
+          keys.clear();
+          recs.clear();
+          at.last = last;
+          auto took = parse_record_chunk(*form, data, n, f.deletions ? keys_only : shape, file, at,
+                                         &keys, &recs);
+          if (!took.ok()) return took.status();
+          at.byte += took->bytes;
+          at.line += took->lines;
+          records += keys.size();
+          GPUBOX_RETURN_IF_ERROR(on_records(keys, recs));
+          return took->bytes;
+        }));
+    if (records != f.entry->records) {
+      return Status::Corruption(file + ": " + std::to_string(records) + " records, MANIFEST says " +
+                                std::to_string(f.entry->records));
     }
     return Status::OK();
   };
+  const Records check_only = [](const std::vector<uint64_t>&, const std::vector<float>&) {
+    return Status::OK();
+  };
   GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
-                           std::vector<uint64_t> keys;
-                           std::vector<float> recs;
-                           return read_file(files[i], &keys, &recs);
+                           return read_file(files[i], check_only);
                          }).with_context("load"));
 
   if (*mode != SaveKind::kDelta) {
@@ -250,18 +273,17 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
         for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
   }
   for (bool deletions : {true, false}) {  // a delta's deletions before its rows
-    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads,
-                                        [&](std::size_t i) {
-                                          if (files[i].deletions != deletions) return Status::OK();
-                                          std::vector<uint64_t> keys;
-                                          std::vector<float> recs;
-                                          GPUBOX_RETURN_IF_ERROR(read_file(files[i], &keys, &recs));
-                                          return deletions ? apply_deletions(keys)
-                                                           : apply_part(kind, keys, recs);
-                                        })
-                               .with_context("load " + path +
-                                             " (verified, then failed while applying it: the table "
-                                             "holds part of it)"));
+    GPUBOX_RETURN_IF_ERROR(
+        run_parallel(files.size(), threads,
+                     [&](std::size_t i) {
+                       if (files[i].deletions != deletions) return Status::OK();
+                       return read_file(files[i], [&](const auto& keys, const auto& recs) {
+                         return deletions ? apply_deletions(keys) : apply_part(kind, keys, recs);
+                       });
+                     })
+            .with_context("load " + path +
+                          " (verified, then failed while applying it: the table "
+                          "holds part of it)"));
   }
   day_.store(*day);
   epochs_.track_deletions.store(true);

@@ -31,6 +31,10 @@ class FaultInjectingEnv final : public FileEnv {
   StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
     return base_->read_file(path, max_bytes);
   }
+  StatusOr<std::unique_ptr<SequentialFile>> open_sequential(const std::string& path,
+                                                            uint64_t max_bytes) override {
+    return base_->open_sequential(path, max_bytes);
+  }
   Status create_dir(const std::string& path) override;
   Status remove_all(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;

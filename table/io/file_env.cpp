@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 namespace gpubox::table::io {
 namespace {
@@ -85,6 +86,13 @@ class PosixEnv final : public FileEnv {
     return data;
   }
 
+  StatusOr<std::unique_ptr<SequentialFile>> open_sequential(const std::string& path,
+                                                            uint64_t max_bytes) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return posix_error("open", path, errno);
+    return posix_sequential_file(fd, path, max_bytes);
+  }
+
   Status create_dir(const std::string& path) override {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
@@ -159,6 +167,65 @@ Status posix_error(const std::string& what, const std::string& path, int err) {
 
 std::unique_ptr<WritableFile> posix_writable_file(std::string path, int fd) {
   return std::make_unique<PosixWritableFile>(std::move(path), fd);
+}
+
+namespace {
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(int fd, std::string path, uint64_t size)
+      : fd_(fd), path_(std::move(path)), size_(size) {}
+  ~PosixSequentialFile() override { ::close(fd_); }
+  PosixSequentialFile(const PosixSequentialFile&) = delete;
+  PosixSequentialFile& operator=(const PosixSequentialFile&) = delete;
+
+  StatusOr<std::size_t> read(void* buf, std::size_t n) override {
+    // Asked for more than is left: one byte past the size tells a file that grew since open.
+    const uint64_t left = size_ - got_;
+    const std::size_t want = n > left ? static_cast<std::size_t>(left) + 1 : n;
+    for (;;) {
+      const ssize_t r = ::read(fd_, buf, want);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return posix_error("read", path_, errno);
+      const auto got = static_cast<std::size_t>(r);
+      if (got > left) {
+        return Status::Corruption(path_ + ": grew past the " + std::to_string(size_) +
+                                  " bytes it had when opened; not read");
+      }
+      got_ += got;
+      return got;
+    }
+  }
+  uint64_t size() const override { return size_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const uint64_t size_;
+  uint64_t got_ = 0;
+};
+}  // namespace
+
+StatusOr<std::unique_ptr<SequentialFile>> posix_sequential_file(int fd, std::string path,
+                                                                uint64_t max_bytes) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return posix_error("stat", path, err);
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  Status refused;
+  if (!S_ISREG(st.st_mode)) {
+    refused = Status::IOError(path + ": not a regular file");
+  } else if (size > max_bytes) {
+    refused = Status::Corruption(path + ": " + std::to_string(size) + " bytes, more than the " +
+                                 std::to_string(max_bytes) + " expected; not read");
+  }
+  if (!refused.ok()) {
+    ::close(fd);
+    return refused;
+  }
+  return std::unique_ptr<SequentialFile>(new PosixSequentialFile(fd, std::move(path), size));
 }
 
 StatusOr<std::string> read_open_file(int fd, const std::string& path, uint64_t max_bytes) {

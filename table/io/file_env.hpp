@@ -24,6 +24,17 @@ class WritableFile {
   virtual Status close() = 0;
 };
 
+// An open file being read in order. Not thread-safe; owned by one reader.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Up to `n` bytes into `buf`, 0 at the end. Reading past the size the file had when opened is
+  // an error (Corruption: it grew meanwhile), so a reader never takes more than it was told.
+  virtual StatusOr<std::size_t> read(void* buf, std::size_t n) = 0;
+  // The file's size when opened.
+  virtual uint64_t size() const = 0;
+};
+
 // File-system operations. Implementations are thread-safe (several shards save at once).
 class FileEnv {
  public:
@@ -34,6 +45,10 @@ class FileEnv {
   // more than `max_bytes`, and after reading `max_bytes + 1` when it grew meanwhile: a file
   // larger than its reader expects never takes more memory than the expectation.
   virtual StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) = 0;
+  // `path` to read in order, with read_file's refusals (not a regular file; more than
+  // `max_bytes`, before anything is read): what a reader that holds one chunk at a time uses.
+  virtual StatusOr<std::unique_ptr<SequentialFile>> open_sequential(const std::string& path,
+                                                                    uint64_t max_bytes) = 0;
   virtual Status create_dir(const std::string& path) = 0;
   // Removes a file or a folder tree; OK when nothing is there.
   virtual Status remove_all(const std::string& path) = 0;
@@ -54,6 +69,9 @@ class FileEnv {
 std::unique_ptr<WritableFile> posix_writable_file(std::string path, int fd);
 // read_file's contract over an open `fd` (not closed here); `path` names it in errors.
 StatusOr<std::string> read_open_file(int fd, const std::string& path, uint64_t max_bytes);
+// open_sequential's contract over an open `fd` (owned from here on); `path` names it in errors.
+StatusOr<std::unique_ptr<SequentialFile>> posix_sequential_file(int fd, std::string path,
+                                                                uint64_t max_bytes);
 // An IOError "<what> <path>: <strerror(err)>".
 Status posix_error(const std::string& what, const std::string& path, int err);
 

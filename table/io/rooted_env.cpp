@@ -195,6 +195,16 @@ StatusOr<std::string> RootedEnv::read_file(const std::string& path, uint64_t max
   return read_open_file(fd.get(), where(path), max_bytes);
 }
 
+StatusOr<std::unique_ptr<SequentialFile>> RootedEnv::open_sequential(const std::string& path,
+                                                                     uint64_t max_bytes) {
+  auto parent = parent_of(path);
+  if (!parent.ok()) return parent.status();
+  const int fd = ::openat(parent->dir.get(), parent->leaf.c_str(),
+                          O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return failure("open", path, errno);
+  return posix_sequential_file(fd, where(path), max_bytes);
+}
+
 Status RootedEnv::create_dir(const std::string& path) {
   auto parts = split(path);
   if (!parts.ok()) return parts.status().with_context(root_);

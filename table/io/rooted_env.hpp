@@ -45,6 +45,8 @@ class RootedEnv final : public FileEnv {
 
   StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) override;
   StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override;
+  StatusOr<std::unique_ptr<SequentialFile>> open_sequential(const std::string& path,
+                                                            uint64_t max_bytes) override;
   // Creates every missing folder of `path`, beneath the root.
   Status create_dir(const std::string& path) override;
   // Removes `path` (a file, a link, or a folder tree, by descriptors: links inside are removed,

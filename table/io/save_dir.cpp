@@ -193,21 +193,71 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
   return manifest;
 }
 
+namespace {
+Status size_mismatch(const std::string& where, uint64_t bytes, const ManifestFile& file) {
+  return Status::Corruption(where + ": " + std::to_string(bytes) + " bytes, MANIFEST says " +
+                            std::to_string(file.bytes) + " (truncated or overwritten)");
+}
+}  // namespace
+
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
                                     const ManifestFile& file) {
   const std::string where = path + "/" + file.name;
   if (!env->exists(where)) return Status::Corruption(where + ": listed in MANIFEST but missing");
   auto data = env->read_file(where, file.bytes);
   if (!data.ok()) return data.status();
-  if (data->size() != file.bytes) {
-    return Status::Corruption(where + ": " + std::to_string(data->size()) +
-                              " bytes, MANIFEST says " + std::to_string(file.bytes) +
-                              " (truncated or overwritten)");
-  }
+  if (data->size() != file.bytes) return size_mismatch(where, data->size(), file);
   if (checksum(data->data(), data->size()) != file.xxh64) {
     return Status::Corruption(where + ": checksum mismatch (file corrupted)");
   }
   return data;
+}
+
+Status read_verified_chunks(FileEnv* env, const std::string& path, const ManifestFile& file,
+                            std::size_t chunk_bytes, const ChunkConsumer& consume) {
+  const std::string where = path + "/" + file.name;
+  if (!env->exists(where)) return Status::Corruption(where + ": listed in MANIFEST but missing");
+  auto in = env->open_sequential(where, file.bytes);
+  if (!in.ok()) return in.status();
+  if ((*in)->size() != file.bytes) return size_mismatch(where, (*in)->size(), file);
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash(XXH64_createState(),
+                                                                         &XXH64_freeState);
+  if (!hash || XXH64_reset(hash.get(), 0) != XXH_OK) return Status::Internal("xxh64 state");
+  std::string buffer;  // bytes read and not yet taken by `consume`
+  uint64_t read = 0;
+  Status refused;  // the consumer's error: returned when the bytes prove sound
+  for (bool last = false; !last;) {
+    const std::size_t kept = buffer.size();
+    buffer.resize(kept + chunk_bytes);
+    auto got = (*in)->read(&buffer[kept], chunk_bytes);
+    if (!got.ok()) return got.status();
+    buffer.resize(kept + *got);
+    XXH64_update(hash.get(), buffer.data() + kept, *got);
+    read += *got;
+    last = *got == 0;
+    if (!refused.ok()) {
+      buffer.clear();  // only the checksum is still wanted
+      continue;
+    }
+    auto took = consume(buffer.data(), buffer.size(), last);
+    if (!took.ok()) {
+      refused = took.status();
+    } else if (last && *took != buffer.size()) {
+      refused = Status::Internal(where + ": the reader left " +
+                                 std::to_string(buffer.size() - *took) + " bytes at the end");
+    } else if (*took == 0 && buffer.size() > chunk_bytes) {
+      refused = Status::Corruption(where + ": a record longer than " + std::to_string(chunk_bytes) +
+                                   " bytes at byte " + std::to_string(read - buffer.size()) +
+                                   " (corrupt file)");
+    } else {
+      buffer.erase(0, *took);
+    }
+  }
+  if (read != file.bytes) return size_mismatch(where, read, file);
+  if (XXH64_digest(hash.get()) != file.xxh64) {
+    return Status::Corruption(where + ": checksum mismatch (file corrupted)");
+  }
+  return refused;
 }
 
 }  // namespace gpubox::table::io

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,5 +85,20 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
 // size is checked before reading: a file larger than the entry says is refused unread.
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
                                     const ManifestFile& file);
+
+// A consumer of read_verified_chunks: given the bytes not taken yet (those left over from the
+// previous call first) and whether they run to the file's end, it returns how many it took
+// from the front (whole records); the last call must take them all.
+using ChunkConsumer =
+    std::function<StatusOr<std::size_t>(const char* data, std::size_t n, bool last)>;
+// read_verified for files too large to hold: streams `<path>/<file.name>` through `consume`,
+// reading `chunk_bytes` at a time, so a reader holds one chunk and a record left over, whatever
+// the file's size. The size is checked against the entry before reading and as it reads, the
+// checksum at the end (the consumer has then seen bytes not yet verified: a loader verifies in
+// one pass and applies in a second). When the size or checksum is wrong that is the error, even
+// if the consumer refused some bytes first (they were damaged, not misread); a record longer
+// than a chunk is refused.
+Status read_verified_chunks(FileEnv* env, const std::string& path, const ManifestFile& file,
+                            std::size_t chunk_bytes, const ChunkConsumer& consume);
 
 }  // namespace gpubox::table::io
