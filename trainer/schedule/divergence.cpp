@@ -12,14 +12,14 @@ std::string number(double v, const char* format) {
   return buf;
 }
 
-// "its training logloss L after each card's first N steps is R times the constant
-// predictor's C (the entropy of the pass's CTR c)".
+// "pass P: its training logloss L (over its steps after the first N of each card ...) is R
+// times the constant predictor's C (...)".
 std::string comparison(int64_t pass, int warmup_steps, const DivergenceVerdict& v) {
   return "pass " + std::to_string(pass) + ": its training logloss " +
-         number(v.steady_logloss, "%.4f") + " (after the first " + std::to_string(warmup_steps) +
-         " steps of each card or training thread, runner.print_interval) is " +
-         number(v.ratio, "%.2f") + " times the constant predictor's " +
-         number(v.constant_logloss, "%.4f") +
+         number(v.steady_logloss, "%.4f") + " (over its steps after the first " +
+         std::to_string(warmup_steps) +
+         " of each card or training thread, runner.print_interval) is " + number(v.ratio, "%.2f") +
+         " times the constant predictor's " + number(v.constant_logloss, "%.4f") +
          " (the logloss of predicting the pass's click rate for every instance)";
 }
 
