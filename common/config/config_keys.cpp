@@ -98,7 +98,8 @@ std::vector<KeySpec> build_table() {
   t.push_back(int_key(r + "infer_batch_size", "512", 1, kInt32Max, kTrainer, "instances per card per step when evaluating (test_data_dir, --mode infer)"));
   t.push_back(int_key(r + "epochs", "1", 1, kInt32Max, kTrainer, "passes over train_data_dir (with pass_dirs: rounds over the list)"));
   t.push_back(int_key(r + "thread_num", "1", 1, 1024, kDataset | kTrainer, "reader threads loading a pass; in the async, sync and geo modes also the training threads of a trainer (Hogwild: each its own batches, sharing the servers' rows)"));
-  t.push_back(int_key(r + "print_interval", "100", 1, kInt32Max, kTrainer, "batches between progress lines during a pass"));
+  t.push_back(int_key(r + "print_interval", "100", 1, kInt32Max, kTrainer, "batches between progress lines during a pass; also the steps of each card or training thread a pass begins with that its divergence check leaves out"));
+  t.push_back(bool_key(r + "stop_on_divergence", "true", kTrainer, "a pass whose training logloss (after its first print_interval steps) ends over 2 times the constant predictor's (the entropy of its click rate) stops the job with an error, before its save; over 1 time, the pass line is followed by a warning"));
   t.push_back(bool_key(r + "use_auc", "true", kNoEffect, "PaddleRec's AUC switch; GPUBox always computes AUC"));
   t.push_back(bool_key(r + "use_gpu", "true", kTrainer, "PaddleRec's device switch: cards come from FLAGS_selected_gpus; with use_fleet and no sync_mode, true asks for Collective mode"));
   t.push_back(enum_key(r + "sync_mode", kSyncModeNames, SyncMode::kGpubox, kTrainer, "training schedule: gpubox stages each pass's rows on the cards; async, sync and geo are PaddleRec's CPU parameter-server modes on gpubox_server (scripts/launch.sh)"));

@@ -70,12 +70,12 @@ class MetricsTest : public ::testing::Test {
     cards_.card(0).activate();
   }
   void add(MetricsAccumulator& acc, device::Card& card, const Data& d, std::size_t lo,
-           std::size_t hi) {
+           std::size_t hi, bool steady = false) {
     std::vector<float> p(d.preds.begin() + lo, d.preds.begin() + hi);
     std::vector<float> y(d.labels.begin() + lo, d.labels.begin() + hi);
     auto dp = device::to_device(p, card.memory(), card.stream());
     auto dy = device::to_device(y, card.memory(), card.stream());
-    acc.add(dp.data(), dy.data(), static_cast<int64_t>(hi - lo));
+    acc.add(dp.data(), dy.data(), static_cast<int64_t>(hi - lo), steady);
     card.stream().synchronize();
   }
   device::CardSet cards_;
@@ -95,6 +95,32 @@ TEST_F(MetricsTest, BucketedAucMatchesExactAucOnContinuousPredictions) {
     EXPECT_NEAR(m.auc, exact_auc(d.preds, d.labels), 1e-5) << "seed " << seed;
     EXPECT_GT(m.auc, 0.6);
   }
+}
+
+// The steady sums (the divergence check's) hold exactly the batches added as steady, against a
+// float64 reference; the pass's other figures hold every batch.
+TEST_F(MetricsTest, SteadyLossSumsOnlyTheSteadyBatches) {
+  const Data d = make_data(9000, 5);
+  MetricsAccumulator acc(cards_.card(0));
+  add(acc, cards_.card(0), d, 0, 3000);  // the warm-up
+  add(acc, cards_.card(0), d, 3000, 6000, true);
+  add(acc, cards_.card(0), d, 6000, d.preds.size(), true);
+  const MetricValues m = acc.compute();
+  double positives = 0, logloss = 0;
+  for (std::size_t i = 3000; i < d.preds.size(); ++i) {
+    const double p = std::min(std::max(static_cast<double>(d.preds[i]), 1e-7), 1 - 1e-7);
+    positives += d.labels[i];
+    logloss -= d.labels[i] > 0.5f ? std::log(p) : std::log(1 - p);
+  }
+  EXPECT_EQ(m.examples, 9000);
+  EXPECT_EQ(m.steady.examples, 6000);
+  EXPECT_EQ(m.steady.positives, positives);
+  EXPECT_NEAR(m.steady.logloss_sum, logloss, 1e-9 * logloss);
+  const double c = positives / 6000;
+  const double entropy = -(c * std::log(c) + (1 - c) * std::log(1 - c));
+  EXPECT_NEAR(m.steady.ratio_to_constant(), logloss / 6000 / entropy, 1e-12);
+  acc.reset();
+  EXPECT_EQ(acc.compute().steady.examples, 0);
 }
 
 TEST_F(MetricsTest, TiesCountOneHalfLikeTheExactAuc) {

@@ -785,5 +785,66 @@ TEST_F(PsModes, DataWithoutAValidInstanceIsAnErrorInEveryMode) {
   }
 }
 
+// The divergence check (trainer/schedule/divergence.hpp) judges the job's steady loss, added up
+// over the trainers through the servers: two async trainers forced to diverge (deepfm with summed
+// steps per hot key and sparse SGD at 50) both stop with the error after pass 0, before its save; a
+// healthy job's passes end under the constant predictor on both trainers, with the same figure.
+TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
+  for (const bool diverging : {true, false}) {
+    SCOPED_TRACE(diverging ? "diverging" : "healthy");
+    const fs::path saves = root_ / (diverging ? "diverged_saves" : "healthy_saves");
+    std::vector<std::string> extra = {"runner.sync_mode=async",
+                                      "runner.print_interval=10",
+                                      "runner.save_mode=base",
+                                      "runner.model_save_path=" + saves.string(),
+                                      "runner.train_data_dir=" + (root_ / "train").string(),
+                                      "runner.test_data_dir="};
+    if (diverging) {
+      extra.push_back("hyper_parameters.model=deepfm");
+      extra.push_back("hyper_parameters.sparse_optimizer.class=sgd");
+      extra.push_back("hyper_parameters.sparse_optimizer.learning_rate=50");
+      extra.push_back("hyper_parameters.sparse_optimizer.mf_learning_rate=50");
+    }
+    const TrainerConfig cfg = config(extra);
+    Servers shards(cfg, 1);
+    std::vector<std::string> errors(2);
+    std::vector<std::vector<PassReport>> reports(2);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          TrainerEnv env;
+          env.servers = shards.endpoints();
+          env.trainer_id = w;
+          env.trainers = 2;
+          PsTrainer trainer(cfg, env);
+          reports[static_cast<std::size_t>(w)] = trainer.train();
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(w)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 0; w < 2; ++w) {
+      const std::string& error = errors[static_cast<std::size_t>(w)];
+      if (diverging) {
+        EXPECT_NE(error.find("pass 0 is not saved"), std::string::npos) << w << ": " << error;
+      } else {
+        EXPECT_EQ(error, "") << "trainer " << w;
+      }
+    }
+    EXPECT_EQ(fs::exists(saves / "0"), !diverging);
+    if (diverging) continue;
+    ASSERT_EQ(reports[0].size(), 1u);
+    ASSERT_EQ(reports[1].size(), 1u);
+    const SteadyLoss& a = reports[0][0].metrics.steady;
+    const SteadyLoss& b = reports[1][0].metrics.steady;
+    EXPECT_DOUBLE_EQ(a.ratio_to_constant(), b.ratio_to_constant());
+    EXPECT_LT(a.ratio_to_constant(), 1.0);
+    // The job's figure: both trainers' steps after their warm-up (each ~78 steps of 256).
+    EXPECT_GT(a.examples, reports[0][0].metrics.examples);
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::trainer::ps_modes

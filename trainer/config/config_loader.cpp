@@ -23,6 +23,7 @@ bool shapes_the_job(const std::string& key) {
                                                 "runner.metrics_path",
                                                 "runner.infer_batch_size",
                                                 "runner.print_interval",
+                                                "runner.stop_on_divergence",
                                                 "runner.infer_start_epoch",
                                                 "runner.infer_end_epoch",
                                                 "runner.prefetch_passes",
@@ -54,6 +55,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.infer_batch_size = doc.get_int("runner.infer_batch_size");
   r.epochs = doc.get_int("runner.epochs");
   r.print_interval = doc.get_int("runner.print_interval");
+  r.stop_on_divergence = doc.get_bool("runner.stop_on_divergence");
   r.card_memory_mb = doc.get_int<int64_t>("runner.card_memory_mb");
   r.prefetch_passes = doc.get_int("runner.prefetch_passes");
   r.next_pass_chunk_keys = doc.get_int("runner.next_pass_chunk_keys");

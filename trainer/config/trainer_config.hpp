@@ -46,6 +46,7 @@ struct RunnerConfig {
   int infer_batch_size = 0;              // runner.infer_batch_size: per card per evaluation step
   int epochs = 0;                        // runner.epochs
   int print_interval = 0;                // runner.print_interval: batches between progress lines
+  bool stop_on_divergence = true;        // runner.stop_on_divergence: stop a diverged job
   int64_t card_memory_mb = 0;            // runner.card_memory_mb: card-tier budget; 0 = no limit
   int prefetch_passes = 0;               // runner.prefetch_passes: passes staged ahead; 0 = off
   int next_pass_chunk_keys = 0;          // runner.next_pass_chunk_keys: card work a step; 0 = off

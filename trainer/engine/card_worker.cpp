@@ -60,7 +60,7 @@ struct CardWorker::Buffers {
 
 CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, ps::CardTier& tier,
                        const TrainerConfig& config)
-    : card_(card), comm_(comm), tier_(tier) {
+    : card_(card), comm_(comm), tier_(tier), warmup_steps_(config.runner.print_interval) {
   model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
   optimizer_ =
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
@@ -138,7 +138,7 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
   model_->forward_backward_async(view, scales, b.push.data());
-  metrics_->add(model_->predictions(), b.labels(), size);
+  metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
   if (progress) metrics_->progress_async();
   // The gradients and, in the loss slot, this card's loss: after the all-reduce every card
   // holds the same values, so the finite verdict below is the same on every card.

@@ -84,6 +84,9 @@ class CardWorker {
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
   device::DeviceCounts last_step_;
+  // Steps of a pass before its steady part (runner.print_interval): the metrics' SteadyLoss
+  // counts the steps from this one on.
+  int64_t warmup_steps_;
 };
 
 }  // namespace trainer

@@ -12,6 +12,21 @@
 
 namespace gpubox::trainer {
 
+// A pass's training loss over its steady steps (every step of a card or training thread after
+// its first runner.print_interval steps), as sums so that trainers can add them up: what the
+// divergence check (epoch_loop.cpp) compares with the constant predictor.
+struct SteadyLoss {
+  double examples = 0;
+  double positives = 0;
+  double logloss_sum = 0;  // predictions clipped as MetricValues::logloss's
+  // The mean logloss over the best constant predictor's on the same instances (the entropy of
+  // their CTR): 1 is no better than predicting the CTR for everything. NaN when undefined (no
+  // steady instance, or one class only).
+  double ratio_to_constant() const;
+  // The entropy of the steady instances' CTR (NaN when undefined).
+  double constant_logloss() const;
+};
+
 // Undefined values (AUC with one class only, NE with actual CTR 0 or 1, anything of an empty
 // set) are NaN; the formatters print them as "nan" / JSON null.
 struct MetricValues {
@@ -25,6 +40,9 @@ struct MetricValues {
   double copc = 0;           // clicks over predicted clicks: actual_ctr / predicted_ctr
   double mae = 0;
   double rmse = 0;
+  // Of a training pass (empty for an evaluation). In a PassReport, the whole job's: every
+  // trainer holds the same (the divergence check's figure).
+  SteadyLoss steady;
 };
 
 // Layout of the accumulator's flat buffer of doubles (what the cards all-reduce):
@@ -37,6 +55,9 @@ enum : std::size_t {
   kLogLoss,
   kAbsError,
   kSquaredError,
+  kSteadyCount,  // SteadyLoss's sums: steps added with steady = true
+  kSteadyLabels,
+  kSteadyLogLoss,
   kNumSums
 };
 }  // namespace metric_sums

@@ -106,7 +106,13 @@ struct AddToSums {
   double* sums;
   double count;
   const Sums* add;
+  bool steady;
   GPUBOX_HD void operator()(std::size_t) const {
+    if (steady) {
+      sums[metric_sums::kSteadyCount] += count;
+      sums[metric_sums::kSteadyLabels] += add->labels;
+      sums[metric_sums::kSteadyLogLoss] += add->log_loss;
+    }
     sums[metric_sums::kCount] += count;
     sums[metric_sums::kLabels] += add->labels;
     sums[metric_sums::kPredictions] += add->predictions;
@@ -169,7 +175,8 @@ void MetricsAccumulator::reset() {
   device::memset_bytes_async(flat_.data(), 0, flat_.bytes(), card_->stream());
 }
 
-void MetricsAccumulator::add(const float* predictions, const float* labels, int64_t n) {
+void MetricsAccumulator::add(const float* predictions, const float* labels, int64_t n,
+                             bool steady) {
   GPUBOX_EXPECTS(n >= 0, "negative example count ", n);
   if (n == 0) return;
   const device::Stream& stream = card_->stream();
@@ -183,8 +190,8 @@ void MetricsAccumulator::add(const float* predictions, const float* labels, int6
   Sums* sums = reinterpret_cast<Sums*>(sums_.data());
   device::reduce_into(stream, count, SumsAt{predictions, labels}, AddSums{}, Sums{}, sums + 1,
                       sums);
-  device::parallel_for(stream, 1,
-                       AddToSums{flat_.data() + 2 * buckets_, static_cast<double>(n), sums});
+  device::parallel_for(
+      stream, 1, AddToSums{flat_.data() + 2 * buckets_, static_cast<double>(n), sums, steady});
 }
 
 void MetricsAccumulator::progress_async() {

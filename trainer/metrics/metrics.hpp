@@ -30,8 +30,9 @@ class MetricsAccumulator {
   std::size_t buckets() const { return buckets_; }
   // Adds n (prediction, label) pairs, card memory, ordered on the card stream. Labels are 0/1
   // (anything > 0.5 counts as a positive in the AUC histogram). Predictions outside [0, 1] or
-  // NaN are clamped into the end buckets for the AUC.
-  void add(const float* predictions, const float* labels, int64_t n);
+  // NaN are clamped into the end buckets for the AUC. `steady`: a training step past its
+  // warm-up, added to MetricValues::steady too (the divergence check's).
+  void add(const float* predictions, const float* labels, int64_t n, bool steady = false);
   // Sizes add()'s buffers for batches of up to n (device rule 1: before the step's collectives).
   void reserve(int64_t n);
   // Zeroes everything (start of a pass).

@@ -30,7 +30,18 @@ std::string json_number(double v) {
   return buf;
 }
 
+// The logloss of predicting the CTR c for everything: NaN unless 0 < c < 1.
+double entropy_of(double c) {
+  return c > 0 && c < 1 ? -(c * std::log(c) + (1 - c) * std::log(1 - c)) : kNaN;
+}
+
 }  // namespace
+
+double SteadyLoss::constant_logloss() const { return entropy_of(ratio(positives, examples)); }
+
+double SteadyLoss::ratio_to_constant() const {
+  return ratio(logloss_sum, examples) / constant_logloss();
+}
 
 MetricValues compute_metrics(const double* flat, std::size_t buckets) {
   const double* negatives = flat;
@@ -54,12 +65,13 @@ MetricValues compute_metrics(const double* flat, std::size_t buckets) {
   m.actual_ctr = ratio(sums[metric_sums::kLabels], count);
   m.predicted_ctr = ratio(sums[metric_sums::kPredictions], count);
   m.logloss = ratio(sums[metric_sums::kLogLoss], count);
-  const double c = m.actual_ctr;
-  const double entropy = -(c * std::log(c) + (1 - c) * std::log(1 - c));
-  m.ne = c > 0 && c < 1 ? m.logloss / entropy : kNaN;
+  m.ne = m.logloss / entropy_of(m.actual_ctr);
   m.copc = ratio(sums[metric_sums::kLabels], sums[metric_sums::kPredictions]);
   m.mae = ratio(sums[metric_sums::kAbsError], count);
   m.rmse = std::sqrt(ratio(sums[metric_sums::kSquaredError], count));
+  m.steady.examples = sums[metric_sums::kSteadyCount];
+  m.steady.positives = sums[metric_sums::kSteadyLabels];
+  m.steady.logloss_sum = sums[metric_sums::kSteadyLogLoss];
   return m;
 }
 

@@ -25,6 +25,7 @@
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dense_state.hpp"
@@ -167,6 +168,10 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
           throw_if_error(s.servers->dense(DenseAction::kWrite, name, &zeros)
                              .with_context("resetting the servers' table " + std::string(name)));
         }
+        std::vector<float> zeros = steady_loss_table_zeros(env_.trainers);
+        throw_if_error(
+            s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
+                .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
       },
       "ps/start", "to start the job");
   for (auto& worker : s.workers) {
@@ -494,6 +499,14 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   report.seconds = pass_timer.seconds();
   report.cards = s.cards.num_local_cards();
   report.metrics = compute_metrics(sums.data(), s.workers[0]->metrics().buckets());
+  // The divergence check judges the job's steady loss: every trainer the same figure.
+  if (env_.trainers > 1) {
+    report.metrics.steady = job_steady_loss(*s.servers, env_.trainer_id, env_.trainers, pass,
+                                            report.metrics.steady, [&] {
+                                              meet("ps/steady_loss/" + std::to_string(pass),
+                                                   "at the end of pass " + std::to_string(pass));
+                                            });
+  }
   report.extra = {{"load_seconds", load_seconds},
                   {"train_seconds", train_seconds},
                   {"steps", static_cast<double>(steps_taken)},

@@ -144,7 +144,10 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
   GradScales scales;
   scales.dense = 1.0f / static_cast<float>(size);  // the gradient of the batch's mean loss
   const double loss = model_->forward_backward(batch_view(batch), scales, buffers_->push.data());
-  metrics_->add(model_->predictions(), buffers_->labels.data(), size);
+  // Steady after the thread's first runner.print_interval steps (SteadyLoss, the divergence
+  // check's).
+  metrics_->add(model_->predictions(), buffers_->labels.data(), size,
+                step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
 
   const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());

@@ -1,6 +1,7 @@
 #include "trainer/schedule/epoch_loop.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include "common/logging.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/queue_dataset.hpp"
+#include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/job_identity.hpp"
 #include "trainer/schedule/pass_data.hpp"
 
@@ -130,6 +132,32 @@ void check_test_data(const TrainerConfig& config, const std::vector<std::string>
   report_read(probe.load_stats(), files, "runner.test_data_dir (checked before the first pass)");
 }
 
+// What the saves hold when pass `pass` stops the job before its save (the divergence error).
+std::string saves_note(const RunnerConfig& runner, bool saving, int64_t pass) {
+  if (!saving) return "runner.model_save_path or save_mode saves nothing";
+  if (pass == 0) return "no pass before it was saved";
+  return "the saves under " + runner.model_save_path + " end with pass " +
+         std::to_string(pass - 1) + ", the model before it";
+}
+
+// The pass line, with the divergence warning after it (divergence.hpp) when the pass ends above
+// the constant predictor but under the stop limit (a stop says it in its error).
+void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassReport& report,
+                     const DivergenceVerdict& verdict) {
+  if (std::isnan(verdict.ratio) && report.metrics.examples > 0) {
+    GPUBOX_LOG(INFO) << "pass " << report.pass << ": no step after the first "
+                     << runner.print_interval
+                     << " (runner.print_interval) of any card or training thread, or one class "
+                        "only: its divergence is not checked";
+  }
+  if (!schedule.prints()) return;
+  std::printf("%s\n", format_pass_line(report).c_str());
+  if (verdict.warn && !verdict.stop) {
+    std::printf("%s\n", divergence_warning(report.pass, runner.print_interval, verdict).c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 RunPlan plan_run(const RunnerConfig& runner) {
@@ -166,10 +194,11 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     if (k % plan.per_epoch == 0) tally.reset();
     try {
       PassReport report = schedule.train_scheduled_pass(plan, k);
-      if (schedule.prints()) {
-        std::printf("%s\n", format_pass_line(report).c_str());
-        std::fflush(stdout);
-      }
+      // Judged on job-wide figures: every trainer stops alike (divergence.hpp).
+      const DivergenceVerdict verdict =
+          judge_divergence(report.metrics.steady, runner.stop_on_divergence);
+      report.extra.emplace_back("ne_after_warmup", verdict.ratio);
+      print_pass_line(schedule, runner, report, verdict);
       // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
       // this holds the line for any path that did not: no save of a pass that trained nothing.
       GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
@@ -178,7 +207,11 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       tally.seconds += report.seconds;
       tally.last = report.metrics;
       if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally.sums);
-      metrics.append(format_pass_json(report));
+      metrics.append(format_pass_json(report));  // a pass that stops the job is recorded too
+      if (verdict.stop) {
+        GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
+                                     saves_note(runner, saving, k)));
+      }
       if (saving) {
         schedule.settle();  // the save sees no staging under way
         schedule.save(

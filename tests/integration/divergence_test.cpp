@@ -1,0 +1,212 @@
+// The divergence check (trainer/schedule/divergence.hpp, issue 29 item 4), in process on one
+// simulated card over the planted test data (tests/dataset/planted_data.hpp: Zipf 2, 8 slots):
+//  - its verdict and texts: a ratio over 1 warns naming what to try, over the stop limit stops
+//    (unless runner.stop_on_divergence is off), a pass without a steady step is not judged;
+//  - a healthy run (config_gpubox.yaml's settings) ends its passes under the constant predictor
+//    and prints no warning;
+//  - a run forced to diverge (deepfm with config_gpubox.yaml's summed steps per hot key,
+//    show_scale: false, as issue 29 found it; pass 0 ends at about 4 times the constant
+//    predictor's logloss) ends with the error before its pass's save: no save is left to resume
+//    into the diverged model; with runner.stop_on_divergence off it trains on, warned; with
+//    show_scale: true (configs/config_deepfm.yaml's) deepfm is healthy;
+//  - the shipped configs/config_deepfm.yaml trains these skewed keys to within 0.01 of the
+//    held-out AUC of configs/config_gpubox.yaml's dnn (issue 29: before, it diverged).
+// The PS modes' job-wide check (two trainers) is in tests/trainer/ps_modes_test.cpp.
+#include "trainer/schedule/divergence.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "tests/dataset/planted_data.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What makes the run diverge on the planted data (finite: the weights stay within their bounds).
+const std::vector<std::string> kDiverging = {"hyper_parameters.model=deepfm"};
+
+SteadyLoss steady_at(double ratio) {
+  SteadyLoss s;
+  s.examples = 1000;
+  s.positives = 250;
+  s.logloss_sum = ratio * s.constant_logloss() * s.examples;
+  return s;
+}
+
+TEST(DivergenceVerdict, WarnsAboveTheConstantPredictorAndStopsAboveTheLimit) {
+  SteadyLoss quarter = steady_at(1.0);
+  EXPECT_NEAR(quarter.constant_logloss(), -(0.25 * std::log(0.25) + 0.75 * std::log(0.75)), 1e-12);
+
+  const DivergenceVerdict healthy = judge_divergence(steady_at(0.8), true);
+  EXPECT_NEAR(healthy.ratio, 0.8, 1e-12);
+  EXPECT_FALSE(healthy.warn);
+  EXPECT_FALSE(healthy.stop);
+
+  const DivergenceVerdict above = judge_divergence(steady_at(1.2), true);
+  EXPECT_TRUE(above.warn);
+  EXPECT_FALSE(above.stop);
+  const std::string warning = divergence_warning(3, 100, above);
+  for (const char* part : {"WARNING", "pass 3", "1.20 times the constant predictor's",
+                           "show_scale: true", "learning_rate", "runner.print_interval"}) {
+    EXPECT_NE(warning.find(part), std::string::npos) << part << " not in: " << warning;
+  }
+
+  const DivergenceVerdict diverged = judge_divergence(steady_at(kDivergenceStopRatio + 0.5), true);
+  EXPECT_TRUE(diverged.warn);
+  EXPECT_TRUE(diverged.stop);
+  EXPECT_FALSE(judge_divergence(steady_at(kDivergenceStopRatio + 0.5), false).stop);
+  const std::string error = divergence_error(2, 100, diverged, "the saves end with pass 1");
+  for (const char* part : {"pass 2 is not saved", "the saves end with pass 1", "show_scale: true",
+                           "runner.stop_on_divergence=false", "runner.resume=off"}) {
+    EXPECT_NE(error.find(part), std::string::npos) << part << " not in: " << error;
+  }
+
+  // Not judged: no steady step, or one class only.
+  for (const SteadyLoss& none : {SteadyLoss{}, SteadyLoss{100, 0, 50}, SteadyLoss{100, 100, 50}}) {
+    const DivergenceVerdict v = judge_divergence(none, true);
+    EXPECT_TRUE(std::isnan(v.ratio));
+    EXPECT_FALSE(v.warn);
+    EXPECT_FALSE(v.stop);
+  }
+}
+
+class Divergence : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_divergence_it_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    dataset::OracleSummary oracle;
+    gpubox::testing::write_planted_train_test(root_, &oracle);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  // config_gpubox.yaml sized to the data (as held_out_quality_test), 2 epochs, saves under
+  // root/<name>, plus `extra`.
+  static TrainerConfig config(const std::string& name, const std::vector<std::string>& extra,
+                              const std::string& file = "config_gpubox.yaml") {
+    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                          "runner.train_batch_size=256",
+                                          "runner.print_interval=20",
+                                          "runner.epochs=2",
+                                          "runner.shuffle=false",
+                                          "runner.metrics_path=",
+                                          "runner.model_save_path=" + (root_ / name).string(),
+                                          "runner.thread_num=1",
+                                          "hyper_parameters.sparse_inputs_slots=9",
+                                          "hyper_parameters.dense_input_dim=3",
+                                          "hyper_parameters.fc_sizes=[64, 32]"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/" + file, overrides);
+    throw_if_error(cfg.status());
+    return std::move(cfg).value();
+  }
+  static TrainerEnv one_card() {
+    TrainerEnv env;
+    env.selected_cards = "0";
+    env.threads_per_card = 1;
+    return env;
+  }
+  static double figure(const PassReport& report) {
+    for (const auto& [name, value] : report.extra) {
+      if (name == "ne_after_warmup") return value;
+    }
+    ADD_FAILURE() << "no ne_after_warmup in pass " << report.pass << "'s report";
+    return std::nan("");
+  }
+
+  static fs::path root_;
+};
+fs::path Divergence::root_;
+
+TEST_F(Divergence, AHealthyRunEndsUnderTheConstantPredictorWithoutAWarning) {
+  const std::vector<std::vector<std::string>> healthy = {
+      {}, {"hyper_parameters.model=deepfm", "hyper_parameters.sparse_optimizer.show_scale=true"}};
+  for (std::size_t i = 0; i < healthy.size(); ++i) {
+    const std::string name = "healthy" + std::to_string(i);
+    SCOPED_TRACE(name);
+    Trainer trainer(config(name, healthy[i]), one_card());
+    ::testing::internal::CaptureStdout();
+    const std::vector<PassReport> reports = trainer.train();
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    ASSERT_EQ(reports.size(), 2u);
+    for (const PassReport& r : reports) {
+      std::printf("%s pass %lld: ne_after_warmup %.4f\n", name.c_str(),
+                  static_cast<long long>(r.pass), figure(r));
+      EXPECT_LT(figure(r), 1.0);
+      EXPECT_GT(r.metrics.steady.examples, 0);
+      EXPECT_LT(r.metrics.steady.examples, r.metrics.examples);  // the warm-up is left out
+    }
+    EXPECT_EQ(out.find("WARNING"), std::string::npos) << out;
+    EXPECT_TRUE(fs::exists(root_ / name / "1"));
+  }
+}
+
+TEST_F(Divergence, ADivergedRunStopsBeforeItsSave) {
+  Trainer trainer(config("diverged", kDiverging), one_card());
+  ::testing::internal::CaptureStdout();
+  std::string error;
+  try {
+    trainer.train();
+  } catch (const Error& e) {
+    error = e.message();
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  std::printf("%s\n%s\n", out.c_str(), error.c_str());
+  EXPECT_NE(error.find("pass 0 is not saved"), std::string::npos) << error;
+  EXPECT_NE(error.find("show_scale: true"), std::string::npos) << error;
+  EXPECT_NE(out.find("pass: 0,"), std::string::npos) << "the pass line comes first: " << out;
+  EXPECT_FALSE(fs::exists(root_ / "diverged" / "0"));
+}
+
+TEST_F(Divergence, WithStopOnDivergenceOffItTrainsOnWarned) {
+  std::vector<std::string> extra = kDiverging;
+  extra.push_back("runner.stop_on_divergence=false");
+  extra.push_back("runner.model_save_path=");
+  Trainer trainer(config("warned", extra), one_card());
+  ::testing::internal::CaptureStdout();
+  const std::vector<PassReport> reports = trainer.train();
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_GT(figure(reports[0]), kDivergenceStopRatio);
+  std::printf("diverged pass 0: ne_after_warmup %.4f\n", figure(reports[0]));
+  const auto warning = out.find("WARNING: pass 0:");
+  ASSERT_NE(warning, std::string::npos) << out;
+  EXPECT_LT(out.find("pass: 0,"), warning) << "the warning follows the pass line";
+  EXPECT_NE(out.find("show_scale: true", warning), std::string::npos) << out;
+}
+
+TEST_F(Divergence, ShippedDeepFmMatchesTheDnnOnSkewedKeys) {
+  const auto test = data_files((root_ / "test").string());
+  double auc[2] = {0, 0};
+  const char* files[2] = {"config_gpubox.yaml", "config_deepfm.yaml"};
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(files[i]);
+    Trainer trainer(config(std::string("shipped_") + files[i], {}, files[i]), one_card());
+    ::testing::internal::CaptureStdout();
+    std::string error;
+    try {
+      trainer.train();
+    } catch (const Error& e) {
+      error = e.message();
+    }
+    ::testing::internal::GetCapturedStdout();
+    ASSERT_EQ(error, "");
+    auc[i] = trainer.evaluate(test, false).metrics.auc;
+  }
+  std::printf("held-out auc after 2 epochs: dnn %.5f, deepfm %.5f\n", auc[0], auc[1]);
+  EXPECT_GT(auc[0], 0.7) << "the dnn learned nothing: the comparison proves nothing";
+  EXPECT_GE(auc[1], auc[0] - 0.01);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

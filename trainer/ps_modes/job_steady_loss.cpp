@@ -1,0 +1,57 @@
+#include "trainer/ps_modes/job_steady_loss.hpp"
+
+#include <cstddef>
+
+#include "common/status.hpp"
+#include "table/server/remote_host_tier.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::DenseAction;
+
+constexpr std::size_t kSums = 3;  // examples, positives, logloss_sum
+
+std::size_t slot_of(int trainers, int64_t pass, int trainer_id) {
+  return (static_cast<std::size_t>(pass % 2) * static_cast<std::size_t>(trainers) +
+          static_cast<std::size_t>(trainer_id)) *
+         kSums;
+}
+
+}  // namespace
+
+std::vector<float> steady_loss_table_zeros(int trainers) {
+  return std::vector<float>(2 * static_cast<std::size_t>(trainers) * kSums, 0.0f);
+}
+
+SteadyLoss job_steady_loss(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
+                           int64_t pass, const SteadyLoss& mine,
+                           const std::function<void()>& meet_all) {
+  std::vector<float> values = steady_loss_table_zeros(trainers);
+  const std::vector<float> zeros = values;
+  throw_if_error(servers.dense(DenseAction::kRead, kSteadyLossTable, &values)
+                     .with_context("reading the servers' table " + std::string(kSteadyLossTable)));
+  const std::size_t at = slot_of(trainers, pass, trainer_id);
+  const double own[kSums] = {mine.examples, mine.positives, mine.logloss_sum};
+  std::vector<float> delta = zeros;
+  for (std::size_t i = 0; i < kSums; ++i) {
+    delta[at + i] = static_cast<float>(own[i] - static_cast<double>(values[at + i]));
+  }
+  throw_if_error(
+      servers.dense(DenseAction::kAdd, kSteadyLossTable, &delta)
+          .with_context("adding to the servers' table " + std::string(kSteadyLossTable)));
+  meet_all();
+  values = zeros;
+  throw_if_error(servers.dense(DenseAction::kRead, kSteadyLossTable, &values)
+                     .with_context("reading the servers' table " + std::string(kSteadyLossTable)));
+  SteadyLoss job;
+  for (int t = 0; t < trainers; ++t) {
+    const std::size_t from = slot_of(trainers, pass, t);
+    job.examples += values[from];
+    job.positives += values[from + 1];
+    job.logloss_sum += values[from + 2];
+  }
+  return job;
+}
+
+}  // namespace gpubox::trainer::ps_modes
