@@ -77,6 +77,10 @@ class RemoteHostTier final : public HostTier {
   Status barrier(const std::string& name, uint32_t parties, double timeout_s = -1.0);
   // Asks every server to stop gracefully.
   Status shutdown_servers();
+  // Whether endpoint `e` answers (INFO, on a pooled connection or a new one) within
+  // `deadline_s`: OK, or the server's own error (it answered); Unavailable or DeadlineExceeded
+  // when it could not be reached. The trainers' lost-server watch. Thread-safe.
+  Status ping(std::size_t e, double deadline_s);
 
   // ---- the parameter-server modes (runner.sync_mode async | sync | geo; ps_protocol.hpp) ----
   // Sends one update record (layout().push_dim() floats) per distinct key to the key's server,

@@ -32,6 +32,7 @@ bool shapes_the_job(const std::string& key) {
                                                 "runner.auc_buckets_log2",
                                                 "runner.auth_token_file",
                                                 "runner.collective_timeout_s",
+                                                "runner.peer_timeout_s",
                                                 "runner.resume",
                                                 "runner.save_mode"};
   return outside.count(key) == 0;
@@ -65,6 +66,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.resume = doc.get_enum("runner.resume", config::kResumeModeNames);
   r.auth_token_file = doc.get_string("runner.auth_token_file");
   r.collective_timeout_s = doc.get_float("runner.collective_timeout_s");
+  r.peer_timeout_s = doc.get_float("runner.peer_timeout_s");
   r.sync_mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
   // PaddleRec: use_fleet without a sync_mode is Collective mode (on GPUs): the gpubox schedule
   // with the table replicated on every card. Every sync_mode runs through fleet there, so with
