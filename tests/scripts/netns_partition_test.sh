@@ -244,6 +244,14 @@ grep -q "gpubox_train: .*10\.231\.0\.1" "$tmp/partition.1.log" ||
 
 # ---- 3. link up, run again: resumes from the last complete save --------------------------
 link up
+# The neighbour entries that failed while the link was down would refuse the first connections
+# ("No route to host") until they expire: forget them, and wait until B reaches A's server.
+for ns in "$ns_a" "$ns_b"; do ip -n "$ns" neigh flush all 2>/dev/null; done
+for _ in $(seq 50); do
+  ip netns exec "$ns_b" bash -c "exec 3<>/dev/tcp/${server_endpoint%:*}/${server_endpoint#*:}" \
+    2>/dev/null && break
+  sleep 0.1
+done
 last=""
 for d in "$saves"/*/; do
   p="$(basename "$d")"
