@@ -28,6 +28,11 @@ constexpr char kGoodbye = 'q';
 constexpr char kHelloMagic[4] = {'G', 'B', 'H', 'B'};
 constexpr std::size_t kHelloBytes = 8;  // magic + the connecting trainer's id (big-endian)
 
+// A peer's connection that ends without its goodbye is reported this much later: a peer that
+// stopped on an error of its own (after a collective that showed the job something was wrong)
+// leaves its peers the time to stop on theirs, which says more than "it exited".
+constexpr auto kEndedGrace = std::chrono::milliseconds(1000);
+
 std::string heartbeat_key(int trainer) { return "heartbeat/" + std::to_string(trainer); }
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -257,8 +262,12 @@ void PeerHeartbeat::run() {
       next_beat = now + interval;
     }
     fds.assign(1, pollfd{wake_[0], POLLIN, 0});
-    for (const Peer& peer : peers_) fds.push_back(pollfd{peer.closed ? -1 : peer.fd, POLLIN, 0});
-    ::poll(fds.data(), fds.size(), ms_until(next_beat));
+    auto wake = next_beat;
+    for (const Peer& peer : peers_) {
+      fds.push_back(pollfd{peer.closed ? -1 : peer.fd, POLLIN, 0});
+      if (!peer.ended.empty()) wake = std::min(wake, peer.ended_at + kEndedGrace);
+    }
+    ::poll(fds.data(), fds.size(), ms_until(wake));
     now = Clock::now();
     // Read first: bytes that waited while this thread did not run are not silence.
     for (std::size_t i = 0; i < peers_.size(); ++i) {
@@ -275,6 +284,11 @@ void PeerHeartbeat::run() {
              << ") and it is down, or its machine stopped";
       peer.closed = true;  // reported once; the socket stays open until stop()
       report(reason.str());
+    }
+    for (Peer& peer : peers_) {
+      if (peer.ended.empty() || now - peer.ended_at < kEndedGrace) continue;
+      report(peer.ended);
+      peer.ended.clear();
     }
   }
   close_peers(finished_.load(std::memory_order_acquire));
@@ -296,9 +310,10 @@ void PeerHeartbeat::receive(Peer& peer, Clock::time_point now) {
     const std::string how = k == 0 ? std::string("closed") : errno_text("failed (recv");
     peer.closed = true;
     if (!peer.said_goodbye) {
-      report(::gpubox::detail::concat("lost ", peer.description, ": its heartbeat connection ", how,
-                                      k == 0 ? "" : ")",
-                                      " before it finished: its process exited or was killed"));
+      peer.ended = ::gpubox::detail::concat(
+          "lost ", peer.description, ": its heartbeat connection ", how, k == 0 ? "" : ")",
+          " before it finished: its process exited or was killed");
+      peer.ended_at = now;
     }
     return;
   }

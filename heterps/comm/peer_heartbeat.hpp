@@ -9,7 +9,9 @@
 // pair of trainers. A thread then sends one byte to every peer each `timeout` / 5 and reads
 // theirs. A peer is lost when
 //  - nothing arrived from it for `timeout` (the link to it is down, or its machine stopped), or
-//  - its connection ended without its goodbye (its process exited or was killed).
+//  - its connection ended without its goodbye (its process exited or was killed; reported 1 s
+//    later, so that when it stopped on an error the job also saw, this trainer stops on its own
+//    error, which says more).
 // A trainer that ends normally says goodbye (stop(true)): its peers stop watching it. The first
 // loss is reported once to `on_lost` with the peer's id, pid, machine and address and what was
 // seen; the heartbeat goes on beating for the other peers until stop().
@@ -64,6 +66,8 @@ class PeerHeartbeat {
     std::chrono::steady_clock::time_point last_heard;
     bool said_goodbye = false;
     bool closed = false;
+    std::string ended = {};  // its connection ended without a goodbye: the loss to report, once due
+    std::chrono::steady_clock::time_point ended_at = {};
   };
   void listen_on(const std::string& host);
   void join(RendezvousStore& store);
