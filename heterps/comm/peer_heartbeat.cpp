@@ -171,7 +171,22 @@ void PeerHeartbeat::listen_on(const std::string& host) {
 
 void PeerHeartbeat::join(RendezvousStore& store) {
   const auto deadline = Clock::now() + options_.join_timeout;
-  // Every peer's published address, for connecting (lower ids) and for messages (all).
+  const auto addresses = read_addresses(store, deadline);
+  for (int t = 0; t < trainer_id_; ++t)
+    connect_to(t, addresses[static_cast<std::size_t>(t)], deadline);
+  accept_higher(deadline);
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+  for (Peer& peer : peers_) {
+    const int one = 1;
+    ::setsockopt(peer.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    set_nonblocking(peer.fd);
+    peer.last_heard = Clock::now();  // the silence counts from the mesh, not from each join
+  }
+}
+
+std::vector<std::pair<std::string, uint16_t>> PeerHeartbeat::read_addresses(
+    RendezvousStore& store, Clock::time_point deadline) {
   std::vector<std::pair<std::string, uint16_t>> addresses(static_cast<std::size_t>(trainers_));
   for (int t = 0; t < trainers_; ++t) {
     if (t == trainer_id_) continue;
@@ -190,22 +205,29 @@ void PeerHeartbeat::join(RendezvousStore& store) {
     descriptions_[static_cast<std::size_t>(t)] =
         ::gpubox::detail::concat("trainer ", t, " (pid ", pid, " on ", machine, ", at ", host, ")");
   }
-  const auto now = Clock::now();
-  for (int t = 0; t < trainer_id_; ++t) {
-    const auto& [host, port] = addresses[static_cast<std::size_t>(t)];
-    std::string error = "timed out";
-    const int fd = connect_before(host, port, deadline, &error);
-    GPUBOX_EXPECTS(fd >= 0, "heartbeat: trainer ", trainer_id_, " cannot reach ", describe(t),
-                   " at port ", port, ": ", error);
-    peers_.push_back(Peer{t, fd, describe(t), now});
-    char hello[kHelloBytes];
-    std::memcpy(hello, kHelloMagic, 4);
-    const uint32_t id = htonl(static_cast<uint32_t>(trainer_id_));
-    std::memcpy(hello + 4, &id, 4);
-    GPUBOX_EXPECTS(transfer(fd, hello, kHelloBytes, true, deadline), "heartbeat: trainer ",
-                   trainer_id_, " cannot greet ", describe(t), ": ", errno_text("send"));
-  }
+  return addresses;
+}
+
+void PeerHeartbeat::connect_to(int t, const std::pair<std::string, uint16_t>& address,
+                               Clock::time_point deadline) {
+  std::string error = "timed out";
+  const int fd = connect_before(address.first, address.second, deadline, &error);
+  GPUBOX_EXPECTS(fd >= 0, "heartbeat: trainer ", trainer_id_, " cannot reach ", describe(t),
+                 " at port ", address.second, ": ", error);
+  peers_.push_back(Peer{t, fd, describe(t), Clock::now()});
+  char hello[kHelloBytes];
+  std::memcpy(hello, kHelloMagic, 4);
+  const uint32_t id = htonl(static_cast<uint32_t>(trainer_id_));
+  std::memcpy(hello + 4, &id, 4);
+  GPUBOX_EXPECTS(transfer(fd, hello, kHelloBytes, true, deadline), "heartbeat: trainer ",
+                 trainer_id_, " cannot greet ", describe(t), ": ", errno_text("send"));
+}
+
+void PeerHeartbeat::accept_higher(Clock::time_point deadline) {
   // The trainers of higher ids connect here; anything else that connects is dropped.
+  const auto joined = [this](int t) {
+    return std::any_of(peers_.begin(), peers_.end(), [t](const Peer& p) { return p.trainer == t; });
+  };
   int missing = trainers_ - 1 - trainer_id_;
   while (missing > 0) {
     pollfd p{listen_fd_, POLLIN, 0};
@@ -213,9 +235,7 @@ void PeerHeartbeat::join(RendezvousStore& store) {
       if (Clock::now() < deadline) continue;
       std::string names;
       for (int t = trainer_id_ + 1; t < trainers_; ++t) {
-        const bool joined = std::any_of(peers_.begin(), peers_.end(),
-                                        [t](const Peer& p) { return p.trainer == t; });
-        if (!joined) names += (names.empty() ? "" : ", ") + describe(t);
+        if (!joined(t)) names += (names.empty() ? "" : ", ") + describe(t);
       }
       GPUBOX_FAIL("heartbeat: trainer ", trainer_id_, " (at ", host_, ":", port_, ") waited ",
                   options_.join_timeout.count(), " ms for ", names, " to connect");
@@ -228,23 +248,13 @@ void PeerHeartbeat::join(RendezvousStore& store) {
                                   std::min(deadline, Clock::now() + options_.timeout));
     if (greeted) std::memcpy(&id, hello + 4, 4);
     const int t = static_cast<int>(ntohl(id));
-    const bool known =
-        greeted && std::memcmp(hello, kHelloMagic, 4) == 0 && t > trainer_id_ && t < trainers_ &&
-        std::none_of(peers_.begin(), peers_.end(), [t](const Peer& p) { return p.trainer == t; });
-    if (!known) {
+    if (!greeted || std::memcmp(hello, kHelloMagic, 4) != 0 || t <= trainer_id_ || t >= trainers_ ||
+        joined(t)) {
       ::close(fd);
       continue;
     }
     peers_.push_back(Peer{t, fd, describe(t), Clock::now()});
     --missing;
-  }
-  ::close(listen_fd_);
-  listen_fd_ = -1;
-  for (Peer& peer : peers_) {
-    const int one = 1;
-    ::setsockopt(peer.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    set_nonblocking(peer.fd);
-    peer.last_heard = Clock::now();  // the silence counts from the mesh, not from each join
   }
 }
 

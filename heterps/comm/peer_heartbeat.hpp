@@ -22,9 +22,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace gpubox::comm {
@@ -70,7 +72,13 @@ class PeerHeartbeat {
     std::chrono::steady_clock::time_point ended_at = {};
   };
   void listen_on(const std::string& host);
+  // Reads every peer's address, connects to the lower ids, accepts the higher ones.
   void join(RendezvousStore& store);
+  std::vector<std::pair<std::string, uint16_t>> read_addresses(
+      RendezvousStore& store, std::chrono::steady_clock::time_point deadline);
+  void connect_to(int trainer, const std::pair<std::string, uint16_t>& address,
+                  std::chrono::steady_clock::time_point deadline);
+  void accept_higher(std::chrono::steady_clock::time_point deadline);
   void run();
   // Reads what `peer` sent; marks it closed (and reports it lost, unless it said goodbye) when
   // its connection ended.
