@@ -145,6 +145,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(enum_key(r + "resume", kResumeModeNames, ResumeMode::kAuto, kTrainer, "auto: a training command run again (after a crash) continues from the last complete save under model_save_path, with the pass after it; off: it starts afresh and its saves replace those there (no effect when nothing is saved)"));
   t.push_back(path_key(r + "auth_token_file", "\"\"", kTrainer, "file holding the token of the gpubox_server endpoints (their --auth_token_file); the environment variable GPUBOX_AUTH_TOKEN_FILE wins over it; \"\": none"));
   t.push_back(float_key(r + "collective_timeout_s", "300", 1e-3, 1e6, kTrainer, "longest wait in seconds for the peers of a collective before the job fails naming the card, pass, step and collective"));
+  t.push_back(float_key(r + "peer_timeout_s", "10", 0.5, 86400, kTrainer, "several trainers: longest silence in seconds of another trainer's heartbeat, or of a gpubox_server's answers, before the job ends naming it by address (a lost link or machine); slow steps are bounded by collective_timeout_s"));
 
   const std::string o = "hyper_parameters.optimizer.";
   t.push_back(enum_key(o + "class", kDenseOptimizerKindNames, DenseOptimizerKind::kAdam, kTrainer, "dense optimizer, applied identically on every card"));

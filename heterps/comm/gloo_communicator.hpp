@@ -13,15 +13,17 @@
 // Failure: a peer process that exits closes its sockets, and every rank in a collective with
 // it throws at once; a peer that stalls is caught by the group's timeout (Gloo's per-operation
 // timeout). Either way the rank aborts the group (the local ranks' next collective throws at
-// once; one already blocked in Gloo returns within the timeout, Gloo having no way to wake it)
-// and the error names this rank, the collective and, when a trainer on this host has exited,
-// that trainer and its pid. Each process publishes "trainer/<id>" = "<host> <pid>" in the store
-// for that purpose. An abort also closes the Gloo connections of this process's ranks that are
-// not inside a collective (a rank inside one closes its own when it leaves it): the peers see
-// the sockets close and their collectives with them end at once (Gloo signals a closed
-// connection to a waiting peer), instead of at the timeout; a rank that is itself waiting in
-// Gloo is not woken by closing its own connections (Gloo's tcp Pair::close signals no waiter),
-// only by a peer's closing or by the timeout.
+// once) and the error names this rank, the collective and, when a trainer on this host has
+// exited, that trainer and its pid. Each process publishes "trainer/<id>" = "<host> <pid>" in
+// the store for that purpose. An abort also closes the Gloo connections of this process's ranks
+// that are not inside a collective (a rank inside one closes its own when it leaves it): the
+// peers see the sockets close and their collectives with them end at once (Gloo signals a closed
+// connection to a waiting peer), instead of at the timeout. A rank that is itself waiting in
+// Gloo is not woken by closing its own connections (Gloo's tcp Pair::close signals no waiter):
+// the abort shuts its sockets down instead (shutdown(2), the descriptors stay Gloo's), which
+// Gloo's loop reads as a closed connection, failing the wait at once. So an abort from another
+// thread (PeerHeartbeat's lost peer: a partition no socket reports) ends every local collective
+// within milliseconds; the error then carries the abort's reason.
 #pragma once
 
 #include <atomic>
@@ -52,6 +54,9 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Context> context);
   // Closes this rank's Gloo connections (GlooGroup::abort; never while it runs a collective).
   void close_connections();
+  // Shuts down the sockets of this rank's Gloo connections without closing them, so that the
+  // collective it is blocked in fails at once (GlooGroup::abort, while it runs one).
+  void shut_down_sockets();
 
   int rank() const override;
   int size() const override;

@@ -419,6 +419,18 @@ Status RemoteHostTier::barrier(const std::string& name, uint32_t parties, double
       /*retry=*/false, timeout_s);
 }
 
+Status RemoteHostTier::ping(std::size_t e, double deadline_s) {
+  if (e >= endpoint_count()) {
+    return Status::InvalidArgument("ping: no endpoint " + std::to_string(e) + " of " +
+                                   std::to_string(endpoint_count()));
+  }
+  std::vector<OutgoingRequest> requests{
+      transport_.make_request(Op::kInfo, static_cast<uint32_t>(e), {})};
+  return transport_.run(
+      Op::kInfo, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*retry=*/true, deadline_s);
+}
+
 Status RemoteHostTier::shutdown_servers() {
   return run_on_every_endpoint(
       Op::kShutdown, {}, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },

@@ -79,6 +79,10 @@ class RemoteHostTier final : public HostTier {
   Status shutdown_servers();
   // BARRIER kJobEndBarrier with `trainers` parties on every server; not retried.
   Status end_job(uint32_t trainers) override;
+  // Whether endpoint `e` answers (INFO, on a pooled connection or a new one) within
+  // `deadline_s`: OK, or the server's own error (it answered); Unavailable or DeadlineExceeded
+  // when it could not be reached. The trainers' lost-server watch. Thread-safe.
+  Status ping(std::size_t e, double deadline_s);
 
   // ---- the parameter-server modes (runner.sync_mode async | sync | geo; ps_protocol.hpp) ----
   // Sends one update record (layout().push_dim() floats) per distinct key to the key's server,

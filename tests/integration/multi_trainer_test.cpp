@@ -9,7 +9,8 @@
 //    none and still joins every step): the job trains and evaluates all the data (examples
 //    counted over every trainer), and every trainer appends its own metrics lines;
 //  - a trainer killed mid-run ends the other within the collective timeout, with an error
-//    naming the dead trainer;
+//    naming the dead trainer; a server that stops answering ends every trainer within seconds
+//    (runner.peer_timeout_s), naming it;
 //  - saves with one gpubox_server: 2 x 2 saves what 1 x 4 saves (sparse rows and dense half
 //    within a stated tolerance: the dense all-reduce's order of summation differs), a save (and
 //    a delta chain) loaded into 2 trainers evaluates to the 1-trainer load's test AUC, trainers
@@ -21,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -334,6 +336,34 @@ TEST_F(MultiTrainer, KilledTrainerEndsTheOtherWithAnErrorNamingIt) {
   EXPECT_NE(rc, 0) << trainer0->output();
   EXPECT_NE(trainer0->output().find("trainer 1 (pid " + std::to_string(pid1)), std::string::npos)
       << trainer0->output();
+}
+
+// A server that stops answering mid-pass (SIGSTOP: its port still accepts, nothing replies; as a
+// partition from it) ends every trainer within seconds, naming it: the trainers' pings find it
+// silent for runner.peer_timeout_s. Before, nothing noticed until the pass's end, whose push
+// then retried for runner.server_timeout_s (30 s).
+TEST_F(MultiTrainer, SilentServerEndsEveryTrainerWithinSecondsNamingIt) {
+  std::string endpoint;
+  auto server = start_server(&endpoint);
+  const std::vector<std::string> args = {"-o", "runner.epochs=200", "-o",
+                                         "runner.peer_timeout_s=1"};
+  auto trainer0 = start_trainer("silent_server", 0, 2, "0", "train2", args, endpoint);
+  auto trainer1 = start_trainer("silent_server", 1, 2, "0", "train2", args, endpoint);
+  ASSERT_TRUE(trainer0->wait_for("pass: 2,", kRunSeconds)) << trainer0->output();
+  server->signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  for (auto* trainer : {trainer0.get(), trainer1.get()}) {
+    // 1 s of silence, at most 5 s more for a trainer blocked in a call to the server.
+    const int rc = trainer->wait(15);
+    EXPECT_NE(rc, -1) << "a trainer still runs 15 s after its server stopped:\n"
+                      << trainer->output();
+    EXPECT_NE(rc, 0) << trainer->output();
+    EXPECT_NE(trainer->output().find("lost server " + endpoint + " (shard 0 of 1): no answer"),
+              std::string::npos)
+        << trainer->output();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, std::chrono::seconds(10));
+  server->signal(SIGCONT);
 }
 
 // The tolerance between the 2 x 2 and 1 x 4 saves: they differ only by the order in which the

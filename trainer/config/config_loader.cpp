@@ -14,27 +14,30 @@ namespace {
 // fingerprinted instead: job_identity.hpp), writes, logs and waits, how it evaluates, how it
 // overlaps its work (bit-identical either way, as the tests pin) and what it saves.
 bool shapes_the_job(const std::string& key) {
-  static const std::set<std::string> outside = {"runner.train_data_dir",
-                                                "runner.pass_dirs",
-                                                "runner.test_data_dir",
-                                                "runner.model_save_path",
-                                                "runner.infer_load_path",
-                                                "runner.model_init_path",
-                                                "runner.metrics_path",
-                                                "runner.infer_batch_size",
-                                                "runner.print_interval",
-                                                "runner.stop_on_divergence",
-                                                "runner.infer_start_epoch",
-                                                "runner.infer_end_epoch",
-                                                "runner.prefetch_passes",
-                                                "runner.next_pass_chunk_keys",
-                                                "runner.staging_nice",
-                                                "runner.card_memory_mb",
-                                                "runner.auc_buckets_log2",
-                                                "runner.auth_token_file",
-                                                "runner.collective_timeout_s",
-                                                "runner.resume",
-                                                "runner.save_mode"};
+  static const std::set<std::string> outside = {
+      "runner.train_data_dir",
+      "runner.pass_dirs",
+      "runner.test_data_dir",
+      "runner.model_save_path",
+      "runner.infer_load_path",
+      "runner.model_init_path",
+      "runner.metrics_path",
+      "runner.infer_batch_size",
+      "runner.print_interval",
+      "runner.stop_on_divergence",
+      "runner.infer_start_epoch",
+      "runner.infer_end_epoch",
+      "runner.prefetch_passes",
+      "runner.next_pass_chunk_keys",
+      "runner.staging_nice",
+      "runner.card_memory_mb",
+      "runner.auc_buckets_log2",
+      "runner.auth_token_file",
+      "runner.collective_timeout_s",
+      "runner.peer_timeout_s",
+      "runner.resume",
+      "runner.save_mode",
+  };
   return outside.count(key) == 0;
 }
 
@@ -67,6 +70,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.resume = doc.get_enum("runner.resume", config::kResumeModeNames);
   r.auth_token_file = doc.get_string("runner.auth_token_file");
   r.collective_timeout_s = doc.get_float("runner.collective_timeout_s");
+  r.peer_timeout_s = doc.get_float("runner.peer_timeout_s");
   r.sync_mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
   // PaddleRec: use_fleet without a sync_mode is Collective mode (on GPUs): the gpubox schedule
   // with the table replicated on every card. Every sync_mode runs through fleet there, so with

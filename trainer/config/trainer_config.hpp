@@ -58,6 +58,7 @@ struct RunnerConfig {
   ResumeMode resume = ResumeMode::kOff;  // runner.resume: auto | off
   std::string auth_token_file;           // runner.auth_token_file (GPUBOX_AUTH_TOKEN_FILE wins)
   double collective_timeout_s = 0;       // runner.collective_timeout_s
+  double peer_timeout_s = 0;             // runner.peer_timeout_s: a lost trainer or server
   SyncMode sync_mode = SyncMode::kGpubox;  // runner.sync_mode (with runner.use_fleet, use_gpu)
   // Collective mode: runner.use_fleet and use_gpu with no runner.sync_mode. The gpubox schedule
   // with the embedding table replicated on every card (heter_comm::Placement::kReplicated).

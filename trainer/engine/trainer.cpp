@@ -147,6 +147,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             std::make_unique<SaveLineage>(config_),
+            nullptr,
             nullptr});
   State& s = *state_;
   s.group = comm::make_group(s.cards,
@@ -175,6 +176,15 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             : " (the token of " + token_file.source + " '" + token_file.path + "' was refused)");
   }
   s.host = std::move(host).value();
+  if (env_.trainers > 1) {
+    // A lost trainer or server ends the job within runner.peer_timeout_s, naming it.
+    PeerWatchOptions watch;
+    watch.peer_timeout_s = config_.runner.peer_timeout_s;
+    watch.join_timeout_s = config_.runner.collective_timeout_s;
+    s.watch = std::make_unique<PeerWatch>(
+        *s.group, *s.store, env_, dynamic_cast<table::server::RemoteHostTier*>(s.host.get()),
+        watch);
+  }
   // Each card's pool takes its bytes from the driver before anything is allocated on it: the
   // card tier's budget-sized stores and the dense model then come out of the pool.
   for (int c = 0; c < s.cards.num_local_cards(); ++c)

@@ -15,6 +15,7 @@
 #include "table/host_tier.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
+#include "trainer/engine/peer_watch.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -32,6 +33,9 @@ struct Trainer::State {
   std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
   std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
   std::unique_ptr<PassPipeline> pipeline;            // during train(): the passes read ahead
+  // Several trainers: the other trainers' heartbeat and the servers' pings (peer_watch.hpp).
+  // Last, so destroyed first: it uses the group and the host tier.
+  std::unique_ptr<PeerWatch> watch;
 };
 
 namespace engine_detail {

@@ -30,14 +30,27 @@ std::string env_string(const char* paddle, const char* gpubox, const std::string
   return fallback;
 }
 
+// A cluster launcher's value for a job variable the launcher did not set itself: mpirun's
+// (Open MPI) first, then srun's (Slurm), else `fallback`. The launcher only starts processes;
+// each learns its place from the variables the launcher gives every rank.
+int launcher_int(const char* ompi, const char* slurm, int fallback) {
+  for (const char* name : {ompi, slurm}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return env_int(name, name, fallback);
+  }
+  return fallback;
+}
+
 }  // namespace
 
 TrainerEnv TrainerEnv::from_environment() {
   TrainerEnv env;
   env.selected_cards = env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0");
   env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
-  env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", 0);
-  env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM", 1);
+  env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID",
+                           launcher_int("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", 0));
+  env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
+                         launcher_int("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", 1));
   env.rendezvous = env_string("GPUBOX_RENDEZVOUS", "GPUBOX_RENDEZVOUS", "");
   env.host = env_string("POD_IP", "GPUBOX_POD_IP", "127.0.0.1");
   return env;

@@ -27,7 +27,9 @@ struct TrainerEnv {
 
   // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
   // PADDLE_TRAINERS_NUM (or their GPUBOX_* names), GPUBOX_RENDEZVOUS and POD_IP (or
-  // GPUBOX_POD_IP). A malformed number names the variable.
+  // GPUBOX_POD_IP). Without a trainer id or count, a cluster launcher's gives it:
+  // OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (mpirun), else SLURM_PROCID / SLURM_NTASKS
+  // (srun), as scripts/run_gpubox.sh reads them. A malformed number names the variable.
   static TrainerEnv from_environment();
 };
 
