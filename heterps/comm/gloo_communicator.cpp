@@ -10,9 +10,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/transport/tcp/pair.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -99,24 +97,6 @@ void ignore_sigpipe() {
   }
 }
 
-// Gloo's tcp::Pair keeps its socket, lock and state protected; a pointer to member formed
-// through a class derived from it reaches them (the class is never instantiated).
-class PairSocket final : public gloo::transport::tcp::Pair {
- public:
-  // shutdown(2) of the pair's connected socket, under the pair's lock (so Gloo cannot close and
-  // reuse the descriptor meanwhile). Gloo's loop thread then reads end-of-file on it and fails
-  // every operation waiting on the pair: the rank blocked in a collective on it wakes with an
-  // error at once, and so does the peer when the network still carries the FIN. A pair that is
-  // not connected (closed, failed) is left alone.
-  static void shut_down(gloo::transport::tcp::Pair& pair) {
-    const auto mu = &PairSocket::m_;
-    const auto fd = &PairSocket::fd_;
-    const auto state = &PairSocket::state_;
-    std::lock_guard<std::mutex> lock(pair.*mu);
-    if (pair.*state == CONNECTED && pair.*fd >= 0) ::shutdown(pair.*fd, SHUT_RDWR);
-  }
-};
-
 }  // namespace
 
 // ---- group ---------------------------------------------------------------------------------
@@ -185,23 +165,23 @@ Communicator& GlooGroup::at(int local_rank) {
 }
 
 void GlooGroup::abort(const std::string& reason) {
-  std::vector<std::size_t> idle, busy;
+  std::vector<std::size_t> idle;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.load(std::memory_order_relaxed)) return;  // the first reason wins
     reason_ = reason.empty() ? std::string("(no reason given)") : reason;
     aborted_.store(true, std::memory_order_release);
     for (std::size_t r = 0; r < ranks_.size(); ++r) {
-      (in_collective_[r] ? busy : idle).push_back(r);
+      if (!in_collective_[r]) idle.push_back(r);
     }
   }
   // The peers waiting on these ranks see their sockets close and fail at once (the header).
   // Closed outside mu_: each close waits for a tick of Gloo's loop thread, and no rank can
   // enter a collective once aborted_ is set (a rank leaving one closes its own, below; a second
-  // close of a pair does nothing). A rank inside a collective keeps its pairs (Gloo reads them)
-  // but their sockets are shut down, which wakes it (PairSocket).
+  // close of a pair does nothing). A rank inside a collective is not woken (Gloo has no way to):
+  // it fails at its peers' closing or Gloo's timeout, and a trainer whose peer was lost is ended
+  // by PeerWatch's forced exit (trainer/engine/peer_watch.hpp) if it has not stopped by then.
   for (std::size_t r : idle) ranks_[r]->close_connections();
-  for (std::size_t r : busy) ranks_[r]->shut_down_sockets();
 }
 
 void GlooGroup::enter_collective(int local, const char* collective) {
@@ -256,14 +236,6 @@ GlooCommunicator::GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Conte
     : group_(&group), context_(std::move(context)) {}
 
 void GlooCommunicator::close_connections() { context_->closeConnections(); }
-
-void GlooCommunicator::shut_down_sockets() {
-  for (int peer = 0; peer < size(); ++peer) {
-    auto& pair = context_->getPair(peer);
-    // This group's device is Gloo's tcp transport (GlooGroup's constructor makes it).
-    if (pair) PairSocket::shut_down(static_cast<gloo::transport::tcp::Pair&>(*pair));
-  }
-}
 
 int GlooCommunicator::rank() const { return context_->rank; }
 int GlooCommunicator::size() const { return context_->size; }

@@ -19,11 +19,11 @@
 // that are not inside a collective (a rank inside one closes its own when it leaves it): the
 // peers see the sockets close and their collectives with them end at once (Gloo signals a closed
 // connection to a waiting peer), instead of at the timeout. A rank that is itself waiting in
-// Gloo is not woken by closing its own connections (Gloo's tcp Pair::close signals no waiter):
-// the abort shuts its sockets down instead (shutdown(2), the descriptors stay Gloo's), which
-// Gloo's loop reads as a closed connection, failing the wait at once. So an abort from another
-// thread (PeerHeartbeat's lost peer: a partition no socket reports) ends every local collective
-// within milliseconds; the error then carries the abort's reason.
+// Gloo is not woken by closing its own connections (Gloo's tcp Pair::close signals no waiter,
+// and its socket is not reachable through Gloo's installed headers): it returns at its peers'
+// closing or at the timeout, and then reports the abort's reason. A lost peer (PeerHeartbeat: a
+// partition, which no socket reports) ends the trainer through PeerWatch's forced exit when a
+// rank stays blocked (trainer/engine/peer_watch.hpp).
 #pragma once
 
 #include <atomic>
@@ -54,9 +54,6 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(GlooGroup& group, std::shared_ptr<gloo::Context> context);
   // Closes this rank's Gloo connections (GlooGroup::abort; never while it runs a collective).
   void close_connections();
-  // Shuts down the sockets of this rank's Gloo connections without closing them, so that the
-  // collective it is blocked in fails at once (GlooGroup::abort, while it runs one).
-  void shut_down_sockets();
 
   int rank() const override;
   int size() const override;

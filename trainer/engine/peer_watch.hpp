@@ -3,13 +3,14 @@
 // the job uses (RemoteHostTier::ping), each every peer_timeout / 5. A trainer or server silent
 // for runner.peer_timeout_s (a partition, a machine down), or a trainer whose heartbeat ends
 // before it finished (its process died), aborts the communicator group with a reason naming it by
-// address: every collective of this trainer then fails at once (Gloo: its sockets shut down;
-// NCCL: ncclCommAbort), so the job ends within seconds rather than at
-// runner.collective_timeout_s, which stays the bound of a slow step (a slow peer still beats).
+// address: its next collective fails at once with that reason (NCCL: ncclCommAbort also ends
+// the one under way), so the job ends within seconds rather than at runner.collective_timeout_s,
+// which stays the bound of a slow step (a slow peer still beats).
 //
-// A trainer blocked elsewhere (a host-tier call to an unreachable server retries up to
-// runner.server_timeout_s) cannot be woken by the abort: once a loss is seen, the process ends
-// after `exit_grace_s` at the latest, printing the reason (gpubox_train's exit status 1).
+// A rank blocked inside a Gloo collective (Gloo cannot wake it) or a trainer blocked elsewhere
+// (a host-tier call to an unreachable server retries up to runner.server_timeout_s) is not
+// woken by the abort: once a loss is seen, the process ends after `exit_grace_s` at the latest,
+// printing the reason (gpubox_train's exit status 1).
 //
 // Thread-safety: construct and destroy from the controlling thread; the watch's threads call
 // CommGroup::abort, which is thread-safe.

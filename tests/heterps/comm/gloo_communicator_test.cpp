@@ -372,44 +372,6 @@ TEST(GlooFailure, AnAbortClosesItsConnectionsSoPeersFailAtOnce) {
   }
 }
 
-// An abort from another thread (PeerHeartbeat's lost peer: a partition, which no socket
-// reports) wakes a rank blocked inside a collective at once, with the abort's reason: its
-// sockets are shut down. Before, it waited out the group's timeout (20 s here).
-TEST(GlooFailure, AnAbortFromAnotherThreadWakesARankInsideACollective) {
-  Job job(2, 1, std::chrono::seconds(20));
-  std::atomic<bool> released{false};
-  std::string error;
-  std::chrono::steady_clock::duration waited{};
-  std::thread lost_peer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 is inside by then
-    job.groups[0]->abort("lost trainer 1 (test): no heartbeat");
-  });
-  EXPECT_THROW(job.run([&](device::Card& card, Communicator& comm) {
-    if (comm.rank() == 1) {  // trainer 1 never enters: the partitioned peer
-      for (int i = 0; i < 100 && !released; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      return;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      std::vector<float> values(64, 1.0f);
-      auto buffer = device::to_device(values, card.memory(), card.stream());
-      comm.all_reduce_sum(buffer.data(), buffer.data(), values.size(), card.stream());
-      comm.synchronize(card.stream(), "step 0");
-    } catch (const std::exception& e) {
-      waited = std::chrono::steady_clock::now() - start;
-      error = e.what();
-      released = true;
-      throw;
-    }
-  }),
-               Error);
-  lost_peer.join();
-  EXPECT_THAT(error, HasSubstr("communicator aborted (rank 0 in all_reduce_sum)"));
-  EXPECT_THAT(error, HasSubstr("lost trainer 1 (test): no heartbeat"));
-  EXPECT_LT(waited, std::chrono::seconds(5)) << error;
-}
-
 // ---- the file store ----------------------------------------------------------------------
 
 TEST(FileStore, SetGetWaitAndBounds) {
