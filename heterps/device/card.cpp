@@ -120,11 +120,17 @@ Card::Card(int local_index, int device, int rank, int threads)
 #endif
 }
 
+Card::~Card() {
+  // The thread that destroys a card forgets it (card threads have ended: run_on_cards joins).
+  if (thread_pinned_counters() == &counters_) set_thread_pinned_counters(nullptr);
+}
+
 void Card::activate() const {
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaSetDevice(device_));
 #endif
   omp_set_num_threads(threads_);
+  set_thread_pinned_counters(&counters_);
 }
 
 void Card::prewarm_pool(std::size_t bytes) {

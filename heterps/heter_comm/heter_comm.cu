@@ -306,45 +306,79 @@ class HeterComm::Impl {
   // Device rule 1: every buffer the rest of the step needs (this pull or push, and the
   // push_pulled after a pull), sized before the first collective that moves keys.
   void reserve_exchange(std::size_t unique, std::size_t received) {
-    // Sized with headroom when they must grow: how a batch's keys split between the owners
-    // varies from step to step, and sized to the exact count of the first steps, a later step of
-    // the first pass that receives a few more keys grew every exchange buffer at once (~13
-    // allocations in one step; 2 cards: 0.3 a steady step). The buffers' own growth factor.
+    // Sized with headroom when they must grow (a step past reserve_steps' bounds, or none were
+    // given): how a batch's keys split between the owners varies from step to step, and sized
+    // to the exact count of the first steps, a later step that receives a few more keys grew
+    // every exchange buffer at once (~13 allocations in one step). The buffers' growth factor.
     if (received > exchange_received_) exchange_received_ = received + received / 2;
     if (unique > exchange_unique_) exchange_unique_ = unique + unique / 2;
-    const std::size_t rows = exchange_received_;
+    // The blocks are padded to the step's largest unique count: headroom as above.
+    if (replicated_ && max_unique_ > exchange_max_unique_) {
+      exchange_max_unique_ = max_unique_ + max_unique_ / 2;
+    }
+    grow_exchange(local_.occurrences());
     const std::size_t record_dim =
         static_cast<std::size_t>(std::max(layout_.pull_dim(), layout_.push_dim()));
     const std::size_t push_dim = static_cast<std::size_t>(layout_.push_dim());
-    // Each grown to its headroom (contents not kept), then set to this step's size.
-    recv_keys_.resize_discard(rows);
+    // This step's sizes (within the capacity grow_exchange gave).
     recv_keys_.resize_discard(received);
-    recv_rows_.resize_discard(rows);
     recv_rows_.resize_discard(received);
-    recv_records_.resize_discard(rows * record_dim);
     recv_records_.resize_discard(received * record_dim);
-    send_records_.resize_discard(exchange_unique_ * record_dim);
     send_records_.resize_discard(unique * record_dim);
-    merged_records_.resize_discard(rows * push_dim);
     merged_records_.resize_discard(received * push_dim);
-    merged_rows_.resize_discard(rows);
     merged_rows_.resize_discard(received);
-    owner_merge_.reserve(rows);
-    store_->reserve_lookups(rows);
-    reducer_.reserve(std::max(local_.occurrences(), rows), layout_.push_dim());
-    if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(rows));
     if (replicated_) {
-      // The blocks are padded to the step's largest unique count: headroom as above.
-      if (max_unique_ > exchange_max_unique_) exchange_max_unique_ = max_unique_ + max_unique_ / 2;
-      const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
       const std::size_t blocks = static_cast<std::size_t>(total_cards_) * max_unique_;
-      gathered_keys_.resize_discard(room);
       gathered_keys_.resize_discard(blocks);
-      gathered_records_.resize_discard(room * push_dim);
       gathered_records_.resize_discard(blocks * push_dim);
     }
   }
 
+  // Grows every exchange buffer, the owner merge, the lookups' and reductions' scratch to what
+  // exchange_received_, exchange_unique_ and exchange_max_unique_ (and `occurrences` local keys)
+  // need; sizes (and contents) as the growth leaves them.
+  void grow_exchange(std::size_t occurrences) {
+    const std::size_t rows = exchange_received_;
+    const std::size_t record_dim =
+        static_cast<std::size_t>(std::max(layout_.pull_dim(), layout_.push_dim()));
+    const std::size_t push_dim = static_cast<std::size_t>(layout_.push_dim());
+    grow(recv_keys_, rows);
+    grow(recv_rows_, rows);
+    grow(recv_records_, rows * record_dim);
+    grow(send_records_, exchange_unique_ * record_dim);
+    grow(merged_records_, rows * push_dim);
+    grow(merged_rows_, rows);
+    owner_merge_.reserve(rows);
+    store_->reserve_lookups(rows);
+    reducer_.reserve(std::max(occurrences, rows), layout_.push_dim());
+    if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(rows));
+    if (replicated_) {
+      const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
+      grow(gathered_keys_, room);
+      grow(gathered_records_, room * push_dim);
+    }
+  }
+  // Capacity for `count` elements, contents not kept.
+  template <class T>
+  static void grow(device::device_buffer<T>& buffer, std::size_t count) {
+    if (count > buffer.capacity()) buffer.resize_discard(count);
+  }
+
+ public:
+  void reserve_steps(const StepBounds& bounds) {
+    pulled_ = false;  // the received keys' buffers may be replaced
+    exchange_received_ = std::max(exchange_received_, bounds.received);
+    exchange_unique_ = std::max(exchange_unique_, bounds.unique);
+    exchange_max_unique_ = std::max(exchange_max_unique_, bounds.block);
+    // The local dedup and owner plan run over the batch's occurrences (the unique count is
+    // known on the card only); their Thrust temporaries come from the scratch arena.
+    local_.reserve(bounds.occurrences);
+    plan_.reserve(bounds.occurrences);
+    scratch_.reserve(merge_scratch_bound(std::max(bounds.occurrences, bounds.received)));
+    grow_exchange(bounds.occurrences);
+  }
+
+ private:
   // One summed push record per unique key of the planned batch, written in send order.
   void reduce_local(const float* grads, std::size_t unique, const device::Stream& stream) {
     const int32_t dim = layout_.push_dim();
@@ -658,6 +692,7 @@ void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
                      const device::Stream& stream, const int32_t* slots) {
   impl_->push(keys, slots, n, grads, stream);
 }
+void HeterComm::reserve_steps(const StepBounds& bounds) { impl_->reserve_steps(bounds); }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {
   impl_->push_pulled(grads, veto, stream);

@@ -25,6 +25,10 @@
 // position inside a card, by source rank across cards; a hot key's long segment in chunks summed
 // in parallel, see detail/segment_reduce.cuh), so a run is reproducible and both backends agree.
 //
+// Sizes: reserve_steps before a pass's first step sizes every buffer for the pass's largest step
+// (the trainer computes it from the pass's data on the host); without it the buffers grow with
+// 1.5x headroom at the steps that need more.
+//
 // Host waits (bounded: Communicator::synchronize): a pull waits twice (the key counts; the
 // owner's lookups) and returns with its records enqueued; push_pulled waits once, at its end; a
 // training step (pull + push_pulled) therefore waits 3 times in all. Buffers are owned, reused
@@ -97,6 +101,11 @@ class HeterComm {
   // trip. Ends with a bounded wait for its work (Communicator::synchronize).
   void push_pulled(const float* grads, const device::Stream& stream,
                    const uint32_t* veto = nullptr);
+
+  // Sizes every buffer of pull and push_pulled (and the card's scratch arena) for steps up to
+  // `bounds`, now (between steps: not collective, no wait). Ends the last pull's state
+  // (push_pulled needs a pull after it).
+  void reserve_steps(const StepBounds& bounds);
 
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }

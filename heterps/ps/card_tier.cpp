@@ -172,6 +172,10 @@ void CardTier::pull(int card, const uint64_t* keys, std::size_t n, float* out_pu
   comms_.at(card)->pull(keys, n, out_pull, stream);
 }
 
+void CardTier::reserve_steps(int card, const heter_comm::StepBounds& bounds) {
+  comms_.at(card)->reserve_steps(bounds);
+}
+
 void CardTier::push_pulled(int card, const float* grads, const device::Stream& stream,
                            const uint32_t* veto) {
   comms_.at(card)->push_pulled(grads, stream, veto);

@@ -134,6 +134,9 @@ class CardTier {
   // out_pull[i * pull_dim() ...] = the pull record of keys[i] (card memory): HeterComm::pull.
   void pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
             const device::Stream& stream);
+  // Sizes card `card`'s step buffers for steps up to `bounds` (HeterComm::reserve_steps): on its
+  // card thread, before a pass's first step.
+  void reserve_steps(int card, const heter_comm::StepBounds& bounds);
   // One optimizer step per key of the card's last pull: HeterComm::push_pulled (ends with the
   // step's last wait; `veto` as there).
   void push_pulled(int card, const float* grads, const device::Stream& stream,

@@ -10,7 +10,8 @@
 //   a non-finite verdict; ends with the step's last wait S3) -> verdict on the host: throw
 //   naming pass and step, or the dense optimizer step (identical on every card).
 // Three host waits per step, no allocation and no pageable copy in steady state (device rules,
-// heterps/device/card.hpp); last_step_counts() says what the last step cost.
+// heterps/device/card.hpp), and none in any step of a pass after reserve_steps for its largest
+// batch; last_step_counts() says what the last step cost.
 //
 // Thread-safety: one card thread. The card, communicator and card tier must outlive the worker.
 #pragma once
@@ -20,6 +21,7 @@
 
 #include "dataset/batch.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
 #include "trainer/config/trainer_config.hpp"
 
 namespace gpubox {
@@ -37,6 +39,15 @@ struct DenseBatchView;
 class DenseOptimizer;
 class MetricsAccumulator;
 
+// The largest step of a pass on one card (CardWorker::reserve_steps): from the pass's data,
+// before its first step.
+struct StepReservation {
+  int64_t instances = 0;        // of the largest batch
+  int slots = 0;                // sparse slots of a batch (its offsets: slots * instances + 1)
+  int dense_dim = 0;            // dense values per instance
+  heter_comm::StepBounds keys;  // occurrences, distinct keys, received keys (and block)
+};
+
 class CardWorker {
  public:
   // `tier` holds this card's sparse side (card.local_index() is its card there).
@@ -45,6 +56,14 @@ class CardWorker {
   ~CardWorker();
   CardWorker(const CardWorker&) = delete;
   CardWorker& operator=(const CardWorker&) = delete;
+
+  // Sizes every card and pinned buffer of a step (the batch upload, the pull and push records,
+  // the dense model's activations, the metrics' partials and the card tier's exchange) for
+  // steps up to `largest`, so that no step up to it allocates, frees or regrows a pinned
+  // buffer (a cudaMallocHost/cudaFreeHost inside a step synchronizes the device while the
+  // other cards' collectives wait for this one). Between passes, on the card's thread. A batch
+  // past it (data with no plan: a QueueDataset stream) still works: its step grows the buffers.
+  void reserve_steps(const StepReservation& largest);
 
   // One training step on this card's `batch`. `global_batch`: instances of this step over all
   // cards (the dense gradient is the mean over them). Returns the batch's summed log loss.
@@ -73,6 +92,10 @@ class CardWorker {
 
  private:
   int64_t upload(const dataset::Batch& batch);
+  // Sizes the step buffers for a batch of these counts (a pinned or card allocation only when
+  // one outgrows them); sets the layout of the upload block.
+  void size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,
+                    std::size_t dense, std::size_t labels);
   DenseBatchView batch_view(int slots) const;
 
   device::Card& card_;

@@ -56,36 +56,104 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
 
 // The steps of a pass, agreed by every card of every trainer (collective over `comm`): as many
 // as the trainer with the most batches has (a card past its own batches trains empty ones,
-// still joining every collective), and each step's instances over every card of the job (the
-// dense gradients' scale).
+// still joining every collective), each step's instances over every card of the job (the
+// dense gradients' scale), and, from the pass's step sizes when the data gave them, the largest
+// step this card runs: what it receives as an owner depends on every card's batch.
 struct StepPlan {
   std::size_t local_batches = 0;      // this trainer's batches per card
   std::vector<int64_t> global_batch;  // per step: instances over every card of the job
+  bool sized = false;                 // `largest` holds the pass's largest step
+  heter_comm::StepBounds largest;
   std::size_t steps() const { return global_batch.size(); }
 };
 
+// Per step, this card's contribution to what every card learns: [instances, then the distinct
+// keys it sends each owner (sharded) or its distinct keys (replicated)]. Summed over the job.
+std::vector<int64_t> step_words(const PassStepSizes* sizes, const StepPlan& plan, int64_t steps,
+                                std::size_t width, std::size_t instances, std::size_t batch,
+                                int card, int cards) {
+  std::vector<int64_t> words(static_cast<std::size_t>(steps) * width, 0);
+  for (std::size_t b = 0; b < plan.local_batches; ++b) {
+    int64_t* row = words.data() + b * width;
+    row[0] = static_cast<int64_t>(dataset::batch_span_of(instances, batch, card, cards, b).size());
+    if (sizes == nullptr) continue;
+    const std::size_t at = sizes->index(card, b);
+    if (!sizes->per_owner) {
+      row[1] = sizes->unique[at];
+      continue;
+    }
+    const auto total = static_cast<std::size_t>(sizes->total_cards);
+    for (std::size_t o = 0; o < total; ++o) row[1 + o] = sizes->owner_counts[at * total + o];
+  }
+  return words;
+}
+
 StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, device::Card& card,
-                         comm::Communicator& comm) {
+                         comm::Communicator& comm, const PassStepSizes* sizes = nullptr) {
   const device::Stream& stream = card.stream();
+  const int c = card.local_index();
   StepPlan plan;
   plan.local_batches = dataset::batches_per_card(instances, batch, cards);
-  auto counts = card.make_buffer<int64_t>(static_cast<std::size_t>(comm.size()));
-  auto mine = device::to_device(std::vector<int64_t>{static_cast<int64_t>(plan.local_batches)},
-                                card.memory(), stream);
-  comm.all_gather(mine.data(), counts.data(), 1, stream);
+  if (sizes != nullptr) {
+    GPUBOX_EXPECTS(sizes->batches == plan.local_batches && sizes->local_cards == cards &&
+                       sizes->total_cards == comm.size(),
+                   "the pass's step sizes were planned for ", sizes->batches, " batches on ",
+                   sizes->local_cards, " of ", sizes->total_cards, " cards, not ",
+                   plan.local_batches, " on ", cards, " of ", comm.size());
+  }
+  // Every card's batch count and largest distinct-key count (0 without sizes).
+  const std::size_t ranks = static_cast<std::size_t>(comm.size());
+  auto counts = card.make_buffer<int64_t>(2 * ranks);
+  const int64_t my_unique = sizes != nullptr ? static_cast<int64_t>(sizes->max_unique(c)) : 0;
+  auto mine =
+      device::to_device(std::vector<int64_t>{static_cast<int64_t>(plan.local_batches), my_unique},
+                        card.memory(), stream);
+  comm.all_gather(mine.data(), counts.data(), 2, stream);
   comm.synchronize(stream, "the pass's batch counts");
   int64_t steps = 0;
-  for (int64_t n : device::to_host(counts)) steps = std::max(steps, n);
-  std::vector<int64_t> sizes(static_cast<std::size_t>(steps), 0);
-  for (std::size_t b = 0; b < plan.local_batches; ++b) {
-    sizes[b] = static_cast<int64_t>(
-        dataset::batch_span_of(instances, batch, card.local_index(), cards, b).size());
+  int64_t block = 0;
+  const std::vector<int64_t> gathered = device::to_host(counts);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    steps = std::max(steps, gathered[2 * r]);
+    block = std::max(block, gathered[2 * r + 1]);
   }
-  auto global = device::to_device(sizes, card.memory(), stream);
-  comm.all_reduce_sum(global.data(), global.data(), sizes.size(), stream);
-  comm.synchronize(stream, "the pass's batch sizes");
-  plan.global_batch = device::to_host(global);
+  // Every card has sizes or none does (the same reader on every trainer, runner.reader_type):
+  // the all-reduce's length depends on it.
+  const std::size_t width = 1 + (sizes == nullptr ? 0 : sizes->per_owner ? ranks : 1);
+  auto global = device::to_device(step_words(sizes, plan, steps, width, instances, batch, c, cards),
+                                  card.memory(), stream);
+  comm.all_reduce_sum(global.data(), global.data(), global.size(), stream);
+  comm.synchronize(stream, "the pass's step sizes");
+  const std::vector<int64_t> words = device::to_host(global);
+  plan.global_batch.resize(static_cast<std::size_t>(steps));
+  const std::size_t received_at = sizes != nullptr && sizes->per_owner ? 1 + comm.rank() : 1;
+  for (std::size_t b = 0; b < plan.global_batch.size(); ++b) {
+    plan.global_batch[b] = words[b * width];
+    if (width > 1) {
+      plan.largest.received =
+          std::max(plan.largest.received, static_cast<std::size_t>(words[b * width + received_at]));
+    }
+  }
+  if (sizes != nullptr) {
+    plan.sized = true;
+    plan.largest.occurrences = sizes->max_occurrences(c);
+    plan.largest.unique = static_cast<std::size_t>(my_unique);
+    plan.largest.block = static_cast<std::size_t>(block);
+  }
   return plan;
+}
+
+// Sizes `worker`'s step buffers for the largest step of `plan` (nothing when the pass has no
+// step sizes): before the pass's first step, so no step allocates.
+void reserve_steps(CardWorker& worker, const StepPlan& plan, std::size_t batch,
+                   const dataset::DatasetConfig& config) {
+  if (!plan.sized) return;
+  StepReservation largest;
+  largest.instances = static_cast<int64_t>(batch);
+  largest.slots = static_cast<int>(config.slots.size());
+  largest.dense_dim = config.dense_dim;
+  largest.keys = plan.largest;
+  worker.reserve_steps(largest);
 }
 
 // Batch `b` of this card: the dataset's (held, or the stream's next) while it has one, else an
@@ -118,6 +186,8 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("steady_steps", static_cast<double>(steps));
   extra.emplace_back("host_syncs_per_step", total.host_syncs * per_step);
   extra.emplace_back("allocations_per_step", total.allocations * per_step);
+  extra.emplace_back("frees_per_step", total.frees * per_step);
+  extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);
   extra.emplace_back("pageable_copies_per_step", total.pageable_copies * per_step);
   extra.emplace_back("pinned_copies_per_step", total.pinned_copies * per_step);
   extra.emplace_back("launches_per_step", total.launches * per_step);
@@ -235,6 +305,8 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   if (config_.runner.reader_type != ReaderType::kQueueDataset) {
     into->data = load_dataset(share, what);
     if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+    into->step_sizes = std::make_shared<const PassStepSizes>(
+        plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size)));
     return;
   }
   // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
@@ -253,6 +325,14 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   }
 }
 
+PassStepSizes Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
+                                       std::size_t batch) const {
+  const int cards = state_->cards.num_local_cards();
+  return plan_step_sizes(data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,
+                         /*per_owner=*/!config_.runner.collective,
+                         std::max(1, config_.dataset.thread_num));
+}
+
 PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   Timer timer;
   const auto prepared = prepare_pass(
@@ -268,10 +348,15 @@ struct Trainer::StepTally {
   // bytes it sent to other trainer processes over them.
   std::vector<device::DeviceCounts> steady;
   std::vector<uint64_t> steady_interprocess;
+  // Every card's every step, the first ones included (sizing them all before the pass is the
+  // point: pass_allocations etc. in the report), and the next pass's card work between them.
+  device::DeviceCounts every_step;
+  device::DeviceCounts between_steps;
 };
 
 Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
-                                        dataset::QueueDataset* stream, int64_t pass) {
+                                        dataset::QueueDataset* stream, int64_t pass,
+                                        const PassStepSizes* sizes) {
   State& s = *state_;
   const int cards = s.cards.num_local_cards();
   const std::size_t instances = ds != nullptr ? ds->size() : stream->size();
@@ -279,6 +364,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   StepTally tally;
   tally.steady.resize(static_cast<std::size_t>(cards));
   tally.steady_interprocess.assign(static_cast<std::size_t>(cards), 0);
+  std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
+  std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
   const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
   const int interval = std::max(1, config_.runner.print_interval);
   std::mutex print_mu;
@@ -289,7 +376,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         comm::Communicator& comm = s.group->at(c);
         worker.metrics().reset();
         // Every card's plan is the same (agreed over the job).
-        const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm);
+        const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm, sizes);
+        reserve_steps(worker, plan, batch_size, config_.dataset);
         const std::size_t batches = plan.steps();
         if (c == 0) tally.steps = batches;
         dataset::Batch batch;
@@ -308,9 +396,12 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
               c == 0 && env_.trainer_id == 0 && ((b + 1) % interval == 0 || redraw);
           const uint64_t sent_before = comm.bytes_to_other_processes();
           worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
+          every_step[static_cast<std::size_t>(c)] += worker.last_step_counts();
           // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
           // step's counts were taken: the pass reports its own counts.
+          const device::DeviceCounts before_work = card.counts();
           s.card_tier->prepare_next_pass(c);
+          between_steps[static_cast<std::size_t>(c)] += card.counts() - before_work;
           if (b >= kWarmupSteps) {
             tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
             tally.steady_interprocess[static_cast<std::size_t>(c)] +=
@@ -335,6 +426,10 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         if (stream != nullptr) stream->abort(why);
       });
   if (tty && tally.steps >= 1) std::printf("\n");
+  for (int c = 0; c < cards; ++c) {
+    tally.every_step += every_step[static_cast<std::size_t>(c)];
+    tally.between_steps += between_steps[static_cast<std::size_t>(c)];
+  }
   return tally;
 }
 
@@ -366,7 +461,7 @@ PassReport Trainer::run_pass(
   }
   StepTally tally;
   try {
-    tally = train_steps(ds, stream, pass);
+    tally = train_steps(ds, stream, pass, prepared.step_sizes.get());
   } catch (const Error&) {
     // The stream's own failure (a file, pipe_command, its second read differing from the first)
     // is the pass's error, also when a card stopped for it first.
@@ -417,6 +512,21 @@ PassReport Trainer::run_pass(
 void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {
   const std::size_t steady = tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0;
   trainer::append_step_counts(tally.steady, steady, report);
+  // Totals over every step of the pass (every card, warm-up steps included): the step buffers
+  // are sized for the pass's largest batch before its first step, so all stay 0.
+  const device::DeviceCounts& all = tally.every_step;
+  report->extra.emplace_back("pass_step_allocations", static_cast<double>(all.allocations));
+  report->extra.emplace_back("pass_step_frees", static_cast<double>(all.frees));
+  report->extra.emplace_back("pass_step_pinned_allocations",
+                             static_cast<double>(all.pinned_allocations + all.pinned_frees));
+  report->extra.emplace_back("pass_step_window_allocations",
+                             static_cast<double>(all.window_allocations));
+  // The next pass's card work between the steps (card-tier growth, not step buffers).
+  report->extra.emplace_back("between_steps_allocations",
+                             static_cast<double>(tally.between_steps.allocations));
+  report->extra.emplace_back("between_steps_pinned_allocations",
+                             static_cast<double>(tally.between_steps.pinned_allocations +
+                                                 tally.between_steps.pinned_frees));
   if (env_.trainers == 1) return;
   report->extra.emplace_back("trainer", env_.trainer_id);
   report->extra.emplace_back("trainers", env_.trainers);
@@ -434,6 +544,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers), "evaluation data");
   ds->set_batch_size(config_.runner.infer_batch_size);
   const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
+  const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);
+  const PassStepSizes sizes = plan_pass_steps(*ds, infer_batch);
   // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
   s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots, nullptr, pass::PassAccess::kEvaluate);
   const int cards = s.cards.num_local_cards();
@@ -442,18 +554,22 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
     result.predictions.assign(ds->size(), 0.0f);
     result.labels.assign(ds->size(), 0.0f);
   }
+  std::vector<device::DeviceCounts> eval_counts(static_cast<std::size_t>(cards));
   s.cards.run_on_cards(
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
         worker.metrics().reset();
-        const StepPlan plan =
-            agree_step_plan(ds->size(), static_cast<std::size_t>(ds->config().batch_size), cards,
-                            card, s.group->at(card.local_index()));
+        const StepPlan plan = agree_step_plan(ds->size(), infer_batch, cards, card,
+                                              s.group->at(card.local_index()), &sizes);
+        reserve_steps(worker, plan, infer_batch, config_.dataset);
         dataset::Batch batch;
+        device::DeviceCounts& counts = eval_counts[static_cast<std::size_t>(card.local_index())];
         for (std::size_t b = 0; b < plan.steps(); ++b) {
           fill_step_batch(ds.get(), nullptr, plan, card.local_index(), cards, b, config_.dataset,
                           &batch);
+          const device::DeviceCounts before = card.counts();
           worker.eval_step(batch);
+          counts += card.counts() - before;
           if (keep_predictions && b < plan.local_batches) {
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
             const std::vector<float> preds = worker.last_predictions();
@@ -468,6 +584,13 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       [&](const std::string& why) { s.group->abort(why); });
   s.card_tier->end_pass();
   result.metrics = s.workers[0]->metrics().compute();
+  // Every card's every evaluation step (sized before the first one: all 0).
+  device::DeviceCounts steps;
+  for (const device::DeviceCounts& counts : eval_counts) steps += counts;
+  result.extra = {{"eval_step_allocations", static_cast<double>(steps.allocations)},
+                  {"eval_step_frees", static_cast<double>(steps.frees)},
+                  {"eval_step_pinned_allocations",
+                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)}};
   return result;
 }
 
