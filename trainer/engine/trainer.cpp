@@ -31,6 +31,7 @@
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
+#include "trainer/engine/step_plan.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -43,8 +44,9 @@
 namespace gpubox::trainer {
 namespace {
 
-// Steps of a pass not counted in its per-step device counts: the first steps size the buffers
-// and the scratch arena (allocations), later ones repeat the same work.
+// Steps of a pass not counted in its per-step device counts: without the pass's step sizes (a
+// stream) the first steps size the buffers and the scratch arena (allocations); later ones
+// repeat the same work. The pass report's pass_step_* totals count every step.
 constexpr std::size_t kWarmupSteps = 2;
 
 // Bytes each card's memory pool takes from the driver up front (device rule 3): the card-tier
@@ -52,124 +54,6 @@ constexpr std::size_t kWarmupSteps = 2;
 std::size_t prewarm_bytes(const TrainerConfig& config) {
   const int64_t budget_mb = config.runner.card_memory_mb;
   return budget_mb > 0 ? static_cast<std::size_t>(budget_mb) << 20 : std::size_t{1} << 30;
-}
-
-// The steps of a pass, agreed by every card of every trainer (collective over `comm`): as many
-// as the trainer with the most batches has (a card past its own batches trains empty ones,
-// still joining every collective), each step's instances over every card of the job (the
-// dense gradients' scale), and, from the pass's step sizes when the data gave them, the largest
-// step this card runs: what it receives as an owner depends on every card's batch.
-struct StepPlan {
-  std::size_t local_batches = 0;      // this trainer's batches per card
-  std::vector<int64_t> global_batch;  // per step: instances over every card of the job
-  bool sized = false;                 // `largest` holds the pass's largest step
-  heter_comm::StepBounds largest;
-  std::size_t steps() const { return global_batch.size(); }
-};
-
-// Per step, this card's contribution to what every card learns: [instances, then the distinct
-// keys it sends each owner (sharded) or its distinct keys (replicated)]. Summed over the job.
-std::vector<int64_t> step_words(const PassStepSizes* sizes, const StepPlan& plan, int64_t steps,
-                                std::size_t width, std::size_t instances, std::size_t batch,
-                                int card, int cards) {
-  std::vector<int64_t> words(static_cast<std::size_t>(steps) * width, 0);
-  for (std::size_t b = 0; b < plan.local_batches; ++b) {
-    int64_t* row = words.data() + b * width;
-    row[0] = static_cast<int64_t>(dataset::batch_span_of(instances, batch, card, cards, b).size());
-    if (sizes == nullptr) continue;
-    const std::size_t at = sizes->index(card, b);
-    if (!sizes->per_owner) {
-      row[1] = sizes->unique[at];
-      continue;
-    }
-    const auto total = static_cast<std::size_t>(sizes->total_cards);
-    for (std::size_t o = 0; o < total; ++o) row[1 + o] = sizes->owner_counts[at * total + o];
-  }
-  return words;
-}
-
-StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, device::Card& card,
-                         comm::Communicator& comm, const PassStepSizes* sizes = nullptr) {
-  const device::Stream& stream = card.stream();
-  const int c = card.local_index();
-  StepPlan plan;
-  plan.local_batches = dataset::batches_per_card(instances, batch, cards);
-  if (sizes != nullptr) {
-    GPUBOX_EXPECTS(sizes->batches == plan.local_batches && sizes->local_cards == cards &&
-                       sizes->total_cards == comm.size(),
-                   "the pass's step sizes were planned for ", sizes->batches, " batches on ",
-                   sizes->local_cards, " of ", sizes->total_cards, " cards, not ",
-                   plan.local_batches, " on ", cards, " of ", comm.size());
-  }
-  // Every card's batch count and largest distinct-key count (0 without sizes).
-  const std::size_t ranks = static_cast<std::size_t>(comm.size());
-  auto counts = card.make_buffer<int64_t>(2 * ranks);
-  const int64_t my_unique = sizes != nullptr ? static_cast<int64_t>(sizes->max_unique(c)) : 0;
-  auto mine =
-      device::to_device(std::vector<int64_t>{static_cast<int64_t>(plan.local_batches), my_unique},
-                        card.memory(), stream);
-  comm.all_gather(mine.data(), counts.data(), 2, stream);
-  comm.synchronize(stream, "the pass's batch counts");
-  int64_t steps = 0;
-  int64_t block = 0;
-  const std::vector<int64_t> gathered = device::to_host(counts);
-  for (std::size_t r = 0; r < ranks; ++r) {
-    steps = std::max(steps, gathered[2 * r]);
-    block = std::max(block, gathered[2 * r + 1]);
-  }
-  // Every card has sizes or none does (the same reader on every trainer, runner.reader_type):
-  // the all-reduce's length depends on it.
-  const std::size_t width = 1 + (sizes == nullptr ? 0 : sizes->per_owner ? ranks : 1);
-  auto global = device::to_device(step_words(sizes, plan, steps, width, instances, batch, c, cards),
-                                  card.memory(), stream);
-  comm.all_reduce_sum(global.data(), global.data(), global.size(), stream);
-  comm.synchronize(stream, "the pass's step sizes");
-  const std::vector<int64_t> words = device::to_host(global);
-  plan.global_batch.resize(static_cast<std::size_t>(steps));
-  const std::size_t received_at = sizes != nullptr && sizes->per_owner ? 1 + comm.rank() : 1;
-  for (std::size_t b = 0; b < plan.global_batch.size(); ++b) {
-    plan.global_batch[b] = words[b * width];
-    if (width > 1) {
-      plan.largest.received =
-          std::max(plan.largest.received, static_cast<std::size_t>(words[b * width + received_at]));
-    }
-  }
-  if (sizes != nullptr) {
-    plan.sized = true;
-    plan.largest.occurrences = sizes->max_occurrences(c);
-    plan.largest.unique = static_cast<std::size_t>(my_unique);
-    plan.largest.block = static_cast<std::size_t>(block);
-  }
-  return plan;
-}
-
-// Sizes `worker`'s step buffers for the largest step of `plan` (nothing when the pass has no
-// step sizes): before the pass's first step, so no step allocates.
-void reserve_steps(CardWorker& worker, const StepPlan& plan, std::size_t batch,
-                   const dataset::DatasetConfig& config) {
-  if (!plan.sized) return;
-  StepReservation largest;
-  largest.instances = static_cast<int64_t>(batch);
-  largest.slots = static_cast<int>(config.slots.size());
-  largest.dense_dim = config.dense_dim;
-  largest.keys = plan.largest;
-  worker.reserve_steps(largest);
-}
-
-// Batch `b` of this card: the dataset's (held, or the stream's next) while it has one, else an
-// empty batch.
-void fill_step_batch(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
-                     const StepPlan& plan, int card, int cards, std::size_t b,
-                     const dataset::DatasetConfig& config, dataset::Batch* batch) {
-  if (b >= plan.local_batches) {
-    dataset::assemble_batch(nullptr, 0, static_cast<int>(config.slots.size()), config.dense_dim,
-                            batch);
-  } else if (stream != nullptr) {
-    GPUBOX_EXPECTS(stream->next_batch(card, batch), "the pass's stream ended at batch ", b, " of ",
-                   plan.local_batches);
-  } else {
-    ds->fill_batch(card, cards, b, batch);
-  }
 }
 
 }  // namespace
