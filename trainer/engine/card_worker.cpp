@@ -95,6 +95,7 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   const auto n = static_cast<std::size_t>(std::max<int64_t>(0, largest.instances));
   const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
+  for (int64_t other : largest.other_instances) model_->reserve(other);
   size_buffers(n, largest.keys.occurrences, slots * n + 1, n * dense, n);
   tier_.reserve_steps(card_.local_index(), largest.keys);
 }

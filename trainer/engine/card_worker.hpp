@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dataset/batch.hpp"
 #include "heterps/device/card.hpp"
@@ -46,6 +47,10 @@ struct StepReservation {
   int slots = 0;                // sparse slots of a batch (its offsets: slots * instances + 1)
   int dense_dim = 0;            // dense values per instance
   heter_comm::StepBounds keys;  // occurrences, distinct keys, received keys (and block)
+  // The other batch sizes of the pass's steps on this card (a smaller last batch; 0 for the
+  // steps past its batches): their GEMM plans are made now too (cuBLASLt heuristics, oneDNN
+  // primitives), not inside a step.
+  std::vector<int64_t> other_instances;
 };
 
 class CardWorker {

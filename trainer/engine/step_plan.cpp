@@ -42,6 +42,10 @@ StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, de
   const int c = card.local_index();
   StepPlan plan;
   plan.local_batches = dataset::batches_per_card(instances, batch, cards);
+  if (plan.local_batches > 0) {
+    plan.last_instances = static_cast<int64_t>(
+        dataset::batch_span_of(instances, batch, c, cards, plan.local_batches - 1).size());
+  }
   if (sizes != nullptr) {
     GPUBOX_EXPECTS(sizes->batches == plan.local_batches && sizes->local_cards == cards &&
                        sizes->total_cards == comm.size(),
@@ -99,6 +103,11 @@ void reserve_steps(CardWorker& worker, const StepPlan& plan, std::size_t batch,
   largest.slots = static_cast<int>(config.slots.size());
   largest.dense_dim = config.dense_dim;
   largest.keys = plan.largest;
+  if (plan.last_instances != largest.instances)
+    largest.other_instances.push_back(plan.last_instances);
+  if (plan.steps() > plan.local_batches && plan.last_instances != 0) {
+    largest.other_instances.push_back(0);  // the steps past this card's batches
+  }
   worker.reserve_steps(largest);
 }
 

@@ -37,6 +37,7 @@ struct StepPlan {
   std::vector<int64_t> global_batch;  // per step: instances over every card of the job
   bool sized = false;                 // `largest` holds the pass's largest step
   heter_comm::StepBounds largest;
+  int64_t last_instances = 0;  // this card's last batch (0: it has none)
   std::size_t steps() const { return global_batch.size(); }
 };
 
