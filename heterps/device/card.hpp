@@ -139,7 +139,8 @@ int visible_gpus();
 // simulated cards and OpenBLAS on a shared machine (measured: a 2-thread card ran 6-16x slower).
 // The wait policy is read once when libgomp loads, so a binary calls this first thing in main:
 // when OMP_WAIT_POLICY is unset it sets it to passive and re-executes itself (same argv);
-// otherwise, and on the cuda backend, it returns at once. A user's explicit setting wins.
+// otherwise, and on the cuda backend, it returns at once. A user's explicit setting wins. On
+// both it first sets CUDA_MODULE_LOADING=EAGER when unset (card_setup.hpp: why).
 void use_passive_cpu_waits(char** argv);
 
 }  // namespace gpubox::device

@@ -22,6 +22,7 @@
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/card_setup.hpp"
 #include "heterps/ps/card_tier.hpp"
 #include "table/host_tier_factory.hpp"
 #include "table/io/model_manifest.hpp"
@@ -129,6 +130,15 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             : " (the token of " + token_file.source + " '" + token_file.path + "' was refused)");
   }
   s.host = std::move(host).value();
+  // The card tier's budget must fit each card beside what NCCL and cuBLAS still take: fail now,
+  // naming runner.card_memory_mb, not with an allocation failure passes later.
+  for (int c = 0; c < s.cards.num_local_cards(); ++c) {
+    const Status fits = device::check_card_memory_budget(
+        config_.runner.card_memory_mb,
+        device::card_free_bytes(s.cards.card(c), s.cards.num_local_cards()),
+        device::library_reserve_bytes(s.cards.total_cards()), s.cards.card(c).rank());
+    if (!fits.ok()) GPUBOX_FAIL(fits.message());
+  }
   // Each card's pool takes its bytes from the driver before anything is allocated on it: the
   // card tier's budget-sized stores and the dense model then come out of the pool.
   for (int c = 0; c < s.cards.num_local_cards(); ++c)
@@ -215,6 +225,14 @@ PassStepSizes Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
   return plan_step_sizes(data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,
                          /*per_owner=*/!config_.runner.collective,
                          std::max(1, config_.dataset.thread_num));
+}
+
+void Trainer::trim_pools() {
+  // A pass boundary's peak (begin_pass's sorts, a grown scratch arena's old block) goes back to
+  // the driver; the pool keeps its pre-warmed size, which the steady steps are served from.
+  for (int c = 0; c < state_->cards.num_local_cards(); ++c) {
+    device::trim_card_pool(state_->cards.card(c), prewarm_bytes(config_));
+  }
 }
 
 PassReport Trainer::train_pass(const std::vector<std::string>& files) {
@@ -363,6 +381,7 @@ PassReport Trainer::run_pass(
 
   const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
   const pass::PassStats end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{});
+  trim_pools();
   PassReport report;
   report.pass = pass;
   report.seconds = load_seconds + pass_timer.seconds();
@@ -467,6 +486,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       },
       [&](const std::string& why) { s.group->abort(why); });
   s.card_tier->end_pass();
+  trim_pools();
   result.metrics = s.workers[0]->metrics().compute();
   // Every card's every evaluation step (sized before the first one: all 0).
   device::DeviceCounts steps;

@@ -130,6 +130,8 @@ class Trainer final : public Schedule {
   struct StepTally;
   StepTally train_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
                         int64_t pass, const PassStepSizes* sizes);
+  // Gives every card's unused pool memory above its pre-warmed size back (after a pass).
+  void trim_pools();
   // The sizes of every step of `data` in batches of `batch` on this trainer's cards.
   PassStepSizes plan_pass_steps(const dataset::InMemoryDataset& data, std::size_t batch) const;
   void append_step_counts(const StepTally& tally, PassReport* report) const;
