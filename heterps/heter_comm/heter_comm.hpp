@@ -31,7 +31,8 @@
 //
 // Host waits (bounded: Communicator::synchronize): a pull waits twice (the key counts; the
 // owner's lookups) and returns with its records enqueued; push_pulled waits once, at its end; a
-// training step (pull + push_pulled) therefore waits 3 times in all. Buffers are owned, reused
+// training step (pull + push_pulled) therefore waits 3 times in all, 2 with its counts planned
+// (plan_next_step). Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
@@ -106,6 +107,15 @@ class HeterComm {
   // `bounds`, now (between steps: not collective, no wait). Ends the last pull's state
   // (push_pulled needs a pull after it).
   void reserve_steps(const StepBounds& bounds);
+
+  // The next pull's (or push's) key counts, known before the step from the pass's data
+  // (trainer/engine/step_sizes.hpp): counts[src * row + dst] = distinct keys card `src` sends
+  // card `dst` in that step (row = total_cards; replicated: row = 1, each card's distinct
+  // keys). That pull exchanges no counts and does not wait for them (no S1); its own row is
+  // checked against the card's at its next wait (a mismatch fails the step, naming the card).
+  // `counts` is borrowed until that pull. Ignored with MissingKeyPolicy::kCreate (its slots
+  // agreement travels with the counts).
+  void plan_next_step(const uint64_t* counts);
 
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }

@@ -100,7 +100,7 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   tier_.reserve_steps(card_.local_index(), largest.keys);
 }
 
-int64_t CardWorker::upload(const dataset::Batch& batch) {
+int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const int64_t size = static_cast<int64_t>(batch.size());
@@ -125,7 +125,7 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
     std::memcpy(host + at.labels, batch.labels.data(), batch.labels.size() * sizeof(float));
   }
   device::copy_async(b.uploaded.data(), host, at.total, stream);
-  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream);
+  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream, planned_counts);
   return size;
 }
 
@@ -144,12 +144,13 @@ DenseBatchView CardWorker::batch_view(int slots) const {
 }
 
 double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
-                              int64_t step, bool progress) {
+                              int64_t step, bool progress, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
   comm_.set_step(pass, step);
-  const int64_t size = upload(batch);  // and pull: waits S1 (key counts), S2 (owner lookups)
+  // And pull: waits S1 (key counts; not when planned), S2 (owner lookups).
+  const int64_t size = upload(batch, planned_counts);
   const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
@@ -175,10 +176,10 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
 
 double CardWorker::progress_auc() const { return metrics_->progress_auc(); }
 
-void CardWorker::eval_step(const dataset::Batch& batch) {
+void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   comm_.set_step(-1, -1);  // no training step context
-  const int64_t size = upload(batch);
+  const int64_t size = upload(batch, planned_counts);
   model_->predict_async(batch_view(batch.num_slots));
   metrics_->add(model_->predictions(), b.labels(), size);
   comm_.synchronize(card_.stream(), "eval step");

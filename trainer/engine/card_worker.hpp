@@ -9,9 +9,9 @@
 //   on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on the card by
 //   a non-finite verdict; ends with the step's last wait S3) -> verdict on the host: throw
 //   naming pass and step, or the dense optimizer step (identical on every card).
-// Three host waits per step, no allocation and no pageable copy in steady state (device rules,
-// heterps/device/card.hpp), and none in any step of a pass after reserve_steps for its largest
-// batch; last_step_counts() says what the last step cost.
+// Three host waits per step (two with the step's key counts planned), no allocation and no pageable
+// copy in steady state (device rules, heterps/device/card.hpp), and none in any step of a pass
+// after reserve_steps for its largest batch; last_step_counts() says what the last step cost.
 //
 // Thread-safety: one card thread. The card, communicator and card tier must outlive the worker.
 #pragma once
@@ -75,15 +75,17 @@ class CardWorker {
   // Throws (naming pass and step) on a non-finite loss or gradient on any card, before any
   // sparse or dense parameter changes. `progress`: also compute the running AUC for the
   // progress line (progress_auc(), read with the step's last wait).
+  // `planned_counts` (optional): the step's key counts from the pass's plan
+  // (HeterComm::plan_next_step): one host wait fewer.
   double train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
-                    bool progress = false);
+                    bool progress = false, const uint64_t* planned_counts = nullptr);
   // The running AUC of the last train_step asked for `progress`.
   double progress_auc() const;
   // What the last train_step asked of this card (host waits, allocations, copies, launches,
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
   // Pull and predict only; adds to the metrics. Collective (the pull is).
-  void eval_step(const dataset::Batch& batch);
+  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr);
   // Predictions of the last step (host copy), one per instance.
   std::vector<float> last_predictions() const;
 
@@ -96,7 +98,7 @@ class CardWorker {
   MetricsAccumulator& metrics() { return *metrics_; }
 
  private:
-  int64_t upload(const dataset::Batch& batch);
+  int64_t upload(const dataset::Batch& batch, const uint64_t* planned_counts);
   // Sizes the step buffers for a batch of these counts (a pinned or card allocation only when
   // one outgrows them); sets the layout of the upload block.
   void size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,

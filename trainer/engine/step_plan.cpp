@@ -34,6 +34,35 @@ std::vector<int64_t> step_words(const PassStepSizes* sizes, const StepPlan& plan
   return words;
 }
 
+// Every card's per-owner rows of every step (this card's are in `words` after the step's
+// instances; `width` words a step), all-gathered into plan->counts as [step][src][dst].
+void gather_step_counts(const std::vector<int64_t>& words, std::size_t width, device::Card& card,
+                        comm::Communicator& comm, StepPlan* plan) {
+  const std::size_t steps = plan->steps();
+  const std::size_t row = width - 1;
+  const std::size_t ranks = static_cast<std::size_t>(comm.size());
+  std::vector<uint64_t> mine(steps * row);
+  for (std::size_t b = 0; b < steps; ++b) {
+    for (std::size_t d = 0; d < row; ++d) {
+      mine[b * row + d] = static_cast<uint64_t>(words[b * width + 1 + d]);
+    }
+  }
+  const device::Stream& stream = card.stream();
+  auto send = device::to_device(mine, card.memory(), stream);
+  auto all = card.make_buffer<uint64_t>(ranks * steps * row);
+  comm.all_gather(send.data(), all.data(), steps * row, stream);
+  comm.synchronize(stream, "the pass's key counts per step");
+  const std::vector<uint64_t> gathered = device::to_host(all);  // [src][step][dst]
+  plan->count_row = row;
+  plan->counts.assign(steps * ranks * row, 0);
+  for (std::size_t src = 0; src < ranks; ++src) {
+    for (std::size_t b = 0; b < steps; ++b) {
+      std::copy_n(gathered.data() + (src * steps + b) * row, row,
+                  plan->counts.data() + (b * ranks + src) * row);
+    }
+  }
+}
+
 }  // namespace
 
 StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, device::Card& card,
@@ -72,8 +101,9 @@ StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, de
   // Every card has sizes or none does (the same reader on every trainer, runner.reader_type):
   // the all-reduce's length depends on it.
   const std::size_t width = 1 + (sizes == nullptr ? 0 : sizes->per_owner ? ranks : 1);
-  auto global = device::to_device(step_words(sizes, plan, steps, width, instances, batch, c, cards),
-                                  card.memory(), stream);
+  const std::vector<int64_t> local =
+      step_words(sizes, plan, steps, width, instances, batch, c, cards);
+  auto global = device::to_device(local, card.memory(), stream);
   comm.all_reduce_sum(global.data(), global.data(), global.size(), stream);
   comm.synchronize(stream, "the pass's step sizes");
   const std::vector<int64_t> words = device::to_host(global);
@@ -87,6 +117,7 @@ StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, de
     }
   }
   if (sizes != nullptr) {
+    gather_step_counts(local, width, card, comm, &plan);
     plan.sized = true;
     plan.largest.occurrences = sizes->max_occurrences(c);
     plan.largest.unique = static_cast<std::size_t>(my_unique);

@@ -38,7 +38,15 @@ struct StepPlan {
   bool sized = false;                 // `largest` holds the pass's largest step
   heter_comm::StepBounds largest;
   int64_t last_instances = 0;  // this card's last batch (0: it has none)
+  // When sized: every card's distinct keys per owner (replicated: per card) in each step,
+  // [step][src][dst] with `count_row` dst entries (HeterComm::plan_next_step's matrix).
+  std::vector<uint64_t> counts;
+  std::size_t count_row = 0;
   std::size_t steps() const { return global_batch.size(); }
+  // Step `b`'s count matrix, or null when the pass has no step sizes.
+  const uint64_t* counts_of(std::size_t b) const {
+    return counts.empty() ? nullptr : counts.data() + b * counts.size() / steps();
+  }
 };
 
 // `sizes`: the pass's (null: none, e.g. a stream); every card of the job passes them or none does

@@ -297,7 +297,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           const bool progress =
               c == 0 && env_.trainer_id == 0 && ((b + 1) % interval == 0 || redraw);
           const uint64_t sent_before = comm.bytes_to_other_processes();
-          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
+          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress,
+                            plan.counts_of(b));
           every_step[static_cast<std::size_t>(c)] += worker.last_step_counts();
           // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
           // step's counts were taken: the pass reports its own counts.
@@ -471,7 +472,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
           fill_step_batch(ds.get(), nullptr, plan, card.local_index(), cards, b, config_.dataset,
                           &batch);
           const device::DeviceCounts before = card.counts();
-          worker.eval_step(batch);
+          worker.eval_step(batch, plan.counts_of(b));
           counts += card.counts() - before;
           if (keep_predictions && b < plan.local_batches) {
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
