@@ -12,6 +12,7 @@
 
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "heterps/device/card_setup.hpp"
 #include "heterps/device/cuda_check.hpp"
 
 namespace gpubox::device {
@@ -33,6 +34,7 @@ int visible_gpus() {
 }
 
 void use_passive_cpu_waits(char** argv) {
+  prefer_eager_module_loading();  // before CUDA initialises (card_setup.hpp)
 #if !defined(GPUBOX_BACKEND_CUDA)
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   ::setenv("OMP_WAIT_POLICY", "passive", 1);
@@ -120,11 +122,17 @@ Card::Card(int local_index, int device, int rank, int threads)
 #endif
 }
 
+Card::~Card() {
+  // The thread that destroys a card forgets it (card threads have ended: run_on_cards joins).
+  if (thread_pinned_counters() == &counters_) set_thread_pinned_counters(nullptr);
+}
+
 void Card::activate() const {
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaSetDevice(device_));
 #endif
   omp_set_num_threads(threads_);
+  set_thread_pinned_counters(&counters_);
 }
 
 void Card::prewarm_pool(std::size_t bytes) {
@@ -157,6 +165,7 @@ bool CardSet::peer_access(int from, int to) const {
 
 CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int trainer_count,
                            int threads_override) {
+  prefer_eager_module_loading();  // no effect once CUDA is up; main's call came first
   GPUBOX_EXPECTS(trainer_count >= 1 && trainer_id >= 0 && trainer_id < trainer_count, "trainer id ",
                  trainer_id, " is not in [0, ", trainer_count, ")");
   std::vector<int> devices;

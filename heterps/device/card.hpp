@@ -51,6 +51,7 @@ class Card {
   // simulated card's number); `rank`: global index among all trainers' cards. CUDA: sets the
   // device's pool release threshold to the maximum (rule 3).
   Card(int local_index, int device, int rank, int threads);
+  ~Card();
   Card(const Card&) = delete;
   Card& operator=(const Card&) = delete;
 
@@ -72,7 +73,9 @@ class Card {
   // pool. Synchronizes the card (setup only; not counted). No-op on cpu.
   void prewarm_pool(std::size_t bytes);
   // Binds the calling host thread to this card: cudaSetDevice on CUDA, the OpenMP thread count
-  // on cpu. Call once at the top of the card's thread (run_on_cards does it).
+  // on cpu; the thread's pinned allocations count on this card from now on
+  // (set_thread_pinned_counters). Call once at the top of the card's thread (run_on_cards does
+  // it).
   void activate() const;
 
   template <class T>
@@ -85,7 +88,9 @@ class Card {
   int device_;
   int rank_;
   int threads_;
-  CardCounters counters_;  // first: memory and stream count into it
+  // First: memory and stream count into it. Mutable: activate() (const) hands it to the thread
+  // for its pinned allocations; counting is not part of the card's state.
+  mutable CardCounters counters_;
   CardMemory memory_;
   Stream stream_;
   ScratchArena scratch_;  // after memory_ and stream_, which it uses
@@ -134,7 +139,8 @@ int visible_gpus();
 // simulated cards and OpenBLAS on a shared machine (measured: a 2-thread card ran 6-16x slower).
 // The wait policy is read once when libgomp loads, so a binary calls this first thing in main:
 // when OMP_WAIT_POLICY is unset it sets it to passive and re-executes itself (same argv);
-// otherwise, and on the cuda backend, it returns at once. A user's explicit setting wins.
+// otherwise, and on the cuda backend, it returns at once. A user's explicit setting wins. On
+// both it first sets CUDA_MODULE_LOADING=EAGER when unset (card_setup.hpp: why).
 void use_passive_cpu_waits(char** argv);
 
 }  // namespace gpubox::device

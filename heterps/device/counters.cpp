@@ -26,6 +26,9 @@ DeviceCounts CardCounters::snapshot() const {
   DeviceCounts c;
   c.host_syncs = host_syncs_.load(std::memory_order_relaxed);
   c.allocations = allocations_.load(std::memory_order_relaxed);
+  c.frees = frees_.load(std::memory_order_relaxed);
+  c.pinned_allocations = pinned_allocations_.load(std::memory_order_relaxed);
+  c.pinned_frees = pinned_frees_.load(std::memory_order_relaxed);
   c.pinned_copies = pinned_copies_.load(std::memory_order_relaxed);
   c.pageable_copies = pageable_copies_.load(std::memory_order_relaxed);
   c.card_copies = card_copies_.load(std::memory_order_relaxed);
@@ -35,5 +38,12 @@ DeviceCounts CardCounters::snapshot() const {
   c.window_allocations = window_allocations_.load(std::memory_order_relaxed);
   return c;
 }
+
+namespace {
+thread_local CardCounters* t_pinned_counters = nullptr;
+}  // namespace
+
+void set_thread_pinned_counters(CardCounters* counters) { t_pinned_counters = counters; }
+CardCounters* thread_pinned_counters() { return t_pinned_counters; }
 
 }  // namespace gpubox::device

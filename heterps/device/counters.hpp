@@ -16,11 +16,17 @@ namespace gpubox::device {
 
 // A plain copy of a card's counters (or the difference of two: counts over an interval).
 struct DeviceCounts {
-  uint64_t host_syncs = 0;     // waits for the card: stream/event synchronize, a blocking
-                               // collective (barrier, exchange_counts), Communicator::synchronize,
-                               // a Thrust result read on the host (host_result)
-  uint64_t allocations = 0;    // CardMemory::allocate calls (card memory)
-  uint64_t pinned_copies = 0;  // host<->card copies whose host side is pinned (allocate_pinned)
+  uint64_t host_syncs = 0;   // waits for the card: stream/event synchronize, a blocking
+                             // collective (barrier, exchange_counts), Communicator::synchronize,
+                             // a Thrust result read on the host (host_result)
+  uint64_t allocations = 0;  // CardMemory::allocate calls (card memory)
+  uint64_t frees = 0;        // CardMemory::deallocate calls (card memory)
+  // allocate_pinned / free_pinned calls on the card's host thread (cudaMallocHost and
+  // cudaFreeHost synchronize the device: a peer's collective may be waiting for this card).
+  // Counted on the card the calling thread was last bound to (Card::activate).
+  uint64_t pinned_allocations = 0;
+  uint64_t pinned_frees = 0;
+  uint64_t pinned_copies = 0;    // host<->card copies whose host side is pinned (allocate_pinned)
   uint64_t pageable_copies = 0;  // host<->card copies from or to pageable host memory
   uint64_t card_copies = 0;      // card<->card copies (same card or a peer)
   uint64_t host_copies = 0;      // host<->host copies through the device API
@@ -44,6 +50,9 @@ struct DeviceCountField {
 inline constexpr DeviceCountField kDeviceCountFields[] = {
     {"host_syncs", &DeviceCounts::host_syncs},
     {"allocations", &DeviceCounts::allocations},
+    {"frees", &DeviceCounts::frees},
+    {"pinned_allocations", &DeviceCounts::pinned_allocations},
+    {"pinned_frees", &DeviceCounts::pinned_frees},
     {"pinned_copies", &DeviceCounts::pinned_copies},
     {"pageable_copies", &DeviceCounts::pageable_copies},
     {"card_copies", &DeviceCounts::card_copies},
@@ -81,6 +90,9 @@ class CardCounters {
     if (window_ != nullptr) bump(window_allocations_);
     return window_;
   }
+  void add_free() { bump(frees_); }
+  void add_pinned_allocation() { bump(pinned_allocations_); }
+  void add_pinned_free() { bump(pinned_frees_); }
   void add_pinned_copy() { bump(pinned_copies_); }
   void add_pageable_copy() { bump(pageable_copies_); }
   void add_card_copy() { bump(card_copies_); }
@@ -96,6 +108,9 @@ class CardCounters {
 
   std::atomic<uint64_t> host_syncs_{0};
   std::atomic<uint64_t> allocations_{0};
+  std::atomic<uint64_t> frees_{0};
+  std::atomic<uint64_t> pinned_allocations_{0};
+  std::atomic<uint64_t> pinned_frees_{0};
   std::atomic<uint64_t> pinned_copies_{0};
   std::atomic<uint64_t> pageable_copies_{0};
   std::atomic<uint64_t> card_copies_{0};
@@ -106,5 +121,11 @@ class CardCounters {
   // Touched only by the card's own thread (the one enqueueing and synchronizing).
   const char* window_ = nullptr;
 };
+
+// The counters that pinned allocations and frees made by the calling thread count into (null:
+// none). Card::activate sets them to its card's, so a card thread's pinned buffers are counted
+// on its card whichever object makes them.
+void set_thread_pinned_counters(CardCounters* counters);
+CardCounters* thread_pinned_counters();
 
 }  // namespace gpubox::device

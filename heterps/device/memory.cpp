@@ -148,6 +148,7 @@ void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
                             Pages pages) noexcept {
   if (ptr == nullptr) return;
   unregister_memory(ptr);
+  if (counters_ != nullptr) counters_->add_free();
 #if defined(GPUBOX_BACKEND_CUDA)
   // On the owning device whatever the caller has current (teardown runs on the main thread).
   (void)pages;
@@ -170,12 +171,14 @@ void* allocate_pinned(std::size_t bytes) {
   if (ptr == nullptr) GPUBOX_FAIL("cannot allocate ", bytes, " bytes of pinned host memory");
 #endif
   register_memory(ptr, bytes, MemoryKind::kPinned, -1);
+  if (CardCounters* counters = thread_pinned_counters()) counters->add_pinned_allocation();
   return ptr;
 }
 
 void free_pinned(void* ptr) noexcept {
   if (ptr == nullptr) return;
   unregister_memory(ptr);
+  if (CardCounters* counters = thread_pinned_counters()) counters->add_pinned_free();
 #if defined(GPUBOX_BACKEND_CUDA)
   cudaFreeHost(ptr);
 #else

@@ -4,8 +4,10 @@
 // Step flow and host waits (device rules in heterps/device/card.hpp): a pull waits twice — S1
 // for the per-owner key counts (all-gathered on the cards, read back together), S2 for the
 // owner's miss count and merge count (read back together) — and returns with its records
-// enqueued; push_pulled waits once, at its end (S3). Every buffer is sized right after S1,
-// before the keys move, so nothing is allocated while a collective is in flight.
+// enqueued; push_pulled waits once, at its end (S3). With the step's counts planned
+// (plan_next_step) there is no S1: the counts come from the plan, checked at S2. Every buffer is
+// sized right after S1, before the keys move, so nothing is allocated while a collective is in
+// flight.
 #include <thrust/find.h>
 
 #include <algorithm>
@@ -175,7 +177,8 @@ class HeterComm::Impl {
         recv_slots_(0, card.memory(), card.stream()),
         merged_slots_(0, card.memory(), card.stream()),
         gathered_slots_(0, card.memory(), card.stream()),
-        host_probe_(2) {
+        host_probe_(2),
+        host_own_row_(static_cast<std::size_t>(comm.size())) {
     GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
                    store.card().rank(), ", not to card ", card.rank());
   }
@@ -200,6 +203,7 @@ class HeterComm::Impl {
     store_->lookup_async(recv_keys_.data(), received, recv_rows_.data(), stream);
     plan_owner_merge_async(received, stream);
     comm_->synchronize(stream, "HeterComm::pull owner lookups");  // S2
+    check_planned_row();
     merged_ = collect_owner_merge(received);
     const std::size_t missing = store_->misses();
     if (missing > 0) {
@@ -251,6 +255,7 @@ class HeterComm::Impl {
     send_records(received, stream);
     plan_owner_merge_async(received, stream);
     comm_->synchronize(stream, "HeterComm::push merge");  // S2
+    check_planned_row();
     const std::size_t merged = collect_owner_merge(received);
     merge_records(merged, stream);
     merged_rows_.resize_discard(merged);
@@ -306,45 +311,81 @@ class HeterComm::Impl {
   // Device rule 1: every buffer the rest of the step needs (this pull or push, and the
   // push_pulled after a pull), sized before the first collective that moves keys.
   void reserve_exchange(std::size_t unique, std::size_t received) {
-    // Sized with headroom when they must grow: how a batch's keys split between the owners
-    // varies from step to step, and sized to the exact count of the first steps, a later step of
-    // the first pass that receives a few more keys grew every exchange buffer at once (~13
-    // allocations in one step; 2 cards: 0.3 a steady step). The buffers' own growth factor.
+    // Sized with headroom when they must grow (a step past reserve_steps' bounds, or none were
+    // given): how a batch's keys split between the owners varies from step to step, and sized
+    // to the exact count of the first steps, a later step that receives a few more keys grew
+    // every exchange buffer at once (~13 allocations in one step). The buffers' growth factor.
     if (received > exchange_received_) exchange_received_ = received + received / 2;
     if (unique > exchange_unique_) exchange_unique_ = unique + unique / 2;
-    const std::size_t rows = exchange_received_;
+    // The blocks are padded to the step's largest unique count: headroom as above.
+    if (replicated_ && max_unique_ > exchange_max_unique_) {
+      exchange_max_unique_ = max_unique_ + max_unique_ / 2;
+    }
+    grow_exchange(local_.occurrences());
     const std::size_t record_dim =
         static_cast<std::size_t>(std::max(layout_.pull_dim(), layout_.push_dim()));
     const std::size_t push_dim = static_cast<std::size_t>(layout_.push_dim());
-    // Each grown to its headroom (contents not kept), then set to this step's size.
-    recv_keys_.resize_discard(rows);
+    // This step's sizes (within the capacity grow_exchange gave).
     recv_keys_.resize_discard(received);
-    recv_rows_.resize_discard(rows);
     recv_rows_.resize_discard(received);
-    recv_records_.resize_discard(rows * record_dim);
     recv_records_.resize_discard(received * record_dim);
-    send_records_.resize_discard(exchange_unique_ * record_dim);
     send_records_.resize_discard(unique * record_dim);
-    merged_records_.resize_discard(rows * push_dim);
     merged_records_.resize_discard(received * push_dim);
-    merged_rows_.resize_discard(rows);
     merged_rows_.resize_discard(received);
-    owner_merge_.reserve(rows);
-    store_->reserve_lookups(rows);
-    reducer_.reserve(std::max(local_.occurrences(), rows), layout_.push_dim());
-    if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(rows));
     if (replicated_) {
-      // The blocks are padded to the step's largest unique count: headroom as above.
-      if (max_unique_ > exchange_max_unique_) exchange_max_unique_ = max_unique_ + max_unique_ / 2;
-      const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
       const std::size_t blocks = static_cast<std::size_t>(total_cards_) * max_unique_;
-      gathered_keys_.resize_discard(room);
       gathered_keys_.resize_discard(blocks);
-      gathered_records_.resize_discard(room * push_dim);
       gathered_records_.resize_discard(blocks * push_dim);
     }
   }
 
+  // Grows every exchange buffer, the owner merge, the lookups' and reductions' scratch to what
+  // exchange_received_, exchange_unique_ and exchange_max_unique_ (and `occurrences` local keys)
+  // need; sizes (and contents) as the growth leaves them.
+  void grow_exchange(std::size_t occurrences) {
+    const std::size_t rows = exchange_received_;
+    const std::size_t record_dim =
+        static_cast<std::size_t>(std::max(layout_.pull_dim(), layout_.push_dim()));
+    const std::size_t push_dim = static_cast<std::size_t>(layout_.push_dim());
+    grow(recv_keys_, rows);
+    grow(recv_rows_, rows);
+    grow(recv_records_, rows * record_dim);
+    grow(send_records_, exchange_unique_ * record_dim);
+    grow(merged_records_, rows * push_dim);
+    grow(merged_rows_, rows);
+    owner_merge_.reserve(rows);
+    store_->reserve_lookups(rows);
+    reducer_.reserve(std::max(occurrences, rows), layout_.push_dim());
+    if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(rows));
+    if (replicated_) {
+      const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
+      grow(gathered_keys_, room);
+      grow(gathered_records_, room * push_dim);
+    }
+  }
+  // Capacity for `count` elements, contents not kept.
+  template <class T>
+  static void grow(device::device_buffer<T>& buffer, std::size_t count) {
+    if (count > buffer.capacity()) buffer.resize_discard(count);
+  }
+
+ public:
+  void plan_next_step(const uint64_t* counts) { planned_ = counts; }
+
+  void reserve_steps(const StepBounds& bounds) {
+    pulled_ = false;  // the received keys' buffers may be replaced
+    exchange_received_ = std::max(exchange_received_, bounds.received);
+    exchange_unique_ = std::max(exchange_unique_, bounds.unique);
+    exchange_max_unique_ = std::max(exchange_max_unique_, bounds.block);
+    // The local dedup and owner plan run over the batch's occurrences (the unique count is
+    // known on the card only); their Thrust temporaries come from the scratch arena.
+    local_.reserve(bounds.occurrences);
+    plan_.reserve(bounds.occurrences);
+    scratch_.reserve(merge_scratch_bound(std::max(bounds.occurrences, bounds.received)));
+    grow_exchange(bounds.occurrences);
+  }
+
+ private:
   // One summed push record per unique key of the planned batch, written in send order.
   void reduce_local(const float* grads, std::size_t unique, const device::Stream& stream) {
     const int32_t dim = layout_.push_dim();
@@ -459,13 +500,24 @@ class HeterComm::Impl {
     plan_.run_async(local_.unique_keys(), local_.count_on_card(), n, stream);
     uint64_t* my_row = count_matrix_.data() + me * count_words_;
     plan_.write_counts_async(my_row, stream);
-    if (count_words_ > row_size) {
-      device::parallel_for(stream, 1, WriteWord{my_row + row_size, sends_slots ? 1u : 0u});
+    const uint64_t* planned = std::exchange(planned_, nullptr);
+    step_planned_ = false;
+    if (planned != nullptr && count_words_ == row_size) {
+      // Every card's counts of this step come from the pass's plan: no all-gather, no wait. The
+      // card's own row is read back with the step's next wait and checked (check_planned_row).
+      device::copy_async(host_own_row_.data(), my_row, row_size, stream);
+      std::copy(planned, planned + cards * row_size, host_counts_.data());
+      checking_plan_ = true;
+      step_planned_ = true;
+    } else {
+      if (count_words_ > row_size) {
+        device::parallel_for(stream, 1, WriteWord{my_row + row_size, sends_slots ? 1u : 0u});
+      }
+      comm_->all_gather(my_row, count_matrix_.data(), count_words_, stream);  // in place
+      device::copy_async(host_counts_.data(), count_matrix_.data(), cards * count_words_, stream);
+      comm_->synchronize(stream, "HeterComm key counts");  // S1
+      if (count_words_ > row_size) check_slots_agree(row_size);
     }
-    comm_->all_gather(my_row, count_matrix_.data(), count_words_, stream);  // in place
-    device::copy_async(host_counts_.data(), count_matrix_.data(), cards * count_words_, stream);
-    comm_->synchronize(stream, "HeterComm key counts");  // S1
-    if (count_words_ > row_size) check_slots_agree(row_size);
     const uint64_t* row = host_counts_.data() + me * count_words_;
     plan_.set_send_counts(row);
     std::size_t unique = 0;
@@ -480,6 +532,23 @@ class HeterComm::Impl {
     local_.set_count(unique);
     last_.unique_keys_sent = unique;
     return unique;
+  }
+
+  // After the wait that follows a planned plan_keys: the card's own counts must be the plan's
+  // (the keys already moved by the plan's counts; a plan that does not describe the batch stops
+  // the step here, before any row changes).
+  void check_planned_row() {
+    if (!std::exchange(checking_plan_, false)) return;
+    const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
+    const uint64_t* planned =
+        host_counts_.data() + static_cast<std::size_t>(comm_->rank()) * count_words_;
+    for (std::size_t c = 0; c < row_size; ++c) {
+      GPUBOX_EXPECTS(host_own_row_[c] == planned[c], "HeterComm on card ", comm_->rank(),
+                     ": this step's batch has ", host_own_row_[c], " distinct keys for ",
+                     replicated_ ? std::string("every card") : "card " + std::to_string(c),
+                     " where the pass's step plan said ", planned[c],
+                     " (the plan does not describe the batch)");
+    }
   }
 
   // plan_keys's agreement (kCreate): the slots flag after each card's `row_size` counts. A
@@ -585,7 +654,10 @@ class HeterComm::Impl {
     GPUBOX_FAIL(
         "HeterComm ", merge != nullptr ? "push" : "pull", ": key ", key,
         replicated_ ? " is missing on the replica of card " : " is missing on its owner card ",
-        comm_->rank(), " (requested by card ", source, "; missing_keys = fail)");
+        comm_->rank(), " (requested by card ", source, "; missing_keys = fail)",
+        step_planned_ ? "; this step's key counts came from the pass's step plan: where the plan "
+                        "does not describe a card's batch, keys reach the wrong owner"
+                      : "");
   }
 
   sparse::CardSparseStore* store_;
@@ -633,6 +705,12 @@ class HeterComm::Impl {
   std::size_t exchange_unique_ = 0;
   std::size_t exchange_max_unique_ = 0;
   device::pinned_buffer<position_t> host_probe_;
+  // plan_next_step's count matrix for the next pull or push (borrowed, consumed by plan_keys),
+  // and the card's own row read back to check it (checking_plan_: a check is due).
+  const uint64_t* planned_ = nullptr;
+  device::pinned_buffer<uint64_t> host_own_row_;
+  bool checking_plan_ = false;
+  bool step_planned_ = false;  // the last plan_keys used a plan (named in a missing key's error)
 
   HeterCommStats stats_;
   HeterCommStats last_;
@@ -658,6 +736,8 @@ void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
                      const device::Stream& stream, const int32_t* slots) {
   impl_->push(keys, slots, n, grads, stream);
 }
+void HeterComm::reserve_steps(const StepBounds& bounds) { impl_->reserve_steps(bounds); }
+void HeterComm::plan_next_step(const uint64_t* counts) { impl_->plan_next_step(counts); }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {
   impl_->push_pulled(grads, veto, stream);

@@ -25,9 +25,14 @@
 // position inside a card, by source rank across cards; a hot key's long segment in chunks summed
 // in parallel, see detail/segment_reduce.cuh), so a run is reproducible and both backends agree.
 //
+// Sizes: reserve_steps before a pass's first step sizes every buffer for the pass's largest step
+// (the trainer computes it from the pass's data on the host); without it the buffers grow with
+// 1.5x headroom at the steps that need more.
+//
 // Host waits (bounded: Communicator::synchronize): a pull waits twice (the key counts; the
 // owner's lookups) and returns with its records enqueued; push_pulled waits once, at its end; a
-// training step (pull + push_pulled) therefore waits 3 times in all. Buffers are owned, reused
+// training step (pull + push_pulled) therefore waits 3 times in all, 2 with its counts planned
+// (plan_next_step). Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
@@ -97,6 +102,20 @@ class HeterComm {
   // trip. Ends with a bounded wait for its work (Communicator::synchronize).
   void push_pulled(const float* grads, const device::Stream& stream,
                    const uint32_t* veto = nullptr);
+
+  // Sizes every buffer of pull and push_pulled (and the card's scratch arena) for steps up to
+  // `bounds`, now (between steps: not collective, no wait). Ends the last pull's state
+  // (push_pulled needs a pull after it).
+  void reserve_steps(const StepBounds& bounds);
+
+  // The next pull's (or push's) key counts, known before the step from the pass's data
+  // (trainer/engine/step_sizes.hpp): counts[src * row + dst] = distinct keys card `src` sends
+  // card `dst` in that step (row = total_cards; replicated: row = 1, each card's distinct
+  // keys). That pull exchanges no counts and does not wait for them (no S1); its own row is
+  // checked against the card's at its next wait (a mismatch fails the step, naming the card).
+  // `counts` is borrowed until that pull. Ignored with MissingKeyPolicy::kCreate (its slots
+  // agreement travels with the counts).
+  void plan_next_step(const uint64_t* counts);
 
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }

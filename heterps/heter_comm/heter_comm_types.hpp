@@ -36,6 +36,18 @@ struct HeterCommOptions {
   Placement placement = Placement::kSharded;
 };
 
+// The largest step a card runs in a pass (HeterComm::reserve_steps sizes every buffer of a step
+// for it, so no step of the pass allocates). A step larger in any count still works: its
+// buffers grow then, counted as allocations of that step.
+struct StepBounds {
+  std::size_t occurrences = 0;  // keys of this card's batch, duplicates included
+  std::size_t unique = 0;       // distinct keys of this card's batch
+  // Keys this card receives in a step: as their owner (sharded), or every card's distinct keys
+  // (replicated).
+  std::size_t received = 0;
+  std::size_t block = 0;  // replicated: the largest distinct count of any card's batch
+};
+
 // Cumulative counters of one card's HeterComm (what this card did, as sender and as owner).
 // Bytes count what this card hands to all_to_all_v (its own block included: on a GPU that block
 // is a local copy; `*_remote` excludes it).

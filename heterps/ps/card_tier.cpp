@@ -168,8 +168,13 @@ const pass::CardTierPlan& CardTier::plan() const { return pass_manager_->plan();
 const pass::PassStats& CardTier::current() const { return pass_manager_->current(); }
 
 void CardTier::pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
-                    const device::Stream& stream) {
+                    const device::Stream& stream, const uint64_t* planned_counts) {
+  if (planned_counts != nullptr) comms_.at(card)->plan_next_step(planned_counts);
   comms_.at(card)->pull(keys, n, out_pull, stream);
+}
+
+void CardTier::reserve_steps(int card, const heter_comm::StepBounds& bounds) {
+  comms_.at(card)->reserve_steps(bounds);
 }
 
 void CardTier::push_pulled(int card, const float* grads, const device::Stream& stream,

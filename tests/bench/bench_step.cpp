@@ -7,7 +7,9 @@
 // Trains two passes over the same data (B instances per card per step, S steps per pass, not
 // shuffled): the first sizes every buffer, the second is the steady state the figures come
 // from (past its 2 warm-up steps): per card per step host_syncs, allocations, pageable and
-// pinned copies, launches, collectives; and examples/s of the second pass's training phase.
+// pinned copies, launches, collectives; and examples/s of the second pass's training phase;
+// and the first pass's totals over every step (first_pass_step_*: allocations, frees, pinned
+// allocations and frees; first_between_steps_allocations: the next pass's card work).
 // Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape) into a
 // temporary folder, or the slot-format files of --data.
 #include <unistd.h>
@@ -77,9 +79,10 @@ int run_step(const BenchArgs& args) {
   env.threads_per_card = threads;
   trainer::Trainer trainer(config, env);
   const std::vector<std::string> files = trainer::data_files(data);
-  trainer.train_pass(files);
+  const trainer::PassReport first = trainer.train_pass(files);
   const trainer::PassReport report = trainer.train_pass(files);
   const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
+  const std::map<std::string, double> first_extra(first.extra.begin(), first.extra.end());
   GPUBOX_EXPECTS(extra.count("steady_steps") > 0, "the pass had no steady steps (--steps ", steps,
                  " with ", report.metrics.examples, " examples)");
   const double train_seconds = extra.at("train_seconds");
@@ -90,8 +93,13 @@ int run_step(const BenchArgs& args) {
   const char* backend = "cpu";
 #endif
   static const char* kCounts[] = {"host_syncs_per_step",      "allocations_per_step",
+                                  "frees_per_step",           "pinned_allocations_per_step",
                                   "pageable_copies_per_step", "pinned_copies_per_step",
                                   "launches_per_step",        "collectives_per_step"};
+  // Totals over every step of the first pass (all cards, its first steps included): what sizing
+  // the step buffers before the pass leaves to the steps themselves.
+  static const char* kFirstPass[] = {"pass_step_allocations", "pass_step_frees",
+                                     "pass_step_pinned_allocations", "between_steps_allocations"};
   if (json) {
     std::printf(
         "{\"bench\": \"step\", \"backend\": \"%s\", \"cards\": %d, \"batch\": %d, "
@@ -100,6 +108,9 @@ int run_step(const BenchArgs& args) {
         backend, cards, batch, threads, config.num_sparse_slots(), config.mf_dim() + 1,
         config.dataset.dense_dim, extra.at("steady_steps"));
     for (const char* name : kCounts) std::printf(", \"%s\": %.3f", name, extra.at(name));
+    for (const char* name : kFirstPass) {
+      std::printf(", \"first_%s\": %.0f", name, first_extra.at(name));
+    }
     std::printf(", \"train_seconds\": %.4f, \"examples_per_sec\": %.1f}\n", train_seconds,
                 examples_per_sec);
   } else {
@@ -109,6 +120,8 @@ int run_step(const BenchArgs& args) {
         backend, cards, batch, extra.at("steady_steps"));
     std::printf("  per card per step:");
     for (const char* name : kCounts) std::printf(" %s %.3f,", name, extra.at(name));
+    std::printf("\n  first pass, every step (all cards):");
+    for (const char* name : kFirstPass) std::printf(" %s %.0f,", name, first_extra.at(name));
     std::printf("\n  examples/s (all cards, training phase of pass 2): %.1f\n", examples_per_sec);
   }
   return 0;

@@ -70,31 +70,47 @@ CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, ps::CardTie
 
 CardWorker::~CardWorker() = default;
 
-int64_t CardWorker::upload(const dataset::Batch& batch) {
+void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,
+                              std::size_t dense, std::size_t labels) {
   Buffers& b = *buffers_;
-  const device::Stream& stream = card_.stream();
-  const int64_t size = static_cast<int64_t>(batch.size());
-  const std::size_t occurrences = batch.keys.size();
-  b.batch = size;
-
   Buffers::Layout& at = b.layout;
   at.keys = 0;
   at.offsets = at.keys + align_up(occurrences * sizeof(uint64_t));
-  at.dense = at.offsets + align_up(batch.offsets.size() * sizeof(uint32_t));
-  at.labels = at.dense + align_up(batch.dense.size() * sizeof(float));
-  at.total = at.labels + align_up(batch.labels.size() * sizeof(float));
-
-  // Every buffer this step needs, sized before its first collective (device rule 1). A pinned
-  // or card allocation happens only when the batch outgrows the last one (warm-up). The
-  // previous step ended with a wait, so its copy out of `staging` is done.
+  at.dense = at.offsets + align_up(offsets * sizeof(uint32_t));
+  at.labels = at.dense + align_up(dense * sizeof(float));
+  at.total = at.labels + align_up(labels * sizeof(float));
+  // Grown only when a batch outgrows what reserve_steps sized (a pinned allocation synchronizes
+  // the device). The previous step ended with a wait, so its copy out of `staging` is done.
   if (b.staging.size() < at.total) {
     b.staging = device::pinned_buffer<char>(std::max(at.total, b.staging.size() * 3 / 2));
   }
   b.uploaded.resize_discard(at.total);
   b.pull.resize_discard(occurrences * static_cast<std::size_t>(tier_.pull_dim()));
   b.push.resize_discard(occurrences * static_cast<std::size_t>(tier_.push_dim()));
-  model_->reserve(size);
-  metrics_->reserve(size);
+  model_->reserve(static_cast<int64_t>(instances));
+  metrics_->reserve(static_cast<int64_t>(instances));
+}
+
+void CardWorker::reserve_steps(const StepReservation& largest) {
+  const auto n = static_cast<std::size_t>(std::max<int64_t>(0, largest.instances));
+  const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
+  const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
+  for (int64_t other : largest.other_instances) model_->reserve(other);
+  size_buffers(n, largest.keys.occurrences, slots * n + 1, n * dense, n);
+  tier_.reserve_steps(card_.local_index(), largest.keys);
+}
+
+int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_counts) {
+  Buffers& b = *buffers_;
+  const device::Stream& stream = card_.stream();
+  const int64_t size = static_cast<int64_t>(batch.size());
+  const std::size_t occurrences = batch.keys.size();
+  b.batch = size;
+  // Every buffer this step needs, sized before its first collective (device rule 1): by
+  // reserve_steps for the pass's largest batch, so nothing is allocated here.
+  size_buffers(batch.size(), occurrences, batch.offsets.size(), batch.dense.size(),
+               batch.labels.size());
+  const Buffers::Layout& at = b.layout;
 
   char* host = b.staging.data();
   if (occurrences > 0)
@@ -109,7 +125,7 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
     std::memcpy(host + at.labels, batch.labels.data(), batch.labels.size() * sizeof(float));
   }
   device::copy_async(b.uploaded.data(), host, at.total, stream);
-  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream);
+  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream, planned_counts);
   return size;
 }
 
@@ -128,12 +144,13 @@ DenseBatchView CardWorker::batch_view(int slots) const {
 }
 
 double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
-                              int64_t step, bool progress) {
+                              int64_t step, bool progress, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
   comm_.set_step(pass, step);
-  const int64_t size = upload(batch);  // and pull: waits S1 (key counts), S2 (owner lookups)
+  // And pull: waits S1 (key counts; not when planned), S2 (owner lookups).
+  const int64_t size = upload(batch, planned_counts);
   const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
@@ -159,10 +176,10 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
 
 double CardWorker::progress_auc() const { return metrics_->progress_auc(); }
 
-void CardWorker::eval_step(const dataset::Batch& batch) {
+void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   comm_.set_step(-1, -1);  // no training step context
-  const int64_t size = upload(batch);
+  const int64_t size = upload(batch, planned_counts);
   model_->predict_async(batch_view(batch.num_slots));
   metrics_->add(model_->predictions(), b.labels(), size);
   comm_.synchronize(card_.stream(), "eval step");

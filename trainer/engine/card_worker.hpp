@@ -9,17 +9,20 @@
 //   on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on the card by
 //   a non-finite verdict; ends with the step's last wait S3) -> verdict on the host: throw
 //   naming pass and step, or the dense optimizer step (identical on every card).
-// Three host waits per step, no allocation and no pageable copy in steady state (device rules,
-// heterps/device/card.hpp); last_step_counts() says what the last step cost.
+// Three host waits per step (two with the step's key counts planned), no allocation and no pageable
+// copy in steady state (device rules, heterps/device/card.hpp), and none in any step of a pass
+// after reserve_steps for its largest batch; last_step_counts() says what the last step cost.
 //
 // Thread-safety: one card thread. The card, communicator and card tier must outlive the worker.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dataset/batch.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
 #include "trainer/config/trainer_config.hpp"
 
 namespace gpubox {
@@ -37,6 +40,19 @@ struct DenseBatchView;
 class DenseOptimizer;
 class MetricsAccumulator;
 
+// The largest step of a pass on one card (CardWorker::reserve_steps): from the pass's data,
+// before its first step.
+struct StepReservation {
+  int64_t instances = 0;        // of the largest batch
+  int slots = 0;                // sparse slots of a batch (its offsets: slots * instances + 1)
+  int dense_dim = 0;            // dense values per instance
+  heter_comm::StepBounds keys;  // occurrences, distinct keys, received keys (and block)
+  // The other batch sizes of the pass's steps on this card (a smaller last batch; 0 for the
+  // steps past its batches): their GEMM plans are made now too (cuBLASLt heuristics, oneDNN
+  // primitives), not inside a step.
+  std::vector<int64_t> other_instances;
+};
+
 class CardWorker {
  public:
   // `tier` holds this card's sparse side (card.local_index() is its card there).
@@ -46,20 +62,30 @@ class CardWorker {
   CardWorker(const CardWorker&) = delete;
   CardWorker& operator=(const CardWorker&) = delete;
 
+  // Sizes every card and pinned buffer of a step (the batch upload, the pull and push records,
+  // the dense model's activations, the metrics' partials and the card tier's exchange) for
+  // steps up to `largest`, so that no step up to it allocates, frees or regrows a pinned
+  // buffer (a cudaMallocHost/cudaFreeHost inside a step synchronizes the device while the
+  // other cards' collectives wait for this one). Between passes, on the card's thread. A batch
+  // past it (data with no plan: a QueueDataset stream) still works: its step grows the buffers.
+  void reserve_steps(const StepReservation& largest);
+
   // One training step on this card's `batch`. `global_batch`: instances of this step over all
   // cards (the dense gradient is the mean over them). Returns the batch's summed log loss.
   // Throws (naming pass and step) on a non-finite loss or gradient on any card, before any
   // sparse or dense parameter changes. `progress`: also compute the running AUC for the
   // progress line (progress_auc(), read with the step's last wait).
+  // `planned_counts` (optional): the step's key counts from the pass's plan
+  // (HeterComm::plan_next_step): one host wait fewer.
   double train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
-                    bool progress = false);
+                    bool progress = false, const uint64_t* planned_counts = nullptr);
   // The running AUC of the last train_step asked for `progress`.
   double progress_auc() const;
   // What the last train_step asked of this card (host waits, allocations, copies, launches,
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
   // Pull and predict only; adds to the metrics. Collective (the pull is).
-  void eval_step(const dataset::Batch& batch);
+  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr);
   // Predictions of the last step (host copy), one per instance.
   std::vector<float> last_predictions() const;
 
@@ -72,7 +98,11 @@ class CardWorker {
   MetricsAccumulator& metrics() { return *metrics_; }
 
  private:
-  int64_t upload(const dataset::Batch& batch);
+  int64_t upload(const dataset::Batch& batch, const uint64_t* planned_counts);
+  // Sizes the step buffers for a batch of these counts (a pinned or card allocation only when
+  // one outgrows them); sets the layout of the upload block.
+  void size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,
+                    std::size_t dense, std::size_t labels);
   DenseBatchView batch_view(int slots) const;
 
   device::Card& card_;

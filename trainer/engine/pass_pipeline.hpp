@@ -35,6 +35,7 @@
 
 #include "dataset/dataset_types.hpp"
 #include "heterps/pass/pass_types.hpp"
+#include "trainer/engine/step_sizes.hpp"
 
 namespace gpubox {
 namespace dataset {
@@ -57,6 +58,9 @@ struct PreparedPass {
   // trains), and their slots in `keys.slots`, aligned with them (`keys.keys` was moved out).
   std::shared_ptr<const std::vector<uint64_t>> sorted_keys;
   dataset::UniqueKeys keys;
+  // Every step's sizes (InmemoryDataset only; null for a stream): the cards size their step
+  // buffers for the largest before the first step. Computed with the read, ahead when prefetched.
+  std::shared_ptr<const PassStepSizes> step_sizes;
   pass::StagedRows staged;    // rows fetched ahead (empty when not prefetched)
   bool prefetched = false;    // read (and staged) ahead by the pipeline
   double read_seconds = 0;    // reading, shuffling and the keys (in the background if prefetched)

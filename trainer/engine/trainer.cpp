@@ -22,6 +22,7 @@
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/card_setup.hpp"
 #include "heterps/ps/card_tier.hpp"
 #include "table/host_tier_factory.hpp"
 #include "table/io/model_manifest.hpp"
@@ -31,6 +32,7 @@
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
+#include "trainer/engine/step_plan.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -43,8 +45,9 @@
 namespace gpubox::trainer {
 namespace {
 
-// Steps of a pass not counted in its per-step device counts: the first steps size the buffers
-// and the scratch arena (allocations), later ones repeat the same work.
+// Steps of a pass not counted in its per-step device counts: without the pass's step sizes (a
+// stream) the first steps size the buffers and the scratch arena (allocations); later ones
+// repeat the same work. The pass report's pass_step_* totals count every step.
 constexpr std::size_t kWarmupSteps = 2;
 
 // Bytes each card's memory pool takes from the driver up front (device rule 3): the card-tier
@@ -52,56 +55,6 @@ constexpr std::size_t kWarmupSteps = 2;
 std::size_t prewarm_bytes(const TrainerConfig& config) {
   const int64_t budget_mb = config.runner.card_memory_mb;
   return budget_mb > 0 ? static_cast<std::size_t>(budget_mb) << 20 : std::size_t{1} << 30;
-}
-
-// The steps of a pass, agreed by every card of every trainer (collective over `comm`): as many
-// as the trainer with the most batches has (a card past its own batches trains empty ones,
-// still joining every collective), and each step's instances over every card of the job (the
-// dense gradients' scale).
-struct StepPlan {
-  std::size_t local_batches = 0;      // this trainer's batches per card
-  std::vector<int64_t> global_batch;  // per step: instances over every card of the job
-  std::size_t steps() const { return global_batch.size(); }
-};
-
-StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, device::Card& card,
-                         comm::Communicator& comm) {
-  const device::Stream& stream = card.stream();
-  StepPlan plan;
-  plan.local_batches = dataset::batches_per_card(instances, batch, cards);
-  auto counts = card.make_buffer<int64_t>(static_cast<std::size_t>(comm.size()));
-  auto mine = device::to_device(std::vector<int64_t>{static_cast<int64_t>(plan.local_batches)},
-                                card.memory(), stream);
-  comm.all_gather(mine.data(), counts.data(), 1, stream);
-  comm.synchronize(stream, "the pass's batch counts");
-  int64_t steps = 0;
-  for (int64_t n : device::to_host(counts)) steps = std::max(steps, n);
-  std::vector<int64_t> sizes(static_cast<std::size_t>(steps), 0);
-  for (std::size_t b = 0; b < plan.local_batches; ++b) {
-    sizes[b] = static_cast<int64_t>(
-        dataset::batch_span_of(instances, batch, card.local_index(), cards, b).size());
-  }
-  auto global = device::to_device(sizes, card.memory(), stream);
-  comm.all_reduce_sum(global.data(), global.data(), sizes.size(), stream);
-  comm.synchronize(stream, "the pass's batch sizes");
-  plan.global_batch = device::to_host(global);
-  return plan;
-}
-
-// Batch `b` of this card: the dataset's (held, or the stream's next) while it has one, else an
-// empty batch.
-void fill_step_batch(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
-                     const StepPlan& plan, int card, int cards, std::size_t b,
-                     const dataset::DatasetConfig& config, dataset::Batch* batch) {
-  if (b >= plan.local_batches) {
-    dataset::assemble_batch(nullptr, 0, static_cast<int>(config.slots.size()), config.dense_dim,
-                            batch);
-  } else if (stream != nullptr) {
-    GPUBOX_EXPECTS(stream->next_batch(card, batch), "the pass's stream ended at batch ", b, " of ",
-                   plan.local_batches);
-  } else {
-    ds->fill_batch(card, cards, b, batch);
-  }
 }
 
 }  // namespace
@@ -118,6 +71,8 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("steady_steps", static_cast<double>(steps));
   extra.emplace_back("host_syncs_per_step", total.host_syncs * per_step);
   extra.emplace_back("allocations_per_step", total.allocations * per_step);
+  extra.emplace_back("frees_per_step", total.frees * per_step);
+  extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);
   extra.emplace_back("pageable_copies_per_step", total.pageable_copies * per_step);
   extra.emplace_back("pinned_copies_per_step", total.pinned_copies * per_step);
   extra.emplace_back("launches_per_step", total.launches * per_step);
@@ -185,6 +140,15 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
         *s.group, *s.store, env_, dynamic_cast<table::server::RemoteHostTier*>(s.host.get()),
         watch);
   }
+  // The card tier's budget must fit each card beside what NCCL and cuBLAS still take: fail now,
+  // naming runner.card_memory_mb, not with an allocation failure passes later.
+  for (int c = 0; c < s.cards.num_local_cards(); ++c) {
+    const Status fits = device::check_card_memory_budget(
+        config_.runner.card_memory_mb,
+        device::card_free_bytes(s.cards.card(c), s.cards.num_local_cards()),
+        device::library_reserve_bytes(s.cards.total_cards()), s.cards.card(c).rank());
+    if (!fits.ok()) GPUBOX_FAIL(fits.message());
+  }
   // Each card's pool takes its bytes from the driver before anything is allocated on it: the
   // card tier's budget-sized stores and the dense model then come out of the pool.
   for (int c = 0; c < s.cards.num_local_cards(); ++c)
@@ -245,6 +209,8 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   if (config_.runner.reader_type != ReaderType::kQueueDataset) {
     into->data = load_dataset(share, what);
     if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+    into->step_sizes = std::make_shared<const PassStepSizes>(
+        plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size)));
     return;
   }
   // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
@@ -263,6 +229,22 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   }
 }
 
+PassStepSizes Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
+                                       std::size_t batch) const {
+  const int cards = state_->cards.num_local_cards();
+  return plan_step_sizes(data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,
+                         /*per_owner=*/!config_.runner.collective,
+                         std::max(1, config_.dataset.thread_num));
+}
+
+void Trainer::trim_pools() {
+  // A pass boundary's peak (begin_pass's sorts, a grown scratch arena's old block) goes back to
+  // the driver; the pool keeps its pre-warmed size, which the steady steps are served from.
+  for (int c = 0; c < state_->cards.num_local_cards(); ++c) {
+    device::trim_card_pool(state_->cards.card(c), prewarm_bytes(config_));
+  }
+}
+
 PassReport Trainer::train_pass(const std::vector<std::string>& files) {
   Timer timer;
   const auto prepared = prepare_pass(
@@ -278,10 +260,15 @@ struct Trainer::StepTally {
   // bytes it sent to other trainer processes over them.
   std::vector<device::DeviceCounts> steady;
   std::vector<uint64_t> steady_interprocess;
+  // Every card's every step, the first ones included (sizing them all before the pass is the
+  // point: pass_allocations etc. in the report), and the next pass's card work between them.
+  device::DeviceCounts every_step;
+  device::DeviceCounts between_steps;
 };
 
 Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
-                                        dataset::QueueDataset* stream, int64_t pass) {
+                                        dataset::QueueDataset* stream, int64_t pass,
+                                        const PassStepSizes* sizes) {
   State& s = *state_;
   const int cards = s.cards.num_local_cards();
   const std::size_t instances = ds != nullptr ? ds->size() : stream->size();
@@ -289,6 +276,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   StepTally tally;
   tally.steady.resize(static_cast<std::size_t>(cards));
   tally.steady_interprocess.assign(static_cast<std::size_t>(cards), 0);
+  std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
+  std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
   const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
   const int interval = std::max(1, config_.runner.print_interval);
   std::mutex print_mu;
@@ -299,7 +288,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         comm::Communicator& comm = s.group->at(c);
         worker.metrics().reset();
         // Every card's plan is the same (agreed over the job).
-        const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm);
+        const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm, sizes);
+        reserve_steps(worker, plan, batch_size, config_.dataset);
         const std::size_t batches = plan.steps();
         if (c == 0) tally.steps = batches;
         dataset::Batch batch;
@@ -317,10 +307,14 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           const bool progress =
               c == 0 && env_.trainer_id == 0 && ((b + 1) % interval == 0 || redraw);
           const uint64_t sent_before = comm.bytes_to_other_processes();
-          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress);
+          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress,
+                            plan.counts_of(b));
+          every_step[static_cast<std::size_t>(c)] += worker.last_step_counts();
           // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
           // step's counts were taken: the pass reports its own counts.
+          const device::DeviceCounts before_work = card.counts();
           s.card_tier->prepare_next_pass(c);
+          between_steps[static_cast<std::size_t>(c)] += card.counts() - before_work;
           if (b >= kWarmupSteps) {
             tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
             tally.steady_interprocess[static_cast<std::size_t>(c)] +=
@@ -345,6 +339,10 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         if (stream != nullptr) stream->abort(why);
       });
   if (tty && tally.steps >= 1) std::printf("\n");
+  for (int c = 0; c < cards; ++c) {
+    tally.every_step += every_step[static_cast<std::size_t>(c)];
+    tally.between_steps += between_steps[static_cast<std::size_t>(c)];
+  }
   return tally;
 }
 
@@ -376,7 +374,7 @@ PassReport Trainer::run_pass(
   }
   StepTally tally;
   try {
-    tally = train_steps(ds, stream, pass);
+    tally = train_steps(ds, stream, pass, prepared.step_sizes.get());
   } catch (const Error&) {
     // The stream's own failure (a file, pipe_command, its second read differing from the first)
     // is the pass's error, also when a card stopped for it first.
@@ -394,6 +392,7 @@ PassReport Trainer::run_pass(
 
   const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
   const pass::PassStats end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{});
+  trim_pools();
   PassReport report;
   report.pass = pass;
   report.seconds = load_seconds + pass_timer.seconds();
@@ -427,6 +426,21 @@ PassReport Trainer::run_pass(
 void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {
   const std::size_t steady = tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0;
   trainer::append_step_counts(tally.steady, steady, report);
+  // Totals over every step of the pass (every card, warm-up steps included): the step buffers
+  // are sized for the pass's largest batch before its first step, so all stay 0.
+  const device::DeviceCounts& all = tally.every_step;
+  report->extra.emplace_back("pass_step_allocations", static_cast<double>(all.allocations));
+  report->extra.emplace_back("pass_step_frees", static_cast<double>(all.frees));
+  report->extra.emplace_back("pass_step_pinned_allocations",
+                             static_cast<double>(all.pinned_allocations + all.pinned_frees));
+  report->extra.emplace_back("pass_step_window_allocations",
+                             static_cast<double>(all.window_allocations));
+  // The next pass's card work between the steps (card-tier growth, not step buffers).
+  report->extra.emplace_back("between_steps_allocations",
+                             static_cast<double>(tally.between_steps.allocations));
+  report->extra.emplace_back("between_steps_pinned_allocations",
+                             static_cast<double>(tally.between_steps.pinned_allocations +
+                                                 tally.between_steps.pinned_frees));
   if (env_.trainers == 1) return;
   report->extra.emplace_back("trainer", env_.trainer_id);
   report->extra.emplace_back("trainers", env_.trainers);
@@ -444,6 +458,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers), "evaluation data");
   ds->set_batch_size(config_.runner.infer_batch_size);
   const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
+  const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);
+  const PassStepSizes sizes = plan_pass_steps(*ds, infer_batch);
   // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
   s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots, nullptr, pass::PassAccess::kEvaluate);
   const int cards = s.cards.num_local_cards();
@@ -452,18 +468,22 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
     result.predictions.assign(ds->size(), 0.0f);
     result.labels.assign(ds->size(), 0.0f);
   }
+  std::vector<device::DeviceCounts> eval_counts(static_cast<std::size_t>(cards));
   s.cards.run_on_cards(
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
         worker.metrics().reset();
-        const StepPlan plan =
-            agree_step_plan(ds->size(), static_cast<std::size_t>(ds->config().batch_size), cards,
-                            card, s.group->at(card.local_index()));
+        const StepPlan plan = agree_step_plan(ds->size(), infer_batch, cards, card,
+                                              s.group->at(card.local_index()), &sizes);
+        reserve_steps(worker, plan, infer_batch, config_.dataset);
         dataset::Batch batch;
+        device::DeviceCounts& counts = eval_counts[static_cast<std::size_t>(card.local_index())];
         for (std::size_t b = 0; b < plan.steps(); ++b) {
           fill_step_batch(ds.get(), nullptr, plan, card.local_index(), cards, b, config_.dataset,
                           &batch);
-          worker.eval_step(batch);
+          const device::DeviceCounts before = card.counts();
+          worker.eval_step(batch, plan.counts_of(b));
+          counts += card.counts() - before;
           if (keep_predictions && b < plan.local_batches) {
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
             const std::vector<float> preds = worker.last_predictions();
@@ -477,7 +497,15 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
       },
       [&](const std::string& why) { s.group->abort(why); });
   s.card_tier->end_pass();
+  trim_pools();
   result.metrics = s.workers[0]->metrics().compute();
+  // Every card's every evaluation step (sized before the first one: all 0).
+  device::DeviceCounts steps;
+  for (const device::DeviceCounts& counts : eval_counts) steps += counts;
+  result.extra = {{"eval_step_allocations", static_cast<double>(steps.allocations)},
+                  {"eval_step_frees", static_cast<double>(steps.frees)},
+                  {"eval_step_pinned_allocations",
+                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)}};
   return result;
 }
 

@@ -23,6 +23,7 @@
 #include "heterps/pass/pass_types.hpp"
 #include "table/host_tier.hpp"
 #include "trainer/config/trainer_config.hpp"
+#include "trainer/engine/step_sizes.hpp"
 #include "trainer/metrics/metric_values.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
@@ -128,7 +129,11 @@ class Trainer final : public Schedule {
   // run_pass's steps on every card (one host thread per card) and what they tell the report.
   struct StepTally;
   StepTally train_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
-                        int64_t pass);
+                        int64_t pass, const PassStepSizes* sizes);
+  // Gives every card's unused pool memory above its pre-warmed size back (after a pass).
+  void trim_pools();
+  // The sizes of every step of `data` in batches of `batch` on this trainer's cards.
+  PassStepSizes plan_pass_steps(const dataset::InMemoryDataset& data, std::size_t batch) const;
   void append_step_counts(const StepTally& tally, PassReport* report) const;
   // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
   void write_save(const std::string& dir);
@@ -150,8 +155,8 @@ class Trainer final : public Schedule {
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the
 // cards and the `steps` steady steps counted in `per_card`): steady_steps, host_syncs_per_step,
-// allocations_per_step, pageable_copies_per_step, pinned_copies_per_step, launches_per_step,
-// collectives_per_step. Nothing when steps == 0.
+// allocations_per_step, frees_per_step, pinned_allocations_per_step, pageable_copies_per_step,
+// pinned_copies_per_step, launches_per_step, collectives_per_step. Nothing when steps == 0.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report);
 

@@ -22,6 +22,12 @@
 // inputs, so the cuda fp32 path computes what the cpu one does). The bias vector has D's type
 // (cuBLASLt's default), so a bf16 Y reads the parameters' bf16 copy of the bias.
 //
+// Fallback (gemm_fallback.hpp): each GEMM takes the first of up to 8 heuristic algorithms that
+// passes cublasLtMatmulAlgoCheck; with none, a plain cublasGemmEx of the same shape runs it and
+// the element-wise kernels do the epilogue's work (bias and ReLU after the forward; for DRELU
+// the mask is taken from the input, x > 0, since a plain forward records none); logged once per
+// layer and GEMM. The BGRADA epilogue's own fallback (a GEMM of ones) takes the same path.
+//
 // Device rules: the workspace is the Blas's, allocated when it was made; the ReLU mask buffer is
 // sized by prepare() (before the step's collectives); executing a plan allocates nothing and only
 // enqueues on the card's stream. Descriptors and algorithm choices are host objects made by
@@ -30,11 +36,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "trainer/nn/detail/gemm_backend.hpp"
+#include "trainer/nn/gemm_fallback.hpp"
 #include "trainer/nn/linear_gemms.hpp"
 
 namespace gpubox::trainer {
@@ -71,13 +79,27 @@ struct Layout {
   }
 };
 
+// A GEMM's operands as cuBLAS sees them (column-major): op(A) [m x k], op(B) [k x n], D [m x n].
+struct GemmShape {
+  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F, d_type = CUDA_R_32F;
+  int64_t a_rows = 0, a_cols = 0, lda = 0;
+  int64_t b_rows = 0, b_cols = 0, ldb = 0;
+  int64_t m = 0, n = 0, ldd = 0;  // D's rows and columns
+  int64_t k() const { return op_a == CUBLAS_OP_N ? a_cols : a_rows; }
+};
+
 // One GEMM: its operation descriptor, the layouts of A, B and D (C = D, beta = 0), and the
-// algorithm the heuristic chose for them.
+// algorithm the heuristic chose for them; or, where cuBLASLt has none (`plain`), the plain
+// cublasGemmEx of the same shape, its epilogue's work left to the element-wise kernels
+// (gemm_fallback.hpp).
 struct Gemm {
   cublasLtMatmulDesc_t desc = nullptr;
   Layout a, b, d;
   cublasLtMatmulAlgo_t algo{};
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  GemmShape shape;
+  bool plain = false;
 
   Gemm() = default;
   Gemm(Gemm&& other) noexcept
@@ -86,7 +108,9 @@ struct Gemm {
         b(std::move(other.b)),
         d(std::move(other.d)),
         algo(other.algo),
-        epilogue(other.epilogue) {}
+        epilogue(other.epilogue),
+        shape(other.shape),
+        plain(other.plain) {}
   Gemm& operator=(Gemm&& other) noexcept {
     std::swap(desc, other.desc);
     a = std::move(other.a);
@@ -94,6 +118,8 @@ struct Gemm {
     d = std::move(other.d);
     std::swap(algo, other.algo);
     std::swap(epilogue, other.epilogue);
+    std::swap(shape, other.shape);
+    std::swap(plain, other.plain);
     return *this;
   }
   Gemm(const Gemm&) = delete;
@@ -169,42 +195,22 @@ LinearGemms& LinearGemms::operator=(LinearGemms&& other) noexcept = default;
 
 namespace {
 
-// Makes `gemm`'s descriptor, layouts and algorithm. Pointer attributes (bias, mask) are set per
-// call; the heuristic is told the alignment every call's A, B and D pointers keep (16 bytes:
-// each is the start of a card buffer or of a parameter block, blocks start every 16 elements).
-// It sees null bias and mask pointers, i.e. assumes them fully aligned: they are a parameter
-// block (64 bytes fp32, 32 bytes bf16) and the start of a card buffer.
-// Returns false when cuBLASLt has no algorithm for it (the heuristic found none or answered
-// CUBLAS_STATUS_NOT_SUPPORTED); other statuses throw.
-bool try_make_gemm(Gemm& gemm, Blas::Backend& backend, cublasOperation_t op_a,
-                   cublasOperation_t op_b, Layout a, Layout b, Layout d,
-                   cublasLtEpilogue_t epilogue, int64_t mask_ld) {
-  if (gemm.desc != nullptr) {
-    cublasLtMatmulDescDestroy(gemm.desc);
-    gemm.desc = nullptr;
-  }
-  GPUBOX_CUBLAS_TRY(cublasLtMatmulDescCreate(&gemm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  gemm.set(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
-  gemm.set(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  // A cuBLASLt that does not know the epilogue refuses it here: no algorithm either.
-  const cublasStatus_t epilogue_status = cublasLtMatmulDescSetAttribute(
-      gemm.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
-  if (epilogue_status == CUBLAS_STATUS_INVALID_VALUE ||
-      epilogue_status == CUBLAS_STATUS_NOT_SUPPORTED) {
-    return false;
-  }
-  GPUBOX_CUBLAS_TRY(epilogue_status);
-  if (mask_ld > 0) gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld);
-  gemm.a = std::move(a);
-  gemm.b = std::move(b);
-  gemm.d = std::move(d);
-  gemm.epilogue = epilogue;
+// Heuristic candidates asked for per GEMM: the best first, the others when it fails its check.
+constexpr int kCandidates = 8;
 
+// `shape` as cuBLASLt layouts.
+Layout layout_a(const GemmShape& g) { return Layout(g.a_type, g.a_rows, g.a_cols, g.lda); }
+Layout layout_b(const GemmShape& g) { return Layout(g.b_type, g.b_rows, g.b_cols, g.ldb); }
+Layout layout_d(const GemmShape& g) { return Layout(g.d_type, g.m, g.n, g.ldd); }
+
+// The first of up to kCandidates heuristic algorithms for `gemm` (descriptor and layouts set)
+// that cublasLtMatmulAlgoCheck accepts, into gemm.algo; its index, or -1 when none.
+int choose_algorithm(Gemm& gemm, Blas::Backend& backend) {
   cublasLtMatmulPreference_t preference = nullptr;
   GPUBOX_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&preference));
   const uint64_t workspace = backend.workspace_bytes;
   const uint32_t alignment = 16;
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
@@ -218,34 +224,130 @@ bool try_make_gemm(Gemm& gemm, Blas::Backend& backend, cublasOperation_t op_a,
   }
   if (status == CUBLAS_STATUS_SUCCESS) {
     status = cublasLtMatmulAlgoGetHeuristic(backend.lt, gemm.desc, gemm.a.handle, gemm.b.handle,
-                                            gemm.d.handle, gemm.d.handle, preference, 1, &result,
-                                            &found);
+                                            gemm.d.handle, gemm.d.handle, preference, kCandidates,
+                                            results, &found);
   }
   cublasLtMatmulPreferenceDestroy(preference);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return -1;
   GPUBOX_CUBLAS_TRY(status);
-  if (found == 0) return false;
-  gemm.algo = result.algo;
-  return true;
+  std::vector<bool> passed(static_cast<std::size_t>(std::max(0, found)), false);
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    cublasLtMatmulHeuristicResult_t check{};
+    passed[static_cast<std::size_t>(i)] =
+        cublasLtMatmulAlgoCheck(backend.lt, gemm.desc, gemm.a.handle, gemm.b.handle, gemm.d.handle,
+                                gemm.d.handle, &results[i].algo, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= workspace;
+  }
+  const int chosen = first_usable_algorithm(passed);
+  if (chosen >= 0) gemm.algo = results[chosen].algo;
+  return chosen;
 }
 
-void make_gemm(Gemm& gemm, Blas::Backend& backend, const std::string& layer, const char* what,
-               cublasOperation_t op_a, cublasOperation_t op_b, Layout a, Layout b, Layout d,
-               cublasLtEpilogue_t epilogue, int64_t mask_ld) {
-  if (!try_make_gemm(gemm, backend, op_a, op_b, std::move(a), std::move(b), std::move(d), epilogue,
-                     mask_ld)) {
-    GPUBOX_FAIL("layer ", layer, ": cuBLASLt has no algorithm for its ", what,
-                " GEMM with epilogue ", epilogue_name(epilogue));
+// Makes `gemm`'s descriptor, layouts and algorithm. Pointer attributes (bias, mask) are set per
+// call; the heuristic is told the alignment every call's A, B and D pointers keep (16 bytes:
+// each is the start of a card buffer or of a parameter block, blocks start every 16 elements).
+// It sees null bias and mask pointers, i.e. assumes them fully aligned: they are a parameter
+// block (64 bytes fp32, 32 bytes bf16) and the start of a card buffer.
+// Returns the chosen candidate's index, or -1 when cuBLASLt has no algorithm for it (the
+// heuristic found none that passes its check, or answered CUBLAS_STATUS_NOT_SUPPORTED, or the
+// epilogue is unknown to it); other statuses throw.
+int try_make_gemm(Gemm& gemm, Blas::Backend& backend, const GemmShape& shape,
+                  cublasLtEpilogue_t epilogue, int64_t mask_ld) {
+  if (gemm.desc != nullptr) {
+    cublasLtMatmulDescDestroy(gemm.desc);
+    gemm.desc = nullptr;
   }
+  gemm.shape = shape;
+  gemm.plain = false;
+  GPUBOX_CUBLAS_TRY(cublasLtMatmulDescCreate(&gemm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  gemm.set(CUBLASLT_MATMUL_DESC_TRANSA, shape.op_a);
+  gemm.set(CUBLASLT_MATMUL_DESC_TRANSB, shape.op_b);
+  // A cuBLASLt that does not know the epilogue refuses it here: no algorithm either.
+  const cublasStatus_t epilogue_status = cublasLtMatmulDescSetAttribute(
+      gemm.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+  if (epilogue_status == CUBLAS_STATUS_INVALID_VALUE ||
+      epilogue_status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    return -1;
+  }
+  GPUBOX_CUBLAS_TRY(epilogue_status);
+  if (mask_ld > 0) gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld);
+  gemm.a = layout_a(shape);
+  gemm.b = layout_b(shape);
+  gemm.d = layout_d(shape);
+  gemm.epilogue = epilogue;
+  return choose_algorithm(gemm, backend);
+}
+
+// try_make_gemm, and where cuBLASLt has no algorithm, the plain GEMM of the same shape (its
+// epilogue left to the caller's element-wise kernels). Both outcomes other than the best
+// algorithm are logged once per layer and GEMM.
+void make_gemm(Gemm& gemm, Blas::Backend& backend, const std::string& layer, const char* what,
+               const GemmShape& shape, cublasLtEpilogue_t epilogue, int64_t mask_ld) {
+  const int chosen = try_make_gemm(gemm, backend, shape, epilogue, mask_ld);
+  const std::string key = layer + " " + what;
+  if (chosen > 0) {
+    log_fallback_once(key, "layer " + layer + ": cuBLASLt's first algorithm for its " + what +
+                               " GEMM (epilogue " + epilogue_name(epilogue) +
+                               ") failed its check; candidate " + std::to_string(chosen) +
+                               " runs instead");
+  }
+  if (chosen >= 0) return;
+  gemm.plain = true;
+  gemm.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  log_fallback_once(key, "layer " + layer + ": cuBLASLt has no algorithm for its " + what +
+                             " GEMM with epilogue " + epilogue_name(epilogue) +
+                             ": a plain cublasGemmEx and element-wise kernels run it (slower)");
+}
+
+// D = alpha * op(A) op(B) with the gemm's shape, by cublasGemmEx (fp32 accumulation, as the
+// cuBLASLt descriptors ask): the fallback, and the twin of a fused GEMM whose epilogue cannot
+// apply (a DRELU whose producer recorded no mask).
+void run_plain(const Gemm& gemm, Blas::Backend& backend, const device::Stream& stream, float alpha,
+               const void* a, const void* b, void* d) {
+  const GemmShape& g = gemm.shape;
+  const float beta = 0.0f;
+  const auto as_int = [](int64_t v) { return static_cast<int>(v); };
+  count_gemm_launch(stream);
+  GPUBOX_CUBLAS_TRY(cublasGemmEx(backend.handle, g.op_a, g.op_b, as_int(g.m), as_int(g.n),
+                                 as_int(g.k()), &alpha, a, g.a_type, as_int(g.lda), b, g.b_type,
+                                 as_int(g.ldb), &beta, d, g.d_type, as_int(g.ldd),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void run(const Gemm& gemm, Blas::Backend& backend, const device::Stream& stream, float alpha,
          const void* a, const void* b, void* d) {
+  if (gemm.plain) {
+    run_plain(gemm, backend, stream, alpha, a, b, d);
+    return;
+  }
   const float beta = 0.0f;
   count_gemm_launch(stream);
   GPUBOX_CUBLAS_TRY(cublasLtMatmul(
       backend.lt, gemm.desc, &alpha, a, gemm.a.handle, b, gemm.b.handle, &beta, d, gemm.d.handle, d,
       gemm.d.handle, &gemm.algo, backend.workspace, backend.workspace_bytes, stream.native()));
+}
+
+GemmShape shape_of(cublasOperation_t op_a, cublasOperation_t op_b, cudaDataType_t a_type,
+                   int64_t a_rows, int64_t a_cols, int64_t lda, cudaDataType_t b_type,
+                   int64_t b_rows, int64_t b_cols, int64_t ldb, cudaDataType_t d_type, int64_t m,
+                   int64_t n, int64_t ldd) {
+  GemmShape g;
+  g.op_a = op_a;
+  g.op_b = op_b;
+  g.a_type = a_type;
+  g.a_rows = a_rows;
+  g.a_cols = a_cols;
+  g.lda = lda;
+  g.b_type = b_type;
+  g.b_rows = b_rows;
+  g.b_cols = b_cols;
+  g.ldb = ldb;
+  g.d_type = d_type;
+  g.m = m;
+  g.n = n;
+  g.ldd = ldd;
+  return g;
 }
 
 // Makes p.ones hold `count` ones of type `type` (setup time: waits for the copy).
@@ -288,31 +390,31 @@ void LinearGemms::prepare(int64_t batch) {
   const cudaDataType_t in = cuda_type(s.input);
   Plans::Plan plan;
   plan.batch = batch;
-  make_gemm(plan.forward, backend, s.name, "forward", CUBLAS_OP_N, CUBLAS_OP_N,
-            Layout(in, s.out, s.in, s.out), Layout(in, s.in, rows, s.x_ld),
-            Layout(cuda_type(s.output), s.out, rows, s.y_ld),
+  const GemmShape forward = shape_of(CUBLAS_OP_N, CUBLAS_OP_N, in, s.out, s.in, s.out, in, s.in,
+                                     rows, s.x_ld, cuda_type(s.output), s.out, rows, s.y_ld);
+  make_gemm(plan.forward, backend, s.name, "forward", forward,
             s.relu ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, p.mask_ld);
   // BGRADA is not offered for every type and shape by every cuBLASLt version: without it, the
   // weight gradient runs with no epilogue and db = dZ^T 1 is a GEMM of its own.
-  if (!try_make_gemm(plan.weights, backend, CUBLAS_OP_N, CUBLAS_OP_T,
-                     Layout(in, s.out, rows, s.dz_ld), Layout(in, s.in, rows, s.x_ld),
-                     Layout(CUDA_R_32F, s.out, s.in, s.out), CUBLASLT_EPILOGUE_BGRADA, 0)) {
-    make_gemm(plan.weights, backend, s.name, "weight gradient", CUBLAS_OP_N, CUBLAS_OP_T,
-              Layout(in, s.out, rows, s.dz_ld), Layout(in, s.in, rows, s.x_ld),
-              Layout(CUDA_R_32F, s.out, s.in, s.out), CUBLASLT_EPILOGUE_DEFAULT, 0);
+  const GemmShape weights = shape_of(CUBLAS_OP_N, CUBLAS_OP_T, in, s.out, rows, s.dz_ld, in, s.in,
+                                     rows, s.x_ld, CUDA_R_32F, s.out, s.in, s.out);
+  if (try_make_gemm(plan.weights, backend, weights, CUBLASLT_EPILOGUE_BGRADA, 0) < 0) {
+    make_gemm(plan.weights, backend, s.name, "weight gradient", weights, CUBLASLT_EPILOGUE_DEFAULT,
+              0);
     // The ones' leading dimension rounded up to 8 elements (16 bytes of bf16, the alignment the
     // heuristic is told); with one column only `rows` of them are read.
     const int64_t ones_ld = (rows + 7) / 8 * 8;
-    make_gemm(plan.bias, backend, s.name, "bias gradient", CUBLAS_OP_N, CUBLAS_OP_N,
-              Layout(in, s.out, rows, s.dz_ld), Layout(in, rows, 1, ones_ld),
-              Layout(CUDA_R_32F, s.out, 1, s.out), CUBLASLT_EPILOGUE_DEFAULT, 0);
+    make_gemm(plan.bias, backend, s.name, "bias gradient",
+              shape_of(CUBLAS_OP_N, CUBLAS_OP_N, in, s.out, rows, s.dz_ld, in, rows, 1, ones_ld,
+                       CUDA_R_32F, s.out, 1, s.out),
+              CUBLASLT_EPILOGUE_DEFAULT, 0);
     if (p.ones_count < ones_ld) fill_ones(p, s.input, ones_ld, blas_->stream());
   }
   if (s.dx_cols > 0) {
     // The mask's leading dimension is the producer's: D [in x B] is its forward D.
-    make_gemm(plan.data, backend, s.name, "input gradient", CUBLAS_OP_T, CUBLAS_OP_N,
-              Layout(in, s.out, s.dx_cols, s.out), Layout(in, s.out, rows, s.dz_ld),
-              Layout(cuda_type(s.dx), s.dx_cols, rows, s.dx_ld),
+    make_gemm(plan.data, backend, s.name, "input gradient",
+              shape_of(CUBLAS_OP_T, CUBLAS_OP_N, in, s.out, s.dx_cols, s.out, in, s.out, rows,
+                       s.dz_ld, cuda_type(s.dx), s.dx_cols, rows, s.dx_ld),
               s.input_is_relu ? CUBLASLT_EPILOGUE_DRELU : CUBLASLT_EPILOGUE_DEFAULT,
               s.input_is_relu ? mask_ld_bits(s.in) : 0);
   }
@@ -340,6 +442,13 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias, const
   const bool bf16_bias = spec_.output == ElementType::kBf16;
   GPUBOX_EXPECTS(!bf16_bias || bias_bf16 != nullptr, "layer ", spec_.name,
                  ": a bf16 output needs the bf16 copy of the bias");
+  if (gemm.plain) {
+    // No mask is recorded: the consumer layer's backward_data masks by its input instead.
+    run(gemm, blas_->backend(), blas_->stream(), 1.0f, w, x, y);
+    add_bias_activation(y, spec_.output, spec_.y_ld, bias, batch, spec_.out, spec_.relu,
+                        blas_->stream());
+    return;
+  }
   const void* bias_ptr = bf16_bias ? static_cast<const void*>(bias_bf16) : bias;
   gemm.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
   if (spec_.relu)
@@ -365,27 +474,41 @@ void LinearGemms::backward_weights(const void* x, const void* dz, float* dw, flo
   run(plan.bias, blas_->backend(), stream, 1.0f, dz, plans_->ones.data(), db);
 }
 
-void LinearGemms::backward_data(const void* dz, const void* w, const void* /*x: oneDNN's*/,
+void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                                 const LinearGemms* producer, float alpha, void* dx, int64_t batch) {
   GPUBOX_EXPECTS(!spec_.input_is_relu || producer != nullptr, "layer ", spec_.name,
                  ": the ReLU mask needs the layer that produced the input");
   if (batch == 0 || spec_.dx_cols == 0) return;
   Gemm& gemm = plan_for(*plans_, batch, spec_.name).data;
-  if (spec_.input_is_relu) {
-    GPUBOX_EXPECTS(producer->spec_.relu && producer->spec_.out == spec_.in, "layer ", spec_.name,
-                   ": its producer ", producer->spec_.name, " records no matching ReLU mask");
-    gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-             static_cast<const void*>(producer->plans_->mask.data()));
+  if (!spec_.input_is_relu) {
+    run(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);
+    return;
   }
+  GPUBOX_EXPECTS(producer->spec_.relu && producer->spec_.out == spec_.in, "layer ", spec_.name,
+                 ": its producer ", producer->spec_.name, " records no matching ReLU mask");
+  // DRELU reads the mask the producer's fused forward recorded; where either GEMM fell back to
+  // the plain one, the mask comes from the input itself (x > 0, as oneDNN's path does).
+  const bool recorded =
+      !gemm.plain && !plan_for(*producer->plans_, batch, producer->spec_.name).forward.plain;
+  if (!recorded) {
+    run_plain(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);
+    mask_by_relu_input(dx, spec_.dx, spec_.dx_ld, x, spec_.input, spec_.x_ld, batch, spec_.dx_cols,
+                       blas_->stream());
+    return;
+  }
+  gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+           static_cast<const void*>(producer->plans_->mask.data()));
   run(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);
 }
 
 std::string LinearGemms::describe(int64_t batch) const {
   const Plans::Plan& plan = plan_for(*plans_, batch, spec_.name);
-  std::string line = std::string("forward ") + epilogue_name(plan.forward.epilogue) +
-                     ", weight grad " + epilogue_name(plan.weights.epilogue);
+  const auto name = [](const Gemm& gemm) {
+    return gemm.plain ? std::string("plain GEMM + element-wise") : epilogue_name(gemm.epilogue);
+  };
+  std::string line = "forward " + name(plan.forward) + ", weight grad " + name(plan.weights);
   if (plan.weights.epilogue != CUBLASLT_EPILOGUE_BGRADA) line += " + bias GEMM of ones";
-  if (spec_.dx_cols > 0) line += std::string(", input grad ") + epilogue_name(plan.data.epilogue);
+  if (spec_.dx_cols > 0) line += ", input grad " + name(plan.data);
   line += " (cuBLASLt, " + blas_->isa() + ", " + element_type_name(spec_.input) +
           (spec_.input == ElementType::kBf16 ? " tensor cores)" : ")");
   return line;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -25,6 +26,9 @@ struct EvalResult {
   MetricValues metrics;
   std::vector<float> labels;       // in file order, when predictions were asked for
   std::vector<float> predictions;  // in file order, when predictions were asked for
+  // What a schedule adds (gpubox: eval_step_allocations, eval_step_frees,
+  // eval_step_pinned_allocations: totals over every card's every step).
+  std::vector<std::pair<std::string, double>> extra;
 };
 
 // The passes of a run as the config schedules them: every epoch goes over `pass_files` (one

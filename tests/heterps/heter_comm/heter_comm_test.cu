@@ -1036,3 +1036,84 @@ TEST(HeterComm, ReplicatedStepCountsAgainstSharded) {
 
 }  // namespace
 }  // namespace gpubox::heter_comm
+
+namespace gpubox::heter_comm {
+namespace {
+
+// plan_next_step (issue 31): a pull whose key counts come from the pass's plan gives the same
+// records with one host wait fewer (no count exchange), and a plan that does not describe the
+// batch fails the step, naming the plan, before any row changes.
+TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+  constexpr int kCards = 2;
+  HeterCommOptions options;
+  options.missing_keys = MissingKeyPolicy::kFail;  // the card tier's policy
+  std::vector<uint64_t> known;
+  for (uint64_t k = 1; k <= 40; ++k) known.push_back(mix64(k));
+  Cluster cluster(kCards, cfg, options);
+  cluster.run([&](device::Card& card) {
+    const int c = card.local_index();
+    std::vector<uint64_t> mine;
+    std::vector<float> rows;
+    for (uint64_t k : known) {
+      if (owner_card(k, kCards) != c) continue;
+      mine.push_back(k);
+      rows.resize(rows.size() + layout.stride());
+      table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
+    }
+    auto dk = device::to_device(mine, card.memory(), card.stream());
+    auto dr = device::to_device(rows, card.memory(), card.stream());
+    cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
+  });
+  // Each card's batch (repeated keys) and the plan: [src][dst] distinct keys.
+  std::vector<std::vector<uint64_t>> batches(kCards);
+  std::vector<uint64_t> plan(kCards * kCards, 0);
+  for (int c = 0; c < kCards; ++c) {
+    for (int i = 0; i < 30; ++i) batches[c].push_back(known[(c * 11 + i * 7) % 23]);
+    const std::set<uint64_t> distinct(batches[c].begin(), batches[c].end());
+    for (uint64_t k : distinct) ++plan[c * kCards + owner_card(k, kCards)];
+  }
+  ASSERT_GT(plan[0], 0u);
+  ASSERT_GT(plan[1], 0u);
+  const auto pull_all = [&](const std::vector<uint64_t>* counts, std::vector<uint64_t>* syncs) {
+    std::vector<std::vector<float>> out(kCards);
+    cluster.run([&](device::Card& card) {
+      const int c = card.local_index();
+      HeterComm& hc = cluster.heter_comm(c);
+      auto keys = device::to_device(batches[c], card.memory(), card.stream());
+      auto records = card.make_buffer<float>(batches[c].size() * hc.pull_dim());
+      const uint64_t before = card.counts().host_syncs;
+      if (counts != nullptr) hc.plan_next_step(counts->data());
+      hc.pull(keys.data(), batches[c].size(), records.data(), card.stream());
+      (*syncs)[c] = card.counts().host_syncs - before;
+      out[c] = device::to_host(records);
+    });
+    return out;
+  };
+  std::vector<uint64_t> exchanged(kCards), planned(kCards);
+  const auto want = pull_all(nullptr, &exchanged);
+  const auto got = pull_all(&plan, &planned);
+  for (int c = 0; c < kCards; ++c) {
+    EXPECT_EQ(got[c], want[c]) << "card " << c;
+    EXPECT_EQ(planned[c] + 1, exchanged[c]) << "card " << c << ": the count wait is gone";
+  }
+  // Card 1's row says one key more for card 0 and one fewer for card 1 (same total).
+  std::vector<uint64_t> wrong = plan;
+  ++wrong[1 * kCards + 0];
+  --wrong[1 * kCards + 1];
+  std::string message;
+  try {
+    pull_all(&wrong, &planned);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  // Card 1 finds its row wrong at its next wait; card 0, the owner the misrouted key reached,
+  // may fail first on that key: either error names the plan.
+  ASSERT_FALSE(message.empty()) << "a wrong plan went unnoticed";
+  EXPECT_NE(message.find("plan does not describe"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace gpubox::heter_comm

@@ -1,0 +1,95 @@
+// plan_step_sizes (trainer/engine/step_sizes.hpp) against an oracle: each batch as the steps
+// build it (InMemoryDataset::fill_batch), its distinct keys in a std::set, their owners counted
+// one by one. Lines with 0 to 4 keys per slot, repeated keys, a short last round (empty batches
+// on some cards), 1, 2 and 3 local cards of up to 8, sharded and replicated.
+#include "trainer/engine/step_sizes.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+
+#include "common/hash.hpp"
+#include "dataset/batch.hpp"
+#include "dataset/in_memory_dataset.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots) {
+  fs::create_directories(dir);
+  std::mt19937 rng(5);
+  {
+    std::ofstream out(dir / "part-0");
+    for (int line = 0; line < lines; ++line) {
+      out << "click:" << (rng() % 2);
+      for (int slot = 1; slot <= slots; ++slot) {
+        for (int k = static_cast<int>(rng() % 5); k > 0; --k)
+          out << ' ' << slot << ':' << 1 + rng() % 40;
+      }
+      out << '\n';
+    }
+  }
+  dataset::DatasetConfig config;
+  config.data_format = dataset::DataFormat::kSlot;
+  for (int s = 1; s <= slots; ++s) config.slots.push_back(std::to_string(s));
+  dataset::InMemoryDataset data(config);
+  data.set_filelist({(dir / "part-0").string()});
+  EXPECT_TRUE(data.load_into_memory().ok());
+  return data;
+}
+
+TEST(StepSizes, EveryBatchMatchesTheOracle) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_step_sizes_" + std::to_string(::getpid()));
+  dataset::InMemoryDataset data = varying_lines(dir, 203, 4);
+  ASSERT_EQ(data.size(), 203u);
+  for (int local : {1, 2, 3}) {
+    for (int total : {local, 8}) {
+      for (bool per_owner : {true, false}) {
+        for (std::size_t batch : {std::size_t{1}, std::size_t{16}, std::size_t{500}}) {
+          SCOPED_TRACE("local " + std::to_string(local) + " of " + std::to_string(total) +
+                       ", batch " + std::to_string(batch) + (per_owner ? ", sharded" : ""));
+          data.set_batch_size(static_cast<int>(batch));  // fill_batch's batches
+          const int first_rank = total - local;          // the last trainer's cards
+          const PassStepSizes sizes =
+              plan_step_sizes(data, batch, local, first_rank, total, per_owner, /*threads=*/3);
+          ASSERT_EQ(sizes.batches, data.num_batches_per_card(local));
+          dataset::Batch filled;
+          for (int card = 0; card < local; ++card) {
+            std::size_t largest = 0;
+            for (std::size_t b = 0; b < sizes.batches; ++b) {
+              data.fill_batch(card, local, b, &filled);
+              const std::set<uint64_t> distinct(filled.keys.begin(), filled.keys.end());
+              const std::size_t at = sizes.index(card, b);
+              EXPECT_EQ(sizes.occurrences[at], filled.keys.size());
+              EXPECT_EQ(sizes.unique[at], distinct.size());
+              largest = std::max(largest, filled.keys.size());
+              if (!per_owner) continue;
+              std::vector<uint32_t> owners(static_cast<std::size_t>(total), 0);
+              for (uint64_t key : distinct) ++owners[owner_card(key, total)];
+              for (int o = 0; o < total; ++o) {
+                EXPECT_EQ(sizes.owner_counts[at * total + o], owners[o]) << "owner " << o;
+              }
+            }
+            EXPECT_EQ(sizes.max_occurrences(card), largest);
+          }
+          if (!per_owner) {
+            EXPECT_TRUE(sizes.owner_counts.empty());
+          }
+        }
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
