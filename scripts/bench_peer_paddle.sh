@@ -175,13 +175,15 @@ if [ "$mode" = ps ]; then
   : >"$out/ps_runs.tsv"
   # wire_poll PID PORT FILE: while PID lives, every 0.2 s, the bytes sent plus received on the
   # established TCP connections of local port PORT (ss's tcp_info; gpubox_server uses send/recv,
-  # which /proc/PID/io does not count), the largest sum seen into FILE
+  # which /proc/PID/io does not count), the largest sum seen into FILE. The sum is printed as an
+  # integer (%.0f: exact below 2^53): awk's print writes sums past 2^31 in exponent form
+  # (2.32384e+09), which the integer comparison refuses, so the maximum stopped updating.
   wire_poll() {
     local b m=0
     while kill -0 "$1" 2>/dev/null; do
       # (|| true: no connection yet is 0, not an exit under set -e and pipefail)
       b="$(ss -tinH state established "( sport = :$2 )" 2>/dev/null |
-        { grep -oE 'bytes_(sent|received):[0-9]+' || true; } | awk -F: '{ n += $2 } END { print n + 0 }')"
+        { grep -oE 'bytes_(sent|received):[0-9]+' || true; } | awk -F: '{ n += $2 } END { printf "%.0f\n", n }')"
       [ "${b:-0}" -gt "$m" ] && m="$b" && echo "$m" >"$3"
       sleep 0.2
     done

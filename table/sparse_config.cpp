@@ -47,6 +47,7 @@ AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   c.optimizer.min_bound = f("min_bound");
   c.optimizer.max_bound = f("max_bound");
   c.optimizer.weight_decay = f("weight_decay");
+  c.optimizer.l1_decay = f("l1_decay");
   c.optimizer.mf_learning_rate = f("mf_learning_rate");
   c.optimizer.mf_initial_g2sum = f("mf_initial_g2sum");
   c.optimizer.mf_initial_range = f("mf_initial_range");

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/config/detail/paddlerec_tables.hpp"
 #include "common/config/detail/parse_value.hpp"
 #include "common/config/slot_dims.hpp"
 
@@ -91,13 +92,16 @@ class DocumentBuilder {
     const std::string name = text.substr(0, eq);
     const std::string value = text.substr(eq + 1);
     const KeySpec* key = find_key(name);
-    if (const KeyAlias* alias = key == nullptr ? find_alias(name) : nullptr) {
+    const KeyAlias* alias = key == nullptr ? find_alias(name) : nullptr;
+    const bool table = key == nullptr && name.rfind("table_parameters.", 0) == 0;
+    if (alias != nullptr || table) {
       YAML::Node node;
       try {
         node = YAML::Load(value);
       } catch (const YAML::Exception& e) {
         return error("-o: " + name + ": cannot parse '" + value + "': " + e.msg);
       }
+      if (table) return apply_table_override(name, node);
       const KeySpec* target = nullptr;
       YAML::Node translated;
       GPUBOX_RETURN_IF_ERROR(translate(*alias, node, &target, &translated).with_context("-o"));
@@ -193,66 +197,40 @@ class DocumentBuilder {
   // Walks the whole map: unknown keys are collected (unknown_), the first other error is kept
   // (first_error_) and ends nothing, so that one run reports every unknown key.
   void apply_map(const YAML::Node& map, const std::string& prefix, const std::string& base_dir) {
-    const auto note = [&](Status st) {
-      if (first_error_.ok()) first_error_ = std::move(st);
-    };
     for (const auto& item : map) {
       const int line = item.first.Mark().line + 1;  // yaml-cpp lines are 0-based
       if (!item.first.IsScalar()) {
-        note(error("a key that is not a name", line));
+        keep(error("a key that is not a name", line));
         continue;
       }
       const std::string name =
           prefix.empty() ? item.first.Scalar() : prefix + "." + item.first.Scalar();
       const YAML::Node& value = item.second;
       if (const KeySpec* key = find_key(name)) {
-        if (auto it = lines_.find(name); it != lines_.end()) {
-          note(
-              error(name + ": set twice (first on line " + std::to_string(it->second) + ")", line));
-          continue;
-        }
-        lines_[name] = line;
-        if (overridden_.count(name) > 0) continue;  // the override's value is checked instead
         // A choice left empty (`sync_mode:`) is shown but not set: its default applies and
         // is_set says no (configs/config_collective.yaml shows runner.sync_mode that way, since
         // Collective mode is use_fleet without a sync_mode).
-        if (value.IsNull() && key->type == KeyType::kEnum) continue;
-        ConfigValue parsed;
-        const Status st = detail::parse_value(*key, value, base_dir, &parsed);
-        if (!st.ok()) {
-          note(error(st.message(), line));
+        if (value.IsNull() && key->type == KeyType::kEnum && lines_.count(name) == 0) {
+          lines_[name] = {line, ""};
           continue;
         }
-        doc_.values_[name] = std::move(parsed);
+        set_value(*key, value, "", line, base_dir);
       } else if (const KeyAlias* alias = find_alias(name)) {
         const KeySpec* target = nullptr;
         YAML::Node translated;
         if (const Status st = translate(*alias, value, &target, &translated); !st.ok()) {
-          note(error(st.message(), line));
+          keep(error(st.message(), line));
           continue;
         }
-        if (target == nullptr) continue;
-        if (auto it = lines_.find(target->name); it != lines_.end()) {
-          note(error(name + " sets " + target->name + ", set already on line " +
-                         std::to_string(it->second),
-                     line));
-          continue;
-        }
-        lines_[target->name] = line;
-        if (overridden_.count(target->name) > 0) continue;
-        ConfigValue parsed;
-        if (const Status st = detail::parse_value(*target, translated, base_dir, &parsed);
-            !st.ok()) {
-          note(error(name + " (" + target->name + "): " + st.message(), line));
-          continue;
-        }
-        doc_.values_[target->name] = std::move(parsed);
+        if (target != nullptr) set_value(*target, translated, name, line, base_dir);
+      } else if (name == "table_parameters") {
+        apply_table_parameters(value, base_dir);
       } else if (find_ignored(name) != nullptr) {
         doc_.ignored_set_.insert(name);  // any value, a whole ignored section included
       } else if (is_section(name)) {
         if (value.IsNull()) continue;  // an empty section
         if (!value.IsMap()) {
-          note(error(name + ": expected a map of keys, got " + describe(value), line));
+          keep(error(name + ": expected a map of keys, got " + describe(value), line));
           continue;
         }
         apply_map(value, name, base_dir);
@@ -260,6 +238,96 @@ class DocumentBuilder {
         unknown_.push_back(error(unknown_key(name), line));
       }
     }
+  }
+
+  // Sets `key` from `value`, read at `line` of the file; `from` is the PaddleRec name that sets it
+  // ("" for the key itself). A key set twice is an error, unless a PaddleRec name sets it to the
+  // value it has (slot_dnn gives both emb_dim and sparse_feature_dim, and its table's
+  // embedx_dim). A key an override replaces is not read here (the override's value is checked).
+  void set_value(const KeySpec& key, const YAML::Node& value, const std::string& from, int line,
+                 const std::string& base_dir) {
+    const auto first = lines_.find(key.name);
+    if (first != lines_.end() && from.empty() && first->second.from.empty()) {
+      keep(
+          error(key.name + ": set twice (first on line " + std::to_string(first->second.line) + ")",
+                line));
+      return;
+    }
+    if (overridden_.count(key.name) > 0) {
+      lines_.emplace(key.name, SetBy{line, from});
+      return;
+    }
+    ConfigValue parsed;
+    if (const Status st = detail::parse_value(key, value, base_dir, &parsed); !st.ok()) {
+      keep(
+          error(from.empty() ? st.message() : from + " (" + key.name + "): " + st.message(), line));
+      return;
+    }
+    if (first != lines_.end()) {
+      const auto it = doc_.values_.find(key.name);
+      if (it == doc_.values_.end() || it->second != parsed) {
+        const std::string value = std::visit(ValueText{}, parsed);
+        const std::string by = first->second.from.empty() ? "" : " by " + first->second.from;
+        const std::string before =
+            it == doc_.values_.end() ? "" : " to " + std::visit(ValueText{}, it->second);
+        keep(error((from.empty() ? key.name + " is " : from + " sets " + key.name + " to ") +
+                       value + ", set already on line " + std::to_string(first->second.line) + by +
+                       before,
+                   line));
+      }
+      return;
+    }
+    lines_.emplace(key.name, SetBy{line, from});
+    doc_.values_[key.name] = std::move(parsed);
+  }
+
+  // PaddleRec's table_parameters: each leaf sets a sparse-rule key, or has no effect (noted).
+  void apply_table_parameters(const YAML::Node& section, const std::string& base_dir) {
+    std::vector<detail::TableSetting> settings;
+    std::vector<detail::TableNote> notes;
+    int line = 0;
+    if (const Status st = detail::translate_table_parameters(section, &settings, &notes, &line);
+        !st.ok()) {
+      keep(error(st.message(), line));
+      return;
+    }
+    for (const detail::TableSetting& s : settings) {
+      set_value(*find_key(s.key), s.value, s.from, s.line, base_dir);
+    }
+    for (detail::TableNote& n : notes) doc_.table_notes_.emplace_back(n.from, n.reason);
+  }
+
+  // -o table_parameters.<table>.<leaf>=value: as the leaf in the file, replacing its key.
+  Status apply_table_override(const std::string& name, const YAML::Node& value) {
+    YAML::Node section = value;
+    const std::string path = name.substr(std::string("table_parameters.").size());
+    for (std::size_t end = path.size(); end != std::string::npos && end > 0;) {
+      const std::size_t dot = path.rfind('.', end - 1);
+      const std::size_t start = dot == std::string::npos ? 0 : dot + 1;
+      YAML::Node parent(YAML::NodeType::Map);
+      parent[path.substr(start, end - start)] = section;
+      section = parent;
+      end = dot;
+    }
+    std::vector<detail::TableSetting> settings;
+    std::vector<detail::TableNote> notes;
+    int line = 0;
+    GPUBOX_RETURN_IF_ERROR(
+        detail::translate_table_parameters(section, &settings, &notes, &line).with_context("-o"));
+    for (const detail::TableSetting& s : settings) {
+      const KeySpec& key = *find_key(s.key);
+      ConfigValue parsed;
+      const Status st = detail::parse_value(key, s.value, "", &parsed);
+      if (!st.ok()) return error("-o: " + name + " (" + key.name + "): " + st.message());
+      doc_.values_[key.name] = std::move(parsed);
+    }
+    for (detail::TableNote& n : notes) doc_.table_notes_.emplace_back(n.from, n.reason);
+    return Status::OK();
+  }
+
+  // The first error of the file other than an unknown key.
+  void keep(Status st) {
+    if (first_error_.ok()) first_error_ = std::move(st);
   }
 
   // The value `alias` gives its key (*target; nullptr when it sets none), or why it is refused.
@@ -270,24 +338,44 @@ class DocumentBuilder {
       *out = value;
       return Status::OK();
     }
+    if (alias.kind == KeyAlias::Kind::kOffset) {
+      long long v = 0;
+      if (!value.IsScalar() || !YAML::convert<long long>::decode(value, v)) {
+        return Status::InvalidArgument(alias.name + ": expected an integer, got " +
+                                       describe(value));
+      }
+      *out = YAML::Node(std::to_string(v + alias.offset));
+      return Status::OK();
+    }
     bool flag = false;
-    if (!value.IsScalar() || !YAML::convert<bool>::decode(value, flag)) {
+    if (alias.kind == KeyAlias::Kind::kRefuseUnlessOff) {
+      double amount = 0;
+      const bool off =
+          (detail::decode_bool(value, &flag) && !flag) ||
+          (value.IsScalar() && YAML::convert<double>::decode(value, amount) && amount == 0);
+      if (!off) {
+        return Status::InvalidArgument(alias.name + " is " + describe(value) + ", but " +
+                                       alias.reason);
+      }
+      return Status::OK();
+    }
+    if (!detail::decode_bool(value, &flag)) {
       return Status::InvalidArgument(alias.name + ": expected true or false, got " +
                                      describe(value));
-    }
-    if (alias.kind == KeyAlias::Kind::kRefuseTrue) {
-      if (flag) return Status::InvalidArgument(alias.name + ": true is not built: " + alias.reason);
-      return Status::OK();
     }
     *out = YAML::Node(flag ? alias.if_true : alias.if_false);
     return Status::OK();
   }
 
   ConfigDocument doc_;
-  std::map<std::string, int> lines_;  // where the file sets each key
-  std::set<std::string> overridden_;  // keys an override replaces
-  std::vector<Status> unknown_;       // one per unknown key of the file, in file order
-  Status first_error_;                // the file's first error of another kind
+  struct SetBy {
+    int line = 0;
+    std::string from;  // the PaddleRec name that set the key; "" for the key itself
+  };
+  std::map<std::string, SetBy> lines_;  // where the file sets each key
+  std::set<std::string> overridden_;    // keys an override replaces
+  std::vector<Status> unknown_;         // one per unknown key of the file, in file order
+  Status first_error_;                  // the file's first error of another kind
 };
 
 StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
@@ -422,6 +510,7 @@ std::vector<std::string> ConfigDocument::no_effect_keys() const {
       if (find_ignored(name) == &key) out.push_back(name);
     }
   }
+  for (const auto& [name, reason] : table_notes_) out.push_back(name);
   return out;
 }
 
@@ -430,9 +519,14 @@ std::string ConfigDocument::no_effect_note() const {
   if (keys.empty()) return "";
   std::string text = source_ + ": " + std::to_string(keys.size()) + " PaddleRec key" +
                      (keys.size() == 1 ? " has" : "s have") + " no effect in GPUBox:";
+  std::map<std::string, std::string> table_reasons(table_notes_.begin(), table_notes_.end());
   for (const std::string& k : keys) {
     const KeySpec* spec = find_key(k);
-    text += "\n  " + k + ": " + (spec != nullptr ? spec->meaning : find_ignored(k)->reason);
+    const IgnoredKey* ignored = spec == nullptr ? find_ignored(k) : nullptr;
+    text += "\n  " + k + ": " +
+            (spec != nullptr ? spec->meaning
+             : ignored       ? ignored->reason
+                             : table_reasons[k]);
   }
   return text;
 }

@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -96,7 +97,8 @@ class ConfigDocument {
 
   // Keys accepted for PaddleRec compatibility that have no effect in GPUBox: the table's
   // no-effect keys this config sets to another value than their default, then the ignored
-  // PaddleRec keys it sets (to any value), in table order.
+  // PaddleRec keys it sets (to any value), in table order, then its table_parameters leaves that
+  // have none (the others set hyper_parameters.sparse_optimizer.*), in file order.
   std::vector<std::string> no_effect_keys() const;
   // The same with one line per key saying why ("" when there are none), for the binaries to
   // print once at start:
@@ -120,6 +122,8 @@ class ConfigDocument {
   std::string file_path_;
   std::map<std::string, ConfigValue, std::less<>> values_;  // keys set by the file or -o
   std::set<std::string> ignored_set_;  // ignored PaddleRec keys set by the file or -o
+  // table_parameters leaves with no effect in GPUBox, and why (in file order).
+  std::vector<std::pair<std::string, std::string>> table_notes_;
   mutable std::set<std::string> keys_read_;
 };
 

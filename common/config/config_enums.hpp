@@ -90,10 +90,12 @@ enum class ModelKind {
   kDeepFm,    // kWideDeep + the pairwise factorization-machine term over the slots' embeddings
   kDcnV2,     // DCN-v2: a cross network over the first layer's input rows, stacked before the MLP
               // or parallel to it (hyper_parameters.cross_layers, cross_rank, dcn_structure)
+  kFm,        // a factorization machine: kWide's first-order terms and bias + kDeepFm's pairwise
+              // term, no MLP (PaddleRec's fm)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},
-    {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},
+    {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},       {ModelKind::kFm, "fm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

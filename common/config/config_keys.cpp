@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/config/config_enums.hpp"
+#include "common/config/detail/paddlerec_tables.hpp"
 #include "common/config/detail/parse_value.hpp"
 #include "common/config/slot_dims.hpp"
 #include "common/error.hpp"
@@ -167,9 +168,10 @@ std::vector<KeySpec> build_table() {
     t.push_back(std::move(k));
   }
   t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset, "dense features per instance"));
+  t.push_back(int_key(h + "num_field", "0", 0, 200000, kDataset, "PaddleRec's fields per line of its LR/FM Criteo text (feat_idx): when set, it must equal dense_input_dim plus the sparse slots; 0 = not checked"));
   t.push_back(int_list_key(h + "fc_sizes", "[512, 256, 128, 32]", 1, 1, kTrainer, "hidden layers (ReLU); a 1-wide logit layer follows"));
   t.push_back(int_key(h + "distributed_embedding", "0", 0, 1, kNoEffect, "PaddleRec's switch; GPUBox embeddings are always sharded over the cards"));
-  t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer, "dense model: dnn, dnn plus the wide part, the wide part alone (logistic regression), deepfm (the wide part as first-order term + pairwise FM over the slot embeddings + dnn), or dcn_v2 (a cross network with the dnn, see cross_layers)"));
+  t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer, "dense model: dnn, dnn plus the wide part, the wide part alone (logistic regression), deepfm (the wide part as first-order term + pairwise FM over the slot embeddings + dnn), dcn_v2 (a cross network with the dnn, see cross_layers), or fm (the wide part + the pairwise FM over the slot embeddings, no dnn)"));
   t.push_back(int_key(h + "cross_layers", "3", 1, 64, kTrainer, "dcn_v2: cross layers x_{l+1} = x0 * (W_l x_l + b_l) + x_l over the first layer's input x0 (PaddleRec's cross_num)"));
   t.push_back(int_key(h + "cross_rank", "0", 0, 100000, kTrainer, "dcn_v2: 0 = full-rank W_l; r > 0 = low-rank W_l = U_l V_l^T with r columns (PaddleRec's low_rank)"));
   t.push_back(enum_key(h + "dcn_structure", kDcnStructureNames, DcnStructure::kStacked, kTrainer, "dcn_v2: stacked (the dnn reads the cross output) or parallel (cross and dnn side by side, concatenated before the logit layer; PaddleRec's is_stacked)"));
@@ -185,6 +187,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(float_key(s + "min_bound", "-10.0", -kFloatMax, kFloatMax, kTable, "embed_w clip (lower)"));
   t.push_back(float_key(s + "max_bound", "10.0", -kFloatMax, kFloatMax, kTable, "embed_w clip (upper)"));
   t.push_back(float_key(s + "weight_decay", "0.0", 0, kFloatMax, kTable, "embed_w L2: weight_decay * w joins the gradient of each step the key takes (Paddle's sparse rules have no L2)"));
+  t.push_back(float_key(s + "l1_decay", "0.0", 0, kFloatMax, kTable, "embed_w L1: l1_decay * sign(w) joins the gradient of each step the key takes (Paddle's L1Decay; PaddleRec logistic_regression's reg)"));
   t.push_back(float_key(s + "mf_learning_rate", "0.05", 0, kFloatMax, kTable, "embedx learning rate"));
   t.push_back(float_key(s + "mf_initial_g2sum", "3.0", 0, kFloatMax, kTable, "embedx adagrad: as initial_g2sum"));
   t.push_back(float_key(s + "mf_initial_range", "0.0001", 0, kFloatMax, kTable, "embedx starts uniform in [-mf_initial_range, mf_initial_range]"));
@@ -215,90 +218,6 @@ std::vector<KeySpec> build_table() {
     const Status st = detail::parse_value(k, node, "", &k.default_value);
     GPUBOX_EXPECTS(st.ok(), "config key table: bad default: ", st.message());
   }
-  return t;
-}
-
-// PaddleRec's keys that GPUBox ignores. Sources: the runner.* and hyper_parameters.* keys read
-// by PaddleRec's tools/*trainer*.py, tools/*infer*.py and tools/utils/ (config.get), and the
-// runner.* keys of its models/rank/*/*.yaml. Model hyper_parameters of PaddleRec models GPUBox
-// does not implement (dict_dim, layer_sizes, ...) are not here: they stay unknown keys.
-std::vector<IgnoredKey> build_ignored() {
-  std::vector<IgnoredKey> t;
-  const auto key = [&](std::string name, std::string reason) {
-    t.push_back(IgnoredKey{"runner." + std::move(name), std::move(reason), false});
-  };
-  // clang-format off
-  key("auc_num", "PaddleRec's count of AUC metrics; GPUBox reports one AUC per pass");
-  key("batch_generator", "PaddleRec's Python batch generator; GPUBox's readers build batches");
-  key("batch_size", "batch size of PaddleRec's heter and DataLoader loops; GPUBox reads runner.train_batch_size");
-  key("candidate_size", "PaddleRec's feature-importance tool setting");
-  key("CE", "PaddleRec's continuous-evaluation switch of its test harness");
-  key("checkpoint_per_pass", "PaddleRec online trainer's checkpoint cadence; GPUBox saves after every pass (runner.model_save_path)");
-  key("data_batch_size", "batch size of PaddleRec's data preparation scripts");
-  key("data_dir", "PaddleRec online trainer's data root; GPUBox reads runner.train_data_dir or runner.pass_dirs");
-  key("data_donefile", "PaddleRec online trainer's done-file wait; GPUBox reads the folders it is given");
-  key("data_sleep_second", "PaddleRec online trainer's polling interval");
-  key("days", "PaddleRec online trainer's day list; GPUBox's passes are runner.pass_dirs");
-  key("dump_fields", "PaddleRec's dump of variables; GPUBox writes predictions with gpubox_train --predictions_out");
-  key("dump_fields_path", "(see runner.dump_fields)");
-  key("dump_param", "(see runner.dump_fields)");
-  key("emb_weight_name", "PaddleRec's pretrained-embedding variable name");
-  key("end_day", "PaddleRec online trainer's last day; GPUBox's passes are runner.pass_dirs");
-  key("example_count_method", "PaddleRec's ips unit (example or word); GPUBox counts examples");
-  key("fs_client", "PaddleRec's HDFS/AFS client; GPUBox reads the local file system (a mount, or pipe_command)");
-  t.back().section = true;
-  key("fs_name", "PaddleRec's HDFS name node; GPUBox reads the local file system (a mount, or pipe_command)");
-  key("fs_ugi", "PaddleRec's HDFS user; GPUBox reads the local file system");
-  key("infer_data_dir", "PaddleRec offline-infer data; GPUBox evaluates runner.test_data_dir or --infer_data_dir");
-  key("infer_dump_fields_dir", "(see runner.dump_fields)");
-  key("infer_reader_type", "PaddleRec's reader kind for inference; GPUBox loads evaluation data like training data");
-  key("infer_thread_num", "PaddleRec's inference reader threads; GPUBox uses runner.thread_num");
-  key("init_model_path", "PaddleRec online/offline-infer starting model; GPUBox's is runner.model_init_path");
-  key("inference", "PaddleRec's inference-service switch; GPUBox evaluates with gpubox_train --mode infer");
-  key("is_train", "PaddleRec model-config switch between training and inference");
-  key("last_epoch", "the epoch PaddleRec's trainer resumes after; GPUBox resumes from a save (runner.model_init_path)");
-  key("local_sparse", "PaddleRec's local sparse tables; GPUBox's sparse table is sharded over the cards");
-  key("mode", "PaddleRec model-config run mode");
-  key("model_mode", "PaddleRec's fleet.load_model mode; GPUBox saves name their kind in MANIFEST");
-  key("model_path", "PaddleRec model-config model folder; GPUBox saves under runner.model_save_path");
-  key("need_dump", "(see runner.dump_fields)");
-  key("need_infer_dump", "(see runner.dump_fields)");
-  key("need_prune", "PaddleRec online trainer's model pruning; GPUBox shrinks rows by the sparse_optimizer delete_* keys");
-  key("need_train_dump", "(see runner.dump_fields)");
-  key("num_workers", "PaddleRec DataLoader's worker processes; GPUBox's reader threads are runner.thread_num");
-  key("out_vec_path", "PaddleRec's pretrained-embedding file");
-  key("parse_content", "PaddleRec's InMemoryDataset content field; GPUBox's formats carry none");
-  key("parse_ins_id", "PaddleRec's InMemoryDataset instance id field; GPUBox's formats carry none");
-  key("pass_per_day", "PaddleRec online trainer's passes per day; GPUBox's passes are runner.pass_dirs");
-  key("prefetch", "PaddleRec online trainer's prefetch of the next pass; GPUBox's is runner.prefetch_passes");
-  key("preload_thread_num", "PaddleRec online trainer's preload threads; GPUBox uses runner.thread_num");
-  key("print_period", "print interval of PaddleRec's heter loop; GPUBox reads runner.print_interval");
-  key("reader_batch_size", "batch size of PaddleRec's reader scripts; GPUBox reads runner.train_batch_size");
-  key("remote_sparse", "PaddleRec's remote sparse tables; GPUBox's host tier is gpubox_server");
-  key("save_delta_frequency", "PaddleRec online trainer's delta saves; GPUBox's save kind is runner.save_mode");
-  key("save_first_base", "PaddleRec online trainer's first base save; GPUBox's save kind is runner.save_mode");
-  key("save_inference_feed_varnames", "PaddleRec's inference-program export; GPUBox saves its own model (runner.model_save_path)");
-  key("save_inference_fetch_varnames", "(see runner.save_inference_feed_varnames)");
-  key("shots_shuffle_list", "PaddleRec's feature-importance tool setting");
-  key("shuffle_thread_num", "PaddleRec's global-shuffle threads; GPUBox shuffles each pass locally (runner.shuffle)");
-  key("split_interval", "PaddleRec online trainer's minutes per pass; GPUBox's passes are runner.pass_dirs");
-  key("split_per_pass", "(see runner.split_interval)");
-  key("start_day", "PaddleRec online trainer's first day; GPUBox's passes are runner.pass_dirs");
-  key("train_dump_fields_dir", "(see runner.dump_fields)");
-  key("train_thread_num", "PaddleRec online trainer's reader threads; GPUBox uses runner.thread_num");
-  key("use_inference", "PaddleRec's inference-program export; GPUBox saves its own model (runner.model_save_path)");
-  key("use_npu", "PaddleRec's NPU switch; GPUBox runs on CUDA cards or the cpu build");
-  key("use_out_vec", "PaddleRec's pretrained-embedding switch");
-  key("use_save_data", "PaddleRec's switch to save the reader's output");
-  key("use_visual", "PaddleRec's VisualDL logging; GPUBox appends metrics to runner.metrics_path");
-  key("use_xpu", "PaddleRec's XPU switch; GPUBox runs on CUDA cards or the cpu build");
-  key("user_define_reader", "PaddleRec's Python reader class switch; GPUBox reads files itself (or through pipe_command)");
-  key("warmup_model_path", "the model PaddleRec's servers start from; GPUBox's is runner.model_init_path");
-  key("with_coordinator", "PaddleRec's federated-learning coordinator");
-  t.push_back(IgnoredKey{"hyper_parameters.adam_d2sum", "PaddleRec's fleet strategy switch for its sparse Adam; GPUBox's sparse optimizer is hyper_parameters.sparse_optimizer.class", false});
-  t.push_back(IgnoredKey{"hyper_parameters.seed", "the seed of PaddleRec's static trainer; GPUBox's is runner.seed", false});
-  t.push_back(IgnoredKey{"table_parameters", "PaddleRec's parameter-server table and accessor settings; GPUBox's are hyper_parameters.sparse_optimizer.*", true});
-  // clang-format on
   return t;
 }
 
@@ -367,50 +286,6 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-const std::vector<IgnoredKey>& ignored_paddlerec_keys() {
-  static const std::vector<IgnoredKey> table = [] {
-    std::vector<IgnoredKey> t = build_ignored();
-    for (const IgnoredKey& k : t) {
-      GPUBOX_EXPECTS(find_key(k.name) == nullptr && !is_section(k.name),
-                     "config key table: ", k.name, " is both a key and an ignored PaddleRec key");
-    }
-    return t;
-  }();
-  return table;
-}
-
-const std::vector<KeyAlias>& key_aliases() {
-  using Kind = KeyAlias::Kind;
-  static const std::vector<KeyAlias> aliases = {
-      {"hyper_parameters.cross_num", "hyper_parameters.cross_layers", Kind::kSame, "", "",
-       "PaddleRec dcn_v2's number of cross layers"},
-      {"hyper_parameters.is_Stacked", "hyper_parameters.dcn_structure", Kind::kBoolChoice,
-       "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel"},
-      {"hyper_parameters.use_low_rank_mixture", "", Kind::kRefuseTrue, "", "",
-       "PaddleRec dcn_v2's mixture of low-rank experts (DCN-Mix): true is refused, GPUBox builds "
-       "full-rank and low-rank cross layers only (hyper_parameters.cross_rank)"},
-  };
-  return aliases;
-}
-
-const KeyAlias* find_alias(std::string_view name) {
-  for (const KeyAlias& a : key_aliases()) {
-    if (name == a.name) return &a;
-  }
-  return nullptr;
-}
-
-const IgnoredKey* find_ignored(std::string_view name) {
-  for (const IgnoredKey& k : ignored_paddlerec_keys()) {
-    if (name == k.name) return &k;
-    if (k.section && name.size() > k.name.size() && name.compare(0, k.name.size(), k.name) == 0 &&
-        name[k.name.size()] == '.') {
-      return &k;
-    }
-  }
-  return nullptr;
-}
-
 std::vector<std::string> key_suggestions(std::string_view name) {
   const auto leaf = [](std::string_view n) {
     const auto dot = n.rfind('.');
@@ -435,6 +310,9 @@ std::vector<std::string> key_suggestions(std::string_view name) {
       consider(k.name.substr(0, dot));
     }
   }
+  // PaddleRec's names too: a typo of one of its keys is answered with its spelling.
+  for (const KeyAlias& a : key_aliases()) consider(a.name);
+  for (const IgnoredKey& k : ignored_paddlerec_keys()) consider(k.name);
   std::stable_sort(close.begin(), close.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;
@@ -542,6 +420,13 @@ std::string render_markdown_key_table() {
   for (const KeyAlias& a : key_aliases()) {
     out << "| `" << a.name << "` | " << (a.key.empty() ? "(none)" : "`" + a.key + "`") << " | "
         << cell(a.reason) << " |\n";
+  }
+  out << "\nPaddleRec's `table_parameters` (its sparse table and accessor, as slot_dnn's configs "
+         "write them; one table) set these keys:\n\n"
+         "| `table_parameters.<table>.` leaf | GPUBox key | note |\n|---|---|---|\n";
+  for (const detail::TableLeafDoc& d : detail::table_parameter_docs()) {
+    out << "| `" << d.path << "` | " << (d.sets.empty() ? "(no effect)" : cell(d.sets)) << " | "
+        << cell(d.note) << " |\n";
   }
   out << "\nPaddleRec keys accepted with any value and ignored (listed at start when a config sets "
          "them):\n\n| PaddleRec key | why GPUBox ignores it |\n|---|---|\n";

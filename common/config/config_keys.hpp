@@ -85,18 +85,21 @@ const std::vector<IgnoredKey>& ignored_paddlerec_keys();
 // The entry covering `name` (the key itself, or an ignored section holding it), or nullptr.
 const IgnoredKey* find_ignored(std::string_view name);
 
-// A PaddleRec spelling of a GPUBox key (PaddleRec's models/rank/dcn_v2 config.yaml names
-// dcn_v2's settings its own way): a config may set `name` instead of `key`, never both. The
-// value is taken as the key's (kSame), a bool chooses one of the key's values (kBoolChoice:
-// true -> if_true, false -> if_false), or a bool whose true GPUBox does not build is refused
-// with `reason` (kRefuseTrue, `key` empty: false changes nothing).
+// A PaddleRec spelling of a GPUBox key (PaddleRec's models/rank configs name some settings their
+// own way): a config may set `name` instead of `key`; setting both is an error unless they agree.
+// The value is taken as the key's (kSame), an integer plus `offset` (kOffset), a bool chooses one
+// of the key's values (kBoolChoice: true -> if_true, false -> if_false), or a switch or amount
+// whose effect GPUBox does not build is refused with `reason` unless it is off (kRefuseUnlessOff,
+// `key` empty: false or 0 changes nothing). Bools may be written 1/0, as PaddleRec's configs do.
+// The table, with PaddleRec's ignored keys and its table_parameters: paddlerec_keys.cpp.
 struct KeyAlias {
-  enum class Kind { kSame, kBoolChoice, kRefuseTrue };
+  enum class Kind { kSame, kOffset, kBoolChoice, kRefuseUnlessOff };
   std::string name;
   std::string key;
   Kind kind = Kind::kSame;
   std::string if_true, if_false;  // kBoolChoice
   std::string reason;             // one line: what it is in PaddleRec (and why refused)
+  int64_t offset = 0;             // kOffset
 };
 const std::vector<KeyAlias>& key_aliases();
 // The alias named `name`, or nullptr.
@@ -105,7 +108,8 @@ const KeyAlias* find_alias(std::string_view name);
 // The suggestions of an "unknown key" error, best first (at most 3, possibly none): valid keys
 // or sections whose edit distance to `name` is small for its length (at most a third of the
 // last name part, at least 1), and keys of other sections with the same last part
-// ("runner.learning_rate" -> "hyper_parameters.optimizer.learning_rate").
+// ("runner.learning_rate" -> "hyper_parameters.optimizer.learning_rate"); PaddleRec's spellings
+// and its ignored keys are candidates too ("hyper_parameters.low_rnk" -> "...low_rank").
 std::vector<std::string> key_suggestions(std::string_view name);
 // The first of key_suggestions(name), or "" when nothing is close.
 std::string closest_key(std::string_view name);

@@ -104,6 +104,15 @@ Status parse_choice(const KeySpec& key, const YAML::Node& node, std::string* out
 
 }  // namespace
 
+bool decode_bool(const YAML::Node& node, bool* out) {
+  if (!node.IsScalar()) return false;
+  if (node.Scalar() == "0" || node.Scalar() == "1") {
+    *out = node.Scalar() == "1";
+    return true;
+  }
+  return YAML::convert<bool>::decode(node, *out);
+}
+
 std::string describe(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "null";
   if (node.IsScalar()) return "'" + node.Scalar() + "'";
@@ -116,9 +125,7 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
   switch (key.type) {
     case KeyType::kBool: {
       bool v = false;
-      if (!node.IsScalar() || !YAML::convert<bool>::decode(node, v)) {
-        return wrong_type(key, "true or false", node);
-      }
+      if (!decode_bool(node, &v)) return wrong_type(key, "true or false", node);
       *out = v;
       return Status::OK();
     }

@@ -47,6 +47,7 @@ struct SparseOptimizerConfig {
   float min_bound = -10.0f;
   float max_bound = 10.0f;
   float weight_decay = 0.0f;  // L2 (Paddle's sparse rules have none): see sparse_rule.hpp
+  float l1_decay = 0.0f;      // L1 (Paddle's L1Decay), embed_w only: see sparse_rule.hpp
   // embedx part
   float mf_learning_rate = 0.05f;
   float mf_initial_g2sum = 3.0f;

@@ -22,9 +22,10 @@
 // always so in its GPU rules) the merged gradient (summed over the batch's occurrences of the
 // key, on every card) is divided by the key's show in that batch: a hot key takes a mean-gradient
 // step rather than one hundreds of times larger. GPUBox's addition, off by default: weight_decay
-// (L2, as Paddle optimizers' weight_decay / L2Decay) adds weight_decay * w, on the steps a key
-// takes:
-//   g = push_g / (show_scale ? max(push_show, 1) : 1) + weight_decay * w
+// (L2, as Paddle optimizers' weight_decay / L2Decay) adds weight_decay * w, and l1_decay (L1, as
+// Paddle's L1Decay, embed_w only: PaddleRec logistic_regression's reg) adds l1_decay * sign(w)
+// (sign(0) = 0), on the steps a key takes:
+//   g = push_g / (show_scale ? max(push_show, 1) : 1) + weight_decay * w + l1_decay * sign(w)
 #pragma once
 
 #include <cmath>
@@ -56,15 +57,16 @@ struct PartRule {
   float min_bound;
   float max_bound;
   float weight_decay;
+  float l1_decay;
 };
 
 GPUBOX_HD inline PartRule embed_rule(const SparseOptimizerConfig& cfg) {
-  return PartRule{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound, cfg.max_bound,
-                  cfg.weight_decay};
+  return PartRule{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound,
+                  cfg.max_bound,     cfg.weight_decay,  cfg.l1_decay};
 }
 GPUBOX_HD inline PartRule embedx_rule(const SparseOptimizerConfig& cfg) {
-  return PartRule{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound, cfg.mf_max_bound,
-                  cfg.mf_weight_decay};
+  return PartRule{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound,
+                  cfg.mf_max_bound,     cfg.mf_weight_decay,  0.0f};
 }
 
 GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
@@ -73,7 +75,8 @@ GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
 
 // The gradient of one weight for this step (see the file comment), read before w changes.
 GPUBOX_HD inline float step_gradient(float push_g, float w, const PartRule& rule, float scale) {
-  return push_g / scale + rule.weight_decay * w;
+  const float sign = w > 0.0f ? 1.0f : (w < 0.0f ? -1.0f : 0.0f);
+  return push_g / scale + rule.weight_decay * w + rule.l1_decay * sign;
 }
 
 // --- one part: w[dim], its optimizer state, its gradient g[dim] ---------------------------

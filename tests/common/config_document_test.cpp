@@ -87,8 +87,8 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
   EXPECT_EQ(error_of("runner:\n  max_line_bytes: 1e30\n"),
             p + ":2: runner.max_line_bytes: 1e30 is out of range [16, 1073741824]");
   EXPECT_EQ(error_of("hyper_parameters:\n  model: xdeepfm\n"),
-            p + ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm|dcn_v2, got "
-                "'xdeepfm'");
+            p + ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm|dcn_v2|fm, "
+                "got 'xdeepfm'");
   EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n"),
             p + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   EXPECT_EQ(error_of("hyper_parameters:\n  sparse_optimizer:\n    class: lamb\n"),
@@ -330,21 +330,18 @@ TEST_F(ConfigDocumentTest, KeysPaddleRecsTrainersReadAreAcceptedAndListedWithARe
             "  parse_ins_id: False\n  example_count_method: word\n"
             "  save_inference_feed_varnames: [\"2\", \"3\"]\n"
             "  fs_client:\n    uri: afs://x\n    user: u\n  epochs: 2\n"
-            "hyper_parameters:\n  adam_d2sum: False\n"
-            "table_parameters:\n  embedding:\n    table_class: MemorySparseTable\n"
-            "    accessor:\n      embedx_dim: 8\n"),
+            "hyper_parameters:\n  adam_d2sum: False\n"),
       {"runner.warmup_model_path=/m"});
   ASSERT_TRUE(doc.ok()) << doc.status().to_string();
   EXPECT_EQ(doc->get_int("runner.epochs"), 2);
   const std::vector<std::string> keys = doc->no_effect_keys();
-  EXPECT_EQ(
-      keys,
-      (std::vector<std::string>{
-          "runner.example_count_method", "runner.fs_client", "runner.fs_name", "runner.num_workers",
-          "runner.parse_ins_id", "runner.save_inference_feed_varnames", "runner.use_inference",
-          "runner.warmup_model_path", "hyper_parameters.adam_d2sum", "table_parameters"}));
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"runner.example_count_method", "runner.fs_client",
+                                      "runner.fs_name", "runner.num_workers", "runner.parse_ins_id",
+                                      "runner.save_inference_feed_varnames", "runner.use_inference",
+                                      "runner.warmup_model_path", "hyper_parameters.adam_d2sum"}));
   const std::string note = doc->no_effect_note();
-  EXPECT_NE(note.find(": 10 PaddleRec keys have no effect in GPUBox:\n"), std::string::npos);
+  EXPECT_NE(note.find(": 9 PaddleRec keys have no effect in GPUBox:\n"), std::string::npos);
   for (const std::string& k : keys) {
     const IgnoredKey* ignored = find_ignored(k);
     ASSERT_NE(ignored, nullptr) << k;
@@ -355,25 +352,23 @@ TEST_F(ConfigDocumentTest, KeysPaddleRecsTrainersReadAreAcceptedAndListedWithARe
     EXPECT_FALSE(k.reason.empty()) << k.name;
     EXPECT_EQ(find_key(k.name), nullptr) << k.name;
   }
-  EXPECT_EQ(find_ignored("table_parameters.embedding.accessor.embedx_dim")->name,
-            "table_parameters");
   EXPECT_EQ(find_ignored("runner.fs_client.uri")->name, "runner.fs_client");
   EXPECT_EQ(find_ignored("runner.num_workerz"), nullptr);
 }
 
 TEST_F(ConfigDocumentTest, EveryUnknownKeyOfAFileIsReportedInOneError) {
   const std::string p = bad_path();
-  // PaddleRec's LR config: its model's own hyper_parameters are not GPUBox's; the runner keys
-  // PaddleRec's trainer reads load. A typo next to them is reported in the same error.
+  // PaddleRec's autoint config: its model's own hyper_parameters are not GPUBox's; the runner
+  // keys PaddleRec's trainer reads load. A typo next to them is reported in the same error.
   const std::string e = error_of(
       "runner:\n  train_data_dir: data\n  use_gpu: False\n  num_workers: 0\n"
       "  epoch: 3\n  thread_num: x\n"
       "hyper_parameters:\n  optimizer:\n    class: Adam\n  sparse_feature_number: 1086460\n"
-      "  num_field: 39\n  reg: 0.001\n");
+      "  head_num: 2\n  use_residual: True\n");
   EXPECT_EQ(e, p + ": 3 unknown keys (gpubox_train --print_config_keys lists the valid ones):\n  " +
                    p + ":5: unknown key 'runner.epoch' (did you mean 'runner.epochs'?)\n  " + p +
-                   ":11: unknown key 'hyper_parameters.num_field'\n  " + p +
-                   ":12: unknown key 'hyper_parameters.reg'\n  " + p +
+                   ":11: unknown key 'hyper_parameters.head_num'\n  " + p +
+                   ":12: unknown key 'hyper_parameters.use_residual'\n  " + p +
                    ":6: runner.thread_num: expected an integer, got 'x'");
 }
 
@@ -386,11 +381,14 @@ TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
   EXPECT_EQ(key_suggestions("hyper_parameters.thread_num"),
             std::vector<std::string>{"runner.thread_num"});
   // Unrelated names get no suggestion (the old "did you mean" named any nearest key).
-  EXPECT_TRUE(key_suggestions("runner.num_worker").empty());
-  EXPECT_TRUE(key_suggestions("hyper_parameters.num_field").empty());
+  EXPECT_TRUE(key_suggestions("runner.num_wk").empty());
+  EXPECT_TRUE(key_suggestions("hyper_parameters.head_num").empty());
   EXPECT_TRUE(key_suggestions("runner.xy").empty());
-  EXPECT_EQ(error_of("runner:\n  num_worker: 2\n"),
-            bad_path() + ":2: unknown key 'runner.num_worker'");
+  EXPECT_EQ(error_of("runner:\n  num_wk: 2\n"), bad_path() + ":2: unknown key 'runner.num_wk'");
+  // PaddleRec's names are candidates too.
+  EXPECT_EQ(
+      error_of("runner:\n  num_worker: 2\n"),
+      bad_path() + ":2: unknown key 'runner.num_worker' (did you mean 'runner.num_workers'?)");
 }
 
 TEST_F(ConfigDocumentTest, GettersRecordTheKeysRead) {
@@ -464,15 +462,16 @@ TEST_F(ConfigDocumentTest, PaddleRecDcnV2SpellingsSetGpuboxKeys) {
   EXPECT_EQ(overridden->get_enum("hyper_parameters.dcn_structure", kDcnStructureNames),
             DcnStructure::kStacked);
 
-  EXPECT_NE(error_of("hyper_parameters:\n  use_low_rank_mixture: true\n")
-                .find("hyper_parameters.use_low_rank_mixture: true is not built"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("hyper_parameters:\n  use_low_rank_mixture: true\n")
+          .find("hyper_parameters.use_low_rank_mixture is 'true', but PaddleRec dcn_v2's mixture"),
+      std::string::npos);
   EXPECT_NE(error_of("hyper_parameters:\n  is_Stacked: maybe\n").find("expected true or false"),
             std::string::npos);
   EXPECT_EQ(error_of("hyper_parameters:\n  cross_layers: 2\n  cross_num: 3\n"),
             bad_path() +
-                ":3: hyper_parameters.cross_num sets hyper_parameters.cross_layers, set already on "
-                "line 2");
+                ":3: hyper_parameters.cross_num sets hyper_parameters.cross_layers to 3, set "
+                "already on line 2 to 2");
   EXPECT_NE(error_of("hyper_parameters:\n  cross_num: 0\n").find("out of range"),
             std::string::npos);
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -31,23 +32,31 @@ class PlantedModels : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("gpubox_planted_it_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     dataset::GeneratorOptions gen;
-    dataset::OracleSummary oracle;
-    gen.lines = 20000;
-    gen.seed = 5;
     gen.slots = 8;
     gen.dense = 3;
     gen.vocab = 300;
-    gen.out_dir = (root_ / "train").string();
-    throw_if_error(dataset::generate(gen, &oracle));
-    gen.first_line = gen.lines;  // held-out lines of the same planted model
-    gen.lines = 5000;
-    gen.out_dir = (root_ / "test").string();
-    throw_if_error(dataset::generate(gen, &oracle));
+    generate(gen, root_);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
+  // 20,000 training lines in <root>/train, 5,000 held-out lines of the same planted model in
+  // <root>/test; the planted model's own held-out AUC.
+  static double generate(dataset::GeneratorOptions gen, const fs::path& root) {
+    dataset::OracleSummary oracle;
+    gen.lines = 20000;
+    gen.seed = 5;
+    gen.out_dir = (root / "train").string();
+    throw_if_error(dataset::generate(gen, &oracle));
+    gen.first_line = gen.lines;  // held-out lines of the same planted model
+    gen.lines = 5000;
+    gen.out_dir = (root / "test").string();
+    throw_if_error(dataset::generate(gen, &oracle));
+    return oracle.auc;
+  }
+
   // Held-out AUC after `epochs` epochs, config_gpubox.yaml with the model sized to the data.
-  static double held_out_auc(const std::vector<std::string>& extra, int epochs = kEpochs) {
+  static double held_out_auc(const std::vector<std::string>& extra, int epochs = kEpochs,
+                             const fs::path& data = root_) {
     std::vector<std::string> overrides = {"runner.train_batch_size=256",
                                           "runner.epochs=1",
                                           "runner.shuffle=false",
@@ -65,8 +74,8 @@ class PlantedModels : public ::testing::Test {
     env.selected_cards = "0";
     env.threads_per_card = 1;
     Trainer trainer(cfg.value(), env);
-    const auto train = data_files((root_ / "train").string());
-    const auto test = data_files((root_ / "test").string());
+    const auto train = data_files((data / "train").string());
+    const auto test = data_files((data / "test").string());
     for (int epoch = 0; epoch < epochs; ++epoch) trainer.train_pass(train);
     return trainer.evaluate(test, false).metrics.auc;
   }
@@ -108,6 +117,40 @@ TEST_F(PlantedModels, DcnV2BeatsDnnOnPairwisePlantedData) {
   EXPECT_GT(dnn, 0.6) << "dnn learned nothing: the comparison would prove nothing";
   EXPECT_GT(stacked, dnn + 0.01) << "dcn_v2 stacked " << stacked << ", dnn " << dnn;
   EXPECT_GT(parallel, dnn + 0.01) << "dcn_v2 parallel rank 8 " << parallel << ", dnn " << dnn;
+}
+
+// fm (PaddleRec's: first-order terms + pairwise FM, no MLP) on data whose planted model is
+// itself an FM (gpubox_data gen --zipf 2.0 --factor-dim 1: a weight per key, a rank-1 pairwise
+// term, few keys carrying most occurrences): it approaches the planted model's own held-out AUC
+// and beats the wide model (the first-order terms alone), which cannot learn the pairwise term.
+// An FM's factors start near zero, where the pairwise gradients (the other factors) vanish: with
+// the default mf_initial_range 1e-4 and embedx_threshold 10 it hardly leaves that saddle on 20,000
+// lines, so the factors start at 0.01, from the first occurrence, with a larger step (PaddleRec's
+// FM starts them at N(0, 0.033)). Measured when written (held-out AUC after 15 epochs): planted
+// 0.796, fm 0.757, wide 0.696; after 2 epochs with the defaults fm was 0.577, below wide's 0.642.
+TEST_F(PlantedModels, FmLearnsAPlantedFactorizationMachine) {
+  constexpr int kFmEpochs = 15;
+  dataset::GeneratorOptions gen;
+  gen.slots = 8;
+  gen.dense = 3;
+  gen.vocab = 300;
+  gen.zipf = 2.0;
+  gen.factor_dim = 1;
+  const fs::path data = root_ / "fm";
+  const double planted = generate(gen, data);
+  auto with = [&](const char* model) {
+    return std::vector<std::string>{"hyper_parameters.model=" + std::string(model),
+                                    "hyper_parameters.sparse_feature_dim=5",
+                                    "hyper_parameters.optimizer.learning_rate=0.01",
+                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
+                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
+                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
+  };
+  const double fm = held_out_auc(with("fm"), kFmEpochs, data);
+  const double wide = held_out_auc(with("wide"), kFmEpochs, data);
+  std::printf("held-out AUC: planted %.4f, fm %.4f, wide %.4f\n", planted, fm, wide);
+  EXPECT_GT(fm, planted - 0.06) << "fm " << fm << ", planted " << planted;
+  EXPECT_GT(fm, wide + 0.03) << "fm " << fm << ", wide " << wide;
 }
 
 }  // namespace

@@ -264,15 +264,19 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
             "models/rank/deepfm)");
 
   auto fm = load("PaddleRec/models/rank/fm", yaml);
-  ASSERT_FALSE(fm.ok());
-  const std::string what = fm.status().message();
-  EXPECT_NE(what.find("names PaddleRec's network 'fm', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2)"),
+  ASSERT_TRUE(fm.ok()) << fm.status().to_string();
+  EXPECT_EQ(fm->hyper.model, config::ModelKind::kFm);
+
+  auto ffm = load("PaddleRec/models/rank/ffm", yaml);
+  ASSERT_FALSE(ffm.ok());
+  const std::string what = ffm.status().message();
+  EXPECT_NE(what.find("names PaddleRec's network 'ffm', which GPUBox does not build (it builds "
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
   // Set knowingly, the key wins over the folder.
-  auto knowingly = load("PaddleRec/models/rank/fm", yaml, {"hyper_parameters.model=dnn"});
+  auto knowingly = load("PaddleRec/models/rank/ffm", yaml, {"hyper_parameters.model=dnn"});
   ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
   EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
   EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");

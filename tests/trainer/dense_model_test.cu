@@ -1,4 +1,4 @@
-// The whole dense model (dnn, wide_deep, wide, deepfm, dcn_v2 full and low rank, stacked and
+// The whole dense model (dnn, wide_deep, wide, deepfm, fm, dcn_v2 full and low rank, stacked and
 // parallel; with and without cvm): backward against
 // float64 central differences of the summed log loss, for every dense parameter and every pulled
 // embedding value; gradient scaling across cards; the non-finite check.
@@ -184,6 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{ModelKind::kWideDeep, false}, ModelCase{ModelKind::kWideDeep, true},
                       ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true},
                       ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true},
+                      ModelCase{ModelKind::kFm, false}, ModelCase{ModelKind::kFm, true},
                       ModelCase{ModelKind::kDcnV2, false, 0, DcnStructure::kStacked},
                       ModelCase{ModelKind::kDcnV2, true, 0, DcnStructure::kParallel},
                       ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kParallel},

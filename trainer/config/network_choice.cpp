@@ -18,6 +18,7 @@ constexpr Known kBuilt[] = {
     {"deepfm", config::ModelKind::kDeepFm},
     {"dcn_v2", config::ModelKind::kDcnV2},
     {"logistic_regression", config::ModelKind::kWide},
+    {"fm", config::ModelKind::kFm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.

@@ -36,7 +36,8 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       config.slot_dims.empty() || static_cast<int>(config.slot_dims.size()) == config.slots,
       "dense model: ", config.slot_dims.size(), " slot widths for ", config.slots, " slots");
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
-  const bool has_mlp = config.kind != ModelKind::kWide;
+  // wide and fm: the first-order terms and a bias (+ fm's pairwise term), no MLP.
+  const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm;
   const bool dcn = config.kind == ModelKind::kDcnV2;
   if (precision_ == DensePrecision::kBf16 && dcn) {
     // The cross network's GEMMs and elementwise products are fp32 (CrossNet), and the MLP reads
@@ -94,8 +95,10 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (config.kind != ModelKind::kDnn && !dcn) {  // dcn_v2 has no first-order (wide) term
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
-  if (config.kind == ModelKind::kDeepFm) fm_ = std::make_unique<FmPart>(pool_);
-  if (config.kind == ModelKind::kWide) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
+  if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
+    fm_ = std::make_unique<FmPart>(pool_);
+  }
+  if (!has_mlp) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
@@ -176,7 +179,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   const int64_t n = batch.batch;
   pool_.forward(stream, batch.sparse, batch.dense, config_.dense_dim, input_rows());
   if (layers_.empty()) {
-    // wide: logits = bias (a rank-1 broadcast), the wide part adds the rest.
+    // wide, fm: logits = bias (a rank-1 broadcast), the wide and fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
@@ -246,7 +249,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                      /*accumulate=*/true);
   }
   if (layers_.empty()) {
-    // wide: d bias = scale * sum of dz; the pooled gradient is the wide part's alone.
+    // wide, fm: d bias = scale * sum of dz; the pooled gradient is the wide and fm parts'.
     blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
                 params_.grads(wide_bias_));
     device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);

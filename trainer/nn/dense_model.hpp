@@ -1,6 +1,7 @@
 // The dense part of the CTR model on one card: slot sum-pool, written with the dense features
 // into the first layer's input rows -> MLP (ReLU) -> one logit (+ the wide part for wide_deep;
-// + the wide part and the FM term for deepfm; the wide part and a bias alone for wide; for dcn_v2
+// + the wide part and the FM term for deepfm; the wide part and a bias alone for wide, plus the FM
+// term for fm (no MLP); for dcn_v2
 // a cross network before the MLP (stacked) or beside it (parallel)) -> sigmoid, log loss. Owns its
 // layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
 // parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
@@ -135,7 +136,7 @@ class DenseModel {
     if (cross_ && !cross_->parallel()) return cross_->output();
     return x0_.data();
   }
-  // The logit column: the last linear layer's output (fp32), or logits_ for the wide model.
+  // The logit column: the last linear layer's output (fp32), or logits_ for wide and fm.
   float* logits() {
     return layers_.empty() ? logits_.data() : reinterpret_cast<float*>(hidden_.back().data());
   }
@@ -149,9 +150,9 @@ class DenseModel {
   SlotSumPool pool_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
-  std::unique_ptr<FmPart> fm_;       // kDeepFm only
+  std::unique_ptr<FmPart> fm_;       // kDeepFm and kFm only
   std::unique_ptr<CrossNet> cross_;  // kDcnV2 only
-  std::size_t wide_bias_ = 0;        // kWide only
+  std::size_t wide_bias_ = 0;        // kWide and kFm only
   int64_t x0_ld_ = 0;                // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;      // the batch whose kernel report was logged (-1: none yet)
 
@@ -162,11 +163,11 @@ class DenseModel {
   std::vector<device::device_buffer<char>> hidden_;
   device::device_buffer<char> dz_a_;
   device::device_buffer<char> dz_b_;
-  device::device_buffer<float> logits_;  // kWide only
+  device::device_buffer<float> logits_;  // kWide and kFm only
   device::device_buffer<float> preds_;
   device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
   device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient
-  device::device_buffer<float> ones_;      // kWide only: the bias broadcast
+  device::device_buffer<float> ones_;      // kWide and kFm only: the bias broadcast
   device::device_buffer<double> loss_partials_;         // reduce_into's partials for the loss
   device::device_buffer<DenseStepStatus> status_;       // 1 element
   device::pinned_buffer<DenseStepStatus> host_status_;  // for the synchronous forms

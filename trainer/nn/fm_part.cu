@@ -80,11 +80,12 @@ FmPart::FmPart(const SlotSumPool& pool)
       width_(pool.width()),
       embedx_column_(pool.embed_w_column() + 1),
       mf_dim_(pool.mf_dim()) {
-  GPUBOX_EXPECTS(pool.uniform(),
-                 "deepfm's pairwise interaction needs every slot at one embedx width, but "
-                 "hyper_parameters.slot_dims gives the slots different widths (slot 0: ",
-                 pool.slot_mf_dim(0), ", the widest: ", pool.mf_dim(),
-                 "); set them equal, or train dnn, wide_deep or dcn_v2");
+  GPUBOX_EXPECTS(
+      pool.uniform(),
+      "the pairwise FM interaction (deepfm, fm) needs every slot at one embedx width, but "
+      "hyper_parameters.slot_dims gives the slots different widths (slot 0: ",
+      pool.slot_mf_dim(0), ", the widest: ", pool.mf_dim(),
+      "); set them equal, or train dnn, wide_deep or dcn_v2");
 }
 
 void FmPart::forward(const device::Stream& stream, const InputRows& input, int64_t batch,

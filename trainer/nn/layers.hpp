@@ -168,11 +168,12 @@ class WidePart {
   std::size_t w_;
 };
 
-// deepfm's second-order term, added to the logit: a factorization machine over the slots, whose
-// factors are the slots' pooled embeddings v_s (the embedx_w columns of slot s's block):
+// deepfm's and fm's second-order term, added to the logit: a factorization machine over the
+// slots, whose factors are the slots' pooled embeddings v_s (the embedx_w columns of slot s's
+// block):
 //   fm_i = sum_{s < t} <v_s, v_t> = 1/2 sum_k [(sum_s v_sk)^2 - sum_s v_sk^2]
 // It has no parameters of its own: the embeddings are the sparse side's, trained through the
-// pooled gradient. (The first-order term is the WidePart; the deep term the MLP.)
+// pooled gradient. (The first-order term is the WidePart; deepfm's deep term the MLP.)
 class FmPart {
  public:
   // Every slot must have one embedx width (pool.uniform()): the factors are dot products.

@@ -16,6 +16,10 @@ namespace gpubox::config::detail {
 Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string& base_dir,
                    ConfigValue* out);
 
+// A switch as YAML users write it: true/false (YAML's spellings), or 1/0 as PaddleRec's configs
+// write some (`use_gpu: 0`; its Python reads them as truth values). False when it is neither.
+bool decode_bool(const YAML::Node& node, bool* out);
+
 // A node as errors show it: "null", "'text'", "a list", "a map".
 std::string describe(const YAML::Node& node);
 

@@ -44,7 +44,7 @@ struct RefRow {
 };
 
 struct RefRule {
-  double lr, initial_g2sum, lo, hi, weight_decay;
+  double lr, initial_g2sum, lo, hi, weight_decay, l1_decay;
 };
 
 RefPart ref_new_part(SparseOptimizerKind kind, int dim, const AccessorConfig& cfg) {
@@ -83,9 +83,13 @@ void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& s
   const std::size_t dim = p.w.size();
   const double b1 = cfg.optimizer.beta1_decay_rate, b2 = cfg.optimizer.beta2_decay_rate,
                eps = cfg.optimizer.ada_epsilon;
-  // L2 as a weight_decay term of the gradient, from the weights before this step.
+  // L2 and L1 as weight_decay and l1_decay terms of the gradient, from the weights before this
+  // step (Paddle's L1Decay: sign(0) = 0).
   std::vector<double> g(dim);
-  for (std::size_t i = 0; i < dim; ++i) g[i] = scaled[i] + r.weight_decay * p.w[i];
+  for (std::size_t i = 0; i < dim; ++i) {
+    const double sign = p.w[i] > 0 ? 1.0 : (p.w[i] < 0 ? -1.0 : 0.0);
+    g[i] = scaled[i] + r.weight_decay * p.w[i] + r.l1_decay * sign;
+  }
   switch (kind) {
     case SparseOptimizerKind::kSgd:
       for (std::size_t i = 0; i < dim; ++i) p.w[i] = ref_clip(p.w[i] - r.lr * g[i], r, clipped);
@@ -140,10 +144,11 @@ void ref_push(RefRow& row, uint64_t key, const std::vector<double>& push, int mf
   row.delta_score += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
   row.unseen_days = 0;
   const RefRule embed{cfg.optimizer.learning_rate, cfg.optimizer.initial_g2sum,
-                      cfg.optimizer.min_bound, cfg.optimizer.max_bound, cfg.optimizer.weight_decay};
+                      cfg.optimizer.min_bound,     cfg.optimizer.max_bound,
+                      cfg.optimizer.weight_decay,  cfg.optimizer.l1_decay};
   const RefRule embedx{cfg.optimizer.mf_learning_rate, cfg.optimizer.mf_initial_g2sum,
-                       cfg.optimizer.mf_min_bound, cfg.optimizer.mf_max_bound,
-                       cfg.optimizer.mf_weight_decay};
+                       cfg.optimizer.mf_min_bound,     cfg.optimizer.mf_max_bound,
+                       cfg.optimizer.mf_weight_decay,  0.0};
   // Paddle's rules divide the merged gradient by the key's show in the batch (show 0: as is)
   // unless show_scale is off.
   const double scale = cfg.show_scale && show > 1 ? show : 1;
@@ -246,6 +251,7 @@ AccessorConfig make_config(SparseOptimizerKind kind, int mf_dim, bool show_scale
   cfg.optimizer.mf_max_bound = 0.35f;
   cfg.optimizer.weight_decay = 0.4f;
   cfg.optimizer.mf_weight_decay = 0.7f;
+  cfg.optimizer.l1_decay = 0.05f;
   cfg.nonclk_coeff = 0.1f;
   cfg.clk_coeff = 1.0f;
   cfg.embed_threshold = 0.95f;  // crossed after a few pushes (never hit exactly: no ties)

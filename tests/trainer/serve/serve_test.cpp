@@ -385,6 +385,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
   for (const std::vector<std::string>& model : std::vector<std::vector<std::string>>{
            {"hyper_parameters.model=wide_deep"},
            {"hyper_parameters.model=deepfm"},
+           {"hyper_parameters.model=fm"},
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bash tests/scripts/paddlerec_sweep_test.sh REPO BUILD_DIR
+# scripts/paddlerec_sweep.sh on a small PaddleRec-like tree (models/rank/<name>/*.yaml beside
+# the shipped sample): each outcome is told apart and counted, the config files stay unchanged.
+#   dnn/config.yaml      trains (data folder relative to the config, as PaddleRec ships it)
+#   dnn/bigdata.yaml     trains on the sample (its data folder does not exist)
+#   dnn/typo.yaml        refused: the unknown key named
+#   dnn/init.yaml        loads, training fails (model_init_path names no save)
+#   ffm/config.yaml      refused: the folder names a network GPUBox does not build
+set -euo pipefail
+repo="$1"
+build="$2"
+work="$(mktemp -d "${TMPDIR:-/tmp}/paddlerec_sweep_test_XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; cat "$work/out.md" >&2 || true; exit 1; }
+
+rank="$work/PaddleRec/models/rank"
+for model in dnn ffm; do
+  mkdir -p "$rank/$model/data/sample_data/train"
+  cp "$repo/configs/data/sample_data/train/sample_train.txt" "$rank/$model/data/sample_data/train/"
+done
+config() {  # FILE DATA_DIR [EXTRA YAML LINE]
+  printf 'runner:\n  train_data_dir: "%s"\n  train_batch_size: 16\n  epochs: 3\n%s\nhyper_parameters:\n  fc_sizes: [8]\n' \
+    "$2" "${3:-}" >"$1"
+}
+config "$rank/dnn/config.yaml" data/sample_data/train
+config "$rank/dnn/bigdata.yaml" ../../../datasets/criteo/slot_train_data_full
+config "$rank/dnn/typo.yaml" data/sample_data/train "  thred_num: 2"
+config "$rank/dnn/init.yaml" data/sample_data/train '  model_init_path: "output_model/0"'
+config "$rank/ffm/config.yaml" data/sample_data/train
+sums="$(cat "$rank"/*/*.yaml | md5sum)"
+
+GPUBOX_BUILD_DIR="$build" bash "$repo/scripts/paddlerec_sweep.sh" "$work/PaddleRec" \
+  --families "dnn ffm" --timeout 120 --work "$work/runs" --out "$work/out.tsv" >"$work/out.md" 2>&1 ||
+  fail "the sweep exited nonzero"
+outcome() { awk -F'\t' -v c="$1" '$1 == c { print $2 }' "$work/out.tsv"; }
+[ "$(outcome dnn/config.yaml)" = trains ] || fail "dnn/config.yaml should train"
+[ "$(outcome dnn/bigdata.yaml)" = trains ] || fail "dnn/bigdata.yaml should train on the sample"
+[ "$(outcome dnn/typo.yaml)" = refused ] || fail "dnn/typo.yaml should be refused"
+grep -q "typo.yaml.*unknown key.*runner.thred_num.*runner.thread_num" "$work/out.md" ||
+  fail "the refusal of typo.yaml names neither the key nor its correction"
+[ "$(outcome dnn/init.yaml)" = loads ] || fail "dnn/init.yaml should load and fail to train"
+[ "$(outcome ffm/config.yaml)" = refused ] || fail "ffm/config.yaml should be refused"
+grep -q "ffm/config.yaml.*network 'ffm'" "$work/out.md" || fail "the ffm refusal does not say why"
+grep -q "^5 configs: 2 train the network their folder names, 1 load only, 2 refused$" \
+  "$work/out.md" || fail "wrong counts"
+[ "$(cat "$rank"/*/*.yaml | md5sum)" = "$sums" ] || fail "the sweep changed a config"
+[ ! -e "$rank/dnn/output_model" ] && [ ! -e "$rank/dnn/log" ] || fail "the sweep wrote into the tree"
+echo "paddlerec_sweep_test: ok"
