@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
 
 #include "common/enum_names.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace gpubox {
 namespace {
@@ -25,7 +25,8 @@ LogLevel level_from_env() {
   return level.ok() ? level.value() : LogLevel::INFO;
 }
 std::atomic<int> g_level{static_cast<int>(level_from_env())};
-std::mutex g_write_mu;
+// Serializes writes to stderr, so lines of concurrent threads never interleave.
+Mutex g_write_mu;
 }  // namespace
 
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
@@ -49,7 +50,7 @@ LogLine::~LogLine() {
   if (!enabled_) return;
   out_ << '\n';
   const std::string text = out_.str();
-  std::lock_guard<std::mutex> lock(g_write_mu);
+  MutexLock lock(g_write_mu);
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 

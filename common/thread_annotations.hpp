@@ -14,9 +14,14 @@
 //
 // std::mutex carries no annotation in libstdc++, so guarded state uses gpubox::Mutex (a
 // std::mutex with the capability attribute) and gpubox::MutexLock (a scoped lock the analysis
-// understands). Mutex is BasicLockable: std::condition_variable_any waits on a MutexLock.
+// understands, which may be released and taken again in its scope). A thread waits for guarded
+// state with gpubox::CondVar (a std::condition_variable over a MutexLock) in a loop the analysis
+// can read, as Abseil does:  while (!ready_) ready_cv_.wait(lock);
+// (A predicate lambda would be analyzed as a function of its own that holds no lock.)
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
 
@@ -41,9 +46,12 @@
   GPUBOX_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
 #define GPUBOX_TRY_ACQUIRE(...) GPUBOX_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define GPUBOX_EXCLUDES(...) GPUBOX_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define GPUBOX_ASSERT_CAPABILITY(x) GPUBOX_THREAD_ANNOTATION(assert_capability(x))
 #define GPUBOX_NO_THREAD_SAFETY_ANALYSIS GPUBOX_THREAD_ANNOTATION(no_thread_safety_analysis)
 
 namespace gpubox {
+
+class CondVar;
 
 // std::mutex with the capability attribute.
 class GPUBOX_CAPABILITY("mutex") Mutex {
@@ -51,8 +59,13 @@ class GPUBOX_CAPABILITY("mutex") Mutex {
   void lock() GPUBOX_ACQUIRE() { mu_.lock(); }
   void unlock() GPUBOX_RELEASE() { mu_.unlock(); }
   bool try_lock() GPUBOX_TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  // Tells the analysis that the caller holds this mutex; checks nothing at run time. For a
+  // callback that runs inside its caller's locked section (a lambda is analyzed as a function of
+  // its own, which holds no lock): the first statement of its body.
+  void assert_held() const GPUBOX_ASSERT_CAPABILITY(this) {}
 
  private:
+  friend class CondVar;
   std::mutex mu_;
 };
 
@@ -68,21 +81,31 @@ class GPUBOX_CAPABILITY("mutex") SharedMutex {
   std::shared_mutex mu_;
 };
 
-// Holds a Mutex (or a SharedMutex exclusively) for its scope. BasicLockable, so a
-// std::condition_variable_any can wait on it (the analysis sees the mutex held throughout).
+// Holds a Mutex (or a SharedMutex exclusively) for its scope. unlock() lets it go early (for
+// work that needs no guarded state) and lock() takes it again; the analysis follows both, and
+// the destructor releases it only if held.
 template <class M>
 class GPUBOX_SCOPED_CAPABILITY BasicMutexLock {
  public:
   explicit BasicMutexLock(M& mu) GPUBOX_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~BasicMutexLock() GPUBOX_RELEASE() { mu_.unlock(); }
+  ~BasicMutexLock() GPUBOX_RELEASE() {
+    if (held_) mu_.unlock();
+  }
   BasicMutexLock(const BasicMutexLock&) = delete;
   BasicMutexLock& operator=(const BasicMutexLock&) = delete;
-  // For std::condition_variable_any only.
-  void lock() GPUBOX_NO_THREAD_SAFETY_ANALYSIS { mu_.lock(); }
-  void unlock() GPUBOX_NO_THREAD_SAFETY_ANALYSIS { mu_.unlock(); }
+  void lock() GPUBOX_ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
+  void unlock() GPUBOX_RELEASE() {
+    mu_.unlock();
+    held_ = false;
+  }
 
  private:
+  friend class CondVar;
   M& mu_;
+  bool held_ = true;
 };
 using MutexLock = BasicMutexLock<Mutex>;
 using WriterLock = BasicMutexLock<SharedMutex>;
@@ -97,6 +120,33 @@ class GPUBOX_SCOPED_CAPABILITY ReaderLock {
 
  private:
   SharedMutex& mu_;
+};
+
+// A std::condition_variable whose waits take a held MutexLock: the wait releases the mutex and
+// holds it again before returning, so to the analysis the lock is held throughout. Wait in a
+// loop over the guarded condition (wake-ups may be spurious).
+class CondVar {
+ public:
+  // Waits for a notify (or a spurious wake-up). `lock` must be held.
+  void wait(MutexLock& lock) {
+    std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
+    cv_.wait(native);
+    native.release();  // the MutexLock still owns the (again held) mutex
+  }
+  // As wait(), until `deadline` at the latest: std::cv_status::timeout when it passed.
+  template <class Clock, class Duration>
+  std::cv_status wait_until(MutexLock& lock,
+                            const std::chrono::time_point<Clock, Duration>& deadline) {
+    std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
+    const std::cv_status status = cv_.wait_until(native, deadline);
+    native.release();
+    return status;
+  }
+  void notify_one() noexcept { cv_.notify_one(); }
+  void notify_all() noexcept { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
 };
 
 }  // namespace gpubox

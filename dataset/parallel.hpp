@@ -6,9 +6,10 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::dataset {
 
@@ -21,12 +22,12 @@ void run_workers(int workers, Body&& body) {
     return;
   }
   std::exception_ptr error;
-  std::mutex error_mu;
+  Mutex error_mu;
   auto guarded = [&](int worker) {
     try {
       body(worker);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
+      MutexLock lock(error_mu);
       if (!error) error = std::current_exception();
     }
   };

@@ -15,7 +15,8 @@
 
 namespace gpubox::dataset {
 
-// One file's chunks on their way from its reader to the assembler, in order.
+// One file's chunks on their way from its reader to the assembler, in order. Every field is
+// guarded by the dataset's mu_ (which the analysis cannot name from here).
 struct QueueDataset::Channel {
   std::deque<InstanceBlock> chunks;
   bool done = false;  // the reader finished (status and stats are final)
@@ -65,12 +66,12 @@ std::size_t QueueDataset::bound_instances() const {
 }
 
 std::size_t QueueDataset::peak_queued_instances() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return peak_queued_;
 }
 
 std::string QueueDataset::memory_note() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::ostringstream out;
   out << "runner.reader_type QueueDataset: the pass is streamed in file order (no global "
          "shuffle), at most "
@@ -88,11 +89,10 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   const std::string pipe_command = pipe_command_line(config_);
   const auto slots = std::make_shared<const SlotIndex>(config_.slots);
   const std::size_t files = files_.size();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    channels_.clear();
-    for (std::size_t f = 0; f < files; ++f) channels_.push_back(std::make_unique<Channel>());
-  }
+  // One per file; the vector is fixed before the readers start (they index it unlocked), its
+  // channels' contents are guarded by mu_.
+  std::vector<std::unique_ptr<Channel>> channels;
+  for (std::size_t f = 0; f < files; ++f) channels.push_back(std::make_unique<Channel>());
   // The file the assembler drains: its reader may always add up to kChunksPerFile chunks; the
   // readers of later files share thread_num x kChunksPerFile, so the head file is never stuck
   // behind them.
@@ -104,7 +104,7 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   auto read_files = [&]() {
     FormatChooser chooser(config_, slots);
     for (std::size_t f = next_file.fetch_add(1); f < files; f = next_file.fetch_add(1)) {
-      Channel& channel = *channels_[f];
+      Channel& channel = *channels[f];
       LoadStats stats;
       stats.files = 1;
       Status status;
@@ -118,16 +118,16 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
         InputHooks hooks;
         hooks.chunk_instances = kChunkInstances;
         hooks.keep_going = [&] {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           return !stop_;
         };
         hooks.on_chunk = [&](InstanceBlock* chunk) -> Status {
           if (chunk->size() == 0) return Status::OK();
-          std::unique_lock<std::mutex> lock(mu_);
-          changed_.wait(lock, [&] {
-            return stop_ || (f == head ? channel.chunks.size() < kChunksPerFile
-                                       : waiting_chunks < shared_chunks);
-          });
+          MutexLock lock(mu_);
+          while (!stop_ && !(f == head ? channel.chunks.size() < kChunksPerFile
+                                       : waiting_chunks < shared_chunks)) {
+            changed_.wait(lock);
+          }
           if (stop_) return Status::Aborted("the stream was stopped");
           queued_ += chunk->size();
           peak_queued_ = std::max(peak_queued_, queued_);
@@ -143,7 +143,7 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
             pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, config_);
         strict_failure = outcome.strict_failure;
       }
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       channel.done = true;
       channel.status = std::move(status);
       channel.strict_failure = strict_failure;
@@ -161,10 +161,10 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   LoadStats merged;
   Status failure;
   while (head < files) {
-    Channel& channel = *channels_[head];
+    Channel& channel = *channels[head];
     for (;;) {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [&] { return stop_ || !channel.chunks.empty() || channel.done; });
+      MutexLock lock(mu_);
+      while (!stop_ && channel.chunks.empty() && !channel.done) changed_.wait(lock);
       if (stop_) break;
       if (channel.chunks.empty()) break;  // done
       InstanceBlock chunk = std::move(channel.chunks.front());
@@ -177,7 +177,7 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
       lock.unlock();
       sink(chunk);  // the sink moves the instances on and counts them out of queued_
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_) {
       failure = Status::Aborted(aborted_.empty() ? "the stream was stopped" : aborted_);
       break;
@@ -192,15 +192,11 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
     changed_.notify_all();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!failure.ok()) stop_ = true;  // readers still at work stop
     changed_.notify_all();
   }
   for (std::thread& t : threads) t.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    channels_.clear();
-  }
   stats_ = std::move(merged);
   return failure;
 }
@@ -208,7 +204,7 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
 Status QueueDataset::scan(UniqueKeys* keys) {
   stop_stream();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = false;
     aborted_.clear();
     queued_ = 0;
@@ -230,7 +226,7 @@ Status QueueDataset::scan(UniqueKeys* keys) {
         }
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     queued_ -= chunk.size();
   });
   scanned_ = status.ok();
@@ -252,7 +248,7 @@ void QueueDataset::start(int cards) {
   GPUBOX_EXPECTS(cards >= 1, "cards must be >= 1, got ", cards);
   stop_stream();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     cards_ = cards;
     rounds_.clear();
     first_round_ = 0;
@@ -272,8 +268,8 @@ void QueueDataset::start(int cards) {
     std::size_t streamed = 0;
     // Hands a round to the queue, waiting for room; false once stopped.
     auto push = [&]() -> bool {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [&] { return stop_ || rounds_.size() < queue_rounds_; });
+      MutexLock lock(mu_);
+      while (!stop_ && rounds_.size() >= queue_rounds_) changed_.wait(lock);
       if (stop_) return false;
       rounds_.push_back(std::move(filling));
       changed_.notify_all();
@@ -287,7 +283,7 @@ void QueueDataset::start(int cards) {
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         if (scanned_ && streamed == scanned_instances_) {
           too_many = true;
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           stop_ = true;
           changed_.notify_all();
           return;
@@ -305,7 +301,7 @@ void QueueDataset::start(int cards) {
                              " instances, the first " + std::to_string(scanned_instances_) +
                              ": pipe_command must give the same lines each time it reads a file");
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stream_done_ = true;
     if (stream_status_.ok()) stream_status_ = status;
     changed_.notify_all();
@@ -315,10 +311,10 @@ void QueueDataset::start(int cards) {
 bool QueueDataset::next_batch(int card, Batch* batch) {
   GPUBOX_EXPECTS(card >= 0 && card < cards_, "card ", card, " of ", cards_);
   const auto c = static_cast<std::size_t>(card);
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] {
-    return !aborted_.empty() || next_round_[c] < first_round_ + rounds_.size() || stream_done_;
-  });
+  MutexLock lock(mu_);
+  while (aborted_.empty() && next_round_[c] >= first_round_ + rounds_.size() && !stream_done_) {
+    changed_.wait(lock);
+  }
   if (!aborted_.empty() || !stream_status_.ok()) return false;
   if (next_round_[c] >= first_round_ + rounds_.size()) return false;  // the end
   Round& round = rounds_[next_round_[c] - first_round_];
@@ -344,7 +340,7 @@ bool QueueDataset::next_batch(int card, Batch* batch) {
 }
 
 void QueueDataset::abort(const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (aborted_.empty()) aborted_ = why.empty() ? "aborted" : why;
   stop_ = true;
   changed_.notify_all();
@@ -352,7 +348,7 @@ void QueueDataset::abort(const std::string& why) {
 
 Status QueueDataset::finish() {
   if (assembler_.joinable()) assembler_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // The stream's own failure first: an abort often follows it (a card thread that stopped).
   if (!stream_status_.ok() && stream_status_.code() != Status::Code::kAborted) {
     return stream_status_;
@@ -364,7 +360,7 @@ Status QueueDataset::finish() {
 void QueueDataset::stop_stream() {
   if (!assembler_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
     changed_.notify_all();
   }

@@ -23,18 +23,17 @@
 // from one thread per card concurrently; abort() from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/dataset_types.hpp"
 #include "dataset/in_memory_dataset.hpp"
@@ -107,21 +106,21 @@ class QueueDataset {
   bool scanned_ = false;
   LoadStats stats_;
 
-  // The stream (start() .. finish()).
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
+  // The stream (start() .. finish()). cards_ is set by the controlling thread while no stream
+  // runs and only read while one does.
   int cards_ = 0;
-  std::vector<std::unique_ptr<Channel>> channels_;  // one per file
-  std::deque<Round> rounds_;                        // ready, oldest first
-  std::size_t first_round_ = 0;                     // index of rounds_.front()
-  std::vector<std::size_t> next_round_;             // per card
-  std::size_t queued_ = 0;                          // instances in channels_ and rounds_
-  std::size_t peak_queued_ = 0;
-  std::size_t bytes_per_instance_ = 0;  // measured on the first chunk
-  bool stream_done_ = false;
-  bool stop_ = false;
-  std::string aborted_;
-  Status stream_status_;
+  mutable Mutex mu_;
+  CondVar changed_;                                             // any guarded field below changed
+  std::deque<Round> rounds_ GPUBOX_GUARDED_BY(mu_);             // ready, oldest first
+  std::size_t first_round_ GPUBOX_GUARDED_BY(mu_) = 0;          // index of rounds_.front()
+  std::vector<std::size_t> next_round_ GPUBOX_GUARDED_BY(mu_);  // per card
+  std::size_t queued_ GPUBOX_GUARDED_BY(mu_) = 0;  // instances in the channels and rounds_
+  std::size_t peak_queued_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::size_t bytes_per_instance_ GPUBOX_GUARDED_BY(mu_) = 0;  // measured on the first chunk
+  bool stream_done_ GPUBOX_GUARDED_BY(mu_) = false;
+  bool stop_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::string aborted_ GPUBOX_GUARDED_BY(mu_);
+  Status stream_status_ GPUBOX_GUARDED_BY(mu_);
   std::thread assembler_;
 };
 

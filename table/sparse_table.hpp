@@ -22,10 +22,10 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.hpp"
 #include "table/detail/sparse_shard.hpp"
 #include "table/disk_tier.hpp"
 #include "table/host_memory_plan.hpp"
@@ -67,8 +67,9 @@ class SparseTable final : public HostTier {
   Status save(const std::string& path, SaveKind mode, io::FileEnv* env) override {
     return save(path, mode, config_.save_form, env);
   }
-  Status save(const std::string& path, SaveKind mode, SaveForm form, io::FileEnv* env = nullptr);
-  Status load(const std::string& path, io::FileEnv* env) override;
+  Status save(const std::string& path, SaveKind mode, SaveForm form, io::FileEnv* env = nullptr)
+      GPUBOX_EXCLUDES(io_mu_);
+  Status load(const std::string& path, io::FileEnv* env) override GPUBOX_EXCLUDES(io_mu_);
 
   // Day counter: shrinks since the table began (checkpoints keep it).
   int64_t day() const { return day_.load(); }
@@ -129,7 +130,7 @@ class SparseTable final : public HostTier {
   std::atomic<int64_t> day_{0};
   std::atomic<int64_t> pulls_before_fault_{-1};  // fail_pulls_after
   std::atomic<int64_t> failing_pulls_{0};
-  std::mutex io_mu_;  // one save or load at a time
+  Mutex io_mu_;  // held by a save or load for its whole run: one at a time (no field of its own)
 };
 
 }  // namespace gpubox::table

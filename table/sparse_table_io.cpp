@@ -6,6 +6,7 @@
 #include "common/config/slot_dims.hpp"
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/parallel.hpp"
 #include "table/row_codec.hpp"
@@ -101,7 +102,7 @@ Status SparseTable::check_slot_dims(const io::Manifest& manifest, const std::str
 Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, io::FileEnv* env) {
   io::FileEnv* const fs = env != nullptr ? env : env_;
   if (mode == SaveKind::kNone) return Status::InvalidArgument("save " + path + ": save mode none");
-  std::lock_guard<std::mutex> lock(io_mu_);
+  MutexLock lock(io_mu_);
   // Rows changed from here on carry a later epoch and belong to the next delta.
   const uint32_t epoch = epochs_.current.fetch_add(1);
   // From the first save on, deletions are remembered for deltas; set before any shard is
@@ -148,7 +149,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
 
 Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   io::FileEnv* const fs = env != nullptr ? env : env_;
-  std::lock_guard<std::mutex> lock(io_mu_);
+  MutexLock lock(io_mu_);
   auto manifest = io::read_manifest(fs, path, kSparseKind);
   if (!manifest.ok()) return manifest.status().with_context("load");
   const std::string where = path + "/" + io::kManifestName;

@@ -152,7 +152,7 @@ GlooGroup::GlooGroup(device::CardSet& cards, RendezvousStore& store,
     ranks_.push_back(
         std::make_unique<GlooCommunicator>(*this, contexts[static_cast<std::size_t>(c)]));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   in_collective_.assign(ranks_.size(), false);
 }
 
@@ -167,7 +167,7 @@ Communicator& GlooGroup::at(int local_rank) {
 void GlooGroup::abort(const std::string& reason) {
   std::vector<std::size_t> idle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (aborted_.load(std::memory_order_relaxed)) return;  // the first reason wins
     reason_ = reason.empty() ? std::string("(no reason given)") : reason;
     aborted_.store(true, std::memory_order_release);
@@ -185,7 +185,7 @@ void GlooGroup::abort(const std::string& reason) {
 }
 
 void GlooGroup::enter_collective(int local, const char* collective) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (aborted_.load(std::memory_order_relaxed)) {
     GPUBOX_FAIL("communicator aborted (rank ", ranks_[static_cast<std::size_t>(local)]->rank(),
                 " in ", collective, "): ", reason_);
@@ -196,7 +196,7 @@ void GlooGroup::enter_collective(int local, const char* collective) {
 void GlooGroup::leave_collective(int local) {
   bool aborted = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     in_collective_[static_cast<std::size_t>(local)] = false;
     aborted = aborted_.load(std::memory_order_relaxed);
   }
@@ -204,7 +204,7 @@ void GlooGroup::leave_collective(int local) {
 }
 
 std::string GlooGroup::reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return reason_;
 }
 

@@ -29,10 +29,10 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
@@ -133,9 +133,9 @@ class GlooGroup final : public CommGroup {
   const std::string host_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::vector<std::unique_ptr<GlooCommunicator>> ranks_;
-  mutable std::mutex mu_;
-  std::string reason_;               // GUARDED_BY(mu_)
-  std::vector<bool> in_collective_;  // GUARDED_BY(mu_), per local rank
+  mutable Mutex mu_;
+  std::string reason_ GPUBOX_GUARDED_BY(mu_);
+  std::vector<bool> in_collective_ GPUBOX_GUARDED_BY(mu_);  // per local rank
   std::atomic<bool> aborted_{false};
 };
 

@@ -206,7 +206,7 @@ Communicator& NcclGroup::at(int local_rank) {
 
 void NcclGroup::abort(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (abort_started_) return;  // the first reason wins; the communicators are aborted once
     abort_started_ = true;
     reason_ = reason.empty() ? std::string("(no reason given)") : reason;
@@ -234,7 +234,7 @@ std::string NcclGroup::aborted_message(int rank, const char* collective) const {
 }
 
 std::string NcclGroup::reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return reason_;
 }
 

@@ -25,11 +25,11 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
@@ -117,10 +117,14 @@ class NcclGroup final : public CommGroup {
   const int total_;
   std::vector<ncclComm_t> comms_;
   std::vector<std::unique_ptr<NcclCommunicator>> ranks_;
-  mutable std::mutex mu_;
-  std::string reason_;          // GUARDED_BY(mu_)
-  bool abort_started_ = false;  // GUARDED_BY(mu_)
-  std::shared_mutex comms_mu_;  // shared: an NCCL call on a communicator; exclusive: aborting
+  mutable Mutex mu_;
+  std::string reason_ GPUBOX_GUARDED_BY(mu_);
+  bool abort_started_ GPUBOX_GUARDED_BY(mu_) = false;
+  // Shared: an NCCL call on a communicator; exclusive: aborting. It orders calls against
+  // ncclCommAbort and guards no member the analysis could check, and its shared holds are
+  // returned by lock_for_call, which a scoped capability cannot express: a plain
+  // std::shared_mutex (this file is CUDA-only, outside the clang pass).
+  std::shared_mutex comms_mu_;
   std::atomic<bool> aborting_{false};
   std::atomic<bool> aborted_{false};
 };

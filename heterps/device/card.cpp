@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
 #include <set>
 #include <thread>
 
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "heterps/device/card_setup.hpp"
 #include "heterps/device/cuda_check.hpp"
 
@@ -222,7 +222,7 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
 
 void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
                            const std::function<void(const std::string&)>& on_failure) {
-  std::mutex mu;
+  Mutex mu;
   std::exception_ptr first_error;
   int first_card = -1;
   auto body = [&](Card& card) {
@@ -231,7 +231,7 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
       fn(card);
     } catch (const std::exception& e) {
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         if (!first_error) {
           first_error = std::current_exception();
           first_card = card.local_index();

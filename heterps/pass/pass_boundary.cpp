@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <exception>
 #include <future>
-#include <mutex>
 #include <stdexcept>
 #include <utility>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "heterps/pass/make_room.hpp"
 #include "heterps/sparse/card_store.hpp"
@@ -104,7 +104,7 @@ PassStats PassBoundary::begin_pass(const std::vector<uint64_t>& keys,
   PassStats stats;
   stats.pass_id = next_pass_id_;
   BeginTimes times;
-  std::mutex stats_mu;
+  Mutex stats_mu;
   ReplicaRows replica(cards_.replicated() && cards_.num_cards() > 1);
   cards_.cards().run_on_cards(
       [&](device::Card& card) {
@@ -116,7 +116,7 @@ PassStats PassBoundary::begin_pass(const std::vector<uint64_t>& keys,
             staged != nullptr && work != nullptr && work->usable_for(staged, generation) ? work
                                                                                          : nullptr;
         const CardBegin done = begin_on_card(c, owned[c], staged, early, replica, access);
-        std::lock_guard<std::mutex> lock(stats_mu);
+        MutexLock lock(stats_mu);
         add_card(done, work, early, &stats, &times);
         stats.rows_on_cards += cards_.store(c).size();
       },

@@ -117,6 +117,7 @@ Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>
   // in memory with no copy on record, and eviction writes them (a row still flagged clean, its
   // copy deleted, would be written nowhere and lost).
   const auto commit = [&](std::size_t end) -> Status {
+    mu_.assert_held();
     if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
     batch.clear();
     for (; committed < end; ++committed) {
@@ -220,7 +221,7 @@ std::size_t SparseShard::piece_keys(std::size_t m) const {
 
 Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
                          std::size_t m, float* rows, std::size_t* created) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<uint32_t> idx;
   const std::size_t stride = layout_.stride();
   const std::size_t piece = piece_keys(m);
@@ -247,7 +248,7 @@ Status SparseShard::pull(const uint64_t* keys, const int32_t* slots, const uint3
 
 Status SparseShard::peek(const uint64_t* keys, const int32_t* slots, const uint32_t* pos,
                          std::size_t m, float* rows, std::size_t* unknown) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::size_t stride = layout_.stride();
   std::vector<std::size_t> misses;  // j of each key not in memory
   for (std::size_t j = 0; j < m; ++j) {
@@ -342,7 +343,7 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
 
 Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t m,
                          const float* rows) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<uint32_t> idx, rest;
   const std::size_t stride = layout_.stride();
   const std::size_t piece = piece_keys(m);
@@ -376,7 +377,7 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
 }
 
 Status SparseShard::erase(const uint64_t* keys, const uint32_t* pos, std::size_t m) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<uint32_t> idx;
   GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos, m, /*create=*/false, &idx, nullptr));
   std::vector<std::pair<uint64_t, uint32_t>> found;  // (key, handle), each key once
@@ -399,7 +400,7 @@ bool SparseShard::age_row(float* row) const {
 }
 
 StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint32_t now = epochs_->current.load();
   const int32_t stride = layout_.stride();
   uint64_t deleted = 0;
@@ -412,6 +413,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     std::vector<uint64_t> deleted_keys;
     std::vector<float> row(stride);
     GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
+      mu_.assert_held();
       // A copy of a memory row: the memory row is aged below, and its copy goes stale.
       if (index_.find(key) != kAbsent) return;
       std::memcpy(row.data(), r, sizeof(float) * stride);
@@ -520,6 +522,7 @@ void SparseShard::compact_arenas() {
   });
   std::sort(moving.begin(), moving.end());
   arena_.compact([&](uint32_t from, uint32_t to) {
+    mu_.assert_held();
     const auto it =
         std::lower_bound(moving.begin(), moving.end(), std::make_pair(from, uint64_t{0}));
     GPUBOX_EXPECTS(it != moving.end() && it->first == from, "shard ", id_, ": row ", from,
@@ -535,6 +538,7 @@ Status SparseShard::enforce_memory_limit(Incoming in) {
   // The byte limit holds on the rows' storage as allocated: chunks that freed rows left behind
   // (each class keeps its peak otherwise) go back before anything is evicted.
   const auto within = [&] {
+    mu_.assert_held();
     return index_.size() + incoming <= memory_limit_ &&
            (byte_limit_ == 0 || arena_.allocated_row_bytes() + incoming_bytes <= byte_limit_);
   };
@@ -568,6 +572,7 @@ Status SparseShard::enforce_memory_limit(Incoming in) {
   std::vector<Candidate> scored;
   scored.reserve(index_.size());
   index_.for_each([&](uint64_t key, uint32_t index) {
+    mu_.assert_held();
     const float* row = arena_.row(index);
     scored.push_back(
         {arena_.pinned(index), row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
@@ -618,7 +623,7 @@ Status SparseShard::enforce_memory_limit(Incoming in) {
 }
 
 ShardStats SparseShard::stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ShardStats s;
   s.rows_in_memory = index_.size();
   s.rows_on_disk = rows_on_disk_;
@@ -636,7 +641,7 @@ ShardStats SparseShard::stats() {
 
 Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_through,
                              ShardSnapshot* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const RecordKind kind = mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
   std::vector<float> rec(record_floats(kind, layout_));
   const bool delta = mode == SaveKind::kDelta;
@@ -648,11 +653,14 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
     append_record(form, key, rec.data(), record_floats(kind, own), &out->part);
     ++out->rows;
   };
-  index_.for_each(
-      [&](uint64_t key, uint32_t index) { emit(key, arena_.row(index), arena_.epoch(index)); });
+  index_.for_each([&](uint64_t key, uint32_t index) {
+    mu_.assert_held();
+    emit(key, arena_.row(index), arena_.epoch(index));
+  });
   if (disk_ != nullptr && rows_on_disk_ > 0) {
     // Disk copies of memory rows were emitted from memory.
     GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t epoch) {
+      mu_.assert_held();
       if (index_.find(key) == kAbsent) emit(key, row, epoch);
     }));
   }
@@ -667,14 +675,14 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
 }
 
 void SparseShard::forget_deletions(uint32_t through) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   deleted_.erase(std::remove_if(deleted_.begin(), deleted_.end(),
                                 [&](const auto& d) { return d.second <= through; }),
                  deleted_.end());
 }
 
 Status SparseShard::clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   index_.clear();
   arena_.clear();
   deleted_.clear();
@@ -689,7 +697,7 @@ Status SparseShard::clear() {
 
 Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const float* recs,
                                  std::size_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Records come padded to the widest record (parse_records with record_shape).
   const int32_t floats = record_floats(kind, layout_);
   // Pieces bound memory above the row budget while loading.
@@ -732,7 +740,7 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
 }
 
 Status SparseShard::load_deletions(const uint64_t* keys, std::size_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::vector<uint32_t> pos = identity(n);
   std::vector<uint32_t> idx;
   GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, pos.data(), n, /*create=*/false, &idx, nullptr));
@@ -746,10 +754,14 @@ Status SparseShard::load_deletions(const uint64_t* keys, std::size_t n) {
 }
 
 Status SparseShard::for_each_row(const std::function<void(uint64_t, const float*)>& fn) {
-  std::lock_guard<std::mutex> lock(mu_);
-  index_.for_each([&](uint64_t key, uint32_t index) { fn(key, arena_.row(index)); });
+  MutexLock lock(mu_);
+  index_.for_each([&](uint64_t key, uint32_t index) {
+    mu_.assert_held();
+    fn(key, arena_.row(index));
+  });
   if (disk_ == nullptr || rows_on_disk_ == 0) return Status::OK();
   return disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t) {
+    mu_.assert_held();
     if (index_.find(key) == kAbsent) fn(key, row);  // a memory row's copy was seen above
   });
 }

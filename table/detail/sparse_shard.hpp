@@ -11,12 +11,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/accessor/sparse_row.hpp"
 #include "table/detail/key_index_map.hpp"
 #include "table/detail/row_arena.hpp"
@@ -105,26 +105,29 @@ class SparseShard {
   // creates missing rows with init_row (slot from slots[pos[j]] or 0). idx[j] = row index or
   // KeyIndexMap::kAbsent. Requires mu_.
   Status locate(const uint64_t* keys, const int32_t* slots, const uint32_t* pos, std::size_t m,
-                bool create, std::vector<uint32_t>* idx, std::size_t* created);
+                bool create, std::vector<uint32_t>* idx, std::size_t* created) GPUBOX_REQUIRES(mu_);
   // A new row of width class `width_class` for `key`.
-  uint32_t insert_row(uint64_t key, uint32_t epoch, uint32_t width_class);
+  uint32_t insert_row(uint64_t key, uint32_t epoch, uint32_t width_class) GPUBOX_REQUIRES(mu_);
   // The width class of the rows of `slot`, and of `row` (a record or a stored row); a width this
   // config has no class for is an error naming `key`.
   uint32_t slot_class(int32_t slot) const;
   StatusOr<uint32_t> row_class(uint64_t key, const float* row) const;
   // Copies `row` (own layout) over the stored row of `key` at handle `index`, moving it to the
   // right width class first when it is in another; returns the (possibly new) handle.
-  uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row);
+  uint32_t store_row(uint64_t key, uint32_t index, uint32_t width_class, const float* row)
+      GPUBOX_REQUIRES(mu_);
   // Drops the memory row (its disk copy, if any, stays: eviction's case).
-  void remove_row(uint64_t key, uint32_t index);
+  void remove_row(uint64_t key, uint32_t index) GPUBOX_REQUIRES(mu_);
   // Deletes rows (key, handle) from memory and their disk copies from disk, disk first in
   // batches. When a batch fails, every row stays in memory; those whose copies an earlier batch
   // deleted have no disk copy on record any more.
-  Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows);
-  void note_deleted(uint64_t key);
+  Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows) GPUBOX_REQUIRES(mu_);
+  void note_deleted(uint64_t key) GPUBOX_REQUIRES(mu_);
   // Reserves the maps at their planned sizes (index_reserve_, write_through_reserve_).
-  void reserve_maps();
-  void mark(uint32_t index) { arena_.set_epoch(index, epochs_->current.load()); }
+  void reserve_maps() GPUBOX_REQUIRES(mu_);
+  void mark(uint32_t index) GPUBOX_REQUIRES(mu_) {
+    arena_.set_epoch(index, epochs_->current.load());
+  }
   // Keys a bulk call handles at a time (all m without a memory limit): the 1/8 of the limits
   // (rows, and bytes at the widest row) that eviction frees (at least 1), so that a piece fits
   // after enforce_memory_limit of it.
@@ -138,20 +141,20 @@ class SparseShard {
     uint64_t bytes;
   };
   Incoming incoming(const uint64_t* keys, const uint32_t* pos, std::size_t m,
-                    const float* pushed) const;
+                    const float* pushed) const GPUBOX_REQUIRES(mu_);
   // Before rows come in: when they could take memory over a limit (rows, or the row storage's
   // allocated bytes), compacts the row storage (byte limit), then moves rows to disk, unpinned
   // before pinned and lowest score first (then longest unseen), until at most min(7/8 of the
   // limit, limit - incoming) stay, for rows and for bytes, and compacts again. Requires mu_.
-  Status enforce_memory_limit(Incoming in);
+  Status enforce_memory_limit(Incoming in) GPUBOX_REQUIRES(mu_);
   // Gives back the row storage's chunks beyond what the live rows need (RowArena::compact),
   // re-pointing the index at the rows it moves. Requires mu_; invalidates handles held.
-  void compact_arenas();
+  void compact_arenas() GPUBOX_REQUIRES(mu_);
   // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
   // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
   // of the other keys to the front of *rest (resized to their count). Requires mu_.
   Status write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows,
-                       std::vector<uint32_t>* rest);
+                       std::vector<uint32_t>* rest) GPUBOX_REQUIRES(mu_);
   // Applies the shrink rules to one row in place; true when the row must be deleted.
   bool age_row(float* row) const;
 
@@ -168,22 +171,23 @@ class SparseShard {
   TableEpochs* const epochs_;
   const WidthClasses classes_;
 
-  std::mutex mu_;
-  KeyIndexMap index_;  // key -> RowArenas handle
-  RowArenas arena_;
+  Mutex mu_;
+  KeyIndexMap index_ GPUBOX_GUARDED_BY(mu_);  // key -> RowArenas handle
+  RowArenas arena_ GPUBOX_GUARDED_BY(mu_);
   const std::size_t widest_row_bytes_;  // floats and epoch of a row of the widest class
-  uint64_t rows_on_disk_ = 0;
-  uint64_t rows_evicted_ = 0;
-  uint64_t rows_read_back_ = 0;
-  uint64_t rows_written_through_ = 0;
-  uint64_t rows_evicted_clean_ = 0;
-  uint64_t disk_copies_ = 0;  // memory rows with a disk copy (RowArena::disk_copy)
-  std::vector<std::pair<uint64_t, uint32_t>> deleted_;  // (key, epoch)
+  uint64_t rows_on_disk_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t rows_evicted_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t rows_read_back_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t rows_written_through_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t rows_evicted_clean_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t disk_copies_ GPUBOX_GUARDED_BY(mu_) =
+      0;  // memory rows with a disk copy (RowArena::disk_copy)
+  std::vector<std::pair<uint64_t, uint32_t>> deleted_ GPUBOX_GUARDED_BY(mu_);  // (key, epoch)
   // Keys on disk whose rows were pinned when evicted (their pass will push them whole); the
   // value is unused. Invariant: every key here is on disk and not in memory (a read-back,
   // deletion or clear drops it).
   const uint64_t write_through_limit_;
-  KeyIndexMap write_through_;
+  KeyIndexMap write_through_ GPUBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubox::table::detail

@@ -146,7 +146,7 @@ StagedSave::~StagedSave() {
 
 Status StagedSave::add_file(const std::string& name, const std::string& data, uint64_t records) {
   GPUBOX_RETURN_IF_ERROR(write_file(env_, path_ + ".tmp/" + name, data));
-  std::lock_guard<std::mutex> lock(files_mu_);
+  MutexLock lock(files_mu_);
   files_.push_back(ManifestFile{name, records, data.size(), checksum(data.data(), data.size())});
   return Status::OK();
 }
@@ -158,7 +158,7 @@ Status StagedSave::commit(const std::string& kind,
   manifest.kind = kind;
   manifest.properties = properties;
   {
-    std::lock_guard<std::mutex> lock(files_mu_);
+    MutexLock lock(files_mu_);
     manifest.files = files_;
   }
   std::sort(manifest.files.begin(), manifest.files.end(),

@@ -10,11 +10,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/io/file_env.hpp"
 
 namespace gpubox::table::io {
@@ -71,8 +71,8 @@ class StagedSave {
   StagedSave(FileEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
   FileEnv* env_;
   std::string path_;
-  std::vector<ManifestFile> files_;
-  std::mutex files_mu_;
+  Mutex files_mu_;  // add_file may run from several threads (one per shard)
+  std::vector<ManifestFile> files_ GPUBOX_GUARDED_BY(files_mu_);
   bool committed_ = false;
 };
 

@@ -20,7 +20,7 @@ AuthBackoff::Clock::duration AuthBackoff::delay(uint64_t failures) const {
 
 AuthBackoff::Clock::time_point AuthBackoff::reserve_check(const std::string& address,
                                                           Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(address);
   if (it == entries_.end()) return now;
   Entry& e = it->second;
@@ -35,7 +35,7 @@ AuthBackoff::Clock::time_point AuthBackoff::reserve_check(const std::string& add
 }
 
 uint64_t AuthBackoff::failed(const std::string& address, Clock::time_point now, double* delay_s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(address);
   if (it == entries_.end()) {
     if (entries_.size() >= kMaxAddresses) evict_one(now);
@@ -52,7 +52,7 @@ uint64_t AuthBackoff::failed(const std::string& address, Clock::time_point now, 
 }
 
 void AuthBackoff::succeeded(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   entries_.erase(address);
 }
 

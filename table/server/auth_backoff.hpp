@@ -8,9 +8,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::table::server {
 
@@ -36,12 +37,12 @@ class AuthBackoff {
   };
   Clock::duration delay(uint64_t failures) const;
   // Makes room for one more address.
-  void evict_one(Clock::time_point now);
+  void evict_one(Clock::time_point now) GPUBOX_REQUIRES(mu_);
 
   const double base_delay_s_;
   const double max_delay_s_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unordered_map<std::string, Entry> entries_ GPUBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubox::table::server

@@ -34,7 +34,7 @@ std::size_t default_max_connections(uint64_t soft_limit) {
 }
 
 bool LogThrottle::allow(Clock::time_point now, uint64_t* suppressed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (started_ && now - last_ < interval_) {
     ++held_back_;
     return false;

@@ -5,7 +5,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::table::server {
 
@@ -39,10 +40,10 @@ class LogThrottle {
 
  private:
   const Clock::duration interval_;
-  std::mutex mu_;
-  bool started_ = false;    // GUARDED_BY(mu_)
-  Clock::time_point last_;  // GUARDED_BY(mu_)
-  uint64_t held_back_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  bool started_ GPUBOX_GUARDED_BY(mu_) = false;
+  Clock::time_point last_ GPUBOX_GUARDED_BY(mu_);
+  uint64_t held_back_ GPUBOX_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpubox::table::server

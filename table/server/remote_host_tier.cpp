@@ -386,13 +386,13 @@ Status RemoteHostTier::run_sync(Op op, const std::vector<uint8_t>& payload) {
         generations[e] = *generation;
         return Status::OK();
       }));
-  std::lock_guard<std::mutex> lock(sync_mu_);
+  MutexLock lock(sync_mu_);
   sync_generations_ = std::move(generations);
   return Status::OK();
 }
 
 std::vector<uint64_t> RemoteHostTier::last_sync_generations() const {
-  std::lock_guard<std::mutex> lock(sync_mu_);
+  MutexLock lock(sync_mu_);
   return sync_generations_;
 }
 

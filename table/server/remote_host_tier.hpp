@@ -13,10 +13,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.hpp"
 #include "table/host_tier.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "table/server/server_identity.hpp"
@@ -142,8 +142,8 @@ class RemoteHostTier final : public HostTier {
   WidthClasses classes_;    // the widths a PULL reply's rows may have
   std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
   ServerIdentityBook identities_;
-  mutable std::mutex sync_mu_;
-  std::vector<uint64_t> sync_generations_;  // GUARDED_BY(sync_mu_)
+  mutable Mutex sync_mu_;
+  std::vector<uint64_t> sync_generations_ GPUBOX_GUARDED_BY(sync_mu_);
   Transport transport_;
 };
 

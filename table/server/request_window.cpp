@@ -24,7 +24,7 @@ RequestWindow::RequestWindow(std::size_t max_bytes, Clock::duration max_age)
 
 RequestWindow::Begin RequestWindow::begin(const RequestKey& key, Clock::time_point now,
                                           CachedReply* reply) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   evict_locked(now);
   auto [it, inserted] = entries_.try_emplace(key);
   if (inserted) return Begin::kNew;
@@ -35,7 +35,7 @@ RequestWindow::Begin RequestWindow::begin(const RequestKey& key, Clock::time_poi
 
 void RequestWindow::finish(const RequestKey& key, Clock::time_point now, CachedReply reply,
                            bool remember) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end() || it->second.done) return;
   if (!remember) {
@@ -59,12 +59,12 @@ void RequestWindow::evict_locked(Clock::time_point now) {
 }
 
 std::size_t RequestWindow::entries() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 
 std::size_t RequestWindow::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return bytes_;
 }
 

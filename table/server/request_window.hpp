@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::table::server {
 
@@ -69,20 +69,20 @@ class RequestWindow {
     bool done = false;
     CachedReply reply;
   };
-  void evict_locked(Clock::time_point now);
+  void evict_locked(Clock::time_point now) GPUBOX_REQUIRES(mu_);
 
   const std::size_t max_bytes_;
   const Clock::duration max_age_;
-  mutable std::mutex mu_;
-  std::unordered_map<RequestKey, Entry, KeyHash> entries_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<RequestKey, Entry, KeyHash> entries_ GPUBOX_GUARDED_BY(mu_);
   // Finished entries in the order they finished (their age order), with their cost.
   struct Finished {
     Clock::time_point at;
     RequestKey key;
     std::size_t bytes;
   };
-  std::deque<Finished> finished_;  // GUARDED_BY(mu_)
-  std::size_t bytes_ = 0;          // GUARDED_BY(mu_)
+  std::deque<Finished> finished_ GPUBOX_GUARDED_BY(mu_);
+  std::size_t bytes_ GPUBOX_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpubox::table::server

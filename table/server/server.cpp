@@ -14,6 +14,7 @@
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/io/rooted_env.hpp"
 #include "table/server/auth_handshake.hpp"
 #include "table/server/model_path.hpp"
@@ -354,7 +355,7 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
   if (!req.ok()) return error_reply(header, req.status().with_context("BARRIER"));
   std::vector<Waiter> released;
   {
-    std::lock_guard<std::mutex> lock(barrier_mu_);
+    MutexLock lock(barrier_mu_);
     Barrier& barrier = barriers_[req->name];
     // A waiter whose client left (its end closed, not yet noticed by its own session) must not
     // count: it would release the others early.
@@ -407,7 +408,7 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
 }
 
 bool Server::Impl::barrier_leave(const Session* session, const std::string& name) {
-  std::lock_guard<std::mutex> lock(barrier_mu_);
+  MutexLock lock(barrier_mu_);
   auto it = barriers_.find(name);
   if (it == barriers_.end()) return false;
   auto& waiters = it->second.waiters;

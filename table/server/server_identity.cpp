@@ -31,7 +31,7 @@ ServerIdentityBook::ServerIdentityBook(std::vector<std::string> endpoints) {
 }
 
 Status ServerIdentityBook::observe(std::size_t endpoint, ServerIdentity seen) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   GPUBOX_EXPECTS(endpoint < entries_.size(), "endpoint index out of range");
   Entry& e = entries_[endpoint];
   if (e.known.instance_id == 0) {
@@ -60,24 +60,24 @@ Status ServerIdentityBook::observe(std::size_t endpoint, ServerIdentity seen) {
 }
 
 void ServerIdentityBook::mutation_begins(std::size_t endpoint) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++entries_.at(endpoint).begun;
 }
 
 void ServerIdentityBook::mutation_ends(std::size_t endpoint) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++entries_.at(endpoint).ended;
 }
 
 uint64_t ServerIdentityBook::sync_token(std::size_t endpoint) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const Entry& e = entries_.at(endpoint);
   // A mutation in flight could land after the SAVE: the sync cannot vouch for the state.
   return e.begun == e.ended ? e.begun : UINT64_MAX;
 }
 
 void ServerIdentityBook::synced(std::size_t endpoint, uint64_t token, uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Entry& e = entries_.at(endpoint);
   if (token != e.begun) {
     e.clean = false;
@@ -98,7 +98,7 @@ ServerRestart ServerIdentityBook::restart_of(std::size_t endpoint, const Entry& 
 }
 
 std::vector<ServerRestart> ServerIdentityBook::pending_restarts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<ServerRestart> out;
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].restarted) out.push_back(restart_of(i, entries_[i]));
@@ -107,7 +107,7 @@ std::vector<ServerRestart> ServerIdentityBook::pending_restarts() const {
 }
 
 void ServerIdentityBook::accept_restarts() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (Entry& e : entries_) {
     if (!e.restarted) continue;
     e.restarted = false;
@@ -119,7 +119,7 @@ void ServerIdentityBook::accept_restarts() {
 }
 
 ServerIdentity ServerIdentityBook::identity(std::size_t endpoint) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return entries_.at(endpoint).known;
 }
 

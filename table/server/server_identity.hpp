@@ -5,11 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::table::server {
 
@@ -71,8 +71,8 @@ class ServerIdentityBook {
   };
   ServerRestart restart_of(std::size_t endpoint, const Entry& e) const;
 
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<Entry> entries_ GPUBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubox::table::server

@@ -9,12 +9,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.hpp"
 #include "table/io/rooted_env.hpp"
 #include "table/server/auth_backoff.hpp"
 #include "table/server/connection_limits.hpp"
@@ -198,8 +198,8 @@ class Server::Impl {
   AuthBackoff auth_backoff_;
   RequestWindow window_;
   LogThrottle accept_log_{std::chrono::seconds(2)};
-  std::mutex sessions_mu_;
-  std::map<uint64_t, std::weak_ptr<Session>> sessions_;  // GUARDED_BY(sessions_mu_)
+  Mutex sessions_mu_;
+  std::map<uint64_t, std::weak_ptr<Session>> sessions_ GPUBOX_GUARDED_BY(sessions_mu_);
   std::atomic<uint64_t> next_serial_{1};
   // Declared before io_: sessions destroyed with the io_context still reach the counters above.
   asio::io_context io_;
@@ -227,9 +227,9 @@ class Server::Impl {
     uint32_t parties = 0;
     std::vector<Waiter> waiters;
   };
-  std::mutex barrier_mu_;
-  std::map<std::string, Barrier> barriers_;  // GUARDED_BY(barrier_mu_)
-  std::size_t barrier_waiters_ = 0;          // GUARDED_BY(barrier_mu_), over all barriers
+  Mutex barrier_mu_;
+  std::map<std::string, Barrier> barriers_ GPUBOX_GUARDED_BY(barrier_mu_);
+  std::size_t barrier_waiters_ GPUBOX_GUARDED_BY(barrier_mu_) = 0;  // over all barriers
 };
 
 }  // namespace gpubox::table::server

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/server/server_impl.hpp"
 #include "table/server/session.hpp"
 
@@ -30,12 +31,12 @@ void send_notice_now(int fd, const std::vector<uint8_t>& frame) {
 }
 
 void Server::Impl::register_session(const std::shared_ptr<Session>& session) {
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   sessions_.emplace(session->serial(), session);
 }
 
 void Server::Impl::unregister_session(uint64_t serial) {
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   sessions_.erase(serial);
 }
 
@@ -43,7 +44,7 @@ std::vector<std::shared_ptr<Session>> Server::Impl::live_sessions() {
   // Locked outside the registry's lock and released after it: the last reference to a session
   // may be one of these, and its destructor unregisters it.
   std::vector<std::shared_ptr<Session>> live;
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   live.reserve(sessions_.size());
   for (const auto& entry : sessions_) {
     if (auto session = entry.second.lock()) live.push_back(std::move(session));

@@ -200,8 +200,8 @@ StatusOr<std::vector<uint8_t>> Connection::call(const FrameHeader& request,
 // ---- Transport --------------------------------------------------------------------------------
 
 struct Transport::Pool {
-  std::mutex mu;
-  std::vector<Connection> idle;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<Connection> idle GPUBOX_GUARDED_BY(mu);
 };
 
 // One connection's share of a run(): the requests it sends, in order, and its read state.
@@ -330,7 +330,7 @@ Transport::Transport(std::vector<Endpoint> endpoints, TransportOptions options)
 Transport::~Transport() = default;
 
 uint64_t Transport::next_request_id() {
-  std::lock_guard<std::mutex> lock(id_mu_);
+  MutexLock lock(id_mu_);
   return next_id_++;
 }
 
@@ -350,7 +350,7 @@ OutgoingRequest Transport::make_request(Op op, uint32_t endpoint,
 StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point deadline,
                                         bool allow_pooled, bool* reused) {
   if (allow_pooled) {
-    std::lock_guard<std::mutex> lock(pools_[endpoint]->mu);
+    MutexLock lock(pools_[endpoint]->mu);
     auto& idle = pools_[endpoint]->idle;
     if (!idle.empty()) {
       Connection conn = std::move(idle.back());
@@ -392,7 +392,7 @@ Status Transport::authenticate(Connection& conn, Clock::time_point deadline) {
 }
 
 void Transport::release(uint32_t endpoint, Connection connection) {
-  std::lock_guard<std::mutex> lock(pools_[endpoint]->mu);
+  MutexLock lock(pools_[endpoint]->mu);
   if (pools_[endpoint]->idle.size() < options_.max_idle_per_endpoint) {
     pools_[endpoint]->idle.push_back(std::move(connection));
   }
@@ -534,7 +534,7 @@ Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const Reply
         if (a.reused && a.replies == 0) {
           // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may
           // hold more such; reconnecting at once is not a retry of a failing server.
-          std::lock_guard<std::mutex> lock(pools_[a.endpoint]->mu);
+          MutexLock lock(pools_[a.endpoint]->mu);
           pools_[a.endpoint]->idle.clear();
           next_try[a.endpoint] = Clock::now();
         } else {

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/server/protocol.hpp"
 
 namespace gpubox::table::server {
@@ -137,8 +137,8 @@ class Transport {
   std::vector<Endpoint> endpoints_;
   TransportOptions options_;
   std::vector<std::unique_ptr<Pool>> pools_;
-  std::mutex id_mu_;
-  uint64_t next_id_ = 1;  // GUARDED_BY(id_mu_)
+  Mutex id_mu_;
+  uint64_t next_id_ GPUBOX_GUARDED_BY(id_mu_) = 1;
 };
 
 }  // namespace gpubox::table::server

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <mutex>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "dataset/data_files.hpp"
 #include "dataset/in_memory_dataset.hpp"
@@ -280,7 +280,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
   const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
   const int interval = std::max(1, config_.runner.print_interval);
-  std::mutex print_mu;
+  Mutex print_mu;
   s.cards.run_on_cards(
       [&](device::Card& card) {
         const int c = card.local_index();
@@ -327,7 +327,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           const std::string line =
               format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
                                    worker.progress_auc(), elapsed);
-          std::lock_guard<std::mutex> lock(print_mu);
+          MutexLock lock(print_mu);
           // On a terminal: back to the line's start, and clear what a longer line left.
           std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
           std::fflush(stdout);

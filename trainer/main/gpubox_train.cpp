@@ -197,6 +197,53 @@ int run_infer(gpubox::trainer::Schedule& trainer, const gpubox::trainer::Trainer
   return 0;
 }
 
+// The model folder a run reads or writes (--print_model_root): training reads --load or
+// runner.model_init_path, infer and export infer_load_path.
+void print_model_root(const gpubox::trainer::TrainerConfig& config) {
+  const bool train = FLAGS_mode == "train";
+  const std::string load = !FLAGS_load.empty() ? FLAGS_load
+                           : train             ? config.runner.model_init_path
+                                               : config.runner.infer_load_path;
+  std::printf(
+      "%s\n",
+      gpubox::trainer::model_root(train ? config.runner.model_save_path : "", load).c_str());
+}
+
+// Runs --mode (train, infer or export) with the schedule runner.sync_mode picks; the exit code.
+int run_mode(const gpubox::trainer::TrainerConfig& config) {
+  if (FLAGS_mode == "export") return export_for_serving(config);
+  if (config.runner.reader_type == gpubox::config::ReaderType::kQueueDataset &&
+      config.runner.shuffle && FLAGS_mode == "train") {
+    GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
+                           "QueueDataset (each pass is streamed in file order, in every "
+                           "mode); set runner.shuffle: false, or read with InmemoryDataset";
+  }
+  gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
+  env.threads_per_card = FLAGS_threads_per_card;
+  if (config.runner.sync_mode != gpubox::config::SyncMode::kGpubox) {
+    // The parameter-server modes, against the servers the launcher names.
+    gpubox::trainer::ps_modes::PsTrainer trainer(config, env);
+    if (FLAGS_mode == "train") {
+      trainer.train(FLAGS_load);
+      return 0;
+    }
+    return run_infer(trainer, config);
+  }
+  gpubox::trainer::Trainer trainer(config, env);
+  if (const std::string& pipe = config.dataset.pipe_arguments_note; !pipe.empty()) {
+    GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;
+  }
+  if (FLAGS_mode == "train") {
+    for (const std::string& hint : gpubox::dataset::cost_hints(
+             config.dataset, trainer.num_cards(), std::thread::hardware_concurrency())) {
+      GPUBOX_LOG(INFO) << hint;
+    }
+    trainer.train(FLAGS_load);
+    return 0;
+  }
+  return run_infer(trainer, config);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,47 +297,10 @@ int main(int argc, char** argv) {
                      << gpubox::name_of(gpubox::config::kModelKindNames, config->hyper.model)
                      << " (from " << config->hyper.model_source << ")";
     if (FLAGS_print_model_root) {
-      // Training reads --load or runner.model_init_path, infer and export infer_load_path.
-      const bool train = FLAGS_mode == "train";
-      const std::string load = !FLAGS_load.empty() ? FLAGS_load
-                               : train             ? config->runner.model_init_path
-                                                   : config->runner.infer_load_path;
-      std::printf(
-          "%s\n",
-          gpubox::trainer::model_root(train ? config->runner.model_save_path : "", load).c_str());
+      print_model_root(config.value());
       return 0;
     }
-    if (FLAGS_mode == "export") return export_for_serving(config.value());
-    if (config->runner.reader_type == gpubox::config::ReaderType::kQueueDataset &&
-        config->runner.shuffle && FLAGS_mode == "train") {
-      GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
-                             "QueueDataset (each pass is streamed in file order, in every "
-                             "mode); set runner.shuffle: false, or read with InmemoryDataset";
-    }
-    gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
-    env.threads_per_card = FLAGS_threads_per_card;
-    if (config->runner.sync_mode != gpubox::config::SyncMode::kGpubox) {
-      // The parameter-server modes, against the servers the launcher names.
-      gpubox::trainer::ps_modes::PsTrainer trainer(config.value(), env);
-      if (FLAGS_mode == "train") {
-        trainer.train(FLAGS_load);
-        return 0;
-      }
-      return run_infer(trainer, config.value());
-    }
-    gpubox::trainer::Trainer trainer(config.value(), env);
-    if (const std::string& pipe = config->dataset.pipe_arguments_note; !pipe.empty()) {
-      GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;
-    }
-    if (FLAGS_mode == "train") {
-      for (const std::string& hint : gpubox::dataset::cost_hints(
-               config->dataset, trainer.num_cards(), std::thread::hardware_concurrency())) {
-        GPUBOX_LOG(INFO) << hint;
-      }
-      trainer.train(FLAGS_load);
-      return 0;
-    }
-    return run_infer(trainer, config.value());
+    return run_mode(config.value());
   } catch (const gpubox::Error& e) {
     // The user's message alone; where it was raised goes to the log.
     gpubox::report_top_level("gpubox_train", e);

@@ -2,17 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/queue_dataset.hpp"
@@ -51,7 +50,7 @@ class ThreadBarrier {
  public:
   explicit ThreadBarrier(int parties) : parties_(parties) {}
   void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!aborted_.empty()) GPUBOX_FAIL("stopped: ", aborted_);
     const uint64_t generation = generation_;
     if (++arrived_ == parties_) {
@@ -60,22 +59,22 @@ class ThreadBarrier {
       cv_.notify_all();
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != generation || !aborted_.empty(); });
+    while (generation_ == generation && aborted_.empty()) cv_.wait(lock);
     if (generation_ == generation) GPUBOX_FAIL("stopped: ", aborted_);
   }
   void abort(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (aborted_.empty()) aborted_ = why.empty() ? "another training thread failed" : why;
     cv_.notify_all();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   const int parties_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  std::string aborted_;
+  int arrived_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::string aborted_ GPUBOX_GUARDED_BY(mu_);
 };
 
 std::vector<float> one_hot(int size, int index, float value) {

@@ -9,10 +9,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <condition_variable>
 #include <cstdio>
 #include <exception>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -21,6 +19,7 @@
 #include "common/error_report.hpp"
 #include "common/json.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "trainer/serve/predictor.hpp"
 #include "trainer/serve/request_parser.hpp"
 
@@ -79,7 +78,7 @@ struct PredictionServer::Impl {
   void accept();
   void refuse(tcp::socket socket);
   std::size_t live_sessions() {
-    std::lock_guard<std::mutex> lock(sessions_mu);
+    MutexLock lock(sessions_mu);
     return sessions.size();
   }
 
@@ -92,13 +91,13 @@ struct PredictionServer::Impl {
   std::atomic<bool> stopping{false};
 
   // Before ioc: sessions still queued in ioc when it is destroyed unregister here.
-  std::mutex sessions_mu;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // GUARDED_BY(sessions_mu)
+  Mutex sessions_mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions GPUBOX_GUARDED_BY(sessions_mu);
 
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
-  bool stop_requested = false;  // GUARDED_BY(stop_mu)
-  bool finished = false;        // GUARDED_BY(stop_mu)
+  Mutex stop_mu;
+  CondVar stop_cv;
+  bool stop_requested GPUBOX_GUARDED_BY(stop_mu) = false;
+  bool finished GPUBOX_GUARDED_BY(stop_mu) = false;
 
   net::io_context ioc;
   // The acceptor, its retry timer and the stop closure run on one strand: accept handlers on
@@ -120,7 +119,7 @@ class Session : public std::enable_shared_from_this<Session> {
       : stream_(std::move(socket)), server_(server) {}
   ~Session() {
     {
-      std::lock_guard<std::mutex> lock(server_.sessions_mu);
+      MutexLock lock(server_.sessions_mu);
       server_.sessions.erase(this);
     }
     server_.metrics.connection_closed();
@@ -315,7 +314,7 @@ void PredictionServer::Impl::accept() {
     } else {
       auto session = std::make_shared<Session>(std::move(socket), *this);
       {
-        std::lock_guard<std::mutex> lock(sessions_mu);
+        MutexLock lock(sessions_mu);
         sessions[session.get()] = session;
       }
       metrics.connection_opened();
@@ -376,7 +375,7 @@ ServeMetrics& PredictionServer::metrics() { return impl_->metrics; }
 void PredictionServer::request_stop() {
   Impl& s = *impl_;
   {
-    std::lock_guard<std::mutex> lock(s.stop_mu);
+    MutexLock lock(s.stop_mu);
     if (s.stop_requested) return;
     s.stop_requested = true;
   }
@@ -387,7 +386,7 @@ void PredictionServer::request_stop() {
     s.retry_accept.cancel();
     std::vector<std::shared_ptr<Session>> live;
     {
-      std::lock_guard<std::mutex> lock(s.sessions_mu);
+      MutexLock lock(s.sessions_mu);
       for (auto& [raw, weak] : s.sessions) {
         if (auto session = weak.lock()) live.push_back(std::move(session));
       }
@@ -400,8 +399,8 @@ void PredictionServer::request_stop() {
 void PredictionServer::wait() {
   Impl& s = *impl_;
   {
-    std::unique_lock<std::mutex> lock(s.stop_mu);
-    s.stop_cv.wait(lock, [&] { return s.stop_requested; });
+    MutexLock lock(s.stop_mu);
+    while (!s.stop_requested) s.stop_cv.wait(lock);
     if (s.finished) return;
     s.finished = true;
   }

@@ -25,14 +25,14 @@ MicroBatcher::~MicroBatcher() {
 }
 
 void MicroBatcher::join() {
-  std::lock_guard<std::mutex> lock(join_mu_);
+  MutexLock lock(join_mu_);
   if (worker_.joinable()) worker_.join();
 }
 
 bool MicroBatcher::submit(std::shared_ptr<const dataset::InstanceBlock> instances, Done done) {
   const std::size_t n = instances->size();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ ||
         (queued_instances_ > 0 && queued_instances_ + n > options_.max_queued_instances)) {
       return false;
@@ -47,7 +47,7 @@ bool MicroBatcher::submit(std::shared_ptr<const dataset::InstanceBlock> instance
 
 void MicroBatcher::stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_one();
@@ -57,8 +57,8 @@ void MicroBatcher::run() {
   std::vector<Pending> taken;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) wake_.wait(lock);
       if (queue_.empty()) return;  // stopping, nothing left
       // Wait for more requests until the batch is full or the oldest has waited max_wait.
       const auto deadline = queue_.front().arrived + options_.max_wait;

@@ -11,16 +11,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/instance_block.hpp"
 #include "trainer/serve/predictor.hpp"
 #include "trainer/serve/serve_metrics.hpp"
@@ -68,13 +67,13 @@ class MicroBatcher {
   int dense_dim_;
   BatcherOptions options_;
   ServeMetrics* metrics_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<Pending> queue_;         // GUARDED_BY(mu_)
-  std::size_t queued_instances_ = 0;  // GUARDED_BY(mu_)
-  bool stopping_ = false;             // GUARDED_BY(mu_)
-  std::mutex join_mu_;
-  std::thread worker_;
+  Mutex mu_;
+  CondVar wake_;
+  std::deque<Pending> queue_ GPUBOX_GUARDED_BY(mu_);
+  std::size_t queued_instances_ GPUBOX_GUARDED_BY(mu_) = 0;
+  bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
+  Mutex join_mu_;
+  std::thread worker_ GPUBOX_GUARDED_BY(join_mu_);
 };
 
 }  // namespace gpubox::trainer::serve

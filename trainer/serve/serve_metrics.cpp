@@ -19,7 +19,7 @@ void header(std::ostringstream& out, const char* name, const char* type, const c
 }  // namespace
 
 void ServeMetrics::record_request(const std::string& path, int status, double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++requests_[{path, status}];
   if (path != "/predict") return;
   std::size_t bucket = 0;
@@ -36,14 +36,14 @@ void ServeMetrics::record_batch(uint64_t requests, uint64_t instances) {
 }
 
 uint64_t ServeMetrics::requests(const std::string& path, int status) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto it = requests_.find({path, status});
   return it == requests_.end() ? 0 : it->second;
 }
 
 std::string ServeMetrics::render_prometheus() const {
   std::ostringstream out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   header(out, "gpubox_serve_requests_total", "counter",
          "HTTP requests answered, by path and code.");
   uint64_t errors = 0;

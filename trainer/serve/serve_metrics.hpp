@@ -9,9 +9,10 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
+
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::trainer::serve {
 
@@ -41,11 +42,11 @@ class ServeMetrics {
   std::string render_prometheus() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, int>, uint64_t> requests_;           // GUARDED_BY(mu_)
-  std::array<uint64_t, kLatencyBounds.size() + 1> latency_buckets_{};  // GUARDED_BY(mu_)
-  double latency_sum_ = 0;                                             // GUARDED_BY(mu_)
-  uint64_t latency_count_ = 0;                                         // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_ GPUBOX_GUARDED_BY(mu_);
+  std::array<uint64_t, kLatencyBounds.size() + 1> latency_buckets_ GPUBOX_GUARDED_BY(mu_){};
+  double latency_sum_ GPUBOX_GUARDED_BY(mu_) = 0;
+  uint64_t latency_count_ GPUBOX_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> batches_{0};
   std::atomic<uint64_t> batch_requests_{0};
   std::atomic<uint64_t> batch_instances_{0};

@@ -37,7 +37,7 @@ Rendezvous::Rendezvous(int ranks, std::chrono::milliseconds timeout)
 }
 
 void Rendezvous::arrive_and_wait(int rank, const char* collective, bool opens_data_phase) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (rank_in_data_phase_[rank]) {
     rank_in_data_phase_[rank] = 0;
     if (--in_data_phase_ == 0 && aborted_.load(std::memory_order_relaxed)) cv_.notify_all();
@@ -100,14 +100,14 @@ void Rendezvous::arrive_and_wait(int rank, const char* collective, bool opens_da
 
 void Rendezvous::abort(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     abort_locked(reason);
   }
   cv_.notify_all();
 }
 
 std::string Rendezvous::reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return reason_;
 }
 
@@ -118,13 +118,13 @@ void Rendezvous::abort_locked(const std::string& reason) {
   cv_.notify_all();
 }
 
-void Rendezvous::fail_locked(std::unique_lock<std::mutex>& lock, int rank, const char* collective) {
+void Rendezvous::fail_locked(MutexLock& lock, int rank, const char* collective) {
   // A rank still in the data phase is copying (never blocked), so this wait is bounded.
   if (rank_in_data_phase_[rank]) {
     rank_in_data_phase_[rank] = 0;
     if (--in_data_phase_ == 0) cv_.notify_all();
   }
-  cv_.wait(lock, [&] { return in_data_phase_ == 0; });
+  while (in_data_phase_ != 0) cv_.wait(lock);
   throw Error(::gpubox::detail::concat("communicator aborted (rank ", rank, " in ", collective,
                                        "): ", reason_));
 }

@@ -16,11 +16,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::comm::detail {
 
@@ -34,10 +34,11 @@ class Rendezvous {
   // arrived for `collective` (a string literal naming it). `opens_data_phase`: after returning,
   // the ranks touch each other's buffers until their next arrive_and_wait. Throws gpubox::Error
   // when the group is or becomes aborted, times out, or sees mismatched collectives.
-  void arrive_and_wait(int rank, const char* collective, bool opens_data_phase);
+  void arrive_and_wait(int rank, const char* collective, bool opens_data_phase)
+      GPUBOX_EXCLUDES(mu_);
 
   // Thread-safe, any thread. The first reason wins; later calls are no-ops.
-  void abort(const std::string& reason);
+  void abort(const std::string& reason) GPUBOX_EXCLUDES(mu_);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   // The first abort reason ("" while not aborted). Thread-safe.
   std::string reason() const;
@@ -46,28 +47,28 @@ class Rendezvous {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
-  void abort_locked(const std::string& reason);
-  // Waits for the data phase to drain, then throws the abort error for `rank`.
-  [[noreturn]] void fail_locked(std::unique_lock<std::mutex>& lock, int rank,
-                                const char* collective);
-  std::string missing_ranks_locked() const;
+  void abort_locked(const std::string& reason) GPUBOX_REQUIRES(mu_);
+  // Waits for the data phase to drain, then throws the abort error for `rank`. `lock` holds mu_.
+  [[noreturn]] void fail_locked(MutexLock& lock, int rank, const char* collective)
+      GPUBOX_REQUIRES(mu_);
+  std::string missing_ranks_locked() const GPUBOX_REQUIRES(mu_);
 
   const int ranks_;
   const std::chrono::milliseconds timeout_;
   // Spinning briefly before sleeping pays only when every rank has a core of its own.
   const bool spin_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
   // Incremented (under mu_, release) when a round completes; read lock-free while spinning.
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> aborted_{false};
-  int arrived_ = 0;                         // GUARDED_BY(mu_): ranks waiting in this round
-  std::vector<char> waiting_;               // GUARDED_BY(mu_): per rank, arrived this round
-  const char* round_collective_ = nullptr;  // GUARDED_BY(mu_): first arrival's collective
-  int in_data_phase_ = 0;                   // GUARDED_BY(mu_): ranks copying between rounds
-  std::vector<char> rank_in_data_phase_;    // GUARDED_BY(mu_)
-  std::string reason_;                      // GUARDED_BY(mu_)
+  int arrived_ GPUBOX_GUARDED_BY(mu_) = 0;                         // ranks waiting in this round
+  std::vector<char> waiting_ GPUBOX_GUARDED_BY(mu_);               // per rank, arrived this round
+  const char* round_collective_ GPUBOX_GUARDED_BY(mu_) = nullptr;  // first arrival's collective
+  int in_data_phase_ GPUBOX_GUARDED_BY(mu_) = 0;                   // ranks copying between rounds
+  std::vector<char> rank_in_data_phase_ GPUBOX_GUARDED_BY(mu_);
+  std::string reason_ GPUBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubox::comm::detail

@@ -10,11 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.hpp"
 #include "table/host_tier.hpp"
 #include "table/io/file_env.hpp"
 
@@ -30,7 +30,7 @@ class FakeHostTier final : public HostTier {
 
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* created) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::size_t made = 0;
     const std::size_t stride = layout_.stride();
     for (std::size_t i = 0; i < n; ++i) {
@@ -49,7 +49,7 @@ class FakeHostTier final : public HostTier {
 
   Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* unknown) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::size_t absent = 0;
     const std::size_t stride = layout_.stride();
     for (std::size_t i = 0; i < n; ++i) {
@@ -66,7 +66,7 @@ class FakeHostTier final : public HostTier {
   }
 
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const std::size_t stride = layout_.stride();
     for (std::size_t i = 0; i < n; ++i) {
       rows_[keys[i]].assign(rows + i * stride, rows + (i + 1) * stride);
@@ -77,13 +77,13 @@ class FakeHostTier final : public HostTier {
   }
 
   Status erase(const uint64_t* keys, std::size_t n) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (std::size_t i = 0; i < n; ++i) rows_.erase(keys[i]);
     return Status::OK();
   }
 
   StatusOr<HostTierStats> stats() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     HostTierStats s;
     s.rows_in_memory = rows_.size();
     s.memory_bytes = rows_.size() * layout_.stride() * sizeof(float);
@@ -92,7 +92,7 @@ class FakeHostTier final : public HostTier {
 
   // Decays show/click and deletes rows whose score falls under delete_threshold.
   StatusOr<uint64_t> shrink() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     uint64_t deleted = 0;
     for (auto it = rows_.begin(); it != rows_.end();) {
       float* row = it->second.data();
@@ -115,7 +115,7 @@ class FakeHostTier final : public HostTier {
   // (the server's data_dir env) or the POSIX one.
   Status save(const std::string& path, SaveKind, io::FileEnv* env) override {
     if (env == nullptr) env = io::FileEnv::posix();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::string bytes;
     const uint64_t count = rows_.size();
     bytes.append(reinterpret_cast<const char*>(&count), sizeof(count));
@@ -129,7 +129,7 @@ class FakeHostTier final : public HostTier {
 
   Status load(const std::string& path, io::FileEnv* env) override {
     if (env == nullptr) env = io::FileEnv::posix();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const std::string file = path + "/fake-rows.bin";
     if (!env->exists(file)) return Status::NotFound("no saved rows at " + file);
     auto bytes = env->read_file(file, uint64_t{1} << 30);
@@ -157,11 +157,11 @@ class FakeHostTier final : public HostTier {
 
   // Test access.
   std::size_t size() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return rows_.size();
   }
   bool row(uint64_t key, std::vector<float>* out) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = rows_.find(key);
     if (it == rows_.end()) return false;
     *out = it->second;
@@ -173,8 +173,8 @@ class FakeHostTier final : public HostTier {
  private:
   AccessorConfig cfg_;
   RowLayout layout_;
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::vector<float>> rows_;
+  Mutex mu_;
+  std::unordered_map<uint64_t, std::vector<float>> rows_ GPUBOX_GUARDED_BY(mu_);
 };
 
 }  // namespace gpubox::table::server::testing
