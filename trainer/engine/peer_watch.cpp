@@ -52,7 +52,7 @@ PeerWatch::PeerWatch(comm::CommGroup& group, comm::RendezvousStore& store, const
 
 PeerWatch::~PeerWatch() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   stop_cv_.notify_all();
@@ -61,13 +61,13 @@ PeerWatch::~PeerWatch() {
 }
 
 std::string PeerWatch::lost() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return lost_;
 }
 
 void PeerWatch::on_lost(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!lost_.empty()) {
       GPUBOX_LOG(WARNING) << reason;
       return;
@@ -86,7 +86,7 @@ void PeerWatch::watch_servers() {
   const std::size_t n = servers_->endpoint_count();
   std::vector<Clock::time_point> last_answer(n, Clock::now());
   std::vector<bool> reported(n, false);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
     lock.unlock();
     for (std::size_t e = 0; e < n; ++e) {
@@ -109,7 +109,9 @@ void PeerWatch::watch_servers() {
       on_lost(reason.str());
     }
     lock.lock();
-    stop_cv_.wait_for(lock, interval, [this] { return stopping_; });
+    const auto until = Clock::now() + interval;
+    while (!stopping_ && stop_cv_.wait_until(lock, until) != std::cv_status::timeout) {
+    }
   }
 }
 

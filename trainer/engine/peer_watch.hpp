@@ -17,12 +17,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/thread_annotations.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/peer_heartbeat.hpp"
 #include "trainer/schedule/trainer_env.hpp"
@@ -64,10 +63,10 @@ class PeerWatch {
   table::server::RemoteHostTier* servers_;
   const PeerWatchOptions options_;
   std::unique_ptr<comm::PeerHeartbeat> heartbeat_;
-  mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  std::string lost_;       // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar stop_cv_;
+  bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::string lost_ GPUBOX_GUARDED_BY(mu_);
   std::thread server_thread_;
 };
 
