@@ -1,6 +1,6 @@
 // 16-bit floating point, the one conversion of every layer: IEEE 754 binary16 ("fp16") and
 // bfloat16 ("bf16", the upper half of an IEEE float: 8 exponent bits, 7 mantissa bits). Used by
-// the sparse rows' 16-bit storage (hyper_parameters.sparse_storage, table/accessor/sparse_row.hpp)
+// the sparse rows' 16-bit storage (hyper_parameters.sparse_storage, table/sparse_row/accessor.hpp)
 // on host and card, the dense net's bf16 buffers (trainer/nn/bf16.hpp) and the serving export
 // (gpubox_train --mode export --export_fp16). Plain bit manipulation (GPUBOX_HD, no device
 // headers), so both backends round the same way, and as CUDA's __float2half_rn /

@@ -21,6 +21,8 @@ PACKAGES=(
   libabsl-dev          # absl::flat_hash_map: the peer of the card hash table in gpubox_bench
   python3-minimal      # the tests' stand-in for PaddleRec's Python reader (pipe_command)
   gnuplot-nox          # scripts/plot_metrics.sh (and its test), bench_gpubox.sh's plot
+  iproute2             # netns_partition_test: two network namespaces joined by a veth pair (run as root)
+  openmpi-bin          # netns_mpirun_test: the same job launched by mpirun through an rsh agent
 )
 if [ "${1:-}" = "--checks" ]; then
   PACKAGES+=(

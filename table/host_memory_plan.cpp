@@ -5,14 +5,12 @@
 #include <sstream>
 
 #include "common/error.hpp"
-#include "table/detail/key_index_map.hpp"
 #include "table/detail/row_arena.hpp"
 #include "table/disk_tier.hpp"
+#include "table/key_index_map.hpp"
 
 namespace gpubox::table {
 namespace {
-
-using detail::KeyIndexMap;
 
 // 1/kDiskMemoryShare of a byte budget goes to RocksDB's memtables and block cache, up to
 // 1/kWriteThroughShare to the write-through sets.

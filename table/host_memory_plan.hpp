@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "table/accessor/sparse_row.hpp"
-#include "table/detail/key_index_map.hpp"
 #include "table/host_table_types.hpp"
+#include "table/key_index_map.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox::table {
 
@@ -75,7 +75,7 @@ struct HostMemoryPlan {
   std::size_t write_through_slots = 0;
 
   std::size_t write_through_bytes() const {
-    return static_cast<std::size_t>(shards) * write_through_slots * detail::KeyIndexMap::kSlotBytes;
+    return static_cast<std::size_t>(shards) * write_through_slots * KeyIndexMap::kSlotBytes;
   }
 
   uint64_t rows() const { return rows_per_shard * shards; }

@@ -1,6 +1,6 @@
 // The host-tier interface: what the pass manager (heterps) sees of the CPU side. Implemented by
 // the in-process sharded table and by the gpubox_server client, so the pass manager does not
-// know which it has. Rows are full sparse rows (table/accessor/sparse_row.hpp), `layout().stride()`
+// know which it has. Rows are full sparse rows (table/sparse_row/accessor.hpp), `layout().stride()`
 // floats each, packed in key order. Every call is bulk and returns a Status: the remote form
 // crosses a socket. Implementations are thread-safe.
 #pragma once
@@ -11,7 +11,7 @@
 
 #include "common/config/config_enums.hpp"
 #include "common/status.hpp"
-#include "table/accessor/sparse_row.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox::table {
 namespace io {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/status.hpp"
-#include "table/accessor/sparse_row.hpp"
 #include "table/host_table_types.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox::table {
 

@@ -46,7 +46,7 @@ SparseTable::SparseTable(const AccessorConfig& optimizer, const HostTableConfig&
   shards_.reserve(config.shards);
   for (uint32_t s = 0; s < config.shards; ++s) {
     shards_.push_back(
-        std::make_unique<detail::SparseShard>(s, layout_, optimizer_, disk_.get(), plan, &epochs_));
+        std::make_unique<SparseShard>(s, layout_, optimizer_, disk_.get(), plan, &epochs_));
   }
   GPUBOX_LOG(INFO) << plan.to_string();
 }
@@ -119,7 +119,7 @@ Status SparseTable::pull(const uint64_t* keys, const int32_t* slots, std::size_t
   }
   return for_keys_by_shard(
       "pull", keys, n, rows, created,
-      [&](detail::SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* made) {
+      [&](SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* made) {
         return shard.pull(keys, slots, pos, m, rows, made);
       });
 }
@@ -128,7 +128,7 @@ Status SparseTable::peek(const uint64_t* keys, const int32_t* slots, std::size_t
                          std::size_t* unknown) {
   return for_keys_by_shard(
       "peek", keys, n, rows, unknown,
-      [&](detail::SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* absent) {
+      [&](SparseShard& shard, const uint32_t* pos, std::size_t m, std::size_t* absent) {
         return shard.peek(keys, slots, pos, m, rows, absent);
       });
 }
@@ -162,7 +162,7 @@ Status SparseTable::erase(const uint64_t* keys, std::size_t n) {
 StatusOr<HostTierStats> SparseTable::stats() {
   HostTierStats total;
   for (auto& shard : shards_) {
-    const detail::ShardStats s = shard->stats();
+    const ShardStats s = shard->stats();
     total.rows_in_memory += s.rows_in_memory;
     total.rows_on_disk += s.rows_on_disk;
     total.memory_bytes += s.memory_bytes;
@@ -179,7 +179,7 @@ StatusOr<uint64_t> SparseTable::size() {
 SparseTable::DiskTraffic SparseTable::disk_traffic() {
   DiskTraffic total;
   for (auto& shard : shards_) {
-    const detail::ShardStats s = shard->stats();
+    const ShardStats s = shard->stats();
     total.rows_evicted += s.rows_evicted;
     total.rows_read_back += s.rows_read_back;
     total.rows_written_through += s.rows_written_through;
@@ -192,7 +192,7 @@ SparseTable::DiskTraffic SparseTable::disk_traffic() {
 uint64_t SparseTable::rows_now() {
   uint64_t rows = 0;
   for (auto& shard : shards_) {
-    const detail::ShardStats s = shard->stats();
+    const ShardStats s = shard->stats();
     rows += s.rows_in_memory + s.rows_on_disk;
   }
   return rows;

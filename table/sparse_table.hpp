@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "common/thread_annotations.hpp"
-#include "table/detail/sparse_shard.hpp"
 #include "table/disk_tier.hpp"
 #include "table/host_memory_plan.hpp"
 #include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
 #include "table/io/file_env.hpp"
+#include "table/sparse_shard.hpp"
 
 namespace gpubox::table {
 namespace io {
@@ -125,8 +125,8 @@ class SparseTable final : public HostTier {
   const RowLayout layout_;
   io::FileEnv* const env_;
   std::unique_ptr<DiskTier> disk_;
-  detail::TableEpochs epochs_;
-  std::vector<std::unique_ptr<detail::SparseShard>> shards_;
+  TableEpochs epochs_;
+  std::vector<std::unique_ptr<SparseShard>> shards_;
   std::atomic<int64_t> day_{0};
   std::atomic<int64_t> pulls_before_fault_{-1};  // fail_pulls_after
   std::atomic<int64_t> failing_pulls_{0};

@@ -113,7 +113,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
       for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
-        detail::ShardSnapshot snap;
+        ShardSnapshot snap;
         GPUBOX_RETURN_IF_ERROR(shards_[s]->snapshot(mode, form, saved_through, &snap));
         GPUBOX_RETURN_IF_ERROR((*staged)->add_file(part_name(s), snap.part, snap.rows));
         if (mode == SaveKind::kDelta) {

@@ -16,7 +16,7 @@ namespace gpubox::config {
 
 // Bounds of slot_dims: the slots it may list, the distinct widths a table holds (with the default
 // sparse_feature_dim - 1), and a width's largest value. The table's SlotDims and WidthClasses are
-// sized by the first two (table/accessor/sparse_row.hpp; table/sparse_config.cpp asserts they
+// sized by the first two (table/sparse_row/accessor.hpp; table/sparse_config.cpp asserts they
 // agree).
 inline constexpr int32_t kMaxSlotDims = 128;
 inline constexpr int32_t kMaxWidthClasses = 8;

@@ -17,27 +17,26 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/card_table/card_store.cuh"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/heter_comm/detail/key_dedup.cuh"
-#include "heterps/heter_comm/detail/segment_reduce.cuh"
 #include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/sparse/card_store.cuh"
-#include "table/accessor/sparse_rule.hpp"
+#include "heterps/heter_comm/segment_reduce.cuh"
+#include "table/sparse_row/optimizer.hpp"
 
 namespace gpubox::heter_comm {
 namespace {
 
-using detail::position_t;
-using sparse::kRowPrefetchDistance;
-using sparse::row_index_t;
+using card_table::kRowPrefetchDistance;
+using card_table::row_index_t;
 
 // Owner side of pull: the record of each received key, one thread per (record, field) so that
 // neighbouring threads write neighbouring floats.
 struct FillPullRecords {
-  sparse::CardStoreRef store;
+  card_table::CardStoreRef store;
   const row_index_t* rows;
   std::size_t count;  // records
   float* records;
@@ -103,7 +102,7 @@ struct WriteWord {
 // One optimizer step per merged key (keys are distinct, so rows are too: no races). Nothing
 // when the step was vetoed on the card (push_pulled's veto word).
 struct ApplyUpdates {
-  sparse::CardStoreRef store;
+  card_table::CardStoreRef store;
   const row_index_t* rows;
   const uint64_t* keys;
   const float* grads;
@@ -114,8 +113,8 @@ struct ApplyUpdates {
     if (veto != nullptr && *veto != kNoVeto) return;
     if (m + kRowPrefetchDistance < count) store.prefetch_update(rows[m + kRowPrefetchDistance]);
     const table::RowLayout& layout = store.layout();
-    optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
-                          grads + m * static_cast<std::size_t>(layout.push_dim()));
+    table::optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
+                                 grads + m * static_cast<std::size_t>(layout.push_dim()));
     store.mark_dirty(rows[m]);
   }
 };
@@ -138,7 +137,7 @@ void add_stats(HeterCommStats& total, const HeterCommStats& step) {
 
 class HeterComm::Impl {
  public:
-  Impl(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
+  Impl(device::Card& card, card_table::CardSparseStore& store, comm::Communicator& comm,
        const HeterCommOptions& options)
       : store_(&store),
         comm_(&comm),
@@ -391,9 +390,8 @@ class HeterComm::Impl {
     const int32_t dim = layout_.push_dim();
     send_records_.resize_discard(unique * static_cast<std::size_t>(dim));
     reducer_.run(local_.unique_start(), unique, local_.occurrences(), dim,
-                 detail::OrderedRecords<float>{grads, local_.sorted_positions(), dim},
-                 detail::RecordRows<float>{send_records_.data(), plan_.unique_to_send(), dim},
-                 stream);
+                 OrderedRecords<float>{grads, local_.sorted_positions(), dim},
+                 RecordRows<float>{send_records_.data(), plan_.unique_to_send(), dim}, stream);
   }
 
   // Sends the summed records to the owners, along the keys' route.
@@ -441,10 +439,10 @@ class HeterComm::Impl {
     const std::size_t dim = static_cast<std::size_t>(layout_.push_dim());
     merged_records_.resize_discard(merged * dim);
     const int32_t fields = layout_.push_dim();
-    reducer_.run(owner_merge_.unique_start(), merged, recv_keys_.size(), fields,
-                 detail::OrderedRecords<float>{recv_records_.data(),
-                                               owner_merge_.sorted_positions(), fields},
-                 detail::RecordRows<float>{merged_records_.data(), nullptr, fields}, stream);
+    reducer_.run(
+        owner_merge_.unique_start(), merged, recv_keys_.size(), fields,
+        OrderedRecords<float>{recv_records_.data(), owner_merge_.sorted_positions(), fields},
+        RecordRows<float>{merged_records_.data(), nullptr, fields}, stream);
   }
 
   // The merge plan of the `received` keys (distinct keys and their occurrences), enqueued; its
@@ -634,7 +632,7 @@ class HeterComm::Impl {
     const row_index_t* first_missing = rows + n;
     detail::with_policy(stream, scratch_, n, [&](const auto& policy) {
       first_missing = device::host_result(
-          stream, [&] { return thrust::find(policy, rows, rows + n, sparse::kInvalidRow); });
+          stream, [&] { return thrust::find(policy, rows, rows + n, card_table::kInvalidRow); });
     });
     GPUBOX_EXPECTS(first_missing != rows + n, "HeterComm: ", missing,
                    " keys reported missing, none found");
@@ -660,7 +658,7 @@ class HeterComm::Impl {
                       : "");
   }
 
-  sparse::CardSparseStore* store_;
+  card_table::CardSparseStore* store_;
   comm::Communicator* comm_;
   HeterCommOptions options_;
   table::RowLayout layout_;
@@ -672,7 +670,7 @@ class HeterComm::Impl {
   detail::KeyDedup local_;
   detail::OwnerPlan plan_;
   detail::KeyDedup owner_merge_;
-  detail::SegmentReducer<float> reducer_;  // local and owner merges of push records
+  SegmentReducer<float> reducer_;  // local and owner merges of push records
 
   // Host-side counts (elements) per peer.
   std::vector<std::size_t> recv_counts_;
@@ -721,8 +719,8 @@ class HeterComm::Impl {
   std::size_t scratch_before_ = 0;
 };
 
-HeterComm::HeterComm(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
-                     const HeterCommOptions& options)
+HeterComm::HeterComm(device::Card& card, card_table::CardSparseStore& store,
+                     comm::Communicator& comm, const HeterCommOptions& options)
     : impl_(std::make_unique<Impl>(card, store, comm, options)) {}
 HeterComm::~HeterComm() = default;
 HeterComm::HeterComm(HeterComm&&) noexcept = default;

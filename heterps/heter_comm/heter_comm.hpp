@@ -8,8 +8,8 @@
 //          to every occurrence.
 //   push   per-occurrence push records (show, click, embed_g, embedx_g[mf_dim]) summed per
 //          unique key locally -> keys and sums to the owners -> summed again on the owner over
-//          all source cards -> ONE optimizer step per key per batch (heterps/optimizer), row
-//          marked dirty.
+//          all source cards -> ONE optimizer step per key per batch
+//          (table/sparse_row/optimizer.hpp), row marked dirty.
 //
 // Replicated placement (HeterCommOptions::placement, Collective mode): every card holds every
 // row, so the pull reads the card's own replica (no records travel), and instead of the key and
@@ -23,7 +23,7 @@
 // pull and push are collectives: every card of the communicator calls them in the same order
 // (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
 // position inside a card, by source rank across cards; a hot key's long segment in chunks summed
-// in parallel, see detail/segment_reduce.cuh), so a run is reproducible and both backends agree.
+// in parallel, see segment_reduce.cuh), so a run is reproducible and both backends agree.
 //
 // Sizes: reserve_steps before a pass's first step sizes every buffer for the pass's largest step
 // (the trainer computes it from the pass's data on the host); without it the buffers grow with
@@ -46,13 +46,13 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/stream.hpp"
 #include "heterps/heter_comm/heter_comm_types.hpp"
-#include "table/accessor/sparse_row.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox {
 namespace comm {
 class Communicator;
 }
-namespace sparse {
+namespace card_table {
 class CardSparseStore;
 }
 
@@ -62,7 +62,7 @@ class HeterComm {
  public:
   // `store` holds this card's owned keys (its config gives the row layout and the optimizer);
   // `comm` is this card's rank; comm.size() is total_cards.
-  HeterComm(device::Card& card, sparse::CardSparseStore& store, comm::Communicator& comm,
+  HeterComm(device::Card& card, card_table::CardSparseStore& store, comm::Communicator& comm,
             const HeterCommOptions& options = {});
   ~HeterComm();
   HeterComm(HeterComm&&) noexcept;

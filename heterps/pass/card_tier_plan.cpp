@@ -5,13 +5,13 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "heterps/card_table/card_store.hpp"
 #include "heterps/pass/pass_cards.hpp"
-#include "heterps/sparse/card_store.hpp"
 
 namespace gpubox::pass {
 namespace {
 
-using sparse::row_index_t;
+using card_table::row_index_t;
 
 // Card bytes a pass boundary holds per resident key on top of the store: eviction lists every
 // key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
@@ -60,7 +60,7 @@ std::string CardTierPlan::to_string() const {
 }
 
 CardTierPlan PassCards::plan_for(std::size_t rows) const {
-  const sparse::CardSparseStore& store = *stores_.front();
+  const card_table::CardSparseStore& store = *stores_.front();
   CardTierPlan plan;
   plan.rows = rows;
   plan.row_bytes = store.bytes_per_row();
@@ -80,10 +80,10 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
   }
   // Slots: the power of two the table takes for the budget (or its initial size, if larger).
   plan.table_bytes =
-      rows == 0 ? static_cast<std::size_t>(std::ceil(2.0 * sizeof(sparse::detail::Slot) / load))
-                : std::max(sparse::CardHashTable::slot_capacity_for(rows, load),
+      rows == 0 ? static_cast<std::size_t>(std::ceil(2.0 * sizeof(card_table::detail::Slot) / load))
+                : std::max(card_table::CardHashTable::slot_capacity_for(rows, load),
                            store.table().capacity()) *
-                      sizeof(sparse::detail::Slot);
+                      sizeof(card_table::detail::Slot);
   // Free list entry and dirty flag per pooled row, a page table pointer per page.
   for (int32_t p = 0; p < pools; ++p) {
     if (rows == 0 && p + 1 < pools) continue;  // one key: one pool's entry (the widest's page)

@@ -3,16 +3,16 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "heterps/card_table/card_store.hpp"
+#include "heterps/card_table/eviction_policy.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/pass/row_marks.hpp"
-#include "heterps/sparse/card_store.hpp"
-#include "heterps/sparse/eviction_policy.hpp"
 
 namespace gpubox::pass {
 namespace {
 
-using sparse::EvictionCandidate;
-using sparse::row_index_t;
+using card_table::EvictionCandidate;
+using card_table::row_index_t;
 
 // Removes the `excess` candidates that leave first from card `c` (they must be clean). Returns
 // the rows removed.
@@ -22,7 +22,7 @@ uint64_t evict_first(const PassCards& cards, int c, std::vector<EvictionCandidat
                  excess, " rows, only ", candidates.size(),
                  " are outside the pass and clean (the last end_pass kept ", kept_dirty,
                  " rows dirty)");
-  sparse::select_victims(candidates, excess);
+  card_table::select_victims(candidates, excess);
   std::vector<uint64_t> victims(excess);
   for (std::size_t i = 0; i < excess; ++i) victims[i] = candidates[i].key;
   return cards.erase_from_card(c, victims);
@@ -32,7 +32,7 @@ uint64_t evict_first(const PassCards& cards, int c, std::vector<EvictionCandidat
 
 uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_index_t>& pass_rows,
                        uint64_t kept_dirty, std::size_t excess) {
-  sparse::CardSparseStore& store = cards.store(c);
+  card_table::CardSparseStore& store = cards.store(c);
   device::Card& card = cards.card(c);
   const device::Stream& stream = card.stream();
   // Keys, row indices and ranks only (16 bytes per resident key), on the host for the choice.
@@ -77,7 +77,7 @@ uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_inde
 uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>& keys,
                      const std::vector<uint32_t>& at, const std::vector<row_index_t>& rows,
                      uint64_t kept_dirty, std::size_t excess) {
-  sparse::CardSparseStore& store = cards.store(c);
+  card_table::CardSparseStore& store = cards.store(c);
   device::Card& card = cards.card(c);
   const device::Stream& stream = card.stream();
   std::vector<EvictionCandidate> candidates;
@@ -106,7 +106,7 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
 }
 
 std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
-  sparse::CardSparseStore& store = cards.store(c);
+  card_table::CardSparseStore& store = cards.store(c);
   const auto page_bytes_after_insert = [&] {
     std::vector<std::size_t> need(static_cast<std::size_t>(store.pool_count()), 0);
     for (const int32_t slot : missing.slots) {
@@ -115,7 +115,7 @@ std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
     }
     std::size_t bytes = 0;
     for (int32_t p = 0; p < store.pool_count(); ++p) {
-      const sparse::RowPool& pool = store.pool(p);
+      const card_table::RowPool& pool = store.pool(p);
       const std::size_t wanted = need[static_cast<std::size_t>(p)];
       const std::size_t lacking = wanted > pool.free_count() ? wanted - pool.free_count() : 0;
       bytes +=

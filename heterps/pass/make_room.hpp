@@ -1,5 +1,5 @@
 // Making room on a card for a pass's rows, by the card store's eviction policy
-// (heterps/sparse/eviction_policy.hpp: the store ranks its rows, the policy's order picks the
+// (heterps/card_table/eviction_policy.hpp: the store ranks its rows, the policy's order picks the
 // victims): begin_pass's side of it. The next pass's card work makes room the same way a chunk at
 // a time (next_pass_work.cpp).
 //
@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "heterps/card_table/sparse_types.hpp"
 #include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"
-#include "heterps/sparse/sparse_types.hpp"
 
 namespace gpubox::pass {
 
@@ -24,15 +24,16 @@ namespace gpubox::pass {
 // indices and ranks (never a copy of the rows). `kept_dirty`: dirty rows the last end_pass kept
 // on the cards; when there are any, every dirty row is spared too. Returns the rows removed.
 uint64_t evict_outside(const PassCards& cards, int c,
-                       const std::vector<sparse::row_index_t>& pass_rows, uint64_t kept_dirty,
+                       const std::vector<card_table::row_index_t>& pass_rows, uint64_t kept_dirty,
                        std::size_t excess);
 // evict_outside when the only rows of card `c` outside the pass are known: keys[at[i]] with row
 // indices rows[i] (the previous pass's rows this pass lacks, once the next pass's card work
 // removed every row outside both). Reads only their ranks and dirty flags (a dirty one stays).
 // Returns the rows removed.
 uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>& keys,
-                     const std::vector<uint32_t>& at, const std::vector<sparse::row_index_t>& rows,
-                     uint64_t kept_dirty, std::size_t excess);
+                     const std::vector<uint32_t>& at,
+                     const std::vector<card_table::row_index_t>& rows, uint64_t kept_dirty,
+                     std::size_t excess);
 // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the plan
 // (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold both),
 // gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the pages

@@ -7,11 +7,11 @@
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
-#include "heterps/sparse/card_store.hpp"
+#include "heterps/card_table/card_store.hpp"
 
 namespace gpubox::pass {
 
-using sparse::row_index_t;
+using card_table::row_index_t;
 
 std::vector<NextPassCard> NextPassWork::take() {
   std::vector<NextPassCard> taken = std::move(cards_work_);
@@ -135,7 +135,7 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const StagedRows& staged = *next.staged;
   const OwnedKeys& mine = staged.owned[c];
@@ -153,7 +153,7 @@ void NextPassWork::lookup(int c, NextPassCard& next) {
     // rest.
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t k = next.at + i;
-      if (found[i] != sparse::kInvalidRow) {
+      if (found[i] != card_table::kInvalidRow) {
         next.hit_rows.push_back(found[i]);
         if (found[i] < next.marks.size()) next.marks[found[i]] = 1;
         continue;
@@ -186,7 +186,7 @@ void NextPassWork::plan(int c, NextPassCard& next) {
 }
 
 void NextPassWork::mark(int c, NextPassCard& next) {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   // A window of the training pass's keys (shared, every card's): this card's among them, about
   // a chunk of them (the window spans a chunk per local card).
@@ -215,7 +215,7 @@ void NextPassWork::mark(int c, NextPassCard& next) {
     for (std::size_t i = 0; i < n; ++i) {
       const row_index_t row = rows[i];
       // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
-      GPUBOX_EXPECTS(row != sparse::kInvalidRow && row < next.marks.size(), "card ",
+      GPUBOX_EXPECTS(row != card_table::kInvalidRow && row < next.marks.size(), "card ",
                      cards_.card(c).rank(), ": a key of the training pass is not on the card");
       if (next.marks[row] == 0) {  // not a row of the next pass
         next.spare_at.push_back(offsets[i]);
@@ -228,15 +228,15 @@ void NextPassWork::mark(int c, NextPassCard& next) {
     // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
     const std::size_t resident = store.size();
     const std::size_t budget = cards_.row_budget();
-    next.victims =
-        sparse::VictimHeap(resident + next.missing > budget ? resident + next.missing - budget : 0);
+    next.victims = card_table::VictimHeap(
+        resident + next.missing > budget ? resident + next.missing - budget : 0);
     next.at = 0;
     next.phase = NextPassCard::Phase::kList;
   }
 }
 
 void NextPassWork::list(int c, NextPassCard& next) {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
@@ -254,7 +254,7 @@ void NextPassWork::list(int c, NextPassCard& next) {
   const std::vector<uint8_t> dirty = device::to_host(next.d_flags.data(), count, stream);
   // Those that leave first under the store's policy, as begin_pass chooses: as many as the next
   // pass lacks room for, or every candidate (begin_pass evicts the rest among the rows of this
-  // pass it does not use). Chosen as the listing goes (sparse::VictimHeap), so the work of a
+  // pass it does not use). Chosen as the listing goes (card_table::VictimHeap), so the work of a
   // chunk is bounded by its size and the host holds no more candidates than will leave.
   for (std::size_t i = 0; i < count; ++i) {
     // Unmarked: in neither pass, so unused until begin_pass, and clean when end_pass kept only
@@ -275,7 +275,7 @@ void NextPassWork::list(int c, NextPassCard& next) {
 void NextPassWork::erase(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   // Their order does not matter.
-  const std::vector<sparse::EvictionCandidate>& victims = next.victims.victims();
+  const std::vector<card_table::EvictionCandidate>& victims = next.victims.victims();
   const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, victims.size() - next.at);
   if (n > 0) {
     std::vector<uint64_t> keys(n);
@@ -294,7 +294,7 @@ void NextPassWork::erase(int c, NextPassCard& next) {
 }
 
 void NextPassWork::insert(int c, NextPassCard& next) {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t stride = cards_.stride();
   const std::size_t first = c > 0 ? next.staged->card_end[c - 1] : 0;

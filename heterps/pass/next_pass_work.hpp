@@ -6,7 +6,7 @@
 //   kLookup   its keys on this card looked up: hits, missing staged, missing to pull
 //   kMark     (room to make) the current pass's rows marked beside the next pass's
 //   kList     the table listed, the clean unmarked rows that leave first chosen as it goes
-//             (the store's eviction policy: sparse::VictimHeap)
+//             (the store's eviction policy: card_table::VictimHeap)
 //   kErase    the victims erased
 //   kInsert   once the rows are fetched, staged rows inserted into the room made
 //   kDone     (kOff: not expected, ruled out, stale, or stopped by a fault)
@@ -21,12 +21,12 @@
 #include <memory>
 #include <vector>
 
+#include "heterps/card_table/eviction_policy.hpp"
+#include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"
-#include "heterps/sparse/eviction_policy.hpp"
-#include "heterps/sparse/sparse_types.hpp"
 
 namespace gpubox::pass {
 
@@ -45,7 +45,7 @@ struct NextPassCard {
   // ones inserted early), the missing ones staged (offsets in this card's range of
   // staged->keys, the first `inserted` of them inserted early), the missing ones not staged
   // (begin_pass pulls them).
-  std::vector<sparse::row_index_t> hit_rows;
+  std::vector<card_table::row_index_t> hit_rows;
   std::vector<uint32_t> used;
   OwnedKeys to_pull;
   std::size_t missing = 0;
@@ -53,12 +53,12 @@ struct NextPassCard {
   // kMark / kList: the current and next pass's rows (a byte per pool row). kList / kErase: the
   // victims, chosen as the listing goes among the rows to evict for the next pass to fit.
   std::vector<uint8_t> marks;
-  sparse::VictimHeap victims;
+  card_table::VictimHeap victims;
   // kMark: the current pass's rows the next pass lacks (offsets in current_keys, and rows).
   // Once every row outside both passes is evicted (`outside_gone`), they are the only ones
   // begin_pass may evict.
   std::vector<uint32_t> spare_at;
-  std::vector<sparse::row_index_t> spare_rows;
+  std::vector<card_table::row_index_t> spare_rows;
   bool evicts_all_outside = false;  // kList chose every row outside both passes
   bool outside_gone = false;        // ... and kErase removed them
   uint64_t evicted = 0;
@@ -67,7 +67,7 @@ struct NextPassCard {
   double seconds = 0;
   // Lookup and insert scratch on the card, kept across chunks.
   device::device_buffer<uint64_t> d_keys;
-  device::device_buffer<sparse::row_index_t> d_rows;
+  device::device_buffer<card_table::row_index_t> d_rows;
   device::device_buffer<float> d_floats;
   device::device_buffer<uint8_t> d_flags;
 

@@ -10,12 +10,12 @@
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
+#include "heterps/card_table/card_store.hpp"
 #include "heterps/pass/make_room.hpp"
-#include "heterps/sparse/card_store.hpp"
 
 namespace gpubox::pass {
 
-using sparse::row_index_t;
+using card_table::row_index_t;
 
 namespace {
 

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"
-#include "heterps/sparse/sparse_types.hpp"
 
 namespace gpubox::pass {
 
@@ -84,11 +84,11 @@ class PassBoundary {
   // Of card `c`'s `count` dirty rows (keys, and their row indices on the card), drops those of
   // `keep` (sorted) from both lists. Returns how many were dropped.
   std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, std::vector<uint64_t>* keys,
-                        device::device_buffer<sparse::row_index_t>* d_rows) const;
+                        device::device_buffer<card_table::row_index_t>* d_rows) const;
   // Gathers card `c`'s rows d_rows[0, keys.size()) off the card a batch at a time while the
   // batches before are pushed to the host tier. Returns the first push error.
   Status push_rows(int c, const std::vector<uint64_t>& keys,
-                   const device::device_buffer<sparse::row_index_t>& d_rows,
+                   const device::device_buffer<card_table::row_index_t>& d_rows,
                    double* gather_seconds) const;
   // write_back on every card; sets kept_dirty_ and gather_seconds_. Returns the rows written.
   uint64_t write_back_all(const std::vector<uint64_t>& keep);

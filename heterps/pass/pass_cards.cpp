@@ -6,13 +6,13 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "heterps/card_table/card_store.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/sparse/card_store.hpp"
 
 namespace gpubox::pass {
 namespace {
 
-using sparse::row_index_t;
+using card_table::row_index_t;
 
 // Runs `work(begin, end)` over [0, n) in chunks of `chunk`, up to `in_flight` chunks at once,
 // and `finish(begin, end)` for each chunk in order on the calling thread as it completes.
@@ -47,7 +47,7 @@ void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
 }
 
-PassCards::PassCards(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
                      table::HostTier& host, const PassManagerOptions& options)
     : cards_(cards), stores_(std::move(stores)), host_(host), options_(options) {
   GPUBOX_EXPECTS(static_cast<int>(stores_.size()) == cards_.num_local_cards(),
@@ -141,7 +141,7 @@ std::vector<OwnedKeys> PassCards::partition_by_owner(const std::vector<uint64_t>
 
 OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
                                      std::vector<row_index_t>* hit_rows) const {
-  sparse::CardSparseStore& store = *stores_[c];
+  card_table::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t n = mine.keys.size();
@@ -154,7 +154,7 @@ OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
   OwnedKeys missing;
   hit_rows->clear();
   for (std::size_t i = 0; i < n; ++i) {
-    if (found[i] == sparse::kInvalidRow) {
+    if (found[i] == card_table::kInvalidRow) {
       missing.keys.push_back(mine.keys[i]);
       missing.slots.push_back(mine.slots[i]);
     } else {
@@ -204,7 +204,7 @@ std::size_t PassCards::pull_to_card(int c, const OwnedKeys& missing, PassAccess 
 void PassCards::insert_to_card(int c, const uint64_t* keys, const float* rows,
                                std::size_t n) const {
   if (n == 0) return;
-  sparse::CardSparseStore& store = *stores_[c];
+  card_table::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
@@ -222,7 +222,7 @@ void PassCards::insert_to_card(int c, const uint64_t* keys, const float* rows,
 }
 
 uint64_t PassCards::erase_from_card(int c, const std::vector<uint64_t>& keys) const {
-  sparse::CardSparseStore& store = *stores_[c];
+  card_table::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t chunk = store.page_rows();

@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/pass/pass_types.hpp"
-#include "heterps/sparse/sparse_types.hpp"
 #include "table/host_tier.hpp"
 
 namespace gpubox {
-namespace sparse {
+namespace card_table {
 class CardSparseStore;
 }
 
@@ -36,12 +36,12 @@ class PassCards {
  public:
   // stores[i] belongs to cards.card(i). Sizes every store for the budget once (card memory:
   // card_tier_plan.cpp).
-  PassCards(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+  PassCards(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
             table::HostTier& host, const PassManagerOptions& options);
 
   device::CardSet& cards() const { return cards_; }
   device::Card& card(int c) const { return cards_.card(c); }
-  sparse::CardSparseStore& store(int c) const { return *stores_[static_cast<std::size_t>(c)]; }
+  card_table::CardSparseStore& store(int c) const { return *stores_[static_cast<std::size_t>(c)]; }
   std::size_t num_cards() const { return stores_.size(); }
   table::HostTier& host() const { return host_; }
   // Floats per row (host tier and cards alike).
@@ -65,7 +65,7 @@ class PassCards {
   // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
   // the others. 12 bytes per key on the card, freed before it returns.
   OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
-                            std::vector<sparse::row_index_t>* hit_rows) const;
+                            std::vector<card_table::row_index_t>* hit_rows) const;
   // Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
   // creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys
   // with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for each batch in
@@ -91,7 +91,7 @@ class PassCards {
   std::size_t rows_fitting_memory() const;
 
   device::CardSet& cards_;
-  std::vector<sparse::CardSparseStore*> stores_;
+  std::vector<card_table::CardSparseStore*> stores_;
   table::HostTier& host_;
   PassManagerOptions options_;
   std::size_t row_budget_ = 0;

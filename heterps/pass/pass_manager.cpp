@@ -6,7 +6,7 @@
 
 namespace gpubox::pass {
 
-PassManager::PassManager(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+PassManager::PassManager(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
                          table::HostTier& host, const PassManagerOptions& options)
     : cards_(cards, std::move(stores), host, options), next_(cards_), boundary_(cards_, next_) {}
 

@@ -1,7 +1,7 @@
 // PassManager: moves sparse rows between the host tier and the cards at pass boundaries, with
-// the card tier kept as a cache across passes. It is the pass half of ps::CardTier (the card
-// tier's owner, Paddle's PSGPUWrapper role: heterps/ps/card_tier.hpp), which builds it over its
-// stores; schedules talk to the CardTier.
+// the card tier kept as a cache across passes. It is the pass half of tier_owner::CardTier (the
+// card tier's owner, Paddle's PSGPUWrapper role: heterps/card_tier/card_tier.hpp), which builds it
+// over its stores; schedules talk to the CardTier.
 //
 //   begin_pass(keys)  keys already on their owner card stay; only the missing ones are pulled
 //                     from the host tier (in batches, several in flight) and inserted on their
@@ -74,7 +74,7 @@
 // (pass_boundary.hpp: begin_pass, end_pass and write-back), staging ahead (pass_staging.hpp) and
 // the next pass's card work (next_pass_work.hpp), over what they share (pass_cards.hpp: the
 // cards, stores, host tier, budget and the row moves on one card). Which rows leave a card
-// first is the card store's eviction policy (heterps/sparse/eviction_policy.hpp).
+// first is the card store's eviction policy (heterps/card_table/eviction_policy.hpp).
 //
 // One trainer process: total cards == this process's cards (multi-trainer key exchange is not
 // part of the pass manager yet). Calls are made from the controlling thread, between passes,
@@ -94,7 +94,7 @@
 #include "table/host_tier.hpp"
 
 namespace gpubox {
-namespace sparse {
+namespace card_table {
 class CardSparseStore;
 }
 
@@ -103,7 +103,7 @@ namespace pass {
 class PassManager {
  public:
   // stores[i] belongs to cards.card(i).
-  PassManager(device::CardSet& cards, std::vector<sparse::CardSparseStore*> stores,
+  PassManager(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
               table::HostTier& host, const PassManagerOptions& options = {});
   // Its jobs hold each other by reference: it stays where it was built.
   PassManager(const PassManager&) = delete;

@@ -9,15 +9,15 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
+#include "heterps/card_table/card_store.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/pass/pass_boundary.hpp"
 #include "heterps/pass/row_marks.hpp"
-#include "heterps/sparse/card_store.hpp"
 
 namespace gpubox::pass {
 namespace {
 
-using sparse::row_index_t;
+using card_table::row_index_t;
 
 const std::vector<uint64_t> kNoKeys;
 
@@ -72,7 +72,7 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
 
 uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
                                   uint64_t* kept) const {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   if (cards_.replicated() && c > 0) {
@@ -107,7 +107,7 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
 std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep,
                                     std::vector<uint64_t>* keys,
                                     device::device_buffer<row_index_t>* d_rows) const {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t count = keys->size();
@@ -151,7 +151,7 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep,
 Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
                                const device::device_buffer<row_index_t>& d_rows,
                                double* gather_seconds) const {
-  sparse::CardSparseStore& store = cards_.store(c);
+  card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = cards_.stride();

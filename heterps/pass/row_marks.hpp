@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "heterps/sparse/sparse_types.hpp"
+#include "heterps/card_table/sparse_types.hpp"
 
 namespace gpubox::pass {
 
@@ -18,12 +18,12 @@ namespace gpubox::pass {
 class RowMarks {
  public:
   // `end`: one past the largest index that will be tested; `expected`: about how many will be.
-  RowMarks(sparse::row_index_t end, std::size_t expected)
+  RowMarks(card_table::row_index_t end, std::size_t expected)
       : dense_(end <= 4 * expected + (std::size_t{1} << 20)) {
     if (dense_) bytes_.assign(end, 0);
   }
-  void mark(sparse::row_index_t row) {
-    if (row == sparse::kInvalidRow) return;
+  void mark(card_table::row_index_t row) {
+    if (row == card_table::kInvalidRow) return;
     if (!dense_) {
       sorted_.push_back(row);
     } else if (row < bytes_.size()) {
@@ -35,7 +35,7 @@ class RowMarks {
     std::sort(sorted_.begin(), sorted_.end());
     sorted_.erase(std::unique(sorted_.begin(), sorted_.end()), sorted_.end());
   }
-  bool has(sparse::row_index_t row) const {
+  bool has(card_table::row_index_t row) const {
     return dense_ ? row < bytes_.size() && bytes_[row] != 0
                   : std::binary_search(sorted_.begin(), sorted_.end(), row);
   }
@@ -43,7 +43,7 @@ class RowMarks {
  private:
   bool dense_;
   std::vector<uint8_t> bytes_;
-  std::vector<sparse::row_index_t> sorted_;
+  std::vector<card_table::row_index_t> sorted_;
 };
 
 }  // namespace gpubox::pass

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "table/accessor/sparse_row.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox::table::detail {
 

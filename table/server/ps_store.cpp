@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "common/hash.hpp"
-#include "table/accessor/sparse_rule.hpp"
 #include "table/server/protocol.hpp"
+#include "table/sparse_row/optimizer.hpp"
 
 namespace gpubox::table::server {
 
@@ -95,9 +95,9 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
     float* row = rows.data() + i * stride;
     const float* update = request.values.data() + i * dim;
     if (request.kind == PsUpdateKind::kGradient) {
-      optimizer::apply_push(row, layout, config, request.keys[i], update);
+      table::optimizer::apply_push(row, layout, config, request.keys[i], update);
     } else {
-      optimizer::apply_delta(row, layout, config, request.keys[i], update);
+      table::optimizer::apply_delta(row, layout, config, request.keys[i], update);
     }
   }
   const std::size_t overflow = first_non_finite_row(rows.data(), n, layout);

@@ -18,15 +18,15 @@
 
 #include "common/error.hpp"
 #include "common/timer.hpp"
+#include "heterps/card_table/hash_table.cuh"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/sparse/hash_table.cuh"
 #include "tests/bench/bench_command.hpp"
 
 namespace gpubox::bench {
 namespace {
 
-using sparse::row_index_t;
+using card_table::row_index_t;
 
 struct Figures {
   double insert_mops = 0;
@@ -86,7 +86,7 @@ Figures run_card_table(const Workload& w, std::size_t batch, int threads, int re
   std::vector<double> insert_s, hit_s, miss_s;
   Figures f;
   for (int r = 0; r < repeats; ++r) {
-    sparse::CardHashTable table(card, sparse::HashTableOptions{});
+    card_table::CardHashTable table(card, card_table::HashTableOptions{});
     Timer timer;
     for (std::size_t first = 0; first < n; first += batch) {
       const std::size_t count = std::min(batch, n - first);
@@ -101,7 +101,7 @@ Figures run_card_table(const Workload& w, std::size_t batch, int threads, int re
     stream.synchronize();
     hit_s.push_back(timer.seconds());
     const auto found = device::to_host(rows);
-    GPUBOX_EXPECTS(std::count(found.begin(), found.end(), sparse::kInvalidRow) == 0,
+    GPUBOX_EXPECTS(std::count(found.begin(), found.end(), card_table::kInvalidRow) == 0,
                    "a hit lookup missed");
 
     timer.reset();
@@ -109,11 +109,11 @@ Figures run_card_table(const Workload& w, std::size_t batch, int threads, int re
     stream.synchronize();
     miss_s.push_back(timer.seconds());
     const auto missed = device::to_host(rows);
-    GPUBOX_EXPECTS(std::count(missed.begin(), missed.end(), sparse::kInvalidRow) ==
+    GPUBOX_EXPECTS(std::count(missed.begin(), missed.end(), card_table::kInvalidRow) ==
                        static_cast<std::ptrdiff_t>(n),
                    "a miss lookup hit");
     // Slots and the index-only pool (no row payload), i.e. what the absl map also holds.
-    f.bytes_per_key = static_cast<double>(table.capacity() * sizeof(sparse::detail::Slot) +
+    f.bytes_per_key = static_cast<double>(table.capacity() * sizeof(card_table::detail::Slot) +
                                           table.pool().memory_bytes()) /
                       static_cast<double>(n);
   }
@@ -146,21 +146,21 @@ Figures run_absl(const Workload& w, std::size_t batch, int repeats) {
     timer.reset();
     for (std::size_t i = 0; i < n; ++i) {
       auto it = map.find(w.hit_order[i]);
-      rows[i] = it == map.end() ? sparse::kInvalidRow : it->second;
+      rows[i] = it == map.end() ? card_table::kInvalidRow : it->second;
     }
     hit_s.push_back(timer.seconds());
-    GPUBOX_EXPECTS(std::count(rows.begin(), rows.end(), sparse::kInvalidRow) == 0,
+    GPUBOX_EXPECTS(std::count(rows.begin(), rows.end(), card_table::kInvalidRow) == 0,
                    "a hit lookup missed");
 
     timer.reset();
     for (std::size_t i = 0; i < n; ++i) {
       auto it = map.find(w.missing_keys[i]);
-      rows[i] = it == map.end() ? sparse::kInvalidRow : it->second;
+      rows[i] = it == map.end() ? card_table::kInvalidRow : it->second;
     }
     miss_s.push_back(timer.seconds());
-    GPUBOX_EXPECTS(
-        std::count(rows.begin(), rows.end(), sparse::kInvalidRow) == static_cast<std::ptrdiff_t>(n),
-        "a miss lookup hit");
+    GPUBOX_EXPECTS(std::count(rows.begin(), rows.end(), card_table::kInvalidRow) ==
+                       static_cast<std::ptrdiff_t>(n),
+                   "a miss lookup hit");
     // Swiss table: one control byte plus one slot per bucket.
     f.bytes_per_key =
         static_cast<double>(map.capacity() * (sizeof(std::pair<uint64_t, row_index_t>) + 1)) /

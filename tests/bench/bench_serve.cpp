@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tests/bench/bench_command.hpp"
-#include "tests/trainer/serve/http_client.hpp"
+#include "tests/serving/http_client.hpp"
 
 namespace gpubox::bench {
 namespace {
@@ -80,7 +80,7 @@ int serve_main(const BenchArgs& args) {
       std::vector<std::thread> threads;
       for (long long c = 0; c < clients; ++c) {
         threads.emplace_back([&, c] {
-          trainer::serve::testing::HttpClient client(port, host);
+          serving::testing::HttpClient client(port, host);
           std::size_t next = static_cast<std::size_t>(c);
           while (std::chrono::steady_clock::now() < deadline && sent.fetch_add(1) < max_requests) {
             const auto t0 = std::chrono::steady_clock::now();

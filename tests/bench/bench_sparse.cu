@@ -21,13 +21,13 @@
 
 #include "common/error.hpp"
 #include "common/timer.hpp"
+#include "heterps/card_table/card_store.cuh"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
-#include "heterps/heter_comm/detail/segment_reduce.cuh"
 #include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/sparse/card_store.cuh"
+#include "heterps/heter_comm/segment_reduce.cuh"
 #include "tests/bench/bench_command.hpp"
 
 namespace gpubox::bench {
@@ -110,7 +110,7 @@ int run_sparse(const BenchArgs& args) {
 
   device::CardSet cards = device::CardSet::from_list(sparse_card_list(cards_n), 0, 1, threads);
   auto group = comm::make_group(cards);
-  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores(cards_n);
+  std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards_n);
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms(cards_n);
   std::vector<CardBatches> data(cards_n);
   std::vector<double> pull_seconds(cards_n, 0.0), push_seconds(cards_n, 0.0);
@@ -121,9 +121,9 @@ int run_sparse(const BenchArgs& args) {
   cards.run_on_cards(
       [&](device::Card& card) {
         const int c = card.local_index();
-        sparse::HashTableOptions table_options;
+        card_table::HashTableOptions table_options;
         table_options.initial_capacity = static_cast<std::size_t>(universe / cards_n * 2 + 1024);
-        stores[c] = std::make_unique<sparse::CardSparseStore>(card, cfg, table_options);
+        stores[c] = std::make_unique<card_table::CardSparseStore>(card, cfg, table_options);
         comms[c] = std::make_unique<heter_comm::HeterComm>(card, *stores[c], group->at(c));
         ZipfKeys zipf_keys(static_cast<std::size_t>(universe), zipf, 1000 + c);
         std::mt19937_64 rng(77 + c);
@@ -245,11 +245,11 @@ int run_sparse(const BenchArgs& args) {
 
 // --- hotkey: the push-record merge of one step on Zipf keys ---------------------------------
 
-using heter_comm::detail::position_t;
+using heter_comm::position_t;
 
 // HeterComm's local reduce reads push records in key order and writes one record per key.
-using KeyOrderRecords = heter_comm::detail::OrderedRecords<float>;
-using StoreSums = heter_comm::detail::RecordRows<float>;
+using KeyOrderRecords = heter_comm::OrderedRecords<float>;
+using StoreSums = heter_comm::RecordRows<float>;
 
 // The loop SegmentReducer replaced: one thread per segment, every field, left to right.
 struct OneThreadPerSegment {
@@ -319,7 +319,7 @@ int run_hotkey(const BenchArgs& args) {
   auto d_records = device::to_device(records, card.memory(), stream);
   auto d_out = card.make_buffer<float>(segments * dim);
   const KeyOrderRecords source{d_records.data(), d_order.data(), dim};
-  heter_comm::detail::SegmentReducer<float> reducer(card);
+  heter_comm::SegmentReducer<float> reducer(card);
   auto reduce = [&] {
     reducer.run(d_start.data(), segments, keyed.size(), dim, source,
                 StoreSums{d_out.data(), nullptr, dim}, stream);

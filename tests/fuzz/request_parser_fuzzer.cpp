@@ -1,4 +1,4 @@
-// gpubox_serve's request bodies (trainer/serve/request_parser.hpp) through the public parser,
+// gpubox_serve's request bodies (serving/request_parser.hpp) through the public parser,
 // JSON and slot text: any input gives instances or an error, never a crash, a sanitizer report
 // or an exception; what it accepts is well formed (keys per slot add up, no key 0, at most
 // max_instances instances, the dense width the model's).
@@ -6,20 +6,20 @@
 #include <cstdint>
 #include <string_view>
 
+#include "serving/request_parser.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
-#include "trainer/serve/request_parser.hpp"
 
 namespace {
 
-const gpubox::trainer::serve::RequestParser& parser() {
-  static const gpubox::trainer::serve::RequestParser instance = [] {
-    gpubox::trainer::serve::ServingSpec spec;
+const gpubox::serving::RequestParser& parser() {
+  static const gpubox::serving::RequestParser instance = [] {
+    gpubox::serving::ServingSpec spec;
     spec.slot_names = {"1", "2", "3", "user", "item"};
     spec.model.slots = 5;
     spec.model.dense_dim = 3;
     spec.label_name = "click";
     spec.dense_name = "dense_feature";
-    return gpubox::trainer::serve::RequestParser(spec, 64);
+    return gpubox::serving::RequestParser(spec, 64);
   }();
   return instance;
 }
@@ -28,8 +28,7 @@ const gpubox::trainer::serve::RequestParser& parser() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  for (const auto form :
-       {gpubox::trainer::serve::BodyForm::kJson, gpubox::trainer::serve::BodyForm::kSlotText}) {
+  for (const auto form : {gpubox::serving::BodyForm::kJson, gpubox::serving::BodyForm::kSlotText}) {
     const auto parsed = parser().parse(body, form);
     if (!parsed.ok()) {
       FUZZ_CHECK(!parsed.status().message().empty(), "an error says what is wrong");

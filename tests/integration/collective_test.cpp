@@ -22,9 +22,9 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "heterps/card_table/card_store.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/ps/card_tier.hpp"
-#include "heterps/sparse/card_store.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
 #include "tests/heterps/device/test_cards.hpp"
@@ -104,7 +104,7 @@ class Collective : public ::testing::Test {
 
   // Card `c`'s rows, by key.
   static Rows card_rows(Trainer& trainer, int c) {
-    sparse::CardSparseStore& store = trainer.card_tier().store(c);
+    card_table::CardSparseStore& store = trainer.card_tier().store(c);
     device::Card& card = store.card();
     card.activate();
     device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
@@ -237,7 +237,7 @@ TEST_F(Collective, MixedWidthsEqualGpuboxModeAndRoundTripASave) {
   EXPECT_EQ(per_width.size(), 4u);
   // Each replica's pools hold their width's rows.
   for (int c = 0; c < 2; ++c) {
-    const sparse::CardSparseStore& store = collective->card_tier().store(c);
+    const card_table::CardSparseStore& store = collective->card_tier().store(c);
     for (int32_t p = 0; p < store.pool_count(); ++p) {
       EXPECT_EQ(store.pool(p).in_use(), per_width[store.classes().dims[p]]) << "card " << c;
     }

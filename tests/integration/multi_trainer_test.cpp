@@ -37,7 +37,7 @@
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "table/dense_table.hpp"
-#include "table/host_tier_factory.hpp"
+#include "table/server/host_tier_factory.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/integration/child_process.hpp"
 #include "trainer/config/config_loader.hpp"

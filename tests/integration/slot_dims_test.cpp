@@ -24,9 +24,9 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "heterps/card_table/card_store.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/ps/card_tier.hpp"
-#include "heterps/sparse/card_store.hpp"
 #include "table/detail/row_arena.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
@@ -118,7 +118,7 @@ Rows host_rows(Trainer& trainer) {
 }
 
 // Every row of one card (read back as records of the widest layout), per key.
-Rows card_rows_of(const sparse::CardSparseStore& store) {
+Rows card_rows_of(const card_table::CardSparseStore& store) {
   Rows rows;
   device::Card& card = store.card();
   device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
@@ -135,7 +135,7 @@ Rows card_rows_of(const sparse::CardSparseStore& store) {
 }
 
 // Every card row, per key.
-Rows card_rows(ps::CardTier& tier) {
+Rows card_rows(tier_owner::CardTier& tier) {
   Rows rows;
   for (int c = 0; c < tier.num_cards(); ++c) rows.merge(card_rows_of(tier.store(c)));
   return rows;
@@ -189,7 +189,7 @@ TEST_F(SlotDims, EveryRowTakesItsSlotsWidthOnOneAndTwoCards) {
   std::size_t own_bytes = 0;
   std::size_t widest_bytes = 0;
   for (int c = 0; c < two.card_tier().num_cards(); ++c) {
-    const sparse::CardSparseStore& store = two.card_tier().store(c);
+    const card_table::CardSparseStore& store = two.card_tier().store(c);
     ASSERT_EQ(store.pool_count(), 3);
     std::map<int32_t, std::size_t> on_card;
     for (const auto& [dim, rows] : check_widths(card_rows_of(store), sparse, "card")) {
@@ -322,7 +322,7 @@ TEST_F(SlotDims, MixedWidthsWithSixteenBitStorage) {
 }
 
 // Keys seen in slots of different widths (the generated data's slots never share a key): each
-// key's row takes the slot it is seen in first in load order (table/accessor/sparse_row.hpp),
+// key's row takes the slot it is seen in first in load order (table/sparse_row/accessor.hpp),
 // on the host tier that creates it at begin_pass and on the cards, after the pass's pushes and
 // write-back, and through a base save (rows re-created from each record's slot) and a
 // checkpoint save loaded into a fresh trainer, on 1 and 2 cards: against an oracle of each

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/card_table/card_store.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/ps/card_tier.hpp"
-#include "heterps/sparse/card_store.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -96,7 +96,7 @@ TEST_P(SlotPath, EveryRowCarriesItsKeysFirstSlotOnEachTier) {
 
   // Card tier: every row on its owner card.
   std::size_t on_cards = 0;
-  ps::CardTier& tier = trainer.card_tier();
+  tier_owner::CardTier& tier = trainer.card_tier();
   for (int c = 0; c < tier.num_cards(); ++c) {
     device::Card& card = tier.store(c).card();
     device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());

@@ -25,9 +25,9 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "heterps/card_table/card_store.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/ps/card_tier.hpp"
-#include "heterps/sparse/card_store.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
@@ -256,13 +256,13 @@ TEST_F(TrainerIntegration, InferOnASavedModelReproducesTheEvaluation) {
 using gpubox::testing::folder_bytes;
 
 // The keys each card's store holds, sorted.
-std::vector<std::vector<uint64_t>> card_keys(ps::CardTier& tier) {
+std::vector<std::vector<uint64_t>> card_keys(tier_owner::CardTier& tier) {
   std::vector<std::vector<uint64_t>> out;
   for (int c = 0; c < tier.num_cards(); ++c) {
-    sparse::CardSparseStore& store = tier.store(c);
+    card_table::CardSparseStore& store = tier.store(c);
     device::Card& card = store.card();
     device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
-    device::device_buffer<sparse::row_index_t> rows(0, card.memory(), card.stream());
+    device::device_buffer<card_table::row_index_t> rows(0, card.memory(), card.stream());
     const std::size_t n = store.list_entries(/*dirty_only=*/false, keys, rows, card.stream());
     std::vector<uint64_t> host = device::to_host(keys.data(), n, card.stream());
     std::sort(host.begin(), host.end());

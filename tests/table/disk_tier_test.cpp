@@ -14,9 +14,9 @@
 #include <random>
 #include <unordered_map>
 
-#include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
 #include "table/io/save_dir.hpp"
+#include "table/sparse_shard.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -246,8 +246,8 @@ struct ShardOnDisk {
   const RowLayout layout;
   const HostMemoryPlan plan;
   std::unique_ptr<DiskTier> disk;
-  detail::TableEpochs epochs;
-  detail::SparseShard shard;
+  TableEpochs epochs;
+  SparseShard shard;
 };
 
 HostTableConfig one_shard_of(const ScratchDir& dir, uint64_t rows) {

@@ -21,9 +21,9 @@
 #include <set>
 #include <unordered_map>
 
-#include "table/detail/key_index_map.hpp"
-#include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
+#include "table/key_index_map.hpp"
+#include "table/sparse_shard.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -49,9 +49,9 @@ TEST(HostMemoryPlan, PlannedRowsAndIndexFitTheByteBudget) {
         EXPECT_GE(shard_bytes * 1.5, static_cast<double>(config.memory_budget_bytes / shards));
         // The index is planned below its growth fill with 1/8 headroom.
         const double slots = plan.index_bytes_per_key * static_cast<double>(plan.rows_per_shard) /
-                             detail::KeyIndexMap::kSlotBytes;
+                             KeyIndexMap::kSlotBytes;
         EXPECT_LE(static_cast<double>(plan.rows_per_shard) * 9 / 8,
-                  slots * detail::KeyIndexMap::kMaxLoad + 1e-9);
+                  slots * KeyIndexMap::kMaxLoad + 1e-9);
         // Storage chunks: a power of two, about an eighth of a shard's rows or fewer.
         EXPECT_EQ(plan.rows_per_chunk & (plan.rows_per_chunk - 1), 0u);
         EXPECT_GE(plan.rows_per_chunk, 16u);
@@ -239,10 +239,10 @@ TEST(HostMemoryBudget, TheShardsMapsAreReservedAtOpenAndNeverGrow) {
   ASSERT_GT(plan.write_through_slots, 16u);
   auto disk = DiskTier::open(cfg.rocksdb_path, layout.stride(), plan.disk_memory_bytes);
   ASSERT_TRUE(disk.ok()) << disk.status().to_string();
-  detail::TableEpochs epochs;
-  detail::SparseShard shard(0, layout, opt, disk->get(), plan, &epochs);
+  TableEpochs epochs;
+  SparseShard shard(0, layout, opt, disk->get(), plan, &epochs);
   const auto expect_planned = [&](const char* when) {
-    const detail::ShardStats stats = shard.stats();
+    const ShardStats stats = shard.stats();
     EXPECT_EQ(stats.index_slots, plan.index_slots) << when;
     EXPECT_EQ(stats.write_through_slots, plan.write_through_slots) << when;
     EXPECT_LE(stats.rows_in_memory, plan.rows_per_shard) << when;
@@ -288,9 +288,9 @@ TEST(HostMemoryBudget, ARowBudgetAloneReservesNothing) {
   EXPECT_EQ(plan.to_string().find("reserved"), std::string::npos) << plan.to_string();
   auto disk = DiskTier::open(cfg.rocksdb_path, layout.stride(), plan.disk_memory_bytes);
   ASSERT_TRUE(disk.ok()) << disk.status().to_string();
-  detail::TableEpochs epochs;
-  detail::SparseShard shard(0, layout, opt, disk->get(), plan, &epochs);
-  const detail::KeyIndexMap empty;
+  TableEpochs epochs;
+  SparseShard shard(0, layout, opt, disk->get(), plan, &epochs);
+  const KeyIndexMap empty;
   EXPECT_EQ(shard.stats().index_slots, empty.capacity());
   EXPECT_EQ(shard.stats().write_through_slots, empty.capacity());
   EXPECT_LT(shard.stats().memory_bytes, std::size_t{1} << 20);

@@ -11,8 +11,8 @@
 #include <random>
 #include <unordered_map>
 
-#include "table/detail/sparse_shard.hpp"
 #include "table/host_memory_plan.hpp"
+#include "table/sparse_shard.hpp"
 #include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
 
@@ -157,8 +157,8 @@ TEST(HostWidthClasses, APushWithABadWidthLeavesTheWriteThroughSetAsItWas) {
   ASSERT_GE(plan.write_through_keys_per_shard, 2u);
   auto disk = DiskTier::open(config.rocksdb_path, record.stride(), plan.disk_memory_bytes);
   ASSERT_TRUE(disk.ok()) << disk.status().to_string();
-  detail::TableEpochs epochs;
-  detail::SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
+  TableEpochs epochs;
+  SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
   std::mt19937_64 rng(44);
   const auto records = [&](std::size_t n, float first_show) {
     std::vector<float> rows;
@@ -239,11 +239,11 @@ TEST(HostWidthClasses, ThePlanCountsEachClassAtItsStrideWithinTheBudget) {
       const uint64_t shard_bytes =
           (config.memory_budget_bytes - mixed.disk_memory_bytes - mixed.write_through_bytes()) /
           shards;
-      EXPECT_LE(mixed.row_bytes_per_shard + mixed.index_slots * detail::KeyIndexMap::kSlotBytes,
+      EXPECT_LE(mixed.row_bytes_per_shard + mixed.index_slots * KeyIndexMap::kSlotBytes,
                 shard_bytes);
       // The index holds the planned rows and a piece more below its growth fill.
       EXPECT_LE(static_cast<double>(mixed.rows_per_shard) * 9 / 8,
-                static_cast<double>(mixed.index_slots) * detail::KeyIndexMap::kMaxLoad);
+                static_cast<double>(mixed.index_slots) * KeyIndexMap::kMaxLoad);
       EXPECT_NE(mixed.to_string().find("75.0% of width 4, 25.0% of width 16"), std::string::npos)
           << mixed.to_string();
     }
@@ -268,14 +268,13 @@ TEST(HostWidthClasses, APushWideningRowsMakesRoomForThem) {
   const HostMemoryPlan plan = plan_host_memory(config, planned_classes(cfg, config.key_slots));
   auto disk = DiskTier::open(config.rocksdb_path, record.stride(), plan.disk_memory_bytes);
   ASSERT_TRUE(disk.ok()) << disk.status().to_string();
-  detail::TableEpochs epochs;
-  detail::SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
+  TableEpochs epochs;
+  SparseShard shard(0, record, cfg, disk->get(), plan, &epochs);
   // Rows, epochs, the maps as reserved; storage grows by whole chunks, one a class at most
   // beyond what the limit counts.
-  const uint64_t bound =
-      plan.row_bytes_per_shard +
-      (plan.index_slots + plan.write_through_slots) * detail::KeyIndexMap::kSlotBytes +
-      plan.classes.size() * plan.rows_per_chunk * plan.widest_row_bytes;
+  const uint64_t bound = plan.row_bytes_per_shard +
+                         (plan.index_slots + plan.write_through_slots) * KeyIndexMap::kSlotBytes +
+                         plan.classes.size() * plan.rows_per_chunk * plan.widest_row_bytes;
   // A bulk call's piece (SparseShard::piece_keys).
   const std::size_t piece = std::min<std::size_t>(
       plan.rows_per_shard / 8, plan.row_bytes_per_shard / 8 / plan.widest_row_bytes);
@@ -307,9 +306,9 @@ TEST(HostWidthClasses, APushWideningRowsMakesRoomForThem) {
   // The narrow piece (pinned) pushed back at the default width: a piece of wide rows more, for
   // which the wide rows (unpinned) make room.
   const std::vector<float> rows = wide_records(piece);
-  const detail::ShardStats before = shard.stats();
+  const ShardStats before = shard.stats();
   ASSERT_TRUE(shard.push(keys.data() + n, pos.data(), piece, rows.data()).ok());
-  const detail::ShardStats after = shard.stats();
+  const ShardStats after = shard.stats();
   EXPECT_EQ(after.rows_written_through, 0u);
   EXPECT_EQ(after.rows_read_back, 0u);
   EXPECT_GT(after.rows_evicted, before.rows_evicted);

@@ -2,7 +2,7 @@
 // seeded random insert/erase churn, including clustered keys and growth; RowArena's compaction
 // (rows moved down, chunks freed) against a map of each row's contents, re-pointed through
 // KeyIndexMap::assign as the shard does.
-#include "table/detail/key_index_map.hpp"
+#include "table/key_index_map.hpp"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <utility>
 
-#include "table/accessor/sparse_row.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox::table {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/half.hpp"
-#include "table/accessor/sparse_rule.hpp"
 #include "table/io/save_dir.hpp"
+#include "table/sparse_row/optimizer.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -133,11 +133,12 @@ TEST(SparseStorage, RulesAreTheFp32RulesRoundedOnWrite) {
             convert_row(row.data(), layout, wide.data(), fp32);
             const bool geo = step % 4 == 3;
             if (geo) {
-              optimizer::apply_delta(wide.data(), fp32, cfg, key, push.data());
-              optimizer::apply_delta(row.data(), layout, cfg, key, push.data());
+              table::optimizer::apply_delta(wide.data(), fp32, cfg, key, push.data());
+              table::optimizer::apply_delta(row.data(), layout, cfg, key, push.data());
             } else {
-              const bool a = optimizer::apply_push(wide.data(), fp32, cfg, key, push.data());
-              const bool b = optimizer::apply_push(row.data(), layout, cfg, key, push.data());
+              const bool a = table::optimizer::apply_push(wide.data(), fp32, cfg, key, push.data());
+              const bool b =
+                  table::optimizer::apply_push(row.data(), layout, cfg, key, push.data());
               ASSERT_EQ(a, b);
             }
             convert_row(wide.data(), fp32, want.data(), layout);

@@ -412,7 +412,7 @@ TEST_P(SlotPoolTest, ForwardMatchesReferenceAndBackwardScattersNumericalGradient
 INSTANTIATE_TEST_SUITE_P(Cvm, SlotPoolTest, ::testing::Bool());
 
 // A multi-valued slot can give one instance thousands of keys: the pooled sums follow the fixed
-// chunked order (heterps/heter_comm/detail/segment_reduce.cuh). Short segments keep the old
+// chunked order (heterps/heter_comm/segment_reduce.cuh). Short segments keep the old
 // left-to-right order bit for bit; every sum is within float rounding of a float64 oracle.
 TEST_F(LayersTest, SlotPoolLongSegmentsMatchFloat64AndShortOnesTheOldOrder) {
   const int batch = 4, slots = 2, mf_dim = 3, pull_dim = 3 + mf_dim;

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "dataset/dataset_types.hpp"
-#include "table/accessor/sparse_row.hpp"
 #include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
+#include "table/sparse_row/accessor.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 
 namespace gpubox::trainer {

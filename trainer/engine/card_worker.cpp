@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/ps/card_tier.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -58,7 +58,7 @@ struct CardWorker::Buffers {
   }
 };
 
-CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, ps::CardTier& tier,
+CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner::CardTier& tier,
                        const TrainerConfig& config)
     : card_(card), comm_(comm), tier_(tier), warmup_steps_(config.runner.print_interval) {
   model_ = std::make_unique<DenseModel>(card, config.dense_model_config());

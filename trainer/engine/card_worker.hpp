@@ -1,6 +1,6 @@
 // CardWorker: the dense half of one card's training or evaluation step, driven by that card's
 // host thread: the dense model, the dense optimizer and the metric accumulator. The sparse half
-// (the card's store and HeterComm) is borrowed from the card tier's owner (ps::CardTier).
+// (the card's store and HeterComm) is borrowed from the card tier's owner (tier_owner::CardTier).
 //
 // One training step (collective: every card calls it in the same step, an empty batch too):
 //   upload batch (one pinned block, one copy) -> CardTier::pull (records of every key
@@ -29,7 +29,7 @@ namespace gpubox {
 namespace comm {
 class Communicator;
 }
-namespace ps {
+namespace tier_owner {
 class CardTier;
 }
 
@@ -56,7 +56,7 @@ struct StepReservation {
 class CardWorker {
  public:
   // `tier` holds this card's sparse side (card.local_index() is its card there).
-  CardWorker(device::Card& card, comm::Communicator& comm, ps::CardTier& tier,
+  CardWorker(device::Card& card, comm::Communicator& comm, tier_owner::CardTier& tier,
              const TrainerConfig& config);
   ~CardWorker();
   CardWorker(const CardWorker&) = delete;
@@ -107,7 +107,7 @@ class CardWorker {
 
   device::Card& card_;
   comm::Communicator& comm_;
-  ps::CardTier& tier_;
+  tier_owner::CardTier& tier_;
   std::unique_ptr<DenseModel> model_;
   std::unique_ptr<DenseOptimizer> optimizer_;
   std::unique_ptr<MetricsAccumulator> metrics_;

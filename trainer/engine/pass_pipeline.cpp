@@ -19,7 +19,7 @@
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/queue_dataset.hpp"
-#include "heterps/ps/card_tier.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -82,8 +82,8 @@ std::size_t staged_bytes_per_key(int32_t stride) {
   return sizeof(float) * static_cast<std::size_t>(stride) + 2 * sizeof(uint64_t) + sizeof(int32_t);
 }
 
-PassPipeline::PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes,
-                           int staging_nice)
+PassPipeline::PassPipeline(tier_owner::CardTier& tier, int depth, ReadPass read,
+                           uint64_t host_budget_bytes, int staging_nice)
     : tier_(tier),
       depth_(std::max(0, depth)),
       read_(std::move(read)),

@@ -1,7 +1,7 @@
 // PassPipeline: runner.prefetch_passes, PaddleRec GPUBox's pre-build thread. While pass k
 // trains, each of the next `depth` passes is read and shuffled, its unique keys collected and
-// its host-tier rows staged (ps::CardTier::stage_rows), on a thread of its own; begin_pass of the
-// pass then only inserts the staged rows and pulls what changed since.
+// its host-tier rows staged (tier_owner::CardTier::stage_rows), on a thread of its own; begin_pass
+// of the pass then only inserts the staged rows and pulls what changed since.
 //
 // Exactness: a pass's staging excludes the keys of every pass that trains before it from the
 // moment the staging starts (the pass training then, and the passes between): those are the only
@@ -42,7 +42,7 @@ namespace dataset {
 class InMemoryDataset;
 class QueueDataset;
 }  // namespace dataset
-namespace ps {
+namespace tier_owner {
 class CardTier;
 }
 namespace trainer {
@@ -86,7 +86,7 @@ class PassPipeline {
   // is only printed beside what a pass read ahead holds. `staging_nice` (runner.staging_nice):
   // added to the nice value of each job's thread (and the threads it starts), so the steps get
   // the cores first; 0: the same priority as the steps.
-  PassPipeline(ps::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0,
+  PassPipeline(tier_owner::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0,
                int staging_nice = 0);
   // Waits for the jobs in flight.
   ~PassPipeline();
@@ -102,10 +102,11 @@ class PassPipeline {
   // for its staging), else null; null too when it could not be read.
   std::shared_ptr<const std::vector<uint64_t>> keys_of(int64_t pass) const;
   // For the cards' work on pass `pass` while the pass before it trains
-  // (ps::CardTier::expect_next_pass): a function reporting its staging (pass::StagingProgress:
-  // its keys once read and planned, its rows once fetched; nothing when reading it failed, the
-  // keys but never the rows when fetching them failed), or an empty function when it was not
-  // started ahead. What it reports stays valid while the function (or a copy) lives.
+  // (tier_owner::CardTier::expect_next_pass): a function reporting its staging
+  // (pass::StagingProgress: its keys once read and planned, its rows once fetched; nothing when
+  // reading it failed, the keys but never the rows when fetching them failed), or an empty function
+  // when it was not started ahead. What it reports stays valid while the function (or a copy)
+  // lives.
   std::function<pass::StagingProgress()> staged_poll(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
@@ -125,7 +126,7 @@ class PassPipeline {
     std::shared_future<std::shared_ptr<PreparedPass>> planned;
   };
 
-  ps::CardTier& tier_;
+  tier_owner::CardTier& tier_;
   int depth_ = 0;
   ReadPass read_;
   uint64_t host_budget_bytes_ = 0;

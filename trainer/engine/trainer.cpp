@@ -19,15 +19,15 @@
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/load_report.hpp"
 #include "dataset/queue_dataset.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/card_setup.hpp"
-#include "heterps/ps/card_tier.hpp"
-#include "table/host_tier_factory.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/server/auth_token.hpp"
+#include "table/server/host_tier_factory.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
@@ -153,14 +153,14 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   // card tier's budget-sized stores and the dense model then come out of the pool.
   for (int c = 0; c < s.cards.num_local_cards(); ++c)
     s.cards.card(c).prewarm_pool(prewarm_bytes(config_));
-  ps::CardTierOptions tier_options;
+  tier_owner::CardTierOptions tier_options;
   tier_options.pass.card_memory_bytes =
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
   tier_options.pass.next_pass_chunk_keys =
       static_cast<std::size_t>(std::max(0, config_.runner.next_pass_chunk_keys));
   if (config_.runner.collective) tier_options.placement = heter_comm::Placement::kReplicated;
-  s.card_tier =
-      std::make_unique<ps::CardTier>(s.cards, *s.group, *s.host, config_.sparse, tier_options);
+  s.card_tier = std::make_unique<tier_owner::CardTier>(s.cards, *s.group, *s.host, config_.sparse,
+                                                       tier_options);
   for (int c = 0; c < s.cards.num_local_cards(); ++c) {
     device::Card& card = s.cards.card(c);
     card.activate();
@@ -179,7 +179,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
 Trainer::~Trainer() = default;
 
 table::HostTier& Trainer::host_tier() { return *state_->host; }
-ps::CardTier& Trainer::card_tier() { return *state_->card_tier; }
+tier_owner::CardTier& Trainer::card_tier() { return *state_->card_tier; }
 int Trainer::num_cards() const { return state_->cards.num_local_cards(); }
 
 std::vector<float> Trainer::dense_values(int card) const {

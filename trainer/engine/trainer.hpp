@@ -1,7 +1,7 @@
 // Trainer: the pass loop of gpubox_train (the gpubox schedule). Owns the cards, the
 // communicator group, the host tier (table::make_host_tier: in-process SparseTable, or the
-// gpubox_server client when servers are given), the card tier's owner (ps::CardTier: stores,
-// HeterComms, pass manager) and one CardWorker (dense model, optimizer, metrics) per card.
+// gpubox_server client when servers are given), the card tier's owner (tier_owner::CardTier:
+// stores, HeterComms, pass manager) and one CardWorker (dense model, optimizer, metrics) per card.
 //
 // A pass: load the pass's files into an InMemoryDataset -> shuffle -> begin_pass(unique keys and
 // their slots) -> every card trains its batches (one host thread per card) -> end_pass (dirty rows
@@ -33,7 +33,7 @@ namespace dataset {
 class InMemoryDataset;
 class QueueDataset;
 }  // namespace dataset
-namespace ps {
+namespace tier_owner {
 class CardTier;
 }
 namespace trainer {
@@ -92,7 +92,7 @@ class Trainer final : public Schedule {
   const TrainerConfig& config() const { return config_; }
   table::HostTier& host_tier() override;
   // The card tier's owner (stores, HeterComms, pass manager), for tests and tools that look in.
-  ps::CardTier& card_tier();
+  tier_owner::CardTier& card_tier();
   int num_cards() const;
   // Dense parameters of one card (host copy): every card holds the same values.
   std::vector<float> dense_values(int card) const;

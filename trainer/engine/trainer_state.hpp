@@ -8,10 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
-#include "heterps/ps/card_tier.hpp"
 #include "table/host_tier.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
@@ -29,7 +29,7 @@ struct Trainer::State {
   std::unique_ptr<comm::RendezvousStore> store;  // several trainers: where they meet
   std::unique_ptr<comm::CommGroup> group;
   std::unique_ptr<table::HostTier> host;
-  std::unique_ptr<ps::CardTier> card_tier;           // the sparse side of every card
+  std::unique_ptr<tier_owner::CardTier> card_tier;   // the sparse side of every card
   std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
   std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
   std::unique_ptr<PassPipeline> pipeline;            // during train(): the passes read ahead

@@ -26,12 +26,12 @@
 #include "common/timer.hpp"
 #include "dataset/dataset_config.hpp"
 #include "heterps/device/card.hpp"
+#include "serving/serving_model.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/saved_models.hpp"
-#include "trainer/serve/serving_model.hpp"
 
 DEFINE_string(config, "",
               "YAML config (PaddleRec config_gpubox.yaml keys); required. -m and --config_yaml "
@@ -82,12 +82,11 @@ int export_for_serving(const gpubox::trainer::TrainerConfig& config) {
                  "and --out\n");
     return 2;
   }
-  gpubox::trainer::serve::ExportOptions options;
+  gpubox::serving::ExportOptions options;
   options.show_threshold = FLAGS_show_threshold;
-  options.value_type = FLAGS_export_fp16 ? gpubox::trainer::serve::ValueType::kFloat16
-                                         : gpubox::trainer::serve::ValueType::kFloat32;
-  const auto summary =
-      gpubox::trainer::serve::export_serving_model(config, load, FLAGS_out, options);
+  options.value_type = FLAGS_export_fp16 ? gpubox::serving::ValueType::kFloat16
+                                         : gpubox::serving::ValueType::kFloat32;
+  const auto summary = gpubox::serving::export_serving_model(config, load, FLAGS_out, options);
   if (!summary.ok()) {
     std::fprintf(stderr, "gpubox_train: %s\n", summary.status().to_string().c_str());
     return 1;

@@ -3,14 +3,14 @@
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
-#include "heterps/heter_comm/detail/segment_reduce.cuh"
+#include "heterps/heter_comm/segment_reduce.cuh"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/device_math.cuh"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
 namespace {
-using heter_comm::detail::position_t;
+using heter_comm::position_t;
 
 // Field f of occurrence p's pull record.
 struct PullRecords {
@@ -24,7 +24,7 @@ struct PullRecords {
 
 // Writes the first layer's input rows (T: float or Bf16, row stride ld). Items [0, pooled_items)
 // are one per (slot, instance) segment and output column: an item sums one field of the
-// segment's records in the fixed order of detail/segment_reduce.cuh (a segment is one instance's
+// segment's records in the fixed order of segment_reduce.cuh (a segment is one instance's
 // keys in one slot: short, so one thread takes it whole) and owns its output value, so no atomics
 // are needed. Neighbouring items read neighbouring floats of a record. With use_cvm, column 0
 // sums show and click and writes both cvm features. The items after them copy the dense
@@ -59,7 +59,7 @@ struct PoolForward {
     T* out = rows + i * ld + blocks.begin(s);
     const position_t begin = offsets[segment];
     const position_t end = offsets[segment + 1];
-    using heter_comm::detail::sum_segment;
+    using heter_comm::sum_segment;
     if (!use_cvm) {
       store_as(out + column, sum_segment(records, begin, end, 2 + column));
       return;

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "common/error.hpp"
-#include "table/accessor/sparse_rule.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "table/sparse_row/optimizer.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
@@ -57,13 +57,14 @@ void GeoRows::read(const uint64_t* keys, const int32_t* slots, std::size_t n, fl
 void GeoRows::apply(const uint32_t* locals, std::size_t n, const float* push) {
   for (std::size_t i = 0; i < n; ++i) {
     const uint32_t local = locals[i];
-    if (optimizer::apply_push(row(local), layout_, config_, keys_[local], push + i * push_dim_)) {
+    if (table::optimizer::apply_push(row(local), layout_, config_, keys_[local],
+                                     push + i * push_dim_)) {
       // Created here at the key's initial values, as the servers create it from the first delta
       // (apply_delta): its delta counts from them, so that they count once however many
       // trainers create the part.
       std::copy_n(
           row(local) + layout_.embedx_w(), layout_.mf_dim,
-          synced_.data() + std::size_t{local} * push_dim_ + optimizer::PushRecord::kEmbedxG);
+          synced_.data() + std::size_t{local} * push_dim_ + table::optimizer::PushRecord::kEmbedxG);
     }
     if (!is_dirty_[local]) {
       is_dirty_[local] = 1;
@@ -107,7 +108,8 @@ std::size_t GeoRows::sync(float scale) {
     for (std::size_t f = 0; f < push_dim_; ++f) {
       const float moved = record[f] - synced[f];
       deltas[i * push_dim_ + f] =
-          f < static_cast<std::size_t>(optimizer::PushRecord::kEmbedG) ? moved : moved * scale;
+          f < static_cast<std::size_t>(table::optimizer::PushRecord::kEmbedG) ? moved
+                                                                              : moved * scale;
     }
   }
   throw_if_error(servers_

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "table/accessor/sparse_row.hpp"
+#include "table/sparse_row/accessor.hpp"
 
 namespace gpubox::table::server {
 class RemoteHostTier;

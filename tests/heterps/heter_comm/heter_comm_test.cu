@@ -2,12 +2,12 @@
 // records and final tables against a single-table reference, for 1, 2, 3, 4 and 8 cards.
 //
 // The reference is one std::unordered_map<key, row> that, per step, merges every card's push
-// records per key in float64, then applies one optimizer step per key (optimizer::apply_push,
-// itself checked against float64 formulas in sparse_optimizer_test). The cards merge in float32
-// in another order (inside a card by position, across cards by rank), so results agree up to
-// float rounding: |card - reference| <= kAbsTol + kRelTol * |reference| for every float, and
-// show/click (integer sums) agree exactly. Since every card count is held to the same reference,
-// the result does not depend on the card count beyond that tolerance.
+// records per key in float64, then applies one optimizer step per key
+// (table::optimizer::apply_push, itself checked against float64 formulas in sparse_optimizer_test).
+// The cards merge in float32 in another order (inside a card by position, across cards by rank), so
+// results agree up to float rounding: |card - reference| <= kAbsTol + kRelTol * |reference| for
+// every float, and show/click (integer sums) agree exactly. Since every card count is held to the
+// same reference, the result does not depend on the card count beyond that tolerance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,12 +25,12 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "heterps/card_table/card_store.cuh"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
-#include "heterps/sparse/card_store.cuh"
-#include "table/accessor/sparse_rule.hpp"
+#include "table/sparse_row/optimizer.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/table/slot_dims_config.hpp"
 
@@ -138,7 +138,7 @@ class ReferenceTable {
     }
     for (const auto& [key, sum] : merged) {
       std::vector<float> record(sum.begin(), sum.end());
-      optimizer::apply_push(row(key).data(), layout_, cfg_, key, record.data());
+      table::optimizer::apply_push(row(key).data(), layout_, cfg_, key, record.data());
     }
   }
   const std::unordered_map<uint64_t, std::vector<float>>& rows() const { return rows_; }
@@ -170,7 +170,7 @@ AccessorConfig test_config(SparseOptimizerKind kind) {
 class Cluster {
  public:
   Cluster(int cards, const AccessorConfig& cfg, HeterCommOptions options = {},
-          sparse::HashTableOptions table_options = {},
+          card_table::HashTableOptions table_options = {},
           std::chrono::milliseconds timeout = std::chrono::seconds(60))
       : cards_(device::CardSet::from_list(card_list(cards))),
         group_(comm::make_group(cards_, timeout)),
@@ -178,7 +178,7 @@ class Cluster {
         comms_(cards) {
     run([&](device::Card& card) {
       const int c = card.local_index();
-      stores_[c] = std::make_unique<sparse::CardSparseStore>(card, cfg, table_options);
+      stores_[c] = std::make_unique<card_table::CardSparseStore>(card, cfg, table_options);
       comms_[c] = std::make_unique<HeterComm>(card, *stores_[c], group_->at(c), options);
     });
   }
@@ -195,13 +195,13 @@ class Cluster {
 
   int size() const { return cards_.num_local_cards(); }
   device::CardSet& cards() { return cards_; }
-  sparse::CardSparseStore& store(int c) { return *stores_[c]; }
+  card_table::CardSparseStore& store(int c) { return *stores_[c]; }
   HeterComm& heter_comm(int c) { return *comms_[c]; }
 
  private:
   device::CardSet cards_;
   std::unique_ptr<comm::CommGroup> group_;
-  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores_;
+  std::vector<std::unique_ptr<card_table::CardSparseStore>> stores_;
   std::vector<std::unique_ptr<HeterComm>> comms_;
 };
 
@@ -243,7 +243,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   GPUBOX_REQUIRE_CARDS(param.cards);
   AccessorConfig cfg = test_config(param.kind);
   cfg.storage = param.storage;
-  sparse::HashTableOptions table_options;
+  card_table::HashTableOptions table_options;
   table_options.initial_capacity = 64;  // the stores grow during the run
   Cluster cluster(param.cards, cfg, {}, table_options);
   ReferenceTable ref(cfg);
@@ -296,7 +296,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   table::write_embed_w(bounds.data(), layout, cfg.optimizer.max_bound);
   const float max_bound = table::read_embed_w(bounds.data(), layout);
   for (int c = 0; c < param.cards; ++c) {
-    sparse::CardSparseStore& store = cluster.store(c);
+    card_table::CardSparseStore& store = cluster.store(c);
     device::Card& card = cluster.cards().card(c);
     auto keys = card.make_buffer<uint64_t>(0);
     auto rows = card.make_buffer<float>(0);
@@ -485,7 +485,7 @@ TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
 
     if (on_push) {
       // The failing owner applied nothing: its rows are still the inserted ones.
-      sparse::CardSparseStore& store = cluster.store(unknown_owner);
+      card_table::CardSparseStore& store = cluster.store(unknown_owner);
       device::Card& card = cluster.cards().card(unknown_owner);
       card.activate();
       auto keys = card.make_buffer<uint64_t>(0);
@@ -900,7 +900,7 @@ TEST_P(ReplicatedPlacementTest, ReplicasAreIdenticalAndEqualTheShardedOwners) {
   GPUBOX_REQUIRE_CARDS(param.cards);
   const AccessorConfig cfg = test_config(param.kind);
   const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
-  sparse::HashTableOptions table_options;
+  card_table::HashTableOptions table_options;
   table_options.initial_capacity = 64;  // the stores grow during the run
   HeterCommOptions replicated;
   replicated.placement = Placement::kReplicated;

@@ -1,4 +1,4 @@
-// SegmentReducer and sum_segment (heterps/heter_comm/detail/segment_reduce.cuh) on Zipf-skewed
+// SegmentReducer and sum_segment (heterps/heter_comm/segment_reduce.cuh) on Zipf-skewed
 // segments: against a float64 oracle (tolerance), against the one-thread left-to-right loop they
 // replace (bit for bit where the order is that loop's: segments of at most kReduceChunk values),
 // and against an independent host model of the chunked order (bit for bit, every segment), with
@@ -18,7 +18,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
-#include "heterps/heter_comm/detail/segment_reduce.cuh"
+#include "heterps/heter_comm/segment_reduce.cuh"
 
 namespace gpubox::heter_comm::detail {
 namespace {

@@ -26,16 +26,16 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "heterps/card_table/card_store.cuh"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/pass_manager.hpp"
-#include "heterps/sparse/card_store.cuh"
-#include "table/accessor/sparse_row.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
+#include "table/sparse_row/accessor.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/table/slot_dims_config.hpp"
@@ -75,7 +75,7 @@ struct Engine {
     }
     group = comm::make_group(card_set);
     for (int c = 0; c < cards; ++c) {
-      stores.push_back(std::make_unique<sparse::CardSparseStore>(card_set.card(c), cfg));
+      stores.push_back(std::make_unique<card_table::CardSparseStore>(card_set.card(c), cfg));
     }
     for (int c = 0; c < cards; ++c) {
       heter_comm::HeterCommOptions hc;
@@ -85,7 +85,7 @@ struct Engine {
       comms.push_back(
           std::make_unique<heter_comm::HeterComm>(card_set.card(c), *stores[c], group->at(c), hc));
     }
-    std::vector<sparse::CardSparseStore*> raw;
+    std::vector<card_table::CardSparseStore*> raw;
     for (auto& s : stores) raw.push_back(s.get());
     manager = std::make_unique<PassManager>(card_set, raw, *host, options);
   }
@@ -176,7 +176,7 @@ struct Engine {
   table::HostTier* host = nullptr;
   table::SparseTable* inspect = nullptr;  // the table behind a remote host tier
   std::unique_ptr<comm::CommGroup> group;
-  std::vector<std::unique_ptr<sparse::CardSparseStore>> stores;
+  std::vector<std::unique_ptr<card_table::CardSparseStore>> stores;
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms;
   std::unique_ptr<PassManager> manager;
 };
@@ -1021,7 +1021,7 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
   PassManagerOptions options;
   Engine probe(1, options);
   const CardTierPlan plan = probe.manager->plan_for(1000);
-  const sparse::CardSparseStore& store = *probe.stores[0];
+  const card_table::CardSparseStore& store = *probe.stores[0];
   // Slots at their real power of two (1000 / 0.6 -> 2048), rows in whole pages.
   EXPECT_EQ(plan.table_bytes, 2048u * 16);
   EXPECT_EQ(plan.row_page_bytes, store.page_bytes());
@@ -1044,11 +1044,11 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
 
 // Marks the listed keys' rows changed (click + 1, dirty), as a training step would.
 struct TouchRows {
-  sparse::CardStoreRef store;
+  card_table::CardStoreRef store;
   const uint64_t* keys;
   GPUBOX_HD void operator()(std::size_t i) const {
-    const sparse::row_index_t r = store.find(keys[i]);
-    if (r == sparse::kInvalidRow) return;
+    const card_table::row_index_t r = store.find(keys[i]);
+    if (r == card_table::kInvalidRow) return;
     store.row(r)[table::RowLayout::kClick] += 1.0f;
     store.mark_dirty(r);
   }
@@ -1056,7 +1056,7 @@ struct TouchRows {
 
 // One card, its store and its own host tier, for the peak-memory test.
 struct BudgetSide {
-  explicit BudgetSide(const AccessorConfig& cfg, const sparse::HashTableOptions& table_options)
+  explicit BudgetSide(const AccessorConfig& cfg, const card_table::HashTableOptions& table_options)
       : cards(device::CardSet::from_list("0")),
         host(std::move(table::SparseTable::open(cfg, table::HostTableConfig{}).value())),
         store(cards.card(0), cfg, table_options),
@@ -1064,7 +1064,7 @@ struct BudgetSide {
   static constexpr std::size_t kTouched = 400;
   device::CardSet cards;
   std::unique_ptr<table::SparseTable> host;
-  sparse::CardSparseStore store;
+  card_table::CardSparseStore store;
   device::device_buffer<uint64_t> touch;  // the test's own card buffer
 };
 
@@ -1073,7 +1073,7 @@ struct BudgetSide {
 // tier ends bit-identical to an unbudgeted run of the same passes.
 TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
   const AccessorConfig cfg = test_config();
-  sparse::HashTableOptions table_options;
+  card_table::HashTableOptions table_options;
   table_options.initial_capacity = 16;
   table_options.page_rows = 64;
   BudgetSide budgeted(cfg, table_options);
@@ -1138,7 +1138,7 @@ TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
 // exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted run.
 TEST(PassManager, WidthClassesUnderACardBudget) {
   const AccessorConfig cfg = table::with_slot_dims(test_config(), {{1, 16}, {2, 2}});
-  sparse::HashTableOptions table_options;
+  card_table::HashTableOptions table_options;
   table_options.initial_capacity = 16;
   table_options.page_rows = 64;
   BudgetSide budgeted(cfg, table_options);
@@ -1197,7 +1197,7 @@ TEST(PassManager, WidthClassesUnderACardBudget) {
     {
       device::Card& card = budgeted.cards.card(0);
       device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
-      device::device_buffer<sparse::row_index_t> handles(0, card.memory(), card.stream());
+      device::device_buffer<card_table::row_index_t> handles(0, card.memory(), card.stream());
       const std::size_t n = budgeted.store.list_entries(false, keys, handles, card.stream());
       const auto host_keys = device::to_host(keys);
       const auto host_handles = device::to_host(handles);

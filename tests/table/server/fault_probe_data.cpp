@@ -13,9 +13,9 @@
 #include <fstream>
 #include <thread>
 
-#include "table/accessor/sparse_rule.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "table/sparse_row/optimizer.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -194,7 +194,7 @@ std::string finite_results(const Flags& flags) {
   const uint64_t key = 777;
   const int32_t slot = 1;
   std::vector<float> delta(layout.push_dim(), 0.0f);
-  delta[optimizer::PushRecord::kShow] = 3e38f;
+  delta[table::optimizer::PushRecord::kShow] = 3e38f;
   const Status first = (*client)->push_updates(PsUpdateKind::kDelta, &key, &slot, 1, delta.data());
   const Status second = (*client)->push_updates(PsUpdateKind::kDelta, &key, &slot, 1, delta.data());
   std::vector<float> row(layout.stride());

@@ -8,10 +8,10 @@
 #include <thread>
 #include <unordered_map>
 
-#include "table/accessor/sparse_rule.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
+#include "table/sparse_row/optimizer.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
 
@@ -111,9 +111,11 @@ TEST(PsOps, PushUpdatesApplyTheRuleAsTheOracleDoes) {
         init_row(it->second.data(), layout, cfg, keys[i], 3);
       }
       if (kind == PsUpdateKind::kGradient) {
-        optimizer::apply_push(it->second.data(), layout, cfg, keys[i], values.data() + i * dim);
+        table::optimizer::apply_push(it->second.data(), layout, cfg, keys[i],
+                                     values.data() + i * dim);
       } else {
-        optimizer::apply_delta(it->second.data(), layout, cfg, keys[i], values.data() + i * dim);
+        table::optimizer::apply_delta(it->second.data(), layout, cfg, keys[i],
+                                      values.data() + i * dim);
       }
     }
   }

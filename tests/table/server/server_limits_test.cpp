@@ -14,8 +14,8 @@
 #include <map>
 #include <thread>
 
-#include "table/accessor/sparse_rule.hpp"
 #include "table/server/ps_protocol.hpp"
+#include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
@@ -239,12 +239,12 @@ void expect_overflow_refused(PsUpdateKind kind, int32_t record_field, const char
 
 TEST(ServerLimits, GeoDeltasThatWouldOverflowAreRefusedWhole) {
   // show takes the delta's show as it is (the weights are clipped to their bounds).
-  expect_overflow_refused(PsUpdateKind::kDelta, optimizer::PushRecord::kShow, "show");
+  expect_overflow_refused(PsUpdateKind::kDelta, table::optimizer::PushRecord::kShow, "show");
 }
 
 TEST(ServerLimits, GradientsThatWouldOverflowAreRefusedWhole) {
   // click accumulates the pushed click as it is: the second 3e38 overflows it.
-  expect_overflow_refused(PsUpdateKind::kGradient, optimizer::PushRecord::kClick, "click");
+  expect_overflow_refused(PsUpdateKind::kGradient, table::optimizer::PushRecord::kClick, "click");
 }
 
 }  // namespace

@@ -1,0 +1,371 @@
+#include <thrust/copy.h>
+#include <thrust/count.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/tuple.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/card_table/hash_table.cuh"
+#include "heterps/device/exec_policy.cuh"
+#include "heterps/device/parallel_for.cuh"
+
+namespace gpubox::card_table {
+namespace {
+
+using detail::InsertEngine;
+using detail::InsertStatus;
+using detail::Slot;
+
+using detail::kPrefetchDistance;
+
+constexpr std::size_t kMinCapacity = 16;
+
+std::size_t next_pow2(std::size_t x) {
+  std::size_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+struct FillEmpty {
+  Slot* slots;
+  GPUBOX_HD void operator()(std::size_t i) const { slots[i] = Slot{kEmptyKey, kInvalidRow, 0}; }
+};
+
+struct FindKeys {
+  detail::FindEngine engine;
+  const uint64_t* keys;
+  row_index_t* out;
+  std::size_t n;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (i + kPrefetchDistance < n) engine.prefetch(keys[i + kPrefetchDistance]);
+    out[i] = engine.find(keys[i]);
+  }
+};
+
+// Position i takes candidate i when its key is new. Positions already resolved by an earlier
+// attempt (out[i] != kInvalidRow) are skipped, so a retry after growth keeps their rows.
+struct InsertKeys {
+  InsertEngine engine;
+  detail::FindEngine prefetcher;
+  const uint64_t* keys;
+  const row_index_t* candidates;
+  row_index_t* out;
+  uint8_t* created;
+  uint32_t* overflow;
+  std::size_t n;
+  bool retry;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (i + kPrefetchDistance < n) prefetcher.prefetch(keys[i + kPrefetchDistance]);
+    if (retry && out[i] != kInvalidRow) return;
+    const detail::InsertResult r = engine.insert(keys[i], candidates[i]);
+    out[i] = r.row;
+    created[i] = r.status == InsertStatus::kInserted ? 1 : 0;
+    if (r.status == InsertStatus::kProbeBoundExceeded) {
+      detail::atomic_ref<uint32_t>(*overflow).store(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+struct EraseKeys {
+  InsertEngine engine;
+  const uint64_t* keys;
+  row_index_t* released;
+  uint32_t* reserved_erased;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const uint64_t key = keys[i];
+    const row_index_t row = engine.erase(key);
+    released[i] = row;
+    if (row != kInvalidRow && detail::is_reserved_key(key)) {
+      detail::atomic_ref<uint32_t>(*reserved_erased).fetch_add(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+// Puts the (key, row) pairs saved by a rehash into the emptied slot array.
+struct Reinsert {
+  const uint64_t* keys;
+  const row_index_t* rows;
+  InsertEngine engine;
+  uint32_t* overflow;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (engine.insert(keys[i], rows[i]).status == InsertStatus::kProbeBoundExceeded) {
+      detail::atomic_ref<uint32_t>(*overflow).store(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+struct SlotKey {
+  GPUBOX_HD uint64_t operator()(const Slot& s) const { return s.key; }
+};
+struct SlotRow {
+  GPUBOX_HD row_index_t operator()(const Slot& s) const { return s.row; }
+};
+struct IsLiveKey {
+  GPUBOX_HD bool operator()(uint64_t key) const { return key != kEmptyKey && key != kErasedKey; }
+};
+struct IsLiveEntry {
+  template <class Tuple>
+  GPUBOX_HD bool operator()(const Tuple& t) const {
+    return IsLiveKey{}(thrust::get<0>(t));
+  }
+};
+struct IsErasedSlot {
+  GPUBOX_HD bool operator()(const Slot& s) const { return s.key == kErasedKey; }
+};
+struct IsLiveSlot {
+  GPUBOX_HD bool operator()(const Slot& s) const { return IsLiveKey{}(s.key); }
+};
+
+}  // namespace
+
+namespace {
+std::vector<RowPool> make_pools(device::Card& card, const HashTableOptions& options,
+                                RowHandleCodec codec) {
+  std::vector<int32_t> strides = options.pool_strides;
+  if (strides.empty()) strides.push_back(options.row_stride);
+  GPUBOX_EXPECTS(static_cast<int32_t>(strides.size()) <= kMaxRowPools,
+                 "hash table: ", strides.size(), " row pools asked, at most ", kMaxRowPools);
+  std::vector<RowPool> pools;
+  pools.reserve(strides.size());
+  for (std::size_t c = 0; c < strides.size(); ++c) {
+    pools.emplace_back(card, strides[c], options.initial_rows, options.page_rows, codec,
+                       static_cast<int32_t>(c));
+  }
+  return pools;
+}
+}  // namespace
+
+CardHashTable::CardHashTable(device::Card& card, const HashTableOptions& options)
+    : card_(&card),
+      options_(options),
+      codec_(RowHandleCodec::for_pools(
+          std::max<int32_t>(1, static_cast<int32_t>(options.pool_strides.size())))),
+      pools_(make_pools(card, options, codec_)),
+      slots_(0, card.memory(), card.stream(), device::Pages::kHuge),  // probed at random
+      side_rows_(2, card.memory(), card.stream()),
+      created_scratch_(0, card.memory(), card.stream()),
+      rows_scratch_(0, card.memory(), card.stream()),
+      flags_(2, card.memory(), card.stream()) {
+  GPUBOX_EXPECTS(options.max_load_factor > 0.0 && options.max_load_factor <= 0.9,
+                 "hash table max_load_factor must be in (0, 0.9], got ", options.max_load_factor);
+  const device::Stream& stream = card.stream();
+  slots_.resize_discard(slot_capacity_for(options.initial_capacity, 1.0));
+  device::parallel_for(stream, slots_.size(), FillEmpty{slots_.data()});
+  const row_index_t none[2] = {kInvalidRow, kInvalidRow};
+  device::copy_async(side_rows_.data(), none, 2, stream);
+  stream.synchronize();
+}
+
+detail::FindEngine CardHashTable::find_engine() const {
+  return detail::FindEngine{slots_.data(), slots_.size() - 1, side_rows_.data()};
+}
+detail::InsertEngine CardHashTable::insert_engine() {
+  return detail::InsertEngine{slots_.data(), slots_.size() - 1, side_rows_.data()};
+}
+TableFindRef CardHashTable::find_ref() const { return TableFindRef(find_engine()); }
+TableInsertRef CardHashTable::insert_ref() { return TableInsertRef(insert_engine()); }
+
+RowPoolsRef CardHashTable::rows() const {
+  RowPoolsRef ref;
+  ref.codec = codec_;
+  for (std::size_t c = 0; c < pools_.size(); ++c) ref.pools[c] = pools_[c].rows();
+  return ref;
+}
+
+std::size_t CardHashTable::memory_bytes() const {
+  std::size_t pools = 0;
+  for (const RowPool& pool : pools_) pools += pool.memory_bytes();
+  return slots_.capacity() * sizeof(Slot) + side_rows_.capacity() * sizeof(row_index_t) +
+         created_scratch_.capacity() + rows_scratch_.capacity() * sizeof(row_index_t) +
+         flags_.capacity() * sizeof(uint32_t) + pools;
+}
+
+std::size_t CardHashTable::slot_capacity_for(std::size_t keys, double max_load_factor) {
+  const auto want =
+      static_cast<std::size_t>(std::ceil(static_cast<double>(keys) / max_load_factor));
+  return next_pow2(std::max(kMinCapacity, want));
+}
+
+void CardHashTable::reserve(std::size_t new_keys, const device::Stream& stream) {
+  reserve_in_pool(0, new_keys, stream);
+}
+
+void CardHashTable::reserve_in_pool(int32_t pool, std::size_t new_keys,
+                                    const device::Stream& stream) {
+  reserve_slots(new_keys, stream);
+  this->pool(pool).reserve_free(new_keys, stream);
+}
+
+void CardHashTable::reserve_slots(std::size_t new_keys, const device::Stream& stream) {
+  GPUBOX_EXPECTS(new_keys <= kMaxRows, "card ", card_->rank(), ": batch of ", new_keys,
+                 " keys exceeds the table's row limit ", kMaxRows);
+  const double bound = options_.max_load_factor * static_cast<double>(capacity());
+  if (static_cast<double>(size_ + erased_ + new_keys) > bound) {
+    // Rehash purges erased slots, so size only the live keys plus the batch.
+    rehash(std::max(slot_capacity_for(size_ + new_keys, options_.max_load_factor), capacity()),
+           stream);
+  }
+}
+
+void CardHashTable::reserve_capacity(std::size_t keys, const device::Stream& stream) {
+  GPUBOX_EXPECTS(keys <= kMaxRows, "card ", card_->rank(), ": ", keys,
+                 " keys exceed the table's row limit ", kMaxRows);
+  const std::size_t slots = slot_capacity_for(keys, options_.max_load_factor);
+  if (slots > capacity()) rehash(slots, stream);
+  for (RowPool& pool : pools_) pool.reserve_index(keys);
+}
+
+void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& stream) {
+  // The live (key, row) pairs leave the slot array first (12 bytes per live key, at most 0.45x the
+  // array at the load bound); the old array is freed before the new one is allocated, or reused
+  // when the capacity stays (a purge of erased slots). Peak: new array + pairs, where copying
+  // slot to slot would hold both arrays (1.5x the new one when doubling, 2x when purging).
+  const Slot* slots = slots_.data();
+  const auto live = static_cast<std::size_t>(
+      thrust::count_if(device::exec_policy(stream), slots, slots + slots_.size(), IsLiveSlot{}));
+  device::device_buffer<uint64_t> keys(live, card_->memory(), card_->stream());
+  device::device_buffer<row_index_t> rows(live, card_->memory(), card_->stream());
+  auto first = thrust::make_zip_iterator(
+      thrust::make_tuple(thrust::make_transform_iterator(slots, SlotKey{}),
+                         thrust::make_transform_iterator(slots, SlotRow{})));
+  thrust::copy_if(device::exec_policy(stream), first, first + slots_.size(),
+                  thrust::make_zip_iterator(thrust::make_tuple(keys.data(), rows.data())),
+                  IsLiveEntry{});
+  std::size_t new_capacity = next_pow2(std::max(kMinCapacity, min_capacity));
+  for (;;) {
+    if (new_capacity != slots_.size()) {
+      slots_.release();
+      slots_.resize_discard(new_capacity);
+    }
+    device::parallel_for(stream, new_capacity, FillEmpty{slots_.data()});
+    device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
+    device::parallel_for(stream, live,
+                         Reinsert{keys.data(), rows.data(), insert_engine(), flags_.data()});
+    if (device::to_host(flags_.data(), 1, stream)[0] == 0) break;
+    new_capacity *= 2;  // a probe run longer than kMaxProbe: spread the keys further
+  }
+  erased_ = 0;
+}
+
+std::size_t CardHashTable::insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                                  const device::Stream& stream) {
+  return insert_in_pool(0, keys, n, out_rows, nullptr, stream);
+}
+
+std::size_t CardHashTable::insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                                  uint8_t* out_created, const device::Stream& stream) {
+  return insert_in_pool(0, keys, n, out_rows, out_created, stream);
+}
+
+std::size_t CardHashTable::insert_in_pool(int32_t pool, const uint64_t* keys, std::size_t n,
+                                          row_index_t* out_rows, uint8_t* out_created,
+                                          const device::Stream& stream) {
+  if (n == 0) return 0;
+  reserve_in_pool(pool, n, stream);
+  RowPool& rows = this->pool(pool);
+  uint8_t* created = out_created;
+  if (created == nullptr) {
+    created_scratch_.resize_discard(n);
+    created = created_scratch_.data();
+  }
+  const row_index_t* candidates = rows.peek_free(n);
+  for (bool retry = false;; retry = true) {
+    device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
+    device::parallel_for(stream, n,
+                         InsertKeys{insert_engine(), find_engine(), keys, candidates, out_rows,
+                                    created, flags_.data(), n, retry});
+    if (device::to_host(flags_.data(), 1, stream)[0] == 0) break;
+    // Some key met a probe run longer than kMaxProbe: grow and insert the keys that failed.
+    rehash(capacity() * 2, stream);
+  }
+  const std::size_t inserted = rows.commit_allocation(created, n, stream);
+  size_ += inserted;
+  return inserted;
+}
+
+void CardHashTable::find(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                         const device::Stream& stream) const {
+  device::parallel_for(stream, n, FindKeys{find_engine(), keys, out_rows, n});
+}
+
+std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const device::Stream& stream,
+                                 row_index_t* out_rows) {
+  if (n == 0) return 0;
+  row_index_t* released = out_rows;
+  if (released == nullptr) {
+    rows_scratch_.resize_discard(n);
+    released = rows_scratch_.data();
+  }
+  device::memset_bytes_async(flags_.data() + 1, 0, sizeof(uint32_t), stream);
+  device::parallel_for(stream, n, EraseKeys{insert_engine(), keys, released, flags_.data() + 1});
+  std::size_t removed = 0;
+  for (RowPool& pool : pools_) removed += pool.release(released, n, stream);
+  const std::size_t reserved_removed = device::to_host(flags_.data() + 1, 1, stream)[0];
+  size_ -= removed;
+  erased_ += removed - reserved_removed;
+  return removed;
+}
+
+std::size_t CardHashTable::dump(uint64_t* keys_out, row_index_t* rows_out,
+                                const device::Stream& stream) const {
+  const std::size_t count = dump_range(0, slots_.size(), keys_out, rows_out, stream);
+  GPUBOX_EXPECTS(count == size_, "card ", card_->rank(), ": hash table dump found ", count,
+                 " keys, size() says ", size_, " (inserts through insert_ref need recount())");
+  return count;
+}
+
+std::size_t CardHashTable::dump_range(std::size_t slot_begin, std::size_t slot_end,
+                                      uint64_t* keys_out, row_index_t* rows_out,
+                                      const device::Stream& stream) const {
+  GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= slots_.size(), "card ", card_->rank(),
+                 ": slots [", slot_begin, ", ", slot_end, ") are not in the table's ",
+                 slots_.size());
+  const Slot* slots = slots_.data() + slot_begin;
+  auto first = thrust::make_zip_iterator(
+      thrust::make_tuple(thrust::make_transform_iterator(slots, SlotKey{}),
+                         thrust::make_transform_iterator(slots, SlotRow{})));
+  auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
+  auto end = thrust::copy_if(device::exec_policy(stream), first, first + (slot_end - slot_begin),
+                             out, IsLiveEntry{});
+  std::size_t count = static_cast<std::size_t>(end - out);
+  if (slot_end == slots_.size()) {
+    // The reserved keys, from their side slots.
+    const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
+    const uint64_t side_keys[2] = {kErasedKey, kEmptyKey};
+    for (int s = 0; s < 2; ++s) {
+      if (side[s] == kInvalidRow) continue;
+      device::copy_async(keys_out + count, &side_keys[s], 1, stream);
+      device::copy_async(rows_out + count, &side[s], 1, stream);
+      ++count;
+    }
+  }
+  stream.synchronize();
+  return count;
+}
+
+std::size_t CardHashTable::recount(const device::Stream& stream) {
+  const Slot* slots = slots_.data();
+  const auto live = static_cast<std::size_t>(
+      thrust::count_if(device::exec_policy(stream), slots, slots + slots_.size(), IsLiveSlot{}));
+  erased_ = static_cast<std::size_t>(
+      thrust::count_if(device::exec_policy(stream), slots, slots + slots_.size(), IsErasedSlot{}));
+  const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
+  size_ = live + (side[0] != kInvalidRow) + (side[1] != kInvalidRow);
+  return size_;
+}
+
+void CardHashTable::clear(const device::Stream& stream) {
+  device::parallel_for(stream, slots_.size(), FillEmpty{slots_.data()});
+  const row_index_t none[2] = {kInvalidRow, kInvalidRow};
+  device::copy_async(side_rows_.data(), none, 2, stream);
+  for (RowPool& pool : pools_) pool.clear(stream);
+  stream.synchronize();  // `none` lives on this stack frame
+  size_ = 0;
+  erased_ = 0;
+}
+
+}  // namespace gpubox::card_table

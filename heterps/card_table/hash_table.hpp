@@ -1,0 +1,142 @@
+// CardHashTable: one card's map from uint64 keys to rows of its RowPool, or of its RowPools when
+// rows come in several widths (options.pool_strides: one pool per width class); the value is
+// then a handle naming the pool and the row (RowHandleCodec).
+//
+// Open addressing with linear probing over a power-of-two array of 16-byte slots; the probe
+// start is mix64(key) (independent of owner_card's fmix64) rounded down to a cache line. Probing is
+// bounded by kMaxProbe; an insert that would go further makes the table grow and retry. Before each
+// insert batch the table grows so that (live + erased + batch) / capacity <= max_load_factor, so
+// kernels never run out of slots. A rehash (growth, or a purge of erased slots at the same size)
+// saves the live (key, row) pairs, frees or empties the slot array, and reinserts: its peak is the
+// new array plus 12 bytes per live key, never two slot arrays. Every uint64 key is storable:
+// kEmptyKey and kErasedKey, which mark slot states, are kept in two side slots. The probing code
+// (detail/probe.cuh) is written once for host and card and driven by parallel_for.
+//
+// This header is the host API (g++ alone compiles it); the device views for functors
+// (TableFindRef, TableInsertRef) are in hash_table.cuh.
+//
+// Bulk API over card ranges (keys/out pointers in this card's memory), stream last. Calls that
+// return a count synchronize `stream`; the others are only stream-ordered. `stream` must be the
+// card's stream (or ordered with it): buffers grow on the card's stream.
+// Not thread-safe: one card thread drives a table. Move-only; owns its slots and its RowPools.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "heterps/card_table/row_pool.hpp"
+#include "heterps/card_table/sparse_types.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+
+namespace gpubox::card_table {
+namespace detail {
+struct FindEngine;
+struct InsertEngine;
+}  // namespace detail
+class TableFindRef;    // hash_table.cuh
+class TableInsertRef;  // hash_table.cuh
+
+class CardHashTable {
+ public:
+  // The card (memory and stream) must outlive the table.
+  explicit CardHashTable(device::Card& card, const HashTableOptions& options = {});
+  CardHashTable(CardHashTable&&) noexcept = default;
+  CardHashTable& operator=(CardHashTable&&) noexcept = default;
+  CardHashTable(const CardHashTable&) = delete;
+  CardHashTable& operator=(const CardHashTable&) = delete;
+
+  // out_rows[i] = the row of keys[i]; a key not yet present gets a fresh row from the pool
+  // (its contents are whatever the pool held: the caller initialises it). Duplicates inside
+  // the batch get the same row. When `out_created` is given, out_created[i] = 1 exactly for the
+  // one position per new key that created it. Returns how many keys were new. Synchronizes.
+  std::size_t insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                     const device::Stream& stream);
+  std::size_t insert(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                     uint8_t* out_created, const device::Stream& stream);
+  // insert(), the new keys taking rows of pool `pool` (a key already present keeps its row,
+  // whatever its pool).
+  std::size_t insert_in_pool(int32_t pool, const uint64_t* keys, std::size_t n,
+                             row_index_t* out_rows, uint8_t* out_created,
+                             const device::Stream& stream);
+  // out_rows[i] = the row of keys[i], kInvalidRow when absent. Stream-ordered.
+  void find(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+            const device::Stream& stream) const;
+  // Removes the keys (absent ones and repeats are ignored); their rows go back to their pools.
+  // When `out_rows` is given, out_rows[i] = the row keys[i] released, else kInvalidRow.
+  // Returns how many keys were removed. Synchronizes.
+  std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream,
+                    row_index_t* out_rows = nullptr);
+  // Writes every live (key, row) to keys_out/rows_out (card memory, room for size()), in slot
+  // order. Returns size(). Synchronizes.
+  std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;
+  // dump() of the slots [slot_begin, slot_end) only, so a caller can list the table a bounded
+  // range at a time (the keys kept in side slots come with the range that ends at capacity()).
+  // keys_out/rows_out need room for slot_end - slot_begin + 2 entries. The ranges of one listing
+  // are only consistent while nothing is inserted or erased between them. Returns the count.
+  // Synchronizes.
+  std::size_t dump_range(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
+                         row_index_t* rows_out, const device::Stream& stream) const;
+  // Removes every key and frees every row (capacity kept). Stream-ordered.
+  void clear(const device::Stream& stream);
+  // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or
+  // `pool`) has `new_keys` free rows. Stream-ordered.
+  void reserve(std::size_t new_keys, const device::Stream& stream);
+  void reserve_in_pool(int32_t pool, std::size_t new_keys, const device::Stream& stream);
+  // Slots only: an insert batch of up to `new_keys` keys needs no growth. Stream-ordered.
+  void reserve_slots(std::size_t new_keys, const device::Stream& stream);
+  // Sizes the slot array for `keys` live keys at the load bound and every pool's index for as
+  // many rows, once (a card budget): up to that many keys the table never grows, and a rehash
+  // only purges erased slots in place. Rows themselves are still allocated page by page.
+  // Synchronizes.
+  void reserve_capacity(std::size_t keys, const device::Stream& stream);
+  // Slots (a power of two, at least 16) the table uses for `keys` live keys at `max_load_factor`.
+  static std::size_t slot_capacity_for(std::size_t keys, double max_load_factor);
+
+  std::size_t size() const { return size_; }
+  std::size_t capacity() const { return slots_.size(); }
+  // Erased slots not yet reclaimed by a rehash (they count against the load bound).
+  std::size_t erased_slots() const { return erased_; }
+  double load_factor() const { return static_cast<double>(size_ + erased_) / capacity(); }
+  std::size_t memory_bytes() const;
+  const HashTableOptions& options() const { return options_; }
+
+  int32_t pool_count() const { return static_cast<int32_t>(pools_.size()); }
+  RowPool& pool(int32_t c = 0) { return pools_.at(static_cast<std::size_t>(c)); }
+  const RowPool& pool(int32_t c = 0) const { return pools_.at(static_cast<std::size_t>(c)); }
+  const RowHandleCodec& codec() const { return codec_; }
+  // Every pool's rows by handle (card memory). Invalidated by growth.
+  RowPoolsRef rows() const;
+  device::Card& card() const { return *card_; }
+
+  TableFindRef find_ref() const;
+  // Inserts made through this ref are not counted by size() until recount().
+  TableInsertRef insert_ref();
+  // Recounts live and erased slots (after inserts through insert_ref). Synchronizes.
+  std::size_t recount(const device::Stream& stream);
+
+ private:
+  detail::FindEngine find_engine() const;
+  detail::InsertEngine insert_engine();
+  // Rehashes into a table of at least `min_capacity` slots (doubling past the probe bound),
+  // purging erased slots. Synchronizes.
+  void rehash(std::size_t min_capacity, const device::Stream& stream);
+
+  device::Card* card_;
+  HashTableOptions options_;
+  RowHandleCodec codec_;
+  std::vector<RowPool> pools_;
+  device::device_buffer<detail::Slot> slots_;
+  // side_rows_[0]: row of kErasedKey, [1]: row of kEmptyKey (kInvalidRow when absent).
+  device::device_buffer<row_index_t> side_rows_;
+  // Scratch reused across batches: per-position "took its candidate" flags, released rows,
+  // flags_[0] = a probe overflowed, flags_[1] = reserved keys erased.
+  device::device_buffer<uint8_t> created_scratch_;
+  device::device_buffer<row_index_t> rows_scratch_;
+  device::device_buffer<uint32_t> flags_;
+  std::size_t size_ = 0;
+  std::size_t erased_ = 0;
+};
+
+}  // namespace gpubox::card_table

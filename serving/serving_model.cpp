@@ -1,0 +1,432 @@
+#include "serving/serving_model.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/config/slot_dims.hpp"
+#include "common/enum_names.hpp"
+#include "common/half.hpp"
+#include "common/json.hpp"
+#include "table/dense_table.hpp"
+#include "table/io/model_manifest.hpp"
+#include "table/io/save_dir.hpp"
+#include "table/sparse_table.hpp"
+
+namespace gpubox::serving {
+namespace {
+
+constexpr const char* kDenseFile = "dense";
+constexpr const char* kSparsePrefix = "sparse-";
+
+std::size_t value_bytes(ValueType type) { return type == ValueType::kFloat16 ? 2 : 4; }
+std::size_t record_bytes(ValueType type, int pull_dim) {
+  return sizeof(uint64_t) + value_bytes(type) * static_cast<std::size_t>(pull_dim);
+}
+
+// Little-endian appends (the exporters and readers of this format run on little-endian hosts,
+// as every save of the repo assumes; the memcpy keeps them free of alignment assumptions).
+template <class T>
+void append_raw(std::string* out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out->append(bytes, sizeof(T));
+}
+template <class T>
+T read_raw(const char* at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));
+  return value;
+}
+
+std::string number_text(double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", value);
+  return buf;
+}
+
+std::string join_ints(const std::vector<int>& values) {
+  std::string out;
+  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + std::to_string(values[i]);
+  return out;
+}
+
+std::string json_strings(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + json_quote(names[i]);
+  return out + "]";
+}
+
+std::string part_name(uint64_t part) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%s%05llu", kSparsePrefix, static_cast<unsigned long long>(part));
+  return buf;
+}
+
+// The MANIFEST's description of the model, parsed back; errors name the property.
+class SpecReader {
+ public:
+  SpecReader(const table::io::Manifest& manifest, std::string where)
+      : manifest_(manifest), where_(std::move(where)) {}
+
+  Status error() const { return error_; }
+
+  std::string text(const std::string& key) {
+    auto value = manifest_.get(key);
+    if (!value.ok()) fail(value.status().message());
+    return value.ok() ? value.value() : std::string();
+  }
+  int64_t integer(const std::string& key, int64_t min, int64_t max) {
+    auto value = manifest_.get_int(key);
+    if (!value.ok()) {
+      fail(value.status().message());
+      return min;
+    }
+    if (*value < min || *value > max) {
+      fail("'" + key + "' = " + std::to_string(*value) + " is out of range");
+      return min;
+    }
+    return *value;
+  }
+  double real(const std::string& key) {
+    const std::string value = text(key);
+    char* end = nullptr;
+    const double parsed = std::strtod(value.c_str(), &end);
+    if (error_.ok() && (value.empty() || *end != '\0' || !std::isfinite(parsed))) {
+      fail("'" + key + "' is not a finite number: '" + value + "'");
+    }
+    return parsed;
+  }
+  std::vector<std::string> strings(const std::string& key) {
+    std::vector<std::string> out;
+    const nlohmann::json parsed = nlohmann::json::parse(text(key), nullptr, false);
+    if (!parsed.is_array()) {
+      fail("'" + key + "' is not a list of names");
+      return out;
+    }
+    for (const auto& item : parsed) {
+      if (!item.is_string()) {
+        fail("'" + key + "' holds a value that is not a name");
+        return {};
+      }
+      out.push_back(item.get<std::string>());
+    }
+    return out;
+  }
+  // "512,256,128" (empty: no hidden layer).
+  std::vector<int> sizes(const std::string& key) {
+    std::vector<int> out;
+    const std::string value = text(key);
+    std::size_t at = 0;
+    while (error_.ok() && at < value.size()) {
+      const std::size_t comma = std::min(value.find(',', at), value.size());
+      const std::string item = value.substr(at, comma - at);
+      char* end = nullptr;
+      const long size = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || size < 1 || size > (1 << 20)) {
+        fail("'" + key + "' is not a list of layer sizes: '" + value + "'");
+      }
+      out.push_back(static_cast<int>(size));
+      at = comma + 1;
+    }
+    return out;
+  }
+  std::string quoted(const std::string& key) {
+    const nlohmann::json parsed = nlohmann::json::parse(text(key), nullptr, false);
+    if (!parsed.is_string()) fail("'" + key + "' is not a quoted name");
+    return parsed.is_string() ? parsed.get<std::string>() : std::string();
+  }
+  template <class E, std::size_t N>
+  E choice(const std::string& key, const EnumName<E> (&names)[N]) {
+    auto parsed = parse_enum(names, text(key));
+    if (!parsed.ok()) {
+      fail("'" + key + "': " + parsed.status().message());
+      return names[0].value;
+    }
+    return parsed.value();
+  }
+
+ private:
+  void fail(const std::string& message) {
+    if (error_.ok()) error_ = Status::Corruption(where_ + ": " + message);
+  }
+  const table::io::Manifest& manifest_;
+  std::string where_;
+  Status error_;
+};
+
+constexpr EnumName<ValueType> kValueTypeNames[] = {{ValueType::kFloat32, "float32"},
+                                                   {ValueType::kFloat16, "float16"}};
+
+}  // namespace
+
+StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& config,
+                                             const std::string& save_dir,
+                                             const std::string& out_dir,
+                                             const ExportOptions& options) {
+  if (!std::isfinite(options.show_threshold) || options.show_threshold < 0) {
+    return Status::InvalidArgument("--show_threshold must be a finite number >= 0, got " +
+                                   number_text(options.show_threshold));
+  }
+  if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
+  table::io::FileEnv* env = table::io::FileEnv::posix();
+  // Only a complete save whose halves are the ones its model manifest names, as --mode infer
+  // and a resume require: a save cut short or with a replaced half is refused, naming it.
+  auto model_manifest = table::io::read_model_manifest(env, save_dir);
+  if (!model_manifest.ok()) {
+    return model_manifest.status().with_context("exporting save " + save_dir);
+  }
+  if (model_manifest->sparse.size() != 1) {
+    return Status::InvalidArgument(
+        "save " + save_dir + " keeps its sparse half on " +
+        std::to_string(model_manifest->sparse.size()) +
+        " servers: export reads one sparse half (save from an in-process run, or load the save "
+        "into one process first)");
+  }
+  GPUBOX_RETURN_IF_ERROR(table::io::check_halves(env, save_dir, *model_manifest, true)
+                             .with_context("exporting save " + save_dir));
+  const std::string sparse_dir = save_dir + "/sparse";
+  const std::string dense_dir = save_dir + "/dense";
+  auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");
+  if (!sparse_manifest.ok()) {
+    return sparse_manifest.status().with_context("exporting save " + save_dir);
+  }
+  if (auto mode = sparse_manifest->get("mode"); mode.ok() && mode.value() == "delta") {
+    return Status::InvalidArgument("save " + save_dir +
+                                   " is a delta save (only the rows changed since the previous "
+                                   "save): export a base or checkpoint save");
+  }
+  auto table = table::SparseTable::open(config.sparse, table::HostTableConfig{});
+  if (!table.ok()) return table.status();
+  GPUBOX_RETURN_IF_ERROR((*table)->load(sparse_dir).with_context("exporting save " + save_dir));
+  table::DenseTable dense;
+  GPUBOX_RETURN_IF_ERROR(dense.load(dense_dir).with_context("exporting save " + save_dir));
+  const auto block = dense.get("dense");
+  if (!block.has_value()) return Status::Corruption("save " + save_dir + " has no dense block");
+
+  auto staged = table::io::StagedSave::begin(env, out_dir);
+  if (!staged.ok()) return staged.status().with_context("exporting to " + out_dir);
+  const table::RowLayout& layout = (*table)->layout();
+  const int pull_dim = layout.pull_dim();
+  const float threshold = static_cast<float>(options.show_threshold);
+  ExportSummary summary;
+  std::string part;
+  uint64_t part_rows = 0;
+  std::vector<float> record(static_cast<std::size_t>(pull_dim));
+  Status written;
+  auto flush = [&] {
+    if (part_rows == 0 || !written.ok()) return;
+    summary.bytes += part.size();
+    written = (*staged)->add_file(part_name(summary.parts++), part, part_rows);
+    part.clear();
+    part_rows = 0;
+  };
+  GPUBOX_RETURN_IF_ERROR((*table)->for_each_row([&](uint64_t key, const float* row) {
+    ++summary.rows_in_save;
+    if (row[table::RowLayout::kShow] < threshold || !written.ok()) return;
+    table::fill_pull_record(row, layout, record.data());
+    append_raw(&part, key);
+    for (const float v : record) {
+      if (options.value_type == ValueType::kFloat16) {
+        append_raw(&part, float_to_half(v));
+      } else {
+        append_raw(&part, v);
+      }
+    }
+    ++summary.rows_exported;
+    if (++part_rows == options.rows_per_part) flush();
+  }));
+  flush();
+  GPUBOX_RETURN_IF_ERROR(written.with_context("exporting to " + out_dir));
+
+  std::string dense_bytes;
+  dense_bytes.reserve(block->values.size() * sizeof(float));
+  for (const float v : block->values) append_raw(&dense_bytes, v);
+  summary.dense_parameters = block->values.size();
+  summary.bytes += dense_bytes.size();
+  GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kDenseFile, dense_bytes, block->values.size()));
+
+  const trainer::DenseModelConfig model = config.dense_model_config();
+  const table::AccessorConfig& sparse = config.sparse;
+  std::map<std::string, std::string> properties = {
+      {"format", kServingFormat},
+      {"source_save", save_dir},
+      {"model", name_of(trainer::kModelKindNames, model.kind)},
+      {"slot_names", json_strings(config.sparse_slot_names())},
+      {"mf_dim", std::to_string(model.mf_dim)},
+      {"use_cvm", model.use_cvm ? "1" : "0"},
+      {"dense_dim", std::to_string(model.dense_dim)},
+      {"fc_sizes", join_ints(model.fc_sizes)},
+      {"label_name", json_quote(config.dataset.label_name)},
+      {"dense_name", json_quote(config.dataset.dense_name)},
+      {"feasign_first", config.dataset.feasign_first ? "1" : "0"},
+      {"value_type", name_of(kValueTypeNames, options.value_type)},
+      {"show_threshold", number_text(options.show_threshold)},
+      {"rows", std::to_string(summary.rows_exported)},
+      {"dense_parameters", std::to_string(summary.dense_parameters)},
+      {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.optimizer.kind)},
+      {"initial_range", number_text(sparse.optimizer.initial_range)},
+      {"sparse_seed", std::to_string(sparse.seed)}};
+  // Slots of several embedx widths (hyper_parameters.slot_dims): each slot's width, in slot
+  // order; mf_dim is then the records' (the widest class's).
+  if (!model.slot_dims.empty()) {
+    std::string widths;
+    for (const int dim : model.slot_dims)
+      widths += (widths.empty() ? "" : ",") + std::to_string(dim);
+    properties["slot_dims"] = widths;
+  }
+  if (model.kind == trainer::ModelKind::kDcnV2) {
+    properties["cross_layers"] = std::to_string(model.cross_layers);
+    properties["cross_rank"] = std::to_string(model.cross_rank);
+    properties["dcn_structure"] = name_of(trainer::kDcnStructureNames, model.dcn_structure);
+  }
+  GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
+  return summary;
+}
+
+StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
+  table::io::FileEnv* env = table::io::FileEnv::posix();
+  auto manifest = table::io::read_manifest(env, dir, kServingKind);
+  if (!manifest.ok()) return manifest.status().with_context("loading serving model " + dir);
+  const std::string where = dir + "/" + table::io::kManifestName;
+  ServingModel out;
+  ServingSpec& spec = out.spec_;
+  SpecReader read(*manifest, where);
+  if (const std::string format = read.text("format");
+      read.error().ok() && format != kServingFormat) {
+    return Status::Corruption(where + ": format '" + format + "' is not " + kServingFormat);
+  }
+  spec.model.kind = read.choice("model", trainer::kModelKindNames);
+  spec.slot_names = read.strings("slot_names");
+  spec.model.slots = static_cast<int>(spec.slot_names.size());
+  spec.model.mf_dim = static_cast<int>(read.integer("mf_dim", 0, 1 << 16));
+  spec.model.use_cvm = read.integer("use_cvm", 0, 1) != 0;
+  spec.model.dense_dim = static_cast<int>(read.integer("dense_dim", 0, 1 << 20));
+  spec.model.fc_sizes = read.sizes("fc_sizes");
+  if (spec.model.kind == trainer::ModelKind::kDcnV2) {  // written for dcn_v2 exports only
+    spec.model.cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
+    spec.model.cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
+    spec.model.dcn_structure = read.choice("dcn_structure", trainer::kDcnStructureNames);
+  }
+  if (const auto widths = manifest->properties.find("slot_dims");
+      widths != manifest->properties.end()) {
+    auto dims = config::parse_slot_widths_text(widths->second, spec.model.mf_dim, where);
+    if (!dims.ok()) return dims.status();
+    spec.model.slot_dims.assign(dims->begin(), dims->end());
+    if (static_cast<int>(spec.model.slot_dims.size()) != spec.model.slots) {
+      return Status::Corruption(where + ": 'slot_dims' has " +
+                                std::to_string(spec.model.slot_dims.size()) + " widths for " +
+                                std::to_string(spec.model.slots) + " slots");
+    }
+  }
+  spec.label_name = read.quoted("label_name");
+  spec.dense_name = read.quoted("dense_name");
+  spec.feasign_first = read.integer("feasign_first", 0, 1) != 0;
+  spec.value_type = read.choice("value_type", kValueTypeNames);
+  spec.show_threshold = read.real("show_threshold");
+  spec.rows = static_cast<uint64_t>(read.integer("rows", 0, INT64_MAX));
+  spec.dense_parameters = static_cast<uint64_t>(read.integer("dense_parameters", 0, INT64_MAX));
+  spec.sparse.optimizer.kind = read.choice("sparse_optimizer", table::kSparseOptimizerKindNames);
+  spec.sparse.mf_dim = spec.model.mf_dim;
+  spec.sparse.optimizer.initial_range = static_cast<float>(read.real("initial_range"));
+  spec.sparse.seed =
+      static_cast<uint64_t>(std::strtoull(read.text("sparse_seed").c_str(), nullptr, 10));
+  GPUBOX_RETURN_IF_ERROR(read.error());
+  if (spec.slot_names.empty()) return Status::Corruption(where + ": the model has no slot");
+  if (spec.rows >= table::KeyIndexMap::kAbsent) {
+    return Status::Corruption(where + ": " + std::to_string(spec.rows) + " rows is over the limit");
+  }
+
+  const std::size_t rec_bytes = record_bytes(spec.value_type, spec.pull_dim());
+  const std::size_t pull_dim = static_cast<std::size_t>(spec.pull_dim());
+  // Sizes first (the MANIFEST against itself and the files on disk), so the record storage is
+  // reserved once, from sizes that hold, before any file is read.
+  uint64_t rows_listed = 0;
+  for (const table::io::ManifestFile& file : manifest->files) {
+    if (file.name.rfind(kSparsePrefix, 0) != 0) continue;
+    const std::string path = dir + "/" + file.name;
+    std::error_code ec;
+    const uintmax_t on_disk = std::filesystem::file_size(path, ec);
+    if (ec || file.bytes != file.records * rec_bytes || on_disk != file.bytes) {
+      return Status::Corruption(path + ": " +
+                                (ec ? "missing" : std::to_string(on_disk) + " bytes") +
+                                ", the MANIFEST says " + std::to_string(file.records) +
+                                " records of " + std::to_string(rec_bytes) + " bytes");
+    }
+    rows_listed += file.records;
+  }
+  if (rows_listed != spec.rows) {
+    return Status::Corruption(where + ": says " + std::to_string(spec.rows) +
+                              " rows, its files hold " + std::to_string(rows_listed));
+  }
+  out.records_.reserve(spec.rows * pull_dim);
+  bool has_dense = false;
+  uint64_t rows_read = 0;
+  for (const table::io::ManifestFile& file : manifest->files) {
+    const std::string path = dir + "/" + file.name;
+    auto data = table::io::read_verified(env, dir, file);
+    if (!data.ok()) return data.status().with_context("loading serving model " + dir);
+    if (file.name == kDenseFile) {
+      if (data->size() != file.records * sizeof(float) || file.records != spec.dense_parameters) {
+        return Status::Corruption(path + ": " + std::to_string(data->size()) + " bytes for " +
+                                  std::to_string(file.records) + " parameters, the MANIFEST says " +
+                                  std::to_string(spec.dense_parameters));
+      }
+      out.dense_.resize(file.records);
+      if (!data->empty()) std::memcpy(out.dense_.data(), data->data(), data->size());
+      has_dense = true;
+      continue;
+    }
+    if (file.name.rfind(kSparsePrefix, 0) != 0) {
+      return Status::Corruption(where + ": unexpected file '" + file.name + "'");
+    }
+    if (data->size() != file.records * rec_bytes) {
+      return Status::Corruption(path + ": " + std::to_string(data->size()) + " bytes is not " +
+                                std::to_string(file.records) + " records of " +
+                                std::to_string(rec_bytes) + " bytes");
+    }
+    rows_read += file.records;
+    if (rows_read > spec.rows) {
+      return Status::Corruption(path + ": more rows than the MANIFEST's " +
+                                std::to_string(spec.rows));
+    }
+    for (uint64_t r = 0; r < file.records; ++r) {
+      const char* at = data->data() + r * rec_bytes;
+      const uint64_t key = read_raw<uint64_t>(at);
+      at += sizeof(uint64_t);
+      if (out.index_.find(key) != table::KeyIndexMap::kAbsent) {
+        return Status::Corruption(path + ": key " + std::to_string(key) + " appears twice");
+      }
+      out.index_.insert(key, static_cast<uint32_t>(out.records_.size() / pull_dim));
+      for (std::size_t f = 0; f < pull_dim; ++f) {
+        out.records_.push_back(spec.value_type == ValueType::kFloat16
+                                   ? half_to_float(read_raw<uint16_t>(at + 2 * f))
+                                   : read_raw<float>(at + 4 * f));
+      }
+    }
+  }
+  if (!has_dense) return Status::Corruption(where + ": no '" + kDenseFile + "' file");
+  if (rows_read != spec.rows) {
+    return Status::Corruption(where + ": says " + std::to_string(spec.rows) +
+                              " rows, the files hold " + std::to_string(rows_read));
+  }
+  return out;
+}
+
+void ServingModel::initial_record(uint64_t key, float* out) const {
+  const table::RowLayout layout = table::RowLayout::make(spec_.sparse.optimizer.kind,
+                                                         spec_.sparse.mf_dim, spec_.sparse.storage);
+  thread_local std::vector<float> row;  // one scratch row per thread: no allocation per key
+  row.resize(static_cast<std::size_t>(layout.stride()));
+  table::init_row(row.data(), layout, spec_.sparse, key, 0);
+  table::fill_pull_record(row.data(), layout, out);
+}
+
+}  // namespace gpubox::serving

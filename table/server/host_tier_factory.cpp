@@ -1,0 +1,30 @@
+#include "table/server/host_tier_factory.hpp"
+
+#include "table/server/remote_host_tier.hpp"
+#include "table/sparse_table.hpp"
+
+namespace gpubox::table {
+
+StatusOr<std::unique_ptr<HostTier>> make_host_tier(const AccessorConfig& accessor,
+                                                   const HostTierConfig& config) {
+  if (config.remote.endpoints.empty()) {
+    auto table = SparseTable::open(accessor, config.table);
+    if (!table.ok()) return table.status().with_context("opening the in-process host table");
+    return std::unique_ptr<HostTier>(std::move(table).value());
+  }
+  server::RemoteHostTierOptions options;
+  options.endpoints = config.remote.endpoints;
+  options.config = accessor;
+  options.auth_token = config.remote.auth_token;
+  options.deadline_s = config.remote.deadline_s;
+  options.connect_timeout_s = config.remote.connect_timeout_s;
+  options.connections_per_endpoint = config.remote.connections_per_endpoint;
+  auto remote = server::RemoteHostTier::connect(options);
+  if (!remote.ok()) {
+    return remote.status().with_context("cannot reach the host-tier servers " +
+                                        config.remote.endpoints);
+  }
+  return std::unique_ptr<HostTier>(std::move(remote).value());
+}
+
+}  // namespace gpubox::table

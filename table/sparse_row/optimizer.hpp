@@ -1,0 +1,261 @@
+// Sparse optimizers: one optimizer step for one row from one merged push record, on host and
+// card alike (GPUBOX_HD, no allocation, no exceptions): the card tier's HeterComm and, in the
+// async/sync parameter-server modes, gpubox_server apply the same rule. The row layout and the
+// accessor rules (init_row, maybe_create_embedx, row_score) come from
+// table/sparse_row/accessor.hpp; the update formulas are Paddle's sparse SGD rules
+// (ps/table/sparse_sgd_rule.cc, and for the GPU table GPUBox mirrors heter_ps/optimizer.cuh.h),
+// with g the step's gradient (below):
+//
+//   sgd          w -= lr * g
+//   adagrad      (SparseAdaGradSGDRule, one g2sum shared by the part, starting at 0)
+//                w -= lr * g * sqrt(initial_g2sum / (initial_g2sum + g2sum));
+//                g2sum += mean(g^2) over the part   (after the step: g2sum excludes this g)
+//   adam         (SparseAdamSGDRule, per-dim moments) lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow);
+//                m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w -= lr_t m / (sqrt(v) + eps);
+//                b1pow *= b1; b2pow *= b2
+//   shared_adam  (SparseSharedAdamSGDRule) as adam, but every dim starts from the part's shared
+//                m, v; afterwards the shared m, v are the means of the per-dim new m, v
+//
+// and every weight is clipped to the part's [min_bound, max_bound] after its update.
+//
+// The step's gradient. With show_scale (the default; Paddle's ctr_accessor_param.show_scale, and
+// always so in its GPU rules) the merged gradient (summed over the batch's occurrences of the
+// key, on every card) is divided by the key's show in that batch: a hot key takes a mean-gradient
+// step rather than one hundreds of times larger. GPUBox's addition, off by default: weight_decay
+// (L2, as Paddle optimizers' weight_decay / L2Decay) adds weight_decay * w, and l1_decay (L1, as
+// Paddle's L1Decay, embed_w only: PaddleRec logistic_regression's reg) adds l1_decay * sign(w)
+// (sign(0) = 0), on the steps a key takes:
+//   g = push_g / (show_scale ? max(push_show, 1) : 1) + weight_decay * w + l1_decay * sign(w)
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/macros.hpp"
+#include "table/sparse_row/accessor.hpp"
+
+namespace gpubox::table::optimizer {
+
+using table::AccessorConfig;
+using table::PartWeights;
+using table::RowLayout;
+using table::SparseOptimizerConfig;
+using table::SparseOptimizerKind;
+
+// Field offsets of the push record (RowLayout::push_dim() floats per key).
+struct PushRecord {
+  static constexpr int32_t kShow = 0;
+  static constexpr int32_t kClick = 1;
+  static constexpr int32_t kEmbedG = 2;
+  static constexpr int32_t kEmbedxG = 3;
+};
+
+// Hyper-parameters of one part of the row (embed_w or embedx). Plain data.
+struct PartRule {
+  float learning_rate;
+  float initial_g2sum;
+  float min_bound;
+  float max_bound;
+  float weight_decay;
+  float l1_decay;
+};
+
+GPUBOX_HD inline PartRule embed_rule(const SparseOptimizerConfig& cfg) {
+  return PartRule{cfg.learning_rate, cfg.initial_g2sum, cfg.min_bound,
+                  cfg.max_bound,     cfg.weight_decay,  cfg.l1_decay};
+}
+GPUBOX_HD inline PartRule embedx_rule(const SparseOptimizerConfig& cfg) {
+  return PartRule{cfg.mf_learning_rate, cfg.mf_initial_g2sum, cfg.mf_min_bound,
+                  cfg.mf_max_bound,     cfg.mf_weight_decay,  0.0f};
+}
+
+GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
+  return w < rule.min_bound ? rule.min_bound : (w > rule.max_bound ? rule.max_bound : w);
+}
+
+// The gradient of one weight for this step (see the file comment), read before w changes.
+GPUBOX_HD inline float step_gradient(float push_g, float w, const PartRule& rule, float scale) {
+  const float sign = w > 0.0f ? 1.0f : (w < 0.0f ? -1.0f : 0.0f);
+  return push_g / scale + rule.weight_decay * w + rule.l1_decay * sign;
+}
+
+// --- one part: w[dim], its optimizer state, its gradient g[dim] ---------------------------
+// The weights are read and written through PartWeights (sparse_row.hpp): each step computes in
+// fp32 and rounds once per weight on its write when the storage is 16-bit.
+
+// `g`: the pushed gradient; `scale`: its divisor (the key's show; see the file comment).
+GPUBOX_HD inline void sgd_update(PartWeights w, const float* g, int32_t dim, const PartRule& rule,
+                                 float scale) {
+  for (int32_t i = 0; i < dim; ++i) {
+    const float wi = w.get(i);
+    w.set(i, clip_weight(wi - rule.learning_rate * step_gradient(g[i], wi, rule, scale), rule));
+  }
+}
+
+// state: [g2sum]
+GPUBOX_HD inline void adagrad_update(PartWeights w, float* state, const float* g, int32_t dim,
+                                     const PartRule& rule, float scale) {
+  float& g2sum = state[0];
+  const float ratio = rule.learning_rate * sqrtf(rule.initial_g2sum / (rule.initial_g2sum + g2sum));
+  float add_g2sum = 0.0f;
+  for (int32_t i = 0; i < dim; ++i) {
+    const float wi = w.get(i);
+    const float gi = step_gradient(g[i], wi, rule, scale);
+    w.set(i, clip_weight(wi - ratio * gi, rule));
+    add_g2sum += gi * gi;
+  }
+  if (dim > 0) g2sum += add_g2sum / static_cast<float>(dim);
+}
+
+// Bias-corrected step size of adam / shared_adam (constant within one update).
+GPUBOX_HD inline float adam_step_size(float learning_rate, float beta1_pow, float beta2_pow) {
+  return learning_rate * sqrtf(1.0f - beta2_pow) / (1.0f - beta1_pow);
+}
+
+// state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]
+GPUBOX_HD inline void adam_update(PartWeights w, float* state, const float* g, int32_t dim,
+                                  const PartRule& rule, const SparseOptimizerConfig& cfg,
+                                  float scale) {
+  float* gsum = state;
+  float* g2sum = state + dim;
+  float& beta1_pow = state[2 * dim];
+  float& beta2_pow = state[2 * dim + 1];
+  const float b1 = cfg.beta1_decay_rate;
+  const float b2 = cfg.beta2_decay_rate;
+  const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
+  for (int32_t i = 0; i < dim; ++i) {
+    const float wi = w.get(i);
+    const float gi = step_gradient(g[i], wi, rule, scale);
+    gsum[i] = b1 * gsum[i] + (1.0f - b1) * gi;
+    g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * gi * gi;
+    w.set(i, clip_weight(wi - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule));
+  }
+  beta1_pow *= b1;
+  beta2_pow *= b2;
+}
+
+// state: [gsum, g2sum, beta1_pow, beta2_pow], moments shared by the part.
+GPUBOX_HD inline void shared_adam_update(PartWeights w, float* state, const float* g, int32_t dim,
+                                         const PartRule& rule, const SparseOptimizerConfig& cfg,
+                                         float scale) {
+  float& gsum = state[0];
+  float& g2sum = state[1];
+  float& beta1_pow = state[2];
+  float& beta2_pow = state[3];
+  const float b1 = cfg.beta1_decay_rate;
+  const float b2 = cfg.beta2_decay_rate;
+  const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
+  float sum_gsum = 0.0f;
+  float sum_g2sum = 0.0f;
+  for (int32_t i = 0; i < dim; ++i) {
+    const float wi = w.get(i);
+    const float gi = step_gradient(g[i], wi, rule, scale);
+    const float new_gsum = b1 * gsum + (1.0f - b1) * gi;
+    const float new_g2sum = b2 * g2sum + (1.0f - b2) * gi * gi;
+    w.set(i, clip_weight(wi - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule));
+    sum_gsum += new_gsum;
+    sum_g2sum += new_g2sum;
+  }
+  if (dim > 0) {
+    gsum = sum_gsum / static_cast<float>(dim);
+    g2sum = sum_g2sum / static_cast<float>(dim);
+  }
+  beta1_pow *= b1;
+  beta2_pow *= b2;
+}
+
+// One step of `kind` over one part. The kind is uniform over a batch, so the switch does not
+// diverge across card threads.
+GPUBOX_HD inline void update_part(SparseOptimizerKind kind, PartWeights w, float* state,
+                                  const float* g, int32_t dim, const PartRule& rule,
+                                  const SparseOptimizerConfig& cfg, float scale) {
+  switch (kind) {
+    case SparseOptimizerKind::kSgd:
+      sgd_update(w, g, dim, rule, scale);
+      break;
+    case SparseOptimizerKind::kAdagrad:
+      adagrad_update(w, state, g, dim, rule, scale);
+      break;
+    case SparseOptimizerKind::kAdam:
+      adam_update(w, state, g, dim, rule, cfg, scale);
+      break;
+    case SparseOptimizerKind::kSharedAdam:
+      shared_adam_update(w, state, g, dim, rule, cfg, scale);
+      break;
+  }
+}
+
+// --- one row -------------------------------------------------------------------------------
+
+// Applies one merged push record to `row` (the step of one key in one batch), in the order of
+// Paddle's accessors (CtrCommonAccessor::Update, heter_ps dy_mf_update_value):
+//   show/click += the push's show/click; delta_score += nonclk*(show-click) + clk*click of the
+//   push; unseen_days = 0; embed_w takes one optimizer step (when embed_threshold > 0: only once
+//   the row's new score reaches it; by default always, as in Paddle); then, if the embedx part
+//   existed before this step it takes one step, otherwise it is created when the row's new
+//   score reaches embedx_threshold (its gradient of this step is not applied).
+// Returns true when this step created the embedx part. `row` is a row of `layout`'s optimizer,
+// of any width (its own layout, RowLayout::of_row, is used); `push` holds at least its width.
+GPUBOX_HD inline bool apply_push(float* row, const RowLayout& any_layout, const AccessorConfig& cfg,
+                                 uint64_t key, const float* push) {
+  const RowLayout layout = any_layout.of_row(row);
+  const float show = push[PushRecord::kShow];
+  const float click = push[PushRecord::kClick];
+  row[RowLayout::kShow] += show;
+  row[RowLayout::kClick] += click;
+  row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  row[RowLayout::kUnseenDays] = 0.0f;
+  // A key without a show takes its gradient as is.
+  const float scale = cfg.show_scale && show > 1.0f ? show : 1.0f;
+
+  // Below embed_threshold a key is counted but not learned: the weights of keys seen a few
+  // times are what a dnn memorises in a second epoch over the same data (BENCHMARKS.md).
+  const SparseOptimizerConfig& opt = cfg.optimizer;
+  if (cfg.embed_threshold <= 0.0f || table::row_score(row, cfg) >= cfg.embed_threshold) {
+    update_part(opt.kind, PartWeights{row, layout, false}, row + RowLayout::kEmbedState,
+                push + PushRecord::kEmbedG, 1, embed_rule(opt), opt, scale);
+  }
+
+  if (row[layout.mf_size()] > 0.0f) {
+    update_part(opt.kind, PartWeights{row, layout, true}, row + layout.embedx_state(),
+                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(opt), opt, scale);
+    return false;
+  }
+  return table::maybe_create_embedx(row, layout, cfg, key);
+}
+
+// Geo mode (runner.sync_mode: geo): adds a trainer's delta to `row`. `delta` has the push
+// record's shape (show, click, embed_w, embedx_w[mf_dim]): the change of the trainer's local
+// copy since it last synced. show/click, delta_score and unseen_days change as a push's would;
+// the weights move by the delta, clipped to their bounds. An embedx part the row lacks is
+// created at `key`'s initial values (create_embedx) when the delta carries one: a trainer
+// created it locally at those same values, and its delta is the change since then, so the
+// initial values count once however many trainers created the part.
+GPUBOX_HD inline void apply_delta(float* row, const RowLayout& any_layout,
+                                  const AccessorConfig& cfg, uint64_t key, const float* delta) {
+  const RowLayout layout = any_layout.of_row(row);
+  const float show = delta[PushRecord::kShow];
+  const float click = delta[PushRecord::kClick];
+  row[RowLayout::kShow] += show;
+  row[RowLayout::kClick] += click;
+  row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  row[RowLayout::kUnseenDays] = 0.0f;
+  const SparseOptimizerConfig& opt = cfg.optimizer;
+  table::write_embed_w(
+      row, layout,
+      clip_weight(table::read_embed_w(row, layout) + delta[PushRecord::kEmbedG], embed_rule(opt)));
+  const float* dx = delta + PushRecord::kEmbedxG;
+  if (row[layout.mf_size()] <= 0.0f) {
+    bool carries = false;
+    for (int32_t i = 0; i < layout.mf_dim; ++i) carries = carries || dx[i] != 0.0f;
+    if (!carries) return;
+    table::create_embedx(row, layout, cfg, key);
+  }
+  const PartRule rule = embedx_rule(opt);
+  for (int32_t i = 0; i < layout.mf_dim; ++i) {
+    table::write_embedx_w(row, layout, i,
+                          clip_weight(table::read_embedx_w(row, layout, i) + dx[i], rule));
+  }
+}
+
+}  // namespace gpubox::table::optimizer

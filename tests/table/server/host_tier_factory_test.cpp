@@ -1,0 +1,157 @@
+// The host-tier factory and the host-tier keys: every setting of the config reaches the tier it
+// builds. The key table's defaults are the structs' defaults; each key, set to a non-default
+// value, arrives in its field; the in-process table is opened with that table config (disk tier
+// included) and the remote client with those endpoints, token and timeouts (a loopback server
+// that requires the token accepts it and refuses a client without it).
+#include "table/server/host_tier_factory.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/config/config_document.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "table/server/server.hpp"
+#include "table/sparse_config.hpp"
+#include "table/sparse_table.hpp"
+
+namespace gpubox::table {
+namespace {
+
+namespace fs = std::filesystem;
+
+HostTierConfig from_overrides(const std::vector<std::string>& overrides) {
+  auto doc = config::ConfigDocument::parse("runner:\n  epochs: 1\n", ".", overrides, "test");
+  EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+  return host_tier_config_from(*doc);
+}
+
+TEST(HostTierConfigFrom, DefaultsAreTheStructDefaults) {
+  const HostTierConfig got = from_overrides({});
+  const HostTableConfig table;
+  const RemoteTierConfig remote;
+  EXPECT_EQ(got.table.shards, table.shards);
+  EXPECT_EQ(got.table.save_form, table.save_form);
+  EXPECT_EQ(got.table.rocksdb_path, table.rocksdb_path);
+  EXPECT_EQ(got.table.memory_row_budget, table.memory_row_budget);
+  EXPECT_EQ(got.table.memory_budget_bytes, table.memory_budget_bytes);
+  EXPECT_EQ(got.table.cold_after_days, table.cold_after_days);
+  EXPECT_EQ(got.remote.endpoints, "");  // from the launcher, never the config
+  EXPECT_EQ(got.remote.auth_token, "");
+  EXPECT_EQ(got.remote.deadline_s, remote.deadline_s);
+  EXPECT_EQ(got.remote.connect_timeout_s, remote.connect_timeout_s);
+  EXPECT_EQ(got.remote.connections_per_endpoint, remote.connections_per_endpoint);
+}
+
+TEST(HostTierConfigFrom, EveryKeyReachesItsField) {
+  const HostTierConfig got = from_overrides(
+      {"runner.host_table_shards=5", "runner.save_form=text", "runner.rocksdb_path=/tmp/disk",
+       "runner.host_memory_row_budget=1234", "runner.host_memory_mb=3", "runner.cold_after_days=9",
+       "runner.server_timeout_s=7.5", "runner.server_connect_timeout_s=0.25",
+       "runner.server_connections=3"});
+  EXPECT_EQ(got.table.shards, 5u);
+  EXPECT_EQ(got.table.save_form, SaveForm::kText);
+  EXPECT_EQ(got.table.rocksdb_path, "/tmp/disk");
+  EXPECT_EQ(got.table.memory_row_budget, 1234u);
+  EXPECT_EQ(got.table.memory_budget_bytes, uint64_t{3} << 20);
+  EXPECT_EQ(got.table.cold_after_days, 9);
+  EXPECT_EQ(got.remote.deadline_s, 7.5);
+  EXPECT_EQ(got.remote.connect_timeout_s, 0.25);
+  EXPECT_EQ(got.remote.connections_per_endpoint, 3);
+}
+
+TEST(HostTierConfigFrom, OutOfRangeValuesAreErrorsNamingTheKey) {
+  for (const std::string bad : {"runner.host_table_shards=0", "runner.server_connections=0",
+                                "runner.save_form=csv", "runner.server_timeout_s=0"}) {
+    auto doc = config::ConfigDocument::parse("runner:\n  epochs: 1\n", ".", {bad}, "test");
+    ASSERT_FALSE(doc.ok()) << bad;
+    EXPECT_NE(doc.status().message().find(bad.substr(0, bad.find('='))), std::string::npos)
+        << doc.status().to_string();
+  }
+}
+
+AccessorConfig accessor() {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = SparseOptimizerKind::kAdagrad;
+  cfg.mf_dim = 4;
+  cfg.seed = 3;
+  return cfg;
+}
+
+TEST(MakeHostTier, InProcessTableGetsTheTableConfigAndItsDiskTier) {
+  const fs::path disk =
+      fs::temp_directory_path() / ("gpubox_factory_" + std::to_string(::getpid()));
+  fs::remove_all(disk);
+  HostTierConfig config =
+      from_overrides({"runner.host_table_shards=3", "runner.save_form=text",
+                      "runner.rocksdb_path=" + disk.string(), "runner.host_memory_row_budget=6",
+                      "runner.cold_after_days=2"});
+  auto tier = make_host_tier(accessor(), config);
+  ASSERT_TRUE(tier.ok()) << tier.status().to_string();
+  auto* table = dynamic_cast<SparseTable*>(tier->get());
+  ASSERT_NE(table, nullptr) << "no endpoints: the in-process table";
+  EXPECT_EQ(table->table_config().shards, 3u);
+  EXPECT_EQ(table->table_config().save_form, SaveForm::kText);
+  EXPECT_EQ(table->table_config().rocksdb_path, disk.string());
+  EXPECT_EQ(table->table_config().memory_row_budget, 6u);
+  EXPECT_EQ(table->table_config().cold_after_days, 2);
+  EXPECT_EQ(table->config().seed, 3u);
+  // The disk tier works: over the memory budget, rows go to disk and come back unchanged.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 64; ++k) keys.push_back(k * 7919);
+  std::vector<float> rows(keys.size() * table->layout().stride());
+  ASSERT_TRUE(table->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+  auto stats = table->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->rows_on_disk, 0u);
+  EXPECT_LE(stats->rows_in_memory, 6u + 3u);  // each shard keeps max(1, budget / shards)
+  std::vector<float> again(rows.size());
+  ASSERT_TRUE(table->pull(keys.data(), nullptr, keys.size(), again.data(), nullptr).ok());
+  EXPECT_EQ(rows, again);
+  tier->reset();
+  fs::remove_all(disk);
+}
+
+TEST(MakeHostTier, RemoteClientGetsTheEndpointsTokenAndTimeouts) {
+  auto table = SparseTable::open(accessor(), HostTableConfig{});
+  ASSERT_TRUE(table.ok());
+  server::ServerOptions server_options;
+  server_options.port = 0;
+  server_options.auth_token = "s3cret-0123456789abcdef0123456789ab";
+  auto server = server::Server::start(table->get(), server_options);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  HostTierConfig config =
+      from_overrides({"runner.server_timeout_s=1.5", "runner.server_connect_timeout_s=0.2",
+                      "runner.server_connections=3"});
+  config.remote.endpoints = (*server)->endpoint();
+  config.remote.auth_token = "s3cret-0123456789abcdef0123456789ab";
+  auto tier = make_host_tier(accessor(), config);
+  ASSERT_TRUE(tier.ok()) << tier.status().to_string();
+  auto* remote = dynamic_cast<server::RemoteHostTier*>(tier->get());
+  ASSERT_NE(remote, nullptr) << "endpoints given: the remote tier";
+  EXPECT_EQ(remote->options().endpoints, (*server)->endpoint());
+  EXPECT_EQ(remote->options().auth_token, "s3cret-0123456789abcdef0123456789ab");
+  EXPECT_EQ(remote->options().deadline_s, 1.5);
+  EXPECT_EQ(remote->options().connect_timeout_s, 0.2);
+  EXPECT_EQ(remote->options().connections_per_endpoint, 3);
+  EXPECT_EQ(remote->config().seed, 3u);
+  uint64_t key = 42;
+  std::vector<float> row(remote->layout().stride());
+  EXPECT_TRUE(remote->pull(&key, nullptr, 1, row.data(), nullptr).ok());
+
+  // Without the token the server refuses the client: the error names the servers.
+  config.remote.auth_token.clear();
+  auto refused = make_host_tier(accessor(), config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find((*server)->endpoint()), std::string::npos)
+      << refused.status().to_string();
+  tier->reset();
+  (*server)->stop();
+  (*server)->wait();
+}
+
+}  // namespace
+}  // namespace gpubox::table
