@@ -34,6 +34,41 @@ struct PartFile {
   bool deletions = false;
 };
 
+// The records of a listed part (or deletion) file, a chunk at a time (kLoadChunkBytes), to
+// `on_records`: what SparseTable::load verifies in a first pass and applies in a second. The
+// record count is checked against the MANIFEST at the end.
+using PartRecords = std::function<Status(const std::vector<uint64_t>&, const std::vector<float>&)>;
+Status stream_part(io::FileEnv* fs, const std::string& path, const PartFile& f, SaveForm form,
+                   const RecordShape& shape, const PartRecords& on_records) {
+  RecordShape keys_only;
+  keys_only.fixed = 0;
+  const std::string file = path + "/" + f.entry->name;
+  std::vector<uint64_t> keys;
+  std::vector<float> recs;
+  RecordChunk at;
+  uint64_t records = 0;
+  GPUBOX_RETURN_IF_ERROR(io::read_verified_chunks(
+      fs, path, *f.entry, kLoadChunkBytes,
+      [&](const char* data, std::size_t n, bool last) -> StatusOr<std::size_t> {
+        keys.clear();
+        recs.clear();
+        at.last = last;
+        auto took = parse_record_chunk(form, data, n, f.deletions ? keys_only : shape, file, at,
+                                       &keys, &recs);
+        if (!took.ok()) return took.status();
+        at.byte += took->bytes;
+        at.line += took->lines;
+        records += keys.size();
+        GPUBOX_RETURN_IF_ERROR(on_records(keys, recs));
+        return took->bytes;
+      }));
+  if (records != f.entry->records) {
+    return Status::Corruption(file + ": " + std::to_string(records) + " records, MANIFEST says " +
+                              std::to_string(f.entry->records));
+  }
+  return Status::OK();
+}
+
 // slot_dims as a save's MANIFEST records it: "slot:dim" by ascending slot, comma-separated.
 std::map<int32_t, int32_t> slot_dims_map(const SlotDims& dims) {
   std::map<int32_t, int32_t> out;
@@ -232,37 +267,10 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   // Pass 1 reads and parses every file without touching the table: a corrupt or partial save
   // is refused before anything already in the table is lost. Pass 2 applies. Both stream each
   // file in chunks (kLoadChunkBytes): a load holds a chunk per thread, not its files.
-  RecordShape keys_only;
-  keys_only.fixed = 0;
-  using Records = std::function<Status(const std::vector<uint64_t>&, const std::vector<float>&)>;
-  auto read_file = [&](const PartFile& f, const Records& on_records) -> Status {
-    const std::string file = path + "/" + f.entry->name;
-    std::vector<uint64_t> keys;
-    std::vector<float> recs;
-    RecordChunk at;
-    uint64_t records = 0;
-    GPUBOX_RETURN_IF_ERROR(io::read_verified_chunks(
-        fs, path, *f.entry, kLoadChunkBytes,
-        [&](const char* data, std::size_t n, bool last) -> StatusOr<std::size_t> {
-          keys.clear();
-          recs.clear();
-          at.last = last;
-          auto took = parse_record_chunk(*form, data, n, f.deletions ? keys_only : shape, file, at,
-                                         &keys, &recs);
-          if (!took.ok()) return took.status();
-          at.byte += took->bytes;
-          at.line += took->lines;
-          records += keys.size();
-          GPUBOX_RETURN_IF_ERROR(on_records(keys, recs));
-          return took->bytes;
-        }));
-    if (records != f.entry->records) {
-      return Status::Corruption(file + ": " + std::to_string(records) + " records, MANIFEST says " +
-                                std::to_string(f.entry->records));
-    }
-    return Status::OK();
+  auto read_file = [&](const PartFile& f, const PartRecords& on_records) {
+    return stream_part(fs, path, f, *form, shape, on_records);
   };
-  const Records check_only = [](const std::vector<uint64_t>&, const std::vector<float>&) {
+  const PartRecords check_only = [](const std::vector<uint64_t>&, const std::vector<float>&) {
     return Status::OK();
   };
   GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
