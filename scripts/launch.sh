@@ -88,7 +88,6 @@ pod_ip="${POD_IP:-127.0.0.1}"
 role="${TRAINING_ROLE:-}"
 [ -z "$role" ] || [ "$role" = PSERVER ] || [ "$role" = TRAINER ] ||
   die "TRAINING_ROLE='$role': expected PSERVER or TRAINER (or unset: both)"
-port_in_use() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }  # IP PORT
 is_loopback() { case "$1" in 127.* | localhost) return 0 ;; esac; return 1; }
 
 if [ -n "$collective" ]; then
@@ -112,15 +111,11 @@ else
   is_count "${server_num:-}" || die "--server_num must be a positive count (or use --servers; --help)"
   is_count "${worker_num:-}" || die "--worker_num must be a positive count (or use --workers; --help)"
   servers=() workers=()
-  port=29100
-  for ((i = 0; i < server_num; i++)); do
-    while port_in_use 127.0.0.1 "$port"; do port=$((port + 1)); done
-    servers+=("127.0.0.1:$port")
-    port=$((port + 1))
-  done
+  # Port 0: each server's port is the kernel's choice at bind time (read back from its log
+  # below), so launches side by side never race for one.
+  for ((i = 0; i < server_num; i++)); do servers+=("127.0.0.1:0"); done
   for ((i = 0; i < worker_num; i++)); do workers+=("127.0.0.1:0"); done
 fi
-server_csv="$(IFS=,; echo "${servers[*]}")"
 
 # Processes started here: pid, what it is, its log.
 pids=() names=() logs=() kinds=()
@@ -182,9 +177,14 @@ if [ "$role" != TRAINER ]; then
       sleep 0.1
     done
     grep -q "listening on" "$logf" || die "gpubox_server $i did not listen within 60 s; see $logf"
+    if [ "$port" = 0 ]; then
+      port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$logf" | head -n 1)"
+      servers[$i]="$ip:$port"
+    fi
     echo "launch: gpubox_server $i on $ip:$port (log: $logf)"
   done
 fi
+server_csv="$(IFS=,; echo "${servers[*]}")"
 
 # The workers to start here.
 mine=()

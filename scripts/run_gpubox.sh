@@ -12,7 +12,7 @@
 #   --servers S    local gpubox_servers to start (PADDLE_PSERVER_NUMS=S)
 # Environment (PADDLE_* or GPUBOX_* names):
 #   PADDLE_PSERVERS_IP_PORT_LIST  servers "ip:port,ip:port"; unset: PADDLE_PSERVER_NUMS (default 1)
-#                                 local gpubox_servers are started on free ports (29011 up).
+#                                 local gpubox_servers are started on ports the kernel picks.
 #                                 Set with TRAINING_ROLE unset (what PaddleRec's
 #                                 tools/run_gpubox.sh exports): the endpoints of this machine
 #                                 that nobody serves yet are started, as PaddleRec starts them
@@ -178,7 +178,8 @@ if [ "$role" != "TRAINER" ]; then
   if [ -n "$model_root" ]; then mkdir -p "$model_root"; fi
 fi
 
-# start_server INDEX PORT SHARD_ID SHARD_NUM: starts one gpubox_server, waits until it listens.
+# start_server INDEX PORT SHARD_ID SHARD_NUM: starts one gpubox_server, waits until it listens;
+# sets listened_port to the port it reports (the kernel's choice when PORT is 0).
 start_server() {
   local index=$1 port=$2 shard_id=$3 shard_num=$4
   local logf="log/pserver.$index.log"
@@ -192,7 +193,10 @@ start_server() {
   # A server that is alive keeps its chance (under load its start has taken over 10 s); one that
   # exits is reported at once.
   for _ in $(seq 1 600); do
-    if grep -q "listening on" "$logf" 2>/dev/null; then return 0; fi
+    if grep -q "listening on" "$logf" 2>/dev/null; then
+      listened_port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$logf" | head -n 1)"
+      return 0
+    fi
     if ! kill -0 "${server_pids[-1]}" 2>/dev/null; then
       echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2
       tail -n 20 "$logf" >&2
@@ -229,13 +233,12 @@ fi
 
 if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; then
   make_token
-  port=29010
+  # Port 0: the kernel picks a free port at bind time, so two jobs started side by side never
+  # race for one (a probe-then-bind did, under parallel tests).
   for ((i = 0; i < pserver_nums; i++)); do
-    port=$((port + 1))
-    while port_in_use "$port"; do port=$((port + 1)); done
-    start_server "$i" "$port" "$i" "$pserver_nums"
-    servers="${servers:+$servers,}127.0.0.1:$port"
-    echo "run_gpubox: gpubox_server on 127.0.0.1:$port (log/pserver.$i.log)"
+    start_server "$i" 0 "$i" "$pserver_nums"
+    servers="${servers:+$servers,}127.0.0.1:$listened_port"
+    echo "run_gpubox: gpubox_server on 127.0.0.1:$listened_port (log/pserver.$i.log)"
   done
 elif [ -n "$servers" ] && [ -z "$role" ]; then
   # PaddleRec's launcher exports the list and starts its servers itself (TRAINING_ROLE is set
