@@ -366,6 +366,7 @@ std::optional<Reply> Server::Impl::barrier_arrive(const std::shared_ptr<Session>
     barrier_waiters_ -= static_cast<std::size_t>(barrier.waiters.end() - gone);
     barrier.waiters.erase(gone, barrier.waiters.end());
     if (!session->peer_still_waiting()) {  // sent BARRIER and left: it does not count either
+      barrier_waiters_dropped.fetch_add(1, std::memory_order_relaxed);
       if (barrier.waiters.empty()) barriers_.erase(req->name);
       return error_reply(header, Status::Aborted("BARRIER '" + req->name + "': the client left"));
     }
