@@ -91,6 +91,43 @@ grep -q "does not exist" out.txt || fail "the worker's error is not shown"
 ports="$(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\).*/\1/p' out.txt)"
 for p in $ports; do ! port_in_use "$p" || fail "server port $p still served after a failure"; done
 
+# A PS trainer killed (SIGKILL) with no launcher beside it to notice (trainers on other
+# machines): the other trainer ends within runner.peer_timeout_s and the exit grace (5 s),
+# naming it, instead of waiting runner.collective_timeout_s (300 s) at its next barrier.
+rm -rf log && mkdir -p log
+bin="$GPUBOX_BUILD_DIR/bin"
+"$bin/gpubox_server" --port 0 --bind 127.0.0.1 --config "$repo/configs/config_ps.yaml" >log/lost.server 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 600); do grep -q "listening on" log/lost.server && break; sleep 0.1; done
+port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' log/lost.server)"
+[ -n "$port" ] || { cat log/lost.server; fail "lost trainer: no server"; }
+ps_trainer() {  # ID: a trainer of a 2-trainer async job that trains until stopped (run with &)
+  exec env PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port" PADDLE_TRAINERS_NUM=2 PADDLE_TRAINER_ID="$1" \
+    POD_IP=127.0.0.1 "$bin/gpubox_train" --config "$repo/configs/config_ps.yaml" \
+    -o runner.epochs=1000 -o runner.peer_timeout_s=2 -o runner.metrics_path= \
+    -o runner.model_save_path= >"log/lost.$1" 2>&1
+}
+ps_trainer 0 &
+survivor=$!
+ps_trainer 1 &
+victim=$!
+for _ in $(seq 1 600); do grep -q "^pass: 1" log/lost.1 2>/dev/null && break; sleep 0.1; done
+grep -q "^pass: 1" log/lost.1 || { cat log/lost.1; fail "lost trainer: trainer 1 trained no pass"; }
+kill -KILL "$victim"
+start=$SECONDS
+status=0
+timeout 60 tail --pid="$survivor" -f /dev/null || true
+if kill -0 "$survivor" 2>/dev/null; then
+  kill -KILL "$survivor"; tail -n 20 log/lost.0; fail "lost trainer: the survivor still ran 60 s later"
+fi
+wait "$survivor" || status=$?
+[ "$status" != 0 ] || fail "lost trainer: the survivor exited 0"
+grep -q "lost trainer 1 of 2" log/lost.0 || { tail -n 20 log/lost.0; fail "lost trainer: not named"; }
+[ $((SECONDS - start)) -lt 30 ] || fail "lost trainer: the survivor took $((SECONDS - start)) s"
+kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
+trap 'rm -rf "$work"' EXIT
+
 # Collective mode as fleetrun --gpus=0,1 starts it: no servers; 1 trainer on both cards, then 2
 # trainers of one card each (the shipped config_collective.yaml, saves included), logs as fleetrun's.
 for workers in 1 2; do

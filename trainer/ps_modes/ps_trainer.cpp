@@ -25,7 +25,9 @@
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/ps_modes/job_steady_loss.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/thread_barrier.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dense_state.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -44,38 +46,6 @@ constexpr const char* kBatchesTable = "ps_sync_batches";
 // What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
 // succeeded, else 0; the pass it goes on with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
-// The threads of one trainer meeting at each sync step. abort() wakes every waiter with the
-// failure of another thread, so no thread waits for one that has died.
-class ThreadBarrier {
- public:
-  explicit ThreadBarrier(int parties) : parties_(parties) {}
-  void wait() {
-    MutexLock lock(mu_);
-    if (!aborted_.empty()) GPUBOX_FAIL("stopped: ", aborted_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    while (generation_ == generation && aborted_.empty()) cv_.wait(lock);
-    if (generation_ == generation) GPUBOX_FAIL("stopped: ", aborted_);
-  }
-  void abort(const std::string& why) {
-    MutexLock lock(mu_);
-    if (aborted_.empty()) aborted_ = why.empty() ? "another training thread failed" : why;
-    cv_.notify_all();
-  }
-
- private:
-  Mutex mu_;
-  CondVar cv_;
-  const int parties_;
-  int arrived_ GPUBOX_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ GPUBOX_GUARDED_BY(mu_) = 0;
-  std::string aborted_ GPUBOX_GUARDED_BY(mu_);
-};
 
 std::vector<float> one_hot(int size, int index, float value) {
   std::vector<float> v(static_cast<std::size_t>(size), 0.0f);
@@ -131,6 +101,7 @@ struct PsTrainer::State {
   std::vector<float> batches_seen;  // sync: kBatchesTable as this trainer last read it
   std::unique_ptr<SaveLineage> lineage;
   std::vector<double> metric_sums;  // the last pass's, over this trainer's threads
+  PsPeerWatch* watch = nullptr;     // while train() runs a job of several trainers
 };
 
 PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
@@ -171,6 +142,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
+        throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
       },
       "ps/start", "to start the job");
   for (auto& worker : s.workers) {
@@ -428,6 +400,11 @@ std::size_t PsTrainer::train_threads(PassData& data, int64_t pass) {
         dataset::Batch batch;
         std::size_t b = 0;
         for (; next_batch(t, b, &batch); ++b) {
+          if (s.watch != nullptr) {
+            if (const std::string lost = s.watch->lost(); !lost.empty()) {
+              GPUBOX_FAIL("pass ", pass, ", step ", b, ": ", lost);
+            }
+          }
           worker.train_step(batch, pass, static_cast<int64_t>(b));
           const bool dense_step = (b + 1) % dense_every == 0;
           if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(dense_scale);
@@ -572,7 +549,28 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
 }
 
 std::vector<PassReport> PsTrainer::train(const std::string& start_from) {
-  return run_epochs(*this, config_, start_from, loaded_);
+  State& s = *state_;
+  // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
+  // stops beating when train() ends, by an error too (the others then see this trainer lost).
+  std::unique_ptr<PsPeerWatch> watch;
+  if (env_.trainers > 1) {
+    PsPeerWatchOptions options;
+    options.peer_timeout_s = config_.runner.peer_timeout_s;
+    watch = std::make_unique<PsPeerWatch>(*s.servers, env_.trainer_id, env_.trainers, options);
+  }
+  s.watch = watch.get();
+  struct Unwatch {
+    State& s;
+    ~Unwatch() { s.watch = nullptr; }
+  } unwatch{s};
+  std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_);
+  if (watch) {
+    if (const Status told = watch->finish(); !told.ok()) {
+      GPUBOX_LOG(WARNING) << told.to_string() << " (training is complete; a trainer still "
+                          << "running may report this one lost)";
+    }
+  }
+  return reports;
 }
 
 table::HostTier& PsTrainer::host_tier() { return *state_->servers; }

@@ -1,0 +1,173 @@
+// PsPeerWatch (the PS modes' lost-peer watch) against a loopback gpubox_server: trainers that
+// beat see each other alive; one whose beats stop before it finished is named lost within about
+// runner.peer_timeout_s, once; one that finished is never named; a stopped server is named by
+// address; a table left by an earlier job is zeroed by reset().
+#include "trainer/ps_modes/ps_peer_watch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/thread_annotations.hpp"
+#include "table/server/ps_protocol.hpp"
+#include "tests/table/server/fake_host_tier.hpp"
+#include "tests/table/server/server_test_util.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::testing::client_options;
+using table::server::testing::connect_client;
+using table::server::testing::FakeHostTier;
+using table::server::testing::start_server;
+using table::server::testing::test_config;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kTimeout =
+    1.0;  // runner.peer_timeout_s of these tests (a loaded machine still beats)
+
+// The losses one watch reported (its callback; the process is never ended: exit_grace_s 0).
+class Losses {
+ public:
+  std::function<void(const std::string&)> callback() {
+    return [this](const std::string& reason) {
+      MutexLock lock(mu_);
+      reasons_.push_back(reason);
+      at_ = Clock::now();
+    };
+  }
+  std::vector<std::string> reasons() const {
+    MutexLock lock(mu_);
+    return reasons_;
+  }
+  Clock::time_point at() const {
+    MutexLock lock(mu_);
+    return at_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::vector<std::string> reasons_ GPUBOX_GUARDED_BY(mu_);
+  Clock::time_point at_ GPUBOX_GUARDED_BY(mu_);
+};
+
+PsPeerWatchOptions options() {
+  PsPeerWatchOptions o;
+  o.peer_timeout_s = kTimeout;
+  o.exit_grace_s = 0;
+  return o;
+}
+
+class PsPeerWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = start_server(&table_);
+    ASSERT_TRUE(server_);
+    for (int i = 0; i < 3; ++i) {
+      clients_.push_back(connect_client(client_options(server_->endpoint())));
+      ASSERT_TRUE(clients_.back());
+    }
+  }
+  // The job's start (trainer 0): the table sized for `trainers`.
+  void reset(int trainers) { ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], trainers).ok()); }
+
+  FakeHostTier table_{test_config()};
+  std::unique_ptr<table::server::Server> server_;
+  std::vector<std::unique_ptr<table::server::RemoteHostTier>> clients_;
+};
+
+TEST_F(PsPeerWatchTest, TrainersThatBeatAreNeverLost) {
+  reset(3);
+  Losses losses;
+  std::vector<std::unique_ptr<PsPeerWatch>> watches;
+  for (int t = 0; t < 3; ++t) {
+    watches.push_back(std::make_unique<PsPeerWatch>(*clients_[static_cast<std::size_t>(t)], t, 3,
+                                                    options(), losses.callback()));
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(4 * kTimeout));
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
+  for (auto& watch : watches) EXPECT_EQ(watch->lost(), "");
+}
+
+TEST_F(PsPeerWatchTest, ATrainerWhoseBeatsStopIsNamedOnceWithinTheTimeout) {
+  reset(3);
+  Losses survivor_losses;
+  Losses other_losses;
+  PsPeerWatch survivor(*clients_[0], 0, 3, options(), survivor_losses.callback());
+  PsPeerWatch other(*clients_[2], 2, 3, options(), other_losses.callback());
+  Clock::time_point died;
+  {
+    PsPeerWatch dying(*clients_[1], 1, 3, options());
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * kTimeout));
+    died = Clock::now();
+  }  // trainer 1's process "dies": no finish()
+  std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout));
+  for (const Losses* losses : {&survivor_losses, &other_losses}) {
+    const auto reasons = losses->reasons();
+    ASSERT_EQ(reasons.size(), 1u);
+    EXPECT_NE(reasons[0].find("lost trainer 1 of 3"), std::string::npos) << reasons[0];
+    EXPECT_NE(reasons[0].find("runner.peer_timeout_s"), std::string::npos) << reasons[0];
+    EXPECT_NE(reasons[0].find(server_->endpoint()), std::string::npos) << reasons[0];
+    const double after = std::chrono::duration<double>(losses->at() - died).count();
+    EXPECT_GE(after, kTimeout * 0.8);  // not before its silence reached the timeout
+    EXPECT_LE(after, kTimeout * 3.5);  // within the timeout and a few beat intervals
+  }
+  EXPECT_NE(survivor.lost().find("lost trainer 1"), std::string::npos);
+}
+
+TEST_F(PsPeerWatchTest, ATrainerThatFinishedIsNeverLost) {
+  reset(2);
+  Losses losses;
+  PsPeerWatch survivor(*clients_[0], 0, 2, options(), losses.callback());
+  {
+    PsPeerWatch done(*clients_[1], 1, 2, options());
+    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(done.finish().ok());
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(4 * kTimeout));
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
+}
+
+TEST_F(PsPeerWatchTest, AStoppedServerIsNamedByAddress) {
+  reset(2);
+  Losses losses;
+  const std::string endpoint = server_->endpoint();
+  PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
+  PsPeerWatch peer(*clients_[1], 1, 2, options());
+  std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+  server_->stop();
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (watch.lost().empty() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string lost = watch.lost();
+  EXPECT_NE(lost.find("lost server " + endpoint), std::string::npos) << lost;
+}
+
+TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
+  reset(2);
+  {
+    PsPeerWatch old(*clients_[1], 1, 2, options());
+    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(old.finish().ok());
+  }
+  ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2).ok());
+  std::vector<float> values(4, 0.0f);
+  ASSERT_TRUE(clients_[0]
+                  ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
+                  .ok());
+  EXPECT_EQ(values, std::vector<float>(4, 0.0f));
+  // A new job's trainer 1 that never beats is lost again: the old finished flag is gone.
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
+  std::this_thread::sleep_for(std::chrono::duration<double>(4 * kTimeout));
+  ASSERT_EQ(losses.reasons().size(), 1u);
+  EXPECT_NE(losses.reasons()[0].find("lost trainer 1 of 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes

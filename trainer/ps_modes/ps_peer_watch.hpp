@@ -1,0 +1,86 @@
+// PsPeerWatch: the lost-peer watch of a parameter-server-mode trainer in a job of several
+// (PADDLE_TRAINERS_NUM > 1). PS trainers never talk to each other, only to the servers (often
+// the only machines every trainer can reach), so they beat through the first server: every
+// peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
+// other trainer's count back in the same request. A trainer whose count has not moved for
+// runner.peer_timeout_s while this one's requests went through, and that did not say it
+// finished its job (finish()), is lost: its process died or was stopped, or its link to the
+// servers is down. A server silent as long is lost too (ServerPings). Without the watch, such
+// a loss was seen only at the next barrier, runner.collective_timeout_s later (5 minutes by
+// default) — in the async and geo modes, only at the job's end.
+//
+// A loss is reported once: logged as an error, kept for lost() (the training threads check it
+// between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
+// after `exit_grace_s` at the latest (a trainer blocked in a barrier cannot be woken).
+//
+// The table: {beats of trainer 0 .. T-1, finished flags of trainer 0 .. T-1}, zeroed by
+// reset() at the job's start (trainer 0, before any trainer's watch starts).
+//
+// Thread-safety: construct, finish() and destroy from one thread; lost() from any.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.hpp"
+#include "common/thread_annotations.hpp"
+
+namespace gpubox::table::server {
+class RemoteHostTier;
+}
+
+namespace gpubox::trainer::ps_modes {
+
+struct PsPeerWatchOptions {
+  double peer_timeout_s = 10;  // runner.peer_timeout_s
+  double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
+};
+
+class PsPeerWatch {
+ public:
+  static constexpr const char* kAliveTable = "ps_alive";
+
+  // Zeroes kAliveTable for a job of `trainers` (whatever an earlier job on these servers left).
+  static Status reset(table::server::RemoteHostTier& servers, int trainers);
+
+  // Starts beating and watching. `on_lost` (may be empty) is called once, on a watch thread,
+  // with the first loss's reason. `servers` must outlive the watch.
+  PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
+              PsPeerWatchOptions options,
+              std::function<void(const std::string&)> on_lost = nullptr);
+  // Stops beating without saying finished: the others see this trainer's count stop.
+  ~PsPeerWatch();
+  PsPeerWatch(const PsPeerWatch&) = delete;
+  PsPeerWatch& operator=(const PsPeerWatch&) = delete;
+
+  // This trainer ended its job: tells the others (they stop watching it) and stops the watch.
+  Status finish();
+  // The first loss seen ("" while none). Cheap while there is none.
+  std::string lost() const;
+
+ private:
+  void beat_loop();
+  void ping_loop();
+  // Waits one interval; false once stopping.
+  bool wait_interval();
+  void on_lost(const std::string& reason);
+  void stop();
+
+  table::server::RemoteHostTier& servers_;
+  const int trainer_id_;
+  const int trainers_;
+  const PsPeerWatchOptions options_;
+  const std::function<void(const std::string&)> on_lost_;
+  std::atomic<bool> any_lost_{false};
+  mutable Mutex mu_;
+  CondVar stop_cv_;
+  bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::string lost_ GPUBOX_GUARDED_BY(mu_);
+  std::thread beat_thread_;
+  std::thread ping_thread_;
+};
+
+}  // namespace gpubox::trainer::ps_modes
