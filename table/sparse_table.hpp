@@ -101,6 +101,10 @@ class SparseTable final : public HostTier {
   // The save's slot_dims (MANIFEST) against this table's: an error naming the first slot whose
   // width differs.
   Status check_slot_dims(const io::Manifest& manifest, const std::string& where) const;
+  // The save's record layout (MANIFEST: storage, slot widths, mf_dim, record size, and a
+  // checkpoint's optimizer) against this table's: an error naming the first that differs.
+  Status check_saved_layout(const io::Manifest& manifest, RecordKind kind,
+                            const std::string& where) const;
   SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
               const HostMemoryPlan& plan, std::unique_ptr<DiskTier> disk);
   // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs

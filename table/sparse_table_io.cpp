@@ -182,34 +182,74 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   return Status::OK();
 }
 
-Status SparseTable::load(const std::string& path, io::FileEnv* env) {
-  io::FileEnv* const fs = env != nullptr ? env : env_;
-  MutexLock lock(io_mu_);
-  auto manifest = io::read_manifest(fs, path, kSparseKind);
-  if (!manifest.ok()) return manifest.status().with_context("load");
-  const std::string where = path + "/" + io::kManifestName;
-  auto context = [&](const Status& st) { return st.with_context("load " + where); };
+namespace {
 
-  auto mode_text = manifest->get("mode");
+// How a save's MANIFEST says its files are to be read.
+struct SavedSparse {
+  SaveKind mode = SaveKind::kNone;
+  SaveForm form = SaveForm::kBinary;
+  RecordKind kind = RecordKind::kModel;
+  int64_t day = 0;
+  int64_t shards = 0;
+};
+
+StatusOr<SavedSparse> read_saved_sparse(const io::Manifest& manifest, const std::string& where) {
+  auto context = [&](const Status& st) { return st.with_context("load " + where); };
+  SavedSparse saved;
+  auto mode_text = manifest.get("mode");
   if (!mode_text.ok()) return context(mode_text.status());
   auto mode = parse_enum(kSaveKindNames, *mode_text);
   if (!mode.ok() || *mode == SaveKind::kNone) {
     return context(Status::Corruption("unknown save mode '" + *mode_text + "'"));
   }
-  auto form_text = manifest->get("form");
+  saved.mode = *mode;
+  auto form_text = manifest.get("form");
   if (!form_text.ok()) return context(form_text.status());
   auto form = parse_enum(kSaveFormNames, *form_text);
   if (!form.ok()) return context(Status::Corruption("form: " + form.status().message()));
-  const RecordKind kind =
-      *mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
+  saved.form = *form;
+  saved.kind = saved.mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
+  auto day = manifest.get_int("day");
+  if (!day.ok()) return context(day.status());
+  saved.day = *day;
+  auto shards = manifest.get_int("shards");
+  if (!shards.ok()) return context(shards.status());
+  saved.shards = *shards;
+  return saved;
+}
 
+// Every part (and, for a delta, every deletion file) of the save, each of which must be listed.
+StatusOr<std::vector<PartFile>> listed_files(const io::Manifest& manifest, const SavedSparse& saved,
+                                             const std::string& where) {
+  std::vector<PartFile> files;
+  for (int64_t s = 0; s < saved.shards; ++s) {
+    for (bool deletions : {false, true}) {
+      if (deletions && saved.mode != SaveKind::kDelta) continue;
+      const std::string name = deletions ? delete_name(s) : part_name(s);
+      const io::ManifestFile* entry = nullptr;
+      for (const auto& f : manifest.files) {
+        if (f.name == name) entry = &f;
+      }
+      if (entry == nullptr) {
+        return Status::Corruption("load " + where + ": " + name + " is not listed");
+      }
+      files.push_back(PartFile{entry, deletions});
+    }
+  }
+  return files;
+}
+
+}  // namespace
+
+Status SparseTable::check_saved_layout(const io::Manifest& manifest, RecordKind kind,
+                                       const std::string& where) const {
   // The layout must match the table's (a checkpoint also needs the same optimizer). The storage
   // need not: records hold fp32 values (row_codec.hpp), rounded here to this table's storage.
   // A save from before sparse_storage existed was fp32.
-  if (auto storage_text = manifest->get("sparse_storage"); storage_text.ok()) {
+  if (auto storage_text = manifest.get("sparse_storage"); storage_text.ok()) {
     const std::string saved = *storage_text;
     if (!parse_enum(kSparseStorageNames, saved).ok()) {
-      return context(Status::Corruption("unknown sparse_storage '" + saved + "'"));
+      return Status::Corruption("load " + where + ": unknown sparse_storage '" + saved + "'");
     }
     if (saved != name_of(kSparseStorageNames, layout_.storage)) {
       GPUBOX_LOG(INFO) << "load " << where << ": saved with sparse_storage " << saved
@@ -219,7 +259,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
     }
   }
   // Every slot's width must match the table's too.
-  GPUBOX_RETURN_IF_ERROR(check_slot_dims(*manifest, where));
+  GPUBOX_RETURN_IF_ERROR(check_slot_dims(manifest, where));
   struct Expect {
     const char* key;
     int64_t value;
@@ -230,37 +270,31 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
     expects.push_back({"optimizer", static_cast<int64_t>(optimizer_.optimizer.kind)});
   }
   for (const Expect& e : expects) {
-    auto v = manifest->get_int(e.key);
-    if (!v.ok()) return context(v.status());
+    auto v = manifest.get_int(e.key);
+    if (!v.ok()) return v.status().with_context("load " + where);
     if (*v != e.value) {
       return Status::InvalidArgument("load " + where + ": saved " + e.key + " " +
                                      std::to_string(*v) + " does not match this table's " +
                                      std::to_string(e.value));
     }
   }
-  auto day = manifest->get_int("day");
-  if (!day.ok()) return context(day.status());
-  auto saved_shards = manifest->get_int("shards");
-  if (!saved_shards.ok()) return context(saved_shards.status());
+  return Status::OK();
+}
 
-  // Every part (and, for a delta, every deletion file) must be listed.
-  std::vector<PartFile> files;
-  for (int64_t s = 0; s < *saved_shards; ++s) {
-    for (bool deletions : {false, true}) {
-      if (deletions && *mode != SaveKind::kDelta) continue;
-      const std::string name = deletions ? delete_name(s) : part_name(s);
-      const io::ManifestFile* entry = nullptr;
-      for (const auto& f : manifest->files) {
-        if (f.name == name) entry = &f;
-      }
-      if (entry == nullptr) {
-        return Status::Corruption("load " + where + ": " + name + " is not listed");
-      }
-      files.push_back(PartFile{entry, deletions});
-    }
-  }
+Status SparseTable::load(const std::string& path, io::FileEnv* env) {
+  io::FileEnv* const fs = env != nullptr ? env : env_;
+  MutexLock lock(io_mu_);
+  auto manifest = io::read_manifest(fs, path, kSparseKind);
+  if (!manifest.ok()) return manifest.status().with_context("load");
+  const std::string where = path + "/" + io::kManifestName;
+  auto saved = read_saved_sparse(*manifest, where);
+  if (!saved.ok()) return saved.status();
+  GPUBOX_RETURN_IF_ERROR(check_saved_layout(*manifest, saved->kind, where));
+  auto listed = listed_files(*manifest, *saved, where);
+  if (!listed.ok()) return listed.status();
+  const std::vector<PartFile>& files = *listed;
 
-  const RecordShape shape = record_shape(kind, optimizer_);
+  const RecordShape shape = record_shape(saved->kind, optimizer_);
   uint64_t total_records = 0;
   for (const PartFile& f : files) total_records += f.entry->records;
   const int threads = total_records >= kParallelKeys ? config_.threads : 1;
@@ -268,7 +302,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   // is refused before anything already in the table is lost. Pass 2 applies. Both stream each
   // file in chunks (kLoadChunkBytes): a load holds a chunk per thread, not its files.
   auto read_file = [&](const PartFile& f, const PartRecords& on_records) {
-    return stream_part(fs, path, f, *form, shape, on_records);
+    return stream_part(fs, path, f, saved->form, shape, on_records);
   };
   const PartRecords check_only = [](const std::vector<uint64_t>&, const std::vector<float>&) {
     return Status::OK();
@@ -277,10 +311,11 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
                            return read_file(files[i], check_only);
                          }).with_context("load"));
 
-  if (*mode != SaveKind::kDelta) {
+  if (saved->mode != SaveKind::kDelta) {
     GPUBOX_RETURN_IF_ERROR(
         for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
   }
+  const RecordKind kind = saved->kind;
   for (bool deletions : {true, false}) {  // a delta's deletions before its rows
     GPUBOX_RETURN_IF_ERROR(
         run_parallel(files.size(), threads,
@@ -294,7 +329,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
                           " (verified, then failed while applying it: the table "
                           "holds part of it)"));
   }
-  day_.store(*day);
+  day_.store(saved->day);
   epochs_.track_deletions.store(true);
   return Status::OK();
 }
