@@ -9,7 +9,9 @@
 // from (past its 2 warm-up steps): per card per step host_syncs, allocations, pageable and
 // pinned copies, launches, collectives; and examples/s of the second pass's training phase;
 // and the first pass's totals over every step (first_pass_step_*: allocations, frees, pinned
-// allocations and frees; first_between_steps_allocations: the next pass's card work).
+// allocations and frees; first_between_steps_allocations: the next pass's card work); and the
+// second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
+// and the cards' memory high-water mark (card_memory_peak_mb).
 // Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape) into a
 // temporary folder, or the slot-format files of --data.
 #include <unistd.h>
@@ -100,6 +102,10 @@ int run_step(const BenchArgs& args) {
   // the step buffers before the pass leaves to the steps themselves.
   static const char* kFirstPass[] = {"pass_step_allocations", "pass_step_frees",
                                      "pass_step_pinned_allocations", "between_steps_allocations"};
+  // The second pass's step wall times over its steady steps and the cards' memory high-water
+  // mark (scripts/gpu_check.sh reports them per card count).
+  static const char* kTimes[] = {"step_ms_p50", "step_ms_p99", "step_ms_max",
+                                 "card_memory_peak_mb"};
   if (json) {
     std::printf(
         "{\"bench\": \"step\", \"backend\": \"%s\", \"cards\": %d, \"batch\": %d, "
@@ -111,6 +117,7 @@ int run_step(const BenchArgs& args) {
     for (const char* name : kFirstPass) {
       std::printf(", \"first_%s\": %.0f", name, first_extra.at(name));
     }
+    for (const char* name : kTimes) std::printf(", \"%s\": %.3f", name, extra.at(name));
     std::printf(", \"train_seconds\": %.4f, \"examples_per_sec\": %.1f}\n", train_seconds,
                 examples_per_sec);
   } else {
@@ -122,6 +129,8 @@ int run_step(const BenchArgs& args) {
     for (const char* name : kCounts) std::printf(" %s %.3f,", name, extra.at(name));
     std::printf("\n  first pass, every step (all cards):");
     for (const char* name : kFirstPass) std::printf(" %s %.0f,", name, first_extra.at(name));
+    std::printf("\n  second pass:");
+    for (const char* name : kTimes) std::printf(" %s %.3f,", name, extra.at(name));
     std::printf("\n  examples/s (all cards, training phase of pass 2): %.1f\n", examples_per_sec);
   }
   return 0;

@@ -33,6 +33,7 @@
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/step_plan.hpp"
+#include "trainer/engine/step_times.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -264,6 +265,8 @@ struct Trainer::StepTally {
   // point: pass_allocations etc. in the report), and the next pass's card work between them.
   device::DeviceCounts every_step;
   device::DeviceCounts between_steps;
+  // Per card: the wall time of each steady step (the batch, the step, the next pass's chunk).
+  std::vector<std::vector<double>> steady_seconds;
 };
 
 Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
@@ -276,6 +279,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   StepTally tally;
   tally.steady.resize(static_cast<std::size_t>(cards));
   tally.steady_interprocess.assign(static_cast<std::size_t>(cards), 0);
+  tally.steady_seconds.resize(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
   const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
@@ -292,11 +296,14 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         reserve_steps(worker, plan, batch_size, config_.dataset);
         const std::size_t batches = plan.steps();
         if (c == 0) tally.steps = batches;
+        std::vector<double>& step_seconds = tally.steady_seconds[static_cast<std::size_t>(c)];
+        step_seconds.reserve(batches);
         dataset::Batch batch;
         Timer card_timer;
         double last_redraw = 0;
         int64_t examples = 0;
         for (std::size_t b = 0; b < batches; ++b) {
+          const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
           const int64_t global = plan.global_batch[b];
           // Card 0's progress line: the running AUC is computed on the card and read with the
@@ -319,6 +326,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
             tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
             tally.steady_interprocess[static_cast<std::size_t>(c)] +=
                 comm.bytes_to_other_processes() - sent_before;
+            step_seconds.push_back(step_timer.seconds());
           }
           examples += global;
           if (!progress) continue;
@@ -426,6 +434,8 @@ PassReport Trainer::run_pass(
 void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {
   const std::size_t steady = tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0;
   trainer::append_step_counts(tally.steady, steady, report);
+  append_step_times(tally.steady_seconds, report);
+  append_card_memory_peak(state_->cards, report);
   // Totals over every step of the pass (every card, warm-up steps included): the step buffers
   // are sized for the pass's largest batch before its first step, so all stay 0.
   const device::DeviceCounts& all = tally.every_step;
