@@ -546,7 +546,7 @@ if ((run_nsys)); then
   echo
   echo "================ 6. nsys profile of one pass (1 card, Zipf data)"
   nsys="$(first_tool nsys)"
-  if ((dry_run && ngpu == 0)); then
+  if ((dry_run)); then
     would_run "nsys profile" "${nsys:-nsys}" profile --trace=cuda,nvtx,osrt --sample=none -o "$out/nsys/one_pass" \
         "$bin/gpubox_train" --config "$root/configs/config_synthetic.yaml" -o runner.epochs=1
   elif ((ngpu == 0)); then
