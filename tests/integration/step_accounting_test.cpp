@@ -293,6 +293,24 @@ TEST_P(PassSizing, NoStepOfAnyPathAllocatesOnDataWithVaryingKeysPerLine) {
   expect_no_step_allocates(second_collective, "Collective mode, second pass");
 }
 
+// QueueDataset passes (streamed, never in memory) too: their step sizes are planned while the
+// pass is read for its keys (PassStepSizer over QueueDataset::scan's chunks), so their steps
+// allocate nothing either; before, their first steps allocated and the pinned staging regrew.
+TEST_P(PassSizing, NoStepOfAStreamedPassAllocates) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto [first, second] =
+      both_passes(cards, {"runner.reader_type=QueueDataset"}, varying_keys_dir());
+  expect_no_step_allocates(first, "QueueDataset, first pass");
+  expect_no_step_allocates(second, "QueueDataset, second pass");
+  // Planned, the pulls take their counts from the plan: 2 waits a step as in memory.
+  EXPECT_EQ(second.at("host_syncs_per_step"), 2.0);
+  const auto [first_collective, second_collective] = both_passes(
+      cards, {"runner.reader_type=QueueDataset", "runner.use_fleet=true"}, varying_keys_dir());
+  expect_no_step_allocates(first_collective, "QueueDataset, Collective mode, first pass");
+  expect_no_step_allocates(second_collective, "QueueDataset, Collective mode, second pass");
+}
+
 INSTANTIATE_TEST_SUITE_P(Cards, PassSizing, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "cards"; });
 

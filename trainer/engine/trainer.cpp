@@ -215,7 +215,7 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
     return;
   }
   // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
-  // step; memory: the keys, not the instances), streamed again by run_pass.
+  // step; memory: the keys, not the instances) and its step sizes, streamed again by run_pass.
   into->stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
   if (share.empty() && env_.trainers > 1) {
     GPUBOX_LOG(INFO) << what << ": trainer " << env_.trainer_id << " of " << env_.trainers
@@ -223,8 +223,13 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   } else {
     into->stream->set_filelist(share);
   }
-  const Status st = into->stream->scan(&into->keys);
+  const int cards = state_->cards.num_local_cards();
+  PassStepSizer sizer(static_cast<std::size_t>(config_.dataset.batch_size), cards,
+                      env_.trainer_id * cards, cards * env_.trainers, !config_.runner.collective);
+  const Status st = into->stream->scan(
+      &into->keys, [&sizer](const dataset::InstanceBlock& chunk) { sizer.add(chunk); });
   if (!st.ok()) GPUBOX_FAIL("reading ", what, " for its keys: ", st.message());
+  into->step_sizes = std::make_shared<const PassStepSizes>(sizer.finish());
   if (!share.empty() || env_.trainers == 1) {
     report_read(into->stream->load_stats(), share, what);
   }
