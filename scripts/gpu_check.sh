@@ -717,17 +717,6 @@ train_varying() {
       -o runner.metrics_path="$3" -o runner.epochs="$4" -o runner.train_batch_size="$batch" \
       -o runner.print_interval=20
 }
-# varying_verdict METRICS: "" when every pass of METRICS sized its steps before it began (no step
-# allocated, freed or regrew a pinned buffer), else what did.
-varying_verdict() {
-  grep '"pass":' "$1" 2>/dev/null | awk '{
-    n++
-    for (k = 1; k <= 3; k++) {
-      key = k == 1 ? "pass_step_allocations" : k == 2 ? "pass_step_frees" : "pass_step_pinned_allocations"
-      if (match($0, "\"" key "\": [0-9.e+]+")) { v = substr($0, RSTART + length(key) + 4, RLENGTH - length(key) - 4) + 0
-        if (v > 0) bad = bad " pass " (n - 1) " " key " " v ";" } } }
-    END { if (n == 0) print " no pass line;"; else print bad }'
-}
 if ((run_varying)) && ((${#counts[@]} > 0)); then
   echo
   echo "================ 9. varying keys per line (--keys_per_slot $keys_per_slot)$( ((soak_seconds)) && echo ", soak ${soak_seconds}s")"
@@ -741,7 +730,7 @@ if ((run_varying)) && ((${#counts[@]} > 0)); then
     rc=0
     train_varying "$c" "$out/varying/train.$c.log" "$metrics" 2 || rc=$?
     grep -E '^pass: ' "$out/varying/train.$c.log" | sed 's/, ne:.*//; s/^/  /' || true
-    verdict="$(varying_verdict "$metrics")"
+    verdict="$(gc_step_allocations "$metrics")"
     if ((rc != 0)); then
       tail -n 8 "$out/varying/train.$c.log" | sed 's/^/  | /'
       record FAIL "varying keys, $c card(s)" "$(why_failed "$rc" "$run_timeout") (varying/train.$c.log)"
@@ -763,7 +752,7 @@ if ((run_varying)) && ((${#counts[@]} > 0)); then
     first_p99="$(grep '"pass":' "$metrics" 2>/dev/null | head -n 1 | grep -o '"step_ms_p99": [0-9.e+]*' | awk '{ print $2 }' || true)"
     first_mem="$(grep '"pass":' "$metrics" 2>/dev/null | head -n 1 | grep -o '"card_memory_peak_mb": [0-9.e+]*' | awk '{ print $2 }' || true)"
     detail="${passes:-0} passes; step p99 first/last pass ${first_p99:-?}/$(gc_last_pass_number "$metrics" step_ms_p99) ms; card memory first/last ${first_mem:-?}/$(gc_last_pass_number "$metrics" card_memory_peak_mb) MiB${gpu_peaks:+; nvidia-smi peaks: $gpu_peaks}"
-    verdict="$(varying_verdict "$metrics")"
+    verdict="$(gc_step_allocations "$metrics")"
     if ((rc != 0)); then
       tail -n 8 "$out/varying/train.soak.log" | sed 's/^/  | /'
       record FAIL "soak, $most card(s)" "$(why_failed "$rc" "$soak_seconds"); $detail (varying/train.soak.log)"

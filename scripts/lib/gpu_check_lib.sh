@@ -25,6 +25,9 @@
 #                                 no connection
 #   gc_topo_has_nvlink TOPO       0 when `nvidia-smi topo -m` output TOPO shows an NV<n> link
 #   gc_last_pass_number FILE KEY  KEY's number in the last per-pass JSON object of FILE ("" if none)
+#   gc_step_allocations METRICS   "" when every pass of the metrics file METRICS sized its steps
+#                                 before it began (pass_step_allocations, _frees and
+#                                 _pinned_allocations all 0), else what did (or that no pass did)
 #   gc_gpu_memory_start OUT / gc_gpu_memory_stop OUT
 #                                 sample nvidia-smi's memory.used of every GPU every 500 ms into
 #                                 OUT while a run goes on / stop it and print "gpu0 12345 MiB, ..."
@@ -171,6 +174,18 @@ gc_topo_has_nvlink() {
 
 gc_last_pass_number() {
   grep '"pass":' "$1" 2>/dev/null | tail -n 1 | grep -o "\"$2\": [-0-9.e+]*" | awk '{ print $2 }' || true
+}
+
+gc_step_allocations() {
+  grep '"pass":' "$1" 2>/dev/null | awk '{
+    n++
+    for (k = 1; k <= 3; k++) {
+      key = k == 1 ? "pass_step_allocations" : k == 2 ? "pass_step_frees" : "pass_step_pinned_allocations"
+      if (!match($0, "\"" key "\": [0-9.e+]+")) { bad = bad " pass " (n - 1) " has no " key ";"; continue }
+      v = substr($0, RSTART + length(key) + 4, RLENGTH - length(key) - 4) + 0
+      if (v > 0) bad = bad " pass " (n - 1) " " key " " v ";"
+    } }
+    END { if (n == 0) print " no pass line;"; else print bad }'
 }
 
 gc_gpu_memory_start() {

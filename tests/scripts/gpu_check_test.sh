@@ -72,6 +72,13 @@ printf '{"pass": 0, "step_ms_p99": 4.5, "ips": 10}\n{"epoch": 0}\n{"pass": 1, "s
 [ "$(gc_last_pass_number "$work/m.jsonl" step_ms_p99)" = 3.25 ] || fail "gc_last_pass_number: the last pass's value"
 [ -z "$(gc_last_pass_number "$work/none.log" step_ms_p99)" ] || fail "gc_last_pass_number: nothing without a pass line"
 
+printf '{"pass": 0, "pass_step_allocations": 0, "pass_step_frees": 0, "pass_step_pinned_allocations": 0}\n' > "$work/clean.jsonl"
+[ -z "$(gc_step_allocations "$work/clean.jsonl")" ] || fail "gc_step_allocations: a clean pass flagged"
+printf '{"pass": 1, "pass_step_allocations": 64, "pass_step_frees": 0, "pass_step_pinned_allocations": 3}\n' >> "$work/clean.jsonl"
+[ "$(gc_step_allocations "$work/clean.jsonl")" = " pass 1 pass_step_allocations 64; pass 1 pass_step_pinned_allocations 3;" ] ||
+  fail "gc_step_allocations: got '$(gc_step_allocations "$work/clean.jsonl")'"
+[ "$(gc_step_allocations "$work/none.log")" = " no pass line;" ] || fail "gc_step_allocations: no pass line"
+
 # The watchdog: a status passes through; silence is a hang (125) and a run past its limit a
 # timeout (124), both stopped after every thread's stack and the Xid lines were written; a soak's
 # planned end is no failure.
