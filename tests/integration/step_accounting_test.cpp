@@ -81,7 +81,7 @@ class StepAccounting : public ::testing::TestWithParam<int> {
 
   // Slot-format data whose keys per line VARY (Criteo's and PaddleRec's slot data do): each of
   // the 26 slots holds 0 to 3 keys (zipf-like ranks), so every batch has its own occurrence,
-  // distinct-key and per-owner counts. The generator's data has 26 keys a line: only the
+  // distinct-key and per-owner counts. The generator's default data has 26 keys a line: only the
   // distinct counts vary there. Made once per run.
   static std::string varying_keys_dir() {
     const fs::path dir = root_ / "varying";
