@@ -21,7 +21,8 @@
 #                  (the step's phases, begin_pass, end_pass, the next pass's card work)
 #   step/       7. `gpubox_bench step --json` per card count: host syncs, allocations, copies,
 #                  launches and collectives per training step (limits: <= 2 syncs, 0 allocations,
-#                  0 pageable copies, 4 collectives), step time p50/p99, the card memory
+#                  0 pageable copies, 4 collectives; no allocation or pinned regrowth in any step
+#                  of the first pass either), step time p50/p99, the card memory
 #                  high-water mark and examples/s
 #   bench/      8. a benchmark per card count: gpubox_train on generated data with
 #                  FLAGS_selected_gpus=0 / 0,1 / 0,1,2,3 / ... up to the GPUs present: cards,
@@ -624,9 +625,14 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
         "$(num pinned_copies_per_step)" "$(num launches_per_step)" "$(num collectives_per_step)" "$(num examples_per_sec)"
     printf '  %d card(s): step time p50 %s ms, p99 %s ms, max %s ms; card memory high-water mark %s MiB\n' \
         "$c" "$(num step_ms_p50)" "$(num step_ms_p99)" "$(num step_ms_max)" "$(num card_memory_peak_mb)"
+    # The first pass's steps, its first ones included, are sized before it (no allocation, no
+    # pinned regrowth: a cudaFreeHost in a step can deadlock against a peer's NCCL kernel).
     verdict="$(awk -v s="$(num host_syncs_per_step)" -v a="$(num allocations_per_step)" \
-                   -v p="$(num pageable_copies_per_step)" -v k="$(num collectives_per_step)" 'BEGIN {
+                   -v p="$(num pageable_copies_per_step)" -v k="$(num collectives_per_step)" \
+                   -v fa="$(num first_pass_step_allocations)" -v fp="$(num first_pass_step_pinned_allocations)" 'BEGIN {
       bad = ""
+      if (fa > 0) bad = bad " first pass step allocations " fa " > 0;"
+      if (fp > 0) bad = bad " first pass step pinned allocations " fp " > 0;"
       if (s > 2) bad = bad " host_syncs " s " > 2;"
       if (a > 0) bad = bad " allocations " a " > 0;"
       if (p > 0) bad = bad " pageable_copies " p " > 0;"

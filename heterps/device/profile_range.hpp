@@ -1,7 +1,7 @@
 // ProfileRange: a named range on the profiler's timeline for the lifetime of a scope, so that an
 // Nsight Systems profile (scripts/gpu_check.sh's nsys item) reads by phase: the step's upload
 // and pull, dense forward/backward, dense all-reduce, push and update; the pass boundary's
-// begin_pass, end_pass and the next pass's card work between steps.
+// begin_pass, end_pass and the next pass's card work between steps; an evaluation's steps.
 //
 // CUDA backend: an NVTX push/pop range in the "GPUBox" domain (NVTX3 is header-only in the CUDA
 // toolkit; with no profiler attached each call is a check of a null function pointer). cpu

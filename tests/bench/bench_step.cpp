@@ -2,7 +2,8 @@
 // fast it goes, on generated data. The counts come from the device layer (counters.hpp), which
 // counts the same on the cpu and cuda backends: on this machine they predict a GPU step.
 //
-//   gpubox_bench step [--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] [--json]
+//   gpubox_bench step [--cards N] [--batch B] [--steps S] [--threads T] [--data DIR]
+//                     [--keys_per_slot MIN:MAX] [--json]
 //
 // Trains two passes over the same data (B instances per card per step, S steps per pass, not
 // shuffled): the first sizes every buffer, the second is the steady state the figures come
@@ -12,8 +13,9 @@
 // allocations and frees; first_between_steps_allocations: the next pass's card work); and the
 // second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
 // and the cards' memory high-water mark (card_memory_peak_mb).
-// Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape) into a
-// temporary folder, or the slot-format files of --data.
+// Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape; with
+// --keys_per_slot, MIN to MAX keys in each slot of a line) into a temporary folder, or the
+// slot-format files of --data.
 #include <unistd.h>
 
 #include <cstdio>
@@ -44,7 +46,7 @@ struct TempFolder {
 };
 
 int run_step(const BenchArgs& args) {
-  args.expect_only({"cards", "batch", "steps", "threads", "data", "json"});
+  args.expect_only({"cards", "batch", "steps", "threads", "data", "keys_per_slot", "json"});
   const int cards = static_cast<int>(args.get_int("cards", 1));
   const int batch = static_cast<int>(args.get_int("batch", 512));
   const int steps = static_cast<int>(args.get_int("steps", 20));
@@ -63,6 +65,7 @@ int run_step(const BenchArgs& args) {
     gen.lines = static_cast<uint64_t>(batch) * cards * steps;
     gen.files = 1;
     gen.seed = 1;
+    throw_if_error(dataset::parse_keys_per_slot(args.get("keys_per_slot", "1:1"), &gen));
     dataset::OracleSummary oracle;
     throw_if_error(dataset::generate(gen, &oracle));
     data = gen.out_dir;
@@ -137,7 +140,8 @@ int run_step(const BenchArgs& args) {
 }
 
 GPUBOX_BENCH_COMMAND("step",
-                     "[--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] [--json]: "
+                     "[--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] "
+                     "[--keys_per_slot MIN:MAX] [--json]: "
                      "host syncs, allocations, copies, launches and collectives per training "
                      "step of the default model, and examples/s",
                      run_step);

@@ -191,6 +191,7 @@ double CardWorker::progress_auc() const { return metrics_->progress_auc(); }
 
 void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
+  const device::ProfileRange range("eval step");
   comm_.set_step(-1, -1);  // no training step context
   const int64_t size = upload(batch, planned_counts);
   model_->predict_async(batch_view(batch.num_slots));
