@@ -35,8 +35,8 @@
 #                  the most cards for S seconds, pass after pass, on that data
 #   summary.txt one line per item: PASS, FAIL or SKIP with the reason. Works on 1 GPU (what
 #               needs more is skipped) and on 8.
-# A run or test whose output stays silent for --hang-timeout seconds, or that runs past its limit,
-# is stopped after the stacks of every thread of it (gdb, else eu-stack, plus the kernel's view
+# A training run whose output stays silent for --hang-timeout seconds, or any run or test past its
+# limit, is stopped after the stacks of every thread of it (gdb, else eu-stack, plus the kernel's view
 # of each thread), the kernel's NVIDIA Xid lines (dmesg) and nvidia-smi are written next to its
 # log (<log>.hang.txt); it counts as FAIL.
 #
@@ -65,8 +65,8 @@
 #   --keys-per-slot MIN:MAX  keys in each slot of a line of item 9's data (default 0:3)
 #   --soak S          item 9 also trains on the most cards for S seconds, pass after pass, and
 #                     reports step times and memory of the first and last pass (default 0: none)
-#   --hang-timeout S  seconds a training run or test may print nothing before it counts as hung
-#                     (default 300; sanitized runs: only their limit)
+#   --hang-timeout S  seconds a gpubox_train run may print nothing before it counts as hung
+#                     (default 300; tests, sanitized runs, nsys, gpubox_bench: only their limit)
 #   --sanitizer-tests LIST  comma-separated test binaries item 4 sanitizes (default: the step's)
 #   --dry-run         run what needs no GPU (data, training and step counts on --bin's simulated
 #                     cards) and print the commands of what needs one instead of running them
@@ -180,11 +180,16 @@ trap cleanup EXIT
 trap 'echo "gpu_check: interrupted" >&2; exit 130' INT TERM
 
 # run_limited LIMIT LOG CMD...: CMD (in folder $RUN_CWD when set), output to LOG, stopped past
-# LIMIT seconds (status 124) or after --hang-timeout seconds of silence (125; $RUN_HANG seconds
-# when set, 0: none), every thread's stack first written to LOG.hang.txt (gc_run_watched);
-# interruptible (the EXIT trap stops it); returns its status.
+# LIMIT seconds (status 124) or, when $RUN_HANG is set, after RUN_HANG seconds of silence (125),
+# every thread's stack first written to LOG.hang.txt (gc_run_watched); interruptible (the EXIT
+# trap stops it); returns its status. run_training: the same with --hang-timeout's silence check,
+# for gpubox_train runs, which print a progress line every runner.print_interval steps (tests,
+# sanitized runs, nsys and gpubox_bench may stay silent long: only their limit applies).
 run_limited() {
-  gc_run_watched "$1" "${RUN_HANG:-$hang_timeout}" "$2" "${@:3}"
+  gc_run_watched "$1" "${RUN_HANG:-0}" "$2" "${@:3}"
+}
+run_training() {
+  RUN_HANG="$hang_timeout" run_limited "$@"
 }
 # why_failed RC LIMIT: what a status of run_limited means.
 why_failed() {
@@ -422,7 +427,7 @@ make_data() {
 train_once() {
   local cards="$1" log="$2"
   shift 2
-  FLAGS_selected_gpus="$(seq -s, 0 $((cards - 1)))" run_limited "$run_timeout" "$log" "$bin/gpubox_train" \
+  FLAGS_selected_gpus="$(seq -s, 0 $((cards - 1)))" run_training "$run_timeout" "$log" "$bin/gpubox_train" \
       --config "$root/configs/config_synthetic.yaml" -o runner.train_data_dir="$data/train" \
       -o runner.test_data_dir= -o runner.model_save_path= -o runner.save_mode=none \
       -o runner.epochs=1 -o runner.train_batch_size="$batch" "$@"
@@ -459,7 +464,7 @@ sanitize() {
     return 0
   fi
   note "$item"
-  GPUBOX_DEVICE_CHECK=1 TMPDIR="$out/sanitizer" RUN_HANG=0 run_limited "$sanitizer_timeout" "$log" "$sanitizer" \
+  GPUBOX_DEVICE_CHECK=1 TMPDIR="$out/sanitizer" run_limited "$sanitizer_timeout" "$log" "$sanitizer" \
       --tool "$tool" --error-exitcode 97 --log-file "$log.report" "$@" || rc=$?
   errors="$(grep -h -m1 -o 'ERROR SUMMARY: [0-9]* error[s]*\|RACECHECK SUMMARY: [0-9]* hazard[s]*[^.]*' "$log.report" "$log" 2>/dev/null | head -n 1 || true)"
   if ((rc == 0)); then
@@ -667,7 +672,7 @@ if ((run_bench)) && ((${#counts[@]} > 0)); then
     note "training on $c card(s): FLAGS_selected_gpus=$sel, $epochs passes of $lines lines, batch $batch per card"
     rc=0
     gc_gpu_memory_start "$out/bench/gpu_memory.$c.csv"
-    FLAGS_selected_gpus="$sel" run_limited "$run_timeout" "$out/bench/train.$c.log" "$bin/gpubox_train" \
+    FLAGS_selected_gpus="$sel" run_training "$run_timeout" "$out/bench/train.$c.log" "$bin/gpubox_train" \
         --config "$root/configs/config_synthetic.yaml" \
         -o runner.train_data_dir="$data/train" -o runner.test_data_dir="$data/test" \
         -o runner.model_save_path= -o runner.save_mode=none -o runner.metrics_path="$metrics" \
@@ -717,7 +722,7 @@ fi
 # ---- 9. data whose keys per line vary; the soak run --------------------------------------------
 # train_varying CARDS LOG METRICS EPOCHS: gpubox_train on the varying-keys data.
 train_varying() {
-  FLAGS_selected_gpus="$(seq -s, 0 $(($1 - 1)))" run_limited "$run_timeout" "$2" "$bin/gpubox_train" \
+  FLAGS_selected_gpus="$(seq -s, 0 $(($1 - 1)))" run_training "$run_timeout" "$2" "$bin/gpubox_train" \
       --config "$root/configs/config_synthetic.yaml" -o runner.train_data_dir="$data/varying" \
       -o runner.test_data_dir= -o runner.model_save_path= -o runner.save_mode=none \
       -o runner.metrics_path="$3" -o runner.epochs="$4" -o runner.train_batch_size="$batch" \
