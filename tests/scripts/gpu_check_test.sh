@@ -57,6 +57,10 @@ check_nccl 1 0 "$work/net.log" "NET on one node"
 nccl_log "$work/pcie.log" P2P/IPC PIX/PIX
 check_nccl 0 0 "$work/pcie.log" "PCIe P2P without NVLink"
 check_nccl 1 1 "$work/pcie.log" "PCIe P2P although the GPUs have NVLink"
+# One process driving both GPUs (as gpubox_train does): "P2P/direct pointer".
+nccl_log "$work/direct.log" "P2P/direct pointer/read" NVL/PIX
+check_nccl 0 1 "$work/direct.log" "P2P/direct pointer in one process"
+expect_grep '^P2P/direct x4$' "$work/transports.txt" "the in-process P2P connections counted"
 echo "NCCL INFO Bootstrap : Using eth0" > "$work/none.log"
 check_nccl 2 0 "$work/none.log" "no connection line"
 # Older format: bus ids, "[send]" markers.
