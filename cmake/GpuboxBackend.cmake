@@ -30,6 +30,12 @@ if(GPUBOX_BACKEND STREQUAL "cuda")
   target_compile_definitions(gpubox_backend INTERFACE GPUBOX_BACKEND_CUDA=1)
   target_compile_options(gpubox_backend INTERFACE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda -Xcompiler=-fopenmp>)
+  # Source lines of device code in compute-sanitizer's and Nsight's reports (scripts/gpu_check.sh):
+  # line tables only, the generated code is the same.
+  option(GPUBOX_CUDA_LINEINFO "cuda backend: nvcc -lineinfo (device source lines in reports)" ON)
+  if(GPUBOX_CUDA_LINEINFO)
+    target_compile_options(gpubox_backend INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  endif()
   target_include_directories(gpubox_backend SYSTEM INTERFACE ${GPUBOX_NCCL_INCLUDE_DIR})
   target_link_libraries(gpubox_backend INTERFACE CUDA::cudart CUDA::cublas ${GPUBOX_NCCL_LIBRARY}
                         OpenMP::OpenMP_CXX)

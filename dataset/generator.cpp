@@ -83,25 +83,71 @@ double PlantedModel::factor(std::uint64_t key, int j) const {
                                                 seed_ ^ kFactorStream));
 }
 
-double PlantedModel::logit(const std::uint64_t* keys, const float* dense) const {
+template <class SlotSize>
+double PlantedModel::logit_of(const std::uint64_t* keys, SlotSize slot_size,
+                              const float* dense) const {
   double z = bias_;
   for (int j = 0; j < dense_; ++j) z += dense_weight_[j] * dense[j];
-  // Σ_{s<t} <v_s, v_t> = (|Σ v|² - Σ |v|²) / 2, per factor dimension.
+  // Σ_{s<t} <e_s, e_t> = (|Σ_s e_s|² - Σ_s |e_s|²) / 2, per factor dimension, e_s the sum of
+  // slot s's key vectors (for one key a slot, exactly the sums of single vectors as before).
   double sum[64] = {0};
+  double slot_sum[64];
   double square = 0.0;
   const int k = std::min(factor_dim_, 64);
+  std::size_t at = 0;
   for (int s = 0; s < slots_; ++s) {
-    if (keys[s] == 0) continue;
-    z += weight(keys[s]);
+    std::fill_n(slot_sum, k, 0.0);
+    for (const std::size_t end = at + slot_size(s); at < end; ++at) {
+      if (keys[at] == 0) continue;
+      z += weight(keys[at]);
+      for (int j = 0; j < k; ++j) slot_sum[j] += factor(keys[at], j);
+    }
     for (int j = 0; j < k; ++j) {
-      const double v = factor(keys[s], j);
-      sum[j] += v;
-      square += v * v;
+      sum[j] += slot_sum[j];
+      square += slot_sum[j] * slot_sum[j];
     }
   }
   double pair = -square;
   for (int j = 0; j < k; ++j) pair += sum[j] * sum[j];
   return z + 0.5 * pair;
+}
+
+double PlantedModel::logit(const std::uint64_t* keys, const float* dense) const {
+  return logit_of(
+      keys, [](int) { return std::size_t{1}; }, dense);
+}
+
+double PlantedModel::logit(const std::uint64_t* keys, const std::uint32_t* slot_sizes,
+                           const float* dense) const {
+  return logit_of(
+      keys, [slot_sizes](int s) { return std::size_t{slot_sizes[s]}; }, dense);
+}
+
+Status parse_keys_per_slot(const std::string& text, GeneratorOptions* options) {
+  const auto bad = [&] {
+    return Status::InvalidArgument(
+        "gen: --keys_per_slot is MIN:MAX or N with 0 <= MIN <= MAX "
+        "<= 1000 and MAX >= 1, got '" +
+        text + "'");
+  };
+  const std::size_t colon = text.find(':');
+  const std::string low = text.substr(0, colon);
+  const std::string high = colon == std::string::npos ? low : text.substr(colon + 1);
+  const auto number = [](const std::string& digits, int* value) {
+    if (digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    *value = std::stoi(digits);
+    return true;
+  };
+  int min = 0, max = 0;
+  if (!number(low, &min) || !number(high, &max) || min > max || max < 1 || max > 1000) {
+    return bad();
+  }
+  options->keys_per_slot_min = min;
+  options->keys_per_slot_max = max;
+  return Status::OK();
 }
 
 ZipfSampler::ZipfSampler(std::uint64_t n, double exponent) {
@@ -202,11 +248,21 @@ double mean_logloss(const std::vector<double>& logits, const std::vector<std::ui
 
 namespace {
 
-// Keys (one per slot) and dense values of line `line`; advances `rng` past them.
+// Dense values and keys (slot by slot, sizes[s] of them in slot s) of one line; advances `rng`
+// past them. A fixed count (MIN == MAX, the default 1:1) draws no count: the stream, and so the
+// data, of a fixed count is what it was before counts could vary.
 void draw_features(const GeneratorOptions& o, const PlantedModel& model, const RankSampler& zipf,
-                   LineRng& rng, std::uint64_t* keys, float* dense) {
+                   LineRng& rng, std::vector<std::uint64_t>* keys, std::uint32_t* sizes,
+                   float* dense) {
   for (int j = 0; j < o.dense; ++j) dense[j] = static_cast<float>(rng.next() % 1000) / 1000.0f;
-  for (int s = 0; s < o.slots; ++s) keys[s] = model.key(s, zipf(rng.next()));
+  const auto low = static_cast<std::uint32_t>(o.keys_per_slot_min);
+  const auto spread = static_cast<std::uint64_t>(o.keys_per_slot_max - o.keys_per_slot_min) + 1;
+  keys->clear();
+  for (int s = 0; s < o.slots; ++s) {
+    const auto n = spread == 1 ? low : low + static_cast<std::uint32_t>(rng.next() % spread);
+    sizes[s] = n;
+    for (std::uint32_t i = 0; i < n; ++i) keys->push_back(model.key(s, zipf(rng.next())));
+  }
 }
 
 constexpr std::uint64_t kCalibrationLines = 20000;
@@ -220,14 +276,15 @@ PlantedModel planted_model(const GeneratorOptions& o) {
   const RankSampler zipf(o.key_sampler, o.vocab, o.zipf);
   model.set_bias(0.0);
   std::vector<double> logits;
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
+  std::vector<std::uint64_t> keys;
+  std::vector<std::uint32_t> sizes(static_cast<std::size_t>(o.slots));
   std::vector<float> dense(static_cast<std::size_t>(o.dense));
   // Always the same calibration lines, whatever --lines and --first_line: a held-out set drawn
   // with --first_line comes from exactly the same planted model as the training set.
   for (std::uint64_t i = 0; i < kCalibrationLines; ++i) {
     LineRng rng(o.seed, i);
-    draw_features(o, model, zipf, rng, keys.data(), dense.data());
-    logits.push_back(model.logit(keys.data(), dense.data()));
+    draw_features(o, model, zipf, rng, &keys, sizes.data(), dense.data());
+    logits.push_back(model.logit(keys.data(), sizes.data(), dense.data()));
   }
   // mean sigmoid(z + b) grows with b: bisect.
   double lo = -50.0, hi = 50.0;
@@ -250,6 +307,12 @@ Status prepare_output(const GeneratorOptions& o) {
   if (o.files < 1) return Status::InvalidArgument("gen: --files must be >= 1");
   if (o.slots < 1 || o.dense < 0 || o.factor_dim < 1 || o.factor_dim > 64) {
     return Status::InvalidArgument("gen: need slots >= 1, dense >= 0, 1 <= factor_dim <= 64");
+  }
+  if (o.keys_per_slot_min < 0 || o.keys_per_slot_min > o.keys_per_slot_max ||
+      o.keys_per_slot_max < 1 || o.keys_per_slot_max > 1000) {
+    return Status::InvalidArgument(
+        "gen: --keys_per_slot needs 0 <= MIN <= MAX <= 1000 and MAX >= 1, got " +
+        std::to_string(o.keys_per_slot_min) + ":" + std::to_string(o.keys_per_slot_max));
   }
   if (o.key_sampler == KeySampler::kAlias && (o.vocab < 1 || o.vocab > 0xffffffffULL)) {
     return Status::InvalidArgument(
@@ -299,14 +362,15 @@ Status write_part_file(const GeneratorOptions& o, const PlantedModel& model,
   }
   const std::uint64_t first = o.lines * f / static_cast<std::uint64_t>(o.files);
   const std::uint64_t last = o.lines * (f + 1) / static_cast<std::uint64_t>(o.files);
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(o.slots));
+  std::vector<std::uint64_t> keys;
+  std::vector<std::uint32_t> sizes(static_cast<std::size_t>(o.slots));
   std::vector<float> dense(static_cast<std::size_t>(o.dense));
   std::string text;
   text.reserve(std::size_t{5} << 20);
   for (std::uint64_t i = first; i < last; ++i) {
     LineRng rng(o.seed, o.first_line + i);
-    draw_features(o, model, zipf, rng, keys.data(), dense.data());
-    const double z = model.logit(keys.data(), dense.data());
+    draw_features(o, model, zipf, rng, &keys, sizes.data(), dense.data());
+    const double z = model.logit(keys.data(), sizes.data(), dense.data());
     const bool positive = unit_float(rng.next()) < sigmoid(z);
     logits[i] = z;
     labels[i] = positive ? 1 : 0;
@@ -315,11 +379,14 @@ Status write_part_file(const GeneratorOptions& o, const PlantedModel& model,
       text.append(" dense_feature:");
       append_float(&text, dense[j]);
     }
+    std::size_t at = 0;
     for (int s = 0; s < o.slots; ++s) {
-      text.push_back(' ');
-      text.append(slot_names[s]);
-      text.push_back(':');
-      append_u64(&text, keys[s]);
+      for (const std::size_t end = at + sizes[s]; at < end; ++at) {
+        text.push_back(' ');
+        text.append(slot_names[s]);
+        text.push_back(':');
+        append_u64(&text, keys[at]);
+      }
     }
     text.push_back('\n');
     if (text.size() >= (std::size_t{4} << 20) || i + 1 == last) {
@@ -354,6 +421,10 @@ Status write_oracle(const GeneratorOptions& o, const PlantedModel& model, const 
       ", \"zipf\": " + json_number(o.zipf) +
       // Named only when not the default, so the default's oracle.json stays as it was.
       (o.key_sampler == KeySampler::kClosedForm ? ", \"key_sampler\": \"closed_form\"" : "") +
+      (o.keys_per_slot_min == 1 && o.keys_per_slot_max == 1
+           ? ""
+           : ", \"keys_per_slot\": \"" + std::to_string(o.keys_per_slot_min) + ":" +
+                 std::to_string(o.keys_per_slot_max) + "\"") +
       ", \"factor_dim\": " + std::to_string(o.factor_dim) + ", \"ctr\": " + json_number(o.ctr) +
       ", \"bias\": " + json_number(model.bias()) + ", \"sigma_w\": " + json_number(o.sigma_w) +
       ", \"sigma_v\": " + json_number(model.sigma_v()) +

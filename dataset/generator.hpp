@@ -3,15 +3,18 @@
 //
 // The planted model, for line i (all randomness from counter-based hashes of (seed, i), so the
 // output does not depend on the number of threads):
-//   slot s (0-based, named "s+1") holds one key: rank r ~ Zipf(vocab, zipf) (P(r) ∝ (r+1)^-zipf),
+//   slot s (0-based, named "s+1") holds one key (or, with --keys_per_slot MIN:MAX, n_s keys,
+//   n_s uniform in [MIN, MAX] per line and slot; 0 leaves the slot out of the line), each of rank
+//   r ~ Zipf(vocab, zipf) (P(r) ∝ (r+1)^-zipf),
 //   key = s * vocab + r + 1 (never 0; distinct across slots); with key_sampler closed_form the
 //   rank is floor(x) - 1 for x drawn from the continuous power law ∝ x^-zipf on [1, vocab + 1)
 //   (by its inverse CDF: no table, so vocabularies of 10^8 and more per slot cost no memory);
 //   dense feature j: x_j = k / 1000 with k uniform in [0, 1000);
-//   logit = bias + Σ_s w(key_s) + Σ_j u_j x_j + Σ_{s<t} <v(key_s), v(key_t)>
-//   with per-key weight w, per-key vector v of factor_dim entries and per-feature u_j drawn
-//   uniform with standard deviation sigma_w, sigma_v, sigma_u (hashes of (seed, key));
-//   label ~ Bernoulli(sigmoid(logit)); bias is calibrated to a target positive rate (--ctr).
+//   logit = bias + Σ_keys w(key) + Σ_j u_j x_j + Σ_{s<t} <e_s, e_t>, e_s = Σ_{key in slot s} v(key)
+//   (the slot's sum-pooled vector: one key a slot makes it v(key_s)), with per-key weight w,
+//   per-key vector v of factor_dim entries and per-feature u_j drawn uniform with standard
+//   deviation sigma_w, sigma_v, sigma_u (hashes of (seed, key)); label ~ Bernoulli(sigmoid(logit));
+//   bias is calibrated to a target positive rate (--ctr).
 // The pairwise term is what an embedding model can learn and a linear one cannot.
 #pragma once
 
@@ -36,6 +39,11 @@ struct GeneratorOptions {
   int files = 1;
   std::uint64_t seed = 1;
   int slots = 26;
+  // Keys in each slot of a line: uniform in [keys_per_slot_min, keys_per_slot_max], drawn per
+  // line and slot (data whose keys per batch vary, as PaddleRec's slot data and Criteo's do).
+  // 1:1 draws no count, so the default's output is what it always was.
+  int keys_per_slot_min = 1;
+  int keys_per_slot_max = 1;
   int dense = 13;
   std::uint64_t vocab = 100000;  // distinct keys per slot (alias: < 2^32; closed_form: < 2^40)
   double zipf = 1.1;
@@ -63,11 +71,18 @@ class PlantedModel {
   }
   // Logit of an instance: keys[s] is slot s's key (0 = absent), dense has `dense` values.
   double logit(const std::uint64_t* keys, const float* dense) const;
+  // Logit of an instance with slot_sizes[s] keys in slot s, the keys slot by slot (as
+  // InstanceRef holds them).
+  double logit(const std::uint64_t* keys, const std::uint32_t* slot_sizes,
+               const float* dense) const;
   double sigma_v() const { return sigma_v_; }
   double bias() const { return bias_; }
   void set_bias(double bias) { bias_ = bias; }
 
  private:
+  // The logit with slot s's keys keys[begin(s)] .. keys[end(s) - 1], zeros skipped.
+  template <class SlotBounds>
+  double logit_of(const std::uint64_t* keys, SlotBounds bounds, const float* dense) const;
   double weight(std::uint64_t key) const;
   double factor(std::uint64_t key, int j) const;
 
@@ -119,6 +134,9 @@ class RankSampler {
   std::optional<ZipfSampler> alias_;  // kAlias only
   PowerLawSampler power_law_;
 };
+
+// "MIN:MAX" or "N" (N:N) of --keys_per_slot into options; 0 <= MIN <= MAX <= 1000, MAX >= 1.
+Status parse_keys_per_slot(const std::string& text, GeneratorOptions* options);
 
 // The model `generate` draws from: PlantedModel(options) with its bias calibrated to
 // options.ctr when that is > 0.

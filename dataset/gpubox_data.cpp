@@ -82,6 +82,10 @@ cli::CommandSpec gen_command() {
       int_flag("files", "K", i(d.files), 1, 1 << 20, "files the lines are spread over"),
       flag("seed", FlagType::kUInt64, "S", i(d.seed), "seed of the planted model and of the lines"),
       int_flag("slots", "N", i(d.slots), 1, 99999, "sparse slots, named 1..N"),
+      flag("keys_per_slot", FlagType::kString, "MIN:MAX", "1:1",
+           "keys in each slot of a line, uniform in [MIN, MAX] per line and slot (seeded; "
+           "0 <= MIN <= MAX <= 1000; MIN 0 leaves slots out of lines): data whose keys per "
+           "batch vary, as PaddleRec's slot data and Criteo's do"),
       key_flag(int_flag("dense", "N", i(d.dense), 0, kInt64Max, "dense values per line"),
                "hyper_parameters.dense_input_dim"),
       int_flag("vocab", "N", i(d.vocab), 1, (int64_t{1} << 40) - 1, "distinct keys per slot"),
@@ -109,7 +113,9 @@ cli::CommandSpec gen_command() {
                   "gpubox_data gen --out data/big --lines 4e6 --files 8 --vocab 2e7 --zipf 0.9 "
                   "--key_sampler closed_form",
                   "gpubox_data gen --out data/test --lines 10000 --files 1 --seed 7 "
-                  "--first_line 100000"};
+                  "--first_line 100000",
+                  "gpubox_data gen --out data/varying --lines 100000 --files 4 --seed 7 "
+                  "--keys_per_slot 0:4"};
     return cli::render_usage(u);
   };
   return c;
@@ -218,6 +224,11 @@ int run_gen(const cli::ParsedArgs& args) {
     return fail(Status::InvalidArgument("gen: --key_sampler is alias or closed_form, got '" +
                                         sampler + "'"),
                 2);
+  }
+  if (args.has("keys_per_slot")) {
+    if (Status st = parse_keys_per_slot(args.get_string("keys_per_slot", ""), &o); !st.ok()) {
+      return fail(st, 2);
+    }
   }
   OracleSummary summary;
   if (Status st = generate(o, &summary); !st.ok()) return fail(st);

@@ -201,7 +201,8 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   return failure;
 }
 
-Status QueueDataset::scan(UniqueKeys* keys) {
+Status QueueDataset::scan(UniqueKeys* keys,
+                          const std::function<void(const InstanceBlock&)>& visit) {
   stop_stream();
   {
     MutexLock lock(mu_);
@@ -215,6 +216,7 @@ Status QueueDataset::scan(UniqueKeys* keys) {
   std::unordered_map<std::uint64_t, std::int32_t> first_slot;
   const Status status = pump([&](const InstanceBlock& chunk) {
     instances += chunk.size();
+    if (visit) visit(chunk);
     if (keys != nullptr) {
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         const std::uint64_t* key = chunk.keys.data() + chunk.key_begin[i];

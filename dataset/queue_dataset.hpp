@@ -63,8 +63,11 @@ class QueueDataset {
 
   // Reads the whole file list once, keeping no instance: counts (load_stats(), size()) and,
   // with `keys`, the distinct keys and their slots in InMemoryDataset::unique_keys_and_slots()'s
-  // order and slot choice. Errors as InMemoryDataset::load_into_memory gives them.
-  Status scan(UniqueKeys* keys = nullptr);
+  // order and slot choice; with `visit`, each chunk of instances in file order (on the calling
+  // thread; e.g. to size the pass's steps, trainer/engine/step_sizes.hpp). Errors as
+  // InMemoryDataset::load_into_memory gives them.
+  Status scan(UniqueKeys* keys = nullptr,
+              const std::function<void(const InstanceBlock&)>& visit = {});
   // Instances of the last scan().
   std::size_t size() const { return scanned_instances_; }
   // After scan(): batches per card and their spans, as InMemoryDataset's for the same instances.

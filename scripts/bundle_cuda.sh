@@ -136,6 +136,9 @@ verify() {
   echo "== bash -n scripts/gpu_check.sh"
   if bash -n "$root/scripts/gpu_check.sh"; then echo "   ok"; else echo "   syntax error"; bad=1; fi
   [ -x "$root/scripts/gpu_check.sh" ] || { echo "   scripts/gpu_check.sh is not executable"; bad=1; }
+  if ! bash -n "$root/scripts/lib/gpu_check_lib.sh" 2>/dev/null; then
+    echo "   scripts/lib/gpu_check_lib.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
+  fi
   echo "== libcuda.so.1"
   if [ "${counts["not found here: NVIDIA driver library, present on the GPU machine"]:-0}" = 0 ]; then
     echo "   no file lists it as NEEDED: libcudart (and cuBLAS / NCCL) open the driver's libcuda.so.1 with"
@@ -244,6 +247,8 @@ done
 # ---- configs, sample data, scripts ---------------------------------------------------------------
 cp -r "$repo/configs" "$stage/configs"
 cp "$repo/scripts/gpu_check.sh" "$stage/scripts/gpu_check.sh"
+mkdir -p "$stage/scripts/lib"
+cp "$repo/scripts/lib/gpu_check_lib.sh" "$stage/scripts/lib/gpu_check_lib.sh"
 chmod +x "$stage/scripts/gpu_check.sh"
 
 # Compiled-in build paths: some tests open files through absolute paths given by -D at compile time
@@ -280,6 +285,7 @@ ln -s ../bin "$stage/$build_rel/bin"
   echo "commit:       $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)$dirty"
   echo "nvcc:         $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' || echo unknown)"
   echo "cuda archs:   $cuda_archs (a GPU of another compute capability needs a bundle built with --archs)"
+  echo "lineinfo:     $(sed -n 's/^GPUBOX_CUDA_LINEINFO:BOOL=//p' "$build_dir/CMakeCache.txt" | grep . || echo ON) (GPUBOX_CUDA_LINEINFO: device source lines in sanitizer reports)"
   echo "run:          scripts/gpu_check.sh            (the first-GPU-run checklist: summary.txt)"
   echo "              bin/gpubox_train --config configs/config_gpubox.yaml"
   echo "bin/:         ${tools[*]} ${tests[*]}"

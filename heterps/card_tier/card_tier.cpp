@@ -6,6 +6,7 @@
 #include "common/hash.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/comm/communicator.hpp"
+#include "heterps/device/profile_range.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/pass_manager.hpp"
 
@@ -40,6 +41,7 @@ CardTier::~CardTier() = default;
 pass::PassStats CardTier::begin_pass(const std::vector<uint64_t>& keys,
                                      const std::vector<int32_t>& slots,
                                      const pass::StagedRows* staged, pass::PassAccess access) {
+  const device::ProfileRange range("begin_pass");
   if (cards_.total_cards() == cards_.num_local_cards()) {
     return pass_manager_->begin_pass(keys, slots, staged, access);
   }
@@ -141,6 +143,7 @@ CardTier::ReceivedKeys CardTier::exchange_keys(const std::vector<uint64_t>& keys
 }
 
 pass::PassStats CardTier::end_pass(const std::vector<uint64_t>& keep) {
+  const device::ProfileRange range("end_pass");
   return pass_manager_->end_pass(keep);
 }
 
@@ -152,7 +155,10 @@ void CardTier::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> cur
   pass_manager_->expect_next_pass(std::move(current_keys), poll);
 }
 
-bool CardTier::prepare_next_pass(int card) { return pass_manager_->prepare_next_pass(card); }
+bool CardTier::prepare_next_pass(int card) {
+  const device::ProfileRange range("next pass card work");
+  return pass_manager_->prepare_next_pass(card);
+}
 
 void CardTier::clear() {
   GPUBOX_EXPECTS(!pass_manager_->in_pass(), "card tier: clear() during a pass");
@@ -169,6 +175,7 @@ const pass::PassStats& CardTier::current() const { return pass_manager_->current
 
 void CardTier::pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
                     const device::Stream& stream, const uint64_t* planned_counts) {
+  const device::ProfileRange range("pull");
   if (planned_counts != nullptr) comms_.at(card)->plan_next_step(planned_counts);
   comms_.at(card)->pull(keys, n, out_pull, stream);
 }
@@ -179,6 +186,7 @@ void CardTier::reserve_steps(int card, const heter_comm::StepBounds& bounds) {
 
 void CardTier::push_pulled(int card, const float* grads, const device::Stream& stream,
                            const uint32_t* veto) {
+  const device::ProfileRange range("push");
   comms_.at(card)->push_pulled(grads, stream, veto);
 }
 

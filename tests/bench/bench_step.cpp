@@ -2,16 +2,20 @@
 // fast it goes, on generated data. The counts come from the device layer (counters.hpp), which
 // counts the same on the cpu and cuda backends: on this machine they predict a GPU step.
 //
-//   gpubox_bench step [--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] [--json]
+//   gpubox_bench step [--cards N] [--batch B] [--steps S] [--threads T] [--data DIR]
+//                     [--keys_per_slot MIN:MAX] [--json]
 //
 // Trains two passes over the same data (B instances per card per step, S steps per pass, not
 // shuffled): the first sizes every buffer, the second is the steady state the figures come
 // from (past its 2 warm-up steps): per card per step host_syncs, allocations, pageable and
 // pinned copies, launches, collectives; and examples/s of the second pass's training phase;
 // and the first pass's totals over every step (first_pass_step_*: allocations, frees, pinned
-// allocations and frees; first_between_steps_allocations: the next pass's card work).
-// Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape) into a
-// temporary folder, or the slot-format files of --data.
+// allocations and frees; first_between_steps_allocations: the next pass's card work); and the
+// second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
+// and the cards' memory high-water mark (card_memory_peak_mb).
+// Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape; with
+// --keys_per_slot, MIN to MAX keys in each slot of a line) into a temporary folder, or the
+// slot-format files of --data.
 #include <unistd.h>
 
 #include <cstdio>
@@ -42,7 +46,7 @@ struct TempFolder {
 };
 
 int run_step(const BenchArgs& args) {
-  args.expect_only({"cards", "batch", "steps", "threads", "data", "json"});
+  args.expect_only({"cards", "batch", "steps", "threads", "data", "keys_per_slot", "json"});
   const int cards = static_cast<int>(args.get_int("cards", 1));
   const int batch = static_cast<int>(args.get_int("batch", 512));
   const int steps = static_cast<int>(args.get_int("steps", 20));
@@ -61,6 +65,7 @@ int run_step(const BenchArgs& args) {
     gen.lines = static_cast<uint64_t>(batch) * cards * steps;
     gen.files = 1;
     gen.seed = 1;
+    throw_if_error(dataset::parse_keys_per_slot(args.get("keys_per_slot", "1:1"), &gen));
     dataset::OracleSummary oracle;
     throw_if_error(dataset::generate(gen, &oracle));
     data = gen.out_dir;
@@ -100,6 +105,10 @@ int run_step(const BenchArgs& args) {
   // the step buffers before the pass leaves to the steps themselves.
   static const char* kFirstPass[] = {"pass_step_allocations", "pass_step_frees",
                                      "pass_step_pinned_allocations", "between_steps_allocations"};
+  // The second pass's step wall times over its steady steps and the cards' memory high-water
+  // mark (scripts/gpu_check.sh reports them per card count).
+  static const char* kTimes[] = {"step_ms_p50", "step_ms_p99", "step_ms_max",
+                                 "card_memory_peak_mb"};
   if (json) {
     std::printf(
         "{\"bench\": \"step\", \"backend\": \"%s\", \"cards\": %d, \"batch\": %d, "
@@ -111,6 +120,7 @@ int run_step(const BenchArgs& args) {
     for (const char* name : kFirstPass) {
       std::printf(", \"first_%s\": %.0f", name, first_extra.at(name));
     }
+    for (const char* name : kTimes) std::printf(", \"%s\": %.3f", name, extra.at(name));
     std::printf(", \"train_seconds\": %.4f, \"examples_per_sec\": %.1f}\n", train_seconds,
                 examples_per_sec);
   } else {
@@ -122,13 +132,16 @@ int run_step(const BenchArgs& args) {
     for (const char* name : kCounts) std::printf(" %s %.3f,", name, extra.at(name));
     std::printf("\n  first pass, every step (all cards):");
     for (const char* name : kFirstPass) std::printf(" %s %.0f,", name, first_extra.at(name));
+    std::printf("\n  second pass:");
+    for (const char* name : kTimes) std::printf(" %s %.3f,", name, extra.at(name));
     std::printf("\n  examples/s (all cards, training phase of pass 2): %.1f\n", examples_per_sec);
   }
   return 0;
 }
 
 GPUBOX_BENCH_COMMAND("step",
-                     "[--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] [--json]: "
+                     "[--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] "
+                     "[--keys_per_slot MIN:MAX] [--json]: "
                      "host syncs, allocations, copies, launches and collectives per training "
                      "step of the default model, and examples/s",
                      run_step);

@@ -193,6 +193,97 @@ TEST(Generator, RejectsBadOptions) {
   EXPECT_NE(st.message().find("earlier run"), std::string::npos) << st.message();
 }
 
+// --keys_per_slot MIN:MAX: each slot of a line holds MIN..MAX keys (0: the slot is left out),
+// every count appears, the data loads as training loads it, and the oracle is the planted model
+// (its slots sum-pooled) recomputed from what was loaded; the same seed gives the same files
+// whatever the thread count.
+TEST(Generator, KeysPerSlotVaryPerLineAndSlot) {
+  ScratchDir a, b;
+  GeneratorOptions o = small_options(a.path(), 1);
+  o.keys_per_slot_min = 0;
+  o.keys_per_slot_max = 3;
+  OracleSummary sa, sb;
+  ASSERT_TRUE(generate(o, &sa).ok());
+  GeneratorOptions again = o;
+  again.out_dir = b.path();
+  again.threads = 3;
+  ASSERT_TRUE(generate(again, &sb).ok());
+  EXPECT_EQ(slurp(a.file("part-00002")), slurp(b.file("part-00002")));
+  EXPECT_EQ(sa.auc, sb.auc);
+  const std::string json = slurp(a.file("oracle.json"));
+  EXPECT_NE(json.find("\"keys_per_slot\": \"0:3\""), std::string::npos) << json;
+
+  DatasetConfig c = slot_config(o.slots, o.dense);
+  InMemoryDataset ds(c);
+  ds.set_filelist(
+      {a.file("part-00000"), a.file("part-00001"), a.file("part-00002"), a.file("part-00003")});
+  ASSERT_TRUE(ds.load_into_memory().ok());
+  ASSERT_EQ(ds.size(), o.lines);
+  EXPECT_EQ(ds.load_stats().skipped_lines(), 0u);
+  std::vector<std::uint64_t> count_of(4, 0);
+  std::set<std::size_t> keys_per_line;
+  std::vector<double> logits;
+  std::vector<std::uint8_t> labels;
+  const PlantedModel model = planted_model(o);
+  for (std::size_t i = 0; i < ds.size(); ++i) {
+    const InstanceRef r = ds.instance(i);
+    std::size_t at = 0;
+    for (int s = 0; s < o.slots; ++s) {
+      ASSERT_LE(r.slot_sizes[s], 3u);
+      ++count_of[r.slot_sizes[s]];
+      for (std::uint32_t k = 0; k < r.slot_sizes[s]; ++k, ++at) {
+        ASSERT_GE(r.keys[at], static_cast<std::uint64_t>(s) * o.vocab + 1);
+        ASSERT_LE(r.keys[at], static_cast<std::uint64_t>(s + 1) * o.vocab);
+      }
+    }
+    keys_per_line.insert(r.num_keys());
+    logits.push_back(model.logit(r.keys, r.slot_sizes, r.dense));
+    labels.push_back(r.label > 0.5f ? 1 : 0);
+  }
+  // Counts uniform on 0..3: each about a quarter of the 9000 slots (5 sigma ~ 200).
+  for (int n = 0; n <= 3; ++n) {
+    EXPECT_NEAR(static_cast<double>(count_of[n]), o.lines * o.slots / 4.0, 200.0) << n << " keys";
+  }
+  EXPECT_GT(keys_per_line.size(), 10u) << "keys per line should vary";
+  EXPECT_NEAR(json_value(json, "auc"), pairwise_auc(logits, labels), 1e-8);
+  EXPECT_GT(sa.auc, 0.7);
+
+  // A fixed count of N draws no count: every slot holds exactly N keys.
+  ScratchDir fixed_dir;
+  GeneratorOptions fixed = small_options(fixed_dir.path(), 1);
+  fixed.keys_per_slot_min = fixed.keys_per_slot_max = 2;
+  ASSERT_TRUE(generate(fixed, &sa).ok());
+  InMemoryDataset fixed_ds(c);
+  fixed_ds.set_filelist({fixed_dir.file("part-00000")});
+  ASSERT_TRUE(fixed_ds.load_into_memory().ok());
+  for (std::size_t i = 0; i < fixed_ds.size(); ++i) {
+    ASSERT_EQ(fixed_ds.instance(i).num_keys(), 2u * o.slots) << "line " << i;
+  }
+}
+
+TEST(Generator, ParsesKeysPerSlot) {
+  GeneratorOptions o;
+  ASSERT_TRUE(parse_keys_per_slot("2:5", &o).ok());
+  EXPECT_EQ(o.keys_per_slot_min, 2);
+  EXPECT_EQ(o.keys_per_slot_max, 5);
+  ASSERT_TRUE(parse_keys_per_slot("3", &o).ok());
+  EXPECT_EQ(o.keys_per_slot_min, 3);
+  EXPECT_EQ(o.keys_per_slot_max, 3);
+  ASSERT_TRUE(parse_keys_per_slot("0:1000", &o).ok());
+  for (const char* bad : {"", ":", "5:2", "0:0", "0", "1:1001", "a:b", "-1:2", "1:2:3", " 1:2"}) {
+    const Status st = parse_keys_per_slot(bad, &o);
+    EXPECT_FALSE(st.ok()) << "'" << bad << "'";
+    EXPECT_NE(st.message().find("--keys_per_slot"), std::string::npos) << st.message();
+  }
+  // generate() checks options set directly, too.
+  ScratchDir dir;
+  OracleSummary s;
+  GeneratorOptions direct = small_options(dir.path(), 1);
+  direct.keys_per_slot_min = 4;
+  direct.keys_per_slot_max = 2;
+  EXPECT_FALSE(generate(direct, &s).ok());
+}
+
 TEST(ZipfSampler, FrequenciesFollowThePowerLaw) {
   const std::uint64_t n = 200;
   const double exponent = 1.2;

@@ -323,6 +323,31 @@ TEST_F(MultiTrainer, TrainerWithoutAFileStillJoinsEveryStep) {
   EXPECT_NE(out.find("pass: 2,"), std::string::npos) << out;
 }
 
+// QueueDataset passes in a job: each trainer sizes its steps from its own stream (PassStepSizer)
+// and the job agrees on them; with uneven shares and a trainer without a file, every trainer
+// trains every pass and no step of any trainer allocates or regrows pinned memory.
+TEST_F(MultiTrainer, StreamedPassesOfUnevenSharesAllocateInNoStep) {
+  const std::vector<std::string> outs = run_job_outputs("streamed", 3, "0", "train_one_file_each",
+                                                        {"-o", "runner.reader_type=QueueDataset"});
+  EXPECT_EQ(last_value(outs[0], "test examples: "), 2.0 * kSteps * kLinesPerFile) << outs[0];
+  for (int t = 0; t < 3; ++t) {
+    const auto lines = lines_of(
+        root_ / (t == 0 ? "streamed.jsonl" : "streamed.trainer" + std::to_string(t) + ".jsonl"));
+    int passes = 0;
+    for (const std::string& line : lines) {
+      if (line.find("\"pass\": ") == std::string::npos) continue;
+      ++passes;
+      for (const char* key : {"pass_step_allocations", "pass_step_pinned_allocations"}) {
+        const std::string field = std::string("\"") + key + "\": ";
+        const auto at = line.find(field);
+        ASSERT_NE(at, std::string::npos) << "trainer " << t << ": " << line;
+        EXPECT_EQ(std::stod(line.substr(at + field.size())), 0.0) << "trainer " << t << ": " << key;
+      }
+    }
+    EXPECT_EQ(passes, 3) << "trainer " << t;
+  }
+}
+
 TEST_F(MultiTrainer, KilledTrainerEndsTheOtherWithAnErrorNamingIt) {
   auto trainer0 = start_trainer("killed", 0, 2, "0", "train2", {"-o", "runner.epochs=200"});
   auto trainer1 = start_trainer("killed", 1, 2, "0", "train2", {"-o", "runner.epochs=200"});

@@ -12,6 +12,7 @@
 // first ones included (PassSizing below, on data whose keys per line vary).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "dataset/generator.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/engine/step_times.hpp"
 #include "trainer/engine/trainer.hpp"
 
 namespace gpubox::trainer {
@@ -79,7 +81,7 @@ class StepAccounting : public ::testing::TestWithParam<int> {
 
   // Slot-format data whose keys per line VARY (Criteo's and PaddleRec's slot data do): each of
   // the 26 slots holds 0 to 3 keys (zipf-like ranks), so every batch has its own occurrence,
-  // distinct-key and per-owner counts. The generator's data has 26 keys a line: only the
+  // distinct-key and per-owner counts. The generator's default data has 26 keys a line: only the
   // distinct counts vary there. Made once per run.
   static std::string varying_keys_dir() {
     const fs::path dir = root_ / "varying";
@@ -207,6 +209,57 @@ TEST_P(StepAccounting, CollectiveNoSteadyStepOfAnyPassAllocates) {
   EXPECT_EQ(second.at("allocations_per_step"), 0.0);
 }
 
+// The pass report's step times (p50 <= p99 <= max, over the steady steps) and the cards' memory
+// high-water mark: what scripts/gpu_check.sh reports per card count.
+TEST_P(StepAccounting, PassReportsStepTimesAndTheCardMemoryHighWaterMark) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto [first, second] = both_passes(cards, {});
+  for (const Counts* pass : {&first, &second}) {
+    for (const char* key : {"step_ms_p50", "step_ms_p99", "step_ms_max", "card_memory_peak_mb"}) {
+      ASSERT_TRUE(pass->count(key)) << "the pass report has no " << key;
+      EXPECT_GT(pass->at(key), 0.0) << key;
+    }
+    EXPECT_LE(pass->at("step_ms_p50"), pass->at("step_ms_p99"));
+    EXPECT_LE(pass->at("step_ms_p99"), pass->at("step_ms_max"));
+    // The default model's dense net and the pass's rows: megabytes, not bytes, not gigabytes.
+    EXPECT_GT(pass->at("card_memory_peak_mb"), 1.0);
+    EXPECT_LT(pass->at("card_memory_peak_mb"), 4096.0);
+  }
+  // A high-water mark since the run began: the second pass's is never below the first's.
+  EXPECT_GE(second.at("card_memory_peak_mb"), first.at("card_memory_peak_mb"));
+}
+
+TEST(StepTimes, NearestRankQuantileAgainstHandComputedRanks) {
+  std::vector<double> none;
+  EXPECT_EQ(nearest_rank_quantile(&none, 0.5), 0.0);
+  std::vector<double> one = {7.0};
+  EXPECT_EQ(nearest_rank_quantile(&one, 0.5), 7.0);
+  EXPECT_EQ(nearest_rank_quantile(&one, 0.99), 7.0);
+  // 1..100 shuffled: the p-quantile by the nearest rank is ceil(100 p).
+  std::vector<double> hundred;
+  for (int i = 1; i <= 100; ++i) hundred.push_back(i);
+  std::shuffle(hundred.begin(), hundred.end(), std::mt19937_64(3));
+  EXPECT_EQ(nearest_rank_quantile(&hundred, 0.50), 50.0);
+  EXPECT_EQ(nearest_rank_quantile(&hundred, 0.99), 99.0);
+  EXPECT_EQ(nearest_rank_quantile(&hundred, 1.0), 100.0);
+  std::vector<double> ten = {9, 1, 8, 2, 7, 3, 6, 4, 5, 10};
+  EXPECT_EQ(nearest_rank_quantile(&ten, 0.5), 5.0);
+  EXPECT_EQ(nearest_rank_quantile(&ten, 0.99), 10.0);  // ceil(9.9) = 10th
+  EXPECT_EQ(nearest_rank_quantile(&ten, 0.95), 10.0);
+  EXPECT_EQ(nearest_rank_quantile(&ten, 0.9), 9.0);
+  // Over the cards together; nothing without a step.
+  PassReport report;
+  append_step_times({{0.004, 0.001}, {0.002, 0.003}}, &report);
+  const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
+  EXPECT_DOUBLE_EQ(extra.at("step_ms_p50"), 2.0);
+  EXPECT_DOUBLE_EQ(extra.at("step_ms_p99"), 4.0);
+  EXPECT_DOUBLE_EQ(extra.at("step_ms_max"), 4.0);
+  PassReport empty;
+  append_step_times({{}, {}}, &empty);
+  EXPECT_TRUE(empty.extra.empty());
+}
+
 // Issue 31, item 1: every size of a step is known before the pass starts. On data whose keys per
 // line vary, no step of any pass allocates or frees card memory or (re)allocates a pinned buffer,
 // its first steps included (before the sizes were planned per pass, the first pass's steps
@@ -238,6 +291,24 @@ TEST_P(PassSizing, NoStepOfAnyPathAllocatesOnDataWithVaryingKeysPerLine) {
       both_passes(cards, {"runner.use_fleet=true"}, varying_keys_dir());
   expect_no_step_allocates(first_collective, "Collective mode, first pass");
   expect_no_step_allocates(second_collective, "Collective mode, second pass");
+}
+
+// QueueDataset passes (streamed, never in memory) too: their step sizes are planned while the
+// pass is read for its keys (PassStepSizer over QueueDataset::scan's chunks), so their steps
+// allocate nothing either; before, their first steps allocated and the pinned staging regrew.
+TEST_P(PassSizing, NoStepOfAStreamedPassAllocates) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto [first, second] =
+      both_passes(cards, {"runner.reader_type=QueueDataset"}, varying_keys_dir());
+  expect_no_step_allocates(first, "QueueDataset, first pass");
+  expect_no_step_allocates(second, "QueueDataset, second pass");
+  // Planned, the pulls take their counts from the plan: 2 waits a step as in memory.
+  EXPECT_EQ(second.at("host_syncs_per_step"), 2.0);
+  const auto [first_collective, second_collective] = both_passes(
+      cards, {"runner.reader_type=QueueDataset", "runner.use_fleet=true"}, varying_keys_dir());
+  expect_no_step_allocates(first_collective, "QueueDataset, Collective mode, first pass");
+  expect_no_step_allocates(second_collective, "QueueDataset, Collective mode, second pass");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, PassSizing, ::testing::Values(1, 2, 4),

@@ -17,6 +17,7 @@
 #include "common/hash.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/in_memory_dataset.hpp"
+#include "dataset/instance_block.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -88,6 +89,54 @@ TEST(StepSizes, EveryBatchMatchesTheOracle) {
       }
     }
   }
+  fs::remove_all(dir);
+}
+
+// A stream's sizes (PassStepSizer over the instances in order, in chunks of any size, as
+// QueueDataset::scan hands them) equal the in-memory plan of the same instances: full rounds,
+// the short last round's even split (empty batches on some cards), chunks that cut rounds.
+TEST(StepSizes, StreamedSizesEqualTheInMemoryPlan) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_stream_sizes_" + std::to_string(::getpid()));
+  const dataset::InMemoryDataset data = varying_lines(dir, 203, 4);
+  for (int local : {1, 2, 3}) {
+    for (int total : {local, 8}) {
+      for (bool per_owner : {true, false}) {
+        for (std::size_t batch : {std::size_t{1}, std::size_t{16}, std::size_t{500}}) {
+          for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{1000}}) {
+            SCOPED_TRACE("local " + std::to_string(local) + " of " + std::to_string(total) +
+                         ", batch " + std::to_string(batch) + ", chunks of " +
+                         std::to_string(chunk) + (per_owner ? ", sharded" : ""));
+            const int first_rank = total - local;
+            const PassStepSizes want =
+                plan_step_sizes(data, batch, local, first_rank, total, per_owner, 2);
+            PassStepSizer sizer(batch, local, first_rank, total, per_owner);
+            dataset::InstanceBlock block(4, 0);
+            for (std::size_t i = 0; i < data.size(); ++i) {
+              block.append(data.instance(i));
+              if (block.size() == chunk || i + 1 == data.size()) {
+                sizer.add(block);
+                block.clear();
+              }
+            }
+            const PassStepSizes got = sizer.finish();
+            EXPECT_EQ(got.batches, want.batches);
+            EXPECT_EQ(got.local_cards, want.local_cards);
+            EXPECT_EQ(got.first_rank, want.first_rank);
+            EXPECT_EQ(got.total_cards, want.total_cards);
+            EXPECT_EQ(got.occurrences, want.occurrences);
+            EXPECT_EQ(got.unique, want.unique);
+            EXPECT_EQ(got.owner_counts, want.owner_counts);
+          }
+        }
+      }
+    }
+  }
+  // No instance: no batch.
+  PassStepSizer empty(16, 2, 0, 2, true);
+  const PassStepSizes none = empty.finish();
+  EXPECT_EQ(none.batches, 0u);
+  EXPECT_TRUE(none.occurrences.empty());
   fs::remove_all(dir);
 }
 

@@ -7,6 +7,7 @@
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/device/profile_range.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -103,6 +104,7 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
 int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
+  const device::ProfileRange range("upload");
   const int64_t size = static_cast<int64_t>(batch.size());
   const std::size_t occurrences = batch.keys.size();
   b.batch = size;
@@ -148,28 +150,39 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
+  const device::ProfileRange step_range("step");
   comm_.set_step(pass, step);
   // And pull: waits S1 (key counts; not when planned), S2 (owner lookups).
   const int64_t size = upload(batch, planned_counts);
   const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
-  model_->forward_backward_async(view, scales, b.push.data());
-  metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
-  if (progress) metrics_->progress_async();
+  {
+    const device::ProfileRange range("dense forward/backward");
+    model_->forward_backward_async(view, scales, b.push.data());
+    metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
+    if (progress) metrics_->progress_async();
+  }
   // The gradients and, in the loss slot, this card's loss: after the all-reduce every card
   // holds the same values, so the finite verdict below is the same on every card.
   DenseParameters& params = model_->parameters();
-  comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(), stream);
-  model_->check_finite_async();
-  device::copy_async(b.host_status.data(), model_->step_status(), 1, stream);
+  {
+    const device::ProfileRange range("dense all-reduce");
+    comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
+                         stream);
+    model_->check_finite_async();
+    device::copy_async(b.host_status.data(), model_->step_status(), 1, stream);
+  }
   // The owners apply the sparse updates only if the verdict (on the card) says finite; the
   // push ends with the step's last wait (S3), after which the verdict is on the host.
   tier_.push_pulled(card_.local_index(), b.push.data(), stream,
                     &model_->step_status()->first_non_finite);
   const DenseStepStatus status = b.host_status[0];
   model_->throw_if_non_finite(status, pass, step);  // before the dense update
-  optimizer_->step(params);
+  {
+    const device::ProfileRange range("dense update");
+    optimizer_->step(params);
+  }
   last_step_ = card_.counts() - before;
   return status.loss;
 }
@@ -178,6 +191,7 @@ double CardWorker::progress_auc() const { return metrics_->progress_auc(); }
 
 void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
+  const device::ProfileRange range("eval step");
   comm_.set_step(-1, -1);  // no training step context
   const int64_t size = upload(batch, planned_counts);
   model_->predict_async(batch_view(batch.num_slots));

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "dataset/in_memory_dataset.hpp"
+#include "dataset/instance_block.hpp"
 #include "dataset/parallel.hpp"
 
 namespace gpubox::trainer {
@@ -17,6 +18,20 @@ std::size_t largest(const std::vector<uint32_t>& values, std::size_t first, std:
   return out;
 }
 
+// One batch's sizes from its key occurrences `keys` (sorted and deduplicated here): its
+// occurrences, distinct keys and, when `owners` is not null, distinct keys per owner card
+// (`total_cards` counts, added to).
+void count_batch(std::vector<uint64_t>* keys, uint32_t* occurrences, uint32_t* unique,
+                 uint32_t* owners, int total_cards) {
+  GPUBOX_EXPECTS(keys->size() <= UINT32_MAX, "a batch of ", keys->size(), " key occurrences");
+  *occurrences = static_cast<uint32_t>(keys->size());
+  std::sort(keys->begin(), keys->end());
+  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
+  *unique = static_cast<uint32_t>(keys->size());
+  if (owners == nullptr) return;
+  for (uint64_t key : *keys) ++owners[owner_card(key, total_cards)];
+}
+
 // One batch's sizes into `sizes` at `at`; `keys` is the worker's reused buffer.
 void size_batch(const dataset::InMemoryDataset& data, const dataset::BatchSpan& span,
                 std::size_t at, PassStepSizes* sizes, std::vector<uint64_t>* keys) {
@@ -25,14 +40,10 @@ void size_batch(const dataset::InMemoryDataset& data, const dataset::BatchSpan& 
     const dataset::InstanceRef ref = data.instance(i);
     keys->insert(keys->end(), ref.keys, ref.keys + ref.num_keys());
   }
-  GPUBOX_EXPECTS(keys->size() <= UINT32_MAX, "a batch of ", keys->size(), " key occurrences");
-  sizes->occurrences[at] = static_cast<uint32_t>(keys->size());
-  std::sort(keys->begin(), keys->end());
-  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
-  sizes->unique[at] = static_cast<uint32_t>(keys->size());
-  if (!sizes->per_owner) return;
-  uint32_t* owners = sizes->owner_counts.data() + at * static_cast<std::size_t>(sizes->total_cards);
-  for (uint64_t key : *keys) ++owners[owner_card(key, sizes->total_cards)];
+  uint32_t* owners = sizes->per_owner ? sizes->owner_counts.data() +
+                                            at * static_cast<std::size_t>(sizes->total_cards)
+                                      : nullptr;
+  count_batch(keys, &sizes->occurrences[at], &sizes->unique[at], owners, sizes->total_cards);
 }
 
 }  // namespace
@@ -76,6 +87,81 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
                  &sizes, &keys);
     }
   });
+  return sizes;
+}
+
+PassStepSizer::PassStepSizer(std::size_t batch_size, int local_cards, int first_rank,
+                             int total_cards, bool per_owner) {
+  GPUBOX_EXPECTS(local_cards >= 1 && total_cards >= local_cards && batch_size >= 1,
+                 "PassStepSizer: ", local_cards, " local cards of ", total_cards, ", batch ",
+                 batch_size);
+  sizes_.local_cards = local_cards;
+  sizes_.first_rank = first_rank;
+  sizes_.total_cards = total_cards;
+  sizes_.per_owner = per_owner;
+  sizes_.batch_size = batch_size;
+}
+
+void PassStepSizer::add(const dataset::InstanceBlock& chunk) {
+  const std::size_t round = sizes_.batch_size * static_cast<std::size_t>(sizes_.local_cards);
+  for (std::size_t i = 0; i < chunk.size(); ++i) {
+    const uint64_t* keys = chunk.keys.data() + chunk.key_begin[i];
+    round_keys_.insert(round_keys_.end(), keys, chunk.keys.data() + chunk.key_begin[i + 1]);
+    round_end_.push_back(round_keys_.size());
+    ++seen_;
+    if (round_end_.size() == round) size_round();
+  }
+}
+
+void PassStepSizer::size_round() {
+  const auto cards = static_cast<std::size_t>(sizes_.local_cards);
+  const auto total = static_cast<std::size_t>(sizes_.total_cards);
+  const std::size_t round_begin = seen_ - round_end_.size();
+  occurrences_.resize((rounds_ + 1) * cards, 0);
+  unique_.resize((rounds_ + 1) * cards, 0);
+  if (sizes_.per_owner) owner_counts_.resize((rounds_ + 1) * cards * total, 0);
+  for (std::size_t c = 0; c < cards; ++c) {
+    // As if the pass ended with this round: a full round splits the same either way.
+    const dataset::BatchSpan span = dataset::batch_span_of(
+        seen_, sizes_.batch_size, static_cast<int>(c), sizes_.local_cards, rounds_);
+    const std::size_t first = span.begin - round_begin;
+    const std::size_t begin = first == 0 ? 0 : round_end_[first - 1];
+    const std::size_t end = span.size() == 0 ? begin : round_end_[span.end - round_begin - 1];
+    scratch_.assign(round_keys_.begin() + static_cast<std::ptrdiff_t>(begin),
+                    round_keys_.begin() + static_cast<std::ptrdiff_t>(end));
+    const std::size_t at = rounds_ * cards + c;
+    count_batch(&scratch_, &occurrences_[at], &unique_[at],
+                sizes_.per_owner ? owner_counts_.data() + at * total : nullptr, sizes_.total_cards);
+  }
+  ++rounds_;
+  round_keys_.clear();
+  round_end_.clear();
+}
+
+PassStepSizes PassStepSizer::finish() {
+  if (!round_end_.empty()) size_round();  // the short last round
+  PassStepSizes sizes = std::move(sizes_);
+  const auto cards = static_cast<std::size_t>(sizes.local_cards);
+  const auto total = static_cast<std::size_t>(sizes.total_cards);
+  sizes.batches = rounds_;
+  GPUBOX_EXPECTS(rounds_ == dataset::batches_per_card(seen_, sizes.batch_size, sizes.local_cards),
+                 "PassStepSizer: ", rounds_, " rounds for ", seen_, " instances");
+  // Round-major to PassStepSizes' card-major order.
+  sizes.occurrences.assign(cards * rounds_, 0);
+  sizes.unique.assign(cards * rounds_, 0);
+  if (sizes.per_owner) sizes.owner_counts.assign(cards * rounds_ * total, 0);
+  for (std::size_t r = 0; r < rounds_; ++r) {
+    for (std::size_t c = 0; c < cards; ++c) {
+      const std::size_t from = r * cards + c;
+      const std::size_t to = sizes.index(static_cast<int>(c), r);
+      sizes.occurrences[to] = occurrences_[from];
+      sizes.unique[to] = unique_[from];
+      if (sizes.per_owner) {
+        std::copy_n(owner_counts_.data() + from * total, total,
+                    sizes.owner_counts.data() + to * total);
+      }
+    }
+  }
   return sizes;
 }
 

@@ -11,7 +11,8 @@
 // an owner receives in a step depends on every card's batch.
 //
 // Cost: one sort of each batch's keys on the host, spread over `threads`; in the pass pipeline
-// (runner.prefetch_passes) it runs in the background with the pass's reading.
+// (runner.prefetch_passes) it runs in the background with the pass's reading. A streamed pass
+// (QueueDataset) is sized the same way while it is read for its keys (PassStepSizer).
 #pragma once
 
 #include <cstddef>
@@ -21,7 +22,8 @@
 namespace gpubox {
 namespace dataset {
 class InMemoryDataset;
-}
+struct InstanceBlock;
+}  // namespace dataset
 namespace trainer {
 
 struct PassStepSizes {
@@ -51,6 +53,37 @@ struct PassStepSizes {
 PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t batch_size,
                               int local_cards, int first_rank, int total_cards, bool per_owner,
                               int threads);
+
+// The same sizes for instances seen once, in order, in chunks (a QueueDataset's scan): what
+// plan_step_sizes gives for the same instances held in memory without a shuffle. Holds one round
+// (batch_size x local_cards instances) of keys at a time: a round is sized when it is full (a
+// full round splits card by card the same whether or not it is the last), the short last round
+// at finish() (batch_span_of's tail policy). Cost: one sort of each batch's keys on the calling
+// thread. Not thread-safe.
+class PassStepSizer {
+ public:
+  PassStepSizer(std::size_t batch_size, int local_cards, int first_rank, int total_cards,
+                bool per_owner);
+  // The next instances of the pass, in order.
+  void add(const dataset::InstanceBlock& chunk);
+  // The sizes of every instance added; the sizer is spent.
+  PassStepSizes finish();
+
+ private:
+  // Sizes the buffered round (round `rounds_`, its instances the last of `seen_` so far).
+  void size_round();
+
+  PassStepSizes sizes_;  // the plan's parameters; the per-batch vectors are filled by finish()
+  std::size_t seen_ = 0;
+  std::size_t rounds_ = 0;
+  std::vector<uint64_t> round_keys_;    // the buffered round's key occurrences, in order
+  std::vector<std::size_t> round_end_;  // per buffered instance: its keys' end in round_keys_
+  std::vector<uint64_t> scratch_;
+  // Round-major while reading: [round * local_cards + card] (owner counts: x total_cards).
+  std::vector<uint32_t> occurrences_;
+  std::vector<uint32_t> unique_;
+  std::vector<uint32_t> owner_counts_;
+};
 
 }  // namespace trainer
 }  // namespace gpubox

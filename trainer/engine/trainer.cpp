@@ -33,6 +33,7 @@
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/step_plan.hpp"
+#include "trainer/engine/step_times.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -60,24 +61,6 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
 }  // namespace
 
 using engine_detail::kLocalTierSaves;
-
-void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
-                        PassReport* report) {
-  if (steps == 0 || per_card.empty()) return;
-  device::DeviceCounts total;
-  for (const auto& counts : per_card) total += counts;
-  const double per_step = 1.0 / (static_cast<double>(steps) * static_cast<double>(per_card.size()));
-  auto& extra = report->extra;
-  extra.emplace_back("steady_steps", static_cast<double>(steps));
-  extra.emplace_back("host_syncs_per_step", total.host_syncs * per_step);
-  extra.emplace_back("allocations_per_step", total.allocations * per_step);
-  extra.emplace_back("frees_per_step", total.frees * per_step);
-  extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);
-  extra.emplace_back("pageable_copies_per_step", total.pageable_copies * per_step);
-  extra.emplace_back("pinned_copies_per_step", total.pinned_copies * per_step);
-  extra.emplace_back("launches_per_step", total.launches * per_step);
-  extra.emplace_back("collectives_per_step", total.collectives * per_step);
-}
 
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     : config_(std::move(config)), env_(std::move(env)) {
@@ -214,7 +197,7 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
     return;
   }
   // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
-  // step; memory: the keys, not the instances), streamed again by run_pass.
+  // step; memory: the keys, not the instances) and its step sizes, streamed again by run_pass.
   into->stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
   if (share.empty() && env_.trainers > 1) {
     GPUBOX_LOG(INFO) << what << ": trainer " << env_.trainer_id << " of " << env_.trainers
@@ -222,8 +205,13 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   } else {
     into->stream->set_filelist(share);
   }
-  const Status st = into->stream->scan(&into->keys);
+  const int cards = state_->cards.num_local_cards();
+  PassStepSizer sizer(static_cast<std::size_t>(config_.dataset.batch_size), cards,
+                      env_.trainer_id * cards, cards * env_.trainers, !config_.runner.collective);
+  const Status st = into->stream->scan(
+      &into->keys, [&sizer](const dataset::InstanceBlock& chunk) { sizer.add(chunk); });
   if (!st.ok()) GPUBOX_FAIL("reading ", what, " for its keys: ", st.message());
+  into->step_sizes = std::make_shared<const PassStepSizes>(sizer.finish());
   if (!share.empty() || env_.trainers == 1) {
     report_read(into->stream->load_stats(), share, what);
   }
@@ -264,6 +252,8 @@ struct Trainer::StepTally {
   // point: pass_allocations etc. in the report), and the next pass's card work between them.
   device::DeviceCounts every_step;
   device::DeviceCounts between_steps;
+  // Per card: the wall time of each steady step (the batch, the step, the next pass's chunk).
+  std::vector<std::vector<double>> steady_seconds;
 };
 
 Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
@@ -276,6 +266,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   StepTally tally;
   tally.steady.resize(static_cast<std::size_t>(cards));
   tally.steady_interprocess.assign(static_cast<std::size_t>(cards), 0);
+  tally.steady_seconds.resize(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
   const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
@@ -292,11 +283,14 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         reserve_steps(worker, plan, batch_size, config_.dataset);
         const std::size_t batches = plan.steps();
         if (c == 0) tally.steps = batches;
+        std::vector<double>& step_seconds = tally.steady_seconds[static_cast<std::size_t>(c)];
+        step_seconds.reserve(batches);
         dataset::Batch batch;
         Timer card_timer;
         double last_redraw = 0;
         int64_t examples = 0;
         for (std::size_t b = 0; b < batches; ++b) {
+          const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
           const int64_t global = plan.global_batch[b];
           // Card 0's progress line: the running AUC is computed on the card and read with the
@@ -319,6 +313,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
             tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
             tally.steady_interprocess[static_cast<std::size_t>(c)] +=
                 comm.bytes_to_other_processes() - sent_before;
+            step_seconds.push_back(step_timer.seconds());
           }
           examples += global;
           if (!progress) continue;
@@ -426,6 +421,8 @@ PassReport Trainer::run_pass(
 void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {
   const std::size_t steady = tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0;
   trainer::append_step_counts(tally.steady, steady, report);
+  append_step_times(tally.steady_seconds, report);
+  append_card_memory_peak(state_->cards, report);
   // Totals over every step of the pass (every card, warm-up steps included): the step buffers
   // are sized for the pass's largest batch before its first step, so all stay 0.
   const device::DeviceCounts& all = tally.every_step;
