@@ -31,8 +31,10 @@ if(GPUBOX_BACKEND STREQUAL "cuda")
   target_compile_options(gpubox_backend INTERFACE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda -Xcompiler=-fopenmp>)
   # Source lines of device code in compute-sanitizer's and Nsight's reports (scripts/gpu_check.sh):
-  # line tables only, the generated code is the same.
-  option(GPUBOX_CUDA_LINEINFO "cuda backend: nvcc -lineinfo (device source lines in reports)" ON)
+  # line tables only, the generated code is the same. Off by default (larger binaries, and a
+  # flag change rebuilds every CUDA object); scripts/bundle_cuda.sh, which builds what
+  # gpu_check.sh runs, turns it on.
+  option(GPUBOX_CUDA_LINEINFO "cuda backend: nvcc -lineinfo (device source lines in reports)" OFF)
   if(GPUBOX_CUDA_LINEINFO)
     target_compile_options(gpubox_backend INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
   endif()

@@ -179,8 +179,8 @@ fi
 for tool in ldd objdump strings strip tar gzip; do command -v "$tool" >/dev/null || die "'$tool' is missing"; done
 
 if ((build)); then
-  extra=()
-  [ -z "$archs" ] || extra=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
+  extra=(-DGPUBOX_CUDA_LINEINFO=ON)  # source lines in gpu_check.sh's sanitizer reports
+  [ -z "$archs" ] || extra+=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
   echo "bundle_cuda: scripts/build.sh cuda ${extra[*]:-} (no-op when build-cuda/ is up to date)"
   "$repo/scripts/build.sh" cuda "${extra[@]}" || die "the cuda build failed (scripts/build.sh cuda)"
 else
@@ -285,7 +285,7 @@ ln -s ../bin "$stage/$build_rel/bin"
   echo "commit:       $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)$dirty"
   echo "nvcc:         $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' || echo unknown)"
   echo "cuda archs:   $cuda_archs (a GPU of another compute capability needs a bundle built with --archs)"
-  echo "lineinfo:     $(sed -n 's/^GPUBOX_CUDA_LINEINFO:BOOL=//p' "$build_dir/CMakeCache.txt" | grep . || echo ON) (GPUBOX_CUDA_LINEINFO: device source lines in sanitizer reports)"
+  echo "lineinfo:     $(sed -n 's/^GPUBOX_CUDA_LINEINFO:BOOL=//p' "$build_dir/CMakeCache.txt" | grep . || echo OFF) (GPUBOX_CUDA_LINEINFO: device source lines in sanitizer reports)"
   echo "run:          scripts/gpu_check.sh            (the first-GPU-run checklist: summary.txt)"
   echo "              bin/gpubox_train --config configs/config_gpubox.yaml"
   echo "bin/:         ${tools[*]} ${tests[*]}"

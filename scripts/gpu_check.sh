@@ -12,7 +12,7 @@
 #                  tests (hash table, card store, row pool, HeterComm, segment reduce, dense
 #                  model, metrics, step accounting; --sanitizer-tests), and memcheck on a 2-GPU
 #                  training run on data with varying keys (needs 2 GPUs). Source lines in the
-#                  reports need a build with -lineinfo (GPUBOX_CUDA_LINEINFO, on by default)
+#                  reports need a build with -lineinfo (GPUBOX_CUDA_LINEINFO, on in bundle_cuda.sh's build)
 #   nccl/       5. a 2-card training run with NCCL_DEBUG=INFO (needs 2 GPUs): the transports
 #                  NCCL chose go to nccl/transports.txt and must all be P2P on one node (not SHM,
 #                  not NET), over NVLink (graph type NVL) when nvidia-smi topo shows NVLink
