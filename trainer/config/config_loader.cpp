@@ -41,8 +41,9 @@ bool shapes_the_job(const std::string& key) {
   return outside.count(key) == 0;
 }
 
-// The cross network keys (dcn, dcn_v2). Errors for combinations that would otherwise train
-// something other than what they say: DCN-Mix without a rank, a stacked dcn (v1).
+// The cross network keys (dcn, dcn_v2); DCN-Mix without a rank is an error. dcn (v1) is always
+// parallel, as PaddleRec's: dcn_structure is dcn_v2's (every shipped config sets it, so a set
+// "stacked" cannot be told from the default).
 Status read_cross_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string k = "hyper_parameters.";
   h.cross_layers = static_cast<int>(doc.get_int(k + "cross_layers"));
@@ -56,12 +57,6 @@ Status read_cross_keys(const config::ConfigDocument& doc, HyperParameters& h) {
         doc.source() + ": " + k + "cross_mixture (PaddleRec's use_low_rank_mixture) is true, " +
         "but the experts' rank " + k + "cross_rank (PaddleRec's low_rank) is 0; set it > 0 " +
         "(PaddleRec's default is 32)");
-  }
-  if (h.model == ModelKind::kDcn && doc.is_set(k + "dcn_structure") &&
-      h.dcn_structure == DcnStructure::kStacked) {
-    return Status::InvalidArgument(
-        doc.source() + ": " + k + "dcn_structure is stacked, but dcn (v1) is built parallel " +
-        "only (as PaddleRec's dcn); use dcn_v2 for a stacked cross network");
   }
   return Status::OK();
 }
