@@ -282,10 +282,13 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
       widths += (widths.empty() ? "" : ",") + std::to_string(dim);
     properties["slot_dims"] = widths;
   }
-  if (model.kind == trainer::ModelKind::kDcnV2) {
+  if (model.kind == trainer::ModelKind::kDcnV2 || model.kind == trainer::ModelKind::kDcn) {
     properties["cross_layers"] = std::to_string(model.cross_layers);
+  }
+  if (model.kind == trainer::ModelKind::kDcnV2) {
     properties["cross_rank"] = std::to_string(model.cross_rank);
     properties["dcn_structure"] = name_of(trainer::kDcnStructureNames, model.dcn_structure);
+    properties["cross_experts"] = std::to_string(model.cross_experts);
   }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
@@ -310,10 +313,17 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   spec.model.use_cvm = read.integer("use_cvm", 0, 1) != 0;
   spec.model.dense_dim = static_cast<int>(read.integer("dense_dim", 0, 1 << 20));
   spec.model.fc_sizes = read.sizes("fc_sizes");
-  if (spec.model.kind == trainer::ModelKind::kDcnV2) {  // written for dcn_v2 exports only
+  // Written for dcn and dcn_v2 exports only; cross_experts (DCN-Mix) is absent from older ones.
+  if (spec.model.kind == trainer::ModelKind::kDcnV2 ||
+      spec.model.kind == trainer::ModelKind::kDcn) {
     spec.model.cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
+  }
+  if (spec.model.kind == trainer::ModelKind::kDcnV2) {
     spec.model.cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
     spec.model.dcn_structure = read.choice("dcn_structure", trainer::kDcnStructureNames);
+    if (manifest->properties.count("cross_experts") != 0) {
+      spec.model.cross_experts = static_cast<int>(read.integer("cross_experts", 0, 64));
+    }
   }
   if (const auto widths = manifest->properties.find("slot_dims");
       widths != manifest->properties.end()) {

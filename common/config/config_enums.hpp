@@ -92,10 +92,13 @@ enum class ModelKind {
               // or parallel to it (hyper_parameters.cross_layers, cross_rank, dcn_structure)
   kFm,        // a factorization machine: kWide's first-order terms and bias + kDeepFm's pairwise
               // term, no MLP (PaddleRec's fm)
+  kDcn,       // DCN (v1): vector cross layers x0 * (x_l . w_l) + b_l + x_l beside the MLP, both
+              // read by the logit layer (PaddleRec's dcn; hyper_parameters.cross_layers)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},
     {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},       {ModelKind::kFm, "fm"},
+    {ModelKind::kDcn, "dcn"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

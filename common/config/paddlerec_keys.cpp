@@ -94,7 +94,7 @@ std::vector<IgnoredKey> build_ignored() {
   hyper("optimizer.adam_lazy_mode", "Paddle's Adam lazy_mode (only the embedding rows of the batch step); GPUBox's sparse rows always step only when their key is in the batch (hyper_parameters.sparse_optimizer.*), the dense parameters every step");
   hyper("dict_dim", "PaddleRec slot_dnn's embedding table size; GPUBox tables grow as keys come");
   hyper("is_sparse", "PaddleRec dcn's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");
-  hyper("num_experts", "PaddleRec dcn_v2's experts of DCN-Mix, used only with use_low_rank_mixture: True, which GPUBox refuses");
+  hyper("clip_by_norm", "PaddleRec's dcn and dcn_v2 networks read hyper_parameters.clip_by_norm and never apply it (their training clips nothing by it; dcn_v2's dygraph trainer clips by optimizer.clip_by_norm instead): GPUBox, like them, does not clip");
   t.push_back(IgnoredKey{"hyper_parameters.seed", "the seed of PaddleRec's static trainer; GPUBox's is runner.seed", false});
   // clang-format on
   return t;
@@ -120,17 +120,17 @@ const std::vector<KeyAlias>& key_aliases() {
   // clang-format off
   static const std::vector<KeyAlias> aliases = {
       {"runner.init_model_path", "runner.model_init_path", Kind::kSame, "", "", "PaddleRec's online and offline-infer starting model (slot_dnn): a GPUBox save here", 0},
-      {h + "cross_num", h + "cross_layers", Kind::kSame, "", "", "PaddleRec dcn_v2's number of cross layers", 0},
+      {h + "cross_num", h + "cross_layers", Kind::kSame, "", "", "PaddleRec dcn's and dcn_v2's number of cross layers", 0},
       {h + "low_rank", h + "cross_rank", Kind::kSame, "", "", "PaddleRec dcn_v2's rank of the low-rank cross layers", 0},
       {h + "is_Stacked", h + "dcn_structure", Kind::kBoolChoice, "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel", 0},
       {h + "layer_sizes", h + "fc_sizes", Kind::kSame, "", "", "PaddleRec slot_dnn's hidden layers", 0},
       {h + "emb_dim", h + "sparse_feature_dim", Kind::kSame, "", "", "PaddleRec slot_dnn's embedding width per key (1 wide weight + the embedding, as sparse_feature_dim)", 0},
       {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1},
       {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0},
-      {h + "use_low_rank_mixture", "", Kind::kRefuseUnlessOff, "", "", "PaddleRec dcn_v2's mixture of low-rank experts (DCN-Mix) is not built: GPUBox builds full-rank and low-rank cross layers (hyper_parameters.cross_rank); set it to False", 0},
+      {h + "use_low_rank_mixture", h + "cross_mixture", Kind::kSame, "", "", "PaddleRec dcn_v2's switch to DCN-Mix (a gated mixture of low-rank experts per cross layer)", 0},
+      {h + "num_experts", h + "cross_experts", Kind::kSame, "", "", "PaddleRec dcn_v2's experts per DCN-Mix cross layer", 0},
       {h + "dnn_use_bn", "", Kind::kRefuseUnlessOff, "", "", "batch normalization in the DNN is not built (PaddleRec's dcn and dcn_v2 read this key but their networks do not use it); set it to False", 0},
-      {h + "clip_by_norm", "", Kind::kRefuseUnlessOff, "", "", "gradient clipping by global norm is not built (PaddleRec's dcn and dcn_v2 networks read this key and do not use it; dcn_v2's dygraph training clips by optimizer.clip_by_norm, 10 by default); remove it or set 0", 0},
-      {h + "l2_reg_cross", "", Kind::kRefuseUnlessOff, "", "", "the L2 penalty on the cross layers' weights is not built (PaddleRec's dcn adds it to the loss; its dcn_v2 reads it and does not use it); remove it or set 0", 0},
+      {h + "l2_reg_cross", h + "cross_l2", Kind::kSame, "", "", "PaddleRec dcn's L2 on the cross layers (its net adds the sum of squares of x_l * w_l, without the coefficient; its dcn_v2 reads the key and adds nothing)", 0},
   };
   // clang-format on
   return aliases;

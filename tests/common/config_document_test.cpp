@@ -86,9 +86,10 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
             p + ": -o: runner.max_line_bytes: 1e12 is out of range [16, 1073741824]");
   EXPECT_EQ(error_of("runner:\n  max_line_bytes: 1e30\n"),
             p + ":2: runner.max_line_bytes: 1e30 is out of range [16, 1073741824]");
-  EXPECT_EQ(error_of("hyper_parameters:\n  model: xdeepfm\n"),
-            p + ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm|dcn_v2|fm, "
-                "got 'xdeepfm'");
+  EXPECT_EQ(
+      error_of("hyper_parameters:\n  model: xdeepfm\n"),
+      p + ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn, "
+          "got 'xdeepfm'");
   EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n"),
             p + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   EXPECT_EQ(error_of("hyper_parameters:\n  sparse_optimizer:\n    class: lamb\n"),
@@ -462,10 +463,14 @@ TEST_F(ConfigDocumentTest, PaddleRecDcnV2SpellingsSetGpuboxKeys) {
   EXPECT_EQ(overridden->get_enum("hyper_parameters.dcn_structure", kDcnStructureNames),
             DcnStructure::kStacked);
 
-  EXPECT_NE(
-      error_of("hyper_parameters:\n  use_low_rank_mixture: true\n")
-          .find("hyper_parameters.use_low_rank_mixture is 'true', but PaddleRec dcn_v2's mixture"),
-      std::string::npos);
+  // DCN-Mix: use_low_rank_mixture and num_experts are cross_mixture and cross_experts.
+  auto mix = ConfigDocument::load(
+      write("mix.yaml", "hyper_parameters:\n  use_low_rank_mixture: True\n  num_experts: 3\n"), {});
+  ASSERT_TRUE(mix.ok()) << mix.status().to_string();
+  EXPECT_TRUE(mix->get_bool("hyper_parameters.cross_mixture"));
+  EXPECT_EQ(mix->get_int("hyper_parameters.cross_experts"), 3);
+  EXPECT_NE(error_of("hyper_parameters:\n  num_experts: 0\n").find("out of range"),
+            std::string::npos);
   EXPECT_NE(error_of("hyper_parameters:\n  is_Stacked: maybe\n").find("expected true or false"),
             std::string::npos);
   EXPECT_EQ(error_of("hyper_parameters:\n  cross_layers: 2\n  cross_num: 3\n"),

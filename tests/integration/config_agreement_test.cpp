@@ -128,7 +128,7 @@ std::vector<BadConfig> bad_configs() {
        "sgd|adagrad|adam|shared_adam, got 'lamb'"},
       {"hyper_parameters:\n  model: xdeepfm\n",
        {},
-       ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm|dcn_v2|fm, got "
+       ":2: hyper_parameters.model: expected one of dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn, got "
        "'xdeepfm'"},
       {"runner:\n  data_format: parquet\n",
        {},

@@ -393,7 +393,10 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
-            "hyper_parameters.dcn_structure=parallel"}}) {
+            "hyper_parameters.dcn_structure=parallel"},
+           {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=2",
+            "hyper_parameters.cross_mixture=true", "hyper_parameters.cross_experts=3"},
+           {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -416,10 +419,14 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     ASSERT_TRUE(served.ok()) << served.status().to_string();
     EXPECT_EQ(served->spec().model.kind, cfg->hyper.model);
     EXPECT_EQ(served->spec().model.slot_dims, cfg->dense_model_config().slot_dims);
-    if (cfg->hyper.model == trainer::ModelKind::kDcnV2) {
+    if (cfg->hyper.model == trainer::ModelKind::kDcnV2 ||
+        cfg->hyper.model == trainer::ModelKind::kDcn) {
       EXPECT_EQ(served->spec().model.cross_layers, cfg->hyper.cross_layers);
+    }
+    if (cfg->hyper.model == trainer::ModelKind::kDcnV2) {
       EXPECT_EQ(served->spec().model.cross_rank, cfg->hyper.cross_rank);
       EXPECT_EQ(served->spec().model.dcn_structure, cfg->hyper.dcn_structure);
+      EXPECT_EQ(served->spec().model.cross_experts, cfg->dense_model_config().cross_experts);
     }
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());

@@ -267,11 +267,16 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_TRUE(fm.ok()) << fm.status().to_string();
   EXPECT_EQ(fm->hyper.model, config::ModelKind::kFm);
 
+  auto dcn = load("PaddleRec/models/rank/dcn", yaml);
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->hyper.model, config::ModelKind::kDcn);
+  EXPECT_EQ(dcn->dense_model_config().kind, config::ModelKind::kDcn);
+
   auto ffm = load("PaddleRec/models/rank/ffm", yaml);
   ASSERT_FALSE(ffm.ok());
   const std::string what = ffm.status().message();
   EXPECT_NE(what.find("names PaddleRec's network 'ffm', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm)"),
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;

@@ -1,5 +1,5 @@
-// The whole dense model (dnn, wide_deep, wide, deepfm, fm, dcn_v2 full and low rank, stacked and
-// parallel; with and without cvm): backward against
+// The whole dense model (dnn, wide_deep, wide, deepfm, fm, dcn_v2 full and low rank and DCN-Mix,
+// stacked and parallel, dcn; with and without cvm): backward against
 // float64 central differences of the summed log loss, for every dense parameter and every pulled
 // embedding value; gradient scaling across cards; the non-finite check.
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <regex>
+#include <tuple>
 
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
@@ -83,6 +84,7 @@ struct ModelCase {
   bool use_cvm;
   int cross_rank = 0;  // dcn_v2
   DcnStructure structure = DcnStructure::kStacked;
+  int cross_experts = 0;  // dcn_v2 DCN-Mix
 };
 
 class ModelGradientTest : public DenseModelTest, public ::testing::WithParamInterface<ModelCase> {};
@@ -99,6 +101,7 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
   cfg.cross_layers = 2;
   cfg.cross_rank = GetParam().cross_rank;
   cfg.dcn_structure = GetParam().structure;
+  cfg.cross_experts = GetParam().cross_experts;
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(cfg.use_cvm * 3 + static_cast<int>(cfg.kind));
   HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
@@ -188,7 +191,61 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{ModelKind::kDcnV2, false, 0, DcnStructure::kStacked},
                       ModelCase{ModelKind::kDcnV2, true, 0, DcnStructure::kParallel},
                       ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kParallel},
-                      ModelCase{ModelKind::kDcnV2, true, 2, DcnStructure::kStacked}));
+                      ModelCase{ModelKind::kDcnV2, true, 2, DcnStructure::kStacked},
+                      ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kStacked, 3},
+                      ModelCase{ModelKind::kDcnV2, true, 3, DcnStructure::kParallel, 2},
+                      ModelCase{ModelKind::kDcn, false}, ModelCase{ModelKind::kDcn, true}));
+
+// hyper_parameters.cross_l2 as the whole model applies it: with the dense scale 1 / global batch,
+// the gradients with the penalty minus those without are 2 * l2 * (local batch / global batch)
+// * w on the cross weights and nothing elsewhere (so the cards' terms sum to 2 * l2 * w once),
+// and the loss reported is the data's alone.
+TEST_F(DenseModelTest, CrossL2AddsItsGradientTermOnTheCrossWeightsOnly) {
+  for (const auto& [kind, experts] :
+       {std::pair{ModelKind::kDcn, 0}, std::pair{ModelKind::kDcnV2, 0},
+        std::pair{ModelKind::kDcnV2, 2}}) {
+    SCOPED_TRACE(std::string(name_of(kModelKindNames, kind)) + " experts " +
+                 std::to_string(experts));
+    DenseModelConfig cfg;
+    cfg.kind = kind;
+    cfg.slots = 3;
+    cfg.mf_dim = 2;
+    cfg.dense_dim = 2;
+    cfg.fc_sizes = {4};
+    cfg.cross_layers = 2;
+    cfg.cross_rank = experts > 0 ? 2 : 0;
+    cfg.cross_experts = experts;
+    std::mt19937_64 rng(31);
+    HostBatch h = make_batch(6, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+    const GradScales scales{1.0f / 24, 1.0f};  // this card's 6 of a global batch of 24
+    auto run = [&](float l2) {
+      cfg.cross_l2 = l2;
+      DenseModel model(card_, cfg);
+      auto b = upload(h);
+      auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+      const double loss = model.forward_backward(b.view(cfg.slots, h.batch), scales, push.data());
+      return std::make_tuple(loss, model.parameters().grads_to_host(),
+                             model.parameters().values_to_host(), model.parameters().blocks());
+    };
+    const auto [loss0, g0, values, blocks] = run(0.0f);
+    const float l2 = 0.125f;
+    const auto with_l2 = run(l2);
+    EXPECT_EQ(std::get<0>(with_l2), loss0);
+    const std::vector<float>& g1 = std::get<1>(with_l2);
+    std::size_t penalised = 0;
+    for (const ParamBlock& b : blocks) {
+      const bool weight = b.name.rfind("cross_", 0) == 0 && b.name.rfind("cross_gate", 0) != 0 &&
+                          b.name != "cross_out.w" &&
+                          b.name.compare(b.name.size() - 2, 2, ".b") != 0;
+      penalised += weight ? 1 : 0;
+      for (std::size_t k = 0; k < b.count; ++k) {
+        const double want = weight ? 2.0 * l2 * 6 / 24 * values[b.offset + k] : 0.0;
+        EXPECT_NEAR(g1[b.offset + k] - g0[b.offset + k], want, 1e-6) << b.name << "[" << k << "]";
+      }
+    }
+    EXPECT_EQ(penalised, kind == ModelKind::kDcnV2 && experts > 0 ? 6u : 2u);
+  }
+}
 
 // dcn_v2's shapes: the cross blocks (full: D x D, low rank: D x r and r x D, a bias each; parallel:
 // the logit layer's cross half), its flops on top of the MLP's (stacked: the first layer's input

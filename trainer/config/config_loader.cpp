@@ -41,6 +41,26 @@ bool shapes_the_job(const std::string& key) {
   return outside.count(key) == 0;
 }
 
+// The cross network keys (dcn, dcn_v2); DCN-Mix without a rank is an error. dcn (v1) is always
+// parallel, as PaddleRec's: dcn_structure is dcn_v2's (every shipped config sets it, so a set
+// "stacked" cannot be told from the default).
+Status read_cross_keys(const config::ConfigDocument& doc, HyperParameters& h) {
+  const std::string k = "hyper_parameters.";
+  h.cross_layers = static_cast<int>(doc.get_int(k + "cross_layers"));
+  h.cross_rank = static_cast<int>(doc.get_int(k + "cross_rank"));
+  h.dcn_structure = doc.get_enum(k + "dcn_structure", kDcnStructureNames);
+  h.cross_mixture = doc.get_bool(k + "cross_mixture");
+  h.cross_experts = static_cast<int>(doc.get_int(k + "cross_experts"));
+  h.cross_l2 = doc.get_float(k + "cross_l2");
+  if (h.model == ModelKind::kDcnV2 && h.cross_mixture && h.cross_rank == 0) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + k + "cross_mixture (PaddleRec's use_low_rank_mixture) is true, " +
+        "but the experts' rank " + k + "cross_rank (PaddleRec's low_rank) is 0; set it > 0 " +
+        "(PaddleRec's default is 32)");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
@@ -112,9 +132,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   }
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
-  h.cross_layers = static_cast<int>(doc.get_int("hyper_parameters.cross_layers"));
-  h.cross_rank = static_cast<int>(doc.get_int("hyper_parameters.cross_rank"));
-  h.dcn_structure = doc.get_enum("hyper_parameters.dcn_structure", kDcnStructureNames);
+  if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();

@@ -22,6 +22,9 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.cross_layers = hyper.cross_layers;
   model.cross_rank = hyper.cross_rank;
   model.dcn_structure = hyper.dcn_structure;
+  model.cross_experts =
+      hyper.model == ModelKind::kDcnV2 && hyper.cross_mixture ? hyper.cross_experts : 0;
+  model.cross_l2 = static_cast<float>(hyper.cross_l2);
   return model;
 }
 

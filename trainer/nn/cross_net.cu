@@ -1,73 +1,22 @@
-// dcn_v2's cross network (CrossNet, layers.hpp). Portable: the GEMMs through the card's Blas, the
-// elementwise work as parallel_for functors over the [B x D] entries.
+// The cross networks (CrossNet, layers.hpp): construction, the layer loop, the parallel logit,
+// the pooled gradient and dcn_v2's plain (kMatrix) layers; kVector's layers are cross_vector.cu's,
+// kMixture's cross_mix.cu's. Portable: the GEMMs through the card's Blas, the elementwise work as
+// parallel_for functors (detail/cross_functors.cuh).
 #include <cmath>
 #include <string>
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/detail/cross_functors.cuh"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
 namespace {
-// Entry (i, j) of a [B x dim] matrix from a flat index.
-struct Entry {
-  int64_t i;
-  int64_t j;
-};
-GPUBOX_HD GPUBOX_FORCEINLINE Entry entry(std::size_t flat, int dim) {
-  const auto d = static_cast<int64_t>(dim);
-  return Entry{static_cast<int64_t>(flat) / d, static_cast<int64_t>(flat) % d};
-}
-
-// pre[i, j] += b[j]; out[i, j] = x0[i, j] * pre[i, j] + in[i, j] (one layer, after the GEMM).
-struct CrossCombine {
-  const float* x0;
-  const float* in;
-  const float* bias;
-  float* pre;
-  float* out;
-  int64_t ld;
-  int dim;
-  GPUBOX_HD void operator()(std::size_t flat) const {
-    const Entry e = entry(flat, dim);
-    const int64_t at = e.i * ld + e.j;
-    const float p = pre[at] + bias[e.j];
-    pre[at] = p;
-    out[at] = x0[at] * p + in[at];
-  }
-};
-
-// From g = dL/dx_{l+1}: dpre = g * x0; dx0 (+)= g * pre (the product's share of dL/dx0).
-struct CrossBackwardProduct {
-  const float* g;
-  const float* x0;
-  const float* pre;
-  float* dpre;
-  float* dx0;
-  int64_t ld;
-  int dim;
-  bool first;  // the top layer: dx0 starts here
-  GPUBOX_HD void operator()(std::size_t flat) const {
-    const Entry e = entry(flat, dim);
-    const int64_t at = e.i * ld + e.j;
-    dpre[at] = g[at] * x0[at];
-    const float share = g[at] * pre[at];
-    dx0[at] = first ? share : dx0[at] + share;
-  }
-};
-
-// db[j] = sum over the batch of dpre[i, j] (one thread per column, rows in order: deterministic).
-struct ColumnSum {
-  const float* m;
-  float* sums;
-  int64_t rows;
-  int64_t ld;
-  GPUBOX_HD void operator()(std::size_t j) const {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < rows; ++i) sum += m[i * ld + static_cast<int64_t>(j)];
-    sums[j] = sum;
-  }
-};
+using detail::ColumnSum;
+using detail::CrossBackwardProduct;
+using detail::CrossCombine;
+using detail::entries;
+using detail::Entry;
 
 // d_pooled[i, j] (+)= unscale * (g[i, j] + dx0[i, j]) for the pooled columns j < cols.
 struct PooledGrad {
@@ -79,7 +28,7 @@ struct PooledGrad {
   float unscale;
   bool accumulate;
   GPUBOX_HD void operator()(std::size_t flat) const {
-    const Entry e = entry(flat, cols);
+    const Entry e = detail::entry(flat, cols);
     const int64_t at = e.i * ld + e.j;
     const float d = unscale * (g[at] + dx0[at]);
     float* out = d_pooled + e.i * cols + e.j;
@@ -87,57 +36,104 @@ struct PooledGrad {
   }
 };
 
-std::size_t entries(int64_t batch, int dim) {
-  return static_cast<std::size_t>(batch) * static_cast<std::size_t>(dim);
+// Columns of the per-layer low buffers (layers.hpp: low_).
+int64_t low_cols(CrossKind kind, int rank, int experts) {
+  switch (kind) {
+    case CrossKind::kVector:
+      return 1;
+    case CrossKind::kMixture:
+      return static_cast<int64_t>(experts) * rank;
+    case CrossKind::kMatrix:
+      break;
+  }
+  return rank;
 }
 }  // namespace
 
 CrossNet::CrossNet(device::Card& card, DenseParameters& params, int dim, int64_t ld, int layers,
                    int rank, bool parallel)
-    : dim_(dim), ld_(ld), layers_(layers), rank_(rank), parallel_(parallel) {
-  GPUBOX_EXPECTS(dim > 0 && ld >= dim, "cross network: dim ", dim, " with row stride ", ld);
-  GPUBOX_EXPECTS(layers >= 1, "hyper_parameters.cross_layers must be >= 1, got ", layers);
-  GPUBOX_EXPECTS(rank >= 0, "hyper_parameters.cross_rank must be >= 0, got ", rank);
-  const auto d = static_cast<std::size_t>(dim);
-  const auto r = static_cast<std::size_t>(rank);
-  const float normal_d = 1.0f / std::sqrt(static_cast<float>(dim));
-  for (int l = 0; l < layers; ++l) {
+    : CrossNet(card, params, CrossSpec{dim, ld, layers, CrossKind::kMatrix, rank, 0, parallel}) {}
+
+CrossNet::CrossNet(device::Card& card, DenseParameters& params, const CrossSpec& spec)
+    : dim_(spec.dim),
+      ld_(spec.ld),
+      layers_(spec.layers),
+      rank_(spec.rank),
+      kind_(spec.kind),
+      experts_(spec.kind == CrossKind::kMixture ? spec.experts : 0),
+      parallel_(spec.parallel) {
+  GPUBOX_EXPECTS(dim_ > 0 && ld_ >= dim_, "cross network: dim ", dim_, " with row stride ", ld_);
+  GPUBOX_EXPECTS(layers_ >= 1, "hyper_parameters.cross_layers must be >= 1, got ", layers_);
+  GPUBOX_EXPECTS(rank_ >= 0, "hyper_parameters.cross_rank must be >= 0, got ", rank_);
+  GPUBOX_EXPECTS(kind_ != CrossKind::kMixture || (rank_ > 0 && experts_ >= 1),
+                 "DCN-Mix needs hyper_parameters.cross_rank > 0 and cross_experts >= 1, got rank ",
+                 rank_, " and ", spec.experts, " experts");
+  const auto d = static_cast<std::size_t>(dim_);
+  const auto r = static_cast<std::size_t>(rank_);
+  const float normal_d = 1.0f / std::sqrt(static_cast<float>(dim_));
+  for (int l = 0; l < layers_; ++l) {
     const std::string name = "cross_" + std::to_string(l);
-    if (rank == 0) {
+    if (kind_ == CrossKind::kVector) {
+      add_vector_blocks(params, l);
+    } else if (kind_ == CrossKind::kMixture) {
+      add_mixture_blocks(params, l);
+    } else if (rank_ == 0) {
       w_.push_back(params.add(name + ".w", d * d, ParamInit::kNormal, normal_d));
     } else {
       w_.push_back(params.add(name + ".v", d * r, ParamInit::kNormal, normal_d));
       u_.push_back(params.add(name + ".u", r * d, ParamInit::kNormal,
-                              1.0f / std::sqrt(static_cast<float>(rank))));
+                              1.0f / std::sqrt(static_cast<float>(rank_))));
     }
     b_.push_back(params.add(name + ".b", d, ParamInit::kZero));
   }
-  if (parallel) w_out_ = params.add("cross_out.w", d, ParamInit::kNormal, normal_d);
-  for (int l = 0; l < layers; ++l) {
-    xs_.push_back(card.make_buffer<float>(0));
-    pre_.push_back(card.make_buffer<float>(0));
-    if (rank > 0) low_.push_back(card.make_buffer<float>(0));
+  if (kind_ == CrossKind::kMixture) {
+    const auto e = static_cast<std::size_t>(experts_);
+    gate_w_ = params.add("cross_gate.w", d * e, ParamInit::kNormal, normal_d);
+    gate_b_ = params.add("cross_gate.b", e, ParamInit::kZero);
   }
-  for (auto* buffer : {&g_, &dpre_, &dx0_, &dlow_}) *buffer = card.make_buffer<float>(0);
+  if (parallel_) w_out_ = params.add("cross_out.w", d, ParamInit::kNormal, normal_d);
+  const bool mixture = kind_ == CrossKind::kMixture;
+  for (int l = 0; l < layers_; ++l) {
+    xs_.push_back(card.make_buffer<float>(0));
+    if (kind_ != CrossKind::kVector) pre_.push_back(card.make_buffer<float>(0));
+    if (kind_ != CrossKind::kMatrix || rank_ > 0) low_.push_back(card.make_buffer<float>(0));
+    if (mixture) {
+      for (auto* list : {&act_, &gate_, &mix_}) list->push_back(card.make_buffer<float>(0));
+    }
+  }
+  for (auto* buffer : {&g_, &dpre_, &dx0_, &dlow_, &dlow2_, &dgate_}) {
+    *buffer = card.make_buffer<float>(0);
+  }
 }
 
 double CrossNet::flops_per_example() const {
   // Per layer: the forward GEMM(s), the weight gradient(s) and the input gradient(s).
-  const double per_gemm =
-      rank_ == 0 ? static_cast<double>(dim_) * dim_ : 2.0 * static_cast<double>(dim_) * rank_;
-  return 2.0 * layers_ * 3.0 * per_gemm + (parallel_ ? 2.0 * 2.0 * dim_ : 0.0);
+  const double d = dim_;
+  double per_gemm = rank_ == 0 ? d * d : 2.0 * d * rank_;
+  if (kind_ == CrossKind::kVector) per_gemm = d;
+  if (kind_ == CrossKind::kMixture) {
+    const double er = static_cast<double>(experts_) * rank_;
+    per_gemm = 2.0 * d * er + er * rank_ + d * experts_;
+  }
+  return 2.0 * layers_ * 3.0 * per_gemm + (parallel_ ? 2.0 * 2.0 * d : 0.0);
 }
 
 void CrossNet::reserve(int64_t batch) {
   GPUBOX_EXPECTS(batch >= 0, "negative batch ", batch);
   const auto rows = static_cast<std::size_t>(batch);
   const std::size_t matrix = rows * static_cast<std::size_t>(ld_);
-  const std::size_t low = rows * static_cast<std::size_t>(rank_);
+  const std::size_t low = rows * static_cast<std::size_t>(low_cols(kind_, rank_, experts_));
+  const std::size_t gates = rows * static_cast<std::size_t>(experts_);
   for (auto& buffer : xs_) buffer.resize_discard(matrix);
   for (auto& buffer : pre_) buffer.resize_discard(matrix);
   for (auto& buffer : low_) buffer.resize_discard(low);
+  for (auto& buffer : act_) buffer.resize_discard(low);
+  for (auto& buffer : mix_) buffer.resize_discard(low);
+  for (auto& buffer : gate_) buffer.resize_discard(gates);
   for (auto* buffer : {&g_, &dpre_, &dx0_}) buffer->resize_discard(matrix);
   dlow_.resize_discard(low);
+  if (kind_ == CrossKind::kMixture) dlow2_.resize_discard(low);
+  dgate_.resize_discard(gates);
 }
 
 const float* CrossNet::output() const { return xs_.back().data(); }
@@ -146,23 +142,37 @@ void CrossNet::forward(const Blas& blas, const DenseParameters& params, const fl
                        int64_t batch) {
   reserve(batch);
   for (int l = 0; l < layers_; ++l) {
-    const auto at = static_cast<std::size_t>(l);
-    const float* in = layer_input(x0, l);
-    float* pre = pre_[at].data();
-    if (rank_ == 0) {
-      blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, dim_, 1.0f, in, ld_,
-                 params.values(w_[at]), dim_, 0.0f, pre, ld_);
-    } else {
-      float* low = low_[at].data();
-      blas.sgemm(Transpose::kNo, Transpose::kNo, batch, rank_, dim_, 1.0f, in, ld_,
-                 params.values(w_[at]), rank_, 0.0f, low, rank_);
-      blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, rank_, 1.0f, low, rank_,
-                 params.values(u_[at]), dim_, 0.0f, pre, ld_);
+    switch (kind_) {
+      case CrossKind::kMatrix:
+        forward_matrix(blas, params, x0, batch, l);
+        break;
+      case CrossKind::kVector:
+        forward_vector(blas, params, x0, batch, l);
+        break;
+      case CrossKind::kMixture:
+        forward_mixture(blas, params, x0, batch, l);
+        break;
     }
-    device::parallel_for(
-        blas.stream(), entries(batch, dim_),
-        CrossCombine{x0, in, params.values(b_[at]), pre, xs_[at].data(), ld_, dim_});
   }
+}
+
+void CrossNet::forward_matrix(const Blas& blas, const DenseParameters& params, const float* x0,
+                              int64_t batch, int l) {
+  const auto at = static_cast<std::size_t>(l);
+  const float* in = layer_input(x0, l);
+  float* pre = pre_[at].data();
+  if (rank_ == 0) {
+    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, dim_, 1.0f, in, ld_,
+               params.values(w_[at]), dim_, 0.0f, pre, ld_);
+  } else {
+    float* low = low_[at].data();
+    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, rank_, dim_, 1.0f, in, ld_,
+               params.values(w_[at]), rank_, 0.0f, low, rank_);
+    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, rank_, 1.0f, low, rank_,
+               params.values(u_[at]), dim_, 0.0f, pre, ld_);
+  }
+  device::parallel_for(blas.stream(), entries(batch, dim_),
+                       CrossCombine{x0, in, params.values(b_[at]), pre, xs_[at].data(), ld_, dim_});
 }
 
 void CrossNet::add_logits(const Blas& blas, const DenseParameters& params, int64_t batch,
@@ -184,38 +194,63 @@ void CrossNet::backward(const Blas& blas, DenseParameters& params, const float* 
                         float unscale, float* d_pooled, int pooled_cols, bool accumulate) {
   GPUBOX_EXPECTS(pooled_cols >= 0 && pooled_cols <= dim_, "pooled columns ", pooled_cols,
                  " of a cross network over ", dim_);
-  const device::Stream& stream = blas.stream();
   for (int l = layers_ - 1; l >= 0; --l) {
-    const auto at = static_cast<std::size_t>(l);
-    const float* in = layer_input(x0, l);
-    device::parallel_for(stream, entries(batch, dim_),
-                         CrossBackwardProduct{g_.data(), x0, pre_[at].data(), dpre_.data(),
-                                              dx0_.data(), ld_, dim_, l == layers_ - 1});
-    device::parallel_for(stream, static_cast<std::size_t>(dim_),
-                         ColumnSum{dpre_.data(), params.grads(b_[at]), batch, ld_});
-    // g becomes dL/dx_l: the identity path (g itself) plus dpre through the layer's GEMM(s).
-    if (rank_ == 0) {
-      const float* w = params.values(w_[at]);
-      blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, dim_, batch, 1.0f, in, ld_, dpre_.data(),
-                 ld_, 0.0f, params.grads(w_[at]), dim_);
-      blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, dim_, 1.0f, dpre_.data(), ld_, w,
-                 dim_, 1.0f, g_.data(), ld_);
-    } else {
-      const float* v = params.values(w_[at]);
-      const float* u = params.values(u_[at]);
-      blas.sgemm(Transpose::kYes, Transpose::kNo, rank_, dim_, batch, 1.0f, low_[at].data(), rank_,
-                 dpre_.data(), ld_, 0.0f, params.grads(u_[at]), dim_);
-      blas.sgemm(Transpose::kNo, Transpose::kYes, batch, rank_, dim_, 1.0f, dpre_.data(), ld_, u,
-                 dim_, 0.0f, dlow_.data(), rank_);
-      blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, rank_, batch, 1.0f, in, ld_, dlow_.data(),
-                 rank_, 0.0f, params.grads(w_[at]), rank_);
-      blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, rank_, 1.0f, dlow_.data(), rank_, v,
-                 rank_, 1.0f, g_.data(), ld_);
+    switch (kind_) {
+      case CrossKind::kMatrix:
+        backward_matrix(blas, params, x0, batch, l);
+        break;
+      case CrossKind::kVector:
+        backward_vector(blas, params, x0, batch, l);
+        break;
+      case CrossKind::kMixture:
+        backward_mixture(blas, params, x0, batch, l);
+        break;
     }
   }
   device::parallel_for(
-      stream, entries(batch, pooled_cols),
+      blas.stream(), entries(batch, pooled_cols),
       PooledGrad{g_.data(), dx0_.data(), d_pooled, ld_, pooled_cols, unscale, accumulate});
+}
+
+void CrossNet::backward_matrix(const Blas& blas, DenseParameters& params, const float* x0,
+                               int64_t batch, int l) {
+  const device::Stream& stream = blas.stream();
+  const auto at = static_cast<std::size_t>(l);
+  const float* in = layer_input(x0, l);
+  device::parallel_for(stream, entries(batch, dim_),
+                       CrossBackwardProduct{g_.data(), x0, pre_[at].data(), dpre_.data(),
+                                            dx0_.data(), ld_, dim_, l == layers_ - 1});
+  device::parallel_for(stream, static_cast<std::size_t>(dim_),
+                       ColumnSum{dpre_.data(), params.grads(b_[at]), batch, ld_});
+  // g becomes dL/dx_l: the identity path (g itself) plus dpre through the layer's GEMM(s).
+  if (rank_ == 0) {
+    const float* w = params.values(w_[at]);
+    blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, dim_, batch, 1.0f, in, ld_, dpre_.data(), ld_,
+               0.0f, params.grads(w_[at]), dim_);
+    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, dim_, 1.0f, dpre_.data(), ld_, w, dim_,
+               1.0f, g_.data(), ld_);
+  } else {
+    const float* v = params.values(w_[at]);
+    const float* u = params.values(u_[at]);
+    blas.sgemm(Transpose::kYes, Transpose::kNo, rank_, dim_, batch, 1.0f, low_[at].data(), rank_,
+               dpre_.data(), ld_, 0.0f, params.grads(u_[at]), dim_);
+    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, rank_, dim_, 1.0f, dpre_.data(), ld_, u,
+               dim_, 0.0f, dlow_.data(), rank_);
+    blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, rank_, batch, 1.0f, in, ld_, dlow_.data(),
+               rank_, 0.0f, params.grads(w_[at]), rank_);
+    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, rank_, 1.0f, dlow_.data(), rank_, v,
+               rank_, 1.0f, g_.data(), ld_);
+  }
+}
+
+void CrossNet::add_l2_gradient(const device::Stream& stream, DenseParameters& params,
+                               float alpha) const {
+  for (const std::vector<std::size_t>* blocks : {&w_, &u_, &c_}) {
+    for (const std::size_t block : *blocks) {
+      device::parallel_for(stream, params.blocks().at(block).count,
+                           detail::AddScaled{params.values(block), params.grads(block), alpha});
+    }
+  }
 }
 
 }  // namespace gpubox::trainer

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/enum_names.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "heterps/heter_comm/heter_comm_types.hpp"
@@ -20,6 +21,37 @@ int64_t activation_ld(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8;
 
 ElementType element_type(DensePrecision precision) {
   return precision == DensePrecision::kBf16 ? ElementType::kBf16 : ElementType::kF32;
+}
+
+// dcn: vector cross layers beside the MLP; dcn_v2: matrix layers or DCN-Mix, stacked or
+// parallel.
+CrossSpec cross_spec(const DenseModelConfig& config, int input_dim) {
+  CrossSpec spec;
+  spec.dim = input_dim;
+  spec.ld = activation_ld(input_dim);
+  spec.layers = config.cross_layers;
+  if (config.kind == ModelKind::kDcn) {
+    spec.kind = CrossKind::kVector;
+    spec.parallel = true;
+    return spec;
+  }
+  spec.kind = config.cross_experts > 0 ? CrossKind::kMixture : CrossKind::kMatrix;
+  spec.rank = config.cross_rank;
+  spec.experts = config.cross_experts;
+  spec.parallel = config.dcn_structure == DcnStructure::kParallel;
+  return spec;
+}
+
+const char* cross_kind_text(CrossKind kind) {
+  switch (kind) {
+    case CrossKind::kVector:
+      return "vector";
+    case CrossKind::kMixture:
+      return "mixture";
+    case CrossKind::kMatrix:
+      break;
+  }
+  return "matrix";
 }
 }  // namespace
 
@@ -38,13 +70,14 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
   // wide and fm: the first-order terms and a bias (+ fm's pairwise term), no MLP.
   const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm;
-  const bool dcn = config.kind == ModelKind::kDcnV2;
+  const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
   if (precision_ == DensePrecision::kBf16 && dcn) {
     // The cross network's GEMMs and elementwise products are fp32 (CrossNet), and the MLP reads
     // either its output (stacked) or the same input rows (parallel): one precision for both.
     precision_ = DensePrecision::kFp32;
     if (card.local_index() == 0) {
-      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but dcn_v2's cross "
+      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
+                          << name_of(kModelKindNames, config.kind) << "'s cross "
                           << "network computes in fp32: the dense net runs in fp32";
     }
   }
@@ -59,11 +92,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   activation_type_ = element_type(precision_);
   const int input_dim = pool_.out_dim() + config.dense_dim;
   x0_ld_ = activation_ld(input_dim);
-  if (dcn) {
-    cross_ = std::make_unique<CrossNet>(card, params_, input_dim, x0_ld_, config.cross_layers,
-                                        config.cross_rank,
-                                        config.dcn_structure == DcnStructure::kParallel);
-  }
+  if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
   // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
   // wanted for every column (the cross network's backward takes it, still scaled).
   const bool stacked = dcn && !cross_->parallel();
@@ -92,7 +121,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       in = spec.out;
     }
   }
-  if (config.kind != ModelKind::kDnn && !dcn) {  // dcn_v2 has no first-order (wide) term
+  if (config.kind != ModelKind::kDnn && !dcn) {  // dcn and dcn_v2 have no first-order term
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
@@ -162,8 +191,10 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << layers_[l].out() << ": " << layers_[l].describe(batch);
   }
   if (cross_) {
-    out << "\n  cross " << cross_->layers() << " x " << cross_->dim() << "x" << cross_->dim()
+    out << "\n  cross " << cross_->layers() << " x " << cross_->dim() << "x" << cross_->dim() << " "
+        << cross_kind_text(cross_->kind())
         << (cross_->rank() > 0 ? " rank " + std::to_string(cross_->rank()) : std::string())
+        << (cross_->experts() > 0 ? " experts " + std::to_string(cross_->experts()) : std::string())
         << (cross_->parallel() ? ", parallel" : ", stacked")
         << ": sgemm + elementwise (fp32, batch " << batch << ")";
   }
@@ -247,6 +278,12 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     cross_->backward_from_logits(blas_, params_, dlogits_.data(), scales.dense, n);
     cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
                      /*accumulate=*/true);
+  }
+  if (cross_ && config_.cross_l2 > 0.0f && n > 0) {
+    // The penalty l2 * |w|^2 rides on every instance's loss, so that the mean over the global
+    // batch carries it once (the scale is 1 / global batch: the cards' terms sum to one).
+    cross_->add_l2_gradient(stream, params_,
+                            2.0f * config_.cross_l2 * static_cast<float>(n) * scales.dense);
   }
   if (layers_.empty()) {
     // wide, fm: d bias = scale * sum of dz; the pooled gradient is the wide and fm parts'.

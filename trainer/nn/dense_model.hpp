@@ -2,7 +2,8 @@
 // into the first layer's input rows -> MLP (ReLU) -> one logit (+ the wide part for wide_deep;
 // + the wide part and the FM term for deepfm; the wide part and a bias alone for wide, plus the FM
 // term for fm (no MLP); for dcn_v2
-// a cross network before the MLP (stacked) or beside it (parallel)) -> sigmoid, log loss. Owns its
+// a cross network before the MLP (stacked) or beside it (parallel), for dcn a vector cross network
+// beside it) -> sigmoid, log loss. Owns its
 // layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
 // parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
 // batch (views into the sparse side's buffers) nor the optimizer.
@@ -127,7 +128,7 @@ class DenseModel {
   void forward(const DenseBatchView& batch);
   // The first layer's input rows (the wide model's pooled slots).
   InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, activation_type_}; }
-  // The first layer's input rows as floats (dcn_v2 runs in fp32: the cross network's x0).
+  // The first layer's input rows as floats (dcn, dcn_v2 run in fp32: the cross network's x0).
   const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
   // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output),
   // or the previous layer's output.
@@ -151,7 +152,7 @@ class DenseModel {
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
   std::unique_ptr<FmPart> fm_;       // kDeepFm and kFm only
-  std::unique_ptr<CrossNet> cross_;  // kDcnV2 only
+  std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
   std::size_t wide_bias_ = 0;        // kWide and kFm only
   int64_t x0_ld_ = 0;                // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;      // the batch whose kernel report was logged (-1: none yet)

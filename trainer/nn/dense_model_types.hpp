@@ -9,8 +9,8 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm or dcn_v2 (config_enums.hpp says what each
-// is).
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm or dcn (config_enums.hpp says
+// what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
@@ -35,10 +35,16 @@ struct DenseModelConfig {
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
   // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
   DensePrecision precision = DensePrecision::kFp32;
-  // kDcnV2 only: cross layers, their rank (0 = full) and where the MLP meets them.
+  // kDcnV2 and kDcn: cross layers. kDcnV2 only: their rank (0 = full), where the MLP meets
+  // them (kDcn is always parallel) and DCN-Mix's experts per layer (0: no mixture; k >= 1: a
+  // gated mixture of k experts of rank cross_rank).
   int cross_layers = 3;
   int cross_rank = 0;
   DcnStructure dcn_structure = DcnStructure::kStacked;
+  int cross_experts = 0;
+  // kDcnV2 and kDcn: the L2 penalty cross_l2 * sum of the cross weights' squares, per instance
+  // (so the mean loss carries it once), as a gradient term.
+  float cross_l2 = 0.0f;
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.

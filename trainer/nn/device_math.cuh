@@ -47,6 +47,22 @@ GPUBOX_HD GPUBOX_FORCEINLINE float sqrt_f(float x) {
 #endif
 }
 
+GPUBOX_HD GPUBOX_FORCEINLINE float tanh_f(float x) {
+#if GPUBOX_ON_DEVICE
+  return tanhf(x);
+#else
+  return std::tanh(x);
+#endif
+}
+
+GPUBOX_HD GPUBOX_FORCEINLINE float exp_f(float x) {
+#if GPUBOX_ON_DEVICE
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
 // Logistic function without overflow for large |z|.
 GPUBOX_HD GPUBOX_FORCEINLINE float sigmoid(float z) {
   if (z >= 0.0f) {

@@ -193,29 +193,64 @@ class FmPart {
   int mf_dim_;
 };
 
-// dcn_v2's cross network (DCN-v2, Wang et al. 2021) over the first layer's input rows x0 (the
-// pooled slots and dense features, dim() = D columns):
-//   x_{l+1} = x0 * (x_l W_l + b_l) + x_l,  l = 0 .. layers-1   (* elementwise; row vectors)
-// W_l is a [D x D] block (rank 0: full rank), or V_l U_l with V_l [D x r] and U_l [r x D] (rank
-// r: DCN-v2's low-rank W = U V^T written for row vectors). W, V ~ N(0, 1/D), U ~ N(0, 1/r),
-// b = 0. stacked: the MLP reads output(); parallel: add_logits adds x_L . w_out to the MLP's
-// logit, which is the logit layer over the concatenation [x_L | last hidden] (its bias is the
-// MLP's), w_out ~ N(0, 1/D).
+// Which cross layer a CrossNet stacks.
+enum class CrossKind {
+  kMatrix,   // dcn_v2: x_{l+1} = x0 * (x_l W_l + b_l) + x_l, W_l full or low rank
+  kVector,   // dcn (v1): x_{l+1} = x0 * (x_l . w_l) + b_l + x_l
+  kMixture,  // dcn_v2 DCN-Mix: x_{l+1} = x0 * (sum_e p_e(x_l) E_e(x_l) + b_l) + x_l
+};
+
+// A cross network's shape. `rank`: kMatrix's (0 = full), kMixture's experts' (> 0); `experts`:
+// kMixture's (>= 1).
+struct CrossSpec {
+  int dim = 0;
+  int64_t ld = 0;  // row stride (elements) of x0 and of every [B x dim] buffer
+  int layers = 1;
+  CrossKind kind = CrossKind::kMatrix;
+  int rank = 0;
+  int experts = 0;
+  bool parallel = false;
+};
+
+// The cross networks of dcn_v2 (DCN-v2, Wang et al. 2021) and dcn (DCN, Wang et al. 2017) over
+// the first layer's input rows x0 (the pooled slots and dense features, dim() = D columns; row
+// vectors, * elementwise):
+//   kMatrix:  x_{l+1} = x0 * (x_l W_l + b_l) + x_l. W_l is a [D x D] block (rank 0), or V_l U_l
+//             with V_l [D x r] and U_l [r x D] (rank r: DCN-v2's low-rank W = U V^T written for
+//             row vectors). W, V ~ N(0, 1/D), U ~ N(0, 1/r), b = 0.
+//   kVector:  x_{l+1} = x0 * (x_l . w_l) + b_l + x_l, w_l and b_l [D] vectors (DCN's cross
+//             layer); w ~ N(0, 1/D), b = 0.
+//   kMixture: x_{l+1} = x0 * (sum_e p_e E_e + b_l) + x_l with experts e < E of rank r,
+//             E_e = tanh(tanh(x_l V_le) C_le) U_le (V_le [D x r], C_le [r x r], U_le [r x D])
+//             and the gate p = softmax(x_l G + g) over the experts (G [D x E], g [E]: one gate
+//             for every layer, as PaddleRec's CrossNetMix). V ~ N(0, 1/D), C, U ~ N(0, 1/r),
+//             G ~ N(0, 1/D), b = g = 0. The experts' V (and U) blocks sit side by side, so each
+//             projection of all experts is one GEMM; the gate weighs tanh(.. C) before U, so the
+//             mixture is one GEMM too (sum_e p_e a_e U_e = [p_1 a_1 | .. | p_E a_E] [U_1; ..]).
+// stacked: the MLP reads output(); parallel: add_logits adds x_L . w_out to the MLP's logit,
+// which is the logit layer over the concatenation [x_L | last hidden] (its bias is the MLP's),
+// w_out ~ N(0, 1/D).
 //
-// fp32 throughout, whatever the MLP's precision (the model runs dcn_v2 in fp32: DenseModel);
-// GEMMs are the card's Blas::sgemm, elementwise work parallel_for. Owns its activation buffers
-// (every layer's x_{l+1} and x_l W_l + b_l, kept for the backward). Gradients follow the MLP's
-// convention: backward takes dL/dx_L already multiplied by the dense scale and writes every
-// parameter gradient from it; the pooled gradient it hands the sparse side is unscaled.
+// fp32 throughout, whatever the MLP's precision (the model runs dcn and dcn_v2 in fp32:
+// DenseModel); GEMMs are the card's Blas::sgemm, elementwise work parallel_for. Owns its
+// activation buffers (what each layer's backward reads). Gradients follow the MLP's convention:
+// backward takes dL/dx_L already multiplied by the dense scale and writes every parameter
+// gradient from it; the pooled gradient it hands the sparse side is unscaled. The layers of
+// each kind: cross_net.cu (kMatrix), cross_vector.cu, cross_mix.cu.
 class CrossNet {
  public:
-  // Registers cross_<l>.w (or .v and .u) and .b, and cross_out.w when `parallel`, in `params`
-  // (before params.finalize()). `ld`: the row stride (elements) of x0 and of every buffer here.
+  // Registers the layers' blocks in `params` (before params.finalize()): cross_<l>.w (or .v and
+  // .u; kMixture .v, .c, .u) and .b, cross_gate.w and .b for kMixture, cross_out.w when
+  // parallel.
+  CrossNet(device::Card& card, DenseParameters& params, const CrossSpec& spec);
+  // kMatrix.
   CrossNet(device::Card& card, DenseParameters& params, int dim, int64_t ld, int layers, int rank,
            bool parallel);
   int dim() const { return dim_; }
   int layers() const { return layers_; }
   int rank() const { return rank_; }
+  CrossKind kind() const { return kind_; }
+  int experts() const { return experts_; }
   bool parallel() const { return parallel_; }
   int64_t ld() const { return ld_; }
   // Multiply-adds of one example's forward and backward (x2: flops).
@@ -241,28 +276,63 @@ class CrossNet {
   // floats; written when !accumulate, added to when accumulate). Uses output_grad() as scratch.
   void backward(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
                 float unscale, float* d_pooled, int pooled_cols, bool accumulate);
+  // After backward: grad += alpha * value for the cross layers' weights (W, V, U, C, w; not the
+  // biases, the gate or w_out): the L2 penalty's term, alpha = 2 * l2 * (the penalty's weight).
+  void add_l2_gradient(const device::Stream& stream, DenseParameters& params, float alpha) const;
 
  private:
   const float* layer_input(const float* x0, int l) const {
     return l == 0 ? x0 : xs_[static_cast<std::size_t>(l - 1)].data();
   }
+  // One layer of each kind; backward_* turns g_ from dL/dx_{l+1} into dL/dx_l and adds the
+  // layer's share of dL/dx0 to dx0_ (the top layer writes it).
+  void forward_matrix(const Blas& blas, const DenseParameters& params, const float* x0,
+                      int64_t batch, int l);
+  void backward_matrix(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
+                       int l);
+  void add_vector_blocks(DenseParameters& params, int l);
+  void forward_vector(const Blas& blas, const DenseParameters& params, const float* x0,
+                      int64_t batch, int l);
+  void backward_vector(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
+                       int l);
+  void add_mixture_blocks(DenseParameters& params, int l);
+  void forward_mixture(const Blas& blas, const DenseParameters& params, const float* x0,
+                       int64_t batch, int l);
+  void backward_mixture(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
+                        int l);
+  // kMixture: dL/d(the experts' tanh(x_l V)) from dL/d(x0 * ...) (dpre_), through the gate too.
+  void backward_mixture_gate(const Blas& blas, DenseParameters& params, const float* in,
+                             int64_t batch, int l);
 
   int dim_;
   int64_t ld_;
   int layers_;
   int rank_;
+  CrossKind kind_;
+  int experts_;
   bool parallel_;
-  std::vector<std::size_t> w_;  // rank 0: W_l; else V_l
-  std::vector<std::size_t> u_;  // rank > 0 only: U_l
+  std::vector<std::size_t> w_;  // kMatrix rank 0: W_l; rank > 0, kMixture: V_l; kVector: w_l
+  std::vector<std::size_t> u_;  // kMatrix rank > 0, kMixture: U_l
+  std::vector<std::size_t> c_;  // kMixture: C_l ([E x r x r], expert-major)
   std::vector<std::size_t> b_;
+  std::size_t gate_w_ = 0;                         // kMixture only
+  std::size_t gate_b_ = 0;                         // kMixture only
   std::size_t w_out_ = 0;                          // parallel only
   std::vector<device::device_buffer<float>> xs_;   // x_1 .. x_L
-  std::vector<device::device_buffer<float>> pre_;  // x_l W_l + b_l
-  std::vector<device::device_buffer<float>> low_;  // rank > 0: x_l V_l, [B x r]
-  device::device_buffer<float> g_;                 // dL/dx_l (scaled), walking down the layers
-  device::device_buffer<float> dpre_;              // dL/d(x_l W_l + b_l)
-  device::device_buffer<float> dx0_;               // the x0 * (...) terms' share of dL/dx0
-  device::device_buffer<float> dlow_;              // rank > 0: dL/d(x_l V_l)
+  std::vector<device::device_buffer<float>> pre_;  // kMatrix, kMixture: the product's right side
+  // kMatrix rank > 0: x_l V_l [B x r]; kVector: x_l . w_l [B]; kMixture: tanh(x_l V_l) [B x Er].
+  std::vector<device::device_buffer<float>> low_;
+  std::vector<device::device_buffer<float>> act_;   // kMixture: tanh(.. C) [B x Er]
+  std::vector<device::device_buffer<float>> gate_;  // kMixture: p [B x E]
+  std::vector<device::device_buffer<float>> mix_;   // kMixture: p_e tanh(.. C) [B x Er]
+  device::device_buffer<float> g_;                  // dL/dx_l (scaled), walking down the layers
+  device::device_buffer<float> dpre_;               // dL/d(the product's right side) [B x D]
+  device::device_buffer<float> dx0_;                // the x0 * (...) terms' share of dL/dx0
+  // kMatrix rank > 0: dL/d(x_l V_l); kVector: dL/d(x_l . w_l); kMixture: dL/d(mix), then
+  // dL/d(tanh(..) C) [B x Er].
+  device::device_buffer<float> dlow_;
+  device::device_buffer<float> dlow2_;  // kMixture: dL/d(x_l V) [B x Er]
+  device::device_buffer<float> dgate_;  // kMixture: dL/d(gate logits) [B x E]
 };
 
 // pred = sigmoid(z); per-instance log loss computed stably from the logit

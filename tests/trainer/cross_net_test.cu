@@ -1,0 +1,269 @@
+// dcn's vector cross layers and dcn_v2's DCN-Mix layers (CrossNet kinds kVector, kMixture;
+// kMatrix is layers_test.cu's): the forward against a float64 reference written from the
+// formulas (DCN: x0 * (x_l . w_l) + b_l + x_l; DCN-Mix: x0 * (sum_e softmax(x_l G + g)_e
+// tanh(tanh(x_l V_e) C_e) U_e + b_l) + x_l), every parameter gradient and the pooled gradient
+// against central differences, stacked and parallel; the L2 term lands on the weights alone; an
+// empty batch writes zero gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "heterps/device/card.hpp"
+#include "tests/trainer/test_util.hpp"
+#include "trainer/nn/layers.hpp"
+
+namespace gpubox::trainer {
+namespace {
+using device::to_device;
+using device::to_host;
+using testing::central_difference;
+using testing::expect_gradient_near;
+using testing::random_vector;
+using testing::weighted_sum;
+
+struct CrossCase {
+  CrossKind kind;
+  int rank;
+  int experts;
+  bool parallel;
+};
+
+std::string case_name(const CrossCase& c) {
+  return std::string(c.kind == CrossKind::kVector ? "vector" : "mixture") + " rank " +
+         std::to_string(c.rank) + " experts " + std::to_string(c.experts) +
+         (c.parallel ? " parallel" : " stacked");
+}
+
+class CrossNetTest : public ::testing::TestWithParam<CrossCase> {
+ protected:
+  static constexpr int kBatch = 4, kDim = 6, kPooled = 5, kLayers = 2;
+  static constexpr int64_t kLd = 8;
+
+  CrossNetTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)), blas_(card_) {
+    card_.activate();
+  }
+  template <class T>
+  device::device_buffer<T> up(const std::vector<T>& host) {
+    return to_device(host, card_.memory(), card_.stream());
+  }
+  CrossSpec spec() const {
+    const CrossCase c = GetParam();
+    return CrossSpec{kDim, kLd, kLayers, c.kind, c.rank, c.experts, c.parallel};
+  }
+  const ParamBlock& block(const DenseParameters& params, const std::string& name) const {
+    for (const ParamBlock& b : params.blocks()) {
+      if (b.name == name) return b;
+    }
+    ADD_FAILURE() << "no block " << name;
+    return params.blocks().front();
+  }
+
+  // x_{l+1} from x_l (rows of kLd, the first kDim used) in float64, from the parameters `w`.
+  std::vector<double> reference_layer(const DenseParameters& params, const std::vector<float>& w,
+                                      const std::vector<float>& x0, const std::vector<double>& x,
+                                      int l) const {
+    const std::string name = "cross_" + std::to_string(l);
+    const std::vector<float> b(w.begin() + block(params, name + ".b").offset,
+                               w.begin() + block(params, name + ".b").offset + kDim);
+    std::vector<double> next = x;
+    for (int i = 0; i < kBatch; ++i) {
+      const double* xi = x.data() + i * kLd;
+      const std::vector<double> pre = GetParam().kind == CrossKind::kVector
+                                          ? std::vector<double>(kDim, vector_dot(params, w, xi, l))
+                                          : mixture(params, w, xi, l);
+      for (int j = 0; j < kDim; ++j) {
+        const double x0j = x0[i * kLd + j];
+        next[i * kLd + j] = GetParam().kind == CrossKind::kVector ? x0j * pre[j] + b[j] + xi[j]
+                                                                  : x0j * (pre[j] + b[j]) + xi[j];
+      }
+    }
+    return next;
+  }
+  double vector_dot(const DenseParameters& params, const std::vector<float>& w, const double* x,
+                    int l) const {
+    const std::size_t wo = block(params, "cross_" + std::to_string(l) + ".w").offset;
+    double s = 0;
+    for (int k = 0; k < kDim; ++k) s += x[k] * w[wo + k];
+    return s;
+  }
+  // sum_e p_e tanh(tanh(x V_e) C_e) U_e for one row x.
+  std::vector<double> mixture(const DenseParameters& params, const std::vector<float>& w,
+                              const double* x, int l) const {
+    const int r = GetParam().rank, experts = GetParam().experts, er = r * experts;
+    const std::string name = "cross_" + std::to_string(l);
+    const std::size_t vo = block(params, name + ".v").offset;
+    const std::size_t co = block(params, name + ".c").offset;
+    const std::size_t uo = block(params, name + ".u").offset;
+    const std::size_t go = block(params, "cross_gate.w").offset;
+    const std::size_t gbo = block(params, "cross_gate.b").offset;
+    std::vector<double> z(experts), out(kDim, 0.0);
+    double zmax = -1e300, zsum = 0;
+    for (int e = 0; e < experts; ++e) {
+      z[e] = w[gbo + e];
+      for (int k = 0; k < kDim; ++k) z[e] += x[k] * w[go + k * experts + e];
+      zmax = std::max(zmax, z[e]);
+    }
+    for (int e = 0; e < experts; ++e) zsum += std::exp(z[e] - zmax);
+    for (int e = 0; e < experts; ++e) {
+      const double p = std::exp(z[e] - zmax) / zsum;
+      std::vector<double> a(r), h(r);
+      for (int q = 0; q < r; ++q) {
+        double s = 0;
+        for (int k = 0; k < kDim; ++k) s += x[k] * w[vo + k * er + e * r + q];
+        a[q] = std::tanh(s);
+      }
+      for (int q = 0; q < r; ++q) {
+        double s = 0;
+        for (int m = 0; m < r; ++m) s += a[m] * w[co + e * r * r + m * r + q];
+        h[q] = std::tanh(s);
+      }
+      for (int j = 0; j < kDim; ++j) {
+        for (int q = 0; q < r; ++q) out[j] += p * h[q] * w[uo + (e * r + q) * kDim + j];
+      }
+    }
+    return out;
+  }
+
+  device::CardSet cards_;
+  device::Card& card_;
+  Blas blas_;
+};
+
+TEST_P(CrossNetTest, MatchesFloat64AndNumericalGradients) {
+  const CrossCase c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  const float scale = 0.25f;
+  std::mt19937_64 rng(200 + c.rank + 7 * c.experts + (c.parallel ? 1 : 0));
+  DenseParameters params(card_);
+  CrossNet net(card_, params, spec());
+  params.finalize(13);
+  std::vector<float> w = params.values_to_host();
+  for (const ParamBlock& b : params.blocks()) {  // biases start at zero: make them matter
+    if (b.name.size() > 2 && b.name.compare(b.name.size() - 2, 2, ".b") == 0) {
+      const std::vector<float> bias = random_vector(b.count, rng, -0.3f, 0.3f);
+      std::copy(bias.begin(), bias.end(), w.begin() + b.offset);
+    }
+  }
+  std::vector<float> x0 = random_vector(static_cast<std::size_t>(kBatch) * kLd, rng);
+  for (int i = 0; i < kBatch; ++i) {  // the rows' padding is never read
+    for (int64_t j = kDim; j < kLd; ++j) x0[i * kLd + j] = std::numeric_limits<float>::quiet_NaN();
+  }
+  const std::vector<float> big_r = random_vector(static_cast<std::size_t>(kBatch) * kLd, rng);
+  const std::vector<float> r = random_vector(kBatch, rng);
+  auto logits = card_.make_buffer<float>(kBatch);
+
+  std::vector<double> x(x0.begin(), x0.end());
+  for (int l = 0; l < kLayers; ++l) x = reference_layer(params, w, x0, x, l);
+
+  // The loss as a function of the parameters (w) and the input (x0).
+  auto forward = [&]() -> double {
+    params.set_values(w);
+    auto dx0 = up(x0);
+    net.forward(blas_, params, dx0.data(), kBatch);
+    if (c.parallel) {
+      device::memset_bytes_async(logits.data(), 0, logits.bytes(), card_.stream());
+      net.add_logits(blas_, params, kBatch, logits.data());
+      return weighted_sum(to_host(logits), r);
+    }
+    const std::vector<float> out = to_host(net.output(), kBatch * kLd, card_.stream());
+    double sum = 0;
+    for (int i = 0; i < kBatch; ++i) {
+      for (int j = 0; j < kDim; ++j) sum += double{big_r[i * kLd + j]} * out[i * kLd + j];
+    }
+    return sum;
+  };
+  forward();
+  const std::vector<float> got = to_host(net.output(), kBatch * kLd, card_.stream());
+  for (int i = 0; i < kBatch; ++i) {
+    for (int j = 0; j < kDim; ++j) {
+      EXPECT_NEAR(got[i * kLd + j], x[i * kLd + j], 1e-4 * (1 + std::fabs(x[i * kLd + j])))
+          << "x_L " << i << "," << j;
+    }
+  }
+
+  auto d_pooled = card_.make_buffer<float>(kBatch * kPooled);
+  {
+    auto dx0 = up(x0);
+    if (c.parallel) {
+      auto dr = up(r);
+      net.backward_from_logits(blas_, params, dr.data(), scale, kBatch);
+    } else {
+      std::vector<float> scaled(big_r);
+      for (float& v : scaled) v *= scale;
+      device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card_.stream());
+    }
+    net.backward(blas_, params, dx0.data(), kBatch, 1.0f / scale, d_pooled.data(), kPooled, false);
+  }
+  const std::vector<float> grads = params.grads_to_host();
+  const std::vector<float> dp = to_host(d_pooled);
+  std::size_t checked = 0;
+  for (const ParamBlock& b : params.blocks()) {
+    for (std::size_t k = 0; k < b.count; ++k) {
+      const double numeric = central_difference(w, b.offset + k, 5e-3f, forward);
+      expect_gradient_near(grads[b.offset + k] / scale, numeric, 2e-3, 5e-3,
+                           b.name + "[" + std::to_string(k) + "]");
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, static_cast<std::size_t>(kLayers * kDim));
+  for (int i = 0; i < kBatch; ++i) {
+    for (int j = 0; j < kPooled; ++j) {
+      const double numeric = central_difference(x0, i * kLd + j, 5e-3f, forward);
+      expect_gradient_near(dp[i * kPooled + j], numeric, 2e-3, 5e-3,
+                           "pooled " + std::to_string(i) + "," + std::to_string(j));
+    }
+  }
+}
+
+TEST_P(CrossNetTest, L2TermLandsOnTheWeightsAloneAndEmptyBatchWritesZeros) {
+  const CrossCase c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  DenseParameters params(card_);
+  CrossNet net(card_, params, spec());
+  params.finalize(5);
+  // An empty batch: every gradient zero (the gate's accumulated ones too).
+  net.forward(blas_, params, nullptr, 0);
+  if (c.parallel) {
+    auto logits = card_.make_buffer<float>(1);
+    net.backward_from_logits(blas_, params, logits.data(), 1.0f, 0);
+  }
+  net.backward(blas_, params, nullptr, 0, 1.0f, nullptr, kPooled, false);
+  for (float g : params.grads_to_host()) ASSERT_EQ(g, 0.0f);
+  // Then the L2 term alone: alpha * value on W, V, U, C and w; nothing on biases, gate, w_out.
+  const float alpha = 0.5f;
+  net.add_l2_gradient(card_.stream(), params, alpha);
+  const std::vector<float> values = params.values_to_host();
+  const std::vector<float> grads = params.grads_to_host();
+  std::size_t penalised = 0;
+  for (const ParamBlock& b : params.blocks()) {
+    const bool weight = b.name.rfind("cross_gate", 0) != 0 && b.name != "cross_out.w" &&
+                        b.name.compare(b.name.size() - 2, 2, ".b") != 0;
+    penalised += weight ? b.count : 0;
+    for (std::size_t k = 0; k < b.count; ++k) {
+      ASSERT_EQ(grads[b.offset + k], weight ? alpha * values[b.offset + k] : 0.0f)
+          << b.name << "[" << k << "]";
+    }
+  }
+  const std::size_t per_layer = c.kind == CrossKind::kVector ? kDim
+                                                             : static_cast<std::size_t>(c.experts) *
+                                                                   c.rank * (2 * kDim + c.rank);
+  EXPECT_EQ(penalised, kLayers * per_layer);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, CrossNetTest,
+                         ::testing::Values(CrossCase{CrossKind::kVector, 0, 0, true},
+                                           CrossCase{CrossKind::kVector, 0, 0, false},
+                                           CrossCase{CrossKind::kMixture, 2, 3, false},
+                                           CrossCase{CrossKind::kMixture, 3, 2, true},
+                                           CrossCase{CrossKind::kMixture, 2, 1, false}),
+                         [](const ::testing::TestParamInfo<CrossCase>& info) {
+                           std::string name = case_name(info.param);
+                           for (char& ch : name) ch = ch == ' ' ? '_' : ch;
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace gpubox::trainer
