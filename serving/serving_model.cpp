@@ -287,6 +287,9 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
     properties["cross_rank"] = std::to_string(model.cross_rank);
     properties["dcn_structure"] = name_of(trainer::kDcnStructureNames, model.dcn_structure);
   }
+  if (model.kind == trainer::ModelKind::kDlrm) {
+    properties["bot_layer_sizes"] = join_ints(model.bot_layer_sizes);
+  }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
 }
@@ -314,6 +317,9 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
     spec.model.cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
     spec.model.cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
     spec.model.dcn_structure = read.choice("dcn_structure", trainer::kDcnStructureNames);
+  }
+  if (spec.model.kind == trainer::ModelKind::kDlrm) {  // written for dlrm exports only
+    spec.model.bot_layer_sizes = read.sizes("bot_layer_sizes");
   }
   if (const auto widths = manifest->properties.find("slot_dims");
       widths != manifest->properties.end()) {

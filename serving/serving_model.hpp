@@ -9,10 +9,10 @@
 //                   key (uint64) and its pull record (show, click, embed_w, embedx_w[mf_dim]:
 //                   what the model reads of a row, no optimizer state), float32 or float16
 // and MANIFEST properties describing the model and its input (model kind, slot names, mf_dim,
-// use_cvm, dense_dim, fc_sizes, for dcn_v2 cross_layers, cross_rank and dcn_structure, the slot
-// text names), the value type, the show threshold, and
-// what a key the export does not hold reads as: the accessor's initial pull record for it
-// (zeros, embed_w from the seeded initial_range when that is not 0), which is what
+// use_cvm, dense_dim, fc_sizes, for dcn_v2 cross_layers, cross_rank and dcn_structure, for dlrm
+// bot_layer_sizes, the slot text names), the value type, the show threshold, and what a key the
+// export does not hold reads as: the accessor's initial pull record for it (zeros, embed_w from the
+// seeded initial_range when that is not 0), which is what
 // `--mode infer` reads for a key the save does not hold.
 #pragma once
 

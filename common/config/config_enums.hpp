@@ -92,10 +92,13 @@ enum class ModelKind {
               // or parallel to it (hyper_parameters.cross_layers, cross_rank, dcn_structure)
   kFm,        // a factorization machine: kWide's first-order terms and bias + kDeepFm's pairwise
               // term, no MLP (PaddleRec's fm)
+  kDlrm,      // DLRM: a bottom MLP over the dense features, pairwise dot products among it and the
+          // slots' embeddings, a top MLP (fc_sizes) over both (hyper_parameters.bot_layer_sizes)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},
     {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},       {ModelKind::kFm, "fm"},
+    {ModelKind::kDlrm, "dlrm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

@@ -19,6 +19,7 @@ constexpr Known kBuilt[] = {
     {"dcn_v2", config::ModelKind::kDcnV2},
     {"logistic_regression", config::ModelKind::kWide},
     {"fm", config::ModelKind::kFm},
+    {"dlrm", config::ModelKind::kDlrm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.

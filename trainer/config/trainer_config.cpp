@@ -22,6 +22,7 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.cross_layers = hyper.cross_layers;
   model.cross_rank = hyper.cross_rank;
   model.dcn_structure = hyper.dcn_structure;
+  model.bot_layer_sizes = hyper.bot_layer_sizes;
   return model;
 }
 

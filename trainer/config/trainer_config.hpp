@@ -82,6 +82,7 @@ struct HyperParameters {
   int cross_layers = 3;                                    // hyper_parameters.cross_layers (dcn_v2)
   int cross_rank = 0;  // hyper_parameters.cross_rank (dcn_v2; 0 = full rank)
   DcnStructure dcn_structure = DcnStructure::kStacked;  // hyper_parameters.dcn_structure
+  std::vector<int> bot_layer_sizes;                     // hyper_parameters.bot_layer_sizes (dlrm)
 };
 
 struct TrainerConfig {

@@ -9,8 +9,8 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm or dcn_v2 (config_enums.hpp says what each
-// is).
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm or dlrm (config_enums.hpp says
+// what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
@@ -39,6 +39,9 @@ struct DenseModelConfig {
   int cross_layers = 3;
   int cross_rank = 0;
   DcnStructure dcn_structure = DcnStructure::kStacked;
+  // kDlrm only: the bottom MLP's layers over the dense features; the last is as wide as a slot's
+  // embedding (embed_w + mf_dim). The top MLP is fc_sizes.
+  std::vector<int> bot_layer_sizes{512, 256, 64, 16};
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.
