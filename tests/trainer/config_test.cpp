@@ -266,12 +266,17 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   auto fm = load("PaddleRec/models/rank/fm", yaml);
   ASSERT_TRUE(fm.ok()) << fm.status().to_string();
   EXPECT_EQ(fm->hyper.model, config::ModelKind::kFm);
+  // dlrm's bottom output (bot_layer_sizes, [512, 256, 64, 16] by default) and embeddings meet.
+  auto dlrm =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
 
   auto ffm = load("PaddleRec/models/rank/ffm", yaml);
   ASSERT_FALSE(ffm.ok());
   const std::string what = ffm.status().message();
   EXPECT_NE(what.find("names PaddleRec's network 'ffm', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm)"),
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dlrm)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
