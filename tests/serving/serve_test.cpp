@@ -390,6 +390,9 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=wide_deep"},
            {"hyper_parameters.model=deepfm"},
            {"hyper_parameters.model=fm"},
+           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]"},
+           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
+            "hyper_parameters.use_cvm=true"},
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
@@ -420,6 +423,9 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
       EXPECT_EQ(served->spec().model.cross_layers, cfg->hyper.cross_layers);
       EXPECT_EQ(served->spec().model.cross_rank, cfg->hyper.cross_rank);
       EXPECT_EQ(served->spec().model.dcn_structure, cfg->hyper.dcn_structure);
+    }
+    if (cfg->hyper.model == trainer::ModelKind::kDlrm) {
+      EXPECT_EQ(served->spec().model.bot_layer_sizes, cfg->hyper.bot_layer_sizes);
     }
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());
