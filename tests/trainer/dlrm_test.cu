@@ -2,10 +2,13 @@
 // definition (PaddleRec's models/rank/dlrm net.py: bottom MLP, the upper triangle of the
 // products among the slots' embeddings and the bottom output, the top MLP over both): its
 // predictions, and every gradient (dense parameters and pulled values) against central
-// differences of the reference's summed log loss; its shapes and flops; its refusals.
+// differences of the reference's summed log loss; its shapes and flops; its refusals; bf16 near
+// fp32.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -132,6 +135,15 @@ double central(std::vector<double>& v, std::size_t k, const std::function<double
   return (plus - minus) / (2 * eps);
 }
 
+class DenseModelFlops : public ::testing::Test {
+ protected:
+  DenseModelFlops() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
+    card_.activate();
+  }
+  device::CardSet cards_;
+  device::Card& card_;
+};
+
 class DlrmTest : public ::testing::TestWithParam<bool> {
  protected:
   DlrmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) { card_.activate(); }
@@ -215,6 +227,22 @@ TEST_P(DlrmTest, ShapesAndFlops) {
   EXPECT_DOUBLE_EQ(model.flops_per_example(), 2 * (bottom + top + 3 * 6 * 4));
 }
 
+// PaddleRec's models/rank/dlrm/config.yaml: 26 slots, 13 dense features, bottom 512-256-64-16,
+// sparse_feature_dim 16, top 512-256 (+ the logit). By hand: bottom 13*512*2 + 256*512*3 +
+// 64*256*3 + 16*64*3 = 458,752 multiply-adds; 351 pairs of 16: 16,848; top over 16 + 351 = 367
+// columns: 512*367*3 + 256*512*3 + 256*3 = 957,696; x2.
+TEST_F(DenseModelFlops, PaddleRecDlrmConfig) {
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kDlrm;
+  cfg.slots = 26;
+  cfg.mf_dim = 15;
+  cfg.dense_dim = 13;
+  cfg.bot_layer_sizes = {512, 256, 64, 16};
+  cfg.fc_sizes = {512, 256};
+  DenseModel model(card_, cfg);
+  EXPECT_DOUBLE_EQ(model.flops_per_example(), 2.0 * (458752 + 16848 + 957696));
+}
+
 TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
   DenseModelConfig cfg = config();
   cfg.bot_layer_sizes = {5, 3};
@@ -233,6 +261,50 @@ TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
   cfg = config();
   cfg.dense_dim = 0;
   EXPECT_THROW(DenseModel(card_, cfg), Error);
+}
+
+// bf16 (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs): the bottom MLP, R and the
+// interaction's vectors in bf16 stay within bf16's rounding of the fp32 model from the same
+// weights: predictions, and every gradient as a whole (relative L2 error).
+TEST_P(DlrmTest, Bf16StaysNearFp32) {
+  DenseModelConfig cfg = config();
+  DenseModel fp32(card_, cfg);
+  cfg.precision = DensePrecision::kBf16;
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  DenseModel bf16(card_, cfg);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  ASSERT_EQ(bf16.precision(), DensePrecision::kBf16);
+  bf16.parameters().set_values(fp32.parameters().values_to_host());
+  std::mt19937_64 rng(7);
+  const HostBatch h = make_batch(64, cfg, rng);
+  auto records = to_device(h.records, card_.memory(), card_.stream());
+  auto offsets = to_device(h.offsets, card_.memory(), card_.stream());
+  auto dense = to_device(h.dense, card_.memory(), card_.stream());
+  auto labels = to_device(h.labels, card_.memory(), card_.stream());
+  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
+                            dense.data(), labels.data(), h.batch};
+  struct Out {
+    std::vector<float> preds, grads, push;
+  };
+  auto run = [&](DenseModel& model) {
+    auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+    model.forward_backward(view, GradScales{1.0f / 64, 1.0f}, push.data());
+    return Out{to_host(model.predictions(), h.batch, card_.stream()),
+               model.parameters().grads_to_host(), to_host(push)};
+  };
+  const Out want = run(fp32), got = run(bf16);
+  for (int64_t i = 0; i < h.batch; ++i) EXPECT_NEAR(got.preds[i], want.preds[i], 2e-2) << i;
+  auto relative_error = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double diff = 0, norm = 0;
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      diff += (a[k] - b[k]) * static_cast<double>(a[k] - b[k]);
+      norm += b[k] * static_cast<double>(b[k]);
+    }
+    return std::sqrt(diff / norm);
+  };
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  EXPECT_LT(relative_error(got.grads, want.grads), 0.05);
+  EXPECT_LT(relative_error(got.push, want.push), 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cvm, DlrmTest, ::testing::Bool());
