@@ -89,6 +89,12 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
     EXPECT_NE(refused.status().to_string().find(bad.substr(0, bad.find('='))), std::string::npos)
         << refused.status().to_string();
   }
+  auto dlrm = load_trainer_config((configs / "config_dlrm.yaml").string());
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.model, ModelKind::kDlrm);
+  EXPECT_EQ(dlrm->dense_model_config().bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
+  EXPECT_EQ(dlrm->mf_dim() + 1, 16);  // the bottom output's width
+  EXPECT_EQ(dlrm->hyper.fc_sizes, (std::vector<int>{512, 256}));
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
