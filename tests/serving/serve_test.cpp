@@ -390,7 +390,9 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=wide_deep"},
            {"hyper_parameters.model=deepfm"},
            {"hyper_parameters.model=fm"},
-           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]"},
+           // SGD (PaddleRec dlrm's optimizer): a save with no dense optimizer moments.
+           {"hyper_parameters.model=dlrm", "hyper_parameters.optimizer.class=SGD",
+            "hyper_parameters.bot_layer_sizes=[8, 5]"},
            {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
             "hyper_parameters.use_cvm=true"},
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
