@@ -114,24 +114,24 @@ struct BottomInput {
   }
 };
 
-// Calls launch(T{}) with T the activation element type.
+// Calls launch(rows) with `data` typed as the activation element type (float, or Bf16).
 template <class Launch>
-void with_type(ElementType type, Launch launch) {
+void with_type(ElementType type, void* data, Launch launch) {
   if (type == ElementType::kBf16) {
-    launch(Bf16{});
+    launch(static_cast<Bf16*>(data));
   } else {
-    launch(float{});
+    launch(static_cast<float*>(data));
   }
 }
 }  // namespace
 
 void DlrmPart::interaction_forward(const device::Stream& stream, const InputRows& x0,
                                    int64_t batch) {
-  with_type(activation_, [&](auto zero) {
-    using T = decltype(zero);
+  with_type(activation_, top_in_.data(), [&](auto* top) {
+    using T = std::remove_pointer_t<decltype(top)>;
     const InteractionShape<T> shape{static_cast<const T*>(x0.data),
                                     x0.ld,
-                                    reinterpret_cast<T*>(top_in_.data()),
+                                    top,
                                     top_ld_,
                                     slots_,
                                     slot_width_,
@@ -145,11 +145,11 @@ void DlrmPart::interaction_forward(const device::Stream& stream, const InputRows
 
 void DlrmPart::interaction_backward(const device::Stream& stream, const InputRows& x0,
                                     int64_t batch, float unscale, float* d_pooled) {
-  with_type(activation_, [&](auto zero) {
-    using T = decltype(zero);
+  with_type(activation_, top_in_.data(), [&](auto* top) {
+    using T = std::remove_pointer_t<decltype(top)>;
     const InteractionShape<T> shape{static_cast<const T*>(x0.data),
                                     x0.ld,
-                                    reinterpret_cast<T*>(top_in_.data()),
+                                    top,
                                     top_ld_,
                                     slots_,
                                     slot_width_,
@@ -164,11 +164,10 @@ void DlrmPart::interaction_backward(const device::Stream& stream, const InputRow
 }
 
 void DlrmPart::write_bottom_input(const device::Stream& stream, const float* dense, int64_t batch) {
-  with_type(activation_, [&](auto zero) {
-    using T = decltype(zero);
-    device::parallel_for(
-        stream, static_cast<std::size_t>(batch) * dense_dim_,
-        BottomInput<T>{dense, reinterpret_cast<T*>(bottom_in_.data()), bottom_in_ld_, dense_dim_});
+  with_type(activation_, bottom_in_.data(), [&](auto* rows) {
+    using T = std::remove_pointer_t<decltype(rows)>;
+    device::parallel_for(stream, static_cast<std::size_t>(batch) * dense_dim_,
+                         BottomInput<T>{dense, rows, bottom_in_ld_, dense_dim_});
   });
 }
 
