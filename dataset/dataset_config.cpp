@@ -27,15 +27,18 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   c.strict_parse = doc.get_bool("runner.strict_parse");
   c.max_line_bytes = doc.get_int<std::size_t>("runner.max_line_bytes");
   c.criteo_dense = doc.get_enum("runner.criteo_dense", kCriteoDenseNames);
-  // PaddleRec's LR/FM configs name their feat_idx lines' field count: what this config reads.
+  // PaddleRec's LR/FM configs name their feat_idx lines' field count: what this config reads;
+  // its dlrm names the sparse fields its interaction reads.
   const int num_field = doc.get_int("hyper_parameters.num_field");
-  const int fields = c.dense_dim + static_cast<int>(c.slots.size());
-  if (num_field != 0 && num_field != fields) {
+  const int sparse = static_cast<int>(c.slots.size());
+  const int fields = c.dense_dim + sparse;
+  if (num_field != 0 && num_field != fields && num_field != sparse) {
     return Status::InvalidArgument(
         doc.source() + ": hyper_parameters.num_field: " + std::to_string(num_field) +
-        " fields per line, but dense_input_dim (" + std::to_string(c.dense_dim) + ") and the " +
-        std::to_string(c.slots.size()) + " sparse slots of sparse_inputs_slots make " +
-        std::to_string(fields));
+        " fields, but dense_input_dim (" + std::to_string(c.dense_dim) + ") and the " +
+        std::to_string(sparse) + " sparse slots of sparse_inputs_slots make " +
+        std::to_string(fields) + " per line (PaddleRec's LR and FM) and " + std::to_string(sparse) +
+        " sparse fields (its dlrm)");
   }
   const Status st = validate(c);
   if (!st.ok()) return Status::InvalidArgument(doc.source() + ": " + st.message());

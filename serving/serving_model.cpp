@@ -290,6 +290,9 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
     properties["dcn_structure"] = name_of(trainer::kDcnStructureNames, model.dcn_structure);
     properties["cross_experts"] = std::to_string(model.cross_experts);
   }
+  if (model.kind == trainer::ModelKind::kDlrm) {
+    properties["bot_layer_sizes"] = join_ints(model.bot_layer_sizes);
+  }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
 }
@@ -324,6 +327,9 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
     if (manifest->properties.count("cross_experts") != 0) {
       spec.model.cross_experts = static_cast<int>(read.integer("cross_experts", 0, 64));
     }
+  }
+  if (spec.model.kind == trainer::ModelKind::kDlrm) {  // written for dlrm exports only
+    spec.model.bot_layer_sizes = read.sizes("bot_layer_sizes");
   }
   if (const auto widths = manifest->properties.find("slot_dims");
       widths != manifest->properties.end()) {

@@ -330,6 +330,30 @@ class DocumentBuilder {
     if (first_error_.ok()) first_error_ = std::move(st);
   }
 
+  // A kOutputLayerList alias's value without its last entry, which must be 2 or 1: PaddleRec's
+  // two-class softmax over [z0, z1] is sigmoid(z1 - z0), one logit.
+  static Status hidden_layers(const KeyAlias& alias, const YAML::Node& value, YAML::Node* out) {
+    if (!value.IsSequence() || value.size() < 2) {
+      return Status::InvalidArgument(alias.name +
+                                     ": expected the layer sizes and the output layer (2), got " +
+                                     describe(value));
+    }
+    const YAML::Node last = value[value.size() - 1];
+    long long width = 0;
+    if (!last.IsScalar() || !YAML::convert<long long>::decode(last, width) ||
+        (width != 1 && width != 2)) {
+      return Status::InvalidArgument(
+          alias.name +
+          ": its last entry is the output layer, which GPUBox builds as one logit "
+          "(PaddleRec's two-class softmax, 2, or 1); got " +
+          describe(last));
+    }
+    YAML::Node hidden(YAML::NodeType::Sequence);
+    for (std::size_t i = 0; i + 1 < value.size(); ++i) hidden.push_back(value[i]);
+    *out = hidden;
+    return Status::OK();
+  }
+
   // The value `alias` gives its key (*target; nullptr when it sets none), or why it is refused.
   static Status translate(const KeyAlias& alias, const YAML::Node& value, const KeySpec** target,
                           YAML::Node* out) {
@@ -347,6 +371,7 @@ class DocumentBuilder {
       *out = YAML::Node(std::to_string(v + alias.offset));
       return Status::OK();
     }
+    if (alias.kind == KeyAlias::Kind::kOutputLayerList) return hidden_layers(alias, value, out);
     bool flag = false;
     if (alias.kind == KeyAlias::Kind::kRefuseUnlessOff) {
       double amount = 0;

@@ -93,7 +93,9 @@ const IgnoredKey* find_ignored(std::string_view name);
 // `key` empty: false or 0 changes nothing). Bools may be written 1/0, as PaddleRec's configs do.
 // The table, with PaddleRec's ignored keys and its table_parameters: paddlerec_keys.cpp.
 struct KeyAlias {
-  enum class Kind { kSame, kOffset, kBoolChoice, kRefuseUnlessOff };
+  // kOutputLayerList: a list of layer sizes whose last entry is PaddleRec's output layer (2, a
+  // two-class softmax, or 1), which is GPUBox's one-logit layer: the key takes the others.
+  enum class Kind { kSame, kOffset, kBoolChoice, kRefuseUnlessOff, kOutputLayerList };
   std::string name;
   std::string key;
   Kind kind = Kind::kSame;

@@ -14,7 +14,7 @@ namespace {
 // by PaddleRec's tools/*trainer*.py, tools/*infer*.py and tools/utils/ (config.get), and the
 // runner.* keys of its models/rank/*/*.yaml, and the hyper_parameters of the models/rank networks
 // GPUBox builds that change nothing in GPUBox. Hyper-parameters of networks GPUBox does not build
-// (layer_sizes_cin, bot_layer_sizes, ...) are not here: they stay unknown keys.
+// (layer_sizes_cin, ...) are not here: they stay unknown keys.
 std::vector<IgnoredKey> build_ignored() {
   std::vector<IgnoredKey> t;
   const auto key = [&](std::string name, std::string reason) {
@@ -124,6 +124,7 @@ const std::vector<KeyAlias>& key_aliases() {
       {h + "low_rank", h + "cross_rank", Kind::kSame, "", "", "PaddleRec dcn_v2's rank of the low-rank cross layers", 0},
       {h + "is_Stacked", h + "dcn_structure", Kind::kBoolChoice, "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel", 0},
       {h + "layer_sizes", h + "fc_sizes", Kind::kSame, "", "", "PaddleRec slot_dnn's hidden layers", 0},
+      {h + "top_layer_sizes", h + "fc_sizes", Kind::kOutputLayerList, "", "", "PaddleRec dlrm's top MLP: its hidden layers, then the output layer (2: a two-class softmax, which is GPUBox's one logit)", 0},
       {h + "emb_dim", h + "sparse_feature_dim", Kind::kSame, "", "", "PaddleRec slot_dnn's embedding width per key (1 wide weight + the embedding, as sparse_feature_dim)", 0},
       {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1},
       {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0},

@@ -154,8 +154,81 @@ TEST(PaddleRecKeys, DcnV2LowRankAndLrRegAndNumField) {
   EXPECT_FLOAT_EQ(lr->sparse.optimizer.l1_decay, 0.001f);
   EXPECT_FLOAT_EQ(lr->sparse.optimizer.weight_decay, 0.0f);  // L1 is not L2
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  num_field: 40\n"),
-                       "hyper_parameters.num_field: 40 fields per line, but dense_input_dim (13) "
-                       "and the 26 sparse slots of sparse_inputs_slots make 39"));
+                       "hyper_parameters.num_field: 40 fields, but dense_input_dim (13) and the "
+                       "26 sparse slots of sparse_inputs_slots make 39 per line"));
+}
+
+// dlrm's config.yaml (its runner and hyper_parameters, unchanged): the network its folder names,
+// bot_layer_sizes, top_layer_sizes as fc_sizes and the logit, num_field as its sparse fields.
+constexpr const char* kDlrm = R"(workspace: "models/rank/dlrm"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader"
+  use_gpu: False
+  use_xpu: False
+  use_auc: True
+  train_batch_size: 2
+  epochs: 3
+  print_interval: 2
+  model_save_path: "output_model_dlrm"
+  infer_batch_size: 2
+  infer_reader_path: "criteo_reader"
+  test_data_dir: "data/sample_data/train"
+  infer_load_path: "output_model_dlrm"
+  infer_start_epoch: 0
+  infer_end_epoch: 3
+  sync_mode: "async"
+  split_file_list: False
+  thread_num: 1
+  num_workers: 0
+  inference: False
+  save_inference_feed_varnames: ["C1","C2","dense_input"]
+  save_inference_fetch_varnames: ["sigmoid_0.tmp_0"]
+hyper_parameters:
+  optimizer:
+    class: SGD
+    learning_rate: 0.1
+    strategy: async
+  sparse_inputs_slots: 27
+  dense_input_dim: 13
+  bot_layer_sizes: [512, 256, 64, 16]
+  sparse_feature_number: 1000001
+  sparse_feature_dim: 16
+  top_layer_sizes: [512, 256, 2]
+  num_field: 26
+)";
+
+TEST(PaddleRecKeys, DlrmConfigTrainsDlrm) {
+  const StatusOr<TrainerConfig> c = parse(kDlrm);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kDlrm);
+  EXPECT_EQ(c->hyper.bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
+  EXPECT_EQ(c->hyper.fc_sizes, (std::vector<int>{512, 256}));
+  EXPECT_EQ(c->mf_dim(), 15);  // embed_w + 15 embedx values: the bottom output's 16
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  EXPECT_EQ(c->model_keys.at("hyper_parameters.bot_layer_sizes"), "[512, 256, 64, 16]");
+
+  const std::string kTop = "hyper_parameters.top_layer_sizes=";
+  EXPECT_TRUE(contains(error_of(kDlrm, {kTop + "[512, 256, 3]"}),
+                       "top_layer_sizes: its last entry is the output layer, which GPUBox builds "
+                       "as one logit"));
+  const StatusOr<TrainerConfig> one = parse(kDlrm, {kTop + "[64, 1]"});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->hyper.fc_sizes, (std::vector<int>{64}));
+  // The interaction's vectors: the bottom output and every slot's embedding, one width.
+  const std::string narrow = error_of(kDlrm, {"hyper_parameters.sparse_feature_dim=9"});
+  EXPECT_TRUE(contains(narrow,
+                       "p.yaml: dlrm's dot interaction needs the bottom MLP's output (the "
+                       "last of hyper_parameters.bot_layer_sizes: 16) as wide as every "
+                       "slot's embedding (hyper_parameters.sparse_feature_dim: 9)"))
+      << narrow;
+  EXPECT_TRUE(contains(error_of(kDlrm, {"hyper_parameters.slot_dims={3: 7}"}),
+                       "hyper_parameters.slot_dims gives slot 3 8"));
+  EXPECT_TRUE(contains(error_of(kDlrm, {"hyper_parameters.dense_input_dim=0"}),
+                       "dlrm's bottom MLP reads the dense features"));
+  EXPECT_TRUE(contains(error_of(kDlrm, {"hyper_parameters.num_field=27"}),
+                       "and 26 sparse fields (its dlrm)"));
 }
 
 TEST(PaddleRecKeys, ASpellingAndItsKeyMustAgree) {

@@ -390,6 +390,11 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=wide_deep"},
            {"hyper_parameters.model=deepfm"},
            {"hyper_parameters.model=fm"},
+           // SGD (PaddleRec dlrm's optimizer): a save with no dense optimizer moments.
+           {"hyper_parameters.model=dlrm", "hyper_parameters.optimizer.class=SGD",
+            "hyper_parameters.bot_layer_sizes=[8, 5]"},
+           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
+            "hyper_parameters.use_cvm=true"},
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
@@ -427,6 +432,9 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
       EXPECT_EQ(served->spec().model.cross_rank, cfg->hyper.cross_rank);
       EXPECT_EQ(served->spec().model.dcn_structure, cfg->hyper.dcn_structure);
       EXPECT_EQ(served->spec().model.cross_experts, cfg->dense_model_config().cross_experts);
+    }
+    if (cfg->hyper.model == trainer::ModelKind::kDlrm) {
+      EXPECT_EQ(served->spec().model.bot_layer_sizes, cfg->hyper.bot_layer_sizes);
     }
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());

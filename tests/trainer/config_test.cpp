@@ -89,6 +89,12 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
     EXPECT_NE(refused.status().to_string().find(bad.substr(0, bad.find('='))), std::string::npos)
         << refused.status().to_string();
   }
+  auto dlrm = load_trainer_config((configs / "config_dlrm.yaml").string());
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.model, ModelKind::kDlrm);
+  EXPECT_EQ(dlrm->dense_model_config().bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
+  EXPECT_EQ(dlrm->mf_dim() + 1, 16);  // the bottom output's width
+  EXPECT_EQ(dlrm->hyper.fc_sizes, (std::vector<int>{512, 256}));
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
@@ -266,6 +272,11 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   auto fm = load("PaddleRec/models/rank/fm", yaml);
   ASSERT_TRUE(fm.ok()) << fm.status().to_string();
   EXPECT_EQ(fm->hyper.model, config::ModelKind::kFm);
+  // dlrm's bottom output (bot_layer_sizes, [512, 256, 64, 16] by default) and embeddings meet.
+  auto dlrm =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
 
   auto dcn = load("PaddleRec/models/rank/dcn", yaml);
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
@@ -276,7 +287,7 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_FALSE(ffm.ok());
   const std::string what = ffm.status().message();
   EXPECT_NE(what.find("names PaddleRec's network 'ffm', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn)"),
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;

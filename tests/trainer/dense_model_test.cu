@@ -1,5 +1,5 @@
-// The whole dense model (dnn, wide_deep, wide, deepfm, fm, dcn_v2 full and low rank and DCN-Mix,
-// stacked and parallel, dcn; with and without cvm): backward against
+// The whole dense model (dnn, wide_deep, wide, deepfm, fm, dlrm, dcn_v2 full and low rank and
+// DCN-Mix, stacked and parallel, dcn; with and without cvm): backward against
 // float64 central differences of the summed log loss, for every dense parameter and every pulled
 // embedding value; gradient scaling across cards; the non-finite check.
 #include <gtest/gtest.h>
@@ -102,6 +102,7 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
   cfg.cross_rank = GetParam().cross_rank;
   cfg.dcn_structure = GetParam().structure;
   cfg.cross_experts = GetParam().cross_experts;
+  cfg.bot_layer_sizes = {4, 1 + cfg.mf_dim};  // dlrm: its output as wide as an embedding
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(cfg.use_cvm * 3 + static_cast<int>(cfg.kind));
   HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
@@ -188,6 +189,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{ModelKind::kWide, false}, ModelCase{ModelKind::kWide, true},
                       ModelCase{ModelKind::kDeepFm, false}, ModelCase{ModelKind::kDeepFm, true},
                       ModelCase{ModelKind::kFm, false}, ModelCase{ModelKind::kFm, true},
+                      ModelCase{ModelKind::kDlrm, false}, ModelCase{ModelKind::kDlrm, true},
                       ModelCase{ModelKind::kDcnV2, false, 0, DcnStructure::kStacked},
                       ModelCase{ModelKind::kDcnV2, true, 0, DcnStructure::kParallel},
                       ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kParallel},

@@ -61,6 +61,41 @@ Status read_cross_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   return Status::OK();
 }
 
+// dlrm's dot interaction takes every slot's embedding (embed_w and embedx: sparse_feature_dim
+// values) and the bottom MLP's output as vectors of one width; the bottom MLP reads the dense
+// features.
+Status check_dlrm(const TrainerConfig& c, const std::string& source) {
+  const DenseModelConfig model = c.dense_model_config();
+  const int bottom = model.bot_layer_sizes.back();
+  for (std::size_t s = 0; s < model.slot_dims.size(); ++s) {
+    if (model.slot_dims[s] + 1 != bottom) {
+      return Status::InvalidArgument(
+          source +
+          ": dlrm's dot interaction needs every slot's embedding as wide as the "
+          "bottom MLP's output (the last of hyper_parameters.bot_layer_sizes: " +
+          std::to_string(bottom) + "), but hyper_parameters.slot_dims gives slot " +
+          c.sparse_slot_names()[s] + " " + std::to_string(model.slot_dims[s] + 1) +
+          " (embed_w and " + std::to_string(model.slot_dims[s]) + " embedx values)");
+    }
+  }
+  if (model.mf_dim + 1 != bottom) {
+    return Status::InvalidArgument(
+        source +
+        ": dlrm's dot interaction needs the bottom MLP's output (the last of "
+        "hyper_parameters.bot_layer_sizes: " +
+        std::to_string(bottom) +
+        ") as wide as every "
+        "slot's embedding (hyper_parameters.sparse_feature_dim: " +
+        std::to_string(model.mf_dim + 1) + "); set them equal");
+  }
+  if (model.dense_dim <= 0) {
+    return Status::InvalidArgument(source +
+                                   ": dlrm's bottom MLP reads the dense features, but "
+                                   "hyper_parameters.dense_input_dim is 0");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
@@ -133,12 +168,14 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
+  h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();
   c.sparse = table::sparse_config_from(doc);
   c.host_tier = table::host_tier_config_from(doc);
+  if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;

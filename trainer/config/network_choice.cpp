@@ -20,6 +20,7 @@ constexpr Known kBuilt[] = {
     {"logistic_regression", config::ModelKind::kWide},
     {"fm", config::ModelKind::kFm},
     {"dcn", config::ModelKind::kDcn},
+    {"dlrm", config::ModelKind::kDlrm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.

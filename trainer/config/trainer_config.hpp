@@ -85,6 +85,7 @@ struct HyperParameters {
   bool cross_mixture = false;  // hyper_parameters.cross_mixture (dcn_v2: DCN-Mix)
   int cross_experts = 4;       // hyper_parameters.cross_experts (with cross_mixture)
   double cross_l2 = 0.0;       // hyper_parameters.cross_l2 (dcn, dcn_v2)
+  std::vector<int> bot_layer_sizes;                     // hyper_parameters.bot_layer_sizes (dlrm)
 };
 
 struct TrainerConfig {

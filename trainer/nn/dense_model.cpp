@@ -71,6 +71,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // wide and fm: the first-order terms and a bias (+ fm's pairwise term), no MLP.
   const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm;
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
+  const bool dlrm = config.kind == ModelKind::kDlrm;
   if (precision_ == DensePrecision::kBf16 && dcn) {
     // The cross network's GEMMs and elementwise products are fp32 (CrossNet), and the MLP reads
     // either its output (stacked) or the same input rows (parallel): one precision for both.
@@ -90,8 +91,14 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
     }
   }
   activation_type_ = element_type(precision_);
-  const int input_dim = pool_.out_dim() + config.dense_dim;
+  // dlrm: the pool writes the slots alone; the dense features go to the bottom MLP (DlrmPart),
+  // and the fc layers read its output R.
+  const int input_dim = pool_.out_dim() + (dlrm ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
+  if (dlrm) {
+    dlrm_ = std::make_unique<DlrmPart>(card, params_, blas_, pool_, config, activation_type_);
+  }
+  const int64_t first_ld = dlrm_ ? dlrm_->top_ld() : x0_ld_;
   if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
   // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
   // wanted for every column (the cross network's backward takes it, still scaled).
@@ -99,7 +106,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (has_mlp) {
     const std::size_t count = config.fc_sizes.size() + 1;
     layers_.reserve(count);
-    int in = input_dim;
+    int in = dlrm_ ? dlrm_->top_in() : input_dim;
     for (std::size_t l = 0; l < count; ++l) {
       const bool last = l + 1 == count;
       LinearGemmSpec spec;
@@ -111,17 +118,18 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       spec.dx = l == 0 ? ElementType::kF32 : activation_type_;    // the pooled gradient too
       spec.relu = !last;
       spec.input_is_relu = l > 0;
-      // The first layer's input gradient is wanted for the pooled slots only.
-      spec.dx_cols = l == 0 && !stacked ? pool_.out_dim() : in;
-      spec.x_ld = l == 0 ? x0_ld_ : activation_ld(in);
+      // The first layer's input gradient is wanted for the pooled slots only (every column of
+      // the cross network's output, or of dlrm's R).
+      spec.dx_cols = l == 0 && !stacked && !dlrm ? pool_.out_dim() : in;
+      spec.x_ld = l == 0 ? first_ld : activation_ld(in);
       spec.y_ld = activation_ld(spec.out);
       spec.dz_ld = activation_ld(spec.out);
-      spec.dx_ld = l == 0 ? (stacked ? x0_ld_ : pool_.out_dim()) : activation_ld(in);
+      spec.dx_ld = l == 0 ? (stacked || dlrm ? first_ld : pool_.out_dim()) : activation_ld(in);
       layers_.emplace_back(params_, blas_, spec);
       in = spec.out;
     }
   }
-  if (config.kind != ModelKind::kDnn && !dcn) {  // dcn and dcn_v2 have no first-order term
+  if (config.kind != ModelKind::kDnn && !dcn && !dlrm) {  // none has a first-order term
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
@@ -148,7 +156,8 @@ double DenseModel::flops_per_example() const {
     // dx_cols of them.
     macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + layer.spec().dx_cols);
   }
-  return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0);
+  return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0) +
+         (dlrm_ ? dlrm_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -164,6 +173,7 @@ void DenseModel::reserve(int64_t batch) {
     layers_[l].prepare(batch);
   }
   if (cross_) cross_->reserve(batch);
+  if (dlrm_) dlrm_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -198,6 +208,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << (cross_->parallel() ? ", parallel" : ", stacked")
         << ": sgemm + elementwise (fp32, batch " << batch << ")";
   }
+  if (dlrm_) out << dlrm_->kernel_report(batch);
   return out.str();
 }
 
@@ -208,13 +219,14 @@ void DenseModel::forward(const DenseBatchView& batch) {
   reserve(batch.batch);  // no-op when the step already did
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
-  pool_.forward(stream, batch.sparse, batch.dense, config_.dense_dim, input_rows());
+  pool_.forward(stream, batch.sparse, batch.dense, dlrm_ ? 0 : config_.dense_dim, input_rows());
   if (layers_.empty()) {
     // wide, fm: logits = bias (a rank-1 broadcast), the wide and fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
   if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
+  if (dlrm_) dlrm_->forward(stream, params_, input_rows(), batch.dense, n);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
@@ -269,6 +281,11 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                                n);
       cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
                        /*accumulate=*/false);
+    } else if (dlrm_) {
+      // dR, still scaled, into the interaction and the bottom MLP, which hand on the pooled part.
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, dlrm_->top_input_grad(),
+                               n);
+      dlrm_->backward(stream, params_, input_rows(), n, unscale, d_pooled_.data());
     } else {
       // The pooled gradient, with the dense scale multiplied back out.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);

@@ -3,7 +3,8 @@
 // + the wide part and the FM term for deepfm; the wide part and a bias alone for wide, plus the FM
 // term for fm (no MLP); for dcn_v2
 // a cross network before the MLP (stacked) or beside it (parallel), for dcn a vector cross network
-// beside it) -> sigmoid, log loss. Owns its
+// beside it; for dlrm a bottom MLP over the dense features and the dot interaction before it:
+// dlrm_part.hpp) -> sigmoid, log loss. Owns its
 // layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
 // parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
 // batch (views into the sparse side's buffers) nor the optimizer.
@@ -40,6 +41,7 @@
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
+#include "trainer/nn/dlrm_part.hpp"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
@@ -130,11 +132,12 @@ class DenseModel {
   InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, activation_type_}; }
   // The first layer's input rows as floats (dcn, dcn_v2 run in fp32: the cross network's x0).
   const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
-  // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output),
-  // or the previous layer's output.
+  // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output;
+  // dlrm: the interaction's R), or the previous layer's output.
   const void* layer_input(std::size_t l) const {
     if (l > 0) return hidden_[l - 1].data();
     if (cross_ && !cross_->parallel()) return cross_->output();
+    if (dlrm_) return dlrm_->top_input();
     return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for wide and fm.
@@ -153,6 +156,7 @@ class DenseModel {
   std::unique_ptr<WidePart> wide_;
   std::unique_ptr<FmPart> fm_;       // kDeepFm and kFm only
   std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
+  std::unique_ptr<DlrmPart> dlrm_;   // kDlrm only
   std::size_t wide_bias_ = 0;        // kWide and kFm only
   int64_t x0_ld_ = 0;                // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;      // the batch whose kernel report was logged (-1: none yet)

@@ -9,7 +9,7 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm or dcn (config_enums.hpp says
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn or dlrm (config_enums.hpp says
 // what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
@@ -45,6 +45,9 @@ struct DenseModelConfig {
   // kDcnV2 and kDcn: the L2 penalty cross_l2 * sum of the cross weights' squares, per instance
   // (so the mean loss carries it once), as a gradient term.
   float cross_l2 = 0.0f;
+  // kDlrm only: the bottom MLP's layers over the dense features; the last is as wide as a slot's
+  // embedding (embed_w + mf_dim). The top MLP is fc_sizes.
+  std::vector<int> bot_layer_sizes{512, 256, 64, 16};
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.

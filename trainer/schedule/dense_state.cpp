@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "common/error.hpp"
 #include "heterps/device/memory.hpp"
@@ -45,8 +46,11 @@ DenseState DenseState::of(const DenseParameters& parameters, DenseOptimizer& opt
                           const device::Stream& stream) {
   DenseState state;
   state.values = parameters.values_to_host();
-  state.moment1 = device::to_host(optimizer.moment1());
-  state.moment2 = device::to_host(optimizer.moment2());
+  // SGD keeps no moments: its buffers are empty and bound to no stream.
+  for (auto [host, buffer] : {std::pair{&state.moment1, &optimizer.moment1()},
+                              std::pair{&state.moment2, &optimizer.moment2()}}) {
+    if (buffer->size() > 0) *host = device::to_host(buffer->data(), buffer->size(), stream);
+  }
   state.steps = optimizer.steps();
   stream.synchronize();
   return state;

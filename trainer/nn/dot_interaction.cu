@@ -1,0 +1,174 @@
+// dlrm's pairwise dot interaction and the bottom MLP's input rows (DlrmPart, dlrm_part.hpp).
+// Portable: parallel_for over (instance, feature) items; every item owns the values it writes,
+// so no atomics. Dot products accumulate in fp32 whatever the rows' type.
+#include <type_traits>
+
+#include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/bf16.hpp"
+#include "trainer/nn/dlrm_part.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// Where the interaction's vectors sit: feature f < slots is slot f's embedding in the pooled rows
+// (x0), feature `slots` the bottom MLP's output, R's first `width` columns.
+template <class T>
+struct InteractionShape {
+  const T* x0;
+  int64_t x0_ld;
+  T* top;  // R
+  int64_t top_ld;
+  int slots;
+  int slot_width;     // pooled columns per slot
+  int vector_column;  // v_s's first column inside slot s's block
+  int width;          // d
+  bool use_cvm;
+
+  GPUBOX_HD int features() const { return slots + 1; }
+  GPUBOX_HD int pairs() const { return features() * (features() - 1) / 2; }
+  GPUBOX_HD const T* vector(int64_t i, int f) const {
+    return f < slots ? x0 + i * x0_ld + f * slot_width + vector_column : top + i * top_ld;
+  }
+  // Pair (a, b), a < b, in the row-major upper triangle of the F x F products.
+  GPUBOX_HD int pair(int a, int b) const { return a * features() - a * (a + 1) / 2 + (b - a - 1); }
+};
+
+template <class T>
+GPUBOX_HD float dot(const T* u, const T* v, int width) {
+  float sum = 0.0f;
+  for (int k = 0; k < width; ++k) sum += to_float(u[k]) * to_float(v[k]);
+  return sum;
+}
+
+// Item (i, a): R[i, d + pair(a, b)] = <T_a, T_b> for b > a; slot a's cvm columns copied behind
+// the pairs.
+template <class T>
+struct InteractionForward {
+  InteractionShape<T> shape;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const int features = shape.features();
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(features));
+    const int a = static_cast<int>(item % static_cast<std::size_t>(features));
+    T* out = shape.top + i * shape.top_ld + shape.width;
+    const T* va = shape.vector(i, a);
+    for (int b = a + 1; b < features; ++b) {
+      store_as(out + shape.pair(a, b), dot(va, shape.vector(i, b), shape.width));
+    }
+    if (shape.use_cvm && a < shape.slots) {
+      const T* block = shape.x0 + i * shape.x0_ld + a * shape.slot_width;
+      out[shape.pairs() + 2 * a] = block[0];
+      out[shape.pairs() + 2 * a + 1] = block[1];
+    }
+  }
+};
+
+// Item (i, f): g = sum_{b != f} dR[i, d + pair(f, b)] T_b, the gradient of T_f (scaled like dR).
+// A slot's goes to the pooled gradient times `unscale` (its cvm columns 0); the bottom output's,
+// plus dR's own first d columns, through its ReLU into the bottom's last dZ.
+template <class T>
+struct InteractionBackward {
+  InteractionShape<T> shape;
+  const float* d_top;  // dR, row stride shape.top_ld
+  float* d_pooled;     // [B x slots * slot_width]
+  T* dz;               // the bottom's last dZ
+  int64_t dz_ld;
+  float unscale;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const int features = shape.features();
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(features));
+    const int f = static_cast<int>(item % static_cast<std::size_t>(features));
+    const float* d_pairs = d_top + i * shape.top_ld + shape.width;
+    const int64_t pooled_ld = static_cast<int64_t>(shape.slots) * shape.slot_width;
+    float* d_block = d_pooled + i * pooled_ld + f * shape.slot_width;
+    for (int k = 0; k < shape.width; ++k) {
+      float g = 0.0f;
+      for (int b = 0; b < features; ++b) {
+        if (b == f) continue;
+        const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
+        g += dpair * to_float(shape.vector(i, b)[k]);
+      }
+      if (f < shape.slots) {
+        d_block[shape.vector_column + k] = unscale * g;
+      } else {
+        const bool active = to_float(shape.top[i * shape.top_ld + k]) > 0.0f;
+        store_as(dz + i * dz_ld + k, active ? g + d_top[i * shape.top_ld + k] : 0.0f);
+      }
+    }
+    if (f < shape.slots) {
+      for (int c = 0; c < shape.vector_column; ++c) d_block[c] = 0.0f;
+    }
+  }
+};
+
+// The dense features as the bottom MLP's input rows (float, or Bf16 rounded).
+template <class T>
+struct BottomInput {
+  const float* dense;
+  T* rows;
+  int64_t ld;
+  int dense_dim;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(dense_dim));
+    const int c = static_cast<int>(item % static_cast<std::size_t>(dense_dim));
+    store_as(rows + i * ld + c, dense[item]);
+  }
+};
+
+// Calls launch(rows) with `data` typed as the activation element type (float, or Bf16).
+template <class Launch>
+void with_type(ElementType type, void* data, Launch launch) {
+  if (type == ElementType::kBf16) {
+    launch(static_cast<Bf16*>(data));
+  } else {
+    launch(static_cast<float*>(data));
+  }
+}
+}  // namespace
+
+void DlrmPart::interaction_forward(const device::Stream& stream, const InputRows& x0,
+                                   int64_t batch) {
+  with_type(activation_, top_in_.data(), [&](auto* top) {
+    using T = std::remove_pointer_t<decltype(top)>;
+    const InteractionShape<T> shape{static_cast<const T*>(x0.data),
+                                    x0.ld,
+                                    top,
+                                    top_ld_,
+                                    slots_,
+                                    slot_width_,
+                                    vector_column_,
+                                    width_,
+                                    use_cvm_};
+    device::parallel_for(stream, static_cast<std::size_t>(batch) * features(),
+                         InteractionForward<T>{shape});
+  });
+}
+
+void DlrmPart::interaction_backward(const device::Stream& stream, const InputRows& x0,
+                                    int64_t batch, float unscale, float* d_pooled) {
+  with_type(activation_, top_in_.data(), [&](auto* top) {
+    using T = std::remove_pointer_t<decltype(top)>;
+    const InteractionShape<T> shape{static_cast<const T*>(x0.data),
+                                    x0.ld,
+                                    top,
+                                    top_ld_,
+                                    slots_,
+                                    slot_width_,
+                                    vector_column_,
+                                    width_,
+                                    use_cvm_};
+    device::parallel_for(stream, static_cast<std::size_t>(batch) * features(),
+                         InteractionBackward<T>{shape, d_top_in_.data(), d_pooled,
+                                                reinterpret_cast<T*>(dz_a_.data()),
+                                                bottom_.back().spec().dz_ld, unscale});
+  });
+}
+
+void DlrmPart::write_bottom_input(const device::Stream& stream, const float* dense, int64_t batch) {
+  with_type(activation_, bottom_in_.data(), [&](auto* rows) {
+    using T = std::remove_pointer_t<decltype(rows)>;
+    device::parallel_for(stream, static_cast<std::size_t>(batch) * dense_dim_,
+                         BottomInput<T>{dense, rows, bottom_in_ld_, dense_dim_});
+  });
+}
+
+}  // namespace gpubox::trainer
