@@ -571,8 +571,8 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   return result;
 }
 
-std::vector<PassReport> PsTrainer::train(const std::string& start_from) {
-  return run_epochs(*this, config_, start_from, loaded_);
+std::vector<PassReport> PsTrainer::train(const std::string& start_from, const RunHooks& hooks) {
+  return run_epochs(*this, config_, start_from, loaded_, hooks);
 }
 
 table::HostTier& PsTrainer::host_tier() { return *state_->servers; }

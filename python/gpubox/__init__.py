@@ -1,0 +1,41 @@
+"""GPUBox from Python: the same engine as the gpubox_* binaries, driven from a notebook.
+
+    import gpubox
+    config = gpubox.Config.from_yaml("configs/config_gpubox.yaml", {"runner.epochs": 2})
+    result = gpubox.train(config, on_pass=lambda p: print(p.pass_id, p.auc))
+    model = gpubox.load("output_model/1", config=config)   # a save, or an export folder
+    predictions = model.predict(df)                         # NumPy float32, one per row
+
+Every call goes to the engine's own code (``gpubox._core``): the config loader and its errors,
+``gpubox_train``'s schedules, ``gpubox_serve``'s predictor.
+"""
+
+from __future__ import annotations
+
+from gpubox import _core
+from gpubox.config import Config
+from gpubox.model import Model, load
+from gpubox.training import EpochMetrics, Metrics, PassMetrics, TrainResult, train
+
+ConfigError = _core.ConfigError
+EngineError = _core.EngineError
+
+#: The package's version (the engine's: ``gpubox_train --version``).
+__version__: str = _core.__version__
+#: The device backend the extension was built with: ``"cpu"`` or ``"cuda"``.
+backend: str = _core.backend
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "EngineError",
+    "EpochMetrics",
+    "Metrics",
+    "Model",
+    "PassMetrics",
+    "TrainResult",
+    "__version__",
+    "backend",
+    "load",
+    "train",
+]

@@ -1,0 +1,188 @@
+// gpubox._core.ServingModel: what gpubox_serve loads and how it predicts (serving/), for
+// NumPy arrays and slot text: instances -> dataset::assemble_batch -> serving::Predictor, the
+// code path of gpubox_serve's micro-batches. export_save is gpubox_train --mode export.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "bindings.hpp"
+#include "common/config/config_enums.hpp"
+#include "common/enum_names.hpp"
+#include "common/error_report.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "serving/predictor.hpp"
+#include "serving/request_parser.hpp"
+#include "serving/serving_model.hpp"
+
+namespace py = pybind11;
+
+namespace gpubox::python {
+namespace {
+
+using KeyArray = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+using OffsetArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+constexpr std::size_t kChunk = 4096;  // instances per Predictor::predict call
+
+// A loaded export and its predictor (the predictor holds a reference: neither moves).
+class LoadedModel {
+ public:
+  LoadedModel(const std::string& dir, int card_threads) {
+    auto model = serving::ServingModel::load(dir);
+    if (!model.ok()) raise(errors().engine_error, model.status().to_string());
+    model_ = std::make_unique<serving::ServingModel>(std::move(model.value()));
+    predictor_ = std::make_unique<serving::Predictor>(*model_, card_threads);
+  }
+
+  const serving::ServingSpec& spec() const { return model_->spec(); }
+
+  // Instances as CSR per slot: slot s of instance i holds keys[s][offsets[s][i] ..
+  // offsets[s][i + 1]); dense is n x dense_dim.
+  py::array_t<float> predict(const std::vector<KeyArray>& keys,
+                             const std::vector<OffsetArray>& offsets, const FloatArray& dense) {
+    const int slots = spec().model.slots;
+    const int dense_dim = spec().model.dense_dim;
+    if (static_cast<int>(keys.size()) != slots || offsets.size() != keys.size()) {
+      raise(errors().engine_error, "the model has " + std::to_string(slots) + " slots, given " +
+                                       std::to_string(keys.size()) + " key arrays and " +
+                                       std::to_string(offsets.size()) + " offset arrays");
+    }
+    const std::size_t n = static_cast<std::size_t>(dense.shape(0));
+    check_shapes(keys, offsets, dense, n);
+    dataset::InstanceBlock block(slots, dense_dim);
+    std::vector<uint64_t> instance_keys;
+    std::vector<uint32_t> slot_sizes(static_cast<std::size_t>(slots));
+    for (std::size_t i = 0; i < n; ++i) {
+      instance_keys.clear();
+      for (int s = 0; s < slots; ++s) {
+        const int64_t* off = offsets[s].data();
+        const uint64_t* k = keys[s].data();
+        std::size_t kept = 0;
+        for (int64_t j = off[i]; j < off[i + 1]; ++j) {
+          if (k[j] == 0) continue;  // key 0 is padding, dropped as the parsers drop it
+          instance_keys.push_back(k[j]);
+          ++kept;
+        }
+        slot_sizes[static_cast<std::size_t>(s)] = static_cast<uint32_t>(kept);
+      }
+      block.append(0.0f, dense.data() + i * static_cast<std::size_t>(dense_dim),
+                   instance_keys.data(), instance_keys.size(), slot_sizes.data());
+    }
+    return predict_block(block);
+  }
+
+  // Slot text lines, parsed by gpubox_serve's request parser (the dataset's line parser).
+  py::array_t<float> predict_text(const std::string& text) {
+    serving::RequestParser parser(spec(), std::size_t{1} << 40);
+    auto block = parser.parse(text, serving::BodyForm::kSlotText);
+    if (!block.ok()) raise(errors().engine_error, block.status().to_string());
+    return predict_block(*block);
+  }
+
+ private:
+  void check_shapes(const std::vector<KeyArray>& keys, const std::vector<OffsetArray>& offsets,
+                    const FloatArray& dense, std::size_t n) const {
+    const int dense_dim = spec().model.dense_dim;
+    if (dense.ndim() != 2 || dense.shape(1) != dense_dim) {
+      raise(errors().engine_error,
+            "dense must be n x " + std::to_string(dense_dim) + " (the model's dense_dim)");
+    }
+    for (std::size_t s = 0; s < keys.size(); ++s) {
+      const auto& off = offsets[s];
+      bool ok = off.ndim() == 1 && static_cast<std::size_t>(off.shape(0)) == n + 1 &&
+                off.data()[0] == 0 && off.data()[n] == keys[s].size();
+      for (std::size_t i = 0; ok && i < n; ++i) ok = off.data()[i] <= off.data()[i + 1];
+      if (!ok) {
+        raise(errors().engine_error, "slot " + spec().slot_names[s] +
+                                         ": offsets must rise from 0 to the key count, with "
+                                         "one entry per instance and one more");
+      }
+    }
+  }
+
+  py::array_t<float> predict_block(const dataset::InstanceBlock& block) {
+    const std::size_t n = block.size();
+    py::array_t<float> out(static_cast<py::ssize_t>(n));
+    float* at = out.mutable_data();
+    std::vector<dataset::InstanceRef> refs;
+    std::vector<float> predictions;
+    dataset::Batch batch;
+    std::string failure;
+    {
+      py::gil_scoped_release released;
+      try {
+        for (std::size_t first = 0; first < n; first += kChunk) {
+          const std::size_t count = std::min(kChunk, n - first);
+          refs.clear();
+          for (std::size_t i = first; i < first + count; ++i) refs.push_back(block.instance(i));
+          dataset::assemble_batch(refs.data(), count, block.num_slots, block.dense_dim, &batch);
+          predictor_->predict(batch, &predictions);
+          std::copy(predictions.begin(), predictions.end(), at + first);
+        }
+      } catch (const std::exception& e) {
+        failure = "prediction failed: " + user_message(e);
+      }
+    }
+    if (!failure.empty()) raise(errors().engine_error, failure);
+    return out;
+  }
+
+  std::unique_ptr<serving::ServingModel> model_;
+  std::unique_ptr<serving::Predictor> predictor_;
+};
+
+py::dict export_save(const LoadedConfig& config, const std::string& save_dir,
+                     const std::string& out_dir, double show_threshold, bool fp16) {
+  serving::ExportOptions options;
+  options.show_threshold = show_threshold;
+  options.value_type = fp16 ? serving::ValueType::kFloat16 : serving::ValueType::kFloat32;
+  std::optional<StatusOr<serving::ExportSummary>> summary;
+  std::string failure;
+  {
+    py::gil_scoped_release released;
+    try {
+      summary = serving::export_serving_model(config.config, save_dir, out_dir, options);
+    } catch (const std::exception& e) {
+      failure = user_message(e);
+    }
+  }
+  if (!failure.empty()) raise(errors().engine_error, failure);
+  if (!summary->ok()) raise(errors().engine_error, summary->status().to_string());
+  const serving::ExportSummary& done = summary->value();
+  py::dict d;
+  d["rows_in_save"] = done.rows_in_save;
+  d["rows_exported"] = done.rows_exported;
+  d["dense_parameters"] = done.dense_parameters;
+  d["bytes"] = done.bytes;
+  return d;
+}
+
+}  // namespace
+
+void register_predict(py::module_& m) {
+  py::class_<LoadedModel>(m, "ServingModel", "An export (gpubox_train --mode export) loaded.")
+      .def(py::init<const std::string&, int>(), py::arg("dir"), py::arg("card_threads") = 0)
+      .def_property_readonly("slot_names", [](const LoadedModel& l) { return l.spec().slot_names; })
+      .def_property_readonly("dense_dim",
+                             [](const LoadedModel& l) { return l.spec().model.dense_dim; })
+      .def_property_readonly("label_name", [](const LoadedModel& l) { return l.spec().label_name; })
+      .def_property_readonly("dense_name", [](const LoadedModel& l) { return l.spec().dense_name; })
+      .def_property_readonly("model",
+                             [](const LoadedModel& l) {
+                               return name_of(config::kModelKindNames, l.spec().model.kind);
+                             })
+      .def_property_readonly("rows", [](const LoadedModel& l) { return l.spec().rows; })
+      .def("predict", &LoadedModel::predict, py::arg("keys"), py::arg("offsets"), py::arg("dense"))
+      .def("predict_text", &LoadedModel::predict_text, py::arg("text"));
+  m.def("export_save", &export_save, py::arg("config"), py::arg("save_dir"), py::arg("out_dir"),
+        py::arg("show_threshold") = 0.0, py::arg("fp16") = false,
+        "gpubox_train --mode export: the save `save_dir` as a serving model in `out_dir`.");
+}
+
+}  // namespace gpubox::python
