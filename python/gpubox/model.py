@@ -22,7 +22,7 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         return keys, np.arange(n + 1, dtype=np.int64)
     if values.ndim == 2:  # a fixed number of ids per row
         keys = values.astype(np.uint64).reshape(-1)
-        return keys, np.arange(0, keys.size + 1, values.shape[1], dtype=np.int64)
+        return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
     rows = [np.atleast_1d(np.asarray(v if v is not None else [], dtype=np.uint64)) for v in values]
     lengths = np.fromiter((r.size for r in rows), dtype=np.int64, count=len(rows))
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -97,8 +97,10 @@ class Model:
         n = len(data[columns[0]])
         keys, offsets = [], []
         for slot in self.slot_names:
-            column = data[slot] if slot in columns else [[] for _ in range(n)]
-            k, o = _slot_csr(column, n, slot)
+            if slot in columns:
+                k, o = _slot_csr(data[slot], n, slot)
+            else:  # no id in this slot
+                k, o = np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
             keys.append(k)
             offsets.append(o)
         dense_column = dense if dense is not None else (
