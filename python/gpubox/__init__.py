@@ -3,6 +3,7 @@
     import gpubox
     config = gpubox.Config.from_yaml("configs/config_gpubox.yaml", {"runner.epochs": 2})
     result = gpubox.train(config, on_pass=lambda p: print(p.pass_id, p.auc))
+    held_out = gpubox.evaluate(config, "output_model/1")    # --mode infer of one save
     model = gpubox.load("output_model/1", config=config)   # a save, or an export folder
     predictions = model.predict(df)                         # NumPy float32, one per row
 
@@ -15,7 +16,8 @@ from __future__ import annotations
 from gpubox import _core
 from gpubox.config import Config
 from gpubox.model import Model, load
-from gpubox.training import EpochMetrics, Metrics, PassMetrics, TrainResult, train
+from gpubox.training import (EpochMetrics, EvalResult, Metrics, PassMetrics, TrainResult,
+                             evaluate, train)
 
 ConfigError = _core.ConfigError
 EngineError = _core.EngineError
@@ -30,12 +32,14 @@ __all__ = [
     "ConfigError",
     "EngineError",
     "EpochMetrics",
+    "EvalResult",
     "Metrics",
     "Model",
     "PassMetrics",
     "TrainResult",
     "__version__",
     "backend",
+    "evaluate",
     "load",
     "train",
 ]

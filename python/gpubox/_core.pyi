@@ -41,6 +41,13 @@ def train(
     on_pass: Optional[Callable[[dict[str, Any]], None]] = None,
     on_epoch: Optional[Callable[[dict[str, Any]], None]] = None,
 ) -> dict[str, list[dict[str, Any]]]: ...
+def evaluate(
+    config: LoadedConfig,
+    load: str,
+    data_dir: str = "",
+    keep_predictions: bool = False,
+    threads_per_card: int = 0,
+) -> dict[str, Any]: ...
 def export_save(
     config: LoadedConfig,
     save_dir: str,

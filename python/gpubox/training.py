@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
+import numpy as np
+
 from gpubox import _core
 from gpubox.config import Config
 
@@ -122,3 +124,31 @@ def train(
         passes=[PassMetrics._from(d) for d in raw["passes"]],
         epochs=[EpochMetrics._from(d) for d in raw["epochs"]],
     )
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What :func:`evaluate` returns: the metrics, and per instance (in file order) the labels
+    and predictions when asked for (empty arrays otherwise)."""
+
+    metrics: Metrics
+    labels: np.ndarray
+    predictions: np.ndarray
+
+
+def evaluate(
+    config: Config,
+    load: Union[str, "os.PathLike[str]"],
+    data_dir: Union[str, "os.PathLike[str]"] = "",
+    *,
+    predictions: bool = False,
+    threads_per_card: int = 0,
+) -> EvalResult:
+    """Evaluates the save ``load`` on ``data_dir`` (default runner.test_data_dir) as
+    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does, on the schedule
+    and cards the config and environment give. ``predictions=True`` keeps each instance's
+    label and prediction (``--predictions_out``). The GIL is released while it runs; engine
+    errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
+    raw = _core.evaluate(config._loaded, os.fspath(load), os.fspath(data_dir),
+                         keep_predictions=predictions, threads_per_card=threads_per_card)
+    return EvalResult(Metrics._from(raw["metrics"]), raw["labels"], raw["predictions"])

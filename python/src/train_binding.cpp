@@ -3,6 +3,7 @@
 // and epoch boundaries: to call the caller's callbacks, and to run Python's signal handlers, so
 // that Ctrl-C stops the run between two passes (the last complete save left intact) and arrives
 // as KeyboardInterrupt.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,9 +13,11 @@
 
 #include "bindings.hpp"
 #include "common/config/memory_asks.hpp"
+#include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "trainer/main/run_job.hpp"
+#include "trainer/schedule/trainer_env.hpp"
 
 namespace py = pybind11;
 
@@ -126,6 +129,33 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
   return result;
 }
 
+// gpubox_train --mode infer --load `load` of one save: the schedule's own load and evaluation.
+py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
+                  bool keep_predictions, int threads_per_card) {
+  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
+  env.threads_per_card = threads_per_card;
+  const std::string dir = data_dir.empty() ? config.config.runner.test_data_dir : data_dir;
+  trainer::EvalResult result;
+  std::string failure;
+  try {
+    py::gil_scoped_release released;
+    GPUBOX_EXPECTS(!dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
+    const std::unique_ptr<trainer::Schedule> schedule = trainer::make_schedule(config.config, env);
+    schedule->load(load);
+    result = schedule->evaluate(trainer::data_files(dir), keep_predictions);
+  } catch (const std::exception& e) {
+    failure = user_message(e);
+  }
+  if (!failure.empty()) raise(errors().engine_error, failure);
+  py::dict d;
+  d["metrics"] = metrics_dict(result.metrics);
+  d["labels"] =
+      py::array_t<float>(static_cast<py::ssize_t>(result.labels.size()), result.labels.data());
+  d["predictions"] = py::array_t<float>(static_cast<py::ssize_t>(result.predictions.size()),
+                                        result.predictions.data());
+  return d;
+}
+
 }  // namespace
 
 void register_train(py::module_& m) {
@@ -134,6 +164,10 @@ void register_train(py::module_& m) {
         "Runs gpubox_train --mode train with `config` (from the save `load`, '' = the config's "
         "start); returns {'passes': [...], 'epochs': [...]}. Raises EngineError with the "
         "binary's text, a callback's exception, or KeyboardInterrupt (checked between passes).");
+  m.def("evaluate", &evaluate, py::arg("config"), py::arg("load"), py::arg("data_dir") = "",
+        py::arg("keep_predictions") = false, py::arg("threads_per_card") = 0,
+        "Runs gpubox_train --mode infer --load LOAD [--infer_data_dir DATA_DIR]; returns "
+        "{'metrics': {...}, 'labels': array, 'predictions': array} (arrays empty unless kept).");
 }
 
 }  // namespace gpubox::python

@@ -44,7 +44,17 @@ def infer(trained: dict[str, Any], planted: dict[str, Any]) -> dict[str, Any]:
     table = np.loadtxt(out, dtype=np.float32)
     files = sorted(p for p in planted["test"].iterdir() if p.name.startswith("part-"))
     assert len(files) == 1
-    return {"save": save, "labels": table[:, 0], "predictions": table[:, 1], "file": files[0]}
+    line = next(x for x in ran.stdout.splitlines() if x.startswith("infer: "))
+    return {"save": save, "labels": table[:, 0], "predictions": table[:, 1], "file": files[0],
+            "line": line}
+
+
+def test_evaluate_is_mode_infer(trained: dict[str, Any], infer: dict[str, Any]) -> None:
+    got = gpubox.evaluate(trained["config"], infer["save"], predictions=True)
+    auc = float(infer["line"].split("auc: ")[1].split(",")[0])
+    assert round(got.metrics.auc, 6) == auc
+    np.testing.assert_array_equal(got.labels, infer["labels"])
+    np.testing.assert_allclose(got.predictions, infer["predictions"], rtol=1e-5, atol=1e-6)
 
 
 def test_predict_from_slot_text_equals_infer(trained: dict[str, Any], infer: dict[str, Any]) -> None:
