@@ -14,6 +14,7 @@ Every call goes to the engine's own code (``gpubox._core``): the config loader a
 from __future__ import annotations
 
 from gpubox import _core
+from gpubox._logs import log_to_python
 from gpubox.config import Config
 from gpubox.model import Model, load
 from gpubox.training import (EpochMetrics, EvalResult, Metrics, PassMetrics, TrainResult,
@@ -41,5 +42,6 @@ __all__ = [
     "backend",
     "evaluate",
     "load",
+    "log_to_python",
     "train",
 ]

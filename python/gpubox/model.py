@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gpubox import _core
+from gpubox import _core, _logs
 from gpubox.config import Config
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -87,6 +87,12 @@ class Model:
         text: a string of lines, or a list of lines, as gpubox_serve and the data files take.
         The same instances give what ``gpubox_train --mode infer`` and gpubox_serve give.
         """
+        try:
+            return self._predict(data, dense)
+        finally:
+            _logs.flush()
+
+    def _predict(self, data: Any, dense: Optional[Any]) -> np.ndarray:
         if isinstance(data, str):
             return self._core.predict_text(data)
         if isinstance(data, (list, tuple)) and (not data or isinstance(data[0], str)):
@@ -117,7 +123,13 @@ def load(path: PathLike, config: Optional[Config] = None, *, card_threads: int =
     ``--mode export`` would: that needs the ``config`` it was trained with. ``card_threads``:
     host threads of the cpu backend's card (0 = the machine's cores).
     """
-    path = os.fspath(path)
+    try:
+        return _load(os.fspath(path), config, card_threads)
+    finally:
+        _logs.flush()
+
+
+def _load(path: str, config: Optional[Config], card_threads: int) -> Model:
     if os.path.exists(os.path.join(path, "MODEL_MANIFEST")):
         if config is None:
             raise ValueError(f"{path} is a save: gpubox.load needs the config it was trained "

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from gpubox import _core
+from gpubox import _core, _logs
 from gpubox.config import Config
 
 
@@ -106,6 +106,7 @@ def train(
     """
 
     def pass_callback(d: dict[str, Any]) -> None:
+        _logs.flush()
         if on_pass is not None:
             on_pass(PassMetrics._from(d))
 
@@ -113,13 +114,16 @@ def train(
         if on_epoch is not None:
             on_epoch(EpochMetrics._from(d))
 
-    raw = _core.train(
-        config._loaded,
-        load=os.fspath(load),
-        threads_per_card=threads_per_card,
-        on_pass=pass_callback,
-        on_epoch=epoch_callback,
-    )
+    try:
+        raw = _core.train(
+            config._loaded,
+            load=os.fspath(load),
+            threads_per_card=threads_per_card,
+            on_pass=pass_callback,
+            on_epoch=epoch_callback,
+        )
+    finally:
+        _logs.flush()
     return TrainResult(
         passes=[PassMetrics._from(d) for d in raw["passes"]],
         epochs=[EpochMetrics._from(d) for d in raw["epochs"]],
@@ -149,6 +153,9 @@ def evaluate(
     and cards the config and environment give. ``predictions=True`` keeps each instance's
     label and prediction (``--predictions_out``). The GIL is released while it runs; engine
     errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
-    raw = _core.evaluate(config._loaded, os.fspath(load), os.fspath(data_dir),
-                         keep_predictions=predictions, threads_per_card=threads_per_card)
+    try:
+        raw = _core.evaluate(config._loaded, os.fspath(load), os.fspath(data_dir),
+                             keep_predictions=predictions, threads_per_card=threads_per_card)
+    finally:
+        _logs.flush()
     return EvalResult(Metrics._from(raw["metrics"]), raw["labels"], raw["predictions"])

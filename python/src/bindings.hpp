@@ -34,6 +34,7 @@ void register_errors(pybind11::module_& m);
 void register_config(pybind11::module_& m);
 void register_train(pybind11::module_& m);
 void register_predict(pybind11::module_& m);
+void register_logs(pybind11::module_& m);
 
 // Raises `type` with `message` (throws pybind11::error_already_set).
 [[noreturn]] void raise(const pybind11::object& type, const std::string& message);

@@ -44,4 +44,5 @@ PYBIND11_MODULE(_core, m) {
   gpubox::python::register_config(m);
   gpubox::python::register_train(m);
   gpubox::python::register_predict(m);
+  gpubox::python::register_logs(m);
 }

@@ -85,3 +85,19 @@ def test_a_callbacks_exception_stops_the_run(planted: dict[str, Any],
     with pytest.raises(ValueError, match="stop at 0"):
         gpubox.train(config, on_pass=fail)
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+
+
+def test_engine_logs_through_python_logging(planted: dict[str, Any], tmp_path: pathlib.Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": "",
+                                                  "runner.train_data_dir": planted["test"]})
+    gpubox.log_to_python()
+    try:
+        with caplog.at_level("INFO", logger="gpubox"):
+            gpubox.train(config)
+    finally:
+        gpubox.log_to_python(enabled=False)
+    messages = [r.getMessage() for r in caplog.records if r.name == "gpubox"]
+    assert any(m.startswith("runner.metrics_path: appending to ") for m in messages), messages
+    assert all(r.gpubox_line.startswith(("I", "W", "E", "D")) for r in caplog.records
+               if r.name == "gpubox")
