@@ -6,6 +6,8 @@ import json
 import os
 import pathlib
 import signal
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -101,3 +103,30 @@ def test_engine_logs_through_python_logging(planted: dict[str, Any], tmp_path: p
     assert any(m.startswith("runner.metrics_path: appending to ") for m in messages), messages
     assert all(r.gpubox_line.startswith(("I", "W", "E", "D")) for r in caplog.records
                if r.name == "gpubox")
+
+
+def test_the_gil_is_released_while_the_engine_trains(planted: dict[str, Any],
+                                                     tmp_path: pathlib.Path) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": "",
+                                                  "runner.train_data_dir": planted["test"],
+                                                  "runner.model_save_path": ""})
+    ticks = 0
+    done = threading.Event()
+
+    def tick() -> None:  # runs only when the main thread lets go of the GIL
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        start = time.monotonic()
+        gpubox.train(config)
+        seconds = time.monotonic() - start
+    finally:
+        done.set()
+        ticker.join()
+    # Held through the run, the GIL would let the ticker in only at the callbacks.
+    assert ticks > 20 and ticks > seconds * 50, (ticks, seconds)
