@@ -13,9 +13,10 @@ Every call goes to the engine's own code (``gpubox._core``): the config loader a
 
 from __future__ import annotations
 
-from gpubox import _core
+from gpubox import _core, data
 from gpubox._logs import log_to_python
 from gpubox.config import Config
+from gpubox.data import Dataset
 from gpubox.model import Model, load
 from gpubox.training import (EpochMetrics, EvalResult, Metrics, PassMetrics, TrainResult,
                              evaluate, train)
@@ -31,6 +32,7 @@ backend: str = _core.backend
 __all__ = [
     "Config",
     "ConfigError",
+    "Dataset",
     "EngineError",
     "EpochMetrics",
     "EvalResult",
@@ -40,6 +42,7 @@ __all__ = [
     "TrainResult",
     "__version__",
     "backend",
+    "data",
     "evaluate",
     "load",
     "log_to_python",

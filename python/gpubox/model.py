@@ -9,43 +9,10 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gpubox import _core, _logs
+from gpubox._columns import columns_of
 from gpubox.config import Config
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """One slot column (an id per row, or a list of ids per row) as (keys, offsets)."""
-    values = np.asarray(column) if not hasattr(column, "to_numpy") else column.to_numpy()
-    if values.ndim == 1 and values.dtype != object:
-        keys = values.astype(np.uint64)
-        return keys, np.arange(n + 1, dtype=np.int64)
-    if values.ndim == 2:  # a fixed number of ids per row
-        keys = values.astype(np.uint64).reshape(-1)
-        return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
-    rows = [np.atleast_1d(np.asarray(v if v is not None else [], dtype=np.uint64)) for v in values]
-    lengths = np.fromiter((r.size for r in rows), dtype=np.int64, count=len(rows))
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    keys = np.concatenate(rows) if rows else np.zeros(0, dtype=np.uint64)
-    if len(rows) != n:
-        raise ValueError(f"slot {name}: {len(rows)} rows, the label or first column has {n}")
-    return keys.astype(np.uint64), offsets
-
-
-def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
-    """The dense features as an n x dense_dim float32 matrix."""
-    if dense_dim == 0:
-        return np.zeros((n, 0), dtype=np.float32)
-    if column is None:
-        raise ValueError(f"the model reads {dense_dim} dense values per instance: give a "
-                         f"'{name}' column (a list per row) or an n x {dense_dim} array")
-    values = column.to_numpy() if hasattr(column, "to_numpy") else column
-    matrix = np.asarray(list(values) if getattr(values, "dtype", None) == object else values,
-                        dtype=np.float32)
-    if matrix.shape != (n, dense_dim):
-        raise ValueError(f"'{name}': shape {matrix.shape}, the model needs ({n}, {dense_dim})")
-    return np.ascontiguousarray(matrix)
 
 
 class Model:
@@ -97,21 +64,8 @@ class Model:
             return self._core.predict_text(data)
         if isinstance(data, (list, tuple)) and (not data or isinstance(data[0], str)):
             return self._core.predict_text("\n".join(data))
-        columns = list(data.keys()) if hasattr(data, "keys") else []
-        if not columns:
-            raise TypeError("predict takes a DataFrame, a mapping of columns, or slot text")
-        n = len(data[columns[0]])
-        keys, offsets = [], []
-        for slot in self.slot_names:
-            if slot in columns:
-                k, o = _slot_csr(data[slot], n, slot)
-            else:  # no id in this slot
-                k, o = np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
-            keys.append(k)
-            offsets.append(o)
-        dense_column = dense if dense is not None else (
-            data[self.dense_name] if self.dense_name in columns else None)
-        matrix = _dense_matrix(dense_column, n, self.dense_dim, self.dense_name)
+        keys, offsets, matrix, _ = columns_of(data, self.slot_names, self.dense_name,
+                                              self.dense_dim, dense=dense)
         return self._core.predict(keys, offsets, matrix)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from gpubox import _core, _logs
 from gpubox.config import Config
+from gpubox.data import Dataset
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,17 @@ def train(
     on_epoch: Optional[Callable[[EpochMetrics], None]] = None,
     load: Union[str, "os.PathLike[str]"] = "",
     threads_per_card: int = 0,
+    train_data: Optional[Dataset] = None,
+    test_data: Optional[Dataset] = None,
 ) -> TrainResult:
     """Runs every pass of ``config`` as ``gpubox_train --config ... --mode train`` does.
 
     The same schedule (runner.sync_mode; cards from FLAGS_selected_gpus, servers from
     PADDLE_PSERVERS_IP_PORT_LIST, as the binary reads them), the same pass lines on stdout, JSON
     lines, saves and resume. ``load`` is ``--load``; ``threads_per_card`` is
-    ``--threads_per_card`` (cpu backend). ``on_pass`` is called after each pass (its save, when
+    ``--threads_per_card`` (cpu backend). ``train_data`` (a :class:`gpubox.data.Dataset`)
+    replaces runner.train_data_dir and pass_dirs (each epoch is one pass over it), ``test_data``
+    runner.test_data_dir. ``on_pass`` is called after each pass (its save, when
     saving, is complete by then), ``on_epoch`` after each epoch's test evaluation.
 
     The GIL is released while the engine runs. Ctrl-C stops the run before the next pass (the
@@ -121,6 +126,8 @@ def train(
             threads_per_card=threads_per_card,
             on_pass=pass_callback,
             on_epoch=epoch_callback,
+            train_data=train_data.name if train_data is not None else "",
+            test_data=test_data.name if test_data is not None else "",
         )
     finally:
         _logs.flush()
@@ -143,18 +150,20 @@ class EvalResult:
 def evaluate(
     config: Config,
     load: Union[str, "os.PathLike[str]"],
-    data_dir: Union[str, "os.PathLike[str]"] = "",
+    data_dir: Union[str, "os.PathLike[str]", Dataset] = "",
     *,
     predictions: bool = False,
     threads_per_card: int = 0,
 ) -> EvalResult:
     """Evaluates the save ``load`` on ``data_dir`` (default runner.test_data_dir) as
-    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does, on the schedule
-    and cards the config and environment give. ``predictions=True`` keeps each instance's
+    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does (``data_dir`` may
+    be a :class:`gpubox.data.Dataset`), on the schedule and cards the config and environment
+    give. ``predictions=True`` keeps each instance's
     label and prediction (``--predictions_out``). The GIL is released while it runs; engine
     errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
+    data = data_dir.name if isinstance(data_dir, Dataset) else os.fspath(data_dir)
     try:
-        raw = _core.evaluate(config._loaded, os.fspath(load), os.fspath(data_dir),
+        raw = _core.evaluate(config._loaded, os.fspath(load), data,
                              keep_predictions=predictions, threads_per_card=threads_per_card)
     finally:
         _logs.flush()

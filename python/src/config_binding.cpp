@@ -51,8 +51,15 @@ void register_config(py::module_& m) {
                              [](const LoadedConfig& c) { return c.config.runner.model_save_path; })
       .def_property_readonly("metrics_path",
                              [](const LoadedConfig& c) { return c.config.runner.metrics_path; })
-      .def_property_readonly("epochs",
-                             [](const LoadedConfig& c) { return c.config.runner.epochs; });
+      .def_property_readonly("epochs", [](const LoadedConfig& c) { return c.config.runner.epochs; })
+      .def_property_readonly("slot_names",
+                             [](const LoadedConfig& c) { return c.config.dataset.slots; })
+      .def_property_readonly("label_name",
+                             [](const LoadedConfig& c) { return c.config.dataset.label_name; })
+      .def_property_readonly("dense_name",
+                             [](const LoadedConfig& c) { return c.config.dataset.dense_name; })
+      .def_property_readonly("dense_dim",
+                             [](const LoadedConfig& c) { return c.config.dataset.dense_dim; });
   m.def("load_config", &load_config, py::arg("path"), py::arg("overrides"),
         "Loads `path` with `overrides` ('key=value') applied in order, as gpubox_train --config "
         "PATH -o key=value does; raises ConfigError with the loader's text.");

@@ -45,4 +45,5 @@ PYBIND11_MODULE(_core, m) {
   gpubox::python::register_train(m);
   gpubox::python::register_predict(m);
   gpubox::python::register_logs(m);
+  gpubox::python::register_data_sets(m);
 }

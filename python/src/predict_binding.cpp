@@ -24,10 +24,6 @@ namespace py = pybind11;
 namespace gpubox::python {
 namespace {
 
-using KeyArray = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
-using OffsetArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
 constexpr std::size_t kChunk = 4096;  // instances per Predictor::predict call
 
 // A loaded export and its predictor (the predictor holds a reference: neither moves).
@@ -46,34 +42,8 @@ class LoadedModel {
   // offsets[s][i + 1]); dense is n x dense_dim.
   py::array_t<float> predict(const std::vector<KeyArray>& keys,
                              const std::vector<OffsetArray>& offsets, const FloatArray& dense) {
-    const int slots = spec().model.slots;
-    const int dense_dim = spec().model.dense_dim;
-    if (static_cast<int>(keys.size()) != slots || offsets.size() != keys.size()) {
-      raise(errors().engine_error, "the model has " + std::to_string(slots) + " slots, given " +
-                                       std::to_string(keys.size()) + " key arrays and " +
-                                       std::to_string(offsets.size()) + " offset arrays");
-    }
-    const std::size_t n = static_cast<std::size_t>(dense.shape(0));
-    check_shapes(keys, offsets, dense, n);
-    dataset::InstanceBlock block(slots, dense_dim);
-    std::vector<uint64_t> instance_keys;
-    std::vector<uint32_t> slot_sizes(static_cast<std::size_t>(slots));
-    for (std::size_t i = 0; i < n; ++i) {
-      instance_keys.clear();
-      for (int s = 0; s < slots; ++s) {
-        const int64_t* off = offsets[s].data();
-        const uint64_t* k = keys[s].data();
-        std::size_t kept = 0;
-        for (int64_t j = off[i]; j < off[i + 1]; ++j) {
-          if (k[j] == 0) continue;  // key 0 is padding, dropped as the parsers drop it
-          instance_keys.push_back(k[j]);
-          ++kept;
-        }
-        slot_sizes[static_cast<std::size_t>(s)] = static_cast<uint32_t>(kept);
-      }
-      block.append(0.0f, dense.data() + i * static_cast<std::size_t>(dense_dim),
-                   instance_keys.data(), instance_keys.size(), slot_sizes.data());
-    }
+    const dataset::InstanceBlock block =
+        build_block(spec().slot_names, spec().model.dense_dim, keys, offsets, dense, nullptr);
     return predict_block(block);
   }
 
@@ -86,26 +56,6 @@ class LoadedModel {
   }
 
  private:
-  void check_shapes(const std::vector<KeyArray>& keys, const std::vector<OffsetArray>& offsets,
-                    const FloatArray& dense, std::size_t n) const {
-    const int dense_dim = spec().model.dense_dim;
-    if (dense.ndim() != 2 || dense.shape(1) != dense_dim) {
-      raise(errors().engine_error,
-            "dense must be n x " + std::to_string(dense_dim) + " (the model's dense_dim)");
-    }
-    for (std::size_t s = 0; s < keys.size(); ++s) {
-      const auto& off = offsets[s];
-      bool ok = off.ndim() == 1 && static_cast<std::size_t>(off.shape(0)) == n + 1 &&
-                off.data()[0] == 0 && off.data()[n] == keys[s].size();
-      for (std::size_t i = 0; ok && i < n; ++i) ok = off.data()[i] <= off.data()[i + 1];
-      if (!ok) {
-        raise(errors().engine_error, "slot " + spec().slot_names[s] +
-                                         ": offsets must rise from 0 to the key count, with "
-                                         "one entry per instance and one more");
-      }
-    }
-  }
-
   py::array_t<float> predict_block(const dataset::InstanceBlock& block) {
     const std::size_t n = block.size();
     py::array_t<float> out(static_cast<py::ssize_t>(n));

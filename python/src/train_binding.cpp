@@ -102,8 +102,23 @@ trainer::RunHooks hooks_for(RunState& state) {
   return hooks;
 }
 
+// The config with in-memory data sets (memory_source.hpp) in place of its data folders: `train`
+// replaces runner.train_data_dir and pass_dirs, `test` runner.test_data_dir ("" = keep).
+trainer::TrainerConfig with_data(const LoadedConfig& config, const std::string& train,
+                                 const std::string& test) {
+  trainer::TrainerConfig out = config.config;
+  if (!train.empty()) {
+    out.runner.train_data_dir = train;
+    out.runner.pass_dirs.clear();
+  }
+  if (!test.empty()) out.runner.test_data_dir = test;
+  return out;
+}
+
 py::dict train(const LoadedConfig& config, const std::string& load, int threads_per_card,
-               py::object on_pass, py::object on_epoch) {
+               py::object on_pass, py::object on_epoch, const std::string& train_data,
+               const std::string& test_data) {
+  const trainer::TrainerConfig run_config = with_data(config, train_data, test_data);
   RunState state;
   state.on_pass = std::move(on_pass);
   state.on_epoch = std::move(on_epoch);
@@ -112,7 +127,7 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
   std::string failure;
   try {
     py::gil_scoped_release released;
-    trainer::train_job(config.config, env, load, hooks_for(state));
+    trainer::train_job(run_config, env, load, hooks_for(state));
   } catch (const Error& e) {
     GPUBOX_LOG(INFO) << "raised at " << e.where();
     failure = user_message(e);
@@ -161,6 +176,7 @@ py::dict evaluate(const LoadedConfig& config, const std::string& load, const std
 void register_train(py::module_& m) {
   m.def("train", &train, py::arg("config"), py::arg("load") = "", py::arg("threads_per_card") = 0,
         py::arg("on_pass") = py::none(), py::arg("on_epoch") = py::none(),
+        py::arg("train_data") = "", py::arg("test_data") = "",
         "Runs gpubox_train --mode train with `config` (from the save `load`, '' = the config's "
         "start); returns {'passes': [...], 'epochs': [...]}. Raises EngineError with the "
         "binary's text, a callback's exception, or KeyboardInterrupt (checked between passes).");

@@ -68,6 +68,21 @@ def run_binary(*args: str, cwd: pathlib.Path | None = None) -> subprocess.Comple
                           cwd=cwd, env=env, timeout=120)
 
 
+def read_slot_text(path: pathlib.Path) -> dict[str, list[Any]]:
+    """Slot text lines as columns (test code: a DataFrame's worth of the same instances)."""
+    columns: dict[str, list[Any]] = {"click": [], "dense_feature": []}
+    for line in path.read_text().splitlines():
+        row: dict[str, list[float]] = {}
+        for token in line.split():
+            name, value = token.split(":")
+            row.setdefault(name, []).append(float(value) if "." in value else int(value))
+        columns["click"].append(row.pop("click")[0])
+        columns["dense_feature"].append(row.pop("dense_feature"))
+        for name, ids in row.items():
+            columns.setdefault(name, []).append(ids)
+    return columns
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_card() -> None:
     """Every run in this process on one simulated card, as the binaries run above."""

@@ -7,28 +7,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CONFIG, run_binary
+from conftest import CONFIG, read_slot_text, run_binary
 
 import gpubox
 
 
 def dash_o(config: gpubox.Config) -> list[str]:
     return [a for o in config.overrides for a in ("-o", o)]
-
-
-def read_slot_text(path: pathlib.Path) -> dict[str, list[Any]]:
-    """Slot text lines as columns (test code: a DataFrame's worth of the same instances)."""
-    columns: dict[str, list[Any]] = {"click": [], "dense_feature": []}
-    for line in path.read_text().splitlines():
-        row: dict[str, list[float]] = {}
-        for token in line.split():
-            name, value = token.split(":")
-            row.setdefault(name, []).append(float(value) if "." in value else int(value))
-        columns["click"].append(row.pop("click")[0])
-        columns["dense_feature"].append(row.pop("dense_feature"))
-        for name, ids in row.items():
-            columns.setdefault(name, []).append(ids)
-    return columns
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@
 
 #include "common/logging.hpp"
 #include "dataset/batch.hpp"
+#include "dataset/memory_source.hpp"
 #include "dataset/queue_dataset.hpp"
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/job_identity.hpp"
@@ -119,7 +120,7 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
 // that does not fit the reader (every line malformed, an unreadable file, a failing
 // pipe_command) stops the run now, with the reader's error, not after an epoch of training.
 void check_test_data(const TrainerConfig& config, const std::vector<std::string>& files) {
-  if (files.empty()) return;
+  if (files.empty() || dataset::is_memory_source(files.front())) return;  // parsed already
   dataset::QueueDataset probe(config.dataset);
   probe.set_filelist(files);
   probe.set_batch_size(config.runner.infer_batch_size);
