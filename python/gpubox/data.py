@@ -3,7 +3,9 @@ files: the instances go to the engine's InMemoryDataset as a file's would."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import json
+import os
+from typing import Any, Optional, Sequence, Union
 
 from gpubox import _core
 from gpubox._columns import columns_of
@@ -57,3 +59,15 @@ class Dataset:
             self.release()
         except Exception:  # interpreter shutdown: the module may be gone
             pass
+
+
+def stat(
+    config: Config,
+    sources: Sequence[Union[str, "os.PathLike[str]", Dataset]] = (),
+) -> dict[str, Any]:
+    """What ``gpubox_data stat --config ... --json`` reports (files, lines, instances, skipped
+    lines by reason, unique keys, positives, bytes, seconds, MB/s, ...) for ``sources``: data
+    folders or files, or Datasets; by default the config's training data (runner.pass_dirs, else
+    runner.train_data_dir). Loads them exactly as training would."""
+    names = [s.name if isinstance(s, Dataset) else os.fspath(s) for s in sources]
+    return json.loads(_core.stat(config._loaded, names))

@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "common/error_report.hpp"
 #include "dataset/memory_source.hpp"
+#include "dataset/stat.hpp"
+#include "trainer/schedule/trainer_env.hpp"
 
 namespace py = pybind11;
 
@@ -53,6 +56,33 @@ std::string register_data(const LoadedConfig& config, const std::vector<KeyArray
   return dataset::register_memory_source(std::move(block));
 }
 
+// gpubox_data stat of `dirs` (data folders, files or in-memory data sets; none: the config's
+// runner.pass_dirs, else runner.train_data_dir): its JSON object's text.
+std::string stat(const LoadedConfig& config, const std::vector<std::string>& dirs) {
+  std::vector<std::string> sources = dirs;
+  if (sources.empty()) {
+    const trainer::RunnerConfig& runner = config.config.runner;
+    sources = runner.pass_dirs.empty() ? std::vector<std::string>{runner.train_data_dir}
+                                       : runner.pass_dirs;
+  }
+  std::string json;
+  std::string failure;
+  {
+    py::gil_scoped_release released;
+    try {
+      std::vector<std::string> files;
+      for (const std::string& dir : sources) {
+        for (std::string& file : trainer::data_files(dir)) files.push_back(std::move(file));
+      }
+      json = dataset::stat_json(dataset::run_stat(config.config.dataset, files));
+    } catch (const std::exception& e) {
+      failure = user_message(e);
+    }
+  }
+  if (!failure.empty()) raise(errors().engine_error, failure);
+  return json;
+}
+
 }  // namespace
 
 dataset::InstanceBlock build_block(const std::vector<std::string>& slot_names, int dense_dim,
@@ -90,6 +120,8 @@ void register_data_sets(py::module_& m) {
         py::arg("dense"), py::arg("labels"),
         "Instances (CSR keys per slot in the config's slot order, n x dense_dim dense, n labels) "
         "as an in-memory data set; returns its name, for train_data/test_data/data_dir.");
+  m.def("stat", &stat, py::arg("config"), py::arg("sources") = std::vector<std::string>{},
+        "gpubox_data stat --json of `sources` (default: the config's training data).");
   m.def("release_data", &dataset::unregister_memory_source, py::arg("name"),
         "Drops an in-memory data set's name (a run under way keeps its copy).");
 }

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import planted_config, read_slot_text
+from conftest import CONFIG, planted_config, read_slot_text, run_binary
 
 import gpubox
 
@@ -55,3 +56,20 @@ def test_columns_that_do_not_fit_are_refused(trained: dict[str, Any]) -> None:
         {"click": [1, 0], "1": [5, 0], "3": [[7, 8], []],
          "dense_feature": [[0.1, 0.2, 0.3], [0.0, 0.0, 1.0]]}, config)
     assert len(data) == 2
+
+
+def test_stat_counts_as_gpubox_data_stat(trained: dict[str, Any], planted: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    ran = run_binary("gpubox_data", "stat", "--config", str(CONFIG),
+                     *[a for o in config.overrides for a in ("-o", o)], "--json")
+    assert ran.returncode == 0, ran.stderr
+    want = json.loads(ran.stdout)
+    got = gpubox.data.stat(config)
+    keys = ["files", "lines", "instances", "skipped_lines", "unique_keys", "positives", "bytes"]
+    assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    from_frame = gpubox.data.stat(config, [gpubox.Dataset.from_frame(read_slot_text(part),
+                                                                     config)])
+    from_file = gpubox.data.stat(config, [planted["test"]])
+    for k in ["instances", "unique_keys", "positives", "unique_keys_per_slot"]:
+        assert from_frame[k] == from_file[k], k
