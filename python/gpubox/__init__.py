@@ -13,13 +13,30 @@ Every call goes to the engine's own code (``gpubox._core``): the config loader a
 
 from __future__ import annotations
 
-from gpubox import _core, data
-from gpubox._logs import log_to_python
-from gpubox.config import Config
-from gpubox.data import Dataset
-from gpubox.model import Model, load
-from gpubox.training import (EpochMetrics, EvalResult, Metrics, PassMetrics, TrainResult,
-                             evaluate, train)
+import os
+
+# As the binaries do first thing in main (heterps/device/card.hpp, use_passive_cpu_waits):
+# OpenMP threads that spin while waiting starve the other simulated cards on the cpu backend
+# (measured 4-5x slower training), and libgomp reads its wait policy once, when it loads with
+# the extension below; CUDA modules load eagerly (card_setup.hpp). A user's setting wins; a
+# libgomp another module loaded before gpubox keeps the policy it read then.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
+from gpubox import _core, data  # noqa: E402
+from gpubox._logs import log_to_python  # noqa: E402
+from gpubox.config import Config  # noqa: E402
+from gpubox.data import Dataset  # noqa: E402
+from gpubox.model import Model, load  # noqa: E402
+from gpubox.training import (  # noqa: E402
+    EpochMetrics,
+    EvalResult,
+    Metrics,
+    PassMetrics,
+    TrainResult,
+    evaluate,
+    train,
+)
 
 ConfigError = _core.ConfigError
 EngineError = _core.EngineError

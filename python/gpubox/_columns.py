@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -23,13 +24,16 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     if values.ndim == 2:  # a fixed number of ids per row
         keys = values.astype(np.uint64).reshape(-1)
         return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
-    rows = [np.atleast_1d(np.asarray(v if v is not None else [], dtype=np.uint64)) for v in values]
-    lengths = np.fromiter((r.size for r in rows), dtype=np.int64, count=len(rows))
+    if len(values) != n:
+        raise ValueError(f"slot {name}: {len(values)} rows, the first column has {n}")
+    # A row is an id, a list (or array) of ids, or None (no id): flattened without a NumPy
+    # array per row.
+    rows = [() if v is None else (v,) if isinstance(v, (int, np.integer)) else v for v in values]
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    keys = np.concatenate(rows) if rows else np.zeros(0, dtype=np.uint64)
-    if len(rows) != n:
-        raise ValueError(f"slot {name}: {len(rows)} rows, the label or first column has {n}")
+    keys = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.uint64,
+                       count=int(offsets[-1]))
     return keys.astype(np.uint64), offsets
 
 
