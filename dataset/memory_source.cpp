@@ -3,10 +3,10 @@
 #include <xxhash.h>
 
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace gpubox::dataset {
 namespace {
@@ -14,9 +14,9 @@ namespace {
 constexpr const char kPrefix[] = "memory:";
 
 struct Registry {
-  std::mutex mu;
-  uint64_t next = 0;                          // guarded by mu
-  std::map<std::string, MemorySource> named;  // guarded by mu
+  Mutex mu;
+  uint64_t next GPUBOX_GUARDED_BY(mu) = 0;
+  std::map<std::string, MemorySource> named GPUBOX_GUARDED_BY(mu);
 };
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: safe from any thread at exit
@@ -52,7 +52,7 @@ std::string register_memory_source(InstanceBlock block) {
   source.digest = digest_of(block);
   source.block = std::make_shared<const InstanceBlock>(std::move(block));
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   std::string name = kPrefix + std::to_string(r.next++);
   r.named.emplace(name, std::move(source));
   return name;
@@ -60,13 +60,13 @@ std::string register_memory_source(InstanceBlock block) {
 
 void unregister_memory_source(const std::string& name) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   r.named.erase(name);
 }
 
 MemorySource find_memory_source(const std::string& name) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   const auto found = r.named.find(name);
   GPUBOX_EXPECTS(found != r.named.end(), "in-memory data set '", name,
                  "' is not registered (released, or from another process)");

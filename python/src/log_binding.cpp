@@ -6,13 +6,13 @@
 #include <pybind11/stl.h>
 
 #include <deque>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.hpp"
 #include "common/log_sink.hpp"
+#include "common/thread_annotations.hpp"
 
 namespace py = pybind11;
 
@@ -21,8 +21,8 @@ namespace {
 
 constexpr std::size_t kMaxQueued = 100000;  // older lines are dropped past this
 
-std::mutex g_queue_mu;
-std::deque<std::pair<int, std::string>> g_queue;  // guarded by g_queue_mu
+Mutex g_queue_mu;
+std::deque<std::pair<int, std::string>> g_queue GPUBOX_GUARDED_BY(g_queue_mu);
 
 void capture_logs(bool on) {
   if (!on) {
@@ -30,14 +30,14 @@ void capture_logs(bool on) {
     return;
   }
   set_log_sink([](LogLevel level, const std::string& line) {
-    std::lock_guard<std::mutex> lock(g_queue_mu);
+    MutexLock lock(g_queue_mu);
     if (g_queue.size() >= kMaxQueued) g_queue.pop_front();
     g_queue.emplace_back(static_cast<int>(level), line);
   });
 }
 
 std::vector<std::pair<int, std::string>> drain_logs() {
-  std::lock_guard<std::mutex> lock(g_queue_mu);
+  MutexLock lock(g_queue_mu);
   std::vector<std::pair<int, std::string>> lines(g_queue.begin(), g_queue.end());
   g_queue.clear();
   return lines;
