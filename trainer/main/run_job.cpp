@@ -8,12 +8,24 @@
 #include "trainer/ps_modes/ps_trainer.hpp"
 
 namespace gpubox::trainer {
+namespace {
+
+// The gpubox schedule says how it runs runner.pipe_command (train and infer alike).
+void log_pipe_note(const TrainerConfig& config) {
+  if (const std::string& pipe = config.dataset.pipe_arguments_note; !pipe.empty()) {
+    GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<Schedule> make_schedule(const TrainerConfig& config, const TrainerEnv& env) {
   if (config.runner.sync_mode != config::SyncMode::kGpubox) {
     return std::make_unique<ps_modes::PsTrainer>(config, env);
   }
-  return std::make_unique<Trainer>(config, env);
+  auto trainer = std::make_unique<Trainer>(config, env);
+  log_pipe_note(config);
+  return trainer;
 }
 
 std::vector<PassReport> train_job(const TrainerConfig& config, const TrainerEnv& env,
@@ -28,9 +40,7 @@ std::vector<PassReport> train_job(const TrainerConfig& config, const TrainerEnv&
     return trainer.train(load, hooks);
   }
   Trainer trainer(config, env);
-  if (const std::string& pipe = config.dataset.pipe_arguments_note; !pipe.empty()) {
-    GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;
-  }
+  log_pipe_note(config);
   for (const std::string& hint : dataset::cost_hints(config.dataset, trainer.num_cards(),
                                                      std::thread::hardware_concurrency())) {
     GPUBOX_LOG(INFO) << hint;
