@@ -4,6 +4,13 @@ find_package(gflags REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(Boost 1.74 REQUIRED)            # Asio (header-only) for gpubox_server and its client
 find_package(RocksDB REQUIRED)
+# The Python extension (python/) is a shared object, and Debian's librocksdb.a is not built
+# with -fPIC: a build that may make the extension links RocksDB's shared library instead.
+if(NOT GPUBOX_PYTHON STREQUAL "OFF" AND TARGET RocksDB::rocksdb-shared)
+  set(GPUBOX_ROCKSDB RocksDB::rocksdb-shared)
+else()
+  set(GPUBOX_ROCKSDB RocksDB::rocksdb)
+endif()
 find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # HMAC-SHA256 and nonces of gpubox_server's AUTH
 if(GPUBOX_BACKEND STREQUAL "cpu")
   # Gloo (libgloo-dev): the collectives between trainer processes on the cpu backend (its CMake

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "common/enum_names.hpp"
+#include "common/log_sink.hpp"
 #include "common/thread_annotations.hpp"
 
 namespace gpubox {
@@ -27,10 +28,15 @@ LogLevel level_from_env() {
 std::atomic<int> g_level{static_cast<int>(level_from_env())};
 // Serializes writes to stderr, so lines of concurrent threads never interleave.
 Mutex g_write_mu;
+LogSink g_sink GPUBOX_GUARDED_BY(g_write_mu);  // empty: stderr
 }  // namespace
 
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
+void set_log_sink(LogSink sink) {
+  MutexLock lock(g_write_mu);
+  g_sink = std::move(sink);
+}
 
 LogLine::LogLine(LogLevel level, const char* file, int line)
     : enabled_(static_cast<int>(level) >= g_level.load(std::memory_order_relaxed)), level_(level) {
@@ -48,9 +54,13 @@ LogLine::LogLine(LogLevel level, const char* file, int line)
 
 LogLine::~LogLine() {
   if (!enabled_) return;
+  MutexLock lock(g_write_mu);
+  if (g_sink) {
+    g_sink(level_, out_.str());
+    return;
+  }
   out_ << '\n';
   const std::string text = out_.str();
-  MutexLock lock(g_write_mu);
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 

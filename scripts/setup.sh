@@ -23,6 +23,8 @@ PACKAGES=(
   gnuplot-nox          # scripts/plot_metrics.sh (and its test), bench_gpubox.sh's plot
   iproute2             # netns_partition_test: two network namespaces joined by a veth pair (run as root)
   openmpi-bin          # netns_mpirun_test: the same job launched by mpirun through an rsh agent
+  pybind11-dev python3-dev  # the Python package's extension gpubox._core (python/)
+  python3-numpy python3-pandas python3-pytest python3-venv  # the Python package and its tests
 )
 if [ "${1:-}" = "--checks" ]; then
   PACKAGES+=(

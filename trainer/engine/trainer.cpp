@@ -506,8 +506,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   return result;
 }
 
-std::vector<PassReport> Trainer::train(const std::string& start_from) {
-  return run_epochs(*this, config_, start_from, loaded_);
+std::vector<PassReport> Trainer::train(const std::string& start_from, const RunHooks& hooks) {
+  return run_epochs(*this, config_, start_from, loaded_, hooks);
 }
 
 SaveLineage& Trainer::lineage() { return *state_->lineage; }

@@ -25,6 +25,7 @@
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/engine/step_sizes.hpp"
 #include "trainer/metrics/metric_values.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
@@ -58,7 +59,8 @@ class Trainer final : public Schedule {
   // `start_from` (gpubox_train --load; "" = from scratch), unless runner.resume finds a save of
   // this run under model_save_path: then from the pass after it (checkpoint.hpp). Returns the
   // reports of the passes it trained.
-  std::vector<PassReport> train(const std::string& start_from = "");
+  // `hooks`: what the caller hears of the run and how it stops it (epoch_loop.hpp).
+  std::vector<PassReport> train(const std::string& start_from = "", const RunHooks& hooks = {});
   // Trains one pass over `files` (pass ids count up from 0), read now (no prefetch); with several
   // trainers, over this trainer's share of them (collective: every trainer calls it with the
   // same list).

@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <new>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -24,12 +24,10 @@
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
-#include "dataset/dataset_config.hpp"
 #include "heterps/device/card.hpp"
 #include "serving/serving_model.hpp"
 #include "trainer/config/config_loader.hpp"
-#include "trainer/engine/trainer.hpp"
-#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/main/run_job.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/saved_models.hpp"
 
@@ -211,36 +209,15 @@ void print_model_root(const gpubox::trainer::TrainerConfig& config) {
 // Runs --mode (train, infer or export) with the schedule runner.sync_mode picks; the exit code.
 int run_mode(const gpubox::trainer::TrainerConfig& config) {
   if (FLAGS_mode == "export") return export_for_serving(config);
-  if (config.runner.reader_type == gpubox::config::ReaderType::kQueueDataset &&
-      config.runner.shuffle && FLAGS_mode == "train") {
-    GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
-                           "QueueDataset (each pass is streamed in file order, in every "
-                           "mode); set runner.shuffle: false, or read with InmemoryDataset";
-  }
   gpubox::trainer::TrainerEnv env = gpubox::trainer::TrainerEnv::from_environment();
   env.threads_per_card = FLAGS_threads_per_card;
-  if (config.runner.sync_mode != gpubox::config::SyncMode::kGpubox) {
-    // The parameter-server modes, against the servers the launcher names.
-    gpubox::trainer::ps_modes::PsTrainer trainer(config, env);
-    if (FLAGS_mode == "train") {
-      trainer.train(FLAGS_load);
-      return 0;
-    }
-    return run_infer(trainer, config);
-  }
-  gpubox::trainer::Trainer trainer(config, env);
-  if (const std::string& pipe = config.dataset.pipe_arguments_note; !pipe.empty()) {
-    GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;
-  }
   if (FLAGS_mode == "train") {
-    for (const std::string& hint : gpubox::dataset::cost_hints(
-             config.dataset, trainer.num_cards(), std::thread::hardware_concurrency())) {
-      GPUBOX_LOG(INFO) << hint;
-    }
-    trainer.train(FLAGS_load);
+    gpubox::trainer::train_job(config, env, FLAGS_load);
     return 0;
   }
-  return run_infer(trainer, config);
+  const std::unique_ptr<gpubox::trainer::Schedule> schedule =
+      gpubox::trainer::make_schedule(config, env);
+  return run_infer(*schedule, config);
 }
 
 }  // namespace

@@ -548,7 +548,7 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   return result;
 }
 
-std::vector<PassReport> PsTrainer::train(const std::string& start_from) {
+std::vector<PassReport> PsTrainer::train(const std::string& start_from, const RunHooks& hooks) {
   State& s = *state_;
   // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
   // stops beating when train() ends, by an error too (the others then see this trainer lost).
@@ -563,7 +563,7 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from) {
     State& s;
     ~Unwatch() { s.watch = nullptr; }
   } unwatch{s};
-  std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_);
+  std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
   if (watch) {
     if (const Status told = watch->finish(); !told.ok()) {
       GPUBOX_LOG(WARNING) << told.to_string() << " (training is complete; a trainer still "

@@ -52,6 +52,7 @@
 
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/metrics/metric_values.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
@@ -74,7 +75,8 @@ class PsTrainer final : public Schedule {
   // under runner.model_save_path (runner.resume: auto; with the pass after it), else from
   // `start_from` (--load), else runner.model_init_path, else from scratch; every trainer of
   // the job must start alike. Returns the reports of the passes it trained.
-  std::vector<PassReport> train(const std::string& start_from = "");
+  // `hooks`: what the caller hears of the run and how it stops it (epoch_loop.hpp).
+  std::vector<PassReport> train(const std::string& start_from = "", const RunHooks& hooks = {});
   // One pass over this trainer's share of `files`.
   PassReport train_pass(const std::vector<std::string>& files);
   // Evaluates `files` (all of them) with the servers' rows and dense table; with

@@ -8,6 +8,7 @@
 
 #include "common/logging.hpp"
 #include "dataset/batch.hpp"
+#include "dataset/memory_source.hpp"
 #include "dataset/queue_dataset.hpp"
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/job_identity.hpp"
@@ -87,7 +88,7 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
 
 // The epoch's PaddleRec lines and its test evaluation.
 void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const EpochTally& tally,
-                  int cards, MetricsFile* metrics) {
+                  int cards, MetricsFile* metrics, const RunHooks& hooks) {
   const int64_t epoch = pass / plan.per_epoch;
   const MetricValues merged = plan.per_epoch > 1
                                   ? compute_metrics(tally.sums.data(), schedule.metric_buckets())
@@ -100,7 +101,10 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
         format_paddlerec_done_line(epoch, merged, tally.seconds).c_str());
     std::fflush(stdout);
   }
-  if (plan.test_files.empty()) return;
+  if (plan.test_files.empty()) {
+    if (hooks.on_epoch) hooks.on_epoch(epoch, merged, nullptr);
+    return;
+  }
   const EvalResult test = schedule.evaluate(plan.test_files, false);
   if (schedule.prints()) {
     std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
@@ -109,13 +113,14 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
     std::fflush(stdout);
   }
   metrics->append(format_test_json(epoch, test.metrics));
+  if (hooks.on_epoch) hooks.on_epoch(epoch, merged, &test.metrics);
 }
 
 // The test data's first batch, read through the config's reader before the first pass: data
 // that does not fit the reader (every line malformed, an unreadable file, a failing
 // pipe_command) stops the run now, with the reader's error, not after an epoch of training.
 void check_test_data(const TrainerConfig& config, const std::vector<std::string>& files) {
-  if (files.empty()) return;
+  if (files.empty() || dataset::is_memory_source(files.front())) return;  // parsed already
   dataset::QueueDataset probe(config.dataset);
   probe.set_filelist(files);
   probe.set_batch_size(config.runner.infer_batch_size);
@@ -176,7 +181,8 @@ RunPlan plan_run(const RunnerConfig& runner) {
 }
 
 std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
-                                   const std::string& start_from, bool loaded) {
+                                   const std::string& start_from, bool loaded,
+                                   const RunHooks& hooks) {
   const RunnerConfig& runner = config.runner;
   const RunPlan plan = plan_run(runner);
   check_test_data(config, plan.test_files);
@@ -191,6 +197,11 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   std::vector<PassReport> reports;
   EpochTally tally;
   for (int64_t k = first; k < plan.total;) {
+    if (k > first && hooks.stop_requested && hooks.stop_requested()) {
+      GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
+                       << k - 1;
+      return reports;  // not the job's end: the servers keep its state
+    }
     if (k % plan.per_epoch == 0) tally.reset();
     try {
       PassReport report = schedule.train_scheduled_pass(plan, k);
@@ -218,8 +229,9 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
             (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
       }
       const int cards = report.cards;
+      if (hooks.on_pass) hooks.on_pass(report);
       reports.push_back(std::move(report));
-      if (plan.ends_epoch(k)) finish_epoch(schedule, plan, k, tally, cards, &metrics);
+      if (plan.ends_epoch(k)) finish_epoch(schedule, plan, k, tally, cards, &metrics, hooks);
       ++k;
     } catch (const Error& e) {
       const std::optional<int64_t> again = schedule.recover(e, k);

@@ -13,6 +13,8 @@
 // evaluation of runner.test_data_dir with its line and JSON line.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,14 +24,31 @@
 
 namespace gpubox::trainer {
 
+// What a caller of the loop (the Python package, python/) hears of a run and how it stops one.
+// Every hook runs on the loop's (the caller's) thread; an exception from one ends the run as an
+// engine error would.
+struct RunHooks {
+  // After each pass's line, JSON line and save (the save is complete when it is called).
+  std::function<void(const PassReport&)> on_pass;
+  // After each epoch's lines and test evaluation: the epoch's training metrics (its passes
+  // merged) and the test metrics (nullptr without runner.test_data_dir).
+  std::function<void(int64_t epoch, const MetricValues& train, const MetricValues* test)> on_epoch;
+  // Asked before every pass after the first: true stops the run there, between two passes,
+  // leaving the saves as the last pass left them (its save complete, no later one begun).
+  std::function<bool()> stop_requested;
+};
+
 // The passes the config schedules (data folders listed now: a folder without data throws
 // naming it).
 RunPlan plan_run(const RunnerConfig& runner);
 
 // Every pass of the config on `schedule`, from `start_from` (gpubox_train --load; "" = the
 // config's start) unless a resume finds a save of this run. `loaded`: a model was loaded before
-// (runner.model_init_path is then not needed). Returns the reports of the passes it trained.
+// (runner.model_init_path is then not needed). Returns the reports of the passes it trained
+// (fewer than scheduled when hooks.stop_requested stopped it: the servers are then not told
+// that the job ended).
 std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
-                                   const std::string& start_from, bool loaded);
+                                   const std::string& start_from, bool loaded,
+                                   const RunHooks& hooks = {});
 
 }  // namespace gpubox::trainer

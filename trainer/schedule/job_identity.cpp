@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/error.hpp"
+#include "dataset/memory_source.hpp"
 #include "table/io/save_dir.hpp"
 
 namespace gpubox::trainer {
@@ -22,6 +23,12 @@ std::map<std::string, std::string> job_identity(const TrainerConfig& config, con
   std::size_t files = 0;
   for (const auto& pass : plan.pass_files) {
     for (const std::string& file : pass) {
+      if (dataset::is_memory_source(file)) {  // its content, whatever name it was given
+        const uint64_t content = dataset::find_memory_source(file).digest;
+        XXH3_64bits_update(state, &content, sizeof(content));
+        ++files;
+        continue;
+      }
       struct stat st {};
       if (::stat(file.c_str(), &st) != 0) {
         const int err = errno;

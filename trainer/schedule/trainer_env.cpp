@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "dataset/data_files.hpp"
+#include "dataset/memory_source.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -79,6 +80,7 @@ std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id
 }
 
 std::vector<std::string> data_files(const std::string& dir) {
+  if (dataset::is_memory_source(dir)) return {dir};  // an in-memory data set stands for itself
   auto listed = dataset::list_data_files(dir);
   throw_if_error(listed.status());
   const std::string skipped = dataset::skipped_text(dir, listed->unexpected_skips());

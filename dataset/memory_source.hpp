@@ -1,0 +1,32 @@
+// Data sets held in memory instead of files (the Python package's DataFrames and arrays):
+// instances built by the caller, registered under a name "memory:<id>" that stands where a
+// data folder or file name goes (runner.train_data_dir, test_data_dir, a file list).
+// InMemoryDataset::load_into_memory takes a registered block as a file read whole, so training
+// and evaluation see the same instances in the same order as from the equivalent text file.
+//
+// Thread-safety: every function may be called from any thread (one registry lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dataset/instance_block.hpp"
+
+namespace gpubox::dataset {
+
+struct MemorySource {
+  std::shared_ptr<const InstanceBlock> block;
+  uint64_t digest = 0;  // of its labels, dense values, keys and slot sizes (the job identity's)
+};
+
+// True when `name` is a memory source's name (registered or not).
+bool is_memory_source(const std::string& name);
+// Registers `block` and returns its new name ("memory:<n>").
+std::string register_memory_source(InstanceBlock block);
+// Drops the name (a data set already loaded keeps its copy).
+void unregister_memory_source(const std::string& name);
+// The source `name` names; throws gpubox::Error naming it when none is registered.
+MemorySource find_memory_source(const std::string& name);
+
+}  // namespace gpubox::dataset

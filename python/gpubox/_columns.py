@@ -1,0 +1,92 @@
+"""Columns (a DataFrame's, or a mapping of array-likes) as the engine's instance arrays."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+
+def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One slot column (an id per row, or a list of ids per row) as (keys, offsets)."""
+    if hasattr(column, "to_numpy"):
+        values = column.to_numpy()
+    else:
+        try:
+            values = np.asarray(column)
+        except ValueError:  # lists of different lengths
+            values = np.empty(len(column), dtype=object)
+            values[:] = list(column)
+    if values.ndim == 1 and values.dtype != object:
+        keys = values.astype(np.uint64)
+        return keys, np.arange(n + 1, dtype=np.int64)
+    if values.ndim == 2:  # a fixed number of ids per row
+        keys = values.astype(np.uint64).reshape(-1)
+        return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
+    if len(values) != n:
+        raise ValueError(f"slot {name}: {len(values)} rows, the first column has {n}")
+    # A row is an id, a list (or array) of ids, or None (no id): flattened without a NumPy
+    # array per row.
+    rows = [() if v is None else (v,) if isinstance(v, (int, np.integer)) else v for v in values]
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    keys = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.uint64,
+                       count=int(offsets[-1]))
+    return keys.astype(np.uint64), offsets
+
+
+def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
+    """The dense features as an n x dense_dim float32 matrix."""
+    if dense_dim == 0:
+        return np.zeros((n, 0), dtype=np.float32)
+    if column is None:
+        raise ValueError(f"the model reads {dense_dim} dense values per instance: give a "
+                         f"'{name}' column (a list per row) or an n x {dense_dim} array")
+    values = column.to_numpy() if hasattr(column, "to_numpy") else column
+    matrix = np.asarray(list(values) if getattr(values, "dtype", None) == object else values,
+                        dtype=np.float32)
+    if matrix.shape != (n, dense_dim):
+        raise ValueError(f"'{name}': shape {matrix.shape}, the model needs ({n}, {dense_dim})")
+    return np.ascontiguousarray(matrix)
+
+
+def columns_of(
+    data: Any,
+    slot_names: Sequence[str],
+    dense_name: str,
+    dense_dim: int,
+    *,
+    dense: Optional[Any] = None,
+    label_name: Optional[str] = None,
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, Optional[np.ndarray]]:
+    """CSR keys and offsets per slot (in ``slot_names`` order), the n x dense_dim matrix, and
+    the labels (``label_name``'s column as float32, or None when not asked for).
+
+    One column per slot name: an id per row, a list of ids per row, or an n x k array; a slot
+    without a column has no id. Dense: ``dense`` (n x dense_dim), else the ``dense_name``
+    column (a list per row). Other columns are ignored."""
+    columns = list(data.keys()) if hasattr(data, "keys") else []
+    if not columns:
+        raise TypeError("expected a pandas DataFrame or a mapping of columns")
+    n = len(data[columns[0]])
+    keys, offsets = [], []
+    for slot in slot_names:
+        if slot in columns:
+            k, o = _slot_csr(data[slot], n, slot)
+        else:  # no id in this slot
+            k, o = np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
+        keys.append(k)
+        offsets.append(o)
+    dense_column = dense if dense is not None else (
+        data[dense_name] if dense_name in columns else None)
+    matrix = _dense_matrix(dense_column, n, dense_dim, dense_name)
+    labels = None
+    if label_name is not None:
+        if label_name not in columns:
+            raise ValueError(f"no label column '{label_name}' (runner.label_name)")
+        column = data[label_name]
+        labels = np.ascontiguousarray(
+            column.to_numpy() if hasattr(column, "to_numpy") else column, dtype=np.float32)
+    return keys, offsets, matrix, labels

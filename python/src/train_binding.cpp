@@ -1,0 +1,189 @@
+// gpubox._core.train: gpubox_train --mode train (trainer/main/run_job.hpp) with the GIL
+// released while the engine runs. The run's hooks (epoch_loop.hpp) take the GIL back at pass
+// and epoch boundaries: to call the caller's callbacks, and to run Python's signal handlers, so
+// that Ctrl-C stops the run between two passes (the last complete save left intact) and arrives
+// as KeyboardInterrupt.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <new>
+#include <optional>
+
+#include "bindings.hpp"
+#include "common/config/memory_asks.hpp"
+#include "common/error.hpp"
+#include "common/error_report.hpp"
+#include "common/logging.hpp"
+#include "trainer/main/run_job.hpp"
+#include "trainer/schedule/trainer_env.hpp"
+
+namespace py = pybind11;
+
+namespace gpubox::python {
+namespace {
+
+py::dict metrics_dict(const trainer::MetricValues& m) {
+  py::dict d;
+  d["examples"] = m.examples;
+  d["positives"] = m.positives;
+  d["auc"] = m.auc;
+  d["logloss"] = m.logloss;
+  d["ne"] = m.ne;
+  d["actual_ctr"] = m.actual_ctr;
+  d["predicted_ctr"] = m.predicted_ctr;
+  d["copc"] = m.copc;
+  d["mae"] = m.mae;
+  d["rmse"] = m.rmse;
+  return d;
+}
+
+py::dict pass_dict(const trainer::PassReport& report) {
+  py::dict d;
+  d["pass"] = report.pass;
+  d["seconds"] = report.seconds;
+  d["cards"] = report.cards;
+  d["metrics"] = metrics_dict(report.metrics);
+  py::dict extra;
+  for (const auto& [name, value] : report.extra) extra[py::str(name)] = value;
+  d["extra"] = extra;
+  return d;
+}
+
+// What the hooks collect while the GIL is released; every py:: object in it is touched only
+// with the GIL held (the hooks take it).
+struct RunState {
+  py::object on_pass;
+  py::object on_epoch;
+  py::list passes;
+  py::list epochs;
+  std::optional<py::error_already_set> pending;  // a callback's exception, or KeyboardInterrupt
+
+  // Runs `call` with the GIL; a Python exception in it is kept and stops the run.
+  template <class Call>
+  void guarded(Call&& call) {
+    py::gil_scoped_acquire gil;
+    if (pending) return;
+    try {
+      call();
+    } catch (py::error_already_set& e) {
+      pending = std::move(e);
+    }
+  }
+};
+
+trainer::RunHooks hooks_for(RunState& state) {
+  trainer::RunHooks hooks;
+  hooks.on_pass = [&state](const trainer::PassReport& report) {
+    state.guarded([&] {
+      py::dict d = pass_dict(report);
+      state.passes.append(d);
+      if (!state.on_pass.is_none()) state.on_pass(d);
+    });
+  };
+  hooks.on_epoch = [&state](int64_t epoch, const trainer::MetricValues& train,
+                            const trainer::MetricValues* test) {
+    state.guarded([&] {
+      py::dict d;
+      d["epoch"] = epoch;
+      d["train"] = metrics_dict(train);
+      d["test"] = test ? py::object(metrics_dict(*test)) : py::object(py::none());
+      state.epochs.append(d);
+      if (!state.on_epoch.is_none()) state.on_epoch(d);
+    });
+  };
+  hooks.stop_requested = [&state] {
+    py::gil_scoped_acquire gil;
+    // Python's SIGINT handler only marks the signal; it runs here, on this (the main) thread.
+    if (!state.pending && PyErr_CheckSignals() != 0) state.pending = py::error_already_set();
+    return state.pending.has_value();
+  };
+  return hooks;
+}
+
+// The config with in-memory data sets (memory_source.hpp) in place of its data folders: `train`
+// replaces runner.train_data_dir and pass_dirs, `test` runner.test_data_dir ("" = keep).
+trainer::TrainerConfig with_data(const LoadedConfig& config, const std::string& train,
+                                 const std::string& test) {
+  trainer::TrainerConfig out = config.config;
+  if (!train.empty()) {
+    out.runner.train_data_dir = train;
+    out.runner.pass_dirs.clear();
+  }
+  if (!test.empty()) out.runner.test_data_dir = test;
+  return out;
+}
+
+py::dict train(const LoadedConfig& config, const std::string& load, int threads_per_card,
+               py::object on_pass, py::object on_epoch, const std::string& train_data,
+               const std::string& test_data) {
+  const trainer::TrainerConfig run_config = with_data(config, train_data, test_data);
+  RunState state;
+  state.on_pass = std::move(on_pass);
+  state.on_epoch = std::move(on_epoch);
+  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
+  env.threads_per_card = threads_per_card;
+  std::string failure;
+  try {
+    py::gil_scoped_release released;
+    trainer::train_job(run_config, env, load, hooks_for(state));
+  } catch (const Error& e) {
+    GPUBOX_LOG(INFO) << "raised at " << e.where();
+    failure = user_message(e);
+  } catch (const std::bad_alloc& e) {
+    failure = config::out_of_memory_text(*config.doc, e.what());
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (state.pending) throw std::move(*state.pending);  // the callback's error, or Ctrl-C
+  if (!failure.empty()) raise(errors().engine_error, failure);
+  py::dict result;
+  result["passes"] = state.passes;
+  result["epochs"] = state.epochs;
+  return result;
+}
+
+// gpubox_train --mode infer --load `load` of one save: the schedule's own load and evaluation.
+py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
+                  bool keep_predictions, int threads_per_card) {
+  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
+  env.threads_per_card = threads_per_card;
+  const std::string dir = data_dir.empty() ? config.config.runner.test_data_dir : data_dir;
+  trainer::EvalResult result;
+  std::string failure;
+  try {
+    py::gil_scoped_release released;
+    GPUBOX_EXPECTS(!dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
+    const std::unique_ptr<trainer::Schedule> schedule = trainer::make_schedule(config.config, env);
+    schedule->load(load);
+    result = schedule->evaluate(trainer::data_files(dir), keep_predictions);
+  } catch (const std::exception& e) {
+    failure = user_message(e);
+  }
+  if (!failure.empty()) raise(errors().engine_error, failure);
+  py::dict d;
+  d["metrics"] = metrics_dict(result.metrics);
+  d["labels"] =
+      py::array_t<float>(static_cast<py::ssize_t>(result.labels.size()), result.labels.data());
+  d["predictions"] = py::array_t<float>(static_cast<py::ssize_t>(result.predictions.size()),
+                                        result.predictions.data());
+  return d;
+}
+
+}  // namespace
+
+void register_train(py::module_& m) {
+  m.def("train", &train, py::arg("config"), py::arg("load") = "", py::arg("threads_per_card") = 0,
+        py::arg("on_pass") = py::none(), py::arg("on_epoch") = py::none(),
+        py::arg("train_data") = "", py::arg("test_data") = "",
+        "Runs gpubox_train --mode train with `config` (from the save `load`, '' = the config's "
+        "start); returns {'passes': [...], 'epochs': [...]}. Raises EngineError with the "
+        "binary's text, a callback's exception, or KeyboardInterrupt (checked between passes).");
+  m.def("evaluate", &evaluate, py::arg("config"), py::arg("load"), py::arg("data_dir") = "",
+        py::arg("keep_predictions") = false, py::arg("threads_per_card") = 0,
+        "Runs gpubox_train --mode infer --load LOAD [--infer_data_dir DATA_DIR]; returns "
+        "{'metrics': {...}, 'labels': array, 'predictions': array} (arrays empty unless kept).");
+}
+
+}  // namespace gpubox::python

@@ -1,0 +1,75 @@
+"""gpubox.data.Dataset: a DataFrame trains and evaluates exactly as the same rows in a file."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import CONFIG, planted_config, read_slot_text, run_binary
+
+import gpubox
+
+
+def test_a_dataframe_trains_bit_for_bit_as_its_file(planted: dict[str, Any],
+                                                    tmp_path: pathlib.Path) -> None:
+    pandas = pytest.importorskip("pandas")
+    small = {"runner.epochs": 2, "runner.train_data_dir": planted["test"],
+             "runner.test_data_dir": planted["test"], "runner.model_save_path": "",
+             "runner.metrics_path": ""}
+    config = planted_config(planted, tmp_path, **small)
+    from_file = gpubox.train(config)
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    frame = pandas.DataFrame(read_slot_text(part))
+    data = gpubox.Dataset.from_frame(frame, config)
+    assert len(data) == 5000
+    from_frame = gpubox.train(config, train_data=data, test_data=data)
+    for got, want in zip(from_frame.passes, from_file.passes):
+        assert got.metrics == want.metrics  # every metric, exactly
+    assert [e.test for e in from_frame.epochs] == [e.test for e in from_file.epochs]
+    assert len(from_frame.passes) == 2 and from_frame.epochs[-1].test is not None
+
+
+def test_evaluate_a_dataframe(trained: dict[str, Any], planted: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    save = trained["out"] / "model" / "2"
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    data = gpubox.Dataset.from_frame(read_slot_text(part), config)
+    got = gpubox.evaluate(config, save, data, predictions=True)
+    want = gpubox.evaluate(config, save, planted["test"], predictions=True)
+    assert got.metrics == want.metrics
+    np.testing.assert_array_equal(got.predictions, want.predictions)
+    data.release()
+    with pytest.raises(gpubox.EngineError, match="not registered"):
+        gpubox.evaluate(config, save, "memory:999999")
+
+
+def test_columns_that_do_not_fit_are_refused(trained: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    with pytest.raises(ValueError, match="label"):
+        gpubox.Dataset.from_frame({"1": [5], "dense_feature": [[0.1, 0.2, 0.3]]}, config)
+    with pytest.raises(ValueError, match="dense"):
+        gpubox.Dataset.from_frame({"click": [1], "1": [5]}, config)
+    data = gpubox.Dataset.from_frame(
+        {"click": [1, 0], "1": [5, 0], "3": [[7, 8], []],
+         "dense_feature": [[0.1, 0.2, 0.3], [0.0, 0.0, 1.0]]}, config)
+    assert len(data) == 2
+
+
+def test_stat_counts_as_gpubox_data_stat(trained: dict[str, Any], planted: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    ran = run_binary("gpubox_data", "stat", "--config", str(CONFIG),
+                     *[a for o in config.overrides for a in ("-o", o)], "--json")
+    assert ran.returncode == 0, ran.stderr
+    want = json.loads(ran.stdout)
+    got = gpubox.data.stat(config)
+    keys = ["files", "lines", "instances", "skipped_lines", "unique_keys", "positives", "bytes"]
+    assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    from_frame = gpubox.data.stat(config, [gpubox.Dataset.from_frame(read_slot_text(part),
+                                                                     config)])
+    from_file = gpubox.data.stat(config, [planted["test"]])
+    for k in ["instances", "unique_keys", "positives", "unique_keys_per_slot"]:
+        assert from_frame[k] == from_file[k], k

@@ -1,0 +1,87 @@
+"""gpubox.load(...).predict: equal to gpubox_train --mode infer on the same instances."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import CONFIG, read_slot_text, run_binary
+
+import gpubox
+
+
+def dash_o(config: gpubox.Config) -> list[str]:
+    return [a for o in config.overrides for a in ("-o", o)]
+
+
+@pytest.fixture(scope="module")
+def infer(trained: dict[str, Any], planted: dict[str, Any]) -> dict[str, Any]:
+    """gpubox_train --mode infer's predictions of the held-out lines with the last save."""
+    config: gpubox.Config = trained["config"]
+    save = trained["out"] / "model" / "2"
+    out = trained["out"] / "infer.txt"
+    ran = run_binary("gpubox_train", "--config", str(CONFIG), *dash_o(config), "--mode", "infer",
+                     "--load", str(save), "--infer_data_dir", str(planted["test"]),
+                     "--predictions_out", str(out))
+    assert ran.returncode == 0, ran.stderr
+    table = np.loadtxt(out, dtype=np.float32)
+    files = sorted(p for p in planted["test"].iterdir() if p.name.startswith("part-"))
+    assert len(files) == 1
+    line = next(x for x in ran.stdout.splitlines() if x.startswith("infer: "))
+    return {"save": save, "labels": table[:, 0], "predictions": table[:, 1], "file": files[0],
+            "line": line}
+
+
+def test_evaluate_is_mode_infer(trained: dict[str, Any], infer: dict[str, Any]) -> None:
+    got = gpubox.evaluate(trained["config"], infer["save"], predictions=True)
+    auc = float(infer["line"].split("auc: ")[1].split(",")[0])
+    assert round(got.metrics.auc, 6) == auc
+    np.testing.assert_array_equal(got.labels, infer["labels"])
+    np.testing.assert_allclose(got.predictions, infer["predictions"], rtol=1e-5, atol=1e-6)
+
+
+def test_predict_from_slot_text_equals_infer(trained: dict[str, Any], infer: dict[str, Any]) -> None:
+    model = gpubox.load(infer["save"], trained["config"])
+    got = model.predict(infer["file"].read_text())
+    assert got.dtype == np.float32 and got.shape == infer["predictions"].shape
+    np.testing.assert_allclose(got, infer["predictions"], rtol=1e-5, atol=1e-6)
+
+
+def test_predict_from_columns_and_dataframe_equals_infer(trained: dict[str, Any],
+                                                         infer: dict[str, Any]) -> None:
+    model = gpubox.load(infer["save"], trained["config"])
+    assert model.slot_names == [str(s) for s in range(1, 9)]
+    columns = read_slot_text(infer["file"])
+    np.testing.assert_array_equal(np.asarray(columns["click"], np.float32), infer["labels"])
+    np.testing.assert_allclose(model.predict(columns), infer["predictions"], rtol=1e-5, atol=1e-6)
+    # One id per row: plain integer columns; dense as an n x 3 array.
+    single = {s: [ids[0] for ids in columns[s]] for s in model.slot_names}
+    if all(len(ids) == 1 for s in model.slot_names for ids in columns[s]):
+        dense = np.asarray(columns["dense_feature"], np.float32)
+        np.testing.assert_allclose(model.predict(single, dense=dense), infer["predictions"],
+                                   rtol=1e-5, atol=1e-6)
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame(columns)
+    np.testing.assert_allclose(model.predict(frame), infer["predictions"], rtol=1e-5, atol=1e-6)
+
+
+def test_an_export_predicts_as_the_save(trained: dict[str, Any], infer: dict[str, Any]) -> None:
+    export = trained["out"] / "export"
+    ran = run_binary("gpubox_train", "--config", str(CONFIG), *dash_o(trained["config"]),
+                     "--mode", "export", "--load", str(infer["save"]), "--out", str(export))
+    assert ran.returncode == 0, ran.stderr
+    model = gpubox.load(export)  # what gpubox_serve loads; no config needed
+    np.testing.assert_allclose(model.predict(infer["file"].read_text()), infer["predictions"],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) -> None:
+    model = gpubox.load(infer["save"], trained["config"])
+    with pytest.raises(gpubox.EngineError, match="unknown slot|'99'"):
+        model.predict("click:1 dense_feature:0.1 dense_feature:0.2 dense_feature:0.3 99:5")
+    with pytest.raises(ValueError, match="dense"):
+        model.predict({"1": [3, 4]})
+    with pytest.raises(ValueError, match="config"):
+        gpubox.load(infer["save"])

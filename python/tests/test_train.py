@@ -1,0 +1,132 @@
+"""gpubox.train: gpubox_train's schedule from Python, to the planted model's AUC."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+from conftest import CONFIG, PLANTED_TOLERANCE, planted_config, run_binary
+
+import gpubox
+
+
+def test_reaches_the_planted_auc(trained: dict[str, Any], planted: dict[str, Any]) -> None:
+    result: gpubox.TrainResult = trained["result"]
+    assert [p.pass_id for p in result.passes] == [0, 1, 2]
+    assert [e.epoch for e in result.epochs] == [0, 1, 2]
+    assert trained["seen"] == result.passes  # on_pass saw each pass, as returned
+    test_auc = result.epochs[-1].test.auc
+    assert test_auc > planted["oracle"]["auc"] - PLANTED_TOLERANCE
+    assert all(p.metrics.examples == 40000 for p in result.passes)
+
+
+def test_metrics_are_the_json_lines(trained: dict[str, Any]) -> None:
+    lines = [json.loads(line) for line in
+             (trained["out"] / "metrics.jsonl").read_text().splitlines()]
+    passes = [line for line in lines if "pass" in line]
+    tests = [line for line in lines if "test_auc" in line]
+    for got, want in zip(trained["result"].passes, passes):
+        # The JSON lines print 10 significant digits.
+        assert got.auc == pytest.approx(want["auc"], rel=1e-9)
+        assert got.logloss == pytest.approx(want["logloss"], rel=1e-9)
+        assert got.metrics.examples == want["examples"]
+    assert len(passes) == 3 and len(tests) == 3
+    for got, want in zip(trained["result"].epochs, tests):
+        assert got.test.auc == pytest.approx(want["test_auc"], rel=1e-9)
+
+
+def test_engine_errors_are_the_binarys(tmp_path: pathlib.Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    overrides = {"runner.train_data_dir": empty, "runner.metrics_path": "",
+                 "runner.model_save_path": ""}
+    binary = run_binary("gpubox_train", "--config", str(CONFIG),
+                        *[a for k, v in overrides.items() for a in ("-o", f"{k}={v}")])
+    assert binary.returncode == 1
+    with pytest.raises(gpubox.EngineError) as raised:
+        gpubox.train(gpubox.Config.from_yaml(CONFIG, overrides))
+    assert f"gpubox_train: {raised.value}" in binary.stderr.splitlines()
+
+
+def test_ctrl_c_stops_between_passes_and_keeps_the_last_save(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    small = {"runner.epochs": 3, "runner.test_data_dir": "",
+             "runner.train_data_dir": planted["test"]}  # 5,000 lines: quick passes
+    config = planted_config(planted, tmp_path, **small)
+    seen: list[int] = []
+
+    def interrupt_after_first(p: gpubox.PassMetrics) -> None:
+        seen.append(p.pass_id)
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C in a terminal or a notebook
+
+    with pytest.raises(KeyboardInterrupt):
+        gpubox.train(config, on_pass=interrupt_after_first)
+    assert seen == [0]
+    saves = sorted(p.name for p in (tmp_path / "model").iterdir())
+    assert saves == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
+    # The save is complete: a resume continues from it with pass 1.
+    resumed = gpubox.train(planted_config(planted, tmp_path, **small, **{"runner.resume": "auto"}))
+    assert [p.pass_id for p in resumed.passes] == [1, 2]
+
+
+def test_a_callbacks_exception_stops_the_run(planted: dict[str, Any],
+                                             tmp_path: pathlib.Path) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 2, "runner.test_data_dir": "",
+                                                  "runner.train_data_dir": planted["test"]})
+
+    def fail(p: gpubox.PassMetrics) -> None:
+        raise ValueError(f"stop at {p.pass_id}")
+
+    with pytest.raises(ValueError, match="stop at 0"):
+        gpubox.train(config, on_pass=fail)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+
+
+def test_engine_logs_through_python_logging(planted: dict[str, Any], tmp_path: pathlib.Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": "",
+                                                  "runner.train_data_dir": planted["test"]})
+    gpubox.log_to_python()
+    try:
+        with caplog.at_level("INFO", logger="gpubox"):
+            gpubox.train(config)
+    finally:
+        gpubox.log_to_python(enabled=False)
+    messages = [r.getMessage() for r in caplog.records if r.name == "gpubox"]
+    assert any(m.startswith("runner.metrics_path: appending to ") for m in messages), messages
+    assert all(r.gpubox_line.startswith(("I", "W", "E", "D")) for r in caplog.records
+               if r.name == "gpubox")
+
+
+def test_the_gil_is_released_while_the_engine_trains(planted: dict[str, Any],
+                                                     tmp_path: pathlib.Path) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": "",
+                                                  "runner.train_data_dir": planted["test"],
+                                                  "runner.model_save_path": ""})
+    ticks = 0
+    done = threading.Event()
+
+    def tick() -> None:  # runs only when the main thread lets go of the GIL
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        start = time.monotonic()
+        gpubox.train(config)
+        seconds = time.monotonic() - start
+    finally:
+        done.set()
+        ticker.join()
+    # Held through the run, the GIL would let the ticker in only at the callbacks.
+    assert ticks > 20 and ticks > seconds * 50, (ticks, seconds)

@@ -1,0 +1,51 @@
+#include "trainer/main/run_job.hpp"
+
+#include <thread>
+
+#include "common/logging.hpp"
+#include "dataset/dataset_config.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// The gpubox schedule says how it runs runner.pipe_command (train and infer alike).
+void log_pipe_note(const TrainerConfig& config) {
+  if (const std::string& pipe = config.dataset.pipe_arguments_note; !pipe.empty()) {
+    GPUBOX_LOG(INFO) << "runner.pipe_command: " << pipe;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Schedule> make_schedule(const TrainerConfig& config, const TrainerEnv& env) {
+  if (config.runner.sync_mode != config::SyncMode::kGpubox) {
+    return std::make_unique<ps_modes::PsTrainer>(config, env);
+  }
+  auto trainer = std::make_unique<Trainer>(config, env);
+  log_pipe_note(config);
+  return trainer;
+}
+
+std::vector<PassReport> train_job(const TrainerConfig& config, const TrainerEnv& env,
+                                  const std::string& load, const RunHooks& hooks) {
+  if (config.runner.reader_type == config::ReaderType::kQueueDataset && config.runner.shuffle) {
+    GPUBOX_LOG(WARNING) << "runner.shuffle: true has no effect with runner.reader_type: "
+                           "QueueDataset (each pass is streamed in file order, in every "
+                           "mode); set runner.shuffle: false, or read with InmemoryDataset";
+  }
+  if (config.runner.sync_mode != config::SyncMode::kGpubox) {
+    ps_modes::PsTrainer trainer(config, env);
+    return trainer.train(load, hooks);
+  }
+  Trainer trainer(config, env);
+  log_pipe_note(config);
+  for (const std::string& hint : dataset::cost_hints(config.dataset, trainer.num_cards(),
+                                                     std::thread::hardware_concurrency())) {
+    GPUBOX_LOG(INFO) << hint;
+  }
+  return trainer.train(load, hooks);
+}
+
+}  // namespace gpubox::trainer
