@@ -241,6 +241,7 @@ int run_stat_command(const cli::ParsedArgs& args) {
   if (!dataset_config->pipe_arguments_note.empty()) {
     GPUBOX_LOG(INFO) << "runner.pipe_command: " << dataset_config->pipe_arguments_note;
   }
+  for (const std::string& note : dataset_config->reader_notes) GPUBOX_LOG(INFO) << note;
   // The folders training reads: runner.pass_dirs, else runner.train_data_dir.
   std::vector<std::string> dirs = doc->get_string_list("runner.pass_dirs");
   const char* dir_key = "runner.pass_dirs";

@@ -295,6 +295,7 @@ int main(int argc, char** argv) {
     GPUBOX_LOG(INFO) << "network: "
                      << gpubox::name_of(gpubox::config::kModelKindNames, config->hyper.model)
                      << " (from " << config->hyper.model_source << ")";
+    for (const std::string& note : config->dataset.reader_notes) GPUBOX_LOG(INFO) << note;
     if (FLAGS_print_model_root) {
       print_model_root(config.value());
       return 0;
