@@ -92,6 +92,8 @@ std::vector<IgnoredKey> build_ignored() {
     t.push_back(IgnoredKey{"hyper_parameters." + std::move(name), std::move(reason), false});
   };
   hyper("optimizer.adam_lazy_mode", "Paddle's Adam lazy_mode (only the embedding rows of the batch step); GPUBox's sparse rows always step only when their key is in the batch (hyper_parameters.sparse_optimizer.*), the dense parameters every step");
+  hyper("dnn_use_bn", "PaddleRec's dcn and dcn_v2 read it (static_model.py, dygraph_model.py) and pass it to no layer: their DNNs have no batch norm whatever it says, as GPUBox's");
+  hyper("clip_by_norm", "PaddleRec's dcn hands it to its network, which keeps it unused, and dcn_v2 reads it unused: neither clips by it (dcn_v2's dygraph trainer clips by hyper_parameters.optimizer.clip_by_norm, 10 by default, a key GPUBox does not read)");
   hyper("dict_dim", "PaddleRec slot_dnn's embedding table size; GPUBox tables grow as keys come");
   hyper("is_sparse", "PaddleRec dcn's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");
   hyper("num_experts", "PaddleRec dcn_v2's experts of DCN-Mix, used only with use_low_rank_mixture: True, which GPUBox refuses");
@@ -128,8 +130,6 @@ const std::vector<KeyAlias>& key_aliases() {
       {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1},
       {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0},
       {h + "use_low_rank_mixture", "", Kind::kRefuseUnlessOff, "", "", "PaddleRec dcn_v2's mixture of low-rank experts (DCN-Mix) is not built: GPUBox builds full-rank and low-rank cross layers (hyper_parameters.cross_rank); set it to False", 0},
-      {h + "dnn_use_bn", "", Kind::kRefuseUnlessOff, "", "", "batch normalization in the DNN is not built (PaddleRec's dcn and dcn_v2 read this key but their networks do not use it); set it to False", 0},
-      {h + "clip_by_norm", "", Kind::kRefuseUnlessOff, "", "", "gradient clipping by global norm is not built (PaddleRec's dcn and dcn_v2 networks read this key and do not use it; dcn_v2's dygraph training clips by optimizer.clip_by_norm, 10 by default); remove it or set 0", 0},
       {h + "l2_reg_cross", "", Kind::kRefuseUnlessOff, "", "", "the L2 penalty on the cross layers' weights is not built (PaddleRec's dcn adds it to the loss; its dcn_v2 reads it and does not use it); remove it or set 0", 0},
   };
   // clang-format on
