@@ -88,9 +88,11 @@ std::vector<KeySpec> build_table() {
   t.push_back(string_key("workspace", "\"\"", kTrainer | kDataset, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
 
   const std::string r = "runner.";
-  t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file); each epoch over it is one pass; what gpubox_data stat loads"));
+  t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file, or a list of them, read in order as one); each epoch over it is one pass; what gpubox_data stat loads"));
+  t.back().also_list = true;
   t.push_back(list_key(r + "pass_dirs", KeyType::kPathList, kTrainer, "when non-empty, each folder is one pass (e.g. one per day), in order, every epoch; replaces train_data_dir"));
-  t.push_back(path_key(r + "test_data_dir", "\"\"", kTrainer, "when set, evaluated after each epoch (\"test auc: ...\"); the data --mode infer evaluates unless --infer_data_dir is given"));
+  t.push_back(path_key(r + "test_data_dir", "\"\"", kTrainer, "when set, evaluated after each epoch (\"test auc: ...\"); the data --mode infer evaluates unless --infer_data_dir is given; a list of folders is read in order as one"));
+  t.back().also_list = true;
   t.push_back(work_path_key(r + "model_save_path", kTrainer, "when set, each pass is saved to <model_save_path>/<pass>, passes numbered from 0 as PaddleRec numbers epochs"));
   t.push_back(work_path_key(r + "infer_load_path", kTrainer, "what --mode infer evaluates unless --load is given: this save, or, as PaddleRec, every save <infer_load_path>/<epoch> for infer_start_epoch <= epoch < infer_end_epoch"));
   t.push_back(work_path_key(r + "model_init_path", kTrainer, "when set, training starts from this save (a <model_save_path>/<pass> folder), loaded before the first pass; --load overrides it"));
@@ -354,7 +356,7 @@ std::string type_text(const KeySpec& k) {
     case KeyType::kString:
       return "string";
     case KeyType::kPath:
-      return "path";
+      return k.also_list ? "path or list of paths" : "path";
     case KeyType::kWorkPath:
       return "path (from the working directory)";
     case KeyType::kEnum: {
