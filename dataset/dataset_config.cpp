@@ -1,6 +1,7 @@
 #include "dataset/dataset_config.hpp"
 
 #include "common/config/config_document.hpp"
+#include "dataset/paddlerec_readers.hpp"
 #include "dataset/pipe_command.hpp"
 
 namespace gpubox::dataset {
@@ -8,14 +9,21 @@ namespace gpubox::dataset {
 StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   DatasetConfig c;
   c.data_format = doc.get_enum("runner.data_format", kDataFormatNames);
+  // A PaddleRec model folder's feeds and its reader's transform, where the config leaves them.
+  const ReaderProfile reader = paddlerec_reader_profile(doc);
   c.label_name = doc.get_string("runner.label_name");
+  if (!reader.label_name.empty()) c.label_name = reader.label_name;
   c.dense_name = doc.get_string("runner.dense_name");
   c.slots = doc.get_string_list("hyper_parameters.slot_names");
   // The document checked that slot_names, when given, has sparse_inputs_slots - 1 names.
   const int sparse_inputs_slots = doc.get_int("hyper_parameters.sparse_inputs_slots");
   if (c.slots.empty()) c.slots = numbered_slots(sparse_inputs_slots, c.label_name);
   c.dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
+  if (reader.dense_dim >= 0) c.dense_dim = reader.dense_dim;
   c.multislot_order = doc.get_string_list("runner.multislot_order");
+  if (!reader.multislot_order.empty()) c.multislot_order = reader.multislot_order;
+  c.dense_transform = reader.dense;
+  c.reader_notes = reader.notes;
   c.feasign_first = doc.get_enum("runner.slot_token_order", config::kSlotTokenOrderNames) ==
                     config::SlotTokenOrder::kFeasignFirst;
   c.ignore_unknown_slots = doc.get_bool("runner.ignore_unknown_slots");

@@ -60,6 +60,12 @@ struct DatasetConfig {
   // Regular files (not piped) larger than this are read as several byte ranges in parallel.
   std::uint64_t split_bytes = std::uint64_t{32} << 20;
   CriteoDense criteo_dense = CriteoDense::kMinMax;
+  // Slot text and MultiSlot: what each dense value goes through (a PaddleRec reader's transform,
+  // dataset/paddlerec_readers.hpp), computed in double from the text; kAuto reads as kNone.
+  config::DenseTransform dense_transform = config::DenseTransform::kNone;
+  // What GPUBox does in place of the PaddleRec reader a config names, for the start log
+  // (paddlerec_readers.hpp: ReaderProfile::notes).
+  std::vector<std::string> reader_notes;
 };
 
 // Checks sizes and format constraints; the message names the offending config key.

@@ -252,11 +252,12 @@ int run_stat_command(const cli::ParsedArgs& args) {
   if (!dataset_config->pipe_arguments_note.empty()) {
     GPUBOX_LOG(INFO) << "runner.pipe_command: " << dataset_config->pipe_arguments_note;
   }
-  // The folders training reads: runner.pass_dirs, else runner.train_data_dir.
+  for (const std::string& note : dataset_config->reader_notes) GPUBOX_LOG(INFO) << note;
+  // The folders training reads: runner.pass_dirs, else runner.train_data_dir (one or a list).
   std::vector<std::string> dirs = doc->get_string_list("runner.pass_dirs");
   const char* dir_key = "runner.pass_dirs";
-  if (dirs.empty() && !doc->get_string("runner.train_data_dir").empty()) {
-    dirs.push_back(doc->get_string("runner.train_data_dir"));
+  if (dirs.empty()) {
+    dirs = doc->get_paths("runner.train_data_dir");
     dir_key = "runner.train_data_dir";
   }
   if (dirs.empty() && args.positionals.empty()) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "dataset/paddlerec_readers.hpp"
 #include "dataset/text_number.hpp"
 
 namespace gpubox::dataset {
@@ -44,6 +45,19 @@ inline bool parse_label(std::string_view text, float* label) {
 // Only whitespace (blank or trailing CR) is left.
 inline bool is_blank_line(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// A slot text or MultiSlot dense value through `transform` (a PaddleRec reader's, computed in
+// double from the text and rounded once, as the reader does); false when it is not a finite
+// number before or after.
+inline bool parse_dense(std::string_view text, config::DenseTransform transform, float* out) {
+  if (transform == config::DenseTransform::kNone || transform == config::DenseTransform::kAuto) {
+    return parse_float(text, out);
+  }
+  double x = 0.0;
+  if (!parse_double(text, &x)) return false;
+  *out = static_cast<float>(dense_transform(x, transform));
+  return std::isfinite(*out);
 }
 
 // A plain decimal name without leading zeros ("0", "17"), as the numeric lookup expects.
@@ -226,7 +240,9 @@ ParseResult LineParser::parse_slot(std::string_view line, InstanceBlock* out) {
     } else if (name == dense_name) {
       if (dense_.size() >= dense_dim) return fail(ParseReason::kTooManyDense, token);
       float v = 0.0f;
-      if (!parse_float(value, &v)) return fail(ParseReason::kBadDense, token);
+      if (!parse_dense(value, config_.dense_transform, &v)) {
+        return fail(ParseReason::kBadDense, token);
+      }
       dense_.push_back(v);
     } else if (name == label_name) {
       if (has_label || !parse_label(value, &label)) return fail(ParseReason::kBadLabel, token);
@@ -290,7 +306,9 @@ ParseResult LineParser::parse_multislot(std::string_view line, InstanceBlock* ou
       if (token.empty()) return fail_note(ParseReason::kFieldCount, "field values missing");
       if (field == kMultiSlotDense) {
         float v = 0.0f;
-        if (!parse_float(token, &v)) return fail(ParseReason::kBadDense, token);
+        if (!parse_dense(token, config_.dense_transform, &v)) {
+          return fail(ParseReason::kBadDense, token);
+        }
         dense_.push_back(v);
       } else if (field >= 0) {
         std::uint64_t key = 0;

@@ -47,6 +47,15 @@ inline bool parse_float(std::string_view text, float* out) {
   return ec == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
 }
 
+// The same in double (a dense value that a transform reads as PaddleRec's readers do: Python's
+// float() of the text).
+inline bool parse_double(std::string_view text, double* out) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
+}
+
 // Appends the shortest text that parses back to exactly `value`.
 inline void append_float(std::string* out, float value) {
   char buf[32];

@@ -496,7 +496,10 @@ const std::string& ConfigDocument::get_string(std::string_view key) const {
   const KeySpec* spec = find_key(key);
   const KeyType path =
       spec != nullptr && spec->type == KeyType::kWorkPath ? KeyType::kWorkPath : KeyType::kPath;
-  return std::get<std::string>(value_of(spec_of(key, KeyType::kString, path)));
+  const ConfigValue& value = value_of(spec_of(key, KeyType::kString, path));
+  GPUBOX_EXPECTS(std::holds_alternative<std::string>(value), "config key ", key,
+                 " holds a list: read it with get_paths");
+  return std::get<std::string>(value);
 }
 
 std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {
@@ -511,6 +514,13 @@ std::vector<int> ConfigDocument::get_int_list(std::string_view key) const {
 const std::vector<std::string>& ConfigDocument::get_string_list(std::string_view key) const {
   return std::get<std::vector<std::string>>(
       value_of(spec_of(key, KeyType::kStringList, KeyType::kPathList)));
+}
+
+std::vector<std::string> ConfigDocument::get_paths(std::string_view key) const {
+  const ConfigValue& value = value_of(spec_of(key, KeyType::kPath));
+  if (const auto* list = std::get_if<std::vector<std::string>>(&value)) return *list;
+  const std::string& one = std::get<std::string>(value);
+  return one.empty() ? std::vector<std::string>{} : std::vector<std::string>{one};
 }
 
 const IntMap& ConfigDocument::get_int_map(std::string_view key) const {

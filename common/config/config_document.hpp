@@ -79,6 +79,9 @@ class ConfigDocument {
   std::vector<int> get_int_list(std::string_view key) const;
   // kStringList and kPathList keys.
   const std::vector<std::string>& get_string_list(std::string_view key) const;
+  // kPath keys that also take a list (KeySpec::also_list): the paths given, in order; none when
+  // the key is "". get_string on such a key holding a list is a programming error (throws).
+  std::vector<std::string> get_paths(std::string_view key) const;
   // kIntMap keys.
   const IntMap& get_int_map(std::string_view key) const;
   // kEnum keys, through the enum's name table (config_enums.hpp).

@@ -52,6 +52,21 @@ inline constexpr EnumName<CriteoDense> kCriteoDenseNames[] = {
     {CriteoDense::kNone, "none"},
 };
 
+// runner.dense_transform: what slot text and MultiSlot dense values go through when GPUBox reads
+// the files itself in place of a PaddleRec Python reader (dataset/paddlerec_readers.hpp).
+enum class DenseTransform {
+  kAuto,    // the transform of the reader the config names (runner.train_reader_path), if known
+  kNone,    // x as written
+  kLog1p,   // log(x + 1), as dcn_v2's reader.py
+  kClip01,  // max(0, min(1, x)), as deepfefm's criteo_reader.py
+};
+inline constexpr EnumName<DenseTransform> kDenseTransformNames[] = {
+    {DenseTransform::kAuto, "auto"},
+    {DenseTransform::kNone, "none"},
+    {DenseTransform::kLog1p, "log1p"},
+    {DenseTransform::kClip01, "clip01"},
+};
+
 // runner.slot_token_order: `slot:feasign` tokens or `feasign:slot` tokens in slot text.
 enum class SlotTokenOrder { kSlotFirst, kFeasignFirst };
 inline constexpr EnumName<SlotTokenOrder> kSlotTokenOrderNames[] = {

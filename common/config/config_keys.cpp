@@ -85,12 +85,14 @@ constexpr unsigned kNoEffect = 0;
 std::vector<KeySpec> build_table() {
   std::vector<KeySpec> t;
   // clang-format off
-  t.push_back(string_key("workspace", "\"\"", kTrainer, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
+  t.push_back(string_key("workspace", "\"\"", kTrainer | kDataset, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
 
   const std::string r = "runner.";
-  t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file); each epoch over it is one pass; what gpubox_data stat loads"));
+  t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file, or a list of them, read in order as one); each epoch over it is one pass; what gpubox_data stat loads"));
+  t.back().also_list = true;
   t.push_back(list_key(r + "pass_dirs", KeyType::kPathList, kTrainer, "when non-empty, each folder is one pass (e.g. one per day), in order, every epoch; replaces train_data_dir"));
-  t.push_back(path_key(r + "test_data_dir", "\"\"", kTrainer, "when set, evaluated after each epoch (\"test auc: ...\"); the data --mode infer evaluates unless --infer_data_dir is given"));
+  t.push_back(path_key(r + "test_data_dir", "\"\"", kTrainer, "when set, evaluated after each epoch (\"test auc: ...\"); the data --mode infer evaluates unless --infer_data_dir is given; a list of folders is read in order as one"));
+  t.back().also_list = true;
   t.push_back(work_path_key(r + "model_save_path", kTrainer, "when set, each pass is saved to <model_save_path>/<pass>, passes numbered from 0 as PaddleRec numbers epochs"));
   t.push_back(work_path_key(r + "infer_load_path", kTrainer, "what --mode infer evaluates unless --load is given: this save, or, as PaddleRec, every save <infer_load_path>/<epoch> for infer_start_epoch <= epoch < infer_end_epoch"));
   t.push_back(work_path_key(r + "model_init_path", kTrainer, "when set, training starts from this save (a <model_save_path>/<pass> folder), loaded before the first pass; --load overrides it"));
@@ -113,7 +115,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(path_key(r + "pipe_utils_path", "\"\"", kDataset, "the <utils> argument of pipe_command; empty: tools/utils/static_ps of the PaddleRec checkout holding the config or the working directory, else the config's folder"));
   t.push_back(bool_key(r + "dataset_debug", "false", kNoEffect, "PaddleRec's reader debug switch"));
   t.push_back(bool_key(r + "split_file_list", "false", kTrainer, "async, sync and geo modes: true gives each trainer a contiguous block of each pass's files (PaddleRec's get_file_shard, as the gpubox mode splits them); false: every trainer reads every file"));
-  t.push_back(string_key(r + "train_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module"));
+  t.push_back(string_key(r + "train_reader_path", "\"\"", kDataset, "PaddleRec's Python reader module: GPUBox reads the files itself; the reader of a PaddleRec model folder names the dense transform applied (runner.dense_transform: auto)"));
   t.push_back(string_key(r + "infer_reader_path", "\"\"", kNoEffect, "PaddleRec's Python reader module for inference"));
   t.push_back(int_key(r + "infer_start_epoch", "0", 0, kInt32Max, kTrainer, "--mode infer: the first save <infer_load_path>/<epoch> evaluated"));
   t.push_back(int_key(r + "infer_end_epoch", "-1", -1, kInt32Max, kTrainer, "--mode infer: the saves evaluated end before this epoch; -1: at the last save under infer_load_path"));
@@ -139,6 +141,7 @@ std::vector<KeySpec> build_table() {
   t.push_back(string_key(r + "dense_name", "dense_feature", kDataset, "slot and multislot: name of the dense values"));
   t.push_back(bool_key(r + "ignore_unknown_slots", "true", kDataset, "slot format: a token of a slot the model does not use is skipped and counted, as PaddleRec's readers do; false: the line is malformed"));
   t.push_back(enum_key(r + "criteo_dense", kCriteoDenseNames, CriteoDense::kMinMax, kDataset, "criteo format: integer features become dense floats by PaddleRec's min-max constants, log(1 + x), or as they are"));
+  t.push_back(enum_key(r + "dense_transform", kDenseTransformNames, DenseTransform::kAuto, kDataset, "slot and multislot: what dense values go through when GPUBox reads the files in place of PaddleRec's Python reader: auto applies that reader's (runner.train_reader_path: dcn_v2's reader log(x + 1), deepfefm's criteo_reader clips to [0, 1]) and says so at start; none, log1p, clip01: that one"));
   t.push_back(bool_key(r + "shuffle", "true", kTrainer, "local shuffle of each loaded pass"));
   t.push_back(seed_key(r + "seed", kTrainer | kTable, "seed of the dense initialisation and the shuffle; mixed into sparse_optimizer.seed"));
   t.push_back(int_key(r + "auc_buckets_log2", "20", 20, 28, kTrainer, "AUC histogram buckets = 2^this"));
@@ -357,7 +360,7 @@ std::string type_text(const KeySpec& k) {
     case KeyType::kString:
       return "string";
     case KeyType::kPath:
-      return "path";
+      return k.also_list ? "path or list of paths" : "path";
     case KeyType::kWorkPath:
       return "path (from the working directory)";
     case KeyType::kEnum: {

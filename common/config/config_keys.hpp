@@ -62,6 +62,9 @@ struct KeySpec {
   std::size_t min_items = 0;         // lists
   std::vector<std::string> choices;  // kEnum, from the enum's name table (config_enums.hpp)
   ConfigValue default_value;         // default_text parsed (paths unresolved)
+  // kPath: a YAML list of paths is accepted too (held as a list; ConfigDocument::get_paths),
+  // for folders PaddleRec's configs write either way (dnn's online.yaml: train_data_dir: [...]).
+  bool also_list = false;
 
   bool has_effect() const { return parts != 0; }
 };

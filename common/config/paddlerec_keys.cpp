@@ -92,9 +92,10 @@ std::vector<IgnoredKey> build_ignored() {
     t.push_back(IgnoredKey{"hyper_parameters." + std::move(name), std::move(reason), false});
   };
   hyper("optimizer.adam_lazy_mode", "Paddle's Adam lazy_mode (only the embedding rows of the batch step); GPUBox's sparse rows always step only when their key is in the batch (hyper_parameters.sparse_optimizer.*), the dense parameters every step");
+  hyper("dnn_use_bn", "PaddleRec's dcn and dcn_v2 read it (static_model.py, dygraph_model.py) and pass it to no layer: their DNNs have no batch norm whatever it says, as GPUBox's");
+  hyper("clip_by_norm", "PaddleRec's dcn hands it to its network, which keeps it unused, and dcn_v2 reads it unused: neither clips by it (dcn_v2's dygraph trainer clips by hyper_parameters.optimizer.clip_by_norm, 10 by default, a key GPUBox does not read)");
   hyper("dict_dim", "PaddleRec slot_dnn's embedding table size; GPUBox tables grow as keys come");
   hyper("is_sparse", "PaddleRec dcn's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");
-  hyper("clip_by_norm", "PaddleRec's dcn and dcn_v2 networks read hyper_parameters.clip_by_norm and never apply it (their training clips nothing by it; dcn_v2's dygraph trainer clips by optimizer.clip_by_norm instead): GPUBox, like them, does not clip");
   t.push_back(IgnoredKey{"hyper_parameters.seed", "the seed of PaddleRec's static trainer; GPUBox's is runner.seed", false});
   // clang-format on
   return t;
@@ -130,7 +131,6 @@ const std::vector<KeyAlias>& key_aliases() {
       {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0},
       {h + "use_low_rank_mixture", h + "cross_mixture", Kind::kSame, "", "", "PaddleRec dcn_v2's switch to DCN-Mix (a gated mixture of low-rank experts per cross layer)", 0},
       {h + "num_experts", h + "cross_experts", Kind::kSame, "", "", "PaddleRec dcn_v2's experts per DCN-Mix cross layer", 0},
-      {h + "dnn_use_bn", "", Kind::kRefuseUnlessOff, "", "", "batch normalization in the DNN is not built (PaddleRec's dcn and dcn_v2 read this key but their networks do not use it); set it to False", 0},
       {h + "l2_reg_cross", h + "cross_l2", Kind::kSame, "", "", "PaddleRec dcn's L2 on the cross layers (its net adds the sum of squares of x_l * w_l, without the coefficient; its dcn_v2 reads the key and adds nothing)", 0},
   };
   // clang-format on

@@ -150,6 +150,15 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
     case KeyType::kString:
     case KeyType::kPath:
     case KeyType::kWorkPath: {
+      if (key.also_list && node.IsSequence()) {
+        std::vector<std::string> v;
+        for (const YAML::Node& item : node) {
+          if (!item.IsScalar() || item.Scalar().empty()) return wrong_type(key, "a path", item);
+          v.push_back(resolve_path(item.Scalar(), base_dir));
+        }
+        *out = std::move(v);
+        return Status::OK();
+      }
       std::string v;
       GPUBOX_RETURN_IF_ERROR(parse_string(key, node, &v));
       if (key.type == KeyType::kString) {
@@ -225,8 +234,9 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
 
 Status parse_value_text(const KeySpec& key, const std::string& text, ConfigValue* out) {
   YAML::Node node;
-  if (key.type == KeyType::kString || key.type == KeyType::kPath ||
-      key.type == KeyType::kWorkPath || key.type == KeyType::kEnum) {
+  const bool list_text = key.also_list && !text.empty() && text.front() == '[';
+  if (!list_text && (key.type == KeyType::kString || key.type == KeyType::kPath ||
+                     key.type == KeyType::kWorkPath || key.type == KeyType::kEnum)) {
     node = YAML::Node(text);  // the raw text: "slot:feasign" or "sh -c 'x: y'" stay text
   } else {
     try {

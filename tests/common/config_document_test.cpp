@@ -306,15 +306,14 @@ TEST_F(ConfigDocumentTest, PaddleRecOnlyKeysSetToOtherValuesAreReportedOnce) {
             "workspace: models/rank/dnn\nrunner:\n  use_auc: False\n  train_reader_path: r\n"
             "  infer_reader_path: q\n  infer_end_epoch: 1\n  dataset_debug: false\n"));
   ASSERT_TRUE(doc.ok()) << doc.status().to_string();
-  // workspace has an effect (it names the network without hyper_parameters.model).
+  // workspace has an effect (it names the network without hyper_parameters.model), and so has
+  // train_reader_path (it names the reader whose dense transform GPUBox applies).
   EXPECT_EQ(doc->no_effect_keys(),
-            (std::vector<std::string>{"runner.use_auc", "runner.train_reader_path",
-                                      "runner.infer_reader_path"}));
+            (std::vector<std::string>{"runner.use_auc", "runner.infer_reader_path"}));
   EXPECT_EQ(doc->no_effect_note(),
             (dir_ / "sub/p.yaml").string() +
-                ": 3 PaddleRec keys have no effect in GPUBox:\n"
+                ": 2 PaddleRec keys have no effect in GPUBox:\n"
                 "  runner.use_auc: PaddleRec's AUC switch; GPUBox always computes AUC\n"
-                "  runner.train_reader_path: PaddleRec's Python reader module\n"
                 "  runner.infer_reader_path: PaddleRec's Python reader module for inference");
   auto quiet = ConfigDocument::load(write("sub/q.yaml", "runner:\n  use_auc: true\n"));
   ASSERT_TRUE(quiet.ok());

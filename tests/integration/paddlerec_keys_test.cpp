@@ -399,14 +399,20 @@ TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
 }
 
-TEST(PaddleRecKeys, KeysThatWouldChangeTheModelAreRefusedUnlessOff) {
-  const StatusOr<TrainerConfig> off = parse("hyper_parameters:\n  dnn_use_bn: False\n");
-  ASSERT_TRUE(off.ok()) << off.status().to_string();
-  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  dnn_use_bn: True\n"),
-                       "p.yaml:2: hyper_parameters.dnn_use_bn is 'True', but batch "
-                       "normalization in the DNN is not built"));
-  EXPECT_TRUE(contains(error_of("runner:\n  epochs: 1\n", {"hyper_parameters.dnn_use_bn=1"}),
-                       "hyper_parameters.dnn_use_bn is '1', but batch normalization"));
+// PaddleRec's dcn and dcn_v2 read dnn_use_bn and clip_by_norm and use neither (their net.py,
+// static_model.py, dygraph_model.py): on or off, accepted and listed with why.
+TEST(PaddleRecKeys, KeysPaddleRecsNetworksIgnoreAreAcceptedOnOrOff) {
+  auto doc = config::ConfigDocument::parse(
+      "hyper_parameters:\n  dnn_use_bn: True\n  clip_by_norm: 10.0\n", "/base", {}, "p.yaml");
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  const std::string note = doc->no_effect_note();
+  EXPECT_TRUE(contains(note, "hyper_parameters.dnn_use_bn: PaddleRec's dcn and dcn_v2 read it"))
+      << note;
+  EXPECT_TRUE(contains(note,
+                       "hyper_parameters.clip_by_norm: PaddleRec's dcn hands it to its "
+                       "network, which keeps it unused"))
+      << note;
+  EXPECT_TRUE(parse("runner:\n  epochs: 1\n", {"hyper_parameters.dnn_use_bn=1"}).ok());
 }
 
 TEST(PaddleRecKeys, DidYouMeanKnowsPaddleRecsNames) {

@@ -11,6 +11,7 @@
 
 #include "common/config/config_document.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -175,6 +176,51 @@ TEST_F(ConfigTest, TheTablePartDerivesMfDimAndTheSeedOnce) {
   EXPECT_EQ(c->mf_dim(), 16);
   EXPECT_EQ(c->dense_model_config().mf_dim, 16);
   EXPECT_EQ(c->runner.seed, 5u);
+}
+
+// PaddleRec's dnn/online.yaml writes `train_data_dir: ["data/sample_data/train/"]`: a list of
+// folders is read, in order, as one (each epoch one pass over all their files); one folder or a
+// one-item list is the plain folder.
+TEST_F(ConfigTest, ADataFolderListIsReadInOrderAsOne) {
+  for (const char* d : {"b_day", "a_day", "test1", "test2"}) fs::create_directories(dir_ / d);
+  write("b_day/part-1", "x\n");
+  write("b_day/part-0", "x\n");
+  write("a_day/part-0", "x\n");
+  write("test1/t", "x\n");
+  write("test2/t", "x\n");
+  const std::string cfg = write("online.yaml",
+                                "runner:\n  train_data_dir: [\"b_day/\", a_day]\n"
+                                "  test_data_dir: [test2, test1]\n");
+  auto c = load_trainer_config(cfg);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const std::string root = fs::absolute(dir_).lexically_normal().string();
+  EXPECT_EQ(c->runner.train_data_dir, root + "/b_day/");
+  EXPECT_EQ(c->runner.train_data_dirs.size(), 2u);
+  const RunPlan plan = plan_run(c->runner);
+  ASSERT_EQ(plan.pass_files.size(), 1u);
+  EXPECT_EQ(plan.pass_files[0],
+            (std::vector<std::string>{root + "/b_day/part-0", root + "/b_day/part-1",
+                                      root + "/a_day/part-0"}));
+  EXPECT_EQ(plan.test_files, (std::vector<std::string>{root + "/test2/t", root + "/test1/t"}));
+  // A one-item list is the folder; -o takes a list too; a missing folder is named.
+  auto one = load_trainer_config(write("one.yaml", "runner:\n  train_data_dir: [a_day]\n"));
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->runner.train_data_dir, root + "/a_day");
+  EXPECT_TRUE(one->runner.train_data_dirs.empty());
+  auto o =
+      load_trainer_config(cfg, {"runner.train_data_dir=[" + root + "/a_day, " + root + "/nope]"});
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->runner.train_data_dirs, (std::vector<std::string>{root + "/a_day", root + "/nope"}));
+  try {
+    plan_run(o->runner);
+    ADD_FAILURE() << "a missing folder of the list was not named";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(root + "/nope"), std::string::npos) << e.what();
+  }
+  auto bad = load_trainer_config(write("bad.yaml", "runner:\n  train_data_dir: [[a]]\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("bad.yaml:2: runner.train_data_dir"), std::string::npos)
+      << bad.status().to_string();
 }
 
 TEST(ConfigDefaults, DenseOptimizerDefaultsAreTheTables) {

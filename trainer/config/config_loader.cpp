@@ -96,14 +96,24 @@ Status check_dlrm(const TrainerConfig& c, const std::string& source) {
   return Status::OK();
 }
 
+// A data folder key (runner.train_data_dir, test_data_dir): its one folder, or, given a list,
+// the first and, when it names several, the whole list (RunnerConfig::train_data_dirs).
+void folders(const config::ConfigDocument& doc, const char* key, std::string* first,
+             std::vector<std::string>* all) {
+  std::vector<std::string> paths = doc.get_paths(key);
+  *first = paths.empty() ? std::string() : paths.front();
+  all->clear();
+  if (paths.size() > 1) *all = std::move(paths);
+}
+
 }  // namespace
 
 StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   TrainerConfig c;
   RunnerConfig& r = c.runner;
-  r.train_data_dir = doc.get_string("runner.train_data_dir");
+  folders(doc, "runner.train_data_dir", &r.train_data_dir, &r.train_data_dirs);
   r.pass_dirs = doc.get_string_list("runner.pass_dirs");
-  r.test_data_dir = doc.get_string("runner.test_data_dir");
+  folders(doc, "runner.test_data_dir", &r.test_data_dir, &r.test_data_dirs);
   r.model_save_path = doc.get_string("runner.model_save_path");
   r.infer_load_path = doc.get_string("runner.infer_load_path");
   r.model_init_path = doc.get_string("runner.model_init_path");

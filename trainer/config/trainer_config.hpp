@@ -34,9 +34,13 @@ struct RunnerConfig {
   // `-o` overrides, against the working directory; the model paths (model_save_path,
   // infer_load_path, model_init_path) always from the working directory, as PaddleRec takes
   // them. Empty = not set.
-  std::string train_data_dir;            // runner.train_data_dir: one pass per epoch over it
-  std::vector<std::string> pass_dirs;    // runner.pass_dirs: each folder is one pass (overrides)
-  std::string test_data_dir;             // runner.test_data_dir: evaluated after each epoch
+  std::string train_data_dir;          // runner.train_data_dir: one pass per epoch over it
+  std::vector<std::string> pass_dirs;  // runner.pass_dirs: each folder is one pass (overrides)
+  std::string test_data_dir;           // runner.test_data_dir: evaluated after each epoch
+  // When the config gives train_data_dir / test_data_dir as a list (dnn's online.yaml): every
+  // folder, read in order as one; the string above is then the first. Empty otherwise.
+  std::vector<std::string> train_data_dirs;
+  std::vector<std::string> test_data_dirs;
   std::string model_save_path;           // runner.model_save_path: saves under <path>/<pass>
   std::string infer_load_path;           // runner.infer_load_path: a save, or a folder of saves
   int infer_start_epoch = 0;             // runner.infer_start_epoch: first save <path>/<epoch>

@@ -162,10 +162,11 @@ int run_infer(gpubox::trainer::Schedule& trainer, const gpubox::trainer::Trainer
           ? saves_to_evaluate(config.runner.infer_load_path, config.runner.infer_start_epoch,
                               config.runner.infer_end_epoch)
           : std::vector<SaveToEvaluate>{{FLAGS_load, -1}};
-  const std::string data_dir =
-      FLAGS_infer_data_dir.empty() ? config.runner.test_data_dir : FLAGS_infer_data_dir;
+  const bool from_config = FLAGS_infer_data_dir.empty();
+  const std::string data_dir = from_config ? config.runner.test_data_dir : FLAGS_infer_data_dir;
   GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
-  const std::vector<std::string> files = data_files(data_dir);
+  const std::vector<std::string> files =
+      data_files(data_dir, from_config ? config.runner.test_data_dirs : std::vector<std::string>{});
   EvalResult result;
   for (const SaveToEvaluate& save : saves) {
     gpubox::Timer timer;
@@ -272,6 +273,7 @@ int main(int argc, char** argv) {
     GPUBOX_LOG(INFO) << "network: "
                      << gpubox::name_of(gpubox::config::kModelKindNames, config->hyper.model)
                      << " (from " << config->hyper.model_source << ")";
+    for (const std::string& note : config->dataset.reader_notes) GPUBOX_LOG(INFO) << note;
     if (FLAGS_print_model_root) {
       print_model_root(config.value());
       return 0;

@@ -172,9 +172,11 @@ RunPlan plan_run(const RunnerConfig& runner) {
   } else {
     GPUBOX_EXPECTS(!runner.train_data_dir.empty(),
                    "the config sets neither runner.train_data_dir nor runner.pass_dirs");
-    plan.pass_files.push_back(data_files(runner.train_data_dir));
+    plan.pass_files.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
   }
-  if (!runner.test_data_dir.empty()) plan.test_files = data_files(runner.test_data_dir);
+  if (!runner.test_data_dir.empty()) {
+    plan.test_files = data_files(runner.test_data_dir, runner.test_data_dirs);
+  }
   plan.per_epoch = static_cast<int64_t>(plan.pass_files.size());
   plan.total = plan.per_epoch * std::max(1, runner.epochs);
   return plan;

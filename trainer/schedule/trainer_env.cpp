@@ -92,4 +92,14 @@ std::vector<std::string> data_files(const std::string& dir) {
   return std::move(listed->files);
 }
 
+std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs) {
+  if (dirs.empty()) return data_files(dir);
+  std::vector<std::string> files;
+  for (const std::string& d : dirs) {
+    std::vector<std::string> more = data_files(d);
+    files.insert(files.end(), more.begin(), more.end());
+  }
+  return files;
+}
+
 }  // namespace gpubox::trainer
