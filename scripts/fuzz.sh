@@ -34,7 +34,7 @@ if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build_dir" "${generator[@]}" -DGPUBOX_BACKEND=cpu \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUBOX_BUILD_FUZZERS=ON -DGPUBOX_BUILD_TESTS=OFF \
-    -DGPUBOX_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
+    -DGPUBOX_BUILD_BENCHMARKS=OFF -DGPUBOX_PYTHON=OFF "${launcher[@]}" >/dev/null
 fi
 cmake --build "$build_dir" -j "${GPUBOX_JOBS:-$(nproc)}" --target "${targets[@]}" >/dev/null
 
