@@ -110,7 +110,7 @@ enum class ModelKind {
   kDcn,       // DCN (v1): vector cross layers x0 * (x_l . w_l) + b_l + x_l beside the MLP, both
               // read by the logit layer (PaddleRec's dcn; hyper_parameters.cross_layers)
   kDlrm,      // DLRM: a bottom MLP over the dense features, pairwise dot products among it and the
-              // slots' embeddings, a top MLP (fc_sizes) over both (hyper_parameters.bot_layer_sizes)
+          // slots' embeddings, a top MLP (fc_sizes) over both (hyper_parameters.bot_layer_sizes)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},

@@ -1,10 +1,10 @@
-// The factorization, cross and interaction models (deepfm, dcn_v2, dcn, DCN-Mix; fm, dlrm) against dnn (wide)
-// on data whose planted model has a pairwise (rank-4 factorization) term (dataset/generator.hpp),
-// in process on one simulated card (deterministic: one thread, no shuffle): after two epochs over
-// 20,000 lines of 8 slots with 300 keys each, the held-out AUC of deepfm beats dnn's by a clear
-// margin. Measured when written (held-out AUC after epochs 1-3; the planted model's own: 0.812):
-// dnn 0.615 0.639 0.648, wide_deep 0.627 0.643 0.653, deepfm 0.671 0.698 0.704.
-// scripts/bench_models.sh runs the same comparison at full size (BENCHMARKS.md).
+// The factorization, cross and interaction models (deepfm, dcn_v2, dcn, DCN-Mix; fm, dlrm) against
+// dnn (wide) on data whose planted model has a pairwise (rank-4 factorization) term
+// (dataset/generator.hpp), in process on one simulated card (deterministic: one thread, no
+// shuffle): after two epochs over 20,000 lines of 8 slots with 300 keys each, the held-out AUC of
+// deepfm beats dnn's by a clear margin. Measured when written (held-out AUC after epochs 1-3; the
+// planted model's own: 0.812): dnn 0.615 0.639 0.648, wide_deep 0.627 0.643 0.653, deepfm 0.671
+// 0.698 0.704. scripts/bench_models.sh runs the same comparison at full size (BENCHMARKS.md).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

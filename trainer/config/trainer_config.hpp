@@ -86,10 +86,10 @@ struct HyperParameters {
   int cross_layers = 3;                                    // hyper_parameters.cross_layers (dcn_v2)
   int cross_rank = 0;  // hyper_parameters.cross_rank (dcn_v2; 0 = full rank)
   DcnStructure dcn_structure = DcnStructure::kStacked;  // hyper_parameters.dcn_structure
-  bool cross_mixture = false;  // hyper_parameters.cross_mixture (dcn_v2: DCN-Mix)
-  int cross_experts = 4;       // hyper_parameters.cross_experts (with cross_mixture)
-  double cross_l2 = 0.0;       // hyper_parameters.cross_l2 (dcn, dcn_v2)
-  std::vector<int> bot_layer_sizes;                     // hyper_parameters.bot_layer_sizes (dlrm)
+  bool cross_mixture = false;        // hyper_parameters.cross_mixture (dcn_v2: DCN-Mix)
+  int cross_experts = 4;             // hyper_parameters.cross_experts (with cross_mixture)
+  double cross_l2 = 0.0;             // hyper_parameters.cross_l2 (dcn, dcn_v2)
+  std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
 };
 
 struct TrainerConfig {

@@ -9,8 +9,8 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn or dlrm (config_enums.hpp says
-// what each is).
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn or dlrm (config_enums.hpp
+// says what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
