@@ -365,8 +365,8 @@ TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
   ASSERT_TRUE(doc.ok()) << doc.status().to_string();
   const std::string note = doc->no_effect_note();
   EXPECT_TRUE(contains(note,
-                       "hyper_parameters.clip_by_norm: PaddleRec's dcn and dcn_v2 networks "
-                       "read hyper_parameters.clip_by_norm and never apply it"))
+                       "hyper_parameters.clip_by_norm: PaddleRec's dcn hands it to its network, "
+                       "which keeps it unused, and dcn_v2 reads it unused"))
       << note;
   EXPECT_TRUE(contains(note, "hyper_parameters.is_sparse: ")) << note;
 
