@@ -8,6 +8,17 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 
+def _as_keys(values: np.ndarray, name: str) -> np.ndarray:
+    """Integer ids as keys; floats (pandas' missing values are NaN) and negative ids are an
+    error naming the slot, not keys made of their bits."""
+    if values.size and values.dtype.kind not in "iu":
+        raise ValueError(f"slot {name}: ids must be integers, got dtype {values.dtype} "
+                         "(a missing id is None or an empty list, not NaN)")
+    if values.size and values.dtype.kind == "i" and values.min() < 0:
+        raise ValueError(f"slot {name}: ids must be >= 0, got {values.min()}")
+    return values.astype(np.uint64)
+
+
 def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     """One slot column (an id per row, or a list of ids per row) as (keys, offsets)."""
     if hasattr(column, "to_numpy"):
@@ -19,21 +30,28 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
             values = np.empty(len(column), dtype=object)
             values[:] = list(column)
     if values.ndim == 1 and values.dtype != object:
-        keys = values.astype(np.uint64)
+        keys = _as_keys(values, name)
         return keys, np.arange(n + 1, dtype=np.int64)
     if values.ndim == 2:  # a fixed number of ids per row
-        keys = values.astype(np.uint64).reshape(-1)
+        keys = _as_keys(values, name).reshape(-1)
         return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
     if len(values) != n:
         raise ValueError(f"slot {name}: {len(values)} rows, the first column has {n}")
     # A row is an id, a list (or array) of ids, or None (no id): flattened without a NumPy
     # array per row.
+    stray = next((v for v in values if isinstance(v, (float, np.floating, str))), None)
+    if stray is not None:
+        raise ValueError(f"slot {name}: a row holds {stray!r}; a row is an id, a list of ids "
+                         "or None")
     rows = [() if v is None else (v,) if isinstance(v, (int, np.integer)) else v for v in values]
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    keys = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.uint64,
-                       count=int(offsets[-1]))
+    flat = list(itertools.chain.from_iterable(rows))
+    bad = next((v for v in flat if not isinstance(v, (int, np.integer)) or v < 0), None)
+    if bad is not None:
+        raise ValueError(f"slot {name}: ids must be integers >= 0, got {bad!r}")
+    keys = np.fromiter(flat, dtype=np.uint64, count=int(offsets[-1]))
     return keys.astype(np.uint64), offsets
 
 

@@ -50,7 +50,13 @@ std::string register_data(const LoadedConfig& config, const std::vector<KeyArray
                           const std::vector<OffsetArray>& offsets, const FloatArray& dense,
                           const FloatArray& labels) {
   const dataset::DatasetConfig& ds = config.config.dataset;
-  if (labels.ndim() != 1) raise(errors().engine_error, "labels must be one value per instance");
+  const std::size_t n = dense.ndim() >= 1 ? static_cast<std::size_t>(dense.shape(0)) : 0;
+  if (labels.ndim() != 1 || static_cast<std::size_t>(labels.shape(0)) != n) {
+    raise(errors().engine_error, "labels must be one value per instance: " + std::to_string(n) +
+                                     " instances (the dense rows), given " +
+                                     std::to_string(labels.ndim() == 1 ? labels.shape(0) : 0) +
+                                     " labels");
+  }
   dataset::InstanceBlock block =
       build_block(ds.slots, ds.dense_dim, keys, offsets, dense, labels.data());
   return dataset::register_memory_source(std::move(block));

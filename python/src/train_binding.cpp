@@ -107,11 +107,17 @@ trainer::RunHooks hooks_for(RunState& state) {
 trainer::TrainerConfig with_data(const LoadedConfig& config, const std::string& train,
                                  const std::string& test) {
   trainer::TrainerConfig out = config.config;
+  // The config's folder lists (runner.train_data_dirs) win over the one folder where set: they
+  // go too, or the config's folders would be trained in the data set's place.
   if (!train.empty()) {
     out.runner.train_data_dir = train;
+    out.runner.train_data_dirs.clear();
     out.runner.pass_dirs.clear();
   }
-  if (!test.empty()) out.runner.test_data_dir = test;
+  if (!test.empty()) {
+    out.runner.test_data_dir = test;
+    out.runner.test_data_dirs.clear();
+  }
   return out;
 }
 
@@ -157,7 +163,10 @@ py::dict evaluate(const LoadedConfig& config, const std::string& load, const std
     GPUBOX_EXPECTS(!dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
     const std::unique_ptr<trainer::Schedule> schedule = trainer::make_schedule(config.config, env);
     schedule->load(load);
-    result = schedule->evaluate(trainer::data_files(dir), keep_predictions);
+    // The config's test folders (a list) when no data is given, as gpubox_train --mode infer.
+    const std::vector<std::string> files = trainer::data_files(
+        dir, data_dir.empty() ? config.config.runner.test_data_dirs : std::vector<std::string>{});
+    result = schedule->evaluate(files, keep_predictions);
   } catch (const std::exception& e) {
     failure = user_message(e);
   }

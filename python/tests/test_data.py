@@ -52,6 +52,11 @@ def test_columns_that_do_not_fit_are_refused(trained: dict[str, Any]) -> None:
         gpubox.Dataset.from_frame({"1": [5], "dense_feature": [[0.1, 0.2, 0.3]]}, config)
     with pytest.raises(ValueError, match="dense"):
         gpubox.Dataset.from_frame({"click": [1], "1": [5]}, config)
+    dense = [[0.1, 0.2, 0.3], [0.0, 0.0, 1.0]]
+    # Missing ids as NaN (pandas' float columns), negative ids and stray floats are not keys.
+    for bad in ([5.0, float("nan")], [5, -1], [[7, 8.5], []], [[7], float("nan")]):
+        with pytest.raises(ValueError, match="slot 1"):
+            gpubox.Dataset.from_frame({"click": [1, 0], "1": bad, "dense_feature": dense}, config)
     data = gpubox.Dataset.from_frame(
         {"click": [1, 0], "1": [5, 0], "3": [[7, 8], []],
          "dense_feature": [[0.1, 0.2, 0.3], [0.0, 0.0, 1.0]]}, config)

@@ -14,7 +14,6 @@ def test_version_and_backend_are_the_binaries() -> None:
     version = run_binary("gpubox_train", "--version").stdout
     assert f" {gpubox.__version__} " in version
     assert f"backend {gpubox.backend})" in version
-    assert gpubox.backend in ("cpu", "cuda")
 
 
 def test_overrides_apply_as_dash_o() -> None:
@@ -47,4 +46,3 @@ def test_missing_config_file(tmp_path: pathlib.Path) -> None:
         gpubox.Config.from_yaml(missing)
     assert binary.stderr.strip() == f"gpubox_train: {raised.value}"
     assert isinstance(raised.value, ValueError)
-    assert BIN.is_dir()

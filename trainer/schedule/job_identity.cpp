@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "common/error.hpp"
 #include "dataset/memory_source.hpp"
@@ -17,7 +18,10 @@ std::map<std::string, std::string> job_identity(const TrainerConfig& config, con
                                                 int trainers) {
   std::map<std::string, std::string> identity = config.job_keys;
   identity["trainers"] = std::to_string(trainers);
-  XXH3_state_t* state = XXH3_createState();
+  // Freed on every way out (find_memory_source and GPUBOX_FAIL throw).
+  const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> owned(XXH3_createState(),
+                                                                              &XXH3_freeState);
+  XXH3_state_t* const state = owned.get();
   GPUBOX_EXPECTS(state != nullptr, "job identity: out of memory");
   XXH3_64bits_reset(state);
   std::size_t files = 0;
@@ -32,7 +36,6 @@ std::map<std::string, std::string> job_identity(const TrainerConfig& config, con
       struct stat st {};
       if (::stat(file.c_str(), &st) != 0) {
         const int err = errno;
-        XXH3_freeState(state);
         GPUBOX_FAIL("reading the size and time of data file '", file, "': ", std::strerror(err));
       }
       const std::string name = std::filesystem::absolute(file).lexically_normal().string();
@@ -46,7 +49,6 @@ std::map<std::string, std::string> job_identity(const TrainerConfig& config, con
     XXH3_64bits_update(state, "|", 1);  // where a pass ends
   }
   const uint64_t digest = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
   identity["data"] = std::to_string(files) + " files in " + std::to_string(plan.per_epoch) +
                      " passes an epoch, digest " + table::io::hex64(digest) +
                      " (their names, sizes and modification times)";
