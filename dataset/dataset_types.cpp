@@ -27,6 +27,18 @@ Status validate(const DatasetConfig& config) {
           std::to_string(config.dense_dim));
     }
   }
+  // The transform is read with the slot and multislot dense fields; the Criteo formats scale
+  // theirs by runner.criteo_dense. Set for those, it would be named at start and never applied.
+  if ((config.data_format == DataFormat::kCriteo || config.data_format == DataFormat::kFeatIdx) &&
+      config.dense_transform != config::DenseTransform::kNone &&
+      config.dense_transform != config::DenseTransform::kAuto) {
+    return Status::InvalidArgument(
+        std::string("runner.dense_transform ") +
+        name_of(config::kDenseTransformNames, config.dense_transform) +
+        " applies to slot and multislot data, but runner.data_format is " +
+        name_of(kDataFormatNames, config.data_format) +
+        " (its dense values follow runner.criteo_dense): set runner.dense_transform: none");
+  }
   const bool named = config.data_format == DataFormat::kSlot ||
                      config.data_format == DataFormat::kMultiSlot ||
                      config.data_format == DataFormat::kAuto;

@@ -270,6 +270,12 @@ int run_stat_command(const cli::ParsedArgs& args) {
   for (const std::string& dir : dirs) {
     StatusOr<DataFileList> listed = list_data_files(dir);
     if (!listed.ok()) return fail(listed.status().with_context(dir_key));
+    // Each folder of a list must hold data, as training requires (a lone empty folder is the
+    // warning below, as before).
+    if (dirs.size() > 1 && listed->files.empty()) {
+      return fail(Status::InvalidArgument(std::string(dir_key) + ": folder '" + dir +
+                                          "' of the list holds no data file"));
+    }
     files.insert(files.end(), listed->files.begin(), listed->files.end());
     skipped.insert(skipped.end(), listed->skipped.begin(), listed->skipped.end());
   }

@@ -117,7 +117,15 @@ void apply_reader(const config::ConfigDocument& doc, ReaderProfile* p) {
   const bool piped = !doc.get_string("runner.pipe_command").empty();
   if (asked != DenseTransform::kAuto) {
     p->dense = asked;
-    if (known != nullptr && !piped && known->dense != asked) {
+    if (piped && asked != DenseTransform::kNone) {
+      p->notes.push_back(std::string("runner.dense_transform: ") +
+                         name_of(config::kDenseTransformNames, asked) + " applies " +
+                         describe(asked) +
+                         " to what runner.pipe_command writes: if that command runs a reader "
+                         "that applies it already" +
+                         (known != nullptr ? " (as " + reader_text(*p) + " does)" : "") +
+                         ", it is applied twice (set runner.dense_transform: none)");
+    } else if (known != nullptr && !piped && known->dense != asked) {
       p->notes.push_back("reader: " + reader_text(*p) + " applies " + describe(known->dense) +
                          " to the dense features; runner.dense_transform: " +
                          std::string(name_of(config::kDenseTransformNames, asked)) + " applies " +
@@ -138,7 +146,8 @@ void apply_reader(const config::ConfigDocument& doc, ReaderProfile* p) {
   if (known->dense != DenseTransform::kNone) {
     p->notes.push_back("reader: " + reader_text(*p) + " applies " + describe(known->dense) +
                        " to the dense features: GPUBox reads the files itself and applies it too "
-                       "(runner.dense_transform: auto; none reads them as written)");
+                       "to slot and multislot data (runner.dense_transform: auto; none reads them "
+                       "as written)");
   } else if (known->criteo_minmax) {
     const bool minmax = doc.get_enum("runner.criteo_dense", config::kCriteoDenseNames) ==
                         config::CriteoDense::kMinMax;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <sstream>
 #include <unordered_map>
@@ -160,6 +161,9 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   // Chunks in file order to the sink; the statistics merged in file order.
   LoadStats merged;
   Status failure;
+  // A sink that throws stops the readers and is rethrown once they are joined (a joinable
+  // thread left behind by the unwinding would end the process).
+  std::exception_ptr sink_error;
   while (head < files) {
     Channel& channel = *channels[head];
     for (;;) {
@@ -175,8 +179,14 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
       }
       changed_.notify_all();
       lock.unlock();
-      sink(chunk);  // the sink moves the instances on and counts them out of queued_
+      try {
+        sink(chunk);  // the sink moves the instances on and counts them out of queued_
+      } catch (...) {
+        sink_error = std::current_exception();
+        break;
+      }
     }
+    if (sink_error) break;
     MutexLock lock(mu_);
     if (stop_) {
       failure = Status::Aborted(aborted_.empty() ? "the stream was stopped" : aborted_);
@@ -193,10 +203,11 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   }
   {
     MutexLock lock(mu_);
-    if (!failure.ok()) stop_ = true;  // readers still at work stop
+    if (!failure.ok() || sink_error) stop_ = true;  // readers still at work stop
     changed_.notify_all();
   }
   for (std::thread& t : threads) t.join();
+  if (sink_error) std::rethrow_exception(sink_error);
   stats_ = std::move(merged);
   return failure;
 }

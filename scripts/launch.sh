@@ -172,13 +172,14 @@ if [ "$role" != TRAINER ]; then
     # A server that is alive keeps its chance: under load (a loaded CI machine, a build beside
     # it) its start has taken over 10 s; one that exits is reported at once.
     for _ in $(seq 1 600); do
-      grep -q "listening on" "$logf" 2>/dev/null && break
+      grep -q "^gpubox_server listening on" "$logf" 2>/dev/null && break
       kill -0 "${pids[-1]}" 2>/dev/null || { tail -n 20 "$logf" >&2; die "gpubox_server $i failed to start; see $logf"; }
       sleep 0.1
     done
-    grep -q "listening on" "$logf" || die "gpubox_server $i did not listen within 60 s; see $logf"
+    grep -q "^gpubox_server listening on" "$logf" || die "gpubox_server $i did not listen within 60 s; see $logf"
     if [ "$port" = 0 ]; then
       port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$logf" | head -n 1)"
+      [ -n "$port" ] || die "gpubox_server $i: no port in its 'listening on' line; see $logf"
       servers[$i]="$ip:$port"
     fi
     echo "launch: gpubox_server $i on $ip:$port (log: $logf)"

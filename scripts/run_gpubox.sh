@@ -193,9 +193,11 @@ start_server() {
   # A server that is alive keeps its chance (under load its start has taken over 10 s); one that
   # exits is reported at once.
   for _ in $(seq 1 600); do
-    if grep -q "listening on" "$logf" 2>/dev/null; then
+    if grep -q "^gpubox_server listening on" "$logf" 2>/dev/null; then
       listened_port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$logf" | head -n 1)"
-      return 0
+      [ -n "$listened_port" ] && return 0
+      echo "run_gpubox: gpubox_server $index: no port in its 'listening on' line; see $logf" >&2
+      return 1
     fi
     if ! kill -0 "${server_pids[-1]}" 2>/dev/null; then
       echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2

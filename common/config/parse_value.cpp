@@ -151,6 +151,8 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
     case KeyType::kPath:
     case KeyType::kWorkPath: {
       if (key.also_list && node.IsSequence()) {
+        // [] would read as "not set": an empty list is a mistake, not a way to unset the key.
+        if (node.size() == 0) return wrong_type(key, "a path or a non-empty list of paths", node);
         std::vector<std::string> v;
         for (const YAML::Node& item : node) {
           if (!item.IsScalar() || item.Scalar().empty()) return wrong_type(key, "a path", item);

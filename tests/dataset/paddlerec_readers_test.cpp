@@ -243,6 +243,25 @@ TEST(ReaderTransforms, ReadersThatRunOrChangeNothingOrAreUnknown) {
       config_of(zoo_config(dir, "dcn_v2", "reader", "  pipe_command: \"python reader.py\"\n"));
   EXPECT_EQ(piped.dense_transform, config::DenseTransform::kNone);
   EXPECT_TRUE(piped.reader_notes.empty());
+  // A transform asked for beside a command that runs the reader: applied, and said that it may
+  // be twice.
+  const DatasetConfig twice =
+      config_of(zoo_config(dir, "dcn_v2", "reader", "  pipe_command: \"python reader.py\"\n"),
+                {"runner.dense_transform=log1p"});
+  EXPECT_EQ(twice.dense_transform, config::DenseTransform::kLog1p);
+  ASSERT_EQ(twice.reader_notes.size(), 1u);
+  EXPECT_NE(twice.reader_notes[0].find("it is applied twice"), std::string::npos)
+      << twice.reader_notes[0];
+  // The Criteo formats never read through the transform: asked for with them, refused by key.
+  const StatusOr<DatasetConfig> criteo = load_dataset_config(
+      zoo_config(dir, "dcn_v2", "reader"),
+      {"runner.data_format=criteo", "runner.dense_transform=clip01",
+       "hyper_parameters.sparse_inputs_slots=27", "hyper_parameters.dense_input_dim=13"});
+  ASSERT_FALSE(criteo.ok());
+  EXPECT_NE(criteo.status().message().find("runner.dense_transform clip01 applies to slot and "
+                                           "multislot data, but runner.data_format is criteo"),
+            std::string::npos)
+      << criteo.status().to_string();
   // A reader that reads the values as written: nothing applied, nothing said.
   const DatasetConfig dnn = config_of(zoo_config(dir, "dnn", "criteo_reader"));
   EXPECT_EQ(dnn.dense_transform, config::DenseTransform::kNone);

@@ -187,6 +187,27 @@ TEST(QueueDataset, ThroughPipeCommand) {
   expect_same_as_in_memory(c, gz, 2);
 }
 
+// A scan whose visitor throws (the streamed pass's step sizer) ends with that exception once
+// the reader threads are stopped and joined, not with the process (a joinable thread left).
+TEST(QueueDataset, AVisitorThatThrowsStopsTheReadersAndPropagates) {
+  ScratchDir dir;
+  DatasetConfig c = format_config(DataFormat::kSlot);
+  c.thread_num = 2;
+  const auto files = write_files(dir, c, {300, 300, 300, 300}, 5, true);
+  QueueDataset queue(c);
+  queue.set_filelist(files);
+  int visited = 0;
+  EXPECT_THROW(queue.scan(nullptr,
+                          [&](const InstanceBlock&) {
+                            if (++visited == 2) throw std::runtime_error("visitor failed");
+                          }),
+               std::runtime_error);
+  EXPECT_EQ(visited, 2);
+  // The stream is usable again afterwards.
+  const Status again = queue.scan();
+  EXPECT_TRUE(again.ok()) << again.to_string();
+}
+
 // 0, 1, a round (batch x cards), a round + 1, and around the queue's bound (rounds x round).
 TEST(QueueDataset, EdgeSizesAroundABatchARoundAndTheQueueBound) {
   constexpr int kCards = 2;

@@ -393,6 +393,13 @@ TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
                        "p.yaml: hyper_parameters.cross_mixture (PaddleRec's use_low_rank_mixture) "
                        "is true, but the experts' rank hyper_parameters.cross_rank (PaddleRec's "
                        "low_rank) is 0"));
+  // dcn's vector layers have no rank nor mixture: set for it, they are refused, not dropped.
+  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  model: dcn\n  low_rank: 8\n"),
+                       "p.yaml: hyper_parameters.model is dcn (DCN v1: vector cross layers), "
+                       "but hyper_parameters.cross_rank (PaddleRec's low_rank) is 8"));
+  EXPECT_TRUE(
+      contains(error_of("hyper_parameters:\n  model: dcn\n  cross_mixture: true\n"),
+               "hyper_parameters.cross_mixture (PaddleRec's use_low_rank_mixture) is true"));
   // dcn is parallel whatever dcn_structure (dcn_v2's) says.
   const StatusOr<TrainerConfig> dcn =
       parse("hyper_parameters:\n  model: dcn\n  dcn_structure: stacked\n");

@@ -217,6 +217,11 @@ TEST_F(ConfigTest, ADataFolderListIsReadInOrderAsOne) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(root + "/nope"), std::string::npos) << e.what();
   }
+  // [] would read as unset: refused naming the key.
+  auto none = load_trainer_config(write("none.yaml", "runner:\n  train_data_dir: []\n"));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().to_string().find("none.yaml:2: runner.train_data_dir"), std::string::npos)
+      << none.status().to_string();
   auto bad = load_trainer_config(write("bad.yaml", "runner:\n  train_data_dir: [[a]]\n"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().to_string().find("bad.yaml:2: runner.train_data_dir"), std::string::npos)

@@ -52,6 +52,14 @@ Status read_cross_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   h.cross_mixture = doc.get_bool(k + "cross_mixture");
   h.cross_experts = static_cast<int>(doc.get_int(k + "cross_experts"));
   h.cross_l2 = doc.get_float(k + "cross_l2");
+  // dcn (v1) has vector cross layers: a rank or a mixture set for it would be dropped unseen.
+  if (h.model == ModelKind::kDcn && (h.cross_mixture || h.cross_rank > 0)) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + k + "model is dcn (DCN v1: vector cross layers), but " + k +
+        (h.cross_mixture ? "cross_mixture (PaddleRec's use_low_rank_mixture) is true"
+                         : "cross_rank (PaddleRec's low_rank) is " + std::to_string(h.cross_rank)) +
+        ", which only dcn_v2's matrix cross layers have; set " + k + "model: dcn_v2 or drop it");
+  }
   if (h.model == ModelKind::kDcnV2 && h.cross_mixture && h.cross_rank == 0) {
     return Status::InvalidArgument(
         doc.source() + ": " + k + "cross_mixture (PaddleRec's use_low_rank_mixture) is true, " +

@@ -108,7 +108,13 @@ void PsPeerWatch::beat_loop() {
     }
     const auto now = Clock::now();
     for (std::size_t w = 0; w < n; ++w) {
+      // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
+      // judged: one that never comes is left to the barriers' runner.collective_timeout_s.
       if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || reported[w]) continue;
+      if (values[w] <= 0) {
+        last_move[w] = now;
+        continue;
+      }
       if (values[w] != last_count[w]) {
         last_count[w] = values[w];
         last_move[w] = now;

@@ -2,7 +2,8 @@
 // (PADDLE_TRAINERS_NUM > 1). PS trainers never talk to each other, only to the servers (often
 // the only machines every trainer can reach), so they beat through the first server: every
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
-// other trainer's count back in the same request. A trainer whose count has not moved for
+// other trainer's count back in the same request. A trainer that has beaten (its count above 0
+// since the job's reset) and whose count has not moved for
 // runner.peer_timeout_s while this one's requests went through, and that did not say it
 // finished its job (finish()), is lost: its process died or was stopped, or its link to the
 // servers is down. A server silent as long is lost too (ServerPings). Without the watch, such
