@@ -66,6 +66,9 @@ class DocumentBuilder {
       if (eq == std::string::npos) continue;
       const std::string name = o.substr(0, eq);
       const KeyAlias* alias = find_alias(name);
+      // A conditional alias's override may not apply (apply_conditional): the file's value of
+      // its key stays read until it does.
+      if (alias != nullptr && !alias->only_when.empty()) continue;
       overridden_.insert(alias != nullptr && !alias->key.empty() ? alias->key : name);
     }
   }
@@ -106,6 +109,10 @@ class DocumentBuilder {
       YAML::Node translated;
       GPUBOX_RETURN_IF_ERROR(translate(*alias, node, &target, &translated).with_context("-o"));
       if (target == nullptr) return Status::OK();
+      if (!alias->only_when.empty()) {
+        conditional_.push_back({alias, translated, 0, ""});
+        return Status::OK();
+      }
       ConfigValue parsed;
       const Status st = detail::parse_value(*target, translated, "", &parsed);
       if (!st.ok()) return error("-o: " + name + " (" + target->name + "): " + st.message());
@@ -134,6 +141,30 @@ class DocumentBuilder {
     for (const Status& s : unknown_) text += "\n  " + s.message();
     if (!first_error_.ok()) text += "\n  " + first_error_.message();
     return Status::InvalidArgument(text);
+  }
+
+  // The aliases that apply only when another key is true (KeyAlias::only_when), now that the
+  // file and every override are read: each sets its key, as it would have in file order, or is
+  // listed as having no effect, with why.
+  Status apply_conditional() {
+    for (const Conditional& c : conditional_) {
+      const KeyAlias& alias = *c.alias;
+      if (!std::get<bool>(doc_.value_of(*find_key(alias.only_when)))) {
+        doc_.paddlerec_notes_.emplace_back(
+            alias.name, alias.reason + "; it applies with " + alias.only_when + " true only");
+        continue;
+      }
+      const KeySpec& key = *find_key(alias.key);
+      if (c.line > 0) {
+        set_value(key, c.value, alias.name, c.line, c.base_dir);
+        continue;
+      }
+      ConfigValue parsed;
+      const Status st = detail::parse_value(key, c.value, "", &parsed);
+      if (!st.ok()) return error("-o: " + alias.name + " (" + key.name + "): " + st.message());
+      doc_.values_[key.name] = std::move(parsed);
+    }
+    return first_error_;
   }
 
   // Rules that tie keys together, checked after every value is in.
@@ -222,7 +253,11 @@ class DocumentBuilder {
           keep(error(st.message(), line));
           continue;
         }
-        if (target != nullptr) set_value(*target, translated, name, line, base_dir);
+        if (target != nullptr && !alias->only_when.empty()) {
+          conditional_.push_back({alias, translated, line, base_dir});
+        } else if (target != nullptr) {
+          set_value(*target, translated, name, line, base_dir);
+        }
       } else if (name == "table_parameters") {
         apply_table_parameters(value, base_dir);
       } else if (find_ignored(name) != nullptr) {
@@ -294,7 +329,7 @@ class DocumentBuilder {
     for (const detail::TableSetting& s : settings) {
       set_value(*find_key(s.key), s.value, s.from, s.line, base_dir);
     }
-    for (detail::TableNote& n : notes) doc_.table_notes_.emplace_back(n.from, n.reason);
+    for (detail::TableNote& n : notes) doc_.paddlerec_notes_.emplace_back(n.from, n.reason);
   }
 
   // -o table_parameters.<table>.<leaf>=value: as the leaf in the file, replacing its key.
@@ -321,7 +356,7 @@ class DocumentBuilder {
       if (!st.ok()) return error("-o: " + name + " (" + key.name + "): " + st.message());
       doc_.values_[key.name] = std::move(parsed);
     }
-    for (detail::TableNote& n : notes) doc_.table_notes_.emplace_back(n.from, n.reason);
+    for (detail::TableNote& n : notes) doc_.paddlerec_notes_.emplace_back(n.from, n.reason);
     return Status::OK();
   }
 
@@ -400,7 +435,14 @@ class DocumentBuilder {
   std::map<std::string, SetBy> lines_;  // where the file sets each key
   std::set<std::string> overridden_;    // keys an override replaces
   std::vector<Status> unknown_;         // one per unknown key of the file, in file order
-  Status first_error_;                  // the file's first error of another kind
+  struct Conditional {
+    const KeyAlias* alias;
+    YAML::Node value;  // translated for alias->key
+    int line;          // in the file; 0 for an override
+    std::string base_dir;
+  };
+  std::vector<Conditional> conditional_;  // aliases with only_when, in the order read
+  Status first_error_;                    // the file's first error of another kind
 };
 
 StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
@@ -428,6 +470,7 @@ StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
   builder.set_overridden(overrides);
   GPUBOX_RETURN_IF_ERROR(builder.apply_root(root, base_dir));
   for (const std::string& o : overrides) GPUBOX_RETURN_IF_ERROR(builder.apply_override(o));
+  GPUBOX_RETURN_IF_ERROR(builder.apply_conditional());
   GPUBOX_RETURN_IF_ERROR(builder.check_rules());
   return builder.take();
 }
@@ -545,7 +588,7 @@ std::vector<std::string> ConfigDocument::no_effect_keys() const {
       if (find_ignored(name) == &key) out.push_back(name);
     }
   }
-  for (const auto& [name, reason] : table_notes_) out.push_back(name);
+  for (const auto& [name, reason] : paddlerec_notes_) out.push_back(name);
   return out;
 }
 
@@ -554,14 +597,14 @@ std::string ConfigDocument::no_effect_note() const {
   if (keys.empty()) return "";
   std::string text = source_ + ": " + std::to_string(keys.size()) + " PaddleRec key" +
                      (keys.size() == 1 ? " has" : "s have") + " no effect in GPUBox:";
-  std::map<std::string, std::string> table_reasons(table_notes_.begin(), table_notes_.end());
+  std::map<std::string, std::string> note_reasons(paddlerec_notes_.begin(), paddlerec_notes_.end());
   for (const std::string& k : keys) {
     const KeySpec* spec = find_key(k);
     const IgnoredKey* ignored = spec == nullptr ? find_ignored(k) : nullptr;
     text += "\n  " + k + ": " +
             (spec != nullptr ? spec->meaning
              : ignored       ? ignored->reason
-                             : table_reasons[k]);
+                             : note_reasons[k]);
   }
   return text;
 }

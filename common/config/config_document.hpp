@@ -101,7 +101,9 @@ class ConfigDocument {
   // Keys accepted for PaddleRec compatibility that have no effect in GPUBox: the table's
   // no-effect keys this config sets to another value than their default, then the ignored
   // PaddleRec keys it sets (to any value), in table order, then its table_parameters leaves that
-  // have none (the others set hyper_parameters.sparse_optimizer.*), in file order.
+  // have none (the others set hyper_parameters.sparse_optimizer.*), in file order, then the
+  // PaddleRec names that apply only beside another key's true (low_rank with
+  // use_low_rank_mixture) set without it.
   std::vector<std::string> no_effect_keys() const;
   // The same with one line per key saying why ("" when there are none), for the binaries to
   // print once at start:
@@ -125,8 +127,9 @@ class ConfigDocument {
   std::string file_path_;
   std::map<std::string, ConfigValue, std::less<>> values_;  // keys set by the file or -o
   std::set<std::string> ignored_set_;  // ignored PaddleRec keys set by the file or -o
-  // table_parameters leaves with no effect in GPUBox, and why (in file order).
-  std::vector<std::pair<std::string, std::string>> table_notes_;
+  // PaddleRec names with no effect in this config, and why: table_parameters leaves GPUBox has
+  // no knob for (in file order), then aliases whose KeyAlias::only_when key is false.
+  std::vector<std::pair<std::string, std::string>> paddlerec_notes_;
   mutable std::set<std::string> keys_read_;
 };
 

@@ -105,6 +105,11 @@ struct KeyAlias {
   std::string if_true, if_false;  // kBoolChoice
   std::string reason;             // one line: what it is in PaddleRec (and why refused)
   int64_t offset = 0;             // kOffset
+  // A bool key that must be true, once the whole file and its overrides are read, for the alias
+  // to set its key; else the alias has no effect and is listed with the keys that have none
+  // ("" = always applies). PaddleRec dcn_v2 reads low_rank only for DCN-Mix, while GPUBox's
+  // cross_rank makes plain cross layers low-rank too.
+  std::string only_when;
 };
 const std::vector<KeyAlias>& key_aliases();
 // The alias named `name`, or nullptr.

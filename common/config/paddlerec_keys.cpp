@@ -120,18 +120,18 @@ const std::vector<KeyAlias>& key_aliases() {
   const std::string h = "hyper_parameters.";
   // clang-format off
   static const std::vector<KeyAlias> aliases = {
-      {"runner.init_model_path", "runner.model_init_path", Kind::kSame, "", "", "PaddleRec's online and offline-infer starting model (slot_dnn): a GPUBox save here", 0},
-      {h + "cross_num", h + "cross_layers", Kind::kSame, "", "", "PaddleRec dcn's and dcn_v2's number of cross layers", 0},
-      {h + "low_rank", h + "cross_rank", Kind::kSame, "", "", "PaddleRec dcn_v2's rank of the low-rank cross layers", 0},
-      {h + "is_Stacked", h + "dcn_structure", Kind::kBoolChoice, "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel", 0},
-      {h + "layer_sizes", h + "fc_sizes", Kind::kSame, "", "", "PaddleRec slot_dnn's hidden layers", 0},
-      {h + "top_layer_sizes", h + "fc_sizes", Kind::kOutputLayerList, "", "", "PaddleRec dlrm's top MLP: its hidden layers, then the output layer (2: a two-class softmax, which is GPUBox's one logit)", 0},
-      {h + "emb_dim", h + "sparse_feature_dim", Kind::kSame, "", "", "PaddleRec slot_dnn's embedding width per key (1 wide weight + the embedding, as sparse_feature_dim)", 0},
-      {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1},
-      {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0},
-      {h + "use_low_rank_mixture", h + "cross_mixture", Kind::kSame, "", "", "PaddleRec dcn_v2's switch to DCN-Mix (a gated mixture of low-rank experts per cross layer)", 0},
-      {h + "num_experts", h + "cross_experts", Kind::kSame, "", "", "PaddleRec dcn_v2's experts per DCN-Mix cross layer", 0},
-      {h + "l2_reg_cross", h + "cross_l2", Kind::kSame, "", "", "PaddleRec dcn's L2 on the cross layers (its net adds the sum of squares of x_l * w_l, without the coefficient; its dcn_v2 reads the key and adds nothing)", 0},
+      {"runner.init_model_path", "runner.model_init_path", Kind::kSame, "", "", "PaddleRec's online and offline-infer starting model (slot_dnn): a GPUBox save here", 0, ""},
+      {h + "cross_num", h + "cross_layers", Kind::kSame, "", "", "PaddleRec dcn's and dcn_v2's number of cross layers", 0, ""},
+      {h + "low_rank", h + "cross_rank", Kind::kSame, "", "", "PaddleRec dcn_v2's rank of the DCN-Mix experts (its plain cross layers are full rank)", 0, h + "cross_mixture"},
+      {h + "is_Stacked", h + "dcn_structure", Kind::kBoolChoice, "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel", 0, ""},
+      {h + "layer_sizes", h + "fc_sizes", Kind::kSame, "", "", "PaddleRec slot_dnn's hidden layers", 0, ""},
+      {h + "top_layer_sizes", h + "fc_sizes", Kind::kOutputLayerList, "", "", "PaddleRec dlrm's top MLP: its hidden layers, then the output layer (2: a two-class softmax, which is GPUBox's one logit)", 0, ""},
+      {h + "emb_dim", h + "sparse_feature_dim", Kind::kSame, "", "", "PaddleRec slot_dnn's embedding width per key (1 wide weight + the embedding, as sparse_feature_dim)", 0, ""},
+      {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1, ""},
+      {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0, ""},
+      {h + "use_low_rank_mixture", h + "cross_mixture", Kind::kSame, "", "", "PaddleRec dcn_v2's switch to DCN-Mix (a gated mixture of low-rank experts per cross layer)", 0, ""},
+      {h + "num_experts", h + "cross_experts", Kind::kSame, "", "", "PaddleRec dcn_v2's experts per DCN-Mix cross layer", 0, ""},
+      {h + "l2_reg_cross", h + "cross_l2", Kind::kSame, "", "", "PaddleRec dcn's L2 on the cross layers (its net adds the sum of squares of x_l * w_l, without the coefficient; its dcn_v2 reads the key and adds nothing)", 0, ""},
   };
   // clang-format on
   return aliases;

@@ -143,9 +143,16 @@ TEST(PaddleRecKeys, IntegersForBoolsAsYamlUsersWriteThem) {
 }
 
 TEST(PaddleRecKeys, DcnV2LowRankAndLrRegAndNumField) {
+  // low_rank is the DCN-Mix experts' rank: before or after use_low_rank_mixture in the file.
+  for (const char* yaml : {"hyper_parameters:\n  low_rank: 32\n  use_low_rank_mixture: 1\n",
+                           "hyper_parameters:\n  use_low_rank_mixture: 1\n  low_rank: 32\n"}) {
+    const StatusOr<TrainerConfig> mix = parse(yaml);
+    ASSERT_TRUE(mix.ok()) << mix.status().to_string();
+    EXPECT_EQ(mix->hyper.cross_rank, 32) << yaml;
+  }
   const StatusOr<TrainerConfig> dcn = parse("hyper_parameters:\n  low_rank: 32\n  cross_num: 2\n");
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
-  EXPECT_EQ(dcn->hyper.cross_rank, 32);
+  EXPECT_EQ(dcn->hyper.cross_rank, 0);  // PaddleRec's CrossNetV2: full rank
   EXPECT_EQ(dcn->hyper.cross_layers, 2);
   // logistic_regression's config.yaml: L1 on the weights, 39 fields = 13 dense + 26 slots.
   const StatusOr<TrainerConfig> lr =
@@ -394,7 +401,7 @@ TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
                        "is true, but the experts' rank hyper_parameters.cross_rank (PaddleRec's "
                        "low_rank) is 0"));
   // dcn's vector layers have no rank nor mixture: set for it, they are refused, not dropped.
-  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  model: dcn\n  low_rank: 8\n"),
+  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  model: dcn\n  cross_rank: 8\n"),
                        "p.yaml: hyper_parameters.model is dcn (DCN v1: vector cross layers), "
                        "but hyper_parameters.cross_rank (PaddleRec's low_rank) is 8"));
   EXPECT_TRUE(
@@ -404,6 +411,42 @@ TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
   const StatusOr<TrainerConfig> dcn =
       parse("hyper_parameters:\n  model: dcn\n  dcn_structure: stacked\n");
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+}
+
+// PaddleRec dcn_v2 builds full-rank cross layers (CrossNetV2) unless use_low_rank_mixture is
+// true, whatever low_rank says: trained low-rank, its config would have been another network.
+TEST(PaddleRecKeys, LowRankWithoutTheMixtureHasNoEffectAndIsListed) {
+  const std::string yaml =
+      "hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: False\n  low_rank: 32\n";
+  auto doc = config::ConfigDocument::parse(yaml, "/base", {}, "p.yaml");
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_int("hyper_parameters.cross_rank"), 0);
+  EXPECT_TRUE(contains(doc->no_effect_note(),
+                       "hyper_parameters.low_rank: PaddleRec dcn_v2's rank of the DCN-Mix experts "
+                       "(its plain cross layers are full rank); it applies with "
+                       "hyper_parameters.cross_mixture true only"))
+      << doc->no_effect_note();
+  // An override turning the mixture on makes the file's low_rank apply; one of low_rank itself
+  // applies with the mixture only, and replaces the file's.
+  auto on = config::ConfigDocument::parse(yaml, "/base", {"hyper_parameters.cross_mixture=true"},
+                                          "p.yaml");
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_EQ(on->get_int("hyper_parameters.cross_rank"), 32);
+  EXPECT_EQ(on->no_effect_note(), "");
+  auto both = config::ConfigDocument::parse(
+      yaml, "/base", {"hyper_parameters.use_low_rank_mixture=1", "hyper_parameters.low_rank=8"},
+      "p.yaml");
+  ASSERT_TRUE(both.ok()) << both.status().to_string();
+  EXPECT_EQ(both->get_int("hyper_parameters.cross_rank"), 8);
+  auto off =
+      config::ConfigDocument::parse(yaml, "/base", {"hyper_parameters.low_rank=8"}, "p.yaml");
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_EQ(off->get_int("hyper_parameters.cross_rank"), 0);
+  // Set beside cross_rank, the mixture's low_rank is still the one key set twice.
+  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  cross_rank: 4\n  low_rank: 8\n"
+                                "  use_low_rank_mixture: 1\n"),
+                       "p.yaml:3: hyper_parameters.low_rank sets hyper_parameters.cross_rank to "
+                       "8, set already on line 2"));
 }
 
 // PaddleRec's dcn and dcn_v2 read dnn_use_bn and clip_by_norm and use neither (their net.py,
