@@ -157,6 +157,25 @@ class SparseShard {
                        std::vector<uint32_t>* rest) GPUBOX_REQUIRES(mu_);
   // Applies the shrink rules to one row in place; true when the row must be deleted.
   bool age_row(float* row) const;
+  // shrink's part on disk: ages the rows only on disk (not those with a memory row, aged in
+  // memory), deleting those the rules delete; returns how many.
+  StatusOr<uint64_t> age_disk_rows() GPUBOX_REQUIRES(mu_);
+  // A memory row leaving for the disk tier.
+  struct Victim {
+    uint64_t key;
+    uint32_t index;
+    bool pinned;  // its pass writes it back: later pushes of it go to disk (write_through_)
+  };
+  // enforce_memory_limit's choice: at least `rows` rows, and rows whose storage adds up to at
+  // least `bytes`, unpinned before pinned, lowest score then longest unseen first; in key order.
+  std::vector<Victim> coldest_rows(std::size_t rows, uint64_t bytes) GPUBOX_REQUIRES(mu_);
+  // Writes `victims` (in key order: RocksDB's memtable inserts walk forward, and its files come
+  // out with fewer overlaps to compact) to disk in batches, a clean disk copy left as it is, and
+  // drops their memory rows.
+  Status evict(const std::vector<Victim>& victims) GPUBOX_REQUIRES(mu_);
+  // Disk batches are written in pieces of this many entries, so a shrink over a large disk tier
+  // does not build one huge batch.
+  static constexpr std::size_t kDiskBatchEntries = 1 << 16;
 
   const uint32_t id_;
   const RowLayout layout_;  // the records' (widest class's); rows are stored at their own width

@@ -1,0 +1,245 @@
+// SparseShard's rows between memory and the disk tier: shrink (aging, deletion, cold rows to
+// disk) and the memory limits (rows, and the row storage's bytes) kept by eviction.
+#include <algorithm>
+#include <cstring>
+
+#include "table/sparse_shard.hpp"
+
+namespace gpubox::table {
+
+bool SparseShard::age_row(float* row) const {
+  row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
+  row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
+  row[RowLayout::kUnseenDays] += 1.0f;
+  return row_score(row, cfg_) < cfg_.delete_threshold ||
+         row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days;
+}
+
+StatusOr<uint64_t> SparseShard::age_disk_rows() {
+  const uint32_t now = epochs_->current.load();
+  const int32_t stride = layout_.stride();
+  DiskTier::Batch batch;
+  Status st;
+  uint64_t deleted = 0;
+  std::vector<uint64_t> deleted_keys;
+  // After a failed write nothing more is written or counted: the error ends the shrink.
+  const auto commit = [&] {
+    mu_.assert_held();
+    if (st.ok()) st = disk_->write(batch);
+    if (!st.ok()) return;
+    batch.clear();
+    deleted += deleted_keys.size();
+    rows_on_disk_ -= deleted_keys.size();
+    for (uint64_t k : deleted_keys) note_deleted(k);
+    deleted_keys.clear();
+  };
+  std::vector<float> row(stride);
+  GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
+    mu_.assert_held();
+    // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
+    if (!st.ok() || index_.find(key) != KeyIndexMap::kAbsent) return;
+    std::memcpy(row.data(), r, sizeof(float) * stride);
+    if (age_row(row.data())) {
+      batch.erase(id_, key);
+      deleted_keys.push_back(key);
+      if (write_through_.size() > 0) write_through_.erase(key);
+    } else {
+      batch.put(id_, key, row.data(), now, layout_.of_row(row.data()).stride());
+    }
+    if (batch.count() >= kDiskBatchEntries) commit();
+  }));
+  commit();
+  GPUBOX_RETURN_IF_ERROR(st);
+  return deleted;
+}
+
+StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
+  MutexLock lock(mu_);
+  uint64_t deleted = 0;
+  // Disk rows first, so that rows moved to disk below are aged once, not twice.
+  if (disk_ != nullptr && rows_on_disk_ > 0) {
+    StatusOr<uint64_t> on_disk = age_disk_rows();
+    GPUBOX_RETURN_IF_ERROR(on_disk.status());
+    deleted += *on_disk;
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> entries;
+  entries.reserve(index_.size());
+  index_.for_each([&](uint64_t key, uint32_t index) { entries.emplace_back(key, index); });
+  std::vector<std::pair<uint64_t, uint32_t>> dead;
+  std::vector<Victim> cold;
+  for (const auto& [key, index] : entries) {
+    float* row = arena_.row(index);
+    // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale.
+    mark(index);
+    if (age_row(row)) {
+      dead.emplace_back(key, index);
+      continue;
+    }
+    if (disk_ != nullptr && cold_after_days > 0 &&
+        row[RowLayout::kUnseenDays] >= static_cast<float>(cold_after_days)) {
+      cold.push_back({key, index, /*pinned=*/false});
+    }
+  }
+  std::sort(dead.begin(), dead.end());
+  GPUBOX_RETURN_IF_ERROR(delete_rows(dead));
+  for (const auto& entry : dead) note_deleted(entry.first);
+  deleted += dead.size();
+  std::sort(cold.begin(), cold.end(),
+            [](const Victim& a, const Victim& b) { return a.key < b.key; });
+  GPUBOX_RETURN_IF_ERROR(evict(cold));  // each marked above: none has a clean disk copy
+  return deleted;
+}
+
+SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t* pos,
+                                            std::size_t m, const float* pushed) const {
+  const Incoming all{m, static_cast<uint64_t>(m) * widest_row_bytes_};
+  if (disk_ == nullptr || memory_limit_ == 0) return all;
+  if (index_.size() + m <= memory_limit_ &&
+      (byte_limit_ == 0 || arena_.allocated_row_bytes() + all.bytes <= byte_limit_)) {
+    return all;
+  }
+  Incoming in{0, 0};
+  const std::size_t stride = layout_.stride();
+  for (std::size_t j = 0; j < m; ++j) {
+    const uint64_t key = keys[pos[j]];
+    const uint32_t index = index_.find(key);
+    if (index == KeyIndexMap::kAbsent) {
+      ++in.rows;
+      in.bytes += widest_row_bytes_;
+    } else if (pushed != nullptr && layout_.mixed_widths) {
+      // A push that moves the row to another class takes a row of that class (the one it
+      // leaves is released, its chunk kept until a compaction); a bad width fails the push later.
+      StatusOr<uint32_t> width_class = row_class(key, pushed + pos[j] * stride);
+      if (width_class.ok() && *width_class != detail::RowArenas::class_of(index)) {
+        in.bytes +=
+            sizeof(float) * arena_.arena(*width_class).stride() + detail::RowArena::kMetadataBytes;
+      }
+    }
+  }
+  return in;
+}
+
+void SparseShard::compact_arenas() {
+  std::vector<uint32_t> boundary(arena_.classes());
+  bool any = false;
+  for (std::size_t c = 0; c < boundary.size(); ++c) {
+    boundary[c] = arena_.compact_boundary(c);
+    any = any || boundary[c] != detail::RowArena::kNoCompaction;
+  }
+  if (!any) return;
+  std::vector<std::pair<uint32_t, uint64_t>> moving;  // (handle, key) of the rows to move
+  index_.for_each([&](uint64_t key, uint32_t handle) {
+    if ((handle & detail::RowArenas::kIndexMask) >= boundary[detail::RowArenas::class_of(handle)]) {
+      moving.emplace_back(handle, key);
+    }
+  });
+  std::sort(moving.begin(), moving.end());
+  arena_.compact([&](uint32_t from, uint32_t to) {
+    mu_.assert_held();
+    const auto it =
+        std::lower_bound(moving.begin(), moving.end(), std::make_pair(from, uint64_t{0}));
+    GPUBOX_EXPECTS(it != moving.end() && it->first == from, "shard ", id_, ": row ", from,
+                   " moved by compaction has no key");
+    index_.assign(it->second, to);
+  });
+}
+
+std::vector<SparseShard::Victim> SparseShard::coldest_rows(std::size_t rows, uint64_t bytes) {
+  struct Candidate {
+    bool pinned;
+    float score;
+    float minus_unseen;
+    uint32_t index;
+    uint64_t key;
+    bool operator<(const Candidate& o) const {
+      if (pinned != o.pinned) return !pinned;
+      return score != o.score ? score < o.score : minus_unseen < o.minus_unseen;
+    }
+  };
+  std::vector<Candidate> scored;
+  scored.reserve(index_.size());
+  index_.for_each([&](uint64_t key, uint32_t index) {
+    mu_.assert_held();
+    const float* row = arena_.row(index);
+    scored.push_back(
+        {arena_.pinned(index), row_score(row, cfg_), -row[RowLayout::kUnseenDays], index, key});
+  });
+  // The rows' count, then as many more as the bytes need: each row frees at most the widest
+  // row's bytes, so a step of excess / widest rows never overshoots the bytes by a row's worth.
+  const auto rows_for = [&](uint64_t excess) {
+    return static_cast<std::size_t>((excess + widest_row_bytes_ - 1) / widest_row_bytes_);
+  };
+  std::size_t victims = std::min(scored.size(), std::max(rows, rows_for(bytes)));
+  std::nth_element(scored.begin(), scored.begin() + victims, scored.end());
+  uint64_t freed = 0;
+  for (std::size_t i = 0; i < victims; ++i) freed += arena_.row_bytes(scored[i].index);
+  while (freed < bytes && victims < scored.size()) {
+    const std::size_t more = std::min(scored.size() - victims, rows_for(bytes - freed));
+    std::nth_element(scored.begin() + victims, scored.begin() + victims + more, scored.end());
+    for (std::size_t i = victims; i < victims + more; ++i) {
+      freed += arena_.row_bytes(scored[i].index);
+    }
+    victims += more;
+  }
+  std::vector<Victim> out;
+  out.reserve(victims);
+  for (std::size_t i = 0; i < victims; ++i) {
+    out.push_back({scored[i].key, scored[i].index, scored[i].pinned});
+  }
+  std::sort(out.begin(), out.end(), [](const Victim& a, const Victim& b) { return a.key < b.key; });
+  return out;
+}
+
+Status SparseShard::evict(const std::vector<Victim>& victims) {
+  for (std::size_t begin = 0; begin < victims.size(); begin += kDiskBatchEntries) {
+    const std::size_t end = std::min(victims.size(), begin + kDiskBatchEntries);
+    DiskTier::Batch batch;
+    for (std::size_t i = begin; i < end; ++i) {
+      const uint32_t index = victims[i].index;
+      // A clean copy on disk is the row already: nothing to write.
+      if (arena_.disk_copy_clean(index)) continue;
+      batch.put(id_, victims[i].key, arena_.row(index), arena_.epoch(index), arena_.stride(index));
+    }
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    rows_evicted_clean_ += (end - begin) - batch.count();
+    for (std::size_t i = begin; i < end; ++i) {
+      remove_row(victims[i].key, victims[i].index);
+      if (victims[i].pinned && write_through_.size() < write_through_limit_) {
+        write_through_.insert(victims[i].key, 0);
+      }
+    }
+    rows_on_disk_ += end - begin;
+    rows_evicted_ += end - begin;
+  }
+  return Status::OK();
+}
+
+Status SparseShard::enforce_memory_limit(Incoming in) {
+  if (disk_ == nullptr || memory_limit_ == 0) return Status::OK();
+  // The byte limit holds on the rows' storage as allocated: chunks that freed rows left behind
+  // (each class keeps its peak otherwise) go back before anything is evicted.
+  const auto within = [&] {
+    mu_.assert_held();
+    return index_.size() + in.rows <= memory_limit_ &&
+           (byte_limit_ == 0 || arena_.allocated_row_bytes() + in.bytes <= byte_limit_);
+  };
+  if (within()) return Status::OK();
+  if (byte_limit_ > 0) {
+    compact_arenas();
+    if (within()) return Status::OK();
+  }
+  const uint64_t bytes = arena_.allocated_row_bytes();
+  // Evict a little below the limits so that the next pulls do not each evict a handful of rows.
+  const auto target = [](uint64_t limit, uint64_t incoming) {
+    return std::min<uint64_t>(limit - limit / 8, limit - std::min<uint64_t>(incoming, limit));
+  };
+  const uint64_t target_rows = target(memory_limit_, in.rows);
+  const uint64_t target_bytes = byte_limit_ == 0 ? bytes : target(byte_limit_, in.bytes);
+  const std::size_t excess_rows = index_.size() > target_rows ? index_.size() - target_rows : 0;
+  const uint64_t excess_bytes = bytes > target_bytes ? bytes - target_bytes : 0;
+  GPUBOX_RETURN_IF_ERROR(evict(coldest_rows(excess_rows, excess_bytes)));
+  if (byte_limit_ > 0) compact_arenas();
+  return Status::OK();
+}
+
+}  // namespace gpubox::table
