@@ -7,6 +7,8 @@ Input line (gpubox_data gen / PaddleRec slot format, "slot:feasign" order):
   click:0 dense_feature:0.34 ... dense_feature:0.12 1:10 2:100052 ... 26:2500001
 Output line, one group per use_var in this order: click, dense_feature, 1 .. <slots>:
   1 <click> <dense> d1 .. d<dense> <n1> k .. <n2> k ..
+or in the order --fields names (label, dense and slot numbers: "label,1,2,..,26,dense" for
+PaddleRec's criteo networks, whose feeds are label, C1 .. C26, dense_input).
 Each key becomes key % table_rows (Paddle's static embedding is a fixed-size table). A slot with
 no key gets the single key 0, because Paddle's MultiSlot feed rejects an empty slot; GPUBox pools
 an empty slot to zeros instead (generated data never has one). A line that cannot be parsed is
@@ -23,10 +25,17 @@ def main():
     ap.add_argument("--table_rows", type=int, required=True)
     ap.add_argument("--label", default="click")
     ap.add_argument("--dense_name", default="dense_feature")
+    ap.add_argument("--fields", default="", help="output order: label, dense, slot numbers")
     a = ap.parse_args()
     if a.slots <= 0 or a.dense <= 0 or a.table_rows <= 0:
         sys.exit("slot_to_multislot: --slots, --dense and --table_rows must be positive")
     names = {str(s): s - 1 for s in range(1, a.slots + 1)}
+    order = ["label", "dense"] + list(range(a.slots))
+    if a.fields:
+        order = [f if f in ("label", "dense") else names.get(f) for f in a.fields.split(",")]
+        if None in order or len(order) != a.slots + 2 or len(set(order)) != len(order):
+            sys.exit("slot_to_multislot: --fields '%s' must name label, dense and slots 1 .. %d "
+                     "once each" % (a.fields, a.slots))
     label_prefix = a.label + ":"
     dense_prefix = a.dense_name + ":"
     rows = a.table_rows
@@ -57,13 +66,17 @@ def main():
             print("slot_to_multislot: dropped malformed line %d: %.80s" % (lineno, line.strip()),
                   file=sys.stderr)
             continue
-        parts = ["1", label, str(a.dense)]
-        parts.extend(dense)
-        for k in keys:
-            if not k:
-                k = ["0"]
-            parts.append(str(len(k)))
-            parts.extend(k)
+        parts = []
+        for f in order:
+            if f == "label":
+                parts.extend(("1", label))
+            elif f == "dense":
+                parts.append(str(a.dense))
+                parts.extend(dense)
+            else:
+                k = keys[f] or ["0"]
+                parts.append(str(len(k)))
+                parts.extend(k)
         out.write(" ".join(parts))
         out.write("\n")
     if bad:

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""PaddlePaddle running one of PaddleRec's own networks (models/rank/<model>) on GPUBox's
+generated data: PaddleRec's StaticModel (its static_model.py: create_feeds, net,
+create_optimizer, as its tools/static_trainer.py calls them) or, for a folder with only a
+dygraph_model.py (dcn_v2), its DygraphModel's layer, loss and optimizer built as a static
+program; fed by Paddle's InMemoryDataset (MultiSlot text through slot_to_multislot.py) and
+trained with Executor.train_from_dataset, as train_paddle.py trains the DNN.
+
+  python3 train_paddle_zoo.py --paddlerec DIR --model deepfm --train_dir D [--test_dir T]
+                              --threads N --epochs E --batch 512 --table_rows R --json OUT.json
+
+The folder's config.yaml is read unchanged except the shapes of the data (sparse_inputs_slots =
+slots + 1, dense_input_dim, sparse_feature_number = table_rows) and the batch: the network, its
+widths, optimizer and learning rate are PaddleRec's. Per epoch: the wall time of
+train_from_dataset alone (data already in memory), the examples, the AUC of the predictions made
+while training (the network's own auc op, its state reset each epoch) and the held-out AUC
+(infer_from_dataset on the same program cloned for test) when --test_dir is given.
+"""
+import argparse
+import importlib
+import json
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+import paddle
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from train_paddle import auc_from_stats, files_of  # noqa: E402
+
+
+def flat_config(path, overrides):
+    """PaddleRec's config as its envs.load_yaml gives it: one dict of dotted keys."""
+    with open(path) as f:
+        tree = yaml.safe_load(f)
+    out = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            name = prefix + str(key)
+            if isinstance(value, dict):
+                walk(value, name + ".")
+            out[name] = value
+
+    walk(tree, "")
+    out.update(overrides)
+    return out
+
+
+class Config(dict):
+    def get(self, key, default=None):  # PaddleRec's models call config.get("a.b", default)
+        return dict.get(self, key, default)
+
+
+def field_of(var):
+    """The slot_to_multislot.py field a feed variable reads: label, dense or a slot number."""
+    name = var.name
+    if name in ("label", "click"):
+        return "label"
+    if name in ("dense_input", "dense_feature"):
+        return "dense"
+    digits = name[1:] if name.startswith("C") else name
+    if not digits.isdigit():
+        sys.exit("train_paddle_zoo: feed variable '%s' is neither the label, the dense input nor "
+                 "a slot (C<n> or <n>)" % name)
+    return digits
+
+
+def build_static(model_dir, config):
+    """PaddleRec's StaticModel: feeds, the network (with its auc op), the loss's optimizer."""
+    static_model = importlib.import_module("static_model")
+    model = static_model.StaticModel(config)
+    feeds = model.create_feeds()
+    model.net(feeds)
+    test_prog = paddle.static.default_main_program().clone(for_test=True)
+    model.create_optimizer()
+    return feeds, test_prog
+
+
+def build_dygraph_as_static(config):
+    """A folder without static_model.py (dcn_v2): its DygraphModel's layer, loss and optimizer
+    on static feeds named as PaddleRec's other criteo networks name them."""
+    dygraph_model = importlib.import_module("dygraph_model")
+    dm = dygraph_model.DygraphModel()
+    slots = config["hyper_parameters.sparse_inputs_slots"] - 1
+    dense = paddle.static.data(name="dense_input",
+                               shape=[None, config["hyper_parameters.dense_input_dim"]],
+                               dtype="float32")
+    sparse = [paddle.static.data(name="C%d" % i, shape=[None, 1], dtype="int64")
+              for i in range(1, slots + 1)]
+    label = paddle.static.data(name="label", shape=[None, 1], dtype="int64")
+    layer = dm.create_model(config)
+    pred = layer(sparse, dense)
+    loss = dm.create_loss(pred, label)
+    paddle.static.auc(input=paddle.concat([1 - pred, pred], axis=1), label=label, slide_steps=0)
+    test_prog = paddle.static.default_main_program().clone(for_test=True)
+    dm.create_optimizer(layer, config).minimize(loss)
+    return [label] + sparse + [dense], test_prog
+
+
+def auc_states(program):
+    for op in program.global_block().ops:
+        if op.type == "auc":
+            return op.input("StatPos")[0], op.input("StatNeg")[0]
+    sys.exit("train_paddle_zoo: the network builds no auc op")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="PaddlePaddle running a PaddleRec network")
+    ap.add_argument("--paddlerec", required=True, help="a PaddleRec checkout")
+    ap.add_argument("--model", required=True, help="a folder of models/rank")
+    ap.add_argument("--train_dir", required=True)
+    ap.add_argument("--test_dir", default="")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--slots", type=int, default=26)
+    ap.add_argument("--dense", type=int, default=13)
+    ap.add_argument("--table_rows", type=int, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args()
+    model_dir = os.path.join(args.paddlerec, "models", "rank", args.model)
+    if not os.path.isfile(os.path.join(model_dir, "config.yaml")):
+        sys.exit("train_paddle_zoo: %s has no config.yaml" % model_dir)
+    config = Config(flat_config(os.path.join(model_dir, "config.yaml"), {
+        "hyper_parameters.sparse_inputs_slots": args.slots + 1,
+        "hyper_parameters.dense_input_dim": args.dense,
+        "hyper_parameters.sparse_feature_number": args.table_rows,
+        "runner.train_batch_size": args.batch}))
+    sys.path.insert(0, model_dir)  # its static_model.py imports its net.py
+
+    paddle.enable_static()
+    paddle.seed(args.seed)
+    main_prog, startup = paddle.static.Program(), paddle.static.Program()
+    main_prog.random_seed = startup.random_seed = args.seed + 1
+    with paddle.static.program_guard(main_prog, startup):
+        if os.path.isfile(os.path.join(model_dir, "static_model.py")):
+            feeds, test_prog = build_static(model_dir, config)
+        else:
+            feeds, test_prog = build_dygraph_as_static(config)
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    exe.run(startup)
+    scope = paddle.static.global_scope()
+    stat_pos, stat_neg = auc_states(main_prog)
+
+    def reset_auc():
+        for name in (stat_pos, stat_neg):
+            t = scope.find_var(name).get_tensor()
+            t.set(np.zeros(np.array(t).shape, dtype=np.array(t).dtype), place)
+
+    def read_auc():
+        pos = np.array(scope.find_var(stat_pos).get_tensor())
+        neg = np.array(scope.find_var(stat_neg).get_tensor())
+        return auc_from_stats(pos, neg), int(pos.sum() + neg.sum())
+
+    fields = ",".join(field_of(v) for v in feeds)
+    pipe = "%s %s --slots %d --dense %d --table_rows %d --fields %s" % (
+        sys.executable, os.path.join(HERE, "slot_to_multislot.py"), args.slots, args.dense,
+        args.table_rows, fields)
+
+    def dataset(files):
+        ds = paddle.distributed.InMemoryDataset()
+        ds.init(batch_size=args.batch, thread_num=args.threads, use_var=feeds, pipe_command=pipe)
+        ds.set_filelist(files)
+        t0 = time.time()
+        ds.load_into_memory()
+        return ds, time.time() - t0
+
+    train_ds, load_s = dataset(files_of(args.train_dir))
+    n_train = int(train_ds.get_memory_data_size())
+    test_ds = dataset(files_of(args.test_dir))[0] if args.test_dir else None
+    print("paddle %s: loaded %d train instances in %.2f s (%d threads)" % (
+        args.model, n_train, load_s, args.threads), flush=True)
+    result = {"system": "paddle", "paddle_version": paddle.__version__, "model": args.model,
+              "threads": args.threads, "batch": args.batch, "table_rows": args.table_rows,
+              "train_instances": n_train, "load_seconds": load_s, "epochs": []}
+    for epoch in range(1, args.epochs + 1):
+        reset_auc()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.time()
+        exe.train_from_dataset(program=main_prog, dataset=train_ds, scope=scope,
+                               thread=args.threads, debug=False)
+        secs = time.time() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        auc, counted = read_auc()
+        row = {"epoch": epoch, "train_seconds": secs, "examples": n_train, "ips": n_train / secs,
+               "cpu_seconds": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+               "auc": auc, "auc_counted": counted}
+        if test_ds is not None:
+            reset_auc()
+            exe.infer_from_dataset(program=test_prog, dataset=test_ds, scope=scope,
+                                   thread=args.threads, debug=False)
+            row["test_auc"], row["test_counted"] = read_auc()
+        result["epochs"].append(row)
+        print("paddle %s epoch: %d, train_seconds: %.3f, ips: %.1f example/sec, auc: %.6f%s" % (
+            args.model, epoch, secs, row["ips"], auc,
+            (", test auc: %.6f" % row["test_auc"]) if "test_auc" in row else ""), flush=True)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
