@@ -21,7 +21,11 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   c.dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
   if (reader.dense_dim >= 0) c.dense_dim = reader.dense_dim;
   c.multislot_order = doc.get_string_list("runner.multislot_order");
-  if (!reader.multislot_order.empty()) c.multislot_order = reader.multislot_order;
+  if (!reader.multislot_order.empty()) {
+    c.multislot_order = reader.multislot_order;
+    c.multislot_order_from = "the field order of models/rank/" + reader.model +
+                             "'s reader output (runner.multislot_order replaces it)";
+  }
   c.dense_transform = reader.dense;
   c.reader_notes = reader.notes;
   c.feasign_first = doc.get_enum("runner.slot_token_order", config::kSlotTokenOrderNames) ==

@@ -71,19 +71,19 @@ Status validate(const DatasetConfig& config) {
     std::sort(sorted.begin(), sorted.end());
     const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
     if (twice != sorted.end()) {
-      return Status::InvalidArgument("runner.multislot_order names '" + std::string(*twice) +
-                                     "' twice");
+      return Status::InvalidArgument(config.multislot_order_from + " names '" +
+                                     std::string(*twice) + "' twice");
     }
     const auto has = [&](const std::string& name) {
       return std::binary_search(sorted.begin(), sorted.end(), std::string_view(name));
     };
     if (!has(config.label_name)) {
-      return Status::InvalidArgument("runner.multislot_order does not name the label ('" +
+      return Status::InvalidArgument(config.multislot_order_from + " does not name the label ('" +
                                      config.label_name + "', runner.label_name)");
     }
     if (has(config.dense_name) != (config.dense_dim > 0)) {
       return Status::InvalidArgument(
-          "runner.multislot_order must name the dense field ('" + config.dense_name +
+          config.multislot_order_from + " must name the dense field ('" + config.dense_name +
           "', runner.dense_name) exactly when hyper_parameters.dense_input_dim > 0 (it is " +
           std::to_string(config.dense_dim) + ")");
     }

@@ -45,6 +45,9 @@ struct DatasetConfig {
   // is a field read and skipped, like slot_dnn's show field "0"). Empty: label, the slots in
   // `slots` order, then dense when dense_dim > 0, the order PaddleRec's readers write.
   std::vector<std::string> multislot_order;
+  // Where multislot_order came from, for errors: the key, or the PaddleRec reader whose field
+  // order GPUBox took (a config that never set the key is not told to fix it).
+  std::string multislot_order_from = "runner.multislot_order";
   // When not empty each file is read through
   // `sh -c "(<pipe_command> <pipe_arguments>...) < file"` in the working directory (see
   // pipe_command_line). pipe_arguments are PaddleRec's `<config> <utils>` when they apply

@@ -158,6 +158,29 @@ TEST(SlotDnn, TheConfigsOwnLabelDenseAndOrderWin) {
   EXPECT_EQ(c.slots.front(), "1");  // numbered slots skip only a numbered label
 }
 
+// The order taken from slot_dnn's reader has no dense field: a config that asks for dense
+// features is told the order is the reader's, which runner.multislot_order replaces, not that
+// the key it never set is wrong.
+TEST(SlotDnn, AnOrderTakenFromItsReaderIsBlamedAsTheReadersNotTheKey) {
+  const StatusOr<DatasetConfig> c =
+      load_dataset_config(kSlotDnn + "/config_online.yaml", {"hyper_parameters.dense_input_dim=2"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(
+                "the field order of models/rank/slot_dnn's reader output (runner.multislot_order "
+                "replaces it) must name the dense field ('dense_feature', runner.dense_name) "
+                "exactly when hyper_parameters.dense_input_dim > 0 (it is 2)"),
+            std::string::npos)
+      << c.status().to_string();
+  const StatusOr<DatasetConfig> own =
+      load_dataset_config(kSlotDnn + "/config_online.yaml",
+                          {"runner.multislot_order=[click, '2']", "runner.label_name=click",
+                           "hyper_parameters.dense_input_dim=2"});
+  ASSERT_FALSE(own.ok());
+  EXPECT_NE(own.status().message().find("runner.multislot_order must name the dense field"),
+            std::string::npos)
+      << own.status().to_string();
+}
+
 // A models/rank/<model> folder holding `config.yaml` that names `reader` as its reader.
 std::string zoo_config(const ScratchDir& dir, const std::string& model, const std::string& reader,
                        const std::string& extra = "") {
