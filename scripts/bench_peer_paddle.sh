@@ -55,6 +55,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=scripts/lib/procs.sh
+source "$repo/scripts/lib/procs.sh"  # (procs_listened_port)
 die() { echo "bench_peer_paddle: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -224,7 +226,7 @@ if [ "$mode" = ps ]; then
     child=$!
     port=""  # (launch.sh starts the server first; under load that took over 10 s once)
     while [ -z "$port" ] && kill -0 "$child" 2>/dev/null; do
-      port="$(sed -n 's/^gpubox_server listening on [0-9.]*:\([0-9]*\) .*/\1/p' "$run_dir/log/serverlog.0" 2>/dev/null || true)"
+      port="$(procs_listened_port "$run_dir/log/serverlog.0")"
       [ -n "$port" ] || sleep 0.1
     done
     [ -n "$port" ] && wire_poll "$child" "$port" "$run_dir/server_wire" &

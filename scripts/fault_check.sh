@@ -16,6 +16,8 @@ case "${1:-}" in
   *) echo "fault_check: unknown argument '$1' (use --only server|trainer)" >&2; exit 2 ;;
 esac
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=scripts/lib/procs.sh
+source "$repo/scripts/lib/procs.sh"  # (procs_listened_port)
 cd "$repo"
 build_dir="${GPUBOX_BUILD_DIR:-build}"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then scripts/setup.sh && scripts/build.sh cpu >/dev/null; fi
@@ -55,8 +57,8 @@ start_server() {
   pid=$!
   pids+=("$pid")
   for _ in $(seq 1 100); do
-    if grep -q "listening on" "$work/$name/out" 2>/dev/null; then
-      port="$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$work/$name/out" | head -1)"
+    port="$(procs_listened_port "$work/$name/out")"
+    if [ -n "$port" ]; then
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || break
@@ -226,8 +228,8 @@ tserver_start() {
     >"$t/$name.server.out" 2>&1 &
   spid=$!
   pids+=("$spid")
-  wait_for "$t/$name.server.out" "listening on" 10 || { echo "fault_check: server $name did not start" >&2; cat "$t/$name.server.out" >&2; return 1; }
-  sport="$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$t/$name.server.out" | head -1)"
+  wait_for "$t/$name.server.out" "gpubox_server listening on" 10 || { echo "fault_check: server $name did not start" >&2; cat "$t/$name.server.out" >&2; return 1; }
+  sport="$(procs_listened_port "$t/$name.server.out")"
 }
 # server_replace PID NAME PORT: kills server PID with -9 and starts NAME on its PORT, empty.
 server_replace() {

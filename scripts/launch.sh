@@ -33,6 +33,8 @@ if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=scripts/lib/procs.sh
+source "$repo/scripts/lib/procs.sh"  # (procs_listened_port)
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
   sed -n '2,/^if /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -178,7 +180,7 @@ if [ "$role" != TRAINER ]; then
     done
     grep -q "^gpubox_server listening on" "$logf" || die "gpubox_server $i did not listen within 60 s; see $logf"
     if [ "$port" = 0 ]; then
-      port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$logf" | head -n 1)"
+      port="$(procs_listened_port "$logf")"
       [ -n "$port" ] || die "gpubox_server $i: no port in its 'listening on' line; see $logf"
       servers[$i]="$ip:$port"
     fi

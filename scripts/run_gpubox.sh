@@ -194,7 +194,7 @@ start_server() {
   # exits is reported at once.
   for _ in $(seq 1 600); do
     if grep -q "^gpubox_server listening on" "$logf" 2>/dev/null; then
-      listened_port="$(sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$logf" | head -n 1)"
+      listened_port="$(procs_listened_port "$logf")"
       [ -n "$listened_port" ] && return 0
       echo "run_gpubox: gpubox_server $index: no port in its 'listening on' line; see $logf" >&2
       return 1

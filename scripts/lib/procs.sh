@@ -9,6 +9,9 @@
 #                                 was 0), leaving the rest to procs_stop_all
 #   procs_stop_all                TERM to every process still running, KILL after 5 s, reaped
 #   procs_pid NAME                the pid of NAME
+#   procs_listened_port LOG       the port of the first '^gpubox_server listening on ADDR:PORT ...'
+#                                 line of LOG (a server started with --port 0 says there which
+#                                 port the kernel gave it); "" while there is none
 # Callers stop everything on exit: trap procs_stop_all EXIT (and INT/TERM that exit).
 
 declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
@@ -68,4 +71,8 @@ procs_stop_all() {
   for pid in "${!procs_name_of[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   for pid in "${!procs_name_of[@]}"; do wait "$pid" 2>/dev/null || true; done
   procs_name_of=()
+}
+
+procs_listened_port() {
+  sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$1" 2>/dev/null | head -n 1
 }
