@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <thread>
 
 namespace gpubox {
@@ -55,15 +56,30 @@ TEST(ThreadAnnotations, MutexLockReleasedEarlyIsNotReleasedTwice) {
     other.join();
     lock.lock();
   }
+  // Released early, then held by another thread when the scope ends: a destructor that unlocked
+  // again would release the other thread's hold (what a std::mutex does when unlocked by a
+  // thread that does not own it), and try_lock below would succeed.
+  std::promise<void> held, done;
+  std::shared_future<void> finish = done.get_future().share();
+  std::thread other;
   {
     MutexLock lock(mu);
     lock.unlock();
-  }  // the destructor must not unlock again (undefined behaviour on a std::mutex)
-  if (mu.try_lock()) {
-    mu.unlock();
-  } else {
-    ADD_FAILURE() << "the mutex is still held after its MutexLock's scope";
+    other = std::thread([&mu, &held, finish] {
+      MutexLock inner(mu);
+      held.set_value();
+      finish.wait();
+    });
+    held.get_future().wait();
   }
+  bool taken = false;
+  if (mu.try_lock()) {
+    taken = true;
+    mu.unlock();
+  }
+  done.set_value();
+  other.join();
+  EXPECT_FALSE(taken) << "a MutexLock released early unlocked its mutex again at its scope's end";
 }
 
 TEST(ThreadAnnotations, CondVarWaitSeesTheValueAndHoldsTheLockAfter) {
