@@ -188,8 +188,13 @@ inline constexpr EnumName<SyncMode> kSyncModeNames[] = {{SyncMode::kGpubox, "gpu
 
 // runner.reader_type: how a pass is read, PaddleRec's spellings: loaded into memory whole
 // (dataset/in_memory_dataset.hpp), or streamed through a bounded queue (queue_dataset.hpp).
-enum class ReaderType { kInMemoryDataset, kQueueDataset };
+// PaddleRec's DataLoader (its Python reader feeding the trainer batch by batch, as its
+// benchmark configs ask) has no GPUBox counterpart to choose: GPUBox reads the files itself, so
+// it is read as InmemoryDataset (every use tests for kQueueDataset).
+enum class ReaderType { kInMemoryDataset, kQueueDataset, kDataLoader };
 inline constexpr EnumName<ReaderType> kReaderTypeNames[] = {
-    {ReaderType::kInMemoryDataset, "InmemoryDataset"}, {ReaderType::kQueueDataset, "QueueDataset"}};
+    {ReaderType::kInMemoryDataset, "InmemoryDataset"},
+    {ReaderType::kQueueDataset, "QueueDataset"},
+    {ReaderType::kDataLoader, "DataLoader"}};
 
 }  // namespace gpubox::config

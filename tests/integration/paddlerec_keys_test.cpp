@@ -465,6 +465,18 @@ TEST(PaddleRecKeys, KeysPaddleRecsNetworksIgnoreAreAcceptedOnOrOff) {
   EXPECT_TRUE(parse("runner:\n  epochs: 1\n", {"hyper_parameters.dnn_use_bn=1"}).ok());
 }
 
+// wide_deep's benchmark.yaml asks for PaddleRec's DataLoader: read as InmemoryDataset (GPUBox
+// reads the files itself), not refused, and not streamed.
+TEST(PaddleRecKeys, DataLoaderReaderTypeReadsAsInMemory) {
+  const StatusOr<TrainerConfig> c = parse("runner:\n  reader_type: \"DataLoader\"\n");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->runner.reader_type, config::ReaderType::kDataLoader);
+  EXPECT_NE(c->runner.reader_type, config::ReaderType::kQueueDataset);
+  EXPECT_TRUE(
+      contains(error_of("runner:\n  reader_type: RecDataset\n"),
+               "expected one of InmemoryDataset|QueueDataset|DataLoader, got 'RecDataset'"));
+}
+
 TEST(PaddleRecKeys, DidYouMeanKnowsPaddleRecsNames) {
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  low_rnk: 4\n"),
                        "unknown key 'hyper_parameters.low_rnk' (did you mean "
