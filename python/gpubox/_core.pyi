@@ -50,6 +50,7 @@ def train(
     on_epoch: Optional[Callable[[dict[str, Any]], None]] = None,
     train_data: str = "",
     test_data: str = "",
+    on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
 ) -> dict[str, list[dict[str, Any]]]: ...
 def evaluate(
     config: LoadedConfig,
