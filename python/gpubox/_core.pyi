@@ -54,7 +54,7 @@ def train(
 ) -> dict[str, list[dict[str, Any]]]: ...
 def evaluate(
     config: LoadedConfig,
-    load: str,
+    load: str = "",
     data_dir: str = "",
     keep_predictions: bool = False,
     threads_per_card: int = 0,

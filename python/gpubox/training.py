@@ -173,18 +173,19 @@ class EvalResult:
 
 def evaluate(
     config: Config,
-    load: Union[str, "os.PathLike[str]"],
+    load: Union[str, "os.PathLike[str]"] = "",
     data_dir: Union[str, "os.PathLike[str]", Dataset] = "",
     *,
     predictions: bool = False,
     threads_per_card: int = 0,
 ) -> EvalResult:
     """Evaluates the save ``load`` on ``data_dir`` (default runner.test_data_dir) as
-    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does (``data_dir`` may
-    be a :class:`gpubox.data.Dataset`), on the schedule and cards the config and environment
-    give. ``predictions=True`` keeps each instance's
-    label and prediction (``--predictions_out``). The GIL is released while it runs; engine
-    errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
+    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does, through the same
+    library call (``data_dir`` may be a :class:`gpubox.data.Dataset`), on the schedule and
+    cards the config and environment give. ``load=""``: the saves runner.infer_load_path names,
+    each evaluated in turn; the last one's result is returned. ``predictions=True`` keeps each
+    instance's label and prediction (``--predictions_out``). The GIL is released while it
+    runs; engine errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
     data = data_dir.name if isinstance(data_dir, Dataset) else os.fspath(data_dir)
     try:
         raw = _core.evaluate(config._loaded, os.fspath(load), data,

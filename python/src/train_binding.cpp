@@ -182,23 +182,21 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
   return result;
 }
 
-// gpubox_train --mode infer --load `load` of one save: the schedule's own load and evaluation.
+// gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR]: the same library call
+// (run_job.hpp's infer_job); the last save's result.
 py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
                   bool keep_predictions, int threads_per_card) {
   trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
   env.threads_per_card = threads_per_card;
-  const std::string dir = data_dir.empty() ? config.config.runner.test_data_dir : data_dir;
+  trainer::InferJob job;
+  job.load = load;
+  job.data_dir = data_dir;
+  job.keep_predictions = keep_predictions;
   trainer::EvalResult result;
   std::string failure;
   try {
     py::gil_scoped_release released;
-    GPUBOX_EXPECTS(!dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
-    const std::unique_ptr<trainer::Schedule> schedule = trainer::make_schedule(config.config, env);
-    schedule->load(load);
-    // The config's test folders (a list) when no data is given, as gpubox_train --mode infer.
-    const std::vector<std::string> files = trainer::data_files(
-        dir, data_dir.empty() ? config.config.runner.test_data_dirs : std::vector<std::string>{});
-    result = schedule->evaluate(files, keep_predictions);
+    result = trainer::infer_job(config.config, env, job);
   } catch (const std::exception& e) {
     failure = user_message(e);
   }
@@ -222,10 +220,11 @@ void register_train(py::module_& m) {
         "start); returns {'passes': [...], 'epochs': [...]}. Raises EngineError with the "
         "binary's text, a callback's exception, or KeyboardInterrupt (Ctrl-C stops the run "
         "between two steps; the stopped pass is not saved).");
-  m.def("evaluate", &evaluate, py::arg("config"), py::arg("load"), py::arg("data_dir") = "",
+  m.def("evaluate", &evaluate, py::arg("config"), py::arg("load") = "", py::arg("data_dir") = "",
         py::arg("keep_predictions") = false, py::arg("threads_per_card") = 0,
-        "Runs gpubox_train --mode infer --load LOAD [--infer_data_dir DATA_DIR]; returns "
-        "{'metrics': {...}, 'labels': array, 'predictions': array} (arrays empty unless kept).");
+        "Runs gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR] (load '': "
+        "the saves runner.infer_load_path names); returns the last save's {'metrics': {...}, "
+        "'labels': array, 'predictions': array} (arrays empty unless kept).");
 }
 
 }  // namespace gpubox::python

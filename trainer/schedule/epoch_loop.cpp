@@ -177,6 +177,16 @@ RunPlan plan_run(const RunnerConfig& runner) {
   if (!runner.test_data_dir.empty()) {
     plan.test_files = data_files(runner.test_data_dir, runner.test_data_dirs);
   }
+  for (const std::vector<std::string>& files : plan.pass_files) {
+    // QueueDataset streams files through its readers; a data set in memory is read whole.
+    GPUBOX_EXPECTS(runner.reader_type != ReaderType::kQueueDataset || files.empty() ||
+                       !dataset::is_memory_source(files.front()),
+                   "runner.reader_type: QueueDataset streams data files, and the in-memory data "
+                   "set '",
+                   files.empty() ? std::string() : files.front(),
+                   "' (a DataFrame or arrays) is held whole already: train it with "
+                   "runner.reader_type: InmemoryDataset");
+  }
   plan.per_epoch = static_cast<int64_t>(plan.pass_files.size());
   plan.total = plan.per_epoch * std::max(1, runner.epochs);
   return plan;
