@@ -68,8 +68,8 @@ def test_sdist_holds_the_engine_and_builds_a_wheel(tmp_path: pathlib.Path) -> No
     out.mkdir()
     made = subprocess.run(
         [sys.executable, "-c",
-         "import sys, gpubox_build; print(gpubox_build.build_sdist(sys.argv[1]))", str(out)], cwd=SOURCE_DIR / "python" / "build_backend", capture_output=True, text=True,
-        check=True)
+         "import sys, gpubox_build; print(gpubox_build.build_sdist(sys.argv[1]))", str(out)],
+        cwd=SOURCE_DIR / "python" / "build_backend", capture_output=True, text=True, check=True)
     sdist = out / made.stdout.strip()
     root = f"gpubox-{gpubox.__version__}"
     assert sdist.name == f"{root}.tar.gz"
