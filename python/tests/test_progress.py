@@ -84,3 +84,40 @@ def test_tqdm_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
                                                                ("pass 1", 10, 4, True)]
     assert made[0].postfix == {"auc": "0.7000", "ips": "1000"}
     assert made[1].postfix["auc"] == "nan"
+
+
+def test_an_exception_in_on_progress_stops_the_run(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 3, "runner.test_data_dir": "",
+                                                  "runner.train_data_dir": planted["test"]})
+    passes: list[int] = []
+
+    def fail_at_the_end_of_pass_0(p: gpubox.StepProgress) -> None:
+        if p.step == p.steps:
+            raise ValueError(f"stop in pass {p.pass_id}")
+
+    with pytest.raises(ValueError, match="stop in pass 0"):
+        gpubox.train(config, on_pass=lambda p: passes.append(p.pass_id),
+                     on_progress=fail_at_the_end_of_pass_0)
+    # Pass 0 had done its steps: it ends and is saved, and the run stops before pass 1. No
+    # callback runs after one raised (pass 0's on_pass neither).
+    assert passes == []
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+
+
+def test_an_exception_in_on_progress_mid_pass_stops_that_pass_unsaved(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    # 625 steps of 64: seconds, so progress comes mid-pass (about every 0.25 s).
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 2, "runner.test_data_dir": "",
+                                                  "runner.train_batch_size": 64})
+    seen: list[gpubox.StepProgress] = []
+
+    def fail_mid_pass(p: gpubox.StepProgress) -> None:
+        seen.append(p)
+        raise ValueError(f"stop at step {p.step} of {p.steps}")
+
+    with pytest.raises(ValueError, match="stop at step"):
+        gpubox.train(config, on_progress=fail_mid_pass)
+    assert len(seen) == 1 and seen[0].pass_id == 0 and seen[0].step < seen[0].steps
+    model = tmp_path / "model"
+    assert not model.exists() or not any(model.iterdir())  # pass 0 stopped: nothing saved
