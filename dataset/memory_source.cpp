@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <utility>
 
@@ -12,6 +14,7 @@ namespace gpubox::dataset {
 namespace {
 
 constexpr const char kPrefix[] = "memory:";
+constexpr char kShareMark = '@';  // "memory:<id>@<trainer>/<trainers>"
 
 struct Registry {
   Mutex mu;
@@ -64,13 +67,53 @@ void unregister_memory_source(const std::string& name) {
   r.named.erase(name);
 }
 
-MemorySource find_memory_source(const std::string& name) {
+namespace {
+
+MemorySource find_registered(const std::string& name) {
   Registry& r = registry();
   MutexLock lock(r.mu);
   const auto found = r.named.find(name);
   GPUBOX_EXPECTS(found != r.named.end(), "in-memory data set '", name,
                  "' is not registered (released, or from another process)");
   return found->second;
+}
+
+// Rows [begin, end) of trainer t's share of n rows among `trainers` (trainer_file_share's split).
+std::pair<std::size_t, std::size_t> share_rows(std::size_t n, std::size_t t, std::size_t trainers) {
+  const std::size_t base = n / trainers;
+  const std::size_t extra = n % trainers;
+  const std::size_t begin = t * base + std::min(t, extra);
+  return {begin, begin + base + (t < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+MemorySource find_memory_source(const std::string& name) {
+  const std::size_t mark = name.find(kShareMark);
+  if (mark == std::string::npos) return find_registered(name);
+  const MemorySource whole = find_registered(name.substr(0, mark));
+  int trainer = -1;
+  int trainers = 0;
+  const int read = std::sscanf(name.c_str() + mark + 1, "%d/%d", &trainer, &trainers);
+  GPUBOX_EXPECTS(read == 2 && trainers >= 1 && trainer >= 0 && trainer < trainers,
+                 "in-memory data set '", name, "': not a share name (<name>@<trainer>/<trainers>)");
+  const InstanceBlock& all = *whole.block;
+  const auto [begin, end] =
+      share_rows(all.size(), static_cast<std::size_t>(trainer), static_cast<std::size_t>(trainers));
+  InstanceBlock part(all.num_slots, all.dense_dim);
+  for (std::size_t i = begin; i < end; ++i) part.append(all.instance(i));
+  MemorySource share;
+  share.digest = digest_of(part);
+  share.block = std::make_shared<const InstanceBlock>(std::move(part));
+  return share;
+}
+
+std::string memory_source_share(const std::string& name, int trainer_id, int trainers) {
+  GPUBOX_EXPECTS(trainers >= 1 && trainer_id >= 0 && trainer_id < trainers, "trainer id ",
+                 trainer_id, " is not in [0, ", trainers, ")");
+  GPUBOX_EXPECTS(name.find(kShareMark) == std::string::npos, "in-memory data set '", name,
+                 "' is a share already");
+  return name + kShareMark + std::to_string(trainer_id) + "/" + std::to_string(trainers);
 }
 
 }  // namespace gpubox::dataset

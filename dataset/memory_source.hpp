@@ -26,7 +26,13 @@ bool is_memory_source(const std::string& name);
 std::string register_memory_source(InstanceBlock block);
 // Drops the name (a data set already loaded keeps its copy).
 void unregister_memory_source(const std::string& name);
-// The source `name` names; throws gpubox::Error naming it when none is registered.
+// The source `name` names; throws gpubox::Error naming it when none is registered. A share's
+// name (memory_source_share) gives that share's rows, with their own digest.
 MemorySource find_memory_source(const std::string& name);
+// The name of trainer `trainer_id`'s share (of `trainers`) of the source `name`: its rows split
+// as trainer_file_share splits a file list (contiguous blocks in order, the first
+// rows % trainers trainers one row more), so that each trainer of a job given the same data set
+// trains its own part of it, as with files. Throws naming an id outside [0, trainers).
+std::string memory_source_share(const std::string& name, int trainer_id, int trainers);
 
 }  // namespace gpubox::dataset

@@ -12,6 +12,15 @@
 
 The wheel holds python/gpubox and the extension; the extension links the system libraries the
 engine uses (scripts/setup.sh installs them), so it is for this machine, not for PyPI.
+
+``pip install -e ./python`` calls :func:`build_editable` (PEP 660): the extension is built the
+same way, and the wheel installs only an import hook that loads ``gpubox`` from python/gpubox
+with the extension from the build tree: edits to the package's modules take effect at the next
+import, a rebuilt extension (``cmake --build <tree> --target gpubox_core``) at the next start.
+
+:func:`build_sdist` writes the repository's tracked files (the engine's sources: the
+extension cannot be built without them) with this package's pyproject.toml at its root, so
+that ``pip install gpubox-<version>.tar.gz`` builds as ``pip install ./python`` does.
 """
 
 from __future__ import annotations
@@ -21,9 +30,11 @@ import hashlib
 import os
 import pathlib
 import re
+import io
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from typing import Any, Optional
 
@@ -97,16 +108,9 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def build_wheel(wheel_directory: str, config_settings: Optional[dict[str, Any]] = None,
-                metadata_directory: Optional[str] = None) -> str:
-    """PEP 517: builds the extension and writes the wheel; returns its file name."""
+def _write_wheel(wheel_directory: str, files: dict[str, bytes]) -> str:
+    """A wheel of `files` (path in the wheel -> bytes) with its dist-info; its file name."""
     version = _version()
-    extension = _build_extension()
-    files: dict[str, bytes] = {}
-    for module in sorted((PACKAGE_DIR / "gpubox").iterdir()):
-        if module.suffix in (".py", ".pyi", ".typed"):
-            files[f"gpubox/{module.name}"] = module.read_bytes()
-    files[f"gpubox/{extension.name}"] = extension.read_bytes()
     info = f"gpubox-{version}.dist-info"
     files[f"{info}/METADATA"] = _metadata(version).encode()
     files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: gpubox_build\n"
@@ -121,9 +125,104 @@ def build_wheel(wheel_directory: str, config_settings: Optional[dict[str, Any]] 
     return name
 
 
+def build_wheel(wheel_directory: str, config_settings: Optional[dict[str, Any]] = None,
+                metadata_directory: Optional[str] = None) -> str:
+    """PEP 517: builds the extension and writes the wheel; returns its file name."""
+    extension = _build_extension()
+    files: dict[str, bytes] = {}
+    for module in sorted((PACKAGE_DIR / "gpubox").iterdir()):
+        if module.suffix in (".py", ".pyi", ".typed"):
+            files[f"gpubox/{module.name}"] = module.read_bytes()
+    files[f"gpubox/{extension.name}"] = extension.read_bytes()
+    return _write_wheel(wheel_directory, files)
+
+
+# The editable install's import hook: `gpubox` from the source tree's python/gpubox, its
+# submodules from there and from the build tree's python/gpubox (the extension).
+_EDITABLE_HOOK = '''"""gpubox installed in editable mode (pip install -e): see gpubox_build.py."""
+import importlib.util
+import sys
+
+SOURCE = {source!r}
+BUILT = {built!r}
+
+
+class GpuboxEditableFinder:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name != "gpubox":
+            return None
+        return importlib.util.spec_from_file_location(
+            name, SOURCE + "/__init__.py", submodule_search_locations=[SOURCE, BUILT])
+
+
+if not any(f is GpuboxEditableFinder for f in sys.meta_path):
+    sys.meta_path.insert(0, GpuboxEditableFinder)
+'''
+
+
+def build_editable(wheel_directory: str, config_settings: Optional[dict[str, Any]] = None,
+                   metadata_directory: Optional[str] = None) -> str:
+    """PEP 660: builds the extension where build_wheel would and writes a wheel that imports
+    gpubox from python/gpubox and the extension from the build tree; returns its file name."""
+    extension = _build_extension()
+    hook = _EDITABLE_HOOK.format(source=str(PACKAGE_DIR / "gpubox"),
+                                 built=str(extension.parent))
+    files = {"_gpubox_editable.py": hook.encode(),
+             "_gpubox_editable.pth": b"import _gpubox_editable\n"}
+    return _write_wheel(wheel_directory, files)
+
+
+def _tracked_files() -> list[str]:
+    """The repository's files as git tracks them (a tree without git: every file outside the
+    build trees and log folders .gitignore names)."""
+    if (SOURCE_DIR / ".git").exists():
+        listed = subprocess.run(["git", "-C", str(SOURCE_DIR), "ls-files", "-z"], check=True,
+                                capture_output=True).stdout.decode()
+        return sorted(f for f in listed.split("\0") if f and (SOURCE_DIR / f).is_file())
+    skipped = re.compile(r"^(build[^/]*|log|output|bench-out)/|(^|/)__pycache__/|\.swp$")
+    files = (p.relative_to(SOURCE_DIR).as_posix() for p in SOURCE_DIR.rglob("*") if p.is_file())
+    return sorted(f for f in files if not skipped.search(f))
+
+
+def build_sdist(sdist_directory: str, config_settings: Optional[dict[str, Any]] = None) -> str:
+    """PEP 517: gpubox-<version>.tar.gz, the repository's tracked files with this package's
+    pyproject.toml (backend path python/build_backend) and PKG-INFO at the root; returns its
+    file name. Nothing is built."""
+    version = _version()
+    root = f"gpubox-{version}"
+    pyproject = (PACKAGE_DIR / "pyproject.toml").read_text()
+    pyproject = pyproject.replace('backend-path = ["build_backend"]',
+                                  'backend-path = ["python/build_backend"]')
+    if 'backend-path = ["python/build_backend"]' not in pyproject:
+        raise RuntimeError("python/pyproject.toml: no backend-path = [\"build_backend\"]")
+    generated = {"pyproject.toml": pyproject.encode(), "PKG-INFO": _metadata(version).encode()}
+    name = f"{root}.tar.gz"
+
+    def add(tar: tarfile.TarFile, path: str, data: bytes, mode: int) -> None:
+        info = tarfile.TarInfo(f"{root}/{path}")
+        info.size, info.mode, info.mtime = len(data), mode, 0
+        tar.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(pathlib.Path(sdist_directory) / name, "w:gz",
+                      format=tarfile.PAX_FORMAT) as tar:
+        for path in _tracked_files():
+            if path in generated:
+                continue
+            source = SOURCE_DIR / path
+            add(tar, path, source.read_bytes(), 0o755 if os.access(source, os.X_OK) else 0o644)
+        for path, data in generated.items():
+            add(tar, path, data, 0o644)
+    return name
+
+
 def get_requires_for_build_wheel(config_settings: Optional[dict[str, Any]] = None) -> list[str]:
     """PEP 517: nothing from PyPI (CMake, a compiler and pybind11-dev come from setup.sh)."""
     return []
+
+
+get_requires_for_build_editable = get_requires_for_build_wheel  # PEP 660
+get_requires_for_build_sdist = get_requires_for_build_wheel
 
 
 def prepare_metadata_for_build_wheel(metadata_directory: str,
@@ -133,3 +232,6 @@ def prepare_metadata_for_build_wheel(metadata_directory: str,
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(_metadata(_version()))
     return info.name
+
+
+prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel  # PEP 660

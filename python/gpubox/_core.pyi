@@ -50,10 +50,11 @@ def train(
     on_epoch: Optional[Callable[[dict[str, Any]], None]] = None,
     train_data: str = "",
     test_data: str = "",
+    on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
 ) -> dict[str, list[dict[str, Any]]]: ...
 def evaluate(
     config: LoadedConfig,
-    load: str,
+    load: str = "",
     data_dir: str = "",
     keep_predictions: bool = False,
     threads_per_card: int = 0,

@@ -8,7 +8,8 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from gpubox import _core, _logs
+from gpubox import _core, _logs, _progress
+from gpubox._progress import StepProgress
 from gpubox.config import Config
 from gpubox.data import Dataset
 
@@ -93,6 +94,8 @@ def train(
     threads_per_card: int = 0,
     train_data: Optional[Dataset] = None,
     test_data: Optional[Dataset] = None,
+    progress: Optional[bool] = None,
+    on_progress: Optional[Callable[[StepProgress], None]] = None,
 ) -> TrainResult:
     """Runs every pass of ``config`` as ``gpubox_train --config ... --mode train`` does.
 
@@ -104,13 +107,31 @@ def train(
     runner.test_data_dir. ``on_pass`` is called after each pass (its save, when
     saving, is complete by then), ``on_epoch`` after each epoch's test evaluation.
 
-    The GIL is released while the engine runs. Ctrl-C stops the run before the next pass (the
-    last pass's save left complete) and raises KeyboardInterrupt; an exception raised by a
-    callback stops it the same way and is raised again here. Engine errors raise
+    ``progress``: a bar per pass (steps done of the pass's, examples/s, running AUC: tqdm when
+    installed, else one line on stderr); ``None`` shows it when stderr is a terminal or in a
+    notebook. ``on_progress`` gets the same figures (:class:`StepProgress`) about 4 times a
+    second and after each pass's last step, on an engine thread (the GIL held for the call).
+
+    The GIL is released while the engine runs. Ctrl-C stops the run between two steps (all
+    cards after the same step; the parameter-server modes before the next pass): the pass it
+    stops is not saved, the last complete save is left intact, and KeyboardInterrupt is
+    raised; ``runner.resume: auto`` continues from that save. An exception raised by a
+    callback stops the run the same way and is raised again here. Engine errors raise
     :class:`gpubox.EngineError` with the text gpubox_train prints after ``gpubox_train:``.
     """
+    show = _progress.interactive() if progress is None else progress
+    bar = _progress.ProgressBar() if show else None
+
+    def progress_callback(d: dict[str, Any]) -> None:
+        p = StepProgress._from(d)
+        if bar is not None:
+            bar.update(p)
+        if on_progress is not None:
+            on_progress(p)
 
     def pass_callback(d: dict[str, Any]) -> None:
+        if bar is not None:
+            bar.close()
         _logs.flush()
         if on_pass is not None:
             on_pass(PassMetrics._from(d))
@@ -128,8 +149,11 @@ def train(
             on_epoch=epoch_callback,
             train_data=train_data.name if train_data is not None else "",
             test_data=test_data.name if test_data is not None else "",
+            on_progress=progress_callback if bar is not None or on_progress else None,
         )
     finally:
+        if bar is not None:
+            bar.close()
         _logs.flush()
     return TrainResult(
         passes=[PassMetrics._from(d) for d in raw["passes"]],
@@ -149,18 +173,19 @@ class EvalResult:
 
 def evaluate(
     config: Config,
-    load: Union[str, "os.PathLike[str]"],
+    load: Union[str, "os.PathLike[str]"] = "",
     data_dir: Union[str, "os.PathLike[str]", Dataset] = "",
     *,
     predictions: bool = False,
     threads_per_card: int = 0,
 ) -> EvalResult:
     """Evaluates the save ``load`` on ``data_dir`` (default runner.test_data_dir) as
-    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does (``data_dir`` may
-    be a :class:`gpubox.data.Dataset`), on the schedule and cards the config and environment
-    give. ``predictions=True`` keeps each instance's
-    label and prediction (``--predictions_out``). The GIL is released while it runs; engine
-    errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
+    ``gpubox_train --mode infer --load LOAD --infer_data_dir DATA_DIR`` does, through the same
+    library call (``data_dir`` may be a :class:`gpubox.data.Dataset`), on the schedule and
+    cards the config and environment give. ``load=""``: the saves runner.infer_load_path names,
+    each evaluated in turn; the last one's result is returned. ``predictions=True`` keeps each
+    instance's label and prediction (``--predictions_out``). The GIL is released while it
+    runs; engine errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
     data = data_dir.name if isinstance(data_dir, Dataset) else os.fspath(data_dir)
     try:
         raw = _core.evaluate(config._loaded, os.fspath(load), data,

@@ -1,12 +1,14 @@
 // gpubox._core.train: gpubox_train --mode train (trainer/main/run_job.hpp) with the GIL
 // released while the engine runs. The run's hooks (epoch_loop.hpp) take the GIL back at pass
-// and epoch boundaries: to call the caller's callbacks, and to run Python's signal handlers, so
-// that Ctrl-C stops the run between two passes (the last complete save left intact) and arrives
-// as KeyboardInterrupt.
+// and epoch boundaries, and for the progress callback: to call the caller's callbacks, and to
+// run Python's signal handlers. Ctrl-C sets the run's stop flag (sigint_stop.hpp), which the
+// cards vote into their next step's all-reduce: the run stops between two steps, the stopped
+// pass unsaved (the last complete save left intact), and KeyboardInterrupt is raised.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <memory>
 #include <new>
 #include <optional>
@@ -16,6 +18,7 @@
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "sigint_stop.hpp"
 #include "trainer/main/run_job.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
@@ -56,11 +59,14 @@ py::dict pass_dict(const trainer::PassReport& report) {
 struct RunState {
   py::object on_pass;
   py::object on_epoch;
+  py::object on_progress;
   py::list passes;
   py::list epochs;
   std::optional<py::error_already_set> pending;  // a callback's exception, or KeyboardInterrupt
+  std::atomic<bool> stop{false};                 // StepHooks::stop_flag: Ctrl-C, or `pending`
 
-  // Runs `call` with the GIL; a Python exception in it is kept and stops the run.
+  // Runs `call` with the GIL; a Python exception in it is kept and stops the run (between two
+  // steps when it came from the progress callback).
   template <class Call>
   void guarded(Call&& call) {
     py::gil_scoped_acquire gil;
@@ -69,6 +75,7 @@ struct RunState {
       call();
     } catch (py::error_already_set& e) {
       pending = std::move(e);
+      stop.store(true);
     }
   }
 };
@@ -95,10 +102,28 @@ trainer::RunHooks hooks_for(RunState& state) {
   };
   hooks.stop_requested = [&state] {
     py::gil_scoped_acquire gil;
-    // Python's SIGINT handler only marks the signal; it runs here, on this (the main) thread.
+    // Python's handlers (a caller's own SIGINT handler, when SigintStop left it in place) only
+    // mark their signal; they run here, on this (the main) thread.
     if (!state.pending && PyErr_CheckSignals() != 0) state.pending = py::error_already_set();
     return state.pending.has_value();
   };
+  hooks.steps.stop_flag = &state.stop;
+  if (!state.on_progress.is_none()) {
+    // On card 0's thread: the GIL is taken for the call only (the main thread waits in the
+    // engine without it).
+    hooks.steps.on_progress = [&state](const trainer::StepProgress& p) {
+      state.guarded([&] {
+        py::dict d;
+        d["pass"] = p.pass;
+        d["step"] = p.step;
+        d["steps"] = p.steps;
+        d["examples_per_second"] = p.examples_per_second;
+        d["auc"] = p.auc;
+        d["seconds"] = p.seconds;
+        state.on_progress(d);
+      });
+    };
+  }
   return hooks;
 }
 
@@ -123,14 +148,16 @@ trainer::TrainerConfig with_data(const LoadedConfig& config, const std::string& 
 
 py::dict train(const LoadedConfig& config, const std::string& load, int threads_per_card,
                py::object on_pass, py::object on_epoch, const std::string& train_data,
-               const std::string& test_data) {
+               const std::string& test_data, py::object on_progress) {
   const trainer::TrainerConfig run_config = with_data(config, train_data, test_data);
   RunState state;
   state.on_pass = std::move(on_pass);
   state.on_epoch = std::move(on_epoch);
+  state.on_progress = std::move(on_progress);
   trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
   env.threads_per_card = threads_per_card;
   std::string failure;
+  SigintStop sigint(&state.stop);  // until the run returns
   try {
     py::gil_scoped_release released;
     trainer::train_job(run_config, env, load, hooks_for(state));
@@ -142,31 +169,34 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
   } catch (const std::exception& e) {
     failure = e.what();
   }
+  const bool interrupted = sigint.release();
   if (state.pending) throw std::move(*state.pending);  // the callback's error, or Ctrl-C
   if (!failure.empty()) raise(errors().engine_error, failure);
+  if (interrupted) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
+  }
   py::dict result;
   result["passes"] = state.passes;
   result["epochs"] = state.epochs;
   return result;
 }
 
-// gpubox_train --mode infer --load `load` of one save: the schedule's own load and evaluation.
+// gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR]: the same library call
+// (run_job.hpp's infer_job); the last save's result.
 py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
                   bool keep_predictions, int threads_per_card) {
   trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
   env.threads_per_card = threads_per_card;
-  const std::string dir = data_dir.empty() ? config.config.runner.test_data_dir : data_dir;
+  trainer::InferJob job;
+  job.load = load;
+  job.data_dir = data_dir;
+  job.keep_predictions = keep_predictions;
   trainer::EvalResult result;
   std::string failure;
   try {
     py::gil_scoped_release released;
-    GPUBOX_EXPECTS(!dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
-    const std::unique_ptr<trainer::Schedule> schedule = trainer::make_schedule(config.config, env);
-    schedule->load(load);
-    // The config's test folders (a list) when no data is given, as gpubox_train --mode infer.
-    const std::vector<std::string> files = trainer::data_files(
-        dir, data_dir.empty() ? config.config.runner.test_data_dirs : std::vector<std::string>{});
-    result = schedule->evaluate(files, keep_predictions);
+    result = trainer::infer_job(config.config, env, job);
   } catch (const std::exception& e) {
     failure = user_message(e);
   }
@@ -185,14 +215,16 @@ py::dict evaluate(const LoadedConfig& config, const std::string& load, const std
 void register_train(py::module_& m) {
   m.def("train", &train, py::arg("config"), py::arg("load") = "", py::arg("threads_per_card") = 0,
         py::arg("on_pass") = py::none(), py::arg("on_epoch") = py::none(),
-        py::arg("train_data") = "", py::arg("test_data") = "",
+        py::arg("train_data") = "", py::arg("test_data") = "", py::arg("on_progress") = py::none(),
         "Runs gpubox_train --mode train with `config` (from the save `load`, '' = the config's "
         "start); returns {'passes': [...], 'epochs': [...]}. Raises EngineError with the "
-        "binary's text, a callback's exception, or KeyboardInterrupt (checked between passes).");
-  m.def("evaluate", &evaluate, py::arg("config"), py::arg("load"), py::arg("data_dir") = "",
+        "binary's text, a callback's exception, or KeyboardInterrupt (Ctrl-C stops the run "
+        "between two steps; the stopped pass is not saved).");
+  m.def("evaluate", &evaluate, py::arg("config"), py::arg("load") = "", py::arg("data_dir") = "",
         py::arg("keep_predictions") = false, py::arg("threads_per_card") = 0,
-        "Runs gpubox_train --mode infer --load LOAD [--infer_data_dir DATA_DIR]; returns "
-        "{'metrics': {...}, 'labels': array, 'predictions': array} (arrays empty unless kept).");
+        "Runs gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR] (load '': "
+        "the saves runner.infer_load_path names); returns the last save's {'metrics': {...}, "
+        "'labels': array, 'predictions': array} (arrays empty unless kept).");
 }
 
 }  // namespace gpubox::python

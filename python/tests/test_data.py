@@ -78,3 +78,17 @@ def test_stat_counts_as_gpubox_data_stat(trained: dict[str, Any], planted: dict[
     from_file = gpubox.data.stat(config, [planted["test"]])
     for k in ["instances", "unique_keys", "positives", "unique_keys_per_slot"]:
         assert from_frame[k] == from_file[k], k
+
+
+def test_a_streamed_reader_refuses_a_dataset_naming_the_key(planted: dict[str, Any],
+                                                            tmp_path: pathlib.Path) -> None:
+    config = planted_config(planted, tmp_path, **{"runner.reader_type": "QueueDataset",
+                                                  "runner.shuffle": False,
+                                                  "runner.test_data_dir": ""})
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    data = gpubox.Dataset.from_frame(read_slot_text(part), config)
+    with pytest.raises(gpubox.EngineError,
+                       match="runner.reader_type: QueueDataset streams data files.*"
+                             "runner.reader_type: InmemoryDataset"):
+        gpubox.train(config, train_data=data)
+    assert not (tmp_path / "model").exists()  # refused before any pass

@@ -76,6 +76,41 @@ def test_ctrl_c_stops_between_passes_and_keeps_the_last_save(
     assert [p.pass_id for p in resumed.passes] == [1, 2]
 
 
+def test_ctrl_c_stops_a_pass_between_steps_and_keeps_the_last_save(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    # Passes of 40,000 lines in batches of 64 (625 steps): seconds each, long enough to stop in.
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 3, "runner.test_data_dir": "",
+                                                  "runner.train_batch_size": 64})
+    passes: list[gpubox.PassMetrics] = []
+    steps: list[gpubox.StepProgress] = []
+    sent: list[float] = []
+
+    def interrupt_in_pass_1(p: gpubox.StepProgress) -> None:
+        steps.append(p)
+        if p.pass_id == 1 and not sent and p.step >= 5:
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C, in the middle of the pass
+
+    with pytest.raises(KeyboardInterrupt):
+        gpubox.train(config, on_pass=passes.append, on_progress=interrupt_in_pass_1)
+    returned = time.monotonic()
+    assert [p.pass_id for p in passes] == [0] and sent
+    # Stopped a step or so after the signal, not at the pass's end: within a fraction of pass
+    # 0's time (which includes reading the data; pass 1 reads it ahead).
+    assert returned - sent[0] < 0.25 * passes[0].seconds, (returned - sent[0], passes[0].seconds)
+    in_pass_1 = [p.step for p in steps if p.pass_id == 1]
+    assert in_pass_1 and in_pass_1[-1] < in_pass_1[0] + 50 < steps[0].steps
+    # No save of the stopped pass, not even begun; pass 0's is complete: a resume trains pass
+    # 1 again from it.
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
+    resumed = gpubox.train(planted_config(planted, tmp_path, **{
+        "runner.epochs": 3, "runner.test_data_dir": "", "runner.train_batch_size": 64,
+        "runner.resume": "auto"}))
+    assert [p.pass_id for p in resumed.passes] == [1, 2]
+    assert all(p.metrics.examples == 40000 for p in resumed.passes)
+
+
 def test_a_callbacks_exception_stops_the_run(planted: dict[str, Any],
                                              tmp_path: pathlib.Path) -> None:
     config = planted_config(planted, tmp_path, **{"runner.epochs": 2, "runner.test_data_dir": "",

@@ -10,9 +10,13 @@
 //    no keys and is not compared); an incomplete newest save is skipped;
 //  - load refuses a folder without a model manifest, or whose halves are not the ones named;
 //  - save_mode delta: the first save is a base, the next ones deltas naming their parent;
-//    loading the last reproduces the model; a replaced parent is refused.
+//    loading the last reproduces the model; a replaced parent is refused;
+//  - a stop flag (RunHooks::steps) set while pass 1 begins stops both cards after the same step
+//    of it (in memory or streamed): no save of pass 1, and a rerun resumes from pass 0's save
+//    and ends bit-identical to an uninterrupted run.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -141,6 +145,61 @@ TEST_F(Resume, ARunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   EXPECT_EQ(m->sequence, 6u);  // the rerun's saves are the newest
   EXPECT_EQ(m->job_passes, 3);
   EXPECT_EQ(m->job.count("data"), 1u);
+}
+
+TEST_F(Resume, AStopWithinAPassStopsEveryCardAfterTheSameStepAndSavesNothingOfIt) {
+  for (const std::string reader : {"InmemoryDataset", "QueueDataset"}) {
+    SCOPED_TRACE(reader);
+    const std::vector<std::string> keys = {
+        "runner.reader_type=" + reader,
+        "runner.shuffle=" + std::string(reader == "QueueDataset" ? "false" : "true")};
+    const fs::path straight_dir = root_ / ("step_straight_" + reader);
+    const fs::path stopped_dir = root_ / ("step_stopped_" + reader);
+    Trainer straight(config(straight_dir, keys), env());
+    const std::vector<PassReport> want = straight.train();
+    ASSERT_EQ(passes(want), (std::vector<int64_t>{0, 1, 2}));
+    {
+      // Raised where the loop asks before pass 1; read by the cards at its first step (the
+      // loop's own read of the flag came first), so the stop falls within pass 1.
+      std::atomic<bool> stop{false};
+      RunHooks hooks;
+      hooks.steps.stop_flag = &stop;
+      hooks.stop_requested = [&stop] {
+        stop.store(true);
+        return false;
+      };
+      std::vector<StepProgress> progress;
+      hooks.steps.on_progress = [&progress](const StepProgress& p) { progress.push_back(p); };
+      Trainer first(config(stopped_dir, keys), env());
+      EXPECT_EQ(passes(first.train("", hooks)), (std::vector<int64_t>{0}));
+      // Both cards stopped after pass 1's first step (a card stopping alone would leave the
+      // other waiting in the step's collectives); their dense parameters are one model.
+      EXPECT_EQ(first.dense_values(0), first.dense_values(1));
+      EXPECT_NE(first.dense_values(0), straight.dense_values(0));
+      EXPECT_EQ(first.passes_done(), 1);
+      bool pass_0_ended = false;
+      for (const StepProgress& p : progress) {
+        if (p.pass == 0) pass_0_ended = pass_0_ended || p.step == p.steps;
+        if (p.pass == 1) {
+          EXPECT_LT(p.step, p.steps);  // stopped at its first step
+        }
+      }
+      EXPECT_TRUE(pass_0_ended);
+    }
+    // Nothing of pass 1 was saved, not even begun.
+    std::vector<std::string> saves;
+    for (const auto& entry : fs::directory_iterator(stopped_dir)) {
+      saves.push_back(entry.path().filename().string());
+    }
+    EXPECT_EQ(saves, (std::vector<std::string>{"0"}));
+    Trainer again(config(stopped_dir, keys), env());
+    const std::vector<PassReport> got = again.train();
+    ASSERT_EQ(passes(got), (std::vector<int64_t>{1, 2}));
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(got[i].metrics.auc, want[i + 1].metrics.auc) << "pass " << got[i].pass;
+    }
+    EXPECT_EQ(again.dense_values(0), straight.dense_values(0));
+  }
 }
 
 // A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and

@@ -1,6 +1,8 @@
 // TrainerEnv::from_environment (trainer/schedule/trainer_env.hpp): the launcher's variables,
 // PaddleRec's names first, GPUBox's next, and a cluster launcher's rank and size (mpirun's
-// OMPI_COMM_WORLD_*, srun's SLURM_*) when neither names the trainer.
+// OMPI_COMM_WORLD_*, srun's SLURM_*) when neither names the trainer. An in-memory data set
+// given to every trainer of a job is split by rows as a file list is split by files; a streamed
+// reader (QueueDataset) refuses one, naming the key.
 #include "trainer/schedule/trainer_env.hpp"
 
 #include <gmock/gmock.h>
@@ -11,6 +13,8 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "dataset/memory_source.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -82,6 +86,58 @@ TEST(TrainerEnv, AMalformedLauncherValueNamesTheVariable) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("OMPI_COMM_WORLD_RANK='one'"));
   }
+}
+
+// Labels 0 .. n-1 in one slot each (key = label + 1): a share's labels say which rows it got.
+std::string numbered_rows(int n) {
+  dataset::InstanceBlock block(1, 0);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t key = static_cast<uint64_t>(i) + 1;
+    const uint32_t sizes = 1;
+    const float no_dense = 0.0f;  // dense_dim 0: none read
+    block.append(static_cast<float>(i), &no_dense, &key, 1, &sizes);
+  }
+  return dataset::register_memory_source(std::move(block));
+}
+
+TEST(TrainerFileShare, AnInMemoryDataSetIsSplitByRowsAsFilesAre) {
+  const std::string name = numbered_rows(7);
+  EXPECT_EQ(trainer_file_share({name}, 0, 1), std::vector<std::string>{name});  // one trainer
+  for (int trainers : {2, 3, 8}) {
+    std::vector<float> joined;
+    for (int t = 0; t < trainers; ++t) {
+      const std::vector<std::string> share = trainer_file_share({name}, t, trainers);
+      ASSERT_EQ(share.size(), 1u);
+      const dataset::MemorySource part = dataset::find_memory_source(share[0]);
+      // As files: contiguous rows, the first 7 % T trainers one row more.
+      EXPECT_EQ(part.block->size(), static_cast<std::size_t>(7 / trainers + (t < 7 % trainers)))
+          << "trainer " << t << " of " << trainers;
+      joined.insert(joined.end(), part.block->labels.begin(), part.block->labels.end());
+      if (part.block->size() > 0) {
+        EXPECT_EQ(part.block->keys.front(), part.block->labels[0] + 1);
+      }
+    }
+    EXPECT_EQ(joined, (std::vector<float>{0, 1, 2, 3, 4, 5, 6})) << trainers << " trainers";
+  }
+  EXPECT_THROW(dataset::find_memory_source(name + "@2/2"), Error);
+  dataset::unregister_memory_source(name);
+}
+
+TEST(PlanRun, AStreamedReaderRefusesAnInMemoryDataSetNamingTheKey) {
+  const std::string name = numbered_rows(3);
+  RunnerConfig runner;
+  runner.train_data_dir = name;
+  EXPECT_EQ(plan_run(runner).pass_files.at(0), std::vector<std::string>{name});
+  runner.reader_type = ReaderType::kQueueDataset;
+  try {
+    plan_run(runner);
+    FAIL() << "QueueDataset accepted an in-memory data set";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("runner.reader_type: QueueDataset"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(name));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("runner.reader_type: InmemoryDataset"));
+  }
+  dataset::unregister_memory_source(name);
 }
 
 }  // namespace

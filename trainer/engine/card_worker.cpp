@@ -146,7 +146,8 @@ DenseBatchView CardWorker::batch_view(int slots) const {
 }
 
 double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
-                              int64_t step, bool progress, const uint64_t* planned_counts) {
+                              int64_t step, bool progress, const uint64_t* planned_counts,
+                              bool stop_vote) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
@@ -159,7 +160,7 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
   {
     const device::ProfileRange range("dense forward/backward");
-    model_->forward_backward_async(view, scales, b.push.data());
+    model_->forward_backward_async(view, scales, b.push.data(), stop_vote);
     metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
     if (progress) metrics_->progress_async();
   }
@@ -179,6 +180,7 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
                     &model_->step_status()->first_non_finite);
   const DenseStepStatus status = b.host_status[0];
   model_->throw_if_non_finite(status, pass, step);  // before the dense update
+  stop_votes_ = status.stop_votes;
   {
     const device::ProfileRange range("dense update");
     optimizer_->step(params);

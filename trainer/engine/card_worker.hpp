@@ -5,10 +5,10 @@
 // One training step (collective: every card calls it in the same step, an empty batch too):
 //   upload batch (one pinned block, one copy) -> CardTier::pull (records of every key
 //   occurrence; waits S1, S2) -> forward/backward (loss on the card) -> metrics -> all-reduce
-//   of the flat dense gradient and the loss slot -> finite check on the card (the same verdict
-//   on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on the card by
-//   a non-finite verdict; ends with the step's last wait S3) -> verdict on the host: throw
-//   naming pass and step, or the dense optimizer step (identical on every card).
+//   of the flat dense gradient, the loss slot and the stop vote -> finite check on the card (the
+//   same verdict on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on
+//   the card by a non-finite verdict; ends with the step's last wait S3) -> verdict on the host:
+//   throw naming pass and step, or the dense optimizer step (identical on every card).
 // Three host waits per step (two with the step's key counts planned), no allocation and no pageable
 // copy in steady state (device rules, heterps/device/card.hpp), and none in any step of a pass
 // after reserve_steps for its largest batch; last_step_counts() says what the last step cost.
@@ -76,9 +76,14 @@ class CardWorker {
   // sparse or dense parameter changes. `progress`: also compute the running AUC for the
   // progress line (progress_auc(), read with the step's last wait).
   // `planned_counts` (optional): the step's key counts from the pass's plan
-  // (HeterComm::plan_next_step): one host wait fewer.
+  // (HeterComm::plan_next_step): one host wait fewer. `stop_vote`: this card asks the run to stop
+  // (stop_votes() then says, on every card alike, whether any card of the job asked).
   double train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
-                    bool progress = false, const uint64_t* planned_counts = nullptr);
+                    bool progress = false, const uint64_t* planned_counts = nullptr,
+                    bool stop_vote = false);
+  // How many cards of the job voted to stop in the last train_step (read with its last wait;
+  // the same count on every card, so all of them stop after the same step).
+  uint32_t stop_votes() const { return stop_votes_; }
   // The running AUC of the last train_step asked for `progress`.
   double progress_auc() const;
   // What the last train_step asked of this card (host waits, allocations, copies, launches,
@@ -114,6 +119,7 @@ class CardWorker {
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
   device::DeviceCounts last_step_;
+  uint32_t stop_votes_ = 0;
   // Steps of a pass before its steady part (runner.print_interval): the metrics' SteadyLoss
   // counts the steps from this one on.
   int64_t warmup_steps_;

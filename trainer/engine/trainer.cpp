@@ -1,7 +1,5 @@
 #include "trainer/engine/trainer.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,7 +11,6 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
-#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "dataset/data_files.hpp"
 #include "dataset/in_memory_dataset.hpp"
@@ -32,6 +29,7 @@
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
+#include "trainer/engine/pass_progress.hpp"
 #include "trainer/engine/step_plan.hpp"
 #include "trainer/engine/step_times.hpp"
 #include "trainer/engine/trainer_state.hpp"
@@ -254,6 +252,9 @@ struct Trainer::StepTally {
   device::DeviceCounts between_steps;
   // Per card: the wall time of each steady step (the batch, the step, the next pass's chunk).
   std::vector<std::vector<double>> steady_seconds;
+  // The steps done when a stop vote ended the pass early (every card after the same one), else
+  // 0.
+  std::size_t stopped_after = 0;
 };
 
 Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
@@ -269,9 +270,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   tally.steady_seconds.resize(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
-  const bool tty = isatty(fileno(stdout)) != 0 && env_.trainer_id == 0;
-  const int interval = std::max(1, config_.runner.print_interval);
-  Mutex print_mu;
+  const std::atomic<bool>* stop_flag = step_hooks_.stop_flag;
+  std::unique_ptr<PassProgress> progress;  // card 0's, made by it once the steps are known
   s.cards.run_on_cards(
       [&](device::Card& card) {
         const int c = card.local_index();
@@ -282,27 +282,25 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm, sizes);
         reserve_steps(worker, plan, batch_size, config_.dataset);
         const std::size_t batches = plan.steps();
-        if (c == 0) tally.steps = batches;
+        if (c == 0) {
+          tally.steps = batches;
+          progress = std::make_unique<PassProgress>(
+              step_hooks_, pass, batches, config_.runner.print_interval, env_.trainer_id == 0);
+        }
         std::vector<double>& step_seconds = tally.steady_seconds[static_cast<std::size_t>(c)];
         step_seconds.reserve(batches);
         dataset::Batch batch;
-        Timer card_timer;
-        double last_redraw = 0;
         int64_t examples = 0;
         for (std::size_t b = 0; b < batches; ++b) {
           const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
           const int64_t global = plan.global_batch[b];
-          // Card 0's progress line: the running AUC is computed on the card and read with the
-          // step's own last wait, so printing it costs the other cards nothing. On a terminal
-          // the line is redrawn in place, at most 4 times a second besides print_interval.
-          const bool redraw =
-              tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
-          const bool progress =
-              c == 0 && env_.trainer_id == 0 && ((b + 1) % interval == 0 || redraw);
+          const bool report = c == 0 && progress->wanted(b);
           const uint64_t sent_before = comm.bytes_to_other_processes();
-          worker.train_step(batch, global, pass, static_cast<int64_t>(b), progress,
-                            plan.counts_of(b));
+          // A stop asked rides on the step's all-reduce as this card's vote.
+          const bool vote = stop_flag != nullptr && stop_flag->load(std::memory_order_relaxed);
+          worker.train_step(batch, global, pass, static_cast<int64_t>(b), report, plan.counts_of(b),
+                            vote);
           every_step[static_cast<std::size_t>(c)] += worker.last_step_counts();
           // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
           // step's counts were taken: the pass reports its own counts.
@@ -316,16 +314,11 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
             step_seconds.push_back(step_timer.seconds());
           }
           examples += global;
-          if (!progress) continue;
-          const double elapsed = card_timer.seconds();
-          last_redraw = elapsed;
-          const std::string line =
-              format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
-                                   worker.progress_auc(), elapsed);
-          MutexLock lock(print_mu);
-          // On a terminal: back to the line's start, and clear what a longer line left.
-          std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
-          std::fflush(stdout);
+          if (worker.stop_votes() > 0) {  // the same count on every card: all stop here
+            if (c == 0) tally.stopped_after = b + 1;
+            break;
+          }
+          if (report) progress->report(b, examples, worker.progress_auc());
         }
         worker.all_reduce_metrics();
       },
@@ -333,7 +326,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         s.group->abort(why);
         if (stream != nullptr) stream->abort(why);
       });
-  if (tty && tally.steps >= 1) std::printf("\n");
+  progress.reset();  // ends a redrawn line
   for (int c = 0; c < cards; ++c) {
     tally.every_step += every_step[static_cast<std::size_t>(c)];
     tally.between_steps += between_steps[static_cast<std::size_t>(c)];
@@ -379,6 +372,7 @@ PassReport Trainer::run_pass(
     }
     throw;
   }
+  if (tally.stopped_after > 0) stop_pass(stream, pass, tally);
   if (stream != nullptr) {
     const Status read = stream->finish();
     if (!read.ok()) GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
@@ -416,6 +410,21 @@ PassReport Trainer::run_pass(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
   append_step_counts(tally, &report);
   return report;
+}
+
+[[noreturn]] void Trainer::stop_pass(dataset::QueueDataset* stream, int64_t pass,
+                                     const StepTally& tally) {
+  if (stream != nullptr) {
+    stream->abort("the run was asked to stop");
+    (void)stream->finish();  // aborted: the rest of the pass is not read
+  }
+  // The rows the steps changed go back to the host tier as any pass's (the tiers stay
+  // consistent; a later save or rerun sees them), but nothing is saved: the saves end with the
+  // pass before this one, and a resume trains this one again.
+  state_->card_tier->end_pass();
+  trim_pools();
+  pass_id_ = pass;
+  throw PassStopped(pass, tally.stopped_after, tally.steps);
 }
 
 void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {

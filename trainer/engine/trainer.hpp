@@ -14,6 +14,7 @@
 // Thread-safety: one controlling thread calls the public methods; card threads live inside them.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -113,6 +114,7 @@ class Trainer final : public Schedule {
   std::size_t metric_buckets() const override;
   void settle() override;
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
+  void set_step_hooks(const StepHooks& hooks) override { step_hooks_ = hooks; }
 
  private:
   struct State;
@@ -137,6 +139,9 @@ class Trainer final : public Schedule {
   // The sizes of every step of `data` in batches of `batch` on this trainer's cards.
   PassStepSizes plan_pass_steps(const dataset::InMemoryDataset& data, std::size_t batch) const;
   void append_step_counts(const StepTally& tally, PassReport* report) const;
+  // A stop vote ended pass `pass` after tally.stopped_after steps: the stream (if any) aborted,
+  // the card tier's pass ended, then PassStopped thrown.
+  [[noreturn]] void stop_pass(dataset::QueueDataset* stream, int64_t pass, const StepTally& tally);
   // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
   void write_save(const std::string& dir);
   void read_dense(const std::string& dir);
@@ -152,6 +157,8 @@ class Trainer final : public Schedule {
   TrainerEnv env_;
   std::unique_ptr<State> state_;
   int64_t pass_id_ = 0;
+  // What a run's caller hears and asks within a pass (set_step_hooks).
+  StepHooks step_hooks_;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
 };
 

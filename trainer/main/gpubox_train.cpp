@@ -23,7 +23,6 @@
 #include "common/config/memory_asks.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
-#include "common/timer.hpp"
 #include "heterps/device/card.hpp"
 #include "serving/serving_model.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -152,38 +151,28 @@ std::vector<std::string> paddlerec_config_flags(int argc, char** argv) {
   return out;
 }
 
-// --mode infer: every save `load` (--load, else runner.infer_load_path with its epoch range)
-// names, each on the same data, one PaddleRec line and one GPUBox line per save, on any
-// schedule (the PS modes load the save into their servers).
-int run_infer(gpubox::trainer::Schedule& trainer, const gpubox::trainer::TrainerConfig& config) {
+// --mode infer (run_job.hpp's infer_job, as gpubox.evaluate runs it): every save --load or
+// runner.infer_load_path names, each on the same data, one PaddleRec line and one GPUBox line
+// per save.
+int run_infer(const gpubox::trainer::TrainerConfig& config,
+              const gpubox::trainer::TrainerEnv& env) {
   using namespace gpubox::trainer;
-  const std::vector<SaveToEvaluate> saves =
-      FLAGS_load.empty()
-          ? saves_to_evaluate(config.runner.infer_load_path, config.runner.infer_start_epoch,
-                              config.runner.infer_end_epoch)
-          : std::vector<SaveToEvaluate>{{FLAGS_load, -1}};
-  const bool from_config = FLAGS_infer_data_dir.empty();
-  const std::string data_dir = from_config ? config.runner.test_data_dir : FLAGS_infer_data_dir;
-  GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
-  const std::vector<std::string> files =
-      data_files(data_dir, from_config ? config.runner.test_data_dirs : std::vector<std::string>{});
-  EvalResult result;
-  for (const SaveToEvaluate& save : saves) {
-    gpubox::Timer timer;
-    GPUBOX_LOG(INFO) << "load model " << save.dir;
-    trainer.load(save.dir);
-    result = trainer.evaluate(files, !FLAGS_predictions_out.empty());
-    if (save.epoch >= 0) {
-      std::printf("%s\n",
-                  format_paddlerec_done_line(save.epoch, result.metrics, timer.seconds()).c_str());
-    }
-    std::printf(
-        "infer: save: %s, examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, "
-        "predicted_ctr: %.6f\n",
-        save.dir.c_str(), result.metrics.examples, result.metrics.auc, result.metrics.logloss,
-        result.metrics.actual_ctr, result.metrics.predicted_ctr);
-    std::fflush(stdout);
-  }
+  InferJob job;
+  job.load = FLAGS_load;
+  job.data_dir = FLAGS_infer_data_dir;
+  job.keep_predictions = !FLAGS_predictions_out.empty();
+  const EvalResult result = infer_job(
+      config, env, job, [](const SaveToEvaluate& save, const EvalResult& r, double seconds) {
+        if (save.epoch >= 0) {
+          std::printf("%s\n", format_paddlerec_done_line(save.epoch, r.metrics, seconds).c_str());
+        }
+        std::printf(
+            "infer: save: %s, examples: %.0f, auc: %.6f, logloss: %.6f, actual_ctr: %.6f, "
+            "predicted_ctr: %.6f\n",
+            save.dir.c_str(), r.metrics.examples, r.metrics.auc, r.metrics.logloss,
+            r.metrics.actual_ctr, r.metrics.predicted_ctr);
+        std::fflush(stdout);
+      });
   if (!FLAGS_predictions_out.empty()) {  // of the last save evaluated
     std::ofstream out(FLAGS_predictions_out);
     GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
@@ -216,9 +205,7 @@ int run_mode(const gpubox::trainer::TrainerConfig& config) {
     gpubox::trainer::train_job(config, env, FLAGS_load);
     return 0;
   }
-  const std::unique_ptr<gpubox::trainer::Schedule> schedule =
-      gpubox::trainer::make_schedule(config, env);
-  return run_infer(*schedule, config);
+  return run_infer(config, env);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "common/logging.hpp"
+#include "common/timer.hpp"
 #include "dataset/dataset_config.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -46,6 +47,30 @@ std::vector<PassReport> train_job(const TrainerConfig& config, const TrainerEnv&
     GPUBOX_LOG(INFO) << hint;
   }
   return trainer.train(load, hooks);
+}
+
+EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
+                     const InferCallback& on_save) {
+  const RunnerConfig& runner = config.runner;
+  const std::vector<SaveToEvaluate> saves =
+      job.load.empty() ? saves_to_evaluate(runner.infer_load_path, runner.infer_start_epoch,
+                                           runner.infer_end_epoch)
+                       : std::vector<SaveToEvaluate>{{job.load, -1}};
+  const bool from_config = job.data_dir.empty();
+  const std::string data_dir = from_config ? runner.test_data_dir : job.data_dir;
+  GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
+  const std::vector<std::string> files =
+      data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
+  const std::unique_ptr<Schedule> schedule = make_schedule(config, env);
+  EvalResult result;
+  for (const SaveToEvaluate& save : saves) {
+    Timer timer;
+    GPUBOX_LOG(INFO) << "load model " << save.dir;
+    schedule->load(save.dir);
+    result = schedule->evaluate(files, job.keep_predictions);
+    if (on_save) on_save(save, result, timer.seconds());
+  }
+  return result;
 }
 
 }  // namespace gpubox::trainer

@@ -5,6 +5,7 @@
 // Thread-safety: one controlling thread per call (training threads live inside).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/metrics/metric_values.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
+#include "trainer/schedule/saved_models.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
@@ -26,5 +28,25 @@ std::unique_ptr<Schedule> make_schedule(const TrainerConfig& config, const Train
 // engine does. Returns the reports of the passes trained.
 std::vector<PassReport> train_job(const TrainerConfig& config, const TrainerEnv& env,
                                   const std::string& load, const RunHooks& hooks = {});
+
+// What --mode infer evaluates.
+struct InferJob {
+  // A save (--load); "" = every save runner.infer_load_path names (one save, or its
+  // <epoch> folders in [infer_start_epoch, infer_end_epoch)).
+  std::string load;
+  // A data folder (--infer_data_dir); "" = runner.test_data_dir with runner.test_data_dirs.
+  std::string data_dir;
+  bool keep_predictions = false;  // labels and predictions per instance (--predictions_out)
+};
+
+// After each save's evaluation: the save, its result, the seconds its load and evaluation took.
+using InferCallback =
+    std::function<void(const SaveToEvaluate& save, const EvalResult& result, double seconds)>;
+
+// --mode infer: each save of `job` loaded on the schedule runner.sync_mode picks (the PS modes
+// load it into their servers) and evaluated on the same data, in order; `on_save` after each.
+// Returns the last save's result. Throws gpubox::Error naming what is missing.
+EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
+                     const InferCallback& on_save = {});
 
 }  // namespace gpubox::trainer

@@ -254,7 +254,7 @@ double DenseModel::forward_backward(const DenseBatchView& batch, const GradScale
 }
 
 void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradScales& scales,
-                                        float* push) {
+                                        float* push, bool stop_vote) {
   const int64_t n = batch.batch;
   GPUBOX_EXPECTS(layers_.empty() || n == 0 || (scales.dense > 0.0f && std::isfinite(scales.dense)),
                  "the dense gradient scale must be positive, got ", scales.dense);
@@ -269,7 +269,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   SigmoidLogLoss::forward_backward_async(
       stream, logits(), batch.labels, n, preds_.data(), dlogits_.data(),
       SigmoidLogLoss::ScaledGrad{layers_.empty() ? nullptr : dz, activation_type_, scales.dense},
-      &status_.data()->loss, loss_partials_.data(), params_.loss_slot());
+      &status_.data()->loss, loss_partials_.data(), params_.loss_slot(), stop_vote ? 1.0f : 0.0f);
   for (std::size_t l = layers_.size(); l-- > 0;) {
     layers_[l].backward_weights(params_, layer_input(l), dz, n);
     if (l > 0) {
@@ -319,6 +319,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
 void DenseModel::check_finite_async() {
   find_non_finite_async(card_->stream(), params_.grads().data(), params_.reduced_size(),
                         &status_.data()->first_non_finite);
+  read_stop_votes_async(card_->stream(), params_.stop_slot(), &status_.data()->stop_votes);
 }
 
 void DenseModel::check_finite(double loss, int64_t pass, int64_t batch_index) {

@@ -56,11 +56,12 @@ struct DenseBatchView {
 
 // What the training step computes on the card and reads back with its last wait (one pinned
 // copy): the card's batch loss and the index of the first non-finite value among the
-// all-reduced gradients and loss slot (heter_comm::kNoVeto when all are finite).
+// all-reduced gradients and loss slot (heter_comm::kNoVeto when all are finite), and how many
+// cards of the job voted to stop after this step (the all-reduced stop slot).
 struct DenseStepStatus {
   double loss = 0;
   uint32_t first_non_finite = 0;
-  uint32_t unused = 0;
+  uint32_t stop_votes = 0;
 };
 
 struct GradScales {
@@ -107,10 +108,13 @@ class DenseModel {
   // sum of the batch's log losses (synchronizes the card stream).
   double forward_backward(const DenseBatchView& batch, const GradScales& scales, float* push);
   // The same, enqueued: the loss goes to step_status()->loss and, as a float, to the
-  // parameters' loss slot (all-reduced with the gradients).
-  void forward_backward_async(const DenseBatchView& batch, const GradScales& scales, float* push);
+  // parameters' loss slot (all-reduced with the gradients); `stop_vote` (1: this card asks the
+  // run to stop) to their stop slot.
+  void forward_backward_async(const DenseBatchView& batch, const GradScales& scales, float* push,
+                              bool stop_vote = false);
   // After the all-reduce of parameters().reduced_size() floats: step_status()->first_non_finite
-  // = the first non-finite index among them, kNoVeto when none. Enqueued.
+  // = the first non-finite index among them, kNoVeto when none; step_status()->stop_votes = the
+  // cards that voted to stop. Enqueued.
   void check_finite_async();
   // The step status on the card (loss, verdict); the veto word HeterComm::push_pulled takes is
   // &step_status()->first_non_finite.

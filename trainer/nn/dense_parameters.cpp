@@ -52,9 +52,9 @@ void DenseParameters::finalize(uint64_t seed) {
     }
   }
   values_ = device::to_device(host, card_->memory(), card_->stream());
-  // Zeroed gradients plus the loss slot (reduced_size()).
+  // Zeroed gradients plus the loss and stop slots (reduced_size()).
   grads_ =
-      device::to_device(std::vector<float>(total_ + 1, 0.0f), card_->memory(), card_->stream());
+      device::to_device(std::vector<float>(reduced_size(), 0.0f), card_->memory(), card_->stream());
   if (keep_bf16_) values_bf16_ = card_->make_buffer<Bf16>(total_);
   finalized_ = true;
   refresh_bf16_copy();

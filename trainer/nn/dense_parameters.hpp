@@ -68,18 +68,22 @@ class DenseParameters {
   void refresh_bf16_copy();
 
   // The flat buffers (size() floats each; alignment gaps are zero in both and stay zero). The
-  // gradient buffer holds one float more: the loss slot, see reduced_size().
+  // gradient buffer holds two floats more: the loss slot and the stop slot, see reduced_size().
   device::device_buffer<float>& values() { return values_; }
   const device::device_buffer<float>& values() const { return values_; }
   device::device_buffer<float>& grads() { return grads_; }
   const device::device_buffer<float>& grads() const { return grads_; }
   std::size_t size() const { return total_; }
-  // The training step all-reduces reduced_size() = size() + 1 floats of grads(): the gradients
+  // The training step all-reduces reduced_size() = size() + 2 floats of grads(): the gradients
   // and, after them, the loss slot where each card puts its batch loss. After the all-reduce the
   // slot holds the loss summed over the cards, so one finite check over the reduced buffer tells
   // every card, in the same collective, whether any card's loss or any gradient is non-finite.
-  std::size_t reduced_size() const { return total_ + 1; }
+  // The stop slot after it holds each card's stop vote (0 or 1; a caller asked the run to stop):
+  // reduced, it is the number of cards that voted, the same on every card, so the cards of the
+  // job stop together after the same step without a collective of their own.
+  std::size_t reduced_size() const { return total_ + 2; }
   float* loss_slot() { return grads_.data() + total_; }
+  const float* stop_slot() const { return grads_.data() + total_ + 1; }
 
   const std::vector<ParamBlock>& blocks() const { return blocks_; }
   // "fc_1.w[37]" for a flat index (errors name the parameter, not an offset).

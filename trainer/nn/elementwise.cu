@@ -41,10 +41,21 @@ SigmoidGrad<T> sigmoid_grad(const float* logits, const float* labels, float* pre
   return SigmoidGrad<T>{logits, labels, preds, dlogits, dz, dz_scale};
 }
 // The card's batch loss into the parameters' loss slot (all-reduced with the gradients).
-struct StoreLossSlot {
+// The step's two slots after the gradients (DenseParameters::reduced_size): the loss, and the
+// card's stop vote (a kernel argument: no copy of its own).
+struct StoreStepSlots {
   const double* loss;
-  float* slot;
-  GPUBOX_HD void operator()(std::size_t) const { *slot = static_cast<float>(*loss); }
+  float* slots;
+  float stop_vote;
+  GPUBOX_HD void operator()(std::size_t) const {
+    slots[0] = static_cast<float>(*loss);
+    slots[1] = stop_vote;
+  }
+};
+struct ReadStopVotes {
+  const float* stop_slot;
+  uint32_t* votes;
+  GPUBOX_HD void operator()(std::size_t) const { *votes = static_cast<uint32_t>(*stop_slot); }
 };
 struct ToBf16 {
   const float* in;
@@ -96,7 +107,7 @@ double SigmoidLogLoss::forward_backward(const device::Stream& stream, const floa
 void SigmoidLogLoss::forward_backward_async(const device::Stream& stream, const float* logits,
                                             const float* labels, int64_t batch, float* preds,
                                             float* dlogits, const ScaledGrad& dz, double* loss,
-                                            double* partials, float* loss_slot) {
+                                            double* partials, float* step_slots, float stop_vote) {
   const auto n = static_cast<std::size_t>(batch);
   if (dz.type == ElementType::kBf16) {
     device::parallel_for(
@@ -108,7 +119,7 @@ void SigmoidLogLoss::forward_backward_async(const device::Stream& stream, const 
         sigmoid_grad(logits, labels, preds, dlogits, static_cast<float*>(dz.data), dz.scale));
   }
   device::reduce_into(stream, n, LogLossAt{logits, labels}, PlusDouble{}, 0.0, partials, loss);
-  device::parallel_for(stream, 1, StoreLossSlot{loss, loss_slot});
+  device::parallel_for(stream, 1, StoreStepSlots{loss, step_slots, stop_vote});
 }
 
 void SigmoidLogLoss::predict(const device::Stream& stream, const float* logits, int64_t batch,
@@ -138,6 +149,10 @@ void find_non_finite_async(const device::Stream& stream, const float* values, st
   GPUBOX_EXPECTS(n < heter_comm::kNoVeto, "finite check over ", n, " values");
   device::memset_bytes_async(first_bad, 0xff, sizeof(uint32_t), stream);  // kNoVeto
   device::parallel_for(stream, n, MarkNonFinite{values, first_bad});
+}
+
+void read_stop_votes_async(const device::Stream& stream, const float* stop_slot, uint32_t* votes) {
+  device::parallel_for(stream, 1, ReadStopVotes{stop_slot, votes});
 }
 
 }  // namespace gpubox::trainer

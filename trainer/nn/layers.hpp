@@ -344,7 +344,8 @@ class SigmoidLogLoss {
   static double forward_backward(const device::Stream& stream, const float* logits,
                                  const float* labels, int64_t batch, float* preds, float* dlogits);
   // The same, with the loss summed on the card into *loss (card memory) in a fixed order
-  // (device::reduce_into), and copied as a float to *loss_slot: no host round trip.
+  // (device::reduce_into), and copied as a float to step_slots[0]: no host round trip;
+  // step_slots[1] = stop_vote (DenseParameters::reduced_size).
   // `partials`: device::reduce_partials(batch) doubles of card memory. When dz.data is set it
   // receives dz.scale * dlogits in dz.type: the MLP's top gradient.
   struct ScaledGrad {
@@ -355,7 +356,7 @@ class SigmoidLogLoss {
   static void forward_backward_async(const device::Stream& stream, const float* logits,
                                      const float* labels, int64_t batch, float* preds,
                                      float* dlogits, const ScaledGrad& dz, double* loss,
-                                     double* partials, float* loss_slot);
+                                     double* partials, float* step_slots, float stop_vote = 0.0f);
   static void predict(const device::Stream& stream, const float* logits, int64_t batch,
                       float* preds);
   // Doubles of card memory forward_backward_async's `partials` needs for `batch` instances.
@@ -368,5 +369,8 @@ std::size_t find_non_finite(const device::Stream& stream, const float* values, s
 // floats, or heter_comm::kNoVeto when all are finite (n < kNoVeto). Enqueued; no allocation.
 void find_non_finite_async(const device::Stream& stream, const float* values, std::size_t n,
                            uint32_t* first_bad);
+// *votes (card memory) = the all-reduced stop slot (DenseParameters::stop_slot), as a count.
+// Enqueued.
+void read_stop_votes_async(const device::Stream& stream, const float* stop_slot, uint32_t* votes);
 
 }  // namespace gpubox::trainer

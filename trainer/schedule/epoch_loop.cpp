@@ -177,6 +177,16 @@ RunPlan plan_run(const RunnerConfig& runner) {
   if (!runner.test_data_dir.empty()) {
     plan.test_files = data_files(runner.test_data_dir, runner.test_data_dirs);
   }
+  for (const std::vector<std::string>& files : plan.pass_files) {
+    // QueueDataset streams files through its readers; a data set in memory is read whole.
+    GPUBOX_EXPECTS(runner.reader_type != ReaderType::kQueueDataset || files.empty() ||
+                       !dataset::is_memory_source(files.front()),
+                   "runner.reader_type: QueueDataset streams data files, and the in-memory data "
+                   "set '",
+                   files.empty() ? std::string() : files.front(),
+                   "' (a DataFrame or arrays) is held whole already: train it with "
+                   "runner.reader_type: InmemoryDataset");
+  }
   plan.per_epoch = static_cast<int64_t>(plan.pass_files.size());
   plan.total = plan.per_epoch * std::max(1, runner.epochs);
   return plan;
@@ -192,14 +202,24 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const int64_t first = start_run(schedule, config, plan, start_from, loaded);
   const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
   schedule.begin_run(plan);
+  schedule.set_step_hooks(hooks.steps);
   struct EndRun {
     Schedule& schedule;
-    ~EndRun() { schedule.end_run(); }
+    ~EndRun() {
+      schedule.set_step_hooks({});
+      schedule.end_run();
+    }
   } end_run{schedule};
+  const auto stop_asked = [&hooks] {
+    const bool flagged = hooks.steps.stop_flag != nullptr && hooks.steps.stop_flag->load();
+    // Asked either way: stop_requested may be where the caller sees its own request.
+    const bool requested = hooks.stop_requested && hooks.stop_requested();
+    return flagged || requested;
+  };
   std::vector<PassReport> reports;
   EpochTally tally;
   for (int64_t k = first; k < plan.total;) {
-    if (k > first && hooks.stop_requested && hooks.stop_requested()) {
+    if (k > first && stop_asked()) {
       GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
                        << k - 1;
       return reports;  // not the job's end: the servers keep its state
@@ -235,6 +255,11 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       reports.push_back(std::move(report));
       if (plan.ends_epoch(k)) finish_epoch(schedule, plan, k, tally, cards, &metrics, hooks);
       ++k;
+    } catch (const PassStopped& stopped) {
+      GPUBOX_LOG(INFO) << stopped.what()
+                       << (k > first ? "; the saves end with pass " + std::to_string(k - 1)
+                                     : std::string());
+      return reports;  // as a stop between passes: not the job's end
     } catch (const Error& e) {
       const std::optional<int64_t> again = schedule.recover(e, k);
       if (!again) throw;

@@ -13,6 +13,7 @@
 // evaluation of runner.test_data_dir with its line and JSON line.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -36,6 +37,10 @@ struct RunHooks {
   // Asked before every pass after the first: true stops the run there, between two passes,
   // leaving the saves as the last pass left them (its save complete, no later one begun).
   std::function<bool()> stop_requested;
+  // Within a pass: its progress, and a stop between two steps (schedule.hpp). A pass stopped
+  // so is neither reported nor saved: the saves end with the pass before it. The stop flag is
+  // also read where stop_requested is asked.
+  StepHooks steps;
 };
 
 // The passes the config schedules (data folders listed now: a folder without data throws
@@ -45,8 +50,8 @@ RunPlan plan_run(const RunnerConfig& runner);
 // Every pass of the config on `schedule`, from `start_from` (gpubox_train --load; "" = the
 // config's start) unless a resume finds a save of this run. `loaded`: a model was loaded before
 // (runner.model_init_path is then not needed). Returns the reports of the passes it trained
-// (fewer than scheduled when hooks.stop_requested stopped it: the servers are then not told
-// that the job ended).
+// (fewer than scheduled when hooks.stop_requested or hooks.steps.stop_flag stopped it: the servers
+// are then not told that the job ended).
 std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
                                    const std::string& start_from, bool loaded,
                                    const RunHooks& hooks = {});

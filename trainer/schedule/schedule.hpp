@@ -8,8 +8,11 @@
 // Thread-safety: one controlling thread calls every method (training threads live inside).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +48,48 @@ struct RunPlan {
   bool ends_epoch(int64_t pass) const { return (pass + 1) % per_epoch == 0; }
 };
 
+// Where a pass stands (card 0 of trainer 0, after a step): what its progress line says.
+struct StepProgress {
+  int64_t pass = 0;
+  std::size_t step = 0;   // steps done, from 1
+  std::size_t steps = 0;  // of the pass
+  double examples_per_second = 0;
+  double auc = 0;  // the pass's running AUC (NaN before both classes were seen)
+  double seconds = 0;
+};
+
+// What a caller hears and asks within a pass (RunHooks::steps, epoch_loop.hpp; read by
+// Schedule::set_step_hooks).
+struct StepHooks {
+  // Set (from any thread, or a signal handler: it is lock-free) to stop within a pass: every
+  // card reads it before each step and votes it into the step's all-reduce; all cards of the
+  // job stop after the first step in which any card voted, and train_scheduled_pass throws
+  // PassStopped. Schedules without a stop between steps (the PS modes) stop before the next
+  // pass, where the epoch loop reads it too.
+  const std::atomic<bool>* stop_flag = nullptr;
+  // Called on card 0's thread of trainer 0 after a step, at most about 4 times a second and
+  // after the pass's last step (the progress line's figures). While set, the progress line is
+  // not redrawn on a terminal (the callback shows it); the print_interval lines stay.
+  std::function<void(const StepProgress&)> on_progress;
+};
+
+// Thrown by Schedule::train_scheduled_pass when the stop flag (StepHooks) stopped the pass
+// between two steps, every card of the job after the same one: the pass is neither reported nor
+// saved, and the epoch loop returns. Not a gpubox::Error: nothing failed, and no recovery
+// applies.
+class PassStopped : public std::runtime_error {
+ public:
+  PassStopped(int64_t pass, std::size_t steps_done, std::size_t steps)
+      : std::runtime_error("stopped in pass " + std::to_string(pass) + " after step " +
+                           std::to_string(steps_done) + " of " + std::to_string(steps) +
+                           " as asked; the pass is not saved"),
+        pass_(pass) {}
+  int64_t pass() const { return pass_; }
+
+ private:
+  int64_t pass_;
+};
+
 class Schedule {
  public:
   virtual ~Schedule() = default;
@@ -74,6 +119,9 @@ class Schedule {
   virtual void end_run() noexcept {}
   // Trains pass `pass` of `plan` (pass ids count from passes_done() up, one call each).
   virtual PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) = 0;
+  // The hooks read within a pass (StepHooks; {} = none) until the next call. Default: not read
+  // (the schedule stops between passes only, where the epoch loop reads the stop flag).
+  virtual void set_step_hooks(const StepHooks& hooks) { (void)hooks; }
   // Adds the last pass's metric buffer (merged over the job's cards) to `sums`, so that an
   // epoch of several passes reports their metrics merged exactly (compute_metrics(sums,
   // metric_buckets())).

@@ -61,6 +61,14 @@ std::vector<std::string> trainer_file_share(const std::vector<std::string>& file
                                             int trainers) {
   GPUBOX_EXPECTS(trainers >= 1 && trainer_id >= 0 && trainer_id < trainers, "trainer id ",
                  trainer_id, " is not in [0, ", trainers, ")");
+  if (trainers > 1 && !files.empty() && dataset::is_memory_source(files.front())) {
+    // One data set given whole to every trainer (a DataFrame): its rows are what is split.
+    std::vector<std::string> shares;
+    for (const std::string& name : files) {
+      shares.push_back(dataset::memory_source_share(name, trainer_id, trainers));
+    }
+    return shares;
+  }
   const std::size_t n = files.size();
   const auto t = static_cast<std::size_t>(trainer_id);
   const std::size_t base = n / static_cast<std::size_t>(trainers);

@@ -35,7 +35,9 @@ struct TrainerEnv {
 
 // Trainer `trainer_id`'s share of a pass's files, as Paddle's fleet.util.get_file_shard splits
 // them: contiguous blocks in list order, the first (files % trainers) trainers one file more. A
-// trainer may get none (it still joins every step, with empty batches).
+// trainer may get none (it still joins every step, with empty batches). In-memory data sets
+// (dataset/memory_source.hpp; every trainer of the job given the same one) are split by rows
+// the same way: each trainer gets its share of each (memory_source_share).
 std::vector<std::string> trainer_file_share(const std::vector<std::string>& files, int trainer_id,
                                             int trainers);
 

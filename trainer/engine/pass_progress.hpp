@@ -1,0 +1,43 @@
+// PassProgress: card 0's progress of a pass (of trainer 0) in the gpubox schedule.
+//
+// The progress line every runner.print_interval steps, redrawn in place on a terminal at most 4
+// times a second besides, and the caller's StepHooks::on_progress as often, which takes over the
+// terminal's redraw. The running AUC is computed on the card and read with the step's own last
+// wait (CardWorker::train_step's `progress`), so the progress costs the other cards nothing.
+//
+// Thread-safety: card 0's thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/timer.hpp"
+#include "trainer/schedule/schedule.hpp"
+
+namespace gpubox::trainer {
+
+class PassProgress {
+ public:
+  // `first`: this is trainer 0 (the job's lines are its). `hooks` must outlive the object.
+  PassProgress(const StepHooks& hooks, int64_t pass, std::size_t steps, int interval, bool first);
+  ~PassProgress();  // ends a redrawn line
+  PassProgress(const PassProgress&) = delete;
+  PassProgress& operator=(const PassProgress&) = delete;
+
+  // Whether step `b` (from 0) reports (then card 0's train_step computes the running AUC).
+  bool wanted(std::size_t b) const;
+  // After step `b` that wanted() it: `examples` so far over the job, the running AUC.
+  void report(std::size_t b, int64_t examples, double auc);
+
+ private:
+  const StepHooks& hooks_;
+  int64_t pass_;
+  std::size_t steps_;
+  int interval_;
+  bool first_;
+  bool tty_;
+  Timer timer_;
+  double last_redraw_ = 0;
+};
+
+}  // namespace gpubox::trainer
