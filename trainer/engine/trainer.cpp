@@ -289,13 +289,26 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         Timer card_timer;
         double last_redraw = 0;
         int64_t examples = 0;
+        // Card 0's progress line: the running AUC is computed on the card and read with the
+        // step's status, a few steps late and without a wait, so printing it costs no card
+        // anything; the line names the step it was computed at, with the rate at that step.
+        std::vector<std::pair<int64_t, double>> progress_at(batches);  // examples, seconds
+        worker.set_progress_sink([&](int64_t step, double auc) {
+          const auto [seen, elapsed] = progress_at[static_cast<std::size_t>(step)];
+          const std::string line = format_progress_line(
+              pass, static_cast<std::size_t>(step) + 1, batches,
+              static_cast<double>(seen) / std::max(1e-9, elapsed), auc, elapsed);
+          MutexLock lock(print_mu);
+          // On a terminal: back to the line's start, and clear what a longer line left.
+          std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
+          std::fflush(stdout);
+        });
         for (std::size_t b = 0; b < batches; ++b) {
           const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
           const int64_t global = plan.global_batch[b];
-          // Card 0's progress line: the running AUC is computed on the card and read with the
-          // step's own last wait, so printing it costs the other cards nothing. On a terminal
-          // the line is redrawn in place, at most 4 times a second besides print_interval.
+          // On a terminal the progress line is redrawn in place, at most 4 times a second
+          // besides print_interval.
           const bool redraw =
               tty && (b + 1 == batches || card_timer.seconds() - last_redraw >= 0.25);
           const bool progress =
@@ -317,16 +330,12 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           }
           examples += global;
           if (!progress) continue;
-          const double elapsed = card_timer.seconds();
-          last_redraw = elapsed;
-          const std::string line =
-              format_progress_line(pass, b + 1, batches, examples / std::max(1e-9, elapsed),
-                                   worker.progress_auc(), elapsed);
-          MutexLock lock(print_mu);
-          // On a terminal: back to the line's start, and clear what a longer line left.
-          std::printf(tty ? "\r%s\033[K" : "%s\n", line.c_str());
-          std::fflush(stdout);
+          last_redraw = card_timer.seconds();
+          progress_at[b] = {examples, last_redraw};
         }
+        // Every step's verdict and sparse check read (a non-finite step throws here at the
+        // latest, naming its step) before the pass's metrics, write-back and save.
+        worker.drain();
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) {
@@ -482,6 +491,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
           worker.eval_step(batch, plan.counts_of(b));
           counts += card.counts() - before;
           if (keep_predictions && b < plan.local_batches) {
+            // Reading the predictions back waits for the step (an evaluation that keeps them).
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
             const std::vector<float> preds = worker.last_predictions();
             for (std::size_t i = 0; i < span.size(); ++i) {
@@ -490,6 +500,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
             }
           }
         }
+        worker.drain();  // the steps' sparse checks, before the evaluation's metrics
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) { s.group->abort(why); });
@@ -502,7 +513,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   result.extra = {{"eval_step_allocations", static_cast<double>(steps.allocations)},
                   {"eval_step_frees", static_cast<double>(steps.frees)},
                   {"eval_step_pinned_allocations",
-                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)}};
+                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
+                  {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)}};
   return result;
 }
 

@@ -77,6 +77,15 @@ struct MarkNonFinite {
     word.fetch_min(static_cast<uint32_t>(i), cuda::std::memory_order_relaxed);
   }
 };
+struct CopyNonFiniteValue {
+  const float* values;
+  std::size_t n;
+  const uint32_t* first_bad;
+  float* out;
+  GPUBOX_HD void operator()(std::size_t) const {
+    if (*first_bad < n) *out = values[*first_bad];
+  }
+};
 }  // namespace
 
 double SigmoidLogLoss::forward_backward(const device::Stream& stream, const float* logits,
@@ -138,6 +147,11 @@ void find_non_finite_async(const device::Stream& stream, const float* values, st
   GPUBOX_EXPECTS(n < heter_comm::kNoVeto, "finite check over ", n, " values");
   device::memset_bytes_async(first_bad, 0xff, sizeof(uint32_t), stream);  // kNoVeto
   device::parallel_for(stream, n, MarkNonFinite{values, first_bad});
+}
+
+void copy_non_finite_value_async(const device::Stream& stream, const float* values, std::size_t n,
+                                 const uint32_t* first_bad, float* value_out) {
+  device::parallel_for(stream, 1, CopyNonFiniteValue{values, n, first_bad, value_out});
 }
 
 }  // namespace gpubox::trainer

@@ -368,5 +368,10 @@ std::size_t find_non_finite(const device::Stream& stream, const float* values, s
 // floats, or heter_comm::kNoVeto when all are finite (n < kNoVeto). Enqueued; no allocation.
 void find_non_finite_async(const device::Stream& stream, const float* values, std::size_t n,
                            uint32_t* first_bad);
+// After it: *value_out (card memory) = values[*first_bad] when *first_bad < n (the value an error
+// names, kept on the card: a check read steps later finds the buffer overwritten), else left
+// alone. Enqueued.
+void copy_non_finite_value_async(const device::Stream& stream, const float* values, std::size_t n,
+                                 const uint32_t* first_bad, float* value_out);
 
 }  // namespace gpubox::trainer

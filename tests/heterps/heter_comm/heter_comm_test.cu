@@ -197,6 +197,7 @@ class Cluster {
   device::CardSet& cards() { return cards_; }
   card_table::CardSparseStore& store(int c) { return *stores_[c]; }
   HeterComm& heter_comm(int c) { return *comms_[c]; }
+  comm::Communicator& comm(int c) { return group_->at(c); }
 
  private:
   device::CardSet cards_;
@@ -952,7 +953,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<ClusterCase>& info) { return std::string(info.param.name); });
 
 // What a training step (pull + push_pulled) asks of each card, placement against placement,
-// counted on the cards (device counters) and by HeterComm: the same 3 host waits; 3 collectives
+// counted on the cards (device counters) and by HeterComm: the same 2 host waits (unplanned: the
+// key counts, the owner lookups; push_pulled waits for nothing); 3 collectives
 // instead of 4 (no records travel back on the pull); bytes: every card's padded block of unique
 // keys and summed records to every card, against keys to the owners, records back and summed
 // records to the owners; and, once the buffers have grown, no card allocation in either.
@@ -1018,8 +1020,8 @@ TEST(HeterComm, ReplicatedStepCountsAgainstSharded) {
   std::set<uint64_t> all_keys;
   for (const auto& u : unique) all_keys.insert(u.begin(), u.end());
   for (int c = 0; c < kCards; ++c) {
-    EXPECT_EQ(sharded.device[c].host_syncs, 3u) << "card " << c;
-    EXPECT_EQ(repl.device[c].host_syncs, 3u) << "card " << c;
+    EXPECT_EQ(sharded.device[c].host_syncs, 2u) << "card " << c;
+    EXPECT_EQ(repl.device[c].host_syncs, 2u) << "card " << c;
     EXPECT_EQ(sharded.device[c].collectives, 4u) << "card " << c;
     EXPECT_EQ(repl.device[c].collectives, 3u) << "card " << c;
     EXPECT_EQ(sharded.device[c].allocations, 0u) << "card " << c;
@@ -1041,8 +1043,9 @@ namespace gpubox::heter_comm {
 namespace {
 
 // plan_next_step (issue 31): a pull whose key counts come from the pass's plan gives the same
-// records with one host wait fewer (no count exchange), and a plan that does not describe the
-// batch fails the step, naming the plan, before any row changes.
+// records without a host wait (no count exchange, no wait for the owner's lookups: its checks
+// are read late, by drain_checks here), and a plan that does not describe the batch fails,
+// naming the plan and the step it happened in.
 TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
   GPUBOX_REQUIRE_CARDS(2);
   const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
@@ -1084,10 +1087,13 @@ TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
       HeterComm& hc = cluster.heter_comm(c);
       auto keys = device::to_device(batches[c], card.memory(), card.stream());
       auto records = card.make_buffer<float>(batches[c].size() * hc.pull_dim());
+      cluster.comm(c).set_step(7, 3);  // the step context a late check names
       const uint64_t before = card.counts().host_syncs;
       if (counts != nullptr) hc.plan_next_step(counts->data());
       hc.pull(keys.data(), batches[c].size(), records.data(), card.stream());
       (*syncs)[c] = card.counts().host_syncs - before;
+      cluster.comm(c).set_step(-1, -1);
+      hc.drain_checks();
       out[c] = device::to_host(records);
     });
     return out;
@@ -1097,7 +1103,8 @@ TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
   const auto got = pull_all(&plan, &planned);
   for (int c = 0; c < kCards; ++c) {
     EXPECT_EQ(got[c], want[c]) << "card " << c;
-    EXPECT_EQ(planned[c] + 1, exchanged[c]) << "card " << c << ": the count wait is gone";
+    EXPECT_EQ(exchanged[c], 2u) << "card " << c << ": the count wait and the lookups' wait";
+    EXPECT_EQ(planned[c], 0u) << "card " << c << ": a planned pull waits for nothing";
   }
   // Card 1's row says one key more for card 0 and one fewer for card 1 (same total).
   std::vector<uint64_t> wrong = plan;
@@ -1113,6 +1120,7 @@ TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
   // may fail first on that key: either error names the plan.
   ASSERT_FALSE(message.empty()) << "a wrong plan went unnoticed";
   EXPECT_NE(message.find("plan does not describe"), std::string::npos) << message;
+  EXPECT_NE(message.find("pass 7, step 3: "), std::string::npos) << message;
 }
 
 }  // namespace
