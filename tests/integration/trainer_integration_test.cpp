@@ -383,8 +383,7 @@ TEST_F(TrainerIntegration, ANonFiniteStepKStopsTheRunNamingStepKAndSavesNothing)
           << "step " << k << ": " << what;
       EXPECT_NE(what.find("diverged"), std::string::npos) << what;
     }
-    EXPECT_FALSE(fs::exists(save) && !fs::is_empty(save))
-        << "step " << k << ": a save was written";
+    EXPECT_FALSE(fs::exists(save) && !fs::is_empty(save)) << "step " << k << ": a save was written";
   }
 }
 

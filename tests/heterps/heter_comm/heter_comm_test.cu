@@ -1125,3 +1125,91 @@ TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
 
 }  // namespace
 }  // namespace gpubox::heter_comm
+
+namespace gpubox::heter_comm {
+namespace {
+
+// Issue 31, item 2: a planned pull does not wait for its owner's lookups, so a key missing on its
+// owner (missing_keys = fail: impossible when begin_pass placed the pass's keys) is found late:
+// the step reads zeros for it and skips its update, and the error names the key, its owner, the
+// requesting card and the pass and step of the pull, not of the step that noticed it: 4 steps
+// later (the checks' ring) or at drain_checks.
+TEST(HeterComm, APlannedPullReportsAMissingKeyLateNamingItsStep) {
+  GPUBOX_REQUIRE_CARDS(2);
+  constexpr int kCards = 2;
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+  HeterCommOptions options;
+  options.missing_keys = MissingKeyPolicy::kFail;
+  std::vector<uint64_t> known;
+  for (uint64_t k = 1; k <= 40; ++k) known.push_back(mix64(k));
+  uint64_t absent = mix64(1000);
+  while (owner_card(absent, kCards) != 0) absent = mix64(absent);
+  const auto run = [&](bool drain_at_once) {
+    Cluster cluster(kCards, cfg, options);
+    cluster.run([&](device::Card& card) {
+      const int c = card.local_index();
+      std::vector<uint64_t> mine;
+      std::vector<float> rows;
+      for (uint64_t k : known) {
+        if (owner_card(k, kCards) != c) continue;
+        mine.push_back(k);
+        rows.resize(rows.size() + layout.stride());
+        table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
+      }
+      auto dk = device::to_device(mine, card.memory(), card.stream());
+      auto dr = device::to_device(rows, card.memory(), card.stream());
+      cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
+    });
+    std::string message;
+    std::vector<std::vector<float>> first_records(kCards);
+    try {
+      for (int step = 0; step < 6; ++step) {
+        // Step 0: card 1's batch holds the absent key (owned by card 0).
+        std::vector<std::vector<uint64_t>> batches(kCards);
+        std::vector<uint64_t> plan(kCards * kCards, 0);
+        for (int c = 0; c < kCards; ++c) {
+          for (int i = 0; i < 12; ++i) batches[c].push_back(known[(c * 5 + i * 3 + step) % 40]);
+          if (step == 0 && c == 1) batches[c].push_back(absent);
+          const std::set<uint64_t> distinct(batches[c].begin(), batches[c].end());
+          for (uint64_t k : distinct) ++plan[c * kCards + owner_card(k, kCards)];
+        }
+        cluster.run([&](device::Card& card) {
+          const int c = card.local_index();
+          HeterComm& hc = cluster.heter_comm(c);
+          auto keys = device::to_device(batches[c], card.memory(), card.stream());
+          auto records = card.make_buffer<float>(batches[c].size() * hc.pull_dim());
+          auto grads =
+              device::to_device(std::vector<float>(batches[c].size() * hc.push_dim(), 0.5f),
+                                card.memory(), card.stream());
+          cluster.comm(c).set_step(3, step);
+          hc.plan_next_step(plan.data());
+          hc.pull(keys.data(), batches[c].size(), records.data(), card.stream());
+          hc.push_pulled(grads.data(), card.stream());
+          if (step == 0) first_records[c] = device::to_host(records);
+          if (drain_at_once) hc.drain_checks();
+        });
+      }
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    // The absent key's pull record (card 1's last occurrence) read zeros.
+    if (!first_records[1].empty()) {
+      const std::size_t dim = static_cast<std::size_t>(layout.pull_dim());
+      const std::vector<float> tail(first_records[1].end() - dim, first_records[1].end());
+      EXPECT_EQ(tail, std::vector<float>(dim, 0.0f));
+    }
+    return message;
+  };
+  for (const bool drain_at_once : {true, false}) {
+    const std::string message = run(drain_at_once);
+    ASSERT_FALSE(message.empty()) << "the missing key went unnoticed";
+    EXPECT_NE(message.find("pass 3, step 0: HeterComm pull: key " + std::to_string(absent) +
+                           " is missing on its owner card 0 (requested by card 1"),
+              std::string::npos)
+        << message;
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::heter_comm
