@@ -263,7 +263,7 @@ class HeterComm::Impl {
     // by push_pulled).
     recv_rows_.resize_discard(received);
     if (step_planned_) {
-      look_up_on_card(received, stream);
+      guarded([&] { look_up_on_card(received, stream); });  // a failure forgets pending checks
     } else {
       // One wait for both counts.
       store_->lookup_async(recv_keys_.data(), received, recv_rows_.data(), stream);
@@ -565,8 +565,7 @@ class HeterComm::Impl {
     }
     const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
     const std::size_t me = static_cast<std::size_t>(comm_->rank());
-    device::LateReadback<uint64_t, StepCheck>::Slot slot{};
-    guarded([&] { slot = checks_.begin(RetireCheck{this}); });
+    const auto slot = checks_.begin(RetireCheck{this});
     device::parallel_for(
         stream, 1,
         WriteStepCheck{store_->miss_count_on_card(), recv_rows_.data(), recv_keys_.data(), received,

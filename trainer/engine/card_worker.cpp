@@ -177,6 +177,12 @@ DenseBatchView CardWorker::batch_view(int slots) const {
 
 void CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
                             int64_t step, bool progress, const uint64_t* planned_counts) {
+  // A step that fails part-way leaves its slot uncommitted: the ring forgets what is pending.
+  guarded([&] { run_train_step(batch, global_batch, pass, step, progress, planned_counts); });
+}
+
+void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
+                                int64_t step, bool progress, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
@@ -227,7 +233,7 @@ struct CardWorker::RetireStep {
 
 void CardWorker::begin_slot(const StepTag& tag) {
   Buffers& b = *buffers_;
-  guarded([&] { b.slot = b.ring.begin(RetireStep{this}); });
+  b.slot = b.ring.begin(RetireStep{this});
   *b.slot.tag = tag;
 }
 
@@ -262,11 +268,13 @@ void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_
   Buffers& b = *buffers_;
   const device::ProfileRange range("eval step");
   comm_.set_step(-1, -1);  // no training step context
-  begin_slot(StepTag{});   // the staging block's slot: nothing to check
-  const int64_t size = upload(batch, planned_counts);
-  model_->predict_async(batch_view(batch.num_slots));
-  metrics_->add(model_->predictions(), b.labels(), size);
-  b.ring.commit(card_.stream());
+  guarded([&] {
+    begin_slot(StepTag{});  // the staging block's slot: nothing to check
+    const int64_t size = upload(batch, planned_counts);
+    model_->predict_async(batch_view(batch.num_slots));
+    metrics_->add(model_->predictions(), b.labels(), size);
+    b.ring.commit(card_.stream());
+  });
 }
 
 std::vector<float> CardWorker::last_predictions() const {

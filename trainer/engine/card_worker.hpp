@@ -118,6 +118,8 @@ class CardWorker {
   void size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,
                     std::size_t dense, std::size_t labels);
   DenseBatchView batch_view(int slots) const;
+  void run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
+                      bool progress, const uint64_t* planned_counts);
   // Takes the step's slot of the status ring (reading the step that used it last) and its
   // staging block.
   void begin_slot(const StepTag& tag);

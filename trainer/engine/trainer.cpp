@@ -336,6 +336,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         // Every step's verdict and sparse check read (a non-finite step throws here at the
         // latest, naming its step) before the pass's metrics, write-back and save.
         worker.drain();
+        worker.set_progress_sink(nullptr);  // it refers to this pass's locals
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) {
