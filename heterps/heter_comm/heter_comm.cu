@@ -4,12 +4,12 @@
 // Step flow and host waits (device rules in heterps/device/card.hpp): an unplanned pull waits
 // twice — S1 for the per-owner key counts (all-gathered on the cards, read back together), S2
 // for the owner's miss count and merge count (read back together) — and returns with its
-// records enqueued; push_pulled never waits. With the step's counts planned (plan_next_step, the
-// trainer's steps) a pull waits for nothing: the counts come from the plan, the merge count stays
-// on the card (the merge kernels run over the received count, a bound, and skip the segments
-// past it), and the checks that the plan described the batch and that no key was missing are
-// written on the card and read a few steps late (StepCheck, drain_checks). Every buffer is
-// sized before the keys move, so nothing is allocated while a collective is in flight.
+// records enqueued; push_pulled waits at its end (S3). With the step's counts planned
+// (plan_next_step, the trainer's steps) a pull waits for nothing: the counts come from the plan,
+// the merge count stays on the card (the merge kernels run over the received count, a bound, and
+// skip the segments past it), and the checks that the plan described the batch and that no key was
+// missing are written on the card and read a few steps late (StepCheck, drain_checks). Every buffer
+// is sized before the keys move, so nothing is allocated while a collective is in flight.
 #include <thrust/find.h>
 
 #include <algorithm>
@@ -360,7 +360,11 @@ class HeterComm::Impl {
                              owner_merge_.unique_start(), merged_rows_.data(), merged_on_card_});
     apply_updates(merged_, veto, stream);
     if (last_check_ != nullptr) last_check_->pushed = true;
-    finish_step();  // no wait: the step's work is enqueued
+    // An unplanned step (it waited for its counts anyway) ends with a wait, S3, so that its
+    // caller may allocate after it (device rule 1: the step's collectives are done). A planned
+    // step returns with its work enqueued: its caller sized everything before the pass.
+    if (!step_planned_) comm_->synchronize(stream, "HeterComm::push_pulled");
+    finish_step();
   }
 
   // Retires every pending check of a planned step (waits for the card only where one's copy has

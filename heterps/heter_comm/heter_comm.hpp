@@ -30,13 +30,15 @@
 // 1.5x headroom at the steps that need more.
 //
 // Host waits (bounded: Communicator::synchronize): an unplanned pull waits twice (the key counts;
-// the owner's lookups) and returns with its records enqueued; push_pulled never waits. A pull
+// the owner's lookups) and returns with its records enqueued; the push_pulled after it waits at
+// its end (so its caller may allocate: device rule 1). A pull
 // whose counts are planned (plan_next_step, with MissingKeyPolicy::kFail: the trainer's steps)
 // waits for nothing: its merge count stays on the card, and its checks (no key missing on its
 // owner, the card's counts as planned) are written on the card and read at most kCheckDepth (4)
 // steps later, or by drain_checks(), through a ring of pinned slots; a failed check throws
 // naming the pass and step it happened in. A planned training step (pull + push_pulled)
-// therefore waits 0 times, an unplanned one 2 times. Buffers are owned, reused
+// therefore waits 0 times (its caller must not allocate before its next wait: size everything
+// with reserve_steps), an unplanned one 3 times. Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
@@ -103,7 +105,8 @@ class HeterComm {
   // between (insert_rows, erase, clear would invalidate the kept row indices). `veto` (card
   // memory, optional): the owners apply the updates only while *veto == kNoVeto, so a verdict
   // computed on the cards (e.g. a non-finite dense gradient) stops them without a host round
-  // trip. Returns with its work enqueued on `stream` (no wait).
+  // trip. After a planned pull, returns with its work enqueued on `stream` (no wait); after an
+  // unplanned one, ends with a bounded wait for its work (Communicator::synchronize).
   void push_pulled(const float* grads, const device::Stream& stream,
                    const uint32_t* veto = nullptr);
 
