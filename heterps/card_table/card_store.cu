@@ -415,6 +415,16 @@ void CardSparseStore::lookup_async(const uint64_t* keys, std::size_t n,
   device::copy_async(host_misses_.data(), miss_count_.data(), 1, stream);
 }
 
+void CardSparseStore::lookup_on_card(const uint64_t* keys, std::size_t n,
+                                     row_index_t* out_row_indices, const device::Stream& stream) {
+  if (n == 0) {
+    device::memset_bytes_async(miss_count_.data(), 0, sizeof(unsigned long long), stream);
+    return;
+  }
+  table_.find(keys, n, out_row_indices, stream);
+  count_misses(out_row_indices, n, stream);
+}
+
 std::size_t CardSparseStore::create_missing_rows(const uint64_t* keys, const int32_t* slots,
                                                  std::size_t n, row_index_t* out_row_indices,
                                                  std::size_t missing,

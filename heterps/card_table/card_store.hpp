@@ -86,6 +86,12 @@ class CardSparseStore {
   void lookup_async(const uint64_t* keys, std::size_t n, row_index_t* out_row_indices,
                     const device::Stream& stream);
   std::size_t misses() const { return static_cast<std::size_t>(host_misses_[0]); }
+  // lookup_async without the miss count's copy: the count stays on the card
+  // (miss_count_on_card(), valid until the next lookup), for a step that checks it late
+  // (HeterComm's planned steps). Stream-ordered; allocates nothing after reserve_lookups(n).
+  void lookup_on_card(const uint64_t* keys, std::size_t n, row_index_t* out_row_indices,
+                      const device::Stream& stream);
+  const unsigned long long* miss_count_on_card() const { return miss_count_.data(); }
   std::size_t create_missing_rows(const uint64_t* keys, const int32_t* slots, std::size_t n,
                                   row_index_t* out_row_indices, std::size_t missing,
                                   const device::Stream& stream);

@@ -190,6 +190,8 @@ void CardTier::push_pulled(int card, const float* grads, const device::Stream& s
   comms_.at(card)->push_pulled(grads, stream, veto);
 }
 
+void CardTier::drain_checks(int card) { comms_.at(card)->drain_checks(); }
+
 const table::RowLayout& CardTier::layout() const { return host_.layout(); }
 const heter_comm::HeterCommStats& CardTier::stats(int card) const {
   return comms_.at(card)->stats();

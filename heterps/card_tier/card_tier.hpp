@@ -133,16 +133,19 @@ class CardTier {
   // --- a step (card thread `card`; collective over the cards) ---
   // out_pull[i * pull_dim() ...] = the pull record of keys[i] (card memory): HeterComm::pull.
   // `planned_counts` (optional): the step's key counts from the pass's plan
-  // (HeterComm::plan_next_step; no wait for the counts).
+  // (HeterComm::plan_next_step; no wait at all: its checks are read late, drain_checks).
   void pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
             const device::Stream& stream, const uint64_t* planned_counts = nullptr);
   // Sizes card `card`'s step buffers for steps up to `bounds` (HeterComm::reserve_steps): on its
   // card thread, before a pass's first step.
   void reserve_steps(int card, const heter_comm::StepBounds& bounds);
-  // One optimizer step per key of the card's last pull: HeterComm::push_pulled (ends with the
-  // step's last wait; `veto` as there).
+  // One optimizer step per key of the card's last pull: HeterComm::push_pulled (enqueued, no
+  // wait; `veto` as there).
   void push_pulled(int card, const float* grads, const device::Stream& stream,
                    const uint32_t* veto = nullptr);
+  // Reads card `card`'s pending checks of planned pulls and throws the first failure
+  // (HeterComm::drain_checks): on its thread, after the last step of a pass or an evaluation.
+  void drain_checks(int card);
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }
   const table::RowLayout& layout() const;

@@ -125,6 +125,9 @@ class Communicator {
     pass_ = pass;
     step_ = step;
   }
+  // The step context set_step gave (-1: none).
+  int64_t pass() const { return pass_; }
+  int64_t step() const { return step_; }
 
   // Typed forms.
   template <class T>

@@ -104,6 +104,12 @@ void Event::synchronize() const {
   count_sync(counters_);
   GPUBOX_CUDA_TRY(cudaEventSynchronize(handle_));
 }
+bool Event::ready() const {
+  const cudaError_t state = cudaEventQuery(handle_);
+  if (state == cudaErrorNotReady) return false;
+  GPUBOX_CUDA_TRY(state);
+  return true;
+}
 
 void detail::synchronize_uncounted(const Stream& stream) {
   GPUBOX_CUDA_TRY(cudaStreamSynchronize(stream.native()));
@@ -157,6 +163,7 @@ Event& Event::operator=(Event&& other) noexcept {
 }
 void Event::record(const Stream&) {}
 void Event::synchronize() const { count_sync(counters_); }
+bool Event::ready() const { return true; }
 
 void detail::synchronize_uncounted(const Stream&) {}
 

@@ -114,6 +114,9 @@ class Event {
   void record(const Stream& stream);
   // Blocks until the recorded work has finished; counts one host synchronization.
   void synchronize() const;
+  // Whether the recorded work has finished (cudaEventQuery), without waiting; an event never
+  // recorded is ready. No host synchronization is counted: nothing waits.
+  bool ready() const;
   native_event_t native() const { return handle_; }
 
  private:

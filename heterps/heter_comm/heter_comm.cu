@@ -1,13 +1,15 @@
 // HeterComm's step engine (see heter_comm.hpp). Portable device code: Thrust on the card's
 // stream (device::exec_policy) and parallel_for functors; the communicator moves the data.
 //
-// Step flow and host waits (device rules in heterps/device/card.hpp): a pull waits twice — S1
-// for the per-owner key counts (all-gathered on the cards, read back together), S2 for the
-// owner's miss count and merge count (read back together) — and returns with its records
-// enqueued; push_pulled waits once, at its end (S3). With the step's counts planned
-// (plan_next_step) there is no S1: the counts come from the plan, checked at S2. Every buffer is
-// sized right after S1, before the keys move, so nothing is allocated while a collective is in
-// flight.
+// Step flow and host waits (device rules in heterps/device/card.hpp): an unplanned pull waits
+// twice — S1 for the per-owner key counts (all-gathered on the cards, read back together), S2
+// for the owner's miss count and merge count (read back together) — and returns with its
+// records enqueued; push_pulled waits at its end (S3). With the step's counts planned
+// (plan_next_step, the trainer's steps) a pull waits for nothing: the counts come from the plan,
+// the merge count stays on the card (the merge kernels run over the received count, a bound, and
+// skip the segments past it), and the checks that the plan described the batch and that no key was
+// missing are written on the card and read a few steps late (StepCheck, drain_checks). Every buffer
+// is sized before the keys move, so nothing is allocated while a collective is in flight.
 #include <thrust/find.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "heterps/card_table/card_store.cuh"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/exec_policy.cuh"
+#include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/heter_comm/detail/key_dedup.cuh"
@@ -47,7 +50,11 @@ struct FillPullRecords {
     if (f == 0 && r + kRowPrefetchDistance < count) {
       store.prefetch_read(rows[r + kRowPrefetchDistance]);
     }
-    records[item] = table::pull_record_field(store.row(rows[r]), store.layout(), f);
+    // A missing key (a planned step checks misses late: StepCheck) reads zeros, not past the
+    // pool; the step fails when its check retires.
+    records[item] = rows[r] == card_table::kInvalidRow
+                        ? 0.0f
+                        : table::pull_record_field(store.row(rows[r]), store.layout(), f);
   }
 };
 
@@ -67,14 +74,17 @@ struct ScatterRecords {
 };
 
 // merged[m] = what came with merged key m's first received occurrence: the row the pull found
-// for it (push_pulled), or its slot (created rows, push).
+// for it (push_pulled), or its slot (created rows, push). `count` (card memory, may be null): the
+// merged keys when known only on the card; positions past it are left alone.
 template <class T>
 struct GatherMerged {
   const T* received;
   const position_t* sorted_pos;
   const position_t* segment_start;
   T* merged;
+  const position_t* count;
   GPUBOX_HD void operator()(std::size_t m) const {
+    if (count != nullptr && m >= *count) return;
     merged[m] = received[sorted_pos[segment_start[m]]];
   }
 };
@@ -92,6 +102,38 @@ struct SendOrderSlots {
   }
 };
 
+// The late check of a planned step, written on the card after its lookups (StepCheck's words;
+// read kCheckDepth steps later at the latest): the misses, the received position of the first
+// missing key (n when none) and that key, the owner merge's distinct keys, then the card's own
+// count row (what the plan said it was).
+inline constexpr std::size_t kCheckHead = 4;
+struct WriteStepCheck {
+  const unsigned long long* misses;
+  const row_index_t* rows;
+  const uint64_t* keys;
+  std::size_t n;
+  const position_t* merged;  // null: n
+  const uint64_t* own_row;
+  std::size_t row_size;
+  uint64_t* words;
+  GPUBOX_HD void operator()(std::size_t) const {
+    const uint64_t missing = *misses;
+    words[0] = missing;
+    words[1] = n;
+    words[2] = 0;
+    if (missing > 0) {  // the error path: one thread finds the first
+      for (std::size_t i = 0; i < n; ++i) {
+        if (rows[i] != card_table::kInvalidRow) continue;
+        words[1] = i;
+        words[2] = keys[i];
+        break;
+      }
+    }
+    words[3] = merged != nullptr ? *merged : n;
+    for (std::size_t c = 0; c < row_size; ++c) words[kCheckHead + c] = own_row[c];
+  }
+};
+
 // *word = value, on the card (a flag next to the counts that S1 all-gathers).
 struct WriteWord {
   uint64_t* word;
@@ -100,23 +142,41 @@ struct WriteWord {
 };
 
 // One optimizer step per merged key (keys are distinct, so rows are too: no races). Nothing
-// when the step was vetoed on the card (push_pulled's veto word).
+// when the step was vetoed on the card (push_pulled's veto word), nor for a key the lookup did
+// not find (a planned step's miss, reported by its late check).
 struct ApplyUpdates {
   card_table::CardStoreRef store;
   const row_index_t* rows;
   const uint64_t* keys;
   const float* grads;
   table::AccessorConfig config;
-  const uint32_t* veto;  // null, or apply only while *veto == kNoVeto
-  std::size_t count;     // merged keys
+  const uint32_t* veto;          // null, or apply only while *veto == kNoVeto
+  std::size_t count;             // merged keys (a bound when live_count is given)
+  const position_t* live_count;  // null, or the merged keys on the card (<= count)
   GPUBOX_HD void operator()(std::size_t m) const {
     if (veto != nullptr && *veto != kNoVeto) return;
-    if (m + kRowPrefetchDistance < count) store.prefetch_update(rows[m + kRowPrefetchDistance]);
+    const std::size_t live = live_count != nullptr ? *live_count : count;
+    if (m >= live || rows[m] == card_table::kInvalidRow) return;
+    if (m + kRowPrefetchDistance < live) store.prefetch_update(rows[m + kRowPrefetchDistance]);
     const table::RowLayout& layout = store.layout();
     table::optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
                                  grads + m * static_cast<std::size_t>(layout.push_dim()));
     store.mark_dirty(rows[m]);
   }
+};
+
+// How many planned steps' checks may be pending before the oldest is read (the late checks'
+// ring of pinned slots): a check is read at most this many steps after its step.
+inline constexpr std::size_t kCheckDepth = 4;
+
+// What the host knows of a planned step when its check retires (LateReadback's tag).
+struct StepCheck {
+  int64_t pass = -1;  // the communicator's step context (-1: none, e.g. an evaluation)
+  int64_t step = -1;
+  std::vector<uint64_t> planned_row;      // the plan's counts for this card's row
+  std::vector<std::size_t> recv_offsets;  // where each source card's keys start (received)
+  bool pushed = false;                    // push_pulled applied the step's merge
+  bool merge_late = false;                // its merged count was known only on the card
 };
 
 void add_stats(HeterCommStats& total, const HeterCommStats& step) {
@@ -177,37 +237,45 @@ class HeterComm::Impl {
         merged_slots_(0, card.memory(), card.stream()),
         gathered_slots_(0, card.memory(), card.stream()),
         host_probe_(2),
-        host_own_row_(static_cast<std::size_t>(comm.size())) {
+        check_words_(kCheckHead + (replicated_ ? 1 : static_cast<std::size_t>(comm.size())),
+                     card.memory(), card.stream()),
+        checks_(card, kCheckDepth, check_words_.size()) {
     GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
                    store.card().rank(), ", not to card ", card.rank());
   }
 
-  // Host waits: the key counts (S1) and the owner's lookups (S2); returns with the records
-  // enqueued.
+  // Host waits: unplanned, the key counts (S1) and the owner's lookups (S2); planned, none.
+  // Returns with the records enqueued.
   void pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* out_pull,
             const device::Stream& stream) {
     pulled_ = false;
+    last_check_ = nullptr;  // set again by a planned pull
     begin_step();
     last_.pull_calls = 1;
     const std::size_t dim = static_cast<std::size_t>(layout_.pull_dim());
-    const std::size_t unique = plan_keys(keys, n, slots != nullptr, stream);  // S1
+    const std::size_t unique = plan_keys(keys, n, slots != nullptr, stream);  // S1 (unplanned)
     const std::size_t received = recv_offsets_[total_cards_];
     reserve_exchange(unique, received);
     const bool with_slots = send_slots(slots, unique, received, stream);
     send_keys(stream);
 
     // Owner: the rows of the keys this card received, and the merge plan of their pushes (used
-    // by push_pulled); one wait for both counts.
+    // by push_pulled).
     recv_rows_.resize_discard(received);
-    store_->lookup_async(recv_keys_.data(), received, recv_rows_.data(), stream);
-    plan_owner_merge_async(received, stream);
-    comm_->synchronize(stream, "HeterComm::pull owner lookups");  // S2
-    check_planned_row();
-    merged_ = collect_owner_merge(received);
-    const std::size_t missing = store_->misses();
-    if (missing > 0) {
-      last_.created_on_pull = resolve_missing(recv_keys_.data(), received, recv_rows_.data(),
-                                              nullptr, with_slots, missing, stream);
+    if (step_planned_) {
+      guarded([&] { look_up_on_card(received, stream); });  // a failure forgets pending checks
+    } else {
+      // One wait for both counts.
+      store_->lookup_async(recv_keys_.data(), received, recv_rows_.data(), stream);
+      plan_owner_merge_async(received, stream);
+      comm_->synchronize(stream, "HeterComm::pull owner lookups");  // S2
+      merged_ = collect_owner_merge(received);
+      merged_on_card_ = nullptr;
+      const std::size_t missing = store_->misses();
+      if (missing > 0) {
+        last_.created_on_pull = resolve_missing(recv_keys_.data(), received, recv_rows_.data(),
+                                                nullptr, with_slots, missing, stream);
+      }
     }
     last_.owner_lookups += received;
     send_records_.resize_discard(unique * dim);
@@ -254,7 +322,7 @@ class HeterComm::Impl {
     send_records(received, stream);
     plan_owner_merge_async(received, stream);
     comm_->synchronize(stream, "HeterComm::push merge");  // S2
-    check_planned_row();
+    merged_on_card_ = nullptr;
     const std::size_t merged = collect_owner_merge(received);
     merge_records(merged, stream);
     merged_rows_.resize_discard(merged);
@@ -283,15 +351,26 @@ class HeterComm::Impl {
     send_records(recv_keys_.size(), stream);
     // The pull planned the merge of the received keys and found (or created) every key's row:
     // the first occurrence of each merged key names it. No dedup, no hash lookup.
+    // A planned step's merge count is on the card: merged_ is its bound (the received keys).
     merge_records(merged_, stream);
     merged_rows_.resize_discard(merged_);
-    device::parallel_for(
-        stream, merged_,
-        GatherMerged<row_index_t>{recv_rows_.data(), owner_merge_.sorted_positions(),
-                                  owner_merge_.unique_start(), merged_rows_.data()});
+    device::parallel_for(stream, merged_,
+                         GatherMerged<row_index_t>{
+                             recv_rows_.data(), owner_merge_.sorted_positions(),
+                             owner_merge_.unique_start(), merged_rows_.data(), merged_on_card_});
     apply_updates(merged_, veto, stream);
-    comm_->synchronize(stream, "HeterComm::push_pulled");  // the step's last wait (S3)
+    if (last_check_ != nullptr) last_check_->pushed = true;
+    // An unplanned step (it waited for its counts anyway) ends with a wait, S3, so that its
+    // caller may allocate after it (device rule 1: the step's collectives are done). A planned
+    // step returns with its work enqueued: its caller sized everything before the pass.
+    if (!step_planned_) comm_->synchronize(stream, "HeterComm::push_pulled");
     finish_step();
+  }
+
+  // Retires every pending check of a planned step (waits for the card only where one's copy has
+  // not completed); throws the first failure, naming its pass and step.
+  void drain_checks() {
+    guarded([&] { checks_.drain(RetireCheck{this}); });
   }
 
   const table::RowLayout& layout() const { return layout_; }
@@ -462,12 +541,102 @@ class HeterComm::Impl {
 
   // One optimizer step per merged key (merged_rows_ holds their rows), rows marked dirty; none
   // when `veto` (card memory) does not hold kNoVeto.
+  // `merged` is a bound when merged_on_card_ is set (a planned step): its count is added to
+  // stats() when the step's check retires.
   void apply_updates(std::size_t merged, const uint32_t* veto, const device::Stream& stream) {
     device::parallel_for(
         stream, merged,
         ApplyUpdates{store_->ref(), merged_rows_.data(), owner_merge_.unique_keys(),
-                     merged_records_.data(), config_, veto, merged});
-    last_.merged_updates = merged;
+                     merged_records_.data(), config_, veto, merged, merged_on_card_});
+    last_.merged_updates = merged_on_card_ != nullptr ? 0 : merged;
+  }
+
+  // A planned step's owner side without a wait: the lookups and the merge plan stay on the card
+  // (merged_ = the received count, a bound; merged_on_card_ = the count), and the step's check
+  // (misses, merge count, the card's own count row against the plan) is copied into the late
+  // checks' next slot, read kCheckDepth steps later or by drain_checks.
+  void look_up_on_card(std::size_t received, const device::Stream& stream) {
+    store_->lookup_on_card(recv_keys_.data(), received, recv_rows_.data(), stream);
+    merged_ = received;
+    merged_on_card_ = nullptr;
+    if (total_cards_ == 1) {
+      // A single card receives its own unique, ascending keys: nothing to merge.
+      owner_merge_.run_unique_sorted(recv_keys_.data(), received, stream);
+    } else {
+      owner_merge_.run_async(recv_keys_.data(), received, stream);
+      owner_merge_.pad_unique_start_async(stream);
+      merged_on_card_ = owner_merge_.count_on_card();  // null when nothing was received
+    }
+    const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
+    const std::size_t me = static_cast<std::size_t>(comm_->rank());
+    const auto slot = checks_.begin(RetireCheck{this});
+    device::parallel_for(
+        stream, 1,
+        WriteStepCheck{store_->miss_count_on_card(), recv_rows_.data(), recv_keys_.data(), received,
+                       merged_on_card_, count_matrix_.data() + me * count_words_, row_size,
+                       check_words_.data()});
+    device::copy_async(slot.host, check_words_.data(), check_words_.size(), stream);
+    StepCheck& tag = *slot.tag;
+    tag.pass = comm_->pass();
+    tag.step = comm_->step();
+    const uint64_t* planned = host_counts_.data() + me * count_words_;
+    tag.planned_row.assign(planned, planned + row_size);
+    tag.recv_offsets.assign(recv_offsets_.begin(), recv_offsets_.end());
+    tag.pushed = false;
+    tag.merge_late = merged_on_card_ != nullptr;
+    checks_.commit(stream);
+    last_check_ = &tag;
+  }
+
+  // Runs `op` (which may retire checks); a failure forgets the checks still pending.
+  template <class Op>
+  void guarded(Op&& op) {
+    try {
+      op();
+    } catch (...) {
+      checks_.discard();
+      last_check_ = nullptr;
+      throw;
+    }
+  }
+  // retire_check as the ring's check.
+  struct RetireCheck {
+    Impl* impl;
+    void operator()(const StepCheck& tag, const uint64_t* words) const {
+      impl->retire_check(tag, words);
+    }
+  };
+
+  // A planned step's check, read late: the card's own counts must be the plan's (the keys moved
+  // by the plan's counts; a plan that does not describe the batch sends keys to the wrong
+  // owner), and no key may be missing on its owner (missing_keys = fail: the step read zeros
+  // for it and skipped its update). Throws naming the step's pass and step.
+  void retire_check(const StepCheck& tag, const uint64_t* words) {
+    if (&tag == last_check_) last_check_ = nullptr;
+    if (tag.pushed && tag.merge_late) stats_.merged_updates += words[3];
+    const std::string at =
+        tag.pass >= 0 ? ::gpubox::detail::concat("pass ", tag.pass, ", step ", tag.step, ": ")
+                      : std::string();
+    for (std::size_t c = 0; c < tag.planned_row.size(); ++c) {
+      const uint64_t actual = words[kCheckHead + c];
+      GPUBOX_EXPECTS(actual == tag.planned_row[c], at, "HeterComm on card ", comm_->rank(),
+                     ": this step's batch has ", actual, " distinct keys for ",
+                     replicated_ ? std::string("every card") : "card " + std::to_string(c),
+                     " where the pass's step plan said ", tag.planned_row[c],
+                     " (the plan does not describe the batch; checked ", kCheckDepth,
+                     " steps late at most)");
+    }
+    if (words[0] == 0) return;
+    const auto source = std::upper_bound(tag.recv_offsets.begin(), tag.recv_offsets.end(),
+                                         static_cast<std::size_t>(words[1])) -
+                        tag.recv_offsets.begin() - 1;
+    GPUBOX_FAIL(
+        at, "HeterComm pull: key ", words[2],
+        replicated_ ? " is missing on the replica of card " : " is missing on its owner card ",
+        comm_->rank(), " (requested by card ", source, "; ", words[0],
+        " keys missing in the step; missing_keys = fail); this step's key counts came "
+        "from the pass's step plan: where the plan does not describe a card's batch, keys "
+        "reach the wrong owner");
   }
 
   void begin_step() {
@@ -502,10 +671,8 @@ class HeterComm::Impl {
     step_planned_ = false;
     if (planned != nullptr && count_words_ == row_size) {
       // Every card's counts of this step come from the pass's plan: no all-gather, no wait. The
-      // card's own row is read back with the step's next wait and checked (check_planned_row).
-      device::copy_async(host_own_row_.data(), my_row, row_size, stream);
+      // card's own row is checked against it late (the step's StepCheck).
       std::copy(planned, planned + cards * row_size, host_counts_.data());
-      checking_plan_ = true;
       step_planned_ = true;
     } else {
       if (count_words_ > row_size) {
@@ -530,23 +697,6 @@ class HeterComm::Impl {
     local_.set_count(unique);
     last_.unique_keys_sent = unique;
     return unique;
-  }
-
-  // After the wait that follows a planned plan_keys: the card's own counts must be the plan's
-  // (the keys already moved by the plan's counts; a plan that does not describe the batch stops
-  // the step here, before any row changes).
-  void check_planned_row() {
-    if (!std::exchange(checking_plan_, false)) return;
-    const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
-    const uint64_t* planned =
-        host_counts_.data() + static_cast<std::size_t>(comm_->rank()) * count_words_;
-    for (std::size_t c = 0; c < row_size; ++c) {
-      GPUBOX_EXPECTS(host_own_row_[c] == planned[c], "HeterComm on card ", comm_->rank(),
-                     ": this step's batch has ", host_own_row_[c], " distinct keys for ",
-                     replicated_ ? std::string("every card") : "card " + std::to_string(c),
-                     " where the pass's step plan said ", planned[c],
-                     " (the plan does not describe the batch)");
-    }
   }
 
   // plan_keys's agreement (kCreate): the slots flag after each card's `row_size` counts. A
@@ -622,9 +772,10 @@ class HeterComm::Impl {
       const int32_t* key_slots = with_slots ? recv_slots_.data() : nullptr;
       if (with_slots && merge != nullptr) {
         merged_slots_.resize_discard(n);
-        device::parallel_for(stream, n,
-                             GatherMerged<int32_t>{recv_slots_.data(), merge->sorted_positions(),
-                                                   merge->unique_start(), merged_slots_.data()});
+        device::parallel_for(
+            stream, n,
+            GatherMerged<int32_t>{recv_slots_.data(), merge->sorted_positions(),
+                                  merge->unique_start(), merged_slots_.data(), nullptr});
         key_slots = merged_slots_.data();
       }
       return store_->create_missing_rows(keys, key_slots, n, rows, missing, stream);
@@ -703,12 +854,16 @@ class HeterComm::Impl {
   std::size_t exchange_unique_ = 0;
   std::size_t exchange_max_unique_ = 0;
   device::pinned_buffer<position_t> host_probe_;
-  // plan_next_step's count matrix for the next pull or push (borrowed, consumed by plan_keys),
-  // and the card's own row read back to check it (checking_plan_: a check is due).
+  // plan_next_step's count matrix for the next pull or push (borrowed, consumed by plan_keys).
   const uint64_t* planned_ = nullptr;
-  device::pinned_buffer<uint64_t> host_own_row_;
-  bool checking_plan_ = false;
   bool step_planned_ = false;  // the last plan_keys used a plan (named in a missing key's error)
+  // The owner merge's count on the card, when the host knows only a bound (a planned pull).
+  const position_t* merged_on_card_ = nullptr;
+  // Planned steps' late checks: WriteStepCheck's words on the card, and the ring of pinned
+  // slots they are read from; the last committed check's tag (push_pulled marks it pushed).
+  device::device_buffer<uint64_t> check_words_;
+  device::LateReadback<uint64_t, StepCheck> checks_;
+  StepCheck* last_check_ = nullptr;
 
   HeterCommStats stats_;
   HeterCommStats last_;
@@ -736,6 +891,7 @@ void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
 }
 void HeterComm::reserve_steps(const StepBounds& bounds) { impl_->reserve_steps(bounds); }
 void HeterComm::plan_next_step(const uint64_t* counts) { impl_->plan_next_step(counts); }
+void HeterComm::drain_checks() { impl_->drain_checks(); }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {
   impl_->push_pulled(grads, veto, stream);

@@ -29,10 +29,16 @@
 // (the trainer computes it from the pass's data on the host); without it the buffers grow with
 // 1.5x headroom at the steps that need more.
 //
-// Host waits (bounded: Communicator::synchronize): a pull waits twice (the key counts; the
-// owner's lookups) and returns with its records enqueued; push_pulled waits once, at its end; a
-// training step (pull + push_pulled) therefore waits 3 times in all, 2 with its counts planned
-// (plan_next_step). Buffers are owned, reused
+// Host waits (bounded: Communicator::synchronize): an unplanned pull waits twice (the key counts;
+// the owner's lookups) and returns with its records enqueued; the push_pulled after it waits at
+// its end (so its caller may allocate: device rule 1). A pull
+// whose counts are planned (plan_next_step, with MissingKeyPolicy::kFail: the trainer's steps)
+// waits for nothing: its merge count stays on the card, and its checks (no key missing on its
+// owner, the card's counts as planned) are written on the card and read at most kCheckDepth (4)
+// steps later, or by drain_checks(), through a ring of pinned slots; a failed check throws
+// naming the pass and step it happened in. A planned training step (pull + push_pulled)
+// therefore waits 0 times (its caller must not allocate before its next wait: size everything
+// with reserve_steps), an unplanned one 3 times. Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
@@ -99,9 +105,18 @@ class HeterComm {
   // between (insert_rows, erase, clear would invalidate the kept row indices). `veto` (card
   // memory, optional): the owners apply the updates only while *veto == kNoVeto, so a verdict
   // computed on the cards (e.g. a non-finite dense gradient) stops them without a host round
-  // trip. Ends with a bounded wait for its work (Communicator::synchronize).
+  // trip. After a planned pull, returns with its work enqueued on `stream` (no wait); after an
+  // unplanned one, ends with a bounded wait for its work (Communicator::synchronize).
   void push_pulled(const float* grads, const device::Stream& stream,
                    const uint32_t* veto = nullptr);
+
+  // Reads every pending check of the planned pulls (waits for the card only where a check's copy
+  // has not completed) and throws the first failure: a key missing on its owner or a card's
+  // counts unlike the plan, naming the pass and step of the pull (the communicator's step
+  // context when it ran). Call it before anything that must see a checked pass: a save, the end
+  // of a pass or of an evaluation. A failure forgets the later checks. stats().merged_updates
+  // counts a planned step's updates once its check is read.
+  void drain_checks();
 
   // Sizes every buffer of pull and push_pulled (and the card's scratch arena) for steps up to
   // `bounds`, now (between steps: not collective, no wait). Ends the last pull's state
@@ -111,8 +126,8 @@ class HeterComm {
   // The next pull's (or push's) key counts, known before the step from the pass's data
   // (trainer/engine/step_sizes.hpp): counts[src * row + dst] = distinct keys card `src` sends
   // card `dst` in that step (row = total_cards; replicated: row = 1, each card's distinct
-  // keys). That pull exchanges no counts and does not wait for them (no S1); its own row is
-  // checked against the card's at its next wait (a mismatch fails the step, naming the card).
+  // keys). That pull exchanges no counts and waits for nothing (no S1, no S2); its own row is
+  // checked against the card's late (see drain_checks: a mismatch fails, naming the card).
   // `counts` is borrowed until that pull. Ignored with MissingKeyPolicy::kCreate (its slots
   // agreement travels with the counts).
   void plan_next_step(const uint64_t* counts);

@@ -66,6 +66,10 @@ bool NextPassWork::prepare(int c) {
   device::Card& card = cards_.card(c);
   const device::DeviceCounts before = card.counts();
   Timer timer;
+  // The step before returned without waiting for the card (issue 31), so its collectives may be
+  // in flight, and a chunk sizes card buffers (device rule 1: no allocation in a collective's
+  // window). Counted as this work's wait (early_host_syncs), not the step's.
+  card.stream().synchronize();
   try {
     run_chunk(c, next);
   } catch (const std::exception& e) {

@@ -351,6 +351,42 @@ TEST_F(TrainerIntegration, DivergenceStopsNamingPassAndBatchAndWritesNothing) {
   EXPECT_EQ(rows, 46u);
 }
 
+// Issue 31, item 2: a step's finite verdict is read a few steps late (the steady step never waits
+// for the card), yet a non-finite gradient at step k still stops the run naming pass 0 and step
+// k, where it occurred, not the step where it was noticed (4 steps later, or at the end of the
+// pass for the last steps), and no save of the model is written. Data: 200 lines, 2 cards x
+// batch 10 = 10 steps; only step k's 20 lines carry a dense value near FLT_MAX.
+TEST_F(TrainerIntegration, ANonFiniteStepKStopsTheRunNamingStepKAndSavesNothing) {
+  GPUBOX_REQUIRE_CARDS(2);
+  for (const int k : {2, 5, 9}) {  // noticed 4 steps later; at the pass's end (twice)
+    const fs::path data = root_ / ("non_finite_" + std::to_string(k));
+    const fs::path save = root_ / ("non_finite_save_" + std::to_string(k));
+    fs::create_directories(data);
+    {
+      std::ofstream out(data / "part-0");
+      for (int i = 0; i < 200; ++i) {
+        const bool bad = i / 20 == k;  // round k: lines [20k, 20k + 20) on the 2 cards
+        out << "click:" << (i % 3 == 0) << " dense_feature:" << (bad ? "3e38" : "0.5")
+            << " dense_feature:0.1 dense_feature:0.2 1:" << i % 17 + 1 << " 2:" << i % 5 + 7
+            << "\n";
+      }
+    }
+    Trainer trainer(config(10, {"runner.train_data_dir=" + data.string(),
+                                "runner.model_save_path=" + save.string()}),
+                    env("0,1"));
+    try {
+      trainer.train();
+      FAIL() << "step " << k << ": no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("pass 0, batch " + std::to_string(k) + ":"), std::string::npos)
+          << "step " << k << ": " << what;
+      EXPECT_NE(what.find("diverged"), std::string::npos) << what;
+    }
+    EXPECT_FALSE(fs::exists(save) && !fs::is_empty(save)) << "step " << k << ": a save was written";
+  }
+}
+
 TEST_F(TrainerIntegration, APassWithoutAValidInstanceStopsBeforeAnySave) {
   const fs::path bad = root_ / "no_instance";
   const fs::path save = root_ / "no_instance_save";

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 
@@ -69,6 +70,36 @@ INSTANTIATE_TEST_SUITE_P(KindsAndSizes, DenseOptimizerTest,
                          ::testing::Combine(::testing::Values(DenseOptimizerKind::kAdam,
                                                               DenseOptimizerKind::kSgd),
                                             ::testing::Values(0, 1, 2047, 2049)));
+
+// The training step's veto (issue 31, item 2: the finite verdict stays on the card): a step whose
+// veto word is not kNoVeto changes neither the weights nor the moments; with kNoVeto it steps.
+TEST(DenseOptimizer, AVetoedStepChangesNothing) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  for (const auto kind : {DenseOptimizerKind::kAdam, DenseOptimizerKind::kSgd}) {
+    DenseOptimizerConfig config;
+    config.kind = kind;
+    config.learning_rate = 0.1f;
+    const std::vector<float> w = {1.0f, -2.0f, 3.0f};
+    auto values = device::to_device(w, card.memory(), card.stream());
+    auto grads =
+        device::to_device(std::vector<float>{0.5f, 0.25f, -1.0f}, card.memory(), card.stream());
+    auto veto = device::to_device(std::vector<uint32_t>{1u}, card.memory(), card.stream());
+    DenseOptimizer opt(card, config, w.size());
+    opt.step(values.data(), grads.data(), nullptr, veto.data());
+    EXPECT_EQ(device::to_host(values), w);
+    if (kind == DenseOptimizerKind::kAdam) {
+      EXPECT_EQ(device::to_host(opt.moment1()), std::vector<float>(3, 0.0f));
+      EXPECT_EQ(device::to_host(opt.moment2()), std::vector<float>(3, 0.0f));
+    }
+    veto =
+        device::to_device(std::vector<uint32_t>{heter_comm::kNoVeto}, card.memory(), card.stream());
+    opt.step(values.data(), grads.data(), nullptr, veto.data());
+    const std::vector<float> stepped = device::to_host(values);
+    for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NE(stepped[i], w[i]) << i;
+  }
+}
 
 TEST(DenseOptimizer, RejectsBadSettings) {
   device::CardSet cards = device::CardSet::from_list("0");

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
+#include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/profile_range.hpp"
 #include "trainer/metrics/metrics.hpp"
@@ -20,17 +21,38 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
 }
 
+// Steps whose status may be pending at once (the ring of pinned slots they are read from): a
+// step's verdict is read at most this many steps after it, and the host runs at most this many
+// steps ahead of the card.
+constexpr std::size_t kStatusDepth = 4;
+
 }  // namespace
+
+// What a step leaves for the host to read late (one pinned slot of the ring per step).
+struct StepRecord {
+  DenseStepStatus status;                                 // training steps
+  double auc[MetricsAccumulator::kProgressDoubles] = {};  // progress steps
+};
+// What the host knows of a step when its record is read.
+struct StepTag {
+  int64_t pass = -1;
+  int64_t step = -1;
+  bool train = false;     // status holds a training step's verdict
+  bool progress = false;  // auc holds the running AUC
+};
 
 // Step buffers, reused across steps (they only grow). The batch travels to the card as one
 // pinned block (device rule 2) in one copy: keys | offsets | dense | labels, each
-// section aligned to 256 bytes; the card-side views point into `uploaded`.
+// section aligned to 256 bytes; the card-side views point into `uploaded`. One staging block per
+// slot of the status ring: a step writes its batch into its slot's block, whose previous copy
+// (kStatusDepth steps before) the slot's event says is done.
 struct CardWorker::Buffers {
   explicit Buffers(device::Card& card)
       : uploaded(card.make_buffer<char>(0)),
         pull(card.make_buffer<float>(0)),
         push(card.make_buffer<float>(0)),
-        host_status(1) {}
+        staging(kStatusDepth),
+        ring(card, kStatusDepth, 1) {}
 
   // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
   struct Layout {
@@ -38,10 +60,12 @@ struct CardWorker::Buffers {
   };
 
   device::device_buffer<char> uploaded;
-  device::pinned_buffer<char> staging;  // grows (a pinned allocation) only with the batch
   device::device_buffer<float> pull;
   device::device_buffer<float> push;
-  device::pinned_buffer<DenseStepStatus> host_status;  // the step's verdict, read at its end
+  // Per ring slot; grows (a pinned allocation) only with the batch.
+  std::vector<device::pinned_buffer<char>> staging;
+  device::LateReadback<StepRecord, StepTag> ring;          // the steps' status, read late
+  device::LateReadback<StepRecord, StepTag>::Slot slot{};  // the running step's
   Layout layout;
   int64_t batch = 0;
 
@@ -81,9 +105,11 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
   at.labels = at.dense + align_up(dense * sizeof(float));
   at.total = at.labels + align_up(labels * sizeof(float));
   // Grown only when a batch outgrows what reserve_steps sized (a pinned allocation synchronizes
-  // the device). The previous step ended with a wait, so its copy out of `staging` is done.
-  if (b.staging.size() < at.total) {
-    b.staging = device::pinned_buffer<char>(std::max(at.total, b.staging.size() * 3 / 2));
+  // the device). The running step's block: its slot's last copy out of it is done (the ring
+  // retired the slot).
+  device::pinned_buffer<char>& staging = b.staging[b.slot.index];
+  if (staging.size() < at.total) {
+    staging = device::pinned_buffer<char>(std::max(at.total, staging.size() * 3 / 2));
   }
   b.uploaded.resize_discard(at.total);
   b.pull.resize_discard(occurrences * static_cast<std::size_t>(tier_.pull_dim()));
@@ -97,7 +123,11 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
   for (int64_t other : largest.other_instances) model_->reserve(other);
-  size_buffers(n, largest.keys.occurrences, slots * n + 1, n * dense, n);
+  // Every slot's staging block (between passes: the ring was drained, no copy is in flight).
+  for (std::size_t i = 0; i < kStatusDepth; ++i) {
+    buffers_->slot.index = i;
+    size_buffers(n, largest.keys.occurrences, slots * n + 1, n * dense, n);
+  }
   tier_.reserve_steps(card_.local_index(), largest.keys);
 }
 
@@ -114,7 +144,7 @@ int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_
                batch.labels.size());
   const Buffers::Layout& at = b.layout;
 
-  char* host = b.staging.data();
+  char* host = b.staging[b.slot.index].data();
   if (occurrences > 0)
     std::memcpy(host + at.keys, batch.keys.data(), occurrences * sizeof(uint64_t));
   if (!batch.offsets.empty()) {
@@ -145,15 +175,26 @@ DenseBatchView CardWorker::batch_view(int slots) const {
   return view;
 }
 
-double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
-                              int64_t step, bool progress, const uint64_t* planned_counts,
-                              bool stop_vote) {
+void CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
+                            int64_t step, bool progress, const uint64_t* planned_counts,
+                            bool stop_vote) {
+  // A step that fails part-way leaves its slot uncommitted: the ring forgets what is pending.
+  guarded([&] {
+    run_train_step(batch, global_batch, pass, step, progress, planned_counts, stop_vote);
+  });
+}
+
+void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
+                                int64_t step, bool progress, const uint64_t* planned_counts,
+                                bool stop_vote) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
   const device::ProfileRange step_range("step");
   comm_.set_step(pass, step);
-  // And pull: waits S1 (key counts; not when planned), S2 (owner lookups).
+  // The slot of the step kStatusDepth steps back is read first (it may throw that step's error).
+  begin_slot(StepTag{pass, step, /*train=*/true, progress});
+  // And pull: no wait when the step's counts are planned.
   const int64_t size = upload(batch, planned_counts);
   const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
@@ -162,7 +203,7 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
     const device::ProfileRange range("dense forward/backward");
     model_->forward_backward_async(view, scales, b.push.data(), stop_vote);
     metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
-    if (progress) metrics_->progress_async();
+    if (progress) metrics_->progress_async(b.slot.host->auc);
   }
   // The gradients and, in the loss slot, this card's loss: after the all-reduce every card
   // holds the same values, so the finite verdict below is the same on every card.
@@ -172,33 +213,74 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
     comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
                          stream);
     model_->check_finite_async();
-    device::copy_async(b.host_status.data(), model_->step_status(), 1, stream);
+    device::copy_async(&b.slot.host->status, model_->step_status(), 1, stream);
   }
-  // The owners apply the sparse updates only if the verdict (on the card) says finite; the
-  // push ends with the step's last wait (S3), after which the verdict is on the host.
-  tier_.push_pulled(card_.local_index(), b.push.data(), stream,
-                    &model_->step_status()->first_non_finite);
-  const DenseStepStatus status = b.host_status[0];
-  model_->throw_if_non_finite(status, pass, step);  // before the dense update
-  stop_votes_ = status.stop_votes;
+  // The verdict (on the card) vetoes the sparse updates on the owners and the dense update: a
+  // non-finite step changes no parameter; the host reads the verdict kStatusDepth steps later
+  // (or at drain) and throws naming this pass and step.
+  const uint32_t* veto = &model_->step_status()->first_non_finite;
+  tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
   {
     const device::ProfileRange range("dense update");
-    optimizer_->step(params);
+    optimizer_->step(params, veto);
   }
+  b.ring.commit(stream);
   last_step_ = card_.counts() - before;
-  return status.loss;
 }
 
-double CardWorker::progress_auc() const { return metrics_->progress_auc(); }
+struct CardWorker::RetireStep {
+  CardWorker* worker;
+  void operator()(const StepTag& tag, const StepRecord* record) const {
+    worker->retire(tag, *record);
+  }
+};
+
+void CardWorker::begin_slot(const StepTag& tag) {
+  Buffers& b = *buffers_;
+  b.slot = b.ring.begin(RetireStep{this});
+  *b.slot.tag = tag;
+}
+
+void CardWorker::retire(const StepTag& tag, const StepRecord& record) {
+  if (!tag.train) return;
+  model_->throw_if_non_finite(record.status, tag.pass, tag.step);
+  stop_votes_ = record.status.stop_votes;
+  if (tag.progress && progress_sink_) {
+    progress_sink_(tag.step, MetricsAccumulator::progress_auc(record.auc));
+  }
+}
+
+template <class Op>
+void CardWorker::guarded(Op&& op) {
+  try {
+    op();
+  } catch (...) {
+    buffers_->ring.discard();
+    throw;
+  }
+}
+
+void CardWorker::drain() {
+  guarded([&] { buffers_->ring.drain(RetireStep{this}); });
+  tier_.drain_checks(card_.local_index());
+  stop_votes_ = 0;
+}
+
+void CardWorker::set_progress_sink(std::function<void(int64_t step, double auc)> sink) {
+  progress_sink_ = std::move(sink);
+}
 
 void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
   Buffers& b = *buffers_;
   const device::ProfileRange range("eval step");
   comm_.set_step(-1, -1);  // no training step context
-  const int64_t size = upload(batch, planned_counts);
-  model_->predict_async(batch_view(batch.num_slots));
-  metrics_->add(model_->predictions(), b.labels(), size);
-  comm_.synchronize(card_.stream(), "eval step");
+  guarded([&] {
+    begin_slot(StepTag{});  // the staging block's slot: nothing to check
+    const int64_t size = upload(batch, planned_counts);
+    model_->predict_async(batch_view(batch.num_slots));
+    metrics_->add(model_->predictions(), b.labels(), size);
+    b.ring.commit(card_.stream());
+  });
 }
 
 std::vector<float> CardWorker::last_predictions() const {

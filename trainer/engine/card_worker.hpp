@@ -4,19 +4,27 @@
 //
 // One training step (collective: every card calls it in the same step, an empty batch too):
 //   upload batch (one pinned block, one copy) -> CardTier::pull (records of every key
-//   occurrence; waits S1, S2) -> forward/backward (loss on the card) -> metrics -> all-reduce
-//   of the flat dense gradient, the loss slot and the stop vote -> finite check on the card (the
-//   same verdict on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on
-//   the card by a non-finite verdict; ends with the step's last wait S3) -> verdict on the host:
-//   throw naming pass and step, or the dense optimizer step (identical on every card).
-// Three host waits per step (two with the step's key counts planned), no allocation and no pageable
-// copy in steady state (device rules, heterps/device/card.hpp), and none in any step of a pass
-// after reserve_steps for its largest batch; last_step_counts() says what the last step cost.
+//   occurrence; waits S1, S2 unless the step's counts are planned) -> forward/backward (loss on
+//   the card) -> metrics -> all-reduce of the flat dense gradient, the loss slot and the stop
+//   vote -> finite check on the card (the same verdict on every card) -> the status (loss,
+//   verdict, stop votes, progress AUC) copied into the step's pinned slot ->
+//   HeterComm::push_pulled (one optimizer step per key) and the dense optimizer step, both
+//   vetoed on the card by a non-finite verdict -> the slot's event.
+// The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
+// (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
+// at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress
+// sink gets the running AUC, and stop_votes() the step's votes. Planned steps (the trainer's)
+// wait for the card 0 times; no allocation and no pageable copy in steady state (device rules,
+// heterps/device/card.hpp), and none in any step of a pass after reserve_steps for its largest
+// batch; last_step_counts() says what the last step cost. drain() before anything that must see
+// the pass's steps checked: the end of the pass (metrics, write-back), a save, an evaluation's
+// end.
 //
 // Thread-safety: one card thread. The card, communicator and card tier must outlive the worker.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,6 +45,8 @@ namespace trainer {
 
 class DenseModel;
 struct DenseBatchView;
+struct StepRecord;
+struct StepTag;
 class DenseOptimizer;
 class MetricsAccumulator;
 
@@ -71,27 +81,33 @@ class CardWorker {
   void reserve_steps(const StepReservation& largest);
 
   // One training step on this card's `batch`. `global_batch`: instances of this step over all
-  // cards (the dense gradient is the mean over them). Returns the batch's summed log loss.
-  // Throws (naming pass and step) on a non-finite loss or gradient on any card, before any
-  // sparse or dense parameter changes. `progress`: also compute the running AUC for the
-  // progress line (progress_auc(), read with the step's last wait).
-  // `planned_counts` (optional): the step's key counts from the pass's plan
-  // (HeterComm::plan_next_step): one host wait fewer. `stop_vote`: this card asks the run to stop
-  // (stop_votes() then says, on every card alike, whether any card of the job asked).
-  double train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
-                    bool progress = false, const uint64_t* planned_counts = nullptr,
-                    bool stop_vote = false);
-  // How many cards of the job voted to stop in the last train_step (read with its last wait;
-  // the same count on every card, so all of them stop after the same step).
+  // cards (the dense gradient is the mean over them). A non-finite loss or gradient on any card
+  // changes no sparse or dense parameter (vetoed on the card), and a later step (at most
+  // kStatusDepth later) or drain() throws naming this pass and step. `progress`: also compute
+  // the running AUC for the progress line, handed to the progress sink when the step's slot is
+  // read. `planned_counts` (optional): the step's key counts from the pass's plan
+  // (HeterComm::plan_next_step): then the step waits for nothing. `stop_vote`: this card asks
+  // the run to stop (stop_votes() then says, on every card alike, whether any card asked).
+  void train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
+                  bool progress = false, const uint64_t* planned_counts = nullptr,
+                  bool stop_vote = false);
+  // How many cards of the job voted to stop in the step whose slot was read last (kStatusDepth
+  // steps back: the same step, and so the same count, on every card, so all of them stop after
+  // the same step). 0 after drain(): a pass's votes end with it.
   uint32_t stop_votes() const { return stop_votes_; }
-  // The running AUC of the last train_step asked for `progress`.
-  double progress_auc() const;
+  // Reads every pending step status and sparse check (waits for the card where one has not
+  // completed) and throws the first failure, naming its pass and step. After the last step of a
+  // pass or an evaluation, before its metrics, write-back or save.
+  void drain();
+  // Gets (step, running AUC) of each train_step asked for `progress`, when its slot is read.
+  void set_progress_sink(std::function<void(int64_t step, double auc)> sink);
   // What the last train_step asked of this card (host waits, allocations, copies, launches,
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
-  // Pull and predict only; adds to the metrics. Collective (the pull is).
+  // Pull and predict only; adds to the metrics. Collective (the pull is). No wait (planned
+  // counts); drain() after the last one.
   void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr);
-  // Predictions of the last step (host copy), one per instance.
+  // Predictions of the last step (host copy, synchronizes), one per instance.
   std::vector<float> last_predictions() const;
 
   // Sums the metric buffers of all cards into every card's (collective).
@@ -109,6 +125,17 @@ class CardWorker {
   void size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,
                     std::size_t dense, std::size_t labels);
   DenseBatchView batch_view(int slots) const;
+  void run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
+                      bool progress, const uint64_t* planned_counts, bool stop_vote);
+  // Takes the step's slot of the status ring (reading the step that used it last) and its
+  // staging block.
+  void begin_slot(const StepTag& tag);
+  // A step's record, read late: throws its non-finite verdict, hands its progress AUC on.
+  void retire(const StepTag& tag, const StepRecord& record);
+  struct RetireStep;  // retire() as the ring's check
+  // Runs op; a failure forgets the pending slots.
+  template <class Op>
+  void guarded(Op&& op);
 
   device::Card& card_;
   comm::Communicator& comm_;
@@ -120,6 +147,7 @@ class CardWorker {
   std::unique_ptr<Buffers> buffers_;
   device::DeviceCounts last_step_;
   uint32_t stop_votes_ = 0;
+  std::function<void(int64_t, double)> progress_sink_;
   // Steps of a pass before its steady part (runner.print_interval): the metrics' SteadyLoss
   // counts the steps from this one on.
   int64_t warmup_steps_;

@@ -29,9 +29,14 @@ bool PassProgress::wanted(std::size_t b) const {
   return (b + 1) % interval_ == 0 || ((tty_ || hooks_.on_progress) && timely);
 }
 
-void PassProgress::report(std::size_t b, int64_t examples, double auc) {
-  const double elapsed = timer_.seconds();
-  last_redraw_ = elapsed;
+void PassProgress::note(std::size_t b, int64_t examples) {
+  last_redraw_ = timer_.seconds();
+  if (noted_.size() < steps_) noted_.resize(steps_);
+  noted_[b] = {examples, last_redraw_};
+}
+
+void PassProgress::report(std::size_t b, double auc) {
+  const auto [examples, elapsed] = noted_.at(b);
   const double rate = static_cast<double>(examples) / std::max(1e-9, elapsed);
   if (hooks_.on_progress) hooks_.on_progress({pass_, b + 1, steps_, rate, auc, elapsed});
   if (!tty_ && (b + 1) % interval_ != 0) return;

@@ -2,14 +2,18 @@
 //
 // The progress line every runner.print_interval steps, redrawn in place on a terminal at most 4
 // times a second besides, and the caller's StepHooks::on_progress as often, which takes over the
-// terminal's redraw. The running AUC is computed on the card and read with the step's own last
-// wait (CardWorker::train_step's `progress`), so the progress costs the other cards nothing.
+// terminal's redraw. The running AUC is computed on the card and read with the step's status a
+// few steps later, without a wait (CardWorker::train_step's `progress`, its progress sink), so
+// the progress costs no card anything; a line names the step it was computed at, with the rate
+// at that step.
 //
 // Thread-safety: card 0's thread only.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common/timer.hpp"
 #include "trainer/schedule/schedule.hpp"
@@ -26,8 +30,10 @@ class PassProgress {
 
   // Whether step `b` (from 0) reports (then card 0's train_step computes the running AUC).
   bool wanted(std::size_t b) const;
-  // After step `b` that wanted() it: `examples` so far over the job, the running AUC.
-  void report(std::size_t b, int64_t examples, double auc);
+  // After step `b` that wanted() it: `examples` so far over the job.
+  void note(std::size_t b, int64_t examples);
+  // Step `b`'s running AUC, once read back (after note(b)).
+  void report(std::size_t b, double auc);
 
  private:
   const StepHooks& hooks_;
@@ -38,6 +44,7 @@ class PassProgress {
   bool tty_;
   Timer timer_;
   double last_redraw_ = 0;
+  std::vector<std::pair<int64_t, double>> noted_;  // per step: examples, seconds
 };
 
 }  // namespace gpubox::trainer

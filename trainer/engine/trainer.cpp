@@ -291,6 +291,13 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         step_seconds.reserve(batches);
         dataset::Batch batch;
         int64_t examples = 0;
+        // Card 0's progress line: the running AUC is computed on the card and read with the
+        // step's status, a few steps late and without a wait (PassProgress).
+        if (c == 0) {
+          worker.set_progress_sink([&](int64_t step, double auc) {
+            progress->report(static_cast<std::size_t>(step), auc);
+          });
+        }
         for (std::size_t b = 0; b < batches; ++b) {
           const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
@@ -314,12 +321,18 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
             step_seconds.push_back(step_timer.seconds());
           }
           examples += global;
-          if (worker.stop_votes() > 0) {  // the same count on every card: all stop here
+          if (report) progress->note(b, examples);
+          // The votes are read with the step's status kStatusDepth steps late, at the same step
+          // on every card: all stop after the same one.
+          if (worker.stop_votes() > 0) {
             if (c == 0) tally.stopped_after = b + 1;
             break;
           }
-          if (report) progress->report(b, examples, worker.progress_auc());
         }
+        // Every step's verdict and sparse check read (a non-finite step throws here at the
+        // latest, naming its step) before the pass's metrics, write-back and save.
+        worker.drain();
+        worker.set_progress_sink(nullptr);  // it refers to this pass's locals
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) {
@@ -491,6 +504,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
           worker.eval_step(batch, plan.counts_of(b));
           counts += card.counts() - before;
           if (keep_predictions && b < plan.local_batches) {
+            // Reading the predictions back waits for the step (an evaluation that keeps them).
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
             const std::vector<float> preds = worker.last_predictions();
             for (std::size_t i = 0; i < span.size(); ++i) {
@@ -499,6 +513,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
             }
           }
         }
+        worker.drain();  // the steps' sparse checks, before the evaluation's metrics
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) { s.group->abort(why); });
@@ -511,7 +526,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   result.extra = {{"eval_step_allocations", static_cast<double>(steps.allocations)},
                   {"eval_step_frees", static_cast<double>(steps.frees)},
                   {"eval_step_pinned_allocations",
-                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)}};
+                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
+                  {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)}};
   return result;
 }
 

@@ -194,19 +194,21 @@ void MetricsAccumulator::add(const float* predictions, const float* labels, int6
       stream, 1, AddToSums{flat_.data() + 2 * buckets_, static_cast<double>(n), sums, steady});
 }
 
-void MetricsAccumulator::progress_async() {
+static_assert(MetricsAccumulator::kProgressDoubles == kAucDoubles, "the progress parts");
+
+void MetricsAccumulator::progress_async(double* host_parts) {
   const device::Stream& stream = card_->stream();
   AucPart* parts = reinterpret_cast<AucPart*>(auc_.data());
   device::reduce_into(stream, buckets_,
                       BucketFromTop{flat_.data(), flat_.data() + buckets_, buckets_},
                       CombineFromTop{}, AucPart{}, parts + 1, parts);
-  device::copy_async(host_auc_.data(), auc_.data(), kAucDoubles, stream);
+  device::copy_async(host_parts, auc_.data(), kAucDoubles, stream);
 }
 
-double MetricsAccumulator::progress_auc() const {
-  const double positives = host_auc_[0];
-  const double negatives = host_auc_[1];
-  return positives > 0 && negatives > 0 ? host_auc_[2] / (positives * negatives)
+double MetricsAccumulator::progress_auc(const double* host_parts) {
+  const double positives = host_parts[0];
+  const double negatives = host_parts[1];
+  return positives > 0 && negatives > 0 ? host_parts[2] / (positives * negatives)
                                         : std::numeric_limits<double>::quiet_NaN();
 }
 

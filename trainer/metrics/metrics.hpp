@@ -5,7 +5,8 @@
 //
 // In a training step nothing here waits for the card: add() sums on the card (a fixed-order
 // reduction, no Thrust readback), and the progress line's running AUC is computed on the card
-// and read back with the step's last wait (progress_async). compute() (pass end) reads the
+// and copied into a pinned slot the host reads a few steps later (progress_async). compute()
+// (pass end) reads the
 // whole buffer back through a pinned copy.
 //
 // Ownership: owns its buffers (card memory). Thread-safety: one card's thread only.
@@ -39,10 +40,16 @@ class MetricsAccumulator {
   void reset();
 
   // Enqueues the running AUC of what this buffer holds (computed on the card from the
-  // histogram, in a fixed order) and its copy to a pinned host word; progress_auc() reads it
-  // after the caller's next synchronization. For the progress line: it costs no wait of its own.
-  void progress_async();
-  double progress_auc() const;
+  // histogram, in a fixed order) and its copy to `host_parts` (kProgressDoubles, pinned: e.g. a
+  // slot of the training step's late readback); progress_auc(host_parts) is the AUC once the
+  // copy has completed. For the progress line: it costs no wait of its own.
+  static constexpr std::size_t kProgressDoubles = 3;
+  void progress_async(double* host_parts);
+  static double progress_auc(const double* host_parts);
+  // The same into a pinned word of this accumulator, read by progress_auc() after the caller's
+  // next synchronization.
+  void progress_async() { progress_async(host_auc_.data()); }
+  double progress_auc() const { return progress_auc(host_auc_.data()); }
 
   // The flat buffer to all-reduce (sum) across cards: metrics_flat_size(buckets()) doubles.
   double* flat() { return flat_.data(); }

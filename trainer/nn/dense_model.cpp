@@ -317,9 +317,15 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
 }
 
 void DenseModel::check_finite_async() {
-  find_non_finite_async(card_->stream(), params_.grads().data(), params_.reduced_size(),
-                        &status_.data()->first_non_finite);
+  mark_non_finite_async(params_.reduced_size());
   read_stop_votes_async(card_->stream(), params_.stop_slot(), &status_.data()->stop_votes);
+}
+
+void DenseModel::mark_non_finite_async(std::size_t n) {
+  const device::Stream& stream = card_->stream();
+  find_non_finite_async(stream, params_.grads().data(), n, &status_.data()->first_non_finite);
+  copy_non_finite_value_async(stream, params_.grads().data(), n, &status_.data()->first_non_finite,
+                              &status_.data()->bad_value);
 }
 
 void DenseModel::check_finite(double loss, int64_t pass, int64_t batch_index) {
@@ -328,8 +334,7 @@ void DenseModel::check_finite(double loss, int64_t pass, int64_t batch_index) {
                 " (diverged: lower the learning rate or check the input for huge dense values)");
   }
   const device::Stream& stream = card_->stream();
-  find_non_finite_async(stream, params_.grads().data(), params_.size(),
-                        &status_.data()->first_non_finite);
+  mark_non_finite_async(params_.size());
   device::copy_async(host_status_.data(), status_.data(), 1, stream);
   stream.synchronize();
   DenseStepStatus status = host_status_[0];
@@ -346,10 +351,8 @@ void DenseModel::throw_if_non_finite(const DenseStepStatus& status, int64_t pass
                 ": the loss is not finite on at least one card (this card's: ", status.loss,
                 "; diverged: lower the learning rate or check the input for huge dense values)");
   }
-  // The error path: one more (pageable) readback names the value.
-  const float value = device::to_host(params_.grads().data() + bad, 1, card_->stream()).front();
   GPUBOX_FAIL("pass ", pass, ", batch ", batch_index, ": gradient of ", params_.describe(bad),
-              " is ", value, " (diverged: lower the learning rate)");
+              " is ", status.bad_value, " (diverged: lower the learning rate)");
 }
 
 }  // namespace gpubox::trainer

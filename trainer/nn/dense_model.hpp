@@ -25,7 +25,8 @@
 //   optimizer.step(model.parameters());                     // identical on every card
 // The training step (CardWorker) uses the *_async forms instead: the loss and the finite
 // verdict stay on the card (step_status()), the all-reduce covers the loss slot too
-// (DenseParameters::reduced_size), and the host reads the verdict with the step's last wait.
+// (DenseParameters::reduced_size), the verdict vetoes the step's sparse and dense updates on the
+// card, and the host reads it a few steps late, without waiting (CardWorker).
 //
 // Thread-safety: one card's thread only.
 #pragma once
@@ -54,13 +55,16 @@ struct DenseBatchView {
   int64_t batch = 0;
 };
 
-// What the training step computes on the card and reads back with its last wait (one pinned
-// copy): the card's batch loss and the index of the first non-finite value among the
-// all-reduced gradients and loss slot (heter_comm::kNoVeto when all are finite), and how many
-// cards of the job voted to stop after this step (the all-reduced stop slot).
+// What the training step computes on the card and reads back a few steps later (one pinned
+// copy into the step's late-readback slot): the card's batch loss, the index of the first
+// non-finite value among the all-reduced gradients and loss slot (heter_comm::kNoVeto when all
+// are finite) and that value (the error names it; the gradient buffer holds a later step's by
+// the time the host reads this), and how many cards of the job voted to stop after this step
+// (the all-reduced stop slot).
 struct DenseStepStatus {
   double loss = 0;
   uint32_t first_non_finite = 0;
+  float bad_value = 0;
   uint32_t stop_votes = 0;
 };
 
@@ -113,8 +117,8 @@ class DenseModel {
   void forward_backward_async(const DenseBatchView& batch, const GradScales& scales, float* push,
                               bool stop_vote = false);
   // After the all-reduce of parameters().reduced_size() floats: step_status()->first_non_finite
-  // = the first non-finite index among them, kNoVeto when none; step_status()->stop_votes = the
-  // cards that voted to stop. Enqueued.
+  // = the first non-finite index among them, kNoVeto when none, and ->bad_value = its value;
+  // step_status()->stop_votes = the cards that voted to stop. Enqueued.
   void check_finite_async();
   // The step status on the card (loss, verdict); the veto word HeterComm::push_pulled takes is
   // &step_status()->first_non_finite.
@@ -132,6 +136,8 @@ class DenseModel {
 
  private:
   void forward(const DenseBatchView& batch);
+  // step_status()'s verdict and value over the first n gradient floats. Enqueued.
+  void mark_non_finite_async(std::size_t n);
   // The first layer's input rows (the wide model's pooled slots).
   InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, activation_type_}; }
   // The first layer's input rows as floats (dcn, dcn_v2 run in fp32: the cross network's x0).

@@ -3,6 +3,7 @@
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "heterps/heter_comm/heter_comm_types.hpp"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/nn/device_math.cuh"
@@ -16,7 +17,9 @@ struct SgdStep {
   Bf16* w_bf16;
   const float* g;
   float lr;
+  const uint32_t* veto;  // null, or step only while *veto == kNoVeto
   GPUBOX_HD void operator()(std::size_t i) const {
+    if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
     const float w_i = w[i] - lr * g[i];
     w[i] = w_i;
     if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
@@ -30,9 +33,11 @@ struct AdamStep {
   float* v;
   float beta1;
   float beta2;
-  float lr_t;     // lr * sqrt(1 - b2^t) / (1 - b1^t)
-  float eps_hat;  // eps * sqrt(1 - b2^t)
+  float lr_t;            // lr * sqrt(1 - b2^t) / (1 - b1^t)
+  float eps_hat;         // eps * sqrt(1 - b2^t)
+  const uint32_t* veto;  // as SgdStep's
   GPUBOX_HD void operator()(std::size_t i) const {
+    if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
     const float grad = g[i];
     const float m_i = beta1 * m[i] + (1.0f - beta1) * grad;
     const float v_i = beta2 * v[i] + (1.0f - beta2) * grad * grad;
@@ -60,16 +65,18 @@ DenseOptimizer::DenseOptimizer(device::Card& card, const DenseOptimizerConfig& c
   }
 }
 
-void DenseOptimizer::step(DenseParameters& params) {
+void DenseOptimizer::step(DenseParameters& params, const uint32_t* veto) {
   step(params.values().data(), params.grads().data(),
-       params.has_bf16_copy() ? params.values_bf16().data() : nullptr);
+       params.has_bf16_copy() ? params.values_bf16().data() : nullptr, veto);
 }
 
-void DenseOptimizer::step(float* values, const float* grads, Bf16* values_bf16) {
+void DenseOptimizer::step(float* values, const float* grads, Bf16* values_bf16,
+                          const uint32_t* veto) {
   ++steps_;
   const device::Stream& stream = card_->stream();
   if (config_.kind == DenseOptimizerKind::kSgd) {
-    device::parallel_for(stream, size_, SgdStep{values, values_bf16, grads, config_.learning_rate});
+    device::parallel_for(stream, size_,
+                         SgdStep{values, values_bf16, grads, config_.learning_rate, veto});
     return;
   }
   // Bias corrections in double on the host: identical on every card, exact for long runs.
@@ -81,7 +88,7 @@ void DenseOptimizer::step(float* values, const float* grads, Bf16* values_bf16) 
   const auto eps_hat = static_cast<float>(config_.epsilon * correction);
   device::parallel_for(stream, size_,
                        AdamStep{values, values_bf16, grads, m_.data(), v_.data(), config_.beta1,
-                                config_.beta2, lr_t, eps_hat});
+                                config_.beta2, lr_t, eps_hat, veto});
 }
 
 }  // namespace gpubox::trainer

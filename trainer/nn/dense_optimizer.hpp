@@ -30,10 +30,13 @@ class DenseOptimizer {
   int64_t steps() const { return steps_; }
 
   // values -= update(grads); both `size` floats of card memory. `values_bf16` (may be null):
-  // rewritten as the bf16 rounding of the new values in the same pass.
-  void step(float* values, const float* grads, Bf16* values_bf16 = nullptr);
+  // rewritten as the bf16 rounding of the new values in the same pass. `veto` (card memory, may
+  // be null): the step changes nothing (values, moments) unless *veto == heter_comm::kNoVeto, so
+  // a verdict computed on the card (a non-finite gradient) stops it without a host round trip.
+  void step(float* values, const float* grads, Bf16* values_bf16 = nullptr,
+            const uint32_t* veto = nullptr);
   // The same on the parameters, their bf16 copy included when they keep one.
-  void step(DenseParameters& params);
+  void step(DenseParameters& params, const uint32_t* veto = nullptr);
 
   // State for save/load: first and second moments (empty for sgd) and the step count.
   device::device_buffer<float>& moment1() { return m_; }

@@ -88,6 +88,15 @@ struct MarkNonFinite {
     word.fetch_min(static_cast<uint32_t>(i), cuda::std::memory_order_relaxed);
   }
 };
+struct CopyNonFiniteValue {
+  const float* values;
+  std::size_t n;
+  const uint32_t* first_bad;
+  float* out;
+  GPUBOX_HD void operator()(std::size_t) const {
+    if (*first_bad < n) *out = values[*first_bad];
+  }
+};
 }  // namespace
 
 double SigmoidLogLoss::forward_backward(const device::Stream& stream, const float* logits,
@@ -153,6 +162,11 @@ void find_non_finite_async(const device::Stream& stream, const float* values, st
 
 void read_stop_votes_async(const device::Stream& stream, const float* stop_slot, uint32_t* votes) {
   device::parallel_for(stream, 1, ReadStopVotes{stop_slot, votes});
+}
+
+void copy_non_finite_value_async(const device::Stream& stream, const float* values, std::size_t n,
+                                 const uint32_t* first_bad, float* value_out) {
+  device::parallel_for(stream, 1, CopyNonFiniteValue{values, n, first_bad, value_out});
 }
 
 }  // namespace gpubox::trainer

@@ -372,5 +372,10 @@ void find_non_finite_async(const device::Stream& stream, const float* values, st
 // *votes (card memory) = the all-reduced stop slot (DenseParameters::stop_slot), as a count.
 // Enqueued.
 void read_stop_votes_async(const device::Stream& stream, const float* stop_slot, uint32_t* votes);
+// After it: *value_out (card memory) = values[*first_bad] when *first_bad < n (the value an error
+// names, kept on the card: a check read steps later finds the buffer overwritten), else left
+// alone. Enqueued.
+void copy_non_finite_value_async(const device::Stream& stream, const float* values, std::size_t n,
+                                 const uint32_t* first_bad, float* value_out);
 
 }  // namespace gpubox::trainer

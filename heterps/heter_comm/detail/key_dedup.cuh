@@ -97,6 +97,18 @@ struct StoreClosingOffset {
   GPUBOX_HD void operator()(std::size_t) const { unique_start[*last_seg_id] = n; }
 };
 
+// unique_start[u] = n for every u past the count on the card (u in (*count, n]): the segments
+// past the last unique key are empty, so kernels launched over a bound of n segments (a count
+// known only on the card) sum nothing there.
+struct PadUniqueStarts {
+  position_t* unique_start;
+  const position_t* count;
+  position_t n;
+  GPUBOX_HD void operator()(std::size_t u) const {
+    if (u > *count) unique_start[u] = n;
+  }
+};
+
 class KeyDedup {
  public:
   // `scratch` (Thrust's temporaries) must outlive the KeyDedup.
@@ -156,6 +168,16 @@ class KeyDedup {
   // 0). Valid until the next call.
   const position_t* count_on_card() const {
     return sorted_pos_.empty() ? nullptr : seg_id_.data() + (sorted_pos_.size() - 1);
+  }
+  // After run_async: unique_start()[u] = occurrences() for every u past the count on the card,
+  // so unique_start() describes occurrences() segments, the ones past the count empty (for
+  // kernels sized by that bound, the count never read on the host). Stream-ordered.
+  void pad_unique_start_async(const device::Stream& stream) {
+    const std::size_t n = sorted_pos_.size();
+    if (n == 0) return;
+    device::parallel_for(
+        stream, n + 1,
+        PadUniqueStarts{unique_start_.data(), count_on_card(), static_cast<position_t>(n)});
   }
   // Enqueues the unique count's copy to the host (pinned); collect_count() reads it after the
   // caller synchronized the stream.
