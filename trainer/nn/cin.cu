@@ -61,7 +61,8 @@ struct BuildInput {
   }
 };
 
-// Z[(b, d), f H + h] = X^0[b, d, f] X^k[b, d, h].
+// Item (r = b D + d, f): Z[r, f H + h] = X^0[b, d, f] X^k[b, d, h] for every h (one item per
+// H values: the index arithmetic is paid once per row segment, not per value).
 struct OuterProducts {
   FieldView<const float> x0;
   FieldView<const float> prev;
@@ -70,11 +71,13 @@ struct OuterProducts {
   int fields;
   int height;
   GPUBOX_HD void operator()(std::size_t item) const {
-    const auto cols = static_cast<std::size_t>(fields) * static_cast<std::size_t>(height);
-    const auto r = static_cast<int64_t>(item / cols);
-    const auto col = static_cast<int>(item % cols);
+    const auto r = static_cast<int64_t>(item / static_cast<std::size_t>(fields));
+    const auto f = static_cast<int64_t>(item % static_cast<std::size_t>(fields));
     const int64_t b = r / width, d = r % width;
-    z[item] = x0.at(b, d, col / height) * prev.at(b, d, col % height);
+    const float scale = x0.at(b, d, f);
+    const float* in = &prev.at(b, d, 0);
+    float* out = z + static_cast<int64_t>(item) * height;
+    for (int64_t h = 0; h < height; ++h) out[h] = scale * in[h];
   }
 };
 
@@ -202,7 +205,7 @@ void XdeepfmPart::build_z(const device::Stream& stream, int k, int64_t batch) {
       k == 0 ? x0
              : FieldView<const float>{xs_[static_cast<std::size_t>(k - 1)].data(),
                                       static_cast<int64_t>(width_) * height, height};
-  device::parallel_for(stream, items(batch * width_, layer_in(k)),
+  device::parallel_for(stream, items(batch * width_, fields()),
                        OuterProducts{x0, prev, z_.data(), width_, fields(), height});
 }
 
