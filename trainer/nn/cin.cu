@@ -9,6 +9,7 @@
 // for k = 0, X^k is X^0 and both terms are X^0's.
 #include <utility>
 
+#include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/xdeepfm_part.hpp"
 
