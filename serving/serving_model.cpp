@@ -293,6 +293,9 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
   if (model.kind == trainer::ModelKind::kDlrm) {
     properties["bot_layer_sizes"] = join_ints(model.bot_layer_sizes);
   }
+  if (model.kind == trainer::ModelKind::kXdeepfm) {
+    properties["layer_sizes_cin"] = join_ints(model.cin_layer_sizes);
+  }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
 }
@@ -330,6 +333,9 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   }
   if (spec.model.kind == trainer::ModelKind::kDlrm) {  // written for dlrm exports only
     spec.model.bot_layer_sizes = read.sizes("bot_layer_sizes");
+  }
+  if (spec.model.kind == trainer::ModelKind::kXdeepfm) {  // written for xdeepfm exports only
+    spec.model.cin_layer_sizes = read.sizes("layer_sizes_cin");
   }
   if (const auto widths = manifest->properties.find("slot_dims");
       widths != manifest->properties.end()) {

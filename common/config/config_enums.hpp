@@ -111,11 +111,15 @@ enum class ModelKind {
               // read by the logit layer (PaddleRec's dcn; hyper_parameters.cross_layers)
   kDlrm,      // DLRM: a bottom MLP over the dense features, pairwise dot products among it and the
           // slots' embeddings, a top MLP (fc_sizes) over both (hyper_parameters.bot_layer_sizes)
+  kXdeepfm,  // xDeepFM: the wide part + a Compressed Interaction Network over the slots' and dense
+             // features' embeddings + the MLP over them (hyper_parameters.layer_sizes_cin)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
-    {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},
-    {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},       {ModelKind::kFm, "fm"},
-    {ModelKind::kDcn, "dcn"},       {ModelKind::kDlrm, "dlrm"},
+    {ModelKind::kDnn, "dnn"},         {ModelKind::kWideDeep, "wide_deep"},
+    {ModelKind::kWide, "wide"},       {ModelKind::kDeepFm, "deepfm"},
+    {ModelKind::kDcnV2, "dcn_v2"},    {ModelKind::kFm, "fm"},
+    {ModelKind::kDcn, "dcn"},         {ModelKind::kDlrm, "dlrm"},
+    {ModelKind::kXdeepfm, "xdeepfm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

@@ -126,10 +126,10 @@ std::vector<BadConfig> bad_configs() {
        {},
        ":3: hyper_parameters.sparse_optimizer.class: expected one of "
        "sgd|adagrad|adam|shared_adam, got 'lamb'"},
-      {"hyper_parameters:\n  model: xdeepfm\n",
+      {"hyper_parameters:\n  model: autoint\n",
        {},
        ":2: hyper_parameters.model: expected one of "
-       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm, got 'xdeepfm'"},
+       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm, got 'autoint'"},
       {"runner:\n  data_format: parquet\n",
        {},
        ":2: runner.data_format: expected one of auto|slot|multislot|criteo|feat_idx, got "

@@ -238,6 +238,60 @@ TEST(PaddleRecKeys, DlrmConfigTrainsDlrm) {
                        "and 26 sparse fields (its dlrm)"));
 }
 
+// xdeepfm's config.yaml (its runner and hyper_parameters, unchanged): the network its folder
+// names, layer_sizes_cin, and layer_sizes_dnn as its DNN (its net reads that, not fc_sizes).
+constexpr const char* kXdeepfm = R"(workspace: "models/rank/xdeepfm"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 5
+  epochs: 1
+  print_interval: 2
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_xdeepfm"
+  test_data_dir: "data/sample_data/train"
+  infer_reader_path: "criteo_reader" # importlib format
+  infer_batch_size: 5
+  infer_load_path: "output_model_xdeepfm"
+  infer_start_epoch: 0
+  infer_end_epoch: 1
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+    strategy: async
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1000001
+  sparse_feature_dim: 9
+  dense_input_dim: 13
+  fc_sizes: [512, 256, 128, 32]
+  layer_sizes_dnn: [512, 256, 128]
+  layer_sizes_cin: [128, 32]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, XdeepfmConfigTrainsXdeepfm) {
+  const StatusOr<TrainerConfig> c = parse(kXdeepfm);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kXdeepfm);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.cin_layer_sizes, (std::vector<int>{128, 32}));
+  EXPECT_EQ(model.fc_sizes, (std::vector<int>{512, 256, 128}));  // layer_sizes_dnn, as its net
+  EXPECT_EQ(c->mf_dim(), 8);  // embed_w (its first-order weight) + 8 field values
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  EXPECT_EQ(c->model_keys.at("hyper_parameters.layer_sizes_cin"), "[128, 32]");
+  // Without layer_sizes_dnn its DNN is fc_sizes; another network refuses layer_sizes_dnn.
+  const StatusOr<TrainerConfig> fc = parse(kXdeepfm, {"hyper_parameters.layer_sizes_dnn=[]"});
+  ASSERT_TRUE(fc.ok()) << fc.status().to_string();
+  EXPECT_EQ(fc->hyper.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
+  EXPECT_TRUE(contains(error_of(kXdeepfm, {"hyper_parameters.model=dnn"}),
+                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's DNN, but the model "
+                       "is dnn, which reads hyper_parameters.fc_sizes"));
+}
+
 TEST(PaddleRecKeys, ASpellingAndItsKeyMustAgree) {
   EXPECT_TRUE(parse("hyper_parameters:\n  emb_dim: 9\n  sparse_feature_dim: 9\n").ok());
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  emb_dim: 9\n  sparse_feature_dim: 11\n"),

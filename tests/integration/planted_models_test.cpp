@@ -1,4 +1,5 @@
-// The factorization, cross and interaction models (deepfm, dcn_v2, dcn, DCN-Mix; fm, dlrm) against
+// The factorization, cross and interaction models (deepfm, dcn_v2, dcn, DCN-Mix; fm, dlrm, xdeepfm)
+// against
 // dnn (wide) on data whose planted model has a pairwise (rank-4 factorization) term
 // (dataset/generator.hpp), in process on one simulated card (deterministic: one thread, no
 // shuffle): after two epochs over 20,000 lines of 8 slots with 300 keys each, the held-out AUC of
@@ -208,6 +209,41 @@ TEST_F(PlantedModels, DlrmLearnsAPlantedFactorizationMachine) {
   std::printf("held-out AUC: planted %.4f, dlrm %.4f, wide %.4f\n", planted, dlrm, wide);
   EXPECT_GT(dlrm, planted - 0.06) << "dlrm " << dlrm << ", planted " << planted;
   EXPECT_GT(dlrm, wide + 0.03) << "dlrm " << dlrm << ", wide " << wide;
+}
+
+// xdeepfm (the wide part, a CIN over the slots' and dense features' embeddings, the dnn over
+// them) on the same FM-planted data and settings as fm above: the CIN's first layer holds the
+// planted pairwise term's form (sum over d of x0_f[d] x0_h[d] weighted), so it comes near the
+// planted model, at least as near as the dnn on the same data, and beats the wide model.
+// Measured when written (held-out AUC after 15 epochs): planted 0.796, xdeepfm 0.761, dnn 0.746,
+// wide 0.696.
+TEST_F(PlantedModels, XdeepfmLearnsAPlantedFactorizationMachine) {
+  constexpr int kXdeepfmEpochs = 15;
+  dataset::GeneratorOptions gen;
+  gen.slots = 8;
+  gen.dense = 3;
+  gen.vocab = 300;
+  gen.zipf = 2.0;
+  gen.factor_dim = 1;
+  const fs::path data = root_ / "xdeepfm";
+  const double planted = generate(gen, data);
+  auto with = [&](const char* model) {
+    return std::vector<std::string>{"hyper_parameters.model=" + std::string(model),
+                                    "hyper_parameters.sparse_feature_dim=5",
+                                    "hyper_parameters.layer_sizes_cin=[32, 16]",
+                                    "hyper_parameters.optimizer.learning_rate=0.01",
+                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
+                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
+                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
+  };
+  const double xdeepfm = held_out_auc(with("xdeepfm"), kXdeepfmEpochs, data);
+  const double dnn = held_out_auc(with("dnn"), kXdeepfmEpochs, data);
+  const double wide = held_out_auc(with("wide"), kXdeepfmEpochs, data);
+  std::printf("held-out AUC: planted %.4f, xdeepfm %.4f, dnn %.4f, wide %.4f\n", planted, xdeepfm,
+              dnn, wide);
+  EXPECT_GT(xdeepfm, planted - 0.06) << "xdeepfm " << xdeepfm << ", planted " << planted;
+  EXPECT_GT(xdeepfm, dnn - 0.01) << "xdeepfm " << xdeepfm << ", dnn " << dnn;
+  EXPECT_GT(xdeepfm, wide + 0.03) << "xdeepfm " << xdeepfm << ", wide " << wide;
 }
 
 }  // namespace

@@ -401,7 +401,10 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
             "hyper_parameters.dcn_structure=parallel"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=2",
             "hyper_parameters.cross_mixture=true", "hyper_parameters.cross_experts=3"},
-           {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"}}) {
+           {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"},
+           {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"},
+           {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_dnn=[8]",
+            "hyper_parameters.use_cvm=true"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -435,6 +438,10 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     }
     if (cfg->hyper.model == trainer::ModelKind::kDlrm) {
       EXPECT_EQ(served->spec().model.bot_layer_sizes, cfg->hyper.bot_layer_sizes);
+    }
+    if (cfg->hyper.model == trainer::ModelKind::kXdeepfm) {
+      EXPECT_EQ(served->spec().model.cin_layer_sizes, cfg->hyper.layer_sizes_cin);
+      EXPECT_EQ(served->spec().model.fc_sizes, cfg->hyper.fc_sizes);
     }
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());

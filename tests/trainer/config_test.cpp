@@ -96,6 +96,12 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(dlrm->dense_model_config().bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
   EXPECT_EQ(dlrm->mf_dim() + 1, 16);  // the bottom output's width
   EXPECT_EQ(dlrm->hyper.fc_sizes, (std::vector<int>{512, 256}));
+  auto xdeepfm = load_trainer_config((configs / "config_xdeepfm.yaml").string());
+  ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
+  EXPECT_EQ(xdeepfm->hyper.model, ModelKind::kXdeepfm);
+  EXPECT_EQ(xdeepfm->dense_model_config().cin_layer_sizes, (std::vector<int>{128, 32}));
+  EXPECT_EQ(xdeepfm->dense_model_config().fc_sizes, (std::vector<int>{512, 256, 128}));
+  EXPECT_EQ(xdeepfm->mf_dim(), 8);  // the fields' width
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
@@ -329,6 +335,10 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
 
+  auto xdeepfm = load("PaddleRec/models/rank/xdeepfm", yaml);
+  ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
+  EXPECT_EQ(xdeepfm->dense_model_config().kind, config::ModelKind::kXdeepfm);
+
   auto dcn = load("PaddleRec/models/rank/dcn", yaml);
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
   EXPECT_EQ(dcn->hyper.model, config::ModelKind::kDcn);
@@ -338,7 +348,7 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_FALSE(ffm.ok());
   const std::string what = ffm.status().message();
   EXPECT_NE(what.find("names PaddleRec's network 'ffm', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm)"),
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;

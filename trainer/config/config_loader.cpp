@@ -104,6 +104,23 @@ Status check_dlrm(const TrainerConfig& c, const std::string& source) {
   return Status::OK();
 }
 
+// xdeepfm's CIN, and its DNN: layer_sizes_dnn when given (PaddleRec's xdeepfm net reads it and
+// not fc_sizes, which its config.yaml also sets), else fc_sizes. No other network reads
+// layer_sizes_dnn: set for one, it is refused rather than dropped unseen.
+Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) {
+  const std::string k = "hyper_parameters.";
+  h.layer_sizes_cin = doc.get_int_list(k + "layer_sizes_cin");
+  const std::vector<int> dnn = doc.get_int_list(k + "layer_sizes_dnn");
+  if (dnn.empty()) return Status::OK();
+  if (h.model != ModelKind::kXdeepfm) {
+    return Status::InvalidArgument(doc.source() + ": " + k + "layer_sizes_dnn is xdeepfm's DNN, " +
+                                   "but the model is " + name_of(kModelKindNames, h.model) +
+                                   ", which reads " + k + "fc_sizes; set that instead");
+  }
+  h.fc_sizes = dnn;
+  return Status::OK();
+}
+
 // A data folder key (runner.train_data_dir, test_data_dir): its one folder, or, given a list,
 // the first and, when it names several, the whole list (RunnerConfig::train_data_dirs).
 void folders(const config::ConfigDocument& doc, const char* key, std::string* first,
@@ -187,6 +204,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
+  if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();

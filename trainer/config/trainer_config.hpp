@@ -90,6 +90,7 @@ struct HyperParameters {
   int cross_experts = 4;             // hyper_parameters.cross_experts (with cross_mixture)
   double cross_l2 = 0.0;             // hyper_parameters.cross_l2 (dcn, dcn_v2)
   std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
+  std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)
 };
 
 struct TrainerConfig {

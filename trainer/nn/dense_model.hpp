@@ -4,7 +4,8 @@
 // term for fm (no MLP); for dcn_v2
 // a cross network before the MLP (stacked) or beside it (parallel), for dcn a vector cross network
 // beside it; for dlrm a bottom MLP over the dense features and the dot interaction before it:
-// dlrm_part.hpp) -> sigmoid, log loss. Owns its
+// dlrm_part.hpp; for xdeepfm the wide part, the MLP over the fields' embeddings and a CIN over
+// them: xdeepfm_part.hpp) -> sigmoid, log loss. Owns its
 // layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
 // parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
 // batch (views into the sparse side's buffers) nor the optimizer.
@@ -44,6 +45,7 @@
 #include "trainer/nn/dense_parameters.hpp"
 #include "trainer/nn/dlrm_part.hpp"
 #include "trainer/nn/layers.hpp"
+#include "trainer/nn/xdeepfm_part.hpp"
 
 namespace gpubox::trainer {
 
@@ -143,11 +145,12 @@ class DenseModel {
   // The first layer's input rows as floats (dcn, dcn_v2 run in fp32: the cross network's x0).
   const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
   // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output;
-  // dlrm: the interaction's R), or the previous layer's output.
+  // dlrm: the interaction's R; xdeepfm: the fields' embeddings), or the previous layer's output.
   const void* layer_input(std::size_t l) const {
     if (l > 0) return hidden_[l - 1].data();
     if (cross_ && !cross_->parallel()) return cross_->output();
     if (dlrm_) return dlrm_->top_input();
+    if (xdeepfm_) return xdeepfm_->dnn_input();
     return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for wide and fm.
@@ -164,12 +167,13 @@ class DenseModel {
   SlotSumPool pool_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
-  std::unique_ptr<FmPart> fm_;       // kDeepFm and kFm only
-  std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
-  std::unique_ptr<DlrmPart> dlrm_;   // kDlrm only
-  std::size_t wide_bias_ = 0;        // kWide and kFm only
-  int64_t x0_ld_ = 0;                // row stride of the first layer's input (elements)
-  int64_t reported_batch_ = -1;      // the batch whose kernel report was logged (-1: none yet)
+  std::unique_ptr<FmPart> fm_;            // kDeepFm and kFm only
+  std::unique_ptr<CrossNet> cross_;       // kDcnV2 and kDcn only
+  std::unique_ptr<DlrmPart> dlrm_;        // kDlrm only
+  std::unique_ptr<XdeepfmPart> xdeepfm_;  // kXdeepfm only
+  std::size_t wide_bias_ = 0;             // kWide and kFm only
+  int64_t x0_ld_ = 0;                     // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;           // the batch whose kernel report was logged (-1: none yet)
 
   // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
   // dense features), one output per linear layer (the last is the fp32 logit column), and the

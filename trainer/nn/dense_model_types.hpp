@@ -9,8 +9,8 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn or dlrm (config_enums.hpp
-// says what each is).
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm or xdeepfm
+// (config_enums.hpp says what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
@@ -48,6 +48,8 @@ struct DenseModelConfig {
   // kDlrm only: the bottom MLP's layers over the dense features; the last is as wide as a slot's
   // embedding (embed_w + mf_dim). The top MLP is fc_sizes.
   std::vector<int> bot_layer_sizes{512, 256, 64, 16};
+  // kXdeepfm only: the CIN's feature maps per layer (xdeepfm_part.hpp). Its DNN is fc_sizes.
+  std::vector<int> cin_layer_sizes{128, 32};
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.

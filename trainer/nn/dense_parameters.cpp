@@ -1,5 +1,6 @@
 #include "trainer/nn/dense_parameters.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.hpp"
@@ -46,6 +47,7 @@ void DenseParameters::finalize(uint64_t seed) {
   GPUBOX_EXPECTS(!finalized_, "DenseParameters finalized twice");
   std::vector<float> host(total_, 0.0f);
   for (const ParamBlock& block : blocks_) {
+    if (block.init == ParamInit::kOne) std::fill_n(host.begin() + block.offset, block.count, 1.0f);
     if (block.init != ParamInit::kNormal) continue;
     for (std::size_t i = 0; i < block.count; ++i) {
       host[block.offset + i] = block.scale * normal_at(seed, block.offset + i);

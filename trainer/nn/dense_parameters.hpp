@@ -29,6 +29,7 @@ namespace gpubox::trainer {
 enum class ParamInit {
   kZero,
   kNormal,  // N(0, scale^2)
+  kOne,     // 1 (xdeepfm's dense feature embeddings, as PaddleRec's)
 };
 
 struct ParamBlock {
