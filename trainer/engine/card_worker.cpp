@@ -1,13 +1,17 @@
 #include "trainer/engine/card_worker.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/profile_range.hpp"
+#include "heterps/device/step_graph.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -20,11 +24,84 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
 }
 
+// Card allocations and frees so far: a step graph captured at another count may hold pointers
+// to memory that has since moved.
+uint64_t memory_generation(const device::Card& card) {
+  const device::DeviceCounts counts = card.counts();
+  return counts.allocations + counts.frees;
+}
+
+// GPUBOX_STEP_GRAPHS=0 runs every step eagerly (to compare, or to debug a step graph).
+bool step_graphs_enabled() {
+  const char* value = std::getenv("GPUBOX_STEP_GRAPHS");
+  return value == nullptr || std::string(value) != "0";
+}
+
+}  // namespace
+
+// The dense half of a step as step graphs (heterps/device/step_graph.hpp), for the steps whose
+// batch is the pass's full batch (the last, shorter one runs eagerly): "dense step" (forward,
+// backward, metrics, the dense all-reduce, the finite check) and "dense update" (the
+// optimizer). A capture bakes the batch size, the gradient scale (1 / global batch), the
+// metrics' steady flag and the buffers' addresses in; so each graph is kept per such key and
+// captured again when the card has allocated or freed since (a new pass, a grown buffer).
+struct CardWorker::Graphs {
+  struct StepKey {
+    int64_t batch = 0;
+    int64_t global_batch = 0;
+    bool steady = false;
+    bool operator==(const StepKey& o) const {
+      return batch == o.batch && global_batch == o.global_batch && steady == o.steady;
+    }
+  };
+  struct Cached {
+    explicit Cached(const StepKey& k) : key(k), graph("dense step") {}
+    StepKey key;
+    device::StepGraph graph;
+    uint64_t generation = 0;
+  };
+  static constexpr std::size_t kStepGraphsKept = 4;
+
+  bool enabled = step_graphs_enabled();
+  int64_t full_batch = 0;  // the pass's largest batch (reserve_steps); 0: no graph
+  std::vector<std::unique_ptr<Cached>> steps;  // most recently used first
+  device::StepGraph update{"dense update"};
+  uint64_t update_generation = 0;
+
+  // The graph for `key`, made (empty) when new; keeps the last kStepGraphsKept keys.
+  Cached& step_graph(const StepKey& key) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i]->key == key) {
+        std::rotate(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(i),
+                    steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        return *steps.front();
+      }
+    }
+    steps.insert(steps.begin(), std::make_unique<Cached>(key));
+    if (steps.size() > kStepGraphsKept) steps.pop_back();
+    return *steps.front();
+  }
+};
+
+namespace {
+// Replays `graph` when its capture is still valid (made at the card's current memory
+// generation), else captures `work` (card work enqueued on the card's stream) into it first.
+template <class Work>
+void run_captured(device::Card& card, device::StepGraph& graph, uint64_t* generation, Work&& work) {
+  const uint64_t now = memory_generation(card);
+  if (!graph.ready() || *generation != now) {
+    graph.capture(card.stream(), std::forward<Work>(work));
+    *generation = now;  // a capture allocates nothing (it would have thrown)
+  }
+  graph.replay(card.stream());
+}
 }  // namespace
 
 // Step buffers, reused across steps (they only grow). The batch travels to the card as one
-// pinned block (device rule 2) in one copy: keys | offsets | dense | labels, each
-// section aligned to 256 bytes; the card-side views point into `uploaded`.
+// pinned block (device rule 2) in one copy: offsets | dense | labels | keys, each section
+// aligned to 256 bytes; the card-side views point into `uploaded`. The sections the dense net
+// reads come first: their addresses depend on the batch size only, not on the step's key
+// count, so a step graph that reads them holds for every full batch.
 struct CardWorker::Buffers {
   explicit Buffers(device::Card& card)
       : uploaded(card.make_buffer<char>(0)),
@@ -67,6 +144,7 @@ CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner:
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
   buffers_ = std::make_unique<Buffers>(card);
+  graphs_ = std::make_unique<Graphs>();
 }
 
 CardWorker::~CardWorker() = default;
@@ -75,11 +153,11 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
                               std::size_t dense, std::size_t labels) {
   Buffers& b = *buffers_;
   Buffers::Layout& at = b.layout;
-  at.keys = 0;
-  at.offsets = at.keys + align_up(occurrences * sizeof(uint64_t));
+  at.offsets = 0;
   at.dense = at.offsets + align_up(offsets * sizeof(uint32_t));
   at.labels = at.dense + align_up(dense * sizeof(float));
-  at.total = at.labels + align_up(labels * sizeof(float));
+  at.keys = at.labels + align_up(labels * sizeof(float));
+  at.total = at.keys + align_up(occurrences * sizeof(uint64_t));
   // Grown only when a batch outgrows what reserve_steps sized (a pinned allocation synchronizes
   // the device). The previous step ended with a wait, so its copy out of `staging` is done.
   if (b.staging.size() < at.total) {
@@ -96,6 +174,7 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   const auto n = static_cast<std::size_t>(std::max<int64_t>(0, largest.instances));
   const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
+  graphs_->full_batch = static_cast<int64_t>(n);
   for (int64_t other : largest.other_instances) model_->reserve(other);
   size_buffers(n, largest.keys.occurrences, slots * n + 1, n * dense, n);
   tier_.reserve_steps(card_.local_index(), largest.keys);
@@ -157,20 +236,32 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
   const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
-  {
-    const device::ProfileRange range("dense forward/backward");
-    model_->forward_backward_async(view, scales, b.push.data());
-    metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
-    if (progress) metrics_->progress_async();
-  }
-  // The gradients and, in the loss slot, this card's loss: after the all-reduce every card
-  // holds the same values, so the finite verdict below is the same on every card.
+  const bool steady = step >= warmup_steps_;
   DenseParameters& params = model_->parameters();
-  {
+  // Forward/backward, metrics, then the gradients and, in the loss slot, this card's loss
+  // all-reduced: every card holds the same values after it, so the finite verdict below is the
+  // same on every card. One graph launch for a full batch (see Graphs).
+  const auto dense_step = [&] {
+    {
+      const device::ProfileRange range("dense forward/backward");
+      model_->forward_backward_async(view, scales, b.push.data());
+      metrics_->add(model_->predictions(), b.labels(), size, steady);
+    }
     const device::ProfileRange range("dense all-reduce");
     comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
                          stream);
     model_->check_finite_async();
+  };
+  const bool graphed = graphs_->enabled && size > 0 && size == graphs_->full_batch;
+  if (graphed) {
+    Graphs::Cached& cached = graphs_->step_graph({size, global_batch, steady});
+    run_captured(card_, cached.graph, &cached.generation, dense_step);
+  } else {
+    dense_step();
+  }
+  if (progress) metrics_->progress_async();
+  {
+    const device::ProfileRange range("dense status");
     device::copy_async(b.host_status.data(), model_->step_status(), 1, stream);
   }
   // The owners apply the sparse updates only if the verdict (on the card) says finite; the
@@ -181,7 +272,13 @@ double CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch,
   model_->throw_if_non_finite(status, pass, step);  // before the dense update
   {
     const device::ProfileRange range("dense update");
-    optimizer_->step(params);
+    optimizer_->count_step();
+    if (graphed) {
+      run_captured(card_, graphs_->update, &graphs_->update_generation,
+                   [&] { optimizer_->step_on_card(params); });
+    } else {
+      optimizer_->step_on_card(params);
+    }
   }
   last_step_ = card_.counts() - before;
   return status.loss;

@@ -113,6 +113,8 @@ class CardWorker {
   std::unique_ptr<MetricsAccumulator> metrics_;
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
+  struct Graphs;  // the step graphs of the dense half (card_worker.cpp)
+  std::unique_ptr<Graphs> graphs_;
   device::DeviceCounts last_step_;
   // Steps of a pass before its steady part (runner.print_interval): the metrics' SteadyLoss
   // counts the steps from this one on.
