@@ -9,6 +9,10 @@
 //   on every card) -> HeterComm::push_pulled (one optimizer step per key, vetoed on the card by
 //   a non-finite verdict; ends with the step's last wait S3) -> verdict on the host: throw
 //   naming pass and step, or the dense optimizer step (identical on every card).
+// Step graphs (heterps/device/step_graph.hpp): for a batch of the pass's full size, forward/
+// backward, metrics, the all-reduce and the finite check are one graph launch ("dense step")
+// and the dense optimizer another ("dense update"), captured once per batch shape and replayed;
+// the sparse half and a shorter batch run eagerly (GPUBOX_STEP_GRAPHS=0: every step eagerly).
 // Three host waits per step (two with the step's key counts planned), no allocation and no pageable
 // copy in steady state (device rules, heterps/device/card.hpp), and none in any step of a pass
 // after reserve_steps for its largest batch; last_step_counts() says what the last step cost.
