@@ -625,15 +625,17 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
     fi
     echo "$line" >> "$out/step/step.jsonl"
     num() { grep -o "\"$1\": [-0-9.e+]*" <<<"$line" | awk '{ print $2 }'; }
-    printf '  %d card(s): host_syncs %s, allocations %s, pageable_copies %s, pinned_copies %s, launches %s, collectives %s per step; %s examples/s\n' \
+    printf '  %d card(s): host_syncs %s, allocations %s, pageable_copies %s, pinned_copies %s, launches %s, collectives %s outside graphs, graph launches %s of %s nodes per step; %s examples/s\n' \
         "$c" "$(num host_syncs_per_step)" "$(num allocations_per_step)" "$(num pageable_copies_per_step)" \
-        "$(num pinned_copies_per_step)" "$(num launches_per_step)" "$(num collectives_per_step)" "$(num examples_per_sec)"
+        "$(num pinned_copies_per_step)" "$(num launches_per_step)" "$(num collectives_per_step)" \
+        "$(num graph_launches_per_step)" "$(num graph_nodes_per_step)" "$(num examples_per_sec)"
     printf '  %d card(s): step time p50 %s ms, p99 %s ms, max %s ms; card memory high-water mark %s MiB\n' \
         "$c" "$(num step_ms_p50)" "$(num step_ms_p99)" "$(num step_ms_max)" "$(num card_memory_peak_mb)"
     # The first pass's steps, its first ones included, are sized before it (no allocation, no
     # pinned regrowth: a cudaFreeHost in a step can deadlock against a peer's NCCL kernel).
     verdict="$(awk -v s="$(num host_syncs_per_step)" -v a="$(num allocations_per_step)" \
                    -v p="$(num pageable_copies_per_step)" -v k="$(num collectives_per_step)" \
+                   -v g="$(num graph_launches_per_step)" \
                    -v fa="$(num first_pass_step_allocations)" -v fp="$(num first_pass_step_pinned_allocations)" 'BEGIN {
       bad = ""
       if (fa > 0) bad = bad " first pass step allocations " fa " > 0;"
@@ -641,10 +643,12 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
       if (s > 2) bad = bad " host_syncs " s " > 2;"
       if (a > 0) bad = bad " allocations " a " > 0;"
       if (p > 0) bad = bad " pageable_copies " p " > 0;"
-      if (k != 4) bad = bad " collectives " k " != 4;"
+      # The dense all-reduce runs inside the dense step graph (2 graph launches a step).
+      if (g != 2) bad = bad " graph launches " g " != 2;"
+      if (k != 3) bad = bad " collectives outside graphs " k " != 3;"
       print bad }')"
     if [ -z "$verdict" ]; then
-      record PASS "step counts, $c card(s)" "syncs $(num host_syncs_per_step), allocations 0, pageable 0, collectives 4, $(num examples_per_sec) ex/s, step p50/p99 $(num step_ms_p50)/$(num step_ms_p99) ms, card memory $(num card_memory_peak_mb) MiB"
+      record PASS "step counts, $c card(s)" "syncs $(num host_syncs_per_step), allocations 0, pageable 0, collectives 3 + 2 graph launches of $(num graph_nodes_per_step) nodes, $(num examples_per_sec) ex/s, step p50/p99 $(num step_ms_p50)/$(num step_ms_p99) ms, card memory $(num card_memory_peak_mb) MiB"
     else
       record FAIL "step counts, $c card(s)" "$verdict (step/step.jsonl)"
     fi

@@ -1,6 +1,7 @@
 #include "heterps/comm/communicator.hpp"
 
 #include <numeric>
+#include <vector>
 
 #include "common/error_report.hpp"
 #include "heterps/comm/in_process_communicator.hpp"
@@ -57,11 +58,23 @@ const char* name_of(DataType type) {
 template <class Move>
 void Communicator::run(const char* collective, bool blocking, const device::Stream& stream,
                        Move&& move) {
+  // A blocking collective waits for the peers and the card: no captured step holds one.
+  if (blocking) device::detail::refuse_while_capturing(collective, &stream);
   last_collective_ = collective;
   if (device::CardCounters* counters = stream.counters()) {
     counters->add_collective(collective, blocking);
     if (blocking) counters->add_host_sync();
   }
+  // Now, or at every replay of the step graph capturing the stream (cpu backend): `move` holds
+  // copies of its operands, and the step context is the one of the step that runs it.
+  device::enqueue(stream, collective, [this, collective, move] {
+    last_collective_ = collective;
+    in_step_context(move);
+  });
+}
+
+template <class Move>
+void Communicator::in_step_context(const Move& move) {
   if (pass_ < 0) {
     move();
     return;
@@ -89,7 +102,9 @@ void Communicator::all_reduce_sum(const void* send, void* recv, std::size_t coun
   static constexpr const char* kName = "all_reduce_sum";
   check_buffer(kName, "send buffer", send, count, type, stream);
   check_buffer(kName, "recv buffer", recv, count, type, stream);
-  run(kName, false, stream, [&] { do_all_reduce_sum(send, recv, count, type, stream); });
+  run(kName, false, stream, [this, send, recv, count, type, &stream] {
+    do_all_reduce_sum(send, recv, count, type, stream);
+  });
 }
 
 void Communicator::all_to_all_v(const void* send, const std::size_t* send_counts, void* recv,
@@ -103,8 +118,22 @@ void Communicator::all_to_all_v(const void* send, const std::size_t* send_counts
     check_buffer(kName, "recv buffer", recv,
                  std::accumulate(recv_counts, recv_counts + n, std::size_t{0}), type, stream);
   }
-  run(kName, false, stream,
-      [&] { do_all_to_all_v(send, send_counts, recv, recv_counts, type, stream); });
+#if !defined(GPUBOX_BACKEND_CUDA)
+  if (stream.capturing() != nullptr && send_counts != nullptr && recv_counts != nullptr) {
+    // Captured, the counts are the capture's (as NCCL's captured sends and receives keep them):
+    // the host arrays may change before a replay.
+    const std::size_t n = static_cast<std::size_t>(size());
+    std::vector<std::size_t> counts(send_counts, send_counts + n);
+    counts.insert(counts.end(), recv_counts, recv_counts + n);
+    run(kName, false, stream, [this, send, recv, type, &stream, n, counts = std::move(counts)] {
+      do_all_to_all_v(send, counts.data(), recv, counts.data() + n, type, stream);
+    });
+    return;
+  }
+#endif
+  run(kName, false, stream, [this, send, send_counts, recv, recv_counts, type, &stream] {
+    do_all_to_all_v(send, send_counts, recv, recv_counts, type, stream);
+  });
 }
 
 void Communicator::all_gather(const void* send, void* recv, std::size_t count, DataType type,
@@ -112,37 +141,34 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t count, D
   static constexpr const char* kName = "all_gather";
   check_buffer(kName, "send buffer", send, count, type, stream);
   check_buffer(kName, "recv buffer", recv, count * static_cast<std::size_t>(size()), type, stream);
-  run(kName, false, stream, [&] { do_all_gather(send, recv, count, type, stream); });
+  run(kName, false, stream,
+      [this, send, recv, count, type, &stream] { do_all_gather(send, recv, count, type, stream); });
 }
 
 void Communicator::broadcast(void* buffer, std::size_t count, DataType type, int root,
                              const device::Stream& stream) {
   static constexpr const char* kName = "broadcast";
   check_buffer(kName, "buffer", buffer, count, type, stream);
-  run(kName, false, stream, [&] { do_broadcast(buffer, count, type, root, stream); });
+  run(kName, false, stream, [this, buffer, count, type, root, &stream] {
+    do_broadcast(buffer, count, type, root, stream);
+  });
 }
 
 void Communicator::barrier(const device::Stream& stream) {
-  run("barrier", true, stream, [&] { do_barrier(stream); });
+  run("barrier", true, stream, [this, &stream] { do_barrier(stream); });
 }
 
 void Communicator::exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                                    const device::Stream& stream) {
-  run("exchange_counts", true, stream,
-      [&] { do_exchange_counts(send_counts, recv_counts, stream); });
+  run("exchange_counts", true, stream, [this, send_counts, recv_counts, &stream] {
+    do_exchange_counts(send_counts, recv_counts, stream);
+  });
 }
 
 void Communicator::synchronize(const device::Stream& stream, const char* what) {
+  device::detail::refuse_while_capturing("Communicator::synchronize (a host wait)", &stream);
   if (device::CardCounters* counters = stream.counters()) counters->add_host_sync();
-  if (pass_ < 0) {
-    do_synchronize(stream, what);
-    return;
-  }
-  try {
-    do_synchronize(stream, what);
-  } catch (const Error& e) {
-    throw with_context(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": "), e);
-  }
+  in_step_context([&] { do_synchronize(stream, what); });
 }
 
 // ---- groups --------------------------------------------------------------------------------

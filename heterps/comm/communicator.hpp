@@ -170,6 +170,9 @@ class Communicator {
   // Counts and names the collective, runs `move` and prefixes any error with the step context.
   template <class Move>
   void run(const char* collective, bool blocking, const device::Stream& stream, Move&& move);
+  // Runs `move`, prefixing any error with the step context.
+  template <class Move>
+  void in_step_context(const Move& move);
   // GPUBOX_DEVICE_CHECK: [ptr, ptr + elements * size_of(type)) is card memory of the stream's
   // card. Null with 0 elements passes.
   void check_buffer(const char* collective, const char* role, const void* ptr, std::size_t elements,

@@ -35,6 +35,8 @@ DeviceCounts CardCounters::snapshot() const {
   c.host_copies = host_copies_.load(std::memory_order_relaxed);
   c.launches = launches_.load(std::memory_order_relaxed);
   c.collectives = collectives_.load(std::memory_order_relaxed);
+  c.graph_launches = graph_launches_.load(std::memory_order_relaxed);
+  c.graph_nodes = graph_nodes_.load(std::memory_order_relaxed);
   c.window_allocations = window_allocations_.load(std::memory_order_relaxed);
   return c;
 }

@@ -32,6 +32,11 @@ struct DeviceCounts {
   uint64_t host_copies = 0;      // host<->host copies through the device API
   uint64_t launches = 0;         // parallel_for kernels, memsets, Thrust calls, GEMMs/GEMVs
   uint64_t collectives = 0;      // communicator collectives enqueued or run
+  // Step graphs (step_graph.hpp): replays, and the operations they ran (launches, copies and
+  // collectives recorded by the capture). Work inside a replayed graph is counted here only,
+  // never in launches, copies or collectives above: those count what the host enqueued itself.
+  uint64_t graph_launches = 0;
+  uint64_t graph_nodes = 0;
   // Allocations made while a collective was enqueued and not yet synchronized (device rule 1
   // in card.hpp): must stay 0.
   uint64_t window_allocations = 0;
@@ -59,6 +64,8 @@ inline constexpr DeviceCountField kDeviceCountFields[] = {
     {"host_copies", &DeviceCounts::host_copies},
     {"launches", &DeviceCounts::launches},
     {"collectives", &DeviceCounts::collectives},
+    {"graph_launches", &DeviceCounts::graph_launches},
+    {"graph_nodes", &DeviceCounts::graph_nodes},
     {"window_allocations", &DeviceCounts::window_allocations},
 };
 
@@ -98,6 +105,11 @@ class CardCounters {
   void add_card_copy() { bump(card_copies_); }
   void add_host_copy() { bump(host_copies_); }
   void add_launches(uint64_t n = 1) { launches_.fetch_add(n, std::memory_order_relaxed); }
+  // One replay of a step graph holding `nodes` operations.
+  void add_graph_launch(uint64_t nodes) {
+    bump(graph_launches_);
+    graph_nodes_.fetch_add(nodes, std::memory_order_relaxed);
+  }
 
   DeviceCounts snapshot() const;
 
@@ -117,6 +129,8 @@ class CardCounters {
   std::atomic<uint64_t> host_copies_{0};
   std::atomic<uint64_t> launches_{0};
   std::atomic<uint64_t> collectives_{0};
+  std::atomic<uint64_t> graph_launches_{0};
+  std::atomic<uint64_t> graph_nodes_{0};
   std::atomic<uint64_t> window_allocations_{0};
   // Touched only by the card's own thread (the one enqueueing and synchronizing).
   const char* window_ = nullptr;

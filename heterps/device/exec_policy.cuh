@@ -22,7 +22,11 @@ namespace gpubox::device {
 // Counts one Thrust algorithm call on the stream's card. exec_policy calls it; code that runs a
 // Thrust algorithm with another policy on a card's data (e.g. thrust::cpp::par for a small
 // input on the cpu backend) calls it itself, so both backends count the same.
+// A Thrust call cannot be recorded on the cpu backend (it runs when called), so a captured step
+// has none, on either backend (step_graph.hpp): it is refused here, naming itself.
 inline void count_thrust_call(const Stream& stream) {
+  detail::refuse_while_capturing("a Thrust call (exec_policy; use parallel_for or reduce_into)",
+                                 &stream);
   if (CardCounters* counters = stream.counters()) counters->add_launches();
 }
 
@@ -53,6 +57,7 @@ auto exec_policy(const Stream& stream, Allocator& allocator) {
 // none: its reductions stay on the card (reduce.cuh).
 template <class Algorithm>
 auto host_result(const Stream& stream, Algorithm&& algorithm) {
+  detail::refuse_while_capturing("host_result (a blocking Thrust readback)", &stream);
   auto result = algorithm();
   if (CardCounters* counters = stream.counters()) counters->add_host_sync();
   return result;

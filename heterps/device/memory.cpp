@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #if !defined(GPUBOX_BACKEND_CUDA)
 #include <sys/mman.h>
@@ -106,10 +107,28 @@ void account_copy(void* dst, const void* src, std::size_t bytes, const Stream& s
   }
 }
 
+// A captured step copies only between card and pinned memory: a pageable copy is staged by
+// the driver and blocks the calling thread (device rule 2), and CUDA refuses it in a capture.
+void refuse_pageable_capture(const void* dst, const void* src, std::size_t bytes,
+                             const Stream& stream) {
+  const MemoryKind to = find_memory(dst).kind;
+  const MemoryKind from = find_memory(src).kind;
+  const auto pageable = [](MemoryKind kind) {
+    return kind != MemoryKind::kCard && kind != MemoryKind::kPinned;
+  };
+  if (pageable(to) || pageable(from)) {
+    const std::string what = ::gpubox::detail::concat("copy_bytes_async of ", bytes, " bytes ",
+                                                      pageable(from) ? "from" : "to",
+                                                      " pageable host memory (a pageable copy)");
+    detail::refuse_while_capturing(what.c_str(), &stream);
+  }
+}
+
 }  // namespace
 
 void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages) {
   if (bytes == 0) return nullptr;
+  detail::refuse_while_capturing("CardMemory::allocate (a card allocation)", &stream);
   if (counters_ != nullptr) {
     const char* open_collective = counters_->add_allocation();
     if (open_collective != nullptr && device_check_enabled()) {
@@ -147,6 +166,7 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages)
 void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
                             Pages pages) noexcept {
   if (ptr == nullptr) return;
+  detail::note_while_capturing("CardMemory::deallocate (a card free)");
   unregister_memory(ptr);
   if (counters_ != nullptr) counters_->add_free();
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -163,6 +183,7 @@ void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
 
 void* allocate_pinned(std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  detail::refuse_while_capturing("allocate_pinned (a pinned host allocation)");
   void* ptr = nullptr;
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaMallocHost(&ptr, bytes));
@@ -177,6 +198,7 @@ void* allocate_pinned(std::size_t bytes) {
 
 void free_pinned(void* ptr) noexcept {
   if (ptr == nullptr) return;
+  detail::note_while_capturing("free_pinned (a pinned host free)");
   unregister_memory(ptr);
   if (CardCounters* counters = thread_pinned_counters()) counters->add_pinned_free();
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -188,11 +210,12 @@ void free_pinned(void* ptr) noexcept {
 
 void copy_bytes_async(void* dst, const void* src, std::size_t bytes, const Stream& stream) {
   if (bytes == 0) return;
+  if (stream.capturing() != nullptr) refuse_pageable_capture(dst, src, bytes, stream);
   account_copy(dst, src, bytes, stream);
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.native()));
 #else
-  std::memmove(dst, src, bytes);
+  enqueue(stream, "copy_bytes_async", [dst, src, bytes] { std::memmove(dst, src, bytes); });
 #endif
 }
 
@@ -204,7 +227,7 @@ void memset_bytes_async(void* dst, int value, std::size_t bytes, const Stream& s
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, stream.native()));
 #else
-  std::memset(dst, value, bytes);
+  enqueue(stream, "memset_bytes_async", [dst, value, bytes] { std::memset(dst, value, bytes); });
 #endif
 }
 

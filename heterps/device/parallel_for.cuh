@@ -2,7 +2,8 @@
 // CUDA: a grid-stride kernel. cpu: an OpenMP loop on the calling card's threads (serial for
 // small n, where a parallel region costs more than it saves). `f` must be trivially copyable,
 // callable on host and device (GPUBOX_HD), and must not throw. Each call with n > 0 counts one
-// launch on the stream's card (counters.hpp), on both backends.
+// launch on the stream's card (counters.hpp), on both backends. While the stream captures a
+// StepGraph the loop is recorded with a copy of `f` (step_graph.hpp) and runs at each replay.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,20 @@ __global__ void parallel_for_kernel(std::size_t n, F f) {
   }
 }
 }  // namespace detail
+#else
+namespace detail {
+// The cpu backend's loop: in the calling thread for small n, else on its OpenMP threads.
+template <class F>
+void run_loop(std::size_t n, const F& f) {
+  if (n < kSerialLoopLimit || omp_get_max_threads() == 1) {
+    for (std::size_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  const std::int64_t count = static_cast<std::int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+}
+}  // namespace detail
 #endif
 
 template <class F>
@@ -46,14 +61,11 @@ void parallel_for(const Stream& stream, std::size_t n, F f) {
   detail::parallel_for_kernel<<<grid, kBlock, 0, stream.native()>>>(n, f);
   GPUBOX_CUDA_TRY(cudaGetLastError());
 #else
-  (void)stream;
-  if (n < kSerialLoopLimit || omp_get_max_threads() == 1) {
-    for (std::size_t i = 0; i < n; ++i) f(i);
+  if (stream.capturing() != nullptr) {
+    stream.record("parallel_for", [n, f] { detail::run_loop(n, f); });
     return;
   }
-  const std::int64_t count = static_cast<std::int64_t>(n);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+  detail::run_loop(n, f);
 #endif
 }
 

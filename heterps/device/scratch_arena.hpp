@@ -38,6 +38,7 @@ class ScratchArena {
 
   char* allocate(std::ptrdiff_t requested) {
     GPUBOX_EXPECTS(requested >= 0, "negative scratch request ", requested);
+    detail::refuse_while_capturing("ScratchArena::allocate (Thrust temporaries)", stream_);
     const std::size_t bytes = round_up(static_cast<std::size_t>(requested));
     ++live_;
     peak_ = std::max(peak_, used_ + bytes);

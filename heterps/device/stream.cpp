@@ -63,10 +63,12 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 void Stream::synchronize() const {
+  detail::refuse_while_capturing("Stream::synchronize (a host wait)", this);
   count_sync(counters_);
   GPUBOX_CUDA_TRY(cudaStreamSynchronize(handle_));
 }
 bool Stream::ready() const {
+  detail::refuse_while_capturing("Stream::ready (a host poll)", this);
   const cudaError_t state = cudaStreamQuery(handle_);
   if (state == cudaErrorNotReady) return false;
   GPUBOX_CUDA_TRY(state);
@@ -101,10 +103,12 @@ void Event::record(const Stream& stream) {
   GPUBOX_CUDA_TRY(cudaEventRecord(handle_, stream.native()));
 }
 void Event::synchronize() const {
+  detail::refuse_while_capturing("Event::synchronize (a host wait)");
   count_sync(counters_);
   GPUBOX_CUDA_TRY(cudaEventSynchronize(handle_));
 }
 bool Event::ready() const {
+  detail::refuse_while_capturing("Event::ready (a host query)");
   const cudaError_t state = cudaEventQuery(handle_);
   if (state == cudaErrorNotReady) return false;
   GPUBOX_CUDA_TRY(state);
@@ -112,6 +116,7 @@ bool Event::ready() const {
 }
 
 void detail::synchronize_uncounted(const Stream& stream) {
+  refuse_while_capturing("a collective's wait for its stream (a host wait)", &stream);
   GPUBOX_CUDA_TRY(cudaStreamSynchronize(stream.native()));
 }
 
@@ -149,8 +154,14 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   allocator_ = other.allocator_;
   return *this;
 }
-void Stream::synchronize() const { count_sync(counters_); }
-bool Stream::ready() const { return true; }
+void Stream::synchronize() const {
+  detail::refuse_while_capturing("Stream::synchronize (a host wait)", this);
+  count_sync(counters_);
+}
+bool Stream::ready() const {
+  detail::refuse_while_capturing("Stream::ready (a host poll)", this);
+  return true;
+}
 void Stream::wait(const Event&) const {}
 
 Event::Event(int device, CardCounters* counters) : device_(device), counters_(counters) {}
@@ -162,10 +173,18 @@ Event& Event::operator=(Event&& other) noexcept {
   return *this;
 }
 void Event::record(const Stream&) {}
-void Event::synchronize() const { count_sync(counters_); }
-bool Event::ready() const { return true; }
+void Event::synchronize() const {
+  detail::refuse_while_capturing("Event::synchronize (a host wait)");
+  count_sync(counters_);
+}
+bool Event::ready() const {
+  detail::refuse_while_capturing("Event::ready (a host query)");
+  return true;
+}
 
-void detail::synchronize_uncounted(const Stream&) {}
+void detail::synchronize_uncounted(const Stream& stream) {
+  refuse_while_capturing("a collective's wait for its stream (a host wait)", &stream);
+}
 
 char* ThrustAllocator::allocate(std::ptrdiff_t bytes) {
   if (arena_ != nullptr) return arena_->allocate(bytes);

@@ -7,9 +7,15 @@
 // A card's stream also carries the card's accounting (counters.hpp: synchronize() counts a host
 // synchronization) and its scratch arena (Thrust's temporaries, exec_policy.cuh), so every call
 // that takes a stream is counted and allocates from the card without being handed either.
+//
+// Capture (step_graph.hpp): while a StepGraph captures a stream, its work is recorded into the
+// graph (CUDA: stream capture; cpu: device::enqueue below records instead of running), and the
+// capturing thread may not wait for the card, allocate or free, or copy through pageable memory:
+// those calls throw, naming the operation and the graph (detail::refuse_while_capturing).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <new>
 #include <utility>
 
@@ -30,6 +36,7 @@ using native_event_t = void*;
 class CardCounters;
 class Event;
 class ScratchArena;
+class StepGraph;
 
 // Makes `device` the calling thread's current CUDA device for the guard's lifetime and restores
 // the previous one after (nothing on cpu). Device selection in GPUBox is explicit and scoped:
@@ -85,7 +92,18 @@ class Stream {
   void wait(const Event& event) const;
   int device() const { return device_; }
   native_stream_t native() const { return handle_; }
-  CardCounters* counters() const { return counters_; }
+  // Where this stream's launches, copies and collectives are counted: the card's counters, or
+  // while a StepGraph captures the stream, the graph's (what it will replay).
+  CardCounters* counters() const {
+    return capture_counters_ != nullptr ? capture_counters_ : counters_;
+  }
+  // The StepGraph capturing this stream's work, or null.
+  StepGraph* capturing() const { return capture_; }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu backend, while capturing: appends `work` to the capturing graph (step_graph.cpp); it
+  // runs when the graph is replayed. `what` names it in errors. Use device::enqueue.
+  void record(const char* what, std::function<void()> work) const;
+#endif
 
   // The card binds its scratch arena once (Card's constructor); Thrust calls on this stream take
   // their temporaries from it (exec_policy).
@@ -94,11 +112,32 @@ class Stream {
   ThrustAllocator& thrust_allocator() const { return allocator_; }
 
  private:
+  friend class StepGraph;
   int device_ = 0;
   native_stream_t handle_ = nullptr;
   CardCounters* counters_ = nullptr;
   mutable ThrustAllocator allocator_;
+  // Set by StepGraph::begin_capture, cleared by end_capture / abort_capture (not moved).
+  mutable StepGraph* capture_ = nullptr;
+  mutable CardCounters* capture_counters_ = nullptr;
 };
+
+// Runs `work`, host code that performs or enqueues one operation on `stream`: now, or on the
+// cpu backend while the stream captures a StepGraph, each time the graph is replayed (CUDA
+// captures what `work` enqueues itself). `work` must hold copies of what it reads (capture by
+// value: it may run after the caller returned, and again at every replay). `what` names the
+// operation in errors.
+template <class Work>
+void enqueue(const Stream& stream, const char* what, Work&& work) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+  if (stream.capturing() != nullptr) {
+    stream.record(what, std::function<void()>(std::forward<Work>(work)));
+    return;
+  }
+#endif
+  (void)what;
+  work();
+}
 
 // Owning, move-only event (timing disabled).
 class Event {
@@ -126,6 +165,17 @@ class Event {
 };
 
 namespace detail {
+// Throws gpubox::Error naming `operation` and the step graph being captured when the calling
+// thread captures one (or `stream`, if given, is being captured): the operations a captured step
+// may not contain (a host wait, an allocation, a pageable copy, a Thrust call on the cpu
+// backend). Returns at once otherwise.
+void refuse_while_capturing(const char* operation, const Stream* stream = nullptr);
+// The same for a call that cannot throw (a free): the capture fails at its end_capture, whose
+// error names `operation`.
+void note_while_capturing(const char* operation) noexcept;
+// Whether the calling thread is capturing a step graph.
+bool thread_capturing() noexcept;
+
 // Waits for `stream` without counting it: only for a communicator implementation whose
 // collective must see the caller's earlier work done (the in-process group on the cpu backend,
 // where this is a no-op). The Communicator's public methods count the collective itself.

@@ -4,7 +4,10 @@
 // plan, the owner merge's count stays on the card, and the step's checks, loss, finite verdict
 // and progress AUC are read a few steps late from a ring of pinned slots), allocates nothing,
 // copies nothing from or to pageable memory, and runs exactly 4 collectives (pull: keys, records
-// back; the dense all-reduce; push_pulled: records to the owners). 1, 2, 4 and 8 simulated
+// back; the dense all-reduce; push_pulled: records to the owners), 3 of them outside step
+// graphs: the dense half (forward, backward, metrics, the dense all-reduce, the finite check;
+// then the dense optimizer) runs as 2 step graph launches (issue 31, item 3,
+// heterps/device/step_graph.hpp). 1, 2, 4 and 8 simulated
 // cards. Collective mode (issue 16: the table on every card) the same, with 3 collectives: its
 // pull reads the card's replica, so no records come back (heter_comm.hpp).
 //
@@ -15,11 +18,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,6 +40,29 @@ namespace gpubox::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Sets an environment variable for a scope (the step graphs' switch is read when a trainer's
+// card workers are made).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty()) {
+      ::unsetenv(name_);
+    } else {
+      ::setenv(name_, old_.c_str(), 1);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+};
 
 class StepAccounting : public ::testing::TestWithParam<int> {
  protected:
@@ -157,12 +186,39 @@ TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollective
   EXPECT_EQ(extra.at("host_syncs_per_step"), 0.0) << "a wait came back into the steady step";
   EXPECT_EQ(extra.at("allocations_per_step"), 0.0);
   EXPECT_EQ(extra.at("pageable_copies_per_step"), 0.0);
-  EXPECT_EQ(extra.at("collectives_per_step"), 4.0);
+  // Outside the step graphs; the dense all-reduce is the 4th, inside the "dense step" graph.
+  EXPECT_EQ(extra.at("collectives_per_step"), 3.0);
   // The batch upload, the sparse check (misses, merge count, the card's count row) and the step
   // status, each into the step's pinned slot (+ the progress AUC on card 0 every 7 steps).
   EXPECT_GE(extra.at("pinned_copies_per_step"), 3.0);
   EXPECT_LT(extra.at("pinned_copies_per_step"), 3.5);
+  // Every steady step's batch is full: the dense half is 2 graph launches ("dense step": 5
+  // layers' 3 GEMMs, the pool, the loss and its reduction, the metrics, the all-reduce, the
+  // finite check, the bad value's copy, the stop votes; "dense update": adam's step count and
+  // step), 30 nodes in all; the sparse half (HeterComm's pull and push) is what still launches
+  // outside them.
+  EXPECT_EQ(extra.at("graph_launches_per_step"), 2.0);
+  EXPECT_EQ(extra.at("graph_nodes_per_step"), 30.0);
+  EXPECT_EQ(extra.at("launches_outside_graph_per_step"), extra.at("launches_per_step"));
   EXPECT_GT(extra.at("launches_per_step"), 10.0);
+}
+
+// GPUBOX_STEP_GRAPHS=0 runs the dense half eagerly: the same work, as launches and a collective
+// outside any graph (27 launches and the all-reduce = the 28 nodes).
+TEST_P(StepAccounting, WithoutStepGraphsTheSameWorkRunsAsLaunches) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const auto graphed = second_pass(cards);
+  ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
+  const auto eager = second_pass(cards);
+  EXPECT_EQ(eager.at("graph_launches_per_step"), 0.0);
+  EXPECT_EQ(eager.at("graph_nodes_per_step"), 0.0);
+  EXPECT_EQ(eager.at("collectives_per_step"), 4.0);
+  EXPECT_EQ(eager.at("launches_per_step") + eager.at("collectives_per_step"),
+            graphed.at("launches_per_step") + graphed.at("collectives_per_step") +
+                graphed.at("graph_nodes_per_step"));
+  EXPECT_EQ(eager.at("host_syncs_per_step"), graphed.at("host_syncs_per_step"));
+  EXPECT_EQ(eager.at("pinned_copies_per_step"), graphed.at("pinned_copies_per_step"));
 }
 
 TEST_P(StepAccounting, CollectiveSteadyStepRunsOneCollectiveFewer) {
@@ -229,6 +285,89 @@ TEST_P(StepAccounting, PassReportsStepTimesAndTheCardMemoryHighWaterMark) {
   // A high-water mark since the run began: the second pass's is never below the first's.
   EXPECT_GE(second.at("card_memory_peak_mb"), first.at("card_memory_peak_mb"));
 }
+
+// Issue 31, item 3: training with the dense half as step graphs equals the eager run bit for
+// bit (metrics of every pass, every card's dense parameters and adam state through them, and the
+// predictions of the trained model, which read the sparse rows too), on data whose keys per line
+// vary and whose last batch is short (run eagerly between replays), in gpubox and Collective
+// mode. Fails if a capture bakes in a value that changes per step (adam's bias correction did).
+struct TrainedModel {
+  std::vector<MetricValues> passes;
+  std::vector<std::vector<float>> dense;  // per card
+  std::vector<float> predictions;
+  double graph_launches_per_step = 0;
+};
+
+TrainedModel train_and_predict(int cards, const std::string& data_dir, bool collective) {
+  std::vector<std::string> overrides = {
+      "runner.train_data_dir=" + data_dir,
+      "runner.train_batch_size=100",
+      "runner.shuffle=false",
+      "runner.metrics_path=",
+      "runner.print_interval=7",
+      std::string("runner.use_fleet=") + (collective ? "true" : "false")};
+  auto parsed = parse_trainer_config("runner: {}\n", ".", overrides);
+  throw_if_error(parsed.status());
+  TrainerEnv env;
+  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
+  env.threads_per_card = 1;
+  Trainer trainer(std::move(parsed).value(), env);
+  const auto files = data_files(data_dir);
+  TrainedModel out;
+  for (int pass = 0; pass < 2; ++pass) {
+    const PassReport report = trainer.train_pass(files);
+    out.passes.push_back(report.metrics);
+    const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
+    out.graph_launches_per_step = extra.at("graph_launches_per_step");
+  }
+  for (int c = 0; c < trainer.num_cards(); ++c) out.dense.push_back(trainer.dense_values(c));
+  out.predictions = trainer.evaluate(files, /*keep_predictions=*/true).predictions;
+  return out;
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+class StepGraphs : public StepAccounting {};
+
+TEST_P(StepGraphs, TrainingEqualsTheEagerRunBitForBit) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  for (const bool collective : {false, true}) {
+    SCOPED_TRACE(collective ? "Collective mode" : "gpubox mode");
+    const TrainedModel graphed = train_and_predict(cards, varying_keys_dir(), collective);
+    TrainedModel eager;
+    {
+      ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
+      eager = train_and_predict(cards, varying_keys_dir(), collective);
+    }
+    EXPECT_GT(graphed.graph_launches_per_step, 1.5) << "the steps did not run as graphs";
+    EXPECT_EQ(eager.graph_launches_per_step, 0.0);
+    ASSERT_EQ(graphed.passes.size(), eager.passes.size());
+    for (std::size_t p = 0; p < graphed.passes.size(); ++p) {
+      const MetricValues& g = graphed.passes[p];
+      const MetricValues& e = eager.passes[p];
+      for (const auto& [name, a, b] :
+           {std::tuple{"auc", g.auc, e.auc}, std::tuple{"logloss", g.logloss, e.logloss},
+            std::tuple{"predicted_ctr", g.predicted_ctr, e.predicted_ctr},
+            std::tuple{"rmse", g.rmse, e.rmse}, std::tuple{"examples", g.examples, e.examples}}) {
+        EXPECT_TRUE(std::memcmp(&a, &b, sizeof(double)) == 0)
+            << "pass " << p << " " << name << ": " << a << " with graphs, " << b << " without";
+      }
+    }
+    ASSERT_EQ(graphed.dense.size(), static_cast<std::size_t>(cards));
+    for (int c = 0; c < cards; ++c) {
+      EXPECT_TRUE(same_bits(graphed.dense[c], eager.dense[c])) << "card " << c;
+    }
+    EXPECT_FALSE(graphed.predictions.empty());
+    EXPECT_TRUE(same_bits(graphed.predictions, eager.predictions));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, StepGraphs, ::testing::Values(1, 2),
+                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
 
 TEST(StepTimes, NearestRankQuantileAgainstHandComputedRanks) {
   std::vector<double> none;

@@ -1,7 +1,10 @@
 #include "trainer/engine/card_worker.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
@@ -9,6 +12,7 @@
 #include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/profile_range.hpp"
+#include "heterps/device/step_graph.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -26,6 +30,79 @@ std::size_t align_up(std::size_t bytes) {
 // steps ahead of the card.
 constexpr std::size_t kStatusDepth = 4;
 
+// Card allocations and frees so far: a step graph captured at another count may hold pointers
+// to memory that has since moved.
+uint64_t memory_generation(const device::Card& card) {
+  const device::DeviceCounts counts = card.counts();
+  return counts.allocations + counts.frees;
+}
+
+// GPUBOX_STEP_GRAPHS=0 runs every step eagerly (to compare, or to debug a step graph).
+bool step_graphs_enabled() {
+  const char* value = std::getenv("GPUBOX_STEP_GRAPHS");
+  return value == nullptr || std::string(value) != "0";
+}
+
+}  // namespace
+
+// The dense half of a step as step graphs (heterps/device/step_graph.hpp), for the steps whose
+// batch is the pass's full batch (the last, shorter one runs eagerly): "dense step" (forward,
+// backward, metrics, the dense all-reduce, the finite check) and "dense update" (the
+// optimizer). A capture bakes the batch size, the gradient scale (1 / global batch), the
+// metrics' steady flag, the stop vote and the buffers' addresses in; so each graph is kept per such
+// key and captured again when the card has allocated or freed since (a new pass, a grown buffer).
+struct CardWorker::Graphs {
+  struct StepKey {
+    int64_t batch = 0;
+    int64_t global_batch = 0;
+    bool steady = false;
+    bool stop_vote = false;
+    bool operator==(const StepKey& o) const {
+      return batch == o.batch && global_batch == o.global_batch && steady == o.steady &&
+             stop_vote == o.stop_vote;
+    }
+  };
+  struct Cached {
+    explicit Cached(const StepKey& k) : key(k), graph("dense step") {}
+    StepKey key;
+    device::StepGraph graph;
+    uint64_t generation = 0;
+  };
+  static constexpr std::size_t kStepGraphsKept = 4;
+
+  bool enabled = step_graphs_enabled();
+  int64_t full_batch = 0;  // the pass's largest batch (reserve_steps); 0: no graph
+  std::vector<std::unique_ptr<Cached>> steps;  // most recently used first
+  device::StepGraph update{"dense update"};
+  uint64_t update_generation = 0;
+
+  // The graph for `key`, made (empty) when new; keeps the last kStepGraphsKept keys.
+  Cached& step_graph(const StepKey& key) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i]->key == key) {
+        std::rotate(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(i),
+                    steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        return *steps.front();
+      }
+    }
+    steps.insert(steps.begin(), std::make_unique<Cached>(key));
+    if (steps.size() > kStepGraphsKept) steps.pop_back();
+    return *steps.front();
+  }
+};
+
+namespace {
+// Replays `graph` when its capture is still valid (made at the card's current memory
+// generation), else captures `work` (card work enqueued on the card's stream) into it first.
+template <class Work>
+void run_captured(device::Card& card, device::StepGraph& graph, uint64_t* generation, Work&& work) {
+  const uint64_t now = memory_generation(card);
+  if (!graph.ready() || *generation != now) {
+    graph.capture(card.stream(), std::forward<Work>(work));
+    *generation = now;  // a capture allocates nothing (it would have thrown)
+  }
+  graph.replay(card.stream());
+}
 }  // namespace
 
 // What a step leaves for the host to read late (one pinned slot of the ring per step).
@@ -42,8 +119,10 @@ struct StepTag {
 };
 
 // Step buffers, reused across steps (they only grow). The batch travels to the card as one
-// pinned block (device rule 2) in one copy: keys | offsets | dense | labels, each
-// section aligned to 256 bytes; the card-side views point into `uploaded`. One staging block per
+// pinned block (device rule 2) in one copy: offsets | dense | labels | keys, each section
+// aligned to 256 bytes; the card-side views point into `uploaded`. The sections the dense net
+// reads come first: their addresses depend on the batch size only, not on the step's key
+// count, so a step graph that reads them holds for every full batch. One staging block per
 // slot of the status ring: a step writes its batch into its slot's block, whose previous copy
 // (kStatusDepth steps before) the slot's event says is done.
 struct CardWorker::Buffers {
@@ -91,6 +170,7 @@ CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner:
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
   buffers_ = std::make_unique<Buffers>(card);
+  graphs_ = std::make_unique<Graphs>();
 }
 
 CardWorker::~CardWorker() = default;
@@ -99,11 +179,11 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
                               std::size_t dense, std::size_t labels) {
   Buffers& b = *buffers_;
   Buffers::Layout& at = b.layout;
-  at.keys = 0;
-  at.offsets = at.keys + align_up(occurrences * sizeof(uint64_t));
+  at.offsets = 0;
   at.dense = at.offsets + align_up(offsets * sizeof(uint32_t));
   at.labels = at.dense + align_up(dense * sizeof(float));
-  at.total = at.labels + align_up(labels * sizeof(float));
+  at.keys = at.labels + align_up(labels * sizeof(float));
+  at.total = at.keys + align_up(occurrences * sizeof(uint64_t));
   // Grown only when a batch outgrows what reserve_steps sized (a pinned allocation synchronizes
   // the device). The running step's block: its slot's last copy out of it is done (the ring
   // retired the slot).
@@ -122,6 +202,7 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   const auto n = static_cast<std::size_t>(std::max<int64_t>(0, largest.instances));
   const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
+  graphs_->full_batch = static_cast<int64_t>(n);
   for (int64_t other : largest.other_instances) model_->reserve(other);
   // Every slot's staging block (between passes: the ring was drained, no copy is in flight).
   for (std::size_t i = 0; i < kStatusDepth; ++i) {
@@ -199,20 +280,34 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
   const DenseBatchView view = batch_view(batch.num_slots);
   GradScales scales;
   scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
-  {
-    const device::ProfileRange range("dense forward/backward");
-    model_->forward_backward_async(view, scales, b.push.data(), stop_vote);
-    metrics_->add(model_->predictions(), b.labels(), size, step >= warmup_steps_);
-    if (progress) metrics_->progress_async(b.slot.host->auc);
-  }
-  // The gradients and, in the loss slot, this card's loss: after the all-reduce every card
-  // holds the same values, so the finite verdict below is the same on every card.
+  const bool steady = step >= warmup_steps_;
   DenseParameters& params = model_->parameters();
-  {
+  // Forward/backward, metrics, then the gradients and, in the loss slot, this card's loss
+  // all-reduced: every card holds the same values after it, so the finite verdict below is the
+  // same on every card. One graph launch for a full batch (see Graphs).
+  const auto dense_step = [&] {
+    {
+      const device::ProfileRange range("dense forward/backward");
+      model_->forward_backward_async(view, scales, b.push.data(), stop_vote);
+      metrics_->add(model_->predictions(), b.labels(), size, steady);
+    }
     const device::ProfileRange range("dense all-reduce");
     comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
                          stream);
     model_->check_finite_async();
+  };
+  const bool graphed = graphs_->enabled && size > 0 && size == graphs_->full_batch;
+  if (graphed) {
+    // The vote is a value of the capture (its kernel's argument): a graph per vote.
+    Graphs::Cached& cached = graphs_->step_graph({size, global_batch, steady, stop_vote});
+    run_captured(card_, cached.graph, &cached.generation, dense_step);
+  } else {
+    dense_step();
+  }
+  // Into the step's slot of the late readback (outside the graph: the slot changes each step).
+  if (progress) metrics_->progress_async(b.slot.host->auc);
+  {
+    const device::ProfileRange range("dense status");
     device::copy_async(&b.slot.host->status, model_->step_status(), 1, stream);
   }
   // The verdict (on the card) vetoes the sparse updates on the owners and the dense update: a
@@ -222,7 +317,13 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
   tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
   {
     const device::ProfileRange range("dense update");
-    optimizer_->step(params, veto);
+    optimizer_->count_step();
+    if (graphed) {
+      run_captured(card_, graphs_->update, &graphs_->update_generation,
+                   [&] { optimizer_->step_on_card(params, veto); });
+    } else {
+      optimizer_->step_on_card(params, veto);
+    }
   }
   b.ring.commit(stream);
   last_step_ = card_.counts() - before;

@@ -10,6 +10,10 @@
 //   verdict, stop votes, progress AUC) copied into the step's pinned slot ->
 //   HeterComm::push_pulled (one optimizer step per key) and the dense optimizer step, both
 //   vetoed on the card by a non-finite verdict -> the slot's event.
+// Step graphs (heterps/device/step_graph.hpp): for a batch of the pass's full size, forward/
+// backward, metrics, the all-reduce and the finite check are one graph launch ("dense step")
+// and the dense optimizer another ("dense update"), captured once per batch shape and replayed;
+// the sparse half and a shorter batch run eagerly (GPUBOX_STEP_GRAPHS=0: every step eagerly).
 // The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
 // (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
 // at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress
@@ -145,6 +149,8 @@ class CardWorker {
   std::unique_ptr<MetricsAccumulator> metrics_;
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
+  struct Graphs;  // the step graphs of the dense half (card_worker.cpp)
+  std::unique_ptr<Graphs> graphs_;
   device::DeviceCounts last_step_;
   uint32_t stop_votes_ = 0;
   std::function<void(int64_t, double)> progress_sink_;

@@ -51,8 +51,13 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);
   extra.emplace_back("pageable_copies_per_step", total.pageable_copies * per_step);
   extra.emplace_back("pinned_copies_per_step", total.pinned_copies * per_step);
+  // Launches and collectives the host enqueued itself, outside step graphs; the graphs' work is
+  // in graph_nodes (heterps/device/step_graph.hpp).
   extra.emplace_back("launches_per_step", total.launches * per_step);
+  extra.emplace_back("launches_outside_graph_per_step", total.launches * per_step);
   extra.emplace_back("collectives_per_step", total.collectives * per_step);
+  extra.emplace_back("graph_launches_per_step", total.graph_launches * per_step);
+  extra.emplace_back("graph_nodes_per_step", total.graph_nodes * per_step);
 }
 
 }  // namespace gpubox::trainer

@@ -86,16 +86,20 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
   GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0, "sgemm with negative size m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
   count_gemm_launch(stream());
-  if (k == 0) {
-    // Empty product: C = beta * C (oneDNN rejects k == 0; beta == 0 also clears a NaN in C).
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+  // Now, or at each replay of a step graph capturing the stream (step_graph.hpp).
+  device::enqueue(stream(), "sgemm", [=] {
+    if (k == 0) {
+      // Empty product: C = beta * C (oneDNN rejects k == 0; beta == 0 also clears a NaN in C).
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j)
+          c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      }
+      return;
     }
-    return;
-  }
-  check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', trans_b == Transpose::kYes ? 'T' : 'N',
-                   m, n, k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc)),
-        "sgemm");
+    check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', trans_b == Transpose::kYes ? 'T' : 'N',
+                     m, n, k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc)),
+          "sgemm");
+  });
 }
 
 void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
@@ -105,15 +109,17 @@ void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, con
   const int64_t inner = trans_a == Transpose::kYes ? rows : cols;
   if (out == 0) return;
   count_gemm_launch(stream());
-  if (inner == 0) {
-    // Empty product: y = beta * y (written here so that beta == 0 also clears a NaN in y).
-    for (int64_t i = 0; i < out; ++i) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
-    return;
-  }
-  // y[out x 1] = op(A)[out x inner] x[inner x 1]: a GEMM with one column.
-  check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', 'N', out, 1, inner, alpha, a, ld(lda), x,
-                   1, beta, y, 1),
-        "sgemv");
+  device::enqueue(stream(), "sgemv", [=] {
+    if (inner == 0) {
+      // Empty product: y = beta * y (written here so that beta == 0 also clears a NaN in y).
+      for (int64_t i = 0; i < out; ++i) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
+      return;
+    }
+    // y[out x 1] = op(A)[out x inner] x[inner x 1]: a GEMM with one column.
+    check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', 'N', out, 1, inner, alpha, a, ld(lda),
+                     x, 1, beta, y, 1),
+          "sgemv");
+  });
 }
 
 }  // namespace gpubox::trainer

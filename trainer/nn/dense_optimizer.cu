@@ -25,6 +25,33 @@ struct SgdStep {
     if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
   }
 };
+using AdamSchedule = DenseOptimizer::AdamSchedule;
+
+// Advances adam's step count on the card and computes the step's bias corrections in double
+// (identical on every card, exact for long runs); one work item.
+struct AdvanceAdam {
+  AdamSchedule* schedule;
+  float beta1;
+  float beta2;
+  float learning_rate;
+  float epsilon;
+  GPUBOX_HD void operator()(std::size_t) const {
+    const int64_t steps = schedule->steps + 1;
+    const double t = static_cast<double>(steps);
+    const double b1_pow = ::pow(static_cast<double>(beta1), t);
+    const double b2_pow = ::pow(static_cast<double>(beta2), t);
+    const double correction = ::sqrt(1.0 - b2_pow);
+    schedule->steps = steps;
+    schedule->lr_t = static_cast<float>(learning_rate * correction / (1.0 - b1_pow));
+    schedule->eps_hat = static_cast<float>(epsilon * correction);
+  }
+};
+struct SetAdamSteps {
+  AdamSchedule* schedule;
+  int64_t steps;
+  GPUBOX_HD void operator()(std::size_t) const { schedule->steps = steps; }
+};
+
 struct AdamStep {
   float* w;
   Bf16* w_bf16;
@@ -33,11 +60,12 @@ struct AdamStep {
   float* v;
   float beta1;
   float beta2;
-  float lr_t;            // lr * sqrt(1 - b2^t) / (1 - b1^t)
-  float eps_hat;         // eps * sqrt(1 - b2^t)
-  const uint32_t* veto;  // as SgdStep's
+  const AdamSchedule* schedule;  // lr_t and eps_hat of this step
+  const uint32_t* veto;          // as SgdStep's
   GPUBOX_HD void operator()(std::size_t i) const {
     if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
+    const float lr_t = schedule->lr_t;
+    const float eps_hat = schedule->eps_hat;
     const float grad = g[i];
     const float m_i = beta1 * m[i] + (1.0f - beta1) * grad;
     const float v_i = beta2 * v[i] + (1.0f - beta2) * grad * grad;
@@ -62,33 +90,47 @@ DenseOptimizer::DenseOptimizer(device::Card& card, const DenseOptimizerConfig& c
                    ", beta2 ", config.beta2, ", epsilon ", config.epsilon);
     m_ = device::to_device(std::vector<float>(size, 0.0f), card.memory(), card.stream());
     v_ = device::to_device(std::vector<float>(size, 0.0f), card.memory(), card.stream());
+    schedule_ = device::to_device(std::vector<AdamSchedule>(1), card.memory(), card.stream());
+  }
+}
+
+void DenseOptimizer::set_steps(int64_t steps) {
+  steps_ = steps;
+  if (config_.kind == DenseOptimizerKind::kAdam) {
+    device::parallel_for(card_->stream(), 1, SetAdamSteps{schedule_.data(), steps});
   }
 }
 
 void DenseOptimizer::step(DenseParameters& params, const uint32_t* veto) {
-  step(params.values().data(), params.grads().data(),
-       params.has_bf16_copy() ? params.values_bf16().data() : nullptr, veto);
+  count_step();
+  step_on_card(params, veto);
 }
 
 void DenseOptimizer::step(float* values, const float* grads, Bf16* values_bf16,
                           const uint32_t* veto) {
-  ++steps_;
+  count_step();
+  step_on_card(values, grads, values_bf16, veto);
+}
+
+void DenseOptimizer::step_on_card(DenseParameters& params, const uint32_t* veto) {
+  step_on_card(params.values().data(), params.grads().data(),
+               params.has_bf16_copy() ? params.values_bf16().data() : nullptr, veto);
+}
+
+void DenseOptimizer::step_on_card(float* values, const float* grads, Bf16* values_bf16,
+                                  const uint32_t* veto) {
   const device::Stream& stream = card_->stream();
   if (config_.kind == DenseOptimizerKind::kSgd) {
     device::parallel_for(stream, size_,
                          SgdStep{values, values_bf16, grads, config_.learning_rate, veto});
     return;
   }
-  // Bias corrections in double on the host: identical on every card, exact for long runs.
-  const double t = static_cast<double>(steps_);
-  const double b1_pow = std::pow(static_cast<double>(config_.beta1), t);
-  const double b2_pow = std::pow(static_cast<double>(config_.beta2), t);
-  const double correction = std::sqrt(1.0 - b2_pow);
-  const auto lr_t = static_cast<float>(config_.learning_rate * correction / (1.0 - b1_pow));
-  const auto eps_hat = static_cast<float>(config_.epsilon * correction);
+  device::parallel_for(stream, 1,
+                       AdvanceAdam{schedule_.data(), config_.beta1, config_.beta2,
+                                   config_.learning_rate, config_.epsilon});
   device::parallel_for(stream, size_,
                        AdamStep{values, values_bf16, grads, m_.data(), v_.data(), config_.beta1,
-                                config_.beta2, lr_t, eps_hat, veto});
+                                config_.beta2, schedule_.data(), veto});
 }
 
 }  // namespace gpubox::trainer

@@ -7,6 +7,9 @@
 //         lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);  w -= lr_t * m / (sqrt(v) + eps * sqrt(1 -
 //         b2^t)) (Paddle's adam: epsilon is applied to the bias-corrected second moment.)
 // Always on the fp32 master weights; a bf16 copy for the GEMMs is written alongside.
+// adam's t is counted on the card as well as on the host, and the step's bias corrections are
+// computed there, so that a step captured into a step graph (heterps/device/step_graph.hpp) and
+// replayed computes the step it runs (the host count follows through count_step()).
 //
 // Ownership: owns the moment buffers (card memory). Thread-safety: one card's thread only.
 #pragma once
@@ -33,15 +36,31 @@ class DenseOptimizer {
   // rewritten as the bf16 rounding of the new values in the same pass. `veto` (card memory, may
   // be null): the step changes nothing (values, moments) unless *veto == heter_comm::kNoVeto, so
   // a verdict computed on the card (a non-finite gradient) stops it without a host round trip.
+  // count_step() then step_on_card().
   void step(float* values, const float* grads, Bf16* values_bf16 = nullptr,
             const uint32_t* veto = nullptr);
   // The same on the parameters, their bf16 copy included when they keep one.
   void step(DenseParameters& params, const uint32_t* veto = nullptr);
+  // step()'s two halves, for a caller that replays the card half from a step graph: the host's
+  // step count, and the card work (enqueued, capturable: nothing in it depends on host state
+  // that changes from step to step).
+  void count_step() { ++steps_; }
+  void step_on_card(float* values, const float* grads, Bf16* values_bf16 = nullptr,
+                    const uint32_t* veto = nullptr);
+  void step_on_card(DenseParameters& params, const uint32_t* veto = nullptr);
 
   // State for save/load: first and second moments (empty for sgd) and the step count.
   device::device_buffer<float>& moment1() { return m_; }
   device::device_buffer<float>& moment2() { return v_; }
-  void set_steps(int64_t steps) { steps_ = steps; }
+  // Sets the step count on the host and on the card (enqueued).
+  void set_steps(int64_t steps);
+
+  // adam: the card's step count and the current step's bias corrections.
+  struct AdamSchedule {
+    int64_t steps = 0;
+    float lr_t = 0;     // lr * sqrt(1 - b2^t) / (1 - b1^t)
+    float eps_hat = 0;  // eps * sqrt(1 - b2^t)
+  };
 
  private:
   device::Card* card_;
@@ -50,6 +69,7 @@ class DenseOptimizer {
   int64_t steps_ = 0;
   device::device_buffer<float> m_;
   device::device_buffer<float> v_;
+  device::device_buffer<AdamSchedule> schedule_;  // adam: 1 element
 };
 
 }  // namespace gpubox::trainer

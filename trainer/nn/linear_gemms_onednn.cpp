@@ -115,6 +115,7 @@ struct Gemm {
 }  // namespace
 
 struct LinearGemms::Plans {
+  std::string name;  // the layer's (errors name it)
   struct Plan {
     int64_t batch = 0;
     Gemm forward, weights, bias_grad, data;
@@ -131,6 +132,7 @@ struct LinearGemms::Plans {
 
 LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
     : blas_(&blas), spec_(spec), plans_(std::make_unique<Plans>()) {
+  plans_->name = spec.name;
   GPUBOX_EXPECTS(spec.in > 0 && spec.out > 0 && spec.dx_cols >= 0 && spec.dx_cols <= spec.in,
                  "layer ", spec.name, ": bad shape ", spec.in, " x ", spec.out, ", dx columns ",
                  spec.dx_cols);
@@ -281,14 +283,24 @@ LinearGemms::Plans::Plan& plan_for(LinearGemms::Plans& p, int64_t batch, const s
   }
   GPUBOX_FAIL("layer ", name, ": no GEMM plan for batch ", batch, " (prepare() it first)");
 }
+
+// Executes one of the plan's GEMMs now, or at each replay of a step graph capturing the stream
+// (step_graph.hpp): the plan is looked up when it runs (prepare() may reorder the plans between a
+// capture and its replays), and `run` gets it with the card's library state.
+template <class Run>
+void execute(const device::Stream& stream, const char* what, LinearGemms::Plans* p,
+             Blas::Backend* backend, int64_t batch, Run run) {
+  plan_for(*p, batch, p->name);  // a missing plan fails at the call, not only at a replay
+  count_gemm_launch(stream);
+  device::enqueue(stream, what,
+                  [p, backend, batch, run] { run(plan_for(*p, batch, p->name), *backend); });
+}
 }  // namespace
 
 void LinearGemms::forward(const void* x, const void* w, const float* bias,
                           const Bf16* /*bias_bf16: cuBLASLt's*/, void* y, int64_t batch) {
   if (batch == 0) return;
   Plans& p = *plans_;
-  Plans::Plan& plan = plan_for(p, batch, spec_.name);
-  Blas::Backend& backend = blas_->backend();
   const device::Stream& stream = blas_->stream();
   const auto n = static_cast<std::size_t>(batch);
   if (p.emulated) {
@@ -299,12 +311,14 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias,
     w = p.w32.data();
   }
   void* out = p.emulated && spec_.output == ElementType::kBf16 ? p.out32.data() : y;
-  count_gemm_launch(stream);
-  plan.forward.run(backend.stream, {{DNNL_ARG_SRC, x},
-                                    {DNNL_ARG_WEIGHTS, w},
-                                    {DNNL_ARG_BIAS, bias},
-                                    {DNNL_ARG_DST, out},
-                                    {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+  execute(stream, "layer forward GEMM", &p, &blas_->backend(), batch,
+          [x, w, bias, out](Plans::Plan& plan, Blas::Backend& backend) {
+            plan.forward.run(backend.stream, {{DNNL_ARG_SRC, x},
+                                              {DNNL_ARG_WEIGHTS, w},
+                                              {DNNL_ARG_BIAS, bias},
+                                              {DNNL_ARG_DST, out},
+                                              {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+          });
   if (out != y) {
     device::parallel_for(stream, n * spec_.y_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(y)});
   }
@@ -319,8 +333,6 @@ void LinearGemms::backward_weights(const void* x, const void* dz, float* dw, flo
     return;
   }
   Plans& p = *plans_;
-  Plans::Plan& plan = plan_for(p, batch, spec_.name);
-  Blas::Backend& backend = blas_->backend();
   const auto n = static_cast<std::size_t>(batch);
   if (p.emulated) {
     device::parallel_for(stream, n * spec_.x_ld,
@@ -330,15 +342,18 @@ void LinearGemms::backward_weights(const void* x, const void* dz, float* dw, flo
     x = p.x32.data();
     dz = p.dz32.data();
   }
-  count_gemm_launch(stream);
-  plan.weights.run(backend.stream, {{DNNL_ARG_SRC, x},
-                                    {DNNL_ARG_WEIGHTS, dz},
-                                    {DNNL_ARG_DST, dw},
-                                    {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
-  plan.bias_grad.run(backend.stream, {{DNNL_ARG_SRC, p.ones.data()},
-                                      {DNNL_ARG_WEIGHTS, dz},
-                                      {DNNL_ARG_DST, db},
-                                      {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+  const void* ones = p.ones.data();
+  execute(stream, "layer weight-gradient GEMM", &p, &blas_->backend(), batch,
+          [x, dz, dw, db, ones](Plans::Plan& plan, Blas::Backend& backend) {
+            plan.weights.run(backend.stream, {{DNNL_ARG_SRC, x},
+                                              {DNNL_ARG_WEIGHTS, dz},
+                                              {DNNL_ARG_DST, dw},
+                                              {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+            plan.bias_grad.run(backend.stream, {{DNNL_ARG_SRC, ones},
+                                                {DNNL_ARG_WEIGHTS, dz},
+                                                {DNNL_ARG_DST, db},
+                                                {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+          });
 }
 
 void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
@@ -347,8 +362,6 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                  ": the ReLU mask needs the layer that produced the input");
   if (batch == 0 || spec_.dx_cols == 0) return;
   Plans& p = *plans_;
-  Plans::Plan& plan = plan_for(p, batch, spec_.name);
-  Blas::Backend& backend = blas_->backend();
   const device::Stream& stream = blas_->stream();
   const auto n = static_cast<std::size_t>(batch);
   if (p.emulated) {
@@ -364,26 +377,35 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
     w = p.w32.data();
   }
   void* out = p.emulated && spec_.dx == ElementType::kBf16 ? p.out32.data() : dx;
-  // The mask chain's scale-down rides on the output scale (see the file comment).
-  p.alpha = spec_.input_is_relu ? alpha * kMaskScaleDown : alpha;
-  count_gemm_launch(stream);
+  // The mask chain's scale-down rides on the output scale (see the file comment). oneDNN reads
+  // the scale from p.alpha when the GEMM runs: it is set there, from this call's value.
+  const float scale = spec_.input_is_relu ? alpha * kMaskScaleDown : alpha;
+  Plans* plans = &p;
   if (spec_.input_is_relu) {
-    plan.data.run(
-        backend.stream,
-        {{DNNL_ARG_SRC, dz},
-         {DNNL_ARG_WEIGHTS, w},
-         {DNNL_ARG_DST, out},
-         {DNNL_ARG_ATTR_OUTPUT_SCALES, &p.alpha},
-         {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1, x},
-         {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1, x},
-         {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1, &p.mask_scale_up},
-         {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+    execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
+            [dz, w, out, x, scale, plans](Plans::Plan& plan, Blas::Backend& backend) {
+              plans->alpha = scale;
+              plan.data.run(backend.stream,
+                            {{DNNL_ARG_SRC, dz},
+                             {DNNL_ARG_WEIGHTS, w},
+                             {DNNL_ARG_DST, out},
+                             {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
+                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1, x},
+                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1, x},
+                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1,
+                              &plans->mask_scale_up},
+                             {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+            });
   } else {
-    plan.data.run(backend.stream, {{DNNL_ARG_SRC, dz},
-                                   {DNNL_ARG_WEIGHTS, w},
-                                   {DNNL_ARG_DST, out},
-                                   {DNNL_ARG_ATTR_OUTPUT_SCALES, &p.alpha},
-                                   {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+    execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
+            [dz, w, out, scale, plans](Plans::Plan& plan, Blas::Backend& backend) {
+              plans->alpha = scale;
+              plan.data.run(backend.stream, {{DNNL_ARG_SRC, dz},
+                                             {DNNL_ARG_WEIGHTS, w},
+                                             {DNNL_ARG_DST, out},
+                                             {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
+                                             {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+            });
   }
   if (out != dx) {
     device::parallel_for(stream, n * spec_.dx_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(dx)});
