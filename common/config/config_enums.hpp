@@ -111,11 +111,14 @@ enum class ModelKind {
               // read by the logit layer (PaddleRec's dcn; hyper_parameters.cross_layers)
   kDlrm,      // DLRM: a bottom MLP over the dense features, pairwise dot products among it and the
           // slots' embeddings, a top MLP (fc_sizes) over both (hyper_parameters.bot_layer_sizes)
+  kFfm,  // a field-aware factorization machine: kFm with one factor per (feature, field pair):
+         // a key's row holds one k-vector per field (fields = sparse slots + dense features;
+         // row_embedx_width), no MLP (PaddleRec's ffm)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},       {ModelKind::kWideDeep, "wide_deep"}, {ModelKind::kWide, "wide"},
     {ModelKind::kDeepFm, "deepfm"}, {ModelKind::kDcnV2, "dcn_v2"},       {ModelKind::kFm, "fm"},
-    {ModelKind::kDcn, "dcn"},       {ModelKind::kDlrm, "dlrm"},
+    {ModelKind::kDcn, "dcn"},       {ModelKind::kDlrm, "dlrm"},          {ModelKind::kFfm, "ffm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

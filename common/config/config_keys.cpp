@@ -162,7 +162,7 @@ std::vector<KeySpec> build_table() {
   const std::string h = "hyper_parameters.";
   t.push_back(int_key(h + "sparse_inputs_slots", "27", 2, 100000, kDataset | kTable, "as in PaddleRec the label counts as one: the data has this minus 1 sparse slots, numbered from 1 and skipping runner.label_name"));
   t.push_back(int_key(h + "sparse_feature_number", "0", 0, kInt64Max, kNoEffect, "PaddleRec's table size; GPUBox tables grow as needed"));
-  t.push_back(int_key(h + "sparse_feature_dim", "9", 1, 1024, kTable, "per key: 1 wide weight (embed_w) + mf_dim embedding values (embedx)"));
+  t.push_back(int_key(h + "sparse_feature_dim", "9", 1, 1024, kTable, "per key: 1 wide weight (embed_w) + mf_dim embedding values (embedx); ffm: + one factor of sparse_feature_dim - 1 values per field (the sparse slots and the dense features), so a row holds fields x (sparse_feature_dim - 1) embedding values"));
   t.push_back(enum_key(h + "sparse_storage", kSparseStorageNames, SparseStorage::kFp32, kTable, "how the card and host tiers keep each key's embedding values (embed_w, embedx): fp32, or fp16 / bf16 rounded to nearest even, two per float (optimizer state, show and click stay fp32; the math is fp32); saves hold fp32 values, so a save loads into any storage"));
   {
     KeySpec k = base(h + "slot_dims", KeyType::kIntMap, "{}", kTable, "embedx width per slot, e.g. {1: 4, 7: 16} (Paddle's dynamic mf dim, PSGPUWrapper::SetSlotDimVector): each slot's rows and pooled input take this many values; a slot not listed takes sparse_feature_dim - 1; at most 8 distinct widths");
@@ -170,11 +170,11 @@ std::vector<KeySpec> build_table() {
     k.int_max = kMaxSlotDim;
     t.push_back(std::move(k));
   }
-  t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset, "dense features per instance"));
+  t.push_back(int_key(h + "dense_input_dim", "13", 0, 100000, kDataset | kTable, "dense features per instance (ffm: each is a field too)"));
   t.push_back(int_key(h + "num_field", "0", 0, 200000, kDataset, "PaddleRec's fields per line of its LR/FM Criteo text (feat_idx): when set, it must equal dense_input_dim plus the sparse slots, or the sparse slots alone (PaddleRec dlrm's interaction fields); 0 = not checked"));
   t.push_back(int_list_key(h + "fc_sizes", "[512, 256, 128, 32]", 1, 1, kTrainer, "hidden layers (ReLU); a 1-wide logit layer follows"));
   t.push_back(int_key(h + "distributed_embedding", "0", 0, 1, kNoEffect, "PaddleRec's switch; GPUBox embeddings are always sharded over the cards"));
-  t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer, "dense model: dnn, dnn plus the wide part, the wide part alone (logistic regression), deepfm (the wide part as first-order term + pairwise FM over the slot embeddings + dnn), dcn_v2 (a cross network with the dnn, see cross_layers), fm (the wide part + the pairwise FM over the slot embeddings, no dnn), dcn (DCN v1: vector cross layers beside the dnn), or dlrm (bottom MLP over the dense features, pairwise dot products among its output and the slot embeddings, top MLP: see bot_layer_sizes)"));
+  t.push_back(enum_key(h + "model", kModelKindNames, ModelKind::kDnn, kTrainer | kTable, "dense model: dnn, dnn plus the wide part, the wide part alone (logistic regression), deepfm (the wide part as first-order term + pairwise FM over the slot embeddings + dnn), dcn_v2 (a cross network with the dnn, see cross_layers), fm (the wide part + the pairwise FM over the slot embeddings, no dnn), dcn (DCN v1: vector cross layers beside the dnn), dlrm (bottom MLP over the dense features, pairwise dot products among its output and the slot embeddings, top MLP: see bot_layer_sizes), or ffm (field-aware fm: a key holds one factor per field, see sparse_feature_dim; no dnn)"));
   t.push_back(int_list_key(h + "bot_layer_sizes", "[512, 256, 64, 16]", 1, 1, kTrainer, "dlrm: the bottom MLP's layers (ReLU) over the dense features; the last is its output, which must be as wide as sparse_feature_dim (the slots' embeddings it meets in the dot interaction); the top MLP is fc_sizes (PaddleRec's top_layer_sizes)"));
   t.push_back(int_key(h + "cross_layers", "3", 1, 64, kTrainer, "cross layers over the first layer's input x0: dcn_v2 x_{l+1} = x0 * (W_l x_l + b_l) + x_l, dcn x_{l+1} = x0 * (x_l . w_l) + b_l + x_l (PaddleRec's cross_num)"));
   t.push_back(int_key(h + "cross_rank", "0", 0, 100000, kTrainer, "dcn_v2: 0 = full-rank W_l; r > 0 = low-rank W_l = U_l V_l^T with r columns (PaddleRec's low_rank)"));

@@ -21,6 +21,7 @@ constexpr Known kBuilt[] = {
     {"fm", config::ModelKind::kFm},
     {"dcn", config::ModelKind::kDcn},
     {"dlrm", config::ModelKind::kDlrm},
+    {"ffm", config::ModelKind::kFfm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.
