@@ -102,7 +102,16 @@ StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
                                             const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);
   if (!doc.ok()) return doc.status();
-  return sparse_config_from(*doc);
+  AccessorConfig c = sparse_config_from(*doc);
+  // ffm multiplies the width by its fields (the trainer's loader says the same, and more).
+  if (c.mf_dim > config::kMaxSlotDim) {
+    return Status::InvalidArgument(
+        doc->source() + ": ffm's rows would hold " + std::to_string(c.mf_dim) +
+        " values (a factor of hyper_parameters.sparse_feature_dim - 1 per field: the sparse "
+        "slots and hyper_parameters.dense_input_dim), over the " +
+        std::to_string(config::kMaxSlotDim) + " a row may hold");
+  }
+  return c;
 }
 
 }  // namespace gpubox::table

@@ -401,7 +401,10 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
             "hyper_parameters.dcn_structure=parallel"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=2",
             "hyper_parameters.cross_mixture=true", "hyper_parameters.cross_experts=3"},
-           {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"}}) {
+           {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"},
+           // ffm: rows of one factor per field (the slots and the dense features).
+           {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=4"},
+           {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -436,6 +439,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     if (cfg->hyper.model == trainer::ModelKind::kDlrm) {
       EXPECT_EQ(served->spec().model.bot_layer_sizes, cfg->hyper.bot_layer_sizes);
     }
+    EXPECT_EQ(served->spec().model.mf_dim, cfg->dense_model_config().mf_dim);
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;
