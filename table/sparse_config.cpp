@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/config/config_document.hpp"
+#include "common/config/row_width.hpp"
 #include "common/config/slot_dims.hpp"
 #include "common/error.hpp"
 
@@ -38,7 +39,13 @@ AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   const auto f = [&](const char* name) { return static_cast<float>(doc.get_float(so + name)); };
   AccessorConfig c;
   c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
-  c.mf_dim = doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1;
+  // The network the config names (a PaddleRec folder's choice is the trainer's to apply:
+  // trainer_config_from) sets how many factors a row holds.
+  c.mf_dim = static_cast<int32_t>(config::row_embedx_width(
+      doc.get_enum("hyper_parameters.model", config::kModelKindNames),
+      doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1,
+      std::max(0, doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots") - 1),
+      doc.get_int<int32_t>("hyper_parameters.dense_input_dim")));
   c.storage = doc.get_enum("hyper_parameters.sparse_storage", kSparseStorageNames);
   c.slot_dims = slot_dims_from(doc, c.mf_dim);
   c.optimizer.learning_rate = f("learning_rate");
@@ -95,7 +102,16 @@ StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
                                             const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);
   if (!doc.ok()) return doc.status();
-  return sparse_config_from(*doc);
+  AccessorConfig c = sparse_config_from(*doc);
+  // ffm multiplies the width by its fields (the trainer's loader says the same, and more).
+  if (c.mf_dim > config::kMaxSlotDim) {
+    return Status::InvalidArgument(
+        doc->source() + ": ffm's rows would hold " + std::to_string(c.mf_dim) +
+        " values (a factor of hyper_parameters.sparse_feature_dim - 1 per field: the sparse "
+        "slots and hyper_parameters.dense_input_dim), over the " +
+        std::to_string(config::kMaxSlotDim) + " a row may hold");
+  }
+  return c;
 }
 
 }  // namespace gpubox::table

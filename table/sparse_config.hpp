@@ -2,7 +2,8 @@
 // and the in-process table of gpubox_train, and gpubox_server), so that they all create and
 // update the same rows and set up the host tier the same way:
 //   the sparse row layout and its accessor/optimizer rules (sparse_config_from):
-//     mf_dim = hyper_parameters.sparse_feature_dim - 1
+//     mf_dim = hyper_parameters.sparse_feature_dim - 1 (ffm: times the fields, sparse slots plus
+//              dense features: config::row_embedx_width)
 //     seed   = runner.seed ^ hyper_parameters.sparse_optimizer.seed
 //     the rest: hyper_parameters.sparse_optimizer.* by name;
 //   the host tier (host_tier_config_from): the in-process table's shards, save form and disk

@@ -113,13 +113,16 @@ enum class ModelKind {
           // slots' embeddings, a top MLP (fc_sizes) over both (hyper_parameters.bot_layer_sizes)
   kXdeepfm,  // xDeepFM: the wide part + a Compressed Interaction Network over the slots' and dense
              // features' embeddings + the MLP over them (hyper_parameters.layer_sizes_cin)
+  kFfm,      // a field-aware factorization machine: kFm with one factor per (feature, field pair):
+             // a key's row holds one k-vector per field (fields = sparse slots + dense features;
+             // row_embedx_width), no MLP (PaddleRec's ffm)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},         {ModelKind::kWideDeep, "wide_deep"},
     {ModelKind::kWide, "wide"},       {ModelKind::kDeepFm, "deepfm"},
     {ModelKind::kDcnV2, "dcn_v2"},    {ModelKind::kFm, "fm"},
     {ModelKind::kDcn, "dcn"},         {ModelKind::kDlrm, "dlrm"},
-    {ModelKind::kXdeepfm, "xdeepfm"},
+    {ModelKind::kXdeepfm, "xdeepfm"}, {ModelKind::kFfm, "ffm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

@@ -52,8 +52,8 @@ DEFINE_string(config, "",
               "(hyper_parameters.sparse_feature_dim, hyper_parameters.sparse_optimizer.*, "
               "runner.seed); without it, the key table's defaults");
 DEFINE_int32(mf_dim, -1,
-             "embedx width; when given, overrides --config's hyper_parameters.sparse_feature_dim "
-             "- 1");
+             "embedx width; when given, overrides the width --config gives "
+             "(hyper_parameters.sparse_feature_dim - 1; ffm: times its fields)");
 // At most hyper_parameters.sparse_feature_dim's largest value (1024) less the wide weight.
 GPUBOX_FLAG_RANGE(mf_dim, 0, 1023);
 DEFINE_string(optimizer, "",

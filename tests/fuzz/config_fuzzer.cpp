@@ -3,8 +3,8 @@
 // `key=value` per line. Beyond not crashing and not throwing:
 //  - a refusal is a Status naming the source ("<fuzz>...") with a message;
 //  - an accepted config holds every value inside the key table's bounds (what each part relies
-//    on: at least one epoch, card batch and fc layer; mf_dim = sparse_feature_dim - 1; slots =
-//    sparse_inputs_slots - 1; bounds ordered);
+//    on: at least one epoch, card batch and fc layer; mf_dim = sparse_feature_dim - 1 (ffm: times
+//    its fields), at most 1023; slots = sparse_inputs_slots - 1; bounds ordered);
 //  - loading the same input again gives the same model keys (no hidden state);
 //  - every non-text model key's value_text, given back as `-o key=value` to an empty config,
 //    reads as the same value (what a save records can be set again).

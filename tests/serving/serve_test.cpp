@@ -404,7 +404,10 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"},
            {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_dnn=[8]",
-            "hyper_parameters.use_cvm=true"}}) {
+            "hyper_parameters.use_cvm=true"},
+           // ffm: rows of one factor per field (the slots and the dense features).
+           {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=4"},
+           {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -443,6 +446,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
       EXPECT_EQ(served->spec().model.cin_layer_sizes, cfg->hyper.layer_sizes_cin);
       EXPECT_EQ(served->spec().model.fc_sizes, cfg->hyper.fc_sizes);
     }
+    EXPECT_EQ(served->spec().model.mf_dim, cfg->dense_model_config().mf_dim);
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/config/config_document.hpp"
+#include "table/sparse_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
@@ -101,8 +102,25 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(xdeepfm->hyper.model, ModelKind::kXdeepfm);
   EXPECT_EQ(xdeepfm->dense_model_config().cin_layer_sizes, (std::vector<int>{128, 32}));
   EXPECT_EQ(xdeepfm->dense_model_config().fc_sizes, (std::vector<int>{512, 256, 128}));
-  EXPECT_EQ(xdeepfm->mf_dim(), 8);  // the fields' width
+  EXPECT_EQ(xdeepfm->mf_dim(), 8);          // the fields' width
   EXPECT_TRUE(xdeepfm->sparse.show_scale);  // the CIN diverges on summed hot-key steps
+  // ffm: the trainer and the table part (gpubox_server's loader) give rows one width.
+  auto ffm = load_trainer_config((configs / "config_ffm.yaml").string());
+  ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
+  EXPECT_EQ(ffm->hyper.model, ModelKind::kFfm);
+  EXPECT_EQ(ffm->mf_dim(), (26 + 13) * 8);
+  auto ffm_rows = table::load_sparse_config((configs / "config_ffm.yaml").string());
+  ASSERT_TRUE(ffm_rows.ok()) << ffm_rows.status().to_string();
+  EXPECT_EQ(ffm_rows->mf_dim, ffm->mf_dim());
+  for (const auto& [bad, named] : std::vector<std::pair<std::string, std::string>>{
+           {"hyper_parameters.sparse_feature_dim=40", "hyper_parameters.sparse_feature_dim"},
+           {"hyper_parameters.sparse_feature_dim=1", "hyper_parameters.sparse_feature_dim is 1"},
+           {"hyper_parameters.slot_dims={1: 4}", "hyper_parameters.slot_dims"}}) {
+    auto refused = load_trainer_config((configs / "config_ffm.yaml").string(), {bad});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().to_string().find(named), std::string::npos)
+        << refused.status().to_string();
+  }
   auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
@@ -345,16 +363,24 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   EXPECT_EQ(dcn->hyper.model, config::ModelKind::kDcn);
   EXPECT_EQ(dcn->dense_model_config().kind, config::ModelKind::kDcn);
 
+  // ffm's folder: rows of one factor (sparse_feature_dim - 1 = 8) per field, 26 slots and 13
+  // dense features by default.
   auto ffm = load("PaddleRec/models/rank/ffm", yaml);
-  ASSERT_FALSE(ffm.ok());
-  const std::string what = ffm.status().message();
-  EXPECT_NE(what.find("names PaddleRec's network 'ffm', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm)"),
+  ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
+  EXPECT_EQ(ffm->hyper.model, config::ModelKind::kFfm);
+  EXPECT_EQ(ffm->mf_dim(), (26 + 13) * 8);
+  EXPECT_EQ(ffm->dense_model_config().mf_dim, (26 + 13) * 8);
+
+  auto autoint = load("PaddleRec/models/rank/autoint", yaml);
+  ASSERT_FALSE(autoint.ok());
+  const std::string what = autoint.status().message();
+  EXPECT_NE(what.find("names PaddleRec's network 'autoint', which GPUBox does not build (it builds "
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
   // Set knowingly, the key wins over the folder.
-  auto knowingly = load("PaddleRec/models/rank/ffm", yaml, {"hyper_parameters.model=dnn"});
+  auto knowingly = load("PaddleRec/models/rank/autoint", yaml, {"hyper_parameters.model=dnn"});
   ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
   EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
   EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");

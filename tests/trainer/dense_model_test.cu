@@ -1,7 +1,7 @@
-// The whole dense model (dnn, wide_deep, wide, deepfm, fm, dlrm, xdeepfm, dcn_v2 full and low rank
-// and DCN-Mix, stacked and parallel, dcn; with and without cvm): backward against float64 central
-// differences of the summed log loss, for every dense parameter and every pulled embedding value;
-// gradient scaling across cards; the non-finite check.
+// The whole dense model (dnn, wide_deep, wide, deepfm, fm, ffm, dlrm, xdeepfm, dcn_v2 full and
+// low rank and DCN-Mix, stacked and parallel, dcn; with and without cvm): backward against
+// float64 central differences of the summed log loss, for every dense parameter and every pulled
+// embedding value; gradient scaling across cards; the non-finite check.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,6 +104,8 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
   cfg.cross_experts = GetParam().cross_experts;
   cfg.bot_layer_sizes = {4, 1 + cfg.mf_dim};  // dlrm: its output as wide as an embedding
   cfg.cin_layer_sizes = {3, 2};               // xdeepfm
+  // ffm: one factor of 2 per field (3 slots + 2 dense features).
+  if (cfg.kind == ModelKind::kFfm) cfg.mf_dim = (cfg.slots + cfg.dense_dim) * 2;
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(cfg.use_cvm * 3 + static_cast<int>(cfg.kind));
   HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
@@ -198,7 +200,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{ModelKind::kDcnV2, false, 2, DcnStructure::kStacked, 3},
                       ModelCase{ModelKind::kDcnV2, true, 3, DcnStructure::kParallel, 2},
                       ModelCase{ModelKind::kDcn, false}, ModelCase{ModelKind::kDcn, true},
-                      ModelCase{ModelKind::kXdeepfm, false}, ModelCase{ModelKind::kXdeepfm, true}));
+                      ModelCase{ModelKind::kXdeepfm, false}, ModelCase{ModelKind::kXdeepfm, true},
+                      ModelCase{ModelKind::kFfm, false}, ModelCase{ModelKind::kFfm, true}));
 
 // hyper_parameters.cross_l2 as the whole model applies it: with the dense scale 1 / global batch,
 // the gradients with the penalty minus those without are 2 * l2 * (local batch / global batch)

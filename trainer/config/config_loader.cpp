@@ -3,6 +3,8 @@
 #include <set>
 
 #include "common/config/config_document.hpp"
+#include "common/config/row_width.hpp"
+#include "common/config/slot_dims.hpp"
 #include "dataset/dataset_config.hpp"
 #include "table/sparse_config.hpp"
 #include "trainer/config/network_choice.hpp"
@@ -121,6 +123,44 @@ Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) 
   return Status::OK();
 }
 
+// ffm's rows hold one factor per field (config::row_embedx_width), as wide as the table part made
+// them for the network the config names; a network its PaddleRec folder chose is applied here.
+Status apply_ffm_rows(TrainerConfig& c, const config::ConfigDocument& doc) {
+  const std::string& source = doc.source();
+  const int64_t factor = doc.get_int("hyper_parameters.sparse_feature_dim") - 1;
+  const int64_t fields = c.num_sparse_slots() + c.dataset.dense_dim;
+  const int64_t width =
+      config::row_embedx_width(ModelKind::kFfm, factor, c.num_sparse_slots(), c.dataset.dense_dim);
+  if (factor < 1) {
+    return Status::InvalidArgument(source +
+                                   ": ffm's factors have sparse_feature_dim - 1 values, but "
+                                   "hyper_parameters.sparse_feature_dim is " +
+                                   std::to_string(factor + 1) + " (set it to 2 or more)");
+  }
+  if (fields < 2) {
+    return Status::InvalidArgument(
+        source + ": ffm pairs fields, but the sparse slots (" +
+        std::to_string(c.num_sparse_slots()) + ") and hyper_parameters.dense_input_dim (" +
+        std::to_string(c.dataset.dense_dim) + ") make " + std::to_string(fields) + " field");
+  }
+  if (width > config::kMaxSlotDim) {
+    return Status::InvalidArgument(
+        source + ": ffm's rows hold a factor of sparse_feature_dim - 1 = " +
+        std::to_string(factor) + " values for each of " + std::to_string(fields) +
+        " fields (the sparse slots and hyper_parameters.dense_input_dim): " +
+        std::to_string(width) + " values, over the " + std::to_string(config::kMaxSlotDim) +
+        " a row may hold; lower hyper_parameters.sparse_feature_dim");
+  }
+  if (!doc.get_int_map("hyper_parameters.slot_dims").empty()) {
+    return Status::InvalidArgument(source +
+                                   ": ffm gives every field's factor one width "
+                                   "(sparse_feature_dim - 1), but hyper_parameters.slot_dims "
+                                   "sets other widths for some slots; leave it empty");
+  }
+  c.sparse.mf_dim = static_cast<int32_t>(width);
+  return Status::OK();
+}
+
 // A data folder key (runner.train_data_dir, test_data_dir): its one folder, or, given a list,
 // the first and, when it names several, the whole list (RunnerConfig::train_data_dirs).
 void folders(const config::ConfigDocument& doc, const char* key, std::string* first,
@@ -212,6 +252,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.sparse = table::sparse_config_from(doc);
   c.host_tier = table::host_tier_config_from(doc);
   if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
+  if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(apply_ffm_rows(c, doc));
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;

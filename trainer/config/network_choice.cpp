@@ -22,6 +22,7 @@ constexpr Known kBuilt[] = {
     {"dcn", config::ModelKind::kDcn},
     {"dlrm", config::ModelKind::kDlrm},
     {"xdeepfm", config::ModelKind::kXdeepfm},
+    {"ffm", config::ModelKind::kFfm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.

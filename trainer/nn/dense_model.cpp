@@ -68,8 +68,9 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       config.slot_dims.empty() || static_cast<int>(config.slot_dims.size()) == config.slots,
       "dense model: ", config.slot_dims.size(), " slot widths for ", config.slots, " slots");
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
-  // wide and fm: the first-order terms and a bias (+ fm's pairwise term), no MLP.
-  const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm;
+  // wide, fm and ffm: the first-order terms and a bias (+ the pairwise term), no MLP.
+  const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm &&
+                       config.kind != ModelKind::kFfm;
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
   const bool dlrm = config.kind == ModelKind::kDlrm;
   const bool xdeepfm = config.kind == ModelKind::kXdeepfm;
@@ -143,6 +144,9 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
     fm_ = std::make_unique<FmPart>(pool_);
   }
+  if (config.kind == ModelKind::kFfm) {
+    ffm_ = std::make_unique<FfmPart>(params_, pool_, config.dense_dim);
+  }
   if (!has_mlp) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
@@ -166,7 +170,8 @@ double DenseModel::flops_per_example() const {
   }
   return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0) +
          (dlrm_ ? dlrm_->flops_per_example() : 0.0) +
-         (xdeepfm_ ? xdeepfm_->flops_per_example() : 0.0);
+         (xdeepfm_ ? xdeepfm_->flops_per_example() : 0.0) +
+         (ffm_ ? ffm_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -233,7 +238,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   pool_.forward(stream, batch.sparse, batch.dense, dlrm_ || xdeepfm_ ? 0 : config_.dense_dim,
                 input_rows());
   if (layers_.empty()) {
-    // wide, fm: logits = bias (a rank-1 broadcast), the wide and fm parts add the rest.
+    // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
@@ -247,6 +252,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
+  if (ffm_) ffm_->forward(stream, params_, input_rows(), batch.dense, n, logits());
 }
 
 void DenseModel::predict(const DenseBatchView& batch) {
@@ -324,7 +330,8 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                             2.0f * config_.cross_l2 * static_cast<float>(n) * scales.dense);
   }
   if (layers_.empty()) {
-    // wide, fm: d bias = scale * sum of dz; the pooled gradient is the wide and fm parts'.
+    // wide, fm, ffm: d bias = scale * sum of dz; the pooled gradient is the wide and (f)fm
+    // parts'.
     blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
                 params_.grads(wide_bias_));
     device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
@@ -334,6 +341,10 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                     d_pooled_.data());
   }
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
+  if (ffm_) {
+    ffm_->backward(stream, params_, input_rows(), batch.dense, dlogits_.data(), n, scales.dense,
+                   d_pooled_.data());
+  }
   pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
 }
 

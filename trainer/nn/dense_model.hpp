@@ -1,7 +1,7 @@
 // The dense part of the CTR model on one card: slot sum-pool, written with the dense features
 // into the first layer's input rows -> MLP (ReLU) -> one logit (+ the wide part for wide_deep;
 // + the wide part and the FM term for deepfm; the wide part and a bias alone for wide, plus the FM
-// term for fm (no MLP); for dcn_v2
+// term for fm, the field-aware term for ffm (no MLP); for dcn_v2
 // a cross network before the MLP (stacked) or beside it (parallel), for dcn a vector cross network
 // beside it; for dlrm a bottom MLP over the dense features and the dot interaction before it:
 // dlrm_part.hpp; for xdeepfm the wide part, the MLP over the fields' embeddings and a CIN over
@@ -153,7 +153,7 @@ class DenseModel {
     if (xdeepfm_) return xdeepfm_->dnn_input();
     return x0_.data();
   }
-  // The logit column: the last linear layer's output (fp32), or logits_ for wide and fm.
+  // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm.
   float* logits() {
     return layers_.empty() ? logits_.data() : reinterpret_cast<float*>(hidden_.back().data());
   }
@@ -171,7 +171,8 @@ class DenseModel {
   std::unique_ptr<CrossNet> cross_;       // kDcnV2 and kDcn only
   std::unique_ptr<DlrmPart> dlrm_;        // kDlrm only
   std::unique_ptr<XdeepfmPart> xdeepfm_;  // kXdeepfm only
-  std::size_t wide_bias_ = 0;             // kWide and kFm only
+  std::unique_ptr<FfmPart> ffm_;          // kFfm only
+  std::size_t wide_bias_ = 0;             // kWide, kFm and kFfm only
   int64_t x0_ld_ = 0;                     // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;           // the batch whose kernel report was logged (-1: none yet)
 
@@ -182,11 +183,11 @@ class DenseModel {
   std::vector<device::device_buffer<char>> hidden_;
   device::device_buffer<char> dz_a_;
   device::device_buffer<char> dz_b_;
-  device::device_buffer<float> logits_;  // kWide and kFm only
+  device::device_buffer<float> logits_;  // kWide, kFm and kFfm only
   device::device_buffer<float> preds_;
   device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
   device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient
-  device::device_buffer<float> ones_;      // kWide and kFm only: the bias broadcast
+  device::device_buffer<float> ones_;      // kWide, kFm, kFfm only: the bias broadcast
   device::device_buffer<double> loss_partials_;         // reduce_into's partials for the loss
   device::device_buffer<DenseStepStatus> status_;       // 1 element
   device::pinned_buffer<DenseStepStatus> host_status_;  // for the synchronous forms

@@ -9,7 +9,7 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm or xdeepfm
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm or ffm
 // (config_enums.hpp says what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
@@ -25,7 +25,8 @@ using config::kDcnStructureNames;
 struct DenseModelConfig {
   ModelKind kind = ModelKind::kDnn;
   int slots = 26;  // sparse slots
-  int mf_dim = 8;  // embedx width (pull record = show, click, embed_w, embedx_w[mf_dim])
+  int mf_dim = 8;  // embedx width (pull record = show, click, embed_w, embedx_w[mf_dim]; kFfm:
+                   // one factor per field, (slots + dense_dim) x k)
   // Per slot (data order) when slots differ in embedx width (hyper_parameters.slot_dims; mf_dim
   // is then the records', the widest width class's); empty: every slot mf_dim wide.
   std::vector<int> slot_dims;

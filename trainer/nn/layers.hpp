@@ -193,6 +193,46 @@ class FmPart {
   int mf_dim_;
 };
 
+// ffm's second-order term (a field-aware factorization machine, PaddleRec's ffm), added to the
+// logit. Fields are the S sparse slots and then the D dense features (F = S + D). A field a
+// holds one factor of k values toward each field b, V(a, b):
+//   sparse slot a: columns b*k .. b*k + k of the slot's pooled embedx (so the rows' embedx is
+//                  F*k wide, row_embedx_width);
+//   dense feature d = a - S: x_d * dense_v[d, b] (dense_v: [D x F x k], this part's parameters,
+//                  ~ N(0, 0.01/k), as PaddleRec's sparse factors; PaddleRec starts these at 1,
+//                  which with many fields saturates the sigmoid).
+//   ffm_i = sum_{a < b} <V(a, b), V(b, a)>
+// The first-order terms and the bias are the WidePart's and the model's. fp32 (no MLP).
+// Portable: parallel_for per instance (forward, pooled gradient) and per dense_v value (its
+// gradient, summed over the batch in a fixed order: no atomics, bit-identical runs).
+class FfmPart {
+ public:
+  // Registers ffm.dense_v in `params` (before params.finalize()). The pool's slots must be
+  // uniform and mf_dim = (slots + dense_dim) * k for some k >= 1.
+  FfmPart(DenseParameters& params, const SlotSumPool& pool, int dense_dim);
+  int fields() const { return slots_ + dense_dim_; }
+  int factor_dim() const { return k_; }
+  // Multiply-adds x2 of one example's forward and backward (each pair: k forward, 2k backward,
+  // and the dense features' factors their products).
+  double flops_per_example() const;
+  // logits[i] += ffm_i; the pooled embeddings are read from the first layer's input rows (fp32).
+  void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& input,
+               const float* dense, int64_t batch, float* logits) const;
+  // d_pooled[i, slot a's embedx column b*k + c] += dlogits[i] * V_i(b, a)[c] (unscaled, as the
+  // rest of the pooled gradient) and d dense_v = grad_scale * sum_i dlogits[i] x_id V_i(b, a).
+  void backward(const device::Stream& stream, DenseParameters& params, const InputRows& input,
+                const float* dense, const float* dlogits, int64_t batch, float grad_scale,
+                float* d_pooled) const;
+
+ private:
+  int slots_;
+  int dense_dim_;
+  int k_;
+  int width_;
+  int embedx_column_;
+  std::size_t dense_v_;
+};
+
 // Which cross layer a CrossNet stacks.
 enum class CrossKind {
   kMatrix,   // dcn_v2: x_{l+1} = x0 * (x_l W_l + b_l) + x_l, W_l full or low rank
