@@ -62,9 +62,15 @@ def _build_extension() -> pathlib.Path:
     jobs = os.environ.get("GPUBOX_JOBS", str(os.cpu_count() or 1))
     reuse = os.environ.get("GPUBOX_BUILD_DIR")
     if reuse:
-        build = pathlib.Path(reuse).resolve()
+        # pip runs this hook in the package's folder (python/), not where it was started: a
+        # relative tree (the README's GPUBOX_BUILD_DIR=build) is the repository's.
+        build = pathlib.Path(reuse)
+        if not build.is_absolute():
+            build = SOURCE_DIR / build
+        build = build.resolve()
         if not (build / "CMakeCache.txt").is_file():
-            raise RuntimeError(f"GPUBOX_BUILD_DIR={reuse}: not a configured CMake build tree")
+            raise RuntimeError(f"GPUBOX_BUILD_DIR={reuse} ({build}): not a configured CMake "
+                               "build tree")
     else:
         build = pathlib.Path(os.environ.get("GPUBOX_PYTHON_BUILD_DIR",
                                             SOURCE_DIR / "build-python")).resolve()
