@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -85,6 +86,11 @@ NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout,
       std::memcpy(id.internal, shared.data(), sizeof(id.internal));
     }
   }
+  // Whether a step replays its graph or runs eagerly is decided per card (its batch, its own
+  // allocations), and NCCL's buffer registration of captured collectives (NVLS) exchanges
+  // handles with the peers while capturing: a peer not capturing then would never join. Off,
+  // unless the user set it.
+  setenv("NCCL_GRAPH_REGISTER", "0", /*overwrite=*/0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   comms_.assign(static_cast<std::size_t>(n), nullptr);

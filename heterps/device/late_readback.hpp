@@ -76,8 +76,16 @@ class LateReadback {
   void drain(Check&& check) {
     while (pending_ > 0) retire_oldest(check);
   }
-  // Forgets every pending slot (after a failure: nothing more will be checked).
+  // Forgets every pending slot (after a failure: nothing more will be checked), once their
+  // copies are done: the next begin() hands slot 0 out again, and its caller rewrites the pinned
+  // memory an earlier copy may still be reading.
   void discard() {
+    for (std::size_t i = 0; i < pending_; ++i) {
+      try {
+        events_[(oldest_ + i) % depth()].synchronize();
+      } catch (...) {  // the failure being handled is the one to report
+      }
+    }
     oldest_ = 0;
     pending_ = 0;
     open_ = false;

@@ -100,6 +100,8 @@ Event& Event::operator=(Event&& other) noexcept {
   return *this;
 }
 void Event::record(const Stream& stream) {
+  // Captured, the record would be a node of the graph and never mark this event at replay.
+  detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
   GPUBOX_CUDA_TRY(cudaEventRecord(handle_, stream.native()));
 }
 void Event::synchronize() const {
@@ -172,7 +174,9 @@ Event& Event::operator=(Event&& other) noexcept {
   counters_ = other.counters_;
   return *this;
 }
-void Event::record(const Stream&) {}
+void Event::record(const Stream& stream) {
+  detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+}
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
   count_sync(counters_);

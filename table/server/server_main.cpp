@@ -20,6 +20,7 @@
 #include "common/cli.hpp"
 #include "common/cli_flags.hpp"
 #include "common/config/config_document.hpp"
+#include "common/config/slot_dims.hpp"
 #include "common/logging.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
@@ -168,6 +169,14 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
 StatusOr<AccessorConfig> optimizer_config_from(const config::ConfigDocument& doc) {
   AccessorConfig optimizer = sparse_config_from(doc);
   if (flag_given("mf_dim")) optimizer.mf_dim = FLAGS_mf_dim;
+  // ffm multiplies the width by its fields: refused here as by the trainer's loader.
+  if (optimizer.mf_dim > config::kMaxSlotDim) {
+    return Status::InvalidArgument(
+        doc.source() + ": rows of " + std::to_string(optimizer.mf_dim) +
+        " embedding values (ffm: a factor of hyper_parameters.sparse_feature_dim - 1 per field, "
+        "the sparse slots and hyper_parameters.dense_input_dim; or --mf_dim), over the " +
+        std::to_string(config::kMaxSlotDim) + " a row may hold");
+  }
   if (!FLAGS_optimizer.empty()) {
     auto kind = parse_enum(kSparseOptimizerKindNames, FLAGS_optimizer);
     if (!kind.ok()) return kind.status().with_context("--optimizer");

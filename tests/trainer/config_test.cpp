@@ -104,6 +104,13 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(xdeepfm->dense_model_config().fc_sizes, (std::vector<int>{512, 256, 128}));
   EXPECT_EQ(xdeepfm->mf_dim(), 8);          // the fields' width
   EXPECT_TRUE(xdeepfm->sparse.show_scale);  // the CIN diverges on summed hot-key steps
+  // Its fields share one width: slot_dims refused at load, naming the key (it failed only when
+  // the model was built, after --print_model_root and the sweep had accepted it).
+  auto xdeepfm_dims = load_trainer_config((configs / "config_xdeepfm.yaml").string(),
+                                          {"hyper_parameters.slot_dims={1: 4}"});
+  ASSERT_FALSE(xdeepfm_dims.ok());
+  EXPECT_NE(xdeepfm_dims.status().to_string().find("hyper_parameters.slot_dims"), std::string::npos)
+      << xdeepfm_dims.status().to_string();
   // ffm: the trainer and the table part (gpubox_server's loader) give rows one width.
   auto ffm = load_trainer_config((configs / "config_ffm.yaml").string());
   ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();

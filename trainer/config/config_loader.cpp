@@ -253,6 +253,13 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.host_tier = table::host_tier_config_from(doc);
   if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(apply_ffm_rows(c, doc));
+  // xdeepfm's fields share one width (its CIN multiplies them element by element).
+  if (h.model == ModelKind::kXdeepfm && !doc.get_int_map("hyper_parameters.slot_dims").empty()) {
+    return Status::InvalidArgument(doc.source() +
+                                   ": xdeepfm's fields share one width (its CIN multiplies them "
+                                   "element by element), but hyper_parameters.slot_dims sets "
+                                   "other widths for some slots; leave it empty");
+  }
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;

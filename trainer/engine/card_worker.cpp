@@ -199,6 +199,7 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
 }
 
 void CardWorker::reserve_steps(const StepReservation& largest) {
+  stop_votes_ = 0;  // a new pass's steps (or an evaluation's): the last pass's votes are read
   const auto n = static_cast<std::size_t>(std::max<int64_t>(0, largest.instances));
   const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
@@ -357,6 +358,7 @@ void CardWorker::guarded(Op&& op) {
     op();
   } catch (...) {
     buffers_->ring.discard();
+    stop_votes_ = 0;
     throw;
   }
 }
@@ -364,7 +366,12 @@ void CardWorker::guarded(Op&& op) {
 void CardWorker::drain() {
   guarded([&] { buffers_->ring.drain(RetireStep{this}); });
   tier_.drain_checks(card_.local_index());
+}
+
+void CardWorker::abandon() {
+  buffers_->ring.discard();
   stop_votes_ = 0;
+  progress_sink_ = nullptr;
 }
 
 void CardWorker::set_progress_sink(std::function<void(int64_t step, double auc)> sink) {

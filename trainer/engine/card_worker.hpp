@@ -97,7 +97,9 @@ class CardWorker {
                   bool stop_vote = false);
   // How many cards of the job voted to stop in the step whose slot was read last (kStatusDepth
   // steps back: the same step, and so the same count, on every card, so all of them stop after
-  // the same step). 0 after drain(): a pass's votes end with it.
+  // the same step). After drain(), the pass's last step's: a vote in its last kStatusDepth steps
+  // is seen there (the caller stops after the pass). 0 again when the next pass reserves its
+  // steps, or after abandon().
   uint32_t stop_votes() const { return stop_votes_; }
   // Reads every pending step status and sparse check (waits for the card where one has not
   // completed) and throws the first failure, naming its pass and step. After the last step of a
@@ -105,6 +107,10 @@ class CardWorker {
   void drain();
   // Gets (step, running AUC) of each train_step asked for `progress`, when its slot is read.
   void set_progress_sink(std::function<void(int64_t step, double auc)> sink);
+  // A pass left by an error between its steps: forgets the pending steps' slots (their
+  // verdicts, progress and votes are not read), the progress sink and the votes, so that a
+  // later pass or evaluation reads nothing of this one.
+  void abandon();
   // What the last train_step asked of this card (host waits, allocations, copies, launches,
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }

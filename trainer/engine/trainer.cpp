@@ -298,6 +298,14 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
             progress->report(static_cast<std::size_t>(step), auc);
           });
         }
+        // A failure between steps: nothing of this pass's pending slots is read later.
+        struct Abandon {
+          CardWorker& worker;
+          bool done = false;
+          ~Abandon() {
+            if (!done) worker.abandon();
+          }
+        } abandon{worker};
         for (std::size_t b = 0; b < batches; ++b) {
           const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
@@ -333,6 +341,12 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         // latest, naming its step) before the pass's metrics, write-back and save.
         worker.drain();
         worker.set_progress_sink(nullptr);  // it refers to this pass's locals
+        abandon.done = true;
+        // A vote in the pass's last kStatusDepth steps is read by the drain, the same on every
+        // card (and trainer): the whole pass trained, and the job stops after it, unsaved.
+        if (c == 0 && tally.stopped_after == 0 && worker.stop_votes() > 0) {
+          tally.stopped_after = batches;
+        }
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) {
