@@ -108,10 +108,19 @@ Status check_dlrm(const TrainerConfig& c, const std::string& source) {
 
 // xdeepfm's CIN, and its DNN: layer_sizes_dnn when given (PaddleRec's xdeepfm net reads it and
 // not fc_sizes, which its config.yaml also sets), else fc_sizes. No other network reads
-// layer_sizes_dnn: set for one, it is refused rather than dropped unseen.
+// layer_sizes_dnn: set for one, it is refused rather than dropped unseen; xdeepfm with slot_dims
+// is refused too.
 Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string k = "hyper_parameters.";
   h.layer_sizes_cin = doc.get_int_list(k + "layer_sizes_cin");
+  // Its fields share one width (the CIN multiplies them element by element).
+  if (h.model == ModelKind::kXdeepfm && !doc.get_int_map(k + "slot_dims").empty()) {
+    return Status::InvalidArgument(doc.source() +
+                                   ": xdeepfm's fields share one width (its CIN multiplies them "
+                                   "element by element), but " +
+                                   k +
+                                   "slot_dims sets other widths for some slots; leave it empty");
+  }
   const std::vector<int> dnn = doc.get_int_list(k + "layer_sizes_dnn");
   if (dnn.empty()) return Status::OK();
   if (h.model != ModelKind::kXdeepfm) {
@@ -253,13 +262,6 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.host_tier = table::host_tier_config_from(doc);
   if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(apply_ffm_rows(c, doc));
-  // xdeepfm's fields share one width (its CIN multiplies them element by element).
-  if (h.model == ModelKind::kXdeepfm && !doc.get_int_map("hyper_parameters.slot_dims").empty()) {
-    return Status::InvalidArgument(doc.source() +
-                                   ": xdeepfm's fields share one width (its CIN multiplies them "
-                                   "element by element), but hyper_parameters.slot_dims sets "
-                                   "other widths for some slots; leave it empty");
-  }
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;
