@@ -96,6 +96,29 @@ def build(args):
     return [label, dense] + sparse, loss, batch_size, auc_states
 
 
+def train_epoch(exe, scope, main_prog, test_prog, train_ds, test_ds, threads, epoch, n_train,
+                reset_auc, read_auc):
+    """One timed train_from_dataset over train_ds (the AUC of its predictions from the program's
+    auc state, reset first), then the held-out AUC over test_ds when given: the epoch's row."""
+    reset_auc()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.time()
+    exe.train_from_dataset(program=main_prog, dataset=train_ds, scope=scope, thread=threads,
+                           debug=False)
+    secs = time.time() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    auc, counted = read_auc()
+    row = {"epoch": epoch, "train_seconds": secs, "examples": n_train, "ips": n_train / secs,
+           "cpu_seconds": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+           "auc": auc, "auc_counted": counted}
+    if test_ds is not None:
+        reset_auc()
+        exe.infer_from_dataset(program=test_prog, dataset=test_ds, scope=scope, thread=threads,
+                               debug=False)
+        row["test_auc"], row["test_counted"] = read_auc()
+    return row
+
+
 def make_dataset(args, use_vars, files):
     ds = paddle.distributed.InMemoryDataset()
     pipe = "%s %s --slots %d --dense %d --table_rows %d" % (
@@ -187,23 +210,9 @@ def main():
               "batch": args.batch, "table_rows": args.table_rows, "train_instances": n_train,
               "load_seconds": load_s, "epochs": []}
     for epoch in range(1, args.epochs + 1):
-        reset_auc()
-        ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        t0 = time.time()
-        exe.train_from_dataset(program=main_prog, dataset=train_ds, scope=scope,
-                               thread=args.threads, debug=False)
-        secs = time.time() - t0
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-        auc, counted = read_auc()
-        row = {"epoch": epoch, "train_seconds": secs, "examples": n_train,
-               "ips": n_train / secs, "cpu_seconds": cpu, "auc": auc,
-               "auc_counted": counted}
-        if test_ds is not None:
-            reset_auc()
-            exe.infer_from_dataset(program=test_prog, dataset=test_ds, scope=scope,
-                                   thread=args.threads, debug=False)
-            row["test_auc"], row["test_counted"] = read_auc()
+        row = train_epoch(exe, scope, main_prog, test_prog, train_ds, test_ds, args.threads,
+                          epoch, n_train, reset_auc, read_auc)
+        secs, cpu, auc = row["train_seconds"], row["cpu_seconds"], row["auc"]
         result["epochs"].append(row)
         print("paddle epoch: %d, train_seconds: %.3f, cpu_seconds: %.3f, ips: %.1f example/sec, "
               "auc: %.6f%s" % (epoch, secs, cpu, row["ips"], auc,

@@ -20,7 +20,6 @@ import argparse
 import importlib
 import json
 import os
-import resource
 import sys
 import time
 
@@ -30,7 +29,7 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from train_paddle import auc_from_stats, files_of  # noqa: E402
+from train_paddle import auc_from_stats, files_of, train_epoch  # noqa: E402
 
 
 def flat_config(path, overrides):
@@ -181,22 +180,9 @@ def main():
               "threads": args.threads, "batch": args.batch, "table_rows": args.table_rows,
               "train_instances": n_train, "load_seconds": load_s, "epochs": []}
     for epoch in range(1, args.epochs + 1):
-        reset_auc()
-        ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        t0 = time.time()
-        exe.train_from_dataset(program=main_prog, dataset=train_ds, scope=scope,
-                               thread=args.threads, debug=False)
-        secs = time.time() - t0
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        auc, counted = read_auc()
-        row = {"epoch": epoch, "train_seconds": secs, "examples": n_train, "ips": n_train / secs,
-               "cpu_seconds": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
-               "auc": auc, "auc_counted": counted}
-        if test_ds is not None:
-            reset_auc()
-            exe.infer_from_dataset(program=test_prog, dataset=test_ds, scope=scope,
-                                   thread=args.threads, debug=False)
-            row["test_auc"], row["test_counted"] = read_auc()
+        row = train_epoch(exe, scope, main_prog, test_prog, train_ds, test_ds, args.threads,
+                          epoch, n_train, reset_auc, read_auc)
+        secs, auc = row["train_seconds"], row["auc"]
         result["epochs"].append(row)
         print("paddle %s epoch: %d, train_seconds: %.3f, ips: %.1f example/sec, auc: %.6f%s" % (
             args.model, epoch, secs, row["ips"], auc,
