@@ -300,34 +300,42 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   const int threads = total_records >= kParallelKeys ? config_.threads : 1;
   // Pass 1 reads and parses every file without touching the table: a corrupt or partial save
   // is refused before anything already in the table is lost. Pass 2 applies. Both stream each
-  // file in chunks (kLoadChunkBytes): a load holds a chunk per thread, not its files.
+  // file in chunks (kLoadChunkBytes): a load holds a chunk per thread, not its files. A table
+  // that holds nothing (a start from a save, the usual load) has nothing to lose: it is read
+  // once, applied as read, and emptied again if the save fails part way.
+  const bool nothing_to_lose = saved->mode != SaveKind::kDelta && rows_now() == 0;
   auto read_file = [&](const PartFile& f, const PartRecords& on_records) {
     return stream_part(fs, path, f, saved->form, shape, on_records);
   };
   const PartRecords check_only = [](const std::vector<uint64_t>&, const std::vector<float>&) {
     return Status::OK();
   };
-  GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
-                           return read_file(files[i], check_only);
-                         }).with_context("load"));
-
+  if (!nothing_to_lose) {
+    GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
+                             return read_file(files[i], check_only);
+                           }).with_context("load"));
+  }
   if (saved->mode != SaveKind::kDelta) {
     GPUBOX_RETURN_IF_ERROR(
         for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
   }
   const RecordKind kind = saved->kind;
   for (bool deletions : {true, false}) {  // a delta's deletions before its rows
+    const Status applied = run_parallel(files.size(), threads, [&](std::size_t i) {
+      if (files[i].deletions != deletions) return Status::OK();
+      return read_file(files[i], [&](const auto& keys, const auto& recs) {
+        return deletions ? apply_deletions(keys) : apply_part(kind, keys, recs);
+      });
+    });
+    if (applied.ok()) continue;
+    if (!nothing_to_lose) {
+      return applied.with_context(
+          "load " + path +
+          " (verified, then failed while applying it: the table holds part of it)");
+    }
     GPUBOX_RETURN_IF_ERROR(
-        run_parallel(files.size(), threads,
-                     [&](std::size_t i) {
-                       if (files[i].deletions != deletions) return Status::OK();
-                       return read_file(files[i], [&](const auto& keys, const auto& recs) {
-                         return deletions ? apply_deletions(keys) : apply_part(kind, keys, recs);
-                       });
-                     })
-            .with_context("load " + path +
-                          " (verified, then failed while applying it: the table "
-                          "holds part of it)"));
+        for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
+    return applied.with_context("load");
   }
   day_.store(saved->day);
   epochs_.track_deletions.store(true);

@@ -116,6 +116,7 @@ class DocumentBuilder {
       ConfigValue parsed;
       const Status st = detail::parse_value(*target, translated, "", &parsed);
       if (!st.ok()) return error("-o: " + name + " (" + target->name + "): " + st.message());
+      drop_earlier_conditional_overrides(target->name);
       doc_.values_[target->name] = std::move(parsed);
       return Status::OK();
     }
@@ -127,8 +128,20 @@ class DocumentBuilder {
     ConfigValue parsed;
     const Status st = parse_value_text(*key, value, &parsed);
     if (!st.ok()) return error("-o: " + st.message());
+    drop_earlier_conditional_overrides(key->name);
     doc_.values_[key->name] = std::move(parsed);
     return Status::OK();
+  }
+
+  // Overrides apply in order, the last of a key winning; a conditional alias's override waits
+  // for apply_conditional, so a later override of its key drops it (`-o low_rank=8 -o
+  // cross_rank=4` trains rank 4, with or without the mixture).
+  void drop_earlier_conditional_overrides(const std::string& key_name) {
+    conditional_.erase(std::remove_if(conditional_.begin(), conditional_.end(),
+                                      [&](const Conditional& c) {
+                                        return c.line == 0 && c.alias->key == key_name;
+                                      }),
+                       conditional_.end());
   }
 
   // Every unknown key of the file in one error (one alone keeps the one-line form), then the

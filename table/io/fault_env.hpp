@@ -33,8 +33,11 @@ class FaultInjectingEnv final : public FileEnv {
   }
   StatusOr<std::unique_ptr<SequentialFile>> open_sequential(const std::string& path,
                                                             uint64_t max_bytes) override {
+    sequential_opens_.fetch_add(1);
     return base_->open_sequential(path, max_bytes);
   }
+  // Files opened for streamed reading so far (a load's part files, once per read of each).
+  int64_t sequential_opens() const { return sequential_opens_.load(); }
   Status create_dir(const std::string& path) override;
   Status remove_all(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
@@ -53,6 +56,7 @@ class FaultInjectingEnv final : public FileEnv {
   const bool real_syncs_;
   std::atomic<int64_t> fail_from_{kNever};
   std::atomic<int64_t> steps_{0};
+  std::atomic<int64_t> sequential_opens_{0};
 };
 
 }  // namespace gpubox::table::io

@@ -496,6 +496,22 @@ TEST(PaddleRecKeys, LowRankWithoutTheMixtureHasNoEffectAndIsListed) {
       config::ConfigDocument::parse(yaml, "/base", {"hyper_parameters.low_rank=8"}, "p.yaml");
   ASSERT_TRUE(off.ok()) << off.status().to_string();
   EXPECT_EQ(off->get_int("hyper_parameters.cross_rank"), 0);
+  // Overrides apply in order, the last one of cross_rank winning however it is named.
+  for (const char* mixture :
+       {"hyper_parameters.cross_mixture=true", "hyper_parameters.cross_mixture=false"}) {
+    auto later = config::ConfigDocument::parse(
+        yaml, "/base", {mixture, "hyper_parameters.low_rank=8", "hyper_parameters.cross_rank=4"},
+        "p.yaml");
+    ASSERT_TRUE(later.ok()) << later.status().to_string();
+    EXPECT_EQ(later->get_int("hyper_parameters.cross_rank"), 4) << mixture;
+  }
+  auto last_alias = config::ConfigDocument::parse(
+      yaml, "/base",
+      {"hyper_parameters.cross_mixture=true", "hyper_parameters.cross_rank=4",
+       "hyper_parameters.low_rank=8"},
+      "p.yaml");
+  ASSERT_TRUE(last_alias.ok()) << last_alias.status().to_string();
+  EXPECT_EQ(last_alias->get_int("hyper_parameters.cross_rank"), 8);
   // Set beside cross_rank, the mixture's low_rank is still the one key set twice.
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  cross_rank: 4\n  low_rank: 8\n"
                                 "  use_low_rank_mixture: 1\n"),

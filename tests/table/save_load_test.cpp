@@ -256,6 +256,12 @@ void expect_refused(SaveForm form, const std::string& file,
   ASSERT_FALSE(st.ok()) << file;
   EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
   EXPECT_TRUE(testing::same_rows(testing::snapshot(*other), before));
+  // An empty table, read once and applied as read, is emptied again.
+  auto empty = f.fresh();
+  const Status into_empty = empty->load(path);
+  ASSERT_FALSE(into_empty.ok()) << file;
+  EXPECT_NE(into_empty.message().find(file), std::string::npos) << into_empty.to_string();
+  EXPECT_TRUE(testing::snapshot(*empty).empty()) << file;
 }
 
 void flip_byte(const std::string& file) {
@@ -285,6 +291,24 @@ TEST(SaveLoad, CorruptTruncatedOrMissingFilesAreRefusedByName) {
     expect_refused(form, "MANIFEST", truncate_file);
     expect_refused(form, "MANIFEST", [](const std::string& f) { std::filesystem::remove(f); });
   }
+}
+
+// Loading into a table that holds rows reads each part twice (verified before anything is
+// lost); into an empty one, once.
+TEST(SaveLoad, AnEmptyTableReadsEachPartOnce) {
+  Fixture f(SaveForm::kBinary, 4);
+  std::mt19937_64 rng(9);
+  f.mutate(rng, 300, 1u << 20);
+  const std::string path = f.dir.sub("model");
+  ASSERT_TRUE(f.table->save(path, SaveKind::kCheckpoint).ok());
+  io::FaultInjectingEnv counting(io::FileEnv::posix());
+  auto empty = f.fresh();
+  ASSERT_TRUE(empty->load(path, &counting).ok());
+  EXPECT_EQ(counting.sequential_opens(), 4);
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*empty), testing::snapshot(*f.table)));
+  ASSERT_TRUE(empty->load(path, &counting).ok());
+  EXPECT_EQ(counting.sequential_opens(), 4 + 2 * 4);
+  EXPECT_TRUE(testing::same_rows(testing::snapshot(*empty), testing::snapshot(*f.table)));
 }
 
 TEST(SaveLoad, RefusesAnotherLayoutAndForeignFolders) {
