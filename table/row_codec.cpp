@@ -131,72 +131,127 @@ void append_key(SaveForm form, uint64_t key, std::string* out) {
   out->push_back('\n');
 }
 
-StatusOr<ChunkTaken> parse_record_chunk(SaveForm form, const char* data, std::size_t n,
-                                        const RecordShape& shape, const std::string& where,
-                                        const RecordChunk& chunk, std::vector<uint64_t>* keys,
-                                        std::vector<float>* recs) {
-  const int32_t max = shape.max();
-  const int32_t prefix = shape.prefix();
-  const auto bad_width = [&](uint64_t key, const std::string& at) {
-    return Status::Corruption(where + at + ": the record of key " + std::to_string(key) +
-                              " has a width that this config's hyper_parameters.slot_dims does " +
-                              "not give its slot (a save made with other slot_dims?)");
-  };
-  // A record's slot (a model record's third float, a full row's slot field) becomes a row's
-  // int32 slot (cast wherever the row is read) and, for a model record with slot_dims, decides
-  // its length: a value that is not one (corrupt or hostile file) is refused here, before any
-  // cast. Records of a fixed length (shape.fixed) are neither.
-  const bool has_slot = shape.fixed < 0;
-  const int32_t slot_at = shape.kind == RecordKind::kModel ? 2 : shape.record.slot();
-  const char* what = shape.kind == RecordKind::kModel ? ": the model record of key "
-                                                      : ": the full-row record of key ";
-  const auto bad_slot = [&](uint64_t key, const std::string& at, float slot) {
+namespace {
+
+// What parse_record_chunk checks of every record, in either form: its slot (a model record's
+// third float, a full row's slot field) becomes a row's int32 slot (cast wherever the row is
+// read) and, for a model record with slot_dims, decides its length: a value that is not one
+// (corrupt or hostile file) is refused here, before any cast. Records of a fixed length
+// (shape.fixed) are neither.
+struct RecordChecks {
+  RecordChecks(const RecordShape& shape, const std::string& where)
+      : where(where),
+        has_slot(shape.fixed < 0),
+        slot_at(shape.kind == RecordKind::kModel ? 2 : shape.record.slot()),
+        what(shape.kind == RecordKind::kModel ? ": the model record of key "
+                                              : ": the full-row record of key ") {}
+
+  Status corrupt(const std::string& at, const std::string& why) const {
+    return Status::Corruption(where + at + ": " + why);
+  }
+  Status bad_width(uint64_t key, const std::string& at) const {
+    return corrupt(at, "the record of key " + std::to_string(key) +
+                           " has a width that this config's hyper_parameters.slot_dims does " +
+                           "not give its slot (a save made with other slot_dims?)");
+  }
+  // The slot value at `values[slot_at]` checked, when records carry one.
+  Status slot(uint64_t key, const std::string& at, const float* values) const {
+    if (!has_slot || is_slot_value(values[slot_at])) return Status::OK();
     char text[32];
-    const auto r = std::to_chars(text, text + sizeof(text), slot);
+    const auto r = std::to_chars(text, text + sizeof(text), values[slot_at]);
     return Status::Corruption(where + at + what + std::to_string(key) + " has slot " +
                               std::string(text, r.ptr) +
                               ", not a whole number in int32's range (corrupt file?)");
-  };
-  if (form == SaveForm::kBinary) {
-    std::size_t at = 0;
-    std::vector<float> head(static_cast<std::size_t>(prefix));
-    const auto byte = [&](std::size_t pos) {
-      return " at byte " + std::to_string(chunk.byte + pos);
-    };
-    while (at < n) {
-      const std::size_t left = n - at;
-      const std::size_t head_bytes = sizeof(uint64_t) + sizeof(float) * prefix;
-      if (left < head_bytes) {
-        if (!chunk.last) break;  // the record goes on in the next chunk
-        return Status::Corruption(where + ": " + std::to_string(left) +
-                                  " bytes left at the end, less than a record (truncated)");
-      }
-      uint64_t key = 0;
-      std::memcpy(&key, data + at, sizeof(uint64_t));
-      std::memcpy(head.data(), data + at + sizeof(uint64_t), sizeof(float) * prefix);
-      if (has_slot && prefix > slot_at && !is_slot_value(head[slot_at])) {
-        return bad_slot(key, byte(at), head[slot_at]);
-      }
-      const int32_t floats = shape.floats(head.data());
-      if (floats < 0) return bad_width(key, "");
-      const std::size_t record_bytes = sizeof(uint64_t) + sizeof(float) * floats;
-      if (left < record_bytes) {
-        if (!chunk.last) break;
-        return Status::Corruption(where + ": " + std::to_string(chunk.byte + n) +
-                                  " bytes is not a whole number of " +
-                                  std::to_string(record_bytes) + "-byte records (truncated)");
-      }
-      keys->push_back(key);
-      const std::size_t base = recs->size();
-      recs->resize(base + max, 0.0f);
-      std::memcpy(recs->data() + base, data + at + sizeof(uint64_t), sizeof(float) * floats);
-      if (has_slot && prefix == 0 && !is_slot_value((*recs)[base + slot_at])) {
-        return bad_slot(key, byte(at), (*recs)[base + slot_at]);
-      }
-      at += record_bytes;
-    }
-    return ChunkTaken{at, 0};
   }
+
+  const std::string& where;
+  const bool has_slot;
+  const int32_t slot_at;
+  const char* const what;
+};
+
+StatusOr<ChunkTaken> parse_binary_chunk(const char* data, std::size_t n, const RecordShape& shape,
+                                        const std::string& where, const RecordChunk& chunk,
+                                        std::vector<uint64_t>* keys, std::vector<float>* recs) {
+  const RecordChecks check(shape, where);
+  const int32_t max = shape.max();
+  const int32_t prefix = shape.prefix();
+  std::size_t at = 0;
+  std::vector<float> head(static_cast<std::size_t>(prefix));
+  const auto byte = [&](std::size_t pos) { return " at byte " + std::to_string(chunk.byte + pos); };
+  while (at < n) {
+    const std::size_t left = n - at;
+    const std::size_t head_bytes = sizeof(uint64_t) + sizeof(float) * prefix;
+    if (left < head_bytes) {
+      if (!chunk.last) break;  // the record goes on in the next chunk
+      return Status::Corruption(where + ": " + std::to_string(left) +
+                                " bytes left at the end, less than a record (truncated)");
+    }
+    uint64_t key = 0;
+    std::memcpy(&key, data + at, sizeof(uint64_t));
+    std::memcpy(head.data(), data + at + sizeof(uint64_t), sizeof(float) * prefix);
+    if (prefix > check.slot_at) GPUBOX_RETURN_IF_ERROR(check.slot(key, byte(at), head.data()));
+    const int32_t floats = shape.floats(head.data());
+    if (floats < 0) return check.bad_width(key, "");
+    const std::size_t record_bytes = sizeof(uint64_t) + sizeof(float) * floats;
+    if (left < record_bytes) {
+      if (!chunk.last) break;
+      return Status::Corruption(where + ": " + std::to_string(chunk.byte + n) +
+                                " bytes is not a whole number of " + std::to_string(record_bytes) +
+                                "-byte records (truncated)");
+    }
+    keys->push_back(key);
+    const std::size_t base = recs->size();
+    recs->resize(base + max, 0.0f);
+    std::memcpy(recs->data() + base, data + at + sizeof(uint64_t), sizeof(float) * floats);
+    if (prefix == 0) GPUBOX_RETURN_IF_ERROR(check.slot(key, byte(at), recs->data() + base));
+    at += record_bytes;
+  }
+  return ChunkTaken{at, 0};
+}
+
+// One text record `key v0 v1 ...` between p and eol into `values`; its length is known once
+// its prefix is read.
+Status parse_text_record(const char* p, const char* eol, const RecordShape& shape,
+                         const RecordChecks& check, const std::string& at, uint64_t* key,
+                         std::vector<float>* values) {
+  const int32_t prefix = shape.prefix();
+  auto fail = [&](const std::string& why) { return check.corrupt(at, why); };
+  const char* q = skip_spaces(p, eol);
+  auto r = std::from_chars(q, eol, *key);
+  if (r.ec != std::errc()) return fail("bad key");
+  q = r.ptr;
+  values->clear();
+  int32_t floats = prefix == 0 ? shape.max() : -1;
+  for (int32_t i = 0; floats < 0 || i < floats; ++i) {
+    if (floats < 0 && i == prefix) {
+      GPUBOX_RETURN_IF_ERROR(check.slot(*key, at, values->data()));
+      floats = shape.floats(values->data());
+      if (floats < 0) return check.bad_width(*key, at);
+      if (i >= floats) break;
+    }
+    const char* start = skip_spaces(q, eol);
+    const std::string expected =
+        floats < 0 ? "at least " + std::to_string(prefix) : std::to_string(floats);
+    if (start == q) return fail("expected " + expected + " values");
+    float v = 0.0f;
+    auto fr = std::from_chars(start, eol, v);
+    if (fr.ec != std::errc()) {
+      return fail("value " + std::to_string(i) + " is not a number (expected " + expected +
+                  " values)");
+    }
+    values->push_back(v);
+    q = fr.ptr;
+  }
+  if (skip_spaces(q, eol) != eol) return fail("more than " + std::to_string(floats) + " values");
+  if (prefix == 0) GPUBOX_RETURN_IF_ERROR(check.slot(*key, at, values->data()));
+  return Status::OK();
+}
+
+StatusOr<ChunkTaken> parse_text_chunk(const char* data, std::size_t n, const RecordShape& shape,
+                                      const std::string& where, const RecordChunk& chunk,
+                                      std::vector<uint64_t>* keys, std::vector<float>* recs) {
+  const RecordChecks check(shape, where);
   const char* p = data;
   const char* end = p + n;
   uint64_t line = chunk.line;  // lines before this one
@@ -205,55 +260,27 @@ StatusOr<ChunkTaken> parse_record_chunk(SaveForm form, const char* data, std::si
     const char* eol = static_cast<const char*>(std::memchr(p, '\n', end - p));
     if (eol == nullptr && !chunk.last) break;  // the line goes on in the next chunk
     ++line;
-    if (eol == nullptr) {
-      return Status::Corruption(where + " line " + std::to_string(line) +
-                                ": no end of line (truncated)");
-    }
-    auto fail = [&](const std::string& why) {
-      return Status::Corruption(where + " line " + std::to_string(line) + ": " + why);
-    };
+    const std::string at = " line " + std::to_string(line);
+    if (eol == nullptr) return check.corrupt(at, "no end of line (truncated)");
     uint64_t key = 0;
-    const char* q = skip_spaces(p, eol);
-    auto r = std::from_chars(q, eol, key);
-    if (r.ec != std::errc()) return fail("bad key");
-    q = r.ptr;
-    // Reads the values up to `count`; the record's length is known once its prefix is read.
-    values.clear();
-    int32_t floats = prefix == 0 ? max : -1;
-    for (int32_t i = 0; floats < 0 || i < floats; ++i) {
-      if (floats < 0 && i == prefix) {
-        if (has_slot && !is_slot_value(values[slot_at])) {
-          return bad_slot(key, " line " + std::to_string(line), values[slot_at]);
-        }
-        floats = shape.floats(values.data());
-        if (floats < 0) return bad_width(key, " line " + std::to_string(line));
-        if (i >= floats) break;
-      }
-      const char* start = skip_spaces(q, eol);
-      const std::string expected =
-          floats < 0 ? "at least " + std::to_string(prefix) : std::to_string(floats);
-      if (start == q) return fail("expected " + expected + " values");
-      float v = 0.0f;
-      auto fr = std::from_chars(start, eol, v);
-      if (fr.ec != std::errc()) {
-        return fail("value " + std::to_string(i) + " is not a number (expected " + expected +
-                    " values)");
-      }
-      values.push_back(v);
-      q = fr.ptr;
-    }
-    if (skip_spaces(q, eol) != eol) {
-      return fail("more than " + std::to_string(floats) + " values");
-    }
-    if (has_slot && prefix == 0 && !is_slot_value(values[slot_at])) {
-      return bad_slot(key, " line " + std::to_string(line), values[slot_at]);
-    }
+    GPUBOX_RETURN_IF_ERROR(parse_text_record(p, eol, shape, check, at, &key, &values));
     keys->push_back(key);
-    values.resize(static_cast<std::size_t>(max), 0.0f);
+    values.resize(static_cast<std::size_t>(shape.max()), 0.0f);
     recs->insert(recs->end(), values.begin(), values.end());
     p = eol + 1;
   }
   return ChunkTaken{static_cast<std::size_t>(p - data), line - chunk.line};
+}
+
+}  // namespace
+
+StatusOr<ChunkTaken> parse_record_chunk(SaveForm form, const char* data, std::size_t n,
+                                        const RecordShape& shape, const std::string& where,
+                                        const RecordChunk& chunk, std::vector<uint64_t>* keys,
+                                        std::vector<float>* recs) {
+  if (form == SaveForm::kBinary)
+    return parse_binary_chunk(data, n, shape, where, chunk, keys, recs);
+  return parse_text_chunk(data, n, shape, where, chunk, keys, recs);
 }
 
 Status parse_records(SaveForm form, const std::string& data, const RecordShape& shape,
