@@ -436,123 +436,160 @@ Status Transport::drive(Op op, std::vector<Attempt>& attempts,
   }
 }
 
-Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
-                      bool retry, double deadline_s, int connections) {
-  if (requests.empty()) return Status::OK();
-  const auto start = Clock::now();
-  const double budget = deadline_s >= 0 ? deadline_s : options_.deadline_s;
-  const auto deadline = after(budget);
-  const std::size_t n_endpoints = endpoints_.size();
-  std::vector<char> done(requests.size(), 0);
-  std::vector<int> tries(n_endpoints, 0);
-  std::vector<double> backoff(n_endpoints, options_.initial_backoff_s);
-  std::vector<Clock::time_point> next_try(n_endpoints, start);
-  std::vector<Status> last_error(n_endpoints);
+// One run() call's retry book: per endpoint, the tries so far, the backoff, when it may be tried
+// again and its last error; per request, whether it is answered.
+struct Transport::RunState {
+  RunState(Op op, bool retry, double budget, std::size_t requests, const Transport& transport)
+      : op(op),
+        retry(retry),
+        budget(budget),
+        start(Clock::now()),
+        deadline(after(budget)),
+        done(requests, 0),
+        tries(transport.endpoints_.size(), 0),
+        backoff(transport.endpoints_.size(), transport.options_.initial_backoff_s),
+        next_try(transport.endpoints_.size(), start),
+        last_error(transport.endpoints_.size()),
+        endpoints(transport.endpoints_),
+        max_backoff_s(transport.options_.max_backoff_s) {}
 
-  const auto gave_up = [&](uint32_t e) {
+  // The requests not answered yet, by endpoint; `any` says whether there are some.
+  std::vector<std::vector<std::size_t>> pending(const std::vector<OutgoingRequest>& requests,
+                                                bool* any) const {
+    std::vector<std::vector<std::size_t>> by_endpoint(endpoints.size());
+    *any = false;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (done[i]) continue;
+      by_endpoint[requests[i].endpoint].push_back(i);
+      *any = true;
+    }
+    return by_endpoint;
+  }
+
+  Status gave_up(uint32_t e) const {
     std::ostringstream msg;
-    msg << op_name(op) << " to " << endpoints_[e].to_string() << ": gave up after "
+    msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
         << " s); last error: " << last_error[e].to_string();
     return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
-  };
-  const auto schedule_retry = [&](uint32_t e) {
-    next_try[e] = after(backoff[e]);
-    backoff[e] = std::min(backoff[e] * 2.0, options_.max_backoff_s);
-  };
+  }
 
-  for (;;) {
-    std::vector<std::vector<std::size_t>> pending(n_endpoints);
-    bool any = false;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (!done[i]) {
-        pending[requests[i].endpoint].push_back(i);
-        any = true;
+  void schedule_retry(uint32_t e) {
+    next_try[e] = after(backoff[e]);
+    backoff[e] = std::min(backoff[e] * 2.0, max_backoff_s);
+  }
+
+  const Op op;
+  const bool retry;
+  const double budget;
+  const Clock::time_point start;
+  const Clock::time_point deadline;
+  std::vector<char> done;
+  std::vector<int> tries;
+  std::vector<double> backoff;
+  std::vector<Clock::time_point> next_try;
+  std::vector<Status> last_error;
+  const std::vector<Endpoint>& endpoints;
+  const double max_backoff_s;
+};
+
+Status Transport::open_attempts(RunState& state, uint32_t e,
+                                const std::vector<std::size_t>& pending,
+                                const std::vector<OutgoingRequest>& requests, int connections,
+                                std::vector<Attempt>* attempts) {
+  ++state.tries[e];
+  // One connection per lane in use (lanes folded onto `connections`), each in request order.
+  const auto lanes = static_cast<std::size_t>(std::max(1, connections));
+  std::vector<std::vector<std::size_t>> queues(lanes);
+  for (std::size_t i : pending) queues[requests[i].lane % lanes].push_back(i);
+  for (auto& queue : queues) {
+    if (queue.empty()) continue;
+    bool reused = false;
+    // Without retries, a pooled connection the server closed meanwhile would fail the call.
+    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused);
+    if (!conn.ok()) {
+      state.last_error[e] = conn.status();
+      const auto code = conn.status().code();
+      if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
+          code == Status::Code::kAborted) {
+        return conn.status().with_context(std::string(op_name(state.op)) + " at " +
+                                          endpoints_[e].to_string());
       }
+      if (!state.retry) return state.gave_up(e);
+      state.schedule_retry(e);
+      return Status::OK();  // the lanes not started wait for the retry
     }
+    Attempt a;
+    a.endpoint = e;
+    a.conn = std::move(*conn);
+    a.reused = reused;
+    a.queue = std::move(queue);
+    attempts->push_back(std::move(a));
+  }
+  return Status::OK();
+}
+
+Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
+  for (auto& a : attempts) {
+    if (!a.failed) {
+      if (!a.retry_later.empty()) {
+        state.last_error[a.endpoint] = a.retry_reason;  // e.g. "server busy: in-flight budget"
+        state.schedule_retry(a.endpoint);
+      }
+      release(a.endpoint, std::move(a.conn));
+      continue;
+    }
+    state.last_error[a.endpoint] = a.error;
+    if (!state.retry) return state.gave_up(a.endpoint);
+    if (a.reused && a.replies == 0) {
+      // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may hold
+      // more such; reconnecting at once is not a retry of a failing server.
+      MutexLock lock(pools_[a.endpoint]->mu);
+      pools_[a.endpoint]->idle.clear();
+      state.next_try[a.endpoint] = Clock::now();
+    } else {
+      state.schedule_retry(a.endpoint);
+    }
+  }
+  return Status::OK();
+}
+
+Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
+                      bool retry, double deadline_s, int connections) {
+  if (requests.empty()) return Status::OK();
+  RunState state(op, retry, deadline_s >= 0 ? deadline_s : options_.deadline_s, requests.size(),
+                 *this);
+  // Replies are handled as they come, so record them in `done` through the handler.
+  const ReplyHandler mark = [&](std::size_t index, const uint8_t* data, std::size_t bytes) {
+    GPUBOX_RETURN_IF_ERROR(on_reply(index, data, bytes));
+    state.done[index] = 1;
+    return Status::OK();
+  };
+  for (;;) {
+    bool any = false;
+    const auto pending = state.pending(requests, &any);
     if (!any) return Status::OK();
     const auto now = Clock::now();
-    if (now >= deadline) {
-      for (uint32_t e = 0; e < n_endpoints; ++e) {
-        if (!pending[e].empty()) return gave_up(e);
+    if (now >= state.deadline) {
+      for (uint32_t e = 0; e < pending.size(); ++e) {
+        if (!pending[e].empty()) return state.gave_up(e);
       }
     }
-
     std::vector<Attempt> attempts;
-    for (uint32_t e = 0; e < n_endpoints; ++e) {
-      if (pending[e].empty() || now < next_try[e]) continue;
-      ++tries[e];
-      // One connection per lane in use (lanes folded onto `connections`), each in request order.
-      const auto lanes = static_cast<std::size_t>(std::max(1, connections));
-      std::vector<std::vector<std::size_t>> queues(lanes);
-      for (std::size_t i : pending[e]) queues[requests[i].lane % lanes].push_back(i);
-      for (auto& queue : queues) {
-        if (queue.empty()) continue;
-        bool reused = false;
-        // Without retries, a pooled connection the server closed meanwhile would fail the call.
-        auto conn = acquire(e, deadline, /*allow_pooled=*/retry, &reused);
-        if (!conn.ok()) {
-          last_error[e] = conn.status();
-          const auto code = conn.status().code();
-          if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
-              code == Status::Code::kAborted) {
-            return conn.status().with_context(std::string(op_name(op)) + " at " +
-                                              endpoints_[e].to_string());
-          }
-          if (!retry) return gave_up(e);
-          schedule_retry(e);
-          break;  // the lanes not started wait for the retry
-        }
-        Attempt a;
-        a.endpoint = e;
-        a.conn = std::move(*conn);
-        a.reused = reused;
-        a.queue = std::move(queue);
-        attempts.push_back(std::move(a));
-      }
+    for (uint32_t e = 0; e < pending.size(); ++e) {
+      if (pending[e].empty() || now < state.next_try[e]) continue;
+      GPUBOX_RETURN_IF_ERROR(open_attempts(state, e, pending[e], requests, connections, &attempts));
     }
-
     if (!attempts.empty()) {
-      // Replies are handled as they come, so record them in `done` through the handler.
-      const ReplyHandler mark = [&](std::size_t index, const uint8_t* data, std::size_t bytes) {
-        GPUBOX_RETURN_IF_ERROR(on_reply(index, data, bytes));
-        done[index] = 1;
-        return Status::OK();
-      };
-      GPUBOX_RETURN_IF_ERROR(drive(op, attempts, requests, mark, deadline));
-      for (auto& a : attempts) {
-        if (!a.failed) {
-          if (!a.retry_later.empty()) {
-            last_error[a.endpoint] = a.retry_reason;  // e.g. "server busy: in-flight budget"
-            schedule_retry(a.endpoint);
-          }
-          release(a.endpoint, std::move(a.conn));
-          continue;
-        }
-        last_error[a.endpoint] = a.error;
-        if (!retry) return gave_up(a.endpoint);
-        if (a.reused && a.replies == 0) {
-          // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may
-          // hold more such; reconnecting at once is not a retry of a failing server.
-          MutexLock lock(pools_[a.endpoint]->mu);
-          pools_[a.endpoint]->idle.clear();
-          next_try[a.endpoint] = Clock::now();
-        } else {
-          schedule_retry(a.endpoint);
-        }
-      }
+      GPUBOX_RETURN_IF_ERROR(drive(op, attempts, requests, mark, state.deadline));
+      GPUBOX_RETURN_IF_ERROR(settle(state, attempts));
     }
-
     // Sleep until the earliest endpoint with work left may be retried (never past the deadline).
-    std::vector<char> has_pending(n_endpoints, 0);
-    bool left = false;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (!done[i]) has_pending[requests[i].endpoint] = left = true;
-    }
-    if (!left) return Status::OK();
-    auto wake = deadline;
-    for (uint32_t e = 0; e < n_endpoints; ++e) {
-      if (has_pending[e]) wake = std::min(wake, next_try[e]);
+    const auto left = state.pending(requests, &any);
+    if (!any) return Status::OK();
+    auto wake = state.deadline;
+    for (uint32_t e = 0; e < left.size(); ++e) {
+      if (!left[e].empty()) wake = std::min(wake, state.next_try[e]);
     }
     if (wake > Clock::now()) std::this_thread::sleep_until(wake);
   }

@@ -133,6 +133,15 @@ class Transport {
   Status authenticate(Connection& conn, Clock::time_point deadline);
   Status drive(Op op, std::vector<Attempt>& attempts, std::vector<OutgoingRequest>& requests,
                const ReplyHandler& on_reply, Clock::time_point deadline);
+  struct RunState;
+  // Connections for endpoint `e`'s pending requests, one per lane in use, appended to `attempts`.
+  // An endpoint that cannot be reached is scheduled for a retry (OK returned) or, where no retry
+  // can help, ends the call.
+  Status open_attempts(RunState& state, uint32_t e, const std::vector<std::size_t>& pending,
+                       const std::vector<OutgoingRequest>& requests, int connections,
+                       std::vector<Attempt>* attempts);
+  // After drive(): connections back to the pools, failed endpoints scheduled for a retry.
+  Status settle(RunState& state, std::vector<Attempt>& attempts);
 
   std::vector<Endpoint> endpoints_;
   TransportOptions options_;
