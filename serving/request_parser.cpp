@@ -134,6 +134,79 @@ std::string shown(const json& value) {
   return text;
 }
 
+// The body as a JSON object, refused when nested too deep, malformed or repeating a key.
+StatusOr<json> parse_document(std::string_view body) {
+  if (nesting_depth(body) > kMaxDepth) {
+    return Status::InvalidArgument("JSON nested deeper than " + std::to_string(kMaxDepth) +
+                                   " levels; a request needs 5");
+  }
+  json doc;
+  DuplicateKeyFinder duplicates;
+  try {
+    doc = json::parse(body.begin(), body.end(), std::ref(duplicates));
+  } catch (const json::exception& e) {
+    // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ...", or
+    // out_of_range.406 for a number past a double's range.
+    std::string what = e.what();
+    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    return Status::InvalidArgument("invalid JSON: " + what);
+  }
+  if (!duplicates.duplicate().empty()) return Status::InvalidArgument(duplicates.duplicate());
+  if (!doc.is_object()) {
+    return Status::InvalidArgument(
+        "the body must be a JSON object: {\"instances\": [...]} or "
+        "{\"slots\": {...}, \"dense\": [...]}");
+  }
+  return doc;
+}
+
+// An instance's "slots" object into `keys` (one list per slot; key 0 is no key).
+Status read_slots(const json& value, const std::string& at, const dataset::SlotIndex& slots,
+                  const std::string& slot_list, std::vector<std::vector<uint64_t>>* keys) {
+  if (!value.is_object()) {
+    return Status::InvalidArgument(at + "\"slots\" must map slot names to lists of keys");
+  }
+  for (const auto& [name, list_of_keys] : value.items()) {
+    const int slot = slots.find(name);
+    if (slot < 0) {
+      return Status::InvalidArgument(at + "unknown slot " + gpubox::json_quote(name) +
+                                     " (the model's slots: " + slot_list + ")");
+    }
+    if (!list_of_keys.is_array()) {
+      return Status::InvalidArgument(at + "slot " + gpubox::json_quote(name) +
+                                     " must be a list of keys");
+    }
+    for (const json& k : list_of_keys) {
+      uint64_t key = 0;
+      if (!parse_key(k, &key)) {
+        return Status::InvalidArgument(at + "slot " + gpubox::json_quote(name) + ": key " +
+                                       shown(k) +
+                                       " is not a whole number in [0, 2^64) or a string "
+                                       "of digits");
+      }
+      if (key != 0) (*keys)[static_cast<std::size_t>(slot)].push_back(key);
+    }
+  }
+  return Status::OK();
+}
+
+// An instance's "dense" list into `dense` (its size is the model's dense_dim).
+Status read_dense(const json& value, const std::string& at, std::vector<float>* dense) {
+  if (!value.is_array() || value.size() != dense->size()) {
+    return Status::InvalidArgument(at + "\"dense\" must be a list of " +
+                                   std::to_string(dense->size()) + " numbers");
+  }
+  for (std::size_t d = 0; d < dense->size(); ++d) {
+    const json& v = value[d];
+    if (!dense_value(v, &(*dense)[d])) {
+      return Status::InvalidArgument(at + "dense value " + std::to_string(d) + " (" + shown(v) +
+                                     ") is not a finite number within float range "
+                                     "(|v| <= 3.4028235e38)");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 RequestParser::RequestParser(const ServingSpec& spec, std::size_t max_instances)
@@ -165,37 +238,18 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse(std::string_view body, Bod
 }
 
 StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body) const {
-  if (nesting_depth(body) > kMaxDepth) {
-    return Status::InvalidArgument("JSON nested deeper than " + std::to_string(kMaxDepth) +
-                                   " levels; a request needs 5");
-  }
-  json doc;
-  DuplicateKeyFinder duplicates;
-  try {
-    doc = json::parse(body.begin(), body.end(), std::ref(duplicates));
-  } catch (const json::exception& e) {
-    // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ...", or
-    // out_of_range.406 for a number past a double's range.
-    std::string what = e.what();
-    if (const auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    return Status::InvalidArgument("invalid JSON: " + what);
-  }
-  if (!duplicates.duplicate().empty()) return Status::InvalidArgument(duplicates.duplicate());
-  if (!doc.is_object()) {
-    return Status::InvalidArgument(
-        "the body must be a JSON object: {\"instances\": [...]} or "
-        "{\"slots\": {...}, \"dense\": [...]}");
-  }
+  StatusOr<json> doc = parse_document(body);
+  if (!doc.ok()) return doc.status();
   const json* list = nullptr;
   json single;
-  if (const auto it = doc.find("instances"); it != doc.end()) {
-    if (doc.size() != 1) {
+  if (const auto it = doc->find("instances"); it != doc->end()) {
+    if (doc->size() != 1) {
       return Status::InvalidArgument("a body with \"instances\" holds nothing else");
     }
     if (!it->is_array()) return Status::InvalidArgument("\"instances\" must be a list");
     list = &*it;
   } else {
-    single = json::array({std::move(doc)});
+    single = json::array({std::move(*doc)});
     list = &single;
   }
   if (list->size() > max_instances_) {
@@ -218,44 +272,9 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body
     bool has_dense = false;
     for (const auto& [field, value] : instance.items()) {
       if (field == "slots") {
-        if (!value.is_object()) {
-          return Status::InvalidArgument(at + "\"slots\" must map slot names to lists of keys");
-        }
-        for (const auto& [name, list_of_keys] : value.items()) {
-          const int slot = slots_->find(name);
-          if (slot < 0) {
-            return Status::InvalidArgument(at + "unknown slot " + gpubox::json_quote(name) +
-                                           " (the model's slots: " + slot_list_ + ")");
-          }
-          if (!list_of_keys.is_array()) {
-            return Status::InvalidArgument(at + "slot " + gpubox::json_quote(name) +
-                                           " must be a list of keys");
-          }
-          for (const json& k : list_of_keys) {
-            uint64_t key = 0;
-            if (!parse_key(k, &key)) {
-              return Status::InvalidArgument(at + "slot " + gpubox::json_quote(name) + ": key " +
-                                             shown(k) +
-                                             " is not a whole number in [0, 2^64) or a string "
-                                             "of digits");
-            }
-            if (key != 0) keys[static_cast<std::size_t>(slot)].push_back(key);
-          }
-        }
+        GPUBOX_RETURN_IF_ERROR(read_slots(value, at, *slots_, slot_list_, &keys));
       } else if (field == "dense") {
-        if (!value.is_array() || value.size() != dense.size()) {
-          return Status::InvalidArgument(at + "\"dense\" must be a list of " +
-                                         std::to_string(dense_dim_) + " numbers");
-        }
-        for (std::size_t d = 0; d < dense.size(); ++d) {
-          const json& v = value[d];
-          if (!dense_value(v, &dense[d])) {
-            return Status::InvalidArgument(at + "dense value " + std::to_string(d) + " (" +
-                                           shown(v) +
-                                           ") is not a finite number within float range "
-                                           "(|v| <= 3.4028235e38)");
-          }
-        }
+        GPUBOX_RETURN_IF_ERROR(read_dense(value, at, &dense));
         has_dense = true;
       } else {
         return Status::InvalidArgument(at + "unknown field " + gpubox::json_quote(field) +
