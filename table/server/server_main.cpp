@@ -246,6 +246,55 @@ Status apply_deadline_flags(ServerOptions* options) {
   return Status::OK();
 }
 
+// The listening, identity and limit flags into `options`.
+Status apply_server_flags(ServerOptions* options) {
+  options->bind_address = FLAGS_bind;
+  options->port = static_cast<uint16_t>(FLAGS_port);
+  options->threads = FLAGS_threads;
+  options->shard_id = static_cast<uint32_t>(FLAGS_shard_id);
+  options->shard_num = static_cast<uint32_t>(FLAGS_shard_num);
+  options->data_dir = FLAGS_data_dir;
+  options->max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
+  options->exit_when_job_ends = FLAGS_exit_when_job_ends;
+  if (!FLAGS_auth_token_file.empty()) {
+    auto token = read_auth_token_file(FLAGS_auth_token_file, "--auth_token_file");
+    if (!token.ok()) return token.status();
+    options->auth_token = *token;
+  }
+  GPUBOX_RETURN_IF_ERROR(apply_limit_flags(options));
+  return apply_deadline_flags(options);
+}
+
+// SIGINT and SIGTERM are taken by sigtimedwait (serve_until_stopped), not by an asynchronous
+// handler: blocked before the server threads start, so that every thread inherits the mask.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// Serves until the server stops itself (the job ended) or a signal stops it; logs its counts.
+void serve_until_stopped(Server* server, const sigset_t& signals) {
+  const timespec tick{0, 200 * 1000 * 1000};
+  while (!server->stopped()) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      GPUBOX_LOG(INFO) << "gpubox_server: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+                       << ", stopping";
+      server->stop();
+    }
+  }
+  server->wait();
+  const ServerCounters c = server->counters();
+  GPUBOX_LOG(INFO) << "gpubox_server: stopped after " << c.connections << " connections, "
+                   << c.requests << " requests, " << c.rows_pulled << " rows pulled, "
+                   << c.rows_pushed << " rows pushed, " << c.protocol_errors
+                   << " bad connections closed";
+}
+
 Status run(const std::vector<std::string>& overrides) {
   if (FLAGS_config.empty() && !overrides.empty()) {
     return Status::InvalidArgument("-o " + overrides.front() + ": needs --config");
@@ -272,21 +321,7 @@ Status run(const std::vector<std::string>& overrides) {
   auto table = make_host_tier(*optimizer, tier_config);
   if (!table.ok()) return table.status();
 
-  options.bind_address = FLAGS_bind;
-  options.port = static_cast<uint16_t>(FLAGS_port);
-  options.threads = FLAGS_threads;
-  options.shard_id = static_cast<uint32_t>(FLAGS_shard_id);
-  options.shard_num = static_cast<uint32_t>(FLAGS_shard_num);
-  options.data_dir = FLAGS_data_dir;
-  options.max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
-  options.exit_when_job_ends = FLAGS_exit_when_job_ends;
-  if (!FLAGS_auth_token_file.empty()) {
-    auto token = read_auth_token_file(FLAGS_auth_token_file, "--auth_token_file");
-    if (!token.ok()) return token.status();
-    options.auth_token = *token;
-  }
-  GPUBOX_RETURN_IF_ERROR(apply_limit_flags(&options));
-  GPUBOX_RETURN_IF_ERROR(apply_deadline_flags(&options));
+  GPUBOX_RETURN_IF_ERROR(apply_server_flags(&options));
   if (!FLAGS_load.empty()) {
     auto path = load_before_start(table->get(), options, FLAGS_load);
     if (!path.ok()) return path.status().with_context("--load " + FLAGS_load);
@@ -296,36 +331,14 @@ Status run(const std::vector<std::string>& overrides) {
                      << (stats.ok() ? stats->rows_in_memory + stats->rows_on_disk : 0) << " rows)";
   }
 
-  // Signals are taken by sigtimedwait below, not by an asynchronous handler: block them before
-  // the server threads start so that every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+  const sigset_t signals = block_stop_signals();
   auto server = Server::start(table->get(), options);
   if (!server.ok()) return server.status();
   std::printf("gpubox_server listening on %s (shard %d of %d, row stride %d)\n",
               (*server)->endpoint().c_str(), FLAGS_shard_id, FLAGS_shard_num,
               (*table)->layout().stride());
   std::fflush(stdout);
-
-  const timespec tick{0, 200 * 1000 * 1000};
-  while (!(*server)->stopped()) {
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      GPUBOX_LOG(INFO) << "gpubox_server: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-                       << ", stopping";
-      (*server)->stop();
-    }
-  }
-  (*server)->wait();
-  const ServerCounters c = (*server)->counters();
-  GPUBOX_LOG(INFO) << "gpubox_server: stopped after " << c.connections << " connections, "
-                   << c.requests << " requests, " << c.rows_pulled << " rows pulled, "
-                   << c.rows_pushed << " rows pushed, " << c.protocol_errors
-                   << " bad connections closed";
+  serve_until_stopped(server->get(), signals);
   return Status::OK();
 }
 
