@@ -165,24 +165,77 @@ class SpecReader {
 constexpr EnumName<ValueType> kValueTypeNames[] = {{ValueType::kFloat32, "float32"},
                                                    {ValueType::kFloat16, "float16"}};
 
-}  // namespace
+// The network's own shape keys beyond fc_sizes, for the networks that have them: the one place
+// where an export writes them and a load reads them back.
+void write_network_keys(const trainer::DenseModelConfig& model,
+                        std::map<std::string, std::string>* properties) {
+  // Slots of several embedx widths (hyper_parameters.slot_dims): each slot's width, in slot
+  // order; mf_dim is then the records' (the widest class's).
+  if (!model.slot_dims.empty()) (*properties)["slot_dims"] = join_ints(model.slot_dims);
+  if (model.kind == trainer::ModelKind::kDcnV2 || model.kind == trainer::ModelKind::kDcn) {
+    (*properties)["cross_layers"] = std::to_string(model.cross_layers);
+  }
+  if (model.kind == trainer::ModelKind::kDcnV2) {
+    (*properties)["cross_rank"] = std::to_string(model.cross_rank);
+    (*properties)["dcn_structure"] = name_of(trainer::kDcnStructureNames, model.dcn_structure);
+    (*properties)["cross_experts"] = std::to_string(model.cross_experts);
+  }
+  if (model.kind == trainer::ModelKind::kDlrm) {
+    (*properties)["bot_layer_sizes"] = join_ints(model.bot_layer_sizes);
+  }
+  if (model.kind == trainer::ModelKind::kXdeepfm) {
+    (*properties)["layer_sizes_cin"] = join_ints(model.cin_layer_sizes);
+  }
+}
 
-StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& config,
-                                             const std::string& save_dir,
-                                             const std::string& out_dir,
-                                             const ExportOptions& options) {
-  if (!std::isfinite(options.show_threshold) || options.show_threshold < 0) {
-    return Status::InvalidArgument("--show_threshold must be a finite number >= 0, got " +
-                                   number_text(options.show_threshold));
+// write_network_keys' keys back into `model` (kind and slots already read); a malformed one is
+// reported through `read` or returned.
+Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
+                         const std::string& where, trainer::DenseModelConfig* model) {
+  // cross_experts (DCN-Mix) is absent from older dcn_v2 exports.
+  if (model->kind == trainer::ModelKind::kDcnV2 || model->kind == trainer::ModelKind::kDcn) {
+    model->cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
   }
-  if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
+  if (model->kind == trainer::ModelKind::kDcnV2) {
+    model->cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
+    model->dcn_structure = read.choice("dcn_structure", trainer::kDcnStructureNames);
+    if (manifest.properties.count("cross_experts") != 0) {
+      model->cross_experts = static_cast<int>(read.integer("cross_experts", 0, 64));
+    }
+  }
+  if (model->kind == trainer::ModelKind::kDlrm) {
+    model->bot_layer_sizes = read.sizes("bot_layer_sizes");
+  }
+  if (model->kind == trainer::ModelKind::kXdeepfm) {
+    model->cin_layer_sizes = read.sizes("layer_sizes_cin");
+  }
+  const auto widths = manifest.properties.find("slot_dims");
+  if (widths == manifest.properties.end()) return Status::OK();
+  auto dims = config::parse_slot_widths_text(widths->second, model->mf_dim, where);
+  if (!dims.ok()) return dims.status();
+  model->slot_dims.assign(dims->begin(), dims->end());
+  if (static_cast<int>(model->slot_dims.size()) != model->slots) {
+    return Status::Corruption(where + ": 'slot_dims' has " +
+                              std::to_string(model->slot_dims.size()) + " widths for " +
+                              std::to_string(model->slots) + " slots");
+  }
+  return Status::OK();
+}
+
+// A complete save's two halves, as export reads them.
+struct SaveToExport {
+  std::unique_ptr<table::SparseTable> table;
+  std::vector<float> dense;
+};
+
+// Only a complete save whose halves are the ones its model manifest names, as --mode infer and a
+// resume require: a save cut short or with a replaced half is refused, naming it.
+StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
+                                           const std::string& save_dir) {
   table::io::FileEnv* env = table::io::FileEnv::posix();
-  // Only a complete save whose halves are the ones its model manifest names, as --mode infer
-  // and a resume require: a save cut short or with a replaced half is refused, naming it.
+  const std::string context = "exporting save " + save_dir;
   auto model_manifest = table::io::read_model_manifest(env, save_dir);
-  if (!model_manifest.ok()) {
-    return model_manifest.status().with_context("exporting save " + save_dir);
-  }
+  if (!model_manifest.ok()) return model_manifest.status().with_context(context);
   if (model_manifest->sparse.size() != 1) {
     return Status::InvalidArgument(
         "save " + save_dir + " keeps its sparse half on " +
@@ -190,46 +243,47 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
         " servers: export reads one sparse half (save from an in-process run, or load the save "
         "into one process first)");
   }
-  GPUBOX_RETURN_IF_ERROR(table::io::check_halves(env, save_dir, *model_manifest, true)
-                             .with_context("exporting save " + save_dir));
+  GPUBOX_RETURN_IF_ERROR(
+      table::io::check_halves(env, save_dir, *model_manifest, true).with_context(context));
   const std::string sparse_dir = save_dir + "/sparse";
-  const std::string dense_dir = save_dir + "/dense";
   auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");
-  if (!sparse_manifest.ok()) {
-    return sparse_manifest.status().with_context("exporting save " + save_dir);
-  }
+  if (!sparse_manifest.ok()) return sparse_manifest.status().with_context(context);
   if (auto mode = sparse_manifest->get("mode"); mode.ok() && mode.value() == "delta") {
     return Status::InvalidArgument("save " + save_dir +
                                    " is a delta save (only the rows changed since the previous "
                                    "save): export a base or checkpoint save");
   }
+  SaveToExport save;
   auto table = table::SparseTable::open(config.sparse, table::HostTableConfig{});
   if (!table.ok()) return table.status();
-  GPUBOX_RETURN_IF_ERROR((*table)->load(sparse_dir).with_context("exporting save " + save_dir));
+  save.table = std::move(*table);
+  GPUBOX_RETURN_IF_ERROR(save.table->load(sparse_dir).with_context(context));
   table::DenseTable dense;
-  GPUBOX_RETURN_IF_ERROR(dense.load(dense_dir).with_context("exporting save " + save_dir));
+  GPUBOX_RETURN_IF_ERROR(dense.load(save_dir + "/dense").with_context(context));
   const auto block = dense.get("dense");
   if (!block.has_value()) return Status::Corruption("save " + save_dir + " has no dense block");
+  save.dense = block->values;
+  return save;
+}
 
-  auto staged = table::io::StagedSave::begin(env, out_dir);
-  if (!staged.ok()) return staged.status().with_context("exporting to " + out_dir);
-  const table::RowLayout& layout = (*table)->layout();
-  const int pull_dim = layout.pull_dim();
+// The rows shown at least options.show_threshold times, as sparse-NNNNN files of `staged`.
+Status write_sparse_parts(table::SparseTable& table, const ExportOptions& options,
+                          table::io::StagedSave& staged, ExportSummary* summary) {
+  const table::RowLayout& layout = table.layout();
   const float threshold = static_cast<float>(options.show_threshold);
-  ExportSummary summary;
   std::string part;
   uint64_t part_rows = 0;
-  std::vector<float> record(static_cast<std::size_t>(pull_dim));
+  std::vector<float> record(static_cast<std::size_t>(layout.pull_dim()));
   Status written;
   auto flush = [&] {
     if (part_rows == 0 || !written.ok()) return;
-    summary.bytes += part.size();
-    written = (*staged)->add_file(part_name(summary.parts++), part, part_rows);
+    summary->bytes += part.size();
+    written = staged.add_file(part_name(summary->parts++), part, part_rows);
     part.clear();
     part_rows = 0;
   };
-  GPUBOX_RETURN_IF_ERROR((*table)->for_each_row([&](uint64_t key, const float* row) {
-    ++summary.rows_in_save;
+  GPUBOX_RETURN_IF_ERROR(table.for_each_row([&](uint64_t key, const float* row) {
+    ++summary->rows_in_save;
     if (row[table::RowLayout::kShow] < threshold || !written.ok()) return;
     table::fill_pull_record(row, layout, record.data());
     append_raw(&part, key);
@@ -240,19 +294,18 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
         append_raw(&part, v);
       }
     }
-    ++summary.rows_exported;
+    ++summary->rows_exported;
     if (++part_rows == options.rows_per_part) flush();
   }));
   flush();
-  GPUBOX_RETURN_IF_ERROR(written.with_context("exporting to " + out_dir));
+  return written;
+}
 
-  std::string dense_bytes;
-  dense_bytes.reserve(block->values.size() * sizeof(float));
-  for (const float v : block->values) append_raw(&dense_bytes, v);
-  summary.dense_parameters = block->values.size();
-  summary.bytes += dense_bytes.size();
-  GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kDenseFile, dense_bytes, block->values.size()));
-
+// What a serving MANIFEST says of the model, its input and the export.
+std::map<std::string, std::string> export_properties(const trainer::TrainerConfig& config,
+                                                     const std::string& save_dir,
+                                                     const ExportOptions& options,
+                                                     const ExportSummary& summary) {
   const trainer::DenseModelConfig model = config.dense_model_config();
   const table::AccessorConfig& sparse = config.sparse;
   std::map<std::string, std::string> properties = {
@@ -274,40 +327,14 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
       {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.optimizer.kind)},
       {"initial_range", number_text(sparse.optimizer.initial_range)},
       {"sparse_seed", std::to_string(sparse.seed)}};
-  // Slots of several embedx widths (hyper_parameters.slot_dims): each slot's width, in slot
-  // order; mf_dim is then the records' (the widest class's).
-  if (!model.slot_dims.empty()) {
-    std::string widths;
-    for (const int dim : model.slot_dims)
-      widths += (widths.empty() ? "" : ",") + std::to_string(dim);
-    properties["slot_dims"] = widths;
-  }
-  if (model.kind == trainer::ModelKind::kDcnV2 || model.kind == trainer::ModelKind::kDcn) {
-    properties["cross_layers"] = std::to_string(model.cross_layers);
-  }
-  if (model.kind == trainer::ModelKind::kDcnV2) {
-    properties["cross_rank"] = std::to_string(model.cross_rank);
-    properties["dcn_structure"] = name_of(trainer::kDcnStructureNames, model.dcn_structure);
-    properties["cross_experts"] = std::to_string(model.cross_experts);
-  }
-  if (model.kind == trainer::ModelKind::kDlrm) {
-    properties["bot_layer_sizes"] = join_ints(model.bot_layer_sizes);
-  }
-  if (model.kind == trainer::ModelKind::kXdeepfm) {
-    properties["layer_sizes_cin"] = join_ints(model.cin_layer_sizes);
-  }
-  GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
-  return summary;
+  write_network_keys(model, &properties);
+  return properties;
 }
 
-StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
-  table::io::FileEnv* env = table::io::FileEnv::posix();
-  auto manifest = table::io::read_manifest(env, dir, kServingKind);
-  if (!manifest.ok()) return manifest.status().with_context("loading serving model " + dir);
-  const std::string where = dir + "/" + table::io::kManifestName;
-  ServingModel out;
-  ServingSpec& spec = out.spec_;
-  SpecReader read(*manifest, where);
+// The MANIFEST's description of the model and its input (not its files).
+StatusOr<ServingSpec> read_spec(const table::io::Manifest& manifest, const std::string& where) {
+  ServingSpec spec;
+  SpecReader read(manifest, where);
   if (const std::string format = read.text("format");
       read.error().ok() && format != kServingFormat) {
     return Status::Corruption(where + ": format '" + format + "' is not " + kServingFormat);
@@ -319,35 +346,7 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   spec.model.use_cvm = read.integer("use_cvm", 0, 1) != 0;
   spec.model.dense_dim = static_cast<int>(read.integer("dense_dim", 0, 1 << 20));
   spec.model.fc_sizes = read.sizes("fc_sizes");
-  // Written for dcn and dcn_v2 exports only; cross_experts (DCN-Mix) is absent from older ones.
-  if (spec.model.kind == trainer::ModelKind::kDcnV2 ||
-      spec.model.kind == trainer::ModelKind::kDcn) {
-    spec.model.cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));
-  }
-  if (spec.model.kind == trainer::ModelKind::kDcnV2) {
-    spec.model.cross_rank = static_cast<int>(read.integer("cross_rank", 0, 100000));
-    spec.model.dcn_structure = read.choice("dcn_structure", trainer::kDcnStructureNames);
-    if (manifest->properties.count("cross_experts") != 0) {
-      spec.model.cross_experts = static_cast<int>(read.integer("cross_experts", 0, 64));
-    }
-  }
-  if (spec.model.kind == trainer::ModelKind::kDlrm) {  // written for dlrm exports only
-    spec.model.bot_layer_sizes = read.sizes("bot_layer_sizes");
-  }
-  if (spec.model.kind == trainer::ModelKind::kXdeepfm) {  // written for xdeepfm exports only
-    spec.model.cin_layer_sizes = read.sizes("layer_sizes_cin");
-  }
-  if (const auto widths = manifest->properties.find("slot_dims");
-      widths != manifest->properties.end()) {
-    auto dims = config::parse_slot_widths_text(widths->second, spec.model.mf_dim, where);
-    if (!dims.ok()) return dims.status();
-    spec.model.slot_dims.assign(dims->begin(), dims->end());
-    if (static_cast<int>(spec.model.slot_dims.size()) != spec.model.slots) {
-      return Status::Corruption(where + ": 'slot_dims' has " +
-                                std::to_string(spec.model.slot_dims.size()) + " widths for " +
-                                std::to_string(spec.model.slots) + " slots");
-    }
-  }
+  GPUBOX_RETURN_IF_ERROR(read_network_keys(read, manifest, where, &spec.model));
   spec.label_name = read.quoted("label_name");
   spec.dense_name = read.quoted("dense_name");
   spec.feasign_first = read.integer("feasign_first", 0, 1) != 0;
@@ -365,13 +364,16 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   if (spec.rows >= table::KeyIndexMap::kAbsent) {
     return Status::Corruption(where + ": " + std::to_string(spec.rows) + " rows is over the limit");
   }
+  return spec;
+}
 
+// The sparse files' sizes against the MANIFEST and the disk, before any is read: the record
+// storage is then reserved once, from sizes that hold.
+Status check_sparse_sizes(const std::string& dir, const table::io::Manifest& manifest,
+                          const ServingSpec& spec, const std::string& where) {
   const std::size_t rec_bytes = record_bytes(spec.value_type, spec.pull_dim());
-  const std::size_t pull_dim = static_cast<std::size_t>(spec.pull_dim());
-  // Sizes first (the MANIFEST against itself and the files on disk), so the record storage is
-  // reserved once, from sizes that hold, before any file is read.
   uint64_t rows_listed = 0;
-  for (const table::io::ManifestFile& file : manifest->files) {
+  for (const table::io::ManifestFile& file : manifest.files) {
     if (file.name.rfind(kSparsePrefix, 0) != 0) continue;
     const std::string path = dir + "/" + file.name;
     std::error_code ec;
@@ -388,7 +390,49 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
     return Status::Corruption(where + ": says " + std::to_string(spec.rows) +
                               " rows, its files hold " + std::to_string(rows_listed));
   }
-  out.records_.reserve(spec.rows * pull_dim);
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& config,
+                                             const std::string& save_dir,
+                                             const std::string& out_dir,
+                                             const ExportOptions& options) {
+  if (!std::isfinite(options.show_threshold) || options.show_threshold < 0) {
+    return Status::InvalidArgument("--show_threshold must be a finite number >= 0, got " +
+                                   number_text(options.show_threshold));
+  }
+  if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
+  auto save = read_save_to_export(config, save_dir);
+  if (!save.ok()) return save.status();
+  auto staged = table::io::StagedSave::begin(table::io::FileEnv::posix(), out_dir);
+  if (!staged.ok()) return staged.status().with_context("exporting to " + out_dir);
+  ExportSummary summary;
+  GPUBOX_RETURN_IF_ERROR(write_sparse_parts(*save->table, options, **staged, &summary)
+                             .with_context("exporting to " + out_dir));
+  std::string dense_bytes;
+  dense_bytes.reserve(save->dense.size() * sizeof(float));
+  for (const float v : save->dense) append_raw(&dense_bytes, v);
+  summary.dense_parameters = save->dense.size();
+  summary.bytes += dense_bytes.size();
+  GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kDenseFile, dense_bytes, save->dense.size()));
+  GPUBOX_RETURN_IF_ERROR(
+      (*staged)->commit(kServingKind, export_properties(config, save_dir, options, summary)));
+  return summary;
+}
+
+StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
+  table::io::FileEnv* env = table::io::FileEnv::posix();
+  auto manifest = table::io::read_manifest(env, dir, kServingKind);
+  if (!manifest.ok()) return manifest.status().with_context("loading serving model " + dir);
+  const std::string where = dir + "/" + table::io::kManifestName;
+  ServingModel out;
+  auto spec = read_spec(*manifest, where);
+  if (!spec.ok()) return spec.status();
+  out.spec_ = std::move(*spec);
+  GPUBOX_RETURN_IF_ERROR(check_sparse_sizes(dir, *manifest, out.spec_, where));
+  out.records_.reserve(out.spec_.rows * static_cast<std::size_t>(out.spec_.pull_dim()));
   bool has_dense = false;
   uint64_t rows_read = 0;
   for (const table::io::ManifestFile& file : manifest->files) {
@@ -396,10 +440,11 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
     auto data = table::io::read_verified(env, dir, file);
     if (!data.ok()) return data.status().with_context("loading serving model " + dir);
     if (file.name == kDenseFile) {
-      if (data->size() != file.records * sizeof(float) || file.records != spec.dense_parameters) {
+      if (data->size() != file.records * sizeof(float) ||
+          file.records != out.spec_.dense_parameters) {
         return Status::Corruption(path + ": " + std::to_string(data->size()) + " bytes for " +
                                   std::to_string(file.records) + " parameters, the MANIFEST says " +
-                                  std::to_string(spec.dense_parameters));
+                                  std::to_string(out.spec_.dense_parameters));
       }
       out.dense_.resize(file.records);
       if (!data->empty()) std::memcpy(out.dense_.data(), data->data(), data->size());
@@ -409,37 +454,45 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
     if (file.name.rfind(kSparsePrefix, 0) != 0) {
       return Status::Corruption(where + ": unexpected file '" + file.name + "'");
     }
-    if (data->size() != file.records * rec_bytes) {
-      return Status::Corruption(path + ": " + std::to_string(data->size()) + " bytes is not " +
-                                std::to_string(file.records) + " records of " +
-                                std::to_string(rec_bytes) + " bytes");
-    }
     rows_read += file.records;
-    if (rows_read > spec.rows) {
+    if (rows_read > out.spec_.rows) {
       return Status::Corruption(path + ": more rows than the MANIFEST's " +
-                                std::to_string(spec.rows));
+                                std::to_string(out.spec_.rows));
     }
-    for (uint64_t r = 0; r < file.records; ++r) {
-      const char* at = data->data() + r * rec_bytes;
-      const uint64_t key = read_raw<uint64_t>(at);
-      at += sizeof(uint64_t);
-      if (out.index_.find(key) != table::KeyIndexMap::kAbsent) {
-        return Status::Corruption(path + ": key " + std::to_string(key) + " appears twice");
-      }
-      out.index_.insert(key, static_cast<uint32_t>(out.records_.size() / pull_dim));
-      for (std::size_t f = 0; f < pull_dim; ++f) {
-        out.records_.push_back(spec.value_type == ValueType::kFloat16
-                                   ? half_to_float(read_raw<uint16_t>(at + 2 * f))
-                                   : read_raw<float>(at + 4 * f));
-      }
-    }
+    GPUBOX_RETURN_IF_ERROR(out.add_sparse_part(path, *data, file.records));
   }
   if (!has_dense) return Status::Corruption(where + ": no '" + kDenseFile + "' file");
-  if (rows_read != spec.rows) {
-    return Status::Corruption(where + ": says " + std::to_string(spec.rows) +
+  if (rows_read != out.spec_.rows) {
+    return Status::Corruption(where + ": says " + std::to_string(out.spec_.rows) +
                               " rows, the files hold " + std::to_string(rows_read));
   }
   return out;
+}
+
+Status ServingModel::add_sparse_part(const std::string& path, const std::string& data,
+                                     uint64_t records) {
+  const std::size_t rec_bytes = record_bytes(spec_.value_type, spec_.pull_dim());
+  const std::size_t pull_dim = static_cast<std::size_t>(spec_.pull_dim());
+  if (data.size() != records * rec_bytes) {
+    return Status::Corruption(path + ": " + std::to_string(data.size()) + " bytes is not " +
+                              std::to_string(records) + " records of " + std::to_string(rec_bytes) +
+                              " bytes");
+  }
+  for (uint64_t r = 0; r < records; ++r) {
+    const char* at = data.data() + r * rec_bytes;
+    const uint64_t key = read_raw<uint64_t>(at);
+    at += sizeof(uint64_t);
+    if (index_.find(key) != table::KeyIndexMap::kAbsent) {
+      return Status::Corruption(path + ": key " + std::to_string(key) + " appears twice");
+    }
+    index_.insert(key, static_cast<uint32_t>(records_.size() / pull_dim));
+    for (std::size_t f = 0; f < pull_dim; ++f) {
+      records_.push_back(spec_.value_type == ValueType::kFloat16
+                             ? half_to_float(read_raw<uint16_t>(at + 2 * f))
+                             : read_raw<float>(at + 4 * f));
+    }
+  }
+  return Status::OK();
 }
 
 void ServingModel::initial_record(uint64_t key, float* out) const {

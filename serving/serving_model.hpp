@@ -99,6 +99,10 @@ class ServingModel {
   void initial_record(uint64_t key, float* out) const;
 
  private:
+  // One sparse-NNNNN file's records (already checksummed) into the index, checked for size and
+  // for keys seen before.
+  Status add_sparse_part(const std::string& path, const std::string& data, uint64_t records);
+
   ServingSpec spec_;
   std::vector<float> dense_;
   std::vector<float> records_;  // rows() x pull_dim()
