@@ -58,18 +58,18 @@ struct FillPullRecords {
   }
 };
 
-// out[i] = the record of occurrence i's unique key (records are in send order). One thread per
-// (occurrence, field): coalesced reads and writes.
+// out[i] = the record of occurrence i's unique key (records are in send order, which is the
+// unique keys' order: KeyDedup groups them by owner). One thread per (occurrence, field):
+// coalesced reads and writes.
 struct ScatterRecords {
   const float* records;
   const position_t* occurrence_unique;
-  const position_t* unique_to_send;
   float* out;
   int32_t dim;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t i = item / static_cast<std::size_t>(dim);
     const std::size_t f = item % static_cast<std::size_t>(dim);
-    out[item] = records[static_cast<std::size_t>(unique_to_send[occurrence_unique[i]]) * dim + f];
+    out[item] = records[static_cast<std::size_t>(occurrence_unique[i]) * dim + f];
   }
 };
 
@@ -89,31 +89,30 @@ struct GatherMerged {
   }
 };
 
-// send_slots[unique_to_send[u]] = the slot of unique key u's first occurrence (a key that comes
-// in two slots of one batch takes the first one's: the sort is stable, so the same every run).
+// send_slots[u] = the slot of unique key u's first occurrence (a key that comes in two slots of
+// one batch takes the first one's: the sort is stable, so the same every run).
 struct SendOrderSlots {
   const int32_t* slots;
   const position_t* sorted_pos;
   const position_t* unique_start;
-  const position_t* unique_to_send;
   int32_t* send_slots;
   GPUBOX_HD void operator()(std::size_t u) const {
-    send_slots[unique_to_send[u]] = slots[sorted_pos[unique_start[u]]];
+    send_slots[u] = slots[sorted_pos[unique_start[u]]];
   }
 };
 
 // The late check of a planned step, written on the card after its lookups (StepCheck's words;
 // read kCheckDepth steps later at the latest): the misses, the received position of the first
 // missing key (n when none) and that key, the owner merge's distinct keys, then the card's own
-// count row (what the plan said it was).
+// count row (what the plan said it was), from the local dedup's owner_begin.
 inline constexpr std::size_t kCheckHead = 4;
 struct WriteStepCheck {
   const unsigned long long* misses;
   const row_index_t* rows;
   const uint64_t* keys;
   std::size_t n;
-  const position_t* merged;  // null: n
-  const uint64_t* own_row;
+  const position_t* merged;     // null: n
+  const position_t* own_begin;  // row_size + 1 entries
   std::size_t row_size;
   uint64_t* words;
   GPUBOX_HD void operator()(std::size_t) const {
@@ -130,7 +129,9 @@ struct WriteStepCheck {
       }
     }
     words[3] = merged != nullptr ? *merged : n;
-    for (std::size_t c = 0; c < row_size; ++c) words[kCheckHead + c] = own_row[c];
+    for (std::size_t c = 0; c < row_size; ++c) {
+      words[kCheckHead + c] = own_begin[c + 1] - own_begin[c];
+    }
   }
 };
 
@@ -207,12 +208,12 @@ class HeterComm::Impl {
         total_cards_(comm.size()),
         replicated_(options.placement == Placement::kReplicated),
         scratch_(card.scratch()),
-        local_(card, scratch_),
-        // Replicated: every card gets every key, so the plan has one destination (the send
-        // order is the unique keys' order) and all_gather stands in for all_to_all_v.
-        plan_(card, replicated_ ? 1 : comm.size(), scratch_),
-        owner_merge_(card, scratch_),
+        // Replicated: every card gets every key, so the keys are not grouped by owner (one
+        // destination) and all_gather stands in for all_to_all_v.
+        local_(card, replicated_ ? 1 : comm.size()),
+        owner_merge_(card, 1),
         reducer_(card),
+        send_counts_(comm.size(), 0),
         recv_counts_(comm.size(), 0),
         recv_offsets_(comm.size() + 1, 0),
         send_scaled_(comm.size(), 0),
@@ -294,16 +295,15 @@ class HeterComm::Impl {
       // Records travel back along the keys' route, reversed.
       for (int c = 0; c < total_cards_; ++c) {
         send_scaled_[c] = recv_counts_[c] * dim;
-        recv_scaled_[c] = plan_.send_counts()[c] * dim;
+        recv_scaled_[c] = send_counts_[c] * dim;
       }
       comm_->all_to_all_v(recv_records_.data(), send_scaled_.data(), send_records_.data(),
                           recv_scaled_.data(), stream);
       count_bytes(send_scaled_.data(), sizeof(float));
     }
-    device::parallel_for(
-        stream, n * dim,
-        ScatterRecords{send_records_.data(), local_.occurrence_unique(), plan_.unique_to_send(),
-                       out_pull, static_cast<int32_t>(dim)});
+    device::parallel_for(stream, n * dim,
+                         ScatterRecords{send_records_.data(), local_.occurrence_unique(), out_pull,
+                                        static_cast<int32_t>(dim)});
     finish_step();
     pulled_ = true;
   }
@@ -380,12 +380,6 @@ class HeterComm::Impl {
   const HeterCommStats& last_step() const { return last_; }
 
  private:
-  // Thrust temporaries of the owner merge's sort and scan over n keys, with room to spare
-  // (radix sort: keys and values double-buffered; the cpu merge sort needs less).
-  static std::size_t merge_scratch_bound(std::size_t n) {
-    return 2 * n * (sizeof(uint64_t) + sizeof(position_t)) + (std::size_t{1} << 20);
-  }
-
   // Device rule 1: every buffer the rest of the step needs (this pull or push, and the
   // push_pulled after a pull), sized before the first collective that moves keys.
   void reserve_exchange(std::size_t unique, std::size_t received) {
@@ -431,10 +425,9 @@ class HeterComm::Impl {
     grow(send_records_, exchange_unique_ * record_dim);
     grow(merged_records_, rows * push_dim);
     grow(merged_rows_, rows);
-    owner_merge_.reserve(rows);
+    owner_merge_.reserve(rows, /*sorting=*/total_cards_ > 1);  // 1 card: run_unique_sorted
     store_->reserve_lookups(rows);
     reducer_.reserve(std::max(occurrences, rows), layout_.push_dim());
-    if (total_cards_ > 1) scratch_.reserve(merge_scratch_bound(rows));
     if (replicated_) {
       const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
       grow(gathered_keys_, room);
@@ -456,10 +449,8 @@ class HeterComm::Impl {
     exchange_unique_ = std::max(exchange_unique_, bounds.unique);
     exchange_max_unique_ = std::max(exchange_max_unique_, bounds.block);
     // The local dedup and owner plan run over the batch's occurrences (the unique count is
-    // known on the card only); their Thrust temporaries come from the scratch arena.
+    // known on the card only); its sort's and scan's temporaries are its own, sized here.
     local_.reserve(bounds.occurrences);
-    plan_.reserve(bounds.occurrences);
-    scratch_.reserve(merge_scratch_bound(std::max(bounds.occurrences, bounds.received)));
     grow_exchange(bounds.occurrences);
   }
 
@@ -470,14 +461,14 @@ class HeterComm::Impl {
     send_records_.resize_discard(unique * static_cast<std::size_t>(dim));
     reducer_.run(local_.unique_start(), unique, local_.occurrences(), dim,
                  OrderedRecords<float>{grads, local_.sorted_positions(), dim},
-                 RecordRows<float>{send_records_.data(), plan_.unique_to_send(), dim}, stream);
+                 RecordRows<float>{send_records_.data(), nullptr, dim}, stream);
   }
 
   // Sends the summed records to the owners, along the keys' route.
   void send_records(std::size_t received, const device::Stream& stream) {
     const std::size_t dim = static_cast<std::size_t>(layout_.push_dim());
     for (int c = 0; c < total_cards_; ++c) {
-      send_scaled_[c] = plan_.send_counts()[c] * dim;
+      send_scaled_[c] = send_counts_[c] * dim;
       recv_scaled_[c] = recv_counts_[c] * dim;
     }
     recv_records_.resize_discard(received * dim);
@@ -563,8 +554,7 @@ class HeterComm::Impl {
       // A single card receives its own unique, ascending keys: nothing to merge.
       owner_merge_.run_unique_sorted(recv_keys_.data(), received, stream);
     } else {
-      owner_merge_.run_async(recv_keys_.data(), received, stream);
-      owner_merge_.pad_unique_start_async(stream);
+      owner_merge_.run_async(recv_keys_.data(), received, stream, /*pad=*/true);
       merged_on_card_ = owner_merge_.count_on_card();  // null when nothing was received
     }
     const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
@@ -573,8 +563,7 @@ class HeterComm::Impl {
     device::parallel_for(
         stream, 1,
         WriteStepCheck{store_->miss_count_on_card(), recv_rows_.data(), recv_keys_.data(), received,
-                       merged_on_card_, count_matrix_.data() + me * count_words_, row_size,
-                       check_words_.data()});
+                       merged_on_card_, local_.owner_begin(), row_size, check_words_.data()});
     device::copy_async(slot.host, check_words_.data(), check_words_.size(), stream);
     StepCheck& tag = *slot.tag;
     tag.pass = comm_->pass();
@@ -663,10 +652,10 @@ class HeterComm::Impl {
     // Sharded: row r = what card r sends each card. Replicated: row r (one entry) = card r's
     // unique count, which it sends to every card. Then kCreate's slots flag.
     const std::size_t row_size = replicated_ ? 1 : cards;
+    // One sort by (owner, key): the unique keys come out in send order, each owner's first
+    // index on the card (local_.owner_begin; a planned step's check reads its counts there).
     local_.run_async(keys, n, stream);
-    plan_.run_async(local_.unique_keys(), local_.count_on_card(), n, stream);
     uint64_t* my_row = count_matrix_.data() + me * count_words_;
-    plan_.write_counts_async(my_row, stream);
     const uint64_t* planned = std::exchange(planned_, nullptr);
     step_planned_ = false;
     if (planned != nullptr && count_words_ == row_size) {
@@ -675,6 +664,7 @@ class HeterComm::Impl {
       std::copy(planned, planned + cards * row_size, host_counts_.data());
       step_planned_ = true;
     } else {
+      local_.write_counts_async(my_row, stream);
       if (count_words_ > row_size) {
         device::parallel_for(stream, 1, WriteWord{my_row + row_size, sends_slots ? 1u : 0u});
       }
@@ -684,7 +674,7 @@ class HeterComm::Impl {
       if (count_words_ > row_size) check_slots_agree(row_size);
     }
     const uint64_t* row = host_counts_.data() + me * count_words_;
-    plan_.set_send_counts(row);
+    for (std::size_t c = 0; c < row_size; ++c) send_counts_[c] = row[c];
     std::size_t unique = 0;
     for (std::size_t c = 0; c < row_size; ++c) unique += row[c];
     max_unique_ = 0;
@@ -728,13 +718,13 @@ class HeterComm::Impl {
     }
     device::parallel_for(stream, unique,
                          SendOrderSlots{slots, local_.sorted_positions(), local_.unique_start(),
-                                        plan_.unique_to_send(), send_slots_.data()});
+                                        send_slots_.data()});
     if (replicated_) {
       gather_blocks(gathered_slots_, send_slots_.data(), 1, recv_slots_.data(), stream);
     } else {
-      comm_->all_to_all_v(send_slots_.data(), plan_.send_counts(), recv_slots_.data(),
+      comm_->all_to_all_v(send_slots_.data(), send_counts_.data(), recv_slots_.data(),
                           recv_counts_.data(), stream);
-      count_bytes(plan_.send_counts(), sizeof(int32_t));
+      count_bytes(send_counts_.data(), sizeof(int32_t));
     }
     return true;
   }
@@ -743,12 +733,12 @@ class HeterComm::Impl {
   // the keys this card owns, grouped by source card.
   void send_keys(const device::Stream& stream) {
     if (replicated_) {
-      gather_blocks(gathered_keys_, plan_.send_keys(), 1, recv_keys_.data(), stream);
+      gather_blocks(gathered_keys_, local_.unique_keys(), 1, recv_keys_.data(), stream);
       return;
     }
-    comm_->all_to_all_v(plan_.send_keys(), plan_.send_counts(), recv_keys_.data(),
+    comm_->all_to_all_v(local_.unique_keys(), send_counts_.data(), recv_keys_.data(),
                         recv_counts_.data(), stream);
-    count_bytes(plan_.send_counts(), sizeof(uint64_t));
+    count_bytes(send_counts_.data(), sizeof(uint64_t));
   }
 
   void count_bytes(const std::size_t* send_counts, std::size_t element_bytes) {
@@ -817,13 +807,14 @@ class HeterComm::Impl {
   int total_cards_;
   bool replicated_;  // Placement::kReplicated
 
-  device::ScratchArena& scratch_;  // the card's: Thrust temporaries of every step
-  detail::KeyDedup local_;
-  detail::OwnerPlan plan_;
+  device::ScratchArena& scratch_;  // the card's: Thrust temporaries (a missing key's search)
+  detail::KeyDedup local_;         // dedup and owner plan of this card's batch (send order)
   detail::KeyDedup owner_merge_;
   SegmentReducer<float> reducer_;  // local and owner merges of push records
 
-  // Host-side counts (elements) per peer.
+  // Host-side counts (elements) per peer: keys sent (the plan's or the all-gathered row), keys
+  // received.
+  std::vector<std::size_t> send_counts_;
   std::vector<std::size_t> recv_counts_;
   std::vector<std::size_t> recv_offsets_;
   std::vector<std::size_t> send_scaled_;
