@@ -200,7 +200,15 @@ TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollective
   EXPECT_EQ(extra.at("graph_launches_per_step"), 2.0);
   EXPECT_EQ(extra.at("graph_nodes_per_step"), 30.0);
   EXPECT_EQ(extra.at("launches_outside_graph_per_step"), extra.at("launches_per_step"));
-  EXPECT_GT(extra.at("launches_per_step"), 10.0);
+  // The sparse half (issue 31, item 5): the local dedup and owner plan are one (owner, key) sort
+  // (prepare, sort, scan, record: 4, where two Thrust sorts, a scan, a search and 6 kernels were
+  // 9 on 1 card and 10 on more); the lookup, the check, the records' fill and scatter; the push's
+  // local and owner reduces, the rows' gather and the update. 2+ cards add the owner merge's 4
+  // (it was 6). Each CUB sort or scan counts one (several kernels on a GPU: sort_scan.cuh).
+  // Plus, on card 0 every 7 steps, the progress AUC's (under 0.5 a step averaged over the cards).
+  const double sparse_launches = cards == 1 ? 21.0 : 24.0;  // 26 and 32 before the fused sort
+  EXPECT_GE(extra.at("launches_per_step"), sparse_launches);
+  EXPECT_LT(extra.at("launches_per_step"), sparse_launches + 0.5);
 }
 
 // GPUBOX_STEP_GRAPHS=0 runs the dense half eagerly: the same work, as launches and a collective

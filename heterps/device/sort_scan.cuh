@@ -1,0 +1,222 @@
+// Device-wide sort and scan with temporary storage sized once (issue 31, item 5): CUB on CUDA
+// (cub::DeviceRadixSort, cub::DeviceScan), a portable twin with the same contract on the cpu
+// backend, so HeterComm's step is written once.
+//
+//   PairSorter<V>   stable sort of (WideKey, V) pairs by the key's bits [0, 64 + high_bits):
+//                   `high` above `low`, ties keep their input order.
+//   Scanner<T>      out[i] = value_at(0) + ... + value_at(i) for a GPUBOX_HD functor value_at.
+//
+// Temporary storage: reserve(n) sizes it for inputs up to n (the pass's largest batch, before
+// the pass's first step). A run over more than the reserved inputs grows it then (a counted card
+// allocation, refused while a step graph captures); within the reservation a run allocates
+// nothing, waits for nothing and is ordered on the stream, so it can be captured: CUDA records
+// CUB's kernels, the cpu backend records the call and runs it at each replay.
+//
+// Counting: each run counts one launch on the stream's card, as a Thrust call does
+// (exec_policy.cuh); on CUDA a radix sort is more than one kernel (CCCL 3.0's dispatch for
+// sm_90: one kernel up to a single tile, else 2 memsets, a histogram and an exclusive-sum kernel
+// and one memset plus one kernel per 8-bit digit pass), a scan two (tile-state init, scan).
+// Not thread-safe: one card thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "common/error.hpp"
+#include "common/macros.hpp"
+#include "heterps/device/counters.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/stream.hpp"
+
+#if defined(GPUBOX_BACKEND_CUDA)
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include "heterps/device/cuda_check.hpp"
+#else
+#include <omp.h>
+
+#include <algorithm>
+#endif
+
+namespace gpubox::device {
+
+// A sort key of two words: `high` (its high_bits low bits significant) orders before `low`.
+struct WideKey {
+  uint64_t low;
+  uint32_t high;
+};
+
+GPUBOX_HD inline bool wide_key_less(const WideKey& a, const WideKey& b) {
+  return a.high != b.high ? a.high < b.high : a.low < b.low;
+}
+
+#if defined(GPUBOX_BACKEND_CUDA)
+namespace detail {
+// CUB's view of a WideKey: the most significant member first.
+struct WideKeyDecomposer {
+  __host__ __device__ ::cuda::std::tuple<uint32_t&, uint64_t&> operator()(WideKey& key) const {
+    return {key.high, key.low};
+  }
+};
+}  // namespace detail
+#endif
+
+template <class V>
+class PairSorter {
+ public:
+  // `memory` and `stream` (the card's) must outlive the sorter. Allocates nothing yet.
+  PairSorter(CardMemory& memory, const Stream& stream) : temp_(0, memory, stream) {}
+
+  // Sizes the temporary storage for runs over up to n pairs (any high_bits up to 32).
+  void reserve(std::size_t n) {
+    if (n <= reserved_) return;
+    temp_.resize_discard(temp_bytes(n, 32));
+    reserved_ = n;
+  }
+
+  // keys_out/values_out[0, n) = keys_in/values_in[0, n) stably sorted by (high, low), high taken
+  // over its high_bits low bits (callers keep it below 2^high_bits). Inputs and outputs are card
+  // memory and must not overlap.
+  void run(const WideKey* keys_in, WideKey* keys_out, const V* values_in, V* values_out,
+           std::size_t n, int high_bits, const Stream& stream) {
+    GPUBOX_EXPECTS(high_bits >= 0 && high_bits <= 32, "PairSorter: high_bits ", high_bits,
+                   " outside [0, 32]");
+    if (n == 0) return;
+    if (n > reserved_) reserve(n);
+    if (CardCounters* counters = stream.counters()) counters->add_launches();
+#if defined(GPUBOX_BACKEND_CUDA)
+    std::size_t bytes = temp_bytes(n, high_bits);
+    if (bytes > temp_.size()) temp_.resize_discard(bytes);  // a type's own query said more
+    GPUBOX_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+        temp_.data(), bytes, keys_in, keys_out, values_in, values_out, static_cast<int64_t>(n),
+        detail::WideKeyDecomposer{}, 0, 64 + high_bits, stream.native()));
+#else
+    // The cpu twin: a stable bottom-up merge sort by wide_key_less through the owned buffer.
+    Entry* a = reinterpret_cast<Entry*>(temp_.data());
+    Entry* b = a + reserved_;
+    enqueue(stream, "PairSorter::run",
+            [=] { sort_entries(keys_in, values_in, a, b, n, keys_out, values_out); });
+#endif
+  }
+
+ private:
+#if defined(GPUBOX_BACKEND_CUDA)
+  static std::size_t temp_bytes(std::size_t n, int high_bits) {
+    std::size_t bytes = 0;
+    GPUBOX_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+        nullptr, bytes, static_cast<WideKey*>(nullptr), static_cast<WideKey*>(nullptr),
+        static_cast<V*>(nullptr), static_cast<V*>(nullptr), static_cast<int64_t>(n),
+        detail::WideKeyDecomposer{}, 0, 64 + high_bits));
+    return bytes;
+  }
+#else
+  struct Entry {
+    WideKey key;
+    V value;
+  };
+  static std::size_t temp_bytes(std::size_t n, int /*high_bits*/) { return 2 * n * sizeof(Entry); }
+
+  // Merges runs of `width` from `in` into `out`, the runs' pairs merged in parallel.
+  static void merge_level(const Entry* in, Entry* out, std::size_t n, std::size_t width) {
+    const std::int64_t pairs = static_cast<std::int64_t>((n + 2 * width - 1) / (2 * width));
+    auto merge = [&](std::int64_t p) {
+      const std::size_t lo = static_cast<std::size_t>(p) * 2 * width;
+      const std::size_t mid = std::min(n, lo + width);
+      const std::size_t hi = std::min(n, lo + 2 * width);
+      // Stable: on equal keys the left run's entry goes first.
+      std::merge(in + lo, in + mid, in + mid, in + hi, out + lo,
+                 [](const Entry& x, const Entry& y) { return wide_key_less(x.key, y.key); });
+    };
+    if (n < (std::size_t{1} << 16) || omp_get_max_threads() == 1) {
+      for (std::int64_t p = 0; p < pairs; ++p) merge(p);
+      return;
+    }
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < pairs; ++p) merge(p);
+  }
+
+  static void sort_entries(const WideKey* keys_in, const V* values_in, Entry* a, Entry* b,
+                           std::size_t n, WideKey* keys_out, V* values_out) {
+    // Runs of 16 by insertion sort (stable), then merged level by level.
+    constexpr std::size_t kRun = 16;
+    for (std::size_t i = 0; i < n; ++i) a[i] = Entry{keys_in[i], values_in[i]};
+    for (std::size_t lo = 0; lo < n; lo += kRun) {
+      const std::size_t hi = std::min(n, lo + kRun);
+      for (std::size_t i = lo + 1; i < hi; ++i) {
+        const Entry e = a[i];
+        std::size_t j = i;
+        for (; j > lo && wide_key_less(e.key, a[j - 1].key); --j) a[j] = a[j - 1];
+        a[j] = e;
+      }
+    }
+    for (std::size_t width = kRun; width < n; width *= 2) {
+      merge_level(a, b, n, width);
+      std::swap(a, b);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      keys_out[i] = a[i].key;
+      values_out[i] = a[i].value;
+    }
+  }
+#endif
+
+  device_buffer<char> temp_;
+  std::size_t reserved_ = 0;
+};
+
+template <class T>
+class Scanner {
+ public:
+  Scanner(CardMemory& memory, const Stream& stream) : temp_(0, memory, stream) {}
+
+  // Sizes the temporary storage for scans of up to n values.
+  void reserve(std::size_t n) {
+    if (n <= reserved_) return;
+#if defined(GPUBOX_BACKEND_CUDA)
+    temp_.resize_discard(temp_bytes(static_cast<const T*>(nullptr), n));
+#endif
+    reserved_ = n;
+  }
+
+  // out[i] = value_at(0) + ... + value_at(i), i < n (left to right on cpu; CUB's order on CUDA:
+  // exact for integer T). value_at: trivially copyable GPUBOX_HD functor, T operator()(size_t).
+  template <class ValueAt>
+  void inclusive(ValueAt value_at, T* out, std::size_t n, const Stream& stream) {
+    if (n == 0) return;
+    if (n > reserved_) reserve(n);
+    if (CardCounters* counters = stream.counters()) counters->add_launches();
+#if defined(GPUBOX_BACKEND_CUDA)
+    auto in = thrust::make_transform_iterator(thrust::counting_iterator<std::size_t>(0), value_at);
+    std::size_t bytes = temp_bytes(in, n);
+    if (bytes > temp_.size()) temp_.resize_discard(bytes);
+    GPUBOX_CUDA_TRY(cub::DeviceScan::InclusiveSum(temp_.data(), bytes, in, out,
+                                                  static_cast<int64_t>(n), stream.native()));
+#else
+    enqueue(stream, "Scanner::inclusive", [=] {
+      T sum = T{};
+      for (std::size_t i = 0; i < n; ++i) out[i] = sum = sum + value_at(i);
+    });
+#endif
+  }
+
+ private:
+#if defined(GPUBOX_BACKEND_CUDA)
+  template <class In>
+  static std::size_t temp_bytes(In in, std::size_t n) {
+    std::size_t bytes = 0;
+    GPUBOX_CUDA_TRY(cub::DeviceScan::InclusiveSum(nullptr, bytes, in, static_cast<T*>(nullptr),
+                                                  static_cast<int64_t>(n)));
+    return bytes;
+  }
+#endif
+
+  device_buffer<char> temp_;
+  std::size_t reserved_ = 0;
+};
+
+}  // namespace gpubox::device

@@ -1,0 +1,316 @@
+// HeterComm::Impl, the step engine behind heter_comm.hpp: its state and the helpers its parts
+// share. Portable device code (included only by the engine's .cu files):
+//   heter_comm.cu          the step: pull, push, push_pulled; the exchanges, the merges, the update
+//   heter_comm_plan.cu     the key plan (dedup and owner counts, planned or all-gathered) and the
+//                          buffers' sizes (reserve_steps, reserve_exchange)
+//   heter_comm_checks.cu   the owner's lookups of a planned step and their late checks, and the
+//                          missing keys of an unplanned one (created, or a failure naming them)
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/card_table/card_store.cuh"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/exec_policy.cuh"
+#include "heterps/device/late_readback.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "heterps/heter_comm/detail/key_dedup.cuh"
+#include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/heter_comm/segment_reduce.cuh"
+#include "table/sparse_row/optimizer.hpp"
+
+namespace gpubox::heter_comm {
+namespace detail {
+
+using card_table::kRowPrefetchDistance;
+using card_table::row_index_t;
+
+// merged[m] = what came with merged key m's first received occurrence: the row the pull found
+// for it (push_pulled), or its slot (created rows, push). `count` (card memory, may be null): the
+// merged keys when known only on the card; positions past it are left alone.
+template <class T>
+struct GatherMerged {
+  const T* received;
+  const position_t* sorted_pos;
+  const position_t* segment_start;
+  T* merged;
+  const position_t* count;
+  GPUBOX_HD void operator()(std::size_t m) const {
+    if (count != nullptr && m >= *count) return;
+    merged[m] = received[sorted_pos[segment_start[m]]];
+  }
+};
+
+// The late check of a planned step, written on the card after its lookups (StepCheck's words;
+// read kCheckDepth steps later at the latest): the misses, the received position of the first
+// missing key (n when none) and that key, the owner merge's distinct keys, then the card's own
+// count row (what the plan said it was), from the local dedup's owner_begin.
+inline constexpr std::size_t kCheckHead = 4;
+
+// How many planned steps' checks may be pending before the oldest is read (the late checks'
+// ring of pinned slots): a check is read at most this many steps after its step.
+inline constexpr std::size_t kCheckDepth = 4;
+
+// What the host knows of a planned step when its check retires (LateReadback's tag).
+struct StepCheck {
+  int64_t pass = -1;  // the communicator's step context (-1: none, e.g. an evaluation)
+  int64_t step = -1;
+  std::vector<uint64_t> planned_row;      // the plan's counts for this card's row
+  std::vector<std::size_t> recv_offsets;  // where each source card's keys start (received)
+  bool pushed = false;                    // push_pulled applied the step's merge
+  bool merge_late = false;                // its merged count was known only on the card
+};
+
+inline void add_stats(HeterCommStats& total, const HeterCommStats& step) {
+  total.scratch_allocations += step.scratch_allocations;
+  total.pull_calls += step.pull_calls;
+  total.push_calls += step.push_calls;
+  total.keys_in += step.keys_in;
+  total.unique_keys_sent += step.unique_keys_sent;
+  total.owner_lookups += step.owner_lookups;
+  total.merged_updates += step.merged_updates;
+  total.created_on_pull += step.created_on_pull;
+  total.created_on_push += step.created_on_push;
+  total.bytes_sent += step.bytes_sent;
+  total.bytes_sent_remote += step.bytes_sent_remote;
+}
+
+}  // namespace detail
+
+using detail::add_stats;
+using detail::GatherMerged;
+using detail::kCheckDepth;
+using detail::kCheckHead;
+using detail::kRowPrefetchDistance;
+using detail::row_index_t;
+using detail::StepCheck;
+
+class HeterComm::Impl {
+ public:
+  Impl(device::Card& card, card_table::CardSparseStore& store, comm::Communicator& comm,
+       const HeterCommOptions& options);
+
+  // Host waits: unplanned, the key counts (S1) and the owner's lookups (S2); planned, none.
+  // Returns with the records enqueued.
+  void pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* out_pull,
+            const device::Stream& stream);
+
+  void push(const uint64_t* keys, const int32_t* slots, std::size_t n, const float* grads,
+            const device::Stream& stream);
+
+  void push_pulled(const float* grads, const uint32_t* veto, const device::Stream& stream);
+
+  // Retires every pending check of a planned step (waits for the card only where one's copy has
+  // not completed); throws the first failure, naming its pass and step.
+  void drain_checks();
+
+  const table::RowLayout& layout() const { return layout_; }
+  int rank() const { return comm_->rank(); }
+  int total_cards() const { return total_cards_; }
+  const HeterCommStats& stats() const { return stats_; }
+  const HeterCommStats& last_step() const { return last_; }
+
+ private:
+  // Device rule 1: every buffer the rest of the step needs (this pull or push, and the
+  // push_pulled after a pull), sized before the first collective that moves keys.
+  void reserve_exchange(std::size_t unique, std::size_t received);
+
+  // Grows every exchange buffer, the owner merge, the lookups' and reductions' scratch to what
+  // exchange_received_, exchange_unique_ and exchange_max_unique_ (and `occurrences` local keys)
+  // need; sizes (and contents) as the growth leaves them.
+  void grow_exchange(std::size_t occurrences);
+  // Capacity for `count` elements, contents not kept.
+  template <class T>
+  static void grow(device::device_buffer<T>& buffer, std::size_t count) {
+    if (count > buffer.capacity()) buffer.resize_discard(count);
+  }
+
+ public:
+  void plan_next_step(const uint64_t* counts) { planned_ = counts; }
+
+  void reserve_steps(const StepBounds& bounds);
+
+ private:
+  // One summed push record per unique key of the planned batch, written in send order.
+  void reduce_local(const float* grads, std::size_t unique, const device::Stream& stream);
+
+  // Sends the summed records to the owners, along the keys' route.
+  void send_records(std::size_t received, const device::Stream& stream);
+
+  // Replicated placement's exchange: every card's `mine` (its unique count of records of `dim`
+  // elements, in send order) lands in `out` on every card, grouped by source card in rank order
+  // (the layout the owner receives with all_to_all_v). The blocks are padded to the largest
+  // unique count so that one all_gather moves them (in place in `gathered`, sized by
+  // reserve_exchange), then packed; `mine` needs no padding.
+  template <class T>
+  void gather_blocks(device::device_buffer<T>& gathered, const T* mine, std::size_t dim, T* out,
+                     const device::Stream& stream);
+
+  // Merges, on the owner, the records of one key from every source card (summed in source-rank
+  // order), following the owner merge plan of `merged` distinct keys.
+  void merge_records(std::size_t merged, const device::Stream& stream);
+
+  // The merge plan of the `received` keys (distinct keys and their occurrences), enqueued; its
+  // count is read by collect_owner_merge after the caller's next wait. A single card receives
+  // only its own unique, ascending keys: nothing to merge, nothing to wait for.
+  void plan_owner_merge_async(std::size_t received, const device::Stream& stream);
+  std::size_t collect_owner_merge(std::size_t received);
+
+  // One optimizer step per merged key (merged_rows_ holds their rows), rows marked dirty; none
+  // when `veto` (card memory) does not hold kNoVeto.
+  // `merged` is a bound when merged_on_card_ is set (a planned step): its count is added to
+  // stats() when the step's check retires.
+  void apply_updates(std::size_t merged, const uint32_t* veto, const device::Stream& stream);
+
+  // A planned step's owner side without a wait: the lookups and the merge plan stay on the card
+  // (merged_ = the received count, a bound; merged_on_card_ = the count), and the step's check
+  // (misses, merge count, the card's own count row against the plan) is copied into the late
+  // checks' next slot, read kCheckDepth steps later or by drain_checks.
+  void look_up_on_card(std::size_t received, const device::Stream& stream);
+
+  // Runs `op` (which may retire checks); a failure forgets the checks still pending.
+  template <class Op>
+  void guarded(Op&& op) {
+    try {
+      op();
+    } catch (...) {
+      checks_.discard();
+      last_check_ = nullptr;
+      throw;
+    }
+  }
+  // retire_check as the ring's check.
+  struct RetireCheck {
+    Impl* impl;
+    void operator()(const StepCheck& tag, const uint64_t* words) const {
+      impl->retire_check(tag, words);
+    }
+  };
+
+  // A planned step's check, read late: the card's own counts must be the plan's (the keys moved
+  // by the plan's counts; a plan that does not describe the batch sends keys to the wrong
+  // owner), and no key may be missing on its owner (missing_keys = fail: the step read zeros
+  // for it and skipped its update). Throws naming the step's pass and step.
+  void retire_check(const StepCheck& tag, const uint64_t* words);
+
+  void begin_step() {
+    last_ = HeterCommStats{};
+    scratch_before_ = scratch_.overflow_allocations();
+  }
+  void finish_step() {
+    last_.scratch_allocations = scratch_.overflow_allocations() - scratch_before_;
+    add_stats(stats_, last_);
+  }
+
+  // Local dedup and per-owner grouping of the batch's keys, all on the card; the per-owner
+  // counts of every card are all-gathered into the count matrix and read back in one wait
+  // (S1). Sets the send and receive counts; returns the unique count. With kCreate, each card's
+  // row also says whether it `sends_slots`: every card must, or none (send_slots is one more
+  // collective, and an int32 exchange paired with another card's uint64 key exchange hangs or
+  // moves garbage). Every card reads the same matrix, so on a mismatch every card fails here,
+  // with the same error, before any payload moves.
+  std::size_t plan_keys(const uint64_t* keys, std::size_t n, bool sends_slots,
+                        const device::Stream& stream);
+
+  // plan_keys's agreement (kCreate): the slots flag after each card's `row_size` counts. A
+  // mismatch fails every card with the same message, naming the cards on each side.
+  void check_slots_agree(std::size_t row_size) const;
+
+  // With MissingKeyPolicy::kCreate and the occurrences' slots: sends each planned unique key's
+  // slot to its owner along with the key (recv_slots_, in recv_keys_'s order), so that a missing
+  // key is created at its slot's width. One more collective; the trainer (kFail) never sends
+  // them. Sizes its buffers first (the step's collectives have not started). Returns whether it
+  // sent them.
+  bool send_slots(const int32_t* slots, std::size_t unique, std::size_t received,
+                  const device::Stream& stream);
+
+  // Sends the planned unique keys to their owners; recv_keys_ (sized by reserve_exchange) gets
+  // the keys this card owns, grouped by source card.
+  void send_keys(const device::Stream& stream);
+
+  void count_bytes(const std::size_t* send_counts, std::size_t element_bytes);
+
+  // The `missing` keys among keys[0, n) that the lookup did not find (rows[i] == kInvalidRow):
+  // created (rows filled in, count returned) or a failure, as the options say. `merge` (push)
+  // maps a merged key back to a received position, to name the requesting card; null when keys
+  // are the received keys themselves. `with_slots`: recv_slots_ holds the received keys' slots
+  // (send_slots), so created rows take their slot's width; else slot 0's. Runs after a wait: it
+  // may allocate and synchronize.
+  std::size_t resolve_missing(const uint64_t* keys, std::size_t n, row_index_t* rows,
+                              const detail::KeyDedup* merge, bool with_slots, std::size_t missing,
+                              const device::Stream& stream);
+
+  card_table::CardSparseStore* store_;
+  comm::Communicator* comm_;
+  HeterCommOptions options_;
+  table::RowLayout layout_;
+  table::AccessorConfig config_;
+  int total_cards_;
+  bool replicated_;  // Placement::kReplicated
+
+  device::ScratchArena& scratch_;  // the card's: Thrust temporaries (a missing key's search)
+  detail::KeyDedup local_;         // dedup and owner plan of this card's batch (send order)
+  detail::KeyDedup owner_merge_;
+  SegmentReducer<float> reducer_;  // local and owner merges of push records
+
+  // Host-side counts (elements) per peer: keys sent (the plan's or the all-gathered row), keys
+  // received.
+  std::vector<std::size_t> send_counts_;
+  std::vector<std::size_t> recv_counts_;
+  std::vector<std::size_t> recv_offsets_;
+  std::vector<std::size_t> send_scaled_;
+  std::vector<std::size_t> recv_scaled_;
+  // Row r (count_words_ each) = what card r sends to each card (all-gathered), and its host copy.
+  std::size_t count_words_;
+  device::device_buffer<uint64_t> count_matrix_;
+  device::pinned_buffer<uint64_t> host_counts_;
+
+  device::device_buffer<uint64_t> recv_keys_;
+  device::device_buffer<row_index_t> recv_rows_;
+  device::device_buffer<float> recv_records_;    // owner side: records received / to send back
+  device::device_buffer<float> send_records_;    // sender side: records in send order
+  device::device_buffer<float> merged_records_;  // owner side: one summed push per key
+  device::device_buffer<row_index_t> merged_rows_;
+  // Replicated: every card's block, padded to max_unique_ (the largest unique count of the step).
+  device::device_buffer<uint64_t> gathered_keys_;
+  device::device_buffer<float> gathered_records_;
+  std::size_t max_unique_ = 0;
+  // MissingKeyPolicy::kCreate with slots (send_slots): the planned keys' slots in send order,
+  // the received keys' (recv_keys_'s order), the merged keys' (push), and the replicated blocks.
+  device::device_buffer<int32_t> send_slots_;
+  device::device_buffer<int32_t> recv_slots_;
+  device::device_buffer<int32_t> merged_slots_;
+  device::device_buffer<int32_t> gathered_slots_;
+  // What the exchange buffers are sized for (reserve_exchange): received and unique keys.
+  std::size_t exchange_received_ = 0;
+  std::size_t exchange_unique_ = 0;
+  std::size_t exchange_max_unique_ = 0;
+  device::pinned_buffer<position_t> host_probe_;
+  // plan_next_step's count matrix for the next pull or push (borrowed, consumed by plan_keys).
+  const uint64_t* planned_ = nullptr;
+  bool step_planned_ = false;  // the last plan_keys used a plan (named in a missing key's error)
+  // The owner merge's count on the card, when the host knows only a bound (a planned pull).
+  const position_t* merged_on_card_ = nullptr;
+  // Planned steps' late checks: WriteStepCheck's words on the card, and the ring of pinned
+  // slots they are read from; the last committed check's tag (push_pulled marks it pushed).
+  device::device_buffer<uint64_t> check_words_;
+  device::LateReadback<uint64_t, StepCheck> checks_;
+  StepCheck* last_check_ = nullptr;
+
+  HeterCommStats stats_;
+  HeterCommStats last_;
+  // The plan, received keys, their rows and the owner merge describe the last pull
+  // (push_pulled reuses them); merged_ is that merge's count of distinct keys.
+  bool pulled_ = false;
+  std::size_t merged_ = 0;
+  std::size_t scratch_before_ = 0;
+};
+
+}  // namespace gpubox::heter_comm

@@ -1,0 +1,151 @@
+// device::PairSorter and device::Scanner (sort_scan.cuh) against std::stable_sort and a
+// left-to-right sum, at the tails (0, 1, one run, one past it, many merge levels), with the
+// temporary storage sized once, and captured in a StepGraph and replayed (cpu: recorded).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/sort_scan.cuh"
+#include "heterps/device/step_graph.hpp"
+
+namespace gpubox::device {
+namespace {
+
+struct Pair {
+  WideKey key;
+  uint32_t value;
+};
+
+// Keys with many duplicates (so stability shows) and high words below 2^high_bits.
+std::vector<WideKey> random_keys(std::size_t n, int high_bits, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<WideKey> keys(n);
+  const uint64_t distinct = std::max<std::size_t>(1, n / 3);
+  for (auto& k : keys) {
+    k.low = (rng() % distinct) * 0x9e3779b97f4a7c15ULL;  // spread over all 64 bits
+    k.high = high_bits == 0 ? 0u : static_cast<uint32_t>(rng() % (uint64_t{1} << high_bits));
+  }
+  return keys;
+}
+
+class PairSorterTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(PairSorterTest, EqualsStdStableSortAndAllocatesNothingOnceReserved) {
+  const std::size_t n = GetParam();
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  for (const int high_bits : {0, 1, 3, 32}) {
+    SCOPED_TRACE(high_bits);
+    const std::vector<WideKey> keys = random_keys(n, high_bits, 7 + n);
+    std::vector<uint32_t> values(n);
+    std::iota(values.begin(), values.end(), 0u);
+    std::vector<Pair> expected(n);
+    for (std::size_t i = 0; i < n; ++i) expected[i] = Pair{keys[i], values[i]};
+    std::stable_sort(expected.begin(), expected.end(),
+                     [](const Pair& a, const Pair& b) { return wide_key_less(a.key, b.key); });
+
+    auto keys_in = to_device(keys, card.memory(), card.stream());
+    auto values_in = to_device(values, card.memory(), card.stream());
+    device_buffer<WideKey> keys_out(n, card.memory(), card.stream());
+    device_buffer<uint32_t> values_out(n, card.memory(), card.stream());
+    PairSorter<uint32_t> sorter(card.memory(), card.stream());
+    sorter.reserve(n);
+    const DeviceCounts before = card.counts();
+    sorter.run(keys_in.data(), keys_out.data(), values_in.data(), values_out.data(), n, high_bits,
+               card.stream());
+    const DeviceCounts used = card.counts() - before;
+    EXPECT_EQ(used.allocations, 0u);
+    EXPECT_EQ(used.launches, n == 0 ? 0u : 1u);
+    const auto got_keys = to_host(keys_out);
+    const auto got_values = to_host(values_out);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got_keys[i].low, expected[i].key.low) << i;
+      ASSERT_EQ(got_keys[i].high, expected[i].key.high) << i;
+      ASSERT_EQ(got_values[i], expected[i].value) << "not stable at " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, PairSorterTest,
+                         ::testing::Values(0, 1, 2, 16, 17, 1000, 5000, 70000));
+
+struct Odd {
+  const uint32_t* values;
+  GPUBOX_HD uint32_t operator()(std::size_t i) const { return values[i] & 1u; }
+};
+
+TEST(Scanner, InclusiveSumOfAFunctorEqualsPartialSum) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{3000}, std::size_t{100001}}) {
+    std::vector<uint32_t> values(n);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    for (auto& v : values) v = rng();
+    std::vector<uint32_t> expected(n);
+    uint32_t sum = 0;
+    for (std::size_t i = 0; i < n; ++i) expected[i] = sum += values[i] & 1u;
+    auto in = to_device(values, card.memory(), card.stream());
+    device_buffer<uint32_t> out(n, card.memory(), card.stream());
+    Scanner<uint32_t> scanner(card.memory(), card.stream());
+    scanner.reserve(n);
+    const DeviceCounts before = card.counts();
+    scanner.inclusive(Odd{in.data()}, out.data(), n, card.stream());
+    EXPECT_EQ((card.counts() - before).allocations, 0u) << n;
+    EXPECT_EQ(to_host(out), expected) << n;
+  }
+}
+
+// Reserved, a sort and a scan are capturable (no allocation, no wait, no Thrust call): replayed
+// over new inputs in the same buffers they give the eager results.
+TEST(SortScan, CapturedInAStepGraphReplaysOverNewInputs) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  const std::size_t n = 3000;
+  device_buffer<WideKey> keys_in(n, card.memory(), card.stream());
+  device_buffer<uint32_t> values_in(n, card.memory(), card.stream());
+  device_buffer<WideKey> keys_out(n, card.memory(), card.stream());
+  device_buffer<uint32_t> values_out(n, card.memory(), card.stream());
+  device_buffer<uint32_t> scanned(n, card.memory(), card.stream());
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  Scanner<uint32_t> scanner(card.memory(), card.stream());
+  sorter.reserve(n);
+  scanner.reserve(n);
+  auto work = [&] {
+    sorter.run(keys_in.data(), keys_out.data(), values_in.data(), values_out.data(), n, 2,
+               card.stream());
+    scanner.inclusive(Odd{values_out.data()}, scanned.data(), n, card.stream());
+  };
+  StepGraph graph("sort and scan");
+  graph.capture(card.stream(), work);
+  EXPECT_EQ(graph.contents().launches, 2u);
+  for (uint64_t seed : {1u, 2u}) {
+    std::vector<uint32_t> values(n);
+    std::iota(values.begin(), values.end(), static_cast<uint32_t>(seed));
+    const auto keys = random_keys(n, 2, seed);
+    copy_async(keys_in.data(), keys.data(), n, card.stream());
+    copy_async(values_in.data(), values.data(), n, card.stream());
+    graph.replay(card.stream());
+    const auto replayed_keys = to_host(keys_out);
+    const auto replayed_scan = to_host(scanned);
+    work();  // eagerly, the same inputs
+    const auto eager_keys = to_host(keys_out);
+    EXPECT_EQ(replayed_scan, to_host(scanned));
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(replayed_keys[i].low, eager_keys[i].low);
+      ASSERT_EQ(replayed_keys[i].high, eager_keys[i].high);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::device

@@ -1,0 +1,138 @@
+// detail::KeyDedup, the fused dedup and owner plan under HeterComm, against a std::map oracle: the
+// unique keys grouped by owner card (ascending inside each), each owner's first index, each
+// occurrence's unique index, the segments in position order, the padded starts; sizes 0, 1, a
+// sort run, past it, many merge levels; 1, 3 and 8 partitions. And the plan as a StepGraph:
+// captured once, replayed over a new batch of the same size, equal to the eager run.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "common/hash.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/step_graph.hpp"
+#include "heterps/heter_comm/detail/key_dedup.cuh"
+
+namespace gpubox::heter_comm::detail {
+namespace {
+
+std::vector<uint64_t> random_batch(std::size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> keys(n);
+  const uint64_t vocab = std::max<std::size_t>(1, n / 4);
+  for (auto& k : keys) k = (rng() % vocab) * 0xbf58476d1ce4e5b9ULL + 1;
+  return keys;
+}
+
+struct Outputs {
+  std::vector<uint64_t> unique;
+  std::vector<position_t> starts, sorted_pos, occurrence_unique, owner_begin;
+};
+
+Outputs read(const KeyDedup& dedup, std::size_t n, std::size_t count, int partitions,
+             const device::Stream& stream) {
+  Outputs out;
+  out.unique = device::to_host(dedup.unique_keys(), count, stream);
+  out.starts = device::to_host(dedup.unique_start(), n + 1, stream);
+  out.sorted_pos = device::to_host(dedup.sorted_positions(), n, stream);
+  out.occurrence_unique = device::to_host(dedup.occurrence_unique(), n, stream);
+  out.owner_begin = device::to_host(dedup.owner_begin(), partitions + 1, stream);
+  return out;
+}
+
+class KeyDedupTest : public ::testing::TestWithParam<std::tuple<std::size_t, int>> {};
+
+TEST_P(KeyDedupTest, GroupsUniqueKeysByOwnerAndMatchesAMapOracle) {
+  const auto [n, partitions] = GetParam();
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  const std::vector<uint64_t> keys = random_batch(n, 3 + n);
+  // Oracle: (owner, key) -> positions, in position order.
+  std::map<std::pair<int, uint64_t>, std::vector<position_t>> oracle;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int owner = partitions > 1 ? owner_card(keys[i], partitions) : 0;
+    oracle[{owner, keys[i]}].push_back(static_cast<position_t>(i));
+  }
+  auto on_card = device::to_device(keys, card.memory(), card.stream());
+  KeyDedup dedup(card, partitions);
+  dedup.reserve(n);
+  const device::DeviceCounts before = card.counts();
+  dedup.run_async(on_card.data(), n, card.stream(), /*pad=*/true);
+  const device::DeviceCounts used = card.counts() - before;
+  EXPECT_EQ(used.allocations, 0u) << "reserved, a run allocates nothing";
+  EXPECT_EQ(used.host_syncs, 0u);
+  if (n > 0) {
+    EXPECT_EQ(used.launches, 4u) << "prepare, sort, scan, record";
+  }
+  dedup.copy_count_async(card.stream());
+  card.stream().synchronize();
+  const std::size_t count = dedup.collect_count();
+  ASSERT_EQ(count, oracle.size());
+  const Outputs out = read(dedup, n, count, partitions, card.stream());
+  std::size_t u = 0;
+  std::vector<position_t> expected_begin(partitions + 1, 0);
+  for (const auto& [owner_key, positions] : oracle) {
+    const auto [owner, key] = owner_key;
+    ASSERT_EQ(out.unique[u], key) << "unique " << u;
+    for (int c = owner + 1; c <= partitions; ++c) expected_begin[c] = u + 1;
+    const position_t start = out.starts[u];
+    ASSERT_EQ(out.starts[u + 1] - start, positions.size()) << "segment of unique " << u;
+    for (std::size_t j = 0; j < positions.size(); ++j) {
+      EXPECT_EQ(out.sorted_pos[start + j], positions[j]) << "not in position order";
+      EXPECT_EQ(out.occurrence_unique[positions[j]], u);
+    }
+    ++u;
+  }
+  EXPECT_EQ(out.owner_begin, expected_begin);
+  for (std::size_t v = count + 1; v <= n; ++v) EXPECT_EQ(out.starts[v], n) << "pad " << v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, KeyDedupTest,
+                         ::testing::Combine(::testing::Values(0, 1, 16, 17, 2600, 70000),
+                                            ::testing::Values(1, 3, 8)));
+
+// Issue 31, item 3's way: with its sizes fixed, the plan holds no Thrust call, allocation or
+// wait, so it captures into a StepGraph (capture refuses each of those) and a replay over the
+// next batch, written into the same input buffer, equals the eager run.
+TEST(KeyDedup, CapturedPlanReplaysOverANewBatchEqualToEager) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  const std::size_t n = 2600;
+  const int partitions = 4;
+  device::device_buffer<uint64_t> batch(n, card.memory(), card.stream());
+  KeyDedup graphed(card, partitions);
+  KeyDedup eager(card, partitions);
+  graphed.reserve(n);
+  eager.reserve(n);
+  device::StepGraph graph("key plan");
+  graph.capture(card.stream(), [&] { graphed.run_async(batch.data(), n, card.stream(), true); });
+  EXPECT_EQ(graph.contents().launches, 4u);
+  for (uint64_t seed : {11u, 12u}) {
+    const auto keys = random_batch(n, seed);
+    device::copy_async(batch.data(), keys.data(), n, card.stream());
+    graph.replay(card.stream());
+    eager.run_async(batch.data(), n, card.stream(), true);
+    graphed.copy_count_async(card.stream());
+    card.stream().synchronize();
+    const std::size_t count = graphed.collect_count();
+    eager.copy_count_async(card.stream());
+    card.stream().synchronize();
+    ASSERT_EQ(count, eager.collect_count());
+    const Outputs a = read(graphed, n, count, partitions, card.stream());
+    const Outputs b = read(eager, n, count, partitions, card.stream());
+    EXPECT_EQ(a.unique, b.unique);
+    EXPECT_EQ(a.starts, b.starts);
+    EXPECT_EQ(a.sorted_pos, b.sorted_pos);
+    EXPECT_EQ(a.occurrence_unique, b.occurrence_unique);
+    EXPECT_EQ(a.owner_begin, b.owner_begin);
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::heter_comm::detail
