@@ -105,6 +105,8 @@ trainer::RunHooks hooks_for(RunState& state) {
     // Python's handlers (a caller's own SIGINT handler, when SigintStop left it in place) only
     // mark their signal; they run here, on this (the main) thread.
     if (!state.pending && PyErr_CheckSignals() != 0) state.pending = py::error_already_set();
+    // With several trainers the flag carries the stop to the others (epoch_loop.hpp).
+    if (state.pending) state.stop.store(true);
     return state.pending.has_value();
   };
   hooks.steps.stop_flag = &state.stop;

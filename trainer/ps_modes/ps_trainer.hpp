@@ -42,6 +42,11 @@
 // start again from the servers' values); a server restart ends the job (running it again
 // resumes from the last save).
 //
+// Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
+// the job in the same pass, the pass unsaved and the servers holding every applied update
+// (PsPassStop); trainer 0's thread 0 reports its progress through the same PassProgress as the
+// gpubox mode (PsProgress; both in ps_step_hooks.hpp).
+//
 // Thread-safety: one controlling thread calls the public methods; training threads live inside.
 #pragma once
 
@@ -57,6 +62,8 @@
 #include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox::trainer::ps_modes {
+
+class PsPassStop;
 
 class PsTrainer final : public Schedule {
  public:
@@ -103,6 +110,8 @@ class PsTrainer final : public Schedule {
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;
   void accumulate_pass_metrics(std::vector<double>* sums) const override;
   std::size_t metric_buckets() const override;
+  // Read by every pass: its stop between steps (ps_step_hooks.hpp) and thread 0's progress.
+  void set_step_hooks(const StepHooks& hooks) override;
 
  private:
   struct State;
@@ -120,7 +129,7 @@ class PsTrainer final : public Schedule {
   PassData read_pass(const std::vector<std::string>& share, int64_t pass);
   void sync_barrier(int64_t pass, const std::string& name, const std::string& what);
   std::size_t agree_sync_steps(int64_t pass, std::size_t batches);
-  std::size_t train_threads(PassData& data, int64_t pass);
+  std::size_t train_threads(PassData& data, int64_t pass, PsPassStop& stop);
 
   TrainerConfig config_;
   TrainerEnv env_;

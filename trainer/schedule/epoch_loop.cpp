@@ -216,10 +216,14 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     const bool requested = hooks.stop_requested && hooks.stop_requested();
     return flagged || requested;
   };
+  // Several trainers stop together: a stop asked between passes in one of them rides on the
+  // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
+  // same pass; alone, it stops here, before reading the next pass.
+  const bool alone = schedule.env().trainers == 1;
   std::vector<PassReport> reports;
   EpochTally tally;
   for (int64_t k = first; k < plan.total;) {
-    if (k > first && stop_asked()) {
+    if (k > first && stop_asked() && alone) {
       GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
                        << k - 1;
       return reports;  // not the job's end: the servers keep its state
