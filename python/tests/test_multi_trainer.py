@@ -166,3 +166,20 @@ def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
     for t in range(trainers):
         assert resumed[t]["error"] is None
         assert [p["pass"] for p in resumed[t]["passes"]] == [1, 2]
+
+
+def test_ctrl_c_stops_a_ps_modes_test_data_read(planted: dict[str, Any],
+                                                tmp_path: pathlib.Path) -> None:
+    from test_stop_reads import SLOW_PIPE
+
+    overrides = job_overrides(planted, tmp_path, **{
+        "runner.sync_mode": "async", "runner.pipe_command": SLOW_PIPE,
+        "runner.train_data_dir": planted["test"], "runner.test_data_dir": planted["train"]})
+    # Ctrl-C 0.3 s after pass 0's save, while its epoch's test data (>= 4 s) is read.
+    (result,) = run_job(tmp_path, "ps", overrides, trainers=1, per_trainer={
+        0: {"interrupt_after_pass": {"pass": 0, "after_s": 0.3}}})
+    assert result["error"] == "KeyboardInterrupt: "
+    assert result["sent"] and result["returned"] - result["sent"][0] < 1.5, result
+    assert "reading the evaluation data stopped as asked" in (tmp_path / "ps" / "log.0").read_text()
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()

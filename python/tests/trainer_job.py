@@ -5,7 +5,8 @@ concatenated in order, become the DataFrame trained instead of runner.train_data
 the files), "raise_on_pass" (this trainer's on_pass raises ValueError at that pass),
 "pid_file" (where this process writes its id), "interrupt" ({"pid_file", "pass", "step"}:
 trainer 0's progress callback sends SIGINT, as Ctrl-C, to the process of that id once that
-step of that pass is done) and "out" (where the result goes: JSON with the passes' metrics and the
+step of that pass is done), "interrupt_after_pass" ({"pass", "after_s"}: this trainer sends
+itself SIGINT that many seconds after that pass's on_pass) and "out" (where the result goes: JSON with the passes' metrics and the
 exception raised, if any). The process environment says which trainer it is (PADDLE_*).
 """
 
@@ -16,6 +17,8 @@ import os
 import pathlib
 import signal
 import sys
+import threading
+import time
 import traceback
 from typing import Any
 
@@ -39,13 +42,18 @@ def main() -> None:
     if job.get("frame"):
         data = gpubox.Dataset.from_frame(frame_of(pathlib.Path(job["frame"])), config)
     passes: list[dict[str, Any]] = []
-    sent: list[int] = []
+    sent: list[float] = []  # the step (interrupt) or the time (interrupt_after_pass) it was sent
     if job.get("pid_file"):
         pathlib.Path(job["pid_file"]).write_text(str(os.getpid()))
 
     def on_pass(p: gpubox.PassMetrics) -> None:
         passes.append({"pass": p.pass_id, "examples": p.metrics.examples, "auc": p.auc,
                        "logloss": p.logloss})
+        after = job.get("interrupt_after_pass")
+        if after and after["pass"] == p.pass_id:
+            timer = threading.Timer(after["after_s"], lambda: (
+                sent.append(time.monotonic()), os.kill(os.getpid(), signal.SIGINT)))
+            timer.start()
         if job.get("raise_on_pass") == p.pass_id:
             raise ValueError(f"on_pass raised at pass {p.pass_id}")
 
@@ -62,7 +70,9 @@ def main() -> None:
     except BaseException as e:  # noqa: B902 (KeyboardInterrupt is an outcome here)
         error = f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    pathlib.Path(job["out"]).write_text(json.dumps({"passes": passes, "error": error, "sent": sent}))
+    returned = time.monotonic()
+    pathlib.Path(job["out"]).write_text(json.dumps({"passes": passes, "error": error, "sent": sent,
+                                                    "returned": returned}))
 
 
 if __name__ == "__main__":

@@ -309,7 +309,7 @@ PsTrainer::PassData PsTrainer::read_pass(const std::vector<std::string>& share, 
   } else {
     data.held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
     data.held->set_filelist(share);
-    const Status loaded = data.held->load_into_memory();
+    const Status loaded = load_stoppable(*data.held, "reading pass " + std::to_string(pass), pass);
     if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
     report_read(data.held->load_stats(), share, "pass " + std::to_string(pass));
     if (config_.runner.shuffle) data.held->local_shuffle(config_.runner.seed * 1000003 + pass);
@@ -531,12 +531,14 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   } else {
     held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
     held->set_filelist(files);
-    const Status loaded = held->load_into_memory();
+    const Status loaded = load_stoppable(*held, "reading the evaluation data", -1);
     if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
     report_read(held->load_stats(), files, "evaluation data");
     held->set_batch_size(config_.runner.infer_batch_size);
   }
   EvalResult result;
+  const std::atomic<bool>* stop = alone_stop_flag();
+  bool stopped = false;
   s.cards.run_on_cards(
       [&](device::Card& card) {
         if (card.local_index() != 0) return;
@@ -552,11 +554,16 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
           result.predictions.insert(result.predictions.end(), predictions.begin(),
                                     predictions.end());
         };
+        // One trainer alone stops between two batches when asked (several: in the next pass).
+        const auto go_on = [&] {
+          stopped = stop != nullptr && stop->load();
+          return !stopped;
+        };
         if (stream != nullptr) {
-          while (stream->next_batch(0, &batch)) step();
+          while (go_on() && stream->next_batch(0, &batch)) step();
         } else {
           const std::size_t batches = held->num_batches_per_card(1);
-          for (std::size_t b = 0; b < batches; ++b) {
+          for (std::size_t b = 0; b < batches && go_on(); ++b) {
             held->fill_batch(0, 1, b, &batch);
             step();
           }
@@ -566,6 +573,9 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
       [&](const std::string& why) {
         if (stream != nullptr) stream->abort(why);
       });
+  if (stopped && stream != nullptr) stream->abort("the run was asked to stop");
+  if (stopped && stream != nullptr) (void)stream->finish();
+  if (stopped) throw PassStopped(-1, "the evaluation");
   if (stream != nullptr) {
     const Status read = stream->finish();
     if (!read.ok()) GPUBOX_FAIL("reading evaluation data: ", read.message());
@@ -615,6 +625,21 @@ void PsTrainer::accumulate_pass_metrics(std::vector<double>* sums) const {
 }
 
 void PsTrainer::set_step_hooks(const StepHooks& hooks) { state_->hooks = hooks; }
+
+const std::atomic<bool>* PsTrainer::alone_stop_flag() const {
+  return env_.trainers == 1 ? state_->hooks.stop_flag : nullptr;
+}
+
+Status PsTrainer::load_stoppable(dataset::InMemoryDataset& data, const std::string& what,
+                                 int64_t pass) const {
+  const std::atomic<bool>* stop = alone_stop_flag();
+  data.set_stop_flag(stop);
+  const Status loaded = data.load_into_memory();
+  if (loaded.code() == Status::Code::kAborted && stop != nullptr && stop->load()) {
+    throw PassStopped(pass, what);
+  }
+  return loaded;
+}
 
 std::size_t PsTrainer::metric_buckets() const { return state_->workers[0]->metrics().buckets(); }
 

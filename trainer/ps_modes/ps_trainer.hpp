@@ -50,16 +50,22 @@
 // Thread-safety: one controlling thread calls the public methods; training threads live inside.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/status.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/metrics/metric_values.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
+
+namespace gpubox::dataset {
+class InMemoryDataset;
+}
 
 namespace gpubox::trainer::ps_modes {
 
@@ -123,6 +129,11 @@ class PsTrainer final : public Schedule {
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
+  // The stop flag when this trainer is alone (several stop together, in a pass: PsPassStop).
+  const std::atomic<bool>* alone_stop_flag() const;
+  // data.load_into_memory(), stopped when asked (alone): throws PassStopped(pass, what).
+  Status load_stoppable(dataset::InMemoryDataset& data, const std::string& what,
+                        int64_t pass) const;
   // A pass, in parts: its data, the sync mode's barrier of every trainer at the servers and its
   // agreed step count, and every training thread's steps (returns thread 0's step count).
   struct PassData;

@@ -84,6 +84,10 @@ class PassStopped : public std::runtime_error {
                            std::to_string(steps_done) + " of " + std::to_string(steps) +
                            " as asked; the pass is not saved"),
         pass_(pass) {}
+  // Stopped while reading: pass `pass`'s data (`what` says so; the pass is not trained), or,
+  // with `pass` -1, an evaluation after the last pass's save.
+  PassStopped(int64_t pass, const std::string& what)
+      : std::runtime_error(what + " stopped as asked"), pass_(pass) {}
   int64_t pass() const { return pass_; }
 
  private:
