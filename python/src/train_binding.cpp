@@ -148,6 +148,32 @@ trainer::TrainerConfig with_data(const LoadedConfig& config, const std::string& 
   return out;
 }
 
+// The launcher's environment, as gpubox_train reads it, with --threads_per_card.
+trainer::TrainerEnv env_with(int threads_per_card) {
+  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
+  env.threads_per_card = threads_per_card;
+  return env;
+}
+
+// Runs `call` (the engine) with the GIL released; returns its failure as gpubox_train prints it
+// after "gpubox_train: ", "" when it returned: a gpubox::Error's text (where it was raised
+// logged), std::bad_alloc as the config's out-of-memory advice, anything else its what().
+template <class Call>
+std::string run_released(const LoadedConfig& config, Call&& call) {
+  try {
+    py::gil_scoped_release released;
+    call();
+  } catch (const Error& e) {
+    GPUBOX_LOG(INFO) << "raised at " << e.where();
+    return user_message(e);
+  } catch (const std::bad_alloc& e) {
+    return config::out_of_memory_text(*config.doc, e.what());
+  } catch (const std::exception& e) {
+    return user_message(e);
+  }
+  return {};
+}
+
 py::dict train(const LoadedConfig& config, const std::string& load, int threads_per_card,
                py::object on_pass, py::object on_epoch, const std::string& train_data,
                const std::string& test_data, py::object on_progress) {
@@ -156,21 +182,11 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
   state.on_pass = std::move(on_pass);
   state.on_epoch = std::move(on_epoch);
   state.on_progress = std::move(on_progress);
-  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
-  env.threads_per_card = threads_per_card;
-  std::string failure;
+  const trainer::TrainerEnv env = env_with(threads_per_card);
+  const trainer::RunHooks hooks = hooks_for(state);
   SigintStop sigint(&state.stop);  // until the run returns
-  try {
-    py::gil_scoped_release released;
-    trainer::train_job(run_config, env, load, hooks_for(state));
-  } catch (const Error& e) {
-    GPUBOX_LOG(INFO) << "raised at " << e.where();
-    failure = user_message(e);
-  } catch (const std::bad_alloc& e) {
-    failure = config::out_of_memory_text(*config.doc, e.what());
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
+  const std::string failure =
+      run_released(config, [&] { trainer::train_job(run_config, env, load, hooks); });
   const bool interrupted = sigint.release();
   if (state.pending) throw std::move(*state.pending);  // the callback's error, or Ctrl-C
   if (!failure.empty()) raise(errors().engine_error, failure);
@@ -188,20 +204,13 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
 // (run_job.hpp's infer_job); the last save's result.
 py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
                   bool keep_predictions, int threads_per_card) {
-  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
-  env.threads_per_card = threads_per_card;
   trainer::InferJob job;
   job.load = load;
   job.data_dir = data_dir;
   job.keep_predictions = keep_predictions;
   trainer::EvalResult result;
-  std::string failure;
-  try {
-    py::gil_scoped_release released;
-    result = trainer::infer_job(config.config, env, job);
-  } catch (const std::exception& e) {
-    failure = user_message(e);
-  }
+  const std::string failure = run_released(
+      config, [&] { result = trainer::infer_job(config.config, env_with(threads_per_card), job); });
   if (!failure.empty()) raise(errors().engine_error, failure);
   py::dict d;
   d["metrics"] = metrics_dict(result.metrics);
