@@ -194,7 +194,9 @@ def evaluate(
     cards the config and environment give. ``load=""``: the saves runner.infer_load_path names,
     each evaluated in turn; the last one's result is returned. ``predictions=True`` keeps each
     instance's label and prediction (``--predictions_out``). The GIL is released while it
-    runs; engine errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
+    runs; Ctrl-C stops it while it reads the data (in a PS mode also between batches) with
+    KeyboardInterrupt; engine errors raise :class:`gpubox.EngineError` with gpubox_train's
+    text."""
     data = data_dir.name if isinstance(data_dir, Dataset) else os.fspath(data_dir)
     try:
         raw = _core.evaluate(config._loaded, os.fspath(load), data,

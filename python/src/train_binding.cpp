@@ -201,16 +201,24 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
 }
 
 // gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR]: the same library call
-// (run_job.hpp's infer_job); the last save's result.
+// (run_job.hpp's infer_job); the last save's result. Ctrl-C sets the job's stop flag (read
+// while the data is read, and between a PS mode's batches) and raises KeyboardInterrupt.
 py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
                   bool keep_predictions, int threads_per_card) {
   trainer::InferJob job;
   job.load = load;
   job.data_dir = data_dir;
   job.keep_predictions = keep_predictions;
+  std::atomic<bool> stop{false};
+  job.stop_flag = &stop;
   trainer::EvalResult result;
+  SigintStop sigint(&stop);  // Ctrl-C stops reading the data (and a PS mode between batches)
   const std::string failure = run_released(
       config, [&] { result = trainer::infer_job(config.config, env_with(threads_per_card), job); });
+  if (sigint.release()) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
+  }
   if (!failure.empty()) raise(errors().engine_error, failure);
   py::dict d;
   d["metrics"] = metrics_dict(result.metrics);
@@ -235,7 +243,8 @@ void register_train(py::module_& m) {
         py::arg("keep_predictions") = false, py::arg("threads_per_card") = 0,
         "Runs gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR] (load '': "
         "the saves runner.infer_load_path names); returns the last save's {'metrics': {...}, "
-        "'labels': array, 'predictions': array} (arrays empty unless kept).");
+        "'labels': array, 'predictions': array} (arrays empty unless kept). Raises EngineError "
+        "with the binary's text, or KeyboardInterrupt (Ctrl-C stops reading the data).");
 }
 
 }  // namespace gpubox::python

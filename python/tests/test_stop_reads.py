@@ -78,3 +78,17 @@ def test_ctrl_c_stops_reading_the_test_data(planted: dict[str, Any],
     assert sent and returned - sent[0] < 1.5, returned - sent[0]  # the read takes >= 4 s
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
     assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
+
+
+def test_ctrl_c_stops_an_evaluations_read(trained: dict[str, Any], planted: dict[str, Any],
+                                          tmp_path: pathlib.Path) -> None:
+    config = gpubox.Config.from_yaml(trained["config"].path, {"runner.pipe_command": SLOW_PIPE},
+                                     override_list=trained["config"].overrides)
+    sent: list[float] = []
+    timer = interrupt_in(0.3, sent)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gpubox.evaluate(config, trained["out"] / "model" / "2", planted["train"])
+    finally:
+        timer.cancel()
+    assert sent and time.monotonic() - sent[0] < 1.5  # the read takes >= 4 s
