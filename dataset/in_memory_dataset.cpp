@@ -146,6 +146,9 @@ Status InMemoryDataset::load_into_memory() {
     return Status::OK();
   }
   Timer timer;
+  const auto stopped = [this] {
+    return stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
+  };
   const int num_slots = static_cast<int>(config_.slots.size());
   const std::string pipe_command = pipe_command_line(config_);
   const std::vector<ReadItem> items =
@@ -193,7 +196,7 @@ Status InMemoryDataset::load_into_memory() {
         auto& chooser = choosers[static_cast<std::size_t>(worker)];
         chooser = std::make_unique<FormatChooser>(config_, slots);
         for (std::size_t i = next_item.fetch_add(1); i < items.size(); i = next_item.fetch_add(1)) {
-          if (i > first_failure.load(std::memory_order_relaxed)) break;
+          if (i > first_failure.load(std::memory_order_relaxed) || stopped()) break;
           const ReadItem& item = items[i];
           const std::string& path = files_[item.file];
           ReadResult& result = results[i];
@@ -222,7 +225,9 @@ Status InMemoryDataset::load_into_memory() {
             hooks.candidate = file_formats[item.file].candidate;
             hooks.note = item.first_of_file ? &file_formats[item.file].note : nullptr;
           }
-          hooks.keep_going = [&] { return i <= first_failure.load(std::memory_order_relaxed); };
+          hooks.keep_going = [&] {
+            return i <= first_failure.load(std::memory_order_relaxed) && !stopped();
+          };
           const InputOutcome outcome =
               read_input(**opened, *chooser, config_, path, &result.block, &stats, hooks);
           result.status =
@@ -233,6 +238,11 @@ Status InMemoryDataset::load_into_memory() {
         }
       });
 
+  if (stopped()) {
+    stats_ = LoadStats{};
+    stats_.seconds = timer.seconds();
+    return Status::Aborted("reading stopped as asked (the run was asked to stop)");
+  }
   // Merge in file order; line numbers of ranges become line numbers of their file.
   LoadStats merged;
   Status failure;

@@ -10,6 +10,7 @@
 // in the collectives. Each instance is in exactly one batch per pass.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,6 +56,10 @@ class InMemoryDataset {
   // On any error (unreadable file, failing pipe_command, strict parse) nothing is added and the
   // Status names the file (and line).
   Status load_into_memory();
+  // While set (nullptr: none), a flag that, once true, ends load_into_memory within a few
+  // thousand lines of each reader with Status::Aborted and nothing added (a run asked to stop:
+  // StepHooks::stop_flag). The flag must outlive the loads.
+  void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
   // Statistics of the last load_into_memory (also when it failed).
   const LoadStats& load_stats() const { return stats_; }
   // Seeded permutation of the instance order; the same seed gives the same order.
@@ -94,6 +99,7 @@ class InMemoryDataset {
 
   DatasetConfig config_;
   std::vector<std::string> files_;
+  const std::atomic<bool>* stop_flag_ = nullptr;
   std::vector<InstanceBlock> blocks_;
   // Current order: (block << kIndexBits) | index inside the block.
   std::vector<std::uint64_t> order_;

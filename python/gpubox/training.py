@@ -112,12 +112,21 @@ def train(
     notebook. ``on_progress`` gets the same figures (:class:`StepProgress`) about 4 times a
     second and after each pass's last step, on an engine thread (the GIL held for the call).
 
-    The GIL is released while the engine runs. Ctrl-C stops the run between two steps (all
-    cards after the same step; the parameter-server modes before the next pass): the pass it
+    The GIL is released while the engine runs. Ctrl-C stops the run between two steps, in
+    every mode (gpubox: all cards after the same step; async, sync and geo: the training
+    threads push what they hold, so the servers keep every applied update), or while a pass's
+    data or the test data is read (within a few thousand lines of each reader): the pass it
     stops is not saved, the last complete save is left intact, and KeyboardInterrupt is
-    raised; ``runner.resume: auto`` continues from that save. An exception raised by a
-    callback stops the run the same way and is raised again here. Engine errors raise
-    :class:`gpubox.EngineError` with the text gpubox_train prints after ``gpubox_train:``.
+    raised; ``runner.resume: auto`` continues from that save. With several trainer processes
+    a stop in one of them ends every trainer after the same pass: the stopped one raises
+    KeyboardInterrupt, the others return the passes they trained (a stop between passes is
+    carried out in the next pass's first step, that pass unsaved).
+
+    An exception raised by a callback is raised again here, as it was; no callback is called
+    after it, and the run stops the same way: at the next step (``on_progress``), or right
+    after the callback (``on_pass``: that pass's save is complete; its epoch's test evaluation
+    is stopped as it begins). Engine errors raise :class:`gpubox.EngineError` with the text
+    gpubox_train prints after ``gpubox_train:``.
     """
     show = _progress.interactive() if progress is None else progress
     bar = _progress.ProgressBar() if show else None
@@ -185,7 +194,9 @@ def evaluate(
     cards the config and environment give. ``load=""``: the saves runner.infer_load_path names,
     each evaluated in turn; the last one's result is returned. ``predictions=True`` keeps each
     instance's label and prediction (``--predictions_out``). The GIL is released while it
-    runs; engine errors raise :class:`gpubox.EngineError` with gpubox_train's text."""
+    runs; Ctrl-C stops it while it reads the data (in a PS mode also between batches) with
+    KeyboardInterrupt; engine errors raise :class:`gpubox.EngineError` with gpubox_train's
+    text."""
     data = data_dir.name if isinstance(data_dir, Dataset) else os.fspath(data_dir)
     try:
         raw = _core.evaluate(config._loaded, os.fspath(load), data,

@@ -105,6 +105,8 @@ trainer::RunHooks hooks_for(RunState& state) {
     // Python's handlers (a caller's own SIGINT handler, when SigintStop left it in place) only
     // mark their signal; they run here, on this (the main) thread.
     if (!state.pending && PyErr_CheckSignals() != 0) state.pending = py::error_already_set();
+    // With several trainers the flag carries the stop to the others (epoch_loop.hpp).
+    if (state.pending) state.stop.store(true);
     return state.pending.has_value();
   };
   hooks.steps.stop_flag = &state.stop;
@@ -146,6 +148,32 @@ trainer::TrainerConfig with_data(const LoadedConfig& config, const std::string& 
   return out;
 }
 
+// The launcher's environment, as gpubox_train reads it, with --threads_per_card.
+trainer::TrainerEnv env_with(int threads_per_card) {
+  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
+  env.threads_per_card = threads_per_card;
+  return env;
+}
+
+// Runs `call` (the engine) with the GIL released; returns its failure as gpubox_train prints it
+// after "gpubox_train: ", "" when it returned: a gpubox::Error's text (where it was raised
+// logged), std::bad_alloc as the config's out-of-memory advice, anything else its what().
+template <class Call>
+std::string run_released(const LoadedConfig& config, Call&& call) {
+  try {
+    py::gil_scoped_release released;
+    call();
+  } catch (const Error& e) {
+    GPUBOX_LOG(INFO) << "raised at " << e.where();
+    return user_message(e);
+  } catch (const std::bad_alloc& e) {
+    return config::out_of_memory_text(*config.doc, e.what());
+  } catch (const std::exception& e) {
+    return user_message(e);
+  }
+  return {};
+}
+
 py::dict train(const LoadedConfig& config, const std::string& load, int threads_per_card,
                py::object on_pass, py::object on_epoch, const std::string& train_data,
                const std::string& test_data, py::object on_progress) {
@@ -154,21 +182,11 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
   state.on_pass = std::move(on_pass);
   state.on_epoch = std::move(on_epoch);
   state.on_progress = std::move(on_progress);
-  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
-  env.threads_per_card = threads_per_card;
-  std::string failure;
+  const trainer::TrainerEnv env = env_with(threads_per_card);
+  const trainer::RunHooks hooks = hooks_for(state);
   SigintStop sigint(&state.stop);  // until the run returns
-  try {
-    py::gil_scoped_release released;
-    trainer::train_job(run_config, env, load, hooks_for(state));
-  } catch (const Error& e) {
-    GPUBOX_LOG(INFO) << "raised at " << e.where();
-    failure = user_message(e);
-  } catch (const std::bad_alloc& e) {
-    failure = config::out_of_memory_text(*config.doc, e.what());
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
+  const std::string failure =
+      run_released(config, [&] { trainer::train_job(run_config, env, load, hooks); });
   const bool interrupted = sigint.release();
   if (state.pending) throw std::move(*state.pending);  // the callback's error, or Ctrl-C
   if (!failure.empty()) raise(errors().engine_error, failure);
@@ -183,22 +201,23 @@ py::dict train(const LoadedConfig& config, const std::string& load, int threads_
 }
 
 // gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR]: the same library call
-// (run_job.hpp's infer_job); the last save's result.
+// (run_job.hpp's infer_job); the last save's result. Ctrl-C sets the job's stop flag (read
+// while the data is read, and between a PS mode's batches) and raises KeyboardInterrupt.
 py::dict evaluate(const LoadedConfig& config, const std::string& load, const std::string& data_dir,
                   bool keep_predictions, int threads_per_card) {
-  trainer::TrainerEnv env = trainer::TrainerEnv::from_environment();
-  env.threads_per_card = threads_per_card;
   trainer::InferJob job;
   job.load = load;
   job.data_dir = data_dir;
   job.keep_predictions = keep_predictions;
+  std::atomic<bool> stop{false};
+  job.stop_flag = &stop;
   trainer::EvalResult result;
-  std::string failure;
-  try {
-    py::gil_scoped_release released;
-    result = trainer::infer_job(config.config, env, job);
-  } catch (const std::exception& e) {
-    failure = user_message(e);
+  SigintStop sigint(&stop);  // Ctrl-C stops reading the data (and a PS mode between batches)
+  const std::string failure = run_released(
+      config, [&] { result = trainer::infer_job(config.config, env_with(threads_per_card), job); });
+  if (sigint.release()) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
   }
   if (!failure.empty()) raise(errors().engine_error, failure);
   py::dict d;
@@ -224,7 +243,8 @@ void register_train(py::module_& m) {
         py::arg("keep_predictions") = false, py::arg("threads_per_card") = 0,
         "Runs gpubox_train --mode infer [--load LOAD] [--infer_data_dir DATA_DIR] (load '': "
         "the saves runner.infer_load_path names); returns the last save's {'metrics': {...}, "
-        "'labels': array, 'predictions': array} (arrays empty unless kept).");
+        "'labels': array, 'predictions': array} (arrays empty unless kept). Raises EngineError "
+        "with the binary's text, or KeyboardInterrupt (Ctrl-C stops reading the data).");
 }
 
 }  // namespace gpubox::python

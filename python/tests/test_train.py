@@ -124,6 +124,43 @@ def test_a_callbacks_exception_stops_the_run(planted: dict[str, Any],
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
 
 
+@pytest.mark.parametrize("raising", ["on_pass", "on_epoch", "on_progress"])
+def test_a_callback_raising_ends_the_run_with_its_exception(
+        planted: dict[str, Any], tmp_path: pathlib.Path, raising: str) -> None:
+    # After a callback raises, no callback is called again; the run stops at the next step
+    # (on_progress: pass 0 unsaved) or right after the callback (pass 0 saved, its epoch's test
+    # evaluation stopped as it begins), and the exception is raised as it was, traceback and
+    # all. The saves are complete: a resume trains on from them.
+    small = {"runner.epochs": 3, "runner.train_data_dir": planted["test"],
+             "runner.train_batch_size": 64}
+    config = planted_config(planted, tmp_path, **small)
+    calls: list[str] = []
+
+    class Planted(Exception):
+        pass
+
+    def callback(name: str) -> Any:
+        def call(_: Any) -> None:
+            calls.append(name)
+            if name == raising:
+                raise Planted(name)
+        return call
+
+    with pytest.raises(Planted, match=raising) as raised:
+        gpubox.train(config, callback("on_pass"), on_epoch=callback("on_epoch"),
+                     on_progress=callback("on_progress"))
+    assert raised.traceback[-1].name == "call"  # raised where the callback raised it
+    assert calls[-1] == raising and calls.count(raising) == 1
+    saved = [] if raising == "on_progress" else ["0"]
+    model = tmp_path / "model"
+    assert (sorted(p.name for p in model.iterdir()) if model.exists() else []) == saved
+    if raising == "on_pass":  # the epoch's test evaluation was stopped: no test line
+        assert "on_epoch" not in calls
+        assert "test_auc" not in (tmp_path / "metrics.jsonl").read_text()
+    resumed = gpubox.train(planted_config(planted, tmp_path, **small, **{"runner.resume": "auto"}))
+    assert [p.pass_id for p in resumed.passes] == ([1, 2] if saved else [0, 1, 2])
+
+
 def test_engine_logs_through_python_logging(planted: dict[str, Any], tmp_path: pathlib.Path,
                                             caplog: pytest.LogCaptureFixture) -> None:
     config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": "",

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "tests/dataset/test_util.hpp"
 
@@ -138,6 +141,43 @@ TEST(InMemoryDataset, PipeCommandGivesTheSameInstances) {
   ds.set_filelist(gz);
   const Status st = ds.load_into_memory();
   ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(contents(ds), text.instances);
+}
+
+TEST(InMemoryDataset, AStopFlagEndsTheLoadWithAbortedAndAddsNothing) {
+  ScratchDir dir;
+  const TextSet text = make_text(dir, 2, 12000, 0.0, 5);
+  std::atomic<bool> stop{true};
+  {
+    InMemoryDataset ds(config(2));
+    ds.set_filelist(text.files);
+    ds.set_stop_flag(&stop);  // set before the load: nothing is read
+    EXPECT_EQ(ds.load_into_memory().code(), Status::Code::kAborted);
+    EXPECT_EQ(ds.size(), 0u);
+  }
+  // Set while a slow pipe feeds the readers (>= 2.4 s of input): the load ends within the
+  // next 4,096 lines of each reader.
+  stop = false;
+  DatasetConfig c = config(2);
+  c.pipe_command = "awk '{print} NR % 100 == 0 {system(\"sleep 0.02\")}'";
+  InMemoryDataset ds(c);
+  ds.set_filelist(text.files);
+  ds.set_stop_flag(&stop);
+  std::thread stopper([&stop] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = ds.load_into_memory();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.join();
+  EXPECT_EQ(st.code(), Status::Code::kAborted) << st.to_string();
+  EXPECT_EQ(ds.size(), 0u);
+  EXPECT_LT(seconds, 1.8);
+  // Cleared, the same data set loads in full.
+  stop = false;
+  ASSERT_TRUE(ds.load_into_memory().ok());
   EXPECT_EQ(contents(ds), text.instances);
 }
 

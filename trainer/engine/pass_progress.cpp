@@ -20,7 +20,7 @@ PassProgress::PassProgress(const StepHooks& hooks, int64_t pass, std::size_t ste
       tty_(first && !hooks.on_progress && isatty(fileno(stdout)) != 0) {}
 
 PassProgress::~PassProgress() {
-  if (tty_ && steps_ >= 1) std::printf("\n");
+  if (tty_ && !noted_.empty()) std::printf("\n");
 }
 
 bool PassProgress::wanted(std::size_t b) const {
@@ -31,7 +31,8 @@ bool PassProgress::wanted(std::size_t b) const {
 
 void PassProgress::note(std::size_t b, int64_t examples) {
   last_redraw_ = timer_.seconds();
-  if (noted_.size() < steps_) noted_.resize(steps_);
+  // A pass of unknown length (a PS mode's stream: steps_ 0) grows it as it goes.
+  if (noted_.size() <= b) noted_.resize(std::max(steps_, b + 1));
   noted_[b] = {examples, last_redraw_};
 }
 

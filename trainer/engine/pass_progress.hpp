@@ -1,4 +1,5 @@
-// PassProgress: card 0's progress of a pass (of trainer 0) in the gpubox schedule.
+// PassProgress: card 0's progress of a pass (of trainer 0) in the gpubox schedule, and thread
+// 0's in the PS modes (ps_trainer.hpp; `steps` 0 there when a stream's length is unknown).
 //
 // The progress line every runner.print_interval steps, redrawn in place on a terminal at most 4
 // times a second besides, and the caller's StepHooks::on_progress as often, which takes over the

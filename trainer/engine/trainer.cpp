@@ -168,7 +168,7 @@ std::vector<float> Trainer::dense_values(int card) const {
 }
 
 std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
-    const std::vector<std::string>& files, const std::string& what) const {
+    const std::vector<std::string>& files, const std::string& what, int64_t pass) const {
   auto ds = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
   if (files.empty() && env_.trainers > 1) {
     // An uneven split left this trainer no file: it joins every step with empty batches.
@@ -177,7 +177,13 @@ std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
     return ds;
   }
   ds->set_filelist(files);
+  // One trainer stops reading when asked (several stop together, in a step: epoch_loop.hpp).
+  const std::atomic<bool>* stop = env_.trainers == 1 ? step_hooks_.stop_flag : nullptr;
+  ds->set_stop_flag(stop);
   const Status st = ds->load_into_memory();
+  if (st.code() == Status::Code::kAborted && stop != nullptr && stop->load()) {
+    throw PassStopped(pass, "reading " + what);
+  }
   if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
   report_read(ds->load_stats(), files, what);
   return ds;
@@ -188,7 +194,7 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   const std::vector<std::string> share = trainer_file_share(files, env_.trainer_id, env_.trainers);
   const std::string what = "pass " + std::to_string(pass);
   if (config_.runner.reader_type != ReaderType::kQueueDataset) {
-    into->data = load_dataset(share, what);
+    into->data = load_dataset(share, what, pass);
     if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
     into->step_sizes = std::make_shared<const PassStepSizes>(
         plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size)));
@@ -487,8 +493,8 @@ void Trainer::append_step_counts(const StepTally& tally, PassReport* report) con
 
 EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
   State& s = *state_;
-  auto ds =
-      load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers), "evaluation data");
+  auto ds = load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers),
+                         "evaluation data", -1);
   ds->set_batch_size(config_.runner.infer_batch_size);
   const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
   const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);

@@ -118,8 +118,11 @@ class Trainer final : public Schedule {
 
  private:
   struct State;
+  // `what` the files are: pass `pass`'s data, or (pass -1) an evaluation's. One trainer alone
+  // stops reading when the stop flag is set, throwing PassStopped.
   std::unique_ptr<dataset::InMemoryDataset> load_dataset(const std::vector<std::string>& files,
-                                                         const std::string& what) const;
+                                                         const std::string& what,
+                                                         int64_t pass) const;
   // Pass `pass` over `files`: read and shuffled with that pass's seed (thread-safe: the pass
   // pipeline calls it from its threads).
   void read_pass(const std::vector<std::string>& files, int64_t pass, PreparedPass* into) const;

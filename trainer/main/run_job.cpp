@@ -62,6 +62,9 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   const std::vector<std::string> files =
       data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
   const std::unique_ptr<Schedule> schedule = make_schedule(config, env);
+  StepHooks hooks;
+  hooks.stop_flag = job.stop_flag;
+  schedule->set_step_hooks(hooks);
   EvalResult result;
   for (const SaveToEvaluate& save : saves) {
     Timer timer;

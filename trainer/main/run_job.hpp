@@ -5,6 +5,7 @@
 // Thread-safety: one controlling thread per call (training threads live inside).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,6 +38,10 @@ struct InferJob {
   // A data folder (--infer_data_dir); "" = runner.test_data_dir with runner.test_data_dirs.
   std::string data_dir;
   bool keep_predictions = false;  // labels and predictions per instance (--predictions_out)
+  // Set (from any thread or a signal handler) to stop: reading the data stops within a few
+  // thousand lines (and a PS mode's evaluation between batches), and infer_job throws
+  // PassStopped (schedule.hpp). nullptr: none.
+  const std::atomic<bool>* stop_flag = nullptr;
 };
 
 // After each save's evaluation: the save, its result, the seconds its load and evaluation took.

@@ -26,6 +26,7 @@
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
+#include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/ps_modes/thread_barrier.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -102,6 +103,7 @@ struct PsTrainer::State {
   std::unique_ptr<SaveLineage> lineage;
   std::vector<double> metric_sums;  // the last pass's, over this trainer's threads
   PsPeerWatch* watch = nullptr;     // while train() runs a job of several trainers
+  StepHooks hooks;                  // set_step_hooks: the stop flag and the progress callback
 };
 
 PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
@@ -115,6 +117,8 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
       State{device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1),
             nullptr,
             {},
+            {},
+            nullptr,
             {},
             nullptr,
             {}});
@@ -143,6 +147,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
+        throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
       },
       "ps/start", "to start the job");
   for (auto& worker : s.workers) {
@@ -304,7 +309,7 @@ PsTrainer::PassData PsTrainer::read_pass(const std::vector<std::string>& share, 
   } else {
     data.held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
     data.held->set_filelist(share);
-    const Status loaded = data.held->load_into_memory();
+    const Status loaded = load_stoppable(*data.held, "reading pass " + std::to_string(pass), pass);
     if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
     report_read(data.held->load_stats(), share, "pass " + std::to_string(pass));
     if (config_.runner.shuffle) data.held->local_shuffle(config_.runner.seed * 1000003 + pass);
@@ -357,7 +362,7 @@ std::size_t PsTrainer::agree_sync_steps(int64_t pass, std::size_t batches) {
   return steps;
 }
 
-std::size_t PsTrainer::train_threads(PassData& data, int64_t pass) {
+std::size_t PsTrainer::train_threads(PassData& data, int64_t pass, PsPassStop& stop) {
   State& s = *state_;
   const SyncMode mode = config_.runner.sync_mode;
   const int threads = s.cards.num_local_cards();
@@ -386,11 +391,16 @@ std::size_t PsTrainer::train_threads(PassData& data, int64_t pass) {
   const auto dense_every = static_cast<std::size_t>(
       mode == SyncMode::kGeo ? config_.runner.geo_step : config_.runner.dense_sync_steps);
   // Every trainer's updates of a step are on the servers before anyone's next pull (sync).
-  const auto meet_all = [&](int t, const std::string& name, const std::string& what) {
+  // At step barriers (`b` < data.steps) thread 0 also agrees on a stop (PsPassStop).
+  const auto meet_all = [&](int t, const std::string& name, const std::string& what,
+                            std::size_t b) {
     local.wait();  // every thread's updates of this step are on the servers
+    if (t == 0 && b < data.steps) stop.before_sync_barrier(b);
     if (t == 0) sync_barrier(pass, name, what);
+    if (t == 0 && b < data.steps) stop.after_sync_barrier(b, b + 1 == data.steps);
     local.wait();  // ... and every trainer's
   };
+  PsProgress progress(s.hooks, pass, data.steps, config_.runner.print_interval, env_, threads);
   std::size_t steps_taken = 0;  // thread 0's
   s.cards.run_on_cards(
       [&](device::Card& card) {
@@ -399,20 +409,27 @@ std::size_t PsTrainer::train_threads(PassData& data, int64_t pass) {
         worker.metrics().reset();
         dataset::Batch batch;
         std::size_t b = 0;
-        for (; next_batch(t, b, &batch); ++b) {
+        for (;
+             (mode == SyncMode::kSync || !stop.stop_before_step(t, b)) && next_batch(t, b, &batch);
+             ++b) {
           if (s.watch != nullptr) {
             if (const std::string lost = s.watch->lost(); !lost.empty()) {
               GPUBOX_FAIL("pass ", pass, ", step ", b, ": ", lost);
             }
           }
           worker.train_step(batch, pass, static_cast<int64_t>(b));
+          if (t == 0) progress.after_step(b, batch.size(), worker);
           const bool dense_step = (b + 1) % dense_every == 0;
           if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(dense_scale);
           if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
           if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(dense_scale);
           if (mode == SyncMode::kSync) {
-            meet_all(t, std::to_string(b), "step " + std::to_string(b));
+            meet_all(t, std::to_string(b), "step " + std::to_string(b), b);
             if (dense_step) worker.sync_dense(0.0f);
+            if (stop.stopping()) {  // every thread of every trainer after this step
+              ++b;
+              break;
+            }
           }
         }
         // The end of a pass: what is left goes to the servers. In the sync mode every thread of
@@ -422,7 +439,7 @@ std::size_t PsTrainer::train_threads(PassData& data, int64_t pass) {
         if (mode != SyncMode::kSync) worker.sync_dense(dense_scale);
         if (mode == SyncMode::kSync && b % dense_every != 0) {
           worker.sync_dense(dense_scale);
-          meet_all(t, "dense", "the pass's last dense window");
+          meet_all(t, "dense", "the pass's last dense window", data.steps);
           worker.sync_dense(0.0f);
         }
         if (t == 0) steps_taken = b;
@@ -451,13 +468,22 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
     data.steps = agree_sync_steps(pass, data.batches);
   Timer train_timer;
   std::size_t steps_taken = 0;
+  PsPassStop stop(*s.servers, env_.trainer_id, env_.trainers, s.hooks.stop_flag, pass);
   // The steps taken before a stream's failure stay taken: a streamed pass is never whole in
   // memory to be checked first.
   try {
-    steps_taken = train_threads(data, pass);
+    steps_taken = train_threads(data, pass, stop);
   } catch (const Error&) {
     if (data.stream != nullptr) data.check_stream(pass);
     throw;
+  }
+  if (stop.pass_stopped([&] {
+        meet("ps/stop/" + std::to_string(pass), "at the end of pass " + std::to_string(pass));
+      })) {
+    if (data.stream != nullptr) data.stream->abort("the run was asked to stop");
+    if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read
+    pass_id_ = pass;
+    throw PassStopped(pass, steps_taken, data.steps);
   }
   const double train_seconds = train_timer.seconds();
   if (data.stream != nullptr) {
@@ -505,12 +531,14 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   } else {
     held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
     held->set_filelist(files);
-    const Status loaded = held->load_into_memory();
+    const Status loaded = load_stoppable(*held, "reading the evaluation data", -1);
     if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
     report_read(held->load_stats(), files, "evaluation data");
     held->set_batch_size(config_.runner.infer_batch_size);
   }
   EvalResult result;
+  const std::atomic<bool>* stop = alone_stop_flag();
+  bool stopped = false;
   s.cards.run_on_cards(
       [&](device::Card& card) {
         if (card.local_index() != 0) return;
@@ -526,11 +554,16 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
           result.predictions.insert(result.predictions.end(), predictions.begin(),
                                     predictions.end());
         };
+        // One trainer alone stops between two batches when asked (several: in the next pass).
+        const auto go_on = [&] {
+          stopped = stop != nullptr && stop->load();
+          return !stopped;
+        };
         if (stream != nullptr) {
-          while (stream->next_batch(0, &batch)) step();
+          while (go_on() && stream->next_batch(0, &batch)) step();
         } else {
           const std::size_t batches = held->num_batches_per_card(1);
-          for (std::size_t b = 0; b < batches; ++b) {
+          for (std::size_t b = 0; b < batches && go_on(); ++b) {
             held->fill_batch(0, 1, b, &batch);
             step();
           }
@@ -540,6 +573,9 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
       [&](const std::string& why) {
         if (stream != nullptr) stream->abort(why);
       });
+  if (stopped && stream != nullptr) stream->abort("the run was asked to stop");
+  if (stopped && stream != nullptr) (void)stream->finish();
+  if (stopped) throw PassStopped(-1, "the evaluation");
   if (stream != nullptr) {
     const Status read = stream->finish();
     if (!read.ok()) GPUBOX_FAIL("reading evaluation data: ", read.message());
@@ -586,6 +622,23 @@ void PsTrainer::accumulate_pass_metrics(std::vector<double>* sums) const {
   const std::vector<double>& last = state_->metric_sums;
   if (sums->empty()) sums->assign(last.size(), 0.0);
   for (std::size_t i = 0; i < last.size(); ++i) (*sums)[i] += last[i];
+}
+
+void PsTrainer::set_step_hooks(const StepHooks& hooks) { state_->hooks = hooks; }
+
+const std::atomic<bool>* PsTrainer::alone_stop_flag() const {
+  return env_.trainers == 1 ? state_->hooks.stop_flag : nullptr;
+}
+
+Status PsTrainer::load_stoppable(dataset::InMemoryDataset& data, const std::string& what,
+                                 int64_t pass) const {
+  const std::atomic<bool>* stop = alone_stop_flag();
+  data.set_stop_flag(stop);
+  const Status loaded = data.load_into_memory();
+  if (loaded.code() == Status::Code::kAborted && stop != nullptr && stop->load()) {
+    throw PassStopped(pass, what);
+  }
+  return loaded;
 }
 
 std::size_t PsTrainer::metric_buckets() const { return state_->workers[0]->metrics().buckets(); }

@@ -42,21 +42,34 @@
 // start again from the servers' values); a server restart ends the job (running it again
 // resumes from the last save).
 //
+// Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
+// the job in the same pass, the pass unsaved and the servers holding every applied update
+// (PsPassStop); trainer 0's thread 0 reports its progress through the same PassProgress as the
+// gpubox mode (PsProgress; both in ps_step_hooks.hpp).
+//
 // Thread-safety: one controlling thread calls the public methods; training threads live inside.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/status.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/metrics/metric_values.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
+namespace gpubox::dataset {
+class InMemoryDataset;
+}
+
 namespace gpubox::trainer::ps_modes {
+
+class PsPassStop;
 
 class PsTrainer final : public Schedule {
  public:
@@ -103,6 +116,8 @@ class PsTrainer final : public Schedule {
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;
   void accumulate_pass_metrics(std::vector<double>* sums) const override;
   std::size_t metric_buckets() const override;
+  // Read by every pass: its stop between steps (ps_step_hooks.hpp) and thread 0's progress.
+  void set_step_hooks(const StepHooks& hooks) override;
 
  private:
   struct State;
@@ -114,13 +129,18 @@ class PsTrainer final : public Schedule {
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
+  // The stop flag when this trainer is alone (several stop together, in a pass: PsPassStop).
+  const std::atomic<bool>* alone_stop_flag() const;
+  // data.load_into_memory(), stopped when asked (alone): throws PassStopped(pass, what).
+  Status load_stoppable(dataset::InMemoryDataset& data, const std::string& what,
+                        int64_t pass) const;
   // A pass, in parts: its data, the sync mode's barrier of every trainer at the servers and its
   // agreed step count, and every training thread's steps (returns thread 0's step count).
   struct PassData;
   PassData read_pass(const std::vector<std::string>& share, int64_t pass);
   void sync_barrier(int64_t pass, const std::string& name, const std::string& what);
   std::size_t agree_sync_steps(int64_t pass, std::size_t batches);
-  std::size_t train_threads(PassData& data, int64_t pass);
+  std::size_t train_threads(PassData& data, int64_t pass, PsPassStop& stop);
 
   TrainerConfig config_;
   TrainerEnv env_;

@@ -171,6 +171,12 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
   return loss;
 }
 
+double PsWorker::running_auc() {
+  metrics_->progress_async();
+  card_.stream().synchronize();
+  return metrics_->progress_auc();
+}
+
 void PsWorker::eval_step(const dataset::Batch& batch) {
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return;

@@ -89,6 +89,8 @@ class PsWorker {
   DenseModel& model() { return *model_; }
   DenseOptimizer& optimizer() { return *optimizer_; }
   MetricsAccumulator& metrics() { return *metrics_; }
+  // The AUC of what metrics() holds so far (the progress line's; waits for the card).
+  double running_auc();
 
  private:
   // The batch's distinct keys (with their slot ids) and each occurrence's index among them.

@@ -201,25 +201,31 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);
   const int64_t first = start_run(schedule, config, plan, start_from, loaded);
   const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
-  schedule.begin_run(plan);
+  // The hooks are set before the run's background work (a pass read ahead reads the stop
+  // flag) begins, and cleared after it ended.
   schedule.set_step_hooks(hooks.steps);
   struct EndRun {
     Schedule& schedule;
     ~EndRun() {
-      schedule.set_step_hooks({});
       schedule.end_run();
+      schedule.set_step_hooks({});
     }
   } end_run{schedule};
+  schedule.begin_run(plan);
   const auto stop_asked = [&hooks] {
     const bool flagged = hooks.steps.stop_flag != nullptr && hooks.steps.stop_flag->load();
     // Asked either way: stop_requested may be where the caller sees its own request.
     const bool requested = hooks.stop_requested && hooks.stop_requested();
     return flagged || requested;
   };
+  // Several trainers stop together: a stop asked between passes in one of them rides on the
+  // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
+  // same pass; alone, it stops here, before reading the next pass.
+  const bool alone = schedule.env().trainers == 1;
   std::vector<PassReport> reports;
   EpochTally tally;
   for (int64_t k = first; k < plan.total;) {
-    if (k > first && stop_asked()) {
+    if (k > first && stop_asked() && alone) {
       GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
                        << k - 1;
       return reports;  // not the job's end: the servers keep its state
@@ -256,9 +262,12 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       if (plan.ends_epoch(k)) finish_epoch(schedule, plan, k, tally, cards, &metrics, hooks);
       ++k;
     } catch (const PassStopped& stopped) {
+      // An evaluation stopped (pass -1) comes after pass k's save.
+      const int64_t saved = stopped.pass() < 0 ? k : k - 1;
       GPUBOX_LOG(INFO) << stopped.what()
-                       << (k > first ? "; the saves end with pass " + std::to_string(k - 1)
-                                     : std::string());
+                       << (saving && saved >= first
+                               ? "; the saves end with pass " + std::to_string(saved)
+                               : std::string());
       return reports;  // as a stop between passes: not the job's end
     } catch (const Error& e) {
       const std::optional<int64_t> again = schedule.recover(e, k);

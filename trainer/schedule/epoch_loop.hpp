@@ -35,11 +35,16 @@ struct RunHooks {
   // merged) and the test metrics (nullptr without runner.test_data_dir).
   std::function<void(int64_t epoch, const MetricValues& train, const MetricValues* test)> on_epoch;
   // Asked before every pass after the first: true stops the run there, between two passes,
-  // leaving the saves as the last pass left them (its save complete, no later one begun).
+  // leaving the saves as the last pass left them (its save complete, no later one begun). With
+  // several trainers a stop takes effect through the stop flag only (below): a hook answering
+  // true sets it too.
   std::function<bool()> stop_requested;
   // Within a pass: its progress, and a stop between two steps (schedule.hpp). A pass stopped
   // so is neither reported nor saved: the saves end with the pass before it. The stop flag is
-  // also read where stop_requested is asked.
+  // also read where stop_requested is asked: one trainer alone stops there; with several, the
+  // flag set between passes is voted in the next pass's first step (the next pass is read and
+  // begun, then stopped, unsaved, on every trainer), so that every trainer ends after the same
+  // pass.
   StepHooks steps;
 };
 

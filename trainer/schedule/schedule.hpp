@@ -64,8 +64,9 @@ struct StepHooks {
   // Set (from any thread, or a signal handler: it is lock-free) to stop within a pass: every
   // card reads it before each step and votes it into the step's all-reduce; all cards of the
   // job stop after the first step in which any card voted, and train_scheduled_pass throws
-  // PassStopped. Schedules without a stop between steps (the PS modes) stop before the next
-  // pass, where the epoch loop reads it too.
+  // PassStopped (the PS modes agree through the servers instead: ps_step_hooks.hpp). Reading
+  // a pass's data or an evaluation's stops too (one trainer alone), and the epoch loop reads
+  // it between passes.
   const std::atomic<bool>* stop_flag = nullptr;
   // Called on card 0's thread of trainer 0 after a step, at most about 4 times a second and
   // after the pass's last step (the progress line's figures). While set, the progress line is
@@ -84,6 +85,10 @@ class PassStopped : public std::runtime_error {
                            std::to_string(steps_done) + " of " + std::to_string(steps) +
                            " as asked; the pass is not saved"),
         pass_(pass) {}
+  // Stopped while reading: pass `pass`'s data (`what` says so; the pass is not trained), or,
+  // with `pass` -1, an evaluation after the last pass's save.
+  PassStopped(int64_t pass, const std::string& what)
+      : std::runtime_error(what + " stopped as asked"), pass_(pass) {}
   int64_t pass() const { return pass_; }
 
  private:

@@ -1,0 +1,185 @@
+"""Two trainer processes from Python (Gloo on loopback, one gpubox_server for the saves): the
+DataFrame split by trainer, and a stop in one trainer ending every trainer after the same pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any, Optional
+
+import pytest
+from conftest import BIN, CONFIG, PLANTED_OVERRIDES
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+
+class Server:
+    """A gpubox_server on a free loopback port, holding saves under `data_dir`."""
+
+    def __init__(self, data_dir: pathlib.Path) -> None:
+        self.proc = subprocess.Popen(
+            [str(BIN / "gpubox_server"), "--port", "0", "--config", str(CONFIG),
+             "--data_dir", str(data_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        self.endpoint = ""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # "... listening on 127.0.0.1:PORT (shard ..."
+            if "listening on " in line:
+                self.endpoint = line.split("listening on ")[1].split()[0]
+                break
+        assert self.endpoint, "gpubox_server did not start"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def run_job(root: pathlib.Path, name: str, overrides: dict[str, Any], trainers: int = 2,
+            frame: Optional[pathlib.Path] = None,
+            per_trainer: Optional[dict[int, dict[str, Any]]] = None) -> list[dict[str, Any]]:
+    """A job of `trainers` processes of trainer_job.py against a fresh server; returns each
+    trainer's result (trainer 0's first)."""
+    job_dir = root / name
+    job_dir.mkdir()
+    server = Server(root)  # the saves go under root/model
+    procs = []
+    try:
+        for t in range(trainers):
+            job = {"overrides": {k: str(v) if isinstance(v, pathlib.Path) else v
+                                 for k, v in overrides.items()},
+                   "frame": str(frame) if frame else None, "out": str(job_dir / f"out.{t}"),
+                   "pid_file": str(job_dir / f"pid.{t}"), **(per_trainer or {}).get(t, {})}
+            env = dict(os.environ, FLAGS_selected_gpus="0", PADDLE_TRAINER_ID=str(t),
+                       PADDLE_TRAINERS_NUM=str(trainers),
+                       GPUBOX_RENDEZVOUS=f"file://{job_dir / 'rendezvous'}",
+                       PADDLE_PSERVERS_IP_PORT_LIST=server.endpoint,
+                       PYTHONPATH=os.pathsep.join([str(TESTS), *sys.path]))
+            log = open(job_dir / f"log.{t}", "w")
+            procs.append(subprocess.Popen([sys.executable, str(TESTS / "trainer_job.py"),
+                                           json.dumps(job)], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=job_dir))
+        for t, proc in enumerate(procs):
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                pytest.fail(f"trainer {t} of job {name} still runs after 300 s: "
+                            + (job_dir / f"log.{t}").read_text()[-3000:])
+            assert proc.returncode == 0, (job_dir / f"log.{t}").read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        server.stop()
+    return [json.loads((job_dir / f"out.{t}").read_text()) for t in range(trainers)]
+
+
+def job_overrides(planted: dict[str, Any], out: pathlib.Path, **more: Any) -> dict[str, Any]:
+    overrides = dict(PLANTED_OVERRIDES)
+    overrides.update({"runner.train_data_dir": planted["train"], "runner.test_data_dir": "",
+                      "runner.model_save_path": out / "model", "runner.metrics_path": "",
+                      "runner.save_mode": "base", "runner.resume": "off",
+                      "runner.epochs": 2})
+    overrides.update(more)
+    return overrides
+
+
+def test_two_trainers_split_a_dataframe_as_its_files(planted: dict[str, Any],
+                                                     tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("pandas")
+    overrides = job_overrides(planted, tmp_path, **{"runner.model_save_path": ""})
+    from_files = run_job(tmp_path, "files", overrides)
+    from_frame = run_job(tmp_path, "frame", overrides, frame=planted["train"])
+    for t in range(2):
+        assert from_files[t]["error"] is None and from_frame[t]["error"] is None
+        # Each trainer trained its share (the frame's rows split as the files are: 2 of 4
+        # files each); the job's metrics count every row of the frame once, exactly as the
+        # files' run.
+        assert [p["examples"] for p in from_frame[t]["passes"]] == [40000, 40000]
+        assert from_frame[t]["passes"] == from_files[t]["passes"]
+
+
+def test_a_stop_in_one_trainer_ends_every_trainer_after_the_same_pass(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    overrides = job_overrides(planted, tmp_path, **{"runner.epochs": 3,
+                                                    "runner.train_batch_size": 64})
+    # Trainer 1 is interrupted (Ctrl-C) in the middle of pass 1.
+    results = run_job(tmp_path, "sigint", overrides, per_trainer={
+        0: {"interrupt": {"pid_file": str(tmp_path / "sigint" / "pid.1"), "pass": 1,
+                          "step": 5}}})
+    assert results[0]["sent"], "trainer 0 did not reach pass 1"
+    assert results[1]["error"] == "KeyboardInterrupt: "
+    assert results[0]["error"] is None  # stopped as asked: it returns the passes it trained
+    assert [p["pass"] for p in results[0]["passes"]] == [0]
+    assert [p["pass"] for p in results[1]["passes"]] == [0]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
+
+
+def test_a_callback_raising_in_one_trainer_ends_every_trainer_after_that_pass(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    overrides = job_overrides(planted, tmp_path, **{"runner.epochs": 3})
+    results = run_job(tmp_path, "raise", overrides, per_trainer={1: {"raise_on_pass": 0}})
+    assert results[1]["error"] == "ValueError: on_pass raised at pass 0"
+    assert results[0]["error"] is None
+    # Trainer 0 went on into pass 1, where trainer 1's stop vote ended it after a step, unsaved.
+    assert [p["pass"] for p in results[0]["passes"]] == [0]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
+
+
+@pytest.mark.parametrize("mode", ["async", "sync", "geo"])
+@pytest.mark.parametrize("trainers", [1, 2])
+def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
+                                                   tmp_path: pathlib.Path, mode: str,
+                                                   trainers: int) -> None:
+    overrides = job_overrides(planted, tmp_path, **{"runner.epochs": 3,
+                                                    "runner.sync_mode": mode,
+                                                    "runner.train_batch_size": 64})
+    # The last trainer is interrupted (Ctrl-C) at step 5 of pass 1, by trainer 0's progress
+    # callback: PS modes report their steps through the same progress sink.
+    last = trainers - 1
+    results = run_job(tmp_path, "ps", overrides, trainers=trainers, per_trainer={
+        0: {"interrupt": {"pid_file": str(tmp_path / "ps" / f"pid.{last}"), "pass": 1,
+                          "step": 5}}})
+    assert results[0]["sent"], "trainer 0 did not report step 5 of pass 1"
+    assert results[last]["error"] == "KeyboardInterrupt: "
+    for t in range(trainers):
+        assert [p["pass"] for p in results[t]["passes"]] == [0], results[t]
+        if t != last:
+            assert results[t]["error"] is None
+    # Stopped a few steps after the signal (sent after step `sent` of the pass's 625 /
+    # trainers), unsaved; pass 0's save is complete: a resume trains pass 1 again from it.
+    log = (tmp_path / "ps" / f"log.{last}").read_text()
+    assert "stopped in pass 1 after step " in log, log[-2000:]
+    steps_done = int(log.split("stopped in pass 1 after step ")[1].split()[0])
+    sent = results[0]["sent"][0]
+    assert steps_done < sent + 2 * 16 < 625 // trainers, (steps_done, sent)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
+    resumed = run_job(tmp_path, "resumed", {**overrides, "runner.resume": "auto"},
+                      trainers=trainers)
+    for t in range(trainers):
+        assert resumed[t]["error"] is None
+        assert [p["pass"] for p in resumed[t]["passes"]] == [1, 2]
+
+
+def test_ctrl_c_stops_a_ps_modes_test_data_read(planted: dict[str, Any],
+                                                tmp_path: pathlib.Path) -> None:
+    from test_stop_reads import SLOW_PIPE
+
+    overrides = job_overrides(planted, tmp_path, **{
+        "runner.sync_mode": "async", "runner.pipe_command": SLOW_PIPE,
+        "runner.train_data_dir": planted["test"], "runner.test_data_dir": planted["train"]})
+    # Ctrl-C 0.3 s after pass 0's save, while its epoch's test data (>= 4 s) is read.
+    (result,) = run_job(tmp_path, "ps", overrides, trainers=1, per_trainer={
+        0: {"interrupt_after_pass": {"pass": 0, "after_s": 0.3}}})
+    assert result["error"] == "KeyboardInterrupt: "
+    assert result["sent"] and result["returned"] - result["sent"][0] < 1.5, result
+    assert "reading the evaluation data stopped as asked" in (tmp_path / "ps" / "log.0").read_text()
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
+    assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
