@@ -166,7 +166,9 @@ struct FieldGrad {
   }
 };
 
-// Item (p, r, c): dW[p, r, c] = sum_b dr[b, p] (v_a[r] v_g[c] + v_g[r] v_a[c]), p = (a, g).
+// Item (p, r): dW[p, r, c] = sum_b dr[b, p] (v_a[r] v_g[c] + v_g[r] v_a[c]) for every c, p =
+// (a, g). One item per matrix row, so each instance's two field vectors are read once per row,
+// not once per value (the batch-strided reads were this kernel's cost).
 struct PairWeightGrad {
   const float* fields;
   const float* d_pairs;
@@ -175,19 +177,20 @@ struct PairWeightGrad {
   FefmShape shape;
   GPUBOX_HD void operator()(std::size_t item) const {
     const int nf = shape.fields(), k = shape.k;
-    const auto kk = static_cast<std::size_t>(k) * k;
-    const int p = static_cast<int>(item / kk);
-    const int r = static_cast<int>((item % kk) / k), c = static_cast<int>(item % k);
+    const int p = static_cast<int>(item / static_cast<std::size_t>(k));
+    const int r = static_cast<int>(item % static_cast<std::size_t>(k));
     int a = 0;  // the pair's fields: a's pairs are [pair(a, a + 1), pair(a + 1, a + 2))
     while (a + 1 < nf - 1 && shape.pair(a + 1, a + 2) <= p) ++a;
     const int g = p - shape.pair(a, a + 1) + a + 1;
-    float sum = 0.0f;
+    float* out = grad + static_cast<int64_t>(item) * k;
+    for (int c = 0; c < k; ++c) out[c] = 0.0f;
     for (int64_t b = 0; b < batch; ++b) {
       const float* va = fields + (b * nf + a) * k;
       const float* vg = fields + (b * nf + g) * k;
-      sum += d_pairs[b * shape.pairs() + p] * (va[r] * vg[c] + vg[r] * va[c]);
+      const float dr = d_pairs[b * shape.pairs() + p];
+      const float ar = dr * va[r], gr = dr * vg[r];
+      for (int c = 0; c < k; ++c) out[c] += ar * vg[c] + gr * va[c];
     }
-    grad[item] = sum;
   }
 };
 
@@ -334,7 +337,7 @@ void DeepfefmPart::backward(const device::Stream& stream, DenseParameters& param
                        FieldGrad{fields_.data(), sym_.data(), d_pairs_.data(), dx0_.data(),
                                  d_fields_.data(), shape});
   device::parallel_for(
-      stream, sym_.size(),
+      stream, items(pairs(), width_),
       PairWeightGrad{fields_.data(), d_pairs_.data(), params.grads(field_w_), batch, shape});
   const int pool_cols = slots_ * slot_width_;
   device::parallel_for(stream, items(batch, pool_cols),
