@@ -116,13 +116,18 @@ enum class ModelKind {
   kFfm,      // a field-aware factorization machine: kFm with one factor per (feature, field pair):
              // a key's row holds one k-vector per field (fields = sparse slots + dense features;
              // row_embedx_width), no MLP (PaddleRec's ffm)
+  // DeepFEFM: the wide part + a field-embedded FM (v_a^T (W_ab + W_ab^T) v_b for every pair of
+  // fields, slots and dense features) + the MLP over the slots' embeddings, the dense terms and
+  // the pairs' values (PaddleRec's deepfefm; deepfefm_part.hpp)
+  kDeepFefm,
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
-    {ModelKind::kDnn, "dnn"},         {ModelKind::kWideDeep, "wide_deep"},
-    {ModelKind::kWide, "wide"},       {ModelKind::kDeepFm, "deepfm"},
-    {ModelKind::kDcnV2, "dcn_v2"},    {ModelKind::kFm, "fm"},
-    {ModelKind::kDcn, "dcn"},         {ModelKind::kDlrm, "dlrm"},
-    {ModelKind::kXdeepfm, "xdeepfm"}, {ModelKind::kFfm, "ffm"},
+    {ModelKind::kDnn, "dnn"},           {ModelKind::kWideDeep, "wide_deep"},
+    {ModelKind::kWide, "wide"},         {ModelKind::kDeepFm, "deepfm"},
+    {ModelKind::kDcnV2, "dcn_v2"},      {ModelKind::kFm, "fm"},
+    {ModelKind::kDcn, "dcn"},           {ModelKind::kDlrm, "dlrm"},
+    {ModelKind::kXdeepfm, "xdeepfm"},   {ModelKind::kFfm, "ffm"},
+    {ModelKind::kDeepFefm, "deepfefm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

@@ -221,6 +221,31 @@ TEST_F(Collective, FfmEqualsGpuboxModeOnTheSameCards) {
   EXPECT_GT(auc, 0.66);
 }
 
+// deepfefm (its 55 field-pair matrices, dense vectors and DNN all-reduced with the rest of the
+// dense net) in Collective mode equals the gpubox mode on the same 2 cards, dense weights and
+// test AUC to the bit, and learns.
+TEST_F(Collective, DeepFefmEqualsGpuboxMode) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const std::vector<std::string> deepfefm = {"hyper_parameters.model=deepfefm",
+                                             "hyper_parameters.fc_sizes=[32, 16]"};
+  auto collective = make_trainer(true, "0,1", deepfefm);
+  auto gpubox = make_trainer(false, "0,1", deepfefm);
+  double auc = 0;
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    collective->train_pass(train_files());
+    gpubox->train_pass(train_files());
+    ASSERT_TRUE(same_rows(host_rows(*collective), host_rows(*gpubox))) << "epoch " << epoch;
+    for (int c = 0; c < 2; ++c) {
+      ASSERT_TRUE(same_bytes(collective->dense_values(c), gpubox->dense_values(c)))
+          << "epoch " << epoch << " card " << c;
+    }
+    auc = collective->evaluate(test_files(), false).metrics.auc;
+    EXPECT_EQ(auc, gpubox->evaluate(test_files(), false).metrics.auc) << "epoch " << epoch;
+  }
+  std::printf("Collective deepfefm test AUC %.4f, planted model %.4f\n", auc, planted_auc_);
+  EXPECT_GT(auc, 0.68);
+}
+
 TEST_F(Collective, SavesLoadAcrossModes) {
   GPUBOX_REQUIRE_CARDS(3);
   auto collective = make_trainer(true, "0,1");

@@ -292,6 +292,53 @@ TEST(PaddleRecKeys, XdeepfmConfigTrainsXdeepfm) {
                        "is dnn, which reads hyper_parameters.fc_sizes"));
 }
 
+// deepfefm's config.yaml (its runner and hyper_parameters, unchanged but the batch): the network
+// its folder names, with fc_sizes as its DNN and 39 fields of 8 (741 pair matrices).
+constexpr const char* kDeepFefm = R"(workspace: "models/rank/deepfefm"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 16
+  epochs: 2
+  print_interval: 2
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_deepfefm"
+  test_data_dir: "data/sample_data/train"
+  infer_reader_path: "criteo_reader" # importlib format
+  infer_batch_size: 16
+  infer_load_path: "output_model_deepfefm"
+  infer_start_epoch: 0
+  infer_end_epoch: 2
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+    strategy: async
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1100005
+  sparse_feature_dim: 9
+  dense_input_dim: 13
+  fc_sizes: [512, 256, 128, 32]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, DeepFefmConfigTrainsDeepFefm) {
+  const StatusOr<TrainerConfig> c = parse(kDeepFefm);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kDeepFefm);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.kind, ModelKind::kDeepFefm);
+  EXPECT_EQ(model.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
+  EXPECT_EQ(c->mf_dim(), 8);  // embed_w (its first-order weight) + 8 embedding values
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  // Its fields' pair matrices are k x k: slots of several widths are refused naming the key.
+  EXPECT_TRUE(contains(error_of(kDeepFefm, {"hyper_parameters.slot_dims={1: 4}"}),
+                       "deepfefm's fields share one width"));
+}
+
 TEST(PaddleRecKeys, ASpellingAndItsKeyMustAgree) {
   EXPECT_TRUE(parse("hyper_parameters:\n  emb_dim: 9\n  sparse_feature_dim: 9\n").ok());
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  emb_dim: 9\n  sparse_feature_dim: 11\n"),

@@ -407,7 +407,9 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
             "hyper_parameters.use_cvm=true"},
            // ffm: rows of one factor per field (the slots and the dense features).
            {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=4"},
-           {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"}}) {
+           {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"},
+           {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[8]"},
+           {"hyper_parameters.model=deepfefm", "hyper_parameters.use_cvm=true"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());

@@ -378,11 +378,17 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   EXPECT_EQ(ffm->mf_dim(), (26 + 13) * 8);
   EXPECT_EQ(ffm->dense_model_config().mf_dim, (26 + 13) * 8);
 
+  auto deepfefm = load("PaddleRec/models/rank/deepfefm", yaml);
+  ASSERT_TRUE(deepfefm.ok()) << deepfefm.status().to_string();
+  EXPECT_EQ(deepfefm->dense_model_config().kind, config::ModelKind::kDeepFefm);
+  EXPECT_EQ(deepfefm->mf_dim(), 8);  // one embedding per key, as the dnn's
+
   auto autoint = load("PaddleRec/models/rank/autoint", yaml);
   ASSERT_FALSE(autoint.ok());
   const std::string what = autoint.status().message();
   EXPECT_NE(what.find("names PaddleRec's network 'autoint', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm)"),
+                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, "
+                      "deepfefm)"),
             std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;

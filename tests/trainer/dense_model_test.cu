@@ -201,7 +201,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{ModelKind::kDcnV2, true, 3, DcnStructure::kParallel, 2},
                       ModelCase{ModelKind::kDcn, false}, ModelCase{ModelKind::kDcn, true},
                       ModelCase{ModelKind::kXdeepfm, false}, ModelCase{ModelKind::kXdeepfm, true},
-                      ModelCase{ModelKind::kFfm, false}, ModelCase{ModelKind::kFfm, true}));
+                      ModelCase{ModelKind::kFfm, false}, ModelCase{ModelKind::kFfm, true},
+                      ModelCase{ModelKind::kDeepFefm, false},
+                      ModelCase{ModelKind::kDeepFefm, true}));
 
 // hyper_parameters.cross_l2 as the whole model applies it: with the dense scale 1 / global batch,
 // the gradients with the penalty minus those without are 2 * l2 * (local batch / global batch)

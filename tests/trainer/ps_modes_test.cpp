@@ -346,6 +346,24 @@ TEST_F(PsModes, FfmTrainsInEveryMode) {
   }
 }
 
+// deepfefm (its field-pair matrices and dense vectors in the dense table with the dnn) in every
+// PS mode, 2 trainers on 2 servers: every mode learns (geo with twice the passes, as above).
+TEST_F(PsModes, DeepFefmTrainsInEveryMode) {
+  const std::vector<std::string> deepfefm = {"hyper_parameters.model=deepfefm",
+                                             "hyper_parameters.fc_sizes=[32, 16]"};
+  for (const char* mode : {"async", "sync", "geo"}) {
+    SCOPED_TRACE(mode);
+    const int passes = std::string(mode) == "geo" ? 2 * kEpochs : kEpochs;
+    std::vector<std::string> extra = deepfefm;
+    extra.push_back(std::string("runner.sync_mode=") + mode);
+    extra.push_back("runner.geo_step=4");
+    const Outcome out = run(extra, 2, 2, passes);
+    std::printf("deepfefm %s, 2 trainers x 2 servers: test auc %.6f, planted %.6f\n", mode,
+                out.test_auc, planted_auc_);
+    EXPECT_GT(out.test_auc, 0.68);
+  }
+}
+
 // Issue 17: slot_dims (widths 4, 16 and 2 beside the default 8) in every PS mode, 2 trainers on
 // 2 servers: the rows travel at their own widths (protocol 4), each server keeps every row at its
 // slot's width, the model learns, and an async job's save loads into another PS job exactly.

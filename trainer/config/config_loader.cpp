@@ -108,18 +108,20 @@ Status check_dlrm(const TrainerConfig& c, const std::string& source) {
 
 // xdeepfm's CIN, and its DNN: layer_sizes_dnn when given (PaddleRec's xdeepfm net reads it and
 // not fc_sizes, which its config.yaml also sets), else fc_sizes. No other network reads
-// layer_sizes_dnn: set for one, it is refused rather than dropped unseen; xdeepfm with slot_dims
-// is refused too.
+// layer_sizes_dnn: set for one, it is refused rather than dropped unseen; xdeepfm (and deepfefm)
+// with slot_dims is refused too.
 Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string k = "hyper_parameters.";
   h.layer_sizes_cin = doc.get_int_list(k + "layer_sizes_cin");
-  // Its fields share one width (the CIN multiplies them element by element).
-  if (h.model == ModelKind::kXdeepfm && !doc.get_int_map(k + "slot_dims").empty()) {
-    return Status::InvalidArgument(doc.source() +
-                                   ": xdeepfm's fields share one width (its CIN multiplies them "
-                                   "element by element), but " +
-                                   k +
-                                   "slot_dims sets other widths for some slots; leave it empty");
+  // Its fields share one width (the CIN multiplies them element by element; deepfefm's pair
+  // matrices are k x k).
+  const bool xdeepfm = h.model == ModelKind::kXdeepfm;
+  if ((xdeepfm || h.model == ModelKind::kDeepFefm) && !doc.get_int_map(k + "slot_dims").empty()) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + name_of(kModelKindNames, h.model) + "'s fields share one width (" +
+        (xdeepfm ? "its CIN multiplies them element by element"
+                 : "its field-pair matrices are k x k") +
+        "), but " + k + "slot_dims sets other widths for some slots; leave it empty");
   }
   const std::vector<int> dnn = doc.get_int_list(k + "layer_sizes_dnn");
   if (dnn.empty()) return Status::OK();

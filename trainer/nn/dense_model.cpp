@@ -74,15 +74,18 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
   const bool dlrm = config.kind == ModelKind::kDlrm;
   const bool xdeepfm = config.kind == ModelKind::kXdeepfm;
-  if (precision_ == DensePrecision::kBf16 && (dcn || xdeepfm)) {
-    // The cross network's (the CIN's) GEMMs and elementwise products are fp32 (CrossNet,
-    // XdeepfmPart), and the MLP reads either its output (stacked) or the same input rows: one
-    // precision for both.
+  const bool deepfefm = config.kind == ModelKind::kDeepFefm;
+  if (precision_ == DensePrecision::kBf16 && (dcn || xdeepfm || deepfefm)) {
+    // The cross network's (the CIN's, the FEFM's) GEMMs and elementwise products are fp32
+    // (CrossNet, XdeepfmPart, DeepfefmPart), and the MLP reads either its output (stacked) or the
+    // same input rows: one precision for both.
     precision_ = DensePrecision::kFp32;
     if (card.local_index() == 0) {
       GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
                           << name_of(kModelKindNames, config.kind) << "'s "
-                          << (xdeepfm ? "CIN" : "cross network")
+                          << (xdeepfm    ? "CIN"
+                              : deepfefm ? "field-embedded FM"
+                                         : "cross network")
                           << " computes in fp32: the dense net runs in fp32";
     }
   }
@@ -98,13 +101,18 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // dlrm: the pool writes the slots alone; the dense features go to the bottom MLP (DlrmPart),
   // and the fc layers read its output R.
   // xdeepfm: the same; the fc layers read its fields' embeddings, dense features included.
-  const int input_dim = pool_.out_dim() + (dlrm || xdeepfm ? 0 : config.dense_dim);
+  // deepfefm: the same; the fc layers read DeepfefmPart's input (embeddings, dense terms, pairs).
+  const int input_dim = pool_.out_dim() + (dlrm || xdeepfm || deepfefm ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
   if (dlrm) {
     dlrm_ = std::make_unique<DlrmPart>(card, params_, blas_, pool_, config, activation_type_);
   }
   if (xdeepfm) xdeepfm_ = std::make_unique<XdeepfmPart>(card, params_, pool_, config);
-  const int64_t first_ld = dlrm_ ? dlrm_->top_ld() : xdeepfm_ ? xdeepfm_->dnn_ld() : x0_ld_;
+  if (deepfefm) deepfefm_ = std::make_unique<DeepfefmPart>(card, params_, pool_, config);
+  const int64_t first_ld = dlrm_       ? dlrm_->top_ld()
+                           : xdeepfm_  ? xdeepfm_->dnn_ld()
+                           : deepfefm_ ? deepfefm_->dnn_ld()
+                                       : x0_ld_;
   if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
   // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
   // wanted for every column (the cross network's backward takes it, still scaled).
@@ -112,7 +120,10 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (has_mlp) {
     const std::size_t count = config.fc_sizes.size() + 1;
     layers_.reserve(count);
-    int in = dlrm_ ? dlrm_->top_in() : xdeepfm_ ? xdeepfm_->dnn_in() : input_dim;
+    int in = dlrm_       ? dlrm_->top_in()
+             : xdeepfm_  ? xdeepfm_->dnn_in()
+             : deepfefm_ ? deepfefm_->dnn_in()
+                         : input_dim;
     for (std::size_t l = 0; l < count; ++l) {
       const bool last = l + 1 == count;
       LinearGemmSpec spec;
@@ -129,11 +140,12 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       // xdeepfm: its fields' embeddings (not the cvm columns behind them).
       spec.dx_cols = l == 0 && !stacked && !dlrm ? pool_.out_dim() : in;
       if (l == 0 && xdeepfm) spec.dx_cols = xdeepfm_->embedding_cols();
+      if (l == 0 && deepfefm) spec.dx_cols = deepfefm_->embedding_cols();
       spec.x_ld = l == 0 ? first_ld : activation_ld(in);
       spec.y_ld = activation_ld(spec.out);
       spec.dz_ld = activation_ld(spec.out);
-      spec.dx_ld =
-          l == 0 ? (stacked || dlrm || xdeepfm ? first_ld : pool_.out_dim()) : activation_ld(in);
+      spec.dx_ld = l == 0 ? (stacked || dlrm || xdeepfm || deepfefm ? first_ld : pool_.out_dim())
+                          : activation_ld(in);
       layers_.emplace_back(params_, blas_, spec);
       in = spec.out;
     }
@@ -171,6 +183,7 @@ double DenseModel::flops_per_example() const {
   return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0) +
          (dlrm_ ? dlrm_->flops_per_example() : 0.0) +
          (xdeepfm_ ? xdeepfm_->flops_per_example() : 0.0) +
+         (deepfefm_ ? deepfefm_->flops_per_example() : 0.0) +
          (ffm_ ? ffm_->flops_per_example() : 0.0);
 }
 
@@ -189,6 +202,7 @@ void DenseModel::reserve(int64_t batch) {
   if (cross_) cross_->reserve(batch);
   if (dlrm_) dlrm_->reserve(batch);
   if (xdeepfm_) xdeepfm_->reserve(batch);
+  if (deepfefm_) deepfefm_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -225,6 +239,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   }
   if (dlrm_) out << dlrm_->kernel_report(batch);
   if (xdeepfm_) out << xdeepfm_->kernel_report(batch);
+  if (deepfefm_) out << deepfefm_->kernel_report(batch);
   return out.str();
 }
 
@@ -235,8 +250,8 @@ void DenseModel::forward(const DenseBatchView& batch) {
   reserve(batch.batch);  // no-op when the step already did
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
-  pool_.forward(stream, batch.sparse, batch.dense, dlrm_ || xdeepfm_ ? 0 : config_.dense_dim,
-                input_rows());
+  pool_.forward(stream, batch.sparse, batch.dense,
+                dlrm_ || xdeepfm_ || deepfefm_ ? 0 : config_.dense_dim, input_rows());
   if (layers_.empty()) {
     // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
@@ -245,10 +260,14 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
   if (dlrm_) dlrm_->forward(stream, params_, input_rows(), batch.dense, n);
   if (xdeepfm_) xdeepfm_->forward(blas_, params_, input_rows(), batch.dense, n);
+  if (deepfefm_) {
+    deepfefm_->forward(stream, params_, input_rows(), batch.dense, wide_->weight_block(), n);
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
   if (xdeepfm_) xdeepfm_->add_logits(blas_, params_, n, logits());
+  if (deepfefm_) deepfefm_->add_logits(stream, n, logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
@@ -313,6 +332,12 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                                xdeepfm_->dnn_input_grad(), n);
       xdeepfm_->backward(blas_, params_, batch.dense, dlogits_.data(), scales.dense, n, unscale,
                          d_pooled_.data());
+    } else if (deepfefm_) {
+      // The same for the FEFM: dL/d(its DNN input), still scaled, into its backward.
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
+                               deepfefm_->dnn_input_grad(), n);
+      deepfefm_->backward(stream, params_, batch.dense, dlogits_.data(), scales.dense, n, unscale,
+                          d_pooled_.data());
     } else {
       // The pooled gradient, with the dense scale multiplied back out.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);
@@ -339,6 +364,9 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   if (wide_) {
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
                     d_pooled_.data());
+  }
+  if (deepfefm_) {  // the DNN reads x_d w_d too: its share of wide.dense_w's gradient
+    deepfefm_->add_dense_w_grad(stream, params_, batch.dense, wide_->weight_block(), n);
   }
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
   if (ffm_) {

@@ -5,7 +5,8 @@
 // a cross network before the MLP (stacked) or beside it (parallel), for dcn a vector cross network
 // beside it; for dlrm a bottom MLP over the dense features and the dot interaction before it:
 // dlrm_part.hpp; for xdeepfm the wide part, the MLP over the fields' embeddings and a CIN over
-// them: xdeepfm_part.hpp) -> sigmoid, log loss. Owns its
+// them: xdeepfm_part.hpp; for deepfefm the wide part, a field-embedded FM and the MLP over the
+// embeddings and its pairs' values: deepfefm_part.hpp) -> sigmoid, log loss. Owns its
 // layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
 // parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
 // batch (views into the sparse side's buffers) nor the optimizer.
@@ -41,6 +42,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "trainer/nn/blas.hpp"
+#include "trainer/nn/deepfefm_part.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
 #include "trainer/nn/dlrm_part.hpp"
@@ -151,6 +153,7 @@ class DenseModel {
     if (cross_ && !cross_->parallel()) return cross_->output();
     if (dlrm_) return dlrm_->top_input();
     if (xdeepfm_) return xdeepfm_->dnn_input();
+    if (deepfefm_) return deepfefm_->dnn_input();
     return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm.
@@ -167,14 +170,15 @@ class DenseModel {
   SlotSumPool pool_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
-  std::unique_ptr<FmPart> fm_;            // kDeepFm and kFm only
-  std::unique_ptr<CrossNet> cross_;       // kDcnV2 and kDcn only
-  std::unique_ptr<DlrmPart> dlrm_;        // kDlrm only
-  std::unique_ptr<XdeepfmPart> xdeepfm_;  // kXdeepfm only
-  std::unique_ptr<FfmPart> ffm_;          // kFfm only
-  std::size_t wide_bias_ = 0;             // kWide, kFm and kFfm only
-  int64_t x0_ld_ = 0;                     // row stride of the first layer's input (elements)
-  int64_t reported_batch_ = -1;           // the batch whose kernel report was logged (-1: none yet)
+  std::unique_ptr<FmPart> fm_;              // kDeepFm and kFm only
+  std::unique_ptr<CrossNet> cross_;         // kDcnV2 and kDcn only
+  std::unique_ptr<DlrmPart> dlrm_;          // kDlrm only
+  std::unique_ptr<XdeepfmPart> xdeepfm_;    // kXdeepfm only
+  std::unique_ptr<DeepfefmPart> deepfefm_;  // kDeepFefm only
+  std::unique_ptr<FfmPart> ffm_;            // kFfm only
+  std::size_t wide_bias_ = 0;               // kWide, kFm and kFfm only
+  int64_t x0_ld_ = 0;                       // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
 
   // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
   // dense features), one output per linear layer (the last is the fp32 logit column), and the
