@@ -116,6 +116,9 @@ enum class ModelKind {
   kFfm,      // a field-aware factorization machine: kFm with one factor per (feature, field pair):
              // a key's row holds one k-vector per field (fields = sparse slots + dense features;
              // row_embedx_width), no MLP (PaddleRec's ffm)
+  kAutoint,  // AutoInt: multi-head self-attention layers over the slots' and dense features'
+             // embeddings into the logit, + the wide part (use_wide) and the MLP over the
+             // embeddings when fc_sizes is set (hyper_parameters.attn_layer_sizes, head_num)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},         {ModelKind::kWideDeep, "wide_deep"},
@@ -123,6 +126,7 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDcnV2, "dcn_v2"},    {ModelKind::kFm, "fm"},
     {ModelKind::kDcn, "dcn"},         {ModelKind::kDlrm, "dlrm"},
     {ModelKind::kXdeepfm, "xdeepfm"}, {ModelKind::kFfm, "ffm"},
+    {ModelKind::kAutoint, "autoint"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two
