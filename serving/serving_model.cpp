@@ -296,6 +296,13 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
   if (model.kind == trainer::ModelKind::kXdeepfm) {
     properties["layer_sizes_cin"] = join_ints(model.cin_layer_sizes);
   }
+  if (model.kind == trainer::ModelKind::kAutoint) {
+    properties["attn_layer_sizes"] = join_ints(model.attn_layer_sizes);
+    properties["head_num"] = std::to_string(model.attn_heads);
+    properties["use_residual"] = model.attn_residual ? "1" : "0";
+    properties["scaling"] = model.attn_scaling ? "1" : "0";
+    properties["use_wide"] = model.attn_use_wide ? "1" : "0";
+  }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kServingKind, properties));
   return summary;
 }
@@ -336,6 +343,13 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   }
   if (spec.model.kind == trainer::ModelKind::kXdeepfm) {  // written for xdeepfm exports only
     spec.model.cin_layer_sizes = read.sizes("layer_sizes_cin");
+  }
+  if (spec.model.kind == trainer::ModelKind::kAutoint) {  // written for autoint exports only
+    spec.model.attn_layer_sizes = read.sizes("attn_layer_sizes");
+    spec.model.attn_heads = static_cast<int>(read.integer("head_num", 1, 1024));
+    spec.model.attn_residual = read.integer("use_residual", 0, 1) != 0;
+    spec.model.attn_scaling = read.integer("scaling", 0, 1) != 0;
+    spec.model.attn_use_wide = read.integer("use_wide", 0, 1) != 0;
   }
   if (const auto widths = manifest->properties.find("slot_dims");
       widths != manifest->properties.end()) {

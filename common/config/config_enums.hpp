@@ -14,17 +14,19 @@ namespace gpubox::config {
 // runner.data_format: the input formats. kAuto is not a format of its own: the format of each file
 // (or of a pipe_command's output) is recognised from its first lines (dataset/format_detect.hpp).
 enum class DataFormat {
-  kAuto,       // recognise slot text (either token order), MultiSlot, raw Criteo or feat_idx text
+  kAuto,       // recognise slot text (either token order), MultiSlot, raw Criteo, feat_idx or
+               // idx_value text
   kSlot,       // PaddleRec slot text: `click:1 dense_feature:0.5 ... 1:737395 ... 26:306163`
   kMultiSlot,  // Paddle MultiSlot: `<n> <v1>..<vn>` per field, fields in runner.multislot_order
                // (default: label, sparse slots, dense, the order of PaddleRec's readers)
   kCriteo,     // raw Criteo TSV: label, 13 integers, 26 hex categoricals, tab separated
   kFeatIdx,    // PaddleRec's LR/FM Criteo text: `feat_idx:I ... feat_value:V ... label:L`
+  kIdxValue,   // PaddleRec autoint's Criteo text: `L I_1 .. I_n V_1 .. V_n` (n fields)
 };
 inline constexpr EnumName<DataFormat> kDataFormatNames[] = {
     {DataFormat::kAuto, "auto"},           {DataFormat::kSlot, "slot"},
     {DataFormat::kMultiSlot, "multislot"}, {DataFormat::kCriteo, "criteo"},
-    {DataFormat::kFeatIdx, "feat_idx"},
+    {DataFormat::kFeatIdx, "feat_idx"},    {DataFormat::kIdxValue, "idx_value"},
 };
 
 // runner.pipe_command_args: whether a pipe_command gets PaddleRec's two arguments appended,

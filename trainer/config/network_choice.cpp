@@ -23,6 +23,7 @@ constexpr Known kBuilt[] = {
     {"dlrm", config::ModelKind::kDlrm},
     {"xdeepfm", config::ModelKind::kXdeepfm},
     {"ffm", config::ModelKind::kFfm},
+    {"autoint", config::ModelKind::kAutoint},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.
