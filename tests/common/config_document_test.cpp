@@ -367,8 +367,9 @@ TEST_F(ConfigDocumentTest, EveryUnknownKeyOfAFileIsReportedInOneError) {
   EXPECT_EQ(e, p + ": 3 unknown keys (gpubox_train --print_config_keys lists the valid ones):\n  " +
                    p + ":5: unknown key 'runner.epoch' (did you mean 'runner.epochs'?)\n  " + p +
                    ":11: unknown key 'hyper_parameters.sparse_num_field'\n  " + p +
-                   ":12: unknown key 'hyper_parameters.field_num'\n  " + p +
-                   ":6: runner.thread_num: expected an integer, got 'x'");
+                   ":12: unknown key 'hyper_parameters.field_num' (did you mean "
+                   "'hyper_parameters.head_num'?)\n  " +
+                   p + ":6: runner.thread_num: expected an integer, got 'x'");
 }
 
 TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
@@ -378,10 +379,10 @@ TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
             (std::vector<std::string>{"hyper_parameters.optimizer.learning_rate",
                                       "hyper_parameters.sparse_optimizer.learning_rate"}));
   EXPECT_EQ(key_suggestions("hyper_parameters.thread_num"),
-            std::vector<std::string>{"runner.thread_num"});
+            (std::vector<std::string>{"hyper_parameters.head_num", "runner.thread_num"}));
   // Unrelated names get no suggestion (the old "did you mean" named any nearest key).
   EXPECT_TRUE(key_suggestions("runner.num_wk").empty());
-  EXPECT_TRUE(key_suggestions("hyper_parameters.head_num").empty());
+  EXPECT_TRUE(key_suggestions("hyper_parameters.sparse_num_field").empty());
   EXPECT_TRUE(key_suggestions("runner.xy").empty());
   EXPECT_EQ(error_of("runner:\n  num_wk: 2\n"), bad_path() + ":2: unknown key 'runner.num_wk'");
   // PaddleRec's names are candidates too.
