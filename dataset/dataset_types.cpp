@@ -29,7 +29,8 @@ Status validate(const DatasetConfig& config) {
   }
   // The transform is read with the slot and multislot dense fields; the Criteo formats scale
   // theirs by runner.criteo_dense. Set for those, it would be named at start and never applied.
-  if ((config.data_format == DataFormat::kCriteo || config.data_format == DataFormat::kFeatIdx) &&
+  if ((config.data_format == DataFormat::kCriteo || config.data_format == DataFormat::kFeatIdx ||
+       config.data_format == DataFormat::kIdxValue) &&
       config.dense_transform != config::DenseTransform::kNone &&
       config.dense_transform != config::DenseTransform::kAuto) {
     return Status::InvalidArgument(

@@ -70,6 +70,7 @@ std::vector<DatasetConfig> format_candidates(const DatasetConfig& config) {
   }
   if (fits_criteo(config)) add(DataFormat::kCriteo, [](DatasetConfig&) {});
   add(DataFormat::kFeatIdx, [](DatasetConfig&) {});
+  add(DataFormat::kIdxValue, [](DatasetConfig&) {});
   GPUBOX_EXPECTS(!out.empty(), "no input format fits the config");
   return out;
 }
@@ -107,6 +108,8 @@ std::string describe_format(const DatasetConfig& c) {
       return "raw Criteo TSV";
     case DataFormat::kFeatIdx:
       return "feat_idx text (PaddleRec's LR/FM samples)";
+    case DataFormat::kIdxValue:
+      return "idx_value text (PaddleRec's autoint samples)";
     case DataFormat::kAuto:
       break;
   }

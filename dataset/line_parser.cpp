@@ -180,6 +180,8 @@ ParseResult LineParser::parse(std::string_view line, InstanceBlock* out) {
       return parse_criteo(line, out);
     case DataFormat::kFeatIdx:
       return parse_feat_idx(line, out);
+    case DataFormat::kIdxValue:
+      return parse_idx_value(line, out);
     case DataFormat::kAuto:
       break;
   }
@@ -426,17 +428,56 @@ ParseResult LineParser::parse_feat_idx(std::string_view line, InstanceBlock* out
                      "the feat_idx and feat_value counts differ from dense_input_dim plus the "
                      "sparse slots");
   }
+  commit_fields(label, &result, out);
+  return result;
+}
+
+// PaddleRec autoint's Criteo text (its criteo_reader.py): the label, the fields' indices, then
+// their values, one space-separated line; the fields pair up as feat_idx text's do.
+ParseResult LineParser::parse_idx_value(std::string_view line, InstanceBlock* out) {
+  feat_idx_.clear();
+  feat_value_.clear();
+  ParseResult result;
+  const std::size_t fields = static_cast<std::size_t>(config_.dense_dim + num_slots_);
+  std::size_t pos = 0;
+  std::string_view token = next_token(line, &pos);
+  float label = 0.0f;
+  if (!parse_label(token, &label)) return fail(ParseReason::kBadLabel, token);
+  for (token = next_token(line, &pos); !token.empty(); token = next_token(line, &pos)) {
+    if (feat_idx_.size() < fields) {
+      std::uint64_t index = 0;
+      if (!parse_u64(token, &index)) return fail(ParseReason::kBadKey, token);
+      feat_idx_.push_back(index);
+    } else {
+      float v = 0.0f;
+      if (!parse_float(token, &v)) return fail(ParseReason::kBadDense, token);
+      feat_value_.push_back(v);
+    }
+  }
+  if (feat_idx_.size() != fields || feat_value_.size() != fields) {
+    return fail_note(ParseReason::kFieldCount,
+                     "not the label and dense_input_dim plus the sparse slots' indices, then as "
+                     "many values");
+  }
+  commit_fields(label, &result, out);
+  return result;
+}
+
+// The first dense_dim fields are the dense values (their index is only the field's number);
+// each later field is one sparse slot whose key is its index. A value of 0 contributes nothing
+// to PaddleRec's networks (embedding times value), so such a field is an empty slot; index 0 is
+// Paddle's padding, like key 0. Other values scale nothing here: a present key counts once.
+void LineParser::commit_fields(float label, ParseResult* result, InstanceBlock* out) {
   dense_.assign(feat_value_.begin(), feat_value_.begin() + config_.dense_dim);
   keys_.clear();
   for (int s = 0; s < num_slots_; ++s) {
     const std::size_t f = static_cast<std::size_t>(config_.dense_dim + s);
     const bool present = feat_idx_[f] != 0 && feat_value_[f] != 0.0f;
-    if (feat_idx_[f] == 0) ++result.zero_keys;
+    if (feat_idx_[f] == 0) ++result->zero_keys;
     if (present) keys_.push_back(feat_idx_[f]);
     slot_sizes_[s] = present ? 1 : 0;
   }
   commit(label, out);
-  return result;
 }
 
 }  // namespace gpubox::dataset

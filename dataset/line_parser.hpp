@@ -79,6 +79,10 @@ class LineParser {
   ParseResult parse_multislot(std::string_view line, InstanceBlock* out);
   ParseResult parse_criteo(std::string_view line, InstanceBlock* out);
   ParseResult parse_feat_idx(std::string_view line, InstanceBlock* out);
+  ParseResult parse_idx_value(std::string_view line, InstanceBlock* out);
+  // feat_idx and idx_value text: dense values, keys and slot sizes from feat_idx_/feat_value_,
+  // then commit.
+  void commit_fields(float label, ParseResult* result, InstanceBlock* out);
   // Fills keys_ and slot_sizes_ from pending_, grouping keys by slot in met order (`in_order`:
   // pending_ is already sorted by slot).
   void group_pending(bool in_order);
@@ -94,7 +98,7 @@ class LineParser {
   std::vector<std::uint64_t> keys_;                               // grouped by slot
   std::vector<std::uint32_t> slot_sizes_;
   std::vector<std::uint32_t> cursor_;
-  std::vector<std::uint64_t> feat_idx_;  // feat_idx text: the line's indices and values
+  std::vector<std::uint64_t> feat_idx_;  // feat_idx, idx_value: the line's indices, values
   std::vector<float> feat_value_;
 };
 

@@ -27,7 +27,9 @@ if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -uo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
+build_dir="${GPUBOX_BUILD_DIR:-$repo/build}"
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac  # the runs cd elsewhere
+bin="$build_dir/bin"
 die() {
   echo "paddlerec_sweep: $*" >&2
   exit 2

@@ -186,6 +186,13 @@ void write_network_keys(const trainer::DenseModelConfig& model,
   if (model.kind == trainer::ModelKind::kXdeepfm) {
     (*properties)["layer_sizes_cin"] = join_ints(model.cin_layer_sizes);
   }
+  if (model.kind == trainer::ModelKind::kAutoint) {
+    (*properties)["attn_layer_sizes"] = join_ints(model.attn_layer_sizes);
+    (*properties)["head_num"] = std::to_string(model.attn_heads);
+    (*properties)["use_residual"] = model.attn_residual ? "1" : "0";
+    (*properties)["scaling"] = model.attn_scaling ? "1" : "0";
+    (*properties)["use_wide"] = model.attn_use_wide ? "1" : "0";
+  }
 }
 
 // write_network_keys' keys back into `model` (kind and slots already read); a malformed one is
@@ -208,6 +215,13 @@ Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
   }
   if (model->kind == trainer::ModelKind::kXdeepfm) {
     model->cin_layer_sizes = read.sizes("layer_sizes_cin");
+  }
+  if (model->kind == trainer::ModelKind::kAutoint) {
+    model->attn_layer_sizes = read.sizes("attn_layer_sizes");
+    model->attn_heads = static_cast<int>(read.integer("head_num", 1, 1024));
+    model->attn_residual = read.integer("use_residual", 0, 1) != 0;
+    model->attn_scaling = read.integer("scaling", 0, 1) != 0;
+    model->attn_use_wide = read.integer("use_wide", 0, 1) != 0;
   }
   const auto widths = manifest.properties.find("slot_dims");
   if (widths == manifest.properties.end()) return Status::OK();

@@ -10,11 +10,11 @@
 //                   what the model reads of a row, no optimizer state), float32 or float16
 // and MANIFEST properties describing the model and its input (model kind, slot names, mf_dim,
 // use_cvm, dense_dim, fc_sizes, for dcn_v2 cross_layers, cross_rank, dcn_structure and
-// cross_experts, for dcn cross_layers, for dlrm bot_layer_sizes, for xdeepfm layer_sizes_cin, the
-// slot text names), the value type, the show threshold, and what a key the export does not hold
-// reads as: the accessor's initial pull record for it (zeros, embed_w from the seeded initial_range
-// when that is not 0), which is what
-// `--mode infer` reads for a key the save does not hold.
+// cross_experts, for dcn cross_layers, for dlrm bot_layer_sizes, for xdeepfm layer_sizes_cin, for
+// autoint attn_layer_sizes, head_num, use_residual, scaling and use_wide, the slot text names), the
+// value type, the show threshold, and what a key the export does not hold reads as: the accessor's
+// initial pull record for it (zeros, embed_w from the seeded initial_range when that is not 0),
+// which is what `--mode infer` reads for a key the save does not hold.
 #pragma once
 
 #include <cstddef>

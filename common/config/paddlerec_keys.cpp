@@ -14,7 +14,7 @@ namespace {
 // by PaddleRec's tools/*trainer*.py, tools/*infer*.py and tools/utils/ (config.get), and the
 // runner.* keys of its models/rank/*/*.yaml, and the hyper_parameters of the models/rank networks
 // GPUBox builds that change nothing in GPUBox. Hyper-parameters of networks GPUBox does not build
-// (flen's, autoint's, ...) are not here: they stay unknown keys.
+// (flen's, fat_deepffm's, ...) are not here: they stay unknown keys.
 std::vector<IgnoredKey> build_ignored() {
   std::vector<IgnoredKey> t;
   const auto key = [&](std::string name, std::string reason) {
@@ -95,6 +95,8 @@ std::vector<IgnoredKey> build_ignored() {
   hyper("dnn_use_bn", "PaddleRec's dcn and dcn_v2 read it (static_model.py, dygraph_model.py) and pass it to no layer: their DNNs have no batch norm whatever it says, as GPUBox's");
   hyper("clip_by_norm", "PaddleRec's dcn hands it to its network, which keeps it unused, and dcn_v2 reads it unused: neither clips by it (dcn_v2's dygraph trainer clips by hyper_parameters.optimizer.clip_by_norm, 10 by default, a key GPUBox does not read)");
   hyper("dict_dim", "PaddleRec slot_dnn's embedding table size; GPUBox tables grow as keys come");
+  hyper("feature_number", "PaddleRec autoint's embedding table size; GPUBox tables grow as keys come");
+  hyper("use_sparse", "PaddleRec autoint's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");
   hyper("is_sparse", "PaddleRec dcn's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");
   t.push_back(IgnoredKey{"hyper_parameters.seed", "the seed of PaddleRec's static trainer; GPUBox's is runner.seed", false});
   // clang-format on
@@ -126,6 +128,7 @@ const std::vector<KeyAlias>& key_aliases() {
       {h + "is_Stacked", h + "dcn_structure", Kind::kBoolChoice, "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel", 0, ""},
       {h + "layer_sizes", h + "fc_sizes", Kind::kSame, "", "", "PaddleRec slot_dnn's hidden layers", 0, ""},
       {h + "top_layer_sizes", h + "fc_sizes", Kind::kOutputLayerList, "", "", "PaddleRec dlrm's top MLP: its hidden layers, then the output layer (2: a two-class softmax, which is GPUBox's one logit)", 0, ""},
+      {h + "embedding_dim", h + "sparse_feature_dim", Kind::kOffset, "", "", "PaddleRec autoint's embedding width per key: sparse_feature_dim is one more (embed_w, its first-order weight, comes first)", 1, ""},
       {h + "emb_dim", h + "sparse_feature_dim", Kind::kSame, "", "", "PaddleRec slot_dnn's embedding width per key (1 wide weight + the embedding, as sparse_feature_dim)", 0, ""},
       {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1, ""},
       {h + "reg", h + "sparse_optimizer.l1_decay", Kind::kSame, "", "", "PaddleRec logistic_regression's L1Decay of its weights (embed_w)", 0, ""},

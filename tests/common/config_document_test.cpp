@@ -71,8 +71,8 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
             p + ":2: runner.epochs: expected an integer, got a list");
   EXPECT_EQ(error_of("hyper_parameters:\n  fc_sizes: 512\n"),
             p + ":2: hyper_parameters.fc_sizes: expected a list of integers, got '512'");
-  EXPECT_EQ(error_of("hyper_parameters:\n  fc_sizes: []\n"),
-            p + ":2: hyper_parameters.fc_sizes: needs at least 1 item(s)");
+  EXPECT_EQ(error_of("hyper_parameters:\n  layer_sizes_cin: []\n"),
+            p + ":2: hyper_parameters.layer_sizes_cin: needs at least 1 item(s)");
   EXPECT_EQ(error_of("hyper_parameters:\n  fc_sizes: [512, 0]\n"),
             p + ":2: hyper_parameters.fc_sizes: 0 is out of range [1, 2147483647]");
   EXPECT_EQ(error_of("runner:\n  use_auc: maybe\n"),
@@ -86,9 +86,9 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
             p + ": -o: runner.max_line_bytes: 1e12 is out of range [16, 1073741824]");
   EXPECT_EQ(error_of("runner:\n  max_line_bytes: 1e30\n"),
             p + ":2: runner.max_line_bytes: 1e30 is out of range [16, 1073741824]");
-  EXPECT_EQ(error_of("hyper_parameters:\n  model: autoint\n"),
+  EXPECT_EQ(error_of("hyper_parameters:\n  model: flen\n"),
             p + ":2: hyper_parameters.model: expected one of "
-                "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm, got 'autoint'");
+                "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint, got 'flen'");
   EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n"),
             p + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   EXPECT_EQ(error_of("hyper_parameters:\n  sparse_optimizer:\n    class: lamb\n"),
@@ -357,18 +357,19 @@ TEST_F(ConfigDocumentTest, KeysPaddleRecsTrainersReadAreAcceptedAndListedWithARe
 
 TEST_F(ConfigDocumentTest, EveryUnknownKeyOfAFileIsReportedInOneError) {
   const std::string p = bad_path();
-  // PaddleRec's autoint config: its model's own hyper_parameters are not GPUBox's; the runner
-  // keys PaddleRec's trainer reads load. A typo next to them is reported in the same error.
+  // PaddleRec's flen config: its model's own hyper_parameters are not GPUBox's; the runner keys
+  // PaddleRec's trainer reads load. A typo next to them is reported in the same error.
   const std::string e = error_of(
       "runner:\n  train_data_dir: data\n  use_gpu: False\n  num_workers: 0\n"
       "  epoch: 3\n  thread_num: x\n"
       "hyper_parameters:\n  optimizer:\n    class: Adam\n  sparse_feature_number: 1086460\n"
-      "  head_num: 2\n  use_residual: True\n");
+      "  sparse_num_field: 3\n  field_num: 2\n");
   EXPECT_EQ(e, p + ": 3 unknown keys (gpubox_train --print_config_keys lists the valid ones):\n  " +
                    p + ":5: unknown key 'runner.epoch' (did you mean 'runner.epochs'?)\n  " + p +
-                   ":11: unknown key 'hyper_parameters.head_num'\n  " + p +
-                   ":12: unknown key 'hyper_parameters.use_residual'\n  " + p +
-                   ":6: runner.thread_num: expected an integer, got 'x'");
+                   ":11: unknown key 'hyper_parameters.sparse_num_field'\n  " + p +
+                   ":12: unknown key 'hyper_parameters.field_num' (did you mean "
+                   "'hyper_parameters.head_num'?)\n  " +
+                   p + ":6: runner.thread_num: expected an integer, got 'x'");
 }
 
 TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
@@ -378,10 +379,10 @@ TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
             (std::vector<std::string>{"hyper_parameters.optimizer.learning_rate",
                                       "hyper_parameters.sparse_optimizer.learning_rate"}));
   EXPECT_EQ(key_suggestions("hyper_parameters.thread_num"),
-            std::vector<std::string>{"runner.thread_num"});
+            (std::vector<std::string>{"hyper_parameters.head_num", "runner.thread_num"}));
   // Unrelated names get no suggestion (the old "did you mean" named any nearest key).
   EXPECT_TRUE(key_suggestions("runner.num_wk").empty());
-  EXPECT_TRUE(key_suggestions("hyper_parameters.head_num").empty());
+  EXPECT_TRUE(key_suggestions("hyper_parameters.sparse_num_field").empty());
   EXPECT_TRUE(key_suggestions("runner.xy").empty());
   EXPECT_EQ(error_of("runner:\n  num_wk: 2\n"), bad_path() + ":2: unknown key 'runner.num_wk'");
   // PaddleRec's names are candidates too.

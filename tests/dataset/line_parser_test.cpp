@@ -303,6 +303,38 @@ TEST(FeatIdxFormat, ParsesPaddleRecsLrSampleLine) {
   EXPECT_EQ(reason_of(c, "other:1 " + line), ParseReason::kBadToken);
 }
 
+// PaddleRec autoint's sample (models/rank/autoint/data/sample_data/train, its first line): the
+// label, 39 indices, 39 values; the first 13 fields are the dense values (indices 1..13, the
+// fields' numbers), each later one a slot keyed by its index.
+TEST(IdxValueFormat, ParsesPaddleRecsAutointSampleLine) {
+  DatasetConfig c = slot_config(26, 13);
+  c.data_format = DataFormat::kIdxValue;
+  const std::string line =
+      "0 1 2 3 4 5 6 7 8 9 10 11 12 13 41 1466 2018 177793 306302 306607 306816 318556 319185 "
+      "319189 360699 365579 540646 543583 543880 554870 720072 720201 724686 726703 726714 "
+      "899031 899049 899064 955520 955606 2.0000000 0.0000000 1.0000000 6.0000000 44.0000000 "
+      "20.0000000 1.0000000 2.0000000 30.0000000 1.0000000 1.0000000 1.0000000 14.0000000 "
+      "1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 "
+      "1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 1.0000000 "
+      "1.0000000 1.0000000 0.0000000 0.0000000 1.0000000 1.0000000 1.0000000 1.0000000 "
+      "0.0000000 0.0000000";
+  Parsed p = parse_one(c, line);
+  ASSERT_TRUE(p.result.ok()) << describe(p.result);
+  const PlainInstance got = to_plain(p.block.instance(0));
+  EXPECT_EQ(got.label, 0.0f);
+  EXPECT_EQ(got.dense, (std::vector<float>{2, 0, 1, 6, 44, 20, 1, 2, 30, 1, 1, 1, 14}));
+  EXPECT_EQ(got.slots[0], std::vector<std::uint64_t>{41});
+  EXPECT_EQ(got.slots[13], std::vector<std::uint64_t>{543583});
+  // Slots 18, 19, 24 and 25 have the value 0: empty, as in PaddleRec's network, where their
+  // embedding is multiplied by 0.
+  for (int s : {18, 19, 24, 25}) EXPECT_TRUE(got.slots[s].empty()) << "slot " << s;
+  EXPECT_EQ(got.slots[17], std::vector<std::uint64_t>{720201});
+  EXPECT_EQ(reason_of(c, line.substr(0, line.rfind(' '))), ParseReason::kFieldCount);
+  EXPECT_EQ(reason_of(c, line + " 1.0"), ParseReason::kFieldCount);
+  EXPECT_EQ(reason_of(c, "x" + line.substr(1)), ParseReason::kBadLabel);
+  EXPECT_EQ(reason_of(c, "0 1 x" + line.substr(3)), ParseReason::kBadKey);
+}
+
 TEST(MultiSlotFormat, MalformedLines) {
   const DatasetConfig c = multislot_config(2, 1);
   struct Case {

@@ -249,6 +249,7 @@ std::vector<std::string> lines_in(const std::string& format) {
     return {
         "feat_idx:1 feat_idx:2 feat_idx:10 feat_idx:0 feat_idx:30 feat_value:0.5 feat_value:2 "
         "feat_value:1 feat_value:0 feat_value:1 label:1"};
+  if (format == "idx_value") return {"1 1 2 10 0 30 0.5 2 1 0 1", "0 1 2 7 8 9 1 0 1 1 1"};
   return {};
 }
 
@@ -262,6 +263,7 @@ TEST(FormatDetect, EachFormatIsRecognisedFromItsFirstLines) {
       {"multislot", "MultiSlot (label, sparse slots, dense)"},
       {"multislot_dense_first", "MultiSlot (label, dense, sparse slots)"},
       {"feat_idx", "feat_idx text (PaddleRec's LR/FM samples)"},
+      {"idx_value", "idx_value text (PaddleRec's autoint samples)"},
   };
   for (const auto& [format, description] : cases) {
     FormatNote note;

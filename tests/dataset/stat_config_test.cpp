@@ -92,9 +92,10 @@ TEST(DatasetConfig, ErrorsNameTheFileAndKey) {
   EXPECT_NE(c.status().message().find("missing.yaml"), std::string::npos);
   c = load_dataset_config(dir.write("d.yaml", "runner:\n  data_format: parquet\n"));
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(), dir.file("d.yaml") +
-                                      ":2: runner.data_format: expected one of "
-                                      "auto|slot|multislot|criteo|feat_idx, got 'parquet'");
+  EXPECT_EQ(c.status().message(),
+            dir.file("d.yaml") +
+                ":2: runner.data_format: expected one of "
+                "auto|slot|multislot|criteo|feat_idx|idx_value, got 'parquet'");
   // A key only the old dataset reader knew is now refused like any unknown key.
   c = load_dataset_config(dir.write("e.yaml", "runner:\n  feasign_first: true\n"));
   ASSERT_FALSE(c.ok());

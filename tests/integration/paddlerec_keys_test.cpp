@@ -339,6 +339,76 @@ TEST(PaddleRecKeys, DeepFefmConfigTrainsDeepFefm) {
                        "deepfefm's fields share one width"));
 }
 
+// autoint's config.yaml (its runner and hyper_parameters, unchanged): the network its folder
+// names, embedding_dim as the embedding (sparse_feature_dim one more), its interacting layers,
+// fc_sizes [] (no DNN); feature_number, use_sparse and distributed_embedding change nothing.
+constexpr const char* kAutoint = R"(workspace: "models/rank/autoint"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader" # importlib format
+  use_gpu: True
+  use_xpu: False   # Enable this option only if you have an xpu device
+  use_auc: True
+  train_batch_size: 2
+  epochs: 3
+  print_interval: 2
+  # model_init_path: "output_model_deepfm/2" # init model
+  model_save_path: "output_model_autoint"
+  test_data_dir: "data/sample_data/train"
+  infer_reader_path: "criteo_reader" # importlib format
+  infer_batch_size: 2
+  infer_load_path: "output_model_autoint"
+  infer_start_epoch: 0
+  infer_end_epoch: 3
+  # use fleet
+  use_fleet: False
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+    strategy: async
+  feature_number: 1000001
+  embedding_dim: 16
+  fc_sizes: [] #[256, 128]
+  use_residual: True
+  scaling: True
+  use_wide: True
+  use_sparse: True
+  head_num: 2
+  num_field: 39
+  attn_layer_sizes: [64,64,64]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, AutointConfigTrainsAutoint) {
+  const StatusOr<TrainerConfig> c = parse(kAutoint);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kAutoint);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.attn_layer_sizes, (std::vector<int>{64, 64, 64}));
+  EXPECT_EQ(model.attn_heads, 2);
+  EXPECT_TRUE(model.attn_residual && model.attn_scaling && model.attn_use_wide);
+  EXPECT_TRUE(model.fc_sizes.empty());
+  EXPECT_EQ(c->mf_dim(), 16);  // embedding_dim; embed_w (its feature_bias) comes first
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  // config_bigdata.yaml's switches: a DNN over the fields and no first-order term.
+  const StatusOr<TrainerConfig> big =
+      parse(kAutoint, {"hyper_parameters.fc_sizes=[400, 400, 400]",
+                       "hyper_parameters.use_wide=False", "hyper_parameters.scaling=0"});
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  EXPECT_EQ(big->dense_model_config().fc_sizes, (std::vector<int>{400, 400, 400}));
+  EXPECT_FALSE(big->dense_model_config().attn_use_wide);
+  EXPECT_FALSE(big->dense_model_config().attn_scaling);
+  // Heads that do not divide a layer, and fc_sizes [] for a network whose DNN needs a layer.
+  EXPECT_TRUE(contains(error_of(kAutoint, {"hyper_parameters.head_num=3"}),
+                       "p.yaml: hyper_parameters.attn_layer_sizes has 64, which head_num 3 does "
+                       "not divide"));
+  EXPECT_TRUE(contains(error_of(kAutoint, {"hyper_parameters.model=dnn"}),
+                       "p.yaml: hyper_parameters.fc_sizes is [], but dnn needs a hidden layer in "
+                       "its dnn (only autoint takes [] for no dnn)"));
+}
+
 TEST(PaddleRecKeys, ASpellingAndItsKeyMustAgree) {
   EXPECT_TRUE(parse("hyper_parameters:\n  emb_dim: 9\n  sparse_feature_dim: 9\n").ok());
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  emb_dim: 9\n  sparse_feature_dim: 11\n"),

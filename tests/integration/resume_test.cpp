@@ -100,6 +100,39 @@ class Resume : public ::testing::Test {
     return "";
   }
 
+  // A network (`network`: its overrides; rows `mf_dim` wide): stopped after pass 0 and run
+  // again, it ends bit-identical to the uninterrupted run, and a save loads into a fresh trainer
+  // evaluating the same.
+  static void network_resumes_bit_identical(const std::string& name,
+                                            const std::vector<std::string>& network, int mf_dim) {
+    const fs::path straight_dir = root_ / (name + "_straight");
+    const fs::path stopped_dir = root_ / (name + "_stopped");
+    Trainer straight(config(straight_dir, network), env());
+    ASSERT_EQ(straight.host_tier().layout().mf_dim, mf_dim);
+    const std::vector<PassReport> want = straight.train();
+    ASSERT_EQ(passes(want), (std::vector<int64_t>{0, 1, 2}));
+    {
+      std::vector<std::string> one = network;
+      one.push_back("runner.epochs=1");
+      Trainer first(config(stopped_dir, one), env());
+      EXPECT_EQ(passes(first.train()), (std::vector<int64_t>{0}));
+    }
+    Trainer again(config(stopped_dir, network), env());
+    const std::vector<PassReport> got = again.train();
+    ASSERT_EQ(passes(got), (std::vector<int64_t>{1, 2}));
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(got[i].metrics.auc, want[i + 1].metrics.auc) << "pass " << got[i].pass;
+      EXPECT_EQ(got[i].metrics.logloss, want[i + 1].metrics.logloss) << "pass " << got[i].pass;
+    }
+    EXPECT_EQ(again.dense_values(0), straight.dense_values(0));
+    EXPECT_GT(want.back().metrics.auc, want.front().metrics.auc + 0.03);  // it learns
+    Trainer loaded(config(root_ / (name + "_loaded"), network), env());
+    loaded.load((straight_dir / "2").string());
+    const auto files = data_files((root_ / "train").string());
+    EXPECT_EQ(loaded.evaluate(files, false).metrics.auc,
+              straight.evaluate(files, false).metrics.auc);
+  }
+
   static fs::path root_;
 };
 fs::path Resume::root_;
@@ -204,41 +237,24 @@ TEST_F(Resume, AStopWithinAPassStopsEveryCardAfterTheSameStepAndSavesNothingOfIt
 }
 
 // ffm, whose rows hold one factor per field (5 fields x 4 here) and whose dense part holds the
-// dense features' factors, and deepfefm, whose dense part holds its 15 field-pair matrices and
-// dense vectors: stopped after pass 0 and run again, each ends bit-identical to the uninterrupted
-// run, and a save loads into a fresh trainer evaluating the same.
-TEST_F(Resume, AnFfmOrDeepFefmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
-  const std::pair<const char*, int> models[] = {{"ffm", (4 + 2) * 4}, {"deepfefm", 4}};
-  for (const auto& [name, width] : models) {
-    SCOPED_TRACE(name);
-    const std::vector<std::string> model = {"hyper_parameters.model=" + std::string(name)};
-    const fs::path straight_dir = root_ / (std::string(name) + "_straight");
-    const fs::path stopped_dir = root_ / (std::string(name) + "_stopped");
-    Trainer straight(config(straight_dir, model), env());
-    ASSERT_EQ(straight.host_tier().layout().mf_dim, width);
-    const std::vector<PassReport> want = straight.train();
-    ASSERT_EQ(passes(want), (std::vector<int64_t>{0, 1, 2}));
-    {
-      std::vector<std::string> one = model;
-      one.push_back("runner.epochs=1");
-      Trainer first(config(stopped_dir, one), env());
-      EXPECT_EQ(passes(first.train()), (std::vector<int64_t>{0}));
-    }
-    Trainer again(config(stopped_dir, model), env());
-    const std::vector<PassReport> got = again.train();
-    ASSERT_EQ(passes(got), (std::vector<int64_t>{1, 2}));
-    for (int i = 0; i < 2; ++i) {
-      EXPECT_EQ(got[i].metrics.auc, want[i + 1].metrics.auc) << "pass " << got[i].pass;
-      EXPECT_EQ(got[i].metrics.logloss, want[i + 1].metrics.logloss) << "pass " << got[i].pass;
-    }
-    EXPECT_EQ(again.dense_values(0), straight.dense_values(0));
-    EXPECT_GT(want.back().metrics.auc, want.front().metrics.auc + 0.03);  // it learns
-    Trainer loaded(config(root_ / (std::string(name) + "_loaded"), model), env());
-    loaded.load((straight_dir / "2").string());
-    const auto files = data_files((root_ / "train").string());
-    EXPECT_EQ(loaded.evaluate(files, false).metrics.auc,
-              straight.evaluate(files, false).metrics.auc);
-  }
+// dense features' factors.
+TEST_F(Resume, AnFfmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical("ffm", {"hyper_parameters.model=ffm"}, (4 + 2) * 4);
+}
+
+// autoint: its interacting layers (projections, LayerNorms), output weights and dense features'
+// embeddings in the dense part; rows as the dnn's.
+TEST_F(Resume, AnAutointRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical(
+      "autoint",
+      {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4, 4]",
+       "hyper_parameters.fc_sizes=[]"},
+      4);
+}
+
+// deepfefm: its field-pair matrices and dense vectors in the dense part; rows as the dnn's.
+TEST_F(Resume, ADeepFefmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical("deepfefm", {"hyper_parameters.model=deepfefm"}, 4);
 }
 
 // A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and

@@ -409,7 +409,14 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=4"},
            {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"},
            {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[8]"},
-           {"hyper_parameters.model=deepfefm", "hyper_parameters.use_cvm=true"}}) {
+           {"hyper_parameters.model=deepfefm", "hyper_parameters.use_cvm=true"},
+           // autoint: without a DNN (PaddleRec's config.yaml), and with one, cvm and no wide part.
+           {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4, 6]",
+            "hyper_parameters.fc_sizes=[]"},
+           {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4]",
+            "hyper_parameters.head_num=1", "hyper_parameters.use_residual=false",
+            "hyper_parameters.scaling=false", "hyper_parameters.use_wide=false",
+            "hyper_parameters.fc_sizes=[8]", "hyper_parameters.use_cvm=true"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -449,6 +456,15 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
       EXPECT_EQ(served->spec().model.fc_sizes, cfg->hyper.fc_sizes);
     }
     EXPECT_EQ(served->spec().model.mf_dim, cfg->dense_model_config().mf_dim);
+    if (cfg->hyper.model == trainer::ModelKind::kAutoint) {
+      const trainer::DenseModelConfig& want_model = cfg->dense_model_config();
+      EXPECT_EQ(served->spec().model.attn_layer_sizes, want_model.attn_layer_sizes);
+      EXPECT_EQ(served->spec().model.attn_heads, want_model.attn_heads);
+      EXPECT_EQ(served->spec().model.attn_residual, want_model.attn_residual);
+      EXPECT_EQ(served->spec().model.attn_scaling, want_model.attn_scaling);
+      EXPECT_EQ(served->spec().model.attn_use_wide, want_model.attn_use_wide);
+      EXPECT_EQ(served->spec().model.fc_sizes, want_model.fc_sizes);
+    }
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;

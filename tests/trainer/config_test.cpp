@@ -384,16 +384,21 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   EXPECT_EQ(deepfefm->mf_dim(), 8);  // one embedding per key, as the dnn's
 
   auto autoint = load("PaddleRec/models/rank/autoint", yaml);
-  ASSERT_FALSE(autoint.ok());
-  const std::string what = autoint.status().message();
-  EXPECT_NE(what.find("names PaddleRec's network 'autoint', which GPUBox does not build (it builds "
-                      "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, "
-                      "deepfefm)"),
-            std::string::npos)
+  ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
+  EXPECT_EQ(autoint->dense_model_config().kind, config::ModelKind::kAutoint);
+
+  auto flen = load("PaddleRec/models/rank/flen", yaml);
+  ASSERT_FALSE(flen.ok());
+  const std::string what = flen.status().message();
+  EXPECT_NE(
+      what.find("names PaddleRec's network 'flen', which GPUBox does not build (it builds "
+                "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, "
+                "autoint)"),
+      std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
   // Set knowingly, the key wins over the folder.
-  auto knowingly = load("PaddleRec/models/rank/autoint", yaml, {"hyper_parameters.model=dnn"});
+  auto knowingly = load("PaddleRec/models/rank/flen", yaml, {"hyper_parameters.model=dnn"});
   ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
   EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
   EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");

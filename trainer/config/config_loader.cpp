@@ -134,6 +134,42 @@ Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) 
   return Status::OK();
 }
 
+// autoint's interacting layers (each a multiple of head_num wide); fc_sizes: [] (no DNN) is
+// autoint's alone: another network with an MLP needs a hidden layer, and wide, fm and ffm read no
+// fc_sizes.
+Status read_autoint_keys(const config::ConfigDocument& doc, HyperParameters& h) {
+  const std::string k = "hyper_parameters.";
+  h.attn_layer_sizes = doc.get_int_list(k + "attn_layer_sizes");
+  h.head_num = doc.get_int(k + "head_num");
+  h.use_residual = doc.get_bool(k + "use_residual");
+  h.scaling = doc.get_bool(k + "scaling");
+  h.use_wide = doc.get_bool(k + "use_wide");
+  const bool mlp = h.model != ModelKind::kWide && h.model != ModelKind::kFm &&
+                   h.model != ModelKind::kFfm && h.model != ModelKind::kAutoint;
+  if (mlp && h.fc_sizes.empty()) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + k + "fc_sizes is [], but " + name_of(kModelKindNames, h.model) +
+        " needs a hidden layer in its dnn (only autoint takes [] for no dnn)");
+  }
+  if (h.model != ModelKind::kAutoint) return Status::OK();
+  if (!doc.get_int_map(k + "slot_dims").empty()) {
+    return Status::InvalidArgument(doc.source() +
+                                   ": autoint's fields share one width (one projection reads "
+                                   "them all), but " +
+                                   k +
+                                   "slot_dims sets other widths for some slots; leave it empty");
+  }
+  for (int size : h.attn_layer_sizes) {
+    if (size % h.head_num != 0) {
+      return Status::InvalidArgument(
+          doc.source() + ": " + k + "attn_layer_sizes has " + std::to_string(size) +
+          ", which head_num " + std::to_string(h.head_num) +
+          " does not divide (each head takes attn_layer_size / head_num columns)");
+    }
+  }
+  return Status::OK();
+}
+
 // ffm's rows hold one factor per field (config::row_embedx_width), as wide as the table part made
 // them for the network the config names; a network its PaddleRec folder chose is applied here.
 Status apply_ffm_rows(TrainerConfig& c, const config::ConfigDocument& doc) {
@@ -256,6 +292,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
+  if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();

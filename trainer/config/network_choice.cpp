@@ -24,6 +24,7 @@ constexpr Known kBuilt[] = {
     {"xdeepfm", config::ModelKind::kXdeepfm},
     {"ffm", config::ModelKind::kFfm},
     {"deepfefm", config::ModelKind::kDeepFefm},
+    {"autoint", config::ModelKind::kAutoint},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.

@@ -27,6 +27,11 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.cross_l2 = static_cast<float>(hyper.cross_l2);
   model.bot_layer_sizes = hyper.bot_layer_sizes;
   model.cin_layer_sizes = hyper.layer_sizes_cin;
+  model.attn_layer_sizes = hyper.attn_layer_sizes;
+  model.attn_heads = hyper.head_num;
+  model.attn_residual = hyper.use_residual;
+  model.attn_scaling = hyper.scaling;
+  model.attn_use_wide = hyper.use_wide;
   return model;
 }
 

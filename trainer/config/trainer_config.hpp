@@ -91,6 +91,12 @@ struct HyperParameters {
   double cross_l2 = 0.0;             // hyper_parameters.cross_l2 (dcn, dcn_v2)
   std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
   std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)
+  // autoint: hyper_parameters.attn_layer_sizes, head_num, use_residual, scaling, use_wide.
+  std::vector<int> attn_layer_sizes;
+  int head_num = 2;
+  bool use_residual = true;
+  bool scaling = true;
+  bool use_wide = true;
 };
 
 struct TrainerConfig {

@@ -69,22 +69,25 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       "dense model: ", config.slot_dims.size(), " slot widths for ", config.slots, " slots");
   GPUBOX_EXPECTS(config.dense_dim >= 0, "dense_input_dim must be >= 0, got ", config.dense_dim);
   // wide, fm and ffm: the first-order terms and a bias (+ the pairwise term), no MLP.
+  // autoint: its DNN only with fc_sizes (PaddleRec's fc_sizes: [] has none).
+  const bool autoint = config.kind == ModelKind::kAutoint;
   const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm &&
-                       config.kind != ModelKind::kFfm;
+                       config.kind != ModelKind::kFfm && !(autoint && config.fc_sizes.empty());
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
   const bool dlrm = config.kind == ModelKind::kDlrm;
   const bool xdeepfm = config.kind == ModelKind::kXdeepfm;
   const bool deepfefm = config.kind == ModelKind::kDeepFefm;
-  if (precision_ == DensePrecision::kBf16 && (dcn || xdeepfm || deepfefm)) {
-    // The cross network's (the CIN's, the FEFM's) GEMMs and elementwise products are fp32
-    // (CrossNet, XdeepfmPart, DeepfefmPart), and the MLP reads either its output (stacked) or the
-    // same input rows: one precision for both.
+  if (precision_ == DensePrecision::kBf16 && (dcn || xdeepfm || deepfefm || autoint)) {
+    // The cross network's (the CIN's, the FEFM's, the attention's) GEMMs and elementwise products
+    // are fp32 (CrossNet, XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads either its
+    // output (stacked) or the same input rows: one precision for both.
     precision_ = DensePrecision::kFp32;
     if (card.local_index() == 0) {
       GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
                           << name_of(kModelKindNames, config.kind) << "'s "
                           << (xdeepfm    ? "CIN"
                               : deepfefm ? "field-embedded FM"
+                              : autoint  ? "attention"
                                          : "cross network")
                           << " computes in fp32: the dense net runs in fp32";
     }
@@ -102,16 +105,20 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // and the fc layers read its output R.
   // xdeepfm: the same; the fc layers read its fields' embeddings, dense features included.
   // deepfefm: the same; the fc layers read DeepfefmPart's input (embeddings, dense terms, pairs).
-  const int input_dim = pool_.out_dim() + (dlrm || xdeepfm || deepfefm ? 0 : config.dense_dim);
+  // autoint: the same (its fields' embeddings, when fc_sizes is set).
+  const int input_dim =
+      pool_.out_dim() + (dlrm || xdeepfm || deepfefm || autoint ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
   if (dlrm) {
     dlrm_ = std::make_unique<DlrmPart>(card, params_, blas_, pool_, config, activation_type_);
   }
   if (xdeepfm) xdeepfm_ = std::make_unique<XdeepfmPart>(card, params_, pool_, config);
   if (deepfefm) deepfefm_ = std::make_unique<DeepfefmPart>(card, params_, pool_, config);
+  if (autoint) autoint_ = std::make_unique<AutointPart>(card, params_, pool_, config);
   const int64_t first_ld = dlrm_       ? dlrm_->top_ld()
                            : xdeepfm_  ? xdeepfm_->dnn_ld()
                            : deepfefm_ ? deepfefm_->dnn_ld()
+                           : autoint_  ? autoint_->dnn_ld()
                                        : x0_ld_;
   if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
   // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
@@ -123,6 +130,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
     int in = dlrm_       ? dlrm_->top_in()
              : xdeepfm_  ? xdeepfm_->dnn_in()
              : deepfefm_ ? deepfefm_->dnn_in()
+             : autoint_  ? autoint_->dnn_in()
                          : input_dim;
     for (std::size_t l = 0; l < count; ++l) {
       const bool last = l + 1 == count;
@@ -141,16 +149,19 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       spec.dx_cols = l == 0 && !stacked && !dlrm ? pool_.out_dim() : in;
       if (l == 0 && xdeepfm) spec.dx_cols = xdeepfm_->embedding_cols();
       if (l == 0 && deepfefm) spec.dx_cols = deepfefm_->embedding_cols();
+      if (l == 0 && autoint) spec.dx_cols = autoint_->embedding_cols();
       spec.x_ld = l == 0 ? first_ld : activation_ld(in);
       spec.y_ld = activation_ld(spec.out);
       spec.dz_ld = activation_ld(spec.out);
-      spec.dx_ld = l == 0 ? (stacked || dlrm || xdeepfm || deepfefm ? first_ld : pool_.out_dim())
+      spec.dx_ld =
+          l == 0 ? (stacked || dlrm || xdeepfm || deepfefm || autoint ? first_ld : pool_.out_dim())
                           : activation_ld(in);
       layers_.emplace_back(params_, blas_, spec);
       in = spec.out;
     }
   }
-  if (config.kind != ModelKind::kDnn && !dcn && !dlrm) {  // none has a first-order term
+  // dnn, dcn and dlrm have no first-order term; autoint has it with use_wide.
+  if (config.kind != ModelKind::kDnn && !dcn && !dlrm && (!autoint || config.attn_use_wide)) {
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
@@ -184,7 +195,8 @@ double DenseModel::flops_per_example() const {
          (dlrm_ ? dlrm_->flops_per_example() : 0.0) +
          (xdeepfm_ ? xdeepfm_->flops_per_example() : 0.0) +
          (deepfefm_ ? deepfefm_->flops_per_example() : 0.0) +
-         (ffm_ ? ffm_->flops_per_example() : 0.0);
+         (ffm_ ? ffm_->flops_per_example() : 0.0) +
+         (autoint_ ? autoint_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -203,6 +215,7 @@ void DenseModel::reserve(int64_t batch) {
   if (dlrm_) dlrm_->reserve(batch);
   if (xdeepfm_) xdeepfm_->reserve(batch);
   if (deepfefm_) deepfefm_->reserve(batch);
+  if (autoint_) autoint_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -215,7 +228,7 @@ void DenseModel::reserve(int64_t batch) {
   dlogits_.resize_discard(n);
   d_pooled_.resize_discard(n * pool_.out_dim());
   loss_partials_.resize_discard(SigmoidLogLoss::loss_partials(n));
-  if (reported_batch_ < 0 && !layers_.empty() && batch > 0) {
+  if (reported_batch_ < 0 && (!layers_.empty() || autoint_) && batch > 0) {
     reported_batch_ = batch;
     if (card_->local_index() == 0) {
       GPUBOX_LOG(INFO) << "dense net kernels (batch " << batch << "):\n" << kernel_report(batch);
@@ -240,6 +253,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   if (dlrm_) out << dlrm_->kernel_report(batch);
   if (xdeepfm_) out << xdeepfm_->kernel_report(batch);
   if (deepfefm_) out << deepfefm_->kernel_report(batch);
+  if (autoint_) out << autoint_->kernel_report(batch);
   return out.str();
 }
 
@@ -251,7 +265,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
   pool_.forward(stream, batch.sparse, batch.dense,
-                dlrm_ || xdeepfm_ || deepfefm_ ? 0 : config_.dense_dim, input_rows());
+                dlrm_ || xdeepfm_ || deepfefm_ || autoint_ ? 0 : config_.dense_dim, input_rows());
   if (layers_.empty()) {
     // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
@@ -263,11 +277,15 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (deepfefm_) {
     deepfefm_->forward(stream, params_, input_rows(), batch.dense, wide_->weight_block(), n);
   }
+  if (autoint_) {
+    autoint_->forward(blas_, params_, input_rows(), batch.dense, n, !layers_.empty());
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
   if (xdeepfm_) xdeepfm_->add_logits(blas_, params_, n, logits());
   if (deepfefm_) deepfefm_->add_logits(stream, n, logits());
+  if (autoint_) autoint_->add_logits(blas_, params_, n, logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
@@ -295,7 +313,8 @@ double DenseModel::forward_backward(const DenseBatchView& batch, const GradScale
 void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradScales& scales,
                                         float* push, bool stop_vote) {
   const int64_t n = batch.batch;
-  GPUBOX_EXPECTS(layers_.empty() || n == 0 || (scales.dense > 0.0f && std::isfinite(scales.dense)),
+  GPUBOX_EXPECTS((layers_.empty() && !autoint_) || n == 0 ||
+                     (scales.dense > 0.0f && std::isfinite(scales.dense)),
                  "the dense gradient scale must be positive, got ", scales.dense);
   forward(batch);
   const device::Stream& stream = card_->stream();
@@ -338,6 +357,10 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                                deepfefm_->dnn_input_grad(), n);
       deepfefm_->backward(stream, params_, batch.dense, dlogits_.data(), scales.dense, n, unscale,
                           d_pooled_.data());
+    } else if (autoint_) {
+      // The same: dL/d(the fields' embeddings), still scaled, into the attention's backward.
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
+                               autoint_->dnn_input_grad(), n);
     } else {
       // The pooled gradient, with the dense scale multiplied back out.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);
@@ -355,11 +378,16 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                             2.0f * config_.cross_l2 * static_cast<float>(n) * scales.dense);
   }
   if (layers_.empty()) {
-    // wide, fm, ffm: d bias = scale * sum of dz; the pooled gradient is the wide and (f)fm
-    // parts'.
+    // wide, fm, ffm, autoint without fc_sizes: d bias = scale * sum of dz; the pooled gradient
+    // is the other parts'.
     blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
                 params_.grads(wide_bias_));
-    device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
+    if (!autoint_) device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
+  }
+  if (autoint_) {
+    // After the DNN's backward (it wrote dnn_input_grad()): overwrites d_pooled.
+    autoint_->backward(blas_, params_, batch.dense, dlogits_.data(), scales.dense, n,
+                       !layers_.empty(), unscale, d_pooled_.data());
   }
   if (wide_) {
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,

@@ -6,10 +6,12 @@
 // beside it; for dlrm a bottom MLP over the dense features and the dot interaction before it:
 // dlrm_part.hpp; for xdeepfm the wide part, the MLP over the fields' embeddings and a CIN over
 // them: xdeepfm_part.hpp; for deepfefm the wide part, a field-embedded FM and the MLP over the
-// embeddings and its pairs' values: deepfefm_part.hpp) -> sigmoid, log loss. Owns its
-// layers (each one's GEMMs with bias, ReLU and the ReLU backward folded in: linear_gemms.hpp), its
-// parameters (one flat buffer, DenseParameters) and its activation buffers; it does not own the
-// batch (views into the sparse side's buffers) nor the optimizer.
+// embeddings and its pairs' values: deepfefm_part.hpp; for autoint the wide part, self-attention
+// layers over the fields' embeddings and the MLP over them when fc_sizes is set:
+// autoint_part.hpp) -> sigmoid, log loss. Owns its layers (each one's GEMMs with bias, ReLU and
+// the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
+// DenseParameters) and its activation buffers; it does not own the batch (views into the sparse
+// side's buffers) nor the optimizer.
 //
 // Precision (DenseModelConfig::precision, hyper_parameters.dense_precision): with bf16, the
 // first layer's input, the hidden activations, the MLP's gradients dZ and the weights' GEMM
@@ -41,6 +43,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "trainer/nn/autoint_part.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/deepfefm_part.hpp"
 #include "trainer/nn/dense_model_types.hpp"
@@ -154,6 +157,7 @@ class DenseModel {
     if (dlrm_) return dlrm_->top_input();
     if (xdeepfm_) return xdeepfm_->dnn_input();
     if (deepfefm_) return deepfefm_->dnn_input();
+    if (autoint_) return autoint_->dnn_input();
     return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm.
@@ -176,7 +180,8 @@ class DenseModel {
   std::unique_ptr<XdeepfmPart> xdeepfm_;    // kXdeepfm only
   std::unique_ptr<DeepfefmPart> deepfefm_;  // kDeepFefm only
   std::unique_ptr<FfmPart> ffm_;            // kFfm only
-  std::size_t wide_bias_ = 0;               // kWide, kFm and kFfm only
+  std::unique_ptr<AutointPart> autoint_;    // kAutoint only
+  std::size_t wide_bias_ = 0;               // kWide, kFm, kFfm and autoint without fc_sizes
   int64_t x0_ld_ = 0;                       // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
 

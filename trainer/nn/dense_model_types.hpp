@@ -9,8 +9,8 @@
 
 namespace gpubox::trainer {
 
-// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm or ffm
-// (config_enums.hpp says what each is).
+// hyper_parameters.model: dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm or
+// autoint (config_enums.hpp says what each is).
 using ModelKind = config::ModelKind;
 using config::kModelKindNames;
 
@@ -51,6 +51,14 @@ struct DenseModelConfig {
   std::vector<int> bot_layer_sizes{512, 256, 64, 16};
   // kXdeepfm only: the CIN's feature maps per layer (xdeepfm_part.hpp). Its DNN is fc_sizes.
   std::vector<int> cin_layer_sizes{128, 32};
+  // kAutoint only (autoint_part.hpp): the interacting layers' widths, their heads, the residual
+  // projection, the 1 / sqrt(head width) scaling of the scores, and the first-order term (the wide
+  // part). Its DNN is fc_sizes; empty: none (PaddleRec's fc_sizes: []).
+  std::vector<int> attn_layer_sizes{64, 64, 64};
+  int attn_heads = 2;
+  bool attn_residual = true;
+  bool attn_scaling = true;
+  bool attn_use_wide = true;
 };
 
 // hyper_parameters.optimizer.class: Adam or SGD.

@@ -1,0 +1,173 @@
+// The float64 gradient check of the field networks (autoint; the pattern of xdeepfm_test and
+// ffm_test): a random batch of pulled records, every dense parameter set random, one
+// forward_backward, and its loss, predictions, dense gradients and pushed gradients compared with
+// a float64 reference logit and central differences of its summed log loss.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "trainer/nn/dense_model.hpp"
+
+namespace gpubox::trainer::testing {
+
+struct HostBatch {
+  std::vector<float> records;  // show, click, embed_w, embedx_w[mf_dim] per occurrence
+  std::vector<uint32_t> offsets;
+  std::vector<float> dense;
+  std::vector<float> labels;
+  int64_t batch = 0;
+};
+
+// 0 to 2 occurrences per (slot, instance), values in [-0.6, 0.6], dense in [-1.2, 1.2].
+inline HostBatch make_field_batch(int64_t batch, const DenseModelConfig& cfg,
+                                  std::mt19937_64& rng) {
+  HostBatch h;
+  h.batch = batch;
+  h.offsets.push_back(0);
+  std::uniform_int_distribution<int> count(0, 2), shows(0, 4);
+  std::uniform_real_distribution<float> value(-0.6f, 0.6f);
+  for (int s = 0; s < cfg.slots; ++s) {
+    for (int64_t i = 0; i < batch; ++i) {
+      const int n = count(rng);
+      for (int j = 0; j < n; ++j) {
+        const int show = shows(rng);
+        h.records.push_back(static_cast<float>(show));
+        h.records.push_back(static_cast<float>(std::uniform_int_distribution<int>(0, show)(rng)));
+        for (int k = 0; k < 1 + cfg.mf_dim; ++k) h.records.push_back(value(rng));
+      }
+      h.offsets.push_back(h.offsets.back() + n);
+    }
+  }
+  for (int64_t i = 0; i < batch * cfg.dense_dim; ++i) h.dense.push_back(2 * value(rng));
+  for (int64_t i = 0; i < batch; ++i) h.labels.push_back(static_cast<float>(rng() % 2));
+  return h;
+}
+
+// A parameter block's values by name, from the flat float64 copy.
+struct NamedParams {
+  const std::vector<ParamBlock>& blocks;
+  const std::vector<double>& w;
+  const ParamBlock& block(const std::string& name) const {
+    for (const ParamBlock& b : blocks) {
+      if (b.name == name) return b;
+    }
+    throw std::runtime_error("no parameter block " + name);
+  }
+  bool has(const std::string& name) const {
+    return std::any_of(blocks.begin(), blocks.end(),
+                       [&](const ParamBlock& b) { return b.name == name; });
+  }
+  double operator()(const std::string& name, std::size_t k) const {
+    const ParamBlock& b = block(name);
+    EXPECT_LT(k, b.count) << name;
+    return w[b.offset + k];
+  }
+  // y = x W + b (W row-major [in x out]), ReLU'd when asked: the model's fc_<l> layers.
+  std::vector<double> linear(const std::string& name, const std::vector<double>& x,
+                             bool relu) const {
+    const std::size_t out = block(name + ".b").count;
+    EXPECT_EQ(block(name + ".w").count, x.size() * out) << name;
+    std::vector<double> y(out);
+    for (std::size_t c = 0; c < out; ++c) {
+      double z = (*this)(name + ".b", c);
+      for (std::size_t r = 0; r < x.size(); ++r) z += x[r] * (*this)(name + ".w", r * out + c);
+      y[c] = relu ? std::max(z, 0.0) : z;
+    }
+    return y;
+  }
+};
+
+// Instance i's pooled record sums per slot (show, click, embed_w, embedx_w...).
+inline std::vector<std::vector<double>> pooled_slots(const HostBatch& h,
+                                                     const DenseModelConfig& cfg, int64_t i,
+                                                     const std::vector<double>& rec) {
+  const int pull = 3 + cfg.mf_dim;
+  std::vector<std::vector<double>> slots;
+  for (int s = 0; s < cfg.slots; ++s) {
+    std::vector<double> sum(pull, 0.0);
+    for (uint32_t j = h.offsets[s * h.batch + i]; j < h.offsets[s * h.batch + i + 1]; ++j) {
+      for (int k = 0; k < pull; ++k) sum[k] += rec[j * pull + k];
+    }
+    slots.push_back(sum);
+  }
+  return slots;
+}
+
+// The reference's logit of the batch's instance i from the parameters and the records (float64).
+using ReferenceLogit = std::function<double(const HostBatch& h, int64_t i, const NamedParams& p,
+                                            const std::vector<double>& rec)>;
+
+inline double central(std::vector<double>& v, std::size_t k, const std::function<double()>& f) {
+  const double saved = v[k], eps = 1e-6;
+  v[k] = saved + eps;
+  const double plus = f();
+  v[k] = saved - eps;
+  const double minus = f();
+  v[k] = saved;
+  return (plus - minus) / (2 * eps);
+}
+
+// Sets every parameter random in [-0.5, 0.5] (seeded by `seed`), runs one forward_backward of a
+// 6-instance batch with the dense scale 1/6 and checks everything against `logit`.
+inline void check_against_reference(device::Card& card, DenseModel& model, uint64_t seed,
+                                    const ReferenceLogit& logit) {
+  const DenseModelConfig& cfg = model.config();
+  std::mt19937_64 rng(seed);
+  const HostBatch h = make_field_batch(6, cfg, rng);
+  std::vector<float> w = model.parameters().values_to_host();
+  std::uniform_real_distribution<float> value(-0.5f, 0.5f);
+  for (float& x : w) x = value(rng);
+  model.parameters().set_values(w);
+  auto records = device::to_device(h.records, card.memory(), card.stream());
+  auto offsets = device::to_device(h.offsets, card.memory(), card.stream());
+  auto dense = device::to_device(h.dense, card.memory(), card.stream());
+  auto labels = device::to_device(h.labels, card.memory(), card.stream());
+  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
+                            dense.data(), labels.data(), h.batch};
+  auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+  const double n = static_cast<double>(h.batch);
+  const double loss = model.forward_backward(view, GradScales{1.0f / 6, 1.0f}, push.data());
+  const std::vector<float> preds = device::to_host(model.predictions(), h.batch, card.stream());
+  const std::vector<float> grads = model.parameters().grads_to_host();
+  const std::vector<float> pushed = device::to_host(push);
+
+  std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
+  const NamedParams params{model.parameters().blocks(), wd};
+  const auto loss_of = [&] {
+    double sum = 0;
+    for (int64_t i = 0; i < h.batch; ++i) {
+      const double z = logit(h, i, params, rec), y = h.labels[i];
+      sum += std::max(z, 0.0) - y * z + std::log1p(std::exp(-std::fabs(z)));
+    }
+    return sum;
+  };
+  EXPECT_NEAR(loss, loss_of(), 1e-5 * loss);
+  for (int64_t i = 0; i < h.batch; ++i) {
+    EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-logit(h, i, params, rec))), 1e-5) << "instance " << i;
+  }
+  for (const ParamBlock& b : model.parameters().blocks()) {
+    for (std::size_t k = 0; k < b.count; ++k) {
+      EXPECT_NEAR(grads[b.offset + k] * n, central(wd, b.offset + k, loss_of),
+                  1e-4 + 1e-3 * std::fabs(grads[b.offset + k] * n))
+          << b.name << "[" << k << "]";
+    }
+  }
+  const int pull = model.pool().pull_dim();
+  for (std::size_t j = 0; j < h.offsets.back(); ++j) {
+    for (int k = 2; k < pull; ++k) {  // embed_w and embedx_w; show and click are counters
+      EXPECT_NEAR(pushed[j * pull + k], central(rec, j * pull + k, loss_of),
+                  1e-4 + 1e-3 * std::fabs(pushed[j * pull + k]))
+          << "occurrence " << j << " field " << k;
+    }
+  }
+}
+
+}  // namespace gpubox::trainer::testing

@@ -1,0 +1,408 @@
+// autoint's field embeddings and interacting layers (AutointPart, autoint_part.hpp): forward and
+// backward. Portable: GEMMs through the card's Blas, the rest parallel_for over items that each
+// own the values they write (no atomics; sums in a fixed order, so runs are deterministic).
+//
+// Backward of layer l from G = scale * dL/dH^{l+1} (rows r = b F + i, a = A / heads):
+//   LayerNorm:  xhat = (Y - mean) rstd; dgamma = sum_r G xhat, dbeta = sum_r G;
+//               dY = rstd (G gamma - mean(G gamma) - xhat mean(G gamma xhat))
+//   dO = dR' = dY [Y > 0]  (dR = dR' [R > 0] with use_residual)
+//   per head:   dP_ij = dO_i . V_j;  dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij') / (sqrt(a) | 1)
+//               dQ_i = [Q_i > 0] sum_j dS_ij K_j;  dK_j = [K_j > 0] sum_i dS_ij Q_i;
+//               dV_j = [V_j > 0] sum_i P_ij dO_i
+//   dW = H^T [dQ | dK | dV | dR],  dH^l = [dQ | dK | dV | dR] W^T.
+#include <cmath>
+#include <utility>
+
+#include "common/error.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/autoint_part.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+constexpr float kLayerNormEps = 1e-8f;  // net.py's LayerNorm(epsilon=1e-08)
+
+// Item (r = b F + f, d): H^0[r, d] = slot f's pooled embedx_w[d], or dense feature i's x_i e_i[d].
+struct BuildFields {
+  const float* pooled;
+  int64_t pooled_ld;
+  const float* dense;
+  const float* dense_w;
+  float* x0;
+  int slots;
+  int dense_dim;
+  int width;
+  int slot_width;
+  int embedx_column;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const int fields = slots + dense_dim;
+    const auto r = static_cast<int64_t>(item / static_cast<std::size_t>(width));
+    const int d = static_cast<int>(item % static_cast<std::size_t>(width));
+    const int64_t b = r / fields;
+    const int f = static_cast<int>(r % fields);
+    x0[item] = f < slots ? pooled[b * pooled_ld + f * slot_width + embedx_column + d]
+                         : dense[b * dense_dim + (f - slots)] * dense_w[(f - slots) * width + d];
+  }
+};
+
+// Item (b, c) of the DNN input: c < F D is H^0[b F + c / D, c % D]; the ones behind it are the
+// slots' cvm features.
+struct BuildDnnInput {
+  const float* x0;
+  const float* pooled;
+  int64_t pooled_ld;
+  float* out;
+  int64_t ld;
+  int cols;
+  int embedding_cols;
+  int slot_width;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto b = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
+    const int c = static_cast<int>(item % static_cast<std::size_t>(cols));
+    const int cvm = c - embedding_cols;
+    out[b * ld + c] = cvm < 0 ? x0[b * embedding_cols + c]
+                              : pooled[b * pooled_ld + (cvm / 2) * slot_width + cvm % 2];
+  }
+};
+
+struct ReluInPlace {
+  float* x;
+  GPUBOX_HD void operator()(std::size_t item) const { x[item] = x[item] > 0.0f ? x[item] : 0.0f; }
+};
+
+// One layer's shapes: proj rows are [Q | K | V | R], each `cols` wide; heads of `head` columns.
+struct LayerShape {
+  int fields;
+  int cols;
+  int proj;
+  int heads;
+  int head;
+  float inv_scale;  // 1 / sqrt(head) with scaling, else 1
+  bool residual;
+};
+
+// Item r = b F + i: P_h[i, .] = softmax(Q_h[i] K_h^T inv_scale) for every head; Y[r] =
+// relu(O[r] + R[r]); H^{l+1}[r] = LayerNorm(Y[r]); mean and 1 / std into stats[r].
+struct Attend {
+  const float* proj;
+  const float* gamma;
+  const float* beta;
+  float* att;
+  float* y;
+  float* stats;
+  float* out;
+  LayerShape s;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto r = static_cast<int64_t>(item);
+    const int64_t b = r / s.fields, i = r % s.fields;
+    const float* q = proj + r * s.proj;
+    for (int h = 0; h < s.heads; ++h) {
+      float* p = att + ((b * s.heads + h) * s.fields + i) * s.fields;
+      float top = -INFINITY;
+      for (int64_t j = 0; j < s.fields; ++j) {
+        const float* k = proj + (b * s.fields + j) * s.proj + s.cols + h * s.head;
+        float dot = 0.0f;
+        for (int c = 0; c < s.head; ++c) dot += q[h * s.head + c] * k[c];
+        p[j] = dot * s.inv_scale;
+        top = p[j] > top ? p[j] : top;
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < s.fields; ++j) sum += (p[j] = expf(p[j] - top));
+      for (int64_t j = 0; j < s.fields; ++j) p[j] /= sum;
+    }
+    float* yr = y + r * s.cols;
+    float mean = 0.0f;
+    for (int col = 0; col < s.cols; ++col) {
+      const int h = col / s.head;
+      const float* p = att + ((b * s.heads + h) * s.fields + i) * s.fields;
+      float o = s.residual ? q[3 * s.cols + col] : 0.0f;
+      for (int64_t j = 0; j < s.fields; ++j) {
+        o += p[j] * proj[(b * s.fields + j) * s.proj + 2 * s.cols + col];
+      }
+      yr[col] = o > 0.0f ? o : 0.0f;
+      mean += yr[col];
+    }
+    mean /= static_cast<float>(s.cols);
+    float var = 0.0f;
+    for (int col = 0; col < s.cols; ++col) var += (yr[col] - mean) * (yr[col] - mean);
+    const float rstd = 1.0f / sqrtf(var / static_cast<float>(s.cols) + kLayerNormEps);
+    stats[2 * r] = mean;
+    stats[2 * r + 1] = rstd;
+    for (int col = 0; col < s.cols; ++col) {
+      out[r * s.cols + col] = gamma[col] * (yr[col] - mean) * rstd + beta[col];
+    }
+  }
+};
+
+// Item c: dgamma[c] = sum_r G[r, c] xhat[r, c], dbeta[c] = sum_r G[r, c].
+struct LayerNormParamGrad {
+  const float* g;
+  const float* y;
+  const float* stats;
+  float* dgamma;
+  float* dbeta;
+  int64_t rows;
+  int cols;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto c = static_cast<int64_t>(item);
+    float dg = 0.0f, db = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float grad = g[r * cols + c];
+      dg += grad * (y[r * cols + c] - stats[2 * r]) * stats[2 * r + 1];
+      db += grad;
+    }
+    dgamma[c] = dg;
+    dbeta[c] = db;
+  }
+};
+
+// Item r = b F + i: dO[r] and dR[r] through the LayerNorm and the ReLUs, then per head dS[i, .]
+// and dQ[r].
+struct AttendBackRows {
+  const float* g;
+  const float* proj;
+  const float* att;
+  const float* y;
+  const float* stats;
+  const float* gamma;
+  float* d_o;
+  float* d_s;
+  float* d_proj;
+  LayerShape s;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto r = static_cast<int64_t>(item);
+    const int64_t b = r / s.fields, i = r % s.fields;
+    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const float* gr = g + r * s.cols;
+    const float* yr = y + r * s.cols;
+    float m1 = 0.0f, m2 = 0.0f;
+    for (int c = 0; c < s.cols; ++c) {
+      const float dxhat = gr[c] * gamma[c];
+      m1 += dxhat;
+      m2 += dxhat * (yr[c] - mean) * rstd;
+    }
+    m1 /= static_cast<float>(s.cols);
+    m2 /= static_cast<float>(s.cols);
+    float* dor = d_o + r * s.cols;
+    float* dpr = d_proj + r * s.proj;
+    const float* pr = proj + r * s.proj;
+    for (int c = 0; c < s.cols; ++c) {
+      const float xhat = (yr[c] - mean) * rstd;
+      const float dy = rstd * (gr[c] * gamma[c] - m1 - xhat * m2);
+      dor[c] = yr[c] > 0.0f ? dy : 0.0f;
+      if (s.residual) dpr[3 * s.cols + c] = pr[3 * s.cols + c] > 0.0f ? dor[c] : 0.0f;
+    }
+    for (int h = 0; h < s.heads; ++h) {
+      const float* p = att + ((b * s.heads + h) * s.fields + i) * s.fields;
+      float* ds = d_s + ((b * s.heads + h) * s.fields + i) * s.fields;
+      float weighted = 0.0f;
+      for (int64_t j = 0; j < s.fields; ++j) {
+        const float* v = proj + (b * s.fields + j) * s.proj + 2 * s.cols + h * s.head;
+        float dp = 0.0f;
+        for (int c = 0; c < s.head; ++c) dp += dor[h * s.head + c] * v[c];
+        ds[j] = dp;
+        weighted += p[j] * dp;
+      }
+      for (int64_t j = 0; j < s.fields; ++j) ds[j] = p[j] * (ds[j] - weighted) * s.inv_scale;
+      for (int c = 0; c < s.head; ++c) {
+        const int col = h * s.head + c;
+        float dq = 0.0f;
+        for (int64_t j = 0; j < s.fields; ++j) {
+          dq += ds[j] * proj[(b * s.fields + j) * s.proj + s.cols + col];
+        }
+        dpr[col] = pr[col] > 0.0f ? dq : 0.0f;
+      }
+    }
+  }
+};
+
+// Item r = b F + j: dK[r] and dV[r], sums over the instance's query fields i.
+struct AttendBackCols {
+  const float* proj;
+  const float* att;
+  const float* d_o;
+  const float* d_s;
+  float* d_proj;
+  LayerShape s;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto r = static_cast<int64_t>(item);
+    const int64_t b = r / s.fields, j = r % s.fields;
+    const float* pr = proj + r * s.proj;
+    float* dpr = d_proj + r * s.proj;
+    for (int col = 0; col < s.cols; ++col) {
+      const int h = col / s.head;
+      const int64_t base = (b * s.heads + h) * s.fields * s.fields + j;
+      float dk = 0.0f, dv = 0.0f;
+      for (int64_t i = 0; i < s.fields; ++i) {
+        const int64_t row = b * s.fields + i;
+        dk += d_s[base + i * s.fields] * proj[row * s.proj + col];
+        dv += att[base + i * s.fields] * d_o[row * s.cols + col];
+      }
+      dpr[s.cols + col] = pr[s.cols + col] > 0.0f ? dk : 0.0f;
+      dpr[2 * s.cols + col] = pr[2 * s.cols + col] > 0.0f ? dv : 0.0f;
+    }
+  }
+};
+
+// G[b, c] = scale * dlogits[b] * w_out[c] (c over F A_L: the flattened last layer).
+struct OutputGrad {
+  const float* dlogits;
+  const float* w_out;
+  float* g;
+  float scale;
+  int cols;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const std::size_t b = item / static_cast<std::size_t>(cols);
+    g[item] = scale * dlogits[b] * w_out[item % static_cast<std::size_t>(cols)];
+  }
+};
+
+// dH^0[b, c] += the DNN's dL/d(input)[b, c] for c < F D.
+struct AddDnnGrad {
+  const float* dnn_dx;
+  int64_t ld;
+  float* dx0;
+  int cols;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto b = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
+    dx0[item] += dnn_dx[b * ld + static_cast<int64_t>(item % static_cast<std::size_t>(cols))];
+  }
+};
+
+// d_pooled[b, c] = unscale * dH^0 for slot c / slot_width's embedx column, 0 elsewhere.
+struct ScatterPooledGrad {
+  const float* dx0;
+  float* d_pooled;
+  int pooled_cols;
+  int slot_width;
+  int embedx_column;
+  int fields;
+  int width;
+  float unscale;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto b = static_cast<int64_t>(item / static_cast<std::size_t>(pooled_cols));
+    const int c = static_cast<int>(item % static_cast<std::size_t>(pooled_cols));
+    const int s = c / slot_width, d = c % slot_width - embedx_column;
+    d_pooled[item] = d >= 0 ? unscale * dx0[(b * fields + s) * width + d] : 0.0f;
+  }
+};
+
+// grad[i, d] = sum_b dH^0[b F + slots + i, d] x_i (dH^0 already scaled).
+struct DenseEmbeddingGrad {
+  const float* dx0;
+  const float* dense;
+  float* grad;
+  int64_t batch;
+  int slots;
+  int dense_dim;
+  int width;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto i = static_cast<int>(item / static_cast<std::size_t>(width));
+    const auto d = static_cast<int>(item % static_cast<std::size_t>(width));
+    const int fields = slots + dense_dim;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < batch; ++b) {
+      sum += dx0[(b * fields + slots + i) * width + d] * dense[b * dense_dim + i];
+    }
+    grad[item] = sum;
+  }
+};
+
+std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
+}  // namespace
+
+void AutointPart::forward(const Blas& blas, const DenseParameters& params, const InputRows& pooled,
+                          const float* dense, int64_t batch, bool with_dnn) {
+  GPUBOX_EXPECTS(pooled.type == ElementType::kF32, "autoint reads the pooled slots as fp32");
+  const device::Stream& stream = blas.stream();
+  const auto* rows_in = static_cast<const float*>(pooled.data);
+  const int64_t rows = batch * fields();
+  device::parallel_for(
+      stream, items(rows, width_),
+      BuildFields{rows_in, pooled.ld, dense, dense_dim_ > 0 ? params.values(dense_w_) : nullptr,
+                  x0_.data(), slots_, dense_dim_, width_, slot_width_, embedx_column_});
+  if (with_dnn) {
+    device::parallel_for(stream, items(batch, dnn_in()),
+                         BuildDnnInput{x0_.data(), rows_in, pooled.ld, dnn_x_.data(), dnn_ld_,
+                                       dnn_in(), embedding_cols(), slot_width_});
+  }
+  for (std::size_t l = 0; l < sizes_.size(); ++l) {
+    const int in = in_cols(l), cols = proj_cols(l), a = sizes_[l] / heads_;
+    blas.sgemm(Transpose::kNo, Transpose::kNo, rows, cols, in, 1.0f, layer_input(l), in,
+               params.values(w_[l]), cols, 0.0f, proj_[l].data(), cols);
+    device::parallel_for(stream, items(rows, cols), ReluInPlace{proj_[l].data()});
+    const LayerShape shape{fields(), sizes_[l],
+                           cols,     heads_,
+                           a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
+                           residual_};
+    device::parallel_for(
+        stream, static_cast<std::size_t>(rows),
+        Attend{proj_[l].data(), params.values(gamma_[l]), params.values(beta_[l]), att_[l].data(),
+               y_[l].data(), stats_[l].data(), out_[l].data(), shape});
+  }
+}
+
+void AutointPart::add_logits(const Blas& blas, const DenseParameters& params, int64_t batch,
+                             float* logits) const {
+  const int flat = fields() * sizes_.back();
+  blas.sgemv(Transpose::kNo, batch, flat, 1.0f, out_.back().data(), flat, params.values(w_out_),
+             1.0f, logits);
+}
+
+void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std::size_t l,
+                                 int64_t batch, float* d_out, float* d_in) {
+  const device::Stream& stream = blas.stream();
+  const int64_t rows = batch * fields();
+  const int in = in_cols(l), cols = proj_cols(l), a = sizes_[l] / heads_;
+  const LayerShape shape{fields(), sizes_[l],
+                         cols,     heads_,
+                         a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
+                         residual_};
+  device::parallel_for(
+      stream, static_cast<std::size_t>(sizes_[l]),
+      LayerNormParamGrad{d_out, y_[l].data(), stats_[l].data(), params.grads(gamma_[l]),
+                         params.grads(beta_[l]), rows, sizes_[l]});
+  device::parallel_for(
+      stream, static_cast<std::size_t>(rows),
+      AttendBackRows{d_out, proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(),
+                     params.values(gamma_[l]), d_o_.data(), d_s_.data(), d_proj_.data(), shape});
+  device::parallel_for(stream, static_cast<std::size_t>(rows),
+                       AttendBackCols{proj_[l].data(), att_[l].data(), d_o_.data(), d_s_.data(),
+                                      d_proj_.data(), shape});
+  blas.sgemm(Transpose::kYes, Transpose::kNo, in, cols, rows, 1.0f, layer_input(l), in,
+             d_proj_.data(), cols, 0.0f, params.grads(w_[l]), cols);
+  blas.sgemm(Transpose::kNo, Transpose::kYes, rows, in, cols, 1.0f, d_proj_.data(), cols,
+             params.values(w_[l]), cols, 0.0f, d_in, in);
+}
+
+void AutointPart::backward(const Blas& blas, DenseParameters& params, const float* dense,
+                           const float* dlogits, float scale, int64_t batch, bool with_dnn,
+                           float unscale, float* d_pooled) {
+  const device::Stream& stream = blas.stream();
+  const int flat = fields() * sizes_.back();
+  float* g = g_a_.data();
+  float* spare = g_b_.data();
+  device::parallel_for(stream, items(batch, flat),
+                       OutputGrad{dlogits, params.values(w_out_), g, scale, flat});
+  blas.sgemv(Transpose::kYes, batch, flat, scale, out_.back().data(), flat, dlogits, 0.0f,
+             params.grads(w_out_));
+  for (std::size_t l = sizes_.size(); l-- > 0;) {
+    backward_layer(blas, params, l, batch, g, l > 0 ? spare : dx0_.data());
+    std::swap(g, spare);
+  }
+  if (with_dnn) {
+    device::parallel_for(stream, items(batch, embedding_cols()),
+                         AddDnnGrad{dnn_dx_.data(), dnn_ld_, dx0_.data(), embedding_cols()});
+  }
+  const int pool_cols = slots_ * slot_width_;
+  device::parallel_for(stream, items(batch, pool_cols),
+                       ScatterPooledGrad{dx0_.data(), d_pooled, pool_cols, slot_width_,
+                                         embedx_column_, fields(), width_, unscale});
+  if (dense_dim_ > 0) {
+    device::parallel_for(stream, items(dense_dim_, width_),
+                         DenseEmbeddingGrad{dx0_.data(), dense, params.grads(dense_w_), batch,
+                                            slots_, dense_dim_, width_});
+  }
+}
+
+}  // namespace gpubox::trainer
