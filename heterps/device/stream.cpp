@@ -13,6 +13,9 @@ namespace {
 void count_sync(CardCounters* counters) {
   if (counters != nullptr) counters->add_host_sync();
 }
+void count_wait(CardCounters* counters) {
+  if (counters != nullptr) counters->add_stream_wait();
+}
 }  // namespace
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -36,7 +39,8 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) cudaSetDevice(previous_);  // a destructor cannot throw
 }
 
-Stream::Stream(int device, CardCounters* counters) : device_(device), counters_(counters) {
+Stream::Stream(int device, CardCounters* counters, StreamRole role)
+    : device_(device), counters_(counters), role_(role) {
   DeviceGuard guard(device);
   GPUBOX_CUDA_TRY(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking));
   allocator_.stream_ = handle_;
@@ -58,6 +62,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
     counters_ = other.counters_;
+    role_ = other.role_;
     allocator_ = other.allocator_;
   }
   return *this;
@@ -75,6 +80,7 @@ bool Stream::ready() const {
   return true;
 }
 void Stream::wait(const Event& event) const {
+  count_wait(counters());
   GPUBOX_CUDA_TRY(cudaStreamWaitEvent(handle_, event.native(), 0));
 }
 
@@ -145,7 +151,8 @@ DeviceGuard::DeviceGuard(int) {}
 DeviceGuard::DeviceGuard(int, const std::nothrow_t&) noexcept {}
 DeviceGuard::~DeviceGuard() = default;
 
-Stream::Stream(int device, CardCounters* counters) : device_(device), counters_(counters) {
+Stream::Stream(int device, CardCounters* counters, StreamRole role)
+    : device_(device), counters_(counters), role_(role) {
   allocator_.device_ = device;
 }
 Stream::~Stream() = default;
@@ -153,6 +160,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   device_ = other.device_;
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
+  role_ = other.role_;
   allocator_ = other.allocator_;
   return *this;
 }
@@ -164,7 +172,7 @@ bool Stream::ready() const {
   detail::refuse_while_capturing("Stream::ready (a host poll)", this);
   return true;
 }
-void Stream::wait(const Event&) const {}
+void Stream::wait(const Event&) const { count_wait(counters()); }
 
 Event::Event(int device, CardCounters* counters) : device_(device), counters_(counters) {}
 Event::~Event() = default;
@@ -211,6 +219,7 @@ Stream::Stream(Stream&& other) noexcept
     : device_(other.device_),
       handle_(std::exchange(other.handle_, nullptr)),
       counters_(other.counters_),
+      role_(other.role_),
       allocator_(other.allocator_) {}
 
 Event::Event(Event&& other) noexcept

@@ -192,6 +192,12 @@ TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollective
   // status, each into the step's pinned slot (+ the progress AUC on card 0 every 7 steps).
   EXPECT_GE(extra.at("pinned_copies_per_step"), 3.0);
   EXPECT_LT(extra.at("pinned_copies_per_step"), 3.5);
+  // The batch upload overlaps the step before it (issue 31, item 4): its one copy runs on the
+  // card's copy stream into one of two card buffers, ordered by 2 stream waits (the copy stream
+  // for the compute stream's event after the last step that read that buffer, the compute stream
+  // for the copy's event), neither a host wait.
+  EXPECT_EQ(extra.at("copy_stream_copies_per_step"), 1.0);
+  EXPECT_EQ(extra.at("stream_waits_per_step"), 2.0);
   // Every steady step's batch is full: the dense half is 2 graph launches ("dense step": 5
   // layers' 3 GEMMs, the pool, the loss and its reduction, the metrics, the all-reduce, the
   // finite check, the bad value's copy, the stop votes; "dense update": adam's step count and

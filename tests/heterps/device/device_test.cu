@@ -223,6 +223,40 @@ TEST(DeviceCounters, CountWaitsAllocationsCopiesAndLaunchesOnTheStreamsCard) {
   EXPECT_EQ((card.counts() - start).host_syncs, 3u);  // to_device, the reduce, the event
 }
 
+// The card's copy stream (issue 31, item 4: the next batch's upload beside the step): its copies
+// count as copy_stream_copies besides their kind (the compute stream's do not), and a stream's
+// wait for another stream's event is a stream wait, not a host wait. The copy lands.
+TEST(DeviceCounters, CopyStreamCopiesAndStreamWaitsAreCountedApartFromHostWaits) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  EXPECT_EQ(card.stream().role(), StreamRole::kCompute);
+  EXPECT_EQ(card.copy_stream().role(), StreamRole::kCopy);
+  auto buffer = card.make_buffer<int>(100);
+  pinned_buffer<int> staging(100);
+  for (int i = 0; i < 100; ++i) staging[i] = 3 * i + 1;
+  const DeviceCounts start = card.counts();
+  Event copied(card.device(), card.stream().counters());
+  Event read(card.device(), card.stream().counters());
+  card.copy_stream().wait(read);  // never recorded: nothing to wait for
+  copy_async(buffer.data(), staging.data(), 100, card.copy_stream());
+  copied.record(card.copy_stream());
+  card.stream().wait(copied);
+  copy_async(staging.data(), buffer.data(), 50, card.stream());  // back, on the compute stream
+  read.record(card.stream());
+  DeviceCounts d = card.counts() - start;
+  EXPECT_EQ(d.pinned_copies, 2u);
+  EXPECT_EQ(d.copy_stream_copies, 1u);
+  EXPECT_EQ(d.stream_waits, 2u);
+  EXPECT_EQ(d.host_syncs, 0u);
+  read.synchronize();
+  EXPECT_EQ((card.counts() - start).host_syncs, 1u);
+  const std::vector<int> back = to_host(buffer.data(), 100, card.stream());
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(back[i], 3 * i + 1) << i;
+  EXPECT_NE(to_string(card.counts() - start).find("copy_stream_copies 1, stream_waits 2"),
+            std::string::npos);
+}
+
 TEST(DeviceCounters, AllocationWhileACollectiveIsInFlightIsCountedAndFatalUnderTheCheck) {
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
