@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "heterps/card_table/eviction_policy.hpp"
@@ -65,11 +66,20 @@ struct NextPassCard {
   uint64_t chunks = 0;
   device::DeviceCounts counts;  // of the chunks
   double seconds = 0;
-  // Lookup and insert scratch on the card, kept across chunks.
+  // Lookup and insert scratch on the card, kept across chunks, sized when the work is expected
+  // for the largest chunk of every phase (reserve_scratch): a chunk allocates nothing, so it
+  // needs no wait for the step's collectives before it (device rule 1).
   device::device_buffer<uint64_t> d_keys;
   device::device_buffer<card_table::row_index_t> d_rows;
   device::device_buffer<float> d_floats;
   device::device_buffer<uint8_t> d_flags;
+  // kLookup without a host wait: a chunk's keys go up from h_keys and its rows come back into
+  // h_rows (pinned), `looked_up` recorded after; the next prepare() reads them once the event
+  // has passed (Event::ready, a poll), or leaves them for the one after.
+  device::pinned_buffer<uint64_t> h_keys;
+  device::pinned_buffer<card_table::row_index_t> h_rows;
+  std::optional<device::Event> looked_up;
+  std::size_t in_flight = 0;  // keys of the chunk enqueued, not read yet (from `at` on)
 
   // Whether begin_pass can use this work: its keys looked up for `for_staged`, with no other
   // change of the cards' keys since (`current_generation`).
@@ -111,6 +121,15 @@ class NextPassWork {
   // The current phase's chunk.
   void run_chunk(int c, NextPassCard& next);
   void lookup(int c, NextPassCard& next);
+  // kLookup's host half: the chunk in flight's rows, once its event has passed (false: not yet).
+  bool read_lookup(int c, NextPassCard& next);
+  // Sizes card `c`'s chunk scratch for the largest chunk of each phase (expect(), between
+  // passes: no collective in flight).
+  void reserve_scratch(int c, NextPassCard& next);
+  // The capacity `count` on card `c` (an allocation only when the sizes above missed a case,
+  // after a counted wait so that no step's collective is in flight: device rule 1).
+  template <class T>
+  void ensure(int c, device::device_buffer<T>& buffer, std::size_t count);
   // After the last look-up: whether room must be made first (kMark) or not (kInsert).
   void plan(int c, NextPassCard& next);
   void mark(int c, NextPassCard& next);

@@ -711,6 +711,41 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   early.manager->end_pass();
 }
 
+// Issue 31, item 4: the next pass's look-ups between steps wait for nothing. A look-up chunk
+// neither waits for the step's collectives before it (its scratch is sized when the work is
+// expected) nor for its own readback (its rows are read a chunk later, once its event has
+// passed): over a pass whose next pass's rows never arrive (look-ups only), the work's chunks
+// wait for the card 0 times and allocate nothing; before, each waited 3 times (before the chunk,
+// in the table's look-up, and for its rows). What begin_pass then places equals an engine without
+// the work.
+TEST(PassManager, NextPassLookupsWaitForNothing) {
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 50;  // 240 keys: 5 chunks, each read by the next
+  Engine early(1, options);
+  options.next_pass_chunk_keys = 0;
+  Engine reference(1, options);
+  const auto a = make_passes(1, 240, 95).front();
+  const auto b = make_passes(3, 240, 95).back();  // overlaps a
+  early.manager->begin_pass(a);
+  reference.manager->begin_pass(a);
+  const StagedRows planned = early.manager->plan_staging(b, {}, a);
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&planned, /*rows_ready=*/false));
+  early.train(a, 1, 12, [&](int c) { early.manager->prepare_next_pass(c); });
+  reference.train(a, 1, 12);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  const PassStats got = early.manager->begin_pass(b);
+  const PassStats want = reference.manager->begin_pass(b);
+  EXPECT_GE(got.early_chunks, 6u);  // 5 enqueued, the last one read by a sixth
+  EXPECT_EQ(got.early_host_syncs, 0u);
+  EXPECT_EQ(got.early_allocations, 0u);
+  EXPECT_EQ(got.hits, want.hits);
+  EXPECT_EQ(got.pulled, want.pulled);
+  EXPECT_EQ(early.card_rows(), reference.card_rows());
+  early.manager->end_pass();
+  reference.manager->end_pass();
+}
+
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
 // oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
 // decides among them), over passes that overlap, are all on the card, or are empty.
