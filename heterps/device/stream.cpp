@@ -1,5 +1,6 @@
 #include "heterps/device/stream.hpp"
 
+#include <chrono>
 #include <cstdlib>
 
 #include "common/error.hpp"
@@ -84,9 +85,11 @@ void Stream::wait(const Event& event) const {
   GPUBOX_CUDA_TRY(cudaStreamWaitEvent(handle_, event.native(), 0));
 }
 
-Event::Event(int device, CardCounters* counters) : device_(device), counters_(counters) {
+Event::Event(int device, CardCounters* counters, EventTiming timing)
+    : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {
   DeviceGuard guard(device);
-  GPUBOX_CUDA_TRY(cudaEventCreateWithFlags(&handle_, cudaEventDisableTiming));
+  GPUBOX_CUDA_TRY(
+      cudaEventCreateWithFlags(&handle_, timing_ ? cudaEventDefault : cudaEventDisableTiming));
 }
 Event::~Event() {
   if (handle_ == nullptr) return;
@@ -102,6 +105,7 @@ Event& Event::operator=(Event&& other) noexcept {
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
     counters_ = other.counters_;
+    timing_ = other.timing_;
   }
   return *this;
 }
@@ -121,6 +125,12 @@ bool Event::ready() const {
   if (state == cudaErrorNotReady) return false;
   GPUBOX_CUDA_TRY(state);
   return true;
+}
+double Event::seconds_since(const Event& earlier) const {
+  GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
+  float ms = 0;
+  GPUBOX_CUDA_TRY(cudaEventElapsedTime(&ms, earlier.handle_, handle_));
+  return static_cast<double>(ms) / 1e3;
 }
 
 void detail::synchronize_uncounted(const Stream& stream) {
@@ -174,16 +184,27 @@ bool Stream::ready() const {
 }
 void Stream::wait(const Event&) const { count_wait(counters()); }
 
-Event::Event(int device, CardCounters* counters) : device_(device), counters_(counters) {}
+Event::Event(int device, CardCounters* counters, EventTiming timing)
+    : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {}
 Event::~Event() = default;
 Event& Event::operator=(Event&& other) noexcept {
   device_ = other.device_;
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
+  timing_ = other.timing_;
+  recorded_at_ = other.recorded_at_;
   return *this;
 }
 void Event::record(const Stream& stream) {
   detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+  if (timing_) {
+    recorded_at_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+}
+double Event::seconds_since(const Event& earlier) const {
+  GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
+  return recorded_at_ - earlier.recorded_at_;
 }
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
@@ -225,6 +246,13 @@ Stream::Stream(Stream&& other) noexcept
 Event::Event(Event&& other) noexcept
     : device_(other.device_),
       handle_(std::exchange(other.handle_, nullptr)),
-      counters_(other.counters_) {}
+      counters_(other.counters_),
+      timing_(other.timing_)
+#if !defined(GPUBOX_BACKEND_CUDA)
+      ,
+      recorded_at_(other.recorded_at_)
+#endif
+{
+}
 
 }  // namespace gpubox::device

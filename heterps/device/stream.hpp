@@ -149,11 +149,15 @@ void enqueue(const Stream& stream, const char* what, Work&& work) {
   work();
 }
 
-// Owning, move-only event (timing disabled).
+// Whether an event records when the card passed it (Event::seconds_since).
+enum class EventTiming { kOff, kOn };
+
+// Owning, move-only event (timing off unless asked for).
 class Event {
  public:
   // `counters` (may be null) receive the host synchronizations of synchronize().
-  explicit Event(int device, CardCounters* counters = nullptr);
+  explicit Event(int device, CardCounters* counters = nullptr,
+                 EventTiming timing = EventTiming::kOff);
   ~Event();
   Event(Event&& other) noexcept;
   Event& operator=(Event&& other) noexcept;
@@ -166,12 +170,20 @@ class Event {
   // Whether the recorded work has finished (cudaEventQuery), without waiting; an event never
   // recorded is ready. No host synchronization is counted: nothing waits.
   bool ready() const;
+  // Seconds of card time from `earlier` to this event, both made with EventTiming::kOn,
+  // recorded, and passed (ready(): the call does not wait). cpu backend: the host time between
+  // the two records (work on a stream has completed when it is enqueued).
+  double seconds_since(const Event& earlier) const;
   native_event_t native() const { return handle_; }
 
  private:
   int device_ = 0;
   native_event_t handle_ = nullptr;
   CardCounters* counters_ = nullptr;
+  bool timing_ = false;
+#if !defined(GPUBOX_BACKEND_CUDA)
+  double recorded_at_ = 0;  // cpu: steady-clock seconds of the last record
+#endif
 };
 
 namespace detail {

@@ -70,6 +70,46 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   next.h_rows = device::pinned_buffer<row_index_t>(chunk);
   next.looked_up.emplace(card.device(), card.stream().counters());
   next.in_flight = 0;
+  next.pacer = ChunkPacer(chunk, cards_.options().next_pass_step_fraction);
+  if (next.pacer.paced()) {
+    const auto timed = device::EventTiming::kOn;
+    next.chunk_begin.emplace(card.device(), card.stream().counters(), timed);
+    next.chunk_end.emplace(card.device(), card.stream().counters(), timed);
+    next.previous_end.emplace(card.device(), card.stream().counters(), timed);
+  }
+  next.measuring = false;
+  next.previous_valid = false;
+  next.idle = false;
+}
+
+void NextPassWork::pace(int c, NextPassCard& next) {
+  if (!next.pacer.paced()) return;
+  const device::Stream& stream = cards_.card(c).stream();
+  // previous_end -> (a step) -> chunk_begin -> (the chunk) -> chunk_end, all on the stream: the
+  // first two are done once chunk_begin is.
+  if (next.measuring && next.previous_valid && next.chunk_end->ready()) {
+    next.pacer.observe(next.paced_keys, next.chunk_end->seconds_since(*next.chunk_begin),
+                       next.chunk_begin->seconds_since(*next.previous_end));
+  }
+  if (next.measuring) {
+    std::swap(next.previous_end, next.chunk_end);
+    next.previous_valid = true;
+  }
+  next.chunk_begin->record(stream);
+  next.paced_keys = next.pacer.keys();
+}
+
+void NextPassWork::end_pace(int c, NextPassCard& next) {
+  if (!next.pacer.paced()) return;
+  if (next.idle) {
+    next.idle = false;
+    next.measuring = false;
+    next.previous_valid = false;
+    return;
+  }
+  next.chunk_end->record(cards_.card(c).stream());
+  // The first chunk has no step before it to measure: it only starts the chain.
+  next.measuring = true;
 }
 
 template <class T>
@@ -107,7 +147,9 @@ bool NextPassWork::prepare(int c) {
   // their readbacks; counted as this work's waits (early_host_syncs), not the step's.
   if (next.phase != Phase::kLookup) card.stream().synchronize();
   try {
+    pace(c, next);
     run_chunk(c, next);
+    end_pace(c, next);
   } catch (const std::exception& e) {
     // The work is optional: what it did so far leaves the card exact (victims were clean,
     // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
@@ -179,11 +221,14 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
-  if (next.in_flight > 0 && !read_lookup(c, next)) return;  // the card is not there yet
+  if (next.in_flight > 0 && !read_lookup(c, next)) {  // the card is not there yet
+    next.idle = true;
+    return;
+  }
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const OwnedKeys& mine = next.staged->owned[c];
-  const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, mine.keys.size() - next.at);
+  const std::size_t n = std::min(next.pacer.keys(), mine.keys.size() - next.at);
   if (n == 0) {
     plan(c, next);
     return;
@@ -250,8 +295,8 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   // A window of the training pass's keys (shared, every card's): this card's among them, about
   // a chunk of them (the window spans a chunk per local card).
   const std::vector<uint64_t>& keys = *next.current_keys;
-  const std::size_t window = cards_.options().next_pass_chunk_keys *
-                             static_cast<std::size_t>(cards_.cards().num_local_cards());
+  const std::size_t window =
+      next.pacer.keys() * static_cast<std::size_t>(cards_.cards().num_local_cards());
   const std::size_t stop = std::min(keys.size(), next.at + window);
   const int total_cards = cards_.cards().total_cards();
   const int first_rank = cards_.cards().trainer_id() * cards_.cards().num_local_cards();
@@ -302,7 +347,7 @@ void NextPassWork::list(int c, NextPassCard& next) {
   const device::Stream& stream = card.stream();
   // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
   const std::size_t slots = store.table().capacity();
-  const std::size_t end = std::min(slots, next.at + 8 * cards_.options().next_pass_chunk_keys);
+  const std::size_t end = std::min(slots, next.at + 8 * next.pacer.keys());
   ensure(c, next.d_keys, end - next.at + 2);  // list_entries_range's room
   ensure(c, next.d_rows, end - next.at + 2);
   ensure(c, next.d_floats, end - next.at);
@@ -341,7 +386,7 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   // Their order does not matter.
   const std::vector<card_table::EvictionCandidate>& victims = next.victims.victims();
-  const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, victims.size() - next.at);
+  const std::size_t n = std::min(next.pacer.keys(), victims.size() - next.at);
   if (n > 0) {
     std::vector<uint64_t> keys(n);
     for (std::size_t i = 0; i < n; ++i) keys[i] = victims[next.at + i].key;
@@ -367,8 +412,7 @@ void NextPassWork::insert(int c, NextPassCard& next) {
   const std::size_t room = cards_.row_budget() > 0
                                ? cards_.row_budget() - std::min(cards_.row_budget(), store.size())
                                : next.used.size();
-  const std::size_t n =
-      std::min({cards_.options().next_pass_chunk_keys, room, next.used.size() - next.inserted});
+  const std::size_t n = std::min({next.pacer.keys(), room, next.used.size() - next.inserted});
   // The staged rows of this chunk, packed (host), then on the card a page at a time (the plan's
   // staging room, as insert_to_card).
   std::vector<uint64_t> keys;

@@ -26,6 +26,7 @@
 #include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/pass/chunk_pacer.hpp"
 #include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"
 
@@ -80,6 +81,14 @@ struct NextPassCard {
   device::pinned_buffer<card_table::row_index_t> h_rows;
   std::optional<device::Event> looked_up;
   std::size_t in_flight = 0;  // keys of the chunk enqueued, not read yet (from `at` on)
+  // The chunk's size (ChunkPacer) and, when paced, the timing events that measure it: the last
+  // chunk's begin and end, and the end of the one before (the step's card time lies between).
+  ChunkPacer pacer;
+  std::size_t paced_keys = 0;  // the size the measured chunk ran at
+  std::optional<device::Event> chunk_begin, chunk_end, previous_end;
+  bool measuring = false;       // chunk_begin/chunk_end hold a chunk not yet observed
+  bool previous_valid = false;  // previous_end ends the chunk before chunk_begin's
+  bool idle = false;            // the chunk found nothing to do yet (its look-up in flight)
 
   // Whether begin_pass can use this work: its keys looked up for `for_staged`, with no other
   // change of the cards' keys since (`current_generation`).
@@ -126,6 +135,11 @@ class NextPassWork {
   // Sizes card `c`'s chunk scratch for the largest chunk of each phase (expect(), between
   // passes: no collective in flight).
   void reserve_scratch(int c, NextPassCard& next);
+  // Paced work: the last chunk's card time and the step's beside it to the pacer, once their
+  // events have passed (a poll), then the events of the chunk about to run.
+  void pace(int c, NextPassCard& next);
+  // After a paced chunk: its end event (a chunk that did nothing restarts the measures).
+  void end_pace(int c, NextPassCard& next);
   // The capacity `count` on card `c` (an allocation only when the sizes above missed a case,
   // after a counted wait so that no step's collective is in flight: device rule 1).
   template <class T>

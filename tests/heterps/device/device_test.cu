@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -255,6 +256,25 @@ TEST(DeviceCounters, CopyStreamCopiesAndStreamWaitsAreCountedApartFromHostWaits)
   for (int i = 0; i < 100; ++i) ASSERT_EQ(back[i], 3 * i + 1) << i;
   EXPECT_NE(to_string(card.counts() - start).find("copy_stream_copies 1, stream_waits 2"),
             std::string::npos);
+}
+
+// Timing events (the next pass's chunks are paced by them): the card time between two records,
+// here (cpu) the host time between them; events made without timing refuse to be timed.
+TEST(DeviceCounters, TimingEventsMeasureTheTimeBetweenTheirRecords) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  Event begin(card.device(), nullptr, EventTiming::kOn);
+  Event end(card.device(), nullptr, EventTiming::kOn);
+  begin.record(card.stream());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  end.record(card.stream());
+  ASSERT_TRUE(end.ready());
+  EXPECT_GE(end.seconds_since(begin), 0.019);
+  EXPECT_LT(end.seconds_since(begin), 5.0);
+  Event untimed(card.device());
+  untimed.record(card.stream());
+  EXPECT_THROW(untimed.seconds_since(begin), Error);
 }
 
 TEST(DeviceCounters, AllocationWhileACollectiveIsInFlightIsCountedAndFatalUnderTheCheck) {

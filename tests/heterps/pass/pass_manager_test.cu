@@ -464,6 +464,9 @@ struct NextPassCase {
   // The work reaches its insertions (and evictions, with a budget) in some pass: enough steps
   // for the chunks; otherwise it stays partial (begin_pass finishes it).
   bool reaches_inserts;
+  // next_pass_step_fraction: > 0 sizes the chunks by their measured time (ChunkPacer), as the
+  // GPU build does; the chunk above is then their largest size.
+  double step_fraction = 0;
 };
 
 class NextPassWorkTest : public ::testing::TestWithParam<NextPassCase> {};
@@ -476,6 +479,7 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
   options.host_batch_keys = 37;
   Engine reference(tc.cards, options);
   options.next_pass_chunk_keys = tc.chunk;
+  options.next_pass_step_fraction = tc.step_fraction;
   Engine early(tc.cards, options);
 
   auto passes = make_passes(5, 240, 79);
@@ -599,12 +603,54 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(NextPassCase{1, 0, 1000, 12, true}, NextPassCase{2, 0, 7, 12, false},
                       NextPassCase{1, 300, 1000, 12, true}, NextPassCase{1, 300, 1000, 4, false},
                       NextPassCase{2, 170, 1000, 12, true}, NextPassCase{2, 170, 7, 30, false},
-                      NextPassCase{3, 120, 16, 40, true}, NextPassCase{3, 120, 1, 6, false}),
+                      NextPassCase{3, 120, 16, 40, true}, NextPassCase{3, 120, 1, 6, false},
+                      // Paced chunks (their sizes vary with the measured times).
+                      NextPassCase{1, 300, 1000, 40, false, 0.25},
+                      NextPassCase{2, 0, 1000, 40, false, 0.01}),
     [](const auto& info) {
       return std::to_string(info.param.cards) + "cards_budget" +
              std::to_string(info.param.row_budget) + "_chunk" + std::to_string(info.param.chunk) +
-             "_steps" + std::to_string(info.param.steps);
+             "_steps" + std::to_string(info.param.steps) +
+             (info.param.step_fraction > 0 ? "_paced" : "");
     });
+
+// ChunkPacer against hand-computed sizes: unpaced, every chunk is the largest; paced, it starts
+// at kStartKeys, aims at step_fraction of the step at the measured rate, at most doubles or
+// halves a chunk at a time, stays within [kMinKeys, max], and ignores measures that are not
+// positive.
+TEST(ChunkPacer, AimsAtAFractionOfTheStepWithinItsBounds) {
+  const ChunkPacer unpaced(100000, 0);
+  EXPECT_FALSE(unpaced.paced());
+  EXPECT_EQ(unpaced.keys(), 100000u);
+  ChunkPacer same = unpaced;
+  same.observe(100000, 1.0, 0.001);
+  EXPECT_EQ(same.keys(), 100000u);
+
+  ChunkPacer pacer(100000, 0.25);
+  EXPECT_EQ(pacer.keys(), ChunkPacer::kStartKeys);
+  // 4096 keys took as long as the step (1 ms): 1024 keys would take a quarter; halved first.
+  pacer.observe(4096, 1e-3, 1e-3);
+  EXPECT_EQ(pacer.keys(), 2048u);
+  pacer.observe(2048, 0.5e-3, 1e-3);  // the same rate
+  EXPECT_EQ(pacer.keys(), 1024u);
+  pacer.observe(1024, 0.25e-3, 1e-3);  // on target: stays
+  EXPECT_EQ(pacer.keys(), 1024u);
+  // 16x faster than that: 16384 wanted, doubled at most.
+  pacer.observe(1024, 0.25e-3 / 16, 1e-3);
+  EXPECT_EQ(pacer.keys(), 2048u);
+  pacer.observe(2048, 0, 1e-3);  // no measure
+  pacer.observe(2048, 1e-3, -1);
+  EXPECT_EQ(pacer.keys(), 2048u);
+  for (int i = 0; i < 20; ++i) pacer.observe(pacer.keys(), 1.0, 1e-3);  // very slow
+  EXPECT_EQ(pacer.keys(), ChunkPacer::kMinKeys);
+  for (int i = 0; i < 20; ++i) pacer.observe(pacer.keys(), 1e-9, 1e-3);  // very fast
+  EXPECT_EQ(pacer.keys(), 100000u);
+  // A largest size under the start and the floor.
+  EXPECT_EQ(ChunkPacer(100, 0.25).keys(), 100u);
+  ChunkPacer small(100, 0.25);
+  small.observe(100, 1.0, 1e-3);
+  EXPECT_EQ(small.keys(), 100u);
+}
 
 // Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
 // full of the training pass's rows), a failed staging (its keys known, so the cards looked them
