@@ -119,6 +119,11 @@ struct StepTag {
   int64_t step = -1;
   bool train = false;     // status holds a training step's verdict
   bool progress = false;  // auc holds the running AUC
+  // An evaluation step's predictions: `predictions` floats copied into the slot's pinned block
+  // `predictions_at`, for the host at `predictions_out` (CardWorker::eval_step).
+  const float* predictions_at = nullptr;
+  float* predictions_out = nullptr;
+  std::size_t predictions = 0;
 };
 
 // Step buffers, reused across steps (they only grow). The batch travels to the card as one
@@ -147,6 +152,7 @@ struct CardWorker::Buffers {
         pull(card.make_buffer<float>(0)),
         push(card.make_buffer<float>(0)),
         staging(kStatusDepth),
+        predictions(kStatusDepth),
         ring(card, kStatusDepth, 1) {}
 
   // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
@@ -166,8 +172,10 @@ struct CardWorker::Buffers {
   std::size_t at = 0;  // the running step's upload buffer
   device::device_buffer<float> pull;
   device::device_buffer<float> push;
-  // Per ring slot; grows (a pinned allocation) only with the batch.
+  // Per ring slot; grow (a pinned allocation) only with the batch: the batch's staging block,
+  // an evaluation step's predictions.
   std::vector<device::pinned_buffer<char>> staging;
+  std::vector<device::pinned_buffer<float>> predictions;
   device::LateReadback<StepRecord, StepTag> ring;          // the steps' status, read late
   device::LateReadback<StepRecord, StepTag>::Slot slot{};  // the running step's
   Layout layout;
@@ -216,6 +224,10 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
   device::pinned_buffer<char>& staging = b.staging[b.slot.index];
   if (staging.size() < at.total) {
     staging = device::pinned_buffer<char>(std::max(at.total, staging.size() * 3 / 2));
+  }
+  device::pinned_buffer<float>& predictions = b.predictions[b.slot.index];
+  if (predictions.size() < instances) {
+    predictions = device::pinned_buffer<float>(std::max(instances, predictions.size() * 3 / 2));
   }
   b.uploaded[b.at].resize_discard(at.total);
   b.pull.resize_discard(occurrences * static_cast<std::size_t>(tier_.pull_dim()));
@@ -395,6 +407,9 @@ void CardWorker::begin_slot(const StepTag& tag) {
 }
 
 void CardWorker::retire(const StepTag& tag, const StepRecord& record) {
+  if (tag.predictions_out != nullptr && tag.predictions > 0) {
+    std::memcpy(tag.predictions_out, tag.predictions_at, tag.predictions * sizeof(float));
+  }
   if (!tag.train) return;
   model_->throw_if_non_finite(record.status, tag.pass, tag.step);
   stop_votes_ = record.status.stop_votes;
@@ -429,15 +444,24 @@ void CardWorker::set_progress_sink(std::function<void(int64_t step, double auc)>
   progress_sink_ = std::move(sink);
 }
 
-void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
+void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts,
+                           float* predictions_out) {
   Buffers& b = *buffers_;
   const device::ProfileRange range("eval step");
   comm_.set_step(-1, -1);  // no training step context
   guarded([&] {
-    begin_slot(StepTag{});  // the staging block's slot: nothing to check
+    begin_slot(StepTag{});  // the staging block's slot: nothing to check but the predictions
     const int64_t size = upload(batch, planned_counts);
     model_->predict_async(batch_view(batch.num_slots));
     metrics_->add(model_->predictions(), b.labels(), size);
+    if (predictions_out != nullptr && size > 0) {
+      float* pinned = b.predictions[b.slot.index].data();
+      device::copy_async(pinned, model_->predictions(), static_cast<std::size_t>(size),
+                         card_.stream());
+      b.slot.tag->predictions_at = pinned;
+      b.slot.tag->predictions_out = predictions_out;
+      b.slot.tag->predictions = static_cast<std::size_t>(size);
+    }
     end_upload();
     b.ring.commit(card_.stream());
   });

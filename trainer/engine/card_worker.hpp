@@ -117,8 +117,11 @@ class CardWorker {
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
   // Pull and predict only; adds to the metrics. Collective (the pull is). No wait (planned
-  // counts); drain() after the last one.
-  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr);
+  // counts); drain() after the last one. `predictions_out` (optional, batch.size() floats): the
+  // step's predictions are copied into its pinned slot and written there when the slot is read,
+  // kStatusDepth steps later or at drain(), without a wait; it must stay valid until then.
+  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr,
+                 float* predictions_out = nullptr);
   // Predictions of the last step (host copy, synchronizes), one per instance.
   std::vector<float> last_predictions() const;
 
