@@ -145,7 +145,10 @@ bool NextPassWork::prepare(int c) {
   // expect()) and its rows are read a prepare() later, once its event has passed. The other
   // phases wait first (their table calls may take Thrust temporaries: device rule 1) and for
   // their readbacks; counted as this work's waits (early_host_syncs), not the step's.
-  if (next.phase != Phase::kLookup) card.stream().synchronize();
+  // An insert chunk with nothing to insert only ends the work: no card work, no wait.
+  const bool waits =
+      next.phase != Phase::kLookup && !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
+  if (waits) card.stream().synchronize();
   try {
     pace(c, next);
     run_chunk(c, next);
@@ -404,15 +407,20 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   }
 }
 
+std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
+  const std::size_t size = cards_.store(c).size();
+  const std::size_t room = cards_.row_budget() > 0
+                               ? cards_.row_budget() - std::min(cards_.row_budget(), size)
+                               : next.used.size();
+  return std::min({next.pacer.keys(), room, next.used.size() - next.inserted});
+}
+
 void NextPassWork::insert(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t stride = cards_.stride();
   const std::size_t first = c > 0 ? next.staged->card_end[c - 1] : 0;
-  const std::size_t room = cards_.row_budget() > 0
-                               ? cards_.row_budget() - std::min(cards_.row_budget(), store.size())
-                               : next.used.size();
-  const std::size_t n = std::min({next.pacer.keys(), room, next.used.size() - next.inserted});
+  const std::size_t n = insert_count(c, next);
   // The staged rows of this chunk, packed (host), then on the card a page at a time (the plan's
   // staging room, as insert_to_card).
   std::vector<uint64_t> keys;

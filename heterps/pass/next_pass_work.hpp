@@ -150,6 +150,8 @@ class NextPassWork {
   void list(int c, NextPassCard& next);
   void erase(int c, NextPassCard& next);
   void insert(int c, NextPassCard& next);
+  // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
+  std::size_t insert_count(int c, const NextPassCard& next) const;
 
   const PassCards& cards_;
   // Changes whenever the cards' key set changes other than by this work.
