@@ -111,6 +111,7 @@ Card::Card(int local_index, int device, int rank, int threads)
       threads_(std::max(1, threads)),
       memory_(device, &counters_),
       stream_(device, &counters_),
+      copy_stream_(device, &counters_, StreamRole::kCopy),
       scratch_(memory_, stream_) {
   stream_.bind_scratch(&scratch_);
 #if defined(GPUBOX_BACKEND_CUDA)

@@ -61,6 +61,11 @@ class Card {
   // Host threads this card's parallel work may use (cpu backend); 1 on CUDA.
   int threads() const { return threads_; }
   const Stream& stream() const { return stream_; }
+  // The card's copy stream: host<->card copies that overlap the compute stream's work (the next
+  // batch's upload while a step runs). Ordered against stream() by events only (Stream::wait):
+  // the compute stream waits for a copy's event before reading what it wrote, and the copy
+  // stream waits for the compute stream's event before overwriting what a step still reads.
+  const Stream& copy_stream() const { return copy_stream_; }
   CardMemory& memory() { return memory_; }
   // Thrust temporaries of every call on this card's stream (bound to it).
   ScratchArena& scratch() { return scratch_; }
@@ -93,6 +98,7 @@ class Card {
   mutable CardCounters counters_;
   CardMemory memory_;
   Stream stream_;
+  Stream copy_stream_;
   ScratchArena scratch_;  // after memory_ and stream_, which it uses
 };
 

@@ -33,6 +33,8 @@ DeviceCounts CardCounters::snapshot() const {
   c.pageable_copies = pageable_copies_.load(std::memory_order_relaxed);
   c.card_copies = card_copies_.load(std::memory_order_relaxed);
   c.host_copies = host_copies_.load(std::memory_order_relaxed);
+  c.copy_stream_copies = copy_stream_copies_.load(std::memory_order_relaxed);
+  c.stream_waits = stream_waits_.load(std::memory_order_relaxed);
   c.launches = launches_.load(std::memory_order_relaxed);
   c.collectives = collectives_.load(std::memory_order_relaxed);
   c.graph_launches = graph_launches_.load(std::memory_order_relaxed);

@@ -30,8 +30,14 @@ struct DeviceCounts {
   uint64_t pageable_copies = 0;  // host<->card copies from or to pageable host memory
   uint64_t card_copies = 0;      // card<->card copies (same card or a peer)
   uint64_t host_copies = 0;      // host<->host copies through the device API
-  uint64_t launches = 0;         // parallel_for kernels, memsets, Thrust calls, GEMMs/GEMVs
-  uint64_t collectives = 0;      // communicator collectives enqueued or run
+  // Copies enqueued on a card's copy stream (Card::copy_stream): they overlap the compute
+  // stream's work. Counted in the fields above by kind too.
+  uint64_t copy_stream_copies = 0;
+  // Stream::wait: one of the card's streams waits for an event of another (the card orders the
+  // work; the host does not wait).
+  uint64_t stream_waits = 0;
+  uint64_t launches = 0;     // parallel_for kernels, memsets, Thrust calls, GEMMs/GEMVs
+  uint64_t collectives = 0;  // communicator collectives enqueued or run
   // Step graphs (step_graph.hpp): replays, and the operations they ran (launches, copies and
   // collectives recorded by the capture). Work inside a replayed graph is counted here only,
   // never in launches, copies or collectives above: those count what the host enqueued itself.
@@ -62,6 +68,8 @@ inline constexpr DeviceCountField kDeviceCountFields[] = {
     {"pageable_copies", &DeviceCounts::pageable_copies},
     {"card_copies", &DeviceCounts::card_copies},
     {"host_copies", &DeviceCounts::host_copies},
+    {"copy_stream_copies", &DeviceCounts::copy_stream_copies},
+    {"stream_waits", &DeviceCounts::stream_waits},
     {"launches", &DeviceCounts::launches},
     {"collectives", &DeviceCounts::collectives},
     {"graph_launches", &DeviceCounts::graph_launches},
@@ -104,6 +112,8 @@ class CardCounters {
   void add_pageable_copy() { bump(pageable_copies_); }
   void add_card_copy() { bump(card_copies_); }
   void add_host_copy() { bump(host_copies_); }
+  void add_copy_stream_copy() { bump(copy_stream_copies_); }
+  void add_stream_wait() { bump(stream_waits_); }
   void add_launches(uint64_t n = 1) { launches_.fetch_add(n, std::memory_order_relaxed); }
   // One replay of a step graph holding `nodes` operations.
   void add_graph_launch(uint64_t nodes) {
@@ -127,6 +137,8 @@ class CardCounters {
   std::atomic<uint64_t> pageable_copies_{0};
   std::atomic<uint64_t> card_copies_{0};
   std::atomic<uint64_t> host_copies_{0};
+  std::atomic<uint64_t> copy_stream_copies_{0};
+  std::atomic<uint64_t> stream_waits_{0};
   std::atomic<uint64_t> launches_{0};
   std::atomic<uint64_t> collectives_{0};
   std::atomic<uint64_t> graph_launches_{0};

@@ -96,6 +96,7 @@ void account_copy(void* dst, const void* src, std::size_t bytes, const Stream& s
     }
   }
   if (counters == nullptr) return;
+  if (stream.role() == StreamRole::kCopy) counters->add_copy_stream_copy();
   if (to_card && from_card) {
     counters->add_card_copy();
   } else if (!to_card && !from_card) {

@@ -1,5 +1,6 @@
 #include "heterps/device/stream.hpp"
 
+#include <chrono>
 #include <cstdlib>
 
 #include "common/error.hpp"
@@ -12,6 +13,9 @@ namespace gpubox::device {
 namespace {
 void count_sync(CardCounters* counters) {
   if (counters != nullptr) counters->add_host_sync();
+}
+void count_wait(CardCounters* counters) {
+  if (counters != nullptr) counters->add_stream_wait();
 }
 }  // namespace
 
@@ -36,7 +40,8 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) cudaSetDevice(previous_);  // a destructor cannot throw
 }
 
-Stream::Stream(int device, CardCounters* counters) : device_(device), counters_(counters) {
+Stream::Stream(int device, CardCounters* counters, StreamRole role)
+    : device_(device), counters_(counters), role_(role) {
   DeviceGuard guard(device);
   GPUBOX_CUDA_TRY(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking));
   allocator_.stream_ = handle_;
@@ -58,6 +63,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
     counters_ = other.counters_;
+    role_ = other.role_;
     allocator_ = other.allocator_;
   }
   return *this;
@@ -75,12 +81,15 @@ bool Stream::ready() const {
   return true;
 }
 void Stream::wait(const Event& event) const {
+  count_wait(counters());
   GPUBOX_CUDA_TRY(cudaStreamWaitEvent(handle_, event.native(), 0));
 }
 
-Event::Event(int device, CardCounters* counters) : device_(device), counters_(counters) {
+Event::Event(int device, CardCounters* counters, EventTiming timing)
+    : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {
   DeviceGuard guard(device);
-  GPUBOX_CUDA_TRY(cudaEventCreateWithFlags(&handle_, cudaEventDisableTiming));
+  GPUBOX_CUDA_TRY(
+      cudaEventCreateWithFlags(&handle_, timing_ ? cudaEventDefault : cudaEventDisableTiming));
 }
 Event::~Event() {
   if (handle_ == nullptr) return;
@@ -96,6 +105,7 @@ Event& Event::operator=(Event&& other) noexcept {
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
     counters_ = other.counters_;
+    timing_ = other.timing_;
   }
   return *this;
 }
@@ -115,6 +125,12 @@ bool Event::ready() const {
   if (state == cudaErrorNotReady) return false;
   GPUBOX_CUDA_TRY(state);
   return true;
+}
+double Event::seconds_since(const Event& earlier) const {
+  GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
+  float ms = 0;
+  GPUBOX_CUDA_TRY(cudaEventElapsedTime(&ms, earlier.handle_, handle_));
+  return static_cast<double>(ms) / 1e3;
 }
 
 void detail::synchronize_uncounted(const Stream& stream) {
@@ -145,7 +161,8 @@ DeviceGuard::DeviceGuard(int) {}
 DeviceGuard::DeviceGuard(int, const std::nothrow_t&) noexcept {}
 DeviceGuard::~DeviceGuard() = default;
 
-Stream::Stream(int device, CardCounters* counters) : device_(device), counters_(counters) {
+Stream::Stream(int device, CardCounters* counters, StreamRole role)
+    : device_(device), counters_(counters), role_(role) {
   allocator_.device_ = device;
 }
 Stream::~Stream() = default;
@@ -153,6 +170,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   device_ = other.device_;
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
+  role_ = other.role_;
   allocator_ = other.allocator_;
   return *this;
 }
@@ -164,18 +182,29 @@ bool Stream::ready() const {
   detail::refuse_while_capturing("Stream::ready (a host poll)", this);
   return true;
 }
-void Stream::wait(const Event&) const {}
+void Stream::wait(const Event&) const { count_wait(counters()); }
 
-Event::Event(int device, CardCounters* counters) : device_(device), counters_(counters) {}
+Event::Event(int device, CardCounters* counters, EventTiming timing)
+    : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {}
 Event::~Event() = default;
 Event& Event::operator=(Event&& other) noexcept {
   device_ = other.device_;
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
+  timing_ = other.timing_;
+  recorded_at_ = other.recorded_at_;
   return *this;
 }
 void Event::record(const Stream& stream) {
   detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+  if (timing_) {
+    recorded_at_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+}
+double Event::seconds_since(const Event& earlier) const {
+  GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
+  return recorded_at_ - earlier.recorded_at_;
 }
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
@@ -211,11 +240,19 @@ Stream::Stream(Stream&& other) noexcept
     : device_(other.device_),
       handle_(std::exchange(other.handle_, nullptr)),
       counters_(other.counters_),
+      role_(other.role_),
       allocator_(other.allocator_) {}
 
 Event::Event(Event&& other) noexcept
     : device_(other.device_),
       handle_(std::exchange(other.handle_, nullptr)),
-      counters_(other.counters_) {}
+      counters_(other.counters_),
+      timing_(other.timing_)
+#if !defined(GPUBOX_BACKEND_CUDA)
+      ,
+      recorded_at_(other.recorded_at_)
+#endif
+{
+}
 
 }  // namespace gpubox::device

@@ -70,12 +70,18 @@ class ThrustAllocator {
   int device_ = 0;
 };
 
+// What a card's stream is for. A copy stream (Card::copy_stream) carries host<->card copies
+// that overlap the compute stream's work; its copies are also counted as copy_stream_copies,
+// and it takes no Thrust call, launch or collective.
+enum class StreamRole { kCompute, kCopy };
+
 // Owning, move-only stream on one card's device. Not thread-safe: one card thread uses it.
 class Stream {
  public:
   // Creates a stream on `device` (the CUDA ordinal; ignored on cpu). `counters` (may be null)
   // receive this stream's host synchronizations, launches and copies.
-  explicit Stream(int device, CardCounters* counters = nullptr);
+  explicit Stream(int device, CardCounters* counters = nullptr,
+                  StreamRole role = StreamRole::kCompute);
   ~Stream();
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&& other) noexcept;
@@ -88,9 +94,12 @@ class Stream {
   // Non-blocking: true when all work enqueued so far has finished (always on cpu). Throws on a
   // device error. Not counted (a poll, not a wait).
   bool ready() const;
-  // Later work on this stream waits for `event`.
+  // Later work on this stream waits for `event` (the card orders it; the host goes on). Counted
+  // as a stream wait, not a host synchronization. cpu backend: the event's work has completed
+  // when it was enqueued, so there is nothing to order.
   void wait(const Event& event) const;
   int device() const { return device_; }
+  StreamRole role() const { return role_; }
   native_stream_t native() const { return handle_; }
   // Where this stream's launches, copies and collectives are counted: the card's counters, or
   // while a StepGraph captures the stream, the graph's (what it will replay).
@@ -116,6 +125,7 @@ class Stream {
   int device_ = 0;
   native_stream_t handle_ = nullptr;
   CardCounters* counters_ = nullptr;
+  StreamRole role_ = StreamRole::kCompute;
   mutable ThrustAllocator allocator_;
   // Set by StepGraph::begin_capture, cleared by end_capture / abort_capture (not moved).
   mutable StepGraph* capture_ = nullptr;
@@ -139,11 +149,15 @@ void enqueue(const Stream& stream, const char* what, Work&& work) {
   work();
 }
 
-// Owning, move-only event (timing disabled).
+// Whether an event records when the card passed it (Event::seconds_since).
+enum class EventTiming { kOff, kOn };
+
+// Owning, move-only event (timing off unless asked for).
 class Event {
  public:
   // `counters` (may be null) receive the host synchronizations of synchronize().
-  explicit Event(int device, CardCounters* counters = nullptr);
+  explicit Event(int device, CardCounters* counters = nullptr,
+                 EventTiming timing = EventTiming::kOff);
   ~Event();
   Event(Event&& other) noexcept;
   Event& operator=(Event&& other) noexcept;
@@ -156,12 +170,20 @@ class Event {
   // Whether the recorded work has finished (cudaEventQuery), without waiting; an event never
   // recorded is ready. No host synchronization is counted: nothing waits.
   bool ready() const;
+  // Seconds of card time from `earlier` to this event, both made with EventTiming::kOn,
+  // recorded, and passed (ready(): the call does not wait). cpu backend: the host time between
+  // the two records (work on a stream has completed when it is enqueued).
+  double seconds_since(const Event& earlier) const;
   native_event_t native() const { return handle_; }
 
  private:
   int device_ = 0;
   native_event_t handle_ = nullptr;
   CardCounters* counters_ = nullptr;
+  bool timing_ = false;
+#if !defined(GPUBOX_BACKEND_CUDA)
+  double recorded_at_ = 0;  // cpu: steady-clock seconds of the last record
+#endif
 };
 
 namespace detail {

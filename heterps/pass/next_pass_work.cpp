@@ -42,7 +42,81 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
     next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
     next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
     next.d_flags = device::device_buffer<uint8_t>(0, card.memory(), card.stream());
+    reserve_scratch(static_cast<int>(c), next);
   }
+}
+
+void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
+  device::Card& card = cards_.card(c);
+  const std::size_t chunk = cards_.options().next_pass_chunk_keys;
+  const std::size_t page = cards_.store(c).page_rows();
+  // kLookup, kErase: a chunk; kInsert: a page of rows; under a budget kMark: a window of a
+  // chunk per local card, kList: 8 slots a key (+ 2, list_entries_range's room).
+  std::size_t keys = std::max(chunk, page);
+  std::size_t floats = page * cards_.stride();
+  std::size_t flags = 0;
+  if (cards_.row_budget() > 0) {
+    const std::size_t listed = 8 * chunk + 2;
+    keys = std::max(
+        {keys, chunk * static_cast<std::size_t>(cards_.cards().num_local_cards()), listed});
+    floats = std::max(floats, listed);
+    flags = listed;
+  }
+  next.d_keys.reserve(keys);
+  next.d_rows.reserve(keys);
+  next.d_floats.reserve(floats);
+  next.d_flags.reserve(flags);
+  next.h_keys = device::pinned_buffer<uint64_t>(chunk);
+  next.h_rows = device::pinned_buffer<row_index_t>(chunk);
+  next.looked_up.emplace(card.device(), card.stream().counters());
+  next.in_flight = 0;
+  next.pacer = ChunkPacer(chunk, cards_.options().next_pass_step_fraction);
+  if (next.pacer.paced()) {
+    const auto timed = device::EventTiming::kOn;
+    next.chunk_begin.emplace(card.device(), card.stream().counters(), timed);
+    next.chunk_end.emplace(card.device(), card.stream().counters(), timed);
+    next.previous_end.emplace(card.device(), card.stream().counters(), timed);
+  }
+  next.measuring = false;
+  next.previous_valid = false;
+  next.idle = false;
+}
+
+void NextPassWork::pace(int c, NextPassCard& next) {
+  if (!next.pacer.paced()) return;
+  const device::Stream& stream = cards_.card(c).stream();
+  // previous_end -> (a step) -> chunk_begin -> (the chunk) -> chunk_end, all on the stream: the
+  // first two are done once chunk_begin is.
+  if (next.measuring && next.previous_valid && next.chunk_end->ready()) {
+    next.pacer.observe(next.paced_keys, next.chunk_end->seconds_since(*next.chunk_begin),
+                       next.chunk_begin->seconds_since(*next.previous_end));
+  }
+  if (next.measuring) {
+    std::swap(next.previous_end, next.chunk_end);
+    next.previous_valid = true;
+  }
+  next.chunk_begin->record(stream);
+  next.paced_keys = next.pacer.keys();
+}
+
+void NextPassWork::end_pace(int c, NextPassCard& next) {
+  if (!next.pacer.paced()) return;
+  if (next.idle) {
+    next.idle = false;
+    next.measuring = false;
+    next.previous_valid = false;
+    return;
+  }
+  next.chunk_end->record(cards_.card(c).stream());
+  // The first chunk has no step before it to measure: it only starts the chain.
+  next.measuring = true;
+}
+
+template <class T>
+void NextPassWork::ensure(int c, device::device_buffer<T>& buffer, std::size_t count) {
+  if (count <= buffer.capacity()) return;
+  cards_.card(c).stream().synchronize();
+  buffer.reserve(count);
 }
 
 bool NextPassWork::prepare(int c) {
@@ -67,11 +141,18 @@ bool NextPassWork::prepare(int c) {
   const device::DeviceCounts before = card.counts();
   Timer timer;
   // The step before returned without waiting for the card (issue 31), so its collectives may be
-  // in flight, and a chunk sizes card buffers (device rule 1: no allocation in a collective's
-  // window). Counted as this work's wait (early_host_syncs), not the step's.
-  card.stream().synchronize();
+  // in flight. A look-up chunk waits for nothing: it allocates nothing (its scratch was sized by
+  // expect()) and its rows are read a prepare() later, once its event has passed. The other
+  // phases wait first (their table calls may take Thrust temporaries: device rule 1) and for
+  // their readbacks; counted as this work's waits (early_host_syncs), not the step's.
+  // An insert chunk with nothing to insert only ends the work: no card work, no wait.
+  const bool waits =
+      next.phase != Phase::kLookup && !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
+  if (waits) card.stream().synchronize();
   try {
+    pace(c, next);
     run_chunk(c, next);
+    end_pace(c, next);
   } catch (const std::exception& e) {
     // The work is optional: what it did so far leaves the card exact (victims were clean,
     // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
@@ -81,6 +162,10 @@ bool NextPassWork::prepare(int c) {
     next.phase = Phase::kOff;
   }
   if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
+    if (next.in_flight > 0) next.looked_up->synchronize();  // its copy reads h_rows' memory
+    next.in_flight = 0;
+    next.h_keys = {};
+    next.h_rows = {};
     next.d_keys.release();
     next.d_rows.release();
     next.d_floats.release();
@@ -139,41 +224,59 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
+  if (next.in_flight > 0 && !read_lookup(c, next)) {  // the card is not there yet
+    next.idle = true;
+    return;
+  }
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
+  const OwnedKeys& mine = next.staged->owned[c];
+  const std::size_t n = std::min(next.pacer.keys(), mine.keys.size() - next.at);
+  if (n == 0) {
+    plan(c, next);
+    return;
+  }
+  ensure(c, next.d_keys, n);
+  ensure(c, next.d_rows, n);
+  next.d_keys.resize_discard(n);
+  next.d_rows.resize_discard(n);
+  std::copy_n(mine.keys.data() + next.at, n, next.h_keys.data());
+  device::copy_async(next.d_keys.data(), next.h_keys.data(), n, stream);
+  // The table's find alone (lookup_or_create waits for it): kInvalidRow for a missing key.
+  store.table().find(next.d_keys.data(), n, next.d_rows.data(), stream);
+  device::copy_async(next.h_rows.data(), next.d_rows.data(), n, stream);
+  next.looked_up->record(stream);
+  next.in_flight = n;
+}
+
+bool NextPassWork::read_lookup(int c, NextPassCard& next) {
+  if (!next.looked_up->ready()) return false;
   const StagedRows& staged = *next.staged;
   const OwnedKeys& mine = staged.owned[c];
   const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
   const std::size_t end = staged.card_end[c];
-  const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, mine.keys.size() - next.at);
-  if (n > 0) {
-    next.d_keys.resize_discard(n);
-    next.d_rows.resize_discard(n);
-    device::copy_async(next.d_keys.data(), mine.keys.data() + next.at, n, stream);
-    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
-                           /*create_missing=*/false, nullptr, stream);
-    const std::vector<row_index_t> found = device::to_host(next.d_rows.data(), n, stream);
-    // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
-    // rest.
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t k = next.at + i;
-      if (found[i] != card_table::kInvalidRow) {
-        next.hit_rows.push_back(found[i]);
-        if (found[i] < next.marks.size()) next.marks[found[i]] = 1;
-        continue;
-      }
-      ++next.missing;
-      while (next.staged_at < end && staged.keys[next.staged_at] < mine.keys[k]) ++next.staged_at;
-      if (next.staged_at < end && staged.keys[next.staged_at] == mine.keys[k]) {
-        next.used.push_back(static_cast<uint32_t>(next.staged_at - first));
-      } else {
-        next.to_pull.keys.push_back(mine.keys[k]);
-        next.to_pull.slots.push_back(mine.slots[k]);
-      }
+  const row_index_t* found = next.h_rows.data();
+  // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
+  // rest.
+  for (std::size_t i = 0; i < next.in_flight; ++i) {
+    const std::size_t k = next.at + i;
+    if (found[i] != card_table::kInvalidRow) {
+      next.hit_rows.push_back(found[i]);
+      if (found[i] < next.marks.size()) next.marks[found[i]] = 1;
+      continue;
     }
-    next.at += n;
+    ++next.missing;
+    while (next.staged_at < end && staged.keys[next.staged_at] < mine.keys[k]) ++next.staged_at;
+    if (next.staged_at < end && staged.keys[next.staged_at] == mine.keys[k]) {
+      next.used.push_back(static_cast<uint32_t>(next.staged_at - first));
+    } else {
+      next.to_pull.keys.push_back(mine.keys[k]);
+      next.to_pull.slots.push_back(mine.slots[k]);
+    }
   }
-  if (next.at == mine.keys.size()) plan(c, next);
+  next.at += next.in_flight;
+  next.in_flight = 0;
+  return true;
 }
 
 void NextPassWork::plan(int c, NextPassCard& next) {
@@ -195,8 +298,8 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   // A window of the training pass's keys (shared, every card's): this card's among them, about
   // a chunk of them (the window spans a chunk per local card).
   const std::vector<uint64_t>& keys = *next.current_keys;
-  const std::size_t window = cards_.options().next_pass_chunk_keys *
-                             static_cast<std::size_t>(cards_.cards().num_local_cards());
+  const std::size_t window =
+      next.pacer.keys() * static_cast<std::size_t>(cards_.cards().num_local_cards());
   const std::size_t stop = std::min(keys.size(), next.at + window);
   const int total_cards = cards_.cards().total_cards();
   const int first_rank = cards_.cards().trainer_id() * cards_.cards().num_local_cards();
@@ -210,6 +313,8 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   next.at = stop;
   const std::size_t n = mine.size();
   if (n > 0) {
+    ensure(c, next.d_keys, n);
+    ensure(c, next.d_rows, n);
     next.d_keys.resize_discard(n);
     next.d_rows.resize_discard(n);
     device::copy_async(next.d_keys.data(), mine.data(), n, stream);
@@ -245,7 +350,11 @@ void NextPassWork::list(int c, NextPassCard& next) {
   const device::Stream& stream = card.stream();
   // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
   const std::size_t slots = store.table().capacity();
-  const std::size_t end = std::min(slots, next.at + 8 * cards_.options().next_pass_chunk_keys);
+  const std::size_t end = std::min(slots, next.at + 8 * next.pacer.keys());
+  ensure(c, next.d_keys, end - next.at + 2);  // list_entries_range's room
+  ensure(c, next.d_rows, end - next.at + 2);
+  ensure(c, next.d_floats, end - next.at);
+  ensure(c, next.d_flags, end - next.at);
   const std::size_t count =
       store.list_entries_range(next.at, end, next.d_keys, next.d_rows, stream);
   next.d_floats.resize_discard(count);
@@ -280,10 +389,11 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   // Their order does not matter.
   const std::vector<card_table::EvictionCandidate>& victims = next.victims.victims();
-  const std::size_t n = std::min(cards_.options().next_pass_chunk_keys, victims.size() - next.at);
+  const std::size_t n = std::min(next.pacer.keys(), victims.size() - next.at);
   if (n > 0) {
     std::vector<uint64_t> keys(n);
     for (std::size_t i = 0; i < n; ++i) keys[i] = victims[next.at + i].key;
+    ensure(c, next.d_keys, n);
     next.d_keys.resize_discard(n);
     device::copy_async(next.d_keys.data(), keys.data(), n, card.stream());
     next.evicted += cards_.store(c).erase(next.d_keys.data(), n, card.stream());
@@ -297,16 +407,20 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   }
 }
 
+std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
+  const std::size_t size = cards_.store(c).size();
+  const std::size_t room = cards_.row_budget() > 0
+                               ? cards_.row_budget() - std::min(cards_.row_budget(), size)
+                               : next.used.size();
+  return std::min({next.pacer.keys(), room, next.used.size() - next.inserted});
+}
+
 void NextPassWork::insert(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t stride = cards_.stride();
   const std::size_t first = c > 0 ? next.staged->card_end[c - 1] : 0;
-  const std::size_t room = cards_.row_budget() > 0
-                               ? cards_.row_budget() - std::min(cards_.row_budget(), store.size())
-                               : next.used.size();
-  const std::size_t n =
-      std::min({cards_.options().next_pass_chunk_keys, room, next.used.size() - next.inserted});
+  const std::size_t n = insert_count(c, next);
   // The staged rows of this chunk, packed (host), then on the card a page at a time (the plan's
   // staging room, as insert_to_card).
   std::vector<uint64_t> keys;
@@ -320,6 +434,9 @@ void NextPassWork::insert(int c, NextPassCard& next) {
       keys[i] = next.staged->keys[at];
       std::copy_n(next.staged->rows.data() + at * stride, stride, rows.data() + i * stride);
     }
+    ensure(c, next.d_keys, m);
+    ensure(c, next.d_floats, m * stride);
+    ensure(c, next.d_rows, m);
     next.d_keys.resize_discard(m);
     next.d_floats.resize_discard(m * stride);
     next.d_rows.resize_discard(m);

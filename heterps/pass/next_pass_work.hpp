@@ -19,12 +19,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "heterps/card_table/eviction_policy.hpp"
 #include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/pass/chunk_pacer.hpp"
 #include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_types.hpp"
 
@@ -65,11 +67,28 @@ struct NextPassCard {
   uint64_t chunks = 0;
   device::DeviceCounts counts;  // of the chunks
   double seconds = 0;
-  // Lookup and insert scratch on the card, kept across chunks.
+  // Lookup and insert scratch on the card, kept across chunks, sized when the work is expected
+  // for the largest chunk of every phase (reserve_scratch): a chunk allocates nothing, so it
+  // needs no wait for the step's collectives before it (device rule 1).
   device::device_buffer<uint64_t> d_keys;
   device::device_buffer<card_table::row_index_t> d_rows;
   device::device_buffer<float> d_floats;
   device::device_buffer<uint8_t> d_flags;
+  // kLookup without a host wait: a chunk's keys go up from h_keys and its rows come back into
+  // h_rows (pinned), `looked_up` recorded after; the next prepare() reads them once the event
+  // has passed (Event::ready, a poll), or leaves them for the one after.
+  device::pinned_buffer<uint64_t> h_keys;
+  device::pinned_buffer<card_table::row_index_t> h_rows;
+  std::optional<device::Event> looked_up;
+  std::size_t in_flight = 0;  // keys of the chunk enqueued, not read yet (from `at` on)
+  // The chunk's size (ChunkPacer) and, when paced, the timing events that measure it: the last
+  // chunk's begin and end, and the end of the one before (the step's card time lies between).
+  ChunkPacer pacer;
+  std::size_t paced_keys = 0;  // the size the measured chunk ran at
+  std::optional<device::Event> chunk_begin, chunk_end, previous_end;
+  bool measuring = false;       // chunk_begin/chunk_end hold a chunk not yet observed
+  bool previous_valid = false;  // previous_end ends the chunk before chunk_begin's
+  bool idle = false;            // the chunk found nothing to do yet (its look-up in flight)
 
   // Whether begin_pass can use this work: its keys looked up for `for_staged`, with no other
   // change of the cards' keys since (`current_generation`).
@@ -111,12 +130,28 @@ class NextPassWork {
   // The current phase's chunk.
   void run_chunk(int c, NextPassCard& next);
   void lookup(int c, NextPassCard& next);
+  // kLookup's host half: the chunk in flight's rows, once its event has passed (false: not yet).
+  bool read_lookup(int c, NextPassCard& next);
+  // Sizes card `c`'s chunk scratch for the largest chunk of each phase (expect(), between
+  // passes: no collective in flight).
+  void reserve_scratch(int c, NextPassCard& next);
+  // Paced work: the last chunk's card time and the step's beside it to the pacer, once their
+  // events have passed (a poll), then the events of the chunk about to run.
+  void pace(int c, NextPassCard& next);
+  // After a paced chunk: its end event (a chunk that did nothing restarts the measures).
+  void end_pace(int c, NextPassCard& next);
+  // The capacity `count` on card `c` (an allocation only when the sizes above missed a case,
+  // after a counted wait so that no step's collective is in flight: device rule 1).
+  template <class T>
+  void ensure(int c, device::device_buffer<T>& buffer, std::size_t count);
   // After the last look-up: whether room must be made first (kMark) or not (kInsert).
   void plan(int c, NextPassCard& next);
   void mark(int c, NextPassCard& next);
   void list(int c, NextPassCard& next);
   void erase(int c, NextPassCard& next);
   void insert(int c, NextPassCard& next);
+  // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
+  std::size_t insert_count(int c, const NextPassCard& next) const;
 
   const PassCards& cards_;
   // Changes whenever the cards' key set changes other than by this work.

@@ -25,6 +25,15 @@ struct PassManagerOptions {
   // (PassManager::prepare_next_pass, runner.next_pass_chunk_keys): at most this many keys (or
   // table slots / 8 when listing) per chunk; 0 = off (begin_pass does all of it).
   std::size_t next_pass_chunk_keys = 0;
+  // > 0: each chunk is sized so that it costs the card about this fraction of a training step's
+  // card time (measured with timing events, adapted chunk by chunk: ChunkPacer), at most
+  // next_pass_chunk_keys; 0: every chunk takes next_pass_chunk_keys. The GPU build paces (a GPU
+  // step is far shorter than a chunk sized for the CPU); the cpu build sizes by keys.
+#if defined(GPUBOX_BACKEND_CUDA)
+  double next_pass_step_fraction = 0.25;
+#else
+  double next_pass_step_fraction = 0;
+#endif
   // kReplicated (Collective mode): every card holds every key of every pass, nothing is evicted
   // (a table over the budget fails, naming its size), and end_pass writes back one replica (the
   // first local card's; the others only drop their dirty flags).

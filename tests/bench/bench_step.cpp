@@ -8,9 +8,10 @@
 // Trains two passes over the same data (B instances per card per step, S steps per pass, not
 // shuffled): the first sizes every buffer, the second is the steady state the figures come
 // from (past its 2 warm-up steps): per card per step host_syncs, allocations, pageable and
-// pinned copies, launches and collectives outside step graphs, graph launches and the graphs'
-// nodes (the dense half of a full batch runs as step graphs; GPUBOX_STEP_GRAPHS=0 turns them
-// off); and examples/s of the second pass's training phase;
+// pinned copies (and of them, those on the card's copy stream: the batch upload, overlapping
+// the step before), stream waits for another stream's event, launches and collectives outside
+// step graphs, graph launches and the graphs' nodes (the dense half of a full batch runs as step
+// graphs; GPUBOX_STEP_GRAPHS=0 turns them off); and examples/s of the second pass's training phase;
 // and the first pass's totals over every step (first_pass_step_*: allocations, frees, pinned
 // allocations and frees; first_between_steps_allocations: the next pass's card work); and the
 // second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
@@ -101,11 +102,18 @@ int run_step(const BenchArgs& args) {
 #endif
   // Launches and collectives count what the host enqueued outside step graphs; a graph's work
   // is in graph_nodes (heterps/device/step_graph.hpp).
-  static const char* kCounts[] = {"host_syncs_per_step",      "allocations_per_step",
-                                  "frees_per_step",           "pinned_allocations_per_step",
-                                  "pageable_copies_per_step", "pinned_copies_per_step",
-                                  "launches_per_step",        "launches_outside_graph_per_step",
-                                  "collectives_per_step",     "graph_launches_per_step",
+  static const char* kCounts[] = {"host_syncs_per_step",
+                                  "allocations_per_step",
+                                  "frees_per_step",
+                                  "pinned_allocations_per_step",
+                                  "pageable_copies_per_step",
+                                  "pinned_copies_per_step",
+                                  "copy_stream_copies_per_step",
+                                  "stream_waits_per_step",
+                                  "launches_per_step",
+                                  "launches_outside_graph_per_step",
+                                  "collectives_per_step",
+                                  "graph_launches_per_step",
                                   "graph_nodes_per_step"};
   // Totals over every step of the first pass (all cards, its first steps included): what sizing
   // the step buffers before the pass leaves to the steps themselves.

@@ -192,6 +192,12 @@ TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollective
   // status, each into the step's pinned slot (+ the progress AUC on card 0 every 7 steps).
   EXPECT_GE(extra.at("pinned_copies_per_step"), 3.0);
   EXPECT_LT(extra.at("pinned_copies_per_step"), 3.5);
+  // The batch upload overlaps the step before it (issue 31, item 4): its one copy runs on the
+  // card's copy stream into one of two card buffers, ordered by 2 stream waits (the copy stream
+  // for the compute stream's event after the last step that read that buffer, the compute stream
+  // for the copy's event), neither a host wait.
+  EXPECT_EQ(extra.at("copy_stream_copies_per_step"), 1.0);
+  EXPECT_EQ(extra.at("stream_waits_per_step"), 2.0);
   // Every steady step's batch is full: the dense half is 2 graph launches ("dense step": 5
   // layers' 3 GEMMs, the pool, the loss and its reduction, the metrics, the all-reduce, the
   // finite check, the bad value's copy, the stop votes; "dense update": adam's step count and
@@ -440,6 +446,43 @@ TEST_P(PassSizing, NoStepOfAnyPathAllocatesOnDataWithVaryingKeysPerLine) {
       both_passes(cards, {"runner.use_fleet=true"}, varying_keys_dir());
   expect_no_step_allocates(first_collective, "Collective mode, first pass");
   expect_no_step_allocates(second_collective, "Collective mode, second pass");
+}
+
+// An evaluation that keeps its predictions reads them late too (issue 31, item 4): each step's
+// predictions go into its pinned slot and reach the result when the slot is read, so no step
+// waits for the card (it waited once a step before). Oracle: the log loss of the returned
+// predictions against the returned labels, in float64 on the host, equals the one the cards
+// computed; every prediction is a probability.
+TEST_P(PassSizing, AnEvaluationKeepingItsPredictionsNeverWaits) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  auto parsed = parse_trainer_config(
+      "runner: {}\n", ".",
+      {"runner.train_data_dir=" + varying_keys_dir(), "runner.train_batch_size=100",
+       "runner.infer_batch_size=100", "runner.shuffle=false", "runner.metrics_path="});
+  throw_if_error(parsed.status());
+  TrainerEnv env;
+  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
+  env.threads_per_card = 1;
+  Trainer trainer(std::move(parsed).value(), env);
+  const auto files = data_files(varying_keys_dir());
+  trainer.train_pass(files);
+  const EvalResult result = trainer.evaluate(files, /*keep_predictions=*/true);
+  const Counts extra(result.extra.begin(), result.extra.end());
+  EXPECT_EQ(extra.at("eval_step_host_syncs"), 0.0);
+  EXPECT_EQ(extra.at("eval_step_pinned_allocations"), 0.0);
+  ASSERT_EQ(result.predictions.size(), 4037u);
+  ASSERT_EQ(result.labels.size(), result.predictions.size());
+  double loss = 0;
+  for (std::size_t i = 0; i < result.predictions.size(); ++i) {
+    ASSERT_TRUE(result.predictions[i] >= 0 && result.predictions[i] <= 1)
+        << "prediction " << i << ": " << result.predictions[i];
+    // Clipped as MetricValues::logloss's.
+    const double p = std::clamp<double>(result.predictions[i], 1e-7, 1 - 1e-7);
+    loss -= result.labels[i] > 0.5 ? std::log(p) : std::log(1 - p);
+  }
+  loss /= static_cast<double>(result.predictions.size());
+  EXPECT_NEAR(loss, result.metrics.logloss, 1e-4 * result.metrics.logloss);
 }
 
 // QueueDataset passes (streamed, never in memory) too: their step sizes are planned while the

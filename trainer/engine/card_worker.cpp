@@ -1,6 +1,7 @@
 #include "trainer/engine/card_worker.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -49,17 +50,19 @@ bool step_graphs_enabled() {
 // batch is the pass's full batch (the last, shorter one runs eagerly): "dense step" (forward,
 // backward, metrics, the dense all-reduce, the finite check) and "dense update" (the
 // optimizer). A capture bakes the batch size, the gradient scale (1 / global batch), the
-// metrics' steady flag, the stop vote and the buffers' addresses in; so each graph is kept per such
-// key and captured again when the card has allocated or freed since (a new pass, a grown buffer).
+// metrics' steady flag, the stop vote and the buffers' addresses (which of the two upload buffers)
+// in; so each graph is kept per such key and captured again when the card has allocated or freed
+// since (a new pass, a grown buffer).
 struct CardWorker::Graphs {
   struct StepKey {
     int64_t batch = 0;
     int64_t global_batch = 0;
     bool steady = false;
     bool stop_vote = false;
+    std::size_t upload = 0;  // which upload buffer the batch is in (Buffers::uploaded)
     bool operator==(const StepKey& o) const {
       return batch == o.batch && global_batch == o.global_batch && steady == o.steady &&
-             stop_vote == o.stop_vote;
+             stop_vote == o.stop_vote && upload == o.upload;
     }
   };
   struct Cached {
@@ -68,7 +71,7 @@ struct CardWorker::Graphs {
     device::StepGraph graph;
     uint64_t generation = 0;
   };
-  static constexpr std::size_t kStepGraphsKept = 4;
+  static constexpr std::size_t kStepGraphsKept = 8;
 
   bool enabled = step_graphs_enabled();
   int64_t full_batch = 0;  // the pass's largest batch (reserve_steps); 0: no graph
@@ -116,21 +119,40 @@ struct StepTag {
   int64_t step = -1;
   bool train = false;     // status holds a training step's verdict
   bool progress = false;  // auc holds the running AUC
+  // An evaluation step's predictions: `predictions` floats copied into the slot's pinned block
+  // `predictions_at`, for the host at `predictions_out` (CardWorker::eval_step).
+  const float* predictions_at = nullptr;
+  float* predictions_out = nullptr;
+  std::size_t predictions = 0;
 };
 
 // Step buffers, reused across steps (they only grow). The batch travels to the card as one
 // pinned block (device rule 2) in one copy: offsets | dense | labels | keys, each section
 // aligned to 256 bytes; the card-side views point into `uploaded`. The sections the dense net
 // reads come first: their addresses depend on the batch size only, not on the step's key
-// count, so a step graph that reads them holds for every full batch. One staging block per
-// slot of the status ring: a step writes its batch into its slot's block, whose previous copy
-// (kStatusDepth steps before) the slot's event says is done.
+// count, so a step graph that reads them holds for every full batch (of the same upload buffer).
+// One staging block per slot of the status ring: a step writes its batch into its slot's block,
+// whose previous copy (kStatusDepth steps before) the slot's event says is done (the slot's
+// event follows the compute stream's wait for that copy).
+//
+// The upload overlaps the step before it (issue 31, item 4): it runs on the card's copy stream
+// into one of two card buffers, alternately, while the compute stream may still run the
+// previous step, which reads the other one. The copy stream waits for the event the compute
+// stream recorded after the last step that read the buffer (two steps back: `read`), the
+// compute stream waits for the copy's event (`copied`) before the step's pull: the card orders
+// both, the host waits for neither.
 struct CardWorker::Buffers {
   explicit Buffers(device::Card& card)
-      : uploaded(card.make_buffer<char>(0)),
+      : uploaded{card.make_buffer<char>(0), card.make_buffer<char>(0)},
+        copied{device::Event(card.device(), card.stream().counters()),
+               device::Event(card.device(), card.stream().counters())},
+        read{device::Event(card.device(), card.stream().counters()),
+             device::Event(card.device(), card.stream().counters())},
+        fence(card.device(), card.stream().counters()),
         pull(card.make_buffer<float>(0)),
         push(card.make_buffer<float>(0)),
         staging(kStatusDepth),
+        predictions(kStatusDepth),
         ring(card, kStatusDepth, 1) {}
 
   // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
@@ -138,27 +160,39 @@ struct CardWorker::Buffers {
     std::size_t keys = 0, offsets = 0, dense = 0, labels = 0, total = 0;
   };
 
-  device::device_buffer<char> uploaded;
+  // The two upload buffers, the running step's is uploaded[at]; the copy into each (on the copy
+  // stream) and the end of the last step that read each (on the compute stream).
+  std::array<device::device_buffer<char>, 2> uploaded;
+  std::array<device::Event, 2> copied;
+  std::array<device::Event, 2> read;
+  // A buffer (re)allocated on the compute stream since the copy stream last wrote it: the copy
+  // waits for the compute stream's work so far instead (reserve_steps, an unplanned batch).
+  device::Event fence;
+  bool fence_needed = true;
+  std::size_t at = 0;  // the running step's upload buffer
   device::device_buffer<float> pull;
   device::device_buffer<float> push;
-  // Per ring slot; grows (a pinned allocation) only with the batch.
+  // Per ring slot; grow (a pinned allocation) only with the batch: the batch's staging block,
+  // an evaluation step's predictions.
   std::vector<device::pinned_buffer<char>> staging;
+  std::vector<device::pinned_buffer<float>> predictions;
   device::LateReadback<StepRecord, StepTag> ring;          // the steps' status, read late
   device::LateReadback<StepRecord, StepTag>::Slot slot{};  // the running step's
   Layout layout;
   int64_t batch = 0;
 
+  const char* batch_block() const { return uploaded[at].data(); }
   const uint64_t* keys() const {
-    return reinterpret_cast<const uint64_t*>(uploaded.data() + layout.keys);
+    return reinterpret_cast<const uint64_t*>(batch_block() + layout.keys);
   }
   const uint32_t* offsets() const {
-    return reinterpret_cast<const uint32_t*>(uploaded.data() + layout.offsets);
+    return reinterpret_cast<const uint32_t*>(batch_block() + layout.offsets);
   }
   const float* dense() const {
-    return reinterpret_cast<const float*>(uploaded.data() + layout.dense);
+    return reinterpret_cast<const float*>(batch_block() + layout.dense);
   }
   const float* labels() const {
-    return reinterpret_cast<const float*>(uploaded.data() + layout.labels);
+    return reinterpret_cast<const float*>(batch_block() + layout.labels);
   }
 };
 
@@ -191,7 +225,11 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
   if (staging.size() < at.total) {
     staging = device::pinned_buffer<char>(std::max(at.total, staging.size() * 3 / 2));
   }
-  b.uploaded.resize_discard(at.total);
+  device::pinned_buffer<float>& predictions = b.predictions[b.slot.index];
+  if (predictions.size() < instances) {
+    predictions = device::pinned_buffer<float>(std::max(instances, predictions.size() * 3 / 2));
+  }
+  b.uploaded[b.at].resize_discard(at.total);
   b.pull.resize_discard(occurrences * static_cast<std::size_t>(tier_.pull_dim()));
   b.push.resize_discard(occurrences * static_cast<std::size_t>(tier_.push_dim()));
   model_->reserve(static_cast<int64_t>(instances));
@@ -205,11 +243,14 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
   graphs_->full_batch = static_cast<int64_t>(n);
   for (int64_t other : largest.other_instances) model_->reserve(other);
-  // Every slot's staging block (between passes: the ring was drained, no copy is in flight).
+  // Every slot's staging block and both upload buffers (between passes: the ring was drained,
+  // no copy is in flight).
   for (std::size_t i = 0; i < kStatusDepth; ++i) {
     buffers_->slot.index = i;
+    buffers_->at = i % buffers_->uploaded.size();
     size_buffers(n, largest.keys.occurrences, slots * n + 1, n * dense, n);
   }
+  buffers_->fence_needed = true;
   tier_.reserve_steps(card_.local_index(), largest.keys);
 }
 
@@ -220,10 +261,13 @@ int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_
   const int64_t size = static_cast<int64_t>(batch.size());
   const std::size_t occurrences = batch.keys.size();
   b.batch = size;
+  b.at = (b.at + 1) % b.uploaded.size();
   // Every buffer this step needs, sized before its first collective (device rule 1): by
   // reserve_steps for the pass's largest batch, so nothing is allocated here.
+  const uint64_t generation = memory_generation(card_);
   size_buffers(batch.size(), occurrences, batch.offsets.size(), batch.dense.size(),
                batch.labels.size());
+  if (memory_generation(card_) != generation) b.fence_needed = true;
   const Buffers::Layout& at = b.layout;
 
   char* host = b.staging[b.slot.index].data();
@@ -238,9 +282,27 @@ int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_
   if (!batch.labels.empty()) {
     std::memcpy(host + at.labels, batch.labels.data(), batch.labels.size() * sizeof(float));
   }
-  device::copy_async(b.uploaded.data(), host, at.total, stream);
+  // On the copy stream, after the last step that read this buffer (or, when a buffer was
+  // allocated on the compute stream since, after everything enqueued there so far); the step
+  // reads it once the copy's event has passed.
+  const device::Stream& copy = card_.copy_stream();
+  if (b.fence_needed) {
+    b.fence.record(stream);
+    copy.wait(b.fence);
+    b.fence_needed = false;
+  } else {
+    copy.wait(b.read[b.at]);
+  }
+  device::copy_async(b.uploaded[b.at].data(), host, at.total, copy);
+  b.copied[b.at].record(copy);
+  stream.wait(b.copied[b.at]);
   tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream, planned_counts);
   return size;
+}
+
+void CardWorker::end_upload() {
+  Buffers& b = *buffers_;
+  b.read[b.at].record(card_.stream());
 }
 
 // The uploaded batch as the model sees it.
@@ -300,7 +362,7 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
   const bool graphed = graphs_->enabled && size > 0 && size == graphs_->full_batch;
   if (graphed) {
     // The vote is a value of the capture (its kernel's argument): a graph per vote.
-    Graphs::Cached& cached = graphs_->step_graph({size, global_batch, steady, stop_vote});
+    Graphs::Cached& cached = graphs_->step_graph({size, global_batch, steady, stop_vote, b.at});
     run_captured(card_, cached.graph, &cached.generation, dense_step);
   } else {
     dense_step();
@@ -326,6 +388,7 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
       optimizer_->step_on_card(params, veto);
     }
   }
+  end_upload();
   b.ring.commit(stream);
   last_step_ = card_.counts() - before;
 }
@@ -344,6 +407,9 @@ void CardWorker::begin_slot(const StepTag& tag) {
 }
 
 void CardWorker::retire(const StepTag& tag, const StepRecord& record) {
+  if (tag.predictions_out != nullptr && tag.predictions > 0) {
+    std::memcpy(tag.predictions_out, tag.predictions_at, tag.predictions * sizeof(float));
+  }
   if (!tag.train) return;
   model_->throw_if_non_finite(record.status, tag.pass, tag.step);
   stop_votes_ = record.status.stop_votes;
@@ -378,15 +444,25 @@ void CardWorker::set_progress_sink(std::function<void(int64_t step, double auc)>
   progress_sink_ = std::move(sink);
 }
 
-void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts) {
+void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts,
+                           float* predictions_out) {
   Buffers& b = *buffers_;
   const device::ProfileRange range("eval step");
   comm_.set_step(-1, -1);  // no training step context
   guarded([&] {
-    begin_slot(StepTag{});  // the staging block's slot: nothing to check
+    begin_slot(StepTag{});  // the staging block's slot: nothing to check but the predictions
     const int64_t size = upload(batch, planned_counts);
     model_->predict_async(batch_view(batch.num_slots));
     metrics_->add(model_->predictions(), b.labels(), size);
+    if (predictions_out != nullptr && size > 0) {
+      float* pinned = b.predictions[b.slot.index].data();
+      device::copy_async(pinned, model_->predictions(), static_cast<std::size_t>(size),
+                         card_.stream());
+      b.slot.tag->predictions_at = pinned;
+      b.slot.tag->predictions_out = predictions_out;
+      b.slot.tag->predictions = static_cast<std::size_t>(size);
+    }
+    end_upload();
     b.ring.commit(card_.stream());
   });
 }

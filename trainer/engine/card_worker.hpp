@@ -3,7 +3,9 @@
 // (the card's store and HeterComm) is borrowed from the card tier's owner (tier_owner::CardTier).
 //
 // One training step (collective: every card calls it in the same step, an empty batch too):
-//   upload batch (one pinned block, one copy) -> CardTier::pull (records of every key
+//   upload batch (one pinned block, one copy on the card's copy stream into one of two card
+//   buffers, so it overlaps the step before; the compute stream waits for its event) ->
+//   CardTier::pull (records of every key
 //   occurrence; waits S1, S2 unless the step's counts are planned) -> forward/backward (loss on
 //   the card) -> metrics -> all-reduce of the flat dense gradient, the loss slot and the stop
 //   vote -> finite check on the card (the same verdict on every card) -> the status (loss,
@@ -115,8 +117,11 @@ class CardWorker {
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
   // Pull and predict only; adds to the metrics. Collective (the pull is). No wait (planned
-  // counts); drain() after the last one.
-  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr);
+  // counts); drain() after the last one. `predictions_out` (optional, batch.size() floats): the
+  // step's predictions are copied into its pinned slot and written there when the slot is read,
+  // kStatusDepth steps later or at drain(), without a wait; it must stay valid until then.
+  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr,
+                 float* predictions_out = nullptr);
   // Predictions of the last step (host copy, synchronizes), one per instance.
   std::vector<float> last_predictions() const;
 
@@ -129,7 +134,12 @@ class CardWorker {
   MetricsAccumulator& metrics() { return *metrics_; }
 
  private:
+  // The batch into the next upload buffer on the card's copy stream (the compute stream waits
+  // for the copy's event), then the pull on the compute stream.
   int64_t upload(const dataset::Batch& batch, const uint64_t* planned_counts);
+  // After the step's last use of its upload buffer: the event the copy stream waits for before
+  // it overwrites that buffer two steps later.
+  void end_upload();
   // Sizes the step buffers for a batch of these counts (a pinned or card allocation only when
   // one outgrows them); sets the layout of the upload block.
   void size_buffers(std::size_t instances, std::size_t occurrences, std::size_t offsets,

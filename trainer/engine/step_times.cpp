@@ -51,6 +51,10 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);
   extra.emplace_back("pageable_copies_per_step", total.pageable_copies * per_step);
   extra.emplace_back("pinned_copies_per_step", total.pinned_copies * per_step);
+  // Of those, on the card's copy stream (overlapping the compute stream's work), and the waits
+  // one stream of the card made for another's event (the card orders them; not a host wait).
+  extra.emplace_back("copy_stream_copies_per_step", total.copy_stream_copies * per_step);
+  extra.emplace_back("stream_waits_per_step", total.stream_waits * per_step);
   // Launches and collectives the host enqueued itself, outside step graphs; the graphs' work is
   // in graph_nodes (heterps/device/step_graph.hpp).
   extra.emplace_back("launches_per_step", total.launches * per_step);

@@ -518,20 +518,22 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
         dataset::Batch batch;
         device::DeviceCounts& counts = eval_counts[static_cast<std::size_t>(card.local_index())];
         for (std::size_t b = 0; b < plan.steps(); ++b) {
+          // What the whole step asks of the card, the predictions' way back included.
+          const device::DeviceCounts before = card.counts();
           fill_step_batch(ds.get(), nullptr, plan, card.local_index(), cards, b, config_.dataset,
                           &batch);
-          const device::DeviceCounts before = card.counts();
-          worker.eval_step(batch, plan.counts_of(b));
-          counts += card.counts() - before;
+          float* predictions_out = nullptr;
           if (keep_predictions && b < plan.local_batches) {
-            // Reading the predictions back waits for the step (an evaluation that keeps them).
+            // Written when the step's slot is read (a few steps later, or at the drain): no wait.
             const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
-            const std::vector<float> preds = worker.last_predictions();
-            for (std::size_t i = 0; i < span.size(); ++i) {
-              result.predictions[span.begin + i] = preds[i];
-              result.labels[span.begin + i] = batch.labels[i];
-            }
+            GPUBOX_EXPECTS(span.size() == batch.size(), "evaluation step ", b, " on card ",
+                           card.local_index(), ": a batch of ", batch.size(),
+                           " instances for a span of ", span.size());
+            predictions_out = result.predictions.data() + span.begin;
+            std::copy_n(batch.labels.begin(), span.size(), result.labels.begin() + span.begin);
           }
+          worker.eval_step(batch, plan.counts_of(b), predictions_out);
+          counts += card.counts() - before;
         }
         worker.drain();  // the steps' sparse checks, before the evaluation's metrics
         worker.all_reduce_metrics();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -221,6 +222,59 @@ TEST(DeviceCounters, CountWaitsAllocationsCopiesAndLaunchesOnTheStreamsCard) {
   done.record(card.stream());
   done.synchronize();
   EXPECT_EQ((card.counts() - start).host_syncs, 3u);  // to_device, the reduce, the event
+}
+
+// The card's copy stream (issue 31, item 4: the next batch's upload beside the step): its copies
+// count as copy_stream_copies besides their kind (the compute stream's do not), and a stream's
+// wait for another stream's event is a stream wait, not a host wait. The copy lands.
+TEST(DeviceCounters, CopyStreamCopiesAndStreamWaitsAreCountedApartFromHostWaits) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  EXPECT_EQ(card.stream().role(), StreamRole::kCompute);
+  EXPECT_EQ(card.copy_stream().role(), StreamRole::kCopy);
+  auto buffer = card.make_buffer<int>(100);
+  pinned_buffer<int> staging(100);
+  for (int i = 0; i < 100; ++i) staging[i] = 3 * i + 1;
+  const DeviceCounts start = card.counts();
+  Event copied(card.device(), card.stream().counters());
+  Event read(card.device(), card.stream().counters());
+  card.copy_stream().wait(read);  // never recorded: nothing to wait for
+  copy_async(buffer.data(), staging.data(), 100, card.copy_stream());
+  copied.record(card.copy_stream());
+  card.stream().wait(copied);
+  copy_async(staging.data(), buffer.data(), 50, card.stream());  // back, on the compute stream
+  read.record(card.stream());
+  DeviceCounts d = card.counts() - start;
+  EXPECT_EQ(d.pinned_copies, 2u);
+  EXPECT_EQ(d.copy_stream_copies, 1u);
+  EXPECT_EQ(d.stream_waits, 2u);
+  EXPECT_EQ(d.host_syncs, 0u);
+  read.synchronize();
+  EXPECT_EQ((card.counts() - start).host_syncs, 1u);
+  const std::vector<int> back = to_host(buffer.data(), 100, card.stream());
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(back[i], 3 * i + 1) << i;
+  EXPECT_NE(to_string(card.counts() - start).find("copy_stream_copies 1, stream_waits 2"),
+            std::string::npos);
+}
+
+// Timing events (the next pass's chunks are paced by them): the card time between two records,
+// here (cpu) the host time between them; events made without timing refuse to be timed.
+TEST(DeviceCounters, TimingEventsMeasureTheTimeBetweenTheirRecords) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  Event begin(card.device(), nullptr, EventTiming::kOn);
+  Event end(card.device(), nullptr, EventTiming::kOn);
+  begin.record(card.stream());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  end.record(card.stream());
+  ASSERT_TRUE(end.ready());
+  EXPECT_GE(end.seconds_since(begin), 0.019);
+  EXPECT_LT(end.seconds_since(begin), 5.0);
+  Event untimed(card.device());
+  untimed.record(card.stream());
+  EXPECT_THROW(untimed.seconds_since(begin), Error);
 }
 
 TEST(DeviceCounters, AllocationWhileACollectiveIsInFlightIsCountedAndFatalUnderTheCheck) {

@@ -464,6 +464,9 @@ struct NextPassCase {
   // The work reaches its insertions (and evictions, with a budget) in some pass: enough steps
   // for the chunks; otherwise it stays partial (begin_pass finishes it).
   bool reaches_inserts;
+  // next_pass_step_fraction: > 0 sizes the chunks by their measured time (ChunkPacer), as the
+  // GPU build does; the chunk above is then their largest size.
+  double step_fraction = 0;
 };
 
 class NextPassWorkTest : public ::testing::TestWithParam<NextPassCase> {};
@@ -476,6 +479,7 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
   options.host_batch_keys = 37;
   Engine reference(tc.cards, options);
   options.next_pass_chunk_keys = tc.chunk;
+  options.next_pass_step_fraction = tc.step_fraction;
   Engine early(tc.cards, options);
 
   auto passes = make_passes(5, 240, 79);
@@ -599,12 +603,54 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(NextPassCase{1, 0, 1000, 12, true}, NextPassCase{2, 0, 7, 12, false},
                       NextPassCase{1, 300, 1000, 12, true}, NextPassCase{1, 300, 1000, 4, false},
                       NextPassCase{2, 170, 1000, 12, true}, NextPassCase{2, 170, 7, 30, false},
-                      NextPassCase{3, 120, 16, 40, true}, NextPassCase{3, 120, 1, 6, false}),
+                      NextPassCase{3, 120, 16, 40, true}, NextPassCase{3, 120, 1, 6, false},
+                      // Paced chunks (their sizes vary with the measured times).
+                      NextPassCase{1, 300, 1000, 40, false, 0.25},
+                      NextPassCase{2, 0, 1000, 40, false, 0.01}),
     [](const auto& info) {
       return std::to_string(info.param.cards) + "cards_budget" +
              std::to_string(info.param.row_budget) + "_chunk" + std::to_string(info.param.chunk) +
-             "_steps" + std::to_string(info.param.steps);
+             "_steps" + std::to_string(info.param.steps) +
+             (info.param.step_fraction > 0 ? "_paced" : "");
     });
+
+// ChunkPacer against hand-computed sizes: unpaced, every chunk is the largest; paced, it starts
+// at kStartKeys, aims at step_fraction of the step at the measured rate, at most doubles or
+// halves a chunk at a time, stays within [kMinKeys, max], and ignores measures that are not
+// positive.
+TEST(ChunkPacer, AimsAtAFractionOfTheStepWithinItsBounds) {
+  const ChunkPacer unpaced(100000, 0);
+  EXPECT_FALSE(unpaced.paced());
+  EXPECT_EQ(unpaced.keys(), 100000u);
+  ChunkPacer same = unpaced;
+  same.observe(100000, 1.0, 0.001);
+  EXPECT_EQ(same.keys(), 100000u);
+
+  ChunkPacer pacer(100000, 0.25);
+  EXPECT_EQ(pacer.keys(), ChunkPacer::kStartKeys);
+  // 4096 keys took as long as the step (1 ms): 1024 keys would take a quarter; halved first.
+  pacer.observe(4096, 1e-3, 1e-3);
+  EXPECT_EQ(pacer.keys(), 2048u);
+  pacer.observe(2048, 0.5e-3, 1e-3);  // the same rate
+  EXPECT_EQ(pacer.keys(), 1024u);
+  pacer.observe(1024, 0.25e-3, 1e-3);  // on target: stays
+  EXPECT_EQ(pacer.keys(), 1024u);
+  // 16x faster than that: 16384 wanted, doubled at most.
+  pacer.observe(1024, 0.25e-3 / 16, 1e-3);
+  EXPECT_EQ(pacer.keys(), 2048u);
+  pacer.observe(2048, 0, 1e-3);  // no measure
+  pacer.observe(2048, 1e-3, -1);
+  EXPECT_EQ(pacer.keys(), 2048u);
+  for (int i = 0; i < 20; ++i) pacer.observe(pacer.keys(), 1.0, 1e-3);  // very slow
+  EXPECT_EQ(pacer.keys(), ChunkPacer::kMinKeys);
+  for (int i = 0; i < 20; ++i) pacer.observe(pacer.keys(), 1e-9, 1e-3);  // very fast
+  EXPECT_EQ(pacer.keys(), 100000u);
+  // A largest size under the start and the floor.
+  EXPECT_EQ(ChunkPacer(100, 0.25).keys(), 100u);
+  ChunkPacer small(100, 0.25);
+  small.observe(100, 1.0, 1e-3);
+  EXPECT_EQ(small.keys(), 100u);
+}
 
 // Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
 // full of the training pass's rows), a failed staging (its keys known, so the cards looked them
@@ -709,6 +755,41 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   EXPECT_EQ(all.early_chunks, 0u);
   EXPECT_EQ(all.hits + all.pulled + all.prefetched, b.size());
   early.manager->end_pass();
+}
+
+// Issue 31, item 4: the next pass's look-ups between steps wait for nothing. A look-up chunk
+// neither waits for the step's collectives before it (its scratch is sized when the work is
+// expected) nor for its own readback (its rows are read a chunk later, once its event has
+// passed): over a pass whose next pass's rows never arrive (look-ups only), the work's chunks
+// wait for the card 0 times and allocate nothing; before, each waited 3 times (before the chunk,
+// in the table's look-up, and for its rows). What begin_pass then places equals an engine without
+// the work.
+TEST(PassManager, NextPassLookupsWaitForNothing) {
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 50;  // 240 keys: 5 chunks, each read by the next
+  Engine early(1, options);
+  options.next_pass_chunk_keys = 0;
+  Engine reference(1, options);
+  const auto a = make_passes(1, 240, 95).front();
+  const auto b = make_passes(3, 240, 95).back();  // overlaps a
+  early.manager->begin_pass(a);
+  reference.manager->begin_pass(a);
+  const StagedRows planned = early.manager->plan_staging(b, {}, a);
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&planned, /*rows_ready=*/false));
+  early.train(a, 1, 12, [&](int c) { early.manager->prepare_next_pass(c); });
+  reference.train(a, 1, 12);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  const PassStats got = early.manager->begin_pass(b);
+  const PassStats want = reference.manager->begin_pass(b);
+  EXPECT_GE(got.early_chunks, 6u);  // 5 enqueued, the last one read by a sixth
+  EXPECT_EQ(got.early_host_syncs, 0u);
+  EXPECT_EQ(got.early_allocations, 0u);
+  EXPECT_EQ(got.hits, want.hits);
+  EXPECT_EQ(got.pulled, want.pulled);
+  EXPECT_EQ(early.card_rows(), reference.card_rows());
+  early.manager->end_pass();
+  reference.manager->end_pass();
 }
 
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
