@@ -12,6 +12,7 @@
 #include "common/config/config_document.hpp"
 #include "table/sparse_config.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/config/network_choice.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
@@ -382,6 +383,10 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_TRUE(deepfefm.ok()) << deepfefm.status().to_string();
   EXPECT_EQ(deepfefm->dense_model_config().kind, config::ModelKind::kDeepFefm);
   EXPECT_EQ(deepfefm->mf_dim(), 8);  // one embedding per key, as the dnn's
+  // What differs from PaddleRec's net is said at start.
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFefm).find("quantised"),
+            std::string::npos);
+  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
 
   auto autoint = load("PaddleRec/models/rank/autoint", yaml);
   ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();

@@ -63,6 +63,20 @@ std::optional<std::string> paddlerec_model_name(const std::string& workspace,
   return std::nullopt;
 }
 
+std::string differences_from_paddlerec(config::ModelKind model) {
+  switch (model) {
+    case config::ModelKind::kDeepFefm:
+      return "a dense feature's field vector is its value times a learned vector (PaddleRec's net "
+             "looks up a key quantised from the value); no dropout, no L2 decay";
+    case config::ModelKind::kAutoint:
+      return "a dense field's index and a sparse field's value are not read (PaddleRec's sample "
+             "has 0 and 1 only); its dnn (fc_sizes) has no batch norm and a ReLU after every "
+             "layer, where PaddleRec's has batch norm and no ReLU after the first";
+    default:
+      return "";
+  }
+}
+
 StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
                                                       const std::string& config_path) {
   NetworkChoice choice;

@@ -32,4 +32,8 @@ std::optional<std::string> paddlerec_model_name(const std::string& workspace,
 StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
                                                       const std::string& config_path);
 
+// Where GPUBox's build of `model` differs from PaddleRec's net of the same name, for the start
+// line; "" where it computes what PaddleRec's does.
+std::string differences_from_paddlerec(config::ModelKind model);
+
 }  // namespace gpubox::trainer

@@ -26,6 +26,7 @@
 #include "heterps/device/card.hpp"
 #include "serving/serving_model.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/config/network_choice.hpp"
 #include "trainer/main/run_job.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/saved_models.hpp"
@@ -260,6 +261,11 @@ int main(int argc, char** argv) {
     GPUBOX_LOG(INFO) << "network: "
                      << gpubox::name_of(gpubox::config::kModelKindNames, config->hyper.model)
                      << " (from " << config->hyper.model_source << ")";
+    if (const std::string differs =
+            gpubox::trainer::differences_from_paddlerec(config->hyper.model);
+        !differs.empty()) {
+      GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
+    }
     for (const std::string& note : config->dataset.reader_notes) GPUBOX_LOG(INFO) << note;
     if (FLAGS_print_model_root) {
       print_model_root(config.value());

@@ -155,7 +155,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       spec.dz_ld = activation_ld(spec.out);
       spec.dx_ld =
           l == 0 ? (stacked || dlrm || xdeepfm || deepfefm || autoint ? first_ld : pool_.out_dim())
-                          : activation_ld(in);
+                 : activation_ld(in);
       layers_.emplace_back(params_, blas_, spec);
       in = spec.out;
     }
