@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "common/error.hpp"
@@ -46,20 +47,36 @@
 namespace gpubox::device {
 
 // A sort key of two words: `high` (its high_bits low bits significant) orders before `low`.
+// Two full words, no padding: CUB copies whole keys, and padding bytes nobody writes would be
+// uninitialised reads to compute-sanitizer's initcheck.
 struct WideKey {
   uint64_t low;
-  uint32_t high;
+  uint64_t high;
 };
+static_assert(std::has_unique_object_representations_v<WideKey>,
+              "WideKey must have no padding (CUB copies whole keys)");
 
-GPUBOX_HD inline bool wide_key_less(const WideKey& a, const WideKey& b) {
-  return a.high != b.high ? a.high < b.high : a.low < b.low;
+// The high word's significant bits: the sort sees `high & wide_high_mask(high_bits)` only.
+GPUBOX_HD inline uint64_t wide_high_mask(int high_bits) {
+  return high_bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << high_bits) - 1;
+}
+
+// The sort's order over bits [0, 64 + high_bits): high's bits above high_bits are ignored, as
+// CUB's end_bit ignores them.
+GPUBOX_HD inline bool wide_key_less(const WideKey& a, const WideKey& b, int high_bits) {
+  const uint64_t mask = wide_high_mask(high_bits);
+  const uint64_t ha = a.high & mask;
+  const uint64_t hb = b.high & mask;
+  return ha != hb ? ha < hb : a.low < b.low;
 }
 
 #if defined(GPUBOX_BACKEND_CUDA)
+// The decomposer overloads of cub::DeviceRadixSort (CCCL 2.1).
+static_assert(CUB_VERSION >= 200100, "PairSorter needs CUB 2.1 or later (decomposer sort)");
 namespace detail {
 // CUB's view of a WideKey: the most significant member first.
 struct WideKeyDecomposer {
-  __host__ __device__ ::cuda::std::tuple<uint32_t&, uint64_t&> operator()(WideKey& key) const {
+  __host__ __device__ ::cuda::std::tuple<uint64_t&, uint64_t&> operator()(WideKey& key) const {
     return {key.high, key.low};
   }
 };
@@ -70,22 +87,26 @@ template <class V>
 class PairSorter {
  public:
   // `memory` and `stream` (the card's) must outlive the sorter. Allocates nothing yet.
-  PairSorter(CardMemory& memory, const Stream& stream) : temp_(0, memory, stream) {}
+  PairSorter(CardMemory& memory, const Stream& stream)
+      : temp_(0, memory, stream), stream_(&stream) {}
 
   // Sizes the temporary storage for runs over up to n pairs (any high_bits up to 32).
   void reserve(std::size_t n) {
+    GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "PairSorter: ", n, " pairs exceed 2^32");
     if (n <= reserved_) return;
     temp_.resize_discard(temp_bytes(n, 32));
     reserved_ = n;
   }
 
   // keys_out/values_out[0, n) = keys_in/values_in[0, n) stably sorted by (high, low), high taken
-  // over its high_bits low bits (callers keep it below 2^high_bits). Inputs and outputs are card
-  // memory and must not overlap.
+  // over its high_bits low bits: bits above them are ignored (keys equal but for them keep their
+  // input order) and copied through. Inputs and outputs are card memory and must not overlap.
+  // `stream`: the one given at construction (the temporary storage is ordered on it).
   void run(const WideKey* keys_in, WideKey* keys_out, const V* values_in, V* values_out,
            std::size_t n, int high_bits, const Stream& stream) {
     GPUBOX_EXPECTS(high_bits >= 0 && high_bits <= 32, "PairSorter: high_bits ", high_bits,
                    " outside [0, 32]");
+    GPUBOX_EXPECTS(&stream == stream_, "PairSorter::run on a stream other than its own");
     if (n == 0) return;
     if (n > reserved_) reserve(n);
     if (CardCounters* counters = stream.counters()) counters->add_launches();
@@ -93,14 +114,14 @@ class PairSorter {
     std::size_t bytes = temp_bytes(n, high_bits);
     if (bytes > temp_.size()) temp_.resize_discard(bytes);  // a type's own query said more
     GPUBOX_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
-        temp_.data(), bytes, keys_in, keys_out, values_in, values_out, static_cast<int64_t>(n),
+        temp_.data(), bytes, keys_in, keys_out, values_in, values_out, static_cast<uint32_t>(n),
         detail::WideKeyDecomposer{}, 0, 64 + high_bits, stream.native()));
 #else
     // The cpu twin: a stable bottom-up merge sort by wide_key_less through the owned buffer.
     Entry* a = reinterpret_cast<Entry*>(temp_.data());
     Entry* b = a + reserved_;
     enqueue(stream, "PairSorter::run",
-            [=] { sort_entries(keys_in, values_in, a, b, n, keys_out, values_out); });
+            [=] { sort_entries(keys_in, values_in, a, b, n, high_bits, keys_out, values_out); });
 #endif
   }
 
@@ -110,7 +131,7 @@ class PairSorter {
     std::size_t bytes = 0;
     GPUBOX_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
         nullptr, bytes, static_cast<WideKey*>(nullptr), static_cast<WideKey*>(nullptr),
-        static_cast<V*>(nullptr), static_cast<V*>(nullptr), static_cast<int64_t>(n),
+        static_cast<V*>(nullptr), static_cast<V*>(nullptr), static_cast<uint32_t>(n),
         detail::WideKeyDecomposer{}, 0, 64 + high_bits));
     return bytes;
   }
@@ -122,7 +143,8 @@ class PairSorter {
   static std::size_t temp_bytes(std::size_t n, int /*high_bits*/) { return 2 * n * sizeof(Entry); }
 
   // Merges runs of `width` from `in` into `out`, the runs' pairs merged in parallel.
-  static void merge_level(const Entry* in, Entry* out, std::size_t n, std::size_t width) {
+  static void merge_level(const Entry* in, Entry* out, std::size_t n, std::size_t width,
+                          int high_bits) {
     const std::int64_t pairs = static_cast<std::int64_t>((n + 2 * width - 1) / (2 * width));
     auto merge = [&](std::int64_t p) {
       const std::size_t lo = static_cast<std::size_t>(p) * 2 * width;
@@ -130,7 +152,9 @@ class PairSorter {
       const std::size_t hi = std::min(n, lo + 2 * width);
       // Stable: on equal keys the left run's entry goes first.
       std::merge(in + lo, in + mid, in + mid, in + hi, out + lo,
-                 [](const Entry& x, const Entry& y) { return wide_key_less(x.key, y.key); });
+                 [high_bits](const Entry& x, const Entry& y) {
+                   return wide_key_less(x.key, y.key, high_bits);
+                 });
     };
     if (n < (std::size_t{1} << 16) || omp_get_max_threads() == 1) {
       for (std::int64_t p = 0; p < pairs; ++p) merge(p);
@@ -141,7 +165,7 @@ class PairSorter {
   }
 
   static void sort_entries(const WideKey* keys_in, const V* values_in, Entry* a, Entry* b,
-                           std::size_t n, WideKey* keys_out, V* values_out) {
+                           std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
     // Runs of 16 by insertion sort (stable), then merged level by level.
     constexpr std::size_t kRun = 16;
     for (std::size_t i = 0; i < n; ++i) a[i] = Entry{keys_in[i], values_in[i]};
@@ -150,12 +174,12 @@ class PairSorter {
       for (std::size_t i = lo + 1; i < hi; ++i) {
         const Entry e = a[i];
         std::size_t j = i;
-        for (; j > lo && wide_key_less(e.key, a[j - 1].key); --j) a[j] = a[j - 1];
+        for (; j > lo && wide_key_less(e.key, a[j - 1].key, high_bits); --j) a[j] = a[j - 1];
         a[j] = e;
       }
     }
     for (std::size_t width = kRun; width < n; width *= 2) {
-      merge_level(a, b, n, width);
+      merge_level(a, b, n, width, high_bits);
       std::swap(a, b);
     }
     for (std::size_t i = 0; i < n; ++i) {
@@ -166,6 +190,7 @@ class PairSorter {
 #endif
 
   device_buffer<char> temp_;
+  const Stream* stream_;
   std::size_t reserved_ = 0;
 };
 
@@ -176,6 +201,7 @@ class Scanner {
 
   // Sizes the temporary storage for scans of up to n values.
   void reserve(std::size_t n) {
+    GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "Scanner: ", n, " values exceed 2^32");
     if (n <= reserved_) return;
 #if defined(GPUBOX_BACKEND_CUDA)
     temp_.resize_discard(temp_bytes(static_cast<const T*>(nullptr), n));
@@ -195,7 +221,7 @@ class Scanner {
     std::size_t bytes = temp_bytes(in, n);
     if (bytes > temp_.size()) temp_.resize_discard(bytes);
     GPUBOX_CUDA_TRY(cub::DeviceScan::InclusiveSum(temp_.data(), bytes, in, out,
-                                                  static_cast<int64_t>(n), stream.native()));
+                                                  static_cast<uint32_t>(n), stream.native()));
 #else
     enqueue(stream, "Scanner::inclusive", [=] {
       T sum = T{};
@@ -210,7 +236,7 @@ class Scanner {
   static std::size_t temp_bytes(In in, std::size_t n) {
     std::size_t bytes = 0;
     GPUBOX_CUDA_TRY(cub::DeviceScan::InclusiveSum(nullptr, bytes, in, static_cast<T*>(nullptr),
-                                                  static_cast<int64_t>(n)));
+                                                  static_cast<uint32_t>(n)));
     return bytes;
   }
 #endif

@@ -118,10 +118,15 @@ class HeterComm {
   // counts a planned step's updates once its check is read.
   void drain_checks();
 
-  // Sizes every buffer of pull and push_pulled (and the card's scratch arena) for steps up to
-  // `bounds`, now (between steps: not collective, no wait). Ends the last pull's state
-  // (push_pulled needs a pull after it).
+  // Sizes every buffer of pull and push_pulled (and the card's scratch arena, to
+  // kScratchHeadroom) for steps up to `bounds`, now (between steps: not collective, no wait).
+  // Ends the last pull's state (push_pulled needs a pull after it).
   void reserve_steps(const StepBounds& bounds);
+  // The card's scratch arena kept by reserve_steps (and before an unplanned step's keys move):
+  // HeterComm's own sort and scan own their temporaries, but the card's other Thrust calls (the
+  // trainer's loss and non-finite checks: reductions, a few KiB on CUDA) take theirs from the
+  // arena, which would otherwise grow once mid-pass (an allocation inside a step).
+  static constexpr std::size_t kScratchHeadroom = std::size_t{1} << 20;
 
   // The next pull's (or push's) key counts, known before the step from the pass's data
   // (trainer/engine/step_sizes.hpp): counts[src * row + dst] = distinct keys card `src` sends

@@ -58,6 +58,7 @@ void HeterComm::Impl::grow_exchange(std::size_t occurrences) {
   owner_merge_.reserve(rows, /*sorting=*/total_cards_ > 1);  // 1 card: run_unique_sorted
   store_->reserve_lookups(rows);
   reducer_.reserve(std::max(occurrences, rows), layout_.push_dim());
+  scratch_.reserve(kScratchHeadroom);  // the card's other Thrust users (heter_comm.hpp)
   if (replicated_) {
     const std::size_t room = static_cast<std::size_t>(total_cards_) * exchange_max_unique_;
     grow(gathered_keys_, room);

@@ -108,7 +108,9 @@ struct RecordSegments {
       unique_keys[u] = sorted[i].low;
       unique_start[u] = static_cast<position_t>(i);
       if (owner_begin != nullptr) {  // the owners from the previous key's (exclusive) to this one's
-        for (uint32_t c = i == 0 ? 0u : sorted[i - 1].high + 1; c <= sorted[i].high; ++c) {
+        const auto owner = static_cast<uint32_t>(sorted[i].high);
+        for (uint32_t c = i == 0 ? 0u : static_cast<uint32_t>(sorted[i - 1].high) + 1; c <= owner;
+             ++c) {
           owner_begin[c] = u;
         }
       }
@@ -116,7 +118,9 @@ struct RecordSegments {
     if (i + 1 == n) {
       unique_start[count] = n;
       if (owner_begin != nullptr) {
-        for (uint32_t c = sorted[i].high + 1; c <= partitions; ++c) owner_begin[c] = count;
+        for (uint32_t c = static_cast<uint32_t>(sorted[i].high) + 1; c <= partitions; ++c) {
+          owner_begin[c] = count;
+        }
       }
     }
     if (pad && count + 1 + i <= n) unique_start[count + 1 + i] = n;
@@ -187,6 +191,7 @@ class KeyDedup {
     reserve(n);
     resize_all(n);
     count_known_ = false;
+    count_on_card_ = n > 0;
     if (n == 0) {
       device::memset_bytes_async(unique_start_.data(), 0, sizeof(position_t), stream);
       device::memset_bytes_async(owner_begin_.data(), 0, owner_begin_.size() * sizeof(position_t),
@@ -205,16 +210,17 @@ class KeyDedup {
                        static_cast<uint32_t>(partitions_), static_cast<position_t>(n), pad});
   }
 
-  // The unique count of the last run_async, on the card (null for an empty input: the count is
-  // 0). Valid until the next call.
+  // The unique count of the last run_async, on the card: null for an empty input (the count is
+  // 0) and after run_unique_sorted (no scan ran; unique_count() is known). Valid until the next
+  // call.
   const position_t* count_on_card() const {
-    return sorted_pos_.empty() ? nullptr : seg_id_.data() + (sorted_pos_.size() - 1);
+    return count_on_card_ ? seg_id_.data() + (sorted_pos_.size() - 1) : nullptr;
   }
   // Enqueues the unique count's copy to the host (pinned); collect_count() reads it after the
   // caller synchronized the stream.
   void copy_count_async(const device::Stream& stream) {
-    if (sorted_pos_.empty()) {
-      host_count_[0] = 0;
+    if (!count_on_card_) {
+      host_count_[0] = static_cast<position_t>(count_known_ ? unique_count_ : 0);
       return;
     }
     device::copy_async(host_count_.data(), count_on_card(), 1, stream);
@@ -259,6 +265,7 @@ class KeyDedup {
     resize_outputs(n);
     unique_count_ = n;
     count_known_ = true;
+    count_on_card_ = false;
     if (n == 0) {
       device::memset_bytes_async(unique_start_.data(), 0, sizeof(position_t), stream);
       return 0;
@@ -319,6 +326,7 @@ class KeyDedup {
   device::pinned_buffer<position_t> host_count_;
   std::size_t unique_count_ = 0;
   bool count_known_ = true;
+  bool count_on_card_ = false;  // the last run scanned: seg_id_'s last entry holds the count
 };
 
 }  // namespace gpubox::heter_comm::detail

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "heterps/device/card.hpp"
@@ -29,7 +30,7 @@ std::vector<WideKey> random_keys(std::size_t n, int high_bits, uint64_t seed) {
   const uint64_t distinct = std::max<std::size_t>(1, n / 3);
   for (auto& k : keys) {
     k.low = (rng() % distinct) * 0x9e3779b97f4a7c15ULL;  // spread over all 64 bits
-    k.high = high_bits == 0 ? 0u : static_cast<uint32_t>(rng() % (uint64_t{1} << high_bits));
+    k.high = high_bits == 0 ? 0u : rng() % (uint64_t{1} << high_bits);
   }
   return keys;
 }
@@ -48,8 +49,9 @@ TEST_P(PairSorterTest, EqualsStdStableSortAndAllocatesNothingOnceReserved) {
     std::iota(values.begin(), values.end(), 0u);
     std::vector<Pair> expected(n);
     for (std::size_t i = 0; i < n; ++i) expected[i] = Pair{keys[i], values[i]};
-    std::stable_sort(expected.begin(), expected.end(),
-                     [](const Pair& a, const Pair& b) { return wide_key_less(a.key, b.key); });
+    std::stable_sort(expected.begin(), expected.end(), [&](const Pair& a, const Pair& b) {
+      return wide_key_less(a.key, b.key, high_bits);
+    });
 
     auto keys_in = to_device(keys, card.memory(), card.stream());
     auto values_in = to_device(values, card.memory(), card.stream());
@@ -75,6 +77,98 @@ TEST_P(PairSorterTest, EqualsStdStableSortAndAllocatesNothingOnceReserved) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, PairSorterTest,
                          ::testing::Values(0, 1, 2, 16, 17, 1000, 5000, 70000));
+
+// The oracle: std::stable_sort by (high's high_bits low bits, low).
+std::vector<Pair> stable_sorted(const std::vector<WideKey>& keys, int high_bits) {
+  std::vector<Pair> expected(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    expected[i] = Pair{keys[i], static_cast<uint32_t>(i)};
+  }
+  std::stable_sort(expected.begin(), expected.end(), [&](const Pair& a, const Pair& b) {
+    const uint64_t mask = high_bits == 0 ? 0 : (uint64_t{1} << high_bits) - 1;
+    const uint64_t ha = a.key.high & mask;
+    const uint64_t hb = b.key.high & mask;
+    return ha != hb ? ha < hb : a.key.low < b.key.low;
+  });
+  return expected;
+}
+
+// Sorts keys on the card with `sorter` (reserved by the caller); expects the oracle's order,
+// the keys copied whole (high's ignored bits too), and `allocations` card allocations.
+void expect_sorted(PairSorter<uint32_t>& sorter, Card& card, const std::vector<WideKey>& keys,
+                   int high_bits, uint64_t allocations) {
+  const std::size_t n = keys.size();
+  std::vector<uint32_t> values(n);
+  std::iota(values.begin(), values.end(), 0u);
+  auto keys_in = to_device(keys, card.memory(), card.stream());
+  auto values_in = to_device(values, card.memory(), card.stream());
+  device_buffer<WideKey> keys_out(n, card.memory(), card.stream());
+  device_buffer<uint32_t> values_out(n, card.memory(), card.stream());
+  const DeviceCounts before = card.counts();
+  sorter.run(keys_in.data(), keys_out.data(), values_in.data(), values_out.data(), n, high_bits,
+             card.stream());
+  EXPECT_EQ((card.counts() - before).allocations, allocations);
+  const std::vector<Pair> expected = stable_sorted(keys, high_bits);
+  const auto got_keys = to_host(keys_out);
+  const auto got_values = to_host(values_out);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got_values[i], expected[i].value) << "order or stability at " << i;
+    ASSERT_EQ(got_keys[i].low, expected[i].key.low) << i;
+    ASSERT_EQ(got_keys[i].high, expected[i].key.high) << i;
+  }
+}
+
+// Reserved once at the largest size, smaller batches and every high_bits reuse the storage.
+TEST(PairSorter, ReservedOnceSmallerBatchesAndOtherHighBitsAllocateNothing) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  sorter.reserve(5000);
+  for (const auto& [n, high_bits] : std::vector<std::pair<std::size_t, int>>{
+           {5000, 32}, {1000, 0}, {4999, 6}, {17, 1}, {3000, 32}, {5000, 0}}) {
+    SCOPED_TRACE(::testing::Message() << n << " pairs, " << high_bits << " high bits");
+    expect_sorted(sorter, card, random_keys(n, high_bits, n + high_bits), high_bits, 0);
+  }
+}
+
+// The extreme words: low 0 and ~0, high 0 and 2^high_bits - 1.
+TEST(PairSorter, SortsTheExtremeWords) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  for (const int high_bits : {0, 1, 6, 32}) {
+    SCOPED_TRACE(high_bits);
+    const uint64_t top = high_bits == 0 ? 0 : (uint64_t{1} << high_bits) - 1;
+    std::vector<WideKey> keys;
+    for (int i = 0; i < 40; ++i) {
+      for (const uint64_t low : {~uint64_t{0}, uint64_t{0}, uint64_t{1}, ~uint64_t{0} - 1}) {
+        keys.push_back(WideKey{low, i % 3 == 0 ? top : 0});
+      }
+    }
+    sorter.reserve(keys.size());
+    expect_sorted(sorter, card, keys, high_bits, 0);
+  }
+}
+
+// The contract for high words past high_bits: their upper bits are ignored by the order (keys
+// equal but for them keep their input order) and copied through, as CUB's end_bit does.
+TEST(PairSorter, IgnoresHighBitsPastHighBitsAndCopiesThemThrough) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  sorter.reserve(64);
+  // high = (upper garbage << 2) | owner: with 2 high bits only the owner orders.
+  std::vector<WideKey> keys;
+  for (uint64_t i = 0; i < 64; ++i) {
+    keys.push_back(WideKey{(i * 7) % 5, ((63 - i) << 2) | (i % 4)});
+  }
+  expect_sorted(sorter, card, keys, 2, 0);
+  // With 0 high bits the whole high word is ignored: the order is by low alone.
+  expect_sorted(sorter, card, keys, 0, 0);
+}
 
 struct Odd {
   const uint32_t* values;

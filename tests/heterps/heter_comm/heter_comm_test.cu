@@ -656,6 +656,19 @@ TEST(HeterComm, SteadyStateAllocatesNothing) {
   }
 }
 
+// reserve_steps keeps the card's scratch arena at kScratchHeadroom: HeterComm's sort and scan
+// own their temporaries, so without it the arena stays empty and the card's other Thrust calls
+// (the trainer's reductions) grow it inside a step.
+TEST(HeterComm, ReserveStepsKeepsTheCardsScratchHeadroom) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const AccessorConfig cfg = test_config(SparseOptimizerKind::kAdagrad);
+  Cluster cluster(2, cfg);
+  cluster.run([&](device::Card& card) {
+    cluster.heter_comm(card.local_index()).reserve_steps(StepBounds{100, 60, 80, 0});
+    EXPECT_GE(card.scratch().bytes(), HeterComm::kScratchHeadroom) << "card " << card.local_index();
+  });
+}
+
 // Every row of card `c`'s store, by key.
 std::map<uint64_t, std::vector<float>> store_rows(Cluster& cluster, int c,
                                                   const RowLayout& layout) {

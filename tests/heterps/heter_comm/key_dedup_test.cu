@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -25,6 +26,10 @@ std::vector<uint64_t> random_batch(std::size_t n, uint64_t seed) {
   std::vector<uint64_t> keys(n);
   const uint64_t vocab = std::max<std::size_t>(1, n / 4);
   for (auto& k : keys) k = (rng() % vocab) * 0xbf58476d1ce4e5b9ULL + 1;
+  // The extreme keys, repeated where the batch is long enough.
+  if (n > 0) keys[rng() % n] = 0;
+  if (n > 1) keys[rng() % n] = ~uint64_t{0};
+  if (n > 16) keys[rng() % n] = 0;
   return keys;
 }
 
@@ -94,7 +99,38 @@ TEST_P(KeyDedupTest, GroupsUniqueKeysByOwnerAndMatchesAMapOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, KeyDedupTest,
                          ::testing::Combine(::testing::Values(0, 1, 16, 17, 2600, 70000),
-                                            ::testing::Values(1, 3, 8)));
+                                            ::testing::Values(1, 2, 3, 8, 33)));
+
+// Reserved once for the largest batch, smaller batches allocate nothing; and after
+// run_unique_sorted, no scan ran: count_on_card() is null and the copied count is the batch's,
+// not a stale word of the earlier run's buffers.
+TEST(KeyDedup, ReservedOnceThenSmallerBatchesAndUniqueSortedAllocateNothing) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  KeyDedup dedup(card, 33);
+  dedup.reserve(5000);
+  for (const std::size_t n : {std::size_t{5000}, std::size_t{1200}, std::size_t{17}}) {
+    const auto keys = random_batch(n, n);
+    const std::set<uint64_t> distinct(keys.begin(), keys.end());
+    auto on_card = device::to_device(keys, card.memory(), card.stream());
+    const device::DeviceCounts start = card.counts();
+    EXPECT_EQ(dedup.run(on_card.data(), n, card.stream()), distinct.size());
+    EXPECT_EQ((card.counts() - start).allocations, 0u) << n << " keys";
+    EXPECT_NE(dedup.count_on_card(), nullptr);
+  }
+  // Unique, ascending keys: fewer than the last scanned run's occurrences.
+  std::vector<uint64_t> sorted = {0, 5, 9, 1000, ~uint64_t{0}};
+  auto on_card = device::to_device(sorted, card.memory(), card.stream());
+  const device::DeviceCounts start = card.counts();
+  EXPECT_EQ(dedup.run_unique_sorted(on_card.data(), sorted.size(), card.stream()), sorted.size());
+  EXPECT_EQ((card.counts() - start).allocations, 0u);
+  EXPECT_EQ(dedup.count_on_card(), nullptr);
+  dedup.copy_count_async(card.stream());
+  card.stream().synchronize();
+  EXPECT_EQ(dedup.collect_count(), sorted.size());
+  EXPECT_EQ(device::to_host(dedup.unique_keys(), sorted.size(), card.stream()), sorted);
+}
 
 // Issue 31, item 3's way: with its sizes fixed, the plan holds no Thrust call, allocation or
 // wait, so it captures into a StepGraph (capture refuses each of those) and a replay over the
