@@ -81,6 +81,8 @@ InputOutcome read_input(LineReader& reader, FormatChooser& formats, const Datase
   bool stopped = false;
   auto handle = [&](const Line& line) -> bool {
     ++stats->lines;
+    // Every 4096 lines, whatever they hold (blank or rejected lines too).
+    if ((line.number & 0xfff) == 0 && hooks.keep_going && !hooks.keep_going()) return false;
     if (line.issue == ParseReason::kLineTooLong) {
       reject(line.issue, line.number,
              "longer than " + std::to_string(config.max_line_bytes) + " bytes");
@@ -110,7 +112,6 @@ InputOutcome read_input(LineReader& reader, FormatChooser& formats, const Datase
           outcome.status = flush();
           if (!outcome.status.ok()) return false;
         }
-        if ((line.number & 0xfff) == 0 && hooks.keep_going && !hooks.keep_going()) return false;
         return true;
       }
       reject(parsed.reason, line.number, describe(parsed));

@@ -67,7 +67,8 @@ std::string differences_from_paddlerec(config::ModelKind model) {
   switch (model) {
     case config::ModelKind::kDeepFefm:
       return "a dense feature's field vector is its value times a learned vector (PaddleRec's net "
-             "looks up a key quantised from the value); no dropout, no L2 decay";
+             "looks up a key quantised from the value); the dense features' first-order weights "
+             "start at 0 (PaddleRec's at a truncated normal); no dropout, no L2 decay";
     case config::ModelKind::kAutoint:
       return "a dense field's index and a sparse field's value are not read (PaddleRec's sample "
              "has 0 and 1 only); its dnn (fc_sizes) has no batch norm and a ReLU after every "

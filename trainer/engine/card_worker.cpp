@@ -436,6 +436,9 @@ void CardWorker::drain() {
 
 void CardWorker::abandon() {
   buffers_->ring.discard();
+  // A step that failed between its upload and end_upload left its buffer's read event stale:
+  // the next upload waits for everything enqueued instead.
+  buffers_->fence_needed = true;
   stop_votes_ = 0;
   progress_sink_ = nullptr;
 }

@@ -56,6 +56,16 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
   return budget_mb > 0 ? static_cast<std::size_t>(budget_mb) << 20 : std::size_t{1} << 30;
 }
 
+// A failure between steps: none of the pass's (or evaluation's) pending slots is read later:
+// their tags may point into locals of the step loop (the progress sink, kept predictions).
+struct AbandonUnlessDone {
+  CardWorker& worker;
+  bool done = false;
+  ~AbandonUnlessDone() {
+    if (!done) worker.abandon();
+  }
+};
+
 }  // namespace
 
 using engine_detail::kLocalTierSaves;
@@ -304,14 +314,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
             progress->report(static_cast<std::size_t>(step), auc);
           });
         }
-        // A failure between steps: nothing of this pass's pending slots is read later.
-        struct Abandon {
-          CardWorker& worker;
-          bool done = false;
-          ~Abandon() {
-            if (!done) worker.abandon();
-          }
-        } abandon{worker};
+        AbandonUnlessDone abandon{worker};
         for (std::size_t b = 0; b < batches; ++b) {
           const Timer step_timer;
           fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
@@ -517,6 +520,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
         reserve_steps(worker, plan, infer_batch, config_.dataset);
         dataset::Batch batch;
         device::DeviceCounts& counts = eval_counts[static_cast<std::size_t>(card.local_index())];
+        AbandonUnlessDone abandon{worker};  // the slots' predictions point into `result`
         for (std::size_t b = 0; b < plan.steps(); ++b) {
           // What the whole step asks of the card, the predictions' way back included.
           const device::DeviceCounts before = card.counts();
@@ -536,6 +540,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
           counts += card.counts() - before;
         }
         worker.drain();  // the steps' sparse checks, before the evaluation's metrics
+        abandon.done = true;
         worker.all_reduce_metrics();
       },
       [&](const std::string& why) { s.group->abort(why); });

@@ -29,6 +29,9 @@ AutointPart::AutointPart(device::Card& card, DenseParameters& params, const Slot
                  "autoint's attention multiplies the fields' embeddings with one projection, so "
                  "every slot must be as wide as sparse_feature_dim, but hyper_parameters.slot_dims "
                  "gives the slots different widths; remove slot_dims, or train dnn or wide_deep");
+  GPUBOX_EXPECTS(width_ >= 1,
+                 "autoint: hyper_parameters.sparse_feature_dim must be 2 or more (embed_w and an "
+                 "embedding of at least one value; PaddleRec's embedding_dim is one less)");
   GPUBOX_EXPECTS(!sizes_.empty(),
                  "autoint: hyper_parameters.attn_layer_sizes is empty (it needs a layer)");
   GPUBOX_EXPECTS(heads_ > 0, "autoint: hyper_parameters.head_num must be >= 1, got ", heads_);

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/status.hpp"
 #include "trainer/schedule/schedule.hpp"
@@ -99,8 +100,12 @@ class PsPassStop {
  private:
   bool flagged() const { return flag_ != nullptr && flag_->load(std::memory_order_relaxed); }
   void vote(std::size_t step);
+  // The table of every trainer's vote.
+  std::vector<float> read_votes();
   // Whether a vote in the table names this pass at or before `step`.
   bool voted_up_to(std::size_t step);
+  // Whether a vote in the table names this pass, at any step.
+  bool voted_in_pass();
 
   table::server::RemoteHostTier& servers_;
   int trainer_id_;
