@@ -164,12 +164,9 @@ bool NextPassWork::prepare(int c) {
   if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
     if (next.in_flight > 0) next.looked_up->synchronize();  // its copy reads h_rows' memory
     next.in_flight = 0;
-    next.h_keys = {};
-    next.h_rows = {};
-    next.d_keys.release();
-    next.d_rows.release();
-    next.d_floats.release();
-    next.d_flags.release();
+    // Its pinned and card buffers go with the work at take(), between passes: freed here, a
+    // cudaFreeHost would wait for the device inside the step's collectives (uncounted), and a
+    // card free would change the memory generation the step graphs are captured for.
   }
   next.counts += card.counts() - before;
   next.seconds += timer.seconds();
