@@ -20,7 +20,7 @@ PassProgress::PassProgress(const StepHooks& hooks, int64_t pass, std::size_t ste
       tty_(first && !hooks.on_progress && isatty(fileno(stdout)) != 0) {}
 
 PassProgress::~PassProgress() {
-  if (tty_ && !noted_.empty()) std::printf("\n");
+  if (tty_ && drawn_) std::printf("\n");
 }
 
 bool PassProgress::wanted(std::size_t b) const {
@@ -31,13 +31,13 @@ bool PassProgress::wanted(std::size_t b) const {
 
 void PassProgress::note(std::size_t b, int64_t examples) {
   last_redraw_ = timer_.seconds();
-  // A pass of unknown length (a PS mode's stream: steps_ 0) grows it as it goes.
-  if (noted_.size() <= b) noted_.resize(std::max(steps_, b + 1));
   noted_[b] = {examples, last_redraw_};
+  drawn_ = true;
 }
 
 void PassProgress::report(std::size_t b, double auc) {
   const auto [examples, elapsed] = noted_.at(b);
+  noted_.erase(b);
   const double rate = static_cast<double>(examples) / std::max(1e-9, elapsed);
   if (hooks_.on_progress) hooks_.on_progress({pass_, b + 1, steps_, rate, auc, elapsed});
   if (!tty_ && (b + 1) % interval_ != 0) return;

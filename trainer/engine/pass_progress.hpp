@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,10 @@ class PassProgress {
   bool tty_;
   Timer timer_;
   double last_redraw_ = 0;
-  std::vector<std::pair<int64_t, double>> noted_;  // per step: examples, seconds
+  // The steps noted and not reported yet (a few: a step's AUC is read back a few steps late):
+  // examples and seconds at the step.
+  std::map<std::size_t, std::pair<int64_t, double>> noted_;
+  bool drawn_ = false;  // a line was noted (the terminal's line ends at destruction)
 };
 
 }  // namespace gpubox::trainer
