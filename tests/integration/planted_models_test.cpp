@@ -26,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kEpochs = 2;
+constexpr int kFmPlantedEpochs = 15;  // the FM-planted comparisons'
 
 class PlantedModels : public ::testing::Test {
  protected:
@@ -88,6 +89,43 @@ class PlantedModels : public ::testing::Test {
     return auc[epochs];
   }
 
+  // The FM-planted data (gen --zipf 2.0 --factor-dim 1: 8 slots, 3 dense, 300 keys), generated
+  // once for every comparison on it; the planted model's own held-out AUC.
+  static double fm_planted() {
+    static const double planted = [] {
+      dataset::GeneratorOptions gen;
+      gen.slots = 8;
+      gen.dense = 3;
+      gen.vocab = 300;
+      gen.zipf = 2.0;
+      gen.factor_dim = 1;
+      return generate(gen, root_ / "fm_planted");
+    }();
+    return planted;
+  }
+
+  // Held-out AUC of `model` (+ `extra`) on the FM-planted data after kFmPlantedEpochs with fm's
+  // settings (below), each setting trained once however many comparisons read it.
+  static double fm_planted_auc(const std::string& model,
+                               const std::vector<std::string>& extra = {}) {
+    static std::map<std::vector<std::string>, double> auc;
+    std::vector<std::string> overrides = {
+        "hyper_parameters.model=" + model,
+        "hyper_parameters.sparse_feature_dim=5",
+        "hyper_parameters.optimizer.learning_rate=0.01",
+        "hyper_parameters.sparse_optimizer.embedx_threshold=0",
+        "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
+        "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    fm_planted();
+    auto it = auc.find(overrides);
+    if (it == auc.end()) {
+      it = auc.emplace(overrides, held_out_auc(overrides, kFmPlantedEpochs, root_ / "fm_planted"))
+               .first;
+    }
+    return it->second;
+  }
+
   static fs::path root_;
 };
 fs::path PlantedModels::root_;
@@ -130,25 +168,9 @@ TEST_F(PlantedModels, DcnV2BeatsDnnOnPairwisePlantedData) {
 // FM starts them at N(0, 0.033)). Measured when written (held-out AUC after 15 epochs): planted
 // 0.796, fm 0.757, wide 0.696; after 2 epochs with the defaults fm was 0.577, below wide's 0.642.
 TEST_F(PlantedModels, FmLearnsAPlantedFactorizationMachine) {
-  constexpr int kFmEpochs = 15;
-  dataset::GeneratorOptions gen;
-  gen.slots = 8;
-  gen.dense = 3;
-  gen.vocab = 300;
-  gen.zipf = 2.0;
-  gen.factor_dim = 1;
-  const fs::path data = root_ / "fm";
-  const double planted = generate(gen, data);
-  auto with = [&](const char* model) {
-    return std::vector<std::string>{"hyper_parameters.model=" + std::string(model),
-                                    "hyper_parameters.sparse_feature_dim=5",
-                                    "hyper_parameters.optimizer.learning_rate=0.01",
-                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
-                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
-                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-  };
-  const double fm = held_out_auc(with("fm"), kFmEpochs, data);
-  const double wide = held_out_auc(with("wide"), kFmEpochs, data);
+  const double planted = fm_planted();
+  const double fm = fm_planted_auc("fm");
+  const double wide = fm_planted_auc("wide");
   std::printf("held-out AUC: planted %.4f, fm %.4f, wide %.4f\n", planted, fm, wide);
   EXPECT_GT(fm, planted - 0.06) << "fm " << fm << ", planted " << planted;
   EXPECT_GT(fm, wide + 0.03) << "fm " << fm << ", wide " << wide;
@@ -218,27 +240,10 @@ TEST_F(PlantedModels, DlrmLearnsAPlantedFactorizationMachine) {
 // Measured when written (held-out AUC after 15 epochs): planted 0.796, xdeepfm 0.761, dnn 0.746,
 // wide 0.696.
 TEST_F(PlantedModels, XdeepfmLearnsAPlantedFactorizationMachine) {
-  constexpr int kXdeepfmEpochs = 15;
-  dataset::GeneratorOptions gen;
-  gen.slots = 8;
-  gen.dense = 3;
-  gen.vocab = 300;
-  gen.zipf = 2.0;
-  gen.factor_dim = 1;
-  const fs::path data = root_ / "xdeepfm";
-  const double planted = generate(gen, data);
-  auto with = [&](const char* model) {
-    return std::vector<std::string>{"hyper_parameters.model=" + std::string(model),
-                                    "hyper_parameters.sparse_feature_dim=5",
-                                    "hyper_parameters.layer_sizes_cin=[32, 16]",
-                                    "hyper_parameters.optimizer.learning_rate=0.01",
-                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
-                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
-                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-  };
-  const double xdeepfm = held_out_auc(with("xdeepfm"), kXdeepfmEpochs, data);
-  const double dnn = held_out_auc(with("dnn"), kXdeepfmEpochs, data);
-  const double wide = held_out_auc(with("wide"), kXdeepfmEpochs, data);
+  const double planted = fm_planted();
+  const double xdeepfm = fm_planted_auc("xdeepfm", {"hyper_parameters.layer_sizes_cin=[32, 16]"});
+  const double dnn = fm_planted_auc("dnn");
+  const double wide = fm_planted_auc("wide");
   std::printf("held-out AUC: planted %.4f, xdeepfm %.4f, dnn %.4f, wide %.4f\n", planted, xdeepfm,
               dnn, wide);
   EXPECT_GT(xdeepfm, planted - 0.06) << "xdeepfm " << xdeepfm << ", planted " << planted;
@@ -253,26 +258,10 @@ TEST_F(PlantedModels, XdeepfmLearnsAPlantedFactorizationMachine) {
 // comes near fm. Measured when written (held-out AUC after 15 epochs): planted 0.796, ffm 0.755,
 // fm 0.757, wide 0.696.
 TEST_F(PlantedModels, FfmLearnsAPlantedFactorizationMachine) {
-  constexpr int kFfmEpochs = 15;
-  dataset::GeneratorOptions gen;
-  gen.slots = 8;
-  gen.dense = 3;
-  gen.vocab = 300;
-  gen.zipf = 2.0;
-  gen.factor_dim = 1;
-  const fs::path data = root_ / "ffm";
-  const double planted = generate(gen, data);
-  auto with = [&](const char* model) {
-    return std::vector<std::string>{"hyper_parameters.model=" + std::string(model),
-                                    "hyper_parameters.sparse_feature_dim=5",
-                                    "hyper_parameters.optimizer.learning_rate=0.01",
-                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
-                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
-                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-  };
-  const double ffm = held_out_auc(with("ffm"), kFfmEpochs, data);
-  const double fm = held_out_auc(with("fm"), kFfmEpochs, data);
-  const double wide = held_out_auc(with("wide"), kFfmEpochs, data);
+  const double planted = fm_planted();
+  const double ffm = fm_planted_auc("ffm");
+  const double fm = fm_planted_auc("fm");
+  const double wide = fm_planted_auc("wide");
   std::printf("held-out AUC: planted %.4f, ffm %.4f, fm %.4f, wide %.4f\n", planted, ffm, fm, wide);
   EXPECT_GT(ffm, planted - 0.06) << "ffm " << ffm << ", planted " << planted;
   EXPECT_GT(ffm, wide + 0.03) << "ffm " << ffm << ", wide " << wide;
@@ -289,27 +278,11 @@ TEST_F(PlantedModels, FfmLearnsAPlantedFactorizationMachine) {
 // .. 0.765 at epoch 6 .. 0.739; dnn 0.744 .. 0.773 at epoch 4 .. 0.744; fm still rising, 0.757):
 // PaddleRec's dropout (0.2) and L2 decay, which would hold it back, are not applied.
 TEST_F(PlantedModels, DeepFefmLearnsAPlantedFactorizationMachine) {
-  constexpr int kDeepFefmEpochs = 15;
-  dataset::GeneratorOptions gen;
-  gen.slots = 8;
-  gen.dense = 3;
-  gen.vocab = 300;
-  gen.zipf = 2.0;
-  gen.factor_dim = 1;
-  const fs::path data = root_ / "deepfefm";
-  const double planted = generate(gen, data);
-  auto with = [&](const char* model) {
-    return std::vector<std::string>{"hyper_parameters.model=" + std::string(model),
-                                    "hyper_parameters.sparse_feature_dim=5",
-                                    "hyper_parameters.optimizer.learning_rate=0.01",
-                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
-                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
-                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-  };
-  const double deepfefm = held_out_auc(with("deepfefm"), kDeepFefmEpochs, data);
-  const double fm = held_out_auc(with("fm"), kDeepFefmEpochs, data);
-  const double dnn = held_out_auc(with("dnn"), kDeepFefmEpochs, data);
-  const double wide = held_out_auc(with("wide"), kDeepFefmEpochs, data);
+  const double planted = fm_planted();
+  const double deepfefm = fm_planted_auc("deepfefm");
+  const double fm = fm_planted_auc("fm");
+  const double dnn = fm_planted_auc("dnn");
+  const double wide = fm_planted_auc("wide");
   std::printf("held-out AUC: planted %.4f, deepfefm %.4f, fm %.4f, dnn %.4f, wide %.4f\n", planted,
               deepfefm, fm, dnn, wide);
   EXPECT_GT(deepfefm, planted - 0.07) << "deepfefm " << deepfefm << ", planted " << planted;
@@ -325,31 +298,12 @@ TEST_F(PlantedModels, DeepFefmLearnsAPlantedFactorizationMachine) {
 // behind fm (whose form is the planted one). Measured when written (held-out AUC after 15 epochs):
 // planted 0.796, autoint 0.732, fm 0.757, dnn 0.746, wide 0.696.
 TEST_F(PlantedModels, AutointLearnsAPlantedFactorizationMachine) {
-  constexpr int kAutointEpochs = 15;
-  dataset::GeneratorOptions gen;
-  gen.slots = 8;
-  gen.dense = 3;
-  gen.vocab = 300;
-  gen.zipf = 2.0;
-  gen.factor_dim = 1;
-  const fs::path data = root_ / "autoint";
-  const double planted = generate(gen, data);
-  auto with = [&](const char* model, std::vector<std::string> extra) {
-    std::vector<std::string> out = {"hyper_parameters.model=" + std::string(model),
-                                    "hyper_parameters.sparse_feature_dim=5",
-                                    "hyper_parameters.optimizer.learning_rate=0.01",
-                                    "hyper_parameters.sparse_optimizer.embedx_threshold=0",
-                                    "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
-                                    "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-    out.insert(out.end(), extra.begin(), extra.end());
-    return out;
-  };
-  const double autoint = held_out_auc(with("autoint", {"hyper_parameters.attn_layer_sizes=[16, 16]",
-                                                       "hyper_parameters.fc_sizes=[]"}),
-                                      kAutointEpochs, data);
-  const double fm = held_out_auc(with("fm", {}), kAutointEpochs, data);
-  const double dnn = held_out_auc(with("dnn", {}), kAutointEpochs, data);
-  const double wide = held_out_auc(with("wide", {}), kAutointEpochs, data);
+  const double planted = fm_planted();
+  const double autoint = fm_planted_auc(
+      "autoint", {"hyper_parameters.attn_layer_sizes=[16, 16]", "hyper_parameters.fc_sizes=[]"});
+  const double fm = fm_planted_auc("fm");
+  const double dnn = fm_planted_auc("dnn");
+  const double wide = fm_planted_auc("wide");
   std::printf("held-out AUC: planted %.4f, autoint %.4f, fm %.4f, dnn %.4f, wide %.4f\n", planted,
               autoint, fm, dnn, wide);
   EXPECT_GT(autoint, planted - 0.075) << "autoint " << autoint << ", planted " << planted;
