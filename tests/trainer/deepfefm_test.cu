@@ -15,148 +15,60 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/field_model_check.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
 namespace {
-using device::to_device;
-using device::to_host;
 
-struct HostBatch {
-  std::vector<float> records;  // show, click, embed_w, embedx_w[mf_dim] per occurrence
-  std::vector<uint32_t> offsets;
-  std::vector<float> dense;
-  std::vector<float> labels;
-  int64_t batch = 0;
-};
-
-HostBatch make_batch(int64_t batch, const DenseModelConfig& cfg, std::mt19937_64& rng) {
-  HostBatch h;
-  h.batch = batch;
-  h.offsets.push_back(0);
-  std::uniform_int_distribution<int> count(0, 2), shows(0, 4);
-  std::uniform_real_distribution<float> value(-0.6f, 0.6f);
-  for (int s = 0; s < cfg.slots; ++s) {
-    for (int64_t i = 0; i < batch; ++i) {
-      const int n = count(rng);
-      for (int j = 0; j < n; ++j) {
-        const int show = shows(rng);
-        h.records.push_back(static_cast<float>(show));
-        h.records.push_back(static_cast<float>(std::uniform_int_distribution<int>(0, show)(rng)));
-        for (int k = 0; k < 1 + cfg.mf_dim; ++k) h.records.push_back(value(rng));
-      }
-      h.offsets.push_back(h.offsets.back() + n);
-    }
+// deepfefm's logit of instance i in float64 (W row-major [in x out]): r_p for every pair (a < b)
+// of fields in itertools.combinations order, as net.py loops them.
+double deepfefm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
+                      const testing::NamedParams& p, const std::vector<double>& rec) {
+  const std::size_t k = cfg.mf_dim;
+  std::vector<std::vector<double>> v;
+  std::vector<double> emb, dense_terms, cvm;
+  double first = 0;
+  for (const std::vector<double>& sum : testing::pooled_slots(h, cfg, i, rec)) {
+    cvm.push_back(std::log(sum[0] + 1));
+    cvm.push_back(std::log(sum[1] + 1) - std::log(sum[0] + 1));
+    first += sum[2];
+    v.emplace_back(sum.begin() + 3, sum.end());
+    emb.insert(emb.end(), sum.begin() + 3, sum.end());
   }
-  for (int64_t i = 0; i < batch * cfg.dense_dim; ++i) h.dense.push_back(2 * value(rng));
-  for (int64_t i = 0; i < batch; ++i) h.labels.push_back(static_cast<float>(rng() % 2));
-  return h;
-}
-
-// The network in float64, from the parameter blocks by name (W row-major [in x out]).
-struct Reference {
-  const DenseModelConfig& cfg;
-  const std::vector<ParamBlock>& blocks;
-  const HostBatch& h;
-
-  const ParamBlock& block(const std::string& name) const {
-    for (const ParamBlock& b : blocks) {
-      if (b.name == name) return b;
-    }
-    throw std::runtime_error("no parameter block " + name);
+  for (int d = 0; d < cfg.dense_dim; ++d) {
+    const double x = h.dense[i * cfg.dense_dim + d];
+    first += x * p("wide.dense_w", d);
+    dense_terms.push_back(x * p("wide.dense_w", d));
+    std::vector<double> e(k);
+    for (std::size_t c = 0; c < k; ++c) e[c] = x * p("deepfefm.dense_v", d * k + c);
+    v.push_back(e);
   }
-  double at(const std::vector<double>& w, const std::string& name, std::size_t k) const {
-    const ParamBlock& b = block(name);
-    EXPECT_LT(k, b.count) << name;
-    return w[b.offset + k];
-  }
-  std::vector<double> linear(const std::string& name, const std::vector<double>& x, bool relu,
-                             const std::vector<double>& w) const {
-    const std::size_t out = block(name + ".b").count;
-    EXPECT_EQ(block(name + ".w").count, x.size() * out) << name;
-    std::vector<double> y(out);
-    for (std::size_t c = 0; c < out; ++c) {
-      double z = at(w, name + ".b", c);
-      for (std::size_t r = 0; r < x.size(); ++r) z += x[r] * at(w, name + ".w", r * out + c);
-      y[c] = relu ? std::max(z, 0.0) : z;
-    }
-    return y;
-  }
-  // r_p for every pair (a < b) in itertools.combinations order, as net.py loops them.
-  std::vector<double> pairs(const std::vector<std::vector<double>>& v,
-                            const std::vector<double>& w) const {
-    const std::size_t k = cfg.mf_dim;
-    std::vector<double> r;
-    for (std::size_t a = 0; a < v.size(); ++a) {
-      for (std::size_t b = a + 1; b < v.size(); ++b) {
-        const std::size_t base = r.size() * k * k;
-        double sum = 0;
-        for (std::size_t i = 0; i < k; ++i) {
-          for (std::size_t j = 0; j < k; ++j) {
-            const double m = at(w, "deepfefm.field_w", base + i * k + j) +
-                             at(w, "deepfefm.field_w", base + j * k + i);
-            sum += v[a][i] * m * v[b][j];
-          }
+  std::vector<double> r;
+  for (std::size_t a = 0; a < v.size(); ++a) {
+    for (std::size_t b = a + 1; b < v.size(); ++b) {
+      const std::size_t base = r.size() * k * k;
+      double sum = 0;
+      for (std::size_t x = 0; x < k; ++x) {
+        for (std::size_t y = 0; y < k; ++y) {
+          const double m =
+              p("deepfefm.field_w", base + x * k + y) + p("deepfefm.field_w", base + y * k + x);
+          sum += v[a][x] * m * v[b][y];
         }
-        r.push_back(sum);
       }
+      r.push_back(sum);
     }
-    return r;
   }
-  double logit(int64_t i, const std::vector<double>& w, const std::vector<double>& rec) const {
-    const int pull = 3 + cfg.mf_dim, k = cfg.mf_dim;
-    std::vector<std::vector<double>> v;
-    std::vector<double> emb, dense_terms, cvm;
-    double first = 0;
-    for (int s = 0; s < cfg.slots; ++s) {
-      std::vector<double> sum(pull, 0.0);
-      for (uint32_t j = h.offsets[s * h.batch + i]; j < h.offsets[s * h.batch + i + 1]; ++j) {
-        for (int c = 0; c < pull; ++c) sum[c] += rec[j * pull + c];
-      }
-      cvm.push_back(std::log(sum[0] + 1));
-      cvm.push_back(std::log(sum[1] + 1) - std::log(sum[0] + 1));
-      first += sum[2];
-      v.emplace_back(sum.begin() + 3, sum.end());
-      emb.insert(emb.end(), sum.begin() + 3, sum.end());
-    }
-    for (int d = 0; d < cfg.dense_dim; ++d) {
-      const double x = h.dense[i * cfg.dense_dim + d];
-      first += x * at(w, "wide.dense_w", d);
-      dense_terms.push_back(x * at(w, "wide.dense_w", d));
-      std::vector<double> e(k);
-      for (int c = 0; c < k; ++c) e[c] = x * at(w, "deepfefm.dense_v", d * k + c);
-      v.push_back(e);
-    }
-    const std::vector<double> r = pairs(v, w);
-    double second = 0;
-    for (double value : r) second += value;
-    std::vector<double> x = emb;  // the DNN input
-    x.insert(x.end(), dense_terms.begin(), dense_terms.end());
-    x.insert(x.end(), r.begin(), r.end());
-    if (cfg.use_cvm) x.insert(x.end(), cvm.begin(), cvm.end());
-    for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
-      x = linear("fc_" + std::to_string(l), x, l < cfg.fc_sizes.size(), w);
-    }
-    return first + second + x.at(0);
+  double second = 0;
+  for (double value : r) second += value;
+  std::vector<double> x = emb;  // the DNN input
+  x.insert(x.end(), dense_terms.begin(), dense_terms.end());
+  x.insert(x.end(), r.begin(), r.end());
+  if (cfg.use_cvm) x.insert(x.end(), cvm.begin(), cvm.end());
+  for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
+    x = p.linear("fc_" + std::to_string(l), x, l < cfg.fc_sizes.size());
   }
-  double summed_loss(const std::vector<double>& w, const std::vector<double>& rec) const {
-    double loss = 0;
-    for (int64_t i = 0; i < h.batch; ++i) {
-      const double z = logit(i, w, rec), y = h.labels[i];
-      loss += std::max(z, 0.0) - y * z + std::log1p(std::exp(-std::fabs(z)));
-    }
-    return loss;
-  }
-};
-
-double central(std::vector<double>& v, std::size_t k, const std::function<double()>& f) {
-  const double saved = v[k], eps = 1e-6;
-  v[k] = saved + eps;
-  const double plus = f();
-  v[k] = saved - eps;
-  const double minus = f();
-  v[k] = saved;
-  return (plus - minus) / (2 * eps);
+  return first + second + x.at(0);
 }
 
 class DeepFefmTest : public ::testing::TestWithParam<bool> {
@@ -182,51 +94,12 @@ class DeepFefmTest : public ::testing::TestWithParam<bool> {
 TEST_P(DeepFefmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
-  std::mt19937_64 rng(cfg.use_cvm ? 61 : 62);
-  const HostBatch h = make_batch(6, cfg, rng);
   // Every parameter random (the zero-started ones too: wide.dense_w, the biases), so that each
   // term moves the loss.
-  std::vector<float> w = model.parameters().values_to_host();
-  std::uniform_real_distribution<float> value(-0.5f, 0.5f);
-  for (const ParamBlock& b : model.parameters().blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) w[b.offset + k] = value(rng);
-  }
-  model.parameters().set_values(w);
-  auto records = to_device(h.records, card_.memory(), card_.stream());
-  auto offsets = to_device(h.offsets, card_.memory(), card_.stream());
-  auto dense = to_device(h.dense, card_.memory(), card_.stream());
-  auto labels = to_device(h.labels, card_.memory(), card_.stream());
-  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
-                            dense.data(), labels.data(), h.batch};
-  auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
-  const double n = static_cast<double>(h.batch);
-  const double loss = model.forward_backward(view, GradScales{1.0f / 6, 1.0f}, push.data());
-  const std::vector<float> preds = to_host(model.predictions(), h.batch, card_.stream());
-  const std::vector<float> grads = model.parameters().grads_to_host();
-  const std::vector<float> pushed = to_host(push);
-
-  const Reference ref{cfg, model.parameters().blocks(), h};
-  std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
-  EXPECT_NEAR(loss, ref.summed_loss(wd, rec), 1e-5 * loss);
-  for (int64_t i = 0; i < h.batch; ++i) {
-    EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-ref.logit(i, wd, rec))), 1e-5) << "instance " << i;
-  }
-  const auto loss_of = [&] { return ref.summed_loss(wd, rec); };
-  for (const ParamBlock& b : model.parameters().blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) {
-      EXPECT_NEAR(grads[b.offset + k] * n, central(wd, b.offset + k, loss_of),
-                  1e-4 + 1e-3 * std::fabs(grads[b.offset + k] * n))
-          << b.name << "[" << k << "]";
-    }
-  }
-  const int pull = model.pool().pull_dim();
-  for (std::size_t j = 0; j < h.offsets.back(); ++j) {
-    for (int k = 2; k < pull; ++k) {  // embed_w and embedx_w; show and click are counters
-      EXPECT_NEAR(pushed[j * pull + k], central(rec, j * pull + k, loss_of),
-                  1e-4 + 1e-3 * std::fabs(pushed[j * pull + k]))
-          << "occurrence " << j << " field " << k;
-    }
-  }
+  testing::check_against_reference(
+      card_, model, cfg.use_cvm ? 61 : 62,
+      [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+          const std::vector<double>& rec) { return deepfefm_logit(cfg, h, i, p, rec); });
 }
 
 TEST_P(DeepFefmTest, ShapesAndFlops) {
