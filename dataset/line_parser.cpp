@@ -432,6 +432,9 @@ ParseResult LineParser::parse_feat_idx(std::string_view line, InstanceBlock* out
   return result;
 }
 
+constexpr const char* kIdxValueShape =
+    "not the label and dense_input_dim plus the sparse slots' indices, then as many values";
+
 // PaddleRec autoint's Criteo text (its criteo_reader.py): the label, the fields' indices, then
 // their values, one space-separated line; the fields pair up as feat_idx text's do.
 ParseResult LineParser::parse_idx_value(std::string_view line, InstanceBlock* out) {
@@ -443,6 +446,10 @@ ParseResult LineParser::parse_idx_value(std::string_view line, InstanceBlock* ou
   std::string_view token = next_token(line, &pos);
   float label = 0.0f;
   if (!parse_label(token, &label)) return fail(ParseReason::kBadLabel, token);
+  // The count first: a short or long line is told by its count, not by a value read as an index.
+  std::size_t tokens = 0;
+  for (std::size_t at = pos; !next_token(line, &at).empty();) ++tokens;
+  if (tokens != 2 * fields) return fail_note(ParseReason::kFieldCount, kIdxValueShape);
   for (token = next_token(line, &pos); !token.empty(); token = next_token(line, &pos)) {
     if (feat_idx_.size() < fields) {
       std::uint64_t index = 0;
@@ -455,9 +462,7 @@ ParseResult LineParser::parse_idx_value(std::string_view line, InstanceBlock* ou
     }
   }
   if (feat_idx_.size() != fields || feat_value_.size() != fields) {
-    return fail_note(ParseReason::kFieldCount,
-                     "not the label and dense_input_dim plus the sparse slots' indices, then as "
-                     "many values");
+    return fail_note(ParseReason::kFieldCount, kIdxValueShape);
   }
   commit_fields(label, &result, out);
   return result;

@@ -332,7 +332,9 @@ TEST(IdxValueFormat, ParsesPaddleRecsAutointSampleLine) {
   EXPECT_EQ(reason_of(c, line.substr(0, line.rfind(' '))), ParseReason::kFieldCount);
   EXPECT_EQ(reason_of(c, line + " 1.0"), ParseReason::kFieldCount);
   EXPECT_EQ(reason_of(c, "x" + line.substr(1)), ParseReason::kBadLabel);
-  EXPECT_EQ(reason_of(c, "0 1 x" + line.substr(3)), ParseReason::kBadKey);
+  EXPECT_EQ(reason_of(c, "0 x" + line.substr(3)), ParseReason::kBadKey);
+  // An index missing: told by the count, not by a value read as an index.
+  EXPECT_EQ(reason_of(c, "0 " + line.substr(4)), ParseReason::kFieldCount);
 }
 
 TEST(MultiSlotFormat, MalformedLines) {
