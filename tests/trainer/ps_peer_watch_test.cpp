@@ -2,6 +2,8 @@
 // beat see each other alive; one whose beats stop before it finished is named lost within about
 // runner.peer_timeout_s, once; one that finished, or has not begun to beat, is never named; a
 // stopped server is named by address; a table left by an earlier job is zeroed by reset().
+// PsPassStop's votes through the same server: exact past 2^24 steps, filtered by pass and step, a
+// second vote refused.
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 
 #include <gtest/gtest.h>
@@ -12,10 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/thread_annotations.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
+#include "trainer/ps_modes/ps_step_hooks.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -182,6 +186,28 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
   std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout));
   ASSERT_EQ(losses.reasons().size(), 1u);
   EXPECT_NE(losses.reasons()[0].find("lost trainer 1 of 2"), std::string::npos);
+}
+
+// Trainer 1 stops at a step past 2^24 (a float holds it no more): trainer 0 reads the vote at
+// that step in sync mode (its last barrier), not one before, and only in that pass.
+TEST_F(PsPeerWatchTest, AStopVoteNamesItsPassAndExactStep) {
+  ASSERT_TRUE(PsPassStop::reset(*clients_[0], 3).ok());
+  const std::size_t step = (std::size_t{1} << 24) + 2;  // + 1 rounds to + 4 in a float
+  std::atomic<bool> flag{true};
+  PsPassStop voter(*clients_[1], 1, 3, &flag, /*pass=*/2);
+  voter.before_sync_barrier(step);
+  PsPassStop before(*clients_[0], 0, 3, nullptr, 2);
+  before.after_sync_barrier(step - 1, /*last=*/true);
+  EXPECT_FALSE(before.stopping());
+  PsPassStop at(*clients_[0], 0, 3, nullptr, 2);
+  at.after_sync_barrier(step, /*last=*/true);
+  EXPECT_TRUE(at.stopping());
+  EXPECT_TRUE(at.pass_stopped([] {}));
+  PsPassStop next_pass(*clients_[2], 2, 3, nullptr, 3);
+  EXPECT_FALSE(next_pass.pass_stopped([] {}));
+  // The job stops after pass 2; a vote of trainer 1 in a later pass would not read back.
+  PsPassStop again(*clients_[1], 1, 3, &flag, 3);
+  EXPECT_THROW(again.before_sync_barrier(5), Error);
 }
 
 }  // namespace
