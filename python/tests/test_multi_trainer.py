@@ -106,8 +106,10 @@ def test_two_trainers_split_a_dataframe_as_its_files(planted: dict[str, Any],
 def test_a_stop_in_one_trainer_ends_every_trainer_after_the_same_pass(
         planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
     overrides = job_overrides(planted, tmp_path, **{"runner.epochs": 3,
-                                                    "runner.train_batch_size": 64})
-    # Trainer 1 is interrupted (Ctrl-C) in the middle of pass 1.
+                                                    "runner.train_batch_size": 64,
+                                                    "runner.print_interval": 1})
+    # Trainer 1 is interrupted (Ctrl-C) in the middle of pass 1 (every step reported: on a
+    # fast machine the first timed report may come late in the pass).
     results = run_job(tmp_path, "sigint", overrides, per_trainer={
         0: {"interrupt": {"pid_file": str(tmp_path / "sigint" / "pid.1"), "pass": 1,
                           "step": 5}}})
@@ -139,7 +141,8 @@ def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
                                                    trainers: int) -> None:
     overrides = job_overrides(planted, tmp_path, **{"runner.epochs": 3,
                                                     "runner.sync_mode": mode,
-                                                    "runner.train_batch_size": 64})
+                                                    "runner.train_batch_size": 64,
+                                                    "runner.print_interval": 1})
     # The last trainer is interrupted (Ctrl-C) at step 5 of pass 1, by trainer 0's progress
     # callback: PS modes report their steps through the same progress sink.
     last = trainers - 1

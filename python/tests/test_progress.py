@@ -107,9 +107,11 @@ def test_an_exception_in_on_progress_stops_the_run(
 
 def test_an_exception_in_on_progress_mid_pass_stops_that_pass_unsaved(
         planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
-    # 625 steps of 64: seconds, so progress comes mid-pass (about every 0.25 s).
+    # 625 steps of 64, every one reported (print_interval 1: a fast machine may run the pass
+    # in less than the progress period of 0.25 s).
     config = planted_config(planted, tmp_path, **{"runner.epochs": 2, "runner.test_data_dir": "",
-                                                  "runner.train_batch_size": 64})
+                                                  "runner.train_batch_size": 64,
+                                                  "runner.print_interval": 1})
     seen: list[gpubox.StepProgress] = []
 
     def fail_mid_pass(p: gpubox.StepProgress) -> None:

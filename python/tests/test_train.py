@@ -79,8 +79,11 @@ def test_ctrl_c_stops_between_passes_and_keeps_the_last_save(
 def test_ctrl_c_stops_a_pass_between_steps_and_keeps_the_last_save(
         planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
     # Passes of 40,000 lines in batches of 64 (625 steps): seconds each, long enough to stop in.
+    # Every step reported (print_interval 1): on a fast machine the first timed report may
+    # otherwise come late in the pass.
     config = planted_config(planted, tmp_path, **{"runner.epochs": 3, "runner.test_data_dir": "",
-                                                  "runner.train_batch_size": 64})
+                                                  "runner.train_batch_size": 64,
+                                                  "runner.print_interval": 1})
     passes: list[gpubox.PassMetrics] = []
     steps: list[gpubox.StepProgress] = []
     sent: list[float] = []
@@ -131,8 +134,10 @@ def test_a_callback_raising_ends_the_run_with_its_exception(
     # (on_progress: pass 0 unsaved) or right after the callback (pass 0 saved, its epoch's test
     # evaluation stopped as it begins), and the exception is raised as it was, traceback and
     # all. The saves are complete: a resume trains on from them.
+    # Every step reported (print_interval 1): a pass shorter than the progress period would
+    # otherwise report only its last step.
     small = {"runner.epochs": 3, "runner.train_data_dir": planted["test"],
-             "runner.train_batch_size": 64}
+             "runner.train_batch_size": 64, "runner.print_interval": 1}
     config = planted_config(planted, tmp_path, **small)
     calls: list[str] = []
 
