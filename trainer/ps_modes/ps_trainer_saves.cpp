@@ -1,0 +1,75 @@
+// PsTrainer's saves and loads: trainer 0 writes or restores the servers' halves while the others
+// wait at a server barrier (on_trainer_zero); every trainer adopts the dense half.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "table/server/ps_protocol.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_trainer_state.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/dense_state.hpp"
+
+namespace gpubox::trainer::ps_modes {
+
+using table::server::DenseAction;
+
+void PsTrainer::save(const std::string& dir) {
+  // Every trainer's updates are on the servers before they save, and none lands until the save
+  // is written.
+  const std::string pass = std::to_string(pass_id_);
+  meet("ps/save/" + pass, "to end pass " + pass + " before the save " + dir);
+  on_trainer_zero([&] { write_save(dir); }, "ps/saved/" + pass, "to write the save " + dir);
+}
+
+void PsTrainer::write_save(const std::string& dir) {
+  State& s = *state_;
+  std::filesystem::create_directories(dir);
+  // The model manifest is written last (checkpoint.hpp): until then the folder holds no save.
+  const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
+                                                       ? SaveKind::kBase
+                                                       : config_.runner.save_mode);
+  // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
+  throw_if_error(s.servers->save(sparse_half_dir(dir), mode)
+                     .with_context("saving the sparse table under " + dir));
+  // Thread 0's optimizer state, with the servers' dense values (what every thread adopts).
+  PsWorker& worker = *s.workers[0];
+  worker.card().activate();
+  DenseState dense =
+      DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+  throw_if_error(s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values)
+                     .with_context("reading the servers' dense table for the save " + dir));
+  const uint64_t dense_digest = save_dense_half(dir, dense);
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest);
+  GPUBOX_LOG(INFO) << "saved " << dir << " (pass " << pass_id_ - 1 << ")";
+}
+
+void PsTrainer::load(const std::string& dir) {
+  State& s = *state_;
+  // Only a save whose halves match its model manifest, with its whole delta chain.
+  const RestorePlan plan = plan_restore(dir, false);
+  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
+  loaded_ = true;
+  on_trainer_zero(
+      [&] {
+        restore_sparse(*s.servers, plan);
+        std::vector<float> values = dense.values;
+        throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &values)
+                           .with_context("writing the dense half of " + dir + " to the servers"));
+      },
+      "ps/load", "to load " + dir + " into the servers");
+  for (auto& worker : s.workers) {
+    device::Card& card = worker->card();
+    card.activate();
+    dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
+    card.stream().synchronize();
+    worker->sync_dense(0.0f);  // the dense half, from the servers' table
+  }
+  s.lineage->restored(plan, pass_id_);
+}
+
+}  // namespace gpubox::trainer::ps_modes

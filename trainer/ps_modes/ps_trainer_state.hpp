@@ -1,0 +1,29 @@
+// PsTrainer's state, shared by the files that hold its parts (ps_trainer.cpp: the passes and
+// the job; ps_trainer_saves.cpp: saves and loads). Not a public interface.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/schedule.hpp"
+
+namespace gpubox::trainer::ps_modes {
+
+struct PsTrainer::State {
+  device::CardSet cards;
+  std::unique_ptr<table::server::RemoteHostTier> servers;
+  std::vector<std::unique_ptr<PsWorker>> workers;
+  std::vector<float> batches_seen;  // sync: kBatchesTable as this trainer last read it
+  std::unique_ptr<SaveLineage> lineage;
+  std::vector<double> metric_sums;  // the last pass's, over this trainer's threads
+  PsPeerWatch* watch = nullptr;     // while train() runs a job of several trainers
+  StepHooks hooks;                  // set_step_hooks: the stop flag and the progress callback
+};
+
+}  // namespace gpubox::trainer::ps_modes
