@@ -116,9 +116,10 @@ inline double central(std::vector<double>& v, std::size_t k, const std::function
 }
 
 // Sets every parameter random in [-0.5, 0.5] (seeded by `seed`), runs one forward_backward of a
-// 6-instance batch with the dense scale 1/6 and checks everything against `logit`.
-inline void check_against_reference(device::Card& card, DenseModel& model, uint64_t seed,
-                                    const ReferenceLogit& logit) {
+// 6-instance batch with the dense scale 1/6 and checks everything against `logit`; returns how
+// many gradients it compared.
+inline std::size_t check_against_reference(device::Card& card, DenseModel& model, uint64_t seed,
+                                           const ReferenceLogit& logit) {
   const DenseModelConfig& cfg = model.config();
   std::mt19937_64 rng(seed);
   const HostBatch h = make_field_batch(6, cfg, rng);
@@ -153,8 +154,9 @@ inline void check_against_reference(device::Card& card, DenseModel& model, uint6
   for (int64_t i = 0; i < h.batch; ++i) {
     EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-logit(h, i, params, rec))), 1e-5) << "instance " << i;
   }
+  std::size_t checked = 0;
   for (const ParamBlock& b : model.parameters().blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) {
+    for (std::size_t k = 0; k < b.count; ++k, ++checked) {
       EXPECT_NEAR(grads[b.offset + k] * n, central(wd, b.offset + k, loss_of),
                   1e-4 + 1e-3 * std::fabs(grads[b.offset + k] * n))
           << b.name << "[" << k << "]";
@@ -162,12 +164,13 @@ inline void check_against_reference(device::Card& card, DenseModel& model, uint6
   }
   const int pull = model.pool().pull_dim();
   for (std::size_t j = 0; j < h.offsets.back(); ++j) {
-    for (int k = 2; k < pull; ++k) {  // embed_w and embedx_w; show and click are counters
+    for (int k = 2; k < pull; ++k, ++checked) {  // embed_w and embedx_w; show, click: counters
       EXPECT_NEAR(pushed[j * pull + k], central(rec, j * pull + k, loss_of),
                   1e-4 + 1e-3 * std::fabs(pushed[j * pull + k]))
           << "occurrence " << j << " field " << k;
     }
   }
+  return checked;
 }
 
 }  // namespace gpubox::trainer::testing
