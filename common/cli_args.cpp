@@ -198,7 +198,7 @@ class ArgParser {
     std::vector<std::string> close;
     for (const FlagSpec& f : spec_.flags) {
       if (close.size() < 3 &&
-          config::edit_distance(name.substr(0, name.find('=')), f.name) <= bound) {
+          config::edit_distance_within(name.substr(0, name.find('=')), f.name, bound) <= bound) {
         close.push_back("--" + f.name);
       }
     }

@@ -144,14 +144,17 @@ class DocumentBuilder {
                        conditional_.end());
   }
 
-  // Every unknown key of the file in one error (one alone keeps the one-line form), then the
-  // first other error of the file.
+  // Every unknown key of the file in one error (one alone keeps the one-line form; past
+  // kUnknownKeysListed, a count), then the first other error of the file.
   Status file_errors() const {
     if (unknown_.empty()) return first_error_;
     if (unknown_.size() == 1 && first_error_.ok()) return unknown_[0];
-    std::string text = doc_.source_ + ": " + std::to_string(unknown_.size()) +
+    std::string text = doc_.source_ + ": " + std::to_string(unknown_.size() + unknown_unlisted_) +
                        " unknown keys (gpubox_train --print_config_keys lists the valid ones):";
     for (const Status& s : unknown_) text += "\n  " + s.message();
+    if (unknown_unlisted_ > 0) {
+      text += "\n  ... and " + std::to_string(unknown_unlisted_) + " more unknown keys";
+    }
     if (!first_error_.ok()) text += "\n  " + first_error_.message();
     return Status::InvalidArgument(text);
   }
@@ -282,8 +285,10 @@ class DocumentBuilder {
           continue;
         }
         apply_map(value, name, base_dir);
-      } else {
+      } else if (unknown_.size() < kUnknownKeysListed) {
         unknown_.push_back(error(unknown_key(name), line));
+      } else {
+        ++unknown_unlisted_;
       }
     }
   }
@@ -447,7 +452,10 @@ class DocumentBuilder {
   };
   std::map<std::string, SetBy> lines_;  // where the file sets each key
   std::set<std::string> overridden_;    // keys an override replaces
-  std::vector<Status> unknown_;         // one per unknown key of the file, in file order
+  // The first unknown keys of the file, in file order; past kUnknownKeysListed only counted.
+  static constexpr std::size_t kUnknownKeysListed = 20;
+  std::vector<Status> unknown_;
+  std::size_t unknown_unlisted_ = 0;
   struct Conditional {
     const KeyAlias* alias;
     YAML::Node value;  // translated for alias->key

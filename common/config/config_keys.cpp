@@ -286,18 +286,30 @@ bool is_section(std::string_view name) {
 }
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
+  return edit_distance_within(a, b, std::max(a.size(), b.size()));
+}
+
+std::size_t edit_distance_within(std::string_view a, std::string_view b, std::size_t bound) {
+  // The distance is at least the length difference, and a row's minimum never falls again: both
+  // end the work early, so a long or far name costs a few rows, not |a| x |b|.
+  const std::size_t longer = std::max(a.size(), b.size());
+  const std::size_t shorter = std::min(a.size(), b.size());
+  if (longer - shorter > bound) return bound + 1;
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
     std::size_t diagonal = row[0];
     row[0] = i;
+    std::size_t row_min = row[0];
     for (std::size_t j = 1; j <= b.size(); ++j) {
       const std::size_t up = row[j];
       row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
       diagonal = up;
+      row_min = std::min(row_min, row[j]);
     }
+    if (row_min > bound) return bound + 1;
   }
-  return row[b.size()];
+  return std::min(row[b.size()], bound + 1);
 }
 
 std::vector<std::string> key_suggestions(std::string_view name) {
@@ -311,7 +323,7 @@ std::vector<std::string> key_suggestions(std::string_view name) {
   std::vector<std::pair<std::size_t, std::string>> close;  // (distance, candidate)
   std::vector<std::string> same_leaf;
   const auto consider = [&](const std::string& candidate) {
-    const std::size_t d = edit_distance(name, candidate);
+    const std::size_t d = edit_distance_within(name, candidate, bound);
     if (d <= bound) {
       close.emplace_back(d, candidate);
     } else if (leaf(candidate) == name_leaf && candidate.find('.') != std::string::npos) {

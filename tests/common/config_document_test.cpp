@@ -373,6 +373,19 @@ TEST_F(ConfigDocumentTest, EveryUnknownKeyOfAFileIsReportedInOneError) {
                    p + ":6: runner.thread_num: expected an integer, got 'x'");
 }
 
+TEST_F(ConfigDocumentTest, ManyUnknownKeysAreCountedPastTheFirstTwenty) {
+  // 3000 unknown keys (what a fuzzer found): the first 20 are named with their suggestions, the
+  // rest counted; answering once took minutes of edit distances.
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "k" + std::to_string(i) + "_xxxxxxxxxxxxxxxxxxxx: 1\n";
+  const std::string e = error_of(text);
+  const std::string p = bad_path();
+  EXPECT_EQ(e.rfind(p + ": 3000 unknown keys (", 0), 0u) << e;
+  EXPECT_NE(e.find(p + ":20: unknown key 'k19_"), std::string::npos) << e;
+  EXPECT_EQ(e.find("'k20_"), std::string::npos) << e;
+  EXPECT_NE(e.find("\n  ... and 2980 more unknown keys"), std::string::npos) << e;
+}
+
 TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
   // A typo or two for the name's length, or the same name in another section.
   EXPECT_EQ(key_suggestions("runner.trian_data_dir").front(), "runner.train_data_dir");
@@ -438,6 +451,19 @@ TEST(ConfigKeys, ClosestKeyAndEditDistance) {
   EXPECT_EQ(edit_distance("", ""), 0u);
   EXPECT_EQ(edit_distance("abc", ""), 3u);
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  // The bounded form against the full one on seeded random names, every bound up to past both.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string a(rng() % 12, 'a');
+    std::string b(rng() % 12, 'a');
+    for (char& c : a) c = static_cast<char>('a' + rng() % 3);
+    for (char& c : b) c = static_cast<char>('a' + rng() % 3);
+    const std::size_t full = edit_distance(a, b);
+    for (std::size_t bound = 0; bound <= 13; ++bound) {
+      EXPECT_EQ(edit_distance_within(a, b, bound), std::min(full, bound + 1))
+          << a << " " << b << " " << bound;
+    }
+  }
   EXPECT_EQ(closest_key("runner.epoch"), "runner.epochs");
   EXPECT_EQ(closest_key("hyper_parameter"), "hyper_parameters");
   EXPECT_TRUE(is_section("hyper_parameters.optimizer"));
