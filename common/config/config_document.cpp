@@ -14,6 +14,7 @@
 
 #include "common/config/detail/paddlerec_tables.hpp"
 #include "common/config/detail/parse_value.hpp"
+#include "common/config/detail/yaml_document.hpp"
 #include "common/config/slot_dims.hpp"
 
 namespace gpubox::config {
@@ -471,25 +472,10 @@ StatusOr<ConfigDocument> ConfigDocument::parse(const std::string& yaml_text,
                                                const std::vector<std::string>& overrides,
                                                const std::string& source) {
   DocumentBuilder builder(source);
-  YAML::Node root;
-  try {
-    // Every document, so that a second one (after `---`) is refused rather than ignored: a
-    // config is one map of keys, and keys past a stray `---` would silently not apply.
-    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
-    if (documents.size() > 1) {
-      const YAML::Mark mark = documents[1].Mark();
-      const std::string where = mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : "";
-      return Status::InvalidArgument(
-          source + where + ": a second YAML document (after '---'): a config is one document " +
-          "(" + std::to_string(documents.size()) + " found); merge them or remove the '---'");
-    }
-    if (!documents.empty()) root = documents[0];
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(source + ":" + std::to_string(e.mark.line + 1) +
-                                   ": YAML syntax error: " + e.msg);
-  }
+  StatusOr<YAML::Node> root = detail::read_one_document(yaml_text, source);
+  if (!root.ok()) return root.status();
   builder.set_overridden(overrides);
-  GPUBOX_RETURN_IF_ERROR(builder.apply_root(root, base_dir));
+  GPUBOX_RETURN_IF_ERROR(builder.apply_root(*root, base_dir));
   for (const std::string& o : overrides) GPUBOX_RETURN_IF_ERROR(builder.apply_override(o));
   GPUBOX_RETURN_IF_ERROR(builder.apply_conditional());
   GPUBOX_RETURN_IF_ERROR(builder.check_rules());

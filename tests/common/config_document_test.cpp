@@ -145,6 +145,18 @@ TEST_F(ConfigDocumentTest, ASecondYamlDocumentIsRefusedNamingFileAndLine) {
   EXPECT_EQ(doc->get_int("runner.epochs"), 3);
 }
 
+// yaml-cpp's LoadAll never returned on these (a fuzzer's find), and its Load read them as an
+// empty config: a flow token at a document's start is never consumed.
+TEST_F(ConfigDocumentTest, TextTheYamlParserCannotReadPastIsAnError) {
+  const std::string why =
+      ": YAML syntax error: the parser cannot read past this line (a ',' or other flow token "
+      "outside [] or {}?)";
+  EXPECT_EQ(error_of(",a\n- b\n"), bad_path() + ":1" + why);
+  EXPECT_EQ(error_of("runner:\n  epochs: 1\n---\n, b\n"), bad_path() + ":4" + why);
+  EXPECT_EQ(error_of("runner:\n  epochs: [1,\n"),
+            bad_path() + ":3: YAML syntax error: end of sequence flow not found");
+}
+
 // The reading every binary's flags share with -o (common/cli_args.hpp): ranges and types of
 // the key, 1e6-style integers, non-finite numbers refused.
 TEST(ParseValueText, ReadsAsAnOverrideDoes) {
