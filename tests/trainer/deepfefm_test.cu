@@ -96,7 +96,7 @@ TEST_P(DeepFefmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   DenseModel model(card_, cfg);
   // Every parameter random (the zero-started ones too: wide.dense_w, the biases), so that each
   // term moves the loss.
-  testing::check_against_reference(
+  testing::check_batch_sizes(
       card_, model, cfg.use_cvm ? 61 : 62,
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
           const std::vector<double>& rec) { return deepfefm_logit(cfg, h, i, p, rec); });

@@ -86,7 +86,7 @@ TEST_P(FfmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
   // Every parameter away from its initial value, so each term is exercised.
-  const std::size_t checked = testing::check_against_reference(
+  const std::size_t checked = testing::check_batch_sizes(
       card_, model, cfg.use_cvm * 2 + cfg.dense_dim,
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
           const std::vector<double>& rec) { return ffm_logit(cfg, h, i, p, rec); });

@@ -1,5 +1,5 @@
-// The float64 gradient check of the field networks (autoint; the pattern of xdeepfm_test and
-// ffm_test): a random batch of pulled records, every dense parameter set random, one
+// The float64 gradient check of the field networks (autoint, deepfefm, ffm; the pattern of
+// xdeepfm_test): a random batch of pulled records, every dense parameter set random, one
 // forward_backward, and its loss, predictions, dense gradients and pushed gradients compared with
 // a float64 reference logit and central differences of its summed log loss.
 #pragma once
@@ -116,13 +116,13 @@ inline double central(std::vector<double>& v, std::size_t k, const std::function
 }
 
 // Sets every parameter random in [-0.5, 0.5] (seeded by `seed`), runs one forward_backward of a
-// 6-instance batch with the dense scale 1/6 and checks everything against `logit`; returns how
-// many gradients it compared.
+// `batch`-instance batch with the dense scale 1/batch and checks everything against `logit`;
+// returns how many gradients it compared.
 inline std::size_t check_against_reference(device::Card& card, DenseModel& model, uint64_t seed,
-                                           const ReferenceLogit& logit) {
+                                           const ReferenceLogit& logit, int64_t batch = 6) {
   const DenseModelConfig& cfg = model.config();
   std::mt19937_64 rng(seed);
-  const HostBatch h = make_field_batch(6, cfg, rng);
+  const HostBatch h = make_field_batch(batch, cfg, rng);
   std::vector<float> w = model.parameters().values_to_host();
   std::uniform_real_distribution<float> value(-0.5f, 0.5f);
   for (float& x : w) x = value(rng);
@@ -135,7 +135,8 @@ inline std::size_t check_against_reference(device::Card& card, DenseModel& model
                             dense.data(), labels.data(), h.batch};
   auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
   const double n = static_cast<double>(h.batch);
-  const double loss = model.forward_backward(view, GradScales{1.0f / 6, 1.0f}, push.data());
+  const double loss =
+      model.forward_backward(view, GradScales{1.0f / static_cast<float>(batch), 1.0f}, push.data());
   const std::vector<float> preds = device::to_host(model.predictions(), h.batch, card.stream());
   const std::vector<float> grads = model.parameters().grads_to_host();
   const std::vector<float> pushed = device::to_host(push);
@@ -170,6 +171,26 @@ inline std::size_t check_against_reference(device::Card& card, DenseModel& model
           << "occurrence " << j << " field " << k;
     }
   }
+  return checked;
+}
+
+// One model through batches of 6, 1, 9 and 0 instances in turn, each checked as above: its
+// workspaces resized between calls (up and down) hold no state of the call before; the empty
+// batch has loss 0 and every dense gradient 0. Returns how many gradients it compared.
+inline std::size_t check_batch_sizes(device::Card& card, DenseModel& model, uint64_t seed,
+                                     const ReferenceLogit& logit) {
+  std::size_t checked = 0;
+  for (const int64_t batch : {6, 1, 9}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    checked += check_against_reference(card, model, seed + batch, logit, batch);
+  }
+  const DenseModelConfig& cfg = model.config();
+  const std::vector<uint32_t> offsets(1, 0);
+  auto empty_offsets = device::to_device(offsets, card.memory(), card.stream());
+  const DenseBatchView empty{SlotBatchView{nullptr, empty_offsets.data(), 0, cfg.slots}, nullptr,
+                             nullptr, 0};
+  EXPECT_EQ(model.forward_backward(empty, GradScales{}, nullptr), 0.0);
+  for (float g : model.parameters().grads_to_host()) EXPECT_EQ(g, 0.0f);
   return checked;
 }
 
