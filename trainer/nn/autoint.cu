@@ -134,25 +134,16 @@ struct Attend {
   }
 };
 
-// Item c: dgamma[c] = sum_r G[r, c] xhat[r, c], dbeta[c] = sum_r G[r, c].
-struct LayerNormParamGrad {
+// Item (r, c): G[r, c] xhat[r, c], whose column sums are dgamma.
+struct GradTimesXhat {
   const float* g;
   const float* y;
   const float* stats;
-  float* dgamma;
-  float* dbeta;
-  int64_t rows;
+  float* out;
   int cols;
   GPUBOX_HD void operator()(std::size_t item) const {
-    const auto c = static_cast<int64_t>(item);
-    float dg = 0.0f, db = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float grad = g[r * cols + c];
-      dg += grad * (y[r * cols + c] - stats[2 * r]) * stats[2 * r + 1];
-      db += grad;
-    }
-    dgamma[c] = dg;
-    dbeta[c] = db;
+    const auto r = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
+    out[item] = g[item] * (y[item] - stats[2 * r]) * stats[2 * r + 1];
   }
 };
 
@@ -287,24 +278,16 @@ struct ScatterPooledGrad {
   }
 };
 
-// grad[i, d] = sum_b dH^0[b F + slots + i, d] x_i (dH^0 already scaled).
+// grad[i, d] = pairs[i, i D + d]: of the products sum_b x_j dH^0[b F + slots + i, d] for every
+// (j, i), those of a feature with its own embedding rows.
 struct DenseEmbeddingGrad {
-  const float* dx0;
-  const float* dense;
+  const float* pairs;
   float* grad;
-  int64_t batch;
-  int slots;
   int dense_dim;
   int width;
   GPUBOX_HD void operator()(std::size_t item) const {
-    const auto i = static_cast<int>(item / static_cast<std::size_t>(width));
-    const auto d = static_cast<int>(item % static_cast<std::size_t>(width));
-    const int fields = slots + dense_dim;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < batch; ++b) {
-      sum += dx0[(b * fields + slots + i) * width + d] * dense[b * dense_dim + i];
-    }
-    grad[item] = sum;
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(width));
+    grad[item] = pairs[i * dense_dim * width + static_cast<int64_t>(item)];
   }
 };
 
@@ -358,10 +341,14 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
                          cols,     heads_,
                          a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                          residual_};
+  // dgamma and dbeta: column sums of G xhat (in d_o_, free until AttendBackRows) and of G.
   device::parallel_for(
-      stream, static_cast<std::size_t>(sizes_[l]),
-      LayerNormParamGrad{d_out, y_[l].data(), stats_[l].data(), params.grads(gamma_[l]),
-                         params.grads(beta_[l]), rows, sizes_[l]});
+      stream, items(rows, sizes_[l]),
+      GradTimesXhat{d_out, y_[l].data(), stats_[l].data(), d_o_.data(), sizes_[l]});
+  blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_o_.data(), sizes_[l], ones_.data(), 0.0f,
+             params.grads(gamma_[l]));
+  blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_out, sizes_[l], ones_.data(), 0.0f,
+             params.grads(beta_[l]));
   device::parallel_for(
       stream, static_cast<std::size_t>(rows),
       AttendBackRows{d_out, proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(),
@@ -399,9 +386,14 @@ void AutointPart::backward(const Blas& blas, DenseParameters& params, const floa
                        ScatterPooledGrad{dx0_.data(), d_pooled, pool_cols, slot_width_,
                                          embedx_column_, fields(), width_, unscale});
   if (dense_dim_ > 0) {
-    device::parallel_for(stream, items(dense_dim_, width_),
-                         DenseEmbeddingGrad{dx0_.data(), dense, params.grads(dense_w_), batch,
-                                            slots_, dense_dim_, width_});
+    // pairs = X^T dH^0's dense rows, viewed [B x dense_dim D] (row stride F D): one GEMM.
+    const int fields_ld = fields() * width_;
+    blas.sgemm(Transpose::kYes, Transpose::kNo, dense_dim_, dense_dim_ * width_, batch, 1.0f, dense,
+               dense_dim_, dx0_.data() + static_cast<int64_t>(slots_) * width_, fields_ld, 0.0f,
+               dense_pairs_.data(), dense_dim_ * width_);
+    device::parallel_for(
+        stream, items(dense_dim_, width_),
+        DenseEmbeddingGrad{dense_pairs_.data(), params.grads(dense_w_), dense_dim_, width_});
   }
 }
 

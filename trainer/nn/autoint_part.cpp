@@ -24,7 +24,8 @@ AutointPart::AutointPart(device::Card& card, DenseParameters& params, const Slot
       sizes_(config.attn_layer_sizes),
       heads_(config.attn_heads),
       residual_(config.attn_residual),
-      scaling_(config.attn_scaling) {
+      scaling_(config.attn_scaling),
+      card_(&card) {
   GPUBOX_EXPECTS(pool.uniform(),
                  "autoint's attention multiplies the fields' embeddings with one projection, so "
                  "every slot must be as wide as sparse_feature_dim, but hyper_parameters.slot_dims "
@@ -66,9 +67,12 @@ AutointPart::AutointPart(device::Card& card, DenseParameters& params, const Slot
     list->resize(sizes_.size());
     for (auto& buffer : *list) buffer = card.make_buffer<float>(0);
   }
-  for (auto* buffer : {&x0_, &dnn_x_, &dnn_dx_, &d_proj_, &d_o_, &d_s_, &g_a_, &g_b_, &dx0_}) {
+  for (auto* buffer :
+       {&x0_, &dnn_x_, &dnn_dx_, &d_proj_, &d_o_, &d_s_, &g_a_, &g_b_, &dx0_, &ones_}) {
     *buffer = card.make_buffer<float>(0);
   }
+  dense_pairs_ =
+      card.make_buffer<float>(static_cast<std::size_t>(dense_dim_) * dense_dim_ * width_);
 }
 
 double AutointPart::flops_per_example() const {
@@ -115,6 +119,9 @@ void AutointPart::reserve(int64_t batch) {
   d_s_.resize_discard(n * static_cast<std::size_t>(heads_) * f * f);
   g_a_.resize_discard(rows * widest_h);
   g_b_.resize_discard(rows * widest_h);
+  if (ones_.size() < rows) {
+    ones_ = device::to_device(std::vector<float>(rows, 1.0f), card_->memory(), card_->stream());
+  }
 }
 
 }  // namespace gpubox::trainer

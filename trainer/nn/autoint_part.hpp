@@ -123,6 +123,13 @@ class AutointPart {
   device::device_buffer<float> g_a_;                 // scale * dL/dH^l, ping-ponging
   device::device_buffer<float> g_b_;
   device::device_buffer<float> dx0_;  // scale * dL/dH^0
+  // The parameter gradients' sums over rows as GEMV/GEMM (one thread per column would walk the
+  // whole batch serially: milliseconds a step on a GPU): ones over the rows, G * xhat per layer
+  // (in d_o_, before AttendBackRows writes it), and the dense rows' all-pairs products, of which
+  // the gradient is the diagonal blocks.
+  device::Card* card_;
+  device::device_buffer<float> ones_;         // 1 x (B F)
+  device::device_buffer<float> dense_pairs_;  // [dense_dim x dense_dim D]
 };
 
 }  // namespace gpubox::trainer
