@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "common/config/config_enums.hpp"
@@ -312,6 +313,31 @@ std::size_t edit_distance_within(std::string_view a, std::string_view b, std::si
   return std::min(row[b.size()], bound + 1);
 }
 
+namespace {
+// Every name a suggestion may give, once, in the order suggestions prefer among equals: the keys
+// and their sections (a section is a prefix of many keys), then PaddleRec's names (a typo of one
+// of its keys is answered with its spelling).
+const std::vector<std::string>& suggestion_candidates() {
+  static const std::vector<std::string> candidates = [] {
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    const auto add = [&](const std::string& name) {
+      if (seen.insert(name).second) out.push_back(name);
+    };
+    for (const KeySpec& k : config_keys()) {
+      add(k.name);
+      for (auto dot = k.name.find('.'); dot != std::string::npos; dot = k.name.find('.', dot + 1)) {
+        add(k.name.substr(0, dot));
+      }
+    }
+    for (const KeyAlias& a : key_aliases()) add(a.name);
+    for (const IgnoredKey& k : ignored_paddlerec_keys()) add(k.name);
+    return out;
+  }();
+  return candidates;
+}
+}  // namespace
+
 std::vector<std::string> key_suggestions(std::string_view name) {
   const auto leaf = [](std::string_view n) {
     const auto dot = n.rfind('.');
@@ -330,15 +356,7 @@ std::vector<std::string> key_suggestions(std::string_view name) {
       same_leaf.push_back(candidate);
     }
   };
-  for (const KeySpec& k : config_keys()) {
-    consider(k.name);
-    for (auto dot = k.name.find('.'); dot != std::string::npos; dot = k.name.find('.', dot + 1)) {
-      consider(k.name.substr(0, dot));
-    }
-  }
-  // PaddleRec's names too: a typo of one of its keys is answered with its spelling.
-  for (const KeyAlias& a : key_aliases()) consider(a.name);
-  for (const IgnoredKey& k : ignored_paddlerec_keys()) consider(k.name);
+  for (const std::string& candidate : suggestion_candidates()) consider(candidate);
   std::stable_sort(close.begin(), close.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;
