@@ -7,160 +7,77 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/field_model_check.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
 namespace {
-using device::to_device;
-using device::to_host;
-
-struct HostBatch {
-  std::vector<float> records;  // show, click, embed_w, embedx_w[mf_dim] per occurrence
-  std::vector<uint32_t> offsets;
-  std::vector<float> dense;
-  std::vector<float> labels;
-  int64_t batch = 0;
-};
-
-HostBatch make_batch(int64_t batch, const DenseModelConfig& cfg, std::mt19937_64& rng) {
-  HostBatch h;
-  h.batch = batch;
-  h.offsets.push_back(0);
-  std::uniform_int_distribution<int> count(0, 2), shows(0, 4);
-  std::uniform_real_distribution<float> value(-0.6f, 0.6f);
-  for (int s = 0; s < cfg.slots; ++s) {
-    for (int64_t i = 0; i < batch; ++i) {
-      const int n = count(rng);
-      for (int j = 0; j < n; ++j) {
-        const int show = shows(rng);
-        h.records.push_back(static_cast<float>(show));
-        h.records.push_back(static_cast<float>(std::uniform_int_distribution<int>(0, show)(rng)));
-        for (int k = 0; k < 1 + cfg.mf_dim; ++k) h.records.push_back(value(rng));
-      }
-      h.offsets.push_back(h.offsets.back() + n);
-    }
-  }
-  for (int64_t i = 0; i < batch * cfg.dense_dim; ++i) h.dense.push_back(2 * value(rng));
-  for (int64_t i = 0; i < batch; ++i) h.labels.push_back(static_cast<float>(rng() % 2));
-  return h;
-}
 
 using Matrix = std::vector<std::vector<double>>;  // [rows][D]
 
-// The network in float64, from the parameter blocks by name (W row-major [in x out]).
-struct Reference {
-  const DenseModelConfig& cfg;
-  const std::vector<ParamBlock>& blocks;
-  const HostBatch& h;
-
-  const ParamBlock& block(const std::string& name) const {
-    for (const ParamBlock& b : blocks) {
-      if (b.name == name) return b;
-    }
-    throw std::runtime_error("no parameter block " + name);
-  }
-  double at(const std::vector<double>& w, const std::string& name, std::size_t k) const {
-    const ParamBlock& b = block(name);
-    EXPECT_LT(k, b.count) << name;
-    return w[b.offset + k];
-  }
-  std::vector<double> linear(const std::string& name, const std::vector<double>& x, bool relu,
-                             const std::vector<double>& w) const {
-    const std::size_t out = block(name + ".b").count;
-    EXPECT_EQ(block(name + ".w").count, x.size() * out) << name;
-    std::vector<double> y(out);
-    for (std::size_t c = 0; c < out; ++c) {
-      double z = at(w, name + ".b", c);
-      for (std::size_t r = 0; r < x.size(); ++r) z += x[r] * at(w, name + ".w", r * out + c);
-      y[c] = relu ? std::max(z, 0.0) : z;
-    }
-    return y;
-  }
-  // The CIN's term from the fields X^0.
-  double cin(const Matrix& x0, const std::vector<double>& w) const {
-    const std::size_t fields = x0.size(), width = cfg.mf_dim;
-    Matrix xk = x0;
-    std::vector<double> p;
-    for (std::size_t k = 0; k < cfg.cin_layer_sizes.size(); ++k) {
-      const std::size_t out = cfg.cin_layer_sizes[k], height = xk.size();
-      const std::string name = "cin_" + std::to_string(k) + ".w";
-      Matrix next(out, std::vector<double>(width, 0.0));
-      for (std::size_t o = 0; o < out; ++o) {
-        for (std::size_t d = 0; d < width; ++d) {
-          for (std::size_t f = 0; f < fields; ++f) {
-            for (std::size_t hh = 0; hh < height; ++hh) {
-              next[o][d] += at(w, name, (f * height + hh) * out + o) * x0[f][d] * xk[hh][d];
-            }
+// The CIN's term from the fields X^0.
+double cin_term(const DenseModelConfig& cfg, const Matrix& x0, const testing::NamedParams& p) {
+  const std::size_t fields = x0.size(), width = cfg.mf_dim;
+  Matrix xk = x0;
+  std::vector<double> sums;
+  for (std::size_t k = 0; k < cfg.cin_layer_sizes.size(); ++k) {
+    const std::size_t out = cfg.cin_layer_sizes[k], height = xk.size();
+    const std::string name = "cin_" + std::to_string(k) + ".w";
+    Matrix next(out, std::vector<double>(width, 0.0));
+    for (std::size_t o = 0; o < out; ++o) {
+      for (std::size_t d = 0; d < width; ++d) {
+        for (std::size_t f = 0; f < fields; ++f) {
+          for (std::size_t hh = 0; hh < height; ++hh) {
+            next[o][d] += p(name, (f * height + hh) * out + o) * x0[f][d] * xk[hh][d];
           }
         }
-        double sum = 0;
-        for (std::size_t d = 0; d < width; ++d) sum += next[o][d];
-        p.push_back(sum);
       }
-      xk = next;
+      double sum = 0;
+      for (std::size_t d = 0; d < width; ++d) sum += next[o][d];
+      sums.push_back(sum);
     }
-    double term = 0;
-    for (std::size_t j = 0; j < p.size(); ++j) term += p[j] * at(w, "cin_out.w", j);
-    return term;
+    xk = next;
   }
-  double logit(int64_t i, const std::vector<double>& w, const std::vector<double>& rec) const {
-    const int pull = 3 + cfg.mf_dim, width = cfg.mf_dim;
-    Matrix x0;
-    std::vector<double> cvm;
-    double wide = 0;
-    for (int s = 0; s < cfg.slots; ++s) {
-      std::vector<double> sum(pull, 0.0);
-      for (uint32_t j = h.offsets[s * h.batch + i]; j < h.offsets[s * h.batch + i + 1]; ++j) {
-        for (int k = 0; k < pull; ++k) sum[k] += rec[j * pull + k];
-      }
-      cvm.push_back(std::log(sum[0] + 1));
-      cvm.push_back(std::log(sum[1] + 1) - std::log(sum[0] + 1));
-      wide += sum[2];
-      x0.emplace_back(sum.begin() + 3, sum.end());
-    }
-    for (int f = 0; f < cfg.dense_dim; ++f) {
-      const double x = h.dense[i * cfg.dense_dim + f];
-      wide += x * at(w, "wide.dense_w", f);
-      std::vector<double> e(width);
-      for (int d = 0; d < width; ++d) e[d] = x * at(w, "xdeepfm.dense_w", f * width + d);
-      x0.push_back(e);
-    }
-    std::vector<double> r;  // the DNN input: column d F + f, then the cvm features
-    for (int d = 0; d < width; ++d) {
-      for (const auto& field : x0) r.push_back(field[d]);
-    }
-    if (cfg.use_cvm) r.insert(r.end(), cvm.begin(), cvm.end());
-    for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
-      r = linear("fc_" + std::to_string(l), r, l < cfg.fc_sizes.size(), w);
-    }
-    return r.at(0) + cin(x0, w) + wide;
-  }
-  double summed_loss(const std::vector<double>& w, const std::vector<double>& rec) const {
-    double loss = 0;
-    for (int64_t i = 0; i < h.batch; ++i) {
-      const double z = logit(i, w, rec), y = h.labels[i];
-      loss += std::max(z, 0.0) - y * z + std::log1p(std::exp(-std::fabs(z)));
-    }
-    return loss;
-  }
-};
+  double term = 0;
+  for (std::size_t j = 0; j < sums.size(); ++j) term += sums[j] * p("cin_out.w", j);
+  return term;
+}
 
-double central(std::vector<double>& v, std::size_t k, const std::function<double()>& f) {
-  const double saved = v[k], eps = 1e-6;
-  v[k] = saved + eps;
-  const double plus = f();
-  v[k] = saved - eps;
-  const double minus = f();
-  v[k] = saved;
-  return (plus - minus) / (2 * eps);
+// The network's logit in float64, from the parameter blocks by name.
+double xdeepfm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
+                     const testing::NamedParams& p, const std::vector<double>& rec) {
+  const int width = cfg.mf_dim;
+  Matrix x0;
+  std::vector<double> cvm;
+  double wide = 0;
+  for (const std::vector<double>& sum : testing::pooled_slots(h, cfg, i, rec)) {
+    cvm.push_back(std::log(sum[0] + 1));
+    cvm.push_back(std::log(sum[1] + 1) - std::log(sum[0] + 1));
+    wide += sum[2];
+    x0.emplace_back(sum.begin() + 3, sum.end());
+  }
+  for (int f = 0; f < cfg.dense_dim; ++f) {
+    const double x = h.dense[i * cfg.dense_dim + f];
+    wide += x * p("wide.dense_w", f);
+    std::vector<double> e(width);
+    for (int d = 0; d < width; ++d) e[d] = x * p("xdeepfm.dense_w", f * width + d);
+    x0.push_back(e);
+  }
+  std::vector<double> r;  // the DNN input: column d F + f, then the cvm features
+  for (int d = 0; d < width; ++d) {
+    for (const auto& field : x0) r.push_back(field[d]);
+  }
+  if (cfg.use_cvm) r.insert(r.end(), cvm.begin(), cvm.end());
+  for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
+    r = p.linear("fc_" + std::to_string(l), r, l < cfg.fc_sizes.size());
+  }
+  return r.at(0) + cin_term(cfg, x0, p) + wide;
 }
 
 class XdeepfmTest : public ::testing::TestWithParam<bool> {
@@ -187,56 +104,18 @@ class XdeepfmTest : public ::testing::TestWithParam<bool> {
 TEST_P(XdeepfmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
-  std::mt19937_64 rng(cfg.use_cvm ? 51 : 52);
-  const HostBatch h = make_batch(6, cfg, rng);
-  // Every parameter random (the zero-started ones too: wide.dense_w, the biases), so that each
-  // term moves the loss; the dense embeddings start at 1 (PaddleRec's), checked first.
-  std::vector<float> w = model.parameters().values_to_host();
-  std::uniform_real_distribution<float> value(-0.5f, 0.5f);
+  // The dense embeddings start at 1 (PaddleRec's); then every parameter is set random (the
+  // zero-started ones too: wide.dense_w, the biases), so that each term moves the loss.
+  const std::vector<float> w = model.parameters().values_to_host();
   for (const ParamBlock& b : model.parameters().blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) {
-      if (b.name == "xdeepfm.dense_w") {
-        EXPECT_EQ(w[b.offset + k], 1.0f) << k;
-      }
-      w[b.offset + k] = value(rng);
-    }
+    if (b.name != "xdeepfm.dense_w") continue;
+    for (std::size_t k = 0; k < b.count; ++k) EXPECT_EQ(w[b.offset + k], 1.0f) << k;
   }
-  model.parameters().set_values(w);
-  auto records = to_device(h.records, card_.memory(), card_.stream());
-  auto offsets = to_device(h.offsets, card_.memory(), card_.stream());
-  auto dense = to_device(h.dense, card_.memory(), card_.stream());
-  auto labels = to_device(h.labels, card_.memory(), card_.stream());
-  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
-                            dense.data(), labels.data(), h.batch};
-  auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
-  const double n = static_cast<double>(h.batch);
-  const double loss = model.forward_backward(view, GradScales{1.0f / 6, 1.0f}, push.data());
-  const std::vector<float> preds = to_host(model.predictions(), h.batch, card_.stream());
-  const std::vector<float> grads = model.parameters().grads_to_host();
-  const std::vector<float> pushed = to_host(push);
-
-  const Reference ref{cfg, model.parameters().blocks(), h};
-  std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
-  EXPECT_NEAR(loss, ref.summed_loss(wd, rec), 1e-5 * loss);
-  for (int64_t i = 0; i < h.batch; ++i) {
-    EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-ref.logit(i, wd, rec))), 1e-5) << "instance " << i;
-  }
-  const auto loss_of = [&] { return ref.summed_loss(wd, rec); };
-  for (const ParamBlock& b : model.parameters().blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) {
-      EXPECT_NEAR(grads[b.offset + k] * n, central(wd, b.offset + k, loss_of),
-                  1e-4 + 1e-3 * std::fabs(grads[b.offset + k] * n))
-          << b.name << "[" << k << "]";
-    }
-  }
-  const int pull = model.pool().pull_dim();
-  for (std::size_t j = 0; j < h.offsets.back(); ++j) {
-    for (int k = 2; k < pull; ++k) {  // embed_w and embedx_w; show and click are counters
-      EXPECT_NEAR(pushed[j * pull + k], central(rec, j * pull + k, loss_of),
-                  1e-4 + 1e-3 * std::fabs(pushed[j * pull + k]))
-          << "occurrence " << j << " field " << k;
-    }
-  }
+  const std::size_t checked = testing::check_batch_sizes(
+      card_, model, cfg.use_cvm ? 51 : 52,
+      [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+          const std::vector<double>& rec) { return xdeepfm_logit(cfg, h, i, p, rec); });
+  EXPECT_GT(checked, 500u);
 }
 
 TEST_P(XdeepfmTest, ShapesAndFlops) {
