@@ -1,7 +1,7 @@
-// The float64 gradient check of the field networks (autoint, deepfefm, ffm; the pattern of
-// xdeepfm_test): a random batch of pulled records, every dense parameter set random, one
-// forward_backward, and its loss, predictions, dense gradients and pushed gradients compared with
-// a float64 reference logit and central differences of its summed log loss.
+// The float64 gradient check of the field networks (autoint, deepfefm, dlrm, ffm, xdeepfm; the
+// pattern of dense_model_test): a random batch of pulled records, every dense parameter set random,
+// one forward_backward, and its loss, predictions, dense gradients and pushed gradients compared
+// with a float64 reference logit and central differences of its summed log loss.
 #pragma once
 
 #include <gtest/gtest.h>
