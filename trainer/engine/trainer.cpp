@@ -177,68 +177,6 @@ std::vector<float> Trainer::dense_values(int card) const {
   return state_->workers.at(card)->model().parameters().values_to_host();
 }
 
-std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
-    const std::vector<std::string>& files, const std::string& what, int64_t pass) const {
-  auto ds = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
-  if (files.empty() && env_.trainers > 1) {
-    // An uneven split left this trainer no file: it joins every step with empty batches.
-    GPUBOX_LOG(INFO) << what << ": trainer " << env_.trainer_id << " of " << env_.trainers
-                     << " has no file of it";
-    return ds;
-  }
-  ds->set_filelist(files);
-  // One trainer stops reading when asked (several stop together, in a step: epoch_loop.hpp).
-  const std::atomic<bool>* stop = env_.trainers == 1 ? step_hooks_.stop_flag : nullptr;
-  ds->set_stop_flag(stop);
-  const Status st = ds->load_into_memory();
-  if (st.code() == Status::Code::kAborted && stop != nullptr && stop->load()) {
-    throw PassStopped(pass, "reading " + what);
-  }
-  if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
-  report_read(ds->load_stats(), files, what);
-  return ds;
-}
-
-void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
-                        PreparedPass* into) const {
-  const std::vector<std::string> share = trainer_file_share(files, env_.trainer_id, env_.trainers);
-  const std::string what = "pass " + std::to_string(pass);
-  if (config_.runner.reader_type != ReaderType::kQueueDataset) {
-    into->data = load_dataset(share, what, pass);
-    if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
-    into->step_sizes = std::make_shared<const PassStepSizes>(
-        plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size)));
-    return;
-  }
-  // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
-  // step; memory: the keys, not the instances) and its step sizes, streamed again by run_pass.
-  into->stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
-  if (share.empty() && env_.trainers > 1) {
-    GPUBOX_LOG(INFO) << what << ": trainer " << env_.trainer_id << " of " << env_.trainers
-                     << " has no file of it";
-  } else {
-    into->stream->set_filelist(share);
-  }
-  const int cards = state_->cards.num_local_cards();
-  PassStepSizer sizer(static_cast<std::size_t>(config_.dataset.batch_size), cards,
-                      env_.trainer_id * cards, cards * env_.trainers, !config_.runner.collective);
-  const Status st = into->stream->scan(
-      &into->keys, [&sizer](const dataset::InstanceBlock& chunk) { sizer.add(chunk); });
-  if (!st.ok()) GPUBOX_FAIL("reading ", what, " for its keys: ", st.message());
-  into->step_sizes = std::make_shared<const PassStepSizes>(sizer.finish());
-  if (!share.empty() || env_.trainers == 1) {
-    report_read(into->stream->load_stats(), share, what);
-  }
-}
-
-PassStepSizes Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
-                                       std::size_t batch) const {
-  const int cards = state_->cards.num_local_cards();
-  return plan_step_sizes(data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,
-                         /*per_owner=*/!config_.runner.collective,
-                         std::max(1, config_.dataset.thread_num));
-}
-
 void Trainer::trim_pools() {
   // A pass boundary's peak (begin_pass's sorts, a grown scratch arena's old block) goes back to
   // the driver; the pool keeps its pre-warmed size, which the steady steps are served from.
