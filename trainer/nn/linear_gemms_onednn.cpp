@@ -161,42 +161,26 @@ namespace {
 struct PlanTypes {
   memory::data_type input, output, dx;
 };
-}  // namespace
 
-void LinearGemms::prepare(int64_t batch) {
-  GPUBOX_EXPECTS(batch >= 0, "layer ", spec_.name, ": negative batch ", batch);
-  Plans& p = *plans_;
-  for (std::size_t i = 0; i < p.plans.size(); ++i) {
-    if (p.plans[i].batch == batch) {
-      std::rotate(p.plans.begin(), p.plans.begin() + static_cast<std::ptrdiff_t>(i),
-                  p.plans.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      return;
-    }
-  }
-  Blas::Backend& backend = blas_->backend();
-  device::Card& card = blas_->card();
-  const LinearGemmSpec& s = spec_;
-  const PlanTypes t =
-      p.emulated ? PlanTypes{memory::data_type::f32, memory::data_type::f32, memory::data_type::f32}
-                 : PlanTypes{dnnl_type(s.input), dnnl_type(s.output), dnnl_type(s.dx)};
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// The four primitives of layer `s` for `rows` rows; `scratch` grows to the largest scratchpad
+// any of them asks for.
+LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmSpec& s,
+                                   const PlanTypes& t, int64_t rows, std::size_t* scratch) {
   const auto f32 = memory::data_type::f32;
-  const int64_t rows = std::max<int64_t>(batch, 1);  // primitives for an empty batch are unused
-  auto user_scratchpad = [] {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return attr;
-  };
-
-  Plans::Plan plan;
-  plan.batch = batch;
-  std::size_t scratch = 0;
   auto make = [&](const dnnl::matmul::desc& desc, const dnnl::primitive_attr& attr,
                   std::initializer_list<int> args, const memory::desc& post_op_src = {}) {
-    const dnnl::matmul::primitive_desc pd(desc, attr, backend.engine);
-    scratch = std::max(scratch, pd.scratchpad_desc().get_size());
-    return Gemm(pd, backend.engine, args, post_op_src);
+    const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+    *scratch = std::max(*scratch, pd.scratchpad_desc().get_size());
+    return Gemm(pd, engine, args, post_op_src);
   };
   using std::initializer_list;
+  LinearGemms::Plans::Plan plan;
   {
     dnnl::primitive_attr attr = user_scratchpad();
     if (s.relu) {
@@ -219,39 +203,42 @@ void LinearGemms::prepare(int64_t batch) {
       make(dnnl::matmul::desc(matrix(1, rows, rows, t.input), matrix(rows, s.out, s.dz_ld, t.input),
                               matrix(1, s.out, s.out, f32)),
            user_scratchpad(), plain_args);
-  if (s.dx_cols > 0) {
-    dnnl::primitive_attr attr = user_scratchpad();
-    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-    const memory::desc mask = matrix(rows, s.dx_cols, s.x_ld, t.input);
-    if (s.input_is_relu) {
-      dnnl::post_ops ops;
-      ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinFirst
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, -1.0f, 0.0f);
-      ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinSecond
-      ops.append_binary(dnnl::algorithm::binary_mul,
-                        memory::desc(dims{1, 1}, f32, dims{1, 1}));  // kMaskScaleUpOp
-      attr.set_post_ops(ops);
-    }
-    const dnnl::matmul::desc desc(matrix(rows, s.out, s.dz_ld, t.input),
-                                  transposed(s.dx_cols, s.out, s.out, t.input),
-                                  matrix(rows, s.dx_cols, s.dx_ld, t.dx));
-    if (s.input_is_relu) {
-      plan.data = make(desc, attr,
-                       {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
-                        DNNL_ARG_ATTR_OUTPUT_SCALES,
-                        DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1,
-                        DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
-                        DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
-                       mask);
-    } else {
-      plan.data = make(desc, attr,
-                       {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
-                        DNNL_ARG_ATTR_OUTPUT_SCALES});
-    }
+  if (s.dx_cols == 0) return plan;
+  dnnl::primitive_attr attr = user_scratchpad();
+  attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  const memory::desc mask = matrix(rows, s.dx_cols, s.x_ld, t.input);
+  if (s.input_is_relu) {
+    dnnl::post_ops ops;
+    ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinFirst
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, -1.0f, 0.0f);
+    ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinSecond
+    ops.append_binary(dnnl::algorithm::binary_mul,
+                      memory::desc(dims{1, 1}, f32, dims{1, 1}));  // kMaskScaleUpOp
+    attr.set_post_ops(ops);
   }
+  const dnnl::matmul::desc desc(matrix(rows, s.out, s.dz_ld, t.input),
+                                transposed(s.dx_cols, s.out, s.out, t.input),
+                                matrix(rows, s.dx_cols, s.dx_ld, t.dx));
+  if (s.input_is_relu) {
+    plan.data = make(desc, attr,
+                     {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
+                      DNNL_ARG_ATTR_OUTPUT_SCALES,
+                      DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1,
+                      DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
+                      DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
+                     mask);
+  } else {
+    plan.data = make(desc, attr,
+                     {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
+                      DNNL_ARG_ATTR_OUTPUT_SCALES});
+  }
+  return plan;
+}
 
-  // The buffers the plan uses, sized now (before the step's collectives).
-  if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
+// The buffers a plan for `rows` rows uses besides its operands: the ones row of the bias
+// gradient (in the GEMMs' input type) and, under emulation, the fp32 copies.
+void size_plan_buffers(LinearGemms::Plans& p, const LinearGemmSpec& s, device::Card& card,
+                       int64_t rows) {
   const std::size_t ones_bytes =
       static_cast<std::size_t>(rows) * (p.emulated ? 4 : element_bytes(s.input));
   if (p.ones.size() < ones_bytes) {
@@ -272,6 +259,31 @@ void LinearGemms::prepare(int64_t batch) {
     p.dz32.resize_discard(n * s.dz_ld);
     p.out32.resize_discard(n * std::max(s.y_ld, s.dx_ld));
   }
+}
+}  // namespace
+
+void LinearGemms::prepare(int64_t batch) {
+  GPUBOX_EXPECTS(batch >= 0, "layer ", spec_.name, ": negative batch ", batch);
+  Plans& p = *plans_;
+  for (std::size_t i = 0; i < p.plans.size(); ++i) {
+    if (p.plans[i].batch == batch) {
+      std::rotate(p.plans.begin(), p.plans.begin() + static_cast<std::ptrdiff_t>(i),
+                  p.plans.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return;
+    }
+  }
+  Blas::Backend& backend = blas_->backend();
+  const LinearGemmSpec& s = spec_;
+  const PlanTypes t =
+      p.emulated ? PlanTypes{memory::data_type::f32, memory::data_type::f32, memory::data_type::f32}
+                 : PlanTypes{dnnl_type(s.input), dnnl_type(s.output), dnnl_type(s.dx)};
+  const int64_t rows = std::max<int64_t>(batch, 1);  // primitives for an empty batch are unused
+  std::size_t scratch = 0;
+  Plans::Plan plan = make_plan(backend.engine, s, t, rows, &scratch);
+  plan.batch = batch;
+  // The buffers the plan uses, sized now (before the step's collectives).
+  if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
+  size_plan_buffers(p, s, blas_->card(), rows);
   p.plans.insert(p.plans.begin(), std::move(plan));
   if (p.plans.size() > kPlansKept) p.plans.pop_back();
 }
