@@ -70,7 +70,10 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   next.h_keys = device::pinned_buffer<uint64_t>(chunk * depth);
   next.h_rows = device::pinned_buffer<row_index_t>(chunk * depth);
   next.slot_keys = chunk;
+  next.slot_offsets.assign(chunk * depth, 0);
+  next.slot_count.assign(depth, 0);
   next.enqueued = 0;
+  next.readbacks = 0;
   next.chain = ChunkChain(ChunkPacer(chunk, cards_.options().next_pass_step_fraction), depth);
   const bool paced = next.chain.pacer().paced();
   const auto timing = paced ? device::EventTiming::kOn : device::EventTiming::kOff;
@@ -95,6 +98,7 @@ void NextPassWork::collect(int c, NextPassCard& next) {
                                 begin.seconds_since(next.ends[chain.previous_event(chunk)])};
     }
     if (next.phase == NextPassCard::Phase::kLookup) read_lookup(c, next, chunk);
+    if (next.phase == NextPassCard::Phase::kMark) read_marks(c, next, chunk);
     chain.retire(times);
   }
 }
@@ -144,12 +148,13 @@ bool NextPassWork::prepare(int c) {
   // in flight. A look-up chunk waits for nothing: it allocates nothing (its scratch was sized by
   // expect()) and its rows are read by a later prepare(), once its end event has passed (up to
   // ChunkChain::kDepth chunks in flight: the host running steps ahead of the card does not stall
-  // the look-ups). The other
-  // phases wait first (their table calls may take Thrust temporaries: device rule 1) and for
-  // their readbacks; counted as this work's waits (early_host_syncs), not the step's.
+  // the look-ups). A mark chunk is the same (the table's find, its rows read back late). The
+  // other phases (list, erase, insert) wait first (their table calls take Thrust temporaries
+  // and read counts back: device rule 1) and for their readbacks; counted as this work's waits
+  // (early_host_syncs), not the step's.
   // An insert chunk with nothing to insert only ends the work: no card work, no wait.
-  const bool waits =
-      next.phase != Phase::kLookup && !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
+  const bool waits = next.phase != Phase::kLookup && next.phase != Phase::kMark &&
+                     !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
   if (waits) card.stream().synchronize();
   try {
     next.chain.poll();
@@ -164,9 +169,9 @@ bool NextPassWork::prepare(int c) {
     next.phase = Phase::kOff;
   }
   if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
-    // Look-ups in flight (a fault stopped the work) copy into h_rows' memory.
-    if (next.enqueued > next.at) next.ends[next.chain.newest().event].synchronize();
-    next.enqueued = next.at;
+    // Look-ups or marks in flight (a fault stopped the work) copy into h_rows' memory.
+    if (next.readbacks > 0) next.ends[next.chain.newest().event].synchronize();
+    next.readbacks = 0;
     // Its pinned and card buffers go with the work at take(), between passes: freed here, a
     // cudaFreeHost would wait for the device inside the step's collectives (uncounted), and a
     // card free would change the memory generation the step graphs are captured for.
@@ -202,8 +207,8 @@ bool NextPassWork::start(int c, NextPassCard& next) {
 
 void NextPassWork::run_chunk(int c, NextPassCard& next) {
   using Phase = NextPassCard::Phase;
-  if (next.phase == Phase::kLookup) {
-    lookup(c, next);  // its own chunks, in flight
+  if (next.phase == Phase::kLookup || next.phase == Phase::kMark) {
+    (next.phase == Phase::kLookup ? lookup(c, next) : mark(c, next));  // chunks in flight
     return;
   }
   // The other phases wait for the card before (prepare) and within their chunk, so nothing is
@@ -211,9 +216,6 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
   const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, SIZE_MAX);
   if (!chunk) return;
   switch (next.phase) {
-    case Phase::kMark:
-      mark(c, next);
-      break;
     case Phase::kList:
       list(c, next);
       break;
@@ -253,6 +255,7 @@ void NextPassWork::lookup(int c, NextPassCard& next) {
   // The table's find alone (lookup_or_create waits for it): kInvalidRow for a missing key.
   store.table().find(d_keys, n, d_rows, stream);
   device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
+  ++next.readbacks;
   end_chunk(c, next, *chunk);
   next.enqueued += n;
 }
@@ -263,6 +266,7 @@ void NextPassWork::read_lookup(int c, NextPassCard& next, const ChunkChain::Chun
   const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
   const std::size_t end = staged.card_end[c];
   const row_index_t* found = next.h_rows.data() + chunk.slot * next.slot_keys;
+  --next.readbacks;
   // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
   // rest.
   for (std::size_t i = 0; i < chunk.keys; ++i) {
@@ -300,52 +304,68 @@ void NextPassWork::plan(int c, NextPassCard& next) {
 void NextPassWork::mark(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
-  // A window of the training pass's keys (shared, every card's): this card's among them, about
-  // a chunk of them (the window spans a chunk per local card).
   const std::vector<uint64_t>& keys = *next.current_keys;
+  const std::optional<ChunkChain::Chunk> chunk =
+      next.at < keys.size() ? begin_chunk(c, next, SIZE_MAX) : std::nullopt;
+  if (!chunk) {
+    if (next.at == keys.size() && next.chain.in_flight() == 0) {
+      // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
+      const std::size_t resident = store.size();
+      const std::size_t budget = cards_.row_budget();
+      next.victims = card_table::VictimHeap(
+          resident + next.missing > budget ? resident + next.missing - budget : 0);
+      next.at = 0;
+      next.phase = NextPassCard::Phase::kList;
+    }
+    return;
+  }
+  // A window of the training pass's keys (shared, every card's): this card's among them, about
+  // a chunk of them (the window spans a chunk per local card), at most a slot's worth.
   const std::size_t window =
-      next.chain.pacer().keys() * static_cast<std::size_t>(cards_.cards().num_local_cards());
+      chunk->keys * static_cast<std::size_t>(cards_.cards().num_local_cards());
   const std::size_t stop = std::min(keys.size(), next.at + window);
   const int total_cards = cards_.cards().total_cards();
   const int first_rank = cards_.cards().trainer_id() * cards_.cards().num_local_cards();
-  std::vector<uint64_t> mine;
-  std::vector<uint32_t> offsets;
-  for (std::size_t k = next.at; k < stop; ++k) {
+  const std::size_t from = chunk->slot * next.slot_keys;
+  uint64_t* mine = next.h_keys.data() + from;
+  uint32_t* offsets = next.slot_offsets.data() + from;
+  std::size_t n = 0;
+  std::size_t k = next.at;
+  for (; k < stop && n < next.slot_keys; ++k) {
     if (keys[k] == 0 || owner_card(keys[k], total_cards) - first_rank != c) continue;
-    mine.push_back(keys[k]);
-    offsets.push_back(static_cast<uint32_t>(k));
+    mine[n] = keys[k];
+    offsets[n] = static_cast<uint32_t>(k);
+    ++n;
   }
-  next.at = stop;
-  const std::size_t n = mine.size();
-  if (n > 0) {
-    ensure(c, next.d_keys, n);
-    ensure(c, next.d_rows, n);
-    next.d_keys.resize_discard(n);
-    next.d_rows.resize_discard(n);
-    device::copy_async(next.d_keys.data(), mine.data(), n, stream);
-    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
-                           /*create_missing=*/false, nullptr, stream);
-    const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
-    for (std::size_t i = 0; i < n; ++i) {
-      const row_index_t row = rows[i];
-      // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
-      GPUBOX_EXPECTS(row != card_table::kInvalidRow && row < next.marks.size(), "card ",
-                     cards_.card(c).rank(), ": a key of the training pass is not on the card");
-      if (next.marks[row] == 0) {  // not a row of the next pass
-        next.spare_at.push_back(offsets[i]);
-        next.spare_rows.push_back(row);
-      }
-      next.marks[row] = 1;
+  next.at = k;
+  next.slot_count[chunk->slot] = n;
+  if (n > 0) {  // as lookup(): the table's find, the rows back into the slot of h_rows
+    ensure(c, next.d_keys, from + n);
+    ensure(c, next.d_rows, from + n);
+    if (next.d_keys.size() < from + n) next.d_keys.resize_discard(from + n);  // no allocation
+    if (next.d_rows.size() < from + n) next.d_rows.resize_discard(from + n);
+    device::copy_async(next.d_keys.data() + from, mine, n, stream);
+    store.table().find(next.d_keys.data() + from, n, next.d_rows.data() + from, stream);
+    device::copy_async(next.h_rows.data() + from, next.d_rows.data() + from, n, stream);
+    ++next.readbacks;
+  }
+  end_chunk(c, next, *chunk);
+}
+
+void NextPassWork::read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  const std::size_t from = chunk.slot * next.slot_keys;
+  const std::size_t n = next.slot_count[chunk.slot];
+  if (n > 0) --next.readbacks;
+  for (std::size_t i = 0; i < n; ++i) {
+    const row_index_t row = next.h_rows[from + i];
+    // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
+    GPUBOX_EXPECTS(row != card_table::kInvalidRow && row < next.marks.size(), "card ",
+                   cards_.card(c).rank(), ": a key of the training pass is not on the card");
+    if (next.marks[row] == 0) {  // not a row of the next pass
+      next.spare_at.push_back(next.slot_offsets[from + i]);
+      next.spare_rows.push_back(row);
     }
-  }
-  if (next.at == keys.size()) {
-    // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
-    const std::size_t resident = store.size();
-    const std::size_t budget = cards_.row_budget();
-    next.victims = card_table::VictimHeap(
-        resident + next.missing > budget ? resident + next.missing - budget : 0);
-    next.at = 0;
-    next.phase = NextPassCard::Phase::kList;
+    next.marks[row] = 1;
   }
 }
 

@@ -11,6 +11,10 @@
 //   kInsert   once the rows are fetched, staged rows inserted into the room made
 //   kDone     (kOff: not expected, ruled out, stale, or stopped by a fault)
 //
+// kLookup and kMark chunks wait for nothing (their rows come back late, several chunks in flight:
+// ChunkChain); kList, kErase and kInsert chunks still wait for the card (their table calls read
+// counts back).
+//
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
 #pragma once
@@ -82,6 +86,11 @@ struct NextPassCard {
   device::pinned_buffer<card_table::row_index_t> h_rows;
   std::size_t slot_keys = 0;  // the largest chunk
   std::size_t enqueued = 0;   // kLookup: keys enqueued so far (those from `at` on are in flight)
+  std::size_t readbacks = 0;  // chunks in flight whose rows come back into h_rows
+  // kMark, the same way: a chunk's keys (its window's of this card) and their offsets in
+  // current_keys, by slot, and how many each slot holds.
+  std::vector<uint32_t> slot_offsets;
+  std::vector<std::size_t> slot_count;
   // The chunks in flight and their sizes (ChunkChain, ChunkPacer); each chunk's end event
   // (timed when paced) and, when paced, its begin event: depth + 1 of each.
   ChunkChain chain;
@@ -148,6 +157,8 @@ class NextPassWork {
   void mark(int c, NextPassCard& next);
   void list(int c, NextPassCard& next);
   void erase(int c, NextPassCard& next);
+  // kMark's host half: the rows of `chunk` (the oldest in flight, whose end has passed) marked.
+  void read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   void insert(int c, NextPassCard& next);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;

@@ -876,6 +876,50 @@ TEST(PassManager, NextPassLookupsWaitForNothing) {
   reference.manager->end_pass();
 }
 
+// Issue 31, item 4: the next pass's marks between steps wait for nothing either. Under a row
+// budget that forces room to be made, a card's chunks go: 5 look-ups (240 keys, 50 a chunk),
+// the sixth poll reads the last and plans the marks, 5 mark chunks (the table's find, rows read
+// back late), the twelfth poll reads the last and fixes the victims; the thirteenth lists the
+// table, which still waits. So 12 steps of work wait for the card 0 times and allocate nothing
+// (before, each mark chunk waited 3 times), 13 wait; and begin_pass then places what an engine
+// without the work places.
+TEST(PassManager, NextPassMarksWaitForNothing) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(4, 240, 92).back();  // disjoint from a: 240 rows over the budget
+  for (const int steps : {12, 13}) {
+    SCOPED_TRACE(std::to_string(steps) + " steps");
+    PassManagerOptions options;
+    options.card_row_budget = 300;
+    options.next_pass_chunk_keys = 50;
+    Engine early(1, options);
+    options.next_pass_chunk_keys = 0;
+    Engine reference(1, options);
+    early.manager->begin_pass(a);
+    reference.manager->begin_pass(a);
+    const StagedRows planned = early.manager->plan_staging(b, {}, a);
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&planned, /*rows_ready=*/false));
+    early.train(a, 1, steps, [&](int c) { early.manager->prepare_next_pass(c); });
+    reference.train(a, 1, steps);
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    const PassStats got = early.manager->begin_pass(b);
+    const PassStats want = reference.manager->begin_pass(b);
+    EXPECT_EQ(got.early_chunks, static_cast<uint64_t>(steps));
+    if (steps == 12) {
+      EXPECT_EQ(got.early_host_syncs, 0u);
+    } else {
+      EXPECT_GT(got.early_host_syncs, 0u) << "the listing did not start at the 13th step";
+    }
+    EXPECT_EQ(got.early_allocations, 0u);
+    EXPECT_EQ(got.evicted, want.evicted);
+    EXPECT_EQ(got.hits + got.pulled + got.prefetched, want.hits + want.pulled + want.prefetched);
+    EXPECT_EQ(early.card_rows(), reference.card_rows());
+    early.manager->end_pass();
+    reference.manager->end_pass();
+  }
+}
+
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
 // oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
 // decides among them), over passes that overlap, are all on the card, or are empty.
