@@ -3,22 +3,43 @@
 // allocation, unlike thrust::reduce, which returns its result to the host (a blocking readback
 // per call) and allocates its temporaries.
 //
-// Order: fixed. Level 0 folds chunks of kReduceChunk consecutive indices left to right; each
+// Levels: level 0 folds chunks of kReduceChunk consecutive indices into one partial each; each
 // next level folds chunks of kReduceChunk consecutive partials the same way, until one value
-// remains. The result therefore does not depend on the backend or the thread count (bit-identical
-// on both), and `combine` need only be associative, not commutative: the fold keeps index order.
+// remains. Within a chunk the fold keeps index order (`combine` need only be associative, not
+// commutative); how it brackets the chunk's values is the backend's:
+//   CUDA: one block of kReduceChunk threads per chunk, a value per thread, folded by CUB's block
+//         reduction (cub::BlockReduce, warp reductions then the warps' results in rank order):
+//         no thread folds more than its warp's log2(32) steps and the 8 warps' results (the
+//         single-thread fold of 256 values per chunk it replaced was the step's reduction tail).
+//   cpu:  each chunk folded left to right by one thread, the chunks spread over the card's
+//         threads (parallel_for).
+// Both are deterministic: the same inputs give the same bits run after run, whatever the thread
+// count or the timing (no atomics). The two backends can differ in the last bits of a
+// floating-point fold (other brackets). Tolerance: with L levels, every value passes through at
+// most L chunks of at most kReduceChunk operands, so a float64 sum is within
+// L * kReduceChunk * DBL_EPSILON * sum|x_i| of the exact sum on either backend (tested against a
+// long double reference, device_test); exact combines (integers, order-only) agree bit for bit.
 //
 // `partials` (card memory) holds reduce_partials(n) elements; the caller sizes it before the
 // step (device rule 1). value_at and combine are trivially copyable GPUBOX_HD functors; T is
-// trivially copyable. One parallel_for per level: 1 launch for n <= 256, 2 up to 65536, 3 up to
-// 2^24.
+// trivially copyable and default-constructible (CUDA: a thread past the last value holds T{},
+// which the block reduction leaves out). CUB's block reduction keeps its temporaries in shared
+// memory: nothing else is allocated. One parallel_for per level: 1 launch for n <= 256, 2 up to
+// 65536, 3 up to 2^24.
 #pragma once
 
 #include <cstddef>
 
 #include "common/macros.hpp"
+#include "heterps/device/counters.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/device/stream.hpp"
+
+#if defined(GPUBOX_BACKEND_CUDA)
+#include <cub/block/block_reduce.cuh>
+
+#include "heterps/device/cuda_check.hpp"
+#endif
 
 namespace gpubox::device {
 
@@ -50,6 +71,45 @@ struct FoldChunks {
     out[c] = acc;
   }
 };
+#if defined(GPUBOX_BACKEND_CUDA)
+// out[c] = chunk c's fold (as FoldChunks), one block per chunk (a grid-stride loop over the
+// chunks past the grid's size).
+template <class T, class ValueAt, class Combine>
+__global__ void __launch_bounds__(kReduceChunk)
+    fold_chunks_kernel(ValueAt value_at, Combine combine, std::size_t n, std::size_t chunks,
+                       T* out) {
+  using BlockReduce = cub::BlockReduce<T, static_cast<int>(kReduceChunk)>;
+  __shared__ typename BlockReduce::TempStorage temp;
+  for (std::size_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const std::size_t begin = c * kReduceChunk;
+    const std::size_t left = n - begin;
+    const int valid = static_cast<int>(left < kReduceChunk ? left : kReduceChunk);
+    T value{};
+    if (threadIdx.x < static_cast<unsigned>(valid)) value = value_at(begin + threadIdx.x);
+    // Only the first `valid` threads' values take part; thread 0 holds the result.
+    const T folded = BlockReduce(temp).Reduce(value, combine, valid);
+    if (threadIdx.x == 0) out[c] = folded;
+    __syncthreads();  // `temp` is reused by the block's next chunk
+  }
+}
+#endif
+
+// One level: out[c] = the fold of chunk c of value_at over [0, n). Counts one launch.
+template <class T, class ValueAt, class Combine>
+void fold_level(const Stream& stream, std::size_t n, ValueAt value_at, Combine combine, T* out) {
+  const std::size_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
+#if defined(GPUBOX_BACKEND_CUDA)
+  if (CardCounters* counters = stream.counters()) counters->add_launches();
+  const unsigned grid = static_cast<unsigned>(chunks < 65535 ? chunks : 65535);
+  fold_chunks_kernel<T, ValueAt, Combine>
+      <<<grid, static_cast<unsigned>(kReduceChunk), 0, stream.native()>>>(value_at, combine, n,
+                                                                          chunks, out);
+  GPUBOX_CUDA_TRY(cudaGetLastError());
+#else
+  parallel_for(stream, chunks, FoldChunks<T, ValueAt, Combine>{value_at, combine, n, out});
+#endif
+}
+
 template <class T>
 struct ReadPartial {
   const T* values;
@@ -73,16 +133,13 @@ void reduce_into(const Stream& stream, std::size_t n, ValueAt value_at, Combine 
   }
   std::size_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
   T* level_out = chunks == 1 ? out : partials;
-  parallel_for(stream, chunks,
-               detail::FoldChunks<T, ValueAt, Combine>{value_at, combine, n, level_out});
+  detail::fold_level(stream, n, value_at, combine, level_out);
   while (chunks > 1) {
     const T* in = level_out;
     const std::size_t count = chunks;
     chunks = (count + kReduceChunk - 1) / kReduceChunk;
     level_out = chunks == 1 ? out : level_out + count;
-    parallel_for(stream, chunks,
-                 detail::FoldChunks<T, detail::ReadPartial<T>, Combine>{detail::ReadPartial<T>{in},
-                                                                        combine, count, level_out});
+    detail::fold_level(stream, count, detail::ReadPartial<T>{in}, combine, level_out);
   }
 }
 

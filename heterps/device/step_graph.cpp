@@ -1,5 +1,7 @@
 #include "heterps/device/step_graph.hpp"
 
+#include <atomic>
+
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "heterps/device/cuda_check.hpp"
@@ -10,6 +12,9 @@ namespace {
 // The graph the calling thread captures (CUDA's thread-local capture mode: what this thread
 // calls is checked, other threads run as usual).
 thread_local StepGraph* t_capture = nullptr;
+
+// Capture serials (StepGraph::capture_serial): 0 means "no capture".
+std::atomic<uint64_t> g_last_capture_serial{0};
 
 // Every operation a capture counted is one node of the graph.
 uint64_t count_nodes(const DeviceCounts& c) {
@@ -49,6 +54,7 @@ void StepGraph::begin_capture(const Stream& stream) {
 #endif
   stream_ = &stream;
   capture_open_ = true;
+  capture_serial_ = g_last_capture_serial.fetch_add(1, std::memory_order_relaxed) + 1;
   refused_ = nullptr;
   recording_base_ = recording_.snapshot();
   stream.capture_ = this;
@@ -194,6 +200,36 @@ void note_while_capturing(const char* operation) noexcept {
 }
 
 bool thread_capturing() noexcept { return t_capture != nullptr; }
+
+uint64_t capture_serial_of(const Stream& stream) noexcept {
+  const StepGraph* graph = stream.capturing();
+  return graph == nullptr ? 0 : graph->capture_serial();
+}
+
+void check_event_wait(const Stream& stream, const Event& event) {
+  const StepGraph* graph = stream.capturing();
+  const uint64_t recorded_in = event.capture_serial();
+  if (graph != nullptr) {
+    if (recorded_in == graph->capture_serial()) return;  // an edge inside the graph
+    GPUBOX_FAIL(graph->refusal(recorded_in == 0
+                                   ? "Stream::wait (an event wait) for an event recorded outside "
+                                     "the capture (CUDA: cudaErrorStreamCaptureIsolation)"
+                                   : "Stream::wait (an event wait) for an event recorded in "
+                                     "another capture"),
+                "; an event wait inside a capture may only wait for an event recorded in the same "
+                "capture");
+  }
+  if (recorded_in == 0) return;  // eager on both sides
+  const StepGraph* open = t_capture;
+  const bool forks = open != nullptr && open->capture_serial() == recorded_in;
+  GPUBOX_FAIL("Stream::wait (an event wait) on card ", stream.device(),
+              "'s stream, which is not captured, for an event recorded inside ",
+              forks ? "the open capture of step graph '" + open->name() + "'"
+                    : std::string("another thread's or an ended capture"),
+              ": a stream outside a capture may not wait for an event recorded inside one (CUDA "
+              "would pull the stream into the capture, a fork the device layer does not hold; "
+              "once the capture ended, replays do not mark the event)");
+}
 
 }  // namespace detail
 }  // namespace gpubox::device

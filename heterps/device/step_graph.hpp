@@ -88,6 +88,9 @@ class StepGraph {
   const std::string& name() const { return name_; }
   bool ready() const { return ready_; }
   bool capturing() const { return capture_open_; }
+  // Which capture this graph's last (or open) begin_capture started: unique among every graph's
+  // captures in the process, never 0 (0: never captured). Events recorded in it carry it.
+  uint64_t capture_serial() const { return capture_serial_; }
   // Operations the capture recorded: launches + copies + collectives of contents().
   uint64_t nodes() const { return nodes_; }
   // What the capture enqueued, counted as the card would have counted it eagerly.
@@ -120,6 +123,7 @@ class StepGraph {
   DeviceCounts recording_base_;    // recording_ when the open capture began
   const char* refused_ = nullptr;  // a forbidden free seen while capturing
   bool updated_in_place_ = false;
+  uint64_t capture_serial_ = 0;
   std::vector<Node> recorded_;  // cpu backend: the captured operations, in order
   struct Native;                // CUDA: the executable graph
   std::unique_ptr<Native> native_;

@@ -81,6 +81,7 @@ bool Stream::ready() const {
   return true;
 }
 void Stream::wait(const Event& event) const {
+  detail::check_event_wait(*this, event);
   count_wait(counters());
   GPUBOX_CUDA_TRY(cudaStreamWaitEvent(handle_, event.native(), 0));
 }
@@ -106,21 +107,28 @@ Event& Event::operator=(Event&& other) noexcept {
     handle_ = std::exchange(other.handle_, nullptr);
     counters_ = other.counters_;
     timing_ = other.timing_;
+    capture_serial_ = other.capture_serial_;
   }
   return *this;
 }
 void Event::record(const Stream& stream) {
-  // Captured, the record would be a node of the graph and never mark this event at replay.
-  detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+  // On a captured stream, a marker of the capture (Stream::wait inside it); otherwise an eager
+  // record the host may read, refused while this thread captures (it would read it mid-step).
+  const uint64_t serial = detail::capture_serial_of(stream);
+  if (serial == 0)
+    detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
   GPUBOX_CUDA_TRY(cudaEventRecord(handle_, stream.native()));
+  capture_serial_ = serial;
 }
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
+  refuse_captured_read("Event::synchronize");
   count_sync(counters_);
   GPUBOX_CUDA_TRY(cudaEventSynchronize(handle_));
 }
 bool Event::ready() const {
   detail::refuse_while_capturing("Event::ready (a host query)");
+  refuse_captured_read("Event::ready");
   const cudaError_t state = cudaEventQuery(handle_);
   if (state == cudaErrorNotReady) return false;
   GPUBOX_CUDA_TRY(state);
@@ -128,6 +136,8 @@ bool Event::ready() const {
 }
 double Event::seconds_since(const Event& earlier) const {
   GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
+  refuse_captured_read("Event::seconds_since");
+  earlier.refuse_captured_read("Event::seconds_since");
   float ms = 0;
   GPUBOX_CUDA_TRY(cudaEventElapsedTime(&ms, earlier.handle_, handle_));
   return static_cast<double>(ms) / 1e3;
@@ -182,7 +192,10 @@ bool Stream::ready() const {
   detail::refuse_while_capturing("Stream::ready (a host poll)", this);
   return true;
 }
-void Stream::wait(const Event&) const { count_wait(counters()); }
+void Stream::wait(const Event& event) const {
+  detail::check_event_wait(*this, event);
+  count_wait(counters());
+}
 
 Event::Event(int device, CardCounters* counters, EventTiming timing)
     : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {}
@@ -192,26 +205,34 @@ Event& Event::operator=(Event&& other) noexcept {
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
   timing_ = other.timing_;
+  capture_serial_ = other.capture_serial_;
   recorded_at_ = other.recorded_at_;
   return *this;
 }
 void Event::record(const Stream& stream) {
-  detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
-  if (timing_) {
+  const uint64_t serial = detail::capture_serial_of(stream);  // as on CUDA, above
+  if (serial == 0)
+    detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+  capture_serial_ = serial;
+  if (timing_ && serial == 0) {
     recorded_at_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
 }
 double Event::seconds_since(const Event& earlier) const {
   GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
+  refuse_captured_read("Event::seconds_since");
+  earlier.refuse_captured_read("Event::seconds_since");
   return recorded_at_ - earlier.recorded_at_;
 }
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
+  refuse_captured_read("Event::synchronize");
   count_sync(counters_);
 }
 bool Event::ready() const {
   detail::refuse_while_capturing("Event::ready (a host query)");
+  refuse_captured_read("Event::ready");
   return true;
 }
 
@@ -243,11 +264,19 @@ Stream::Stream(Stream&& other) noexcept
       role_(other.role_),
       allocator_(other.allocator_) {}
 
+void Event::refuse_captured_read(const char* operation) const {
+  if (capture_serial_ == 0) return;
+  GPUBOX_FAIL(operation, " of an event on card ", device_,
+              " whose last record was inside a step graph's capture: replays do not mark it, so "
+              "the host cannot read it (record it outside the capture; heterps/device/stream.hpp)");
+}
+
 Event::Event(Event&& other) noexcept
     : device_(other.device_),
       handle_(std::exchange(other.handle_, nullptr)),
       counters_(other.counters_),
-      timing_(other.timing_)
+      timing_(other.timing_),
+      capture_serial_(other.capture_serial_)
 #if !defined(GPUBOX_BACKEND_CUDA)
       ,
       recorded_at_(other.recorded_at_)

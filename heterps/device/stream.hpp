@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <new>
 #include <utility>
@@ -97,6 +98,12 @@ class Stream {
   // Later work on this stream waits for `event` (the card orders it; the host goes on). Counted
   // as a stream wait, not a host synchronization. cpu backend: the event's work has completed
   // when it was enqueued, so there is nothing to order.
+  // Capture (CUDA's rule, on both backends): while this stream captures a StepGraph, the event
+  // must have been recorded on a captured stream in the same capture (an edge inside the graph);
+  // one recorded outside it is refused, naming Stream::wait (CUDA would end the capture with
+  // cudaErrorStreamCaptureIsolation). A stream that is not captured may not wait for an event
+  // recorded inside a capture (CUDA would pull it into the capture, a fork the device layer does
+  // not hold).
   void wait(const Event& event) const;
   int device() const { return device_; }
   StreamRole role() const { return role_; }
@@ -164,6 +171,10 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
+  // Marks `stream`'s work so far. While `stream` captures a StepGraph, the record is part of the
+  // capture (CUDA: a capture-internal marker, not a node): later captured work of that capture
+  // may wait for it (Stream::wait), and nothing else may, the host included: replays do not mark
+  // it, so ready(), synchronize() and seconds_since() refuse it until an eager record.
   void record(const Stream& stream);
   // Blocks until the recorded work has finished; counts one host synchronization.
   void synchronize() const;
@@ -175,12 +186,18 @@ class Event {
   // the two records (work on a stream has completed when it is enqueued).
   double seconds_since(const Event& earlier) const;
   native_event_t native() const { return handle_; }
+  // The capture its last record was made in (StepGraph::capture_serial), 0 for an eager record.
+  uint64_t capture_serial() const { return capture_serial_; }
 
  private:
+  // Refuses `operation` (a host read) of an event last recorded inside a capture.
+  void refuse_captured_read(const char* operation) const;
+
   int device_ = 0;
   native_event_t handle_ = nullptr;
   CardCounters* counters_ = nullptr;
   bool timing_ = false;
+  uint64_t capture_serial_ = 0;
 #if !defined(GPUBOX_BACKEND_CUDA)
   double recorded_at_ = 0;  // cpu: steady-clock seconds of the last record
 #endif
@@ -197,6 +214,11 @@ void refuse_while_capturing(const char* operation, const Stream* stream = nullpt
 void note_while_capturing(const char* operation) noexcept;
 // Whether the calling thread is capturing a step graph.
 bool thread_capturing() noexcept;
+// Stream::wait's capture rule (see there): throws gpubox::Error naming Stream::wait, the card and
+// the graph when `stream` may not wait for `event` now.
+void check_event_wait(const Stream& stream, const Event& event);
+// StepGraph::capture_serial of the capture `stream` is in (0: none).
+uint64_t capture_serial_of(const Stream& stream) noexcept;
 
 // Waits for `stream` without counting it: only for a communicator implementation whose
 // collective must see the caller's earlier work done (the in-process group on the cpu backend,

@@ -52,7 +52,8 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   const std::size_t page = cards_.store(c).page_rows();
   // kLookup, kErase: a chunk; kInsert: a page of rows; under a budget kMark: a window of a
   // chunk per local card, kList: 8 slots a key (+ 2, list_entries_range's room).
-  std::size_t keys = std::max(chunk, page);
+  const std::size_t depth = ChunkChain::kDepth;
+  std::size_t keys = std::max(chunk * depth, page);
   std::size_t floats = page * cards_.stride();
   std::size_t flags = 0;
   if (cards_.row_budget() > 0) {
@@ -66,50 +67,53 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   next.d_rows.reserve(keys);
   next.d_floats.reserve(floats);
   next.d_flags.reserve(flags);
-  next.h_keys = device::pinned_buffer<uint64_t>(chunk);
-  next.h_rows = device::pinned_buffer<row_index_t>(chunk);
-  next.looked_up.emplace(card.device(), card.stream().counters());
-  next.in_flight = 0;
-  next.pacer = ChunkPacer(chunk, cards_.options().next_pass_step_fraction);
-  if (next.pacer.paced()) {
-    const auto timed = device::EventTiming::kOn;
-    next.chunk_begin.emplace(card.device(), card.stream().counters(), timed);
-    next.chunk_end.emplace(card.device(), card.stream().counters(), timed);
-    next.previous_end.emplace(card.device(), card.stream().counters(), timed);
+  next.h_keys = device::pinned_buffer<uint64_t>(chunk * depth);
+  next.h_rows = device::pinned_buffer<row_index_t>(chunk * depth);
+  next.slot_keys = chunk;
+  next.slot_offsets.assign(chunk * depth, 0);
+  next.slot_count.assign(depth, 0);
+  next.enqueued = 0;
+  next.readbacks = 0;
+  next.chain = ChunkChain(ChunkPacer(chunk, cards_.options().next_pass_step_fraction), depth);
+  const bool paced = next.chain.pacer().paced();
+  const auto timing = paced ? device::EventTiming::kOn : device::EventTiming::kOff;
+  next.begins.clear();
+  next.ends.clear();
+  for (std::size_t i = 0; i <= depth; ++i) {
+    next.ends.emplace_back(card.device(), card.stream().counters(), timing);
+    if (paced) next.begins.emplace_back(card.device(), card.stream().counters(), timing);
   }
-  next.measuring = false;
-  next.previous_valid = false;
-  next.idle = false;
 }
 
-void NextPassWork::pace(int c, NextPassCard& next) {
-  if (!next.pacer.paced()) return;
-  const device::Stream& stream = cards_.card(c).stream();
-  // previous_end -> (a step) -> chunk_begin -> (the chunk) -> chunk_end, all on the stream: the
-  // first two are done once chunk_begin is.
-  if (next.measuring && next.previous_valid && next.chunk_end->ready()) {
-    next.pacer.observe(next.paced_keys, next.chunk_end->seconds_since(*next.chunk_begin),
-                       next.chunk_begin->seconds_since(*next.previous_end));
+void NextPassWork::collect(int c, NextPassCard& next) {
+  ChunkChain& chain = next.chain;
+  while (chain.in_flight() > 0) {
+    const ChunkChain::Chunk chunk = chain.oldest();
+    if (!next.ends[chunk.event].ready()) return;  // nor the ones after it (one stream)
+    // previous end -> (the steps) -> begin -> (the chunk) -> end, all on the stream: all passed.
+    std::optional<ChunkChain::Times> times;
+    if (chain.pacer().paced() && chunk.steps_before > 0) {
+      const device::Event& begin = next.begins[chunk.event];
+      times = ChunkChain::Times{next.ends[chunk.event].seconds_since(begin),
+                                begin.seconds_since(next.ends[chain.previous_event(chunk)])};
+    }
+    if (next.phase == NextPassCard::Phase::kLookup) read_lookup(c, next, chunk);
+    if (next.phase == NextPassCard::Phase::kMark) read_marks(c, next, chunk);
+    chain.retire(times);
   }
-  if (next.measuring) {
-    std::swap(next.previous_end, next.chunk_end);
-    next.previous_valid = true;
-  }
-  next.chunk_begin->record(stream);
-  next.paced_keys = next.pacer.keys();
 }
 
-void NextPassWork::end_pace(int c, NextPassCard& next) {
-  if (!next.pacer.paced()) return;
-  if (next.idle) {
-    next.idle = false;
-    next.measuring = false;
-    next.previous_valid = false;
-    return;
+std::optional<ChunkChain::Chunk> NextPassWork::begin_chunk(int c, NextPassCard& next,
+                                                           std::size_t left) {
+  std::optional<ChunkChain::Chunk> chunk = next.chain.start(left);
+  if (chunk && next.chain.pacer().paced()) {
+    next.begins[chunk->event].record(cards_.card(c).stream());
   }
-  next.chunk_end->record(cards_.card(c).stream());
-  // The first chunk has no step before it to measure: it only starts the chain.
-  next.measuring = true;
+  return chunk;
+}
+
+void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  next.ends[chunk.event].record(cards_.card(c).stream());
 }
 
 template <class T>
@@ -142,17 +146,20 @@ bool NextPassWork::prepare(int c) {
   Timer timer;
   // The step before returned without waiting for the card (issue 31), so its collectives may be
   // in flight. A look-up chunk waits for nothing: it allocates nothing (its scratch was sized by
-  // expect()) and its rows are read a prepare() later, once its event has passed. The other
-  // phases wait first (their table calls may take Thrust temporaries: device rule 1) and for
-  // their readbacks; counted as this work's waits (early_host_syncs), not the step's.
+  // expect()) and its rows are read by a later prepare(), once its end event has passed (up to
+  // ChunkChain::kDepth chunks in flight: the host running steps ahead of the card does not stall
+  // the look-ups). A mark chunk is the same (the table's find, its rows read back late). The
+  // other phases (list, erase, insert) wait first (their table calls take Thrust temporaries
+  // and read counts back: device rule 1) and for their readbacks; counted as this work's waits
+  // (early_host_syncs), not the step's.
   // An insert chunk with nothing to insert only ends the work: no card work, no wait.
-  const bool waits =
-      next.phase != Phase::kLookup && !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
+  const bool waits = next.phase != Phase::kLookup && next.phase != Phase::kMark &&
+                     !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
   if (waits) card.stream().synchronize();
   try {
-    pace(c, next);
+    next.chain.poll();
+    collect(c, next);
     run_chunk(c, next);
-    end_pace(c, next);
   } catch (const std::exception& e) {
     // The work is optional: what it did so far leaves the card exact (victims were clean,
     // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
@@ -162,8 +169,9 @@ bool NextPassWork::prepare(int c) {
     next.phase = Phase::kOff;
   }
   if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
-    if (next.in_flight > 0) next.looked_up->synchronize();  // its copy reads h_rows' memory
-    next.in_flight = 0;
+    // Look-ups or marks in flight (a fault stopped the work) copy into h_rows' memory.
+    if (next.readbacks > 0) next.ends[next.chain.newest().event].synchronize();
+    next.readbacks = 0;
     // Its pinned and card buffers go with the work at take(), between passes: freed here, a
     // cudaFreeHost would wait for the device inside the step's collectives (uncounted), and a
     // card free would change the memory generation the step graphs are captured for.
@@ -199,13 +207,15 @@ bool NextPassWork::start(int c, NextPassCard& next) {
 
 void NextPassWork::run_chunk(int c, NextPassCard& next) {
   using Phase = NextPassCard::Phase;
+  if (next.phase == Phase::kLookup || next.phase == Phase::kMark) {
+    (next.phase == Phase::kLookup ? lookup(c, next) : mark(c, next));  // chunks in flight
+    return;
+  }
+  // The other phases wait for the card before (prepare) and within their chunk, so nothing is
+  // in flight here: the chain only times them.
+  const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, SIZE_MAX);
+  if (!chunk) return;
   switch (next.phase) {
-    case Phase::kLookup:
-      lookup(c, next);
-      break;
-    case Phase::kMark:
-      mark(c, next);
-      break;
     case Phase::kList:
       list(c, next);
       break;
@@ -218,44 +228,48 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
     default:
       break;
   }
+  end_chunk(c, next, *chunk);
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
-  if (next.in_flight > 0 && !read_lookup(c, next)) {  // the card is not there yet
-    next.idle = true;
-    return;
-  }
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const OwnedKeys& mine = next.staged->owned[c];
-  const std::size_t n = std::min(next.pacer.keys(), mine.keys.size() - next.at);
-  if (n == 0) {
-    plan(c, next);
+  const std::size_t left = mine.keys.size() - next.enqueued;
+  // None when the chain is full (the card is not there yet: a later poll reads the oldest).
+  const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, left);
+  if (!chunk) {
+    if (left == 0 && next.chain.in_flight() == 0) plan(c, next);
     return;
   }
-  ensure(c, next.d_keys, n);
-  ensure(c, next.d_rows, n);
-  next.d_keys.resize_discard(n);
-  next.d_rows.resize_discard(n);
-  std::copy_n(mine.keys.data() + next.at, n, next.h_keys.data());
-  device::copy_async(next.d_keys.data(), next.h_keys.data(), n, stream);
+  const std::size_t n = chunk->keys;
+  const std::size_t from = chunk->slot * next.slot_keys;  // its slot of the scratch
+  ensure(c, next.d_keys, from + n);
+  ensure(c, next.d_rows, from + n);
+  if (next.d_keys.size() < from + n) next.d_keys.resize_discard(from + n);  // no allocation
+  if (next.d_rows.size() < from + n) next.d_rows.resize_discard(from + n);
+  uint64_t* d_keys = next.d_keys.data() + from;
+  row_index_t* d_rows = next.d_rows.data() + from;
+  std::copy_n(mine.keys.data() + next.enqueued, n, next.h_keys.data() + from);
+  device::copy_async(d_keys, next.h_keys.data() + from, n, stream);
   // The table's find alone (lookup_or_create waits for it): kInvalidRow for a missing key.
-  store.table().find(next.d_keys.data(), n, next.d_rows.data(), stream);
-  device::copy_async(next.h_rows.data(), next.d_rows.data(), n, stream);
-  next.looked_up->record(stream);
-  next.in_flight = n;
+  store.table().find(d_keys, n, d_rows, stream);
+  device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
+  ++next.readbacks;
+  end_chunk(c, next, *chunk);
+  next.enqueued += n;
 }
 
-bool NextPassWork::read_lookup(int c, NextPassCard& next) {
-  if (!next.looked_up->ready()) return false;
+void NextPassWork::read_lookup(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
   const StagedRows& staged = *next.staged;
   const OwnedKeys& mine = staged.owned[c];
   const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
   const std::size_t end = staged.card_end[c];
-  const row_index_t* found = next.h_rows.data();
+  const row_index_t* found = next.h_rows.data() + chunk.slot * next.slot_keys;
+  --next.readbacks;
   // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
   // rest.
-  for (std::size_t i = 0; i < next.in_flight; ++i) {
+  for (std::size_t i = 0; i < chunk.keys; ++i) {
     const std::size_t k = next.at + i;
     if (found[i] != card_table::kInvalidRow) {
       next.hit_rows.push_back(found[i]);
@@ -271,9 +285,7 @@ bool NextPassWork::read_lookup(int c, NextPassCard& next) {
       next.to_pull.slots.push_back(mine.slots[k]);
     }
   }
-  next.at += next.in_flight;
-  next.in_flight = 0;
-  return true;
+  next.at += chunk.keys;
 }
 
 void NextPassWork::plan(int c, NextPassCard& next) {
@@ -292,52 +304,68 @@ void NextPassWork::plan(int c, NextPassCard& next) {
 void NextPassWork::mark(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
-  // A window of the training pass's keys (shared, every card's): this card's among them, about
-  // a chunk of them (the window spans a chunk per local card).
   const std::vector<uint64_t>& keys = *next.current_keys;
+  const std::optional<ChunkChain::Chunk> chunk =
+      next.at < keys.size() ? begin_chunk(c, next, SIZE_MAX) : std::nullopt;
+  if (!chunk) {
+    if (next.at == keys.size() && next.chain.in_flight() == 0) {
+      // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
+      const std::size_t resident = store.size();
+      const std::size_t budget = cards_.row_budget();
+      next.victims = card_table::VictimHeap(
+          resident + next.missing > budget ? resident + next.missing - budget : 0);
+      next.at = 0;
+      next.phase = NextPassCard::Phase::kList;
+    }
+    return;
+  }
+  // A window of the training pass's keys (shared, every card's): this card's among them, about
+  // a chunk of them (the window spans a chunk per local card), at most a slot's worth.
   const std::size_t window =
-      next.pacer.keys() * static_cast<std::size_t>(cards_.cards().num_local_cards());
+      chunk->keys * static_cast<std::size_t>(cards_.cards().num_local_cards());
   const std::size_t stop = std::min(keys.size(), next.at + window);
   const int total_cards = cards_.cards().total_cards();
   const int first_rank = cards_.cards().trainer_id() * cards_.cards().num_local_cards();
-  std::vector<uint64_t> mine;
-  std::vector<uint32_t> offsets;
-  for (std::size_t k = next.at; k < stop; ++k) {
+  const std::size_t from = chunk->slot * next.slot_keys;
+  uint64_t* mine = next.h_keys.data() + from;
+  uint32_t* offsets = next.slot_offsets.data() + from;
+  std::size_t n = 0;
+  std::size_t k = next.at;
+  for (; k < stop && n < next.slot_keys; ++k) {
     if (keys[k] == 0 || owner_card(keys[k], total_cards) - first_rank != c) continue;
-    mine.push_back(keys[k]);
-    offsets.push_back(static_cast<uint32_t>(k));
+    mine[n] = keys[k];
+    offsets[n] = static_cast<uint32_t>(k);
+    ++n;
   }
-  next.at = stop;
-  const std::size_t n = mine.size();
-  if (n > 0) {
-    ensure(c, next.d_keys, n);
-    ensure(c, next.d_rows, n);
-    next.d_keys.resize_discard(n);
-    next.d_rows.resize_discard(n);
-    device::copy_async(next.d_keys.data(), mine.data(), n, stream);
-    store.lookup_or_create(next.d_keys.data(), nullptr, n, next.d_rows.data(),
-                           /*create_missing=*/false, nullptr, stream);
-    const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), n, stream);
-    for (std::size_t i = 0; i < n; ++i) {
-      const row_index_t row = rows[i];
-      // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
-      GPUBOX_EXPECTS(row != card_table::kInvalidRow && row < next.marks.size(), "card ",
-                     cards_.card(c).rank(), ": a key of the training pass is not on the card");
-      if (next.marks[row] == 0) {  // not a row of the next pass
-        next.spare_at.push_back(offsets[i]);
-        next.spare_rows.push_back(row);
-      }
-      next.marks[row] = 1;
+  next.at = k;
+  next.slot_count[chunk->slot] = n;
+  if (n > 0) {  // as lookup(): the table's find, the rows back into the slot of h_rows
+    ensure(c, next.d_keys, from + n);
+    ensure(c, next.d_rows, from + n);
+    if (next.d_keys.size() < from + n) next.d_keys.resize_discard(from + n);  // no allocation
+    if (next.d_rows.size() < from + n) next.d_rows.resize_discard(from + n);
+    device::copy_async(next.d_keys.data() + from, mine, n, stream);
+    store.table().find(next.d_keys.data() + from, n, next.d_rows.data() + from, stream);
+    device::copy_async(next.h_rows.data() + from, next.d_rows.data() + from, n, stream);
+    ++next.readbacks;
+  }
+  end_chunk(c, next, *chunk);
+}
+
+void NextPassWork::read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  const std::size_t from = chunk.slot * next.slot_keys;
+  const std::size_t n = next.slot_count[chunk.slot];
+  if (n > 0) --next.readbacks;
+  for (std::size_t i = 0; i < n; ++i) {
+    const row_index_t row = next.h_rows[from + i];
+    // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
+    GPUBOX_EXPECTS(row != card_table::kInvalidRow && row < next.marks.size(), "card ",
+                   cards_.card(c).rank(), ": a key of the training pass is not on the card");
+    if (next.marks[row] == 0) {  // not a row of the next pass
+      next.spare_at.push_back(next.slot_offsets[from + i]);
+      next.spare_rows.push_back(row);
     }
-  }
-  if (next.at == keys.size()) {
-    // Every row has its mark and nothing inserts until kInsert: the room to make is fixed now.
-    const std::size_t resident = store.size();
-    const std::size_t budget = cards_.row_budget();
-    next.victims = card_table::VictimHeap(
-        resident + next.missing > budget ? resident + next.missing - budget : 0);
-    next.at = 0;
-    next.phase = NextPassCard::Phase::kList;
+    next.marks[row] = 1;
   }
 }
 
@@ -347,7 +375,7 @@ void NextPassWork::list(int c, NextPassCard& next) {
   const device::Stream& stream = card.stream();
   // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
   const std::size_t slots = store.table().capacity();
-  const std::size_t end = std::min(slots, next.at + 8 * next.pacer.keys());
+  const std::size_t end = std::min(slots, next.at + 8 * next.chain.pacer().keys());
   ensure(c, next.d_keys, end - next.at + 2);  // list_entries_range's room
   ensure(c, next.d_rows, end - next.at + 2);
   ensure(c, next.d_floats, end - next.at);
@@ -386,7 +414,7 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   // Their order does not matter.
   const std::vector<card_table::EvictionCandidate>& victims = next.victims.victims();
-  const std::size_t n = std::min(next.pacer.keys(), victims.size() - next.at);
+  const std::size_t n = std::min(next.chain.pacer().keys(), victims.size() - next.at);
   if (n > 0) {
     std::vector<uint64_t> keys(n);
     for (std::size_t i = 0; i < n; ++i) keys[i] = victims[next.at + i].key;
@@ -409,7 +437,7 @@ std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
   const std::size_t room = cards_.row_budget() > 0
                                ? cards_.row_budget() - std::min(cards_.row_budget(), size)
                                : next.used.size();
-  return std::min({next.pacer.keys(), room, next.used.size() - next.inserted});
+  return std::min({next.chain.pacer().keys(), room, next.used.size() - next.inserted});
 }
 
 void NextPassWork::insert(int c, NextPassCard& next) {

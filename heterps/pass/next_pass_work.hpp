@@ -11,6 +11,10 @@
 //   kInsert   once the rows are fetched, staged rows inserted into the room made
 //   kDone     (kOff: not expected, ruled out, stale, or stopped by a fault)
 //
+// kLookup and kMark chunks wait for nothing (their rows come back late, several chunks in flight:
+// ChunkChain); kList, kErase and kInsert chunks still wait for the card (their table calls read
+// counts back).
+//
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
 #pragma once
@@ -74,21 +78,23 @@ struct NextPassCard {
   device::device_buffer<card_table::row_index_t> d_rows;
   device::device_buffer<float> d_floats;
   device::device_buffer<uint8_t> d_flags;
-  // kLookup without a host wait: a chunk's keys go up from h_keys and its rows come back into
-  // h_rows (pinned), `looked_up` recorded after; the next prepare() reads them once the event
-  // has passed (Event::ready, a poll), or leaves them for the one after.
+  // kLookup without a host wait: a chunk's keys go up from its slot of h_keys and its rows come
+  // back into the same slot of h_rows (pinned, ChunkChain::depth slots of slot_keys each), its
+  // end event recorded after; a later prepare() reads the chunks in flight oldest first, each
+  // once its end event has passed (Event::ready, a poll).
   device::pinned_buffer<uint64_t> h_keys;
   device::pinned_buffer<card_table::row_index_t> h_rows;
-  std::optional<device::Event> looked_up;
-  std::size_t in_flight = 0;  // keys of the chunk enqueued, not read yet (from `at` on)
-  // The chunk's size (ChunkPacer) and, when paced, the timing events that measure it: the last
-  // chunk's begin and end, and the end of the one before (the step's card time lies between).
-  ChunkPacer pacer;
-  std::size_t paced_keys = 0;  // the size the measured chunk ran at
-  std::optional<device::Event> chunk_begin, chunk_end, previous_end;
-  bool measuring = false;       // chunk_begin/chunk_end hold a chunk not yet observed
-  bool previous_valid = false;  // previous_end ends the chunk before chunk_begin's
-  bool idle = false;            // the chunk found nothing to do yet (its look-up in flight)
+  std::size_t slot_keys = 0;  // the largest chunk
+  std::size_t enqueued = 0;   // kLookup: keys enqueued so far (those from `at` on are in flight)
+  std::size_t readbacks = 0;  // chunks in flight whose rows come back into h_rows
+  // kMark, the same way: a chunk's keys (its window's of this card) and their offsets in
+  // current_keys, by slot, and how many each slot holds.
+  std::vector<uint32_t> slot_offsets;
+  std::vector<std::size_t> slot_count;
+  // The chunks in flight and their sizes (ChunkChain, ChunkPacer); each chunk's end event
+  // (timed when paced) and, when paced, its begin event: depth + 1 of each.
+  ChunkChain chain;
+  std::vector<device::Event> begins, ends;
 
   // Whether begin_pass can use this work: its keys looked up for `for_staged`, with no other
   // change of the cards' keys since (`current_generation`).
@@ -130,16 +136,18 @@ class NextPassWork {
   // The current phase's chunk.
   void run_chunk(int c, NextPassCard& next);
   void lookup(int c, NextPassCard& next);
-  // kLookup's host half: the chunk in flight's rows, once its event has passed (false: not yet).
-  bool read_lookup(int c, NextPassCard& next);
+  // kLookup's host half: the rows of `chunk` (the oldest in flight, whose end has passed).
+  void read_lookup(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   // Sizes card `c`'s chunk scratch for the largest chunk of each phase (expect(), between
   // passes: no collective in flight).
   void reserve_scratch(int c, NextPassCard& next);
-  // Paced work: the last chunk's card time and the step's beside it to the pacer, once their
-  // events have passed (a poll), then the events of the chunk about to run.
-  void pace(int c, NextPassCard& next);
-  // After a paced chunk: its end event (a chunk that did nothing restarts the measures).
-  void end_pace(int c, NextPassCard& next);
+  // Retires the chunks in flight whose end event has passed, oldest first: a look-up's rows
+  // read, and (paced) its card time and the steps' before it to the pacer. A poll, no wait.
+  void collect(int c, NextPassCard& next);
+  // A chunk of at most `left` keys started (its begin event recorded when paced); none when the
+  // chain is full. end_chunk records its end event after its card work.
+  std::optional<ChunkChain::Chunk> begin_chunk(int c, NextPassCard& next, std::size_t left);
+  void end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   // The capacity `count` on card `c` (an allocation only when the sizes above missed a case,
   // after a counted wait so that no step's collective is in flight: device rule 1).
   template <class T>
@@ -149,6 +157,8 @@ class NextPassWork {
   void mark(int c, NextPassCard& next);
   void list(int c, NextPassCard& next);
   void erase(int c, NextPassCard& next);
+  // kMark's host half: the rows of `chunk` (the oldest in flight, whose end has passed) marked.
+  void read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   void insert(int c, NextPassCard& next);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;

@@ -2,7 +2,8 @@
 // card and pinned copies and a collective across 2 cards, replayed, equals the same sequence run
 // eagerly bit for bit (once, and N replays against N eager runs of an in-place iteration); a
 // capture runs nothing; every operation a captured step may not contain is refused naming
-// itself and the graph; a graph's work is counted as graph launches and nodes, not as launches.
+// itself and the graph (an event wait unless the event was recorded in the same capture); a graph's
+// work is counted as graph launches and nodes, not as launches.
 #include <gtest/gtest.h>
 #include <thrust/fill.h>
 
@@ -233,6 +234,70 @@ TEST(StepGraph, RefusesHostWaitsAllocationsPageableCopiesAndThrustNamingThem) {
       thrust::fill(device::exec_policy(stream), buffer.data(), buffer.data() + 64, 0.0f);
     });
     expect_refused(card, "ScratchArena::allocate", [&] { (void)card.scratch().allocate(256); });
+  });
+}
+
+// Stream::wait while capturing follows CUDA's rule: a wait for an event recorded in the same
+// capture is an edge inside the graph (allowed, counted in the graph's contents, the replay
+// equal to eager); a wait for an event recorded outside the capture, or in another capture, is
+// refused naming Stream::wait and the graph; a stream outside the capture may not wait for an
+// event recorded inside it (a fork); and the host may not read an event recorded in a capture.
+TEST(StepGraph, EventWaitsInsideACaptureFollowCudasRule) {
+  CardGroup g(1);
+  g.run([&](device::Card& card, Communicator&) {
+    const device::Stream& stream = card.stream();
+    device::Event eager(card.device(), nullptr);
+    eager.record(stream);
+    expect_refused(card, "Stream::wait", [&] { stream.wait(eager); });
+
+    // Recorded and waited for inside one capture: held.
+    device::device_buffer<float> x = card.make_buffer<float>(4);
+    device::memset_bytes_async(x.data(), 0, x.bytes(), stream);
+    device::Event inside(card.device(), nullptr);
+    device::StepGraph graph("event graph");
+    graph.capture(stream, [&] {
+      device::parallel_for(stream, 4, Scale{x.data(), 2.0f});
+      inside.record(stream);
+      stream.wait(inside);
+      device::parallel_for(stream, 4, Scale{x.data(), 2.0f});
+    });
+    EXPECT_EQ(graph.contents().stream_waits, 1u);
+    EXPECT_EQ(graph.nodes(), 2u);
+    graph.replay(stream);
+    EXPECT_EQ(device::to_host(x), std::vector<float>(4, 0.75f));  // (0 * 2 + .25) * 2 + .25
+    // The host cannot read it: replays do not mark it.
+    try {
+      (void)inside.ready();
+      ADD_FAILURE() << "an event recorded in a capture was read by the host";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Event::ready"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(inside.synchronize(), Error);
+    // Nor does a later capture hold it (another capture), nor a stream outside any capture.
+    expect_refused(card, "Stream::wait", [&] { stream.wait(inside); });
+    try {
+      card.copy_stream().wait(inside);
+      ADD_FAILURE() << "an eager stream waited for an event of an ended capture";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Stream::wait"), std::string::npos) << e.what();
+    }
+    // A stream outside the open capture waiting for an event recorded in it: a fork, refused.
+    device::StepGraph forked("fork graph");
+    try {
+      forked.capture(stream, [&] {
+        inside.record(stream);
+        card.copy_stream().wait(inside);
+      });
+      ADD_FAILURE() << "a fork out of a capture was allowed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Stream::wait"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fork graph"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(forked.ready());
+    // An eager record makes the event the host's again.
+    inside.record(stream);
+    EXPECT_TRUE(inside.ready());
+    stream.wait(inside);
   });
 }
 

@@ -652,6 +652,90 @@ TEST(ChunkPacer, AimsAtAFractionOfTheStepWithinItsBounds) {
   EXPECT_EQ(small.keys(), 100u);
 }
 
+// ChunkChain against a simulated card whose stream runs `lag` polls behind the host: each poll
+// the host enqueues one step (step_seconds of card time) and, when the chain lets it, a chunk
+// (seconds_per_key a key) after it; a chunk's end has passed `lag` polls after it started. The
+// card's clock gives every begin and end event its time, kept by event index as NextPassWork
+// keeps its events, so the chain's own bookkeeping (which event ended the chunk before) is what
+// the measures rest on.
+struct SimulatedChain {
+  SimulatedChain(std::size_t chain_depth, int card_lag) : depth(chain_depth), lag(card_lag) {}
+  std::size_t depth;
+  int lag;
+  double step_seconds = 1e-3;
+  double seconds_per_key = 1e-7;
+  std::size_t started = 0;  // chunks
+  std::vector<std::size_t> sizes;
+
+  ChunkChain run(ChunkPacer pacer, int polls) {
+    ChunkChain chain(pacer, depth);
+    std::vector<double> begins(chain.depth() + 1, -1), ends(chain.depth() + 1, -1);
+    std::vector<int> started_at(chain.depth() + 1, 0);
+    double clock = 0;
+    for (int p = 0; p < polls; ++p) {
+      clock += step_seconds;  // the step before this poll
+      chain.poll();
+      while (chain.in_flight() > 0 && started_at[chain.oldest().event] + lag <= p) {
+        const ChunkChain::Chunk& oldest = chain.oldest();
+        std::optional<ChunkChain::Times> times;
+        if (oldest.steps_before > 0) {
+          times = ChunkChain::Times{ends[oldest.event] - begins[oldest.event],
+                                    begins[oldest.event] - ends[chain.previous_event(oldest)]};
+        }
+        chain.retire(times);
+      }
+      if (const auto chunk = chain.start(1u << 30)) {
+        begins[chunk->event] = clock;
+        clock += static_cast<double>(chunk->keys) * seconds_per_key;
+        ends[chunk->event] = clock;
+        started_at[chunk->event] = p;
+        ++started;
+        sizes.push_back(chunk->keys);
+      }
+    }
+    return chain;
+  }
+};
+
+// Issue 31, item 4 (review): with one chunk in flight and a host running steps ahead of the
+// card, the next pass's look-ups advanced once every `lag` steps. The chain keeps kDepth in
+// flight: a chunk starts at every step for a lag up to kDepth; one in flight (what it replaced)
+// starts one every `lag` polls.
+TEST(ChunkChain, StartsAChunkEveryStepWhileTheCardLags) {
+  for (int lag = 1; lag <= static_cast<int>(ChunkChain::kDepth); ++lag) {
+    SimulatedChain chain{ChunkChain::kDepth, lag};
+    chain.run(ChunkPacer(1000, 0), 100);
+    EXPECT_EQ(chain.started, 100u) << "lag " << lag;
+  }
+  SimulatedChain one{1, 5};
+  one.run(ChunkPacer(1000, 0), 100);
+  EXPECT_EQ(one.started, 20u);
+  SimulatedChain behind{ChunkChain::kDepth, 2 * static_cast<int>(ChunkChain::kDepth)};
+  behind.run(ChunkPacer(1000, 0), 100);  // further behind than the chain is deep: no deadlock
+  EXPECT_EQ(behind.started, 50u);
+}
+
+// The pacer's measures come from the chain's event times: at 0.1 us a key and a 1 ms step, a
+// quarter of the step is 2500 keys. The chain reaches it from kStartKeys (halved at most once a
+// chunk) whatever the lag, including when polls find the chain full and start nothing (the gap
+// before the next chunk then spans several steps and is shared among them; before, such an idle
+// poll restarted the measures and a lagging card was never paced).
+TEST(ChunkChain, PacesFromTheGapsBetweenChunksAcrossIdlePolls) {
+  for (const auto& [depth, lag] : std::vector<std::pair<std::size_t, int>>{
+           {1, 1}, {1, 4}, {2, 5}, {ChunkChain::kDepth, 3}, {ChunkChain::kDepth, 9}}) {
+    SimulatedChain sim{depth, lag};
+    const ChunkChain chain = sim.run(ChunkPacer(100000, 0.25), 60);
+    EXPECT_EQ(chain.pacer().keys(), 2500u) << "depth " << depth << ", lag " << lag;
+    ASSERT_FALSE(sim.sizes.empty());
+    EXPECT_EQ(sim.sizes.front(), ChunkPacer::kStartKeys);
+    EXPECT_EQ(sim.sizes.back(), 2500u) << "depth " << depth << ", lag " << lag;
+  }
+  // The first chunk has no step measured before it: one chunk alone does not move the pacer.
+  SimulatedChain first{ChunkChain::kDepth, 1};
+  EXPECT_EQ(first.run(ChunkPacer(100000, 0.25), 2).pacer().keys(), ChunkPacer::kStartKeys);
+  EXPECT_EQ(first.started, 2u);
+}
+
 // Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
 // full of the training pass's rows), a failed staging (its keys known, so the cards looked them
 // up and made room, but its rows never came: its begin_pass gets none and places the same rows),
@@ -790,6 +874,50 @@ TEST(PassManager, NextPassLookupsWaitForNothing) {
   EXPECT_EQ(early.card_rows(), reference.card_rows());
   early.manager->end_pass();
   reference.manager->end_pass();
+}
+
+// Issue 31, item 4: the next pass's marks between steps wait for nothing either. Under a row
+// budget that forces room to be made, a card's chunks go: 5 look-ups (240 keys, 50 a chunk),
+// the sixth poll reads the last and plans the marks, 5 mark chunks (the table's find, rows read
+// back late), the twelfth poll reads the last and fixes the victims; the thirteenth lists the
+// table, which still waits. So 12 steps of work wait for the card 0 times and allocate nothing
+// (before, each mark chunk waited 3 times), 13 wait; and begin_pass then places what an engine
+// without the work places.
+TEST(PassManager, NextPassMarksWaitForNothing) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(4, 240, 92).back();  // disjoint from a: 240 rows over the budget
+  for (const int steps : {12, 13}) {
+    SCOPED_TRACE(std::to_string(steps) + " steps");
+    PassManagerOptions options;
+    options.card_row_budget = 300;
+    options.next_pass_chunk_keys = 50;
+    Engine early(1, options);
+    options.next_pass_chunk_keys = 0;
+    Engine reference(1, options);
+    early.manager->begin_pass(a);
+    reference.manager->begin_pass(a);
+    const StagedRows planned = early.manager->plan_staging(b, {}, a);
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&planned, /*rows_ready=*/false));
+    early.train(a, 1, steps, [&](int c) { early.manager->prepare_next_pass(c); });
+    reference.train(a, 1, steps);
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    const PassStats got = early.manager->begin_pass(b);
+    const PassStats want = reference.manager->begin_pass(b);
+    EXPECT_EQ(got.early_chunks, static_cast<uint64_t>(steps));
+    if (steps == 12) {
+      EXPECT_EQ(got.early_host_syncs, 0u);
+    } else {
+      EXPECT_GT(got.early_host_syncs, 0u) << "the listing did not start at the 13th step";
+    }
+    EXPECT_EQ(got.early_allocations, 0u);
+    EXPECT_EQ(got.evicted, want.evicted);
+    EXPECT_EQ(got.hits + got.pulled + got.prefetched, want.hits + want.pulled + want.prefetched);
+    EXPECT_EQ(early.card_rows(), reference.card_rows());
+    early.manager->end_pass();
+    reference.manager->end_pass();
+  }
 }
 
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
