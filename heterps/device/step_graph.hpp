@@ -18,8 +18,11 @@
 // operation and the graph, and the capture is abandoned): a host wait (Stream/Event synchronize,
 // Communicator::synchronize, a blocking collective, a blocking readback), a card or pinned
 // allocation (CardMemory, allocate_pinned, scratch arena growth), a pageable copy, and a Thrust
-// call (the cpu backend cannot record one). A free during a capture cannot throw (destructors):
-// the capture fails at end_capture naming it.
+// call (the cpu backend cannot record one), and, as CUDA's capture rules, a Stream::wait for an
+// event not recorded in the same capture (nor may a stream outside the capture wait for one
+// recorded in it, and the host may not read an event last recorded in a capture: replays do not
+// mark it). A free during a capture cannot throw (destructors): the capture fails at
+// end_capture naming it.
 //
 // Values baked in: a capture records kernel arguments, pointers and sizes as they were when it
 // ran (CUDA does the same). Whoever replays a graph must know that they still hold: the same

@@ -127,6 +127,9 @@ class ChunkChain {
     polls_ = 0;
     return chunk;
   }
+  // The newest chunk did `keys` of work (its start's size, unless the work found less: 0 when it
+  // found none, which measures nothing). Needs a chunk in flight.
+  void set_newest_keys(std::size_t keys) { chunks_[(first_ + count_ - 1) % kMaxDepth].keys = keys; }
   // The oldest chunk is done and read; `times` (when paced and measured) go to the pacer, the
   // step's time being the gap shared among the steps before the chunk.
   void retire(const std::optional<Times>& times) {

@@ -103,16 +103,20 @@ void NextPassWork::collect(int c, NextPassCard& next) {
   }
 }
 
-std::optional<ChunkChain::Chunk> NextPassWork::begin_chunk(int c, NextPassCard& next,
+std::optional<ChunkChain::Chunk> NextPassWork::begin_chunk(int /*c*/, NextPassCard& next,
                                                            std::size_t left) {
-  std::optional<ChunkChain::Chunk> chunk = next.chain.start(left);
-  if (chunk && next.chain.pacer().paced()) {
-    next.begins[chunk->event].record(cards_.card(c).stream());
-  }
-  return chunk;
+  return next.chain.start(left);
 }
 
-void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+void NextPassWork::begin_work(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  if (next.chain.pacer().paced()) next.begins[chunk.event].record(cards_.card(c).stream());
+}
+
+void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk,
+                             std::size_t keys) {
+  // A chunk that did no work (no key of this card in a mark window, nothing left to erase or
+  // insert) measures nothing: its ~0 s would double the pacer's chunks.
+  next.chain.set_newest_keys(keys);
   next.ends[chunk.event].record(cards_.card(c).stream());
 }
 
@@ -132,6 +136,9 @@ bool NextPassWork::prepare(int c) {
     next.phase = Phase::kOff;
     return false;
   }
+  // Every step is a poll, those that return early too (waiting for the staged rows, often many
+  // steps): the chunk after them shares the card time since the chunk before among them all.
+  next.chain.poll();
   if (next.phase == Phase::kWaiting && !start(c, next)) return false;
   if (next.phase == Phase::kInsert && !next.rows_ready) {
     // Looked up and room made; the inserts wait for the fetch (for ever when it failed: its
@@ -157,7 +164,6 @@ bool NextPassWork::prepare(int c) {
                      !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
   if (waits) card.stream().synchronize();
   try {
-    next.chain.poll();
     collect(c, next);
     run_chunk(c, next);
   } catch (const std::exception& e) {
@@ -169,8 +175,10 @@ bool NextPassWork::prepare(int c) {
     next.phase = Phase::kOff;
   }
   if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
-    // Look-ups or marks in flight (a fault stopped the work) copy into h_rows' memory.
-    if (next.readbacks > 0) next.ends[next.chain.newest().event].synchronize();
+    // Look-ups or marks in flight (a fault stopped the work) copy into h_rows' memory. The
+    // stream, not the newest chunk's end event: a fault between its start and its end left that
+    // event holding an earlier chunk's record.
+    if (next.readbacks > 0) card.stream().synchronize();
     next.readbacks = 0;
     // Its pinned and card buffers go with the work at take(), between passes: freed here, a
     // cudaFreeHost would wait for the device inside the step's collectives (uncounted), and a
@@ -215,20 +223,22 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
   // in flight here: the chain only times them.
   const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, SIZE_MAX);
   if (!chunk) return;
+  begin_work(c, next, *chunk);
+  std::size_t keys = 0;
   switch (next.phase) {
     case Phase::kList:
-      list(c, next);
+      keys = list(c, next);
       break;
     case Phase::kErase:
-      erase(c, next);
+      keys = erase(c, next);
       break;
     case Phase::kInsert:
-      insert(c, next);
+      keys = insert(c, next);
       break;
     default:
       break;
   }
-  end_chunk(c, next, *chunk);
+  end_chunk(c, next, *chunk, keys);
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
@@ -251,12 +261,13 @@ void NextPassWork::lookup(int c, NextPassCard& next) {
   uint64_t* d_keys = next.d_keys.data() + from;
   row_index_t* d_rows = next.d_rows.data() + from;
   std::copy_n(mine.keys.data() + next.enqueued, n, next.h_keys.data() + from);
+  begin_work(c, next, *chunk);
   device::copy_async(d_keys, next.h_keys.data() + from, n, stream);
   // The table's find alone (lookup_or_create waits for it): kInvalidRow for a missing key.
   store.table().find(d_keys, n, d_rows, stream);
   device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
   ++next.readbacks;
-  end_chunk(c, next, *chunk);
+  end_chunk(c, next, *chunk, n);
   next.enqueued += n;
 }
 
@@ -339,6 +350,7 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   }
   next.at = k;
   next.slot_count[chunk->slot] = n;
+  begin_work(c, next, *chunk);
   if (n > 0) {  // as lookup(): the table's find, the rows back into the slot of h_rows
     ensure(c, next.d_keys, from + n);
     ensure(c, next.d_rows, from + n);
@@ -349,7 +361,7 @@ void NextPassWork::mark(int c, NextPassCard& next) {
     device::copy_async(next.h_rows.data() + from, next.d_rows.data() + from, n, stream);
     ++next.readbacks;
   }
-  end_chunk(c, next, *chunk);
+  end_chunk(c, next, *chunk, n);
 }
 
 void NextPassWork::read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
@@ -369,7 +381,7 @@ void NextPassWork::read_marks(int c, NextPassCard& next, const ChunkChain::Chunk
   }
 }
 
-void NextPassWork::list(int c, NextPassCard& next) {
+std::size_t NextPassWork::list(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -402,15 +414,17 @@ void NextPassWork::list(int c, NextPassCard& next) {
     if (rows[i] >= next.marks.size() || next.marks[rows[i]] != 0 || dirty[i] != 0) continue;
     next.victims.offer({ranks[i], keys[i]});
   }
+  const std::size_t listed = (end - next.at + 7) / 8;  // in keys: 8 slots a key
   next.at = end;
-  if (next.at < slots) return;
+  if (next.at < slots) return listed;
   next.evicts_all_outside = !next.victims.passed_over();
   next.marks = {};
   next.at = 0;
   next.phase = NextPassCard::Phase::kErase;
+  return listed;
 }
 
-void NextPassWork::erase(int c, NextPassCard& next) {
+std::size_t NextPassWork::erase(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   // Their order does not matter.
   const std::vector<card_table::EvictionCandidate>& victims = next.victims.victims();
@@ -430,6 +444,7 @@ void NextPassWork::erase(int c, NextPassCard& next) {
     next.outside_gone = next.evicts_all_outside;
     next.phase = NextPassCard::Phase::kInsert;
   }
+  return n;
 }
 
 std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
@@ -440,7 +455,7 @@ std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
   return std::min({next.chain.pacer().keys(), room, next.used.size() - next.inserted});
 }
 
-void NextPassWork::insert(int c, NextPassCard& next) {
+std::size_t NextPassWork::insert(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t stride = cards_.stride();
@@ -477,6 +492,7 @@ void NextPassWork::insert(int c, NextPassCard& next) {
   }
   // No room left (begin_pass evicts rows of this pass first) or every staged row in.
   if (n == 0 || next.inserted == next.used.size()) next.phase = NextPassCard::Phase::kDone;
+  return n;
 }
 
 }  // namespace gpubox::pass

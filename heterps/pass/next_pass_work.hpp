@@ -144,10 +144,13 @@ class NextPassWork {
   // Retires the chunks in flight whose end event has passed, oldest first: a look-up's rows
   // read, and (paced) its card time and the steps' before it to the pacer. A poll, no wait.
   void collect(int c, NextPassCard& next);
-  // A chunk of at most `left` keys started (its begin event recorded when paced); none when the
-  // chain is full. end_chunk records its end event after its card work.
+  // A chunk of at most `left` keys started; none when the chain is full. begin_work records its
+  // begin event (when paced) right before its first card work, after the chunk's host work, so
+  // that its card time is the card's alone; end_chunk records its end event after its card work,
+  // and the work it did (`keys`, in the pacer's unit; 0: nothing measured).
   std::optional<ChunkChain::Chunk> begin_chunk(int c, NextPassCard& next, std::size_t left);
-  void end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
+  void begin_work(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
+  void end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk, std::size_t keys);
   // The capacity `count` on card `c` (an allocation only when the sizes above missed a case,
   // after a counted wait so that no step's collective is in flight: device rule 1).
   template <class T>
@@ -155,11 +158,12 @@ class NextPassWork {
   // After the last look-up: whether room must be made first (kMark) or not (kInsert).
   void plan(int c, NextPassCard& next);
   void mark(int c, NextPassCard& next);
-  void list(int c, NextPassCard& next);
-  void erase(int c, NextPassCard& next);
+  // list, erase and insert return the work their chunk did, in the pacer's unit of keys.
+  std::size_t list(int c, NextPassCard& next);
+  std::size_t erase(int c, NextPassCard& next);
   // kMark's host half: the rows of `chunk` (the oldest in flight, whose end has passed) marked.
   void read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
-  void insert(int c, NextPassCard& next);
+  std::size_t insert(int c, NextPassCard& next);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;
 

@@ -736,6 +736,25 @@ TEST(ChunkChain, PacesFromTheGapsBetweenChunksAcrossIdlePolls) {
   EXPECT_EQ(first.started, 2u);
 }
 
+// A chunk that found no work (a mark window without this card's keys, nothing left to erase or
+// insert) takes ~0 s of card time: measured as a chunk of the pacer's size, it would double the
+// next chunk (review of h68). Its size set to 0 measures nothing; one that did part of its size
+// is measured at what it did.
+TEST(ChunkChain, AChunkThatDidNoWorkMeasuresNothing) {
+  const auto run = [](std::size_t second_keys) {
+    ChunkChain chain(ChunkPacer(100000, 0.25), 2);
+    chain.start(1u << 30);  // the first: nothing before it to measure against
+    chain.retire(std::nullopt);
+    chain.poll();
+    chain.start(1u << 30);
+    chain.set_newest_keys(second_keys);
+    chain.retire(ChunkChain::Times{1e-9, 1e-3});  // ~0 s of card work after a 1 ms step
+    return chain.pacer().keys();
+  };
+  EXPECT_EQ(run(0), ChunkPacer::kStartKeys);
+  EXPECT_EQ(run(ChunkPacer::kStartKeys), 2 * ChunkPacer::kStartKeys);
+}
+
 // Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
 // full of the training pass's rows), a failed staging (its keys known, so the cards looked them
 // up and made room, but its rows never came: its begin_pass gets none and places the same rows),
