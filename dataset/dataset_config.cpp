@@ -17,9 +17,13 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   c.slots = doc.get_string_list("hyper_parameters.slot_names");
   // The document checked that slot_names, when given, has sparse_inputs_slots - 1 names.
   const int sparse_inputs_slots = doc.get_int("hyper_parameters.sparse_inputs_slots");
-  if (c.slots.empty()) c.slots = numbered_slots(sparse_inputs_slots, c.label_name);
+  if (c.slots.empty()) {
+    c.slots = numbered_slots(sparse_inputs_slots + (reader.avazu ? 1 : 0), c.label_name);
+  }
+  if (reader.avazu && c.data_format == DataFormat::kAuto) c.data_format = DataFormat::kAvazu;
   c.dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
   if (reader.dense_dim >= 0) c.dense_dim = reader.dense_dim;
+  if (reader.avazu && !doc.is_set("hyper_parameters.dense_input_dim")) c.dense_dim = 0;
   c.multislot_order = doc.get_string_list("runner.multislot_order");
   if (!reader.multislot_order.empty()) {
     c.multislot_order = reader.multislot_order;

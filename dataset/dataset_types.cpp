@@ -27,10 +27,16 @@ Status validate(const DatasetConfig& config) {
           std::to_string(config.dense_dim));
     }
   }
+  if (config.data_format == DataFormat::kAvazu && config.dense_dim != 0) {
+    return Status::InvalidArgument(
+        "runner.data_format avazu has no dense features, but hyper_parameters.dense_input_dim "
+        "is " +
+        std::to_string(config.dense_dim) + ": set it to 0");
+  }
   // The transform is read with the slot and multislot dense fields; the Criteo formats scale
   // theirs by runner.criteo_dense. Set for those, it would be named at start and never applied.
   if ((config.data_format == DataFormat::kCriteo || config.data_format == DataFormat::kFeatIdx ||
-       config.data_format == DataFormat::kIdxValue) &&
+       config.data_format == DataFormat::kIdxValue || config.data_format == DataFormat::kAvazu) &&
       config.dense_transform != config::DenseTransform::kNone &&
       config.dense_transform != config::DenseTransform::kAuto) {
     return Status::InvalidArgument(

@@ -71,6 +71,7 @@ std::vector<DatasetConfig> format_candidates(const DatasetConfig& config) {
   if (fits_criteo(config)) add(DataFormat::kCriteo, [](DatasetConfig&) {});
   add(DataFormat::kFeatIdx, [](DatasetConfig&) {});
   add(DataFormat::kIdxValue, [](DatasetConfig&) {});
+  if (config.dense_dim == 0) add(DataFormat::kAvazu, [](DatasetConfig&) {});
   GPUBOX_EXPECTS(!out.empty(), "no input format fits the config");
   return out;
 }
@@ -110,6 +111,8 @@ std::string describe_format(const DatasetConfig& c) {
       return "feat_idx text (PaddleRec's LR/FM samples)";
     case DataFormat::kIdxValue:
       return "idx_value text (PaddleRec's autoint samples)";
+    case DataFormat::kAvazu:
+      return "avazu text (PaddleRec's flen samples: id, one index per slot, label)";
     case DataFormat::kAuto:
       break;
   }
@@ -148,6 +151,14 @@ std::string describe_shape(const std::vector<std::string>& lines, const DatasetC
     }
     return "these look like raw Criteo TSV, which needs hyper_parameters.sparse_inputs_slots: 27 "
            "and dense_input_dim: 13 (" +
+           config_shape + ")";
+  }
+  const std::size_t comma_fields =
+      static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1;
+  if (tab_fields == 1 && comma_fields > 2) {
+    return "these look like avazu text (PaddleRec's flen samples) with " +
+           std::to_string(comma_fields) + " fields, which needs dense_input_dim 0 and " +
+           std::to_string(comma_fields - 2) + " sparse slots (an id, the slots, the label; " +
            config_shape + ")";
   }
   if (tab_fields > 2) {

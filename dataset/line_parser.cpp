@@ -182,6 +182,8 @@ ParseResult LineParser::parse(std::string_view line, InstanceBlock* out) {
       return parse_feat_idx(line, out);
     case DataFormat::kIdxValue:
       return parse_idx_value(line, out);
+    case DataFormat::kAvazu:
+      return parse_avazu(line, out);
     case DataFormat::kAuto:
       break;
   }
@@ -466,6 +468,45 @@ ParseResult LineParser::parse_idx_value(std::string_view line, InstanceBlock* ou
   }
   commit_fields(label, &result, out);
   return result;
+}
+
+constexpr const char* kAvazuShape = "not an id, one integer per sparse slot and the label";
+
+// PaddleRec flen's Avazu text (its avazu_reader.py): comma-separated integers, the first an id
+// its net never reads (FLENLayer starts at sparse_inputs[1]), then one index per sparse slot, then
+// the label (dygraph_model.py takes the last). Every slot looks its index up in one embedding
+// table, so an index means one row whatever its slot: the key is the index + 1 (key 0 is "no
+// feature"; index 0 is a row of Paddle's table like any other). avazu_reader.py skips a line of
+// another field count silently; here it is a bad line, counted and named.
+ParseResult LineParser::parse_avazu(std::string_view line, InstanceBlock* out) {
+  const auto fields = static_cast<std::size_t>(num_slots_) + 2;
+  if (static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1 != fields) {
+    return fail_note(ParseReason::kFieldCount, kAvazuShape);
+  }
+  keys_.clear();
+  std::size_t start = 0;
+  for (std::size_t f = 0; f < fields; ++f) {
+    const std::size_t comma = std::min(line.find(',', start), line.size());
+    std::string_view value = line.substr(start, comma - start);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    start = comma + 1;
+    if (f + 1 == fields) {
+      float label = 0.0f;
+      if (!parse_label(value, &label)) return fail(ParseReason::kBadLabel, value);
+      commit(label, out);
+      return ParseResult{};
+    }
+    std::uint64_t index = 0;
+    if (!parse_u64(value, &index) || index == ~std::uint64_t{0}) {
+      return fail(ParseReason::kBadKey, value);
+    }
+    if (f == 0) continue;  // the id
+    keys_.push_back(index + 1);
+    slot_sizes_[f - 1] = 1;
+  }
+  return fail_note(ParseReason::kFieldCount, kAvazuShape);
 }
 
 // The first dense_dim fields are the dense values (their index is only the field's number);

@@ -80,6 +80,7 @@ class LineParser {
   ParseResult parse_criteo(std::string_view line, InstanceBlock* out);
   ParseResult parse_feat_idx(std::string_view line, InstanceBlock* out);
   ParseResult parse_idx_value(std::string_view line, InstanceBlock* out);
+  ParseResult parse_avazu(std::string_view line, InstanceBlock* out);
   // feat_idx and idx_value text: dense values, keys and slot sizes from feat_idx_/feat_value_,
   // then commit.
   void commit_fields(float label, ParseResult* result, InstanceBlock* out);

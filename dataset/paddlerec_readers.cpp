@@ -44,6 +44,7 @@ constexpr KnownReader kReaders[] = {
     {"fat_deepffm", "criteo_reader", DenseTransform::kNone, false},
     {"dlrm", "criteo_reader", DenseTransform::kNone, false},
     {"autoint", "criteo_reader", DenseTransform::kNone, false},
+    {"flen", "avazu_reader", DenseTransform::kNone, false},  // integers only, no dense
     {"logistic_regression", "criteo_lr_reader", DenseTransform::kNone, false},
     // No dense features: the label, the show field and slots only.
     {"slot_dnn", "*", DenseTransform::kNone, false},
@@ -171,6 +172,16 @@ ReaderProfile paddlerec_reader_profile(const config::ConfigDocument& doc) {
   const std::string& path = doc.get_string("runner.train_reader_path");
   if (!path.empty()) p.reader = module_name(path);
   if (p.model == "slot_dnn") apply_slot_dnn(doc, &p);
+  if (p.model == "flen" && p.reader == "avazu_reader" &&
+      doc.get_string("runner.pipe_command").empty()) {
+    p.avazu = true;
+    p.notes.push_back(
+        "reader: " + reader_text(p) +
+        " reads comma-separated integers (an id, one index per field, the label last): GPUBox "
+        "reads them as runner.data_format avazu, hyper_parameters.sparse_inputs_slots slots (its "
+        "net's field count, the label not among them), the id not read (flen's net reads it "
+        "not), one key per index shared by every slot (its one embedding table)");
+  }
   apply_reader(doc, &p);
   return p;
 }

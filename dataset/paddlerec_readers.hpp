@@ -31,6 +31,9 @@ struct ReaderProfile {
   std::string label_name;                    // slot_dnn: "1"
   int dense_dim = -1;                        // slot_dnn: 0 (its network has no dense input)
   std::vector<std::string> multislot_order;  // slot_dnn: "0", "1", ..., "301"
+  // flen's avazu_reader.py: its lines are avazu text, and sparse_inputs_slots counts its fields
+  // without the label (its net reads that many), so the data has sparse_inputs_slots slots.
+  bool avazu = false;
   // The transform GPUBox applies to slot text and MultiSlot dense values (never kAuto).
   config::DenseTransform dense = config::DenseTransform::kNone;
   // Lines for the start log: what was applied in the reader's place, or which reader's

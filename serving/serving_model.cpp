@@ -193,6 +193,9 @@ void write_network_keys(const trainer::DenseModelConfig& model,
     (*properties)["scaling"] = model.attn_scaling ? "1" : "0";
     (*properties)["use_wide"] = model.attn_use_wide ? "1" : "0";
   }
+  if (model.kind == trainer::ModelKind::kFlen) {
+    (*properties)["field_group_sizes"] = join_ints(model.flen_groups);
+  }
 }
 
 // write_network_keys' keys back into `model` (kind and slots already read); a malformed one is
@@ -222,6 +225,9 @@ Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
     model->attn_residual = read.integer("use_residual", 0, 1) != 0;
     model->attn_scaling = read.integer("scaling", 0, 1) != 0;
     model->attn_use_wide = read.integer("use_wide", 0, 1) != 0;
+  }
+  if (model->kind == trainer::ModelKind::kFlen) {
+    model->flen_groups = read.sizes("field_group_sizes");
   }
   const auto widths = manifest.properties.find("slot_dims");
   if (widths == manifest.properties.end()) return Status::OK();

@@ -14,19 +14,21 @@ namespace gpubox::config {
 // runner.data_format: the input formats. kAuto is not a format of its own: the format of each file
 // (or of a pipe_command's output) is recognised from its first lines (dataset/format_detect.hpp).
 enum class DataFormat {
-  kAuto,       // recognise slot text (either token order), MultiSlot, raw Criteo, feat_idx or
-               // idx_value text
+  kAuto,       // recognise slot text (either token order), MultiSlot, raw Criteo, feat_idx,
+               // idx_value or avazu text
   kSlot,       // PaddleRec slot text: `click:1 dense_feature:0.5 ... 1:737395 ... 26:306163`
   kMultiSlot,  // Paddle MultiSlot: `<n> <v1>..<vn>` per field, fields in runner.multislot_order
                // (default: label, sparse slots, dense, the order of PaddleRec's readers)
   kCriteo,     // raw Criteo TSV: label, 13 integers, 26 hex categoricals, tab separated
   kFeatIdx,    // PaddleRec's LR/FM Criteo text: `feat_idx:I ... feat_value:V ... label:L`
   kIdxValue,   // PaddleRec autoint's Criteo text: `L I_1 .. I_n V_1 .. V_n` (n fields)
+  kAvazu,      // PaddleRec flen's Avazu text (avazu_reader.py): `id,f_1,..,f_n,label`, integers
 };
 inline constexpr EnumName<DataFormat> kDataFormatNames[] = {
     {DataFormat::kAuto, "auto"},           {DataFormat::kSlot, "slot"},
     {DataFormat::kMultiSlot, "multislot"}, {DataFormat::kCriteo, "criteo"},
     {DataFormat::kFeatIdx, "feat_idx"},    {DataFormat::kIdxValue, "idx_value"},
+    {DataFormat::kAvazu, "avazu"},
 };
 
 // runner.pipe_command_args: whether a pipe_command gets PaddleRec's two arguments appended,
@@ -125,6 +127,9 @@ enum class ModelKind {
   kAutoint,  // AutoInt: multi-head self-attention layers over the slots' and dense features'
              // embeddings into the logit, + the wide part (use_wide) and the MLP over the
              // embeddings when fc_sizes is set (hyper_parameters.attn_layer_sizes, head_num)
+  kFlen,     // FLEN: the MLP over the slots' embeddings + a field-wise bi-interaction between
+             // field groups (hyper_parameters.field_group_sizes) through a ReLU layer into the
+             // logit (PaddleRec's flen; flen_part.hpp)
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},           {ModelKind::kWideDeep, "wide_deep"},
@@ -133,6 +138,7 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDcn, "dcn"},           {ModelKind::kDlrm, "dlrm"},
     {ModelKind::kXdeepfm, "xdeepfm"},   {ModelKind::kFfm, "ffm"},
     {ModelKind::kDeepFefm, "deepfefm"}, {ModelKind::kAutoint, "autoint"},
+    {ModelKind::kFlen, "flen"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two
@@ -153,10 +159,11 @@ inline constexpr EnumName<DensePrecision> kDensePrecisionNames[] = {
 };
 
 // hyper_parameters.optimizer.class: the dense optimizer.
-enum class DenseOptimizerKind { kAdam, kSgd };
+enum class DenseOptimizerKind { kAdam, kSgd, kAdagrad };
 inline constexpr EnumName<DenseOptimizerKind> kDenseOptimizerKindNames[] = {
     {DenseOptimizerKind::kAdam, "Adam"},
     {DenseOptimizerKind::kSgd, "SGD"},
+    {DenseOptimizerKind::kAdagrad, "Adagrad"},  // Paddle's, as PaddleRec's flen trains with
 };
 
 // runner.save_mode, and what one save of the sparse table writes: base (the model rows),

@@ -86,10 +86,10 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
             p + ": -o: runner.max_line_bytes: 1e12 is out of range [16, 1073741824]");
   EXPECT_EQ(error_of("runner:\n  max_line_bytes: 1e30\n"),
             p + ":2: runner.max_line_bytes: 1e30 is out of range [16, 1073741824]");
-  EXPECT_EQ(
-      error_of("hyper_parameters:\n  model: flen\n"),
-      p + ":2: hyper_parameters.model: expected one of "
-          "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint, got 'flen'");
+  EXPECT_EQ(error_of("hyper_parameters:\n  model: difm\n"),
+            p + ":2: hyper_parameters.model: expected one of "
+                "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|flen, "
+                "got 'difm'");
   EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n"),
             p + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   EXPECT_EQ(error_of("hyper_parameters:\n  sparse_optimizer:\n    class: lamb\n"),
@@ -376,10 +376,10 @@ TEST_F(ConfigDocumentTest, EveryUnknownKeyOfAFileIsReportedInOneError) {
       "runner:\n  train_data_dir: data\n  use_gpu: False\n  num_workers: 0\n"
       "  epoch: 3\n  thread_num: x\n"
       "hyper_parameters:\n  optimizer:\n    class: Adam\n  sparse_feature_number: 1086460\n"
-      "  sparse_num_field: 3\n  field_num: 2\n");
+      "  tower_units: 3\n  field_num: 2\n");
   EXPECT_EQ(e, p + ": 3 unknown keys (gpubox_train --print_config_keys lists the valid ones):\n  " +
                    p + ":5: unknown key 'runner.epoch' (did you mean 'runner.epochs'?)\n  " + p +
-                   ":11: unknown key 'hyper_parameters.sparse_num_field'\n  " + p +
+                   ":11: unknown key 'hyper_parameters.tower_units'\n  " + p +
                    ":12: unknown key 'hyper_parameters.field_num' (did you mean "
                    "'hyper_parameters.head_num'?)\n  " +
                    p + ":6: runner.thread_num: expected an integer, got 'x'");
@@ -408,7 +408,7 @@ TEST_F(ConfigDocumentTest, SuggestionsAreOnlyCloseNames) {
             (std::vector<std::string>{"hyper_parameters.head_num", "runner.thread_num"}));
   // Unrelated names get no suggestion (the old "did you mean" named any nearest key).
   EXPECT_TRUE(key_suggestions("runner.num_wk").empty());
-  EXPECT_TRUE(key_suggestions("hyper_parameters.sparse_num_field").empty());
+  EXPECT_TRUE(key_suggestions("hyper_parameters.tower_units").empty());
   EXPECT_TRUE(key_suggestions("runner.xy").empty());
   EXPECT_EQ(error_of("runner:\n  num_wk: 2\n"), bad_path() + ":2: unknown key 'runner.num_wk'");
   // PaddleRec's names are candidates too.

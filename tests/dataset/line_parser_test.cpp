@@ -337,6 +337,36 @@ TEST(IdxValueFormat, ParsesPaddleRecsAutointSampleLine) {
   EXPECT_EQ(reason_of(c, "0 " + line.substr(4)), ParseReason::kFieldCount);
 }
 
+// PaddleRec flen's Avazu sample (models/rank/flen/data/sample_data/train, its first line): an id
+// its net never reads, 22 indices (slots 1..22), the label last; each index is the key index + 1
+// of its slot (one key space for every slot: one embedding table; index 0 is a row, key 0 none).
+TEST(AvazuFormat, ParsesPaddleRecsFlenSampleLine) {
+  DatasetConfig c = slot_config(22, 0);
+  c.data_format = DataFormat::kAvazu;
+  const std::string line = "9,0,0,0,0,1,2,0,0,0,1,9,6,1,1,7,0,0,3,1,3,2,3,1";
+  Parsed p = parse_one(c, line);
+  ASSERT_TRUE(p.result.ok()) << describe(p.result);
+  const PlainInstance got = to_plain(p.block.instance(0));
+  EXPECT_EQ(got.label, 1.0f);
+  EXPECT_TRUE(got.dense.empty());
+  const std::vector<std::uint64_t> want = {1, 1, 1, 1, 2, 3, 1, 1, 1, 2, 10,
+                                           7, 2, 2, 8, 1, 1, 4, 2, 4, 3, 4};
+  for (int s = 0; s < 22; ++s) {
+    EXPECT_EQ(got.slots[s], std::vector<std::uint64_t>{want[s]}) << "slot " << s;
+  }
+  EXPECT_EQ(p.result.zero_keys, 0u);
+  EXPECT_EQ(reason_of(c, line.substr(0, line.rfind(','))), ParseReason::kFieldCount);
+  EXPECT_EQ(reason_of(c, line + ",0"), ParseReason::kFieldCount);
+  EXPECT_EQ(reason_of(c, line.substr(0, line.size() - 1) + "x"), ParseReason::kBadLabel);
+  EXPECT_EQ(reason_of(c, "9,x" + line.substr(3)), ParseReason::kBadKey);
+  EXPECT_EQ(reason_of(c, "9,-1" + line.substr(3)), ParseReason::kBadKey);
+  // The id is checked as an integer too (avazu_reader.py's astype('int64') fails on it).
+  EXPECT_EQ(reason_of(c, "x" + line.substr(1)), ParseReason::kBadKey);
+  // With dense features configured, the format is refused (it has none).
+  c.dense_dim = 1;
+  EXPECT_FALSE(validate(c).ok());
+}
+
 TEST(MultiSlotFormat, MalformedLines) {
   const DatasetConfig c = multislot_config(2, 1);
   struct Case {

@@ -95,7 +95,7 @@ TEST(DatasetConfig, ErrorsNameTheFileAndKey) {
   EXPECT_EQ(c.status().message(),
             dir.file("d.yaml") +
                 ":2: runner.data_format: expected one of "
-                "auto|slot|multislot|criteo|feat_idx|idx_value, got 'parquet'");
+                "auto|slot|multislot|criteo|feat_idx|idx_value|avazu, got 'parquet'");
   // A key only the old dataset reader knew is now refused like any unknown key.
   c = load_dataset_config(dir.write("e.yaml", "runner:\n  feasign_first: true\n"));
   ASSERT_FALSE(c.ok());

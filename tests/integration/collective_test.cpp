@@ -265,6 +265,17 @@ TEST_F(Collective, DeepFefmEqualsGpuboxMode) {
   EXPECT_GT(auc, 0.68);
 }
 
+// flen (its groups' bi-interaction all-reduced with the dnn, PaddleRec's dense Adagrad) in
+// Collective mode equals the gpubox mode on the same 2 cards, and learns.
+TEST_F(Collective, FlenEqualsGpuboxMode) {
+  network_equals_gpubox_mode(
+      "flen",
+      {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[3, 3, 2]",
+       "hyper_parameters.fc_sizes=[32, 16]", "hyper_parameters.optimizer.class=Adagrad",
+       "hyper_parameters.optimizer.learning_rate=0.01"},
+      0.68);
+}
+
 TEST_F(Collective, SavesLoadAcrossModes) {
   GPUBOX_REQUIRE_CARDS(3);
   auto collective = make_trainer(true, "0,1");

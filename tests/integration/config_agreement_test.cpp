@@ -126,13 +126,15 @@ std::vector<BadConfig> bad_configs() {
        {},
        ":3: hyper_parameters.sparse_optimizer.class: expected one of "
        "sgd|adagrad|adam|shared_adam, got 'lamb'"},
-      {"hyper_parameters:\n  model: flen\n",
+      {"hyper_parameters:\n  model: difm\n",
        {},
        ":2: hyper_parameters.model: expected one of "
-       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint, got 'flen'"},
+       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|flen, got "
+       "'difm'"},
       {"runner:\n  data_format: parquet\n",
        {},
-       ":2: runner.data_format: expected one of auto|slot|multislot|criteo|feat_idx|idx_value, got "
+       ":2: runner.data_format: expected one of "
+       "auto|slot|multislot|criteo|feat_idx|idx_value|avazu, got "
        "'parquet'"},
       {"runner:\n  epochs: 1\n",
        {"runner.max_line_bytes=1e12"},

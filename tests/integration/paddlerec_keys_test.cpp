@@ -288,8 +288,8 @@ TEST(PaddleRecKeys, XdeepfmConfigTrainsXdeepfm) {
   ASSERT_TRUE(fc.ok()) << fc.status().to_string();
   EXPECT_EQ(fc->hyper.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
   EXPECT_TRUE(contains(error_of(kXdeepfm, {"hyper_parameters.model=dnn"}),
-                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's DNN, but the model "
-                       "is dnn, which reads hyper_parameters.fc_sizes"));
+                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's and flen's DNN, but "
+                       "the model is dnn, which reads hyper_parameters.fc_sizes"));
 }
 
 // deepfefm's config.yaml (its runner and hyper_parameters, unchanged but the batch): the network
@@ -407,6 +407,64 @@ TEST(PaddleRecKeys, AutointConfigTrainsAutoint) {
   EXPECT_TRUE(contains(error_of(kAutoint, {"hyper_parameters.model=dnn"}),
                        "p.yaml: hyper_parameters.fc_sizes is [], but dnn needs a hidden layer in "
                        "its dnn (only autoint takes [] for no dnn)"));
+}
+
+// flen's config.yaml (its runner and hyper_parameters, unchanged): the network its folder names,
+// its reader's Avazu lines (sparse_inputs_slots 22 fields, the label not among them, no dense
+// features), its groups (sparse_num_field 3: the net's 13 + 3 + 6), its DNN from layer_sizes_dnn,
+// sparse_feature_dim 32 the key's whole embedding, its dense Adagrad with Paddle's epsilon.
+constexpr const char* kFlen = R"(workspace: "models/rank/flen"
+runner:
+  train_data_dir: "./data/sample_data/train"
+  train_reader_path: "avazu_reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 1 #512
+  epochs: 1
+  print_interval: 2
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_flen"
+  test_data_dir:  "./data/sample_data/train" #"../../../../data/test"
+  infer_reader_path: "avazu_reader" # importlib format
+  infer_batch_size: 3 #512
+  infer_load_path: "output_model_flen"
+  infer_start_epoch: 0
+  infer_end_epoch: 1
+hyper_parameters:
+  optimizer:
+    class: Adagrad
+    learning_rate: 0.04
+    strategy: async
+  sparse_inputs_slots: 22
+  sparse_feature_number: 20 #1544488
+  sparse_num_field: 3
+  sparse_feature_dim: 32
+  layer_sizes_dnn: [64, 32]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, FlenConfigTrainsFlen) {
+  const StatusOr<TrainerConfig> c = parse(kFlen);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kFlen);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.flen_groups, (std::vector<int>{13, 3, 6}));
+  EXPECT_EQ(model.fc_sizes, (std::vector<int>{64, 32}));
+  EXPECT_EQ(c->mf_dim() + 1, 32);  // embed_w and embedx: the key's 32 values
+  EXPECT_EQ(c->dataset.data_format, dataset::DataFormat::kAvazu);
+  EXPECT_EQ(c->dataset.dense_dim, 0);
+  EXPECT_EQ(c->num_sparse_slots(), 22);
+  EXPECT_EQ(c->hyper.optimizer.kind, config::DenseOptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(c->hyper.optimizer.epsilon, 1e-6f);
+  EXPECT_FLOAT_EQ(c->hyper.optimizer.initial_accumulator, 1e-3f);
+  // The groups must be as many as sparse_num_field says and cover the fields.
+  EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.sparse_num_field=2"}),
+                       "p.yaml: flen's hyper_parameters.sparse_num_field is 2 field groups, but "
+                       "hyper_parameters.field_group_sizes lists 3"));
+  EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.field_group_sizes=[13, 3, 5]"}),
+                       "field_group_sizes group 21 slots, but the data has 22 sparse slots"));
+  EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.model=dnn"}),
+                       "layer_sizes_dnn is xdeepfm's and flen's DNN"));
 }
 
 TEST(PaddleRecKeys, ASpellingAndItsKeyMustAgree) {

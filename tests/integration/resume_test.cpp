@@ -257,6 +257,16 @@ TEST_F(Resume, ADeepFefmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   network_resumes_bit_identical("deepfefm", {"hyper_parameters.model=deepfefm"}, 4);
 }
 
+// flen: its bi-interaction's weights in the dense part and PaddleRec's dense Adagrad (its
+// squared-gradient sums saved and restored); rows as the dnn's.
+TEST_F(Resume, AFlenRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical(
+      "flen",
+      {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[2, 1, 1]",
+       "hyper_parameters.optimizer.class=Adagrad", "hyper_parameters.optimizer.learning_rate=0.04"},
+      4);
+}
+
 // A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and
 // the trainer are the real ones.
 class StopAt final : public Schedule {

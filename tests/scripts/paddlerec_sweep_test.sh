@@ -6,7 +6,7 @@
 #   dnn/bigdata.yaml     trains on the sample (its data folder does not exist)
 #   dnn/typo.yaml        refused: the unknown key named
 #   dnn/init.yaml        loads, training fails (model_init_path names no save)
-#   flen/config.yaml     refused: the folder names a network GPUBox does not build
+#   difm/config.yaml     refused: the folder names a network GPUBox does not build
 set -euo pipefail
 repo="$1"
 build="$2"
@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; cat "$work/out.md" >&2 || true; exit 1; }
 
 rank="$work/PaddleRec/models/rank"
-for model in dnn flen; do
+for model in dnn difm; do
   mkdir -p "$rank/$model/data/sample_data/train"
   cp "$repo/configs/data/sample_data/train/sample_train.txt" "$rank/$model/data/sample_data/train/"
 done
@@ -27,11 +27,11 @@ config "$rank/dnn/config.yaml" data/sample_data/train
 config "$rank/dnn/bigdata.yaml" ../../../datasets/criteo/slot_train_data_full
 config "$rank/dnn/typo.yaml" data/sample_data/train "  thred_num: 2"
 config "$rank/dnn/init.yaml" data/sample_data/train '  model_init_path: "output_model/0"'
-config "$rank/flen/config.yaml" data/sample_data/train
+config "$rank/difm/config.yaml" data/sample_data/train
 sums="$(cat "$rank"/*/*.yaml | md5sum)"
 
 GPUBOX_BUILD_DIR="$build" bash "$repo/scripts/paddlerec_sweep.sh" "$work/PaddleRec" \
-  --families "dnn flen" --timeout 120 --work "$work/runs" --out "$work/out.tsv" >"$work/out.md" 2>&1 ||
+  --families "dnn difm" --timeout 120 --work "$work/runs" --out "$work/out.tsv" >"$work/out.md" 2>&1 ||
   fail "the sweep exited nonzero"
 outcome() { awk -F'\t' -v c="$1" '$1 == c { print $2 }' "$work/out.tsv"; }
 [ "$(outcome dnn/config.yaml)" = trains ] || fail "dnn/config.yaml should train"
@@ -40,8 +40,8 @@ outcome() { awk -F'\t' -v c="$1" '$1 == c { print $2 }' "$work/out.tsv"; }
 grep -q "typo.yaml.*unknown key.*runner.thred_num.*runner.thread_num" "$work/out.md" ||
   fail "the refusal of typo.yaml names neither the key nor its correction"
 [ "$(outcome dnn/init.yaml)" = loads ] || fail "dnn/init.yaml should load and fail to train"
-[ "$(outcome flen/config.yaml)" = refused ] || fail "flen/config.yaml should be refused"
-grep -q "flen/config.yaml.*network 'flen'" "$work/out.md" || fail "the flen refusal does not say why"
+[ "$(outcome difm/config.yaml)" = refused ] || fail "difm/config.yaml should be refused"
+grep -q "difm/config.yaml.*network 'difm'" "$work/out.md" || fail "the difm refusal does not say why"
 grep -q "^5 configs: 2 train the network their folder names, 1 load only, 2 refused$" \
   "$work/out.md" || fail "wrong counts"
 [ "$(cat "$rank"/*/*.yaml | md5sum)" = "$sums" ] || fail "the sweep changed a config"

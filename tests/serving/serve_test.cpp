@@ -416,7 +416,12 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4]",
             "hyper_parameters.head_num=1", "hyper_parameters.use_residual=false",
             "hyper_parameters.scaling=false", "hyper_parameters.use_wide=false",
-            "hyper_parameters.fc_sizes=[8]", "hyper_parameters.use_cvm=true"}}) {
+            "hyper_parameters.fc_sizes=[8]", "hyper_parameters.use_cvm=true"},
+           // flen: its groups' bi-interaction beside the dnn, with and without cvm.
+           {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[2, 1, 3]",
+            "hyper_parameters.fc_sizes=[8, 4]"},
+           {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[3, 3]",
+            "hyper_parameters.sparse_num_field=2", "hyper_parameters.use_cvm=true"}}) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());

@@ -392,18 +392,31 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
   EXPECT_EQ(autoint->dense_model_config().kind, config::ModelKind::kAutoint);
 
+  // flen's folder: its groups must cover the 26 numbered slots of this config.
   auto flen = load("PaddleRec/models/rank/flen", yaml);
   ASSERT_FALSE(flen.ok());
-  const std::string what = flen.status().message();
+  EXPECT_NE(flen.status().message().find("field_group_sizes group 22 slots, but the data has 26"),
+            std::string::npos)
+      << flen.status().to_string();
+  flen =
+      load("PaddleRec/models/rank/flen", yaml, {"hyper_parameters.field_group_sizes=[13, 3, 10]"});
+  ASSERT_TRUE(flen.ok()) << flen.status().to_string();
+  EXPECT_EQ(flen->dense_model_config().kind, config::ModelKind::kFlen);
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kFlen).find("batch norm"),
+            std::string::npos);
+
+  auto difm = load("PaddleRec/models/rank/difm", yaml);
+  ASSERT_FALSE(difm.ok());
+  const std::string what = difm.status().message();
   EXPECT_NE(
-      what.find("names PaddleRec's network 'flen', which GPUBox does not build (it builds "
+      what.find("names PaddleRec's network 'difm', which GPUBox does not build (it builds "
                 "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, "
-                "autoint)"),
+                "autoint, flen)"),
       std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
   // Set knowingly, the key wins over the folder.
-  auto knowingly = load("PaddleRec/models/rank/flen", yaml, {"hyper_parameters.model=dnn"});
+  auto knowingly = load("PaddleRec/models/rank/difm", yaml, {"hyper_parameters.model=dnn"});
   ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
   EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
   EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");

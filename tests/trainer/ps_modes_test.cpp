@@ -389,6 +389,26 @@ TEST_F(PsModes, DeepFefmTrainsInEveryMode) {
   }
 }
 
+// flen (its groups' bi-interaction beside the dnn in the dense table, PaddleRec's dense Adagrad)
+// in every PS mode, 2 trainers on 2 servers: every mode learns (geo with twice the passes).
+TEST_F(PsModes, FlenTrainsInEveryMode) {
+  const std::vector<std::string> flen = {
+      "hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[3, 3, 2]",
+      "hyper_parameters.fc_sizes=[32, 16]", "hyper_parameters.optimizer.class=Adagrad",
+      "hyper_parameters.optimizer.learning_rate=0.01"};
+  for (const char* mode : {"async", "sync", "geo"}) {
+    SCOPED_TRACE(mode);
+    const int passes = std::string(mode) == "geo" ? 2 * kEpochs : kEpochs;
+    std::vector<std::string> extra = flen;
+    extra.push_back(std::string("runner.sync_mode=") + mode);
+    extra.push_back("runner.geo_step=4");
+    const Outcome out = run(extra, 2, 2, passes);
+    std::printf("flen %s, 2 trainers x 2 servers: test auc %.6f, planted %.6f\n", mode,
+                out.test_auc, planted_auc_);
+    EXPECT_GT(out.test_auc, 0.68);
+  }
+}
+
 // Issue 17: slot_dims (widths 4, 16 and 2 beside the default 8) in every PS mode, 2 trainers on
 // 2 servers: the rows travel at their own widths (protocol 4), each server keeps every row at its
 // slot's width, the model learns, and an async job's save loads into another PS job exactly.

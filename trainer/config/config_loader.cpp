@@ -125,12 +125,37 @@ Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) 
   }
   const std::vector<int> dnn = doc.get_int_list(k + "layer_sizes_dnn");
   if (dnn.empty()) return Status::OK();
-  if (h.model != ModelKind::kXdeepfm) {
-    return Status::InvalidArgument(doc.source() + ": " + k + "layer_sizes_dnn is xdeepfm's DNN, " +
+  if (h.model != ModelKind::kXdeepfm && h.model != ModelKind::kFlen) {
+    return Status::InvalidArgument(doc.source() + ": " + k +
+                                   "layer_sizes_dnn is xdeepfm's and flen's DNN, " +
                                    "but the model is " + name_of(kModelKindNames, h.model) +
                                    ", which reads " + k + "fc_sizes; set that instead");
   }
   h.fc_sizes = dnn;
+  return Status::OK();
+}
+
+// flen's field groups: field_group_sizes (consecutive slots per group), as many as PaddleRec's
+// sparse_num_field says, covering the sparse slots (checked once the dataset's slots are known);
+// with slot_dims refused (its groups sum embeddings of one width).
+Status read_flen_keys(const config::ConfigDocument& doc, HyperParameters& h) {
+  const std::string k = "hyper_parameters.";
+  h.field_group_sizes = doc.get_int_list(k + "field_group_sizes");
+  const int groups = doc.get_int(k + "sparse_num_field");
+  if (h.model != ModelKind::kFlen) return Status::OK();
+  if (static_cast<int>(h.field_group_sizes.size()) != groups) {
+    return Status::InvalidArgument(doc.source() + ": flen's " + k + "sparse_num_field is " +
+                                   std::to_string(groups) + " field groups, but " + k +
+                                   "field_group_sizes lists " +
+                                   std::to_string(h.field_group_sizes.size()) + " (set both)");
+  }
+  if (!doc.get_int_map(k + "slot_dims").empty()) {
+    return Status::InvalidArgument(doc.source() +
+                                   ": flen sums its fields' embeddings by group, "
+                                   "so they share one width, but " +
+                                   k +
+                                   "slot_dims sets other widths for some slots; leave it empty");
+  }
   return Status::OK();
 }
 
@@ -275,6 +300,12 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.optimizer.beta1 = static_cast<float>(doc.get_float(o + "beta1"));
   h.optimizer.beta2 = static_cast<float>(doc.get_float(o + "beta2"));
   h.optimizer.epsilon = static_cast<float>(doc.get_float(o + "epsilon"));
+  // Adagrad's epsilon is Paddle's Adagrad default (1e-6) unless set: 1e-8 is Adam's default.
+  if (h.optimizer.kind == DenseOptimizerKind::kAdagrad && !doc.is_set(o + "epsilon")) {
+    h.optimizer.epsilon = 1e-6f;
+  }
+  h.optimizer.initial_accumulator =
+      static_cast<float>(doc.get_float(o + "initial_accumulator_value"));
   h.fc_sizes = doc.get_int_list("hyper_parameters.fc_sizes");
   h.model = doc.get_enum("hyper_parameters.model", kModelKindNames);
   if (doc.is_set("hyper_parameters.model")) {
@@ -293,6 +324,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
+  if (Status flen = read_flen_keys(doc, h); !flen.ok()) return flen;
 
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();
@@ -301,6 +333,16 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.host_tier = table::host_tier_config_from(doc);
   if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(apply_ffm_rows(c, doc));
+  if (h.model == ModelKind::kFlen) {
+    int grouped = 0;
+    for (int size : h.field_group_sizes) grouped += size;
+    if (grouped != c.num_sparse_slots()) {
+      return Status::InvalidArgument(
+          doc.source() + ": flen's hyper_parameters.field_group_sizes group " +
+          std::to_string(grouped) + " slots, but the data has " +
+          std::to_string(c.num_sparse_slots()) + " sparse slots (sparse_inputs_slots)");
+    }
+  }
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;

@@ -25,6 +25,7 @@ constexpr Known kBuilt[] = {
     {"ffm", config::ModelKind::kFfm},
     {"deepfefm", config::ModelKind::kDeepFefm},
     {"autoint", config::ModelKind::kAutoint},
+    {"flen", config::ModelKind::kFlen},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.
@@ -73,6 +74,10 @@ std::string differences_from_paddlerec(config::ModelKind model) {
       return "a dense field's index and a sparse field's value are not read (PaddleRec's sample "
              "has 0 and 1 only); its dnn (fc_sizes) has no batch norm and a ReLU after every "
              "layer, where PaddleRec's has batch norm and no ReLU after the first";
+    case config::ModelKind::kFlen:
+      return "no batch norm and no dropout (PaddleRec's after its fc layers); its weights start "
+             "at normals of Xavier's variance (PaddleRec's Xavier uniform); the embeddings step "
+             "under hyper_parameters.sparse_optimizer (PaddleRec's under its dense Adagrad)";
     default:
       return "";
   }

@@ -32,6 +32,7 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.attn_residual = hyper.use_residual;
   model.attn_scaling = hyper.scaling;
   model.attn_use_wide = hyper.use_wide;
+  model.flen_groups = hyper.field_group_sizes;
   return model;
 }
 

@@ -97,6 +97,8 @@ struct HyperParameters {
   bool use_residual = true;
   bool scaling = true;
   bool use_wide = true;
+  // flen: hyper_parameters.field_group_sizes (checked against sparse_num_field and the slots).
+  std::vector<int> field_group_sizes{13, 3, 6};
 };
 
 struct TrainerConfig {

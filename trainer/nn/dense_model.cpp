@@ -160,8 +160,13 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       in = spec.out;
     }
   }
-  // dnn, dcn and dlrm have no first-order term; autoint has it with use_wide.
-  if (config.kind != ModelKind::kDnn && !dcn && !dlrm && (!autoint || config.attn_use_wide)) {
+  // flen: the MLP over the pooled slots (the dnn's input rows) and its bi-interaction beside it.
+  if (config.kind == ModelKind::kFlen) {
+    flen_ = std::make_unique<FlenPart>(card, params_, pool_, config.flen_groups);
+  }
+  // dnn, dcn, dlrm and flen have no first-order term; autoint has it with use_wide.
+  if (config.kind != ModelKind::kDnn && !dcn && !dlrm && !flen_ &&
+      (!autoint || config.attn_use_wide)) {
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
@@ -196,7 +201,8 @@ double DenseModel::flops_per_example() const {
          (xdeepfm_ ? xdeepfm_->flops_per_example() : 0.0) +
          (deepfefm_ ? deepfefm_->flops_per_example() : 0.0) +
          (ffm_ ? ffm_->flops_per_example() : 0.0) +
-         (autoint_ ? autoint_->flops_per_example() : 0.0);
+         (autoint_ ? autoint_->flops_per_example() : 0.0) +
+         (flen_ ? flen_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -216,6 +222,7 @@ void DenseModel::reserve(int64_t batch) {
   if (xdeepfm_) xdeepfm_->reserve(batch);
   if (deepfefm_) deepfefm_->reserve(batch);
   if (autoint_) autoint_->reserve(batch);
+  if (flen_) flen_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -254,6 +261,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   if (xdeepfm_) out << xdeepfm_->kernel_report(batch);
   if (deepfefm_) out << deepfefm_->kernel_report(batch);
   if (autoint_) out << autoint_->kernel_report(batch);
+  if (flen_) out << flen_->kernel_report(batch);
   return out.str();
 }
 
@@ -289,6 +297,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
+  if (flen_) flen_->forward(stream, params_, input_rows(), n, logits());
   if (ffm_) ffm_->forward(stream, params_, input_rows(), batch.dense, n, logits());
 }
 
@@ -397,6 +406,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     deepfefm_->add_dense_w_grad(stream, params_, batch.dense, wide_->weight_block(), n);
   }
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
+  if (flen_) flen_->backward(stream, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
   if (ffm_) {
     ffm_->backward(stream, params_, input_rows(), batch.dense, dlogits_.data(), n, scales.dense,
                    d_pooled_.data());

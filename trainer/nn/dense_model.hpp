@@ -8,7 +8,8 @@
 // them: xdeepfm_part.hpp; for deepfefm the wide part, a field-embedded FM and the MLP over the
 // embeddings and its pairs' values: deepfefm_part.hpp; for autoint the wide part, self-attention
 // layers over the fields' embeddings and the MLP over them when fc_sizes is set:
-// autoint_part.hpp) -> sigmoid, log loss. Owns its layers (each one's GEMMs with bias, ReLU and
+// autoint_part.hpp; for flen the MLP and a field-wise bi-interaction beside it: flen_part.hpp)
+// -> sigmoid, log loss. Owns its layers (each one's GEMMs with bias, ReLU and
 // the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
 // DenseParameters) and its activation buffers; it does not own the batch (views into the sparse
 // side's buffers) nor the optimizer.
@@ -49,6 +50,7 @@
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
 #include "trainer/nn/dlrm_part.hpp"
+#include "trainer/nn/flen_part.hpp"
 #include "trainer/nn/layers.hpp"
 #include "trainer/nn/xdeepfm_part.hpp"
 
@@ -181,6 +183,7 @@ class DenseModel {
   std::unique_ptr<DeepfefmPart> deepfefm_;  // kDeepFefm only
   std::unique_ptr<FfmPart> ffm_;            // kFfm only
   std::unique_ptr<AutointPart> autoint_;    // kAutoint only
+  std::unique_ptr<FlenPart> flen_;          // kFlen only
   std::size_t wide_bias_ = 0;               // kWide, kFm, kFfm and autoint without fc_sizes
   int64_t x0_ld_ = 0;                       // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)

@@ -59,18 +59,21 @@ struct DenseModelConfig {
   bool attn_residual = true;
   bool attn_scaling = true;
   bool attn_use_wide = true;
+  // kFlen only (flen_part.hpp): consecutive sparse slots per field group. Its DNN is fc_sizes.
+  std::vector<int> flen_groups{13, 3, 6};
 };
 
-// hyper_parameters.optimizer.class: Adam or SGD.
+// hyper_parameters.optimizer.class: Adam, SGD or Adagrad.
 using DenseOptimizerKind = config::DenseOptimizerKind;
 using config::kDenseOptimizerKindNames;
 
 struct DenseOptimizerConfig {
   DenseOptimizerKind kind = DenseOptimizerKind::kAdam;
   float learning_rate = 0.001f;
-  float beta1 = 0.9f;     // adam
-  float beta2 = 0.999f;   // adam
-  float epsilon = 1e-8f;  // adam
+  float beta1 = 0.9f;                // adam
+  float beta2 = 0.999f;              // adam
+  float epsilon = 1e-8f;             // adam, adagrad
+  float initial_accumulator = 0.0f;  // adagrad: the squared-gradient sum's start
 };
 
 }  // namespace gpubox::trainer

@@ -76,6 +76,25 @@ struct AdamStep {
     if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
   }
 };
+// Paddle's adagrad: g2 += g^2; w -= lr * g / (sqrt(g2) + epsilon).
+struct AdagradStep {
+  float* w;
+  Bf16* w_bf16;
+  const float* g;
+  float* g2;
+  float lr;
+  float epsilon;
+  const uint32_t* veto;  // as SgdStep's
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
+    const float grad = g[i];
+    const float g2_i = g2[i] + grad * grad;
+    g2[i] = g2_i;
+    const float w_i = w[i] - lr * grad / (detail::sqrt_f(g2_i) + epsilon);
+    w[i] = w_i;
+    if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
+  }
+};
 }  // namespace
 
 DenseOptimizer::DenseOptimizer(device::Card& card, const DenseOptimizerConfig& config,
@@ -91,6 +110,14 @@ DenseOptimizer::DenseOptimizer(device::Card& card, const DenseOptimizerConfig& c
     m_ = device::to_device(std::vector<float>(size, 0.0f), card.memory(), card.stream());
     v_ = device::to_device(std::vector<float>(size, 0.0f), card.memory(), card.stream());
     schedule_ = device::to_device(std::vector<AdamSchedule>(1), card.memory(), card.stream());
+  }
+  if (config.kind == DenseOptimizerKind::kAdagrad) {
+    GPUBOX_EXPECTS(config.epsilon > 0.0f && config.initial_accumulator >= 0.0f,
+                   "adagrad needs epsilon > 0 and initial_accumulator_value >= 0, got epsilon ",
+                   config.epsilon, ", initial_accumulator_value ", config.initial_accumulator);
+    // The squared-gradient sums are the second-moment buffer (saved and restored as adam's v).
+    v_ = device::to_device(std::vector<float>(size, config.initial_accumulator), card.memory(),
+                           card.stream());
   }
 }
 
@@ -123,6 +150,12 @@ void DenseOptimizer::step_on_card(float* values, const float* grads, Bf16* value
   if (config_.kind == DenseOptimizerKind::kSgd) {
     device::parallel_for(stream, size_,
                          SgdStep{values, values_bf16, grads, config_.learning_rate, veto});
+    return;
+  }
+  if (config_.kind == DenseOptimizerKind::kAdagrad) {
+    device::parallel_for(stream, size_,
+                         AdagradStep{values, values_bf16, grads, v_.data(), config_.learning_rate,
+                                     config_.epsilon, veto});
     return;
   }
   device::parallel_for(stream, 1,

@@ -6,6 +6,8 @@
 //   adam: m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //         lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);  w -= lr_t * m / (sqrt(v) + eps * sqrt(1 -
 //         b2^t)) (Paddle's adam: epsilon is applied to the bias-corrected second moment.)
+//   adagrad: g2 += g^2;  w -= lr * g / (sqrt(g2) + eps)  (Paddle's; g2 starts at
+//         initial_accumulator, kept in the second-moment buffer)
 // Always on the fp32 master weights; a bf16 copy for the GEMMs is written alongside.
 // adam's t is counted on the card as well as on the host, and the step's bias corrections are
 // computed there, so that a step captured into a step graph (heterps/device/step_graph.hpp) and
@@ -49,7 +51,8 @@ class DenseOptimizer {
                     const uint32_t* veto = nullptr);
   void step_on_card(DenseParameters& params, const uint32_t* veto = nullptr);
 
-  // State for save/load: first and second moments (empty for sgd) and the step count.
+  // State for save/load: first and second moments (empty for sgd; adagrad: the second only,
+  // its squared-gradient sums) and the step count.
   device::device_buffer<float>& moment1() { return m_; }
   device::device_buffer<float>& moment2() { return v_; }
   // Sets the step count on the host and on the card (enqueued).
