@@ -17,13 +17,17 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   c.slots = doc.get_string_list("hyper_parameters.slot_names");
   // The document checked that slot_names, when given, has sparse_inputs_slots - 1 names.
   const int sparse_inputs_slots = doc.get_int("hyper_parameters.sparse_inputs_slots");
+  // flen's avazu reader counts its fields without the label; a format the config names instead
+  // reads as that format does.
+  const bool avazu =
+      reader.avazu && (c.data_format == DataFormat::kAuto || c.data_format == DataFormat::kAvazu);
   if (c.slots.empty()) {
-    c.slots = numbered_slots(sparse_inputs_slots + (reader.avazu ? 1 : 0), c.label_name);
+    c.slots = numbered_slots(sparse_inputs_slots + (avazu ? 1 : 0), c.label_name);
   }
-  if (reader.avazu && c.data_format == DataFormat::kAuto) c.data_format = DataFormat::kAvazu;
+  if (avazu) c.data_format = DataFormat::kAvazu;
   c.dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
   if (reader.dense_dim >= 0) c.dense_dim = reader.dense_dim;
-  if (reader.avazu && !doc.is_set("hyper_parameters.dense_input_dim")) c.dense_dim = 0;
+  if (avazu && !doc.is_set("hyper_parameters.dense_input_dim")) c.dense_dim = 0;
   c.multislot_order = doc.get_string_list("runner.multislot_order");
   if (!reader.multislot_order.empty()) {
     c.multislot_order = reader.multislot_order;

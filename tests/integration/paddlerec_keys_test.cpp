@@ -457,6 +457,12 @@ TEST(PaddleRecKeys, FlenConfigTrainsFlen) {
   EXPECT_EQ(c->hyper.optimizer.kind, config::DenseOptimizerKind::kAdagrad);
   EXPECT_FLOAT_EQ(c->hyper.optimizer.epsilon, 1e-6f);
   EXPECT_FLOAT_EQ(c->hyper.optimizer.initial_accumulator, 1e-3f);
+  // A save records the epsilon used (a resume compares it), not the key's Adam default.
+  EXPECT_EQ(c->model_keys.at("hyper_parameters.optimizer.epsilon"), "1e-06");
+  // A format the config names is read as that format: slots counted with the label (21 here),
+  // which flen's groups then do not cover.
+  EXPECT_TRUE(contains(error_of(kFlen, {"runner.data_format=slot"}),
+                       "field_group_sizes group 22 slots, but the data has 21 sparse slots"));
   // The groups must be as many as sparse_num_field says and cover the fields.
   EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.sparse_num_field=2"}),
                        "p.yaml: flen's hyper_parameters.sparse_num_field is 2 field groups, but "

@@ -89,7 +89,7 @@ class FlenTest : public ::testing::TestWithParam<bool> {
 TEST_P(FlenTest, PredictionsAndGradientsMatchAFloat64Reference) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
-  const std::size_t checked = testing::check_against_reference(
+  const std::size_t checked = testing::check_batch_sizes(
       card_, model, cfg.use_cvm ? 71 : 72,
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
           const std::vector<double>& rec) { return flen_logit(cfg, h, i, p, rec); });

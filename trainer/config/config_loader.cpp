@@ -354,6 +354,11 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   }
   // The network trained, also when a model folder chose it (a save records what was built).
   c.model_keys["hyper_parameters.model"] = name_of(kModelKindNames, h.model);
+  // Adagrad's epsilon when the config leaves it: the value used, as -o would write it (a resume
+  // compares it with the next run's).
+  if (h.optimizer.kind == DenseOptimizerKind::kAdagrad && !doc.is_set(o + "epsilon")) {
+    c.model_keys[o + "epsilon"] = "1e-06";
+  }
   c.config_path = doc.source();
   return c;
 }
