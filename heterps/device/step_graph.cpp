@@ -1,5 +1,8 @@
 #include "heterps/device/step_graph.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "heterps/device/cuda_check.hpp"
@@ -180,6 +183,11 @@ void Stream::record(const char* what, std::function<void()> work) const {
   capture_->record(what, std::move(work));
 }
 #endif
+
+bool step_graphs_enabled() {
+  const char* value = std::getenv("GPUBOX_STEP_GRAPHS");
+  return value == nullptr || std::string(value) != "0";
+}
 
 namespace detail {
 
