@@ -38,7 +38,11 @@
 // steps later, or by drain_checks(), through a ring of pinned slots; a failed check throws
 // naming the pass and step it happened in. A planned training step (pull + push_pulled)
 // therefore waits 0 times (its caller must not allocate before its next wait: size everything
-// with reserve_steps), an unplanned one 3 times. Buffers are owned, reused
+// with reserve_steps), an unplanned one 3 times. A planned step given its occurrence count on the
+// card, in a pass reserved with StepBounds::pair_block (sharded, kFail: the trainer's), runs at
+// the pass's fixed sizes and is two step graph launches, "sparse pull" and "sparse push"
+// (heter_comm_padded.cu): nothing else is launched, copied (but its check's pinned copy) or
+// exchanged outside them. Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.

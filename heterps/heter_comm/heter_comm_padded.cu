@@ -143,17 +143,25 @@ struct ScatterBlockRecords {
 }  // namespace
 
 bool HeterComm::Impl::pull_is_padded(std::size_t n) const {
-  return padded_.enabled() && planned_ != nullptr && planned_n_ != nullptr && !replicated_ &&
-         options_.missing_keys == MissingKeyPolicy::kFail && n <= padded_.occurrences;
+  if (!padded_.enabled() || planned_ == nullptr || planned_n_ == nullptr) return false;
+  // Every card of the step takes the padded path or none does (their exchanges differ): a batch
+  // past the pass's reserved largest fails here, on its card, naming it (the group is aborted).
+  GPUBOX_EXPECTS(n <= padded_.occurrences, "HeterComm on card ", comm_->rank(),
+                 ": a planned step of ", n, " key occurrences, past the pass's largest batch (",
+                 padded_.occurrences,
+                 " in reserve_steps): the pass's step plan does not describe the batch");
+  return true;
 }
 
 void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
+  PaddedSteps& p = padded_;
+  // The pass's sizes (a smaller pass runs smaller padded steps; the buffers keep their room).
+  p.block = 0;
   if (replicated_ || options_.missing_keys != MissingKeyPolicy::kFail || bounds.pair_block == 0) {
     return;
   }
-  PaddedSteps& p = padded_;
-  p.occurrences = std::max(p.occurrences, bounds.occurrences);
-  p.block = std::max(p.block, bounds.pair_block);
+  p.occurrences = bounds.occurrences;
+  p.block = bounds.pair_block;
   const std::size_t cards = static_cast<std::size_t>(total_cards_);
   const std::size_t slots = p.slots(total_cards_);
   const auto pull_dim = static_cast<std::size_t>(layout_.pull_dim());

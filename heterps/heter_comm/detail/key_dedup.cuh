@@ -178,7 +178,8 @@ struct RecordLiveSegments {
   GPUBOX_HD void operator()(std::size_t i) const {
     const auto live_n = static_cast<position_t>(live.total(n));
     const position_t count = live_n > 0 ? seg_id[live_n - 1] : 0;
-    if (count + i <= n) unique_start[count + i] = live_n;
+    if (count + i <= n) unique_start[count + i] = live_n;  // [count, n) and, when count > 0, n
+    if (count == 0 && i == 0) unique_start[n] = live_n;
     if (live_n == 0) {
       if (i == 0) {
         for (uint32_t c = 0; c <= partitions; ++c) owner_begin[c] = 0;
