@@ -128,7 +128,7 @@ struct StepCheck {
 // set of pointers (the "sparse pull" and "sparse push" graphs) and replayed. Buffers are its own
 // (an unpadded step between two padded ones changes none of them).
 struct PaddedSteps {
-  PaddedSteps(device::Card& card)
+  explicit PaddedSteps(device::Card& card)
       : send_keys(0, card.memory(), card.stream()),
         recv_keys(0, card.memory(), card.stream()),
         keys(0, card.memory(), card.stream()),
