@@ -59,7 +59,7 @@ struct StepBounds {
 
 // Cumulative counters of one card's HeterComm (what this card did, as sender and as owner).
 // Bytes count what this card hands to all_to_all_v (its own block included: on a GPU that block
-// is a local copy; `*_remote` excludes it).
+// is a local copy; `*_remote` excludes it; a padded step's whole fixed blocks, padding included).
 struct HeterCommStats {
   uint64_t pull_calls = 0;
   uint64_t push_calls = 0;
