@@ -186,12 +186,11 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
   zeroed(p.merged_records, slots * push_dim);
   zeroed(p.merged_rows, slots);
   zeroed(p.unique_slot, p.occurrences);
+  // The plans and reductions over every position and slot (run_padded, run_unique_sorted and
+  // the reducer resize within these: a captured step allocates nothing).
   local_.reserve(p.occurrences);
   owner_merge_.reserve(slots, /*sorting=*/total_cards_ > 1);
   reducer_.reserve(std::max(p.occurrences, slots), layout_.push_dim());
-  // The received keys' merge plan needs the outputs of a run over every slot: sized here, where
-  // a step may allocate (run_padded and run_unique_sorted resize within these).
-  if (total_cards_ == 1) owner_merge_.reserve(slots, /*sorting=*/false);
 }
 
 template <class Cached, class Work>
