@@ -1,6 +1,8 @@
 #include "heterps/device/step_graph.hpp"
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "common/error.hpp"
 #include "common/error_report.hpp"
@@ -186,6 +188,11 @@ void Stream::record(const char* what, std::function<void()> work) const {
   capture_->record(what, std::move(work));
 }
 #endif
+
+bool step_graphs_enabled() {
+  const char* value = std::getenv("GPUBOX_STEP_GRAPHS");
+  return value == nullptr || std::string(value) != "0";
+}
 
 namespace detail {
 

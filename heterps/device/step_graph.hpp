@@ -132,4 +132,9 @@ class StepGraph {
   std::unique_ptr<Native> native_;
 };
 
+// Whether step graphs are on: GPUBOX_STEP_GRAPHS=0 runs every step eagerly (to compare, or to
+// debug a step graph); read at each call (the trainer's card workers and the card tier's
+// HeterComms read it when they are made).
+bool step_graphs_enabled();
+
 }  // namespace gpubox::device

@@ -18,28 +18,6 @@
 namespace gpubox::heter_comm {
 namespace {
 
-// Owner side of pull: the record of each received key, one thread per (record, field) so that
-// neighbouring threads write neighbouring floats.
-struct FillPullRecords {
-  card_table::CardStoreRef store;
-  const row_index_t* rows;
-  std::size_t count;  // records
-  float* records;
-  int32_t dim;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const std::size_t r = item / static_cast<std::size_t>(dim);
-    const int32_t f = static_cast<int32_t>(item % static_cast<std::size_t>(dim));
-    if (f == 0 && r + kRowPrefetchDistance < count) {
-      store.prefetch_read(rows[r + kRowPrefetchDistance]);
-    }
-    // A missing key (a planned step checks misses late: StepCheck) reads zeros, not past the
-    // pool; the step fails when its check retires.
-    records[item] = rows[r] == card_table::kInvalidRow
-                        ? 0.0f
-                        : table::pull_record_field(store.row(rows[r]), store.layout(), f);
-  }
-};
-
 // out[i] = the record of occurrence i's unique key (records are in send order, which is the
 // unique keys' order: KeyDedup groups them by owner). One thread per (occurrence, field):
 // coalesced reads and writes.
@@ -64,30 +42,6 @@ struct SendOrderSlots {
   int32_t* send_slots;
   GPUBOX_HD void operator()(std::size_t u) const {
     send_slots[u] = slots[sorted_pos[unique_start[u]]];
-  }
-};
-
-// One optimizer step per merged key (keys are distinct, so rows are too: no races). Nothing
-// when the step was vetoed on the card (push_pulled's veto word), nor for a key the lookup did
-// not find (a planned step's miss, reported by its late check).
-struct ApplyUpdates {
-  card_table::CardStoreRef store;
-  const row_index_t* rows;
-  const uint64_t* keys;
-  const float* grads;
-  table::AccessorConfig config;
-  const uint32_t* veto;          // null, or apply only while *veto == kNoVeto
-  std::size_t count;             // merged keys (a bound when live_count is given)
-  const position_t* live_count;  // null, or the merged keys on the card (<= count)
-  GPUBOX_HD void operator()(std::size_t m) const {
-    if (veto != nullptr && *veto != kNoVeto) return;
-    const std::size_t live = live_count != nullptr ? *live_count : count;
-    if (m >= live || rows[m] == card_table::kInvalidRow) return;
-    if (m + kRowPrefetchDistance < live) store.prefetch_update(rows[m + kRowPrefetchDistance]);
-    const table::RowLayout& layout = store.layout();
-    table::optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
-                                 grads + m * static_cast<std::size_t>(layout.push_dim()));
-    store.mark_dirty(rows[m]);
   }
 };
 
@@ -135,13 +89,21 @@ HeterComm::Impl::Impl(device::Card& card, card_table::CardSparseStore& store,
       host_probe_(2),
       check_words_(kCheckHead + (replicated_ ? 1 : static_cast<std::size_t>(comm.size())),
                    card.memory(), card.stream()),
-      checks_(card, kCheckDepth, check_words_.size()) {
+      checks_(card, kCheckDepth, check_words_.size()),
+      card_(&card),
+      padded_(card) {
   GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
                  store.card().rank(), ", not to card ", card.rank());
 }
 
 void HeterComm::Impl::pull(const uint64_t* keys, const int32_t* slots, std::size_t n,
                            float* out_pull, const device::Stream& stream) {
+  if (slots == nullptr && pull_is_padded(n)) {
+    pull_padded(keys, n, out_pull, stream);
+    return;
+  }
+  planned_n_ = nullptr;
+  padded_pulled_ = false;
   pulled_ = false;
   last_check_ = nullptr;  // set again by a planned pull
   begin_step();
@@ -204,6 +166,8 @@ void HeterComm::Impl::pull(const uint64_t* keys, const int32_t* slots, std::size
 void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size_t n,
                            const float* grads, const device::Stream& stream) {
   pulled_ = false;  // the plan and the received keys are about to describe another batch
+  padded_pulled_ = false;
+  planned_n_ = nullptr;
   begin_step();
   last_.push_calls = 1;
   const std::size_t unique = plan_keys(keys, n, slots != nullptr, stream);  // S1
@@ -236,6 +200,10 @@ void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto,
                                   const device::Stream& stream) {
   GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
                  " without a pull before it (or after a push, which replaced the pulled keys)");
+  if (padded_pulled_) {
+    push_padded(grads, veto, stream);
+    return;
+  }
   begin_step();
   last_.push_calls = 1;
   last_.keys_in = local_.occurrences();
@@ -388,7 +356,9 @@ void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
   impl_->push(keys, slots, n, grads, stream);
 }
 void HeterComm::reserve_steps(const StepBounds& bounds) { impl_->reserve_steps(bounds); }
-void HeterComm::plan_next_step(const uint64_t* counts) { impl_->plan_next_step(counts); }
+void HeterComm::plan_next_step(const uint64_t* counts, const uint64_t* n_on_card) {
+  impl_->plan_next_step(counts, n_on_card);
+}
 void HeterComm::drain_checks() { impl_->drain_checks(); }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {

@@ -38,7 +38,11 @@
 // steps later, or by drain_checks(), through a ring of pinned slots; a failed check throws
 // naming the pass and step it happened in. A planned training step (pull + push_pulled)
 // therefore waits 0 times (its caller must not allocate before its next wait: size everything
-// with reserve_steps), an unplanned one 3 times. Buffers are owned, reused
+// with reserve_steps), an unplanned one 3 times. A planned step given its occurrence count on the
+// card, in a pass reserved with StepBounds::pair_block (sharded, kFail: the trainer's), runs at
+// the pass's fixed sizes and is two step graph launches, "sparse pull" and "sparse push"
+// (heter_comm_padded.cu): nothing else is launched, copied (but its check's pinned copy) or
+// exchanged outside them. Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
@@ -135,7 +139,14 @@ class HeterComm {
   // checked against the card's late (see drain_checks: a mismatch fails, naming the card).
   // `counts` is borrowed until that pull. Ignored with MissingKeyPolicy::kCreate (its slots
   // agreement travels with the counts).
-  void plan_next_step(const uint64_t* counts);
+  // `n_on_card` (optional, card memory, the pull's n, valid until the step's push_pulled has run
+  // on the card): with reserve_steps' StepBounds::pair_block (sharded, kFail), the step runs at
+  // the pass's fixed sizes: every kernel over the pass's largest batch (reading its own n on the
+  // card), every exchange in fixed blocks (each led by its live count), its host bookkeeping from
+  // the plan; so pull and push_pulled are each one step graph launch ("sparse pull", "sparse
+  // push"; HeterCommOptions::step_graphs), captured once per set of buffers. Every card of the
+  // step gives it, or none does (the blocks' sizes differ from the plain exchange's).
+  void plan_next_step(const uint64_t* counts, const uint64_t* n_on_card = nullptr);
 
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }

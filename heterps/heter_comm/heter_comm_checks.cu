@@ -71,6 +71,7 @@ void HeterComm::Impl::look_up_on_card(std::size_t received, const device::Stream
   tag.recv_offsets.assign(recv_offsets_.begin(), recv_offsets_.end());
   tag.pushed = false;
   tag.merge_late = merged_on_card_ != nullptr;
+  tag.block = 0;
   checks_.commit(stream);
   last_check_ = &tag;
 }
@@ -91,9 +92,12 @@ void HeterComm::Impl::retire_check(const StepCheck& tag, const uint64_t* words) 
                    " steps late at most)");
   }
   if (words[0] == 0) return;
-  const auto source = std::upper_bound(tag.recv_offsets.begin(), tag.recv_offsets.end(),
-                                       static_cast<std::size_t>(words[1])) -
-                      tag.recv_offsets.begin() - 1;
+  // A padded step's received keys sit in blocks of tag.block per source card.
+  const auto source = tag.block > 0
+                          ? static_cast<std::ptrdiff_t>(words[1] / tag.block)
+                          : std::upper_bound(tag.recv_offsets.begin(), tag.recv_offsets.end(),
+                                             static_cast<std::size_t>(words[1])) -
+                                tag.recv_offsets.begin() - 1;
   GPUBOX_FAIL(
       at, "HeterComm pull: key ", words[2],
       replicated_ ? " is missing on the replica of card " : " is missing on its owner card ",

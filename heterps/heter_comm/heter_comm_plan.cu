@@ -75,6 +75,8 @@ void HeterComm::Impl::reserve_steps(const StepBounds& bounds) {
   // known on the card only); its sort's and scan's temporaries are its own, sized here.
   local_.reserve(bounds.occurrences);
   grow_exchange(bounds.occurrences);
+  padded_pulled_ = false;
+  reserve_padded(bounds);
 }
 
 std::size_t HeterComm::Impl::plan_keys(const uint64_t* keys, std::size_t n, bool sends_slots,

@@ -34,6 +34,10 @@ enum class Placement {
 struct HeterCommOptions {
   MissingKeyPolicy missing_keys = MissingKeyPolicy::kCreate;
   Placement placement = Placement::kSharded;
+  // A planned step at the pass's fixed sizes (StepBounds::pair_block) runs as step graphs
+  // (heterps/device/step_graph.hpp); false: the same padded work, enqueued eagerly
+  // (GPUBOX_STEP_GRAPHS=0, device::step_graphs_enabled).
+  bool step_graphs = true;
 };
 
 // The largest step a card runs in a pass (HeterComm::reserve_steps sizes every buffer of a step
@@ -46,11 +50,16 @@ struct StepBounds {
   // (replicated).
   std::size_t received = 0;
   std::size_t block = 0;  // replicated: the largest distinct count of any card's batch
+  // Sharded: the largest count of distinct keys any card sends any owner card in a step of the
+  // pass (the same on every card). Given, a planned step whose occurrence count is on the card
+  // (HeterComm::plan_next_step) runs at the pass's fixed sizes: `occurrences` positions and
+  // blocks of pair_block keys per pair of cards, captured once as step graphs and replayed.
+  std::size_t pair_block = 0;
 };
 
 // Cumulative counters of one card's HeterComm (what this card did, as sender and as owner).
 // Bytes count what this card hands to all_to_all_v (its own block included: on a GPU that block
-// is a local copy; `*_remote` excludes it).
+// is a local copy; `*_remote` excludes it; a padded step's whole fixed blocks, padding included).
 struct HeterCommStats {
   uint64_t pull_calls = 0;
   uint64_t push_calls = 0;

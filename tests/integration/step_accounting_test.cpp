@@ -4,12 +4,13 @@
 // plan, the owner merge's count stays on the card, and the step's checks, loss, finite verdict
 // and progress AUC are read a few steps late from a ring of pinned slots), allocates nothing,
 // copies nothing from or to pageable memory, and runs exactly 4 collectives (pull: keys, records
-// back; the dense all-reduce; push_pulled: records to the owners), 3 of them outside step
-// graphs: the dense half (forward, backward, metrics, the dense all-reduce, the finite check;
-// then the dense optimizer) runs as 2 step graph launches (issue 31, item 3,
-// heterps/device/step_graph.hpp). 1, 2, 4 and 8 simulated
-// cards. Collective mode (issue 16: the table on every card) the same, with 3 collectives: its
-// pull reads the card's replica, so no records come back (heter_comm.hpp).
+// back; the dense all-reduce; push_pulled: records to the owners), all inside step graphs (issue
+// 31, item 3, heterps/device/step_graph.hpp): the sparse pull, the dense step (forward,
+// backward, metrics, the dense all-reduce, the finite check), the sparse push and the dense
+// optimizer are 4 graph launches, and nothing else is launched. 1, 2, 4 and 8 simulated cards.
+// Collective mode (issue 16: the table on every card) the same, with 3 collectives: its pull
+// reads the card's replica, so no records come back (heter_comm.hpp); its sparse half is not
+// captured yet (2 collectives outside the graphs).
 //
 // Steady state: the second pass over the same (unshuffled) batches, past its warm-up steps. Since
 // the step sizes are planned per pass (PassStepSizes), no step of any pass allocates at all, its
@@ -186,8 +187,9 @@ TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollective
   EXPECT_EQ(extra.at("host_syncs_per_step"), 0.0) << "a wait came back into the steady step";
   EXPECT_EQ(extra.at("allocations_per_step"), 0.0);
   EXPECT_EQ(extra.at("pageable_copies_per_step"), 0.0);
-  // Outside the step graphs; the dense all-reduce is the 4th, inside the "dense step" graph.
-  EXPECT_EQ(extra.at("collectives_per_step"), 3.0);
+  // Every collective is inside a step graph: the sparse pull's 2 (keys, records back), the dense
+  // all-reduce, the sparse push's 1.
+  EXPECT_EQ(extra.at("collectives_per_step"), 0.0);
   // The batch upload, the sparse check (misses, merge count, the card's count row) and the step
   // status, each into the step's pinned slot (+ the progress AUC on card 0 every 7 steps).
   EXPECT_GE(extra.at("pinned_copies_per_step"), 3.0);
@@ -198,27 +200,28 @@ TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollective
   // for the copy's event), neither a host wait.
   EXPECT_EQ(extra.at("copy_stream_copies_per_step"), 1.0);
   EXPECT_EQ(extra.at("stream_waits_per_step"), 2.0);
-  // Every steady step's batch is full: the dense half is 2 graph launches ("dense step": 5
-  // layers' 3 GEMMs, the pool, the loss and its reduction, the metrics, the all-reduce, the
-  // finite check, the bad value's copy, the stop votes; "dense update": adam's step count and
-  // step), 30 nodes in all; the sparse half (HeterComm's pull and push) is what still launches
-  // outside them.
-  EXPECT_EQ(extra.at("graph_launches_per_step"), 2.0);
-  EXPECT_EQ(extra.at("graph_nodes_per_step"), 30.0);
+  // Every steady step is 4 graph launches (issue 31, item 3): "sparse pull", "dense step",
+  // "sparse push", "dense update". The dense half: 30 nodes ("dense step": 5 layers' 3 GEMMs, the
+  // pool, the loss and its reduction, the metrics, the all-reduce, the finite check, the bad
+  // value's copy, the stop votes; "dense update": adam's step count and step). The sparse half
+  // at the pass's fixed sizes (heter_comm_padded.cu): the pull's local dedup and owner plan (4:
+  // prepare, sort, scan, record), the keys into their blocks, the keys' all-to-all, the miss
+  // counter's reset, the lookups, the owner merge plan (4; on 1 card a copy, the identity
+  // segments and the live count: 3), the check, the records' fill, their all-to-all and scatter;
+  // the push's local and owner reduces (4 each: a reset, the chunk map, the chunks, the
+  // segments), the records' all-to-all, the rows' gather and the update. 27 nodes (26 on 1 card).
+  EXPECT_EQ(extra.at("graph_launches_per_step"), 4.0);
+  EXPECT_EQ(extra.at("graph_nodes_per_step"), cards == 1 ? 56.0 : 57.0);
   EXPECT_EQ(extra.at("launches_outside_graph_per_step"), extra.at("launches_per_step"));
-  // The sparse half (issue 31, item 5): the local dedup and owner plan are one (owner, key) sort
-  // (prepare, sort, scan, record: 4, where two Thrust sorts, a scan, a search and 6 kernels were
-  // 9 on 1 card and 10 on more); the lookup, the check, the records' fill and scatter; the push's
-  // local and owner reduces, the rows' gather and the update. 2+ cards add the owner merge's 4
-  // (it was 6). Each CUB sort or scan counts one (several kernels on a GPU: sort_scan.cuh).
-  // Plus, on card 0 every 7 steps, the progress AUC's (under 0.5 a step averaged over the cards).
-  const double sparse_launches = cards == 1 ? 21.0 : 24.0;  // 26 and 32 before the fused sort
-  EXPECT_GE(extra.at("launches_per_step"), sparse_launches);
-  EXPECT_LT(extra.at("launches_per_step"), sparse_launches + 0.5);
+  EXPECT_EQ(extra.at("card_copies_per_step"), 0.0);
+  // Outside the graphs: nothing (the sparse half ran 21 launches on 1 card and 24 on more before
+  // it was captured), but on card 0 every 7 steps the progress AUC's (under 0.5 a step averaged
+  // over the cards).
+  EXPECT_LT(extra.at("launches_per_step"), 0.5);
 }
 
-// GPUBOX_STEP_GRAPHS=0 runs the dense half eagerly: the same work, as launches and a collective
-// outside any graph (27 launches and the all-reduce = the 28 nodes).
+// GPUBOX_STEP_GRAPHS=0 runs both halves eagerly: the same work, as launches, card copies and
+// collectives outside any graph.
 TEST_P(StepAccounting, WithoutStepGraphsTheSameWorkRunsAsLaunches) {
   const int cards = GetParam();
   GPUBOX_REQUIRE_CARDS(cards);
@@ -228,9 +231,10 @@ TEST_P(StepAccounting, WithoutStepGraphsTheSameWorkRunsAsLaunches) {
   EXPECT_EQ(eager.at("graph_launches_per_step"), 0.0);
   EXPECT_EQ(eager.at("graph_nodes_per_step"), 0.0);
   EXPECT_EQ(eager.at("collectives_per_step"), 4.0);
-  EXPECT_EQ(eager.at("launches_per_step") + eager.at("collectives_per_step"),
+  EXPECT_EQ(eager.at("launches_per_step") + eager.at("collectives_per_step") +
+                eager.at("card_copies_per_step"),
             graphed.at("launches_per_step") + graphed.at("collectives_per_step") +
-                graphed.at("graph_nodes_per_step"));
+                graphed.at("card_copies_per_step") + graphed.at("graph_nodes_per_step"));
   EXPECT_EQ(eager.at("host_syncs_per_step"), graphed.at("host_syncs_per_step"));
   EXPECT_EQ(eager.at("pinned_copies_per_step"), graphed.at("pinned_copies_per_step"));
 }
@@ -246,7 +250,10 @@ TEST_P(StepAccounting, CollectiveSteadyStepRunsOneCollectiveFewer) {
   EXPECT_EQ(gpubox.at("host_syncs_per_step"), 0.0);
   EXPECT_EQ(collective.at("allocations_per_step"), 0.0);
   EXPECT_EQ(collective.at("pageable_copies_per_step"), 0.0);
-  EXPECT_EQ(collective.at("collectives_per_step"), gpubox.at("collectives_per_step") - 1);
+  // Collective mode's sparse half still runs outside step graphs (its all-gathers of keys and
+  // records: 2; the dense all-reduce is in the "dense step" graph); gpubox mode's runs in them.
+  EXPECT_EQ(collective.at("collectives_per_step"), 2.0);
+  EXPECT_EQ(gpubox.at("collectives_per_step"), 0.0);
 }
 
 // Under a card budget (runner.card_memory_mb) too, and from the first pass's steady steps on: on
@@ -300,11 +307,12 @@ TEST_P(StepAccounting, PassReportsStepTimesAndTheCardMemoryHighWaterMark) {
   EXPECT_GE(second.at("card_memory_peak_mb"), first.at("card_memory_peak_mb"));
 }
 
-// Issue 31, item 3: training with the dense half as step graphs equals the eager run bit for
-// bit (metrics of every pass, every card's dense parameters and adam state through them, and the
-// predictions of the trained model, which read the sparse rows too), on data whose keys per line
-// vary and whose last batch is short (run eagerly between replays), in gpubox and Collective
-// mode. Fails if a capture bakes in a value that changes per step (adam's bias correction did).
+// Issue 31, item 3: training with the step as step graphs (gpubox mode: the sparse half too, at
+// the pass's fixed sizes) equals the eager run bit for bit (metrics of every pass, every card's
+// dense parameters and adam state through them, and the predictions of the trained model, which
+// read the sparse rows too), on data whose keys per line vary and whose last batch is short (run
+// eagerly between replays), in gpubox and Collective mode. Fails if a capture bakes in a value that
+// changes per step (adam's bias correction did).
 struct TrainedModel {
   std::vector<MetricValues> passes;
   std::vector<std::vector<float>> dense;  // per card
@@ -357,7 +365,9 @@ TEST_P(StepGraphs, TrainingEqualsTheEagerRunBitForBit) {
       ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
       eager = train_and_predict(cards, varying_keys_dir(), collective);
     }
-    EXPECT_GT(graphed.graph_launches_per_step, 1.5) << "the steps did not run as graphs";
+    // gpubox mode: both halves (4 graphs a step); Collective mode: the dense half (2).
+    EXPECT_GT(graphed.graph_launches_per_step, collective ? 1.5 : 3.5)
+        << "the steps did not run as graphs";
     EXPECT_EQ(eager.graph_launches_per_step, 0.0);
     ASSERT_EQ(graphed.passes.size(), eager.passes.size());
     for (std::size_t p = 0; p < graphed.passes.size(); ++p) {
@@ -380,7 +390,7 @@ TEST_P(StepGraphs, TrainingEqualsTheEagerRunBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cards, StepGraphs, ::testing::Values(1, 2),
+INSTANTIATE_TEST_SUITE_P(Cards, StepGraphs, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "cards"; });
 
 TEST(StepTimes, NearestRankQuantileAgainstHandComputedRanks) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,12 +37,6 @@ uint64_t memory_generation(const device::Card& card) {
   return counts.allocations + counts.frees;
 }
 
-// GPUBOX_STEP_GRAPHS=0 runs every step eagerly (to compare, or to debug a step graph).
-bool step_graphs_enabled() {
-  const char* value = std::getenv("GPUBOX_STEP_GRAPHS");
-  return value == nullptr || std::string(value) != "0";
-}
-
 }  // namespace
 
 // The dense half of a step as step graphs (heterps/device/step_graph.hpp), for the steps whose
@@ -73,7 +66,7 @@ struct CardWorker::Graphs {
   };
   static constexpr std::size_t kStepGraphsKept = 8;
 
-  bool enabled = step_graphs_enabled();
+  bool enabled = device::step_graphs_enabled();  // GPUBOX_STEP_GRAPHS=0: eagerly
   int64_t full_batch = 0;  // the pass's largest batch (reserve_steps); 0: no graph
   std::vector<std::unique_ptr<Cached>> steps;  // most recently used first
   device::StepGraph update{"dense update"};
@@ -156,8 +149,10 @@ struct CardWorker::Buffers {
         ring(card, kStatusDepth, 1) {}
 
   // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
+  // `count`: the batch's key occurrences (one uint64_t), read on the card by the sparse half's
+  // step graphs (HeterComm::plan_next_step).
   struct Layout {
-    std::size_t keys = 0, offsets = 0, dense = 0, labels = 0, total = 0;
+    std::size_t count = 0, keys = 0, offsets = 0, dense = 0, labels = 0, total = 0;
   };
 
   // The two upload buffers, the running step's is uploaded[at]; the copy into each (on the copy
@@ -194,6 +189,9 @@ struct CardWorker::Buffers {
   const float* labels() const {
     return reinterpret_cast<const float*>(batch_block() + layout.labels);
   }
+  const uint64_t* occurrences() const {
+    return reinterpret_cast<const uint64_t*>(batch_block() + layout.count);
+  }
 };
 
 CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner::CardTier& tier,
@@ -213,7 +211,8 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
                               std::size_t dense, std::size_t labels) {
   Buffers& b = *buffers_;
   Buffers::Layout& at = b.layout;
-  at.offsets = 0;
+  at.count = 0;
+  at.offsets = align_up(sizeof(uint64_t));
   at.dense = at.offsets + align_up(offsets * sizeof(uint32_t));
   at.labels = at.dense + align_up(dense * sizeof(float));
   at.keys = at.labels + align_up(labels * sizeof(float));
@@ -271,6 +270,8 @@ int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_
   const Buffers::Layout& at = b.layout;
 
   char* host = b.staging[b.slot.index].data();
+  const uint64_t count = occurrences;
+  std::memcpy(host + at.count, &count, sizeof(count));
   if (occurrences > 0)
     std::memcpy(host + at.keys, batch.keys.data(), occurrences * sizeof(uint64_t));
   if (!batch.offsets.empty()) {
@@ -296,7 +297,8 @@ int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_
   device::copy_async(b.uploaded[b.at].data(), host, at.total, copy);
   b.copied[b.at].record(copy);
   stream.wait(b.copied[b.at]);
-  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream, planned_counts);
+  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream, planned_counts,
+             b.occurrences());
   return size;
 }
 

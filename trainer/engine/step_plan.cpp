@@ -119,6 +119,14 @@ StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, de
   if (sizes != nullptr) {
     gather_step_counts(local, width, card, comm, &plan);
     plan.sized = true;
+    // Sharded: the largest count any card sends any owner in a step, the same on every card
+    // (the padded steps' block, HeterComm::plan_next_step).
+    if (sizes->per_owner) {
+      for (uint64_t count : plan.counts) {
+        plan.largest.pair_block =
+            std::max(plan.largest.pair_block, static_cast<std::size_t>(count));
+      }
+    }
     plan.largest.occurrences = sizes->max_occurrences(c);
     plan.largest.unique = static_cast<std::size_t>(my_unique);
     plan.largest.block = static_cast<std::size_t>(block);

@@ -60,6 +60,7 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("launches_per_step", total.launches * per_step);
   extra.emplace_back("launches_outside_graph_per_step", total.launches * per_step);
   extra.emplace_back("collectives_per_step", total.collectives * per_step);
+  extra.emplace_back("card_copies_per_step", total.card_copies * per_step);
   extra.emplace_back("graph_launches_per_step", total.graph_launches * per_step);
   extra.emplace_back("graph_nodes_per_step", total.graph_nodes * per_step);
 }

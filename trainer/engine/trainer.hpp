@@ -169,7 +169,7 @@ class Trainer final : public Schedule {
 // cards and the `steps` steady steps counted in `per_card`): steady_steps, host_syncs_per_step,
 // allocations_per_step, frees_per_step, pinned_allocations_per_step, pageable_copies_per_step,
 // pinned_copies_per_step, launches_per_step (= launches_outside_graph_per_step),
-// collectives_per_step (both outside step graphs), graph_launches_per_step,
+// collectives_per_step, card_copies_per_step (all outside step graphs), graph_launches_per_step,
 // graph_nodes_per_step. Nothing when steps == 0.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report);

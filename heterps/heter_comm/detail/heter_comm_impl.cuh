@@ -5,9 +5,11 @@
 //                          buffers' sizes (reserve_steps, reserve_exchange)
 //   heter_comm_checks.cu   the owner's lookups of a planned step and their late checks, and the
 //                          missing keys of an unplanned one (created, or a failure naming them)
+//   heter_comm_padded.cu   a planned step at the pass's fixed sizes (padded), as step graphs
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,6 +23,7 @@
 #include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "heterps/device/step_graph.hpp"
 #include "heterps/heter_comm/detail/key_dedup.cuh"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/heter_comm/segment_reduce.cuh"
@@ -48,6 +51,52 @@ struct GatherMerged {
   }
 };
 
+// Owner side of pull: the record of each received key, one thread per (record, field) so that
+// neighbouring threads write neighbouring floats.
+struct FillPullRecords {
+  card_table::CardStoreRef store;
+  const row_index_t* rows;
+  std::size_t count;  // records
+  float* records;
+  int32_t dim;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const std::size_t r = item / static_cast<std::size_t>(dim);
+    const int32_t f = static_cast<int32_t>(item % static_cast<std::size_t>(dim));
+    if (f == 0 && r + kRowPrefetchDistance < count) {
+      store.prefetch_read(rows[r + kRowPrefetchDistance]);
+    }
+    // A missing key (a planned step checks misses late: StepCheck) reads zeros, not past the
+    // pool; the step fails when its check retires.
+    records[item] = rows[r] == card_table::kInvalidRow
+                        ? 0.0f
+                        : table::pull_record_field(store.row(rows[r]), store.layout(), f);
+  }
+};
+
+// One optimizer step per merged key (keys are distinct, so rows are too: no races). Nothing
+// when the step was vetoed on the card (push_pulled's veto word), nor for a key the lookup did
+// not find (a planned step's miss, reported by its late check).
+struct ApplyUpdates {
+  card_table::CardStoreRef store;
+  const row_index_t* rows;
+  const uint64_t* keys;
+  const float* grads;
+  table::AccessorConfig config;
+  const uint32_t* veto;          // null, or apply only while *veto == kNoVeto
+  std::size_t count;             // merged keys (a bound when live_count is given)
+  const position_t* live_count;  // null, or the merged keys on the card (<= count)
+  GPUBOX_HD void operator()(std::size_t m) const {
+    if (veto != nullptr && *veto != kNoVeto) return;
+    const std::size_t live = live_count != nullptr ? *live_count : count;
+    if (m >= live || rows[m] == card_table::kInvalidRow) return;
+    if (m + kRowPrefetchDistance < live) store.prefetch_update(rows[m + kRowPrefetchDistance]);
+    const table::RowLayout& layout = store.layout();
+    table::optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
+                                 grads + m * static_cast<std::size_t>(layout.push_dim()));
+    store.mark_dirty(rows[m]);
+  }
+};
+
 // The late check of a planned step, written on the card after its lookups (StepCheck's words;
 // read kCheckDepth steps later at the latest): the misses, the received position of the first
 // missing key (n when none) and that key, the owner merge's distinct keys, then the card's own
@@ -66,6 +115,79 @@ struct StepCheck {
   std::vector<std::size_t> recv_offsets;  // where each source card's keys start (received)
   bool pushed = false;                    // push_pulled applied the step's merge
   bool merge_late = false;                // its merged count was known only on the card
+  // A padded step's (PaddedSteps): the received keys sit in blocks of `block` per source card,
+  // so the source of received position i is i / block (recv_offsets is not used).
+  std::size_t block = 0;
+};
+
+// A planned step at the pass's fixed sizes (heter_comm_padded.cu): every kernel and collective of
+// pull and push_pulled runs over the pass's largest batch (`occurrences` positions, the batch's
+// own count read on the card) and exchanges fixed blocks of `block` keys per pair of cards (the
+// largest count any card sends any owner in a step of the pass), each key block led by its live
+// count. Nothing the step enqueues depends on the step, so it is captured once as a step graph per
+// set of pointers (the "sparse pull" and "sparse push" graphs) and replayed. Buffers are its own
+// (an unpadded step between two padded ones changes none of them).
+struct PaddedSteps {
+  explicit PaddedSteps(device::Card& card)
+      : send_keys(0, card.memory(), card.stream()),
+        recv_keys(0, card.memory(), card.stream()),
+        keys(0, card.memory(), card.stream()),
+        rows(0, card.memory(), card.stream()),
+        recv_records(0, card.memory(), card.stream()),
+        send_records(0, card.memory(), card.stream()),
+        merged_records(0, card.memory(), card.stream()),
+        merged_rows(0, card.memory(), card.stream()),
+        unique_slot(0, card.memory(), card.stream()),
+        misses(1, card.memory(), card.stream()) {}
+
+  // What a capture bakes in besides the buffers (which the memory generation covers).
+  struct PullKey {
+    const uint64_t* keys = nullptr;
+    const uint64_t* n_on_card = nullptr;
+    float* out = nullptr;
+    bool operator==(const PullKey& o) const {
+      return keys == o.keys && n_on_card == o.n_on_card && out == o.out;
+    }
+  };
+  struct PushKey {
+    const float* grads = nullptr;
+    const uint32_t* veto = nullptr;
+    bool operator==(const PushKey& o) const { return grads == o.grads && veto == o.veto; }
+  };
+  template <class Key>
+  struct Cached {
+    explicit Cached(const char* name) : graph(name) {}
+    Key key{};
+    uint64_t generation = 0;
+    std::size_t occurrences = 0;
+    std::size_t block = 0;
+    device::StepGraph graph;
+  };
+  // Pull graphs kept: the trainer's two upload buffers and a short last batch's.
+  static constexpr std::size_t kPullGraphs = 4;
+
+  bool enabled() const { return block > 0; }
+  std::size_t slots(int cards) const { return static_cast<std::size_t>(cards) * block; }
+
+  std::size_t occurrences = 0;             // positions of every padded batch (the pass's largest)
+  std::size_t block = 0;                   // keys per pair of cards (0: no padded steps)
+  std::vector<std::size_t> key_counts;     // block + 1 per card (the all_to_all's counts)
+  std::vector<std::size_t> record_counts;  // block * record dim per card
+  std::vector<std::size_t> push_counts;    // block * push dim per card
+  device::device_buffer<uint64_t> send_keys;  // [dst][count, keys...]: block + 1 each
+  device::device_buffer<uint64_t> recv_keys;  // [src][count, keys...]
+  device::device_buffer<uint64_t> keys;       // owner: the key of received slot src * block + j
+  device::device_buffer<row_index_t> rows;    // owner: its row (kInvalidRow for a dead slot)
+  device::device_buffer<float> recv_records;  // owner: records of the received slots
+  // Sender: records by slot (dst * block + j), then one discard row per unique index (a unique
+  // key past the live count, or past its block when a plan is wrong, sums into its own).
+  device::device_buffer<float> send_records;
+  device::device_buffer<float> merged_records;
+  device::device_buffer<row_index_t> merged_rows;
+  device::device_buffer<position_t> unique_slot;  // sender: unique key u's slot or discard row
+  device::device_buffer<unsigned long long> misses;
+  std::vector<std::unique_ptr<Cached<PullKey>>> pulls;  // most recently used first
+  std::unique_ptr<Cached<PushKey>> push;
 };
 
 inline void add_stats(HeterCommStats& total, const HeterCommStats& step) {
@@ -85,10 +207,13 @@ inline void add_stats(HeterCommStats& total, const HeterCommStats& step) {
 }  // namespace detail
 
 using detail::add_stats;
+using detail::ApplyUpdates;
+using detail::FillPullRecords;
 using detail::GatherMerged;
 using detail::kCheckDepth;
 using detail::kCheckHead;
 using detail::kRowPrefetchDistance;
+using detail::PaddedSteps;
 using detail::row_index_t;
 using detail::StepCheck;
 
@@ -133,7 +258,10 @@ class HeterComm::Impl {
   }
 
  public:
-  void plan_next_step(const uint64_t* counts) { planned_ = counts; }
+  void plan_next_step(const uint64_t* counts, const uint64_t* n_on_card) {
+    planned_ = counts;
+    planned_n_ = n_on_card;
+  }
 
   void reserve_steps(const StepBounds& bounds);
 
@@ -231,6 +359,26 @@ class HeterComm::Impl {
   bool send_slots(const int32_t* slots, std::size_t unique, std::size_t received,
                   const device::Stream& stream);
 
+  // Padded steps (heter_comm_padded.cu). Whether the pull of these `n` keys runs padded: planned,
+  // sharded, kFail, with its count on the card, within the reserved sizes.
+  bool pull_is_padded(std::size_t n) const;
+  // Sizes the padded steps' buffers for `bounds` (pair_block > 0), zeroed (their dead parts are
+  // moved but never read: zero, they are never uninitialised memory).
+  void reserve_padded(const StepBounds& bounds);
+  // The padded pull and push_pulled: the host's part (counts from the plan, the late check's
+  // slot), the card's part as a step graph (or eagerly: step graphs off).
+  void pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
+                   const device::Stream& stream);
+  void push_padded(const float* grads, const uint32_t* veto, const device::Stream& stream);
+  // The card's parts: fixed sizes, no host wait, no allocation (capturable).
+  void enqueue_padded_pull(const uint64_t* keys, const uint64_t* n_on_card, float* out_pull,
+                           const device::Stream& stream);
+  void enqueue_padded_push(const float* grads, const uint32_t* veto, const device::Stream& stream);
+  // Replays `graph` (capturing `work` first when its capture is stale), or runs `work` when step
+  // graphs are off.
+  template <class Cached, class Work>
+  void run_graph(Cached& cached, const device::Stream& stream, Work&& work);
+
   // Sends the planned unique keys to their owners; recv_keys_ (sized by reserve_exchange) gets
   // the keys this card owns, grouped by source card.
   void send_keys(const device::Stream& stream);
@@ -303,6 +451,13 @@ class HeterComm::Impl {
   device::device_buffer<uint64_t> check_words_;
   device::LateReadback<uint64_t, StepCheck> checks_;
   StepCheck* last_check_ = nullptr;
+
+  // Planned steps at the pass's fixed sizes, as step graphs (heter_comm_padded.cu).
+  device::Card* card_;
+  PaddedSteps padded_;
+  const uint64_t* planned_n_ = nullptr;  // plan_next_step's occurrence count on the card
+  bool padded_pulled_ = false;           // the last pull was padded: so is its push_pulled
+  std::size_t padded_n_ = 0;             // that pull's occurrences
 
   HeterCommStats stats_;
   HeterCommStats last_;

@@ -59,27 +59,59 @@ void with_policy(const device::Stream& stream, ScratchArena& scratch, std::size_
 #endif
 }
 
+// Which positions of a padded input hold data (HeterComm's fixed-size steps, whose sizes are the
+// pass's maxima): position i, in block i / block, is live while i % block < the block's count,
+// counts[(i / block) * stride] (card memory, read when the kernel runs: a step graph replays with
+// each step's counts). Null counts: every position is live (an unpadded input).
+struct LiveSlots {
+  const uint64_t* counts = nullptr;
+  std::size_t block = 1;
+  std::size_t stride = 1;
+  GPUBOX_HD bool operator()(std::size_t i) const {
+    return counts == nullptr || i % block < counts[i / block * stride];
+  }
+  // The live positions among [0, n), n a multiple of block (or n <= block).
+  GPUBOX_HD std::size_t total(std::size_t n) const {
+    if (counts == nullptr) return n;
+    std::size_t sum = 0;
+    for (std::size_t b = 0; b * block < n; ++b) {
+      const std::size_t room = n - b * block < block ? n - b * block : block;
+      const uint64_t count = counts[b * stride];
+      sum += count < room ? static_cast<std::size_t>(count) : room;
+    }
+    return sum;
+  }
+};
+
 // The sort's input: each occurrence's key under its owner (0 with one partition) and its
-// position.
+// position. A dead position of a padded input (LiveSlots) sorts after every live one, under the
+// owner `partitions`, and its key is not read (key 0).
 struct PrepareSort {
   const uint64_t* keys;
   device::WideKey* wide;
   position_t* positions;
   int partitions;
+  LiveSlots live;
   GPUBOX_HD void operator()(std::size_t i) const {
-    const uint32_t owner =
-        partitions > 1 ? static_cast<uint32_t>(owner_card(keys[i], partitions)) : 0u;
-    wide[i] = device::WideKey{keys[i], owner};
+    if (!live(i)) {
+      wide[i] = device::WideKey{0, static_cast<uint64_t>(partitions)};
+    } else {
+      const uint32_t owner =
+          partitions > 1 ? static_cast<uint32_t>(owner_card(keys[i], partitions)) : 0u;
+      wide[i] = device::WideKey{keys[i], owner};
+    }
     positions[i] = static_cast<position_t>(i);
   }
 };
 
-// 1 where sorted position i starts a key's segment (a key's owner is a function of the key, so
-// the low word alone decides), else 0: the scan's input.
+// 1 where sorted position i starts a key's segment, else 0: the scan's input. A key's owner is
+// a function of the key; the high word tells a padded input's dead positions from a live key.
 struct SegmentHead {
   const device::WideKey* sorted;
   GPUBOX_HD position_t operator()(std::size_t i) const {
-    return (i == 0 || sorted[i].low != sorted[i - 1].low) ? 1u : 0u;
+    return (i == 0 || sorted[i].low != sorted[i - 1].low || sorted[i].high != sorted[i - 1].high)
+               ? 1u
+               : 0u;
   }
 };
 
@@ -127,6 +159,59 @@ struct RecordSegments {
   }
 };
 
+// RecordSegments for a padded input (KeyDedup::run_padded): the live positions sort first
+// (PrepareSort), and only they form segments: count = the live segments, each output as
+// RecordSegments writes it, and unique_start[u] = the live positions for u in [count, n], so
+// every segment past the count is empty (kernels launched over the bound n sum nothing there).
+// owner_begin[partitions] is the live count.
+struct RecordLiveSegments {
+  const device::WideKey* sorted;
+  const position_t* sorted_pos;
+  const position_t* seg_id;
+  uint64_t* unique_keys;
+  position_t* unique_start;
+  position_t* occurrence_unique;
+  position_t* owner_begin;
+  uint32_t partitions;
+  position_t n;
+  LiveSlots live;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const auto live_n = static_cast<position_t>(live.total(n));
+    const position_t count = live_n > 0 ? seg_id[live_n - 1] : 0;
+    if (count + i <= n) unique_start[count + i] = live_n;  // [count, n) and, when count > 0, n
+    if (count == 0 && i == 0) unique_start[n] = live_n;
+    if (live_n == 0) {
+      if (i == 0) {
+        for (uint32_t c = 0; c <= partitions; ++c) owner_begin[c] = 0;
+      }
+      return;
+    }
+    if (i >= live_n) return;  // dead: no segment
+    const position_t u = seg_id[i] - 1;
+    occurrence_unique[sorted_pos[i]] = u;
+    const auto owner = static_cast<uint32_t>(sorted[i].high);
+    if (i == 0 || sorted[i].low != sorted[i - 1].low || owner != sorted[i - 1].high) {
+      unique_keys[u] = sorted[i].low;
+      unique_start[u] = static_cast<position_t>(i);
+      for (uint32_t c = i == 0 ? 0u : static_cast<uint32_t>(sorted[i - 1].high) + 1; c <= owner;
+           ++c) {
+        owner_begin[c] = u;
+      }
+    }
+    if (i + 1 == live_n) {
+      for (uint32_t c = owner + 1; c <= partitions; ++c) owner_begin[c] = count;
+    }
+  }
+};
+
+// *out = live.total(n) (KeyDedup::write_live_count).
+struct WriteLiveCount {
+  LiveSlots live;
+  std::size_t n;
+  position_t* out;
+  GPUBOX_HD void operator()(std::size_t) const { *out = static_cast<position_t>(live.total(n)); }
+};
+
 // KeyDedup::run_unique_sorted's outputs: every segment one occurrence.
 struct IdentitySegments {
   position_t* sorted_pos;
@@ -169,6 +254,8 @@ class KeyDedup {
     GPUBOX_EXPECTS(partitions > 0, "KeyDedup: partitions must be positive, got ", partitions);
     owner_bits_ = 0;
     while ((uint64_t{1} << owner_bits_) < static_cast<uint64_t>(partitions)) ++owner_bits_;
+    padded_bits_ = 0;  // the owners and the dead positions' `partitions`
+    while ((uint64_t{1} << padded_bits_) <= static_cast<uint64_t>(partitions)) ++padded_bits_;
   }
 
   // Deduplicates keys[0, n) (card memory). Returns the number of unique keys. Synchronizes
@@ -199,7 +286,7 @@ class KeyDedup {
       return;
     }
     device::parallel_for(stream, n,
-                         PrepareSort{keys, wide_keys_.data(), positions_.data(), partitions_});
+                         PrepareSort{keys, wide_keys_.data(), positions_.data(), partitions_, {}});
     sorter_.run(wide_keys_.data(), sorted_keys_.data(), positions_.data(), sorted_pos_.data(), n,
                 owner_bits_, stream);
     scanner_.inclusive(SegmentHead{sorted_keys_.data()}, seg_id_.data(), n, stream);
@@ -209,6 +296,43 @@ class KeyDedup {
                        unique_start_.data(), occurrence_unique_.data(), owner_begin_.data(),
                        static_cast<uint32_t>(partitions_), static_cast<position_t>(n), pad});
   }
+
+  // run_async over a padded input of n positions (the pass's largest), of which `live` says which
+  // hold keys (their count on the card, read when the kernels run): the outputs describe the live
+  // keys only, at the same places as run_async over them would put them; the segments past their
+  // count are empty (RecordLiveSegments). The live count is on the card: live_count_on_card().
+  // Every size is n, fixed: within reserve(n) it allocates nothing and waits for nothing, so a
+  // step graph can capture it. 4 launches (n > 0).
+  void run_padded(const uint64_t* keys, std::size_t n, const LiveSlots& live,
+                  const device::Stream& stream) {
+    GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "batch of ", n, " keys exceeds 2^32 positions");
+    reserve(n);
+    resize_all(n);
+    count_known_ = false;
+    count_on_card_ = false;
+    if (n == 0) {
+      run_async(keys, 0, stream);
+      return;
+    }
+    device::parallel_for(
+        stream, n, PrepareSort{keys, wide_keys_.data(), positions_.data(), partitions_, live});
+    sorter_.run(wide_keys_.data(), sorted_keys_.data(), positions_.data(), sorted_pos_.data(), n,
+                padded_bits_, stream);
+    scanner_.inclusive(SegmentHead{sorted_keys_.data()}, seg_id_.data(), n, stream);
+    device::parallel_for(
+        stream, n,
+        RecordLiveSegments{sorted_keys_.data(), sorted_pos_.data(), seg_id_.data(),
+                           unique_keys_.data(), unique_start_.data(), occurrence_unique_.data(),
+                           owner_begin_.data(), static_cast<uint32_t>(partitions_),
+                           static_cast<position_t>(n), live});
+  }
+  // After run_unique_sorted over a padded input whose live positions come first (a single
+  // card's received block): its live count into live_count_on_card(). One launch.
+  void write_live_count(const LiveSlots& live, std::size_t n, const device::Stream& stream) {
+    device::parallel_for(stream, 1, WriteLiveCount{live, n, owner_begin_.data() + partitions_});
+  }
+  // The live unique count of the last run_padded, on the card (owner_begin's last entry).
+  const position_t* live_count_on_card() const { return owner_begin_.data() + partitions_; }
 
   // The unique count of the last run_async, on the card: null for an empty input (the count is
   // 0) and after run_unique_sorted (no scan ran; unique_count() is known). Valid until the next
@@ -311,7 +435,8 @@ class KeyDedup {
   }
 
   int partitions_;
-  int owner_bits_ = 0;  // bits of the sort's high word: ceil(log2(partitions))
+  int owner_bits_ = 0;   // bits of the sort's high word: ceil(log2(partitions))
+  int padded_bits_ = 0;  // run_padded's: ceil(log2(partitions + 1))
   device::device_buffer<device::WideKey> wide_keys_;
   device::device_buffer<device::WideKey> sorted_keys_;
   device::device_buffer<position_t> positions_;

@@ -2,7 +2,8 @@
 // unique keys grouped by owner card (ascending inside each), each owner's first index, each
 // occurrence's unique index, the segments in position order, the padded starts; sizes 0, 1, a
 // sort run, past it, many merge levels; 1, 3 and 8 partitions. And the plan as a StepGraph:
-// captured once, replayed over a new batch of the same size, equal to the eager run.
+// captured once, replayed over a new batch of the same size, equal to the eager run; padded
+// (run_padded), equal to a plan over the live keys alone.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -167,6 +168,53 @@ TEST(KeyDedup, CapturedPlanReplaysOverANewBatchEqualToEager) {
     EXPECT_EQ(a.sorted_pos, b.sorted_pos);
     EXPECT_EQ(a.occurrence_unique, b.occurrence_unique);
     EXPECT_EQ(a.owner_begin, b.owner_begin);
+  }
+}
+
+// The padded plan (run_padded, HeterComm's fixed-size steps): captured once over the pass's
+// largest batch, replayed with the live count read on the card, it describes the live keys as
+// run_async over them alone does (the oracle), for live counts of 0, a few, most and all; the
+// segments past the live count are empty and the dead positions' stale keys (0 among them)
+// never join a live key.
+TEST(KeyDedup, CapturedPaddedPlanEqualsAPlanOverTheLiveKeysOnly) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  const std::size_t n = 2600;
+  const int partitions = 3;
+  device::device_buffer<uint64_t> batch(n, card.memory(), card.stream());
+  device::device_buffer<uint64_t> live(1, card.memory(), card.stream());
+  KeyDedup padded(card, partitions);
+  KeyDedup exact(card, partitions);
+  padded.reserve(n);
+  exact.reserve(n);
+  device::StepGraph graph("padded key plan");
+  graph.capture(card.stream(), [&] {
+    padded.run_padded(batch.data(), n, LiveSlots{live.data(), n, 1}, card.stream());
+  });
+  EXPECT_EQ(graph.contents().launches, 4u);
+  for (const uint64_t count : {uint64_t{0}, uint64_t{5}, uint64_t{1900}, uint64_t{n}}) {
+    SCOPED_TRACE(count);
+    const auto keys = random_batch(n, 21 + count);  // stale keys past `count`, 0 included
+    device::copy_async(batch.data(), keys.data(), n, card.stream());
+    device::copy_async(live.data(), &count, 1, card.stream());
+    graph.replay(card.stream());
+    const std::size_t unique = exact.run(batch.data(), count, card.stream());
+    const auto live_count = device::to_host(padded.live_count_on_card(), 1, card.stream());
+    ASSERT_EQ(live_count[0], unique);
+    const Outputs a = read(padded, n, unique, partitions, card.stream());
+    const Outputs b = read(exact, count, unique, partitions, card.stream());
+    EXPECT_EQ(a.unique, b.unique);
+    EXPECT_EQ(a.owner_begin, b.owner_begin);
+    EXPECT_EQ(std::vector<position_t>(a.sorted_pos.begin(), a.sorted_pos.begin() + count),
+              b.sorted_pos);
+    EXPECT_EQ(
+        std::vector<position_t>(a.occurrence_unique.begin(), a.occurrence_unique.begin() + count),
+        b.occurrence_unique);
+    // Starts: the live segments', then the live count for every segment past them.
+    std::vector<position_t> want(b.starts.begin(), b.starts.begin() + unique + 1);
+    want.resize(n + 1, static_cast<position_t>(count));
+    EXPECT_EQ(a.starts, want);
   }
 }
 

@@ -1,0 +1,364 @@
+// HeterComm's planned steps at the pass's fixed sizes (see PaddedSteps in
+// detail/heter_comm_impl.cuh): the sparse half of a training step as two step graphs, "sparse
+// pull" and "sparse push" (issue 31, item 3).
+//
+// The sizes: the batch padded to the pass's largest (its occurrence count read on the card), the
+// exchanges in blocks of `block` keys per pair of cards, each key block led by its live count.
+//
+//   pull   local dedup over the padded batch (dead positions sort last, under a sentinel owner,
+//          and form no segment) -> each live unique key to its owner's block, each block's live
+//          count in its first word -> all_to_all (block + 1 keys per pair) -> the owner looks up
+//          the live slots, counts the misses, plans the merge over the live slots -> the step's
+//          check into the card's check words -> the owner fills the records of every slot (dead:
+//          zeros) -> all_to_all (block records per pair) -> each live occurrence's record.
+//   push   the live occurrences' push records summed per unique key into its slot -> all_to_all
+//          -> merged on the owner over the live slots -> one optimizer step per live merged key.
+//
+// Sums follow the unpadded path's order exactly (the live keys keep their relative order in
+// every sort, and segments are summed by the same rule), so a padded step's rows and records
+// are bit-identical to an unpadded planned step's. What the host does per step (stats and the
+// check's tag from the plan, the check's copy into its pinned slot and the slot's event) stays
+// outside the graphs.
+#include <cuda/atomic>
+
+#include "heterps/heter_comm/detail/heter_comm_impl.cuh"
+
+namespace gpubox::heter_comm {
+namespace {
+
+// Sender: each live unique key u into its owner's block (slot owner * block + j, its key at word
+// 1 + j of the owner's key block), each owner block's live count into its first word; u's slot,
+// or a discard row past the blocks (slots + u) for a unique index past the live count or a key
+// past its block (a plan that does not describe the batch: its late check fails the step).
+struct SendBlockKeys {
+  const uint64_t* unique_keys;
+  const position_t* owner_begin;  // partitions + 1
+  uint32_t partitions;
+  std::size_t block;
+  std::size_t uniques;  // the bound: unique indices [0, uniques)
+  uint64_t* send_keys;
+  position_t* unique_slot;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    if (item < partitions) {
+      const uint64_t count = owner_begin[item + 1] - owner_begin[item];
+      send_keys[item * (block + 1)] = count < block ? count : block;
+    }
+    if (item >= uniques) return;
+    const std::size_t discard = partitions * block + item;
+    if (item >= owner_begin[partitions]) {
+      unique_slot[item] = static_cast<position_t>(discard);
+      return;
+    }
+    const uint64_t key = unique_keys[item];
+    const uint32_t owner =
+        partitions > 1 ? static_cast<uint32_t>(owner_card(key, static_cast<int>(partitions))) : 0u;
+    const std::size_t j = item - owner_begin[owner];
+    if (j >= block) {
+      unique_slot[item] = static_cast<position_t>(discard);
+      return;
+    }
+    send_keys[owner * (block + 1) + 1 + j] = key;
+    unique_slot[item] = static_cast<position_t>(owner * block + j);
+  }
+};
+
+// Owner: received slot q = src * block + j holds a key while j < source src's count; its key
+// (0 when dead) and row (kInvalidRow when dead or missing); the live misses counted.
+struct FindBlockKeys {
+  card_table::CardStoreRef store;
+  const uint64_t* recv_keys;  // [src][count, keys...]
+  std::size_t block;
+  uint64_t* keys;
+  row_index_t* rows;
+  unsigned long long* misses;
+  GPUBOX_HD void operator()(std::size_t q) const {
+    const uint64_t* from = recv_keys + q / block * (block + 1);
+    const std::size_t j = q % block;
+    if (j >= from[0]) {
+      keys[q] = 0;
+      rows[q] = card_table::kInvalidRow;
+      return;
+    }
+    const uint64_t key = from[1 + j];
+    keys[q] = key;
+    const row_index_t row = store.find(key);
+    rows[q] = row;
+    if (row == card_table::kInvalidRow) {
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(*misses).fetch_add(
+          1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
+// The padded step's check words (see kCheckHead): the live misses, the first missing live slot
+// and its key, the live merged keys, the card's own count row.
+struct WriteBlockCheck {
+  const unsigned long long* misses;
+  const row_index_t* rows;
+  const uint64_t* keys;
+  detail::LiveSlots live;
+  std::size_t slots;
+  const position_t* merged;
+  const position_t* own_begin;  // row_size + 1 entries
+  std::size_t row_size;
+  uint64_t* words;
+  GPUBOX_HD void operator()(std::size_t) const {
+    const uint64_t missing = *misses;
+    words[0] = missing;
+    words[1] = slots;
+    words[2] = 0;
+    if (missing > 0) {  // the error path: one thread finds the first
+      for (std::size_t q = 0; q < slots; ++q) {
+        if (!live(q) || rows[q] != card_table::kInvalidRow) continue;
+        words[1] = q;
+        words[2] = keys[q];
+        break;
+      }
+    }
+    words[3] = *merged;
+    for (std::size_t c = 0; c < row_size; ++c) {
+      words[kCheckHead + c] = own_begin[c + 1] - own_begin[c];
+    }
+  }
+};
+
+// out[i] = the record of live occurrence i's unique key, by its slot (a discard slot reads zeros).
+struct ScatterBlockRecords {
+  const float* records;  // by slot
+  const position_t* occurrence_unique;
+  const position_t* unique_slot;
+  const uint64_t* n;  // live occurrences, on the card
+  std::size_t slots;
+  float* out;
+  int32_t dim;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const std::size_t i = item / static_cast<std::size_t>(dim);
+    if (i >= *n) return;
+    const std::size_t f = item % static_cast<std::size_t>(dim);
+    const std::size_t slot = unique_slot[occurrence_unique[i]];
+    out[item] = slot < slots ? records[slot * dim + f] : 0.0f;
+  }
+};
+
+}  // namespace
+
+bool HeterComm::Impl::pull_is_padded(std::size_t n) const {
+  if (!padded_.enabled() || planned_ == nullptr || planned_n_ == nullptr) return false;
+  // Every card of the step takes the padded path or none does (their exchanges differ): a batch
+  // past the pass's reserved largest fails here, on its card, naming it (the group is aborted).
+  GPUBOX_EXPECTS(n <= padded_.occurrences, "HeterComm on card ", comm_->rank(),
+                 ": a planned step of ", n, " key occurrences, past the pass's largest batch (",
+                 padded_.occurrences,
+                 " in reserve_steps): the pass's step plan does not describe the batch");
+  return true;
+}
+
+void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
+  PaddedSteps& p = padded_;
+  // The pass's sizes (a smaller pass runs smaller padded steps; the buffers keep their room).
+  p.block = 0;
+  if (replicated_ || options_.missing_keys != MissingKeyPolicy::kFail || bounds.pair_block == 0) {
+    return;
+  }
+  p.occurrences = bounds.occurrences;
+  p.block = bounds.pair_block;
+  const std::size_t cards = static_cast<std::size_t>(total_cards_);
+  const std::size_t slots = p.slots(total_cards_);
+  const auto pull_dim = static_cast<std::size_t>(layout_.pull_dim());
+  const auto push_dim = static_cast<std::size_t>(layout_.push_dim());
+  const std::size_t record_dim = std::max(pull_dim, push_dim);
+  p.key_counts.assign(cards, p.block + 1);
+  p.record_counts.assign(cards, p.block * pull_dim);
+  p.push_counts.assign(cards, p.block * push_dim);
+  const device::Stream& stream = card_->stream();
+  const auto zeroed = [&](auto& buffer, std::size_t count) {
+    if (buffer.size() < count) {
+      buffer.resize_discard(count);
+      device::memset_bytes_async(buffer.data(), 0, buffer.bytes(), stream);
+    }
+  };
+  zeroed(p.send_keys, cards * (p.block + 1));
+  zeroed(p.recv_keys, cards * (p.block + 1));
+  zeroed(p.keys, slots);
+  zeroed(p.rows, slots);
+  zeroed(p.recv_records, slots * record_dim);
+  zeroed(p.send_records, (slots + p.occurrences) * record_dim);
+  zeroed(p.merged_records, slots * push_dim);
+  zeroed(p.merged_rows, slots);
+  zeroed(p.unique_slot, p.occurrences);
+  // The plans and reductions over every position and slot (run_padded, run_unique_sorted and
+  // the reducer resize within these: a captured step allocates nothing).
+  local_.reserve(p.occurrences);
+  owner_merge_.reserve(slots, /*sorting=*/total_cards_ > 1);
+  reducer_.reserve(std::max(p.occurrences, slots), layout_.push_dim());
+}
+
+template <class Cached, class Work>
+void HeterComm::Impl::run_graph(Cached& cached, const device::Stream& stream, Work&& work) {
+  if (!options_.step_graphs) {
+    work();
+    return;
+  }
+  const device::DeviceCounts counts = card_->counts();
+  const uint64_t generation = counts.allocations + counts.frees;
+  // A capture bakes in the buffers (the memory generation: a card allocation or free since may
+  // have moved one, the store's table or pools included) and the padded sizes.
+  if (!cached.graph.ready() || cached.generation != generation ||
+      cached.occurrences != padded_.occurrences || cached.block != padded_.block) {
+    cached.graph.capture(stream, std::forward<Work>(work));
+    cached.generation = generation;
+    cached.occurrences = padded_.occurrences;
+    cached.block = padded_.block;
+  }
+  cached.graph.replay(stream);
+}
+
+void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
+                                  const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  const uint64_t* n_on_card = std::exchange(planned_n_, nullptr);
+  const uint64_t* planned = std::exchange(planned_, nullptr);
+  pulled_ = false;
+  padded_pulled_ = false;
+  last_check_ = nullptr;
+  step_planned_ = true;
+  begin_step();
+  // The host's bookkeeping, from the plan: this card's row (what it sends) and column (what it
+  // receives as the owner).
+  const std::size_t cards = static_cast<std::size_t>(total_cards_);
+  const std::size_t me = static_cast<std::size_t>(comm_->rank());
+  std::copy(planned, planned + cards * cards, host_counts_.data());
+  std::size_t unique = 0;
+  std::size_t received = 0;
+  for (std::size_t c = 0; c < cards; ++c) {
+    unique += host_counts_[me * cards + c];
+    received += host_counts_[c * cards + me];
+  }
+  last_.pull_calls = 1;
+  last_.keys_in = n;
+  last_.unique_keys_sent = unique;
+  last_.owner_lookups = received;
+  count_bytes(p.key_counts.data(), sizeof(uint64_t));
+  count_bytes(p.record_counts.data(), sizeof(float));
+  merged_ = p.slots(total_cards_);
+  merged_on_card_ = owner_merge_.live_count_on_card();  // written by the graph
+  padded_n_ = n;
+  guarded([&] {
+    const auto slot = checks_.begin(RetireCheck{this});  // may retire a check 4 steps old
+    const PaddedSteps::PullKey key{keys, n_on_card, out_pull};
+    std::size_t at = 0;
+    while (at < p.pulls.size() && !(p.pulls[at]->key == key)) ++at;
+    if (at == p.pulls.size()) {
+      p.pulls.insert(p.pulls.begin(),
+                     std::make_unique<PaddedSteps::Cached<PaddedSteps::PullKey>>("sparse pull"));
+      p.pulls.front()->key = key;
+      if (p.pulls.size() > PaddedSteps::kPullGraphs) p.pulls.pop_back();
+    } else {
+      std::rotate(p.pulls.begin(), p.pulls.begin() + static_cast<std::ptrdiff_t>(at),
+                  p.pulls.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+    }
+    run_graph(*p.pulls.front(), stream,
+              [&] { enqueue_padded_pull(keys, n_on_card, out_pull, stream); });
+    device::copy_async(slot.host, check_words_.data(), check_words_.size(), stream);
+    StepCheck& tag = *slot.tag;
+    tag.pass = comm_->pass();
+    tag.step = comm_->step();
+    tag.planned_row.assign(host_counts_.data() + me * cards,
+                           host_counts_.data() + (me + 1) * cards);
+    tag.recv_offsets.clear();
+    tag.pushed = false;
+    tag.merge_late = true;
+    tag.block = p.block;
+    checks_.commit(stream);
+    last_check_ = &tag;
+  });
+  finish_step();
+  pulled_ = true;
+  padded_pulled_ = true;
+}
+
+void HeterComm::Impl::enqueue_padded_pull(const uint64_t* keys, const uint64_t* n_on_card,
+                                          float* out_pull, const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  const std::size_t slots = p.slots(total_cards_);
+  const auto dim = static_cast<int32_t>(layout_.pull_dim());
+  // The local dedup and owner plan over the padded batch; each live unique key into its block.
+  local_.run_padded(keys, p.occurrences, detail::LiveSlots{n_on_card, p.occurrences, 1}, stream);
+  device::parallel_for(
+      stream, std::max<std::size_t>(p.occurrences, static_cast<std::size_t>(total_cards_)),
+      SendBlockKeys{local_.unique_keys(), local_.owner_begin(), static_cast<uint32_t>(total_cards_),
+                    p.block, p.occurrences, p.send_keys.data(), p.unique_slot.data()});
+  comm_->all_to_all_v(p.send_keys.data(), p.key_counts.data(), p.recv_keys.data(),
+                      p.key_counts.data(), stream);
+  // Owner: the live slots' rows, the misses, the merge plan over the live slots, the check.
+  device::memset_bytes_async(p.misses.data(), 0, sizeof(unsigned long long), stream);
+  device::parallel_for(stream, slots,
+                       FindBlockKeys{store_->ref(), p.recv_keys.data(), p.block, p.keys.data(),
+                                     p.rows.data(), p.misses.data()});
+  const detail::LiveSlots live{p.recv_keys.data(), p.block, p.block + 1};
+  if (total_cards_ == 1) {
+    // A single card receives its own live keys in one block, unique and ascending: each is its
+    // own merged key.
+    owner_merge_.run_unique_sorted(p.keys.data(), slots, stream);
+    owner_merge_.write_live_count(live, slots, stream);
+  } else {
+    owner_merge_.run_padded(p.keys.data(), slots, live, stream);
+  }
+  const std::size_t row_size = static_cast<std::size_t>(total_cards_);
+  device::parallel_for(
+      stream, 1,
+      WriteBlockCheck{p.misses.data(), p.rows.data(), p.keys.data(), live, slots, merged_on_card_,
+                      local_.owner_begin(), row_size, check_words_.data()});
+  // Records back along the keys' route, then to every live occurrence.
+  device::parallel_for(
+      stream, slots * static_cast<std::size_t>(dim),
+      FillPullRecords{store_->ref(), p.rows.data(), slots, p.recv_records.data(), dim});
+  comm_->all_to_all_v(p.recv_records.data(), p.record_counts.data(), p.send_records.data(),
+                      p.record_counts.data(), stream);
+  device::parallel_for(stream, p.occurrences * static_cast<std::size_t>(dim),
+                       ScatterBlockRecords{p.send_records.data(), local_.occurrence_unique(),
+                                           p.unique_slot.data(), n_on_card, slots, out_pull, dim});
+}
+
+void HeterComm::Impl::push_padded(const float* grads, const uint32_t* veto,
+                                  const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  begin_step();
+  last_.push_calls = 1;
+  last_.keys_in = padded_n_;
+  count_bytes(p.push_counts.data(), sizeof(float));
+  if (!p.push || !(p.push->key == PaddedSteps::PushKey{grads, veto})) {
+    p.push = std::make_unique<PaddedSteps::Cached<PaddedSteps::PushKey>>("sparse push");
+    p.push->key = PaddedSteps::PushKey{grads, veto};
+  }
+  run_graph(*p.push, stream, [&] { enqueue_padded_push(grads, veto, stream); });
+  if (last_check_ != nullptr) last_check_->pushed = true;
+  finish_step();
+}
+
+void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* veto,
+                                          const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  const std::size_t slots = p.slots(total_cards_);
+  const int32_t dim = layout_.push_dim();
+  // Each unique key's sum into its slot (past the live count: into its own discard row).
+  reducer_.run(local_.unique_start(), p.occurrences, p.occurrences, dim,
+               OrderedRecords<float>{grads, local_.sorted_positions(), dim},
+               RecordRows<float>{p.send_records.data(), p.unique_slot.data(), dim}, stream);
+  comm_->all_to_all_v(p.send_records.data(), p.push_counts.data(), p.recv_records.data(),
+                      p.push_counts.data(), stream);
+  // The owner: summed per merged key over the live slots, in source-rank order; one step each.
+  reducer_.run(owner_merge_.unique_start(), slots, slots, dim,
+               OrderedRecords<float>{p.recv_records.data(), owner_merge_.sorted_positions(), dim},
+               RecordRows<float>{p.merged_records.data(), nullptr, dim}, stream);
+  device::parallel_for(stream, slots,
+                       GatherMerged<row_index_t>{p.rows.data(), owner_merge_.sorted_positions(),
+                                                 owner_merge_.unique_start(), p.merged_rows.data(),
+                                                 merged_on_card_});
+  device::parallel_for(
+      stream, slots,
+      ApplyUpdates{store_->ref(), p.merged_rows.data(), owner_merge_.unique_keys(),
+                   p.merged_records.data(), config_, veto, slots, merged_on_card_});
+}
+
+}  // namespace gpubox::heter_comm

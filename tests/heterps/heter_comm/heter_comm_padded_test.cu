@@ -1,0 +1,288 @@
+// HeterComm's planned steps at the pass's fixed sizes (StepBounds::pair_block with the step's
+// occurrence count on the card: heter_comm_padded.cu), on 1, 2 and 4 simulated cards, on skewed
+// keys (a few hot keys, many cold ones) with a batch size that varies step to step:
+//   - their pull records and the final rows are bit-identical to unpadded planned steps' (the
+//     oracle: the same sums in the same order), as step graphs and eagerly;
+//   - as step graphs, a steady step is 2 graph launches and nothing else: no launch, collective
+//     or host wait outside them, no allocation (the cpu backend's capture mode refuses a host
+//     wait, an allocation, a pageable copy or a Thrust call: a capture that succeeded proves the
+//     step capturable);
+//   - a plan that does not describe a batch still fails late, naming the step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "heterps/card_table/card_store.cuh"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/heter_comm.hpp"
+#include "table/sparse_row/optimizer.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+
+namespace gpubox::heter_comm {
+namespace {
+
+using table::AccessorConfig;
+using table::RowLayout;
+
+constexpr int kSteps = 9;
+constexpr int kUniverse = 600;
+
+AccessorConfig config() {
+  AccessorConfig cfg;
+  cfg.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
+  cfg.mf_dim = 8;
+  cfg.optimizer.learning_rate = 0.1f;
+  cfg.optimizer.mf_learning_rate = 0.08f;
+  cfg.embedx_threshold = 1.5f;  // embedx appears mid-run for the hot keys
+  cfg.seed = 5;
+  return cfg;
+}
+
+std::vector<uint64_t> universe() {
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < kUniverse; ++i) keys.push_back(mix64(1234 + i));
+  keys[1] = 0;  // a key of value 0: a padded slot's key must never be taken for it
+  return keys;
+}
+
+// batches[step][card]: skewed keys (rank ~ u^3), a size that varies per step and card.
+struct Data {
+  std::vector<std::vector<std::vector<uint64_t>>> keys;
+  std::vector<std::vector<std::vector<float>>> grads;
+  std::vector<std::vector<uint64_t>> plan;  // [step][src * cards + dst]
+  StepBounds bounds;                        // the pass's maxima over every card (enough)
+};
+
+Data make_data(int cards, int push_dim) {
+  const std::vector<uint64_t> all = universe();
+  std::mt19937_64 rng(77 + cards);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  Data d;
+  d.keys.assign(kSteps, std::vector<std::vector<uint64_t>>(cards));
+  d.grads.assign(kSteps, std::vector<std::vector<float>>(cards));
+  d.plan.assign(kSteps, std::vector<uint64_t>(static_cast<std::size_t>(cards * cards), 0));
+  for (int s = 0; s < kSteps; ++s) {
+    for (int c = 0; c < cards; ++c) {
+      const std::size_t n = (s == 4 && c == 0) ? 0 : 20 + rng() % 260;  // one empty batch
+      for (std::size_t i = 0; i < n; ++i) {
+        const double u = unit(rng);
+        d.keys[s][c].push_back(all[static_cast<std::size_t>(u * u * u * kUniverse) % kUniverse]);
+        for (int f = 0; f < push_dim; ++f) {
+          d.grads[s][c].push_back(f == 0 ? 1.0f : static_cast<float>(unit(rng) - 0.4));
+        }
+      }
+      const std::set<uint64_t> distinct(d.keys[s][c].begin(), d.keys[s][c].end());
+      for (uint64_t k : distinct) ++d.plan[s][c * cards + owner_card(k, cards)];
+      d.bounds.occurrences = std::max(d.bounds.occurrences, n);
+      d.bounds.unique = std::max(d.bounds.unique, distinct.size());
+    }
+    for (int o = 0; o < cards; ++o) {
+      std::size_t received = 0;
+      for (int c = 0; c < cards; ++c) {
+        received += d.plan[s][c * cards + o];
+        d.bounds.pair_block = std::max<std::size_t>(d.bounds.pair_block, d.plan[s][c * cards + o]);
+      }
+      d.bounds.received = std::max(d.bounds.received, received);
+    }
+  }
+  return d;
+}
+
+// How a run plans its steps.
+enum class Mode { kUnpadded, kPaddedEager, kPaddedGraphs };
+
+struct RunResult {
+  std::vector<std::vector<std::vector<float>>> pulled;  // [step][card]
+  std::vector<std::vector<float>> rows;                 // per card: its owned keys' rows
+  std::vector<device::DeviceCounts> last_step;          // per card: the last step's counts
+};
+
+// `wrong_plan` replaces step `wrong_step`'s plan; `absent` (when not 0) is never placed on its
+// owner.
+RunResult run(int cards, Mode mode, const Data& data,
+              const std::vector<uint64_t>* wrong_plan = nullptr, int wrong_step = -1,
+              uint64_t absent = 0) {
+  const AccessorConfig cfg = config();
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+  HeterCommOptions options;
+  options.missing_keys = MissingKeyPolicy::kFail;
+  options.step_graphs = mode == Mode::kPaddedGraphs;
+  std::string list;
+  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
+  device::CardSet set = device::CardSet::from_list(list);
+  auto group = comm::make_group(set, std::chrono::seconds(60));
+  std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards);
+  std::vector<std::unique_ptr<HeterComm>> comms(cards);
+  RunResult out;
+  out.pulled.assign(kSteps, std::vector<std::vector<float>>(cards));
+  out.rows.resize(cards);
+  out.last_step.resize(cards);
+  const std::vector<uint64_t> all = universe();
+  set.run_on_cards(
+      [&](device::Card& card) {
+        const int c = card.local_index();
+        const device::Stream& stream = card.stream();
+        stores[c] = std::make_unique<card_table::CardSparseStore>(card, cfg);
+        comms[c] = std::make_unique<HeterComm>(card, *stores[c], group->at(c), options);
+        std::vector<uint64_t> mine;
+        std::vector<float> rows;
+        for (uint64_t k : all) {
+          if (owner_card(k, cards) != c || (absent != 0 && k == absent)) continue;
+          mine.push_back(k);
+          rows.resize(rows.size() + layout.stride());
+          table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
+        }
+        auto dk = device::to_device(mine, card.memory(), stream);
+        auto dr = device::to_device(rows, card.memory(), stream);
+        stores[c]->insert_rows(dk.data(), dr.data(), mine.size(), stream);
+        HeterComm& hc = *comms[c];
+        StepBounds bounds = data.bounds;
+        if (mode == Mode::kUnpadded) bounds.pair_block = 0;
+        hc.reserve_steps(bounds);
+        // The step's buffers, sized once (a graph's capture holds their addresses).
+        const std::size_t most = data.bounds.occurrences;
+        auto keys = card.make_buffer<uint64_t>(std::max<std::size_t>(most, 1));
+        auto grads = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.push_dim());
+        auto pulled = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.pull_dim());
+        auto n_on_card = card.make_buffer<uint64_t>(1);
+        stream.synchronize();
+        for (int s = 0; s < kSteps; ++s) {
+          const std::vector<uint64_t>& k = data.keys[s][c];
+          const uint64_t n = k.size();
+          if (n > 0) {
+            device::copy_async(keys.data(), k.data(), k.size(), stream);
+            device::copy_async(grads.data(), data.grads[s][c].data(), data.grads[s][c].size(),
+                               stream);
+          }
+          device::copy_async(n_on_card.data(), &n, 1, stream);
+          group->at(c).set_step(2, s);
+          const device::DeviceCounts before = card.counts();
+          const uint64_t* plan = s == wrong_step ? wrong_plan->data() : data.plan[s].data();
+          hc.plan_next_step(plan, mode == Mode::kUnpadded ? nullptr : n_on_card.data());
+          hc.pull(keys.data(), n, pulled.data(), stream);
+          hc.push_pulled(grads.data(), stream);
+          out.last_step[c] = card.counts() - before;
+          out.pulled[s][c] = device::to_host(pulled.data(), n * hc.pull_dim(), stream);
+        }
+        group->at(c).set_step(-1, -1);
+        hc.drain_checks();
+        auto rows_out = card.make_buffer<float>(mine.size() * layout.stride());
+        stores[c]->read_rows(dk.data(), mine.size(), rows_out.data(), stream);
+        out.rows[c] = device::to_host(rows_out);
+        comms[c].reset();
+        stores[c].reset();
+      },
+      [&](const std::string& why) { group->abort(why); });
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class PaddedSteps : public ::testing::TestWithParam<int> {};
+
+TEST_P(PaddedSteps, EqualUnpaddedStepsBitForBitAsGraphsAndEagerly) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
+  const Data data = make_data(cards, layout.push_dim());
+  const RunResult want = run(cards, Mode::kUnpadded, data);
+  for (const Mode mode : {Mode::kPaddedEager, Mode::kPaddedGraphs}) {
+    SCOPED_TRACE(mode == Mode::kPaddedGraphs ? "step graphs" : "eagerly");
+    const RunResult got = run(cards, mode, data);
+    for (int s = 0; s < kSteps; ++s) {
+      for (int c = 0; c < cards; ++c) {
+        EXPECT_TRUE(same_bits(got.pulled[s][c], want.pulled[s][c]))
+            << "step " << s << " card " << c;
+      }
+    }
+    for (int c = 0; c < cards; ++c) {
+      EXPECT_TRUE(same_bits(got.rows[c], want.rows[c])) << "card " << c << "'s rows";
+    }
+  }
+}
+
+TEST_P(PaddedSteps, AsStepGraphsAStepIsTwoGraphLaunchesAndNothingElse) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
+  const Data data = make_data(cards, layout.push_dim());
+  const RunResult graphs = run(cards, Mode::kPaddedGraphs, data);
+  const RunResult eager = run(cards, Mode::kPaddedEager, data);
+  for (int c = 0; c < cards; ++c) {
+    const device::DeviceCounts& g = graphs.last_step[c];
+    const device::DeviceCounts& e = eager.last_step[c];
+    EXPECT_EQ(g.graph_launches, 2u) << "card " << c;  // "sparse pull", "sparse push"
+    EXPECT_EQ(g.launches, 0u) << "card " << c;
+    EXPECT_EQ(g.collectives, 0u) << "card " << c;
+    EXPECT_EQ(g.card_copies, 0u) << "card " << c;
+    EXPECT_EQ(g.host_syncs, 0u) << "card " << c;
+    EXPECT_EQ(g.allocations, 0u) << "card " << c;
+    EXPECT_EQ(g.pinned_copies, 1u) << "card " << c;  // the check into its pinned slot
+    // The same work, eagerly: 3 collectives and every node a launch or a card copy.
+    EXPECT_EQ(e.graph_launches, 0u) << "card " << c;
+    EXPECT_EQ(e.collectives, 3u) << "card " << c;
+    EXPECT_EQ(e.host_syncs, 0u) << "card " << c;
+    EXPECT_EQ(g.graph_nodes, e.launches + e.collectives + e.card_copies) << "card " << c;
+  }
+}
+
+TEST_P(PaddedSteps, AWrongPlanStillFailsLateNamingTheStep) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
+  const Data data = make_data(cards, layout.push_dim());
+  // Step 3's plan says card 0 sends one key fewer to the last card (1 card: to itself) than its
+  // batch has: its late check finds its row unlike the plan.
+  std::vector<uint64_t> wrong = data.plan[3];
+  ASSERT_GT(wrong[cards - 1], 0u);
+  --wrong[cards - 1];
+  std::string message;
+  try {
+    run(cards, Mode::kPaddedGraphs, data, &wrong, 3);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ASSERT_FALSE(message.empty()) << "a wrong plan went unnoticed";
+  EXPECT_NE(message.find("pass 2, step 3: "), std::string::npos) << message;
+  EXPECT_NE(message.find("plan does not describe"), std::string::npos) << message;
+}
+
+TEST_P(PaddedSteps, AMissingKeyFailsLateNamingItsOwnerAndStep) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
+  const Data data = make_data(cards, layout.push_dim());
+  const uint64_t absent = universe()[0];  // the hottest key: in the first step's batches
+  std::string message;
+  try {
+    run(cards, Mode::kPaddedGraphs, data, nullptr, -1, absent);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ASSERT_FALSE(message.empty()) << "the missing key went unnoticed";
+  EXPECT_NE(message.find("pass 2, step 0: HeterComm pull: key " + std::to_string(absent) +
+                         " is missing on its owner card " +
+                         std::to_string(owner_card(absent, cards)) + " (requested by card "),
+            std::string::npos)
+      << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, PaddedSteps, ::testing::Values(1, 2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
+
+}  // namespace
+}  // namespace gpubox::heter_comm
