@@ -1,6 +1,7 @@
 #include "dataset/dataset_config.hpp"
 
 #include "common/config/config_document.hpp"
+#include "common/config/network_shape.hpp"
 #include "dataset/paddlerec_readers.hpp"
 #include "dataset/pipe_command.hpp"
 
@@ -18,8 +19,8 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   // The document checked that slot_names, when given, has sparse_inputs_slots - 1 names.
   const int sparse_inputs_slots = doc.get_int("hyper_parameters.sparse_inputs_slots");
   if (c.slots.empty()) c.slots = numbered_slots(sparse_inputs_slots, c.label_name);
-  c.dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
-  if (reader.dense_dim >= 0) c.dense_dim = reader.dense_dim;
+  // As the table part reads it (ffm's rows are as wide as the fields): slot_dnn's folder has none.
+  c.dense_dim = config::resolve_dense_dim(doc);
   c.multislot_order = doc.get_string_list("runner.multislot_order");
   if (!reader.multislot_order.empty()) {
     c.multislot_order = reader.multislot_order;

@@ -85,7 +85,7 @@ constexpr unsigned kNoEffect = 0;
 std::vector<KeySpec> build_table() {
   std::vector<KeySpec> t;
   // clang-format off
-  t.push_back(string_key("workspace", "\"\"", kTrainer | kDataset, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
+  t.push_back(string_key("workspace", "\"\"", kTrainer | kDataset | kTable, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
 
   const std::string r = "runner.";
   t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file, or a list of them, read in order as one); each epoch over it is one pass; what gpubox_data stat loads"));
