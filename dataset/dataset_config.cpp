@@ -1,6 +1,7 @@
 #include "dataset/dataset_config.hpp"
 
 #include "common/config/config_document.hpp"
+#include "common/config/network_shape.hpp"
 #include "dataset/paddlerec_readers.hpp"
 #include "dataset/pipe_command.hpp"
 
@@ -25,8 +26,8 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
     c.slots = numbered_slots(sparse_inputs_slots + (avazu ? 1 : 0), c.label_name);
   }
   if (avazu) c.data_format = DataFormat::kAvazu;
-  c.dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
-  if (reader.dense_dim >= 0) c.dense_dim = reader.dense_dim;
+  // As the table part reads it (ffm's rows are as wide as the fields): slot_dnn's folder has none.
+  c.dense_dim = config::resolve_dense_dim(doc);
   if (avazu && !doc.is_set("hyper_parameters.dense_input_dim")) c.dense_dim = 0;
   c.multislot_order = doc.get_string_list("runner.multislot_order");
   if (!reader.multislot_order.empty()) {

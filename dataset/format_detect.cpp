@@ -1,7 +1,10 @@
 #include "dataset/format_detect.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.hpp"
 #include "dataset/text_number.hpp"
@@ -46,6 +49,58 @@ std::vector<std::string> label_dense_sparse_order(const DatasetConfig& c) {
   std::vector<std::string> order = {c.label_name, c.dense_name};
   order.insert(order.end(), c.slots.begin(), c.slots.end());
   return order;
+}
+
+// The fields of an all-numeric line read as idx_value text (the label 0 or 1, F indices, then F
+// values): F, or 0 when it cannot be (an even count of numbers, another label, an index that is
+// not a non-negative integer).
+std::size_t idx_value_fields(const std::vector<std::string_view>& tokens) {
+  if (tokens.size() < 3 || tokens.size() % 2 == 0) return 0;
+  if (tokens[0] != "0" && tokens[0] != "1") return 0;
+  const std::size_t fields = (tokens.size() - 1) / 2;
+  for (std::size_t i = 1; i <= fields; ++i) {
+    std::uint64_t index = 0;
+    if (!parse_u64(tokens[i], &index)) return 0;
+  }
+  return fields;
+}
+
+// Whether the numbers split into at least `min_fields` MultiSlot fields (`n v1 .. vn` each, n a
+// count), ending with the line.
+bool splits_as_multislot(const std::vector<std::string_view>& tokens, std::size_t min_fields) {
+  std::size_t at = 0;
+  std::size_t fields = 0;
+  while (at < tokens.size()) {
+    std::uint64_t count = 0;
+    if (!parse_u64(tokens[at], &count) || count > tokens.size() - at - 1) return false;
+    at += 1 + static_cast<std::size_t>(count);
+    ++fields;
+  }
+  return fields >= min_fields;
+}
+
+// The hint for a line of numbers no candidate read: MultiSlot in another order, or idx_value
+// text of another field count (what idx_value would need then), or either.
+std::string describe_numbers(const std::vector<std::string_view>& tokens,
+                             const DatasetConfig& config, const std::string& config_shape) {
+  const std::string multislot =
+      "these look like MultiSlot (`n v1 .. vn` per field) in another field order than the "
+      "config's: name it in runner.multislot_order (label_name, slot names, dense_name; "
+      "other names are skipped fields)";
+  const std::size_t found = idx_value_fields(tokens);
+  // The label, the slots and the dense field: a MultiSlot line has at least these.
+  const std::size_t multislot_fields = 1 + config.slots.size() + (config.dense_dim > 0 ? 1 : 0);
+  const std::size_t fields = config.slots.size() + static_cast<std::size_t>(config.dense_dim);
+  // As many fields as the config's would have been read as idx_value: not the shape that failed.
+  if (found == 0 || found == fields) return multislot;
+  const std::string idx_value =
+      "idx_value text (PaddleRec's autoint samples) with " + std::to_string(found) +
+      " fields (the label, then " + std::to_string(found) + " indices and " +
+      std::to_string(found) + " values), but " + config_shape + ": idx_value needs " +
+      std::to_string(fields) + " fields, " + std::to_string(2 * fields + 1) +
+      " numbers a line, where these have " + std::to_string(tokens.size());
+  if (splits_as_multislot(tokens, multislot_fields)) return multislot + "; or, as " + idx_value;
+  return "these look like " + idx_value;
 }
 
 }  // namespace
@@ -192,9 +247,7 @@ std::string describe_shape(const std::vector<std::string>& lines, const DatasetC
            "feat_idx (or auto)";
   }
   if (!tokens.empty() && numbers == tokens.size()) {
-    return "these look like MultiSlot (`n v1 .. vn` per field) in another field order than the "
-           "config's: name it in runner.multislot_order (label_name, slot names, dense_name; "
-           "other names are skipped fields)";
+    return describe_numbers(tokens, config, config_shape);
   }
   if (with_colon > 0 && !has_label) {
     return "these look like slot text without a '" + config.label_name +

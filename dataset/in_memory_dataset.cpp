@@ -130,6 +130,119 @@ Status read_memory_sources(const std::vector<std::string>& files, const DatasetC
   *stats_out = std::move(stats);
   return Status::OK();
 }
+
+// A loaded block's instances after those of `blocks` (in `order`, as block id and index).
+void append_block(InstanceBlock&& block, std::vector<InstanceBlock>* blocks,
+                  std::vector<std::uint64_t>* order) {
+  if (block.size() == 0) return;
+  GPUBOX_EXPECTS(blocks->size() < (std::size_t{1} << (64 - kIndexBits)), "too many blocks");
+  const auto block_id = static_cast<std::uint64_t>(blocks->size());
+  for (std::size_t k = 0; k < block.size(); ++k) order->push_back((block_id << kIndexBits) | k);
+  blocks->push_back(std::move(block));
+}
+
+// The format of a file read as several byte ranges is chosen once, from its first lines.
+struct FileFormat {
+  int candidate = -1;
+  FormatNote note;
+  Status status;
+};
+
+// The formats of the files `items` read as several ranges (thread_num at a time); the other
+// files' entries stay unset (each range of a whole file chooses its own).
+std::vector<FileFormat> choose_range_formats(const std::vector<std::string>& files,
+                                             const std::vector<ReadItem>& items,
+                                             const DatasetConfig& config,
+                                             const std::shared_ptr<const SlotIndex>& slots) {
+  std::vector<FileFormat> file_formats(files.size());
+  std::vector<std::size_t> split_files;
+  for (const ReadItem& item : items) {
+    if (!item.whole && item.first_of_file) split_files.push_back(item.file);
+  }
+  parallel_tasks(config.thread_num, split_files.size(), [&](std::size_t k) {
+    const std::size_t f = split_files[k];
+    StatusOr<std::vector<std::string>> sample = format_sample(files[f], config.max_line_bytes);
+    if (!sample.ok()) {
+      file_formats[f].status = sample.status();
+      return;
+    }
+    FormatChooser chooser(config, slots);
+    file_formats[f].candidate =
+        static_cast<int>(chooser.choose(files[f], *sample, &file_formats[f].note));
+  });
+  return file_formats;
+}
+
+// What every reader of one load shares (read only).
+struct ReadPlan {
+  const std::vector<std::string>& files;
+  const std::vector<ReadItem>& items;
+  const std::vector<FileFormat>& file_formats;
+  const DatasetConfig& config;
+  const std::string& pipe_command;  // with its arguments; "" when the files are read directly
+};
+
+// Reads item `i` of `plan` into `*result` with `chooser`, while keep_going(); false when it
+// failed (an I/O error, a failing pipe_command, a strict parse).
+bool read_item(const ReadPlan& plan, std::size_t i, FormatChooser& chooser,
+               const std::function<bool()>& keep_going, ReadResult* result) {
+  const ReadItem& item = plan.items[i];
+  const DatasetConfig& config = plan.config;
+  const std::string& path = plan.files[item.file];
+  const FileFormat& format = plan.file_formats[item.file];
+  result->block = InstanceBlock(static_cast<int>(config.slots.size()), config.dense_dim);
+  LoadStats& stats = result->stats;
+  stats.files = item.first_of_file ? 1 : 0;
+  if (!item.whole && !format.status.ok()) {
+    result->status = format.status;
+    return false;
+  }
+  StatusOr<std::unique_ptr<LineReader>> opened =
+      item.whole ? LineReader::open(path, plan.pipe_command, config.max_line_bytes)
+                 : LineReader::open_range(path, item.begin, item.end, config.max_line_bytes);
+  if (!opened.ok()) {
+    result->status = opened.status();
+    return false;
+  }
+  InputHooks hooks;
+  if (plan.pipe_command.empty()) {
+    hooks.expected_bytes = item.whole ? file_size(path) : item.end - item.begin;
+  }
+  if (!item.whole) {
+    hooks.candidate = format.candidate;
+    hooks.note = item.first_of_file ? &format.note : nullptr;
+  }
+  hooks.keep_going = keep_going;
+  const InputOutcome outcome =
+      read_input(**opened, chooser, config, path, &result->block, &stats, hooks);
+  result->status =
+      plan.pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, config);
+  result->strict_failure = outcome.strict_failure;
+  result->block.shrink_to_fit();
+  return !outcome.strict_failure && outcome.status.ok();
+}
+
+// The items' counts merged in file order into `*merged` (line numbers of ranges become line
+// numbers of their file), up to the first failure in item order, which is returned.
+Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>& results,
+                     std::size_t max_reported_errors, LoadStats* merged) {
+  Status failure;
+  std::uint64_t line_offset = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    ReadResult& result = results[i];
+    if (items[i].first_of_file) line_offset = 0;
+    for (ParseErrorRecord& e : result.stats.errors) e.line += line_offset;
+    line_offset += result.stats.lines;
+    if (failure.ok() && !result.status.ok()) failure = result.status;
+    if (failure.ok() && result.strict_failure) {
+      failure = Status::Corruption(result.stats.errors.back().to_string() + " (strict_parse)");
+    }
+    merged->merge(result.stats, max_reported_errors);
+    if (!failure.ok()) break;
+  }
+  return failure;
+}
+
 }  // namespace
 
 Status InMemoryDataset::load_into_memory() {
@@ -137,47 +250,21 @@ Status InMemoryDataset::load_into_memory() {
     std::vector<InstanceBlock> loaded;
     const Status read = read_memory_sources(files_, config_, &loaded, &stats_);
     if (!read.ok()) return read;
-    for (InstanceBlock& block : loaded) {
-      if (block.size() == 0) continue;
-      const auto block_id = static_cast<std::uint64_t>(blocks_.size());
-      for (std::size_t k = 0; k < block.size(); ++k) order_.push_back((block_id << kIndexBits) | k);
-      blocks_.push_back(std::move(block));
-    }
+    for (InstanceBlock& block : loaded) append_block(std::move(block), &blocks_, &order_);
     return Status::OK();
   }
   Timer timer;
   const auto stopped = [this] {
     return stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
   };
-  const int num_slots = static_cast<int>(config_.slots.size());
   const std::string pipe_command = pipe_command_line(config_);
   const std::vector<ReadItem> items =
       plan_reads(files_, !pipe_command.empty(), config_.split_bytes);
   std::vector<ReadResult> results(items.size());
-  // The format of a file read as several byte ranges is chosen once, from its first lines.
-  struct FileFormat {
-    int candidate = -1;
-    FormatNote note;
-    Status status;
-  };
-  std::vector<FileFormat> file_formats(files_.size());
-  std::vector<std::size_t> split_files;
-  for (const ReadItem& item : items) {
-    if (!item.whole && item.first_of_file) split_files.push_back(item.file);
-  }
   // One slot index for every parser of this load.
   const auto slots = std::make_shared<const SlotIndex>(config_.slots);
-  parallel_tasks(config_.thread_num, split_files.size(), [&](std::size_t k) {
-    const std::size_t f = split_files[k];
-    StatusOr<std::vector<std::string>> sample = format_sample(files_[f], config_.max_line_bytes);
-    if (!sample.ok()) {
-      file_formats[f].status = sample.status();
-      return;
-    }
-    FormatChooser chooser(config_, slots);
-    file_formats[f].candidate =
-        static_cast<int>(chooser.choose(files_[f], *sample, &file_formats[f].note));
-  });
+  const std::vector<FileFormat> file_formats = choose_range_formats(files_, items, config_, slots);
+  const ReadPlan plan{files_, items, file_formats, config_, pipe_command};
   // The lowest item index that failed; later items stop early, earlier ones run to the end so
   // that a failing line's number in its file is known.
   std::atomic<std::size_t> first_failure{std::numeric_limits<std::size_t>::max()};
@@ -197,44 +284,10 @@ Status InMemoryDataset::load_into_memory() {
         chooser = std::make_unique<FormatChooser>(config_, slots);
         for (std::size_t i = next_item.fetch_add(1); i < items.size(); i = next_item.fetch_add(1)) {
           if (i > first_failure.load(std::memory_order_relaxed) || stopped()) break;
-          const ReadItem& item = items[i];
-          const std::string& path = files_[item.file];
-          ReadResult& result = results[i];
-          result.block = InstanceBlock(num_slots, config_.dense_dim);
-          LoadStats& stats = result.stats;
-          stats.files = item.first_of_file ? 1 : 0;
-          if (!item.whole && !file_formats[item.file].status.ok()) {
-            result.status = file_formats[item.file].status;
-            mark_failed(i);
-            continue;
-          }
-          StatusOr<std::unique_ptr<LineReader>> opened =
-              item.whole
-                  ? LineReader::open(path, pipe_command, config_.max_line_bytes)
-                  : LineReader::open_range(path, item.begin, item.end, config_.max_line_bytes);
-          if (!opened.ok()) {
-            result.status = opened.status();
-            mark_failed(i);
-            continue;
-          }
-          InputHooks hooks;
-          if (pipe_command.empty()) {
-            hooks.expected_bytes = item.whole ? file_size(path) : item.end - item.begin;
-          }
-          if (!item.whole) {
-            hooks.candidate = file_formats[item.file].candidate;
-            hooks.note = item.first_of_file ? &file_formats[item.file].note : nullptr;
-          }
-          hooks.keep_going = [&] {
+          const auto keep_going = [&] {
             return i <= first_failure.load(std::memory_order_relaxed) && !stopped();
           };
-          const InputOutcome outcome =
-              read_input(**opened, *chooser, config_, path, &result.block, &stats, hooks);
-          result.status =
-              pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, config_);
-          result.strict_failure = outcome.strict_failure;
-          if (outcome.strict_failure || !outcome.status.ok()) mark_failed(i);
-          result.block.shrink_to_fit();
+          if (!read_item(plan, i, *chooser, keep_going, &results[i])) mark_failed(i);
         }
       });
 
@@ -243,35 +296,12 @@ Status InMemoryDataset::load_into_memory() {
     stats_.seconds = timer.seconds();
     return Status::Aborted("reading stopped as asked (the run was asked to stop)");
   }
-  // Merge in file order; line numbers of ranges become line numbers of their file.
   LoadStats merged;
-  Status failure;
-  std::uint64_t line_offset = 0;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    ReadResult& result = results[i];
-    if (items[i].first_of_file) line_offset = 0;
-    for (ParseErrorRecord& e : result.stats.errors) e.line += line_offset;
-    line_offset += result.stats.lines;
-    if (failure.ok() && !result.status.ok()) failure = result.status;
-    if (failure.ok() && result.strict_failure) {
-      failure = Status::Corruption(result.stats.errors.back().to_string() + " (strict_parse)");
-    }
-    merged.merge(result.stats, config_.max_reported_errors);
-    if (!failure.ok()) break;
-  }
+  const Status failure = merge_results(items, results, config_.max_reported_errors, &merged);
   merged.seconds = timer.seconds();
   stats_ = std::move(merged);
   if (!failure.ok()) return failure;
-
-  for (ReadResult& result : results) {
-    if (result.block.size() == 0) continue;
-    GPUBOX_EXPECTS(blocks_.size() < (std::size_t{1} << (64 - kIndexBits)), "too many blocks");
-    const auto block_id = static_cast<std::uint64_t>(blocks_.size());
-    for (std::size_t k = 0; k < result.block.size(); ++k) {
-      order_.push_back((block_id << kIndexBits) | k);
-    }
-    blocks_.push_back(std::move(result.block));
-  }
+  for (ReadResult& result : results) append_block(std::move(result.block), &blocks_, &order_);
   return Status::OK();
 }
 

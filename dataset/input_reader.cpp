@@ -26,119 +26,159 @@ bool is_sample_line(const Line& line) {
          line.text.find_first_not_of(" \t\r") != std::string_view::npos;
 }
 
+// One read_input call: its state and the steps of its loop.
+class InputRun {
+ public:
+  InputRun(LineReader& reader, const DatasetConfig& config, const std::string& path,
+           InstanceBlock* block, LoadStats* stats, const InputHooks& hooks)
+      : reader_(reader),
+        config_(config),
+        path_(path),
+        block_(block),
+        stats_(stats),
+        hooks_(hooks),
+        counted_(block->size()) {}
+
+  // The format's parser: given (hooks.candidate), or chosen from the first non-blank lines, which
+  // are kept (copied: `*held` views `*held_text`) until the choice is made, to be parsed like the
+  // rest.
+  LineParser& choose_parser(FormatChooser& formats, std::vector<Line>* held,
+                            std::vector<std::string>* held_text) {
+    std::size_t candidate = 0;
+    if (hooks_.candidate >= 0) {
+      candidate = static_cast<std::size_t>(hooks_.candidate);
+      if (hooks_.note != nullptr) stats_->formats.push_back(*hooks_.note);
+      return formats.parser(candidate);
+    }
+    std::vector<std::string> sample;
+    Line line;
+    while (sample.size() < kFormatSampleLines && reader_.next(&line)) {
+      held->push_back(line);
+      held_text->emplace_back(line.text);
+      if (is_sample_line(line)) sample.emplace_back(line.text);
+    }
+    for (std::size_t i = 0; i < held->size(); ++i) (*held)[i].text = (*held_text)[i];
+    FormatNote note;
+    candidate = formats.choose(path_, sample, &note);
+    stats_->formats.push_back(std::move(note));
+    return formats.parser(candidate);
+  }
+
+  // Parses one line; false stops reading (strict_parse, on_chunk's error, keep_going).
+  bool handle(LineParser& parser, const Line& line) {
+    ++stats_->lines;
+    // Every 4096 lines, whatever they hold (blank or rejected lines too).
+    if ((line.number & 0xfff) == 0 && hooks_.keep_going && !hooks_.keep_going()) return false;
+    if (line.issue == ParseReason::kLineTooLong) {
+      reject(line.issue, line.number,
+             "longer than " + std::to_string(config_.max_line_bytes) + " bytes");
+    } else if (line.issue == ParseReason::kTruncatedLastLine) {
+      reject(line.issue, line.number, "no newline at the end of the file");
+    } else {
+      const ParseResult parsed = parser.parse(line.text, block_);
+      if (parsed.blank) {
+        ++stats_->blank_lines;
+        return true;
+      }
+      if (parsed.ok()) return accept(parsed);
+      reject(parsed.reason, line.number, describe(parsed));
+    }
+    if (config_.strict_parse) {
+      outcome_.strict_failure = true;
+      return false;
+    }
+    return true;
+  }
+
+  // After the last line (`stopped`: a line stopped the reading): the reader's status and the
+  // last chunk.
+  InputOutcome finish(bool stopped) {
+    stats_->bytes += reader_.bytes();
+    const Status read_status = reader_.status();
+    const Status finish_status = reader_.finish();
+    if (outcome_.status.ok()) outcome_.status = !read_status.ok() ? read_status : finish_status;
+    if (!stopped && outcome_.status.ok()) outcome_.status = flush();
+    if (stopped) stats_->positives += positives_of(*block_, counted_);
+    return outcome_;
+  }
+
+ private:
+  void reject(ParseReason reason, std::uint64_t line, std::string detail) {
+    ++stats_->skipped_by_reason[static_cast<std::size_t>(reason)];
+    // Under strict_parse the failing line is always recorded: it becomes the error message.
+    if (stats_->errors.size() < config_.max_reported_errors || config_.strict_parse) {
+      stats_->errors.push_back(ParseErrorRecord{path_, line, reason, std::move(detail)});
+    }
+  }
+
+  // An instance parsed into the block: counted, and a chunk handed on when one is full.
+  bool accept(const ParseResult& parsed) {
+    ++stats_->instances;
+    stats_->zero_keys_dropped += parsed.zero_keys;
+    if (parsed.unknown_tokens > 0) {
+      stats_->unknown_slot_tokens += parsed.unknown_tokens;
+      auto& names = stats_->unknown_slot_names;
+      if (names.size() < kMaxUnknownSlotNames &&
+          std::find(names.begin(), names.end(), parsed.unknown_name) == names.end()) {
+        names.emplace_back(parsed.unknown_name);
+      }
+    }
+    if (block_->size() == kSampleInstances && hooks_.expected_bytes > reader_.bytes()) {
+      reserve_for(hooks_.expected_bytes, reader_.bytes(), block_);
+    }
+    if (hooks_.chunk_instances > 0 && block_->size() - counted_ >= hooks_.chunk_instances) {
+      outcome_.status = flush();
+      if (!outcome_.status.ok()) return false;
+    }
+    return true;
+  }
+
+  static std::uint64_t positives_of(const InstanceBlock& b, std::size_t from) {
+    std::uint64_t n = 0;
+    for (std::size_t i = from; i < b.size(); ++i) n += b.labels[i] > 0.5f ? 1 : 0;
+    return n;
+  }
+
+  Status flush() {
+    stats_->positives += positives_of(*block_, counted_);
+    counted_ = block_->size();
+    if (!hooks_.on_chunk) return Status::OK();
+    Status st = hooks_.on_chunk(block_);
+    counted_ = block_->size();
+    return st;
+  }
+
+  LineReader& reader_;
+  const DatasetConfig& config_;
+  const std::string& path_;
+  InstanceBlock* block_;
+  LoadStats* stats_;
+  const InputHooks& hooks_;
+  InputOutcome outcome_;
+  std::size_t counted_;  // instances whose labels are already in positives
+};
+
 }  // namespace
 
 InputOutcome read_input(LineReader& reader, FormatChooser& formats, const DatasetConfig& config,
                         const std::string& path, InstanceBlock* block, LoadStats* stats,
                         const InputHooks& hooks) {
-  InputOutcome outcome;
-  auto reject = [&](ParseReason reason, std::uint64_t line, std::string detail) {
-    ++stats->skipped_by_reason[static_cast<std::size_t>(reason)];
-    // Under strict_parse the failing line is always recorded: it becomes the error message.
-    if (stats->errors.size() < config.max_reported_errors || config.strict_parse) {
-      stats->errors.push_back(ParseErrorRecord{path, line, reason, std::move(detail)});
-    }
-  };
-  auto positives_of = [](const InstanceBlock& b, std::size_t from) {
-    std::uint64_t n = 0;
-    for (std::size_t i = from; i < b.size(); ++i) n += b.labels[i] > 0.5f ? 1 : 0;
-    return n;
-  };
-  std::size_t counted = block->size();  // instances whose labels are already in positives
-  auto flush = [&]() -> Status {
-    stats->positives += positives_of(*block, counted);
-    counted = block->size();
-    if (!hooks.on_chunk) return Status::OK();
-    Status st = hooks.on_chunk(block);
-    counted = block->size();
-    return st;
-  };
-
-  // The format: given, or chosen from the first non-blank lines, which are kept (copied) until
-  // the choice is made and then parsed like the rest.
+  InputRun run(reader, config, path, block, stats, hooks);
   std::vector<Line> held;
   std::vector<std::string> held_text;
-  std::size_t candidate = 0;
-  if (hooks.candidate >= 0) {
-    candidate = static_cast<std::size_t>(hooks.candidate);
-    if (hooks.note != nullptr) stats->formats.push_back(*hooks.note);
-  } else {
-    std::vector<std::string> sample;
-    Line line;
-    while (sample.size() < kFormatSampleLines && reader.next(&line)) {
-      held.push_back(line);
-      held_text.emplace_back(line.text);
-      if (is_sample_line(line)) sample.emplace_back(line.text);
-    }
-    for (std::size_t i = 0; i < held.size(); ++i) held[i].text = held_text[i];
-    FormatNote note;
-    candidate = formats.choose(path, sample, &note);
-    stats->formats.push_back(std::move(note));
-  }
-  LineParser& parser = formats.parser(candidate);
-
-  // Parses one line; false stops reading (strict_parse, on_chunk's error, keep_going).
+  LineParser& parser = run.choose_parser(formats, &held, &held_text);
   bool stopped = false;
-  auto handle = [&](const Line& line) -> bool {
-    ++stats->lines;
-    // Every 4096 lines, whatever they hold (blank or rejected lines too).
-    if ((line.number & 0xfff) == 0 && hooks.keep_going && !hooks.keep_going()) return false;
-    if (line.issue == ParseReason::kLineTooLong) {
-      reject(line.issue, line.number,
-             "longer than " + std::to_string(config.max_line_bytes) + " bytes");
-    } else if (line.issue == ParseReason::kTruncatedLastLine) {
-      reject(line.issue, line.number, "no newline at the end of the file");
-    } else {
-      const ParseResult parsed = parser.parse(line.text, block);
-      if (parsed.blank) {
-        ++stats->blank_lines;
-        return true;
-      }
-      if (parsed.ok()) {
-        ++stats->instances;
-        stats->zero_keys_dropped += parsed.zero_keys;
-        if (parsed.unknown_tokens > 0) {
-          stats->unknown_slot_tokens += parsed.unknown_tokens;
-          auto& names = stats->unknown_slot_names;
-          if (names.size() < kMaxUnknownSlotNames &&
-              std::find(names.begin(), names.end(), parsed.unknown_name) == names.end()) {
-            names.emplace_back(parsed.unknown_name);
-          }
-        }
-        if (block->size() == kSampleInstances && hooks.expected_bytes > reader.bytes()) {
-          reserve_for(hooks.expected_bytes, reader.bytes(), block);
-        }
-        if (hooks.chunk_instances > 0 && block->size() - counted >= hooks.chunk_instances) {
-          outcome.status = flush();
-          if (!outcome.status.ok()) return false;
-        }
-        return true;
-      }
-      reject(parsed.reason, line.number, describe(parsed));
-    }
-    if (config.strict_parse) {
-      outcome.strict_failure = true;
-      return false;
-    }
-    return true;
-  };
   for (const Line& line : held) {
-    if (!handle(line)) {
+    if (!run.handle(parser, line)) {
       stopped = true;
       break;
     }
   }
   Line line;
   while (!stopped && reader.next(&line)) {
-    if (!handle(line)) stopped = true;
+    if (!run.handle(parser, line)) stopped = true;
   }
-  stats->bytes += reader.bytes();
-  const Status read_status = reader.status();
-  const Status finish_status = reader.finish();
-  if (outcome.status.ok()) outcome.status = !read_status.ok() ? read_status : finish_status;
-  if (!stopped && outcome.status.ok()) outcome.status = flush();
-  if (stopped) stats->positives += positives_of(*block, counted);
-  return outcome;
+  return run.finish(stopped);
 }
 
 StatusOr<std::vector<std::string>> format_sample(const std::string& path,

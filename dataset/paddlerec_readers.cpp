@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <optional>
 
 #include "common/config/config_document.hpp"
+#include "common/config/network_shape.hpp"
 
 namespace gpubox::dataset {
 namespace {
@@ -50,26 +50,6 @@ constexpr KnownReader kReaders[] = {
     {"slot_dnn", "*", DenseTransform::kNone, false},
 };
 
-// "<name>" when `path`'s components hold models/rank/<name> (as the network choice reads it,
-// trainer/config/network_choice.cpp).
-std::optional<std::string> rank_folder(const std::filesystem::path& path) {
-  std::vector<std::string> parts;
-  for (const auto& part : path.lexically_normal()) parts.push_back(part.string());
-  for (std::size_t i = 0; i + 2 < parts.size(); ++i) {
-    if (parts[i] == "models" && parts[i + 1] == "rank" && !parts[i + 2].empty()) {
-      return parts[i + 2];
-    }
-  }
-  return std::nullopt;
-}
-
-std::string model_folder(const config::ConfigDocument& doc) {
-  if (auto name = rank_folder(doc.get_string("workspace") + "/")) return *name;
-  if (doc.file_path().empty()) return "";
-  const std::filesystem::path folder = std::filesystem::path(doc.file_path()).parent_path();
-  return rank_folder(folder / "").value_or("");
-}
-
 // "reader" from "reader", "models/rank/dcn_v2/reader" or "reader.py".
 std::string module_name(std::string path) {
   path = std::filesystem::path(path).filename().string();
@@ -86,7 +66,6 @@ const KnownReader* find_reader(const std::string& model, const std::string& modu
 
 void apply_slot_dnn(const config::ConfigDocument& doc, ReaderProfile* p) {
   if (!doc.is_set("runner.label_name")) p->label_name = "1";
-  if (!doc.is_set("hyper_parameters.dense_input_dim")) p->dense_dim = 0;
   if (!doc.is_set("runner.multislot_order")) {
     // inmemorydataset_reader.py writes the instance id first (parse_ins_id), then the show.
     const std::string piped = doc.get_string("runner.pipe_command");
@@ -101,7 +80,9 @@ void apply_slot_dnn(const config::ConfigDocument& doc, ReaderProfile* p) {
       "reader: PaddleRec's slot_dnn (models/rank/" + p->model + "): the label is slot \"1\"" +
       (p->label_name.empty() ? " unless runner.label_name says otherwise" : "") +
       ", the sparse slots \"2\" on, no dense features" +
-      (p->dense_dim == 0 ? "" : " (but hyper_parameters.dense_input_dim is set)") +
+      (doc.is_set("hyper_parameters.dense_input_dim")
+           ? " (but hyper_parameters.dense_input_dim is set)"
+           : "") +
       "; its readers' MultiSlot output (runner.pipe_command) is read as fields \"0\" "
       "(the show, always 1: every instance counts one show), \"1\" .. \"" +
       std::to_string(kSlotDnnReaderSlots + 1) + "\"");
@@ -168,7 +149,7 @@ void apply_reader(const config::ConfigDocument& doc, ReaderProfile* p) {
 
 ReaderProfile paddlerec_reader_profile(const config::ConfigDocument& doc) {
   ReaderProfile p;
-  p.model = model_folder(doc);
+  p.model = config::paddlerec_model_name(doc);
   const std::string& path = doc.get_string("runner.train_reader_path");
   if (!path.empty()) p.reader = module_name(path);
   if (p.model == "slot_dnn") apply_slot_dnn(doc, &p);

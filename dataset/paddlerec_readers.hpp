@@ -29,7 +29,6 @@ struct ReaderProfile {
   std::string reader;  // the module of runner.train_reader_path ("reader"), "" when none
   // Set only where the model folder decides them and the config does not set the key.
   std::string label_name;                    // slot_dnn: "1"
-  int dense_dim = -1;                        // slot_dnn: 0 (its network has no dense input)
   std::vector<std::string> multislot_order;  // slot_dnn: "0", "1", ..., "301"
   // flen's avazu_reader.py: its lines are avazu text, and sparse_inputs_slots counts its fields
   // without the label (its net reads that many), so the data has sparse_inputs_slots slots.
@@ -44,7 +43,8 @@ struct ReaderProfile {
 
 // Reads workspace, runner.train_reader_path, runner.pipe_command, runner.dense_transform,
 // runner.criteo_dense and whether runner.label_name, hyper_parameters.dense_input_dim and
-// runner.multislot_order are set.
+// runner.multislot_order are set. slot_dnn's dense features (none) are
+// config::resolve_dense_dim's, which the table part shares.
 ReaderProfile paddlerec_reader_profile(const config::ConfigDocument& doc);
 
 // x under `transform` as PaddleRec's readers compute it: in double from the text's double value,

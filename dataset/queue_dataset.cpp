@@ -85,78 +85,115 @@ std::string QueueDataset::memory_note() const {
   return out.str();
 }
 
-Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink) {
-  const int num_slots = static_cast<int>(config_.slots.size());
-  const std::string pipe_command = pipe_command_line(config_);
-  const auto slots = std::make_shared<const SlotIndex>(config_.slots);
-  const std::size_t files = files_.size();
-  // One per file; the vector is fixed before the readers start (they index it unlocked), its
-  // channels' contents are guarded by mu_.
-  std::vector<std::unique_ptr<Channel>> channels;
-  for (std::size_t f = 0; f < files; ++f) channels.push_back(std::make_unique<Channel>());
+// One pump's shared state. The channels vector is fixed before the readers start (they index it
+// unlocked); the channels' contents, head and waiting_chunks are guarded by the dataset's mu_.
+struct QueueDataset::Pump {
+  std::string pipe_command;
+  std::shared_ptr<const SlotIndex> slots;
+  std::vector<std::unique_ptr<Channel>> channels;  // one per file
   // The file the assembler drains: its reader may always add up to kChunksPerFile chunks; the
-  // readers of later files share thread_num x kChunksPerFile, so the head file is never stuck
-  // behind them.
+  // readers of later files share shared_chunks (thread_num x kChunksPerFile), so the head file is
+  // never stuck behind them.
   std::size_t head = 0;
   std::size_t waiting_chunks = 0;  // in every channel
-  const std::size_t shared_chunks = static_cast<std::size_t>(config_.thread_num) * kChunksPerFile;
+  std::size_t shared_chunks = 0;
   std::atomic<std::size_t> next_file{0};
+};
 
-  auto read_files = [&]() {
-    FormatChooser chooser(config_, slots);
-    for (std::size_t f = next_file.fetch_add(1); f < files; f = next_file.fetch_add(1)) {
-      Channel& channel = *channels[f];
-      LoadStats stats;
-      stats.files = 1;
-      Status status;
-      bool strict_failure = false;
-      InstanceBlock block(num_slots, config_.dense_dim);
-      StatusOr<std::unique_ptr<LineReader>> opened =
-          LineReader::open(files_[f], pipe_command, config_.max_line_bytes);
-      if (!opened.ok()) {
-        status = opened.status();
-      } else {
-        InputHooks hooks;
-        hooks.chunk_instances = kChunkInstances;
-        hooks.keep_going = [&] {
-          MutexLock lock(mu_);
-          return !stop_;
-        };
-        hooks.on_chunk = [&](InstanceBlock* chunk) -> Status {
-          if (chunk->size() == 0) return Status::OK();
-          MutexLock lock(mu_);
-          while (!stop_ && !(f == head ? channel.chunks.size() < kChunksPerFile
-                                       : waiting_chunks < shared_chunks)) {
-            changed_.wait(lock);
-          }
-          if (stop_) return Status::Aborted("the stream was stopped");
-          queued_ += chunk->size();
-          peak_queued_ = std::max(peak_queued_, queued_);
-          ++waiting_chunks;
-          channel.chunks.push_back(std::move(*chunk));
-          *chunk = InstanceBlock(num_slots, config_.dense_dim);
-          changed_.notify_all();
-          return Status::OK();
-        };
-        const InputOutcome outcome =
-            read_input(**opened, chooser, config_, files_[f], &block, &stats, hooks);
-        status =
-            pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, config_);
-        strict_failure = outcome.strict_failure;
-      }
+void QueueDataset::read_file(Pump& pump, std::size_t f, FormatChooser& chooser) {
+  const int num_slots = static_cast<int>(config_.slots.size());
+  Channel& channel = *pump.channels[f];
+  LoadStats stats;
+  stats.files = 1;
+  Status status;
+  bool strict_failure = false;
+  InstanceBlock block(num_slots, config_.dense_dim);
+  StatusOr<std::unique_ptr<LineReader>> opened =
+      LineReader::open(files_[f], pump.pipe_command, config_.max_line_bytes);
+  if (!opened.ok()) {
+    status = opened.status();
+  } else {
+    InputHooks hooks;
+    hooks.chunk_instances = kChunkInstances;
+    hooks.keep_going = [&] {
       MutexLock lock(mu_);
-      channel.done = true;
-      channel.status = std::move(status);
-      channel.strict_failure = strict_failure;
-      channel.stats = std::move(stats);
+      return !stop_;
+    };
+    hooks.on_chunk = [&](InstanceBlock* chunk) -> Status {
+      if (chunk->size() == 0) return Status::OK();
+      MutexLock lock(mu_);
+      while (!stop_ && !(f == pump.head ? channel.chunks.size() < kChunksPerFile
+                                        : pump.waiting_chunks < pump.shared_chunks)) {
+        changed_.wait(lock);
+      }
+      if (stop_) return Status::Aborted("the stream was stopped");
+      queued_ += chunk->size();
+      peak_queued_ = std::max(peak_queued_, queued_);
+      ++pump.waiting_chunks;
+      channel.chunks.push_back(std::move(*chunk));
+      *chunk = InstanceBlock(num_slots, config_.dense_dim);
       changed_.notify_all();
-      if (stop_) return;
+      return Status::OK();
+    };
+    const InputOutcome outcome =
+        read_input(**opened, chooser, config_, files_[f], &block, &stats, hooks);
+    status =
+        pump.pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, config_);
+    strict_failure = outcome.strict_failure;
+  }
+  MutexLock lock(mu_);
+  channel.done = true;
+  channel.status = std::move(status);
+  channel.strict_failure = strict_failure;
+  channel.stats = std::move(stats);
+  changed_.notify_all();
+}
+
+void QueueDataset::read_files(Pump& pump) {
+  FormatChooser chooser(config_, pump.slots);
+  const std::size_t files = pump.channels.size();
+  for (std::size_t f = pump.next_file.fetch_add(1); f < files; f = pump.next_file.fetch_add(1)) {
+    read_file(pump, f, chooser);
+    MutexLock lock(mu_);
+    if (stop_) return;
+  }
+}
+
+bool QueueDataset::drain_head(Pump& pump, const std::function<void(const InstanceBlock&)>& sink,
+                              std::exception_ptr* sink_error) {
+  Channel& channel = *pump.channels[pump.head];
+  for (;;) {
+    MutexLock lock(mu_);
+    while (!stop_ && channel.chunks.empty() && !channel.done) changed_.wait(lock);
+    if (stop_ || channel.chunks.empty()) return true;  // stopped, or done
+    InstanceBlock chunk = std::move(channel.chunks.front());
+    channel.chunks.pop_front();
+    --pump.waiting_chunks;
+    if (bytes_per_instance_ == 0) {
+      bytes_per_instance_ = std::max<std::size_t>(1, chunk.memory_bytes() / chunk.size());
     }
-  };
+    changed_.notify_all();
+    lock.unlock();
+    try {
+      sink(chunk);  // the sink moves the instances on and counts them out of queued_
+    } catch (...) {
+      *sink_error = std::current_exception();
+      return false;
+    }
+  }
+}
+
+Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink) {
+  Pump pump;
+  pump.pipe_command = pipe_command_line(config_);
+  pump.slots = std::make_shared<const SlotIndex>(config_.slots);
+  const std::size_t files = files_.size();
+  for (std::size_t f = 0; f < files; ++f) pump.channels.push_back(std::make_unique<Channel>());
+  pump.shared_chunks = static_cast<std::size_t>(config_.thread_num) * kChunksPerFile;
   const int readers =
       static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(config_.thread_num), files));
   std::vector<std::thread> threads;
-  for (int r = 0; r < readers; ++r) threads.emplace_back(read_files);
+  for (int r = 0; r < readers; ++r) threads.emplace_back([&] { read_files(pump); });
 
   // Chunks in file order to the sink; the statistics merged in file order.
   LoadStats merged;
@@ -164,29 +201,9 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
   // A sink that throws stops the readers and is rethrown once they are joined (a joinable
   // thread left behind by the unwinding would end the process).
   std::exception_ptr sink_error;
-  while (head < files) {
-    Channel& channel = *channels[head];
-    for (;;) {
-      MutexLock lock(mu_);
-      while (!stop_ && channel.chunks.empty() && !channel.done) changed_.wait(lock);
-      if (stop_) break;
-      if (channel.chunks.empty()) break;  // done
-      InstanceBlock chunk = std::move(channel.chunks.front());
-      channel.chunks.pop_front();
-      --waiting_chunks;
-      if (bytes_per_instance_ == 0) {
-        bytes_per_instance_ = std::max<std::size_t>(1, chunk.memory_bytes() / chunk.size());
-      }
-      changed_.notify_all();
-      lock.unlock();
-      try {
-        sink(chunk);  // the sink moves the instances on and counts them out of queued_
-      } catch (...) {
-        sink_error = std::current_exception();
-        break;
-      }
-    }
-    if (sink_error) break;
+  while (pump.head < files) {
+    if (!drain_head(pump, sink, &sink_error)) break;
+    const Channel& channel = *pump.channels[pump.head];
     MutexLock lock(mu_);
     if (stop_) {
       failure = Status::Aborted(aborted_.empty() ? "the stream was stopped" : aborted_);
@@ -198,7 +215,7 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
     }
     merged.merge(channel.stats, config_.max_reported_errors);
     if (!failure.ok()) break;
-    ++head;  // under mu_: the readers' room depends on it
+    ++pump.head;  // under mu_: the readers' room depends on it
     changed_.notify_all();
   }
   {

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,8 @@
 #include "dataset/instance_block.hpp"
 
 namespace gpubox::dataset {
+
+class FormatChooser;
 
 class QueueDataset {
  public:
@@ -97,9 +100,18 @@ class QueueDataset {
  private:
   struct Channel;
   struct Round;
+  struct Pump;
   // Runs the readers and calls sink(chunk) for every chunk in file order on the calling thread,
   // until the end, a failure or stop_. Returns the status and fills stats_.
   Status pump(const std::function<void(const InstanceBlock&)>& sink);
+  // A reader thread of `pump`: the files not yet taken, one at a time, until the end or stop_.
+  void read_files(Pump& pump);
+  // File `f` into its channel, chunk by chunk as room allows; then its status and statistics.
+  void read_file(Pump& pump, std::size_t f, FormatChooser& chooser);
+  // The head file's chunks to `sink` until its reader is done or stop_ (true), or the sink
+  // throws (false, *sink_error set).
+  bool drain_head(Pump& pump, const std::function<void(const InstanceBlock&)>& sink,
+                  std::exception_ptr* sink_error);
   void stop_stream();
 
   DatasetConfig config_;

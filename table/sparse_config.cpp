@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/config/config_document.hpp"
-#include "common/config/row_width.hpp"
+#include "common/config/network_shape.hpp"
 #include "common/config/slot_dims.hpp"
 #include "common/error.hpp"
 
@@ -34,18 +34,16 @@ SlotDims slot_dims_from(const config::ConfigDocument& doc, int32_t default_dim) 
 
 }  // namespace
 
-AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
+StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
   const std::string so = "hyper_parameters.sparse_optimizer.";
   const auto f = [&](const char* name) { return static_cast<float>(doc.get_float(so + name)); };
   AccessorConfig c;
   c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
-  // The network the config names (a PaddleRec folder's choice is the trainer's to apply:
-  // trainer_config_from) sets how many factors a row holds.
-  c.mf_dim = static_cast<int32_t>(config::row_embedx_width(
-      doc.get_enum("hyper_parameters.model", config::kModelKindNames),
-      doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1,
-      std::max(0, doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots") - 1),
-      doc.get_int<int32_t>("hyper_parameters.dense_input_dim")));
+  // The network the config means (its key, else its PaddleRec model folder: resolved as the
+  // trainer resolves it) sets how many factors a row holds.
+  StatusOr<int64_t> mf_dim = config::resolve_embedx_width(doc);
+  if (!mf_dim.ok()) return mf_dim.status();
+  c.mf_dim = static_cast<int32_t>(*mf_dim);
   c.storage = doc.get_enum("hyper_parameters.sparse_storage", kSparseStorageNames);
   c.slot_dims = slot_dims_from(doc, c.mf_dim);
   c.optimizer.learning_rate = f("learning_rate");
@@ -102,7 +100,9 @@ StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
                                             const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);
   if (!doc.ok()) return doc.status();
-  AccessorConfig c = sparse_config_from(*doc);
+  StatusOr<AccessorConfig> rows = sparse_config_from(*doc);
+  if (!rows.ok()) return rows.status();
+  AccessorConfig& c = *rows;
   // ffm multiplies the width by its fields (the trainer's loader says the same, and more).
   if (c.mf_dim > config::kMaxSlotDim) {
     return Status::InvalidArgument(

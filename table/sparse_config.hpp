@@ -3,7 +3,8 @@
 // update the same rows and set up the host tier the same way:
 //   the sparse row layout and its accessor/optimizer rules (sparse_config_from):
 //     mf_dim = hyper_parameters.sparse_feature_dim - 1 (ffm: times the fields, sparse slots plus
-//              dense features: config::row_embedx_width)
+//              dense features: config::resolve_embedx_width, which resolves the network and the
+//              dense features of a PaddleRec model folder as the trainer does)
 //     seed   = runner.seed ^ hyper_parameters.sparse_optimizer.seed
 //     the rest: hyper_parameters.sparse_optimizer.* by name;
 //   the host tier (host_tier_config_from): the in-process table's shards, save form and disk
@@ -25,8 +26,10 @@ class ConfigDocument;
 }
 namespace table {
 
-// Reads the keys the key table marks as read by the table part (config::kTable).
-AccessorConfig sparse_config_from(const config::ConfigDocument& doc);
+// Reads the keys the key table marks as read by the table part (config::kTable). Errors: a
+// PaddleRec model folder naming a network GPUBox does not build (config::resolve_network), as
+// the trainer refuses it.
+StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc);
 
 // Reads the host-tier keys (above). The remote tier's endpoints and token are not config keys:
 // they come from the launcher (PADDLE_PSERVERS_IP_PORT_LIST, the token file).

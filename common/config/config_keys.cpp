@@ -83,10 +83,11 @@ KeySpec list_key(std::string name, KeyType type, unsigned parts, std::string mea
 
 constexpr unsigned kNoEffect = 0;
 
-std::vector<KeySpec> build_table() {
-  std::vector<KeySpec> t;
-  // clang-format off
-  t.push_back(string_key("workspace", "\"\"", kTrainer | kDataset, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
+// The table by section, a key a line: its name, default, range, the parts that read it and what
+// it means (docs/config-reference.md is rendered from them).
+// clang-format off
+void add_runner_keys(std::vector<KeySpec>& t) {
+  t.push_back(string_key("workspace", "\"\"", kTrainer | kDataset | kTable, "PaddleRec's model folder (models/rank/<name>): without hyper_parameters.model, the network it names is trained, or refused when GPUBox does not build it (else the folder the config sits in names it)"));
 
   const std::string r = "runner.";
   t.push_back(path_key(r + "train_data_dir", "\"\"", kTrainer, "folder of training files (or one file, or a list of them, read in order as one); each epoch over it is one pass; what gpubox_data stat loads"));
@@ -151,7 +152,9 @@ std::vector<KeySpec> build_table() {
   t.push_back(path_key(r + "auth_token_file", "\"\"", kTrainer, "file holding the token of the gpubox_server endpoints (their --auth_token_file); the environment variable GPUBOX_AUTH_TOKEN_FILE wins over it; \"\": none"));
   t.push_back(float_key(r + "collective_timeout_s", "300", 1e-3, 1e6, kTrainer, "longest wait in seconds for the peers of a collective before the job fails naming the card, pass, step and collective"));
   t.push_back(float_key(r + "peer_timeout_s", "10", 0.5, 86400, kTrainer, "several trainers: longest silence in seconds of another trainer's heartbeat, or of a gpubox_server's answers, before the job ends naming it by address (a lost link or machine); slow steps are bounded by collective_timeout_s"));
+}
 
+void add_dense_optimizer_keys(std::vector<KeySpec>& t) {
   const std::string o = "hyper_parameters.optimizer.";
   t.push_back(enum_key(o + "class", kDenseOptimizerKindNames, DenseOptimizerKind::kAdam, kTrainer, "dense optimizer, applied identically on every card (Adagrad: g2 += g^2, w -= lr g / (sqrt(g2) + epsilon), as Paddle's)"));
   t.push_back(float_key(o + "learning_rate", "0.001", 1e-12, 1e6, kTrainer, "dense learning rate"));
@@ -160,7 +163,9 @@ std::vector<KeySpec> build_table() {
   t.push_back(float_key(o + "beta2", "0.999", 0, 0.999999, kTrainer, "Adam second-moment decay"));
   t.push_back(float_key(o + "epsilon", "1.0e-8", 1e-30, 1, kTrainer, "Adam epsilon; Adagrad's: 1e-6 unless set (Paddle's Adagrad default, PaddleRec flen's)"));
   t.push_back(float_key(o + "initial_accumulator_value", "0.001", 0, 1e6, kTrainer, "Adagrad: the start of each dense parameter's squared-gradient sum (PaddleRec flen's dygraph_model passes 1e-3)"));
+}
 
+void add_model_keys(std::vector<KeySpec>& t) {
   const std::string h = "hyper_parameters.";
   t.push_back(int_key(h + "sparse_inputs_slots", "27", 2, 100000, kDataset | kTable, "as in PaddleRec the label counts as one: the data has this minus 1 sparse slots, numbered from 1 and skipping runner.label_name"));
   t.push_back(int_key(h + "sparse_feature_number", "0", 0, kInt64Max, kNoEffect, "PaddleRec's table size; GPUBox tables grow as needed"));
@@ -196,7 +201,9 @@ std::vector<KeySpec> build_table() {
   t.push_back(enum_key(h + "dense_precision", kDensePrecisionNames, DensePrecision::kFp32, kTrainer, "what the dense net's GEMMs compute in: fp32, or bf16 inputs with fp32 accumulation, master weights, optimizer and loss; bf16 only where the hardware has it (AVX512-BF16/AMX CPUs, GPUs), else fp32 and said at start"));
   t.push_back(bool_key(h + "use_cvm", "false", kTrainer, "true: each slot also feeds log(show+1), log(click+1)-log(show+1)"));
   t.push_back(list_key(h + "slot_names", KeyType::kStringList, kDataset | kTable, "sparse slot names in data order; empty = numbered (see sparse_inputs_slots)"));
+}
 
+void add_sparse_optimizer_keys(std::vector<KeySpec>& t) {
   const std::string s = "hyper_parameters.sparse_optimizer.";
   t.push_back(enum_key(s + "class", kSparseOptimizerKindNames, SparseOptimizerKind::kAdagrad, kTable, "per-key optimizer of the sparse table (card and host tiers)"));
   t.push_back(float_key(s + "learning_rate", "0.05", 0, kFloatMax, kTable, "embed_w learning rate"));
@@ -224,8 +231,11 @@ std::vector<KeySpec> build_table() {
   t.push_back(float_key(s + "delete_threshold", "0.8", -kFloatMax, kFloatMax, kTable, "shrink deletes rows scoring below this"));
   t.push_back(float_key(s + "delete_after_unseen_days", "30.0", 0, kFloatMax, kTable, "shrink deletes rows unseen for longer"));
   t.push_back(seed_key(s + "seed", kTable, "embedding initialisation seed (a hash of key and seed), xor runner.seed"));
-  // clang-format on
+}
+// clang-format on
 
+// Each default is parsed as a config's value would be: a bad default fails at the first lookup.
+void parse_defaults(std::vector<KeySpec>& t) {
   for (KeySpec& k : t) {
     YAML::Node node;
     try {
@@ -236,6 +246,15 @@ std::vector<KeySpec> build_table() {
     const Status st = detail::parse_value(k, node, "", &k.default_value);
     GPUBOX_EXPECTS(st.ok(), "config key table: bad default: ", st.message());
   }
+}
+
+std::vector<KeySpec> build_table() {
+  std::vector<KeySpec> t;
+  add_runner_keys(t);
+  add_dense_optimizer_keys(t);
+  add_model_keys(t);
+  add_sparse_optimizer_keys(t);
+  parse_defaults(t);
   return t;
 }
 

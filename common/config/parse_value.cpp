@@ -102,6 +102,86 @@ Status parse_choice(const KeySpec& key, const YAML::Node& node, std::string* out
   return wrong_type(key, "one of " + choices, node);
 }
 
+// A string, path or work-path key's value (a path key also a list of paths when also_list).
+Status parse_text(const KeySpec& key, const YAML::Node& node, const std::string& base_dir,
+                  ConfigValue* out) {
+  if (key.also_list && node.IsSequence()) {
+    // [] would read as "not set": an empty list is a mistake, not a way to unset the key.
+    if (node.size() == 0) return wrong_type(key, "a path or a non-empty list of paths", node);
+    std::vector<std::string> v;
+    for (const YAML::Node& item : node) {
+      if (!item.IsScalar() || item.Scalar().empty()) return wrong_type(key, "a path", item);
+      v.push_back(resolve_path(item.Scalar(), base_dir));
+    }
+    *out = std::move(v);
+    return Status::OK();
+  }
+  std::string v;
+  GPUBOX_RETURN_IF_ERROR(parse_string(key, node, &v));
+  if (key.type == KeyType::kString) {
+    *out = v;
+  } else {
+    *out = resolve_path(v, key.type == KeyType::kPath ? base_dir : std::string());
+  }
+  return Status::OK();
+}
+
+Status check_min_items(const KeySpec& key, std::size_t items) {
+  if (items >= key.min_items) return Status::OK();
+  return Status::InvalidArgument(key.name + ": needs at least " + std::to_string(key.min_items) +
+                                 " item(s)");
+}
+
+Status parse_int_list(const KeySpec& key, const YAML::Node& node, ConfigValue* out) {
+  if (!node.IsNull() && !node.IsSequence()) return wrong_type(key, "a list of integers", node);
+  std::vector<int64_t> v;
+  for (const YAML::Node& item : node) {
+    int64_t x = 0;
+    GPUBOX_RETURN_IF_ERROR(parse_int(key, item, &x));
+    v.push_back(x);
+  }
+  GPUBOX_RETURN_IF_ERROR(check_min_items(key, v.size()));
+  *out = std::move(v);
+  return Status::OK();
+}
+
+// A string list, or a path list (each path resolved against base_dir).
+Status parse_string_list(const KeySpec& key, const YAML::Node& node, const std::string& base_dir,
+                         ConfigValue* out) {
+  const bool paths = key.type == KeyType::kPathList;
+  if (!node.IsNull() && !node.IsSequence()) {
+    return wrong_type(key, paths ? "a list of paths" : "a list of strings", node);
+  }
+  std::vector<std::string> v;
+  for (const YAML::Node& item : node) {
+    if (!item.IsScalar()) return wrong_type(key, paths ? "a path" : "a string", item);
+    v.push_back(paths ? resolve_path(item.Scalar(), base_dir) : item.Scalar());
+  }
+  GPUBOX_RETURN_IF_ERROR(check_min_items(key, v.size()));
+  *out = std::move(v);
+  return Status::OK();
+}
+
+// Slot names to integers; a slot named twice is an error.
+Status parse_int_map(const KeySpec& key, const YAML::Node& node, ConfigValue* out) {
+  if (!node.IsNull() && !node.IsMap()) {
+    return wrong_type(key, "a map of slot names to integers", node);
+  }
+  IntMap v;
+  for (const auto& item : node) {
+    if (!item.first.IsScalar() || item.first.Scalar().empty()) {
+      return wrong_type(key, "a slot name", item.first);
+    }
+    int64_t x = 0;
+    GPUBOX_RETURN_IF_ERROR(parse_int(key, item.second, &x));
+    if (!v.emplace(item.first.Scalar(), x).second) {
+      return Status::InvalidArgument(key.name + ": slot " + item.first.Scalar() + " is set twice");
+    }
+  }
+  *out = std::move(v);
+  return Status::OK();
+}
+
 }  // namespace
 
 bool decode_bool(const YAML::Node& node, bool* out) {
@@ -149,85 +229,21 @@ Status parse_value(const KeySpec& key, const YAML::Node& node, const std::string
     }
     case KeyType::kString:
     case KeyType::kPath:
-    case KeyType::kWorkPath: {
-      if (key.also_list && node.IsSequence()) {
-        // [] would read as "not set": an empty list is a mistake, not a way to unset the key.
-        if (node.size() == 0) return wrong_type(key, "a path or a non-empty list of paths", node);
-        std::vector<std::string> v;
-        for (const YAML::Node& item : node) {
-          if (!item.IsScalar() || item.Scalar().empty()) return wrong_type(key, "a path", item);
-          v.push_back(resolve_path(item.Scalar(), base_dir));
-        }
-        *out = std::move(v);
-        return Status::OK();
-      }
-      std::string v;
-      GPUBOX_RETURN_IF_ERROR(parse_string(key, node, &v));
-      if (key.type == KeyType::kString) {
-        *out = v;
-      } else {
-        *out = resolve_path(v, key.type == KeyType::kPath ? base_dir : std::string());
-      }
-      return Status::OK();
-    }
+    case KeyType::kWorkPath:
+      return parse_text(key, node, base_dir, out);
     case KeyType::kEnum: {
       std::string v;
       GPUBOX_RETURN_IF_ERROR(parse_choice(key, node, &v));
       *out = v;
       return Status::OK();
     }
-    case KeyType::kIntList: {
-      if (!node.IsNull() && !node.IsSequence()) return wrong_type(key, "a list of integers", node);
-      std::vector<int64_t> v;
-      for (const YAML::Node& item : node) {
-        int64_t x = 0;
-        GPUBOX_RETURN_IF_ERROR(parse_int(key, item, &x));
-        v.push_back(x);
-      }
-      if (v.size() < key.min_items) {
-        return Status::InvalidArgument(key.name + ": needs at least " +
-                                       std::to_string(key.min_items) + " item(s)");
-      }
-      *out = std::move(v);
-      return Status::OK();
-    }
+    case KeyType::kIntList:
+      return parse_int_list(key, node, out);
     case KeyType::kStringList:
-    case KeyType::kPathList: {
-      const bool paths = key.type == KeyType::kPathList;
-      if (!node.IsNull() && !node.IsSequence()) {
-        return wrong_type(key, paths ? "a list of paths" : "a list of strings", node);
-      }
-      std::vector<std::string> v;
-      for (const YAML::Node& item : node) {
-        if (!item.IsScalar()) return wrong_type(key, paths ? "a path" : "a string", item);
-        v.push_back(paths ? resolve_path(item.Scalar(), base_dir) : item.Scalar());
-      }
-      if (v.size() < key.min_items) {
-        return Status::InvalidArgument(key.name + ": needs at least " +
-                                       std::to_string(key.min_items) + " item(s)");
-      }
-      *out = std::move(v);
-      return Status::OK();
-    }
-    case KeyType::kIntMap: {
-      if (!node.IsNull() && !node.IsMap()) {
-        return wrong_type(key, "a map of slot names to integers", node);
-      }
-      IntMap v;
-      for (const auto& item : node) {
-        if (!item.first.IsScalar() || item.first.Scalar().empty()) {
-          return wrong_type(key, "a slot name", item.first);
-        }
-        int64_t x = 0;
-        GPUBOX_RETURN_IF_ERROR(parse_int(key, item.second, &x));
-        if (!v.emplace(item.first.Scalar(), x).second) {
-          return Status::InvalidArgument(key.name + ": slot " + item.first.Scalar() +
-                                         " is set twice");
-        }
-      }
-      *out = std::move(v);
-      return Status::OK();
-    }
+    case KeyType::kPathList:
+      return parse_string_list(key, node, base_dir, out);
+    case KeyType::kIntMap:
+      return parse_int_map(key, node, out);
   }
   return Status::Internal(key.name + ": unknown key type");
 }

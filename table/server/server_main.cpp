@@ -167,7 +167,9 @@ StatusOr<HostTableConfig> table_config_from(const config::ConfigDocument& doc) {
 // The row layout and optimizer rules: the config's (sparse_config_from, as in the trainer), with
 // --mf_dim and --optimizer over them when given.
 StatusOr<AccessorConfig> optimizer_config_from(const config::ConfigDocument& doc) {
-  AccessorConfig optimizer = sparse_config_from(doc);
+  StatusOr<AccessorConfig> rows = sparse_config_from(doc);
+  if (!rows.ok()) return rows.status();
+  AccessorConfig optimizer = std::move(rows).value();
   if (flag_given("mf_dim")) optimizer.mf_dim = FLAGS_mf_dim;
   // ffm multiplies the width by its fields: refused here as by the trainer's loader.
   if (optimizer.mf_dim > config::kMaxSlotDim) {

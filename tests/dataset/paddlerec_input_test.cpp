@@ -338,6 +338,45 @@ TEST(FormatDetect, AWrongExplicitFormatSaysWhatTheLinesLookLike) {
             "runner.data_format: auto)");
 }
 
+// A file of numbers that is idx_value text of another field count is told what idx_value needs
+// (its fields against the config's), not only to name a MultiSlot order; numbers that also split
+// as MultiSlot fields get both readings.
+TEST(FormatDetect, IdxValueOfAnotherFieldCountIsToldTheCountItNeeds) {
+  DatasetConfig c = slot_config(3, 2);  // 5 fields: 2 dense features and 3 slots
+  c.data_format = DataFormat::kAuto;
+  FormatChooser chooser(c);
+  FormatNote note;
+  // 4 fields: the label, 4 indices, 4 values.
+  chooser.choose("f", {"1 1 2 10 30 0.5 2 1 1", "0 1 2 7 9 1 0 1 1"}, &note);
+  EXPECT_EQ(note.sample_parsed, 0u);
+  const std::string four =
+      "idx_value text (PaddleRec's autoint samples) with 4 fields (the label, then 4 indices and "
+      "4 values), but the config has 3 sparse slots and dense_input_dim 2: idx_value needs 5 "
+      "fields, 11 numbers a line, where these have 9";
+  EXPECT_EQ(note.hint, "these look like " + four);
+  // Configured as idx_value, the same file gets the same hint.
+  DatasetConfig idx_value = c;
+  idx_value.data_format = DataFormat::kIdxValue;
+  FormatChooser explicit_chooser(idx_value);
+  explicit_chooser.choose("f", {"1 1 2 10 30 0.5 2 1 1"}, &note);
+  EXPECT_EQ(note.sample_parsed, 0u);
+  EXPECT_EQ(note.hint, "these look like " + four);
+  // Numbers that split as 6 MultiSlot fields ([1 1] [1 10] [1 20] [1 30] [0] [3 4 5 6]) and read
+  // as idx_value of 6 fields.
+  chooser.choose("f", {"1 1 1 10 1 20 1 30 0 3 4 5 6"}, &note);
+  EXPECT_EQ(note.hint,
+            "these look like MultiSlot (`n v1 .. vn` per field) in another field order than the "
+            "config's: name it in runner.multislot_order (label_name, slot names, dense_name; "
+            "other names are skipped fields); or, as idx_value text (PaddleRec's autoint "
+            "samples) with 6 fields (the label, then 6 indices and 6 values), but the config has "
+            "3 sparse slots and dense_input_dim 2: idx_value needs 5 fields, 11 numbers a line, "
+            "where these have 13");
+  // An even count of numbers is no idx_value: the MultiSlot hint alone.
+  chooser.choose("f", {"1 1 1 10 1 20 1 30 0 3 4 5"}, &note);
+  EXPECT_EQ(note.hint.find("idx_value"), std::string::npos) << note.hint;
+  EXPECT_NE(note.hint.find("runner.multislot_order"), std::string::npos) << note.hint;
+}
+
 // Auto chooses per file, says it once when all agree and per file when they differ; files read
 // as several byte ranges are recognised once, from their first lines.
 TEST(FormatDetect, EachFileHasItsOwnFormatAndRangesOfAFileShareIt) {

@@ -109,6 +109,45 @@ TEST_F(ConfigAgreement, TheThreeLoadersReadOneConfigTheSameWay) {
   EXPECT_EQ(d->dense_dim, 13);  // gpubox_data stat used to default to 0
 }
 
+// A PaddleRec config names its network by its model folder and slot_dnn's dense features (none)
+// by its reader: gpubox_server's loader resolves both as the trainer's does, so ffm's rows (a
+// factor per field) are as wide on the server (issue 32).
+TEST_F(ConfigAgreement, APaddleRecFolderShapesTheRowsAlikeInEveryLoader) {
+  const std::string keys = "hyper_parameters:\n  sparse_inputs_slots: 5\n  sparse_feature_dim: 4\n";
+  fs::create_directories(dir_ / "models/rank/ffm");
+  const std::string ffm = write("models/rank/ffm/config.yaml", keys + "  dense_input_dim: 2\n");
+  auto trainer = trainer::load_trainer_config(ffm);
+  auto server = table::load_sparse_config(ffm);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  EXPECT_EQ(trainer->hyper.model, config::ModelKind::kFfm);
+  EXPECT_EQ(server->mf_dim, (4 + 2) * 3);
+  EXPECT_EQ(describe(trainer->sparse), describe(*server));
+
+  // slot_dnn's folder without dense_input_dim reads no dense features: ffm asked for there has
+  // the sparse slots for fields, on the server too.
+  fs::create_directories(dir_ / "models/rank/slot_dnn");
+  const std::string slot_dnn = write("models/rank/slot_dnn/config.yaml", keys);
+  const std::vector<std::string> as_ffm = {"hyper_parameters.model=ffm"};
+  trainer = trainer::load_trainer_config(slot_dnn, as_ffm);
+  server = table::load_sparse_config(slot_dnn, as_ffm);
+  auto data = dataset::load_dataset_config(slot_dnn, as_ffm);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  ASSERT_TRUE(data.ok()) << data.status().to_string();
+  EXPECT_EQ(data->dense_dim, 0);
+  EXPECT_EQ(server->mf_dim, 4 * 3);
+  EXPECT_EQ(describe(trainer->sparse), describe(*server));
+
+  // A folder naming a network GPUBox does not build: every loader refuses it alike.
+  fs::create_directories(dir_ / "models/rank/difm");
+  const std::string difm = write("models/rank/difm/config.yaml", keys);
+  const Status t = trainer::load_trainer_config(difm).status();
+  EXPECT_NE(t.message().find("names PaddleRec's network 'difm'"), std::string::npos)
+      << t.to_string();
+  EXPECT_EQ(table::load_sparse_config(difm).status().to_string(), t.to_string());
+}
+
 // Bad configs, each as a file (and optionally overrides), with the error every binary gives.
 struct BadConfig {
   std::string text;

@@ -6,6 +6,8 @@
 //  - --mode infer evaluates every save in [infer_start_epoch, infer_end_epoch) under
 //    infer_load_path, one line per save, and a missing save is an error naming it;
 //  - which saves infer picks (saves_to_evaluate) against the folder it looks at;
+//  - a PaddleRec ffm folder's config (no hyper_parameters.model) read by gpubox_server and by
+//    gpubox_train in a PS mode: both take ffm's row width from the folder, and the job trains;
 //  - every binary's --help / -h (its own options, no gflags internals, no build-machine path)
 //    and --version (version, commit, backend).
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "tests/integration/child_process.hpp"
 #include "trainer/schedule/saved_models.hpp"
 
 namespace gpubox::trainer {
@@ -159,6 +162,40 @@ TEST_F(PaddleRecCli, TrainsWithDashMSavesFromEpochZeroAndPrintsPaddleRecLines) {
   ASSERT_EQ(one.status, 0) << one.output;
   EXPECT_EQ(count(one.output, infer_done), 1u) << one.output;
   EXPECT_NE(one.output.find("\nepoch: 1 done, "), std::string::npos) << one.output;
+}
+
+// Issue 32: the server derived its rows' width from the keys alone, so with ffm chosen by the
+// folder it kept rows of one factor while the trainer wanted one per field, and the trainer's
+// handshake refused the server naming both widths. Now both resolve the network the same way.
+TEST_F(PaddleRecCli, AnFfmFolderTrainsAgainstAServerStartedWithTheSameConfig) {
+  const fs::path ffm = root_ / "models/rank/ffm";
+  fs::create_directories(ffm);
+  std::ofstream(ffm / "config.yaml") << "runner:\n"
+                                        "  train_data_dir: \"../dnn/data/sample_data/train\"\n"
+                                        "  train_batch_size: 16\n"
+                                        "  epochs: 2\n"
+                                        "  thread_num: 1\n"
+                                        "  sync_mode: \"async\"\n"
+                                        "  metrics_path: \"\"\n"
+                                        "hyper_parameters:\n"
+                                        "  sparse_inputs_slots: 27\n"
+                                        "  sparse_feature_dim: 3\n"
+                                        "  dense_input_dim: 13\n";
+  const std::string config = (ffm / "config.yaml").string();
+  testing::ChildProcess server(GPUBOX_SERVER_BIN,
+                               {"--port", "0", "--config", config, "--data_dir", root_.string()});
+  ASSERT_TRUE(server.wait_for(" (shard ", 20)) << server.output();
+  const std::string& out = server.output();
+  const auto at = out.find("listening on ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string endpoint = out.substr(at + 13, out.find(' ', at + 13) - at - 13);
+  const RunResult r = run("cd '" + root_.string() +
+                          "' && FLAGS_selected_gpus=0 PADDLE_PSERVERS_IP_PORT_LIST=" + endpoint +
+                          " GPUBOX_AUTH_TOKEN_FILE= '" GPUBOX_TRAIN_BIN "' -m " + config);
+  ASSERT_EQ(r.status, 0) << r.output << "\nserver:\n" << server.output();
+  EXPECT_NE(r.output.find("network: ffm (from PaddleRec's model folder"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(count(r.output, std::regex("\npass: [0-1], using time: ")), 2u) << r.output;
 }
 
 TEST_F(PaddleRecCli, SavesToEvaluateFollowTheFolder) {

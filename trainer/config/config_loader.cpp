@@ -3,6 +3,7 @@
 #include <set>
 
 #include "common/config/config_document.hpp"
+#include "common/config/network_shape.hpp"
 #include "common/config/row_width.hpp"
 #include "common/config/slot_dims.hpp"
 #include "dataset/dataset_config.hpp"
@@ -195,14 +196,18 @@ Status read_autoint_keys(const config::ConfigDocument& doc, HyperParameters& h) 
   return Status::OK();
 }
 
-// ffm's rows hold one factor per field (config::row_embedx_width), as wide as the table part made
-// them for the network the config names; a network its PaddleRec folder chose is applied here.
-Status apply_ffm_rows(TrainerConfig& c, const config::ConfigDocument& doc) {
+// ffm's rows hold one factor per field (config::row_embedx_width): the table part made them that
+// wide (config::resolve_embedx_width, as gpubox_server does); refused here when they cannot be.
+Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc) {
   const std::string& source = doc.source();
   const int64_t factor = doc.get_int("hyper_parameters.sparse_feature_dim") - 1;
   const int64_t fields = c.num_sparse_slots() + c.dataset.dense_dim;
-  const int64_t width =
-      config::row_embedx_width(ModelKind::kFfm, factor, c.num_sparse_slots(), c.dataset.dense_dim);
+  const int64_t width = c.sparse.mf_dim;
+  // The table part's fields are the dataset part's: one resolution (config/network_shape.hpp).
+  GPUBOX_EXPECTS(width == config::row_embedx_width(ModelKind::kFfm, factor, c.num_sparse_slots(),
+                                                   c.dataset.dense_dim),
+                 source, ": ffm's rows are ", width,
+                 " wide in the table part, but the fields give ", fields * factor);
   if (factor < 1) {
     return Status::InvalidArgument(source +
                                    ": ffm's factors have sparse_feature_dim - 1 values, but "
@@ -229,7 +234,6 @@ Status apply_ffm_rows(TrainerConfig& c, const config::ConfigDocument& doc) {
                                    "(sparse_feature_dim - 1), but hyper_parameters.slot_dims "
                                    "sets other widths for some slots; leave it empty");
   }
-  c.sparse.mf_dim = static_cast<int32_t>(width);
   return Status::OK();
 }
 
@@ -307,17 +311,12 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   h.optimizer.initial_accumulator =
       static_cast<float>(doc.get_float(o + "initial_accumulator_value"));
   h.fc_sizes = doc.get_int_list("hyper_parameters.fc_sizes");
-  h.model = doc.get_enum("hyper_parameters.model", kModelKindNames);
-  if (doc.is_set("hyper_parameters.model")) {
-    h.model_source = "hyper_parameters.model";
-  } else {
-    // No model key (no PaddleRec config has one): the network its model folder names.
-    StatusOr<NetworkChoice> choice = network_from_paddlerec_folder(
-        doc.get_string("workspace"), doc.file_path().empty() ? doc.source() : doc.file_path());
-    if (!choice.ok()) return choice.status();
-    h.model = choice->model;
-    h.model_source = choice->source;
-  }
+  // The model key, else the network its PaddleRec model folder names (as the table part, and so
+  // gpubox_server, resolves it: their rows' width depends on it).
+  StatusOr<NetworkChoice> choice = config::resolve_network(doc);
+  if (!choice.ok()) return choice.status();
+  h.model = choice->model;
+  h.model_source = choice->source;
   h.use_cvm = doc.get_bool("hyper_parameters.use_cvm");
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
@@ -329,10 +328,12 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();
-  c.sparse = table::sparse_config_from(doc);
+  StatusOr<table::AccessorConfig> rows = table::sparse_config_from(doc);
+  if (!rows.ok()) return rows.status();
+  c.sparse = std::move(rows).value();
   c.host_tier = table::host_tier_config_from(doc);
   if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
-  if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(apply_ffm_rows(c, doc));
+  if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc));
   if (h.model == ModelKind::kFlen) {
     int grouped = 0;
     for (int size : h.field_group_sizes) grouped += size;

@@ -1,0 +1,135 @@
+#include "common/config/network_shape.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "common/config/config_document.hpp"
+#include "common/config/row_width.hpp"
+
+namespace gpubox::config {
+namespace {
+
+// PaddleRec's models/rank folder names GPUBox builds the network of.
+struct Known {
+  const char* folder;
+  ModelKind model;
+};
+constexpr Known kBuilt[] = {
+    {"dnn", ModelKind::kDnn},
+    {"slot_dnn", ModelKind::kDnn},  // the dnn over PaddleRec's slot data
+    {"wide_deep", ModelKind::kWideDeep},
+    {"deepfm", ModelKind::kDeepFm},
+    {"dcn_v2", ModelKind::kDcnV2},
+    {"logistic_regression", ModelKind::kWide},
+    {"fm", ModelKind::kFm},
+    {"dcn", ModelKind::kDcn},
+    {"dlrm", ModelKind::kDlrm},
+    {"xdeepfm", ModelKind::kXdeepfm},
+    {"ffm", ModelKind::kFfm},
+    {"deepfefm", ModelKind::kDeepFefm},
+    {"autoint", ModelKind::kAutoint},
+    {"flen", ModelKind::kFlen},
+};
+
+// "<name>" when `path`'s components hold models/rank/<name>.
+std::optional<std::string> rank_folder(const std::string& path) {
+  std::vector<std::string> parts;
+  for (const auto& part : std::filesystem::path(path).lexically_normal()) {
+    parts.push_back(part.string());
+  }
+  for (std::size_t i = 0; i + 2 < parts.size(); ++i) {
+    if (parts[i] == "models" && parts[i + 1] == "rank" && !parts[i + 2].empty()) {
+      return parts[i + 2];
+    }
+  }
+  return std::nullopt;
+}
+
+// The path a document's folder is looked for in: its file, else its source name (a config parsed
+// from text, "<config>", sits in no folder).
+std::string config_path_of(const ConfigDocument& doc) {
+  return doc.file_path().empty() ? doc.source() : doc.file_path();
+}
+
+}  // namespace
+
+std::optional<std::string> paddlerec_model_name(const std::string& workspace,
+                                                const std::string& config_path,
+                                                std::string* source) {
+  if (auto name = rank_folder(workspace + "/")) {
+    *source = "workspace " + workspace;
+    return name;
+  }
+  const std::string folder = std::filesystem::path(config_path).parent_path().string();
+  if (folder.empty()) return std::nullopt;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
+  if (ec) return std::nullopt;
+  if (auto name = rank_folder(absolute.string() + "/")) {
+    *source = "the config's folder " + folder;
+    return name;
+  }
+  return std::nullopt;
+}
+
+std::string paddlerec_model_name(const ConfigDocument& doc) {
+  std::string source;
+  return paddlerec_model_name(doc.get_string("workspace"), config_path_of(doc), &source)
+      .value_or("");
+}
+
+StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
+                                                      const std::string& config_path) {
+  NetworkChoice choice;
+  std::string from;
+  const std::optional<std::string> name = paddlerec_model_name(workspace, config_path, &from);
+  if (!name) {
+    choice.source = "the default (no hyper_parameters.model, no PaddleRec model folder)";
+    return choice;
+  }
+  for (const Known& known : kBuilt) {
+    if (*name == known.folder) {
+      choice.model = known.model;
+      choice.source = "PaddleRec's model folder (" + from + ")";
+      return choice;
+    }
+  }
+  std::string built;
+  for (const auto& [kind, text] : kModelKindNames) {
+    built += (built.empty() ? "" : ", ") + std::string(text);
+  }
+  return Status::InvalidArgument(
+      config_path + ": " + from + " names PaddleRec's network '" + *name +
+      "', which GPUBox does not build (it builds " + built +
+      "); to train one of those instead, knowingly, set it: -o hyper_parameters.model=dnn");
+}
+
+StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc) {
+  const ModelKind model = doc.get_enum("hyper_parameters.model", kModelKindNames);
+  // Read whether or not it decides: every binary reads the same keys (the key table's parts).
+  const std::string workspace = doc.get_string("workspace");
+  if (doc.is_set("hyper_parameters.model")) return NetworkChoice{model, "hyper_parameters.model"};
+  // No model key (no PaddleRec config has one): the network its model folder names.
+  return network_from_paddlerec_folder(workspace, config_path_of(doc));
+}
+
+int resolve_dense_dim(const ConfigDocument& doc) {
+  const int dense_dim = doc.get_int("hyper_parameters.dense_input_dim");
+  if (!doc.is_set("hyper_parameters.dense_input_dim") && paddlerec_model_name(doc) == "slot_dnn") {
+    return 0;
+  }
+  return dense_dim;
+}
+
+StatusOr<int64_t> resolve_embedx_width(const ConfigDocument& doc) {
+  StatusOr<NetworkChoice> network = resolve_network(doc);
+  if (!network.ok()) return network.status();
+  // The label is one of sparse_inputs_slots, and no key slot.
+  const int64_t sparse_slots =
+      std::max(0, doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots") - 1);
+  return row_embedx_width(network->model, doc.get_int("hyper_parameters.sparse_feature_dim") - 1,
+                          sparse_slots, resolve_dense_dim(doc));
+}
+
+}  // namespace gpubox::config

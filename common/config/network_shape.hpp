@@ -1,0 +1,57 @@
+// The network a config trains and the dense features it reads, resolved once for every binary
+// that reads the config: gpubox_train (trainer::trainer_config_from), gpubox_server and
+// gpubox_data (table::sparse_config_from, dataset::dataset_config_from). A PaddleRec config names
+// neither: its model folder (models/rank/<name>/, its `workspace`) picks the network, and
+// slot_dnn's readers write no dense features. ffm's rows are as wide as its fields
+// (row_width.hpp), so a server that resolved these apart from its trainers would keep rows of
+// another width. Host-only, no state.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/config/config_enums.hpp"
+#include "common/status.hpp"
+
+namespace gpubox::config {
+
+class ConfigDocument;
+
+struct NetworkChoice {
+  ModelKind model = ModelKind::kDnn;
+  std::string source;  // where the choice came from, for the start line
+};
+
+// The PaddleRec model name of `workspace` (e.g. "models/rank/wide_deep" -> "wide_deep"), else of
+// the folder holding `config_path` (".../models/rank/<name>/config.yaml"); nullopt when neither
+// is a models/rank/<name> folder.
+std::optional<std::string> paddlerec_model_name(const std::string& workspace,
+                                                const std::string& config_path,
+                                                std::string* source);
+
+// paddlerec_model_name of `doc` (its workspace key, else the file it was read from); "" when
+// it sits in no models/rank/<name> folder.
+std::string paddlerec_model_name(const ConfigDocument& doc);
+
+// The network for a config without hyper_parameters.model: the one its PaddleRec model folder
+// names when GPUBox builds it (dnn, slot_dnn -> dnn, wide_deep, deepfm, dcn_v2,
+// logistic_regression -> wide, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, autoint), the default dnn
+// when it names none; InvalidArgument naming the network, what GPUBox builds and the
+// -o hyper_parameters.model=... that trains another network knowingly, when it names one GPUBox
+// does not build (flen, fat_deepffm, din, ...).
+StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
+                                                      const std::string& config_path);
+
+// hyper_parameters.model when set, else network_from_paddlerec_folder of `doc`. Reads the keys
+// hyper_parameters.model and workspace.
+StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc);
+
+// The dense features an instance holds: hyper_parameters.dense_input_dim, but 0 in slot_dnn's
+// folder when the key is not set (its readers write the label, the show and slots only).
+int resolve_dense_dim(const ConfigDocument& doc);
+
+// The embedx values of a key's row (row_embedx_width) for the network resolve_network gives:
+// sparse_feature_dim - 1, times the fields (sparse slots plus resolve_dense_dim) for ffm.
+StatusOr<int64_t> resolve_embedx_width(const ConfigDocument& doc);
+
+}  // namespace gpubox::config
