@@ -115,10 +115,13 @@ class CardCounters {
   void add_copy_stream_copy() { bump(copy_stream_copies_); }
   void add_stream_wait() { bump(stream_waits_); }
   void add_launches(uint64_t n = 1) { launches_.fetch_add(n, std::memory_order_relaxed); }
-  // One replay of a step graph holding `nodes` operations.
-  void add_graph_launch(uint64_t nodes) {
+  // One replay of a step graph holding `nodes` operations; `collective` (a string literal) opens
+  // the rule-1 window when the graph holds collectives (they are in flight after the launch, as
+  // an enqueued one is), nullptr when it holds none.
+  void add_graph_launch(uint64_t nodes, const char* collective = nullptr) {
     bump(graph_launches_);
     graph_nodes_.fetch_add(nodes, std::memory_order_relaxed);
+    if (collective != nullptr) window_ = collective;
   }
 
   DeviceCounts snapshot() const;

@@ -142,7 +142,10 @@ void StepGraph::replay(const Stream& stream) {
   GPUBOX_EXPECTS(t_capture == nullptr, "step graph '", name_,
                  "': replayed while this thread captures step graph '",
                  t_capture == nullptr ? "" : t_capture->name(), "'");
-  if (CardCounters* counters = stream.counters()) counters->add_graph_launch(nodes_);
+  if (CardCounters* counters = stream.counters()) {
+    counters->add_graph_launch(nodes_,
+                               contents_.collectives > 0 ? "a step graph's collectives" : nullptr);
+  }
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaGraphLaunch(native_->exec, stream.native()));
 #else

@@ -19,6 +19,7 @@
 // are bit-identical to an unpadded planned step's. What the host does per step (stats and the
 // check's tag from the plan, the check's copy into its pinned slot and the slot's event) stays
 // outside the graphs.
+#include <algorithm>
 #include <cuda/atomic>
 
 #include "heterps/heter_comm/detail/heter_comm_impl.cuh"
@@ -29,7 +30,8 @@ namespace {
 // Sender: each live unique key u into its owner's block (slot owner * block + j, its key at word
 // 1 + j of the owner's key block), each owner block's live count into its first word; u's slot,
 // or a discard row past the blocks (slots + u) for a unique index past the live count or a key
-// past its block (a plan that does not describe the batch: its late check fails the step).
+// past its block (a plan that does not describe the batch: its late check fails the step; a plan
+// entry past the block is refused before the step).
 struct SendBlockKeys {
   const uint64_t* unique_keys;
   const position_t* owner_begin;  // partitions + 1
@@ -228,6 +230,14 @@ void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* ou
   const std::size_t cards = static_cast<std::size_t>(total_cards_);
   const std::size_t me = static_cast<std::size_t>(comm_->rank());
   std::copy(planned, planned + cards * cards, host_counts_.data());
+  // A plan entry past the block would send its keys past the block to discard rows, and the late
+  // check, comparing the card's counts with this plan, would pass: zeros pulled, gradients lost.
+  // Every card holds the same plan, so all fail this step alike.
+  const uint64_t widest =
+      *std::max_element(host_counts_.data(), host_counts_.data() + cards * cards);
+  GPUBOX_EXPECTS(widest <= p.block, "card ", comm_->rank(), ": a step plan sends ", widest,
+                 " keys from one card to one owner, over the pass's block of ", p.block,
+                 " (reserve_steps' pair_block)");
   std::size_t unique = 0;
   std::size_t received = 0;
   for (std::size_t c = 0; c < cards; ++c) {
