@@ -125,14 +125,25 @@ enum class ModelKind {
   kAutoint,  // AutoInt: multi-head self-attention layers over the slots' and dense features'
              // embeddings into the logit, + the wide part (use_wide) and the MLP over the
              // embeddings when fc_sizes is set (hyper_parameters.attn_layer_sizes, head_num)
+  // FAT-DeepFFM: kFfm's rows (one k-vector per field), a squeeze-excitation attention (CEN) over
+  // the field-aware vectors, their sum as first-order term and the MLP over the pairs' Hadamard
+  // products (PaddleRec's fat_deepffm; fat_deepffm_part.hpp)
+  kFatDeepffm,
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
-    {ModelKind::kDnn, "dnn"},           {ModelKind::kWideDeep, "wide_deep"},
-    {ModelKind::kWide, "wide"},         {ModelKind::kDeepFm, "deepfm"},
-    {ModelKind::kDcnV2, "dcn_v2"},      {ModelKind::kFm, "fm"},
-    {ModelKind::kDcn, "dcn"},           {ModelKind::kDlrm, "dlrm"},
-    {ModelKind::kXdeepfm, "xdeepfm"},   {ModelKind::kFfm, "ffm"},
-    {ModelKind::kDeepFefm, "deepfefm"}, {ModelKind::kAutoint, "autoint"},
+    {ModelKind::kDnn, "dnn"},
+    {ModelKind::kWideDeep, "wide_deep"},
+    {ModelKind::kWide, "wide"},
+    {ModelKind::kDeepFm, "deepfm"},
+    {ModelKind::kDcnV2, "dcn_v2"},
+    {ModelKind::kFm, "fm"},
+    {ModelKind::kDcn, "dcn"},
+    {ModelKind::kDlrm, "dlrm"},
+    {ModelKind::kXdeepfm, "xdeepfm"},
+    {ModelKind::kFfm, "ffm"},
+    {ModelKind::kDeepFefm, "deepfefm"},
+    {ModelKind::kAutoint, "autoint"},
+    {ModelKind::kFatDeepffm, "fat_deepffm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

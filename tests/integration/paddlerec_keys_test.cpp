@@ -288,7 +288,7 @@ TEST(PaddleRecKeys, XdeepfmConfigTrainsXdeepfm) {
   ASSERT_TRUE(fc.ok()) << fc.status().to_string();
   EXPECT_EQ(fc->hyper.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
   EXPECT_TRUE(contains(error_of(kXdeepfm, {"hyper_parameters.model=dnn"}),
-                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's DNN, but the model "
+                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's and fat_deepffm's DNN, but the model "
                        "is dnn, which reads hyper_parameters.fc_sizes"));
 }
 

@@ -25,6 +25,7 @@ constexpr Known kBuilt[] = {
     {"ffm", config::ModelKind::kFfm},
     {"deepfefm", config::ModelKind::kDeepFefm},
     {"autoint", config::ModelKind::kAutoint},
+    {"fat_deepffm", config::ModelKind::kFatDeepffm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.
@@ -73,6 +74,12 @@ std::string differences_from_paddlerec(config::ModelKind model) {
       return "a dense field's index and a sparse field's value are not read (PaddleRec's sample "
              "has 0 and 1 only); its dnn (fc_sizes) has no batch norm and a ReLU after every "
              "layer, where PaddleRec's has batch norm and no ReLU after the first";
+    case config::ModelKind::kFatDeepffm:
+      return "a field's factor has sparse_feature_dim - 1 values (PaddleRec's sparse_feature_dim, "
+             "ffm's rows); no dropout (PaddleRec's 0.5 after every DNN layer, the output's too), "
+             "no L2 decay; CEN's and the DNN's weights start at N(0, 1/fan_in) (PaddleRec's CEN: "
+             "Paddle's default), the embeddings by the sparse rule; the DNN's output bias stands "
+             "for PaddleRec's separate bias";
     default:
       return "";
   }
