@@ -39,11 +39,10 @@ AccessorConfig sparse_config_from(const config::ConfigDocument& doc) {
   const auto f = [&](const char* name) { return static_cast<float>(doc.get_float(so + name)); };
   AccessorConfig c;
   c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
-  // The network the config names (a PaddleRec folder's choice is the trainer's to apply:
-  // trainer_config_from) sets how many factors a row holds.
+  // The network the config names, or its PaddleRec folder's field-aware one (row_model), sets how
+  // many factors a row holds.
   c.mf_dim = static_cast<int32_t>(config::row_embedx_width(
-      doc.get_enum("hyper_parameters.model", config::kModelKindNames),
-      doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1,
+      config::row_model(doc), doc.get_int<int32_t>("hyper_parameters.sparse_feature_dim") - 1,
       std::max(0, doc.get_int<int32_t>("hyper_parameters.sparse_inputs_slots") - 1),
       doc.get_int<int32_t>("hyper_parameters.dense_input_dim")));
   c.storage = doc.get_enum("hyper_parameters.sparse_storage", kSparseStorageNames);
@@ -106,7 +105,7 @@ StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
   // ffm multiplies the width by its fields (the trainer's loader says the same, and more).
   if (c.mf_dim > config::kMaxSlotDim) {
     return Status::InvalidArgument(
-        doc->source() + ": ffm's rows would hold " + std::to_string(c.mf_dim) +
+        doc->source() + ": ffm's (fat_deepffm's) rows would hold " + std::to_string(c.mf_dim) +
         " values (a factor of hyper_parameters.sparse_feature_dim - 1 per field: the sparse "
         "slots and hyper_parameters.dense_input_dim), over the " +
         std::to_string(config::kMaxSlotDim) + " a row may hold");

@@ -4,7 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
 
+#include "common/config/config_document.hpp"
 #include "common/config/config_enums.hpp"
 
 namespace gpubox::config {
@@ -19,6 +24,35 @@ inline int64_t row_embedx_width(ModelKind model, int64_t factor_dim, int64_t spa
                                 int64_t dense_dim) {
   if (model != ModelKind::kFfm && model != ModelKind::kFatDeepffm) return factor_dim;
   return (sparse_slots + dense_dim) * factor_dim;
+}
+
+// The network whose rows the table part makes for `doc`: hyper_parameters.model when set, else
+// the field-aware network a PaddleRec model folder names (its workspace, else the models/rank/
+// <name>/ folder the config sits in: ffm, fat_deepffm), as the trainer chooses it
+// (trainer/config/network_choice.cpp), so a gpubox_server started on PaddleRec's fat_deepffm or
+// ffm config.yaml keeps rows as wide as its trainers'. Every other network reads one factor per
+// key, whatever the folder names.
+inline ModelKind row_model(const ConfigDocument& doc) {
+  const ModelKind model = doc.get_enum("hyper_parameters.model", kModelKindNames);
+  if (doc.is_set("hyper_parameters.model")) return model;
+  const auto folder_model = [](const std::filesystem::path& path) -> std::string {
+    std::vector<std::string> parts;
+    for (const auto& part : path.lexically_normal()) parts.push_back(part.string());
+    for (std::size_t i = 0; i + 2 < parts.size(); ++i) {
+      if (parts[i] == "models" && parts[i + 1] == "rank") return parts[i + 2];
+    }
+    return "";
+  };
+  std::string name = folder_model(doc.get_string("workspace") + "/");
+  const std::string config = doc.file_path().empty() ? doc.source() : doc.file_path();
+  const std::filesystem::path folder = std::filesystem::path(config).parent_path();
+  std::error_code ec;
+  if (name.empty() && !folder.empty()) {
+    name = folder_model(std::filesystem::absolute(folder, ec).string() + "/");
+  }
+  if (name == "ffm") return ModelKind::kFfm;
+  if (name == "fat_deepffm") return ModelKind::kFatDeepffm;
+  return model;
 }
 
 }  // namespace gpubox::config

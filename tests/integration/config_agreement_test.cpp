@@ -129,7 +129,8 @@ std::vector<BadConfig> bad_configs() {
       {"hyper_parameters:\n  model: flen\n",
        {},
        ":2: hyper_parameters.model: expected one of "
-       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint, got 'flen'"},
+       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|fat_deepffm, got "
+       "'flen'"},
       {"runner:\n  data_format: parquet\n",
        {},
        ":2: runner.data_format: expected one of auto|slot|multislot|criteo|feat_idx|idx_value, got "

@@ -311,5 +311,23 @@ TEST_F(PlantedModels, AutointLearnsAPlantedFactorizationMachine) {
   EXPECT_GT(autoint, wide + 0.03) << "autoint " << autoint << ", wide " << wide;
 }
 
+// fat_deepffm (ffm's rows, CEN's attention over them, their sum and the DNN over the field pairs'
+// products, fc_sizes here as its layer_sizes_dnn) on the same FM-planted data and settings as ffm
+// above: the planted term is a pairwise product, which its pairs' products carry to the DNN.
+// Measured when written (held-out AUC after 15 epochs): see the printed line and the margins.
+TEST_F(PlantedModels, FatDeepffmLearnsAPlantedFactorizationMachine) {
+  const double planted = fm_planted();
+  const double fat_deepffm = fm_planted_auc("fat_deepffm");
+  const double ffm = fm_planted_auc("ffm");
+  const double dnn = fm_planted_auc("dnn");
+  const double wide = fm_planted_auc("wide");
+  std::printf("held-out AUC: planted %.4f, fat_deepffm %.4f, ffm %.4f, dnn %.4f, wide %.4f\n",
+              planted, fat_deepffm, ffm, dnn, wide);
+  EXPECT_GT(fat_deepffm, planted - 0.07)
+      << "fat_deepffm " << fat_deepffm << ", planted " << planted;
+  EXPECT_GT(fat_deepffm, wide + 0.03) << "fat_deepffm " << fat_deepffm << ", wide " << wide;
+  EXPECT_GT(fat_deepffm, dnn - 0.02) << "fat_deepffm " << fat_deepffm << ", dnn " << dnn;
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

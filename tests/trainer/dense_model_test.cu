@@ -127,6 +127,11 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
       if (b.name == "wide.dense_w") {
         for (std::size_t k = 0; k < b.count; ++k) w[b.offset + k] = 0.3f * (k + 1);
       }
+      // fat_deepffm's dense vectors start at 1, so every dense field's factor ties in CEN's max
+      // pool, where the central difference halves what the first maximum's gradient takes.
+      if (b.name == "fat_deepffm.dense_w") {
+        for (std::size_t k = 0; k < b.count; ++k) w[b.offset + k] = 0.1f * (k % 7) - 0.3f;
+      }
     }
     model.parameters().set_values(w);
   }
