@@ -292,7 +292,8 @@ TEST_F(Collective, FatDeepffmEqualsGpuboxMode) {
     EXPECT_EQ(auc, gpubox->evaluate(test_files(), false).metrics.auc) << "epoch " << epoch;
   }
   std::printf("Collective fat_deepffm test AUC %.4f, planted model %.4f\n", auc, planted_auc_);
-  EXPECT_GT(auc, 0.66);
+  // 0.723 after 3 epochs when written, planted 0.761.
+  EXPECT_GT(auc, 0.70);
 }
 
 TEST_F(Collective, SavesLoadAcrossModes) {

@@ -314,7 +314,9 @@ TEST_F(PlantedModels, AutointLearnsAPlantedFactorizationMachine) {
 // fat_deepffm (ffm's rows, CEN's attention over them, their sum and the DNN over the field pairs'
 // products, fc_sizes here as its layer_sizes_dnn) on the same FM-planted data and settings as ffm
 // above: the planted term is a pairwise product, which its pairs' products carry to the DNN.
-// Measured when written (held-out AUC after 15 epochs): see the printed line and the margins.
+// It beats the wide model and stays near the dnn, behind ffm. Measured when written (held-out AUC
+// after 15 epochs): planted 0.796, fat_deepffm 0.739, ffm 0.755, dnn 0.746, wide 0.696 (PaddleRec's
+// dropout 0.5 and L2 decay, which would hold its 121 x 121 attention back, are not applied).
 TEST_F(PlantedModels, FatDeepffmLearnsAPlantedFactorizationMachine) {
   const double planted = fm_planted();
   const double fat_deepffm = fm_planted_auc("fat_deepffm");

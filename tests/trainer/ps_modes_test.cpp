@@ -409,7 +409,8 @@ TEST_F(PsModes, FatDeepffmTrainsInEveryMode) {
     const Outcome out = run(extra, 2, 2, passes);
     std::printf("fat_deepffm %s, 2 trainers x 2 servers: test auc %.6f, planted %.6f\n", mode,
                 out.test_auc, planted_auc_);
-    EXPECT_GT(out.test_auc, 0.66);
+    // When written: async 0.728, sync 0.734, geo 0.738 (planted 0.761).
+    EXPECT_GT(out.test_auc, 0.70);
   }
 }
 
