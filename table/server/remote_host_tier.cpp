@@ -183,6 +183,7 @@ Status RemoteHostTier::check_servers() {
     }
     // Chunks must fit the smallest frame limit among the servers too.
     chunk_rows_ = std::min(chunk_rows_, rows_per_frame(info.max_payload_bytes));
+    frame_limit_ = std::min(frame_limit_, info.max_payload_bytes);
     if (info.shard_num == 1 && n > 1) {
       GPUBOX_LOG(WARNING) << "RemoteHostTier: server " << where
                           << " runs without --shard_id/--shard_num although " << n
@@ -484,6 +485,14 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
                              std::vector<float>* values) {
   std::vector<uint8_t> payload;
   encode_dense_request(action, name, values->data(), values->size(), &payload);
+  if (payload.size() > frame_limit_) {
+    // One frame holds the whole table (the servers close a connection over their limit).
+    return Status::ResourceExhausted(
+        "dense table '" + name + "' of " + std::to_string(values->size()) + " floats (" +
+        std::to_string(payload.size()) + " payload bytes) is over the servers' frame limit of " +
+        std::to_string(frame_limit_) + " bytes: start gpubox_server with --max_frame_mb " +
+        std::to_string((payload.size() >> 20) + 1) + " or more");
+  }
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
   MutationScope scope(&identities_, {0});
   const std::size_t expect = values->size();
