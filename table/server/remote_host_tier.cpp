@@ -485,13 +485,19 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
                              std::vector<float>* values) {
   std::vector<uint8_t> payload;
   encode_dense_request(action, name, values->data(), values->size(), &payload);
-  if (payload.size() > frame_limit_) {
-    // One frame holds the whole table (the servers close a connection over their limit).
+  // One frame carries the whole table, request and reply, under this client's frame limit and
+  // the servers' (--max_frame_mb): over either, the server or the client would close the
+  // connection and the call retry until its deadline.
+  const std::size_t limit =
+      std::min<std::size_t>(frame_limit_, transport_.options().max_payload_bytes);
+  if (payload.size() > limit) {
     return Status::ResourceExhausted(
         "dense table '" + name + "' of " + std::to_string(values->size()) + " floats (" +
-        std::to_string(payload.size()) + " payload bytes) is over the servers' frame limit of " +
-        std::to_string(frame_limit_) + " bytes: start gpubox_server with --max_frame_mb " +
-        std::to_string((payload.size() >> 20) + 1) + " or more");
+        std::to_string(payload.size()) + " payload bytes) is over the frame limit of " +
+        std::to_string(limit) +
+        " bytes that the PS modes carry it in (this trainer's and the servers' --max_frame_mb): "
+        "train this dense net in the gpubox or Collective mode (runner.sync_mode: gpubox), or "
+        "make it smaller");
   }
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
   MutationScope scope(&identities_, {0});

@@ -141,8 +141,8 @@ class RemoteHostTier final : public HostTier {
   RowLayout layout_;
   WidthClasses classes_;    // the widths a PULL reply's rows may have
   std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
-  // The smallest frame payload the servers accept (check_servers(); a DENSE request over it is
-  // refused here, naming --max_frame_mb, rather than retried against a closing server).
+  // The smallest frame payload the servers accept (check_servers(); a DENSE request over it or
+  // over this client's limit is refused here rather than retried against a closing connection).
   uint32_t frame_limit_ = UINT32_MAX;
   ServerIdentityBook identities_;
   mutable Mutex sync_mu_;
