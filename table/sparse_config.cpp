@@ -106,7 +106,7 @@ StatusOr<AccessorConfig> load_sparse_config(const std::string& path,
   // ffm multiplies the width by its fields (the trainer's loader says the same, and more).
   if (c.mf_dim > config::kMaxSlotDim) {
     return Status::InvalidArgument(
-        doc->source() + ": ffm's rows would hold " + std::to_string(c.mf_dim) +
+        doc->source() + ": ffm's (fat_deepffm's) rows would hold " + std::to_string(c.mf_dim) +
         " values (a factor of hyper_parameters.sparse_feature_dim - 1 per field: the sparse "
         "slots and hyper_parameters.dense_input_dim), over the " +
         std::to_string(config::kMaxSlotDim) + " a row may hold");

@@ -130,6 +130,10 @@ enum class ModelKind {
   kFlen,     // FLEN: the MLP over the slots' embeddings + a field-wise bi-interaction between
              // field groups (hyper_parameters.field_group_sizes) through a ReLU layer into the
              // logit (PaddleRec's flen; flen_part.hpp)
+  // FAT-DeepFFM: kFfm's rows (one k-vector per field), a squeeze-excitation attention (CEN) over
+  // the field-aware vectors, their sum as first-order term and the MLP over the pairs' Hadamard
+  // products (PaddleRec's fat_deepffm; fat_deepffm_part.hpp)
+  kFatDeepffm,
 };
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDnn, "dnn"},           {ModelKind::kWideDeep, "wide_deep"},
@@ -138,7 +142,7 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {
     {ModelKind::kDcn, "dcn"},           {ModelKind::kDlrm, "dlrm"},
     {ModelKind::kXdeepfm, "xdeepfm"},   {ModelKind::kFfm, "ffm"},
     {ModelKind::kDeepFefm, "deepfefm"}, {ModelKind::kAutoint, "autoint"},
-    {ModelKind::kFlen, "flen"},
+    {ModelKind::kFlen, "flen"},         {ModelKind::kFatDeepffm, "fat_deepffm"},
 };
 
 // hyper_parameters.dcn_structure: how dcn_v2's cross network meets the MLP (DCN-v2's two

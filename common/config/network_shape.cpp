@@ -30,6 +30,7 @@ constexpr Known kBuilt[] = {
     {"deepfefm", ModelKind::kDeepFefm},
     {"autoint", ModelKind::kAutoint},
     {"flen", ModelKind::kFlen},
+    {"fat_deepffm", ModelKind::kFatDeepffm},
 };
 
 // "<name>" when `path`'s components hold models/rank/<name>.

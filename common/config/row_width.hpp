@@ -13,10 +13,11 @@ namespace gpubox::config {
 // `factor_dim` = sparse_feature_dim - 1 values. Every network reads one factor per key but ffm,
 // whose row holds one factor per field it meets (PaddleRec's ffm: an embedding of
 // sparse_feature_dim x num_field per key, the dense features counted as fields): fields x
-// factor_dim, fields = the sparse slots plus the dense features.
+// factor_dim, fields = the sparse slots plus the dense features; fat_deepffm's rows are ffm's
+// (PaddleRec's fat_deepffm: an embedding of sparse_feature_dim x num_fields per key).
 inline int64_t row_embedx_width(ModelKind model, int64_t factor_dim, int64_t sparse_slots,
                                 int64_t dense_dim) {
-  if (model != ModelKind::kFfm) return factor_dim;
+  if (model != ModelKind::kFfm && model != ModelKind::kFatDeepffm) return factor_dim;
   return (sparse_slots + dense_dim) * factor_dim;
 }
 

@@ -183,6 +183,7 @@ Status RemoteHostTier::check_servers() {
     }
     // Chunks must fit the smallest frame limit among the servers too.
     chunk_rows_ = std::min(chunk_rows_, rows_per_frame(info.max_payload_bytes));
+    frame_limit_ = std::min(frame_limit_, info.max_payload_bytes);
     if (info.shard_num == 1 && n > 1) {
       GPUBOX_LOG(WARNING) << "RemoteHostTier: server " << where
                           << " runs without --shard_id/--shard_num although " << n
@@ -484,6 +485,20 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
                              std::vector<float>* values) {
   std::vector<uint8_t> payload;
   encode_dense_request(action, name, values->data(), values->size(), &payload);
+  // One frame carries the whole table, request and reply, under this client's frame limit and
+  // the servers' (--max_frame_mb): over either, the server or the client would close the
+  // connection and the call retry until its deadline.
+  const std::size_t limit =
+      std::min<std::size_t>(frame_limit_, transport_.options().max_payload_bytes);
+  if (payload.size() > limit) {
+    return Status::ResourceExhausted(
+        "dense table '" + name + "' of " + std::to_string(values->size()) + " floats (" +
+        std::to_string(payload.size()) + " payload bytes) is over the frame limit of " +
+        std::to_string(limit) +
+        " bytes that the PS modes carry it in (this trainer's and the servers' --max_frame_mb): "
+        "train this dense net in the gpubox or Collective mode (runner.sync_mode: gpubox), or "
+        "make it smaller");
+  }
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
   MutationScope scope(&identities_, {0});
   const std::size_t expect = values->size();

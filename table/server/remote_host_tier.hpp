@@ -141,6 +141,9 @@ class RemoteHostTier final : public HostTier {
   RowLayout layout_;
   WidthClasses classes_;    // the widths a PULL reply's rows may have
   std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
+  // The smallest frame payload the servers accept (check_servers(); a DENSE request over it or
+  // over this client's limit is refused here rather than retried against a closing connection).
+  uint32_t frame_limit_ = UINT32_MAX;
   ServerIdentityBook identities_;
   mutable Mutex sync_mu_;
   std::vector<uint64_t> sync_generations_ GPUBOX_GUARDED_BY(sync_mu_);

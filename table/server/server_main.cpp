@@ -175,7 +175,8 @@ StatusOr<AccessorConfig> optimizer_config_from(const config::ConfigDocument& doc
   if (optimizer.mf_dim > config::kMaxSlotDim) {
     return Status::InvalidArgument(
         doc.source() + ": rows of " + std::to_string(optimizer.mf_dim) +
-        " embedding values (ffm: a factor of hyper_parameters.sparse_feature_dim - 1 per field, "
+        " embedding values (ffm, fat_deepffm: a factor of hyper_parameters.sparse_feature_dim - 1 "
+        "per field, "
         "the sparse slots and hyper_parameters.dense_input_dim; or --mf_dim), over the " +
         std::to_string(config::kMaxSlotDim) + " a row may hold");
   }

@@ -88,8 +88,8 @@ TEST_F(ConfigDocumentTest, WrongTypesRangesAndNamesAreErrorsNamingTheKey) {
             p + ":2: runner.max_line_bytes: 1e30 is out of range [16, 1073741824]");
   EXPECT_EQ(error_of("hyper_parameters:\n  model: difm\n"),
             p + ":2: hyper_parameters.model: expected one of "
-                "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|flen, "
-                "got 'difm'");
+                "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|flen|"
+                "fat_deepffm, got 'difm'");
   EXPECT_EQ(error_of("runner:\n  sync_mode: heter\n"),
             p + ":2: runner.sync_mode: expected one of gpubox|async|sync|geo, got 'heter'");
   EXPECT_EQ(error_of("hyper_parameters:\n  sparse_optimizer:\n    class: lamb\n"),

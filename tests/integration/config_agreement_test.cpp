@@ -168,8 +168,9 @@ std::vector<BadConfig> bad_configs() {
       {"hyper_parameters:\n  model: difm\n",
        {},
        ":2: hyper_parameters.model: expected one of "
-       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|flen, got "
-       "'difm'"},
+       "dnn|wide_deep|wide|deepfm|dcn_v2|fm|dcn|dlrm|xdeepfm|ffm|deepfefm|autoint|flen|fat_deepffm,"
+       " "
+       "got 'difm'"},
       {"runner:\n  data_format: parquet\n",
        {},
        ":2: runner.data_format: expected one of "

@@ -288,8 +288,9 @@ TEST(PaddleRecKeys, XdeepfmConfigTrainsXdeepfm) {
   ASSERT_TRUE(fc.ok()) << fc.status().to_string();
   EXPECT_EQ(fc->hyper.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
   EXPECT_TRUE(contains(error_of(kXdeepfm, {"hyper_parameters.model=dnn"}),
-                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's and flen's DNN, but "
-                       "the model is dnn, which reads hyper_parameters.fc_sizes"));
+                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's, flen's and "
+                       "fat_deepffm's DNN, but the model is dnn, which reads "
+                       "hyper_parameters.fc_sizes"));
 }
 
 // deepfefm's config.yaml (its runner and hyper_parameters, unchanged but the batch): the network

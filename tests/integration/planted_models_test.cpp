@@ -332,5 +332,25 @@ TEST_F(PlantedModels, FlenLearnsAPlantedFactorizationMachine) {
   EXPECT_GT(flen, fm - 0.02) << "flen " << flen << ", fm " << fm;
 }
 
+// fat_deepffm (ffm's rows, CEN's attention over them, their sum and the DNN over the field pairs'
+// products, fc_sizes here as its layer_sizes_dnn) on the same FM-planted data and settings as ffm
+// above: the planted term is a pairwise product, which its pairs' products carry to the DNN.
+// It beats the wide model and stays near the dnn, behind ffm. Measured when written (held-out AUC
+// after 15 epochs): planted 0.796, fat_deepffm 0.739, ffm 0.755, dnn 0.746, wide 0.696 (PaddleRec's
+// dropout 0.5 and L2 decay, which would hold its 121 x 121 attention back, are not applied).
+TEST_F(PlantedModels, FatDeepffmLearnsAPlantedFactorizationMachine) {
+  const double planted = fm_planted();
+  const double fat_deepffm = fm_planted_auc("fat_deepffm");
+  const double ffm = fm_planted_auc("ffm");
+  const double dnn = fm_planted_auc("dnn");
+  const double wide = fm_planted_auc("wide");
+  std::printf("held-out AUC: planted %.4f, fat_deepffm %.4f, ffm %.4f, dnn %.4f, wide %.4f\n",
+              planted, fat_deepffm, ffm, dnn, wide);
+  EXPECT_GT(fat_deepffm, planted - 0.07)
+      << "fat_deepffm " << fat_deepffm << ", planted " << planted;
+  EXPECT_GT(fat_deepffm, wide + 0.03) << "fat_deepffm " << fat_deepffm << ", wide " << wide;
+  EXPECT_GT(fat_deepffm, dnn - 0.02) << "fat_deepffm " << fat_deepffm << ", dnn " << dnn;
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -267,6 +267,13 @@ TEST_F(Resume, AFlenRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
       4);
 }
 
+// fat_deepffm: ffm's rows (5 fields x 4 here) and CEN's layers and dense vectors in the dense part.
+TEST_F(Resume, AFatDeepffmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical(
+      "fat_deepffm", {"hyper_parameters.model=fat_deepffm", "hyper_parameters.fc_sizes=[8]"},
+      (4 + 2) * 4);
+}
+
 // A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and
 // the trainer are the real ones.
 class StopAt final : public Schedule {

@@ -410,6 +410,9 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"},
            {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[8]"},
            {"hyper_parameters.model=deepfefm", "hyper_parameters.use_cvm=true"},
+           // fat_deepffm: ffm's rows, CEN and the DNN (layer_sizes_dnn) over the pairs.
+           {"hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[8]"},
+           {"hyper_parameters.model=fat_deepffm", "hyper_parameters.use_cvm=true"},
            // autoint: without a DNN (PaddleRec's config.yaml), and with one, cvm and no wide part.
            {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4, 6]",
             "hyper_parameters.fc_sizes=[]"},

@@ -112,6 +112,16 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   ASSERT_FALSE(xdeepfm_dims.ok());
   EXPECT_NE(xdeepfm_dims.status().to_string().find("hyper_parameters.slot_dims"), std::string::npos)
       << xdeepfm_dims.status().to_string();
+  // fat_deepffm: ffm's rows, one width for the trainer and the table part (gpubox_server's
+  // loader): PaddleRec's shapes, 39 fields x (sparse_feature_dim 10 - 1).
+  auto fat = load_trainer_config((configs / "config_fat_deepffm.yaml").string());
+  ASSERT_TRUE(fat.ok()) << fat.status().to_string();
+  EXPECT_EQ(fat->hyper.model, ModelKind::kFatDeepffm);
+  EXPECT_EQ(fat->mf_dim(), (26 + 13) * 9);
+  EXPECT_EQ(fat->hyper.fc_sizes, (std::vector<int>{1600, 1600}));
+  auto fat_rows = table::load_sparse_config((configs / "config_fat_deepffm.yaml").string());
+  ASSERT_TRUE(fat_rows.ok()) << fat_rows.status().to_string();
+  EXPECT_EQ(fat_rows->mf_dim, fat->mf_dim());
   // ffm: the trainer and the table part (gpubox_server's loader) give rows one width.
   auto ffm = load_trainer_config((configs / "config_ffm.yaml").string());
   ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
@@ -392,6 +402,28 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
   EXPECT_EQ(autoint->dense_model_config().kind, config::ModelKind::kAutoint);
 
+  // fat_deepffm's folder: ffm's rows (8 values per field, 26 slots and 13 dense features).
+  auto fat = load("PaddleRec/models/rank/fat_deepffm", yaml);
+  ASSERT_TRUE(fat.ok()) << fat.status().to_string();
+  EXPECT_EQ(fat->dense_model_config().kind, config::ModelKind::kFatDeepffm);
+  EXPECT_EQ(fat->mf_dim(), (26 + 13) * 8);
+  EXPECT_EQ(fat->dense_model_config().mf_dim, (26 + 13) * 8);
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kFatDeepffm).find("no dropout"),
+            std::string::npos);
+  // gpubox_server's loader (the table part) makes the same rows from the folder alone, for ffm's
+  // folder too; another folder's network reads one factor per key, and the key, set, wins.
+  for (const char* folder : {"fat_deepffm", "ffm"}) {
+    auto rows = table::load_sparse_config(
+        (dir_ / "PaddleRec/models/rank" / folder / "config.yaml").string());
+    ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+    EXPECT_EQ(rows->mf_dim, (26 + 13) * 8) << folder;
+  }
+  auto dnn_rows =
+      table::load_sparse_config((dir_ / "PaddleRec/models/rank/fat_deepffm/config.yaml").string(),
+                                {"hyper_parameters.model=dnn"});
+  ASSERT_TRUE(dnn_rows.ok()) << dnn_rows.status().to_string();
+  EXPECT_EQ(dnn_rows->mf_dim, 8);
+
   // flen's folder: its groups must cover the 26 numbered slots of this config.
   auto flen = load("PaddleRec/models/rank/flen", yaml);
   ASSERT_FALSE(flen.ok());
@@ -411,7 +443,7 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   EXPECT_NE(
       what.find("names PaddleRec's network 'difm', which GPUBox does not build (it builds "
                 "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, "
-                "autoint, flen)"),
+                "autoint, flen, fat_deepffm)"),
       std::string::npos)
       << what;
   EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;

@@ -108,8 +108,9 @@ Status check_dlrm(const TrainerConfig& c, const std::string& source) {
 }
 
 // xdeepfm's CIN, and its DNN: layer_sizes_dnn when given (PaddleRec's xdeepfm net reads it and
-// not fc_sizes, which its config.yaml also sets), else fc_sizes. No other network reads
-// layer_sizes_dnn: set for one, it is refused rather than dropped unseen; xdeepfm (and deepfefm)
+// not fc_sizes, which its config.yaml also sets), else fc_sizes; fat_deepffm's DNN the same way
+// (PaddleRec's fat_deepffm reads layer_sizes_dnn). No other network reads layer_sizes_dnn: set
+// for one, it is refused rather than dropped unseen; xdeepfm (and deepfefm)
 // with slot_dims is refused too.
 Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string k = "hyper_parameters.";
@@ -126,9 +127,10 @@ Status read_xdeepfm_keys(const config::ConfigDocument& doc, HyperParameters& h) 
   }
   const std::vector<int> dnn = doc.get_int_list(k + "layer_sizes_dnn");
   if (dnn.empty()) return Status::OK();
-  if (h.model != ModelKind::kXdeepfm && h.model != ModelKind::kFlen) {
+  if (h.model != ModelKind::kXdeepfm && h.model != ModelKind::kFlen &&
+      h.model != ModelKind::kFatDeepffm) {
     return Status::InvalidArgument(doc.source() + ": " + k +
-                                   "layer_sizes_dnn is xdeepfm's and flen's DNN, " +
+                                   "layer_sizes_dnn is xdeepfm's, flen's and fat_deepffm's DNN, " +
                                    "but the model is " + name_of(kModelKindNames, h.model) +
                                    ", which reads " + k + "fc_sizes; set that instead");
   }
@@ -198,39 +200,41 @@ Status read_autoint_keys(const config::ConfigDocument& doc, HyperParameters& h) 
 
 // ffm's rows hold one factor per field (config::row_embedx_width): the table part made them that
 // wide (config::resolve_embedx_width, as gpubox_server does); refused here when they cannot be.
-Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc) {
+// fat_deepffm's rows are ffm's.
+Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc, ModelKind model) {
   const std::string& source = doc.source();
+  const std::string name = name_of(kModelKindNames, model);
   const int64_t factor = doc.get_int("hyper_parameters.sparse_feature_dim") - 1;
   const int64_t fields = c.num_sparse_slots() + c.dataset.dense_dim;
   const int64_t width = c.sparse.mf_dim;
   // The table part's fields are the dataset part's: one resolution (config/network_shape.hpp).
-  GPUBOX_EXPECTS(width == config::row_embedx_width(ModelKind::kFfm, factor, c.num_sparse_slots(),
-                                                   c.dataset.dense_dim),
-                 source, ": ffm's rows are ", width,
-                 " wide in the table part, but the fields give ", fields * factor);
+  GPUBOX_EXPECTS(
+      width == config::row_embedx_width(model, factor, c.num_sparse_slots(), c.dataset.dense_dim),
+      source, ": ", name, "'s rows are ", width, " wide in the table part, but the fields give ",
+      fields * factor);
   if (factor < 1) {
-    return Status::InvalidArgument(source +
-                                   ": ffm's factors have sparse_feature_dim - 1 values, but "
+    return Status::InvalidArgument(source + ": " + name +
+                                   "'s factors have sparse_feature_dim - 1 values, but "
                                    "hyper_parameters.sparse_feature_dim is " +
                                    std::to_string(factor + 1) + " (set it to 2 or more)");
   }
   if (fields < 2) {
     return Status::InvalidArgument(
-        source + ": ffm pairs fields, but the sparse slots (" +
+        source + ": " + name + " pairs fields, but the sparse slots (" +
         std::to_string(c.num_sparse_slots()) + ") and hyper_parameters.dense_input_dim (" +
         std::to_string(c.dataset.dense_dim) + ") make " + std::to_string(fields) + " field");
   }
   if (width > config::kMaxSlotDim) {
     return Status::InvalidArgument(
-        source + ": ffm's rows hold a factor of sparse_feature_dim - 1 = " +
+        source + ": " + name + "'s rows hold a factor of sparse_feature_dim - 1 = " +
         std::to_string(factor) + " values for each of " + std::to_string(fields) +
         " fields (the sparse slots and hyper_parameters.dense_input_dim): " +
         std::to_string(width) + " values, over the " + std::to_string(config::kMaxSlotDim) +
         " a row may hold; lower hyper_parameters.sparse_feature_dim");
   }
   if (!doc.get_int_map("hyper_parameters.slot_dims").empty()) {
-    return Status::InvalidArgument(source +
-                                   ": ffm gives every field's factor one width "
+    return Status::InvalidArgument(source + ": " + name +
+                                   " gives every field's factor one width "
                                    "(sparse_feature_dim - 1), but hyper_parameters.slot_dims "
                                    "sets other widths for some slots; leave it empty");
   }
@@ -333,7 +337,9 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.sparse = std::move(rows).value();
   c.host_tier = table::host_tier_config_from(doc);
   if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
-  if (h.model == ModelKind::kFfm) GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc));
+  if (h.model == ModelKind::kFfm || h.model == ModelKind::kFatDeepffm) {
+    GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, h.model));
+  }
   if (h.model == ModelKind::kFlen) {
     int grouped = 0;
     for (int size : h.field_group_sizes) grouped += size;

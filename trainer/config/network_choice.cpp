@@ -16,6 +16,12 @@ std::string differences_from_paddlerec(config::ModelKind model) {
       return "no batch norm and no dropout (PaddleRec's after its fc layers); its weights start "
              "at normals of Xavier's variance (PaddleRec's Xavier uniform); the embeddings step "
              "under hyper_parameters.sparse_optimizer (PaddleRec's under its dense Adagrad)";
+    case config::ModelKind::kFatDeepffm:
+      return "a field's factor has sparse_feature_dim - 1 values (PaddleRec's sparse_feature_dim, "
+             "ffm's rows); no dropout (PaddleRec's 0.5 after every DNN layer, the output's too), "
+             "no L2 decay; CEN's and the DNN's weights start at N(0, 1/fan_in) (PaddleRec's CEN: "
+             "Paddle's default), the embeddings by the sparse rule; the DNN's output bias stands "
+             "for PaddleRec's separate bias";
     default:
       return "";
   }

@@ -77,7 +77,10 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   const bool dlrm = config.kind == ModelKind::kDlrm;
   const bool xdeepfm = config.kind == ModelKind::kXdeepfm;
   const bool deepfefm = config.kind == ModelKind::kDeepFefm;
-  if (precision_ == DensePrecision::kBf16 && (dcn || xdeepfm || deepfefm || autoint)) {
+  // fat_deepffm: like deepfefm, its part builds the DNN's input and runs in fp32.
+  const bool fat_deepffm = config.kind == ModelKind::kFatDeepffm;
+  if (precision_ == DensePrecision::kBf16 &&
+      (dcn || xdeepfm || deepfefm || autoint || fat_deepffm)) {
     // The cross network's (the CIN's, the FEFM's, the attention's) GEMMs and elementwise products
     // are fp32 (CrossNet, XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads either its
     // output (stacked) or the same input rows: one precision for both.
@@ -85,10 +88,11 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
     if (card.local_index() == 0) {
       GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
                           << name_of(kModelKindNames, config.kind) << "'s "
-                          << (xdeepfm    ? "CIN"
-                              : deepfefm ? "field-embedded FM"
-                              : autoint  ? "attention"
-                                         : "cross network")
+                          << (xdeepfm       ? "CIN"
+                              : deepfefm    ? "field-embedded FM"
+                              : autoint     ? "attention"
+                              : fat_deepffm ? "attention and field-aware pairs"
+                                            : "cross network")
                           << " computes in fp32: the dense net runs in fp32";
     }
   }
@@ -107,7 +111,8 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // deepfefm: the same; the fc layers read DeepfefmPart's input (embeddings, dense terms, pairs).
   // autoint: the same (its fields' embeddings, when fc_sizes is set).
   const int input_dim =
-      pool_.out_dim() + (dlrm || xdeepfm || deepfefm || autoint ? 0 : config.dense_dim);
+      pool_.out_dim() +
+      (dlrm || xdeepfm || deepfefm || autoint || fat_deepffm ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
   if (dlrm) {
     dlrm_ = std::make_unique<DlrmPart>(card, params_, blas_, pool_, config, activation_type_);
@@ -115,11 +120,15 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (xdeepfm) xdeepfm_ = std::make_unique<XdeepfmPart>(card, params_, pool_, config);
   if (deepfefm) deepfefm_ = std::make_unique<DeepfefmPart>(card, params_, pool_, config);
   if (autoint) autoint_ = std::make_unique<AutointPart>(card, params_, pool_, config);
-  const int64_t first_ld = dlrm_       ? dlrm_->top_ld()
-                           : xdeepfm_  ? xdeepfm_->dnn_ld()
-                           : deepfefm_ ? deepfefm_->dnn_ld()
-                           : autoint_  ? autoint_->dnn_ld()
-                                       : x0_ld_;
+  if (fat_deepffm) {
+    fat_deepffm_ = std::make_unique<FatDeepffmPart>(card, params_, blas_, pool_, config);
+  }
+  const int64_t first_ld = dlrm_          ? dlrm_->top_ld()
+                           : xdeepfm_     ? xdeepfm_->dnn_ld()
+                           : deepfefm_    ? deepfefm_->dnn_ld()
+                           : autoint_     ? autoint_->dnn_ld()
+                           : fat_deepffm_ ? fat_deepffm_->dnn_ld()
+                                          : x0_ld_;
   if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
   // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
   // wanted for every column (the cross network's backward takes it, still scaled).
@@ -127,11 +136,12 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (has_mlp) {
     const std::size_t count = config.fc_sizes.size() + 1;
     layers_.reserve(count);
-    int in = dlrm_       ? dlrm_->top_in()
-             : xdeepfm_  ? xdeepfm_->dnn_in()
-             : deepfefm_ ? deepfefm_->dnn_in()
-             : autoint_  ? autoint_->dnn_in()
-                         : input_dim;
+    int in = dlrm_          ? dlrm_->top_in()
+             : xdeepfm_     ? xdeepfm_->dnn_in()
+             : deepfefm_    ? deepfefm_->dnn_in()
+             : autoint_     ? autoint_->dnn_in()
+             : fat_deepffm_ ? fat_deepffm_->dnn_in()
+                            : input_dim;
     for (std::size_t l = 0; l < count; ++l) {
       const bool last = l + 1 == count;
       LinearGemmSpec spec;
@@ -150,12 +160,14 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
       if (l == 0 && xdeepfm) spec.dx_cols = xdeepfm_->embedding_cols();
       if (l == 0 && deepfefm) spec.dx_cols = deepfefm_->embedding_cols();
       if (l == 0 && autoint) spec.dx_cols = autoint_->embedding_cols();
+      if (l == 0 && fat_deepffm) spec.dx_cols = fat_deepffm_->embedding_cols();
       spec.x_ld = l == 0 ? first_ld : activation_ld(in);
       spec.y_ld = activation_ld(spec.out);
       spec.dz_ld = activation_ld(spec.out);
-      spec.dx_ld =
-          l == 0 ? (stacked || dlrm || xdeepfm || deepfefm || autoint ? first_ld : pool_.out_dim())
-                 : activation_ld(in);
+      spec.dx_ld = l == 0 ? (stacked || dlrm || xdeepfm || deepfefm || autoint || fat_deepffm
+                                 ? first_ld
+                                 : pool_.out_dim())
+                          : activation_ld(in);
       layers_.emplace_back(params_, blas_, spec);
       in = spec.out;
     }
@@ -164,8 +176,9 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (config.kind == ModelKind::kFlen) {
     flen_ = std::make_unique<FlenPart>(card, params_, pool_, config.flen_groups);
   }
-  // dnn, dcn, dlrm and flen have no first-order term; autoint has it with use_wide.
-  if (config.kind != ModelKind::kDnn && !dcn && !dlrm && !flen_ &&
+  // dnn, dcn, dlrm and flen have no first-order term; autoint has it with use_wide; fat_deepffm's
+  // is its part's (the attended field-aware vectors summed).
+  if (config.kind != ModelKind::kDnn && !dcn && !dlrm && !flen_ && !fat_deepffm &&
       (!autoint || config.attn_use_wide)) {
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
@@ -202,7 +215,8 @@ double DenseModel::flops_per_example() const {
          (deepfefm_ ? deepfefm_->flops_per_example() : 0.0) +
          (ffm_ ? ffm_->flops_per_example() : 0.0) +
          (autoint_ ? autoint_->flops_per_example() : 0.0) +
-         (flen_ ? flen_->flops_per_example() : 0.0);
+         (flen_ ? flen_->flops_per_example() : 0.0) +
+         (fat_deepffm_ ? fat_deepffm_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -223,6 +237,7 @@ void DenseModel::reserve(int64_t batch) {
   if (deepfefm_) deepfefm_->reserve(batch);
   if (autoint_) autoint_->reserve(batch);
   if (flen_) flen_->reserve(batch);
+  if (fat_deepffm_) fat_deepffm_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -262,6 +277,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   if (deepfefm_) out << deepfefm_->kernel_report(batch);
   if (autoint_) out << autoint_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
+  if (fat_deepffm_) out << fat_deepffm_->kernel_report(batch);
   return out.str();
 }
 
@@ -273,7 +289,8 @@ void DenseModel::forward(const DenseBatchView& batch) {
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
   pool_.forward(stream, batch.sparse, batch.dense,
-                dlrm_ || xdeepfm_ || deepfefm_ || autoint_ ? 0 : config_.dense_dim, input_rows());
+                dlrm_ || xdeepfm_ || deepfefm_ || autoint_ || fat_deepffm_ ? 0 : config_.dense_dim,
+                input_rows());
   if (layers_.empty()) {
     // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
@@ -288,12 +305,14 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (autoint_) {
     autoint_->forward(blas_, params_, input_rows(), batch.dense, n, !layers_.empty());
   }
+  if (fat_deepffm_) fat_deepffm_->forward(stream, params_, input_rows(), batch.dense, n);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
   if (xdeepfm_) xdeepfm_->add_logits(blas_, params_, n, logits());
   if (deepfefm_) deepfefm_->add_logits(stream, n, logits());
   if (autoint_) autoint_->add_logits(blas_, params_, n, logits());
+  if (fat_deepffm_) fat_deepffm_->add_logits(stream, n, logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
@@ -370,6 +389,12 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
       // The same: dL/d(the fields' embeddings), still scaled, into the attention's backward.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
                                autoint_->dnn_input_grad(), n);
+    } else if (fat_deepffm_) {
+      // The same: dL/d(the pairs' products), still scaled, into CEN's backward.
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
+                               fat_deepffm_->dnn_input_grad(), n);
+      fat_deepffm_->backward(stream, params_, batch.dense, dlogits_.data(), scales.dense, n,
+                             unscale, d_pooled_.data());
     } else {
       // The pooled gradient, with the dense scale multiplied back out.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);

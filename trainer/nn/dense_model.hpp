@@ -13,6 +13,8 @@
 // the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
 // DenseParameters) and its activation buffers; it does not own the batch (views into the sparse
 // side's buffers) nor the optimizer.
+// fat_deepffm: an attention over ffm's field-aware vectors, their sum into the logit and the MLP
+// over its pairs' products (fat_deepffm_part.hpp).
 //
 // Precision (DenseModelConfig::precision, hyper_parameters.dense_precision): with bf16, the
 // first layer's input, the hidden activations, the MLP's gradients dZ and the weights' GEMM
@@ -50,6 +52,7 @@
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
 #include "trainer/nn/dlrm_part.hpp"
+#include "trainer/nn/fat_deepffm_part.hpp"
 #include "trainer/nn/flen_part.hpp"
 #include "trainer/nn/layers.hpp"
 #include "trainer/nn/xdeepfm_part.hpp"
@@ -160,6 +163,7 @@ class DenseModel {
     if (xdeepfm_) return xdeepfm_->dnn_input();
     if (deepfefm_) return deepfefm_->dnn_input();
     if (autoint_) return autoint_->dnn_input();
+    if (fat_deepffm_) return fat_deepffm_->dnn_input();
     return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm.
@@ -187,6 +191,8 @@ class DenseModel {
   std::size_t wide_bias_ = 0;               // kWide, kFm, kFfm and autoint without fc_sizes
   int64_t x0_ld_ = 0;                       // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
+
+  std::unique_ptr<FatDeepffmPart> fat_deepffm_;  // kFatDeepffm only
 
   // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
   // dense features), one output per linear layer (the last is the fp32 logit column), and the

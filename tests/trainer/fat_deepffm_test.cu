@@ -1,0 +1,163 @@
+// fat_deepffm (FatDeepffmPart, fat_deepffm_part.cu) against a float64 reference written from
+// PaddleRec's models/rank/fat_deepffm net.py: the field-aware vectors F[i, j] (a slot's from its
+// pooled row, a dense feature's x_d E[d, j]), CEN (max over each vector, two ReLU layers N^2 x
+// N^2, the attention scaling each vector), the first-order sum of every attended value, the
+// pairs' Hadamard products O[i, j] * O[j, i] into the DNN, logit = first order + DNN. Its
+// predictions and every gradient (dense parameters and pulled values) against central differences
+// of the reference's summed log loss; its shapes; its refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/device/card.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/field_model_check.hpp"
+#include "trainer/nn/dense_model.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// fat_deepffm's logit of instance i in float64.
+double fat_deepffm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
+                         const testing::NamedParams& p, const std::vector<double>& rec) {
+  const int n = cfg.slots + cfg.dense_dim;
+  const int k = cfg.mf_dim / n;
+  // f[i * n + j][e]: field i's vector toward field j.
+  std::vector<std::vector<double>> f(n * n, std::vector<double>(k));
+  const std::vector<std::vector<double>> slots = testing::pooled_slots(h, cfg, i, rec);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      for (int e = 0; e < k; ++e) {
+        if (a < cfg.slots) {
+          f[a * n + b][e] = slots[a][3 + b * k + e];
+        } else {
+          const int d = a - cfg.slots;
+          f[a * n + b][e] =
+              h.dense[i * cfg.dense_dim + d] * p("fat_deepffm.dense_w", (d * n + b) * k + e);
+        }
+      }
+    }
+  }
+  std::vector<double> pooled(n * n);
+  for (int c = 0; c < n * n; ++c) pooled[c] = *std::max_element(f[c].begin(), f[c].end());
+  const std::vector<double> attn = p.linear("cen.fc_1", p.linear("cen.fc_0", pooled, true), true);
+  double first = 0;
+  for (int c = 0; c < n * n; ++c) {
+    for (int e = 0; e < k; ++e) first += attn[c] * f[c][e];
+  }
+  std::vector<double> x;  // the pairs' products, then with cvm each slot's show/click features
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      for (int e = 0; e < k; ++e) {
+        x.push_back(attn[a * n + b] * f[a * n + b][e] * attn[b * n + a] * f[b * n + a][e]);
+      }
+    }
+  }
+  if (cfg.use_cvm) {
+    for (int s = 0; s < cfg.slots; ++s) {
+      x.push_back(std::log(slots[s][0] + 1));
+      x.push_back(std::log(slots[s][1] + 1) - std::log(slots[s][0] + 1));
+    }
+  }
+  for (std::size_t l = 0; l < cfg.fc_sizes.size(); ++l) {
+    x = p.linear("fc_" + std::to_string(l), x, true);
+  }
+  return first + p.linear("fc_" + std::to_string(cfg.fc_sizes.size()), x, false)[0];
+}
+
+struct FatCase {
+  bool use_cvm;
+  int dense_dim;
+};
+void PrintTo(const FatCase& c, std::ostream* os) {
+  *os << (c.use_cvm ? "cvm" : "no cvm") << ", " << c.dense_dim << " dense features";
+}
+
+class FatDeepffmTest : public ::testing::TestWithParam<FatCase> {
+ protected:
+  FatDeepffmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
+    card_.activate();
+  }
+  DenseModelConfig config() const {
+    DenseModelConfig cfg;
+    cfg.kind = ModelKind::kFatDeepffm;
+    cfg.slots = 3;
+    cfg.dense_dim = GetParam().dense_dim;
+    cfg.mf_dim = (cfg.slots + cfg.dense_dim) * 3;  // k = 3 per field
+    cfg.fc_sizes = {5, 4};
+    cfg.seed = 31;
+    cfg.use_cvm = GetParam().use_cvm;
+    return cfg;
+  }
+  device::CardSet cards_;
+  device::Card& card_;
+};
+
+TEST_P(FatDeepffmTest, PredictionsAndGradientsMatchAFloat64Reference) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  const std::size_t checked = testing::check_against_reference(
+      card_, model, 7 + cfg.use_cvm * 2 + cfg.dense_dim,
+      [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+          const std::vector<double>& rec) { return fat_deepffm_logit(cfg, h, i, p, rec); });
+  EXPECT_GT(checked, 200u);
+}
+
+// The blocks: CEN's two N^2 x N^2 layers, the dense features' vectors (D x N x k) and the DNN
+// over the pairs' products (P k columns, + 2 per slot with cvm); no wide part.
+TEST_P(FatDeepffmTest, ShapesAndFlops) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  const int n = cfg.slots + cfg.dense_dim, cells = n * n, pairs = n * (n - 1) / 2;
+  std::vector<std::string> names;
+  for (const ParamBlock& b : model.parameters().blocks()) names.push_back(b.name);
+  std::vector<std::string> expected = {"fc_0.w",     "fc_0.b",    "fc_1.w",     "fc_1.b",
+                                       "fc_2.w",     "fc_2.b",    "cen.fc_0.w", "cen.fc_0.b",
+                                       "cen.fc_1.w", "cen.fc_1.b"};
+  if (cfg.dense_dim > 0) expected.push_back("fat_deepffm.dense_w");
+  std::sort(names.begin(), names.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(names, expected);
+  const testing::NamedParams blocks{model.parameters().blocks(), {}};
+  const int dnn_in = pairs * 3 + (cfg.use_cvm ? 2 * cfg.slots : 0);
+  EXPECT_EQ(blocks.block("fc_0.w").count, static_cast<std::size_t>(dnn_in * 5));
+  EXPECT_EQ(blocks.block("cen.fc_1.w").count, static_cast<std::size_t>(cells * cells));
+  if (cfg.dense_dim > 0) {
+    EXPECT_EQ(blocks.block("fat_deepffm.dense_w").count,
+              static_cast<std::size_t>(cfg.dense_dim * n * 3));
+  }
+  // The DNN's GEMMs (dx over the pairs' columns) and CEN's (dx over all), elementwise by hand.
+  const double dnn = 2.0 * (5.0 * (2 * dnn_in + pairs * 3) + 4.0 * (2 * 5 + 5) + 1.0 * (2 * 4 + 4));
+  const double cen = 2.0 * 2.0 * cells * 3.0 * cells;
+  EXPECT_DOUBLE_EQ(model.flops_per_example(), dnn + cen + cells * 3 * 12.0 + 3.0 * pairs * 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(FatDeepffm, FatDeepffmTest,
+                         ::testing::Values(FatCase{false, 2}, FatCase{true, 2}, FatCase{false, 0}));
+
+// A row width that is no whole number of factors per field is refused, naming the fields.
+TEST(FatDeepffmRefusals, ARowWidthThatIsNoMultipleOfTheFieldsIsRefused) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  cards.card(0).activate();
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kFatDeepffm;
+  cfg.slots = 3;
+  cfg.dense_dim = 2;
+  cfg.mf_dim = 8;  // 5 fields
+  try {
+    DenseModel model(cards.card(0), cfg);
+    FAIL() << "a fat_deepffm row of 8 values over 5 fields was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 sparse slots + 2 dense features = 5"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
