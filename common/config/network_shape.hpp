@@ -35,10 +35,10 @@ std::string paddlerec_model_name(const ConfigDocument& doc);
 
 // The network for a config without hyper_parameters.model: the one its PaddleRec model folder
 // names when GPUBox builds it (dnn, slot_dnn -> dnn, wide_deep, deepfm, dcn_v2,
-// logistic_regression -> wide, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, autoint), the default dnn
-// when it names none; InvalidArgument naming the network, what GPUBox builds and the
-// -o hyper_parameters.model=... that trains another network knowingly, when it names one GPUBox
-// does not build (flen, fat_deepffm, din, ...).
+// logistic_regression -> wide, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, autoint, flen,
+// fat_deepffm), the default dnn when it names none; InvalidArgument naming the network, what
+// GPUBox builds and the -o hyper_parameters.model=... that trains another network knowingly, when
+// it names one GPUBox does not build (din, difm, ...).
 StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
                                                       const std::string& config_path);
 

@@ -14,7 +14,7 @@ namespace {
 // by PaddleRec's tools/*trainer*.py, tools/*infer*.py and tools/utils/ (config.get), and the
 // runner.* keys of its models/rank/*/*.yaml, and the hyper_parameters of the models/rank networks
 // GPUBox builds that change nothing in GPUBox. Hyper-parameters of networks GPUBox does not build
-// (flen's, fat_deepffm's, ...) are not here: they stay unknown keys.
+// (din's, difm's, ...) are not here: they stay unknown keys.
 std::vector<IgnoredKey> build_ignored() {
   std::vector<IgnoredKey> t;
   const auto key = [&](std::string name, std::string reason) {

@@ -495,7 +495,9 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
         "dense table '" + name + "' of " + std::to_string(values->size()) + " floats (" +
         std::to_string(payload.size()) + " payload bytes) is over the frame limit of " +
         std::to_string(limit) +
-        " bytes that the PS modes carry it in (this trainer's and the servers' --max_frame_mb): "
+        " bytes that the PS modes carry it in (the smaller of the trainer's fixed " +
+        std::to_string(transport_.options().max_payload_bytes >> 20) +
+        " MiB and the servers' --max_frame_mb): "
         "train this dense net in the gpubox or Collective mode (runner.sync_mode: gpubox), or "
         "make it smaller");
   }

@@ -460,6 +460,12 @@ TEST(PaddleRecKeys, FlenConfigTrainsFlen) {
   EXPECT_FLOAT_EQ(c->hyper.optimizer.initial_accumulator, 1e-3f);
   // A save records the epsilon used (a resume compares it), not the key's Adam default.
   EXPECT_EQ(c->model_keys.at("hyper_parameters.optimizer.epsilon"), "1e-06");
+  // Another network set knowingly on flen's folder: a field-aware one's rows as the table part
+  // (gpubox_server) counts the fields differ from the avazu data's, refused naming both.
+  EXPECT_TRUE(contains(
+      error_of(kFlen, {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=3"}),
+      "p.yaml: ffm's rows are 68 values wide as the table part (and gpubox_server) "
+      "reads this config, but the data's 22 fields"));
   // A format the config names is read as that format: slots counted with the label (21 here),
   // which flen's groups then do not cover.
   EXPECT_TRUE(contains(error_of(kFlen, {"runner.data_format=slot"}),

@@ -101,7 +101,7 @@ class FatDeepffmTest : public ::testing::TestWithParam<FatCase> {
 TEST_P(FatDeepffmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
-  const std::size_t checked = testing::check_against_reference(
+  const std::size_t checked = testing::check_batch_sizes(
       card_, model, 7 + cfg.use_cvm * 2 + cfg.dense_dim,
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
           const std::vector<double>& rec) { return fat_deepffm_logit(cfg, h, i, p, rec); });

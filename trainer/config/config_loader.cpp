@@ -207,11 +207,16 @@ Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc,
   const int64_t factor = doc.get_int("hyper_parameters.sparse_feature_dim") - 1;
   const int64_t fields = c.num_sparse_slots() + c.dataset.dense_dim;
   const int64_t width = c.sparse.mf_dim;
-  // The table part's fields are the dataset part's: one resolution (config/network_shape.hpp).
-  GPUBOX_EXPECTS(
-      width == config::row_embedx_width(model, factor, c.num_sparse_slots(), c.dataset.dense_dim),
-      source, ": ", name, "'s rows are ", width, " wide in the table part, but the fields give ",
-      fields * factor);
+  // The table part's fields are the dataset part's (config/network_shape.hpp), but for a data
+  // format that counts them otherwise (flen's avazu reader): refused, naming both.
+  if (width != config::row_embedx_width(model, factor, c.num_sparse_slots(), c.dataset.dense_dim)) {
+    return Status::InvalidArgument(
+        source + ": " + name + "'s rows are " + std::to_string(width) +
+        " values wide as the table part (and gpubox_server) reads this config, but the data's " +
+        std::to_string(fields) + " fields (sparse slots and dense features) give " +
+        std::to_string(fields * factor) +
+        "; set hyper_parameters.sparse_inputs_slots and dense_input_dim to the data's");
+  }
   if (factor < 1) {
     return Status::InvalidArgument(source + ": " + name +
                                    "'s factors have sparse_feature_dim - 1 values, but "
