@@ -161,7 +161,13 @@ def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
     assert "stopped in pass 1 after step " in log, log[-2000:]
     steps_done = int(log.split("stopped in pass 1 after step ")[1].split()[0])
     sent = results[0]["sent"][0]
-    assert steps_done < sent + 2 * 16 < 625 // trainers, (steps_done, sent)
+    if mode == "sync" or trainers == 1:
+        assert steps_done < sent + 2 * 16 < 625 // trainers, (steps_done, sent)
+    else:
+        # async and geo keep no step barrier: the interrupted trainer may be any number of steps
+        # ahead of trainer 0 when trainer 0's step 5 sends the signal (37 with 5 sent, at load
+        # 3), so only "before its pass ended" is its own.
+        assert steps_done < 625 // trainers, (steps_done, sent)
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["0"]
     assert (tmp_path / "model" / "0" / "MODEL_MANIFEST").is_file()
     resumed = run_job(tmp_path, "resumed", {**overrides, "runner.resume": "auto"},

@@ -462,10 +462,14 @@ TEST(PaddleRecKeys, FlenConfigTrainsFlen) {
   EXPECT_EQ(c->model_keys.at("hyper_parameters.optimizer.epsilon"), "1e-06");
   // Another network set knowingly on flen's folder: a field-aware one's rows as the table part
   // (gpubox_server) counts the fields differ from the avazu data's, refused naming both.
-  EXPECT_TRUE(contains(
-      error_of(kFlen, {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=3"}),
-      "p.yaml: ffm's rows are 68 values wide as the table part (and gpubox_server) "
-      "reads this config, but the data's 22 fields"));
+  const std::string ffm_on_flen =
+      error_of(kFlen, {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=3",
+                       "hyper_parameters.layer_sizes_dnn=[]"});
+  EXPECT_TRUE(
+      contains(ffm_on_flen,
+               "p.yaml: ffm's rows are 68 values wide as the table part (and gpubox_server) "
+               "reads this config, but the data's 22 fields"))
+      << ffm_on_flen;
   // A format the config names is read as that format: slots counted with the label (21 here),
   // which flen's groups then do not cover.
   EXPECT_TRUE(contains(error_of(kFlen, {"runner.data_format=slot"}),
@@ -477,7 +481,8 @@ TEST(PaddleRecKeys, FlenConfigTrainsFlen) {
   EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.field_group_sizes=[13, 3, 5]"}),
                        "field_group_sizes group 21 slots, but the data has 22 sparse slots"));
   EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.model=dnn"}),
-                       "layer_sizes_dnn is xdeepfm's and flen's DNN"));
+                       "layer_sizes_dnn is xdeepfm's, flen's and fat_deepffm's DNN"))
+      << error_of(kFlen, {"hyper_parameters.model=dnn"});
 }
 
 TEST(PaddleRecKeys, ASpellingAndItsKeyMustAgree) {
