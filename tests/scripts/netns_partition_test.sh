@@ -93,7 +93,9 @@ EOF
 in_ns() {
   local ns="$1"
   shift
-  if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi
+  # exec: started with `&`, $! is then the program itself (ip netns exec execs it too), so that
+  # cleanup's kill reaches it rather than the subshell around it (servers outlived the test).
+  if [ -n "$ns" ]; then exec ip netns exec "$ns" "$@"; else exec "$@"; fi
 }
 
 # start_server NS IP NAME: a fresh server bound to IP; its endpoint in $endpoint.

@@ -41,7 +41,7 @@ while IFS= read -r cmd; do
   cmd="${cmd//29080/$port}"
   case "$cmd" in
     *gpubox_serve*'&'*)
-      eval "${cmd%%&*}" >"$work/serve.log" 2>&1 &
+      eval "exec ${cmd%%&*}" >"$work/serve.log" 2>&1 &
       serve_pid=$!
       for _ in $(seq 1 100); do
         curl -sf "localhost:$port/health" >/dev/null 2>&1 && break
