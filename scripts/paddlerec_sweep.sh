@@ -29,6 +29,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 build_dir="${GPUBOX_BUILD_DIR:-$repo/build}"
 case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac  # the runs cd elsewhere
+export GPUBOX_BUILD_DIR="$build_dir"  # launch.sh, which the PS-mode runs call, reads it there too
 bin="$build_dir/bin"
 die() {
   echo "paddlerec_sweep: $*" >&2
