@@ -20,8 +20,6 @@
 
 namespace gpubox::trainer {
 namespace {
-using device::to_device;
-using device::to_host;
 
 // Instance i's logit in float64, from the parameter blocks by name.
 double dlrm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
@@ -148,44 +146,7 @@ TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
 // interaction's vectors in bf16 stay within bf16's rounding of the fp32 model from the same
 // weights: predictions, and every gradient as a whole (relative L2 error).
 TEST_P(DlrmTest, Bf16StaysNearFp32) {
-  DenseModelConfig cfg = config();
-  DenseModel fp32(card_, cfg);
-  cfg.precision = DensePrecision::kBf16;
-  setenv("GPUBOX_BF16_EMULATION", "1", 1);
-  DenseModel bf16(card_, cfg);
-  unsetenv("GPUBOX_BF16_EMULATION");
-  ASSERT_EQ(bf16.precision(), DensePrecision::kBf16);
-  bf16.parameters().set_values(fp32.parameters().values_to_host());
-  std::mt19937_64 rng(7);
-  const testing::HostBatch h = testing::make_field_batch(64, cfg, rng);
-  auto records = to_device(h.records, card_.memory(), card_.stream());
-  auto offsets = to_device(h.offsets, card_.memory(), card_.stream());
-  auto dense = to_device(h.dense, card_.memory(), card_.stream());
-  auto labels = to_device(h.labels, card_.memory(), card_.stream());
-  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
-                            dense.data(), labels.data(), h.batch};
-  struct Out {
-    std::vector<float> preds, grads, push;
-  };
-  auto run = [&](DenseModel& model) {
-    auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
-    model.forward_backward(view, GradScales{1.0f / 64, 1.0f}, push.data());
-    return Out{to_host(model.predictions(), h.batch, card_.stream()),
-               model.parameters().grads_to_host(), to_host(push)};
-  };
-  const Out want = run(fp32), got = run(bf16);
-  for (int64_t i = 0; i < h.batch; ++i) EXPECT_NEAR(got.preds[i], want.preds[i], 2e-2) << i;
-  auto relative_error = [](const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (std::size_t k = 0; k < b.size(); ++k) {
-      diff += (a[k] - b[k]) * static_cast<double>(a[k] - b[k]);
-      norm += b[k] * static_cast<double>(b[k]);
-    }
-    return std::sqrt(diff / norm);
-  };
-  ASSERT_EQ(got.grads.size(), want.grads.size());
-  EXPECT_LT(relative_error(got.grads, want.grads), 0.05);
-  EXPECT_LT(relative_error(got.push, want.push), 0.05);
+  testing::expect_bf16_near_fp32(card_, config(), 7, 0.05, 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cvm, DlrmTest, ::testing::Bool());

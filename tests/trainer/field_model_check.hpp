@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -192,6 +193,50 @@ inline std::size_t check_batch_sizes(device::Card& card, DenseModel& model, uint
   EXPECT_EQ(model.forward_backward(empty, GradScales{}, nullptr), 0.0);
   for (float g : model.parameters().grads_to_host()) EXPECT_EQ(g, 0.0f);
   return checked;
+}
+
+// bf16 against fp32 from the same weights (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs):
+// `cfg` built twice, one forward_backward of a seeded 64-instance batch each; predictions within
+// 2e-2, and every dense and pushed gradient as a whole within their relative L2 bounds.
+inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint64_t seed,
+                                  double grads_bound, double push_bound) {
+  DenseModel fp32(card, cfg);
+  cfg.precision = DensePrecision::kBf16;
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  DenseModel bf16(card, cfg);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  ASSERT_EQ(bf16.precision(), DensePrecision::kBf16);
+  bf16.parameters().set_values(fp32.parameters().values_to_host());
+  std::mt19937_64 rng(seed);
+  const HostBatch h = make_field_batch(64, cfg, rng);
+  auto records = device::to_device(h.records, card.memory(), card.stream());
+  auto offsets = device::to_device(h.offsets, card.memory(), card.stream());
+  auto dense = device::to_device(h.dense, card.memory(), card.stream());
+  auto labels = device::to_device(h.labels, card.memory(), card.stream());
+  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
+                            dense.data(), labels.data(), h.batch};
+  struct Out {
+    std::vector<float> preds, grads, push;
+  };
+  const auto run = [&](DenseModel& model) {
+    auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+    model.forward_backward(view, GradScales{1.0f / 64, 1.0f}, push.data());
+    return Out{device::to_host(model.predictions(), h.batch, card.stream()),
+               model.parameters().grads_to_host(), device::to_host(push)};
+  };
+  const Out want = run(fp32), got = run(bf16);
+  for (int64_t i = 0; i < h.batch; ++i) EXPECT_NEAR(got.preds[i], want.preds[i], 2e-2) << i;
+  const auto relative_error = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double diff = 0, norm = 0;
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      diff += (a[k] - b[k]) * static_cast<double>(a[k] - b[k]);
+      norm += b[k] * static_cast<double>(b[k]);
+    }
+    return std::sqrt(diff / norm);
+  };
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  EXPECT_LT(relative_error(got.grads, want.grads), grads_bound);
+  EXPECT_LT(relative_error(got.push, want.push), push_bound);
 }
 
 }  // namespace gpubox::trainer::testing
