@@ -246,6 +246,49 @@ Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc,
   return Status::OK();
 }
 
+// What a network needs of the other parts, once they are read: dlrm's widths, ffm's and
+// fat_deepffm's rows, flen's groups covering the slots.
+Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument& doc) {
+  const ModelKind model = c.hyper.model;
+  if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
+  if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
+    GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
+  }
+  if (model == ModelKind::kFlen) {
+    int grouped = 0;
+    for (int size : c.hyper.field_group_sizes) grouped += size;
+    if (grouped != c.num_sparse_slots()) {
+      return Status::InvalidArgument(
+          doc.source() + ": flen's hyper_parameters.field_group_sizes group " +
+          std::to_string(grouped) + " slots, but the data has " +
+          std::to_string(c.num_sparse_slots()) + " sparse slots (sparse_inputs_slots)");
+    }
+  }
+  return Status::OK();
+}
+
+// The keys a save records: the model's (a load or resume compares them) and the job's (a resume
+// continues only the same job), as -o would write them.
+void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
+  for (const config::KeySpec& key : config::config_keys()) {
+    const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
+    if (!key.has_effect()) continue;
+    if (hyper || (key.parts & config::kTable) != 0) {
+      c->model_keys[key.name] = doc.value_text(key.name);
+    } else if (shapes_the_job(key.name)) {
+      c->job_keys[key.name] = doc.value_text(key.name);
+    }
+  }
+  // The network trained, also when a model folder chose it (a save records what was built).
+  c->model_keys["hyper_parameters.model"] = name_of(kModelKindNames, c->hyper.model);
+  // Adagrad's epsilon when the config leaves it: the value used (a resume compares it with the
+  // next run's).
+  const std::string epsilon = "hyper_parameters.optimizer.epsilon";
+  if (c->hyper.optimizer.kind == DenseOptimizerKind::kAdagrad && !doc.is_set(epsilon)) {
+    c->model_keys[epsilon] = "1e-06";
+  }
+}
+
 // A data folder key (runner.train_data_dir, test_data_dir): its one folder, or, given a list,
 // the first and, when it names several, the whole list (RunnerConfig::train_data_dirs).
 void folders(const config::ConfigDocument& doc, const char* key, std::string* first,
@@ -341,36 +384,8 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   if (!rows.ok()) return rows.status();
   c.sparse = std::move(rows).value();
   c.host_tier = table::host_tier_config_from(doc);
-  if (h.model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
-  if (h.model == ModelKind::kFfm || h.model == ModelKind::kFatDeepffm) {
-    GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, h.model));
-  }
-  if (h.model == ModelKind::kFlen) {
-    int grouped = 0;
-    for (int size : h.field_group_sizes) grouped += size;
-    if (grouped != c.num_sparse_slots()) {
-      return Status::InvalidArgument(
-          doc.source() + ": flen's hyper_parameters.field_group_sizes group " +
-          std::to_string(grouped) + " slots, but the data has " +
-          std::to_string(c.num_sparse_slots()) + " sparse slots (sparse_inputs_slots)");
-    }
-  }
-  for (const config::KeySpec& key : config::config_keys()) {
-    const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
-    if (!key.has_effect()) continue;
-    if (hyper || (key.parts & config::kTable) != 0) {
-      c.model_keys[key.name] = doc.value_text(key.name);
-    } else if (shapes_the_job(key.name)) {
-      c.job_keys[key.name] = doc.value_text(key.name);
-    }
-  }
-  // The network trained, also when a model folder chose it (a save records what was built).
-  c.model_keys["hyper_parameters.model"] = name_of(kModelKindNames, h.model);
-  // Adagrad's epsilon when the config leaves it: the value used, as -o would write it (a resume
-  // compares it with the next run's).
-  if (h.optimizer.kind == DenseOptimizerKind::kAdagrad && !doc.is_set(o + "epsilon")) {
-    c.model_keys[o + "epsilon"] = "1e-06";
-  }
+  GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
+  record_keys(doc, &c);
   c.config_path = doc.source();
   return c;
 }
