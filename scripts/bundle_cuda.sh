@@ -5,25 +5,27 @@
 # Builds the CUDA variant (scripts/build.sh cuda -> build-cuda/, reused when up to date) and packs
 # a GPU-ready bundle for a machine that has an NVIDIA driver and the CUDA 13 toolkit but maybe no
 # package registry or internet:
-#   bin/      gpubox_train, gpubox_server, gpubox_data, gpubox_bench and every *_test binary of the
+#   bin/      gpubox_train, gpubox_server, gpubox_data, gpubox_bench, gpubox_serve, gpubox_fault_probe and every *_test binary of the
 #             cuda build, RUNPATH $ORIGIN/../lib
 #   lib/      every shared library they need (transitively) beyond glibc (libc, libm, libpthread,
 #             libdl, librt, ld-linux), libstdc++/libgcc_s and the CUDA pieces that the GPU machine
 #             provides; RUNPATH $ORIGIN. libcudart is bundled (0.7 MB). Not bundled (too large for
 #             the 64 MiB limit; part of the CUDA toolkit / driver there): libcuda.so.1 (driver),
-#             libcublas.so.13 + libcublasLt.so.13 (~600 MB), libnccl.so.2 (~210 MB, ~190 MB gzipped).
+#             libcublas.so.13 + libcublasLt.so.13 (~600 MB), libnccl.so.2 (~210 MB, ~190 MB compressed).
 #   configs/  the YAML configs and the shipped sample data (configs/data/)
 #   scripts/gpu_check.sh   on the GPU machine, the first-GPU-run checklist: device query and
 #                          peer-access matrix, the unit tests, compute-sanitizer, a 2-card NCCL run,
 #                          an nsys profile, per-step device counts, a per-card-count benchmark, all
 #                          under one output folder with a summary.txt.
-#                          Run: tar xzf gpubox-cuda-*.tar.gz && gpubox-cuda-*/scripts/gpu_check.sh
+#                          Run: tar xJf gpubox-cuda-*.tar.xz && gpubox-cuda-*/scripts/gpu_check.sh
+#                          (scripts/gpu_lease_check.sh runs it in bounded phases for a short lease)
 #   MANIFEST.txt, test_paths.txt + build-cuda/bin -> ../bin (the tests' compiled-in build paths:
 #             gpu_check.sh links the build's source folder to the bundle when it is absent there)
-# Output: DIR/gpubox-cuda-<commit>.tar.gz (default DIR: build-cuda-bundle/), refused if over
-# --max-mib (default 64). The bundle is then verified (see --verify).
+# Output: DIR/gpubox-cuda-<commit>.tar.xz (default DIR: build-cuda-bundle/), refused if over
+# --max-mib (default 64): xz, since every test binary links the engine statically (about 25 MiB
+# in xz, 92 MiB in gzip). The bundle is then verified (see --verify).
 #
-# --verify [TARBALL] (default: the newest DIR/gpubox-cuda-*.tar.gz) extracts the tarball to a
+# --verify [TARBALL] (default: the newest DIR/gpubox-cuda-*.tar.xz) extracts the tarball to a
 # temporary folder and, with LD_LIBRARY_PATH empty, runs ldd on every bin/ and lib/ file: each
 # dependency must resolve to the bundle's lib/, to the allowed system libraries above, or be one of
 # the CUDA libraries the GPU machine provides; "not found" is accepted only for libcuda.so.1 (only
@@ -92,7 +94,7 @@ verify() {
   local tarball="$1"
   [ -f "$tarball" ] || die "--verify: no tarball '$tarball'"
   tmp="$(mktemp -d "${TMPDIR:-/tmp}/gpubox-bundle-verify.XXXXXX")"
-  tar -xzf "$tarball" -C "$tmp" || die "--verify: cannot extract '$tarball'"
+  tar -xJf "$tarball" -C "$tmp" || die "--verify: cannot extract '$tarball'"
   local root
   root="$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
   [ -n "$root" ] && [ -d "$root/bin" ] && [ -d "$root/lib" ] || die "--verify: '$tarball' has no <name>/bin and <name>/lib"
@@ -163,8 +165,8 @@ verify() {
 if [ "$mode" = verify ]; then
   command -v patchelf >/dev/null || die "patchelf is missing (apt-get install patchelf)"
   if [ -z "$verify_tar" ]; then
-    verify_tar="$(ls -t "$out_dir"/gpubox-cuda-*.tar.gz 2>/dev/null | head -n 1 || true)"
-    [ -n "$verify_tar" ] || die "--verify: no gpubox-cuda-*.tar.gz in '$out_dir' (give the tarball or --out)"
+    verify_tar="$(ls -t "$out_dir"/gpubox-cuda-*.tar.xz 2>/dev/null | head -n 1 || true)"
+    [ -n "$verify_tar" ] || die "--verify: no gpubox-cuda-*.tar.xz in '$out_dir' (give the tarball or --out)"
   fi
   verify "$verify_tar"
   exit $?
@@ -176,7 +178,7 @@ if ! command -v patchelf >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y patchelf >/dev/null || die "apt-get install patchelf failed"
   else sudo apt-get install -y patchelf >/dev/null || die "apt-get install patchelf failed (need root)"; fi
 fi
-for tool in ldd objdump strings strip tar gzip; do command -v "$tool" >/dev/null || die "'$tool' is missing"; done
+for tool in ldd objdump strings strip tar xz; do command -v "$tool" >/dev/null || die "'$tool' is missing"; done
 
 if ((build)); then
   extra=(-DGPUBOX_CUDA_LINEINFO=ON)  # source lines in gpu_check.sh's sanitizer reports
@@ -194,7 +196,7 @@ if ((!build)) && command -v ninja >/dev/null && [ -f "$build_dir/build.ninja" ] 
   echo "bundle_cuda: warning: $build_dir is not up to date with the sources (--no-build packs it as is)" >&2
 fi
 
-tools=(gpubox_train gpubox_server gpubox_data gpubox_bench)
+tools=(gpubox_train gpubox_server gpubox_data gpubox_bench gpubox_serve gpubox_fault_probe)
 for t in "${tools[@]}"; do
   [ -x "$build_dir/bin/$t" ] || die "$build_dir/bin/$t is missing: the cuda build is incomplete"
 done
@@ -296,9 +298,9 @@ ln -s ../bin "$stage/$build_rel/bin"
 } > "$stage/MANIFEST.txt"
 
 # ---- pack ---------------------------------------------------------------------------------------
-tarball="$out_dir/$name.tar.gz"
+tarball="$out_dir/$name.tar.xz"
 rm -f "$tarball"
-tar -C "$tmp" -czf "$tarball.part" "$name" || die "tar failed"
+XZ_OPT="${XZ_OPT:--6 -T0}" tar -C "$tmp" -cJf "$tarball.part" "$name" || die "tar failed"
 size="$(du -b "$tarball.part" | cut -f1)"
 limit=$((max_mib * 1024 * 1024))
 if ((size > limit)); then

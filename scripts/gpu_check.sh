@@ -45,7 +45,7 @@
 #                             [--skip-nsys] [--skip-step] [--skip-bench] [--test-timeout S]
 #                             [--sanitizer-timeout S] [--run-timeout S] [--keep-data]
 #                             [--no-link] [--bin DIR] [--keys-per-slot MIN:MAX] [--skip-varying]
-#                             [--soak S] [--hang-timeout S] [--sanitizer-tests LIST]
+#                             [--soak S] [--hang-timeout S] [--sanitizer-tests LIST] [--tests LIST]
 #                             [--dry-run]
 #   --cards LIST      card counts to benchmark (default: 1, 2, 4, ... and the number of GPUs present)
 #   --lines N         training lines generated (default 1000000; held-out test set: N/10 more)
@@ -68,6 +68,8 @@
 #   --hang-timeout S  seconds a gpubox_train run may print nothing before it counts as hung
 #                     (default 300; tests, sanitized runs, nsys, gpubox_bench: only their limit)
 #   --sanitizer-tests LIST  comma-separated test binaries item 4 sanitizes (default: the step's)
+#   --tests LIST      comma-separated test binaries item 3 runs, in that order (default: every bin/*_test,
+#                     by name); a short lease runs the step's tests first this way
 #   --dry-run         run what needs no GPU (data, training and step counts on --bin's simulated
 #                     cards) and print the commands of what needs one instead of running them
 # Some tests open files through absolute paths of the machine that built the bundle (its source
@@ -105,6 +107,7 @@ link=1
 keys_per_slot="0:3"
 soak_seconds=0
 hang_timeout=300
+only_tests=""
 sanitizer_tests="hash_table_test,card_store_test,row_pool_test,device_test,key_dedup_test,heter_comm_test,segment_reduce_test,trainer_nn_test,trainer_metrics_test,step_accounting_test"
 dry_run=0
 run_varying=1
@@ -133,6 +136,7 @@ while (($#)); do
     --soak) need_value "$1" $#; soak_seconds="$2"; shift 2 ;;
     --hang-timeout) need_value "$1" $#; hang_timeout="$2"; shift 2 ;;
     --sanitizer-tests) need_value "$1" $#; sanitizer_tests="$2"; shift 2 ;;
+    --tests) need_value "$1" $#; only_tests="$2"; shift 2 ;;
     --skip-varying) run_varying=0; shift ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage 0 ;;
@@ -291,6 +295,7 @@ if [ -n "$missing" ]; then
   done
   while IFS= read -r d; do cands+=("$d"); done < <(
     find /usr/lib/python3*/ /usr/local/lib/python3*/ "$HOME"/.local/lib/python3*/ /opt/conda/lib/python3*/ \
+         /opt/*/.venv/lib/python3*/ /opt/*/lib/python3*/ \
          -maxdepth 5 -type d -path '*nvidia/*/lib' 2>/dev/null || true)
   extra=""
   while read -r soname _; do
@@ -367,8 +372,16 @@ if ((run_tests)); then
   mkdir -p "$out/tests"
   printf '%-28s %-8s %8s  %s\n' test result seconds detail
   n_pass=0 n_fail=0 n_skip=0 skipped_cases=0
-  for t in "$bin"/*_test; do
-    [ -x "$t" ] || continue
+  test_bins=("$bin"/*_test)
+  if [ -n "$only_tests" ]; then
+    IFS=, read -r -a test_bins <<<"$only_tests"
+    test_bins=("${test_bins[@]/#/$bin/}")
+  fi
+  for t in "${test_bins[@]}"; do
+    if [ ! -x "$t" ]; then
+      [ -z "$only_tests" ] || record FAIL "test $(basename "$t")" "--tests names $t, which is not an executable"
+      continue
+    fi
     name="$(basename "$t")"
     if [ -n "${skip_reason[$name]:-}" ]; then
       printf '%-28s %-8s %8s  %s\n' "$name" SKIPPED - "${skip_reason[$name]}"

@@ -19,7 +19,7 @@ expect_grep() {  # PATTERN FILE WHAT
 
 # ---- shellcheck -----------------------------------------------------------------------------------
 if command -v shellcheck >/dev/null 2>&1; then
-  (cd "$src" && shellcheck -x scripts/gpu_check.sh scripts/lib/gpu_check_lib.sh) > "$work/shellcheck.txt" 2>&1 ||
+  (cd "$src" && shellcheck -x scripts/gpu_check.sh scripts/lib/gpu_check_lib.sh scripts/gpu_lease_check.sh) > "$work/shellcheck.txt" 2>&1 ||
     { fail "shellcheck"; cat "$work/shellcheck.txt" >&2; }
 else
   echo "shellcheck is not installed: not checked"
@@ -143,6 +143,17 @@ awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
 # The varying-keys data: slot tokens per line vary (0 to 3 keys in each of 26 slots).
 distinct="$(head -n 200 "$work/check/data/varying/part-00000" | awk '{ print NF }' | sort -u | wc -l)"
 ((distinct > 5)) || fail "the varying-keys data has $distinct distinct token counts per line"
+
+# --tests runs the named binaries in that order; a name that is no binary is a failure, not a skip.
+rc=0
+(cd "$work" && "$src/scripts/gpu_check.sh" --bin "$build/bin" --cards 1 --skip-sanitizer --skip-nccl --skip-nsys \
+   --skip-step --skip-bench --skip-varying --tests dataset_generator_test,no_such_test --out "$work/only") \
+   > "$work/only.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "--tests with a missing binary exited $rc, want 1"
+expect_grep '^dataset_generator_test +ok ' "$work/only.log" "the named test ran"
+expect_grep '^FAIL +test no_such_test +--tests names .*no_such_test, which is not an executable' "$work/only/summary.txt" \
+  "the missing test named"
+[ "$(grep -cE '^[a-z_]+_test +(ok|FAILED) ' "$work/only.log")" = 1 ] || fail "--tests ran other binaries too"
 
 if ((failures)); then
   echo "gpu_check_test: $failures failure(s)"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# scripts/gpu_lease_check.sh BUNDLE.tar.xz OUT_DIR
+#
+# The first-GPU-run checklist (scripts/gpu_check.sh) for a short lease of a GPU machine: the bundle
+# (scripts/bundle_cuda.sh) is unpacked to a temporary folder and gpu_check.sh runs in bounded
+# phases, the most telling first, so that a lease cut short still brings back what ran:
+#   train  items 1, 2, 7, 8, 9 (device query, libraries, step counts, benchmark, varying keys) on 1 card
+#   tests  the step's unit tests first (--tests, in that order), each under --test-timeout
+#   san    compute-sanitizer over a few step tests (only when GPUBOX_LEASE_SAN_S > 0)
+# Each phase is killed at its limit (the gpubox processes it left with it). OUT_DIR gets each
+# phase's console log, nvidia-smi's output and gc.tgz with every phase's gpu_check folder; the
+# scripts/gpu_check.sh beside this script replaces the bundle's, so a fix to the checklist needs no
+# new bundle.
+# Limits in seconds, from the environment: GPUBOX_LEASE_TRAIN_S (150), GPUBOX_LEASE_TESTS_S (170),
+# GPUBOX_LEASE_SAN_S (0); GPUBOX_LEASE_LINES (400000) training lines; GPUBOX_LEASE_TESTS and
+# GPUBOX_LEASE_SAN_TESTS: comma-separated test binaries.
+set -u
+(($# == 2)) || { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+tarball="$1" out="$2"
+here="$(cd "$(dirname "$0")" && pwd)"
+t0=$(date +%s)
+elapsed() { echo $(($(date +%s) - t0)); }
+[ -f "$tarball" ] || { echo "gpu_lease_check: no bundle '$tarball'" >&2; exit 1; }
+mkdir -p "$out" || exit 1
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpubox-lease.XXXXXX")"
+tar xJf "$tarball" -C "$work" || { echo "gpu_lease_check: cannot extract '$tarball'" >&2; exit 1; }
+bundle="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'gpubox-cuda-*' | head -n 1)"
+[ -n "$bundle" ] || { echo "gpu_lease_check: '$tarball' holds no gpubox-cuda-* folder" >&2; exit 1; }
+cp "$here/gpu_check.sh" "$bundle/scripts/gpu_check.sh"
+echo "bundle $bundle unpacked in $(elapsed) s"
+# The tests open the build machine's source folder (test_paths.txt): gpu_check.sh links it to the
+# bundle when it is absent; when it exists here (the repository copied to the same path), its
+# build-cuda/ is pointed at the bundle's binaries instead.
+src="$(awk -F'\t' '$1 == "source_dir" { print $2 }' "$bundle/test_paths.txt" 2>/dev/null)"
+if [ -n "$src" ] && [ -d "$src/configs" ] && [ ! -e "$src/build-cuda" ]; then
+  mkdir -p "$src/build-cuda" && ln -s "$bundle/bin" "$src/build-cuda/bin" && echo "linked $src/build-cuda/bin -> $bundle/bin"
+fi
+nvidia-smi > "$out/smi.txt" 2>&1
+head -n 15 "$out/smi.txt"
+
+# phase NAME SECONDS GPU_CHECK_ARGS...
+phase() {
+  local name="$1" secs="$2" rc=0
+  shift 2
+  echo "==== phase $name (limit $secs s) at $(elapsed) s"
+  timeout -k 5 "$secs" "$bundle/scripts/gpu_check.sh" --out "$work/gc/$name" --cards 1 --hang-timeout 45 "$@" \
+    > "$out/$name.log" 2>&1 || rc=$?
+  echo "rc=$rc at $(elapsed) s" >> "$out/$name.log"
+  pkill -9 -f "$bundle/bin/" 2>/dev/null
+  grep -E '^(PASS|FAIL|SKIP) ' "$work/gc/$name/summary.txt" 2>/dev/null || tail -n 25 "$out/$name.log"
+}
+step_tests="device_test,hash_table_test,card_store_test,row_pool_test,key_dedup_test,segment_reduce_test"
+step_tests+=",heter_comm_test,heter_comm_padded_test,comm_test,comm_alloc_test,step_accounting_test,trainer_nn_test"
+step_tests+=",trainer_metrics_test,trainer_multicard_test,pass_manager_test,pass_prefetch_test,trainer_integration_test"
+step_tests+=",collective_test,planted_models_test,divergence_test,resume_test,save_load_test,sparse_table_test"
+skip_rest=(--skip-nsys --skip-nccl)
+phase train "${GPUBOX_LEASE_TRAIN_S:-150}" --skip-tests --skip-sanitizer "${skip_rest[@]}" \
+  --lines "${GPUBOX_LEASE_LINES:-400000}" --run-timeout 70
+phase tests "${GPUBOX_LEASE_TESTS_S:-170}" --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
+  --test-timeout 40 --tests "${GPUBOX_LEASE_TESTS:-$step_tests}"
+grep -E ' ok | FAILED |SKIPPED' "$out/tests.log" | head -n 40
+if ((${GPUBOX_LEASE_SAN_S:-0} > 0)); then
+  phase san "$GPUBOX_LEASE_SAN_S" --skip-tests "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
+    --sanitizer-timeout 40 --sanitizer-tests "${GPUBOX_LEASE_SAN_TESTS:-device_test,heter_comm_padded_test,step_accounting_test}"
+fi
+tar czf "$out/gc.tgz" --exclude='gc/*/data' -C "$work" gc 2>/dev/null
+rm -rf "$work"
+echo "done in $(elapsed) s: $out"
