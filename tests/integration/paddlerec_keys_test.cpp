@@ -150,6 +150,18 @@ TEST(PaddleRecKeys, DcnV2LowRankAndLrRegAndNumField) {
     ASSERT_TRUE(mix.ok()) << mix.status().to_string();
     EXPECT_EQ(mix->hyper.cross_rank, 32) << yaml;
   }
+  // An override of cross_rank wins over the file's low_rank, and the last of two overrides wins,
+  // whichever of the two names each uses.
+  const std::string mix_file = "hyper_parameters:\n  use_low_rank_mixture: 1\n  low_rank: 32\n";
+  const std::string rank = "hyper_parameters.cross_rank=16";
+  const std::string low = "hyper_parameters.low_rank=8";
+  for (const auto& [overrides, want] :
+       std::vector<std::pair<std::vector<std::string>, int>>{
+           {{rank}, 16}, {{low, rank}, 16}, {{rank, low}, 8}, {{low}, 8}}) {
+    const StatusOr<TrainerConfig> c = parse(mix_file, overrides);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->hyper.cross_rank, want) << overrides.front() << " first of " << overrides.size();
+  }
   const StatusOr<TrainerConfig> dcn = parse("hyper_parameters:\n  low_rank: 32\n  cross_num: 2\n");
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
   EXPECT_EQ(dcn->hyper.cross_rank, 0);  // PaddleRec's CrossNetV2: full rank
