@@ -18,7 +18,8 @@
 // Every card then merges all of them and applies the same step per key to its replica, exactly
 // as the owner does in the sharded placement: same sums in the same order, so replicas stay
 // byte-identical and equal to the sharded owners' rows. Same host waits; collectives per step:
-// 3 (counts, keys, records) instead of 4.
+// 3 (counts, keys, records) instead of 4; a planned step at the pass's fixed sizes, 2 (keys and
+// records, in fixed blocks: heter_comm_padded.cu), inside its two step graphs.
 //
 // pull and push are collectives: every card of the communicator calls them in the same order
 // (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
