@@ -18,7 +18,8 @@
 // Every card then merges all of them and applies the same step per key to its replica, exactly
 // as the owner does in the sharded placement: same sums in the same order, so replicas stay
 // byte-identical and equal to the sharded owners' rows. Same host waits; collectives per step:
-// 3 (counts, keys, records) instead of 4.
+// 3 (counts, keys, records) instead of 4; a planned step at the pass's fixed sizes, 2 (keys and
+// records, in fixed blocks: heter_comm_padded.cu), inside its two step graphs.
 //
 // pull and push are collectives: every card of the communicator calls them in the same order
 // (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
@@ -39,8 +40,8 @@
 // naming the pass and step it happened in. A planned training step (pull + push_pulled)
 // therefore waits 0 times (its caller must not allocate before its next wait: size everything
 // with reserve_steps), an unplanned one 3 times. A planned step given its occurrence count on the
-// card, in a pass reserved with StepBounds::pair_block (sharded, kFail: the trainer's), runs at
-// the pass's fixed sizes and is two step graph launches, "sparse pull" and "sparse push"
+// card, in a pass reserved with StepBounds::pair_block (kFail: the trainer's; either placement),
+// runs at the pass's fixed sizes and is two step graph launches, "sparse pull" and "sparse push"
 // (heter_comm_padded.cu): nothing else is launched, copied (but its check's pinned copy) or
 // exchanged outside them. Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
@@ -140,7 +141,7 @@ class HeterComm {
   // `counts` is borrowed until that pull. Ignored with MissingKeyPolicy::kCreate (its slots
   // agreement travels with the counts).
   // `n_on_card` (optional, card memory, the pull's n, valid until the step's push_pulled has run
-  // on the card): with reserve_steps' StepBounds::pair_block (sharded, kFail), the step runs at
+  // on the card): with reserve_steps' StepBounds::pair_block (kFail), the step runs at
   // the pass's fixed sizes: every kernel over the pass's largest batch (reading its own n on the
   // card), every exchange in fixed blocks (each led by its live count), its host bookkeeping from
   // the plan; so pull and push_pulled are each one step graph launch ("sparse pull", "sparse

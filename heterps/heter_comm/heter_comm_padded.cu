@@ -1,6 +1,6 @@
 // HeterComm's planned steps at the pass's fixed sizes (see PaddedSteps in
 // detail/heter_comm_impl.cuh): the sparse half of a training step as two step graphs, "sparse
-// pull" and "sparse push" (issue 31, item 3).
+// pull" and "sparse push" (issue 31, item 3), in both placements.
 //
 // The sizes: the batch padded to the pass's largest (its occurrence count read on the card), the
 // exchanges in blocks of `block` keys per pair of cards, each key block led by its live count.
@@ -13,6 +13,13 @@
 //          zeros) -> all_to_all (block records per pair) -> each live occurrence's record.
 //   push   the live occurrences' push records summed per unique key into its slot -> all_to_all
 //          -> merged on the owner over the live slots -> one optimizer step per live merged key.
+//
+// Replicated placement (Collective mode): a card's one block holds all its live unique keys
+// (every card is every key's owner), so all_gather stands in for each all_to_all: every card
+// receives every card's block, in rank order, the layout a sharded owner receives. Every card
+// looks up, merges and updates every slot on its replica (as the unpadded replicated step does);
+// its pull records come from its own block's rows, so none travel back (1 collective on pull,
+// 1 on push).
 //
 // Sums follow the unpadded path's order exactly (the live keys keep their relative order in
 // every sort, and segments are summed by the same rule), so a padded step's rows and records
@@ -159,9 +166,7 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
   PaddedSteps& p = padded_;
   // The pass's sizes (a smaller pass runs smaller padded steps; the buffers keep their room).
   p.block = 0;
-  if (replicated_ || options_.missing_keys != MissingKeyPolicy::kFail || bounds.pair_block == 0) {
-    return;
-  }
+  if (options_.missing_keys != MissingKeyPolicy::kFail || bounds.pair_block == 0) return;
   p.occurrences = bounds.occurrences;
   p.block = bounds.pair_block;
   const std::size_t cards = static_cast<std::size_t>(total_cards_);
@@ -169,8 +174,10 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
   const auto pull_dim = static_cast<std::size_t>(layout_.pull_dim());
   const auto push_dim = static_cast<std::size_t>(layout_.push_dim());
   const std::size_t record_dim = std::max(pull_dim, push_dim);
+  // Per peer: what this card's blocks cost it (replicated: its one block goes to every card, and
+  // no pull records travel).
   p.key_counts.assign(cards, p.block + 1);
-  p.record_counts.assign(cards, p.block * pull_dim);
+  p.record_counts.assign(cards, replicated_ ? 0 : p.block * pull_dim);
   p.push_counts.assign(cards, p.block * push_dim);
   const device::Stream& stream = card_->stream();
   const auto zeroed = [&](auto& buffer, std::size_t count) {
@@ -179,7 +186,7 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
       device::memset_bytes_async(buffer.data(), 0, buffer.bytes(), stream);
     }
   };
-  zeroed(p.send_keys, cards * (p.block + 1));
+  zeroed(p.send_keys, (replicated_ ? 1 : cards) * (p.block + 1));
   zeroed(p.recv_keys, cards * (p.block + 1));
   zeroed(p.keys, slots);
   zeroed(p.rows, slots);
@@ -215,6 +222,35 @@ void HeterComm::Impl::run_graph(Cached& cached, const device::Stream& stream, Wo
   cached.graph.replay(stream);
 }
 
+std::pair<std::size_t, std::size_t> HeterComm::Impl::padded_counts(const uint64_t* planned) {
+  // This card's row (what it sends) and column (what it receives as the owner); replicated, each
+  // card's one entry (its unique count, which every card receives).
+  const std::size_t cards = static_cast<std::size_t>(total_cards_);
+  const std::size_t me = static_cast<std::size_t>(comm_->rank());
+  const std::size_t row_size = replicated_ ? 1 : cards;
+  std::copy(planned, planned + cards * row_size, host_counts_.data());
+  // A plan entry past the block would send its keys past the block to discard rows, and the late
+  // check, comparing the card's counts with this plan, would pass: zeros pulled, gradients lost.
+  // Every card holds the same plan, so all fail this step alike.
+  const uint64_t widest =
+      *std::max_element(host_counts_.data(), host_counts_.data() + cards * row_size);
+  GPUBOX_EXPECTS(widest <= padded_.block, "card ", comm_->rank(), ": a step plan sends ", widest,
+                 " keys from one card to ", replicated_ ? "every card" : "one owner",
+                 ", over the pass's block of ", padded_.block, " (reserve_steps' pair_block)");
+  std::size_t unique = 0;
+  std::size_t received = 0;
+  for (std::size_t c = 0; c < cards; ++c) {
+    if (replicated_) {
+      received += host_counts_[c];
+    } else {
+      unique += host_counts_[me * cards + c];
+      received += host_counts_[c * cards + me];
+    }
+  }
+  if (replicated_) unique = host_counts_[me];
+  return {unique, received};
+}
+
 void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
                                   const device::Stream& stream) {
   PaddedSteps& p = padded_;
@@ -225,25 +261,10 @@ void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* ou
   last_check_ = nullptr;
   step_planned_ = true;
   begin_step();
-  // The host's bookkeeping, from the plan: this card's row (what it sends) and column (what it
-  // receives as the owner).
   const std::size_t cards = static_cast<std::size_t>(total_cards_);
   const std::size_t me = static_cast<std::size_t>(comm_->rank());
-  std::copy(planned, planned + cards * cards, host_counts_.data());
-  // A plan entry past the block would send its keys past the block to discard rows, and the late
-  // check, comparing the card's counts with this plan, would pass: zeros pulled, gradients lost.
-  // Every card holds the same plan, so all fail this step alike.
-  const uint64_t widest =
-      *std::max_element(host_counts_.data(), host_counts_.data() + cards * cards);
-  GPUBOX_EXPECTS(widest <= p.block, "card ", comm_->rank(), ": a step plan sends ", widest,
-                 " keys from one card to one owner, over the pass's block of ", p.block,
-                 " (reserve_steps' pair_block)");
-  std::size_t unique = 0;
-  std::size_t received = 0;
-  for (std::size_t c = 0; c < cards; ++c) {
-    unique += host_counts_[me * cards + c];
-    received += host_counts_[c * cards + me];
-  }
+  const std::size_t row_size = replicated_ ? 1 : cards;
+  const auto [unique, received] = padded_counts(planned);
   last_.pull_calls = 1;
   last_.keys_in = n;
   last_.unique_keys_sent = unique;
@@ -273,8 +294,8 @@ void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* ou
     StepCheck& tag = *slot.tag;
     tag.pass = comm_->pass();
     tag.step = comm_->step();
-    tag.planned_row.assign(host_counts_.data() + me * cards,
-                           host_counts_.data() + (me + 1) * cards);
+    tag.planned_row.assign(host_counts_.data() + me * row_size,
+                           host_counts_.data() + (me + 1) * row_size);
     tag.recv_offsets.clear();
     tag.pushed = false;
     tag.merge_late = true;
@@ -292,14 +313,20 @@ void HeterComm::Impl::enqueue_padded_pull(const uint64_t* keys, const uint64_t* 
   PaddedSteps& p = padded_;
   const std::size_t slots = p.slots(total_cards_);
   const auto dim = static_cast<int32_t>(layout_.pull_dim());
+  // Replicated: one block, every key's (the local dedup groups by no owner).
+  const auto partitions = static_cast<uint32_t>(local_.partitions());
   // The local dedup and owner plan over the padded batch; each live unique key into its block.
   local_.run_padded(keys, p.occurrences, detail::LiveSlots{n_on_card, p.occurrences, 1}, stream);
   device::parallel_for(
-      stream, std::max<std::size_t>(p.occurrences, static_cast<std::size_t>(total_cards_)),
-      SendBlockKeys{local_.unique_keys(), local_.owner_begin(), static_cast<uint32_t>(total_cards_),
-                    p.block, p.occurrences, p.send_keys.data(), p.unique_slot.data()});
-  comm_->all_to_all_v(p.send_keys.data(), p.key_counts.data(), p.recv_keys.data(),
-                      p.key_counts.data(), stream);
+      stream, std::max<std::size_t>(p.occurrences, partitions),
+      SendBlockKeys{local_.unique_keys(), local_.owner_begin(), partitions, p.block, p.occurrences,
+                    p.send_keys.data(), p.unique_slot.data()});
+  if (replicated_) {
+    comm_->all_gather(p.send_keys.data(), p.recv_keys.data(), p.block + 1, stream);
+  } else {
+    comm_->all_to_all_v(p.send_keys.data(), p.key_counts.data(), p.recv_keys.data(),
+                        p.key_counts.data(), stream);
+  }
   // Owner: the live slots' rows, the misses, the merge plan over the live slots, the check.
   device::memset_bytes_async(p.misses.data(), 0, sizeof(unsigned long long), stream);
   device::parallel_for(stream, slots,
@@ -314,11 +341,23 @@ void HeterComm::Impl::enqueue_padded_pull(const uint64_t* keys, const uint64_t* 
   } else {
     owner_merge_.run_padded(p.keys.data(), slots, live, stream);
   }
-  const std::size_t row_size = static_cast<std::size_t>(total_cards_);
   device::parallel_for(
       stream, 1,
       WriteBlockCheck{p.misses.data(), p.rows.data(), p.keys.data(), live, slots, merged_on_card_,
-                      local_.owner_begin(), row_size, check_words_.data()});
+                      local_.owner_begin(), partitions, check_words_.data()});
+  if (replicated_) {
+    // This card's own block of slots holds its batch's unique keys: their records come from its
+    // replica, nothing travels back (dead slots read zeros; unique_slot past the block: zeros).
+    const std::size_t own = static_cast<std::size_t>(comm_->rank()) * p.block;
+    device::parallel_for(
+        stream, p.block * static_cast<std::size_t>(dim),
+        FillPullRecords{store_->ref(), p.rows.data() + own, p.block, p.recv_records.data(), dim});
+    device::parallel_for(
+        stream, p.occurrences * static_cast<std::size_t>(dim),
+        ScatterBlockRecords{p.recv_records.data(), local_.occurrence_unique(), p.unique_slot.data(),
+                            n_on_card, p.block, out_pull, dim});
+    return;
+  }
   // Records back along the keys' route, then to every live occurrence.
   device::parallel_for(
       stream, slots * static_cast<std::size_t>(dim),
@@ -355,8 +394,13 @@ void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* ve
   reducer_.run(local_.unique_start(), p.occurrences, p.occurrences, dim,
                OrderedRecords<float>{grads, local_.sorted_positions(), dim},
                RecordRows<float>{p.send_records.data(), p.unique_slot.data(), dim}, stream);
-  comm_->all_to_all_v(p.send_records.data(), p.push_counts.data(), p.recv_records.data(),
-                      p.push_counts.data(), stream);
+  if (replicated_) {
+    comm_->all_gather(p.send_records.data(), p.recv_records.data(),
+                      p.block * static_cast<std::size_t>(dim), stream);
+  } else {
+    comm_->all_to_all_v(p.send_records.data(), p.push_counts.data(), p.recv_records.data(),
+                        p.push_counts.data(), stream);
+  }
   // The owner: summed per merged key over the live slots, in source-rank order; one step each.
   reducer_.run(owner_merge_.unique_start(), slots, slots, dim,
                OrderedRecords<float>{p.recv_records.data(), owner_merge_.sorted_positions(), dim},

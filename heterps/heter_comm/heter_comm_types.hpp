@@ -50,8 +50,9 @@ struct StepBounds {
   // (replicated).
   std::size_t received = 0;
   std::size_t block = 0;  // replicated: the largest distinct count of any card's batch
-  // Sharded: the largest count of distinct keys any card sends any owner card in a step of the
-  // pass (the same on every card). Given, a planned step whose occurrence count is on the card
+  // The largest count of distinct keys any card sends any one card in a step of the pass (the
+  // same on every card): sharded, to an owner card; replicated, its whole distinct set to every
+  // card (the same value as `block`). Given, a planned step whose occurrence count is on the card
   // (HeterComm::plan_next_step) runs at the pass's fixed sizes: `occurrences` positions and
   // blocks of pair_block keys per pair of cards, captured once as step graphs and replayed.
   std::size_t pair_block = 0;

@@ -3,22 +3,24 @@
 // counts the same on the cpu and cuda backends: on this machine they predict a GPU step.
 //
 //   gpubox_bench step [--cards N] [--batch B] [--steps S] [--threads T] [--data DIR]
-//                     [--keys_per_slot MIN:MAX] [--json]
+//                     [--keys_per_slot MIN:MAX] [--collective] [--json]
 //
 // Trains two passes over the same data (B instances per card per step, S steps per pass, not
 // shuffled): the first sizes every buffer, the second is the steady state the figures come
 // from (past its 2 warm-up steps): per card per step host_syncs, allocations, pageable and
 // pinned copies (and of them, those on the card's copy stream: the batch upload, overlapping
 // the step before), stream waits for another stream's event, launches and collectives outside
-// step graphs, graph launches and the graphs' nodes (the dense half of a full batch runs as step
-// graphs; GPUBOX_STEP_GRAPHS=0 turns them off); and examples/s of the second pass's training phase;
+// step graphs, graph launches and the graphs' nodes (the sparse half of every planned batch and
+// the dense half of a full batch run as step graphs; GPUBOX_STEP_GRAPHS=0 turns them off); and
+// examples/s of the second pass's training phase;
 // and the first pass's totals over every step (first_pass_step_*: allocations, frees, pinned
 // allocations and frees; first_between_steps_allocations: the next pass's card work); and the
 // second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
 // and the cards' memory high-water mark (card_memory_peak_mb).
 // Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape; with
 // --keys_per_slot, MIN to MAX keys in each slot of a line) into a temporary folder, or the
-// slot-format files of --data.
+// slot-format files of --data. --collective: Collective mode (runner.use_fleet, the whole table on
+// every card; "mode" in the JSON says which).
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,12 +51,14 @@ struct TempFolder {
 };
 
 int run_step(const BenchArgs& args) {
-  args.expect_only({"cards", "batch", "steps", "threads", "data", "keys_per_slot", "json"});
+  args.expect_only(
+      {"cards", "batch", "steps", "threads", "data", "keys_per_slot", "collective", "json"});
   const int cards = static_cast<int>(args.get_int("cards", 1));
   const int batch = static_cast<int>(args.get_int("batch", 512));
   const int steps = static_cast<int>(args.get_int("steps", 20));
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const bool json = args.has("json");
+  const bool collective = args.has("collective");
   GPUBOX_EXPECTS(cards >= 1 && batch >= 1 && steps >= 3,
                  "--cards and --batch must be positive "
                  "and --steps at least 3");
@@ -79,7 +83,8 @@ int run_step(const BenchArgs& args) {
   auto parsed = trainer::parse_trainer_config(
       "runner: {}\n", ".",
       {"runner.train_data_dir=" + data, "runner.train_batch_size=" + std::to_string(batch),
-       "runner.shuffle=false", "runner.metrics_path="});
+       "runner.shuffle=false",
+       "runner.metrics_path=", std::string("runner.use_fleet=") + (collective ? "true" : "false")});
   throw_if_error(parsed.status());
   const trainer::TrainerConfig config = std::move(parsed).value();
   trainer::TrainerEnv env;
@@ -125,11 +130,13 @@ int run_step(const BenchArgs& args) {
                                  "card_memory_peak_mb"};
   if (json) {
     std::printf(
-        "{\"bench\": \"step\", \"backend\": \"%s\", \"cards\": %d, \"batch\": %d, "
+        "{\"bench\": \"step\", \"backend\": \"%s\", \"mode\": \"%s\", \"cards\": %d, "
+        "\"batch\": %d, "
         "\"threads_per_card\": %d, \"model\": \"%d slots x %d + %d dense -> 512-256-128-32-1\", "
         "\"steady_steps\": %.0f",
-        backend, cards, batch, threads, config.num_sparse_slots(), config.mf_dim() + 1,
-        config.dataset.dense_dim, extra.at("steady_steps"));
+        backend, collective ? "collective" : "gpubox", cards, batch, threads,
+        config.num_sparse_slots(), config.mf_dim() + 1, config.dataset.dense_dim,
+        extra.at("steady_steps"));
     for (const char* name : kCounts) std::printf(", \"%s\": %.3f", name, extra.at(name));
     for (const char* name : kFirstPass) {
       std::printf(", \"first_%s\": %.0f", name, first_extra.at(name));
@@ -139,9 +146,9 @@ int run_step(const BenchArgs& args) {
                 examples_per_sec);
   } else {
     std::printf(
-        "step bench (%s backend): %d card(s), batch %d per card, default model, %.0f "
+        "step bench (%s backend, %s mode): %d card(s), batch %d per card, default model, %.0f "
         "steady steps of the second pass\n",
-        backend, cards, batch, extra.at("steady_steps"));
+        backend, collective ? "Collective" : "gpubox", cards, batch, extra.at("steady_steps"));
     std::printf("  per card per step:");
     for (const char* name : kCounts) std::printf(" %s %.3f,", name, extra.at(name));
     std::printf("\n  first pass, every step (all cards):");
@@ -155,7 +162,7 @@ int run_step(const BenchArgs& args) {
 
 GPUBOX_BENCH_COMMAND("step",
                      "[--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] "
-                     "[--keys_per_slot MIN:MAX] [--json]: "
+                     "[--keys_per_slot MIN:MAX] [--collective] [--json]: "
                      "host syncs, allocations, copies, launches and collectives per training "
                      "step of the default model, and examples/s",
                      run_step);

@@ -15,10 +15,10 @@
 // Step graphs (heterps/device/step_graph.hpp): for a batch of the pass's full size, forward/
 // backward, metrics, the all-reduce and the finite check are one graph launch ("dense step")
 // and the dense optimizer another ("dense update"), captured once per batch shape and replayed;
-// a shorter batch's dense half runs eagerly. The sparse half of a planned step (gpubox mode) is
-// two more, "sparse pull" and "sparse push" (HeterComm::plan_next_step: the pass's fixed sizes,
-// the batch's occurrence count read on the card from the upload block's first word), for every
-// batch; Collective mode's runs eagerly (GPUBOX_STEP_GRAPHS=0: every step eagerly).
+// a shorter batch's dense half runs eagerly. The sparse half of a planned step (gpubox and
+// Collective mode) is two more, "sparse pull" and "sparse push" (HeterComm::plan_next_step: the
+// pass's fixed sizes, the batch's occurrence count read on the card from the upload block's first
+// word), for every batch (GPUBOX_STEP_GRAPHS=0: every step eagerly).
 // The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
 // (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
 // at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress

@@ -119,13 +119,11 @@ StepPlan agree_step_plan(std::size_t instances, std::size_t batch, int cards, de
   if (sizes != nullptr) {
     gather_step_counts(local, width, card, comm, &plan);
     plan.sized = true;
-    // Sharded: the largest count any card sends any owner in a step, the same on every card
-    // (the padded steps' block, HeterComm::plan_next_step).
-    if (sizes->per_owner) {
-      for (uint64_t count : plan.counts) {
-        plan.largest.pair_block =
-            std::max(plan.largest.pair_block, static_cast<std::size_t>(count));
-      }
+    // The largest count any card sends any one card in a step (sharded: an owner; replicated:
+    // every card, its distinct keys), the same on every card: the padded steps' block
+    // (HeterComm::plan_next_step).
+    for (uint64_t count : plan.counts) {
+      plan.largest.pair_block = std::max(plan.largest.pair_block, static_cast<std::size_t>(count));
     }
     plan.largest.occurrences = sizes->max_occurrences(c);
     plan.largest.unique = static_cast<std::size_t>(my_unique);

@@ -123,10 +123,11 @@ struct StepCheck {
 // A planned step at the pass's fixed sizes (heter_comm_padded.cu): every kernel and collective of
 // pull and push_pulled runs over the pass's largest batch (`occurrences` positions, the batch's
 // own count read on the card) and exchanges fixed blocks of `block` keys per pair of cards (the
-// largest count any card sends any owner in a step of the pass), each key block led by its live
-// count. Nothing the step enqueues depends on the step, so it is captured once as a step graph per
-// set of pointers (the "sparse pull" and "sparse push" graphs) and replayed. Buffers are its own
-// (an unpadded step between two padded ones changes none of them).
+// largest count any card sends any owner in a step of the pass; replicated, the largest distinct
+// count of any card's batch, all-gathered), each key block led by its live count. Nothing the step
+// enqueues depends on the step, so it is captured once as a step graph per set of pointers (the
+// "sparse pull" and "sparse push" graphs) and replayed. Buffers are its own (an unpadded step
+// between two padded ones changes none of them).
 struct PaddedSteps {
   explicit PaddedSteps(device::Card& card)
       : send_keys(0, card.memory(), card.stream()),
@@ -174,11 +175,13 @@ struct PaddedSteps {
   std::vector<std::size_t> key_counts;     // block + 1 per card (the all_to_all's counts)
   std::vector<std::size_t> record_counts;  // block * record dim per card
   std::vector<std::size_t> push_counts;    // block * push dim per card
-  device::device_buffer<uint64_t> send_keys;  // [dst][count, keys...]: block + 1 each
+  // [dst][count, keys...]: block + 1 each (replicated: one block, to every card)
+  device::device_buffer<uint64_t> send_keys;
   device::device_buffer<uint64_t> recv_keys;  // [src][count, keys...]
   device::device_buffer<uint64_t> keys;       // owner: the key of received slot src * block + j
   device::device_buffer<row_index_t> rows;    // owner: its row (kInvalidRow for a dead slot)
-  device::device_buffer<float> recv_records;  // owner: records of the received slots
+  // Owner: records of the received slots (replicated pull: of this card's own block)
+  device::device_buffer<float> recv_records;
   // Sender: records by slot (dst * block + j), then one discard row per unique index (a unique
   // key past the live count, or past its block when a plan is wrong, sums into its own).
   device::device_buffer<float> send_records;
@@ -360,8 +363,11 @@ class HeterComm::Impl {
                   const device::Stream& stream);
 
   // Padded steps (heter_comm_padded.cu). Whether the pull of these `n` keys runs padded: planned,
-  // sharded, kFail, with its count on the card, within the reserved sizes.
+  // kFail, with its count on the card, within the reserved sizes.
   bool pull_is_padded(std::size_t n) const;
+  // A padded step's plan (plan_next_step's counts) into host_counts_, refused when an entry is
+  // past the block; returns this card's unique keys and the keys it receives (looks up).
+  std::pair<std::size_t, std::size_t> padded_counts(const uint64_t* planned);
   // Sizes the padded steps' buffers for `bounds` (pair_block > 0), zeroed (their dead parts are
   // moved but never read: zero, they are never uninitialised memory).
   void reserve_padded(const StepBounds& bounds);

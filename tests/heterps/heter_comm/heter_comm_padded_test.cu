@@ -1,12 +1,13 @@
 // HeterComm's planned steps at the pass's fixed sizes (StepBounds::pair_block with the step's
-// occurrence count on the card: heter_comm_padded.cu), on 1, 2 and 4 simulated cards, on skewed
-// keys (a few hot keys, many cold ones) with a batch size that varies step to step:
+// occurrence count on the card: heter_comm_padded.cu), sharded (gpubox mode) and replicated
+// (Collective mode: every card holds every row), on 1, 2 and 4 simulated cards, on skewed keys (a
+// few hot keys, many cold ones) with a batch size that varies step to step:
 //   - their pull records and the final rows are bit-identical to unpadded planned steps' (the
 //     oracle: the same sums in the same order), as step graphs and eagerly;
 //   - as step graphs, a steady step is 2 graph launches and nothing else: no launch, collective
-//     or host wait outside them, no allocation (the cpu backend's capture mode refuses a host
-//     wait, an allocation, a pageable copy or a Thrust call: a capture that succeeded proves the
-//     step capturable);
+//     or host wait outside them, no allocation (eagerly: 3 collectives sharded, 2 replicated) (the
+//     cpu backend's capture mode refuses a host wait, an allocation, a pageable copy or a Thrust
+//     call: a capture that succeeded proves the step capturable);
 //   - a plan that does not describe a batch still fails late, naming the step.
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/error.hpp"
@@ -61,18 +63,22 @@ std::vector<uint64_t> universe() {
 struct Data {
   std::vector<std::vector<std::vector<uint64_t>>> keys;
   std::vector<std::vector<std::vector<float>>> grads;
-  std::vector<std::vector<uint64_t>> plan;  // [step][src * cards + dst]
-  StepBounds bounds;                        // the pass's maxima over every card (enough)
+  // Sharded: [step][src * cards + dst], the distinct keys src sends owner dst; replicated:
+  // [step][src], src's distinct keys (which every card receives).
+  std::vector<std::vector<uint64_t>> plan;
+  StepBounds bounds;  // the pass's maxima over every card (enough)
 };
 
-Data make_data(int cards, int push_dim) {
+Data make_data(int cards, int push_dim, Placement placement) {
+  const bool replicated = placement == Placement::kReplicated;
+  const int row = replicated ? 1 : cards;
   const std::vector<uint64_t> all = universe();
   std::mt19937_64 rng(77 + cards);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   Data d;
   d.keys.assign(kSteps, std::vector<std::vector<uint64_t>>(cards));
   d.grads.assign(kSteps, std::vector<std::vector<float>>(cards));
-  d.plan.assign(kSteps, std::vector<uint64_t>(static_cast<std::size_t>(cards * cards), 0));
+  d.plan.assign(kSteps, std::vector<uint64_t>(static_cast<std::size_t>(cards * row), 0));
   for (int s = 0; s < kSteps; ++s) {
     for (int c = 0; c < cards; ++c) {
       const std::size_t n = (s == 4 && c == 0) ? 0 : 20 + rng() % 260;  // one empty batch
@@ -84,9 +90,17 @@ Data make_data(int cards, int push_dim) {
         }
       }
       const std::set<uint64_t> distinct(d.keys[s][c].begin(), d.keys[s][c].end());
-      for (uint64_t k : distinct) ++d.plan[s][c * cards + owner_card(k, cards)];
+      for (uint64_t k : distinct) ++d.plan[s][c * row + (replicated ? 0 : owner_card(k, cards))];
       d.bounds.occurrences = std::max(d.bounds.occurrences, n);
       d.bounds.unique = std::max(d.bounds.unique, distinct.size());
+      d.bounds.block = std::max(d.bounds.block, distinct.size());
+    }
+    if (replicated) {  // every card receives every card's distinct keys
+      std::size_t received = 0;
+      for (int c = 0; c < cards; ++c) received += d.plan[s][c];
+      d.bounds.received = std::max(d.bounds.received, received);
+      d.bounds.pair_block = d.bounds.block;
+      continue;
     }
     for (int o = 0; o < cards; ++o) {
       std::size_t received = 0;
@@ -105,20 +119,22 @@ enum class Mode { kUnpadded, kPaddedEager, kPaddedGraphs };
 
 struct RunResult {
   std::vector<std::vector<std::vector<float>>> pulled;  // [step][card]
-  std::vector<std::vector<float>> rows;                 // per card: its owned keys' rows
+  std::vector<std::vector<float>> rows;                 // per card: its keys' rows (owned, or all)
   std::vector<device::DeviceCounts> last_step;          // per card: the last step's counts
 };
 
 // `wrong_plan` replaces step `wrong_step`'s plan; `absent` (when not 0) is never placed on its
 // owner.
-RunResult run(int cards, Mode mode, const Data& data,
+RunResult run(int cards, Placement placement, Mode mode, const Data& data,
               const std::vector<uint64_t>* wrong_plan = nullptr, int wrong_step = -1,
               uint64_t absent = 0) {
+  const bool replicated = placement == Placement::kReplicated;
   const AccessorConfig cfg = config();
   const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   HeterCommOptions options;
   options.missing_keys = MissingKeyPolicy::kFail;
   options.step_graphs = mode == Mode::kPaddedGraphs;
+  options.placement = placement;
   std::string list;
   for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
   device::CardSet set = device::CardSet::from_list(list);
@@ -139,7 +155,7 @@ RunResult run(int cards, Mode mode, const Data& data,
         std::vector<uint64_t> mine;
         std::vector<float> rows;
         for (uint64_t k : all) {
-          if (owner_card(k, cards) != c || (absent != 0 && k == absent)) continue;
+          if ((!replicated && owner_card(k, cards) != c) || (absent != 0 && k == absent)) continue;
           mine.push_back(k);
           rows.resize(rows.size() + layout.stride());
           table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
@@ -192,17 +208,25 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class PaddedSteps : public ::testing::TestWithParam<int> {};
+class PaddedSteps : public ::testing::TestWithParam<std::tuple<int, Placement>> {
+ protected:
+  int cards() const { return std::get<0>(GetParam()); }
+  Placement placement() const { return std::get<1>(GetParam()); }
+  bool replicated() const { return placement() == Placement::kReplicated; }
+  Data data() const {
+    const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
+    return make_data(cards(), layout.push_dim(), placement());
+  }
+};
 
 TEST_P(PaddedSteps, EqualUnpaddedStepsBitForBitAsGraphsAndEagerly) {
-  const int cards = GetParam();
+  const int cards = this->cards();
   GPUBOX_REQUIRE_CARDS(cards);
-  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
-  const Data data = make_data(cards, layout.push_dim());
-  const RunResult want = run(cards, Mode::kUnpadded, data);
+  const Data data = this->data();
+  const RunResult want = run(cards, placement(), Mode::kUnpadded, data);
   for (const Mode mode : {Mode::kPaddedEager, Mode::kPaddedGraphs}) {
     SCOPED_TRACE(mode == Mode::kPaddedGraphs ? "step graphs" : "eagerly");
-    const RunResult got = run(cards, mode, data);
+    const RunResult got = run(cards, placement(), mode, data);
     for (int s = 0; s < kSteps; ++s) {
       for (int c = 0; c < cards; ++c) {
         EXPECT_TRUE(same_bits(got.pulled[s][c], want.pulled[s][c]))
@@ -211,17 +235,20 @@ TEST_P(PaddedSteps, EqualUnpaddedStepsBitForBitAsGraphsAndEagerly) {
     }
     for (int c = 0; c < cards; ++c) {
       EXPECT_TRUE(same_bits(got.rows[c], want.rows[c])) << "card " << c << "'s rows";
+      // Replicated: every replica is the same table (and it changed: the steps updated it).
+      if (replicated()) {
+        EXPECT_TRUE(same_bits(got.rows[c], got.rows[0])) << "card " << c;
+      }
     }
   }
 }
 
 TEST_P(PaddedSteps, AsStepGraphsAStepIsTwoGraphLaunchesAndNothingElse) {
-  const int cards = GetParam();
+  const int cards = this->cards();
   GPUBOX_REQUIRE_CARDS(cards);
-  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
-  const Data data = make_data(cards, layout.push_dim());
-  const RunResult graphs = run(cards, Mode::kPaddedGraphs, data);
-  const RunResult eager = run(cards, Mode::kPaddedEager, data);
+  const Data data = this->data();
+  const RunResult graphs = run(cards, placement(), Mode::kPaddedGraphs, data);
+  const RunResult eager = run(cards, placement(), Mode::kPaddedEager, data);
   for (int c = 0; c < cards; ++c) {
     const device::DeviceCounts& g = graphs.last_step[c];
     const device::DeviceCounts& e = eager.last_step[c];
@@ -232,27 +259,29 @@ TEST_P(PaddedSteps, AsStepGraphsAStepIsTwoGraphLaunchesAndNothingElse) {
     EXPECT_EQ(g.host_syncs, 0u) << "card " << c;
     EXPECT_EQ(g.allocations, 0u) << "card " << c;
     EXPECT_EQ(g.pinned_copies, 1u) << "card " << c;  // the check into its pinned slot
-    // The same work, eagerly: 3 collectives and every node a launch or a card copy.
+    // The same work, eagerly: every node a launch, a card copy or a collective. Sharded: keys
+    // out, records back, push records out (3); replicated: keys and push records all-gathered,
+    // the pull records read from the card's own replica (2).
     EXPECT_EQ(e.graph_launches, 0u) << "card " << c;
-    EXPECT_EQ(e.collectives, 3u) << "card " << c;
+    EXPECT_EQ(e.collectives, replicated() ? 2u : 3u) << "card " << c;
     EXPECT_EQ(e.host_syncs, 0u) << "card " << c;
     EXPECT_EQ(g.graph_nodes, e.launches + e.collectives + e.card_copies) << "card " << c;
   }
 }
 
 TEST_P(PaddedSteps, AWrongPlanStillFailsLateNamingTheStep) {
-  const int cards = GetParam();
+  const int cards = this->cards();
   GPUBOX_REQUIRE_CARDS(cards);
-  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
-  const Data data = make_data(cards, layout.push_dim());
-  // Step 3's plan says card 0 sends one key fewer to the last card (1 card: to itself) than its
-  // batch has: its late check finds its row unlike the plan.
+  const Data data = this->data();
+  // Step 3's plan says card 0 sends one key fewer to the last card (1 card: to itself;
+  // replicated: to every card) than its batch has: its late check finds its row unlike the plan.
   std::vector<uint64_t> wrong = data.plan[3];
-  ASSERT_GT(wrong[cards - 1], 0u);
-  --wrong[cards - 1];
+  const std::size_t entry = replicated() ? 0 : static_cast<std::size_t>(cards - 1);
+  ASSERT_GT(wrong[entry], 0u);
+  --wrong[entry];
   std::string message;
   try {
-    run(cards, Mode::kPaddedGraphs, data, &wrong, 3);
+    run(cards, placement(), Mode::kPaddedGraphs, data, &wrong, 3);
   } catch (const Error& e) {
     message = e.what();
   }
@@ -262,27 +291,36 @@ TEST_P(PaddedSteps, AWrongPlanStillFailsLateNamingTheStep) {
 }
 
 TEST_P(PaddedSteps, AMissingKeyFailsLateNamingItsOwnerAndStep) {
-  const int cards = GetParam();
+  const int cards = this->cards();
   GPUBOX_REQUIRE_CARDS(cards);
-  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
-  const Data data = make_data(cards, layout.push_dim());
+  const Data data = this->data();
   const uint64_t absent = universe()[0];  // the hottest key: in the first step's batches
   std::string message;
   try {
-    run(cards, Mode::kPaddedGraphs, data, nullptr, -1, absent);
+    run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent);
   } catch (const Error& e) {
     message = e.what();
   }
   ASSERT_FALSE(message.empty()) << "the missing key went unnoticed";
-  EXPECT_NE(message.find("pass 2, step 0: HeterComm pull: key " + std::to_string(absent) +
-                         " is missing on its owner card " +
-                         std::to_string(owner_card(absent, cards)) + " (requested by card "),
+  // Replicated: every replica misses it (any card may be the first to fail).
+  const std::string where = replicated() ? " is missing on the replica of card "
+                                         : " is missing on its owner card " +
+                                               std::to_string(owner_card(absent, cards)) +
+                                               " (requested by card ";
+  EXPECT_NE(message.find("pass 2, step 0: HeterComm pull: key " + std::to_string(absent) + where),
             std::string::npos)
       << message;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cards, PaddedSteps, ::testing::Values(1, 2, 4),
-                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
+INSTANTIATE_TEST_SUITE_P(Cards, PaddedSteps,
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values(Placement::kSharded,
+                                                              Placement::kReplicated)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "cards_" +
+                                  (std::get<1>(info.param) == Placement::kSharded ? "sharded"
+                                                                                  : "replicated");
+                         });
 
 }  // namespace
 }  // namespace gpubox::heter_comm
