@@ -86,7 +86,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kPsPush:
       return ps_push(header, payload);
     case Op::kDense:
-      return dense(header, payload);
+      return dense(header, payload, reserve);
     case Op::kAuth:
     case Op::kAuthProof:
     case Op::kBarrier:

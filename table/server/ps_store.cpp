@@ -1,6 +1,8 @@
 #include "table/server/ps_store.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 #include "common/hash.hpp"
@@ -117,50 +119,140 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
   return table.push(request.keys.data(), n, rows.data());
 }
 
-Status PsStore::dense(DenseRequest request, std::vector<uint8_t>* reply) {
+Status PsStore::dense(uint64_t client_id, DenseRequest request, std::vector<uint8_t>* reply) {
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
   if (bad != request.values.size()) {
-    return Status::InvalidArgument("DENSE '" + request.name + "': value " + std::to_string(bad) +
+    return Status::InvalidArgument("DENSE '" + request.name + "': value " +
+                                   std::to_string(std::size_t{request.offset} + bad) +
                                    " is not finite; nothing was applied");
   }
   MutexLock lock(dense_mu_);
+  if (request.action != DenseAction::kWrite) return read_or_add(request, reply);
+  bool committed = true;
+  if (request.whole()) {
+    GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
+  } else {
+    GPUBOX_RETURN_IF_ERROR(stage_write(client_id, request, &committed));
+  }
+  // A write replies no values: the writer has them.
+  encode_dense_reply(request.offset, nullptr, 0, committed, reply);
+  return Status::OK();
+}
+
+Status PsStore::write_table(const std::string& name, std::vector<float> values) {
+  auto it = dense_.find(name);
+  if (it == dense_.end() && dense_.size() >= kMaxDenseTables) {
+    return Status::ResourceExhausted("DENSE '" + name + "': this server already holds " +
+                                     std::to_string(kMaxDenseTables) + " dense tables");
+  }
+  dense_[name] = std::move(values);
+  return Status::OK();
+}
+
+Status PsStore::stage_write(uint64_t client_id, DenseRequest& request, bool* committed) {
+  *committed = false;
+  const std::string what =
+      "DENSE '" + request.name + "': range [" + std::to_string(request.offset) + ", " +
+      std::to_string(std::size_t{request.offset} + request.count) + ") of write " +
+      std::to_string(request.write_id) + " of client " + std::to_string(client_id);
+  auto staged = std::find_if(staged_.begin(), staged_.end(), [&](const StagedWrite& w) {
+    return w.client_id == client_id && w.write_id == request.write_id;
+  });
+  if (staged == staged_.end()) {
+    if (dense_.count(request.name) == 0 && dense_.size() >= kMaxDenseTables) {
+      return Status::ResourceExhausted(what + ": this server already holds " +
+                                       std::to_string(kMaxDenseTables) + " dense tables");
+    }
+    if (staged_.size() >= kMaxStagedDenseWrites) {  // an abandoned write, most likely
+      staged_.erase(std::min_element(
+          staged_.begin(), staged_.end(),
+          [](const StagedWrite& a, const StagedWrite& b) { return a.started < b.started; }));
+    }
+    StagedWrite fresh;
+    fresh.client_id = client_id;
+    fresh.write_id = request.write_id;
+    fresh.name = request.name;
+    fresh.total = request.total;
+    fresh.started = ++staged_serial_;
+    staged_.push_back(std::move(fresh));
+    staged = staged_.end() - 1;
+  }
+  if (staged->name != request.name || staged->total != request.total) {
+    return Status::InvalidArgument(what + " names a table of " + std::to_string(request.total) +
+                                   " values; its first range named '" + staged->name + "' of " +
+                                   std::to_string(staged->total));
+  }
+  if (request.count == 0) return Status::OK();
+  // The ranges received so far never overlap: the one starting at or after this offset must start
+  // after its end, and the one before must end at or before its start.
+  auto next = staged->ranges.lower_bound(request.offset);
+  const auto overlap = [&](uint32_t begin, const std::vector<float>& v) {
+    return Status::InvalidArgument(what + " overlaps the range [" + std::to_string(begin) + ", " +
+                                   std::to_string(begin + v.size()) + ") received before");
+  };
+  if (next != staged->ranges.end() && next->first < request.offset + request.count) {
+    return overlap(next->first, next->second);
+  }
+  if (next != staged->ranges.begin()) {
+    const auto prev = std::prev(next);
+    if (prev->first + prev->second.size() > request.offset)
+      return overlap(prev->first, prev->second);
+  }
+  staged->received += request.count;
+  staged->ranges.emplace(request.offset, std::move(request.values));
+  if (staged->received < staged->total) return Status::OK();
+  // Every value arrived (no overlap, so exactly total of them): the table is replaced at once.
+  std::vector<float> values(staged->total);
+  for (auto& [offset, range] : staged->ranges) {
+    std::copy(range.begin(), range.end(), values.begin() + offset);
+  }
+  const std::string name = staged->name;
+  staged_.erase(staged);
+  GPUBOX_RETURN_IF_ERROR(write_table(name, std::move(values)));
+  *committed = true;
+  return Status::OK();
+}
+
+Status PsStore::read_or_add(DenseRequest& request, std::vector<uint8_t>* reply) {
   auto it = dense_.find(request.name);
-  if (it != dense_.end() && request.action == DenseAction::kWrite) {
-    it->second = std::move(request.values);
-  } else if (it == dense_.end()) {
+  if (it == dense_.end()) {
     if (request.action == DenseAction::kAdd) {
       return Status::NotFound("DENSE '" + request.name +
                               "': an add to a table no trainer has read (created) yet");
     }
-    if (dense_.size() >= kMaxDenseTables) {
-      return Status::ResourceExhausted("DENSE '" + request.name + "': this server already holds " +
-                                       std::to_string(kMaxDenseTables) + " dense tables");
+    if (!request.whole() || !request.has_values) {
+      return Status::NotFound("DENSE '" + request.name +
+                              "': a read of a table this server does not hold (a table over "
+                              "one frame is created by a write first)");
     }
-    it = dense_.emplace(request.name, std::move(request.values)).first;
-  } else {
-    std::vector<float>& values = it->second;
-    if (request.values.size() != values.size()) {
-      return Status::InvalidArgument("DENSE '" + request.name + "' holds " +
-                                     std::to_string(values.size()) + " values; the request has " +
-                                     std::to_string(request.values.size()) +
-                                     " (trainers with different models?)");
+    GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
+    it = dense_.find(request.name);
+  }
+  std::vector<float>& values = it->second;
+  if (request.total != values.size()) {
+    return Status::InvalidArgument("DENSE '" + request.name + "' holds " +
+                                   std::to_string(values.size()) + " values; the request has " +
+                                   std::to_string(request.total) +
+                                   " (trainers with different models?)");
+  }
+  float* range = values.data() + request.offset;
+  if (request.action == DenseAction::kAdd) {
+    // The sums are checked before any is stored: an add that would leave a value non-finite is
+    // refused whole.
+    for (std::size_t i = 0; i < request.count; ++i) {
+      const float sum = range[i] + request.values[i];
+      if (std::isfinite(sum)) continue;
+      std::ostringstream msg;
+      msg << "DENSE '" << request.name << "': value " << request.offset + i << " would become "
+          << sum << " (" << range[i] << " + " << request.values[i] << "); nothing of the range ["
+          << request.offset << ", " << std::size_t{request.offset} + request.count
+          << ") was applied";
+      return Status::InvalidArgument(msg.str());
     }
-    if (request.action == DenseAction::kAdd) {
-      // The sums are checked before any is stored: an add that would leave a value non-finite
-      // is refused whole.
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const float sum = values[i] + request.values[i];
-        if (std::isfinite(sum)) continue;
-        std::ostringstream msg;
-        msg << "DENSE '" << request.name << "': value " << i << " would become " << sum << " ("
-            << values[i] << " + " << request.values[i] << "); nothing was applied";
-        return Status::InvalidArgument(msg.str());
-      }
-      for (std::size_t i = 0; i < values.size(); ++i) values[i] += request.values[i];
-    }
+    for (std::size_t i = 0; i < request.count; ++i) range[i] += request.values[i];
   }
   // Encoded from the table itself: the async mode sends the whole dense net every step.
-  encode_dense_reply(it->second.data(), it->second.size(), reply);
+  encode_dense_reply(request.offset, range, request.count, false, reply);
   return Status::OK();
 }
 

@@ -1,0 +1,232 @@
+// DENSE of a table over the frame limit (protocol 6, ps_protocol.hpp): the client carries it in
+// ranges, and reads, adds and writes give what one frame gives (a server with the default limit)
+// and what a plain vector computes, at the sizes around the range sizes; concurrent adds in
+// ranges lose nothing; and the server refuses hostile ranges (outside the table, overlapping,
+// truncated, a reply over its frame limit, a huge announced table) with an error naming the
+// client, allocating nothing for them, and goes on serving.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "table/server/ps_protocol.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "table/server/server.hpp"
+#include "tests/table/server/fake_host_tier.hpp"
+#include "tests/table/server/server_test_util.hpp"
+
+namespace gpubox::table::server {
+namespace {
+
+using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
+
+constexpr uint32_t kSmallFrame = 4096;
+// The values per range that RemoteHostTier::dense fits in kSmallFrame for table "dense": an add
+// carries its values both ways (8 bytes a value), a ranged read or a write one way (4 bytes).
+constexpr std::size_t kHead = 64 + 5 + kDenseReplyHeadBytes;
+constexpr std::size_t kAddRange = (kSmallFrame - kHead) / 8;
+constexpr std::size_t kOneWayRange = (kSmallFrame - kHead) / 4;
+
+std::vector<float> random_values(std::size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+struct Pair {
+  FakeHostTier small_table{test_config()}, oracle_table{test_config()};
+  std::unique_ptr<Server> small, oracle;  // frame limit kSmallFrame, and the default
+  std::unique_ptr<RemoteHostTier> ranged, whole;
+  Pair() {
+    ServerOptions so;
+    so.max_payload_bytes = kSmallFrame;
+    small = start_server(&small_table, so);
+    oracle = start_server(&oracle_table);
+    if (small && oracle) {
+      auto options = client_options(small->endpoint());
+      options.connections_per_endpoint = 1;  // no new connection (and its INFO) mid-way
+      ranged = connect_client(options);
+      whole = connect_client(client_options(oracle->endpoint()));
+    }
+  }
+};
+
+TEST(DenseRanges, ReadsAddsAndWritesOfAnySizeMatchOneFrameAndTheOracle) {
+  Pair p;
+  ASSERT_TRUE(p.ranged && p.whole);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, kAddRange - 1, kAddRange, kAddRange + 1,
+                        kOneWayRange, kOneWayRange + 1, 2 * kOneWayRange, 7 * kOneWayRange + 3}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    const std::vector<float> start = random_values(n, static_cast<uint32_t>(n) + 1);
+    const std::vector<float> delta = random_values(n, static_cast<uint32_t>(n) + 2);
+    std::vector<float> oracle = start;
+    for (std::size_t i = 0; i < n; ++i) oracle[i] += delta[i];
+    const uint64_t before = p.small->counters().requests;
+    for (RemoteHostTier* client : {p.ranged.get(), p.whole.get()}) {
+      std::vector<float> written = start;
+      ASSERT_TRUE(client->dense(DenseAction::kWrite, "dense", &written).ok());
+      EXPECT_EQ(written, start);
+      std::vector<float> read(n, 0.0f);
+      ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read).ok());
+      EXPECT_EQ(read, start);
+      std::vector<float> sum = delta;
+      const Status added = client->dense(DenseAction::kAdd, "dense", &sum);
+      ASSERT_TRUE(added.ok()) << added.to_string();
+      EXPECT_EQ(sum, oracle);
+      std::fill(read.begin(), read.end(), 0.0f);
+      ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read).ok());
+      EXPECT_EQ(read, oracle);
+    }
+    // The small server took ranges: a request per range of each of the four calls.
+    // (A write in one frame up to kOneWayRange values; a read or an add up to kAddRange; a
+    // ranged read carries no values, kOneWayRange a range.)
+    const auto ranges = [&](std::size_t per) {
+      return std::max<std::size_t>(1, (n + per - 1) / per);
+    };
+    const std::size_t reads = n <= kAddRange ? 1 : ranges(kOneWayRange);
+    EXPECT_EQ(p.small->counters().requests - before,
+              ranges(kOneWayRange) + 2 * reads + ranges(kAddRange));
+  }
+}
+
+// Four clients add to a table of several ranges at once: every add is there in the end.
+TEST(DenseRanges, ConcurrentAddsInRangesLoseNothing) {
+  Pair p;
+  ASSERT_TRUE(p.ranged);
+  const std::size_t n = 3 * kAddRange + 11;
+  std::vector<float> zeros(n, 0.0f);
+  ASSERT_TRUE(p.ranged->dense(DenseAction::kWrite, "dense", &zeros).ok());
+  constexpr int kClients = 4, kAdds = 8;
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = RemoteHostTier::connect(client_options(p.small->endpoint()));
+      if (!client.ok()) return void(results[c] = client.status());
+      for (int a = 0; a < kAdds && results[c].ok(); ++a) {
+        std::vector<float> ones(n, 1.0f);
+        results[c] = (*client)->dense(DenseAction::kAdd, "dense", &ones);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& st : results) ASSERT_TRUE(st.ok()) << st.to_string();
+  std::vector<float> read(n, 0.0f);
+  ASSERT_TRUE(p.ranged->dense(DenseAction::kRead, "dense", &read).ok());
+  EXPECT_EQ(read, std::vector<float>(n, static_cast<float>(kClients * kAdds)));
+}
+
+// One raw DENSE range from client 1: its status (the reply's payload in *reply).
+Status raw_range(Connection& conn, DenseRequest head, const std::vector<float>* values,
+                 uint64_t request_id, std::vector<uint8_t>* reply = nullptr) {
+  std::vector<uint8_t> payload;
+  head.has_values = values != nullptr;
+  encode_dense_range(head, values ? values->data() : nullptr, &payload);
+  return raw_call(conn, Op::kDense, payload, request_id, /*client_id=*/1, reply);
+}
+
+DenseRequest range(DenseAction action, uint32_t total, uint32_t offset, uint32_t count,
+                   uint64_t write_id = 0) {
+  DenseRequest head;
+  head.action = action;
+  head.name = "dense";
+  head.total = total;
+  head.offset = offset;
+  head.count = count;
+  head.write_id = write_id;
+  return head;
+}
+
+void expect_refused(const Status& st, Status::Code code, const std::string& words) {
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  EXPECT_NE(st.message().find(words), std::string::npos) << st.to_string();
+}
+
+TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_payload_bytes = kSmallFrame;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  uint64_t id = 1;
+  const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
+  // A staged write of 8 values: [0,4), then [2,6) overlaps it, then [4,8) completes it.
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 9), &four, id++, &reply).ok());
+  auto head = decode_dense_reply(reply.data(), reply.size(), 0, 0);
+  ASSERT_TRUE(head.ok());
+  EXPECT_FALSE(head->committed);
+  expect_refused(raw_range(conn, range(DenseAction::kWrite, 8, 2, 4, 9), &four, id++),
+                 Status::Code::kInvalidArgument, "of client 1 overlaps the range [0, 4)");
+  // The same write naming another size of table.
+  expect_refused(raw_range(conn, range(DenseAction::kWrite, 9, 4, 4, 9), &four, id++),
+                 Status::Code::kInvalidArgument, "its first range named 'dense' of 8");
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 9), &four, id++, &reply).ok());
+  head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
+  ASSERT_TRUE(head.ok());
+  EXPECT_TRUE(head->committed);
+  // A range outside the table, from the decoder: named with the client.
+  expect_refused(raw_range(conn, range(DenseAction::kAdd, 8, 6, 4), &four, id++),
+                 Status::Code::kInvalidArgument, "range [6, 10) is outside a table of 8 values");
+  expect_refused(raw_range(conn, range(DenseAction::kAdd, 8, 6, 4), &four, id++),
+                 Status::Code::kInvalidArgument, "of client 1");
+  // A total other than the table's, an add without values, a truncated range.
+  expect_refused(raw_range(conn, range(DenseAction::kAdd, 12, 0, 4), &four, id++),
+                 Status::Code::kInvalidArgument, "holds 8 values; the request has 12");
+  expect_refused(raw_range(conn, range(DenseAction::kAdd, 8, 0, 4), nullptr, id++),
+                 Status::Code::kInvalidArgument, "carries its values");
+  std::vector<uint8_t> payload;
+  DenseRequest add = range(DenseAction::kAdd, 8, 0, 4);
+  add.has_values = true;
+  encode_dense_range(add, four.data(), &payload);
+  payload.resize(payload.size() - 3);
+  expect_refused(raw_call(conn, Op::kDense, payload, id++), Status::Code::kCorruption,
+                 "DENSE request");
+  // Hostile lengths: a read whose reply would be 16 GiB, a write announcing 2^32 - 1 values
+  // (staged: only its 4 values are held), a read of a 2^32 - 1 table that is not there.
+  expect_refused(
+      raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, UINT32_MAX), nullptr, id++),
+      Status::Code::kResourceExhausted, "over the frame limit of 4096 bytes");
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, UINT32_MAX, 0, 4, 10), &four, id++).ok());
+  expect_refused(raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, 4), nullptr, id++),
+                 Status::Code::kInvalidArgument, "holds 8 values; the request has 4294967295");
+  // Served as before: the table is the staged write's 8 values.
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kRead, 8, 0, 8), nullptr, id++, &reply).ok());
+  head = decode_dense_reply(reply.data(), reply.size(), 0, 8);
+  ASSERT_TRUE(head.ok());
+  std::vector<float> read(8);
+  std::memcpy(read.data(), head->values, sizeof(float) * 8);
+  EXPECT_EQ(read, (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
+  EXPECT_EQ(server->counters().protocol_errors, 0u);
+}
+
+// Beyond kMaxStagedDenseWrites ranged writes at once, the oldest is dropped: its last range then
+// starts it anew and commits nothing (the client reports it; the table keeps its values).
+TEST(DenseRanges, TheOldestOfTooManyStagedWritesIsDroppedNotCommittedInPart) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  uint64_t id = 1;
+  const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
+  for (uint64_t w = 1; w <= kMaxStagedDenseWrites + 1; ++w) {
+    ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, w), &four, id++).ok());
+  }
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
+  auto head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
+  ASSERT_TRUE(head.ok());
+  EXPECT_FALSE(head->committed);
+  // (Write 1's range took write 2's place: write 3 is now the oldest staged.)
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 3), &four, id++, &reply).ok());
+  head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
+  ASSERT_TRUE(head.ok());
+  EXPECT_TRUE(head->committed);
+}
+
+}  // namespace
+}  // namespace gpubox::table::server
