@@ -1,6 +1,6 @@
 // Issue 32: the PS modes carry a dense table over the frame limit in ranges (protocol 6,
 // RemoteHostTier::dense). A network whose dense table is over the servers' (test-lowered) frame
-// limit trains in the async and sync modes and ends exactly where the same run ends against
+// limit trains in the async, sync and geo modes and ends exactly where the same run ends against
 // servers that take the whole table in one frame: the same dense weights, the same test AUC.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -70,8 +70,8 @@ fs::path PsDenseRanges::root_;
 
 // One thread, one trainer: the servers' table has one writer, so ranges change nothing of the
 // arithmetic (each value's sum is the same float additions in the same order).
-TEST_F(PsDenseRanges, OneFrameAndRangesTrainTheSameModelInAsyncAndSync) {
-  for (const char* mode : {"async", "sync"}) {
+TEST_F(PsDenseRanges, OneFrameAndRangesTrainTheSameModelInAsyncSyncAndGeo) {
+  for (const char* mode : {"async", "sync", "geo"}) {
     SCOPED_TRACE(mode);
     const Outcome whole = train(mode, 0, 1);
     const Outcome ranged = train(mode, kSmallFrame, 1);
