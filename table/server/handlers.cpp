@@ -6,14 +6,21 @@
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "table/server/model_path.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/server_impl.hpp"
 
 namespace gpubox::table::server {
 namespace {
 
-bool is_mutation(Op op) {
+// A DENSE read changes nothing (or creates a table from its values, which a retry then reads):
+// it skips the retry cache, which a dense table's ranges would otherwise fill, pushing out the
+// replies that keep a retried PUSH or add from being applied twice.
+bool is_mutation(Op op, const std::vector<uint8_t>& payload) {
+  if (op == Op::kDense) {
+    return payload.empty() || payload[0] != static_cast<uint8_t>(DenseAction::kRead);
+  }
   return op == Op::kPush || op == Op::kErase || op == Op::kShrink || op == Op::kSave ||
-         op == Op::kLoad || op == Op::kPsPush || op == Op::kDense;
+         op == Op::kLoad || op == Op::kPsPush;
 }
 
 Reply u64_reply(const FrameHeader& header, uint64_t value) {
@@ -34,7 +41,7 @@ Reply table_error_reply(const FrameHeader& request, const Status& status) {
 
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
                            const ReserveReply& reserve) {
-  if (!is_mutation(header.op)) return apply(header, payload, reserve);
+  if (!is_mutation(header.op, payload)) return apply(header, payload, reserve);
   const RequestKey key{header.client_id, header.request_id, static_cast<uint16_t>(header.op),
                        request_digest(payload.data(), payload.size())};
   CachedReply cached;

@@ -1,7 +1,8 @@
 // DENSE of a table over the frame limit (protocol 6, ps_protocol.hpp): the client carries it in
 // ranges, and reads, adds and writes give what one frame gives (a server with the default limit)
 // and what a plain vector computes, at the sizes around the range sizes; concurrent adds in
-// ranges lose nothing; and the server refuses hostile ranges (outside the table, overlapping,
+// ranges lose nothing; a retried add is applied once while a read skips the retry cache; and the
+// server refuses hostile ranges (outside the table, overlapping,
 // truncated, a reply over its frame limit, a huge announced table) with an error naming the
 // client, allocating nothing for them, and goes on serving.
 #include <gtest/gtest.h>
@@ -226,6 +227,31 @@ TEST(DenseRanges, TheOldestOfTooManyStagedWritesIsDroppedNotCommittedInPart) {
   head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
   ASSERT_TRUE(head.ok());
   EXPECT_TRUE(head->committed);
+}
+
+// A retried add (same request id) is applied once; a read is not remembered: read again under the
+// same id, it gives the table as it is now (so the ranges of a big table never fill the retry
+// cache).
+TEST(DenseRanges, ARetriedAddIsAppliedOnceAReadIsReadAgain) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 4, 0, 4), &four, 1).ok());
+  const auto read = [&](uint64_t id) {
+    std::vector<uint8_t> reply;
+    EXPECT_TRUE(raw_range(conn, range(DenseAction::kRead, 4, 0, 4), nullptr, id, &reply).ok());
+    auto head = decode_dense_reply(reply.data(), reply.size(), 0, 4);
+    std::vector<float> values(4);
+    if (head.ok()) std::memcpy(values.data(), head->values, sizeof(float) * 4);
+    return values;
+  };
+  EXPECT_EQ(read(2), four);
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());  // a retry
+  EXPECT_EQ(read(2), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(server->counters().duplicate_requests, 1u);
 }
 
 }  // namespace
