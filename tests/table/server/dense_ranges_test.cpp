@@ -2,9 +2,9 @@
 // ranges, and reads, adds and writes give what one frame gives (a server with the default limit)
 // and what a plain vector computes, at the sizes around the range sizes; concurrent adds in
 // ranges lose nothing; a retried add is applied once while a read skips the retry cache; and the
-// server refuses hostile ranges (outside the table, overlapping,
-// truncated, a reply over its frame limit, a huge announced table) with an error naming the
-// client, allocating nothing for them, and goes on serving.
+// server refuses hostile ranges (outside the table, overlapping, truncated, a reply over its frame
+// limit, a huge announced table) with an error naming the client, allocating nothing for them,
+// and goes on serving.
 #include <gtest/gtest.h>
 
 #include <cstring>
