@@ -118,12 +118,18 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
     return st.with_context("dense table '" + name + "' in " + std::to_string(requests.size()) +
                            " ranges");
   if (action == DenseAction::kWrite && committed != 1) {
-    return Status::ResourceExhausted("dense table '" + name + "': the server " + endpoint_name(0) +
-                                     " dropped the write of " + std::to_string(n) + " values in " +
-                                     std::to_string(requests.size()) +
-                                     " ranges before its last range arrived (more than " +
-                                     std::to_string(kMaxStagedDenseWrites) +
-                                     " ranged writes at once?); the table was not written");
+    // The last range's reply did not say committed: the server no longer held the earlier
+    // ranges when it arrived, or the reply came from a retry that no longer matched the write.
+    return Status::ResourceExhausted(
+        "dense table '" + name + "': the server " + endpoint_name(0) +
+        " did not commit the write of " + std::to_string(n) + " values in " +
+        std::to_string(requests.size()) +
+        " ranges: it no longer held the ranges sent before the last (a server restart; or the "
+        "held write was dropped, for this client's newer ranged writes beyond " +
+        std::to_string(kMaxStagedDenseWrites) +
+        " or after no range arrived for the server's idle limit; or the last range was "
+        "retried after the server's retry cache forgot its first reply); the table was not "
+        "written, write it again");
   }
   return Status::OK();
 }
