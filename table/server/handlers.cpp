@@ -23,6 +23,13 @@ bool is_mutation(Op op, const std::vector<uint8_t>& payload) {
          op == Op::kLoad || op == Op::kPsPush;
 }
 
+// A DENSE add: its retry-cache entry holds no values (an add range's reply is up to a frame, and
+// two of them would push out every other remembered reply); a retry reads the range again.
+bool is_dense_add(Op op, const std::vector<uint8_t>& payload) {
+  return op == Op::kDense && !payload.empty() &&
+         payload[0] == static_cast<uint8_t>(DenseAction::kAdd);
+}
+
 Reply u64_reply(const FrameHeader& header, uint64_t value) {
   std::vector<uint8_t> out;
   encode_u64_reply(value, &out);
@@ -48,6 +55,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
   switch (window_.begin(key, Clock::now(), &cached)) {
     case RequestWindow::Begin::kDone:
       duplicates.fetch_add(1, std::memory_order_relaxed);
+      if (is_dense_add(header.op, payload)) return dense_reread(header, payload, reserve);
       return make_reply(header, cached.status, std::move(cached.payload));
     case RequestWindow::Begin::kInProgress:
       duplicates.fetch_add(1, std::memory_order_relaxed);
@@ -62,7 +70,11 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
   const bool remember = reply.status == Status::Code::kOk;
   if (remember) {
     cached.status = reply.status;
-    cached.payload.assign(reply.frame.begin() + kHeaderBytes, reply.frame.end());
+    // A DENSE add's record: its reply's head (offset, count), no values (is_dense_add).
+    const std::size_t kept = is_dense_add(header.op, payload)
+                                 ? std::min(reply.frame.size(), kHeaderBytes + kDenseReplyHeadBytes)
+                                 : reply.frame.size();
+    cached.payload.assign(reply.frame.begin() + kHeaderBytes, reply.frame.begin() + kept);
   }
   window_.finish(key, Clock::now(), std::move(cached), remember);
   return reply;

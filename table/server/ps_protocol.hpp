@@ -49,10 +49,12 @@ enum class DenseAction : uint8_t {
   kWrite = 2,  // the table becomes the request's values (any size; created when absent)
 };
 // Bounds of the dense tables one server holds (a client cannot make it keep more), and of the
-// writes it stages (a table written in several ranges, see below).
+// writes it stages (a table written in several ranges, see below): per client (beyond, the
+// client's own oldest is dropped) and from all clients (beyond, a new one is refused).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;
 inline constexpr std::size_t kMaxStagedDenseWrites = 4;
+inline constexpr std::size_t kMaxHeldDenseWrites = 64;
 
 // DENSE request (protocol 6): u8 action, string name (1..kMaxDenseNameBytes), u32 total (the
 // table's size as the client knows it), u32 offset, u32 count (the range [offset, offset+count)
@@ -63,7 +65,9 @@ inline constexpr std::size_t kMaxStagedDenseWrites = 4;
 // add is applied on its own, atomically; a write of a part of the table (count < total) is
 // staged on the server under (client id, write_id) and replaces the table at once when its last
 // range arrives, so a write is seen whole or not at all. The server allocates only for bytes
-// that arrived: a staged write grows with its ranges, and `total` sizes nothing.
+// that arrived: a staged write grows with its ranges, and `total` sizes nothing (it is checked
+// against the server's dense memory limit at the first range). A ranged write's range carries at
+// least one value.
 //
 // DENSE reply: u32 offset, u32 count, u8 committed, f32 values[count]: a read or an add replies
 // the range's values after the request; a write replies no values, committed 1 when the table

@@ -182,6 +182,10 @@ class Server::Impl {
   // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.
   Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
               const ReserveReply& reserve);
+  // A retried DENSE add (applied before): the range read again under the dense lock, not added.
+  Reply dense_reread(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                     const ReserveReply& reserve);
+  Reply dense_request(const FrameHeader& header, DenseRequest request, const ReserveReply& reserve);
 
   HostTier* table_;
   PsStore ps_store_;  // the PS modes' row locks and dense tables

@@ -120,13 +120,19 @@ TEST(DenseRanges, ConcurrentAddsInRangesLoseNothing) {
   EXPECT_EQ(read, std::vector<float>(n, static_cast<float>(kClients * kAdds)));
 }
 
-// One raw DENSE range from client 1: its status (the reply's payload in *reply).
+// One raw DENSE range from `client` (1 unless told): its status (the reply's payload in *reply).
 Status raw_range(Connection& conn, DenseRequest head, const std::vector<float>* values,
-                 uint64_t request_id, std::vector<uint8_t>* reply = nullptr) {
+                 uint64_t request_id, std::vector<uint8_t>* reply = nullptr, uint64_t client = 1) {
   std::vector<uint8_t> payload;
   head.has_values = values != nullptr;
   encode_dense_range(head, values ? values->data() : nullptr, &payload);
-  return raw_call(conn, Op::kDense, payload, request_id, /*client_id=*/1, reply);
+  return raw_call(conn, Op::kDense, payload, request_id, client, reply);
+}
+
+// Whether the reply to a write range says the write was committed.
+bool committed(const std::vector<uint8_t>& reply, uint32_t offset) {
+  auto head = decode_dense_reply(reply.data(), reply.size(), offset, 0);
+  return head.ok() && head->committed;
 }
 
 DenseRequest range(DenseAction action, uint32_t total, uint32_t offset, uint32_t count,
@@ -192,7 +198,8 @@ TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
   expect_refused(
       raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, UINT32_MAX), nullptr, id++),
       Status::Code::kResourceExhausted, "over the frame limit of 4096 bytes");
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, UINT32_MAX, 0, 4, 10), &four, id++).ok());
+  expect_refused(raw_range(conn, range(DenseAction::kWrite, UINT32_MAX, 0, 4, 10), &four, id++),
+                 Status::Code::kResourceExhausted, "(gpubox_server --max_dense_mb)");
   expect_refused(raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, 4), nullptr, id++),
                  Status::Code::kInvalidArgument, "holds 8 values; the request has 4294967295");
   // Served as before: the table is the staged write's 8 values.
@@ -252,6 +259,130 @@ TEST(DenseRanges, ARetriedAddIsAppliedOnceAReadIsReadAgain) {
   ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());  // a retry
   EXPECT_EQ(read(2), (std::vector<float>{2, 4, 6, 8}));
   EXPECT_EQ(server->counters().duplicate_requests, 1u);
+}
+
+// An add range's reply is up to a frame; two of them took a retry cache of 64 MiB whole,
+// forgetting the replies that keep other retries from applying twice. Now an add is remembered
+// without its values, and a retry reads its range again: with the cache below two add replies, a
+// retried add (after another add) is still applied once, and answered with the table's values.
+TEST(DenseRanges, RetriedAddsAreAppliedOnceWhenTwoAddRepliesWouldFillTheRetryCache) {
+  FakeHostTier table(test_config());
+  constexpr uint32_t kValues = 1024;
+  ServerOptions so;
+  so.dedup_max_bytes = 6000;  // one add reply (4 KiB of values) fits, two do not
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  const std::vector<float> start = random_values(kValues, 7), delta = random_values(kValues, 8);
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, kValues, 0, kValues), &start, 1).ok());
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, kValues, 0, kValues), &delta, 2).ok());
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, kValues, 0, kValues), &delta, 3).ok());
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(
+      raw_range(conn, range(DenseAction::kAdd, kValues, 0, kValues), &delta, 2, &reply).ok());
+  EXPECT_EQ(server->counters().duplicate_requests, 1u);
+  std::vector<float> twice = start;
+  for (uint32_t i = 0; i < kValues; ++i) twice[i] = (start[i] + delta[i]) + delta[i];
+  auto head = decode_dense_reply(reply.data(), reply.size(), 0, kValues);
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  std::vector<float> answered(kValues);
+  std::memcpy(answered.data(), head->values, sizeof(float) * kValues);
+  EXPECT_EQ(answered, twice);  // the range read again, not added again
+  // The first write's entry is still remembered too.
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, kValues, 0, kValues), &start, 1).ok());
+  EXPECT_EQ(server->counters().duplicate_requests, 2u);
+  std::vector<float> read(kValues, 0.0f);
+  auto client = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read).ok());
+  EXPECT_EQ(read, twice);
+}
+
+// --max_dense_mb counts the tables, every held write at its announced size (before anything is
+// allocated for it) and the copy that commits the largest held write.
+TEST(DenseRanges, TheDenseMemoryLimitCountsTablesHeldWritesAndTheCommitCopy) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_dense_bytes = 1024;  // 256 values
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  uint64_t id = 1;
+  const std::vector<float> fifty = random_values(50, 1), three_hundred = random_values(300, 2);
+  // A whole write of 300 values, and a ranged write announcing 1000, from client 5.
+  expect_refused(
+      raw_range(conn, range(DenseAction::kWrite, 300, 0, 300), &three_hundred, id++, nullptr, 5),
+      Status::Code::kResourceExhausted, "a write of client 5 would take");
+  expect_refused(
+      raw_range(conn, range(DenseAction::kWrite, 1000, 0, 50, 1), &fifty, id++, nullptr, 5),
+      Status::Code::kResourceExhausted, "over its limit of 1024 bytes");
+  // 100 values in two ranges: 400 held + 400 of commit copy fit; it commits.
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 100, 0, 50, 2), &fifty, id++).ok());
+  ASSERT_TRUE(
+      raw_range(conn, range(DenseAction::kWrite, 100, 50, 50, 2), &fifty, id++, &reply).ok());
+  EXPECT_TRUE(committed(reply, 50));
+  // Another table of 100 in ranges: 400 of table + 400 held + 400 of copy do not.
+  DenseRequest other = range(DenseAction::kWrite, 100, 0, 50, 3);
+  other.name = "other";
+  expect_refused(raw_range(conn, other, &fifty, id++), Status::Code::kResourceExhausted,
+                 "tables 400, ranged writes held 400, the largest one's commit copy 400");
+  // Rewriting the table itself (whole) replaces its bytes: 400 fit.
+  std::vector<float> hundred = random_values(100, 3);
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 100, 0, 100), &hundred, id++).ok());
+}
+
+// A ranged write's range of no values is refused before anything is held for it (a 50-byte frame
+// once held a write, and dropped another's).
+TEST(DenseRanges, ARangedWritesRangeOfNoValuesIsRefusedAndHoldsNothing) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  const std::vector<float> none;
+  expect_refused(raw_range(conn, range(DenseAction::kWrite, 8, 0, 0, 1), &none, 1),
+                 Status::Code::kInvalidArgument, "carries no values");
+  // The write of 0 values (whole) is still a write.
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 0, 0, 0, 2), &none, 2).ok());
+}
+
+// One client's ranged writes, however many, never drop another client's: beyond
+// kMaxStagedDenseWrites it drops its own oldest.
+TEST(DenseRanges, OneClientsWritesNeverDropAnotherClients) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  uint64_t id = 1;
+  const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 1), &four, id++).ok());
+  for (uint64_t w = 1; w <= 2 * kMaxStagedDenseWrites; ++w) {
+    ASSERT_TRUE(
+        raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, w), &four, id++, nullptr, 2).ok());
+  }
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
+  EXPECT_TRUE(committed(reply, 4));  // client 1's write was held throughout
+}
+
+// A held write whose writer died (no range for dense_write_max_idle_s) is dropped by the sweep.
+TEST(DenseRanges, AnIdleHeldWriteIsDropped) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.dense_write_max_idle_s = 0.2;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  Connection conn = raw_connection(server->port());
+  const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<uint8_t> reply;
+  // Ranges within the idle limit of each other commit.
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 1), &four, 1).ok());
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 1), &four, 2, &reply).ok());
+  EXPECT_TRUE(committed(reply, 4));
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 2), &four, 3).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 2), &four, 4, &reply).ok());
+  EXPECT_FALSE(committed(reply, 4));  // its first range was dropped; this one starts it anew
 }
 
 }  // namespace
