@@ -212,8 +212,9 @@ TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
   EXPECT_EQ(server->counters().protocol_errors, 0u);
 }
 
-// Beyond kMaxStagedDenseWrites ranged writes at once, the oldest is dropped: its last range then
-// starts it anew and commits nothing (the client reports it; the table keeps its values).
+// Beyond kMaxStagedDenseWrites ranged writes of one client at once, its oldest is dropped: its last
+// range then starts it anew and commits nothing (the client reports it; the table keeps its
+// values).
 TEST(DenseRanges, TheOldestOfTooManyStagedWritesIsDroppedNotCommittedInPart) {
   FakeHostTier table(test_config());
   auto server = start_server(&table);
