@@ -6,14 +6,28 @@
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "table/server/model_path.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/server_impl.hpp"
 
 namespace gpubox::table::server {
 namespace {
 
-bool is_mutation(Op op) {
+// A DENSE read changes nothing (or creates a table from its values, which a retry then reads):
+// it skips the retry cache, which a dense table's ranges would otherwise fill, pushing out the
+// replies that keep a retried PUSH or add from being applied twice.
+bool is_mutation(Op op, const std::vector<uint8_t>& payload) {
+  if (op == Op::kDense) {
+    return payload.empty() || payload[0] != static_cast<uint8_t>(DenseAction::kRead);
+  }
   return op == Op::kPush || op == Op::kErase || op == Op::kShrink || op == Op::kSave ||
-         op == Op::kLoad || op == Op::kPsPush || op == Op::kDense;
+         op == Op::kLoad || op == Op::kPsPush;
+}
+
+// A DENSE add: its retry-cache entry holds no values (an add range's reply is up to a frame, and
+// two of them would push out every other remembered reply); a retry reads the range again.
+bool is_dense_add(Op op, const std::vector<uint8_t>& payload) {
+  return op == Op::kDense && !payload.empty() &&
+         payload[0] == static_cast<uint8_t>(DenseAction::kAdd);
 }
 
 Reply u64_reply(const FrameHeader& header, uint64_t value) {
@@ -34,13 +48,14 @@ Reply table_error_reply(const FrameHeader& request, const Status& status) {
 
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
                            const ReserveReply& reserve) {
-  if (!is_mutation(header.op)) return apply(header, payload, reserve);
+  if (!is_mutation(header.op, payload)) return apply(header, payload, reserve);
   const RequestKey key{header.client_id, header.request_id, static_cast<uint16_t>(header.op),
                        request_digest(payload.data(), payload.size())};
   CachedReply cached;
   switch (window_.begin(key, Clock::now(), &cached)) {
     case RequestWindow::Begin::kDone:
       duplicates.fetch_add(1, std::memory_order_relaxed);
+      if (is_dense_add(header.op, payload)) return dense_reread(header, payload, reserve);
       return make_reply(header, cached.status, std::move(cached.payload));
     case RequestWindow::Begin::kInProgress:
       duplicates.fetch_add(1, std::memory_order_relaxed);
@@ -55,7 +70,11 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
   const bool remember = reply.status == Status::Code::kOk;
   if (remember) {
     cached.status = reply.status;
-    cached.payload.assign(reply.frame.begin() + kHeaderBytes, reply.frame.end());
+    // A DENSE add's record: its reply's head (offset, count), no values (is_dense_add).
+    const std::size_t kept = is_dense_add(header.op, payload)
+                                 ? std::min(reply.frame.size(), kHeaderBytes + kDenseReplyHeadBytes)
+                                 : reply.frame.size();
+    cached.payload.assign(reply.frame.begin() + kHeaderBytes, reply.frame.begin() + kept);
   }
   window_.finish(key, Clock::now(), std::move(cached), remember);
   return reply;
@@ -86,7 +105,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kPsPush:
       return ps_push(header, payload);
     case Op::kDense:
-      return dense(header, payload);
+      return dense(header, payload, reserve);
     case Op::kAuth:
     case Op::kAuthProof:
     case Op::kBarrier:

@@ -48,7 +48,9 @@ inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the w
 //    see "Rows on the wire" below).
 // 5: AUTH is a challenge-response (auth_handshake.hpp: the token never crosses the wire);
 //    notices (request id 0) say why the server closes a connection.
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: DENSE carries a range of its table (ps_protocol.hpp), so a dense table of any size travels
+//    in frames under the limit.
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr uint64_t kNoticeRequestId = 0;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;

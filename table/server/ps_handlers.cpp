@@ -1,6 +1,7 @@
 // What the parameter-server modes' ops (ps_protocol.hpp) do on the server: PS_PUSH and DENSE,
 // both through the server's PsStore. Retried requests are answered from the retry cache
-// (handlers.cpp), so a gradient or a delta is applied once.
+// (handlers.cpp), so a gradient or a delta is applied once; a retried DENSE add, remembered
+// without its values, is answered by reading its range again (dense_reread).
 #include "table/server/ps_protocol.hpp"
 #include "table/server/server_impl.hpp"
 
@@ -18,11 +19,46 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
   return make_reply(header, Status::Code::kOk, {});
 }
 
-Reply Server::Impl::dense(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+Reply Server::Impl::dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                          const ReserveReply& reserve) {
   auto request = decode_dense_request(payload.data(), payload.size());
-  if (!request.ok()) return table_error_reply(header, request.status());
+  if (!request.ok()) {
+    return table_error_reply(
+        header, request.status().with_context("request " + std::to_string(header.request_id) +
+                                              " of client " + std::to_string(header.client_id)));
+  }
+  return dense_request(header, std::move(request).value(), reserve);
+}
+
+Reply Server::Impl::dense_reread(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                                 const ReserveReply& reserve) {
+  auto request = decode_dense_request(payload.data(), payload.size());
+  if (!request.ok()) return table_error_reply(header, request.status());  // decoded before
+  request->action = DenseAction::kRead;
+  request->has_values = false;
+  request->values = {};
+  return dense_request(header, std::move(request).value(), reserve);
+}
+
+Reply Server::Impl::dense_request(const FrameHeader& header, DenseRequest request,
+                                  const ReserveReply& reserve) {
+  // A read or an add replies its range: a read of more than one frame (whose request is small)
+  // is refused here, before anything is allocated for it.
+  const std::size_t reply_bytes =
+      kDenseReplyHeadBytes +
+      (request.action == DenseAction::kWrite ? 0 : sizeof(float) * std::size_t{request.count});
+  if (reply_bytes > options_.max_payload_bytes) {
+    return table_error_reply(
+        header,
+        Status::ResourceExhausted(
+            "DENSE '" + request.name + "': a reply of " + std::to_string(reply_bytes) + " bytes (" +
+            std::to_string(request.count) + " values) is over the frame limit of " +
+            std::to_string(options_.max_payload_bytes) + " bytes: ask for a smaller range"));
+  }
+  Status st = reserve(reply_bytes);
+  if (!st.ok()) return error_reply(header, st.with_context("DENSE"));  // Aborted: retry later
   std::vector<uint8_t> out;
-  const Status st = ps_store_.dense(std::move(request).value(), &out);
+  st = ps_store_.dense(header.client_id, std::move(request), &out);
   if (!st.ok()) return table_error_reply(header, st);
   return make_reply(header, Status::Code::kOk, std::move(out));
 }

@@ -42,18 +42,32 @@ StatusOr<PsPushRequest> decode_ps_push_request(const uint8_t* data, std::size_t 
 
 void encode_dense_request(DenseAction action, const std::string& name, const float* values,
                           std::size_t n, std::vector<uint8_t>* out) {
+  DenseRequest head;
+  head.action = action;
+  head.name = name;
+  head.total = static_cast<uint32_t>(n);
+  head.count = static_cast<uint32_t>(n);
+  head.has_values = true;
+  encode_dense_range(head, values, out);
+}
+
+void encode_dense_range(const DenseRequest& head, const float* values, std::vector<uint8_t>* out) {
   PayloadWriter w(out);
-  w.put_u8(static_cast<uint8_t>(action));
-  w.put_string(name);
-  w.put_u32(static_cast<uint32_t>(n));
-  w.put_array(values, n);
+  w.put_u8(static_cast<uint8_t>(head.action));
+  w.put_string(head.name);
+  w.put_u32(head.total);
+  w.put_u32(head.offset);
+  w.put_u32(head.count);
+  w.put_u64(head.write_id);
+  w.put_u8(head.has_values ? 1 : 0);
+  if (head.has_values) w.put_array(values, head.count);
 }
 
 StatusOr<DenseRequest> decode_dense_request(const uint8_t* data, std::size_t n) {
   PayloadReader r(data, n, "DENSE request");
   DenseRequest req;
   uint8_t action = 0;
-  uint32_t count = 0;
+  uint8_t has_values = 0;
   GPUBOX_RETURN_IF_ERROR(r.get_u8(&action));
   if (action > static_cast<uint8_t>(DenseAction::kWrite)) {
     return Status::InvalidArgument("DENSE request: unknown action " + std::to_string(action));
@@ -61,31 +75,56 @@ StatusOr<DenseRequest> decode_dense_request(const uint8_t* data, std::size_t n) 
   req.action = static_cast<DenseAction>(action);
   GPUBOX_RETURN_IF_ERROR(r.get_string(&req.name, kMaxDenseNameBytes));
   if (req.name.empty()) return Status::InvalidArgument("DENSE request: empty table name");
-  GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
-  GPUBOX_RETURN_IF_ERROR(r.get_array(&req.values, count));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.total));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.offset));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.count));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&req.write_id));
+  GPUBOX_RETURN_IF_ERROR(r.get_u8(&has_values));
+  if (uint64_t{req.offset} + req.count > req.total) {
+    return Status::InvalidArgument(
+        "DENSE request '" + req.name + "': range [" + std::to_string(req.offset) + ", " +
+        std::to_string(uint64_t{req.offset} + req.count) + ") is outside a table of " +
+        std::to_string(req.total) + " values");
+  }
+  if (has_values > 1 || (has_values == 0 && req.action != DenseAction::kRead)) {
+    return Status::InvalidArgument("DENSE request '" + req.name + "': has_values " +
+                                   std::to_string(has_values) +
+                                   " (an add or a write carries its values)");
+  }
+  req.has_values = has_values == 1;
+  // get_array checks that the count fits in the bytes present before anything is allocated.
+  if (req.has_values) GPUBOX_RETURN_IF_ERROR(r.get_array(&req.values, req.count));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   return req;
 }
 
-void encode_dense_reply(const float* values, std::size_t n, std::vector<uint8_t>* out) {
+void encode_dense_reply(uint32_t offset, const float* values, std::size_t n, bool committed,
+                        std::vector<uint8_t>* out) {
   PayloadWriter w(out);
+  w.put_u32(offset);
   w.put_u32(static_cast<uint32_t>(n));
+  w.put_u8(committed ? 1 : 0);
   w.put_array(values, n);
 }
 
-StatusOr<std::vector<float>> decode_dense_reply(const uint8_t* data, std::size_t n,
-                                                std::size_t expect_n) {
+StatusOr<DenseReply> decode_dense_reply(const uint8_t* data, std::size_t n, uint32_t offset,
+                                        uint32_t expect_count) {
   PayloadReader r(data, n, "DENSE reply");
-  uint32_t count = 0;
-  std::vector<float> values;
-  GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
-  if (count != expect_n) {
-    return Status::InvalidArgument("DENSE reply holds " + std::to_string(count) +
-                                   " values, expected " + std::to_string(expect_n));
+  DenseReply reply;
+  uint8_t committed = 0;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&reply.offset));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&reply.count));
+  GPUBOX_RETURN_IF_ERROR(r.get_u8(&committed));
+  if (reply.offset != offset || reply.count != expect_count || committed > 1) {
+    return Status::InvalidArgument("DENSE reply holds values [" + std::to_string(reply.offset) +
+                                   ", " + std::to_string(uint64_t{reply.offset} + reply.count) +
+                                   "), expected [" + std::to_string(offset) + ", " +
+                                   std::to_string(uint64_t{offset} + expect_count) + ")");
   }
-  GPUBOX_RETURN_IF_ERROR(r.get_array(&values, count));
+  reply.committed = committed == 1;
+  GPUBOX_RETURN_IF_ERROR(r.skip_array(reply.count, sizeof(float), &reply.values));
   GPUBOX_RETURN_IF_ERROR(r.finish());
-  return values;
+  return reply;
 }
 
 }  // namespace gpubox::table::server

@@ -11,7 +11,8 @@
 //   DENSE:   a named float vector held by the server (the dense table of the PS modes): read it
 //            (created from the request's values when absent), add the request's values to it
 //            and read the sum back in the same round trip, or write it (a job's start: the
-//            values of the model it starts from, whatever a previous job left there).
+//            values of the model it starts from, whatever a previous job left there); a range
+//            of it at a time when the table does not fit in one frame (see DenseRequest).
 #pragma once
 
 #include <cstddef>
@@ -42,27 +43,66 @@ StatusOr<PsPushRequest> decode_ps_push_request(const uint8_t* data, std::size_t 
 
 // What a DENSE request does. Travels as u8: never renumber.
 enum class DenseAction : uint8_t {
-  kRead = 0,   // the table's values; created from the request's values when absent
-  kAdd = 1,    // values += the request's values; replies the sums
+  kRead = 0,   // the range's values; the table created from the request's values when absent
+               // (a whole-table request only)
+  kAdd = 1,    // the range's values += the request's values; replies the sums
   kWrite = 2,  // the table becomes the request's values (any size; created when absent)
 };
-// Bounds of the dense tables one server holds (a client cannot make it keep more).
+// Bounds of the dense tables one server holds (a client cannot make it keep more), and of the
+// writes it stages (a table written in several ranges, see below): per client (beyond, the
+// client's own oldest is dropped) and from all clients (beyond, a new one is refused).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;
+inline constexpr std::size_t kMaxStagedDenseWrites = 4;
+inline constexpr std::size_t kMaxHeldDenseWrites = 64;
 
-// DENSE request: u8 action, string name (1..kMaxDenseNameBytes), u32 n, f32 values[n].
-// DENSE reply: u32 n, f32 values[n].
-void encode_dense_request(DenseAction action, const std::string& name, const float* values,
-                          std::size_t n, std::vector<uint8_t>* out);
+// DENSE request (protocol 6): u8 action, string name (1..kMaxDenseNameBytes), u32 total (the
+// table's size as the client knows it), u32 offset, u32 count (the range [offset, offset+count)
+// of the table it reads, adds to or writes; within total), u64 write_id, u8 has_values, then
+// f32 values[count] when has_values (required by an add and a write).
+//
+// A table over one frame travels in ranges (RemoteHostTier::dense): each range of a read or an
+// add is applied on its own, atomically; a write of a part of the table (count < total) is
+// staged on the server under (client id, write_id) and replaces the table at once when its last
+// range arrives, so a write is seen whole or not at all. The server allocates only for bytes
+// that arrived: a staged write grows with its ranges, and `total` sizes nothing (it is checked
+// against the server's dense memory limit at the first range). A ranged write's range carries at
+// least one value.
+//
+// DENSE reply: u32 offset, u32 count, u8 committed, f32 values[count]: a read or an add replies
+// the range's values after the request; a write replies no values, committed 1 when the table
+// now holds what was written (a whole write, or the range that completed a staged write).
 struct DenseRequest {
   DenseAction action = DenseAction::kRead;
   std::string name;
-  std::vector<float> values;
+  uint32_t total = 0;
+  uint32_t offset = 0;
+  uint32_t count = 0;
+  uint64_t write_id = 0;
+  bool has_values = false;
+  std::vector<float> values;  // count of them when has_values, else empty
+  bool whole() const { return offset == 0 && count == total; }
 };
+// The whole table in one request: total = count = n, offset 0.
+void encode_dense_request(DenseAction action, const std::string& name, const float* values,
+                          std::size_t n, std::vector<uint8_t>* out);
+// Any range; `values` (head.count of them) are read only when head.has_values.
+void encode_dense_range(const DenseRequest& head, const float* values, std::vector<uint8_t>* out);
+// Refuses (naming the field) an unknown action, a name out of bounds, a range outside total, an
+// add or a write without values, and bytes that do not hold exactly what the head says.
 StatusOr<DenseRequest> decode_dense_request(const uint8_t* data, std::size_t n);
-void encode_dense_reply(const float* values, std::size_t n, std::vector<uint8_t>* out);
-// Checks that the reply holds exactly `expect_n` values.
-StatusOr<std::vector<float>> decode_dense_reply(const uint8_t* data, std::size_t n,
-                                                std::size_t expect_n);
+
+struct DenseReply {
+  uint32_t offset = 0;
+  uint32_t count = 0;
+  bool committed = false;
+  const uint8_t* values = nullptr;  // count floats, unaligned (memcpy them)
+};
+inline constexpr std::size_t kDenseReplyHeadBytes = 9;
+void encode_dense_reply(uint32_t offset, const float* values, std::size_t n, bool committed,
+                        std::vector<uint8_t>* out);
+// Checks that the reply answers the range [offset, offset + expect_count) exactly.
+StatusOr<DenseReply> decode_dense_reply(const uint8_t* data, std::size_t n, uint32_t offset,
+                                        uint32_t expect_count);
 
 }  // namespace gpubox::table::server

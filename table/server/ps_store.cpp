@@ -1,6 +1,8 @@
 #include "table/server/ps_store.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 #include "common/hash.hpp"
@@ -117,50 +119,237 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
   return table.push(request.keys.data(), n, rows.data());
 }
 
-Status PsStore::dense(DenseRequest request, std::vector<uint8_t>* reply) {
+Status PsStore::dense(uint64_t client_id, DenseRequest request, std::vector<uint8_t>* reply,
+                      Clock::time_point now) {
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
   if (bad != request.values.size()) {
-    return Status::InvalidArgument("DENSE '" + request.name + "': value " + std::to_string(bad) +
+    return Status::InvalidArgument("DENSE '" + request.name + "': value " +
+                                   std::to_string(std::size_t{request.offset} + bad) +
                                    " is not finite; nothing was applied");
   }
   MutexLock lock(dense_mu_);
+  if (request.action != DenseAction::kWrite) return read_or_add(client_id, request, reply);
+  bool committed = true;
+  if (request.whole()) {
+    auto it = dense_.find(request.name);
+    GPUBOX_RETURN_IF_ERROR(
+        admit("DENSE '" + request.name + "': a write of client " + std::to_string(client_id),
+              sizeof(float) * std::size_t{request.count},
+              it == dense_.end() ? 0 : sizeof(float) * it->second.size(), 0));
+    GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
+  } else {
+    GPUBOX_RETURN_IF_ERROR(stage_write(client_id, request, now, &committed));
+  }
+  // A write replies no values: the writer has them.
+  encode_dense_reply(request.offset, nullptr, 0, committed, reply);
+  return Status::OK();
+}
+
+Status PsStore::admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
+                      std::size_t held_bytes) const {
+  // A held write commits by copying its ranges into one table while they are still held: the
+  // largest held write's copy is counted, so every held write can commit within the limit.
+  std::size_t largest = held_bytes;
+  for (const StagedWrite& w : staged_) largest = std::max(largest, sizeof(float) * w.total);
+  const std::size_t after =
+      table_bytes_ - replaced_bytes + table_bytes + held_bytes_ + held_bytes + largest;
+  if (after <= limits_.max_bytes) return Status::OK();
+  std::ostringstream msg;
+  msg << who << " would take the server's dense memory to " << after << " bytes (tables "
+      << table_bytes_ - replaced_bytes + table_bytes << ", ranged writes held "
+      << held_bytes_ + held_bytes << ", the largest one's commit copy " << largest
+      << "), over its limit of " << limits_.max_bytes
+      << " bytes (gpubox_server --max_dense_mb); nothing was stored";
+  return Status::ResourceExhausted(msg.str());
+}
+
+Status PsStore::write_table(const std::string& name, std::vector<float> values) {
+  auto it = dense_.find(name);
+  if (it == dense_.end() && dense_.size() >= kMaxDenseTables) {
+    return Status::ResourceExhausted("DENSE '" + name + "': this server already holds " +
+                                     std::to_string(kMaxDenseTables) + " dense tables");
+  }
+  if (it != dense_.end()) table_bytes_ -= sizeof(float) * it->second.size();
+  table_bytes_ += sizeof(float) * values.size();
+  dense_[name] = std::move(values);
+  return Status::OK();
+}
+
+void PsStore::drop_held(std::vector<StagedWrite>::iterator staged) {
+  held_bytes_ -= sizeof(float) * std::size_t{staged->total};
+  staged_.erase(staged);
+}
+
+Status PsStore::find_or_hold(uint64_t client_id, const DenseRequest& request,
+                             const std::string& what, Clock::time_point now,
+                             std::vector<StagedWrite>::iterator* staged) {
+  *staged = std::find_if(staged_.begin(), staged_.end(), [&](const StagedWrite& w) {
+    return w.client_id == client_id && w.write_id == request.write_id;
+  });
+  if (*staged != staged_.end()) return Status::OK();
+  if (dense_.count(request.name) == 0 && dense_.size() >= kMaxDenseTables) {
+    return Status::ResourceExhausted(what + ": this server already holds " +
+                                     std::to_string(kMaxDenseTables) + " dense tables");
+  }
+  // The client's own oldest write makes room for its new one (an abandoned write, most likely;
+  // dropped even when the new one is then refused); another client's is never dropped for it.
+  auto own_oldest = staged_.end();
+  std::size_t own = 0;
+  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+    if (w->client_id != client_id) continue;
+    ++own;
+    if (own_oldest == staged_.end() || w->started < own_oldest->started) own_oldest = w;
+  }
+  if (own < kMaxStagedDenseWrites && staged_.size() >= kMaxHeldDenseWrites) {
+    return Status::ResourceExhausted(what + ": this server already holds " +
+                                     std::to_string(kMaxHeldDenseWrites) +
+                                     " ranged writes of its clients; retry once they completed");
+  }
+  if (own >= kMaxStagedDenseWrites) drop_held(own_oldest);
+  // Checked at the announced total, before anything is allocated for it.
+  GPUBOX_RETURN_IF_ERROR(
+      admit(what + " (the first of a write of " + std::to_string(request.total) + " values)", 0, 0,
+            sizeof(float) * std::size_t{request.total}));
+  StagedWrite fresh;
+  fresh.client_id = client_id;
+  fresh.write_id = request.write_id;
+  fresh.name = request.name;
+  fresh.total = request.total;
+  fresh.started = ++staged_serial_;
+  fresh.last_range = now;
+  held_bytes_ += sizeof(float) * std::size_t{fresh.total};
+  staged_.push_back(std::move(fresh));
+  *staged = staged_.end() - 1;
+  return Status::OK();
+}
+
+Status PsStore::stage_write(uint64_t client_id, DenseRequest& request, Clock::time_point now,
+                            bool* committed) {
+  *committed = false;
+  const std::string what =
+      "DENSE '" + request.name + "': range [" + std::to_string(request.offset) + ", " +
+      std::to_string(std::size_t{request.offset} + request.count) + ") of write " +
+      std::to_string(request.write_id) + " of client " + std::to_string(client_id);
+  // Refused before a held write is made for it: a range of no values would hold (and, beyond
+  // the client's share, drop) a write for a few bytes.
+  if (request.count == 0) {
+    return Status::InvalidArgument(what +
+                                   " carries no values: a ranged write's range carries "
+                                   "at least one");
+  }
+  std::vector<StagedWrite>::iterator staged;
+  GPUBOX_RETURN_IF_ERROR(find_or_hold(client_id, request, what, now, &staged));
+  if (staged->name != request.name || staged->total != request.total) {
+    return Status::InvalidArgument(what + " names a table of " + std::to_string(request.total) +
+                                   " values; its first range named '" + staged->name + "' of " +
+                                   std::to_string(staged->total));
+  }
+  // The ranges received so far never overlap: the one starting at or after this offset must start
+  // after its end, and the one before must end at or before its start.
+  auto next = staged->ranges.lower_bound(request.offset);
+  const auto overlap = [&](uint32_t begin, const std::vector<float>& v) {
+    return Status::InvalidArgument(what + " overlaps the range [" + std::to_string(begin) + ", " +
+                                   std::to_string(begin + v.size()) + ") received before");
+  };
+  if (next != staged->ranges.end() && next->first < request.offset + request.count) {
+    return overlap(next->first, next->second);
+  }
+  if (next != staged->ranges.begin()) {
+    const auto prev = std::prev(next);
+    if (prev->first + prev->second.size() > request.offset)
+      return overlap(prev->first, prev->second);
+  }
+  staged->received += request.count;
+  staged->last_range = now;
+  staged->ranges.emplace(request.offset, std::move(request.values));
+  if (staged->received < staged->total) return Status::OK();
+  // Every value arrived (no overlap, so exactly total of them): the table is replaced at once.
+  GPUBOX_RETURN_IF_ERROR(commit(staged));
+  *committed = true;
+  return Status::OK();
+}
+
+Status PsStore::commit(std::vector<StagedWrite>::iterator staged) {
+  std::vector<float> values(staged->total);
+  // Each range is freed once copied: what the copy adds is at most one table (admit counted it).
+  for (auto range = staged->ranges.begin(); range != staged->ranges.end();) {
+    std::copy(range->second.begin(), range->second.end(), values.begin() + range->first);
+    range = staged->ranges.erase(range);
+  }
+  const std::string name = staged->name;
+  drop_held(staged);
+  return write_table(name, std::move(values));
+}
+
+std::size_t PsStore::expire_held_writes(Clock::time_point now) {
+  MutexLock lock(dense_mu_);
+  std::size_t expired = 0;
+  for (auto w = staged_.begin(); w != staged_.end();) {
+    if (now - w->last_range < limits_.max_idle) {
+      ++w;
+      continue;
+    }
+    held_bytes_ -= sizeof(float) * std::size_t{w->total};
+    w = staged_.erase(w);
+    ++expired;
+  }
+  return expired;
+}
+
+std::size_t PsStore::held_writes() const {
+  MutexLock lock(dense_mu_);
+  return staged_.size();
+}
+
+std::size_t PsStore::dense_bytes() const {
+  MutexLock lock(dense_mu_);
+  return table_bytes_ + held_bytes_;
+}
+
+Status PsStore::read_or_add(uint64_t client_id, DenseRequest& request,
+                            std::vector<uint8_t>* reply) {
   auto it = dense_.find(request.name);
-  if (it != dense_.end() && request.action == DenseAction::kWrite) {
-    it->second = std::move(request.values);
-  } else if (it == dense_.end()) {
+  if (it == dense_.end()) {
     if (request.action == DenseAction::kAdd) {
       return Status::NotFound("DENSE '" + request.name +
                               "': an add to a table no trainer has read (created) yet");
     }
-    if (dense_.size() >= kMaxDenseTables) {
-      return Status::ResourceExhausted("DENSE '" + request.name + "': this server already holds " +
-                                       std::to_string(kMaxDenseTables) + " dense tables");
+    if (!request.whole() || !request.has_values) {
+      return Status::NotFound("DENSE '" + request.name +
+                              "': a read of a table this server does not hold (a table over "
+                              "one frame is created by a write first)");
     }
-    it = dense_.emplace(request.name, std::move(request.values)).first;
-  } else {
-    std::vector<float>& values = it->second;
-    if (request.values.size() != values.size()) {
-      return Status::InvalidArgument("DENSE '" + request.name + "' holds " +
-                                     std::to_string(values.size()) + " values; the request has " +
-                                     std::to_string(request.values.size()) +
-                                     " (trainers with different models?)");
+    GPUBOX_RETURN_IF_ERROR(admit(
+        "DENSE '" + request.name + "': a read (creating it) of client " + std::to_string(client_id),
+        sizeof(float) * std::size_t{request.count}, 0, 0));
+    GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
+    it = dense_.find(request.name);
+  }
+  std::vector<float>& values = it->second;
+  if (request.total != values.size()) {
+    return Status::InvalidArgument("DENSE '" + request.name + "' holds " +
+                                   std::to_string(values.size()) + " values; the request has " +
+                                   std::to_string(request.total) +
+                                   " (trainers with different models?)");
+  }
+  float* range = values.data() + request.offset;
+  if (request.action == DenseAction::kAdd) {
+    // The sums are checked before any is stored: an add that would leave a value non-finite is
+    // refused whole.
+    for (std::size_t i = 0; i < request.count; ++i) {
+      const float sum = range[i] + request.values[i];
+      if (std::isfinite(sum)) continue;
+      std::ostringstream msg;
+      msg << "DENSE '" << request.name << "': value " << request.offset + i << " would become "
+          << sum << " (" << range[i] << " + " << request.values[i] << "); nothing of the range ["
+          << request.offset << ", " << std::size_t{request.offset} + request.count
+          << ") was applied";
+      return Status::InvalidArgument(msg.str());
     }
-    if (request.action == DenseAction::kAdd) {
-      // The sums are checked before any is stored: an add that would leave a value non-finite
-      // is refused whole.
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const float sum = values[i] + request.values[i];
-        if (std::isfinite(sum)) continue;
-        std::ostringstream msg;
-        msg << "DENSE '" << request.name << "': value " << i << " would become " << sum << " ("
-            << values[i] << " + " << request.values[i] << "); nothing was applied";
-        return Status::InvalidArgument(msg.str());
-      }
-      for (std::size_t i = 0; i < values.size(); ++i) values[i] += request.values[i];
-    }
+    for (std::size_t i = 0; i < request.count; ++i) range[i] += request.values[i];
   }
   // Encoded from the table itself: the async mode sends the whole dense net every step.
-  encode_dense_reply(it->second.data(), it->second.size(), reply);
+  encode_dense_reply(request.offset, range, request.count, false, reply);
   return Status::OK();
 }
 

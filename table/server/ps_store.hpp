@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -17,8 +18,22 @@
 
 namespace gpubox::table::server {
 
+// What bounds the dense tables of one server (ServerOptions: max_dense_bytes,
+// dense_write_max_idle_s).
+struct DenseLimits {
+  // Bytes of the dense tables, of every ranged write held (counted at its announced total from
+  // its first range, though only what arrived is allocated) and of the copy that commits the
+  // largest held write, all together.
+  std::size_t max_bytes = std::size_t{4} << 30;
+  // A held write that received no range this long is dropped (its writer died mid-write).
+  std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
+};
+
 class PsStore {
  public:
+  using Clock = std::chrono::steady_clock;
+  explicit PsStore(DenseLimits limits = {}) : limits_(limits) {}
+
   // Applies a PS_PUSH to `table`: pulls the rows (creating missing ones in the request's slots),
   // applies each key's gradient (the accessor's rule, sparse_rule.hpp: apply_push) or geo delta
   // (apply_delta), checks every resulting value, and writes them back, all under the locks of
@@ -28,19 +43,76 @@ class PsStore {
   // finite, or a result would not be finite (naming the key and the row's field).
   Status apply(HostTier& table, const PsPushRequest& request);
 
-  // DENSE: reads table `name` (creating it from the request's values when absent), adds the
-  // request's values to it, or replaces it by them; `*reply` becomes the DENSE reply holding
-  // the table's values after the request. Refuses (a read or an add) a size that differs from
-  // the table's, non-finite values, an add whose sum would not be finite (naming the value's
-  // index; nothing added), an add to a table never read, and a new table beyond
-  // kMaxDenseTables.
-  Status dense(DenseRequest request, std::vector<uint8_t>* reply);
+  // DENSE from client `client_id` (ps_protocol.hpp: DenseRequest): reads the request's range of
+  // table `name` (a whole-table read creates it from the request's values when absent), adds the
+  // request's values to the range, or writes the table (a whole write replaces it at once; a
+  // ranged write is staged and replaces it when its last range arrived); `*reply` becomes the
+  // DENSE reply. Refuses (InvalidArgument, nothing applied) a total other than the table's size,
+  // non-finite values, an add whose sum would not be finite (naming the value's index), a range
+  // of a staged write that overlaps one received before or disagrees with its name or total; an
+  // add to, or a ranged read of, a table never created (NotFound); a new table beyond
+  // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
+  // that would take the dense memory over DenseLimits::max_bytes, and a ranged write beyond
+  // kMaxHeldDenseWrites held from all clients (ResourceExhausted, naming the client and the
+  // limit); a ranged write's range of no values (InvalidArgument). Beyond kMaxStagedDenseWrites
+  // held writes of one client, that client's oldest is dropped (never another client's): its
+  // writer learns it when no range of its write replies committed.
+  //
+  // What a reader can observe mid-way: each range is applied under one lock, so a read range
+  // sees an add range whole or not at all; a client's add of a table over one frame is several
+  // ranges, so a concurrent read may see some of its ranges added and others not yet. A staged
+  // write is never seen in part.
+  Status dense(uint64_t client_id, DenseRequest request, std::vector<uint8_t>* reply,
+               Clock::time_point now = Clock::now());
+  // Drops the held writes that received no range for DenseLimits::max_idle before `now`
+  // (the server's sweep calls it); returns how many.
+  std::size_t expire_held_writes(Clock::time_point now);
+  std::size_t held_writes() const;
+  std::size_t dense_bytes() const;  // the tables' and the held writes' (announced) bytes
 
  private:
+  // A ranged write being received: its ranges by offset (never overlapping).
+  struct StagedWrite {
+    uint64_t client_id = 0;
+    uint64_t write_id = 0;
+    std::string name;
+    uint32_t total = 0;
+    uint64_t started = 0;          // arrival order, for dropping the client's oldest
+    Clock::time_point last_range;  // for expire_held_writes
+    std::size_t received = 0;
+    std::map<uint32_t, std::vector<float>> ranges;
+  };
+  // The table `name` after a whole write (created when absent, within kMaxDenseTables).
+  Status write_table(const std::string& name, std::vector<float> values) GPUBOX_REQUIRES(dense_mu_);
+  // OK when `table_bytes` more of table (less `replaced_bytes`, a table it replaces) and
+  // `held_bytes` more of held write keep the dense memory, with the commit copy of the largest
+  // held write, within DenseLimits::max_bytes; else ResourceExhausted "`who`: ...". Checks only.
+  Status admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
+               std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
+  // The held write a ranged write's range belongs to: found, or made (after the checks of
+  // dense()), in *staged.
+  Status find_or_hold(uint64_t client_id, const DenseRequest& request, const std::string& what,
+                      Clock::time_point now, std::vector<StagedWrite>::iterator* staged)
+      GPUBOX_REQUIRES(dense_mu_);
+  // Adds a ranged write's range; *committed when it completed the write (the table replaced).
+  Status stage_write(uint64_t client_id, DenseRequest& request, Clock::time_point now,
+                     bool* committed) GPUBOX_REQUIRES(dense_mu_);
+  // Replaces the table with a complete held write (erased from staged_).
+  Status commit(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
+  void drop_held(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
+  // A read or an add of an existing (or, whole read, new) table's range.
+  Status read_or_add(uint64_t client_id, DenseRequest& request, std::vector<uint8_t>* reply)
+      GPUBOX_REQUIRES(dense_mu_);
+
   static constexpr std::size_t kStripes = 64;
+  const DenseLimits limits_;
   std::array<Mutex, kStripes> stripes_;
-  Mutex dense_mu_;
+  mutable Mutex dense_mu_;
   std::map<std::string, std::vector<float>> dense_ GPUBOX_GUARDED_BY(dense_mu_);
+  std::vector<StagedWrite> staged_ GPUBOX_GUARDED_BY(dense_mu_);
+  uint64_t staged_serial_ GPUBOX_GUARDED_BY(dense_mu_) = 0;
+  std::size_t table_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;  // of dense_
+  std::size_t held_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;   // of staged_, announced totals
 };
 
 }  // namespace gpubox::table::server

@@ -46,24 +46,6 @@ std::vector<std::string> endpoint_names(const std::vector<Endpoint>& endpoints) 
   return names;
 }
 
-// Marks the endpoints a mutation is sent to for its duration (ServerIdentityBook).
-class MutationScope {
- public:
-  MutationScope(ServerIdentityBook* book, std::vector<std::size_t> endpoints)
-      : book_(book), endpoints_(std::move(endpoints)) {
-    for (std::size_t e : endpoints_) book_->mutation_begins(e);
-  }
-  ~MutationScope() {
-    for (std::size_t e : endpoints_) book_->mutation_ends(e);
-  }
-  MutationScope(const MutationScope&) = delete;
-  MutationScope& operator=(const MutationScope&) = delete;
-
- private:
-  ServerIdentityBook* book_;
-  std::vector<std::size_t> endpoints_;
-};
-
 // Endpoints that receive some of `groups` (group = endpoint * lanes + lane).
 std::vector<std::size_t> endpoints_of(const std::vector<std::vector<uint32_t>>& groups,
                                       std::size_t lanes) {
@@ -94,6 +76,9 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   if (!endpoints.ok()) return endpoints.status();
   if (options.chunk_rows == 0) return Status::InvalidArgument("chunk_rows must be positive");
   if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be positive");
+  if (options.max_payload_bytes < 1024) {
+    return Status::InvalidArgument("max_payload_bytes must be at least 1024");
+  }
   if (options.connections_per_endpoint < 1) {
     return Status::InvalidArgument("connections_per_endpoint must be positive");
   }
@@ -109,6 +94,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   t.initial_backoff_s = options.initial_backoff_s;
   t.max_backoff_s = options.max_backoff_s;
   t.max_in_flight = options.max_in_flight;
+  t.max_payload_bytes = options.max_payload_bytes;
   std::unique_ptr<RemoteHostTier> tier(
       new RemoteHostTier(std::move(*endpoints), std::move(options), std::move(t)));
   GPUBOX_RETURN_IF_ERROR(tier->check_servers());
@@ -479,40 +465,6 @@ Status RemoteHostTier::push_updates(PsUpdateKind kind, const uint64_t* keys, con
   return transport_.run(
       Op::kPsPush, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
       /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
-}
-
-Status RemoteHostTier::dense(DenseAction action, const std::string& name,
-                             std::vector<float>* values) {
-  std::vector<uint8_t> payload;
-  encode_dense_request(action, name, values->data(), values->size(), &payload);
-  // One frame carries the whole table, request and reply, under this client's frame limit and
-  // the servers' (--max_frame_mb): over either, the server or the client would close the
-  // connection and the call retry until its deadline.
-  const std::size_t limit =
-      std::min<std::size_t>(frame_limit_, transport_.options().max_payload_bytes);
-  if (payload.size() > limit) {
-    return Status::ResourceExhausted(
-        "dense table '" + name + "' of " + std::to_string(values->size()) + " floats (" +
-        std::to_string(payload.size()) + " payload bytes) is over the frame limit of " +
-        std::to_string(limit) +
-        " bytes that the PS modes carry it in (the smaller of the trainer's fixed " +
-        std::to_string(transport_.options().max_payload_bytes >> 20) +
-        " MiB and the servers' --max_frame_mb): "
-        "train this dense net in the gpubox or Collective mode (runner.sync_mode: gpubox), or "
-        "make it smaller");
-  }
-  std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
-  MutationScope scope(&identities_, {0});
-  const std::size_t expect = values->size();
-  return transport_.run(
-      Op::kDense, requests,
-      [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
-        auto reply = decode_dense_reply(data, bytes, expect);
-        if (!reply.ok()) return reply.status();
-        *values = std::move(reply).value();
-        return Status::OK();
-      },
-      /*retry=*/true);
 }
 
 }  // namespace gpubox::table::server

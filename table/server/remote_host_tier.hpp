@@ -40,6 +40,9 @@ struct RemoteHostTierOptions {
   double initial_backoff_s = 0.01;
   double max_backoff_s = 1.0;
   uint64_t client_id = 0;  // 0: random (the server de-duplicates retries per client id)
+  // The largest frame payload this client sends or accepts (the servers' INFO may lower what it
+  // sends); tests lower it to make small tables travel in several frames.
+  uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
 };
 
 // The launcher's server list: $PADDLE_PSERVERS_IP_PORT_LIST, else $GPUBOX_PSERVERS_IP_PORT_LIST,
@@ -90,8 +93,20 @@ class RemoteHostTier final : public HostTier {
   // keys are created in `slots`. Thread-safe; retried like push (each share applied once).
   Status push_updates(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots, std::size_t n,
                       const float* values);
-  // DENSE on the first server: reads dense table `name` (created from *values when absent) or
-  // adds *values to it; *values becomes the table's values after the request. Thread-safe.
+  // DENSE on the first server: reads dense table `name` (created from *values when absent and
+  // *values fits in one frame) or adds *values to it, or writes it; after a read or an add,
+  // *values holds the table's values after the request. Thread-safe.
+  //
+  // A table of any size: one that does not fit in one frame (the smaller of this client's and
+  // the servers' frame limits, DENSE's reply counted) travels in ranges, pipelined over the
+  // connections (ps_protocol.hpp). A write is staged on the server and seen whole or not at all.
+  // A read or an add is applied range by range, each range atomically: a reader may see some
+  // ranges of another client's add and not others (the sync mode reads only behind the barrier
+  // that follows every add, so it sees whole adds; the async and geo modes already mix
+  // trainers' windows, as Paddle's communicator sends each dense variable on its own), and
+  // *values after an add holds each range's sum as it was when that range was applied.
+  // Non-finite values are refused before anything is sent; a range whose sum would not be
+  // finite is refused whole, but ranges applied before it stay (the error says which range).
   Status dense(DenseAction action, const std::string& name, std::vector<float>* values);
 
   std::size_t endpoint_count() const { return transport_.endpoints().size(); }
@@ -136,13 +151,19 @@ class RemoteHostTier final : public HostTier {
   Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
                                const ReplyHandler& on_reply, bool retry = true,
                                double timeout_s = -1.0);
+  // DENSE of a table that does not fit in one frame: `per_frame` values per range
+  // (remote_dense.cpp).
+  Status dense_in_ranges(DenseAction action, const std::string& name, std::vector<float>* values,
+                         std::size_t per_frame);
+  // The payload bytes a frame to and from the servers may hold.
+  std::size_t frame_payload_limit() const;
 
   RemoteHostTierOptions options_;
   RowLayout layout_;
   WidthClasses classes_;    // the widths a PULL reply's rows may have
   std::size_t chunk_rows_;  // set at construction, lowered by check_servers() (before any use)
-  // The smallest frame payload the servers accept (check_servers(); a DENSE request over it or
-  // over this client's limit is refused here rather than retried against a closing connection).
+  // The smallest frame payload the servers accept (check_servers(); DENSE sizes its ranges
+  // under it and this client's limit, rather than retry against a closing connection).
   uint32_t frame_limit_ = UINT32_MAX;
   ServerIdentityBook identities_;
   mutable Mutex sync_mu_;

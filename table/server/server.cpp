@@ -69,7 +69,8 @@ Status check_deadline_options(const ServerOptions& o) {
       {"min_transfer_bytes_per_s", o.min_transfer_bytes_per_s},
       {"auth_timeout_s", o.auth_timeout_s},
       {"barrier_timeout_s", o.barrier_timeout_s},
-      {"auth_backoff_max_s", o.auth_backoff_max_s}};
+      {"auth_backoff_max_s", o.auth_backoff_max_s},
+      {"dense_write_max_idle_s", o.dense_write_max_idle_s}};
   for (const auto& [name, value] : positive) {
     if (!(value > 0) || !std::isfinite(value)) {
       return Status::InvalidArgument(std::string(name) + " must be a positive number, not " +
@@ -134,6 +135,8 @@ bool ByteBudget::try_take(std::size_t n, std::size_t held) {
 
 Server::Impl::Impl(HostTier* table, ServerOptions options)
     : table_(table),
+      // From `options` itself: ps_store_ is made before options_.
+      ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s)}),
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.hpp"
@@ -73,6 +74,24 @@ class ServerIdentityBook {
 
   mutable Mutex mu_;
   std::vector<Entry> entries_ GPUBOX_GUARDED_BY(mu_);
+};
+
+// Marks the endpoints a mutation is sent to for its duration (ServerIdentityBook).
+class MutationScope {
+ public:
+  MutationScope(ServerIdentityBook* book, std::vector<std::size_t> endpoints)
+      : book_(book), endpoints_(std::move(endpoints)) {
+    for (std::size_t e : endpoints_) book_->mutation_begins(e);
+  }
+  ~MutationScope() {
+    for (std::size_t e : endpoints_) book_->mutation_ends(e);
+  }
+  MutationScope(const MutationScope&) = delete;
+  MutationScope& operator=(const MutationScope&) = delete;
+
+ private:
+  ServerIdentityBook* book_;
+  std::vector<std::size_t> endpoints_;
 };
 
 }  // namespace gpubox::table::server

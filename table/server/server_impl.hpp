@@ -179,7 +179,13 @@ class Server::Impl {
   Reply shutdown(const FrameHeader& header);
   // ---- ps_handlers.cpp: the parameter-server modes' ops ----
   Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload);
-  Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.
+  Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
+              const ReserveReply& reserve);
+  // A retried DENSE add (applied before): the range read again under the dense lock, not added.
+  Reply dense_reread(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                     const ReserveReply& reserve);
+  Reply dense_request(const FrameHeader& header, DenseRequest request, const ReserveReply& reserve);
 
   HostTier* table_;
   PsStore ps_store_;  // the PS modes' row locks and dense tables

@@ -133,6 +133,11 @@ DEFINE_uint64(max_inflight_mb, 1024,
               "request and reply bytes all connections may buffer together, in MiB; requests "
               "over it are answered 'retry later'");
 GPUBOX_FLAG_RANGE(max_inflight_mb, 1, kMaxMiB);
+DEFINE_uint64(max_dense_mb, 4096,
+              "MiB the PS modes' dense tables may take: the tables, every ranged write held (at "
+              "its announced size) and the copy that commits the largest one; a DENSE write or a "
+              "ranged write's first range over it is refused");
+GPUBOX_FLAG_RANGE(max_dense_mb, 1, kMaxMiB);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);
 DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a reply, in seconds");
@@ -218,6 +223,7 @@ Status apply_limit_flags(ServerOptions* options) {
   options->max_inflight_bytes = static_cast<std::size_t>(FLAGS_max_inflight_mb) << 20;
   options->dedup_max_bytes = static_cast<std::size_t>(FLAGS_dedup_cache_mb) << 20;
   options->dedup_max_age_s = FLAGS_dedup_max_age_s;
+  options->max_dense_bytes = static_cast<std::size_t>(FLAGS_max_dense_mb) << 20;
   const std::size_t max_connections =
       options->max_connections > 0 ? options->max_connections : default_max_connections(files.soft);
   GPUBOX_LOG(INFO) << "gpubox_server: open files limit " << files.soft

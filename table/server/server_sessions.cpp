@@ -65,6 +65,11 @@ void Server::Impl::sweep() {
   for (const auto& session : live_sessions()) {
     if (session->overdue(now)) session->on_overdue();  // rechecked on the session's strand
   }
+  if (const std::size_t expired = ps_store_.expire_held_writes(now); expired > 0) {
+    warn(request_log, "gpubox_server: dropped " + std::to_string(expired) +
+                          " ranged DENSE write(s) that received no range for " +
+                          std::to_string(options_.dense_write_max_idle_s) + " s");
+  }
   sweep_timer_.expires_after(sweep_interval_);
   sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) sweep();

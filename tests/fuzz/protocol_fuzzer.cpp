@@ -113,9 +113,10 @@ void check_requests(const uint8_t* data, std::size_t n) {
   }
   if (auto dense = decode_dense_request(data, n); dense.ok()) {
     FUZZ_CHECK(!dense->name.empty() && dense->name.size() <= kMaxDenseNameBytes, "DENSE name");
+    FUZZ_CHECK(std::size_t{dense->offset} + dense->count <= dense->total, "DENSE range");
+    FUZZ_CHECK(dense->values.size() == (dense->has_values ? dense->count : 0u), "DENSE values");
     out.clear();
-    encode_dense_request(dense->action, dense->name, dense->values.data(), dense->values.size(),
-                         &out);
+    encode_dense_range(*dense, dense->values.data(), &out);
     FUZZ_CHECK(same(out, data, n), "DENSE request does not round-trip");
   }
 }
@@ -158,12 +159,15 @@ void check_replies(const uint8_t* data, std::size_t n) {
                         unpacked.data(), "PULL reply");
     }
   }
-  if (n >= 4) {
-    uint32_t count = 0;
-    std::memcpy(&count, data, 4);
-    if (auto values = decode_dense_reply(data, n, count); values.ok()) {
+  if (n >= 8) {
+    uint32_t offset = 0, count = 0;
+    std::memcpy(&offset, data, 4);
+    std::memcpy(&count, data + 4, 4);
+    if (auto reply = decode_dense_reply(data, n, offset, count); reply.ok()) {
+      std::vector<float> values(reply->count);
+      std::memcpy(values.data(), reply->values, sizeof(float) * values.size());
       out.clear();
-      encode_dense_reply(values->data(), values->size(), &out);
+      encode_dense_reply(offset, values.data(), values.size(), reply->committed, &out);
       FUZZ_CHECK(same(out, data, n), "DENSE reply does not round-trip");
     }
   }

@@ -25,6 +25,7 @@
 #include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
@@ -44,36 +45,6 @@ constexpr double kPlantedTolerance = 0.02;
 // epochs: planted_models_test).
 constexpr double kFfmAuc = 0.66;
 
-// In-process gpubox_server shards, each over its own in-process table; their saves stay inside
-// `data_dir`.
-class Servers {
- public:
-  Servers(const TrainerConfig& config, int count,
-          const std::string& data_dir = fs::temp_directory_path().string()) {
-    for (int i = 0; i < count; ++i) {
-      auto table = table::SparseTable::open(config.sparse, config.host_tier.table);
-      throw_if_error(table.status());
-      tables_.push_back(std::move(table).value());
-      table::server::ServerOptions options;
-      options.shard_id = static_cast<uint32_t>(i);
-      options.shard_num = static_cast<uint32_t>(count);
-      options.data_dir = data_dir;
-      auto server = table::server::Server::start(tables_.back().get(), options);
-      throw_if_error(server.status());
-      endpoints_ += (i ? "," : "") + (*server)->endpoint();
-      servers_.push_back(std::move(server).value());
-    }
-  }
-  const std::string& endpoints() const { return endpoints_; }
-  void stop(int i) { servers_.at(static_cast<std::size_t>(i))->stop(); }
-  table::SparseTable& table(int i) { return *tables_.at(static_cast<std::size_t>(i)); }
-
- private:
-  std::vector<std::unique_ptr<table::SparseTable>> tables_;
-  std::vector<std::unique_ptr<table::server::Server>> servers_;
-  std::string endpoints_;
-};
-
 class PsModes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -87,24 +58,7 @@ class PsModes : public ::testing::Test {
 
   // config_gpubox.yaml sized to the data (as held_out_quality_test), plus `extra`.
   static TrainerConfig config(const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides = {"runner.train_batch_size=256",
-                                          "runner.print_interval=1000000",
-                                          "runner.epochs=1",
-                                          "runner.shuffle=false",
-                                          "runner.metrics_path=",
-                                          "runner.model_save_path=",
-                                          "runner.thread_num=1",
-                                          "runner.server_timeout_s=3",
-                                          "runner.collective_timeout_s=3",
-                                          "runner.split_file_list=true",
-                                          "hyper_parameters.sparse_inputs_slots=9",
-                                          "hyper_parameters.dense_input_dim=3",
-                                          "hyper_parameters.fc_sizes=[128, 64]"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    return std::move(cfg).value();
+    return ps_test_config(extra);
   }
 
   struct Outcome {

@@ -285,24 +285,6 @@ TEST(Server, ChunksFitTheServersFrameLimitOnPooledConnections) {
   EXPECT_GT(counters.requests, 20u);
 }
 
-// A dense table over the servers' frame limit is refused at once, naming the limit (the server
-// would close the connection, and the client retry until its deadline).
-TEST(Server, ADenseTableOverTheFrameLimitIsRefusedNamingTheFlag) {
-  FakeHostTier table(test_config());
-  ServerOptions so;
-  so.max_payload_bytes = 4096;
-  auto server = start_server(&table, so);
-  ASSERT_TRUE(server);
-  auto client = connect_client(client_options(server->endpoint()));
-  ASSERT_TRUE(client);
-  std::vector<float> dense(2000, 1.0f);
-  const Status st = client->dense(DenseAction::kWrite, "dense", &dense);
-  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
-  EXPECT_NE(st.message().find("over the frame limit of 4096 bytes"), std::string::npos)
-      << st.to_string();
-  EXPECT_EQ(server->counters().protocol_errors, 0u);
-}
-
 TEST(Server, LayoutMismatchIsRefusedAtConnect) {
   FakeHostTier table(test_config());
   auto server = start_server(&table);

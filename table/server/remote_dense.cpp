@@ -1,0 +1,137 @@
+// RemoteHostTier's DENSE (remote_host_tier.hpp): a dense table in one frame when it fits, else in
+// ranges under the frame limit (ps_protocol.hpp: DenseRequest).
+#include <algorithm>
+#include <cstring>
+
+#include "table/server/protocol.hpp"
+#include "table/server/remote_host_tier.hpp"
+
+namespace gpubox::table::server {
+namespace {
+
+// The bytes of a DENSE request besides its values (action, name, total, offset, count, write
+// id, has_values), with room to spare.
+std::size_t dense_head_bytes(const std::string& name) { return 64 + name.size(); }
+
+// A read's or an add's frame carries the range's values, and the server holds the request while
+// it builds the reply of as many: both count against one connection's buffer, which INFO's
+// limit describes. A write's reply, and a ranged read's request, carry no values.
+std::size_t bytes_per_value(DenseAction action, bool request_carries_values) {
+  return action == DenseAction::kWrite || !request_carries_values ? sizeof(float)
+                                                                  : 2 * sizeof(float);
+}
+
+}  // namespace
+
+std::size_t RemoteHostTier::frame_payload_limit() const {
+  return std::min<std::size_t>(frame_limit_, transport_.options().max_payload_bytes);
+}
+
+Status RemoteHostTier::dense(DenseAction action, const std::string& name,
+                             std::vector<float>* values) {
+  const std::size_t n = values->size();
+  if (n > UINT32_MAX) {
+    return Status::InvalidArgument("dense table '" + name + "' of " + std::to_string(n) +
+                                   " values: at most 2^32 - 1 travel");
+  }
+  const std::size_t limit = frame_payload_limit();
+  const std::size_t head = dense_head_bytes(name) + kDenseReplyHeadBytes;
+  if (limit <= head + 2 * sizeof(float)) {
+    return Status::InvalidArgument("a frame limit of " + std::to_string(limit) +
+                                   " bytes cannot carry DENSE '" + name + "'");
+  }
+  const std::size_t whole = (limit - head) / bytes_per_value(action, true);
+  if (n > whole) {
+    // A ranged read carries no values; an add and a write carry theirs.
+    const bool carries = action != DenseAction::kRead;
+    return dense_in_ranges(action, name, values, (limit - head) / bytes_per_value(action, carries));
+  }
+  // The whole table in one frame (a read creates it from *values when the server has none).
+  std::vector<uint8_t> payload;
+  encode_dense_request(action, name, values->data(), n, &payload);
+  std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
+  MutationScope scope(&identities_, {0});
+  return transport_.run(
+      Op::kDense, requests,
+      [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
+        const bool write = action == DenseAction::kWrite;
+        auto reply = decode_dense_reply(data, bytes, 0, write ? 0 : static_cast<uint32_t>(n));
+        if (!reply.ok()) return reply.status();
+        if (write && !reply->committed) {
+          return Status::Internal("DENSE '" + name + "': the server did not take the write");
+        }
+        if (!write) std::memcpy(values->data(), reply->values, sizeof(float) * n);
+        return Status::OK();
+      },
+      /*retry=*/true);
+}
+
+Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& name,
+                                       std::vector<float>* values, std::size_t per_frame) {
+  const std::size_t n = values->size();
+  // All or nothing for non-finite values: the server checks each range, but ranges sent before
+  // a bad one would already be applied.
+  if (action != DenseAction::kRead) {
+    const std::size_t bad = first_non_finite(values->data(), n);
+    if (bad != n) {
+      return Status::InvalidArgument("dense table '" + name + "': value " + std::to_string(bad) +
+                                     " is not finite; nothing was sent");
+    }
+  }
+  DenseRequest head;
+  head.action = action;
+  head.name = name;
+  head.total = static_cast<uint32_t>(n);
+  // Unique per client: the server stages a ranged write under (client id, write id).
+  head.write_id = action == DenseAction::kWrite ? transport_.next_request_id() : 0;
+  // A ranged read carries no values: it cannot create the table (a write does).
+  head.has_values = action != DenseAction::kRead;
+  const auto lanes = static_cast<uint32_t>(options_.connections_per_endpoint);
+  std::vector<OutgoingRequest> requests;
+  std::vector<uint8_t> payload;
+  for (std::size_t offset = 0; offset < n; offset += per_frame) {
+    head.offset = static_cast<uint32_t>(offset);
+    head.count = static_cast<uint32_t>(std::min(per_frame, n - offset));
+    payload.clear();
+    encode_dense_range(head, values->data() + offset, &payload);
+    requests.push_back(transport_.make_request(Op::kDense, 0, payload));
+    // Ranges are independent of one another: spread over the connections.
+    requests.back().lane = static_cast<uint32_t>(requests.size() - 1) % lanes;
+  }
+  MutationScope scope(&identities_, {0});
+  std::size_t committed = 0;
+  const Status st = transport_.run(
+      Op::kDense, requests,
+      [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
+        const std::size_t offset = r * per_frame;
+        const auto count = static_cast<uint32_t>(std::min(per_frame, n - offset));
+        const bool write = action == DenseAction::kWrite;
+        auto reply =
+            decode_dense_reply(data, bytes, static_cast<uint32_t>(offset), write ? 0 : count);
+        if (!reply.ok()) return reply.status();
+        committed += reply->committed ? 1 : 0;
+        if (!write) std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
+        return Status::OK();
+      },
+      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
+  if (!st.ok())
+    return st.with_context("dense table '" + name + "' in " + std::to_string(requests.size()) +
+                           " ranges");
+  if (action == DenseAction::kWrite && committed != 1) {
+    // The last range's reply did not say committed: the server no longer held the earlier
+    // ranges when it arrived, or the reply came from a retry that no longer matched the write.
+    return Status::ResourceExhausted(
+        "dense table '" + name + "': the server " + endpoint_name(0) +
+        " did not commit the write of " + std::to_string(n) + " values in " +
+        std::to_string(requests.size()) +
+        " ranges: it no longer held the ranges sent before the last (a server restart; or the "
+        "held write was dropped, for this client's newer ranged writes beyond " +
+        std::to_string(kMaxStagedDenseWrites) +
+        " or after no range arrived for the server's idle limit; or the last range was "
+        "retried after the server's retry cache forgot its first reply); the table was not "
+        "written, write it again");
+  }
+  return Status::OK();
+}
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,70 @@
+// The PS modes' tests' shared parts: config_gpubox.yaml sized to the planted data, and
+// in-process gpubox_server shards over in-process tables on loopback.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "table/server/server.hpp"
+#include "table/sparse_table.hpp"
+#include "trainer/config/config_loader.hpp"
+
+namespace gpubox::trainer::ps_modes {
+
+// config_gpubox.yaml sized to the data (as held_out_quality_test), plus `extra`.
+inline TrainerConfig ps_test_config(const std::vector<std::string>& extra) {
+  std::vector<std::string> overrides = {"runner.train_batch_size=256",
+                                        "runner.print_interval=1000000",
+                                        "runner.epochs=1",
+                                        "runner.shuffle=false",
+                                        "runner.metrics_path=",
+                                        "runner.model_save_path=",
+                                        "runner.thread_num=1",
+                                        "runner.server_timeout_s=3",
+                                        "runner.collective_timeout_s=3",
+                                        "runner.split_file_list=true",
+                                        "hyper_parameters.sparse_inputs_slots=9",
+                                        "hyper_parameters.dense_input_dim=3",
+                                        "hyper_parameters.fc_sizes=[128, 64]"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
+                                 overrides);
+  throw_if_error(cfg.status());
+  return std::move(cfg).value();
+}
+
+// In-process gpubox_server shards, each over its own in-process table; their saves stay inside
+// `data_dir`; `base` holds their other options (a test-lowered frame limit).
+class Servers {
+ public:
+  Servers(const TrainerConfig& config, int count,
+          const std::string& data_dir = std::filesystem::temp_directory_path().string(),
+          table::server::ServerOptions base = {}) {
+    for (int i = 0; i < count; ++i) {
+      auto table = table::SparseTable::open(config.sparse, config.host_tier.table);
+      throw_if_error(table.status());
+      tables_.push_back(std::move(table).value());
+      table::server::ServerOptions options = base;
+      options.shard_id = static_cast<uint32_t>(i);
+      options.shard_num = static_cast<uint32_t>(count);
+      options.data_dir = data_dir;
+      auto server = table::server::Server::start(tables_.back().get(), options);
+      throw_if_error(server.status());
+      endpoints_ += (i ? "," : "") + (*server)->endpoint();
+      servers_.push_back(std::move(server).value());
+    }
+  }
+  const std::string& endpoints() const { return endpoints_; }
+  void stop(int i) { servers_.at(static_cast<std::size_t>(i))->stop(); }
+  table::SparseTable& table(int i) { return *tables_.at(static_cast<std::size_t>(i)); }
+
+ private:
+  std::vector<std::unique_ptr<table::SparseTable>> tables_;
+  std::vector<std::unique_ptr<table::server::Server>> servers_;
+  std::string endpoints_;
+};
+
+}  // namespace gpubox::trainer::ps_modes
