@@ -156,7 +156,7 @@ TEST_P(FlenTest, Bf16StaysNearFp32) {
 }
 
 // The bi-interaction's launches per step do not grow with the batch (no item loops over it: the
-// sums over the batch are GEMVs): the same at 8, 512 and 4096 instances, and flen's own (the
+// sums over the batch are GEMVs): the same at 8, 512 and 2048 instances, and flen's own (the
 // model's less the same config's dnn) 4 in the forward (group sums, fc sgemm, bias and ReLU, the
 // logit's sgemv) and 8 in the backward (dlogits through the ReLU, dh's sgemm, the pooled
 // gradient, the pairs' products, kernel_mf's and fc_b's sgemv, fc_w's sgemm, out_w's sgemv).
@@ -166,7 +166,7 @@ TEST_P(FlenTest, LaunchesPerStepDoNotGrowWithTheBatch) {
   DenseModelConfig dnn_cfg = cfg;
   dnn_cfg.kind = ModelKind::kDnn;
   DenseModel dnn(card_, dnn_cfg);
-  for (const int64_t batch : {8, 512, 4096}) {
+  for (const int64_t batch : {8, 512, 2048}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     EXPECT_EQ(testing::step_launches(card_, model, batch, 5),
               testing::step_launches(card_, dnn, batch, 5) + 12);
