@@ -137,6 +137,27 @@ TEST_P(FatDeepffmTest, ShapesAndFlops) {
   EXPECT_DOUBLE_EQ(model.flops_per_example(), dnn + cen + cells * 3 * 12.0 + 3.0 * pairs * 3);
 }
 
+// The part's launches per step do not grow with the batch (no item loops over it: the
+// first-order sum is a GEMV, dense_w's gradient a GEMM): the model's count less the same config's
+// dnn's (whose loss reduction takes a launch more past 256 instances) is the same at 8, 512 and
+// 2048 instances.
+TEST_P(FatDeepffmTest, LaunchesPerStepDoNotGrowWithTheBatch) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  DenseModelConfig dnn_cfg = cfg;
+  dnn_cfg.kind = ModelKind::kDnn;
+  dnn_cfg.mf_dim = 3;
+  DenseModel dnn(card_, dnn_cfg);
+  const auto part = [&](int64_t batch) {
+    return static_cast<int64_t>(testing::step_launches(card_, model, batch, 3)) -
+           static_cast<int64_t>(testing::step_launches(card_, dnn, batch, 3));
+  };
+  // Measured when written: 11 more than the dnn, 3 of them dense_w's gradient (dF's dense
+  // fields, the GEMM, its diagonal blocks).
+  const int64_t launches = 11 + (cfg.dense_dim > 0 ? 3 : 0);
+  for (const int64_t batch : {8, 512, 2048}) EXPECT_EQ(part(batch), launches) << "batch " << batch;
+}
+
 INSTANTIATE_TEST_SUITE_P(FatDeepffm, FatDeepffmTest,
                          ::testing::Values(FatCase{false, 2}, FatCase{true, 2}, FatCase{false, 0}));
 

@@ -195,6 +195,26 @@ inline std::size_t check_batch_sizes(device::Card& card, DenseModel& model, uint
   return checked;
 }
 
+// The card launches (kernels, GEMMs/GEMVs, memsets) of one forward_backward of a seeded
+// `batch`-instance batch, counted on its second run (the first sizes the model's workspaces).
+inline uint64_t step_launches(device::Card& card, DenseModel& model, int64_t batch, uint64_t seed) {
+  const DenseModelConfig& cfg = model.config();
+  std::mt19937_64 rng(seed);
+  const HostBatch h = make_field_batch(batch, cfg, rng);
+  auto records = device::to_device(h.records, card.memory(), card.stream());
+  auto offsets = device::to_device(h.offsets, card.memory(), card.stream());
+  auto dense = device::to_device(h.dense, card.memory(), card.stream());
+  auto labels = device::to_device(h.labels, card.memory(), card.stream());
+  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
+                            dense.data(), labels.data(), h.batch};
+  auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+  const GradScales scales{1.0f / static_cast<float>(batch), 1.0f};
+  model.forward_backward(view, scales, push.data());
+  const device::DeviceCounts before = card.counts();
+  model.forward_backward(view, scales, push.data());
+  return (card.counts() - before).launches;
+}
+
 // bf16 against fp32 from the same weights (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs):
 // `cfg` built twice, one forward_backward of a seeded 64-instance batch each; predictions within
 // 2e-2, and every dense and pushed gradient as a whole within their relative L2 bounds.

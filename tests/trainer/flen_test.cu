@@ -155,6 +155,24 @@ TEST_P(FlenTest, Bf16StaysNearFp32) {
   testing::expect_bf16_near_fp32(card_, config(), 11, 0.15, 0.05);
 }
 
+// The bi-interaction's launches per step do not grow with the batch (no item loops over it: the
+// sums over the batch are GEMVs): the same at 8, 512 and 2048 instances, and flen's own (the
+// model's less the same config's dnn) 4 in the forward (group sums, fc sgemm, bias and ReLU, the
+// logit's sgemv) and 8 in the backward (dlogits through the ReLU, dh's sgemm, the pooled
+// gradient, the pairs' products, kernel_mf's and fc_b's sgemv, fc_w's sgemm, out_w's sgemv).
+TEST_P(FlenTest, LaunchesPerStepDoNotGrowWithTheBatch) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  DenseModelConfig dnn_cfg = cfg;
+  dnn_cfg.kind = ModelKind::kDnn;
+  DenseModel dnn(card_, dnn_cfg);
+  for (const int64_t batch : {8, 512, 2048}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    EXPECT_EQ(testing::step_launches(card_, model, batch, 5),
+              testing::step_launches(card_, dnn, batch, 5) + 12);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cvm, FlenTest, ::testing::Bool());
 
 }  // namespace

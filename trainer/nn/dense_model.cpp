@@ -316,7 +316,7 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
-  if (flen_) flen_->forward(stream, params_, input_rows(), n, logits());
+  if (flen_) flen_->forward(blas_, params_, input_rows(), n, logits());
   if (ffm_) ffm_->forward(stream, params_, input_rows(), batch.dense, n, logits());
 }
 
@@ -431,7 +431,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     deepfefm_->add_dense_w_grad(stream, params_, batch.dense, wide_->weight_block(), n);
   }
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
-  if (flen_) flen_->backward(stream, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
+  if (flen_) flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
   if (ffm_) {
     ffm_->backward(stream, params_, input_rows(), batch.dense, dlogits_.data(), n, scales.dense,
                    d_pooled_.data());

@@ -1,14 +1,16 @@
 // fat_deepffm's CEN attention and field-aware pairs (FatDeepffmPart, fat_deepffm_part.hpp): its
-// blocks, buffers, forward and backward. Portable: Linear's GEMMs and parallel_for over items
-// that each own the values they write (no atomics; sums in a fixed order, runs deterministic).
+// blocks, buffers, forward and backward. Portable: GEMMs and GEMVs through Blas for the sums
+// across instances or cells, parallel_for over items of one instance that each own the values
+// they write (no atomics; sums in a fixed order, runs deterministic).
 //
 // Backward, with s = the dense scale, g = dlogits, dH = scale * dL/dH (from the DNN):
 //   dO[i, j][e] = s g + (i != j ? dH[pair(i, j)][e] O[j, i][e] : 0)
 //   da[i*N+j]   = sum_e dO[i, j][e] F[i, j][e], masked by a > 0 (fc_1's ReLU) -> fc_1, fc_0
 //   dF[i, j][e] = dO[i, j][e] a[i*N+j] + (e == argmax ? dp[i*N+j] : 0)
-//   dE[d, j, e] = sum_b dF[S+d, j][e] x_d
+//   dE[d, j, e] = sum_b dF[S+d, j][e] x_d    (the diagonal blocks of one GEMM X^T dF_dense)
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
@@ -110,42 +112,30 @@ struct BuildFields {
   }
 };
 
-// Item (b, i): H[pair(i, j)] = O[i, j] * O[j, i] for every j > i.
+// Item (b, i): H[pair(i, j)] = O[i, j] * O[j, i] for every j > i, and the first-order term's
+// cells of row i: first[b, i*N+j] = a[i*N+j] sum_e F[i, j][e] for every j (add_logits sums them).
 struct PairForward {
   const float* feat;
   const float* attn;
   float* dnn_x;
+  float* first;
   FatShape shape;
   GPUBOX_HD void operator()(std::size_t item) const {
     const int nf = shape.fields(), k = shape.k;
     const auto b = static_cast<int64_t>(item / static_cast<std::size_t>(nf));
     const int i = static_cast<int>(item % static_cast<std::size_t>(nf));
     const float* a = attn + b * shape.cen_ld;
-    for (int j = i + 1; j < nf; ++j) {
-      const float aij = a[i * nf + j], aji = a[j * nf + i];
+    for (int j = 0; j < nf; ++j) {
       const float* fij = feat + shape.feat(b, i * nf + j, 0);
+      float s = 0.0f;
+      for (int e = 0; e < k; ++e) s += fij[e];
+      first[b * shape.cen_ld + i * nf + j] = a[i * nf + j] * s;
+      if (j <= i) continue;
+      const float aij = a[i * nf + j], aji = a[j * nf + i];
       const float* fji = feat + shape.feat(b, j * nf + i, 0);
       float* h = dnn_x + b * shape.dnn_ld + static_cast<int64_t>(shape.pair(i, j)) * k;
       for (int e = 0; e < k; ++e) h[e] = (aij * fij[e]) * (aji * fji[e]);
     }
-  }
-};
-
-// logits[b] += sum over every cell and e of a[cell] F[cell][e].
-struct FirstOrder {
-  const float* feat;
-  const float* attn;
-  float* logits;
-  FatShape shape;
-  GPUBOX_HD void operator()(std::size_t b) const {
-    float sum = 0.0f;
-    for (int cell = 0; cell < shape.cells(); ++cell) {
-      const float* v = feat + shape.feat(static_cast<int64_t>(b), cell, 0);
-      float s = 0.0f;
-      for (int e = 0; e < shape.k; ++e) s += v[e];
-      sum += attn[static_cast<int64_t>(b) * shape.cen_ld + cell] * s;
-    }
-    logits[b] += sum;
   }
 };
 
@@ -221,32 +211,40 @@ struct ScatterPooledGrad {
   }
 };
 
-// Item (d, j, e): dE[d, j, e] = sum_b dF[b, (S+d)*N + j][e] x_bd (already scaled).
-struct DenseWeightGrad {
+// Item (b, d, j, e): the dense fields' dF, [B x D N k] (row b: field S+d's cells in order), the
+// operand of dE's GEMM.
+struct DenseFieldGrad {
   FieldGrad d_field;
-  const float* dense;
-  float* grad;
-  int64_t batch;
+  float* out;
   GPUBOX_HD void operator()(std::size_t item) const {
     const FatShape& shape = d_field.d_out.shape;
-    const int nf = shape.fields(), k = shape.k;
-    const int e = static_cast<int>(item % static_cast<std::size_t>(k));
-    const int j = static_cast<int>((item / static_cast<std::size_t>(k)) % nf);
-    const int d = static_cast<int>(item / (static_cast<std::size_t>(k) * nf));
-    const int cell = (shape.slots + d) * nf + j;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < batch; ++b) {
-      sum += d_field(b, cell, e) * dense[b * shape.dense_dim + d];
-    }
-    grad[item] = sum;
+    const auto row = static_cast<std::size_t>(shape.dense_dim) * shape.fields() * shape.k;
+    const auto b = static_cast<int64_t>(item / row);
+    const int col = static_cast<int>(item % row);  // (d N + j) k + e
+    out[item] = d_field(b, shape.slots * shape.fields() + col / shape.k, col % shape.k);
   }
 };
+
+// Item (d, j, e): dE[d, j, e] = pairs[d, d N k + j k + e], the diagonal blocks of
+// pairs = X^T dF_dense ([D x D N k]).
+struct DenseWeightGrad {
+  const float* pairs;
+  float* grad;
+  int64_t row;  // N k
+  int dense_dim;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto d = static_cast<int64_t>(item) / row;
+    grad[item] = pairs[d * dense_dim * row + d * row + static_cast<int64_t>(item) % row];
+  }
+};
+
 }  // namespace
 
 FatDeepffmPart::FatDeepffmPart(device::Card& card, DenseParameters& params, Blas& blas,
                                const SlotSumPool& pool, const DenseModelConfig& config)
     : slots_(pool.slots()),
       dense_dim_(config.dense_dim),
+      blas_(&blas),
       use_cvm_(pool.use_cvm()),
       slot_width_(pool.width()),
       embedx_column_(pool.embed_w_column() + 1),
@@ -262,11 +260,16 @@ FatDeepffmPart::FatDeepffmPart(device::Card& card, DenseParameters& params, Blas
         params.add("fat_deepffm.dense_w", static_cast<std::size_t>(dense_dim_) * fields() * k_,
                    ParamInit::kOne, 0.0f);
   }
-  for (auto* buffer :
-       {&feat_, &pooled_, &hidden_, &attn_, &dnn_x_, &dnn_dx_, &d_attn_, &d_hidden_, &d_pool_}) {
+  for (auto* buffer : {&feat_, &pooled_, &hidden_, &attn_, &first_, &dnn_x_, &dnn_dx_, &d_attn_,
+                       &d_hidden_, &d_pool_, &d_dense_feat_, &dense_pairs_}) {
     *buffer = card.make_buffer<float>(0);
   }
   argmax_ = card.make_buffer<int32_t>(0);
+  // add_logits' GEMV sums a row's cells against it; dense_pairs_ is batch-independent.
+  ones_ = device::to_device(std::vector<float>(static_cast<std::size_t>(fields()) * fields(), 1.0f),
+                            card.memory(), card.stream());
+  const auto dense_row = static_cast<std::size_t>(dense_dim_) * fields() * k_;
+  dense_pairs_.resize_discard(static_cast<std::size_t>(dense_dim_) * dense_row);
 }
 
 double FatDeepffmPart::flops_per_example() const {
@@ -284,7 +287,12 @@ std::string FatDeepffmPart::kernel_report(int64_t batch) const {
   out << "\n  cen " << fields() << " x " << fields() << " fields x " << k_ << ": " << fc0_.in()
       << "x" << fc0_.out() << " " << fc0_.describe(batch) << "; " << fc1_.in() << "x" << fc1_.out()
       << " " << fc1_.describe(batch) << "\n  field-aware pairs " << pairs() << " x " << k_
-      << ": parallel_for (fp32, batch " << batch << ")";
+      << ": parallel_for over (instance, field) (fp32, batch " << batch
+      << "); first-order term: sgemv";
+  if (dense_dim_ > 0) {
+    out << "; dense_w's gradient: sgemm " << dense_dim_ << "x" << dense_dim_ * fields() * k_ << "x"
+        << batch;
+  }
   return out.str();
 }
 
@@ -293,11 +301,12 @@ void FatDeepffmPart::reserve(int64_t batch) {
   const std::size_t cells = static_cast<std::size_t>(fields()) * fields();
   feat_.resize_discard(n * cells * k_);
   argmax_.resize_discard(n * cells);
-  for (auto* buffer : {&pooled_, &hidden_, &attn_, &d_attn_, &d_hidden_, &d_pool_}) {
+  for (auto* buffer : {&pooled_, &hidden_, &attn_, &first_, &d_attn_, &d_hidden_, &d_pool_}) {
     buffer->resize_discard(n * static_cast<std::size_t>(cen_ld_));
   }
   dnn_x_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
   dnn_dx_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
+  d_dense_feat_.resize_discard(n * static_cast<std::size_t>(dense_dim_) * fields() * k_);
   fc0_.prepare(batch);
   fc1_.prepare(batch);
 }
@@ -313,14 +322,16 @@ void FatDeepffmPart::forward(const device::Stream& stream, const DenseParameters
                   pooled_.data(), dnn_x_.data(), shape, use_cvm_, slot_width_, embedx_column_});
   fc0_.forward(params, pooled_.data(), hidden_.data(), batch);
   fc1_.forward(params, hidden_.data(), attn_.data(), batch);
-  device::parallel_for(stream, items(batch, fields()),
-                       PairForward{feat_.data(), attn_.data(), dnn_x_.data(), shape});
+  device::parallel_for(
+      stream, items(batch, fields()),
+      PairForward{feat_.data(), attn_.data(), dnn_x_.data(), first_.data(), shape});
 }
 
 void FatDeepffmPart::add_logits(const device::Stream& stream, int64_t batch, float* logits) const {
-  device::parallel_for(stream, static_cast<std::size_t>(batch),
-                       FirstOrder{feat_.data(), attn_.data(), logits,
-                                  FatShape{slots_, dense_dim_, k_, cen_ld_, dnn_ld_}});
+  GPUBOX_EXPECTS(&stream == &blas_->stream(), "fat_deepffm's add_logits runs on its card's stream");
+  // logits += first 1: each row's cells summed (forward's PairForward wrote a F's sums there).
+  blas_->sgemv(Transpose::kNo, batch, fields() * fields(), 1.0f, first_.data(), cen_ld_,
+               ones_.data(), 1.0f, logits);
 }
 
 void FatDeepffmPart::backward(const device::Stream& stream, DenseParameters& params,
@@ -341,8 +352,17 @@ void FatDeepffmPart::backward(const device::Stream& stream, DenseParameters& par
       stream, items(batch, pool_cols),
       ScatterPooledGrad{d_field, d_pooled, pool_cols, slot_width_, embedx_column_, unscale});
   if (dense_dim_ > 0) {
-    device::parallel_for(stream, items(dense_dim_, fields() * k_),
-                         DenseWeightGrad{d_field, dense, params.grads(dense_w_), batch});
+    // dE[d] = sum_b x_bd dF_dense[b, d]: X^T dF_dense [D x D N k] in one GEMM, then its diagonal
+    // blocks (D times the flops of D GEMVs, but one launch whatever D and the batch).
+    const int64_t row = int64_t{fields()} * k_;
+    device::parallel_for(stream, items(batch, dense_dim_ * row),
+                         DenseFieldGrad{d_field, d_dense_feat_.data()});
+    blas_->sgemm(Transpose::kYes, Transpose::kNo, dense_dim_, dense_dim_ * row, batch, 1.0f, dense,
+                 dense_dim_, d_dense_feat_.data(), dense_dim_ * row, 0.0f, dense_pairs_.data(),
+                 dense_dim_ * row);
+    device::parallel_for(
+        stream, items(dense_dim_, row),
+        DenseWeightGrad{dense_pairs_.data(), params.grads(dense_w_), row, dense_dim_});
   }
 }
 

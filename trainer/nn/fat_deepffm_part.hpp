@@ -24,8 +24,11 @@
 // (argmax kept from the forward).
 //
 // Owns its blocks (fat_deepffm.dense_w and CEN's two Linears in the model's DenseParameters) and
-// every buffer named here. fp32 throughout. Portable: Linear's GEMMs and parallel_for over items
-// that each own what they write (sums in a fixed order, no atomics: runs are deterministic).
+// every buffer named here. fp32 throughout. Portable: GEMMs and GEMVs through the model's Blas
+// (CEN's Linears; y1's sum over a row's cells; dense_w's gradient, the one sum over the batch) and
+// parallel_for over items of an instance that each own what they write (sums in a fixed order,
+// no atomics: runs are deterministic). No item loops over the batch, and the launches of a
+// forward or backward do not depend on its size (fat_deepffm_test counts them).
 // Thread-safety: one card's thread only.
 #pragma once
 
@@ -85,25 +88,30 @@ class FatDeepffmPart {
  private:
   int slots_;
   int dense_dim_;
+  const Blas* blas_;  // the model's, on this card's stream
   int k_ = 0;
   bool use_cvm_;
   int slot_width_;     // the pool's block width per slot
   int embedx_column_;  // embedx_w's first column inside a slot's block
   int64_t cen_ld_;     // row stride of the [B x N^2] buffers
   int64_t dnn_ld_;
-  std::size_t dense_w_ = 0;                // fat_deepffm.dense_w: [D x N x k]
-  Linear fc0_;                             // cen.fc_0
-  Linear fc1_;                             // cen.fc_1
-  device::device_buffer<float> feat_;      // F: [B x N^2 x k]
-  device::device_buffer<int32_t> argmax_;  // the max pool's e: [B x N^2]
-  device::device_buffer<float> pooled_;    // p: [B x cen_ld]
-  device::device_buffer<float> hidden_;    // relu(p W0 + b0)
-  device::device_buffer<float> attn_;      // a
-  device::device_buffer<float> dnn_x_;     // the DNN input
-  device::device_buffer<float> dnn_dx_;    // scale * dL/d(DNN input)
-  device::device_buffer<float> d_attn_;    // scale * dL/d(fc_1's pre-activation)
-  device::device_buffer<float> d_hidden_;  // scale * dL/d(fc_0's pre-activation)
-  device::device_buffer<float> d_pool_;    // scale * dL/dp
+  std::size_t dense_w_ = 0;                    // fat_deepffm.dense_w: [D x N x k]
+  Linear fc0_;                                 // cen.fc_0
+  Linear fc1_;                                 // cen.fc_1
+  device::device_buffer<float> feat_;          // F: [B x N^2 x k]
+  device::device_buffer<int32_t> argmax_;      // the max pool's e: [B x N^2]
+  device::device_buffer<float> pooled_;        // p: [B x cen_ld]
+  device::device_buffer<float> hidden_;        // relu(p W0 + b0)
+  device::device_buffer<float> attn_;          // a
+  device::device_buffer<float> first_;         // a[cell] sum_e F[cell][e]: [B x cen_ld]
+  device::device_buffer<float> ones_;          // N^2 ones: add_logits' GEMV sums first_'s rows
+  device::device_buffer<float> dnn_x_;         // the DNN input
+  device::device_buffer<float> dnn_dx_;        // scale * dL/d(DNN input)
+  device::device_buffer<float> d_attn_;        // scale * dL/d(fc_1's pre-activation)
+  device::device_buffer<float> d_hidden_;      // scale * dL/d(fc_0's pre-activation)
+  device::device_buffer<float> d_pool_;        // scale * dL/dp
+  device::device_buffer<float> d_dense_feat_;  // the dense fields' dF: [B x D N k]
+  device::device_buffer<float> dense_pairs_;   // X^T d_dense_feat_: [D x D N k]
 };
 
 }  // namespace gpubox::trainer

@@ -1,10 +1,13 @@
-// flen's field-wise bi-interaction (FlenPart, flen_part.hpp). Portable: parallel_for per instance
-// and per parameter.
+// flen's field-wise bi-interaction (FlenPart, flen_part.hpp). Portable: parallel_for over
+// (instance, column) or (instance, pair) items, sgemm/sgemv for the k x k layer and every sum over
+// the batch.
 #include <cmath>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/flen_part.hpp"
@@ -20,6 +23,12 @@ struct FlenShape {
   int starts[kFlenMaxGroups + 1];  // group j: slots [starts[j], starts[j + 1])
 };
 
+FlenShape make_shape(int groups, int k, int slot_width, int embed_column, const int* starts) {
+  FlenShape shape{groups, k, slot_width, embed_column, {}};
+  for (int j = 0; j <= groups; ++j) shape.starts[j] = starts[j];
+  return shape;
+}
+
 // The pair after (a, b) in itertools.combinations order.
 GPUBOX_HD inline void next_pair(int groups, int* a, int* b) {
   if (++*b == groups) {
@@ -28,148 +37,112 @@ GPUBOX_HD inline void next_pair(int groups, int* a, int* b) {
   }
 }
 
-// Per instance: the group sums g, h, a = relu(h W + b) and logits[i] += a . w_out.
+// Item (i, c): column c of instance i's group sums g_j and of h = sum_p r_p g_a * g_b.
 template <class T>
-struct FlenForward {
+struct FlenGroups {
   const T* rows;
   int64_t ld;
   const float* kernel_mf;
-  const float* fc_w;
-  const float* fc_b;
-  const float* out_w;
   float* g;
   float* h;
-  float* act;
-  float* logits;
-  FlenShape s;
-  GPUBOX_HD void operator()(std::size_t i) const {
-    const T* row = rows + static_cast<int64_t>(i) * ld;
-    const int k = s.k;
-    float* gi = g + static_cast<int64_t>(i) * s.groups * k;
-    float* hi = h + static_cast<int64_t>(i) * k;
-    float* ai = act + static_cast<int64_t>(i) * k;
-    for (int j = 0; j < s.groups; ++j) {
-      for (int c = 0; c < k; ++c) {
-        float sum = 0.0f;
-        for (int slot = s.starts[j]; slot < s.starts[j + 1]; ++slot) {
-          sum += to_float(row[slot * s.slot_width + s.embed_column + c]);
-        }
-        gi[j * k + c] = sum;
-      }
-    }
-    for (int c = 0; c < k; ++c) hi[c] = 0.0f;
-    int a = 0;
-    int b = 1;
-    for (int p = 0; a < s.groups - 1; ++p, next_pair(s.groups, &a, &b)) {
-      for (int c = 0; c < k; ++c) hi[c] += kernel_mf[p] * gi[a * k + c] * gi[b * k + c];
-    }
-    float logit = 0.0f;
-    for (int o = 0; o < k; ++o) {
-      float u = fc_b[o];
-      for (int c = 0; c < k; ++c) u += hi[c] * fc_w[c * k + o];
-      ai[o] = u > 0.0f ? u : 0.0f;
-      logit += ai[o] * out_w[o];
-    }
-    logits[i] += logit;
-  }
-};
-
-// Per instance: du, dh (kept for the parameters' gradients) and the slots' embedding gradient
-// added to d_pooled: dL/d e_s = dL/d g_j for s in group j.
-struct FlenRowsBackward {
-  const float* kernel_mf;
-  const float* fc_w;
-  const float* out_w;
-  const float* dlogits;
-  const float* g;
-  const float* act;
-  float* du;
-  float* dh;
-  float* d_pooled;
-  int64_t d_ld;
-  FlenShape s;
-  GPUBOX_HD void operator()(std::size_t i) const {
-    const int k = s.k;
-    const float* gi = g + static_cast<int64_t>(i) * s.groups * k;
-    const float* ai = act + static_cast<int64_t>(i) * k;
-    float* dui = du + static_cast<int64_t>(i) * k;
-    float* dhi = dh + static_cast<int64_t>(i) * k;
-    for (int o = 0; o < k; ++o) dui[o] = ai[o] > 0.0f ? dlogits[i] * out_w[o] : 0.0f;
-    for (int c = 0; c < k; ++c) {
-      float sum = 0.0f;
-      for (int o = 0; o < k; ++o) sum += fc_w[c * k + o] * dui[o];
-      dhi[c] = sum;
-    }
-    float* d_row = d_pooled + static_cast<int64_t>(i) * d_ld;
-    for (int j = 0; j < s.groups; ++j) {
-      for (int c = 0; c < k; ++c) {
-        // d h / d g_j = r_p g_other for every pair p holding j.
-        float dg = 0.0f;
-        int a = 0;
-        int b = 1;
-        for (int p = 0; a < s.groups - 1; ++p, next_pair(s.groups, &a, &b)) {
-          if (a == j) dg += kernel_mf[p] * gi[b * k + c];
-          if (b == j) dg += kernel_mf[p] * gi[a * k + c];
-        }
-        dg *= dhi[c];
-        for (int slot = s.starts[j]; slot < s.starts[j + 1]; ++slot) {
-          d_row[slot * s.slot_width + s.embed_column + c] += dg;
-        }
-      }
-    }
-  }
-};
-
-// One item per parameter value, its gradient summed over the batch in instance order (double),
-// times the dense scale: kernel_mf [P], then fc_w [k x k], fc_b [k], out_w [k].
-struct FlenParamBackward {
-  const float* dlogits;
-  const float* g;
-  const float* h;
-  const float* act;
-  const float* du;
-  const float* dh;
-  int64_t batch;
-  float scale;
-  int pairs;
-  float* d_kernel_mf;
-  float* d_fc_w;
-  float* d_fc_b;
-  float* d_out_w;
   FlenShape s;
   GPUBOX_HD void operator()(std::size_t item) const {
     const int k = s.k;
-    const auto j = static_cast<int64_t>(item);
-    double sum = 0.0;
-    if (j < pairs) {
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(k));
+    const int c = static_cast<int>(item % static_cast<std::size_t>(k));
+    const T* row = rows + i * ld + s.embed_column + c;
+    float* gi = g + i * s.groups * k + c;
+    for (int j = 0; j < s.groups; ++j) {
+      float sum = 0.0f;
+      for (int slot = s.starts[j]; slot < s.starts[j + 1]; ++slot) {
+        sum += to_float(row[slot * s.slot_width]);
+      }
+      gi[j * k] = sum;
+    }
+    float hc = 0.0f;
+    int a = 0;
+    int b = 1;
+    for (int p = 0; a < s.groups - 1; ++p, next_pair(s.groups, &a, &b)) {
+      hc += kernel_mf[p] * gi[a * k] * gi[b * k];
+    }
+    h[item] = hc;
+  }
+};
+
+// Item (i, o): act = relu(u + fc_b), in place over u = h W ([B x k]).
+struct FlenBiasRelu {
+  const float* fc_b;
+  float* act;
+  int k;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const float u = act[item] + fc_b[item % static_cast<std::size_t>(k)];
+    act[item] = u > 0.0f ? u : 0.0f;
+  }
+};
+
+// Item (i, o): du = dL/du (unscaled) = dlogits[i] out_w[o] where act > 0.
+struct FlenOutputGrad {
+  const float* dlogits;
+  const float* out_w;
+  const float* act;
+  float* du;
+  int k;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const std::size_t i = item / static_cast<std::size_t>(k);
+    du[item] = act[item] > 0.0f ? dlogits[i] * out_w[item % static_cast<std::size_t>(k)] : 0.0f;
+  }
+};
+
+// Item (i, c): dL/d e_s = dL/d g_j for s in group j, column c, added to d_pooled.
+struct FlenRowsBackward {
+  const float* kernel_mf;
+  const float* g;
+  const float* dh;
+  float* d_pooled;
+  int64_t d_ld;
+  FlenShape s;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const int k = s.k;
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(k));
+    const int c = static_cast<int>(item % static_cast<std::size_t>(k));
+    const float* gi = g + i * s.groups * k + c;
+    float* d_row = d_pooled + i * d_ld + s.embed_column + c;
+    for (int j = 0; j < s.groups; ++j) {
+      // d h / d g_j = r_p g_other for every pair p holding j.
+      float dg = 0.0f;
       int a = 0;
       int b = 1;
-      for (int p = 0; p < j; ++p) next_pair(s.groups, &a, &b);
-      for (int64_t i = 0; i < batch; ++i) {
-        const float* gi = g + i * s.groups * k;
-        for (int c = 0; c < k; ++c) {
-          sum += static_cast<double>(dh[i * k + c]) * gi[a * k + c] * gi[b * k + c];
-        }
+      for (int p = 0; a < s.groups - 1; ++p, next_pair(s.groups, &a, &b)) {
+        if (a == j) dg += kernel_mf[p] * gi[b * k];
+        if (b == j) dg += kernel_mf[p] * gi[a * k];
       }
-      d_kernel_mf[j] = static_cast<float>(scale * sum);
-      return;
+      dg *= dh[item];
+      for (int slot = s.starts[j]; slot < s.starts[j + 1]; ++slot) d_row[slot * s.slot_width] += dg;
     }
-    const int64_t w = j - pairs;
-    if (w < int64_t{k} * k) {
-      const int64_t c = w / k;
-      const int64_t o = w % k;
-      for (int64_t i = 0; i < batch; ++i) sum += static_cast<double>(h[i * k + c]) * du[i * k + o];
-      d_fc_w[w] = static_cast<float>(scale * sum);
-      return;
-    }
-    const int64_t o = (w - int64_t{k} * k) % k;
-    if (w - int64_t{k} * k < k) {
-      for (int64_t i = 0; i < batch; ++i) sum += du[i * k + o];
-      d_fc_b[o] = static_cast<float>(scale * sum);
-    } else {
-      for (int64_t i = 0; i < batch; ++i) sum += static_cast<double>(dlogits[i]) * act[i * k + o];
-      d_out_w[o] = static_cast<float>(scale * sum);
-    }
+  }
+};
+
+// Item (i, p): q[i, p] = sum_c dh[i, c] g_a[c] g_b[c] (pair p = (a, b)); kernel_mf's gradient is
+// its column sums.
+struct FlenPairGrad {
+  const float* g;
+  const float* dh;
+  float* q;
+  int pairs;
+  FlenShape s;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const int k = s.k;
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(pairs));
+    const int pair = static_cast<int>(item % static_cast<std::size_t>(pairs));
+    int a = 0;
+    int b = 1;
+    for (int p = 0; p < pair; ++p) next_pair(s.groups, &a, &b);
+    const float* ga = g + (i * s.groups + a) * k;
+    const float* gb = g + (i * s.groups + b) * k;
+    const float* dhi = dh + i * k;
+    float sum = 0.0f;
+    for (int c = 0; c < k; ++c) sum += dhi[c] * ga[c] * gb[c];
+    q[item] = sum;
   }
 };
 
@@ -186,7 +159,8 @@ void with_row_type(const InputRows& input, Launch launch) {
 
 FlenPart::FlenPart(device::Card& card, DenseParameters& params, const SlotSumPool& pool,
                    const std::vector<int>& group_sizes)
-    : slots_(pool.slots()),
+    : card_(&card),
+      slots_(pool.slots()),
       groups_(static_cast<int>(group_sizes.size())),
       k_(1 + pool.mf_dim()),
       slot_width_(pool.width()),
@@ -217,7 +191,9 @@ FlenPart::FlenPart(device::Card& card, DenseParameters& params, const SlotSumPoo
   // PaddleRec's last Linear reads [bi-interaction (k) | DNN (its last layer)]: fan_in 2k.
   out_w_ = params.add("flen.out_w", static_cast<std::size_t>(k_), ParamInit::kNormal,
                       std::sqrt(2.0f / static_cast<float>(2 * k_ + 1)));
-  for (auto* buffer : {&g_, &h_, &a_, &du_, &dh_}) *buffer = card.make_buffer<float>(0);
+  for (auto* buffer : {&g_, &h_, &a_, &du_, &dh_, &q_, &ones_}) {
+    *buffer = card.make_buffer<float>(0);
+  }
 }
 
 double FlenPart::flops_per_example() const {
@@ -230,7 +206,8 @@ double FlenPart::flops_per_example() const {
 std::string FlenPart::kernel_report(int64_t batch) const {
   std::ostringstream out;
   out << "\n  flen bi-interaction " << groups_ << " field groups x " << k_ << ", " << pairs()
-      << " group pairs, " << k_ << " x " << k_ << " fc: parallel_for (fp32, batch " << batch << ")";
+      << " group pairs: parallel_for over (instance, column); " << k_ << " x " << k_
+      << " fc, its gradients and the batch sums: sgemm/sgemv (fp32, batch " << batch << ")";
   return out.str();
 }
 
@@ -238,38 +215,54 @@ void FlenPart::reserve(int64_t batch) {
   const auto n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_);
   g_.resize_discard(n * static_cast<std::size_t>(groups_));
   for (auto* buffer : {&h_, &a_, &du_, &dh_}) buffer->resize_discard(n);
+  q_.resize_discard(static_cast<std::size_t>(batch) * static_cast<std::size_t>(pairs()));
+  if (ones_.size() < static_cast<std::size_t>(batch)) {
+    ones_ = device::to_device(std::vector<float>(static_cast<std::size_t>(batch), 1.0f),
+                              card_->memory(), card_->stream());
+  }
 }
 
-void FlenPart::forward(const device::Stream& stream, const DenseParameters& params,
-                       const InputRows& input, int64_t batch, float* logits) {
-  FlenShape shape{groups_, k_, slot_width_, embed_column_, {}};
-  for (int j = 0; j <= groups_; ++j) shape.starts[j] = starts_[j];
+void FlenPart::forward(const Blas& blas, const DenseParameters& params, const InputRows& input,
+                       int64_t batch, float* logits) {
+  const device::Stream& stream = blas.stream();
+  const FlenShape shape = make_shape(groups_, k_, slot_width_, embed_column_, starts_);
   with_row_type(input, [&](const auto* rows) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
     device::parallel_for(
-        stream, static_cast<std::size_t>(batch),
-        FlenForward<T>{rows, input.ld, params.values(kernel_mf_), params.values(fc_w_),
-                       params.values(fc_b_), params.values(out_w_), g_.data(), h_.data(), a_.data(),
-                       logits, shape});
+        stream, static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_),
+        FlenGroups<T>{rows, input.ld, params.values(kernel_mf_), g_.data(), h_.data(), shape});
   });
+  blas.sgemm(Transpose::kNo, Transpose::kNo, batch, k_, k_, 1.0f, h_.data(), k_,
+             params.values(fc_w_), k_, 0.0f, a_.data(), k_);
+  device::parallel_for(stream, static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_),
+                       FlenBiasRelu{params.values(fc_b_), a_.data(), k_});
+  blas.sgemv(Transpose::kNo, batch, k_, 1.0f, a_.data(), k_, params.values(out_w_), 1.0f, logits);
 }
 
-void FlenPart::backward(const device::Stream& stream, DenseParameters& params, const float* dlogits,
+void FlenPart::backward(const Blas& blas, DenseParameters& params, const float* dlogits,
                         int64_t batch, float grad_scale, float* d_pooled) {
-  FlenShape shape{groups_, k_, slot_width_, embed_column_, {}};
-  for (int j = 0; j <= groups_; ++j) shape.starts[j] = starts_[j];
-  device::parallel_for(
-      stream, static_cast<std::size_t>(batch),
-      FlenRowsBackward{params.values(kernel_mf_), params.values(fc_w_), params.values(out_w_),
-                       dlogits, g_.data(), a_.data(), du_.data(), dh_.data(), d_pooled,
-                       int64_t{slots_} * slot_width_, shape});
-  const std::size_t items = static_cast<std::size_t>(pairs()) + static_cast<std::size_t>(k_) * k_ +
-                            2 * static_cast<std::size_t>(k_);
-  device::parallel_for(
-      stream, items,
-      FlenParamBackward{dlogits, g_.data(), h_.data(), a_.data(), du_.data(), dh_.data(), batch,
-                        grad_scale, pairs(), params.grads(kernel_mf_), params.grads(fc_w_),
-                        params.grads(fc_b_), params.grads(out_w_), shape});
+  const device::Stream& stream = blas.stream();
+  const FlenShape shape = make_shape(groups_, k_, slot_width_, embed_column_, starts_);
+  const auto cells = static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_);
+  device::parallel_for(stream, cells,
+                       FlenOutputGrad{dlogits, params.values(out_w_), a_.data(), du_.data(), k_});
+  // dh = du W^T; the rows' gradient and q read it.
+  blas.sgemm(Transpose::kNo, Transpose::kYes, batch, k_, k_, 1.0f, du_.data(), k_,
+             params.values(fc_w_), k_, 0.0f, dh_.data(), k_);
+  device::parallel_for(stream, cells,
+                       FlenRowsBackward{params.values(kernel_mf_), g_.data(), dh_.data(), d_pooled,
+                                        int64_t{slots_} * slot_width_, shape});
+  device::parallel_for(stream, static_cast<std::size_t>(batch) * static_cast<std::size_t>(pairs()),
+                       FlenPairGrad{g_.data(), dh_.data(), q_.data(), pairs(), shape});
+  // The parameters' gradients: sums over the batch, scaled.
+  blas.sgemv(Transpose::kYes, batch, pairs(), grad_scale, q_.data(), pairs(), ones_.data(), 0.0f,
+             params.grads(kernel_mf_));
+  blas.sgemm(Transpose::kYes, Transpose::kNo, k_, k_, batch, grad_scale, h_.data(), k_, du_.data(),
+             k_, 0.0f, params.grads(fc_w_), k_);
+  blas.sgemv(Transpose::kYes, batch, k_, grad_scale, du_.data(), k_, ones_.data(), 0.0f,
+             params.grads(fc_b_));
+  blas.sgemv(Transpose::kYes, batch, k_, grad_scale, a_.data(), k_, dlogits, 0.0f,
+             params.grads(out_w_));
 }
 
 }  // namespace gpubox::trainer

@@ -17,10 +17,13 @@
 //
 // Not built (GPUBox's networks have neither): the batch norm after the ReLU and the dropout.
 //
-// Portable: parallel_for per instance (forward, the pooled gradient) and per parameter (their
-// gradients, each summed over the batch in instance order by one item: deterministic, no
-// atomics). Gradients: the pooled one unscaled and added (the MLP's backward wrote it first),
-// the parameters' scaled by the dense scale (layers.hpp's convention).
+// Portable: parallel_for over (instance, column) items (the group sums and h, the ReLU, the
+// pooled gradient) and (instance, pair) items; the k x k layer, its gradients and every sum over
+// the batch (the parameters' gradients: GEMV against a ones vector or dlogits) through the
+// model's Blas. No item loops over the batch, and the launches of a forward or backward do not
+// depend on its size (flen_test counts them); deterministic, no atomics. Gradients: the pooled
+// one unscaled and added (the MLP's backward wrote it first), the parameters' scaled by the dense
+// scale (layers.hpp's convention).
 //
 // Owns its parameters' blocks (flen.kernel_mf, flen.fc_w, flen.fc_b, flen.out_w in the model's
 // DenseParameters) and the buffers named here. Thread-safety: one card's thread only.
@@ -33,6 +36,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/layers.hpp"
 
@@ -61,30 +65,33 @@ class FlenPart {
   // Sizes the buffers for batches of up to `batch` instances (allocates only when they grow).
   void reserve(int64_t batch);
   // logits[i] += a_i . w_out, from the pooled rows `input` (the MLP's input rows).
-  void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& input,
+  void forward(const Blas& blas, const DenseParameters& params, const InputRows& input,
                int64_t batch, float* logits);
   // d_pooled ([B x pool out_dim] floats, unscaled) += dL/d e_s in each slot's embedding columns;
   // the blocks' gradients = grad_scale * their sums over the batch (overwritten).
   // Reads what forward() kept of the same batch.
-  void backward(const device::Stream& stream, DenseParameters& params, const float* dlogits,
-                int64_t batch, float grad_scale, float* d_pooled);
+  void backward(const Blas& blas, DenseParameters& params, const float* dlogits, int64_t batch,
+                float grad_scale, float* d_pooled);
 
  private:
+  device::Card* card_;
   int slots_;
   int groups_;
   int k_;
   int slot_width_;    // the pool's block width per slot
   int embed_column_;  // embed_w's column inside a slot's block (embedx follows it)
   int starts_[kFlenMaxGroups + 1] = {};
-  std::size_t kernel_mf_ = 0;        // [P]
-  std::size_t fc_w_ = 0;             // [k x k], row = input
-  std::size_t fc_b_ = 0;             // [k]
-  std::size_t out_w_ = 0;            // [k]
-  device::device_buffer<float> g_;   // group sums: [B x G x k]
-  device::device_buffer<float> h_;   // the bi-interaction: [B x k]
-  device::device_buffer<float> a_;   // relu(h W + b): [B x k]
-  device::device_buffer<float> du_;  // dL/du (unscaled): [B x k]
-  device::device_buffer<float> dh_;  // dL/dh (unscaled): [B x k]
+  std::size_t kernel_mf_ = 0;          // [P]
+  std::size_t fc_w_ = 0;               // [k x k], row = input
+  std::size_t fc_b_ = 0;               // [k]
+  std::size_t out_w_ = 0;              // [k]
+  device::device_buffer<float> g_;     // group sums: [B x G x k]
+  device::device_buffer<float> h_;     // the bi-interaction: [B x k]
+  device::device_buffer<float> a_;     // relu(h W + b): [B x k]
+  device::device_buffer<float> du_;    // dL/du (unscaled): [B x k]
+  device::device_buffer<float> dh_;    // dL/dh (unscaled): [B x k]
+  device::device_buffer<float> q_;     // dL/d kernel_mf per instance (unscaled): [B x P]
+  device::device_buffer<float> ones_;  // B ones: fc_b's and kernel_mf's gradients sum against it
 };
 
 }  // namespace gpubox::trainer
