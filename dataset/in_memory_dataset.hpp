@@ -96,12 +96,15 @@ class InMemoryDataset {
     std::uint64_t index;
   };
   Location locate(std::size_t position) const;
+  // A loaded block's instances after those already held (in order_, as block id and index).
+  void append_block(InstanceBlock&& block);
 
   DatasetConfig config_;
   std::vector<std::string> files_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   std::vector<InstanceBlock> blocks_;
   // Current order: (block << kIndexBits) | index inside the block.
+  static constexpr int kIndexBits = 40;
   std::vector<std::uint64_t> order_;
   LoadStats stats_;
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <memory>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -56,6 +57,50 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
   return budget_mb > 0 ? static_cast<std::size_t>(budget_mb) << 20 : std::size_t{1} << 30;
 }
 
+// The host tier: in-process, or the servers the launcher names (table::make_host_tier), with
+// the row rules of every tier (table::sparse_config_from) and the config's host-tier settings.
+// Throws naming the servers (and the token) when they cannot be reached.
+std::unique_ptr<table::HostTier> open_host_tier(const TrainerConfig& config,
+                                                const TrainerEnv& env) {
+  table::HostTierConfig host_config = config.host_tier;
+  host_config.remote.endpoints = env.servers;
+  const auto token_file = table::server::client_token_file(config.runner.auth_token_file);
+  if (!env.servers.empty() && !token_file.path.empty()) {
+    auto token = table::server::read_auth_token_file(token_file.path, token_file.source);
+    if (!token.ok()) GPUBOX_FAIL(token.status().message());
+    host_config.remote.auth_token = std::move(token).value();
+  }
+  auto host = table::make_host_tier(config.sparse, host_config);
+  if (!host.ok()) {
+    const bool refused = host.status().code() == Status::Code::kPermissionDenied;
+    GPUBOX_FAIL("cannot reach the host-tier servers ", env.servers, ": ", host.status().to_string(),
+                !refused                  ? ""
+                : token_file.path.empty() ? " (they need a token: set runner.auth_token_file "
+                                            "or GPUBOX_AUTH_TOKEN_FILE)"
+                                          : " (the token of " + token_file.source + " '" +
+                                                token_file.path + "' was refused)");
+  }
+  return std::move(host).value();
+}
+
+// Checks that the card tier's budget fits every local card, then has each card's pool take its
+// bytes from the driver (device rule 3).
+void prepare_card_memory(device::CardSet& cards, const TrainerConfig& config) {
+  // The card tier's budget must fit each card beside what NCCL and cuBLAS still take: fail now,
+  // naming runner.card_memory_mb, not with an allocation failure passes later.
+  for (int c = 0; c < cards.num_local_cards(); ++c) {
+    const Status fits = device::check_card_memory_budget(
+        config.runner.card_memory_mb,
+        device::card_free_bytes(cards.card(c), cards.num_local_cards()),
+        device::library_reserve_bytes(cards.total_cards()), cards.card(c).rank());
+    if (!fits.ok()) GPUBOX_FAIL(fits.message());
+  }
+  // Each card's pool takes its bytes from the driver before anything is allocated on it: the
+  // card tier's budget-sized stores and the dense model then come out of the pool.
+  for (int c = 0; c < cards.num_local_cards(); ++c)
+    cards.card(c).prewarm_pool(prewarm_bytes(config));
+}
+
 // A failure between steps: none of the pass's (or evaluation's) pending slots is read later:
 // their tags may point into locals of the step loop (the progress sink, kept predictions).
 struct AbandonUnlessDone {
@@ -100,28 +145,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
                              std::chrono::milliseconds(static_cast<int64_t>(
                                  std::ceil(config_.runner.collective_timeout_s * 1000.0))),
                              s.store.get(), env_.host);
-  // The host tier: in-process, or the servers the launcher names (table::make_host_tier), with
-  // the row rules of every tier (table::sparse_config_from) and the config's host-tier settings.
-  table::HostTierConfig host_config = config_.host_tier;
-  host_config.remote.endpoints = env_.servers;
-  const auto token_file = table::server::client_token_file(config_.runner.auth_token_file);
-  if (!env_.servers.empty() && !token_file.path.empty()) {
-    auto token = table::server::read_auth_token_file(token_file.path, token_file.source);
-    if (!token.ok()) GPUBOX_FAIL(token.status().message());
-    host_config.remote.auth_token = std::move(token).value();
-  }
-  auto host = table::make_host_tier(config_.sparse, host_config);
-  if (!host.ok()) {
-    const bool refused = host.status().code() == Status::Code::kPermissionDenied;
-    GPUBOX_FAIL(
-        "cannot reach the host-tier servers ", env_.servers, ": ", host.status().to_string(),
-        !refused ? ""
-        : token_file.path.empty()
-            ? " (they need a token: set runner.auth_token_file "
-              "or GPUBOX_AUTH_TOKEN_FILE)"
-            : " (the token of " + token_file.source + " '" + token_file.path + "' was refused)");
-  }
-  s.host = std::move(host).value();
+  s.host = open_host_tier(config_, env_);
   if (env_.trainers > 1) {
     // A lost trainer or server ends the job within runner.peer_timeout_s, naming it.
     PeerWatchOptions watch;
@@ -131,19 +155,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
         *s.group, *s.store, env_, dynamic_cast<table::server::RemoteHostTier*>(s.host.get()),
         watch);
   }
-  // The card tier's budget must fit each card beside what NCCL and cuBLAS still take: fail now,
-  // naming runner.card_memory_mb, not with an allocation failure passes later.
-  for (int c = 0; c < s.cards.num_local_cards(); ++c) {
-    const Status fits = device::check_card_memory_budget(
-        config_.runner.card_memory_mb,
-        device::card_free_bytes(s.cards.card(c), s.cards.num_local_cards()),
-        device::library_reserve_bytes(s.cards.total_cards()), s.cards.card(c).rank());
-    if (!fits.ok()) GPUBOX_FAIL(fits.message());
-  }
-  // Each card's pool takes its bytes from the driver before anything is allocated on it: the
-  // card tier's budget-sized stores and the dense model then come out of the pool.
-  for (int c = 0; c < s.cards.num_local_cards(); ++c)
-    s.cards.card(c).prewarm_pool(prewarm_bytes(config_));
+  prepare_card_memory(s.cards, config_);
   tier_owner::CardTierOptions tier_options;
   tier_options.pass.card_memory_bytes =
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;

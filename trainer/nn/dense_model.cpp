@@ -74,112 +74,27 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm &&
                        config.kind != ModelKind::kFfm && !(autoint && config.fc_sizes.empty());
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
-  const bool dlrm = config.kind == ModelKind::kDlrm;
-  const bool xdeepfm = config.kind == ModelKind::kXdeepfm;
-  const bool deepfefm = config.kind == ModelKind::kDeepFefm;
-  // fat_deepffm: like deepfefm, its part builds the DNN's input and runs in fp32.
-  const bool fat_deepffm = config.kind == ModelKind::kFatDeepffm;
-  if (precision_ == DensePrecision::kBf16 &&
-      (dcn || xdeepfm || deepfefm || autoint || fat_deepffm)) {
-    // The cross network's (the CIN's, the FEFM's, the attention's) GEMMs and elementwise products
-    // are fp32 (CrossNet, XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads either its
-    // output (stacked) or the same input rows: one precision for both.
-    precision_ = DensePrecision::kFp32;
-    if (card.local_index() == 0) {
-      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
-                          << name_of(kModelKindNames, config.kind) << "'s "
-                          << (xdeepfm       ? "CIN"
-                              : deepfefm    ? "field-embedded FM"
-                              : autoint     ? "attention"
-                              : fat_deepffm ? "attention and field-aware pairs"
-                                            : "cross network")
-                          << " computes in fp32: the dense net runs in fp32";
-    }
-  }
-  if (precision_ == DensePrecision::kBf16 && (!has_mlp || blas_.bf16() == Bf16Support::kNone)) {
-    precision_ = DensePrecision::kFp32;
-    if (has_mlp && card.local_index() == 0) {
-      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but this card ("
-                          << blas_.isa() << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX "
-                          << "on a CPU, sm_80 or newer on a GPU): the dense net runs in fp32";
-    }
-  }
+  // dlrm, xdeepfm, deepfefm, autoint, fat_deepffm: a field part builds the MLP's input
+  // (field_part.hpp).
+  const FieldPartKind* field = find_field_part(config.kind);
+  choose_precision(field ? field->fp32_only : dcn ? "cross network" : nullptr, has_mlp);
   activation_type_ = element_type(precision_);
-  // dlrm: the pool writes the slots alone; the dense features go to the bottom MLP (DlrmPart),
-  // and the fc layers read its output R.
-  // xdeepfm: the same; the fc layers read its fields' embeddings, dense features included.
-  // deepfefm: the same; the fc layers read DeepfefmPart's input (embeddings, dense terms, pairs).
-  // autoint: the same (its fields' embeddings, when fc_sizes is set).
-  const int input_dim =
-      pool_.out_dim() +
-      (dlrm || xdeepfm || deepfefm || autoint || fat_deepffm ? 0 : config.dense_dim);
+  // With a field part the pool writes the slots alone; the part reads the dense features.
+  const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
-  if (dlrm) {
-    dlrm_ = std::make_unique<DlrmPart>(card, params_, blas_, pool_, config, activation_type_);
+  if (field) {
+    field_ = field->make(FieldPartArgs{card, params_, blas_, pool_, config, activation_type_});
   }
-  if (xdeepfm) xdeepfm_ = std::make_unique<XdeepfmPart>(card, params_, pool_, config);
-  if (deepfefm) deepfefm_ = std::make_unique<DeepfefmPart>(card, params_, pool_, config);
-  if (autoint) autoint_ = std::make_unique<AutointPart>(card, params_, pool_, config);
-  if (fat_deepffm) {
-    fat_deepffm_ = std::make_unique<FatDeepffmPart>(card, params_, blas_, pool_, config);
-  }
-  const int64_t first_ld = dlrm_          ? dlrm_->top_ld()
-                           : xdeepfm_     ? xdeepfm_->dnn_ld()
-                           : deepfefm_    ? deepfefm_->dnn_ld()
-                           : autoint_     ? autoint_->dnn_ld()
-                           : fat_deepffm_ ? fat_deepffm_->dnn_ld()
-                                          : x0_ld_;
   if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
-  // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
-  // wanted for every column (the cross network's backward takes it, still scaled).
-  const bool stacked = dcn && !cross_->parallel();
-  if (has_mlp) {
-    const std::size_t count = config.fc_sizes.size() + 1;
-    layers_.reserve(count);
-    int in = dlrm_          ? dlrm_->top_in()
-             : xdeepfm_     ? xdeepfm_->dnn_in()
-             : deepfefm_    ? deepfefm_->dnn_in()
-             : autoint_     ? autoint_->dnn_in()
-             : fat_deepffm_ ? fat_deepffm_->dnn_in()
-                            : input_dim;
-    for (std::size_t l = 0; l < count; ++l) {
-      const bool last = l + 1 == count;
-      LinearGemmSpec spec;
-      spec.name = "fc_" + std::to_string(l);
-      spec.in = in;
-      spec.out = last ? 1 : config.fc_sizes[l];
-      spec.input = activation_type_;
-      spec.output = last ? ElementType::kF32 : activation_type_;  // the logit is fp32
-      spec.dx = l == 0 ? ElementType::kF32 : activation_type_;    // the pooled gradient too
-      spec.relu = !last;
-      spec.input_is_relu = l > 0;
-      // The first layer's input gradient is wanted for the pooled slots only (every column of
-      // the cross network's output, or of dlrm's R).
-      // xdeepfm: its fields' embeddings (not the cvm columns behind them).
-      spec.dx_cols = l == 0 && !stacked && !dlrm ? pool_.out_dim() : in;
-      if (l == 0 && xdeepfm) spec.dx_cols = xdeepfm_->embedding_cols();
-      if (l == 0 && deepfefm) spec.dx_cols = deepfefm_->embedding_cols();
-      if (l == 0 && autoint) spec.dx_cols = autoint_->embedding_cols();
-      if (l == 0 && fat_deepffm) spec.dx_cols = fat_deepffm_->embedding_cols();
-      spec.x_ld = l == 0 ? first_ld : activation_ld(in);
-      spec.y_ld = activation_ld(spec.out);
-      spec.dz_ld = activation_ld(spec.out);
-      spec.dx_ld = l == 0 ? (stacked || dlrm || xdeepfm || deepfefm || autoint || fat_deepffm
-                                 ? first_ld
-                                 : pool_.out_dim())
-                          : activation_ld(in);
-      layers_.emplace_back(params_, blas_, spec);
-      in = spec.out;
-    }
-  }
+  if (has_mlp) add_mlp(input_dim);
   // flen: the MLP over the pooled slots (the dnn's input rows) and its bi-interaction beside it.
   if (config.kind == ModelKind::kFlen) {
     flen_ = std::make_unique<FlenPart>(card, params_, pool_, config.flen_groups);
   }
   // dnn, dcn, dlrm and flen have no first-order term; autoint has it with use_wide; fat_deepffm's
   // is its part's (the attended field-aware vectors summed).
-  if (config.kind != ModelKind::kDnn && !dcn && !dlrm && !flen_ && !fat_deepffm &&
-      (!autoint || config.attn_use_wide)) {
+  if (config.kind != ModelKind::kDnn && !dcn && config.kind != ModelKind::kDlrm && !flen_ &&
+      config.kind != ModelKind::kFatDeepffm && (!autoint || config.attn_use_wide)) {
     wide_ = std::make_unique<WidePart>(params_, pool_, config.dense_dim);
   }
   if (config.kind == ModelKind::kDeepFm || config.kind == ModelKind::kFm) {
@@ -202,6 +117,65 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   host_status_ = device::pinned_buffer<DenseStepStatus>(1);
 }
 
+// bf16 falls back to fp32 where a part computes in fp32 only (`fp32_only` names it), where there
+// is no MLP, or where the card has no bf16 GEMMs; card 0 says why.
+void DenseModel::choose_precision(const char* fp32_only, bool has_mlp) {
+  if (precision_ == DensePrecision::kBf16 && fp32_only) {
+    // The cross network's (the CIN's, the FEFM's, the attention's) GEMMs and elementwise products
+    // are fp32 (CrossNet, XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads either its
+    // output (stacked) or the same input rows: one precision for both.
+    precision_ = DensePrecision::kFp32;
+    if (card_->local_index() == 0) {
+      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
+                          << name_of(kModelKindNames, config_.kind) << "'s " << fp32_only
+                          << " computes in fp32: the dense net runs in fp32";
+    }
+  }
+  if (precision_ == DensePrecision::kBf16 && (!has_mlp || blas_.bf16() == Bf16Support::kNone)) {
+    precision_ = DensePrecision::kFp32;
+    if (has_mlp && card_->local_index() == 0) {
+      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but this card ("
+                          << blas_.isa() << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX "
+                          << "on a CPU, sm_80 or newer on a GPU): the dense net runs in fp32";
+    }
+  }
+}
+
+// The fc layers and the logit layer, over the first layer's input rows (`input_dim` columns), the
+// stacked cross network's output or the field part's rows.
+void DenseModel::add_mlp(int input_dim) {
+  const int64_t first_ld = field_ ? field_->dnn_ld() : x0_ld_;
+  // stacked dcn_v2: the first layer reads the cross network's output, and its input gradient is
+  // wanted for every column (the cross network's backward takes it, still scaled).
+  const bool stacked = cross_ && !cross_->parallel();
+  const std::size_t count = config_.fc_sizes.size() + 1;
+  layers_.reserve(count);
+  int in = field_ ? field_->dnn_in() : input_dim;
+  for (std::size_t l = 0; l < count; ++l) {
+    const bool last = l + 1 == count;
+    LinearGemmSpec spec;
+    spec.name = "fc_" + std::to_string(l);
+    spec.in = in;
+    spec.out = last ? 1 : config_.fc_sizes[l];
+    spec.input = activation_type_;
+    spec.output = last ? ElementType::kF32 : activation_type_;  // the logit is fp32
+    spec.dx = l == 0 ? ElementType::kF32 : activation_type_;    // the pooled gradient too
+    spec.relu = !last;
+    spec.input_is_relu = l > 0;
+    // The first layer's input gradient is wanted for the pooled slots only (every column of
+    // the cross network's output); with a field part, for the columns it hands back (its fields'
+    // embeddings, not the cvm columns behind them; dlrm: all of R).
+    spec.dx_cols = l == 0 && !stacked ? pool_.out_dim() : in;
+    if (l == 0 && field_) spec.dx_cols = field_->dnn_dx_cols();
+    spec.x_ld = l == 0 ? first_ld : activation_ld(in);
+    spec.y_ld = activation_ld(spec.out);
+    spec.dz_ld = activation_ld(spec.out);
+    spec.dx_ld = l == 0 ? (stacked || field_ ? first_ld : pool_.out_dim()) : activation_ld(in);
+    layers_.emplace_back(params_, blas_, spec);
+    in = spec.out;
+  }
+}
+
 double DenseModel::flops_per_example() const {
   double macs = 0.0;
   for (const Linear& layer : layers_) {
@@ -210,13 +184,8 @@ double DenseModel::flops_per_example() const {
     macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + layer.spec().dx_cols);
   }
   return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0) +
-         (dlrm_ ? dlrm_->flops_per_example() : 0.0) +
-         (xdeepfm_ ? xdeepfm_->flops_per_example() : 0.0) +
-         (deepfefm_ ? deepfefm_->flops_per_example() : 0.0) +
-         (ffm_ ? ffm_->flops_per_example() : 0.0) +
-         (autoint_ ? autoint_->flops_per_example() : 0.0) +
-         (flen_ ? flen_->flops_per_example() : 0.0) +
-         (fat_deepffm_ ? fat_deepffm_->flops_per_example() : 0.0);
+         (field_ ? field_->flops_per_example() : 0.0) + (ffm_ ? ffm_->flops_per_example() : 0.0) +
+         (flen_ ? flen_->flops_per_example() : 0.0);
 }
 
 void DenseModel::reserve(int64_t batch) {
@@ -232,12 +201,8 @@ void DenseModel::reserve(int64_t batch) {
     layers_[l].prepare(batch);
   }
   if (cross_) cross_->reserve(batch);
-  if (dlrm_) dlrm_->reserve(batch);
-  if (xdeepfm_) xdeepfm_->reserve(batch);
-  if (deepfefm_) deepfefm_->reserve(batch);
-  if (autoint_) autoint_->reserve(batch);
+  if (field_) field_->reserve(batch);
   if (flen_) flen_->reserve(batch);
-  if (fat_deepffm_) fat_deepffm_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (layers_.empty()) {
@@ -250,7 +215,7 @@ void DenseModel::reserve(int64_t batch) {
   dlogits_.resize_discard(n);
   d_pooled_.resize_discard(n * pool_.out_dim());
   loss_partials_.resize_discard(SigmoidLogLoss::loss_partials(n));
-  if (reported_batch_ < 0 && (!layers_.empty() || autoint_) && batch > 0) {
+  if (reported_batch_ < 0 && (!layers_.empty() || field_) && batch > 0) {
     reported_batch_ = batch;
     if (card_->local_index() == 0) {
       GPUBOX_LOG(INFO) << "dense net kernels (batch " << batch << "):\n" << kernel_report(batch);
@@ -272,12 +237,8 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << (cross_->parallel() ? ", parallel" : ", stacked")
         << ": sgemm + elementwise (fp32, batch " << batch << ")";
   }
-  if (dlrm_) out << dlrm_->kernel_report(batch);
-  if (xdeepfm_) out << xdeepfm_->kernel_report(batch);
-  if (deepfefm_) out << deepfefm_->kernel_report(batch);
-  if (autoint_) out << autoint_->kernel_report(batch);
+  if (field_) out << field_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
-  if (fat_deepffm_) out << fat_deepffm_->kernel_report(batch);
   return out.str();
 }
 
@@ -288,36 +249,29 @@ void DenseModel::forward(const DenseBatchView& batch) {
   reserve(batch.batch);  // no-op when the step already did
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
-  pool_.forward(stream, batch.sparse, batch.dense,
-                dlrm_ || xdeepfm_ || deepfefm_ || autoint_ || fat_deepffm_ ? 0 : config_.dense_dim,
-                input_rows());
+  pool_.forward(stream, batch.sparse, batch.dense, field_ ? 0 : config_.dense_dim, input_rows());
   if (layers_.empty()) {
     // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
     blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
   if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
-  if (dlrm_) dlrm_->forward(stream, params_, input_rows(), batch.dense, n);
-  if (xdeepfm_) xdeepfm_->forward(blas_, params_, input_rows(), batch.dense, n);
-  if (deepfefm_) {
-    deepfefm_->forward(stream, params_, input_rows(), batch.dense, wide_->weight_block(), n);
-  }
-  if (autoint_) {
-    autoint_->forward(blas_, params_, input_rows(), batch.dense, n, !layers_.empty());
-  }
-  if (fat_deepffm_) fat_deepffm_->forward(stream, params_, input_rows(), batch.dense, n);
+  if (field_) field_->forward(field_step(batch));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
   }
-  if (xdeepfm_) xdeepfm_->add_logits(blas_, params_, n, logits());
-  if (deepfefm_) deepfefm_->add_logits(stream, n, logits());
-  if (autoint_) autoint_->add_logits(blas_, params_, n, logits());
-  if (fat_deepffm_) fat_deepffm_->add_logits(stream, n, logits());
+  if (field_) field_->add_logits(field_step(batch), logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
   if (flen_) flen_->forward(blas_, params_, input_rows(), n, logits());
   if (ffm_) ffm_->forward(stream, params_, input_rows(), batch.dense, n, logits());
+}
+
+FieldStep DenseModel::field_step(const DenseBatchView& batch) {
+  return FieldStep{
+      card_->stream(), blas_,       params_,          input_rows(),
+      batch.dense,     batch.batch, !layers_.empty(), wide_ ? wide_->weight_block() : 0};
 }
 
 void DenseModel::predict(const DenseBatchView& batch) {
@@ -341,7 +295,7 @@ double DenseModel::forward_backward(const DenseBatchView& batch, const GradScale
 void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradScales& scales,
                                         float* push, bool stop_vote) {
   const int64_t n = batch.batch;
-  GPUBOX_EXPECTS((layers_.empty() && !autoint_) || n == 0 ||
+  GPUBOX_EXPECTS((layers_.empty() && !field_) || n == 0 ||
                      (scales.dense > 0.0f && std::isfinite(scales.dense)),
                  "the dense gradient scale must be positive, got ", scales.dense);
   forward(batch);
@@ -367,38 +321,20 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                                n);
       cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
                        /*accumulate=*/false);
-    } else if (dlrm_) {
-      // dR, still scaled, into the interaction and the bottom MLP, which hand on the pooled part.
-      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, dlrm_->top_input_grad(),
+    } else if (field_) {
+      // dL/d(the field part's DNN input), still scaled, into the part's backward below.
+      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, field_->dnn_input_grad(),
                                n);
-      dlrm_->backward(stream, params_, input_rows(), n, unscale, d_pooled_.data());
-    } else if (xdeepfm_) {
-      // dL/d(the fields' embeddings), still scaled, into the CIN's backward, which adds its own
-      // and hands on the pooled part.
-      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
-                               xdeepfm_->dnn_input_grad(), n);
-      xdeepfm_->backward(blas_, params_, batch.dense, dlogits_.data(), scales.dense, n, unscale,
-                         d_pooled_.data());
-    } else if (deepfefm_) {
-      // The same for the FEFM: dL/d(its DNN input), still scaled, into its backward.
-      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
-                               deepfefm_->dnn_input_grad(), n);
-      deepfefm_->backward(stream, params_, batch.dense, dlogits_.data(), scales.dense, n, unscale,
-                          d_pooled_.data());
-    } else if (autoint_) {
-      // The same: dL/d(the fields' embeddings), still scaled, into the attention's backward.
-      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
-                               autoint_->dnn_input_grad(), n);
-    } else if (fat_deepffm_) {
-      // The same: dL/d(the pairs' products), still scaled, into CEN's backward.
-      layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f,
-                               fat_deepffm_->dnn_input_grad(), n);
-      fat_deepffm_->backward(stream, params_, batch.dense, dlogits_.data(), scales.dense, n,
-                             unscale, d_pooled_.data());
     } else {
       // The pooled gradient, with the dense scale multiplied back out.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);
     }
+  }
+  if (field_) {
+    // After the DNN's backward (it wrote dnn_input_grad(); autoint may have none): the part's
+    // gradients, and the pooled part, which it overwrites.
+    field_->backward(field_step(batch),
+                     FieldGrads{dlogits_.data(), scales.dense, unscale, d_pooled_.data()});
   }
   if (cross_ && cross_->parallel()) {
     cross_->backward_from_logits(blas_, params_, dlogits_.data(), scales.dense, n);
@@ -413,23 +349,16 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   }
   if (layers_.empty()) {
     // wide, fm, ffm, autoint without fc_sizes: d bias = scale * sum of dz; the pooled gradient
-    // is the other parts'.
+    // is the other parts' (autoint's wrote it above).
     blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
                 params_.grads(wide_bias_));
-    if (!autoint_) device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
-  }
-  if (autoint_) {
-    // After the DNN's backward (it wrote dnn_input_grad()): overwrites d_pooled.
-    autoint_->backward(blas_, params_, batch.dense, dlogits_.data(), scales.dense, n,
-                       !layers_.empty(), unscale, d_pooled_.data());
+    if (!field_) device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
   }
   if (wide_) {
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
                     d_pooled_.data());
   }
-  if (deepfefm_) {  // the DNN reads x_d w_d too: its share of wide.dense_w's gradient
-    deepfefm_->add_dense_w_grad(stream, params_, batch.dense, wide_->weight_block(), n);
-  }
+  if (field_) field_->add_wide_grads(field_step(batch));  // deepfefm's DNN reads wide.dense_w
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
   if (flen_) flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
   if (ffm_) {

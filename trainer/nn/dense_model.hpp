@@ -46,16 +46,12 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
-#include "trainer/nn/autoint_part.hpp"
 #include "trainer/nn/blas.hpp"
-#include "trainer/nn/deepfefm_part.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
-#include "trainer/nn/dlrm_part.hpp"
-#include "trainer/nn/fat_deepffm_part.hpp"
+#include "trainer/nn/field_part.hpp"
 #include "trainer/nn/flen_part.hpp"
 #include "trainer/nn/layers.hpp"
-#include "trainer/nn/xdeepfm_part.hpp"
 
 namespace gpubox::trainer {
 
@@ -147,7 +143,12 @@ class DenseModel {
   void throw_if_non_finite(const DenseStepStatus& status, int64_t pass, int64_t batch_index) const;
 
  private:
+  // Construction steps: what the GEMMs compute in, and the fc layers (registered in params_).
+  void choose_precision(const char* fp32_only, bool has_mlp);
+  void add_mlp(int input_dim);
   void forward(const DenseBatchView& batch);
+  // What the field part's hooks read for `batch`.
+  FieldStep field_step(const DenseBatchView& batch);
   // step_status()'s verdict and value over the first n gradient floats. Enqueued.
   void mark_non_finite_async(std::size_t n);
   // The first layer's input rows (the wide model's pooled slots).
@@ -155,15 +156,12 @@ class DenseModel {
   // The first layer's input rows as floats (dcn, dcn_v2 run in fp32: the cross network's x0).
   const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
   // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output;
-  // dlrm: the interaction's R; xdeepfm: the fields' embeddings), or the previous layer's output.
+  // a field part's rows: dlrm's R, xdeepfm's fields' embeddings ...), or the previous layer's
+  // output.
   const void* layer_input(std::size_t l) const {
     if (l > 0) return hidden_[l - 1].data();
     if (cross_ && !cross_->parallel()) return cross_->output();
-    if (dlrm_) return dlrm_->top_input();
-    if (xdeepfm_) return xdeepfm_->dnn_input();
-    if (deepfefm_) return deepfefm_->dnn_input();
-    if (autoint_) return autoint_->dnn_input();
-    if (fat_deepffm_) return fat_deepffm_->dnn_input();
+    if (field_) return field_->dnn_input();
     return x0_.data();
   }
   // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm.
@@ -180,19 +178,15 @@ class DenseModel {
   SlotSumPool pool_;
   std::vector<Linear> layers_;
   std::unique_ptr<WidePart> wide_;
-  std::unique_ptr<FmPart> fm_;              // kDeepFm and kFm only
-  std::unique_ptr<CrossNet> cross_;         // kDcnV2 and kDcn only
-  std::unique_ptr<DlrmPart> dlrm_;          // kDlrm only
-  std::unique_ptr<XdeepfmPart> xdeepfm_;    // kXdeepfm only
-  std::unique_ptr<DeepfefmPart> deepfefm_;  // kDeepFefm only
-  std::unique_ptr<FfmPart> ffm_;            // kFfm only
-  std::unique_ptr<AutointPart> autoint_;    // kAutoint only
-  std::unique_ptr<FlenPart> flen_;          // kFlen only
-  std::size_t wide_bias_ = 0;               // kWide, kFm, kFfm and autoint without fc_sizes
-  int64_t x0_ld_ = 0;                       // row stride of the first layer's input (elements)
-  int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
-
-  std::unique_ptr<FatDeepffmPart> fat_deepffm_;  // kFatDeepffm only
+  std::unique_ptr<FmPart> fm_;       // kDeepFm and kFm only
+  std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
+  // kDlrm, kXdeepfm, kDeepFefm, kAutoint, kFatDeepffm: the MLP's input (field_part.hpp).
+  std::unique_ptr<FieldPart> field_;
+  std::unique_ptr<FfmPart> ffm_;    // kFfm only
+  std::unique_ptr<FlenPart> flen_;  // kFlen only
+  std::size_t wide_bias_ = 0;       // kWide, kFm, kFfm and autoint without fc_sizes
+  int64_t x0_ld_ = 0;               // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;     // the batch whose kernel report was logged (-1: none yet)
 
   // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
   // dense features), one output per linear layer (the last is the fp32 logit column), and the

@@ -163,6 +163,36 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
+// Pass k of the run: trained, judged for divergence (a diverged pass stops the job before its
+// save), printed, recorded in the epoch's tally and the metrics file, and saved when `saving`.
+PassReport train_and_save_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
+                               int64_t k, bool saving, EpochTally* tally, MetricsFile* metrics) {
+  PassReport report = schedule.train_scheduled_pass(plan, k);
+  // Judged on job-wide figures: every trainer stops alike (divergence.hpp).
+  const DivergenceVerdict verdict =
+      judge_divergence(report.metrics.steady, runner.stop_on_divergence);
+  report.extra.emplace_back("ne_after_warmup", verdict.ratio);
+  print_pass_line(schedule, runner, report, verdict);
+  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
+  // this holds the line for any path that did not: no save of a pass that trained nothing.
+  GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
+                 ": trained no instance (files: ", plan.files_of(k).size(), "); nothing is saved");
+  tally->seconds += report.seconds;
+  tally->last = report.metrics;
+  if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally->sums);
+  metrics->append(format_pass_json(report));  // a pass that stops the job is recorded too
+  if (verdict.stop) {
+    GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
+                                 saves_note(runner, saving, k)));
+  }
+  if (saving) {
+    schedule.settle();  // the save sees no staging under way
+    schedule.save(
+        (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+  }
+  return report;
+}
+
 }  // namespace
 
 RunPlan plan_run(const RunnerConfig& runner) {
@@ -232,30 +262,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     }
     if (k % plan.per_epoch == 0) tally.reset();
     try {
-      PassReport report = schedule.train_scheduled_pass(plan, k);
-      // Judged on job-wide figures: every trainer stops alike (divergence.hpp).
-      const DivergenceVerdict verdict =
-          judge_divergence(report.metrics.steady, runner.stop_on_divergence);
-      report.extra.emplace_back("ne_after_warmup", verdict.ratio);
-      print_pass_line(schedule, runner, report, verdict);
-      // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
-      // this holds the line for any path that did not: no save of a pass that trained nothing.
-      GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
-                     ": trained no instance (files: ", plan.files_of(k).size(),
-                     "); nothing is saved");
-      tally.seconds += report.seconds;
-      tally.last = report.metrics;
-      if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally.sums);
-      metrics.append(format_pass_json(report));  // a pass that stops the job is recorded too
-      if (verdict.stop) {
-        GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
-                                     saves_note(runner, saving, k)));
-      }
-      if (saving) {
-        schedule.settle();  // the save sees no staging under way
-        schedule.save(
-            (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
-      }
+      PassReport report = train_and_save_pass(schedule, runner, plan, k, saving, &tally, &metrics);
       const int cards = report.cards;
       if (hooks.on_pass) hooks.on_pass(report);
       reports.push_back(std::move(report));
