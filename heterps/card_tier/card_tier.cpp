@@ -28,6 +28,7 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
     comm_options.missing_keys = options.missing_keys;
     comm_options.placement = options.placement;
     comm_options.step_graphs = device::step_graphs_enabled();
+    comm_options.padded_steps = heter_comm::padded_steps_enabled();
     comms_.push_back(
         std::make_unique<heter_comm::HeterComm>(card, *stores_.back(), group.at(c), comm_options));
   }
@@ -176,10 +177,10 @@ const pass::CardTierPlan& CardTier::plan() const { return pass_manager_->plan();
 const pass::PassStats& CardTier::current() const { return pass_manager_->current(); }
 
 void CardTier::pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
-                    const device::Stream& stream, const uint64_t* planned_counts,
+                    const device::Stream& stream, const heter_comm::PlannedCounts& planned,
                     const uint64_t* n_on_card) {
   const device::ProfileRange range("pull");
-  if (planned_counts != nullptr) comms_.at(card)->plan_next_step(planned_counts, n_on_card);
+  if (planned.counts != nullptr) comms_.at(card)->plan_next_step(planned, n_on_card);
   comms_.at(card)->pull(keys, n, out_pull, stream);
 }
 

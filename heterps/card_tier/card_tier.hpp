@@ -132,12 +132,12 @@ class CardTier {
 
   // --- a step (card thread `card`; collective over the cards) ---
   // out_pull[i * pull_dim() ...] = the pull record of keys[i] (card memory): HeterComm::pull.
-  // `planned_counts` (optional): the step's key counts from the pass's plan
+  // `planned` (optional): the step's key counts from the pass's plan
   // (HeterComm::plan_next_step; no wait at all: its checks are read late, drain_checks).
-  // `n_on_card` (optional, with planned_counts): n in card memory, so that the step runs at the
+  // `n_on_card` (optional, with planned counts): n in card memory, so that the step runs at the
   // pass's fixed sizes, as step graphs (HeterComm::plan_next_step).
   void pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
-            const device::Stream& stream, const uint64_t* planned_counts = nullptr,
+            const device::Stream& stream, const heter_comm::PlannedCounts& planned = {},
             const uint64_t* n_on_card = nullptr);
   // Sizes card `card`'s step buffers for steps up to `bounds` (HeterComm::reserve_steps): on its
   // card thread, before a pass's first step.

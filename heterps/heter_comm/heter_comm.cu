@@ -13,6 +13,9 @@
 // skip the segments past it), and the checks that the plan described the batch and that no key was
 // missing are written on the card and read a few steps late (StepCheck, drain_checks). Every buffer
 // is sized before the keys move, so nothing is allocated while a collective is in flight.
+#include <cstdlib>
+#include <string>
+
 #include "heterps/heter_comm/detail/heter_comm_impl.cuh"
 
 namespace gpubox::heter_comm {
@@ -356,9 +359,10 @@ void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
   impl_->push(keys, slots, n, grads, stream);
 }
 void HeterComm::reserve_steps(const StepBounds& bounds) { impl_->reserve_steps(bounds); }
-void HeterComm::plan_next_step(const uint64_t* counts, const uint64_t* n_on_card) {
+void HeterComm::plan_next_step(const PlannedCounts& counts, const uint64_t* n_on_card) {
   impl_->plan_next_step(counts, n_on_card);
 }
+HeterCommMemory HeterComm::memory() const { return impl_->memory(); }
 void HeterComm::drain_checks() { impl_->drain_checks(); }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {
@@ -369,4 +373,9 @@ int HeterComm::rank() const { return impl_->rank(); }
 int HeterComm::total_cards() const { return impl_->total_cards(); }
 const HeterCommStats& HeterComm::stats() const { return impl_->stats(); }
 const HeterCommStats& HeterComm::last_step() const { return impl_->last_step(); }
+
+bool padded_steps_enabled() {
+  const char* value = std::getenv("GPUBOX_PADDED_STEPS");
+  return value == nullptr || std::string(value) != "0";
+}
 }  // namespace gpubox::heter_comm

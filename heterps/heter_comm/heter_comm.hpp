@@ -125,7 +125,10 @@ class HeterComm {
 
   // Sizes every buffer of pull and push_pulled (and the card's scratch arena, to
   // kScratchHeadroom) for steps up to `bounds`, now (between steps: not collective, no wait).
-  // Ends the last pull's state (push_pulled needs a pull after it).
+  // With a pair_block that enables padded steps, only the padded steps' buffers: an unpadded
+  // step in that pass (not the trainer's) sizes its own before its keys move (device rule 1 still
+  // holds), allocating in that step. Ends the last pull's state (push_pulled needs a pull after
+  // it).
   void reserve_steps(const StepBounds& bounds);
   // The card's scratch arena kept by reserve_steps (and before an unplanned step's keys move):
   // HeterComm's own sort and scan own their temporaries, but the card's other Thrust calls (the
@@ -134,12 +137,13 @@ class HeterComm {
   static constexpr std::size_t kScratchHeadroom = std::size_t{1} << 20;
 
   // The next pull's (or push's) key counts, known before the step from the pass's data
-  // (trainer/engine/step_sizes.hpp): counts[src * row + dst] = distinct keys card `src` sends
-  // card `dst` in that step (row = total_cards; replicated: row = 1, each card's distinct
-  // keys). That pull exchanges no counts and waits for nothing (no S1, no S2); its own row is
-  // checked against the card's late (see drain_checks: a mismatch fails, naming the card).
-  // `counts` is borrowed until that pull. Ignored with MissingKeyPolicy::kCreate (its slots
-  // agreement travels with the counts).
+  // (trainer/engine/step_sizes.hpp): counts.counts[src * row + dst] = distinct keys card `src`
+  // sends card `dst` in that step (row = total_cards; replicated: row = 1, each card's distinct
+  // keys). A counts.row unlike the placement's is refused here, before the step (throws naming
+  // both widths: the plan was made for the other placement). That pull exchanges no counts and
+  // waits for nothing (no S1, no S2); its own row is checked against the card's late (see
+  // drain_checks: a mismatch fails, naming the card). The counts are borrowed until that pull.
+  // Ignored with MissingKeyPolicy::kCreate (its slots agreement travels with the counts).
   // `n_on_card` (optional, card memory, the pull's n, valid until the step's push_pulled has run
   // on the card): with reserve_steps' StepBounds::pair_block (kFail), the step runs at
   // the pass's fixed sizes: every kernel over the pass's largest batch (reading its own n on the
@@ -147,7 +151,12 @@ class HeterComm {
   // the plan; so pull and push_pulled are each one step graph launch ("sparse pull", "sparse
   // push"; HeterCommOptions::step_graphs), captured once per set of buffers. Every card of the
   // step gives it, or none does (the blocks' sizes differ from the plain exchange's).
-  void plan_next_step(const uint64_t* counts, const uint64_t* n_on_card = nullptr);
+  void plan_next_step(const PlannedCounts& counts, const uint64_t* n_on_card = nullptr);
+
+  // The card bytes of the steps' exchange buffers (HeterCommMemory). A pass reserved for padded
+  // steps (StepBounds::pair_block, kFail, HeterCommOptions::padded_steps) sizes only the padded
+  // blocks, by placement; the unpadded buffers grow only when an unpadded step runs.
+  HeterCommMemory memory() const;
 
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }
@@ -162,6 +171,11 @@ class HeterComm {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether padded steps are on: GPUBOX_PADDED_STEPS=0 runs every planned step unpadded
+// (HeterCommOptions::padded_steps); read at each call (the card tier reads it when it makes its
+// HeterComms).
+bool padded_steps_enabled();
 
 }  // namespace heter_comm
 }  // namespace gpubox

@@ -166,19 +166,30 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
   PaddedSteps& p = padded_;
   // The pass's sizes (a smaller pass runs smaller padded steps; the buffers keep their room).
   p.block = 0;
-  if (options_.missing_keys != MissingKeyPolicy::kFail || bounds.pair_block == 0) return;
+  if (!pads(bounds)) return;
   p.occurrences = bounds.occurrences;
   p.block = bounds.pair_block;
   const std::size_t cards = static_cast<std::size_t>(total_cards_);
   const std::size_t slots = p.slots(total_cards_);
+  const std::size_t block = p.block;
+  const std::size_t occurrences = p.occurrences;
   const auto pull_dim = static_cast<std::size_t>(layout_.pull_dim());
   const auto push_dim = static_cast<std::size_t>(layout_.push_dim());
-  const std::size_t record_dim = std::max(pull_dim, push_dim);
   // Per peer: what this card's blocks cost it (replicated: its one block goes to every card, and
   // no pull records travel).
-  p.key_counts.assign(cards, p.block + 1);
-  p.record_counts.assign(cards, replicated_ ? 0 : p.block * pull_dim);
-  p.push_counts.assign(cards, p.block * push_dim);
+  p.key_counts.assign(cards, block + 1);
+  p.record_counts.assign(cards, replicated_ ? 0 : block * pull_dim);
+  p.push_counts.assign(cards, block * push_dim);
+  // The records' buffers, by what each holds (the discard rows: one per unique index, see
+  // SendBlockKeys). Sharded: recv_records holds the owner's pull records of every slot, then the
+  // push records received; send_records the pull records received back, then the push records by
+  // slot. Replicated: recv_records holds the pull records of the card's own block, then every
+  // card's push block (all-gathered); send_records only the push records of its one block.
+  const std::size_t recv_records = replicated_ ? std::max(block * pull_dim, slots * push_dim)
+                                               : slots * std::max(pull_dim, push_dim);
+  const std::size_t send_records =
+      replicated_ ? (block + occurrences) * push_dim
+                  : std::max(slots * pull_dim, (slots + occurrences) * push_dim);
   const device::Stream& stream = card_->stream();
   const auto zeroed = [&](auto& buffer, std::size_t count) {
     if (buffer.size() < count) {
@@ -186,15 +197,15 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
       device::memset_bytes_async(buffer.data(), 0, buffer.bytes(), stream);
     }
   };
-  zeroed(p.send_keys, (replicated_ ? 1 : cards) * (p.block + 1));
-  zeroed(p.recv_keys, cards * (p.block + 1));
+  zeroed(p.send_keys, (replicated_ ? 1 : cards) * (block + 1));
+  zeroed(p.recv_keys, cards * (block + 1));
   zeroed(p.keys, slots);
   zeroed(p.rows, slots);
-  zeroed(p.recv_records, slots * record_dim);
-  zeroed(p.send_records, (slots + p.occurrences) * record_dim);
+  zeroed(p.recv_records, recv_records);
+  zeroed(p.send_records, send_records);
   zeroed(p.merged_records, slots * push_dim);
   zeroed(p.merged_rows, slots);
-  zeroed(p.unique_slot, p.occurrences);
+  zeroed(p.unique_slot, occurrences);
   // The plans and reductions over every position and slot (run_padded, run_unique_sorted and
   // the reducer resize within these: a captured step allocates nothing).
   local_.reserve(p.occurrences);

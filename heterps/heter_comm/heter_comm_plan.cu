@@ -68,15 +68,54 @@ void HeterComm::Impl::grow_exchange(std::size_t occurrences) {
 
 void HeterComm::Impl::reserve_steps(const StepBounds& bounds) {
   pulled_ = false;  // the received keys' buffers may be replaced
-  exchange_received_ = std::max(exchange_received_, bounds.received);
-  exchange_unique_ = std::max(exchange_unique_, bounds.unique);
-  exchange_max_unique_ = std::max(exchange_max_unique_, bounds.block);
+  padded_pulled_ = false;
   // The local dedup and owner plan run over the batch's occurrences (the unique count is
   // known on the card only); its sort's and scan's temporaries are its own, sized here.
   local_.reserve(bounds.occurrences);
+  if (pads(bounds)) {
+    // Every step of the pass runs padded, in its own buffers: the unpadded exchange buffers
+    // (sized by `received`: replicated, every card's distinct keys, with every card's blocks
+    // besides) would be held for nothing. The card's other Thrust users still get their arena.
+    scratch_.reserve(kScratchHeadroom);
+    reserve_padded(bounds);
+    return;
+  }
+  exchange_received_ = std::max(exchange_received_, bounds.received);
+  exchange_unique_ = std::max(exchange_unique_, bounds.unique);
+  exchange_max_unique_ = std::max(exchange_max_unique_, bounds.block);
   grow_exchange(bounds.occurrences);
-  padded_pulled_ = false;
-  reserve_padded(bounds);
+  reserve_padded(bounds);  // no padded steps: their sizes are cleared
+}
+
+void HeterComm::Impl::plan_next_step(const PlannedCounts& counts, const uint64_t* n_on_card) {
+  if (counts.counts != nullptr) {
+    // padded_counts and plan_keys read total_cards rows of this width: a plan made for the other
+    // placement would be read past its end (sharded on a replicated card) or misread.
+    const std::size_t row = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
+    GPUBOX_EXPECTS(counts.row == row, "HeterComm on card ", comm_->rank(), ": a step plan of ",
+                   counts.row, " counts per card, but the ",
+                   replicated_
+                       ? "replicated placement (Collective mode) takes 1 (its distinct keys)"
+                       : "sharded placement takes one per owner card (",
+                   replicated_ ? "" : std::to_string(total_cards_) + ")",
+                   ": the pass's plan was made for the other placement");
+  }
+  planned_ = counts.counts;
+  planned_n_ = n_on_card;
+}
+
+HeterCommMemory HeterComm::Impl::memory() const {
+  const auto bytes = [](const auto&... buffers) {
+    return ((buffers.capacity() * sizeof(*buffers.data())) + ...);
+  };
+  HeterCommMemory out;
+  const PaddedSteps& p = padded_;
+  out.padded = bytes(p.send_keys, p.recv_keys, p.keys, p.rows, p.recv_records, p.send_records,
+                     p.merged_records, p.merged_rows, p.unique_slot);
+  out.unpadded = bytes(recv_keys_, recv_rows_, recv_records_, send_records_, merged_records_,
+                       merged_rows_, gathered_keys_, gathered_records_, send_slots_, recv_slots_,
+                       merged_slots_, gathered_slots_);
+  return out;
 }
 
 std::size_t HeterComm::Impl::plan_keys(const uint64_t* keys, std::size_t n, bool sends_slots,

@@ -38,6 +38,28 @@ struct HeterCommOptions {
   // (heterps/device/step_graph.hpp); false: the same padded work, enqueued eagerly
   // (GPUBOX_STEP_GRAPHS=0, device::step_graphs_enabled).
   bool step_graphs = true;
+  // false: StepBounds::pair_block is ignored, so a planned step runs unpadded, at its own
+  // batch's sizes (GPUBOX_PADDED_STEPS=0, padded_steps_enabled): to compare a padded step with
+  // the plain one it must equal bit for bit, or to debug one.
+  bool padded_steps = true;
+};
+
+// A step's key counts from the pass's plan (HeterComm::plan_next_step): counts[src * row + dst]
+// = the distinct keys card `src` sends card `dst`. `row` is what the plan was made for: sharded,
+// total_cards (one entry per owner); replicated, 1 (each card's distinct keys, sent to every
+// card). HeterComm refuses a row unlike its placement's (the plan and the placement come from the
+// same runner.collective flag, read in two places). No counts: an unplanned step.
+struct PlannedCounts {
+  const uint64_t* counts = nullptr;
+  std::size_t row = 0;
+};
+
+// Card bytes a HeterComm holds for its steps' exchanges (HeterComm::memory): what reserve_steps
+// (or a step past its bounds) sized, by which steps use them. The plans and reductions both kinds
+// share (the local dedup, the owner merge, the segment reducer) are not counted here.
+struct HeterCommMemory {
+  std::size_t padded = 0;    // a padded step's fixed blocks (StepBounds::pair_block)
+  std::size_t unpadded = 0;  // an unpadded step's exchange buffers (sized per step's counts)
 };
 
 // The largest step a card runs in a pass (HeterComm::reserve_steps sizes every buffer of a step

@@ -3,11 +3,14 @@
 // like gpubox mode's (heterps/heter_comm/heter_comm_padded.cu, replicated placement: the keys and
 // the summed push records all-gathered in fixed blocks, each led by its live count), so a steady
 // step is 4 graph launches and nothing is launched or exchanged outside them; GPUBOX_STEP_GRAPHS=0
-// runs the same work eagerly. On skewed data (`gpubox_data gen --zipf 2.0`: a few keys in most
+// runs the same padded work eagerly, GPUBOX_PADDED_STEPS=0 runs the plain replicated step (each
+// step's own sizes) instead. On skewed data (`gpubox_data gen --zipf 2.0`: a few keys in most
 // lines) with 0 to 3 keys in each slot of a line (every batch its own occurrence and distinct
-// counts, and a short last batch), on 1, 2 and 4 simulated cards, the graphed run equals the eager
-// run bit for bit: every pass's metrics, every card's dense parameters, the host tier's rows
-// after each pass's write-back, every card's replica, and the trained model's predictions.
+// counts, a last round of one line: a short batch on one card, empty ones on the others), on 1, 2
+// and 4 simulated cards, the three runs agree bit for bit: every pass's metrics, every card's dense
+// parameters, the host tier's rows after each pass's write-back, every card's replica, and the
+// trained model's predictions; and the padded runs send what only fixed blocks send (the same
+// bytes every step, the short and empty last ones included), the unpadded one does not.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/heter_comm.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -37,25 +41,26 @@ namespace fs = std::filesystem;
 using Rows = std::map<uint64_t, std::vector<float>>;
 using Counts = std::map<std::string, double>;
 
-// GPUBOX_STEP_GRAPHS=0 for a scope (read when a trainer's card workers and HeterComms are made).
-class EagerSteps {
+// An environment variable set for a scope (GPUBOX_STEP_GRAPHS, GPUBOX_PADDED_STEPS: read when a
+// trainer's card workers and HeterComms are made).
+class EnvScope {
  public:
-  EagerSteps() {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    ::setenv(kName, "0", 1);
+  EnvScope(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
   }
-  ~EagerSteps() {
+  ~EnvScope() {
     if (old_.empty()) {
-      ::unsetenv(kName);
+      ::unsetenv(name_);
     } else {
-      ::setenv(kName, old_.c_str(), 1);
+      ::setenv(name_, old_.c_str(), 1);
     }
   }
-  EagerSteps(const EagerSteps&) = delete;
-  EagerSteps& operator=(const EagerSteps&) = delete;
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
 
  private:
-  static constexpr const char* kName = "GPUBOX_STEP_GRAPHS";
+  const char* name_;
   std::string old_;
 };
 
@@ -68,6 +73,11 @@ struct CollectiveRun {
   std::vector<std::vector<float>> dense;
   std::vector<Rows> replicas;
   std::vector<float> predictions;
+  // [pass][card]: the HeterComm's traffic over the pass's training steps, and its last step (the
+  // pass's last push).
+  std::vector<std::vector<heter_comm::HeterCommStats>> sparse;
+  std::vector<std::vector<heter_comm::HeterCommStats>> last_push;
+  int push_dim = 0;
 };
 
 Rows host_rows(Trainer& trainer) {
@@ -120,7 +130,9 @@ class CollectiveStep : public ::testing::TestWithParam<int> {
     fs::remove_all(root_);
     dataset::GeneratorOptions gen;  // the default model's shape: 26 slots, 13 dense
     gen.out_dir = (root_ / "skewed").string();
-    gen.lines = 3037;  // a short last round: smaller last batches, run eagerly between replays
+    // A last round of one line: one card's batch of 1 (run eagerly between replays), the other
+    // cards' empty (a card with fewer batches than another still joins every step).
+    gen.lines = 3201;
     gen.files = 1;
     gen.seed = 9;
     gen.vocab = 4000;
@@ -147,8 +159,22 @@ class CollectiveStep : public ::testing::TestWithParam<int> {
     Trainer trainer(std::move(parsed).value(), env);
     const auto files = data_files(data);
     CollectiveRun run;
+    run.push_dim = trainer.card_tier().push_dim();
     for (int pass = 0; pass < 2; ++pass) {
+      std::vector<heter_comm::HeterCommStats> before;
+      for (int c = 0; c < trainer.num_cards(); ++c) before.push_back(trainer.card_tier().stats(c));
       const PassReport report = trainer.train_pass(files);
+      run.sparse.emplace_back();
+      run.last_push.emplace_back();
+      for (int c = 0; c < trainer.num_cards(); ++c) {
+        const heter_comm::HeterCommStats& now = trainer.card_tier().stats(c);
+        heter_comm::HeterCommStats pass_stats;
+        pass_stats.pull_calls = now.pull_calls - before[c].pull_calls;
+        pass_stats.push_calls = now.push_calls - before[c].push_calls;
+        pass_stats.bytes_sent = now.bytes_sent - before[c].bytes_sent;
+        run.sparse.back().push_back(pass_stats);
+        run.last_push.back().push_back(trainer.card_tier().heter_comm(c).last_step());
+      }
       run.metrics.push_back(report.metrics);
       run.counts.emplace_back(report.extra.begin(), report.extra.end());
       run.host_rows.push_back(host_rows(trainer));
@@ -165,47 +191,106 @@ class CollectiveStep : public ::testing::TestWithParam<int> {
 };
 fs::path CollectiveStep::root_;
 
-TEST_P(CollectiveStep, AsStepGraphsEqualsTheEagerRunBitForBitOnSkewedData) {
+// The padded step's own traffic (heter_comm_padded.cu): every training step of a pass, the short
+// and the empty last ones included, all-gathers one block of block + 1 key words and one block of
+// block * push_dim floats, so a card sends cards * (block + 1) * 8 + cards * block * push_dim * 4
+// bytes each step, for the pass's one block. An unpadded step sends blocks of its own largest
+// distinct count, which varies from step to step. Whether card `c`'s pass `p` of `run` did the
+// former (the block read from the pass's last push).
+::testing::AssertionResult sends_fixed_blocks(const CollectiveRun& run, std::size_t p, int c,
+                                              int cards) {
+  const heter_comm::HeterCommStats& pass = run.sparse[p][c];
+  const uint64_t push_bytes = run.last_push[p][c].bytes_sent;
+  const uint64_t per_key = static_cast<uint64_t>(cards) * run.push_dim * sizeof(float);
+  if (pass.pull_calls == 0 || pass.push_calls != pass.pull_calls) {
+    return ::testing::AssertionFailure()
+           << pass.pull_calls << " pulls, " << pass.push_calls << " pushes";
+  }
+  if (push_bytes == 0 || push_bytes % per_key != 0) {
+    return ::testing::AssertionFailure() << "the last push sent " << push_bytes << " bytes";
+  }
+  const uint64_t block = push_bytes / per_key;
+  const uint64_t want = pass.pull_calls * static_cast<uint64_t>(cards) * (block + 1) * 8 +
+                        pass.push_calls * push_bytes;
+  if (pass.bytes_sent != want) {
+    return ::testing::AssertionFailure()
+           << pass.bytes_sent << " bytes sent over " << pass.pull_calls << " steps, not " << want
+           << " (blocks of " << block << " keys every step)";
+  }
+  return ::testing::AssertionSuccess() << "blocks of " << block << " keys every step";
+}
+
+// Every result of two runs, bit for bit.
+void expect_same_training(const CollectiveRun& a, const CollectiveRun& b, int cards) {
+  ASSERT_EQ(a.metrics.size(), b.metrics.size());
+  for (std::size_t p = 0; p < a.metrics.size(); ++p) {
+    const MetricValues& g = a.metrics[p];
+    const MetricValues& e = b.metrics[p];
+    for (const auto& [name, x, y] :
+         {std::tuple{"auc", g.auc, e.auc}, std::tuple{"logloss", g.logloss, e.logloss},
+          std::tuple{"predicted_ctr", g.predicted_ctr, e.predicted_ctr},
+          std::tuple{"rmse", g.rmse, e.rmse}, std::tuple{"examples", g.examples, e.examples}}) {
+      EXPECT_TRUE(std::memcmp(&x, &y, sizeof(double)) == 0)
+          << "pass " << p << " " << name << ": " << x << " and " << y;
+    }
+    EXPECT_FALSE(a.host_rows[p].empty());
+    EXPECT_TRUE(same_rows(a.host_rows[p], b.host_rows[p])) << "pass " << p;
+  }
+  ASSERT_EQ(a.dense.size(), static_cast<std::size_t>(cards));
+  for (int c = 0; c < cards; ++c) {
+    EXPECT_TRUE(same_bits(a.dense[c], b.dense[c])) << "card " << c;
+    EXPECT_TRUE(same_rows(a.replicas[c], b.replicas[c])) << "card " << c;
+    EXPECT_TRUE(same_rows(a.replicas[c], a.replicas[0])) << "card " << c;
+  }
+  EXPECT_FALSE(a.predictions.empty());
+  EXPECT_TRUE(same_bits(a.predictions, b.predictions));
+}
+
+TEST_P(CollectiveStep, PaddedAsStepGraphsEqualsEagerAndUnpaddedRunsBitForBitOnSkewedData) {
   const int cards = GetParam();
   GPUBOX_REQUIRE_CARDS(cards);
   const CollectiveRun graphed = train(cards);
   CollectiveRun eager;
   {
-    const EagerSteps off;
+    const EnvScope off("GPUBOX_STEP_GRAPHS", "0");
     eager = train(cards);
   }
-  ASSERT_EQ(graphed.metrics.size(), eager.metrics.size());
+  // The plain replicated step (blocks of each step's own largest distinct count, at each batch's
+  // own sizes): the oracle the padded one must equal.
+  CollectiveRun unpadded;
+  {
+    const EnvScope off("GPUBOX_PADDED_STEPS", "0");
+    unpadded = train(cards);
+  }
+  {
+    SCOPED_TRACE("padded, as step graphs and eagerly");
+    expect_same_training(graphed, eager, cards);
+  }
+  {
+    SCOPED_TRACE("padded and unpadded");
+    expect_same_training(graphed, unpadded, cards);
+  }
   for (std::size_t p = 0; p < graphed.metrics.size(); ++p) {
-    const MetricValues& g = graphed.metrics[p];
-    const MetricValues& e = eager.metrics[p];
-    for (const auto& [name, a, b] :
-         {std::tuple{"auc", g.auc, e.auc}, std::tuple{"logloss", g.logloss, e.logloss},
-          std::tuple{"predicted_ctr", g.predicted_ctr, e.predicted_ctr},
-          std::tuple{"rmse", g.rmse, e.rmse}, std::tuple{"examples", g.examples, e.examples}}) {
-      EXPECT_TRUE(std::memcmp(&a, &b, sizeof(double)) == 0)
-          << "pass " << p << " " << name << ": " << a << " with graphs, " << b << " without";
-    }
-    EXPECT_FALSE(graphed.host_rows[p].empty());
-    EXPECT_TRUE(same_rows(graphed.host_rows[p], eager.host_rows[p])) << "pass " << p;
     // Steady steps: the whole step in 4 graphs (the short last batch's dense half runs eagerly:
     // 2 graphs and the dense all-reduce outside them), none without (the eager step's
     // collectives: the keys' and the push records' all-gathers and the dense all-reduce).
+    // Unpadded, the two all-gathers stay outside the graphs.
     const Counts& gc = graphed.counts[p];
     const Counts& ec = eager.counts[p];
+    const Counts& uc = unpadded.counts[p];
     EXPECT_GT(gc.at("graph_launches_per_step"), 3.5) << "pass " << p;
     EXPECT_LT(gc.at("collectives_per_step"), 0.5) << "pass " << p;
     EXPECT_EQ(gc.at("host_syncs_per_step"), 0.0) << "pass " << p;
     EXPECT_EQ(ec.at("graph_launches_per_step"), 0.0) << "pass " << p;
     EXPECT_EQ(ec.at("collectives_per_step"), 3.0) << "pass " << p;
+    EXPECT_GT(uc.at("collectives_per_step"), 1.5) << "pass " << p;
+    EXPECT_EQ(uc.at("host_syncs_per_step"), 0.0) << "pass " << p;
+    for (int c = 0; c < cards; ++c) {
+      EXPECT_TRUE(sends_fixed_blocks(graphed, p, c, cards)) << "pass " << p << " card " << c;
+      EXPECT_TRUE(sends_fixed_blocks(eager, p, c, cards)) << "pass " << p << " card " << c;
+      EXPECT_FALSE(sends_fixed_blocks(unpadded, p, c, cards)) << "pass " << p << " card " << c;
+    }
   }
-  ASSERT_EQ(graphed.dense.size(), static_cast<std::size_t>(cards));
-  for (int c = 0; c < cards; ++c) {
-    EXPECT_TRUE(same_bits(graphed.dense[c], eager.dense[c])) << "card " << c;
-    EXPECT_TRUE(same_rows(graphed.replicas[c], eager.replicas[c])) << "card " << c;
-    EXPECT_TRUE(same_rows(graphed.replicas[c], graphed.replicas[0])) << "card " << c;
-  }
-  EXPECT_FALSE(graphed.predictions.empty());
-  EXPECT_TRUE(same_bits(graphed.predictions, eager.predictions));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, CollectiveStep, ::testing::Values(1, 2, 4),

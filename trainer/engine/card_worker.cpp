@@ -253,7 +253,8 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   tier_.reserve_steps(card_.local_index(), largest.keys);
 }
 
-int64_t CardWorker::upload(const dataset::Batch& batch, const uint64_t* planned_counts) {
+int64_t CardWorker::upload(const dataset::Batch& batch,
+                           const heter_comm::PlannedCounts& planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::ProfileRange range("upload");
@@ -322,8 +323,8 @@ DenseBatchView CardWorker::batch_view(int slots) const {
 }
 
 void CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
-                            int64_t step, bool progress, const uint64_t* planned_counts,
-                            bool stop_vote) {
+                            int64_t step, bool progress,
+                            const heter_comm::PlannedCounts& planned_counts, bool stop_vote) {
   // A step that fails part-way leaves its slot uncommitted: the ring forgets what is pending.
   guarded([&] {
     run_train_step(batch, global_batch, pass, step, progress, planned_counts, stop_vote);
@@ -331,8 +332,8 @@ void CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, i
 }
 
 void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
-                                int64_t step, bool progress, const uint64_t* planned_counts,
-                                bool stop_vote) {
+                                int64_t step, bool progress,
+                                const heter_comm::PlannedCounts& planned_counts, bool stop_vote) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
@@ -449,7 +450,8 @@ void CardWorker::set_progress_sink(std::function<void(int64_t step, double auc)>
   progress_sink_ = std::move(sink);
 }
 
-void CardWorker::eval_step(const dataset::Batch& batch, const uint64_t* planned_counts,
+void CardWorker::eval_step(const dataset::Batch& batch,
+                           const heter_comm::PlannedCounts& planned_counts,
                            float* predictions_out) {
   Buffers& b = *buffers_;
   const device::ProfileRange range("eval step");

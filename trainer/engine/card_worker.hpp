@@ -98,7 +98,7 @@ class CardWorker {
   // (HeterComm::plan_next_step): then the step waits for nothing. `stop_vote`: this card asks
   // the run to stop (stop_votes() then says, on every card alike, whether any card asked).
   void train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
-                  bool progress = false, const uint64_t* planned_counts = nullptr,
+                  bool progress = false, const heter_comm::PlannedCounts& planned_counts = {},
                   bool stop_vote = false);
   // How many cards of the job voted to stop in the step whose slot was read last (kStatusDepth
   // steps back: the same step, and so the same count, on every card, so all of them stop after
@@ -123,7 +123,7 @@ class CardWorker {
   // counts); drain() after the last one. `predictions_out` (optional, batch.size() floats): the
   // step's predictions are copied into its pinned slot and written there when the slot is read,
   // kStatusDepth steps later or at drain(), without a wait; it must stay valid until then.
-  void eval_step(const dataset::Batch& batch, const uint64_t* planned_counts = nullptr,
+  void eval_step(const dataset::Batch& batch, const heter_comm::PlannedCounts& planned_counts = {},
                  float* predictions_out = nullptr);
   // Predictions of the last step (host copy, synchronizes), one per instance.
   std::vector<float> last_predictions() const;
@@ -139,7 +139,7 @@ class CardWorker {
  private:
   // The batch into the next upload buffer on the card's copy stream (the compute stream waits
   // for the copy's event), then the pull on the compute stream.
-  int64_t upload(const dataset::Batch& batch, const uint64_t* planned_counts);
+  int64_t upload(const dataset::Batch& batch, const heter_comm::PlannedCounts& planned_counts);
   // After the step's last use of its upload buffer: the event the copy stream waits for before
   // it overwrites that buffer two steps later.
   void end_upload();
@@ -149,7 +149,8 @@ class CardWorker {
                     std::size_t dense, std::size_t labels);
   DenseBatchView batch_view(int slots) const;
   void run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
-                      bool progress, const uint64_t* planned_counts, bool stop_vote);
+                      bool progress, const heter_comm::PlannedCounts& planned_counts,
+                      bool stop_vote);
   // Takes the step's slot of the status ring (reading the step that used it last) and its
   // staging block.
   void begin_slot(const StepTag& tag);

@@ -43,9 +43,10 @@ struct StepPlan {
   std::vector<uint64_t> counts;
   std::size_t count_row = 0;
   std::size_t steps() const { return global_batch.size(); }
-  // Step `b`'s count matrix, or null when the pass has no step sizes.
-  const uint64_t* counts_of(std::size_t b) const {
-    return counts.empty() ? nullptr : counts.data() + b * counts.size() / steps();
+  // Step `b`'s count matrix and its row width, or no counts when the pass has no step sizes.
+  heter_comm::PlannedCounts counts_of(std::size_t b) const {
+    if (counts.empty()) return {};
+    return {counts.data() + b * counts.size() / steps(), count_row};
   }
 };
 

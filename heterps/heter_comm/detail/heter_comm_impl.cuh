@@ -261,10 +261,10 @@ class HeterComm::Impl {
   }
 
  public:
-  void plan_next_step(const uint64_t* counts, const uint64_t* n_on_card) {
-    planned_ = counts;
-    planned_n_ = n_on_card;
-  }
+  // Refuses a plan whose row width is not this placement's (see PlannedCounts).
+  void plan_next_step(const PlannedCounts& counts, const uint64_t* n_on_card);
+
+  HeterCommMemory memory() const;
 
   void reserve_steps(const StepBounds& bounds);
 
@@ -368,8 +368,14 @@ class HeterComm::Impl {
   // A padded step's plan (plan_next_step's counts) into host_counts_, refused when an entry is
   // past the block; returns this card's unique keys and the keys it receives (looks up).
   std::pair<std::size_t, std::size_t> padded_counts(const uint64_t* planned);
-  // Sizes the padded steps' buffers for `bounds` (pair_block > 0), zeroed (their dead parts are
-  // moved but never read: zero, they are never uninitialised memory).
+  // Whether a pass reserved with `bounds` runs padded steps (pair_block > 0, kFail, padded
+  // steps on).
+  bool pads(const StepBounds& bounds) const {
+    return bounds.pair_block > 0 && options_.missing_keys == MissingKeyPolicy::kFail &&
+           options_.padded_steps;
+  }
+  // Sizes the padded steps' buffers for `bounds` (when pads(bounds)), by placement, zeroed (their
+  // dead parts are moved but never read: zero, they are never uninitialised memory).
   void reserve_padded(const StepBounds& bounds);
   // The padded pull and push_pulled: the host's part (counts from the plan, the late check's
   // slot), the card's part as a step graph (or eagerly: step graphs off).

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -121,6 +123,12 @@ struct RunResult {
   std::vector<std::vector<std::vector<float>>> pulled;  // [step][card]
   std::vector<std::vector<float>> rows;                 // per card: its keys' rows (owned, or all)
   std::vector<device::DeviceCounts> last_step;          // per card: the last step's counts
+  // Per card: HeterComm::memory() after reserve_steps, and the card memory's bytes in use and
+  // high-water mark (the device layer's counters) before reserve_steps, after it (and the
+  // steps' own buffers), and after the steps.
+  std::vector<HeterCommMemory> memory;
+  std::vector<std::size_t> in_use_before, in_use_reserved, in_use_after;
+  std::vector<std::size_t> peak_reserved, peak_after;
 };
 
 // `wrong_plan` replaces step `wrong_step`'s plan; `absent` (when not 0) is never placed on its
@@ -145,6 +153,11 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
   out.pulled.assign(kSteps, std::vector<std::vector<float>>(cards));
   out.rows.resize(cards);
   out.last_step.resize(cards);
+  out.memory.resize(cards);
+  for (auto* v : {&out.in_use_before, &out.in_use_reserved, &out.in_use_after, &out.peak_reserved,
+                  &out.peak_after}) {
+    v->resize(cards);
+  }
   const std::vector<uint64_t> all = universe();
   set.run_on_cards(
       [&](device::Card& card) {
@@ -166,7 +179,10 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
         HeterComm& hc = *comms[c];
         StepBounds bounds = data.bounds;
         if (mode == Mode::kUnpadded) bounds.pair_block = 0;
+        stream.synchronize();
+        out.in_use_before[c] = card.memory().bytes_in_use();
         hc.reserve_steps(bounds);
+        out.memory[c] = hc.memory();
         // The step's buffers, sized once (a graph's capture holds their addresses).
         const std::size_t most = data.bounds.occurrences;
         auto keys = card.make_buffer<uint64_t>(std::max<std::size_t>(most, 1));
@@ -174,6 +190,9 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
         auto pulled = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.pull_dim());
         auto n_on_card = card.make_buffer<uint64_t>(1);
         stream.synchronize();
+        out.in_use_reserved[c] = card.memory().bytes_in_use();
+        out.peak_reserved[c] = card.memory().peak_bytes();
+        const std::size_t row = replicated ? 1 : static_cast<std::size_t>(cards);
         for (int s = 0; s < kSteps; ++s) {
           const std::vector<uint64_t>& k = data.keys[s][c];
           const uint64_t n = k.size();
@@ -186,7 +205,7 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
           group->at(c).set_step(2, s);
           const device::DeviceCounts before = card.counts();
           const uint64_t* plan = s == wrong_step ? wrong_plan->data() : data.plan[s].data();
-          hc.plan_next_step(plan, mode == Mode::kUnpadded ? nullptr : n_on_card.data());
+          hc.plan_next_step({plan, row}, mode == Mode::kUnpadded ? nullptr : n_on_card.data());
           hc.pull(keys.data(), n, pulled.data(), stream);
           hc.push_pulled(grads.data(), stream);
           out.last_step[c] = card.counts() - before;
@@ -194,6 +213,9 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
         }
         group->at(c).set_step(-1, -1);
         hc.drain_checks();
+        stream.synchronize();
+        out.in_use_after[c] = card.memory().bytes_in_use();
+        out.peak_after[c] = card.memory().peak_bytes();
         auto rows_out = card.make_buffer<float>(mine.size() * layout.stride());
         stores[c]->read_rows(dk.data(), mine.size(), rows_out.data(), stream);
         out.rows[c] = device::to_host(rows_out);
@@ -310,6 +332,113 @@ TEST_P(PaddedSteps, AMissingKeyFailsLateNamingItsOwnerAndStep) {
   EXPECT_NE(message.find("pass 2, step 0: HeterComm pull: key " + std::to_string(absent) + where),
             std::string::npos)
       << message;
+}
+
+// The padded steps' buffers in bytes (the formula reserve_padded sizes by): `block` keys per pair
+// of cards, `slots` = cards * block received, the batch's `occurrences` positions. Sharded: keys
+// to every owner, the pull records of every slot back, the push records by slot (and one discard
+// row per unique index). Replicated: one key block to every card, the pull records of its own
+// block only, its one push block out and every card's in.
+std::size_t padded_bytes(int cards, Placement placement, const StepBounds& bounds,
+                         std::size_t pull_dim, std::size_t push_dim, bool before_issue_31 = false) {
+  const bool replicated = placement == Placement::kReplicated;
+  const std::size_t c = static_cast<std::size_t>(cards);
+  const std::size_t block = bounds.pair_block;
+  const std::size_t slots = c * block;
+  const std::size_t occurrences = bounds.occurrences;
+  const std::size_t widest = std::max(pull_dim, push_dim);
+  std::size_t recv_records =
+      replicated ? std::max(block * pull_dim, slots * push_dim) : slots * widest;
+  std::size_t send_records = replicated
+                                 ? (block + occurrences) * push_dim
+                                 : std::max(slots * pull_dim, (slots + occurrences) * push_dim);
+  if (before_issue_31) {  // both placements sized as the sharded one's widest
+    recv_records = slots * widest;
+    send_records = (slots + occurrences) * widest;
+  }
+  const std::size_t keys = ((replicated ? 1 : c) + c) * (block + 1) + slots;
+  return keys * sizeof(uint64_t) + 2 * slots * sizeof(card_table::row_index_t) +
+         (recv_records + send_records + slots * push_dim) * sizeof(float) +
+         occurrences * sizeof(uint32_t);
+}
+
+// Collective mode reserves what its padded steps use and nothing else (issue 31): the padded
+// blocks sized by placement, none of the unpadded steps' buffers (replicated, those scale with
+// every card's distinct keys: cards * block keys and push records, and the received keys' records,
+// rows and merge), and the steps raise no high-water mark of the card's memory.
+TEST_P(PaddedSteps, APaddedPassReservesOnlyItsBlocksSizedByPlacement) {
+  const int cards = this->cards();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const Data data = this->data();
+  const RowLayout layout = RowLayout::make(config().optimizer.kind, config().mf_dim);
+  const auto pull_dim = static_cast<std::size_t>(layout.pull_dim());
+  const auto push_dim = static_cast<std::size_t>(layout.push_dim());
+  const RunResult padded = run(cards, placement(), Mode::kPaddedGraphs, data);
+  const RunResult unpadded = run(cards, placement(), Mode::kUnpadded, data);
+  const std::size_t want = padded_bytes(cards, placement(), data.bounds, pull_dim, push_dim);
+  const std::size_t was = padded_bytes(cards, placement(), data.bounds, pull_dim, push_dim, true);
+  for (int c = 0; c < cards; ++c) {
+    SCOPED_TRACE("card " + std::to_string(c));
+    EXPECT_EQ(padded.memory[c].padded, want);
+    EXPECT_EQ(padded.memory[c].unpadded, 0u);  // was reserved besides, as the unpadded run does
+    EXPECT_GT(unpadded.memory[c].unpadded, 0u);
+    EXPECT_EQ(unpadded.memory[c].padded, 0u);
+    // The card memory reserve_steps took (the device layer's counter) holds the blocks, besides
+    // what both kinds of step share (the local dedup, the owner merge, the reducer, the scratch
+    // arena, the steps' own buffers here).
+    EXPECT_GE(padded.in_use_reserved[c] - padded.in_use_before[c], want);
+    // No step grew anything, nor raised the card's high-water mark.
+    EXPECT_EQ(padded.in_use_after[c], padded.in_use_reserved[c]);
+    EXPECT_EQ(padded.peak_after[c], padded.peak_reserved[c]);
+  }
+  if (replicated() && cards > 1) {
+    EXPECT_LT(want, was);  // the records' buffers: (block + occurrences) * push_dim, not slots
+  }
+  std::printf(
+      "[ memory   ] %d cards %s: padded blocks %zu bytes (sized as before: %zu), unpadded "
+      "buffers not reserved: %zu bytes\n",
+      cards, replicated() ? "replicated" : "sharded", want, was, unpadded.memory[0].unpadded);
+}
+
+// A plan whose width is not the placement's is refused before the step (the trainer reads the
+// Collective flag in two places to make the plan and the placement).
+TEST(PlannedCountsWidth, APlanForTheOtherPlacementIsRefusedNamingBothWidths) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const AccessorConfig cfg = config();
+  device::CardSet set = device::CardSet::from_list("0,1");
+  auto group = comm::make_group(set, std::chrono::seconds(60));
+  std::vector<uint64_t> plan(4, 1);
+  std::vector<std::string> messages(2);
+  for (const Placement placement : {Placement::kSharded, Placement::kReplicated}) {
+    HeterCommOptions options;
+    options.missing_keys = MissingKeyPolicy::kFail;
+    options.placement = placement;
+    const bool replicated = placement == Placement::kReplicated;
+    set.run_on_cards([&](device::Card& card) {
+      const int c = card.local_index();
+      card_table::CardSparseStore store(card, cfg);
+      HeterComm hc(card, store, group->at(c), options);
+      hc.plan_next_step({plan.data(), replicated ? 1u : 2u});  // the placement's own: taken
+      try {
+        hc.plan_next_step({plan.data(), replicated ? 2u : 1u});
+      } catch (const Error& e) {
+        messages[c] = e.what();
+      }
+    });
+    for (int c = 0; c < 2; ++c) {
+      const std::string& m = messages[c];
+      ASSERT_FALSE(m.empty()) << "card " << c << " took a plan for the other placement";
+      EXPECT_NE(m.find("HeterComm on card " + std::to_string(c) + ": a step plan of " +
+                       (replicated ? "2" : "1") + " counts per card"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find(replicated ? "replicated placement (Collective mode) takes 1"
+                                  : "sharded placement takes one per owner card (2)"),
+                std::string::npos)
+          << m;
+      messages[c].clear();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, PaddedSteps,

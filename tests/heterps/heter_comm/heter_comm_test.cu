@@ -1102,7 +1102,7 @@ TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
       auto records = card.make_buffer<float>(batches[c].size() * hc.pull_dim());
       cluster.comm(c).set_step(7, 3);  // the step context a late check names
       const uint64_t before = card.counts().host_syncs;
-      if (counts != nullptr) hc.plan_next_step(counts->data());
+      if (counts != nullptr) hc.plan_next_step({counts->data(), kCards});
       hc.pull(keys.data(), batches[c].size(), records.data(), card.stream());
       (*syncs)[c] = card.counts().host_syncs - before;
       cluster.comm(c).set_step(-1, -1);
@@ -1196,7 +1196,7 @@ TEST(HeterComm, APlannedPullReportsAMissingKeyLateNamingItsStep) {
               device::to_device(std::vector<float>(batches[c].size() * hc.push_dim(), 0.5f),
                                 card.memory(), card.stream());
           cluster.comm(c).set_step(3, step);
-          hc.plan_next_step(plan.data());
+          hc.plan_next_step({plan.data(), kCards});
           hc.pull(keys.data(), batches[c].size(), records.data(), card.stream());
           hc.push_pulled(grads.data(), card.stream());
           // The next step's buffers are allocated: the collectives' window closes first (device
