@@ -155,8 +155,7 @@ TEST(PaddleRecKeys, DcnV2LowRankAndLrRegAndNumField) {
   const std::string mix_file = "hyper_parameters:\n  use_low_rank_mixture: 1\n  low_rank: 32\n";
   const std::string rank = "hyper_parameters.cross_rank=16";
   const std::string low = "hyper_parameters.low_rank=8";
-  for (const auto& [overrides, want] :
-       std::vector<std::pair<std::vector<std::string>, int>>{
+  for (const auto& [overrides, want] : std::vector<std::pair<std::vector<std::string>, int>>{
            {{rank}, 16}, {{low, rank}, 16}, {{rank, low}, 8}, {{low}, 8}}) {
     const StatusOr<TrainerConfig> c = parse(mix_file, overrides);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
