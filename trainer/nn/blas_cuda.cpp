@@ -82,6 +82,22 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
   if (m == 0 || n == 0) return;
   count_gemm_launch(stream());
   const auto ld = [](int64_t v) { return to_int(v < 1 ? 1 : v, "leading dimension"); };
+  if (k == 0) {
+    // Empty product: C = beta * C, as the cpu backend does; cuBLAS's quick return on k == 0 is
+    // not a documented contract (an empty batch's weight gradient must come out 0, not stale).
+    if (beta == 0.0f) {
+      GPUBOX_CUDA_TRY(cudaMemset2DAsync(c, static_cast<std::size_t>(ldc) * sizeof(float), 0,
+                                        static_cast<std::size_t>(n) * sizeof(float),
+                                        static_cast<std::size_t>(m), stream().native()));
+    } else if (beta != 1.0f) {
+      // In place (C = beta * C + 0 * C): geam allows C to alias A with the same leading dim.
+      const float zero = 0.0f;
+      GPUBOX_CUBLAS_TRY(cublasSgeam(backend_->handle, CUBLAS_OP_N, CUBLAS_OP_N, to_int(n, "n"),
+                                    to_int(m, "m"), &beta, c, ld(ldc), &zero, c, ld(ldc), c,
+                                    ld(ldc)));
+    }
+    return;
+  }
   GPUBOX_CUBLAS_TRY(cublasSgemm(backend_->handle, to_cublas(trans_b), to_cublas(trans_a),
                                 to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, b, ld(ldb),
                                 a, ld(lda), &beta, c, ld(ldc)));
