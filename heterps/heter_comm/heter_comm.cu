@@ -374,6 +374,8 @@ int HeterComm::total_cards() const { return impl_->total_cards(); }
 const HeterCommStats& HeterComm::stats() const { return impl_->stats(); }
 const HeterCommStats& HeterComm::last_step() const { return impl_->last_step(); }
 
+// A test and debugging switch, not agreed between trainers: every process of a job must see the
+// same value, since it decides the sizes of the step's collectives.
 bool padded_steps_enabled() {
   const char* value = std::getenv("GPUBOX_PADDED_STEPS");
   return value == nullptr || std::string(value) != "0";

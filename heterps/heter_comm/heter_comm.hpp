@@ -144,8 +144,8 @@ class HeterComm {
   // waits for nothing (no S1, no S2); its own row is checked against the card's late (see
   // drain_checks: a mismatch fails, naming the card). The counts are borrowed until that pull.
   // Ignored with MissingKeyPolicy::kCreate (its slots agreement travels with the counts).
-  // `n_on_card` (optional, card memory, the pull's n, valid until the step's push_pulled has run
-  // on the card): with reserve_steps' StepBounds::pair_block (kFail), the step runs at
+  // `n_on_card` (card memory, the pull's n, valid until the step's push_pulled ran on the card;
+  // required after reserve_steps' StepBounds::pair_block, kFail): the step then runs at
   // the pass's fixed sizes: every kernel over the pass's largest batch (reading its own n on the
   // card), every exchange in fixed blocks (each led by its live count), its host bookkeeping from
   // the plan; so pull and push_pulled are each one step graph launch ("sparse pull", "sparse

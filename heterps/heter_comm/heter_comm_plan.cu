@@ -100,6 +100,13 @@ void HeterComm::Impl::plan_next_step(const PlannedCounts& counts, const uint64_t
                    replicated_ ? "" : std::to_string(total_cards_) + ")",
                    ": the pass's plan was made for the other placement");
   }
+  // A padded pass sized only its fixed blocks (reserve_steps skipped the unpadded buffers): a
+  // planned step without its occurrence count would run unpadded, grow those buffers with no
+  // wait while the previous step's collectives may run (device rule 1), so it is refused.
+  GPUBOX_EXPECTS(counts.counts == nullptr || n_on_card != nullptr || !padded_.enabled(),
+                 "HeterComm on card ", comm_->rank(),
+                 ": a planned step of a padded pass needs its occurrence count (n_on_card): "
+                 "without it the step would run unpadded in buffers the pass did not size");
   planned_ = counts.counts;
   planned_n_ = n_on_card;
 }

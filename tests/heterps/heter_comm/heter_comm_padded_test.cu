@@ -400,6 +400,45 @@ TEST_P(PaddedSteps, APaddedPassReservesOnlyItsBlocksSizedByPlacement) {
       cards, replicated() ? "replicated" : "sharded", want, was, unpadded.memory[0].unpadded);
 }
 
+// A padded pass sizes only its blocks: a planned step that does not give its occurrence count on
+// the card would run unpadded in buffers nobody sized (growing them while the previous step's
+// collectives may run), so it is refused; with padded steps off the same plan is taken.
+TEST(PlannedCountsWidth, APaddedPassRefusesAPlannedStepWithoutItsCountOnTheCard) {
+  const AccessorConfig cfg = config();
+  device::CardSet set = device::CardSet::from_list("0");
+  auto group = comm::make_group(set, std::chrono::seconds(60));
+  std::vector<uint64_t> plan(1, 2);
+  for (const bool padded : {true, false}) {
+    HeterCommOptions options;
+    options.missing_keys = MissingKeyPolicy::kFail;
+    options.padded_steps = padded;
+    std::string message;
+    set.run_on_cards([&](device::Card& card) {
+      card_table::CardSparseStore store(card, cfg);
+      HeterComm hc(card, store, group->at(0), options);
+      StepBounds bounds;
+      bounds.occurrences = 4;
+      bounds.unique = 2;
+      bounds.received = 2;
+      bounds.pair_block = 2;
+      hc.reserve_steps(bounds);
+      try {
+        hc.plan_next_step({plan.data(), 1u});
+      } catch (const Error& e) {
+        message = e.what();
+      }
+    });
+    if (padded) {
+      EXPECT_NE(message.find("HeterComm on card 0: a planned step of a padded pass needs its "
+                             "occurrence count (n_on_card)"),
+                std::string::npos)
+          << message;
+    } else {
+      EXPECT_TRUE(message.empty()) << message;
+    }
+  }
+}
+
 // A plan whose width is not the placement's is refused before the step (the trainer reads the
 // Collective flag in two places to make the plan and the placement).
 TEST(PlannedCountsWidth, APlanForTheOtherPlacementIsRefusedNamingBothWidths) {
