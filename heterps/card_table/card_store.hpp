@@ -113,11 +113,11 @@ class CardSparseStore {
                    const device::Stream& stream) const;
   // ranks_out[i] = the rank under eviction_policy() of the row with handle rows[i] (card
   // memory; lower leaves first: EvictionCandidate), to pick victims without copying rows
-  // (kLowestScore: table::row_score). Stream-ordered.
+  // (kLowestScore: table::row_score); 0 for kInvalidRow. Stream-ordered.
   void eviction_ranks(const row_index_t* rows, std::size_t n, float* ranks_out,
                       const device::Stream& stream) const;
   // dirty_out[i] = 1 when the row with handle rows[i] (card memory) is dirty (its newest value
-  // only on the card), else 0: eviction must spare it. Stream-ordered.
+  // only on the card), else 0 (kInvalidRow too): eviction must spare it. Stream-ordered.
   void row_dirty(const row_index_t* rows, std::size_t n, uint8_t* dirty_out,
                  const device::Stream& stream) const;
   // list_entries + gather_rows in one call: copies every dirty row (collect_dirty) or every row
@@ -137,6 +137,20 @@ class CardSparseStore {
   void clear_dirty(const row_index_t* rows, std::size_t n, const device::Stream& stream);
   // Removes the keys (absent ones are ignored); returns how many were removed. Synchronizes.
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
+  // erase() of keys known to be on the card and distinct, without a wait: see
+  // CardHashTable::erase_present_async (`reserved`, *missing's contract). Stream-ordered.
+  void erase_present_async(const uint64_t* keys, std::size_t n, std::size_t reserved,
+                           uint32_t* missing, const device::Stream& stream) {
+    table_.erase_present_async(keys, n, reserved, missing, stream);
+  }
+  // list_entries_range() with each entry's eviction rank and dirty flag, without a wait: every
+  // slot of [slot_begin, slot_end) (CardHashTable::list_slots_async: kInvalidRow unless live,
+  // the side slots after the last range) into keys_out, rows_out, ranks_out and dirty_out (card
+  // memory; an entry that is not live gets rank 0 and flag 0). Returns the entries written.
+  // Stream-ordered: no wait, no allocation.
+  std::size_t list_slots_async(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
+                               row_index_t* rows_out, float* ranks_out, uint8_t* dirty_out,
+                               const device::Stream& stream) const;
   // Removes everything (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,

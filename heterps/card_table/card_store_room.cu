@@ -23,7 +23,7 @@ struct RowScores {
   table::AccessorConfig config;
   GPUBOX_HD void operator()(std::size_t i) const {
     if (i + kRowPrefetchDistance < count) pages.prefetch(rows[i + kRowPrefetchDistance]);
-    scores[i] = table::row_score(pages.row(rows[i]), config);
+    scores[i] = rows[i] == kInvalidRow ? 0.0f : table::row_score(pages.row(rows[i]), config);
   }
 };
 
@@ -31,7 +31,9 @@ struct RowDirty {
   DirtyFlagsRef dirty;
   const row_index_t* rows;
   uint8_t* out;
-  GPUBOX_HD void operator()(std::size_t i) const { out[i] = dirty[rows[i]] != 0 ? 1 : 0; }
+  GPUBOX_HD void operator()(std::size_t i) const {
+    out[i] = rows[i] != kInvalidRow && dirty[rows[i]] != 0 ? 1 : 0;
+  }
 };
 
 // compact_pool: a moved row keeps its dirty flag (a row end_pass kept dirty on the card holds the
@@ -85,6 +87,16 @@ std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
                                    const device::Stream& stream) {
   // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.
   return table_.erase(keys, n, stream);
+}
+
+std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_t slot_end,
+                                              uint64_t* keys_out, row_index_t* rows_out,
+                                              float* ranks_out, uint8_t* dirty_out,
+                                              const device::Stream& stream) const {
+  const std::size_t n = table_.list_slots_async(slot_begin, slot_end, keys_out, rows_out, stream);
+  eviction_ranks(rows_out, n, ranks_out, stream);
+  row_dirty(rows_out, n, dirty_out, stream);
+  return n;
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {

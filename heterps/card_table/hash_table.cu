@@ -85,6 +85,22 @@ struct EraseKeys {
   }
 };
 
+// erase_present_async: each key's row straight onto the free list's tail (free_tail[i]), as
+// RowPool::release would append it; a key not found counts into *missing.
+struct ErasePresent {
+  InsertEngine engine;
+  const uint64_t* keys;
+  row_index_t* free_tail;
+  uint32_t* missing;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const row_index_t row = engine.erase(keys[i]);
+    free_tail[i] = row;
+    if (row == kInvalidRow) {
+      detail::atomic_ref<uint32_t>(*missing).fetch_add(1, cuda::memory_order_relaxed);
+    }
+  }
+};
+
 // Puts the (key, row) pairs saved by a rehash into the emptied slot array.
 struct Reinsert {
   const uint64_t* keys;
@@ -118,6 +134,28 @@ struct IsErasedSlot {
 };
 struct IsLiveSlot {
   GPUBOX_HD bool operator()(const Slot& s) const { return IsLiveKey{}(s.key); }
+};
+
+// list_slots_async: every slot of a range, its row only when live.
+struct ListSlots {
+  const Slot* slots;
+  uint64_t* keys;
+  row_index_t* rows;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const uint64_t key = slots[i].key;
+    keys[i] = key;
+    rows[i] = IsLiveKey{}(key) ? slots[i].row : kInvalidRow;
+  }
+};
+// The side slots: kErasedKey's row, then kEmptyKey's (kInvalidRow when absent).
+struct ListSideSlots {
+  const row_index_t* side_rows;
+  uint64_t* keys;
+  row_index_t* rows;
+  GPUBOX_HD void operator()(std::size_t s) const {
+    keys[s] = s == 0 ? kErasedKey : kEmptyKey;
+    rows[s] = side_rows[s];
+  }
 };
 
 }  // namespace
@@ -308,6 +346,32 @@ std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const devi
   size_ -= removed;
   erased_ += removed - reserved_removed;
   return removed;
+}
+
+void CardHashTable::erase_present_async(const uint64_t* keys, std::size_t n, std::size_t reserved,
+                                        uint32_t* missing, const device::Stream& stream) {
+  if (n == 0) return;
+  GPUBOX_EXPECTS(pools_.size() == 1, "card ", card_->rank(),
+                 ": erase_present_async needs one row pool, the table has ", pools_.size());
+  GPUBOX_EXPECTS(n <= size_ && reserved <= n && reserved <= 2, "card ", card_->rank(), ": erasing ",
+                 n, " keys known present (", reserved, " reserved) from a table of ", size_);
+  row_index_t* tail = pools_[0].append_free(n);
+  device::parallel_for(stream, n, ErasePresent{insert_engine(), keys, tail, missing});
+  size_ -= n;
+  erased_ += n - reserved;  // the reserved keys leave their side slots, no tombstone
+}
+
+std::size_t CardHashTable::list_slots_async(std::size_t slot_begin, std::size_t slot_end,
+                                            uint64_t* keys_out, row_index_t* rows_out,
+                                            const device::Stream& stream) const {
+  GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= slots_.size(), "card ", card_->rank(),
+                 ": slots [", slot_begin, ", ", slot_end, ") are not in the table's ",
+                 slots_.size());
+  const std::size_t n = slot_end - slot_begin;
+  device::parallel_for(stream, n, ListSlots{slots_.data() + slot_begin, keys_out, rows_out});
+  if (slot_end < slots_.size()) return n;
+  device::parallel_for(stream, 2, ListSideSlots{side_rows_.data(), keys_out + n, rows_out + n});
+  return n + 2;
 }
 
 std::size_t CardHashTable::dump(uint64_t* keys_out, row_index_t* rows_out,

@@ -68,6 +68,15 @@ class CardHashTable {
   // Returns how many keys were removed. Synchronizes.
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream,
                     row_index_t* out_rows = nullptr);
+  // erase() without a readback, for keys known to be on the card and distinct (the next pass's
+  // victims, listed since with nothing inserted or erased): their rows go back to the free list
+  // in key order, exactly as erase() puts them, and the host's counts follow from n and
+  // `reserved` (how many of the keys are kEmptyKey or kErasedKey: the caller knows its keys).
+  // A key that was not there after all adds 1 to *missing (card memory) and damages the free list
+  // (a kInvalidRow on it): whoever reads *missing late must stop on a nonzero count. One pool
+  // only. Stream-ordered: no wait, no allocation.
+  void erase_present_async(const uint64_t* keys, std::size_t n, std::size_t reserved,
+                           uint32_t* missing, const device::Stream& stream);
   // Writes every live (key, row) to keys_out/rows_out (card memory, room for size()), in slot
   // order. Returns size(). Synchronizes.
   std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;
@@ -78,6 +87,14 @@ class CardHashTable {
   // Synchronizes.
   std::size_t dump_range(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
                          row_index_t* rows_out, const device::Stream& stream) const;
+  // dump_range() without the compaction and its count: entry i of [0, slot_end - slot_begin) is
+  // slot slot_begin + i, its key as stored and its row, kInvalidRow unless the slot is live;
+  // when slot_end is capacity(), two more entries follow, the side slots of kErasedKey and
+  // kEmptyKey (kInvalidRow when absent). The live entries, in order, are dump_range()'s output.
+  // Returns how many entries it writes (keys_out/rows_out need that room). Stream-ordered: no
+  // wait, no allocation.
+  std::size_t list_slots_async(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
+                               row_index_t* rows_out, const device::Stream& stream) const;
   // Removes every key and frees every row (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or

@@ -199,6 +199,14 @@ std::size_t RowPool::release(const row_index_t* rows, std::size_t count,
   return freed;
 }
 
+row_index_t* RowPool::append_free(std::size_t count) {
+  GPUBOX_EXPECTS(count <= capacity_ - free_count_, "row pool: releasing ", count, " rows but only ",
+                 capacity_ - free_count_, " are in use");
+  row_index_t* tail = free_.data() + free_count_;
+  free_count_ += count;
+  return tail;
+}
+
 void RowPool::clear(const device::Stream& stream) {
   device::parallel_for(stream, capacity_, FillIndices{free_.data(), codec_.first_handle(pool_)});
   free_count_ = capacity_;

@@ -132,6 +132,10 @@ class RowPool {
   // how many were freed.
   // Synchronizes `stream`.
   std::size_t release(const row_index_t* rows, std::size_t count, const device::Stream& stream);
+  // release() of `count` rows known to be in use and distinct, without its count: returns where
+  // they go on the free list (card memory), for the caller's kernel to write them there in
+  // order, and counts them free from now on. Requires count <= in_use(). No card work.
+  row_index_t* append_free(std::size_t count);
   // Every row free again (capacity and contents kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Shrinking (CardSparseStore::compact_pool moves the rows above `first_row` below it first):

@@ -39,6 +39,7 @@ DeviceCounts CardCounters::snapshot() const {
   c.collectives = collectives_.load(std::memory_order_relaxed);
   c.graph_launches = graph_launches_.load(std::memory_order_relaxed);
   c.graph_nodes = graph_nodes_.load(std::memory_order_relaxed);
+  c.graph_captures = graph_captures_.load(std::memory_order_relaxed);
   c.window_allocations = window_allocations_.load(std::memory_order_relaxed);
   return c;
 }

@@ -43,6 +43,9 @@ struct DeviceCounts {
   // never in launches, copies or collectives above: those count what the host enqueued itself.
   uint64_t graph_launches = 0;
   uint64_t graph_nodes = 0;
+  // Step graph captures completed (StepGraph::end_capture) on the card's stream: a steady step
+  // replays, so a capture there means something a graph bakes in changed (its owner decides).
+  uint64_t graph_captures = 0;
   // Allocations made while a collective was enqueued and not yet synchronized (device rule 1
   // in card.hpp): must stay 0.
   uint64_t window_allocations = 0;
@@ -74,6 +77,7 @@ inline constexpr DeviceCountField kDeviceCountFields[] = {
     {"collectives", &DeviceCounts::collectives},
     {"graph_launches", &DeviceCounts::graph_launches},
     {"graph_nodes", &DeviceCounts::graph_nodes},
+    {"graph_captures", &DeviceCounts::graph_captures},
     {"window_allocations", &DeviceCounts::window_allocations},
 };
 
@@ -123,6 +127,7 @@ class CardCounters {
     graph_nodes_.fetch_add(nodes, std::memory_order_relaxed);
     if (collective != nullptr) window_ = collective;
   }
+  void add_graph_capture() { bump(graph_captures_); }
 
   DeviceCounts snapshot() const;
 
@@ -146,6 +151,7 @@ class CardCounters {
   std::atomic<uint64_t> collectives_{0};
   std::atomic<uint64_t> graph_launches_{0};
   std::atomic<uint64_t> graph_nodes_{0};
+  std::atomic<uint64_t> graph_captures_{0};
   std::atomic<uint64_t> window_allocations_{0};
   // Touched only by the card's own thread (the one enqueueing and synchronizing).
   const char* window_ = nullptr;

@@ -119,6 +119,8 @@ void StepGraph::end_capture() {
   contents_ = counted;
   nodes_ = count_nodes(counted);
   ready_ = true;
+  // The capture is over: counters() is the card's again.
+  if (CardCounters* counters = stream_->counters()) counters->add_graph_capture();
 }
 
 void StepGraph::abort_capture() noexcept {

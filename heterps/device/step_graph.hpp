@@ -31,8 +31,9 @@
 //
 // Counting (counters.hpp): the operations enqueued while capturing count into the graph
 // (contents()), not into the card; each replay counts one graph launch and nodes() graph nodes
-// on the card. So a step's DeviceCounts say what ran outside graphs (launches, copies,
-// collectives) and what ran inside them (graph_launches, graph_nodes).
+// on the card, and each completed capture one graph capture (graph_captures). So a step's
+// DeviceCounts say what ran outside graphs (launches, copies, collectives), what ran inside them
+// (graph_launches, graph_nodes), and whether a graph was captured again (graph_captures).
 //
 // Thread-safety: one card's thread captures and replays a graph; the capture is thread-local
 // (another card's thread captures its own graph at the same time).

@@ -42,6 +42,8 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
     next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
     next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
     next.d_flags = device::device_buffer<uint8_t>(0, card.memory(), card.stream());
+    next.d_missing = device::device_buffer<uint32_t>(1, card.memory(), card.stream());
+    device::memset_bytes_async(next.d_missing.data(), 0, sizeof(uint32_t), card.stream());
     reserve_scratch(static_cast<int>(c), next);
   }
 }
@@ -50,19 +52,29 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   const std::size_t chunk = cards_.options().next_pass_chunk_keys;
   const std::size_t page = cards_.store(c).page_rows();
-  // kLookup, kErase: a chunk; kInsert: a page of rows; under a budget kMark: a window of a
-  // chunk per local card, kList: 8 slots a key (+ 2, list_entries_range's room).
+  // kLookup, kErase: a chunk a slot; kInsert: a page of rows; under a budget kMark: a window of
+  // a chunk per local card, kList: two regions of 8 slots a key (+ 2: the side slots).
   const std::size_t depth = ChunkChain::kDepth;
   std::size_t keys = std::max(chunk * depth, page);
   std::size_t floats = page * cards_.stride();
   std::size_t flags = 0;
+  next.list_room = 0;
   if (cards_.row_budget() > 0) {
-    const std::size_t listed = 8 * chunk + 2;
+    next.list_room = 8 * chunk + 2;
+    const std::size_t listed = 2 * next.list_room;
     keys = std::max(
         {keys, chunk * static_cast<std::size_t>(cards_.cards().num_local_cards()), listed});
     floats = std::max(floats, listed);
     flags = listed;
   }
+  next.h_list_keys = device::pinned_buffer<uint64_t>(2 * next.list_room);
+  next.h_list_rows = device::pinned_buffer<row_index_t>(2 * next.list_room);
+  next.h_list_ranks = device::pinned_buffer<float>(2 * next.list_room);
+  next.h_list_dirty = device::pinned_buffer<uint8_t>(2 * next.list_room);
+  next.lists_started = 0;
+  next.lists_read = 0;
+  next.h_missing = device::pinned_buffer<uint32_t>(depth);
+  for (std::size_t i = 0; i < depth; ++i) next.h_missing[i] = 0;
   next.d_keys.reserve(keys);
   next.d_rows.reserve(keys);
   next.d_floats.reserve(floats);
@@ -97,8 +109,23 @@ void NextPassWork::collect(int c, NextPassCard& next) {
       times = ChunkChain::Times{next.ends[chunk.event].seconds_since(begin),
                                 begin.seconds_since(next.ends[chain.previous_event(chunk)])};
     }
-    if (next.phase == NextPassCard::Phase::kLookup) read_lookup(c, next, chunk);
-    if (next.phase == NextPassCard::Phase::kMark) read_marks(c, next, chunk);
+    // A phase ends only once its chunks are all read: the chunks in flight are the phase's.
+    switch (next.phase) {
+      case NextPassCard::Phase::kLookup:
+        read_lookup(c, next, chunk);
+        break;
+      case NextPassCard::Phase::kMark:
+        read_marks(c, next, chunk);
+        break;
+      case NextPassCard::Phase::kList:
+        read_list(next, chunk);
+        break;
+      case NextPassCard::Phase::kErase:
+        read_erase(c, next, chunk);
+        break;
+      default:
+        break;
+    }
     chain.retire(times);
   }
 }
@@ -125,6 +152,12 @@ void NextPassWork::ensure(int c, device::device_buffer<T>& buffer, std::size_t c
   if (count <= buffer.capacity()) return;
   cards_.card(c).stream().synchronize();
   buffer.reserve(count);
+}
+
+template <class T>
+void NextPassWork::fit(int c, device::device_buffer<T>& buffer, std::size_t count) {
+  ensure(c, buffer, count);
+  if (buffer.size() < count) buffer.resize_discard(count);  // within capacity: contents kept
 }
 
 bool NextPassWork::prepare(int c) {
@@ -155,18 +188,20 @@ bool NextPassWork::prepare(int c) {
   // in flight. A look-up chunk waits for nothing: it allocates nothing (its scratch was sized by
   // expect()) and its rows are read by a later prepare(), once its end event has passed (up to
   // ChunkChain::kDepth chunks in flight: the host running steps ahead of the card does not stall
-  // the look-ups). A mark chunk is the same (the table's find, its rows read back late). The
-  // other phases (list, erase, insert) wait first (their table calls take Thrust temporaries
-  // and read counts back: device rule 1) and for their readbacks; counted as this work's waits
-  // (early_host_syncs), not the step's.
-  // An insert chunk with nothing to insert only ends the work: no card work, no wait.
-  const bool waits = next.phase != Phase::kLookup && next.phase != Phase::kMark &&
-                     !(next.phase == Phase::kInsert && insert_count(c, next) == 0);
+  // the look-ups). Mark, list and erase chunks are the same (a find, a listing of every slot
+  // with no count, an erase of victims known present: read back late, or nothing to read but a
+  // check). An insert chunk waits first (its table calls may grow the table or the pool and
+  // take Thrust temporaries: device rule 1) and for its readbacks; counted as this work's waits
+  // (early_host_syncs), not the step's. One with nothing to insert only ends the work: no wait.
+  const bool waits = next.phase == Phase::kInsert && insert_count(c, next) > 0;
   if (waits) card.stream().synchronize();
   try {
     collect(c, next);
     run_chunk(c, next);
   } catch (const std::exception& e) {
+    // A damaged table (a victim was not there to erase: its free list holds an invalid row) is
+    // not the work's alone: the job stops.
+    if (next.damaged) throw;
     // The work is optional: what it did so far leaves the card exact (victims were clean,
     // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
     // the pass failing. A device fault that persists fails the next step.
@@ -214,31 +249,26 @@ bool NextPassWork::start(int c, NextPassCard& next) {
 }
 
 void NextPassWork::run_chunk(int c, NextPassCard& next) {
-  using Phase = NextPassCard::Phase;
-  if (next.phase == Phase::kLookup || next.phase == Phase::kMark) {
-    (next.phase == Phase::kLookup ? lookup(c, next) : mark(c, next));  // chunks in flight
-    return;
+  switch (next.phase) {  // chunks in flight, read by a later collect()
+    case NextPassCard::Phase::kLookup:
+      return lookup(c, next);
+    case NextPassCard::Phase::kMark:
+      return mark(c, next);
+    case NextPassCard::Phase::kList:
+      return list(c, next);
+    case NextPassCard::Phase::kErase:
+      return erase(c, next);
+    case NextPassCard::Phase::kInsert:
+      break;
+    default:
+      return;
   }
-  // The other phases wait for the card before (prepare) and within their chunk, so nothing is
-  // in flight here: the chain only times them.
+  // An insert waits for the card before (prepare) and within its chunk, so nothing is in flight
+  // here: the chain only times it.
   const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, SIZE_MAX);
   if (!chunk) return;
   begin_work(c, next, *chunk);
-  std::size_t keys = 0;
-  switch (next.phase) {
-    case Phase::kList:
-      keys = list(c, next);
-      break;
-    case Phase::kErase:
-      keys = erase(c, next);
-      break;
-    case Phase::kInsert:
-      keys = insert(c, next);
-      break;
-    default:
-      break;
-  }
-  end_chunk(c, next, *chunk, keys);
+  end_chunk(c, next, *chunk, insert(c, next));
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
@@ -381,70 +411,115 @@ void NextPassWork::read_marks(int c, NextPassCard& next, const ChunkChain::Chunk
   }
 }
 
-std::size_t NextPassWork::list(int c, NextPassCard& next) {
+void NextPassWork::list(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
-  device::Card& card = cards_.card(c);
-  const device::Stream& stream = card.stream();
-  // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
+  const device::Stream& stream = cards_.card(c).stream();
+  // Nothing inserts or erases until kErase: the table's slots stay where they are.
   const std::size_t slots = store.table().capacity();
-  const std::size_t end = std::min(slots, next.at + 8 * next.chain.pacer().keys());
-  ensure(c, next.d_keys, end - next.at + 2);  // list_entries_range's room
-  ensure(c, next.d_rows, end - next.at + 2);
-  ensure(c, next.d_floats, end - next.at);
-  ensure(c, next.d_flags, end - next.at);
+  if (next.at == slots) {
+    if (next.chain.in_flight() == 0) {  // every range read: the victims are chosen
+      next.evicts_all_outside = !next.victims.passed_over();
+      next.marks = {};
+      next.at = 0;
+      next.phase = NextPassCard::Phase::kErase;
+    }
+    return;
+  }
+  if (next.lists_started - next.lists_read == 2) return;  // both regions in flight
+  // Slots are cheaper than keys (most are empty): 8 a key of the chunk.
+  const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, (slots - next.at + 7) / 8);
+  if (!chunk) return;
+  const std::size_t end = std::min(slots, next.at + 8 * chunk->keys);
+  const std::size_t from = (next.lists_started++ % 2) * next.list_room;
+  const std::size_t room = from + (end - next.at) + 2;
+  fit(c, next.d_keys, room);  // no allocation: expect() sized the regions
+  fit(c, next.d_rows, room);
+  fit(c, next.d_floats, room);
+  fit(c, next.d_flags, room);
+  begin_work(c, next, *chunk);
   const std::size_t count =
-      store.list_entries_range(next.at, end, next.d_keys, next.d_rows, stream);
-  next.d_floats.resize_discard(count);
-  next.d_flags.resize_discard(count);
-  store.eviction_ranks(next.d_rows.data(), count, next.d_floats.data(), stream);
-  store.row_dirty(next.d_rows.data(), count, next.d_flags.data(), stream);
-  const std::vector<uint64_t> keys = device::to_host(next.d_keys.data(), count, stream);
-  const std::vector<row_index_t> rows = device::to_host(next.d_rows.data(), count, stream);
-  const std::vector<float> ranks = device::to_host(next.d_floats.data(), count, stream);
-  const std::vector<uint8_t> dirty = device::to_host(next.d_flags.data(), count, stream);
+      store.list_slots_async(next.at, end, next.d_keys.data() + from, next.d_rows.data() + from,
+                             next.d_floats.data() + from, next.d_flags.data() + from, stream);
+  device::copy_async(next.h_list_keys.data() + from, next.d_keys.data() + from, count, stream);
+  device::copy_async(next.h_list_rows.data() + from, next.d_rows.data() + from, count, stream);
+  device::copy_async(next.h_list_ranks.data() + from, next.d_floats.data() + from, count, stream);
+  device::copy_async(next.h_list_dirty.data() + from, next.d_flags.data() + from, count, stream);
+  ++next.readbacks;
+  next.slot_count[chunk->slot] = count;
+  const std::size_t listed = (end - next.at + 7) / 8;  // in keys: 8 slots a key
+  next.at = end;
+  end_chunk(c, next, *chunk, listed);
+}
+
+void NextPassWork::read_list(NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  const std::size_t from = (next.lists_read++ % 2) * next.list_room;
+  const std::size_t count = next.slot_count[chunk.slot];
+  --next.readbacks;
   // Those that leave first under the store's policy, as begin_pass chooses: as many as the next
   // pass lacks room for, or every candidate (begin_pass evicts the rest among the rows of this
-  // pass it does not use). Chosen as the listing goes (card_table::VictimHeap), so the work of a
-  // chunk is bounded by its size and the host holds no more candidates than will leave.
-  for (std::size_t i = 0; i < count; ++i) {
+  // pass it does not use). Chosen as the listing goes (card_table::VictimHeap), in slot order as
+  // a compacted listing would give them, so the work of a chunk is bounded by its size and the
+  // host holds no more candidates than will leave.
+  for (std::size_t i = from; i < from + count; ++i) {
+    const row_index_t row = next.h_list_rows[i];
     // Unmarked: in neither pass, so unused until begin_pass, and clean when end_pass kept only
     // the training pass's rows dirty (the trainer's `keep`); a dirty one (a wider `keep`) stays:
     // its newest value is only here. Nothing inserts between mark() and here, so every row has
-    // a mark; one past them is not a candidate either.
-    if (rows[i] >= next.marks.size() || next.marks[rows[i]] != 0 || dirty[i] != 0) continue;
-    next.victims.offer({ranks[i], keys[i]});
+    // a mark; one past them is not a candidate either. kInvalidRow: not a live slot.
+    if (row == card_table::kInvalidRow || row >= next.marks.size() || next.marks[row] != 0 ||
+        next.h_list_dirty[i] != 0) {
+      continue;
+    }
+    next.victims.offer({next.h_list_ranks[i], next.h_list_keys[i]});
   }
-  const std::size_t listed = (end - next.at + 7) / 8;  // in keys: 8 slots a key
-  next.at = end;
-  if (next.at < slots) return listed;
-  next.evicts_all_outside = !next.victims.passed_over();
-  next.marks = {};
-  next.at = 0;
-  next.phase = NextPassCard::Phase::kErase;
-  return listed;
 }
 
-std::size_t NextPassWork::erase(int c, NextPassCard& next) {
-  device::Card& card = cards_.card(c);
+void NextPassWork::erase(int c, NextPassCard& next) {
+  const device::Stream& stream = cards_.card(c).stream();
   // Their order does not matter.
   const std::vector<card_table::EvictionCandidate>& victims = next.victims.victims();
-  const std::size_t n = std::min(next.chain.pacer().keys(), victims.size() - next.at);
-  if (n > 0) {
-    std::vector<uint64_t> keys(n);
-    for (std::size_t i = 0; i < n; ++i) keys[i] = victims[next.at + i].key;
-    ensure(c, next.d_keys, n);
-    next.d_keys.resize_discard(n);
-    device::copy_async(next.d_keys.data(), keys.data(), n, card.stream());
-    next.evicted += cards_.store(c).erase(next.d_keys.data(), n, card.stream());
+  const std::size_t left = victims.size() - next.at;
+  if (left == 0) {
+    if (next.chain.in_flight() == 0) {  // every erase checked
+      next.victims.clear();
+      next.at = 0;
+      next.outside_gone = next.evicts_all_outside;
+      next.phase = NextPassCard::Phase::kInsert;
+    }
+    return;
   }
+  const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, left);
+  if (!chunk) return;
+  const std::size_t n = chunk->keys;
+  const std::size_t from = chunk->slot * next.slot_keys;  // its slot of the scratch
+  // The victims were listed live, are in neither pass (no step touches them) and nothing
+  // inserted or erased since: each is on the card, once, so the erase needs no count back.
+  std::size_t reserved = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint64_t key = victims[next.at + i].key;
+    next.h_keys[from + i] = key;
+    if (key == card_table::kEmptyKey || key == card_table::kErasedKey) ++reserved;
+  }
+  fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots
+  begin_work(c, next, *chunk);
+  device::copy_async(next.d_keys.data() + from, next.h_keys.data() + from, n, stream);
+  cards_.store(c).erase_present_async(next.d_keys.data() + from, n, reserved, next.d_missing.data(),
+                                      stream);
+  device::copy_async(next.h_missing.data() + chunk->slot, next.d_missing.data(), 1, stream);
+  ++next.readbacks;
+  next.evicted += n;
   next.at += n;
-  if (next.at == victims.size()) {
-    next.victims.clear();
-    next.at = 0;
-    next.outside_gone = next.evicts_all_outside;
-    next.phase = NextPassCard::Phase::kInsert;
-  }
-  return n;
+  end_chunk(c, next, *chunk, n);
+}
+
+void NextPassWork::read_erase(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  --next.readbacks;
+  const uint32_t missing = next.h_missing[chunk.slot];
+  if (missing == 0) return;
+  next.damaged = true;
+  GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work erased ", missing,
+              " victims that were not on the card (its table changed under the work since the "
+              "listing): the card's free list is damaged");
 }
 
 std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {

@@ -11,9 +11,13 @@
 //   kInsert   once the rows are fetched, staged rows inserted into the room made
 //   kDone     (kOff: not expected, ruled out, stale, or stopped by a fault)
 //
-// kLookup and kMark chunks wait for nothing (their rows come back late, several chunks in flight:
-// ChunkChain); kList, kErase and kInsert chunks still wait for the card (their table calls read
-// counts back).
+// kLookup, kMark, kList and kErase chunks wait for nothing: their results come back late, several
+// chunks in flight (ChunkChain), and what their table calls would read back is either known on
+// the host (an erase of victims known present: their count) or read late (a look-up's rows, a
+// listing's every slot, uncompacted; an erase's check that every victim was there). kInsert
+// chunks still wait for the card: an insert may grow the table or the pool (an allocation, which
+// must not overlap a step's collectives: device rule 1) and reads back its probe overflow and its
+// rows.
 //
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
@@ -88,9 +92,26 @@ struct NextPassCard {
   std::size_t enqueued = 0;   // kLookup: keys enqueued so far (those from `at` on are in flight)
   std::size_t readbacks = 0;  // chunks in flight whose rows come back into h_rows
   // kMark, the same way: a chunk's keys (its window's of this card) and their offsets in
-  // current_keys, by slot, and how many each slot holds.
+  // current_keys, by slot, and how many each slot holds (kList: the entries it listed).
   std::vector<uint32_t> slot_offsets;
   std::vector<std::size_t> slot_count;
+  // kList: a chunk lists up to 8 table slots a key of its size, every slot (no compaction, so no
+  // count to read back), into one of two regions of list_room entries (card scratch at
+  // region * list_room of d_keys, d_rows, d_floats (ranks) and d_flags (dirty), and these pinned
+  // copies): at most two list chunks in flight, read oldest first.
+  device::pinned_buffer<uint64_t> h_list_keys;
+  device::pinned_buffer<card_table::row_index_t> h_list_rows;
+  device::pinned_buffer<float> h_list_ranks;
+  device::pinned_buffer<uint8_t> h_list_dirty;
+  std::size_t list_room = 0;
+  std::size_t lists_started = 0;
+  std::size_t lists_read = 0;
+  // kErase: victims not found on the card (the table changed under the work), counted on the
+  // card across chunks, and its copy per chunk slot, read late: nonzero stops the job (`damaged`:
+  // the free list then holds an invalid row).
+  device::device_buffer<uint32_t> d_missing;
+  device::pinned_buffer<uint32_t> h_missing;
+  bool damaged = false;
   // The chunks in flight and their sizes (ChunkChain, ChunkPacer); each chunk's end event
   // (timed when paced) and, when paced, its begin event: depth + 1 of each.
   ChunkChain chain;
@@ -155,14 +176,22 @@ class NextPassWork {
   // after a counted wait so that no step's collective is in flight: device rule 1).
   template <class T>
   void ensure(int c, device::device_buffer<T>& buffer, std::size_t count);
+  // ensure(), then a size of at least `count` (a buffer holding several chunks' regions keeps
+  // the others' contents).
+  template <class T>
+  void fit(int c, device::device_buffer<T>& buffer, std::size_t count);
   // After the last look-up: whether room must be made first (kMark) or not (kInsert).
   void plan(int c, NextPassCard& next);
   void mark(int c, NextPassCard& next);
-  // list, erase and insert return the work their chunk did, in the pacer's unit of keys.
-  std::size_t list(int c, NextPassCard& next);
-  std::size_t erase(int c, NextPassCard& next);
+  void list(int c, NextPassCard& next);
+  void erase(int c, NextPassCard& next);
   // kMark's host half: the rows of `chunk` (the oldest in flight, whose end has passed) marked.
   void read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
+  // kList's host half: the unmarked clean rows among `chunk`'s live entries offered as victims.
+  void read_list(NextPassCard& next, const ChunkChain::Chunk& chunk);
+  // kErase's host half: every victim of the chunks so far was on the card, or the job stops.
+  void read_erase(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
+  // insert returns the work its chunk did, in the pacer's unit of keys.
   std::size_t insert(int c, NextPassCard& next);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;

@@ -62,11 +62,13 @@
 //                     rows); with several trainers no rows are staged, so there is nothing to do.
 //                     Memory while it runs: on the card, scratch for the chunks in flight (up to
 //                     ChunkChain::kDepth = 5 on the GPU build; their keys and rows, 12 bytes each
-//                     and as much pinned host memory, 16 while listing 8 slots a key, a page of
-//                     staged rows while inserting) beside the steps' own buffers, which plan()
-//                     never counted (the boundary's working set it counts is larger and not live
-//                     then); on the host, per next-pass key on the card its row index (4 bytes) and
-//                     per staged key its offset (4), per current-pass row the next lacks its row
+//                     and as much pinned host memory; while listing, two chunks of 8 slots a key,
+//                     every slot's key, row, rank and dirty flag, 17 bytes each on the card and as
+//                     much pinned; a page of staged rows while inserting) beside the steps' own
+//                     buffers, which plan() never counted (the boundary's working set it counts
+//                     is larger and not live then); on the host, per next-pass key on the card
+//                     its row index (4 bytes) and per staged key its offset (4), per
+//                     current-pass row the next lacks its row
 //                     and key offset (8), a byte per pool row, and (score, key) of the rows outside
 //                     both passes (16 bytes), at most as many as must leave, until they are erased.
 //                     The current pass's keys are shared with its data set, not copied.

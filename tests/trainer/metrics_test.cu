@@ -167,6 +167,45 @@ TEST_F(MetricsTest, OtherMetricsMatchFloat64Reference) {
   EXPECT_NEAR(m.rmse, std::sqrt(se / n), 1e-9);
 }
 
+// add() is the histogram and the sums' fold, which adds them in from its last level (issue 31,
+// item 4: the one-thread tail kernel after the fold is gone): 1 + levels launches, no host wait,
+// no allocation once reserve(n) ran; the sums over several batches, one of three fold levels,
+// still match the float64 reference.
+TEST_F(MetricsTest, AddIsTheHistogramAndTheFoldWithNoTailKernel) {
+  device::Card& card = cards_.card(0);
+  const Data d = make_data(70000, 21);
+  MetricsAccumulator acc(card);
+  acc.reserve(static_cast<int64_t>(d.preds.size()));
+  auto dp = device::to_device(d.preds, card.memory(), card.stream());
+  auto dy = device::to_device(d.labels, card.memory(), card.stream());
+  struct Batch {
+    std::size_t lo, hi;
+    uint64_t launches;  // the histogram, then a launch per fold level
+  };
+  for (const Batch& b :
+       {Batch{0, 1, 2}, Batch{1, 257, 2}, Batch{257, 2000, 3}, Batch{2000, d.preds.size(), 4}}) {
+    const device::DeviceCounts before = card.counts();
+    acc.add(dp.data() + b.lo, dy.data() + b.lo, static_cast<int64_t>(b.hi - b.lo));
+    const device::DeviceCounts used = card.counts() - before;
+    EXPECT_EQ(used.launches, b.launches) << b.hi - b.lo << " examples";
+    EXPECT_EQ(used.host_syncs, 0u);
+    EXPECT_EQ(used.allocations, 0u);
+  }
+  const MetricValues m = acc.compute();
+  double pos = 0, psum = 0, se = 0;
+  for (std::size_t i = 0; i < d.preds.size(); ++i) {
+    pos += d.labels[i];
+    psum += d.preds[i];
+    se += (d.preds[i] - static_cast<double>(d.labels[i])) *
+          (d.preds[i] - static_cast<double>(d.labels[i]));
+  }
+  const double n = static_cast<double>(d.preds.size());
+  EXPECT_EQ(m.examples, n);
+  EXPECT_EQ(m.positives, pos);
+  EXPECT_NEAR(m.predicted_ctr, psum / n, 1e-9);
+  EXPECT_NEAR(m.rmse, std::sqrt(se / n), 1e-9);
+}
+
 TEST_F(MetricsTest, TwoCardsMergedEqualOneCardWithEverything) {
   GPUBOX_REQUIRE_CARDS(2);
   const Data d = make_data(10001, 21);

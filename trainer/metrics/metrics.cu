@@ -101,24 +101,25 @@ struct AddToHistogram {
     for (int k = 0; k < held; ++k) add(slot[k], count[k]);
   }
 };
-// The batch's sums (reduced on the card) added to the accumulator's.
+// The batch's sums, folded on the card, added to the accumulator's by the thread that holds them
+// (reduce_into_then: no kernel of its own). Each accumulator field gets one add per batch, in
+// batch order, as before: the same bits.
 struct AddToSums {
   double* sums;
   double count;
-  const Sums* add;
   bool steady;
-  GPUBOX_HD void operator()(std::size_t) const {
+  GPUBOX_HD void operator()(const Sums& add) const {
     if (steady) {
       sums[metric_sums::kSteadyCount] += count;
-      sums[metric_sums::kSteadyLabels] += add->labels;
-      sums[metric_sums::kSteadyLogLoss] += add->log_loss;
+      sums[metric_sums::kSteadyLabels] += add.labels;
+      sums[metric_sums::kSteadyLogLoss] += add.log_loss;
     }
     sums[metric_sums::kCount] += count;
-    sums[metric_sums::kLabels] += add->labels;
-    sums[metric_sums::kPredictions] += add->predictions;
-    sums[metric_sums::kLogLoss] += add->log_loss;
-    sums[metric_sums::kAbsError] += add->abs_error;
-    sums[metric_sums::kSquaredError] += add->squared_error;
+    sums[metric_sums::kLabels] += add.labels;
+    sums[metric_sums::kPredictions] += add.predictions;
+    sums[metric_sums::kLogLoss] += add.log_loss;
+    sums[metric_sums::kAbsError] += add.abs_error;
+    sums[metric_sums::kSquaredError] += add.squared_error;
   }
 };
 constexpr std::size_t kSumsDoubles = sizeof(Sums) / sizeof(double);
@@ -168,7 +169,7 @@ MetricsAccumulator::MetricsAccumulator(device::Card& card, int buckets_log2)
 
 void MetricsAccumulator::reserve(int64_t n) {
   GPUBOX_EXPECTS(n >= 0, "negative example count ", n);
-  sums_.resize_discard(kSumsDoubles * (1 + device::reduce_partials(static_cast<std::size_t>(n))));
+  sums_.resize_discard(kSumsDoubles * device::reduce_partials(static_cast<std::size_t>(n)));
 }
 
 void MetricsAccumulator::reset() {
@@ -184,14 +185,12 @@ void MetricsAccumulator::add(const float* predictions, const float* labels, int6
   const std::size_t items = (count + kHistogramChunk - 1) / kHistogramChunk;
   device::parallel_for(stream, items,
                        AddToHistogram{predictions, labels, flat_.data(), buckets_, count, items});
-  // The batch's sums on the card (sums[0]; partials after it): no readback, no allocation once
-  // reserve(n) ran.
-  sums_.resize_discard(kSumsDoubles * (1 + device::reduce_partials(count)));
-  Sums* sums = reinterpret_cast<Sums*>(sums_.data());
-  device::reduce_into(stream, count, SumsAt{predictions, labels}, AddSums{}, Sums{}, sums + 1,
-                      sums);
-  device::parallel_for(
-      stream, 1, AddToSums{flat_.data() + 2 * buckets_, static_cast<double>(n), sums, steady});
+  // The batch's sums folded on the card (the reduction's partials in sums_) and added in by the
+  // fold's last thread: no readback, no allocation once reserve(n) ran.
+  sums_.resize_discard(kSumsDoubles * device::reduce_partials(count));
+  device::reduce_into_then(stream, count, SumsAt{predictions, labels}, AddSums{}, Sums{},
+                           reinterpret_cast<Sums*>(sums_.data()),
+                           AddToSums{flat_.data() + 2 * buckets_, static_cast<double>(n), steady});
 }
 
 static_assert(MetricsAccumulator::kProgressDoubles == kAucDoubles, "the progress parts");

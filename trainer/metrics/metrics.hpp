@@ -66,7 +66,7 @@ class MetricsAccumulator {
   device::Card* card_;
   std::size_t buckets_;
   device::device_buffer<double> flat_;
-  device::device_buffer<double> sums_;               // add()'s batch sums and their partials
+  device::device_buffer<double> sums_;               // add()'s reduction partials
   device::device_buffer<double> auc_;                // progress_async's reduction (3 doubles each)
   device::pinned_buffer<double> host_auc_;           // its result: positives, negatives, area
   mutable device::pinned_buffer<double> host_flat_;  // compute()'s readback (made on first use)

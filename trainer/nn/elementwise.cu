@@ -40,15 +40,17 @@ SigmoidGrad<T> sigmoid_grad(const float* logits, const float* labels, float* pre
                             T* dz, float dz_scale) {
   return SigmoidGrad<T>{logits, labels, preds, dlogits, dz, dz_scale};
 }
-// The card's batch loss into the parameters' loss slot (all-reduced with the gradients).
-// The step's two slots after the gradients (DenseParameters::reduced_size): the loss, and the
-// card's stop vote (a kernel argument: no copy of its own).
+// The batch loss, folded on the card (reduce_into_then: applied by the thread holding the total),
+// into *loss and the parameters' loss slot (all-reduced with the gradients): the step's two
+// slots after the gradients (DenseParameters::reduced_size) are the loss and the card's stop
+// vote (a kernel argument: no copy of its own).
 struct StoreStepSlots {
-  const double* loss;
+  double* loss;
   float* slots;
   float stop_vote;
-  GPUBOX_HD void operator()(std::size_t) const {
-    slots[0] = static_cast<float>(*loss);
+  GPUBOX_HD void operator()(double total) const {
+    *loss = total;
+    slots[0] = static_cast<float>(total);
     slots[1] = stop_vote;
   }
 };
@@ -127,8 +129,8 @@ void SigmoidLogLoss::forward_backward_async(const device::Stream& stream, const 
         stream, n,
         sigmoid_grad(logits, labels, preds, dlogits, static_cast<float*>(dz.data), dz.scale));
   }
-  device::reduce_into(stream, n, LogLossAt{logits, labels}, PlusDouble{}, 0.0, partials, loss);
-  device::parallel_for(stream, 1, StoreStepSlots{loss, step_slots, stop_vote});
+  device::reduce_into_then(stream, n, LogLossAt{logits, labels}, PlusDouble{}, 0.0, partials,
+                           StoreStepSlots{loss, step_slots, stop_vote});
 }
 
 void SigmoidLogLoss::predict(const device::Stream& stream, const float* logits, int64_t batch,

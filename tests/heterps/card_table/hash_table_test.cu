@@ -456,5 +456,104 @@ TEST(HashTableMove, MovedTableKeepsItsEntries) {
   EXPECT_EQ(moved.size(), 3u);
 }
 
+// The wait-free forms the next pass's card work uses (issue 31, item 4), against the forms that
+// read counts back, on two identical tables holding the reserved keys too:
+//   - list_slots_async over ranges: its live entries (row != kInvalidRow), in order, are
+//     dump_range's output for every range, the side slots after the last;
+//   - erase_present_async of keys known present: the same size, erased slots, free list and
+//     later rows as erase() (a following insert takes the same rows), no wait, *missing 0; a
+//     key not there is counted in *missing.
+TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  std::mt19937_64 rng(41);
+  std::vector<uint64_t> keys = {kEmptyKey, kErasedKey, 0};
+  std::set<uint64_t> seen(keys.begin(), keys.end());
+  while (keys.size() < 700) {
+    const uint64_t k = rng() % 100000;
+    if (seen.insert(k).second) keys.push_back(k);
+  }
+  CardHashTable eager(card, HashTableOptions{});
+  CardHashTable late(card, HashTableOptions{});
+  auto d_keys = to_device(keys, card.memory(), stream);
+  auto d_rows = card.make_buffer<row_index_t>(keys.size());
+  eager.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
+  late.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
+  // Listing: ranges of 100 slots, the last one ending at capacity.
+  const std::size_t slots = late.capacity();
+  auto dump_keys = card.make_buffer<uint64_t>(slots + 2);
+  auto dump_rows = card.make_buffer<row_index_t>(slots + 2);
+  auto all_keys = card.make_buffer<uint64_t>(slots + 2);
+  auto all_rows = card.make_buffer<row_index_t>(slots + 2);
+  std::size_t live_total = 0;
+  for (std::size_t begin = 0; begin < slots; begin += 100) {
+    const std::size_t end = std::min(slots, begin + 100);
+    const std::size_t count =
+        eager.dump_range(begin, end, dump_keys.data(), dump_rows.data(), stream);
+    const device::DeviceCounts before = card.counts();
+    const std::size_t entries =
+        late.list_slots_async(begin, end, all_keys.data(), all_rows.data(), stream);
+    EXPECT_EQ((card.counts() - before).host_syncs, 0u);
+    ASSERT_EQ(entries, end - begin + (end == slots ? 2 : 0));
+    const auto want_keys = to_host(dump_keys.data(), count, stream);
+    const auto want_rows = to_host(dump_rows.data(), count, stream);
+    const auto got_keys = to_host(all_keys.data(), entries, stream);
+    const auto got_rows = to_host(all_rows.data(), entries, stream);
+    std::vector<uint64_t> live_keys;
+    std::vector<row_index_t> live_rows;
+    for (std::size_t i = 0; i < entries; ++i) {
+      if (got_rows[i] == kInvalidRow) continue;
+      live_keys.push_back(got_keys[i]);
+      live_rows.push_back(got_rows[i]);
+    }
+    EXPECT_EQ(live_keys, want_keys) << "slots [" << begin << ", " << end << ")";
+    EXPECT_EQ(live_rows, want_rows) << "slots [" << begin << ", " << end << ")";
+    live_total += live_keys.size();
+  }
+  EXPECT_EQ(live_total, keys.size());
+  // Erasing 300 keys, both reserved keys among them, in two batches.
+  std::vector<uint64_t> victims(keys.begin(), keys.begin() + 300);
+  std::shuffle(victims.begin(), victims.end(), rng);
+  auto d_victims = to_device(victims, card.memory(), stream);
+  auto missing = to_device(std::vector<uint32_t>{0}, card.memory(), stream);
+  std::size_t at = 0;
+  for (const std::size_t n : {std::size_t{170}, std::size_t{130}}) {
+    std::size_t reserved = 0;
+    for (std::size_t i = at; i < at + n; ++i) reserved += victims[i] >= kErasedKey ? 1 : 0;
+    EXPECT_EQ(eager.erase(d_victims.data() + at, n, stream), n);
+    const device::DeviceCounts before = card.counts();
+    late.erase_present_async(d_victims.data() + at, n, reserved, missing.data(), stream);
+    EXPECT_EQ((card.counts() - before).host_syncs, 0u);
+    EXPECT_EQ(late.size(), eager.size());
+    EXPECT_EQ(late.erased_slots(), eager.erased_slots());
+    EXPECT_EQ(late.pool().free_count(), eager.pool().free_count());
+    at += n;
+  }
+  EXPECT_EQ(to_host(missing)[0], 0u);
+  const std::size_t free_rows = late.pool().free_count();
+  EXPECT_EQ(to_host(late.pool().peek_free(free_rows), free_rows, stream),
+            to_host(eager.pool().peek_free(free_rows), free_rows, stream));
+  // The rows the next keys take (the free list's order) and every key's row agree.
+  std::vector<uint64_t> fresh;
+  for (uint64_t k = 200000; fresh.size() < 250; ++k) fresh.push_back(k);
+  auto d_fresh = to_device(fresh, card.memory(), stream);
+  auto eager_rows = card.make_buffer<row_index_t>(fresh.size());
+  auto late_rows = card.make_buffer<row_index_t>(fresh.size());
+  eager.insert(d_fresh.data(), fresh.size(), eager_rows.data(), stream);
+  late.insert(d_fresh.data(), fresh.size(), late_rows.data(), stream);
+  EXPECT_EQ(to_host(late_rows), to_host(eager_rows));
+  auto eager_found = card.make_buffer<row_index_t>(keys.size());
+  auto late_found = card.make_buffer<row_index_t>(keys.size());
+  eager.find(d_keys.data(), keys.size(), eager_found.data(), stream);
+  late.find(d_keys.data(), keys.size(), late_found.data(), stream);
+  EXPECT_EQ(to_host(late_found), to_host(eager_found));
+  // A key that is not there is counted, for the caller's late check.
+  const std::vector<uint64_t> absent = {999999999};
+  auto d_absent = to_device(absent, card.memory(), stream);
+  late.erase_present_async(d_absent.data(), 1, 0, missing.data(), stream);
+  EXPECT_EQ(to_host(missing)[0], 1u);
+}
+
 }  // namespace
 }  // namespace gpubox::card_table

@@ -174,7 +174,16 @@ TEST(StepGraph, ContentsCountWhatTheCaptureEnqueued) {
   g.run([&](device::Card& card, Communicator& comm) {
     Buffers b(card, 0);
     device::StepGraph graph("contents");
+    const device::DeviceCounts start = card.counts();
     graph.capture(card.stream(), [&] { sequence(card, comm, b); });
+    // The card counts the capture (graph_captures), not what it recorded.
+    const device::DeviceCounts on_card = card.counts() - start;
+    EXPECT_EQ(on_card.graph_captures, 1u);
+    EXPECT_EQ(on_card.launches + on_card.collectives + on_card.pinned_copies, 0u);
+    graph.replay(card.stream());
+    graph.replay(card.stream());
+    EXPECT_EQ((card.counts() - start).graph_captures, 1u) << "a replay is no capture";
+    comm.synchronize(card.stream(), "contents");
     const device::DeviceCounts& c = graph.contents();
     EXPECT_EQ(c.launches, 5u);
     EXPECT_EQ(c.pinned_copies, 2u);
@@ -191,6 +200,7 @@ void expect_refused(device::Card& card, const char* operation,
                     const std::function<void()>& forbidden) {
   device::StepGraph graph("refusal graph");
   device::device_buffer<float> out = card.make_buffer<float>(1);
+  const uint64_t captures = card.counts().graph_captures;
   try {
     graph.capture(card.stream(), [&] {
       device::memset_bytes_async(out.data(), 0, sizeof(float), card.stream());
@@ -203,6 +213,7 @@ void expect_refused(device::Card& card, const char* operation,
     EXPECT_NE(message.find("refusal graph"), std::string::npos) << message;
   }
   EXPECT_FALSE(graph.ready()) << operation;
+  EXPECT_EQ(card.counts().graph_captures, captures) << operation << ": a failed capture counts";
   EXPECT_FALSE(graph.capturing()) << operation;
   EXPECT_EQ(card.stream().capturing(), nullptr) << operation;
   EXPECT_FALSE(device::detail::thread_capturing()) << operation;

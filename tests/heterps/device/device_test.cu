@@ -638,6 +638,48 @@ TEST_P(ReduceIntoTest, FoldsInIndexOrderWithinTheBoundDeterministically) {
 INSTANTIATE_TEST_SUITE_P(Sizes, ReduceIntoTest,
                          ::testing::Values(0, 1, 255, 256, 257, 65535, 65536, 65537, 300000));
 
+// reduce_into_then hands the same total to its finish, once, from the fold's last level: no
+// launch of its own (the one-thread tails it replaced, issue 31 item 4), the same bits as
+// reduce_into, and finish(empty) for no values.
+struct AddTotal {
+  double* accumulator;
+  unsigned long long* calls;
+  GPUBOX_HD void operator()(double total) const {
+    *accumulator += total;
+    *calls += 1;
+  }
+};
+
+TEST_P(ReduceIntoTest, ThenHandsTheSameTotalToItsFinishOnceWithoutALaunchOfItsOwn) {
+  const std::size_t n = GetParam();
+  std::mt19937_64 rng(n + 5);
+  std::vector<float> values(n);
+  for (auto& v : values) v = std::uniform_real_distribution<float>(-1e3f, 1e3f)(rng);
+  CardSet cards = CardSet::from_list("0", 0, 1, 2);
+  Card& card = cards.card(0);
+  card.activate();
+  auto dev_values = to_device(values, card.memory(), card.stream());
+  auto partials = card.make_buffer<double>(std::max<std::size_t>(1, reduce_partials(n)));
+  auto total = card.make_buffer<double>(1);
+  const double start = 0.25;
+  auto accumulator = to_device(std::vector<double>{start}, card.memory(), card.stream());
+  auto calls = to_device(std::vector<unsigned long long>{0}, card.memory(), card.stream());
+  const DeviceCounts before = card.counts();
+  reduce_into(card.stream(), n, FloatAt{dev_values.data()}, Plus{}, -1.0, partials.data(),
+              total.data());
+  const DeviceCounts stored = card.counts() - before;
+  reduce_into_then(card.stream(), n, FloatAt{dev_values.data()}, Plus{}, -1.0, partials.data(),
+                   AddTotal{accumulator.data(), calls.data()});
+  const DeviceCounts finished = card.counts() - before - stored;
+  EXPECT_EQ(finished.launches, stored.launches) << "n=" << n;
+  EXPECT_EQ(finished.host_syncs, 0u);
+  EXPECT_EQ(finished.allocations, 0u);
+  const double want = start + to_host(total.data(), 1, card.stream())[0];
+  const double got = to_host(accumulator.data(), 1, card.stream())[0];
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof(double)), 0) << "n=" << n;
+  EXPECT_EQ(to_host(calls.data(), 1, card.stream())[0], 1u) << "n=" << n;
+}
+
 TEST(ReduceInto, PartialsCoverEveryLevel) {
   EXPECT_EQ(reduce_partials(0), 0u);
   EXPECT_EQ(reduce_partials(256), 0u);      // one level writes *out

@@ -3,7 +3,8 @@
 // occurrence's unique index, the segments in position order, the padded starts; sizes 0, 1, a
 // sort run, past it, many merge levels; 1, 3 and 8 partitions. And the plan as a StepGraph:
 // captured once, replayed over a new batch of the same size, equal to the eager run; padded
-// (run_padded), equal to a plan over the live keys alone.
+// (run_padded), equal to a plan over the live keys alone, with one live count or with a count per
+// block (LiveSlots' blocked form: an owner's received blocks).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -212,6 +213,93 @@ TEST(KeyDedup, CapturedPaddedPlanEqualsAPlanOverTheLiveKeysOnly) {
         std::vector<position_t>(a.occurrence_unique.begin(), a.occurrence_unique.begin() + count),
         b.occurrence_unique);
     // Starts: the live segments', then the live count for every segment past them.
+    std::vector<position_t> want(b.starts.begin(), b.starts.begin() + unique + 1);
+    want.resize(n + 1, static_cast<position_t>(count));
+    EXPECT_EQ(a.starts, want);
+  }
+}
+
+// LiveSlots' blocked form (an owner's received keys: a block per sending card, each led by its
+// live count, `stride` apart): which positions are live and how many, against a host oracle,
+// counts of 0, some, all and past the block (clipped to it) included.
+TEST(LiveSlots, BlockedFormCountsEachBlocksLivePrefix) {
+  const std::size_t block = 8;
+  const std::size_t stride = block + 1;
+  // [count, 8 keys] per block; the keys' words are never read as counts.
+  const std::vector<uint64_t> counts = {3, 0, 8, 11, 1};
+  std::vector<uint64_t> framed(counts.size() * stride, 99);
+  for (std::size_t b = 0; b < counts.size(); ++b) framed[b * stride] = counts[b];
+  const LiveSlots live{framed.data(), block, stride};
+  std::size_t want_total = 0;
+  for (std::size_t i = 0; i < counts.size() * block; ++i) {
+    const bool want = i % block < std::min<uint64_t>(counts[i / block], block);
+    EXPECT_EQ(live(i), want) << "position " << i;
+    want_total += want ? 1 : 0;
+    // total(n) over every prefix, a partial last block included.
+    std::size_t prefix = 0;
+    for (std::size_t j = 0; j <= i; ++j) prefix += j % block < counts[j / block] ? 1 : 0;
+    EXPECT_EQ(live.total(i + 1), prefix) << "the first " << i + 1 << " positions";
+  }
+  EXPECT_EQ(live.total(counts.size() * block), want_total);
+  EXPECT_EQ(want_total, 3u + 0 + 8 + 8 + 1);
+  // The unpadded form: every position live.
+  EXPECT_TRUE(LiveSlots{}(12345));
+  EXPECT_EQ(LiveSlots{}.total(77), 77u);
+}
+
+// The padded plan over blocked live counts (HeterComm's owner merge over received blocks), as a
+// step graph reading each step's counts at replay, describes the live keys exactly as run_async
+// over those keys alone, in position order, does (the oracle), positions mapped between the two.
+TEST(KeyDedup, CapturedPlanOverBlockedCountsEqualsAPlanOverTheLiveKeysOnly) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  const std::size_t block = 96;
+  const std::size_t blocks = 4;
+  const std::size_t n = block * blocks;
+  const std::size_t stride = block + 1;
+  const int partitions = 3;
+  device::device_buffer<uint64_t> batch(n, card.memory(), card.stream());
+  device::device_buffer<uint64_t> framed(blocks * stride, card.memory(), card.stream());
+  device::device_buffer<uint64_t> compact(n, card.memory(), card.stream());
+  KeyDedup padded(card, partitions);
+  KeyDedup exact(card, partitions);
+  padded.reserve(n);
+  exact.reserve(n);
+  device::StepGraph graph("blocked key plan");
+  graph.capture(card.stream(), [&] {
+    padded.run_padded(batch.data(), n, LiveSlots{framed.data(), block, stride}, card.stream());
+  });
+  const std::vector<std::vector<uint64_t>> steps = {
+      {0, 0, 0, 0}, {5, 0, 96, 40}, {96, 96, 96, 96}, {1, 200, 0, 95}};
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    SCOPED_TRACE(s);
+    const auto keys = random_batch(n, 40 + s);  // stale keys past each count, 0 among them
+    std::vector<uint64_t> counts(blocks * stride, 0);
+    std::vector<uint64_t> live_keys;
+    std::vector<std::size_t> live_at;  // padded position of compact position i
+    for (std::size_t b = 0; b < blocks; ++b) {
+      counts[b * stride] = steps[s][b];
+      for (std::size_t j = 0; j < std::min<uint64_t>(steps[s][b], block); ++j) {
+        live_keys.push_back(keys[b * block + j]);
+        live_at.push_back(b * block + j);
+      }
+    }
+    const std::size_t count = live_keys.size();
+    device::copy_async(batch.data(), keys.data(), n, card.stream());
+    device::copy_async(framed.data(), counts.data(), counts.size(), card.stream());
+    if (count > 0) device::copy_async(compact.data(), live_keys.data(), count, card.stream());
+    graph.replay(card.stream());
+    const std::size_t unique = exact.run(compact.data(), count, card.stream());
+    ASSERT_EQ(device::to_host(padded.live_count_on_card(), 1, card.stream())[0], unique);
+    const Outputs a = read(padded, n, unique, partitions, card.stream());
+    const Outputs b = read(exact, count, unique, partitions, card.stream());
+    EXPECT_EQ(a.unique, b.unique);
+    EXPECT_EQ(a.owner_begin, b.owner_begin);
+    for (std::size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(a.sorted_pos[i], live_at[b.sorted_pos[i]]) << "sorted position " << i;
+      ASSERT_EQ(a.occurrence_unique[live_at[i]], b.occurrence_unique[i]) << "occurrence " << i;
+    }
     std::vector<position_t> want(b.starts.begin(), b.starts.begin() + unique + 1);
     want.resize(n + 1, static_cast<position_t>(count));
     EXPECT_EQ(a.starts, want);
