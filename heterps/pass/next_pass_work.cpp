@@ -522,6 +522,16 @@ void NextPassWork::read_erase(int c, NextPassCard& next, const ChunkChain::Chunk
               "listing): the card's free list is damaged");
 }
 
+void NextPassWork::check_erases(int c, const NextPassCard& work) const {
+  if (work.d_missing.empty() || work.evicted == 0) return;
+  const device::Stream& stream = cards_.card(c).stream();
+  const uint32_t missing = device::to_host(work.d_missing.data(), 1, stream)[0];
+  if (missing == 0) return;
+  GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work erased ", missing,
+              " victims that were not on the card (its table changed under the work since the "
+              "listing): the card's free list is damaged");
+}
+
 std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
   const std::size_t size = cards_.store(c).size();
   const std::size_t room = cards_.row_budget() > 0

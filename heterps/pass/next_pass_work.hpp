@@ -149,6 +149,11 @@ class NextPassWork {
   // begin_pass: what every card did (used or not, its evictions and chunks happened), taken
   // away; the cards' keys change from now on (keys_changed).
   std::vector<NextPassCard> take();
+  // begin_pass, on card c's thread, for what take() returned: the erases still in flight when the
+  // pass ended are read too (their late reads never came), so a victim that was not on the card
+  // stops the job here, before the next pass takes rows from a damaged free list. Waits for the
+  // card's stream when the work erased anything.
+  void check_erases(int c, const NextPassCard& work) const;
 
  private:
   // kWaiting: starts the look-ups once the keys are planned. False while they are not (or the
