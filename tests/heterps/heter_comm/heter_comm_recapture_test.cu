@@ -205,7 +205,8 @@ RunResult run(int cards, bool graphs, const Data& data) {
           }
           group->at(c).set_step(3, static_cast<int64_t>(s));
           const device::DeviceCounts before = card.counts();
-          hc.plan_next_step(data.plan[s].data(), counts[step.count].data());
+          hc.plan_next_step({data.plan[s].data(), static_cast<std::size_t>(cards)},
+                            counts[step.count].data());
           hc.pull(keys[step.keys].data(), n, outs[step.out].data(), stream);
           hc.push_pulled(grads[step.grads].data(), stream);
           out.captures[c][s] = (card.counts() - before).graph_captures;
