@@ -60,7 +60,7 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
         if (write && !reply->committed) {
           return Status::Internal("DENSE '" + name + "': the server did not take the write");
         }
-        if (!write) std::memcpy(values->data(), reply->values, sizeof(float) * n);
+        if (!write && n > 0) std::memcpy(values->data(), reply->values, sizeof(float) * n);
         return Status::OK();
       },
       /*retry=*/true);
@@ -110,7 +110,9 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
             decode_dense_reply(data, bytes, static_cast<uint32_t>(offset), write ? 0 : count);
         if (!reply.ok()) return reply.status();
         committed += reply->committed ? 1 : 0;
-        if (!write) std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
+        if (!write && count > 0) {
+          std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
+        }
         return Status::OK();
       },
       /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
