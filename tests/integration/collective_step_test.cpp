@@ -30,6 +30,7 @@
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -38,7 +39,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using Rows = std::map<uint64_t, std::vector<float>>;
+using testing::card_rows;
+using testing::host_rows;
+using testing::Rows;
+using testing::same_rows;
 using Counts = std::map<std::string, double>;
 
 // An environment variable set for a scope (GPUBOX_STEP_GRAPHS, GPUBOX_PADDED_STEPS: read when a
@@ -80,47 +84,9 @@ struct CollectiveRun {
   int push_dim = 0;
 };
 
-Rows host_rows(Trainer& trainer) {
-  auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
-  EXPECT_NE(table, nullptr);
-  Rows out;
-  if (table == nullptr) return out;
-  const int stride = trainer.host_tier().layout().stride();
-  throw_if_error(table->for_each_row(
-      [&](uint64_t key, const float* row) { out[key] = std::vector<float>(row, row + stride); }));
-  return out;
-}
-
-Rows replica_rows(Trainer& trainer, int c) {
-  card_table::CardSparseStore& store = trainer.card_tier().store(c);
-  device::Card& card = store.card();
-  card.activate();
-  device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
-  device::device_buffer<float> rows(0, card.memory(), card.stream());
-  const std::size_t n = store.collect_all(keys, rows, card.stream());
-  const auto host_keys = device::to_host(keys);
-  const auto host_values = device::to_host(rows);
-  const std::size_t stride = static_cast<std::size_t>(store.layout().stride());
-  Rows out;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[host_keys[i]] = std::vector<float>(host_values.begin() + i * stride,
-                                           host_values.begin() + (i + 1) * stride);
-  }
-  return out;
-}
-
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-bool same_rows(const Rows& a, const Rows& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [key, row] : a) {
-    const auto it = b.find(key);
-    if (it == b.end() || !same_bits(row, it->second)) return false;
-  }
-  return true;
 }
 
 class CollectiveStep : public ::testing::TestWithParam<int> {
@@ -181,7 +147,7 @@ class CollectiveStep : public ::testing::TestWithParam<int> {
     }
     for (int c = 0; c < trainer.num_cards(); ++c) {
       run.dense.push_back(trainer.dense_values(c));
-      run.replicas.push_back(replica_rows(trainer, c));
+      run.replicas.push_back(card_rows(trainer, c));
     }
     run.predictions = trainer.evaluate(files, /*keep_predictions=*/true).predictions;
     return run;

@@ -28,6 +28,7 @@
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -39,7 +40,10 @@ namespace fs = std::filesystem;
 constexpr int kEpochs = 3;
 constexpr double kPlantedTolerance = 0.02;  // issue 16
 
-using Rows = std::map<uint64_t, std::vector<float>>;
+using testing::card_rows;
+using testing::host_rows;
+using testing::Rows;
+using testing::same_rows;
 
 class Collective : public ::testing::Test {
  protected:
@@ -92,47 +96,9 @@ class Collective : public ::testing::Test {
   static std::vector<std::string> train_files() { return data_files((root_ / "train").string()); }
   static std::vector<std::string> test_files() { return data_files((root_ / "test").string()); }
 
-  static Rows host_rows(Trainer& trainer) {
-    auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
-    EXPECT_NE(table, nullptr);
-    Rows out;
-    const int stride = trainer.host_tier().layout().stride();
-    throw_if_error(table->for_each_row(
-        [&](uint64_t key, const float* row) { out[key] = std::vector<float>(row, row + stride); }));
-    return out;
-  }
-
-  // Card `c`'s rows, by key.
-  static Rows card_rows(Trainer& trainer, int c) {
-    card_table::CardSparseStore& store = trainer.card_tier().store(c);
-    device::Card& card = store.card();
-    card.activate();
-    device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
-    device::device_buffer<float> rows(0, card.memory(), card.stream());
-    const std::size_t n = store.collect_all(keys, rows, card.stream());
-    const auto host_keys = device::to_host(keys);
-    const auto host_values = device::to_host(rows);
-    const std::size_t stride = static_cast<std::size_t>(store.layout().stride());
-    Rows out;
-    for (std::size_t i = 0; i < n; ++i) {
-      out[host_keys[i]] = std::vector<float>(host_values.begin() + i * stride,
-                                             host_values.begin() + (i + 1) * stride);
-    }
-    return out;
-  }
-
   static bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
-  static bool same_rows(const Rows& a, const Rows& b) {
-    if (a.size() != b.size()) return false;
-    for (const auto& [key, row] : a) {
-      auto it = b.find(key);
-      if (it == b.end() || !same_bytes(row, it->second)) return false;
-    }
-    return true;
-  }
-
   // A network (`network`: its overrides; `name` for the output) in Collective mode equals the
   // gpubox mode on the same 2 cards, dense weights and test AUC to the bit, and learns (reaching
   // `min_auc`).
