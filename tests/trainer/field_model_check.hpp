@@ -119,6 +119,22 @@ inline double central(std::vector<double>& v, std::size_t k, const std::function
 // Sets every parameter random in [-0.5, 0.5] (seeded by `seed`), runs one forward_backward of a
 // `batch`-instance batch with the dense scale 1/batch and checks everything against `logit`;
 // returns how many gradients it compared.
+// A HostBatch on the card, and the model's view of it (valid while this lives).
+struct CardBatch {
+  CardBatch(device::Card& card, const HostBatch& h, int slots)
+      : records(device::to_device(h.records, card.memory(), card.stream())),
+        offsets(device::to_device(h.offsets, card.memory(), card.stream())),
+        dense(device::to_device(h.dense, card.memory(), card.stream())),
+        labels(device::to_device(h.labels, card.memory(), card.stream())),
+        view{SlotBatchView{records.data(), offsets.data(), h.batch, slots}, dense.data(),
+             labels.data(), h.batch} {}
+  device::device_buffer<float> records;
+  device::device_buffer<uint32_t> offsets;
+  device::device_buffer<float> dense;
+  device::device_buffer<float> labels;
+  DenseBatchView view;
+};
+
 inline std::size_t check_against_reference(device::Card& card, DenseModel& model, uint64_t seed,
                                            const ReferenceLogit& logit, int64_t batch = 6) {
   const DenseModelConfig& cfg = model.config();
@@ -128,12 +144,8 @@ inline std::size_t check_against_reference(device::Card& card, DenseModel& model
   std::uniform_real_distribution<float> value(-0.5f, 0.5f);
   for (float& x : w) x = value(rng);
   model.parameters().set_values(w);
-  auto records = device::to_device(h.records, card.memory(), card.stream());
-  auto offsets = device::to_device(h.offsets, card.memory(), card.stream());
-  auto dense = device::to_device(h.dense, card.memory(), card.stream());
-  auto labels = device::to_device(h.labels, card.memory(), card.stream());
-  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
-                            dense.data(), labels.data(), h.batch};
+  const CardBatch on_card(card, h, cfg.slots);
+  const DenseBatchView& view = on_card.view;
   auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
   const double n = static_cast<double>(h.batch);
   const double loss =
@@ -196,23 +208,24 @@ inline std::size_t check_batch_sizes(device::Card& card, DenseModel& model, uint
 }
 
 // The card launches (kernels, GEMMs/GEMVs, memsets) of one forward_backward of a seeded
-// `batch`-instance batch, counted on its second run (the first sizes the model's workspaces).
+// `batch`-instance batch, counted on its second run (the first sizes the model's workspaces),
+// which must also allocate nothing and wait only for the loss it returns.
 inline uint64_t step_launches(device::Card& card, DenseModel& model, int64_t batch, uint64_t seed) {
   const DenseModelConfig& cfg = model.config();
   std::mt19937_64 rng(seed);
   const HostBatch h = make_field_batch(batch, cfg, rng);
-  auto records = device::to_device(h.records, card.memory(), card.stream());
-  auto offsets = device::to_device(h.offsets, card.memory(), card.stream());
-  auto dense = device::to_device(h.dense, card.memory(), card.stream());
-  auto labels = device::to_device(h.labels, card.memory(), card.stream());
-  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
-                            dense.data(), labels.data(), h.batch};
+  const CardBatch on_card(card, h, cfg.slots);
+  const DenseBatchView& view = on_card.view;
   auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
   const GradScales scales{1.0f / static_cast<float>(batch), 1.0f};
   model.forward_backward(view, scales, push.data());
   const device::DeviceCounts before = card.counts();
   model.forward_backward(view, scales, push.data());
-  return (card.counts() - before).launches;
+  const device::DeviceCounts step = card.counts() - before;
+  EXPECT_EQ(step.allocations, 0u) << "batch " << batch << ": the second step allocated";
+  // forward_backward returns the loss: one wait, and no other.
+  EXPECT_EQ(step.host_syncs, 1u) << "batch " << batch << ": the second step's waits";
+  return step.launches;
 }
 
 // bf16 against fp32 from the same weights (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs):
@@ -229,12 +242,8 @@ inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint
   bf16.parameters().set_values(fp32.parameters().values_to_host());
   std::mt19937_64 rng(seed);
   const HostBatch h = make_field_batch(64, cfg, rng);
-  auto records = device::to_device(h.records, card.memory(), card.stream());
-  auto offsets = device::to_device(h.offsets, card.memory(), card.stream());
-  auto dense = device::to_device(h.dense, card.memory(), card.stream());
-  auto labels = device::to_device(h.labels, card.memory(), card.stream());
-  const DenseBatchView view{SlotBatchView{records.data(), offsets.data(), h.batch, cfg.slots},
-                            dense.data(), labels.data(), h.batch};
+  const CardBatch on_card(card, h, cfg.slots);
+  const DenseBatchView& view = on_card.view;
   struct Out {
     std::vector<float> preds, grads, push;
   };
