@@ -280,11 +280,12 @@ for prec in "${prec_list[@]}"; do
     -o "hyper_parameters.dense_precision=$prec")
   [ -n "$test_dir" ] && gb_args+=(-o "runner.test_data_dir=$test_dir")
   # PaddleRec's config reads its own sample through its reader: here the generated slot text,
-  # as the Paddle run reads it (no dense transform), in the shapes gpubox_data gen writes.
+  # as the Paddle run reads it (no dense transform), in the shapes gpubox_data gen writes; one
+  # process as the Paddle run is (dlrm's config says sync_mode: async, a parameter-server job).
   [ -n "$zoo_config" ] && gb_args+=(-o runner.data_format=slot -o runner.pipe_command=
     -o runner.dense_transform=none -o runner.label_name=click -o runner.dense_name=dense_feature
     -o hyper_parameters.sparse_inputs_slots=27 -o hyper_parameters.dense_input_dim=13
-    -o runner.model_save_path= -o runner.print_interval=100)
+    -o runner.model_save_path= -o runner.print_interval=100 -o runner.sync_mode=gpubox)
   children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
   run_child env FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox_$prec.log" 2>&1 ||
     die "gpubox_train ($prec) failed (exit $?): $(tail -5 "$out/gpubox_$prec.log")"
