@@ -8,7 +8,10 @@ Input line (gpubox_data gen / PaddleRec slot format, "slot:feasign" order):
 Output line, one group per use_var in this order: click, dense_feature, 1 .. <slots>:
   1 <click> <dense> d1 .. d<dense> <n1> k .. <n2> k ..
 or in the order --fields names (label, dense and slot numbers: "label,1,2,..,26,dense" for
-PaddleRec's criteo networks, whose feeds are label, C1 .. C26, dense_input).
+PaddleRec's criteo networks, whose feeds are label, C1 .. C26, dense_input; or label, feat_index
+and feat_value for its autoint and logistic_regression, whose criteo readers give each line one
+index and one value per field: dense field d (1 .. <dense>) as index d with its value, then each
+slot's first key with value 1).
 Each key becomes key % table_rows (Paddle's static embedding is a fixed-size table). A slot with
 no key gets the single key 0, because Paddle's MultiSlot feed rejects an empty slot; GPUBox pools
 an empty slot to zeros instead (generated data never has one). A line that cannot be parsed is
@@ -16,6 +19,8 @@ written to stderr and dropped, and counted in the exit message.
 """
 import argparse
 import sys
+
+NAMED = ("label", "dense", "feat_index", "feat_value")
 
 
 def main():
@@ -32,10 +37,13 @@ def main():
     names = {str(s): s - 1 for s in range(1, a.slots + 1)}
     order = ["label", "dense"] + list(range(a.slots))
     if a.fields:
-        order = [f if f in ("label", "dense") else names.get(f) for f in a.fields.split(",")]
-        if None in order or len(order) != a.slots + 2 or len(set(order)) != len(order):
+        order = [f if f in NAMED else names.get(f) for f in a.fields.split(",")]
+        every_slot = len(order) == a.slots + 2 and "dense" in order
+        by_field = sorted(map(str, order)) == ["feat_index", "feat_value", "label"]
+        if None in order or len(set(map(str, order))) != len(order) or not (
+                every_slot or by_field) or "label" not in order:
             sys.exit("slot_to_multislot: --fields '%s' must name label, dense and slots 1 .. %d "
-                     "once each" % (a.fields, a.slots))
+                     "once each, or label, feat_index and feat_value" % (a.fields, a.slots))
     label_prefix = a.label + ":"
     dense_prefix = a.dense_name + ":"
     rows = a.table_rows
@@ -73,6 +81,14 @@ def main():
             elif f == "dense":
                 parts.append(str(a.dense))
                 parts.extend(dense)
+            elif f == "feat_index":
+                parts.append(str(a.dense + a.slots))
+                parts.extend(str(d) for d in range(1, a.dense + 1))
+                parts.extend((k or ["0"])[0] for k in keys)
+            elif f == "feat_value":
+                parts.append(str(a.dense + a.slots))
+                parts.extend(dense)
+                parts.extend("1" for _ in keys)
             else:
                 k = keys[f] or ["0"]
                 parts.append(str(len(k)))

@@ -10,7 +10,8 @@ trained with Executor.train_from_dataset, as train_paddle.py trains the DNN.
                               --threads N --epochs E --batch 512 --table_rows R --json OUT.json
 
 The folder's config.yaml is read unchanged except the shapes of the data (sparse_inputs_slots =
-slots + 1, dense_input_dim, sparse_feature_number = table_rows) and the batch: the network, its
+slots + 1, dense_input_dim, sparse_feature_number and feature_number = table_rows, num_field =
+slots + dense) and the batch: the network, its
 widths, optimizer and learning rate are PaddleRec's. Per epoch: the wall time of
 train_from_dataset alone (data already in memory), the examples, the AUC of the predictions made
 while training (the network's own auc op, its state reset each epoch) and the held-out AUC
@@ -55,11 +56,16 @@ class Config(dict):
         return dict.get(self, key, default)
 
 
-def field_of(var):
-    """The slot_to_multislot.py field a feed variable reads: label, dense or a slot number."""
+def field_of(var, dense_dim):
+    """The slot_to_multislot.py field a feed variable reads: label, dense, a slot number, or
+    (autoint, logistic_regression) one index or value per field of the line."""
     name = var.name
     if name in ("label", "click"):
         return "label"
+    if name in ("feat_index", "sparse_input"):
+        return "feat_index"
+    if name == "feat_value" or (name == "dense_input" and var.shape[-1] != dense_dim):
+        return "feat_value"  # logistic_regression's dense_input is num_field wide: the values
     if name in ("dense_input", "dense_feature"):
         return "dense"
     digits = name[1:] if name.startswith("C") else name
@@ -130,6 +136,8 @@ def main():
         "hyper_parameters.sparse_inputs_slots": args.slots + 1,
         "hyper_parameters.dense_input_dim": args.dense,
         "hyper_parameters.sparse_feature_number": args.table_rows,
+        "hyper_parameters.feature_number": args.table_rows,  # autoint's name for it
+        "hyper_parameters.num_field": args.slots + args.dense,  # autoint's, LR's fields a line
         "runner.train_batch_size": args.batch}))
     sys.path.insert(0, model_dir)  # its static_model.py imports its net.py
 
@@ -158,7 +166,7 @@ def main():
         neg = np.array(scope.find_var(stat_neg).get_tensor())
         return auc_from_stats(pos, neg), int(pos.sum() + neg.sum())
 
-    fields = ",".join(field_of(v) for v in feeds)
+    fields = ",".join(field_of(v, args.dense) for v in feeds)
     pipe = "%s %s --slots %d --dense %d --table_rows %d --fields %s" % (
         sys.executable, os.path.join(HERE, "slot_to_multislot.py"), args.slots, args.dense,
         args.table_rows, fields)
