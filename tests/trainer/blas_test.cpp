@@ -113,5 +113,65 @@ TEST(Sgemv, BothTransposesAndEmptyInnerSize) {
   }
 }
 
+// sgemm_batched over `batch` matrices laid out with gaps (strides past each matrix), on a card of
+// `threads` threads; returns C after the call and checks it against a float64 reference, the
+// gaps untouched.
+std::vector<float> check_batched(bool ta, bool tb, int m, int n, int k, int batch, int threads) {
+  CardSet cards = CardSet::from_list("0", 0, 1, threads);
+  device::Card& card = cards.card(0);
+  card.activate();
+  Blas blas(card);
+  std::mt19937_64 rng(m * 1000 + n * 10 + k + batch * 100000 + ta * 7 + tb * 13);
+  const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 1;
+  const int64_t stride_a = (ta ? k : m) * lda + 3, stride_b = (tb ? n : k) * ldb + 1,
+                stride_c = m * ldc + 2;
+  std::vector<float> a = testing::random_vector(batch * stride_a + 1, rng);
+  std::vector<float> b = testing::random_vector(batch * stride_b + 1, rng);
+  std::vector<float> c = testing::random_vector(batch * stride_c + 1, rng);
+  const float alpha = -1.25f, beta = 0.5f;
+  auto da = device::to_device(a, card.memory(), card.stream());
+  auto db = device::to_device(b, card.memory(), card.stream());
+  auto dc = device::to_device(c, card.memory(), card.stream());
+  blas.sgemm_batched(ta ? Transpose::kYes : Transpose::kNo, tb ? Transpose::kYes : Transpose::kNo,
+                     m, n, k, alpha, da.data(), lda, stride_a, db.data(), ldb, stride_b, beta,
+                     dc.data(), ldc, stride_c, batch);
+  std::vector<float> got = device::to_host(dc);
+  std::vector<double> want(c.begin(), c.end());  // the gaps and the padding stay as they were
+  for (int64_t t = 0; t < batch; ++t) {
+    const std::vector<float> at_a(a.begin() + t * stride_a, a.end());
+    const std::vector<float> at_b(b.begin() + t * stride_b, b.end());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t col = 0; col < n; ++col) {
+        double dot = 0;
+        for (int64_t x = 0; x < k; ++x) dot += at(at_a, lda, ta, r, x) * at(at_b, ldb, tb, x, col);
+        double& w = want[t * stride_c + r * ldc + col];
+        w = alpha * dot + beta * w;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+        << "m=" << m << " n=" << n << " k=" << k << " batch=" << batch << " ta=" << ta
+        << " tb=" << tb << " at " << i;
+  }
+  return got;
+}
+
+TEST(SgemmBatched, MatchesFloat64ReferenceAndNotTheThreadCount) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (const auto& [m, n, k] :
+           {std::tuple<int, int, int>{3, 4, 5}, {1, 1, 1}, {4, 3, 0}, {39, 32, 39}}) {
+        for (int batch : {0, 1, 2, 7}) {
+          const std::vector<float> one = check_batched(ta, tb, m, n, k, batch, 1);
+          // Each matrix is one thread's: the bits do not depend on how many the card has.
+          EXPECT_EQ(check_batched(ta, tb, m, n, k, batch, 2), one)
+              << "m=" << m << " n=" << n << " k=" << k << " batch=" << batch;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

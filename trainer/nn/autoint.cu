@@ -81,44 +81,38 @@ struct LayerShape {
   bool residual;
 };
 
-// Item r = b F + i: P_h[i, .] = softmax(Q_h[i] K_h^T inv_scale) for every head; Y[r] =
-// relu(O[r] + R[r]); H^{l+1}[r] = LayerNorm(Y[r]); mean and 1 / std into stats[r].
-struct Attend {
+// Item (b, h, i): P_h[i, .] = softmax(S_h[i, .]) in place, S_h = Q_h K_h^T inv_scale (made by
+// the batched GEMMs beforehand): one row of F scores, stored at ((b H + h) F + i) F.
+struct SoftmaxRows {
+  float* att;
+  int fields;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    float* p = att + static_cast<int64_t>(item) * fields;
+    float top = -INFINITY;
+    for (int j = 0; j < fields; ++j) top = p[j] > top ? p[j] : top;
+    float sum = 0.0f;
+    for (int j = 0; j < fields; ++j) sum += (p[j] = expf(p[j] - top));
+    for (int j = 0; j < fields; ++j) p[j] /= sum;
+  }
+};
+
+// Item r = b F + i: Y[r] = relu(O[r] + R[r]) in place (O made by the P V GEMMs), H^{l+1}[r] =
+// LayerNorm(Y[r]); mean and 1 / std into stats[r].
+struct ResidualNorm {
   const float* proj;
   const float* gamma;
   const float* beta;
-  float* att;
   float* y;
   float* stats;
   float* out;
   LayerShape s;
   GPUBOX_HD void operator()(std::size_t item) const {
     const auto r = static_cast<int64_t>(item);
-    const int64_t b = r / s.fields, i = r % s.fields;
-    const float* q = proj + r * s.proj;
-    for (int h = 0; h < s.heads; ++h) {
-      float* p = att + ((b * s.heads + h) * s.fields + i) * s.fields;
-      float top = -INFINITY;
-      for (int64_t j = 0; j < s.fields; ++j) {
-        const float* k = proj + (b * s.fields + j) * s.proj + s.cols + h * s.head;
-        float dot = 0.0f;
-        for (int c = 0; c < s.head; ++c) dot += q[h * s.head + c] * k[c];
-        p[j] = dot * s.inv_scale;
-        top = p[j] > top ? p[j] : top;
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < s.fields; ++j) sum += (p[j] = expf(p[j] - top));
-      for (int64_t j = 0; j < s.fields; ++j) p[j] /= sum;
-    }
+    const float* rr = proj + r * s.proj + 3 * s.cols;
     float* yr = y + r * s.cols;
     float mean = 0.0f;
     for (int col = 0; col < s.cols; ++col) {
-      const int h = col / s.head;
-      const float* p = att + ((b * s.heads + h) * s.fields + i) * s.fields;
-      float o = s.residual ? q[3 * s.cols + col] : 0.0f;
-      for (int64_t j = 0; j < s.fields; ++j) {
-        o += p[j] * proj[(b * s.fields + j) * s.proj + 2 * s.cols + col];
-      }
+      const float o = s.residual ? yr[col] + rr[col] : yr[col];
       yr[col] = o > 0.0f ? o : 0.0f;
       mean += yr[col];
     }
@@ -147,22 +141,18 @@ struct GradTimesXhat {
   }
 };
 
-// Item r = b F + i: dO[r] and dR[r] through the LayerNorm and the ReLUs, then per head dS[i, .]
-// and dQ[r].
-struct AttendBackRows {
+// Item r = b F + i: dO[r] and dR[r] through the LayerNorm and the ReLUs.
+struct NormBack {
   const float* g;
   const float* proj;
-  const float* att;
   const float* y;
   const float* stats;
   const float* gamma;
   float* d_o;
-  float* d_s;
   float* d_proj;
   LayerShape s;
   GPUBOX_HD void operator()(std::size_t item) const {
     const auto r = static_cast<int64_t>(item);
-    const int64_t b = r / s.fields, i = r % s.fields;
     const float mean = stats[2 * r], rstd = stats[2 * r + 1];
     const float* gr = g + r * s.cols;
     const float* yr = y + r * s.cols;
@@ -183,57 +173,60 @@ struct AttendBackRows {
       dor[c] = yr[c] > 0.0f ? dy : 0.0f;
       if (s.residual) dpr[3 * s.cols + c] = pr[3 * s.cols + c] > 0.0f ? dor[c] : 0.0f;
     }
-    for (int h = 0; h < s.heads; ++h) {
-      const float* p = att + ((b * s.heads + h) * s.fields + i) * s.fields;
-      float* ds = d_s + ((b * s.heads + h) * s.fields + i) * s.fields;
-      float weighted = 0.0f;
-      for (int64_t j = 0; j < s.fields; ++j) {
-        const float* v = proj + (b * s.fields + j) * s.proj + 2 * s.cols + h * s.head;
-        float dp = 0.0f;
-        for (int c = 0; c < s.head; ++c) dp += dor[h * s.head + c] * v[c];
-        ds[j] = dp;
-        weighted += p[j] * dp;
-      }
-      for (int64_t j = 0; j < s.fields; ++j) ds[j] = p[j] * (ds[j] - weighted) * s.inv_scale;
-      for (int c = 0; c < s.head; ++c) {
-        const int col = h * s.head + c;
-        float dq = 0.0f;
-        for (int64_t j = 0; j < s.fields; ++j) {
-          dq += ds[j] * proj[(b * s.fields + j) * s.proj + s.cols + col];
-        }
-        dpr[col] = pr[col] > 0.0f ? dq : 0.0f;
-      }
-    }
   }
 };
 
-// Item r = b F + j: dK[r] and dV[r], sums over the instance's query fields i.
-struct AttendBackCols {
-  const float* proj;
+// Item (b, h, i): dS_h[i, .] = P_h[i, .] (dP_h[i, .] - P_h[i, .] . dP_h[i, .]) inv_scale in
+// place over dP_h = dO_h V_h^T (made by the batched GEMMs beforehand).
+struct SoftmaxBackRows {
   const float* att;
-  const float* d_o;
-  const float* d_s;
-  float* d_proj;
-  LayerShape s;
+  float* d_s;
+  int fields;
+  float inv_scale;
   GPUBOX_HD void operator()(std::size_t item) const {
-    const auto r = static_cast<int64_t>(item);
-    const int64_t b = r / s.fields, j = r % s.fields;
-    const float* pr = proj + r * s.proj;
-    float* dpr = d_proj + r * s.proj;
-    for (int col = 0; col < s.cols; ++col) {
-      const int h = col / s.head;
-      const int64_t base = (b * s.heads + h) * s.fields * s.fields + j;
-      float dk = 0.0f, dv = 0.0f;
-      for (int64_t i = 0; i < s.fields; ++i) {
-        const int64_t row = b * s.fields + i;
-        dk += d_s[base + i * s.fields] * proj[row * s.proj + col];
-        dv += att[base + i * s.fields] * d_o[row * s.cols + col];
-      }
-      dpr[s.cols + col] = pr[s.cols + col] > 0.0f ? dk : 0.0f;
-      dpr[2 * s.cols + col] = pr[2 * s.cols + col] > 0.0f ? dv : 0.0f;
-    }
+    const float* p = att + static_cast<int64_t>(item) * fields;
+    float* ds = d_s + static_cast<int64_t>(item) * fields;
+    float weighted = 0.0f;
+    for (int j = 0; j < fields; ++j) weighted += p[j] * ds[j];
+    for (int j = 0; j < fields; ++j) ds[j] = p[j] * (ds[j] - weighted) * inv_scale;
   }
 };
+
+// Item (r, c), c < 3 A: [dQ | dK | dV][r, c] through the projections' ReLUs.
+struct MaskQkv {
+  const float* proj;
+  float* d_proj;
+  int qkv;  // 3 A
+  int proj_cols;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto at = static_cast<int64_t>(item / static_cast<std::size_t>(qkv)) * proj_cols +
+                    static_cast<int64_t>(item % static_cast<std::size_t>(qkv));
+    d_proj[at] = proj[at] > 0.0f ? d_proj[at] : 0.0f;
+  }
+};
+
+// One operand of the per-head GEMMs: instance b's head h block starts at
+// base + b * stride + h * head_step, its rows `ld` apart.
+template <typename T>
+struct HeadBlock {
+  T* base;
+  int64_t ld;
+  int64_t stride;
+  int64_t head_step;
+};
+
+// For every head h, over the batch's instances: C_h = alpha op(A_h) op(B_h) [m x n], k inner:
+// one batched GEMM per head (a head's blocks are evenly strided over the instances; the heads'
+// offsets are not a multiple of that stride).
+void head_gemms(const Blas& blas, int heads, int64_t batch, int64_t m, int64_t n, int64_t k,
+                float alpha, Transpose ta, HeadBlock<const float> a, Transpose tb,
+                HeadBlock<const float> b, HeadBlock<float> c) {
+  for (int h = 0; h < heads; ++h) {
+    blas.sgemm_batched(ta, tb, m, n, k, alpha, a.base + h * a.head_step, a.ld, a.stride,
+                       b.base + h * b.head_step, b.ld, b.stride, 0.0f, c.base + h * c.head_step,
+                       c.ld, c.stride, batch);
+  }
+}
 
 // G[b, c] = scale * dlogits[b] * w_out[c] (c over F A_L: the flattened last layer).
 struct OutputGrad {
@@ -292,6 +285,47 @@ struct DenseEmbeddingGrad {
 };
 
 std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
+
+// O_h = softmax(Q_h K_h^T inv_scale) V_h for every instance and head, into y (P into att).
+void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr, float* att,
+            float* y) {
+  const int64_t f = s.fields, a = s.head, proj = s.proj, cols = s.cols;
+  const int64_t att_stride = s.heads * f * f;
+  const HeadBlock<const float> q{pr, proj, f * proj, a}, k{pr + cols, proj, f * proj, a},
+      v{pr + 2 * cols, proj, f * proj, a};
+  head_gemms(blas, s.heads, batch, f, f, a, s.inv_scale, Transpose::kNo, q, Transpose::kYes, k,
+             HeadBlock<float>{att, f, att_stride, f * f});
+  device::parallel_for(blas.stream(), items(batch * s.heads, f), SoftmaxRows{att, s.fields});
+  head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo,
+             HeadBlock<const float>{att, f, att_stride, f * f}, Transpose::kNo, v,
+             HeadBlock<float>{y, cols, f * cols, a});
+}
+
+// From dO: dQ, dK, dV of every instance and head into dp (the projections' gradient rows),
+// through the projections' ReLUs (dS in d_s on the way).
+void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr,
+                     const float* att_p, const float* d_o_p, float* d_s_p, float* dp) {
+  const int64_t f = s.fields, a = s.head, proj = s.proj, cols = s.cols;
+  const int64_t att_stride = s.heads * f * f;
+  const HeadBlock<const float> q{pr, proj, f * proj, a}, k{pr + cols, proj, f * proj, a},
+      v{pr + 2 * cols, proj, f * proj, a}, d_o{d_o_p, cols, f * cols, a},
+      att{att_p, f, att_stride, f * f}, d_s{d_s_p, f, att_stride, f * f};
+  // dP_h = dO_h V_h^T, then dS_h through the softmax (in place).
+  head_gemms(blas, s.heads, batch, f, f, a, 1.0f, Transpose::kNo, d_o, Transpose::kYes, v,
+             HeadBlock<float>{d_s_p, f, att_stride, f * f});
+  device::parallel_for(blas.stream(), items(batch * s.heads, f),
+                       SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale});
+  // dQ_h = dS_h K_h, dK_h = dS_h^T Q_h, dV_h = P_h^T dO_h; then the ReLUs of Q, K and V.
+  head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo, d_s, Transpose::kNo, k,
+             HeadBlock<float>{dp, proj, f * proj, a});
+  head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kYes, d_s, Transpose::kNo, q,
+             HeadBlock<float>{dp + cols, proj, f * proj, a});
+  head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kYes, att, Transpose::kNo, d_o,
+             HeadBlock<float>{dp + 2 * cols, proj, f * proj, a});
+  device::parallel_for(blas.stream(), items(batch * f, 3 * cols),
+                       MaskQkv{pr, dp, static_cast<int>(3 * cols), s.proj});
+}
+
 }  // namespace
 
 void AutointPart::forward(const Blas& blas, const DenseParameters& params, const InputRows& pooled,
@@ -318,10 +352,11 @@ void AutointPart::forward(const Blas& blas, const DenseParameters& params, const
                            cols,     heads_,
                            a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                            residual_};
+    attend(blas, shape, batch, proj_[l].data(), att_[l].data(), y_[l].data());
     device::parallel_for(
         stream, static_cast<std::size_t>(rows),
-        Attend{proj_[l].data(), params.values(gamma_[l]), params.values(beta_[l]), att_[l].data(),
-               y_[l].data(), stats_[l].data(), out_[l].data(), shape});
+        ResidualNorm{proj_[l].data(), params.values(gamma_[l]), params.values(beta_[l]),
+                     y_[l].data(), stats_[l].data(), out_[l].data(), shape});
   }
 }
 
@@ -341,7 +376,7 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
                          cols,     heads_,
                          a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                          residual_};
-  // dgamma and dbeta: column sums of G xhat (in d_o_, free until AttendBackRows) and of G.
+  // dgamma and dbeta: column sums of G xhat (in d_o_, free until NormBack) and of G.
   device::parallel_for(
       stream, items(rows, sizes_[l]),
       GradTimesXhat{d_out, y_[l].data(), stats_[l].data(), d_o_.data(), sizes_[l]});
@@ -349,13 +384,11 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
              params.grads(gamma_[l]));
   blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_out, sizes_[l], ones_.data(), 0.0f,
              params.grads(beta_[l]));
-  device::parallel_for(
-      stream, static_cast<std::size_t>(rows),
-      AttendBackRows{d_out, proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(),
-                     params.values(gamma_[l]), d_o_.data(), d_s_.data(), d_proj_.data(), shape});
   device::parallel_for(stream, static_cast<std::size_t>(rows),
-                       AttendBackCols{proj_[l].data(), att_[l].data(), d_o_.data(), d_s_.data(),
-                                      d_proj_.data(), shape});
+                       NormBack{d_out, proj_[l].data(), y_[l].data(), stats_[l].data(),
+                                params.values(gamma_[l]), d_o_.data(), d_proj_.data(), shape});
+  attend_backward(blas, shape, batch, proj_[l].data(), att_[l].data(), d_o_.data(), d_s_.data(),
+                  d_proj_.data());
   blas.sgemm(Transpose::kYes, Transpose::kNo, in, cols, rows, 1.0f, layer_input(l), in,
              d_proj_.data(), cols, 0.0f, params.grads(w_[l]), cols);
   blas.sgemm(Transpose::kNo, Transpose::kYes, rows, in, cols, 1.0f, d_proj_.data(), cols,

@@ -91,7 +91,7 @@ std::string AutointPart::kernel_report(int64_t batch) const {
   std::ostringstream out;
   out << "\n  autoint " << fields() << " fields x " << width_ << ", " << heads_ << " heads, layers";
   for (int size : sizes_) out << " " << size;
-  out << ": sgemm over " << batch * fields() << " rows + parallel_for attention (fp32)";
+  out << ": sgemm over " << batch * fields() << " rows + batched sgemm attention per head (fp32)";
   return out.str();
 }
 

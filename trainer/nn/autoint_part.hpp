@@ -19,10 +19,10 @@
 // its DNN's last layer are the logit's one bias.
 //
 // Layout: every per-field matrix is [(B F) x cols] row-major (row b F + f), so each layer's four
-// projections are one GEMM H^l [W_q | W_k | W_v | W_r] over (instance, field) rows; attention,
-// ReLU and LayerNorm are parallel_for items that each own the rows they write (no atomics; fixed
-// summation order: deterministic). fp32 throughout. Gradients follow the MLP's convention
-// (layers.hpp): they are made with the dense scale from the unscaled dlogits, and the pooled
+// projections are one GEMM H^l [W_q | W_k | W_v | W_r] over (instance, field) rows; attention's
+// products are batched GEMMs, one per head; softmax, ReLU and LayerNorm are parallel_for items
+// owning the rows they write (no atomics, fixed order: deterministic). Gradients follow the MLP's
+// convention (layers.hpp), fp32: made with the dense scale from the unscaled dlogits; the pooled
 // gradient handed to the sparse side multiplies it back out.
 //
 // Owns its parameters' blocks (autoint_<l>.w, autoint_<l>.ln_gamma, autoint_<l>.ln_beta,

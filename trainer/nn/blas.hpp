@@ -49,6 +49,15 @@ class Blas {
              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
              int64_t ldc) const;
 
+  // For t in [0, batch): C_t = alpha * op(A_t) op(B_t) + beta * C_t, as sgemm, where X_t starts
+  // at x + t * stride_x: many small GEMMs of one shape in one call (cuBLAS's strided-batched GEMM;
+  // on the cpu backend one single-threaded GEMM per OpenMP thread and matrix, so the result does
+  // not depend on the thread count). The batch's C_t must not overlap.
+  void sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                     int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                     int64_t stride_c, int64_t batch) const;
+
   // y = alpha * op(A) x + beta * y, A stored row-major [rows x cols] with row stride lda.
   void sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
              int64_t lda, const float* x, float beta, float* y) const;

@@ -103,6 +103,28 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
                                 a, ld(lda), &beta, c, ld(ldc)));
 }
 
+void Blas::sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                         int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                         int64_t stride_c, int64_t batch) const {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "sgemm_batched with negative size m=", m,
+                 " n=", n, " k=", k, " batch=", batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {  // C_t = beta * C_t, each as sgemm's empty product
+    for (int64_t t = 0; t < batch; ++t) {
+      sgemm(trans_a, trans_b, m, n, 0, alpha, a, lda, b, ldb, beta, c + t * stride_c, ldc);
+    }
+    return;
+  }
+  count_gemm_launch(stream());
+  const auto ld = [](int64_t v) { return to_int(v < 1 ? 1 : v, "leading dimension"); };
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: operands swapped, as sgemm.
+  GPUBOX_CUBLAS_TRY(cublasSgemmStridedBatched(
+      backend_->handle, to_cublas(trans_b), to_cublas(trans_a), to_int(n, "n"), to_int(m, "m"),
+      to_int(k, "k"), &alpha, b, ld(ldb), stride_b, a, ld(lda), stride_a, &beta, c, ld(ldc),
+      stride_c, to_int(batch, "batch")));
+}
+
 void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
                  int64_t lda, const float* x, float beta, float* y) const {
   GPUBOX_EXPECTS(rows >= 0 && cols >= 0, "sgemv with negative size rows=", rows, " cols=", cols);

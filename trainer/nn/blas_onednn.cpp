@@ -102,6 +102,36 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
   });
 }
 
+void Blas::sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                         int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                         int64_t stride_c, int64_t batch) const {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "sgemm_batched with negative size m=", m,
+                 " n=", n, " k=", k, " batch=", batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {  // C_t = beta * C_t, each as sgemm's empty product
+    for (int64_t t = 0; t < batch; ++t) {
+      sgemm(trans_a, trans_b, m, n, 0, alpha, a, lda, b, ldb, beta, c + t * stride_c, ldc);
+    }
+    return;
+  }
+  count_gemm_launch(stream());
+  const char ta = trans_a == Transpose::kYes ? 'T' : 'N',
+             tb = trans_b == Transpose::kYes ? 'T' : 'N';
+  device::enqueue(stream(), "sgemm_batched", [=] {
+    // Inside the parallel region oneDNN's sgemm runs on its calling thread alone.
+    int failed = 0;  // a failing matrix's status (dnnl_success is 0)
+#pragma omp parallel for schedule(static) reduction(max : failed)
+    for (int64_t t = 0; t < batch; ++t) {
+      const dnnl_status_t one =
+          dnnl_sgemm(ta, tb, m, n, k, alpha, a + t * stride_a, ld(lda), b + t * stride_b, ld(ldb),
+                     beta, c + t * stride_c, ld(ldc));
+      if (one != dnnl_success) failed = static_cast<int>(one);
+    }
+    check(static_cast<dnnl_status_t>(failed), "sgemm_batched");
+  });
+}
+
 void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
                  int64_t lda, const float* x, float beta, float* y) const {
   GPUBOX_EXPECTS(rows >= 0 && cols >= 0, "sgemv with negative size rows=", rows, " cols=", cols);
