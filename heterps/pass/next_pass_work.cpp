@@ -34,6 +34,8 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   cards_work_.resize(cards_.num_cards());
   for (std::size_t c = 0; c < cards_work_.size(); ++c) {
     device::Card& card = cards_.card(static_cast<int>(c));
+    // The controlling thread: card c's device current while its buffers are made and cleared.
+    const device::DeviceGuard guard(card.device());
     NextPassCard& next = cards_work_[c];
     next.phase = NextPassCard::Phase::kWaiting;
     next.poll = poll;  // a copy per card thread
@@ -58,6 +60,7 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   if (staged == nullptr || staged->owned.size() != cards_.num_cards()) return;
   for (std::size_t c = 0; c < cards_work_.size(); ++c) {
     const std::size_t first = c > 0 ? staged->card_end[c - 1] : 0;
+    const device::DeviceGuard guard(cards_.card(static_cast<int>(c)).device());
     reserve_inserts(static_cast<int>(c), staged->card_end[c] - first);
   }
 }
