@@ -364,6 +364,19 @@ std::size_t CardSparseStore::insert_rows(const uint64_t* keys, const float* rows
   return inserted;
 }
 
+void CardSparseStore::insert_new_rows_async(const uint64_t* keys, const float* rows, std::size_t n,
+                                            row_index_t* rows_out, uint32_t* failed,
+                                            const device::Stream& stream) {
+  if (n == 0) return;
+  table_.insert_new_async(keys, n, rows_out, failed, stream);
+  // The pool did not grow (no allocation here): its dirty flags already cover it.
+  GPUBOX_EXPECTS(dirty_[0].size() >= table_.pool(0).capacity(), "card ", card().rank(),
+                 ": dirty flags for ", dirty_[0].size(), " rows, pool of ",
+                 table_.pool(0).capacity());
+  scatter_records(rows, rows_out, n, stream);
+  device::parallel_for(stream, n, MarkClean{rows_out, dirty_flags()});
+}
+
 void CardSparseStore::read_rows(const uint64_t* keys, std::size_t n, float* rows_out,
                                 const device::Stream& stream) const {
   if (n == 0) return;

@@ -138,10 +138,23 @@ class CardSparseStore {
   // Removes the keys (absent ones are ignored); returns how many were removed. Synchronizes.
   std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
   // erase() of keys known to be on the card and distinct, without a wait: see
-  // CardHashTable::erase_present_async (`reserved`, *missing's contract). Stream-ordered.
-  void erase_present_async(const uint64_t* keys, std::size_t n, std::size_t reserved,
-                           uint32_t* missing, const device::Stream& stream) {
-    table_.erase_present_async(keys, n, reserved, missing, stream);
+  // CardHashTable::erase_present_async (`planned_rows`, `reserved`, *check's contract).
+  // Stream-ordered.
+  void erase_present_async(const uint64_t* keys, const row_index_t* planned_rows, std::size_t n,
+                           std::size_t reserved, ErasePresentCheck* check,
+                           const device::Stream& stream) {
+    table_.erase_present_async(keys, planned_rows, n, reserved, check, stream);
+  }
+  // insert_rows() of keys known to be absent and distinct, without a wait or an allocation
+  // (CardHashTable::insert_new_async: *failed's contract and its repair): rows_out[i] = the row
+  // keys[i] was given, its record written there and marked clean. Requires n <= new_key_room()
+  // and one pool. Stream-ordered.
+  void insert_new_rows_async(const uint64_t* keys, const float* rows, std::size_t n,
+                             row_index_t* rows_out, uint32_t* failed, const device::Stream& stream);
+  std::size_t new_key_room() const { return table_.new_key_room(); }
+  // CardHashTable::release_unused. Synchronizes.
+  void release_unused_rows(const row_index_t* rows, std::size_t n, const device::Stream& stream) {
+    table_.release_unused(rows, n, stream);
   }
   // list_entries_range() with each entry's eviction rank and dirty flag, without a wait: every
   // slot of [slot_begin, slot_end) (CardHashTable::list_slots_async: kInvalidRow unless live,

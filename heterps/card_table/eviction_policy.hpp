@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "heterps/card_table/sparse_types.hpp"
+
 namespace gpubox::card_table {
 
 enum class EvictionPolicy {
@@ -25,10 +27,12 @@ enum class EvictionPolicy {
 };
 
 // A row that may leave: its rank under the store's policy (CardSparseStore::eviction_ranks;
-// lower leaves first) and its key.
+// lower leaves first), its key, and the row handle it had when ranked (kInvalidRow: not
+// recorded), so that whoever erases it later can check the table still holds it there.
 struct EvictionCandidate {
   float rank;
   uint64_t key;
+  row_index_t row = kInvalidRow;
 };
 
 // The order every policy's ranks are read in: true when `a` leaves before `b` ((rank, key)

@@ -86,17 +86,46 @@ struct EraseKeys {
 };
 
 // erase_present_async: each key's row straight onto the free list's tail (free_tail[i]), as
-// RowPool::release would append it; a key not found counts into *missing.
+// RowPool::release would append it; a key not found, or found at another row than planned,
+// counts into *check, and the first such key is reported with both rows.
 struct ErasePresent {
   InsertEngine engine;
   const uint64_t* keys;
+  const row_index_t* planned;  // may be null: no row check
   row_index_t* free_tail;
-  uint32_t* missing;
+  ErasePresentCheck* check;
   GPUBOX_HD void operator()(std::size_t i) const {
     const row_index_t row = engine.erase(keys[i]);
     free_tail[i] = row;
-    if (row == kInvalidRow) {
-      detail::atomic_ref<uint32_t>(*missing).fetch_add(1, cuda::memory_order_relaxed);
+    const bool missing = row == kInvalidRow;
+    if (!missing && (planned == nullptr || planned[i] == row)) return;
+    detail::atomic_ref<uint32_t>(missing ? check->missing : check->moved)
+        .fetch_add(1, cuda::memory_order_relaxed);
+    uint32_t none = 0;
+    if (detail::atomic_ref<uint32_t>(check->reported)
+            .compare_exchange_strong(none, 2, cuda::memory_order_relaxed)) {
+      // Claimed (2: being written); 1 once the fields are there, for whoever reads it later in
+      // stream order.
+      check->key = keys[i];
+      check->planned_row = planned != nullptr ? planned[i] : kInvalidRow;
+      check->found_row = row;
+      detail::atomic_ref<uint32_t>(check->reported).store(1, cuda::memory_order_release);
+    }
+  }
+};
+
+// insert_new_async: position i takes candidate i; a key that could not take it is counted.
+struct InsertNew {
+  InsertEngine engine;
+  const uint64_t* keys;
+  const row_index_t* candidates;
+  row_index_t* out;
+  uint32_t* failed;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const row_index_t candidate = candidates[i];
+    out[i] = candidate;
+    if (engine.insert(keys[i], candidate).status != InsertStatus::kInserted) {
+      detail::atomic_ref<uint32_t>(*failed).fetch_add(1, cuda::memory_order_relaxed);
     }
   }
 };
@@ -348,17 +377,50 @@ std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const devi
   return removed;
 }
 
-void CardHashTable::erase_present_async(const uint64_t* keys, std::size_t n, std::size_t reserved,
-                                        uint32_t* missing, const device::Stream& stream) {
+void CardHashTable::erase_present_async(const uint64_t* keys, const row_index_t* planned_rows,
+                                        std::size_t n, std::size_t reserved,
+                                        ErasePresentCheck* check, const device::Stream& stream) {
   if (n == 0) return;
   GPUBOX_EXPECTS(pools_.size() == 1, "card ", card_->rank(),
                  ": erase_present_async needs one row pool, the table has ", pools_.size());
   GPUBOX_EXPECTS(n <= size_ && reserved <= n && reserved <= 2, "card ", card_->rank(), ": erasing ",
                  n, " keys known present (", reserved, " reserved) from a table of ", size_);
   row_index_t* tail = pools_[0].append_free(n);
-  device::parallel_for(stream, n, ErasePresent{insert_engine(), keys, tail, missing});
+  device::parallel_for(stream, n, ErasePresent{insert_engine(), keys, planned_rows, tail, check});
   size_ -= n;
   erased_ += n - reserved;  // the reserved keys leave their side slots, no tombstone
+}
+
+std::size_t CardHashTable::new_key_room() const {
+  if (pools_.size() != 1) return 0;
+  const auto bound =
+      static_cast<std::size_t>(options_.max_load_factor * static_cast<double>(capacity()));
+  const std::size_t slots = bound > size_ + erased_ ? bound - size_ - erased_ : 0;
+  return std::min(slots, pools_[0].free_count());
+}
+
+void CardHashTable::insert_new_async(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                                     uint32_t* failed, const device::Stream& stream) {
+  if (n == 0) return;
+  GPUBOX_EXPECTS(pools_.size() == 1, "card ", card_->rank(),
+                 ": insert_new_async needs one row pool, the table has ", pools_.size());
+  GPUBOX_EXPECTS(n <= new_key_room(), "card ", card_->rank(), ": inserting ", n,
+                 " new keys without growth, room for ", new_key_room(), " (table of ", size_,
+                 " keys, ", erased_, " erased slots, ", capacity(), " slots, ",
+                 pools_[0].free_count(), " free rows)");
+  const row_index_t* candidates = pools_[0].peek_free(n);
+  device::parallel_for(stream, n, InsertNew{insert_engine(), keys, candidates, out_rows, failed});
+  pools_[0].take_free(n);
+  size_ += n;
+}
+
+void CardHashTable::release_unused(const row_index_t* rows, std::size_t n,
+                                   const device::Stream& stream) {
+  if (n == 0) return;
+  const std::size_t released = pools_.at(0).release(rows, n, stream);
+  GPUBOX_EXPECTS(released == n, "card ", card_->rank(), ": gave back ", released, " of ", n,
+                 " unused rows (an invalid row among them)");
+  size_ -= n;  // insert_new_async counted them as keys
 }
 
 std::size_t CardHashTable::list_slots_async(std::size_t slot_begin, std::size_t slot_end,

@@ -72,11 +72,31 @@ class CardHashTable {
   // victims, listed since with nothing inserted or erased): their rows go back to the free list
   // in key order, exactly as erase() puts them, and the host's counts follow from n and
   // `reserved` (how many of the keys are kEmptyKey or kErasedKey: the caller knows its keys).
-  // A key that was not there after all adds 1 to *missing (card memory) and damages the free list
-  // (a kInvalidRow on it): whoever reads *missing late must stop on a nonzero count. One pool
-  // only. Stream-ordered: no wait, no allocation.
-  void erase_present_async(const uint64_t* keys, std::size_t n, std::size_t reserved,
-                           uint32_t* missing, const device::Stream& stream);
+  // `planned_rows` (card memory, or null: no row check): the row each key had when the caller
+  // chose it. *check (card memory) accumulates what differs from that plan: a key that was not
+  // there (check->missing; it damages the free list: a kInvalidRow on it) or that was at another
+  // row (check->moved; that row is the one freed), and the first such key with both rows.
+  // Whoever reads *check late must stop on a nonzero count. One pool only. Stream-ordered: no
+  // wait, no allocation.
+  void erase_present_async(const uint64_t* keys, const row_index_t* planned_rows, std::size_t n,
+                           std::size_t reserved, ErasePresentCheck* check,
+                           const device::Stream& stream);
+  // How many new keys insert_new_async takes now without growing: within the load bound, and at
+  // most the free rows of the pool. Host arithmetic, no card work.
+  std::size_t new_key_room() const;
+  // insert() of keys known to be absent and distinct (the next pass's staged keys missing on the
+  // card), without a readback or an allocation: position i takes the i-th candidate row of the
+  // pool, out_rows[i] (card memory) = that row, and the host's counts follow from n. A key that
+  // was present after all or met a probe run longer than kMaxProbe adds 1 to *failed (card
+  // memory): its key keeps its old row or stays absent, and its candidate row is off the free
+  // list but unused; whoever reads *failed late repairs it (find the keys: release_unused the
+  // rows that differ, insert() those keys again). Requires n <= new_key_room(); one pool only.
+  // Stream-ordered: no wait, no allocation.
+  void insert_new_async(const uint64_t* keys, std::size_t n, row_index_t* out_rows,
+                        uint32_t* failed, const device::Stream& stream);
+  // Gives back rows that insert_new_async handed out but the table did not take (distinct, each
+  // off the free list and in no slot). Synchronizes.
+  void release_unused(const row_index_t* rows, std::size_t n, const device::Stream& stream);
   // Writes every live (key, row) to keys_out/rows_out (card memory, room for size()), in slot
   // order. Returns size(). Synchronizes.
   std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;

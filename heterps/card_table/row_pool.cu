@@ -170,6 +170,12 @@ std::size_t RowPool::commit_allocation(const uint8_t* used, std::size_t count,
   return taken;
 }
 
+void RowPool::take_free(std::size_t count) {
+  GPUBOX_EXPECTS(count <= free_count_, "row pool: taking ", count, " candidates, ", free_count_,
+                 " rows free");
+  free_count_ -= count;
+}
+
 void RowPool::allocate(row_index_t* out, std::size_t count, const device::Stream& stream) {
   if (count == 0) return;
   reserve_free(count, stream);

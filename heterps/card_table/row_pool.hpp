@@ -124,6 +124,9 @@ class RowPool {
   // Synchronizes `stream`.
   std::size_t commit_allocation(const uint8_t* used, std::size_t count,
                                 const device::Stream& stream);
+  // Ends a batch allocation started by peek_free(count) in which every candidate was taken
+  // (keys known to be new): no flags to count, no card work.
+  void take_free(std::size_t count);
   // Takes `count` rows at once (reserving them first), writing their indices to `out` (card
   // memory). Stream-ordered.
   void allocate(row_index_t* out, std::size_t count, const device::Stream& stream);

@@ -52,6 +52,20 @@ struct RowHandleCodec {
 inline constexpr uint64_t kEmptyKey = ~uint64_t{0};       // 2^64 - 1
 inline constexpr uint64_t kErasedKey = ~uint64_t{0} - 1;  // 2^64 - 2 (tombstone)
 
+// What CardHashTable::erase_present_async found against its caller's plan, accumulated on the
+// card over calls for a late read (the caller zeroes it once). Nonzero counts mean the table
+// changed under the plan; `key` and its rows then name one such key (the first found: `reported`
+// is set once they are written).
+struct ErasePresentCheck {
+  uint32_t missing = 0;   // keys that were not in the table (their free-list entry is invalid)
+  uint32_t moved = 0;     // keys found at another row than planned (that row was freed)
+  uint32_t reported = 0;  // 1 once key, planned_row and found_row below are written
+  row_index_t planned_row = 0;
+  row_index_t found_row = 0;  // kInvalidRow when missing
+  uint32_t unused = 0;
+  uint64_t key = 0;
+};
+
 // Linear probing visits at most this many slots from a key's home slot. An insert that would
 // go further makes the table grow (rehash) and retry, so find() never probes more than this.
 inline constexpr uint32_t kMaxProbe = 128;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -33,6 +34,8 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   cards_work_.resize(cards_.num_cards());
   for (std::size_t c = 0; c < cards_work_.size(); ++c) {
     device::Card& card = cards_.card(static_cast<int>(c));
+    // The controlling thread: card c's device current while its buffers are made and cleared.
+    const device::DeviceGuard guard(card.device());
     NextPassCard& next = cards_work_[c];
     next.phase = NextPassCard::Phase::kWaiting;
     next.poll = poll;  // a copy per card thread
@@ -42,9 +45,23 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
     next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
     next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
     next.d_flags = device::device_buffer<uint8_t>(0, card.memory(), card.stream());
-    next.d_missing = device::device_buffer<uint32_t>(1, card.memory(), card.stream());
-    device::memset_bytes_async(next.d_missing.data(), 0, sizeof(uint32_t), card.stream());
+    next.d_erase_check =
+        device::device_buffer<card_table::ErasePresentCheck>(1, card.memory(), card.stream());
+    device::memset_bytes_async(next.d_erase_check.data(), 0, next.d_erase_check.bytes(),
+                               card.stream());
+    next.d_failed =
+        device::device_buffer<uint32_t>(ChunkChain::kDepth, card.memory(), card.stream());
     reserve_scratch(static_cast<int>(c), next);
+  }
+  // When the next pass's keys are planned already, the tables and pools are sized now for their
+  // inserts (no collective in flight between passes), so no insert chunk grows them (a wait).
+  // One poll for every card: a poll may count its calls.
+  const StagedRows* staged = poll().staged;
+  if (staged == nullptr || staged->owned.size() != cards_.num_cards()) return;
+  for (std::size_t c = 0; c < cards_work_.size(); ++c) {
+    const std::size_t first = c > 0 ? staged->card_end[c - 1] : 0;
+    const device::DeviceGuard guard(cards_.card(static_cast<int>(c)).device());
+    reserve_inserts(static_cast<int>(c), staged->card_end[c] - first);
   }
 }
 
@@ -52,11 +69,11 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
   const std::size_t chunk = cards_.options().next_pass_chunk_keys;
   const std::size_t page = cards_.store(c).page_rows();
-  // kLookup, kErase: a chunk a slot; kInsert: a page of rows; under a budget kMark: a window of
-  // a chunk per local card, kList: two regions of 8 slots a key (+ 2: the side slots).
+  // kLookup, kErase, kInsert: a chunk a slot (kInsert's records: below); under a budget kMark: a
+  // window of a chunk per local card, kList: two regions of 8 slots a key (+ 2: the side slots).
   const std::size_t depth = ChunkChain::kDepth;
-  std::size_t keys = std::max(chunk * depth, page);
-  std::size_t floats = page * cards_.stride();
+  std::size_t keys = chunk * depth;
+  std::size_t floats = 0;
   std::size_t flags = 0;
   next.list_room = 0;
   if (cards_.row_budget() > 0) {
@@ -73,8 +90,19 @@ void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
   next.h_list_dirty = device::pinned_buffer<uint8_t>(2 * next.list_room);
   next.lists_started = 0;
   next.lists_read = 0;
-  next.h_missing = device::pinned_buffer<uint32_t>(depth);
-  for (std::size_t i = 0; i < depth; ++i) next.h_missing[i] = 0;
+  next.h_erase_check = device::pinned_buffer<card_table::ErasePresentCheck>(depth);
+  next.h_failed = device::pinned_buffer<uint32_t>(depth);
+  for (std::size_t i = 0; i < depth; ++i) {
+    next.h_erase_check[i] = card_table::ErasePresentCheck{};
+    next.h_failed[i] = 0;
+  }
+  // kInsert: two regions of staged records, a chunk's or a page's (the smaller), on the card and
+  // pinned, made once here.
+  next.insert_room = std::min(chunk, page);
+  floats = std::max(floats, 2 * next.insert_room * cards_.stride());
+  next.h_records = device::pinned_buffer<float>(2 * next.insert_room * cards_.stride());
+  next.inserts_started = 0;
+  next.inserts_read = 0;
   next.d_keys.reserve(keys);
   next.d_rows.reserve(keys);
   next.d_floats.reserve(floats);
@@ -123,6 +151,9 @@ void NextPassWork::collect(int c, NextPassCard& next) {
       case NextPassCard::Phase::kErase:
         read_erase(c, next, chunk);
         break;
+      case NextPassCard::Phase::kInsert:
+        read_insert(c, next, chunk);
+        break;
       default:
         break;
     }
@@ -145,19 +176,6 @@ void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk&
   // insert) measures nothing: its ~0 s would double the pacer's chunks.
   next.chain.set_newest_keys(keys);
   next.ends[chunk.event].record(cards_.card(c).stream());
-}
-
-template <class T>
-void NextPassWork::ensure(int c, device::device_buffer<T>& buffer, std::size_t count) {
-  if (count <= buffer.capacity()) return;
-  cards_.card(c).stream().synchronize();
-  buffer.reserve(count);
-}
-
-template <class T>
-void NextPassWork::fit(int c, device::device_buffer<T>& buffer, std::size_t count) {
-  ensure(c, buffer, count);
-  if (buffer.size() < count) buffer.resize_discard(count);  // within capacity: contents kept
 }
 
 bool NextPassWork::prepare(int c) {
@@ -188,13 +206,10 @@ bool NextPassWork::prepare(int c) {
   // in flight. A look-up chunk waits for nothing: it allocates nothing (its scratch was sized by
   // expect()) and its rows are read by a later prepare(), once its end event has passed (up to
   // ChunkChain::kDepth chunks in flight: the host running steps ahead of the card does not stall
-  // the look-ups). Mark, list and erase chunks are the same (a find, a listing of every slot
-  // with no count, an erase of victims known present: read back late, or nothing to read but a
-  // check). An insert chunk waits first (its table calls may grow the table or the pool and
-  // take Thrust temporaries: device rule 1) and for its readbacks; counted as this work's waits
-  // (early_host_syncs), not the step's. One with nothing to insert only ends the work: no wait.
-  const bool waits = next.phase == Phase::kInsert && insert_count(c, next) > 0;
-  if (waits) card.stream().synchronize();
+  // the look-ups). Mark, list, erase and insert chunks are the same (a find, a listing of every
+  // slot with no count, an erase of victims known present, an insert of keys known missing into
+  // a table sized for them: read back late, or nothing to read but a check). What waits is
+  // counted as this work's waits (early_host_syncs), not the step's.
   try {
     collect(c, next);
     run_chunk(c, next);
@@ -259,16 +274,10 @@ void NextPassWork::run_chunk(int c, NextPassCard& next) {
     case NextPassCard::Phase::kErase:
       return erase(c, next);
     case NextPassCard::Phase::kInsert:
-      break;
+      return insert(c, next);
     default:
       return;
   }
-  // An insert waits for the card before (prepare) and within its chunk, so nothing is in flight
-  // here: the chain only times it.
-  const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, SIZE_MAX);
-  if (!chunk) return;
-  begin_work(c, next, *chunk);
-  end_chunk(c, next, *chunk, insert(c, next));
 }
 
 void NextPassWork::lookup(int c, NextPassCard& next) {
@@ -470,7 +479,7 @@ void NextPassWork::read_list(NextPassCard& next, const ChunkChain::Chunk& chunk)
         next.h_list_dirty[i] != 0) {
       continue;
     }
-    next.victims.offer({next.h_list_ranks[i], next.h_list_keys[i]});
+    next.victims.offer({next.h_list_ranks[i], next.h_list_keys[i], row});
   }
 }
 
@@ -494,18 +503,22 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   const std::size_t from = chunk->slot * next.slot_keys;  // its slot of the scratch
   // The victims were listed live, are in neither pass (no step touches them) and nothing
   // inserted or erased since: each is on the card, once, so the erase needs no count back.
+  // Each with the row it was listed at: the erase checks the table still holds it there.
   std::size_t reserved = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const uint64_t key = victims[next.at + i].key;
     next.h_keys[from + i] = key;
+    next.h_rows[from + i] = victims[next.at + i].row;
     if (key == card_table::kEmptyKey || key == card_table::kErasedKey) ++reserved;
   }
   fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots
+  fit(c, next.d_rows, from + n);
   begin_work(c, next, *chunk);
   device::copy_async(next.d_keys.data() + from, next.h_keys.data() + from, n, stream);
-  cards_.store(c).erase_present_async(next.d_keys.data() + from, n, reserved, next.d_missing.data(),
-                                      stream);
-  device::copy_async(next.h_missing.data() + chunk->slot, next.d_missing.data(), 1, stream);
+  device::copy_async(next.d_rows.data() + from, next.h_rows.data() + from, n, stream);
+  cards_.store(c).erase_present_async(next.d_keys.data() + from, next.d_rows.data() + from, n,
+                                      reserved, next.d_erase_check.data(), stream);
+  device::copy_async(next.h_erase_check.data() + chunk->slot, next.d_erase_check.data(), 1, stream);
   ++next.readbacks;
   next.evicted += n;
   next.at += n;
@@ -514,70 +527,31 @@ void NextPassWork::erase(int c, NextPassCard& next) {
 
 void NextPassWork::read_erase(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
   --next.readbacks;
-  const uint32_t missing = next.h_missing[chunk.slot];
-  if (missing == 0) return;
+  const card_table::ErasePresentCheck check = next.h_erase_check[chunk.slot];
+  if (check.missing == 0 && check.moved == 0) return;
   next.damaged = true;
-  GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work erased ", missing,
-              " victims that were not on the card (its table changed under the work since the "
-              "listing): the card's free list is damaged");
+  fail_erase(c, check);
+}
+
+void NextPassWork::fail_erase(int c, const card_table::ErasePresentCheck& check) const {
+  std::string found = "not on the card";
+  if (check.found_row != card_table::kInvalidRow) {
+    found = "at row " + std::to_string(check.found_row);
+  }
+  GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work erased victim key ",
+              check.key, " listed at row ", check.planned_row, " but ", found, " (", check.missing,
+              " victims not on the card, ", check.moved,
+              " at another row): the card's table changed under the work since its listing, so "
+              "its free list no longer holds what the work planned");
 }
 
 void NextPassWork::check_erases(int c, const NextPassCard& work) const {
-  if (work.d_missing.empty() || work.evicted == 0) return;
+  if (work.d_erase_check.empty() || work.evicted == 0) return;
   const device::Stream& stream = cards_.card(c).stream();
-  const uint32_t missing = device::to_host(work.d_missing.data(), 1, stream)[0];
-  if (missing == 0) return;
-  GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work erased ", missing,
-              " victims that were not on the card (its table changed under the work since the "
-              "listing): the card's free list is damaged");
-}
-
-std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
-  const std::size_t size = cards_.store(c).size();
-  const std::size_t room = cards_.row_budget() > 0
-                               ? cards_.row_budget() - std::min(cards_.row_budget(), size)
-                               : next.used.size();
-  return std::min({next.chain.pacer().keys(), room, next.used.size() - next.inserted});
-}
-
-std::size_t NextPassWork::insert(int c, NextPassCard& next) {
-  card_table::CardSparseStore& store = cards_.store(c);
-  const device::Stream& stream = cards_.card(c).stream();
-  const std::size_t stride = cards_.stride();
-  const std::size_t first = c > 0 ? next.staged->card_end[c - 1] : 0;
-  const std::size_t n = insert_count(c, next);
-  // The staged rows of this chunk, packed (host), then on the card a page at a time (the plan's
-  // staging room, as insert_to_card).
-  std::vector<uint64_t> keys;
-  std::vector<float> rows;
-  for (std::size_t from = 0; from < n; from += store.page_rows()) {
-    const std::size_t m = std::min(n - from, store.page_rows());
-    keys.resize(m);
-    rows.resize(m * stride);
-    for (std::size_t i = 0; i < m; ++i) {
-      const std::size_t at = first + next.used[next.inserted + i];
-      keys[i] = next.staged->keys[at];
-      std::copy_n(next.staged->rows.data() + at * stride, stride, rows.data() + i * stride);
-    }
-    ensure(c, next.d_keys, m);
-    ensure(c, next.d_floats, m * stride);
-    ensure(c, next.d_rows, m);
-    next.d_keys.resize_discard(m);
-    next.d_floats.resize_discard(m * stride);
-    next.d_rows.resize_discard(m);
-    device::copy_async(next.d_keys.data(), keys.data(), m, stream);
-    device::copy_async(next.d_floats.data(), rows.data(), m * stride, stream);
-    store.insert_rows(next.d_keys.data(), next.d_floats.data(), m, stream);
-    // Their rows are the next pass's too: begin_pass spares them if it still evicts.
-    store.lookup_or_create(next.d_keys.data(), nullptr, m, next.d_rows.data(),
-                           /*create_missing=*/false, nullptr, stream);
-    const std::vector<row_index_t> inserted = device::to_host(next.d_rows.data(), m, stream);
-    next.hit_rows.insert(next.hit_rows.end(), inserted.begin(), inserted.end());
-    next.inserted += m;
-  }
-  // No room left (begin_pass evicts rows of this pass first) or every staged row in.
-  if (n == 0 || next.inserted == next.used.size()) next.phase = NextPassCard::Phase::kDone;
-  return n;
+  const card_table::ErasePresentCheck check =
+      device::to_host(work.d_erase_check.data(), 1, stream)[0];
+  if (check.missing == 0 && check.moved == 0) return;
+  fail_erase(c, check);
 }
 
 }  // namespace gpubox::pass

@@ -11,13 +11,17 @@
 //   kInsert   once the rows are fetched, staged rows inserted into the room made
 //   kDone     (kOff: not expected, ruled out, stale, or stopped by a fault)
 //
-// kLookup, kMark, kList and kErase chunks wait for nothing: their results come back late, several
-// chunks in flight (ChunkChain), and what their table calls would read back is either known on
-// the host (an erase of victims known present: their count) or read late (a look-up's rows, a
-// listing's every slot, uncompacted; an erase's check that every victim was there). kInsert
-// chunks still wait for the card: an insert may grow the table or the pool (an allocation, which
-// must not overlap a step's collectives: device rule 1) and reads back its probe overflow and its
-// rows.
+// Chunks wait for nothing: their results come back late, several chunks in flight (ChunkChain),
+// and what their table calls would read back is either known on the host (an erase of victims
+// known present: their count; an insert of staged keys known missing: their count, each taking
+// its candidate row) or read late (a look-up's rows, a listing's every slot, uncompacted; an
+// erase's check that every victim was there at its listed row; an insert's rows and its check
+// that every key took its candidate). An insert allocates nothing either: the table and the
+// pool are sized ahead for the staged keys (expect(), when their plan is known then), so a chunk
+// never grows them; where that sizing missed (the plan came later, or erased slots took the
+// room), the first chunk that lacks room waits for the card and grows them once (counted in
+// early_host_syncs: device rule 1). A key that could not take its row (a probe run past the
+// bound: rare) is repaired when its chunk is read, after a wait.
 //
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
@@ -52,9 +56,10 @@ struct NextPassCard {
   std::size_t at = 0;                                         // progress within the phase
   std::size_t staged_at = 0;  // kLookup: the walk through this card's staged keys
   // After kLookup, the next pass's keys on this card: the rows of those there (hits, then the
-  // ones inserted early), the missing ones staged (offsets in this card's range of
-  // staged->keys, the first `inserted` of them inserted early), the missing ones not staged
-  // (begin_pass pulls them).
+  // ones inserted early, as their chunks are read: NextPassWork::finish reads the last ones),
+  // the missing ones staged (offsets in this card's range of staged->keys, the first `inserted`
+  // of them inserted early, counted when enqueued), the missing ones not staged (begin_pass
+  // pulls them).
   std::vector<card_table::row_index_t> hit_rows;
   std::vector<uint32_t> used;
   OwnedKeys to_pull;
@@ -106,12 +111,23 @@ struct NextPassCard {
   std::size_t list_room = 0;
   std::size_t lists_started = 0;
   std::size_t lists_read = 0;
-  // kErase: victims not found on the card (the table changed under the work), counted on the
-  // card across chunks, and its copy per chunk slot, read late: nonzero stops the job (`damaged`:
-  // the free list then holds an invalid row).
-  device::device_buffer<uint32_t> d_missing;
-  device::pinned_buffer<uint32_t> h_missing;
+  // kErase: victims not found on the card, or found at another row than listed (the table
+  // changed under the work), counted on the card across chunks (card_table::ErasePresentCheck),
+  // and its copy per chunk slot, read late: nonzero stops the job (`damaged`: the free list then
+  // holds an invalid row, or rows the work did not plan).
+  device::device_buffer<card_table::ErasePresentCheck> d_erase_check;
+  device::pinned_buffer<card_table::ErasePresentCheck> h_erase_check;
   bool damaged = false;
+  // kInsert: a chunk's keys in its slot of h_keys / d_keys, its rows back into its slot of
+  // d_rows / h_rows, its staged records in one of two regions of insert_room records (h_records,
+  // pinned; d_floats at region * insert_room * stride): at most two insert chunks in flight, read
+  // oldest first. d_failed / h_failed: per chunk slot, its keys that did not take their row.
+  device::pinned_buffer<float> h_records;
+  device::device_buffer<uint32_t> d_failed;
+  device::pinned_buffer<uint32_t> h_failed;
+  std::size_t insert_room = 0;
+  std::size_t inserts_started = 0;
+  std::size_t inserts_read = 0;
   // The chunks in flight and their sizes (ChunkChain, ChunkPacer); each chunk's end event
   // (timed when paced) and, when paced, its begin event: depth + 1 of each.
   ChunkChain chain;
@@ -149,11 +165,25 @@ class NextPassWork {
   // begin_pass: what every card did (used or not, its evictions and chunks happened), taken
   // away; the cards' keys change from now on (keys_changed).
   std::vector<NextPassCard> take();
-  // begin_pass, on card c's thread, for what take() returned: the erases still in flight when the
-  // pass ended are read too (their late reads never came), so a victim that was not on the card
-  // stops the job here, before the next pass takes rows from a damaged free list. Waits for the
-  // card's stream when the work erased anything.
+  // begin_pass, on card c's thread, for what take() returned: the erases and inserts still in
+  // flight when the pass ended are read now (their late reads never came: the inserted keys'
+  // rows join hit_rows, a key that did not take its row is repaired), and every erase is checked
+  // (check_erases). Waits for the card's stream when chunks were in flight or the work erased.
+  void finish(int c, NextPassCard& work);
+  // Card c's thread, before anything lists its table (end_pass's and sync's write-back): the
+  // erases and inserts still in flight are read now (after a wait when any), so that a victim
+  // changed under the work stops the job naming it, not a listing's count that disagrees.
+  void settle(int c);
+  // A victim that was not on the card, or not at the row it was listed with, stops the job here
+  // (naming the key and the card), before the next pass takes rows from a damaged free list.
+  // Waits for the card's stream when the work erased anything.
   void check_erases(int c, const NextPassCard& work) const;
+  // Card c's phase (kOff when none is expected): for tests and logs.
+  NextPassCard::Phase phase(int c) const {
+    return static_cast<std::size_t>(c) < cards_work_.size()
+               ? cards_work_[static_cast<std::size_t>(c)].phase
+               : NextPassCard::Phase::kOff;
+  }
 
  private:
   // kWaiting: starts the look-ups once the keys are planned. False while they are not (or the
@@ -194,17 +224,45 @@ class NextPassWork {
   void read_marks(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   // kList's host half: the unmarked clean rows among `chunk`'s live entries offered as victims.
   void read_list(NextPassCard& next, const ChunkChain::Chunk& chunk);
-  // kErase's host half: every victim of the chunks so far was on the card, or the job stops.
+  // kErase's host half: every victim of the chunks so far was on the card at its listed row, or
+  // the job stops.
   void read_erase(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
-  // insert returns the work its chunk did, in the pacer's unit of keys.
-  std::size_t insert(int c, NextPassCard& next);
+  // Stops the job: `check` says which victim was not where the listing put it.
+  [[noreturn]] void fail_erase(int c, const card_table::ErasePresentCheck& check) const;
+  void insert(int c, NextPassCard& next);
+  // kInsert's host half: the rows of `chunk` (the oldest in flight, whose end has passed) join
+  // hit_rows, after a repair when some key did not take its row.
+  void read_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
+  // The erase or insert chunks in flight on card c read, after a wait (finish, settle).
+  void read_in_flight(int c, NextPassCard& work);
+  // A key of `chunk` did not take its row: the others kept, those inserted again after a wait.
+  // `region`: the chunk's records in h_records.
+  void repair_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk, std::size_t region);
+  // Sizes card c's table and pool for `keys` more keys (between passes, or after a counted wait:
+  // device rule 1).
+  void reserve_inserts(int c, std::size_t keys);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;
+  // Staged rows this card may still insert (within the budget's room), all chunks together.
+  std::size_t inserts_left(int c, const NextPassCard& next) const;
 
   const PassCards& cards_;
   // Changes whenever the cards' key set changes other than by this work.
   uint64_t generation_ = 0;
   std::vector<NextPassCard> cards_work_;
 };
+
+template <class T>
+void NextPassWork::ensure(int c, device::device_buffer<T>& buffer, std::size_t count) {
+  if (count <= buffer.capacity()) return;
+  cards_.card(c).stream().synchronize();
+  buffer.reserve(count);
+}
+
+template <class T>
+void NextPassWork::fit(int c, device::device_buffer<T>& buffer, std::size_t count) {
+  ensure(c, buffer, count);
+  if (buffer.size() < count) buffer.resize_discard(count);  // within capacity: contents kept
+}
 
 }  // namespace gpubox::pass

@@ -112,7 +112,7 @@ PassStats PassBoundary::begin_pass(const std::vector<uint64_t>& keys,
         NextPassCard* work = static_cast<std::size_t>(c) < next.size()
                                  ? &next[static_cast<std::size_t>(c)]
                                  : nullptr;
-        if (work != nullptr) next_work_.check_erases(c, *work);
+        if (work != nullptr) next_work_.finish(c, *work);
         NextPassCard* early =
             staged != nullptr && work != nullptr && work->usable_for(staged, generation) ? work
                                                                                          : nullptr;

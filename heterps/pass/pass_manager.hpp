@@ -64,14 +64,16 @@
 //                     ChunkChain::kDepth = 5 on the GPU build; their keys and rows, 12 bytes each
 //                     and as much pinned host memory; while listing, two chunks of 8 slots a key,
 //                     every slot's key, row, rank and dirty flag, 17 bytes each on the card and as
-//                     much pinned; a page of staged rows while inserting) beside the steps' own
+//                     much pinned; while inserting, two regions of staged rows, a chunk's or a
+//                     page's whichever is smaller, on the card and as much pinned, made when the
+//                     work is expected) beside the steps' own
 //                     buffers, which plan() never counted (the boundary's working set it counts
 //                     is larger and not live then); on the host, per next-pass key on the card
 //                     its row index (4 bytes) and per staged key its offset (4), per
 //                     current-pass row the next lacks its row
-//                     and key offset (8), a byte per pool row, and (score, key) of the rows outside
-//                     both passes (16 bytes), at most as many as must leave, until they are erased.
-//                     The current pass's keys are shared with its data set, not copied.
+//                     and key offset (8), a byte per pool row, and (score, key, row) of the rows
+//                     outside both passes (24 bytes), at most as many as must leave, until they are
+//                     erased. The current pass's keys are shared with its data set, not copied.
 //
 // The three jobs live in their own objects (PassManager is their facade): the pass boundary
 // (pass_boundary.hpp: begin_pass, end_pass and write-back), staging ahead (pass_staging.hpp) and
@@ -167,6 +169,8 @@ class PassManager {
   bool prepare_next_pass(int c);
   // Forgets the next pass's work (the cards were emptied: CardTier::clear).
   void forget_next_pass();
+  // Where card c's next-pass work is (kOff when none is expected): for tests and logs.
+  NextPassCard::Phase next_pass_phase(int c) const { return next_.phase(c); }
 
   // Rows per card the budget allows (0 = unlimited).
   std::size_t row_budget() const { return cards_.row_budget(); }

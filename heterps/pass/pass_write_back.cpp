@@ -75,6 +75,9 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
+  // The next pass's erases in flight are checked before the table is listed (a victim missing
+  // would show here only as a count that disagrees).
+  next_work_.settle(c);
   if (cards_.replicated() && c > 0) {
     // The replicas are identical (heter_comm.hpp): card 0's write-back covers this one.
     store.clear_dirty(stream);

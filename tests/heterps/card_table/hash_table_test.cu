@@ -461,8 +461,8 @@ TEST(HashTableMove, MovedTableKeepsItsEntries) {
 //   - list_slots_async over ranges: its live entries (row != kInvalidRow), in order, are
 //     dump_range's output for every range, the side slots after the last;
 //   - erase_present_async of keys known present: the same size, erased slots, free list and
-//     later rows as erase() (a following insert takes the same rows), no wait, *missing 0; a
-//     key not there is counted in *missing.
+//     later rows as erase() (a following insert takes the same rows), no wait, check->missing
+//     0; a key not there is counted in check->missing and named.
 TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
@@ -516,21 +516,22 @@ TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
   std::vector<uint64_t> victims(keys.begin(), keys.begin() + 300);
   std::shuffle(victims.begin(), victims.end(), rng);
   auto d_victims = to_device(victims, card.memory(), stream);
-  auto missing = to_device(std::vector<uint32_t>{0}, card.memory(), stream);
+  auto check = to_device(std::vector<ErasePresentCheck>(1), card.memory(), stream);
   std::size_t at = 0;
   for (const std::size_t n : {std::size_t{170}, std::size_t{130}}) {
     std::size_t reserved = 0;
     for (std::size_t i = at; i < at + n; ++i) reserved += victims[i] >= kErasedKey ? 1 : 0;
     EXPECT_EQ(eager.erase(d_victims.data() + at, n, stream), n);
     const device::DeviceCounts before = card.counts();
-    late.erase_present_async(d_victims.data() + at, n, reserved, missing.data(), stream);
+    late.erase_present_async(d_victims.data() + at, nullptr, n, reserved, check.data(), stream);
     EXPECT_EQ((card.counts() - before).host_syncs, 0u);
     EXPECT_EQ(late.size(), eager.size());
     EXPECT_EQ(late.erased_slots(), eager.erased_slots());
     EXPECT_EQ(late.pool().free_count(), eager.pool().free_count());
     at += n;
   }
-  EXPECT_EQ(to_host(missing)[0], 0u);
+  EXPECT_EQ(to_host(check)[0].missing, 0u);
+  EXPECT_EQ(to_host(check)[0].reported, 0u);
   const std::size_t free_rows = late.pool().free_count();
   EXPECT_EQ(to_host(late.pool().peek_free(free_rows), free_rows, stream),
             to_host(eager.pool().peek_free(free_rows), free_rows, stream));
@@ -551,8 +552,13 @@ TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
   // A key that is not there is counted, for the caller's late check.
   const std::vector<uint64_t> absent = {999999999};
   auto d_absent = to_device(absent, card.memory(), stream);
-  late.erase_present_async(d_absent.data(), 1, 0, missing.data(), stream);
-  EXPECT_EQ(to_host(missing)[0], 1u);
+  late.erase_present_async(d_absent.data(), nullptr, 1, 0, check.data(), stream);
+  const ErasePresentCheck got = to_host(check)[0];
+  EXPECT_EQ(got.missing, 1u);
+  EXPECT_EQ(got.moved, 0u);
+  EXPECT_EQ(got.reported, 1u);
+  EXPECT_EQ(got.key, absent[0]);
+  EXPECT_EQ(got.found_row, kInvalidRow);
 }
 
 }  // namespace

@@ -986,6 +986,226 @@ TEST(PassManager, NextPassRoomIsMadeWithoutWaiting) {
   reference.manager->end_pass();
 }
 
+// A poll that reports nothing for its first `polls` calls (every card's together), then
+// `staged` planned and fetched.
+std::function<StagingProgress()> poll_after(const StagedRows* staged, int polls) {
+  return [staged, polls, count = std::make_shared<std::atomic<int>>(0)] {
+    if (count->fetch_add(1) < polls) return StagingProgress{};
+    return StagingProgress{staged, true};
+  };
+}
+
+// Issue 31, items 1 and 4: the next pass's inserts between steps wait for nothing either. The
+// next pass has 1600 new keys, more than the cards' tables hold without growing. With its keys
+// planned when the work is expected, each card's table and pool are sized then (between
+// passes) for its staged keys; with its rows fetched, a card's chunks go: its look-ups (100 keys
+// a chunk), then inserts of its staged keys, 100 a chunk, each read back a chunk later. Every
+// staged row goes in between the steps with 0 waits for the card and 0 allocations (before:
+// 1 + 4-5 waits a page of rows, and the table's growth). With its keys planned only later (as
+// the trainer's pipeline reads the pass after expect_next_pass), the first insert chunk of each
+// card waits once and grows its table (the wait, the rehash's readback; the new slot array and
+// the rehash's two temporaries), the others wait for nothing. Either way begin_pass then places
+// the rows an engine without the work places, and after the pass trains both host tiers agree
+// bit for bit.
+TEST(PassManager, NextPassInsertsWaitForNothing) {
+  for (const int cards : {1, 2}) {
+    for (const bool planned_at_expect : {true, false}) {
+      GPUBOX_REQUIRE_CARDS(cards);
+      SCOPED_TRACE(std::to_string(cards) + " cards, keys planned " +
+                   (planned_at_expect ? "when expected" : "later"));
+      PassManagerOptions options;
+      options.next_pass_chunk_keys = 100;
+      Engine early(cards, options);
+      options.next_pass_chunk_keys = 0;
+      Engine reference(cards, options);
+      const auto a = make_passes(1, 240, 95).front();
+      const auto b = make_passes(3, 1600, 96).back();  // disjoint from a
+      early.manager->begin_pass(a);
+      reference.manager->begin_pass(a);
+      StagedRows staged = early.manager->stage_rows(b, {}, a);  // the cards hold a: b less a
+      ASSERT_EQ(staged.keys.size(), b.size());
+      early.manager->expect_next_pass(sorted_keys(a),
+                                      poll_after(&staged, planned_at_expect ? 0 : 2 * cards));
+      early.train(a, 1, 40, [&](int c) { early.manager->prepare_next_pass(c); });
+      reference.train(a, 1, 40);
+      EXPECT_EQ(early.manager->next_pass_phase(0), NextPassCard::Phase::kDone);
+      early.manager->end_pass();
+      reference.manager->end_pass();
+      const PassStats got = early.manager->begin_pass(b, {}, &staged);
+      const PassStats want = reference.manager->begin_pass(b);
+      EXPECT_EQ(got.early_inserted, staged.keys.size()) << "a staged row was left to begin_pass";
+      const uint64_t grows = planned_at_expect ? 0 : static_cast<uint64_t>(cards);
+      EXPECT_EQ(got.early_host_syncs, 2 * grows);
+      EXPECT_EQ(got.early_allocations, 3 * grows);
+      EXPECT_EQ(got.pulled, 0u);
+      EXPECT_EQ(got.hits, want.hits);
+      EXPECT_EQ(got.prefetched, want.pulled);
+      EXPECT_EQ(early.card_rows(), reference.card_rows());
+      early.train(b, 2, 4);
+      reference.train(b, 2, 4);
+      early.manager->end_pass();
+      reference.manager->end_pass();
+      EXPECT_EQ(early.host_rows(), reference.host_rows());
+    }
+  }
+}
+
+// The same under a row budget that makes the work erase rows outside both passes first (60 of an
+// older pass z): the inserts fill the room the erases made, between the steps, waiting for
+// nothing (the victims' erased slots stay within the table's load bound: it was sized for the
+// budget). The rows placed are an engine's without the work.
+TEST(PassManager, NextPassInsertsAfterErasesWaitForNothing) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const auto z = make_passes(8, 240, 93).back();
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(5, 240, 92).back();  // disjoint from both
+  PassManagerOptions options;
+  options.card_row_budget = 300;
+  options.next_pass_chunk_keys = 50;
+  Engine early(1, options);
+  options.next_pass_chunk_keys = 0;
+  Engine reference(1, options);
+  for (Engine* engine : {&early, &reference}) {
+    engine->manager->begin_pass(z);
+    engine->train(z, 7, 3);
+    engine->manager->end_pass();
+    engine->manager->begin_pass(a);  // 180 of z's rows leave: 60 stay
+  }
+  StagedRows staged = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&staged));
+  early.train(a, 1, 40, [&](int c) { early.manager->prepare_next_pass(c); });
+  reference.train(a, 1, 40);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  const PassStats got = early.manager->begin_pass(b, {}, &staged);
+  const PassStats want = reference.manager->begin_pass(b);
+  EXPECT_EQ(got.early_evicted, 60u);
+  EXPECT_EQ(got.early_inserted, 60u) << "the room the erases made was not filled";
+  EXPECT_EQ(got.early_host_syncs, 0u);
+  EXPECT_EQ(got.early_allocations, 0u);
+  EXPECT_EQ(got.evicted, want.evicted);
+  const auto got_cards = early.card_rows();
+  const auto want_cards = reference.card_rows();
+  for (uint64_t k : b) {
+    ASSERT_TRUE(got_cards.count(k)) << "key " << k;
+    ASSERT_TRUE(rows_equal(got_cards.at(k), want_cards.at(k))) << "key " << k;
+  }
+  early.train(b, 2, 3);
+  reference.train(b, 2, 3);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  EXPECT_EQ(early.host_rows(), reference.host_rows());
+}
+
+enum class VictimPlant { kNone, kMissing, kMoved };
+
+// The rows card 0 of `engine` holds `keys` at.
+std::vector<card_table::row_index_t> card0_rows(Engine& engine, const std::vector<uint64_t>& keys) {
+  device::Card& card = engine.card_set.card(0);
+  auto d_keys = device::to_device(keys, card.memory(), card.stream());
+  auto d_rows = card.make_buffer<card_table::row_index_t>(keys.size());
+  engine.stores[0]->table().find(d_keys.data(), keys.size(), d_rows.data(), card.stream());
+  return device::to_host(d_rows);
+}
+
+// Changes card 0's table under its next pass's work: victims[0] erased (kMissing), or victims[0]
+// and victims[1] erased and inserted again in the other order, so each takes the other's row
+// with its own record (kMoved).
+void plant_victim_change(Engine& engine, VictimPlant plant, const std::vector<uint64_t>& victims) {
+  device::Card& card = engine.card_set.card(0);
+  const device::Stream& stream = card.stream();
+  card_table::CardSparseStore& store = *engine.stores[0];
+  if (plant == VictimPlant::kMissing) {
+    auto d_key = device::to_device(std::vector<uint64_t>{victims[0]}, card.memory(), stream);
+    ASSERT_EQ(store.erase(d_key.data(), 1, stream), 1u);
+  } else if (plant == VictimPlant::kMoved) {
+    const std::vector<uint64_t> two = {victims[0], victims[1]};
+    const auto before = card0_rows(engine, two);
+    auto d_two = device::to_device(two, card.memory(), stream);
+    auto records = card.make_buffer<float>(2 * store.record_stride());
+    store.read_rows(d_two.data(), 2, records.data(), stream);
+    std::vector<float> swapped_records = device::to_host(records);
+    std::rotate(swapped_records.begin(), swapped_records.begin() + store.record_stride(),
+                swapped_records.end());
+    ASSERT_EQ(store.erase(d_two.data(), 2, stream), 2u);
+    auto d_swapped =
+        device::to_device(std::vector<uint64_t>{victims[1], victims[0]}, card.memory(), stream);
+    auto d_records = device::to_device(swapped_records, card.memory(), stream);
+    ASSERT_EQ(store.insert_rows(d_swapped.data(), d_records.data(), 2, stream), 2u);
+    const auto after = card0_rows(engine, two);
+    ASSERT_EQ(after[0], before[1]) << "the plant did not move the rows";
+    ASSERT_EQ(after[1], before[0]) << "the plant did not move the rows";
+  }
+}
+
+// Issue 31: the next pass's erases check that each victim is still on the card at the row its
+// listing gave it. The card holds 60 rows of an older pass z outside both passes (the victims:
+// all leave, in one erase chunk); the work runs a chunk at a time until they are chosen (kErase),
+// then the test changes the table under it: one victim erased (missing), or two victims' rows
+// swapped (moved). The job stops with an error naming the card and the key, whether the erase is
+// read by the work's next chunk or, still in flight when the pass ends, by end_pass before its
+// write-back lists the table (NextPassWork::settle). Untouched, the same work goes on and
+// begin_pass uses it.
+TEST(PassManager, NextPassErasesCheckEachVictimsRow) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const auto z = make_passes(8, 240, 93).back();
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(5, 240, 92).back();
+  std::set<uint64_t> passes_keys(a.begin(), a.end());
+  passes_keys.insert(b.begin(), b.end());
+  for (const VictimPlant plant : {VictimPlant::kNone, VictimPlant::kMissing, VictimPlant::kMoved}) {
+    for (const bool at_pass_end : {false, true}) {
+      SCOPED_TRACE(std::string(plant == VictimPlant::kNone      ? "untouched"
+                               : plant == VictimPlant::kMissing ? "missing"
+                                                                : "moved") +
+                   (at_pass_end ? ", read at the pass's end" : ", read by the work"));
+      PassManagerOptions options;
+      options.card_row_budget = 300;
+      options.next_pass_chunk_keys = 100;
+      Engine early(1, options);
+      early.manager->begin_pass(z);
+      early.train(z, 7, 3);
+      early.manager->end_pass();
+      early.manager->begin_pass(a);
+      const StagedRows planned = early.manager->plan_staging(b, {}, a);
+      early.manager->expect_next_pass(sorted_keys(a), poll_of(&planned, /*rows_ready=*/false));
+      for (int i = 0; i < 100 && early.manager->next_pass_phase(0) != NextPassCard::Phase::kErase;
+           ++i) {
+        early.manager->prepare_next_pass(0);
+      }
+      ASSERT_EQ(early.manager->next_pass_phase(0), NextPassCard::Phase::kErase);
+      std::vector<uint64_t> victims;
+      for (uint64_t k : early.manager->resident_keys()) {
+        if (passes_keys.count(k) == 0) victims.push_back(k);
+      }
+      ASSERT_EQ(victims.size(), 60u);
+      std::sort(victims.begin(), victims.end());
+      plant_victim_change(early, plant, victims);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      try {
+        if (at_pass_end) {
+          early.manager->prepare_next_pass(0);  // the erase enqueued, its check not read
+          early.manager->end_pass();
+          EXPECT_EQ(early.manager->begin_pass(b).early_evicted, 60u);
+        } else {
+          for (int i = 0; i < 5; ++i) early.manager->prepare_next_pass(0);
+          EXPECT_EQ(early.manager->next_pass_phase(0), NextPassCard::Phase::kInsert);
+        }
+        EXPECT_TRUE(plant == VictimPlant::kNone)
+            << "a victim changed under the work went unnoticed";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_TRUE(plant != VictimPlant::kNone) << what;
+        EXPECT_NE(what.find("card 0"), std::string::npos) << what;
+        const bool named = what.find("key " + std::to_string(victims[0])) != std::string::npos ||
+                           (plant == VictimPlant::kMoved &&
+                            what.find("key " + std::to_string(victims[1])) != std::string::npos);
+        EXPECT_TRUE(named) << what;
+      }
+    }
+  }
+}
+
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
 // oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
 // decides among them), over passes that overlap, are all on the card, or are empty.

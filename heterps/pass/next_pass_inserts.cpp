@@ -1,0 +1,163 @@
+// NextPassWork's kInsert phase and its late reads (next_pass_work.hpp): the next pass's staged
+// rows inserted into the room made, a chunk after a step, without waiting for the card.
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "heterps/card_table/card_store.hpp"
+#include "heterps/pass/next_pass_work.hpp"
+
+namespace gpubox::pass {
+
+using card_table::row_index_t;
+
+void NextPassWork::reserve_inserts(int c, std::size_t keys) {
+  card_table::CardSparseStore& store = cards_.store(c);
+  const std::size_t budget = cards_.row_budget();
+  const std::size_t room = budget > 0 ? budget - std::min(budget, store.size()) : keys;
+  const std::size_t n = std::min(keys, room);
+  if (n == 0 || store.new_key_room() >= n) return;
+  // Slots for the keys (a purge of erased slots, or growth without a budget) and free rows.
+  store.reserve(n, cards_.card(c).stream());
+}
+
+std::size_t NextPassWork::inserts_left(int c, const NextPassCard& next) const {
+  const std::size_t left = next.used.size() - next.inserted;
+  const std::size_t budget = cards_.row_budget();
+  if (budget == 0) return left;
+  // The store's size counts the chunks in flight already.
+  return std::min(left, budget - std::min(budget, cards_.store(c).size()));
+}
+
+std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
+  return std::min({next.chain.pacer().keys(), next.insert_room, inserts_left(c, next)});
+}
+
+void NextPassWork::insert(int c, NextPassCard& next) {
+  const std::size_t want = insert_count(c, next);
+  if (want == 0) {
+    // No room left (begin_pass evicts rows of this pass first) or every staged row in: done
+    // once every chunk is read.
+    if (next.chain.in_flight() == 0) next.phase = NextPassCard::Phase::kDone;
+    return;
+  }
+  if (next.inserts_started - next.inserts_read == 2) return;  // both record regions in flight
+  const std::optional<ChunkChain::Chunk> chunk = begin_chunk(c, next, want);
+  if (!chunk) return;
+  card_table::CardSparseStore& store = cards_.store(c);
+  const device::Stream& stream = cards_.card(c).stream();
+  const std::size_t n = chunk->keys;
+  if (store.new_key_room() < n) {
+    // The sizing ahead missed (the keys were planned after expect(), or the victims' erased
+    // slots took the room): one counted wait, so that no step's collective is in flight while
+    // the table and the pool grow (device rule 1), for every insert left at once.
+    stream.synchronize();
+    reserve_inserts(c, inserts_left(c, next));
+  }
+  // Keys known missing (looked up, and nothing but this work inserts) and distinct: each takes
+  // its candidate row, so nothing is read back before the next chunk.
+  const StagedRows& staged = *next.staged;
+  const std::size_t stride = cards_.stride();
+  const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
+  const std::size_t from = chunk->slot * next.slot_keys;
+  const std::size_t region = (next.inserts_started++ % 2) * next.insert_room * stride;
+  float* records = next.h_records.data() + region;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t at = first + next.used[next.inserted + i];
+    next.h_keys[from + i] = staged.keys[at];
+    std::copy_n(staged.rows.data() + at * stride, stride, records + i * stride);
+  }
+  fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots and regions
+  fit(c, next.d_rows, from + n);
+  fit(c, next.d_floats, region + n * stride);
+  begin_work(c, next, *chunk);
+  uint64_t* d_keys = next.d_keys.data() + from;
+  row_index_t* d_rows = next.d_rows.data() + from;
+  uint32_t* d_failed = next.d_failed.data() + chunk->slot;
+  device::copy_async(d_keys, next.h_keys.data() + from, n, stream);
+  device::copy_async(next.d_floats.data() + region, records, n * stride, stream);
+  device::memset_bytes_async(d_failed, 0, sizeof(uint32_t), stream);
+  store.insert_new_rows_async(d_keys, next.d_floats.data() + region, n, d_rows, d_failed, stream);
+  device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
+  device::copy_async(next.h_failed.data() + chunk->slot, d_failed, 1, stream);
+  ++next.readbacks;
+  next.slot_count[chunk->slot] = n;
+  next.inserted += n;
+  end_chunk(c, next, *chunk, n);
+}
+
+void NextPassWork::read_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
+  --next.readbacks;
+  const std::size_t region = (next.inserts_read++ % 2) * next.insert_room * cards_.stride();
+  if (next.h_failed[chunk.slot] != 0) repair_insert(c, next, chunk, region);
+  const std::size_t from = chunk.slot * next.slot_keys;
+  const std::size_t n = next.slot_count[chunk.slot];
+  // Their rows are the next pass's too: begin_pass spares them if it still evicts.
+  next.hit_rows.insert(next.hit_rows.end(), next.h_rows.data() + from,
+                       next.h_rows.data() + from + n);
+}
+
+void NextPassWork::repair_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk,
+                                 std::size_t region) {
+  card_table::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const std::size_t stride = cards_.stride();
+  const std::size_t n = next.slot_count[chunk.slot];
+  const uint64_t* keys = next.h_keys.data() + chunk.slot * next.slot_keys;
+  row_index_t* rows = next.h_rows.data() + chunk.slot * next.slot_keys;
+  const float* records = next.h_records.data() + region;
+  // Rare (a probe run past the bound): a wait, so that nothing is in flight while the table
+  // grows (device rule 1). The keys whose row is not the one they were given did not take it:
+  // those rows go back to the free list, and the keys are inserted again, growing the table.
+  stream.synchronize();
+  auto d_keys = device::to_device(std::vector<uint64_t>(keys, keys + n), card.memory(), stream);
+  auto d_found = card.make_buffer<row_index_t>(n);
+  store.table().find(d_keys.data(), n, d_found.data(), stream);
+  const std::vector<row_index_t> found = device::to_host(d_found.data(), n, stream);
+  std::vector<row_index_t> unused;
+  std::vector<uint64_t> again;
+  std::vector<float> again_rows;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (found[i] == rows[i]) continue;
+    unused.push_back(rows[i]);
+    again.push_back(keys[i]);
+    again_rows.insert(again_rows.end(), records + i * stride, records + (i + 1) * stride);
+  }
+  GPUBOX_LOG(WARNING) << "card " << card.rank() << ": " << again.size()
+                      << " of the next pass's keys did not take their row between steps (a "
+                         "probe run past the table's bound): inserted again after a wait";
+  const auto d_unused = device::to_device(unused, card.memory(), stream);
+  store.release_unused_rows(d_unused.data(), unused.size(), stream);
+  const auto d_again = device::to_device(again, card.memory(), stream);
+  const auto d_again_rows = device::to_device(again_rows, card.memory(), stream);
+  store.insert_rows(d_again.data(), d_again_rows.data(), again.size(), stream);
+  store.table().find(d_keys.data(), n, d_found.data(), stream);
+  const std::vector<row_index_t> now = device::to_host(d_found.data(), n, stream);
+  std::copy(now.begin(), now.end(), rows);
+}
+
+void NextPassWork::read_in_flight(int c, NextPassCard& work) {
+  using Phase = NextPassCard::Phase;
+  if (work.chain.in_flight() == 0 ||
+      (work.phase != Phase::kErase && work.phase != Phase::kInsert)) {
+    return;
+  }
+  cards_.card(c).stream().synchronize();  // every chunk's end event has passed
+  collect(c, work);                       // a victim not where it was listed throws here
+}
+
+void NextPassWork::finish(int c, NextPassCard& work) {
+  read_in_flight(c, work);
+  check_erases(c, work);
+}
+
+void NextPassWork::settle(int c) {
+  if (static_cast<std::size_t>(c) < cards_work_.size()) {
+    read_in_flight(c, cards_work_[static_cast<std::size_t>(c)]);
+  }
+}
+
+}  // namespace gpubox::pass

@@ -1,0 +1,231 @@
+// The wait-free forms the next pass's card work uses to insert and to erase (issue 31): against
+// the forms that read counts back, on identical tables, and with their late checks planted.
+//   - insert_new_async of keys known absent: the same rows, size, free list and later finds as
+//     insert(), no wait and no allocation, *failed 0; a key that was present or met a probe run
+//     past the bound is counted, and the documented repair (find, release_unused, insert again)
+//     leaves the table as insert() leaves it.
+//   - erase_present_async with the planned rows: a victim at its planned row passes; one at
+//     another row (moved) or not there (missing) is counted and named with both rows.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "heterps/card_table/hash_table.cuh"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+
+namespace gpubox::card_table {
+namespace {
+
+using device::Card;
+using device::CardSet;
+using device::to_device;
+using device::to_host;
+
+std::vector<uint64_t> distinct_keys(std::mt19937_64& rng, std::size_t n, std::set<uint64_t>* seen) {
+  std::vector<uint64_t> keys;
+  while (keys.size() < n) {
+    const uint64_t k = rng() % 1000000 + 1;
+    if (seen->insert(k).second) keys.push_back(k);
+  }
+  return keys;
+}
+
+// Keys whose mix64 shares its low `bits` bits: one home slot in every table of up to 2^bits.
+std::vector<uint64_t> colliding_keys(std::size_t count, int bits) {
+  std::vector<uint64_t> keys;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  for (uint64_t k = 1; keys.size() < count; ++k) {
+    if ((mix64(k) & mask) == 0) keys.push_back(k);
+  }
+  return keys;
+}
+
+std::vector<row_index_t> free_list(const CardHashTable& table, const device::Stream& stream) {
+  const std::size_t n = table.pool().free_count();
+  return to_host(table.pool().peek_free(n), n, stream);
+}
+
+// Both tables hold the same keys, rows and free list.
+void expect_same(const CardHashTable& eager, const CardHashTable& late,
+                 const std::vector<uint64_t>& keys, Card& card) {
+  const device::Stream& stream = card.stream();
+  EXPECT_EQ(late.size(), eager.size());
+  EXPECT_EQ(late.erased_slots(), eager.erased_slots());
+  EXPECT_EQ(free_list(late, stream), free_list(eager, stream));
+  auto d_keys = to_device(keys, card.memory(), stream);
+  auto eager_rows = card.make_buffer<row_index_t>(keys.size());
+  auto late_rows = card.make_buffer<row_index_t>(keys.size());
+  eager.find(d_keys.data(), keys.size(), eager_rows.data(), stream);
+  late.find(d_keys.data(), keys.size(), late_rows.data(), stream);
+  const auto want = to_host(eager_rows);
+  EXPECT_EQ(to_host(late_rows), want);
+  for (const row_index_t row : want) EXPECT_NE(row, kInvalidRow);
+}
+
+TEST(HashTableInsertNew, MatchesInsertWithoutAWaitOrAnAllocation) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  std::mt19937_64 rng(5);
+  std::set<uint64_t> seen;
+  const std::vector<uint64_t> old_keys = distinct_keys(rng, 300, &seen);
+  CardHashTable eager(card, HashTableOptions{});
+  CardHashTable late(card, HashTableOptions{});
+  auto d_old = to_device(old_keys, card.memory(), stream);
+  auto d_rows = card.make_buffer<row_index_t>(1000);
+  for (CardHashTable* table : {&eager, &late}) {
+    table->insert(d_old.data(), old_keys.size(), d_rows.data(), stream);
+    table->erase(d_old.data(), 50, stream);  // erased slots and rows on the free list
+  }
+  std::vector<uint64_t> keys = old_keys;
+  const std::vector<uint64_t> fresh = distinct_keys(rng, 400, &seen);
+  keys.insert(keys.end(), fresh.begin(), fresh.end());
+  auto d_fresh = to_device(fresh, card.memory(), stream);
+  late.reserve(fresh.size(), stream);  // sized ahead, as the next pass's work does
+  eager.reserve(fresh.size(), stream);
+  ASSERT_GE(late.new_key_room(), fresh.size());
+  auto failed = to_device(std::vector<uint32_t>{0}, card.memory(), stream);
+  auto late_rows = card.make_buffer<row_index_t>(fresh.size());
+  for (const std::size_t at : {std::size_t{0}, std::size_t{170}}) {
+    const std::size_t n = at == 0 ? 170 : fresh.size() - 170;
+    eager.insert(d_fresh.data() + at, n, d_rows.data() + at, stream);
+    const device::DeviceCounts before = card.counts();
+    late.insert_new_async(d_fresh.data() + at, n, late_rows.data() + at, failed.data(), stream);
+    const device::DeviceCounts cost = card.counts() - before;
+    EXPECT_EQ(cost.host_syncs, 0u);
+    EXPECT_EQ(cost.allocations, 0u);
+  }
+  EXPECT_EQ(to_host(failed)[0], 0u);
+  EXPECT_EQ(to_host(late_rows.data(), fresh.size(), stream),
+            to_host(d_rows.data(), fresh.size(), stream));
+  expect_same(eager, late, std::vector<uint64_t>(keys.begin() + 50, keys.end()), card);
+  // More than the room without growth is refused (the caller sizes first).
+  const std::size_t room = late.new_key_room();
+  const std::vector<uint64_t> over = distinct_keys(rng, room + 1, &seen);
+  auto d_over = to_device(over, card.memory(), stream);
+  auto over_rows = card.make_buffer<row_index_t>(over.size());
+  EXPECT_THROW(
+      late.insert_new_async(d_over.data(), over.size(), over_rows.data(), failed.data(), stream),
+      Error);
+}
+
+// The repair of a key that did not take its row: find the batch's keys, give back the rows that
+// differ from those handed out, insert those keys again.
+void repair(CardHashTable& table, const device::device_buffer<uint64_t>& d_keys,
+            const std::vector<row_index_t>& handed, Card& card) {
+  const device::Stream& stream = card.stream();
+  const std::size_t n = handed.size();
+  auto d_found = card.make_buffer<row_index_t>(n);
+  table.find(d_keys.data(), n, d_found.data(), stream);
+  const auto found = to_host(d_found);
+  std::vector<row_index_t> unused;
+  std::vector<uint64_t> again;
+  const auto keys = to_host(d_keys);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (found[i] == handed[i]) continue;
+    unused.push_back(handed[i]);
+    again.push_back(keys[i]);
+  }
+  auto d_unused = to_device(unused, card.memory(), stream);
+  table.release_unused(d_unused.data(), unused.size(), stream);
+  auto d_again = to_device(again, card.memory(), stream);
+  auto again_rows = card.make_buffer<row_index_t>(again.size());
+  table.insert(d_again.data(), again.size(), again_rows.data(), stream);
+}
+
+TEST(HashTableInsertNew, KeysThatCouldNotTakeTheirRowAreCountedAndRepaired) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  {
+    SCOPED_TRACE("a key present after all");
+    CardHashTable eager(card, HashTableOptions{});
+    CardHashTable late(card, HashTableOptions{});
+    const std::vector<uint64_t> first = {11, 12, 13};
+    const std::vector<uint64_t> batch = {14, 12, 15};  // 12 is there
+    auto d_first = to_device(first, card.memory(), stream);
+    auto d_batch = to_device(batch, card.memory(), stream);
+    auto rows = card.make_buffer<row_index_t>(3);
+    eager.insert(d_first.data(), 3, rows.data(), stream);
+    late.insert(d_first.data(), 3, rows.data(), stream);
+    eager.insert(d_batch.data(), 3, rows.data(), stream);
+    auto failed = to_device(std::vector<uint32_t>{0}, card.memory(), stream);
+    late.insert_new_async(d_batch.data(), 3, rows.data(), failed.data(), stream);
+    EXPECT_EQ(to_host(failed)[0], 1u);
+    repair(late, d_batch, to_host(rows), card);
+    expect_same(eager, late, {11, 12, 13, 14, 15}, card);
+  }
+  {
+    SCOPED_TRACE("runs past the probe bound");
+    HashTableOptions options;
+    options.initial_capacity = 1024;
+    CardHashTable eager(card, options);
+    CardHashTable late(card, options);
+    // One home slot in a table of 1024 slots: kMaxProbe of them fit, the rest overflow.
+    const std::vector<uint64_t> keys = colliding_keys(2 * kMaxProbe, 12);
+    eager.reserve(keys.size(), stream);
+    late.reserve(keys.size(), stream);
+    ASSERT_EQ(late.capacity(), 1024u) << "the keys would not collide at this size";
+    auto d_keys = to_device(keys, card.memory(), stream);
+    auto rows = card.make_buffer<row_index_t>(keys.size());
+    eager.insert(d_keys.data(), keys.size(), rows.data(), stream);
+    auto failed = to_device(std::vector<uint32_t>{0}, card.memory(), stream);
+    late.insert_new_async(d_keys.data(), keys.size(), rows.data(), failed.data(), stream);
+    EXPECT_EQ(to_host(failed)[0], keys.size() - kMaxProbe);
+    repair(late, d_keys, to_host(rows), card);
+    EXPECT_GT(late.capacity(), 1024u);
+    EXPECT_EQ(late.capacity(), eager.capacity());
+    expect_same(eager, late, keys, card);
+  }
+}
+
+TEST(HashTableErasePresent, NamesAVictimMissingOrAtAnotherRow) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  std::mt19937_64 rng(9);
+  std::set<uint64_t> seen;
+  const std::vector<uint64_t> keys = distinct_keys(rng, 100, &seen);
+  CardHashTable table(card, HashTableOptions{});
+  auto d_keys = to_device(keys, card.memory(), stream);
+  auto d_rows = card.make_buffer<row_index_t>(keys.size());
+  table.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
+  const std::vector<row_index_t> rows = to_host(d_rows);
+  auto check = to_device(std::vector<ErasePresentCheck>(1), card.memory(), stream);
+  // Ten victims at their planned rows.
+  table.erase_present_async(d_keys.data(), d_rows.data(), 10, 0, check.data(), stream);
+  ErasePresentCheck got = to_host(check)[0];
+  EXPECT_EQ(got.missing + got.moved + got.reported, 0u);
+  // Keys[10] planned at keys[11]'s row: moved, named with both rows.
+  auto planned = to_device(std::vector<row_index_t>{rows[11]}, card.memory(), stream);
+  table.erase_present_async(d_keys.data() + 10, planned.data(), 1, 0, check.data(), stream);
+  got = to_host(check)[0];
+  EXPECT_EQ(got.moved, 1u);
+  EXPECT_EQ(got.missing, 0u);
+  EXPECT_EQ(got.reported, 1u);
+  EXPECT_EQ(got.key, keys[10]);
+  EXPECT_EQ(got.planned_row, rows[11]);
+  EXPECT_EQ(got.found_row, rows[10]);
+  // Keys[0] again (gone): missing; the first report stays.
+  table.erase_present_async(d_keys.data(), d_rows.data(), 1, 0, check.data(), stream);
+  got = to_host(check)[0];
+  EXPECT_EQ(got.missing, 1u);
+  EXPECT_EQ(got.moved, 1u);
+  EXPECT_EQ(got.key, keys[10]);
+  // A fresh check names the missing one.
+  check = to_device(std::vector<ErasePresentCheck>(1), card.memory(), stream);
+  table.erase_present_async(d_keys.data() + 1, d_rows.data() + 1, 1, 0, check.data(), stream);
+  got = to_host(check)[0];
+  EXPECT_EQ(got.missing, 1u);
+  EXPECT_EQ(got.key, keys[1]);
+  EXPECT_EQ(got.planned_row, rows[1]);
+  EXPECT_EQ(got.found_row, kInvalidRow);
+}
+
+}  // namespace
+}  // namespace gpubox::card_table
