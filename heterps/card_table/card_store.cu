@@ -368,11 +368,12 @@ void CardSparseStore::insert_new_rows_async(const uint64_t* keys, const float* r
                                             row_index_t* rows_out, uint32_t* failed,
                                             const device::Stream& stream) {
   if (n == 0) return;
-  table_.insert_new_async(keys, n, rows_out, failed, stream);
-  // The pool did not grow (no allocation here): its dirty flags already cover it.
+  // The pool does not grow (no allocation here): its dirty flags already cover it. Checked
+  // before the keys claim their slots, so a failure leaves no key without its record.
   GPUBOX_EXPECTS(dirty_[0].size() >= table_.pool(0).capacity(), "card ", card().rank(),
                  ": dirty flags for ", dirty_[0].size(), " rows, pool of ",
                  table_.pool(0).capacity());
+  table_.insert_new_async(keys, n, rows_out, failed, stream);
   scatter_records(rows, rows_out, n, stream);
   device::parallel_for(stream, n, MarkClean{rows_out, dirty_flags()});
 }
