@@ -195,6 +195,12 @@ void CardTier::push_pulled(int card, const float* grads, const device::Stream& s
 }
 
 void CardTier::drain_checks(int card) { comms_.at(card)->drain_checks(); }
+void CardTier::plan_next_step(int card, const heter_comm::PlannedCounts& planned,
+                              const uint64_t* n_on_card) {
+  comms_.at(card)->plan_next_step(planned, n_on_card);
+}
+
+bool CardTier::pads_planned_steps(int card) const { return comms_.at(card)->pads_planned_steps(); }
 
 const table::RowLayout& CardTier::layout() const { return host_.layout(); }
 const heter_comm::HeterCommStats& CardTier::stats(int card) const {

@@ -139,6 +139,13 @@ class CardTier {
   void pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,
             const device::Stream& stream, const heter_comm::PlannedCounts& planned = {},
             const uint64_t* n_on_card = nullptr);
+  // HeterComm::plan_next_step for card `card`'s next pull (then pull without `planned`): a caller
+  // that captures the pull plans it before its capture (it may read a step's late check).
+  void plan_next_step(int card, const heter_comm::PlannedCounts& planned,
+                      const uint64_t* n_on_card);
+  // Whether card `card`'s planned pulls given n_on_card run padded this pass
+  // (HeterComm::pads_planned_steps): capturable with the caller's work as one step graph.
+  bool pads_planned_steps(int card) const;
   // Sizes card `card`'s step buffers for steps up to `bounds` (HeterComm::reserve_steps): on its
   // card thread, before a pass's first step.
   void reserve_steps(int card, const heter_comm::StepBounds& bounds);

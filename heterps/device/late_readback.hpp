@@ -3,11 +3,22 @@
 // slots of `width` elements, each with an event recorded after the step's copies into it:
 //
 //   Slot slot = ring.begin(check);   // the slot `depth` steps old is retired first
-//   copy_async(slot.host, on_card, width, stream);   // any copies into slot.host, enqueued
+//   ring.copy_on_card(stream, {{on_card, offset, bytes}, ...});   // into the slot, enqueued
 //   *slot.tag = {pass, step, ...};   // what the host knows of the step (named in errors)
 //   ring.commit(stream);             // the event, after the copies
 //   ...
 //   ring.drain(check);               // before a save, the end of a pass, an evaluation's end
+//
+// The slot is chosen on the card (issue 31, item 3: one step graph replayed every step): the card
+// keeps the ring's slot counter, and copy_on_card enqueues one kernel that copies its segments
+// into slot (counter % depth) and advances the counter. So a captured step that holds the copy
+// writes the right slot at every replay, with nothing baked in but the ring's base. Every
+// begin()..commit() calls copy_on_card exactly once (with no segments when the step copies
+// nothing into its slot), so the card's counter always names the slot begin() handed out.
+// Inside a ComposedStep (composed_step.hpp) that replays, copy_on_card enqueues nothing (the
+// step's graph holds it) and commit's event is recorded after the graph's launch. The pinned
+// slots (and buffers kept per slot, Slot::index) may still be written by the host directly for a
+// step that runs eagerly.
 //
 // A slot is retired (check(const Tag&, const T* values) sees its values) when it is needed
 // again, `depth` steps later, or by drain(), oldest first. By then its copies have normally
@@ -15,22 +26,44 @@
 // ahead of the card, the bound of the pipeline, and that wait is counted (Event::synchronize)
 // as every host wait is. On the cpu backend the copies complete when enqueued: retiring never
 // waits. A check that throws leaves its slot retired and the later ones pending (discard()
-// forgets them). Every pinned slot and event is made by the constructor: begin, commit, drain
-// allocate nothing.
+// forgets them, and the card's counter is set back to slot 0 before the next copy_on_card,
+// outside any capture: begin() does it, or resync()). Every pinned slot, event and the card
+// counter are made by the constructor: begin, copy_on_card, commit, drain allocate nothing.
 //
 // Thread-safety: none; the card's thread. Move-only.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/composed_step.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/stream.hpp"
 
 namespace gpubox::device {
+
+// Bytes of card memory copied into a ring slot: `bytes` from `from` to the slot's byte `offset`
+// (whole aligned 4-byte words).
+struct RingSegment {
+  const void* from = nullptr;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+inline constexpr std::size_t kMaxRingSegments = 3;
+
+namespace detail {
+// late_readback.cu: one kernel that copies `segments` into slot (*counter % depth) of `slots`
+// (pinned, depth x slot_bytes) and advances *counter (card memory); and *counter = value.
+void copy_into_ring_slot(const Stream& stream, void* slots, std::size_t slot_bytes,
+                         std::size_t depth, uint64_t* counter, const RingSegment* segments,
+                         std::size_t count);
+void set_ring_counter(const Stream& stream, uint64_t* counter, uint64_t value);
+}  // namespace detail
 
 template <class T, class Tag>
 class LateReadback {
@@ -42,12 +75,18 @@ class LateReadback {
   };
 
   LateReadback(Card& card, std::size_t depth, std::size_t width)
-      : width_(width), host_(depth * width), tags_(depth) {
+      : width_(width),
+        host_(depth * width),
+        tags_(depth),
+        stream_(&card.stream()),
+        counter_(card.make_buffer<uint64_t>(1)) {
     GPUBOX_EXPECTS(depth >= 1 && width >= 1, "LateReadback: depth ", depth, ", width ", width);
     events_.reserve(depth);
     for (std::size_t i = 0; i < depth; ++i) {
       events_.emplace_back(card.device(), card.stream().counters());
     }
+    const DeviceGuard guard(card.device());  // made on any thread (the kernel: on the card)
+    detail::set_ring_counter(*stream_, counter_.data(), 0);
   }
 
   std::size_t depth() const { return tags_.size(); }
@@ -58,15 +97,46 @@ class LateReadback {
   template <class Check>
   Slot begin(Check&& check) {
     GPUBOX_EXPECTS(!open_, "LateReadback: begin twice without commit");
+    resync();
     if (pending_ == depth()) retire_oldest(check);
     const std::size_t at = (oldest_ + pending_) % depth();
     open_ = true;
+    copied_ = false;
     return Slot{host_.data() + at * width_, &tags_[at], at};
   }
-  // Records the event of the slot begin() returned, after the caller's copies into it.
+  // Retires the oldest slot when the ring is full (and sets the card's counter back after a
+  // discard()), so that the next begin() neither reads a slot nor enqueues: for an owner whose
+  // begin() runs inside a capture, where the host may not query the slot's event.
+  template <class Check>
+  void make_room(Check&& check) {
+    GPUBOX_EXPECTS(!open_, "LateReadback: make_room with a slot open");
+    resync();
+    if (pending_ == depth()) retire_oldest(check);
+  }
+  // The step's copies into its slot, as one kernel on `stream` that also advances the card's
+  // slot counter (see above); exactly once between begin() and commit(). Enqueues nothing while
+  // a ComposedStep replays on `stream` (its graph holds the kernel).
+  void copy_on_card(const Stream& stream, std::initializer_list<RingSegment> segments) {
+    GPUBOX_EXPECTS(open_ && !copied_, "LateReadback: copy_on_card ",
+                   open_ ? "twice in one slot" : "without begin");
+    copied_ = true;
+    if (!ComposedStep::enqueues(stream)) return;
+    detail::copy_into_ring_slot(stream, host_.data(), width_ * sizeof(T), depth(), counter_.data(),
+                                segments.begin(), segments.size());
+  }
+  // Records the event of the slot begin() returned, after the caller's copies into it (inside a
+  // ComposedStep: at its finish, after the graph's launch).
   void commit(const Stream& stream) {
     GPUBOX_EXPECTS(open_, "LateReadback: commit without begin");
-    events_[(oldest_ + pending_) % depth()].record(stream);
+    GPUBOX_EXPECTS(copied_,
+                   "LateReadback: commit without copy_on_card (the card's slot counter "
+                   "would fall behind the host's)");
+    Event& event = events_[(oldest_ + pending_) % depth()];
+    if (ComposedStep* step = ComposedStep::open_on(stream)) {
+      step->defer_record(event, [this] { discard(); });
+    } else {
+      event.record(stream);
+    }
     open_ = false;
     ++pending_;
   }
@@ -89,6 +159,18 @@ class LateReadback {
     oldest_ = 0;
     pending_ = 0;
     open_ = false;
+    resync_ = true;
+  }
+  // After discard(): sets the card's slot counter back to slot 0 (one kernel, enqueued), as
+  // begin() does itself; for an owner whose next begin() may run inside a capture (HeterComm's
+  // checks: before a pass's steps). Nothing when the counter is in step. Refused while capturing.
+  void resync() {
+    if (!resync_) return;
+    GPUBOX_EXPECTS(!detail::thread_capturing(),
+                   "LateReadback: the first slot after a discard() is begun inside a step graph's "
+                   "capture, where the card's slot counter cannot be set back: resync() first");
+    detail::set_ring_counter(*stream_, counter_.data(), 0);
+    resync_ = false;
   }
 
  private:
@@ -105,9 +187,13 @@ class LateReadback {
   pinned_buffer<T> host_;
   std::vector<Tag> tags_;
   std::vector<Event> events_;
-  std::size_t oldest_ = 0;   // the oldest pending slot
-  std::size_t pending_ = 0;  // committed, not yet retired
-  bool open_ = false;        // begin() returned a slot not yet committed
+  const Stream* stream_;             // the card's (the counter's resets)
+  device_buffer<uint64_t> counter_;  // card memory: the slots copied into so far (mod depth)
+  std::size_t oldest_ = 0;           // the oldest pending slot
+  std::size_t pending_ = 0;          // committed, not yet retired
+  bool open_ = false;                // begin() returned a slot not yet committed
+  bool copied_ = false;              // copy_on_card ran for the open slot
+  bool resync_ = false;              // discard() ran: the card's counter must be set back to 0
 };
 
 }  // namespace gpubox::device

@@ -363,6 +363,7 @@ void HeterComm::plan_next_step(const PlannedCounts& counts, const uint64_t* n_on
   impl_->plan_next_step(counts, n_on_card);
 }
 HeterCommMemory HeterComm::memory() const { return impl_->memory(); }
+bool HeterComm::pads_planned_steps() const { return impl_->pads_planned_steps(); }
 void HeterComm::drain_checks() { impl_->drain_checks(); }
 void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
                             const uint32_t* veto) {

@@ -42,8 +42,10 @@
 // with reserve_steps), an unplanned one 3 times. A planned step given its occurrence count on the
 // card, in a pass reserved with StepBounds::pair_block (kFail: the trainer's; either placement),
 // runs at the pass's fixed sizes and is two step graph launches, "sparse pull" and "sparse push"
-// (heter_comm_padded.cu): nothing else is launched, copied (but its check's pinned copy) or
-// exchanged outside them. Buffers are owned, reused
+// (heter_comm_padded.cu), and one kernel that copies its check into the slot the card's counter
+// names (device::LateReadback): nothing else is launched, copied or exchanged outside them. Inside
+// a caller's device::ComposedStep (the trainer's whole step as one graph) all of it goes into the
+// caller's graph instead. Buffers are owned, reused
 // across steps and sized before the keys move: in steady state a step allocates no card memory,
 // and it never allocates while a collective is in flight (device rules, card.hpp).
 // Thread-safety: none; one card thread drives its HeterComm, its store and its communicator.
@@ -152,6 +154,13 @@ class HeterComm {
   // push"; HeterCommOptions::step_graphs), captured once per set of buffers. Every card of the
   // step gives it, or none does (the blocks' sizes differ from the plain exchange's).
   void plan_next_step(const PlannedCounts& counts, const uint64_t* n_on_card = nullptr);
+
+  // Whether this pass's planned steps run padded (reserve_steps was given a pair_block, kFail,
+  // padded steps on): a planned pull given its occurrence count on the card (plan_next_step) and
+  // its push_pulled then wait for nothing and enqueue only capturable work, so a caller may
+  // capture them with its own work as one step graph (device::ComposedStep: inside one, neither
+  // makes a graph of its own; replaying, each runs only its host part).
+  bool pads_planned_steps() const;
 
   // The card bytes of the steps' exchange buffers (HeterCommMemory). A pass reserved for padded
   // steps (StepBounds::pair_block, kFail, HeterCommOptions::padded_steps) sizes only the padded

@@ -62,7 +62,7 @@ void HeterComm::Impl::look_up_on_card(std::size_t received, const device::Stream
       stream, 1,
       WriteStepCheck{store_->miss_count_on_card(), recv_rows_.data(), recv_keys_.data(), received,
                      merged_on_card_, local_.owner_begin(), row_size, check_words_.data()});
-  device::copy_async(slot.host, check_words_.data(), check_words_.size(), stream);
+  checks_.copy_on_card(stream, {{check_words_.data(), 0, check_words_.bytes()}});
   StepCheck& tag = *slot.tag;
   tag.pass = comm_->pass();
   tag.step = comm_->step();

@@ -24,8 +24,10 @@
 // Sums follow the unpadded path's order exactly (the live keys keep their relative order in
 // every sort, and segments are summed by the same rule), so a padded step's rows and records
 // are bit-identical to an unpadded planned step's. What the host does per step (stats and the
-// check's tag from the plan, the check's copy into its pinned slot and the slot's event) stays
-// outside the graphs.
+// check's tag from the plan, the slot's event) stays outside the graphs; the check's copy into
+// its pinned slot is a kernel after the pull's graph (the slot chosen on the card: a caller's
+// composed step holds it, see device::ComposedStep). Inside a composed step (the trainer's whole
+// step as one graph) neither half makes a graph of its own: their work goes into the caller's.
 #include <algorithm>
 #include <cuda/atomic>
 
@@ -215,8 +217,10 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
 
 template <class Cached, class Work>
 void HeterComm::Impl::run_graph(Cached& cached, const device::Stream& stream, Work&& work) {
-  if (!options_.step_graphs) {
-    work();
+  // Inside a caller's composed step (the trainer's whole step as one graph): no graph of its own,
+  // the work into the caller's capture, or nothing when the caller's graph replays it.
+  if (!options_.step_graphs || device::ComposedStep::open_on(stream) != nullptr) {
+    if (device::ComposedStep::enqueues(stream)) work();
     return;
   }
   const device::DeviceCounts counts = card_->counts();
@@ -301,7 +305,8 @@ void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* ou
     }
     run_graph(*p.pulls.front(), stream,
               [&] { enqueue_padded_pull(keys, n_on_card, out_pull, stream); });
-    device::copy_async(slot.host, check_words_.data(), check_words_.size(), stream);
+    // Into the slot the card's counter names (so a composed step's graph holds it too).
+    checks_.copy_on_card(stream, {{check_words_.data(), 0, check_words_.bytes()}});
     StepCheck& tag = *slot.tag;
     tag.pass = comm_->pass();
     tag.step = comm_->step();

@@ -69,6 +69,9 @@ void HeterComm::Impl::grow_exchange(std::size_t occurrences) {
 void HeterComm::Impl::reserve_steps(const StepBounds& bounds) {
   pulled_ = false;  // the received keys' buffers may be replaced
   padded_pulled_ = false;
+  // After a failed step: the checks' slot counter on the card back in step with the host's
+  // before the pass's pulls (which may begin their slots inside a caller's capture).
+  checks_.resync();
   // The local dedup and owner plan run over the batch's occurrences (the unique count is
   // known on the card only); its sort's and scan's temporaries are its own, sized here.
   local_.reserve(bounds.occurrences);
@@ -109,6 +112,11 @@ void HeterComm::Impl::plan_next_step(const PlannedCounts& counts, const uint64_t
                  "without it the step would run unpadded in buffers the pass did not size");
   planned_ = counts.counts;
   planned_n_ = n_on_card;
+  // A padded pull may run inside a caller's capture (device::ComposedStep), where its check's
+  // slot cannot be had by reading the oldest one: read it now (it may throw that step's failure).
+  if (n_on_card != nullptr && padded_.enabled()) {
+    guarded([&] { checks_.make_room(RetireCheck{this}); });
+  }
 }
 
 HeterCommMemory HeterComm::Impl::memory() const {

@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
+#include "heterps/device/composed_step.hpp"
 #include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/profile_range.hpp"
@@ -39,35 +42,47 @@ uint64_t memory_generation(const device::Card& card) {
 
 }  // namespace
 
-// The dense half of a step as step graphs (heterps/device/step_graph.hpp), for the steps whose
-// batch is the pass's full batch (the last, shorter one runs eagerly): "dense step" (forward,
-// backward, metrics, the dense all-reduce, the finite check) and "dense update" (the
-// optimizer). A capture bakes the batch size, the gradient scale (1 / global batch), the
-// metrics' steady flag, the stop vote and the buffers' addresses (which of the two upload buffers)
-// in; so each graph is kept per such key and captured again when the card has allocated or freed
-// since (a new pass, a grown buffer).
+// The step as step graphs (heterps/device/step_graph.hpp). A planned step of a padded pass (the
+// trainer's, gpubox and Collective mode) is ONE graph, "train step" (device::ComposedStep): the
+// sparse pull, forward, backward, metrics, the dense all-reduce, the finite check, the status
+// (and progress AUC) into the ring slot the card's counter names, the sparse push and the dense
+// optimizer; its last, shorter batch too (a graph of its own size). Otherwise (an unpadded pass:
+// GPUBOX_PADDED_STEPS=0) the dense half of a full batch is two graphs, "dense step" and "dense
+// update", beside the sparse half's own work. A capture bakes the batch size, the gradient scale
+// (1 / global batch), the metrics' steady flag, the stop vote, whether the progress AUC is copied
+// and the buffers' addresses (which of the two upload buffers) in; so each graph is kept per such
+// key and captured again when the card has allocated or freed since (a grown buffer) or the pass's
+// padded sizes changed (reserve_steps).
 struct CardWorker::Graphs {
   struct StepKey {
     int64_t batch = 0;
     int64_t global_batch = 0;
     bool steady = false;
     bool stop_vote = false;
+    bool progress = false;   // the whole step's: it copies the progress AUC too
     std::size_t upload = 0;  // which upload buffer the batch is in (Buffers::uploaded)
+    bool whole = false;      // "train step" (the whole step), else "dense step"
     bool operator==(const StepKey& o) const {
       return batch == o.batch && global_batch == o.global_batch && steady == o.steady &&
-             stop_vote == o.stop_vote && upload == o.upload;
+             stop_vote == o.stop_vote && progress == o.progress && upload == o.upload &&
+             whole == o.whole;
     }
   };
   struct Cached {
-    explicit Cached(const StepKey& k) : key(k), graph("dense step") {}
+    explicit Cached(const StepKey& k) : key(k), graph(k.whole ? "train step" : "dense step") {}
     StepKey key;
     device::StepGraph graph;
     uint64_t generation = 0;
+    uint64_t shape = 0;  // Graphs::shape when captured
   };
-  static constexpr std::size_t kStepGraphsKept = 8;
+  static constexpr std::size_t kStepGraphsKept = 12;
 
   bool enabled = device::step_graphs_enabled();  // GPUBOX_STEP_GRAPHS=0: eagerly
   int64_t full_batch = 0;  // the pass's largest batch (reserve_steps); 0: no graph
+  // The sparse half's padded sizes (occurrences, pair block) the whole-step graphs bake in, and
+  // a serial that changes with them.
+  std::pair<std::size_t, std::size_t> padded{0, 0};
+  uint64_t shape = 0;
   std::vector<std::unique_ptr<Cached>> steps;  // most recently used first
   device::StepGraph update{"dense update"};
   uint64_t update_generation = 0;
@@ -100,6 +115,15 @@ void run_captured(device::Card& card, device::StepGraph& graph, uint64_t* genera
   graph.replay(card.stream());
 }
 }  // namespace
+
+struct CardWorker::TrainStep {
+  int64_t size = 0;  // instances of this card's batch
+  int64_t global_batch = 0;
+  bool steady = false;
+  bool progress = false;
+  bool stop_vote = false;
+  DenseBatchView view;
+};
 
 // What a step leaves for the host to read late (one pinned slot of the ring per step).
 struct StepRecord {
@@ -148,6 +172,19 @@ struct CardWorker::Buffers {
         predictions(kStatusDepth),
         ring(card, kStatusDepth, 1) {}
 
+  // The step's slot of the ring (the status, and the progress AUC when `progress`) from the card
+  // (inside a whole-step graph: the slot the card's counter names).
+  void copy_status(const device::Stream& stream, const DenseStepStatus* status,
+                   const double* progress_auc) {
+    const device::RingSegment record{status, offsetof(StepRecord, status), sizeof(*status)};
+    if (progress_auc == nullptr) {
+      ring.copy_on_card(stream, {record});
+      return;
+    }
+    ring.copy_on_card(stream,
+                      {record, {progress_auc, offsetof(StepRecord, auc), sizeof(StepRecord::auc)}});
+  }
+
   // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
   // `count`: the batch's key occurrences (one uint64_t), read on the card by the sparse half's
   // step graphs (HeterComm::plan_next_step).
@@ -175,6 +212,7 @@ struct CardWorker::Buffers {
   device::LateReadback<StepRecord, StepTag>::Slot slot{};  // the running step's
   Layout layout;
   int64_t batch = 0;
+  std::size_t occurrences_count = 0;  // the batch's key occurrences
 
   const char* batch_block() const { return uploaded[at].data(); }
   const uint64_t* keys() const {
@@ -241,6 +279,12 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   const std::size_t slots = static_cast<std::size_t>(std::max(0, largest.slots));
   const std::size_t dense = static_cast<std::size_t>(std::max(0, largest.dense_dim));
   graphs_->full_batch = static_cast<int64_t>(n);
+  const std::pair<std::size_t, std::size_t> padded{largest.keys.occurrences,
+                                                   largest.keys.pair_block};
+  if (padded != graphs_->padded) {
+    graphs_->padded = padded;
+    ++graphs_->shape;
+  }
   for (int64_t other : largest.other_instances) model_->reserve(other);
   // Every slot's staging block and both upload buffers (between passes: the ring was drained,
   // no copy is in flight).
@@ -253,14 +297,14 @@ void CardWorker::reserve_steps(const StepReservation& largest) {
   tier_.reserve_steps(card_.local_index(), largest.keys);
 }
 
-int64_t CardWorker::upload(const dataset::Batch& batch,
-                           const heter_comm::PlannedCounts& planned_counts) {
+int64_t CardWorker::upload(const dataset::Batch& batch) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
   const device::ProfileRange range("upload");
   const int64_t size = static_cast<int64_t>(batch.size());
   const std::size_t occurrences = batch.keys.size();
   b.batch = size;
+  b.occurrences_count = occurrences;
   b.at = (b.at + 1) % b.uploaded.size();
   // Every buffer this step needs, sized before its first collective (device rule 1): by
   // reserve_steps for the pass's largest batch, so nothing is allocated here.
@@ -298,9 +342,13 @@ int64_t CardWorker::upload(const dataset::Batch& batch,
   device::copy_async(b.uploaded[b.at].data(), host, at.total, copy);
   b.copied[b.at].record(copy);
   stream.wait(b.copied[b.at]);
-  tier_.pull(card_.local_index(), b.keys(), occurrences, b.pull.data(), stream, planned_counts,
-             b.occurrences());
   return size;
+}
+
+void CardWorker::pull(const heter_comm::PlannedCounts& planned_counts) {
+  Buffers& b = *buffers_;
+  tier_.pull(card_.local_index(), b.keys(), b.occurrences_count, b.pull.data(), card_.stream(),
+             planned_counts, b.occurrences());
 }
 
 void CardWorker::end_upload() {
@@ -335,65 +383,116 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
                                 int64_t step, bool progress,
                                 const heter_comm::PlannedCounts& planned_counts, bool stop_vote) {
   Buffers& b = *buffers_;
-  const device::Stream& stream = card_.stream();
   const device::DeviceCounts before = card_.counts();
   const device::ProfileRange step_range("step");
   comm_.set_step(pass, step);
   // The slot of the step kStatusDepth steps back is read first (it may throw that step's error).
   begin_slot(StepTag{pass, step, /*train=*/true, progress});
-  // And pull: no wait when the step's counts are planned.
-  const int64_t size = upload(batch, planned_counts);
-  const DenseBatchView view = batch_view(batch.num_slots);
-  GradScales scales;
-  scales.dense = global_batch > 0 ? 1.0f / static_cast<float>(global_batch) : 0.0f;
-  const bool steady = step >= warmup_steps_;
-  DenseParameters& params = model_->parameters();
-  // Forward/backward, metrics, then the gradients and, in the loss slot, this card's loss
-  // all-reduced: every card holds the same values after it, so the finite verdict below is the
-  // same on every card. One graph launch for a full batch (see Graphs).
-  const auto dense_step = [&] {
-    {
-      const device::ProfileRange range("dense forward/backward");
-      model_->forward_backward_async(view, scales, b.push.data(), stop_vote);
-      metrics_->add(model_->predictions(), b.labels(), size, steady);
-    }
-    const device::ProfileRange range("dense all-reduce");
-    comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
-                         stream);
-    model_->check_finite_async();
-  };
-  const bool graphed = graphs_->enabled && size > 0 && size == graphs_->full_batch;
-  if (graphed) {
-    // The vote is a value of the capture (its kernel's argument): a graph per vote.
-    Graphs::Cached& cached = graphs_->step_graph({size, global_batch, steady, stop_vote, b.at});
-    run_captured(card_, cached.graph, &cached.generation, dense_step);
+  TrainStep s;
+  s.size = upload(batch);
+  s.global_batch = global_batch;
+  s.steady = step >= warmup_steps_;
+  s.progress = progress;
+  s.stop_vote = stop_vote;
+  s.view = batch_view(batch.num_slots);
+  // A planned step of a padded pass enqueues only capturable work: the whole step is one graph.
+  if (graphs_->enabled && s.size > 0 && planned_counts.counts != nullptr &&
+      tier_.pads_planned_steps(card_.local_index())) {
+    run_whole_step(s, planned_counts);
   } else {
-    dense_step();
+    run_step_parts(s, planned_counts);
   }
-  // Into the step's slot of the late readback (outside the graph: the slot changes each step).
-  if (progress) metrics_->progress_async(b.slot.host->auc);
+  end_upload();
+  b.ring.commit(card_.stream());
+  last_step_ = card_.counts() - before;
+}
+
+// Forward/backward, metrics, then the gradients and, in the loss slot, this card's loss
+// all-reduced: every card holds the same values after it, so the finite verdict is the same on
+// every card.
+void CardWorker::enqueue_dense_step(const TrainStep& s) {
+  Buffers& b = *buffers_;
+  GradScales scales;
+  scales.dense = s.global_batch > 0 ? 1.0f / static_cast<float>(s.global_batch) : 0.0f;
+  DenseParameters& params = model_->parameters();
   {
-    const device::ProfileRange range("dense status");
-    device::copy_async(&b.slot.host->status, model_->step_status(), 1, stream);
+    const device::ProfileRange range("dense forward/backward");
+    model_->forward_backward_async(s.view, scales, b.push.data(), s.stop_vote);
+    metrics_->add(model_->predictions(), b.labels(), s.size, s.steady);
   }
+  const device::ProfileRange range("dense all-reduce");
+  comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
+                       card_.stream());
+  model_->check_finite_async();
+}
+
+// The status (and the progress AUC) into the step's ring slot, from the card.
+void CardWorker::enqueue_status(bool progress) {
+  const device::ProfileRange range("dense status");
+  const device::Stream& stream = card_.stream();
+  const bool enqueues = device::ComposedStep::enqueues(stream);
+  const double* auc = progress && enqueues ? metrics_->progress_on_card() : nullptr;
+  buffers_->copy_status(stream, model_->step_status(), auc);
+}
+
+void CardWorker::run_whole_step(const TrainStep& s,
+                                const heter_comm::PlannedCounts& planned_counts) {
+  Buffers& b = *buffers_;
+  const device::Stream& stream = card_.stream();
+  Graphs::Cached& cached = graphs_->step_graph(
+      {s.size, s.global_batch, s.steady, s.stop_vote, s.progress, b.at, /*whole=*/true});
+  const uint64_t generation = memory_generation(card_);
+  const bool replay =
+      cached.graph.ready() && cached.generation == generation && cached.shape == graphs_->shape;
+  // Captured, every part below enqueues its card work into the graph; replayed, each runs only
+  // its host part (the sparse half's counts and check tags, the optimizer's step count).
+  // Planned before the capture (the sparse half reads a late check there to free its slot).
+  tier_.plan_next_step(card_.local_index(), planned_counts, b.occurrences());
+  device::ComposedStep composed(
+      stream, cached.graph,
+      replay ? device::ComposedStep::Mode::kReplay : device::ComposedStep::Mode::kCapture);
+  pull({});  // as planned above
+  if (!replay) enqueue_dense_step(s);
+  enqueue_status(s.progress);
+  // The verdict (on the card) vetoes the sparse updates on the owners and the dense update.
+  const uint32_t* veto = &model_->step_status()->first_non_finite;
+  tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
+  optimizer_->count_step();
+  if (!replay) optimizer_->step_on_card(model_->parameters(), veto);
+  composed.finish();
+  cached.generation = generation;  // a capture allocates nothing (it would have thrown)
+  cached.shape = graphs_->shape;
+}
+
+void CardWorker::run_step_parts(const TrainStep& s,
+                                const heter_comm::PlannedCounts& planned_counts) {
+  Buffers& b = *buffers_;
+  const device::Stream& stream = card_.stream();
+  pull(planned_counts);  // no wait when the step's counts are planned
+  // The dense half of a full batch: one graph launch (see Graphs); the vote is a value of the
+  // capture (its kernel's argument): a graph per vote.
+  const bool graphed = graphs_->enabled && s.size > 0 && s.size == graphs_->full_batch;
+  if (graphed) {
+    Graphs::Cached& cached = graphs_->step_graph(
+        {s.size, s.global_batch, s.steady, s.stop_vote, false, b.at, /*whole=*/false});
+    run_captured(card_, cached.graph, &cached.generation, [&] { enqueue_dense_step(s); });
+  } else {
+    enqueue_dense_step(s);
+  }
+  enqueue_status(s.progress);
   // The verdict (on the card) vetoes the sparse updates on the owners and the dense update: a
   // non-finite step changes no parameter; the host reads the verdict kStatusDepth steps later
   // (or at drain) and throws naming this pass and step.
   const uint32_t* veto = &model_->step_status()->first_non_finite;
   tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
-  {
-    const device::ProfileRange range("dense update");
-    optimizer_->count_step();
-    if (graphed) {
-      run_captured(card_, graphs_->update, &graphs_->update_generation,
-                   [&] { optimizer_->step_on_card(params, veto); });
-    } else {
-      optimizer_->step_on_card(params, veto);
-    }
+  const device::ProfileRange range("dense update");
+  optimizer_->count_step();
+  if (graphed) {
+    run_captured(card_, graphs_->update, &graphs_->update_generation,
+                 [&] { optimizer_->step_on_card(model_->parameters(), veto); });
+  } else {
+    optimizer_->step_on_card(model_->parameters(), veto);
   }
-  end_upload();
-  b.ring.commit(stream);
-  last_step_ = card_.counts() - before;
 }
 
 struct CardWorker::RetireStep {
@@ -458,7 +557,8 @@ void CardWorker::eval_step(const dataset::Batch& batch,
   comm_.set_step(-1, -1);  // no training step context
   guarded([&] {
     begin_slot(StepTag{});  // the staging block's slot: nothing to check but the predictions
-    const int64_t size = upload(batch, planned_counts);
+    const int64_t size = upload(batch);
+    pull(planned_counts);
     model_->predict_async(batch_view(batch.num_slots));
     metrics_->add(model_->predictions(), b.labels(), size);
     if (predictions_out != nullptr && size > 0) {
@@ -469,6 +569,7 @@ void CardWorker::eval_step(const dataset::Batch& batch,
       b.slot.tag->predictions_out = predictions_out;
       b.slot.tag->predictions = static_cast<std::size_t>(size);
     }
+    b.ring.copy_on_card(card_.stream(), {});  // nothing into the slot: the counter advances
     end_upload();
     b.ring.commit(card_.stream());
   });

@@ -12,13 +12,16 @@
 //   verdict, stop votes, progress AUC) copied into the step's pinned slot ->
 //   HeterComm::push_pulled (one optimizer step per key) and the dense optimizer step, both
 //   vetoed on the card by a non-finite verdict -> the slot's event.
-// Step graphs (heterps/device/step_graph.hpp): for a batch of the pass's full size, forward/
-// backward, metrics, the all-reduce and the finite check are one graph launch ("dense step")
-// and the dense optimizer another ("dense update"), captured once per batch shape and replayed;
-// a shorter batch's dense half runs eagerly. The sparse half of a planned step (gpubox and
-// Collective mode) is two more, "sparse pull" and "sparse push" (HeterComm::plan_next_step: the
-// pass's fixed sizes, the batch's occurrence count read on the card from the upload block's first
-// word), for every batch (GPUBOX_STEP_GRAPHS=0: every step eagerly).
+// Step graphs (heterps/device/step_graph.hpp): a planned step of a padded pass (the trainer's
+// steps, gpubox and Collective mode, its short last batch too) is ONE graph launch, "train step"
+// (device::ComposedStep): the sparse pull (HeterComm::plan_next_step: the pass's fixed sizes, the
+// batch's occurrence count read on the card from the upload block's first word), the dense step,
+// the status copy, the sparse push and the dense update, captured once per batch shape (and
+// upload buffer, stop vote, progress flag) and replayed. What changes from step to step reaches
+// it through card memory: the ring slots the status and the sparse check land in (a slot counter
+// on the card, device::LateReadback), adam's step count. Otherwise (an unpadded pass) the dense
+// half of a full batch is two graphs ("dense step", "dense update") beside the sparse half's work
+// (GPUBOX_STEP_GRAPHS=0: every step eagerly).
 // The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
 // (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
 // at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress
@@ -138,8 +141,10 @@ class CardWorker {
 
  private:
   // The batch into the next upload buffer on the card's copy stream (the compute stream waits
-  // for the copy's event), then the pull on the compute stream.
-  int64_t upload(const dataset::Batch& batch, const heter_comm::PlannedCounts& planned_counts);
+  // for the copy's event); returns its instances.
+  int64_t upload(const dataset::Batch& batch);
+  // The uploaded batch's pull on the compute stream (inside a whole-step graph: its sparse half).
+  void pull(const heter_comm::PlannedCounts& planned_counts);
   // After the step's last use of its upload buffer: the event the copy stream waits for before
   // it overwrites that buffer two steps later.
   void end_upload();
@@ -151,6 +156,17 @@ class CardWorker {
   void run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
                       bool progress, const heter_comm::PlannedCounts& planned_counts,
                       bool stop_vote);
+  // What a training step's card work depends on (a whole-step graph's key but the buffers).
+  struct TrainStep;
+  // After the upload: the whole step as one graph launch (device::ComposedStep; a planned step
+  // of a padded pass), or its parts (the sparse half's own work and the dense half's two graphs,
+  // or everything eagerly).
+  void run_whole_step(const TrainStep& s, const heter_comm::PlannedCounts& planned_counts);
+  void run_step_parts(const TrainStep& s, const heter_comm::PlannedCounts& planned_counts);
+  // The dense half's card work up to the finite check; the status (and progress AUC) into the
+  // step's ring slot.
+  void enqueue_dense_step(const TrainStep& s);
+  void enqueue_status(bool progress);
   // Takes the step's slot of the status ring (reading the step that used it last) and its
   // staging block.
   void begin_slot(const StepTag& tag);

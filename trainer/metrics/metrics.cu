@@ -195,13 +195,17 @@ void MetricsAccumulator::add(const float* predictions, const float* labels, int6
 
 static_assert(MetricsAccumulator::kProgressDoubles == kAucDoubles, "the progress parts");
 
-void MetricsAccumulator::progress_async(double* host_parts) {
-  const device::Stream& stream = card_->stream();
+const double* MetricsAccumulator::progress_on_card() {
   AucPart* parts = reinterpret_cast<AucPart*>(auc_.data());
-  device::reduce_into(stream, buckets_,
+  device::reduce_into(card_->stream(), buckets_,
                       BucketFromTop{flat_.data(), flat_.data() + buckets_, buckets_},
                       CombineFromTop{}, AucPart{}, parts + 1, parts);
-  device::copy_async(host_parts, auc_.data(), kAucDoubles, stream);
+  return auc_.data();
+}
+
+void MetricsAccumulator::progress_async(double* host_parts) {
+  const double* parts = progress_on_card();
+  device::copy_async(host_parts, parts, kAucDoubles, card_->stream());
 }
 
 double MetricsAccumulator::progress_auc(const double* host_parts) {

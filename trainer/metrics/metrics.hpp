@@ -46,6 +46,9 @@ class MetricsAccumulator {
   static constexpr std::size_t kProgressDoubles = 3;
   void progress_async(double* host_parts);
   static double progress_auc(const double* host_parts);
+  // progress_async's reduction only: enqueued, its kProgressDoubles left in card memory (valid
+  // until the next call), for a caller that copies them itself (a late readback ring's slot).
+  const double* progress_on_card();
   // The same into a pinned word of this accumulator, read by progress_auc() after the caller's
   // next synchronization.
   void progress_async() { progress_async(host_auc_.data()); }

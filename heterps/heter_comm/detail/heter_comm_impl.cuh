@@ -19,6 +19,7 @@
 #include "common/error.hpp"
 #include "heterps/card_table/card_store.cuh"
 #include "heterps/comm/communicator.hpp"
+#include "heterps/device/composed_step.hpp"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
@@ -267,6 +268,11 @@ class HeterComm::Impl {
   HeterCommMemory memory() const;
 
   void reserve_steps(const StepBounds& bounds);
+
+  // Whether a planned pull given its occurrence count on the card runs padded (the pass was
+  // reserved for padded steps): then it and its push_pulled wait for nothing and enqueue only
+  // capturable work.
+  bool pads_planned_steps() const { return padded_.enabled(); }
 
  private:
   // One summed push record per unique key of the planned batch, written in send order.
