@@ -441,6 +441,31 @@ TEST(StepTimes, NearestRankQuantileAgainstHandComputedRanks) {
   EXPECT_TRUE(empty.extra.empty());
 }
 
+// The pass report's per-step figures (append_step_counts, append_eval_step_counts): every
+// counter per card per steady step, graph_captures among them (captures, not replays: 0 once a
+// step's shape and buffers stay).
+TEST(StepCounts, PerCardPerStepGraphCapturesIncluded) {
+  std::vector<device::DeviceCounts> cards(2);
+  cards[0].graph_captures = 3;
+  cards[1].graph_captures = 1;
+  cards[0].graph_launches = cards[1].graph_launches = 8;
+  PassReport report;
+  append_step_counts(cards, 2, &report);
+  const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
+  EXPECT_DOUBLE_EQ(extra.at("graph_captures_per_step"), 1.0);  // 4 over 2 cards x 2 steps
+  EXPECT_DOUBLE_EQ(extra.at("graph_launches_per_step"), 4.0);
+  EXPECT_DOUBLE_EQ(extra.at("steady_steps"), 2.0);
+  std::vector<std::pair<std::string, double>> eval;
+  append_eval_step_counts(cards, 2, &eval);
+  ASSERT_EQ(eval.size(), report.extra.size());
+  for (std::size_t i = 0; i < eval.size(); ++i) {
+    EXPECT_EQ(eval[i].first, "eval_" + report.extra[i].first);
+    EXPECT_EQ(eval[i].second, report.extra[i].second);
+  }
+  append_eval_step_counts(cards, 0, &eval);  // no steady step: nothing
+  EXPECT_EQ(eval.size(), report.extra.size());
+}
+
 // Issue 31, item 1: every size of a step is known before the pass starts. On data whose keys per
 // line vary, no step of any pass allocates or frees card memory or (re)allocates a pinned buffer,
 // its first steps included (before the sizes were planned per pass, the first pass's steps
