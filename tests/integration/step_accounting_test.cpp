@@ -466,6 +466,70 @@ TEST(StepCounts, PerCardPerStepGraphCapturesIncluded) {
   EXPECT_EQ(eval.size(), report.extra.size());
 }
 
+// An evaluation step (CardWorker::eval_step) pulls and predicts only: a "sparse lookup" graph (no
+// owner merge plan, which only a push uses; in Collective mode no collective at all: every card
+// reads its own keys from its own replica) and a "dense predict" graph (the forward, the
+// predictions, the metrics), 2 graph launches and nothing outside them, no wait, no allocation,
+// nothing captured again in its steady steps; it used to be the training step's padded pull
+// graph plus the forward launched eagerly. Less work than a training step in either mode; eagerly
+// (GPUBOX_STEP_GRAPHS=0) the same work as launches, with no collective in Collective mode and the
+// keys' and records' all-to-alls in gpubox mode. The training passes before it report their
+// captures: in the second pass's steady steps, only the steady-flag keys' dense step graphs
+// (one per upload buffer: the pass boundary moved the card's memory since the first pass).
+class EvalSteps : public StepAccounting {};
+
+// Nodes of an evaluation step, [Collective mode][more than 1 card]: "sparse lookup" (the local
+// dedup and owner plan: 4; the keys into their blocks, the miss counter's reset, the lookups, the
+// check, the records' fill and scatter: 10; gpubox mode: the keys' and the records' all-to-alls
+// besides: 12) and "dense predict" (the forward, the sigmoid, the metrics: the 9 launches the
+// evaluation step ran outside graphs before; 10 at gpubox_bench's batch 512, where the training
+// step's dense half has 2 more too). Before, the step was the training step's "sparse pull" graph
+// (14 nodes on 1 card, 15 on more in Collective mode, with its all-gather; 15 and 16 in gpubox
+// mode) and those launches.
+constexpr double kEvalNodes[2][2] = {{21, 21}, {19, 19}};
+
+TEST_P(EvalSteps, AnEvaluationStepIsALookupAndAPredictionInTwoGraphs) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  for (const bool collective : {false, true}) {
+    SCOPED_TRACE(collective ? "Collective mode" : "gpubox mode");
+    const std::vector<std::string> extra = {
+        std::string("runner.use_fleet=") + (collective ? "true" : "false"),
+        "runner.infer_batch_size=100"};
+    Counts eval;
+    const Counts train = both_passes(cards, extra, "", &eval).second;
+    ASSERT_TRUE(eval.count("eval_steady_steps")) << "the evaluation has no step counts";
+    EXPECT_EQ(eval.at("eval_steady_steps"), train.at("steady_steps"));
+    for (const char* key :
+         {"eval_host_syncs_per_step", "eval_allocations_per_step", "eval_pageable_copies_per_step",
+          "eval_launches_per_step", "eval_collectives_per_step", "eval_card_copies_per_step",
+          "eval_graph_captures_per_step"}) {
+      EXPECT_EQ(eval.at(key), 0.0) << key;
+    }
+    EXPECT_EQ(eval.at("eval_graph_launches_per_step"), 2.0);
+    EXPECT_EQ(eval.at("eval_graph_nodes_per_step"), kEvalNodes[collective][cards > 1]);
+    EXPECT_LT(eval.at("eval_graph_nodes_per_step"), train.at("graph_nodes_per_step") / 2);
+    EXPECT_NEAR(train.at("graph_captures_per_step") * train.at("steady_steps"), 2.0, 1e-9);
+    Counts eager_eval;
+    Counts eager;
+    {
+      ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
+      eager = both_passes(cards, extra, "", &eager_eval).second;
+    }
+    EXPECT_EQ(eager.at("graph_captures_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_graph_launches_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_graph_captures_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_host_syncs_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_collectives_per_step"), collective ? 0.0 : 2.0);
+    EXPECT_EQ(eager_eval.at("eval_launches_per_step") + eager_eval.at("eval_collectives_per_step") +
+                  eager_eval.at("eval_card_copies_per_step"),
+              eval.at("eval_graph_nodes_per_step"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, EvalSteps, ::testing::Values(1, 2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
+
 // Issue 31, item 1: every size of a step is known before the pass starts. On data whose keys per
 // line vary, no step of any pass allocates or frees card memory or (re)allocates a pinned buffer,
 // its first steps included (before the sizes were planned per pass, the first pass's steps
