@@ -184,6 +184,14 @@ void CardTier::pull(int card, const uint64_t* keys, std::size_t n, float* out_pu
   comms_.at(card)->pull(keys, n, out_pull, stream);
 }
 
+void CardTier::pull_only(int card, const uint64_t* keys, std::size_t n, float* out_pull,
+                         const device::Stream& stream, const heter_comm::PlannedCounts& planned,
+                         const uint64_t* n_on_card) {
+  const device::ProfileRange range("pull only");
+  if (planned.counts != nullptr) comms_.at(card)->plan_next_step(planned, n_on_card);
+  comms_.at(card)->pull_only(keys, n, out_pull, stream);
+}
+
 void CardTier::reserve_steps(int card, const heter_comm::StepBounds& bounds) {
   comms_.at(card)->reserve_steps(bounds);
 }

@@ -146,6 +146,12 @@ class CardTier {
   // Whether card `card`'s planned pulls given n_on_card run padded this pass
   // (HeterComm::pads_planned_steps): capturable with the caller's work as one step graph.
   bool pads_planned_steps(int card) const;
+  // pull() for a step that pushes nothing (an evaluation's): HeterComm::pull_only (the same
+  // records; padded, only the lookup, as one step graph with no owner merge plan, and no
+  // collective in the replicated placement). push_pulled after it is refused.
+  void pull_only(int card, const uint64_t* keys, std::size_t n, float* out_pull,
+                 const device::Stream& stream, const heter_comm::PlannedCounts& planned = {},
+                 const uint64_t* n_on_card = nullptr);
   // Sizes card `card`'s step buffers for steps up to `bounds` (HeterComm::reserve_steps): on its
   // card thread, before a pass's first step.
   void reserve_steps(int card, const heter_comm::StepBounds& bounds);

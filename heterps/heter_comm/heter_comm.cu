@@ -202,7 +202,8 @@ void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size
 void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto,
                                   const device::Stream& stream) {
   GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
-                 " without a pull before it (or after a push, which replaced the pulled keys)");
+                 " without a pull before it (or after a push, which replaced the pulled keys, or a "
+                 "pull_only, which planned no push)");
   if (padded_pulled_) {
     push_padded(grads, veto, stream);
     return;
@@ -353,6 +354,10 @@ HeterComm& HeterComm::operator=(HeterComm&&) noexcept = default;
 void HeterComm::pull(const uint64_t* keys, std::size_t n, float* out_pull,
                      const device::Stream& stream, const int32_t* slots) {
   impl_->pull(keys, slots, n, out_pull, stream);
+}
+void HeterComm::pull_only(const uint64_t* keys, std::size_t n, float* out_pull,
+                          const device::Stream& stream) {
+  impl_->pull_only(keys, n, out_pull, stream);
 }
 void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
                      const device::Stream& stream, const int32_t* slots) {

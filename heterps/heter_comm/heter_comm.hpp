@@ -98,6 +98,17 @@ class HeterComm {
   void pull(const uint64_t* keys, std::size_t n, float* out_pull, const device::Stream& stream,
             const int32_t* slots = nullptr);
 
+  // pull() for a step that pushes nothing (an evaluation's, an inference's): the same records,
+  // bit for bit, and the same late check (a key missing on its owner, the card's counts against
+  // the plan). A planned step at the pass's fixed sizes (plan_next_step with n_on_card) then does
+  // only what its records need, as one step graph ("sparse lookup"; heter_comm_padded.cu): no
+  // owner merge plan (only a push uses it); replicated placement, no collective at all (every card
+  // reads its own keys from its own replica), sharded, the keys' and the records' all-to-alls.
+  // Any other pull_only is pull(). push_pulled after it is refused. Every card calls it in the
+  // same step, as pull (the sharded exchanges; the same order of steps on every card).
+  void pull_only(const uint64_t* keys, std::size_t n, float* out_pull,
+                 const device::Stream& stream);
+
   // grads[i * push_dim() ...] = the push record of occurrence i (show, click, embed_g,
   // embedx_g[mf_dim]). Applies one optimizer step per distinct key over all cards. Collective;
   // synchronizes `stream`. With MissingKeyPolicy::kFail, a missing key fails the step on its

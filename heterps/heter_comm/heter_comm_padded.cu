@@ -21,6 +21,11 @@
 // its pull records come from its own block's rows, so none travel back (1 collective on pull,
 // 1 on push).
 //
+// Lookup (HeterComm::pull_only: an evaluation's step, which pushes nothing): the pull without the
+// owner merge plan, as a third graph, "sparse lookup". Sharded, the same exchanges; replicated,
+// none: a card looks its own block up in its own replica (the block it would have received from
+// itself), so the step runs no collective. The records are the pull's, bit for bit.
+//
 // Sums follow the unpadded path's order exactly (the live keys keep their relative order in
 // every sort, and segments are summed by the same rule), so a padded step's rows and records
 // are bit-identical to an unpadded planned step's. What the host does per step (stats and the
@@ -102,14 +107,16 @@ struct FindBlockKeys {
 };
 
 // The padded step's check words (see kCheckHead): the live misses, the first missing live slot
-// and its key, the live merged keys, the card's own count row.
+// (as a received position: slot_base + its slot) and its key, the live merged keys (0 without a
+// merge plan: a lookup), the card's own count row.
 struct WriteBlockCheck {
   const unsigned long long* misses;
   const row_index_t* rows;
   const uint64_t* keys;
   detail::LiveSlots live;
   std::size_t slots;
-  const position_t* merged;
+  const position_t* merged;     // null: no merge plan (a lookup pushes nothing)
+  std::size_t slot_base;        // the received position of slot 0
   const position_t* own_begin;  // row_size + 1 entries
   std::size_t row_size;
   uint64_t* words;
@@ -121,12 +128,12 @@ struct WriteBlockCheck {
     if (missing > 0) {  // the error path: one thread finds the first
       for (std::size_t q = 0; q < slots; ++q) {
         if (!live(q) || rows[q] != card_table::kInvalidRow) continue;
-        words[1] = q;
+        words[1] = slot_base + q;
         words[2] = keys[q];
         break;
       }
     }
-    words[3] = *merged;
+    words[3] = merged != nullptr ? *merged : 0;
     for (std::size_t c = 0; c < row_size; ++c) {
       words[kCheckHead + c] = own_begin[c + 1] - own_begin[c];
     }
@@ -150,6 +157,25 @@ struct ScatterBlockRecords {
     out[item] = slot < slots ? records[slot * dim + f] : 0.0f;
   }
 };
+
+// The graph of `cache` (most recently used first, at most kPullGraphs) captured for `key`, moved
+// to the front; made (empty, named `name`) when none is.
+template <class Key>
+PaddedSteps::Cached<Key>& cached_graph(
+    std::vector<std::unique_ptr<PaddedSteps::Cached<Key>>>& cache, const Key& key,
+    const char* name) {
+  std::size_t at = 0;
+  while (at < cache.size() && !(cache[at]->key == key)) ++at;
+  if (at == cache.size()) {
+    cache.insert(cache.begin(), std::make_unique<PaddedSteps::Cached<Key>>(name));
+    cache.front()->key = key;
+    if (cache.size() > PaddedSteps::kPullGraphs) cache.pop_back();
+  } else {
+    std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(at),
+                cache.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  return *cache.front();
+}
 
 }  // namespace
 
@@ -360,7 +386,7 @@ void HeterComm::Impl::enqueue_padded_pull(const uint64_t* keys, const uint64_t* 
   device::parallel_for(
       stream, 1,
       WriteBlockCheck{p.misses.data(), p.rows.data(), p.keys.data(), live, slots, merged_on_card_,
-                      local_.owner_begin(), partitions, check_words_.data()});
+                      0, local_.owner_begin(), partitions, check_words_.data()});
   if (replicated_) {
     // This card's own block of slots holds its batch's unique keys: their records come from its
     // replica, nothing travels back (dead slots read zeros; unique_slot past the block: zeros).
@@ -429,6 +455,104 @@ void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* ve
       stream, slots,
       ApplyUpdates{store_->ref(), p.merged_rows.data(), owner_merge_.unique_keys(),
                    p.merged_records.data(), config_, veto, slots, merged_on_card_});
+}
+
+void HeterComm::Impl::pull_only(const uint64_t* keys, std::size_t n, float* out_pull,
+                                const device::Stream& stream) {
+  if (pull_is_padded(n)) {
+    lookup_padded(keys, n, out_pull, stream);
+    return;
+  }
+  pull(keys, nullptr, n, out_pull, stream);
+  pulled_ = false;  // nothing of it is pushed (pull_only's contract)
+}
+
+void HeterComm::Impl::lookup_padded(const uint64_t* keys, std::size_t n, float* out_pull,
+                                    const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  const uint64_t* n_on_card = std::exchange(planned_n_, nullptr);
+  const uint64_t* planned = std::exchange(planned_, nullptr);
+  pulled_ = false;  // push_pulled is refused: no merge plan was made
+  padded_pulled_ = false;
+  last_check_ = nullptr;
+  step_planned_ = true;
+  begin_step();
+  const std::size_t me = static_cast<std::size_t>(comm_->rank());
+  const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
+  const auto [unique, received] = padded_counts(planned);
+  last_.pull_calls = 1;
+  last_.keys_in = n;
+  last_.unique_keys_sent = unique;
+  // Replicated: the card looks up its own keys only, and nothing travels.
+  last_.owner_lookups = replicated_ ? unique : received;
+  if (!replicated_) {
+    count_bytes(p.key_counts.data(), sizeof(uint64_t));
+    count_bytes(p.record_counts.data(), sizeof(float));
+  }
+  padded_n_ = n;
+  guarded([&] {
+    const auto slot = checks_.begin(RetireCheck{this});  // may retire a check 4 steps old
+    run_graph(
+        cached_graph(p.lookups, PaddedSteps::PullKey{keys, n_on_card, out_pull}, "sparse lookup"),
+        stream, [&] { enqueue_padded_lookup(keys, n_on_card, out_pull, stream); });
+    // Into the slot the card's counter names, as the training pull's check.
+    checks_.copy_on_card(stream, {{check_words_.data(), 0, check_words_.bytes()}});
+    StepCheck& tag = *slot.tag;
+    tag.pass = comm_->pass();
+    tag.step = comm_->step();
+    tag.planned_row.assign(host_counts_.data() + me * row_size,
+                           host_counts_.data() + (me + 1) * row_size);
+    tag.recv_offsets.clear();
+    tag.pushed = false;
+    tag.merge_late = false;
+    tag.block = p.block;
+    checks_.commit(stream);
+  });
+  finish_step();
+}
+
+void HeterComm::Impl::enqueue_padded_lookup(const uint64_t* keys, const uint64_t* n_on_card,
+                                            float* out_pull, const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  const auto dim = static_cast<int32_t>(layout_.pull_dim());
+  const auto partitions = static_cast<uint32_t>(local_.partitions());
+  // As enqueue_padded_pull: the local dedup and owner plan, each live unique key into its block.
+  local_.run_padded(keys, p.occurrences, detail::LiveSlots{n_on_card, p.occurrences, 1}, stream);
+  device::parallel_for(
+      stream, std::max<std::size_t>(p.occurrences, partitions),
+      SendBlockKeys{local_.unique_keys(), local_.owner_begin(), partitions, p.block, p.occurrences,
+                    p.send_keys.data(), p.unique_slot.data()});
+  // Replicated: the card's own block ([count, keys...], what the all_gather would deliver at its
+  // rank) is all it looks up; its slots sit at rank * block of a training step's received ones
+  // (a missing key's error names the requesting card by that). Sharded: the owners' lookups.
+  const std::size_t slots = replicated_ ? p.block : p.slots(total_cards_);
+  const uint64_t* blocks = replicated_ ? p.send_keys.data() : p.recv_keys.data();
+  const std::size_t slot_base = replicated_ ? static_cast<std::size_t>(comm_->rank()) * p.block : 0;
+  if (!replicated_) {
+    comm_->all_to_all_v(p.send_keys.data(), p.key_counts.data(), p.recv_keys.data(),
+                        p.key_counts.data(), stream);
+  }
+  device::memset_bytes_async(p.misses.data(), 0, sizeof(unsigned long long), stream);
+  device::parallel_for(
+      stream, slots,
+      FindBlockKeys{store_->ref(), blocks, p.block, p.keys.data(), p.rows.data(), p.misses.data()});
+  device::parallel_for(stream, 1,
+                       WriteBlockCheck{p.misses.data(), p.rows.data(), p.keys.data(),
+                                       detail::LiveSlots{blocks, p.block, p.block + 1}, slots,
+                                       /*merged=*/nullptr, slot_base, local_.owner_begin(),
+                                       partitions, check_words_.data()});
+  device::parallel_for(
+      stream, slots * static_cast<std::size_t>(dim),
+      FillPullRecords{store_->ref(), p.rows.data(), slots, p.recv_records.data(), dim});
+  const float* records = p.recv_records.data();
+  if (!replicated_) {  // back along the keys' route
+    comm_->all_to_all_v(p.recv_records.data(), p.record_counts.data(), p.send_records.data(),
+                        p.record_counts.data(), stream);
+    records = p.send_records.data();
+  }
+  device::parallel_for(stream, p.occurrences * static_cast<std::size_t>(dim),
+                       ScatterBlockRecords{records, local_.occurrence_unique(),
+                                           p.unique_slot.data(), n_on_card, slots, out_pull, dim});
 }
 
 }  // namespace gpubox::heter_comm

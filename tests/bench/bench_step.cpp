@@ -16,7 +16,9 @@
 // and the first pass's totals over every step (first_pass_step_*: allocations, frees, pinned
 // allocations and frees; first_between_steps_allocations: the next pass's card work); and the
 // second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
-// and the cards' memory high-water mark (card_memory_peak_mb).
+// and the cards' memory high-water mark (card_memory_peak_mb); then an evaluation over the same
+// data (batch B): its per card per step counts past its 2 warm-up steps (eval_*_per_step:
+// CardWorker::eval_step).
 // Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape; with
 // --keys_per_slot, MIN to MAX keys in each slot of a line) into a temporary folder, or the
 // slot-format files of --data. --collective: Collective mode (runner.use_fleet, the whole table on
@@ -83,7 +85,7 @@ int run_step(const BenchArgs& args) {
   auto parsed = trainer::parse_trainer_config(
       "runner: {}\n", ".",
       {"runner.train_data_dir=" + data, "runner.train_batch_size=" + std::to_string(batch),
-       "runner.shuffle=false",
+       "runner.infer_batch_size=" + std::to_string(batch), "runner.shuffle=false",
        "runner.metrics_path=", std::string("runner.use_fleet=") + (collective ? "true" : "false")});
   throw_if_error(parsed.status());
   const trainer::TrainerConfig config = std::move(parsed).value();
@@ -96,6 +98,10 @@ int run_step(const BenchArgs& args) {
   const trainer::PassReport report = trainer.train_pass(files);
   const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
   const std::map<std::string, double> first_extra(first.extra.begin(), first.extra.end());
+  const trainer::EvalResult evaluated = trainer.evaluate(files, /*keep_predictions=*/false);
+  const std::map<std::string, double> eval_extra(evaluated.extra.begin(), evaluated.extra.end());
+  GPUBOX_EXPECTS(eval_extra.count("eval_steady_steps") > 0,
+                 "the evaluation had no steps past its warm-up (--steps ", steps, ")");
   GPUBOX_EXPECTS(extra.count("steady_steps") > 0, "the pass had no steady steps (--steps ", steps,
                  " with ", report.metrics.examples, " examples)");
   const double train_seconds = extra.at("train_seconds");
@@ -119,7 +125,14 @@ int run_step(const BenchArgs& args) {
                                   "launches_outside_graph_per_step",
                                   "collectives_per_step",
                                   "graph_launches_per_step",
-                                  "graph_nodes_per_step"};
+                                  "graph_nodes_per_step",
+                                  "graph_captures_per_step"};
+  // An evaluation over the same data after the two passes (runner.infer_batch_size = B): per card
+  // per step past its warm-up, what an evaluation step costs (CardWorker::eval_step).
+  static const char* kEvalCounts[] = {"eval_host_syncs_per_step",     "eval_allocations_per_step",
+                                      "eval_launches_per_step",       "eval_collectives_per_step",
+                                      "eval_graph_launches_per_step", "eval_graph_nodes_per_step",
+                                      "eval_graph_captures_per_step"};
   // Totals over every step of the first pass (all cards, its first steps included): what sizing
   // the step buffers before the pass leaves to the steps themselves.
   static const char* kFirstPass[] = {"pass_step_allocations", "pass_step_frees",
@@ -142,6 +155,7 @@ int run_step(const BenchArgs& args) {
       std::printf(", \"first_%s\": %.0f", name, first_extra.at(name));
     }
     for (const char* name : kTimes) std::printf(", \"%s\": %.3f", name, extra.at(name));
+    for (const char* name : kEvalCounts) std::printf(", \"%s\": %.3f", name, eval_extra.at(name));
     std::printf(", \"train_seconds\": %.4f, \"examples_per_sec\": %.1f}\n", train_seconds,
                 examples_per_sec);
   } else {
@@ -155,6 +169,8 @@ int run_step(const BenchArgs& args) {
     for (const char* name : kFirstPass) std::printf(" %s %.0f,", name, first_extra.at(name));
     std::printf("\n  second pass:");
     for (const char* name : kTimes) std::printf(" %s %.3f,", name, extra.at(name));
+    std::printf("\n  evaluation, per card per step:");
+    for (const char* name : kEvalCounts) std::printf(" %s %.3f,", name, eval_extra.at(name));
     std::printf("\n  examples/s (all cards, training phase of pass 2): %.1f\n", examples_per_sec);
   }
   return 0;

@@ -443,6 +443,100 @@ TEST(StepTimes, NearestRankQuantileAgainstHandComputedRanks) {
   EXPECT_TRUE(empty.extra.empty());
 }
 
+// The pass report's per-step figures (append_step_counts, append_eval_step_counts): every
+// counter per card per steady step, graph_captures among them (captures, not replays: 0 once a
+// step's shape and buffers stay).
+TEST(StepCounts, PerCardPerStepGraphCapturesIncluded) {
+  std::vector<device::DeviceCounts> cards(2);
+  cards[0].graph_captures = 3;
+  cards[1].graph_captures = 1;
+  cards[0].graph_launches = cards[1].graph_launches = 8;
+  PassReport report;
+  append_step_counts(cards, 2, &report);
+  const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
+  EXPECT_DOUBLE_EQ(extra.at("graph_captures_per_step"), 1.0);  // 4 over 2 cards x 2 steps
+  EXPECT_DOUBLE_EQ(extra.at("graph_launches_per_step"), 4.0);
+  EXPECT_DOUBLE_EQ(extra.at("steady_steps"), 2.0);
+  std::vector<std::pair<std::string, double>> eval;
+  append_eval_step_counts(cards, 2, &eval);
+  ASSERT_EQ(eval.size(), report.extra.size());
+  for (std::size_t i = 0; i < eval.size(); ++i) {
+    EXPECT_EQ(eval[i].first, "eval_" + report.extra[i].first);
+    EXPECT_EQ(eval[i].second, report.extra[i].second);
+  }
+  append_eval_step_counts(cards, 0, &eval);  // no steady step: nothing
+  EXPECT_EQ(eval.size(), report.extra.size());
+}
+
+// An evaluation step (CardWorker::eval_step) pulls and predicts only: a "sparse lookup" graph (no
+// owner merge plan, which only a push uses; in Collective mode no collective at all: every card
+// reads its own keys from its own replica) and a "dense predict" graph (the forward, the
+// predictions, the metrics), 2 graph launches and 2 kernels outside them (the lookup's check and
+// the step's status, each into the pinned ring slot the card's counter picks: inside a training
+// step's composed graph they are nodes of it), no wait, no allocation,
+// nothing captured again in its steady steps; it used to be the training step's padded pull
+// graph plus the forward launched eagerly. Less work than a training step in either mode; eagerly
+// (GPUBOX_STEP_GRAPHS=0) the same work as launches, with no collective in Collective mode and the
+// keys' and records' all-to-alls in gpubox mode. The training passes before it report their
+// captures: in the second pass's steady steps, only the "train step" graph's variants (steady
+// flag, progress flag, upload buffer: at most 8 a card; the pass boundary moved the card's
+// memory since the first pass; card_worker_graphs_test pins each trigger).
+class EvalSteps : public StepAccounting {};
+
+// Nodes of an evaluation step, [Collective mode][more than 1 card]: "sparse lookup" (the local
+// dedup and owner plan: 4; the keys into their blocks, the miss counter's reset, the lookups, the
+// check, the records' fill and scatter: 10; gpubox mode: the keys' and the records' all-to-alls
+// besides: 12) and "dense predict" (the forward, the sigmoid, the metrics: the 9 launches the
+// evaluation step ran outside graphs before; 10 at gpubox_bench's batch 512, where the training
+// step's dense half has 2 more too). Before, the step was the training step's "sparse pull" graph
+// (14 nodes on 1 card, 15 on more in Collective mode, with its all-gather; 15 and 16 in gpubox
+// mode) and those launches.
+constexpr double kEvalNodes[2][2] = {{21, 21}, {19, 19}};
+
+TEST_P(EvalSteps, AnEvaluationStepIsALookupAndAPredictionInTwoGraphs) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  for (const bool collective : {false, true}) {
+    SCOPED_TRACE(collective ? "Collective mode" : "gpubox mode");
+    const std::vector<std::string> extra = {
+        std::string("runner.use_fleet=") + (collective ? "true" : "false"),
+        "runner.infer_batch_size=100"};
+    Counts eval;
+    const Counts train = both_passes(cards, extra, "", &eval).second;
+    ASSERT_TRUE(eval.count("eval_steady_steps")) << "the evaluation has no step counts";
+    EXPECT_EQ(eval.at("eval_steady_steps"), train.at("steady_steps"));
+    for (const char* key : {"eval_host_syncs_per_step", "eval_allocations_per_step",
+                            "eval_pageable_copies_per_step", "eval_collectives_per_step",
+                            "eval_card_copies_per_step", "eval_graph_captures_per_step"}) {
+      EXPECT_EQ(eval.at(key), 0.0) << key;
+    }
+    EXPECT_EQ(eval.at("eval_launches_per_step"), 2.0);
+    EXPECT_EQ(eval.at("eval_graph_launches_per_step"), 2.0);
+    EXPECT_EQ(eval.at("eval_graph_nodes_per_step"), kEvalNodes[collective][cards > 1]);
+    EXPECT_LT(eval.at("eval_graph_nodes_per_step"), train.at("graph_nodes_per_step") / 2);
+    const double captures = train.at("graph_captures_per_step") * train.at("steady_steps");
+    EXPECT_GT(captures, 0.5);  // the pass boundary moved the card's memory
+    EXPECT_LE(captures, 8.0 + 1e-9);
+    Counts eager_eval;
+    Counts eager;
+    {
+      ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
+      eager = both_passes(cards, extra, "", &eager_eval).second;
+    }
+    EXPECT_EQ(eager.at("graph_captures_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_graph_launches_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_graph_captures_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_host_syncs_per_step"), 0.0);
+    EXPECT_EQ(eager_eval.at("eval_collectives_per_step"), collective ? 0.0 : 2.0);
+    EXPECT_EQ(eager_eval.at("eval_launches_per_step") + eager_eval.at("eval_collectives_per_step") +
+                  eager_eval.at("eval_card_copies_per_step"),
+              eval.at("eval_graph_nodes_per_step") + eval.at("eval_launches_per_step"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cards, EvalSteps, ::testing::Values(1, 2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
+
 // Issue 31, item 1: every size of a step is known before the pass starts. On data whose keys per
 // line vary, no step of any pass allocates or frees card memory or (re)allocates a pinned buffer,
 // its first steps included (before the sizes were planned per pass, the first pass's steps

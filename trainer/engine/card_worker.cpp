@@ -86,6 +86,15 @@ struct CardWorker::Graphs {
   std::vector<std::unique_ptr<Cached>> steps;  // most recently used first
   device::StepGraph update{"dense update"};
   uint64_t update_generation = 0;
+  // An evaluation step's dense half ("dense predict": the forward, the predictions, the metrics)
+  // for a batch of the pass's full size, per upload buffer (Buffers::uploaded): a capture bakes
+  // the batch size and the buffers in.
+  struct Predict {
+    device::StepGraph graph{"dense predict"};
+    int64_t batch = 0;
+    uint64_t generation = 0;
+  };
+  std::array<Predict, 2> predicts;
 
   // The graph for `key`, made (empty) when new; keeps the last kStepGraphsKept keys.
   Cached& step_graph(const StepKey& key) {
@@ -345,8 +354,13 @@ int64_t CardWorker::upload(const dataset::Batch& batch) {
   return size;
 }
 
-void CardWorker::pull(const heter_comm::PlannedCounts& planned_counts) {
+void CardWorker::pull(const heter_comm::PlannedCounts& planned_counts, bool pull_only) {
   Buffers& b = *buffers_;
+  if (pull_only) {
+    tier_.pull_only(card_.local_index(), b.keys(), b.occurrences_count, b.pull.data(),
+                    card_.stream(), planned_counts, b.occurrences());
+    return;
+  }
   tier_.pull(card_.local_index(), b.keys(), b.occurrences_count, b.pull.data(), card_.stream(),
              planned_counts, b.occurrences());
 }
@@ -557,10 +571,25 @@ void CardWorker::eval_step(const dataset::Batch& batch,
   comm_.set_step(-1, -1);  // no training step context
   guarded([&] {
     begin_slot(StepTag{});  // the staging block's slot: nothing to check but the predictions
+    // The sparse half pulls only: nothing is pushed, so no merge plan (and, replicated, no
+    // collective at all: CardTier::pull_only).
     const int64_t size = upload(batch);
-    pull(planned_counts);
-    model_->predict_async(batch_view(batch.num_slots));
-    metrics_->add(model_->predictions(), b.labels(), size);
+    pull(planned_counts, /*pull_only=*/true);
+    const DenseBatchView view = batch_view(batch.num_slots);
+    const auto predict = [&] {
+      model_->predict_async(view);
+      metrics_->add(model_->predictions(), b.labels(), size);
+    };
+    if (graphs_->enabled && size > 0 && size == graphs_->full_batch) {
+      Graphs::Predict& graph = graphs_->predicts[b.at];
+      if (graph.batch != size) {
+        graph.graph.reset();  // another pass's batch size: captured again
+        graph.batch = size;
+      }
+      run_captured(card_, graph.graph, &graph.generation, predict);
+    } else {
+      predict();
+    }
     if (predictions_out != nullptr && size > 0) {
       float* pinned = b.predictions[b.slot.index].data();
       device::copy_async(pinned, model_->predictions(), static_cast<std::size_t>(size),

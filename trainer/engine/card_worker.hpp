@@ -21,7 +21,9 @@
 // it through card memory: the ring slots the status and the sparse check land in (a slot counter
 // on the card, device::LateReadback), adam's step count. Otherwise (an unpadded pass) the dense
 // half of a full batch is two graphs ("dense step", "dense update") beside the sparse half's work
-// (GPUBOX_STEP_GRAPHS=0: every step eagerly).
+// (GPUBOX_STEP_GRAPHS=0: every step eagerly). An evaluation step is the pull and the forward
+// only: "sparse lookup" (no push follows: no owner merge plan, and in Collective mode no
+// collective) and, for a full batch, "dense predict".
 // The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
 // (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
 // at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress
@@ -123,9 +125,12 @@ class CardWorker {
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
   // Pull and predict only; adds to the metrics. Collective (the pull is). No wait (planned
-  // counts); drain() after the last one. `predictions_out` (optional, batch.size() floats): the
-  // step's predictions are copied into its pinned slot and written there when the slot is read,
-  // kStatusDepth steps later or at drain(), without a wait; it must stay valid until then.
+  // counts); drain() after the last one. A planned batch of the pass's full size is two step
+  // graph launches: "sparse lookup" (CardTier::pull_only: no push follows, so no owner merge plan,
+  // and in Collective mode no collective) and "dense predict" (forward, predictions, metrics).
+  // `predictions_out` (optional, batch.size() floats): the step's predictions are copied into its
+  // pinned slot and written there when the slot is read, kStatusDepth steps later or at drain(),
+  // without a wait; it must stay valid until then.
   void eval_step(const dataset::Batch& batch, const heter_comm::PlannedCounts& planned_counts = {},
                  float* predictions_out = nullptr);
   // Predictions of the last step (host copy, synchronizes), one per instance.
@@ -143,8 +148,9 @@ class CardWorker {
   // The batch into the next upload buffer on the card's copy stream (the compute stream waits
   // for the copy's event); returns its instances.
   int64_t upload(const dataset::Batch& batch);
-  // The uploaded batch's pull on the compute stream (inside a whole-step graph: its sparse half).
-  void pull(const heter_comm::PlannedCounts& planned_counts);
+  // The uploaded batch's pull on the compute stream (inside a whole-step graph: its sparse half;
+  // `pull_only`: an evaluation's, CardTier::pull_only).
+  void pull(const heter_comm::PlannedCounts& planned_counts, bool pull_only = false);
   // After the step's last use of its upload buffer: the event the copy stream waits for before
   // it overwrites that buffer two steps later.
   void end_upload();

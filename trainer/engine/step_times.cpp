@@ -63,6 +63,16 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("card_copies_per_step", total.card_copies * per_step);
   extra.emplace_back("graph_launches_per_step", total.graph_launches * per_step);
   extra.emplace_back("graph_nodes_per_step", total.graph_nodes * per_step);
+  // Captures, not replays: a steady step replays, so a capture there means something a graph
+  // bakes in (a batch shape, a buffer, a host scalar) changed (heterps/device/step_graph.hpp).
+  extra.emplace_back("graph_captures_per_step", total.graph_captures * per_step);
+}
+
+void append_eval_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
+                             std::vector<std::pair<std::string, double>>* extra) {
+  PassReport counts;
+  append_step_counts(per_card, steps, &counts);
+  for (auto& [name, value] : counts.extra) extra->emplace_back("eval_" + name, value);
 }
 
 }  // namespace gpubox::trainer

@@ -461,6 +461,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
     result.labels.assign(ds->size(), 0.0f);
   }
   std::vector<device::DeviceCounts> eval_counts(static_cast<std::size_t>(cards));
+  std::vector<device::DeviceCounts> steady_counts(static_cast<std::size_t>(cards));
+  std::size_t eval_steps = 0;  // of every card (agreed)
   s.cards.run_on_cards(
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
@@ -468,8 +470,10 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
         const StepPlan plan = agree_step_plan(ds->size(), infer_batch, cards, card,
                                               s.group->at(card.local_index()), &sizes);
         reserve_steps(worker, plan, infer_batch, config_.dataset);
+        if (card.local_index() == 0) eval_steps = plan.steps();
         dataset::Batch batch;
         device::DeviceCounts& counts = eval_counts[static_cast<std::size_t>(card.local_index())];
+        device::DeviceCounts& steady = steady_counts[static_cast<std::size_t>(card.local_index())];
         AbandonUnlessDone abandon{worker};  // the slots' predictions point into `result`
         for (std::size_t b = 0; b < plan.steps(); ++b) {
           // What the whole step asks of the card, the predictions' way back included.
@@ -488,6 +492,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
           }
           worker.eval_step(batch, plan.counts_of(b), predictions_out);
           counts += card.counts() - before;
+          if (b >= kWarmupSteps) steady += card.counts() - before;
         }
         worker.drain();  // the steps' sparse checks, before the evaluation's metrics
         abandon.done = true;
@@ -505,6 +510,9 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
                   {"eval_step_pinned_allocations",
                    static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
                   {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)}};
+  // Per card per step past the warm-up (eval_graph_launches_per_step, ...), as a pass reports.
+  append_eval_step_counts(steady_counts, eval_steps > kWarmupSteps ? eval_steps - kWarmupSteps : 0,
+                          &result.extra);
   return result;
 }
 

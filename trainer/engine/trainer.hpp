@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "heterps/device/counters.hpp"
@@ -170,9 +171,14 @@ class Trainer final : public Schedule {
 // allocations_per_step, frees_per_step, pinned_allocations_per_step, pageable_copies_per_step,
 // pinned_copies_per_step, launches_per_step (= launches_outside_graph_per_step),
 // collectives_per_step, card_copies_per_step (all outside step graphs), graph_launches_per_step,
-// graph_nodes_per_step. Nothing when steps == 0.
+// graph_nodes_per_step, graph_captures_per_step (step graphs captured, not replayed: 0 once a
+// step's shape and buffers stay). Nothing when steps == 0.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report);
+// The same figures of an evaluation's `steps` steps past its warm-up (EvalResult::extra), each
+// name prefixed "eval_" (eval_steady_steps, eval_launches_per_step, eval_graph_nodes_per_step...).
+void append_eval_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
+                             std::vector<std::pair<std::string, double>>* extra);
 
 }  // namespace trainer
 }  // namespace gpubox

@@ -30,7 +30,8 @@ struct EvalResult {
   std::vector<float> labels;       // in file order, when predictions were asked for
   std::vector<float> predictions;  // in file order, when predictions were asked for
   // What a schedule adds (gpubox: eval_step_allocations, eval_step_frees,
-  // eval_step_pinned_allocations: totals over every card's every step).
+  // eval_step_pinned_allocations: totals over every card's every step; eval_*_per_step: per card
+  // per step past the warm-up, as a pass reports its steps).
   std::vector<std::pair<std::string, double>> extra;
 };
 

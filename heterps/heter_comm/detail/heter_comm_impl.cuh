@@ -191,6 +191,8 @@ struct PaddedSteps {
   device::device_buffer<position_t> unique_slot;  // sender: unique key u's slot or discard row
   device::device_buffer<unsigned long long> misses;
   std::vector<std::unique_ptr<Cached<PullKey>>> pulls;  // most recently used first
+  // HeterComm::pull_only's ("sparse lookup"), kept as `pulls` are.
+  std::vector<std::unique_ptr<Cached<PullKey>>> lookups;
   std::unique_ptr<Cached<PushKey>> push;
 };
 
@@ -235,6 +237,11 @@ class HeterComm::Impl {
             const device::Stream& stream);
 
   void push_pulled(const float* grads, const uint32_t* veto, const device::Stream& stream);
+
+  // HeterComm::pull_only: a padded pull runs lookup_padded, any other is pull() (after which
+  // push_pulled is refused).
+  void pull_only(const uint64_t* keys, std::size_t n, float* out_pull,
+                 const device::Stream& stream);
 
   // Retires every pending check of a planned step (waits for the card only where one's copy has
   // not completed); throws the first failure, naming its pass and step.
@@ -388,7 +395,13 @@ class HeterComm::Impl {
   void pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
                    const device::Stream& stream);
   void push_padded(const float* grads, const uint32_t* veto, const device::Stream& stream);
+  // A padded pull for a step that pushes nothing (pull_only): the host's part as pull_padded's,
+  // the card's (enqueue_padded_lookup) as the "sparse lookup" graph; leaves nothing to push.
+  void lookup_padded(const uint64_t* keys, std::size_t n, float* out_pull,
+                     const device::Stream& stream);
   // The card's parts: fixed sizes, no host wait, no allocation (capturable).
+  void enqueue_padded_lookup(const uint64_t* keys, const uint64_t* n_on_card, float* out_pull,
+                             const device::Stream& stream);
   void enqueue_padded_pull(const uint64_t* keys, const uint64_t* n_on_card, float* out_pull,
                            const device::Stream& stream);
   void enqueue_padded_push(const float* grads, const uint32_t* veto, const device::Stream& stream);

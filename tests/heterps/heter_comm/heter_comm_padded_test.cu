@@ -120,6 +120,9 @@ Data make_data(int cards, int push_dim, Placement placement) {
 
 // How a run plans its steps.
 enum class Mode { kUnpadded, kPaddedEager, kPaddedGraphs };
+// What a step does: pull and push_pulled (training), pull alone (an evaluation before pull_only),
+// pull_only (an evaluation).
+enum class Use { kTrain, kPullNoPush, kPullOnly };
 
 struct RunResult {
   std::vector<std::vector<std::vector<float>>> pulled;  // [step][card]
@@ -131,13 +134,14 @@ struct RunResult {
   std::vector<HeterCommMemory> memory;
   std::vector<std::size_t> in_use_before, in_use_reserved, in_use_after;
   std::vector<std::size_t> peak_reserved, peak_after;
+  std::vector<std::string> push_refused;  // Use::kPullOnly: push_pulled's error after the steps
 };
 
 // `wrong_plan` replaces step `wrong_step`'s plan; `absent` (when not 0) is never placed on its
 // owner.
 RunResult run(int cards, Placement placement, Mode mode, const Data& data,
               const std::vector<uint64_t>* wrong_plan = nullptr, int wrong_step = -1,
-              uint64_t absent = 0) {
+              uint64_t absent = 0, Use use = Use::kTrain) {
   const bool replicated = placement == Placement::kReplicated;
   const AccessorConfig cfg = config();
   const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
@@ -156,6 +160,7 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
   out.rows.resize(cards);
   out.last_step.resize(cards);
   out.memory.resize(cards);
+  out.push_refused.resize(cards);
   for (auto* v : {&out.in_use_before, &out.in_use_reserved, &out.in_use_after, &out.peak_reserved,
                   &out.peak_after}) {
     v->resize(cards);
@@ -208,13 +213,24 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
           const device::DeviceCounts before = card.counts();
           const uint64_t* plan = s == wrong_step ? wrong_plan->data() : data.plan[s].data();
           hc.plan_next_step({plan, row}, mode == Mode::kUnpadded ? nullptr : n_on_card.data());
-          hc.pull(keys.data(), n, pulled.data(), stream);
-          hc.push_pulled(grads.data(), stream);
+          if (use == Use::kPullOnly) {
+            hc.pull_only(keys.data(), n, pulled.data(), stream);
+          } else {
+            hc.pull(keys.data(), n, pulled.data(), stream);
+          }
+          if (use == Use::kTrain) hc.push_pulled(grads.data(), stream);
           out.last_step[c] = card.counts() - before;
           out.pulled[s][c] = device::to_host(pulled.data(), n * hc.pull_dim(), stream);
         }
         group->at(c).set_step(-1, -1);
         hc.drain_checks();
+        if (use == Use::kPullOnly) {
+          try {  // refused before any collective: no peer waits for it
+            hc.push_pulled(grads.data(), stream);
+          } catch (const Error& e) {
+            out.push_refused[c] = e.what();
+          }
+        }
         stream.synchronize();
         out.in_use_after[c] = card.memory().bytes_in_use();
         out.peak_after[c] = card.memory().peak_bytes();
@@ -333,6 +349,106 @@ TEST_P(PaddedSteps, AMissingKeyFailsLateNamingItsOwnerAndStep) {
                                                std::to_string(owner_card(absent, cards)) +
                                                " (requested by card ";
   EXPECT_NE(message.find("pass 2, step 0: HeterComm pull: key " + std::to_string(absent) + where),
+            std::string::npos)
+      << message;
+}
+
+// HeterComm::pull_only (an evaluation's step): the records of pull, bit for bit (the unpadded
+// pull's, and the padded pull's that evaluations ran before it), in one "sparse lookup" graph of
+// fewer nodes than the pull's (no owner merge plan) and, replicated, without any collective; the
+// rows stay as they were; push_pulled after it is refused.
+TEST_P(PaddedSteps, APullOnlyLooksUpTheSameRecordsWithLessWork) {
+  const int cards = this->cards();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const Data data = this->data();
+  const RunResult want =
+      run(cards, placement(), Mode::kUnpadded, data, nullptr, -1, 0, Use::kPullNoPush);
+  const RunResult pulls =
+      run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, 0, Use::kPullNoPush);
+  const RunResult eager =
+      run(cards, placement(), Mode::kPaddedEager, data, nullptr, -1, 0, Use::kPullOnly);
+  for (const Mode mode : {Mode::kUnpadded, Mode::kPaddedEager, Mode::kPaddedGraphs}) {
+    SCOPED_TRACE(mode == Mode::kUnpadded      ? "unpadded"
+                 : mode == Mode::kPaddedEager ? "eagerly"
+                                              : "graphs");
+    const RunResult got = mode == Mode::kPaddedEager
+                              ? eager
+                              : run(cards, placement(), mode, data, nullptr, -1, 0, Use::kPullOnly);
+    for (int s = 0; s < kSteps; ++s) {
+      for (int c = 0; c < cards; ++c) {
+        EXPECT_TRUE(same_bits(got.pulled[s][c], want.pulled[s][c]))
+            << "step " << s << " card " << c;
+        EXPECT_TRUE(same_bits(got.pulled[s][c], pulls.pulled[s][c]))
+            << "step " << s << " card " << c;
+      }
+    }
+    for (int c = 0; c < cards; ++c) {
+      EXPECT_TRUE(same_bits(got.rows[c], want.rows[c])) << "card " << c << "'s rows";
+      EXPECT_NE(got.push_refused[c].find("or a pull_only, which planned no push"),
+                std::string::npos)
+          << "card " << c << ": " << got.push_refused[c];
+      if (mode != Mode::kPaddedGraphs) continue;
+      const device::DeviceCounts& g = got.last_step[c];
+      const device::DeviceCounts& e = eager.last_step[c];
+      const device::DeviceCounts& p = pulls.last_step[c];
+      EXPECT_EQ(g.graph_launches, 1u) << "card " << c;  // "sparse lookup"
+      // Outside its graph: the check into the pinned slot the card's counter picks, one kernel
+      // (LateReadback::copy_on_card; inside a composed step it joins the step's graph).
+      EXPECT_EQ(g.launches, 1u) << "card " << c;
+      EXPECT_EQ(g.collectives + g.card_copies + g.host_syncs + g.allocations, 0u) << "card " << c;
+      EXPECT_EQ(g.pinned_copies, 0u) << "card " << c;
+      // Eagerly: the keys out and the records back (sharded), nothing (replicated); every node
+      // a launch or a collective. The pull's graph also plans the owner merge (4 nodes; on 1
+      // card 3) and, replicated, all-gathers the keys.
+      EXPECT_EQ(e.collectives, replicated() ? 0u : 2u) << "card " << c;
+      EXPECT_EQ(g.graph_nodes + 1, e.launches + e.collectives + e.card_copies) << "card " << c;
+      EXPECT_EQ(g.graph_nodes + (cards == 1 ? 3u : 4u) + (replicated() ? 1u : 0u), p.graph_nodes)
+          << "card " << c;
+    }
+  }
+}
+
+// A key missing in a pull_only step fails late as a pull's does, naming its step, the card that
+// holds no row for it and the card whose batch asked for it (replicated: the card itself, whose
+// own block is all it looks up). The key: one that only the last card's batches hold.
+TEST_P(PaddedSteps, AKeyMissingInAPullOnlyFailsLateNamingTheRequestingCard) {
+  const int cards = this->cards();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const Data data = this->data();
+  const int last = cards - 1;
+  uint64_t absent = 0;
+  int first_step = -1;
+  for (uint64_t key : universe()) {
+    if (key == 0) continue;
+    int in_last = -1;
+    bool elsewhere = false;
+    for (int s = 0; s < kSteps; ++s) {
+      for (int c = 0; c < cards; ++c) {
+        const auto& batch = data.keys[s][c];
+        if (std::find(batch.begin(), batch.end(), key) == batch.end()) continue;
+        if (c != last) elsewhere = true;
+        if (c == last && in_last < 0) in_last = s;
+      }
+    }
+    if (in_last >= 0 && !elsewhere) {
+      absent = key;
+      first_step = in_last;
+      break;
+    }
+  }
+  ASSERT_NE(absent, 0u) << "no key only the last card's batches hold";
+  std::string message;
+  try {
+    run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent, Use::kPullOnly);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const std::string holder =
+      replicated() ? " is missing on the replica of card " + std::to_string(last)
+                   : " is missing on its owner card " + std::to_string(owner_card(absent, cards));
+  EXPECT_NE(message.find("pass 2, step " + std::to_string(first_step) + ": HeterComm pull: key " +
+                         std::to_string(absent) + holder + " (requested by card " +
+                         std::to_string(last) + ";"),
             std::string::npos)
       << message;
 }
