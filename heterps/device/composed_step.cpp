@@ -46,9 +46,23 @@ void ComposedStep::finish() {
   graph_->replay(*stream_);
   const std::size_t deferred = std::exchange(deferred_count_, 0);
   close();
-  for (std::size_t i = 0; i < deferred; ++i) {
-    deferred_[i].event->record(*stream_);
-    deferred_[i].on_abandon = nullptr;
+  std::size_t i = 0;
+  try {
+    for (; i < deferred; ++i) {
+      deferred_[i].event->record(*stream_);
+      deferred_[i].on_abandon = nullptr;
+    }
+  } catch (...) {
+    // An event left unrecorded still holds its record of `depth` steps ago, which reads as
+    // passed: its owner forgets the slot rather than read it before the graph wrote it.
+    for (; i < deferred; ++i) {
+      try {
+        if (deferred_[i].on_abandon) deferred_[i].on_abandon();
+      } catch (...) {  // the record's failure is the one to report
+      }
+      deferred_[i].on_abandon = nullptr;
+    }
+    throw;
   }
 }
 
