@@ -241,6 +241,9 @@ class NextPassWork {
   // Sizes card c's table and pool for `keys` more keys (between passes, or after a counted wait:
   // device rule 1).
   void reserve_inserts(int c, std::size_t keys);
+  // Card c's staged rows in `staged` raise staged_high_[c] (expect(), or start() on card c's
+  // thread: each card writes its own element).
+  void note_staged(int c, const StagedRows& staged);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;
   // Staged rows this card may still insert (within the budget's room), all chunks together.
@@ -249,6 +252,12 @@ class NextPassWork {
   const PassCards& cards_;
   // Changes whenever the cards' key set changes other than by this work.
   uint64_t generation_ = 0;
+  // Per card, the most staged rows a next pass's plan put on it so far: expect() sizes the table
+  // and pool for that many inserts when the next pass is not planned yet. Mid-pass, between
+  // steps, no point allows the growth without a wait (the steady step waits for nothing, so a
+  // step's collectives are in flight whenever the work runs: device rule 1); the pass boundary
+  // does, ahead of the work, and a steady pass's plan is known by then from the passes before.
+  std::vector<std::size_t> staged_high_;
   std::vector<NextPassCard> cards_work_;
 };
 

@@ -63,6 +63,9 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("card_copies_per_step", total.card_copies * per_step);
   extra.emplace_back("graph_launches_per_step", total.graph_launches * per_step);
   extra.emplace_back("graph_nodes_per_step", total.graph_nodes * per_step);
+  // Step graphs captured in the steady steps, all cards: a graph is captured again after its card
+  // allocated or freed (a growth between the steps does that), else the steady steps replay.
+  extra.emplace_back("steady_graph_captures", static_cast<double>(total.graph_captures));
 }
 
 }  // namespace gpubox::trainer
