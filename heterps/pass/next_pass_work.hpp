@@ -17,11 +17,13 @@
 // its candidate row) or read late (a look-up's rows, a listing's every slot, uncompacted; an
 // erase's check that every victim was there at its listed row; an insert's rows and its check
 // that every key took its candidate). An insert allocates nothing either: the table and the
-// pool are sized ahead for the staged keys (expect(), when their plan is known then), so a chunk
-// never grows them; where that sizing missed (the plan came later, or erased slots took the
-// room), the first chunk that lacks room waits for the card and grows them once (counted in
-// early_host_syncs: device rule 1). A key that could not take its row (a probe run past the
-// bound: rare) is repaired when its chunk is read, after a wait.
+// pool are sized ahead, at the pass boundary (expect()), for the staged keys when their plan is
+// known then, else for the most a plan staged on the card before (the trainer plans the next
+// pass during the pass), so a chunk never grows them; where that sizing missed (the first pass,
+// a plan larger than any before, or erased slots took the room), the first chunk that lacks room
+// waits for the card and grows them once (counted in early_host_syncs and early_allocations:
+// device rule 1; the card's step graphs are captured again after it). A key that could not take its
+// row (a probe run past the bound: rare) is repaired when its chunk is read, after a wait.
 //
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
