@@ -53,16 +53,28 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
         device::device_buffer<uint32_t>(ChunkChain::kDepth, card.memory(), card.stream());
     reserve_scratch(static_cast<int>(c), next);
   }
-  // When the next pass's keys are planned already, the tables and pools are sized now for their
-  // inserts (no collective in flight between passes), so no insert chunk grows them (a wait).
+  // The tables and pools are sized now for the next pass's inserts (no collective in flight
+  // between passes), so no insert chunk grows them (a wait): for its staged keys when they are
+  // planned already, else (the trainer's pipeline plans them during the pass) for the most a
+  // plan staged on the card so far and an eighth (staged_high_), which a steady pass's plan
+  // does not exceed.
   // One poll for every card: a poll may count its calls.
   const StagedRows* staged = poll().staged;
-  if (staged == nullptr || staged->owned.size() != cards_.num_cards()) return;
+  const bool planned = staged != nullptr && staged->owned.size() == cards_.num_cards();
+  staged_high_.resize(cards_work_.size(), 0);
   for (std::size_t c = 0; c < cards_work_.size(); ++c) {
-    const std::size_t first = c > 0 ? staged->card_end[c - 1] : 0;
+    if (planned) note_staged(static_cast<int>(c), *staged);
     const device::DeviceGuard guard(cards_.card(static_cast<int>(c)).device());
-    reserve_inserts(static_cast<int>(c), staged->card_end[c] - first);
+    reserve_inserts(static_cast<int>(c), staged_high_[c]);
   }
+}
+
+void NextPassWork::note_staged(int c, const StagedRows& staged) {
+  const auto at = static_cast<std::size_t>(c);
+  const std::size_t first = at > 0 ? staged.card_end[at - 1] : 0;
+  // An eighth more: a pass of fresh keys stages about the last one's count, a little more or less.
+  const std::size_t n = staged.card_end[at] - first;
+  staged_high_[at] = std::max(staged_high_[at], n + n / 8);
 }
 
 void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
@@ -254,6 +266,7 @@ bool NextPassWork::start(int c, NextPassCard& next) {
     return false;
   }
   next.staged = staged;
+  note_staged(c, *staged);  // the next expect() sizes for it (a plan known only now)
   next.at = 0;
   next.staged_at = c > 0 ? staged->card_end[c - 1] : 0;
   // The next pass's rows found on the card are marked as they are found, in case room must be

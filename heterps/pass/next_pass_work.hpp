@@ -17,11 +17,13 @@
 // its candidate row) or read late (a look-up's rows, a listing's every slot, uncompacted; an
 // erase's check that every victim was there at its listed row; an insert's rows and its check
 // that every key took its candidate). An insert allocates nothing either: the table and the
-// pool are sized ahead for the staged keys (expect(), when their plan is known then), so a chunk
-// never grows them; where that sizing missed (the plan came later, or erased slots took the
-// room), the first chunk that lacks room waits for the card and grows them once (counted in
-// early_host_syncs: device rule 1). A key that could not take its row (a probe run past the
-// bound: rare) is repaired when its chunk is read, after a wait.
+// pool are sized ahead, at the pass boundary (expect()), for the staged keys when their plan is
+// known then, else for the most a plan staged on the card before (the trainer plans the next
+// pass during the pass), so a chunk never grows them; where that sizing missed (the first pass,
+// a plan larger than any before, or erased slots took the room), the first chunk that lacks room
+// waits for the card and grows them once (counted in early_host_syncs and early_allocations:
+// device rule 1; the card's step graphs are captured again after it). A key that could not take its
+// row (a probe run past the bound: rare) is repaired when its chunk is read, after a wait.
 //
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
@@ -241,6 +243,9 @@ class NextPassWork {
   // Sizes card c's table and pool for `keys` more keys (between passes, or after a counted wait:
   // device rule 1).
   void reserve_inserts(int c, std::size_t keys);
+  // Card c's staged rows in `staged` raise staged_high_[c] (expect(), or start() on card c's
+  // thread: each card writes its own element).
+  void note_staged(int c, const StagedRows& staged);
   // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
   std::size_t insert_count(int c, const NextPassCard& next) const;
   // Staged rows this card may still insert (within the budget's room), all chunks together.
@@ -249,6 +254,12 @@ class NextPassWork {
   const PassCards& cards_;
   // Changes whenever the cards' key set changes other than by this work.
   uint64_t generation_ = 0;
+  // Per card, the most staged rows a next pass's plan put on it so far: expect() sizes the table
+  // and pool for that many inserts when the next pass is not planned yet. Mid-pass, between
+  // steps, no point allows the growth without a wait (the steady step waits for nothing, so a
+  // step's collectives are in flight whenever the work runs: device rule 1); the pass boundary
+  // does, ahead of the work, and a steady pass's plan is known by then from the passes before.
+  std::vector<std::size_t> staged_high_;
   std::vector<NextPassCard> cards_work_;
 };
 

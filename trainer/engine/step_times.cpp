@@ -66,6 +66,9 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   // Captures, not replays: a steady step replays, so a capture there means something a graph
   // bakes in (a batch shape, a buffer, a host scalar) changed (heterps/device/step_graph.hpp).
   extra.emplace_back("graph_captures_per_step", total.graph_captures * per_step);
+  // The same captures summed over the cards and steady steps (a growth between the steps makes
+  // the card's graphs captured again).
+  extra.emplace_back("steady_graph_captures", static_cast<double>(total.graph_captures));
 }
 
 void append_eval_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,

@@ -391,6 +391,7 @@ PassReport Trainer::run_pass(
                   {"early_evicted", static_cast<double>(begin.early_evicted)},
                   {"early_seconds", begin.early_seconds},
                   {"early_host_syncs", static_cast<double>(begin.early_host_syncs)},
+                  {"early_allocations", static_cast<double>(begin.early_allocations)},
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
