@@ -87,45 +87,54 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
   // A ranged read carries no values: it cannot create the table (a write does).
   head.has_values = action != DenseAction::kRead;
   const auto lanes = static_cast<uint32_t>(options_.connections_per_endpoint);
+  const std::size_t ranges = (n + per_frame - 1) / per_frame;
+  // The ranges are encoded a window at a time, two a connection (one in flight while the next
+  // is sent), so the frames in memory are bounded by the window, not the table: a table of
+  // several GB does not take as much again in frames. A write's last range is in the last window.
+  const std::size_t window = 2 * static_cast<std::size_t>(lanes);
   std::vector<OutgoingRequest> requests;
   std::vector<uint8_t> payload;
-  for (std::size_t offset = 0; offset < n; offset += per_frame) {
-    head.offset = static_cast<uint32_t>(offset);
-    head.count = static_cast<uint32_t>(std::min(per_frame, n - offset));
-    payload.clear();
-    encode_dense_range(head, values->data() + offset, &payload);
-    requests.push_back(transport_.make_request(Op::kDense, 0, payload));
-    // Ranges are independent of one another: spread over the connections.
-    requests.back().lane = static_cast<uint32_t>(requests.size() - 1) % lanes;
-  }
   MutationScope scope(&identities_, {0});
   std::size_t committed = 0;
-  const Status st = transport_.run(
-      Op::kDense, requests,
-      [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
-        const std::size_t offset = r * per_frame;
-        const auto count = static_cast<uint32_t>(std::min(per_frame, n - offset));
-        const bool write = action == DenseAction::kWrite;
-        auto reply =
-            decode_dense_reply(data, bytes, static_cast<uint32_t>(offset), write ? 0 : count);
-        if (!reply.ok()) return reply.status();
-        committed += reply->committed ? 1 : 0;
-        if (!write && count > 0) {
-          std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
-        }
-        return Status::OK();
-      },
-      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
+  Status st;
+  for (std::size_t first = 0; first < ranges && st.ok(); first += window) {
+    requests.clear();
+    for (std::size_t r = first; r < std::min(ranges, first + window); ++r) {
+      const std::size_t offset = r * per_frame;
+      head.offset = static_cast<uint32_t>(offset);
+      head.count = static_cast<uint32_t>(std::min(per_frame, n - offset));
+      payload.clear();
+      encode_dense_range(head, values->data() + offset, &payload);
+      requests.push_back(transport_.make_request(Op::kDense, 0, payload));
+      // Ranges are independent of one another: spread over the connections.
+      requests.back().lane = static_cast<uint32_t>(r % lanes);
+    }
+    st = transport_.run(
+        Op::kDense, requests,
+        [&](std::size_t i, const uint8_t* data, std::size_t bytes) -> Status {
+          const std::size_t offset = (first + i) * per_frame;
+          const auto count = static_cast<uint32_t>(std::min(per_frame, n - offset));
+          const bool write = action == DenseAction::kWrite;
+          auto reply =
+              decode_dense_reply(data, bytes, static_cast<uint32_t>(offset), write ? 0 : count);
+          if (!reply.ok()) return reply.status();
+          committed += reply->committed ? 1 : 0;
+          if (!write && count > 0) {
+            std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
+          }
+          return Status::OK();
+        },
+        /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
+  }
   if (!st.ok())
-    return st.with_context("dense table '" + name + "' in " + std::to_string(requests.size()) +
-                           " ranges");
+    return st.with_context("dense table '" + name + "' in " + std::to_string(ranges) + " ranges");
   if (action == DenseAction::kWrite && committed != 1) {
     // The last range's reply did not say committed: the server no longer held the earlier
     // ranges when it arrived, or the reply came from a retry that no longer matched the write.
     return Status::ResourceExhausted(
         "dense table '" + name + "': the server " + endpoint_name(0) +
         " did not commit the write of " + std::to_string(n) + " values in " +
-        std::to_string(requests.size()) +
+        std::to_string(ranges) +
         " ranges: it no longer held the ranges sent before the last (a server restart; or the "
         "held write was dropped, for this client's newer ranged writes beyond " +
         std::to_string(kMaxStagedDenseWrites) +
