@@ -21,6 +21,15 @@ std::size_t bytes_per_value(DenseAction action, bool request_carries_values) {
                                                                   : 2 * sizeof(float);
 }
 
+// What a DENSE call of `bytes` (its requests' and replies' values) adds to its deadline: their
+// time at 1 MiB/s, the floor the server holds a frame's transfer to (gpubox_server
+// --min_transfer_kb_s, default 1024). A big table's exchange on a loaded machine then fails only
+// when it stops moving, not at runner.server_timeout_s (PaddleRec fat_deepffm's 71 MB table, at
+// load 14 on 2 cores, once took over 30 s for one of its ranges).
+double transfer_allowance_s(std::size_t bytes) {
+  return static_cast<double>(bytes) / static_cast<double>(1u << 20);
+}
+
 }  // namespace
 
 std::size_t RemoteHostTier::frame_payload_limit() const {
@@ -51,6 +60,8 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
   encode_dense_request(action, name, values->data(), n, &payload);
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
   MutationScope scope(&identities_, {0});
+  const double deadline_s =
+      options_.deadline_s + transfer_allowance_s(n * bytes_per_value(action, true));
   return transport_.run(
       Op::kDense, requests,
       [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
@@ -63,7 +74,7 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
         if (!write && n > 0) std::memcpy(values->data(), reply->values, sizeof(float) * n);
         return Status::OK();
       },
-      /*retry=*/true);
+      /*retry=*/true, deadline_s);
 }
 
 Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& name,
@@ -97,8 +108,11 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
   MutationScope scope(&identities_, {0});
   std::size_t committed = 0;
   Status st;
+  const std::size_t value_bytes = bytes_per_value(action, head.has_values);
   for (std::size_t first = 0; first < ranges && st.ok(); first += window) {
     requests.clear();
+    const std::size_t window_bytes =
+        value_bytes * (std::min(n, (first + window) * per_frame) - first * per_frame);
     for (std::size_t r = first; r < std::min(ranges, first + window); ++r) {
       const std::size_t offset = r * per_frame;
       head.offset = static_cast<uint32_t>(offset);
@@ -124,7 +138,8 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
           }
           return Status::OK();
         },
-        /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
+        /*retry=*/true, options_.deadline_s + transfer_allowance_s(window_bytes),
+        options_.connections_per_endpoint);
   }
   if (!st.ok())
     return st.with_context("dense table '" + name + "' in " + std::to_string(ranges) + " ranges");

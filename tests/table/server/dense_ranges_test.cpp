@@ -7,6 +7,8 @@
 // and goes on serving.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -350,6 +352,30 @@ TEST(DenseRanges, TheDenseMemoryLimitCountsTablesAndHeldWrites) {
                  "tables 512, ranged writes held 516");
   // Rewriting the table itself (whole) replaces its bytes: 512 fit.
   ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 128, 0, 128), &values, id++).ok());
+}
+
+// A big table's DENSE call is given its bytes' time at 1 MiB/s beyond the call deadline (the
+// server's own transfer floor): a 64 MB table is written and added to by a client whose call
+// deadline (0.25 s) alone could not carry it (issue 32: fat_deepffm's 71 MB table, on a loaded
+// machine, once took over runner.server_timeout_s for one range and failed the job).
+TEST(DenseRanges, ABigTablesCallHasTimeForItsBytes) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  RemoteHostTierOptions o = client_options(server->endpoint());
+  o.deadline_s = 0.25;
+  auto client = connect_client(o);
+  ASSERT_TRUE(client);
+  std::vector<float> values(16u << 20, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client->dense(DenseAction::kWrite, "big", &values).ok());
+  Status added = client->dense(DenseAction::kAdd, "big", &values);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("64 MB written and added in %.2f s (call deadline %.2f s)\n", took, o.deadline_s);
+  ASSERT_TRUE(added.ok()) << added.to_string();
+  EXPECT_EQ(values.front(), 2.0f);
+  EXPECT_EQ(values.back(), 2.0f);
 }
 
 // A ranged write's range of no values is refused before anything is held for it (a 50-byte frame
