@@ -21,6 +21,15 @@ std::size_t bytes_per_value(DenseAction action, bool request_carries_values) {
                                                                   : 2 * sizeof(float);
 }
 
+// What a DENSE call of `bytes` (its requests' and replies' values) adds to its deadline: their
+// time at 1 MiB/s, the floor the server holds a frame's transfer to (gpubox_server
+// --min_transfer_kb_s, default 1024). A big table's exchange on a loaded machine then fails only
+// when it stops moving, not at runner.server_timeout_s (PaddleRec fat_deepffm's 71 MB table, at
+// load 14 on 2 cores, once took over 30 s for one of its ranges).
+double transfer_allowance_s(std::size_t bytes) {
+  return static_cast<double>(bytes) / static_cast<double>(1u << 20);
+}
+
 }  // namespace
 
 std::size_t RemoteHostTier::frame_payload_limit() const {
@@ -51,6 +60,8 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
   encode_dense_request(action, name, values->data(), n, &payload);
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
   MutationScope scope(&identities_, {0});
+  const double deadline_s =
+      options_.deadline_s + transfer_allowance_s(n * bytes_per_value(action, true));
   return transport_.run(
       Op::kDense, requests,
       [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
@@ -63,7 +74,7 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
         if (!write && n > 0) std::memcpy(values->data(), reply->values, sizeof(float) * n);
         return Status::OK();
       },
-      /*retry=*/true);
+      /*retry=*/true, deadline_s);
 }
 
 Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& name,
@@ -87,45 +98,58 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
   // A ranged read carries no values: it cannot create the table (a write does).
   head.has_values = action != DenseAction::kRead;
   const auto lanes = static_cast<uint32_t>(options_.connections_per_endpoint);
+  const std::size_t ranges = (n + per_frame - 1) / per_frame;
+  // The ranges are encoded a window at a time, two a connection (one in flight while the next
+  // is sent), so the frames in memory are bounded by the window, not the table: a table of
+  // several GB does not take as much again in frames. A write's last range is in the last window.
+  const std::size_t window = 2 * static_cast<std::size_t>(lanes);
   std::vector<OutgoingRequest> requests;
   std::vector<uint8_t> payload;
-  for (std::size_t offset = 0; offset < n; offset += per_frame) {
-    head.offset = static_cast<uint32_t>(offset);
-    head.count = static_cast<uint32_t>(std::min(per_frame, n - offset));
-    payload.clear();
-    encode_dense_range(head, values->data() + offset, &payload);
-    requests.push_back(transport_.make_request(Op::kDense, 0, payload));
-    // Ranges are independent of one another: spread over the connections.
-    requests.back().lane = static_cast<uint32_t>(requests.size() - 1) % lanes;
-  }
   MutationScope scope(&identities_, {0});
   std::size_t committed = 0;
-  const Status st = transport_.run(
-      Op::kDense, requests,
-      [&](std::size_t r, const uint8_t* data, std::size_t bytes) -> Status {
-        const std::size_t offset = r * per_frame;
-        const auto count = static_cast<uint32_t>(std::min(per_frame, n - offset));
-        const bool write = action == DenseAction::kWrite;
-        auto reply =
-            decode_dense_reply(data, bytes, static_cast<uint32_t>(offset), write ? 0 : count);
-        if (!reply.ok()) return reply.status();
-        committed += reply->committed ? 1 : 0;
-        if (!write && count > 0) {
-          std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
-        }
-        return Status::OK();
-      },
-      /*retry=*/true, /*deadline_s=*/-1.0, options_.connections_per_endpoint);
+  Status st;
+  const std::size_t value_bytes = bytes_per_value(action, head.has_values);
+  for (std::size_t first = 0; first < ranges && st.ok(); first += window) {
+    requests.clear();
+    const std::size_t window_bytes =
+        value_bytes * (std::min(n, (first + window) * per_frame) - first * per_frame);
+    for (std::size_t r = first; r < std::min(ranges, first + window); ++r) {
+      const std::size_t offset = r * per_frame;
+      head.offset = static_cast<uint32_t>(offset);
+      head.count = static_cast<uint32_t>(std::min(per_frame, n - offset));
+      payload.clear();
+      encode_dense_range(head, values->data() + offset, &payload);
+      requests.push_back(transport_.make_request(Op::kDense, 0, payload));
+      // Ranges are independent of one another: spread over the connections.
+      requests.back().lane = static_cast<uint32_t>(r % lanes);
+    }
+    st = transport_.run(
+        Op::kDense, requests,
+        [&](std::size_t i, const uint8_t* data, std::size_t bytes) -> Status {
+          const std::size_t offset = (first + i) * per_frame;
+          const auto count = static_cast<uint32_t>(std::min(per_frame, n - offset));
+          const bool write = action == DenseAction::kWrite;
+          auto reply =
+              decode_dense_reply(data, bytes, static_cast<uint32_t>(offset), write ? 0 : count);
+          if (!reply.ok()) return reply.status();
+          committed += reply->committed ? 1 : 0;
+          if (!write && count > 0) {
+            std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
+          }
+          return Status::OK();
+        },
+        /*retry=*/true, options_.deadline_s + transfer_allowance_s(window_bytes),
+        options_.connections_per_endpoint);
+  }
   if (!st.ok())
-    return st.with_context("dense table '" + name + "' in " + std::to_string(requests.size()) +
-                           " ranges");
+    return st.with_context("dense table '" + name + "' in " + std::to_string(ranges) + " ranges");
   if (action == DenseAction::kWrite && committed != 1) {
     // The last range's reply did not say committed: the server no longer held the earlier
     // ranges when it arrived, or the reply came from a retry that no longer matched the write.
     return Status::ResourceExhausted(
         "dense table '" + name + "': the server " + endpoint_name(0) +
         " did not commit the write of " + std::to_string(n) + " values in " +
-        std::to_string(requests.size()) +
+        std::to_string(ranges) +
         " ranges: it no longer held the ranges sent before the last (a server restart; or the "
         "held write was dropped, for this client's newer ranged writes beyond " +
         std::to_string(kMaxStagedDenseWrites) +

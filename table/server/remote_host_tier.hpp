@@ -99,12 +99,13 @@ class RemoteHostTier final : public HostTier {
   //
   // A table of any size: one that does not fit in one frame (the smaller of this client's and
   // the servers' frame limits, DENSE's reply counted) travels in ranges, pipelined over the
-  // connections (ps_protocol.hpp). A write is staged on the server and seen whole or not at all.
-  // A read or an add is applied range by range, each range atomically: a reader may see some
-  // ranges of another client's add and not others (the sync mode reads only behind the barrier
-  // that follows every add, so it sees whole adds; the async and geo modes already mix
-  // trainers' windows, as Paddle's communicator sends each dense variable on its own), and
-  // *values after an add holds each range's sum as it was when that range was applied.
+  // connections a window at a time (two ranges a connection encoded at once, so the frames in
+  // memory are bounded by the window, not the table; ps_protocol.hpp). A write is staged on the
+  // server and seen whole or not at all. A read or an add is applied range by range, each range
+  // atomically: a reader may see some ranges of another client's add and not others (the sync mode
+  // reads only behind the barrier that follows every add, so it sees whole adds; the async and geo
+  // modes already mix trainers' windows, as Paddle's communicator sends each dense variable on its
+  // own), and *values after an add holds each range's sum as it was when that range was applied.
   // Non-finite values are refused before anything is sent; a range whose sum would not be
   // finite is refused whole, but ranges applied before it stay (the error says which range).
   Status dense(DenseAction action, const std::string& name, std::vector<float>* values);

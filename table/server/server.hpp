@@ -84,11 +84,12 @@ struct ServerOptions {
   // served and updated as before. 0: no limit. gpubox_server sets it from --memory_mb when it
   // has no disk tier (with one, --memory_mb is the table's budget and rows beyond it go to disk).
   std::size_t memory_limit_bytes = 0;
-  // The PS modes' dense tables (ps_store.hpp: DenseLimits): their bytes, every ranged write held
-  // (at its announced size) and the copy that commits the largest one, together at most this
-  // many (a DENSE write or a ranged write's first range over it is refused, ResourceExhausted).
+  // The PS modes' dense tables (ps_store.hpp: DenseLimits): their bytes and every ranged write
+  // held (at its announced size), together at most this many (a DENSE write or a ranged write's
+  // first range over it is refused, ResourceExhausted).
   std::size_t max_dense_bytes = std::size_t{4} << 30;
-  // A ranged DENSE write that received no range for this long is dropped (the sweep checks).
+  // A ranged DENSE write that received no range for this long is dropped (the sweep checks;
+  // gpubox_server --dense_write_max_idle_s).
   double dense_write_max_idle_s = 120.0;
   // The retry cache (successful mutations only): at most this many bytes, entries this old.
   // A DENSE add is remembered without its values (a retry reads the range again).

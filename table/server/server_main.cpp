@@ -134,10 +134,15 @@ DEFINE_uint64(max_inflight_mb, 1024,
               "over it are answered 'retry later'");
 GPUBOX_FLAG_RANGE(max_inflight_mb, 1, kMaxMiB);
 DEFINE_uint64(max_dense_mb, 4096,
-              "MiB the PS modes' dense tables may take: the tables, every ranged write held (at "
-              "its announced size) and the copy that commits the largest one; a DENSE write or a "
+              "MiB the PS modes' dense tables may take: the tables and every ranged write held (at "
+              "its announced size; a table rewritten in ranges is held whole beside the old one "
+              "until its last range, so a rewrite needs twice its size); a DENSE write or a "
               "ranged write's first range over it is refused");
 GPUBOX_FLAG_RANGE(max_dense_mb, 1, kMaxMiB);
+DEFINE_double(dense_write_max_idle_s, 120.0,
+              "a ranged DENSE write (a dense table over one frame) that received no range for "
+              "this many seconds is dropped, its memory freed (its writer died mid-write)");
+GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);
 DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a reply, in seconds");
@@ -224,6 +229,7 @@ Status apply_limit_flags(ServerOptions* options) {
   options->dedup_max_bytes = static_cast<std::size_t>(FLAGS_dedup_cache_mb) << 20;
   options->dedup_max_age_s = FLAGS_dedup_max_age_s;
   options->max_dense_bytes = static_cast<std::size_t>(FLAGS_max_dense_mb) << 20;
+  options->dense_write_max_idle_s = FLAGS_dense_write_max_idle_s;
   const std::size_t max_connections =
       options->max_connections > 0 ? options->max_connections : default_max_connections(files.soft);
   GPUBOX_LOG(INFO) << "gpubox_server: open files limit " << files.soft

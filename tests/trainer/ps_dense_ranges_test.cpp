@@ -14,6 +14,7 @@
 #include "tests/dataset/planted_data.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -94,6 +95,25 @@ TEST_F(PsDenseRanges, ConcurrentAsyncThreadsInRangesLearnAsInOneFrame) {
   std::printf("async, 2 threads: test auc %.6f in one frame, %.6f in ranges\n", whole.test_auc,
               ranged.test_auc);
   EXPECT_NEAR(ranged.test_auc, whole.test_auc, 0.01);
+}
+
+// Issue 32: the start's note on the dense exchange's cost; the interval's hint only where the
+// table travels over 1 MiB an instance (PaddleRec fat_deepffm's 71 MB at batch 1).
+TEST(DenseExchangeNote, SaysWhatTheDenseTableCostsAnInstanceAndHintsTheInterval) {
+  const std::size_t fat = 17'825'000;  // about fat_deepffm's dense values
+  const TrainerConfig batch1 =
+      ps_test_config({"runner.sync_mode=async", "runner.train_batch_size=1"});
+  const std::string heavy = dense_exchange_note(batch1, fat);
+  for (const char* part : {"71.3 MB", "every 1 step(s) of 1 instance(s)", "143 MB an instance",
+                           "-o runner.dense_sync_steps=K"}) {
+    EXPECT_NE(heavy.find(part), std::string::npos) << part << " not in: " << heavy;
+  }
+  const TrainerConfig amortised = ps_test_config(
+      {"runner.sync_mode=sync", "runner.train_batch_size=512", "runner.dense_sync_steps=4"});
+  const std::string light = dense_exchange_note(amortised, fat);
+  EXPECT_NE(light.find("0.0696 MB an instance"), std::string::npos) << light;
+  EXPECT_EQ(light.find("dense_sync_steps=K"), std::string::npos) << light;
+  EXPECT_EQ(dense_exchange_note(ps_test_config({"runner.sync_mode=geo"}), fat), "");
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 
 namespace gpubox::trainer {
 
+// Logloss clips each prediction to [kLoglossClip, 1 - kLoglossClip]: one instance costs at most
+// -log(kLoglossClip), about 16.12 (the divergence check's noise bound rests on it).
+inline constexpr double kLoglossClip = 1e-7;
+
 // A pass's training loss over its steady steps (every step of a card or training thread after
 // its first runner.print_interval steps), as sums so that trainers can add them up: what the
 // divergence check (epoch_loop.cpp) compares with the constant predictor.
@@ -33,7 +37,7 @@ struct MetricValues {
   double examples = 0;
   double positives = 0;
   double auc = 0;            // bucketed: ties within a bucket count one half
-  double logloss = 0;        // mean; predictions clipped to [1e-7, 1 - 1e-7]
+  double logloss = 0;        // mean; predictions clipped as kLoglossClip says
   double ne = 0;             // normalised entropy: logloss / entropy of the actual CTR
   double actual_ctr = 0;     // positives / examples
   double predicted_ctr = 0;  // mean prediction

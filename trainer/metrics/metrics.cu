@@ -10,7 +10,7 @@
 
 namespace gpubox::trainer {
 namespace {
-constexpr double kClip = 1e-7;
+constexpr double kClip = kLoglossClip;
 
 struct Sums {
   double labels = 0;

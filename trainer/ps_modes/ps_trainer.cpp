@@ -149,6 +149,9 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
                    << name_of(config::kSyncModeNames, config_.runner.sync_mode) << ": trainer "
                    << env_.trainer_id << " of " << env_.trainers << ", "
                    << s.cards.num_local_cards() << " training threads, servers " << env_.servers;
+  const std::string dense_note =
+      dense_exchange_note(config_, s.workers.at(0)->model().parameters().size());
+  if (!dense_note.empty()) GPUBOX_LOG(INFO) << dense_note;
 }
 
 PsTrainer::~PsTrainer() = default;

@@ -54,6 +54,13 @@ class GeoRows;
 // The servers' dense table every worker of a job shares.
 inline constexpr const char* kDenseTableName = "dense";
 
+// What the async and sync modes' dense exchange costs, for the start's INFO line: the dense
+// table of `dense_values` floats goes to the servers and back every runner.dense_sync_steps steps
+// of train_batch_size instances a thread; over 1 MiB an instance (PaddleRec fat_deepffm's 71 MB
+// table at batch 1: 143 MB) it adds the interval that amortises it. Empty in the geo mode (its
+// own geo_step) and the gpubox mode.
+std::string dense_exchange_note(const TrainerConfig& config, std::size_t dense_values);
+
 class PsWorker {
  public:
   // Starts from the dense net's initial values; sync_dense(0) then adopts the servers' dense

@@ -149,11 +149,9 @@ std::string saves_note(const RunnerConfig& runner, bool saving, int64_t pass) {
 // the constant predictor but under the stop limit (a stop says it in its error).
 void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassReport& report,
                      const DivergenceVerdict& verdict) {
-  if (std::isnan(verdict.ratio) && report.metrics.examples > 0) {
-    GPUBOX_LOG(INFO) << "pass " << report.pass << ": no step after the first "
-                     << runner.print_interval
-                     << " (runner.print_interval) of any card or training thread, or one class "
-                        "only: its divergence is not checked";
+  if (report.metrics.examples > 0) {
+    const std::string note = divergence_note(report.pass, runner.print_interval, verdict);
+    if (!note.empty()) GPUBOX_LOG(INFO) << note;
   }
   if (!schedule.prints()) return;
   std::printf("%s\n", format_pass_line(report).c_str());
