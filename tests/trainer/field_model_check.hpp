@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
@@ -209,6 +210,18 @@ inline std::size_t check_batch_sizes(device::Card& card, DenseModel& model, uint
   EXPECT_EQ(model.forward_backward(empty, GradScales{}, nullptr), 0.0);
   for (float g : model.parameters().grads_to_host()) EXPECT_EQ(g, 0.0f);
   return checked;
+}
+
+// What building `cfg`'s model on `card` refuses it with: the gpubox::Error's message, or "" (and
+// a test failure) when the model was built.
+inline std::string refusal(device::Card& card, const DenseModelConfig& cfg) {
+  try {
+    DenseModel model(card, cfg);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the model was built";
+  return "";
 }
 
 // The card launches (kernels, GEMMs/GEMVs, memsets) of one forward_backward of a seeded
