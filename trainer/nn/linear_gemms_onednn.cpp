@@ -438,6 +438,7 @@ std::string LinearGemms::describe(int64_t batch) const {
   }
   line += " (oneDNN, " + backend.isa + ", " + element_type_name(spec_.input);
   if (plans_->emulated) line += " emulated in fp32: GPUBOX_BF16_EMULATION=1";
+  if (backend.one_thread_gemms) line += ", one thread a GEMM: GPUBOX_REPRODUCIBLE_GEMMS=1";
   return line + ")";
 }
 
