@@ -8,16 +8,11 @@
 
 namespace gpubox::dataset {
 
-Status validate(const DatasetConfig& config) {
-  if (config.dense_dim < 0) {
-    return Status::InvalidArgument("hyper_parameters.dense_input_dim must be >= 0");
-  }
-  if (config.thread_num < 1) return Status::InvalidArgument("runner.thread_num must be >= 1");
-  if (config.batch_size < 1) return Status::InvalidArgument("runner.train_batch_size must be >= 1");
-  if (config.max_line_bytes < 16) {
-    return Status::InvalidArgument("runner.max_line_bytes must be >= 16");
-  }
-  if (config.split_bytes < 1) return Status::InvalidArgument("split_bytes must be >= 1");
+namespace {
+
+// The format's own limits: Criteo's 26 + 13 fields, Avazu's no dense values, runner.dense_transform
+// only where the dense values are read as they are.
+Status check_format(const DatasetConfig& config) {
   if (config.data_format == DataFormat::kCriteo) {
     if (config.slots.size() != 26 || config.dense_dim != 13) {
       return Status::InvalidArgument(
@@ -46,55 +41,85 @@ Status validate(const DatasetConfig& config) {
         name_of(kDataFormatNames, config.data_format) +
         " (its dense values follow runner.criteo_dense): set runner.dense_transform: none");
   }
+  return Status::OK();
+}
+
+// `names` sorted (O(n log n) for the 100,000 slots a config may declare); the first name in it
+// twice, or the end.
+std::vector<std::string_view>::const_iterator sorted_repeat(std::vector<std::string_view>& names) {
+  std::sort(names.begin(), names.end());
+  return std::adjacent_find(names.cbegin(), names.cend());
+}
+
+// The slot and multislot formats' names: the label, the dense field, the slots (no blanks or
+// ':', none twice, none the label's or the dense field's).
+Status check_slot_names(const DatasetConfig& config) {
+  if (config.label_name.empty() || config.dense_name.empty()) {
+    return Status::InvalidArgument(
+        "the slot and multislot formats need a non-empty runner.label_name and "
+        "runner.dense_name");
+  }
+  for (const std::string& name : config.slots) {
+    if (name.empty() || name.find_first_of(": \t") != std::string::npos) {
+      return Status::InvalidArgument("slot name '" + name + "' is empty or holds ':' or blanks");
+    }
+    if (name == config.label_name || name == config.dense_name) {
+      return Status::InvalidArgument("slot name '" + name +
+                                     "' clashes with runner.label_name or runner.dense_name");
+    }
+  }
+  std::vector<std::string_view> sorted(config.slots.begin(), config.slots.end());
+  const auto twice = sorted_repeat(sorted);
+  if (twice != sorted.cend()) {
+    return Status::InvalidArgument("slot name '" + std::string(*twice) + "' is declared twice");
+  }
+  return Status::OK();
+}
+
+// runner.multislot_order: no field twice, the label named, the dense field named exactly when
+// there are dense values.
+Status check_multislot_order(const DatasetConfig& config) {
+  std::vector<std::string_view> sorted(config.multislot_order.begin(),
+                                       config.multislot_order.end());
+  const auto twice = sorted_repeat(sorted);
+  if (twice != sorted.cend()) {
+    return Status::InvalidArgument(config.multislot_order_from + " names '" + std::string(*twice) +
+                                   "' twice");
+  }
+  const auto has = [&](const std::string& name) {
+    return std::binary_search(sorted.begin(), sorted.end(), std::string_view(name));
+  };
+  if (!has(config.label_name)) {
+    return Status::InvalidArgument(config.multislot_order_from + " does not name the label ('" +
+                                   config.label_name + "', runner.label_name)");
+  }
+  if (has(config.dense_name) != (config.dense_dim > 0)) {
+    return Status::InvalidArgument(
+        config.multislot_order_from + " must name the dense field ('" + config.dense_name +
+        "', runner.dense_name) exactly when hyper_parameters.dense_input_dim > 0 (it is " +
+        std::to_string(config.dense_dim) + ")");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status validate(const DatasetConfig& config) {
+  if (config.dense_dim < 0) {
+    return Status::InvalidArgument("hyper_parameters.dense_input_dim must be >= 0");
+  }
+  if (config.thread_num < 1) return Status::InvalidArgument("runner.thread_num must be >= 1");
+  if (config.batch_size < 1) return Status::InvalidArgument("runner.train_batch_size must be >= 1");
+  if (config.max_line_bytes < 16) {
+    return Status::InvalidArgument("runner.max_line_bytes must be >= 16");
+  }
+  if (config.split_bytes < 1) return Status::InvalidArgument("split_bytes must be >= 1");
+  GPUBOX_RETURN_IF_ERROR(check_format(config));
   const bool named = config.data_format == DataFormat::kSlot ||
                      config.data_format == DataFormat::kMultiSlot ||
                      config.data_format == DataFormat::kAuto;
-  if (named) {
-    if (config.label_name.empty() || config.dense_name.empty()) {
-      return Status::InvalidArgument(
-          "the slot and multislot formats need a non-empty runner.label_name and "
-          "runner.dense_name");
-    }
-    for (const std::string& name : config.slots) {
-      if (name.empty() || name.find_first_of(": \t") != std::string::npos) {
-        return Status::InvalidArgument("slot name '" + name + "' is empty or holds ':' or blanks");
-      }
-      if (name == config.label_name || name == config.dense_name) {
-        return Status::InvalidArgument("slot name '" + name +
-                                       "' clashes with runner.label_name or runner.dense_name");
-      }
-    }
-    // Sorted copy: O(n log n) for the 100,000 slots a config may declare.
-    std::vector<std::string_view> sorted(config.slots.begin(), config.slots.end());
-    std::sort(sorted.begin(), sorted.end());
-    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
-    if (twice != sorted.end()) {
-      return Status::InvalidArgument("slot name '" + std::string(*twice) + "' is declared twice");
-    }
-  }
-  if (!config.multislot_order.empty()) {
-    std::vector<std::string_view> sorted(config.multislot_order.begin(),
-                                         config.multislot_order.end());
-    std::sort(sorted.begin(), sorted.end());
-    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
-    if (twice != sorted.end()) {
-      return Status::InvalidArgument(config.multislot_order_from + " names '" +
-                                     std::string(*twice) + "' twice");
-    }
-    const auto has = [&](const std::string& name) {
-      return std::binary_search(sorted.begin(), sorted.end(), std::string_view(name));
-    };
-    if (!has(config.label_name)) {
-      return Status::InvalidArgument(config.multislot_order_from + " does not name the label ('" +
-                                     config.label_name + "', runner.label_name)");
-    }
-    if (has(config.dense_name) != (config.dense_dim > 0)) {
-      return Status::InvalidArgument(
-          config.multislot_order_from + " must name the dense field ('" + config.dense_name +
-          "', runner.dense_name) exactly when hyper_parameters.dense_input_dim > 0 (it is " +
-          std::to_string(config.dense_dim) + ")");
-    }
-  }
+  if (named) GPUBOX_RETURN_IF_ERROR(check_slot_names(config));
+  if (!config.multislot_order.empty()) GPUBOX_RETURN_IF_ERROR(check_multislot_order(config));
   return Status::OK();
 }
 

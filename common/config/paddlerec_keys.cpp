@@ -15,8 +15,7 @@ namespace {
 // runner.* keys of its models/rank/*/*.yaml, and the hyper_parameters of the models/rank networks
 // GPUBox builds that change nothing in GPUBox. Hyper-parameters of networks GPUBox does not build
 // (din's, difm's, ...) are not here: they stay unknown keys.
-std::vector<IgnoredKey> build_ignored() {
-  std::vector<IgnoredKey> t;
+void add_ignored_runner_keys(std::vector<IgnoredKey>& t) {
   const auto key = [&](std::string name, std::string reason) {
     t.push_back(IgnoredKey{"runner." + std::move(name), std::move(reason), false});
   };
@@ -87,6 +86,12 @@ std::vector<IgnoredKey> build_ignored() {
   key("user_define_reader", "PaddleRec's Python reader class switch; GPUBox reads files itself (or through pipe_command)");
   key("warmup_model_path", "the model PaddleRec's servers start from; GPUBox's is runner.model_init_path");
   key("with_coordinator", "PaddleRec's federated-learning coordinator");
+  // clang-format on
+}
+
+// The hyper_parameters.* keys of the networks GPUBox builds that change nothing in GPUBox.
+void add_ignored_hyper_keys(std::vector<IgnoredKey>& t) {
+  // clang-format off
   t.push_back(IgnoredKey{"hyper_parameters.adam_d2sum", "PaddleRec's fleet strategy switch for its sparse Adam; GPUBox's sparse optimizer is hyper_parameters.sparse_optimizer.class", false});
   const auto hyper = [&](std::string name, std::string reason) {
     t.push_back(IgnoredKey{"hyper_parameters." + std::move(name), std::move(reason), false});
@@ -100,6 +105,12 @@ std::vector<IgnoredKey> build_ignored() {
   hyper("is_sparse", "PaddleRec dcn's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");
   t.push_back(IgnoredKey{"hyper_parameters.seed", "the seed of PaddleRec's static trainer; GPUBox's is runner.seed", false});
   // clang-format on
+}
+
+std::vector<IgnoredKey> build_ignored() {
+  std::vector<IgnoredKey> t;
+  add_ignored_runner_keys(t);
+  add_ignored_hyper_keys(t);
   return t;
 }
 

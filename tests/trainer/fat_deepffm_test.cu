@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
 #include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/fat_deepffm_part.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -108,6 +108,29 @@ TEST_P(FatDeepffmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   EXPECT_GT(checked, 200u);
 }
 
+// dense_w's gradient sums the batch in chunks (FatDeepffmPart::dense_w_chunk_rows): one chunk
+// (16 instances), one instance past it (2 chunks), the most chunks (64 of 16) and one instance past
+// them (61 chunks of 17, the last of 5), each value against central differences of the float64
+// reference.
+TEST_P(FatDeepffmTest, DenseWGradientAtTheChunkEdges) {
+  const DenseModelConfig cfg = config();
+  if (cfg.dense_dim == 0) GTEST_SKIP() << "no dense features, no dense_w";
+  DenseModel model(card_, cfg);
+  const int64_t rows = FatDeepffmPart::kDenseWGradChunkRows;
+  const int64_t most = rows * FatDeepffmPart::kDenseWGradChunks;
+  const auto values = static_cast<std::size_t>(cfg.dense_dim) * cfg.mf_dim;  // D x N x k
+  for (const int64_t batch : {rows, rows + 1, most, most + 1}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    EXPECT_EQ(
+        testing::check_against_reference(
+            card_, model, 40 + batch,
+            [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+                const std::vector<double>& rec) { return fat_deepffm_logit(cfg, h, i, p, rec); },
+            batch, "fat_deepffm.dense_w"),
+        values);
+  }
+}
+
 // The blocks: CEN's two N^2 x N^2 layers, the dense features' vectors (D x N x k) and the DNN
 // over the pairs' products (P k columns, + 2 per slot with cvm); no wide part.
 TEST_P(FatDeepffmTest, ShapesAndFlops) {
@@ -138,9 +161,9 @@ TEST_P(FatDeepffmTest, ShapesAndFlops) {
 }
 
 // The part's launches per step do not grow with the batch (no item loops over it: the
-// first-order sum is a GEMV, dense_w's gradient a GEMM): the model's count less the same config's
-// dnn's (whose loss reduction takes a launch more past 256 instances) is the same at 8, 512 and
-// 2048 instances.
+// first-order sum is a GEMV, dense_w's gradient partial sums over chunks of it and a GEMV): the
+// model's count less the same config's dnn's (whose loss reduction takes a launch more past 256
+// instances) is the same at 8, 512 and 2048 instances.
 TEST_P(FatDeepffmTest, LaunchesPerStepDoNotGrowWithTheBatch) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
@@ -152,9 +175,9 @@ TEST_P(FatDeepffmTest, LaunchesPerStepDoNotGrowWithTheBatch) {
     return static_cast<int64_t>(testing::step_launches(card_, model, batch, 3)) -
            static_cast<int64_t>(testing::step_launches(card_, dnn, batch, 3));
   };
-  // Measured when written: 11 more than the dnn, 3 of them dense_w's gradient (dF's dense
-  // fields, the GEMM, its diagonal blocks).
-  const int64_t launches = 11 + (cfg.dense_dim > 0 ? 3 : 0);
+  // Measured when written: 11 more than the dnn, and 2 for dense_w's gradient (its chunks' partial
+  // sums, their GEMV).
+  const int64_t launches = 11 + (cfg.dense_dim > 0 ? 2 : 0);
   for (const int64_t batch : {8, 512, 2048}) EXPECT_EQ(part(batch), launches) << "batch " << batch;
 }
 
@@ -170,14 +193,8 @@ TEST(FatDeepffmRefusals, ARowWidthThatIsNoMultipleOfTheFieldsIsRefused) {
   cfg.slots = 3;
   cfg.dense_dim = 2;
   cfg.mf_dim = 8;  // 5 fields
-  try {
-    DenseModel model(cards.card(0), cfg);
-    FAIL() << "a fat_deepffm row of 8 values over 5 fields was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("3 sparse slots + 2 dense features = 5"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string why = testing::refusal(cards.card(0), cfg);
+  EXPECT_NE(why.find("3 sparse slots + 2 dense features = 5"), std::string::npos) << why;
 }
 
 }  // namespace

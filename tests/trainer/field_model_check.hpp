@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
@@ -116,9 +117,6 @@ inline double central(std::vector<double>& v, std::size_t k, const std::function
   return (plus - minus) / (2 * eps);
 }
 
-// Sets every parameter random in [-0.5, 0.5] (seeded by `seed`), runs one forward_backward of a
-// `batch`-instance batch with the dense scale 1/batch and checks everything against `logit`;
-// returns how many gradients it compared.
 // A HostBatch on the card, and the model's view of it (valid while this lives).
 struct CardBatch {
   CardBatch(device::Card& card, const HostBatch& h, int slots)
@@ -135,8 +133,13 @@ struct CardBatch {
   DenseBatchView view;
 };
 
+// Sets every parameter random in [-0.5, 0.5] (seeded by `seed`), runs one forward_backward of a
+// `batch`-instance batch with the dense scale 1/batch and checks everything against `logit` (with
+// `only_block`: the loss, the predictions and that block's gradients, not the others nor the
+// pushed ones); returns how many gradients it compared.
 inline std::size_t check_against_reference(device::Card& card, DenseModel& model, uint64_t seed,
-                                           const ReferenceLogit& logit, int64_t batch = 6) {
+                                           const ReferenceLogit& logit, int64_t batch = 6,
+                                           const std::string& only_block = {}) {
   const DenseModelConfig& cfg = model.config();
   std::mt19937_64 rng(seed);
   const HostBatch h = make_field_batch(batch, cfg, rng);
@@ -170,12 +173,14 @@ inline std::size_t check_against_reference(device::Card& card, DenseModel& model
   }
   std::size_t checked = 0;
   for (const ParamBlock& b : model.parameters().blocks()) {
+    if (!only_block.empty() && b.name != only_block) continue;
     for (std::size_t k = 0; k < b.count; ++k, ++checked) {
       EXPECT_NEAR(grads[b.offset + k] * n, central(wd, b.offset + k, loss_of),
                   1e-4 + 1e-3 * std::fabs(grads[b.offset + k] * n))
           << b.name << "[" << k << "]";
     }
   }
+  if (!only_block.empty()) return checked;
   const int pull = model.pool().pull_dim();
   for (std::size_t j = 0; j < h.offsets.back(); ++j) {
     for (int k = 2; k < pull; ++k, ++checked) {  // embed_w and embedx_w; show, click: counters
@@ -205,6 +210,18 @@ inline std::size_t check_batch_sizes(device::Card& card, DenseModel& model, uint
   EXPECT_EQ(model.forward_backward(empty, GradScales{}, nullptr), 0.0);
   for (float g : model.parameters().grads_to_host()) EXPECT_EQ(g, 0.0f);
   return checked;
+}
+
+// What building `cfg`'s model on `card` refuses it with: the gpubox::Error's message, or "" (and
+// a test failure) when the model was built.
+inline std::string refusal(device::Card& card, const DenseModelConfig& cfg) {
+  try {
+    DenseModel model(card, cfg);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the model was built";
+  return "";
 }
 
 // The card launches (kernels, GEMMs/GEMVs, memsets) of one forward_backward of a seeded

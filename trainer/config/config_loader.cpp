@@ -299,11 +299,8 @@ void folders(const config::ConfigDocument& doc, const char* key, std::string* fi
   if (paths.size() > 1) *all = std::move(paths);
 }
 
-}  // namespace
-
-StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
-  TrainerConfig c;
-  RunnerConfig& r = c.runner;
+// The runner.* keys gpubox_train reads itself (the dataset's and tiers' are read by their modules).
+Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
   folders(doc, "runner.train_data_dir", &r.train_data_dir, &r.train_data_dirs);
   r.pass_dirs = doc.get_string_list("runner.pass_dirs");
   folders(doc, "runner.test_data_dir", &r.test_data_dir, &r.test_data_dirs);
@@ -348,8 +345,11 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   r.dense_sync_steps = doc.get_int("runner.dense_sync_steps");
   r.split_file_list = doc.get_bool("runner.split_file_list");
   r.reader_type = doc.get_enum("runner.reader_type", config::kReaderTypeNames);
+  return Status::OK();
+}
 
-  HyperParameters& h = c.hyper;
+// The hyper_parameters.* keys of the dense network and its optimizer.
+Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string o = "hyper_parameters.optimizer.";
   h.optimizer.kind = doc.get_enum(o + "class", kDenseOptimizerKindNames);
   h.optimizer.learning_rate = static_cast<float>(doc.get_float(o + "learning_rate"));
@@ -376,7 +376,15 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
   if (Status flen = read_flen_keys(doc, h); !flen.ok()) return flen;
+  return Status::OK();
+}
 
+}  // namespace
+
+StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
+  TrainerConfig c;
+  GPUBOX_RETURN_IF_ERROR(read_runner_keys(doc, c.runner));
+  GPUBOX_RETURN_IF_ERROR(read_hyper_keys(doc, c.hyper));
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();

@@ -56,6 +56,49 @@ void check(dnnl_status_t status, const char* what) {
 // cblas-style leading dimensions: oneDNN rejects ld < 1 even for empty matrices.
 dnnl_dim_t ld(int64_t v) { return v < 1 ? 1 : v; }
 
+// y = alpha op(A) x + beta y (beta == 0: y is not read), each output summed in one order that
+// depends on the shape alone: the inner index ascending (A^T x: a block of 64 columns per item,
+// accumulated row by row; A x: one dot product per row, in the compiled SIMD order). The items
+// are spread over the card's OpenMP threads, so the bits do not depend on how many there are.
+// oneDNN's gemv splits a long inner sum over its threads when the output is short (the wide
+// part's dense gradient, every bias-like sum over the batch), which made a seeded run's bits
+// change with the card's thread count (issue 32). Memory-bound either way.
+void fixed_order_sgemv(bool trans, int64_t rows, int64_t cols, float alpha, const float* a,
+                       int64_t lda, const float* x, float beta, float* y) {
+  const auto store = [=](int64_t i, float sum) {
+    y[i] = beta == 0.0f ? alpha * sum : alpha * sum + beta * y[i];
+  };
+  // Below this many multiply-adds one thread is faster than waking the others.
+  constexpr int64_t kParallelWork = 1 << 15;
+  const bool parallel = rows * cols >= kParallelWork;
+  if (!trans) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = a + r * lda;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t c = 0; c < cols; ++c) sum += row[c] * x[c];
+      store(r, sum);
+    }
+    return;
+  }
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t first = block * kBlock;
+    const int64_t width = cols - first < kBlock ? cols - first : kBlock;
+    float sum[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = a + r * lda + first;
+      const float xr = x[r];
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) sum[c] += row[c] * xr;
+    }
+    for (int64_t c = 0; c < width; ++c) store(first + c, sum[c]);
+  }
+}
+
 }  // namespace
 
 Blas::Blas(device::Card& card) : card_(&card), backend_(std::make_unique<Backend>()) {
@@ -65,6 +108,8 @@ Blas::Blas(device::Card& card) : card_(&card), backend_(std::make_unique<Backend
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   b.isa = isa_name(isa);
   const char* emulate = std::getenv("GPUBOX_BF16_EMULATION");
+  const char* reproducible = std::getenv("GPUBOX_REPRODUCIBLE_GEMMS");
+  b.one_thread_gemms = reproducible != nullptr && std::string(reproducible) == "1";
   if (has_isa(isa, dnnl::cpu_isa::avx512_core_bf16)) {
     b.bf16 = Bf16Support::kHardware;
   } else if (emulate != nullptr && std::string(emulate) == "1") {
@@ -87,6 +132,7 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
   if (m == 0 || n == 0) return;
   count_gemm_launch(stream());
   // Now, or at each replay of a step graph capturing the stream (step_graph.hpp).
+  const Backend* backend = backend_.get();
   device::enqueue(stream(), "sgemm", [=] {
     if (k == 0) {
       // Empty product: C = beta * C (oneDNN rejects k == 0; beta == 0 also clears a NaN in C).
@@ -96,9 +142,12 @@ void Blas::sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int
       }
       return;
     }
-    check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', trans_b == Transpose::kYes ? 'T' : 'N',
+    run_gemm(*backend, [&] {
+      check(
+          dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', trans_b == Transpose::kYes ? 'T' : 'N',
                      m, n, k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc)),
           "sgemm");
+    });
   });
 }
 
@@ -145,10 +194,7 @@ void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, con
       for (int64_t i = 0; i < out; ++i) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
       return;
     }
-    // y[out x 1] = op(A)[out x inner] x[inner x 1]: a GEMM with one column.
-    check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N', 'N', out, 1, inner, alpha, a, ld(lda),
-                     x, 1, beta, y, 1),
-          "sgemv");
+    fixed_order_sgemv(trans_a == Transpose::kYes, rows, cols, alpha, a, lda, x, beta, y);
   });
 }
 

@@ -7,7 +7,8 @@
 //   dO[i, j][e] = s g + (i != j ? dH[pair(i, j)][e] O[j, i][e] : 0)
 //   da[i*N+j]   = sum_e dO[i, j][e] F[i, j][e], masked by a > 0 (fc_1's ReLU) -> fc_1, fc_0
 //   dF[i, j][e] = dO[i, j][e] a[i*N+j] + (e == argmax ? dp[i*N+j] : 0)
-//   dE[d, j, e] = sum_b dF[S+d, j][e] x_d    (the diagonal blocks of one GEMM X^T dF_dense)
+//   dE[d, j, e] = sum_b dF[S+d, j][e] x_d    (partial sums over chunks of the batch, then a GEMV)
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -211,30 +212,29 @@ struct ScatterPooledGrad {
   }
 };
 
-// Item (b, d, j, e): the dense fields' dF, [B x D N k] (row b: field S+d's cells in order), the
-// operand of dE's GEMM.
-struct DenseFieldGrad {
+// Item (c, col), col = (d N + j) k + e: partials[c, col] = sum over chunk c's instances b, in
+// order, of x_bd dF[b, S+d, j][e]. dE[d, j, e] is the sum of column col over the chunks (a GEMV):
+// the dense fields' dF is never stored, and no item loops over more than one chunk.
+struct DenseWeightPartials {
   FieldGrad d_field;
-  float* out;
+  const float* dense;
+  float* partials;  // [chunks x D N k]
+  int64_t batch;
+  int64_t chunk_rows;
   GPUBOX_HD void operator()(std::size_t item) const {
     const FatShape& shape = d_field.d_out.shape;
-    const auto row = static_cast<std::size_t>(shape.dense_dim) * shape.fields() * shape.k;
-    const auto b = static_cast<int64_t>(item / row);
-    const int col = static_cast<int>(item % row);  // (d N + j) k + e
-    out[item] = d_field(b, shape.slots * shape.fields() + col / shape.k, col % shape.k);
-  }
-};
-
-// Item (d, j, e): dE[d, j, e] = pairs[d, d N k + j k + e], the diagonal blocks of
-// pairs = X^T dF_dense ([D x D N k]).
-struct DenseWeightGrad {
-  const float* pairs;
-  float* grad;
-  int64_t row;  // N k
-  int dense_dim;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const auto d = static_cast<int64_t>(item) / row;
-    grad[item] = pairs[d * dense_dim * row + d * row + static_cast<int64_t>(item) % row];
+    const int nk = shape.fields() * shape.k;
+    const auto row = static_cast<std::size_t>(shape.dense_dim) * nk;
+    const auto chunk = static_cast<int64_t>(item / row);
+    const int col = static_cast<int>(item % row);
+    const int d = col / nk;
+    const int cell = shape.slots * shape.fields() + col / shape.k, e = col % shape.k;
+    const int64_t first = chunk * chunk_rows;
+    const int64_t end = first + chunk_rows < batch ? first + chunk_rows : batch;
+    float sum = 0.0f;
+    for (int64_t b = first; b < end; ++b)
+      sum += dense[b * shape.dense_dim + d] * d_field(b, cell, e);
+    partials[item] = sum;
   }
 };
 
@@ -261,15 +261,22 @@ FatDeepffmPart::FatDeepffmPart(device::Card& card, DenseParameters& params, Blas
                    ParamInit::kOne, 0.0f);
   }
   for (auto* buffer : {&feat_, &pooled_, &hidden_, &attn_, &first_, &dnn_x_, &dnn_dx_, &d_attn_,
-                       &d_hidden_, &d_pool_, &d_dense_feat_, &dense_pairs_}) {
+                       &d_hidden_, &d_pool_, &dense_w_sums_}) {
     *buffer = card.make_buffer<float>(0);
   }
   argmax_ = card.make_buffer<int32_t>(0);
-  // add_logits' GEMV sums a row's cells against it; dense_pairs_ is batch-independent.
-  ones_ = device::to_device(std::vector<float>(static_cast<std::size_t>(fields()) * fields(), 1.0f),
-                            card.memory(), card.stream());
-  const auto dense_row = static_cast<std::size_t>(dense_dim_) * fields() * k_;
-  dense_pairs_.resize_discard(static_cast<std::size_t>(dense_dim_) * dense_row);
+  // add_logits' GEMV sums a row's cells against it, dense_w's gradient its chunks' partial sums.
+  const auto cells = static_cast<std::size_t>(fields()) * fields();
+  ones_ = device::to_device(
+      std::vector<float>(std::max(cells, static_cast<std::size_t>(kDenseWGradChunks)), 1.0f),
+      card.memory(), card.stream());
+  // Batch-independent: at most kDenseWGradChunks chunks whatever the batch.
+  dense_w_sums_.resize_discard(static_cast<std::size_t>(kDenseWGradChunks) * dense_dim_ * fields() *
+                               k_);
+}
+
+int64_t FatDeepffmPart::dense_w_chunk_rows(int64_t batch) {
+  return std::max(kDenseWGradChunkRows, (batch + kDenseWGradChunks - 1) / kDenseWGradChunks);
 }
 
 double FatDeepffmPart::flops_per_example() const {
@@ -290,8 +297,10 @@ std::string FatDeepffmPart::kernel_report(int64_t batch) const {
       << ": parallel_for over (instance, field) (fp32, batch " << batch
       << "); first-order term: sgemv";
   if (dense_dim_ > 0) {
-    out << "; dense_w's gradient: sgemm " << dense_dim_ << "x" << dense_dim_ * fields() * k_ << "x"
-        << batch;
+    const int64_t rows = dense_w_chunk_rows(batch);
+    out << "; dense_w's gradient: partial sums over " << (batch + rows - 1) / rows << " chunks of "
+        << rows << " instances, then sgemv " << dense_dim_ * fields() * k_ << "x"
+        << (batch + rows - 1) / rows;
   }
   return out.str();
 }
@@ -306,7 +315,6 @@ void FatDeepffmPart::reserve(int64_t batch) {
   }
   dnn_x_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
   dnn_dx_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
-  d_dense_feat_.resize_discard(n * static_cast<std::size_t>(dense_dim_) * fields() * k_);
   fc0_.prepare(batch);
   fc1_.prepare(batch);
 }
@@ -352,17 +360,17 @@ void FatDeepffmPart::backward(const device::Stream& stream, DenseParameters& par
       stream, items(batch, pool_cols),
       ScatterPooledGrad{d_field, d_pooled, pool_cols, slot_width_, embedx_column_, unscale});
   if (dense_dim_ > 0) {
-    // dE[d] = sum_b x_bd dF_dense[b, d]: X^T dF_dense [D x D N k] in one GEMM, then its diagonal
-    // blocks (D times the flops of D GEMVs, but one launch whatever D and the batch).
-    const int64_t row = int64_t{fields()} * k_;
-    device::parallel_for(stream, items(batch, dense_dim_ * row),
-                         DenseFieldGrad{d_field, d_dense_feat_.data()});
-    blas_->sgemm(Transpose::kYes, Transpose::kNo, dense_dim_, dense_dim_ * row, batch, 1.0f, dense,
-                 dense_dim_, d_dense_feat_.data(), dense_dim_ * row, 0.0f, dense_pairs_.data(),
-                 dense_dim_ * row);
+    // dE[d] = sum_b x_bd dF_dense[b, d], in two launches whatever D and the batch: each chunk's
+    // partial sums (dF computed where it is summed, never stored), then their sum as a GEMV
+    // against ones (partials^T 1; a zero batch has no chunk and writes dE = 0).
+    const int64_t row = int64_t{dense_dim_} * fields() * k_;
+    const int64_t chunk_rows = dense_w_chunk_rows(batch);
+    const int64_t chunks = (batch + chunk_rows - 1) / chunk_rows;
     device::parallel_for(
-        stream, items(dense_dim_, row),
-        DenseWeightGrad{dense_pairs_.data(), params.grads(dense_w_), row, dense_dim_});
+        stream, items(chunks, row),
+        DenseWeightPartials{d_field, dense, dense_w_sums_.data(), batch, chunk_rows});
+    blas_->sgemv(Transpose::kYes, chunks, row, 1.0f, dense_w_sums_.data(), row, ones_.data(), 0.0f,
+                 params.grads(dense_w_));
   }
 }
 

@@ -25,10 +25,11 @@
 //
 // Owns its blocks (fat_deepffm.dense_w and CEN's two Linears in the model's DenseParameters) and
 // every buffer named here. fp32 throughout. Portable: GEMMs and GEMVs through the model's Blas
-// (CEN's Linears; y1's sum over a row's cells; dense_w's gradient, the one sum over the batch) and
-// parallel_for over items of an instance that each own what they write (sums in a fixed order,
-// no atomics: runs are deterministic). No item loops over the batch, and the launches of a
-// forward or backward do not depend on its size (fat_deepffm_test counts them).
+// (CEN's Linears; y1's sum over a row's cells; the sum of dense_w's gradient over chunks of the
+// batch) and parallel_for over items that each own what they write (sums in a fixed order, no
+// atomics: runs are deterministic). No item loops over the batch (dense_w's partial sums loop over
+// one chunk of it), and the launches of a forward or backward do not depend on its size
+// (fat_deepffm_test counts them).
 // Thread-safety: one card's thread only.
 #pragma once
 
@@ -61,6 +62,13 @@ class FatDeepffmPart {
   int dnn_in() const { return embedding_cols() + (use_cvm_ ? 2 * slots_ : 0); }
   int embedding_cols() const { return pairs() * k_; }  // the pairs' Hadamard products
   int64_t dnn_ld() const { return dnn_ld_; }
+  // dense_w's gradient sums the batch in chunks of dense_w_chunk_rows(batch) instances (at least
+  // kDenseWGradChunkRows, at most kDenseWGradChunks chunks), then sums the chunks: a workspace of
+  // kDenseWGradChunks x D N k floats whatever the batch. The chunks depend on the batch alone, so
+  // the gradient's bits do not depend on the thread count.
+  static constexpr int64_t kDenseWGradChunks = 64;
+  static constexpr int64_t kDenseWGradChunkRows = 16;
+  static int64_t dense_w_chunk_rows(int64_t batch);
   // Multiply-adds x2 of one example's CEN (its two layers' forward, weight and input gradients)
   // and its elementwise work by hand (pool, attention, first-order term, pairs, their backward).
   double flops_per_example() const;
@@ -104,14 +112,13 @@ class FatDeepffmPart {
   device::device_buffer<float> hidden_;        // relu(p W0 + b0)
   device::device_buffer<float> attn_;          // a
   device::device_buffer<float> first_;         // a[cell] sum_e F[cell][e]: [B x cen_ld]
-  device::device_buffer<float> ones_;          // N^2 ones: add_logits' GEMV sums first_'s rows
+  device::device_buffer<float> ones_;          // max(N^2, 64) ones, for the GEMVs
   device::device_buffer<float> dnn_x_;         // the DNN input
   device::device_buffer<float> dnn_dx_;        // scale * dL/d(DNN input)
   device::device_buffer<float> d_attn_;        // scale * dL/d(fc_1's pre-activation)
   device::device_buffer<float> d_hidden_;      // scale * dL/d(fc_0's pre-activation)
   device::device_buffer<float> d_pool_;        // scale * dL/dp
-  device::device_buffer<float> d_dense_feat_;  // the dense fields' dF: [B x D N k]
-  device::device_buffer<float> dense_pairs_;   // X^T d_dense_feat_: [D x D N k]
+  device::device_buffer<float> dense_w_sums_;  // dE per chunk of the batch: [64 x D N k]
 };
 
 }  // namespace gpubox::trainer

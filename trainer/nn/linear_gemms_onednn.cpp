@@ -279,7 +279,10 @@ void LinearGemms::prepare(int64_t batch) {
                  : PlanTypes{dnnl_type(s.input), dnnl_type(s.output), dnnl_type(s.dx)};
   const int64_t rows = std::max<int64_t>(batch, 1);  // primitives for an empty batch are unused
   std::size_t scratch = 0;
-  Plans::Plan plan = make_plan(backend.engine, s, t, rows, &scratch);
+  Plans::Plan plan;
+  // One thread under Backend::one_thread_gemms also here: some kernels fix their partition when
+  // the primitive is made.
+  run_gemm(backend, [&] { plan = make_plan(backend.engine, s, t, rows, &scratch); });
   plan.batch = batch;
   // The buffers the plan uses, sized now (before the step's collectives).
   if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
@@ -304,8 +307,9 @@ void execute(const device::Stream& stream, const char* what, LinearGemms::Plans*
              Blas::Backend* backend, int64_t batch, Run run) {
   plan_for(*p, batch, p->name);  // a missing plan fails at the call, not only at a replay
   count_gemm_launch(stream);
-  device::enqueue(stream, what,
-                  [p, backend, batch, run] { run(plan_for(*p, batch, p->name), *backend); });
+  device::enqueue(stream, what, [p, backend, batch, run] {
+    run_gemm(*backend, [&] { run(plan_for(*p, batch, p->name), *backend); });
+  });
 }
 }  // namespace
 
@@ -434,6 +438,7 @@ std::string LinearGemms::describe(int64_t batch) const {
   }
   line += " (oneDNN, " + backend.isa + ", " + element_type_name(spec_.input);
   if (plans_->emulated) line += " emulated in fp32: GPUBOX_BF16_EMULATION=1";
+  if (backend.one_thread_gemms) line += ", one thread a GEMM: GPUBOX_REPRODUCIBLE_GEMMS=1";
   return line + ")";
 }
 

@@ -230,6 +230,22 @@ struct PsTrainer::PassData {
       GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
     }
   }
+  // Thread t's (of `threads`) batch of step b; false when the thread has no step left.
+  // `open_ended`: a stream's batches are taken until it ends (async and geo), else `steps`.
+  bool next_batch(int t, int threads, std::size_t b, bool open_ended, int64_t pass,
+                  dataset::Batch* batch) const {
+    if (open_ended) return stream->next_batch(t, batch);
+    if (b >= steps) return false;
+    if (b >= batches) {
+      *batch = dataset::Batch{};  // an empty step: this trainer has no batch left
+    } else if (stream != nullptr) {
+      GPUBOX_EXPECTS(stream->next_batch(t, batch), "pass ", pass, ": its stream ended at batch ", b,
+                     " of ", batches);
+    } else {
+      held->fill_batch(t, threads, b, batch);
+    }
+    return true;
+  }
 };
 
 PsTrainer::PassData PsTrainer::read_pass(const std::vector<std::string>& share, int64_t pass) {
@@ -307,19 +323,8 @@ std::size_t PsTrainer::train_threads(PassData& data, int64_t pass, PsPassStop& s
   const int threads = s.cards.num_local_cards();
   // async and geo take a stream's batches until it ends; everything else `steps` of them.
   const bool open_ended = data.stream != nullptr && mode != SyncMode::kSync;
-  // Thread t's batch of step b; false when the thread has no step left.
   const auto next_batch = [&](int t, std::size_t b, dataset::Batch* batch) {
-    if (open_ended) return data.stream->next_batch(t, batch);
-    if (b >= data.steps) return false;
-    if (b >= data.batches) {
-      *batch = dataset::Batch{};  // an empty step: this trainer has no batch left
-    } else if (data.stream != nullptr) {
-      GPUBOX_EXPECTS(data.stream->next_batch(t, batch), "pass ", pass,
-                     ": its stream ended at batch ", b, " of ", data.batches);
-    } else {
-      data.held->fill_batch(t, threads, b, batch);
-    }
-    return true;
+    return data.next_batch(t, threads, b, open_ended, pass, batch);
   };
   ThreadBarrier local(threads);
   // sync averages the step's gradients of every thread of the job; geo averages the threads'

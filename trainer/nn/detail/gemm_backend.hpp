@@ -30,6 +30,8 @@
     }                                                                         \
   } while (0)
 #else
+#include <omp.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
@@ -53,7 +55,29 @@ struct Blas::Backend {
   // Scratchpad of every oneDNN primitive of this card (scratchpad_mode::user), grown only when
   // a layer prepares its plans, so executing a primitive never allocates.
   device::device_buffer<char> scratchpad;
+  // GPUBOX_REPRODUCIBLE_GEMMS=1: every oneDNN GEMM, and every primitive's creation, on one
+  // thread. oneDNN partitions a GEMM by its thread count, and the partition changes the bits
+  // (a sum split over threads, another kernel path): with one thread they depend on the shapes
+  // and the ISA alone, so a seeded run has the same bits whatever the threads per card.
+  bool one_thread_gemms = false;
 };
+
+// Runs `gemm` (oneDNN calls) on the calling card thread's OpenMP threads, or on one thread
+// under Backend::one_thread_gemms; the thread count is restored afterwards, also on a throw.
+template <class Gemm>
+void run_gemm(const Blas::Backend& backend, Gemm&& gemm) {
+  struct Restore {
+    int threads;
+    ~Restore() { omp_set_num_threads(threads); }
+  };
+  if (!backend.one_thread_gemms) {
+    gemm();
+    return;
+  }
+  const Restore restore{omp_get_max_threads()};
+  omp_set_num_threads(1);
+  gemm();
+}
 #endif
 
 // One library call counts one launch on the card (counters.hpp), at the same point on both
