@@ -28,6 +28,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/device/step_graph.hpp"
 #include "heterps/device/stream.hpp"
 
 namespace gpubox::device {
@@ -46,7 +47,8 @@ class LateReadback {
     GPUBOX_EXPECTS(depth >= 1 && width >= 1, "LateReadback: depth ", depth, ", width ", width);
     events_.reserve(depth);
     for (std::size_t i = 0; i < depth; ++i) {
-      events_.emplace_back(card.device(), card.stream().counters());
+      events_.emplace_back(card.device(), card.stream().counters(), EventTiming::kOff,
+                           EventReader::kHost);
     }
   }
 
@@ -63,9 +65,17 @@ class LateReadback {
     open_ = true;
     return Slot{host_.data() + at * width_, &tags_[at], at};
   }
-  // Records the event of the slot begin() returned, after the caller's copies into it.
+  // Records the event of the slot begin() returned, after the caller's copies into it. Not inside
+  // a step graph's capture: the host reads the event, and replays would not mark it (refused here,
+  // naming the graph, rather than when the slot is retired `depth` steps later).
   void commit(const Stream& stream) {
     GPUBOX_EXPECTS(open_, "LateReadback: commit without begin");
+    if (const StepGraph* graph = stream.capturing()) {
+      GPUBOX_FAIL("LateReadback::commit on card ", stream.device(),
+                  "'s stream inside the capture of step graph '", graph->name(),
+                  "': the host reads the slot's event, which replays would not mark; commit "
+                  "after the capture ends, on the stream the graph is replayed on");
+    }
     events_[(oldest_ + pending_) % depth()].record(stream);
     open_ = false;
     ++pending_;
