@@ -146,7 +146,7 @@ TEST_P(StreamOrder, TrainingUnderDeferredExecutionEqualsTheEagerRunBitForBit) {
   for (const bool graphs : {true, false}) {
     SCOPED_TRACE(graphs ? "as step graphs" : "eagerly");
     const OrderRun eager = train(cards, collective, graphs, false, 0);
-    for (const uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{2}}) {
+    for (const uint64_t seed : {uint64_t{0}, uint64_t{1}}) {
       SCOPED_TRACE(seed == 0 ? std::string("deferred lazily") : "seed " + std::to_string(seed));
       expect_same(train(cards, collective, graphs, true, seed), eager);
     }
