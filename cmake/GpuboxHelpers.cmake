@@ -30,3 +30,32 @@ function(gpubox_add_test name)
                                             ENVIRONMENT "GPUBOX_DEVICE_CHECK=1")
   endif()
 endfunction()
+
+# gpubox_add_order_check(<test> [FILTER <gtest filter>] [SEEDS <n>...] [TIMEOUT s])
+# Runs the test binary <test> again with GPUBOX_DEVICE_CHECK=defer, and once per seed with
+# defer:<seed> (heterps/device/deferred.hpp: streams run their work only when a wait demands it,
+# so a missing or wrong stream/event wait gives wrong values on the cpu as on a GPU). Label
+# device_order: `ctest -L device_order`.
+function(gpubox_add_order_check name)
+  cmake_parse_arguments(O "" "FILTER;TIMEOUT" "SEEDS" ${ARGN})
+  if(NOT GPUBOX_BACKEND STREQUAL "cpu")
+    return()
+  endif()
+  set(args)
+  if(O_FILTER)
+    list(APPEND args "--gtest_filter=${O_FILTER}")
+  endif()
+  if(NOT O_TIMEOUT)
+    set(O_TIMEOUT 300)
+  endif()
+  set(modes defer)
+  foreach(seed ${O_SEEDS})
+    list(APPEND modes "defer:${seed}")
+  endforeach()
+  foreach(mode ${modes})
+    string(REPLACE ":" "_" suffix "${mode}")
+    add_test(NAME ${name}_${suffix} COMMAND ${name} ${args})
+    set_tests_properties(${name}_${suffix} PROPERTIES TIMEOUT ${O_TIMEOUT} LABELS device_order
+                                                      ENVIRONMENT "GPUBOX_DEVICE_CHECK=${mode}")
+  endforeach()
+endfunction()

@@ -465,6 +465,7 @@ std::size_t CardSparseStore::create_missing_rows(const uint64_t* keys, const int
     device::device_buffer<uint64_t> sorted_keys = card().make_buffer<uint64_t>(missing);
     device::device_buffer<uint64_t> order = card().make_buffer<uint64_t>(missing);
     device::device_buffer<uint64_t> run_first = card().make_buffer<uint64_t>(missing);
+    device::before_thrust_call(stream);  // `exec` was made before GatherKeys
     thrust::copy(exec, keys_scratch_.data(), keys_scratch_.data() + missing, sorted_keys.data());
     thrust::sequence(exec, order.data(), order.data() + missing);
     thrust::stable_sort_by_key(exec, sorted_keys.data(), sorted_keys.data() + missing,

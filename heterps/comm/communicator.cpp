@@ -65,9 +65,10 @@ void Communicator::run(const char* collective, bool blocking, const device::Stre
     counters->add_collective(collective, blocking);
     if (blocking) counters->add_host_sync();
   }
-  // Now, or at every replay of the step graph capturing the stream (cpu backend): `move` holds
-  // copies of its operands, and the step context is the one of the step that runs it.
-  device::enqueue(stream, collective, [this, collective, move] {
+  // Now (after the stream's deferred work, GPUBOX_DEVICE_CHECK=defer: the group meets on the
+  // calling threads), or at every replay of the step graph capturing the stream (cpu backend):
+  // `move` holds copies of its operands, and the step context is the one of the step that runs it.
+  device::enqueue_in_order(stream, collective, [this, collective, move] {
     last_collective_ = collective;
     in_step_context(move);
   });

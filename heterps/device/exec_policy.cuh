@@ -28,6 +28,22 @@ inline void count_thrust_call(const Stream& stream) {
   detail::refuse_while_capturing("a Thrust call (exec_policy; use parallel_for or reduce_into)",
                                  &stream);
   if (CardCounters* counters = stream.counters()) counters->add_launches();
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // GPUBOX_DEVICE_CHECK=defer (deferred.hpp): the call runs now, after the stream's earlier work.
+  if (stream.deferred() != nullptr) detail::run_deferred(stream);
+#endif
+}
+
+// For a policy made before work enqueued on its stream since (a parallel_for, a copy) and used by
+// a Thrust call after that work: call this between the two. Nothing on CUDA (the stream orders
+// them) nor by default on the cpu (the work ran when enqueued); under GPUBOX_DEVICE_CHECK=defer
+// the stream's queued work runs first, since the Thrust call runs when made. Counts nothing.
+inline void before_thrust_call(const Stream& stream) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+  if (stream.deferred() != nullptr) detail::run_deferred(stream);
+#else
+  (void)stream;
+#endif
 }
 
 inline auto exec_policy(const Stream& stream) {

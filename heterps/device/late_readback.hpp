@@ -43,6 +43,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/composed_step.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/device/step_graph.hpp"
 #include "heterps/device/stream.hpp"
 
 namespace gpubox::device {
@@ -83,7 +84,8 @@ class LateReadback {
     GPUBOX_EXPECTS(depth >= 1 && width >= 1, "LateReadback: depth ", depth, ", width ", width);
     events_.reserve(depth);
     for (std::size_t i = 0; i < depth; ++i) {
-      events_.emplace_back(card.device(), card.stream().counters());
+      events_.emplace_back(card.device(), card.stream().counters(), EventTiming::kOff,
+                           EventReader::kHost);
     }
     const DeviceGuard guard(card.device());  // made on any thread (the kernel: on the card)
     detail::set_ring_counter(*stream_, counter_.data(), 0);
@@ -134,6 +136,12 @@ class LateReadback {
     Event& event = events_[(oldest_ + pending_) % depth()];
     if (ComposedStep* step = ComposedStep::open_on(stream)) {
       step->defer_record(event, [this] { discard(); });
+    } else if (const StepGraph* graph = stream.capturing()) {
+      // The host reads the slot's event, which replays would not mark: refused here, naming
+      // the graph, rather than when the slot is retired `depth` steps later.
+      GPUBOX_FAIL("LateReadback::commit on card ", stream.device(),
+                  "'s stream inside the capture of step graph '", graph->name(),
+                  "': commit after the capture ends, on the stream the graph is replayed on");
     } else {
       event.record(stream);
     }

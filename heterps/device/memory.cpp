@@ -1,9 +1,12 @@
 #include "heterps/device/memory.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #if !defined(GPUBOX_BACKEND_CUDA)
 #include <sys/mman.h>
@@ -11,6 +14,7 @@
 
 #include "heterps/device/counters.hpp"
 #include "heterps/device/cuda_check.hpp"
+#include "heterps/device/deferred.hpp"
 #include "heterps/device/memory_registry.hpp"
 
 namespace gpubox::device {
@@ -125,6 +129,30 @@ void refuse_pageable_capture(const void* dst, const void* src, std::size_t bytes
   }
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// GPUBOX_DEVICE_CHECK=defer (deferred.hpp), outside a capture: a copy between card and pinned
+// memory waits in the stream's queue; one that reads pageable memory takes its source now (CUDA
+// stages it before cudaMemcpyAsync returns); one that writes pageable memory runs now, after the
+// stream's earlier work (CUDA returns once it is done).
+void deferred_copy(void* dst, const void* src, std::size_t bytes, const Stream& stream) {
+  const auto pageable = [](const void* ptr) {
+    const MemoryKind kind = find_memory(ptr).kind;
+    return kind != MemoryKind::kCard && kind != MemoryKind::kPinned;
+  };
+  if (pageable(dst)) {
+    detail::run_deferred(stream);
+    std::memmove(dst, src, bytes);
+  } else if (pageable(src)) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    stream.record("copy_bytes_async (from pageable memory)",
+                  [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+  } else {
+    stream.record("copy_bytes_async", [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
+}
+#endif
+
 }  // namespace
 
 void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages) {
@@ -176,8 +204,15 @@ void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
   DeviceGuard guard(device_, std::nothrow);
   cudaFreeAsync(ptr, stream.native());
 #else
-  (void)stream;
-  free_host_block(ptr, bytes, pages);
+  if (stream.deferred() != nullptr && stream.capturing() == nullptr &&
+      !detail::deferred_idle(*stream.deferred())) {
+    // GPUBOX_DEVICE_CHECK=defer: ordered on the stream as cudaFreeAsync is (work enqueued before
+    // it may still read the block); on an idle stream, at once.
+    stream.record("CardMemory::deallocate",
+                  [ptr, bytes, pages] { free_host_block(ptr, bytes, pages); });
+  } else {
+    free_host_block(ptr, bytes, pages);
+  }
 #endif
   in_use_.fetch_sub(bytes, std::memory_order_relaxed);
 }
@@ -205,6 +240,17 @@ void free_pinned(void* ptr) noexcept {
 #if defined(GPUBOX_BACKEND_CUDA)
   cudaFreeHost(ptr);
 #else
+  // GPUBOX_DEVICE_CHECK=defer: cudaFreeHost waits for the whole device first (a failure of that
+  // work cannot leave a noexcept free: it ends the process, as a failed stream teardown does).
+  if (deferred_execution_enabled() && !detail::thread_capturing()) {
+    try {
+      detail::run_all_deferred();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "free_pinned: deferred work failed as the device was waited for: %s\n",
+                   e.what());
+      std::abort();
+    }
+  }
   std::free(ptr);
 #endif
 }
@@ -216,6 +262,10 @@ void copy_bytes_async(void* dst, const void* src, std::size_t bytes, const Strea
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.native()));
 #else
+  if (stream.deferred() != nullptr && stream.capturing() == nullptr) {
+    deferred_copy(dst, src, bytes, stream);
+    return;
+  }
   enqueue(stream, "copy_bytes_async", [dst, src, bytes] { std::memmove(dst, src, bytes); });
 #endif
 }

@@ -3,7 +3,8 @@
 // small n, where a parallel region costs more than it saves). `f` must be trivially copyable,
 // callable on host and device (GPUBOX_HD), and must not throw. Each call with n > 0 counts one
 // launch on the stream's card (counters.hpp), on both backends. While the stream captures a
-// StepGraph the loop is recorded with a copy of `f` (step_graph.hpp) and runs at each replay.
+// StepGraph the loop is recorded with a copy of `f` (step_graph.hpp) and runs at each replay;
+// under GPUBOX_DEVICE_CHECK=defer it is queued on the stream (deferred.hpp).
 #pragma once
 
 #include <cstddef>
@@ -61,7 +62,7 @@ void parallel_for(const Stream& stream, std::size_t n, F f) {
   detail::parallel_for_kernel<<<grid, kBlock, 0, stream.native()>>>(n, f);
   GPUBOX_CUDA_TRY(cudaGetLastError());
 #else
-  if (stream.capturing() != nullptr) {
+  if (stream.capturing() != nullptr || stream.deferred() != nullptr) {
     stream.record("parallel_for", [n, f] { detail::run_loop(n, f); });
     return;
   }

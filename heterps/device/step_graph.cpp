@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "heterps/device/cuda_check.hpp"
+#include "heterps/device/deferred.hpp"
 
 namespace gpubox::device {
 namespace {
@@ -151,17 +152,33 @@ void StepGraph::replay(const Stream& stream) {
 #if defined(GPUBOX_BACKEND_CUDA)
   GPUBOX_CUDA_TRY(cudaGraphLaunch(native_->exec, stream.native()));
 #else
-  for (std::size_t i = 0; i < recorded_.size(); ++i) {
-    try {
-      recorded_[i].work();
-    } catch (const Error& e) {
-      throw with_context(::gpubox::detail::concat("step graph '", name_, "', node ", i, " (",
-                                                  recorded_[i].what, "): "),
-                         e);
-    }
+  if (stream.deferred() != nullptr && contents_.collectives == 0) {
+    // GPUBOX_DEVICE_CHECK=defer: the launch waits in the stream's queue like any work, with the
+    // nodes of this capture (a later capture does not change a launch already enqueued).
+    auto nodes = std::make_shared<const std::vector<Node> >(recorded_);
+    detail::defer(*stream.deferred(), "StepGraph::replay",
+                  [nodes, name = name_] { run_nodes(*nodes, name); });
+    return;
   }
+  // A graph holding collectives meets the peers' threads: it runs now, in the stream's order.
+  detail::run_deferred(stream);
+  run_nodes(recorded_, name_);
 #endif
 }
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+void StepGraph::run_nodes(const std::vector<Node>& nodes, const std::string& name) {
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    try {
+      nodes[i].work();
+    } catch (const Error& e) {
+      throw with_context(
+          ::gpubox::detail::concat("step graph '", name, "', node ", i, " (", nodes[i].what, "): "),
+          e);
+    }
+  }
+}
+#endif
 
 void StepGraph::reset() {
   GPUBOX_EXPECTS(!capture_open_, "step graph '", name_, "': reset while capturing");
@@ -189,8 +206,13 @@ void StepGraph::note_refusal(const char* operation) noexcept {
 
 #if !defined(GPUBOX_BACKEND_CUDA)
 void Stream::record(const char* what, std::function<void()> work) const {
-  GPUBOX_EXPECTS(capture_ != nullptr, what, " recorded on a stream that is not capturing");
-  capture_->record(what, std::move(work));
+  if (capture_ != nullptr) {
+    capture_->record(what, std::move(work));
+    return;
+  }
+  GPUBOX_EXPECTS(deferred_ != nullptr, what,
+                 " recorded on a stream that neither captures nor defers");
+  detail::defer(*deferred_, what, std::move(work));
 }
 #endif
 

@@ -116,6 +116,10 @@ class StepGraph {
     std::function<void()> work;
   };
   void finish_capture_state() noexcept;
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // Runs captured nodes in order; an error names the graph, the node and what it was.
+  static void run_nodes(const std::vector<Node>& nodes, const std::string& name);
+#endif
 
   std::string name_;
   const Stream* stream_ = nullptr;  // captured (or being captured) on

@@ -1,12 +1,15 @@
 #include "heterps/device/stream.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/error.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/device/cuda_check.hpp"
+#include "heterps/device/deferred.hpp"
 #include "heterps/device/scratch_arena.hpp"
+#include "heterps/device/step_graph.hpp"
 
 namespace gpubox::device {
 
@@ -86,8 +89,11 @@ void Stream::wait(const Event& event) const {
   GPUBOX_CUDA_TRY(cudaStreamWaitEvent(handle_, event.native(), 0));
 }
 
-Event::Event(int device, CardCounters* counters, EventTiming timing)
-    : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {
+Event::Event(int device, CardCounters* counters, EventTiming timing, EventReader reader)
+    : device_(device),
+      counters_(counters),
+      timing_(timing == EventTiming::kOn),
+      host_reads_(timing_ || reader == EventReader::kHost) {
   DeviceGuard guard(device);
   GPUBOX_CUDA_TRY(
       cudaEventCreateWithFlags(&handle_, timing_ ? cudaEventDefault : cudaEventDisableTiming));
@@ -107,18 +113,15 @@ Event& Event::operator=(Event&& other) noexcept {
     handle_ = std::exchange(other.handle_, nullptr);
     counters_ = other.counters_;
     timing_ = other.timing_;
+    host_reads_ = other.host_reads_;
     capture_serial_ = other.capture_serial_;
+    captured_in_ = std::move(other.captured_in_);
   }
   return *this;
 }
 void Event::record(const Stream& stream) {
-  // On a captured stream, a marker of the capture (Stream::wait inside it); otherwise an eager
-  // record the host may read, refused while this thread captures (it would read it mid-step).
-  const uint64_t serial = detail::capture_serial_of(stream);
-  if (serial == 0)
-    detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+  note_record(stream);
   GPUBOX_CUDA_TRY(cudaEventRecord(handle_, stream.native()));
-  capture_serial_ = serial;
 }
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
@@ -171,50 +174,90 @@ DeviceGuard::DeviceGuard(int) {}
 DeviceGuard::DeviceGuard(int, const std::nothrow_t&) noexcept {}
 DeviceGuard::~DeviceGuard() = default;
 
+namespace {
+const char* role_name(StreamRole role) { return role == StreamRole::kCopy ? "copy" : "compute"; }
+
+// GPUBOX_DEVICE_CHECK=defer: a stream's pending work finishes when it is destroyed (CUDA's rule).
+// A destructor cannot throw: an error of that work is printed, and the process aborts (the work
+// was a test's, and a lost error would hide the bug the mode looks for).
+void finish_deferred(detail::DeferredQueue* queue, int device) noexcept {
+  if (queue == nullptr) return;
+  try {
+    detail::run_deferred(*queue);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "card %d: deferred work failed as its stream was destroyed: %s\n", device,
+                 e.what());
+    std::abort();
+  }
+}
+}  // namespace
+
 Stream::Stream(int device, CardCounters* counters, StreamRole role)
     : device_(device), counters_(counters), role_(role) {
   allocator_.device_ = device;
+  if (deferred_execution_enabled())
+    deferred_ = detail::make_deferred_queue(device, role_name(role));
 }
-Stream::~Stream() = default;
+Stream::~Stream() { finish_deferred(deferred_.get(), device_); }
 Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this == &other) return *this;
+  finish_deferred(deferred_.get(), device_);
   device_ = other.device_;
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
   role_ = other.role_;
   allocator_ = other.allocator_;
+  deferred_ = std::move(other.deferred_);
   return *this;
 }
 void Stream::synchronize() const {
   detail::refuse_while_capturing("Stream::synchronize (a host wait)", this);
   count_sync(counters_);
+  if (deferred_ != nullptr) detail::run_deferred(*deferred_);
 }
 bool Stream::ready() const {
   detail::refuse_while_capturing("Stream::ready (a host poll)", this);
-  return true;
+  return deferred_ == nullptr || detail::poll_deferred(*deferred_);
 }
 void Stream::wait(const Event& event) const {
   detail::check_event_wait(*this, event);
   count_wait(counters());
+  // Deferred: the wait is work of this stream that runs the event's stream through its record.
+  // (A captured wait is for an event of the same capture, which holds no mark.)
+  if (const std::shared_ptr<detail::DeferredMark>& mark = event.deferred_mark()) {
+    if (deferred_ != nullptr) {
+      detail::defer_wait(*deferred_, mark);
+    } else {
+      detail::run_through(*mark);
+    }
+  }
 }
 
-Event::Event(int device, CardCounters* counters, EventTiming timing)
-    : device_(device), counters_(counters), timing_(timing == EventTiming::kOn) {}
+Event::Event(int device, CardCounters* counters, EventTiming timing, EventReader reader)
+    : device_(device),
+      counters_(counters),
+      timing_(timing == EventTiming::kOn),
+      host_reads_(timing_ || reader == EventReader::kHost) {}
 Event::~Event() = default;
 Event& Event::operator=(Event&& other) noexcept {
   device_ = other.device_;
   handle_ = std::exchange(other.handle_, nullptr);
   counters_ = other.counters_;
   timing_ = other.timing_;
+  host_reads_ = other.host_reads_;
   capture_serial_ = other.capture_serial_;
+  captured_in_ = std::move(other.captured_in_);
   recorded_at_ = other.recorded_at_;
+  mark_ = std::move(other.mark_);
   return *this;
 }
 void Event::record(const Stream& stream) {
-  const uint64_t serial = detail::capture_serial_of(stream);  // as on CUDA, above
-  if (serial == 0)
-    detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
-  capture_serial_ = serial;
-  if (timing_ && serial == 0) {
+  note_record(stream);
+  mark_.reset();
+  if (capture_serial_ != 0) return;
+  if (stream.deferred() != nullptr) {
+    mark_ = detail::mark_deferred(*stream.deferred(), timing_);
+  } else if (timing_) {
     recorded_at_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
@@ -223,21 +266,36 @@ double Event::seconds_since(const Event& earlier) const {
   GPUBOX_EXPECTS(timing_ && earlier.timing_, "Event::seconds_since: an event made without timing");
   refuse_captured_read("Event::seconds_since");
   earlier.refuse_captured_read("Event::seconds_since");
-  return recorded_at_ - earlier.recorded_at_;
+  // Deferred: CUDA's cudaErrorNotReady for an event the card has not passed (poll ready()).
+  for (const Event* e : {this, &earlier}) {
+    GPUBOX_EXPECTS(e->mark_ == nullptr || detail::passed(*e->mark_),
+                   "Event::seconds_since on card ", device_,
+                   ": an event the card has not passed yet (CUDA: cudaErrorNotReady; wait for "
+                   "ready() first)");
+  }
+  const double later_at = mark_ != nullptr ? mark_->at : recorded_at_;
+  const double earlier_at = earlier.mark_ != nullptr ? earlier.mark_->at : earlier.recorded_at_;
+  return later_at - earlier_at;
 }
 void Event::synchronize() const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
   refuse_captured_read("Event::synchronize");
   count_sync(counters_);
+  if (mark_ != nullptr) detail::run_through(*mark_);
 }
 bool Event::ready() const {
   detail::refuse_while_capturing("Event::ready (a host query)");
   refuse_captured_read("Event::ready");
-  return true;
+  return mark_ == nullptr || detail::poll_deferred(*mark_);
 }
 
 void detail::synchronize_uncounted(const Stream& stream) {
   refuse_while_capturing("a collective's wait for its stream (a host wait)", &stream);
+  run_deferred(stream);
+}
+
+void detail::run_deferred(const Stream& stream) {
+  if (DeferredQueue* queue = stream.deferred()) run_deferred(*queue);
 }
 
 char* ThrustAllocator::allocate(std::ptrdiff_t bytes) {
@@ -262,13 +320,43 @@ Stream::Stream(Stream&& other) noexcept
       handle_(std::exchange(other.handle_, nullptr)),
       counters_(other.counters_),
       role_(other.role_),
-      allocator_(other.allocator_) {}
+      allocator_(other.allocator_)
+#if !defined(GPUBOX_BACKEND_CUDA)
+      ,
+      deferred_(std::move(other.deferred_))
+#endif
+{
+}
+
+void Event::note_record(const Stream& stream) {
+  // On a captured stream, a marker of the capture (Stream::wait inside it); otherwise an eager
+  // record the host may read, refused while this thread captures (it would read it mid-step).
+  const uint64_t serial = detail::capture_serial_of(stream);
+  if (serial == 0) {
+    detail::refuse_while_capturing("Event::record (the host reads the event)", &stream);
+    captured_in_.clear();
+  } else {
+    const std::string& graph = stream.capturing()->name();
+    if (host_reads_) {
+      GPUBOX_FAIL("Event::record of an event the host reads (",
+                  timing_ ? "a timed event" : "EventReader::kHost", ") on card ", device_,
+                  " inside the capture of step graph '", graph,
+                  "': replays do not mark it, so the host's ready, synchronize or seconds_since "
+                  "would fail when it reads it; record it after the capture ends, on the stream "
+                  "the graph is replayed on (heterps/device/stream.hpp)");
+    }
+    captured_in_ = graph;
+  }
+  capture_serial_ = serial;
+}
 
 void Event::refuse_captured_read(const char* operation) const {
   if (capture_serial_ == 0) return;
   GPUBOX_FAIL(operation, " of an event on card ", device_,
-              " whose last record was inside a step graph's capture: replays do not mark it, so "
-              "the host cannot read it (record it outside the capture; heterps/device/stream.hpp)");
+              " whose last record was inside the capture of step graph '", captured_in_,
+              "': replays do not mark it, so the host cannot read it (record it outside the "
+              "capture, or make it with EventReader::kHost so that such a record fails where it "
+              "is made; heterps/device/stream.hpp)");
 }
 
 Event::Event(Event&& other) noexcept
@@ -276,10 +364,13 @@ Event::Event(Event&& other) noexcept
       handle_(std::exchange(other.handle_, nullptr)),
       counters_(other.counters_),
       timing_(other.timing_),
-      capture_serial_(other.capture_serial_)
+      host_reads_(other.host_reads_),
+      capture_serial_(other.capture_serial_),
+      captured_in_(std::move(other.captured_in_))
 #if !defined(GPUBOX_BACKEND_CUDA)
       ,
-      recorded_at_(other.recorded_at_)
+      recorded_at_(other.recorded_at_),
+      mark_(std::move(other.mark_))
 #endif
 {
 }

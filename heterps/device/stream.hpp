@@ -3,6 +3,8 @@
 //
 // cpu backend: work enqueued on a stream runs synchronously in the calling (card) thread, so
 // record/wait/synchronize have nothing left to order; the API is the same so callers are too.
+// Under GPUBOX_DEVICE_CHECK=defer (deferred.hpp) the work waits in a queue per stream until a
+// wait demands it instead, so that a missing or wrong wait shows on the cpu as it would on a GPU.
 //
 // A card's stream also carries the card's accounting (counters.hpp: synchronize() counts a host
 // synchronization) and its scratch arena (Thrust's temporaries, exec_policy.cuh), so every call
@@ -17,7 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <new>
+#include <string>
 #include <utility>
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -38,6 +42,10 @@ class CardCounters;
 class Event;
 class ScratchArena;
 class StepGraph;
+namespace detail {
+class DeferredQueue;
+struct DeferredMark;
+}  // namespace detail
 
 // Makes `device` the calling thread's current CUDA device for the guard's lifetime and restores
 // the previous one after (nothing on cpu). Device selection in GPUBox is explicit and scoped:
@@ -97,7 +105,8 @@ class Stream {
   bool ready() const;
   // Later work on this stream waits for `event` (the card orders it; the host goes on). Counted
   // as a stream wait, not a host synchronization. cpu backend: the event's work has completed
-  // when it was enqueued, so there is nothing to order.
+  // when it was enqueued, so there is nothing to order (GPUBOX_DEVICE_CHECK=defer: the wait is
+  // queued, and runs the event's stream through its record when reached; deferred.hpp).
   // Capture (CUDA's rule, on both backends): while this stream captures a StepGraph, the event
   // must have been recorded on a captured stream in the same capture (an edge inside the graph);
   // one recorded outside it is refused, naming Stream::wait (CUDA would end the capture with
@@ -117,8 +126,11 @@ class Stream {
   StepGraph* capturing() const { return capture_; }
 #if !defined(GPUBOX_BACKEND_CUDA)
   // cpu backend, while capturing: appends `work` to the capturing graph (step_graph.cpp); it
-  // runs when the graph is replayed. `what` names it in errors. Use device::enqueue.
+  // runs when the graph is replayed. Else, on a deferring stream: appends it to the stream's
+  // queue (deferred.hpp). `what` names it in errors. Use device::enqueue.
   void record(const char* what, std::function<void()> work) const;
+  // GPUBOX_DEVICE_CHECK=defer: the queue of this stream's work not yet run; null otherwise.
+  detail::DeferredQueue* deferred() const { return deferred_.get(); }
 #endif
 
   // The card binds its scratch arena once (Card's constructor); Thrust calls on this stream take
@@ -137,6 +149,9 @@ class Stream {
   // Set by StepGraph::begin_capture, cleared by end_capture / abort_capture (not moved).
   mutable StepGraph* capture_ = nullptr;
   mutable CardCounters* capture_counters_ = nullptr;
+#if !defined(GPUBOX_BACKEND_CUDA)
+  std::shared_ptr<detail::DeferredQueue> deferred_;  // deferred.hpp; null unless checking
+#endif
 };
 
 // Runs `work`, host code that performs or enqueues one operation on `stream`: now, or on the
@@ -147,7 +162,7 @@ class Stream {
 template <class Work>
 void enqueue(const Stream& stream, const char* what, Work&& work) {
 #if !defined(GPUBOX_BACKEND_CUDA)
-  if (stream.capturing() != nullptr) {
+  if (stream.capturing() != nullptr || stream.deferred() != nullptr) {
     stream.record(what, std::function<void()>(std::forward<Work>(work)));
     return;
   }
@@ -156,15 +171,46 @@ void enqueue(const Stream& stream, const char* what, Work&& work) {
   work();
 }
 
+namespace detail {
+#if !defined(GPUBOX_BACKEND_CUDA)
+// Runs the work `stream` deferred so far (deferred.hpp); no-op on a stream that defers nothing.
+void run_deferred(const Stream& stream);
+#endif
+}  // namespace detail
+
+// As enqueue, for work that must run on the calling thread (a collective of the in-process group
+// meets its peers' threads): while capturing it is recorded; otherwise the stream's deferred work
+// (GPUBOX_DEVICE_CHECK=defer) runs first and then `work`, now, in the stream's order.
+template <class Work>
+void enqueue_in_order(const Stream& stream, const char* what, Work&& work) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+  if (stream.capturing() != nullptr) {
+    stream.record(what, std::function<void()>(std::forward<Work>(work)));
+    return;
+  }
+  if (stream.deferred() != nullptr) detail::run_deferred(stream);
+#endif
+  (void)what;
+  work();
+}
+
 // Whether an event records when the card passed it (Event::seconds_since).
 enum class EventTiming { kOff, kOn };
+
+// Who reads an event. kStreams: streams wait for it (Stream::wait), the host may too. kHost: the
+// host reads it (ready, synchronize, seconds_since: a late readback's slot, a chunk's end); such
+// an event may not be recorded inside a step graph's capture (replays do not mark it), and
+// Event::record refuses it at once, naming the graph, instead of the host's read failing steps
+// later. A timed event (EventTiming::kOn) is read by the host.
+enum class EventReader { kStreams, kHost };
 
 // Owning, move-only event (timing off unless asked for).
 class Event {
  public:
   // `counters` (may be null) receive the host synchronizations of synchronize().
   explicit Event(int device, CardCounters* counters = nullptr,
-                 EventTiming timing = EventTiming::kOff);
+                 EventTiming timing = EventTiming::kOff,
+                 EventReader reader = EventReader::kStreams);
   ~Event();
   Event(Event&& other) noexcept;
   Event& operator=(Event&& other) noexcept;
@@ -174,7 +220,8 @@ class Event {
   // Marks `stream`'s work so far. While `stream` captures a StepGraph, the record is part of the
   // capture (CUDA: a capture-internal marker, not a node): later captured work of that capture
   // may wait for it (Stream::wait), and nothing else may, the host included: replays do not mark
-  // it, so ready(), synchronize() and seconds_since() refuse it until an eager record.
+  // it, so ready(), synchronize() and seconds_since() refuse it (naming the graph) until an eager
+  // record. An event the host reads (EventReader::kHost, or timed) is refused here instead.
   void record(const Stream& stream);
   // Blocks until the recorded work has finished; counts one host synchronization.
   void synchronize() const;
@@ -188,8 +235,17 @@ class Event {
   native_event_t native() const { return handle_; }
   // The capture its last record was made in (StepGraph::capture_serial), 0 for an eager record.
   uint64_t capture_serial() const { return capture_serial_; }
+  bool host_reads() const { return host_reads_; }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // GPUBOX_DEVICE_CHECK=defer: where the last eager record is in its stream's queue; null when
+  // the stream defers nothing (deferred.hpp).
+  const std::shared_ptr<detail::DeferredMark>& deferred_mark() const { return mark_; }
+#endif
 
  private:
+  // Both backends' bookkeeping of a record on `stream` (before the native record): the capture
+  // it is in, refused for an event the host reads.
+  void note_record(const Stream& stream);
   // Refuses `operation` (a host read) of an event last recorded inside a capture.
   void refuse_captured_read(const char* operation) const;
 
@@ -197,9 +253,12 @@ class Event {
   native_event_t handle_ = nullptr;
   CardCounters* counters_ = nullptr;
   bool timing_ = false;
+  bool host_reads_ = false;  // EventReader::kHost or timed
   uint64_t capture_serial_ = 0;
+  std::string captured_in_;  // the step graph of a record inside a capture (errors)
 #if !defined(GPUBOX_BACKEND_CUDA)
   double recorded_at_ = 0;  // cpu: steady-clock seconds of the last record
+  std::shared_ptr<detail::DeferredMark> mark_;
 #endif
 };
 
