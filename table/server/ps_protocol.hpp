@@ -64,10 +64,10 @@ inline constexpr std::size_t kMaxHeldDenseWrites = 64;
 // A table over one frame travels in ranges (RemoteHostTier::dense): each range of a read or an
 // add is applied on its own, atomically; a write of a part of the table (count < total) is
 // staged on the server under (client id, write_id) and replaces the table at once when its last
-// range arrives, so a write is seen whole or not at all. The server checks `total` against its
-// dense memory limit at the first range and only then allocates the staged write whole (the
-// table it becomes, so committing copies nothing): a forged total costs at most what
-// --max_dense_mb admits. A ranged write's range carries at least one value.
+// range arrives, so a write is seen whole or not at all. The server allocates only for bytes
+// that arrived: a staged write grows with its ranges, and `total` sizes nothing (it is checked
+// against the server's dense memory limit at the first range). A ranged write's range carries at
+// least one value.
 //
 // DENSE reply: u32 offset, u32 count, u8 committed, f32 values[count]: a read or an add replies
 // the range's values after the request; a write replies no values, committed 1 when the table

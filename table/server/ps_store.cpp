@@ -147,14 +147,19 @@ Status PsStore::dense(uint64_t client_id, DenseRequest request, std::vector<uint
 
 Status PsStore::admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
                       std::size_t held_bytes) const {
-  const std::size_t tables = table_bytes_ - replaced_bytes + table_bytes;
-  const std::size_t held = held_bytes_ + held_bytes;
-  if (tables + held <= limits_.max_bytes) return Status::OK();
+  // A held write commits by copying its ranges into one table while they are still held: the
+  // largest held write's copy is counted, so every held write can commit within the limit.
+  std::size_t largest = held_bytes;
+  for (const StagedWrite& w : staged_) largest = std::max(largest, sizeof(float) * w.total);
+  const std::size_t after =
+      table_bytes_ - replaced_bytes + table_bytes + held_bytes_ + held_bytes + largest;
+  if (after <= limits_.max_bytes) return Status::OK();
   std::ostringstream msg;
-  msg << who << " would take the server's dense memory to " << tables + held << " bytes (tables "
-      << tables << ", ranged writes held " << held << "), over its limit of " << limits_.max_bytes
-      << " bytes (gpubox_server --max_dense_mb); a table rewritten in ranges is held whole beside "
-         "the one it replaces until its last range arrives; nothing was stored";
+  msg << who << " would take the server's dense memory to " << after << " bytes (tables "
+      << table_bytes_ - replaced_bytes + table_bytes << ", ranged writes held "
+      << held_bytes_ + held_bytes << ", the largest one's commit copy " << largest
+      << "), over its limit of " << limits_.max_bytes
+      << " bytes (gpubox_server --max_dense_mb); nothing was stored";
   return Status::ResourceExhausted(msg.str());
 }
 
@@ -212,7 +217,6 @@ Status PsStore::find_or_hold(uint64_t client_id, const DenseRequest& request,
   fresh.total = request.total;
   fresh.started = ++staged_serial_;
   fresh.last_range = now;
-  fresh.values.resize(fresh.total);  // admitted above: the memory it was counted at
   held_bytes_ += sizeof(float) * std::size_t{fresh.total};
   staged_.push_back(std::move(fresh));
   *staged = staged_.end() - 1;
@@ -243,23 +247,21 @@ Status PsStore::stage_write(uint64_t client_id, DenseRequest& request, Clock::ti
   // The ranges received so far never overlap: the one starting at or after this offset must start
   // after its end, and the one before must end at or before its start.
   auto next = staged->ranges.lower_bound(request.offset);
-  const auto overlap = [&](uint32_t begin, uint32_t count) {
+  const auto overlap = [&](uint32_t begin, const std::vector<float>& v) {
     return Status::InvalidArgument(what + " overlaps the range [" + std::to_string(begin) + ", " +
-                                   std::to_string(std::size_t{begin} + count) +
-                                   ") received before");
+                                   std::to_string(begin + v.size()) + ") received before");
   };
   if (next != staged->ranges.end() && next->first < request.offset + request.count) {
     return overlap(next->first, next->second);
   }
   if (next != staged->ranges.begin()) {
     const auto prev = std::prev(next);
-    if (std::size_t{prev->first} + prev->second > request.offset)
+    if (prev->first + prev->second.size() > request.offset)
       return overlap(prev->first, prev->second);
   }
   staged->received += request.count;
   staged->last_range = now;
-  staged->ranges.emplace(request.offset, request.count);
-  std::copy(request.values.begin(), request.values.end(), staged->values.begin() + request.offset);
+  staged->ranges.emplace(request.offset, std::move(request.values));
   if (staged->received < staged->total) return Status::OK();
   // Every value arrived (no overlap, so exactly total of them): the table is replaced at once.
   GPUBOX_RETURN_IF_ERROR(commit(staged));
@@ -268,8 +270,12 @@ Status PsStore::stage_write(uint64_t client_id, DenseRequest& request, Clock::ti
 }
 
 Status PsStore::commit(std::vector<StagedWrite>::iterator staged) {
-  // The held values become the table: nothing is copied.
-  std::vector<float> values = std::move(staged->values);
+  std::vector<float> values(staged->total);
+  // Each range is freed once copied: what the copy adds is at most one table (admit counted it).
+  for (auto range = staged->ranges.begin(); range != staged->ranges.end();) {
+    std::copy(range->second.begin(), range->second.end(), values.begin() + range->first);
+    range = staged->ranges.erase(range);
+  }
   const std::string name = staged->name;
   drop_held(staged);
   return write_table(name, std::move(values));

@@ -21,10 +21,9 @@ namespace gpubox::table::server {
 // What bounds the dense tables of one server (ServerOptions: max_dense_bytes,
 // dense_write_max_idle_s).
 struct DenseLimits {
-  // Bytes of the dense tables and of every ranged write held (allocated at its announced total
-  // at its first range), together. A held write commits by taking the table's place (no copy),
-  // so rewriting a table of T bytes in ranges needs 2 T: the old table stays readable until the
-  // last range arrives, as a staged write is never seen in part.
+  // Bytes of the dense tables, of every ranged write held (counted at its announced total from
+  // its first range, though only what arrived is allocated) and of the copy that commits the
+  // largest held write, all together.
   std::size_t max_bytes = std::size_t{4} << 30;
   // A held write that received no range this long is dropped (its writer died mid-write).
   std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
@@ -72,8 +71,7 @@ class PsStore {
   std::size_t dense_bytes() const;  // the tables' and the held writes' (announced) bytes
 
  private:
-  // A ranged write being received: its values (the table it becomes), and the ranges received
-  // (offset -> count, never overlapping).
+  // A ranged write being received: its ranges by offset (never overlapping).
   struct StagedWrite {
     uint64_t client_id = 0;
     uint64_t write_id = 0;
@@ -82,14 +80,13 @@ class PsStore {
     uint64_t started = 0;          // arrival order, for dropping the client's oldest
     Clock::time_point last_range;  // for expire_held_writes
     std::size_t received = 0;
-    std::vector<float> values;
-    std::map<uint32_t, uint32_t> ranges;
+    std::map<uint32_t, std::vector<float>> ranges;
   };
   // The table `name` after a whole write (created when absent, within kMaxDenseTables).
   Status write_table(const std::string& name, std::vector<float> values) GPUBOX_REQUIRES(dense_mu_);
   // OK when `table_bytes` more of table (less `replaced_bytes`, a table it replaces) and
-  // `held_bytes` more of held write keep the dense memory within DenseLimits::max_bytes; else
-  // ResourceExhausted "`who`: ...". Checks only.
+  // `held_bytes` more of held write keep the dense memory, with the commit copy of the largest
+  // held write, within DenseLimits::max_bytes; else ResourceExhausted "`who`: ...". Checks only.
   Status admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
                std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
   // The held write a ranged write's range belongs to: found, or made (after the checks of

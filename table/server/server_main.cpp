@@ -134,9 +134,8 @@ DEFINE_uint64(max_inflight_mb, 1024,
               "over it are answered 'retry later'");
 GPUBOX_FLAG_RANGE(max_inflight_mb, 1, kMaxMiB);
 DEFINE_uint64(max_dense_mb, 4096,
-              "MiB the PS modes' dense tables may take: the tables and every ranged write held (at "
-              "its announced size; a table rewritten in ranges is held whole beside the old one "
-              "until its last range, so a rewrite needs twice its size); a DENSE write or a "
+              "MiB the PS modes' dense tables may take: the tables, every ranged write held (at "
+              "its announced size) and the copy that commits the largest one; a DENSE write or a "
               "ranged write's first range over it is refused");
 GPUBOX_FLAG_RANGE(max_dense_mb, 1, kMaxMiB);
 DEFINE_double(dense_write_max_idle_s, 120.0,

@@ -196,8 +196,7 @@ TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
   expect_refused(raw_call(conn, Op::kDense, payload, id++), Status::Code::kCorruption,
                  "DENSE request");
   // Hostile lengths: a read whose reply would be 16 GiB, a write announcing 2^32 - 1 values
-  // (refused at its first range, before anything is allocated), a read of a 2^32 - 1 table that
-  // is not there.
+  // (staged: only its 4 values are held), a read of a 2^32 - 1 table that is not there.
   expect_refused(
       raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, UINT32_MAX), nullptr, id++),
       Status::Code::kResourceExhausted, "over the frame limit of 4096 bytes");
@@ -302,11 +301,9 @@ TEST(DenseRanges, RetriedAddsAreAppliedOnceWhenTwoAddRepliesWouldFillTheRetryCac
   EXPECT_EQ(read, twice);
 }
 
-// --max_dense_mb counts the tables and every held write at its announced size (checked before
-// anything is allocated for it; a held write commits by taking the table's place, no copy): a
-// table rewritten in ranges needs twice its size, so up to half the limit (before issue 32's
-// lift, a third: the commit copied the held ranges into a third table).
-TEST(DenseRanges, TheDenseMemoryLimitCountsTablesAndHeldWrites) {
+// --max_dense_mb counts the tables, every held write at its announced size (before anything is
+// allocated for it) and the copy that commits the largest held write.
+TEST(DenseRanges, TheDenseMemoryLimitCountsTablesHeldWritesAndTheCommitCopy) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.max_dense_bytes = 1024;  // 256 values
@@ -322,36 +319,20 @@ TEST(DenseRanges, TheDenseMemoryLimitCountsTablesAndHeldWrites) {
   expect_refused(
       raw_range(conn, range(DenseAction::kWrite, 1000, 0, 50, 1), &fifty, id++, nullptr, 5),
       Status::Code::kResourceExhausted, "over its limit of 1024 bytes");
-  // 128 values (half the limit) in ranges: 512 held fit; it commits.
-  const std::vector<float> values = random_values(128, 4);
-  const auto write_in_ranges = [&](const std::string& name, uint64_t write_id,
-                                   std::vector<uint8_t>* reply) -> Status {
-    for (uint32_t offset = 0; offset < 128; offset += 64) {
-      DenseRequest r = range(DenseAction::kWrite, 128, offset, 64, write_id);
-      r.name = name;
-      const std::vector<float> part(values.begin() + offset, values.begin() + offset + 64);
-      GPUBOX_RETURN_IF_ERROR(raw_range(conn, r, &part, id++, reply));
-    }
-    return Status::OK();
-  };
+  // 100 values in two ranges: 400 held + 400 of commit copy fit; it commits.
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(write_in_ranges("dense", 2, &reply).ok());
-  EXPECT_TRUE(committed(reply, 64));
-  // Rewriting it in ranges: 512 of table + 512 held fit, and it commits the new values.
-  ASSERT_TRUE(write_in_ranges("dense", 3, &reply).ok());
-  EXPECT_TRUE(committed(reply, 64));
-  std::vector<float> read(128, 0.0f);
-  auto client = connect_client(client_options(server->endpoint()));
-  ASSERT_TRUE(client);
-  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read).ok());
-  EXPECT_EQ(read, values);
-  // Another table of 129 values in ranges beside it does not fit: 512 of table + 516 held.
-  DenseRequest other = range(DenseAction::kWrite, 129, 0, 50, 4);
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 100, 0, 50, 2), &fifty, id++).ok());
+  ASSERT_TRUE(
+      raw_range(conn, range(DenseAction::kWrite, 100, 50, 50, 2), &fifty, id++, &reply).ok());
+  EXPECT_TRUE(committed(reply, 50));
+  // Another table of 100 in ranges: 400 of table + 400 held + 400 of copy do not.
+  DenseRequest other = range(DenseAction::kWrite, 100, 0, 50, 3);
   other.name = "other";
   expect_refused(raw_range(conn, other, &fifty, id++), Status::Code::kResourceExhausted,
-                 "tables 512, ranged writes held 516");
-  // Rewriting the table itself (whole) replaces its bytes: 512 fit.
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 128, 0, 128), &values, id++).ok());
+                 "tables 400, ranged writes held 400, the largest one's commit copy 400");
+  // Rewriting the table itself (whole) replaces its bytes: 400 fit.
+  std::vector<float> hundred = random_values(100, 3);
+  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 100, 0, 100), &hundred, id++).ok());
 }
 
 // A big table's DENSE call is given its bytes' time at 1 MiB/s beyond the call deadline (the
