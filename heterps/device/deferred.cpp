@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -77,7 +78,10 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
     return (coin_() & 1) != 0;
   }
 
-  // Runs the queue's work through `seq`, in order, on the calling thread.
+  // Runs the queue's work through `seq`, in order, on the calling thread; or, while another
+  // thread runs the queue, waits until that one passes `seq` or stops (a thread blocked here
+  // sees its target pass: holding a bare lock, it would not, and two queues each run by the
+  // other's waiter would hang where a GPU's streams go on).
   void run_through(uint64_t seq) {
     if (passed(seq)) return;
     if (runner_.load(std::memory_order_acquire) == std::this_thread::get_id()) {
@@ -85,12 +89,24 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
                   " stream waits for its own later work (a cycle of event waits between streams: "
                   "it would hang on a GPU)");
     }
-    std::lock_guard<std::mutex> run(run_mu_);
-    runner_.store(std::this_thread::get_id(), std::memory_order_release);
+    {
+      std::unique_lock<std::mutex> run(run_mu_);
+      run_cv_.wait(run, [&] { return passed(seq) || !running_; });
+      if (passed(seq)) return;
+      running_ = true;
+      runner_.store(std::this_thread::get_id(), std::memory_order_release);
+    }
     struct Release {
-      std::atomic<std::thread::id>& runner;
-      ~Release() { runner.store(std::thread::id(), std::memory_order_release); }
-    } release{runner_};
+      DeferredQueue& queue;
+      ~Release() {
+        {
+          std::lock_guard<std::mutex> run(queue.run_mu_);
+          queue.running_ = false;
+          queue.runner_.store(std::thread::id(), std::memory_order_release);
+        }
+        queue.run_cv_.notify_all();
+      }
+    } release{*this};
     while (!passed(seq)) {
       Item item;
       {
@@ -102,10 +118,16 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
       }
       // The work has run (or failed) either way: later waits do not run it again.
       struct Advance {
-        std::atomic<uint64_t>& executed;
+        DeferredQueue& queue;
         uint64_t seq;
-        ~Advance() { executed.store(seq, std::memory_order_release); }
-      } advance{executed_, item.seq};
+        ~Advance() {
+          {  // under run_mu_, so a waiter between its check and its wait cannot miss it
+            std::lock_guard<std::mutex> run(queue.run_mu_);
+            queue.executed_.store(seq, std::memory_order_release);
+          }
+          queue.run_cv_.notify_all();
+        }
+      } advance{*this, item.seq};
       try {
         item.work();
       } catch (const Error& e) {
@@ -131,7 +153,9 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
   uint64_t last_ = 0;
   std::mt19937_64 coin_;
   std::atomic<uint64_t> executed_{0};
-  std::mutex run_mu_;  // one thread runs the queue at a time
+  std::mutex run_mu_;               // running_; one thread runs the queue at a time
+  std::condition_variable run_cv_;  // running_ cleared or executed_ advanced
+  bool running_ = false;
   std::atomic<std::thread::id> runner_{};
 };
 
@@ -162,9 +186,9 @@ std::shared_ptr<DeferredQueue> make_deferred_queue(int device, const char* role)
   return queue;
 }
 
-void defer(DeferredQueue& queue, const char* what, std::function<void()> work) {
+void defer(DeferredQueue& queue, const char* what, std::function<void()> work, bool may_run_now) {
   const uint64_t seq = queue.push(what, std::move(work));
-  if (queue.flip()) queue.run_through(seq);
+  if (may_run_now && queue.flip()) queue.run_through(seq);
 }
 
 void run_deferred(DeferredQueue& queue) { queue.run_through(queue.last()); }

@@ -69,8 +69,10 @@ struct DeferredMark {
 
 // A new queue for a stream of `device` (`role` names it in errors: "compute", "copy").
 std::shared_ptr<DeferredQueue> make_deferred_queue(int device, const char* role);
-// Appends `work` (named `what` in errors); may run the queue at once (the seeded coin).
-void defer(DeferredQueue& queue, const char* what, std::function<void()> work);
+// Appends `work` (named `what` in errors); may run the queue at once (the seeded coin) unless
+// `may_run_now` is false (a caller that must not throw: a free).
+void defer(DeferredQueue& queue, const char* what, std::function<void()> work,
+           bool may_run_now = true);
 // Runs every piece of work enqueued so far (the calling thread runs it).
 void run_deferred(DeferredQueue& queue);
 // Whether the queue has nothing pending (an idle stream: what it is given next passes at once if

@@ -208,8 +208,11 @@ void CardMemory::deallocate(void* ptr, std::size_t bytes, const Stream& stream,
       !detail::deferred_idle(*stream.deferred())) {
     // GPUBOX_DEVICE_CHECK=defer: ordered on the stream as cudaFreeAsync is (work enqueued before
     // it may still read the block); on an idle stream, at once.
-    stream.record("CardMemory::deallocate",
-                  [ptr, bytes, pages] { free_host_block(ptr, bytes, pages); });
+    // Never run at once here (the seeded coin): this function must not throw, and running the
+    // queue would surface an earlier work's error.
+    detail::defer(
+        *stream.deferred(), "CardMemory::deallocate",
+        [ptr, bytes, pages] { free_host_block(ptr, bytes, pages); }, /*may_run_now=*/false);
   } else {
     free_host_block(ptr, bytes, pages);
   }
