@@ -163,6 +163,30 @@ TEST(DivergenceVerdict, TooFewOfAClassIsNotJudged) {
   EXPECT_TRUE(judge_divergence(enough, true).judged);
 }
 
+// Too few of a class, but a loss no constant predictor could reach (over ln 2 whatever the click
+// rate): judged against ln 2, and stopped, not saved with an INFO line.
+TEST(DivergenceVerdict, TooFewOfAClassStillStopsALossNoConstantReaches) {
+  SteadyLoss rare;
+  rare.examples = 5000;
+  rare.positives = 5;
+  rare.logloss_sum = 8.0 * rare.examples;
+  const DivergenceVerdict v = judge_divergence(rare, true);
+  EXPECT_TRUE(v.judged);
+  EXPECT_TRUE(v.by_worst_constant);
+  EXPECT_TRUE(v.stop);
+  EXPECT_GT(v.ratio_low, kDivergenceStopRatio);
+  EXPECT_LT(v.ratio_low, 8.0 / std::log(2.0));
+  EXPECT_NE(divergence_error(3, 10, v, "no save").find("measured against ln 2"), std::string::npos);
+  // A loss under ln 2 is not judged: it may be a fine model of a rare class.
+  rare.logloss_sum = 0.5 * rare.examples;
+  EXPECT_FALSE(judge_divergence(rare, true).judged);
+  // Nor is a mean over ln 2 whose low end is not (few instances).
+  rare.examples = 20;
+  rare.positives = 1;
+  rare.logloss_sum = 2.0 * rare.examples;
+  EXPECT_FALSE(judge_divergence(rare, true).judged);
+}
+
 class Divergence : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

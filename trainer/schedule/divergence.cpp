@@ -26,6 +26,17 @@ std::string comparison(int64_t pass, int warmup_steps, const DivergenceVerdict& 
 
 // The most one instance's clipped logloss can be (metric_values.hpp).
 const double kMaxLoss = -std::log(kLoglossClip);
+// The most a constant predictor loses, whatever the click rate: ln 2, at a rate of 1/2.
+const double kWorstConstantLogloss = std::log(2.0);
+
+// How a verdict on too few of a class was made (divergence_warning and _error say it).
+std::string against(const DivergenceVerdict& v) {
+  return v.by_worst_constant
+             ? " (its low end measured against ln 2 = 0.693, the most any constant predictor "
+               "loses: the pass has under " +
+                   number(kMinClassInstances, "%g") + " of a class)"
+             : "";
+}
 
 // About how many judged instances of this mean it takes for its low end to clear `limit` times
 // the constant's: n > (k / (mu - limit c))^2 mu (M - mu).
@@ -57,13 +68,21 @@ DivergenceVerdict judge_divergence(const SteadyLoss& steady, bool stop_on_diverg
   // non-finite loss never gets here: the step that made it threw (DenseModel's finite check).
   v.mean_warns = v.ratio > 1.0;
   v.mean_stops = stop_on_divergence && v.ratio > kDivergenceStopRatio;
-  v.judged = !std::isnan(v.ratio) && v.positives >= kMinClassInstances &&
-             v.examples - v.positives >= kMinClassInstances;
-  if (!v.judged) return v;
+  if (std::isnan(v.ratio)) return v;
   const double mu = std::min(v.steady_logloss, kMaxLoss);
   v.margin = kEvidenceSigmas * std::sqrt(mu * (kMaxLoss - mu) / v.examples);
   // A logloss is never negative: so is the low end of its range.
-  v.ratio_low = std::max(0.0, v.steady_logloss - v.margin) / v.constant_logloss;
+  const double low = std::max(0.0, v.steady_logloss - v.margin);
+  v.judged = v.positives >= kMinClassInstances && v.examples - v.positives >= kMinClassInstances;
+  if (!v.judged) {
+    // Too few of a class to trust the click rate: against the worst constant predictor's.
+    if (!(low > kWorstConstantLogloss)) return v;
+    v.judged = true;
+    v.by_worst_constant = true;
+    v.ratio_low = low / kWorstConstantLogloss;
+  } else {
+    v.ratio_low = low / v.constant_logloss;
+  }
   v.warn = v.ratio_low > 1.0;
   v.stop = stop_on_divergence && v.ratio_low > kDivergenceStopRatio;
   return v;
@@ -108,7 +127,7 @@ std::string divergence_note(int64_t pass, int warmup_steps, const DivergenceVerd
 }
 
 std::string divergence_warning(int64_t pass, int warmup_steps, const DivergenceVerdict& v) {
-  return "WARNING: " + comparison(pass, warmup_steps, v) +
+  return "WARNING: " + comparison(pass, warmup_steps, v) + against(v) +
          ": the model predicts worse than a constant, it is diverging or learns nothing; " +
          kWhatToTry +
          (v.ratio_low > kDivergenceStopRatio
@@ -121,11 +140,10 @@ std::string divergence_error(int64_t pass, int warmup_steps, const DivergenceVer
                              const std::string& saves) {
   return comparison(pass, warmup_steps, v) + ", and even its low end over " +
          number(v.examples, "%.0f") + " instances (" + number(kEvidenceSigmas, "%g") +
-         " standard errors below), " + number(v.ratio_low, "%.2f") +
-         " times, is over runner.stop_on_divergence's limit of " +
-         number(kDivergenceStopRatio, "%g") + " times: the model diverged and the job stops; " +
-         "pass " + std::to_string(pass) + " is not saved (" + saves + "). To fix it, " +
-         kWhatToTry +
+         " standard errors below), " + number(v.ratio_low, "%.2f") + " times" + against(v) +
+         ", is over runner.stop_on_divergence's limit of " + number(kDivergenceStopRatio, "%g") +
+         " times: the model diverged and the job stops; " + "pass " + std::to_string(pass) +
+         " is not saved (" + saves + "). To fix it, " + kWhatToTry +
          ", and start afresh (-o runner.resume=off, or another runner.model_save_path); "
          "-o runner.stop_on_divergence=false trains on regardless";
 }

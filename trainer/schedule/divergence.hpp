@@ -44,7 +44,10 @@ inline constexpr double kDivergenceStopRatio = 2.0;
 // limits: a pass warns when even its low end is over the constant predictor's logloss and stops
 // when it is over kDivergenceStopRatio times it. The pass's click rate, which gives the constant
 // predictor's logloss, is itself estimated from the pass: with fewer than kMinClassInstances
-// instances of either class the pass is not judged at all. A pass not judged, or judged below a
+// instances of either class the pass is judged only against the most any constant predictor
+// loses, ln 2 (a click rate of 1/2): a low end over that is a diverged model whatever the true
+// rate (issue 32's review: 5 positives in 5,000 at a mean loss of 8 had been saved with an INFO
+// line), anything less is not judged. A pass not judged, or judged below a
 // limit its mean alone would pass, says so in an INFO line (divergence_note) with the figures and
 // about how many instances a verdict would need. Large passes are hardly affected: at 35,000
 // judged instances the margin is 0.09 of logloss at a mean of 2, where the diverged runs measured
@@ -56,8 +59,10 @@ struct DivergenceVerdict {
   double ratio = 0;      // SteadyLoss::ratio_to_constant(); NaN: no steady step, or one class
   double ratio_low = 0;  // the low end of the ratio's range (see above); NaN when not judged
   bool judged = false;   // the pass has steady instances, and kMinClassInstances of each class
-  bool warn = false;     // judged and ratio_low > 1
-  bool stop = false;     // judged, ratio_low > kDivergenceStopRatio and runner.stop_on_divergence
+                         // (or its low end is over ln 2: by_worst_constant)
+  bool by_worst_constant = false;  // ratio_low is against ln 2, not the pass's click rate
+  bool warn = false;               // judged and ratio_low > 1
+  bool stop = false;  // judged, ratio_low > kDivergenceStopRatio and runner.stop_on_divergence
   double steady_logloss = 0;
   double constant_logloss = 0;
   double examples = 0;  // the steady instances, and their positives
