@@ -104,16 +104,16 @@ TEST(CapturedEvents, LateReadbackCommitInsideACaptureFailsAtTheCommit) {
   expect_error_naming(
       [&] {
         graph.capture(stream, [&] {
-          auto slot = ring.begin(check);
-          copy_async(slot.host, x.data(), 4, stream);
+          ring.begin(check);
+          ring.copy_on_card(stream, {{x.data(), 0, x.bytes()}});  // into the card's slot
           ring.commit(stream);
         });
       },
       {"LateReadback::commit", "step with its status"});
   ring.discard();  // what a failed step does (CardWorker::guarded)
   // Outside the capture the same step commits and drains.
-  auto slot = ring.begin(check);
-  copy_async(slot.host, x.data(), 4, stream);
+  ring.begin(check);
+  ring.copy_on_card(stream, {{x.data(), 0, x.bytes()}});
   ring.commit(stream);
   ring.drain(check);
 }
