@@ -289,7 +289,9 @@ double PassPrefetch::check_steady_inserts(const std::vector<PassReport>& reports
     EXPECT_EQ(extra(reports[p], "pulled"), 0) << "pass " << p;
     // A growth between pass p's steps (the next pass's, counted in that pass's report) makes the
     // cards capture their step graphs again: the card allocated since (before: 6 a card, pass 1).
-    EXPECT_EQ(extra(reports[p], "steady_graph_captures"), 0) << "pass " << p;
+    // What a pass may capture in its steady steps is a short last batch's own graph (one a card:
+    // its size is the pass's, h80's composed step), never the full steps' variants again.
+    EXPECT_LE(extra(reports[p], "steady_graph_captures"), GetParam()) << "pass " << p;
     if (p == 1) continue;  // the first plan came after expect_next_pass: its growth is counted
     steady_inserted += extra(reports[p], "early_inserted");
     EXPECT_EQ(syncs, 0) << "pass " << p << ": an insert chunk waited for the card";

@@ -23,25 +23,10 @@
 namespace gpubox::device {
 namespace {
 
-struct Double {
-  const int* in;
-  int* out;
-  GPUBOX_HD void operator()(std::size_t i) const { out[i] = 2 * in[i]; }
-};
 struct Triple {
   int* x;
   GPUBOX_HD void operator()(std::size_t i) const { x[i] *= 3; }
 };
-
-std::vector<int> iota_from(int first, std::size_t n) {
-  std::vector<int> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = first + static_cast<int>(i);
-  return v;
-}
-std::vector<int> doubled(std::vector<int> v) {
-  for (int& x : v) x *= 2;
-  return v;
-}
 
 void expect_error_naming(const std::function<void()>& fn, const std::vector<std::string>& parts) {
   try {
@@ -120,6 +105,23 @@ TEST(CapturedEvents, LateReadbackCommitInsideACaptureFailsAtTheCommit) {
 
 #if !defined(GPUBOX_BACKEND_CUDA)
 // ---- deferred execution (cpu backend) ---------------------------------------------------------
+
+// (Used by the cpu-only tests below: nvcc warns of what a build never references.)
+struct Double {
+  const int* in;
+  int* out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = 2 * in[i]; }
+};
+
+std::vector<int> iota_from(int first, std::size_t n) {
+  std::vector<int> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = first + static_cast<int>(i);
+  return v;
+}
+std::vector<int> doubled(std::vector<int> v) {
+  for (int& x : v) x *= 2;
+  return v;
+}
 
 // Runs fn(card) on a fresh card made with deferred execution as asked, then restores the mode.
 template <class Fn>
