@@ -32,6 +32,7 @@
 #include "heterps/device/memory.hpp"
 #include "table/server/host_tier_factory.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/scoped_env.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/metrics/metrics.hpp"
@@ -236,27 +237,7 @@ ScriptRun run_script(int cards) {
   return out;
 }
 
-// Sets an environment variable for a scope (read when a card worker is made).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using testing::ScopedEnv;  // tests/integration/scoped_env.hpp
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

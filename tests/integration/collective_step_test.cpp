@@ -30,6 +30,7 @@
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/scoped_env.hpp"
 #include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
@@ -45,28 +46,7 @@ using testing::Rows;
 using testing::same_rows;
 using Counts = std::map<std::string, double>;
 
-// An environment variable set for a scope (GPUBOX_STEP_GRAPHS, GPUBOX_PADDED_STEPS: read when a
-// trainer's card workers and HeterComms are made).
-class EnvScope {
- public:
-  EnvScope(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~EnvScope() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-  EnvScope(const EnvScope&) = delete;
-  EnvScope& operator=(const EnvScope&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using testing::ScopedEnv;  // tests/integration/scoped_env.hpp
 
 // What a Collective run leaves: per pass its metrics, step counts and host rows; at the end every
 // card's dense parameters and replica, and the predictions over the training data.
@@ -218,14 +198,14 @@ TEST_P(CollectiveStep, PaddedAsStepGraphsEqualsEagerAndUnpaddedRunsBitForBitOnSk
   const CollectiveRun graphed = train(cards);
   CollectiveRun eager;
   {
-    const EnvScope off("GPUBOX_STEP_GRAPHS", "0");
+    const ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
     eager = train(cards);
   }
   // The plain replicated step (blocks of each step's own largest distinct count, at each batch's
   // own sizes): the oracle the padded one must equal.
   CollectiveRun unpadded;
   {
-    const EnvScope off("GPUBOX_PADDED_STEPS", "0");
+    const ScopedEnv off("GPUBOX_PADDED_STEPS", "0");
     unpadded = train(cards);
   }
   {

@@ -36,6 +36,7 @@
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/scoped_env.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/step_times.hpp"
 #include "trainer/engine/trainer.hpp"
@@ -45,28 +46,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Sets an environment variable for a scope (the step graphs' switch is read when a trainer's
-// card workers are made).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using testing::ScopedEnv;  // tests/integration/scoped_env.hpp
 
 class StepAccounting : public ::testing::TestWithParam<int> {
  protected:
