@@ -237,7 +237,7 @@ ScriptRun run_script(int cards) {
   return out;
 }
 
-using testing::ScopedEnv;  // tests/integration/scoped_env.hpp
+using gpubox::testing::ScopedEnv;  // tests/integration/scoped_env.hpp
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

@@ -46,7 +46,7 @@ using testing::Rows;
 using testing::same_rows;
 using Counts = std::map<std::string, double>;
 
-using testing::ScopedEnv;  // tests/integration/scoped_env.hpp
+using gpubox::testing::ScopedEnv;  // tests/integration/scoped_env.hpp
 
 // What a Collective run leaves: per pass its metrics, step counts and host rows; at the end every
 // card's dense parameters and replica, and the predictions over the training data.

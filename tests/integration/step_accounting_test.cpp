@@ -46,7 +46,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing::ScopedEnv;  // tests/integration/scoped_env.hpp
+using gpubox::testing::ScopedEnv;  // tests/integration/scoped_env.hpp
 
 class StepAccounting : public ::testing::TestWithParam<int> {
  protected:
