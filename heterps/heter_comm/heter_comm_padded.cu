@@ -302,9 +302,6 @@ void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* ou
   last_check_ = nullptr;
   step_planned_ = true;
   begin_step();
-  const std::size_t cards = static_cast<std::size_t>(total_cards_);
-  const std::size_t me = static_cast<std::size_t>(comm_->rank());
-  const std::size_t row_size = replicated_ ? 1 : cards;
   const auto [unique, received] = padded_counts(planned);
   last_.pull_calls = 1;
   last_.keys_in = n;
@@ -317,33 +314,9 @@ void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* ou
   padded_n_ = n;
   guarded([&] {
     const auto slot = checks_.begin(RetireCheck{this});  // may retire a check 4 steps old
-    const PaddedSteps::PullKey key{keys, n_on_card, out_pull};
-    std::size_t at = 0;
-    while (at < p.pulls.size() && !(p.pulls[at]->key == key)) ++at;
-    if (at == p.pulls.size()) {
-      p.pulls.insert(p.pulls.begin(),
-                     std::make_unique<PaddedSteps::Cached<PaddedSteps::PullKey>>("sparse pull"));
-      p.pulls.front()->key = key;
-      if (p.pulls.size() > PaddedSteps::kPullGraphs) p.pulls.pop_back();
-    } else {
-      std::rotate(p.pulls.begin(), p.pulls.begin() + static_cast<std::ptrdiff_t>(at),
-                  p.pulls.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-    }
-    run_graph(*p.pulls.front(), stream,
-              [&] { enqueue_padded_pull(keys, n_on_card, out_pull, stream); });
-    // Into the slot the card's counter names (so a composed step's graph holds it too).
-    checks_.copy_on_card(stream, {{check_words_.data(), 0, check_words_.bytes()}});
-    StepCheck& tag = *slot.tag;
-    tag.pass = comm_->pass();
-    tag.step = comm_->step();
-    tag.planned_row.assign(host_counts_.data() + me * row_size,
-                           host_counts_.data() + (me + 1) * row_size);
-    tag.recv_offsets.clear();
-    tag.pushed = false;
-    tag.merge_late = true;
-    tag.block = p.block;
-    checks_.commit(stream);
-    last_check_ = &tag;
+    run_graph(cached_graph(p.pulls, PaddedSteps::PullKey{keys, n_on_card, out_pull}, "sparse pull"),
+              stream, [&] { enqueue_padded_pull(keys, n_on_card, out_pull, stream); });
+    last_check_ = &commit_padded_check(*slot.tag, stream, /*merge_late=*/true);
   });
   finish_step();
   pulled_ = true;
@@ -477,8 +450,6 @@ void HeterComm::Impl::lookup_padded(const uint64_t* keys, std::size_t n, float* 
   last_check_ = nullptr;
   step_planned_ = true;
   begin_step();
-  const std::size_t me = static_cast<std::size_t>(comm_->rank());
-  const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
   const auto [unique, received] = padded_counts(planned);
   last_.pull_calls = 1;
   last_.keys_in = n;
@@ -495,20 +466,27 @@ void HeterComm::Impl::lookup_padded(const uint64_t* keys, std::size_t n, float* 
     run_graph(
         cached_graph(p.lookups, PaddedSteps::PullKey{keys, n_on_card, out_pull}, "sparse lookup"),
         stream, [&] { enqueue_padded_lookup(keys, n_on_card, out_pull, stream); });
-    // Into the slot the card's counter names, as the training pull's check.
-    checks_.copy_on_card(stream, {{check_words_.data(), 0, check_words_.bytes()}});
-    StepCheck& tag = *slot.tag;
-    tag.pass = comm_->pass();
-    tag.step = comm_->step();
-    tag.planned_row.assign(host_counts_.data() + me * row_size,
-                           host_counts_.data() + (me + 1) * row_size);
-    tag.recv_offsets.clear();
-    tag.pushed = false;
-    tag.merge_late = false;
-    tag.block = p.block;
-    checks_.commit(stream);
+    commit_padded_check(*slot.tag, stream, /*merge_late=*/false);
   });
   finish_step();
+}
+
+StepCheck& HeterComm::Impl::commit_padded_check(StepCheck& tag, const device::Stream& stream,
+                                                bool merge_late) {
+  // Into the slot the card's counter names (so a composed step's graph holds it too).
+  checks_.copy_on_card(stream, {{check_words_.data(), 0, check_words_.bytes()}});
+  const std::size_t me = static_cast<std::size_t>(comm_->rank());
+  const std::size_t row_size = replicated_ ? 1 : static_cast<std::size_t>(total_cards_);
+  tag.pass = comm_->pass();
+  tag.step = comm_->step();
+  tag.planned_row.assign(host_counts_.data() + me * row_size,
+                         host_counts_.data() + (me + 1) * row_size);
+  tag.recv_offsets.clear();
+  tag.pushed = false;
+  tag.merge_late = merge_late;
+  tag.block = padded_.block;
+  checks_.commit(stream);
+  return tag;
 }
 
 void HeterComm::Impl::enqueue_padded_lookup(const uint64_t* keys, const uint64_t* n_on_card,

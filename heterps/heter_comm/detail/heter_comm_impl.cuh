@@ -399,6 +399,9 @@ class HeterComm::Impl {
   // the card's (enqueue_padded_lookup) as the "sparse lookup" graph; leaves nothing to push.
   void lookup_padded(const uint64_t* keys, std::size_t n, float* out_pull,
                      const device::Stream& stream);
+  // A padded pull's late check: its words into the ring slot the card's counter names, its tag
+  // (pass, step, this card's planned row, `merge_late`), the slot committed; returns the tag.
+  StepCheck& commit_padded_check(StepCheck& tag, const device::Stream& stream, bool merge_late);
   // The card's parts: fixed sizes, no host wait, no allocation (capturable).
   void enqueue_padded_lookup(const uint64_t* keys, const uint64_t* n_on_card, float* out_pull,
                              const device::Stream& stream);
