@@ -29,29 +29,9 @@ import sys
 
 import numpy as np
 import paddle
-import yaml
 
-
-def flat_config(path):
-    """PaddleRec's config as its envs.load_yaml gives it: one dict of dotted keys."""
-    with open(path) as f:
-        tree = yaml.safe_load(f)
-    out = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            name = prefix + str(key)
-            if isinstance(value, dict):
-                walk(value, name + ".")
-            out[name] = value
-
-    walk(tree, "")
-    return out
-
-
-class Config(dict):
-    def get(self, key, default=None):  # PaddleRec's models call config.get("a.b", default)
-        return dict.get(self, key, default)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_paddle_zoo import Config, flat_config  # noqa: E402  (PaddleRec's config, flattened)
 
 
 def read_batches(model_dir, config):

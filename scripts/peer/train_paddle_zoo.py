@@ -33,7 +33,7 @@ sys.path.insert(0, HERE)
 from train_paddle import auc_from_stats, files_of, train_epoch  # noqa: E402
 
 
-def flat_config(path, overrides):
+def flat_config(path, overrides=None):
     """PaddleRec's config as its envs.load_yaml gives it: one dict of dotted keys."""
     with open(path) as f:
         tree = yaml.safe_load(f)
@@ -47,7 +47,7 @@ def flat_config(path, overrides):
             out[name] = value
 
     walk(tree, "")
-    out.update(overrides)
+    out.update(overrides or {})
     return out
 
 
