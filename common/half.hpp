@@ -74,9 +74,12 @@ GPUBOX_HD inline float half_to_float(uint16_t half) {
 GPUBOX_HD inline uint16_t float_to_bf16(float value) {
   uint32_t bits = 0;
   std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  // NaN stays NaN (quieted); anything else rounds to nearest even. Both are computed and one is
+  // selected, without a branch, so that loops converting arrays vectorize.
+  const uint16_t quiet_nan = static_cast<uint16_t>((bits >> 16) | 0x0040u);
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
+  const uint16_t rounded = static_cast<uint16_t>((bits + rounding) >> 16);
+  return (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
 }
 
 GPUBOX_HD inline float bf16_to_float(uint16_t bf16) {

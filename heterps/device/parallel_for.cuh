@@ -5,10 +5,18 @@
 // launch on the stream's card (counters.hpp), on both backends. While the stream captures a
 // StepGraph the loop is recorded with a copy of `f` (step_graph.hpp) and runs at each replay;
 // under GPUBOX_DEVICE_CHECK=defer it is queued on the stream (deferred.hpp).
+//
+// cpu hook: an `f` that also has `void run_range(std::size_t begin, std::size_t end) const` gets
+// a thread's items [begin, end) in one call instead of one call per item. That form must do
+// exactly what f(begin) .. f(end - 1) would; it exists so that a loop can read its invariants
+// once and vectorize (through `f`, a float store may alias a float the item reads, so the
+// compiler reloads it every item and gives up). CUDA always calls f(i).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "common/macros.hpp"
 #include "heterps/device/counters.hpp"
@@ -37,16 +45,39 @@ __global__ void parallel_for_kernel(std::size_t n, F f) {
 }  // namespace detail
 #else
 namespace detail {
+template <class F, class = void>
+struct HasRunRange : std::false_type {};
+template <class F>
+struct HasRunRange<
+    F, std::void_t<decltype(std::declval<const F&>().run_range(std::size_t{}, std::size_t{}))>>
+    : std::true_type {};
+
 // The cpu backend's loop: in the calling thread for small n, else on its OpenMP threads.
 template <class F>
 void run_loop(std::size_t n, const F& f) {
   if (n < kSerialLoopLimit || omp_get_max_threads() == 1) {
-    for (std::size_t i = 0; i < n; ++i) f(i);
+    if constexpr (HasRunRange<F>::value) {
+      f.run_range(0, n);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) f(i);
+    }
     return;
   }
-  const std::int64_t count = static_cast<std::int64_t>(n);
+  if constexpr (HasRunRange<F>::value) {
+    // schedule(static)'s split: one contiguous block of items per thread.
+#pragma omp parallel
+    {
+      const auto threads = static_cast<std::size_t>(omp_get_num_threads());
+      const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t begin = n * thread / threads;
+      const std::size_t end = n * (thread + 1) / threads;
+      if (begin < end) f.run_range(begin, end);
+    }
+  } else {
+    const std::int64_t count = static_cast<std::int64_t>(n);
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+    for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+  }
 }
 }  // namespace detail
 #endif

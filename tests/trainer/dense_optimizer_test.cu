@@ -7,6 +7,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/heter_comm/heter_comm_types.hpp"
 #include "tests/trainer/test_util.hpp"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 
 namespace gpubox::trainer {
@@ -61,19 +62,23 @@ TEST_P(DenseOptimizerTest, MatchesFloat64Reference) {
   auto values = device::to_device(w, card.memory(), card.stream());
   auto grads = card.make_buffer<float>(n);
   DenseOptimizer opt(card, config, n);
+  // Even steps also write the weights' bf16 copy (the bf16 GEMMs' operand), odd ones do not.
+  auto copy_bf16 = card.make_buffer<Bf16>(n);
   for (int step = 0; step < 25; ++step) {
     // Gradients of mixed magnitudes (and exact zeros) so epsilon and the bias correction matter.
     std::vector<float> g = testing::random_vector(n, rng, -2.0f, 2.0f);
     for (int i = 0; i < n; i += 7) g[i] = 0.0f;
     for (int i = 3; i < n; i += 11) g[i] *= 1e-4f;
     if (n > 0) device::copy_async(grads.data(), g.data(), n, card.stream());
-    opt.step(values.data(), grads.data());
+    opt.step(values.data(), grads.data(), step % 2 == 0 ? copy_bf16.data() : nullptr);
     ref.step(config, g);
   }
   EXPECT_EQ(opt.steps(), 25);
   const std::vector<float> got = device::to_host(values);
+  const std::vector<Bf16> got_bf16 = device::to_host(copy_bf16);
   for (int i = 0; i < n; ++i) {
     ASSERT_NEAR(got[i], ref.w[i], 1e-5 + 1e-5 * std::fabs(ref.w[i])) << "parameter " << i;
+    ASSERT_EQ(got_bf16[i].bits, to_bf16(got[i]).bits) << "bf16 copy of parameter " << i;
   }
 }
 

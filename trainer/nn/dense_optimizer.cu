@@ -12,6 +12,51 @@ namespace gpubox::trainer {
 namespace {
 // w_bf16 (may be null): the bf16 copy of the weights the bf16 GEMMs read, rewritten in the same
 // pass (no second pass over the weights per step).
+//
+// Each rule is one element function, called per item (CUDA) or over a thread's range (cpu:
+// parallel_for's run_range hook, where the step's scalars are read once and the loop vectorizes;
+// per item it ran scalar, the largest cost of a bf16 step after the GEMMs).
+GPUBOX_HD GPUBOX_FORCEINLINE bool vetoed(const uint32_t* veto) {
+  return veto != nullptr && *veto != heter_comm::kNoVeto;
+}
+
+GPUBOX_HD GPUBOX_FORCEINLINE float sgd_element(float& w, float grad, float lr) {
+  w = w - lr * grad;
+  return w;
+}
+
+GPUBOX_HD GPUBOX_FORCEINLINE float adam_element(float& w, float& m, float& v, float grad,
+                                                float beta1, float beta2, float lr_t,
+                                                float eps_hat) {
+  const float m_i = beta1 * m + (1.0f - beta1) * grad;
+  const float v_i = beta2 * v + (1.0f - beta2) * grad * grad;
+  m = m_i;
+  v = v_i;
+  w = w - lr_t * m_i / (detail::sqrt_f(v_i) + eps_hat);
+  return w;
+}
+
+GPUBOX_HD GPUBOX_FORCEINLINE float adagrad_element(float& w, float& g2, float grad, float lr,
+                                                   float epsilon) {
+  g2 = g2 + grad * grad;
+  w = w - lr * grad / (detail::sqrt_f(g2) + epsilon);
+  return w;
+}
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+// `element(i, w_i)` over [begin, end) with the bf16 copy (if any) written from each new weight;
+// the two loops keep the bf16 test out of the vectorized body.
+template <class Element>
+GPUBOX_FORCEINLINE void step_range(std::size_t begin, std::size_t end, Bf16* __restrict w_bf16,
+                                   const Element& element) {
+  if (w_bf16 == nullptr) {
+    for (std::size_t i = begin; i < end; ++i) element(i);
+    return;
+  }
+  for (std::size_t i = begin; i < end; ++i) w_bf16[i] = to_bf16(element(i));
+}
+#endif
+
 struct SgdStep {
   float* w;
   Bf16* w_bf16;
@@ -19,11 +64,20 @@ struct SgdStep {
   float lr;
   const uint32_t* veto;  // null, or step only while *veto == kNoVeto
   GPUBOX_HD void operator()(std::size_t i) const {
-    if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
-    const float w_i = w[i] - lr * g[i];
-    w[i] = w_i;
+    if (vetoed(veto)) return;
+    const float w_i = sgd_element(w[i], g[i], lr);
     if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    if (vetoed(veto)) return;
+    float* __restrict w_r = w;
+    const float* __restrict g_r = g;
+    const float lr_r = lr;
+    step_range(begin, end, w_bf16,
+               [=](std::size_t i) { return sgd_element(w_r[i], g_r[i], lr_r); });
+  }
+#endif
 };
 using AdamSchedule = DenseOptimizer::AdamSchedule;
 
@@ -63,18 +117,27 @@ struct AdamStep {
   const AdamSchedule* schedule;  // lr_t and eps_hat of this step
   const uint32_t* veto;          // as SgdStep's
   GPUBOX_HD void operator()(std::size_t i) const {
-    if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
-    const float lr_t = schedule->lr_t;
-    const float eps_hat = schedule->eps_hat;
-    const float grad = g[i];
-    const float m_i = beta1 * m[i] + (1.0f - beta1) * grad;
-    const float v_i = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-    m[i] = m_i;
-    v[i] = v_i;
-    const float w_i = w[i] - lr_t * m_i / (detail::sqrt_f(v_i) + eps_hat);
-    w[i] = w_i;
+    if (vetoed(veto)) return;
+    const float w_i =
+        adam_element(w[i], m[i], v[i], g[i], beta1, beta2, schedule->lr_t, schedule->eps_hat);
     if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    if (vetoed(veto)) return;
+    float* __restrict w_r = w;
+    float* __restrict m_r = m;
+    float* __restrict v_r = v;
+    const float* __restrict g_r = g;
+    const float b1 = beta1;
+    const float b2 = beta2;
+    const float lr_t = schedule->lr_t;
+    const float eps_hat = schedule->eps_hat;
+    step_range(begin, end, w_bf16, [=](std::size_t i) {
+      return adam_element(w_r[i], m_r[i], v_r[i], g_r[i], b1, b2, lr_t, eps_hat);
+    });
+  }
+#endif
 };
 // Paddle's adagrad: g2 += g^2; w -= lr * g / (sqrt(g2) + epsilon).
 struct AdagradStep {
@@ -86,14 +149,22 @@ struct AdagradStep {
   float epsilon;
   const uint32_t* veto;  // as SgdStep's
   GPUBOX_HD void operator()(std::size_t i) const {
-    if (veto != nullptr && *veto != heter_comm::kNoVeto) return;
-    const float grad = g[i];
-    const float g2_i = g2[i] + grad * grad;
-    g2[i] = g2_i;
-    const float w_i = w[i] - lr * grad / (detail::sqrt_f(g2_i) + epsilon);
-    w[i] = w_i;
+    if (vetoed(veto)) return;
+    const float w_i = adagrad_element(w[i], g2[i], g[i], lr, epsilon);
     if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w_i);
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    if (vetoed(veto)) return;
+    float* __restrict w_r = w;
+    float* __restrict g2_r = g2;
+    const float* __restrict g_r = g;
+    const float lr_r = lr;
+    const float eps = epsilon;
+    step_range(begin, end, w_bf16,
+               [=](std::size_t i) { return adagrad_element(w_r[i], g2_r[i], g_r[i], lr_r, eps); });
+  }
+#endif
 };
 }  // namespace
 

@@ -71,6 +71,49 @@ TEST_P(DeviceTest, ThrustSortAndReduceOnCardStream) {
   EXPECT_EQ(sum, std::accumulate(host.begin(), host.end(), uint64_t{0}));
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// A functor with the cpu's run_range hook: the items of one call are counted, and the per-item
+// form marks what it wrote, so the test sees which form ran.
+struct SquarePlusOneInRanges {
+  const int64_t* in;
+  int64_t* out;
+  std::atomic<int>* ranges;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = -1; }
+  void run_range(std::size_t begin, std::size_t end) const {
+    ranges->fetch_add(1);
+    for (std::size_t i = begin; i < end; ++i) out[i] += in[i] * in[i] + 1;
+  }
+};
+
+// Every item exactly once (out starts at 0 and is added to), through run_range only, in at most
+// one call per thread; the serial path (n < kSerialLoopLimit, or one thread) in one call.
+TEST_P(DeviceTest, ParallelForHandsEachThreadOneRangeWhenTheFunctorTakesRanges) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  const std::size_t n = GetParam();
+  std::vector<int64_t> host(n);
+  std::mt19937_64 rng(n + 1);
+  for (auto& v : host) v = static_cast<int64_t>(rng() % 100000) - 50000;
+  auto in = to_device(host, card.memory(), card.stream());
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    auto out = to_device(std::vector<int64_t>(n, 0), card.memory(), card.stream());
+    std::atomic<int> ranges{0};
+    parallel_for(card.stream(), n, SquarePlusOneInRanges{in.data(), out.data(), &ranges});
+    const std::vector<int64_t> got = to_host(out);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], host[i] * host[i] + 1) << i << " of " << n << ", " << threads << " threads";
+    }
+    const bool serial = n < kSerialLoopLimit || threads == 1;
+    EXPECT_LE(ranges.load(), n == 0 ? 0 : (serial ? 1 : threads)) << n << ", " << threads;
+    EXPECT_GE(ranges.load(), n == 0 ? 0 : 1);
+  }
+  omp_set_num_threads(threads_before);
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Sizes, DeviceTest, ::testing::Values(0, 1, 7, 2047, 2048, 2049, 1 << 20));
 
 TEST(DeviceBuffer, ResizeKeepsPrefixAndCountsMemory) {
