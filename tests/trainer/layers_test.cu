@@ -11,6 +11,7 @@
 #include <random>
 
 #include "heterps/device/card.hpp"
+#include "tests/trainer/slot_batch.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/layers.hpp"
 
@@ -315,36 +316,6 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
       EXPECT_EQ(got[i * hidden + k], want) << i << " " << k;
     }
   }
-}
-
-// A random slot batch: per (slot, instance) 0..3 occurrences (empty segments included).
-struct HostSlotBatch {
-  std::vector<float> records;
-  std::vector<uint32_t> offsets;
-  std::vector<float> labels;
-  int batch;
-  int slots;
-  int pull_dim;
-};
-
-HostSlotBatch make_slot_batch(int batch, int slots, int mf_dim, std::mt19937_64& rng) {
-  HostSlotBatch h{{}, {0}, {}, batch, slots, 3 + mf_dim};
-  std::uniform_int_distribution<int> count(0, 3), shows(0, 6);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (int s = 0; s < slots; ++s) {
-    for (int i = 0; i < batch; ++i) {
-      const int n = count(rng);
-      for (int j = 0; j < n; ++j) {
-        const int show = shows(rng);
-        h.records.push_back(static_cast<float>(show));
-        h.records.push_back(static_cast<float>(std::uniform_int_distribution<int>(0, show)(rng)));
-        for (int k = 0; k < 1 + mf_dim; ++k) h.records.push_back(value(rng));
-      }
-      h.offsets.push_back(static_cast<uint32_t>(h.records.size() / h.pull_dim));
-    }
-  }
-  for (int i = 0; i < batch; ++i) h.labels.push_back(static_cast<float>(rng() % 2));
-  return h;
 }
 
 class SlotPoolTest : public LayersTest, public ::testing::WithParamInterface<bool> {};

@@ -1,0 +1,127 @@
+// SlotSumPool at widths past one work item's column group (heter_comm::kDefaultFieldsPerItem on
+// the cpu backend): wide records, slots narrower than them (0, one under, at and over a group),
+// cvm on and off, dense features wider than a group, fp32 and bf16 rows. Forward against a
+// float64 oracle, the bf16 rows as the fp32 ones rounded, backward's push records exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "heterps/heter_comm/segment_reduce.cuh"
+#include "tests/trainer/slot_batch.hpp"
+#include "tests/trainer/test_util.hpp"
+#include "trainer/nn/bf16.hpp"
+#include "trainer/nn/layers.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using testing::random_vector;
+
+constexpr int kGroup = heter_comm::kFieldGroup;
+
+// Output column o of slot s (width columns from `begin`) as float64: cvm's two counters, then
+// field o (cvm) or 2 + o (no cvm) summed over the segment.
+double pooled_oracle(const HostSlotBatch& h, int segment, int o, bool use_cvm) {
+  std::vector<double> sum(h.pull_dim, 0.0);
+  for (uint32_t j = h.offsets[segment]; j < h.offsets[segment + 1]; ++j) {
+    for (int k = 0; k < h.pull_dim; ++k) sum[k] += h.records[j * h.pull_dim + k];
+  }
+  if (!use_cvm) return sum[2 + o];
+  if (o == 0) return std::log1p(sum[0]);
+  if (o == 1) return std::log1p(sum[1]) - std::log1p(sum[0]);
+  return sum[o];
+}
+
+class SlotPoolWidthTest : public ::testing::TestWithParam<bool> {
+ protected:
+  SlotPoolWidthTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
+    card_.activate();
+  }
+  template <class T>
+  device::device_buffer<T> up(const std::vector<T>& host) {
+    return to_device(host, card_.memory(), card_.stream());
+  }
+  device::CardSet cards_;
+  device::Card& card_;
+};
+
+TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
+  const bool use_cvm = GetParam();
+  const int batch = 7, mf_dim = kGroup + 4, dense_dim = kGroup + 3, pad = 2;
+  const std::vector<int> slot_dims = {0, kGroup - 2, kGroup - 1, kGroup, mf_dim};
+  const int slots = static_cast<int>(slot_dims.size());
+  std::mt19937_64 rng(use_cvm ? 61 : 62);
+  const HostSlotBatch h = make_slot_batch(batch, slots, mf_dim, rng);
+  SlotSumPool pool(card_, slot_dims, mf_dim, use_cvm);
+  std::vector<int> begin(1, 0);
+  for (int dim : slot_dims) begin.push_back(begin.back() + (use_cvm ? 2 : 0) + 1 + dim);
+  ASSERT_EQ(pool.out_dim(), begin.back());
+
+  const int64_t ld = pool.out_dim() + dense_dim + pad;
+  const std::vector<float> dense = random_vector(static_cast<std::size_t>(batch) * dense_dim, rng);
+  auto records = up(h.records);
+  auto offsets = up(h.offsets);
+  auto d_dense = up(dense);
+  const SlotBatchView view{records.data(), offsets.data(), batch, slots};
+  auto f32 = up(std::vector<float>(batch * ld, 7.0f));
+  pool.forward(card_.stream(), view, d_dense.data(), dense_dim,
+               InputRows{f32.data(), ld, ElementType::kF32});
+  auto b16 = up(std::vector<Bf16>(batch * ld, to_bf16(7.0f)));
+  pool.forward(card_.stream(), view, d_dense.data(), dense_dim,
+               InputRows{b16.data(), ld, ElementType::kBf16});
+  const std::vector<float> rows = to_host(f32);
+  const std::vector<Bf16> rows16 = to_host(b16);
+  for (int i = 0; i < batch; ++i) {
+    for (int s = 0; s < slots; ++s) {
+      for (int o = 0; o < begin[s + 1] - begin[s]; ++o) {
+        const float got = rows[i * ld + begin[s] + o];
+        EXPECT_NEAR(got, pooled_oracle(h, s * batch + i, o, use_cvm), 1e-5)
+            << "instance " << i << " slot " << s << " column " << o;
+      }
+    }
+    for (int d = 0; d < dense_dim; ++d) {
+      EXPECT_EQ(rows[i * ld + pool.out_dim() + d], dense[i * dense_dim + d]) << i << " " << d;
+    }
+    for (int64_t c = pool.out_dim() + dense_dim; c < ld; ++c) EXPECT_EQ(rows[i * ld + c], 7.0f);
+    for (int64_t c = 0; c < ld; ++c) {
+      EXPECT_EQ(rows16[i * ld + c].bits, to_bf16(rows[i * ld + c]).bits) << i << " " << c;
+    }
+  }
+
+  // Backward: show 1, click the label, then each column's scaled gradient; fields past a narrow
+  // slot's columns (and cvm's counters) carry none.
+  const float scale = 0.5f;
+  const std::vector<float> d_pooled =
+      random_vector(static_cast<std::size_t>(batch) * pool.out_dim(), rng);
+  auto labels = up(h.labels);
+  auto d_pooled_card = up(d_pooled);
+  auto push = up(std::vector<float>(h.offsets.back() * pool.push_dim(), 9.0f));
+  pool.backward(card_.stream(), view, d_pooled_card.data(), labels.data(), scale, push.data());
+  const std::vector<float> pushed = to_host(push);
+  const int cvm_columns = use_cvm ? 2 : 0;
+  for (int s = 0; s < slots; ++s) {
+    for (int i = 0; i < batch; ++i) {
+      for (uint32_t j = h.offsets[s * batch + i]; j < h.offsets[s * batch + i + 1]; ++j) {
+        const float* rec = pushed.data() + j * pool.push_dim();
+        ASSERT_EQ(rec[0], 1.0f);
+        ASSERT_EQ(rec[1], h.labels[i]);
+        for (int f = 2; f < pool.push_dim(); ++f) {
+          const int column = cvm_columns + f - 2;
+          const float want = column < begin[s + 1] - begin[s]
+                                 ? scale * d_pooled[i * pool.out_dim() + begin[s] + column]
+                                 : 0.0f;
+          ASSERT_EQ(rec[f], want) << "slot " << s << " occurrence " << j << " field " << f;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cvm, SlotPoolWidthTest, ::testing::Bool());
+
+}  // namespace
+}  // namespace gpubox::trainer
