@@ -13,6 +13,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "common/hash.hpp"
 #include "dataset/batch.hpp"
@@ -45,6 +47,40 @@ dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots
   data.set_filelist({(dir / "part-0").string()});
   EXPECT_TRUE(data.load_into_memory().ok());
   return data;
+}
+
+// The distinct-key table against std::unordered_set over batches of growing and shrinking size
+// on one reused table (0, 1, the 16-slot minimum and past it, many duplicates, key 0 and the
+// largest key, keys that collide in the low bits): the first offer of a key is new, every later
+// one in the batch is not, and a new batch forgets the previous one.
+TEST(StepSizes, DistinctKeysMatchesAnUnorderedSet) {
+  detail::DistinctKeys distinct;
+  std::mt19937_64 rng(9);
+  for (std::size_t n : {0, 1, 7, 8, 9, 16, 17, 1000, 3, 5000, 0, 2}) {
+    std::vector<uint64_t> keys(n);
+    for (auto& key : keys) {
+      switch (rng() % 4) {
+        case 0:
+          key = rng() % 8;
+          break;  // duplicates, key 0 among them
+        case 1:
+          key = (rng() % 64) << 40;
+          break;  // equal low bits
+        case 2:
+          key = ~uint64_t{0} - rng() % 3;
+          break;  // the largest keys
+        default:
+          key = rng();
+          break;
+      }
+    }
+    distinct.reset(n);
+    std::unordered_set<uint64_t> seen;
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(distinct.insert(keys[i]), seen.insert(keys[i]).second)
+          << "key " << keys[i] << " at " << i << " of " << n;
+    }
+  }
 }
 
 TEST(StepSizes, EveryBatchMatchesTheOracle) {

@@ -18,23 +18,26 @@ std::size_t largest(const std::vector<uint32_t>& values, std::size_t first, std:
   return out;
 }
 
-// One batch's sizes from its key occurrences `keys` (sorted and deduplicated here): its
-// occurrences, distinct keys and, when `owners` is not null, distinct keys per owner card
-// (`total_cards` counts, added to).
-void count_batch(std::vector<uint64_t>* keys, uint32_t* occurrences, uint32_t* unique,
-                 uint32_t* owners, int total_cards) {
-  GPUBOX_EXPECTS(keys->size() <= UINT32_MAX, "a batch of ", keys->size(), " key occurrences");
-  *occurrences = static_cast<uint32_t>(keys->size());
-  std::sort(keys->begin(), keys->end());
-  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
-  *unique = static_cast<uint32_t>(keys->size());
-  if (owners == nullptr) return;
-  for (uint64_t key : *keys) ++owners[owner_card(key, total_cards)];
+// One batch's sizes from its key occurrences keys[0, n): its occurrences, distinct keys and,
+// when `owners` is not null, distinct keys per owner card (`total_cards` counts, added to).
+void count_batch(const uint64_t* keys, std::size_t n, detail::DistinctKeys* distinct,
+                 uint32_t* occurrences, uint32_t* unique, uint32_t* owners, int total_cards) {
+  GPUBOX_EXPECTS(n <= UINT32_MAX, "a batch of ", n, " key occurrences");
+  *occurrences = static_cast<uint32_t>(n);
+  distinct->reset(n);
+  uint32_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!distinct->insert(keys[i])) continue;
+    ++count;
+    if (owners != nullptr) ++owners[owner_card(keys[i], total_cards)];
+  }
+  *unique = count;
 }
 
-// One batch's sizes into `sizes` at `at`; `keys` is the worker's reused buffer.
+// One batch's sizes into `sizes` at `at`; `keys` and `distinct` are the worker's reused buffers.
 void size_batch(const dataset::InMemoryDataset& data, const dataset::BatchSpan& span,
-                std::size_t at, PassStepSizes* sizes, std::vector<uint64_t>* keys) {
+                std::size_t at, PassStepSizes* sizes, std::vector<uint64_t>* keys,
+                detail::DistinctKeys* distinct) {
   keys->clear();
   for (std::size_t i = span.begin; i < span.end; ++i) {
     const dataset::InstanceRef ref = data.instance(i);
@@ -43,10 +46,39 @@ void size_batch(const dataset::InMemoryDataset& data, const dataset::BatchSpan& 
   uint32_t* owners = sizes->per_owner ? sizes->owner_counts.data() +
                                             at * static_cast<std::size_t>(sizes->total_cards)
                                       : nullptr;
-  count_batch(keys, &sizes->occurrences[at], &sizes->unique[at], owners, sizes->total_cards);
+  count_batch(keys->data(), keys->size(), distinct, &sizes->occurrences[at], &sizes->unique[at],
+              owners, sizes->total_cards);
 }
 
 }  // namespace
+
+namespace detail {
+void DistinctKeys::reset(std::size_t n) {
+  std::size_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;
+  if (capacity > keys_.size()) {
+    keys_.assign(capacity, 0);
+    stamps_.assign(capacity, 0);
+    stamp_ = 0;
+  }
+  mask_ = capacity - 1;
+  if (++stamp_ == 0) {  // 2^32 batches on one table: old stamps could read as this batch's
+    std::fill(stamps_.begin(), stamps_.end(), 0u);
+    stamp_ = 1;
+  }
+}
+
+bool DistinctKeys::insert(uint64_t key) {
+  for (uint64_t slot = mix64(key) & mask_;; slot = (slot + 1) & mask_) {
+    if (stamps_[slot] != stamp_) {
+      stamps_[slot] = stamp_;
+      keys_[slot] = key;
+      return true;
+    }
+    if (keys_[slot] == key) return false;
+  }
+}
+}  // namespace detail
 
 std::size_t PassStepSizes::max_occurrences(int card) const {
   return largest(occurrences, index(card, 0), batches);
@@ -80,11 +112,12 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
       std::clamp<std::size_t>(items, 1, static_cast<std::size_t>(std::max(1, threads))));
   dataset::run_workers(workers, [&](int) {
     std::vector<uint64_t> keys;
+    detail::DistinctKeys distinct;
     for (std::size_t item = next.fetch_add(1); item < items; item = next.fetch_add(1)) {
       const int card = static_cast<int>(item / sizes.batches);
       const std::size_t b = item % sizes.batches;
       size_batch(data, dataset::batch_span_of(data.size(), batch_size, card, local_cards, b), item,
-                 &sizes, &keys);
+                 &sizes, &keys, &distinct);
     }
   });
   return sizes;
@@ -127,11 +160,10 @@ void PassStepSizer::size_round() {
     const std::size_t first = span.begin - round_begin;
     const std::size_t begin = first == 0 ? 0 : round_end_[first - 1];
     const std::size_t end = span.size() == 0 ? begin : round_end_[span.end - round_begin - 1];
-    scratch_.assign(round_keys_.begin() + static_cast<std::ptrdiff_t>(begin),
-                    round_keys_.begin() + static_cast<std::ptrdiff_t>(end));
     const std::size_t at = rounds_ * cards + c;
-    count_batch(&scratch_, &occurrences_[at], &unique_[at],
-                sizes_.per_owner ? owner_counts_.data() + at * total : nullptr, sizes_.total_cards);
+    count_batch(round_keys_.data() + begin, end - begin, &distinct_, &occurrences_[at],
+                &unique_[at], sizes_.per_owner ? owner_counts_.data() + at * total : nullptr,
+                sizes_.total_cards);
   }
   ++rounds_;
   round_keys_.clear();

@@ -10,7 +10,8 @@
 // trainer's cards then agree on the job-wide maxima (agree_step_bounds in trainer.cpp): what
 // an owner receives in a step depends on every card's batch.
 //
-// Cost: one sort of each batch's keys on the host, spread over `threads`; in the pass pipeline
+// Cost: one pass over each batch's keys on the host (a hash set of its distinct keys), spread
+// over `threads`; in the pass pipeline
 // (runner.prefetch_passes) it runs in the background with the pass's reading. A streamed pass
 // (QueueDataset) is sized the same way while it is read for its keys (PassStepSizer).
 #pragma once
@@ -58,8 +59,27 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
 // plan_step_sizes gives for the same instances held in memory without a shuffle. Holds one round
 // (batch_size x local_cards instances) of keys at a time: a round is sized when it is full (a
 // full round splits card by card the same whether or not it is the last), the short last round
-// at finish() (batch_span_of's tail policy). Cost: one sort of each batch's keys on the calling
+// at finish() (batch_span_of's tail policy). Cost: one pass over each batch's keys on the calling
 // thread. Not thread-safe.
+namespace detail {
+// Each distinct key of a batch counted once, by open addressing (load at most 1/2) in tables
+// reused from batch to batch: a sort of each batch's keys was most of the plan's cost. A slot
+// belongs to the current batch when its stamp is the batch's, so starting a batch clears nothing.
+class DistinctKeys {
+ public:
+  // Starts a batch of at most `n` keys.
+  void reset(std::size_t n);
+  // True the first time `key` is offered since reset().
+  bool insert(uint64_t key);
+
+ private:
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> stamps_;
+  uint64_t mask_ = 0;
+  uint32_t stamp_ = 0;
+};
+}  // namespace detail
+
 class PassStepSizer {
  public:
   PassStepSizer(std::size_t batch_size, int local_cards, int first_rank, int total_cards,
@@ -78,7 +98,7 @@ class PassStepSizer {
   std::size_t rounds_ = 0;
   std::vector<uint64_t> round_keys_;    // the buffered round's key occurrences, in order
   std::vector<std::size_t> round_end_;  // per buffered instance: its keys' end in round_keys_
-  std::vector<uint64_t> scratch_;
+  detail::DistinctKeys distinct_;
   // Round-major while reading: [round * local_cards + card] (owner counts: x total_cards).
   std::vector<uint32_t> occurrences_;
   std::vector<uint32_t> unique_;
