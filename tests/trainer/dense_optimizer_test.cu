@@ -1,7 +1,9 @@
-// Dense Adam and SGD against a float64 reference over several steps.
+// Dense Adam, SGD and Adagrad against a float64 reference over several steps; the finite check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "heterps/device/card.hpp"
@@ -9,6 +11,7 @@
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -119,6 +122,36 @@ TEST(DenseOptimizer, AVetoedStepChangesNothing) {
     opt.step(values.data(), grads.data(), nullptr, veto.data());
     const std::vector<float> stepped = device::to_host(values);
     for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NE(stepped[i], w[i]) << i;
+  }
+}
+
+// The step's finite check (find_non_finite_async, layers.hpp): the first index holding an inf
+// or a NaN, kNoVeto when there is none; bad values at the ends, in the middle, several (the
+// first wins, whichever thread finds which), at the serial and parallel sizes.
+TEST(DenseOptimizer, FiniteCheckFindsTheFirstNonFiniteValue) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto first_bad = card.make_buffer<uint32_t>(1);
+  for (std::size_t n : {0, 1, 2047, 2049, 10000}) {
+    std::mt19937_64 rng(n);
+    const std::vector<float> finite = testing::random_vector(n, rng, -1e30f, 1e30f);
+    std::vector<std::vector<std::size_t>> plants = {{}};
+    if (n > 0) plants.insert(plants.end(), {{0}, {n - 1}, {n / 2}, {n - 1, n / 3, n / 2}});
+    for (const auto& plant : plants) {
+      for (float bad : {inf, -inf, nan}) {
+        std::vector<float> values = finite;
+        for (std::size_t at : plant) values[at] = bad;
+        auto on_card = device::to_device(values, card.memory(), card.stream());
+        find_non_finite_async(card.stream(), on_card.data(), n, first_bad.data());
+        const uint32_t want =
+            plant.empty() ? heter_comm::kNoVeto
+                          : static_cast<uint32_t>(*std::min_element(plant.begin(), plant.end()));
+        ASSERT_EQ(device::to_host(first_bad)[0], want) << n << " values, bad " << bad;
+      }
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform_reduce.h>
 
+#include <cstring>
 #include <cuda/atomic>
 #include <functional>
 
@@ -89,6 +90,23 @@ struct MarkNonFinite {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device> word(*first_bad);
     word.fetch_min(static_cast<uint32_t>(i), cuda::std::memory_order_relaxed);
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: a pass that only tests, on the bits (an all-ones exponent: inf or NaN), so that it
+  // vectorizes; then, in a range that has a non-finite value, its first one as above.
+  void run_range(std::size_t begin, std::size_t end) const {
+    const float* __restrict v = values;
+    uint32_t bad = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, v + i, sizeof(bits));
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad == 0) return;
+    std::size_t i = begin;
+    while (detail::is_finite(v[i])) ++i;
+    (*this)(i);
+  }
+#endif
 };
 struct CopyNonFiniteValue {
   const float* values;
