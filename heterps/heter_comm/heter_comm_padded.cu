@@ -156,6 +156,24 @@ struct ScatterBlockRecords {
     const std::size_t slot = unique_slot[occurrence_unique[i]];
     out[item] = slot < slots ? records[slot * dim + f] : 0.0f;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: the same items occurrence by occurrence, one division a range instead of one an item.
+  void run_range(std::size_t begin, std::size_t end) const {
+    const std::size_t live = *n;
+    const auto width = static_cast<std::size_t>(dim);
+    std::size_t f = begin % width;
+    for (std::size_t i = begin / width, item = begin; item < end && i < live; ++i, f = 0) {
+      const std::size_t slot = unique_slot[occurrence_unique[i]];
+      const std::size_t stop = std::min(end, item + (width - f));
+      if (slot < slots) {
+        const float* row = records + slot * width;
+        for (; item < stop; ++item, ++f) out[item] = row[f];
+      } else {
+        for (; item < stop; ++item) out[item] = 0.0f;
+      }
+    }
+  }
+#endif
 };
 
 // The graph of `cache` (most recently used first, at most kPullGraphs) captured for `key`, moved
