@@ -38,10 +38,6 @@
 #include <cub/device/device_scan.cuh>
 
 #include "heterps/device/cuda_check.hpp"
-#else
-#include <omp.h>
-
-#include <algorithm>
 #endif
 
 namespace gpubox::device {
@@ -117,7 +113,7 @@ class PairSorter {
         temp_.data(), bytes, keys_in, keys_out, values_in, values_out, static_cast<uint32_t>(n),
         detail::WideKeyDecomposer{}, 0, 64 + high_bits, stream.native()));
 #else
-    // The cpu twin: a stable bottom-up merge sort by wide_key_less through the owned buffer.
+    // The cpu twin: a stable LSD radix sort in wide_key_less's order through the owned buffer.
     Entry* a = reinterpret_cast<Entry*>(temp_.data());
     Entry* b = a + reserved_;
     enqueue(stream, "PairSorter::run",
@@ -142,45 +138,47 @@ class PairSorter {
   };
   static std::size_t temp_bytes(std::size_t n, int /*high_bits*/) { return 2 * n * sizeof(Entry); }
 
-  // Merges runs of `width` from `in` into `out`, the runs' pairs merged in parallel.
-  static void merge_level(const Entry* in, Entry* out, std::size_t n, std::size_t width,
-                          int high_bits) {
-    const std::int64_t pairs = static_cast<std::int64_t>((n + 2 * width - 1) / (2 * width));
-    auto merge = [&](std::int64_t p) {
-      const std::size_t lo = static_cast<std::size_t>(p) * 2 * width;
-      const std::size_t mid = std::min(n, lo + width);
-      const std::size_t hi = std::min(n, lo + 2 * width);
-      // Stable: on equal keys the left run's entry goes first.
-      std::merge(in + lo, in + mid, in + mid, in + hi, out + lo,
-                 [high_bits](const Entry& x, const Entry& y) {
-                   return wide_key_less(x.key, y.key, high_bits);
-                 });
-    };
-    if (n < (std::size_t{1} << 16) || omp_get_max_threads() == 1) {
-      for (std::int64_t p = 0; p < pairs; ++p) merge(p);
-      return;
+  // Digits of kDigitBits over the sort's bits [0, 64 + high_bits): the low word first, then the
+  // high word's significant bits (a digit may straddle the two).
+  static constexpr int kDigitBits = 11;
+  static constexpr std::size_t kBuckets = std::size_t{1} << kDigitBits;
+  static std::size_t digit_of(const WideKey& key, int shift, uint64_t high_mask) {
+    const uint64_t high = key.high & high_mask;
+    uint64_t bits = 0;
+    if (shift < 64) {
+      bits = key.low >> shift;
+      if (shift > 0) bits |= high << (64 - shift);
+    } else {
+      bits = high >> (shift - 64);
     }
-#pragma omp parallel for schedule(static)
-    for (std::int64_t p = 0; p < pairs; ++p) merge(p);
+    return static_cast<std::size_t>(bits & (kBuckets - 1));
   }
 
+  // One stable counting pass of the digit at `shift` from `in` to `out`; false (and nothing
+  // moved) when every key has the same digit there.
+  static bool radix_pass(const Entry* in, Entry* out, std::size_t n, int shift,
+                         uint64_t high_mask) {
+    std::size_t at[kBuckets] = {};
+    for (std::size_t i = 0; i < n; ++i) ++at[digit_of(in[i].key, shift, high_mask)];
+    if (at[digit_of(in[0].key, shift, high_mask)] == n) return false;
+    std::size_t sum = 0;
+    for (std::size_t& count : at) {
+      const std::size_t c = count;
+      count = sum;
+      sum += c;
+    }
+    for (std::size_t i = 0; i < n; ++i) out[at[digit_of(in[i].key, shift, high_mask)]++] = in[i];
+    return true;
+  }
+
+  // Least significant digit first; each pass is stable, so the result is the stable order by
+  // (high & mask, low), what CUB's radix sort gives on CUDA. Requires n > 0.
   static void sort_entries(const WideKey* keys_in, const V* values_in, Entry* a, Entry* b,
                            std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
-    // Runs of 16 by insertion sort (stable), then merged level by level.
-    constexpr std::size_t kRun = 16;
     for (std::size_t i = 0; i < n; ++i) a[i] = Entry{keys_in[i], values_in[i]};
-    for (std::size_t lo = 0; lo < n; lo += kRun) {
-      const std::size_t hi = std::min(n, lo + kRun);
-      for (std::size_t i = lo + 1; i < hi; ++i) {
-        const Entry e = a[i];
-        std::size_t j = i;
-        for (; j > lo && wide_key_less(e.key, a[j - 1].key, high_bits); --j) a[j] = a[j - 1];
-        a[j] = e;
-      }
-    }
-    for (std::size_t width = kRun; width < n; width *= 2) {
-      merge_level(a, b, n, width, high_bits);
-      std::swap(a, b);
+    const uint64_t high_mask = wide_high_mask(high_bits);
+    for (int shift = 0; shift < 64 + high_bits; shift += kDigitBits) {
+      if (radix_pass(a, b, n, shift, high_mask)) std::swap(a, b);
     }
     for (std::size_t i = 0; i < n; ++i) {
       keys_out[i] = a[i].key;
