@@ -78,8 +78,18 @@ struct PoolForward {
     const int first_field = use_cvm ? (cvm_head ? 0 : 1 + first) : 2 + first;
     const int fields = count + (cvm_head ? 1 : 0);
     float sums[kColumnsPerItem + 1];
-    heter_comm::sum_segment<kColumnsPerItem + 1>(records, offsets[segment], offsets[segment + 1],
-                                                 first_field, fields, sums);
+    const position_t begin = offsets[segment];
+    const position_t end = offsets[segment + 1];
+    if (begin < end && end - begin <= heter_comm::kReduceChunk) {
+      // sum_segment's one-chunk order, summed in place (its copy out of a variable count of
+      // accumulators compiled to `rep movs`, half of this function's time on the cpu backend).
+      for (int k = 0; k < fields; ++k) sums[k] = -0.0f;
+      for (position_t p = begin; p < end; ++p) {
+        for (int k = 0; k < fields; ++k) sums[k] += records.value(p, first_field + k);
+      }
+    } else {
+      heter_comm::sum_segment<kColumnsPerItem + 1>(records, begin, end, first_field, fields, sums);
+    }
     const int out_base = use_cvm ? first_field : first;
     int k = 0;
     if (cvm_head) {
