@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "common/config/config_document.hpp"
+#include "common/config/config_enums.hpp"
 #include "common/config/network_shape.hpp"
 #include "common/config/slot_dims.hpp"
+#include "common/enum_names.hpp"
 #include "common/error.hpp"
 
 namespace gpubox::table {
@@ -32,11 +34,57 @@ SlotDims slot_dims_from(const config::ConfigDocument& doc, int32_t default_dim) 
   return dims;
 }
 
+const std::string kSo = "hyper_parameters.sparse_optimizer.";
+const std::string kDenseOpt = "hyper_parameters.optimizer.";
+
+// How the embedding rows of `doc` step (paddlerec_rows_rule_note).
+enum class RowsRule {
+  kSparseOptimizer,           // hyper_parameters.sparse_optimizer.*: not a PaddleRec config's case
+  kPaddleRecOptimizer,        // PaddleRec's Adam, as the rows' sparse adam
+  kSparseOptimizerNotPaddle,  // a PaddleRec config whose SGD / Adagrad the rows do not take
+};
+
+RowsRule rows_rule(const config::ConfigDocument& doc) {
+  const bool adam = doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames) ==
+                    config::DenseOptimizerKind::kAdam;
+  for (const char* key : {"class", "learning_rate", "mf_learning_rate", "embedx_threshold"}) {
+    if (doc.is_set(kSo + key)) return RowsRule::kSparseOptimizer;
+  }
+  if (!doc.is_set(kDenseOpt + "class") || config::paddlerec_model_name(doc).empty()) {
+    return RowsRule::kSparseOptimizer;
+  }
+  return adam ? RowsRule::kPaddleRecOptimizer : RowsRule::kSparseOptimizerNotPaddle;
+}
+
 }  // namespace
 
+std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
+  const RowsRule rule = rows_rule(doc);
+  if (rule == RowsRule::kSparseOptimizer) return "";
+  const std::string optimizer =
+      std::string(name_of(config::kDenseOptimizerKindNames,
+                          doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames))) +
+      " at learning_rate " + doc.value_text(kDenseOpt + "learning_rate");
+  if (rule == RowsRule::kPaddleRecOptimizer) {
+    return doc.source() + ": the embedding rows step under PaddleRec's " + kDenseOpt + "class (" +
+           optimizer + "), as its trainer steps its embedding tables (" + kSo +
+           "class adam at that learning_rate and mf_learning_rate, with its beta1, beta2 and "
+           "epsilon, embedx from a key's first step); they start at GPUBox's " +
+           kSo + "initial_range and mf_initial_range, not at its network's initialiser; set " +
+           kSo + "class for another rule";
+  }
+  return doc.source() + ": the embedding rows step under " + kSo +
+         "* (class, learning_rate, mf_learning_rate, embedx_threshold: Paddle's parameter-server "
+         "rule), not under PaddleRec's " +
+         kDenseOpt + "class (" + optimizer + "), whose steps on a row scale with the batch";
+}
+
 StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
-  const std::string so = "hyper_parameters.sparse_optimizer.";
+  const std::string& so = kSo;
   const auto f = [&](const char* name) { return static_cast<float>(doc.get_float(so + name)); };
+  const auto dense = [&](const char* name) {
+    return static_cast<float>(doc.get_float(kDenseOpt + name));
+  };
   AccessorConfig c;
   c.optimizer.kind = doc.get_enum(so + "class", kSparseOptimizerKindNames);
   // The network the config means (its key, else its PaddleRec model folder: resolved as the
@@ -73,6 +121,17 @@ StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
   // runner.seed also seeds the dense model and the shuffle; mixing it in gives a different
   // run different embeddings without touching sparse_optimizer.seed.
   c.seed = doc.get_uint64("runner.seed") ^ doc.get_uint64(so + "seed");
+  // Read for every config (the table part reads the same keys whatever they hold).
+  const float learning_rate = dense("learning_rate");
+  const float beta1 = dense("beta1"), beta2 = dense("beta2"), epsilon = dense("epsilon");
+  if (rows_rule(doc) == RowsRule::kPaddleRecOptimizer) {
+    c.optimizer.kind = SparseOptimizerKind::kAdam;
+    c.optimizer.learning_rate = c.optimizer.mf_learning_rate = learning_rate;
+    c.optimizer.beta1_decay_rate = beta1;
+    c.optimizer.beta2_decay_rate = beta2;
+    c.optimizer.ada_epsilon = epsilon;
+    c.embedx_threshold = 0.0f;
+  }
   return c;
 }
 

@@ -6,7 +6,8 @@
 //              dense features: config::resolve_embedx_width, which resolves the network and the
 //              dense features of a PaddleRec model folder as the trainer does)
 //     seed   = runner.seed ^ hyper_parameters.sparse_optimizer.seed
-//     the rest: hyper_parameters.sparse_optimizer.* by name;
+//     the rest: hyper_parameters.sparse_optimizer.* by name, but for a PaddleRec model folder's
+//              config that names no sparse rule (paddlerec_rows_rule_note);
 //   the host tier (host_tier_config_from): the in-process table's shards, save form and disk
 //   tier (runner.host_table_shards, save_form, rocksdb_path, host_memory_row_budget,
 //   host_memory_mb, cold_after_days) and the remote tier's client (runner.server_timeout_s,
@@ -30,6 +31,19 @@ namespace table {
 // PaddleRec model folder naming a network GPUBox does not build (config::resolve_network), as
 // the trainer refuses it.
 StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc);
+
+// A PaddleRec model folder's config (models/rank/<name>/: config::paddlerec_model_name) that sets
+// hyper_parameters.optimizer.class and none of hyper_parameters.sparse_optimizer.class,
+// learning_rate, mf_learning_rate, embedx_threshold (by name, table_parameters or -o) means its
+// optimizer for the embedding rows too: PaddleRec's trainers step its embedding tables with it, and
+// Paddle's parameter server derives such a table's rule from it (the_one_ps.py: SparseAdamSGDRule
+// at the optimizer's learning rate, embedx_threshold 0). With Adam, sparse_config_from gives the
+// rows that rule (class adam, learning_rate = mf_learning_rate = the optimizer's, its beta1, beta2
+// and epsilon, embedx from a key's first step); with SGD or Adagrad (dlrm, flen: gradients that
+// scale with the batch, which GPUBox's per-key rule does not mirror) the rows keep
+// hyper_parameters.sparse_optimizer.*. The start line saying which, for such a config; "" for any
+// other config.
+std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc);
 
 // Reads the host-tier keys (above). The remote tier's endpoints and token are not config keys:
 // they come from the launcher (PADDLE_PSERVERS_IP_PORT_LIST, the token file).

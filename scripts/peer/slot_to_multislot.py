@@ -11,7 +11,10 @@ or in the order --fields names (label, dense and slot numbers: "label,1,2,..,26,
 PaddleRec's criteo networks, whose feeds are label, C1 .. C26, dense_input; or label, feat_index
 and feat_value for its autoint and logistic_regression, whose criteo readers give each line one
 index and one value per field: dense field d (1 .. <dense>) as index d with its value, then each
-slot's first key with value 1).
+slot's first key with value 1, as index key % table_rows + <dense>, so that no key shares a
+dense field's row (generated keys start at 1: slot 1's most frequent keys are 1 .. 13), as
+PaddleRec's criteo data number the categorical indices after the dense ones; the table then
+needs table_rows + <dense> rows).
 Each key becomes key % table_rows (Paddle's static embedding is a fixed-size table). A slot with
 no key gets the single key 0, because Paddle's MultiSlot feed rejects an empty slot; GPUBox pools
 an empty slot to zeros instead (generated data never has one). A line that cannot be parsed is
@@ -84,7 +87,7 @@ def main():
             elif f == "feat_index":
                 parts.append(str(a.dense + a.slots))
                 parts.extend(str(d) for d in range(1, a.dense + 1))
-                parts.extend((k or ["0"])[0] for k in keys)
+                parts.extend(str(int((k or ["0"])[0]) + a.dense) for k in keys)
             elif f == "feat_value":
                 parts.append(str(a.dense + a.slots))
                 parts.extend(dense)

@@ -10,7 +10,7 @@ trained with Executor.train_from_dataset, as train_paddle.py trains the DNN.
                               --threads N --epochs E --batch 512 --table_rows R --json OUT.json
 
 The folder's config.yaml is read unchanged except the shapes of the data (sparse_inputs_slots =
-slots + 1, dense_input_dim, sparse_feature_number and feature_number = table_rows, num_field =
+slots + 1, dense_input_dim, sparse_feature_number and feature_number = table_rows + dense, num_field =
 slots + dense) and the batch: the network, its
 widths, optimizer and learning rate are PaddleRec's. Per epoch: the wall time of
 train_from_dataset alone (data already in memory), the examples, the AUC of the predictions made
@@ -135,8 +135,10 @@ def main():
     config = Config(flat_config(os.path.join(model_dir, "config.yaml"), {
         "hyper_parameters.sparse_inputs_slots": args.slots + 1,
         "hyper_parameters.dense_input_dim": args.dense,
-        "hyper_parameters.sparse_feature_number": args.table_rows,
-        "hyper_parameters.feature_number": args.table_rows,  # autoint's name for it
+        # + dense: the feat_index networks' (autoint, logistic_regression) slot keys come after
+        # the dense fields' indices 1 .. dense (slot_to_multislot.py)
+        "hyper_parameters.sparse_feature_number": args.table_rows + args.dense,
+        "hyper_parameters.feature_number": args.table_rows + args.dense,  # autoint's name
         "hyper_parameters.num_field": args.slots + args.dense,  # autoint's, LR's fields a line
         "runner.train_batch_size": args.batch}))
     sys.path.insert(0, model_dir)  # its static_model.py imports its net.py

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/config/config_document.hpp"
+#include "table/sparse_config.hpp"
 #include "trainer/config/config_loader.hpp"
 
 namespace gpubox::trainer {
@@ -419,6 +420,72 @@ TEST(PaddleRecKeys, AutointConfigTrainsAutoint) {
   EXPECT_TRUE(contains(error_of(kAutoint, {"hyper_parameters.model=dnn"}),
                        "p.yaml: hyper_parameters.fc_sizes is [], but dnn needs a hidden layer in "
                        "its dnn (only autoint takes [] for no dnn)"));
+}
+
+// The start line a config's embedding rows' rule gives (table::paddlerec_rows_rule_note).
+std::string rows_note(const std::string& yaml, const std::vector<std::string>& o = {}) {
+  StatusOr<config::ConfigDocument> doc = config::ConfigDocument::parse(yaml, "/base", o, "p.yaml");
+  return doc.ok() ? table::paddlerec_rows_rule_note(*doc) : doc.status().message();
+}
+
+// A PaddleRec model folder's config that names no sparse rule steps its embedding rows under its
+// Adam, as PaddleRec's trainer and Paddle's parameter server do (not silently under Paddle's
+// parameter-server adagrad, which memorises a small data set in two epochs), and says so at
+// start; a rule named by any of its keys, a config outside a model folder and dlrm's SGD keep
+// hyper_parameters.sparse_optimizer.*, the last said at start too.
+TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
+  const StatusOr<TrainerConfig> c = parse(
+      kAutoint,
+      {"hyper_parameters.optimizer.learning_rate=0.002", "hyper_parameters.optimizer.beta1=0.8"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const table::SparseOptimizerConfig& o = c->sparse.optimizer;
+  EXPECT_EQ(o.kind, table::SparseOptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(o.learning_rate, 0.002f);
+  EXPECT_FLOAT_EQ(o.mf_learning_rate, 0.002f);
+  EXPECT_FLOAT_EQ(o.beta1_decay_rate, 0.8f);
+  EXPECT_FLOAT_EQ(o.beta2_decay_rate, 0.999f);
+  EXPECT_FLOAT_EQ(o.ada_epsilon, 1e-8f);
+  EXPECT_FLOAT_EQ(o.mf_initial_range, 0.0001f);  // GPUBox's start (the line says so)
+  EXPECT_FLOAT_EQ(c->sparse.embedx_threshold, 0.0f);
+  EXPECT_TRUE(contains(rows_note(kAutoint),
+                       "p.yaml: the embedding rows step under PaddleRec's "
+                       "hyper_parameters.optimizer.class (Adam at learning_rate 0.001)"))
+      << rows_note(kAutoint);
+  for (const std::string rule : {"hyper_parameters.sparse_optimizer.class=adagrad",
+                                 "hyper_parameters.sparse_optimizer.learning_rate=0.05",
+                                 "hyper_parameters.sparse_optimizer.mf_learning_rate=0.05",
+                                 "hyper_parameters.sparse_optimizer.embedx_threshold=10",
+                                 "table_parameters.t.accessor.embedx_threshold=10"}) {
+    const StatusOr<TrainerConfig> own = parse(kAutoint, {rule});
+    ASSERT_TRUE(own.ok()) << rule << ": " << own.status().to_string();
+    EXPECT_EQ(own->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad) << rule;
+    EXPECT_FLOAT_EQ(own->sparse.optimizer.mf_learning_rate, 0.05f) << rule;
+    EXPECT_FLOAT_EQ(own->sparse.embedx_threshold, 10.0f) << rule;
+    EXPECT_EQ(rows_note(kAutoint, {rule}), "") << rule;
+  }
+  // Outside a model folder the same keys are GPUBox's own: its dense optimizer only.
+  std::string own_config = kAutoint;
+  own_config.erase(0, own_config.find('\n') + 1);  // the workspace line
+  const std::vector<std::string> as_autoint = {"hyper_parameters.model=autoint"};
+  const StatusOr<TrainerConfig> gpubox = parse(own_config, as_autoint);
+  ASSERT_TRUE(gpubox.ok()) << gpubox.status().to_string();
+  EXPECT_EQ(gpubox->hyper.model, ModelKind::kAutoint);
+  EXPECT_EQ(gpubox->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(gpubox->sparse.embedx_threshold, 10.0f);
+  EXPECT_EQ(rows_note(own_config, as_autoint), "");
+  // dlrm's SGD: a step on a row that scales with the batch, which the per-key rule does not
+  // mirror; the rows keep the sparse rule, and the start line says so.
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
+  EXPECT_TRUE(contains(rows_note(kDlrm),
+                       "p.yaml: the embedding rows step under "
+                       "hyper_parameters.sparse_optimizer.*"))
+      << rows_note(kDlrm);
+  EXPECT_TRUE(contains(rows_note(kDlrm),
+                       "not under PaddleRec's hyper_parameters.optimizer.class "
+                       "(SGD at learning_rate"))
+      << rows_note(kDlrm);
 }
 
 // flen's config.yaml (its runner and hyper_parameters, unchanged): the network its folder names,

@@ -397,6 +397,11 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFefm).find("quantised"),
             std::string::npos);
   EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
+  // deepfm's FM over the slots alone and its embeddings one narrower than PaddleRec's.
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFm).find("slots' embeddings only"),
+            std::string::npos);
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFm).find("sparse_feature_dim - 1"),
+            std::string::npos);
 
   auto autoint = load("PaddleRec/models/rank/autoint", yaml);
   ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();

@@ -8,10 +8,20 @@ std::string differences_from_paddlerec(config::ModelKind model) {
       return "a dense feature's field vector is its value times a learned vector (PaddleRec's net "
              "looks up a key quantised from the value); the dense features' first-order weights "
              "start at 0 (PaddleRec's at a truncated normal); no dropout, no L2 decay";
+    case config::ModelKind::kDeepFm:
+      return "its FM pairs the slots' embeddings only (PaddleRec's also pairs the dense features' "
+             "learned vectors x_i v_i, with the slots and with each other); its embeddings are "
+             "sparse_feature_dim - 1 wide, the key's first-order weight in the same row "
+             "(PaddleRec's sparse_feature_dim wide, the first-order weights a second table); its "
+             "dnn reads each slot's row and the dense values (PaddleRec's reads the 39 fields' "
+             "vectors: x_i v_i, a linear function of x_i as the raw value is to the first layer)";
     case config::ModelKind::kAutoint:
       return "a dense field's index and a sparse field's value are not read (PaddleRec's sample "
              "has 0 and 1 only); its dnn (fc_sizes) has no batch norm and a ReLU after every "
-             "layer, where PaddleRec's has batch norm and no ReLU after the first";
+             "layer, where PaddleRec's has batch norm and no ReLU after the first; the attention "
+             "weights start at normals of Xavier's variance (PaddleRec's Xavier uniform), the "
+             "logit's bias and the dense features' first-order weights at 0 (PaddleRec's output "
+             "bias at N(0, 1), its feature_bias rows at N(0, 0.001^2))";
     case config::ModelKind::kFlen:
       return "no batch norm and no dropout (PaddleRec's after its fc layers); its weights start "
              "at normals of Xavier's variance (PaddleRec's Xavier uniform); the embeddings step "

@@ -25,6 +25,7 @@
 #include "common/logging.hpp"
 #include "heterps/device/card.hpp"
 #include "serving/serving_model.hpp"
+#include "table/sparse_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/config/network_choice.hpp"
 #include "trainer/main/run_job.hpp"
@@ -265,6 +266,9 @@ int main(int argc, char** argv) {
             gpubox::trainer::differences_from_paddlerec(config->hyper.model);
         !differs.empty()) {
       GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
+    }
+    if (const std::string rows = gpubox::table::paddlerec_rows_rule_note(*doc); !rows.empty()) {
+      GPUBOX_LOG(INFO) << rows;
     }
     for (const std::string& note : config->dataset.reader_notes) GPUBOX_LOG(INFO) << note;
     if (FLAGS_print_model_root) {
