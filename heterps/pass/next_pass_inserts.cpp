@@ -32,14 +32,17 @@ std::size_t NextPassWork::inserts_left(int c, const NextPassCard& next) const {
 }
 
 std::size_t NextPassWork::insert_count(int c, const NextPassCard& next) const {
-  return std::min({next.chain.pacer().keys(), next.insert_room, inserts_left(c, next)});
+  // Within the room the table and the pool have now: growing them would need a wait for the
+  // card (a step's collectives may be in flight: device rule 1) and an allocation mid-pass.
+  return std::min({next.chain.pacer().keys(), next.insert_room, inserts_left(c, next),
+                   cards_.store(c).new_key_room()});
 }
 
 void NextPassWork::insert(int c, NextPassCard& next) {
   const std::size_t want = insert_count(c, next);
   if (want == 0) {
-    // No room left (begin_pass evicts rows of this pass first) or every staged row in: done
-    // once every chunk is read.
+    // No room left (begin_pass evicts rows of this pass first, and grows what expect() sized
+    // short) or every staged row in: done once every chunk is read.
     if (next.chain.in_flight() == 0) next.phase = NextPassCard::Phase::kDone;
     return;
   }
@@ -49,13 +52,6 @@ void NextPassWork::insert(int c, NextPassCard& next) {
   card_table::CardSparseStore& store = cards_.store(c);
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t n = chunk->keys;
-  if (store.new_key_room() < n) {
-    // The sizing ahead missed (the keys were planned after expect(), or the victims' erased
-    // slots took the room): one counted wait, so that no step's collective is in flight while
-    // the table and the pool grow (device rule 1), for every insert left at once.
-    stream.synchronize();
-    reserve_inserts(c, inserts_left(c, next));
-  }
   // Keys known missing (looked up, and nothing but this work inserts) and distinct: each takes
   // its candidate row, so nothing is read back before the next chunk.
   const StagedRows& staged = *next.staged;
@@ -80,6 +76,7 @@ void NextPassWork::insert(int c, NextPassCard& next) {
   device::copy_async(next.d_floats.data() + region, records, n * stride, stream);
   device::memset_bytes_async(d_failed, 0, sizeof(uint32_t), stream);
   store.insert_new_rows_async(d_keys, next.d_floats.data() + region, n, d_rows, d_failed, stream);
+  fault_point(next, ChunkFault::kAfterTableCall);
   device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
   device::copy_async(next.h_failed.data() + chunk->slot, d_failed, 1, stream);
   ++next.readbacks;
@@ -91,7 +88,16 @@ void NextPassWork::insert(int c, NextPassCard& next) {
 void NextPassWork::read_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
   --next.readbacks;
   const std::size_t region = (next.inserts_read++ % 2) * next.insert_room * cards_.stride();
-  if (next.h_failed[chunk.slot] != 0) repair_insert(c, next, chunk, region);
+  if (next.h_failed[chunk.slot] != 0) {
+    try {
+      repair_insert(c, next, chunk, region);
+    } catch (...) {
+      // Stopped part way, the repair cannot be run again (its rows may be released already):
+      // the free list and the keys' count are not known, and the job stops.
+      next.damaged = true;
+      throw;
+    }
+  }
   const std::size_t from = chunk.slot * next.slot_keys;
   const std::size_t n = next.slot_count[chunk.slot];
   // Their rows are the next pass's too: begin_pass spares them if it still evicts.
@@ -147,6 +153,74 @@ void NextPassWork::read_in_flight(int c, NextPassCard& work) {
   }
   cards_.card(c).stream().synchronize();  // every chunk's end event has passed
   collect(c, work);                       // a victim not where it was listed throws here
+}
+
+void NextPassWork::drain_after_fault(int c, NextPassCard& work, NextPassCard::Phase phase) {
+  using Phase = NextPassCard::Phase;
+  ChunkChain& chain = work.chain;
+  const bool cut_short = work.chunk_open;
+  work.chunk_open = false;
+  work.injected_fault = false;
+  if (chain.in_flight() > 0 || work.readbacks > 0) {
+    // Every chunk enqueued before the fault has passed (their readbacks into pinned memory
+    // too): the stream, not an end event, as the chunk cut short never recorded its own.
+    cards_.card(c).stream().synchronize();
+  }
+  work.readbacks = 0;
+  if (cut_short && chain.in_flight() > 0) {
+    // First, while the store's count has moved by its table call alone.
+    if (phase == Phase::kInsert) undo_cut_insert(c, work, chain.newest());
+    if (phase == Phase::kErase) {
+      // Its erase ran when the count moved: those victims left (counted); the check is read
+      // below.
+      work.evicted += work.table_size_at_open - cards_.store(c).size();
+    }
+  }
+  // The chunks enqueued whole: an insert's keys that did not take their row repaired (their
+  // rows back on the free list, the count right), an erase's check read (a victim not where it
+  // was listed stops the job). Look-ups, marks and listings changed nothing.
+  while (chain.in_flight() > (cut_short ? 1u : 0u)) {
+    const ChunkChain::Chunk chunk = chain.oldest();
+    if (phase == Phase::kInsert) read_insert(c, work, chunk);
+    if (phase == Phase::kErase) read_erase(c, work, chunk);
+    chain.retire(std::nullopt);
+  }
+  if (chain.in_flight() > 0) chain.retire(std::nullopt);  // the one cut short
+  if (phase == Phase::kErase) check_erases(c, work);
+}
+
+void NextPassWork::undo_cut_insert(int c, NextPassCard& work, const ChunkChain::Chunk& chunk) {
+  card_table::CardSparseStore& store = cards_.store(c);
+  // The fault came before the table call: nothing to undo.
+  if (store.size() == work.table_size_at_open) return;
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  // insert_new_async counted its n keys and took n candidate rows, handing key i row i
+  // (d_rows, written on the card): a key found at its row took it.
+  const std::size_t n = store.size() - work.table_size_at_open;
+  const std::size_t from = chunk.slot * work.slot_keys;
+  const uint64_t* keys = work.h_keys.data() + from;
+  const std::vector<row_index_t> given = device::to_host(work.d_rows.data() + from, n, stream);
+  auto d_found = card.make_buffer<row_index_t>(n);
+  store.table().find(work.d_keys.data() + from, n, d_found.data(), stream);
+  const std::vector<row_index_t> found = device::to_host(d_found.data(), n, stream);
+  std::vector<uint64_t> took;
+  std::vector<row_index_t> unused;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (found[i] == given[i]) {
+      took.push_back(keys[i]);
+    } else {
+      unused.push_back(given[i]);
+    }
+  }
+  const auto d_unused = device::to_device(unused, card.memory(), stream);
+  store.release_unused_rows(d_unused.data(), unused.size(), stream);
+  const auto d_took = device::to_device(took, card.memory(), stream);
+  const std::size_t erased = store.erase(d_took.data(), took.size(), stream);
+  GPUBOX_EXPECTS(erased == took.size() && store.size() == work.table_size_at_open, "card ",
+                 card.rank(), ": undoing an insert chunk cut short by a fault erased ", erased,
+                 " of its ", took.size(), " keys and left ", store.size(), " keys, not ",
+                 work.table_size_at_open);
 }
 
 void NextPassWork::finish(int c, NextPassCard& work) {

@@ -54,27 +54,23 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
     reserve_scratch(static_cast<int>(c), next);
   }
   // The tables and pools are sized now for the next pass's inserts (no collective in flight
-  // between passes), so no insert chunk grows them (a wait): for its staged keys when they are
-  // planned already, else (the trainer's pipeline plans them during the pass) for the most a
-  // plan staged on the card so far and an eighth (staged_high_), which a steady pass's plan
-  // does not exceed.
+  // between passes): no insert chunk grows them (they stop at the room there is). For its
+  // staged keys on the card when they are planned already: a bound, exact when the staging
+  // excluded the keys on the cards (the trainer's does: pass_pipeline.cpp), which only the
+  // work's own look-ups could tell otherwise. Else (the trainer's pipeline plans the next pass
+  // during this one) for the keys this pass's begin_pass found missing on the card and an
+  // eighth: a pass of fresh keys brings about the last one's count, a little more or less (the
+  // first pass: all of its keys, some of which the next pass may have in common; the rows are
+  // used by later passes' new keys, or capped by the budget).
   // One poll for every card: a poll may count its calls.
   const StagedRows* staged = poll().staged;
   const bool planned = staged != nullptr && staged->owned.size() == cards_.num_cards();
-  staged_high_.resize(cards_work_.size(), 0);
   for (std::size_t c = 0; c < cards_work_.size(); ++c) {
-    if (planned) note_staged(static_cast<int>(c), *staged);
+    const std::size_t guess = pass_missing_[c] + pass_missing_[c] / 8;
+    const std::size_t first = c > 0 && planned ? staged->card_end[c - 1] : 0;
     const device::DeviceGuard guard(cards_.card(static_cast<int>(c)).device());
-    reserve_inserts(static_cast<int>(c), staged_high_[c]);
+    reserve_inserts(static_cast<int>(c), planned ? staged->card_end[c] - first : guess);
   }
-}
-
-void NextPassWork::note_staged(int c, const StagedRows& staged) {
-  const auto at = static_cast<std::size_t>(c);
-  const std::size_t first = at > 0 ? staged.card_end[at - 1] : 0;
-  // An eighth more: a pass of fresh keys stages about the last one's count, a little more or less.
-  const std::size_t n = staged.card_end[at] - first;
-  staged_high_[at] = std::max(staged_high_[at], n + n / 8);
 }
 
 void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
@@ -173,9 +169,31 @@ void NextPassWork::collect(int c, NextPassCard& next) {
   }
 }
 
-std::optional<ChunkChain::Chunk> NextPassWork::begin_chunk(int /*c*/, NextPassCard& next,
+std::optional<ChunkChain::Chunk> NextPassWork::begin_chunk(int c, NextPassCard& next,
                                                            std::size_t left) {
-  return next.chain.start(left);
+  std::optional<ChunkChain::Chunk> chunk = next.chain.start(left);
+  if (!chunk) return chunk;
+  next.chunk_open = true;
+  next.table_size_at_open = cards_.store(c).size();
+  next.injected_fault = chosen_for_fault(next.phase);
+  fault_point(next, ChunkFault::kBegin);
+  return chunk;
+}
+
+bool NextPassWork::chosen_for_fault(NextPassCard::Phase phase) {
+  int64_t before = chunks_before_fault_.load(std::memory_order_acquire);
+  if (before < 0 || phase != fault_phase_) return false;
+  while (before > 0 && !chunks_before_fault_.compare_exchange_weak(before, before - 1)) {
+  }
+  // One chunk fails: the one that finds 0 and sets -1.
+  return before == 0 && chunks_before_fault_.compare_exchange_strong(before, -1);
+}
+
+void NextPassWork::fault_point(NextPassCard& next, ChunkFault point) const {
+  if (!next.injected_fault || point != fault_point_) return;
+  next.injected_fault = false;
+  GPUBOX_FAIL("the next pass's card work: fault injected (fail_chunk_after) ",
+              point == ChunkFault::kBegin ? "as a chunk began" : "after a chunk's table call");
 }
 
 void NextPassWork::begin_work(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
@@ -188,6 +206,7 @@ void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk&
   // insert) measures nothing: its ~0 s would double the pacer's chunks.
   next.chain.set_newest_keys(keys);
   next.ends[chunk.event].record(cards_.card(c).stream());
+  next.chunk_open = false;
 }
 
 bool NextPassWork::prepare(int c) {
@@ -230,22 +249,19 @@ bool NextPassWork::prepare(int c) {
     // not the work's alone: the job stops.
     if (next.damaged) throw;
     // The work is optional: what it did so far leaves the card exact (victims were clean,
-    // inserted rows are the host tier's copies), so begin_pass does the whole job instead of
-    // the pass failing. A device fault that persists fails the next step.
+    // inserted rows are the host tier's copies; the drain reads or undoes the chunks in
+    // flight), so begin_pass does the whole job instead of the pass failing. A device fault
+    // that persists fails the drain's wait.
     GPUBOX_LOG(WARNING) << "card " << card.rank() << ": the next pass's card work stopped ("
                         << e.what() << "); begin_pass of the next pass does it all";
+    const Phase stopped_in = next.phase;
     next.phase = Phase::kOff;
+    drain_after_fault(c, next, stopped_in);  // throws when the fault persists: the job stops
   }
-  if (next.phase == Phase::kDone || next.phase == Phase::kOff) {
-    // Look-ups or marks in flight (a fault stopped the work) copy into h_rows' memory. The
-    // stream, not the newest chunk's end event: a fault between its start and its end left that
-    // event holding an earlier chunk's record.
-    if (next.readbacks > 0) card.stream().synchronize();
-    next.readbacks = 0;
-    // Its pinned and card buffers go with the work at take(), between passes: freed here, a
-    // cudaFreeHost would wait for the device inside the step's collectives (uncounted), and a
-    // card free would change the memory generation the step graphs are captured for.
-  }
+  // Done or stopped, its pinned and card buffers go with the work at take(), between passes:
+  // freed here, a cudaFreeHost would wait for the device inside the step's collectives
+  // (uncounted), and a card free would change the memory generation the step graphs are
+  // captured for.
   next.counts += card.counts() - before;
   next.seconds += timer.seconds();
   ++next.chunks;
@@ -266,7 +282,6 @@ bool NextPassWork::start(int c, NextPassCard& next) {
     return false;
   }
   next.staged = staged;
-  note_staged(c, *staged);  // the next expect() sizes for it (a plan known only now)
   next.at = 0;
   next.staged_at = c > 0 ? staged->card_end[c - 1] : 0;
   // The next pass's rows found on the card are marked as they are found, in case room must be
@@ -306,10 +321,8 @@ void NextPassWork::lookup(int c, NextPassCard& next) {
   }
   const std::size_t n = chunk->keys;
   const std::size_t from = chunk->slot * next.slot_keys;  // its slot of the scratch
-  ensure(c, next.d_keys, from + n);
-  ensure(c, next.d_rows, from + n);
-  if (next.d_keys.size() < from + n) next.d_keys.resize_discard(from + n);  // no allocation
-  if (next.d_rows.size() < from + n) next.d_rows.resize_discard(from + n);
+  fit(c, next.d_keys, from + n);                          // no allocation: expect() sized the slots
+  fit(c, next.d_rows, from + n);
   uint64_t* d_keys = next.d_keys.data() + from;
   row_index_t* d_rows = next.d_rows.data() + from;
   std::copy_n(mine.keys.data() + next.enqueued, n, next.h_keys.data() + from);
@@ -317,6 +330,7 @@ void NextPassWork::lookup(int c, NextPassCard& next) {
   device::copy_async(d_keys, next.h_keys.data() + from, n, stream);
   // The table's find alone (lookup_or_create waits for it): kInvalidRow for a missing key.
   store.table().find(d_keys, n, d_rows, stream);
+  fault_point(next, ChunkFault::kAfterTableCall);
   device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
   ++next.readbacks;
   end_chunk(c, next, *chunk, n);
@@ -404,10 +418,8 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   next.slot_count[chunk->slot] = n;
   begin_work(c, next, *chunk);
   if (n > 0) {  // as lookup(): the table's find, the rows back into the slot of h_rows
-    ensure(c, next.d_keys, from + n);
-    ensure(c, next.d_rows, from + n);
-    if (next.d_keys.size() < from + n) next.d_keys.resize_discard(from + n);  // no allocation
-    if (next.d_rows.size() < from + n) next.d_rows.resize_discard(from + n);
+    fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots
+    fit(c, next.d_rows, from + n);
     device::copy_async(next.d_keys.data() + from, mine, n, stream);
     store.table().find(next.d_keys.data() + from, n, next.d_rows.data() + from, stream);
     device::copy_async(next.h_rows.data() + from, next.d_rows.data() + from, n, stream);
@@ -531,6 +543,7 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   device::copy_async(next.d_rows.data() + from, next.h_rows.data() + from, n, stream);
   cards_.store(c).erase_present_async(next.d_keys.data() + from, next.d_rows.data() + from, n,
                                       reserved, next.d_erase_check.data(), stream);
+  fault_point(next, ChunkFault::kAfterTableCall);
   device::copy_async(next.h_erase_check.data() + chunk->slot, next.d_erase_check.data(), 1, stream);
   ++next.readbacks;
   next.evicted += n;

@@ -18,17 +18,23 @@
 // erase's check that every victim was there at its listed row; an insert's rows and its check
 // that every key took its candidate). An insert allocates nothing either: the table and the
 // pool are sized ahead, at the pass boundary (expect()), for the staged keys when their plan is
-// known then, else for the most a plan staged on the card before (the trainer plans the next
-// pass during the pass), so a chunk never grows them; where that sizing missed (the first pass,
-// a plan larger than any before, or erased slots took the room), the first chunk that lacks room
-// waits for the card and grows them once (counted in early_host_syncs and early_allocations:
-// device rule 1; the card's step graphs are captured again after it). A key that could not take its
-// row (a probe run past the bound: rare) is repaired when its chunk is read, after a wait.
+// known then, else (the trainer plans the next pass during the pass) for the keys the current
+// pass's begin_pass found missing on the card and an eighth: consecutive passes bring about as
+// many new keys (the first pass: all of its keys). No chunk grows them (issue 31: no allocation
+// between a pass's first and last step; a step's collectives may be in flight, device rule 1):
+// where that sizing fell short (a plan larger than guessed, or erased slots took the room), the
+// inserts stop at the room there is and begin_pass inserts the rest. A key that could not take
+// its row (a probe run past the bound: rare) is repaired when its chunk is read, after a wait.
+//
+// A fault that stops the work (kOff) leaves the card exact: the chunks in flight are read after
+// a wait for the stream (drain_after_fault), an insert that did not take its row repaired, and a
+// chunk cut short by the fault undone (its end event was never recorded: nothing waits on it).
 //
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -36,6 +42,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/card_table/eviction_policy.hpp"
 #include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
@@ -134,6 +141,12 @@ struct NextPassCard {
   // (timed when paced) and, when paced, its begin event: depth + 1 of each.
   ChunkChain chain;
   std::vector<device::Event> begins, ends;
+  // The newest chunk is being enqueued (begin_chunk .. end_chunk): a fault now cuts it short,
+  // its end event not recorded. table_size_at_open: the store's size() when it began (an insert
+  // or erase that reached its table call changed it).
+  bool chunk_open = false;
+  std::size_t table_size_at_open = 0;
+  bool injected_fault = false;  // NextPassWork::fail_chunk_after chose this chunk
 
   // Whether begin_pass can use this work: its keys looked up for `for_staged`, with no other
   // change of the cards' keys since (`current_generation`).
@@ -146,7 +159,12 @@ struct NextPassCard {
 
 class NextPassWork {
  public:
-  explicit NextPassWork(const PassCards& cards) : cards_(cards) {}
+  // Where fail_chunk_after's fault strikes a chunk: as it begins (nothing enqueued yet), or
+  // right after its table call (a look-up's find, an erase, an insert), before its readbacks.
+  enum class ChunkFault { kBegin, kAfterTableCall };
+
+  explicit NextPassWork(const PassCards& cards)
+      : cards_(cards), pass_missing_(cards.num_cards(), 0) {}
 
   // PassManager::expect_next_pass; `training`: a training pass is on (between its begin_pass
   // and end_pass), the only pass the work may run beside.
@@ -180,6 +198,20 @@ class NextPassWork {
   // (naming the key and the card), before the next pass takes rows from a damaged free list.
   // Waits for the card's stream when the work erased anything.
   void check_erases(int c, const NextPassCard& work) const;
+  // begin_pass of a training pass, on card c's thread: `missing` of its keys were not on card
+  // c, the next expect()'s guess of the next pass's inserts there when their plan is not known.
+  void note_pass_missing(int c, std::size_t missing) {
+    pass_missing_[static_cast<std::size_t>(c)] = missing;
+  }
+  // Fault injection for tests (as table::SparseTable::fail_pulls_after): once `ok_chunks` more
+  // chunks of `phase` have begun (every card's together), the next one throws gpubox::Error at
+  // `point`, as a device fault would there, and the ones after run; ok_chunks -1: never (the
+  // default). Set from the controlling thread before the steps; one atomic load a chunk.
+  void fail_chunk_after(int64_t ok_chunks, NextPassCard::Phase phase, ChunkFault point) {
+    fault_phase_ = phase;
+    fault_point_ = point;
+    chunks_before_fault_.store(ok_chunks, std::memory_order_release);
+  }
   // Card c's phase (kOff when none is expected): for tests and logs.
   NextPassCard::Phase phase(int c) const {
     return static_cast<std::size_t>(c) < cards_work_.size()
@@ -209,12 +241,9 @@ class NextPassWork {
   std::optional<ChunkChain::Chunk> begin_chunk(int c, NextPassCard& next, std::size_t left);
   void begin_work(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   void end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk, std::size_t keys);
-  // The capacity `count` on card `c` (an allocation only when the sizes above missed a case,
-  // after a counted wait so that no step's collective is in flight: device rule 1).
-  template <class T>
-  void ensure(int c, device::device_buffer<T>& buffer, std::size_t count);
-  // ensure(), then a size of at least `count` (a buffer holding several chunks' regions keeps
-  // the others' contents).
+  // A size of at least `count` within the capacity reserve_scratch gave `buffer` (a buffer
+  // holding several chunks' regions keeps the others' contents). Never an allocation between
+  // steps: a count past the capacity (a sizing missed) throws, stopping the work (kOff).
   template <class T>
   void fit(int c, device::device_buffer<T>& buffer, std::size_t count);
   // After the last look-up: whether room must be made first (kMark) or not (kInsert).
@@ -237,16 +266,28 @@ class NextPassWork {
   void read_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   // The erase or insert chunks in flight on card c read, after a wait (finish, settle).
   void read_in_flight(int c, NextPassCard& work);
+  // A fault stopped card c's work in `phase` (prepare's catch): after a wait for the stream (not
+  // for end events: a chunk cut short never recorded its own), the chunks in flight are read
+  // (an insert's keys that did not take their row repaired, an erase checked) and the one cut
+  // short, if any, undone (undo_cut_insert) or checked. Throws, stopping the job, when the fault
+  // persists (the wait fails) or an erase damaged the table.
+  void drain_after_fault(int c, NextPassCard& work, NextPassCard::Phase phase);
+  // The insert chunk `chunk` was cut short by a fault after its table call (the store counted
+  // its keys; its records may never have been written): its keys that took their row leave
+  // again and the rows of the others go back to the free list, so the card is as before it
+  // (begin_pass inserts them). Waits (a fault path).
+  void undo_cut_insert(int c, NextPassCard& work, const ChunkChain::Chunk& chunk);
+  // fail_chunk_after: whether the chunk of `phase` beginning now is the one to fail (counts it).
+  bool chosen_for_fault(NextPassCard::Phase phase);
+  // Throws the injected fault when `next`'s open chunk was chosen for one at `point`.
+  void fault_point(NextPassCard& next, ChunkFault point) const;
   // A key of `chunk` did not take its row: the others kept, those inserted again after a wait.
   // `region`: the chunk's records in h_records.
   void repair_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk, std::size_t region);
-  // Sizes card c's table and pool for `keys` more keys (between passes, or after a counted wait:
-  // device rule 1).
+  // Sizes card c's table and pool for `keys` more keys (between passes: device rule 1).
   void reserve_inserts(int c, std::size_t keys);
-  // Card c's staged rows in `staged` raise staged_high_[c] (expect(), or start() on card c's
-  // thread: each card writes its own element).
-  void note_staged(int c, const StagedRows& staged);
-  // Staged rows kInsert's next chunk inserts: within the chunk and the room left (0: done).
+  // Staged rows kInsert's next chunk inserts: within the chunk, the budget's room left and the
+  // room the table and the pool have now (0: done; begin_pass inserts the rest).
   std::size_t insert_count(int c, const NextPassCard& next) const;
   // Staged rows this card may still insert (within the budget's room), all chunks together.
   std::size_t inserts_left(int c, const NextPassCard& next) const;
@@ -254,25 +295,25 @@ class NextPassWork {
   const PassCards& cards_;
   // Changes whenever the cards' key set changes other than by this work.
   uint64_t generation_ = 0;
-  // Per card, the most staged rows a next pass's plan put on it so far: expect() sizes the table
-  // and pool for that many inserts when the next pass is not planned yet. Mid-pass, between
-  // steps, no point allows the growth without a wait (the steady step waits for nothing, so a
-  // step's collectives are in flight whenever the work runs: device rule 1); the pass boundary
-  // does, ahead of the work, and a steady pass's plan is known by then from the passes before.
-  std::vector<std::size_t> staged_high_;
+  // Per card, the keys the current training pass's begin_pass found missing on it (written by
+  // card c's thread, read by expect() on the controlling thread after begin_pass returned):
+  // expect() sizes the table and pool for that many inserts and an eighth when the next pass is
+  // not planned yet. Mid-pass, between steps, no point allows the growth without a wait (the
+  // steady step waits for nothing, so a step's collectives are in flight whenever the work runs:
+  // device rule 1); the pass boundary does.
+  std::vector<std::size_t> pass_missing_;
   std::vector<NextPassCard> cards_work_;
+  // fail_chunk_after's: chunks of fault_phase_ to begin before the one that fails (-1: none).
+  std::atomic<int64_t> chunks_before_fault_{-1};
+  NextPassCard::Phase fault_phase_ = NextPassCard::Phase::kOff;
+  ChunkFault fault_point_ = ChunkFault::kBegin;
 };
 
 template <class T>
-void NextPassWork::ensure(int c, device::device_buffer<T>& buffer, std::size_t count) {
-  if (count <= buffer.capacity()) return;
-  cards_.card(c).stream().synchronize();
-  buffer.reserve(count);
-}
-
-template <class T>
 void NextPassWork::fit(int c, device::device_buffer<T>& buffer, std::size_t count) {
-  ensure(c, buffer, count);
+  GPUBOX_EXPECTS(count <= buffer.capacity(), "card ", cards_.card(c).rank(),
+                 ": the next pass's card work needs ", count, " entries of scratch, sized for ",
+                 buffer.capacity(), " when it was expected");
   if (buffer.size() < count) buffer.resize_discard(count);  // within capacity: contents kept
 }
 

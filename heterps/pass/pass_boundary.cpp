@@ -140,6 +140,8 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
   check_fits(c, done.keys);
   Timer phase;
   CardMisses misses = early != nullptr ? take_early(*early) : find_missing(c, mine, staged);
+  // The next pass's card work sizes card c for about as many inserts (NextPassWork::expect).
+  if (access == PassAccess::kTrain) next_work_.note_pass_missing(c, misses.missing_total);
   done.lookup_s = phase.seconds();
   phase.reset();
   done.evicted = make_room(c, misses, early);

@@ -171,6 +171,13 @@ class PassManager {
   void forget_next_pass();
   // Where card c's next-pass work is (kOff when none is expected): for tests and logs.
   NextPassCard::Phase next_pass_phase(int c) const { return next_.phase(c); }
+  // Fault injection for tests (NextPassWork::fail_chunk_after): the chunk of the next pass's
+  // card work in `phase` that begins after `ok_chunks` more (every card's together) throws at
+  // `point`, as a device fault would there; the work stops on that card (kOff), the card exact.
+  void fail_next_pass_chunk_after(int64_t ok_chunks, NextPassCard::Phase phase,
+                                  NextPassWork::ChunkFault point) {
+    next_.fail_chunk_after(ok_chunks, phase, point);
+  }
 
   // Rows per card the budget allows (0 = unlimited).
   std::size_t row_budget() const { return cards_.row_budget(); }

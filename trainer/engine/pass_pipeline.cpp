@@ -230,6 +230,12 @@ void PassPipeline::wait() {
   for (const Job& job : jobs_) job.ready.wait();
 }
 
+void PassPipeline::wait_for(int64_t pass) const {
+  for (const Job& job : jobs_) {
+    if (job.pass == pass) job.ready.wait();
+  }
+}
+
 void PassPipeline::clear() {
   wait();
   jobs_.clear();

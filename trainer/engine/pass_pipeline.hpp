@@ -110,6 +110,9 @@ class PassPipeline {
   std::function<pass::StagingProgress()> staged_poll(int64_t pass) const;
   // Waits for the jobs in flight (before a save, so the save sees no staging under way).
   void wait();
+  // Waits for pass `pass`'s job (read, planned and fetched, or failed: take() reports it) when it
+  // was started ahead.
+  void wait_for(int64_t pass) const;
   // Drops every pass started ahead, after waiting for it (before a model load: its staged rows
   // would be stale).
   void clear();

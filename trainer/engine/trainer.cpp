@@ -564,6 +564,7 @@ PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
         // The next pass's card work while this one trains, from when its keys are known.
         if (k + 1 < plan.total) {
           s.card_tier->expect_next_pass(prepared->sorted_keys, pipeline.staged_poll(k + 1));
+          if (wait_for_next_staging_) pipeline.wait_for(k + 1);
         }
       },
       [&]() -> std::shared_ptr<const std::vector<uint64_t>> {

@@ -116,6 +116,11 @@ class Trainer final : public Schedule {
   void settle() override;
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
   void set_step_hooks(const StepHooks& hooks) override { step_hooks_ = hooks; }
+  // Test hook (off by default): each scheduled pass, before its steps, waits until the next
+  // pass's staging is planned and fetched (its pipeline job ended), so that the next pass's card
+  // work between the steps always has its keys and rows (pass_prefetch_test); without it, when
+  // the plan comes depends on the machine.
+  void wait_for_next_staging_before_steps(bool wait) { wait_for_next_staging_ = wait; }
 
  private:
   struct State;
@@ -164,6 +169,7 @@ class Trainer final : public Schedule {
   // What a run's caller hears and asks within a pass (set_step_hooks).
   StepHooks step_hooks_;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
+  bool wait_for_next_staging_ = false;  // wait_for_next_staging_before_steps
 };
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the
