@@ -649,6 +649,8 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
     verdict="$(awk -v s="$(num host_syncs_per_step)" -v a="$(num allocations_per_step)" \
                    -v p="$(num pageable_copies_per_step)" -v k="$(num collectives_per_step)" \
                    -v g="$(num graph_launches_per_step)" \
+                   -v eg="$(num eval_graph_launches_per_step)" -v el="$(num eval_launches_per_step)" \
+                   -v ek="$(num eval_collectives_per_step)" \
                    -v fa="$(num first_pass_step_allocations)" -v fp="$(num first_pass_step_pinned_allocations)" 'BEGIN {
       bad = ""
       if (fa > 0) bad = bad " first pass step allocations " fa " > 0;"
@@ -660,9 +662,13 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
       # push, dense update), every collective inside it.
       if (g != 1) bad = bad " graph launches " g " != 1;"
       if (k != 0) bad = bad " collectives outside graphs " k " != 0;"
+      # An evaluation step too ("eval step": sparse lookup, forward, metrics, the slot copies).
+      if (eg != 1) bad = bad " evaluation graph launches " eg " != 1;"
+      if (el != 0) bad = bad " evaluation launches outside graphs " el " != 0;"
+      if (ek != 0) bad = bad " evaluation collectives outside graphs " ek " != 0;"
       print bad }')"
     if [ -z "$verdict" ]; then
-      record PASS "step counts, $c card(s)" "syncs $(num host_syncs_per_step), allocations 0, pageable 0, 1 graph launch of $(num graph_nodes_per_step) nodes (every collective inside), $(num launches_per_step) launches outside, $(num examples_per_sec) ex/s, step p50/p99 $(num step_ms_p50)/$(num step_ms_p99) ms, card memory $(num card_memory_peak_mb) MiB"
+      record PASS "step counts, $c card(s)" "syncs $(num host_syncs_per_step), allocations 0, pageable 0, 1 graph launch of $(num graph_nodes_per_step) nodes (every collective inside), $(num launches_per_step) launches outside, evaluation 1 graph launch of $(num eval_graph_nodes_per_step) nodes, $(num examples_per_sec) ex/s, step p50/p99 $(num step_ms_p50)/$(num step_ms_p99) ms, card memory $(num card_memory_peak_mb) MiB"
     else
       record FAIL "step counts, $c card(s)" "$verdict (step/step.jsonl)"
     fi

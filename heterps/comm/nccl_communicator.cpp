@@ -86,10 +86,12 @@ NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout,
       std::memcpy(id.internal, shared.data(), sizeof(id.internal));
     }
   }
-  // Whether a step replays its graph or runs eagerly is decided per card (its batch, its own
-  // allocations), and NCCL's buffer registration of captured collectives (NVLS) exchanges
-  // handles with the peers while capturing: a peer not capturing then would never join. Off,
-  // unless the user set it.
+  // NCCL's buffer registration of captured collectives (NVLS) exchanges handles with the peers
+  // while capturing: a peer not capturing then would never join. A planned step is one composed
+  // graph on every card (an empty batch's too), but whether a card captures it or replays it is
+  // decided per card (its own allocations since, its own first step of a batch shape: a short or
+  // empty last batch is a new one on that card only), and an unpadded step or GPUBOX_STEP_GRAPHS=0
+  // runs its collectives eagerly. Off, unless the user set it.
   setenv("NCCL_GRAPH_REGISTER", "0", /*overwrite=*/0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;

@@ -1,10 +1,8 @@
 #include "trainer/engine/card_worker.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,10 +10,9 @@
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/composed_step.hpp"
-#include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/profile_range.hpp"
-#include "heterps/device/step_graph.hpp"
+#include "trainer/engine/detail/card_worker_state.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -28,218 +25,11 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
 }
 
-// Steps whose status may be pending at once (the ring of pinned slots they are read from): a
-// step's verdict is read at most this many steps after it, and the host runs at most this many
-// steps ahead of the card.
-constexpr std::size_t kStatusDepth = 4;
-
-// Card allocations and frees so far: a step graph captured at another count may hold pointers
-// to memory that has since moved.
-uint64_t memory_generation(const device::Card& card) {
-  const device::DeviceCounts counts = card.counts();
-  return counts.allocations + counts.frees;
-}
-
 }  // namespace
 
-// The step as step graphs (heterps/device/step_graph.hpp). A planned step of a padded pass (the
-// trainer's, gpubox and Collective mode) is ONE graph, "train step" (device::ComposedStep): the
-// sparse pull, forward, backward, metrics, the dense all-reduce, the finite check, the status
-// (and progress AUC) into the ring slot the card's counter names, the sparse push and the dense
-// optimizer; its last, shorter batch too (a graph of its own size). Otherwise (an unpadded pass:
-// GPUBOX_PADDED_STEPS=0) the dense half of a full batch is two graphs, "dense step" and "dense
-// update", beside the sparse half's own work. A capture bakes the batch size, the gradient scale
-// (1 / global batch), the metrics' steady flag, the stop vote, whether the progress AUC is copied
-// and the buffers' addresses (which of the two upload buffers) in; so each graph is kept per such
-// key and captured again when the card has allocated or freed since (a grown buffer) or the pass's
-// padded sizes changed (reserve_steps).
-struct CardWorker::Graphs {
-  struct StepKey {
-    int64_t batch = 0;
-    int64_t global_batch = 0;
-    bool steady = false;
-    bool stop_vote = false;
-    bool progress = false;   // the whole step's: it copies the progress AUC too
-    std::size_t upload = 0;  // which upload buffer the batch is in (Buffers::uploaded)
-    bool whole = false;      // "train step" (the whole step), else "dense step"
-    bool operator==(const StepKey& o) const {
-      return batch == o.batch && global_batch == o.global_batch && steady == o.steady &&
-             stop_vote == o.stop_vote && progress == o.progress && upload == o.upload &&
-             whole == o.whole;
-    }
-  };
-  struct Cached {
-    explicit Cached(const StepKey& k) : key(k), graph(k.whole ? "train step" : "dense step") {}
-    StepKey key;
-    device::StepGraph graph;
-    uint64_t generation = 0;
-    uint64_t shape = 0;  // Graphs::shape when captured
-  };
-  static constexpr std::size_t kStepGraphsKept = 12;
-
-  bool enabled = device::step_graphs_enabled();  // GPUBOX_STEP_GRAPHS=0: eagerly
-  int64_t full_batch = 0;  // the pass's largest batch (reserve_steps); 0: no graph
-  // The sparse half's padded sizes (occurrences, pair block) the whole-step graphs bake in, and
-  // a serial that changes with them.
-  std::pair<std::size_t, std::size_t> padded{0, 0};
-  uint64_t shape = 0;
-  std::vector<std::unique_ptr<Cached>> steps;  // most recently used first
-  device::StepGraph update{"dense update"};
-  uint64_t update_generation = 0;
-  // An evaluation step's dense half ("dense predict": the forward, the predictions, the metrics)
-  // for a batch of the pass's full size, per upload buffer (Buffers::uploaded): a capture bakes
-  // the batch size and the buffers in.
-  struct Predict {
-    device::StepGraph graph{"dense predict"};
-    int64_t batch = 0;
-    uint64_t generation = 0;
-  };
-  std::array<Predict, 2> predicts;
-
-  // The graph for `key`, made (empty) when new; keeps the last kStepGraphsKept keys.
-  Cached& step_graph(const StepKey& key) {
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-      if (steps[i]->key == key) {
-        std::rotate(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(i),
-                    steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-        return *steps.front();
-      }
-    }
-    steps.insert(steps.begin(), std::make_unique<Cached>(key));
-    if (steps.size() > kStepGraphsKept) steps.pop_back();
-    return *steps.front();
-  }
-};
-
-namespace {
-// Replays `graph` when its capture is still valid (made at the card's current memory
-// generation), else captures `work` (card work enqueued on the card's stream) into it first.
-template <class Work>
-void run_captured(device::Card& card, device::StepGraph& graph, uint64_t* generation, Work&& work) {
-  const uint64_t now = memory_generation(card);
-  if (!graph.ready() || *generation != now) {
-    graph.capture(card.stream(), std::forward<Work>(work));
-    *generation = now;  // a capture allocates nothing (it would have thrown)
-  }
-  graph.replay(card.stream());
-}
-}  // namespace
-
-struct CardWorker::TrainStep {
-  int64_t size = 0;  // instances of this card's batch
-  int64_t global_batch = 0;
-  bool steady = false;
-  bool progress = false;
-  bool stop_vote = false;
-  DenseBatchView view;
-};
-
-// What a step leaves for the host to read late (one pinned slot of the ring per step).
-struct StepRecord {
-  DenseStepStatus status;                                 // training steps
-  double auc[MetricsAccumulator::kProgressDoubles] = {};  // progress steps
-};
-// What the host knows of a step when its record is read.
-struct StepTag {
-  int64_t pass = -1;
-  int64_t step = -1;
-  bool train = false;     // status holds a training step's verdict
-  bool progress = false;  // auc holds the running AUC
-  // An evaluation step's predictions: `predictions` floats copied into the slot's pinned block
-  // `predictions_at`, for the host at `predictions_out` (CardWorker::eval_step).
-  const float* predictions_at = nullptr;
-  float* predictions_out = nullptr;
-  std::size_t predictions = 0;
-};
-
-// Step buffers, reused across steps (they only grow). The batch travels to the card as one
-// pinned block (device rule 2) in one copy: offsets | dense | labels | keys, each section
-// aligned to 256 bytes; the card-side views point into `uploaded`. The sections the dense net
-// reads come first: their addresses depend on the batch size only, not on the step's key
-// count, so a step graph that reads them holds for every full batch (of the same upload buffer).
-// One staging block per slot of the status ring: a step writes its batch into its slot's block,
-// whose previous copy (kStatusDepth steps before) the slot's event says is done (the slot's
-// event follows the compute stream's wait for that copy).
-//
-// The upload overlaps the step before it (issue 31, item 4): it runs on the card's copy stream
-// into one of two card buffers, alternately, while the compute stream may still run the
-// previous step, which reads the other one. The copy stream waits for the event the compute
-// stream recorded after the last step that read the buffer (two steps back: `read`), the
-// compute stream waits for the copy's event (`copied`) before the step's pull: the card orders
-// both, the host waits for neither.
-struct CardWorker::Buffers {
-  explicit Buffers(device::Card& card)
-      : uploaded{card.make_buffer<char>(0), card.make_buffer<char>(0)},
-        copied{device::Event(card.device(), card.stream().counters()),
-               device::Event(card.device(), card.stream().counters())},
-        read{device::Event(card.device(), card.stream().counters()),
-             device::Event(card.device(), card.stream().counters())},
-        fence(card.device(), card.stream().counters()),
-        pull(card.make_buffer<float>(0)),
-        push(card.make_buffer<float>(0)),
-        staging(kStatusDepth),
-        predictions(kStatusDepth),
-        ring(card, kStatusDepth, 1) {}
-
-  // The step's slot of the ring (the status, and the progress AUC when `progress`) from the card
-  // (inside a whole-step graph: the slot the card's counter names).
-  void copy_status(const device::Stream& stream, const DenseStepStatus* status,
-                   const double* progress_auc) {
-    const device::RingSegment record{status, offsetof(StepRecord, status), sizeof(*status)};
-    if (progress_auc == nullptr) {
-      ring.copy_on_card(stream, {record});
-      return;
-    }
-    ring.copy_on_card(stream,
-                      {record, {progress_auc, offsetof(StepRecord, auc), sizeof(StepRecord::auc)}});
-  }
-
-  // Section offsets (bytes) of the current batch inside `staging` and `uploaded`.
-  // `count`: the batch's key occurrences (one uint64_t), read on the card by the sparse half's
-  // step graphs (HeterComm::plan_next_step).
-  struct Layout {
-    std::size_t count = 0, keys = 0, offsets = 0, dense = 0, labels = 0, total = 0;
-  };
-
-  // The two upload buffers, the running step's is uploaded[at]; the copy into each (on the copy
-  // stream) and the end of the last step that read each (on the compute stream).
-  std::array<device::device_buffer<char>, 2> uploaded;
-  std::array<device::Event, 2> copied;
-  std::array<device::Event, 2> read;
-  // A buffer (re)allocated on the compute stream since the copy stream last wrote it: the copy
-  // waits for the compute stream's work so far instead (reserve_steps, an unplanned batch).
-  device::Event fence;
-  bool fence_needed = true;
-  std::size_t at = 0;  // the running step's upload buffer
-  device::device_buffer<float> pull;
-  device::device_buffer<float> push;
-  // Per ring slot; grow (a pinned allocation) only with the batch: the batch's staging block,
-  // an evaluation step's predictions.
-  std::vector<device::pinned_buffer<char>> staging;
-  std::vector<device::pinned_buffer<float>> predictions;
-  device::LateReadback<StepRecord, StepTag> ring;          // the steps' status, read late
-  device::LateReadback<StepRecord, StepTag>::Slot slot{};  // the running step's
-  Layout layout;
-  int64_t batch = 0;
-  std::size_t occurrences_count = 0;  // the batch's key occurrences
-
-  const char* batch_block() const { return uploaded[at].data(); }
-  const uint64_t* keys() const {
-    return reinterpret_cast<const uint64_t*>(batch_block() + layout.keys);
-  }
-  const uint32_t* offsets() const {
-    return reinterpret_cast<const uint32_t*>(batch_block() + layout.offsets);
-  }
-  const float* dense() const {
-    return reinterpret_cast<const float*>(batch_block() + layout.dense);
-  }
-  const float* labels() const {
-    return reinterpret_cast<const float*>(batch_block() + layout.labels);
-  }
-  const uint64_t* occurrences() const {
-    return reinterpret_cast<const uint64_t*>(batch_block() + layout.count);
-  }
-};
+using detail::kStatusDepth;
+using detail::memory_generation;
+using detail::run_captured;
 
 CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner::CardTier& tier,
                        const TrainerConfig& config)
@@ -409,9 +199,10 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
   s.progress = progress;
   s.stop_vote = stop_vote;
   s.view = batch_view(batch.num_slots);
-  // A planned step of a padded pass enqueues only capturable work: the whole step is one graph.
-  if (graphs_->enabled && s.size > 0 && planned_counts.counts != nullptr &&
-      tier_.pads_planned_steps(card_.local_index())) {
+  // A planned step of a padded pass enqueues only capturable work: the whole step is one graph,
+  // an empty batch's too (a card past its batches: the same collectives in the same graph shape
+  // as its peers', over zero rows).
+  if (composes(planned_counts)) {
     run_whole_step(s, planned_counts);
   } else {
     run_step_parts(s, planned_counts);
@@ -449,33 +240,30 @@ void CardWorker::enqueue_status(bool progress) {
   buffers_->copy_status(stream, model_->step_status(), auc);
 }
 
+bool CardWorker::composes(const heter_comm::PlannedCounts& planned_counts) const {
+  return graphs_->enabled && planned_counts.counts != nullptr &&
+         tier_.pads_planned_steps(card_.local_index());
+}
+
 void CardWorker::run_whole_step(const TrainStep& s,
                                 const heter_comm::PlannedCounts& planned_counts) {
   Buffers& b = *buffers_;
   const device::Stream& stream = card_.stream();
-  Graphs::Cached& cached = graphs_->step_graph(
-      {s.size, s.global_batch, s.steady, s.stop_vote, s.progress, b.at, /*whole=*/true});
-  const uint64_t generation = memory_generation(card_);
-  const bool replay =
-      cached.graph.ready() && cached.generation == generation && cached.shape == graphs_->shape;
-  // Captured, every part below enqueues its card work into the graph; replayed, each runs only
-  // its host part (the sparse half's counts and check tags, the optimizer's step count).
   // Planned before the capture (the sparse half reads a late check there to free its slot).
   tier_.plan_next_step(card_.local_index(), planned_counts, b.occurrences());
-  device::ComposedStep composed(
-      stream, cached.graph,
-      replay ? device::ComposedStep::Mode::kReplay : device::ComposedStep::Mode::kCapture);
-  pull({});  // as planned above
-  if (!replay) enqueue_dense_step(s);
-  enqueue_status(s.progress);
-  // The verdict (on the card) vetoes the sparse updates on the owners and the dense update.
-  const uint32_t* veto = &model_->step_status()->first_non_finite;
-  tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
-  optimizer_->count_step();
-  if (!replay) optimizer_->step_on_card(model_->parameters(), veto);
-  composed.finish();
-  cached.generation = generation;  // a capture allocates nothing (it would have thrown)
-  cached.shape = graphs_->shape;
+  // Captured, every part below enqueues its card work into the graph; replayed, each runs only
+  // its host part (the sparse half's counts and check tags, the optimizer's step count).
+  const Graphs::StepKey key = Graphs::training(Graphs::Kind::kTrainStep, s, b.at);
+  graphs_->compose(card_, key, [&](bool replay) {
+    pull({});  // as planned above
+    if (!replay) enqueue_dense_step(s);
+    enqueue_status(s.progress);
+    // The verdict (on the card) vetoes the sparse updates on the owners and the dense update.
+    const uint32_t* veto = &model_->step_status()->first_non_finite;
+    tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
+    optimizer_->count_step();
+    if (!replay) optimizer_->step_on_card(model_->parameters(), veto);
+  });
 }
 
 void CardWorker::run_step_parts(const TrainStep& s,
@@ -487,8 +275,8 @@ void CardWorker::run_step_parts(const TrainStep& s,
   // capture (its kernel's argument): a graph per vote.
   const bool graphed = graphs_->enabled && s.size > 0 && s.size == graphs_->full_batch;
   if (graphed) {
-    Graphs::Cached& cached = graphs_->step_graph(
-        {s.size, s.global_batch, s.steady, s.stop_vote, false, b.at, /*whole=*/false});
+    Graphs::Cached& cached =
+        graphs_->step_graph(Graphs::training(Graphs::Kind::kDenseStep, s, b.at));
     run_captured(card_, cached.graph, &cached.generation, [&] { enqueue_dense_step(s); });
   } else {
     enqueue_dense_step(s);
@@ -534,17 +322,6 @@ void CardWorker::retire(const StepTag& tag, const StepRecord& record) {
   }
 }
 
-template <class Op>
-void CardWorker::guarded(Op&& op) {
-  try {
-    op();
-  } catch (...) {
-    buffers_->ring.discard();
-    stop_votes_ = 0;
-    throw;
-  }
-}
-
 void CardWorker::drain() {
   guarded([&] { buffers_->ring.drain(RetireStep{this}); });
   tier_.drain_checks(card_.local_index());
@@ -561,52 +338,6 @@ void CardWorker::abandon() {
 
 void CardWorker::set_progress_sink(std::function<void(int64_t step, double auc)> sink) {
   progress_sink_ = std::move(sink);
-}
-
-void CardWorker::eval_step(const dataset::Batch& batch,
-                           const heter_comm::PlannedCounts& planned_counts,
-                           float* predictions_out) {
-  Buffers& b = *buffers_;
-  const device::ProfileRange range("eval step");
-  comm_.set_step(-1, -1);  // no training step context
-  guarded([&] {
-    begin_slot(StepTag{});  // the staging block's slot: nothing to check but the predictions
-    // The sparse half pulls only: nothing is pushed, so no merge plan (and, replicated, no
-    // collective at all: CardTier::pull_only).
-    const int64_t size = upload(batch);
-    pull(planned_counts, /*pull_only=*/true);
-    const DenseBatchView view = batch_view(batch.num_slots);
-    const auto predict = [&] {
-      model_->predict_async(view);
-      metrics_->add(model_->predictions(), b.labels(), size);
-    };
-    if (graphs_->enabled && size > 0 && size == graphs_->full_batch) {
-      Graphs::Predict& graph = graphs_->predicts[b.at];
-      if (graph.batch != size) {
-        graph.graph.reset();  // another pass's batch size: captured again
-        graph.batch = size;
-      }
-      run_captured(card_, graph.graph, &graph.generation, predict);
-    } else {
-      predict();
-    }
-    if (predictions_out != nullptr && size > 0) {
-      float* pinned = b.predictions[b.slot.index].data();
-      device::copy_async(pinned, model_->predictions(), static_cast<std::size_t>(size),
-                         card_.stream());
-      b.slot.tag->predictions_at = pinned;
-      b.slot.tag->predictions_out = predictions_out;
-      b.slot.tag->predictions = static_cast<std::size_t>(size);
-    }
-    b.ring.copy_on_card(card_.stream(), {});  // nothing into the slot: the counter advances
-    end_upload();
-    b.ring.commit(card_.stream());
-  });
-}
-
-std::vector<float> CardWorker::last_predictions() const {
-  return device::to_host(model_->predictions(), static_cast<std::size_t>(buffers_->batch),
-                         card_.stream());
 }
 
 void CardWorker::all_reduce_metrics() {

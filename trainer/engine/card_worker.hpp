@@ -13,17 +13,21 @@
 //   HeterComm::push_pulled (one optimizer step per key) and the dense optimizer step, both
 //   vetoed on the card by a non-finite verdict -> the slot's event.
 // Step graphs (heterps/device/step_graph.hpp): a planned step of a padded pass (the trainer's
-// steps, gpubox and Collective mode, its short last batch too) is ONE graph launch, "train step"
-// (device::ComposedStep): the sparse pull (HeterComm::plan_next_step: the pass's fixed sizes, the
-// batch's occurrence count read on the card from the upload block's first word), the dense step,
-// the status copy, the sparse push and the dense update, captured once per batch shape (and
-// upload buffer, stop vote, progress flag) and replayed. What changes from step to step reaches
-// it through card memory: the ring slots the status and the sparse check land in (a slot counter
-// on the card, device::LateReadback), adam's step count. Otherwise (an unpadded pass) the dense
-// half of a full batch is two graphs ("dense step", "dense update") beside the sparse half's work
-// (GPUBOX_STEP_GRAPHS=0: every step eagerly). An evaluation step is the pull and the forward
-// only: "sparse lookup" (no push follows: no owner merge plan, and in Collective mode no
-// collective) and, for a full batch, "dense predict".
+// steps, gpubox and Collective mode, its short last batch and a card's empty one too) is ONE graph
+// launch, "train step" (device::ComposedStep): the sparse pull (HeterComm::plan_next_step: the
+// pass's fixed sizes, the batch's occurrence count read on the card from the upload block's first
+// word), the dense step, the status copy, the sparse push and the dense update, captured once per
+// batch shape (and upload buffer, stop vote, progress flag) and replayed. What changes from step
+// to step reaches it through card memory: the ring slots the status and the sparse check land in
+// (a slot counter on the card, device::LateReadback), adam's step count. A card whose batch is
+// empty (past its batches, or an uneven last round) runs the same graph shape over zero rows: the
+// same collectives, in the same order, inside one graph on every card. Otherwise (an unpadded
+// pass) the dense half of a full batch is two graphs ("dense step", "dense update") beside the
+// sparse half's work (GPUBOX_STEP_GRAPHS=0: every step eagerly). An evaluation step is the pull
+// and the forward only, likewise ONE graph launch when planned in a padded pass, "eval step": the
+// sparse lookup (no push follows: no owner merge plan, and in Collective mode no collective), the
+// forward, the metrics, the predictions' copy into the slot's pinned block (when kept) and the
+// ring's slot counter; unpadded, the sparse half's work beside "dense predict" for a full batch.
 // The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
 // (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
 // at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress
@@ -124,10 +128,12 @@ class CardWorker {
   // What the last train_step asked of this card (host waits, allocations, copies, launches,
   // collectives: heterps/device/counters.hpp).
   const device::DeviceCounts& last_step_counts() const { return last_step_; }
-  // Pull and predict only; adds to the metrics. Collective (the pull is). No wait (planned
-  // counts); drain() after the last one. A planned batch of the pass's full size is two step
-  // graph launches: "sparse lookup" (CardTier::pull_only: no push follows, so no owner merge plan,
-  // and in Collective mode no collective) and "dense predict" (forward, predictions, metrics).
+  // Pull and predict only; adds to the metrics. Collective (the pull is; every card calls it in
+  // the same step, an empty batch too). No wait (planned counts); drain() after the last one. A
+  // planned step of a padded pass is one step graph launch, "eval step" (CardTier::pull_only's
+  // lookup: no push follows, so no owner merge plan, and in Collective mode no collective; the
+  // forward, predictions and metrics; the slot's copies); otherwise the sparse half's own work and,
+  // for a batch of the pass's full size, the "dense predict" graph.
   // `predictions_out` (optional, batch.size() floats): the step's predictions are copied into its
   // pinned slot and written there when the slot is read, kStatusDepth steps later or at drain(),
   // without a wait; it must stay valid until then.
@@ -162,8 +168,13 @@ class CardWorker {
   void run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass, int64_t step,
                       bool progress, const heter_comm::PlannedCounts& planned_counts,
                       bool stop_vote);
-  // What a training step's card work depends on (a whole-step graph's key but the buffers).
+  // What a training step's card work depends on (a whole-step graph's key but the buffers); an
+  // evaluation step's (detail/card_worker_state.hpp).
   struct TrainStep;
+  struct EvalStep;
+  // Whether a step with these counts runs as one composed graph (a planned step of a padded pass,
+  // step graphs on).
+  bool composes(const heter_comm::PlannedCounts& planned_counts) const;
   // After the upload: the whole step as one graph launch (device::ComposedStep; a planned step
   // of a padded pass), or its parts (the sparse half's own work and the dense half's two graphs,
   // or everything eagerly).
@@ -173,6 +184,13 @@ class CardWorker {
   // step's ring slot.
   void enqueue_dense_step(const TrainStep& s);
   void enqueue_status(bool progress);
+  // An evaluation step after its upload: one composed graph ("eval step"), or its parts (the
+  // sparse half's own work, "dense predict" or the forward eagerly); the forward and metrics; the
+  // predictions into the slot's pinned block (card_worker_eval.cpp).
+  void run_whole_eval(const EvalStep& e, const heter_comm::PlannedCounts& planned_counts);
+  void run_eval_parts(const EvalStep& e, const heter_comm::PlannedCounts& planned_counts);
+  void enqueue_predict(const EvalStep& e);
+  void copy_predictions(const EvalStep& e);
   // Takes the step's slot of the status ring (reading the step that used it last) and its
   // staging block.
   void begin_slot(const StepTag& tag);
@@ -189,9 +207,9 @@ class CardWorker {
   std::unique_ptr<DenseModel> model_;
   std::unique_ptr<DenseOptimizer> optimizer_;
   std::unique_ptr<MetricsAccumulator> metrics_;
-  struct Buffers;
+  struct Buffers;  // detail/card_worker_state.hpp
   std::unique_ptr<Buffers> buffers_;
-  struct Graphs;  // the step graphs of the dense half (card_worker.cpp)
+  struct Graphs;  // the step graphs (detail/card_worker_state.hpp)
   std::unique_ptr<Graphs> graphs_;
   device::DeviceCounts last_step_;
   uint32_t stop_votes_ = 0;
