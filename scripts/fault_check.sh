@@ -160,6 +160,11 @@ start_server guessed 0 --auth_token_file "$work/token"
 probe 30.8 guessed token_guess --token "$(cat "$work/token")"
 pid=$guarded_pid port=$guarded_port
 probe 30.8 guarded auth_replay --token "$(cat "$work/token")"
+# 32: a connection speaks for one client id (proved by AUTH, else its first frame's): a frame in
+# another client's name is refused and closed; one client's writes never drop another's.
+probe 32 guarded client_ids --token "$(cat "$work/token")"
+pid=$plain_pid port=$plain_port
+probe 32 plain client_ids
 (umask 077 && echo "0123456789abcdef0123456789abcde" >"$work/short_token")  # 31 characters
 if "$server_bin" --port 0 --config "$work/config.yaml" --auth_token_file "$work/short_token" \
      >/dev/null 2>"$work/short_token.err"; then

@@ -47,15 +47,19 @@ Reply table_error_reply(const FrameHeader& request, const Status& status) {
 }
 
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                           const ReserveReply& reserve) {
-  if (!is_mutation(header.op, payload)) return apply(header, payload, reserve);
+                           const ReserveReply& reserve, uint64_t connection) {
+  if (!is_mutation(header.op, payload)) return apply(header, payload, reserve, connection);
+  // header.client_id is the connection's bound client (session.hpp): one connection cannot reach
+  // another client's remembered replies, nor push them out beyond its own share.
   const RequestKey key{header.client_id, header.request_id, static_cast<uint16_t>(header.op),
                        request_digest(payload.data(), payload.size())};
   CachedReply cached;
   switch (window_.begin(key, Clock::now(), &cached)) {
     case RequestWindow::Begin::kDone:
       duplicates.fetch_add(1, std::memory_order_relaxed);
-      if (is_dense_add(header.op, payload)) return dense_reread(header, payload, reserve);
+      if (is_dense_add(header.op, payload)) {
+        return dense_reread(header, payload, reserve, connection);
+      }
       return make_reply(header, cached.status, std::move(cached.payload));
     case RequestWindow::Begin::kInProgress:
       duplicates.fetch_add(1, std::memory_order_relaxed);
@@ -65,7 +69,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
     case RequestWindow::Begin::kNew:
       break;
   }
-  Reply reply = apply(header, payload, reserve);
+  Reply reply = apply(header, payload, reserve, connection);
   // Only a success must not repeat: a refused or failed mutation is applied again on retry.
   const bool remember = reply.status == Status::Code::kOk;
   if (remember) {
@@ -81,7 +85,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
 }
 
 Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                          const ReserveReply& reserve) {
+                          const ReserveReply& reserve, uint64_t connection) {
   switch (header.op) {
     case Op::kInfo:
       return info(header);
@@ -105,7 +109,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kPsPush:
       return ps_push(header, payload);
     case Op::kDense:
-      return dense(header, payload, reserve);
+      return dense(header, payload, reserve, connection);
     case Op::kAuth:
     case Op::kAuthProof:
     case Op::kBarrier:

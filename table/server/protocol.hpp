@@ -11,7 +11,10 @@
 //       12     4  payload length in bytes (at most the receiver's limit)
 //       16     8  request id: chosen by the client, echoed by the server. A retried request keeps
 //                 its id, so the server applies a mutation (PUSH, ERASE, ...) at most once.
-//       24     8  client id: random per client object; (client id, request id) names a request
+//       24     8  client id: random per client object; (client id, request id) names a request.
+//                 A connection speaks for one client: the id its AUTH_PROOF proved, or (no
+//                 token) its first frame's; a frame with another id is refused
+//                 (PermissionDenied, naming the peer and both ids) and the connection closed.
 //
 // A server answers the requests of one connection in order. Payloads per op are described by the
 // encode_* functions below. Before a connection authenticated (on a server with a token) it may

@@ -49,8 +49,9 @@ enum class DenseAction : uint8_t {
   kWrite = 2,  // the table becomes the request's values (any size; created when absent)
 };
 // Bounds of the dense tables one server holds (a client cannot make it keep more), and of the
-// writes it stages (a table written in several ranges, see below): per client (beyond, the
-// client's own oldest is dropped) and from all clients (beyond, a new one is refused).
+// writes it stages (a table written in several ranges, see below): per client, the id its
+// connection is bound to (beyond, the client's own oldest is dropped, an abandoned one first) and
+// from all clients (beyond, a new one is refused).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;
 inline constexpr std::size_t kMaxStagedDenseWrites = 4;

@@ -119,8 +119,9 @@ Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
   return table.push(request.keys.data(), n, rows.data());
 }
 
-Status PsStore::dense(uint64_t client_id, DenseRequest request, std::vector<uint8_t>* reply,
+Status PsStore::dense(const DenseCaller& caller, DenseRequest request, std::vector<uint8_t>* reply,
                       Clock::time_point now) {
+  const uint64_t client_id = caller.client_id;
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
   if (bad != request.values.size()) {
     return Status::InvalidArgument("DENSE '" + request.name + "': value " +
@@ -138,7 +139,7 @@ Status PsStore::dense(uint64_t client_id, DenseRequest request, std::vector<uint
               it == dense_.end() ? 0 : sizeof(float) * it->second.size(), 0));
     GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
   } else {
-    GPUBOX_RETURN_IF_ERROR(stage_write(client_id, request, now, &committed));
+    GPUBOX_RETURN_IF_ERROR(stage_write(caller, request, now, &committed));
   }
   // A write replies no values: the writer has them.
   encode_dense_reply(request.offset, nullptr, 0, committed, reply);
@@ -175,57 +176,89 @@ Status PsStore::write_table(const std::string& name, std::vector<float> values) 
   return Status::OK();
 }
 
-void PsStore::drop_held(std::vector<StagedWrite>::iterator staged) {
+std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
+    std::vector<StagedWrite>::iterator staged) {
   held_bytes_ -= sizeof(float) * std::size_t{staged->total};
-  staged_.erase(staged);
+  return staged_.erase(staged);
 }
 
-Status PsStore::find_or_hold(uint64_t client_id, const DenseRequest& request,
+Status PsStore::make_room(uint64_t client_id, const std::string& name, const std::string& what) {
+  // This client's abandoned writes of this table: superseded by the new one (a rewrite retried on
+  // a new connection after its old one was lost needs no room for the stale write).
+  for (auto w = staged_.begin(); w != staged_.end();) {
+    w = w->client_id == client_id && w->name == name && w->abandoned() ? drop_held(w) : w + 1;
+  }
+  // The client's own oldest write (abandoned ones first) makes room for its new one (dropped even
+  // when the new one is then refused); another client's is never dropped for it.
+  auto own_oldest = staged_.end();
+  std::size_t own = 0;
+  const auto goes_first = [](const StagedWrite& a, const StagedWrite& b) {
+    if (a.abandoned() != b.abandoned()) return a.abandoned();
+    return a.started < b.started;
+  };
+  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+    if (w->client_id != client_id) continue;
+    ++own;
+    if (own_oldest == staged_.end() || goes_first(*w, *own_oldest)) own_oldest = w;
+  }
+  if (own < kMaxStagedDenseWrites && staged_.size() >= kMaxHeldDenseWrites) {
+    return Status::ResourceExhausted(
+        what + ": this server already holds " + std::to_string(kMaxHeldDenseWrites) +
+        " ranged writes of its clients (at most " + std::to_string(kMaxStagedDenseWrites) +
+        " a client); retry once they completed");
+  }
+  if (own >= kMaxStagedDenseWrites) drop_held(own_oldest);
+  return Status::OK();
+}
+
+Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& request,
                              const std::string& what, Clock::time_point now,
                              std::vector<StagedWrite>::iterator* staged) {
   *staged = std::find_if(staged_.begin(), staged_.end(), [&](const StagedWrite& w) {
-    return w.client_id == client_id && w.write_id == request.write_id;
+    return w.client_id == caller.client_id && w.write_id == request.write_id;
   });
-  if (*staged != staged_.end()) return Status::OK();
+  if (*staged != staged_.end()) {
+    auto& carriers = (*staged)->connections;
+    if (std::find(carriers.begin(), carriers.end(), caller.connection) == carriers.end()) {
+      carriers.push_back(caller.connection);
+    }
+    return Status::OK();
+  }
   if (dense_.count(request.name) == 0 && dense_.size() >= kMaxDenseTables) {
     return Status::ResourceExhausted(what + ": this server already holds " +
                                      std::to_string(kMaxDenseTables) + " dense tables");
   }
-  // The client's own oldest write makes room for its new one (an abandoned write, most likely;
-  // dropped even when the new one is then refused); another client's is never dropped for it.
-  auto own_oldest = staged_.end();
-  std::size_t own = 0;
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if (w->client_id != client_id) continue;
-    ++own;
-    if (own_oldest == staged_.end() || w->started < own_oldest->started) own_oldest = w;
-  }
-  if (own < kMaxStagedDenseWrites && staged_.size() >= kMaxHeldDenseWrites) {
-    return Status::ResourceExhausted(what + ": this server already holds " +
-                                     std::to_string(kMaxHeldDenseWrites) +
-                                     " ranged writes of its clients; retry once they completed");
-  }
-  if (own >= kMaxStagedDenseWrites) drop_held(own_oldest);
+  GPUBOX_RETURN_IF_ERROR(make_room(caller.client_id, request.name, what));
   // Checked at the announced total, before anything is allocated for it.
   GPUBOX_RETURN_IF_ERROR(
       admit(what + " (the first of a write of " + std::to_string(request.total) + " values)", 0, 0,
             sizeof(float) * std::size_t{request.total}));
   StagedWrite fresh;
-  fresh.client_id = client_id;
+  fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
   fresh.name = request.name;
   fresh.total = request.total;
   fresh.started = ++staged_serial_;
   fresh.last_range = now;
+  fresh.connections.push_back(caller.connection);
   held_bytes_ += sizeof(float) * std::size_t{fresh.total};
   staged_.push_back(std::move(fresh));
   *staged = staged_.end() - 1;
   return Status::OK();
 }
 
-Status PsStore::stage_write(uint64_t client_id, DenseRequest& request, Clock::time_point now,
+void PsStore::connection_closed(uint64_t connection) {
+  MutexLock lock(dense_mu_);
+  for (StagedWrite& w : staged_) {
+    w.connections.erase(std::remove(w.connections.begin(), w.connections.end(), connection),
+                        w.connections.end());
+  }
+}
+
+Status PsStore::stage_write(const DenseCaller& caller, DenseRequest& request, Clock::time_point now,
                             bool* committed) {
   *committed = false;
+  const uint64_t client_id = caller.client_id;
   const std::string what =
       "DENSE '" + request.name + "': range [" + std::to_string(request.offset) + ", " +
       std::to_string(std::size_t{request.offset} + request.count) + ") of write " +
@@ -238,7 +271,7 @@ Status PsStore::stage_write(uint64_t client_id, DenseRequest& request, Clock::ti
                                    "at least one");
   }
   std::vector<StagedWrite>::iterator staged;
-  GPUBOX_RETURN_IF_ERROR(find_or_hold(client_id, request, what, now, &staged));
+  GPUBOX_RETURN_IF_ERROR(find_or_hold(caller, request, what, now, &staged));
   if (staged->name != request.name || staged->total != request.total) {
     return Status::InvalidArgument(what + " names a table of " + std::to_string(request.total) +
                                    " values; its first range named '" + staged->name + "' of " +
@@ -289,8 +322,7 @@ std::size_t PsStore::expire_held_writes(Clock::time_point now) {
       ++w;
       continue;
     }
-    held_bytes_ -= sizeof(float) * std::size_t{w->total};
-    w = staged_.erase(w);
+    w = drop_held(w);
     ++expired;
   }
   return expired;

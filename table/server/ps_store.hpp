@@ -29,6 +29,13 @@ struct DenseLimits {
   std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
 };
 
+// Who sends a DENSE request: the client id its connection is bound to (session.hpp: proved by
+// AUTH, or its first frame's), and that connection (the server's session serial).
+struct DenseCaller {
+  uint64_t client_id = 0;
+  uint64_t connection = 0;
+};
+
 class PsStore {
  public:
   using Clock = std::chrono::steady_clock;
@@ -43,7 +50,7 @@ class PsStore {
   // finite, or a result would not be finite (naming the key and the row's field).
   Status apply(HostTier& table, const PsPushRequest& request);
 
-  // DENSE from client `client_id` (ps_protocol.hpp: DenseRequest): reads the request's range of
+  // DENSE from `caller` (ps_protocol.hpp: DenseRequest): reads the request's range of
   // table `name` (a whole-table read creates it from the request's values when absent), adds the
   // request's values to the range, or writes the table (a whole write replaces it at once; a
   // ranged write is staged and replaces it when its last range arrived); `*reply` becomes the
@@ -55,15 +62,22 @@ class PsStore {
   // that would take the dense memory over DenseLimits::max_bytes, and a ranged write beyond
   // kMaxHeldDenseWrites held from all clients (ResourceExhausted, naming the client and the
   // limit); a ranged write's range of no values (InvalidArgument). Beyond kMaxStagedDenseWrites
-  // held writes of one client, that client's oldest is dropped (never another client's): its
-  // writer learns it when no range of its write replies committed.
+  // held writes of one client, that client's oldest abandoned one (every connection that carried
+  // it closed), else its oldest, is dropped (never another client's): its writer learns it when
+  // no range of its write replies committed. A new ranged write of a table first drops the same
+  // client's abandoned writes of that table: a rewrite retried after its connection was lost
+  // needs no room for the stale one (a write whose connection is open is never dropped for it:
+  // two threads of one client may write one table over two connections).
   //
   // What a reader can observe mid-way: each range is applied under one lock, so a read range
   // sees an add range whole or not at all; a client's add of a table over one frame is several
   // ranges, so a concurrent read may see some of its ranges added and others not yet. A staged
   // write is never seen in part.
-  Status dense(uint64_t client_id, DenseRequest request, std::vector<uint8_t>* reply,
+  Status dense(const DenseCaller& caller, DenseRequest request, std::vector<uint8_t>* reply,
                Clock::time_point now = Clock::now());
+  // Connection `connection` closed: the held writes it carried no longer count it (those left
+  // with no open connection are abandoned, see dense()).
+  void connection_closed(uint64_t connection);
   // Drops the held writes that received no range for DenseLimits::max_idle before `now`
   // (the server's sweep calls it); returns how many.
   std::size_t expire_held_writes(Clock::time_point now);
@@ -81,6 +95,10 @@ class PsStore {
     Clock::time_point last_range;  // for expire_held_writes
     std::size_t received = 0;
     std::map<uint32_t, std::vector<float>> ranges;
+    // The open connections that carried its ranges; none left: abandoned (its writer may still
+    // reconnect and send the rest, which makes it live again).
+    std::vector<uint64_t> connections;
+    bool abandoned() const { return connections.empty(); }
   };
   // The table `name` after a whole write (created when absent, within kMaxDenseTables).
   Status write_table(const std::string& name, std::vector<float> values) GPUBOX_REQUIRES(dense_mu_);
@@ -91,15 +109,22 @@ class PsStore {
                std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
   // The held write a ranged write's range belongs to: found, or made (after the checks of
   // dense()), in *staged.
-  Status find_or_hold(uint64_t client_id, const DenseRequest& request, const std::string& what,
-                      Clock::time_point now, std::vector<StagedWrite>::iterator* staged)
+  Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,
+                      const std::string& what, Clock::time_point now,
+                      std::vector<StagedWrite>::iterator* staged) GPUBOX_REQUIRES(dense_mu_);
+  // Makes room for a new held write of `client_id` to table `name`: drops that client's
+  // abandoned writes of the table, then (at kMaxStagedDenseWrites) its oldest abandoned or
+  // oldest write. ResourceExhausted when all clients' writes fill kMaxHeldDenseWrites.
+  Status make_room(uint64_t client_id, const std::string& name, const std::string& what)
       GPUBOX_REQUIRES(dense_mu_);
   // Adds a ranged write's range; *committed when it completed the write (the table replaced).
-  Status stage_write(uint64_t client_id, DenseRequest& request, Clock::time_point now,
+  Status stage_write(const DenseCaller& caller, DenseRequest& request, Clock::time_point now,
                      bool* committed) GPUBOX_REQUIRES(dense_mu_);
   // Replaces the table with a complete held write (erased from staged_).
   Status commit(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
-  void drop_held(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
+  // Drops a held write; the iterator after it.
+  std::vector<StagedWrite>::iterator drop_held(std::vector<StagedWrite>::iterator staged)
+      GPUBOX_REQUIRES(dense_mu_);
   // A read or an add of an existing (or, whole read, new) table's range.
   Status read_or_add(uint64_t client_id, DenseRequest& request, std::vector<uint8_t>* reply)
       GPUBOX_REQUIRES(dense_mu_);

@@ -153,7 +153,8 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
         " ranges: it no longer held the ranges sent before the last (a server restart; or the "
         "held write was dropped, for this client's newer ranged writes beyond " +
         std::to_string(kMaxStagedDenseWrites) +
-        " or after no range arrived for the server's idle limit; or the last range was "
+        ", for its newer write of this table once every connection that carried this one had "
+        "closed, or after no range arrived for the server's idle limit; or the last range was "
         "retried after the server's retry cache forgot its first reply); the table was not "
         "written, write it again");
   }

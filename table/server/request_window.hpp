@@ -38,8 +38,11 @@ struct CachedReply {
 };
 
 // Bounded by bytes and by age: a finished entry is forgotten once it is older than `max_age`, or
-// (oldest first) while the remembered entries take more than `max_bytes`. Entries still being
-// applied are never forgotten (there is at most one per connection). Thread-safe.
+// (oldest first) while the remembered entries take more than `max_bytes`; and per client: while
+// one client's remembered entries take more than `max_client_bytes`, its own oldest is forgotten
+// (never another client's), so one client sending mutations fast cannot push out the replies that
+// keep another client's retries from being applied twice. Entries still being applied are never
+// forgotten (there is at most one per connection). Thread-safe.
 class RequestWindow {
  public:
   using Clock = std::chrono::steady_clock;
@@ -51,15 +54,17 @@ class RequestWindow {
   // What one remembered entry costs besides its payload (map node, order record, key).
   static constexpr std::size_t kEntryOverheadBytes = 128;
 
-  RequestWindow(std::size_t max_bytes, Clock::duration max_age);
+  // max_client_bytes: 0 (or over max_bytes) is max_bytes; at least one entry is kept per client.
+  RequestWindow(std::size_t max_bytes, Clock::duration max_age, std::size_t max_client_bytes = 0);
 
   Begin begin(const RequestKey& key, Clock::time_point now, CachedReply* reply);
   // Ends a request begun with kNew. `remember`: its effect must not repeat (a mutation that
   // succeeded), so a retry gets `reply`; otherwise it is forgotten and a retry applies it again.
   void finish(const RequestKey& key, Clock::time_point now, CachedReply reply, bool remember);
 
-  std::size_t entries() const;  // remembered and in progress
-  std::size_t bytes() const;    // what the remembered entries cost
+  std::size_t entries() const;                         // remembered and in progress
+  std::size_t bytes() const;                           // what the remembered entries cost
+  std::size_t client_bytes(uint64_t client_id) const;  // what that client's remembered ones cost
 
  private:
   struct KeyHash {
@@ -67,21 +72,38 @@ class RequestWindow {
   };
   struct Entry {
     bool done = false;
+    uint64_t serial = 0;  // its Finished record's, once done
     CachedReply reply;
   };
-  void evict_locked(Clock::time_point now) GPUBOX_REQUIRES(mu_);
-
-  const std::size_t max_bytes_;
-  const Clock::duration max_age_;
-  mutable Mutex mu_;
-  std::unordered_map<RequestKey, Entry, KeyHash> entries_ GPUBOX_GUARDED_BY(mu_);
-  // Finished entries in the order they finished (their age order), with their cost.
+  // A finished entry, in the order entries finished (their age order), with its cost.
   struct Finished {
     Clock::time_point at;
     RequestKey key;
-    std::size_t bytes;
+    std::size_t bytes = 0;
+    uint64_t serial = 0;
   };
+  // One client's finished entries, oldest first, and what they cost.
+  struct ClientShare {
+    std::deque<Finished> order;
+    std::size_t bytes = 0;
+  };
+  void evict_locked(Clock::time_point now) GPUBOX_REQUIRES(mu_);
+  // Forgets the oldest entry of `client_id` (its record in finished_ becomes stale).
+  void forget_client_oldest(uint64_t client_id) GPUBOX_REQUIRES(mu_);
+  // Whether `record` still names a remembered entry (a client's own eviction leaves it stale).
+  bool live_locked(const Finished& record) const GPUBOX_REQUIRES(mu_);
+
+  const std::size_t max_bytes_;
+  const Clock::duration max_age_;
+  const std::size_t max_client_bytes_;
+  mutable Mutex mu_;
+  std::unordered_map<RequestKey, Entry, KeyHash> entries_ GPUBOX_GUARDED_BY(mu_);
+  // Every finished entry in age order, plus `stale_` records of entries a client's own share
+  // forgot (skipped when they reach the front; dropped all at once when they outnumber the rest).
   std::deque<Finished> finished_ GPUBOX_GUARDED_BY(mu_);
+  std::size_t stale_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, ClientShare> clients_ GPUBOX_GUARDED_BY(mu_);
+  uint64_t next_serial_ GPUBOX_GUARDED_BY(mu_) = 0;
   std::size_t bytes_ GPUBOX_GUARDED_BY(mu_) = 0;
 };
 

@@ -147,7 +147,9 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
       auth_backoff_(options_.auth_backoff_base_s, options_.auth_backoff_max_s),
       window_(options_.dedup_max_bytes,
               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                  std::clamp(options_.dedup_max_age_s, 1e-3, 8.64e6)))),
+                  std::clamp(options_.dedup_max_age_s, 1e-3, 8.64e6))),
+              options_.dedup_max_client_bytes > 0 ? options_.dedup_max_client_bytes
+                                                  : options_.dedup_max_bytes / 8),
       accept_strand_(asio::make_strand(io_)),
       acceptor_(accept_strand_),
       accept_pause_timer_(accept_strand_),
@@ -333,6 +335,7 @@ ServerCounters Server::Impl::counters() const {
   c.evicted = evicted.load();
   c.unauthenticated = unauthenticated.load();
   c.auth_failures = auth_failures.load();
+  c.foreign_client_refusals = foreign_client_refusals.load();
   c.barrier_timeouts = barrier_timeouts.load();
   c.requests = requests.load();
   c.duplicate_requests = duplicates.load();
@@ -345,6 +348,7 @@ ServerCounters Server::Impl::counters() const {
   c.barrier_waiters_dropped = barrier_waiters_dropped.load();
   c.dedup_entries = window_.entries();
   c.dedup_bytes = window_.bytes();
+  c.dense_held_writes = ps_store_.held_writes();
   return c;
 }
 

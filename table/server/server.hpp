@@ -95,6 +95,9 @@ struct ServerOptions {
   // A DENSE add is remembered without its values (a retry reads the range again).
   std::size_t dedup_max_bytes = std::size_t{64} << 20;
   double dedup_max_age_s = 120.0;
+  // What one client's remembered replies may take of dedup_max_bytes (0: an eighth of it):
+  // beyond it, that client's own oldest are forgotten first, never another client's.
+  std::size_t dedup_max_client_bytes = 0;
 
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.
@@ -111,9 +114,12 @@ struct ServerCounters {
   uint64_t evicted = 0;              // unauthenticated connections evicted for a new one
   uint64_t unauthenticated = 0;      // connections open now that have not authenticated
   uint64_t auth_failures = 0;        // wrong AUTH proofs
-  uint64_t barrier_timeouts = 0;     // BARRIER waits answered at barrier_timeout_s
-  uint64_t requests = 0;             // frames that passed decoding
-  uint64_t duplicate_requests = 0;   // retried mutations answered from the retry cache
+  // Frames refused (and their connections closed) for a client id other than the one their
+  // connection is bound to (proved by its AUTH, or its first frame's without a token).
+  uint64_t foreign_client_refusals = 0;
+  uint64_t barrier_timeouts = 0;    // BARRIER waits answered at barrier_timeout_s
+  uint64_t requests = 0;            // frames that passed decoding
+  uint64_t duplicate_requests = 0;  // retried mutations answered from the retry cache
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t protocol_errors = 0;  // connections closed for a bad frame
@@ -123,6 +129,7 @@ struct ServerCounters {
   uint64_t barrier_waiters_dropped = 0;  // waiters whose client left before the release
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
+  uint64_t dense_held_writes = 0;  // ranged DENSE writes held now, all clients
 };
 
 // Where the server stores SAVE/LOAD `path`: a folder relative to data_dir

@@ -111,10 +111,14 @@ class Server::Impl {
   // The session registry, for the deadline sweep and evictions (oldest serial first).
   void register_session(const std::shared_ptr<Session>& session);
   void unregister_session(uint64_t serial);
-  // The reply of one decoded request (everything but BARRIER and AUTH); retried mutations are
-  // answered from the retry cache.
+  // The reply of one decoded request (everything but BARRIER and AUTH) that arrived on
+  // connection `connection` (its session serial), whose header carries the client id that
+  // connection is bound to; retried mutations are answered from the retry cache.
   Reply handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
-               const ReserveReply& reserve);
+               const ReserveReply& reserve, uint64_t connection);
+  // A connection that sent DENSE requests closed: the held writes it carried learn it (a write
+  // every connection of which closed is abandoned, PsStore::connection_closed).
+  void connection_closed(uint64_t connection) { ps_store_.connection_closed(connection); }
   // BARRIER: the reply to send now (an error, or OK when this arrival completed the barrier;
   // the other waiters get theirs through Session::release_barrier), or nullopt when `session`
   // now waits on *name.
@@ -140,7 +144,7 @@ class Server::Impl {
       accept_failures{0}, idle_closed{0}, requests{0}, duplicates{0}, rows_pulled{0},
       rows_pushed{0}, protocol_errors{0}, auth_refusals{0}, budget_refusals{0},
       barrier_waiters_dropped{0}, deadline_closed{0}, evicted{0}, auth_failures{0},
-      barrier_timeouts{0}, unauthenticated{0};
+      barrier_timeouts{0}, unauthenticated{0}, foreign_client_refusals{0};
 
  private:
   void accept();
@@ -159,7 +163,7 @@ class Server::Impl {
 
   // ---- handlers.cpp ----
   Reply apply(const FrameHeader& header, const std::vector<uint8_t>& payload,
-              const ReserveReply& reserve);
+              const ReserveReply& reserve, uint64_t connection);
   Status check_keys(const uint64_t* keys, std::size_t n) const;
   // Under ServerOptions::memory_limit_bytes: OK when the rows the table would create for these
   // keys (those it does not hold) fit under the limit, else ResourceExhausted "server memory
@@ -181,11 +185,12 @@ class Server::Impl {
   Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload);
   // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.
   Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
-              const ReserveReply& reserve);
+              const ReserveReply& reserve, uint64_t connection);
   // A retried DENSE add (applied before): the range read again under the dense lock, not added.
   Reply dense_reread(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                     const ReserveReply& reserve);
-  Reply dense_request(const FrameHeader& header, DenseRequest request, const ReserveReply& reserve);
+                     const ReserveReply& reserve, uint64_t connection);
+  Reply dense_request(const FrameHeader& header, DenseRequest request, const ReserveReply& reserve,
+                      uint64_t connection);
 
   HostTier* table_;
   PsStore ps_store_;  // the PS modes' row locks and dense tables

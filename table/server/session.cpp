@@ -68,6 +68,7 @@ Session::~Session() {
   if (!closed_) {
     server_->budget().give_back(request_held_ + reply_held_);
     leave_unauthenticated();
+    if (sent_dense_) server_->connection_closed(serial_);
     server_->unregister_session(serial_);
     server_->session_closed();
   }
@@ -113,6 +114,11 @@ void Session::on_header() {
   if (!header.ok()) return protocol_error(header.status().to_string());
   if (header->response) return protocol_error("a response frame sent to the server");
   header_ = *header;
+  if (client_bound_ && header_.client_id != bound_client_id_) return refuse_foreign_client();
+  if (!client_bound_ && authenticated_) {  // no token: the first frame names the client
+    client_bound_ = true;
+    bound_client_id_ = header_.client_id;
+  }
   if (!authenticated_) {
     // Refused from the header alone: nothing of an unauthenticated frame is buffered but AUTH.
     if (header_.op != Op::kAuth && header_.op != Op::kAuthProof) {
@@ -277,8 +283,9 @@ void Session::on_frame() {
     if (reply) return answer(std::move(*reply));
     return watch_barrier_wait();
   }
-  Reply reply = server_->handle(header_, payload_,
-                                [this](std::size_t bytes) { return reserve_reply(bytes); });
+  sent_dense_ = sent_dense_ || header_.op == Op::kDense;
+  Reply reply = server_->handle(
+      header_, payload_, [this](std::size_t bytes) { return reserve_reply(bytes); }, serial_);
   free_request();
   if (server_->options().drop_reply && server_->options().drop_reply(header_)) {
     GPUBOX_LOG(INFO) << "gpubox_server: fault injection drops the reply to " << op_name(header_.op)
@@ -335,6 +342,21 @@ void Session::free_request() {
 
 void Session::refuse(const Status& status) {
   server_->auth_refusals.fetch_add(1, std::memory_order_relaxed);
+  reject_and_close(status);
+}
+
+void Session::refuse_foreign_client() {
+  server_->foreign_client_refusals.fetch_add(1, std::memory_order_relaxed);
+  const bool token = !server_->options().auth_token.empty();
+  reject_and_close(Status::PermissionDenied(
+      std::string(op_name(header_.op)) + " request " + std::to_string(header_.request_id) +
+      " from " + peer_ + " carries client id " + std::to_string(header_.client_id) +
+      ", but this connection is bound to client id " + std::to_string(bound_client_id_) +
+      (token ? " (proved by its AUTH)" : " (its first frame's)") +
+      ": a connection speaks for one client; refused, and the connection closed"));
+}
+
+void Session::reject_and_close(const Status& status) {
   Server::Impl::warn(server_->connection_log,
                      "gpubox_server: refusing connection from " + peer_ + ": " + status.message());
   Reply reply = error_reply(header_, status);

@@ -94,8 +94,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void linger_then_close(std::size_t dropped);
   Status reserve_reply(std::size_t bytes);
   void free_request();
-  // An error reply, then the connection is closed (the rest of the frame is never read).
+  // An AUTH refusal (counted as one): reject_and_close.
   void refuse(const Status& status);
+  // An error reply, logged naming the peer, then the connection is closed (the rest of the frame
+  // is never read).
+  void reject_and_close(const Status& status);
+  // A frame whose client id is not the one this connection is bound to: refused, closed.
+  void refuse_foreign_client();
   void protocol_error(const std::string& reason);
   // Writes a notice (protocol.hpp: request id 0) if the socket takes it now and no reply is
   // being written, then closes.
@@ -121,6 +126,12 @@ class Session : public std::enable_shared_from_this<Session> {
   State state_ = State::kHeader;
   bool closed_ = false;
   bool authenticated_ = false;
+  // The client id this connection speaks for: the one its AUTH proof proved (token server), or
+  // its first frame's (no token). Every later frame must carry it (the retry cache, held DENSE
+  // writes and their caps are keyed by it).
+  bool client_bound_ = false;
+  uint64_t bound_client_id_ = 0;
+  bool sent_dense_ = false;  // a DENSE request came: its close is told to the held writes
   bool counted_unauthenticated_ = false;
   std::atomic<bool> evictable_{false};
   // Deadlines, read by the sweep (steady-clock nanoseconds; 0: none).

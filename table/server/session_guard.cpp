@@ -69,6 +69,8 @@ void Session::on_proof_checked() {
     // Claimed for eviction meanwhile: the eviction, posted to this strand, closes it.
     if (!evictable_.exchange(false)) return;
     authenticated_ = true;
+    client_bound_ = true;  // the id the proof proved; every later frame must carry it
+    bound_client_id_ = header_.client_id;
     auth_deadline_ns_.store(0, std::memory_order_relaxed);
     leave_unauthenticated();
     return send(make_reply(header_, Status::Code::kOk, {}));
@@ -323,6 +325,7 @@ void Session::close() {
   request_held_ = reply_held_ = 0;
   std::vector<uint8_t>().swap(payload_);
   leave_unauthenticated();
+  if (sent_dense_) server_->connection_closed(serial_);
   server_->unregister_session(serial_);
   server_->session_closed();
 }

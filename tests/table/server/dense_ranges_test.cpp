@@ -122,33 +122,6 @@ TEST(DenseRanges, ConcurrentAddsInRangesLoseNothing) {
   EXPECT_EQ(read, std::vector<float>(n, static_cast<float>(kClients * kAdds)));
 }
 
-// One raw DENSE range from `client` (1 unless told): its status (the reply's payload in *reply).
-Status raw_range(Connection& conn, DenseRequest head, const std::vector<float>* values,
-                 uint64_t request_id, std::vector<uint8_t>* reply = nullptr, uint64_t client = 1) {
-  std::vector<uint8_t> payload;
-  head.has_values = values != nullptr;
-  encode_dense_range(head, values ? values->data() : nullptr, &payload);
-  return raw_call(conn, Op::kDense, payload, request_id, client, reply);
-}
-
-// Whether the reply to a write range says the write was committed.
-bool committed(const std::vector<uint8_t>& reply, uint32_t offset) {
-  auto head = decode_dense_reply(reply.data(), reply.size(), offset, 0);
-  return head.ok() && head->committed;
-}
-
-DenseRequest range(DenseAction action, uint32_t total, uint32_t offset, uint32_t count,
-                   uint64_t write_id = 0) {
-  DenseRequest head;
-  head.action = action;
-  head.name = "dense";
-  head.total = total;
-  head.offset = offset;
-  head.count = count;
-  head.write_id = write_id;
-  return head;
-}
-
 void expect_refused(const Status& st, Status::Code code, const std::string& words) {
   EXPECT_EQ(st.code(), code) << st.to_string();
   EXPECT_NE(st.message().find(words), std::string::npos) << st.to_string();
@@ -165,31 +138,33 @@ TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
   const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
   // A staged write of 8 values: [0,4), then [2,6) overlaps it, then [4,8) completes it.
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 9), &four, id++, &reply).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, 9), &four, id++, &reply).ok());
   auto head = decode_dense_reply(reply.data(), reply.size(), 0, 0);
   ASSERT_TRUE(head.ok());
   EXPECT_FALSE(head->committed);
-  expect_refused(raw_range(conn, range(DenseAction::kWrite, 8, 2, 4, 9), &four, id++),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 2, 4, 9), &four, id++),
                  Status::Code::kInvalidArgument, "of client 1 overlaps the range [0, 4)");
   // The same write naming another size of table.
-  expect_refused(raw_range(conn, range(DenseAction::kWrite, 9, 4, 4, 9), &four, id++),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kWrite, 9, 4, 4, 9), &four, id++),
                  Status::Code::kInvalidArgument, "its first range named 'dense' of 8");
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 9), &four, id++, &reply).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 9), &four, id++, &reply).ok());
   head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
   ASSERT_TRUE(head.ok());
   EXPECT_TRUE(head->committed);
   // A range outside the table, from the decoder: named with the client.
-  expect_refused(raw_range(conn, range(DenseAction::kAdd, 8, 6, 4), &four, id++),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kAdd, 8, 6, 4), &four, id++),
                  Status::Code::kInvalidArgument, "range [6, 10) is outside a table of 8 values");
-  expect_refused(raw_range(conn, range(DenseAction::kAdd, 8, 6, 4), &four, id++),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kAdd, 8, 6, 4), &four, id++),
                  Status::Code::kInvalidArgument, "of client 1");
   // A total other than the table's, an add without values, a truncated range.
-  expect_refused(raw_range(conn, range(DenseAction::kAdd, 12, 0, 4), &four, id++),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kAdd, 12, 0, 4), &four, id++),
                  Status::Code::kInvalidArgument, "holds 8 values; the request has 12");
-  expect_refused(raw_range(conn, range(DenseAction::kAdd, 8, 0, 4), nullptr, id++),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kAdd, 8, 0, 4), nullptr, id++),
                  Status::Code::kInvalidArgument, "carries its values");
   std::vector<uint8_t> payload;
-  DenseRequest add = range(DenseAction::kAdd, 8, 0, 4);
+  DenseRequest add = dense_range(DenseAction::kAdd, 8, 0, 4);
   add.has_values = true;
   encode_dense_range(add, four.data(), &payload);
   payload.resize(payload.size() - 3);
@@ -198,14 +173,16 @@ TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
   // Hostile lengths: a read whose reply would be 16 GiB, a write announcing 2^32 - 1 values
   // (staged: only its 4 values are held), a read of a 2^32 - 1 table that is not there.
   expect_refused(
-      raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, UINT32_MAX), nullptr, id++),
+      raw_dense(conn, dense_range(DenseAction::kRead, UINT32_MAX, 0, UINT32_MAX), nullptr, id++),
       Status::Code::kResourceExhausted, "over the frame limit of 4096 bytes");
-  expect_refused(raw_range(conn, range(DenseAction::kWrite, UINT32_MAX, 0, 4, 10), &four, id++),
-                 Status::Code::kResourceExhausted, "(gpubox_server --max_dense_mb)");
-  expect_refused(raw_range(conn, range(DenseAction::kRead, UINT32_MAX, 0, 4), nullptr, id++),
+  expect_refused(
+      raw_dense(conn, dense_range(DenseAction::kWrite, UINT32_MAX, 0, 4, 10), &four, id++),
+      Status::Code::kResourceExhausted, "(gpubox_server --max_dense_mb)");
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kRead, UINT32_MAX, 0, 4), nullptr, id++),
                  Status::Code::kInvalidArgument, "holds 8 values; the request has 4294967295");
   // Served as before: the table is the staged write's 8 values.
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kRead, 8, 0, 8), nullptr, id++, &reply).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kRead, 8, 0, 8), nullptr, id++, &reply).ok());
   head = decode_dense_reply(reply.data(), reply.size(), 0, 8);
   ASSERT_TRUE(head.ok());
   std::vector<float> read(8);
@@ -225,15 +202,17 @@ TEST(DenseRanges, TheOldestOfTooManyStagedWritesIsDroppedNotCommittedInPart) {
   uint64_t id = 1;
   const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
   for (uint64_t w = 1; w <= kMaxStagedDenseWrites + 1; ++w) {
-    ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, w), &four, id++).ok());
+    ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, w), &four, id++).ok());
   }
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
   auto head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
   ASSERT_TRUE(head.ok());
   EXPECT_FALSE(head->committed);
   // (Write 1's range took write 2's place: write 3 is now the oldest staged.)
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 3), &four, id++, &reply).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 3), &four, id++, &reply).ok());
   head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
   ASSERT_TRUE(head.ok());
   EXPECT_TRUE(head->committed);
@@ -248,18 +227,19 @@ TEST(DenseRanges, ARetriedAddIsAppliedOnceAReadIsReadAgain) {
   ASSERT_TRUE(server);
   Connection conn = raw_connection(server->port());
   const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 4, 0, 4), &four, 1).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 4, 0, 4), &four, 1).ok());
   const auto read = [&](uint64_t id) {
     std::vector<uint8_t> reply;
-    EXPECT_TRUE(raw_range(conn, range(DenseAction::kRead, 4, 0, 4), nullptr, id, &reply).ok());
+    EXPECT_TRUE(
+        raw_dense(conn, dense_range(DenseAction::kRead, 4, 0, 4), nullptr, id, &reply).ok());
     auto head = decode_dense_reply(reply.data(), reply.size(), 0, 4);
     std::vector<float> values(4);
     if (head.ok()) std::memcpy(values.data(), head->values, sizeof(float) * 4);
     return values;
   };
   EXPECT_EQ(read(2), four);
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());  // a retry
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());  // a retry
   EXPECT_EQ(read(2), (std::vector<float>{2, 4, 6, 8}));
   EXPECT_EQ(server->counters().duplicate_requests, 1u);
 }
@@ -277,12 +257,13 @@ TEST(DenseRanges, RetriedAddsAreAppliedOnceWhenTwoAddRepliesWouldFillTheRetryCac
   ASSERT_TRUE(server);
   Connection conn = raw_connection(server->port());
   const std::vector<float> start = random_values(kValues, 7), delta = random_values(kValues, 8);
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, kValues, 0, kValues), &start, 1).ok());
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, kValues, 0, kValues), &delta, 2).ok());
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kAdd, kValues, 0, kValues), &delta, 3).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, kValues, 0, kValues), &start, 1).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kAdd, kValues, 0, kValues), &delta, 2).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kAdd, kValues, 0, kValues), &delta, 3).ok());
   std::vector<uint8_t> reply;
   ASSERT_TRUE(
-      raw_range(conn, range(DenseAction::kAdd, kValues, 0, kValues), &delta, 2, &reply).ok());
+      raw_dense(conn, dense_range(DenseAction::kAdd, kValues, 0, kValues), &delta, 2, &reply).ok());
   EXPECT_EQ(server->counters().duplicate_requests, 1u);
   std::vector<float> twice = start;
   for (uint32_t i = 0; i < kValues; ++i) twice[i] = (start[i] + delta[i]) + delta[i];
@@ -292,7 +273,8 @@ TEST(DenseRanges, RetriedAddsAreAppliedOnceWhenTwoAddRepliesWouldFillTheRetryCac
   std::memcpy(answered.data(), head->values, sizeof(float) * kValues);
   EXPECT_EQ(answered, twice);  // the range read again, not added again
   // The first write's entry is still remembered too.
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, kValues, 0, kValues), &start, 1).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, kValues, 0, kValues), &start, 1).ok());
   EXPECT_EQ(server->counters().duplicate_requests, 2u);
   std::vector<float> read(kValues, 0.0f);
   auto client = connect_client(client_options(server->endpoint()));
@@ -313,26 +295,32 @@ TEST(DenseRanges, TheDenseMemoryLimitCountsTablesHeldWritesAndTheCommitCopy) {
   uint64_t id = 1;
   const std::vector<float> fifty = random_values(50, 1), three_hundred = random_values(300, 2);
   // A whole write of 300 values, and a ranged write announcing 1000, from client 5.
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kWrite, 300, 0, 300), &three_hundred,
+                           id++, nullptr, 5),
+                 Status::Code::kResourceExhausted, "a write of client 5 would take");
   expect_refused(
-      raw_range(conn, range(DenseAction::kWrite, 300, 0, 300), &three_hundred, id++, nullptr, 5),
-      Status::Code::kResourceExhausted, "a write of client 5 would take");
-  expect_refused(
-      raw_range(conn, range(DenseAction::kWrite, 1000, 0, 50, 1), &fifty, id++, nullptr, 5),
+      raw_dense(conn, dense_range(DenseAction::kWrite, 1000, 0, 50, 1), &fifty, id++, nullptr, 5),
       Status::Code::kResourceExhausted, "over its limit of 1024 bytes");
   // 100 values in two ranges: 400 held + 400 of commit copy fit; it commits.
+  // (Every frame of the connection carries client 5: it is bound to the first frame's id.)
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 100, 0, 50, 2), &fifty, id++).ok());
   ASSERT_TRUE(
-      raw_range(conn, range(DenseAction::kWrite, 100, 50, 50, 2), &fifty, id++, &reply).ok());
-  EXPECT_TRUE(committed(reply, 50));
+      raw_dense(conn, dense_range(DenseAction::kWrite, 100, 0, 50, 2), &fifty, id++, nullptr, 5)
+          .ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 100, 50, 50, 2), &fifty, id++, &reply, 5)
+          .ok());
+  EXPECT_TRUE(dense_committed(reply, 50));
   // Another table of 100 in ranges: 400 of table + 400 held + 400 of copy do not.
-  DenseRequest other = range(DenseAction::kWrite, 100, 0, 50, 3);
+  DenseRequest other = dense_range(DenseAction::kWrite, 100, 0, 50, 3);
   other.name = "other";
-  expect_refused(raw_range(conn, other, &fifty, id++), Status::Code::kResourceExhausted,
+  expect_refused(raw_dense(conn, other, &fifty, id++, nullptr, 5), Status::Code::kResourceExhausted,
                  "tables 400, ranged writes held 400, the largest one's commit copy 400");
   // Rewriting the table itself (whole) replaces its bytes: 400 fit.
   std::vector<float> hundred = random_values(100, 3);
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 100, 0, 100), &hundred, id++).ok());
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 100, 0, 100), &hundred, id++, nullptr, 5)
+          .ok());
 }
 
 // A big table's DENSE call is given its bytes' time at 1 MiB/s beyond the call deadline (the
@@ -367,10 +355,10 @@ TEST(DenseRanges, ARangedWritesRangeOfNoValuesIsRefusedAndHoldsNothing) {
   ASSERT_TRUE(server);
   Connection conn = raw_connection(server->port());
   const std::vector<float> none;
-  expect_refused(raw_range(conn, range(DenseAction::kWrite, 8, 0, 0, 1), &none, 1),
+  expect_refused(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 0, 1), &none, 1),
                  Status::Code::kInvalidArgument, "carries no values");
   // The write of 0 values (whole) is still a write.
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 0, 0, 0, 2), &none, 2).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 0, 0, 0, 2), &none, 2).ok());
 }
 
 // One client's ranged writes, however many, never drop another client's: beyond
@@ -380,16 +368,20 @@ TEST(DenseRanges, OneClientsWritesNeverDropAnotherClients) {
   auto server = start_server(&table);
   ASSERT_TRUE(server);
   Connection conn = raw_connection(server->port());
+  Connection other = raw_connection(server->port());  // client 2's (a connection is one client)
   uint64_t id = 1;
   const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 1), &four, id++).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &four, id++).ok());
   for (uint64_t w = 1; w <= 2 * kMaxStagedDenseWrites; ++w) {
     ASSERT_TRUE(
-        raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, w), &four, id++, nullptr, 2).ok());
+        raw_dense(other, dense_range(DenseAction::kWrite, 8, 0, 4, w), &four, id++, nullptr, 2)
+            .ok());
   }
+  EXPECT_EQ(server->counters().dense_held_writes, 1 + kMaxStagedDenseWrites);
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
-  EXPECT_TRUE(committed(reply, 4));  // client 1's write was held throughout
+  ASSERT_TRUE(
+      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
+  EXPECT_TRUE(dense_committed(reply, 4));  // client 1's write was held throughout
 }
 
 // A held write whose writer died (no range for dense_write_max_idle_s) is dropped by the sweep.
@@ -403,13 +395,13 @@ TEST(DenseRanges, AnIdleHeldWriteIsDropped) {
   const std::vector<float> four = {1.0f, 2.0f, 3.0f, 4.0f};
   std::vector<uint8_t> reply;
   // Ranges within the idle limit of each other commit.
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 1), &four, 1).ok());
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 1), &four, 2, &reply).ok());
-  EXPECT_TRUE(committed(reply, 4));
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 0, 4, 2), &four, 3).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &four, 1).ok());
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &four, 2, &reply).ok());
+  EXPECT_TRUE(dense_committed(reply, 4));
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &four, 3).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  ASSERT_TRUE(raw_range(conn, range(DenseAction::kWrite, 8, 4, 4, 2), &four, 4, &reply).ok());
-  EXPECT_FALSE(committed(reply, 4));  // its first range was dropped; this one starts it anew
+  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &four, 4, &reply).ok());
+  EXPECT_FALSE(dense_committed(reply, 4));  // its first range was dropped; this one starts it anew
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 //   probes: over_cap, out_of_fds, barrier_leavers, forged_lengths, retry_cache, paths,
 //           token_required, nonfinite, restart; issue #30's network items (fault_probe_net.cpp):
 //           drip, auth_flood, budget_starve, token_guess, auth_replay, cap_message; and its data
-//           items (fault_probe_data.cpp): save_race, big_part, memory_limit, finite_results
+//           items (fault_probe_data.cpp): save_race, big_part, memory_limit, finite_results;
+//           issue 32's client_ids (fault_probe_net.cpp)
 #include "tests/table/server/fault_probe.hpp"
 
 #include <poll.h>
@@ -153,6 +154,7 @@ Verdict forged_lengths(const Endpoint& ep, const Args& a) {
   auto conns = open_connections(ep, 48);
   FrameHeader h;
   h.op = Op::kPush;
+  h.client_id = 1;  // authenticate()'s id: the connection is bound to it
   h.payload_bytes = kDefaultMaxPayloadBytes;
   std::vector<uint8_t> head(kHeaderBytes + 1024, 0);
   encode_header(h, head.data());
@@ -391,7 +393,8 @@ int main(int argc, char** argv) {
       {"budget_starve", probe::budget_starve},
       {"token_guess", probe::token_guess},
       {"auth_replay", probe::auth_replay},
-      {"cap_message", probe::cap_message}};
+      {"cap_message", probe::cap_message},
+      {"client_ids", probe::client_ids}};
   auto it = probes.find(a.probe);
   std::string line;
   if (it == probes.end() && run_data_probe(a.probe, a.flags, &line)) {

@@ -69,14 +69,15 @@ inline Status call(Connection& conn, Op op, const std::vector<uint8_t>& payload,
   return Status::OK();
 }
 
-inline Status authenticate(Connection& conn, const std::string& token) {
+// AUTH as `client` (nothing without a token: the connection's first frame then binds its id).
+inline Status authenticate(Connection& conn, const std::string& token, uint64_t client = 1) {
   if (token.empty()) return Status::OK();
   std::vector<uint8_t> challenge;
-  GPUBOX_RETURN_IF_ERROR(call(conn, Op::kAuth, {}, 1, 1, &challenge));
+  GPUBOX_RETURN_IF_ERROR(call(conn, Op::kAuth, {}, 1, client, &challenge));
   auto nonce = decode_auth_challenge(challenge.data(), challenge.size());
   if (!nonce.ok()) return nonce.status();
-  const AuthProof proof = auth_proof(token, *nonce, 1);
-  return call(conn, Op::kAuthProof, std::vector<uint8_t>(proof.begin(), proof.end()), 2, 1);
+  const AuthProof proof = auth_proof(token, *nonce, client);
+  return call(conn, Op::kAuthProof, std::vector<uint8_t>(proof.begin(), proof.end()), 2, client);
 }
 
 // A served request on a fresh connection: STATS answered before `seconds`.
@@ -87,6 +88,7 @@ inline Status served(const Endpoint& ep, const std::string& token, double second
   FrameHeader h;
   h.op = Op::kStats;
   h.request_id = 1;
+  h.client_id = 1;  // the id authenticate() proved: a connection speaks for one client
   auto r = c->call(h, {}, kDefaultMaxPayloadBytes, in_seconds(seconds));
   return r.ok() ? Status::OK() : r.status();
 }
@@ -113,5 +115,7 @@ Verdict budget_starve(const Endpoint& ep, const Args& a);
 Verdict token_guess(const Endpoint& ep, const Args& a);
 Verdict auth_replay(const Endpoint& ep, const Args& a);
 Verdict cap_message(const Endpoint& ep, const Args& a);
+// ---- issue 32: a connection speaks for one client id -------------------------------------------
+Verdict client_ids(const Endpoint& ep, const Args& a);
 
 }  // namespace gpubox::table::server::probe

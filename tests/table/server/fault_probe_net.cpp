@@ -230,4 +230,72 @@ Verdict cap_message(const Endpoint& ep, const Args&) {
   return held("the client read \"" + message.substr(at, message.find(')', at) + 1 - at) + "\"");
 }
 
+// 32: a connection speaks for one client id. A frame in another client's name is refused (the
+// reply and the log name the peer and both ids) and its connection closed; a hostile client's
+// ranged DENSE writes in its own name, however many, leave another client's held write whole.
+Verdict client_ids(const Endpoint& ep, const Args& a) {
+  const std::string token = a.get("token");
+  const auto connect_as = [&](uint64_t client) -> StatusOr<Connection> {
+    auto c = Connection::open(ep, in_seconds(2));
+    if (!c.ok()) return c.status();
+    // Without a token the first frame binds the id.
+    const Status st =
+        token.empty() ? call(*c, Op::kStats, {}, 1, client) : authenticate(*c, token, client);
+    if (!st.ok()) return st;
+    return c;
+  };
+  const std::vector<float> four{1.0f, 2.0f, 3.0f, 4.0f};
+  const auto write_range = [&](uint32_t offset, uint64_t write_id) {
+    DenseRequest head;
+    head.action = DenseAction::kWrite;
+    head.name = "probe_client_ids";
+    head.total = 8;
+    head.offset = offset;
+    head.count = 4;
+    head.write_id = write_id;
+    head.has_values = true;
+    std::vector<uint8_t> payload;
+    encode_dense_range(head, four.data(), &payload);
+    return payload;
+  };
+  constexpr uint64_t kVictim = 3201, kHostile = 3202;
+  auto victim = connect_as(kVictim);
+  auto hostile = connect_as(kHostile);
+  if (!victim.ok() || !hostile.ok()) return failed("cannot connect and bind");
+  if (!call(*victim, Op::kDense, write_range(0, 1), 10, kVictim).ok()) {
+    return failed("the victim's first range was refused");
+  }
+  std::this_thread::sleep_for(milliseconds(2100));  // the connection log's interval: a fresh line
+  const Status forged = call(*hostile, Op::kDense, write_range(0, 99), 11, kVictim);
+  const std::string m = forged.message();
+  if (forged.code() != Status::Code::kPermissionDenied ||
+      m.find("carries client id " + std::to_string(kVictim)) == std::string::npos ||
+      m.find("bound to client id " + std::to_string(kHostile)) == std::string::npos ||
+      m.find("127.0.0.1:") == std::string::npos) {
+    return failed("a frame in another client's name: " + forged.to_string());
+  }
+  if (!closed_by_peer(hostile->fd(), 3.0)) return failed("the switching connection stayed open");
+  if (!log_has(a.get("log"), "bound to client id " + std::to_string(kHostile))) {
+    return failed("the refusal is not in the server's log");
+  }
+  auto own = connect_as(kHostile);
+  if (!own.ok()) return failed("cannot connect again");
+  constexpr uint64_t kWrites = 200;
+  for (uint64_t w = 1; w <= kWrites; ++w) {
+    if (!call(*own, Op::kDense, write_range(0, w), 100 + w, kHostile).ok()) {
+      return failed("the hostile client's own write " + std::to_string(w) + " was refused");
+    }
+  }
+  std::vector<uint8_t> reply;
+  const Status last = call(*victim, Op::kDense, write_range(4, 1), 12, kVictim, &reply);
+  auto head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
+  if (!last.ok() || !head.ok() || !head->committed) {
+    return failed("the victim's held write was dropped: " + last.to_string());
+  }
+  const std::size_t from = m.find("carries");
+  return held("refused: \"" + m.substr(from, m.find(" (", from) - from) + "\", closed; " +
+              std::to_string(kWrites) +
+              " writes in the hostile client's own name left the victim's held write whole");
+}
+
 }  // namespace gpubox::table::server::probe

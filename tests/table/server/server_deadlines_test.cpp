@@ -141,6 +141,7 @@ std::vector<uint8_t> barrier_frame(const std::string& name, uint32_t parties) {
   FrameHeader h;
   h.op = Op::kBarrier;
   h.request_id = 3;
+  h.client_id = 1;  // raw_call's: the waiters' connections serve on after the wait
   return encode_frame(h, p);
 }
 

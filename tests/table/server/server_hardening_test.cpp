@@ -414,6 +414,7 @@ TEST(Hardening, RetryCacheKeepsOnlySuccessesWithinItsBytes) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.dedup_max_bytes = 100 * RequestWindow::kEntryOverheadBytes;
+  so.dedup_max_client_bytes = so.dedup_max_bytes;  // one client may fill it (here: the bound)
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   const uint32_t stride = static_cast<uint32_t>(table.layout().stride());

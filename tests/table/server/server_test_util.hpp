@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "table/server/auth_handshake.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "tests/table/server/process_probe.hpp"
@@ -96,6 +97,37 @@ inline Status raw_authenticate(Connection& conn, const std::string& token, uint6
   if (nonce) *nonce = *n;
   if (proof) *proof = p;
   return raw_call(conn, Op::kAuthProof, std::vector<uint8_t>(p.begin(), p.end()), 2, client_id);
+}
+
+// ---- DENSE ranges by hand (ps_protocol.hpp) ---------------------------------------------------
+
+// One raw DENSE range from `client` (1 unless told): its status (the reply's payload in *reply).
+inline Status raw_dense(Connection& conn, DenseRequest head, const std::vector<float>* values,
+                        uint64_t request_id, std::vector<uint8_t>* reply = nullptr,
+                        uint64_t client = 1) {
+  std::vector<uint8_t> payload;
+  head.has_values = values != nullptr;
+  encode_dense_range(head, values ? values->data() : nullptr, &payload);
+  return raw_call(conn, Op::kDense, payload, request_id, client, reply);
+}
+
+// Whether the reply to a write range says the write was committed.
+inline bool dense_committed(const std::vector<uint8_t>& reply, uint32_t offset) {
+  auto head = decode_dense_reply(reply.data(), reply.size(), offset, 0);
+  return head.ok() && head->committed;
+}
+
+// The head of a DENSE request of table "dense": a range of a table of `total` values.
+inline DenseRequest dense_range(DenseAction action, uint32_t total, uint32_t offset, uint32_t count,
+                                uint64_t write_id = 0) {
+  DenseRequest head;
+  head.action = action;
+  head.name = "dense";
+  head.total = total;
+  head.offset = offset;
+  head.count = count;
+  head.write_id = write_id;
+  return head;
 }
 
 // True when `fd` has bytes to read (or was closed) within `seconds`.
