@@ -47,7 +47,13 @@ enum class RowsRule {
 RowsRule rows_rule(const config::ConfigDocument& doc) {
   const bool adam = doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames) ==
                     config::DenseOptimizerKind::kAdam;
-  for (const char* key : {"class", "learning_rate", "mf_learning_rate", "embedx_threshold"}) {
+  // Any key of a rule's own (its rates, accumulators, moments, decays, thresholds): a config that
+  // tunes one means that rule, not PaddleRec's optimizer. Start values, bounds and the show/click
+  // bookkeeping are every rule's.
+  for (const char* key :
+       {"class", "learning_rate", "mf_learning_rate", "embedx_threshold", "embed_threshold",
+        "initial_g2sum", "mf_initial_g2sum", "beta1_decay_rate", "beta2_decay_rate", "ada_epsilon",
+        "weight_decay", "mf_weight_decay", "l1_decay"}) {
     if (doc.is_set(kSo + key)) return RowsRule::kSparseOptimizer;
   }
   if (!doc.is_set(kDenseOpt + "class") || config::paddlerec_model_name(doc).empty()) {

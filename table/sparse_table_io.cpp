@@ -1,6 +1,7 @@
 // SparseTable::save / load (the folder layout is described in sparse_table.hpp).
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <map>
 
 #include "common/config/slot_dims.hpp"
@@ -264,11 +265,28 @@ Status SparseTable::check_saved_layout(const io::Manifest& manifest, RecordKind 
     const char* key;
     int64_t value;
   };
+  if (kind == RecordKind::kFullRow) {
+    // First: a rule's rows differ in width too, and the rule is what the user can change.
+    auto saved = manifest.get_int("optimizer");
+    if (!saved.ok()) return saved.status().with_context("load " + where);
+    const auto mine = optimizer_.optimizer.kind;
+    if (*saved != static_cast<int64_t>(mine)) {
+      const auto saved_kind = static_cast<SparseOptimizerKind>(*saved);
+      const bool known =
+          std::any_of(std::begin(kSparseOptimizerKindNames), std::end(kSparseOptimizerKindNames),
+                      [&](const auto& e) { return e.value == saved_kind; });
+      const std::string saved_name =
+          known ? name_of(kSparseOptimizerKindNames, saved_kind) : std::to_string(*saved);
+      return Status::InvalidArgument(
+          "load " + where + ": its rows were saved under sparse_optimizer.class " + saved_name +
+          ", this table's rows step under " + name_of(kSparseOptimizerKindNames, mine) +
+          " (a PaddleRec models/rank config that names no sparse rule takes its optimizer's, "
+          "as the start line says); to load it, -o hyper_parameters.sparse_optimizer.class=" +
+          saved_name);
+    }
+  }
   std::vector<Expect> expects = {{"mf_dim", layout_.mf_dim},
                                  {"record_floats", record_floats(kind, layout_)}};
-  if (kind == RecordKind::kFullRow) {
-    expects.push_back({"optimizer", static_cast<int64_t>(optimizer_.optimizer.kind)});
-  }
   for (const Expect& e : expects) {
     auto v = manifest.get_int(e.key);
     if (!v.ok()) return v.status().with_context("load " + where);

@@ -157,7 +157,7 @@ void add_runner_keys(std::vector<KeySpec>& t) {
 void add_dense_optimizer_keys(std::vector<KeySpec>& t) {
   const std::string o = "hyper_parameters.optimizer.";
   t.push_back(enum_key(o + "class", kDenseOptimizerKindNames, DenseOptimizerKind::kAdam, kTrainer | kTable, "dense optimizer, applied identically on every card (Adagrad: g2 += g^2, w -= lr g / (sqrt(g2) + epsilon), as Paddle's); Adam also steps a PaddleRec model folder's embedding rows when its config names no sparse rule (see sparse_optimizer.class)"));
-  t.push_back(float_key(o + "learning_rate", "0.001", 1e-12, 1e6, kTrainer | kTable, "dense learning rate"));
+  t.push_back(float_key(o + "learning_rate", "0.001", 1e-12, 1e6, kTrainer | kTable, "dense learning rate (and the embedding rows' in a PaddleRec model folder's config whose rows take its Adam: sparse_optimizer.class)"));
   t.push_back(string_key(o + "strategy", "async", kNoEffect, "PaddleRec's distributed strategy"));
   t.push_back(float_key(o + "beta1", "0.9", 0, 0.999999, kTrainer | kTable, "Adam first-moment decay"));
   t.push_back(float_key(o + "beta2", "0.999", 0, 0.999999, kTrainer | kTable, "Adam second-moment decay"));
@@ -205,7 +205,7 @@ void add_model_keys(std::vector<KeySpec>& t) {
 
 void add_sparse_optimizer_keys(std::vector<KeySpec>& t) {
   const std::string s = "hyper_parameters.sparse_optimizer.";
-  t.push_back(enum_key(s + "class", kSparseOptimizerKindNames, SparseOptimizerKind::kAdagrad, kTable, "per-key optimizer of the sparse table (card and host tiers); a PaddleRec model folder's config that sets none of class, learning_rate, mf_learning_rate and embedx_threshold and whose optimizer.class is Adam takes that Adam, as PaddleRec's trainers and Paddle's parameter server do: adam at optimizer.learning_rate (both parts), its beta1, beta2 and epsilon, embedx_threshold 0"));
+  t.push_back(enum_key(s + "class", kSparseOptimizerKindNames, SparseOptimizerKind::kAdagrad, kTable, "per-key optimizer of the sparse table (card and host tiers); a PaddleRec model folder's config that sets none of a rule's own keys (class, learning rates, thresholds, accumulators, moments, decays) and whose optimizer.class is Adam takes that Adam, as PaddleRec's trainers and Paddle's parameter server do: adam at optimizer.learning_rate (both parts), its beta1, beta2 and epsilon, embedx_threshold 0"));
   t.push_back(float_key(s + "learning_rate", "0.05", 0, kFloatMax, kTable, "embed_w learning rate"));
   t.push_back(float_key(s + "initial_g2sum", "3.0", 0, kFloatMax, kTable, "embed_w adagrad: step lr * sqrt(initial_g2sum / (initial_g2sum + g2sum)), g2sum starting at 0 as in Paddle"));
   t.push_back(float_key(s + "initial_range", "0.0", 0, kFloatMax, kTable, "embed_w starts uniform in [-initial_range, initial_range]"));

@@ -58,10 +58,11 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   // staged keys on the card when they are planned already: a bound, exact when the staging
   // excluded the keys on the cards (the trainer's does: pass_pipeline.cpp), which only the
   // work's own look-ups could tell otherwise. Else (the trainer's pipeline plans the next pass
-  // during this one) for the keys this pass's begin_pass found missing on the card and an
-  // eighth: a pass of fresh keys brings about the last one's count, a little more or less (the
-  // first pass: all of its keys, some of which the next pass may have in common; the rows are
-  // used by later passes' new keys, or capped by the budget).
+  // during this one) for the new keys this pass brought to the card (early or at its
+  // begin_pass) and an eighth: a pass of fresh keys brings about the last one's count, a little
+  // more or less (after the first pass: an eighth of its keys, see note_pass_missing). Inserts
+  // past the room wait for the next begin_pass; the rows left over serve later passes' new keys
+  // (capped by the budget).
   // One poll for every card: a poll may count its calls.
   const StagedRows* staged = poll().staged;
   const bool planned = staged != nullptr && staged->owned.size() == cards_.num_cards();

@@ -198,8 +198,9 @@ class NextPassWork {
   // (naming the key and the card), before the next pass takes rows from a damaged free list.
   // Waits for the card's stream when the work erased anything.
   void check_erases(int c, const NextPassCard& work) const;
-  // begin_pass of a training pass, on card c's thread: `missing` of its keys were not on card
-  // c, the next expect()'s guess of the next pass's inserts there when their plan is not known.
+  // begin_pass of a training pass, on card c's thread: about `missing` new keys are expected on
+  // card c in the next pass, the next expect()'s guess of its inserts there when their plan is
+  // not known (pass_boundary.cpp says how it is counted).
   void note_pass_missing(int c, std::size_t missing) {
     pass_missing_[static_cast<std::size_t>(c)] = missing;
   }

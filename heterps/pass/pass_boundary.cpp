@@ -139,9 +139,17 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
   done.keys = mine.keys.size();
   check_fits(c, done.keys);
   Timer phase;
+  // Rows on the card before this pass's inserts: none in the card's first pass.
+  const bool card_was_empty = cards_.store(c).size() == 0;
   CardMisses misses = early != nullptr ? take_early(*early) : find_missing(c, mine, staged);
-  // The next pass's card work sizes card c for about as many inserts (NextPassWork::expect).
-  if (access == PassAccess::kTrain) next_work_.note_pass_missing(c, misses.missing_total);
+  // The next pass's card work sizes card c for about as many inserts as this pass brought new
+  // keys, early or now (NextPassWork::expect). The first pass brought all of its keys: taken
+  // whole, the guess would reserve the card's rows a second time (an out-of-memory where the
+  // table would have grown by the next pass's new keys only); an eighth of them is noted.
+  if (access == PassAccess::kTrain) {
+    const std::size_t brought = misses.missing_total + (early != nullptr ? early->inserted : 0);
+    next_work_.note_pass_missing(c, card_was_empty ? brought / 8 : brought);
+  }
   done.lookup_s = phase.seconds();
   phase.reset();
   done.evicted = make_room(c, misses, early);

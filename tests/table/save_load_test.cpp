@@ -322,6 +322,21 @@ TEST(SaveLoad, RefusesAnotherLayoutAndForeignFolders) {
   const Status st = other->load(f.dir.sub("m"));
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("mf_dim"), std::string::npos) << st.to_string();
+  // Rows saved under another rule (a PaddleRec config's rows took its Adam since): refused
+  // naming both rules and the override that loads them.
+  AccessorConfig other_rule = f.opt;
+  const SparseOptimizerKind saved = f.opt.optimizer.kind;
+  other_rule.optimizer.kind = saved == SparseOptimizerKind::kAdam ? SparseOptimizerKind::kAdagrad
+                                                                  : SparseOptimizerKind::kAdam;
+  const Status rule = testing::open_table(other_rule, HostTableConfig{})->load(f.dir.sub("m"));
+  EXPECT_EQ(rule.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(rule.message().find(std::string("-o hyper_parameters.sparse_optimizer.class=") +
+                                name_of(kSparseOptimizerKindNames, saved)),
+            std::string::npos)
+      << rule.to_string();
+  EXPECT_NE(rule.message().find(name_of(kSparseOptimizerKindNames, other_rule.optimizer.kind)),
+            std::string::npos)
+      << rule.to_string();
   // A dense save is not a sparse one.
   DenseTable dense;
   ASSERT_TRUE(dense.save(f.dir.sub("dense")).ok());
