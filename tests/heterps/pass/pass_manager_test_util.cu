@@ -1,4 +1,6 @@
 // The shared helpers of the PassManager tests: pass_manager_test_util.cuh.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
 #include <random>

@@ -5,8 +5,6 @@
 // its steps, one not: their oracle).
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <functional>
 #include <map>
