@@ -17,148 +17,30 @@
 //
 // Steady state: the second pass over the same (unshuffled) batches, past its warm-up steps. Since
 // the step sizes are planned per pass (PassStepSizes), no step of any pass allocates at all, its
-// first ones included (PassSizing below, on data whose keys per line vary).
+// first ones included (PassSizing in step_varying_keys_test.cpp, on data whose keys per line
+// vary, with the step graphs against the eager run bit for bit). The fixture and its data:
+// step_accounting_fixture.hpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "common/error.hpp"
-#include "dataset/generator.hpp"
+#include "heterps/device/counters.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/scoped_env.hpp"
-#include "trainer/config/config_loader.hpp"
+#include "tests/integration/step_accounting_fixture.hpp"
 #include "trainer/engine/step_times.hpp"
 #include "trainer/engine/trainer.hpp"
 
 namespace gpubox::trainer {
 namespace {
 
-namespace fs = std::filesystem;
-
 using gpubox::testing::ScopedEnv;  // tests/integration/scoped_env.hpp
-
-class StepAccounting : public ::testing::TestWithParam<int> {
- protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("gpubox_step_accounting_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    dataset::GeneratorOptions gen;  // the default model's shape: 26 slots, 13 dense
-    gen.out_dir = (root_ / "train").string();
-    gen.lines = 4000;
-    gen.files = 1;
-    gen.seed = 3;
-    gen.vocab = 5000;
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
-  // Data whose per-card unique key count grows after the warm-up steps, by less than the
-  // exchange buffers' 1.5x headroom: a first batch per card at zipf 1.2, a second one with fewer
-  // unique keys (zipf 1.4), then batches with more (zipf 1.1). Without headroom a buffer sized
-  // to the first batch grows at the first steady step that has more keys. Made once per run.
-  static std::string growing_keys_dir(int cards) {
-    const fs::path dir = root_ / ("growing_" + std::to_string(cards));
-    if (fs::exists(dir)) return dir.string();
-    const struct {
-      uint64_t lines;
-      double zipf;
-    } parts[] = {{100u * cards, 1.2}, {100u * cards, 1.4}, {2000u * cards, 1.1}};
-    int index = 0;
-    for (const auto& part : parts) {
-      dataset::GeneratorOptions gen;
-      gen.out_dir = (root_ / "part").string();
-      gen.lines = part.lines;
-      gen.files = 1;
-      gen.seed = 5;
-      gen.vocab = 5000;
-      gen.zipf = part.zipf;
-      dataset::OracleSummary oracle;
-      throw_if_error(dataset::generate(gen, &oracle));
-      fs::create_directories(dir);
-      fs::rename(root_ / "part" / "part-00000", dir / ("part-0000" + std::to_string(index++)));
-      fs::remove_all(root_ / "part");
-    }
-    return dir.string();
-  }
-
-  // Slot-format data whose keys per line VARY (Criteo's and PaddleRec's slot data do): each of
-  // the 26 slots holds 0 to 3 keys (zipf-like ranks), so every batch has its own occurrence,
-  // distinct-key and per-owner counts. The generator's default data has 26 keys a line: only the
-  // distinct counts vary there. Made once per run.
-  static std::string varying_keys_dir() {
-    const fs::path dir = root_ / "varying";
-    if (fs::exists(dir)) return dir.string();
-    fs::create_directories(dir);
-    std::ofstream out(dir / "part-00000");
-    std::mt19937_64 rng(11);
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    const int keys_per_slot[] = {0, 1, 1, 1, 2, 3};
-    for (int line = 0; line < 4037; ++line) {  // a short last round: smaller batches
-      out << "click:" << (unit(rng) < 0.25 ? 1 : 0);
-      for (int d = 0; d < 13; ++d) out << " dense_feature:" << unit(rng);
-      for (int slot = 1; slot <= 26; ++slot) {
-        for (int k = keys_per_slot[rng() % 6]; k > 0; --k) {
-          const auto rank = static_cast<uint64_t>(std::pow(unit(rng) + 1e-9, -1.0) * 3) % 3000;
-          out << ' ' << slot << ':' << (static_cast<uint64_t>(slot) * 100000 + rank + 1);
-        }
-      }
-      out << '\n';
-    }
-    return dir.string();
-  }
-
-  // The default model (configs/config_gpubox.yaml's: fc 512-256-128-32, 26 slots x 9) at a
-  // small batch, so a pass has many steps.
-  using Counts = std::map<std::string, double>;
-  static Counts second_pass(int cards, bool collective = false) {
-    return both_passes(cards, {std::string("runner.use_fleet=") + (collective ? "true" : "false")})
-        .second;
-  }
-  // The counts of the first and the second pass.
-  // `eval` (optional): the counts of an evaluation over the same data after the two passes.
-  static std::pair<Counts, Counts> both_passes(int cards, const std::vector<std::string>& extra,
-                                               const std::string& data_dir = "",
-                                               Counts* eval = nullptr) {
-    // The default config (every key at its table default) with a small batch, so a pass has
-    // many steps; print_interval 7 puts progress readbacks inside the counted steps too.
-    std::vector<std::string> overrides = {
-        "runner.train_data_dir=" + (data_dir.empty() ? (root_ / "train").string() : data_dir),
-        "runner.train_batch_size=100", "runner.shuffle=false",
-        "runner.metrics_path=", "runner.print_interval=7"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto parsed = parse_trainer_config("runner: {}\n", ".", overrides);
-    throw_if_error(parsed.status());
-    TrainerConfig config = std::move(parsed).value();
-    TrainerEnv env;
-    for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-    env.threads_per_card = 1;
-    Trainer trainer(config, env);
-    const auto files = data_files(config.runner.train_data_dir);
-    const PassReport first = trainer.train_pass(files);
-    const PassReport second = trainer.train_pass(files);
-    if (eval != nullptr) {
-      const EvalResult result = trainer.evaluate(files, /*keep_predictions=*/false);
-      *eval = Counts(result.extra.begin(), result.extra.end());
-    }
-    return {Counts(first.extra.begin(), first.extra.end()),
-            Counts(second.extra.begin(), second.extra.end())};
-  }
-
-  static fs::path root_;
-};
-fs::path StepAccounting::root_;
+using step_test::StepAccounting;
 
 TEST_P(StepAccounting, SteadyStepNeverWaitsAllocatesNothingAndRunsFourCollectives) {
   const int cards = GetParam();
@@ -308,91 +190,6 @@ TEST_P(StepAccounting, PassReportsStepTimesAndTheCardMemoryHighWaterMark) {
   EXPECT_GE(second.at("card_memory_peak_mb"), first.at("card_memory_peak_mb"));
 }
 
-// Issue 31, item 3: training with the step as step graphs (gpubox mode: the sparse half too, at
-// the pass's fixed sizes) equals the eager run bit for bit (metrics of every pass, every card's
-// dense parameters and adam state through them, and the predictions of the trained model, which
-// read the sparse rows too), on data whose keys per line vary and whose last batch is short (run
-// eagerly between replays), in gpubox and Collective mode. Fails if a capture bakes in a value that
-// changes per step (adam's bias correction did).
-struct TrainedModel {
-  std::vector<MetricValues> passes;
-  std::vector<std::vector<float>> dense;  // per card
-  std::vector<float> predictions;
-  double graph_launches_per_step = 0;
-};
-
-TrainedModel train_and_predict(int cards, const std::string& data_dir, bool collective) {
-  std::vector<std::string> overrides = {
-      "runner.train_data_dir=" + data_dir,
-      "runner.train_batch_size=100",
-      "runner.shuffle=false",
-      "runner.metrics_path=",
-      "runner.print_interval=7",
-      std::string("runner.use_fleet=") + (collective ? "true" : "false")};
-  auto parsed = parse_trainer_config("runner: {}\n", ".", overrides);
-  throw_if_error(parsed.status());
-  TrainerEnv env;
-  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-  env.threads_per_card = 1;
-  Trainer trainer(std::move(parsed).value(), env);
-  const auto files = data_files(data_dir);
-  TrainedModel out;
-  for (int pass = 0; pass < 2; ++pass) {
-    const PassReport report = trainer.train_pass(files);
-    out.passes.push_back(report.metrics);
-    const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
-    out.graph_launches_per_step = extra.at("graph_launches_per_step");
-  }
-  for (int c = 0; c < trainer.num_cards(); ++c) out.dense.push_back(trainer.dense_values(c));
-  out.predictions = trainer.evaluate(files, /*keep_predictions=*/true).predictions;
-  return out;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-class StepGraphs : public StepAccounting {};
-
-TEST_P(StepGraphs, TrainingEqualsTheEagerRunBitForBit) {
-  const int cards = GetParam();
-  GPUBOX_REQUIRE_CARDS(cards);
-  for (const bool collective : {false, true}) {
-    SCOPED_TRACE(collective ? "Collective mode" : "gpubox mode");
-    const TrainedModel graphed = train_and_predict(cards, varying_keys_dir(), collective);
-    TrainedModel eager;
-    {
-      ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
-      eager = train_and_predict(cards, varying_keys_dir(), collective);
-    }
-    // The whole step as 1 graph, the short last batch's too.
-    EXPECT_EQ(graphed.graph_launches_per_step, 1.0) << "the steps did not run as one graph";
-    EXPECT_EQ(eager.graph_launches_per_step, 0.0);
-    ASSERT_EQ(graphed.passes.size(), eager.passes.size());
-    for (std::size_t p = 0; p < graphed.passes.size(); ++p) {
-      const MetricValues& g = graphed.passes[p];
-      const MetricValues& e = eager.passes[p];
-      for (const auto& [name, a, b] :
-           {std::tuple{"auc", g.auc, e.auc}, std::tuple{"logloss", g.logloss, e.logloss},
-            std::tuple{"predicted_ctr", g.predicted_ctr, e.predicted_ctr},
-            std::tuple{"rmse", g.rmse, e.rmse}, std::tuple{"examples", g.examples, e.examples}}) {
-        EXPECT_TRUE(std::memcmp(&a, &b, sizeof(double)) == 0)
-            << "pass " << p << " " << name << ": " << a << " with graphs, " << b << " without";
-      }
-    }
-    ASSERT_EQ(graphed.dense.size(), static_cast<std::size_t>(cards));
-    for (int c = 0; c < cards; ++c) {
-      EXPECT_TRUE(same_bits(graphed.dense[c], eager.dense[c])) << "card " << c;
-    }
-    EXPECT_FALSE(graphed.predictions.empty());
-    EXPECT_TRUE(same_bits(graphed.predictions, eager.predictions));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Cards, StepGraphs, ::testing::Values(1, 2, 4),
-                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
-
 TEST(StepTimes, NearestRankQuantileAgainstHandComputedRanks) {
   std::vector<double> none;
   EXPECT_EQ(nearest_rank_quantile(&none, 0.5), 0.0);
@@ -515,99 +312,6 @@ TEST_P(EvalSteps, AnEvaluationStepIsALookupAndAPredictionInTwoGraphs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, EvalSteps, ::testing::Values(1, 2, 4),
-                         [](const auto& info) { return std::to_string(info.param) + "cards"; });
-
-// Issue 31, item 1: every size of a step is known before the pass starts. On data whose keys per
-// line vary, no step of any pass allocates or frees card memory or (re)allocates a pinned buffer,
-// its first steps included (before the sizes were planned per pass, the first pass's steps
-// allocated 66 times on 1 card, 229 on 4, and regrew the pinned staging block), on every path:
-// gpubox mode, Collective mode, evaluation.
-class PassSizing : public StepAccounting {};
-
-void expect_no_step_allocates(const std::map<std::string, double>& counts, const char* what) {
-  for (const char* key : {"pass_step_allocations", "pass_step_frees",
-                          "pass_step_pinned_allocations", "pass_step_window_allocations"}) {
-    ASSERT_TRUE(counts.count(key)) << what << ": the pass report has no " << key;
-    EXPECT_EQ(counts.at(key), 0.0) << what << ": " << key;
-  }
-}
-
-TEST_P(PassSizing, NoStepOfAnyPathAllocatesOnDataWithVaryingKeysPerLine) {
-  const int cards = GetParam();
-  GPUBOX_REQUIRE_CARDS(cards);
-  Counts eval;
-  const auto [first, second] = both_passes(cards, {}, varying_keys_dir(), &eval);
-  expect_no_step_allocates(first, "gpubox mode, first pass");
-  expect_no_step_allocates(second, "gpubox mode, second pass");
-  // Nor does an evaluation step wait for the card (issue 31, item 2): its pulls are planned and
-  // their checks read late, drained at the evaluation's end.
-  for (const char* key : {"eval_step_allocations", "eval_step_frees",
-                          "eval_step_pinned_allocations", "eval_step_host_syncs"}) {
-    ASSERT_TRUE(eval.count(key)) << "the evaluation has no " << key;
-    EXPECT_EQ(eval.at(key), 0.0) << "evaluation: " << key;
-  }
-  const auto [first_collective, second_collective] =
-      both_passes(cards, {"runner.use_fleet=true"}, varying_keys_dir());
-  expect_no_step_allocates(first_collective, "Collective mode, first pass");
-  expect_no_step_allocates(second_collective, "Collective mode, second pass");
-}
-
-// An evaluation that keeps its predictions reads them late too (issue 31, item 4): each step's
-// predictions go into its pinned slot and reach the result when the slot is read, so no step
-// waits for the card (it waited once a step before). Oracle: the log loss of the returned
-// predictions against the returned labels, in float64 on the host, equals the one the cards
-// computed; every prediction is a probability.
-TEST_P(PassSizing, AnEvaluationKeepingItsPredictionsNeverWaits) {
-  const int cards = GetParam();
-  GPUBOX_REQUIRE_CARDS(cards);
-  auto parsed = parse_trainer_config(
-      "runner: {}\n", ".",
-      {"runner.train_data_dir=" + varying_keys_dir(), "runner.train_batch_size=100",
-       "runner.infer_batch_size=100", "runner.shuffle=false", "runner.metrics_path="});
-  throw_if_error(parsed.status());
-  TrainerEnv env;
-  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-  env.threads_per_card = 1;
-  Trainer trainer(std::move(parsed).value(), env);
-  const auto files = data_files(varying_keys_dir());
-  trainer.train_pass(files);
-  const EvalResult result = trainer.evaluate(files, /*keep_predictions=*/true);
-  const Counts extra(result.extra.begin(), result.extra.end());
-  EXPECT_EQ(extra.at("eval_step_host_syncs"), 0.0);
-  EXPECT_EQ(extra.at("eval_step_pinned_allocations"), 0.0);
-  ASSERT_EQ(result.predictions.size(), 4037u);
-  ASSERT_EQ(result.labels.size(), result.predictions.size());
-  double loss = 0;
-  for (std::size_t i = 0; i < result.predictions.size(); ++i) {
-    ASSERT_TRUE(result.predictions[i] >= 0 && result.predictions[i] <= 1)
-        << "prediction " << i << ": " << result.predictions[i];
-    // Clipped as MetricValues::logloss's.
-    const double p = std::clamp<double>(result.predictions[i], 1e-7, 1 - 1e-7);
-    loss -= result.labels[i] > 0.5 ? std::log(p) : std::log(1 - p);
-  }
-  loss /= static_cast<double>(result.predictions.size());
-  EXPECT_NEAR(loss, result.metrics.logloss, 1e-4 * result.metrics.logloss);
-}
-
-// QueueDataset passes (streamed, never in memory) too: their step sizes are planned while the
-// pass is read for its keys (PassStepSizer over QueueDataset::scan's chunks), so their steps
-// allocate nothing either; before, their first steps allocated and the pinned staging regrew.
-TEST_P(PassSizing, NoStepOfAStreamedPassAllocates) {
-  const int cards = GetParam();
-  GPUBOX_REQUIRE_CARDS(cards);
-  const auto [first, second] =
-      both_passes(cards, {"runner.reader_type=QueueDataset"}, varying_keys_dir());
-  expect_no_step_allocates(first, "QueueDataset, first pass");
-  expect_no_step_allocates(second, "QueueDataset, second pass");
-  // Planned, the pulls take their counts from the plan: no wait, as in memory.
-  EXPECT_EQ(second.at("host_syncs_per_step"), 0.0);
-  const auto [first_collective, second_collective] = both_passes(
-      cards, {"runner.reader_type=QueueDataset", "runner.use_fleet=true"}, varying_keys_dir());
-  expect_no_step_allocates(first_collective, "QueueDataset, Collective mode, first pass");
-  expect_no_step_allocates(second_collective, "QueueDataset, Collective mode, second pass");
-}
-
-INSTANTIATE_TEST_SUITE_P(Cards, PassSizing, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "cards"; });
 
 INSTANTIATE_TEST_SUITE_P(Cards, StepAccounting, ::testing::Values(1, 2, 4, 8),

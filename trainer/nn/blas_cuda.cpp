@@ -107,13 +107,8 @@ void Blas::sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_
                          float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                          int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                          int64_t stride_c, int64_t batch) const {
-  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "sgemm_batched with negative size m=", m,
-                 " n=", n, " k=", k, " batch=", batch);
-  if (m == 0 || n == 0 || batch == 0) return;
-  if (k == 0) {  // C_t = beta * C_t, each as sgemm's empty product
-    for (int64_t t = 0; t < batch; ++t) {
-      sgemm(trans_a, trans_b, m, n, 0, alpha, a, lda, b, ldb, beta, c + t * stride_c, ldc);
-    }
+  if (sgemm_batched_trivial(*this, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                            stride_c, batch)) {
     return;
   }
   count_gemm_launch(stream());

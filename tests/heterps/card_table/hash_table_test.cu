@@ -10,11 +10,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "common/hash.hpp"
 #include "heterps/card_table/hash_table.cuh"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "tests/heterps/card_table/hash_table_test_util.cuh"
 
 namespace gpubox::card_table {
 namespace {
@@ -23,6 +23,9 @@ using device::Card;
 using device::CardSet;
 using device::to_device;
 using device::to_host;
+using hash_table_test::colliding_keys;
+using hash_table_test::expect_same_finds;
+using hash_table_test::free_list;
 
 constexpr uint64_t kMaxKey = std::numeric_limits<uint64_t>::max();
 
@@ -248,17 +251,6 @@ TEST_P(HashTableTest, ReservedAndExtremeKeysAreStorable) {
   h.insert({kMaxKey - 1, kMaxKey - 1});  // a reserved key back, twice in one batch
   h.find(extremes);
   h.check_dump();
-}
-
-// Keys whose mix64 shares its low `bits` bits start probing at the same slot of every table of
-// up to 2^bits slots.
-std::vector<uint64_t> colliding_keys(std::size_t count, int bits) {
-  std::vector<uint64_t> keys;
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  for (uint64_t k = 1; keys.size() < count; ++k) {
-    if ((mix64(k) & mask) == 0) keys.push_back(k);
-  }
-  return keys;
 }
 
 TEST_P(HashTableTest, RunsPastTheProbeBoundGrowTheTable) {
@@ -532,9 +524,7 @@ TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
   }
   EXPECT_EQ(to_host(check)[0].missing, 0u);
   EXPECT_EQ(to_host(check)[0].reported, 0u);
-  const std::size_t free_rows = late.pool().free_count();
-  EXPECT_EQ(to_host(late.pool().peek_free(free_rows), free_rows, stream),
-            to_host(eager.pool().peek_free(free_rows), free_rows, stream));
+  EXPECT_EQ(free_list(late, stream), free_list(eager, stream));
   // The rows the next keys take (the free list's order) and every key's row agree.
   std::vector<uint64_t> fresh;
   for (uint64_t k = 200000; fresh.size() < 250; ++k) fresh.push_back(k);
@@ -544,11 +534,7 @@ TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
   eager.insert(d_fresh.data(), fresh.size(), eager_rows.data(), stream);
   late.insert(d_fresh.data(), fresh.size(), late_rows.data(), stream);
   EXPECT_EQ(to_host(late_rows), to_host(eager_rows));
-  auto eager_found = card.make_buffer<row_index_t>(keys.size());
-  auto late_found = card.make_buffer<row_index_t>(keys.size());
-  eager.find(d_keys.data(), keys.size(), eager_found.data(), stream);
-  late.find(d_keys.data(), keys.size(), late_found.data(), stream);
-  EXPECT_EQ(to_host(late_found), to_host(eager_found));
+  expect_same_finds(eager, late, keys, card);
   // A key that is not there is counted, for the caller's late check.
   const std::vector<uint64_t> absent = {999999999};
   auto d_absent = to_device(absent, card.memory(), stream);

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "common/hash.hpp"
 #include "heterps/card_table/hash_table.cuh"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "tests/heterps/card_table/hash_table_test_util.cuh"
 
 namespace gpubox::card_table {
 namespace {
@@ -25,47 +25,9 @@ using device::Card;
 using device::CardSet;
 using device::to_device;
 using device::to_host;
-
-std::vector<uint64_t> distinct_keys(std::mt19937_64& rng, std::size_t n, std::set<uint64_t>* seen) {
-  std::vector<uint64_t> keys;
-  while (keys.size() < n) {
-    const uint64_t k = rng() % 1000000 + 1;
-    if (seen->insert(k).second) keys.push_back(k);
-  }
-  return keys;
-}
-
-// Keys whose mix64 shares its low `bits` bits: one home slot in every table of up to 2^bits.
-std::vector<uint64_t> colliding_keys(std::size_t count, int bits) {
-  std::vector<uint64_t> keys;
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  for (uint64_t k = 1; keys.size() < count; ++k) {
-    if ((mix64(k) & mask) == 0) keys.push_back(k);
-  }
-  return keys;
-}
-
-std::vector<row_index_t> free_list(const CardHashTable& table, const device::Stream& stream) {
-  const std::size_t n = table.pool().free_count();
-  return to_host(table.pool().peek_free(n), n, stream);
-}
-
-// Both tables hold the same keys, rows and free list.
-void expect_same(const CardHashTable& eager, const CardHashTable& late,
-                 const std::vector<uint64_t>& keys, Card& card) {
-  const device::Stream& stream = card.stream();
-  EXPECT_EQ(late.size(), eager.size());
-  EXPECT_EQ(late.erased_slots(), eager.erased_slots());
-  EXPECT_EQ(free_list(late, stream), free_list(eager, stream));
-  auto d_keys = to_device(keys, card.memory(), stream);
-  auto eager_rows = card.make_buffer<row_index_t>(keys.size());
-  auto late_rows = card.make_buffer<row_index_t>(keys.size());
-  eager.find(d_keys.data(), keys.size(), eager_rows.data(), stream);
-  late.find(d_keys.data(), keys.size(), late_rows.data(), stream);
-  const auto want = to_host(eager_rows);
-  EXPECT_EQ(to_host(late_rows), want);
-  for (const row_index_t row : want) EXPECT_NE(row, kInvalidRow);
-}
+using hash_table_test::colliding_keys;
+using hash_table_test::distinct_keys;
+using hash_table_test::expect_same;
 
 TEST(HashTableInsertNew, MatchesInsertWithoutAWaitOrAnAllocation) {
   CardSet cards = CardSet::from_list("0");

@@ -1,5 +1,6 @@
 // Blas::Backend: the GEMM library state of one card, shared by blas_<backend>.cpp and
-// linear_gemms_<backend>.cpp (the only files that include this header).
+// linear_gemms_<backend>.cpp (the only files that include this header), and what both backends
+// count and check alike.
 //   cpu:  oneDNN 2.x — an engine and a stream (OpenMP runtime: a primitive runs on the calling
 //         card thread's OpenMP threads), the bf16 support found, and the user scratchpad every
 //         primitive of the card shares (they run one after another on the card's thread).
@@ -8,8 +9,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
+#include "common/error.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/stream.hpp"
@@ -18,8 +21,6 @@
 #if defined(GPUBOX_BACKEND_CUDA)
 #include <cublasLt.h>
 #include <cublas_v2.h>
-
-#include "common/error.hpp"
 
 #define GPUBOX_CUBLAS_TRY(call)                                               \
   do {                                                                        \
@@ -84,6 +85,23 @@ void run_gemm(const Blas::Backend& backend, Gemm&& gemm) {
 // backends: a fused layer GEMM is one launch whatever the library runs inside it.
 inline void count_gemm_launch(const device::Stream& stream) {
   if (device::CardCounters* counters = stream.counters()) counters->add_launches();
+}
+
+// Blas::sgemm_batched's sizes, checked alike on both backends (a negative size fails), and the
+// calls that need no batched GEMM: true when C is empty (m, n or batch 0) or when k == 0, whose
+// C_t = beta * C_t this enqueues as sgemm's empty product, matrix by matrix.
+inline bool sgemm_batched_trivial(const Blas& blas, Transpose trans_a, Transpose trans_b, int64_t m,
+                                  int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                                  int64_t stride_c, int64_t batch) {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0 && batch >= 0, "sgemm_batched with negative size m=", m,
+                 " n=", n, " k=", k, " batch=", batch);
+  if (m == 0 || n == 0 || batch == 0) return true;
+  if (k != 0) return false;
+  for (int64_t t = 0; t < batch; ++t) {
+    blas.sgemm(trans_a, trans_b, m, n, 0, alpha, a, lda, b, ldb, beta, c + t * stride_c, ldc);
+  }
+  return true;
 }
 
 }  // namespace gpubox::trainer

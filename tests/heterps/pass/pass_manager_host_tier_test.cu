@@ -1,0 +1,271 @@
+// Evaluation passes and host tiers: an evaluation pass reads without creating and gives its rows
+// back; a host tier that counts what crosses it (replicated: each row once) or fails its pushes
+// (the write-back retried without loss); a gpubox_server on loopback restarted from its
+// checkpoint between passes, against the in-process reference.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/pass/pass_manager.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "table/server/server.hpp"
+#include "table/sparse_row/accessor.hpp"
+#include "table/sparse_table.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/heterps/pass/pass_manager_test_util.cuh"
+
+namespace gpubox::pass {
+namespace {
+
+using pass_test::Engine;
+using pass_test::make_passes;
+using pass_test::rows_equal;
+using pass_test::test_config;
+using table::AccessorConfig;
+
+// An in-process host tier of test_config(), for the tests that wrap or serve it.
+std::unique_ptr<table::SparseTable> open_table() {
+  auto opened = table::SparseTable::open(test_config(), table::HostTableConfig{});
+  return std::move(opened.value());
+}
+
+// An evaluation pass (PassAccess::kEvaluate) over keys about half of which the model never saw:
+// during it the cards hold every key, the known ones as the host tier has them and the new ones
+// as init_row with their slot; the host tier is never changed (nothing created, nothing written
+// back), and end_pass leaves the cards as they were: with no budget the same keys and rows, with
+// a budget that made it evict, a subset of them (clean rows, still in the host tier).
+TEST(PassManager, EvaluationPassReadsWithoutCreatingAndGivesTheRowsBack) {
+  GPUBOX_REQUIRE_CARDS(2);
+  for (const std::size_t budget : {std::size_t{0}, std::size_t{130}}) {
+    SCOPED_TRACE("row budget " + std::to_string(budget));
+    PassManagerOptions options;
+    options.card_row_budget = budget;
+    Engine engine(2, options);
+    const auto passes = make_passes(2, 200, 21);  // pass 1 shares about half of pass 0's keys
+    engine.manager->begin_pass(passes[0]);
+    engine.train(passes[0], 3, 3);
+    engine.manager->end_pass();
+    const auto host_before = engine.host_rows();
+    const auto cards_before = engine.card_rows();
+    const std::vector<int32_t> slots(passes[1].size(), 4);
+    const PassStats begin =
+        engine.manager->begin_pass(passes[1], slots, nullptr, PassAccess::kEvaluate);
+    EXPECT_EQ(begin.created, 0u);
+    if (budget > 0) {
+      EXPECT_GT(begin.evicted, 0u) << "the budget case must evict";
+    }
+    const auto during = engine.card_rows();
+    const table::RowLayout& layout = engine.host->layout();
+    std::size_t unknown = 0;
+    for (const uint64_t key : passes[1]) {
+      const auto it = during.find(key);
+      ASSERT_NE(it, during.end()) << "key " << key << " not placed";
+      const auto held = host_before.find(key);
+      std::vector<float> want(layout.stride());
+      if (held != host_before.end()) {
+        want = held->second;
+      } else {
+        table::init_row(want.data(), layout, test_config(), key, 4);
+        ++unknown;
+      }
+      EXPECT_TRUE(rows_equal(it->second, want)) << "key " << key;
+    }
+    EXPECT_GT(unknown, 50u);
+    const PassStats end = engine.manager->end_pass();
+    EXPECT_EQ(end.written_back, 0u);
+    EXPECT_EQ(engine.host_rows(), host_before);
+    const auto after = engine.card_rows();
+    if (budget == 0) {
+      EXPECT_EQ(after, cards_before);
+    } else {
+      EXPECT_LT(after.size(), cards_before.size());
+      for (const auto& [key, row] : after) {
+        const auto it = cards_before.find(key);
+        ASSERT_NE(it, cards_before.end()) << "key " << key << " stayed on the cards";
+        EXPECT_TRUE(rows_equal(row, it->second)) << "key " << key;
+      }
+    }
+    // A training pass afterwards creates the new keys as usual.
+    EXPECT_EQ(engine.manager->begin_pass(passes[1], slots).created, unknown);
+    engine.manager->end_pass();
+  }
+}
+
+// A host tier that fails pushes after a number of rows: end_pass fails with a clear error, the
+// rows stay dirty on the cards, and a retried end_pass completes the write-back.
+class FlakyHost : public table::HostTier {
+ public:
+  explicit FlakyHost(table::HostTier& inner) : inner_(inner) {}
+  const table::RowLayout& layout() const override { return inner_.layout(); }
+  const AccessorConfig& config() const override { return inner_.config(); }
+  Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* c) override {
+    pulled_keys += n;
+    return inner_.pull(k, s, n, r, c);
+  }
+  Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* u) override {
+    return inner_.peek(k, s, n, r, u);
+  }
+  Status push(const uint64_t* k, std::size_t n, const float* r) override {
+    if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
+    pushed_keys += n;
+    return inner_.push(k, n, r);
+  }
+  Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
+  StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
+  StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
+  using HostTier::load;
+  using HostTier::save;
+  Status save(const std::string& p, table::SaveKind m, table::io::FileEnv* env) override {
+    return inner_.save(p, m, env);
+  }
+  Status load(const std::string& p, table::io::FileEnv* env) override {
+    return inner_.load(p, env);
+  }
+  bool fail_pushes = false;
+  std::atomic<uint64_t> pulled_keys{0};  // keys asked of the inner tier by pull
+  std::atomic<uint64_t> pushed_keys{0};
+
+ private:
+  table::HostTier& inner_;
+};
+
+// Replicated placement over 3 cards: each row crosses the host-tier boundary once per pass, not
+// once per card (card 0 pulls or stages it and the others insert its copy; card 0 writes back).
+TEST(PassManager, ReplicatedPassesReadAndWriteEachRowOnce) {
+  GPUBOX_REQUIRE_CARDS(3);
+  std::unique_ptr<table::SparseTable> inner = open_table();
+  FlakyHost counting(*inner);
+  PassManagerOptions options;
+  options.placement = heter_comm::Placement::kReplicated;
+  Engine engine(3, options, &counting);
+  engine.inspect = inner.get();
+  const auto passes = make_passes(2, 150, 21);
+  const PassStats first = engine.manager->begin_pass(passes[0]);
+  EXPECT_EQ(counting.pulled_keys.load(), passes[0].size());
+  EXPECT_EQ(first.created, passes[0].size());
+  engine.train(passes[0], 1, 3);
+  const PassStats first_end = engine.manager->end_pass();
+  EXPECT_EQ(counting.pushed_keys.load(), first_end.written_back);
+  // The second pass staged ahead: only its new keys are read, once.
+  const std::vector<uint64_t> exclude;
+  const StagedRows staged = engine.manager->stage_rows(passes[1], {}, exclude);
+  EXPECT_EQ(staged.keys.size(), passes[1].size());
+  engine.manager->begin_pass(passes[1], {}, &staged);
+  std::set<uint64_t> both(passes[0].begin(), passes[0].end());
+  both.insert(passes[1].begin(), passes[1].end());
+  EXPECT_EQ(counting.pulled_keys.load(), passes[0].size() + passes[1].size());
+  engine.train(passes[1], 2, 3);
+  engine.manager->end_pass();
+  EXPECT_EQ(engine.card_rows().size(), both.size());  // identical replicas of the whole table
+  EXPECT_EQ(engine.host_rows().size(), both.size());
+}
+
+TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
+  GPUBOX_REQUIRE_CARDS(2);
+  std::unique_ptr<table::SparseTable> inner = open_table();
+  FlakyHost flaky(*inner);
+  Engine engine(2, PassManagerOptions{}, &flaky);
+  Engine reference(2, PassManagerOptions{});
+  const auto keys = make_passes(1, 200, 5)[0];
+  engine.manager->begin_pass(keys);
+  reference.manager->begin_pass(keys);
+  engine.train(keys, 9, 3);
+  reference.train(keys, 9, 3);
+  flaky.fail_pushes = true;
+  try {
+    engine.manager->end_pass();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.manager->in_pass());
+  flaky.fail_pushes = false;
+  const PassStats end = engine.manager->end_pass();
+  EXPECT_GT(end.written_back, 0u);
+  reference.manager->end_pass();
+  std::map<uint64_t, std::vector<float>> got;
+  throw_if_error(inner->for_each_row([&](uint64_t key, const float* row) {
+    got[key] = std::vector<float>(row, row + inner->layout().stride());
+  }));
+  auto want = reference.host_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// The same passes with the host tier behind a gpubox_server on loopback, restarted between
+// passes from the checkpoint it saved: nothing is lost, and the host rows still equal the
+// uncached in-process reference bit for bit.
+TEST(PassManager, ServerHostTierWithRestartFromCheckpointMatchesReference) {
+  GPUBOX_REQUIRE_CARDS(2);
+  namespace srv = table::server;
+  const std::string save_dir =
+      ::testing::TempDir() + "gpubox_pass_server_" + std::to_string(::getpid());
+  std::unique_ptr<table::SparseTable> backing = open_table();
+  srv::ServerOptions server_options;
+  server_options.data_dir = ::testing::TempDir();  // SAVE paths must lie inside it
+  auto started = srv::Server::start(backing.get(), server_options);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  std::unique_ptr<srv::Server> server = std::move(started.value());
+  server_options.port = server->port();
+
+  srv::RemoteHostTierOptions client_options;
+  client_options.endpoints = server->endpoint();
+  client_options.config = test_config();
+  client_options.deadline_s = 10.0;
+  auto connected = srv::RemoteHostTier::connect(client_options);
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  std::unique_ptr<srv::RemoteHostTier> remote = std::move(connected.value());
+
+  PassManagerOptions options;
+  options.host_batch_keys = 53;
+  Engine cached(2, options, remote.get());
+  cached.inspect = backing.get();
+  Engine reference(2, PassManagerOptions{});
+
+  const auto passes = make_passes(4, 200, 31);
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    cached.manager->begin_pass(passes[p]);
+    reference.manager->begin_pass(passes[p]);
+    cached.train(passes[p], 500 + p, 3);
+    reference.train(passes[p], 500 + p, 3);
+    cached.manager->end_pass();
+    reference.manager->end_pass();
+    reference.forget_cards();
+
+    auto got = cached.host_rows();
+    auto want = reference.host_rows();
+    ASSERT_EQ(got.size(), want.size()) << "pass " << p;
+    for (const auto& [k, row] : want)
+      ASSERT_TRUE(rows_equal(got.at(k), row)) << "key " << k << " pass " << p;
+
+    if (p == 1) {
+      // Checkpoint on the server, stop it, lose its memory, restart it from the checkpoint on
+      // the same port. The trainer's client reconnects on its own.
+      throw_if_error(remote->save(save_dir, table::SaveKind::kCheckpoint));
+      server->stop();
+      server->wait();
+      server.reset();
+      backing = open_table();
+      throw_if_error(backing->load(save_dir));
+      server_options.loaded_model = save_dir;  // as --load: the client sees its save came back
+      auto restarted = srv::Server::start(backing.get(), server_options);
+      ASSERT_TRUE(restarted.ok()) << restarted.status().to_string();
+      server = std::move(restarted.value());
+      cached.inspect = backing.get();
+    }
+  }
+  std::filesystem::remove_all(save_dir);
+}
+
+}  // namespace
+}  // namespace gpubox::pass

@@ -1,0 +1,345 @@
+// Placement and card memory: replicated passes (Collective mode) against sharded ones and a
+// replica over the budget; the card tier's plan from the stores' real capacities; a byte budget's
+// peak card memory, with one row width and with width classes, against the plan and an
+// unbudgeted run of the same passes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "heterps/card_table/card_store.cuh"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "heterps/pass/pass_manager.hpp"
+#include "table/sparse_row/accessor.hpp"
+#include "table/sparse_table.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/table/slot_dims_config.hpp"
+
+namespace gpubox::pass {
+namespace {
+
+using pass_test::Engine;
+using pass_test::make_passes;
+using pass_test::rows_equal;
+using pass_test::test_config;
+using table::AccessorConfig;
+
+// Collective mode's placement: every card holds every key of every pass, the replicas stay
+// identical, the host tier gets one replica's dirty rows (the same count as the sharded owners
+// write) and ends bit-identical to the sharded run's (same merges in the same order:
+// heter_comm.hpp).
+TEST(PassManager, ReplicatedPassesMatchShardedAndWriteBackOneReplica) {
+  GPUBOX_REQUIRE_CARDS(3);
+  PassManagerOptions sharded_options;
+  PassManagerOptions replicated_options;
+  replicated_options.placement = heter_comm::Placement::kReplicated;
+  Engine sharded(3, sharded_options);
+  Engine replicated(3, replicated_options);
+  const auto passes = make_passes(4, 120, /*seed=*/8);
+  std::set<uint64_t> seen;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const PassStats want_begin = sharded.manager->begin_pass(passes[p]);
+    const PassStats got_begin = replicated.manager->begin_pass(passes[p]);
+    seen.insert(passes[p].begin(), passes[p].end());
+    EXPECT_EQ(got_begin.keys_in_pass, 3 * passes[p].size()) << "pass " << p;
+    EXPECT_EQ(got_begin.rows_on_cards, 3 * seen.size()) << "pass " << p << ": nothing evicted";
+    EXPECT_EQ(got_begin.created, want_begin.created) << "pass " << p << ": each new row once";
+    sharded.train(passes[p], p + 1, 3);
+    replicated.train(passes[p], p + 1, 3);
+    const PassStats want_end = sharded.manager->end_pass();
+    const PassStats got_end = replicated.manager->end_pass();
+    EXPECT_EQ(got_end.written_back, want_end.written_back) << "pass " << p;
+    const auto want_rows = sharded.host_rows();
+    const auto got_rows = replicated.host_rows();
+    ASSERT_EQ(got_rows.size(), want_rows.size()) << "pass " << p;
+    for (const auto& [key, row] : want_rows) {
+      ASSERT_TRUE(rows_equal(got_rows.at(key), row)) << "pass " << p << " key " << key;
+    }
+    const auto cards = replicated.card_rows();  // checks the replicas against each other
+    EXPECT_EQ(cards.size(), seen.size());
+    for (const auto& [key, row] : cards) EXPECT_TRUE(rows_equal(row, want_rows.at(key))) << key;
+  }
+}
+
+// A replica is the whole table: when the table outgrows the card budget, begin_pass fails with
+// the table's size in rows and bytes (nothing is evicted), before it pulls anything.
+TEST(PassManager, ReplicatedTableOverBudgetFailsWithItsSize) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.card_row_budget = 150;
+  options.placement = heter_comm::Placement::kReplicated;
+  Engine engine(2, options);
+  std::vector<uint64_t> first;
+  std::vector<uint64_t> second;
+  for (uint64_t k = 1; k <= 100; ++k) first.push_back(mix64(k));
+  for (uint64_t k = 101; k <= 200; ++k) second.push_back(mix64(k));
+  engine.manager->begin_pass(first);  // 100 rows per card: fits
+  engine.manager->end_pass();
+  try {
+    engine.manager->begin_pass(second);  // 200 rows per card: over the budget
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string bytes = std::to_string(engine.manager->plan_for(200).total_bytes());
+    EXPECT_NE(what.find("whole embedding table on every card"), std::string::npos) << what;
+    EXPECT_NE(what.find("grown to 200 rows (" + bytes + " bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("budget holds 150 rows"), std::string::npos) << what;
+    EXPECT_NE(what.find("runner.card_memory_mb"), std::string::npos) << what;
+  }
+  EXPECT_EQ(engine.host_rows().size(), 100u) << "nothing pulled for a table that cannot fit";
+}
+
+TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
+  PassManagerOptions options;
+  Engine probe(1, options);
+  const CardTierPlan plan = probe.manager->plan_for(1000);
+  const card_table::CardSparseStore& store = *probe.stores[0];
+  // Slots at their real power of two (1000 / 0.6 -> 2048), rows in whole pages.
+  EXPECT_EQ(plan.table_bytes, 2048u * 16);
+  EXPECT_EQ(plan.row_page_bytes, store.page_bytes());
+  EXPECT_EQ(plan.row_bytes, store.bytes_per_row());
+  EXPECT_GT(plan.bytes_per_key(), store.bytes_per_row() + 27.0);
+  EXPECT_NE(plan.to_string().find("1000 rows"), std::string::npos) << plan.to_string();
+  // Without a budget the line says so and gives the per-key cost at the worst table fill.
+  EXPECT_NE(probe.manager->plan().to_string().find("no budget"), std::string::npos);
+  EXPECT_GE(probe.manager->plan().table_bytes, 53u);
+  // A byte budget becomes the most rows whose footprint fits.
+  options.card_memory_bytes = plan.total_bytes();
+  Engine engine(1, options);
+  EXPECT_EQ(engine.manager->row_budget(), 1000u);
+  EXPECT_EQ(engine.manager->plan().total_bytes(), plan.total_bytes());
+  // The store was sized for the budget up front: its table already has the planned slots.
+  EXPECT_EQ(engine.stores[0]->table().capacity(), 2048u);
+  options.card_memory_bytes = 100;
+  EXPECT_THROW(Engine(1, options), Error);
+}
+
+// Marks the listed keys' rows changed (click + 1, dirty), as a training step would.
+struct TouchRows {
+  card_table::CardStoreRef store;
+  const uint64_t* keys;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const card_table::row_index_t r = store.find(keys[i]);
+    if (r == card_table::kInvalidRow) return;
+    store.row(r)[table::RowLayout::kClick] += 1.0f;
+    store.mark_dirty(r);
+  }
+};
+
+// One card, its store and its own host tier, for the peak-memory tests.
+struct BudgetSide {
+  explicit BudgetSide(const AccessorConfig& cfg, const card_table::HashTableOptions& table_options)
+      : cards(device::CardSet::from_list("0")),
+        host(std::move(table::SparseTable::open(cfg, table::HostTableConfig{}).value())),
+        store(cards.card(0), cfg, table_options),
+        touch(cards.card(0).make_buffer<uint64_t>(kTouched)) {}
+  static constexpr std::size_t kTouched = 400;
+  device::CardSet cards;
+  std::unique_ptr<table::SparseTable> host;
+  card_table::CardSparseStore store;
+  device::device_buffer<uint64_t> touch;  // the test's own card buffer
+};
+
+// The store's table and pages small, so the store spans many pages.
+card_table::HashTableOptions small_table() {
+  card_table::HashTableOptions table_options;
+  table_options.initial_capacity = 16;
+  table_options.page_rows = 64;
+  return table_options;
+}
+
+// host_batch_keys 150 and a byte budget of `rows` rows on `side`'s card (its plan_for).
+PassManagerOptions budget_options(BudgetSide& side, std::size_t rows) {
+  PassManagerOptions options;
+  options.host_batch_keys = 150;
+  options.card_memory_bytes =
+      PassManager(side.cards, {&side.store}, *side.host, options).plan_for(rows).total_bytes();
+  return options;
+}
+
+// Every host-tier row of `host`, each at its own width.
+std::map<uint64_t, std::vector<float>> rows_of(table::SparseTable& host) {
+  std::map<uint64_t, std::vector<float>> out;
+  const table::RowLayout record = host.layout();
+  throw_if_error(host.for_each_row([&](uint64_t key, const float* row) {
+    out[key] = std::vector<float>(row, row + record.of_row(row).stride());
+  }));
+  return out;
+}
+
+// The same passes on one card under a byte budget of kBudgetRows rows (`manager`) and without a
+// budget (`reference`), each with its own store (small_table) and host tier.
+struct BudgetedAndUnbudgeted {
+  static constexpr std::size_t kBudgetRows = 700;
+  explicit BudgetedAndUnbudgeted(const AccessorConfig& cfg)
+      : budgeted(cfg, small_table()),
+        unbudgeted(cfg, small_table()),
+        manager(budgeted.cards, {&budgeted.store}, *budgeted.host,
+                budget_options(budgeted, kBudgetRows)),
+        reference(unbudgeted.cards, {&unbudgeted.store}, *unbudgeted.host, {}) {}
+
+  // BudgetSide::kTouched keys drawn from `pass` marked changed on both cards, as by training.
+  void touch(const std::vector<uint64_t>& pass, std::mt19937_64& rng) {
+    std::vector<uint64_t> touched(BudgetSide::kTouched);
+    for (auto& k : touched) k = pass[rng() % pass.size()];
+    for (BudgetSide* side : {&budgeted, &unbudgeted}) {
+      device::Card& card = side->cards.card(0);
+      device::copy_async(side->touch.data(), touched.data(), touched.size(), card.stream());
+      device::parallel_for(card.stream(), touched.size(),
+                           TouchRows{side->store.ref(), side->touch.data()});
+      card.stream().synchronize();
+    }
+  }
+
+  // The card's peak stays under the plan: rows in whole pages, the table at its planned power of
+  // two, the index, and the largest pass-boundary working set, never a second copy of the rows.
+  // Thrust's temporaries come from the card's scratch arena (device rule 4), whose size is the
+  // algorithms' own: n-sized on the cpu backend's OpenMP system, small with CUB.
+  void expect_peak_under_the_plan() {
+    const std::size_t peak = budgeted.cards.card(0).memory().peak_bytes();
+    const std::size_t scratch = budgeted.cards.card(0).scratch().peak();
+    EXPECT_LE(peak, manager.plan().total_bytes() + budgeted.touch.bytes() + scratch)
+        << manager.plan().to_string();
+  }
+
+  // Both host tiers hold the same rows, bit for bit.
+  void expect_same_host_rows() {
+    const auto got = rows_of(*budgeted.host);
+    const auto want = rows_of(*unbudgeted.host);
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+  }
+
+  BudgetSide budgeted;
+  BudgetSide unbudgeted;
+  PassManager manager;
+  PassManager reference;
+};
+
+// Growth, eviction and reinsertion under a byte budget, with small pages so the store spans many:
+// CardMemory's peak (everything the card ever held at once) stays under the plan, and the host
+// tier ends bit-identical to an unbudgeted run of the same passes.
+TEST(PassManager, PeakCardMemoryStaysUnderThePlan) {
+  BudgetedAndUnbudgeted sides(test_config());
+  BudgetSide& budgeted = sides.budgeted;
+  ASSERT_EQ(sides.manager.row_budget(), BudgetedAndUnbudgeted::kBudgetRows);
+
+  const auto passes = make_passes(8, 600, 91);
+  uint64_t evicted = 0;
+  std::mt19937_64 rng(4);
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    evicted += sides.manager.begin_pass(passes[p]).evicted;
+    sides.reference.begin_pass(passes[p]);
+    sides.touch(passes[p], rng);
+    EXPECT_GT(sides.manager.end_pass().written_back, 0u);
+    sides.reference.end_pass();
+  }
+  EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+  EXPECT_GT(budgeted.store.table().pool().pages(), 8u);
+
+  const CardTierPlan& plan = sides.manager.plan();
+  sides.expect_peak_under_the_plan();
+  const std::size_t peak = budgeted.cards.card(0).memory().peak_bytes();
+  EXPECT_GE(peak, budgeted.store.table().pool().pages() * budgeted.store.page_bytes());
+  EXPECT_LE(plan.row_page_bytes,
+            BudgetedAndUnbudgeted::kBudgetRows * plan.row_bytes + budgeted.store.page_bytes());
+  sides.expect_same_host_rows();
+}
+
+// Each pool of `store` holds its width's rows: every resident key's handle names the pool of the
+// width its host-tier row records (listing keys and handles only: the pass boundary's working
+// set).
+void expect_rows_in_their_width_pools(BudgetSide& side) {
+  std::vector<std::size_t> per_pool(3, 0);
+  device::Card& card = side.cards.card(0);
+  device::device_buffer<uint64_t> keys(0, card.memory(), card.stream());
+  device::device_buffer<card_table::row_index_t> handles(0, card.memory(), card.stream());
+  const std::size_t n = side.store.list_entries(false, keys, handles, card.stream());
+  const auto host_keys = device::to_host(keys);
+  const auto host_handles = device::to_host(handles);
+  const table::RowLayout record = side.store.layout();
+  std::map<uint64_t, int32_t> width;
+  throw_if_error(side.host->for_each_row(
+      [&](uint64_t key, const float* row) { width[key] = record.of_row(row).mf_dim; }));
+  for (std::size_t i = 0; i < n; ++i) {
+    const int32_t pool = side.store.table().codec().pool_of(host_handles[i]);
+    EXPECT_EQ(side.store.classes().dims[pool], width.at(host_keys[i]));
+    ++per_pool[static_cast<std::size_t>(pool)];
+  }
+  for (int32_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(side.store.pool(p).in_use(), per_pool[static_cast<std::size_t>(p)]);
+  }
+}
+
+// Width classes (slot_dims: slot 1 at width 16, slot 2 at 2, the rest 4) under a byte budget: each
+// width's rows in its own pool at its own stride. A pass of width-16 keys fills the budget, then
+// passes that shift the mix to the narrow widths: the pools hold at most the plan's pages (the
+// width-16 pool gives its free pages back), the card's peak stays under the plan, each pool holds
+// exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted run.
+TEST(PassManager, WidthClassesUnderACardBudget) {
+  BudgetedAndUnbudgeted sides(table::with_slot_dims(test_config(), {{1, 16}, {2, 2}}));
+  BudgetSide& budgeted = sides.budgeted;
+  ASSERT_EQ(budgeted.store.pool_count(), 3);
+  ASSERT_EQ(sides.manager.row_budget(), BudgetedAndUnbudgeted::kBudgetRows);
+  const CardTierPlan& plan = sides.manager.plan();
+  ASSERT_EQ(plan.class_row_bytes.size(), 3u);
+  EXPECT_NE(plan.to_string().find("row bytes 2: 48 4: 56 16: 104"), std::string::npos)
+      << plan.to_string();
+
+  // A key's slot (so its width) is fixed: slot = key % 3.
+  const auto keys_of_slot = [](int32_t slot, std::size_t n, uint64_t from) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = from; keys.size() < n; ++k) {
+      if (static_cast<int32_t>(mix64(k) % 3) == slot) keys.push_back(mix64(k));
+    }
+    return keys;
+  };
+  const std::vector<uint64_t> wide = keys_of_slot(1, 650, 0);
+  std::vector<std::vector<uint64_t>> passes = {wide};
+  std::vector<uint64_t> shifted(wide.begin(), wide.begin() + 300);
+  for (const uint64_t k : keys_of_slot(2, 350, 100000)) shifted.push_back(k);
+  passes.push_back(shifted);
+  passes.push_back(keys_of_slot(0, 500, 200000));
+  for (const auto& pass : make_passes(3, 600, 7)) passes.push_back(pass);
+  std::mt19937_64 rng(9);
+  std::size_t widest_pages_before = 0;
+  bool gave_pages_back = false;
+  uint64_t evicted = 0;
+  for (auto& pass : passes) {
+    std::sort(pass.begin(), pass.end());
+    std::vector<int32_t> slots(pass.size());
+    for (std::size_t i = 0; i < pass.size(); ++i) slots[i] = static_cast<int32_t>(pass[i] % 3);
+    widest_pages_before = budgeted.store.pool(2).pages();
+    evicted += sides.manager.begin_pass(pass, slots).evicted;
+    sides.reference.begin_pass(pass, slots);
+    gave_pages_back |= budgeted.store.pool(2).pages() < widest_pages_before;
+    std::size_t page_bytes = 0;
+    for (int32_t p = 0; p < 3; ++p) {
+      page_bytes += budgeted.store.pool(p).pages() * budgeted.store.page_bytes(p);
+    }
+    EXPECT_LE(page_bytes, plan.row_page_bytes) << plan.to_string();
+    expect_rows_in_their_width_pools(budgeted);
+    sides.touch(pass, rng);
+    sides.manager.end_pass();
+    sides.reference.end_pass();
+  }
+  EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+  EXPECT_TRUE(gave_pages_back) << "the width-16 pool never gave pages back";
+  sides.expect_peak_under_the_plan();
+  // Host-tier rows at their own widths.
+  sides.expect_same_host_rows();
+}
+
+}  // namespace
+}  // namespace gpubox::pass

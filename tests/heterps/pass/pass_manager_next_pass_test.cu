@@ -1,0 +1,341 @@
+// The next pass's card work between the current pass's steps (PassManager::expect_next_pass,
+// prepare_next_pass): against an engine that does none of it, begin_pass places the same rows
+// and the host tier ends the same, bit for bit; its edge cases; a wider keep's dirty rows spared.
+// How long each phase of the work waits for the card: pass_manager_wait_free_test.cu.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/pass/pass_manager.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/heterps/pass/pass_manager_test_util.cuh"
+
+namespace gpubox::pass {
+namespace {
+
+using pass_test::Engine;
+using pass_test::make_passes;
+using pass_test::NextPassPair;
+using pass_test::poll_of;
+using pass_test::rows_equal;
+using pass_test::sorted_keys;
+
+// The next pass's card work between the current pass's steps (prepare_next_pass): the next
+// pass's staging is planned (its keys known) and its rows fetched on another thread while this
+// one trains, as the pipeline does: the poll reports the keys first, in every third pass only
+// after some steps (the read takes time), and the rows once fetched, in every other pass only
+// during the steps (the cards look up and evict before they can insert). Each card does a chunk
+// after each step, and begin_pass does the rest. Against an engine that
+// neither stages nor prepares: the pass's card rows after begin_pass and after training, and the
+// host tier after every end_pass, are bit-identical; every card row equals its host row after
+// end_pass (the rows inserted early are exact copies); the counters add up. Passes overlap, one
+// repeats the previous (every key on the card), one is empty, one is disjoint, and an
+// evaluation pass between two passes makes begin_pass discard what was done (still exact).
+// Few steps or small chunks leave the work unfinished in every phase.
+struct NextPassCase {
+  int cards;
+  std::size_t row_budget;  // per card; 0 = none
+  std::size_t chunk;       // next_pass_chunk_keys
+  int steps;               // per pass
+  // The work reaches its insertions (and evictions, with a budget) in some pass: enough steps
+  // for the chunks; otherwise it stays partial (begin_pass finishes it).
+  bool reaches_inserts;
+  // next_pass_step_fraction: > 0 sizes the chunks by their measured time (ChunkPacer), as the
+  // GPU build does; the chunk above is then their largest size.
+  double step_fraction = 0;
+};
+
+class NextPassWorkTest : public ::testing::TestWithParam<NextPassCase> {};
+
+TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
+  const NextPassCase tc = GetParam();
+  GPUBOX_REQUIRE_CARDS(tc.cards);
+  PassManagerOptions options;
+  options.card_row_budget = tc.row_budget;
+  options.host_batch_keys = 37;
+  Engine reference(tc.cards, options);
+  options.next_pass_chunk_keys = tc.chunk;
+  options.next_pass_step_fraction = tc.step_fraction;
+  Engine early(tc.cards, options);
+
+  auto passes = make_passes(5, 240, 79);
+  passes.insert(passes.begin() + 2, passes[1]);  // every key on the card already
+  passes.insert(passes.begin() + 4, std::vector<uint64_t>{});
+  passes.push_back(make_passes(1, 240, 80).front());  // disjoint from the last
+  const std::size_t evaluate_before = 6;              // an evaluation pass runs between 5 and 6
+  // A coming pass's staging: planned, then fetched on another thread.
+  struct Staging {
+    std::shared_ptr<StagedRows> plan;
+    std::shared_future<void> fetched;
+  };
+  std::map<std::size_t, Staging> ahead;
+  uint64_t early_inserted = 0, early_evicted = 0, early_chunks = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    const auto& keys = passes[p];
+    const StagedRows* staged = nullptr;
+    if (ahead.count(p)) {
+      ahead.at(p).fetched.get();
+      staged = ahead.at(p).plan.get();
+    }
+    const PassStats got = early.manager->begin_pass(keys, {}, staged);
+    const PassStats want = reference.manager->begin_pass(keys);
+    EXPECT_EQ(got.keys_in_pass, want.keys_in_pass);
+    EXPECT_EQ(got.hits + got.pulled + got.prefetched, got.keys_in_pass);
+    EXPECT_EQ(got.created, want.created);
+    EXPECT_LE(got.early_inserted, got.prefetched);
+    EXPECT_LE(got.early_evicted, got.evicted);
+    if (tc.row_budget > 0) {
+      EXPECT_LE(got.rows_on_cards, tc.row_budget * tc.cards);
+    }
+    early_inserted += got.early_inserted;
+    early_evicted += got.early_evicted;
+    early_chunks += got.early_chunks;
+    const auto check_pass_rows = [&](const char* when) {
+      const auto got_cards = early.card_rows();
+      const auto want_cards = reference.card_rows();
+      for (uint64_t k : keys) {
+        ASSERT_TRUE(got_cards.count(k)) << when << ": key " << k << " not on its card";
+        ASSERT_TRUE(rows_equal(got_cards.at(k), want_cards.at(k))) << when << ": key " << k;
+      }
+    };
+    check_pass_rows("after begin_pass");
+
+    std::function<void(int)> between;
+    if (p + 1 < passes.size()) {
+      // Stage the next pass as the trainer's pipeline does (excluding this pass's keys and the
+      // keys on the cards), on another thread, and let the cards work on it between steps.
+      std::set<uint64_t> before(keys.begin(), keys.end());
+      const std::vector<uint64_t> resident = early.manager->resident_keys();
+      before.insert(resident.begin(), resident.end());
+      const std::vector<uint64_t> exclude(before.begin(), before.end());
+      Staging& next = ahead[p + 1];
+      next.plan =
+          std::make_shared<StagedRows>(early.manager->plan_staging(passes[p + 1], {}, exclude));
+      next.fetched = std::async(std::launch::async, [&early, plan = next.plan] {
+                       early.manager->fetch_staged(plan.get());
+                     }).share();
+      const int keys_after = p % 3 == 2 ? tc.steps / 3 * tc.cards : 0;  // polls, all cards
+      early.manager->expect_next_pass(
+          sorted_keys(keys), [plan = next.plan, fetched = next.fetched, keys_after,
+                              polls = std::make_shared<std::atomic<int>>(0)] {
+            StagingProgress progress;
+            if (polls->fetch_add(1) < keys_after) return progress;
+            progress.staged = plan.get();
+            progress.rows_ready =
+                fetched.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+            return progress;
+          });
+      between = [&](int c) { early.manager->prepare_next_pass(c); };
+      // Every other pass trains only once the rows are fetched (the cards can insert from the
+      // first step); the others start at once (the first steps find the keys but no rows).
+      if (p % 2 == 0) next.fetched.wait();
+    }
+    early.train(keys, 3000 + p, tc.steps, between);
+    reference.train(keys, 3000 + p, tc.steps);
+    check_pass_rows("after training");
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    ahead.erase(p);
+    if (ahead.count(p + 1)) ahead.at(p + 1).fetched.wait();  // the host rows it creates
+
+    const auto got_host = early.host_rows();
+    const auto want_host = reference.host_rows();
+    for (const auto& [k, row] : want_host) {
+      ASSERT_TRUE(got_host.count(k)) << "key " << k;
+      ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k;
+    }
+    for (const auto& [k, row] : got_host) {
+      if (want_host.count(k)) continue;
+      ASSERT_TRUE(ahead.count(p + 1)) << "host row " << k << " neither trained nor staged";
+      const StagedRows& next = *ahead.at(p + 1).plan;
+      ASSERT_NE(std::find(next.keys.begin(), next.keys.end(), k), next.keys.end())
+          << "host row " << k << " neither trained nor staged";
+    }
+    for (const auto& [k, row] : early.card_rows()) {
+      ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "card row " << k << " differs from host";
+    }
+    if (p + 1 == evaluate_before) {
+      // Both engines evaluate: the cards' keys change, so what was prepared is stale.
+      const auto& eval_keys = passes[0];
+      early.manager->begin_pass(eval_keys, {}, nullptr, PassAccess::kEvaluate);
+      reference.manager->begin_pass(eval_keys, {}, nullptr, PassAccess::kEvaluate);
+      EXPECT_FALSE(early.manager->prepare_next_pass(0)) << "stale work went on";
+      early.manager->end_pass();
+      reference.manager->end_pass();
+    }
+  }
+  EXPECT_GT(early_chunks, 0u);
+  if (tc.reaches_inserts) {
+    EXPECT_GT(early_inserted, 0u) << "no staged row was inserted between steps";
+    if (tc.row_budget > 0) {
+      EXPECT_GT(early_evicted, 0u) << "no row was evicted between steps";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cards, NextPassWorkTest,
+    ::testing::Values(NextPassCase{1, 0, 1000, 12, true}, NextPassCase{2, 0, 7, 12, false},
+                      NextPassCase{1, 300, 1000, 12, true}, NextPassCase{1, 300, 1000, 4, false},
+                      NextPassCase{2, 170, 1000, 12, true}, NextPassCase{2, 170, 7, 30, false},
+                      NextPassCase{3, 120, 16, 40, true}, NextPassCase{3, 120, 1, 6, false},
+                      // Paced chunks (their sizes vary with the measured times).
+                      NextPassCase{1, 300, 1000, 40, false, 0.25},
+                      NextPassCase{2, 0, 1000, 40, false, 0.01}),
+    [](const auto& info) {
+      return std::to_string(info.param.cards) + "cards_budget" +
+             std::to_string(info.param.row_budget) + "_chunk" + std::to_string(info.param.chunk) +
+             "_steps" + std::to_string(info.param.steps) +
+             (info.param.step_fraction > 0 ? "_paced" : "");
+    });
+
+// Edge cases of the next pass's card work on one card: no room until begin_pass (the card is
+// full of the training pass's rows), a failed staging (its keys known, so the cards looked them
+// up and made room, but its rows never came: its begin_pass gets none and places the same rows),
+// a next pass larger than the budget (nothing done; its begin_pass fails as without the work),
+// and steps that never reach the work (begin_pass does it all).
+TEST(PassManager, NextPassWorkEdgeCases) {
+  PassManagerOptions options;
+  options.card_row_budget = 240;
+  options.next_pass_chunk_keys = 1000;
+  NextPassPair engines(1, options);
+  Engine& early = engines.early;
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(4, 240, 92).back();  // disjoint from a (a window further on)
+  engines.begin(a);
+  StagedRows staged = early.manager->stage_rows(b, {}, a);
+  engines.train_expecting(a, 1, 8, poll_of(&staged));
+  engines.end_pass();
+  // The card is full of a's rows: nothing could be evicted or inserted during a.
+  const auto [got, want] = engines.begin_next(b, &staged);
+  EXPECT_EQ(got.early_inserted, 0u);
+  EXPECT_EQ(got.early_evicted, 0u);
+  EXPECT_GT(got.early_chunks, 0u);
+  EXPECT_EQ(got.evicted, want.evicted);
+  EXPECT_EQ(got.prefetched, b.size());
+  EXPECT_EQ(early.card_rows(), engines.reference.card_rows());
+  engines.train_and_compare_hosts(b, 2, 3);
+
+  {
+    // A failed staging: half of b trains (the card still holds all of b), then a pass of 120
+    // new keys whose rows never arrive. The other half of b is evicted during the steps; no row
+    // is inserted; its begin_pass, given no staged rows as the trainer does, pulls them all.
+    SCOPED_TRACE("failed staging");
+    const std::vector<uint64_t> half(b.begin(), b.begin() + 120);
+    const auto fresh = make_passes(16, 120, 94).back();  // disjoint from a and b
+    engines.begin(half);
+    const StagedRows planned = early.manager->plan_staging(fresh, {}, half);
+    EXPECT_FALSE(planned.fetched);
+    EXPECT_TRUE(planned.rows.empty());
+    engines.train_expecting(half, 3, 8, poll_of(&planned, /*rows_ready=*/false));
+    EXPECT_FALSE(early.manager->prepare_next_pass(0)) << "the work did not wait for the rows";
+    engines.end_pass();
+    EXPECT_THROW(early.manager->begin_pass(fresh, {}, &planned), Error) << "rows never fetched";
+    const auto [got_fresh, want_fresh] = engines.begin_next(fresh);
+    EXPECT_EQ(got_fresh.early_evicted, 120u);
+    EXPECT_EQ(got_fresh.early_inserted, 0u);
+    EXPECT_EQ(got_fresh.evicted, want_fresh.evicted);
+    EXPECT_EQ(got_fresh.pulled, fresh.size());
+    // The cards chose other victims (the reference among all of b, the work outside `half`);
+    // the pass's rows are the same.
+    const auto got_cards = early.card_rows();
+    const auto want_cards = engines.reference.card_rows();
+    for (uint64_t k : fresh) {
+      ASSERT_TRUE(got_cards.count(k)) << "key " << k << " not on the card";
+      EXPECT_EQ(got_cards.at(k), want_cards.at(k)) << "key " << k;
+    }
+    engines.train_and_compare_hosts(fresh, 4, 3);
+  }
+  {
+    // A next pass over the budget: the cards do nothing; it fails at its begin_pass with its
+    // numbers.
+    SCOPED_TRACE("next pass over the budget");
+    const auto big = make_passes(1, 300, 93).front();
+    early.manager->begin_pass(a);
+    StagedRows next = early.manager->stage_rows(big, {}, a);
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&next));
+    EXPECT_FALSE(early.manager->prepare_next_pass(0));
+    EXPECT_FALSE(early.manager->prepare_next_pass(0));
+    early.manager->end_pass();
+    try {
+      early.manager->begin_pass(big, {}, &next);
+      ADD_FAILURE() << "a pass over the budget began";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+    }
+  }
+  // Staged but no step ran after it: begin_pass does all of the work.
+  early.manager->begin_pass(a);
+  StagedRows late = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&late));
+  early.manager->end_pass();
+  const PassStats all = early.manager->begin_pass(b, {}, &late);
+  EXPECT_EQ(all.early_chunks, 0u);
+  EXPECT_EQ(all.hits + all.pulled + all.prefetched, b.size());
+  early.manager->end_pass();
+}
+
+// The next pass's card work with a `keep` wider than the next pass's keys (each end_pass keeps
+// its own pass's rows too): rows outside both passes may then be dirty, their newest value only
+// on the card. The work and begin_pass's remainder spare them; the host tier ends equal to an
+// engine that keeps nothing and does no early work.
+TEST(PassManager, NextPassWorkSparesRowsAWiderKeepLeftDirty) {
+  PassManagerOptions options;
+  options.card_row_budget = 600;
+  Engine plain(1, options);
+  options.next_pass_chunk_keys = 16;
+  Engine early(1, options);
+  const auto passes = make_passes(6, 240, 83);
+  std::shared_future<StagedRows> ahead;
+  uint64_t early_evicted = 0;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    const StagedRows* staged = ahead.valid() ? &ahead.get() : nullptr;
+    early_evicted += early.manager->begin_pass(passes[p], {}, staged).early_evicted;
+    plain.manager->begin_pass(passes[p]);
+    std::function<void(int)> between;
+    std::shared_future<StagedRows> next;
+    if (p + 1 < passes.size()) {
+      std::set<uint64_t> exclude(passes[p].begin(), passes[p].end());
+      const std::vector<uint64_t> resident = early.manager->resident_keys();
+      exclude.insert(resident.begin(), resident.end());
+      next = std::async(std::launch::async, [&early, &passes, p,
+                                             excluded = std::vector<uint64_t>(exclude.begin(),
+                                                                              exclude.end())] {
+               return early.manager->stage_rows(passes[p + 1], {}, excluded);
+             }).share();
+      next.wait();
+      early.manager->expect_next_pass(sorted_keys(passes[p]), poll_of(&next.get()));
+      between = [&](int c) { early.manager->prepare_next_pass(c); };
+    }
+    early.train(passes[p], 7000 + p, 60, between);
+    plain.train(passes[p], 7000 + p, 60);
+    std::set<uint64_t> keep(passes[p].begin(), passes[p].end());
+    if (p + 1 < passes.size()) keep.insert(passes[p + 1].begin(), passes[p + 1].end());
+    early.manager->end_pass(std::vector<uint64_t>(keep.begin(), keep.end()));
+    plain.manager->end_pass();
+    ahead = next;
+  }
+  early.manager->sync();
+  EXPECT_GT(early_evicted, 0u) << "the work never evicted between steps";
+  const auto want_host = plain.host_rows();
+  const auto got_host = early.host_rows();
+  for (const auto& [k, row] : want_host) {
+    ASSERT_TRUE(got_host.count(k)) << "key " << k;
+    ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k << " lost its update";
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::pass

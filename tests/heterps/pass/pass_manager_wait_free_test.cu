@@ -1,0 +1,318 @@
+// The next pass's card work between steps waits for nothing (issue 31, items 1 and 4): its
+// look-ups, marks, listing, erases and inserts, each phase over a pass whose next pass needs it,
+// wait for the card 0 times and allocate nothing, and begin_pass then places what an engine
+// without the work places (NextPassPair); the erases' late check names a victim changed under
+// the work. Whether the work's result is exact over many passes: pass_manager_next_pass_test.cu.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/card_table/card_store.cuh"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "heterps/pass/pass_manager.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/heterps/pass/pass_manager_test_util.cuh"
+
+namespace gpubox::pass {
+namespace {
+
+using pass_test::Engine;
+using pass_test::make_passes;
+using pass_test::NextPassPair;
+using pass_test::poll_of;
+using pass_test::sorted_keys;
+using pass_test::train_older_then_begin;
+
+// The passes of the tests that make room: rows of `older` (keys from 840 up) stay on the card
+// outside both `training` (below 360) and `next` (from 480 to 840: disjoint from both).
+struct RoomPasses {
+  std::vector<uint64_t> older = make_passes(8, 240, 93).back();
+  std::vector<uint64_t> training = make_passes(1, 240, 91).front();
+  std::vector<uint64_t> next = make_passes(5, 240, 92).back();
+};
+
+// Issue 31, item 4: the next pass's look-ups between steps wait for nothing. A look-up chunk
+// neither waits for the step's collectives before it (its scratch is sized when the work is
+// expected) nor for its own readback (its rows are read a chunk later, once its event has
+// passed): over a pass whose next pass's rows never arrive (look-ups only), the work's chunks
+// wait for the card 0 times and allocate nothing; before, each waited 3 times (before the chunk,
+// in the table's look-up, and for its rows). What begin_pass then places equals an engine without
+// the work.
+TEST(PassManager, NextPassLookupsWaitForNothing) {
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 50;  // 240 keys: 5 chunks, each read by the next
+  NextPassPair engines(1, options);
+  const auto a = make_passes(1, 240, 95).front();
+  const auto b = make_passes(3, 240, 95).back();  // overlaps a
+  engines.begin(a);
+  const StagedRows planned = engines.early.manager->plan_staging(b, {}, a);
+  engines.train_expecting(a, 1, 12, poll_of(&planned, /*rows_ready=*/false));
+  engines.end_pass();
+  const auto [got, want] = engines.begin_next(b);
+  EXPECT_GE(got.early_chunks, 6u);  // 5 enqueued, the last one read by a sixth
+  EXPECT_EQ(got.early_host_syncs, 0u);
+  EXPECT_EQ(got.early_allocations, 0u);
+  EXPECT_EQ(got.hits, want.hits);
+  EXPECT_EQ(got.pulled, want.pulled);
+  EXPECT_EQ(engines.early.card_rows(), engines.reference.card_rows());
+  engines.end_pass();
+}
+
+// Issue 31, item 4: the next pass's marks between steps wait for nothing either, nor does the
+// listing after them. Under a row budget that forces room to be made, a card's chunks go: 5
+// look-ups (240 keys, 50 a chunk), the sixth poll reads the last and plans the marks, 5 mark
+// chunks (the table's find, rows read back late), the twelfth poll reads the last and fixes the
+// victims; the thirteenth lists the table (every slot, read back late). So 12 or 13 steps of
+// work wait for the card 0 times and allocate nothing (before, each mark chunk waited 3 times,
+// and the listing waited); and begin_pass then places what an engine without the work places.
+TEST(PassManager, NextPassMarksWaitForNothing) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const auto a = make_passes(1, 240, 91).front();
+  const auto b = make_passes(4, 240, 92).back();  // disjoint from a: 240 rows over the budget
+  for (const int steps : {12, 13}) {
+    SCOPED_TRACE(std::to_string(steps) + " steps");
+    PassManagerOptions options;
+    options.card_row_budget = 300;
+    options.next_pass_chunk_keys = 50;
+    NextPassPair engines(1, options);
+    engines.begin(a);
+    const StagedRows planned = engines.early.manager->plan_staging(b, {}, a);
+    engines.train_expecting(a, 1, steps, poll_of(&planned, /*rows_ready=*/false));
+    engines.end_pass();
+    const auto [got, want] = engines.begin_next(b);
+    EXPECT_EQ(got.early_chunks, static_cast<uint64_t>(steps));
+    EXPECT_EQ(got.early_host_syncs, 0u);
+    EXPECT_EQ(got.early_allocations, 0u);
+    EXPECT_EQ(got.evicted, want.evicted);
+    EXPECT_EQ(got.hits + got.pulled + got.prefetched, want.hits + want.pulled + want.prefetched);
+    EXPECT_EQ(engines.early.card_rows(), engines.reference.card_rows());
+    engines.end_pass();
+  }
+}
+
+// Issue 31, item 4: the whole of making room between steps waits for nothing. The card holds
+// rows outside both passes (60 of an older pass z, clean), so the work lists the table (every
+// slot read back late, two list chunks in flight) and erases them (victims known present: no
+// count read back; a late check that each was there) before it would insert. With the next
+// pass's rows never fetched it stops there: 40 steps of look-ups, marks, listing and erasing wait
+// for the card 0 times and allocate nothing. begin_pass then evicts as many rows as an engine
+// without the work (the rest among the training pass's rows) and places the same rows of the
+// next pass.
+TEST(PassManager, NextPassRoomIsMadeWithoutWaiting) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const RoomPasses passes{};
+  PassManagerOptions options;
+  options.card_row_budget = 300;
+  options.next_pass_chunk_keys = 50;
+  NextPassPair engines(1, options);
+  engines.begin_after(passes.older, passes.training);  // 180 of z's rows leave: 60 stay
+  const StagedRows planned = engines.early.manager->plan_staging(passes.next, {}, passes.training);
+  engines.train_expecting(passes.training, 1, 40, poll_of(&planned, /*rows_ready=*/false));
+  engines.end_pass();
+  const auto [got, want] = engines.begin_next(passes.next);
+  // Look-ups, marks, the listing and the erases took fewer chunks than the steps; the work then
+  // waits for the rows (polls that count no chunk).
+  EXPECT_LT(got.early_chunks, 40u);
+  EXPECT_EQ(got.early_host_syncs, 0u);
+  EXPECT_EQ(got.early_allocations, 0u);
+  EXPECT_EQ(got.early_evicted, 60u) << "z's rows were not erased between steps";
+  EXPECT_EQ(got.evicted, want.evicted);
+  EXPECT_EQ(got.rows_on_cards, want.rows_on_cards);
+  ASSERT_NO_FATAL_FAILURE(engines.expect_same_card_rows(passes.next));
+  engines.end_pass();
+}
+
+// A poll that reports nothing for its first `polls` calls (every card's together), then
+// `staged` planned and fetched.
+std::function<StagingProgress()> poll_after(const StagedRows* staged, int polls) {
+  return [staged, polls, count = std::make_shared<std::atomic<int>>(0)] {
+    if (count->fetch_add(1) < polls) return StagingProgress{};
+    return StagingProgress{staged, true};
+  };
+}
+
+// Issue 31, items 1 and 4: the next pass's inserts between steps wait for nothing either. The
+// next pass has 1600 new keys, more than the cards' tables hold without growing. With its keys
+// planned when the work is expected, each card's table and pool are sized then (between
+// passes) for its staged keys; with its rows fetched, a card's chunks go: its look-ups (100 keys
+// a chunk), then inserts of its staged keys, 100 a chunk, each read back a chunk later. Every
+// staged row goes in between the steps with 0 waits for the card and 0 allocations (before:
+// 1 + 4-5 waits a page of rows, and the table's growth). With its keys planned only later (as
+// the trainer's pipeline reads the pass after expect_next_pass), the first insert chunk of each
+// card waits once and grows its table (the wait, the rehash's readback; the new slot array and
+// the rehash's two temporaries), the others wait for nothing. Either way begin_pass then places
+// the rows an engine without the work places, and after the pass trains both host tiers agree
+// bit for bit.
+TEST(PassManager, NextPassInsertsWaitForNothing) {
+  for (const int cards : {1, 2}) {
+    for (const bool planned_at_expect : {true, false}) {
+      GPUBOX_REQUIRE_CARDS(cards);
+      SCOPED_TRACE(std::to_string(cards) + " cards, keys planned " +
+                   (planned_at_expect ? "when expected" : "later"));
+      PassManagerOptions options;
+      options.next_pass_chunk_keys = 100;
+      NextPassPair engines(cards, options);
+      const auto a = make_passes(1, 240, 95).front();
+      const auto b = make_passes(3, 1600, 96).back();  // disjoint from a
+      engines.begin(a);
+      // The cards hold a: b less a.
+      StagedRows staged = engines.early.manager->stage_rows(b, {}, a);
+      ASSERT_EQ(staged.keys.size(), b.size());
+      engines.train_expecting(a, 1, 40, poll_after(&staged, planned_at_expect ? 0 : 2 * cards));
+      EXPECT_EQ(engines.early.manager->next_pass_phase(0), NextPassCard::Phase::kDone);
+      engines.end_pass();
+      const auto [got, want] = engines.begin_next(b, &staged);
+      EXPECT_EQ(got.early_inserted, staged.keys.size()) << "a staged row was left to begin_pass";
+      const uint64_t grows = planned_at_expect ? 0 : static_cast<uint64_t>(cards);
+      EXPECT_EQ(got.early_host_syncs, 2 * grows);
+      EXPECT_EQ(got.early_allocations, 3 * grows);
+      EXPECT_EQ(got.pulled, 0u);
+      EXPECT_EQ(got.hits, want.hits);
+      EXPECT_EQ(got.prefetched, want.pulled);
+      EXPECT_EQ(engines.early.card_rows(), engines.reference.card_rows());
+      engines.train_and_compare_hosts(b, 2, 4);
+    }
+  }
+}
+
+// The same under a row budget that makes the work erase rows outside both passes first (60 of an
+// older pass z): the inserts fill the room the erases made, between the steps, waiting for
+// nothing (the victims' erased slots stay within the table's load bound: it was sized for the
+// budget). The rows placed are an engine's without the work.
+TEST(PassManager, NextPassInsertsAfterErasesWaitForNothing) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const RoomPasses passes{};
+  PassManagerOptions options;
+  options.card_row_budget = 300;
+  options.next_pass_chunk_keys = 50;
+  NextPassPair engines(1, options);
+  engines.begin_after(passes.older, passes.training);  // 180 of z's rows leave: 60 stay
+  StagedRows staged = engines.early.manager->stage_rows(passes.next, {}, passes.training);
+  engines.train_expecting(passes.training, 1, 40, poll_of(&staged));
+  engines.end_pass();
+  const auto [got, want] = engines.begin_next(passes.next, &staged);
+  EXPECT_EQ(got.early_evicted, 60u);
+  EXPECT_EQ(got.early_inserted, 60u) << "the room the erases made was not filled";
+  EXPECT_EQ(got.early_host_syncs, 0u);
+  EXPECT_EQ(got.early_allocations, 0u);
+  EXPECT_EQ(got.evicted, want.evicted);
+  ASSERT_NO_FATAL_FAILURE(engines.expect_same_card_rows(passes.next));
+  engines.train_and_compare_hosts(passes.next, 2, 3);
+}
+
+enum class VictimPlant { kNone, kMissing, kMoved };
+
+// The rows card 0 of `engine` holds `keys` at.
+std::vector<card_table::row_index_t> card0_rows(Engine& engine, const std::vector<uint64_t>& keys) {
+  device::Card& card = engine.card_set.card(0);
+  auto d_keys = device::to_device(keys, card.memory(), card.stream());
+  auto d_rows = card.make_buffer<card_table::row_index_t>(keys.size());
+  engine.stores[0]->table().find(d_keys.data(), keys.size(), d_rows.data(), card.stream());
+  return device::to_host(d_rows);
+}
+
+// Changes card 0's table under its next pass's work: victims[0] erased (kMissing), or victims[0]
+// and victims[1] erased and inserted again in the other order, so each takes the other's row
+// with its own record (kMoved).
+void plant_victim_change(Engine& engine, VictimPlant plant, const std::vector<uint64_t>& victims) {
+  device::Card& card = engine.card_set.card(0);
+  const device::Stream& stream = card.stream();
+  card_table::CardSparseStore& store = *engine.stores[0];
+  if (plant == VictimPlant::kMissing) {
+    auto d_key = device::to_device(std::vector<uint64_t>{victims[0]}, card.memory(), stream);
+    ASSERT_EQ(store.erase(d_key.data(), 1, stream), 1u);
+  } else if (plant == VictimPlant::kMoved) {
+    const std::vector<uint64_t> two = {victims[0], victims[1]};
+    const auto before = card0_rows(engine, two);
+    auto d_two = device::to_device(two, card.memory(), stream);
+    auto records = card.make_buffer<float>(2 * store.record_stride());
+    store.read_rows(d_two.data(), 2, records.data(), stream);
+    std::vector<float> swapped_records = device::to_host(records);
+    std::rotate(swapped_records.begin(), swapped_records.begin() + store.record_stride(),
+                swapped_records.end());
+    ASSERT_EQ(store.erase(d_two.data(), 2, stream), 2u);
+    auto d_swapped =
+        device::to_device(std::vector<uint64_t>{victims[1], victims[0]}, card.memory(), stream);
+    auto d_records = device::to_device(swapped_records, card.memory(), stream);
+    ASSERT_EQ(store.insert_rows(d_swapped.data(), d_records.data(), 2, stream), 2u);
+    const auto after = card0_rows(engine, two);
+    ASSERT_EQ(after[0], before[1]) << "the plant did not move the rows";
+    ASSERT_EQ(after[1], before[0]) << "the plant did not move the rows";
+  }
+}
+
+// Issue 31: the next pass's erases check that each victim is still on the card at the row its
+// listing gave it. The card holds 60 rows of an older pass z outside both passes (the victims:
+// all leave, in one erase chunk); the work runs a chunk at a time until they are chosen (kErase),
+// then the test changes the table under it: one victim erased (missing), or two victims' rows
+// swapped (moved). The job stops with an error naming the card and the key, whether the erase is
+// read by the work's next chunk or, still in flight when the pass ends, by end_pass before its
+// write-back lists the table (NextPassWork::settle). Untouched, the same work goes on and
+// begin_pass uses it.
+TEST(PassManager, NextPassErasesCheckEachVictimsRow) {
+  GPUBOX_REQUIRE_CARDS(1);
+  const RoomPasses passes{};
+  const std::vector<uint64_t>& a = passes.training;
+  const std::vector<uint64_t>& b = passes.next;
+  std::set<uint64_t> passes_keys(a.begin(), a.end());
+  passes_keys.insert(b.begin(), b.end());
+  for (const VictimPlant plant : {VictimPlant::kNone, VictimPlant::kMissing, VictimPlant::kMoved}) {
+    for (const bool at_pass_end : {false, true}) {
+      SCOPED_TRACE(std::string(plant == VictimPlant::kNone      ? "untouched"
+                               : plant == VictimPlant::kMissing ? "missing"
+                                                                : "moved") +
+                   (at_pass_end ? ", read at the pass's end" : ", read by the work"));
+      PassManagerOptions options;
+      options.card_row_budget = 300;
+      options.next_pass_chunk_keys = 100;
+      Engine early(1, options);
+      train_older_then_begin(early, passes.older, a);
+      const StagedRows planned = early.manager->plan_staging(b, {}, a);
+      early.manager->expect_next_pass(sorted_keys(a), poll_of(&planned, /*rows_ready=*/false));
+      for (int i = 0; i < 100 && early.manager->next_pass_phase(0) != NextPassCard::Phase::kErase;
+           ++i) {
+        early.manager->prepare_next_pass(0);
+      }
+      ASSERT_EQ(early.manager->next_pass_phase(0), NextPassCard::Phase::kErase);
+      std::vector<uint64_t> victims;
+      for (uint64_t k : early.manager->resident_keys()) {
+        if (passes_keys.count(k) == 0) victims.push_back(k);
+      }
+      ASSERT_EQ(victims.size(), 60u);
+      std::sort(victims.begin(), victims.end());
+      plant_victim_change(early, plant, victims);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      try {
+        if (at_pass_end) {
+          early.manager->prepare_next_pass(0);  // the erase enqueued, its check not read
+          early.manager->end_pass();
+          EXPECT_EQ(early.manager->begin_pass(b).early_evicted, 60u);
+        } else {
+          for (int i = 0; i < 5; ++i) early.manager->prepare_next_pass(0);
+          EXPECT_EQ(early.manager->next_pass_phase(0), NextPassCard::Phase::kInsert);
+        }
+        EXPECT_TRUE(plant == VictimPlant::kNone)
+            << "a victim changed under the work went unnoticed";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_TRUE(plant != VictimPlant::kNone) << what;
+        EXPECT_NE(what.find("card 0"), std::string::npos) << what;
+        const bool named = what.find("key " + std::to_string(victims[0])) != std::string::npos ||
+                           (plant == VictimPlant::kMoved &&
+                            what.find("key " + std::to_string(victims[1])) != std::string::npos);
+        EXPECT_TRUE(named) << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::pass
