@@ -245,32 +245,30 @@ TEST(StepCounts, PerCardPerStepGraphCapturesIncluded) {
   EXPECT_EQ(eval.size(), report.extra.size());
 }
 
-// An evaluation step (CardWorker::eval_step) pulls and predicts only: a "sparse lookup" graph (no
-// owner merge plan, which only a push uses; in Collective mode no collective at all: every card
-// reads its own keys from its own replica) and a "dense predict" graph (the forward, the
-// predictions, the metrics), 2 graph launches and 2 kernels outside them (the lookup's check and
-// the step's status, each into the pinned ring slot the card's counter picks: inside a training
-// step's composed graph they are nodes of it), no wait, no allocation,
-// nothing captured again in its steady steps; it used to be the training step's padded pull
-// graph plus the forward launched eagerly. Less work than a training step in either mode; eagerly
-// (GPUBOX_STEP_GRAPHS=0) the same work as launches, with no collective in Collective mode and the
-// keys' and records' all-to-alls in gpubox mode. The training passes before it report their
-// captures: in the second pass's steady steps, only the "train step" graph's variants (steady
-// flag, progress flag, upload buffer: at most 8 a card; the pass boundary moved the card's
-// memory since the first pass; card_worker_graphs_test pins each trigger).
+// An evaluation step (CardWorker::eval_step) pulls and predicts only, as ONE composed graph, "eval
+// step" (device::ComposedStep, as a training step): the sparse lookup (no owner merge plan, which
+// only a push uses; in Collective mode no collective at all: every card reads its own keys from its
+// own replica), the forward, the predictions, the metrics and the 2 ring-slot kernels (the lookup's
+// check and the step's slot counter, each into the pinned ring slot the card's counter picks): 1
+// graph launch and nothing outside it, no wait, no allocation, nothing captured again in its steady
+// steps. It was 2 graphs ("sparse lookup", "dense predict") with the 2 ring kernels outside them;
+// before that, the training step's padded pull graph plus the forward launched eagerly. Less work
+// than a training step in either mode; eagerly (GPUBOX_STEP_GRAPHS=0) the same work as launches,
+// with no collective in Collective mode and the keys' and records' all-to-alls in gpubox mode. The
+// training passes before it report their captures: in the second pass's steady steps, only the
+// "train step" graph's variants (steady flag, progress flag, upload buffer: at most 8 a card; the
+// pass boundary moved the card's memory since the first pass; card_worker_graphs_test pins each
+// trigger).
 class EvalSteps : public StepAccounting {};
 
-// Nodes of an evaluation step, [Collective mode][more than 1 card]: "sparse lookup" (the local
+// Nodes of an evaluation step, [Collective mode][more than 1 card]: the sparse lookup (the local
 // dedup and owner plan: 4; the keys into their blocks, the miss counter's reset, the lookups, the
 // check, the records' fill and scatter: 10; gpubox mode: the keys' and the records' all-to-alls
-// besides: 12) and "dense predict" (the forward, the sigmoid, the metrics: the 9 launches the
-// evaluation step ran outside graphs before; 10 at gpubox_bench's batch 512, where the training
-// step's dense half has 2 more too). Before, the step was the training step's "sparse pull" graph
-// (14 nodes on 1 card, 15 on more in Collective mode, with its all-gather; 15 and 16 in gpubox
-// mode) and those launches.
-constexpr double kEvalNodes[2][2] = {{21, 21}, {19, 19}};
+// besides: 12), the dense forward (the forward, the sigmoid, the metrics: 9; 10 at gpubox_bench's
+// batch 512, where the training step's dense half has 2 more too) and the 2 ring-slot kernels.
+constexpr double kEvalNodes[2][2] = {{23, 23}, {21, 21}};
 
-TEST_P(EvalSteps, AnEvaluationStepIsALookupAndAPredictionInTwoGraphs) {
+TEST_P(EvalSteps, AnEvaluationStepIsALookupAndAPredictionInOneGraph) {
   const int cards = GetParam();
   GPUBOX_REQUIRE_CARDS(cards);
   for (const bool collective : {false, true}) {
@@ -287,8 +285,8 @@ TEST_P(EvalSteps, AnEvaluationStepIsALookupAndAPredictionInTwoGraphs) {
                             "eval_card_copies_per_step", "eval_graph_captures_per_step"}) {
       EXPECT_EQ(eval.at(key), 0.0) << key;
     }
-    EXPECT_EQ(eval.at("eval_launches_per_step"), 2.0);
-    EXPECT_EQ(eval.at("eval_graph_launches_per_step"), 2.0);
+    EXPECT_EQ(eval.at("eval_launches_per_step"), 0.0);
+    EXPECT_EQ(eval.at("eval_graph_launches_per_step"), 1.0);
     EXPECT_EQ(eval.at("eval_graph_nodes_per_step"), kEvalNodes[collective][cards > 1]);
     EXPECT_LT(eval.at("eval_graph_nodes_per_step"), train.at("graph_nodes_per_step") / 2);
     const double captures = train.at("graph_captures_per_step") * train.at("steady_steps");

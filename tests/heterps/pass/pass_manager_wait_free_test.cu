@@ -146,9 +146,10 @@ std::function<StagingProgress()> poll_after(const StagedRows* staged, int polls)
 // a chunk), then inserts of its staged keys, 100 a chunk, each read back a chunk later. Every
 // staged row goes in between the steps with 0 waits for the card and 0 allocations (before:
 // 1 + 4-5 waits a page of rows, and the table's growth). With its keys planned only later (as
-// the trainer's pipeline reads the pass after expect_next_pass), the first insert chunk of each
-// card waits once and grows its table (the wait, the rehash's readback; the new slot array and
-// the rehash's two temporaries), the others wait for nothing. Either way begin_pass then places
+// the trainer's pipeline reads the pass after expect_next_pass), the cards were sized at
+// expect() for a guess (after a first pass: an eighth of its keys) and the inserts stop at that
+// room, the rest left to begin_pass: no chunk waits or grows a table (before: the first insert
+// chunk of each card waited once and grew its table). Either way begin_pass then places
 // the rows an engine without the work places, and after the pass trains both host tiers agree
 // bit for bit.
 TEST(PassManager, NextPassInsertsWaitForNothing) {
@@ -170,10 +171,15 @@ TEST(PassManager, NextPassInsertsWaitForNothing) {
       EXPECT_EQ(engines.early.manager->next_pass_phase(0), NextPassCard::Phase::kDone);
       engines.end_pass();
       const auto [got, want] = engines.begin_next(b, &staged);
-      EXPECT_EQ(got.early_inserted, staged.keys.size()) << "a staged row was left to begin_pass";
-      const uint64_t grows = planned_at_expect ? 0 : static_cast<uint64_t>(cards);
-      EXPECT_EQ(got.early_host_syncs, 2 * grows);
-      EXPECT_EQ(got.early_allocations, 3 * grows);
+      // Planned at expect(): room for every staged row. Planned later: room for the guess (an
+      // eighth of the first pass's keys), the rest left to begin_pass. Never a wait or a growth.
+      if (planned_at_expect) {
+        EXPECT_EQ(got.early_inserted, staged.keys.size()) << "a staged row was left to begin_pass";
+      } else {
+        EXPECT_LT(got.early_inserted, staged.keys.size());
+      }
+      EXPECT_EQ(got.early_host_syncs, 0u);
+      EXPECT_EQ(got.early_allocations, 0u);
       EXPECT_EQ(got.pulled, 0u);
       EXPECT_EQ(got.hits, want.hits);
       EXPECT_EQ(got.prefetched, want.pulled);
