@@ -53,10 +53,12 @@ void RequestWindow::finish(const RequestKey& key, Clock::time_point now, CachedR
   it->second.reply = std::move(reply);
   finished_.push_back(record);
   bytes_ += record.bytes;
-  ClientShare& share = clients_[key.client_id];
+  auto [client, new_client] = clients_.try_emplace(key.client_id);
+  if (new_client) bytes_ += kClientOverheadBytes;
+  ClientShare& share = client->second;
   share.order.push_back(record);
   share.bytes += record.bytes;
-  while (share.bytes > max_client_bytes_ && share.order.size() > 1) {
+  while (bytes_ > max_bytes_ && share.bytes > max_client_bytes_ && share.order.size() > 1) {
     forget_client_oldest(key.client_id);
   }
   evict_locked(now);
@@ -99,7 +101,10 @@ void RequestWindow::evict_locked(Clock::time_point now) {
     auto share = clients_.find(oldest.key.client_id);
     share->second.order.pop_front();
     share->second.bytes -= oldest.bytes;
-    if (share->second.order.empty()) clients_.erase(share);
+    if (share->second.order.empty()) {
+      clients_.erase(share);
+      bytes_ -= kClientOverheadBytes;
+    }
     entries_.erase(oldest.key);
     bytes_ -= oldest.bytes;
   }

@@ -38,11 +38,13 @@ struct CachedReply {
 };
 
 // Bounded by bytes and by age: a finished entry is forgotten once it is older than `max_age`, or
-// (oldest first) while the remembered entries take more than `max_bytes`; and per client: while
-// one client's remembered entries take more than `max_client_bytes`, its own oldest is forgotten
-// (never another client's), so one client sending mutations fast cannot push out the replies that
-// keep another client's retries from being applied twice. Entries still being applied are never
-// forgotten (there is at most one per connection). Thread-safe.
+// (oldest first) while the remembered entries take more than `max_bytes`; and per client: when
+// the entries take more than `max_bytes` and the client adding one holds more than
+// `max_client_bytes`, its own oldest go first, so one client sending mutations fast cannot push
+// out the replies that keep another client's retries from being applied twice. Within
+// `max_bytes` a client keeps as many as fit (a PS trainer's threads share its id: a window cut to
+// its share would forget a reply its own retry still needs). Entries still being applied are
+// never forgotten (there is at most one per connection). Thread-safe.
 class RequestWindow {
  public:
   using Clock = std::chrono::steady_clock;
@@ -51,8 +53,10 @@ class RequestWindow {
     kDone,        // applied before: *reply holds the reply to send again
     kInProgress,  // the first copy is still being applied: ask the client to retry later
   };
-  // What one remembered entry costs besides its payload (map node, order record, key).
-  static constexpr std::size_t kEntryOverheadBytes = 128;
+  // What one remembered entry costs besides its payload (map node, its two order records, key).
+  static constexpr std::size_t kEntryOverheadBytes = 192;
+  // What a client with remembered entries costs (its map node and order deque's first block).
+  static constexpr std::size_t kClientOverheadBytes = 1024;
 
   // max_client_bytes: 0 (or over max_bytes) is max_bytes; at least one entry is kept per client.
   RequestWindow(std::size_t max_bytes, Clock::duration max_age, std::size_t max_client_bytes = 0);

@@ -464,7 +464,8 @@ TEST(RequestWindow, RemembersSuccessfulRepliesOnly) {
   EXPECT_EQ(window.begin(key(1, 11), t, &reply), RequestWindow::Begin::kNew);
   window.finish(key(1, 11), t, {}, false);
   EXPECT_EQ(window.entries(), 1u);
-  EXPECT_EQ(window.bytes(), RequestWindow::kEntryOverheadBytes + 1);
+  EXPECT_EQ(window.bytes(),
+            RequestWindow::kClientOverheadBytes + RequestWindow::kEntryOverheadBytes + 1);
 }
 
 TEST(RequestWindow, KeyIncludesOpAndPayload) {
@@ -484,13 +485,14 @@ TEST(RequestWindow, KeyIncludesOpAndPayload) {
 
 TEST(RequestWindow, BoundedByBytesOldestFirst) {
   const std::size_t per = RequestWindow::kEntryOverheadBytes + 8;
-  RequestWindow window(10 * per, kHour);
+  const std::size_t bound = RequestWindow::kClientOverheadBytes + 10 * per;  // one client's 10
+  RequestWindow window(bound, kHour);
   const auto t = WindowClock::now();
   CachedReply reply;
   for (uint64_t id = 0; id < 1000; ++id) {
     ASSERT_EQ(window.begin(key(1, id), t, &reply), RequestWindow::Begin::kNew);
     window.finish(key(1, id), t, CachedReply{Status::Code::kOk, std::vector<uint8_t>(8)}, true);
-    ASSERT_LE(window.bytes(), 10 * per);
+    ASSERT_LE(window.bytes(), bound);
   }
   EXPECT_EQ(window.entries(), 10u);
   EXPECT_EQ(window.begin(key(1, 999), t, &reply), RequestWindow::Begin::kDone);
