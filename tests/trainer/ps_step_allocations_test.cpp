@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -28,6 +31,26 @@
 #include "trainer/ps_modes/batch_keys.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+
+// An independent count of what PsWorker::step_allocations counts: the binary's operator new
+// counts, on a thread that asks it to, every allocation of at least g_large_bytes.
+namespace {
+thread_local bool g_watch_thread = false;
+std::atomic<std::size_t> g_large_bytes{SIZE_MAX};
+std::atomic<uint64_t> g_large_allocations{0};
+}  // namespace
+
+// GCC takes the replacement's free() for a mismatch with the replaced new.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t bytes) {
+  if (g_watch_thread && bytes >= g_large_bytes.load()) ++g_large_allocations;
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -119,15 +142,24 @@ TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   ASSERT_GT(big.keys.size(), small.keys.size());
   const uint64_t at_start = worker.step_allocations();
   EXPECT_GT(at_start, 0u) << "the dense table's copies are counted when first sized";
+  g_large_bytes = worker.model().parameters().size() * sizeof(float);
+  g_watch_thread = true;
   worker.train_step(big, 0, 0);
   worker.exchange_dense();
+  g_watch_thread = false;
+  EXPECT_GE(g_large_allocations.exchange(0), 2u) << "the exchange's snapshot and change, sized";
   const uint64_t sized = worker.step_allocations();
   EXPECT_GT(sized, at_start) << "the first step sizes the batch's buffers";
   const device::DeviceCounts card_before = card.counts();
+  // This thread's steps (their exchanges run on the exchanger's thread) allocate nothing of the
+  // dense table's size (its rows, records and gradients are smaller).
+  g_watch_thread = true;
   for (int step = 1; step <= 30; ++step) {
     worker.train_step(step % 3 == 0 ? big : small, 0, step);
     worker.exchange_dense();
   }
+  g_watch_thread = false;
+  EXPECT_EQ(g_large_allocations.load(), 0u);
   worker.sync_dense(1.0f);
   EXPECT_EQ(worker.step_allocations(), sized);
   const device::DeviceCounts card_steps = card.counts() - card_before;
