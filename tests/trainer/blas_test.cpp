@@ -155,7 +155,8 @@ std::vector<float> check_sgemv(bool trans, int64_t rows, int64_t cols, int threa
 }
 
 // Shapes that take every path of the cpu GEMV: A^T x with one output over a long batch, outputs
-// not a multiple of the 16-float vectors, blocks of 64 outputs and one more, row ranges summed
+// not a multiple of the 16-float vectors, 1 to 4 vectors and more, blocks of 256 outputs and
+// part of one more, row ranges summed
 // apart (the long batches); A x over column counts below, at and past 32, rows not a multiple of
 // the 4-row tiles or the 64-row items. Each output's sum has one order: the bits at 2 and 3
 // threads are those at 1.
@@ -164,12 +165,14 @@ TEST(Sgemv, LongAndWideShapesMatchTheReferenceAndNotTheThreadCount) {
   // The long batches below are summed in several row ranges (else the test misses that path).
   EXPECT_GT(detail::transposed_row_chunks(4096, 1), 1);
   EXPECT_GT(detail::transposed_row_chunks(5001, 130), 1);
+  EXPECT_GT(detail::transposed_row_chunks(2100, 600), 1);  // and several blocks
   EXPECT_EQ(detail::transposed_row_chunks(511, 1), 1);
 #endif
   const std::tuple<bool, int64_t, int64_t> shapes[] = {
-      {true, 4096, 1}, {true, 5001, 13},  {true, 1537, 64}, {true, 1025, 65},  {true, 5001, 130},
-      {true, 3, 400},  {true, 511, 17},   {true, 40000, 2}, {false, 4097, 13}, {false, 301, 400},
-      {false, 7, 33},  {false, 2001, 31}, {false, 1, 1},    {false, 130, 32},  {false, 65, 64}};
+      {true, 4096, 1},   {true, 5001, 13},  {true, 1537, 64},  {true, 1025, 65}, {true, 5001, 130},
+      {true, 3, 400},    {true, 511, 17},   {true, 40000, 2},  {true, 300, 257}, {true, 2100, 600},
+      {true, 1024, 256}, {false, 4097, 13}, {false, 301, 400}, {false, 7, 33},   {false, 2001, 31},
+      {false, 1, 1},     {false, 130, 32},  {false, 65, 64}};
   for (const auto& [trans, rows, cols] : shapes) {
     const std::vector<float> one = check_sgemv(trans, rows, cols, 1);
     for (int threads : {2, 3}) {

@@ -24,9 +24,9 @@ using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 // 64-byte vector by value has a different ABI per instruction set).
 #define GPUBOX_GEMV_INLINE __attribute__((always_inline)) inline
 
-constexpr int64_t kBlock = 64;              // A^T x: outputs per block, at most four vectors
+constexpr int64_t kBlock = 256;             // A^T x: outputs per block (16 vectors)
 constexpr int64_t kChunkRows = 512;         // A^T x: the fewest rows a range sums alone
-constexpr int64_t kMaxPartials = 64;        // A^T x: blocks x ranges summed into partials
+constexpr int64_t kMaxPartials = 32;        // A^T x: blocks x ranges summed into partials
 constexpr int64_t kTileRows = 64;           // A x: rows per parallel item
 constexpr int64_t kParallelWork = 1 << 15;  // fewer multiply-adds run faster on one thread
 
@@ -158,6 +158,42 @@ GPUBOX_GEMV_INLINE void column_sums_vectors(const float* a, int64_t lda, const f
   }
 }
 
+// The same sums, in the same order, for up to kBlock / kLanes vectors, their partials in memory
+// (L1): each row's columns are read as one stream.
+GPUBOX_GEMV_INLINE void column_sums_many(const float* a, int64_t lda, const float* x, int64_t rows,
+                                         int64_t vectors, float* out) {
+  Lanes even[kBlock / kLanes];
+  Lanes odd[kBlock / kLanes];
+  for (int64_t v = 0; v < vectors; ++v) even[v] = odd[v] = Lanes{};
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2) {
+    const float* p = a + r * lda;
+    Lanes xe, xo;
+    splat(&xe, x[r]);
+    splat(&xo, x[r + 1]);
+    for (int64_t v = 0; v < vectors; ++v) {
+      Lanes pe, po;
+      load(&pe, p + v * kLanes);
+      load(&po, p + lda + v * kLanes);
+      even[v] += pe * xe;
+      odd[v] += po * xo;
+    }
+  }
+  if (r < rows) {
+    Lanes xe;
+    splat(&xe, x[r]);
+    for (int64_t v = 0; v < vectors; ++v) {
+      Lanes pe;
+      load(&pe, a + r * lda + v * kLanes);
+      even[v] += pe * xe;
+    }
+  }
+  for (int64_t v = 0; v < vectors; ++v) {
+    const Lanes both = even[v] + odd[v];
+    std::memcpy(out + v * kLanes, &both, sizeof(Lanes));
+  }
+}
+
 // The same sums, in the same order, for width (< kLanes) columns one float at a time.
 GPUBOX_GEMV_INLINE void column_sums_floats(const float* a, int64_t lda, const float* x,
                                            int64_t rows, int64_t width, float* out) {
@@ -196,7 +232,10 @@ void column_sums(const float* a, int64_t lda, const float* x, int64_t rows, int6
     case 1:
       column_sums_vectors<1>(a, lda, x, rows, out);
       break;
+    case 0:
+      break;
     default:
+      column_sums_many(a, lda, x, rows, vectors, out);
       break;
   }
   const int64_t done = vectors * kLanes;

@@ -8,7 +8,7 @@
 //   A x:   one dot product per output row, over 32 partial sums (column c into partial c mod 32,
 //          ascending c), folded in a fixed tree (partial l + 16 into l, then l + 8, l + 4, ...);
 //          a row of fewer than 32 columns in one sum, ascending c.
-//   A^T x: outputs in blocks of 64 columns; the rows cut into `chunks` consecutive ranges, a
+//   A^T x: outputs in blocks of 256 columns; the rows cut into `chunks` consecutive ranges, a
 //          count fixed by the shape (so a short output over a long batch still spreads over the
 //          threads); within a range each output sums its rows in two interleaved partial sums
 //          (even and odd rows of the range, ascending), added at the range's end; the ranges'
