@@ -121,49 +121,14 @@ void dot_rows(const float* a, int64_t lda, int64_t rows, int64_t cols, const flo
   }
 }
 
-// out[0, V * kLanes) = the columns' sums over rows [0, rows) times x: even and odd rows in their
-// own partials, added at the end.
-template <int V>
+// out[0, vectors * kLanes) = the columns' sums over rows [0, rows) times x: even and odd rows in
+// their own partials, added at the end. kMaxVectors bounds `vectors`; up to 4 (a constant) the
+// partials stay in registers, more (up to kBlock / kLanes) in L1, each row read as one stream.
+template <int64_t kMaxVectors>
 GPUBOX_GEMV_INLINE void column_sums_vectors(const float* a, int64_t lda, const float* x,
-                                            int64_t rows, float* out) {
-  Lanes even[V];
-  Lanes odd[V];
-  for (int v = 0; v < V; ++v) even[v] = odd[v] = Lanes{};
-  int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) {
-    const float* p = a + r * lda;
-    Lanes xe, xo;
-    splat(&xe, x[r]);
-    splat(&xo, x[r + 1]);
-    for (int v = 0; v < V; ++v) {
-      Lanes pe, po;
-      load(&pe, p + v * kLanes);
-      load(&po, p + lda + v * kLanes);
-      even[v] += pe * xe;
-      odd[v] += po * xo;
-    }
-  }
-  if (r < rows) {
-    Lanes xe;
-    splat(&xe, x[r]);
-    for (int v = 0; v < V; ++v) {
-      Lanes pe;
-      load(&pe, a + r * lda + v * kLanes);
-      even[v] += pe * xe;
-    }
-  }
-  for (int v = 0; v < V; ++v) {
-    const Lanes both = even[v] + odd[v];
-    std::memcpy(out + v * kLanes, &both, sizeof(Lanes));
-  }
-}
-
-// The same sums, in the same order, for up to kBlock / kLanes vectors, their partials in memory
-// (L1): each row's columns are read as one stream.
-GPUBOX_GEMV_INLINE void column_sums_many(const float* a, int64_t lda, const float* x, int64_t rows,
-                                         int64_t vectors, float* out) {
-  Lanes even[kBlock / kLanes];
-  Lanes odd[kBlock / kLanes];
+                                            int64_t rows, int64_t vectors, float* out) {
+  Lanes even[kMaxVectors];
+  Lanes odd[kMaxVectors];
   for (int64_t v = 0; v < vectors; ++v) even[v] = odd[v] = Lanes{};
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) {
@@ -221,21 +186,21 @@ void column_sums(const float* a, int64_t lda, const float* x, int64_t rows, int6
   const int64_t vectors = width / kLanes;
   switch (vectors) {
     case 4:
-      column_sums_vectors<4>(a, lda, x, rows, out);
+      column_sums_vectors<4>(a, lda, x, rows, 4, out);
       break;
     case 3:
-      column_sums_vectors<3>(a, lda, x, rows, out);
+      column_sums_vectors<3>(a, lda, x, rows, 3, out);
       break;
     case 2:
-      column_sums_vectors<2>(a, lda, x, rows, out);
+      column_sums_vectors<2>(a, lda, x, rows, 2, out);
       break;
     case 1:
-      column_sums_vectors<1>(a, lda, x, rows, out);
+      column_sums_vectors<1>(a, lda, x, rows, 1, out);
       break;
     case 0:
       break;
     default:
-      column_sums_many(a, lda, x, rows, vectors, out);
+      column_sums_vectors<kBlock / kLanes>(a, lda, x, rows, vectors, out);
       break;
   }
   const int64_t done = vectors * kLanes;
