@@ -56,6 +56,8 @@ struct BenchRegistrar {
 
 // Median of a sample (copies; fine for benchmark-sized vectors).
 double median(std::vector<double> values);
+// The 1-minute load average when readable (-1 otherwise): figures taken on a busy machine say so.
+double load_average();
 
 }  // namespace gpubox::bench
 

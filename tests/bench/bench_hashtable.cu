@@ -61,16 +61,6 @@ Workload make_workload(std::size_t n, uint64_t seed) {
   return w;
 }
 
-// The 1-minute load average when readable (-1 otherwise): figures taken on a busy machine say so.
-double load_average() {
-  double load = -1.0;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1.0;
-    std::fclose(f);
-  }
-  return load;
-}
-
 double mops(std::size_t ops, double seconds) { return static_cast<double>(ops) / seconds / 1e6; }
 
 Figures run_card_table(const Workload& w, std::size_t batch, int threads, int repeats) {

@@ -3,11 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "heterps/device/card.hpp"
 #include "tests/trainer/test_util.hpp"
+#if !defined(GPUBOX_BACKEND_CUDA)
+#include "trainer/nn/detail/fixed_order_gemv.hpp"
+#endif
 
 namespace gpubox::trainer {
 namespace {
@@ -109,6 +114,70 @@ TEST(Sgemv, BothTransposesAndEmptyInnerSize) {
             << rows << "x" << cols << " trans=" << trans << " i=" << i;
       }
       EXPECT_EQ(got[out], y[out]) << "wrote past the end";
+    }
+  }
+}
+
+// y = 1.5 op(A) x - 0.5 y on a card of `threads` threads, A [rows x cols] with row stride
+// cols + 3; checks it against a float64 reference (each output within 1e-5 of the sum of its
+// terms' magnitudes) and the element after y untouched. Returns y.
+std::vector<float> check_sgemv(bool trans, int64_t rows, int64_t cols, int threads) {
+  CardSet cards = CardSet::from_list("0", 0, 1, threads);
+  device::Card& card = cards.card(0);
+  card.activate();
+  Blas blas(card);
+  std::mt19937_64 rng(rows * 131 + cols * 7 + trans);
+  const int64_t lda = cols + 3;
+  const int64_t in = trans ? rows : cols, out = trans ? cols : rows;
+  const std::vector<float> a = testing::random_vector(rows * lda, rng);
+  const std::vector<float> x = testing::random_vector(in, rng);
+  const std::vector<float> y = testing::random_vector(out + 1, rng);
+  auto da = device::to_device(a, card.memory(), card.stream());
+  auto dx = device::to_device(x, card.memory(), card.stream());
+  auto dy = device::to_device(y, card.memory(), card.stream());
+  blas.sgemv(trans ? Transpose::kYes : Transpose::kNo, rows, cols, 1.5f, da.data(), lda, dx.data(),
+             -0.5f, dy.data());
+  std::vector<float> got = device::to_host(dy);
+  for (int64_t i = 0; i < out; ++i) {
+    double dot = 0, magnitude = 0;
+    for (int64_t j = 0; j < in; ++j) {
+      const double term = (trans ? a[j * lda + i] : a[i * lda + j]) * double{x[j]};
+      dot += term;
+      magnitude += std::fabs(term);
+    }
+    const double want = 1.5 * dot - 0.5 * y[i];
+    EXPECT_NEAR(got[i], want, 1e-5 * (1.5 * magnitude + 1))
+        << rows << "x" << cols << " trans=" << trans << " i=" << i << " threads=" << threads;
+  }
+  EXPECT_EQ(got[out], y[out]) << "wrote past the end";
+  got.pop_back();
+  return got;
+}
+
+// Shapes that take every path of the cpu GEMV: A^T x with one output over a long batch, outputs
+// not a multiple of the 16-float vectors, 1 to 4 vectors and more, blocks of 256 outputs and
+// part of one more, row ranges summed
+// apart (the long batches); A x over column counts below, at and past 32, rows not a multiple of
+// the 4-row tiles or the 64-row items. Each output's sum has one order: the bits at 2 and 3
+// threads are those at 1.
+TEST(Sgemv, LongAndWideShapesMatchTheReferenceAndNotTheThreadCount) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // The long batches below are summed in several row ranges (else the test misses that path).
+  EXPECT_GT(detail::transposed_row_chunks(4096, 1), 1);
+  EXPECT_GT(detail::transposed_row_chunks(5001, 130), 1);
+  EXPECT_GT(detail::transposed_row_chunks(2100, 600), 1);  // and several blocks
+  EXPECT_EQ(detail::transposed_row_chunks(511, 1), 1);
+#endif
+  const std::tuple<bool, int64_t, int64_t> shapes[] = {
+      {true, 4096, 1},   {true, 5001, 13},  {true, 1537, 64},  {true, 1025, 65}, {true, 5001, 130},
+      {true, 3, 400},    {true, 511, 17},   {true, 40000, 2},  {true, 300, 257}, {true, 2100, 600},
+      {true, 1024, 256}, {false, 4097, 13}, {false, 301, 400}, {false, 7, 33},   {false, 2001, 31},
+      {false, 1, 1},     {false, 130, 32},  {false, 65, 64}};
+  for (const auto& [trans, rows, cols] : shapes) {
+    const std::vector<float> one = check_sgemv(trans, rows, cols, 1);
+    for (int threads : {2, 3}) {
+      EXPECT_EQ(check_sgemv(trans, rows, cols, threads), one)
+          << rows << "x" << cols << " trans=" << trans << " at " << threads << " threads";
     }
   }
 }

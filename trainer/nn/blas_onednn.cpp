@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "trainer/nn/blas.hpp"
+#include "trainer/nn/detail/fixed_order_gemv.hpp"
 #include "trainer/nn/detail/gemm_backend.hpp"
 
 namespace gpubox::trainer {
@@ -55,49 +56,6 @@ void check(dnnl_status_t status, const char* what) {
 
 // cblas-style leading dimensions: oneDNN rejects ld < 1 even for empty matrices.
 dnnl_dim_t ld(int64_t v) { return v < 1 ? 1 : v; }
-
-// y = alpha op(A) x + beta y (beta == 0: y is not read), each output summed in one order that
-// depends on the shape alone: the inner index ascending (A^T x: a block of 64 columns per item,
-// accumulated row by row; A x: one dot product per row, in the compiled SIMD order). The items
-// are spread over the card's OpenMP threads, so the bits do not depend on how many there are.
-// oneDNN's gemv splits a long inner sum over its threads when the output is short (the wide
-// part's dense gradient, every bias-like sum over the batch), which made a seeded run's bits
-// change with the card's thread count (issue 32). Memory-bound either way.
-void fixed_order_sgemv(bool trans, int64_t rows, int64_t cols, float alpha, const float* a,
-                       int64_t lda, const float* x, float beta, float* y) {
-  const auto store = [=](int64_t i, float sum) {
-    y[i] = beta == 0.0f ? alpha * sum : alpha * sum + beta * y[i];
-  };
-  // Below this many multiply-adds one thread is faster than waking the others.
-  constexpr int64_t kParallelWork = 1 << 15;
-  const bool parallel = rows * cols >= kParallelWork;
-  if (!trans) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = a + r * lda;
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t c = 0; c < cols; ++c) sum += row[c] * x[c];
-      store(r, sum);
-    }
-    return;
-  }
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t first = block * kBlock;
-    const int64_t width = cols - first < kBlock ? cols - first : kBlock;
-    float sum[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = a + r * lda + first;
-      const float xr = x[r];
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) sum[c] += row[c] * xr;
-    }
-    for (int64_t c = 0; c < width; ++c) store(first + c, sum[c]);
-  }
-}
 
 }  // namespace
 
@@ -189,7 +147,7 @@ void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, con
       for (int64_t i = 0; i < out; ++i) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
       return;
     }
-    fixed_order_sgemv(trans_a == Transpose::kYes, rows, cols, alpha, a, lda, x, beta, y);
+    detail::fixed_order_sgemv(trans_a == Transpose::kYes, rows, cols, alpha, a, lda, x, beta, y);
   });
 }
 

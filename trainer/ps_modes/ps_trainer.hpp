@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "common/timer.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/metrics/metric_values.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -104,6 +105,9 @@ class PsTrainer final : public Schedule {
   int threads() const;
   // Thread 0's dense parameters (host copy).
   std::vector<float> dense_values() const;
+  // Allocations so far of every training thread's steps and dense syncs
+  // (PsWorker::step_allocations); a pass's share is its report's pass_step_allocations.
+  uint64_t step_allocations() const;
 
   // Schedule (schedule.hpp): what the epoch loop (train()) drives. Every trainer prints its own
   // lines (its metrics are its threads').
@@ -134,13 +138,25 @@ class PsTrainer final : public Schedule {
   // data.load_into_memory(), stopped when asked (alone): throws PassStopped(pass, what).
   Status load_stoppable(dataset::InMemoryDataset& data, const std::string& what,
                         int64_t pass) const;
-  // A pass, in parts: its data, the sync mode's barrier of every trainer at the servers and its
-  // agreed step count, and every training thread's steps (returns thread 0's step count).
+  // The job's start (see the file comment): trainer 0 writes the servers' tables, every trainer
+  // adopts the dense table.
+  void start_job();
+  // A pass, in parts (ps_trainer_pass.cpp): its data, the sync mode's barrier of every trainer
+  // at the servers and its agreed step count, every training thread's steps (train_threads
+  // returns thread 0's step count, train_thread one thread's), and its report (the metrics of
+  // every thread).
   struct PassData;
+  struct PassThreads;
   PassData read_pass(const std::vector<std::string>& share, int64_t pass);
   void sync_barrier(int64_t pass, const std::string& name, const std::string& what);
   std::size_t agree_sync_steps(int64_t pass, std::size_t batches);
   std::size_t train_threads(PassData& data, int64_t pass, PsPassStop& stop);
+  std::size_t train_thread(PassThreads& run, int t);
+  PassReport pass_report(int64_t pass, const Timer& pass_timer);
+  // An evaluation: its data (read as a pass's, thread 0 its one consumer), and thread 0's steps
+  // over it (false when a stop cut them short).
+  PassData read_eval(const std::vector<std::string>& files);
+  bool eval_thread(PassData& data, bool keep_predictions, EvalResult* result);
 
   TrainerConfig config_;
   TrainerEnv env_;

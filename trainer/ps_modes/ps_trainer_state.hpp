@@ -1,5 +1,6 @@
-// PsTrainer's state, shared by the files that hold its parts (ps_trainer.cpp: the passes and
-// the job; ps_trainer_saves.cpp: saves and loads). Not a public interface.
+// PsTrainer's state, shared by the files that hold its parts (ps_trainer.cpp: the job;
+// ps_trainer_pass.cpp: the passes and evaluations; ps_trainer_saves.cpp: saves and loads). Not a
+// public interface.
 #pragma once
 
 #include <memory>
@@ -14,6 +15,11 @@
 #include "trainer/schedule/schedule.hpp"
 
 namespace gpubox::trainer::ps_modes {
+
+// Sync mode's small tables on the servers: per trainer, the barriers it reached (a timeout names
+// the trainers behind) and the batches of each pass (so every trainer takes the same steps).
+inline constexpr const char* kProgressTable = "ps_sync_progress";
+inline constexpr const char* kBatchesTable = "ps_sync_batches";
 
 struct PsTrainer::State {
   device::CardSet cards;

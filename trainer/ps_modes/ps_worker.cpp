@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
@@ -40,10 +41,11 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
   buffers_ = std::make_unique<Buffers>(card);
   if (config.runner.sync_mode == SyncMode::kGeo) geo_ = std::make_unique<GeoRows>(servers);
+  exchanger_ = std::make_unique<DenseExchanger>(servers, kDenseTableName);
   for (std::size_t s = 0; s < config.dataset.slots.size(); ++s) {
     slot_ids_.push_back(dataset::slot_id(config.dataset.slots, s));
   }
-  synced_dense_ = model_->parameters().values_to_host();
+  read_dense(&synced_dense_);
 }
 
 // An exchange still under way here was started by a dense step after which nothing took it: the
@@ -52,15 +54,8 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
 // logged (the status names the server) rather than lost; the wait itself is needed, as the
 // exchange uses this worker's buffers and servers.
 PsWorker::~PsWorker() {
-  if (!exchange_ || !exchange_->done.valid()) return;
-  Status st;
-  try {
-    st = exchange_->done.get();
-  } catch (const std::exception& e) {
-    st = Status::Internal(user_message(e));
-  } catch (...) {  // a destructor must not throw
-    st = Status::Internal("an exception that is not a std::exception");
-  }
+  if (!exchanger_->pending()) return;
+  const Status st = exchanger_->wait();
   if (!st.ok()) {
     GPUBOX_LOG(ERROR) << "training thread of card " << card_.device()
                       << ": the dense exchange under way when the thread stopped failed, so its "
@@ -69,55 +64,40 @@ PsWorker::~PsWorker() {
   }
 }
 
-void PsWorker::gather_keys(const dataset::Batch& batch) {
-  unique_index_.clear();
-  unique_keys_.clear();
-  unique_slots_.clear();
-  occurrence_unique_.resize(batch.keys.size());
-  const std::size_t b = batch.size();
-  for (int s = 0; s < batch.num_slots; ++s) {
-    const uint32_t first = batch.offsets[static_cast<std::size_t>(s) * b];
-    const uint32_t last = batch.offsets[static_cast<std::size_t>(s + 1) * b];
-    for (uint32_t j = first; j < last; ++j) {
-      const auto [it, inserted] =
-          unique_index_.emplace(batch.keys[j], static_cast<uint32_t>(unique_keys_.size()));
-      if (inserted) {
-        unique_keys_.push_back(batch.keys[j]);
-        unique_slots_.push_back(slot_ids_.at(static_cast<std::size_t>(s)));
-      }
-      occurrence_unique_[j] = it->second;
-    }
-  }
+void PsWorker::count_card_allocations(const device::DeviceCounts& before) {
+  card_allocations_ += (card_.counts() - before).allocations;
 }
 
 void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
   const table::RowLayout& layout = servers_.layout();
   const auto stride = static_cast<std::size_t>(layout.stride());
   const auto pull_dim = static_cast<std::size_t>(layout.pull_dim());
-  const std::size_t unique = unique_keys_.size();
-  rows_.resize(unique * stride);
+  const std::size_t unique = keys_.size();
+  growth_.resize(&rows_, unique * stride);
   if (local_rows) {
-    geo_locals_.resize(unique);
-    geo_->read(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), geo_locals_.data());
+    growth_.resize(&geo_locals_, unique);
+    geo_->read(keys_.keys().data(), keys_.slots().data(), unique, rows_.data(), geo_locals_.data());
   } else if (unique > 0) {
-    throw_if_error(
-        servers_.pull(unique_keys_.data(), unique_slots_.data(), unique, rows_.data(), nullptr)
-            .with_context("pulling the rows of a batch"));
+    const Status pulled =
+        servers_.pull(keys_.keys().data(), keys_.slots().data(), unique, rows_.data(), nullptr);
+    if (!pulled.ok()) throw_if_error(pulled.with_context("pulling the rows of a batch"));
   }
   const std::size_t occurrences = batch.keys.size();
-  records_.resize(occurrences * pull_dim);
+  const std::size_t record_floats = occurrences * pull_dim;
+  growth_.resize(&records_, record_floats);
+  const std::vector<uint32_t>& index = keys_.occurrence_index();
   for (std::size_t j = 0; j < occurrences; ++j) {
-    table::fill_pull_record(rows_.data() + std::size_t{occurrence_unique_[j]} * stride, layout,
+    table::fill_pull_record(rows_.data() + std::size_t{index[j]} * stride, layout,
                             records_.data() + j * pull_dim);
   }
   const device::Stream& stream = card_.stream();
   Buffers& buf = *buffers_;
-  buf.records.resize_discard(records_.size());
+  buf.records.resize_discard(record_floats);
   buf.offsets.resize_discard(batch.offsets.size());
   buf.dense.resize_discard(batch.dense.size());
   buf.labels.resize_discard(batch.labels.size());
   buf.push.resize_discard(occurrences * static_cast<std::size_t>(layout.push_dim()));
-  device::copy_async(buf.records.data(), records_.data(), records_.size(), stream);
+  device::copy_async(buf.records.data(), records_.data(), record_floats, stream);
   device::copy_async(buf.offsets.data(), batch.offsets.data(), batch.offsets.size(), stream);
   device::copy_async(buf.dense.data(), batch.dense.data(), batch.dense.size(), stream);
   device::copy_async(buf.labels.data(), batch.labels.data(), batch.labels.size(), stream);
@@ -140,7 +120,8 @@ DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
 double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step) {
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return 0.0;
-  gather_keys(batch);
+  const device::DeviceCounts before = card_.counts();
+  keys_.gather(batch, slot_ids_, growth_);
   upload(batch, geo_ != nullptr);
   GradScales scales;
   scales.dense = 1.0f / static_cast<float>(size);  // the gradient of the batch's mean loss
@@ -150,26 +131,37 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
   metrics_->add(model_->predictions(), buffers_->labels.data(), size,
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
-
-  const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
-  const std::vector<float> push = device::to_host(buffers_->push);
-  merged_.assign(unique_keys_.size() * push_dim, 0.0f);
-  for (std::size_t j = 0; j < occurrence_unique_.size(); ++j) {
-    float* into = merged_.data() + std::size_t{occurrence_unique_[j]} * push_dim;
-    const float* from = push.data() + j * push_dim;
-    for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
-  }
+  merge_push(batch.keys.size());
   if (geo_) {
     geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
   } else {
-    throw_if_error(servers_
-                       .push_updates(table::server::PsUpdateKind::kGradient, unique_keys_.data(),
-                                     unique_slots_.data(), unique_keys_.size(), merged_.data())
-                       .with_context("pushing the gradients of pass " + std::to_string(pass) +
-                                     ", step " + std::to_string(step)));
+    const Status pushed =
+        servers_.push_updates(table::server::PsUpdateKind::kGradient, keys_.keys().data(),
+                              keys_.slots().data(), keys_.size(), merged_.data());
+    if (!pushed.ok()) {
+      throw_if_error(pushed.with_context("pushing the gradients of pass " + std::to_string(pass) +
+                                         ", step " + std::to_string(step)));
+    }
   }
   optimizer_->step(model_->parameters());
+  count_card_allocations(before);
   return loss;
+}
+
+void PsWorker::merge_push(std::size_t occurrences) {
+  const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
+  const std::size_t push_floats = occurrences * push_dim;
+  growth_.fit(&push_, push_floats);
+  device::copy_async(push_.data(), buffers_->push.data(), push_floats, card_.stream());
+  card_.stream().synchronize();
+  growth_.resize(&merged_, keys_.size() * push_dim);
+  std::fill(merged_.begin(), merged_.end(), 0.0f);
+  const std::vector<uint32_t>& index = keys_.occurrence_index();
+  for (std::size_t j = 0; j < occurrences; ++j) {
+    float* into = merged_.data() + std::size_t{index[j]} * push_dim;
+    const float* from = push_.data() + j * push_dim;
+    for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
+  }
 }
 
 double PsWorker::running_auc() {
@@ -181,61 +173,70 @@ double PsWorker::running_auc() {
 void PsWorker::eval_step(const dataset::Batch& batch) {
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return;
-  gather_keys(batch);
+  const device::DeviceCounts before = card_.counts();
+  keys_.gather(batch, slot_ids_, growth_);
   upload(batch, false);
   model_->predict(batch_view(batch));
   metrics_->add(model_->predictions(), buffers_->labels.data(), size);
   last_batch_ = batch.size();
+  count_card_allocations(before);
 }
 
 std::vector<float> PsWorker::last_predictions() const {
   return device::to_host(model_->predictions(), last_batch_, card_.stream());
 }
 
+void PsWorker::read_dense(std::vector<float>* into) {
+  const DenseParameters& params = model_->parameters();
+  growth_.resize(into, params.size());
+  if (params.size() == 0) return;
+  device::copy_async(into->data(), params.values().data(), params.size(), card_.stream());
+  card_.stream().synchronize();
+}
+
 void PsWorker::sync_dense(float scale) {
   finish_exchange();
-  DenseParameters& params = model_->parameters();
-  std::vector<float> values = params.values_to_host();
+  const device::DeviceCounts before = card_.counts();
+  read_dense(&dense_);
   table::server::DenseAction action = table::server::DenseAction::kRead;
   if (scale != 0.0f) {
     action = table::server::DenseAction::kAdd;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      values[i] = (values[i] - synced_dense_[i]) * scale;
+    for (std::size_t i = 0; i < dense_.size(); ++i) {
+      dense_[i] = (dense_[i] - synced_dense_[i]) * scale;
     }
   }
-  throw_if_error(servers_.dense(action, kDenseTableName, &values)
-                     .with_context("syncing the dense parameters with the servers"));
-  params.set_values(values);
-  synced_dense_ = std::move(values);
+  const Status synced = servers_.dense(action, kDenseTableName, &dense_);
+  if (!synced.ok()) {
+    throw_if_error(synced.with_context("syncing the dense parameters with the servers"));
+  }
+  model_->parameters().set_values(dense_);
+  std::swap(synced_dense_, dense_);  // the servers' values; the old buffer is reused
+  count_card_allocations(before);
 }
 
 void PsWorker::finish_exchange() {
-  if (!exchange_) return;
-  const std::unique_ptr<Exchange> done = std::move(exchange_);
-  throw_if_error(done->done.get().with_context("syncing the dense parameters with the servers"));
-  // The servers' sum, plus what this thread changed since the snapshot (not sent yet).
-  DenseParameters& params = model_->parameters();
-  std::vector<float> values = params.values_to_host();
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = done->sent[i] + (values[i] - done->snapshot[i]);
+  if (!exchanger_->pending()) return;
+  const Status added = exchanger_->wait();
+  if (!added.ok()) {
+    throw_if_error(added.with_context("syncing the dense parameters with the servers"));
   }
-  params.set_values(values);
-  synced_dense_ = std::move(done->sent);
+  // The servers' sum, plus what this thread changed since the snapshot (not sent yet).
+  read_dense(&dense_);
+  for (std::size_t i = 0; i < dense_.size(); ++i) {
+    dense_[i] = sent_[i] + (dense_[i] - snapshot_[i]);
+  }
+  model_->parameters().set_values(dense_);
+  std::swap(synced_dense_, sent_);  // the servers' sum; the old buffer is the next change's
 }
 
 void PsWorker::exchange_dense() {
   finish_exchange();
-  auto next = std::make_unique<Exchange>();
-  next->snapshot = model_->parameters().values_to_host();
-  next->sent.resize(next->snapshot.size());
-  for (std::size_t i = 0; i < next->sent.size(); ++i) {
-    next->sent[i] = next->snapshot[i] - synced_dense_[i];
-  }
-  std::vector<float>* sent = &next->sent;  // stable: the Exchange outlives its future
-  next->done = std::async(std::launch::async, [this, sent] {
-    return servers_.dense(table::server::DenseAction::kAdd, kDenseTableName, sent);
-  });
-  exchange_ = std::move(next);
+  const device::DeviceCounts before = card_.counts();
+  read_dense(&snapshot_);
+  growth_.resize(&sent_, snapshot_.size());
+  for (std::size_t i = 0; i < sent_.size(); ++i) sent_[i] = snapshot_[i] - synced_dense_[i];
+  exchanger_->start(&sent_);  // sent_ is the exchanger's until finish_exchange()
+  count_card_allocations(before);
 }
 
 std::size_t PsWorker::sync_rows(float scale) { return geo_ ? geo_->sync(scale) : 0; }

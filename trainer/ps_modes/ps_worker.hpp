@@ -25,16 +25,17 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "common/status.hpp"
 #include "dataset/batch.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
 #include "trainer/config/trainer_config.hpp"
+#include "trainer/ps_modes/batch_keys.hpp"
+#include "trainer/ps_modes/dense_exchanger.hpp"
+#include "trainer/ps_modes/step_buffers.hpp"
 
 namespace gpubox::table::server {
 class RemoteHostTier;
@@ -99,15 +100,28 @@ class PsWorker {
   // The AUC of what metrics() holds so far (the progress line's; waits for the card).
   double running_auc();
 
+  // Allocations made so far by this thread's steps and dense syncs (train_step, eval_step,
+  // sync_dense, exchange_dense): growths of its reused host buffers (step_buffers.hpp: the
+  // batch's keys and rows, the pull records, the gradients read back, the dense table's
+  // copies) and card allocations on its card. A step like one before it allocates nothing: the
+  // dense table's copies are sized once (regrown only if the table grew), whatever the batch.
+  // Not counted: what the servers' client allocates inside a call (RemoteHostTier).
+  uint64_t step_allocations() const { return growth_.growths() + card_allocations_; }
+
  private:
-  // The batch's distinct keys (with their slot ids) and each occurrence's index among them.
-  void gather_keys(const dataset::Batch& batch);
-  // Rows of the distinct keys (`local_rows`: the geo copy, else the servers') -> pull records per
-  // occurrence, copied to the card with the batch.
+  // Rows of the batch's distinct keys (`local_rows`: the geo copy, else the servers') -> pull
+  // records per occurrence, copied to the card with the batch.
   void upload(const dataset::Batch& batch, bool local_rows);
   DenseBatchView batch_view(const dataset::Batch& batch) const;
+  // The gradients of the step's occurrences (read back from the card) summed per distinct key
+  // into merged_.
+  void merge_push(std::size_t occurrences);
+  // *into = the dense parameters (host copy, into a reused buffer).
+  void read_dense(std::vector<float>* into);
   // Adopts the exchange under way, if any (waits for it; throws its error).
   void finish_exchange();
+  // Adds the card allocations since `before` to card_allocations_.
+  void count_card_allocations(const device::DeviceCounts& before);
 
   device::Card& card_;
   table::server::RemoteHostTier& servers_;
@@ -117,26 +131,26 @@ class PsWorker {
   std::unique_ptr<MetricsAccumulator> metrics_;
   std::unique_ptr<GeoRows> geo_;  // geo mode only
   std::vector<int32_t> slot_ids_;
-  std::vector<float> synced_dense_;  // dense parameters at the last sync_dense
-  std::size_t last_batch_ = 0;       // examples of the last eval_step
-  // exchange_dense()'s add under way on its own thread: `sent` holds the change, then the
-  // servers' sum; `snapshot` the parameters it was taken from.
-  struct Exchange {
-    std::vector<float> snapshot;
-    std::vector<float> sent;
-    std::future<Status> done;
-  };
-  std::unique_ptr<Exchange> exchange_;
+  std::size_t last_batch_ = 0;  // examples of the last eval_step
 
-  // Step buffers, reused (they only grow).
-  std::unordered_map<uint64_t, uint32_t> unique_index_;
-  std::vector<uint64_t> unique_keys_;
-  std::vector<int32_t> unique_slots_;
-  std::vector<uint32_t> occurrence_unique_;
-  std::vector<uint32_t> geo_locals_;  // geo: each distinct key's row in GeoRows
-  std::vector<float> rows_;           // distinct keys x stride
-  std::vector<float> records_;        // occurrences x pull_dim
-  std::vector<float> merged_;         // distinct keys x push_dim
+  // Reused buffers (they only grow; growth_ counts it). The dense table's: the parameters at
+  // the last sync, the parameters read back, and exchange_dense()'s snapshot and change (the
+  // change becomes the servers' sum on the exchanger's thread).
+  BufferGrowth growth_;
+  uint64_t card_allocations_ = 0;
+  BatchKeys keys_;
+  std::vector<float> synced_dense_;
+  std::vector<float> dense_;
+  std::vector<float> snapshot_;
+  std::vector<float> sent_;
+  std::unique_ptr<DenseExchanger> exchanger_;  // the async mode's exchange_dense()
+  std::vector<uint32_t> geo_locals_;           // geo: each distinct key's row in GeoRows
+  std::vector<float> rows_;                    // distinct keys x stride
+  std::vector<float> merged_;                  // distinct keys x push_dim
+  // Occurrences x pull_dim, uploaded from pageable memory: the copy has left it when the call
+  // returns (eval steps do not wait for the card before the next batch overwrites it).
+  std::vector<float> records_;
+  device::pinned_buffer<float> push_;  // occurrences x push_dim, read back
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
 };

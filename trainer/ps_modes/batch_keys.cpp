@@ -1,0 +1,46 @@
+#include "trainer/ps_modes/batch_keys.hpp"
+
+#include <algorithm>
+
+#include "common/hash.hpp"
+
+namespace gpubox::trainer::ps_modes {
+
+std::size_t BatchKeys::find_slot(uint64_t key) const {
+  std::size_t slot = fmix64(key) & mask_;
+  while (index_[slot] != kEmpty && keys_[index_[slot]] != key) slot = (slot + 1) & mask_;
+  return slot;
+}
+
+void BatchKeys::gather(const dataset::Batch& batch, const std::vector<int32_t>& slot_ids,
+                       BufferGrowth& growth) {
+  const std::size_t occurrences = batch.keys.size();
+  // At most half full: probes stay short.
+  std::size_t entries = 16;
+  while (entries < 2 * occurrences) entries *= 2;
+  growth.resize(&index_, entries);
+  std::fill(index_.begin(), index_.end(), kEmpty);
+  mask_ = entries - 1;
+  growth.reserve(&keys_, occurrences);
+  growth.reserve(&slots_, occurrences);
+  growth.resize(&occurrence_index_, occurrences);
+  keys_.clear();
+  slots_.clear();
+  const std::size_t b = batch.size();
+  for (int s = 0; s < batch.num_slots; ++s) {
+    const uint32_t first = batch.offsets[static_cast<std::size_t>(s) * b];
+    const uint32_t last = batch.offsets[static_cast<std::size_t>(s + 1) * b];
+    for (uint32_t j = first; j < last; ++j) {
+      const uint64_t key = batch.keys[j];
+      const std::size_t slot = find_slot(key);
+      if (index_[slot] == kEmpty) {
+        index_[slot] = static_cast<uint32_t>(keys_.size());
+        keys_.push_back(key);  // within the reserved capacity
+        slots_.push_back(slot_ids.at(static_cast<std::size_t>(s)));
+      }
+      occurrence_index_[j] = index_[slot];
+    }
+  }
+}
+
+}  // namespace gpubox::trainer::ps_modes

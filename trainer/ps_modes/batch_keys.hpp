@@ -1,0 +1,43 @@
+// BatchKeys: a batch's distinct keys in order of first occurrence, the slot id each was first
+// seen in, and each occurrence's index among them (what a PS step pulls, and how it merges the
+// occurrences' gradients per key). An open-addressing index over arrays reused batch after batch
+// (a std::unordered_map allocated a node per distinct key every step); they grow through a
+// BufferGrowth, counted.
+//
+// Thread-safety: one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dataset/batch.hpp"
+#include "trainer/ps_modes/step_buffers.hpp"
+
+namespace gpubox::trainer::ps_modes {
+
+class BatchKeys {
+ public:
+  // Gathers `batch`'s keys; slot s's keys get slot id slot_ids[s] (batch.num_slots of them).
+  void gather(const dataset::Batch& batch, const std::vector<int32_t>& slot_ids,
+              BufferGrowth& growth);
+
+  std::size_t size() const { return keys_.size(); }
+  const std::vector<uint64_t>& keys() const { return keys_; }
+  const std::vector<int32_t>& slots() const { return slots_; }
+  // occurrence j of batch.keys -> its key's index in keys().
+  const std::vector<uint32_t>& occurrence_index() const { return occurrence_index_; }
+
+ private:
+  // The index's slot of `key` (holding it, or empty: kEmpty).
+  std::size_t find_slot(uint64_t key) const;
+
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> slots_;
+  std::vector<uint32_t> occurrence_index_;
+  std::vector<uint32_t> index_;  // open addressing, linear probing: a power of two of entries
+  std::size_t mask_ = 0;
+};
+
+}  // namespace gpubox::trainer::ps_modes

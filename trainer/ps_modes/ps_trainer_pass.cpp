@@ -1,0 +1,402 @@
+// PsTrainer's passes (ps_trainer.hpp): a pass's data, the sync mode's barriers and agreed step
+// count, every training thread's steps, and the pass's report.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/timer.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "dataset/queue_dataset.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "trainer/metrics/metrics.hpp"
+#include "trainer/ps_modes/job_steady_loss.hpp"
+#include "trainer/ps_modes/ps_step_hooks.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_trainer_state.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/thread_barrier.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+#include "trainer/schedule/pass_data.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::DenseAction;
+
+std::vector<float> one_hot(int size, int index, float value) {
+  std::vector<float> v(static_cast<std::size_t>(size), 0.0f);
+  v.at(static_cast<std::size_t>(index)) = value;
+  return v;
+}
+
+}  // namespace
+
+// One pass's data as a PS trainer reads it: held whole (InmemoryDataset), or streamed
+// (QueueDataset; in the sync mode read once first for its batch count, as every trainer takes as
+// many steps as the longest).
+struct PsTrainer::PassData {
+  std::unique_ptr<dataset::InMemoryDataset> held;
+  std::unique_ptr<dataset::QueueDataset> stream;
+  std::size_t batches = 0;  // per thread; unknown (0) for an async or geo stream
+  std::size_t steps = 0;    // per thread, agreed over the job in the sync mode
+  const dataset::LoadStats& stats() const {
+    return stream ? stream->load_stats() : held->load_stats();
+  }
+  // A stream's own failure (a file, pipe_command, strict_parse) is the pass's error, also when a
+  // training thread stopped for it first.
+  void check_stream(int64_t pass) const {
+    const Status read = stream->finish();
+    if (!read.ok() && read.code() != Status::Code::kAborted) {
+      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+    }
+  }
+  // Thread t's (of `threads`) batch of step b; false when the thread has no step left.
+  // `open_ended`: a stream's batches are taken until it ends (async and geo), else `steps`.
+  bool next_batch(int t, int threads, std::size_t b, bool open_ended, int64_t pass,
+                  dataset::Batch* batch) const {
+    if (open_ended) return stream->next_batch(t, batch);
+    if (b >= steps) return false;
+    if (b >= batches) {
+      *batch = dataset::Batch{};  // an empty step: this trainer has no batch left
+    } else if (stream != nullptr) {
+      GPUBOX_EXPECTS(stream->next_batch(t, batch), "pass ", pass, ": its stream ended at batch ", b,
+                     " of ", batches);
+    } else {
+      held->fill_batch(t, threads, b, batch);
+    }
+    return true;
+  }
+};
+
+PsTrainer::PassData PsTrainer::read_pass(const std::vector<std::string>& share, int64_t pass) {
+  const int threads = state_->cards.num_local_cards();
+  PassData data;
+  if (config_.runner.reader_type == ReaderType::kQueueDataset) {
+    data.stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
+    data.stream->set_filelist(share);
+    if (config_.runner.sync_mode == SyncMode::kSync) {
+      const Status counted = data.stream->scan();
+      if (!counted.ok()) GPUBOX_FAIL("reading pass ", pass, " (to count it): ", counted.message());
+      data.batches = data.stream->num_batches_per_card(threads);
+    }
+    data.stream->start(threads);
+    GPUBOX_LOG(INFO) << "pass " << pass << ": " << data.stream->memory_note();
+  } else {
+    data.held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
+    data.held->set_filelist(share);
+    const Status loaded = load_stoppable(*data.held, "reading pass " + std::to_string(pass), pass);
+    if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
+    report_read(data.held->load_stats(), share, "pass " + std::to_string(pass));
+    if (config_.runner.shuffle) data.held->local_shuffle(config_.runner.seed * 1000003 + pass);
+    data.batches = data.held->num_batches_per_card(threads);
+  }
+  data.steps = data.batches;
+  return data;
+}
+
+PsTrainer::PassData PsTrainer::read_eval(const std::vector<std::string>& files) {
+  PassData data;
+  if (config_.runner.reader_type == ReaderType::kQueueDataset) {
+    data.stream = std::make_unique<dataset::QueueDataset>(config_.dataset);
+    data.stream->set_filelist(files);
+    data.stream->set_batch_size(config_.runner.infer_batch_size);
+    data.stream->start(1);  // one consumer: thread 0
+  } else {
+    data.held = std::make_unique<dataset::InMemoryDataset>(config_.dataset);
+    data.held->set_filelist(files);
+    const Status loaded = load_stoppable(*data.held, "reading the evaluation data", -1);
+    if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
+    report_read(data.held->load_stats(), files, "evaluation data");
+    data.held->set_batch_size(config_.runner.infer_batch_size);
+    data.batches = data.held->num_batches_per_card(1);
+  }
+  data.steps = data.batches;
+  return data;
+}
+
+void PsTrainer::sync_barrier(int64_t pass, const std::string& name, const std::string& what) {
+  State& s = *state_;
+  // Each arrival is counted first in kProgressTable, so a timeout names the trainers behind the
+  // furthest one.
+  std::vector<float> arrival = one_hot(env_.trainers, env_.trainer_id, 1.0f);
+  throw_if_error(s.servers->dense(DenseAction::kAdd, kProgressTable, &arrival));
+  const Status st =
+      s.servers->barrier("ps_sync/" + std::to_string(pass) + "/" + name,
+                         static_cast<uint32_t>(env_.trainers), config_.runner.collective_timeout_s);
+  if (st.ok()) return;
+  std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
+  std::string missing;
+  if (s.servers->dense(DenseAction::kRead, kProgressTable, &progress).ok()) {
+    const float furthest = *std::max_element(progress.begin(), progress.end());
+    for (int w = 0; w < env_.trainers; ++w) {
+      if (progress[static_cast<std::size_t>(w)] < furthest) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+      }
+    }
+  }
+  GPUBOX_FAIL(
+      "sync mode, pass ", pass, ", ", what, ": not every one of the ", env_.trainers,
+      " trainers arrived within runner.collective_timeout_s=", config_.runner.collective_timeout_s,
+      " s", missing.empty() ? std::string() : " (missing: trainer " + missing + ")",
+      ": a trainer died or is stuck; ", st.to_string());
+}
+
+std::size_t PsTrainer::agree_sync_steps(int64_t pass, std::size_t batches) {
+  State& s = *state_;
+  std::vector<float> mine = one_hot(env_.trainers, env_.trainer_id, static_cast<float>(batches));
+  throw_if_error(s.servers->dense(DenseAction::kAdd, kBatchesTable, &mine));
+  sync_barrier(pass, "count", "counting batches");
+  std::vector<float> all(static_cast<std::size_t>(env_.trainers), 0.0f);
+  throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &all));
+  std::size_t steps = batches;
+  for (std::size_t w = 0; w < all.size(); ++w) {
+    steps = std::max(steps, static_cast<std::size_t>(std::lround(all[w] - s.batches_seen[w])));
+  }
+  s.batches_seen = all;
+  sync_barrier(pass, "counted", "agreeing on the steps");
+  return steps;
+}
+
+// What every training thread of a pass shares: its data and stop, the schedule of its dense
+// syncs, the threads' barrier and thread 0's progress line.
+struct PsTrainer::PassThreads {
+  PassThreads(PsTrainer& trainer, PassData& data, int64_t pass, PsPassStop& stop, int threads)
+      : trainer(trainer),
+        data(data),
+        pass(pass),
+        stop(stop),
+        threads(threads),
+        mode(trainer.config_.runner.sync_mode),
+        local(threads),
+        progress(trainer.state_->hooks, pass, data.steps, trainer.config_.runner.print_interval,
+                 trainer.env_, threads) {
+    const RunnerConfig& runner = trainer.config_.runner;
+    // async and geo take a stream's batches until it ends; everything else `steps` of them.
+    open_ended = data.stream != nullptr && mode != SyncMode::kSync;
+    // sync averages the step's gradients of every thread of the job; geo averages the threads'
+    // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
+    // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
+    dense_scale = mode == SyncMode::kAsync
+                      ? 1.0f
+                      : 1.0f / static_cast<float>(trainer.env_.trainers * threads);
+    dense_every = static_cast<std::size_t>(mode == SyncMode::kGeo ? runner.geo_step
+                                                                  : runner.dense_sync_steps);
+  }
+  // Thread t's batch of step b; false when the thread has no step left.
+  bool next_batch(int t, std::size_t b, dataset::Batch* batch) const {
+    return data.next_batch(t, threads, b, open_ended, pass, batch);
+  }
+  // Every trainer's updates of a step are on the servers before anyone's next pull (sync). At
+  // step barriers (`b` < data.steps) thread 0 also agrees on a stop (PsPassStop).
+  void meet_all(int t, const std::string& name, const std::string& what, std::size_t b) {
+    local.wait();  // every thread's updates of this step are on the servers
+    if (t == 0 && b < data.steps) stop.before_sync_barrier(b);
+    if (t == 0) trainer.sync_barrier(pass, name, what);
+    if (t == 0 && b < data.steps) stop.after_sync_barrier(b, b + 1 == data.steps);
+    local.wait();  // ... and every trainer's
+  }
+
+  PsTrainer& trainer;
+  PassData& data;
+  const int64_t pass;
+  PsPassStop& stop;
+  const int threads;
+  const SyncMode mode;
+  bool open_ended = false;
+  float dense_scale = 1.0f;
+  std::size_t dense_every = 1;
+  ThreadBarrier local;
+  PsProgress progress;
+};
+
+std::size_t PsTrainer::train_threads(PassData& data, int64_t pass, PsPassStop& stop) {
+  State& s = *state_;
+  PassThreads run(*this, data, pass, stop, s.cards.num_local_cards());
+  std::size_t steps_taken = 0;  // thread 0's
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        const int t = card.local_index();
+        const std::size_t steps = train_thread(run, t);
+        if (t == 0) steps_taken = steps;
+      },
+      [&](const std::string& why) {
+        run.local.abort(why);
+        if (data.stream != nullptr) data.stream->abort(why);
+      });
+  return steps_taken;
+}
+
+std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
+  State& s = *state_;
+  const SyncMode mode = run.mode;
+  PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
+  worker.metrics().reset();
+  dataset::Batch batch;
+  std::size_t b = 0;
+  for (; (mode == SyncMode::kSync || !run.stop.stop_before_step(t, b)) &&
+         run.next_batch(t, b, &batch);
+       ++b) {
+    if (s.watch != nullptr) {
+      if (const std::string lost = s.watch->lost(); !lost.empty()) {
+        GPUBOX_FAIL("pass ", run.pass, ", step ", b, ": ", lost);
+      }
+    }
+    worker.train_step(batch, run.pass, static_cast<int64_t>(b));
+    if (t == 0) run.progress.after_step(b, batch.size(), worker);
+    const bool dense_step = (b + 1) % run.dense_every == 0;
+    if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
+    if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
+    if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(run.dense_scale);
+    if (mode == SyncMode::kSync) {
+      run.meet_all(t, std::to_string(b), "step " + std::to_string(b), b);
+      if (dense_step) worker.sync_dense(0.0f);
+      if (run.stop.stopping()) {  // every thread of every trainer after this step
+        ++b;
+        break;
+      }
+    }
+  }
+  // The end of a pass: what is left goes to the servers. In the sync mode every thread of every
+  // trainer took the same `steps`, so all agree on whether a partial dense window is left; it is
+  // added and adopted behind one more barrier, as a step's.
+  if (mode == SyncMode::kGeo) worker.sync_rows(run.dense_scale);
+  if (mode != SyncMode::kSync) worker.sync_dense(run.dense_scale);
+  if (mode == SyncMode::kSync && b % run.dense_every != 0) {
+    worker.sync_dense(run.dense_scale);
+    run.meet_all(t, "dense", "the pass's last dense window", run.data.steps);
+    worker.sync_dense(0.0f);
+  }
+  return b;
+}
+
+EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
+  State& s = *state_;
+  // Read like the training passes: held whole, or streamed.
+  PassData data = read_eval(files);
+  EvalResult result;
+  bool whole = true;
+  s.cards.run_on_cards(
+      [&](device::Card& card) {
+        if (card.local_index() == 0) whole = eval_thread(data, keep_predictions, &result);
+      },
+      [&](const std::string& why) {
+        if (data.stream != nullptr) data.stream->abort(why);
+      });
+  if (!whole && data.stream != nullptr) data.stream->abort("the run was asked to stop");
+  if (!whole && data.stream != nullptr) (void)data.stream->finish();
+  if (!whole) throw PassStopped(-1, "the evaluation");
+  if (data.stream != nullptr) {
+    const Status read = data.stream->finish();
+    if (!read.ok()) GPUBOX_FAIL("reading evaluation data: ", read.message());
+    report_read(data.stream->load_stats(), files, "evaluation data");
+  }
+  return result;
+}
+
+bool PsTrainer::eval_thread(PassData& data, bool keep_predictions, EvalResult* result) {
+  PsWorker& worker = *state_->workers[0];
+  worker.sync_dense(0.0f);  // the servers' dense table
+  worker.metrics().reset();
+  const std::atomic<bool>* stop = alone_stop_flag();
+  dataset::Batch batch;
+  for (std::size_t b = 0;; ++b) {
+    // One trainer alone stops between two batches when asked (several: in the next pass).
+    if (stop != nullptr && stop->load()) return false;
+    if (!data.next_batch(0, 1, b, data.stream != nullptr, -1, &batch)) break;
+    worker.eval_step(batch);
+    if (!keep_predictions || batch.size() == 0) continue;
+    const std::vector<float> predictions = worker.last_predictions();
+    result->labels.insert(result->labels.end(), batch.labels.begin(), batch.labels.end());
+    result->predictions.insert(result->predictions.end(), predictions.begin(), predictions.end());
+  }
+  result->metrics = worker.metrics().compute();
+  return true;
+}
+
+uint64_t PsTrainer::step_allocations() const {
+  uint64_t total = 0;
+  for (const auto& worker : state_->workers) total += worker->step_allocations();
+  return total;
+}
+
+PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
+  State& s = *state_;
+  const int64_t pass = pass_id_++;
+  Timer pass_timer;
+  const std::vector<std::string> share =
+      config_.runner.split_file_list ? trainer_file_share(files, env_.trainer_id, env_.trainers)
+                                     : files;
+  GPUBOX_EXPECTS(!share.empty(), "pass ", pass, ": trainer ", env_.trainer_id, " of ",
+                 env_.trainers, " gets none of the ", files.size(),
+                 " files (runner.split_file_list shares them among the trainers: give at least ",
+                 env_.trainers, " files)");
+  PassData data = read_pass(share, pass);
+  const double load_seconds = pass_timer.seconds();
+  if (config_.runner.sync_mode == SyncMode::kSync)
+    data.steps = agree_sync_steps(pass, data.batches);
+  Timer train_timer;
+  const uint64_t allocations_before = step_allocations();
+  std::size_t steps_taken = 0;
+  PsPassStop stop(*s.servers, env_.trainer_id, env_.trainers, s.hooks.stop_flag, pass);
+  // The steps taken before a stream's failure stay taken: a streamed pass is never whole in
+  // memory to be checked first.
+  try {
+    steps_taken = train_threads(data, pass, stop);
+  } catch (const Error&) {
+    if (data.stream != nullptr) data.check_stream(pass);
+    throw;
+  }
+  if (stop.pass_stopped([&] {
+        meet("ps/stop/" + std::to_string(pass), "at the end of pass " + std::to_string(pass));
+      })) {
+    if (data.stream != nullptr) data.stream->abort("the run was asked to stop");
+    if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read
+    pass_id_ = pass;
+    throw PassStopped(pass, steps_taken, data.steps);
+  }
+  const double train_seconds = train_timer.seconds();
+  if (data.stream != nullptr) {
+    data.check_stream(pass);
+    report_read(data.stream->load_stats(), share, "pass " + std::to_string(pass));
+  }
+  PassReport report = pass_report(pass, pass_timer);
+  report.extra = {
+      {"load_seconds", load_seconds},
+      {"train_seconds", train_seconds},
+      {"steps", static_cast<double>(steps_taken)},
+      {"pass_step_allocations", static_cast<double>(step_allocations() - allocations_before)},
+      {"trainer_id", static_cast<double>(env_.trainer_id)},
+      {"trainers", static_cast<double>(env_.trainers)},
+      {"skipped_lines", static_cast<double>(data.stats().skipped_lines())}};
+  return report;
+}
+
+PassReport PsTrainer::pass_report(int64_t pass, const Timer& pass_timer) {
+  State& s = *state_;
+  std::vector<double>& sums = s.metric_sums;
+  sums.clear();
+  for (auto& worker : s.workers) {
+    worker->metrics().compute();
+    worker->metrics().accumulate_into(&sums);
+  }
+  PassReport report;
+  report.pass = pass;
+  report.seconds = pass_timer.seconds();
+  report.cards = s.cards.num_local_cards();
+  report.metrics = compute_metrics(sums.data(), s.workers[0]->metrics().buckets());
+  // The divergence check judges the job's steady loss: every trainer the same figure.
+  if (env_.trainers > 1) {
+    report.metrics.steady = job_steady_loss(*s.servers, env_.trainer_id, env_.trainers, pass,
+                                            report.metrics.steady, [&] {
+                                              meet("ps/steady_loss/" + std::to_string(pass),
+                                                   "at the end of pass " + std::to_string(pass));
+                                            });
+  }
+  return report;
+}
+
+}  // namespace gpubox::trainer::ps_modes
