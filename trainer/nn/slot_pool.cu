@@ -22,13 +22,20 @@ struct PullRecords {
   }
 };
 
+// Fields one work item of the pool takes: heter_comm's choice for segment sums (one on CUDA, so
+// that neighbouring threads read neighbouring floats of a record; a group on the cpu backend, so
+// that a core walks a segment's records once, with one index division per segment). Each value's
+// additions are the same either way: the choice never changes a bit.
+constexpr int32_t kPoolFields = heter_comm::kDefaultFieldsPerItem;
+
 // Writes the first layer's input rows (T: float or Bf16, row stride ld). Items [0, pooled_items)
-// are one per (slot, instance) segment and output column: an item sums one field of the
-// segment's records in the fixed order of segment_reduce.cuh (a segment is one instance's
-// keys in one slot: short, so one thread takes it whole) and owns its output value, so no atomics
-// are needed. Neighbouring items read neighbouring floats of a record. With use_cvm, column 0
-// sums show and click and writes both cvm features. The items after them copy the dense
-// features, one each, behind the pooled columns (the concat, in place).
+// are one per (slot, instance) segment and group of its records' fields (groups.fields of them:
+// show and click with use_cvm, then embed_w, embedx_w[mf_dim]): an item sums them over the
+// segment's records in the fixed order of segment_reduce.cuh (a segment is one instance's keys in
+// one slot: short, so one thread takes it whole) and owns its output values, so no atomics are
+// needed. Output column o holds field o with use_cvm (show and click as the cvm features), field
+// 2 + o without. The items after them copy the dense features, one each, behind the pooled
+// columns (the concat, in place).
 template <class T>
 struct PoolForward {
   PullRecords records;
@@ -38,7 +45,7 @@ struct PoolForward {
   int64_t ld;
   int64_t batch;
   std::size_t pooled_items;
-  int columns;  // cvm ? 1 + values : values, values = pull_dim - 2 (embed_w, embedx_w[mf_dim])
+  heter_comm::FieldGroups<kPoolFields> groups;
   SlotBlocks blocks;
   int out_dim;
   int dense_dim;
@@ -50,32 +57,37 @@ struct PoolForward {
       store_as(rows + i * ld + out_dim + k % dense_dim, dense[k]);
       return;
     }
-    const int64_t segment = static_cast<int64_t>(item / static_cast<std::size_t>(columns));
-    const int column = static_cast<int>(item % static_cast<std::size_t>(columns));
+    const auto segment = static_cast<int64_t>(groups.row(item));
+    const int32_t first = groups.first(item);
     const int64_t s = segment / batch;
     const int64_t i = segment % batch;
-    // A slot narrower than the records has fewer columns: the item past them has none.
-    if (column >= blocks.width_of(s) - (use_cvm ? 1 : 0)) return;
-    T* out = rows + i * ld + blocks.begin(s);
+    // A slot narrower than the records has fewer columns: the fields past them are not pooled.
+    const int32_t left = blocks.width_of(s) - first;
+    const int32_t count = groups.count(item) < left ? groups.count(item) : left;
+    if (count <= 0) return;
     const position_t begin = offsets[segment];
     const position_t end = offsets[segment + 1];
-    using heter_comm::sum_segment;
-    if (!use_cvm) {
-      store_as(out + column, sum_segment(records, begin, end, 2 + column));
-      return;
+    float sums[kPoolFields];
+    heter_comm::sum_segment<kPoolFields>(records, begin, end, (use_cvm ? 0 : 2) + first, count,
+                                         sums);
+    T* out = rows + i * ld + blocks.begin(s) + first;
+    for (int32_t j = 0; j < count; ++j) {
+      const int32_t column = first + j;
+      if (!use_cvm || column > 1) {
+        store_as(out + j, sums[j]);
+      } else if (column == 0) {
+        store_as(out + j, detail::log1p_f(sums[j]));
+      } else {  // click: log(click + 1) - log(show + 1), show from this item or summed here
+        const float show = j > 0 ? sums[j - 1] : heter_comm::sum_segment(records, begin, end, 0);
+        store_as(out + j, detail::log1p_f(sums[j]) - detail::log1p_f(show));
+      }
     }
-    if (column > 0) {
-      store_as(out + 1 + column, sum_segment(records, begin, end, 1 + column));
-      return;
-    }
-    const float log_show = detail::log1p_f(sum_segment(records, begin, end, 0));
-    store_as(out, log_show);
-    store_as(out + 1, detail::log1p_f(sum_segment(records, begin, end, 1)) - log_show);
   }
 };
 
-// One work item per (slot, instance) segment and push field: it writes that field of every
-// occurrence of the segment (show = 1, click = label, gradients scaled).
+// One work item per (slot, instance) segment and group of push fields (kPoolFields, as the
+// forward): it writes those fields of every occurrence of the segment (show = 1, click = label,
+// gradients scaled).
 struct PoolBackward {
   const uint32_t* offsets;
   const float* d_pooled;
@@ -83,26 +95,35 @@ struct PoolBackward {
   float* push;
   float scale;
   int64_t batch;
-  int push_dim;
+  heter_comm::FieldGroups<kPoolFields> groups;  // groups.fields: push_dim
   SlotBlocks blocks;
   int out_dim;
   int cvm_columns;
   GPUBOX_HD void operator()(std::size_t item) const {
-    const int64_t segment = static_cast<int64_t>(item / static_cast<std::size_t>(push_dim));
-    const int field = static_cast<int>(item % static_cast<std::size_t>(push_dim));
+    const auto segment = static_cast<int64_t>(groups.row(item));
+    const int32_t first = groups.first(item);
+    const int32_t count = groups.count(item);
     const int64_t s = segment / batch;
     const int64_t i = segment % batch;
-    float value = 1.0f;
-    if (field == 1) {
-      value = labels[i];
-    } else if (field >= 2) {
-      // Fields past the slot's width (a narrower slot's in wider records) push zero.
-      const int column = cvm_columns + (field - 2);
-      value = column < blocks.width_of(s) ? scale * d_pooled[i * out_dim + blocks.begin(s) + column]
-                                          : 0.0f;
+    float values[kPoolFields];
+    for (int32_t j = 0; j < count; ++j) {
+      const int field = first + j;
+      float value = 1.0f;
+      if (field == 1) {
+        value = labels[i];
+      } else if (field >= 2) {
+        // Fields past the slot's width (a narrower slot's in wider records) push zero.
+        const int column = cvm_columns + (field - 2);
+        value = column < blocks.width_of(s)
+                    ? scale * d_pooled[i * out_dim + blocks.begin(s) + column]
+                    : 0.0f;
+      }
+      values[j] = value;
     }
-    for (uint32_t j = offsets[segment]; j < offsets[segment + 1]; ++j) {
-      push[static_cast<int64_t>(j) * push_dim + field] = value;
+    const int64_t push_dim = groups.fields;
+    for (uint32_t p = offsets[segment]; p < offsets[segment + 1]; ++p) {
+      float* record = push + static_cast<int64_t>(p) * push_dim + first;
+      for (int32_t j = 0; j < count; ++j) record[j] = values[j];
     }
   }
 };
@@ -138,16 +159,15 @@ void SlotSumPool::forward(const device::Stream& stream, const SlotBatchView& in,
   GPUBOX_EXPECTS(dense_dim >= 0 && out.ld >= out_dim() + dense_dim, "input rows of ", out.ld,
                  " columns cannot hold ", out_dim(), " pooled and ", dense_dim, " dense features");
   if (in.batch == 0) return;
-  const int values = pull_dim() - 2;
-  const int columns = use_cvm_ ? 1 + values : values;
-  const std::size_t pooled_items = static_cast<std::size_t>(in.batch) * slots_ * columns;
+  const heter_comm::FieldGroups<kPoolFields> groups{use_cvm_ ? pull_dim() : pull_dim() - 2};
+  const std::size_t pooled_items = static_cast<std::size_t>(in.batch) * slots_ * groups.groups();
   const std::size_t items = pooled_items + static_cast<std::size_t>(in.batch) * dense_dim;
   auto launch = [&](auto* rows) {
     using T = std::remove_pointer_t<decltype(rows)>;
     device::parallel_for(
         stream, items,
         PoolForward<T>{PullRecords{in.records, pull_dim()}, in.offsets, dense, rows, out.ld,
-                       in.batch, pooled_items, columns, blocks(), out_dim(), dense_dim, use_cvm_});
+                       in.batch, pooled_items, groups, blocks(), out_dim(), dense_dim, use_cvm_});
   };
   if (out.type == ElementType::kBf16) {
     launch(static_cast<Bf16*>(out.data));
@@ -161,8 +181,9 @@ void SlotSumPool::backward(const device::Stream& stream, const SlotBatchView& in
                            float* push) const {
   GPUBOX_EXPECTS(in.slots == slots_, "batch has ", in.slots, " slots, the model ", slots_);
   if (in.batch == 0) return;
-  device::parallel_for(stream, static_cast<std::size_t>(in.batch) * slots_ * push_dim(),
-                       PoolBackward{in.offsets, d_pooled, labels, push, scale, in.batch, push_dim(),
+  const heter_comm::FieldGroups<kPoolFields> groups{push_dim()};
+  device::parallel_for(stream, static_cast<std::size_t>(in.batch) * slots_ * groups.groups(),
+                       PoolBackward{in.offsets, d_pooled, labels, push, scale, in.batch, groups,
                                     blocks(), out_dim(), use_cvm_ ? 2 : 0});
 }
 
