@@ -91,12 +91,12 @@ TEST_P(DlrmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   EXPECT_GT(checked, 300u);
 }
 
-// Vectors of d = 20: the interaction's kernels take 16 columns at a time (dot_interaction.cu),
-// so a whole chunk and a tail of 4.
+// Vectors of d = 21: the forward's dot products take four columns at a time (dot_interaction.cu),
+// so five groups and a tail of one; the pool's work items two groups of fields.
 TEST_P(DlrmTest, WideVectorsMatchAFloat64Reference) {
   DenseModelConfig cfg = config();
-  cfg.mf_dim = 19;
-  cfg.bot_layer_sizes = {5, 20};
+  cfg.mf_dim = 20;
+  cfg.bot_layer_sizes = {5, 21};
   DenseModel model(card_, cfg);
   const std::size_t checked = testing::check_batch_sizes(
       card_, model, cfg.use_cvm ? 43 : 44,
