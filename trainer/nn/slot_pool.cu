@@ -70,6 +70,12 @@ struct PoolForward {
     float sums[kPoolFields];
     heter_comm::sum_segment<kPoolFields>(records, begin, end, (use_cvm ? 0 : 2) + first, count,
                                          sums);
+    // The click feature, log(click + 1) - log(show + 1), needs show's sum: this item's first
+    // value when it holds both, else (one field an item, CUDA) summed here.
+    const bool has_click = use_cvm && first <= 1 && first + count > 1;
+    const float show = !has_click   ? 0.0f
+                       : first == 0 ? sums[0]
+                                    : heter_comm::sum_segment(records, begin, end, 0);
     T* out = rows + i * ld + blocks.begin(s) + first;
     for (int32_t j = 0; j < count; ++j) {
       const int32_t column = first + j;
@@ -77,8 +83,7 @@ struct PoolForward {
         store_as(out + j, sums[j]);
       } else if (column == 0) {
         store_as(out + j, detail::log1p_f(sums[j]));
-      } else {  // click: log(click + 1) - log(show + 1), show from this item or summed here
-        const float show = j > 0 ? sums[j - 1] : heter_comm::sum_segment(records, begin, end, 0);
+      } else {
         store_as(out + j, detail::log1p_f(sums[j]) - detail::log1p_f(show));
       }
     }
@@ -105,7 +110,7 @@ struct PoolBackward {
     const int32_t count = groups.count(item);
     const int64_t s = segment / batch;
     const int64_t i = segment % batch;
-    float values[kPoolFields];
+    float values[kPoolFields] = {};
     for (int32_t j = 0; j < count; ++j) {
       const int field = first + j;
       float value = 1.0f;
