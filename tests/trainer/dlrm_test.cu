@@ -91,6 +91,20 @@ TEST_P(DlrmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   EXPECT_GT(checked, 300u);
 }
 
+// Vectors of d = 21: the forward's dot products take four columns at a time (dot_interaction.cu),
+// so five groups and a tail of one; the pool's work items two groups of fields.
+TEST_P(DlrmTest, WideVectorsMatchAFloat64Reference) {
+  DenseModelConfig cfg = config();
+  cfg.mf_dim = 20;
+  cfg.bot_layer_sizes = {5, 21};
+  DenseModel model(card_, cfg);
+  const std::size_t checked = testing::check_batch_sizes(
+      card_, model, cfg.use_cvm ? 43 : 44,
+      [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+          const std::vector<double>& rec) { return dlrm_logit(cfg, h, i, p, rec); });
+  EXPECT_GT(checked, 300u);
+}
+
 TEST_P(DlrmTest, ShapesAndFlops) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);

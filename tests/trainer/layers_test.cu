@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <tuple>
 
 #include "heterps/device/card.hpp"
 #include "tests/trainer/slot_batch.hpp"
@@ -318,11 +319,14 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
   }
 }
 
-class SlotPoolTest : public LayersTest, public ::testing::WithParamInterface<bool> {};
+// (use_cvm, mf_dim): records of 5 and of 20 fields, one group of columns a work item on the cpu
+// backend and two (slot_pool.cu's kColumnsPerItem).
+class SlotPoolTest : public LayersTest,
+                     public ::testing::WithParamInterface<std::tuple<bool, int>> {};
 
 TEST_P(SlotPoolTest, ForwardMatchesReferenceAndBackwardScattersNumericalGradient) {
-  const bool use_cvm = GetParam();
-  const int batch = 5, slots = 3, mf_dim = 2;
+  const bool use_cvm = std::get<0>(GetParam());
+  const int batch = 5, slots = 3, mf_dim = std::get<1>(GetParam());
   const float scale = 2.0f;
   std::mt19937_64 rng(use_cvm ? 21 : 22);
   HostSlotBatch h = make_slot_batch(batch, slots, mf_dim, rng);
@@ -380,7 +384,8 @@ TEST_P(SlotPoolTest, ForwardMatchesReferenceAndBackwardScattersNumericalGradient
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cvm, SlotPoolTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(CvmAndWidth, SlotPoolTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(2, 17)));
 
 // A multi-valued slot can give one instance thousands of keys: the pooled sums follow the fixed
 // chunked order (heterps/heter_comm/segment_reduce.cuh). Short segments keep the old

@@ -68,6 +68,7 @@ DlrmPart::DlrmPart(device::Card& card, DenseParameters& params, Blas& blas, cons
   for (auto& buffer : hidden_) buffer = card.make_buffer<char>(0);
   for (auto* buffer : {&bottom_in_, &top_in_, &dz_a_, &dz_b_}) *buffer = card.make_buffer<char>(0);
   d_top_in_ = card.make_buffer<float>(0);
+  d_bottom_ = card.make_buffer<float>(0);
 }
 
 double DlrmPart::flops_per_example() const {
@@ -107,6 +108,7 @@ void DlrmPart::reserve(int64_t batch) {
   dz_b_.resize_discard(n * widest_dz * act);
   top_in_.resize_discard(n * top_ld_ * act);
   d_top_in_.resize_discard(n * top_ld_);
+  d_bottom_.resize_discard(n * width_);
 }
 
 void DlrmPart::forward(const device::Stream& stream, const DenseParameters& params,

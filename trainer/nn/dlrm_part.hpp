@@ -91,6 +91,7 @@ class DlrmPart {
   std::vector<device::device_buffer<char>> hidden_;  // bottom layers but the last (it writes R)
   device::device_buffer<char> top_in_;               // R
   device::device_buffer<float> d_top_in_;            // dR
+  device::device_buffer<float> d_bottom_;            // the pairs' share of dL/db, fp32
   device::device_buffer<char> dz_a_;                 // the bottom's dZ, ping-ponging
   device::device_buffer<char> dz_b_;
 };

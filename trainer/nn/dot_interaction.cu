@@ -33,10 +33,19 @@ struct InteractionShape {
   GPUBOX_HD int pair(int a, int b) const { return a * features() - a * (a + 1) / 2 + (b - a - 1); }
 };
 
+// <u, v> in fp32 over four interleaved partial sums (sum j takes the k = j mod 4 of the whole
+// groups of four, in order of k), added pairwise, then the columns past them in order: an order
+// fixed by the width alone, whatever the thread count, and one a compiler can keep in one SIMD
+// register.
 template <class T>
 GPUBOX_HD float dot(const T* u, const T* v, int width) {
-  float sum = 0.0f;
-  for (int k = 0; k < width; ++k) sum += to_float(u[k]) * to_float(v[k]);
+  float lane[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int k = 0;
+  for (; k + 4 <= width; k += 4) {
+    for (int j = 0; j < 4; ++j) lane[j] += to_float(u[k + j]) * to_float(v[k + j]);
+  }
+  float sum = (lane[0] + lane[2]) + (lane[1] + lane[3]);
+  for (; k < width; ++k) sum += to_float(u[k]) * to_float(v[k]);
   return sum;
 }
 
@@ -51,8 +60,8 @@ struct InteractionForward {
     const int a = static_cast<int>(item % static_cast<std::size_t>(features));
     T* out = shape.top + i * shape.top_ld + shape.width;
     const T* va = shape.vector(i, a);
-    for (int b = a + 1; b < features; ++b) {
-      store_as(out + shape.pair(a, b), dot(va, shape.vector(i, b), shape.width));
+    for (int b = a + 1, at = shape.pair(a, b); b < features; ++b, ++at) {
+      store_as(out + at, dot(va, shape.vector(i, b), shape.width));
     }
     if (shape.use_cvm && a < shape.slots) {
       const T* block = shape.x0 + i * shape.x0_ld + a * shape.slot_width;
@@ -62,14 +71,17 @@ struct InteractionForward {
   }
 };
 
-// Item (i, f): g = sum_{b != f} dR[i, d + pair(f, b)] T_b, the gradient of T_f (scaled like dR).
-// A slot's goes to the pooled gradient times `unscale` (its cvm columns 0); the bottom output's,
-// plus dR's own first d columns, through its ReLU into the bottom's last dZ.
+// Item (i, f): g = sum_{b != f} dR[i, d + pair(f, b)] T_b, the gradient of T_f (scaled like dR),
+// summed in fp32 memory the item owns (the compiler vectorizes the sum over the columns): a
+// slot's in its block of the pooled gradient, then times `unscale` (its cvm columns 0); the
+// bottom output's in its row of `d_bottom`, then, plus dR's own first d columns, through its ReLU
+// into the bottom's last dZ.
 template <class T>
 struct InteractionBackward {
   InteractionShape<T> shape;
   const float* d_top;  // dR, row stride shape.top_ld
   float* d_pooled;     // [B x slots * slot_width]
+  float* d_bottom;     // [B x width]
   T* dz;               // the bottom's last dZ
   int64_t dz_ld;
   float unscale;
@@ -77,25 +89,28 @@ struct InteractionBackward {
     const int features = shape.features();
     const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(features));
     const int f = static_cast<int>(item % static_cast<std::size_t>(features));
-    const float* d_pairs = d_top + i * shape.top_ld + shape.width;
+    const int width = shape.width;
+    const float* d_pairs = d_top + i * shape.top_ld + width;
     const int64_t pooled_ld = static_cast<int64_t>(shape.slots) * shape.slot_width;
     float* d_block = d_pooled + i * pooled_ld + f * shape.slot_width;
-    for (int k = 0; k < shape.width; ++k) {
-      float g = 0.0f;
-      for (int b = 0; b < features; ++b) {
-        if (b == f) continue;
-        const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
-        g += dpair * to_float(shape.vector(i, b)[k]);
-      }
-      if (f < shape.slots) {
-        d_block[shape.vector_column + k] = unscale * g;
-      } else {
-        const bool active = to_float(shape.top[i * shape.top_ld + k]) > 0.0f;
-        store_as(dz + i * dz_ld + k, active ? g + d_top[i * shape.top_ld + k] : 0.0f);
-      }
+    float* g = f < shape.slots ? d_block + shape.vector_column : d_bottom + i * width;
+    for (int k = 0; k < width; ++k) g[k] = 0.0f;
+    for (int b = 0; b < features; ++b) {
+      if (b == f) continue;
+      const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
+      const T* vb = shape.vector(i, b);
+      for (int k = 0; k < width; ++k) g[k] += dpair * to_float(vb[k]);
     }
     if (f < shape.slots) {
+      for (int k = 0; k < width; ++k) g[k] *= unscale;
       for (int c = 0; c < shape.vector_column; ++c) d_block[c] = 0.0f;
+      return;
+    }
+    const T* b_out = shape.top + i * shape.top_ld;  // the bottom output, ReLU'd
+    const float* d_b = d_top + i * shape.top_ld;
+    T* dz_row = dz + i * dz_ld;
+    for (int k = 0; k < width; ++k) {
+      store_as(dz_row + k, to_float(b_out[k]) > 0.0f ? g[k] + d_b[k] : 0.0f);
     }
   }
 };
@@ -157,7 +172,7 @@ void DlrmPart::interaction_backward(const device::Stream& stream, const InputRow
                                     width_,
                                     use_cvm_};
     device::parallel_for(stream, static_cast<std::size_t>(batch) * features(),
-                         InteractionBackward<T>{shape, d_top_in_.data(), d_pooled,
+                         InteractionBackward<T>{shape, d_top_in_.data(), d_pooled, d_bottom_.data(),
                                                 reinterpret_cast<T*>(dz_a_.data()),
                                                 bottom_.back().spec().dz_ld, unscale});
   });
