@@ -94,6 +94,19 @@ struct InteractionBackward {
     const int64_t pooled_ld = static_cast<int64_t>(shape.slots) * shape.slot_width;
     float* d_block = d_pooled + i * pooled_ld + f * shape.slot_width;
     float* g = f < shape.slots ? d_block + shape.vector_column : d_bottom + i * width;
+#if GPUBOX_ON_DEVICE
+    // A GPU thread sums each column in a register (b inner) and stores it once: the additions
+    // and their order of the cpu's form below, which runs k inner so that it vectorizes.
+    for (int k = 0; k < width; ++k) {
+      float sum = 0.0f;
+      for (int b = 0; b < features; ++b) {
+        if (b == f) continue;
+        sum +=
+            d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)] * to_float(shape.vector(i, b)[k]);
+      }
+      g[k] = sum;
+    }
+#else
     for (int k = 0; k < width; ++k) g[k] = 0.0f;
     for (int b = 0; b < features; ++b) {
       if (b == f) continue;
@@ -101,6 +114,7 @@ struct InteractionBackward {
       const T* vb = shape.vector(i, b);
       for (int k = 0; k < width; ++k) g[k] += dpair * to_float(vb[k]);
     }
+#endif
     if (f < shape.slots) {
       for (int k = 0; k < width; ++k) g[k] *= unscale;
       for (int c = 0; c < shape.vector_column; ++c) d_block[c] = 0.0f;

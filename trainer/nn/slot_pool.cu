@@ -77,18 +77,23 @@ struct PoolForward {
     const bool cvm_head = use_cvm && first == 0;
     const int first_field = use_cvm ? (cvm_head ? 0 : 1 + first) : 2 + first;
     const int fields = count + (cvm_head ? 1 : 0);
-    float sums[kColumnsPerItem + 1];
+    // The loops over sums run to its constant size with a guard inside: unrolled, so that on
+    // CUDA (two sums) the array stays in registers.
+    constexpr int kSums = kColumnsPerItem + 1;
+    float sums[kSums];
     const position_t begin = offsets[segment];
     const position_t end = offsets[segment + 1];
     if (begin < end && end - begin <= heter_comm::kReduceChunk) {
       // sum_segment's one-chunk order, summed in place (its copy out of a variable count of
       // accumulators compiled to `rep movs`, half of this function's time on the cpu backend).
-      for (int k = 0; k < fields; ++k) sums[k] = -0.0f;
+      for (int k = 0; k < kSums; ++k) sums[k] = -0.0f;
       for (position_t p = begin; p < end; ++p) {
-        for (int k = 0; k < fields; ++k) sums[k] += records.value(p, first_field + k);
+        for (int k = 0; k < kSums; ++k) {
+          if (k < fields) sums[k] += records.value(p, first_field + k);
+        }
       }
     } else {
-      heter_comm::sum_segment<kColumnsPerItem + 1>(records, begin, end, first_field, fields, sums);
+      heter_comm::sum_segment<kSums>(records, begin, end, first_field, fields, sums);
     }
     const int out_base = use_cvm ? first_field : first;
     int k = 0;
@@ -98,7 +103,9 @@ struct PoolForward {
       store_as(out + 1, detail::log1p_f(sums[1]) - log_show);
       k = 2;
     }
-    for (; k < fields; ++k) store_as(out + out_base + k, sums[k]);
+    for (; k < kSums; ++k) {
+      if (k < fields) store_as(out + out_base + k, sums[k]);
+    }
   }
   GPUBOX_HD void copy_dense(std::size_t k) const {
     const std::size_t i = dense_groups == 1 ? k : k / static_cast<std::size_t>(dense_groups);

@@ -24,17 +24,16 @@ DenseExchanger::~DenseExchanger() {
 
 void DenseExchanger::start(std::vector<float>* values) {
   GPUBOX_EXPECTS(!pending_, "a dense exchange started before the last was waited for");
+  // The thread first: if it cannot start (std::system_error), nothing is pending, so no one
+  // waits for an exchange that never runs.
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   {
     MutexLock lock(mu_);
     job_ = values;
     done_ = false;
   }
   pending_ = true;
-  if (!thread_.joinable()) {
-    thread_ = std::thread([this] { run(); });
-  } else {
-    changed_.notify_all();
-  }
+  changed_.notify_all();
 }
 
 Status DenseExchanger::wait() {
