@@ -157,7 +157,7 @@ void add_runner_keys(std::vector<KeySpec>& t) {
 void add_dense_optimizer_keys(std::vector<KeySpec>& t) {
   const std::string o = "hyper_parameters.optimizer.";
   t.push_back(enum_key(o + "class", kDenseOptimizerKindNames, DenseOptimizerKind::kAdam, kTrainer | kTable, "dense optimizer, applied identically on every card (Adagrad: g2 += g^2, w -= lr g / (sqrt(g2) + epsilon), as Paddle's); Adam also steps a PaddleRec model folder's embedding rows when its config names no sparse rule (see sparse_optimizer.class)"));
-  t.push_back(float_key(o + "learning_rate", "0.001", 1e-12, 1e6, kTrainer | kTable, "dense learning rate (and the embedding rows' in a PaddleRec model folder's config whose rows take its Adam: sparse_optimizer.class)"));
+  t.push_back(float_key(o + "learning_rate", "0.001", 1e-12, 1e6, kTrainer | kTable, "dense learning rate"));
   t.push_back(string_key(o + "strategy", "async", kNoEffect, "PaddleRec's distributed strategy"));
   t.push_back(float_key(o + "beta1", "0.9", 0, 0.999999, kTrainer | kTable, "Adam first-moment decay"));
   t.push_back(float_key(o + "beta2", "0.999", 0, 0.999999, kTrainer | kTable, "Adam second-moment decay"));
