@@ -6,6 +6,10 @@
 #include <random>
 #include <vector>
 
+#include "heterps/device/card.hpp"
+#include "trainer/nn/bf16.hpp"
+#include "trainer/nn/layers.hpp"
+
 namespace gpubox::trainer {
 
 // A random slot batch: per (slot, instance) 0..3 occurrences (empty segments included).
@@ -36,6 +40,31 @@ inline HostSlotBatch make_slot_batch(int batch, int slots, int mf_dim, std::mt19
   }
   for (int i = 0; i < batch; ++i) h.labels.push_back(static_cast<float>(rng() % 2));
   return h;
+}
+
+// The first layer's input rows that `pool` writes for `h` and `dense` (dense_dim features an
+// instance) at row stride `ld`, into rows that start as 7 (the padding a test sees kept): in fp32
+// and in bf16.
+struct PooledRows {
+  std::vector<float> f32;
+  std::vector<Bf16> bf16;
+};
+inline PooledRows pool_into_rows(device::Card& card, const SlotSumPool& pool,
+                                 const HostSlotBatch& h, const std::vector<float>& dense,
+                                 int dense_dim, int64_t ld) {
+  auto up = [&](const auto& host) { return device::to_device(host, card.memory(), card.stream()); };
+  auto records = up(h.records);
+  auto offsets = up(h.offsets);
+  auto d_dense = up(dense);
+  const SlotBatchView view{records.data(), offsets.data(), h.batch, h.slots};
+  const std::size_t size = static_cast<std::size_t>(h.batch) * static_cast<std::size_t>(ld);
+  auto f32 = up(std::vector<float>(size, 7.0f));
+  pool.forward(card.stream(), view, d_dense.data(), dense_dim,
+               InputRows{f32.data(), ld, ElementType::kF32});
+  auto b16 = up(std::vector<Bf16>(size, to_bf16(7.0f)));
+  pool.forward(card.stream(), view, d_dense.data(), dense_dim,
+               InputRows{b16.data(), ld, ElementType::kBf16});
+  return PooledRows{device::to_host(f32), device::to_host(b16)};
 }
 
 }  // namespace gpubox::trainer

@@ -63,18 +63,9 @@ TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
 
   const int64_t ld = pool.out_dim() + dense_dim + pad;
   const std::vector<float> dense = random_vector(static_cast<std::size_t>(batch) * dense_dim, rng);
-  auto records = up(h.records);
-  auto offsets = up(h.offsets);
-  auto d_dense = up(dense);
-  const SlotBatchView view{records.data(), offsets.data(), batch, slots};
-  auto f32 = up(std::vector<float>(batch * ld, 7.0f));
-  pool.forward(card_.stream(), view, d_dense.data(), dense_dim,
-               InputRows{f32.data(), ld, ElementType::kF32});
-  auto b16 = up(std::vector<Bf16>(batch * ld, to_bf16(7.0f)));
-  pool.forward(card_.stream(), view, d_dense.data(), dense_dim,
-               InputRows{b16.data(), ld, ElementType::kBf16});
-  const std::vector<float> rows = to_host(f32);
-  const std::vector<Bf16> rows16 = to_host(b16);
+  const PooledRows pooled = pool_into_rows(card_, pool, h, dense, dense_dim, ld);
+  const std::vector<float>& rows = pooled.f32;
+  const std::vector<Bf16>& rows16 = pooled.bf16;
   for (int i = 0; i < batch; ++i) {
     for (int s = 0; s < slots; ++s) {
       for (int o = 0; o < begin[s + 1] - begin[s]; ++o) {
@@ -97,10 +88,13 @@ TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
   const float scale = 0.5f;
   const std::vector<float> d_pooled =
       random_vector(static_cast<std::size_t>(batch) * pool.out_dim(), rng);
+  auto records = up(h.records);
+  auto offsets = up(h.offsets);
   auto labels = up(h.labels);
   auto d_pooled_card = up(d_pooled);
   auto push = up(std::vector<float>(h.offsets.back() * pool.push_dim(), 9.0f));
-  pool.backward(card_.stream(), view, d_pooled_card.data(), labels.data(), scale, push.data());
+  pool.backward(card_.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
+                d_pooled_card.data(), labels.data(), scale, push.data());
   const std::vector<float> pushed = to_host(push);
   const int cvm_columns = use_cvm ? 2 : 0;
   for (int s = 0; s < slots; ++s) {
