@@ -46,6 +46,18 @@ Reply table_error_reply(const FrameHeader& request, const Status& status) {
   return error_reply(request, status.with_context(context));
 }
 
+void Server::Impl::note_ranged_write_retry(const FrameHeader& header,
+                                           const std::vector<uint8_t>& payload,
+                                           uint64_t connection) {
+  if (header.op != Op::kDense || payload.empty() ||
+      payload[0] != static_cast<uint8_t>(DenseAction::kWrite)) {
+    return;
+  }
+  StatusOr<DenseRequest> request = decode_dense_request(payload.data(), payload.size());
+  if (!request.ok() || request->whole()) return;  // remembered, so it decoded when first applied
+  ps_store_.carried_by(DenseCaller{header.client_id, connection}, request->write_id);
+}
+
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
                            const ReserveReply& reserve, uint64_t connection) {
   if (!is_mutation(header.op, payload)) return apply(header, payload, reserve, connection);
@@ -60,6 +72,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
       if (is_dense_add(header.op, payload)) {
         return dense_reread(header, payload, reserve, connection);
       }
+      note_ranged_write_retry(header, payload, connection);
       return make_reply(header, cached.status, std::move(cached.payload));
     case RequestWindow::Begin::kInProgress:
       duplicates.fetch_add(1, std::memory_order_relaxed);

@@ -247,6 +247,18 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   return Status::OK();
 }
 
+void PsStore::carried_by(const DenseCaller& caller, uint64_t write_id) {
+  MutexLock lock(dense_mu_);
+  for (StagedWrite& w : staged_) {
+    if (w.client_id != caller.client_id || w.write_id != write_id) continue;
+    if (std::find(w.connections.begin(), w.connections.end(), caller.connection) ==
+        w.connections.end()) {
+      w.connections.push_back(caller.connection);
+    }
+    return;
+  }
+}
+
 void PsStore::connection_closed(uint64_t connection) {
   MutexLock lock(dense_mu_);
   for (StagedWrite& w : staged_) {

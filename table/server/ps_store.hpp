@@ -78,6 +78,10 @@ class PsStore {
   // Connection `connection` closed: the held writes it carried no longer count it (those left
   // with no open connection are abandoned, see dense()).
   void connection_closed(uint64_t connection);
+  // A range of `caller`'s held write `write_id` came again on caller.connection and was answered
+  // from the retry cache (its first reply was lost): that connection now carries the write too,
+  // so the write is not taken for abandoned once the first one closes. Nothing when not held.
+  void carried_by(const DenseCaller& caller, uint64_t write_id);
   // Drops the held writes that received no range for DenseLimits::max_idle before `now`
   // (the server's sweep calls it); returns how many.
   std::size_t expire_held_writes(Clock::time_point now);

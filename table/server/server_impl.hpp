@@ -119,6 +119,10 @@ class Server::Impl {
   // A connection that sent DENSE requests closed: the held writes it carried learn it (a write
   // every connection of which closed is abandoned, PsStore::connection_closed).
   void connection_closed(uint64_t connection) { ps_store_.connection_closed(connection); }
+  // A remembered DENSE write range retried on `connection`: that connection carries its held
+  // write from now on (PsStore::carried_by). Other requests: nothing.
+  void note_ranged_write_retry(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                               uint64_t connection);
   // BARRIER: the reply to send now (an error, or OK when this arrival completed the barrier;
   // the other waiters get theirs through Session::release_barrier), or nullopt when `session`
   // now waits on *name.

@@ -279,6 +279,36 @@ TEST(ClientIdentityRewrite, ARewriteReleasesTheSameClientsAbandonedWriteOfTheTab
   EXPECT_EQ(server->counters().dense_held_writes, 1u);
 }
 
+// A range whose reply was lost, sent again on another connection of the same client and answered
+// from the retry cache: that connection carries the write from then on, so once the first one
+// closes, the client's next write of the table does not take the live write for abandoned.
+TEST(ClientIdentityRewrite, ARangeRetriedOnAnotherConnectionKeepsItsWriteLive) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table, ServerOptions{});
+  ASSERT_TRUE(server);
+  Connection first = connect_as(*server, false, 7);
+  Connection second = connect_as(*server, false, 7);
+  std::vector<float> eight(8, 9.0f);
+  ASSERT_TRUE(
+      raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 8), &eight, 2, nullptr, 7).ok());
+  ASSERT_TRUE(
+      raw_dense(first, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 3, nullptr, 7).ok());
+  ASSERT_TRUE(
+      raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 3, nullptr, 7).ok());
+  EXPECT_EQ(server->counters().duplicate_requests, 1u);
+  first.close();
+  ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 1; }));
+  ASSERT_TRUE(
+      raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &kOtherFour, 4, nullptr, 7)
+          .ok());
+  EXPECT_EQ(server->counters().dense_held_writes, 2u);
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(
+      raw_dense(second, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kFour, 5, &reply, 7).ok());
+  EXPECT_TRUE(dense_committed(reply, 4));
+  EXPECT_EQ(read_dense(second, 7, 6), (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
+}
+
 // ---- the retry cache, per client ---------------------------------------------------------------
 
 RequestKey key_of(uint64_t client, uint64_t request) {
