@@ -11,7 +11,8 @@ trained with Executor.train_from_dataset, as train_paddle.py trains the DNN.
 
 The folder's config.yaml is read unchanged except the shapes of the data (sparse_inputs_slots =
 slots + 1, dense_input_dim, sparse_feature_number and feature_number = table_rows + dense, num_field =
-slots + dense) and the batch: the network, its
+slots + dense, or slots where the folder's num_field counts the sparse slots only, as dlrm's) and the
+batch: the network, its
 widths, optimizer and learning rate are PaddleRec's. Per epoch: the wall time of
 train_from_dataset alone (data already in memory), the examples, the AUC of the predictions made
 while training (the network's own auc op, its state reset each epoch) and the held-out AUC
@@ -132,15 +133,24 @@ def main():
     model_dir = os.path.join(args.paddlerec, "models", "rank", args.model)
     if not os.path.isfile(os.path.join(model_dir, "config.yaml")):
         sys.exit("train_paddle_zoo: %s has no config.yaml" % model_dir)
-    config = Config(flat_config(os.path.join(model_dir, "config.yaml"), {
+    config_path = os.path.join(model_dir, "config.yaml")
+    shapes = {
         "hyper_parameters.sparse_inputs_slots": args.slots + 1,
         "hyper_parameters.dense_input_dim": args.dense,
         # + dense: the feat_index networks' (autoint, logistic_regression) slot keys come after
         # the dense fields' indices 1 .. dense (slot_to_multislot.py)
         "hyper_parameters.sparse_feature_number": args.table_rows + args.dense,
         "hyper_parameters.feature_number": args.table_rows + args.dense,  # autoint's name
-        "hyper_parameters.num_field": args.slots + args.dense,  # autoint's, LR's fields a line
-        "runner.train_batch_size": args.batch}))
+        "runner.train_batch_size": args.batch}
+    # num_field counts what the folder's config counts: every field of a line (autoint,
+    # logistic_regression: its sparse slots and dense features) or the sparse ones only (dlrm's
+    # interaction: 26 vectors besides the bottom MLP's).
+    own = flat_config(config_path)
+    if "hyper_parameters.num_field" in own:
+        own_sparse = int(own.get("hyper_parameters.sparse_inputs_slots", args.slots + 1)) - 1
+        every_field = int(own["hyper_parameters.num_field"]) > own_sparse
+        shapes["hyper_parameters.num_field"] = args.slots + (args.dense if every_field else 0)
+    config = Config(flat_config(config_path, shapes))
     sys.path.insert(0, model_dir)  # its static_model.py imports its net.py
 
     paddle.enable_static()
