@@ -8,12 +8,12 @@
 //    sparse half's own 2 graphs and its dense half eagerly, the dense all-reduce outside them,
 //    while the other cards replayed their composed graph).
 // Data: `cards` x 100 x 8 lines plus cards - 1, batches of 100 a card: the last round gives every
-// card but the last 1 line and the last card none, in training and in evaluation. On 2 and 3
-// simulated cards, gpubox and Collective mode, a training pass and an evaluation keeping its
-// predictions: every steady step is exactly 1 graph launch with nothing launched, exchanged or
-// waited for outside it, and the run equals GPUBOX_STEP_GRAPHS=0 (every step eagerly) bit for
-// bit: the pass's metrics, every card's dense parameters, the host tier's rows after the
-// write-back, the evaluation's metrics and every prediction.
+// card but the last 1 line and the last card none, in training and in evaluation. On 1 (a one-GPU
+// machine's case), 2 and 3 simulated cards, gpubox and Collective mode, a training pass and an
+// evaluation keeping its predictions: every steady step is exactly 1 graph launch with nothing
+// launched, exchanged or waited for outside it, and the run equals GPUBOX_STEP_GRAPHS=0 (every
+// step eagerly) bit for bit: the pass's metrics, every card's dense parameters, the host tier's
+// rows after the write-back, the evaluation's metrics and every prediction.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -160,9 +160,10 @@ void expect_one_graph_launch(const Counts& counts, const std::string& prefix) {
 TEST_P(ComposedSteps, AnEmptyLastBatchAndEvaluationStepsAreOneGraphLaunchEqualToEagerRuns) {
   const auto [cards, collective] = GetParam();
   GPUBOX_REQUIRE_CARDS(cards);
-  // The data's last round: every card but the last one line, the last card none.
+  // The data's last round: every card but the last one line, the last card none (on one card,
+  // what a one-GPU machine runs, full rounds only: the evaluation's one graph is still checked).
   const std::size_t lines = lines_for(cards);
-  for (int c = 0; c < cards; ++c) {
+  for (int c = 0; cards > 1 && c < cards; ++c) {
     EXPECT_EQ(dataset::batch_span_of(lines, kBatch, c, cards, kRounds).size(),
               c + 1 < cards ? 1u : 0u)
         << "card " << c;
@@ -204,7 +205,7 @@ TEST_P(ComposedSteps, AnEmptyLastBatchAndEvaluationStepsAreOneGraphLaunchEqualTo
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, ComposedSteps,
-                         ::testing::Combine(::testing::Values(2, 3), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Bool()),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "cards" +
                                   (std::get<1>(info.param) ? "Collective" : "Gpubox");
