@@ -35,6 +35,7 @@
 // step as one graph) neither half makes a graph of its own: their work goes into the caller's.
 #include <algorithm>
 #include <cuda/atomic>
+#include <tuple>
 
 #include "heterps/heter_comm/detail/heter_comm_impl.cuh"
 
@@ -310,21 +311,27 @@ std::pair<std::size_t, std::size_t> HeterComm::Impl::padded_counts(const uint64_
   return {unique, received};
 }
 
-void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
-                                  const device::Stream& stream) {
-  PaddedSteps& p = padded_;
-  const uint64_t* n_on_card = std::exchange(planned_n_, nullptr);
+HeterComm::Impl::PaddedStart HeterComm::Impl::begin_padded_step(std::size_t n) {
+  PaddedStart start{std::exchange(planned_n_, nullptr), 0, 0};
   const uint64_t* planned = std::exchange(planned_, nullptr);
   pulled_ = false;
   padded_pulled_ = false;
   last_check_ = nullptr;
   step_planned_ = true;
   begin_step();
-  const auto [unique, received] = padded_counts(planned);
+  std::tie(start.unique, start.received) = padded_counts(planned);
   last_.pull_calls = 1;
   last_.keys_in = n;
-  last_.unique_keys_sent = unique;
-  last_.owner_lookups = received;
+  last_.unique_keys_sent = start.unique;
+  return start;
+}
+
+void HeterComm::Impl::pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
+                                  const device::Stream& stream) {
+  PaddedSteps& p = padded_;
+  const PaddedStart start = begin_padded_step(n);
+  const uint64_t* n_on_card = start.n_on_card;  // named: lambdas below capture it
+  last_.owner_lookups = start.received;
   count_bytes(p.key_counts.data(), sizeof(uint64_t));
   count_bytes(p.record_counts.data(), sizeof(float));
   merged_ = p.slots(total_cards_);
@@ -461,19 +468,11 @@ void HeterComm::Impl::pull_only(const uint64_t* keys, std::size_t n, float* out_
 void HeterComm::Impl::lookup_padded(const uint64_t* keys, std::size_t n, float* out_pull,
                                     const device::Stream& stream) {
   PaddedSteps& p = padded_;
-  const uint64_t* n_on_card = std::exchange(planned_n_, nullptr);
-  const uint64_t* planned = std::exchange(planned_, nullptr);
-  pulled_ = false;  // push_pulled is refused: no merge plan was made
-  padded_pulled_ = false;
-  last_check_ = nullptr;
-  step_planned_ = true;
-  begin_step();
-  const auto [unique, received] = padded_counts(planned);
-  last_.pull_calls = 1;
-  last_.keys_in = n;
-  last_.unique_keys_sent = unique;
+  // pulled_ stays false (begin_padded_step): push_pulled is refused, no merge plan was made.
+  const PaddedStart start = begin_padded_step(n);
+  const uint64_t* n_on_card = start.n_on_card;  // named: lambdas below capture it
   // Replicated: the card looks up its own keys only, and nothing travels.
-  last_.owner_lookups = replicated_ ? unique : received;
+  last_.owner_lookups = replicated_ ? start.unique : start.received;
   if (!replicated_) {
     count_bytes(p.key_counts.data(), sizeof(uint64_t));
     count_bytes(p.record_counts.data(), sizeof(float));

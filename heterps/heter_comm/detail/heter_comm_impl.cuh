@@ -381,6 +381,15 @@ class HeterComm::Impl {
   // A padded step's plan (plan_next_step's counts) into host_counts_, refused when an entry is
   // past the block; returns this card's unique keys and the keys it receives (looks up).
   std::pair<std::size_t, std::size_t> padded_counts(const uint64_t* planned);
+  // The start a padded pull and a padded lookup share: the step's plan taken (its live count on
+  // the card, padded_counts), the pull state reset, the step's counts begun for `n` keys (what
+  // it looks up on the owners is the caller's).
+  struct PaddedStart {
+    const uint64_t* n_on_card;
+    std::size_t unique;
+    std::size_t received;
+  };
+  PaddedStart begin_padded_step(std::size_t n);
   // Whether a pass reserved with `bounds` runs padded steps (pair_block > 0, kFail, padded
   // steps on).
   bool pads(const StepBounds& bounds) const {
