@@ -39,14 +39,20 @@ struct SquarePlusOne {
 
 class DeviceTest : public ::testing::TestWithParam<std::size_t> {};
 
+// n values in [-50000, 50000), seeded.
+std::vector<int64_t> signed_values(std::size_t n, uint64_t seed) {
+  std::vector<int64_t> host(n);
+  std::mt19937_64 rng(seed);
+  for (auto& v : host) v = static_cast<int64_t>(rng() % 100000) - 50000;
+  return host;
+}
+
 TEST_P(DeviceTest, ParallelForMatchesSerialReference) {
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
   card.activate();
   const std::size_t n = GetParam();
-  std::vector<int64_t> host(n);
-  std::mt19937_64 rng(n);
-  for (auto& v : host) v = static_cast<int64_t>(rng() % 100000) - 50000;
+  const std::vector<int64_t> host = signed_values(n, n);
   auto in = to_device(host, card.memory(), card.stream());
   auto out = card.make_buffer<int64_t>(n);
   parallel_for(card.stream(), n, SquarePlusOne{in.data(), out.data()});
@@ -92,9 +98,7 @@ TEST_P(DeviceTest, ParallelForHandsEachThreadOneRangeWhenTheFunctorTakesRanges) 
   Card& card = cards.card(0);
   card.activate();
   const std::size_t n = GetParam();
-  std::vector<int64_t> host(n);
-  std::mt19937_64 rng(n + 1);
-  for (auto& v : host) v = static_cast<int64_t>(rng() % 100000) - 50000;
+  const std::vector<int64_t> host = signed_values(n, n + 1);
   auto in = to_device(host, card.memory(), card.stream());
   const int threads_before = omp_get_max_threads();
   for (int threads : {1, 2, 3}) {
