@@ -100,9 +100,7 @@ class CollectiveStep : public ::testing::TestWithParam<int> {
          "runner.infer_batch_size=100", "runner.shuffle=false",
          "runner.metrics_path=", "runner.print_interval=7", "runner.use_fleet=true"});
     throw_if_error(parsed.status());
-    TrainerEnv env;
-    for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-    env.threads_per_card = 1;
+    const TrainerEnv env = testing::cards_env(cards);
     Trainer trainer(std::move(parsed).value(), env);
     const auto files = data_files(data);
     CollectiveRun run;

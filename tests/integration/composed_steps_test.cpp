@@ -106,9 +106,7 @@ class ComposedSteps : public ::testing::TestWithParam<std::tuple<int, bool>> {
          "runner.metrics_path=", "runner.print_interval=5",
          std::string("runner.use_fleet=") + (collective ? "true" : "false")});
     throw_if_error(parsed.status());
-    TrainerEnv env;
-    for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-    env.threads_per_card = 1;
+    const TrainerEnv env = testing::cards_env(cards);
     Trainer trainer(std::move(parsed).value(), env);
     const auto files = data_files(data);
     RunResult out;

@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -25,13 +26,7 @@ namespace gpubox::trainer::step_test {
 
 namespace fs = std::filesystem;
 
-// `cards` simulated cards, one thread each.
-inline TrainerEnv cards_env(int cards) {
-  TrainerEnv env;
-  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-  env.threads_per_card = 1;
-  return env;
-}
+using gpubox::trainer::testing::cards_env;
 
 class StepAccounting : public ::testing::TestWithParam<int> {
  protected:

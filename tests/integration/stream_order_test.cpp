@@ -85,9 +85,7 @@ OrderRun train(int cards, bool collective, bool graphs, bool defer, uint64_t see
                             "runner.metrics_path=", "runner.print_interval=5",
                             std::string("runner.use_fleet=") + (collective ? "true" : "false")});
   throw_if_error(parsed.status());
-  TrainerEnv env;
-  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
-  env.threads_per_card = 1;
+  const TrainerEnv env = testing::cards_env(cards);
   const char* old_graphs = std::getenv("GPUBOX_STEP_GRAPHS");
   const std::string kept = old_graphs == nullptr ? "" : old_graphs;
   ::setenv("GPUBOX_STEP_GRAPHS", graphs ? "1" : "0", 1);  // read as the trainer is made

@@ -1,5 +1,5 @@
 // A trainer's sparse rows by key, for tests that compare two runs bit for bit: the host tier's
-// (a SparseTable) and one card's.
+// (a SparseTable) and one card's; and the environment of such a test's trainer.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "common/error.hpp"
@@ -19,6 +20,14 @@
 namespace gpubox::trainer::testing {
 
 using Rows = std::map<uint64_t, std::vector<float>>;
+
+// `cards` simulated cards ("0,1,.."), one host thread each.
+inline TrainerEnv cards_env(int cards) {
+  TrainerEnv env;
+  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
+  env.threads_per_card = 1;
+  return env;
+}
 
 // The host tier's rows (a failed expectation when it is not an in-memory SparseTable).
 inline Rows host_rows(Trainer& trainer) {
