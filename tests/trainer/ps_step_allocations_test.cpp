@@ -165,6 +165,17 @@ TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   const device::DeviceCounts card_steps = card.counts() - card_before;
   EXPECT_EQ(card_steps.allocations, 0u);
   EXPECT_EQ(card_steps.pinned_allocations, 0u);
+  // The batch goes up and the gradients and dense parameters come back through pinned memory:
+  // a pageable copy would block the thread on a card (and is staged by the driver).
+  EXPECT_EQ(card_steps.pageable_copies, 0u);
+  // Eval steps, which do not wait for the card between batches, reuse the same pinned buffers:
+  // each waits for the last upload only when its copies are still under way.
+  const device::DeviceCounts eval_before = card.counts();
+  for (int step = 0; step < 10; ++step) worker.eval_step(step % 2 == 0 ? big : small);
+  const device::DeviceCounts eval_steps = card.counts() - eval_before;
+  EXPECT_EQ(eval_steps.pageable_copies, 0u);
+  EXPECT_EQ(eval_steps.allocations + eval_steps.pinned_allocations, 0u);
+  EXPECT_EQ(worker.step_allocations(), sized);
   // Nothing of the exchanges was lost: the thread is the servers' only writer, and after the
   // last sync its parameters are the servers' table.
   std::vector<float> table(worker.model().parameters().size(), 0.0f);

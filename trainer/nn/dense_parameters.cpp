@@ -77,9 +77,13 @@ std::vector<float> DenseParameters::grads_to_host() const {
 }
 
 void DenseParameters::set_values(const std::vector<float>& host) {
-  GPUBOX_EXPECTS(finalized_ && host.size() == total_, "set_values with ", host.size(),
+  set_values(host.data(), host.size());
+}
+
+void DenseParameters::set_values(const float* host, std::size_t count) {
+  GPUBOX_EXPECTS(finalized_ && count == total_, "set_values with ", count,
                  " floats, the model has ", total_);
-  if (total_ > 0) device::copy_async(values_.data(), host.data(), total_, card_->stream());
+  if (total_ > 0) device::copy_async(values_.data(), host, total_, card_->stream());
   refresh_bf16_copy();
   card_->stream().synchronize();
 }

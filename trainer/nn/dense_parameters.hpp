@@ -94,6 +94,9 @@ class DenseParameters {
   std::vector<float> values_to_host() const;
   std::vector<float> grads_to_host() const;
   void set_values(const std::vector<float>& host);
+  // The same from `count` (== size()) floats in pinned host memory (a step's path: the copy does
+  // not block the thread as a pageable one does). Returns when the card holds them.
+  void set_values(const float* pinned, std::size_t count);
 
  private:
   device::Card* card_;

@@ -33,7 +33,11 @@ struct PsWorker::Buffers {
 
 PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
                    const TrainerConfig& config)
-    : card_(card), servers_(servers), config_(config) {
+    : card_(card),
+      servers_(servers),
+      config_(config),
+      uploaded_(card.device(), card.stream().counters(), device::EventTiming::kOff,
+                device::EventReader::kHost) {
   card_.activate();
   model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
   optimizer_ =
@@ -68,6 +72,21 @@ void PsWorker::count_card_allocations(const device::DeviceCounts& before) {
   card_allocations_ += (card_.counts() - before).allocations;
 }
 
+void PsWorker::reuse_upload_buffers() {
+  if (!uploaded_.ready()) uploaded_.synchronize();
+}
+
+namespace {
+// The batch's array into its pinned buffer (grown through `growth`) and on to the card.
+template <class T>
+void stage(const std::vector<T>& from, device::pinned_buffer<T>* pinned, T* to,
+           BufferGrowth& growth, const device::Stream& stream) {
+  growth.fit(pinned, from.size());
+  std::copy(from.begin(), from.end(), pinned->data());
+  device::copy_async(to, pinned->data(), from.size(), stream);
+}
+}  // namespace
+
 void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
   const table::RowLayout& layout = servers_.layout();
   const auto stride = static_cast<std::size_t>(layout.stride());
@@ -84,7 +103,8 @@ void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
   }
   const std::size_t occurrences = batch.keys.size();
   const std::size_t record_floats = occurrences * pull_dim;
-  growth_.resize(&records_, record_floats);
+  reuse_upload_buffers();
+  growth_.fit(&records_, record_floats);
   const std::vector<uint32_t>& index = keys_.occurrence_index();
   for (std::size_t j = 0; j < occurrences; ++j) {
     table::fill_pull_record(rows_.data() + std::size_t{index[j]} * stride, layout,
@@ -98,9 +118,10 @@ void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
   buf.labels.resize_discard(batch.labels.size());
   buf.push.resize_discard(occurrences * static_cast<std::size_t>(layout.push_dim()));
   device::copy_async(buf.records.data(), records_.data(), record_floats, stream);
-  device::copy_async(buf.offsets.data(), batch.offsets.data(), batch.offsets.size(), stream);
-  device::copy_async(buf.dense.data(), batch.dense.data(), batch.dense.size(), stream);
-  device::copy_async(buf.labels.data(), batch.labels.data(), batch.labels.size(), stream);
+  stage(batch.offsets, &offsets_, buf.offsets.data(), growth_, stream);
+  stage(batch.dense, &dense_values_, buf.dense.data(), growth_, stream);
+  stage(batch.labels, &labels_, buf.labels.data(), growth_, stream);
+  uploaded_.record(stream);
   model_->reserve(static_cast<int64_t>(batch.size()));
   metrics_->reserve(static_cast<int64_t>(batch.size()));
 }
@@ -190,8 +211,10 @@ void PsWorker::read_dense(std::vector<float>* into) {
   const DenseParameters& params = model_->parameters();
   growth_.resize(into, params.size());
   if (params.size() == 0) return;
-  device::copy_async(into->data(), params.values().data(), params.size(), card_.stream());
+  growth_.fit(&read_back_, params.size());
+  device::copy_async(read_back_.data(), params.values().data(), params.size(), card_.stream());
   card_.stream().synchronize();
+  std::copy(read_back_.data(), read_back_.data() + params.size(), into->data());
 }
 
 void PsWorker::sync_dense(float scale) {
@@ -209,9 +232,15 @@ void PsWorker::sync_dense(float scale) {
   if (!synced.ok()) {
     throw_if_error(synced.with_context("syncing the dense parameters with the servers"));
   }
-  model_->parameters().set_values(dense_);
+  adopt_dense(dense_);
   std::swap(synced_dense_, dense_);  // the servers' values; the old buffer is reused
   count_card_allocations(before);
+}
+
+void PsWorker::adopt_dense(const std::vector<float>& values) {
+  growth_.fit(&read_back_, values.size());
+  std::copy(values.begin(), values.end(), read_back_.data());
+  model_->parameters().set_values(read_back_.data(), values.size());
 }
 
 void PsWorker::finish_exchange() {
@@ -225,7 +254,7 @@ void PsWorker::finish_exchange() {
   for (std::size_t i = 0; i < dense_.size(); ++i) {
     dense_[i] = sent_[i] + (dense_[i] - snapshot_[i]);
   }
-  model_->parameters().set_values(dense_);
+  adopt_dense(dense_);
   std::swap(synced_dense_, sent_);  // the servers' sum; the old buffer is the next change's
 }
 

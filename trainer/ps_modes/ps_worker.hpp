@@ -116,8 +116,13 @@ class PsWorker {
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
   // into merged_.
   void merge_push(std::size_t occurrences);
-  // *into = the dense parameters (host copy, into a reused buffer).
+  // *into = the dense parameters (host copy, into a reused buffer, through read_back_).
   void read_dense(std::vector<float>* into);
+  // The dense parameters = `values` (through read_back_, as read_dense).
+  void adopt_dense(const std::vector<float>& values);
+  // Waits for the last upload's copies if they are still under way (an eval step's), so that
+  // the pinned batch buffers can be overwritten or regrown.
+  void reuse_upload_buffers();
   // Adopts the exchange under way, if any (waits for it; throws its error).
   void finish_exchange();
   // Adds the card allocations since `before` to card_allocations_.
@@ -147,10 +152,18 @@ class PsWorker {
   std::vector<uint32_t> geo_locals_;           // geo: each distinct key's row in GeoRows
   std::vector<float> rows_;                    // distinct keys x stride
   std::vector<float> merged_;                  // distinct keys x push_dim
-  // Occurrences x pull_dim, uploaded from pageable memory: the copy has left it when the call
-  // returns (eval steps do not wait for the card before the next batch overwrites it).
-  std::vector<float> records_;
-  device::pinned_buffer<float> push_;  // occurrences x push_dim, read back
+  // The batch as it goes to the card, in pinned memory so that its copies are asynchronous
+  // (a pageable copy blocks the thread and is staged by the driver): the pull records
+  // (occurrences x pull_dim) and the batch's offsets, dense values and labels. `uploaded_`
+  // follows the last upload's copies: the next upload overwrites these once it has passed
+  // (a training step has waited for the card by then; an eval step may not have).
+  device::pinned_buffer<float> records_;
+  device::pinned_buffer<uint32_t> offsets_;
+  device::pinned_buffer<float> dense_values_;
+  device::pinned_buffer<float> labels_;
+  device::Event uploaded_;
+  device::pinned_buffer<float> push_;       // occurrences x push_dim, read back
+  device::pinned_buffer<float> read_back_;  // the dense parameters, read back or set
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
 };
