@@ -9,8 +9,8 @@
 #   san    compute-sanitizer over a few step tests (only when GPUBOX_LEASE_SAN_S > 0)
 # Each phase is killed at its limit (the gpubox processes it left with it). OUT_DIR gets each
 # phase's console log, nvidia-smi's output and gc.tgz with every phase's gpu_check folder; the
-# scripts/gpu_check.sh beside this script replaces the bundle's, so a fix to the checklist needs no
-# new bundle.
+# scripts/gpu_check.sh beside this script (with its parts, scripts/gpu_check/*.sh, and
+# scripts/lib/gpu_check_lib.sh) replaces the bundle's, so a fix to the checklist needs no new bundle.
 # Limits in seconds, from the environment: GPUBOX_LEASE_TRAIN_S (150), GPUBOX_LEASE_TESTS_S (170),
 # GPUBOX_LEASE_SAN_S (0); GPUBOX_LEASE_LINES (400000) training lines; GPUBOX_LEASE_TESTS and
 # GPUBOX_LEASE_SAN_TESTS: comma-separated test binaries.
@@ -27,6 +27,9 @@ tar xJf "$tarball" -C "$work" || { echo "gpu_lease_check: cannot extract '$tarba
 bundle="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'gpubox-cuda-*' | head -n 1)"
 [ -n "$bundle" ] || { echo "gpu_lease_check: '$tarball' holds no gpubox-cuda-* folder" >&2; exit 1; }
 cp "$here/gpu_check.sh" "$bundle/scripts/gpu_check.sh"
+mkdir -p "$bundle/scripts/gpu_check" "$bundle/scripts/lib"
+cp "$here"/gpu_check/*.sh "$bundle/scripts/gpu_check/"
+cp "$here/lib/gpu_check_lib.sh" "$bundle/scripts/lib/gpu_check_lib.sh"
 echo "bundle $bundle unpacked in $(elapsed) s"
 # The tests open the build machine's source folder (test_paths.txt): gpu_check.sh links it to the
 # bundle when it is absent; when it exists here (the repository copied to the same path), its
