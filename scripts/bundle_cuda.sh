@@ -16,8 +16,8 @@
 #   scripts/gpu_check.sh   on the GPU machine, the first-GPU-run checklist (its items in
 #                          scripts/gpu_check/*.sh): device query and peer-access matrix, the unit
 #                          tests, compute-sanitizer, a 2-card NCCL run, an nsys profile, per-step
-#                          device counts, a per-card-count benchmark, varying keys, all under one
-#                          output folder with a summary.txt.
+#                          device counts, a per-card-count benchmark, varying keys, an evaluation
+#                          keeping its predictions, all under one output folder with a summary.txt.
 #                          Run: tar xJf gpubox-cuda-*.tar.xz && gpubox-cuda-*/scripts/gpu_check.sh
 #                          (scripts/gpu_lease_check.sh runs it in bounded phases for a short lease)
 #   MANIFEST.txt, test_paths.txt + build-cuda/bin -> ../bin (the tests' compiled-in build paths:
@@ -143,7 +143,7 @@ verify() {
     echo "   scripts/lib/gpu_check_lib.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
   fi
   local part
-  for part in common device tests sanitizer nccl nsys step bench varying; do
+  for part in common device tests sanitizer nccl nsys step bench varying predictions; do
     if ! bash -n "$root/scripts/gpu_check/$part.sh" 2>/dev/null; then
       echo "   scripts/gpu_check/$part.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
     fi

@@ -23,7 +23,8 @@
 #                  launches and collectives per training step (limits: <= 2 syncs, 0 allocations,
 #                  0 pageable copies, 4 collectives; no allocation or pinned regrowth in any step
 #                  of the first pass either), step time p50/p99, the card memory
-#                  high-water mark and examples/s
+#                  high-water mark and examples/s; then an evaluation keeping its predictions:
+#                  1 graph launch a step, every prediction back, 2 graphs captured a card
 #   bench/      8. a benchmark per card count: gpubox_train on generated data with
 #                  FLAGS_selected_gpus=0 / 0,1 / 0,1,2,3 / ... up to the GPUs present: cards,
 #                  examples/s, per card, scaling ips(C) / (C * ips(1)), AUC, step time p50/p99,
@@ -33,6 +34,11 @@
 #                  --keys-per-slot) on 1 card and on the most cards, every step's buffers sized
 #                  before the pass (pass_step_allocations 0); with --soak S also a soak run on
 #                  the most cards for S seconds, pass after pass, on that data
+#   predictions/ 10. an evaluation keeping its predictions (gpubox_train --mode infer
+#                  --predictions_out, of a pass trained and saved on item 9's data) on 1 card and
+#                  on the most, on item 9's data and on data whose last batch is empty on the last
+#                  card: with step graphs, without (GPUBOX_STEP_GRAPHS=0: the same exactly) and on
+#                  a cpu build (--cpu-bin: every prediction within 1e-4)
 #   summary.txt one line per item: PASS, FAIL or SKIP with the reason. Works on 1 GPU (what
 #               needs more is skipped) and on 8.
 # A training run whose output stays silent for --hang-timeout seconds, or any run or test past its
@@ -42,7 +48,8 @@
 #
 # usage: scripts/gpu_check.sh [--cards 1,2,4] [--lines N] [--epochs E] [--batch B] [--max-steps S]
 #                             [--out DIR] [--skip-tests] [--skip-sanitizer] [--skip-nccl]
-#                             [--skip-nsys] [--skip-step] [--skip-bench] [--test-timeout S]
+#                             [--skip-nsys] [--skip-step] [--skip-bench] [--skip-predictions]
+#                             [--cpu-bin DIR] [--test-timeout S]
 #                             [--sanitizer-timeout S] [--run-timeout S] [--keep-data]
 #                             [--no-link] [--bin DIR] [--keys-per-slot MIN:MAX] [--skip-varying]
 #                             [--soak S] [--hang-timeout S] [--sanitizer-tests LIST] [--tests LIST]
@@ -62,6 +69,9 @@
 #   --bin DIR         take the binaries from DIR instead of the bundle's bin/ (e.g. a cpu build, with
 #                     --cards: then the "cards" are simulated, no GPU is needed, and the items that
 #                     need a GPU are skipped)
+#   --cpu-bin DIR     a cpu build's binaries (its gpubox_train, `--version` says backend cpu): item
+#                     10's reference predictions (default: the bundle's cpu-bin/ when present, or
+#                     --bin itself when that is a cpu build; none: that comparison is skipped)
 #   --keys-per-slot MIN:MAX  keys in each slot of a line of item 9's data (default 0:3)
 #   --soak S          item 9 also trains on the most cards for S seconds, pass after pass, and
 #                     reports step times and memory of the first and last pass (default 0: none)
@@ -111,6 +121,8 @@ only_tests=""
 sanitizer_tests="hash_table_test,card_store_test,row_pool_test,device_test,key_dedup_test,heter_comm_test,segment_reduce_test,trainer_nn_test,trainer_metrics_test,step_accounting_test"
 dry_run=0
 run_varying=1
+run_predictions=1
+cpu_bin=""
 need_value() { (($2 >= 2)) || die "$1 needs a value"; }
 while (($#)); do
   case "$1" in
@@ -126,6 +138,8 @@ while (($#)); do
     --skip-nsys) run_nsys=0; shift ;;
     --skip-step) run_step=0; shift ;;
     --skip-bench) run_bench=0; shift ;;
+    --skip-predictions) run_predictions=0; shift ;;
+    --cpu-bin) need_value "$1" $#; cpu_bin="$2"; shift 2 ;;
     --test-timeout) need_value "$1" $#; test_timeout="$2"; shift 2 ;;
     --sanitizer-timeout) need_value "$1" $#; sanitizer_timeout="$2"; shift 2 ;;
     --run-timeout) need_value "$1" $#; run_timeout="$2"; shift 2 ;;
@@ -161,6 +175,27 @@ fi
 [ -d "$bin" ] || die "--bin '$bin' is not a folder"
 bin="$(cd "$bin" && pwd)"
 for t in gpubox_train gpubox_data gpubox_bench; do [ -x "$bin/$t" ] || die "$bin/$t is missing"; done
+# Item 10's reference: a cpu build's gpubox_train.
+backend_of() { "$1/gpubox_train" --version 2>/dev/null | sed -n 's/.*backend \([a-z]*\).*/\1/p' | head -n 1 || true; }
+if [ -z "$cpu_bin" ]; then
+  if [ -x "$root/cpu-bin/gpubox_train" ]; then
+    cpu_bin="$root/cpu-bin"
+  elif [ "$(backend_of "$bin")" = cpu ]; then
+    cpu_bin="$bin"
+  fi
+elif [ ! -x "$cpu_bin/gpubox_train" ]; then
+  die "--cpu-bin '$cpu_bin' has no gpubox_train"
+fi
+# One that does not run here (a library missing) or is no cpu build: item 10 says so and skips it.
+cpu_bin_problem=""
+if [ -n "$cpu_bin" ]; then
+  cpu_bin="$(cd "$cpu_bin" && pwd)"
+  if [ "$(backend_of "$cpu_bin")" != cpu ]; then
+    cpu_bin_problem="$cpu_bin/gpubox_train is no cpu build that runs here: $("$cpu_bin/gpubox_train" --version 2>&1 | head -n 1 || true)"
+    echo "gpu_check: warning: --cpu-bin: $cpu_bin_problem" >&2
+    cpu_bin=""
+  fi
+fi
 [ -f "$root/configs/config_synthetic.yaml" ] || die "$root/configs/config_synthetic.yaml is missing (not a GPUBox bundle?)"
 [ -n "$out" ] || out="$PWD/gpu_check.$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out" || die "--out '$out': cannot create the folder"
@@ -171,7 +206,7 @@ summary="$out/summary.txt"
 
 # The items, phase by phase (scripts/gpu_check/*.sh).
 parts="$root/scripts/gpu_check"
-for part in common device tests sanitizer nccl nsys step bench varying; do
+for part in common device tests sanitizer nccl nsys step bench varying predictions; do
   [ -f "$parts/$part.sh" ] || die "$parts/$part.sh is missing (copy scripts/gpu_check/ with gpu_check.sh)"
 done
 # shellcheck source=scripts/gpu_check/common.sh
@@ -205,6 +240,8 @@ fi
 . "$parts/bench.sh"
 # shellcheck source=scripts/gpu_check/varying.sh
 . "$parts/varying.sh"
+# shellcheck source=scripts/gpu_check/predictions.sh
+. "$parts/predictions.sh"
 
 echo
 echo "================ summary ($summary)"

@@ -32,7 +32,9 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
                    -v p="$(num pageable_copies_per_step)" -v k="$(num collectives_per_step)" \
                    -v g="$(num graph_launches_per_step)" \
                    -v eg="$(num eval_graph_launches_per_step)" -v el="$(num eval_launches_per_step)" \
-                   -v ek="$(num eval_collectives_per_step)" \
+                   -v ek="$(num eval_collectives_per_step)" -v c="$c" \
+                   -v ec="$(num eval_graph_captures)" -v ex="$(num eval_examples)" \
+                   -v ep="$(num eval_predictions)" -v eb="$(num eval_predictions_bad)" \
                    -v fa="$(num first_pass_step_allocations)" -v fp="$(num first_pass_step_pinned_allocations)" 'BEGIN {
       bad = ""
       if (fa > 0) bad = bad " first pass step allocations " fa " > 0;"
@@ -48,9 +50,15 @@ if ((run_step)) && ((${#counts[@]} > 0)); then
       if (eg != 1) bad = bad " evaluation graph launches " eg " != 1;"
       if (el != 0) bad = bad " evaluation launches outside graphs " el " != 0;"
       if (ek != 0) bad = bad " evaluation collectives outside graphs " ek " != 0;"
+      # It keeps its predictions (copied into the pinned block of the ring slot, inside the
+      # graph): every one back, each a probability; one graph per upload buffer on each card
+      # (every batch is full), whichever slot the predictions of a step go to.
+      if (ep == "" || ep != ex) bad = bad " evaluation predictions " ep " for " ex " examples;"
+      if (eb != 0) bad = bad " evaluation predictions outside [0, 1] " eb ";"
+      if (ec == "" || ec > 2 * c) bad = bad " evaluation graphs captured " ec " > " 2 * c " (2 a card);"
       print bad }')"
     if [ -z "$verdict" ]; then
-      record PASS "step counts, $c card(s)" "syncs $(num host_syncs_per_step), allocations 0, pageable 0, 1 graph launch of $(num graph_nodes_per_step) nodes (every collective inside), $(num launches_per_step) launches outside, evaluation 1 graph launch of $(num eval_graph_nodes_per_step) nodes, $(num examples_per_sec) ex/s, step p50/p99 $(num step_ms_p50)/$(num step_ms_p99) ms, card memory $(num card_memory_peak_mb) MiB"
+      record PASS "step counts, $c card(s)" "syncs $(num host_syncs_per_step), allocations 0, pageable 0, 1 graph launch of $(num graph_nodes_per_step) nodes (every collective inside), $(num launches_per_step) launches outside, evaluation 1 graph launch of $(num eval_graph_nodes_per_step) nodes ($(num eval_graph_captures) captured, $(num eval_predictions) predictions kept), $(num examples_per_sec) ex/s, step p50/p99 $(num step_ms_p50)/$(num step_ms_p99) ms, card memory $(num card_memory_peak_mb) MiB"
     else
       record FAIL "step counts, $c card(s)" "$verdict (step/step.jsonl)"
     fi
