@@ -13,10 +13,11 @@
 #             the 64 MiB limit; part of the CUDA toolkit / driver there): libcuda.so.1 (driver),
 #             libcublas.so.13 + libcublasLt.so.13 (~600 MB), libnccl.so.2 (~210 MB, ~190 MB compressed).
 #   configs/  the YAML configs and the shipped sample data (configs/data/)
-#   scripts/gpu_check.sh   on the GPU machine, the first-GPU-run checklist: device query and
-#                          peer-access matrix, the unit tests, compute-sanitizer, a 2-card NCCL run,
-#                          an nsys profile, per-step device counts, a per-card-count benchmark, all
-#                          under one output folder with a summary.txt.
+#   scripts/gpu_check.sh   on the GPU machine, the first-GPU-run checklist (its items in
+#                          scripts/gpu_check/*.sh): device query and peer-access matrix, the unit
+#                          tests, compute-sanitizer, a 2-card NCCL run, an nsys profile, per-step
+#                          device counts, a per-card-count benchmark, varying keys, an evaluation
+#                          keeping its predictions, all under one output folder with a summary.txt.
 #                          Run: tar xJf gpubox-cuda-*.tar.xz && gpubox-cuda-*/scripts/gpu_check.sh
 #                          (scripts/gpu_lease_check.sh runs it in bounded phases for a short lease)
 #   MANIFEST.txt, test_paths.txt + build-cuda/bin -> ../bin (the tests' compiled-in build paths:
@@ -141,6 +142,12 @@ verify() {
   if ! bash -n "$root/scripts/lib/gpu_check_lib.sh" 2>/dev/null; then
     echo "   scripts/lib/gpu_check_lib.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
   fi
+  local part
+  for part in common device tests sanitizer nccl nsys step bench varying predictions; do
+    if ! bash -n "$root/scripts/gpu_check/$part.sh" 2>/dev/null; then
+      echo "   scripts/gpu_check/$part.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
+    fi
+  done
   echo "== libcuda.so.1"
   if [ "${counts["not found here: NVIDIA driver library, present on the GPU machine"]:-0}" = 0 ]; then
     echo "   no file lists it as NEEDED: libcudart (and cuBLAS / NCCL) open the driver's libcuda.so.1 with"
@@ -251,6 +258,8 @@ cp -r "$repo/configs" "$stage/configs"
 cp "$repo/scripts/gpu_check.sh" "$stage/scripts/gpu_check.sh"
 mkdir -p "$stage/scripts/lib"
 cp "$repo/scripts/lib/gpu_check_lib.sh" "$stage/scripts/lib/gpu_check_lib.sh"
+mkdir -p "$stage/scripts/gpu_check"
+cp "$repo"/scripts/gpu_check/*.sh "$stage/scripts/gpu_check/"
 chmod +x "$stage/scripts/gpu_check.sh"
 
 # Compiled-in build paths: some tests open files through absolute paths given by -D at compile time

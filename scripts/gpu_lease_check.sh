@@ -5,15 +5,19 @@
 # (scripts/bundle_cuda.sh) is unpacked to a temporary folder and gpu_check.sh runs in bounded
 # phases, the most telling first, so that a lease cut short still brings back what ran:
 #   train  items 1, 2, 7, 8, 9 (device query, libraries, step counts, benchmark, varying keys) on 1 card
+#   pred   item 10: an evaluation keeping its predictions (--mode infer --predictions_out), with
+#          step graphs, without, and on a cpu build when GPUBOX_LEASE_CPU_BIN names one
 #   tests  the step's unit tests first (--tests, in that order), each under --test-timeout
 #   san    compute-sanitizer over a few step tests (only when GPUBOX_LEASE_SAN_S > 0)
 # Each phase is killed at its limit (the gpubox processes it left with it). OUT_DIR gets each
 # phase's console log, nvidia-smi's output and gc.tgz with every phase's gpu_check folder; the
-# scripts/gpu_check.sh beside this script replaces the bundle's, so a fix to the checklist needs no
-# new bundle.
-# Limits in seconds, from the environment: GPUBOX_LEASE_TRAIN_S (150), GPUBOX_LEASE_TESTS_S (170),
-# GPUBOX_LEASE_SAN_S (0); GPUBOX_LEASE_LINES (400000) training lines; GPUBOX_LEASE_TESTS and
-# GPUBOX_LEASE_SAN_TESTS: comma-separated test binaries.
+# scripts/gpu_check.sh beside this script (with its parts, scripts/gpu_check/*.sh, and
+# scripts/lib/gpu_check_lib.sh) replaces the bundle's, so a fix to the checklist needs no new bundle.
+# Limits in seconds, from the environment: GPUBOX_LEASE_TRAIN_S (150), GPUBOX_LEASE_PRED_S (90),
+# GPUBOX_LEASE_TESTS_S (170), GPUBOX_LEASE_SAN_S (0); GPUBOX_LEASE_LINES (400000) training lines;
+# GPUBOX_LEASE_TESTS and GPUBOX_LEASE_SAN_TESTS: comma-separated test binaries; GPUBOX_LEASE_CPU_BIN:
+# a cpu build's bin/ (its gpubox_train and the libraries it needs must run there), item 10's
+# reference.
 set -u
 (($# == 2)) || { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 tarball="$1" out="$2"
@@ -27,6 +31,9 @@ tar xJf "$tarball" -C "$work" || { echo "gpu_lease_check: cannot extract '$tarba
 bundle="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'gpubox-cuda-*' | head -n 1)"
 [ -n "$bundle" ] || { echo "gpu_lease_check: '$tarball' holds no gpubox-cuda-* folder" >&2; exit 1; }
 cp "$here/gpu_check.sh" "$bundle/scripts/gpu_check.sh"
+mkdir -p "$bundle/scripts/gpu_check" "$bundle/scripts/lib"
+cp "$here"/gpu_check/*.sh "$bundle/scripts/gpu_check/"
+cp "$here/lib/gpu_check_lib.sh" "$bundle/scripts/lib/gpu_check_lib.sh"
 echo "bundle $bundle unpacked in $(elapsed) s"
 # The tests open the build machine's source folder (test_paths.txt): gpu_check.sh links it to the
 # bundle when it is absent; when it exists here (the repository copied to the same path), its
@@ -54,13 +61,18 @@ step_tests+=",heter_comm_test,heter_comm_padded_test,comm_test,comm_alloc_test,s
 step_tests+=",trainer_metrics_test,trainer_multicard_test,pass_manager_test,pass_prefetch_test,trainer_integration_test"
 step_tests+=",collective_test,planted_models_test,divergence_test,resume_test,save_load_test,sparse_table_test"
 skip_rest=(--skip-nsys --skip-nccl)
-phase train "${GPUBOX_LEASE_TRAIN_S:-150}" --skip-tests --skip-sanitizer "${skip_rest[@]}" \
+phase train "${GPUBOX_LEASE_TRAIN_S:-150}" --skip-tests --skip-sanitizer "${skip_rest[@]}" --skip-predictions \
   --lines "${GPUBOX_LEASE_LINES:-400000}" --run-timeout 70
+cpu_bin=()
+[ -z "${GPUBOX_LEASE_CPU_BIN:-}" ] || cpu_bin=(--cpu-bin "$GPUBOX_LEASE_CPU_BIN")
+phase pred "${GPUBOX_LEASE_PRED_S:-90}" --skip-tests --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench \
+  --skip-varying --lines "${GPUBOX_LEASE_LINES:-400000}" --batch 512 --run-timeout 40 "${cpu_bin[@]}"
 phase tests "${GPUBOX_LEASE_TESTS_S:-170}" --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
+  --skip-predictions \
   --test-timeout 40 --tests "${GPUBOX_LEASE_TESTS:-$step_tests}"
 grep -E ' ok | FAILED |SKIPPED' "$out/tests.log" | head -n 40
 if ((${GPUBOX_LEASE_SAN_S:-0} > 0)); then
-  phase san "$GPUBOX_LEASE_SAN_S" --skip-tests "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
+  phase san "$GPUBOX_LEASE_SAN_S" --skip-tests "${skip_rest[@]}" --skip-step --skip-bench --skip-varying --skip-predictions \
     --sanitizer-timeout 40 --sanitizer-tests "${GPUBOX_LEASE_SAN_TESTS:-device_test,heter_comm_padded_test,step_accounting_test}"
 fi
 tar czf "$out/gc.tgz" --exclude='gc/*/data' -C "$work" gc 2>/dev/null

@@ -1,5 +1,6 @@
 // LateReadback's card half (late_readback.hpp): the copies into the slot the card's counter names
-// and the counter's reset. Portable device code: nvcc on CUDA, the host compiler on cpu.
+// (and into the slot's own block), and the counter's reset. Portable device code: nvcc on CUDA, the
+// host compiler on cpu.
 #include <cstdint>
 
 #include "common/error.hpp"
@@ -32,6 +33,16 @@ struct CopyIntoRingSlot {
   }
 };
 
+// A thread a word: every thread reads the same counter (not written here), so the block is the
+// open slot's for the whole copy; written straight into pinned memory as above.
+struct CopyIntoRingBlock {
+  uint32_t* blocks[kMaxRingDepth];
+  std::size_t depth;
+  const uint64_t* counter;
+  const uint32_t* from;
+  GPUBOX_HD void operator()(std::size_t w) const { blocks[*counter % depth][w] = from[w]; }
+};
+
 struct SetRingCounter {
   uint64_t* counter;
   uint64_t value;
@@ -58,6 +69,21 @@ void copy_into_ring_slot(const Stream& stream, void* slots, std::size_t slot_byt
     copy.segments[s] = segment;
   }
   parallel_for(stream, 1, copy);
+}
+
+void copy_into_ring_block(const Stream& stream, void* const* blocks, std::size_t depth,
+                          const uint64_t* counter, const void* from, std::size_t bytes) {
+  GPUBOX_EXPECTS(depth >= 1 && depth <= kMaxRingDepth && bytes % sizeof(uint32_t) == 0 &&
+                     reinterpret_cast<std::uintptr_t>(from) % sizeof(uint32_t) == 0,
+                 "LateReadback: a block copy of ", bytes, " bytes over ", depth,
+                 " slots: whole aligned 4-byte words, at most ", kMaxRingDepth, " slots");
+  CopyIntoRingBlock copy{{}, depth, counter, static_cast<const uint32_t*>(from)};
+  for (std::size_t i = 0; i < depth; ++i) {
+    GPUBOX_EXPECTS(reinterpret_cast<std::uintptr_t>(blocks[i]) % sizeof(uint32_t) == 0,
+                   "LateReadback: slot ", i, "'s block is not 4-byte aligned");
+    copy.blocks[i] = static_cast<uint32_t*>(blocks[i]);
+  }
+  parallel_for(stream, bytes / sizeof(uint32_t), copy);
 }
 
 void set_ring_counter(const Stream& stream, uint64_t* counter, uint64_t value) {

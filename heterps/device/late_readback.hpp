@@ -12,7 +12,9 @@
 // The slot is chosen on the card (issue 31, item 3: one step graph replayed every step): the card
 // keeps the ring's slot counter, and copy_on_card enqueues one kernel that copies its segments
 // into slot (counter % depth) and advances the counter. So a captured step that holds the copy
-// writes the right slot at every replay, with nothing baked in but the ring's base. Every
+// writes the right slot at every replay, with nothing baked in but the ring's base; an owner's
+// larger per-slot values (an evaluation's predictions) go the same way into blocks of its own
+// (copy_to_slot_block, chosen by the same counter). Every
 // begin()..commit() calls copy_on_card exactly once (with no segments when the step copies
 // nothing into its slot), so the card's counter always names the slot begin() handed out.
 // Inside a ComposedStep (composed_step.hpp) that replays, copy_on_card enqueues nothing (the
@@ -56,6 +58,8 @@ struct RingSegment {
   std::size_t bytes = 0;
 };
 inline constexpr std::size_t kMaxRingSegments = 3;
+// The deepest ring whose slots may have blocks of their own (copy_to_slot_block).
+inline constexpr std::size_t kMaxRingDepth = 8;
 
 namespace detail {
 // late_readback.cu: one kernel that copies `segments` into slot (*counter % depth) of `slots`
@@ -63,6 +67,10 @@ namespace detail {
 void copy_into_ring_slot(const Stream& stream, void* slots, std::size_t slot_bytes,
                          std::size_t depth, uint64_t* counter, const RingSegment* segments,
                          std::size_t count);
+// One kernel: `bytes` (whole aligned 4-byte words) of card memory `from` into
+// blocks[*counter % depth] (pinned, `depth` of them), the counter left as it is.
+void copy_into_ring_block(const Stream& stream, void* const* blocks, std::size_t depth,
+                          const uint64_t* counter, const void* from, std::size_t bytes);
 void set_ring_counter(const Stream& stream, uint64_t* counter, uint64_t value);
 }  // namespace detail
 
@@ -125,6 +133,27 @@ class LateReadback {
     if (!ComposedStep::enqueues(stream)) return;
     detail::copy_into_ring_slot(stream, host_.data(), width_ * sizeof(T), depth(), counter_.data(),
                                 segments.begin(), segments.size());
+  }
+  // Besides the slot's record, `count` elements of card memory `from` into the caller's own
+  // pinned block of the open slot: blocks[i] is slot i's (Slot::index), each of at least `count`
+  // elements. The block is chosen on the card by the counter copy_on_card advances, so a captured
+  // step writes the right block at every replay with nothing baked in but the blocks' addresses
+  // (one graph for every slot, not one per slot). Between begin() and copy_on_card; nothing for
+  // count 0. Enqueues nothing while a ComposedStep replays on `stream` (its graph holds it).
+  template <class U>
+  void copy_to_slot_block(const Stream& stream, U* const* blocks, const U* from,
+                          std::size_t count) {
+    static_assert(sizeof(U) % sizeof(uint32_t) == 0, "whole 4-byte words");
+    GPUBOX_EXPECTS(
+        open_ && !copied_, "LateReadback: copy_to_slot_block ",
+        open_ ? "after copy_on_card (the card's counter names the next slot)" : "without begin");
+    if (count == 0 || !ComposedStep::enqueues(stream)) return;
+    void* targets[kMaxRingDepth] = {};
+    GPUBOX_EXPECTS(depth() <= kMaxRingDepth, "LateReadback: blocks of ", depth(),
+                   " slots (at most ", kMaxRingDepth, ")");
+    for (std::size_t i = 0; i < depth(); ++i) targets[i] = blocks[i];
+    detail::copy_into_ring_block(stream, targets, depth(), counter_.data(), from,
+                                 count * sizeof(U));
   }
   // Records the event of the slot begin() returned, after the caller's copies into it (inside a
   // ComposedStep: at its finish, after the graph's launch).

@@ -28,6 +28,12 @@
 #   gc_step_allocations METRICS   "" when every pass of the metrics file METRICS sized its steps
 #                                 before it began (pass_step_allocations, _frees and
 #                                 _pinned_allocations all 0), else what did (or that no pass did)
+#   gc_compare_predictions A B TOL  0 when the `label prediction` lines of files A and B
+#                                 (gpubox_train --predictions_out) match line for line: the same
+#                                 text when TOL is 0 (prints where they differ), else the same
+#                                 labels and predictions within TOL (prints the largest
+#                                 difference, and what fails: line counts, the first differing
+#                                 label, the line of a difference over TOL); else 1
 #   gc_gpu_memory_start OUT / gc_gpu_memory_stop OUT
 #                                 sample nvidia-smi's memory.used of every GPU every 500 ms into
 #                                 OUT while a run goes on / stop it and print "gpu0 12345 MiB, ..."
@@ -186,6 +192,26 @@ gc_step_allocations() {
       if (v > 0) bad = bad " pass " (n - 1) " " key " " v ";"
     } }
     END { if (n == 0) print " no pass line;"; else print bad }'
+}
+
+gc_compare_predictions() {
+  if [ "$3" = 0 ]; then
+    cmp -s "$1" "$2" && return 0
+    echo "differ from line $(cmp "$1" "$2" 2>/dev/null | sed -n 's/.* line \([0-9]*\).*/\1/p')"
+    return 1
+  fi
+  awk -v tol="$3" 'NR == FNR { label[FNR] = $1; pred[FNR] = $2; n = FNR; next }
+    { m = FNR
+      if (!(FNR in label) || $1 != label[FNR]) { if (!bad_label) bad_label = FNR; next }
+      d = $2 - pred[FNR]; if (d < 0) d = -d
+      if (d > worst) { worst = d; at = FNR } }
+    END {
+      if (n != m) printf "%d lines against %d; ", n, m
+      if (bad_label) printf "labels differ from line %d; ", bad_label
+      printf "max |difference| %g", worst
+      if (worst > tol) printf " > %g at line %d", tol, at
+      print ""
+      exit (n != m || bad_label || worst > tol) }' "$1" "$2"
 }
 
 gc_gpu_memory_start() {

@@ -3,7 +3,7 @@
 // counts the same on the cpu and cuda backends: on this machine they predict a GPU step.
 //
 //   gpubox_bench step [--cards N] [--batch B] [--steps S] [--threads T] [--data DIR]
-//                     [--keys_per_slot MIN:MAX] [--collective] [--json]
+//                     [--keys_per_slot MIN:MAX] [--collective] [--no_predictions] [--json]
 //
 // Trains two passes over the same data (B instances per card per step, S steps per pass, not
 // shuffled): the first sizes every buffer, the second is the steady state the figures come
@@ -18,7 +18,11 @@
 // second pass's step wall times (step_ms_p50, step_ms_p99, step_ms_max over its steady steps)
 // and the cards' memory high-water mark (card_memory_peak_mb); then an evaluation over the same
 // data (batch B): its per card per step counts past its 2 warm-up steps (eval_*_per_step:
-// CardWorker::eval_step).
+// CardWorker::eval_step), keeping its predictions as `gpubox_train --mode infer
+// --predictions_out` does (the copy into the ring slot's pinned block inside the step's graph;
+// --no_predictions: not kept): how many came back and how many are not a probability
+// (eval_predictions, eval_predictions_bad), and the graphs it captured (eval_graph_captures: one
+// per upload buffer on each card, every batch full).
 // Data: `gpubox_data gen`'s generator (26 slots, 13 dense; the default model's shape; with
 // --keys_per_slot, MIN to MAX keys in each slot of a line) into a temporary folder, or the
 // slot-format files of --data. --collective: Collective mode (runner.use_fleet, the whole table on
@@ -52,15 +56,32 @@ struct TempFolder {
   }
 };
 
+// The evaluation's predictions that came back, and of them those that are no probability (not
+// finite, or outside [0, 1]): a step's copy into a pinned block that went astray leaves zeros or
+// another step's values, which the count and the AUC show.
+struct PredictionCounts {
+  std::size_t count = 0;
+  std::size_t bad = 0;
+};
+PredictionCounts count_predictions(const trainer::EvalResult& evaluated) {
+  PredictionCounts out;
+  out.count = evaluated.predictions.size();
+  for (float p : evaluated.predictions) {
+    if (!(p >= 0.0f && p <= 1.0f)) ++out.bad;  // NaN too
+  }
+  return out;
+}
+
 int run_step(const BenchArgs& args) {
-  args.expect_only(
-      {"cards", "batch", "steps", "threads", "data", "keys_per_slot", "collective", "json"});
+  args.expect_only({"cards", "batch", "steps", "threads", "data", "keys_per_slot", "collective",
+                    "no_predictions", "json"});
   const int cards = static_cast<int>(args.get_int("cards", 1));
   const int batch = static_cast<int>(args.get_int("batch", 512));
   const int steps = static_cast<int>(args.get_int("steps", 20));
   const int threads = static_cast<int>(args.get_int("threads", 0));
   const bool json = args.has("json");
   const bool collective = args.has("collective");
+  const bool keep_predictions = !args.has("no_predictions");
   GPUBOX_EXPECTS(cards >= 1 && batch >= 1 && steps >= 3,
                  "--cards and --batch must be positive "
                  "and --steps at least 3");
@@ -98,7 +119,8 @@ int run_step(const BenchArgs& args) {
   const trainer::PassReport report = trainer.train_pass(files);
   const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
   const std::map<std::string, double> first_extra(first.extra.begin(), first.extra.end());
-  const trainer::EvalResult evaluated = trainer.evaluate(files, /*keep_predictions=*/false);
+  const trainer::EvalResult evaluated = trainer.evaluate(files, keep_predictions);
+  const PredictionCounts predictions = count_predictions(evaluated);
   const std::map<std::string, double> eval_extra(evaluated.extra.begin(), evaluated.extra.end());
   GPUBOX_EXPECTS(eval_extra.count("eval_steady_steps") > 0,
                  "the evaluation had no steps past its warm-up (--steps ", steps, ")");
@@ -129,10 +151,10 @@ int run_step(const BenchArgs& args) {
                                   "graph_captures_per_step"};
   // An evaluation over the same data after the two passes (runner.infer_batch_size = B): per card
   // per step past its warm-up, what an evaluation step costs (CardWorker::eval_step).
-  static const char* kEvalCounts[] = {"eval_host_syncs_per_step",     "eval_allocations_per_step",
-                                      "eval_launches_per_step",       "eval_collectives_per_step",
-                                      "eval_graph_launches_per_step", "eval_graph_nodes_per_step",
-                                      "eval_graph_captures_per_step"};
+  static const char* kEvalCounts[] = {
+      "eval_host_syncs_per_step",     "eval_allocations_per_step", "eval_pageable_copies_per_step",
+      "eval_pinned_copies_per_step",  "eval_launches_per_step",    "eval_collectives_per_step",
+      "eval_graph_launches_per_step", "eval_graph_nodes_per_step", "eval_graph_captures_per_step"};
   // Totals over every step of the first pass (all cards, its first steps included): what sizing
   // the step buffers before the pass leaves to the steps themselves.
   static const char* kFirstPass[] = {"pass_step_allocations", "pass_step_frees",
@@ -156,6 +178,11 @@ int run_step(const BenchArgs& args) {
     }
     for (const char* name : kTimes) std::printf(", \"%s\": %.3f", name, extra.at(name));
     for (const char* name : kEvalCounts) std::printf(", \"%s\": %.3f", name, eval_extra.at(name));
+    std::printf(
+        ", \"eval_graph_captures\": %.0f, \"eval_keep_predictions\": %s, \"eval_examples\": %.0f, "
+        "\"eval_predictions\": %zu, \"eval_predictions_bad\": %zu",
+        eval_extra.at("eval_step_graph_captures"), keep_predictions ? "true" : "false",
+        evaluated.metrics.examples, predictions.count, predictions.bad);
     std::printf(", \"train_seconds\": %.4f, \"examples_per_sec\": %.1f}\n", train_seconds,
                 examples_per_sec);
   } else {
@@ -171,6 +198,11 @@ int run_step(const BenchArgs& args) {
     for (const char* name : kTimes) std::printf(" %s %.3f,", name, extra.at(name));
     std::printf("\n  evaluation, per card per step:");
     for (const char* name : kEvalCounts) std::printf(" %s %.3f,", name, eval_extra.at(name));
+    std::printf(
+        "\n  evaluation: %.0f graphs captured, %.0f examples, predictions %s: %zu back, %zu not "
+        "a probability",
+        eval_extra.at("eval_step_graph_captures"), evaluated.metrics.examples,
+        keep_predictions ? "kept" : "not kept", predictions.count, predictions.bad);
     std::printf("\n  examples/s (all cards, training phase of pass 2): %.1f\n", examples_per_sec);
   }
   return 0;
@@ -178,9 +210,10 @@ int run_step(const BenchArgs& args) {
 
 GPUBOX_BENCH_COMMAND("step",
                      "[--cards N] [--batch B] [--steps S] [--threads T] [--data DIR] "
-                     "[--keys_per_slot MIN:MAX] [--collective] [--json]: "
+                     "[--keys_per_slot MIN:MAX] [--collective] [--no_predictions] [--json]: "
                      "host syncs, allocations, copies, launches and collectives per training "
-                     "step of the default model, and examples/s",
+                     "step of the default model, and examples/s; then an evaluation keeping its "
+                     "predictions (--no_predictions: not kept)",
                      run_step);
 
 }  // namespace

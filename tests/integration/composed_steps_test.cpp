@@ -3,6 +3,8 @@
 //  - an evaluation step: "eval step", the sparse lookup, the forward, the metrics, the
 //    predictions' copy into the slot's pinned block and the ring's slot counter composed
 //    (it was 2 graphs, "sparse lookup" and "dense predict", and 2 ring-slot kernels outside);
+//  - an evaluation keeping its predictions captures one graph per batch size and upload buffer,
+//    whichever ring slot a step's predictions go to (the card picks the slot's pinned block);
 //  - a card whose batch is empty in a pass's last step (an uneven last round): the same composed
 //    graph over zero rows, so its collectives run inside one graph as its peers' do (it ran its
 //    sparse half's own 2 graphs and its dense half eagerly, the dense all-reduce outside them,
@@ -179,7 +181,15 @@ TEST_P(ComposedSteps, AnEmptyLastBatchAndEvaluationStepsAreOneGraphLaunchEqualTo
     // An evaluation step is less work than a training step.
     EXPECT_LT(graphed.eval_counts.at("eval_graph_nodes_per_step"),
               graphed.counts.at("graph_nodes_per_step"));
+    // Graphs captured by the evaluation keeping its predictions: on every card one per upload
+    // buffer for its 8 full batches (they alternate the two) and one for the last round's
+    // batch (1 line, or none on the last card). One graph serves every ring slot: the
+    // predictions' block is picked on the card (LateReadback::copy_to_slot_block); with the
+    // block baked in, a graph per (upload buffer, slot) pair, 4 for the full batches, was
+    // captured.
+    EXPECT_EQ(graphed.eval_counts.at("eval_step_graph_captures"), cards * (cards > 1 ? 3.0 : 2.0));
   }
+  EXPECT_EQ(eager.eval_counts.at("eval_step_graph_captures"), 0.0);
   EXPECT_EQ(eager.counts.at("graph_launches_per_step"), 0.0);
   EXPECT_EQ(eager.eval_counts.at("eval_graph_launches_per_step"), 0.0);
   // The same work either way: the eager evaluation step launches, exchanges and copies what the

@@ -3,8 +3,11 @@
 # (scripts/lib/gpu_check_lib.sh) on made-up runs and NCCL logs with known answers, then the whole
 # checklist as --dry-run on this build's cpu binaries (simulated cards): the varying-keys data
 # and its training runs, a short soak, step times and card memory in the step counts and the
-# benchmark table, and the commands of the GPU-only items (compute-sanitizer's four tools, the
-# sanitized 2-GPU run, nsys) printed instead of run. shellcheck-clean where shellcheck exists.
+# benchmark table, an evaluation keeping its predictions (gpubox_train --mode infer
+# --predictions_out with graphs, eagerly and on the cpu build, an empty last batch included;
+# the predictions files' comparison on made-up files), and the commands of the GPU-only items
+# (compute-sanitizer's four tools, the sanitized 2-GPU run, nsys) printed instead of run.
+# shellcheck-clean (scripts/gpu_check/*.sh followed from gpu_check.sh) where shellcheck exists.
 #   tests/scripts/gpu_check_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$(cd "$1" && pwd)"
@@ -83,6 +86,26 @@ printf '{"pass": 1, "pass_step_allocations": 64, "pass_step_frees": 0, "pass_ste
   fail "gc_step_allocations: got '$(gc_step_allocations "$work/clean.jsonl")'"
 [ "$(gc_step_allocations "$work/none.log")" = " no pass line;" ] || fail "gc_step_allocations: no pass line"
 
+# Predictions files (label prediction a line): the same text, within a tolerance, or not.
+printf '0 0.5\n1 0.25\n0 0.125\n' > "$work/p.txt"
+cp "$work/p.txt" "$work/p_same.txt"
+printf '0 0.5\n1 0.25002\n0 0.125\n' > "$work/p_near.txt"
+printf '0 0.5\n1 0.25\n0 0.126\n' > "$work/p_far.txt"
+printf '0 0.5\n0 0.25\n0 0.125\n' > "$work/p_label.txt"
+printf '0 0.5\n1 0.25\n' > "$work/p_short.txt"
+gc_compare_predictions "$work/p.txt" "$work/p_same.txt" 0 > "$work/cmp.txt" || fail "the same predictions differ"
+[ ! -s "$work/cmp.txt" ] || fail "the same predictions: '$(cat "$work/cmp.txt")'"
+if gc_compare_predictions "$work/p.txt" "$work/p_near.txt" 0 > "$work/cmp.txt"; then fail "0.25 and 0.25002 are not the same text"; fi
+expect_grep '^differ from line 2$' "$work/cmp.txt" "the first differing line"
+gc_compare_predictions "$work/p.txt" "$work/p_near.txt" 1e-4 > "$work/cmp.txt" || fail "2e-5 apart is within 1e-4: $(cat "$work/cmp.txt")"
+expect_grep '^max \|difference\| 2e-05$' "$work/cmp.txt" "the largest difference within the tolerance"
+if gc_compare_predictions "$work/p.txt" "$work/p_far.txt" 1e-4 > "$work/cmp.txt"; then fail "1e-3 apart passed a 1e-4 tolerance"; fi
+expect_grep '^max \|difference\| 0.001 > 0.0001 at line 3$' "$work/cmp.txt" "a difference over the tolerance, and where"
+if gc_compare_predictions "$work/p.txt" "$work/p_label.txt" 1e-4 > "$work/cmp.txt"; then fail "different labels passed"; fi
+expect_grep 'labels differ from line 2' "$work/cmp.txt" "different labels named"
+if gc_compare_predictions "$work/p.txt" "$work/p_short.txt" 1e-4 > "$work/cmp.txt"; then fail "a short file passed"; fi
+expect_grep '^3 lines against 2' "$work/cmp.txt" "a missing line named"
+
 # The watchdog: a status passes through; silence is a hang (125) and a run past its limit a
 # timeout (124), both stopped after every thread's stack and the Xid lines were written; a soak's
 # planned end is no failure.
@@ -135,6 +158,18 @@ expect_grep '^PASS +benchmark, 2 card\(s\)' "$summary" "the benchmark"
 expect_grep '^PASS +varying keys, 1 card\(s\) +no step allocated' "$summary" "varying keys on 1 card"
 expect_grep '^PASS +varying keys, 2 card\(s\) +no step allocated' "$summary" "varying keys on 2 cards"
 expect_grep '^PASS +soak, 2 card\(s\) +[1-9][0-9]* passes; step p99 first/last pass [0-9.]+/[0-9.]+ ms; card memory' "$summary" "the soak"
+# The step counts' evaluation keeps its predictions (gpubox_bench step: 512 x 20 a card), one
+# graph per upload buffer a card.
+expect_grep '^PASS +step counts, 2 card\(s\) .*evaluation 1 graph launch of [0-9.]+ nodes \(4 captured, 20480 predictions kept\)' \
+  "$summary" "the step counts' evaluation keeping its predictions"
+# Item 10: --mode infer --predictions_out on the varying-keys data (1000 lines) and on the edge
+# data (1 card: 2 x 200 + 1 lines; 2 cards: 2 x 2 x 200 + 1, none in the last card's last batch),
+# with graphs, eagerly and on the cpu build (--bin itself here).
+for want in "1 card\(s\), varying +1000" "1 card\(s\), edge +401" "2 card\(s\), varying +1000" "2 card\(s\), edge +801"; do
+  expect_grep "^PASS +predictions, $want predictions; graphs = eager exactly; against the cpu build: max \|difference\| 0 <= 1e-4" \
+    "$summary" "predictions, $want"
+done
+[ "$(grep -c . "$work/check/predictions/edge.2.graphs.txt")" = 801 ] || fail "edge.2.graphs.txt has no line per instance"
 # results.tsv: the step-time and memory columns hold numbers for every card count.
 awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
   { if (!($col["step_ms_p50"] > 0 && $col["step_ms_p99"] >= $col["step_ms_p50"] && $col["card_memory_peak_mb"] > 0)) bad = 1; n++ }

@@ -64,6 +64,7 @@ void CardWorker::size_buffers(std::size_t instances, std::size_t occurrences, st
   device::pinned_buffer<float>& predictions = b.predictions[b.slot.index];
   if (predictions.size() < instances) {
     predictions = device::pinned_buffer<float>(std::max(instances, predictions.size() * 3 / 2));
+    ++b.predictions_grown;
   }
   b.uploaded[b.at].resize_discard(at.total);
   b.pull.resize_discard(occurrences * static_cast<std::size_t>(tier_.pull_dim()));

@@ -26,8 +26,9 @@
 // sparse half's work (GPUBOX_STEP_GRAPHS=0: every step eagerly). An evaluation step is the pull
 // and the forward only, likewise ONE graph launch when planned in a padded pass, "eval step": the
 // sparse lookup (no push follows: no owner merge plan, and in Collective mode no collective), the
-// forward, the metrics, the predictions' copy into the slot's pinned block (when kept) and the
-// ring's slot counter; unpadded, the sparse half's work beside "dense predict" for a full batch.
+// forward, the metrics, the predictions' copy into the slot's pinned block (when kept; the card
+// picks the block, so one graph serves every slot) and the ring's slot counter; unpadded, the
+// sparse half's work beside "dense predict" for a full batch.
 // The host reads a step's slot kStatusDepth (4) steps later, when the ring needs the slot again
 // (by then its copy has completed: no wait unless the host ran that far ahead of the card), or
 // at drain(): a non-finite verdict throws naming the pass and step it happened in, the progress

@@ -28,8 +28,8 @@ void CardWorker::eval_step(const dataset::Batch& batch,
     e.view = batch_view(batch.num_slots);
     if (predictions_out != nullptr && e.size > 0) {
       // Copied into the slot's pinned block on the card, written out when the slot is read.
-      e.predictions = b.predictions[b.slot.index].data();
-      b.slot.tag->predictions_at = e.predictions;
+      e.keep_predictions = true;
+      b.slot.tag->predictions_at = b.predictions[b.slot.index].data();
       b.slot.tag->predictions_out = predictions_out;
       b.slot.tag->predictions = static_cast<std::size_t>(e.size);
     }
@@ -52,11 +52,14 @@ void CardWorker::enqueue_predict(const EvalStep& e) {
   metrics_->add(model_->predictions(), buffers_->labels(), e.size);
 }
 
-// The predictions into their pinned block, when kept.
+// The predictions into the running slot's pinned block, when kept: one kernel that takes the
+// block from the ring's counter on the card (before copy_on_card advances it), so one captured
+// graph serves every slot.
 void CardWorker::copy_predictions(const EvalStep& e) {
-  if (e.predictions == nullptr) return;
-  device::copy_async(e.predictions, model_->predictions(), static_cast<std::size_t>(e.size),
-                     card_.stream());
+  if (!e.keep_predictions) return;
+  Buffers& b = *buffers_;
+  b.ring.copy_to_slot_block(card_.stream(), b.prediction_blocks().data(), model_->predictions(),
+                            static_cast<std::size_t>(e.size));
 }
 
 void CardWorker::run_whole_eval(const EvalStep& e,
@@ -68,7 +71,7 @@ void CardWorker::run_whole_eval(const EvalStep& e,
   key.kind = Graphs::Kind::kEvalStep;
   key.batch = e.size;
   key.upload = b.at;
-  key.predictions = e.predictions;
+  key.predictions = e.keep_predictions ? b.predictions_grown : 0;
   graphs_->compose(card_, key, [&](bool replay) {
     pull({}, /*pull_only=*/true);  // as planned above
     if (!replay) {

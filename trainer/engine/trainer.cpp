@@ -510,7 +510,10 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
                   {"eval_step_frees", static_cast<double>(steps.frees)},
                   {"eval_step_pinned_allocations",
                    static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
-                  {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)}};
+                  {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)},
+                  // Step graphs captured over the evaluation (every card, every step): one per
+                  // batch size and upload buffer, the predictions kept or not.
+                  {"eval_step_graph_captures", static_cast<double>(steps.graph_captures)}};
   // Per card per step past the warm-up (eval_graph_launches_per_step, ...), as a pass reports.
   append_eval_step_counts(steady_counts, eval_steps > kWarmupSteps ? eval_steps - kWarmupSteps : 0,
                           &result.extra);

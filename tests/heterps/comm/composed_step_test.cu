@@ -1,10 +1,11 @@
 // device::ComposedStep (heterps/device/composed_step.hpp) and the late readback ring's card-side
 // slot counter (late_readback.hpp): a step made of two owners' work (a kernel and a ring of pinned
 // slots each, and an all-reduce across 2 cards) captured ONCE and replayed every later step writes
-// each step's values into the slot the host hands out for that step, so the host reads every
-// step's values, late, exactly as an eager run gives them; each replay is one graph launch and
-// nothing else. An abandoned step forgets its deferred slot and the ring starts again at slot 0 on
-// the card too; a host wait inside the step is refused naming itself and the graph.
+// each step's values into the slot the host hands out for that step (and into that slot's own
+// pinned block: LateReadback::copy_to_slot_block), so the host reads every step's values, late,
+// exactly as an eager run gives them; each replay is one graph launch and nothing else. An
+// abandoned step forgets its deferred slot and the ring starts again at slot 0 on the card too; a
+// host wait inside the step is refused naming itself and the graph.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -34,10 +35,12 @@ struct Advance {
 
 struct Tag {
   int64_t step = -1;
+  std::size_t slot = 0;  // the slot's place in the ring (its block's)
 };
 
 // One owner of a part of the step: a value on the card advanced each step, and the ring its
-// values are read back through (2 words a slot: the value and the all-reduced sum).
+// values are read back through (2 words a slot: the value and the all-reduced sum; and the value
+// again into the slot's own block).
 struct Part {
   Part(device::Card& card, uint64_t by)
       : value(card.make_buffer<uint64_t>(1)),
@@ -45,37 +48,46 @@ struct Part {
         by(by),
         ring(card, 4, 2) {
     device::memset_bytes_async(value.data(), 0, sizeof(uint64_t), card.stream());
+    for (std::size_t i = 0; i < ring.depth(); ++i) {
+      blocks.emplace_back(1);
+      blocks.back().data()[0] = ~uint64_t{0};
+      block_at.push_back(blocks.back().data());
+    }
+  }
+  void check(const Tag& tag, const uint64_t* words) {
+    read.push_back({tag.step, words[0], words[1], block_at[tag.slot][0]});
+    block_at[tag.slot][0] = ~uint64_t{0};  // a later step's copy must write it again
   }
   // The part's host side every step; its card work only when the open step enqueues.
   void step(device::Card& card, Communicator& comm, int64_t step) {
     const device::Stream& stream = card.stream();
-    auto slot = ring.begin([&](const Tag& tag, const uint64_t* words) {
-      read.push_back({tag.step, words[0], words[1]});
-    });
+    auto slot = ring.begin([&](const Tag& tag, const uint64_t* words) { check(tag, words); });
     slot.tag->step = step;
+    slot.tag->slot = slot.index;
     if (device::ComposedStep::enqueues(stream)) {
       device::parallel_for(stream, 1, Advance{value.data(), by});
       comm.all_reduce_sum(value.data(), sum.data(), 1, stream);
     }
+    ring.copy_to_slot_block(stream, block_at.data(), value.data(), 1);
     ring.copy_on_card(stream, {{value.data(), 0, sizeof(uint64_t)},
                                {sum.data(), sizeof(uint64_t), sizeof(uint64_t)}});
     ring.commit(stream);
   }
   void drain() {
-    ring.drain([&](const Tag& tag, const uint64_t* words) {
-      read.push_back({tag.step, words[0], words[1]});
-    });
+    ring.drain([&](const Tag& tag, const uint64_t* words) { check(tag, words); });
   }
   struct Read {
     int64_t step;
-    uint64_t value, sum;
+    uint64_t value, sum, block;
     bool operator==(const Read& o) const {
-      return step == o.step && value == o.value && sum == o.sum;
+      return step == o.step && value == o.value && sum == o.sum && block == o.block;
     }
   };
   device::device_buffer<uint64_t> value, sum;
   uint64_t by;
   device::LateReadback<uint64_t, Tag> ring;
+  std::vector<device::pinned_buffer<uint64_t>> blocks;  // one per slot
+  std::vector<uint64_t*> block_at;
   std::vector<Read> read;
 };
 
@@ -127,6 +139,9 @@ TEST(ComposedStep, OneGraphOfTwoOwnersReadsEveryStepsSlotAsTheEagerRun) {
     EXPECT_TRUE(eager[p] == composed[p]) << "part " << p % 2 << " of card " << p / 2;
     // The values moved every step (a slot read twice, or one never written, would repeat one).
     for (int64_t s = 1; s < kSteps; ++s) EXPECT_NE(composed[p][s].value, composed[p][s - 1].value);
+    // Each step's block holds its value: the replayed copy went to the slot's block, not to the
+    // one baked in at the capture.
+    for (int64_t s = 0; s < kSteps; ++s) EXPECT_EQ(composed[p][s].block, composed[p][s].value);
   }
   for (int r = 0; r < 2; ++r) {
     for (int64_t s = 1; s < kSteps; ++s) {

@@ -59,12 +59,12 @@ struct CardWorker::TrainStep {
   DenseBatchView view;
 };
 
-// An evaluation step's: its batch, and where its predictions go (its slot's pinned block, null
-// when not kept).
+// An evaluation step's: its batch, and whether its predictions are kept (they go into the pinned
+// block of the ring slot the card's counter names: LateReadback::copy_to_slot_block).
 struct CardWorker::EvalStep {
   int64_t size = 0;
   DenseBatchView view;
-  float* predictions = nullptr;
+  bool keep_predictions = false;
 };
 
 // The step as step graphs (heterps/device/step_graph.hpp). A planned step of a padded pass (the
@@ -78,7 +78,8 @@ struct CardWorker::EvalStep {
 // "dense step" and "dense update" for training, "dense predict" for an evaluation. A capture
 // bakes the batch size, the gradient scale (1 / global batch), the metrics' steady flag, the stop
 // vote, whether the progress AUC is copied and the buffers' addresses (which of the two upload
-// buffers, which pinned block the predictions go to) in; so each graph is kept per such key and
+// buffers, the predictions' pinned blocks: all of the ring's, the card picks the slot's) in;
+// so each graph is kept per such key and
 // captured again when the card has allocated or freed since (a grown buffer) or the pass's padded
 // sizes changed (reserve_steps).
 struct CardWorker::Graphs {
@@ -91,9 +92,9 @@ struct CardWorker::Graphs {
     bool stop_vote = false;
     bool progress = false;   // the whole step's: it copies the progress AUC too
     std::size_t upload = 0;  // which upload buffer the batch is in (Buffers::uploaded)
-    // An evaluation's: the pinned block its predictions are copied into (one per ring slot;
-    // null: not kept).
-    const float* predictions = nullptr;
+    // An evaluation's: the predictions' pinned blocks (Buffers::prediction_blocks) as last
+    // grown; 0: not kept. One value for every ring slot: the card picks the slot's block.
+    uint64_t predictions = 0;
     bool operator==(const StepKey& o) const {
       return kind == o.kind && batch == o.batch && global_batch == o.global_batch &&
              steady == o.steady && stop_vote == o.stop_vote && progress == o.progress &&
@@ -132,7 +133,7 @@ struct CardWorker::Graphs {
     uint64_t shape = 0;  // Graphs::shape when captured
   };
   // Training: steady flag x progress flag x upload buffer, a short last batch's and an empty
-  // one's, a stop vote's. Evaluation: upload buffer x (kept predictions) ring slot, the last
+  // one's, a stop vote's. Evaluation: upload buffer (predictions kept or not), the last
   // batches'.
   static constexpr std::size_t kStepGraphsKept = 12;
   static constexpr std::size_t kEvalGraphsKept = 8;
@@ -275,14 +276,24 @@ struct CardWorker::Buffers {
   device::device_buffer<float> pull;
   device::device_buffer<float> push;
   // Per ring slot; grow (a pinned allocation) only with the batch: the batch's staging block,
-  // an evaluation step's predictions.
+  // an evaluation step's predictions (the slot's block: LateReadback::copy_to_slot_block).
   std::vector<device::pinned_buffer<char>> staging;
   std::vector<device::pinned_buffer<float>> predictions;
+  // Changes whenever a predictions block grows (a graph holding the blocks' addresses is then
+  // captured again: Graphs::StepKey::predictions).
+  uint64_t predictions_grown = 1;
   device::LateReadback<StepRecord, StepTag> ring;          // the steps' status, read late
   device::LateReadback<StepRecord, StepTag>::Slot slot{};  // the running step's
   Layout layout;
   int64_t batch = 0;
   std::size_t occurrences_count = 0;  // the batch's key occurrences
+
+  // Every ring slot's predictions block, in slot order.
+  std::array<float*, detail::kStatusDepth> prediction_blocks() {
+    std::array<float*, detail::kStatusDepth> blocks{};
+    for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = predictions[i].data();
+    return blocks;
+  }
 
   const char* batch_block() const { return uploaded[at].data(); }
   const uint64_t* keys() const {
