@@ -26,7 +26,7 @@ edge_lines() {
 }
 # make_edge_data CARDS: the edge data set for CARDS cards (seed 3, --keys-per-slot keys a slot).
 make_edge_data() {
-  local cards="$1" n dir="$data/edge.$1"
+  local cards="$1" n dir="$data/edge.$1.$batch"  # --keep-data may reuse it with another --batch
   n="$(edge_lines "$cards")"
   [ -d "$dir" ] && return 0
   note "generating $n lines for $cards card(s) (gpubox_data gen, seed 3): a last batch of 1 line$( ((cards > 1)) && echo " on every card but the last, none on the last")"
@@ -55,6 +55,10 @@ check_predictions() {
   if ((rc != 0)); then
     tail -n 8 "$base.graphs.log" | sed 's/^/  | /'
     record FAIL "predictions, $cards card(s), $name" "$(why_failed "$rc" "$run_timeout") (predictions/$name.$cards.graphs.log)"
+    return 0
+  fi
+  if [ ! -f "$base.graphs.txt" ]; then
+    record FAIL "predictions, $cards card(s), $name" "exit 0 without writing $base.graphs.txt"
     return 0
   fi
   got="$(wc -l < "$base.graphs.txt")"
@@ -110,7 +114,7 @@ if ((run_predictions)) && ((${#counts[@]} > 0)); then
     for c in "${pred_counts[@]}"; do
       check_predictions "$c" varying "$data/varying" "$(cat "$data/varying"/part-* | wc -l)"
       make_edge_data "$c"
-      check_predictions "$c" edge "$data/edge.$c" "$(edge_lines "$c")"
+      check_predictions "$c" edge "$data/edge.$c.$batch" "$(edge_lines "$c")"
     done
     [ -n "$cpu_bin" ] || record SKIP "predictions against a cpu build" "${cpu_bin_problem:-no cpu build: give --cpu-bin DIR (its gpubox_train)}"
   fi
