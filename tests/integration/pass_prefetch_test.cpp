@@ -288,6 +288,11 @@ TEST_P(PassPrefetch, PassCacheOnEqualsOffBitForBit) {
     EXPECT_NE(log.find("evaluation data: 600 instances of 2 files from the pass data cache"),
               std::string::npos)
         << log;
+    // Epoch 1's 4 passes and its evaluation, once the run ends.
+    EXPECT_NE(log.find("pass data cache: 5 loads (3000 instances) served instead of read; it "
+                       "holds 5 file lists"),
+              std::string::npos)
+        << log;
   }
   // Each run evaluated after both epochs: the runs with the cache as the one without.
   ASSERT_EQ(tests.size(), 6u);

@@ -521,7 +521,9 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
 }
 
 std::vector<PassReport> Trainer::train(const std::string& start_from, const RunHooks& hooks) {
-  return run_epochs(*this, config_, start_from, loaded_, hooks);
+  std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
+  report_pass_cache(state_->pass_cache.get());
+  return reports;
 }
 
 SaveLineage& Trainer::lineage() { return *state_->lineage; }

@@ -219,6 +219,7 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
     ~Unwatch() { s.watch = nullptr; }
   } unwatch{s};
   std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
+  report_pass_cache(s.pass_cache.get());
   if (watch) {
     if (const Status told = watch->finish(); !told.ok()) {
       GPUBOX_LOG(WARNING) << told.to_string() << " (training is complete; a trainer still "

@@ -48,4 +48,13 @@ std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& con
   return std::make_unique<dataset::PassDataCache>(bytes);
 }
 
+void report_pass_cache(const dataset::PassDataCache* cache) {
+  if (cache == nullptr) return;
+  const dataset::PassCacheCounts counts = cache->counts();
+  GPUBOX_LOG(INFO) << "pass data cache: " << counts.loads_served << " loads ("
+                   << counts.instances_served << " instances) served instead of read; it holds "
+                   << counts.entries << " file lists in " << (counts.bytes >> 20) << " MiB of "
+                   << (cache->budget_bytes() >> 20) << " (runner.pass_cache_mb)";
+}
+
 }  // namespace gpubox::trainer

@@ -30,5 +30,7 @@ std::size_t pass_cache_bytes(const RunnerConfig& runner);
 // runner.pass_cache_mb is 0, when there is no next epoch to serve, or with a pipe_command (whose
 // output the cache does not keep).
 std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config);
+// Logs what `cache` (null: none) served over the run and what it holds: once, at its end.
+void report_pass_cache(const dataset::PassDataCache* cache);
 
 }  // namespace gpubox::trainer
