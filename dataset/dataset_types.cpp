@@ -178,6 +178,9 @@ void LoadStats::merge(const LoadStats& other, std::size_t max_errors) {
   formats.insert(formats.end(), other.formats.begin(), other.formats.end());
   for (std::size_t r = 0; r < kNumParseReasons; ++r)
     skipped_by_reason[r] += other.skipped_by_reason[r];
+  cached_files += other.cached_files;
+  cached_instances += other.cached_instances;
+  if (cache_note.empty()) cache_note = other.cache_note;
   for (const ParseErrorRecord& e : other.errors) {
     if (errors.size() >= max_errors) break;
     errors.push_back(e);

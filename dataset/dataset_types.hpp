@@ -170,6 +170,11 @@ struct LoadStats {
   std::array<std::uint64_t, kNumParseReasons> skipped_by_reason{};
   std::vector<ParseErrorRecord> errors;  // the first max_reported_errors, in file order
   double seconds = 0.0;
+  // Of the above, what came from the pass data cache (pass_data_cache.hpp) instead of the files,
+  // and, once per run, why a load was not kept there ("" when it was, or said before).
+  std::size_t cached_files = 0;
+  std::uint64_t cached_instances = 0;
+  std::string cache_note;
 
   std::uint64_t skipped_lines() const;
   // Adds `other` (a later file) into this; keeps at most `max_errors` error records.

@@ -20,6 +20,7 @@
 #include "dataset/batch.hpp"
 #include "dataset/dataset_types.hpp"
 #include "dataset/instance_block.hpp"
+#include "dataset/pass_data_cache.hpp"
 
 namespace gpubox::dataset {
 
@@ -60,6 +61,11 @@ class InMemoryDataset {
   // thousand lines of each reader with Status::Aborted and nothing added (a run asked to stop:
   // StepHooks::stop_flag). The flag must outlive the loads.
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
+  // While set (nullptr: none), load_into_memory serves a file list loaded before from `cache`
+  // when its files are unchanged, and offers what it reads to it (pass_data_cache.hpp: which
+  // loads are kept); load_stats() says how many instances came from it. The same records in the
+  // same order either way. The cache must outlive the loads.
+  void set_pass_cache(PassDataCache* cache) { cache_ = cache; }
   // Statistics of the last load_into_memory (also when it failed).
   const LoadStats& load_stats() const { return stats_; }
   // Seeded permutation of the instance order; the same seed gives the same order.
@@ -98,10 +104,13 @@ class InMemoryDataset {
   Location locate(std::size_t position) const;
   // A loaded block's instances after those already held (in order_, as block id and index).
   void append_block(InstanceBlock&& block);
+  // load_into_memory from the pass cache: true when it held the file list (with `identities`).
+  bool load_cached(const std::vector<FileIdentity>& identities);
 
   DatasetConfig config_;
   std::vector<std::string> files_;
   const std::atomic<bool>* stop_flag_ = nullptr;
+  PassDataCache* cache_ = nullptr;
   std::vector<InstanceBlock> blocks_;
   // Current order: (block << kIndexBits) | index inside the block.
   static constexpr int kIndexBits = 40;

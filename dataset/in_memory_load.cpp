@@ -16,6 +16,7 @@
 #include "dataset/line_reader.hpp"
 #include "dataset/memory_source.hpp"
 #include "dataset/parallel.hpp"
+#include "dataset/pass_data_cache.hpp"
 #include "dataset/pipe_command.hpp"
 
 namespace gpubox::dataset {
@@ -198,6 +199,20 @@ Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>
 
 }  // namespace
 
+bool InMemoryDataset::load_cached(const std::vector<FileIdentity>& identities) {
+  Timer timer;
+  std::vector<InstanceBlock> blocks;
+  LoadStats stats;
+  if (!cache_->lookup(files_, identities, &blocks, &stats)) return false;
+  for (InstanceBlock& block : blocks) append_block(std::move(block));
+  stats.cached_files = stats.files;
+  stats.cached_instances = stats.instances;
+  stats.cache_note.clear();
+  stats.seconds = timer.seconds();
+  stats_ = std::move(stats);
+  return true;
+}
+
 Status InMemoryDataset::load_into_memory() {
   if (!files_.empty() && is_memory_source(files_.front())) {
     std::vector<InstanceBlock> loaded;
@@ -211,6 +226,11 @@ Status InMemoryDataset::load_into_memory() {
     return stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
   };
   const std::string pipe_command = pipe_command_line(config_);
+  // A pipe_command's output is not kept (pass_data_cache.hpp says why).
+  std::vector<FileIdentity> identities;
+  const bool cacheable = cache_ != nullptr && cache_->budget_bytes() > 0 && pipe_command.empty() &&
+                         !files_.empty() && identify_files(files_, &identities);
+  if (cacheable && load_cached(identities)) return Status::OK();
   const std::vector<ReadItem> items =
       plan_reads(files_, !pipe_command.empty(), config_.split_bytes);
   std::vector<ReadResult> results(items.size());
@@ -254,7 +274,11 @@ Status InMemoryDataset::load_into_memory() {
   merged.seconds = timer.seconds();
   stats_ = std::move(merged);
   if (!failure.ok()) return failure;
-  for (ReadResult& result : results) append_block(std::move(result.block));
+  std::vector<InstanceBlock> loaded;
+  loaded.reserve(results.size());
+  for (ReadResult& result : results) loaded.push_back(std::move(result.block));
+  if (cacheable) stats_.cache_note = cache_->offer(files_, identities, loaded, stats_);
+  for (InstanceBlock& block : loaded) append_block(std::move(block));
   return Status::OK();
 }
 

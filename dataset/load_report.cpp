@@ -63,6 +63,13 @@ LoadMessages load_messages(const LoadStats& stats) {
   LoadMessages formats;
   report_formats(stats, &formats);
   out.info = std::move(formats.info);
+  if (stats.cached_files > 0) {
+    out.info.push_back(std::to_string(stats.cached_instances) + " instances of " +
+                       files_text(stats.cached_files) +
+                       " from the pass data cache (parsed in an earlier epoch; the files' sizes "
+                       "and modification times unchanged)");
+  }
+  if (!stats.cache_note.empty()) out.info.push_back(stats.cache_note);
   if (stats.zero_keys_dropped > 0) {
     out.info.push_back(std::to_string(stats.zero_keys_dropped) +
                        " padding keys (feasign 0) dropped, as Paddle's DataFeed drops them; "

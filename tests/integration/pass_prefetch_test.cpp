@@ -3,7 +3,8 @@
 // deterministic, so with the pipeline off, 1 or 2 passes deep, and through a save and a resume
 // in between, every pass's metrics, the test evaluation, the dense parameters and every host
 // row must be bit-identical; 1 and 2 simulated cards. Passes overlap in keys (hits), each epoch
-// is evaluated between passes, and the pass-seeded shuffle is on.
+// is evaluated between passes, and the pass-seeded shuffle is on. The pass data cache
+// (runner.pass_cache_mb), which serves epoch 1 the records epoch 0 parsed, is pinned the same way.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -245,6 +246,61 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   const RunResult resumed_off = run_with_resume(cards, 0);
   expect_identical(resumed_off, off, "a save and resume", /*values_only=*/true);
   expect_identical(run_with_resume(cards, 1), resumed_off, "prefetch_passes=1, save and resume");
+}
+
+// runner.pass_cache_mb: epoch 1 copies the passes and the test data that epoch 0 parsed instead of
+// reading them again (dataset/pass_data_cache.hpp). The records are the same and the pass's
+// seeded shuffle is applied to them as to a fresh parse, so every pass, the dense parameters, the
+// host rows and each epoch's test evaluation equal a run without the cache bit for bit, with the
+// pipeline reading ahead or not; the reports and the log say what was served.
+TEST_P(PassPrefetch, PassCacheOnEqualsOffBitForBit) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  std::vector<MetricValues> tests;
+  RunHooks hooks;
+  hooks.on_epoch = [&tests](int64_t, const MetricValues&, const MetricValues* test) {
+    ASSERT_NE(test, nullptr);
+    tests.push_back(*test);
+  };
+  auto run_with = [&](int prefetch, const char* cache_mb) {
+    Trainer trainer(config(prefetch, 2, {std::string("runner.pass_cache_mb=") + cache_mb}),
+                    env(cards));
+    auto reports = trainer.train("", hooks);
+    return finish(trainer, std::move(reports));
+  };
+  const RunResult off = run_with(0, "0");
+  for (const PassReport& report : off.reports) EXPECT_EQ(extra(report, "cached_instances"), 0);
+  for (const int prefetch : {0, 1}) {
+    SCOPED_TRACE("prefetch_passes=" + std::to_string(prefetch));
+    ::testing::internal::CaptureStderr();
+    const RunResult on = run_with(prefetch, "64");
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    expect_identical(on, off, "pass_cache_mb=64");
+    for (std::size_t p = 0; p < on.reports.size(); ++p) {
+      EXPECT_EQ(extra(on.reports[p], "cached_instances"),
+                p < kPasses ? 0.0 : static_cast<double>(on.reports[p].metrics.examples))
+          << "pass " << p;
+    }
+    EXPECT_NE(log.find("pass " + std::to_string(kPasses) +
+                       ": 600 instances of 2 files from the pass data cache"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("evaluation data: 600 instances of 2 files from the pass data cache"),
+              std::string::npos)
+        << log;
+    // Epoch 1's 4 passes and its evaluation, once the run ends.
+    EXPECT_NE(log.find("pass data cache: 5 loads (3000 instances) served instead of read; it "
+                       "holds 5 file lists"),
+              std::string::npos)
+        << log;
+  }
+  // Each run evaluated after both epochs: the runs with the cache as the one without.
+  ASSERT_EQ(tests.size(), 6u);
+  for (std::size_t e = 2; e < tests.size(); ++e) {
+    EXPECT_EQ(tests[e].examples, tests[e % 2].examples) << "evaluation " << e;
+    EXPECT_EQ(tests[e].auc, tests[e % 2].auc) << "evaluation " << e;
+    EXPECT_EQ(tests[e].logloss, tests[e % 2].logloss) << "evaluation " << e;
+  }
 }
 
 // Issue 31: nothing grows between a pass's steps, in the first pass either. The trainer plans

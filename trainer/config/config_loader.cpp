@@ -17,6 +17,8 @@ namespace {
 // fingerprinted instead: job_identity.hpp), writes, logs and waits, how it evaluates, how it
 // overlaps its work (bit-identical either way, as the tests pin) and what it saves.
 bool shapes_the_job(const std::string& key) {
+  // One key a line:
+  // clang-format off
   static const std::set<std::string> outside = {
       "runner.train_data_dir",
       "runner.pass_dirs",
@@ -33,6 +35,7 @@ bool shapes_the_job(const std::string& key) {
       "runner.prefetch_passes",
       "runner.next_pass_chunk_keys",
       "runner.staging_nice",
+      "runner.pass_cache_mb",
       "runner.card_memory_mb",
       "runner.auc_buckets_log2",
       "runner.auth_token_file",
@@ -41,6 +44,7 @@ bool shapes_the_job(const std::string& key) {
       "runner.resume",
       "runner.save_mode",
   };
+  // clang-format on
   return outside.count(key) == 0;
 }
 
@@ -318,6 +322,7 @@ Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
   r.prefetch_passes = doc.get_int("runner.prefetch_passes");
   r.next_pass_chunk_keys = doc.get_int("runner.next_pass_chunk_keys");
   r.staging_nice = doc.get_int("runner.staging_nice");
+  r.pass_cache_mb = doc.get_int<int64_t>("runner.pass_cache_mb");
   r.shuffle = doc.get_bool("runner.shuffle");
   r.seed = doc.get_uint64("runner.seed");
   r.auc_buckets_log2 = doc.get_int("runner.auc_buckets_log2");

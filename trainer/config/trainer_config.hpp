@@ -55,6 +55,7 @@ struct RunnerConfig {
   int prefetch_passes = 0;               // runner.prefetch_passes: passes staged ahead; 0 = off
   int next_pass_chunk_keys = 0;          // runner.next_pass_chunk_keys: card work a step; 0 = off
   int staging_nice = 0;                  // runner.staging_nice: the staging thread's added nice
+  int64_t pass_cache_mb = 0;             // runner.pass_cache_mb: parsed loads kept; -1 auto, 0 off
   bool shuffle = false;                  // runner.shuffle: local shuffle of each pass
   uint64_t seed = 0;                     // runner.seed: dense init, shuffle (and sparse, mixed in)
   int auc_buckets_log2 = 0;              // runner.auc_buckets_log2: AUC histogram size, >= 20

@@ -138,6 +138,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             std::make_unique<SaveLineage>(config_),
+            make_pass_cache(config_),
             nullptr,
             nullptr});
   State& s = *state_;
@@ -392,6 +393,8 @@ PassReport Trainer::run_pass(
                   {"early_seconds", begin.early_seconds},
                   {"early_host_syncs", static_cast<double>(begin.early_host_syncs)},
                   {"early_allocations", static_cast<double>(begin.early_allocations)},
+                  {"cached_instances",
+                   static_cast<double>(ds != nullptr ? ds->load_stats().cached_instances : 0)},
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
@@ -521,7 +524,9 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
 }
 
 std::vector<PassReport> Trainer::train(const std::string& start_from, const RunHooks& hooks) {
-  return run_epochs(*this, config_, start_from, loaded_, hooks);
+  std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
+  report_pass_cache(state_->pass_cache.get());
+  return reports;
 }
 
 SaveLineage& Trainer::lineage() { return *state_->lineage; }

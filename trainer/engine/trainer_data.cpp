@@ -32,6 +32,7 @@ std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
   // One trainer stops reading when asked (several stop together, in a step: epoch_loop.hpp).
   const std::atomic<bool>* stop = env_.trainers == 1 ? step_hooks_.stop_flag : nullptr;
   ds->set_stop_flag(stop);
+  ds->set_pass_cache(state_->pass_cache.get());
   const Status st = ds->load_into_memory();
   if (st.code() == Status::Code::kAborted && stop != nullptr && stop->load()) {
     throw PassStopped(pass, "reading " + what);

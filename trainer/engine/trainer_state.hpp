@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "dataset/pass_data_cache.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
@@ -32,7 +33,10 @@ struct Trainer::State {
   std::unique_ptr<tier_owner::CardTier> card_tier;   // the sparse side of every card
   std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
   std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts
-  std::unique_ptr<PassPipeline> pipeline;            // during train(): the passes read ahead
+  // The run's parsed loads (runner.pass_cache_mb; null when off); before the pipeline, which
+  // reads through it, so destroyed after it.
+  std::unique_ptr<dataset::PassDataCache> pass_cache;
+  std::unique_ptr<PassPipeline> pipeline;  // during train(): the passes read ahead
   // Several trainers: the other trainers' heartbeat and the servers' pings (peer_watch.hpp).
   // Last, so destroyed first: it uses the group and the host tier.
   std::unique_ptr<PeerWatch> watch;

@@ -96,8 +96,10 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             nullptr,
-            {}});
+            {},
+            nullptr});
   State& s = *state_;
+  s.pass_cache = make_pass_cache(config_);
   s.servers = connect_servers(config_, env_);
   for (int t = 0; t < s.cards.num_local_cards(); ++t) {
     s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
@@ -217,6 +219,7 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
     ~Unwatch() { s.watch = nullptr; }
   } unwatch{s};
   std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
+  report_pass_cache(s.pass_cache.get());
   if (watch) {
     if (const Status told = watch->finish(); !told.ok()) {
       GPUBOX_LOG(WARNING) << told.to_string() << " (training is complete; a trainer still "
@@ -251,6 +254,7 @@ Status PsTrainer::load_stoppable(dataset::InMemoryDataset& data, const std::stri
                                  int64_t pass) const {
   const std::atomic<bool>* stop = alone_stop_flag();
   data.set_stop_flag(stop);
+  data.set_pass_cache(state_->pass_cache.get());
   const Status loaded = data.load_into_memory();
   if (loaded.code() == Status::Code::kAborted && stop != nullptr && stop->load()) {
     throw PassStopped(pass, what);

@@ -371,6 +371,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
       {"pass_step_allocations", static_cast<double>(step_allocations() - allocations_before)},
       {"trainer_id", static_cast<double>(env_.trainer_id)},
       {"trainers", static_cast<double>(env_.trainers)},
+      {"cached_instances", static_cast<double>(data.stats().cached_instances)},
       {"skipped_lines", static_cast<double>(data.stats().skipped_lines())}};
   return report;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "dataset/pass_data_cache.hpp"
 #include "heterps/device/card.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
@@ -30,6 +31,7 @@ struct PsTrainer::State {
   std::vector<double> metric_sums;  // the last pass's, over this trainer's threads
   PsPeerWatch* watch = nullptr;     // while train() runs a job of several trainers
   StepHooks hooks;                  // set_step_hooks: the stop flag and the progress callback
+  std::unique_ptr<dataset::PassDataCache> pass_cache;  // runner.pass_cache_mb; null when off
 };
 
 }  // namespace gpubox::trainer::ps_modes

@@ -1,0 +1,106 @@
+// PassDataCache: the parsed records of file lists a run already read, so that a later load of
+// the same list (the same pass in the next epoch, the evaluation data after every epoch) copies
+// them instead of reading and parsing the files again. InMemoryDataset::load_into_memory uses it
+// when given one (set_pass_cache), for every schedule alike.
+//
+// What is kept: a load's blocks in load order and its LoadStats, exactly as the files gave them;
+// the loading dataset appends them as it would have appended a fresh parse, so the pass's shuffle
+// (seeded per pass, applied after the load) and everything after it see the same records in the
+// same order: training with the cache is bit for bit training without it.
+//
+// When a load is served: the same file list, in the same order, each file still the file that
+// was read (a regular file of the same size, modification time, inode and device; a file
+// rewritten or replaced between epochs is read again, and its entry dropped). A file rewritten
+// to the same size within one tick of the kernel's file clock is not seen: the size and
+// modification time are what make (and rsync) also trust.
+//
+// What is not kept: loads through a pipe_command (its output need not be a function of the file:
+// a command may sample, read other files or fetch remote data, and PaddleRec runs it every
+// epoch), in-memory sources, loads that failed or were stopped, and any load whose records do not
+// fit in what the budget has left. Entries are never evicted to make room: the passes of a run
+// come round in the same order every epoch, and for such a cycle keeping the first passes that
+// fit serves as many loads as any eviction policy would, without re-copying.
+//
+// Thread-safety: every member may be called concurrently (a pass read ahead on the staging
+// thread while the evaluation data loads on the controlling one).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/thread_annotations.hpp"
+#include "dataset/dataset_types.hpp"
+#include "dataset/instance_block.hpp"
+
+namespace gpubox::dataset {
+
+// What identifies one file's content between epochs.
+struct FileIdentity {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::uint64_t inode = 0;
+  std::uint64_t device = 0;
+  bool operator==(const FileIdentity& o) const {
+    return size == o.size && mtime_ns == o.mtime_ns && inode == o.inode && device == o.device;
+  }
+};
+
+// The identities of `files`, in order; false when one is not a regular file that stat can see
+// (such a list is not cached).
+bool identify_files(const std::vector<std::string>& files, std::vector<FileIdentity>* out);
+
+// What a cache served and kept over its life.
+struct PassCacheCounts {
+  std::uint64_t loads_served = 0;      // loads answered from the cache
+  std::uint64_t instances_served = 0;  // their instances
+  std::size_t entries = 0;             // file lists held
+  std::size_t bytes = 0;               // bytes their records hold
+};
+
+class PassDataCache {
+ public:
+  // Holds at most `budget_bytes` of records (0: holds nothing, every load reads its files).
+  explicit PassDataCache(std::size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  PassDataCache(const PassDataCache&) = delete;
+  PassDataCache& operator=(const PassDataCache&) = delete;
+
+  std::size_t budget_bytes() const { return budget_bytes_; }
+
+  // When `files` (with these identities, taken now) were loaded before and none changed: appends
+  // copies of their blocks to `blocks`, sets `*stats` to that load's statistics and returns true.
+  // An entry whose files changed is dropped (the load that follows reads them and offers them
+  // again).
+  bool lookup(const std::vector<std::string>& files, const std::vector<FileIdentity>& identities,
+              std::vector<InstanceBlock>* blocks, LoadStats* stats);
+  // Keeps a copy of a finished load of `files` (`identities` taken before it read them) when its
+  // records fit in what the budget has left. Returns "" when kept or already held, else why not
+  // (for the load's report), only the first time a load does not fit.
+  std::string offer(const std::vector<std::string>& files,
+                    const std::vector<FileIdentity>& identities,
+                    const std::vector<InstanceBlock>& blocks, const LoadStats& stats);
+
+  PassCacheCounts counts() const;
+
+ private:
+  struct Entry {
+    std::vector<FileIdentity> identities;
+    std::vector<InstanceBlock> blocks;
+    LoadStats stats;
+    std::size_t bytes = 0;
+  };
+
+  const std::size_t budget_bytes_;
+  mutable Mutex mu_;
+  // Keyed by the file list, in load order.
+  std::map<std::vector<std::string>, std::shared_ptr<const Entry>> entries_ GPUBOX_GUARDED_BY(mu_);
+  std::size_t held_bytes_ GPUBOX_GUARDED_BY(mu_) = 0;
+  bool refusal_noted_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::uint64_t loads_served_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::uint64_t instances_served_ GPUBOX_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gpubox::dataset

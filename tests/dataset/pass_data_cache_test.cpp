@@ -1,0 +1,236 @@
+// The pass data cache (dataset/pass_data_cache.hpp) against its oracle, a fresh parse of the same
+// files by a data set without a cache: the same records in the same order (before and after a
+// seeded shuffle), the same counts and messages, for file lists of 0, 1 and n lines and with
+// malformed lines; the budget (only the loads that fit are kept, 0 keeps none); a file changed
+// between loads read again; pipe_command, failed loads and strict parse failures never served.
+#include "dataset/pass_data_cache.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dataset/in_memory_dataset.hpp"
+#include "tests/dataset/test_util.hpp"
+
+namespace gpubox::dataset {
+namespace {
+
+using testing::PlainInstance;
+using testing::ScratchDir;
+
+constexpr int kSlots = 3;
+constexpr int kDense = 2;
+
+// `lines` seeded slot-format lines; every `bad_every`-th (when > 0) has a key that is no number.
+std::string slot_lines(int lines, unsigned seed, int bad_every = 0) {
+  std::mt19937_64 rng(seed);
+  std::string text;
+  for (int i = 0; i < lines; ++i) {
+    text += "click:" + std::to_string(rng() % 2);
+    text += " dense_feature:" + std::to_string(static_cast<double>(rng() % 1000) / 100.0);
+    text += " dense_feature:" + std::to_string(static_cast<double>(rng() % 1000) / 100.0);
+    for (int s = 1; s <= kSlots; ++s) {
+      const int keys = static_cast<int>(rng() % 3);  // 0 to 2 keys a slot
+      for (int k = 0; k < keys; ++k) text += " " + std::to_string(s) + ":" + std::to_string(rng());
+    }
+    if (bad_every > 0 && i % bad_every == bad_every - 1) text += " 2:not_a_key";
+    text += "\n";
+  }
+  return text;
+}
+
+DatasetConfig config() {
+  DatasetConfig c = testing::slot_config(kSlots, kDense);
+  c.thread_num = 2;
+  c.split_bytes = 4096;  // the larger files are read as several ranges
+  return c;
+}
+
+std::vector<PlainInstance> records(const InMemoryDataset& ds) {
+  std::vector<PlainInstance> out;
+  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(testing::to_plain(ds.instance(i)));
+  return out;
+}
+
+// A load of `files` with `cache` (nullptr: none), shuffled with `seed` when it is not 0.
+struct Loaded {
+  Status status;
+  std::vector<PlainInstance> records;
+  std::vector<std::uint64_t> unique_keys;
+  LoadStats stats;
+};
+Loaded load(const std::vector<std::string>& files, PassDataCache* cache, std::uint64_t seed = 0,
+            const DatasetConfig& c = config()) {
+  InMemoryDataset ds(c);
+  ds.set_filelist(files);
+  ds.set_pass_cache(cache);
+  Loaded out;
+  out.status = ds.load_into_memory();
+  if (seed != 0) ds.local_shuffle(seed);
+  out.records = records(ds);
+  out.unique_keys = ds.unique_keys();
+  out.stats = ds.load_stats();
+  return out;
+}
+
+void expect_same_load(const Loaded& got, const Loaded& want, const std::string& what) {
+  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.to_string();
+  EXPECT_EQ(got.records, want.records) << what;
+  EXPECT_EQ(got.unique_keys, want.unique_keys) << what;
+  EXPECT_EQ(got.stats.files, want.stats.files) << what;
+  EXPECT_EQ(got.stats.lines, want.stats.lines) << what;
+  EXPECT_EQ(got.stats.instances, want.stats.instances) << what;
+  EXPECT_EQ(got.stats.positives, want.stats.positives) << what;
+  EXPECT_EQ(got.stats.skipped_lines(), want.stats.skipped_lines()) << what;
+  ASSERT_EQ(got.stats.errors.size(), want.stats.errors.size()) << what;
+  for (std::size_t e = 0; e < want.stats.errors.size(); ++e) {
+    EXPECT_EQ(got.stats.errors[e].to_string(), want.stats.errors[e].to_string()) << what;
+  }
+}
+
+class PassDataCacheTest : public ::testing::Test {
+ protected:
+  ScratchDir dir_;
+  const std::string empty_ = dir_.write("empty", "");
+  const std::string one_ = dir_.write("one", slot_lines(1, 1));
+  const std::string many_ = dir_.write("many", slot_lines(257, 2));
+  const std::string bad_ = dir_.write("bad", slot_lines(100, 3, /*bad_every=*/7));
+};
+
+TEST_F(PassDataCacheTest, ServedLoadsEqualAFreshParseBeforeAndAfterTheShuffle) {
+  const std::vector<std::vector<std::string>> lists = {
+      {empty_}, {one_}, {many_}, {bad_}, {empty_, one_, many_, bad_}, {many_, one_}};
+  PassDataCache cache(std::size_t{64} << 20);
+  std::uint64_t served = 0;
+  for (const auto& files : lists) {
+    const std::string what = "a list of " + std::to_string(files.size()) + " files, the first " +
+                             files.front().substr(dir_.path().size());
+    for (const std::uint64_t seed : {0, 17}) {
+      const Loaded oracle = load(files, nullptr, seed);
+      ASSERT_TRUE(oracle.status.ok()) << oracle.status.to_string();
+      // The first load of the list reads it, every later one is served.
+      const Loaded first = load(files, &cache, seed);
+      expect_same_load(first, oracle, what + ", seed " + std::to_string(seed));
+      EXPECT_EQ(first.stats.cached_files, seed == 0 ? 0u : files.size()) << what;
+      for (int again = 0; again < 2; ++again) {
+        const Loaded later = load(files, &cache, seed);
+        expect_same_load(later, oracle, what + ", served, seed " + std::to_string(seed));
+        EXPECT_EQ(later.stats.cached_files, files.size()) << what;
+        EXPECT_EQ(later.stats.cached_instances, oracle.stats.instances) << what;
+        served += oracle.stats.instances;
+      }
+    }
+  }
+  // {many_, one_} is another list than {one_} and {many_}: kept on its own.
+  EXPECT_EQ(cache.counts().entries, lists.size());
+  EXPECT_EQ(cache.counts().loads_served, 2 * 2 * lists.size() + lists.size());
+  EXPECT_GT(served, 0u);
+}
+
+TEST_F(PassDataCacheTest, OnlyTheLoadsThatFitTheBudgetAreKept) {
+  // Each list's bytes, as a cache that holds everything counts them.
+  std::vector<std::size_t> bytes;
+  for (const std::string& file : {one_, many_}) {
+    PassDataCache all(std::size_t{64} << 20);
+    load({file}, &all);
+    bytes.push_back(all.counts().bytes);
+  }
+  ASSERT_GT(bytes[0], 0u);
+  ASSERT_GT(bytes[1], bytes[0]);
+  struct Case {
+    std::size_t budget;
+    bool one_kept, many_kept;
+  };
+  const std::vector<Case> cases = {{0, false, false},
+                                   {bytes[0] - 1, false, false},
+                                   {bytes[0], true, false},
+                                   {bytes[0] + bytes[1] - 1, true, false},
+                                   {bytes[0] + bytes[1], true, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("budget " + std::to_string(c.budget));
+    PassDataCache cache(c.budget);
+    const Loaded one_first = load({one_}, &cache);
+    const Loaded many_first = load({many_}, &cache);
+    // Said once, on the first load that does not fit (none when the budget is 0: off).
+    const bool refused = c.budget > 0 && !(c.one_kept && c.many_kept);
+    EXPECT_EQ(!one_first.stats.cache_note.empty() || !many_first.stats.cache_note.empty(), refused);
+    if (!c.one_kept && c.budget > 0) {
+      EXPECT_NE(one_first.stats.cache_note.find("runner.pass_cache_mb"), std::string::npos);
+    }
+    for (int epoch = 1; epoch < 3; ++epoch) {
+      const Loaded one = load({one_}, &cache);
+      const Loaded many = load({many_}, &cache);
+      expect_same_load(one, one_first, "one");
+      expect_same_load(many, many_first, "many");
+      EXPECT_EQ(one.stats.cached_instances, c.one_kept ? 1u : 0u);
+      EXPECT_EQ(many.stats.cached_instances, c.many_kept ? 257u : 0u);
+      EXPECT_TRUE(one.stats.cache_note.empty() && many.stats.cache_note.empty());
+    }
+    EXPECT_EQ(cache.counts().entries, (c.one_kept ? 1u : 0u) + (c.many_kept ? 1u : 0u));
+    EXPECT_LE(cache.counts().bytes, c.budget);
+  }
+}
+
+TEST_F(PassDataCacheTest, AFileChangedBetweenLoadsIsReadAgain) {
+  PassDataCache cache(std::size_t{64} << 20);
+  const std::string file = dir_.write("changing", slot_lines(50, 4));
+  const std::vector<std::string> files = {one_, file};
+  load(files, &cache);
+  ASSERT_EQ(load(files, &cache).stats.cached_files, 2u);
+  // Another size.
+  dir_.write("changing", slot_lines(60, 5));
+  const Loaded resized = load(files, &cache);
+  expect_same_load(resized, load(files, nullptr), "resized");
+  EXPECT_EQ(resized.stats.cached_files, 0u);
+  EXPECT_EQ(resized.stats.instances, 61u);
+  expect_same_load(load(files, &cache), resized, "the resized file served");
+  // The same size, other content, a later modification time (a rewrite within one tick of the
+  // file clock keeps it: set it as a later write would).
+  std::string same_size = slot_lines(60, 5);
+  for (std::size_t at = same_size.find("click:"); at != std::string::npos;
+       at = same_size.find("click:", at + 1)) {
+    same_size[at + 6] = same_size[at + 6] == '0' ? '1' : '0';  // every label flipped
+  }
+  struct stat before {};
+  ASSERT_EQ(::stat(file.c_str(), &before), 0);
+  dir_.write("changing", same_size);
+  const timespec times[2] = {before.st_atim, {before.st_mtim.tv_sec + 10, before.st_mtim.tv_nsec}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  const Loaded rewritten = load(files, &cache);
+  EXPECT_EQ(rewritten.stats.cached_files, 0u);
+  expect_same_load(rewritten, load(files, nullptr), "rewritten");
+  EXPECT_NE(rewritten.records, resized.records);
+  EXPECT_EQ(cache.counts().entries, 1u);
+  // A file gone: the load fails as it would without a cache.
+  std::remove(file.c_str());
+  EXPECT_FALSE(load(files, &cache).status.ok());
+}
+
+TEST_F(PassDataCacheTest, PipeCommandsAndFailedLoadsAreNeverServed) {
+  PassDataCache cache(std::size_t{64} << 20);
+  DatasetConfig piped = config();
+  piped.pipe_command = "cat";
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const Loaded got = load({many_}, &cache, 0, piped);
+    ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+    EXPECT_EQ(got.stats.cached_files, 0u);
+    EXPECT_EQ(got.stats.instances, 257u);
+  }
+  DatasetConfig strict = config();
+  strict.strict_parse = true;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const Loaded got = load({one_, bad_}, &cache, 0, strict);
+    EXPECT_FALSE(got.status.ok());
+    EXPECT_NE(got.status.message().find("strict_parse"), std::string::npos);
+  }
+  EXPECT_EQ(cache.counts().entries, 0u);
+  EXPECT_EQ(cache.counts().loads_served, 0u);
+}
+
+}  // namespace
+}  // namespace gpubox::dataset
