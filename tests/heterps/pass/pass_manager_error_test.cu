@@ -1,6 +1,9 @@
 // The next pass's card work (PassManager::expect_next_pass / prepare_next_pass) when a fault
 // stops it, and the sizing of its inserts (issue 31, item 1: nothing grows between a pass's
-// steps), on 1-2 simulated cards with the in-process host tier.
+// steps), on 1-2 simulated cards with the in-process host tier. Its fault drain waits with the
+// communicator's bounded wait (a peer that never joins fails it in time), its undo allocates
+// nothing, its inserts under a budget find the erased slots reclaimed at the boundary, and with
+// several trainers nothing is sized for it.
 //
 // Oracles: an engine without the work (next_pass_chunk_keys 0) given the same passes, whose
 // card rows, read through a dump of each card's table, must equal the working engine's as
