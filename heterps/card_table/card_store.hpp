@@ -156,6 +156,11 @@ class CardSparseStore {
   void release_unused_rows(const row_index_t* rows, std::size_t n, const device::Stream& stream) {
     table_.release_unused(rows, n, stream);
   }
+  // CardHashTable::release_unused_async. Stream-ordered: no wait, no allocation.
+  void release_unused_rows_async(const row_index_t* rows, std::size_t n,
+                                 const device::Stream& stream) {
+    table_.release_unused_async(rows, n, stream);
+  }
   // list_entries_range() with each entry's eviction rank and dirty flag, without a wait: every
   // slot of [slot_begin, slot_end) (CardHashTable::list_slots_async: kInvalidRow unless live,
   // the side slots after the last range) into keys_out, rows_out, ranks_out and dirty_out (card
@@ -174,6 +179,11 @@ class CardSparseStore {
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch.
   void reserve(std::size_t new_keys, const device::Stream& stream);
+  // CardHashTable::purge_erased_for: the erased slots reclaimed, at the same size, when they
+  // would keep `new_keys` more keys from new_key_room(). Synchronizes when it purges.
+  void purge_erased_for(std::size_t new_keys, const device::Stream& stream) {
+    table_.purge_erased_for(new_keys, stream);
+  }
   // Sizes the table and the per-row index memory (free list, dirty flags) for `keys` keys once,
   // so that holding up to that many never reallocates them (rows still come page by page). See
   // CardHashTable::reserve_capacity. Synchronizes.

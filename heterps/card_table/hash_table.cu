@@ -278,6 +278,12 @@ void CardHashTable::reserve_slots(std::size_t new_keys, const device::Stream& st
   }
 }
 
+void CardHashTable::purge_erased_for(std::size_t new_keys, const device::Stream& stream) {
+  const double bound = options_.max_load_factor * static_cast<double>(capacity());
+  if (erased_ == 0 || static_cast<double>(size_ + erased_ + new_keys) <= bound) return;
+  rehash(capacity(), stream);
+}
+
 void CardHashTable::reserve_capacity(std::size_t keys, const device::Stream& stream) {
   GPUBOX_EXPECTS(keys <= kMaxRows, "card ", card_->rank(), ": ", keys,
                  " keys exceed the table's row limit ", kMaxRows);
@@ -420,6 +426,17 @@ void CardHashTable::release_unused(const row_index_t* rows, std::size_t n,
   const std::size_t released = pools_.at(0).release(rows, n, stream);
   GPUBOX_EXPECTS(released == n, "card ", card_->rank(), ": gave back ", released, " of ", n,
                  " unused rows (an invalid row among them)");
+  size_ -= n;  // insert_new_async counted them as keys
+}
+
+void CardHashTable::release_unused_async(const row_index_t* rows, std::size_t n,
+                                         const device::Stream& stream) {
+  if (n == 0) return;
+  GPUBOX_EXPECTS(pools_.size() == 1, "card ", card_->rank(),
+                 ": release_unused_async needs one row pool, the table has ", pools_.size());
+  GPUBOX_EXPECTS(n <= size_, "card ", card_->rank(), ": giving back ", n,
+                 " unused rows, the table counts ", size_, " keys");
+  device::copy_async(pools_[0].append_free(n), rows, n, stream);
   size_ -= n;  // insert_new_async counted them as keys
 }
 

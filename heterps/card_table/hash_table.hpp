@@ -97,6 +97,10 @@ class CardHashTable {
   // Gives back rows that insert_new_async handed out but the table did not take (distinct, each
   // off the free list and in no slot). Synchronizes.
   void release_unused(const row_index_t* rows, std::size_t n, const device::Stream& stream);
+  // release_unused() of rows known valid (insert_new_async's candidates, read back), without a
+  // wait: copied onto the free list's tail, in the order release_unused() puts them. One pool
+  // only. Stream-ordered: no wait, no allocation (no Thrust temporaries).
+  void release_unused_async(const row_index_t* rows, std::size_t n, const device::Stream& stream);
   // Writes every live (key, row) to keys_out/rows_out (card memory, room for size()), in slot
   // order. Returns size(). Synchronizes.
   std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;
@@ -123,6 +127,10 @@ class CardHashTable {
   void reserve_in_pool(int32_t pool, std::size_t new_keys, const device::Stream& stream);
   // Slots only: an insert batch of up to `new_keys` keys needs no growth. Stream-ordered.
   void reserve_slots(std::size_t new_keys, const device::Stream& stream);
+  // Reclaims the erased slots (a rehash at the same capacity, never a growth) when, beside them,
+  // `new_keys` more keys would pass the load bound: for a table sized once (a card budget), where
+  // new_key_room() counts them against the bound until a rehash. Synchronizes when it rehashes.
+  void purge_erased_for(std::size_t new_keys, const device::Stream& stream);
   // Sizes the slot array for `keys` live keys at the load bound and every pool's index for as
   // many rows, once (a card budget): up to that many keys the table never grows, and a rehash
   // only purges erased slots in place. Rows themselves are still allocated page by page.

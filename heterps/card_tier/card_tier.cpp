@@ -37,6 +37,11 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
   pass::PassManagerOptions pass_options = options.pass;
   pass_options.placement = options.placement;
   pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, pass_options);
+  // The next pass's card work waits between steps only on a fault or a repair, when the step's
+  // collectives may be pending: bounded by the group's timeout, as the step's own waits.
+  pass_manager_->set_card_wait([this](int c, const device::Stream& stream, const char* what) {
+    group_.at(c).synchronize(stream, what);
+  });
 }
 
 CardTier::~CardTier() = default;

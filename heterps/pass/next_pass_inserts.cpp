@@ -1,6 +1,7 @@
 // NextPassWork's kInsert phase and its late reads (next_pass_work.hpp): the next pass's staged
 // rows inserted into the room made, a chunk after a step, without waiting for the card.
 #include <algorithm>
+#include <exception>
 #include <optional>
 #include <vector>
 
@@ -16,6 +17,14 @@ using card_table::row_index_t;
 void NextPassWork::reserve_inserts(int c, std::size_t keys) {
   card_table::CardSparseStore& store = cards_.store(c);
   const std::size_t budget = cards_.row_budget();
+  if (budget > 0) {
+    // The table was sized once for the budget; the erased slots of every eviction since its
+    // last rehash count against its load bound, and no chunk may reclaim them between steps: so
+    // now, when they would keep the inserts out. The work evicts before it inserts, so up to
+    // `keys` may go in whatever room the budget has now. What the work's own evictions erase
+    // stays counted until the next boundary: the inserts still stop at the load bound.
+    store.purge_erased_for(keys, cards_.card(c).stream());
+  }
   const std::size_t room = budget > 0 ? budget - std::min(budget, store.size()) : keys;
   const std::size_t n = std::min(keys, room);
   if (n == 0 || store.new_key_room() >= n) return;
@@ -115,10 +124,18 @@ void NextPassWork::repair_insert(int c, NextPassCard& next, const ChunkChain::Ch
   const uint64_t* keys = next.h_keys.data() + chunk.slot * next.slot_keys;
   row_index_t* rows = next.h_rows.data() + chunk.slot * next.slot_keys;
   const float* records = next.h_records.data() + region;
-  // Rare (a probe run past the bound): a wait, so that nothing is in flight while the table
-  // grows (device rule 1). The keys whose row is not the one they were given did not take it:
-  // those rows go back to the free list, and the keys are inserted again, growing the table.
-  stream.synchronize();
+  // Rare (a key present after all, or a probe run past the bound): a wait, bounded as the
+  // step's own (a step's collectives may be in flight), so that nothing is in flight while the
+  // table may grow (device rule 1). The keys whose row is not the one they were given did not
+  // take it: those rows go back to the free list, and the keys are inserted again. That insert
+  // stays within what expect() reserved (the chunks were enqueued within new_key_room() and the
+  // rows not taken go back first, so its reserve needs no more slots or rows) but for one
+  // case: a key whose probe run passes kMaxProbe, for which CardHashTable::insert doubles the
+  // table until it fits. No reservation can promise that away (the run depends on the keys'
+  // homes; a same-size purge shortens it only where erased slots lie in it). Its wait and its
+  // allocations (these buffers, the table's scratch, a growth) count as the work's
+  // (early_host_syncs, early_allocations).
+  wait_for_card(c, "a repair of keys that did not take their row");
   auto d_keys = device::to_device(std::vector<uint64_t>(keys, keys + n), card.memory(), stream);
   auto d_found = card.make_buffer<row_index_t>(n);
   store.table().find(d_keys.data(), n, d_found.data(), stream);
@@ -163,8 +180,10 @@ void NextPassWork::drain_after_fault(int c, NextPassCard& work, NextPassCard::Ph
   work.injected_fault = false;
   if (chain.in_flight() > 0 || work.readbacks > 0) {
     // Every chunk enqueued before the fault has passed (their readbacks into pinned memory
-    // too): the stream, not an end event, as the chunk cut short never recorded its own.
-    cards_.card(c).stream().synchronize();
+    // too): the stream, not an end event, as the chunk cut short never recorded its own. The
+    // step's collectives before them may be pending: the bounded wait, which fails naming the
+    // card and the pass when a peer never joins them, instead of hanging.
+    wait_for_card(c, "the chunks in flight when a fault stopped it");
   }
   work.readbacks = 0;
   if (cut_short && chain.in_flight() > 0) {
@@ -193,34 +212,72 @@ void NextPassWork::undo_cut_insert(int c, NextPassCard& work, const ChunkChain::
   card_table::CardSparseStore& store = cards_.store(c);
   // The fault came before the table call: nothing to undo.
   if (store.size() == work.table_size_at_open) return;
-  device::Card& card = cards_.card(c);
-  const device::Stream& stream = card.stream();
+  const device::Stream& stream = cards_.card(c).stream();
   // insert_new_async counted its n keys and took n candidate rows, handing key i row i
   // (d_rows, written on the card): a key found at its row took it.
   const std::size_t n = store.size() - work.table_size_at_open;
+  // Between steps, as the chunk was: no allocation and no pageable copy. The chunk's slot holds
+  // its keys (d_keys, h_keys) and given rows (d_rows; its readbacks were never enqueued, so its
+  // h_rows is free); the slot after it is no chunk's in flight (slots are taken in turn, and at
+  // most two insert chunks are in flight), so it takes what the chunk's slot cannot.
+  GPUBOX_EXPECTS(work.chain.in_flight() < work.chain.depth(), "card ", cards_.card(c).rank(),
+                 ": no free scratch slot to undo an insert chunk cut short by a fault");
   const std::size_t from = chunk.slot * work.slot_keys;
+  const std::size_t spare = (chunk.slot + 1) % work.chain.depth() * work.slot_keys;
+  fit(c, work.d_keys, spare + n);
+  fit(c, work.d_rows, spare + n);
+  row_index_t* given = work.h_rows.data() + from;
+  row_index_t* found = work.h_rows.data() + spare;
+  device::copy_async(given, work.d_rows.data() + from, n, stream);
+  store.table().find(work.d_keys.data() + from, n, work.d_rows.data() + spare, stream);
+  device::copy_async(found, work.d_rows.data() + spare, n, stream);
+  wait_for_card(c, "the rows of an insert chunk cut short by a fault");
+  // Split in place (each index written is at most the one read): the keys that took their row,
+  // with it, to the spare slot; the rows nobody took to the front of the chunk's slot.
   const uint64_t* keys = work.h_keys.data() + from;
-  const std::vector<row_index_t> given = device::to_host(work.d_rows.data() + from, n, stream);
-  auto d_found = card.make_buffer<row_index_t>(n);
-  store.table().find(work.d_keys.data() + from, n, d_found.data(), stream);
-  const std::vector<row_index_t> found = device::to_host(d_found.data(), n, stream);
-  std::vector<uint64_t> took;
-  std::vector<row_index_t> unused;
+  uint64_t* took_keys = work.h_keys.data() + spare;
+  std::size_t took = 0;
+  std::size_t unused = 0;
+  std::size_t reserved = 0;  // kEmptyKey, kErasedKey: side slots, no tombstone when erased
   for (std::size_t i = 0; i < n; ++i) {
-    if (found[i] == given[i]) {
-      took.push_back(keys[i]);
-    } else {
-      unused.push_back(given[i]);
+    const row_index_t row = given[i];
+    if (found[i] != row) {
+      given[unused++] = row;
+      continue;
     }
+    took_keys[took] = keys[i];
+    found[took++] = row;
+    if (keys[i] == card_table::kEmptyKey || keys[i] == card_table::kErasedKey) ++reserved;
   }
-  const auto d_unused = device::to_device(unused, card.memory(), stream);
-  store.release_unused_rows(d_unused.data(), unused.size(), stream);
-  const auto d_took = device::to_device(took, card.memory(), stream);
-  const std::size_t erased = store.erase(d_took.data(), took.size(), stream);
-  GPUBOX_EXPECTS(erased == took.size() && store.size() == work.table_size_at_open, "card ",
-                 card.rank(), ": undoing an insert chunk cut short by a fault erased ", erased,
-                 " of its ", took.size(), " keys and left ", store.size(), " keys, not ",
-                 work.table_size_at_open);
+  device::copy_async(work.d_rows.data() + from, given, unused, stream);
+  store.release_unused_rows_async(work.d_rows.data() + from, unused, stream);
+  // The keys that took their row leave again, each known present at its row: erase() without
+  // its readback and scratch, checked on the card.
+  device::copy_async(work.d_keys.data() + spare, took_keys, took, stream);
+  device::copy_async(work.d_rows.data() + spare, found, took, stream);
+  store.erase_present_async(work.d_keys.data() + spare, work.d_rows.data() + spare, took, reserved,
+                            work.d_erase_check.data(), stream);
+  device::copy_async(work.h_erase_check.data() + chunk.slot, work.d_erase_check.data(), 1, stream);
+  wait_for_card(c, "the undo of an insert chunk cut short by a fault");
+  const card_table::ErasePresentCheck check = work.h_erase_check[chunk.slot];
+  if (check.missing != 0 || check.moved != 0) {
+    work.damaged = true;
+    GPUBOX_FAIL("card ", cards_.card(c).rank(), ": undoing an insert chunk cut short by a fault, ",
+                "key ", check.key, " was not at row ", check.planned_row, " (", check.missing,
+                " keys gone, ", check.moved, " at another row): the card's free list is damaged");
+  }
+  GPUBOX_EXPECTS(store.size() == work.table_size_at_open, "card ", cards_.card(c).rank(),
+                 ": undoing an insert chunk cut short by a fault left ", store.size(),
+                 " keys, not ", work.table_size_at_open);
+}
+
+void NextPassWork::wait_for_card(int c, const char* what) const {
+  try {
+    cards_.wait_between_steps(c, what);
+  } catch (const std::exception& e) {
+    GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work during pass ",
+                pass_id_, " could not wait for ", what, ": ", e.what());
+  }
 }
 
 void NextPassWork::finish(int c, NextPassCard& work) {

@@ -22,10 +22,15 @@ std::vector<NextPassCard> NextPassWork::take() {
 }
 
 void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_keys,
-                          const std::function<StagingProgress()>& poll, bool training) {
+                          const std::function<StagingProgress()>& poll, bool training,
+                          int64_t pass_id) {
   cards_work_.clear();
+  pass_id_ = pass_id;
+  // With several trainers nothing is staged (a card's keys come from every trainer's data), so
+  // the work would never start: nothing is sized for it either.
+  const bool several_trainers = cards_.cards().total_cards() != cards_.cards().num_local_cards();
   if (!poll || current_keys == nullptr || cards_.options().next_pass_chunk_keys == 0 ||
-      cards_.replicated() || cards_.store(0).pool_count() > 1 || !training) {
+      cards_.replicated() || cards_.store(0).pool_count() > 1 || !training || several_trainers) {
     return;
   }
   // The rows of the current pass the next one lacks are kept as 32-bit offsets in its keys.

@@ -22,13 +22,20 @@
 // pass's begin_pass found missing on the card and an eighth: consecutive passes bring about as
 // many new keys (the first pass: all of its keys). No chunk grows them (issue 31: no allocation
 // between a pass's first and last step; a step's collectives may be in flight, device rule 1):
-// where that sizing fell short (a plan larger than guessed, or erased slots took the room), the
-// inserts stop at the room there is and begin_pass inserts the rest. A key that could not take
-// its row (a probe run past the bound: rare) is repaired when its chunk is read, after a wait.
+// where that sizing fell short (a plan larger than guessed), the inserts stop at the room there
+// is and begin_pass inserts the rest. Under a card budget the table never grows: expect()
+// reclaims the slots earlier evictions erased (a same-size rehash, when they would keep the
+// inserts out), and the inserts stop at the table's load bound, the slots the work's own
+// evictions erase counting against it until the next boundary. A key that could not take its
+// row (a probe run past the bound: rare) is repaired when its chunk is read, after a wait.
 //
+// Every wait between steps is the bounded one (PassCards::wait_between_steps: the card tier's
+// communicator's, as the step's own): a step's collectives may be pending on the stream, and a
+// peer that never joins them fails the wait, naming the card and the pass, instead of hanging it.
 // A fault that stops the work (kOff) leaves the card exact: the chunks in flight are read after
-// a wait for the stream (drain_after_fault), an insert that did not take its row repaired, and a
-// chunk cut short by the fault undone (its end event was never recorded: nothing waits on it).
+// such a wait (drain_after_fault), an insert that did not take its row repaired, and a chunk cut
+// short by the fault undone (its end event was never recorded: nothing waits on it) without an
+// allocation or a pageable copy.
 //
 // begin_pass takes what every card did (take) and uses it where it still holds: made for the
 // staging it is given and no other change of the cards' keys since (generation).
@@ -167,9 +174,9 @@ class NextPassWork {
       : cards_(cards), pass_missing_(cards.num_cards(), 0) {}
 
   // PassManager::expect_next_pass; `training`: a training pass is on (between its begin_pass
-  // and end_pass), the only pass the work may run beside.
+  // and end_pass), the only pass the work may run beside; `pass_id` names it in errors.
   void expect(std::shared_ptr<const std::vector<uint64_t>> current_keys,
-              const std::function<StagingProgress()>& poll, bool training);
+              const std::function<StagingProgress()>& poll, bool training, int64_t pass_id);
   // PassManager::prepare_next_pass: one chunk on card `c` (its thread); false when none now.
   bool prepare(int c);
   // The cards' key set changed other than by this work (begin_pass, an evaluation's end_pass,
@@ -276,8 +283,12 @@ class NextPassWork {
   // The insert chunk `chunk` was cut short by a fault after its table call (the store counted
   // its keys; its records may never have been written): its keys that took their row leave
   // again and the rows of the others go back to the free list, so the card is as before it
-  // (begin_pass inserts them). Waits (a fault path).
+  // (begin_pass inserts them). Waits twice (wait_for_card; a fault path), allocates nothing and
+  // copies no pageable memory: the chunk's scratch slot and the free one after it carry it.
   void undo_cut_insert(int c, NextPassCard& work, const ChunkChain::Chunk& chunk);
+  // Waits for card c's stream between steps: the bounded wait (PassCards::wait_between_steps).
+  // Its failure stops the job naming the card, the pass and `what` the wait was for.
+  void wait_for_card(int c, const char* what) const;
   // fail_chunk_after: whether the chunk of `phase` beginning now is the one to fail (counts it).
   bool chosen_for_fault(NextPassCard::Phase phase);
   // Throws the injected fault when `next`'s open chunk was chosen for one at `point`.
@@ -304,6 +315,7 @@ class NextPassWork {
   // device rule 1); the pass boundary does.
   std::vector<std::size_t> pass_missing_;
   std::vector<NextPassCard> cards_work_;
+  int64_t pass_id_ = -1;  // the training pass the work runs beside (expect), for errors
   // fail_chunk_after's: chunks of fault_phase_ to begin before the one that fails (-1: none).
   std::atomic<int64_t> chunks_before_fault_{-1};
   NextPassCard::Phase fault_phase_ = NextPassCard::Phase::kOff;

@@ -47,6 +47,15 @@ void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
 }
 
+void PassCards::wait_between_steps(int c, const char* what) const {
+  const device::Stream& stream = card(c).stream();
+  if (card_wait_) {
+    card_wait_(c, stream, what);
+  } else {
+    stream.synchronize();
+  }
+}
+
 PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
                      table::HostTier& host, const PassManagerOptions& options)
     : cards_(cards), stores_(std::move(stores)), host_(host), options_(options) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.hpp"
@@ -31,6 +32,13 @@ namespace pass {
 // Throws gpubox::Error "what: <status>" when `st` is not ok (a host-tier call failed after its
 // own retries).
 void throw_host_error(const Status& st, const std::string& what);
+
+// The wait for card `card`'s stream between two steps of a pass, where the step's collectives
+// may still be in flight (device rule 6): returns once the stream's work so far has finished, or
+// throws gpubox::Error when that cannot happen in time (a peer that never joins a pending
+// collective) or the group was aborted. The card tier's owner gives the communicator's
+// (comm::Communicator::synchronize: the group's timeout, abort-aware); `what` names the wait.
+using CardWait = std::function<void(int card, const device::Stream& stream, const char* what)>;
 
 class PassCards {
  public:
@@ -55,6 +63,13 @@ class PassCards {
   CardTierPlan plan_for(std::size_t rows) const;
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
+  // The bounded wait for a card's stream between steps (CardWait); without one (cards with no
+  // collectives, as in the pass manager's own tests) wait_between_steps is Stream::synchronize.
+  // Set before the steps start.
+  void set_card_wait(CardWait wait) { card_wait_ = std::move(wait); }
+  // Card c's thread, between two steps: waits for card c's stream through the CardWait given
+  // (`what` names the wait in its error). Counts one host synchronization.
+  void wait_between_steps(int c, const char* what) const;
 
   // The pass's keys by owner card, sorted, without key 0 and duplicates (a repeated key keeps
   // its first slot). Replicated: every card's list is every key.
@@ -96,6 +111,7 @@ class PassCards {
   PassManagerOptions options_;
   std::size_t row_budget_ = 0;
   CardTierPlan plan_;
+  CardWait card_wait_;
 };
 
 }  // namespace pass

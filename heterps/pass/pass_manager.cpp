@@ -43,7 +43,8 @@ uint64_t PassManager::sync() { return boundary_.sync(); }
 void PassManager::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
                                    const std::function<StagingProgress()>& poll) {
   next_.expect(std::move(current_keys), poll,
-               boundary_.in_pass() && boundary_.access() == PassAccess::kTrain);
+               boundary_.in_pass() && boundary_.access() == PassAccess::kTrain,
+               boundary_.current().pass_id);
 }
 
 bool PassManager::prepare_next_pass(int c) { return next_.prepare(c); }

@@ -89,6 +89,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "heterps/device/card.hpp"
@@ -160,7 +161,8 @@ class PassManager {
   // rows once fetched; the same object must then be given to its begin_pass, and stays valid
   // until then). Card threads call `poll` (a copy each). `current_keys`: this pass's unique keys,
   // sorted (key 0 allowed; shared with its data set, not copied: each card reads those it owns).
-  // Does nothing when next_pass_chunk_keys is 0 or the placement or widths rule it out.
+  // Does nothing (sizes nothing either) when next_pass_chunk_keys is 0, the placement or widths
+  // rule it out, or the cards belong to several trainers (nothing is staged for them).
   void expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
                         const std::function<StagingProgress()>& poll);
   // Card thread `c`, between two steps of the current pass: one chunk of the next pass's card
@@ -169,6 +171,11 @@ class PassManager {
   bool prepare_next_pass(int c);
   // Forgets the next pass's work (the cards were emptied: CardTier::clear).
   void forget_next_pass();
+  // The wait for a card's stream between steps, beside their collectives (PassCards::CardWait):
+  // the card tier's owner gives its communicator's bounded wait. Without one, the next pass's
+  // work waits with Stream::synchronize (right for cards that run no collectives). Set before
+  // the steps start.
+  void set_card_wait(CardWait wait) { cards_.set_card_wait(std::move(wait)); }
   // Where card c's next-pass work is (kOff when none is expected): for tests and logs.
   NextPassCard::Phase next_pass_phase(int c) const { return next_.phase(c); }
   // Fault injection for tests (NextPassWork::fail_chunk_after): the chunk of the next pass's

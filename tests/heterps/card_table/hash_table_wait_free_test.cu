@@ -4,10 +4,13 @@
 //     insert(), no wait and no allocation, *failed 0; a key that was present or met a probe run
 //     past the bound is counted, and the documented repair (find, release_unused, insert again)
 //     leaves the table as insert() leaves it.
+//   - release_unused_async: what release_unused does, without its wait; purge_erased_for: erased
+//     slots reclaimed at the same size when they keep the keys asked for out of the room.
 //   - erase_present_async with the planned rows: a victim at its planned row passes; one at
 //     another row (moved) or not there (missing) is counted and named with both rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <vector>
@@ -187,6 +190,70 @@ TEST(HashTableErasePresent, NamesAVictimMissingOrAtAnotherRow) {
   EXPECT_EQ(got.key, keys[1]);
   EXPECT_EQ(got.planned_row, rows[1]);
   EXPECT_EQ(got.found_row, kInvalidRow);
+}
+
+// release_unused_async gives rows back as release_unused does (the same free list, size and
+// finds after), with no wait and no allocation: the undo of an insert chunk cut short uses it
+// between steps.
+TEST(HashTableInsertNew, ReleaseUnusedAsyncMatchesReleaseUnused) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  CardHashTable eager(card, HashTableOptions{});
+  CardHashTable late(card, HashTableOptions{});
+  const std::vector<uint64_t> first = {11, 12, 13};
+  const std::vector<uint64_t> batch = {14, 12, 15, 13};  // 12 and 13 are there
+  auto d_first = to_device(first, card.memory(), stream);
+  auto d_batch = to_device(batch, card.memory(), stream);
+  auto rows = card.make_buffer<row_index_t>(batch.size());
+  auto failed = to_device(std::vector<uint32_t>{0}, card.memory(), stream);
+  for (CardHashTable* table : {&eager, &late}) {
+    table->insert(d_first.data(), first.size(), rows.data(), stream);
+    table->insert_new_async(d_batch.data(), batch.size(), rows.data(), failed.data(), stream);
+  }
+  const std::vector<row_index_t> handed = to_host(rows);
+  auto unused = to_device(std::vector<row_index_t>{handed[1], handed[3]}, card.memory(), stream);
+  eager.release_unused(unused.data(), 2, stream);
+  const device::DeviceCounts before = card.counts();
+  late.release_unused_async(unused.data(), 2, stream);
+  const device::DeviceCounts cost = card.counts() - before;
+  EXPECT_EQ(cost.host_syncs, 0u);
+  EXPECT_EQ(cost.allocations, 0u);
+  EXPECT_EQ(late.size(), 5u);
+  expect_same(eager, late, {11, 12, 13, 14, 15}, card);
+}
+
+// purge_erased_for reclaims the erased slots, at the same size, exactly when they keep the keys
+// asked for out of new_key_room(): 1024 slots (a load bound of 614), 500 keys and 100 erased
+// slots leave room for 14; 14 keys purge nothing, 15 purge (room for 114 after), every key still
+// found at its row.
+TEST(HashTablePurge, ReclaimsErasedSlotsOnlyWhenTheyKeepKeysOut) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  std::mt19937_64 rng(3);
+  std::set<uint64_t> seen;
+  const std::vector<uint64_t> keys = distinct_keys(rng, 600, &seen);
+  CardHashTable table(card, HashTableOptions{});
+  auto d_keys = to_device(keys, card.memory(), stream);
+  auto d_rows = card.make_buffer<row_index_t>(keys.size());
+  table.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
+  ASSERT_EQ(table.erase(d_keys.data(), 100, stream), 100u);
+  ASSERT_EQ(table.capacity(), 1024u);
+  ASSERT_GE(table.pool().free_count(), 114u);
+  EXPECT_EQ(table.new_key_room(), 14u);
+  table.purge_erased_for(14, stream);
+  EXPECT_EQ(table.erased_slots(), 100u);
+  table.purge_erased_for(15, stream);
+  EXPECT_EQ(table.erased_slots(), 0u);
+  EXPECT_EQ(table.capacity(), 1024u);
+  EXPECT_EQ(table.size(), 500u);
+  EXPECT_EQ(table.new_key_room(), 114u);
+  auto found = card.make_buffer<row_index_t>(keys.size());
+  table.find(d_keys.data(), keys.size(), found.data(), stream);
+  std::vector<row_index_t> want = to_host(d_rows);
+  std::fill(want.begin(), want.begin() + 100, kInvalidRow);
+  EXPECT_EQ(to_host(found), want);
 }
 
 }  // namespace

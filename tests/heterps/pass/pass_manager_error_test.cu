@@ -1,6 +1,9 @@
 // The next pass's card work (PassManager::expect_next_pass / prepare_next_pass) when a fault
 // stops it, and the sizing of its inserts (issue 31, item 1: nothing grows between a pass's
-// steps), on 1-2 simulated cards with the in-process host tier.
+// steps), on 1-2 simulated cards with the in-process host tier. Its fault drain waits with the
+// communicator's bounded wait (a peer that never joins fails it in time), its undo allocates
+// nothing, its inserts under a budget find the erased slots reclaimed at the boundary, and with
+// several trainers nothing is sized for it.
 //
 // Oracles: an engine without the work (next_pass_chunk_keys 0) given the same passes, whose
 // card rows, read through a dump of each card's table, must equal the working engine's as
@@ -13,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -20,11 +24,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/hash.hpp"
 #include "heterps/card_table/card_store.hpp"
+#include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/deferred.hpp"
 #include "heterps/device/memory.hpp"
@@ -49,8 +56,9 @@ std::string card_list(int cards) {
 }
 
 struct Tiers {
-  Tiers(int cards, const PassManagerOptions& options)
-      : card_set(device::CardSet::from_list(card_list(cards))) {
+  // `trainers`: this process is trainer 0 of that many, each with `cards` cards.
+  Tiers(int cards, const PassManagerOptions& options, int trainers = 1)
+      : card_set(device::CardSet::from_list(card_list(cards), 0, trainers)) {
     table::AccessorConfig cfg;
     cfg.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
     cfg.mf_dim = 4;
@@ -98,6 +106,20 @@ struct Tiers {
     throw_if_error(host->for_each_row(
         [&](uint64_t key, const float* row) { out[key].assign(row, row + stride); }));
     return out;
+  }
+  // The next pass's work waits between steps through `group`'s bounded wait, as in a card tier.
+  void wait_through(comm::CommGroup& group) {
+    manager->set_card_wait([&group](int c, const device::Stream& stream, const char* what) {
+      group.at(c).synchronize(stream, what);
+    });
+  }
+  // Card 0's next-pass work until it reaches `phase` (or stops), on the calling thread.
+  void prepare_until(Phase phase) {
+    for (int i = 0; i < 200 && manager->next_pass_phase(0) != phase &&
+                    manager->next_pass_phase(0) != Phase::kOff;
+         ++i) {
+      manager->prepare_next_pass(0);
+    }
   }
   // `rounds` chunks of the next pass's work on every card, each on its card's thread.
   void prepare(int rounds) {
@@ -173,6 +195,19 @@ void expect_current_or_staged(const Rows& rows, const Rows& current,
   }
 }
 
+// Places staged.keys[0] with its staged row on card 0, after the next pass's look-ups found it
+// missing: the first insert chunk counts it, takes its candidate row, and does not take it.
+void place_first_staged(Tiers& tiers, const StagedRows& staged) {
+  device::Card& card = tiers.card_set.card(0);
+  const auto stride = static_cast<std::size_t>(tiers.stores[0]->record_stride());
+  auto d_key =
+      device::to_device(std::vector<uint64_t>{staged.keys[0]}, card.memory(), card.stream());
+  auto d_row =
+      device::to_device(std::vector<float>(staged.rows.begin(), staged.rows.begin() + stride),
+                        card.memory(), card.stream());
+  ASSERT_EQ(tiers.stores[0]->insert_rows(d_key.data(), d_row.data(), 1, card.stream()), 1u);
+}
+
 struct FaultCase {
   const char* name;
   Phase phase;
@@ -227,14 +262,7 @@ TEST_P(NextPassFaultTest, LeavesTheCardExact) {
   }
   if (tc.phase == Phase::kInsert) {
     ASSERT_EQ(early.manager->next_pass_phase(0), Phase::kInsert);
-    device::Card& card = early.card_set.card(0);
-    const auto stride = static_cast<std::size_t>(early.stores[0]->record_stride());
-    auto d_key =
-        device::to_device(std::vector<uint64_t>{staged.keys[0]}, card.memory(), card.stream());
-    auto d_row =
-        device::to_device(std::vector<float>(staged.rows.begin(), staged.rows.begin() + stride),
-                          card.memory(), card.stream());
-    ASSERT_EQ(early.stores[0]->insert_rows(d_key.data(), d_row.data(), 1, card.stream()), 1u);
+    ASSERT_NO_FATAL_FAILURE(place_first_staged(early, staged));
     early.prepare(12);
   }
   EXPECT_EQ(early.manager->next_pass_phase(0), Phase::kOff) << "the fault never struck";
@@ -337,6 +365,221 @@ TEST(NextPassInserts, NeverGrowTheCardsBetweenSteps) {
       }
     }
   }
+}
+
+// A fault between steps drains the card's chunks in flight with the bounded wait the step uses
+// (the communicator's), not a bare Stream::synchronize: on a GPU a step's collective may be
+// pending on the stream, and a peer that never joins it would hang a bare wait for ever. Card 1's
+// stream holds, behind its first insert chunk, a collective whose peer never arrives (simulated:
+// work that ends only when the group is aborted, as NCCL's kernels end at ncclCommAbort); card 0
+// waits in a barrier that card 1 never joins, and the group's timeout (300 ms) aborts the group.
+// Card 1's next chunk faults: its drain fails within the bound, naming the card, the pass and
+// the wait (before: the bare wait returned after the abort and the work went on as if the card
+// were sound).
+TEST(NextPassFaultDrain, FailsWithinTheGroupTimeoutWhenAPeerNeverJoins) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const DeferredStreams deferred(true);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 50;
+  options.next_pass_step_fraction = 0;
+  Tiers early(2, options);
+  const std::unique_ptr<comm::CommGroup> group =
+      comm::make_in_process_group(2, std::chrono::milliseconds(300));
+  early.wait_through(*group);
+  const auto a = pass_keys(240, 0, 1);
+  const auto b = pass_keys(240, 1u << 12, 2);
+  early.manager->begin_pass(a);
+  const StagedRows staged = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass(sorted(a), poll_after(&staged, 0));
+  comm::CommGroup& peers = *group;
+  std::string waited_error;
+  std::string drain_error;
+  double drain_seconds = -1;
+  early.card_set.run_on_cards([&](device::Card& card) {
+    if (card.local_index() == 0) {
+      try {
+        peers.at(0).barrier(card.stream());
+      } catch (const std::exception& e) {
+        waited_error = e.what();
+      }
+      return;
+    }
+    for (int i = 0; i < 200 && early.manager->next_pass_phase(1) != Phase::kInsert; ++i) {
+      early.manager->prepare_next_pass(1);
+    }
+    ASSERT_EQ(early.manager->next_pass_phase(1), Phase::kInsert);
+    early.manager->prepare_next_pass(1);  // the first insert chunk, in flight
+    device::enqueue(card.stream(), "a collective whose peer never arrives", [&peers] {
+      while (!peers.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    early.manager->fail_next_pass_chunk_after(0, Phase::kInsert, Fault::kBegin);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      for (int i = 0; i < 12; ++i) early.manager->prepare_next_pass(1);
+    } catch (const std::exception& e) {
+      drain_error = e.what();
+    }
+    drain_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  EXPECT_FALSE(waited_error.empty()) << "card 0's barrier did not time out";
+  EXPECT_TRUE(group->aborted());
+  const std::string pass = "during pass " + std::to_string(early.manager->current().pass_id);
+  EXPECT_NE(drain_error.find("card 1: the next pass's card work " + pass), std::string::npos)
+      << "the drain did not fail naming the card and the pass: '" << drain_error << "'";
+  EXPECT_NE(drain_error.find("the chunks in flight when a fault stopped it"), std::string::npos)
+      << drain_error;
+  EXPECT_GE(drain_seconds, 0.0);
+  EXPECT_LT(drain_seconds, 30.0) << "the drain did not fail within the bound";
+}
+
+// The undo of an insert chunk cut short by a fault runs between steps as the chunk itself does:
+// no card or pinned allocation and no pageable copy (it read its rows back into std::vectors and
+// made five card buffers), its waits counted. The chunk holds a key that does not take its row
+// (placed on the card after the look-ups), so both halves run: the rows nobody took back to the
+// free list, the keys that took theirs erased. The card is then exact: its dump's count is its
+// size(), its rows those of an engine without the work plus the key placed (an unordered_map
+// oracle), and the next begin_pass places the oracle's rows.
+TEST(NextPassFaultDrain, UndoAllocatesNothingAndCopiesNoPageableMemory) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 50;
+  options.next_pass_step_fraction = 0;
+  Tiers early(1, options);
+  options.next_pass_chunk_keys = 0;
+  Tiers reference(1, options);
+  const auto a = pass_keys(240, 0, 1);
+  const auto b = pass_keys(240, 1u << 12, 2);
+  early.manager->begin_pass(a);
+  reference.manager->begin_pass(a);
+  const StagedRows staged = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass(sorted(a), poll_after(&staged, 0));
+  early.manager->fail_next_pass_chunk_after(0, Phase::kInsert, Fault::kAfterTableCall);
+  early.prepare_until(Phase::kInsert);
+  ASSERT_EQ(early.manager->next_pass_phase(0), Phase::kInsert);
+  ASSERT_NO_FATAL_FAILURE(place_first_staged(early, staged));
+  device::Card& card = early.card_set.card(0);
+  const device::DeviceCounts before = card.counts();
+  early.prepare(1);
+  const device::DeviceCounts undo = card.counts() - before;
+  ASSERT_EQ(early.manager->next_pass_phase(0), Phase::kOff) << "the fault never struck";
+  EXPECT_EQ(undo.allocations, 0u);
+  EXPECT_EQ(undo.pinned_allocations, 0u);
+  EXPECT_EQ(undo.pageable_copies, 0u);
+  EXPECT_GT(undo.pinned_copies, 0u);
+  EXPECT_EQ(undo.host_syncs, 3u);  // the drain's wait, the undo's two
+
+  Rows oracle = reference.card_rows();
+  const auto stride = static_cast<std::size_t>(early.stores[0]->record_stride());
+  oracle[staged.keys[0]].assign(staged.rows.begin(), staged.rows.begin() + stride);
+  Rows now;
+  ASSERT_NO_THROW(now = early.card_rows()) << "the card's count of keys is off";
+  EXPECT_EQ(now, oracle);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  const PassStats got = early.manager->begin_pass(b, {}, &staged);
+  reference.manager->begin_pass(b);
+  EXPECT_EQ(got.early_inserted, 0u);
+  EXPECT_EQ(early.card_rows(), reference.card_rows());
+}
+
+// Under a card budget the table is sized once, and erased slots count against its load bound
+// until a rehash. begin_pass rehashes only when its own inserts need it, so the slots the last
+// evictions erased stay, and without a reclaim at the pass boundary (expect_next_pass) they keep
+// the next pass's inserts between steps out. Budget 500 rows (1024 slots, a load bound of 614):
+// pass z fills the card; pass a (100 keys) evicts 100 of z's rows and inserts beside their
+// erased slots; the work for pass b evicts as many of z's rows as b has keys and inserts b's
+// staged rows between the steps: all of them while they fit the load bound beside the card's
+// other keys (100 keys: all; 130: 114, the bound less the 500 keys), before the reclaim 14. The
+// rest goes in at begin_pass. Checked: the counts, every key on the card against an
+// unordered_map oracle (the host tier's rows, which the cards' clean rows equal, and b's staged
+// rows), every key of b there, the budget kept, the rows of b an engine's without the work.
+TEST(NextPassInserts, UnderABudgetFindTheErasedSlotsReclaimed) {
+  for (const std::size_t next_keys : {std::size_t{100}, std::size_t{130}}) {
+    GPUBOX_REQUIRE_CARDS(1);
+    SCOPED_TRACE("a next pass of " + std::to_string(next_keys) + " keys");
+    PassManagerOptions options;
+    options.card_row_budget = 500;
+    options.next_pass_chunk_keys = 50;
+    options.next_pass_step_fraction = 0;
+    Tiers early(1, options);
+    options.next_pass_chunk_keys = 0;
+    Tiers reference(1, options);
+    const auto z = pass_keys(500, 1u << 20, 3);
+    const auto a = pass_keys(100, 0, 1);
+    const auto b = pass_keys(next_keys, 1u << 12, 2);  // the three disjoint
+    for (Tiers* tiers : {&early, &reference}) {
+      tiers->manager->begin_pass(z);
+      tiers->manager->end_pass();
+      tiers->manager->begin_pass(a);
+    }
+    const card_table::CardHashTable& table = early.stores[0]->table();
+    ASSERT_EQ(table.capacity(), 1024u);
+    ASSERT_EQ(table.erased_slots(), 100u) << "the setup needs erased slots";
+    const auto bound = static_cast<std::size_t>(table.options().max_load_factor * 1024);
+    const StagedRows staged = early.manager->stage_rows(b, {}, a);
+    early.manager->expect_next_pass(sorted(a), poll_after(&staged, 0));
+    early.prepare(60);
+    early.manager->end_pass();
+    reference.manager->end_pass();
+    Rows oracle = early.host_rows();
+    const std::size_t stride = staged.rows.size() / staged.keys.size();
+    for (std::size_t i = 0; i < staged.keys.size(); ++i) {
+      oracle[staged.keys[i]].assign(staged.rows.begin() + i * stride,
+                                    staged.rows.begin() + (i + 1) * stride);
+    }
+    const PassStats got = early.manager->begin_pass(b, {}, &staged);
+    reference.manager->begin_pass(b);
+    EXPECT_EQ(got.early_inserted, std::min(next_keys, bound - 500));
+    EXPECT_EQ(got.early_evicted, next_keys);
+    EXPECT_EQ(got.early_allocations, 0u);
+    EXPECT_EQ(got.prefetched, next_keys);
+    Rows now;
+    ASSERT_NO_THROW(now = early.card_rows());
+    EXPECT_EQ(now.size(), 500u);
+    const Rows want = reference.card_rows();
+    for (uint64_t key : b) {
+      ASSERT_TRUE(now.count(key)) << "key " << key << " of b is not on the card";
+      EXPECT_EQ(now.at(key), want.at(key)) << "key " << key;
+    }
+    for (const auto& [key, row] : now) {
+      ASSERT_TRUE(oracle.count(key)) << "key " << key << " came from nowhere";
+      EXPECT_EQ(row, oracle.at(key)) << "key " << key;
+    }
+  }
+}
+
+// With several trainers nothing is staged (a card's keys come from every trainer's data), so the
+// next pass's work never runs: expect_next_pass sizes nothing for it (before: it grew the table
+// and the pool for its guess, 1800 rows after a pass that brought 1600 new keys).
+TEST(NextPassInserts, SeveralTrainersReserveNothing) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 100;
+  options.next_pass_step_fraction = 0;
+  Tiers tiers(1, options, /*trainers=*/2);
+  const auto owned_here = [](std::vector<uint64_t> keys) {
+    keys.erase(std::remove_if(keys.begin(), keys.end(),
+                              [](uint64_t key) { return owner_card(key, 2) != 0; }),
+               keys.end());
+    return keys;
+  };
+  const auto a = owned_here(pass_keys(480, 0, 1));
+  const auto b = owned_here(pass_keys(3200, 1u << 14, 2));
+  tiers.manager->begin_pass(a);
+  tiers.manager->end_pass();
+  tiers.manager->begin_pass(b);
+  const card_table::CardSparseStore& store = *tiers.stores[0];
+  const std::size_t slots = store.table().capacity();
+  const std::size_t rows = store.pool(0).capacity();
+  const device::DeviceCounts before = tiers.card_set.card(0).counts();
+  tiers.manager->expect_next_pass(sorted(b), poll_after(nullptr, 1000));
+  const device::DeviceCounts sized = tiers.card_set.card(0).counts() - before;
+  EXPECT_EQ(tiers.manager->next_pass_phase(0), Phase::kOff);
+  EXPECT_EQ(store.table().capacity(), slots);
+  EXPECT_EQ(store.pool(0).capacity(), rows);
+  EXPECT_EQ(sized.allocations, 0u);
+  EXPECT_EQ(sized.pinned_allocations, 0u);
+  tiers.manager->end_pass();
 }
 
 }  // namespace
