@@ -55,8 +55,8 @@ std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& con
   }
   GPUBOX_LOG(INFO) << "pass data cache: up to " << (budget.bytes >> 20) << " MiB (" << budget.source
                    << ") of parsed records kept, so the " << loads - 1
-                   << " later loads of each pass (and the test data) that fits copy them instead "
-                      "of reading and parsing the files again";
+                   << " later loads of a pass (or of the test data) that fits copy it instead "
+                      "of reading and parsing its files again";
   return std::make_unique<dataset::PassDataCache>(budget.bytes);
 }
 
