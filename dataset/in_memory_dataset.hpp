@@ -105,7 +105,7 @@ class InMemoryDataset {
   // A loaded block's instances after those already held (in order_, as block id and index).
   void append_block(InstanceBlock&& block);
   // load_into_memory from the pass cache: true when it held the file list (with `identities`).
-  bool load_cached(const std::vector<FileIdentity>& identities);
+  bool load_cached(const PassKey& key, const std::vector<FileIdentity>& identities);
 
   DatasetConfig config_;
   std::vector<std::string> files_;

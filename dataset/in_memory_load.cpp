@@ -199,11 +199,11 @@ Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>
 
 }  // namespace
 
-bool InMemoryDataset::load_cached(const std::vector<FileIdentity>& identities) {
+bool InMemoryDataset::load_cached(const PassKey& key, const std::vector<FileIdentity>& identities) {
   Timer timer;
   std::vector<InstanceBlock> blocks;
   LoadStats stats;
-  if (!cache_->lookup(files_, identities, &blocks, &stats)) return false;
+  if (!cache_->lookup(key, identities, &blocks, &stats)) return false;
   for (InstanceBlock& block : blocks) append_block(std::move(block));
   stats.cached_files = stats.files;
   stats.cached_instances = stats.instances;
@@ -228,9 +228,16 @@ Status InMemoryDataset::load_into_memory() {
   const std::string pipe_command = pipe_command_line(config_);
   // A pipe_command's output is not kept (pass_data_cache.hpp says why).
   std::vector<FileIdentity> identities;
-  const bool cacheable = cache_ != nullptr && cache_->budget_bytes() > 0 && pipe_command.empty() &&
-                         !files_.empty() && identify_files(files_, &identities);
-  if (cacheable && load_cached(identities)) return Status::OK();
+  PassKey key;
+  bool cacheable =
+      cache_ != nullptr && cache_->budget_bytes() > 0 && pipe_command.empty() && !files_.empty();
+  if (cacheable) {
+    key = {parse_fingerprint(config_), files_};
+    cacheable = identify_files(files_, &identities);
+    // A file gone: its list's entry would hold the budget for the rest of the run.
+    if (!cacheable) cache_->forget(files_);
+  }
+  if (cacheable && load_cached(key, identities)) return Status::OK();
   const std::vector<ReadItem> items =
       plan_reads(files_, !pipe_command.empty(), config_.split_bytes);
   std::vector<ReadResult> results(items.size());
@@ -277,7 +284,11 @@ Status InMemoryDataset::load_into_memory() {
   std::vector<InstanceBlock> loaded;
   loaded.reserve(results.size());
   for (ReadResult& result : results) loaded.push_back(std::move(result.block));
-  if (cacheable) stats_.cache_note = cache_->offer(files_, identities, loaded, stats_);
+  // Kept only when no file changed while it was read (the records may mix its two versions).
+  std::vector<FileIdentity> after;
+  if (cacheable && identify_files(files_, &after) && after == identities) {
+    stats_.cache_note = cache_->offer(key, identities, loaded, stats_);
+  }
   for (InstanceBlock& block : loaded) append_block(std::move(block));
   return Status::OK();
 }

@@ -22,6 +22,7 @@ bool identify_files(const std::vector<std::string>& files, std::vector<FileIdent
     FileIdentity id;
     id.size = static_cast<std::uint64_t>(st.st_size);
     id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    id.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
     id.inode = static_cast<std::uint64_t>(st.st_ino);
     id.device = static_cast<std::uint64_t>(st.st_dev);
     out->push_back(id);
@@ -29,13 +30,39 @@ bool identify_files(const std::vector<std::string>& files, std::vector<FileIdent
   return true;
 }
 
-bool PassDataCache::lookup(const std::vector<std::string>& files,
-                           const std::vector<FileIdentity>& identities,
+std::string parse_fingerprint(const DatasetConfig& c) {
+  std::string out;
+  // Each field as its length and text, so that no two configs write the same string.
+  const auto add = [&out](const std::string& field) {
+    out += std::to_string(field.size()) + ":" + field;
+  };
+  add(std::to_string(static_cast<int>(c.data_format)));
+  add(std::to_string(c.slots.size()));
+  for (const std::string& slot : c.slots) add(slot);
+  add(std::to_string(c.dense_dim));
+  add(c.label_name);
+  add(c.dense_name);
+  add(std::to_string(c.feasign_first) + std::to_string(c.ignore_unknown_slots) +
+      std::to_string(c.strict_parse));
+  add(std::to_string(c.multislot_order.size()));
+  for (const std::string& field : c.multislot_order) add(field);
+  add(c.pipe_command);
+  add(std::to_string(c.pipe_arguments.size()));
+  for (const std::string& argument : c.pipe_arguments) add(argument);
+  add(std::to_string(c.max_line_bytes));
+  add(std::to_string(c.max_reported_errors));
+  add(std::to_string(c.split_bytes));
+  add(std::to_string(static_cast<int>(c.criteo_dense)));
+  add(std::to_string(static_cast<int>(c.dense_transform)));
+  return out;
+}
+
+bool PassDataCache::lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
                            std::vector<InstanceBlock>* blocks, LoadStats* stats) {
   std::shared_ptr<const Entry> entry;
   {
     MutexLock lock(mu_);
-    const auto it = entries_.find(files);
+    const auto it = entries_.find(key);
     if (it == entries_.end()) return false;
     if (it->second->identities != identities) {
       held_bytes_ -= it->second->bytes;
@@ -52,15 +79,27 @@ bool PassDataCache::lookup(const std::vector<std::string>& files,
   return true;
 }
 
-std::string PassDataCache::offer(const std::vector<std::string>& files,
-                                 const std::vector<FileIdentity>& identities,
+void PassDataCache::forget(const std::vector<std::string>& files) {
+  MutexLock lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->first.files != files) {
+      ++it;
+      continue;
+    }
+    held_bytes_ -= it->second->bytes;
+    it = entries_.erase(it);
+  }
+}
+
+std::string PassDataCache::offer(const PassKey& key, const std::vector<FileIdentity>& identities,
                                  const std::vector<InstanceBlock>& blocks, const LoadStats& stats) {
   if (budget_bytes_ == 0) return "";
-  std::size_t bytes = 0;
-  for (const InstanceBlock& b : blocks) bytes += b.memory_bytes();
+  std::size_t bytes = sizeof(Entry) + key.parse.size() + identities.size() * sizeof(FileIdentity);
+  for (const std::string& file : key.files) bytes += sizeof(std::string) + file.size();
+  for (const InstanceBlock& b : blocks) bytes += sizeof(InstanceBlock) + b.memory_bytes();
   {
     MutexLock lock(mu_);
-    if (entries_.count(files) != 0) return "";
+    if (entries_.count(key) != 0) return "";
     if (bytes > budget_bytes_ - held_bytes_) {
       if (refusal_noted_) return "";
       refusal_noted_ = true;
@@ -78,7 +117,7 @@ std::string PassDataCache::offer(const std::vector<std::string>& files,
   entry->stats = stats;
   entry->bytes = bytes;
   MutexLock lock(mu_);
-  if (!entries_.emplace(files, std::move(entry)).second) held_bytes_ -= bytes;
+  if (!entries_.emplace(key, std::move(entry)).second) held_bytes_ -= bytes;
   return "";
 }
 

@@ -8,11 +8,14 @@
 // (seeded per pass, applied after the load) and everything after it see the same records in the
 // same order: training with the cache is bit for bit training without it.
 //
-// When a load is served: the same file list, in the same order, each file still the file that
-// was read (a regular file of the same size, modification time, inode and device; a file
-// rewritten or replaced between epochs is read again, and its entry dropped). A file rewritten
-// to the same size within one tick of the kernel's file clock is not seen: the size and
-// modification time are what make (and rsync) also trust.
+// When a load is served: the same file list, in the same order, parsed with the same parse
+// settings (parse_fingerprint), each file still the file that was read (a regular file of the
+// same size, modification and status-change time, inode and device; a file rewritten or replaced
+// between epochs is read again, and its entry dropped; a file gone drops every entry of its
+// list). The status-change time moves on every write (touch or cp -p may set the modification
+// time back, not it); a file rewritten to the same size within one tick of the kernel's file
+// clock is not seen. A load during which a file changed (its identity taken again after the
+// read differs) is not kept.
 //
 // What is not kept: loads through a pipe_command (its output need not be a function of the file:
 // a command may sample, read other files or fetch remote data, and PaddleRec runs it every
@@ -42,23 +45,40 @@ namespace gpubox::dataset {
 struct FileIdentity {
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
   std::uint64_t inode = 0;
   std::uint64_t device = 0;
   bool operator==(const FileIdentity& o) const {
-    return size == o.size && mtime_ns == o.mtime_ns && inode == o.inode && device == o.device;
+    return size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns && inode == o.inode &&
+           device == o.device;
   }
+  bool operator!=(const FileIdentity& o) const { return !(*this == o); }
 };
 
 // The identities of `files`, in order; false when one is not a regular file that stat can see
 // (such a list is not cached).
 bool identify_files(const std::vector<std::string>& files, std::vector<FileIdentity>* out);
 
+// The settings that decide what records (and load statistics) a file parses to: the format, the
+// slots, dense_dim and the names, the parse options, the split of large files into blocks. Two
+// configs with the same fingerprint parse every file alike; it is exact (the settings' text).
+std::string parse_fingerprint(const DatasetConfig& config);
+
+// What a cached load is kept under: the parse settings' fingerprint and the file list, in order.
+struct PassKey {
+  std::string parse;
+  std::vector<std::string> files;
+  bool operator<(const PassKey& o) const {
+    return parse != o.parse ? parse < o.parse : files < o.files;
+  }
+};
+
 // What a cache served and kept over its life.
 struct PassCacheCounts {
   std::uint64_t loads_served = 0;      // loads answered from the cache
   std::uint64_t instances_served = 0;  // their instances
   std::size_t entries = 0;             // file lists held
-  std::size_t bytes = 0;               // bytes their records hold
+  std::size_t bytes = 0;  // what they take: their records, blocks, file names and identities
 };
 
 class PassDataCache {
@@ -70,17 +90,19 @@ class PassDataCache {
 
   std::size_t budget_bytes() const { return budget_bytes_; }
 
-  // When `files` (with these identities, taken now) were loaded before and none changed: appends
+  // When `key` (with these identities, taken now) was loaded before and no file changed: appends
   // copies of their blocks to `blocks`, sets `*stats` to that load's statistics and returns true.
   // An entry whose files changed is dropped (the load that follows reads them and offers them
   // again).
-  bool lookup(const std::vector<std::string>& files, const std::vector<FileIdentity>& identities,
+  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
               std::vector<InstanceBlock>* blocks, LoadStats* stats);
-  // Keeps a copy of a finished load of `files` (`identities` taken before it read them) when its
-  // records fit in what the budget has left. Returns "" when kept or already held, else why not
-  // (for the load's report), only the first time a load does not fit.
-  std::string offer(const std::vector<std::string>& files,
-                    const std::vector<FileIdentity>& identities,
+  // Drops every entry of `files` (one of them could not be identified: gone, or no longer a
+  // regular file), so that it holds none of the budget.
+  void forget(const std::vector<std::string>& files);
+  // Keeps a copy of a finished load of `key` (`identities` taken before it read the files, and
+  // the same after) when its records fit in what the budget has left. Returns "" when kept or
+  // already held, else why not (for the load's report), only the first time a load does not fit.
+  std::string offer(const PassKey& key, const std::vector<FileIdentity>& identities,
                     const std::vector<InstanceBlock>& blocks, const LoadStats& stats);
 
   PassCacheCounts counts() const;
@@ -95,8 +117,7 @@ class PassDataCache {
 
   const std::size_t budget_bytes_;
   mutable Mutex mu_;
-  // Keyed by the file list, in load order.
-  std::map<std::vector<std::string>, std::shared_ptr<const Entry>> entries_ GPUBOX_GUARDED_BY(mu_);
+  std::map<PassKey, std::shared_ptr<const Entry>> entries_ GPUBOX_GUARDED_BY(mu_);
   std::size_t held_bytes_ GPUBOX_GUARDED_BY(mu_) = 0;
   bool refusal_noted_ GPUBOX_GUARDED_BY(mu_) = false;
   std::uint64_t loads_served_ GPUBOX_GUARDED_BY(mu_) = 0;

@@ -1,39 +1,8 @@
 #include "table/server/memory_limit.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 
 namespace gpubox::table::server {
-namespace {
-
-// The first number in `path` ("max" or no file: 0).
-uint64_t read_limit(const char* path) {
-  std::ifstream in(path);
-  std::string text;
-  if (!(in >> text) || text.empty() || text == "max") return 0;
-  try {
-    return std::stoull(text);
-  } catch (...) {
-    return 0;
-  }
-}
-
-}  // namespace
-
-uint64_t usable_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGE_SIZE);
-  uint64_t bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
-  for (const char* cgroup :
-       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    const uint64_t limit = read_limit(cgroup);
-    // v1 reports "no limit" as a huge number: only a limit below the machine's counts.
-    if (limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;
-  }
-  return bytes;
-}
 
 uint64_t default_memory_limit_bytes() {
   const uint64_t usable = usable_memory_bytes();

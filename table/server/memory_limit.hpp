@@ -6,16 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include "common/memory_limit.hpp"
+
 namespace gpubox::table::server {
 
-// The memory this process may use: the machine's physical memory, or its cgroup's limit (v2
-// memory.max, v1 memory.limit_in_bytes) when lower. 0 when neither can be read.
-uint64_t usable_memory_bytes();
-
-// The default limit: half of usable_memory_bytes() (at least 64 MiB; 0 = none when the memory
-// is unknown). Half, because the table is not all the server holds: a LOAD parses a save's
-// files before it replaces the rows (a second copy, transiently), a SAVE encodes each shard's
-// part in memory, and requests in flight and the retry cache take their own share
+// The default limit: half of usable_memory_bytes() (common/memory_limit.hpp) (at least 64 MiB; 0 =
+// none when the memory is unknown). Half, because the table is not all the server holds: a LOAD
+// parses a save's files before it replaces the rows (a second copy, transiently), a SAVE encodes
+// each shard's part in memory, and requests in flight and the retry cache take their own share
 // (--max_inflight_mb, --dedup_cache_mb).
 uint64_t default_memory_limit_bytes();
 

@@ -2,7 +2,9 @@
 // files by a data set without a cache: the same records in the same order (before and after a
 // seeded shuffle), the same counts and messages, for file lists of 0, 1 and n lines and with
 // malformed lines; the budget (only the loads that fit are kept, 0 keeps none); a file changed
-// between loads read again; pipe_command, failed loads and strict parse failures never served.
+// between loads read again (also with its old modification time put back); a file gone drops its
+// list's entry; another parse config never served another's records; pipe_command, failed loads
+// and strict parse failures never served.
 #include "dataset/pass_data_cache.hpp"
 
 #include <fcntl.h>
@@ -206,9 +208,85 @@ TEST_F(PassDataCacheTest, AFileChangedBetweenLoadsIsReadAgain) {
   expect_same_load(rewritten, load(files, nullptr), "rewritten");
   EXPECT_NE(rewritten.records, resized.records);
   EXPECT_EQ(cache.counts().entries, 1u);
-  // A file gone: the load fails as it would without a cache.
+  // The same size, other content, the old modification time put back (as touch -d or cp -p
+  // do): the status-change time still moved.
+  ASSERT_EQ(load(files, &cache).stats.cached_files, 2u);
+  struct stat rewritten_stat {};
+  ASSERT_EQ(::stat(file.c_str(), &rewritten_stat), 0);
+  dir_.write("changing", slot_lines(60, 5));  // the labels flipped back, same size
+  const timespec old_times[2] = {rewritten_stat.st_atim, rewritten_stat.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), old_times, 0), 0);
+  const Loaded restored = load(files, &cache);
+  EXPECT_EQ(restored.stats.cached_files, 0u);
+  expect_same_load(restored, resized, "the first content back, under the old mtime");
+  EXPECT_EQ(cache.counts().entries, 1u);
+}
+
+TEST_F(PassDataCacheTest, AFileGoneDropsItsListsEntriesAndTheirBytes) {
+  PassDataCache cache(std::size_t{64} << 20);
+  const std::string file = dir_.write("going", slot_lines(50, 6));
+  const std::vector<std::string> files = {one_, file};
+  load(files, &cache);
+  load({many_}, &cache);
+  const std::size_t many_bytes = [&] {
+    PassDataCache alone(std::size_t{64} << 20);
+    load({many_}, &alone);
+    return alone.counts().bytes;
+  }();
+  ASSERT_EQ(cache.counts().entries, 2u);
+  ASSERT_GT(cache.counts().bytes, many_bytes);
+  // Gone: the load fails as it would without a cache, and the entry holds no budget.
   std::remove(file.c_str());
-  EXPECT_FALSE(load(files, &cache).status.ok());
+  const Loaded gone = load(files, &cache);
+  EXPECT_FALSE(gone.status.ok());
+  EXPECT_EQ(gone.status.to_string(), load(files, nullptr).status.to_string());
+  EXPECT_EQ(cache.counts().entries, 1u);
+  EXPECT_EQ(cache.counts().bytes, many_bytes);
+  // Written again: read, kept again.
+  dir_.write("going", slot_lines(50, 6));
+  EXPECT_EQ(load(files, &cache).stats.cached_files, 0u);
+  EXPECT_EQ(load(files, &cache).stats.cached_files, 2u);
+  EXPECT_EQ(load({many_}, &cache).stats.cached_files, 1u);
+}
+
+TEST_F(PassDataCacheTest, AnotherParseConfigIsNotServedTheRecordsOfThisOne) {
+  PassDataCache cache(std::size_t{64} << 20);
+  // Each changes what the same files parse to (or what their load reports).
+  DatasetConfig fewer_slots = testing::slot_config(kSlots - 1, kDense);
+  fewer_slots.thread_num = 2;
+  fewer_slots.split_bytes = 4096;
+  DatasetConfig strict_unknown = config();
+  strict_unknown.ignore_unknown_slots = false;
+  DatasetConfig other_label = config();
+  other_label.label_name = "dense_feature";
+  DatasetConfig fewer_errors = config();
+  fewer_errors.max_reported_errors = 1;
+  DatasetConfig unsplit = config();
+  unsplit.split_bytes = std::uint64_t{1} << 30;
+  const std::vector<DatasetConfig> configs = {config(),    fewer_slots,  strict_unknown,
+                                              other_label, fewer_errors, unsplit};
+  for (std::size_t a = 0; a < configs.size(); ++a) {
+    for (std::size_t b = 0; b < configs.size(); ++b) {
+      EXPECT_EQ(parse_fingerprint(configs[a]) == parse_fingerprint(configs[b]), a == b) << a << b;
+    }
+  }
+  const std::vector<std::string> files = {many_, bad_};
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const Loaded oracle = load(files, nullptr, 0, configs[i]);
+      const Loaded got = load(files, &cache, 0, configs[i]);
+      EXPECT_EQ(got.status.ok(), oracle.status.ok()) << "config " << i;
+      if (oracle.status.ok()) expect_same_load(got, oracle, "config " + std::to_string(i));
+      EXPECT_EQ(got.stats.cached_files, round == 0 || !oracle.status.ok() ? 0u : files.size())
+          << "config " << i << ", round " << round;
+    }
+  }
+  // thread_num and batch_size do not change the records: the same entry.
+  DatasetConfig more_threads = config();
+  more_threads.thread_num = 3;
+  more_threads.batch_size = 7;
+  EXPECT_EQ(parse_fingerprint(more_threads), parse_fingerprint(config()));
+  EXPECT_EQ(load(files, &cache, 0, more_threads).stats.cached_files, files.size());
 }
 
 TEST_F(PassDataCacheTest, PipeCommandsAndFailedLoadsAreNeverServed) {

@@ -1,7 +1,10 @@
 // runner.pass_cache_mb in the PS modes (dataset/pass_data_cache.hpp): a sync job of one trainer
 // with one training thread (deterministic) trains two epochs, each pass shuffled with its own
 // seed and evaluated after it, to the same dense parameters and test metrics bit for bit with the
-// cache on and off; with it on, the second pass and evaluation were served from it.
+// cache on and off; with it on, the second pass and evaluation were served from it. And the
+// cache's budget and whether a run makes one (trainer/schedule/pass_data.hpp): the memory an
+// eighth of which -1 takes, divided by the trainers; none when each list is loaded once (one
+// epoch, runner.epochs 0 or -1, a resume into the last epoch, an infer of one save).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +17,8 @@
 #include "tests/dataset/planted_data.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+#include "trainer/schedule/pass_data.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -43,6 +48,7 @@ Outcome run(const fs::path& root, const std::string& cache_mb) {
   TrainerEnv env;
   env.servers = shards.endpoints();
   PsTrainer trainer(cfg, env);
+  trainer.plan_pass_cache(2);  // as train() does: two epochs to run
   const std::vector<std::string> train = data_files((root / "train").string());
   const std::vector<std::string> test = data_files((root / "test").string());
   Outcome out;
@@ -82,6 +88,88 @@ TEST(PsPassCache, SyncTrainsTheSameWithTheCacheOnAndOff) {
   ASSERT_EQ(on.dense.size(), off.dense.size());
   EXPECT_EQ(std::memcmp(on.dense.data(), off.dense.data(), on.dense.size() * sizeof(float)), 0)
       << "dense parameters differ";
+}
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+TEST(PassCachePlan, TheBudgetIsAnEighthOfTheUsableMemoryPerTrainerUnlessGiven) {
+  TrainerConfig cfg = ps_test_config({"runner.pass_cache_mb=-1"});
+  const UsableMemory cgroup{16 * kGiB, "the cgroup limit in /sys/fs/cgroup/memory.max"};
+  const PassCacheBudget one = pass_cache_budget(cfg.runner, 1, cgroup);
+  EXPECT_EQ(one.bytes, 2 * kGiB);
+  EXPECT_NE(one.source.find("an eighth of the 16384 MiB of the cgroup limit in "
+                            "/sys/fs/cgroup/memory.max"),
+            std::string::npos)
+      << one.source;
+  EXPECT_EQ(one.source.find("divided"), std::string::npos) << one.source;
+  const PassCacheBudget four = pass_cache_budget(cfg.runner, 4, cgroup);
+  EXPECT_EQ(four.bytes, kGiB / 2);
+  EXPECT_NE(four.source.find("divided by the job's 4 trainers"), std::string::npos) << four.source;
+  EXPECT_EQ(pass_cache_budget(cfg.runner, 3, {24 * kGiB, "physical memory"}).bytes, kGiB);
+  EXPECT_EQ(pass_cache_budget(cfg.runner, 0, cgroup).bytes, 2 * kGiB);            // no count: one
+  EXPECT_EQ(pass_cache_budget(cfg.runner, 1, {0, "physical memory"}).bytes, 0u);  // unknown
+  // Given: its MiB, whatever the memory and the trainers.
+  for (const int64_t mb : {0, 1, 5000}) {
+    cfg.runner.pass_cache_mb = mb;
+    const PassCacheBudget given = pass_cache_budget(cfg.runner, 4, cgroup);
+    EXPECT_EQ(given.bytes, static_cast<std::size_t>(mb) << 20);
+    EXPECT_EQ(given.source, "runner.pass_cache_mb");
+  }
+}
+
+TEST(PassCachePlan, ACacheOnlyWhenALaterLoadCanBeServed) {
+  const fs::path root =
+      fs::temp_directory_path() / ("gpubox_pass_cache_plan_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  dataset::OracleSummary oracle;
+  gpubox::testing::write_planted_train_test(root, &oracle);
+  // Two passes an epoch.
+  const std::string passes =
+      "runner.pass_dirs=[" + (root / "train").string() + "," + (root / "test").string() + "]";
+  const UsableMemory memory{16 * kGiB, "physical memory"};
+  struct Case {
+    int epochs;
+    int64_t first;  // the pass a resume starts from
+    int64_t loads;  // each list's
+  };
+  // runner.epochs 0 and -1 run one epoch (plan_run); a resume counts the epoch it is in whole.
+  const std::vector<Case> cases = {{1, 0, 1}, {0, 0, 1}, {-1, 0, 1}, {2, 0, 2}, {3, 0, 3},
+                                   {3, 1, 3}, {3, 2, 2}, {3, 3, 2},  {3, 4, 1}, {3, 5, 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("epochs " + std::to_string(c.epochs) + ", from pass " + std::to_string(c.first));
+    TrainerConfig cfg = ps_test_config({passes, "runner.pass_cache_mb=-1"});
+    cfg.runner.epochs = c.epochs;  // -1 is no config's value, but plan_run must not count on it
+    const RunPlan plan = plan_run(cfg.runner);
+    ASSERT_EQ(plan.per_epoch, 2);
+    EXPECT_EQ(epochs_left(plan, c.first), c.loads);
+    const auto cache = make_pass_cache(cfg, 1, epochs_left(plan, c.first), memory);
+    EXPECT_EQ(cache != nullptr, c.loads > 1);
+    if (cache) {
+      EXPECT_EQ(cache->budget_bytes(), 2 * kGiB);
+    }
+  }
+  fs::remove_all(root);
+  // --mode infer loads the test data once per save, whatever runner.epochs says.
+  for (const int epochs : {1, 5}) {
+    TrainerConfig cfg = ps_test_config({"runner.pass_cache_mb=64"});
+    cfg.runner.epochs = epochs;
+    for (const int64_t saves : {0, 1, 2, 7}) {
+      const auto cache = make_pass_cache(cfg, 1, saves, memory);
+      EXPECT_EQ(cache != nullptr, saves > 1) << saves << " saves, epochs " << epochs;
+      if (cache) {
+        EXPECT_EQ(cache->budget_bytes(), std::size_t{64} << 20);
+      }
+    }
+  }
+  // Never with a pipe_command, QueueDataset, or 0.
+  TrainerConfig piped = ps_test_config({"runner.pass_cache_mb=64"});
+  piped.dataset.pipe_command = "cat";
+  EXPECT_EQ(make_pass_cache(piped, 1, 3, memory), nullptr);
+  TrainerConfig queue = ps_test_config({"runner.pass_cache_mb=64"});
+  queue.runner.reader_type = config::ReaderType::kQueueDataset;
+  EXPECT_EQ(make_pass_cache(queue, 1, 3, memory), nullptr);
+  TrainerConfig off = ps_test_config({"runner.pass_cache_mb=0"});
+  EXPECT_EQ(make_pass_cache(off, 1, 3, memory), nullptr);
 }
 
 }  // namespace

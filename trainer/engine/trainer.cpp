@@ -138,7 +138,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             std::make_unique<SaveLineage>(config_),
-            make_pass_cache(config_),
+            nullptr,
             nullptr,
             nullptr});
   State& s = *state_;
@@ -530,6 +530,13 @@ std::vector<PassReport> Trainer::train(const std::string& start_from, const RunH
 }
 
 SaveLineage& Trainer::lineage() { return *state_->lineage; }
+
+// A cache made once is kept (a later train() or evaluate may still be served by it).
+void Trainer::plan_pass_cache(int64_t loads) {
+  if (state_->pass_cache == nullptr) {
+    state_->pass_cache = make_pass_cache(config_, env_.trainers, loads);
+  }
+}
 
 void Trainer::begin_run(const RunPlan& plan) {
   State& s = *state_;

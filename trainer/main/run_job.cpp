@@ -65,6 +65,7 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   StepHooks hooks;
   hooks.stop_flag = job.stop_flag;
   schedule->set_step_hooks(hooks);
+  schedule->plan_pass_cache(static_cast<int64_t>(saves.size()));  // the same files, each save
   EvalResult result;
   for (const SaveToEvaluate& save : saves) {
     Timer timer;

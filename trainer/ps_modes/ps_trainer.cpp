@@ -99,7 +99,6 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             {},
             nullptr});
   State& s = *state_;
-  s.pass_cache = make_pass_cache(config_);
   s.servers = connect_servers(config_, env_);
   for (int t = 0; t < s.cards.num_local_cards(); ++t) {
     s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
@@ -245,6 +244,13 @@ void PsTrainer::accumulate_pass_metrics(std::vector<double>* sums) const {
 }
 
 void PsTrainer::set_step_hooks(const StepHooks& hooks) { state_->hooks = hooks; }
+
+// A cache made once is kept (a later train() or evaluate may still be served by it).
+void PsTrainer::plan_pass_cache(int64_t loads) {
+  if (state_->pass_cache == nullptr) {
+    state_->pass_cache = make_pass_cache(config_, env_.trainers, loads);
+  }
+}
 
 const std::atomic<bool>* PsTrainer::alone_stop_flag() const {
   return env_.trainers == 1 ? state_->hooks.stop_flag : nullptr;

@@ -1,6 +1,6 @@
 #include "trainer/schedule/pass_data.hpp"
 
-#include <unistd.h>
+#include <algorithm>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -25,27 +25,50 @@ void report_read(const dataset::LoadStats& stats, const std::vector<std::string>
               stats.skipped_lines(), " malformed): ", names, why);
 }
 
-std::size_t pass_cache_bytes(const RunnerConfig& runner) {
-  if (runner.pass_cache_mb >= 0) return static_cast<std::size_t>(runner.pass_cache_mb) << 20;
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_bytes = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_bytes <= 0) return 0;
-  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_bytes) / 8;
+PassCacheBudget pass_cache_budget(const RunnerConfig& runner, int trainers,
+                                  const UsableMemory& memory) {
+  if (runner.pass_cache_mb >= 0) {
+    return {static_cast<std::size_t>(runner.pass_cache_mb) << 20, "runner.pass_cache_mb"};
+  }
+  const uint64_t share = std::max(trainers, 1);
+  std::string source = "runner.pass_cache_mb: -1, an eighth of the " +
+                       std::to_string(memory.bytes >> 20) + " MiB of " + memory.source;
+  if (share > 1) source += ", divided by the job's " + std::to_string(share) + " trainers";
+  return {static_cast<std::size_t>(memory.bytes / 8 / share), source};
 }
 
-std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config) {
-  const std::size_t bytes = pass_cache_bytes(config.runner);
-  // One epoch reads every pass once, and evaluates once: nothing would be served.
-  if (bytes == 0 || config.runner.epochs <= 1) return nullptr;
+std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config, int trainers,
+                                                        int64_t loads, const UsableMemory& memory) {
+  const PassCacheBudget budget = pass_cache_budget(config.runner, trainers, memory);
+  // Each list read once (one epoch left, one save to evaluate): nothing would be served.
+  if (budget.bytes == 0 || loads <= 1) return nullptr;
   if (!config.dataset.pipe_command.empty()) {
     GPUBOX_LOG(INFO) << "runner.pass_cache_mb: no pass data cache with runner.pipe_command set "
                         "(its output need not be the same every epoch): every epoch runs it";
     return nullptr;
   }
-  GPUBOX_LOG(INFO) << "runner.pass_cache_mb: up to " << (bytes >> 20)
-                   << " MiB of parsed records kept, so the next epochs copy the passes (and test "
-                      "data) that fit instead of reading and parsing their files again";
-  return std::make_unique<dataset::PassDataCache>(bytes);
+  if (config.runner.reader_type == config::ReaderType::kQueueDataset) {
+    GPUBOX_LOG(INFO) << "runner.pass_cache_mb: no pass data cache with runner.reader_type "
+                        "QueueDataset (it streams each pass to hold no more of it than its "
+                        "keys): every epoch reads the files";
+    return nullptr;
+  }
+  GPUBOX_LOG(INFO) << "pass data cache: up to " << (budget.bytes >> 20) << " MiB (" << budget.source
+                   << ") of parsed records kept, so the " << loads - 1
+                   << " later loads of a pass (or of the test data) that fits copy it instead "
+                      "of reading and parsing its files again";
+  return std::make_unique<dataset::PassDataCache>(budget.bytes);
+}
+
+std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config, int trainers,
+                                                        int64_t loads) {
+  return make_pass_cache(config, trainers, loads, usable_memory());
+}
+
+int64_t epochs_left(const RunPlan& plan, int64_t first) {
+  const int64_t per_epoch = std::max<int64_t>(plan.per_epoch, 1);
+  const int64_t epochs = (plan.total + per_epoch - 1) / per_epoch;
+  return std::max<int64_t>(epochs - first / per_epoch, 0);
 }
 
 void report_pass_cache(const dataset::PassDataCache* cache) {

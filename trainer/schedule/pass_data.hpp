@@ -7,13 +7,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/memory_limit.hpp"
 #include "dataset/dataset_types.hpp"
 #include "dataset/pass_data_cache.hpp"
 #include "trainer/config/trainer_config.hpp"
+#include "trainer/schedule/schedule.hpp"
 
 namespace gpubox::trainer {
 
@@ -23,13 +26,30 @@ namespace gpubox::trainer {
 void report_read(const dataset::LoadStats& stats, const std::vector<std::string>& files,
                  const std::string& what);
 
-// The bytes runner.pass_cache_mb gives the cache: its MiB, or with -1 an eighth of the machine's
-// physical memory.
-std::size_t pass_cache_bytes(const RunnerConfig& runner);
-// The run's pass data cache (dataset/pass_data_cache.hpp), its setting logged once; null when
-// runner.pass_cache_mb is 0, when there is no next epoch to serve, or with a pipe_command (whose
-// output the cache does not keep).
-std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config);
+// What runner.pass_cache_mb gives the cache of one trainer process, and where it came from (for
+// the start log): its MiB; with -1 an eighth of `memory` (the machine's physical memory, or its
+// cgroup's limit when lower: common/memory_limit.hpp) divided by `trainers`, the trainer
+// processes of the job (each may share this host with the others; gpubox_server takes half of
+// the same memory by default).
+struct PassCacheBudget {
+  std::size_t bytes = 0;
+  std::string source;
+};
+PassCacheBudget pass_cache_budget(const RunnerConfig& runner, int trainers,
+                                  const UsableMemory& memory);
+// The run's pass data cache (dataset/pass_data_cache.hpp) of a run that loads each file list
+// `loads` times (the epochs left to train after a resume, the saves --mode infer evaluates), its
+// budget logged with its source; null when runner.pass_cache_mb is 0, when `loads` <= 1 (nothing
+// would be served), with a pipe_command (whose output the cache does not keep) and with
+// reader_type QueueDataset (which streams a pass to hold no more of it than its keys: a cache
+// of parsed records would undo that).
+std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config, int trainers,
+                                                        int64_t loads, const UsableMemory& memory);
+std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& config, int trainers,
+                                                        int64_t loads);
+// How many times a training run from pass `first` of `plan` loads each file list: the epochs
+// left, the one `first` is in counted whole.
+int64_t epochs_left(const RunPlan& plan, int64_t first);
 // Logs what `cache` (null: none) served over the run and what it holds: once, at its end.
 void report_pass_cache(const dataset::PassDataCache* cache);
 

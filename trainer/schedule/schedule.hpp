@@ -120,6 +120,10 @@ class Schedule {
     (void)origin;
   }
 
+  // Every file list this schedule loads from now on is loaded `loads` times (the epochs a run has
+  // left, the saves an infer evaluates): it keeps the parsed loads (runner.pass_cache_mb) when
+  // a later one can be served. Default: no cache.
+  virtual void plan_pass_cache(int64_t loads) { (void)loads; }
   // The run begins and ends (a schedule's background work over the run: the pass pipeline).
   virtual void begin_run(const RunPlan& plan) { (void)plan; }
   virtual void end_run() noexcept {}

@@ -1,0 +1,31 @@
+// How much memory this process may use: the machine's physical memory, or its cgroup's limit when
+// lower (a container's memory.max is what the kernel enforces; the machine's total is not). The
+// one reading of it for every component that sizes a default by memory (gpubox_server's
+// --memory_mb default, the trainer's runner.pass_cache_mb: -1).
+//
+// Host-only, no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpubox {
+
+struct UsableMemory {
+  uint64_t bytes = 0;  // 0: unknown
+  std::string source;  // "physical memory" or "the cgroup limit in <file>"
+};
+
+// The cgroup files read for a limit, in order: v2 memory.max, v1 memory.limit_in_bytes.
+const std::vector<std::string>& cgroup_limit_files();
+
+// The lower of `physical_bytes` (0: unknown) and the limit in each of `cgroup_files`: the first
+// number the file holds; "max", a missing, unreadable or non-numeric file, and a limit not below
+// the physical memory (v1 writes "no limit" as a huge number) do not count.
+UsableMemory usable_memory(uint64_t physical_bytes, const std::vector<std::string>& cgroup_files);
+// This process's: the machine's physical memory (sysconf) and cgroup_limit_files().
+UsableMemory usable_memory();
+inline uint64_t usable_memory_bytes() { return usable_memory().bytes; }
+
+}  // namespace gpubox
