@@ -71,8 +71,10 @@ GPUBOX_HD inline bool wide_key_less(const WideKey& a, const WideKey& b, int high
 
 #if !defined(GPUBOX_BACKEND_CUDA)
 // The cpu twin sorts at least this many pairs on the card's OpenMP threads (fewer: in the calling
-// thread, where a parallel region costs more than it saves).
-inline constexpr std::size_t kParallelSortLimit = std::size_t{1} << 15;
+// thread), the old merge sort's limit. Two barriers a digit pass: on an oversubscribed machine
+// (more runnable threads than cores) each can cost a time slice, and the parallel sort loses to
+// the serial one there.
+inline constexpr std::size_t kParallelSortLimit = std::size_t{1} << 16;
 #endif
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -161,7 +163,8 @@ class PairSorter {
     WideKey key;
     V value;
   };
-  // The temporary storage: two entry arrays of reserved_ and count_rows rows of digit counts.
+  // The temporary storage: two entry arrays of reserved_, and two tables (a pass's and the next
+  // one's) of count_rows rows of digit counts.
   struct Buffers {
     Entry* a;
     Entry* b;
@@ -170,7 +173,7 @@ class PairSorter {
   };
   std::size_t temp_bytes(std::size_t n, int /*high_bits*/) const {
     return 2 * n * sizeof(Entry) +
-           static_cast<std::size_t>(count_rows_) * kBuckets * sizeof(uint32_t);
+           2 * static_cast<std::size_t>(count_rows_) * kBuckets * sizeof(uint32_t);
   }
 
   // Digits of kDigitBits over the sort's bits [0, 64 + high_bits): the low word first, then the
@@ -206,30 +209,35 @@ class PairSorter {
     Entry* out = buffers.b;
     for (std::size_t i = begin; i < end; ++i) in[i] = Entry{keys_in[i], values_in[i]};
     const uint64_t high_mask = wide_high_mask(high_bits);
-    uint32_t* const counts = buffers.counts;
-    for (int shift = 0; shift < 64 + high_bits; shift += kDigitBits) {
+    bool odd_pass = false;
+    for (int shift = 0; shift < 64 + high_bits; shift += kDigitBits, odd_pass = !odd_pass) {
+      // Tables alternate by pass, so that a thread counting the next pass's digits never
+      // overwrites counts another thread still reads (no barrier between the two).
+      uint32_t* counts =
+          buffers.counts + (odd_pass ? static_cast<std::size_t>(buffers.count_rows) * kBuckets : 0);
       uint32_t* mine = counts + part * kBuckets;
       std::fill(mine, mine + kBuckets, 0u);
       for (std::size_t i = begin; i < end; ++i) ++mine[digit_of(in[i].key, shift, high_mask)];
 #pragma omp barrier
-      // Where this part's entries of each digit go (every thread reads every row).
-      std::size_t at[kBuckets];
-      std::size_t sum = 0;
-      for (std::size_t d = 0; d < kBuckets; ++d) {
-        for (std::size_t p = 0; p < parts; ++p) {
-          if (p == part) at[d] = sum;
-          sum += counts[p * kBuckets + d];
-        }
-      }
+      // Every thread reads every row: the pass is skipped (by all) when every key has in[0]'s
+      // digit, else this part's entries of digit d go after every entry of a smaller digit
+      // and after the earlier parts' of digit d.
       const std::size_t first_digit = digit_of(in[0].key, shift, high_mask);
       std::size_t first_digit_count = 0;
       for (std::size_t p = 0; p < parts; ++p) {
         first_digit_count += counts[p * kBuckets + first_digit];
       }
-#pragma omp barrier
       if (first_digit_count == n) continue;  // the same for every thread
-      for (std::size_t i = begin; i < end; ++i)
+      std::size_t at[kBuckets];
+      std::size_t sum = 0;
+      for (std::size_t d = 0; d < kBuckets; ++d) {
+        at[d] = sum;
+        for (std::size_t p = 0; p < part; ++p) at[d] += counts[p * kBuckets + d];
+        for (std::size_t p = 0; p < parts; ++p) sum += counts[p * kBuckets + d];
+      }
+      for (std::size_t i = begin; i < end; ++i) {
         out[at[digit_of(in[i].key, shift, high_mask)]++] = in[i];
+      }
       std::swap(in, out);
 #pragma omp barrier
     }
