@@ -37,6 +37,35 @@ double pooled_oracle(const HostSlotBatch& h, int segment, int o, bool use_cvm) {
   return sum[o];
 }
 
+// Forward into rows of ld = out_dim + dense_dim + 2: each pooled column against the float64
+// oracle, the dense features copied, the padding kept, the bf16 rows the fp32 ones rounded.
+void expect_forward(device::Card& card, const SlotSumPool& pool, const HostSlotBatch& h,
+                    const std::vector<int>& begin, int dense_dim, bool use_cvm,
+                    std::mt19937_64& rng) {
+  const int batch = h.batch;
+  const int64_t ld = pool.out_dim() + dense_dim + 2;
+  const std::vector<float> dense = random_vector(static_cast<std::size_t>(batch) * dense_dim, rng);
+  const PooledRows pooled = pool_into_rows(card, pool, h, dense, dense_dim, ld);
+  const std::vector<float>& rows = pooled.f32;
+  const std::vector<Bf16>& rows16 = pooled.bf16;
+  for (int i = 0; i < batch; ++i) {
+    for (int s = 0; s < h.slots; ++s) {
+      for (int o = 0; o < begin[s + 1] - begin[s]; ++o) {
+        const float got = rows[i * ld + begin[s] + o];
+        ASSERT_NEAR(got, pooled_oracle(h, s * batch + i, o, use_cvm), 1e-5)
+            << "instance " << i << " slot " << s << " column " << o;
+      }
+    }
+    for (int d = 0; d < dense_dim; ++d) {
+      ASSERT_EQ(rows[i * ld + pool.out_dim() + d], dense[i * dense_dim + d]) << i << " " << d;
+    }
+    for (int64_t c = pool.out_dim() + dense_dim; c < ld; ++c) ASSERT_EQ(rows[i * ld + c], 7.0f);
+    for (int64_t c = 0; c < ld; ++c) {
+      ASSERT_EQ(rows16[i * ld + c].bits, to_bf16(rows[i * ld + c]).bits) << i << " " << c;
+    }
+  }
+}
+
 // Backward: show 1, click the label, then each column's scaled gradient; fields past a narrow
 // slot's columns (and cvm's counters) carry none. `begin`: the slots' column offsets.
 void expect_backward(device::Card& card, const SlotSumPool& pool, const HostSlotBatch& h,
@@ -90,7 +119,7 @@ class SlotPoolWidthTest : public ::testing::TestWithParam<bool> {
 
 TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
   const bool use_cvm = GetParam();
-  const int batch = 7, mf_dim = kGroup + 4, dense_dim = kGroup + 3, pad = 2;
+  const int batch = 7, mf_dim = kGroup + 4, dense_dim = kGroup + 3;
   const std::vector<int> slot_dims = {0, kGroup - 2, kGroup - 1, kGroup, mf_dim};
   const int slots = static_cast<int>(slot_dims.size());
   std::mt19937_64 rng(use_cvm ? 61 : 62);
@@ -100,37 +129,17 @@ TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
   for (int dim : slot_dims) begin.push_back(begin.back() + (use_cvm ? 2 : 0) + 1 + dim);
   ASSERT_EQ(pool.out_dim(), begin.back());
 
-  const int64_t ld = pool.out_dim() + dense_dim + pad;
-  const std::vector<float> dense = random_vector(static_cast<std::size_t>(batch) * dense_dim, rng);
-  const PooledRows pooled = pool_into_rows(card_, pool, h, dense, dense_dim, ld);
-  const std::vector<float>& rows = pooled.f32;
-  const std::vector<Bf16>& rows16 = pooled.bf16;
-  for (int i = 0; i < batch; ++i) {
-    for (int s = 0; s < slots; ++s) {
-      for (int o = 0; o < begin[s + 1] - begin[s]; ++o) {
-        const float got = rows[i * ld + begin[s] + o];
-        EXPECT_NEAR(got, pooled_oracle(h, s * batch + i, o, use_cvm), 1e-5)
-            << "instance " << i << " slot " << s << " column " << o;
-      }
-    }
-    for (int d = 0; d < dense_dim; ++d) {
-      EXPECT_EQ(rows[i * ld + pool.out_dim() + d], dense[i * dense_dim + d]) << i << " " << d;
-    }
-    for (int64_t c = pool.out_dim() + dense_dim; c < ld; ++c) EXPECT_EQ(rows[i * ld + c], 7.0f);
-    for (int64_t c = 0; c < ld; ++c) {
-      EXPECT_EQ(rows16[i * ld + c].bits, to_bf16(rows[i * ld + c]).bits) << i << " " << c;
-    }
-  }
-
+  expect_forward(card_, pool, h, begin, dense_dim, use_cvm, rng);
   expect_backward(card_, pool, h, begin, use_cvm, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cvm, SlotPoolWidthTest, ::testing::Bool());
 
-// Backward on a card of 3 threads over a batch past parallel_for's serial limit in work items,
-// not a multiple of the cpu loop's instance tile: each thread's range of (slot, instance, group)
-// items starts and ends inside a slot and a tile, and every push field is written once, exactly.
-TEST(SlotPoolBackward, OnTheCardsThreadsWritesEveryPushRecordExactly) {
+// Forward and backward on a card of 3 threads over a batch past parallel_for's serial limit in
+// work items, not a multiple of the cpu loops' instance tile: each thread's range of (slot,
+// instance, group) items starts and ends inside a slot and a tile (forward: one also runs into
+// the dense items), and every value is written once: the oracles' values, padding untouched.
+TEST(SlotPool, OnTheCardsThreadsWritesEveryValueOnce) {
   device::CardSet cards = device::CardSet::from_list("0", 0, 1, 3);
   device::Card& card = cards.card(0);
   card.activate();
@@ -144,6 +153,7 @@ TEST(SlotPoolBackward, OnTheCardsThreadsWritesEveryPushRecordExactly) {
     std::vector<int> begin(1, 0);
     for (int dim : slot_dims) begin.push_back(begin.back() + (use_cvm ? 2 : 0) + 1 + dim);
     ASSERT_GE(static_cast<std::size_t>(h.batch) * slot_dims.size() * 2, device::kSerialLoopLimit);
+    expect_forward(card, pool, h, begin, kGroup + 3, use_cvm, rng);
     expect_backward(card, pool, h, begin, use_cvm, rng);
   }
 }
