@@ -18,50 +18,36 @@ std::size_t largest(const std::vector<uint32_t>& values, std::size_t first, std:
   return out;
 }
 
-// Starts one batch's sizes: its `n` key occurrences, no distinct key yet (the keys come through
-// count_keys).
-void begin_batch(std::size_t n, detail::DistinctKeys* distinct, uint32_t* occurrences,
-                 uint32_t* unique) {
+// One batch's sizes from its key occurrences keys[0, n): its occurrences, distinct keys and,
+// when `owners` is not null, distinct keys per owner card (`total_cards` counts, added to).
+void count_batch(const uint64_t* keys, std::size_t n, detail::DistinctKeys* distinct,
+                 uint32_t* occurrences, uint32_t* unique, uint32_t* owners, int total_cards) {
   GPUBOX_EXPECTS(n <= UINT32_MAX, "a batch of ", n, " key occurrences");
   *occurrences = static_cast<uint32_t>(n);
-  *unique = 0;
   distinct->reset(n);
-}
-
-// Adds keys[0, n) of the batch begun: its distinct keys and, when `owners` is not null, distinct
-// keys per owner card (`total_cards` counts, added to).
-void count_keys(const uint64_t* keys, std::size_t n, detail::DistinctKeys* distinct,
-                uint32_t* unique, uint32_t* owners, int total_cards) {
   uint32_t count = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (!distinct->insert(keys[i])) continue;
     ++count;
     if (owners != nullptr) ++owners[owner_card(keys[i], total_cards)];
   }
-  *unique += count;
+  *unique = count;
 }
 
-// One batch's sizes from its key occurrences keys[0, n).
-void count_batch(const uint64_t* keys, std::size_t n, detail::DistinctKeys* distinct,
-                 uint32_t* occurrences, uint32_t* unique, uint32_t* owners, int total_cards) {
-  begin_batch(n, distinct, occurrences, unique);
-  count_keys(keys, n, distinct, unique, owners, total_cards);
-}
-
-// One batch's sizes into `sizes` at `at`, read off its instances in place; `distinct` is the
-// worker's reused set.
+// One batch's sizes into `sizes` at `at`; `keys` and `distinct` are the worker's reused buffers.
 void size_batch(const dataset::InMemoryDataset& data, const dataset::BatchSpan& span,
-                std::size_t at, PassStepSizes* sizes, detail::DistinctKeys* distinct) {
-  std::size_t n = 0;
-  for (std::size_t i = span.begin; i < span.end; ++i) n += data.instance(i).num_keys();
+                std::size_t at, PassStepSizes* sizes, std::vector<uint64_t>* keys,
+                detail::DistinctKeys* distinct) {
+  keys->clear();
+  for (std::size_t i = span.begin; i < span.end; ++i) {
+    const dataset::InstanceRef ref = data.instance(i);
+    keys->insert(keys->end(), ref.keys, ref.keys + ref.num_keys());
+  }
   uint32_t* owners = sizes->per_owner ? sizes->owner_counts.data() +
                                             at * static_cast<std::size_t>(sizes->total_cards)
                                       : nullptr;
-  begin_batch(n, distinct, &sizes->occurrences[at], &sizes->unique[at]);
-  for (std::size_t i = span.begin; i < span.end; ++i) {
-    const dataset::InstanceRef ref = data.instance(i);
-    count_keys(ref.keys, ref.num_keys(), distinct, &sizes->unique[at], owners, sizes->total_cards);
-  }
+  count_batch(keys->data(), keys->size(), distinct, &sizes->occurrences[at], &sizes->unique[at],
+              owners, sizes->total_cards);
 }
 
 }  // namespace
@@ -125,12 +111,13 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
   const int workers = static_cast<int>(
       std::clamp<std::size_t>(items, 1, static_cast<std::size_t>(std::max(1, threads))));
   dataset::run_workers(workers, [&](int) {
+    std::vector<uint64_t> keys;
     detail::DistinctKeys distinct;
     for (std::size_t item = next.fetch_add(1); item < items; item = next.fetch_add(1)) {
       const int card = static_cast<int>(item / sizes.batches);
       const std::size_t b = item % sizes.batches;
       size_batch(data, dataset::batch_span_of(data.size(), batch_size, card, local_cards, b), item,
-                 &sizes, &distinct);
+                 &sizes, &keys, &distinct);
     }
   });
   return sizes;
