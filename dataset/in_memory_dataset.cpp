@@ -154,41 +154,21 @@ void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, 
     std::copy(instances[i].dense, instances[i].dense + dense_width,
               batch->dense.begin() + i * dense_width);
   }
-  // offsets[s * n + i + 1] = end of slot s of instance i: the sizes written instance by instance
-  // (each instance's sizes are one read), then summed in the array's (slot-major) order. Each
-  // instance's keys are prefetched as its sizes are read, for the copy below.
-  std::uint32_t* ends = batch->offsets.data() + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t* sizes = instances[i].slot_sizes;
-    std::uint32_t keys_of_instance = 0;
-    for (int s = 0; s < num_slots; ++s) {
-      ends[static_cast<std::size_t>(s) * n + i] = sizes[s];
-      keys_of_instance += sizes[s];
-    }
-    const char* first = reinterpret_cast<const char*>(instances[i].keys);
-    const char* last = reinterpret_cast<const char*>(instances[i].keys + keys_of_instance);
-    for (const char* line = first; line < last; line += 64) __builtin_prefetch(line);
-    if (keys_of_instance > 0) __builtin_prefetch(last - 1);
-  }
+  // offsets[s * n + i + 1] = end of slot s of instance i.
   std::uint32_t total = 0;
-  for (std::size_t k = 0; k < static_cast<std::size_t>(num_slots) * n; ++k) {
-    ends[k] = total += ends[k];
+  for (int s = 0; s < num_slots; ++s) {
+    for (std::size_t i = 0; i < n; ++i) {
+      total += instances[i].slot_sizes[s];
+      batch->offsets[static_cast<std::size_t>(s) * n + i + 1] = total;
+    }
   }
   batch->keys.resize(total);
-  std::uint64_t* keys = batch->keys.data();
-  const std::uint32_t* offsets = batch->offsets.data();
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t* key = instances[i].keys;
     for (int s = 0; s < num_slots; ++s) {
       const std::uint32_t count = instances[i].slot_sizes[s];
-      std::uint64_t* out = keys + offsets[static_cast<std::size_t>(s) * n + i];
-      // One key a slot is the common case (Criteo, the generated data): a store, where a
-      // std::copy is a memmove call per key (2.5% of a cpu training step).
-      if (count == 1) {
-        *out = *key;
-      } else {
-        std::copy(key, key + count, out);
-      }
+      std::copy(key, key + count,
+                batch->keys.begin() + batch->offsets[static_cast<std::size_t>(s) * n + i]);
       key += count;
     }
   }
