@@ -19,6 +19,7 @@
 // Not thread-safe: one card thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -38,6 +39,8 @@
 #include <cub/device/device_scan.cuh>
 
 #include "heterps/device/cuda_check.hpp"
+#else
+#include <omp.h>
 #endif
 
 namespace gpubox::device {
@@ -66,6 +69,14 @@ GPUBOX_HD inline bool wide_key_less(const WideKey& a, const WideKey& b, int high
   return ha != hb ? ha < hb : a.low < b.low;
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The cpu twin sorts at least this many pairs on the card's OpenMP threads (fewer: in the calling
+// thread), the old merge sort's limit. Two barriers a digit pass: on an oversubscribed machine
+// (more runnable threads than cores) each can cost a time slice, and the parallel sort loses to
+// the serial one there.
+inline constexpr std::size_t kParallelSortLimit = std::size_t{1} << 16;
+#endif
+
 #if defined(GPUBOX_BACKEND_CUDA)
 // The decomposer overloads of cub::DeviceRadixSort (CCCL 2.1).
 static_assert(CUB_VERSION >= 200100, "PairSorter needs CUB 2.1 or later (decomposer sort)");
@@ -90,6 +101,11 @@ class PairSorter {
   void reserve(std::size_t n) {
     GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "PairSorter: ", n, " pairs exceed 2^32");
     if (n <= reserved_) return;
+#if !defined(GPUBOX_BACKEND_CUDA)
+    // The cpu twin's digit counts: one row per thread of the card's (omp_get_max_threads on
+    // the card's thread); a later run on more threads uses this many.
+    count_rows_ = std::max(count_rows_, omp_get_max_threads());
+#endif
     temp_.resize_discard(temp_bytes(n, 32));
     reserved_ = n;
   }
@@ -114,10 +130,21 @@ class PairSorter {
         detail::WideKeyDecomposer{}, 0, 64 + high_bits, stream.native()));
 #else
     // The cpu twin: a stable LSD radix sort in wide_key_less's order through the owned buffer.
-    Entry* a = reinterpret_cast<Entry*>(temp_.data());
-    Entry* b = a + reserved_;
-    enqueue(stream, "PairSorter::run",
-            [=] { sort_entries(keys_in, values_in, a, b, n, high_bits, keys_out, values_out); });
+    Buffers buffers;
+    buffers.a = reinterpret_cast<Entry*>(temp_.data());
+    buffers.b = buffers.a + reserved_;
+    buffers.counts = reinterpret_cast<uint32_t*>(buffers.b + reserved_);
+    buffers.count_rows = count_rows_;
+    enqueue(stream, "PairSorter::run", [=] {
+      const int threads =
+          n < kParallelSortLimit ? 1 : std::min(omp_get_max_threads(), buffers.count_rows);
+      if (threads == 1) {
+        sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out);
+        return;
+      }
+#pragma omp parallel num_threads(threads)
+      sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out);
+    });
 #endif
   }
 
@@ -136,7 +163,18 @@ class PairSorter {
     WideKey key;
     V value;
   };
-  static std::size_t temp_bytes(std::size_t n, int /*high_bits*/) { return 2 * n * sizeof(Entry); }
+  // The temporary storage: two entry arrays of reserved_, and two tables (a pass's and the next
+  // one's) of count_rows rows of digit counts.
+  struct Buffers {
+    Entry* a;
+    Entry* b;
+    uint32_t* counts;
+    int count_rows;
+  };
+  std::size_t temp_bytes(std::size_t n, int /*high_bits*/) const {
+    return 2 * n * sizeof(Entry) +
+           2 * static_cast<std::size_t>(count_rows_) * kBuckets * sizeof(uint32_t);
+  }
 
   // Digits of kDigitBits over the sort's bits [0, 64 + high_bits): the low word first, then the
   // high word's significant bits (a digit may straddle the two).
@@ -154,35 +192,58 @@ class PairSorter {
     return static_cast<std::size_t>(bits & (kBuckets - 1));
   }
 
-  // One stable counting pass of the digit at `shift` from `in` to `out`; false (and nothing
-  // moved) when every key has the same digit there.
-  static bool radix_pass(const Entry* in, Entry* out, std::size_t n, int shift,
-                         uint64_t high_mask) {
-    std::size_t at[kBuckets] = {};
-    for (std::size_t i = 0; i < n; ++i) ++at[digit_of(in[i].key, shift, high_mask)];
-    if (at[digit_of(in[0].key, shift, high_mask)] == n) return false;
-    std::size_t sum = 0;
-    for (std::size_t& count : at) {
-      const std::size_t c = count;
-      count = sum;
-      sum += c;
-    }
-    for (std::size_t i = 0; i < n; ++i) out[at[digit_of(in[i].key, shift, high_mask)]++] = in[i];
-    return true;
-  }
-
-  // Least significant digit first; each pass is stable, so the result is the stable order by
-  // (high & mask, low), what CUB's radix sort gives on CUDA. Requires n > 0.
-  static void sort_entries(const WideKey* keys_in, const V* values_in, Entry* a, Entry* b,
-                           std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
-    for (std::size_t i = 0; i < n; ++i) a[i] = Entry{keys_in[i], values_in[i]};
+  // One thread's part of the sort, run by every thread of the enclosing OpenMP team (or alone,
+  // outside one): thread t of T owns entries [n t / T, n (t + 1) / T) of each pass's input. Least
+  // significant digit first; a pass counts each part's digits, places part t's entries of digit
+  // d after every entry of a smaller digit and after parts < t's of digit d, in their order, and
+  // is skipped when every key has the same digit there. Each pass is stable, so the result is
+  // the stable order by (high & mask, low), what CUB's radix sort gives on CUDA, for any T.
+  // Requires n > 0 and T <= buffers.count_rows.
+  static void sort_part(const WideKey* keys_in, const V* values_in, const Buffers& buffers,
+                        std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
+    const auto parts = static_cast<std::size_t>(omp_get_num_threads());
+    const auto part = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t begin = n * part / parts;
+    const std::size_t end = n * (part + 1) / parts;
+    Entry* in = buffers.a;
+    Entry* out = buffers.b;
+    for (std::size_t i = begin; i < end; ++i) in[i] = Entry{keys_in[i], values_in[i]};
     const uint64_t high_mask = wide_high_mask(high_bits);
-    for (int shift = 0; shift < 64 + high_bits; shift += kDigitBits) {
-      if (radix_pass(a, b, n, shift, high_mask)) std::swap(a, b);
+    bool odd_pass = false;
+    for (int shift = 0; shift < 64 + high_bits; shift += kDigitBits, odd_pass = !odd_pass) {
+      // Tables alternate by pass, so that a thread counting the next pass's digits never
+      // overwrites counts another thread still reads (no barrier between the two).
+      uint32_t* counts =
+          buffers.counts + (odd_pass ? static_cast<std::size_t>(buffers.count_rows) * kBuckets : 0);
+      uint32_t* mine = counts + part * kBuckets;
+      std::fill(mine, mine + kBuckets, 0u);
+      for (std::size_t i = begin; i < end; ++i) ++mine[digit_of(in[i].key, shift, high_mask)];
+#pragma omp barrier
+      // Every thread reads every row: the pass is skipped (by all) when every key has in[0]'s
+      // digit, else this part's entries of digit d go after every entry of a smaller digit
+      // and after the earlier parts' of digit d.
+      const std::size_t first_digit = digit_of(in[0].key, shift, high_mask);
+      std::size_t first_digit_count = 0;
+      for (std::size_t p = 0; p < parts; ++p) {
+        first_digit_count += counts[p * kBuckets + first_digit];
+      }
+      if (first_digit_count == n) continue;  // the same for every thread
+      std::size_t at[kBuckets];
+      std::size_t sum = 0;
+      for (std::size_t d = 0; d < kBuckets; ++d) {
+        at[d] = sum;
+        for (std::size_t p = 0; p < part; ++p) at[d] += counts[p * kBuckets + d];
+        for (std::size_t p = 0; p < parts; ++p) sum += counts[p * kBuckets + d];
+      }
+      for (std::size_t i = begin; i < end; ++i) {
+        out[at[digit_of(in[i].key, shift, high_mask)]++] = in[i];
+      }
+      std::swap(in, out);
+#pragma omp barrier
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      keys_out[i] = a[i].key;
-      values_out[i] = a[i].value;
+    for (std::size_t i = begin; i < end; ++i) {
+      keys_out[i] = in[i].key;
+      values_out[i] = in[i].value;
     }
   }
 #endif
@@ -190,6 +251,9 @@ class PairSorter {
   device_buffer<char> temp_;
   const Stream* stream_;
   std::size_t reserved_ = 0;
+#if !defined(GPUBOX_BACKEND_CUDA)
+  int count_rows_ = 1;
+#endif
 };
 
 template <class T>

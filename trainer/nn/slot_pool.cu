@@ -33,6 +33,35 @@ GPUBOX_HD GPUBOX_FORCEINLINE int columns_left(int total, int first) {
   return total - first < kColumnsPerItem ? total - first : kColumnsPerItem;
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The pool's cpu loops (parallel_for's run_range): visit(s, i, segment, group) for the items
+// [begin, end) of a slot-major space, item = (s * batch + i) * groups + group, a tile of
+// kInstanceTile instances at a time across the range's slots. Item by item, each item touched an
+// input row out_dim or ld values from the last (a cache miss each, the loops' main cost); a
+// tile's rows stay in L1 for every slot. Every item is visited once, so the stores are the
+// item-by-item loop's.
+template <class Visit>
+void visit_by_instance_tile(std::size_t begin, std::size_t end, int64_t batch, int groups,
+                            const Visit& visit) {
+  constexpr int64_t kInstanceTile = 16;
+  const auto per_segment = static_cast<std::size_t>(groups);
+  const int64_t first_slot = static_cast<int64_t>(begin / per_segment) / batch;
+  const int64_t last_slot = static_cast<int64_t>((end - 1) / per_segment) / batch;
+  for (int64_t tile = 0; tile < batch; tile += kInstanceTile) {
+    const int64_t tile_end = tile + kInstanceTile < batch ? tile + kInstanceTile : batch;
+    for (int64_t s = first_slot; s <= last_slot; ++s) {
+      for (int64_t i = tile; i < tile_end; ++i) {
+        const auto segment = static_cast<std::size_t>(s * batch + i);
+        for (int group = 0; group < groups; ++group) {
+          const std::size_t item = segment * per_segment + static_cast<std::size_t>(group);
+          if (item >= begin && item < end) visit(s, i, segment, group);
+        }
+      }
+    }
+  }
+}
+#endif
+
 // Writes the first layer's input rows (T: float or Bf16, row stride ld). Items [0, pooled_items)
 // are one per (slot, instance) segment and group of output columns: an item sums its fields of
 // the segment's records in the fixed order of segment_reduce.cuh (a segment is one instance's
@@ -62,9 +91,27 @@ struct PoolForward {
       return;
     }
     const std::size_t segment = groups == 1 ? item : item / static_cast<std::size_t>(groups);
-    const int first = static_cast<int>(item - segment * groups) * kColumnsPerItem;
     const int64_t s = static_cast<int64_t>(segment) / batch;
-    const int64_t i = static_cast<int64_t>(segment) - s * batch;
+    pool_group(s, static_cast<int64_t>(segment) - s * batch, segment,
+               static_cast<int>(item - segment * groups));
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    const std::size_t pooled_end = end < pooled_items ? end : pooled_items;
+    if (begin < pooled_end) {
+      visit_by_instance_tile(begin, pooled_end, batch, groups,
+                             [this](int64_t s, int64_t i, std::size_t segment, int group) {
+                               pool_group(s, i, segment, group);
+                             });
+    }
+    for (std::size_t k = begin > pooled_items ? begin : pooled_items; k < end; ++k) {
+      copy_dense(k - pooled_items);
+    }
+  }
+#endif
+  // Column group `group` of segment (slot s, instance i).
+  GPUBOX_HD void pool_group(int64_t s, int64_t i, std::size_t segment, int group) const {
+    const int first = group * kColumnsPerItem;
     // A slot narrower than the records has fewer columns: an item past them has none.
     const int count = columns_left(blocks.width_of(s) - (use_cvm ? 1 : 0), first);
     if (count <= 0) return;
@@ -133,15 +180,34 @@ struct PoolBackward {
   int cvm_columns;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t segment = groups == 1 ? item : item / static_cast<std::size_t>(groups);
-    const int first = static_cast<int>(item - segment * groups) * kColumnsPerItem;
-    const int count = columns_left(push_dim, first);
     const int64_t s = static_cast<int64_t>(segment) / batch;
-    const int64_t i = static_cast<int64_t>(segment) - s * batch;
+    write_group(s, static_cast<int64_t>(segment) - s * batch, segment,
+                static_cast<int>(item - segment * groups));
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    visit_by_instance_tile(begin, end, batch, groups,
+                           [this](int64_t s, int64_t i, std::size_t segment, int group) {
+                             write_group(s, i, segment, group);
+                           });
+  }
+#endif
+  // Push fields [group * kColumnsPerItem, + kColumnsPerItem) of every occurrence of `segment`
+  // (slot s, instance i). The loops run to their constant size with a guard inside (as
+  // PoolForward's), so that the row stores stay stores (a variable-length copy compiled to
+  // `rep movs`, a third of this loop's time on the cpu backend).
+  GPUBOX_HD void write_group(int64_t s, int64_t i, std::size_t segment, int group) const {
+    const int first = group * kColumnsPerItem;
+    const int count = columns_left(push_dim, first);
     float values[kColumnsPerItem];
-    for (int k = 0; k < count; ++k) values[k] = field_value(s, i, first + k);
+    for (int k = 0; k < kColumnsPerItem; ++k) {
+      values[k] = k < count ? field_value(s, i, first + k) : 0.0f;
+    }
     for (uint32_t j = offsets[segment]; j < offsets[segment + 1]; ++j) {
       float* row = push + static_cast<int64_t>(j) * push_dim + first;
-      for (int k = 0; k < count; ++k) row[k] = values[k];
+      for (int k = 0; k < kColumnsPerItem; ++k) {
+        if (k < count) row[k] = values[k];
+      }
     }
   }
   GPUBOX_HD float field_value(int64_t s, int64_t i, int field) const {

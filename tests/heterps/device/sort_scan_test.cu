@@ -15,6 +15,10 @@
 #include "heterps/device/sort_scan.cuh"
 #include "heterps/device/step_graph.hpp"
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+#include <omp.h>
+#endif
+
 namespace gpubox::device {
 namespace {
 
@@ -131,6 +135,42 @@ TEST(PairSorter, ReservedOnceSmallerBatchesAndOtherHighBitsAllocateNothing) {
     expect_sorted(sorter, card, random_keys(n, high_bits, n + high_bits), high_bits, 0);
   }
 }
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The cpu twin on a card of 3 threads (parts of unequal sizes) and of 1: below, at and above
+// kParallelSortLimit, where it sorts on the card's threads, the same stable order as
+// std::stable_sort; reserved on 3 threads, a run on 1 (the same storage) sorts alike.
+TEST(PairSorter, OnTheCardsThreadsEqualsStdStableSort) {
+  constexpr std::size_t kLimit = kParallelSortLimit;
+  for (const int threads : {3, 1}) {
+    CardSet cards = CardSet::from_list("0", 0, 1, threads);
+    Card& card = cards.card(0);
+    card.activate();
+    PairSorter<uint32_t> sorter(card.memory(), card.stream());
+    sorter.reserve(3 * kLimit);
+    for (const auto& [n, high_bits] :
+         std::vector<std::pair<std::size_t, int>>{{0, 0},
+                                                  {1, 32},
+                                                  {kLimit - 1, 3},
+                                                  {kLimit, 0},
+                                                  {kLimit + 1, 32},
+                                                  {3 * kLimit, 1},
+                                                  {2 * kLimit + 7, 6}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << threads << " threads, " << n << " pairs, " << high_bits << " high bits");
+      expect_sorted(sorter, card, random_keys(n, high_bits, 31 * n + high_bits), high_bits, 0);
+    }
+    // Every key alike in some digits (skipped passes) and in all of them.
+    std::vector<WideKey> alike(kLimit + 3, WideKey{0x0123456789abcdefULL, 5});
+    expect_sorted(sorter, card, alike, 32, 0);
+    for (std::size_t i = 0; i < alike.size(); i += 2) alike[i].low ^= i << 20;
+    expect_sorted(sorter, card, alike, 32, 0);
+    card.activate();
+    omp_set_num_threads(1);  // the card's threads as a run sees them
+    expect_sorted(sorter, card, random_keys(2 * kLimit, 32, 99), 32, 0);
+  }
+}
+#endif
 
 // The extreme words: low 0 and ~0, high 0 and 2^high_bits - 1.
 TEST(PairSorter, SortsTheExtremeWords) {
