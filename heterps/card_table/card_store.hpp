@@ -179,8 +179,9 @@ class CardSparseStore {
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch.
   void reserve(std::size_t new_keys, const device::Stream& stream);
-  // CardHashTable::purge_erased_for: the erased slots reclaimed, at the same size, when they
-  // would keep `new_keys` more keys from new_key_room(). Synchronizes when it purges.
+  // CardHashTable::purge_erased_for: the erased slots reclaimed, at the same size (doubled, with
+  // a warning, only where a probe run would pass kMaxProbe), when they would keep `new_keys` more
+  // keys from new_key_room(). Synchronizes when it purges.
   void purge_erased_for(std::size_t new_keys, const device::Stream& stream) {
     table_.purge_erased_for(new_keys, stream);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/logging.hpp"
 #include "heterps/card_table/hash_table.cuh"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/parallel_for.cuh"
@@ -319,7 +320,13 @@ void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& strea
     device::parallel_for(stream, live,
                          Reinsert{keys.data(), rows.data(), insert_engine(), flags_.data()});
     if (device::to_host(flags_.data(), 1, stream)[0] == 0) break;
-    new_capacity *= 2;  // a probe run longer than kMaxProbe: spread the keys further
+    // A probe run longer than kMaxProbe: spread the keys further. Rare at the load bound; a
+    // table sized once for a card budget then outgrows its plan, which the user is told.
+    GPUBOX_LOG(WARNING) << "card " << card_->rank() << ": a rehash of " << live << " keys into "
+                        << new_capacity << " slots met a probe run past " << kMaxProbe
+                        << " slots: the table doubles to " << 2 * new_capacity
+                        << " slots (beyond any card memory budget's sizing)";
+    new_capacity *= 2;
   }
   erased_ = 0;
 }

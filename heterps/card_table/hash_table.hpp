@@ -127,13 +127,17 @@ class CardHashTable {
   void reserve_in_pool(int32_t pool, std::size_t new_keys, const device::Stream& stream);
   // Slots only: an insert batch of up to `new_keys` keys needs no growth. Stream-ordered.
   void reserve_slots(std::size_t new_keys, const device::Stream& stream);
-  // Reclaims the erased slots (a rehash at the same capacity, never a growth) when, beside them,
-  // `new_keys` more keys would pass the load bound: for a table sized once (a card budget), where
-  // new_key_room() counts them against the bound until a rehash. Synchronizes when it rehashes.
+  // Reclaims the erased slots (a rehash at the same capacity) when, beside them, `new_keys` more
+  // keys would pass the load bound: for a table sized once (a card budget), where new_key_room()
+  // counts them against the bound until a rehash. As every rehash, it doubles the capacity (and
+  // logs a warning naming the card) if a reinserted key's probe run would pass kMaxProbe: rare at
+  // the load bound, and a larger table beats failing the job; that growth is an allocation the
+  // card counts. Synchronizes when it rehashes.
   void purge_erased_for(std::size_t new_keys, const device::Stream& stream);
   // Sizes the slot array for `keys` live keys at the load bound and every pool's index for as
-  // many rows, once (a card budget): up to that many keys the table never grows, and a rehash
-  // only purges erased slots in place. Rows themselves are still allocated page by page.
+  // many rows, once (a card budget): up to that many keys the table grows only where a probe run
+  // would pass kMaxProbe (rehash), and a rehash otherwise purges erased slots in place. Rows
+  // themselves are still allocated page by page.
   // Synchronizes.
   void reserve_capacity(std::size_t keys, const device::Stream& stream);
   // Slots (a power of two, at least 16) the table uses for `keys` live keys at `max_load_factor`.
@@ -164,8 +168,9 @@ class CardHashTable {
  private:
   detail::FindEngine find_engine() const;
   detail::InsertEngine insert_engine();
-  // Rehashes into a table of at least `min_capacity` slots (doubling past the probe bound),
-  // purging erased slots. Synchronizes.
+  // Rehashes into a table of at least `min_capacity` slots, purging erased slots; doubles (a
+  // warning naming the card, past any budget's sizing) while a reinserted key's probe run would
+  // pass kMaxProbe. Synchronizes.
   void rehash(std::size_t min_capacity, const device::Stream& stream);
 
   device::Card* card_;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/pass/next_pass_work.hpp"
@@ -220,8 +222,14 @@ void NextPassWork::undo_cut_insert(int c, NextPassCard& work, const ChunkChain::
   // its keys (d_keys, h_keys) and given rows (d_rows; its readbacks were never enqueued, so its
   // h_rows is free); the slot after it is no chunk's in flight (slots are taken in turn, and at
   // most two insert chunks are in flight), so it takes what the chunk's slot cannot.
-  GPUBOX_EXPECTS(work.chain.in_flight() < work.chain.depth(), "card ", cards_.card(c).rank(),
-                 ": no free scratch slot to undo an insert chunk cut short by a fault");
+  if (work.chain.in_flight() >= work.chain.depth()) {
+    // Nothing undone: the store counts keys the card may not hold, as a failed undo would.
+    work.damaged = true;
+    GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work during pass ",
+                pass_id_,
+                " has no free scratch slot to undo an insert chunk cut short by a fault (",
+                work.chain.in_flight(), " of ", work.chain.depth(), " in flight)");
+  }
   const std::size_t from = chunk.slot * work.slot_keys;
   const std::size_t spare = (chunk.slot + 1) % work.chain.depth() * work.slot_keys;
   fit(c, work.d_keys, spare + n);
@@ -262,21 +270,29 @@ void NextPassWork::undo_cut_insert(int c, NextPassCard& work, const ChunkChain::
   const card_table::ErasePresentCheck check = work.h_erase_check[chunk.slot];
   if (check.missing != 0 || check.moved != 0) {
     work.damaged = true;
-    GPUBOX_FAIL("card ", cards_.card(c).rank(), ": undoing an insert chunk cut short by a fault, ",
-                "key ", check.key, " was not at row ", check.planned_row, " (", check.missing,
-                " keys gone, ", check.moved, " at another row): the card's free list is damaged");
+    GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work during pass ",
+                pass_id_, ", undoing an insert chunk cut short by a fault: key ", check.key,
+                " was not at row ", check.planned_row, " (", check.missing, " keys gone, ",
+                check.moved, " at another row): the card's free list is damaged");
   }
-  GPUBOX_EXPECTS(store.size() == work.table_size_at_open, "card ", cards_.card(c).rank(),
-                 ": undoing an insert chunk cut short by a fault left ", store.size(),
-                 " keys, not ", work.table_size_at_open);
+  // The store's count is back at table_size_at_open by construction (unused + took == n): the
+  // card's own word is the check above.
 }
 
 void NextPassWork::wait_for_card(int c, const char* what) const {
+  const auto context = [&] {
+    return detail::concat("card ", cards_.card(c).rank(),
+                          ": the next pass's card work during pass ", pass_id_,
+                          " could not wait for ", what, ": ");
+  };
   try {
     cards_.wait_between_steps(c, what);
+  } catch (const Error& e) {
+    // The wait's own message (the communicator's names the pass and step) after the context,
+    // its location kept apart (error_report.hpp).
+    throw with_context(context(), e);
   } catch (const std::exception& e) {
-    GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work during pass ",
-                pass_id_, " could not wait for ", what, ": ", e.what());
+    throw Error(context() + e.what());
   }
 }
 

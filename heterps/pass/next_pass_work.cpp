@@ -18,12 +18,20 @@ std::vector<NextPassCard> NextPassWork::take() {
   std::vector<NextPassCard> taken = std::move(cards_work_);
   cards_work_.clear();
   keys_changed();
+  prepared_in_pass_.store(false, std::memory_order_relaxed);  // a new pass: no step yet
   return taken;
 }
 
 void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_keys,
                           const std::function<StagingProgress()>& poll, bool training,
                           int64_t pass_id) {
+  // Before anything is cleared or sized: the work's chunks may be in flight, and the sizing
+  // waits for the cards (a purge, a growth), which beside a step's collectives could hang
+  // (device rule 1). The trainer calls prepare_next_pass after each step: none yet.
+  GPUBOX_EXPECTS(!training || !prepared_in_pass_.load(std::memory_order_relaxed),
+                 "expect_next_pass: pass ", pass_id,
+                 " has run steps already (prepare_next_pass was called since its begin_pass); "
+                 "call it after begin_pass, before the first step");
   cards_work_.clear();
   pass_id_ = pass_id;
   // With several trainers nothing is staged (a card's keys come from every trainer's data), so
@@ -71,12 +79,13 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   // One poll for every card: a poll may count its calls.
   const StagedRows* staged = poll().staged;
   const bool planned = staged != nullptr && staged->owned.size() == cards_.num_cards();
-  for (std::size_t c = 0; c < cards_work_.size(); ++c) {
+  // Each card on its own thread: a purge or a growth synchronizes its card alone.
+  cards_.cards().run_on_cards([&](device::Card& card) {
+    const auto c = static_cast<std::size_t>(card.local_index());
     const std::size_t guess = pass_missing_[c] + pass_missing_[c] / 8;
     const std::size_t first = c > 0 && planned ? staged->card_end[c - 1] : 0;
-    const device::DeviceGuard guard(cards_.card(static_cast<int>(c)).device());
     reserve_inserts(static_cast<int>(c), planned ? staged->card_end[c] - first : guess);
-  }
+  });
 }
 
 void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
@@ -217,6 +226,10 @@ void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk&
 
 bool NextPassWork::prepare(int c) {
   using Phase = NextPassCard::Phase;
+  // Read before written: card threads share the flag's line once a pass, not once a step.
+  if (!prepared_in_pass_.load(std::memory_order_relaxed)) {
+    prepared_in_pass_.store(true, std::memory_order_relaxed);
+  }
   if (static_cast<std::size_t>(c) >= cards_work_.size()) return false;
   NextPassCard& next = cards_work_[static_cast<std::size_t>(c)];
   if (next.phase == Phase::kOff || next.phase == Phase::kDone) return false;

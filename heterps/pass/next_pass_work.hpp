@@ -186,6 +186,7 @@ class NextPassWork {
   void forget() {
     keys_changed();
     cards_work_.clear();
+    prepared_in_pass_.store(false, std::memory_order_relaxed);
   }
   // Whose generation a card's work must carry to be usable now (NextPassCard::usable_for).
   uint64_t generation() const { return generation_; }
@@ -316,6 +317,9 @@ class NextPassWork {
   std::vector<std::size_t> pass_missing_;
   std::vector<NextPassCard> cards_work_;
   int64_t pass_id_ = -1;  // the training pass the work runs beside (expect), for errors
+  // prepare() ran since the last begin_pass (take) or forget(): a step of the pass has run
+  // (the trainer calls prepare_next_pass after each), so expect() is too late.
+  std::atomic<bool> prepared_in_pass_{false};
   // fail_chunk_after's: chunks of fault_phase_ to begin before the one that fails (-1: none).
   std::atomic<int64_t> chunks_before_fault_{-1};
   NextPassCard::Phase fault_phase_ = NextPassCard::Phase::kOff;

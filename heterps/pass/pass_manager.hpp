@@ -162,7 +162,9 @@ class PassManager {
   // until then). Card threads call `poll` (a copy each). `current_keys`: this pass's unique keys,
   // sorted (key 0 allowed; shared with its data set, not copied: each card reads those it owns).
   // Does nothing (sizes nothing either) when next_pass_chunk_keys is 0, the placement or widths
-  // rule it out, or the cards belong to several trainers (nothing is staged for them).
+  // rule it out, or the cards belong to several trainers (nothing is staged for them). Throws
+  // when prepare_next_pass ran since this training pass's begin_pass (a step ran: its sizing
+  // would wait beside the step's collectives). Sizes each card on its own thread.
   void expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> current_keys,
                         const std::function<StagingProgress()>& poll);
   // Card thread `c`, between two steps of the current pass: one chunk of the next pass's card

@@ -1,9 +1,10 @@
 // The next pass's card work (PassManager::expect_next_pass / prepare_next_pass) when a fault
 // stops it, and the sizing of its inserts (issue 31, item 1: nothing grows between a pass's
 // steps), on 1-2 simulated cards with the in-process host tier. Its fault drain waits with the
-// communicator's bounded wait (a peer that never joins fails it in time), its undo allocates
-// nothing, its inserts under a budget find the erased slots reclaimed at the boundary, and with
-// several trainers nothing is sized for it.
+// communicator's bounded wait (a peer that never joins fails it in time; a failed wait is named
+// by card and pass before its cause, its location apart), its undo allocates nothing, its
+// inserts under a budget find the erased slots reclaimed at the boundary, and with several
+// trainers nothing is sized for it.
 //
 // Oracles: an engine without the work (next_pass_chunk_keys 0) given the same passes, whose
 // card rows, read through a dump of each card's table, must equal the working engine's as
@@ -430,6 +431,38 @@ TEST(NextPassFaultDrain, FailsWithinTheGroupTimeoutWhenAPeerNeverJoins) {
       << drain_error;
   EXPECT_GE(drain_seconds, 0.0);
   EXPECT_LT(drain_seconds, 30.0) << "the drain did not fail within the bound";
+}
+
+// A wait of the fault drain that fails: the error names the card and the pass, then the wait's
+// own message (here a step context, as the communicator's), its location kept apart from the
+// user's line (common/error_report.hpp), never in the middle of it.
+TEST(NextPassFaultDrain, AFailedWaitNamesTheCardAndThePassBeforeItsCause) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 50;
+  options.next_pass_step_fraction = 0;
+  Tiers early(1, options);
+  early.manager->set_card_wait([](int, const device::Stream& stream, const char*) {
+    stream.synchronize();
+    GPUBOX_FAIL("pass 7, step 3: a peer never joined");
+  });
+  const auto a = pass_keys(240, 0, 1);
+  early.manager->begin_pass(a);
+  const StagedRows staged = early.manager->stage_rows(pass_keys(240, 1u << 12, 2), {}, a);
+  early.manager->expect_next_pass(sorted(a), poll_after(&staged, 0));
+  early.manager->fail_next_pass_chunk_after(0, Phase::kInsert, Fault::kAfterTableCall);
+  early.prepare_until(Phase::kInsert);
+  ASSERT_EQ(early.manager->next_pass_phase(0), Phase::kInsert);
+  try {
+    early.manager->prepare_next_pass(0);
+    ADD_FAILURE() << "the drain's wait did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "card 0: the next pass's card work during pass " +
+                               std::to_string(early.manager->current().pass_id) +
+                               " could not wait for the chunks in flight when a fault stopped it: "
+                               "pass 7, step 3: a peer never joined");
+    EXPECT_NE(e.where().find("pass_manager_error_test.cu:"), std::string::npos) << e.where();
+  }
 }
 
 // The undo of an insert chunk cut short by a fault runs between steps as the chunk itself does:

@@ -284,6 +284,17 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   EXPECT_EQ(all.early_chunks, 0u);
   EXPECT_EQ(all.hits + all.pulled + all.prefetched, b.size());
   early.manager->end_pass();
+  // Too late once a step ran (the trainer's prepare_next_pass after it): its sizing would wait
+  // beside the step's collectives. Each pass above expected after its begin_pass, past steps.
+  early.manager->begin_pass(a);
+  EXPECT_FALSE(early.manager->prepare_next_pass(0));
+  try {
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&late));
+    ADD_FAILURE() << "expect_next_pass after a step was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has run steps already"), std::string::npos) << e.what();
+  }
+  early.manager->end_pass();
 }
 
 // The next pass's card work with a `keep` wider than the next pass's keys (each end_pass keeps
