@@ -144,6 +144,11 @@ DEFINE_double(dense_write_max_idle_s, 120.0,
 GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);
+DEFINE_uint64(dedup_client_cache_mb, 0,
+              "MiB of the retry cache one client's replies may take (beyond it, that client's "
+              "own oldest are forgotten first, never another client's); at most --dedup_cache_mb; "
+              "0: an eighth of --dedup_cache_mb");
+GPUBOX_FLAG_RANGE(dedup_client_cache_mb, 0, kMaxMiB);
 DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a reply, in seconds");
 GPUBOX_FLAG_RANGE(dedup_max_age_s, 1e-3, 1e6);
 
@@ -227,6 +232,7 @@ Status apply_limit_flags(ServerOptions* options) {
   options->max_inflight_bytes = static_cast<std::size_t>(FLAGS_max_inflight_mb) << 20;
   options->dedup_max_bytes = static_cast<std::size_t>(FLAGS_dedup_cache_mb) << 20;
   options->dedup_max_age_s = FLAGS_dedup_max_age_s;
+  options->dedup_max_client_bytes = static_cast<std::size_t>(FLAGS_dedup_client_cache_mb) << 20;
   options->max_dense_bytes = static_cast<std::size_t>(FLAGS_max_dense_mb) << 20;
   options->dense_write_max_idle_s = FLAGS_dense_write_max_idle_s;
   const std::size_t max_connections =
