@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <sstream>
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
@@ -25,6 +26,31 @@ uint64_t random_client_id() {
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   const uint64_t id = mix64(entropy ^ fmix64(now) ^ (static_cast<uint64_t>(::getpid()) << 17));
   return id == 0 ? 1 : id;
+}
+
+// OK when the server at `where` steps rows under the same sparse rule as `ours`, field by field;
+// else an error naming every field that differs, both values, and the -o that gives the trainer
+// the server's. A field one side does not know (another build) is not compared.
+Status check_sparse_rule(const std::string& where, const std::vector<SparseRuleField>& theirs,
+                         const AccessorConfig& ours) {
+  const std::vector<SparseRuleField> mine = sparse_rule_fields(ours);
+  std::ostringstream differ, fix;
+  differ.precision(9);  // a float's every digit: two values that differ never print alike
+  fix.precision(9);
+  for (const SparseRuleField& field : theirs) {
+    const auto own = std::find_if(mine.begin(), mine.end(),
+                                  [&](const SparseRuleField& f) { return f.key == field.key; });
+    if (own == mine.end() || own->value == field.value) continue;
+    differ << (differ.tellp() > 0 ? "; " : "") << field.key << " " << field.value
+           << " (this trainer: " << own->value << ")";
+    fix << " -o " << field.key << "=" << field.value;
+  }
+  if (differ.tellp() == 0) return Status::OK();
+  return Status::InvalidArgument("server " + where +
+                                 " steps the sparse rows under another rule: " + differ.str() +
+                                 "; start the servers with the trainer's config and -o "
+                                 "overrides, or run the trainer with the servers' values:" +
+                                 fix.str());
 }
 
 // Calls chunk(group, positions, m) for every run of at most `chunk_rows` keys of every endpoint
@@ -154,6 +180,7 @@ Status RemoteHostTier::check_servers() {
           storage(static_cast<int32_t>(layout_.storage)) +
           ": start the servers with the trainer's config");
     }
+    GPUBOX_RETURN_IF_ERROR(check_sparse_rule(where, info.rule, options_.config));
     if (info.slot_dims_digest != slot_dims_digest(options_.config)) {
       return Status::InvalidArgument(
           "server " + where +
