@@ -199,6 +199,9 @@ struct InfoReply {
   std::vector<SparseRuleField> rule;
 };
 inline constexpr std::size_t kMaxInfoRuleFields = 64;
+// Room for a newer build's fields (a decoder refuses more than kMaxInfoRuleFields).
+static_assert(table::kSparseRuleFieldCount <= kMaxInfoRuleFields / 2,
+              "an INFO reply carries every sparse rule field, with room for a newer build's");
 void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);
 

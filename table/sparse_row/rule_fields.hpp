@@ -4,6 +4,7 @@
 // rule is not its own). Host only.
 #pragma once
 
+#include <cstddef>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -17,6 +18,9 @@ struct SparseRuleField {
   std::string key;  // the config key that sets it, e.g. hyper_parameters.sparse_optimizer.l1_decay
   double value = 0.0;
 };
+
+inline constexpr const char* kSparseRuleKeyPrefix = "hyper_parameters.sparse_optimizer.";
+inline constexpr std::size_t kSparseRuleFieldCount = 24;  // sparse_rule_fields' (asserted there)
 
 // The rule's fields in a fixed order. Not included: the optimizer class, the widths and the
 // storage (the INFO reply carries and the trainer checks those on their own), and the seed (it
@@ -48,12 +52,44 @@ inline std::vector<SparseRuleField> sparse_rule_fields(const AccessorConfig& c) 
       {"show_click_decay_rate", c.show_click_decay_rate},
       {"delete_threshold", c.delete_threshold},
       {"delete_after_unseen_days", c.delete_after_unseen_days}};
+  static_assert(sizeof(fields) / sizeof(fields[0]) == kSparseRuleFieldCount,
+                "kSparseRuleFieldCount bounds what an INFO reply carries (protocol.hpp)");
   std::vector<SparseRuleField> out;
   out.reserve(std::size(fields));
-  for (const auto& [name, value] : fields) {
-    out.push_back({std::string("hyper_parameters.sparse_optimizer.") + name, value});
-  }
+  for (const auto& [name, value] : fields)
+    out.push_back({std::string(kSparseRuleKeyPrefix) + name, value});
   return out;
+}
+
+// The hyper_parameters.sparse_optimizer keys that are a rule's own (its class, rates,
+// accumulators, moments, decays, thresholds): a PaddleRec config that sets one steps its rows
+// under hyper_parameters.sparse_optimizer.*, not under its optimizer (sparse_config_from). Start
+// values, bounds and the show/click bookkeeping are every rule's.
+inline constexpr const char* kSparseRuleOwnKeys[] = {
+    "class",         "learning_rate",    "mf_learning_rate", "embedx_threshold", "embed_threshold",
+    "initial_g2sum", "mf_initial_g2sum", "beta1_decay_rate", "beta2_decay_rate", "ada_epsilon",
+    "weight_decay",  "mf_weight_decay",  "l1_decay"};
+
+// The config key that sets rule field `field_key` (a sparse_rule_fields key) of rows whose rule is
+// a PaddleRec config's optimizer (AccessorConfig::rule_from_paddlerec_optimizer):
+// hyper_parameters.optimizer.learning_rate (both learning rates), beta1, beta2 or epsilon for the
+// fields taken from it; "" for the other fields of a rule's own (no key sets them under that rule:
+// setting one leaves it, embedx_threshold is 0); else `field_key`.
+inline std::string paddlerec_rule_key(const std::string& field_key) {
+  const std::pair<const char*, const char*> taken[] = {{"learning_rate", "learning_rate"},
+                                                       {"mf_learning_rate", "learning_rate"},
+                                                       {"beta1_decay_rate", "beta1"},
+                                                       {"beta2_decay_rate", "beta2"},
+                                                       {"ada_epsilon", "epsilon"}};
+  for (const auto& [field, key] : taken) {
+    if (field_key == kSparseRuleKeyPrefix + std::string(field)) {
+      return std::string("hyper_parameters.optimizer.") + key;
+    }
+  }
+  for (const char* own : kSparseRuleOwnKeys) {
+    if (field_key == kSparseRuleKeyPrefix + std::string(own)) return "";
+  }
+  return field_key;
 }
 
 }  // namespace gpubox::table
