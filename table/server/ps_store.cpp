@@ -188,10 +188,9 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
   // This client's writes of this table that are abandoned, or idle long enough that their
   // connection is taken for half-open: superseded by the new one (a rewrite retried on a new
   // connection after its old one was lost needs no room for the stale write).
-  const Clock::duration stale = limits_.max_idle / 4;
   for (auto w = staged_.begin(); w != staged_.end();) {
-    const bool superseded = w->client_id == caller.client_id && w->name == name &&
-                            (w->abandoned() || now - w->last_range >= stale);
+    const bool superseded =
+        w->client_id == caller.client_id && w->name == name && (w->abandoned() || stale(*w, now));
     w = superseded ? drop_held(w) : w + 1;
   }
   // The client's own oldest write (abandoned ones first) makes room for its new one (dropped even
@@ -214,30 +213,38 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
   const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
                             std::to_string(kMaxHeldDenseWritesPerAddress) + " an address";
   GPUBOX_RETURN_IF_ERROR(free_slot(
-      caller.address, kMaxHeldDenseWritesPerAddress, caller, what,
+      caller.address, kMaxHeldDenseWritesPerAddress, caller, what, now,
       "peer " + caller.address + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
           " ranged writes of its clients (" + share + ", of the server's " +
           std::to_string(kMaxHeldDenseWrites) + ")"));
-  return free_slot("", kMaxHeldDenseWrites, caller, what,
+  return free_slot("", kMaxHeldDenseWrites, caller, what, now,
                    "this server already holds " + std::to_string(kMaxHeldDenseWrites) +
                        " ranged writes of its clients (" + share + ")");
 }
 
 Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
-                          const std::string& what, const std::string& why) {
+                          const std::string& what, Clock::time_point now, const std::string& why) {
   std::size_t held = 0;
-  auto idlest = staged_.end();  // the abandoned one that received no range for longest
+  // The abandoned one that received no range for longest, and for the grace at least: a writer
+  // whose connection closed under it (a transport retry) reconnects and finishes its write.
+  auto idlest = staged_.end();
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
     if (!address.empty() && w->address != address) continue;
     ++held;
-    if (w->abandoned() && (idlest == staged_.end() || w->last_range < idlest->last_range)) {
+    if (w->abandoned() && stale(*w, now) &&
+        (idlest == staged_.end() || w->last_range < idlest->last_range)) {
       idlest = w;
     }
   }
   if (held < limit) return Status::OK();
   if (idlest == staged_.end()) {
-    return Status::ResourceExhausted(what + " from " + caller.address + ": " + why +
-                                     ", all on connections still open; retry once they completed");
+    std::ostringstream msg;
+    msg << what << " from " << caller.address << ": " << why
+        << ", all on connections still open or given a range in the last "
+        << std::chrono::duration<double>(stale_after()).count()
+        << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
+           "closed may reconnect and finish); retry once they completed";
+    return Status::ResourceExhausted(msg.str());
   }
   uint64_t held_back = 0;
   if (drop_log_.allow(Clock::now(), &held_back)) {

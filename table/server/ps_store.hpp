@@ -66,17 +66,19 @@ class PsStore {
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
   // that would take the dense memory over DenseLimits::max_bytes, and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
-  // clients when no held write counted against that limit is abandoned (ResourceExhausted, naming
+  // clients when no held write counted against that limit is abandoned and received no range for
+  // a quarter of DenseLimits::max_idle (ResourceExhausted, naming
   // the client, the address and the limit); a ranged write's range of no values
   // (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that client's
   // oldest abandoned one (every connection that carried it closed), else its oldest, is dropped;
   // at the address's or the server's limit, the abandoned write of that address (or of any) that
-  // received no range for longest is: its writer learns it when no range of its write replies
-  // committed (a live write is never dropped for another client's). A new ranged write of a
-  // table first drops the same client's writes of that table that are abandoned or received no
-  // range for a quarter of DenseLimits::max_idle: a rewrite retried after its connection was
-  // lost, or half-open, needs no room for the stale one (a write that is moving is never dropped
-  // for it: two threads of one client may write one table over two connections).
+  // received no range for longest, and for that quarter at least (a writer whose connection
+  // closed under it reconnects and finishes within it), is: its writer learns it when no range of
+  // its write replies committed (a live write is never dropped for another client's). A new ranged
+  // write of a table first drops the same client's writes of that table that are abandoned or
+  // received no range for a quarter of DenseLimits::max_idle: a rewrite retried after its
+  // connection was lost, or half-open, needs no room for the stale one (a write that is moving is
+  // never dropped for it: two threads of one client may write one table over two connections).
   //
   // What a reader can observe mid-way: each range is applied under one lock, so a read range
   // sees an add range whole or not at all; a client's add of a table over one frame is several
@@ -128,14 +130,22 @@ class PsStore {
                       std::vector<StagedWrite>::iterator* staged) GPUBOX_REQUIRES(dense_mu_);
   // Makes room for a new held write of `caller` to table `name`: drops that client's abandoned or
   // stale writes of the table, then (at kMaxStagedDenseWrites) its oldest abandoned or oldest
-  // write, else at the address's or the server's limit the longest idle abandoned write counted
-  // against it. ResourceExhausted when the limit is held by live writes.
+  // write, else at the address's or the server's limit the longest idle abandoned and stale write
+  // counted against it. ResourceExhausted when the limit is held by live or recent writes.
   Status make_room(const DenseCaller& caller, const std::string& name, const std::string& what,
                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
   // At `limit` held writes of `address` (every address: empty): drops the longest idle abandoned
-  // one of them; ResourceExhausted (`what` and `why`) when none is abandoned.
+  // and stale one of them; ResourceExhausted (`what` and `why`) when none is both.
   Status free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
-                   const std::string& what, const std::string& why) GPUBOX_REQUIRES(dense_mu_);
+                   const std::string& what, Clock::time_point now, const std::string& why)
+      GPUBOX_REQUIRES(dense_mu_);
+  // A quarter of DenseLimits::max_idle: a held write that received no range for that long is
+  // stale (its writer's rewrite of the table supersedes it; abandoned, another client's write may
+  // take its slot). Within it, a writer whose connection closed under it reconnects and finishes.
+  Clock::duration stale_after() const { return limits_.max_idle / 4; }
+  bool stale(const StagedWrite& w, Clock::time_point now) const {
+    return now - w.last_range >= stale_after();
+  }
   // Adds a ranged write's range; *committed when it completed the write (the table replaced).
   Status stage_write(const DenseCaller& caller, DenseRequest& request, Clock::time_point now,
                      bool* committed) GPUBOX_REQUIRES(dense_mu_);

@@ -140,7 +140,9 @@ DEFINE_uint64(max_dense_mb, 4096,
 GPUBOX_FLAG_RANGE(max_dense_mb, 1, kMaxMiB);
 DEFINE_double(dense_write_max_idle_s, 120.0,
               "a ranged DENSE write (a dense table over one frame) that received no range for "
-              "this many seconds is dropped, its memory freed (its writer died mid-write)");
+              "this many seconds is dropped, its memory freed (its writer died mid-write); one "
+              "idle for a quarter of it whose connections closed may give its slot to another "
+              "client's at the held-write limits");
 GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);

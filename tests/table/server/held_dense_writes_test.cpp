@@ -1,6 +1,7 @@
 // Ranged DENSE writes held by the server (ps_store.hpp) against a client that takes a new client id
 // on every connection: it is still one peer address, held to its share of the server's slots, and
-// the writes it abandons (its connections closed) give way to an honest trainer's; a writer whose
+// the writes it abandons (its connections closed) give way to an honest trainer's, but not before
+// a trainer whose connection closed under it could reconnect and finish; a writer whose
 // connection went half-open (the peer vanished without closing it, which the server cannot see)
 // gets its slot back when it writes the table again.
 #include <gtest/gtest.h>
@@ -40,23 +41,69 @@ void honest_write_commits(const Server& server, const char* source, uint64_t cli
 
 // A client taking a new id on a new connection for every 4 writes, closing each: before, its
 // abandoned writes filled all 64 slots for dense_write_max_idle_s and an honest trainer was
-// refused; now the longest idle abandoned write gives way (logged), whichever address it is from.
+// refused; now they fill its address's share, and once they received no range for a quarter of
+// dense_write_max_idle_s the longest idle one gives way to a trainer of its address (logged).
 TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayToAnHonestTrainer) {
   FakeHostTier table(test_config());
-  auto server = start_server(&table);
+  ServerOptions so;
+  so.dense_write_max_idle_s = 8.0;  // taken after 2 s; dropped by the sweep after 8 s
+  auto server = start_server(&table, so);
   ASSERT_TRUE(server);
-  for (uint64_t c = 1000; c < 1000 + 2 * kMaxHeldDenseWrites / kMaxStagedDenseWrites; ++c) {
+  for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerAddress / kMaxStagedDenseWrites; ++c) {
     Connection rotating = connect_as(*server, false, c);
     for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
       const Status st = start_write(rotating, c, w, 10 + w);
-      ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();  // its own abandoned go
+      ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();
     }
   }
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 0; }));
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
   honest_write_commits(*server, "127.0.0.1", 7);
   honest_write_commits(*server, "127.0.0.2", 8);
   EXPECT_LE(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+}
+
+// A trainer whose connection closed under it (a transport retry) reconnects at once and finishes
+// its write: a client of its address at the address's limit meanwhile is refused, not given the
+// trainer's slot (a write whose connections closed is taken for abandoned only once it received
+// no range for a quarter of dense_write_max_idle_s). Before, the trainer's write was dropped and
+// its last range did not commit.
+TEST(HeldDenseWrites, AWriterThatReconnectsAtOnceKeepsItsWriteAtTheLimit) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.dense_write_max_idle_s = 20.0;  // a grace of 5 s: far more than this test takes
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  {
+    Connection lost = connect_as(*server, false, 7);
+    ASSERT_TRUE(start_write(lost, 7, 1, 2).ok());
+  }
+  ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 0; }));
+  std::vector<Connection> open;  // other clients of 127.0.0.1 fill its share, on open connections
+  std::size_t held = 1;
+  for (uint64_t c = 1000; held < kMaxHeldDenseWritesPerAddress; ++c) {
+    open.push_back(connect_as(*server, false, c));
+    for (uint64_t w = 1; w <= kMaxStagedDenseWrites && held < kMaxHeldDenseWritesPerAddress;
+         ++w, ++held) {
+      const Status st = start_write(open.back(), c, w, 10 + w);
+      ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();
+    }
+  }
+  Connection late = connect_as(*server, false, 2000);
+  const Status refused = start_write(late, 2000, 1, 2);
+  EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
+  EXPECT_NE(refused.message().find("peer 127.0.0.1 already holds 32"), std::string::npos)
+      << refused.to_string();
+  EXPECT_NE(refused.message().find("given a range in the last 5 s"), std::string::npos)
+      << refused.to_string();
+  Connection again = connect_as(*server, false, 7);
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(
+      raw_dense(again, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 3, &reply, 7)
+          .ok());
+  EXPECT_TRUE(dense_committed(reply, 4));
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
 }
 
 // The same client keeping its connections open: refused at its address's share, naming the peer
@@ -90,7 +137,7 @@ TEST(HeldDenseWrites, ARotatingClientOnOpenConnectionsIsHeldToItsAddressesShare)
 TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConnection) {
   FakeHostTier table(test_config());
   ServerOptions so;
-  so.dense_write_max_idle_s = 2.0;  // stale after 0.5 s; dropped by the sweep after 2 s
+  so.dense_write_max_idle_s = 8.0;  // stale after 2 s; dropped by the sweep after 8 s
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   Connection half_open = connect_as(*server, false, 5);
@@ -98,7 +145,7 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
   Connection again = connect_as(*server, false, 5);
   ASSERT_TRUE(start_write(again, 5, 2, 2).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 2u);  // write 1 is moving: kept
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
   std::vector<uint8_t> reply;
   ASSERT_TRUE(
       raw_dense(again, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &kOtherFour, 3, &reply, 5)
