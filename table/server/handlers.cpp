@@ -55,8 +55,9 @@ void Server::Impl::note_ranged_write_retry(const FrameHeader& header,
   }
   StatusOr<DenseRequest> request = decode_dense_request(payload.data(), payload.size());
   if (!request.ok() || request->whole()) return;  // remembered, so it decoded when first applied
-  ps_store_.carried_by(DenseCaller{header.client_id, origin.connection, origin.address},
-                       request->write_id);
+  ps_store_.carried_by(
+      DenseCaller{header.client_id, origin.connection, std::string(origin.address)},
+      request->write_id);
 }
 
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,

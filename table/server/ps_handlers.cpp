@@ -58,8 +58,9 @@ Reply Server::Impl::dense_request(const FrameHeader& header, DenseRequest reques
   Status st = reserve(reply_bytes);
   if (!st.ok()) return error_reply(header, st.with_context("DENSE"));  // Aborted: retry later
   std::vector<uint8_t> out;
-  st = ps_store_.dense(DenseCaller{header.client_id, origin.connection, origin.address},
-                       std::move(request), &out);
+  st =
+      ps_store_.dense(DenseCaller{header.client_id, origin.connection, std::string(origin.address)},
+                      std::move(request), &out);
   if (!st.ok()) return table_error_reply(header, st);
   return make_reply(header, Status::Code::kOk, std::move(out));
 }

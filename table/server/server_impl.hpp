@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,7 @@ class Session;
 // (without the port).
 struct RequestOrigin {
   uint64_t connection = 0;
-  std::string address;
+  std::string_view address;  // the session's peer address, which outlives the request
 };
 
 // A reply on its way: the whole frame, and what to do once it is written.
