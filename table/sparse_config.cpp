@@ -10,6 +10,7 @@
 #include "common/config/slot_dims.hpp"
 #include "common/enum_names.hpp"
 #include "common/error.hpp"
+#include "table/sparse_row/rule_fields.hpp"
 
 namespace gpubox::table {
 namespace {
@@ -50,10 +51,7 @@ RowsRule rows_rule(const config::ConfigDocument& doc) {
   // Any key of a rule's own (its rates, accumulators, moments, decays, thresholds): a config that
   // tunes one means that rule, not PaddleRec's optimizer. Start values, bounds and the show/click
   // bookkeeping are every rule's.
-  for (const char* key :
-       {"class", "learning_rate", "mf_learning_rate", "embedx_threshold", "embed_threshold",
-        "initial_g2sum", "mf_initial_g2sum", "beta1_decay_rate", "beta2_decay_rate", "ada_epsilon",
-        "weight_decay", "mf_weight_decay", "l1_decay"}) {
+  for (const char* key : kSparseRuleOwnKeys) {
     if (doc.is_set(kSo + key)) return RowsRule::kSparseOptimizer;
   }
   if (!doc.is_set(kDenseOpt + "class") || config::paddlerec_model_name(doc).empty()) {
@@ -137,6 +135,7 @@ StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
     c.optimizer.beta2_decay_rate = beta2;
     c.optimizer.ada_epsilon = epsilon;
     c.embedx_threshold = 0.0f;
+    c.rule_from_paddlerec_optimizer = true;
   }
   return c;
 }

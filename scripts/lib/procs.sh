@@ -74,5 +74,8 @@ procs_stop_all() {
 }
 
 procs_listened_port() {
-  sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$1" 2>/dev/null | head -n 1
+  # The output file may not exist for a moment after a start: nothing yet, not a failure (under
+  # `set -o pipefail -e`, sed's status on a missing file ended the caller).
+  [ -f "$1" ] || return 0
+  sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$1" | head -n 1
 }

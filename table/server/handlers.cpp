@@ -48,19 +48,21 @@ Reply table_error_reply(const FrameHeader& request, const Status& status) {
 
 void Server::Impl::note_ranged_write_retry(const FrameHeader& header,
                                            const std::vector<uint8_t>& payload,
-                                           uint64_t connection) {
+                                           const RequestOrigin& origin) {
   if (header.op != Op::kDense || payload.empty() ||
       payload[0] != static_cast<uint8_t>(DenseAction::kWrite)) {
     return;
   }
   StatusOr<DenseRequest> request = decode_dense_request(payload.data(), payload.size());
   if (!request.ok() || request->whole()) return;  // remembered, so it decoded when first applied
-  ps_store_.carried_by(DenseCaller{header.client_id, connection}, request->write_id);
+  ps_store_.carried_by(
+      DenseCaller{header.client_id, origin.connection, std::string(origin.address)},
+      request->write_id);
 }
 
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                           const ReserveReply& reserve, uint64_t connection) {
-  if (!is_mutation(header.op, payload)) return apply(header, payload, reserve, connection);
+                           const ReserveReply& reserve, const RequestOrigin& origin) {
+  if (!is_mutation(header.op, payload)) return apply(header, payload, reserve, origin);
   // header.client_id is the connection's bound client (session.hpp): one connection cannot reach
   // another client's remembered replies, nor push them out beyond its own share.
   const RequestKey key{header.client_id, header.request_id, static_cast<uint16_t>(header.op),
@@ -70,9 +72,9 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
     case RequestWindow::Begin::kDone:
       duplicates.fetch_add(1, std::memory_order_relaxed);
       if (is_dense_add(header.op, payload)) {
-        return dense_reread(header, payload, reserve, connection);
+        return dense_reread(header, payload, reserve, origin);
       }
-      note_ranged_write_retry(header, payload, connection);
+      note_ranged_write_retry(header, payload, origin);
       return make_reply(header, cached.status, std::move(cached.payload));
     case RequestWindow::Begin::kInProgress:
       duplicates.fetch_add(1, std::memory_order_relaxed);
@@ -82,7 +84,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
     case RequestWindow::Begin::kNew:
       break;
   }
-  Reply reply = apply(header, payload, reserve, connection);
+  Reply reply = apply(header, payload, reserve, origin);
   // Only a success must not repeat: a refused or failed mutation is applied again on retry.
   const bool remember = reply.status == Status::Code::kOk;
   if (remember) {
@@ -98,7 +100,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
 }
 
 Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                          const ReserveReply& reserve, uint64_t connection) {
+                          const ReserveReply& reserve, const RequestOrigin& origin) {
   switch (header.op) {
     case Op::kInfo:
       return info(header);
@@ -122,7 +124,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kPsPush:
       return ps_push(header, payload);
     case Op::kDense:
-      return dense(header, payload, reserve, connection);
+      return dense(header, payload, reserve, origin);
     case Op::kAuth:
     case Op::kAuthProof:
     case Op::kBarrier:
@@ -191,6 +193,7 @@ Reply Server::Impl::info(const FrameHeader& header) {
   info.generation = generation_.load();
   info.storage = static_cast<int32_t>(table_->layout().storage);
   info.slot_dims_digest = table::slot_dims_digest(table_->config());
+  info.rule = table::sparse_rule_fields(table_->config());
   std::vector<uint8_t> out;
   encode_info_reply(info, &out);
   return make_reply(header, Status::Code::kOk, std::move(out));

@@ -272,6 +272,11 @@ void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out) {
   w.put_u64(info.generation);
   w.put_i32(info.storage);
   w.put_u64(info.slot_dims_digest);
+  w.put_u32(static_cast<uint32_t>(info.rule.size()));
+  for (const SparseRuleField& field : info.rule) {
+    w.put_string(field.key);
+    w.put_raw(&field.value, sizeof(field.value));
+  }
 }
 
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
@@ -287,6 +292,18 @@ StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.generation));
   GPUBOX_RETURN_IF_ERROR(r.get_i32(&info.storage));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.slot_dims_digest));
+  uint32_t fields = 0;
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&fields));
+  if (fields > kMaxInfoRuleFields) {
+    return Status::Corruption("INFO reply: " + std::to_string(fields) +
+                              " sparse rule fields (at most " + std::to_string(kMaxInfoRuleFields) +
+                              ")");
+  }
+  info.rule.resize(fields);
+  for (SparseRuleField& field : info.rule) {
+    GPUBOX_RETURN_IF_ERROR(r.get_string(&field.key, 256));
+    GPUBOX_RETURN_IF_ERROR(r.get_raw(&field.value, sizeof(field.value), "f64"));
+  }
   GPUBOX_RETURN_IF_ERROR(r.finish());
   if (info.shard_num == 0 || info.shard_id >= info.shard_num) {
     return Status::Corruption("INFO reply: shard " + std::to_string(info.shard_id) + " of " +

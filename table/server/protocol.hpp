@@ -38,6 +38,7 @@
 
 #include "common/status.hpp"
 #include "table/host_tier.hpp"
+#include "table/sparse_row/rule_fields.hpp"
 
 namespace gpubox::table::server {
 
@@ -53,7 +54,8 @@ inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the w
 //    notices (request id 0) say why the server closes a connection.
 // 6: DENSE carries a range of its table (ps_protocol.hpp), so a dense table of any size travels
 //    in frames under the limit.
-inline constexpr uint16_t kProtocolVersion = 6;
+// 7: INFO carries the server's sparse rule field by field (table/sparse_row/rule_fields.hpp).
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr uint64_t kNoticeRequestId = 0;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;
@@ -176,7 +178,8 @@ class PayloadReader {
 
 // INFO reply: u32 shard_id, u32 shard_num, i32 optimizer_kind, i32 mf_dim, u32 stride,
 // u32 max_payload_bytes, u64 instance_id, u64 generation, i32 storage (SparseStorage: rows travel
-// as the server keeps them, packed when 16-bit).
+// as the server keeps them, packed when 16-bit), u64 slot_dims_digest, u32 n, then n rule fields
+// (string key, f64 value; n at most kMaxInfoRuleFields).
 struct InfoReply {
   uint32_t shard_id = 0;
   uint32_t shard_num = 1;
@@ -192,7 +195,13 @@ struct InfoReply {
   int32_t storage = 0;  // config::SparseStorage
   // table::slot_dims_digest of the server's accessor: the width it gives each slot.
   uint64_t slot_dims_digest = 0;
+  // The server's sparse rule (table::sparse_rule_fields of its accessor), by config key.
+  std::vector<SparseRuleField> rule;
 };
+inline constexpr std::size_t kMaxInfoRuleFields = 64;
+// Room for a newer build's fields (a decoder refuses more than kMaxInfoRuleFields).
+static_assert(table::kSparseRuleFieldCount <= kMaxInfoRuleFields / 2,
+              "an INFO reply carries every sparse rule field, with room for a newer build's");
 void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out);
 StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n);
 

@@ -20,28 +20,28 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
 }
 
 Reply Server::Impl::dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                          const ReserveReply& reserve, uint64_t connection) {
+                          const ReserveReply& reserve, const RequestOrigin& origin) {
   auto request = decode_dense_request(payload.data(), payload.size());
   if (!request.ok()) {
     return table_error_reply(
         header, request.status().with_context("request " + std::to_string(header.request_id) +
                                               " of client " + std::to_string(header.client_id)));
   }
-  return dense_request(header, std::move(request).value(), reserve, connection);
+  return dense_request(header, std::move(request).value(), reserve, origin);
 }
 
 Reply Server::Impl::dense_reread(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                                 const ReserveReply& reserve, uint64_t connection) {
+                                 const ReserveReply& reserve, const RequestOrigin& origin) {
   auto request = decode_dense_request(payload.data(), payload.size());
   if (!request.ok()) return table_error_reply(header, request.status());  // decoded before
   request->action = DenseAction::kRead;
   request->has_values = false;
   request->values = {};
-  return dense_request(header, std::move(request).value(), reserve, connection);
+  return dense_request(header, std::move(request).value(), reserve, origin);
 }
 
 Reply Server::Impl::dense_request(const FrameHeader& header, DenseRequest request,
-                                  const ReserveReply& reserve, uint64_t connection) {
+                                  const ReserveReply& reserve, const RequestOrigin& origin) {
   // A read or an add replies its range: a read of more than one frame (whose request is small)
   // is refused here, before anything is allocated for it.
   const std::size_t reply_bytes =
@@ -58,7 +58,9 @@ Reply Server::Impl::dense_request(const FrameHeader& header, DenseRequest reques
   Status st = reserve(reply_bytes);
   if (!st.ok()) return error_reply(header, st.with_context("DENSE"));  // Aborted: retry later
   std::vector<uint8_t> out;
-  st = ps_store_.dense(DenseCaller{header.client_id, connection}, std::move(request), &out);
+  st =
+      ps_store_.dense(DenseCaller{header.client_id, origin.connection, std::string(origin.address)},
+                      std::move(request), &out);
   if (!st.ok()) return table_error_reply(header, st);
   return make_reply(header, Status::Code::kOk, std::move(out));
 }

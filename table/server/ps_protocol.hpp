@@ -50,12 +50,16 @@ enum class DenseAction : uint8_t {
 };
 // Bounds of the dense tables one server holds (a client cannot make it keep more), and of the
 // writes it stages (a table written in several ranges, see below): per client, the id its
-// connection is bound to (beyond, the client's own oldest is dropped, an abandoned one first) and
-// from all clients (beyond, a new one is refused).
+// connection is bound to (beyond, the client's own oldest is dropped, an abandoned one first), per
+// peer address (a client that takes a new id on each connection is still one address) and from all
+// clients (beyond either, the longest idle abandoned write goes first, else a new one is refused).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;
 inline constexpr std::size_t kMaxStagedDenseWrites = 4;
 inline constexpr std::size_t kMaxHeldDenseWrites = 64;
+// Half the server's: another host always finds room, and 8 trainers of one host writing 4 ranged
+// writes each at once still fit.
+inline constexpr std::size_t kMaxHeldDenseWritesPerAddress = kMaxHeldDenseWrites / 2;
 
 // DENSE request (protocol 6): u8 action, string name (1..kMaxDenseNameBytes), u32 total (the
 // table's size as the client knows it), u32 offset, u32 count (the range [offset, offset+count)

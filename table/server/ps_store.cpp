@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/hash.hpp"
+#include "common/logging.hpp"
 #include "table/server/protocol.hpp"
 #include "table/sparse_row/optimizer.hpp"
 
@@ -182,14 +183,18 @@ std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
   return staged_.erase(staged);
 }
 
-Status PsStore::make_room(uint64_t client_id, const std::string& name, const std::string& what) {
-  // This client's abandoned writes of this table: superseded by the new one (a rewrite retried on
-  // a new connection after its old one was lost needs no room for the stale write).
+Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
+                          const std::string& what, Clock::time_point now) {
+  // This client's writes of this table that are abandoned, or idle long enough that their
+  // connection is taken for half-open: superseded by the new one (a rewrite retried on a new
+  // connection after its old one was lost needs no room for the stale write).
   for (auto w = staged_.begin(); w != staged_.end();) {
-    w = w->client_id == client_id && w->name == name && w->abandoned() ? drop_held(w) : w + 1;
+    const bool superseded =
+        w->client_id == caller.client_id && w->name == name && (w->abandoned() || stale(*w, now));
+    w = superseded ? drop_held(w) : w + 1;
   }
   // The client's own oldest write (abandoned ones first) makes room for its new one (dropped even
-  // when the new one is then refused); another client's is never dropped for it.
+  // when the new one is then refused); another client's live write is never dropped for it.
   auto own_oldest = staged_.end();
   std::size_t own = 0;
   const auto goes_first = [](const StagedWrite& a, const StagedWrite& b) {
@@ -197,17 +202,60 @@ Status PsStore::make_room(uint64_t client_id, const std::string& name, const std
     return a.started < b.started;
   };
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if (w->client_id != client_id) continue;
+    if (w->client_id != caller.client_id) continue;
     ++own;
     if (own_oldest == staged_.end() || goes_first(*w, *own_oldest)) own_oldest = w;
   }
-  if (own < kMaxStagedDenseWrites && staged_.size() >= kMaxHeldDenseWrites) {
-    return Status::ResourceExhausted(
-        what + ": this server already holds " + std::to_string(kMaxHeldDenseWrites) +
-        " ranged writes of its clients (at most " + std::to_string(kMaxStagedDenseWrites) +
-        " a client); retry once they completed");
+  if (own >= kMaxStagedDenseWrites) {
+    drop_held(own_oldest);
+    return Status::OK();
   }
-  if (own >= kMaxStagedDenseWrites) drop_held(own_oldest);
+  const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
+                            std::to_string(kMaxHeldDenseWritesPerAddress) + " an address";
+  GPUBOX_RETURN_IF_ERROR(free_slot(
+      caller.address, kMaxHeldDenseWritesPerAddress, caller, what, now,
+      "peer " + caller.address + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
+          " ranged writes of its clients (" + share + ", of the server's " +
+          std::to_string(kMaxHeldDenseWrites) + ")"));
+  return free_slot("", kMaxHeldDenseWrites, caller, what, now,
+                   "this server already holds " + std::to_string(kMaxHeldDenseWrites) +
+                       " ranged writes of its clients (" + share + ")");
+}
+
+Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
+                          const std::string& what, Clock::time_point now, const std::string& why) {
+  std::size_t held = 0;
+  // The abandoned one that received no range for longest, and for the grace at least: a writer
+  // whose connection closed under it (a transport retry) reconnects and finishes its write.
+  auto idlest = staged_.end();
+  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+    if (!address.empty() && w->address != address) continue;
+    ++held;
+    if (w->abandoned() && stale(*w, now) &&
+        (idlest == staged_.end() || w->last_range < idlest->last_range)) {
+      idlest = w;
+    }
+  }
+  if (held < limit) return Status::OK();
+  if (idlest == staged_.end()) {
+    std::ostringstream msg;
+    msg << what << " from " << caller.address << ": " << why
+        << ", all on connections still open or given a range in the last "
+        << std::chrono::duration<double>(stale_after()).count()
+        << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
+           "closed may reconnect and finish); retry once they completed";
+    return Status::ResourceExhausted(msg.str());
+  }
+  uint64_t held_back = 0;
+  if (drop_log_.allow(Clock::now(), &held_back)) {
+    GPUBOX_LOG(WARNING) << "gpubox_server: dropped the abandoned ranged DENSE write "
+                        << idlest->write_id << " of client " << idlest->client_id << " from "
+                        << idlest->address << " ('" << idlest->name << "', its connections closed)"
+                        << " for a write of client " << caller.client_id << " from "
+                        << caller.address << ": " << why << " (and " << held_back
+                        << " similar lines held back)";
+  }
+  drop_held(idlest);
   return Status::OK();
 }
 
@@ -228,7 +276,7 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
     return Status::ResourceExhausted(what + ": this server already holds " +
                                      std::to_string(kMaxDenseTables) + " dense tables");
   }
-  GPUBOX_RETURN_IF_ERROR(make_room(caller.client_id, request.name, what));
+  GPUBOX_RETURN_IF_ERROR(make_room(caller, request.name, what, now));
   // Checked at the announced total, before anything is allocated for it.
   GPUBOX_RETURN_IF_ERROR(
       admit(what + " (the first of a write of " + std::to_string(request.total) + " values)", 0, 0,
@@ -236,6 +284,7 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   StagedWrite fresh;
   fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
+  fresh.address = caller.address;
   fresh.name = request.name;
   fresh.total = request.total;
   fresh.started = ++staged_serial_;

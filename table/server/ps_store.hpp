@@ -14,6 +14,7 @@
 #include "common/status.hpp"
 #include "common/thread_annotations.hpp"
 #include "table/host_tier.hpp"
+#include "table/server/connection_limits.hpp"
 #include "table/server/ps_protocol.hpp"
 
 namespace gpubox::table::server {
@@ -25,15 +26,19 @@ struct DenseLimits {
   // its first range, though only what arrived is allocated) and of the copy that commits the
   // largest held write, all together.
   std::size_t max_bytes = std::size_t{4} << 30;
-  // A held write that received no range this long is dropped (its writer died mid-write).
+  // A held write that received no range this long is dropped (its writer died mid-write, or its
+  // connection is half-open: the peer vanished without closing it). A quarter of it without a
+  // range, and its client's new write of the same table supersedes it (see PsStore::dense).
   std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
 };
 
 // Who sends a DENSE request: the client id its connection is bound to (session.hpp: proved by
-// AUTH, or its first frame's), and that connection (the server's session serial).
+// AUTH, or its first frame's), that connection (the server's session serial) and its peer's
+// address (without the port).
 struct DenseCaller {
   uint64_t client_id = 0;
   uint64_t connection = 0;
+  std::string address;
 };
 
 class PsStore {
@@ -59,15 +64,21 @@ class PsStore {
   // of a staged write that overlaps one received before or disagrees with its name or total; an
   // add to, or a ranged read of, a table never created (NotFound); a new table beyond
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
-  // that would take the dense memory over DenseLimits::max_bytes, and a ranged write beyond
-  // kMaxHeldDenseWrites held from all clients (ResourceExhausted, naming the client and the
-  // limit); a ranged write's range of no values (InvalidArgument). Beyond kMaxStagedDenseWrites
-  // held writes of one client, that client's oldest abandoned one (every connection that carried
-  // it closed), else its oldest, is dropped (never another client's): its writer learns it when
-  // no range of its write replies committed. A new ranged write of a table first drops the same
-  // client's abandoned writes of that table: a rewrite retried after its connection was lost
-  // needs no room for the stale one (a write whose connection is open is never dropped for it:
-  // two threads of one client may write one table over two connections).
+  // that would take the dense memory over DenseLimits::max_bytes, and a new ranged write beyond
+  // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
+  // clients when no held write counted against that limit is abandoned and received no range for
+  // a quarter of DenseLimits::max_idle (ResourceExhausted, naming
+  // the client, the address and the limit); a ranged write's range of no values
+  // (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that client's
+  // oldest abandoned one (every connection that carried it closed), else its oldest, is dropped;
+  // at the address's or the server's limit, the abandoned write of that address (or of any) that
+  // received no range for longest, and for that quarter at least (a writer whose connection
+  // closed under it reconnects and finishes within it), is: its writer learns it when no range of
+  // its write replies committed (a live write is never dropped for another client's). A new ranged
+  // write of a table first drops the same client's writes of that table that are abandoned or
+  // received no range for a quarter of DenseLimits::max_idle: a rewrite retried after its
+  // connection was lost, or half-open, needs no room for the stale one (a write that is moving is
+  // never dropped for it: two threads of one client may write one table over two connections).
   //
   // What a reader can observe mid-way: each range is applied under one lock, so a read range
   // sees an add range whole or not at all; a client's add of a table over one frame is several
@@ -93,6 +104,7 @@ class PsStore {
   struct StagedWrite {
     uint64_t client_id = 0;
     uint64_t write_id = 0;
+    std::string address;  // its first range's peer
     std::string name;
     uint32_t total = 0;
     uint64_t started = 0;          // arrival order, for dropping the client's oldest
@@ -116,11 +128,24 @@ class PsStore {
   Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,
                       const std::string& what, Clock::time_point now,
                       std::vector<StagedWrite>::iterator* staged) GPUBOX_REQUIRES(dense_mu_);
-  // Makes room for a new held write of `client_id` to table `name`: drops that client's
-  // abandoned writes of the table, then (at kMaxStagedDenseWrites) its oldest abandoned or
-  // oldest write. ResourceExhausted when all clients' writes fill kMaxHeldDenseWrites.
-  Status make_room(uint64_t client_id, const std::string& name, const std::string& what)
+  // Makes room for a new held write of `caller` to table `name`: drops that client's abandoned or
+  // stale writes of the table, then (at kMaxStagedDenseWrites) its oldest abandoned or oldest
+  // write, else at the address's or the server's limit the longest idle abandoned and stale write
+  // counted against it. ResourceExhausted when the limit is held by live or recent writes.
+  Status make_room(const DenseCaller& caller, const std::string& name, const std::string& what,
+                   Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // At `limit` held writes of `address` (every address: empty): drops the longest idle abandoned
+  // and stale one of them; ResourceExhausted (`what` and `why`) when none is both.
+  Status free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
+                   const std::string& what, Clock::time_point now, const std::string& why)
       GPUBOX_REQUIRES(dense_mu_);
+  // A quarter of DenseLimits::max_idle: a held write that received no range for that long is
+  // stale (its writer's rewrite of the table supersedes it; abandoned, another client's write may
+  // take its slot). Within it, a writer whose connection closed under it reconnects and finishes.
+  Clock::duration stale_after() const { return limits_.max_idle / 4; }
+  bool stale(const StagedWrite& w, Clock::time_point now) const {
+    return now - w.last_range >= stale_after();
+  }
   // Adds a ranged write's range; *committed when it completed the write (the table replaced).
   Status stage_write(const DenseCaller& caller, DenseRequest& request, Clock::time_point now,
                      bool* committed) GPUBOX_REQUIRES(dense_mu_);
@@ -142,6 +167,7 @@ class PsStore {
   uint64_t staged_serial_ GPUBOX_GUARDED_BY(dense_mu_) = 0;
   std::size_t table_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;  // of dense_
   std::size_t held_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;   // of staged_, announced totals
+  LogThrottle drop_log_{std::chrono::seconds(2)};  // abandoned writes dropped for another client
 };
 
 }  // namespace gpubox::table::server

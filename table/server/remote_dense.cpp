@@ -151,12 +151,17 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
         " did not commit the write of " + std::to_string(n) + " values in " +
         std::to_string(ranges) +
         " ranges: it no longer held the ranges sent before the last (a server restart; or the "
-        "held write was dropped, for this client's newer ranged writes beyond " +
+        "held write was dropped: for this client's newer ranged writes beyond " +
         std::to_string(kMaxStagedDenseWrites) +
-        ", for its newer write of this table once every connection that carried this one had "
-        "closed, or after no range arrived for the server's idle limit; or the last range was "
-        "retried after the server's retry cache forgot its first reply); the table was not "
-        "written, write it again");
+        "; for its newer write of this table once every connection that carried this one had "
+        "closed, or once no range of it had arrived for a quarter of the server's "
+        "--dense_write_max_idle_s; for another client's write at the server's limit of " +
+        std::to_string(kMaxHeldDenseWrites) + " held writes or its peer address's of " +
+        std::to_string(kMaxHeldDenseWritesPerAddress) +
+        ", once every connection that carried this one had closed and no range had arrived for "
+        "that quarter; or after no range arrived for the whole --dense_write_max_idle_s; or the "
+        "last range was retried after the server's retry cache forgot its first reply); the "
+        "table was not written, write it again");
   }
   return Status::OK();
 }

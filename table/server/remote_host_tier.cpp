@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <sstream>
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
@@ -25,6 +26,74 @@ uint64_t random_client_id() {
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   const uint64_t id = mix64(entropy ^ fmix64(now) ^ (static_cast<uint64_t>(::getpid()) << 17));
   return id == 0 ? 1 : id;
+}
+
+// The -o that gives a trainer whose rule is `ours` the rule `theirs`, each key once with the value
+// it must take, and whether it needs one. Under PaddleRec's optimizer its keys are
+// hyper_parameters.optimizer.* (two fields share its learning_rate) and a field of a rule's own
+// has none (table::paddlerec_rule_key): then no -o gives the trainer the server's rule.
+struct RuleFix {
+  std::vector<SparseRuleField> set;  // the keys some differing field needs
+  bool possible = true;
+};
+
+RuleFix rule_fix(const std::vector<SparseRuleField>& theirs, const AccessorConfig& ours,
+                 const std::vector<SparseRuleField>& mine) {
+  RuleFix fix;
+  std::vector<SparseRuleField> wanted;  // every key's value, differing or not
+  for (const SparseRuleField& field : theirs) {
+    const auto own = std::find_if(mine.begin(), mine.end(),
+                                  [&](const SparseRuleField& f) { return f.key == field.key; });
+    if (own == mine.end()) continue;
+    const bool differs = own->value != field.value;
+    const std::string key =
+        ours.rule_from_paddlerec_optimizer ? paddlerec_rule_key(field.key) : field.key;
+    if (key.empty()) {
+      fix.possible = fix.possible && !differs;
+      continue;
+    }
+    auto at = std::find_if(wanted.begin(), wanted.end(),
+                           [&](const SparseRuleField& f) { return f.key == key; });
+    if (at == wanted.end()) at = wanted.insert(wanted.end(), SparseRuleField{key, field.value});
+    fix.possible = fix.possible && at->value == field.value;
+    const bool listed = std::any_of(fix.set.begin(), fix.set.end(),
+                                    [&](const SparseRuleField& f) { return f.key == key; });
+    if (differs && !listed) fix.set.push_back(*at);
+  }
+  return fix;
+}
+
+// OK when the server at `where` steps rows under the same sparse rule as `ours`, field by field;
+// else an error naming every field that differs, both values, and the -o that gives the trainer
+// the server's (rule_fix). A field one side does not know (another build) is not compared.
+Status check_sparse_rule(const std::string& where, const std::vector<SparseRuleField>& theirs,
+                         const AccessorConfig& ours) {
+  const std::vector<SparseRuleField> mine = sparse_rule_fields(ours);
+  std::ostringstream differ;
+  differ.precision(9);  // a float's every digit: two values that differ never print alike
+  for (const SparseRuleField& field : theirs) {
+    const auto own = std::find_if(mine.begin(), mine.end(),
+                                  [&](const SparseRuleField& f) { return f.key == field.key; });
+    if (own == mine.end() || own->value == field.value) continue;
+    differ << (differ.tellp() > 0 ? "; " : "") << field.key << " " << field.value
+           << " (this trainer: " << own->value << ")";
+  }
+  if (differ.tellp() == 0) return Status::OK();
+  const RuleFix fix = rule_fix(theirs, ours, mine);
+  differ << "; start the servers with the trainer's config and -o overrides";
+  if (!fix.possible) {
+    differ << " (this trainer's rows take its PaddleRec hyper_parameters.optimizer, whose keys "
+              "cannot give it the servers' rule)";
+  } else {
+    differ << ", or run the trainer with the servers' values:";
+    for (const SparseRuleField& key : fix.set) differ << " -o " << key.key << "=" << key.value;
+    if (ours.rule_from_paddlerec_optimizer) {
+      differ << " (PaddleRec's optimizer, whose values its rows take: it steps the dense network "
+                "too)";
+    }
+  }
+  return Status::InvalidArgument("server " + where +
+                                 " steps the sparse rows under another rule: " + differ.str());
 }
 
 // Calls chunk(group, positions, m) for every run of at most `chunk_rows` keys of every endpoint
@@ -154,6 +223,7 @@ Status RemoteHostTier::check_servers() {
           storage(static_cast<int32_t>(layout_.storage)) +
           ": start the servers with the trainer's config");
     }
+    GPUBOX_RETURN_IF_ERROR(check_sparse_rule(where, info.rule, options_.config));
     if (info.slot_dims_digest != slot_dims_digest(options_.config)) {
       return Status::InvalidArgument(
           "server " + where +

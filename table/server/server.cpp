@@ -454,6 +454,13 @@ StatusOr<std::unique_ptr<Server>> Server::start(HostTier* table, ServerOptions o
                                    std::to_string(options.max_inflight_bytes) +
                                    " cannot hold even an AUTH frame");
   }
+  if (options.dedup_max_client_bytes > options.dedup_max_bytes) {
+    return Status::InvalidArgument(
+        "dedup_max_client_bytes " + std::to_string(options.dedup_max_client_bytes) +
+        " (gpubox_server --dedup_client_cache_mb) is over the whole retry cache, dedup_max_bytes " +
+        std::to_string(options.dedup_max_bytes) +
+        " (--dedup_cache_mb): one client's share is at most the cache; 0 takes an eighth of it");
+  }
   auto impl = std::make_unique<Impl>(table, std::move(options));
   GPUBOX_RETURN_IF_ERROR(impl->listen());
   impl->run_threads();

@@ -95,8 +95,9 @@ struct ServerOptions {
   // A DENSE add is remembered without its values (a retry reads the range again).
   std::size_t dedup_max_bytes = std::size_t{64} << 20;
   double dedup_max_age_s = 120.0;
-  // What one client's remembered replies may take of dedup_max_bytes (0: an eighth of it):
-  // beyond it, that client's own oldest are forgotten first, never another client's.
+  // What one client's remembered replies may take of dedup_max_bytes (0: an eighth of it; more
+  // than dedup_max_bytes is refused at start): beyond it, that client's own oldest are forgotten
+  // first, never another client's (gpubox_server --dedup_client_cache_mb).
   std::size_t dedup_max_client_bytes = 0;
 
   // Fault injection for tests: called after a request was applied; returning true drops its

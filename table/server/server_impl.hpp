@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -28,6 +29,13 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 class Session;
+
+// Where a request came from: its connection (the session's serial) and that peer's address
+// (without the port).
+struct RequestOrigin {
+  uint64_t connection = 0;
+  std::string_view address;  // the session's peer address, which outlives the request
+};
 
 // A reply on its way: the whole frame, and what to do once it is written.
 struct Reply {
@@ -111,18 +119,18 @@ class Server::Impl {
   // The session registry, for the deadline sweep and evictions (oldest serial first).
   void register_session(const std::shared_ptr<Session>& session);
   void unregister_session(uint64_t serial);
-  // The reply of one decoded request (everything but BARRIER and AUTH) that arrived on
-  // connection `connection` (its session serial), whose header carries the client id that
-  // connection is bound to; retried mutations are answered from the retry cache.
+  // The reply of one decoded request (everything but BARRIER and AUTH) from `origin` (its
+  // session serial and peer address), whose header carries the client id that connection is
+  // bound to; retried mutations are answered from the retry cache.
   Reply handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
-               const ReserveReply& reserve, uint64_t connection);
+               const ReserveReply& reserve, const RequestOrigin& origin);
   // A connection that sent DENSE requests closed: the held writes it carried learn it (a write
   // every connection of which closed is abandoned, PsStore::connection_closed).
   void connection_closed(uint64_t connection) { ps_store_.connection_closed(connection); }
-  // A remembered DENSE write range retried on `connection`: that connection carries its held
+  // A remembered DENSE write range retried on origin.connection: that connection carries its held
   // write from now on (PsStore::carried_by). Other requests: nothing.
   void note_ranged_write_retry(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                               uint64_t connection);
+                               const RequestOrigin& origin);
   // BARRIER: the reply to send now (an error, or OK when this arrival completed the barrier;
   // the other waiters get theirs through Session::release_barrier), or nullopt when `session`
   // now waits on *name.
@@ -167,7 +175,7 @@ class Server::Impl {
 
   // ---- handlers.cpp ----
   Reply apply(const FrameHeader& header, const std::vector<uint8_t>& payload,
-              const ReserveReply& reserve, uint64_t connection);
+              const ReserveReply& reserve, const RequestOrigin& origin);
   Status check_keys(const uint64_t* keys, std::size_t n) const;
   // Under ServerOptions::memory_limit_bytes: OK when the rows the table would create for these
   // keys (those it does not hold) fit under the limit, else ResourceExhausted "server memory
@@ -189,12 +197,12 @@ class Server::Impl {
   Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload);
   // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.
   Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
-              const ReserveReply& reserve, uint64_t connection);
+              const ReserveReply& reserve, const RequestOrigin& origin);
   // A retried DENSE add (applied before): the range read again under the dense lock, not added.
   Reply dense_reread(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                     const ReserveReply& reserve, uint64_t connection);
+                     const ReserveReply& reserve, const RequestOrigin& origin);
   Reply dense_request(const FrameHeader& header, DenseRequest request, const ReserveReply& reserve,
-                      uint64_t connection);
+                      const RequestOrigin& origin);
 
   HostTier* table_;
   PsStore ps_store_;  // the PS modes' row locks and dense tables

@@ -140,10 +140,17 @@ DEFINE_uint64(max_dense_mb, 4096,
 GPUBOX_FLAG_RANGE(max_dense_mb, 1, kMaxMiB);
 DEFINE_double(dense_write_max_idle_s, 120.0,
               "a ranged DENSE write (a dense table over one frame) that received no range for "
-              "this many seconds is dropped, its memory freed (its writer died mid-write)");
+              "this many seconds is dropped, its memory freed (its writer died mid-write); one "
+              "idle for a quarter of it whose connections closed may give its slot to another "
+              "client's at the held-write limits");
 GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);
+DEFINE_uint64(dedup_client_cache_mb, 0,
+              "MiB of the retry cache one client's replies may take (beyond it, that client's "
+              "own oldest are forgotten first, never another client's); at most --dedup_cache_mb; "
+              "0: an eighth of --dedup_cache_mb");
+GPUBOX_FLAG_RANGE(dedup_client_cache_mb, 0, kMaxMiB);
 DEFINE_double(dedup_max_age_s, 120.0, "how long the retry cache remembers a reply, in seconds");
 GPUBOX_FLAG_RANGE(dedup_max_age_s, 1e-3, 1e6);
 
@@ -227,6 +234,7 @@ Status apply_limit_flags(ServerOptions* options) {
   options->max_inflight_bytes = static_cast<std::size_t>(FLAGS_max_inflight_mb) << 20;
   options->dedup_max_bytes = static_cast<std::size_t>(FLAGS_dedup_cache_mb) << 20;
   options->dedup_max_age_s = FLAGS_dedup_max_age_s;
+  options->dedup_max_client_bytes = static_cast<std::size_t>(FLAGS_dedup_client_cache_mb) << 20;
   options->max_dense_bytes = static_cast<std::size_t>(FLAGS_max_dense_mb) << 20;
   options->dense_write_max_idle_s = FLAGS_dense_write_max_idle_s;
   const std::size_t max_connections =

@@ -285,7 +285,8 @@ void Session::on_frame() {
   }
   sent_dense_ = sent_dense_ || header_.op == Op::kDense;
   Reply reply = server_->handle(
-      header_, payload_, [this](std::size_t bytes) { return reserve_reply(bytes); }, serial_);
+      header_, payload_, [this](std::size_t bytes) { return reserve_reply(bytes); },
+      RequestOrigin{serial_, peer_address_});
   free_request();
   if (server_->options().drop_reply && server_->options().drop_reply(header_)) {
     GPUBOX_LOG(INFO) << "gpubox_server: fault injection drops the reply to " << op_name(header_.op)

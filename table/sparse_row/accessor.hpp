@@ -104,6 +104,10 @@ struct AccessorConfig {
   float delete_threshold = 0.8f;
   float delete_after_unseen_days = 30.0f;
   uint64_t seed = 0;  // embed init is a hash of (key, seed): runs are reproducible
+  // Host bookkeeping, not a rule: the rule is a PaddleRec config's hyper_parameters.optimizer
+  // (sparse_config_from), so its rates, beta1, beta2 and epsilon are that optimizer's keys, and
+  // setting a rule's own hyper_parameters.sparse_optimizer key leaves that rule (rule_fields.hpp).
+  bool rule_from_paddlerec_optimizer = false;
 };
 
 // The embedx width of the rows of `slot`.

@@ -24,16 +24,6 @@ using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 const std::vector<float> kFour = {1.0f, 2.0f, 3.0f, 4.0f};
 const std::vector<float> kOtherFour = {5.0f, 6.0f, 7.0f, 8.0f};
 
-// A connection to `server` bound to `client`: authenticated as it on a token server, or bound by
-// a first frame (STATS) carrying it.
-Connection connect_as(const Server& server, bool token, uint64_t client) {
-  Connection conn = raw_connection(server.port());
-  const Status st = token ? raw_authenticate(conn, kTestToken, client)
-                          : raw_call(conn, Op::kStats, {}, 1, client);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  return conn;
-}
-
 ServerOptions options_with(bool token) {
   ServerOptions so;
   if (token) so.auth_token = kTestToken;
@@ -114,26 +104,37 @@ TEST_P(ClientIdentity, OneClientHoldsAtMostItsShareOfHeldWritesAndAnotherStillWr
       raw_dense(writer, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 11, &reply, 2).ok());
   EXPECT_TRUE(dense_committed(reply, 0));
   EXPECT_EQ(read_dense(writer, 2, 12), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
-  // All the server's slots, a share per client, taken by other clients: a new client is refused,
-  // naming both limits, and the hog's share stays its own.
+  // The slots of one address taken by clients of it on open connections (7 more trainers of this
+  // host, 4 writes each: every one fits), and of the server by those of a second address: a new
+  // client of either is refused naming its limit, and the hog's share stays its own.
   std::vector<Connection> fillers;
-  for (uint64_t c = 100; c < 200 && server->counters().dense_held_writes < kMaxHeldDenseWrites;
-       ++c) {
-    fillers.push_back(connect_as(*server, token, c));
-    for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
-      const Status st = raw_dense(fillers.back(), dense_range(DenseAction::kWrite, 8, 0, 4, w),
-                                  &kFour, 10 + w, nullptr, c);
-      if (!st.ok()) break;
+  const auto fill = [&](const char* source, uint64_t first_client, std::size_t until) {
+    for (uint64_t c = first_client; server->counters().dense_held_writes < until; ++c) {
+      fillers.push_back(connect_as(*server, token, c, source));
+      for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
+        const Status st = raw_dense(fillers.back(), dense_range(DenseAction::kWrite, 8, 0, 4, w),
+                                    &kFour, 10 + w, nullptr, c);
+        ASSERT_TRUE(st.ok()) << source << " client " << c << ": " << st.to_string();
+      }
     }
-  }
+  };
+  fill("127.0.0.1", 100, kMaxHeldDenseWritesPerAddress);
+  EXPECT_EQ(fillers.size(), kMaxHeldDenseWritesPerAddress / kMaxStagedDenseWrites - 1);
+  const auto refused = [&](const char* source, const std::string& words) {
+    Connection late = connect_as(*server, token, 999, source);
+    const Status st =
+        raw_dense(late, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 10, nullptr, 999);
+    EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
+    EXPECT_NE(st.message().find(words), std::string::npos) << words << ": " << st.to_string();
+  };
+  refused("127.0.0.1",
+          "from 127.0.0.1: peer 127.0.0.1 already holds 32 ranged writes of its clients (at most "
+          "4 a client, 32 an address, of the server's 64), all on connections still open");
+  fill("127.0.0.2", 200, kMaxHeldDenseWrites);
+  refused("127.0.0.3",
+          "from 127.0.0.3: this server already holds 64 ranged writes of its clients (at most 4 a "
+          "client, 32 an address)");
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWrites);
-  Connection late = connect_as(*server, token, 999);
-  const Status st =
-      raw_dense(late, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 10, nullptr, 999);
-  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
-  EXPECT_NE(st.message().find("64 ranged writes of its clients (at most 4 a client)"),
-            std::string::npos)
-      << st.to_string();
 }
 
 TEST_P(ClientIdentity, AForgedIdCannotEvictAnotherClientsHeldWrite) {

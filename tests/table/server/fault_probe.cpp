@@ -8,7 +8,7 @@
 //           token_required, nonfinite, restart; issue #30's network items (fault_probe_net.cpp):
 //           drip, auth_flood, budget_starve, token_guess, auth_replay, cap_message; and its data
 //           items (fault_probe_data.cpp): save_race, big_part, memory_limit, finite_results;
-//           issue 32's client_ids (fault_probe_net.cpp)
+//           issue 32's client_ids and rotating_ids (fault_probe_net.cpp)
 #include "tests/table/server/fault_probe.hpp"
 
 #include <poll.h>
@@ -394,7 +394,8 @@ int main(int argc, char** argv) {
       {"token_guess", probe::token_guess},
       {"auth_replay", probe::auth_replay},
       {"cap_message", probe::cap_message},
-      {"client_ids", probe::client_ids}};
+      {"client_ids", probe::client_ids},
+      {"rotating_ids", probe::rotating_ids}};
   auto it = probes.find(a.probe);
   std::string line;
   if (it == probes.end() && run_data_probe(a.probe, a.flags, &line)) {

@@ -117,5 +117,6 @@ Verdict auth_replay(const Endpoint& ep, const Args& a);
 Verdict cap_message(const Endpoint& ep, const Args& a);
 // ---- issue 32: a connection speaks for one client id -------------------------------------------
 Verdict client_ids(const Endpoint& ep, const Args& a);
+Verdict rotating_ids(const Endpoint& ep, const Args& a);
 
 }  // namespace gpubox::table::server::probe

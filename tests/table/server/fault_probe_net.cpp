@@ -31,6 +31,23 @@ std::vector<uint8_t> header_bytes(Op op, uint32_t payload_bytes) {
   return out;
 }
 
+// A DENSE write range of table `name` (8 values): the half at `offset` (0 or 4) of write
+// `write_id`.
+std::vector<uint8_t> half_write(const std::string& name, uint32_t offset, uint64_t write_id) {
+  const std::vector<float> four{1.0f, 2.0f, 3.0f, 4.0f};
+  DenseRequest head;
+  head.action = DenseAction::kWrite;
+  head.name = name;
+  head.total = 8;
+  head.offset = offset;
+  head.count = 4;
+  head.write_id = write_id;
+  head.has_values = true;
+  std::vector<uint8_t> payload;
+  encode_dense_range(head, four.data(), &payload);
+  return payload;
+}
+
 bool log_has(const std::string& path, const std::string& what) {
   std::ifstream in(path);
   std::stringstream text;
@@ -244,19 +261,8 @@ Verdict client_ids(const Endpoint& ep, const Args& a) {
     if (!st.ok()) return st;
     return c;
   };
-  const std::vector<float> four{1.0f, 2.0f, 3.0f, 4.0f};
-  const auto write_range = [&](uint32_t offset, uint64_t write_id) {
-    DenseRequest head;
-    head.action = DenseAction::kWrite;
-    head.name = "probe_client_ids";
-    head.total = 8;
-    head.offset = offset;
-    head.count = 4;
-    head.write_id = write_id;
-    head.has_values = true;
-    std::vector<uint8_t> payload;
-    encode_dense_range(head, four.data(), &payload);
-    return payload;
+  const auto write_range = [](uint32_t offset, uint64_t write_id) {
+    return half_write("probe_client_ids", offset, write_id);
   };
   constexpr uint64_t kVictim = 3201, kHostile = 3202;
   auto victim = connect_as(kVictim);
@@ -296,6 +302,67 @@ Verdict client_ids(const Endpoint& ep, const Args& a) {
   return held("refused: \"" + m.substr(from, m.find(" (", from) - from) + "\", closed; " +
               std::to_string(kWrites) +
               " writes in the hostile client's own name left the victim's held write whole");
+}
+
+// 32: a local client taking a new client id on every connection is still one peer address: on
+// open connections it holds at most its address's share of the ranged writes (refused naming the
+// peer and the limit, logged), so a trainer of another host writes; once it closes them, its
+// abandoned writes give way to a trainer of its own host.
+Verdict rotating_ids(const Endpoint& ep, const Args& a) {
+  const auto bound = [&](const char* source, uint64_t client) -> StatusOr<Connection> {
+    Connection c(testing::loopback_socket_from(source, ep.port));
+    if (!c.is_open()) return Status::Unavailable(std::string("connect from ") + source);
+    GPUBOX_RETURN_IF_ERROR(call(c, Op::kStats, {}, 1, client));  // binds the id
+    return c;
+  };
+  const auto honest_commits = [&](const char* source, uint64_t client) {
+    auto c = bound(source, client);
+    std::vector<uint8_t> reply;
+    if (!c.ok() || !call(*c, Op::kDense, half_write("probe_rotating", 0, 1), 2, client).ok() ||
+        !call(*c, Op::kDense, half_write("probe_rotating", 4, 1), 3, client, &reply).ok()) {
+      return false;
+    }
+    auto head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
+    return head.ok() && head->committed;
+  };
+  std::vector<Connection> hostile;
+  Status refused;
+  for (uint64_t client = 5000; client < 5000 + kMaxHeldDenseWrites && refused.ok(); ++client) {
+    auto c = bound("127.0.0.1", client);
+    if (!c.ok()) return failed("cannot connect: " + c.status().to_string());
+    hostile.push_back(std::move(*c));
+    for (uint64_t w = 1; w <= kMaxStagedDenseWrites && refused.ok(); ++w) {
+      refused = call(hostile.back(), Op::kDense, half_write("probe_rotating", 0, w), 1 + w, client);
+    }
+  }
+  const std::string m = refused.message();
+  const auto at = m.find("peer 127.0.0.1 already holds");
+  if (refused.code() != Status::Code::kResourceExhausted || at == std::string::npos) {
+    return failed("a client rotating ids on open connections: " + refused.to_string());
+  }
+  if (!log_has(a.get("log"), "peer 127.0.0.1 already holds")) {
+    return failed("the refusal is not logged");
+  }
+  if (!honest_commits("127.0.0.2", 6001)) return failed("a trainer of another host was refused");
+  hostile.clear();  // the rotating client leaves its writes abandoned
+  // They are taken once the server saw the connections close and no range came for a quarter of
+  // its --dense_write_max_idle_s (a writer whose connection closed may reconnect within it); the
+  // sweep would drop them all only after the whole, which the log check below tells apart.
+  const double grace = std::stod(a.get("dense_write_max_idle_s", "120")) / 4;
+  const auto give_up = in_seconds(grace + 3);
+  uint64_t honest = 6002;
+  while (!honest_commits("127.0.0.1", honest++)) {
+    if (Clock::now() > give_up) {
+      return failed("a trainer of the rotating client's host was refused " +
+                    std::to_string(grace + 3) + " s after it left");
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  if (!log_has(a.get("log"), "dropped the abandoned ranged DENSE write")) {
+    return failed("the dropped abandoned write is not logged");
+  }
+  return held("refused: \"" + m.substr(at, m.find(" (", at) - at) +
+              "\"; another host's trainer wrote, and its own host's once it left");
 }
 
 }  // namespace gpubox::table::server::probe

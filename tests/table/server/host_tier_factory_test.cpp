@@ -153,5 +153,81 @@ TEST(MakeHostTier, RemoteClientGetsTheEndpointsTokenAndTimeouts) {
   (*server)->wait();
 }
 
+// A PaddleRec model folder's config that names no sparse rule: its rows take its Adam
+// (sparse_config_from: its learning_rate for both parts, its beta1, beta2 and epsilon).
+constexpr const char* kPaddleRecAdam = R"(workspace: "models/rank/xdeepfm"
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1000001
+  sparse_feature_dim: 9
+  dense_input_dim: 13
+  fc_sizes: [512, 256, 128, 32]
+  layer_sizes_dnn: [512, 256, 128]
+  layer_sizes_cin: [128, 32]
+)";
+
+AccessorConfig paddlerec_rows(const std::vector<std::string>& overrides) {
+  auto doc = config::ConfigDocument::parse(kPaddleRecAdam, "/base", overrides, "p.yaml");
+  EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+  auto rows = sparse_config_from(*doc);
+  EXPECT_TRUE(rows.ok()) << rows.status().to_string();
+  return rows.ok() ? *rows : AccessorConfig{};
+}
+
+// The message of make_host_tier's refusal of a trainer whose rows are `trainer` by a server whose
+// rows are `served` ("" when it connects).
+std::string refusal(const AccessorConfig& served, const AccessorConfig& trainer) {
+  auto table = SparseTable::open(served, HostTableConfig{});
+  EXPECT_TRUE(table.ok());
+  server::ServerOptions server_options;
+  server_options.port = 0;
+  auto server = server::Server::start(table->get(), server_options);
+  EXPECT_TRUE(server.ok()) << server.status().to_string();
+  HostTierConfig config = from_overrides({"runner.server_timeout_s=2"});
+  config.remote.endpoints = (*server)->endpoint();
+  std::string what;
+  if (auto tier = make_host_tier(trainer, config); !tier.ok()) what = tier.status().message();
+  (*server)->stop();
+  (*server)->wait();
+  return what;
+}
+
+// A trainer of a PaddleRec config at another optimizer learning rate than its servers' is refused
+// naming the key that gives it the servers' rule: hyper_parameters.optimizer.learning_rate. Not
+// hyper_parameters.sparse_optimizer.learning_rate: setting that leaves PaddleRec's rule (the rows
+// become adagrad's) and the next connect is refused on the class. With the key it names, it
+// connects; servers whose rule no key of PaddleRec's gives (an embedx_threshold of their own)
+// are named, and the trainer told only to start them with its config.
+TEST(MakeHostTier, APaddleRecTrainerAtAnotherLearningRateIsToldItsOptimizersKey) {
+  const AccessorConfig served = paddlerec_rows({"hyper_parameters.optimizer.learning_rate=0.002"});
+  ASSERT_TRUE(served.rule_from_paddlerec_optimizer);
+  ASSERT_EQ(served.optimizer.kind, SparseOptimizerKind::kAdam);
+  const std::string refused = refusal(served, paddlerec_rows({}));
+  for (const std::string words :
+       {"hyper_parameters.sparse_optimizer.learning_rate 0.00200000009 (this trainer: "
+        "0.00100000005); hyper_parameters.sparse_optimizer.mf_learning_rate 0.00200000009",
+        "run the trainer with the servers' values: -o "
+        "hyper_parameters.optimizer.learning_rate=0.00200000009 (PaddleRec's optimizer"}) {
+    EXPECT_NE(refused.find(words), std::string::npos) << words << "\n" << refused;
+  }
+  EXPECT_EQ(refused.find("-o hyper_parameters.sparse_optimizer"), std::string::npos) << refused;
+  EXPECT_EQ(refusal(served, paddlerec_rows({"hyper_parameters.optimizer.learning_rate="
+                                            "0.00200000009"})),
+            "");
+  AccessorConfig own_threshold = served;
+  own_threshold.embedx_threshold = 5.0f;
+  const std::string no_key =
+      refusal(own_threshold, paddlerec_rows({"hyper_parameters.optimizer.learning_rate=0.002"}));
+  EXPECT_NE(no_key.find("hyper_parameters.sparse_optimizer.embedx_threshold 5 (this trainer: 0)"),
+            std::string::npos)
+      << no_key;
+  EXPECT_NE(no_key.find("start the servers with the trainer's config"), std::string::npos)
+      << no_key;
+  EXPECT_EQ(no_key.find(" -o hyper_parameters"), std::string::npos) << no_key;
+}
+
 }  // namespace
 }  // namespace gpubox::table

@@ -3,6 +3,8 @@
 // socket. No test framework here: gpubox_fault_probe is a plain tool.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -19,6 +21,30 @@
 #include <string>
 
 namespace gpubox::table::server::testing {
+
+// A blocking TCP socket connected to 127.0.0.1:`port` from the loopback address `source` (any of
+// 127.0.0.0/8 reaches it): the server sees another peer address, as from another host. -1 (errno
+// set) when it fails.
+inline int loopback_socket_from(const char* source, uint16_t port) {
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  if (::inet_pton(AF_INET, source, &from.sin_addr) != 1 ||
+      ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr) != 1) {
+    errno = EINVAL;
+    return -1;
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
 
 // Resident set size of process `pid` (0: this process) in bytes.
 inline std::size_t resident_bytes(pid_t pid = 0) {

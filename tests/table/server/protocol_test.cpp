@@ -147,6 +147,28 @@ TEST(Protocol, InfoReplyRoundTripAndUnknownStorage) {
   EXPECT_EQ(back->storage, info.storage);
   EXPECT_EQ(back->stride, 30u);
   EXPECT_EQ(back->generation, 5u);
+  EXPECT_TRUE(back->rule.empty());
+  // The sparse rule travels field by field, keys and values exact.
+  AccessorConfig rule_config;
+  rule_config.optimizer.learning_rate = 0.0123f;
+  info.rule = sparse_rule_fields(rule_config);
+  p.clear();
+  encode_info_reply(info, &p);
+  back = decode_info_reply(p.data(), p.size());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->rule.size(), info.rule.size());
+  for (std::size_t i = 0; i < info.rule.size(); ++i) {
+    EXPECT_TRUE(back->rule[i].key == info.rule[i].key && back->rule[i].value == info.rule[i].value);
+  }
+  // More fields than any build sends: refused before they are read.
+  info.rule.resize(kMaxInfoRuleFields + 1, SparseRuleField{"k", 1.0});
+  p.clear();
+  encode_info_reply(info, &p);
+  back = decode_info_reply(p.data(), p.size());
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("65 sparse rule fields"), std::string::npos)
+      << back.status().to_string();
+  info.rule.clear();
   info.storage = 3;  // no such storage
   p.clear();
   encode_info_reply(info, &p);

@@ -276,6 +276,23 @@ TEST_F(ServerBinary, SigintStopsCleanlyAndFlagsAreChecked) {
   ServerProcess bad;
   EXPECT_FALSE(bad.start(args({"--shard_id", "2", "--shard_num", "2"}), dir_ / "bad.log"));
   EXPECT_EQ(bad.wait(5), 1);
+  // One client's share of the retry cache over the whole cache: refused naming both flags; at
+  // the whole cache it starts.
+  ServerProcess greedy;
+  EXPECT_FALSE(greedy.start(args({"--dedup_cache_mb", "4", "--dedup_client_cache_mb", "5"}),
+                            dir_ / "greedy.log"));
+  EXPECT_EQ(greedy.wait(5), 1);
+  const std::string text = log_text("greedy.log");
+  for (const char* words :
+       {"dedup_max_client_bytes 5242880 (gpubox_server --dedup_client_cache_mb)",
+        "dedup_max_bytes 4194304 (--dedup_cache_mb)"}) {
+    EXPECT_NE(text.find(words), std::string::npos) << words << ": " << text;
+  }
+  ServerProcess whole;
+  ASSERT_TRUE(whole.start(args({"--dedup_cache_mb", "4", "--dedup_client_cache_mb", "4"}),
+                          dir_ / "whole.log"));
+  whole.signal(SIGINT);
+  EXPECT_EQ(whole.wait(5), 0);
 }
 
 TEST_F(ServerBinary, MemoryLimitSizesTheDiskTiersBudgetOrCapsRowCreation) {

@@ -285,38 +285,6 @@ TEST(Server, ChunksFitTheServersFrameLimitOnPooledConnections) {
   EXPECT_GT(counters.requests, 20u);
 }
 
-TEST(Server, LayoutMismatchIsRefusedAtConnect) {
-  FakeHostTier table(test_config());
-  auto server = start_server(&table);
-  ASSERT_TRUE(server);
-  auto options = client_options(server->endpoint());
-  options.config.mf_dim = 8;
-  auto client = RemoteHostTier::connect(options);
-  ASSERT_FALSE(client.ok());
-  EXPECT_NE(client.status().message().find("mf_dim 4"), std::string::npos)
-      << client.status().to_string();
-}
-
-// fp16 and bf16 rows have the same stride: INFO's storage tells them apart, and the error names
-// both.
-TEST(Server, SparseStorageMismatchIsRefusedAtConnect) {
-  AccessorConfig fp16 = test_config();
-  fp16.storage = SparseStorage::kFp16;
-  FakeHostTier table(fp16);
-  auto server = start_server(&table);
-  ASSERT_TRUE(server);
-  auto options = client_options(server->endpoint());
-  options.config.storage = SparseStorage::kBf16;
-  auto client = RemoteHostTier::connect(options);
-  ASSERT_FALSE(client.ok());
-  EXPECT_NE(client.status().message().find("sparse_storage fp16"), std::string::npos)
-      << client.status().to_string();
-  EXPECT_NE(client.status().message().find("sparse_storage bf16"), std::string::npos)
-      << client.status().to_string();
-  options.config.storage = SparseStorage::kFp16;
-  EXPECT_TRUE(RemoteHostTier::connect(options).ok());
-}
-
 TEST(Server, GarbageOversizedAndTruncatedFramesCloseOnlyThatConnection) {
   FakeHostTier table(test_config());
   ServerOptions so;

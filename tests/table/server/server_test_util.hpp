@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -83,6 +85,14 @@ inline Status raw_call(Connection& conn, Op op, const std::vector<uint8_t>& payl
   return Status::OK();
 }
 
+// A raw connection to the server on 127.0.0.1:`port` from the loopback address `source`
+// (loopback_socket_from: the server sees another peer address).
+inline Connection raw_connection_from(const char* source, uint16_t port) {
+  const int fd = loopback_socket_from(source, port);
+  EXPECT_GE(fd, 0) << "from " << source << ": " << std::strerror(errno);
+  return Connection(fd);
+}
+
 // A token long enough for a server (kMinTokenChars).
 inline constexpr char kTestToken[] = "0123456789abcdef0123456789abcdef";
 
@@ -97,6 +107,17 @@ inline Status raw_authenticate(Connection& conn, const std::string& token, uint6
   if (nonce) *nonce = *n;
   if (proof) *proof = p;
   return raw_call(conn, Op::kAuthProof, std::vector<uint8_t>(p.begin(), p.end()), 2, client_id);
+}
+
+// A connection to `server` from loopback address `source` bound to `client`: authenticated as it
+// on a token server, or bound by a first frame (STATS) carrying it.
+inline Connection connect_as(const Server& server, bool token, uint64_t client,
+                             const char* source = "127.0.0.1") {
+  Connection conn = raw_connection_from(source, server.port());
+  const Status st = token ? raw_authenticate(conn, kTestToken, client)
+                          : raw_call(conn, Op::kStats, {}, 1, client);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return conn;
 }
 
 // ---- DENSE ranges by hand (ps_protocol.hpp) ---------------------------------------------------
