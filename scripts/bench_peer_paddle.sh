@@ -18,6 +18,13 @@
 #   --epochs E          epochs/passes of both runs (default 2); only the last one is timed, the
 #                       earlier ones are warm-up
 #   --batch B           instances per step per worker (default 512 = config_gpubox.yaml)
+#   --gpubox-batch G    single mode: GPUBox's instances per step per card (default B). Paddle's
+#                       T Hogwild workers step once per worker batch, T x (lines / (T x B)) =
+#                       lines / B steps an epoch; GPUBox's T cards step once per global batch of
+#                       T x G: lines / (T x G). G = B / T gives both the same steps and the same
+#                       instances per step, the comparison of quality per epoch at equal steps
+#                       (with G = B, GPUBox takes T times fewer steps, and with a small learning
+#                       rate its early epochs learn less: dcn's Adam at 1e-4)
 #   --bin DIR           GPUBox binaries (default build/bin; made by scripts/build.sh cpu)
 #   --venv DIR          Python virtual environment for Paddle (default output/peer-venv); created
 #                       and filled from PyPI when it has no working paddle of that version
@@ -60,7 +67,7 @@ source "$repo/scripts/lib/procs.sh"  # (procs_listened_port)
 die() { echo "bench_peer_paddle: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-lines=200000 test_lines="" files=4 seed=1 threads=2 epochs=2 batch=512
+lines=200000 test_lines="" files=4 seed=1 threads=2 epochs=2 batch=512 gpubox_batch=""
 bin="$repo/build/bin" venv="$repo/output/peer-venv" paddle_version=2.6.2
 data="" keep_data=0 out="$repo/output/peer" precisions=fp32 mode=single workers=2 geo_step=100
 model=dnn paddlerec=""
@@ -80,6 +87,7 @@ while [ $# -gt 0 ]; do
     --threads) need "$@"; posint "$1" "$2"; threads="$2"; shift 2 ;;
     --epochs) need "$@"; posint "$1" "$2"; epochs="$2"; shift 2 ;;
     --batch) need "$@"; posint "$1" "$2"; batch="$2"; shift 2 ;;
+    --gpubox-batch) need "$@"; posint "$1" "$2"; gpubox_batch="$2"; shift 2 ;;
     --bin) need "$@"; bin="$2"; shift 2 ;;
     --venv) need "$@"; venv="$2"; shift 2 ;;
     --paddle-version) need "$@"; paddle_version="$2"; shift 2 ;;
@@ -97,6 +105,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$test_lines" ] || test_lines=$((lines / 10))
+[ -n "$gpubox_batch" ] || gpubox_batch="$batch"
+[ "$mode" = single ] || [ "$gpubox_batch" = "$batch" ] ||
+  die "--gpubox-batch: with --mode single only (--mode ps runs --batch in both)"
 [[ "$precisions" =~ ^(fp32|bf16)(,(fp32|bf16))*$ ]] ||
   die "--precision '$precisions': expected fp32, bf16 or a comma-separated list of them"
 case "$mode" in single | ps) ;; *) die "--mode '$mode': expected single or ps" ;; esac
@@ -275,7 +286,7 @@ for prec in "${prec_list[@]}"; do
   echo "bench_peer_paddle: GPUBox $prec, FLAGS_selected_gpus=$cards --threads_per_card 1 (log: $out/gpubox_$prec.log)"
   gb_args=(--config "${zoo_config:-$repo/configs/config_gpubox.yaml}" --threads_per_card 1
     -o "runner.train_data_dir=$data/train" -o "runner.epochs=$epochs"
-    -o "runner.train_batch_size=$batch" -o "runner.metrics_path=$out/gpubox_${prec}_metrics.jsonl"
+    -o "runner.train_batch_size=$gpubox_batch" -o "runner.metrics_path=$out/gpubox_${prec}_metrics.jsonl"
     -o runner.save_mode=none -o runner.shuffle=False -o "runner.thread_num=$threads"
     -o "hyper_parameters.dense_precision=$prec")
   [ -n "$test_dir" ] && gb_args+=(-o "runner.test_data_dir=$test_dir")
@@ -325,7 +336,7 @@ model_meta="model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc
 diff_meta="differences that remain: GPUBox clips weights to [-10,10] and keeps show/click per row, Paddle does neither; Paddle's table is preallocated (every row initialised like a GPUBox row: embed_w 0, embedx U(+-1e-4)), GPUBox creates rows on first sight; synchronous data parallel (GPUBox) vs Hogwild (Paddle), see threads; AUC: Paddle's auc op with 2^20-1 thresholds, GPUBox 2^20 buckets; no shuffle in either"
 if [ -n "$zoo_config" ]; then
   model_meta="model: PaddleRec's models/rank/$model/config.yaml in both systems, unchanged but for the data's shapes (26 slots x 1 key, 13 dense, sparse_feature_number = Paddle's table rows) and the batch: its network, widths, dense optimizer and learning rate; Paddle runs PaddleRec's own network code (its static_model.py, or its dygraph_model.py's layer, loss and optimizer as a static program), GPUBox the network it builds for that folder; Paddle table keys folded: $folded"
-  diff_meta="differences that remain: the embedding rows: both step them with the config's Adam (GPUBox: its sparse adam at the config's learning rate, which a PaddleRec folder's config without a sparse rule means; with SGD or Adagrad, dlrm and flen, GPUBox's sparse_optimizer defaults: Paddle's PS adagrad, embedx from score 10), but Paddle's lazy Adam corrects its moments' bias by one power per table advanced every step and GPUBox's per row from the row's first step, and the rows start at GPUBox's initial ranges (embed_w 0, embedx U(+-1e-4)) rather than the network's initialiser; GPUBox creates rows on first sight; synchronous data parallel (GPUBox: one step per global batch of threads x batch) vs Hogwild (Paddle: one step per worker batch, so twice GPUBox's steps with 2 threads), see threads; no shuffle in either"
+  diff_meta="differences that remain: the embedding rows: both step them with the config's Adam (GPUBox: its sparse adam at the config's learning rate, which a PaddleRec folder's config without a sparse rule means; with SGD or Adagrad, dlrm and flen, GPUBox's sparse_optimizer defaults: Paddle's PS adagrad, embedx from score 10), but Paddle's lazy Adam corrects its moments' bias by one power per table advanced every step and GPUBox's per row from the row's first step, and the rows start at GPUBox's initial ranges (embed_w 0, embedx U(+-1e-4)) rather than the network's initialiser; GPUBox creates rows on first sight; synchronous data parallel (GPUBox: one step per global batch of threads x its batch) vs Hogwild (Paddle: one step per worker batch; threads times GPUBox's steps unless --gpubox-batch is --batch / threads), see threads; no shuffle in either"
 fi
 for prec in "${prec_list[@]}"; do
   python3 "$repo/scripts/peer/report.py" --gpubox_metrics "$out/gpubox_${prec}_metrics.jsonl" \
@@ -333,11 +344,12 @@ for prec in "${prec_list[@]}"; do
     --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
     --timed_epoch "$epochs" --out "$out/report_$prec.md" --json "$out/report_$prec.json" \
     --precision "$prec" --load "${load_gpubox[$prec]%% *} / ${load_paddle%% *}" \
-    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --precision $precisions${zoo_config:+ --model $model}" \
+    --gpubox_batch "$gpubox_batch" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}" \
     --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
     --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \
-    --meta "threads: $threads per system (GPUBox: $threads simulated cards x 1 host thread, synchronous data parallel, dense grads all-reduced, global batch $((threads * batch)); Paddle: $threads Hogwild workers of train_from_dataset, 1 math thread each, lock-free updates of one shared scope, batch $batch each)" \
+    --meta "threads: $threads per system (GPUBox: $threads simulated cards x 1 host thread, synchronous data parallel, dense grads all-reduced, global batch $((threads * gpubox_batch)), about $((lines / (threads * gpubox_batch))) steps an epoch; Paddle: $threads Hogwild workers of train_from_dataset, 1 math thread each, lock-free updates of one shared scope, batch $batch each, about $((lines / batch)) steps an epoch)" \
     --meta "$model_meta" \
     --meta "$diff_meta"
 done

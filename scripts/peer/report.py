@@ -3,7 +3,7 @@
 
   python3 report.py --gpubox_metrics M.jsonl --paddle_json P.json --oracle D/train/oracle.json
                     [--test_oracle D/test/oracle.json] --timed_epoch E --meta TEXT ... --out report.md
-                    [--json report.json --precision P --load TEXT]
+                    [--json report.json --precision P --load TEXT] [--gpubox_batch G]
 
 --json also writes the table's figures as JSON (scripts/bench_table.py ingest reads it).
 
@@ -34,6 +34,8 @@ def main():
     ap.add_argument("--json", default="", help="also write the figures here, as JSON")
     ap.add_argument("--precision", default="fp32", help="GPUBox's dense_precision (for --json)")
     ap.add_argument("--load", default="", help="load averages of the runs (for --json)")
+    ap.add_argument("--gpubox_batch", type=int, default=0,
+                    help="GPUBox's batch per card (default: Paddle's batch per thread)")
     a = ap.parse_args()
 
     with open(a.gpubox_metrics) as f:
@@ -78,7 +80,7 @@ def main():
                  "held-out AUC (after epoch %d) |" % (e, e))
     lines.append("|---|---|---:|---:|---:|---:|---:|")
     lines.append("| GPUBox | %d simulated card(s) x 1 thread, batch %d per card | %d | %.3f | %.0f | "
-                 "%s | %s |" % (g["cards"], pd["batch"], g["examples"], g_secs, g_ips,
+                 "%s | %s |" % (g["cards"], a.gpubox_batch or pd["batch"], g["examples"], g_secs, g_ips,
                                 fmt_auc(g["auc"]), fmt_auc(g_test[e - 1] if len(g_test) >= e else "")))
     lines.append("| PaddlePaddle %s | train_from_dataset, %d thread(s), batch %d per thread | %d | "
                  "%.3f | %.0f | %s | %s |" % (pd["paddle_version"], pd["threads"], pd["batch"],

@@ -184,7 +184,7 @@ class Ingest(unittest.TestCase):
         self.assertEqual(f["scale-1e8"]["date"], "2026-12-02")
         self.assertEqual(bt.ratio_text(f["scale-1e8"]), "70%")
 
-    def peer_json(self):
+    def peer_json(self, *extra):
         """scripts/peer/report.py run on two epochs of hand-made metrics: its --json."""
         gb = [{"pass": p, "cards": 2, "examples": 1000, "begin_pass_seconds": 0.1,
                "train_seconds": 0.8, "end_pass_seconds": 0.1, "auc": 0.8} for p in (0, 1)]
@@ -199,9 +199,18 @@ class Ingest(unittest.TestCase):
                         "--gpubox_metrics", m, "--gpubox_test_auc", "0.78,0.781", "--paddle_json", p,
                         "--oracle", o, "--timed_epoch", "2", "--out", os.path.join(self.d.name, "r.md"),
                         "--meta", "command: scripts/bench_peer_paddle.sh --epochs 2", "--json", out,
-                        "--precision", "fp32", "--load", "1.0 / 2.0"],
+                        "--precision", "fp32", "--load", "1.0 / 2.0", *extra],
                        check=True, stdout=subprocess.DEVNULL)
         return out
+
+    def test_peer_report_names_gpuboxs_batch(self):
+        """GPUBox's batch per card is Paddle's per thread unless --gpubox_batch says otherwise
+        (bench_peer_paddle.sh --gpubox-batch: the comparison at equal steps)."""
+        for extra, batch in (((), 512), (("--gpubox_batch", "256"), 256)):
+            self.peer_json(*extra)
+            with open(os.path.join(self.d.name, "r.md")) as f:
+                row = next(line for line in f if line.startswith("| GPUBox |"))
+            self.assertIn("batch %d per card" % batch, row)
 
     def ps_json(self):
         """scripts/peer/report_ps.py run on hand-made job folders: its --json."""

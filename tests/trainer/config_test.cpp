@@ -397,6 +397,14 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFefm).find("quantised"),
             std::string::npos);
   EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
+  // dcn's shared cross weights and dlrm's batch norm and class-blind Adam (their net.py and
+  // static_model.py) are said too.
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcn).find("share one weight vector"),
+            std::string::npos);
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("no batch norm"),
+            std::string::npos);
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("whatever optimizer.class"),
+            std::string::npos);
   // deepfm's FM over the slots alone and its embeddings one narrower than PaddleRec's.
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFm).find("slots' embeddings only"),
             std::string::npos);

@@ -22,6 +22,25 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "weights start at normals of Xavier's variance (PaddleRec's Xavier uniform), the "
              "logit's bias and the dense features' first-order weights at 0 (PaddleRec's output "
              "bias at N(0, 1), its feature_bias rows at N(0, 0.001^2))";
+    case config::ModelKind::kDcn:
+      return "its cross layers share one weight vector and one bias (PaddleRec's net reuses "
+             "layer_w and layer_b in every layer; GPUBox's has one pair per layer, as the DCN "
+             "paper); its cross L2 is the batch's sum of squares of x_l * w with coefficient 1 "
+             "(l2_reg_cross read unused; GPUBox: cross_l2 * |w|^2 per instance); its cross "
+             "weights and bias start at a normal truncated at 2 std of std 0.1 / "
+             "sqrt(sparse_feature_dim) (GPUBox: weights N(0, 1/width), bias 0), its output "
+             "layer's at N(0, 1/(fc_sizes' last + slots + dense)) (GPUBox: N(0, 1/fan_in) per "
+             "part)";
+    case config::ModelKind::kDlrm:
+      return "no batch norm (PaddleRec's after the ReLU of every layer of both MLPs, its 2 output "
+             "logits included: softmax over ReLU'd and normalised logits; GPUBox: one linear "
+             "logit); PaddleRec's net steps every parameter with Adam (lazy_mode) at "
+             "optimizer.learning_rate whatever optimizer.class says (static_model.py, "
+             "dygraph_model.py), GPUBox with optimizer.class (SGD in PaddleRec's "
+             "dlrm/config.yaml, whose Adam at 0.1 stalls GPUBox's network, without batch norm: "
+             "held-out AUC 0.5); its weights start at normals truncated at "
+             "2 std (GPUBox: untruncated, the same std), its embedding rows at a truncated "
+             "N(0, 1)";
     case config::ModelKind::kFlen:
       return "no batch norm and no dropout (PaddleRec's after its fc layers); its weights start "
              "at normals of Xavier's variance (PaddleRec's Xavier uniform); the embeddings step "
