@@ -71,10 +71,13 @@ GPUBOX_HD inline bool wide_key_less(const WideKey& a, const WideKey& b, int high
 
 #if !defined(GPUBOX_BACKEND_CUDA)
 // The cpu twin sorts at least this many pairs on the card's OpenMP threads (fewer: in the calling
-// thread), the old merge sort's limit. Two barriers a digit pass: on an oversubscribed machine
-// (more runnable threads than cores) each can cost a time slice, and the parallel sort loses to
-// the serial one there.
-inline constexpr std::size_t kParallelSortLimit = std::size_t{1} << 16;
+// thread). Two barriers a digit pass (12 in all): when the card's threads share the cores with
+// other cards' and the read-ahead thread (the default: threads_per_card fills the cores), a
+// blocked barrier sleeps a time slice, and 106,496 pairs took 71 ms on 2 threads against 6.3 ms
+// serial. At ~60 ns a pair that cost is only repaid near a million pairs, so the limit is there,
+// far above a step's keys at the shipped batch (13,312 pairs at 512 x 26); no win below it has
+// been measured on any machine.
+inline constexpr std::size_t kParallelSortLimit = std::size_t{1} << 20;
 #endif
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -104,9 +107,12 @@ class PairSorter {
 #if !defined(GPUBOX_BACKEND_CUDA)
     // The cpu twin's digit counts: one row per thread of the card's (omp_get_max_threads on
     // the card's thread); a later run on more threads uses this many.
-    count_rows_ = std::max(count_rows_, omp_get_max_threads());
+    const int rows = std::max(count_rows_, omp_get_max_threads());
+    temp_.resize_discard(temp_bytes(n, rows));
+    count_rows_ = rows;  // after the resize: a failed one leaves the tables it sized
+#else
+    temp_.resize_discard(temp_bytes(n, 32));  // any high_bits up to 32
 #endif
-    temp_.resize_discard(temp_bytes(n, 32));
     reserved_ = n;
   }
 
@@ -171,9 +177,10 @@ class PairSorter {
     uint32_t* counts;
     int count_rows;
   };
-  std::size_t temp_bytes(std::size_t n, int /*high_bits*/) const {
+  // Two entry arrays of n, and the two count tables of `count_rows` rows.
+  static std::size_t temp_bytes(std::size_t n, int count_rows) {
     return 2 * n * sizeof(Entry) +
-           2 * static_cast<std::size_t>(count_rows_) * kBuckets * sizeof(uint32_t);
+           2 * static_cast<std::size_t>(count_rows) * kBuckets * sizeof(uint32_t);
   }
 
   // Digits of kDigitBits over the sort's bits [0, 64 + high_bits): the low word first, then the

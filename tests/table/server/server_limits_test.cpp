@@ -14,6 +14,7 @@
 #include <map>
 #include <thread>
 
+#include "table/server/memory_limit.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
@@ -133,6 +134,23 @@ TEST(ServerLimits, SaveOfDataDirItselfSaysSo) {
 
 // PULLs of ever new keys stop at the limit with a clear error; rows already held are still
 // served; pushes and PS_PUSHes of new keys are refused as well.
+// Which limit is in force, and whether it is the default: gpubox_server makes a given limit the
+// disk tier's budget, never the default (half the machine: a byte budget reserves the table's
+// whole planned index when it opens).
+TEST(ServerLimits, OnlyTheLimitNobodyGaveIsTheDefault) {
+  const MemoryLimit flag = choose_memory_limit(true, 512, 1 << 20);
+  EXPECT_EQ(flag.bytes, uint64_t{512} << 20);
+  EXPECT_EQ(flag.source, "--memory_mb");
+  EXPECT_FALSE(flag.is_default);
+  const MemoryLimit config = choose_memory_limit(false, 0, 3 << 20);
+  EXPECT_EQ(config.bytes, uint64_t{3} << 20);
+  EXPECT_EQ(config.source, "runner.host_memory_mb");
+  EXPECT_FALSE(config.is_default);
+  const MemoryLimit none_given = choose_memory_limit(false, 0, 0);
+  EXPECT_EQ(none_given.bytes, default_memory_limit_bytes());
+  EXPECT_TRUE(none_given.is_default) << none_given.source;
+}
+
 TEST(ServerLimits, RowCreationStopsAtTheMemoryLimit) {
   auto table = sparse_table();
   ServerOptions so;
