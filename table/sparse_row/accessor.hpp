@@ -442,9 +442,25 @@ GPUBOX_HD inline float pull_record_field(const float* row, const RowLayout& reco
   }
 }
 
+// pull_record_field(row, record, f) for f in [begin, end) into out[0, end - begin), the row's
+// embedx state and own layout read once rather than per field.
+GPUBOX_HD inline void pull_record_fields(const float* row, const RowLayout& record, int32_t begin,
+                                         int32_t end, float* out) {
+  int32_t f = begin;
+  for (; f < end && f < 3; ++f) out[f - begin] = pull_record_field(row, record, f);
+  if (f >= end) return;
+  int32_t stop = f;  // the end of the embedx values the row holds
+  if (row[record.mf_size()] > 0.0f) {
+    const RowLayout layout = record.of_row(row);
+    stop = end < 3 + layout.mf_dim ? end : 3 + layout.mf_dim;
+    for (; f < stop; ++f) out[f - begin] = read_embedx_w(row, layout, f - 3);
+  }
+  for (; f < end; ++f) out[f - begin] = 0.0f;
+}
+
 // Fills the whole pull record.
 GPUBOX_HD inline void fill_pull_record(const float* row, const RowLayout& layout, float* out) {
-  for (int32_t f = 0; f < layout.pull_dim(); ++f) out[f] = pull_record_field(row, layout, f);
+  pull_record_fields(row, layout, 0, layout.pull_dim(), out);
 }
 
 }  // namespace gpubox::table

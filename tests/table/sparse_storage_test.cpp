@@ -177,6 +177,54 @@ TEST(SparseStorage, PullRecordReadsTheStoredValues) {
   }
 }
 
+// The record-at-a-time pull (pull_record_fields, what the cpu's pull fills a record with) against
+// the per-field form, bit for bit, over every range of fields: each storage and rule, rows as wide
+// as the record and narrower ones in a mixed-width record (slot_dims), with and without embedx,
+// and no embedx at all (mf_dim 0).
+TEST(SparseStorage, PullRecordFieldsMatchThePerFieldForm) {
+  for (const SparseStorage storage :
+       {SparseStorage::kFp32, SparseStorage::kFp16, SparseStorage::kBf16}) {
+    for (SparseOptimizerKind kind : kKinds) {
+      for (const int32_t mf_dim : {0, 5}) {
+        AccessorConfig cfg = testing::test_optimizer(kind, mf_dim, storage);
+        if (mf_dim > 0) {  // slot 2's rows hold 2 values in records of 5
+          cfg.slot_dims.count = 1;
+          cfg.slot_dims.slot[0] = 2;
+          cfg.slot_dims.dim[0] = 2;
+        }
+        const RowLayout record = record_layout(cfg);
+        for (const int32_t slot : {1, 2}) {
+          for (const bool created : {false, true}) {
+            SCOPED_TRACE("storage " + std::to_string(static_cast<int>(storage)) + " kind " +
+                         std::to_string(static_cast<int>(kind)) + " mf_dim " +
+                         std::to_string(mf_dim) + " slot " + std::to_string(slot) +
+                         (created ? " created" : ""));
+            std::vector<float> row(record.stride() + 4, 0.0f);
+            init_row(row.data(), record, cfg, 42, slot);
+            row[RowLayout::kShow] = 50.0f;
+            row[RowLayout::kClick] = 10.0f;
+            if (created) maybe_create_embedx(row.data(), record, cfg, 42);
+            const int32_t dim = record.pull_dim();
+            std::vector<float> want(dim);
+            for (int32_t f = 0; f < dim; ++f) want[f] = pull_record_field(row.data(), record, f);
+            for (int32_t begin = 0; begin <= dim; ++begin) {
+              for (int32_t end = begin; end <= dim; ++end) {
+                std::vector<float> got(dim + 1, -7.0f);
+                pull_record_fields(row.data(), record, begin, end, got.data());
+                for (int32_t f = begin; f < end; ++f) {
+                  ASSERT_EQ(bits_of(got[f - begin]), bits_of(want[f]))
+                      << "field " << f << " of [" << begin << ", " << end << ")";
+                }
+                ASSERT_EQ(got[end - begin], -7.0f) << "wrote past [" << begin << ", " << end << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -6,13 +6,16 @@
 // empty batch writes zero gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 
 #include "heterps/device/card.hpp"
 #include "tests/trainer/test_util.hpp"
+#include "trainer/nn/detail/cross_functors.cuh"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
@@ -29,17 +32,18 @@ struct CrossCase {
   int rank;
   int experts;
   bool parallel;
+  int batch = 4;
 };
 
 std::string case_name(const CrossCase& c) {
   return std::string(c.kind == CrossKind::kVector ? "vector" : "mixture") + " rank " +
          std::to_string(c.rank) + " experts " + std::to_string(c.experts) +
-         (c.parallel ? " parallel" : " stacked");
+         (c.parallel ? " parallel" : " stacked") + " batch " + std::to_string(c.batch);
 }
 
 class CrossNetTest : public ::testing::TestWithParam<CrossCase> {
  protected:
-  static constexpr int kBatch = 4, kDim = 6, kPooled = 5, kLayers = 2;
+  static constexpr int kDim = 6, kPooled = 5, kLayers = 2;
   static constexpr int64_t kLd = 8;
 
   CrossNetTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)), blas_(card_) {
@@ -49,6 +53,7 @@ class CrossNetTest : public ::testing::TestWithParam<CrossCase> {
   device::device_buffer<T> up(const std::vector<T>& host) {
     return to_device(host, card_.memory(), card_.stream());
   }
+  static int batch() { return GetParam().batch; }
   CrossSpec spec() const {
     const CrossCase c = GetParam();
     return CrossSpec{kDim, kLd, kLayers, c.kind, c.rank, c.experts, c.parallel};
@@ -69,7 +74,7 @@ class CrossNetTest : public ::testing::TestWithParam<CrossCase> {
     const std::vector<float> b(w.begin() + block(params, name + ".b").offset,
                                w.begin() + block(params, name + ".b").offset + kDim);
     std::vector<double> next = x;
-    for (int i = 0; i < kBatch; ++i) {
+    for (int i = 0; i < batch(); ++i) {
       const double* xi = x.data() + i * kLd;
       const std::vector<double> pre = GetParam().kind == CrossKind::kVector
                                           ? std::vector<double>(kDim, vector_dot(params, w, xi, l))
@@ -147,13 +152,13 @@ TEST_P(CrossNetTest, MatchesFloat64AndNumericalGradients) {
       std::copy(bias.begin(), bias.end(), w.begin() + b.offset);
     }
   }
-  std::vector<float> x0 = random_vector(static_cast<std::size_t>(kBatch) * kLd, rng);
-  for (int i = 0; i < kBatch; ++i) {  // the rows' padding is never read
+  std::vector<float> x0 = random_vector(static_cast<std::size_t>(batch()) * kLd, rng);
+  for (int i = 0; i < batch(); ++i) {  // the rows' padding is never read
     for (int64_t j = kDim; j < kLd; ++j) x0[i * kLd + j] = std::numeric_limits<float>::quiet_NaN();
   }
-  const std::vector<float> big_r = random_vector(static_cast<std::size_t>(kBatch) * kLd, rng);
-  const std::vector<float> r = random_vector(kBatch, rng);
-  auto logits = card_.make_buffer<float>(kBatch);
+  const std::vector<float> big_r = random_vector(static_cast<std::size_t>(batch()) * kLd, rng);
+  const std::vector<float> r = random_vector(batch(), rng);
+  auto logits = card_.make_buffer<float>(batch());
 
   std::vector<double> x(x0.begin(), x0.end());
   for (int l = 0; l < kLayers; ++l) x = reference_layer(params, w, x0, x, l);
@@ -162,40 +167,40 @@ TEST_P(CrossNetTest, MatchesFloat64AndNumericalGradients) {
   auto forward = [&]() -> double {
     params.set_values(w);
     auto dx0 = up(x0);
-    net.forward(blas_, params, dx0.data(), kBatch);
+    net.forward(blas_, params, dx0.data(), batch());
     if (c.parallel) {
       device::memset_bytes_async(logits.data(), 0, logits.bytes(), card_.stream());
-      net.add_logits(blas_, params, kBatch, logits.data());
+      net.add_logits(blas_, params, batch(), logits.data());
       return weighted_sum(to_host(logits), r);
     }
-    const std::vector<float> out = to_host(net.output(), kBatch * kLd, card_.stream());
+    const std::vector<float> out = to_host(net.output(), batch() * kLd, card_.stream());
     double sum = 0;
-    for (int i = 0; i < kBatch; ++i) {
+    for (int i = 0; i < batch(); ++i) {
       for (int j = 0; j < kDim; ++j) sum += double{big_r[i * kLd + j]} * out[i * kLd + j];
     }
     return sum;
   };
   forward();
-  const std::vector<float> got = to_host(net.output(), kBatch * kLd, card_.stream());
-  for (int i = 0; i < kBatch; ++i) {
+  const std::vector<float> got = to_host(net.output(), batch() * kLd, card_.stream());
+  for (int i = 0; i < batch(); ++i) {
     for (int j = 0; j < kDim; ++j) {
       EXPECT_NEAR(got[i * kLd + j], x[i * kLd + j], 1e-4 * (1 + std::fabs(x[i * kLd + j])))
           << "x_L " << i << "," << j;
     }
   }
 
-  auto d_pooled = card_.make_buffer<float>(kBatch * kPooled);
+  auto d_pooled = card_.make_buffer<float>(batch() * kPooled);
   {
     auto dx0 = up(x0);
     if (c.parallel) {
       auto dr = up(r);
-      net.backward_from_logits(blas_, params, dr.data(), scale, kBatch);
+      net.backward_from_logits(blas_, params, dr.data(), scale, batch());
     } else {
       std::vector<float> scaled(big_r);
       for (float& v : scaled) v *= scale;
       device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card_.stream());
     }
-    net.backward(blas_, params, dx0.data(), kBatch, 1.0f / scale, d_pooled.data(), kPooled, false);
+    net.backward(blas_, params, dx0.data(), batch(), 1.0f / scale, d_pooled.data(), kPooled, false);
   }
   const std::vector<float> grads = params.grads_to_host();
   const std::vector<float> dp = to_host(d_pooled);
@@ -209,7 +214,7 @@ TEST_P(CrossNetTest, MatchesFloat64AndNumericalGradients) {
     }
   }
   EXPECT_GT(checked, static_cast<std::size_t>(kLayers * kDim));
-  for (int i = 0; i < kBatch; ++i) {
+  for (int i = 0; i < batch(); ++i) {
     for (int j = 0; j < kPooled; ++j) {
       const double numeric = central_difference(x0, i * kLd + j, 5e-3f, forward);
       expect_gradient_near(dp[i * kPooled + j], numeric, 2e-3, 5e-3,
@@ -258,12 +263,107 @@ INSTANTIATE_TEST_SUITE_P(Kinds, CrossNetTest,
                                            CrossCase{CrossKind::kVector, 0, 0, false},
                                            CrossCase{CrossKind::kMixture, 2, 3, false},
                                            CrossCase{CrossKind::kMixture, 3, 2, true},
-                                           CrossCase{CrossKind::kMixture, 2, 1, false}),
+                                           CrossCase{CrossKind::kMixture, 2, 1, false},
+                                           CrossCase{CrossKind::kVector, 0, 0, true, 1},
+                                           CrossCase{CrossKind::kVector, 0, 0, false, 401},
+                                           CrossCase{CrossKind::kMixture, 2, 2, false, 1}),
                          [](const ::testing::TestParamInfo<CrossCase>& info) {
                            std::string name = case_name(info.param);
                            for (char& ch : name) ch = ch == ' ' ? '_' : ch;
                            return name;
                          });
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The cpu's run_range forms of the entrywise functors (detail/cross_functors.cuh) against their
+// per-entry calls, bit for bit, with the items cut into ranges that start and end mid-row (as
+// parallel_for's threads split them) and the rows strided wider than they are used.
+class CrossFunctorRangesTest : public ::testing::Test {
+ protected:
+  static constexpr int kRows = 37, kCols = 13;
+  static constexpr int64_t kStride = 16;
+
+  // Runs make(outputs) over [0, n) once per item and once through run_range in pieces, each from
+  // `start`; the outputs must be equal bit for bit.
+  template <class Make>
+  static void expect_bit_equal(std::size_t n, const std::vector<std::vector<float>>& start,
+                               Make make, const std::string& what) {
+    std::vector<std::vector<float>> per_item = start, ranged = start;
+    const auto one = make(per_item);
+    for (std::size_t i = 0; i < n; ++i) one(i);
+    const auto range = make(ranged);
+    std::vector<std::size_t> cuts = {0, 1, 7, n / 2 + 3, n - 1, n};
+    for (std::size_t& cut : cuts) cut = std::min(cut, n);
+    std::sort(cuts.begin(), cuts.end());
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) range.run_range(cuts[k], cuts[k + 1]);
+    for (std::size_t o = 0; o < start.size(); ++o) {
+      EXPECT_EQ(std::memcmp(per_item[o].data(), ranged[o].data(), start[o].size() * sizeof(float)),
+                0)
+          << what << ": output " << o;
+    }
+  }
+  std::vector<float> matrix() { return random_vector(kRows * kStride, rng_); }
+
+  std::mt19937_64 rng_{77};
+};
+
+TEST_F(CrossFunctorRangesTest, RunRangeIsBitEqualToPerEntryCalls) {
+  using namespace detail;  // NOLINT(google-build-using-namespace): the functors under test
+  const std::vector<float> x0 = matrix(), in = matrix(), g = matrix(), pre = matrix();
+  const std::vector<float> s = random_vector(kRows, rng_), bias = random_vector(kCols, rng_);
+  const std::size_t n = entries(kRows, kCols);
+  expect_bit_equal(
+      n, {matrix(), pre},
+      [&](std::vector<std::vector<float>>& o) {
+        return CrossCombine{x0.data(),   in.data(), bias.data(), o[1].data(),
+                            o[0].data(), kStride,   kCols};
+      },
+      "CrossCombine");
+  expect_bit_equal(
+      n, {matrix()},
+      [&](std::vector<std::vector<float>>& o) {
+        return VectorCombine{x0.data(),   in.data(), s.data(), bias.data(),
+                             o[0].data(), kStride,   kCols};
+      },
+      "VectorCombine");
+  for (const bool first : {true, false}) {
+    expect_bit_equal(
+        n, {matrix(), matrix()},
+        [&](std::vector<std::vector<float>>& o) {
+          return CrossBackwardProduct{g.data(),    x0.data(), pre.data(), o[0].data(),
+                                      o[1].data(), kStride,   kCols,      first};
+        },
+        "CrossBackwardProduct");
+    expect_bit_equal(
+        n, {matrix()},
+        [&](std::vector<std::vector<float>>& o) {
+          return VectorX0Grad{g.data(), s.data(), o[0].data(), kStride, kCols, first};
+        },
+        "VectorX0Grad");
+  }
+  const int pooled = kCols - 2;
+  for (const bool accumulate : {true, false}) {
+    expect_bit_equal(
+        entries(kRows, pooled), {random_vector(kRows * pooled, rng_)},
+        [&](std::vector<std::vector<float>>& o) {
+          return PooledGrad{g.data(), pre.data(), o[0].data(), kStride, pooled, 0.37f, accumulate};
+        },
+        "PooledGrad");
+  }
+  // Column sums over more columns than the cpu form's block of 64, and over none of the rows.
+  for (const int64_t rows : {int64_t{0}, int64_t{1}, int64_t{kRows}}) {
+    const int64_t wide = 150;
+    const std::vector<float> m = random_vector(kRows * wide, rng_);
+    for (const bool accumulate : {true, false}) {
+      expect_bit_equal(
+          wide, {random_vector(wide, rng_)},
+          [&](std::vector<std::vector<float>>& o) {
+            return ColumnSum{m.data(), o[0].data(), rows, wide, accumulate};
+          },
+          "ColumnSum rows " + std::to_string(rows));
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace gpubox::trainer

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/field_model_check.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/dense_model.hpp"
 
@@ -281,8 +283,9 @@ TEST_F(DenseModelTest, CrossL2AddsItsGradientTermOnTheCrossWeightsOnly) {
 
 // dcn_v2's shapes: the cross blocks (full: D x D, low rank: D x r and r x D, a bias each; parallel:
 // the logit layer's cross half), its flops on top of the MLP's (stacked: the first layer's input
-// gradient over every column, the cross network takes it), and bf16 asked for runs fp32.
-TEST_F(DenseModelTest, DcnV2ShapesAndItsFp32Fallback) {
+// gradient over every column, the cross network takes it), and bf16 asked for runs bf16 where the
+// card has bf16 GEMMs (the MLP; the cross network stays fp32).
+TEST_F(DenseModelTest, DcnV2ShapesAndPrecision) {
   DenseModelConfig cfg;
   cfg.kind = ModelKind::kDcnV2;
   cfg.slots = 4;
@@ -297,7 +300,9 @@ TEST_F(DenseModelTest, DcnV2ShapesAndItsFp32Fallback) {
       cfg.cross_rank = rank;
       cfg.dcn_structure = structure;
       DenseModel model(card_, cfg);
-      EXPECT_EQ(model.precision(), DensePrecision::kFp32);
+      EXPECT_EQ(model.precision(), Blas(card_).bf16() == Bf16Support::kNone
+                                       ? DensePrecision::kFp32
+                                       : DensePrecision::kBf16);
       const bool parallel = structure == DcnStructure::kParallel;
       std::size_t count = 0;
       for (const ParamBlock& b : model.parameters().blocks()) count += b.count;
@@ -308,6 +313,47 @@ TEST_F(DenseModelTest, DcnV2ShapesAndItsFp32Fallback) {
           2 * 3.0 * (rank == 0 ? d * d : 2.0 * d * rank) + (parallel ? 2.0 * d : 0);
       EXPECT_DOUBLE_EQ(model.flops_per_example(), 2 * (mlp_macs + cross_macs));
     }
+  }
+}
+
+// dcn and dcn_v2 (full and low rank, DCN-Mix; stacked and parallel) in bf16
+// (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs): the cross network in fp32 over fp32
+// rows, the MLP over their bf16 copy (stacked: the cross output's), within bf16's rounding of the
+// fp32 model from the same weights, over n instances and over one; an empty batch gives zero
+// gradients.
+TEST_F(DenseModelTest, CrossNetworksInBf16StayNearFp32) {
+  struct Case {
+    ModelKind kind;
+    int rank, experts;
+    DcnStructure structure;
+  };
+  for (const Case& c : {Case{ModelKind::kDcn, 0, 0, DcnStructure::kParallel},
+                        Case{ModelKind::kDcnV2, 0, 0, DcnStructure::kStacked},
+                        Case{ModelKind::kDcnV2, 2, 0, DcnStructure::kParallel},
+                        Case{ModelKind::kDcnV2, 2, 2, DcnStructure::kStacked}}) {
+    DenseModelConfig cfg;
+    cfg.kind = c.kind;
+    cfg.slots = 3;
+    cfg.mf_dim = 4;
+    cfg.dense_dim = 3;
+    cfg.fc_sizes = {16, 8};
+    cfg.cross_layers = 2;
+    cfg.cross_rank = c.rank;
+    cfg.cross_experts = c.experts;
+    cfg.dcn_structure = c.structure;
+    SCOPED_TRACE(std::string(name_of(kModelKindNames, c.kind)) + " rank " + std::to_string(c.rank) +
+                 " experts " + std::to_string(c.experts));
+    for (const int64_t batch : {int64_t{64}, int64_t{1}}) {
+      testing::expect_bf16_near_fp32(card_, cfg, 23, 0.05, 0.05, batch);
+    }
+    cfg.precision = DensePrecision::kBf16;
+    setenv("GPUBOX_BF16_EMULATION", "1", 1);
+    DenseModel model(card_, cfg);
+    unsetenv("GPUBOX_BF16_EMULATION");
+    std::mt19937_64 rng(5);
+    auto e = upload(make_batch(0, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng));
+    EXPECT_EQ(model.forward_backward(e.view(cfg.slots, 0), GradScales{}, nullptr), 0.0);
+    for (float g : model.parameters().grads_to_host()) ASSERT_EQ(g, 0.0f);
   }
 }
 

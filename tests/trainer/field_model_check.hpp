@@ -246,10 +246,11 @@ inline uint64_t step_launches(device::Card& card, DenseModel& model, int64_t bat
 }
 
 // bf16 against fp32 from the same weights (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs):
-// `cfg` built twice, one forward_backward of a seeded 64-instance batch each; predictions within
-// 2e-2, and every dense and pushed gradient as a whole within their relative L2 bounds.
+// `cfg` built twice, one forward_backward of a seeded `batch`-instance batch (> 0) each;
+// predictions within 2e-2, and every dense and pushed gradient as a whole within their relative
+// L2 bounds.
 inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint64_t seed,
-                                  double grads_bound, double push_bound) {
+                                  double grads_bound, double push_bound, int64_t batch = 64) {
   DenseModel fp32(card, cfg);
   cfg.precision = DensePrecision::kBf16;
   setenv("GPUBOX_BF16_EMULATION", "1", 1);
@@ -258,7 +259,7 @@ inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint
   ASSERT_EQ(bf16.precision(), DensePrecision::kBf16);
   bf16.parameters().set_values(fp32.parameters().values_to_host());
   std::mt19937_64 rng(seed);
-  const HostBatch h = make_field_batch(64, cfg, rng);
+  const HostBatch h = make_field_batch(batch, cfg, rng);
   const CardBatch on_card(card, h, cfg.slots);
   const DenseBatchView& view = on_card.view;
   struct Out {
@@ -266,7 +267,7 @@ inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint
   };
   const auto run = [&](DenseModel& model) {
     auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
-    model.forward_backward(view, GradScales{1.0f / 64, 1.0f}, push.data());
+    model.forward_backward(view, GradScales{1.0f / static_cast<float>(batch), 1.0f}, push.data());
     return Out{device::to_host(model.predictions(), h.batch, card.stream()),
                model.parameters().grads_to_host(), device::to_host(push)};
   };

@@ -16,25 +16,7 @@ using detail::ColumnSum;
 using detail::CrossBackwardProduct;
 using detail::CrossCombine;
 using detail::entries;
-using detail::Entry;
-
-// d_pooled[i, j] (+)= unscale * (g[i, j] + dx0[i, j]) for the pooled columns j < cols.
-struct PooledGrad {
-  const float* g;
-  const float* dx0;
-  float* d_pooled;
-  int64_t ld;
-  int cols;
-  float unscale;
-  bool accumulate;
-  GPUBOX_HD void operator()(std::size_t flat) const {
-    const Entry e = detail::entry(flat, cols);
-    const int64_t at = e.i * ld + e.j;
-    const float d = unscale * (g[at] + dx0[at]);
-    float* out = d_pooled + e.i * cols + e.j;
-    *out = accumulate ? *out + d : d;
-  }
-};
+using detail::PooledGrad;
 
 // Columns of the per-layer low buffers (layers.hpp: low_).
 int64_t low_cols(CrossKind kind, int rank, int experts) {

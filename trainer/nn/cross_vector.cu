@@ -13,23 +13,8 @@
 namespace gpubox::trainer {
 namespace {
 using detail::entries;
-using detail::Entry;
-
-// out[i, j] = x0[i, j] * s[i] + b[j] + in[i, j].
-struct VectorCombine {
-  const float* x0;
-  const float* in;
-  const float* s;
-  const float* bias;
-  float* out;
-  int64_t ld;
-  int dim;
-  GPUBOX_HD void operator()(std::size_t flat) const {
-    const Entry e = detail::entry(flat, dim);
-    const int64_t at = e.i * ld + e.j;
-    out[at] = x0[at] * s[e.i] + bias[e.j] + in[at];
-  }
-};
+using detail::VectorCombine;
+using detail::VectorX0Grad;
 
 // t[i] = g[i] . x0[i] (one thread per row, columns in order: deterministic).
 struct RowDot {
@@ -43,22 +28,6 @@ struct RowDot {
     float sum = 0.0f;
     for (int j = 0; j < dim; ++j) sum += g[row + j] * x0[row + j];
     t[i] = sum;
-  }
-};
-
-// dx0[i, j] (+)= g[i, j] * s[i].
-struct VectorX0Grad {
-  const float* g;
-  const float* s;
-  float* dx0;
-  int64_t ld;
-  int dim;
-  bool first;  // the top layer: dx0 starts here
-  GPUBOX_HD void operator()(std::size_t flat) const {
-    const Entry e = detail::entry(flat, dim);
-    const int64_t at = e.i * ld + e.j;
-    const float share = g[at] * s[e.i];
-    dx0[at] = first ? share : dx0[at] + share;
   }
 };
 }  // namespace

@@ -77,8 +77,11 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // dlrm, xdeepfm, deepfefm, autoint, fat_deepffm: a field part builds the MLP's input
   // (field_part.hpp).
   const FieldPartKind* field = find_field_part(config.kind);
-  choose_precision(field ? field->fp32_only : dcn ? "cross network" : nullptr, has_mlp);
+  choose_precision(field ? field->fp32_only : nullptr, has_mlp);
   activation_type_ = element_type(precision_);
+  // The cross network computes in fp32 (CrossNet) over fp32 rows; in bf16 the MLP beside or after
+  // it reads a bf16 copy of its input (mlp_reads_bf16_copy).
+  x0_type_ = dcn ? ElementType::kF32 : activation_type_;
   // With a field part the pool writes the slots alone; the part reads the dense features.
   const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
@@ -108,6 +111,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
   for (auto* buffer : {&x0_, &dz_a_, &dz_b_}) *buffer = card.make_buffer<char>(0);
+  mlp_input_bf16_ = card.make_buffer<Bf16>(0);
   for (auto& buffer : hidden_) buffer = card.make_buffer<char>(0);
   for (auto* buffer : {&logits_, &preds_, &dlogits_, &d_pooled_, &ones_}) {
     *buffer = card.make_buffer<float>(0);
@@ -121,9 +125,9 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
 // is no MLP, or where the card has no bf16 GEMMs; card 0 says why.
 void DenseModel::choose_precision(const char* fp32_only, bool has_mlp) {
   if (precision_ == DensePrecision::kBf16 && fp32_only) {
-    // The cross network's (the CIN's, the FEFM's, the attention's) GEMMs and elementwise products
-    // are fp32 (CrossNet, XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads either its
-    // output (stacked) or the same input rows: one precision for both.
+    // The CIN's (the FEFM's, the attention's) GEMMs and elementwise products are fp32
+    // (XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads the part's rows: one precision
+    // for both. (The cross networks are fp32 too, but their MLP reads a bf16 copy.)
     precision_ = DensePrecision::kFp32;
     if (card_->local_index() == 0) {
       GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
@@ -192,7 +196,8 @@ void DenseModel::reserve(int64_t batch) {
   GPUBOX_EXPECTS(batch >= 0, "negative batch ", batch);
   const auto n = static_cast<std::size_t>(batch);
   const std::size_t act = element_bytes(activation_type_);
-  x0_.resize_discard(n * x0_ld_ * act);
+  x0_.resize_discard(n * x0_ld_ * element_bytes(x0_type_));
+  if (mlp_reads_bf16_copy()) mlp_input_bf16_.resize_discard(n * x0_ld_);
   std::size_t widest_dz = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const LinearGemmSpec& spec = layers_[l].spec();
@@ -235,7 +240,8 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << (cross_->rank() > 0 ? " rank " + std::to_string(cross_->rank()) : std::string())
         << (cross_->experts() > 0 ? " experts " + std::to_string(cross_->experts()) : std::string())
         << (cross_->parallel() ? ", parallel" : ", stacked")
-        << ": sgemm + elementwise (fp32, batch " << batch << ")";
+        << ": sgemm + elementwise (fp32, batch " << batch << ")"
+        << (mlp_reads_bf16_copy() ? "; the MLP reads its input rounded to bf16" : "");
   }
   if (field_) out << field_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
@@ -256,6 +262,12 @@ void DenseModel::forward(const DenseBatchView& batch) {
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
   if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
+  if (mlp_reads_bf16_copy()) {
+    // The rows the MLP reads in fp32 (parallel: x0; stacked: the cross output, same stride),
+    // rounded once.
+    to_bf16_async(stream, cross_->parallel() ? x0_floats() : cross_->output(),
+                  static_cast<std::size_t>(n) * x0_ld_, mlp_input_bf16_.data());
+  }
   if (field_) field_->forward(field_step(batch));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);

@@ -23,7 +23,9 @@
 // fp32. No loss scaling: bf16 has fp32's exponent range, so the small gradients that fp16
 // training must scale up to keep from flushing to zero are representable as they are (what
 // bf16 loses is mantissa, which no scale factor restores). bf16 runs where the card's GEMM
-// library has it in hardware (Blas::bf16); elsewhere the model says so and runs fp32.
+// library has it in hardware (Blas::bf16); elsewhere the model says so and runs fp32. dcn and
+// dcn_v2: the cross network stays fp32 over fp32 rows, and the MLP reads their (stacked: its
+// output's) bf16 copy; the CIN, FEFM and attention parts run the whole net in fp32.
 //
 // One step on a card (simplest form, with comm = the card's communicator):
 //   loss = model.forward_backward(batch, scales, push);   // grads into parameters().grads()
@@ -46,6 +48,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
@@ -151,15 +154,18 @@ class DenseModel {
   FieldStep field_step(const DenseBatchView& batch);
   // step_status()'s verdict and value over the first n gradient floats. Enqueued.
   void mark_non_finite_async(std::size_t n);
-  // The first layer's input rows (the wide model's pooled slots).
-  InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, activation_type_}; }
-  // The first layer's input rows as floats (dcn, dcn_v2 run in fp32: the cross network's x0).
+  // The pooled rows (and dense features): the first layer's input but for dcn in bf16.
+  InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, x0_type_}; }
+  // The pooled rows as floats (dcn, dcn_v2: the cross network's x0, fp32 in every precision).
   const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
+  // dcn and dcn_v2 in bf16: the MLP's first layer reads a bf16 copy of its fp32 input.
+  bool mlp_reads_bf16_copy() const { return cross_ && activation_type_ == ElementType::kBf16; }
   // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output;
-  // a field part's rows: dlrm's R, xdeepfm's fields' embeddings ...), or the previous layer's
-  // output.
+  // their bf16 copy for dcn in bf16; a field part's rows: dlrm's R, xdeepfm's fields'
+  // embeddings ...), or the previous layer's output.
   const void* layer_input(std::size_t l) const {
     if (l > 0) return hidden_[l - 1].data();
+    if (mlp_reads_bf16_copy()) return mlp_input_bf16_.data();
     if (cross_ && !cross_->parallel()) return cross_->output();
     if (field_) return field_->dnn_input();
     return x0_.data();
@@ -173,7 +179,8 @@ class DenseModel {
   DenseModelConfig config_;
   Blas blas_;
   DensePrecision precision_;
-  ElementType activation_type_;  // of x0, the hidden outputs and dZ
+  ElementType activation_type_;  // of the MLP's input, its hidden outputs and dZ
+  ElementType x0_type_;          // of x0: activation_type_, fp32 where a cross network reads it
   DenseParameters params_;
   SlotSumPool pool_;
   std::vector<Linear> layers_;
@@ -188,10 +195,11 @@ class DenseModel {
   int64_t x0_ld_ = 0;               // row stride of the first layer's input (elements)
   int64_t reported_batch_ = -1;     // the batch whose kernel report was logged (-1: none yet)
 
-  // Activations in activation_type_ (raw bytes): x0 = the first layer's input rows (pool and
-  // dense features), one output per linear layer (the last is the fp32 logit column), and the
-  // MLP's gradients dZ ping-ponging between layers.
+  // Activations (raw bytes): x0 = the pooled rows and dense features (x0_type_), one output per
+  // linear layer (the last is the fp32 logit column), and the MLP's gradients dZ ping-ponging
+  // between layers (activation_type_).
   device::device_buffer<char> x0_;
+  device::device_buffer<Bf16> mlp_input_bf16_;  // [B x x0_ld_]: mlp_reads_bf16_copy() only
   std::vector<device::device_buffer<char>> hidden_;
   device::device_buffer<char> dz_a_;
   device::device_buffer<char> dz_b_;

@@ -1,5 +1,6 @@
 // deepfm's pairwise interaction term (FmPart, layers.hpp). Portable: one parallel_for thread per
 // instance, reading the pooled embeddings from the first layer's input rows (fp32 or bf16).
+#include <algorithm>
 #include <type_traits>
 
 #include "common/error.hpp"
@@ -17,6 +18,27 @@ struct FmShape {
   int embedx_column;
   int mf_dim;
 };
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+// cpu: the embedx columns a run_range pass holds at once (sums and squares on the stack).
+constexpr int kFmColumnBlock = 16;
+
+// sum[c] = sum_s v_s(k0 + c) and, with squares, squares[c] = sum_s v_s(k0 + c)^2 for
+// c < count, slots in order as the per-instance loops add them (bit-equal), walked slot by slot
+// so that the inner loop over contiguous columns vectorizes.
+template <class T>
+void fm_column_sums(const T* row, const FmShape& shape, int k0, int count, float* sum,
+                    float* squares) {
+  std::fill(sum, sum + count, 0.0f);
+  if (squares != nullptr) std::fill(squares, squares + count, 0.0f);
+  for (int s = 0; s < shape.slots; ++s) {
+    const T* __restrict v = row + s * shape.width + k0;
+    for (int c = 0; c < count; ++c) sum[c] += to_float(v[c]);
+    if (squares == nullptr) continue;
+    for (int c = 0; c < count; ++c) squares[c] += to_float(v[c]) * to_float(v[c]);
+  }
+}
+#endif
 
 // logits[i] += 1/2 sum_k [(sum_s v_sk)^2 - sum_s v_sk^2] = sum_{s<t} <v_s, v_t>.
 template <class T>
@@ -39,6 +61,21 @@ struct FmForward {
     }
     logits[i] += 0.5f * pairs;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for (std::size_t i = begin; i < end; ++i) {
+      const T* row = rows + static_cast<int64_t>(i) * ld + shape.embedx_column;
+      float pairs = 0.0f;
+      for (int k0 = 0; k0 < shape.mf_dim; k0 += kFmColumnBlock) {
+        const int count = std::min(kFmColumnBlock, shape.mf_dim - k0);
+        float sum[kFmColumnBlock], squares[kFmColumnBlock];
+        fm_column_sums(row, shape, k0, count, sum, squares);
+        for (int c = 0; c < count; ++c) pairs += sum[c] * sum[c] - squares[c];
+      }
+      logits[i] += 0.5f * pairs;
+    }
+  }
+#endif
 };
 
 // d fm_i / d v_sk = sum_t v_tk - v_sk; times dlogits[i], added to the pooled gradient.
@@ -62,6 +99,25 @@ struct FmBackward {
       }
     }
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for (std::size_t i = begin; i < end; ++i) {
+      const T* row = rows + static_cast<int64_t>(i) * ld + shape.embedx_column;
+      float* d_row = d_pooled + static_cast<int64_t>(i) * d_ld + shape.embedx_column;
+      const float g = dlogits[i];
+      for (int k0 = 0; k0 < shape.mf_dim; k0 += kFmColumnBlock) {
+        const int count = std::min(kFmColumnBlock, shape.mf_dim - k0);
+        float sum[kFmColumnBlock];
+        fm_column_sums(row, shape, k0, count, sum, nullptr);
+        for (int s = 0; s < shape.slots; ++s) {
+          const T* __restrict v = row + s * shape.width + k0;
+          float* __restrict d = d_row + s * shape.width + k0;
+          for (int c = 0; c < count; ++c) d[c] += g * (sum[c] - to_float(v[c]));
+        }
+      }
+    }
+  }
+#endif
 };
 
 // Calls launch(rows) with the input rows typed as they are stored.

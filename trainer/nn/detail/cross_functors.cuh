@@ -1,8 +1,10 @@
-// The elementwise work the cross networks' layers share (CrossNet, layers.hpp): functors over the
-// entries, rows or columns of [B x dim] row-major matrices, for parallel_for. Included by
-// cross_net.cu, cross_vector.cu and cross_mix.cu only.
+// The elementwise work of the cross networks' layers (CrossNet, layers.hpp): functors over the
+// entries, rows or columns of [B x dim] row-major matrices, for parallel_for, each entrywise one
+// with the cpu's run_range form (bit-equal to its per-entry calls; cross_net_test.cu checks it).
+// Included by cross_net.cu, cross_vector.cu, cross_mix.cu and their test only.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -25,6 +27,23 @@ inline std::size_t entries(int64_t batch, int dim) {
   return static_cast<std::size_t>(batch) * static_cast<std::size_t>(dim);
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// cpu: calls row(i, j_begin, j_end) for each row's part of the flat entries [begin, end) of a
+// [B x dim] matrix, rows in order, so that an entrywise functor's run_range (parallel_for.cuh)
+// divides once per row rather than per entry and its inner loop over j vectorizes.
+template <class Row>
+void for_row_segments(std::size_t begin, std::size_t end, int dim, Row row) {
+  const auto d = static_cast<std::size_t>(dim);
+  for (std::size_t flat = begin; flat < end;) {
+    const std::size_t i = flat / d;
+    const std::size_t j = flat - i * d;
+    const std::size_t stop = std::min(end, (i + 1) * d);
+    row(static_cast<int64_t>(i), static_cast<int64_t>(j), static_cast<int64_t>(j + (stop - flat)));
+    flat = stop;
+  }
+}
+#endif
+
 // pre[i, j] += b[j]; out[i, j] = x0[i, j] * pre[i, j] + in[i, j] (a dcn_v2 layer, plain or
 // mixture, after its GEMMs).
 struct CrossCombine {
@@ -42,6 +61,22 @@ struct CrossCombine {
     pre[at] = p;
     out[at] = x0[at] * p + in[at];
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for_row_segments(begin, end, dim, [this](int64_t i, int64_t j0, int64_t j1) {
+      const float* __restrict x0_row = x0 + i * ld;
+      const float* __restrict in_row = in + i * ld;
+      const float* __restrict b = bias;
+      float* __restrict pre_row = pre + i * ld;
+      float* __restrict out_row = out + i * ld;
+      for (int64_t j = j0; j < j1; ++j) {
+        const float p = pre_row[j] + b[j];
+        pre_row[j] = p;
+        out_row[j] = x0_row[j] * p + in_row[j];
+      }
+    });
+  }
+#endif
 };
 
 // From g = dL/dx_{l+1}: dpre = g * x0; dx0 (+)= g * pre (the product's share of dL/dx0).
@@ -61,6 +96,114 @@ struct CrossBackwardProduct {
     const float share = g[at] * pre[at];
     dx0[at] = first ? share : dx0[at] + share;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for_row_segments(begin, end, dim, [this](int64_t i, int64_t j0, int64_t j1) {
+      const float* __restrict g_row = g + i * ld;
+      const float* __restrict x0_row = x0 + i * ld;
+      const float* __restrict pre_row = pre + i * ld;
+      float* __restrict dpre_row = dpre + i * ld;
+      float* __restrict dx0_row = dx0 + i * ld;
+      for (int64_t j = j0; j < j1; ++j) dpre_row[j] = g_row[j] * x0_row[j];
+      if (first) {
+        for (int64_t j = j0; j < j1; ++j) dx0_row[j] = g_row[j] * pre_row[j];
+      } else {
+        for (int64_t j = j0; j < j1; ++j) dx0_row[j] = dx0_row[j] + g_row[j] * pre_row[j];
+      }
+    });
+  }
+#endif
+};
+
+// out[i, j] = x0[i, j] * s[i] + b[j] + in[i, j].
+struct VectorCombine {
+  const float* x0;
+  const float* in;
+  const float* s;
+  const float* bias;
+  float* out;
+  int64_t ld;
+  int dim;
+  GPUBOX_HD void operator()(std::size_t flat) const {
+    const Entry e = entry(flat, dim);
+    const int64_t at = e.i * ld + e.j;
+    out[at] = x0[at] * s[e.i] + bias[e.j] + in[at];
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for_row_segments(begin, end, dim, [this](int64_t i, int64_t j0, int64_t j1) {
+      const float* __restrict x0_row = x0 + i * ld;
+      const float* __restrict in_row = in + i * ld;
+      const float* __restrict b = bias;
+      float* __restrict out_row = out + i * ld;
+      const float s_i = s[i];
+      for (int64_t j = j0; j < j1; ++j) out_row[j] = x0_row[j] * s_i + b[j] + in_row[j];
+    });
+  }
+#endif
+};
+
+// dx0[i, j] (+)= g[i, j] * s[i].
+struct VectorX0Grad {
+  const float* g;
+  const float* s;
+  float* dx0;
+  int64_t ld;
+  int dim;
+  bool first;  // the top layer: dx0 starts here
+  GPUBOX_HD void operator()(std::size_t flat) const {
+    const Entry e = entry(flat, dim);
+    const int64_t at = e.i * ld + e.j;
+    const float share = g[at] * s[e.i];
+    dx0[at] = first ? share : dx0[at] + share;
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for_row_segments(begin, end, dim, [this](int64_t i, int64_t j0, int64_t j1) {
+      const float* __restrict g_row = g + i * ld;
+      float* __restrict dx0_row = dx0 + i * ld;
+      const float s_i = s[i];
+      if (first) {
+        for (int64_t j = j0; j < j1; ++j) dx0_row[j] = g_row[j] * s_i;
+      } else {
+        for (int64_t j = j0; j < j1; ++j) dx0_row[j] = dx0_row[j] + g_row[j] * s_i;
+      }
+    });
+  }
+#endif
+};
+
+// d_pooled[i, j] (+)= unscale * (g[i, j] + dx0[i, j]) for the pooled columns j < cols.
+struct PooledGrad {
+  const float* g;
+  const float* dx0;
+  float* d_pooled;
+  int64_t ld;
+  int cols;
+  float unscale;
+  bool accumulate;
+  GPUBOX_HD void operator()(std::size_t flat) const {
+    const Entry e = entry(flat, cols);
+    const int64_t at = e.i * ld + e.j;
+    const float d = unscale * (g[at] + dx0[at]);
+    float* out = d_pooled + e.i * cols + e.j;
+    *out = accumulate ? *out + d : d;
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    for_row_segments(begin, end, cols, [this](int64_t i, int64_t j0, int64_t j1) {
+      const float* __restrict g_row = g + i * ld;
+      const float* __restrict dx0_row = dx0 + i * ld;
+      float* __restrict out_row = d_pooled + i * cols;
+      const float u = unscale;
+      if (accumulate) {
+        for (int64_t j = j0; j < j1; ++j) out_row[j] = out_row[j] + u * (g_row[j] + dx0_row[j]);
+      } else {
+        for (int64_t j = j0; j < j1; ++j) out_row[j] = u * (g_row[j] + dx0_row[j]);
+      }
+    });
+  }
+#endif
 };
 
 // sums[j] (+)= sum over the rows of m[i, j] (one thread per column, rows in order:
@@ -76,6 +219,24 @@ struct ColumnSum {
     for (int64_t i = 0; i < rows; ++i) sum += m[i * ld + static_cast<int64_t>(j)];
     sums[j] = accumulate ? sums[j] + sum : sum;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: the same per-column sums (rows in order), a block of columns at a time walked row by row
+  // (contiguous reads that vectorize) instead of one strided column after another.
+  void run_range(std::size_t begin, std::size_t end) const {
+    constexpr std::size_t kBlock = 64;
+    for (std::size_t j0 = begin; j0 < end; j0 += kBlock) {
+      const std::size_t count = std::min(kBlock, end - j0);
+      float block[kBlock] = {};
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* __restrict row = m + i * ld + static_cast<int64_t>(j0);
+        for (std::size_t k = 0; k < count; ++k) block[k] += row[k];
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        sums[j0 + k] = accumulate ? sums[j0 + k] + block[k] : block[k];
+      }
+    }
+  }
+#endif
 };
 
 // y[k] += alpha * x[k]: the L2 penalty's gradient term.
