@@ -225,6 +225,11 @@ Status InMemoryDataset::load_into_memory() {
   const auto stopped = [this] {
     return stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
   };
+  const auto aborted = [&] {
+    stats_ = LoadStats{};
+    stats_.seconds = timer.seconds();
+    return Status::Aborted("reading stopped as asked (the run was asked to stop)");
+  };
   const std::string pipe_command = pipe_command_line(config_);
   // A pipe_command's output is not kept (pass_data_cache.hpp says why).
   std::vector<FileIdentity> identities;
@@ -237,6 +242,8 @@ Status InMemoryDataset::load_into_memory() {
     // A file gone: its list's entry would hold the budget for the rest of the run.
     if (!cacheable) cache_->forget(files_);
   }
+  // A stop asked before the load stops a load from the cache too (as a read's items stop).
+  if (cacheable && stopped()) return aborted();
   if (cacheable && load_cached(key, identities)) return Status::OK();
   const std::vector<ReadItem> items =
       plan_reads(files_, !pipe_command.empty(), config_.split_bytes);
@@ -271,11 +278,7 @@ Status InMemoryDataset::load_into_memory() {
         }
       });
 
-  if (stopped()) {
-    stats_ = LoadStats{};
-    stats_.seconds = timer.seconds();
-    return Status::Aborted("reading stopped as asked (the run was asked to stop)");
-  }
+  if (stopped()) return aborted();
   LoadStats merged;
   const Status failure = merge_results(items, results, config_.max_reported_errors, &merged);
   merged.seconds = timer.seconds();

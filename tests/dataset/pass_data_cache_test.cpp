@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -307,6 +308,27 @@ TEST_F(PassDataCacheTest, PipeCommandsAndFailedLoadsAreNeverServed) {
     EXPECT_NE(got.status.message().find("strict_parse"), std::string::npos);
   }
   EXPECT_EQ(cache.counts().entries, 0u);
+  EXPECT_EQ(cache.counts().loads_served, 0u);
+}
+
+// A run asked to stop stops its loads, whether the files or the cache would serve them: the
+// evaluation after a stopped pass is not run from the cache (the Python API's raising callback).
+TEST_F(PassDataCacheTest, AStopAskedBeforeTheLoadStopsALoadTheCacheWouldServe) {
+  PassDataCache cache(std::size_t{64} << 20);
+  ASSERT_TRUE(load({many_}, &cache).status.ok());
+  ASSERT_EQ(cache.counts().entries, 1u);
+  for (const bool cached : {true, false}) {
+    SCOPED_TRACE(cached ? "cached" : "not cached");
+    const std::atomic<bool> stop{true};
+    InMemoryDataset ds(config());
+    ds.set_filelist({many_});
+    ds.set_pass_cache(cached ? &cache : nullptr);
+    ds.set_stop_flag(&stop);
+    const Status st = ds.load_into_memory();
+    EXPECT_EQ(st.code(), Status::Code::kAborted) << st.to_string();
+    EXPECT_EQ(ds.size(), 0u);
+    EXPECT_EQ(ds.load_stats().cached_instances, 0u);
+  }
   EXPECT_EQ(cache.counts().loads_served, 0u);
 }
 

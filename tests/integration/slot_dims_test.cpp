@@ -428,16 +428,15 @@ TEST_F(SlotDims, RefusesOtherWidthsAndUnknownSlotsAndUnequalDeepfm) {
 TEST_F(SlotDims, TrainsAgainstAGpuboxServer) {
   const fs::path dir = root_ / "server";
   fs::create_directories(dir);
-  {
-    std::ofstream yaml(dir / "config.yaml");
-    yaml << "runner:\n  host_table_shards: 4\nhyper_parameters:\n  sparse_inputs_slots: 7\n"
-         << "  sparse_feature_dim: 5\n  slot_dims: {1: 8, 2: 16}\n  sparse_optimizer:\n"
-         << "    learning_rate: 0.3\n    mf_learning_rate: 0.3\n    embed_threshold: 0\n"
-         << "    embedx_threshold: 0\n";
+  // The server reads the trainer's config and overrides (its rows' widths and their rule: the
+  // trainer is refused at connect when either differs).
+  std::vector<std::string> args = {"--port",      "0",          "--config",
+                                   config_path(), "--data_dir", dir.string()};
+  for (const std::string& o : overrides(64, {kMixed})) {
+    args.push_back("-o");
+    args.push_back(o);
   }
-  gpubox::testing::ChildProcess server(
-      GPUBOX_SERVER_BIN,
-      {"--port", "0", "--config", (dir / "config.yaml").string(), "--data_dir", dir.string()});
+  gpubox::testing::ChildProcess server(GPUBOX_SERVER_BIN, args);
   ASSERT_TRUE(server.wait_for(" (shard ", 20)) << server.output();
   const std::string& out = server.output();
   const auto at = out.find("listening on ");
