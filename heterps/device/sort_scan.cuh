@@ -105,8 +105,9 @@ class PairSorter {
     GPUBOX_EXPECTS(n < (std::size_t{1} << 32), "PairSorter: ", n, " pairs exceed 2^32");
     if (n <= reserved_) return;
 #if !defined(GPUBOX_BACKEND_CUDA)
-    // The cpu twin's digit counts: one row per thread of the card's (omp_get_max_threads on
-    // the card's thread); a later run on more threads uses this many.
+    // The cpu twin's digit counts: one row per OpenMP thread of the thread that reserves
+    // (omp_get_max_threads there: the card's thread when run() reserves, the controlling
+    // thread's setting when that thread calls reserve()); a run on more threads uses this many.
     const int rows = std::max(count_rows_, omp_get_max_threads());
     temp_.resize_discard(temp_bytes(n, rows));
     count_rows_ = rows;  // after the resize: a failed one leaves the tables it sized
@@ -145,11 +146,13 @@ class PairSorter {
       const int threads =
           n < kParallelSortLimit ? 1 : std::min(omp_get_max_threads(), buffers.count_rows);
       if (threads == 1) {
-        sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out);
+        sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out, Part{0, 1});
         return;
       }
 #pragma omp parallel num_threads(threads)
-      sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out);
+      sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out,
+                Part{static_cast<std::size_t>(omp_get_thread_num()),
+                     static_cast<std::size_t>(omp_get_num_threads())});  // the team it got
     });
 #endif
   }
@@ -199,17 +202,26 @@ class PairSorter {
     return static_cast<std::size_t>(bits & (kBuckets - 1));
   }
 
-  // One thread's part of the sort, run by every thread of the enclosing OpenMP team (or alone,
-  // outside one): thread t of T owns entries [n t / T, n (t + 1) / T) of each pass's input. Least
-  // significant digit first; a pass counts each part's digits, places part t's entries of digit
+  // Which part of the sort a thread runs: index t of T parts.
+  struct Part {
+    std::size_t index;
+    std::size_t count;
+  };
+
+  // One part of the sort, `which` = part t of T: with T > 1 run by every thread of the
+  // enclosing OpenMP team (its barriers are the team's); with T == 1 by one thread alone, no
+  // barrier (the caller may be inside an unrelated team). Part t owns entries
+  // [n t / T, n (t + 1) / T) of each pass's input. Least significant digit first; a pass
+  // counts each part's digits, places part t's entries of digit
   // d after every entry of a smaller digit and after parts < t's of digit d, in their order, and
   // is skipped when every key has the same digit there. Each pass is stable, so the result is
   // the stable order by (high & mask, low), what CUB's radix sort gives on CUDA, for any T.
   // Requires n > 0 and T <= buffers.count_rows.
   static void sort_part(const WideKey* keys_in, const V* values_in, const Buffers& buffers,
-                        std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
-    const auto parts = static_cast<std::size_t>(omp_get_num_threads());
-    const auto part = static_cast<std::size_t>(omp_get_thread_num());
+                        std::size_t n, int high_bits, WideKey* keys_out, V* values_out,
+                        Part which) {
+    const std::size_t parts = which.count;
+    const std::size_t part = which.index;
     const std::size_t begin = n * part / parts;
     const std::size_t end = n * (part + 1) / parts;
     Entry* in = buffers.a;
@@ -225,7 +237,9 @@ class PairSorter {
       uint32_t* mine = counts + part * kBuckets;
       std::fill(mine, mine + kBuckets, 0u);
       for (std::size_t i = begin; i < end; ++i) ++mine[digit_of(in[i].key, shift, high_mask)];
+      if (parts > 1) {
 #pragma omp barrier
+      }
       // Every thread reads every row: the pass is skipped (by all) when every key has in[0]'s
       // digit, else this part's entries of digit d go after every entry of a smaller digit
       // and after the earlier parts' of digit d.
@@ -246,7 +260,9 @@ class PairSorter {
         out[at[digit_of(in[i].key, shift, high_mask)]++] = in[i];
       }
       std::swap(in, out);
+      if (parts > 1) {
 #pragma omp barrier
+      }
     }
     for (std::size_t i = begin; i < end; ++i) {
       keys_out[i] = in[i].key;

@@ -1,10 +1,37 @@
 #include "table/server/connection_limits.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
 
 namespace gpubox::table::server {
+
+Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive) {
+  struct Option {
+    int level;
+    int name;
+    int value;
+    const char* spelled;
+  };
+  const Option options[] = {{SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+                            {IPPROTO_TCP, TCP_KEEPIDLE, keepalive.idle_s, "TCP_KEEPIDLE"},
+                            {IPPROTO_TCP, TCP_KEEPINTVL, keepalive.interval_s, "TCP_KEEPINTVL"},
+                            {IPPROTO_TCP, TCP_KEEPCNT, keepalive.probes, "TCP_KEEPCNT"}};
+  for (const Option& option : options) {
+    if (::setsockopt(fd, option.level, option.name, &option.value, sizeof(option.value)) != 0) {
+      return Status::IOError(std::string("setsockopt ") + option.spelled + " " +
+                             std::to_string(option.value) + " on fd " + std::to_string(fd) + ": " +
+                             std::strerror(errno));
+    }
+  }
+  return Status::OK();
+}
 
 OpenFilesLimit open_files_limit() {
   rlimit r{};

@@ -1,11 +1,13 @@
 // What bounds gpubox_server's connections: the process's open-file limit, the connection cap
-// derived from it, and a log throttle so that a flood of refusals writes one line per interval.
+// derived from it, TCP keepalive (how long a half-open one lives), and a log throttle so that a
+// flood of refusals writes one line per interval.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 
+#include "common/status.hpp"
 #include "common/thread_annotations.hpp"
 
 namespace gpubox::table::server {
@@ -28,6 +30,21 @@ inline constexpr uint64_t kReservedFds = 64;
 // The default --max_connections: min(1024, soft limit - kReservedFds), at least 1 (half the soft
 // limit when it is tiny).
 std::size_t default_max_connections(uint64_t soft_limit);
+
+// TCP keepalive of an accepted connection: a peer that vanished without closing it (its host
+// lost or cut off: the connection half-open, open to the server alone) is found after
+// idle_s + interval_s * probes seconds of silence (2 minutes), well before --idle_timeout_s
+// (300 s), and its session closed, releasing what the peer held (its ranged dense writes become
+// abandoned). Probes go only while nothing the server sent is unacknowledged, as when it waits
+// for a request.
+struct TcpKeepalive {
+  int idle_s = 60;      // silence before the first probe
+  int interval_s = 10;  // between unanswered probes
+  int probes = 6;       // unanswered probes that end the connection
+};
+// Turns keepalive on for TCP socket `fd` with `keepalive`'s times; an error names the option
+// that was refused (a socket that is not TCP refuses them).
+Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive = {});
 
 // Lets one log line through per interval and counts the ones it held back. Thread-safe.
 class LogThrottle {

@@ -230,28 +230,33 @@ Status Server::Impl::listen() {
 }
 
 void Server::Impl::accept() {
-  acceptor_.async_accept(
-      asio::make_strand(io_), [this](const boost::system::error_code& ec, tcp::socket socket) {
-        if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-        if (ec) return accept_failed(ec);
-        accept_pause_ = {};
-        connections.fetch_add(1, std::memory_order_relaxed);
-        // On a token server a new connection is unauthenticated: at their cap (or at the connection
-        // cap) it takes the slot of the oldest of them; a cap held by authenticated ones refuses
-        // it.
-        const bool token = !options_.auth_token.empty();
-        const bool full = open_connections.load() >= max_connections_;
-        const bool unauthenticated_full = token && unauthenticated.load() >= max_unauthenticated_;
-        if ((full || unauthenticated_full) && !(token && evict_oldest_unauthenticated())) {
-          refuse_connection(socket);
-        } else {
-          open_connections.fetch_add(1, std::memory_order_relaxed);
-          boost::system::error_code ignored;
-          socket.set_option(tcp::no_delay(true), ignored);
-          std::make_shared<Session>(this, std::move(socket), next_serial_.fetch_add(1))->start();
-        }
-        accept();
-      });
+  acceptor_.async_accept(asio::make_strand(io_), [this](const boost::system::error_code& ec,
+                                                        tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (ec) return accept_failed(ec);
+    accept_pause_ = {};
+    connections.fetch_add(1, std::memory_order_relaxed);
+    // On a token server a new connection is unauthenticated: at their cap (or at the connection
+    // cap) it takes the slot of the oldest of them; a cap held by authenticated ones refuses
+    // it.
+    const bool token = !options_.auth_token.empty();
+    const bool full = open_connections.load() >= max_connections_;
+    const bool unauthenticated_full = token && unauthenticated.load() >= max_unauthenticated_;
+    if ((full || unauthenticated_full) && !(token && evict_oldest_unauthenticated())) {
+      refuse_connection(socket);
+    } else {
+      open_connections.fetch_add(1, std::memory_order_relaxed);
+      boost::system::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      // A half-open peer is found in minutes (connection_limits.hpp); without keepalive only
+      // --idle_timeout_s ends its session.
+      if (const Status keepalive = enable_tcp_keepalive(socket.native_handle()); !keepalive.ok()) {
+        warn(accept_log_, "gpubox_server: " + keepalive.to_string());
+      }
+      std::make_shared<Session>(this, std::move(socket), next_serial_.fetch_add(1))->start();
+    }
+    accept();
+  });
 }
 
 void Server::Impl::accept_failed(const boost::system::error_code& ec) {

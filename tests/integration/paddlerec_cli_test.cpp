@@ -4,7 +4,8 @@
 //  - PaddleRec's lines ("Epoch: E, using time: ..." with ips per card, "epoch: E done, ..."),
 //    epochs and passes both from 0;
 //  - --mode infer evaluates every save in [infer_start_epoch, infer_end_epoch) under
-//    infer_load_path, one line per save, and a missing save is an error naming it;
+//    infer_load_path, one line per save (the test data served from the pass data cache after
+//    the first, and the cache's closing line logged), and a missing save is an error naming it;
 //  - which saves infer picks (saves_to_evaluate) against the folder it looks at;
 //  - a PaddleRec ffm folder's config (no hyper_parameters.model) read by gpubox_server and by
 //    gpubox_train in a PS mode: both take ffm's row width from the folder, and the job trains;
@@ -129,8 +130,10 @@ TEST_F(PaddleRecCli, TrainsWithDashMSavesFromEpochZeroAndPrintsPaddleRecLines) {
       r.output, m, std::regex(R"(\npass: 0, using time: [0-9.]+ second, ips: ([0-9.]+))")));
   EXPECT_EQ(paddle_ips, std::string(m[1]));
 
-  // --mode infer with PaddleRec's range: every save, one PaddleRec line each, in order.
-  const RunResult infer = train("-m models/rank/dnn/config_gpubox.yaml --mode infer");
+  // --mode infer with PaddleRec's range: every save, one PaddleRec line each, in order; the test
+  // data read once, served from the pass data cache for the other two saves, and said at the end.
+  const RunResult infer =
+      train("-m models/rank/dnn/config_gpubox.yaml --mode infer -o runner.pass_cache_mb=16");
   ASSERT_EQ(infer.status, 0) << infer.output;
   const std::regex infer_done(
       R"(\nepoch: ([0-9]+) done, auc: 0\.[0-9]+, logloss: [0-9.]+, epoch time: [0-9.]+ s\n)");
@@ -143,6 +146,9 @@ TEST_F(PaddleRecCli, TrainsWithDashMSavesFromEpochZeroAndPrintsPaddleRecLines) {
   EXPECT_EQ(
       count(infer.output, std::regex("\ninfer: save: output_model_dnn_queue/[0-2], examples: 80,")),
       3u)
+      << infer.output;
+  EXPECT_NE(infer.output.find("pass data cache: 2 loads (160 instances) served instead of read"),
+            std::string::npos)
       << infer.output;
 
   // A range past the saves names the missing one and what is there.

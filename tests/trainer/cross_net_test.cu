@@ -3,7 +3,8 @@
 // formulas (DCN: x0 * (x_l . w_l) + b_l + x_l; DCN-Mix: x0 * (sum_e softmax(x_l G + g)_e
 // tanh(tanh(x_l V_e) C_e) U_e + b_l) + x_l), every parameter gradient and the pooled gradient
 // against central differences, stacked and parallel; the L2 term lands on the weights alone; an
-// empty batch writes zero gradients.
+// empty batch writes zero gradients; the bf16 copy of the MLP's input rounds only the written
+// columns.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "heterps/device/card.hpp"
 #include "tests/trainer/test_util.hpp"
+#include "trainer/nn/bf16.hpp"
 #include "trainer/nn/detail/cross_functors.cuh"
 #include "trainer/nn/layers.hpp"
 
@@ -364,6 +366,43 @@ TEST_F(CrossFunctorRangesTest, RunRangeIsBitEqualToPerEntryCalls) {
   }
 }
 #endif
+
+// dcn/dcn_v2's bf16 copy of the MLP's input (to_bf16_rows_async): the written columns rounded as
+// to_bf16 rounds them, the padding zero, and the input's padding (NaN here, as if never written)
+// never read; 0, 1 and several rows, no padding and no columns.
+TEST(ToBf16Rows, RoundsTheWrittenColumnsAndZeroesThePadding) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  std::mt19937_64 rng(5);
+  struct Shape {
+    int64_t rows;
+    int cols;
+    int64_t ld;
+  };
+  for (const Shape shape : {Shape{0, 3, 8}, Shape{1, 3, 8}, Shape{5, 6, 8}, Shape{4, 8, 8},
+                            Shape{3, 0, 4}, Shape{7, 1, 1}}) {
+    const std::size_t size = static_cast<std::size_t>(shape.rows * shape.ld);
+    std::vector<float> in = random_vector(size, rng);
+    for (std::size_t i = 0; i < size; ++i) {
+      if (static_cast<int64_t>(i) % shape.ld >= shape.cols) {
+        in[i] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    const auto in_card = to_device(in, card.memory(), card.stream());
+    auto out_card = to_device(std::vector<Bf16>(size, Bf16{0x7fc1}), card.memory(), card.stream());
+    to_bf16_rows_async(card.stream(), in_card.data(), shape.rows, shape.cols, shape.ld,
+                       out_card.data());
+    const std::vector<Bf16> out = to_host(out_card);
+    for (std::size_t i = 0; i < size; ++i) {
+      const bool written = static_cast<int64_t>(i) % shape.ld < shape.cols;
+      EXPECT_EQ(out[i].bits, written ? to_bf16(in[i]).bits : 0)
+          << "rows " << shape.rows << " cols " << shape.cols << " ld " << shape.ld << " entry "
+          << i;
+    }
+  }
+  EXPECT_THROW(to_bf16_rows_async(card.stream(), nullptr, 1, 5, 4, nullptr), Error);
+}
 
 }  // namespace
 }  // namespace gpubox::trainer

@@ -4,12 +4,14 @@
 // cache on and off; with it on, the second pass and evaluation were served from it. And the
 // cache's budget and whether a run makes one (trainer/schedule/pass_data.hpp): the memory an
 // eighth of which -1 takes, divided by the trainers; none when each list is loaded once (one
-// epoch, runner.epochs 0 or -1, a resume into the last epoch, an infer of one save).
+// epoch, runner.epochs 0 or -1, a resume into the last epoch, an infer of one save); the run's
+// closing report logged when the run throws.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,7 @@ Outcome run(const fs::path& root, const std::string& cache_mb) {
   env.servers = shards.endpoints();
   PsTrainer trainer(cfg, env);
   trainer.plan_pass_cache(2);  // as train() does: two epochs to run
+  EXPECT_EQ(trainer.pass_cache() != nullptr, cache_mb != "0");  // what the run's end reports
   const std::vector<std::string> train = data_files((root / "train").string());
   const std::vector<std::string> test = data_files((root / "test").string());
   Outcome out;
@@ -170,6 +173,28 @@ TEST(PassCachePlan, ACacheOnlyWhenALaterLoadCanBeServed) {
   EXPECT_EQ(make_pass_cache(queue, 1, 3, memory), nullptr);
   TrainerConfig off = ps_test_config({"runner.pass_cache_mb=0"});
   EXPECT_EQ(make_pass_cache(off, 1, 3, memory), nullptr);
+}
+
+// The run's closing line (PassCacheReport, as run_epochs and infer_job hold it) is logged when
+// the run ends by an error too, and not at all without a cache.
+TEST(PassCachePlan, TheReportIsLoggedWhenTheRunThrows) {
+  const TrainerConfig cfg = ps_test_config({"runner.pass_cache_mb=64"});
+  const auto cache = make_pass_cache(cfg, 1, 2, UsableMemory{16 * kGiB, "physical memory"});
+  ASSERT_NE(cache, nullptr);
+  for (const bool with_cache : {true, false}) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_THROW(
+        {
+          const PassCacheReport report(with_cache ? cache.get() : nullptr);
+          throw std::runtime_error("a pass failed");
+        },
+        std::runtime_error);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(log.find("pass data cache: 0 loads (0 instances) served instead of read; it holds "
+                       "0 file lists in 0 MiB of 64 (runner.pass_cache_mb)") != std::string::npos,
+              with_cache)
+        << log;
+  }
 }
 
 }  // namespace

@@ -524,9 +524,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
 }
 
 std::vector<PassReport> Trainer::train(const std::string& start_from, const RunHooks& hooks) {
-  std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
-  report_pass_cache(state_->pass_cache.get());
-  return reports;
+  return run_epochs(*this, config_, start_from, loaded_, hooks);
 }
 
 SaveLineage& Trainer::lineage() { return *state_->lineage; }
@@ -537,6 +535,8 @@ void Trainer::plan_pass_cache(int64_t loads) {
     state_->pass_cache = make_pass_cache(config_, env_.trainers, loads);
   }
 }
+
+const dataset::PassDataCache* Trainer::pass_cache() const { return state_->pass_cache.get(); }
 
 void Trainer::begin_run(const RunPlan& plan) {
   State& s = *state_;

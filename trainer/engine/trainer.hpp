@@ -109,6 +109,7 @@ class Trainer final : public Schedule {
   void set_passes_done(int64_t passes) override { pass_id_ = passes; }
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
   void plan_pass_cache(int64_t loads) override;
+  const dataset::PassDataCache* pass_cache() const override;
   void begin_run(const RunPlan& plan) override;
   void end_run() noexcept override;
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;

@@ -39,4 +39,10 @@ GPUBOX_HD GPUBOX_FORCEINLINE void store_as(Bf16* out, float x) { *out = to_bf16(
 // out[i] = to_bf16(in[i]) for i in [0, n), enqueued on `stream` (one launch; elementwise.cu).
 void to_bf16_async(const device::Stream& stream, const float* in, std::size_t n, Bf16* out);
 
+// Row-major [rows x ld] rows with `cols` <= ld columns written: out's columns [0, cols) are
+// to_bf16 of in's, its padding columns [cols, ld) zero; in's padding is never read (nobody need
+// have written it). Enqueued on `stream` (one launch; elementwise.cu).
+void to_bf16_rows_async(const device::Stream& stream, const float* in, int64_t rows, int cols,
+                        int64_t ld, Bf16* out);
+
 }  // namespace gpubox::trainer

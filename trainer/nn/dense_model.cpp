@@ -264,9 +264,9 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
   if (mlp_reads_bf16_copy()) {
     // The rows the MLP reads in fp32 (parallel: x0; stacked: the cross output, same stride),
-    // rounded once.
-    to_bf16_async(stream, cross_->parallel() ? x0_floats() : cross_->output(),
-                  static_cast<std::size_t>(n) * x0_ld_, mlp_input_bf16_.data());
+    // rounded once; only their dim() written columns are read, the copy's padding is zero.
+    to_bf16_rows_async(stream, cross_->parallel() ? x0_floats() : cross_->output(), n,
+                       cross_->dim(), x0_ld_, mlp_input_bf16_.data());
   }
   if (field_) field_->forward(field_step(batch));
   for (std::size_t l = 0; l < layers_.size(); ++l) {

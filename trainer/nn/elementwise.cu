@@ -65,6 +65,16 @@ struct ToBf16 {
   Bf16* out;
   GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
 };
+// ToBf16 over the written columns of row-major rows, zero in the padding.
+struct ToBf16Rows {
+  const float* in;
+  Bf16* out;
+  std::size_t cols;
+  std::size_t ld;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    out[i] = i % ld < cols ? to_bf16(in[i]) : Bf16{};
+  }
+};
 struct LogLossAt {
   const float* logits;
   const float* labels;
@@ -163,6 +173,15 @@ std::size_t SigmoidLogLoss::loss_partials(std::size_t batch) {
 
 void to_bf16_async(const device::Stream& stream, const float* in, std::size_t n, Bf16* out) {
   device::parallel_for(stream, n, ToBf16{in, out});
+}
+
+void to_bf16_rows_async(const device::Stream& stream, const float* in, int64_t rows, int cols,
+                        int64_t ld, Bf16* out) {
+  GPUBOX_EXPECTS(rows >= 0 && cols >= 0 && cols <= ld, "to_bf16_rows_async: ", rows, " rows of ",
+                 cols, " columns at stride ", ld);
+  const auto stride = static_cast<std::size_t>(ld);
+  device::parallel_for(stream, static_cast<std::size_t>(rows) * stride,
+                       ToBf16Rows{in, out, static_cast<std::size_t>(cols), stride});
 }
 
 std::size_t find_non_finite(const device::Stream& stream, const float* values, std::size_t n) {

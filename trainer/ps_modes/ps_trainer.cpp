@@ -218,7 +218,6 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
     ~Unwatch() { s.watch = nullptr; }
   } unwatch{s};
   std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
-  report_pass_cache(s.pass_cache.get());
   if (watch) {
     if (const Status told = watch->finish(); !told.ok()) {
       GPUBOX_LOG(WARNING) << told.to_string() << " (training is complete; a trainer still "
@@ -251,6 +250,8 @@ void PsTrainer::plan_pass_cache(int64_t loads) {
     state_->pass_cache = make_pass_cache(config_, env_.trainers, loads);
   }
 }
+
+const dataset::PassDataCache* PsTrainer::pass_cache() const { return state_->pass_cache.get(); }
 
 const std::atomic<bool>* PsTrainer::alone_stop_flag() const {
   return env_.trainers == 1 ? state_->hooks.stop_flag : nullptr;

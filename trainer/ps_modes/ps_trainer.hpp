@@ -121,6 +121,7 @@ class PsTrainer final : public Schedule {
   void accumulate_pass_metrics(std::vector<double>* sums) const override;
   std::size_t metric_buckets() const override;
   void plan_pass_cache(int64_t loads) override;
+  const dataset::PassDataCache* pass_cache() const override;
   // Read by every pass: its stop between steps (ps_step_hooks.hpp) and thread 0's progress.
   void set_step_hooks(const StepHooks& hooks) override;
 

@@ -229,6 +229,8 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);
   const int64_t first = start_run(schedule, config, plan, start_from, loaded);
   schedule.plan_pass_cache(epochs_left(plan, first));
+  // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
+  const PassCacheReport cache_report(schedule.pass_cache());
   const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
   // The hooks are set before the run's background work (a pass read ahead reads the stop
   // flag) begins, and cleared after it ended.

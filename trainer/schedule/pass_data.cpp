@@ -80,4 +80,11 @@ void report_pass_cache(const dataset::PassDataCache* cache) {
                    << (cache->budget_bytes() >> 20) << " (runner.pass_cache_mb)";
 }
 
+PassCacheReport::~PassCacheReport() {
+  try {
+    report_pass_cache(cache_);
+  } catch (...) {  // a log line that failed must not end the process while an error unwinds
+  }
+}
+
 }  // namespace gpubox::trainer

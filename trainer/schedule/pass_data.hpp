@@ -53,4 +53,18 @@ int64_t epochs_left(const RunPlan& plan, int64_t first);
 // Logs what `cache` (null: none) served over the run and what it holds: once, at its end.
 void report_pass_cache(const dataset::PassDataCache* cache);
 
+// Reports `cache` (report_pass_cache) when it leaves scope: at the end of a run (run_epochs) or
+// of an infer (infer_job), and when either ends by an error or a stop, what the cache served
+// until then. `cache` (null: none) must outlive it.
+class PassCacheReport {
+ public:
+  explicit PassCacheReport(const dataset::PassDataCache* cache) : cache_(cache) {}
+  ~PassCacheReport();
+  PassCacheReport(const PassCacheReport&) = delete;
+  PassCacheReport& operator=(const PassCacheReport&) = delete;
+
+ private:
+  const dataset::PassDataCache* cache_;
+};
+
 }  // namespace gpubox::trainer

@@ -23,6 +23,10 @@
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
+namespace gpubox::dataset {
+class PassDataCache;
+}
+
 namespace gpubox::trainer {
 
 struct EvalResult {
@@ -124,6 +128,8 @@ class Schedule {
   // left, the saves an infer evaluates): it keeps the parsed loads (runner.pass_cache_mb) when
   // a later one can be served. Default: no cache.
   virtual void plan_pass_cache(int64_t loads) { (void)loads; }
+  // The cache plan_pass_cache made (owned by the schedule); null when none.
+  virtual const dataset::PassDataCache* pass_cache() const { return nullptr; }
   // The run begins and ends (a schedule's background work over the run: the pass pipeline).
   virtual void begin_run(const RunPlan& plan) { (void)plan; }
   virtual void end_run() noexcept {}

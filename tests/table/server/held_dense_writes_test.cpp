@@ -2,10 +2,18 @@
 // on every connection: it is still one peer address, held to its share of the server's slots, and
 // the writes it abandons (its connections closed) give way to an honest trainer's, but not before
 // a trainer whose connection closed under it could reconnect and finish; a writer whose
-// connection went half-open (the peer vanished without closing it, which the server cannot see)
-// gets its slot back when it writes the table again.
+// connection went half-open (the peer vanished without closing it, which the server sees only by
+// TCP keepalive, set on every connection it accepts) gets its slot back when it writes the table
+// again.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "table/server/ps_protocol.hpp"
@@ -161,6 +169,50 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
       raw_dense(half_open, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 3, &late, 5)
           .ok());
   EXPECT_FALSE(dense_committed(late, 4));
+}
+
+// The local port of socket `fd` (0 when it is not an IPv4 socket); with `peer`, its peer's.
+uint16_t port_of(int fd, bool peer) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return rc == 0 && addr.sin_family == AF_INET ? ntohs(addr.sin_port) : 0;
+}
+
+int int_option(int fd, int level, int name) {
+  int value = -1;
+  socklen_t len = sizeof(value);
+  return ::getsockopt(fd, level, name, &value, &len) == 0 ? value : -1;
+}
+
+// The server (in this process) accepted `conn` with TCP keepalive on: the descriptor whose local
+// port is the server's and whose peer is conn's end probes after 60 s of silence, so a half-open
+// peer is found in 2 minutes, not at --idle_timeout_s.
+TEST(HeldDenseWrites, AcceptedConnectionsProbeAHalfOpenPeerByKeepalive) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  Connection conn = connect_as(*server, false, 11);  // the session began: accepted and set up
+  const uint16_t mine = port_of(conn.fd(), false);
+  ASSERT_NE(mine, 0);
+  EXPECT_EQ(int_option(conn.fd(), SOL_SOCKET, SO_KEEPALIVE), 0);  // the client's end: not set
+  int accepted = -1;
+  DIR* fds = ::opendir("/proc/self/fd");
+  ASSERT_NE(fds, nullptr);
+  while (const dirent* entry = ::readdir(fds)) {
+    const int fd = std::atoi(entry->d_name);
+    if (fd > 2 && fd != conn.fd() && port_of(fd, false) == server->port() &&
+        port_of(fd, true) == mine) {
+      accepted = fd;
+    }
+  }
+  ::closedir(fds);
+  ASSERT_GE(accepted, 0) << "no descriptor of this process is the server's end of port " << mine;
+  EXPECT_EQ(int_option(accepted, SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(int_option(accepted, IPPROTO_TCP, TCP_KEEPIDLE), 60);
+  EXPECT_EQ(int_option(accepted, IPPROTO_TCP, TCP_KEEPINTVL), 10);
+  EXPECT_EQ(int_option(accepted, IPPROTO_TCP, TCP_KEEPCNT), 6);
 }
 
 }  // namespace

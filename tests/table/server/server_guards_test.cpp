@@ -1,7 +1,11 @@
 // The pieces gpubox_server's hardening is built from, alone: where model paths may lead, the
 // generation of a save, the client's book of server identities, the log throttle and the
 // connection cap's default.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -192,6 +196,52 @@ TEST(ConnectionLimits, DefaultCapLeavesDescriptorsFree) {
   const OpenFilesLimit now = open_files_limit();
   EXPECT_GT(now.soft, 0u);
   EXPECT_LE(now.soft, now.hard);
+}
+
+// A socket option's int value (-1 when getsockopt fails).
+int socket_option(int fd, int level, int name) {
+  int value = -1;
+  socklen_t len = sizeof(value);
+  return ::getsockopt(fd, level, name, &value, &len) == 0 ? value : -1;
+}
+
+// enable_tcp_keepalive on the accepted end of a loopback TCP connection (what the server's
+// accept loop calls it on): off before, then on with the given times and with the defaults (a
+// half-open peer found after 60 + 10 * 6 s, under --idle_timeout_s); a socket that is not TCP
+// refuses it, naming the option.
+TEST(ConnectionLimits, TcpKeepaliveIsSetOnAnAcceptedLoopbackSocket) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(accepted, 0);
+  EXPECT_EQ(socket_option(accepted, SOL_SOCKET, SO_KEEPALIVE), 0);
+  for (const TcpKeepalive& times : {TcpKeepalive{7, 3, 4}, TcpKeepalive{}}) {
+    const Status st = enable_tcp_keepalive(accepted, times);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(socket_option(accepted, SOL_SOCKET, SO_KEEPALIVE), 1);
+    EXPECT_EQ(socket_option(accepted, IPPROTO_TCP, TCP_KEEPIDLE), times.idle_s);
+    EXPECT_EQ(socket_option(accepted, IPPROTO_TCP, TCP_KEEPINTVL), times.interval_s);
+    EXPECT_EQ(socket_option(accepted, IPPROTO_TCP, TCP_KEEPCNT), times.probes);
+  }
+  const TcpKeepalive defaults;
+  EXPECT_LT(defaults.idle_s + defaults.interval_s * defaults.probes, 300);
+  for (const int fd : {accepted, client, listener}) ::close(fd);
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  const Status unix_socket = enable_tcp_keepalive(pair[0]);
+  EXPECT_FALSE(unix_socket.ok());
+  EXPECT_NE(unix_socket.message().find("TCP_KEEPIDLE"), std::string::npos)
+      << unix_socket.to_string();
+  for (const int fd : pair) ::close(fd);
 }
 
 }  // namespace
