@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <future>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -165,16 +166,22 @@ Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
   // pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
+  // A batch's rows are `batch_floats` floats, left uninitialised (the gather writes every one)
+  // and reused once their push is done: a pass writes back through pulls_in_flight + 1 buffers,
+  // not a fresh zeroed (and, at this size, freshly mapped) one per batch.
+  const std::size_t batch_floats = std::min(count, batch) * stride;
   struct Push {
-    std::vector<float> rows;
+    std::unique_ptr<float[]> rows;
     std::future<Status> done;
   };
   std::deque<Push> window;
+  std::vector<std::unique_ptr<float[]>> spare;
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
     const Status pushed = window.front().done.get();
     if (!pushed.ok() && st.ok()) st = pushed;
+    spare.push_back(std::move(window.front().rows));
     window.pop_front();
   };
   device::device_buffer<float> staged(0, card.memory(), stream);
@@ -184,16 +191,22 @@ Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
     const std::size_t n = std::min(count, b + batch) - b;
     if (window.size() == in_flight) retire();
     Timer gather;
-    std::vector<float> rows(n * stride);
+    std::unique_ptr<float[]> rows;
+    if (spare.empty()) {
+      rows.reset(new float[batch_floats]);
+    } else {
+      rows = std::move(spare.back());
+      spare.pop_back();
+    }
     for (std::size_t p = 0; p < n; p += page) {
       const std::size_t m = std::min(n, p + page) - p;
       staged.resize_discard(m * stride);
       store.gather_rows(d_rows.data() + b + p, m, staged.data(), stream);
-      device::copy_async(rows.data() + p * stride, staged.data(), m * stride, stream);
+      device::copy_async(rows.get() + p * stride, staged.data(), m * stride, stream);
       stream.synchronize();
     }
     *gather_seconds += gather.seconds();
-    const float* data = rows.data();
+    const float* data = rows.get();
     window.push_back(
         Push{std::move(rows), std::async(std::launch::async, [&host, &keys, b, n, data] {
                return host.push(keys.data() + b, n, data);

@@ -17,6 +17,10 @@
 #include "heterps/device/parallel_for.cuh"
 #include "tests/table/slot_dims_config.hpp"
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+#include <omp.h>
+#endif
+
 namespace gpubox::card_table {
 namespace {
 
@@ -515,6 +519,55 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
       ASSERT_TRUE(same_bits(again.at(key).data(), row.data(), stride)) << "key " << key;
     }
   }
+}
+
+// gather_rows of 0, 1 and n rows of every width, in a shuffled order, against the oracle's
+// records (each row's fields, zeros past its width), on 1 to 7 threads: the cpu backend splits the
+// items among its threads mid-record (its run_range form), the card one thread per field.
+TEST_P(CardStoreWidths, GatherRowsPadsEveryWidthOnEveryThreadSplit) {
+  CardSparseStore store(card(), mixed_config(GetParam()), HashTableOptions{});
+  const table::RowLayout record = store.layout();
+  const auto stride = static_cast<std::size_t>(record.stride());
+  std::mt19937_64 rng(41);
+  const std::vector<uint64_t> keys = unique_keys(rng, 500);
+  std::vector<float> records;
+  std::map<uint64_t, std::vector<float>> oracle;
+  for (const uint64_t key : keys) {
+    const std::vector<float> row = random_record(rng, record, store.classes().dims[rng() % 3]);
+    records.insert(records.end(), row.begin(), row.end());
+    oracle[key] = row;
+  }
+  auto d_keys = to_device(keys, card().memory(), stream());
+  auto d_records = to_device(records, card().memory(), stream());
+  store.insert_rows(d_keys.data(), d_records.data(), keys.size(), stream());
+  auto listed_keys = card().make_buffer<uint64_t>(0);
+  auto listed_rows = card().make_buffer<row_index_t>(0);
+  ASSERT_EQ(store.list_entries(false, listed_keys, listed_rows, stream()), keys.size());
+  const std::vector<uint64_t> h_keys = to_host(listed_keys);
+#if !defined(GPUBOX_BACKEND_CUDA)
+  const int threads_before = omp_get_max_threads();
+  const std::vector<int> thread_counts = {1, 2, 3, 7};
+#else
+  const std::vector<int> thread_counts = {1};
+#endif
+  for (const int threads : thread_counts) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+    omp_set_num_threads(threads);
+#endif
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, keys.size()}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(n) + " rows");
+      auto out = card().make_buffer<float>(n * stride);
+      store.gather_rows(listed_rows.data(), n, out.data(), stream());
+      const std::vector<float> h_out = to_host(out);
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same_bits(h_out.data() + i * stride, oracle.at(h_keys[i]).data(), stride))
+            << "key " << h_keys[i];
+      }
+    }
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  omp_set_num_threads(threads_before);
+#endif
 }
 
 // A record of a width no slot has is refused naming its key.

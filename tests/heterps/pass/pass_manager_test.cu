@@ -460,6 +460,34 @@ TEST(PassManager, PassLargerThanBudgetFailsBeforeTrainingWithNumbers) {
   EXPECT_EQ(engine.host_rows().size(), 0u) << "nothing pulled for a pass that cannot fit";
 }
 
+// end_pass writes back 1, a batch's worth, and n + 1 rows (batches of 3, 2 in flight: the last
+// pushes reuse the first batches' buffers, the last batch holds 1 row) exactly as the reference
+// (one batch of every row) writes them.
+TEST(PassManager, WriteBackInBatchesOfEverySizeMatchesOneBatch) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.host_batch_keys = 3;
+  options.pulls_in_flight = 2;
+  Engine batched(1, options);
+  Engine reference(1, PassManagerOptions{});
+  const std::vector<std::vector<uint64_t>> passes = {
+      {7}, {7, 8, 9}, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {1, 3, 5, 7, 9, 11, 13}};
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    batched.manager->begin_pass(passes[p]);
+    reference.manager->begin_pass(passes[p]);
+    batched.train(passes[p], 900 + p, 2);
+    reference.train(passes[p], 900 + p, 2);
+    const PassStats end = batched.manager->end_pass();
+    EXPECT_EQ(end.written_back, reference.manager->end_pass().written_back);
+    EXPECT_EQ(end.written_back, passes[p].size());
+    const auto got = batched.host_rows();
+    const auto want = reference.host_rows();
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << "key " << k;
+  }
+}
+
 TEST(PassManager, EmptyPassAndMisuse) {
   GPUBOX_REQUIRE_CARDS(2);
   Engine engine(2, PassManagerOptions{});
