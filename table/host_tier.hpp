@@ -45,7 +45,8 @@ class HostTier {
   // how many of the n keys the tier does not hold (a repeated key counts each time).
   virtual Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
                       std::size_t* unknown) = 0;
-  // Writes back full rows a card updated (creates keys that are missing).
+  // Writes back full rows a card updated (creates keys that are missing). `rows` is not read
+  // after the call returns (the pass write-back reuses the buffer at once).
   virtual Status push(const uint64_t* keys, std::size_t n, const float* rows) = 0;
   virtual Status erase(const uint64_t* keys, std::size_t n) = 0;
   virtual StatusOr<HostTierStats> stats() = 0;

@@ -170,6 +170,8 @@ Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
   // and reused once their push is done: a pass writes back through pulls_in_flight + 1 buffers,
   // not a fresh zeroed (and, at this size, freshly mapped) one per batch.
   const std::size_t batch_floats = std::min(count, batch) * stride;
+  // `done` after `rows`: when an error unwinds the window, each future (std::async's) waits for
+  // its push before its rows are freed.
   struct Push {
     std::unique_ptr<float[]> rows;
     std::future<Status> done;

@@ -545,7 +545,11 @@ TEST_P(CardStoreWidths, GatherRowsPadsEveryWidthOnEveryThreadSplit) {
   ASSERT_EQ(store.list_entries(false, listed_keys, listed_rows, stream()), keys.size());
   const std::vector<uint64_t> h_keys = to_host(listed_keys);
 #if !defined(GPUBOX_BACKEND_CUDA)
-  const int threads_before = omp_get_max_threads();
+  // The thread count put back however the test ends (a failed ASSERT returns early).
+  struct RestoreThreads {
+    int threads = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore;
   const std::vector<int> thread_counts = {1, 2, 3, 7};
 #else
   const std::vector<int> thread_counts = {1};
@@ -565,9 +569,6 @@ TEST_P(CardStoreWidths, GatherRowsPadsEveryWidthOnEveryThreadSplit) {
       }
     }
   }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  omp_set_num_threads(threads_before);
-#endif
 }
 
 // A record of a width no slot has is refused naming its key.

@@ -199,7 +199,7 @@ TEST(HeldDenseWrites, AcceptedConnectionsProbeAHalfOpenPeerByKeepalive) {
   EXPECT_EQ(int_option(conn.fd(), SOL_SOCKET, SO_KEEPALIVE), 0);  // the client's end: not set
   int accepted = -1;
   DIR* fds = ::opendir("/proc/self/fd");
-  ASSERT_NE(fds, nullptr);
+  if (fds == nullptr) GTEST_SKIP() << "no /proc/self/fd to find the server's end of the connection";
   while (const dirent* entry = ::readdir(fds)) {
     const int fd = std::atoi(entry->d_name);
     if (fd > 2 && fd != conn.fd() && port_of(fd, false) == server->port() &&
