@@ -521,6 +521,52 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
   }
 }
 
+// insert_rows of 0, 1 and n records of every width on 1 to 7 threads: the cpu backend splits the
+// scatter's items among its threads mid-record (its run_range form), the card one thread per
+// field; every row holds its record's own fields (collect pads them back), against the oracle.
+TEST_P(CardStoreWidths, InsertRowsWritesEveryWidthOnEveryThreadSplit) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+  struct RestoreThreads {
+    int threads = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore;
+  const std::vector<int> thread_counts = {1, 2, 3, 7};
+#else
+  const std::vector<int> thread_counts = {1};
+#endif
+  for (const int threads : thread_counts) {
+#if !defined(GPUBOX_BACKEND_CUDA)
+    omp_set_num_threads(threads);
+#endif
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{500}}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(n) + " records");
+      CardSparseStore store(card(), mixed_config(GetParam()), HashTableOptions{});
+      const table::RowLayout record = store.layout();
+      const auto stride = static_cast<std::size_t>(record.stride());
+      std::mt19937_64 rng(43 + n);
+      const std::vector<uint64_t> keys = unique_keys(rng, n);
+      std::vector<float> records;
+      std::map<uint64_t, std::vector<float>> oracle;
+      for (const uint64_t key : keys) {
+        const std::vector<float> row = random_record(rng, record, store.classes().dims[rng() % 3]);
+        records.insert(records.end(), row.begin(), row.end());
+        oracle[key] = row;
+      }
+      if (n > 0) {
+        auto d_keys = to_device(keys, card().memory(), stream());
+        auto d_records = to_device(records, card().memory(), stream());
+        store.insert_rows(d_keys.data(), d_records.data(), n, stream());
+      }
+      const auto all = collect(store, false);
+      ASSERT_EQ(all.size(), oracle.size());
+      for (const auto& [key, row] : oracle) {
+        ASSERT_EQ(all.count(key), 1u) << key;
+        ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), stride)) << "key " << key;
+      }
+    }
+  }
+}
+
 // gather_rows of 0, 1 and n rows of every width, in a shuffled order, against the oracle's
 // records (each row's fields, zeros past its width), on 1 to 7 threads: the cpu backend splits the
 // items among its threads mid-record (its run_range form), the card one thread per field.
