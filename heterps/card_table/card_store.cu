@@ -48,20 +48,16 @@ struct GatherRecords {
   // cpu: a record's fields in one call (one division, one row look-up and one read of the row's
   // width per record, not per field), the same values and prefetches as the per-field form.
   void run_range(std::size_t begin, std::size_t end) const {
-    const auto stride = static_cast<std::size_t>(record_stride);
-    for (std::size_t item = begin; item < end;) {
-      const std::size_t r = item / stride;
-      const std::size_t f = item - r * stride;
-      const std::size_t stop = std::min(end, (r + 1) * stride);
+    device::for_row_segments(begin, end, record_stride, [this](int64_t r, int64_t f0, int64_t f1) {
       const row_index_t handle = rows[r];
-      if (f == 0 && r + kRowPrefetchDistance < count)
-        pools.prefetch(rows[r + kRowPrefetchDistance]);
-      const auto own = static_cast<std::size_t>(pools.stride(handle));
-      const std::size_t copied = std::min(stop - item, f < own ? own - f : 0);
-      if (copied > 0) std::copy_n(pools.row(handle) + f, copied, out + item);
-      std::fill(out + item + copied, out + stop, 0.0f);
-      item = stop;
-    }
+      if (f0 == 0 && static_cast<std::size_t>(r) + kRowPrefetchDistance < count) {
+        pools.prefetch(rows[static_cast<std::size_t>(r) + kRowPrefetchDistance]);
+      }
+      float* record = out + r * record_stride;
+      const int64_t own = std::clamp<int64_t>(pools.stride(handle), f0, f1);
+      std::copy(pools.row(handle) + f0, pools.row(handle) + own, record + f0);
+      std::fill(record + own, record + f1, 0.0f);
+    });
   }
 #endif
 };
@@ -86,20 +82,15 @@ struct ScatterRecords {
   // cpu: a record's fields in one call (one division, one row look-up and one read of the row's
   // width per record, not per field), the same writes and prefetches as the per-field form.
   void run_range(std::size_t begin, std::size_t end) const {
-    const auto stride = static_cast<std::size_t>(record_stride);
-    for (std::size_t item = begin; item < end;) {
-      const std::size_t r = item / stride;
-      const std::size_t f = item - r * stride;
-      const std::size_t stop = std::min(end, (r + 1) * stride);
+    device::for_row_segments(begin, end, record_stride, [this](int64_t r, int64_t f0, int64_t f1) {
       const row_index_t handle = rows[r];
-      if (f == 0 && r + kRowPrefetchDistance < count) {
-        pools.prefetch</*kWrite=*/true>(rows[r + kRowPrefetchDistance]);
+      if (f0 == 0 && static_cast<std::size_t>(r) + kRowPrefetchDistance < count) {
+        pools.prefetch</*kWrite=*/true>(rows[static_cast<std::size_t>(r) + kRowPrefetchDistance]);
       }
-      const auto own = static_cast<std::size_t>(pools.stride(handle));
-      const std::size_t copied = std::min(stop - item, f < own ? own - f : 0);
-      if (copied > 0) std::copy_n(records + item, copied, pools.row(handle) + f);
-      item = stop;
-    }
+      const float* record = records + r * record_stride;
+      const int64_t own = std::clamp<int64_t>(pools.stride(handle), f0, f1);
+      std::copy(record + f0, record + own, pools.row(handle) + f0);
+    });
   }
 #endif
 };

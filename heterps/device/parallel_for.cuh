@@ -101,4 +101,22 @@ void parallel_for(const Stream& stream, std::size_t n, F f) {
 #endif
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// cpu, for run_range forms over the flat items of [rows x width] row-major data (a matrix's
+// entries, a record's fields): calls row(i, j_begin, j_end) for each row's part of the items
+// [begin, end), rows in order, so that the form divides once per row rather than per item and
+// its inner loop over j can vectorize.
+template <class Row>
+void for_row_segments(std::size_t begin, std::size_t end, int width, Row row) {
+  const auto w = static_cast<std::size_t>(width);
+  for (std::size_t flat = begin; flat < end;) {
+    const std::size_t i = flat / w;
+    const std::size_t j = flat - i * w;
+    const std::size_t stop = flat + (w - j) < end ? flat + (w - j) : end;
+    row(static_cast<int64_t>(i), static_cast<int64_t>(j), static_cast<int64_t>(j + (stop - flat)));
+    flat = stop;
+  }
+}
+#endif
+
 }  // namespace gpubox::device

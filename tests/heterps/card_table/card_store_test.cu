@@ -326,6 +326,25 @@ std::vector<float> random_record(std::mt19937_64& rng, const table::RowLayout& r
 
 class CardStoreWidths : public CardStoreTest {
  protected:
+  // n fresh keys with records of the config's widths drawn at random, inserted into `store`;
+  // returns the keys in insertion order and fills *oracle with their records.
+  std::vector<uint64_t> insert_mixed(CardSparseStore& store, std::size_t n, std::mt19937_64& rng,
+                                     std::map<uint64_t, std::vector<float>>* oracle) {
+    const std::vector<uint64_t> keys = unique_keys(rng, n);
+    std::vector<float> records;
+    for (const uint64_t key : keys) {
+      const std::vector<float> row =
+          random_record(rng, store.layout(), store.classes().dims[rng() % 3]);
+      records.insert(records.end(), row.begin(), row.end());
+      (*oracle)[key] = row;
+    }
+    if (n > 0) {
+      auto d_keys = to_device(keys, card().memory(), stream());
+      auto d_records = to_device(records, card().memory(), stream());
+      store.insert_rows(d_keys.data(), d_records.data(), n, stream());
+    }
+    return keys;
+  }
   // Rows per pool, as the oracle has them, against the pools' counters and strides.
   void expect_pools(const CardSparseStore& store,
                     const std::map<uint64_t, std::vector<float>>& oracle) {
@@ -541,22 +560,10 @@ TEST_P(CardStoreWidths, InsertRowsWritesEveryWidthOnEveryThreadSplit) {
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{500}}) {
       SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(n) + " records");
       CardSparseStore store(card(), mixed_config(GetParam()), HashTableOptions{});
-      const table::RowLayout record = store.layout();
-      const auto stride = static_cast<std::size_t>(record.stride());
+      const auto stride = static_cast<std::size_t>(store.layout().stride());
       std::mt19937_64 rng(43 + n);
-      const std::vector<uint64_t> keys = unique_keys(rng, n);
-      std::vector<float> records;
       std::map<uint64_t, std::vector<float>> oracle;
-      for (const uint64_t key : keys) {
-        const std::vector<float> row = random_record(rng, record, store.classes().dims[rng() % 3]);
-        records.insert(records.end(), row.begin(), row.end());
-        oracle[key] = row;
-      }
-      if (n > 0) {
-        auto d_keys = to_device(keys, card().memory(), stream());
-        auto d_records = to_device(records, card().memory(), stream());
-        store.insert_rows(d_keys.data(), d_records.data(), n, stream());
-      }
+      insert_mixed(store, n, rng, &oracle);
       const auto all = collect(store, false);
       ASSERT_EQ(all.size(), oracle.size());
       for (const auto& [key, row] : oracle) {
@@ -572,20 +579,10 @@ TEST_P(CardStoreWidths, InsertRowsWritesEveryWidthOnEveryThreadSplit) {
 // items among its threads mid-record (its run_range form), the card one thread per field.
 TEST_P(CardStoreWidths, GatherRowsPadsEveryWidthOnEveryThreadSplit) {
   CardSparseStore store(card(), mixed_config(GetParam()), HashTableOptions{});
-  const table::RowLayout record = store.layout();
-  const auto stride = static_cast<std::size_t>(record.stride());
+  const auto stride = static_cast<std::size_t>(store.layout().stride());
   std::mt19937_64 rng(41);
-  const std::vector<uint64_t> keys = unique_keys(rng, 500);
-  std::vector<float> records;
   std::map<uint64_t, std::vector<float>> oracle;
-  for (const uint64_t key : keys) {
-    const std::vector<float> row = random_record(rng, record, store.classes().dims[rng() % 3]);
-    records.insert(records.end(), row.begin(), row.end());
-    oracle[key] = row;
-  }
-  auto d_keys = to_device(keys, card().memory(), stream());
-  auto d_records = to_device(records, card().memory(), stream());
-  store.insert_rows(d_keys.data(), d_records.data(), keys.size(), stream());
+  const std::vector<uint64_t> keys = insert_mixed(store, 500, rng, &oracle);
   auto listed_keys = card().make_buffer<uint64_t>(0);
   auto listed_rows = card().make_buffer<row_index_t>(0);
   ASSERT_EQ(store.list_entries(false, listed_keys, listed_rows, stream()), keys.size());

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/macros.hpp"
+#include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/device_math.cuh"
 
 namespace gpubox::trainer::detail {
@@ -28,20 +29,7 @@ inline std::size_t entries(int64_t batch, int dim) {
 }
 
 #if !defined(GPUBOX_BACKEND_CUDA)
-// cpu: calls row(i, j_begin, j_end) for each row's part of the flat entries [begin, end) of a
-// [B x dim] matrix, rows in order, so that an entrywise functor's run_range (parallel_for.cuh)
-// divides once per row rather than per entry and its inner loop over j vectorizes.
-template <class Row>
-void for_row_segments(std::size_t begin, std::size_t end, int dim, Row row) {
-  const auto d = static_cast<std::size_t>(dim);
-  for (std::size_t flat = begin; flat < end;) {
-    const std::size_t i = flat / d;
-    const std::size_t j = flat - i * d;
-    const std::size_t stop = std::min(end, (i + 1) * d);
-    row(static_cast<int64_t>(i), static_cast<int64_t>(j), static_cast<int64_t>(j + (stop - flat)));
-    flat = stop;
-  }
-}
+using device::for_row_segments;  // the cpu run_range forms' walk over a row's entries
 #endif
 
 // pre[i, j] += b[j]; out[i, j] = x0[i, j] * pre[i, j] + in[i, j] (a dcn_v2 layer, plain or
