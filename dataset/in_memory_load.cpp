@@ -197,6 +197,56 @@ Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>
   return failure;
 }
 
+// The records of `files`, read in ranges on config.thread_num workers (*loaded, in the files'
+// order; *merged their statistics), or the first failing range's error. A read that `stopped`
+// cut short sets *was_stopped and returns nothing.
+template <class Stopped>
+Status read_files(const std::vector<std::string>& files, const DatasetConfig& config,
+                  const std::string& pipe_command, const Stopped& stopped,
+                  std::vector<InstanceBlock>* loaded, LoadStats* merged, bool* was_stopped) {
+  const std::vector<ReadItem> items = plan_reads(files, !pipe_command.empty(), config.split_bytes);
+  std::vector<ReadResult> results(items.size());
+  // One slot index for every parser of this load.
+  const auto slots = std::make_shared<const SlotIndex>(config.slots);
+  const std::vector<FileFormat> file_formats = choose_range_formats(files, items, config, slots);
+  const ReadPlan plan{files, items, file_formats, config, pipe_command};
+  // The lowest item index that failed; later items stop early, earlier ones run to the end so
+  // that a failing line's number in its file is known.
+  std::atomic<std::size_t> first_failure{std::numeric_limits<std::size_t>::max()};
+
+  auto mark_failed = [&](std::size_t item) {
+    std::size_t seen = first_failure.load();
+    while (item < seen && !first_failure.compare_exchange_weak(seen, item)) {
+    }
+  };
+
+  const int workers = config.thread_num;
+  std::vector<std::unique_ptr<FormatChooser>> choosers(static_cast<std::size_t>(workers));
+  std::atomic<std::size_t> next_item{0};
+  run_workers(
+      std::min<int>(workers, std::max<int>(1, static_cast<int>(items.size()))), [&](int worker) {
+        auto& chooser = choosers[static_cast<std::size_t>(worker)];
+        chooser = std::make_unique<FormatChooser>(config, slots);
+        for (std::size_t i = next_item.fetch_add(1); i < items.size(); i = next_item.fetch_add(1)) {
+          if (i > first_failure.load(std::memory_order_relaxed) || stopped()) break;
+          const auto keep_going = [&] {
+            return i <= first_failure.load(std::memory_order_relaxed) && !stopped();
+          };
+          if (!read_item(plan, i, *chooser, keep_going, &results[i])) mark_failed(i);
+        }
+      });
+
+  if (stopped()) {
+    *was_stopped = true;
+    return Status::OK();
+  }
+  const Status failure = merge_results(items, results, config.max_reported_errors, merged);
+  if (!failure.ok()) return failure;
+  loaded->reserve(results.size());
+  for (ReadResult& result : results) loaded->push_back(std::move(result.block));
+  return Status::OK();
+}
+
 }  // namespace
 
 bool InMemoryDataset::load_cached(const PassKey& key, const std::vector<FileIdentity>& identities) {
@@ -245,48 +295,15 @@ Status InMemoryDataset::load_into_memory() {
   // A stop asked before the load stops a load from the cache too (as a read's items stop).
   if (cacheable && stopped()) return aborted();
   if (cacheable && load_cached(key, identities)) return Status::OK();
-  const std::vector<ReadItem> items =
-      plan_reads(files_, !pipe_command.empty(), config_.split_bytes);
-  std::vector<ReadResult> results(items.size());
-  // One slot index for every parser of this load.
-  const auto slots = std::make_shared<const SlotIndex>(config_.slots);
-  const std::vector<FileFormat> file_formats = choose_range_formats(files_, items, config_, slots);
-  const ReadPlan plan{files_, items, file_formats, config_, pipe_command};
-  // The lowest item index that failed; later items stop early, earlier ones run to the end so
-  // that a failing line's number in its file is known.
-  std::atomic<std::size_t> first_failure{std::numeric_limits<std::size_t>::max()};
-
-  auto mark_failed = [&](std::size_t item) {
-    std::size_t seen = first_failure.load();
-    while (item < seen && !first_failure.compare_exchange_weak(seen, item)) {
-    }
-  };
-
-  const int workers = config_.thread_num;
-  std::vector<std::unique_ptr<FormatChooser>> choosers(static_cast<std::size_t>(workers));
-  std::atomic<std::size_t> next_item{0};
-  run_workers(
-      std::min<int>(workers, std::max<int>(1, static_cast<int>(items.size()))), [&](int worker) {
-        auto& chooser = choosers[static_cast<std::size_t>(worker)];
-        chooser = std::make_unique<FormatChooser>(config_, slots);
-        for (std::size_t i = next_item.fetch_add(1); i < items.size(); i = next_item.fetch_add(1)) {
-          if (i > first_failure.load(std::memory_order_relaxed) || stopped()) break;
-          const auto keep_going = [&] {
-            return i <= first_failure.load(std::memory_order_relaxed) && !stopped();
-          };
-          if (!read_item(plan, i, *chooser, keep_going, &results[i])) mark_failed(i);
-        }
-      });
-
-  if (stopped()) return aborted();
+  std::vector<InstanceBlock> loaded;
   LoadStats merged;
-  const Status failure = merge_results(items, results, config_.max_reported_errors, &merged);
+  bool was_stopped = false;
+  const Status read =
+      read_files(files_, config_, pipe_command, stopped, &loaded, &merged, &was_stopped);
+  if (was_stopped) return aborted();
   merged.seconds = timer.seconds();
   stats_ = std::move(merged);
-  if (!failure.ok()) return failure;
-  std::vector<InstanceBlock> loaded;
-  loaded.reserve(results.size());
-  for (ReadResult& result : results) loaded.push_back(std::move(result.block));
+  if (!read.ok()) return read;
   // Kept only when no file changed while it was read (the records may mix its two versions).
   std::vector<FileIdentity> after;
   if (cacheable && identify_files(files_, &after) && after == identities) {
