@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/bundle_cuda.sh [--out DIR] [--no-build] [--archs LIST] [--max-mib N]
+# scripts/bundle_cuda.sh [--out DIR] [--no-build] [--archs LIST] [--max-mib N] [--cpu-build DIR | --no-cpu]
 # scripts/bundle_cuda.sh --verify [TARBALL]
 #
 # Builds the CUDA variant (scripts/build.sh cuda -> build-cuda/, reused when up to date) and packs
@@ -12,6 +12,10 @@
 #             provides; RUNPATH $ORIGIN. libcudart is bundled (0.7 MB). Not bundled (too large for
 #             the 64 MiB limit; part of the CUDA toolkit / driver there): libcuda.so.1 (driver),
 #             libcublas.so.13 + libcublasLt.so.13 (~600 MB), libnccl.so.2 (~210 MB, ~190 MB compressed).
+#   cpu-bin/  gpubox_train of a cpu build of the same sources (--cpu-build DIR, default build/ when
+#             it is a cpu build; --no-cpu leaves it out), RUNPATH $ORIGIN/../lib: gpu_check.sh's item
+#             10 compares the GPU's predictions with it. Refused when that build is older than the
+#             sources (ninja -n would rebuild it); about 2 MiB compressed.
 #   configs/  the YAML configs and the shipped sample data (configs/data/)
 #   scripts/gpu_check.sh   on the GPU machine, the first-GPU-run checklist (its items in
 #                          scripts/gpu_check/*.sh): device query and peer-access matrix, the unit
@@ -48,6 +52,9 @@ archs=""
 max_mib=64
 mode=pack
 verify_tar=""
+cpu_build="$repo/build"
+cpu_wanted=1
+cpu_explicit=0
 while (($#)); do
   case "$1" in
     --out) (($# >= 2)) || die "--out needs a folder"; out_dir="$2"; shift 2 ;;
@@ -58,6 +65,8 @@ while (($#)); do
     --verify)
       mode=verify; shift
       if (($#)) && [[ "$1" != --* ]]; then verify_tar="$1"; shift; fi ;;
+    --cpu-build) (($# >= 2)) || die "--cpu-build needs a folder"; cpu_build="$2"; cpu_explicit=1; shift 2 ;;
+    --no-cpu) cpu_wanted=0; shift ;;
     -h|--help) usage 0 ;;
     *) echo "bundle_cuda: unknown argument '$1'" >&2; usage ;;
   esac
@@ -103,13 +112,14 @@ verify() {
   echo "== ldd with LD_LIBRARY_PATH empty (bundle = $root/lib)"
   local bad=0 f dep path class rp line
   declare -A counts=()
-  for f in "$root"/bin/* "$root"/lib/*; do
+  for f in "$root"/bin/* "$root"/cpu-bin/* "$root"/lib/*; do
+    [ -e "$f" ] || continue
     is_elf "$f" || { echo "  $(basename "$f"): not an ELF file"; bad=1; continue; }
     local rel="${f#"$root"/}"
     rp="$(patchelf --print-rpath "$f" 2>/dev/null || true)"
     echo "-- $rel  (RUNPATH: ${rp:-none})"
     case "$rel" in
-      bin/*) [ "$rp" = '$ORIGIN/../lib' ] || { echo "   RUNPATH must be \$ORIGIN/../lib"; bad=1; } ;;
+      bin/* | cpu-bin/*) [ "$rp" = '$ORIGIN/../lib' ] || { echo "   RUNPATH must be \$ORIGIN/../lib"; bad=1; } ;;
     esac
     while IFS=$'\t' read -r dep path; do
       [ -n "$dep" ] || continue
@@ -162,6 +172,15 @@ verify() {
   else
     echo "   gpubox_data failed: $line"; bad=1
   fi
+  echo "== cpu-bin/gpubox_train (item 10's reference) runs from the extracted bundle"
+  if [ ! -e "$root/cpu-bin/gpubox_train" ]; then
+    echo "   not bundled (--no-cpu, or no cpu build): gpu_check.sh needs --cpu-bin for item 10's comparison"
+  elif line="$(LD_LIBRARY_PATH= "$root/cpu-bin/gpubox_train" --version 2>&1 | head -n 1)" &&
+       [[ "$line" == *"backend cpu"* ]]; then
+    echo "   $line"
+  else
+    echo "   cpu-bin/gpubox_train --version did not say backend cpu: $line"; bad=1
+  fi
   if ((bad)); then
     echo "== bundle verification FAILED (see the errors above)"
     return 1
@@ -210,6 +229,23 @@ done
 mapfile -t tests < <(cd "$build_dir/bin" && ls | grep '_test$' | sort)
 ((${#tests[@]})) || die "no *_test binaries in $build_dir/bin (GPUBOX_BUILD_TESTS off?)"
 
+# The cpu build for cpu-bin/: named or build/, a cpu build, up to date with the sources.
+cpu_train=""
+if ((cpu_wanted)); then
+  if [ -f "$cpu_build/CMakeCache.txt" ] && grep -q '^GPUBOX_BACKEND:STRING=cpu$' "$cpu_build/CMakeCache.txt" &&
+     [ -x "$cpu_build/bin/gpubox_train" ]; then
+    if command -v ninja >/dev/null && [ -f "$cpu_build/build.ninja" ] &&
+       ninja -C "$cpu_build" -n gpubox_train 2>/dev/null | grep -Eq '^\[[0-9]+/[0-9]+\] (Building|Linking)'; then
+      die "$cpu_build/bin/gpubox_train is older than the sources: run 'ninja -C $cpu_build gpubox_train' (or --no-cpu)"
+    fi
+    cpu_train="$cpu_build/bin/gpubox_train"
+  elif ((cpu_explicit)); then
+    die "--cpu-build '$cpu_build' is no cpu build with bin/gpubox_train (GPUBOX_BACKEND=cpu; scripts/build.sh cpu)"
+  else
+    echo "bundle_cuda: no cpu build in $cpu_build: cpu-bin/ left out (gpu_check.sh item 10 then needs --cpu-bin)" >&2
+  fi
+fi
+
 commit="$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 dirty=""
 git -C "$repo" diff --quiet HEAD -- 2>/dev/null || dirty="-dirty"
@@ -226,11 +262,17 @@ for t in "${tools[@]}" "${tests[@]}"; do
   cp "$build_dir/bin/$t" "$stage/bin/$t"
   strip --strip-unneeded "$stage/bin/$t" 2>/dev/null || true
 done
+if [ -n "$cpu_train" ]; then
+  mkdir -p "$stage/cpu-bin"
+  cp "$cpu_train" "$stage/cpu-bin/gpubox_train"
+  strip --strip-unneeded "$stage/cpu-bin/gpubox_train" 2>/dev/null || true
+fi
 
 # ---- lib/: the transitive closure of dependencies that are neither allowed system libraries nor
 # provided by the GPU machine. ldd lists the whole closure of each file.
 declare -A picked=()
-for f in "$stage"/bin/*; do
+for f in "$stage"/bin/* "$stage"/cpu-bin/*; do
+  [ -e "$f" ] || continue
   while IFS=$'\t' read -r dep path; do
     [[ "$dep" =~ $allowed_system_re || "$dep" =~ $gpu_machine_re ]] && continue
     [ "$path" != "not found" ] || die "$(basename "$f") needs $dep, which is not found on this machine"
@@ -244,7 +286,7 @@ done
 
 # ---- RUNPATHs: binaries look in ../lib, bundled libraries next to themselves (RUNPATH is not
 # inherited by a library's own dependencies, so each bundled library carries one).
-for f in "$stage"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
+for f in "$stage"/bin/* "$stage"/cpu-bin/*; do [ -e "$f" ] && patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
 for f in "$stage"/lib/*; do
   needs_bundled=0
   while read -r needed; do
@@ -300,6 +342,7 @@ ln -s ../bin "$stage/$build_rel/bin"
   echo "run:          scripts/gpu_check.sh            (the first-GPU-run checklist: summary.txt)"
   echo "              bin/gpubox_train --config configs/config_gpubox.yaml"
   echo "bin/:         ${tools[*]} ${tests[*]}"
+  echo "cpu-bin/:     $([ -n "$cpu_train" ] && echo "gpubox_train of the cpu build $cpu_build (gpu_check.sh item 10's reference predictions)" || echo "none (--no-cpu or no cpu build)")"
   echo "lib/ (bundled, RUNPATH \$ORIGIN): $(cd "$stage/lib" && ls | paste -sd' ')"
   echo "from the system:  glibc (libc, libm, libpthread, libdl, librt, ld-linux), libstdc++, libgcc_s"
   echo "from the GPU machine (not bundled: size): libcuda.so.1 (NVIDIA driver, >= 580 for CUDA 13),"
@@ -314,7 +357,7 @@ size="$(du -b "$tarball.part" | cut -f1)"
 limit=$((max_mib * 1024 * 1024))
 if ((size > limit)); then
   rm -f "$tarball.part"
-  die "the bundle is $size bytes ($((size / 1024 / 1024)) MiB), over the ${max_mib} MiB limit; largest files (uncompressed): $(cd "$stage" && du -b bin/* lib/* | sort -rn | head -n 5 | awk '{ printf "%s %.1f MB; ", $2, $1 / 1e6 }')"
+  die "the bundle is $size bytes ($((size / 1024 / 1024)) MiB), over the ${max_mib} MiB limit; largest files (uncompressed): $(cd "$stage" && du -b bin/* lib/* | sort -rn | head -n 5 | awk '{ printf "%s %.1f MB; ", $2, $1 / 1e6 }')$([ -n "$cpu_train" ] && echo " --no-cpu leaves out cpu-bin/ and the oneDNN it needs")"
 fi
 mv "$tarball.part" "$tarball"
 echo "bundle_cuda: wrote $tarball ($size bytes, $(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1048576 }') MiB of ${max_mib} MiB)"
