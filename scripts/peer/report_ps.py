@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The table of `scripts/bench_peer_paddle.sh --mode ps`: GPUBox's async and geo modes
+"""The table of `scripts/bench_peer_paddle.sh --mode ps`: GPUBox's async, sync and geo modes
 (scripts/launch.sh) against PaddlePaddle's fleet ParameterServer (train_paddle_ps.py), one run.
 
   python3 report_ps.py --runs RUNS.tsv --epochs E --oracle O.json [--test_oracle T.json]
                        --out report_ps.md [--meta LINE ...]
 
-RUNS.tsv: system (gpubox|paddle), schedule (async|geo), load average before, run folder.
+RUNS.tsv: system (gpubox|paddle), schedule (async|sync|geo), load average before, run folder,
+and optionally why the run failed (a Paddle run that wrote no result: its row says so).
 GPUBox's folder holds trainer 0's metrics.jsonl and trainer t's metrics.trainer<t>.jsonl (one
 line per pass, test lines per epoch) and server_wire (the largest
 bytes sent + received on the server's connections, from ss); Paddle's holds paddle.worker<i>.json.
@@ -18,6 +19,9 @@ import json
 import time
 import os
 import sys
+
+
+SCHEDULES = ("async", "sync", "geo")
 
 
 def die(msg):
@@ -75,7 +79,12 @@ def main():
     e = a.epochs
     runs = [line.rstrip("\n").split("\t") for line in open(a.runs) if line.strip()]
     res = {}
-    for system, sched, load, folder in runs:
+    failed = {}
+    for run in runs:
+        system, sched, load, folder = run[:4]
+        if len(run) > 4 and run[4]:
+            failed[(system, sched)] = "%s (load %s)" % (run[4], load)
+            continue
         r = gpubox_row(folder, e) if system == "gpubox" else paddle_row(folder, e)
         r["load"] = load
         res[(system, sched)] = r
@@ -104,9 +113,12 @@ def main():
     L.append("| mode | system | load before | examples/s | GPUBox / Paddle | train AUC | "
              "held-out AUC | wire bytes / example |")
     L.append("|---|---|---|---:|---:|---:|---:|---:|")
-    for sched in ("async", "geo"):
+    for sched in SCHEDULES:
         g, p = res.get(("gpubox", sched)), res.get(("paddle", sched))
         for name, r in (("GPUBox", g), ("Paddle", p)):
+            why = failed.get((name.lower(), sched))
+            if why:
+                L.append("| %s | %s | failed: %s | - | - | - | - | - |" % (sched, name, why.replace("|", "/")))
             if r is None:
                 continue
             ratio = "%.2fx" % (g["ips"] / p["ips"]) if (name == "GPUBox" and g and p) else ""
@@ -118,7 +130,7 @@ def main():
         f.write(text)
     if a.json:  # the table's figures, for scripts/bench_table.py ingest
         modes = {}
-        for sched in ("async", "geo"):
+        for sched in SCHEDULES:
             g, p = res.get(("gpubox", sched)), res.get(("paddle", sched))
             if g and p:
                 modes[sched] = {"gpubox_examples_per_s": g["ips"], "paddle_examples_per_s": p["ips"],

@@ -3,17 +3,18 @@
 configs/config_ps.yaml), run as PaddleRec's tools/static_ps_trainer.py runs it: one process per
 role under `python -m paddle.distributed.launch --server_num S --worker_num W` (fleetrun), the
 role from the launcher's environment (fleet.init()), fleet.DistributedStrategy a_sync = True
-(async), plus a_sync_configs k_steps = K for geo, the sparse table a fleet sparse_embedding
+(async), False (sync: the workers' pushes merged per step on the servers), plus a_sync_configs
+k_steps = K for geo, the sparse table a fleet sparse_embedding
 (MemorySparseTable on the servers, rows created on first pull), InMemoryDataset +
 Executor.train_from_dataset on each worker with its block of the files (fleet.util.get_file_shard).
 
   python -m paddle.distributed.launch --server_num 1 --worker_num 2 --log_dir LOG \\
-      train_paddle_ps.py --mode async|geo [--geo_step K] --train_dir D [--test_dir T] \\
+      train_paddle_ps.py --mode async|sync|geo [--geo_step K] --train_dir D [--test_dir T] \\
       --threads N --epochs E --batch 512 --json_prefix OUT
 
 Model: 26 sparse slots sum-pooled from ONE table of width 9, 13 dense features, fc
 512-256-128-32 ReLU, a 1-wide logit, sigmoid log loss (mean over the batch, PaddleRec's dnn);
-dense Adam lr 0.001 (on the servers in async, local with deltas pushed every K steps in geo);
+dense Adam lr 0.001 (on the servers in async and sync, local with deltas pushed every K steps in geo);
 the sparse rule is Paddle's default for a_sync sparse tables (the strategy's
 sparse_table_configs: CtrCommonAccessor with its adagrad rule). Each worker writes
 OUT.worker<i>.json: per epoch its examples and the wall time of train_from_dataset alone (data
@@ -85,7 +86,7 @@ def build(args):
 
 def main():
     ap = argparse.ArgumentParser(description="PaddlePaddle ParameterServer peer of GPUBox's PS modes")
-    ap.add_argument("--mode", choices=("async", "geo"), required=True)
+    ap.add_argument("--mode", choices=("async", "sync", "geo"), required=True)
     ap.add_argument("--geo_step", type=int, default=100)
     ap.add_argument("--train_dir", required=True)
     ap.add_argument("--test_dir", default="")
@@ -117,7 +118,7 @@ def main():
     # 3.20 wheel of this venv lacks (ImportError); the strategy itself is unaffected.
     fleet.DistributedStrategy.__repr__ = lambda self: "DistributedStrategy(%s)" % args.mode
     strategy = fleet.DistributedStrategy()
-    strategy.a_sync = True
+    strategy.a_sync = args.mode != "sync"
     strategy.fleet_desc_configs = {"use_cvm": False, "SparseFeatFactors": {
         "sparse_embedx_threshold": 0, "sparse_optimizer": "adagrad", "sparse_learning_rate": 0.05, "sparse_initial_g2sum": 3.0,
         "sparse_initial_range": 1e-4, "sparse_weight_bounds": [-10.0, 10.0]}}
