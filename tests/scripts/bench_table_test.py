@@ -215,9 +215,9 @@ class Ingest(unittest.TestCase):
                 row = next(line for line in f if line.startswith("| GPUBox |"))
             self.assertIn("batch %d per card" % batch, row)
 
-    def ps_json(self):
+    def ps_json(self, extra_rows=()):
         """scripts/peer/report_ps.py run on hand-made job folders: its --json."""
-        rows = []
+        rows = list(extra_rows)
         for system, sched, ips_secs in (("gpubox", "async", 0.5), ("paddle", "async", 2.0),
                                         ("gpubox", "geo", 0.25), ("paddle", "geo", 4.0)):
             folder = os.path.join(self.d.name, system + sched)
@@ -260,6 +260,25 @@ class Ingest(unittest.TestCase):
         self.assertEqual(f["peer-paddle-geo"]["detail"], "held-out AUC 0.7700 vs 0.6000")
         self.assertEqual(f["peer-paddle-geo"]["load"], "load 3.5 / 3.5")
         self.assertEqual(bt.ratio_text(f["peer-paddle-geo"]), "16.00×")
+
+    def test_a_failed_paddle_run_is_a_row_not_a_figure(self):
+        """A Paddle PS run that wrote no result (2.6.2's sync mode crashes) is a table row naming
+        why; its mode gives no figure to ingest, and the other modes still do."""
+        folder = os.path.join(self.d.name, "gpuboxsync")
+        os.mkdir(folder)
+        write(os.path.join(folder, "metrics.jsonl"), json.dumps(
+            {"pass": 0, "examples": 500, "train_seconds": 0.5, "auc": 0.7}) + "\n")
+        out = self.ps_json((
+            "\t".join(("gpubox", "sync", "1.0 1.0 1.0", folder)),
+            "\t".join(("paddle", "sync", "1.5 1.0 1.0", os.path.join(self.d.name, "none"),
+                       "worker 0 wrote no result (launcher exit 0): FatalError: `Segmentation fault`"))))
+        with open(os.path.join(self.d.name, "ps.md")) as f:
+            md = f.read()
+        self.assertIn("| sync | GPUBox | 1.0 1.0 1.0 | 1000 |", md)
+        self.assertIn("| sync | Paddle | failed: worker 0 wrote no result (launcher exit 0): FatalError: "
+                      "`Segmentation fault` (load 1.5 1.0 1.0) |", md)
+        with open(out) as f:
+            self.assertEqual(sorted(json.load(f)["modes"]), ["async", "geo"])
 
     def test_a_missing_base_size_updates_nothing(self):
         on = scale_results([scale_run(10**8, 21000.0, [6.0, 0.5, 1.0])])
