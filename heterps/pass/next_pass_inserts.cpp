@@ -170,8 +170,10 @@ void NextPassWork::read_in_flight(int c, NextPassCard& work) {
       (work.phase != Phase::kErase && work.phase != Phase::kInsert)) {
     return;
   }
-  cards_.card(c).stream().synchronize();  // every chunk's end event has passed
-  collect(c, work);                       // a victim not where it was listed throws here
+  // Every chunk's end event has passed: the bounded wait, as the step's collectives before the
+  // chunks may be pending and a peer that never joins them must fail the pass, not hang it.
+  wait_for_card(c, "its chunks in flight at the pass boundary");
+  collect(c, work);  // a victim not where it was listed throws here
 }
 
 void NextPassWork::drain_after_fault(int c, NextPassCard& work, NextPassCard::Phase phase) {
