@@ -1,5 +1,5 @@
 // dcn's vector cross layers and dcn_v2's DCN-Mix layers (CrossNet kinds kVector, kMixture;
-// kMatrix is layers_test.cu's): the forward against a float64 reference written from the
+// kMatrix is layers_cross_net_test.cu's): the forward against a float64 reference written from the
 // formulas (DCN: x0 * (x_l . w_l) + b_l + x_l; DCN-Mix: x0 * (sum_e softmax(x_l G + g)_e
 // tanh(tanh(x_l V_e) C_e) U_e + b_l) + x_l), every parameter gradient and the pooled gradient
 // against central differences, stacked and parallel; the L2 term lands on the weights alone; an
