@@ -20,7 +20,6 @@
 
 namespace gpubox::trainer {
 namespace {
-using device::to_device;
 using device::to_host;
 using testing::central_difference;
 using testing::expect_gradient_near;
