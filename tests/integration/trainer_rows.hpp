@@ -15,6 +15,7 @@
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "trainer/engine/trainer.hpp"
 
 namespace gpubox::trainer::testing {
@@ -24,7 +25,7 @@ using Rows = std::map<uint64_t, std::vector<float>>;
 // `cards` simulated cards ("0,1,.."), one host thread each.
 inline TrainerEnv cards_env(int cards) {
   TrainerEnv env;
-  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
+  env.selected_cards = device::testing::card_list(cards);
   env.threads_per_card = 1;
   return env;
 }

@@ -37,6 +37,7 @@
 namespace gpubox::heter_comm {
 namespace {
 
+using device::testing::card_list;
 using table::AccessorConfig;
 using table::RowLayout;
 using table::SparseOptimizerKind;
@@ -54,12 +55,6 @@ bool close_enough(double got, double want, table::SparseStorage storage) {
                       : storage == table::SparseStorage::kBf16 ? 2.0 / 128
                                                                : 0.0;
   return std::fabs(got - want) <= kAbsTol + (kRelTol + ulps) * std::fabs(want);
-}
-
-std::string card_list(int cards) {
-  std::string list;
-  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
-  return list;
 }
 
 // One card's batch: keys and per-occurrence push records.

@@ -25,6 +25,7 @@
 #include "heterps/pass/pass_manager.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 
 namespace gpubox::pass::error_test {
 
@@ -33,16 +34,10 @@ using Rows = std::unordered_map<uint64_t, std::vector<float>>;
 
 // Cards, their stores, a host tier and a pass manager; no steps (the rows move between the tiers
 // bit for bit, trained or not).
-inline std::string card_list(int cards) {
-  std::string list;
-  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
-  return list;
-}
-
 struct Tiers {
   // `trainers`: this process is trainer 0 of that many, each with `cards` cards.
   Tiers(int cards, const PassManagerOptions& options, int trainers = 1)
-      : card_set(device::CardSet::from_list(card_list(cards), 0, trainers)) {
+      : card_set(device::CardSet::from_list(device::testing::card_list(cards), 0, trainers)) {
     table::AccessorConfig cfg;
     cfg.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
     cfg.mf_dim = 4;
