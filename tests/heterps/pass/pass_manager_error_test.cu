@@ -36,12 +36,14 @@ namespace gpubox::pass {
 namespace {
 
 using Fault = NextPassWork::ChunkFault;
+using error_test::chunked;
 using error_test::pass_keys;
 using error_test::Phase;
 using error_test::poll_after;
 using error_test::Rows;
 using error_test::sorted;
 using error_test::Tiers;
+using error_test::TiersPair;
 
 // Streams made while it lives defer their work until a wait demands it (cpu backend; the CUDA
 // card runs ahead of the host by itself): a chunk's end event has not passed at the next
@@ -120,13 +122,9 @@ TEST_P(NextPassFaultTest, LeavesTheCardExact) {
   const FaultCase tc = GetParam();
   GPUBOX_REQUIRE_CARDS(1);
   const DeferredStreams deferred(tc.deferred);
-  PassManagerOptions options;
-  options.card_row_budget = tc.row_budget;
-  options.next_pass_chunk_keys = 50;
-  options.next_pass_step_fraction = 0;
-  Tiers early(1, options);
-  options.next_pass_chunk_keys = 0;
-  Tiers reference(1, options);
+  TiersPair engines(1, chunked(50, tc.row_budget));
+  Tiers& early = engines.early;
+  Tiers& reference = engines.reference;
   const auto z = pass_keys(240, 1u << 20, 3);  // an older pass: 60 of its rows stay (budget)
   const auto a = pass_keys(240, 0, 1);
   const auto b = pass_keys(240, 1u << 12, 2);  // disjoint from a and z
@@ -212,10 +210,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(NextPassFaultDrain, FailsWithinTheGroupTimeoutWhenAPeerNeverJoins) {
   GPUBOX_REQUIRE_CARDS(2);
   const DeferredStreams deferred(true);
-  PassManagerOptions options;
-  options.next_pass_chunk_keys = 50;
-  options.next_pass_step_fraction = 0;
-  Tiers early(2, options);
+  Tiers early(2, chunked(50));
   const std::unique_ptr<comm::CommGroup> group =
       comm::make_in_process_group(2, std::chrono::milliseconds(300));
   early.wait_through(*group);
@@ -270,10 +265,7 @@ TEST(NextPassFaultDrain, FailsWithinTheGroupTimeoutWhenAPeerNeverJoins) {
 // user's line (common/error_report.hpp), never in the middle of it.
 TEST(NextPassFaultDrain, AFailedWaitNamesTheCardAndThePassBeforeItsCause) {
   GPUBOX_REQUIRE_CARDS(1);
-  PassManagerOptions options;
-  options.next_pass_chunk_keys = 50;
-  options.next_pass_step_fraction = 0;
-  Tiers early(1, options);
+  Tiers early(1, chunked(50));
   early.manager->set_card_wait([](int, const device::Stream& stream, const char*) {
     stream.synchronize();
     GPUBOX_FAIL("pass 7, step 3: a peer never joined");
@@ -306,12 +298,9 @@ TEST(NextPassFaultDrain, AFailedWaitNamesTheCardAndThePassBeforeItsCause) {
 // oracle), and the next begin_pass places the oracle's rows.
 TEST(NextPassFaultDrain, UndoAllocatesNothingAndCopiesNoPageableMemory) {
   GPUBOX_REQUIRE_CARDS(1);
-  PassManagerOptions options;
-  options.next_pass_chunk_keys = 50;
-  options.next_pass_step_fraction = 0;
-  Tiers early(1, options);
-  options.next_pass_chunk_keys = 0;
-  Tiers reference(1, options);
+  TiersPair engines(1, chunked(50));
+  Tiers& early = engines.early;
+  Tiers& reference = engines.reference;
   const auto a = pass_keys(240, 0, 1);
   const auto b = pass_keys(240, 1u << 12, 2);
   early.manager->begin_pass(a);

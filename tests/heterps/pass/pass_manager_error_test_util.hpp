@@ -113,6 +113,29 @@ struct Tiers {
   std::unique_ptr<PassManager> manager;
 };
 
+// The next pass's card work in chunks of `chunk_keys` keys (sized by count, not by time: step
+// fraction 0), under `row_budget` rows a card (0: none).
+inline PassManagerOptions chunked(std::size_t chunk_keys, std::size_t row_budget = 0) {
+  PassManagerOptions options;
+  options.card_row_budget = row_budget;
+  options.next_pass_chunk_keys = chunk_keys;
+  options.next_pass_step_fraction = 0;
+  return options;
+}
+
+// Two engines given the same passes: `early` does the next pass's card work (`options`),
+// `reference` has the same options without it (next_pass_chunk_keys 0): the oracle.
+struct TiersPair {
+  TiersPair(int cards, const PassManagerOptions& options)
+      : early(cards, options), reference(cards, without_work(options)) {}
+  static PassManagerOptions without_work(PassManagerOptions options) {
+    options.next_pass_chunk_keys = 0;
+    return options;
+  }
+  Tiers early;
+  Tiers reference;
+};
+
 // `n` distinct seeded keys in [base, base + 4n), mixed.
 inline std::vector<uint64_t> pass_keys(std::size_t n, uint64_t base, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -25,12 +25,14 @@
 namespace gpubox::pass {
 namespace {
 
+using error_test::chunked;
 using error_test::pass_keys;
 using error_test::Phase;
 using error_test::poll_after;
 using error_test::Rows;
 using error_test::sorted;
 using error_test::Tiers;
+using error_test::TiersPair;
 
 // Issue 31, item 1: no insert chunk grows a card's table or pool, in the first pass either. The
 // next pass's keys are planned only after some steps (as the trainer's pipeline plans them while
@@ -48,12 +50,9 @@ TEST(NextPassInserts, NeverGrowTheCardsBetweenSteps) {
         GPUBOX_REQUIRE_CARDS(cards);
         SCOPED_TRACE(std::to_string(cards) + " cards, next pass of " + std::to_string(next_keys) +
                      " keys planned " + (planned_at_expect ? "when expected" : "later"));
-        PassManagerOptions options;
-        options.next_pass_chunk_keys = 100;
-        options.next_pass_step_fraction = 0;
-        Tiers early(cards, options);
-        options.next_pass_chunk_keys = 0;
-        Tiers reference(cards, options);
+        TiersPair engines(cards, chunked(100));
+        Tiers& early = engines.early;
+        Tiers& reference = engines.reference;
         const auto a = pass_keys(240, 0, 5);
         const auto b = pass_keys(next_keys, 1u << 14, 6);  // disjoint from a
         early.manager->begin_pass(a);
@@ -101,13 +100,9 @@ TEST(NextPassInserts, UnderABudgetFindTheErasedSlotsReclaimed) {
   for (const std::size_t next_keys : {std::size_t{100}, std::size_t{130}}) {
     GPUBOX_REQUIRE_CARDS(1);
     SCOPED_TRACE("a next pass of " + std::to_string(next_keys) + " keys");
-    PassManagerOptions options;
-    options.card_row_budget = 500;
-    options.next_pass_chunk_keys = 50;
-    options.next_pass_step_fraction = 0;
-    Tiers early(1, options);
-    options.next_pass_chunk_keys = 0;
-    Tiers reference(1, options);
+    TiersPair engines(1, chunked(50, 500));
+    Tiers& early = engines.early;
+    Tiers& reference = engines.reference;
     const auto z = pass_keys(500, 1u << 20, 3);
     const auto a = pass_keys(100, 0, 1);
     const auto b = pass_keys(next_keys, 1u << 12, 2);  // the three disjoint
@@ -157,10 +152,7 @@ TEST(NextPassInserts, UnderABudgetFindTheErasedSlotsReclaimed) {
 // and the pool for its guess, 1800 rows after a pass that brought 1600 new keys).
 TEST(NextPassInserts, SeveralTrainersReserveNothing) {
   GPUBOX_REQUIRE_CARDS(1);
-  PassManagerOptions options;
-  options.next_pass_chunk_keys = 100;
-  options.next_pass_step_fraction = 0;
-  Tiers tiers(1, options, /*trainers=*/2);
+  Tiers tiers(1, chunked(100), /*trainers=*/2);
   const auto owned_here = [](std::vector<uint64_t> keys) {
     keys.erase(std::remove_if(keys.begin(), keys.end(),
                               [](uint64_t key) { return owner_card(key, 2) != 0; }),
