@@ -20,6 +20,7 @@ namespace gpubox::heter_comm {
 namespace {
 
 using cluster_test::Cluster;
+using cluster_test::place_on_owner;
 using cluster_test::test_config;
 using table::AccessorConfig;
 using table::RowLayout;
@@ -39,20 +40,7 @@ TEST(HeterComm, PlannedCountsSaveTheCountWaitAndAWrongPlanFails) {
   std::vector<uint64_t> known;
   for (uint64_t k = 1; k <= 40; ++k) known.push_back(mix64(k));
   Cluster cluster(kCards, cfg, options);
-  cluster.run([&](device::Card& card) {
-    const int c = card.local_index();
-    std::vector<uint64_t> mine;
-    std::vector<float> rows;
-    for (uint64_t k : known) {
-      if (owner_card(k, kCards) != c) continue;
-      mine.push_back(k);
-      rows.resize(rows.size() + layout.stride());
-      table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
-    }
-    auto dk = device::to_device(mine, card.memory(), card.stream());
-    auto dr = device::to_device(rows, card.memory(), card.stream());
-    cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
-  });
+  cluster.run([&](device::Card& card) { place_on_owner(cluster, card, known, cfg, layout); });
   // Each card's batch (repeated keys) and the plan: [src][dst] distinct keys.
   std::vector<std::vector<uint64_t>> batches(kCards);
   std::vector<uint64_t> plan(kCards * kCards, 0);
@@ -124,20 +112,7 @@ TEST(HeterComm, APlannedPullReportsAMissingKeyLateNamingItsStep) {
   while (owner_card(absent, kCards) != 0) absent = mix64(absent);
   const auto run = [&](bool drain_at_once) {
     Cluster cluster(kCards, cfg, options);
-    cluster.run([&](device::Card& card) {
-      const int c = card.local_index();
-      std::vector<uint64_t> mine;
-      std::vector<float> rows;
-      for (uint64_t k : known) {
-        if (owner_card(k, kCards) != c) continue;
-        mine.push_back(k);
-        rows.resize(rows.size() + layout.stride());
-        table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
-      }
-      auto dk = device::to_device(mine, card.memory(), card.stream());
-      auto dr = device::to_device(rows, card.memory(), card.stream());
-      cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
-    });
+    cluster.run([&](device::Card& card) { place_on_owner(cluster, card, known, cfg, layout); });
     std::string message;
     std::vector<std::vector<float>> first_records(kCards);
     try {

@@ -37,6 +37,7 @@ using cluster_test::Batch;
 using cluster_test::BatchMaker;
 using cluster_test::Cluster;
 using cluster_test::ClusterCase;
+using cluster_test::place_on_owner;
 using cluster_test::pull_push_step;
 using cluster_test::test_config;
 using table::AccessorConfig;
@@ -296,19 +297,7 @@ TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
     Cluster cluster(kCards, cfg, options);
     std::vector<std::vector<float>> rows_before(kCards);
     cluster.run([&](device::Card& card) {
-      const int c = card.local_index();
-      std::vector<uint64_t> mine;
-      std::vector<float> rows;
-      for (uint64_t k : known) {
-        if (owner_card(k, kCards) != c) continue;
-        mine.push_back(k);
-        rows.resize(rows.size() + layout.stride());
-        table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
-      }
-      auto dk = device::to_device(mine, card.memory(), card.stream());
-      auto dr = device::to_device(rows, card.memory(), card.stream());
-      cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
-      rows_before[c] = rows;
+      rows_before[card.local_index()] = place_on_owner(cluster, card, known, cfg, layout);
     });
     // Known keys work in fail mode.
     std::vector<Batch> ok(kCards);

@@ -165,6 +165,26 @@ struct ClusterCase {
 };
 inline void PrintTo(const ClusterCase& c, std::ostream* os) { *os << c.name; }
 
+// Places each key of `known` that `card` owns there with its initial row (day 1), as begin_pass
+// would; on the card's thread (inside Cluster::run). The rows placed, in the order of `known`.
+inline std::vector<float> place_on_owner(Cluster& cluster, device::Card& card,
+                                         const std::vector<uint64_t>& known,
+                                         const AccessorConfig& cfg, const RowLayout& layout) {
+  const int c = card.local_index();
+  std::vector<uint64_t> mine;
+  std::vector<float> rows;
+  for (uint64_t k : known) {
+    if (owner_card(k, cluster.size()) != c) continue;
+    mine.push_back(k);
+    rows.resize(rows.size() + layout.stride());
+    table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
+  }
+  auto dk = device::to_device(mine, card.memory(), card.stream());
+  auto dr = device::to_device(rows, card.memory(), card.stream());
+  cluster.store(c).insert_rows(dk.data(), dr.data(), mine.size(), card.stream());
+  return rows;
+}
+
 // Every row of card `c`'s store, by key.
 inline std::map<uint64_t, std::vector<float>> store_rows(Cluster& cluster, int c,
                                                          const RowLayout& layout) {
