@@ -117,6 +117,24 @@ class PsModes : public ::testing::Test {
     return worst;
   }
 
+  // `network` (its overrides; `name` for the output) in every PS mode, 2 trainers on 2 servers
+  // (geo with twice the passes: it averages the trainers' moves): each mode's test AUC above
+  // `min_auc`.
+  static void learns_in_every_mode(const std::string& name, const std::vector<std::string>& network,
+                                   double min_auc) {
+    for (const char* mode : {"async", "sync", "geo"}) {
+      SCOPED_TRACE(mode);
+      const int passes = std::string(mode) == "geo" ? 2 * kEpochs : kEpochs;
+      std::vector<std::string> extra = network;
+      extra.push_back(std::string("runner.sync_mode=") + mode);
+      extra.push_back("runner.geo_step=4");
+      const Outcome out = run(extra, 2, 2, passes);
+      std::printf("%s %s, 2 trainers x 2 servers: test auc %.6f, planted %.6f\n", name.c_str(),
+                  mode, out.test_auc, planted_auc_);
+      EXPECT_GT(out.test_auc, min_auc);
+    }
+  }
+
   // Issue 32: a network (`network`: its overrides; `name` for the output) whose parameters sit in
   // the dense table like any dense block, in every PS mode: async and geo learn what the gpubox
   // mode's single card learns (reaching `min_auc`); 1 trainer in sync mode with SGD ends at the
