@@ -24,10 +24,6 @@
 #include "tests/serving/http_client.hpp"
 #include "tests/serving/serve_test_fixture.hpp"
 
-#if !defined(GPUBOX_TRAIN_BIN) || !defined(GPUBOX_SERVE_BIN)
-#error "GPUBOX_TRAIN_BIN and GPUBOX_SERVE_BIN must name the binaries"
-#endif
-
 namespace gpubox::serving {
 namespace {
 

@@ -33,10 +33,6 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
-#if !defined(GPUBOX_TRAIN_BIN) || !defined(GPUBOX_SERVE_BIN)
-#error "GPUBOX_TRAIN_BIN and GPUBOX_SERVE_BIN must name the binaries"
-#endif
-
 namespace gpubox::serving {
 namespace {
 
