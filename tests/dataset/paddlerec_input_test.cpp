@@ -17,12 +17,15 @@
 #include "dataset/line_parser.hpp"
 #include "dataset/load_report.hpp"
 #include "dataset/pipe_command.hpp"
+#include "tests/dataset/loaded_instances.hpp"
 #include "tests/dataset/test_util.hpp"
 
 namespace gpubox::dataset {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::load;
+using testing::Loaded;
 using testing::PlainInstance;
 using testing::ScratchDir;
 using testing::slot_config;
@@ -42,22 +45,6 @@ std::string read_text(const std::string& path) {
 std::size_t line_count(const std::string& path) {
   const std::string text = read_text(path);
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
-}
-
-struct Loaded {
-  Status status;
-  LoadStats stats;
-  std::vector<PlainInstance> instances;
-};
-
-Loaded load(const DatasetConfig& config, const std::vector<std::string>& files) {
-  InMemoryDataset ds(config);
-  ds.set_filelist(files);
-  Loaded out;
-  out.status = ds.load_into_memory();
-  out.stats = ds.load_stats();
-  for (std::size_t i = 0; i < ds.size(); ++i) out.instances.push_back(to_plain(ds.instance(i)));
-  return out;
 }
 
 // A PaddleRec checkout as PaddleRec's configs expect it: <root>/tools/utils/static_ps (its

@@ -19,12 +19,15 @@
 #include "common/config/config_document.hpp"
 #include "dataset/dataset_config.hpp"
 #include "dataset/in_memory_dataset.hpp"
+#include "tests/dataset/loaded_instances.hpp"
 #include "tests/dataset/test_util.hpp"
 
 namespace gpubox::dataset {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::load;
+using testing::Loaded;
 using testing::PlainInstance;
 using testing::ScratchDir;
 using testing::to_plain;
@@ -34,22 +37,6 @@ const std::string kData = kSource + "/tests/dataset/data/paddlerec";
 const std::string kSlotDnn = kData + "/models/rank/slot_dnn";
 // PaddleRec's 80-line Criteo sample: dcn_v2's and deepfefm's are this file, byte for byte.
 const std::string kSample = kSource + "/configs/data/sample_data/train/sample_train.txt";
-
-struct Loaded {
-  Status status;
-  LoadStats stats;
-  std::vector<PlainInstance> instances;
-};
-
-Loaded load(const DatasetConfig& config, const std::vector<std::string>& files) {
-  InMemoryDataset ds(config);
-  ds.set_filelist(files);
-  Loaded out;
-  out.status = ds.load_into_memory();
-  out.stats = ds.load_stats();
-  for (std::size_t i = 0; i < ds.size(); ++i) out.instances.push_back(to_plain(ds.instance(i)));
-  return out;
-}
 
 DatasetConfig config_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
   StatusOr<DatasetConfig> c = load_dataset_config(path, overrides);

@@ -166,9 +166,7 @@ StepReservation reservation(int batch, int cards) {
 
 ScriptRun run_script(int cards) {
   const TrainerConfig cfg = config();
-  std::string list;
-  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
-  device::CardSet set = device::CardSet::from_list(list, 0, 1, 1);
+  device::CardSet set = device::CardSet::from_list(device::testing::card_list(cards), 0, 1, 1);
   auto group = comm::make_group(set, std::chrono::seconds(60));
   auto host = table::make_host_tier(cfg.sparse, cfg.host_tier);
   throw_if_error(host.status());

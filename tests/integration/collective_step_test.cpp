@@ -74,19 +74,11 @@ class CollectiveStep : public ::testing::TestWithParam<int> {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gpubox_collective_step_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    dataset::GeneratorOptions gen;  // the default model's shape: 26 slots, 13 dense
-    gen.out_dir = (root_ / "skewed").string();
-    // A last round of one line: one card's batch of 1 (a composed graph of its own size), the
-    // other cards' empty (a card with fewer batches than another still joins every step, as the
-    // same composed graph over zero rows).
-    gen.lines = 3201;
-    gen.files = 1;
-    gen.seed = 9;
-    gen.vocab = 4000;
-    gen.zipf = 2.0;
-    throw_if_error(dataset::parse_keys_per_slot("0:3", &gen));
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
+    // 3201 lines, a last round of one: one card's batch of 1 (a composed graph of its own size),
+    // the other cards' empty (a card with fewer batches than another still joins every step, as
+    // the same composed graph over zero rows).
+    testing::generate_lines((root_ / "skewed").string(), 3201, /*seed=*/9, /*vocab=*/4000, "0:3",
+                            /*zipf=*/2.0);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 

@@ -100,17 +100,24 @@ class Collective : public ::testing::Test {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
   // A network (`network`: its overrides; `name` for the output) in Collective mode equals the
-  // gpubox mode on the same 2 cards, dense weights and test AUC to the bit, and learns (reaching
-  // `min_auc`).
+  // gpubox mode on the same 2 cards, dense weights and test AUC to the bit (with `rows_too`, the
+  // host tier's rows too), and learns (reaching `min_auc`). `mf_dim` (when not 0): the rows' width
+  // the network asks for.
   void network_equals_gpubox_mode(const std::string& name, const std::vector<std::string>& network,
-                                  double min_auc) {
+                                  double min_auc, bool rows_too = false, int mf_dim = 0) {
     GPUBOX_REQUIRE_CARDS(2);
     auto collective = make_trainer(true, "0,1", network);
     auto gpubox = make_trainer(false, "0,1", network);
+    if (mf_dim != 0) {
+      ASSERT_EQ(collective->host_tier().layout().mf_dim, mf_dim);
+    }
     double auc = 0;
     for (int epoch = 0; epoch < kEpochs; ++epoch) {
       collective->train_pass(train_files());
       gpubox->train_pass(train_files());
+      if (rows_too) {
+        ASSERT_TRUE(same_rows(host_rows(*collective), host_rows(*gpubox))) << "epoch " << epoch;
+      }
       for (int c = 0; c < 2; ++c) {
         ASSERT_TRUE(same_bytes(collective->dense_values(c), gpubox->dense_values(c)))
             << "epoch " << epoch << " card " << c;
@@ -210,25 +217,9 @@ TEST_F(Collective, FfmEqualsGpuboxModeOnTheSameCards) {
 // dense net) in Collective mode equals the gpubox mode on the same 2 cards, dense weights and
 // test AUC to the bit, and learns.
 TEST_F(Collective, DeepFefmEqualsGpuboxMode) {
-  GPUBOX_REQUIRE_CARDS(2);
-  const std::vector<std::string> deepfefm = {"hyper_parameters.model=deepfefm",
-                                             "hyper_parameters.fc_sizes=[32, 16]"};
-  auto collective = make_trainer(true, "0,1", deepfefm);
-  auto gpubox = make_trainer(false, "0,1", deepfefm);
-  double auc = 0;
-  for (int epoch = 0; epoch < kEpochs; ++epoch) {
-    collective->train_pass(train_files());
-    gpubox->train_pass(train_files());
-    ASSERT_TRUE(same_rows(host_rows(*collective), host_rows(*gpubox))) << "epoch " << epoch;
-    for (int c = 0; c < 2; ++c) {
-      ASSERT_TRUE(same_bytes(collective->dense_values(c), gpubox->dense_values(c)))
-          << "epoch " << epoch << " card " << c;
-    }
-    auc = collective->evaluate(test_files(), false).metrics.auc;
-    EXPECT_EQ(auc, gpubox->evaluate(test_files(), false).metrics.auc) << "epoch " << epoch;
-  }
-  std::printf("Collective deepfefm test AUC %.4f, planted model %.4f\n", auc, planted_auc_);
-  EXPECT_GT(auc, 0.68);
+  network_equals_gpubox_mode(
+      "deepfefm", {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[32, 16]"}, 0.68,
+      /*rows_too=*/true);
 }
 
 // flen (its groups' bi-interaction all-reduced with the dnn, PaddleRec's dense Adagrad) in
@@ -246,31 +237,14 @@ TEST_F(Collective, FlenEqualsGpuboxMode) {
 // and DNN all-reduced with the rest of the dense net) in Collective mode equals the gpubox mode
 // on the same 2 cards, rows, dense weights and test AUC to the bit, and learns.
 TEST_F(Collective, FatDeepffmEqualsGpuboxMode) {
-  GPUBOX_REQUIRE_CARDS(2);
   const std::vector<std::string> fat = {"hyper_parameters.model=fat_deepffm",
                                         "hyper_parameters.layer_sizes_dnn=[32, 16]",
                                         "hyper_parameters.sparse_feature_dim=3",
                                         "hyper_parameters.sparse_optimizer.embedx_threshold=0",
                                         "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
                                         "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-  auto collective = make_trainer(true, "0,1", fat);
-  auto gpubox = make_trainer(false, "0,1", fat);
-  ASSERT_EQ(collective->host_tier().layout().mf_dim, (8 + 3) * 2);
-  double auc = 0;
-  for (int epoch = 0; epoch < kEpochs; ++epoch) {
-    collective->train_pass(train_files());
-    gpubox->train_pass(train_files());
-    ASSERT_TRUE(same_rows(host_rows(*collective), host_rows(*gpubox))) << "epoch " << epoch;
-    for (int c = 0; c < 2; ++c) {
-      ASSERT_TRUE(same_bytes(collective->dense_values(c), gpubox->dense_values(c)))
-          << "epoch " << epoch << " card " << c;
-    }
-    auc = collective->evaluate(test_files(), false).metrics.auc;
-    EXPECT_EQ(auc, gpubox->evaluate(test_files(), false).metrics.auc) << "epoch " << epoch;
-  }
-  std::printf("Collective fat_deepffm test AUC %.4f, planted model %.4f\n", auc, planted_auc_);
   // 0.723 after 3 epochs when written, planted 0.761.
-  EXPECT_GT(auc, 0.70);
+  network_equals_gpubox_mode("fat_deepffm", fat, 0.70, /*rows_too=*/true, /*mf_dim=*/(8 + 3) * 2);
 }
 
 TEST_F(Collective, SavesLoadAcrossModes) {

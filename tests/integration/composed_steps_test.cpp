@@ -86,15 +86,7 @@ class ComposedSteps : public ::testing::TestWithParam<std::tuple<int, bool>> {
   static std::string data_for(int cards) {
     const fs::path dir = root_ / ("cards" + std::to_string(cards));
     if (fs::exists(dir)) return dir.string();
-    dataset::GeneratorOptions gen;
-    gen.out_dir = dir.string();
-    gen.lines = lines_for(cards);
-    gen.files = 1;
-    gen.seed = 11;
-    gen.vocab = 3000;
-    throw_if_error(dataset::parse_keys_per_slot("0:3", &gen));
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
+    testing::generate_lines(dir.string(), lines_for(cards), /*seed=*/11, /*vocab=*/3000, "0:3");
     return dir.string();
   }
 

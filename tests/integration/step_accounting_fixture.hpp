@@ -27,20 +27,14 @@ namespace gpubox::trainer::step_test {
 namespace fs = std::filesystem;
 
 using gpubox::trainer::testing::cards_env;
+using gpubox::trainer::testing::generate_lines;
 
 class StepAccounting : public ::testing::TestWithParam<int> {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gpubox_step_accounting_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    dataset::GeneratorOptions gen;  // the default model's shape: 26 slots, 13 dense
-    gen.out_dir = (root_ / "train").string();
-    gen.lines = 4000;
-    gen.files = 1;
-    gen.seed = 3;
-    gen.vocab = 5000;
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
+    generate_lines((root_ / "train").string(), 4000, /*seed=*/3, /*vocab=*/5000);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
@@ -57,15 +51,8 @@ class StepAccounting : public ::testing::TestWithParam<int> {
     } parts[] = {{100u * cards, 1.2}, {100u * cards, 1.4}, {2000u * cards, 1.1}};
     int index = 0;
     for (const auto& part : parts) {
-      dataset::GeneratorOptions gen;
-      gen.out_dir = (root_ / "part").string();
-      gen.lines = part.lines;
-      gen.files = 1;
-      gen.seed = 5;
-      gen.vocab = 5000;
-      gen.zipf = part.zipf;
-      dataset::OracleSummary oracle;
-      throw_if_error(dataset::generate(gen, &oracle));
+      generate_lines((root_ / "part").string(), part.lines, /*seed=*/5, /*vocab=*/5000, "",
+                     part.zipf);
       fs::create_directories(dir);
       fs::rename(root_ / "part" / "part-00000", dir / ("part-0000" + std::to_string(index++)));
       fs::remove_all(root_ / "part");

@@ -1,5 +1,6 @@
 // A trainer's sparse rows by key, for tests that compare two runs bit for bit: the host tier's
-// (a SparseTable) and one card's; and the environment of such a test's trainer.
+// (a SparseTable) and one card's; and the environment of such a test's trainer: its simulated
+// cards and its generated data.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,10 +12,12 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "dataset/generator.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "trainer/engine/trainer.hpp"
 
 namespace gpubox::trainer::testing {
@@ -24,9 +27,27 @@ using Rows = std::map<uint64_t, std::vector<float>>;
 // `cards` simulated cards ("0,1,.."), one host thread each.
 inline TrainerEnv cards_env(int cards) {
   TrainerEnv env;
-  for (int c = 0; c < cards; ++c) env.selected_cards += (c ? "," : "") + std::to_string(c);
+  env.selected_cards = device::testing::card_list(cards);
   env.threads_per_card = 1;
   return env;
+}
+
+// `lines` seeded lines of `gpubox_data gen`'s default model shape (26 slots, 13 dense) in one file
+// of `dir`: `vocab` keys a slot, `keys_per_slot` ("MIN:MAX"; "": one) in each slot of a line,
+// drawn at Zipf `zipf` (the generator's default when not given).
+inline void generate_lines(const std::string& dir, uint64_t lines, uint64_t seed, uint64_t vocab,
+                           const std::string& keys_per_slot = "",
+                           double zipf = dataset::GeneratorOptions{}.zipf) {
+  dataset::GeneratorOptions gen;
+  gen.out_dir = dir;
+  gen.lines = lines;
+  gen.files = 1;
+  gen.seed = seed;
+  gen.vocab = vocab;
+  gen.zipf = zipf;
+  if (!keys_per_slot.empty()) throw_if_error(dataset::parse_keys_per_slot(keys_per_slot, &gen));
+  dataset::OracleSummary oracle;
+  throw_if_error(dataset::generate(gen, &oracle));
 }
 
 // The host tier's rows (a failed expectation when it is not an in-memory SparseTable).

@@ -6,183 +6,46 @@
 //  - the server's predictions equal `--mode infer`'s (Trainer::evaluate) on the same model and
 //    instances, sent as slot text and as JSON, keys unseen in training included;
 //  - so do they for every model kind (wide_deep, deepfm, dcn_v2 stacked and parallel, ...): the
-//  export names the model and
-//    its settings, and the server builds the same dense net;
-//  - concurrent requests are micro-batched and each gets its own predictions;
-//  - /health, /metrics counters, every 4xx, connections past the limit, and a graceful stop;
-//  - the binaries: gpubox_train --mode export, then gpubox_serve stopped by SIGTERM.
-#include <fcntl.h>
+//    export names the model and its settings, and the server builds the same dense net.
+// The HTTP server's behaviour and the binaries: serve_http_test.cpp (the same binary and fixture,
+// serve_test_fixture.hpp).
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdio>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/half.hpp"
-#include "dataset/generator.hpp"
 #include "dataset/line_parser.hpp"
 #include "serving/http_server.hpp"
 #include "serving/serving_model.hpp"
 #include "table/dense_table.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/serving/http_client.hpp"
+#include "tests/serving/serve_test_fixture.hpp"
 #include "tests/table/manifest_edit.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
-
-#if !defined(GPUBOX_TRAIN_BIN) || !defined(GPUBOX_SERVE_BIN)
-#error "GPUBOX_TRAIN_BIN and GPUBOX_SERVE_BIN must name the binaries"
-#endif
 
 namespace gpubox::serving {
 namespace {
 
 namespace fs = std::filesystem;
 namespace http = boost::beast::http;
+using serve_test::config_overrides;
+using serve_test::parse_predictions;
+using serve_test::Serving;
 using testing::HttpClient;
 using testing::HttpReply;
 using trainer::data_files;
 using trainer::load_trainer_config;
 using trainer::Trainer;
-using trainer::TrainerEnv;
-
-std::vector<std::string> config_overrides(const fs::path& root) {
-  return {"runner.train_data_dir=" + (root / "train").string(), "runner.train_batch_size=64",
-          "runner.infer_batch_size=50", "runner.shuffle=false",
-          "runner.metrics_path=", "runner.thread_num=1", "hyper_parameters.sparse_inputs_slots=7",
-          "hyper_parameters.sparse_feature_dim=5", "hyper_parameters.dense_input_dim=3",
-          "hyper_parameters.fc_sizes=[16, 8]",
-          // Keys never trained read as a seeded embed_w, not zeros: the server must match.
-          "hyper_parameters.sparse_optimizer.initial_range=0.05",
-          "hyper_parameters.sparse_optimizer.learning_rate=0.3",
-          "hyper_parameters.sparse_optimizer.mf_learning_rate=0.3"};
-}
-
-class Serving : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("gpubox_serve_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    generate(root_ / "train", 2000, 5, 300);
-    generate(root_ / "test", 300, 9, 600);  // a larger vocabulary: keys the model never saw
-    config_path_ = (root_ / "config.yaml").string();
-    std::ifstream in(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml");
-    std::ofstream(config_path_) << in.rdbuf();
-    auto cfg = load_trainer_config(config_path_, config_overrides(root_));
-    throw_if_error(cfg.status());
-    config_ = new trainer::TrainerConfig(cfg.value());
-    {
-      Trainer trainer(*config_, env());
-      trainer.train_pass(data_files((root_ / "train").string()));
-      trainer.save((root_ / "save").string());
-    }
-    // What gpubox_train --mode infer computes: a fresh trainer, the save loaded, evaluated.
-    Trainer infer(*config_, env());
-    infer.load((root_ / "save").string());
-    infer_ = new std::vector<float>(infer.evaluate(test_files(), true).predictions);
-    auto summary = export_serving_model(*config_, (root_ / "save").string(),
-                                        (root_ / "export").string(), ExportOptions{});
-    throw_if_error(summary.status());
-    auto model = ServingModel::load((root_ / "export").string());
-    throw_if_error(model.status());
-    model_ = new ServingModel(std::move(model).value());
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete infer_;
-    delete config_;
-    fs::remove_all(root_);
-  }
-  static void generate(const fs::path& dir, uint64_t lines, uint64_t seed, uint64_t vocab) {
-    dataset::GeneratorOptions gen;
-    gen.out_dir = dir.string();
-    gen.lines = lines;
-    gen.files = 1;
-    gen.seed = seed;
-    gen.slots = 6;
-    gen.dense = 3;
-    gen.vocab = vocab;
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
-  }
-  static TrainerEnv env() {
-    TrainerEnv e;
-    e.selected_cards = "0";
-    e.threads_per_card = 1;
-    return e;
-  }
-  static std::vector<std::string> test_files() { return data_files((root_ / "test").string()); }
-  static std::vector<std::string> test_lines() {
-    std::vector<std::string> lines;
-    for (const auto& file : test_files()) {
-      std::ifstream in(file);
-      for (std::string line; std::getline(in, line);) {
-        if (!line.empty()) lines.push_back(line);
-      }
-    }
-    return lines;
-  }
-  static ServerOptions options() {
-    ServerOptions o;
-    o.threads = 2;
-    o.card_threads = 1;
-    o.batcher.max_wait = std::chrono::microseconds(200);
-    return o;
-  }
-  // The pull records of the save, read by the host tier's own loader.
-  static std::map<uint64_t, std::vector<float>> saved_records() {
-    auto table = table::SparseTable::open(config_->sparse, table::HostTableConfig{});
-    throw_if_error(table.status());
-    throw_if_error((*table)->load((root_ / "save" / "sparse").string()));
-    std::map<uint64_t, std::vector<float>> out;
-    const table::RowLayout& layout = (*table)->layout();
-    throw_if_error((*table)->for_each_row([&](uint64_t key, const float* row) {
-      std::vector<float> record(static_cast<std::size_t>(layout.pull_dim()));
-      table::fill_pull_record(row, layout, record.data());
-      out[key] = record;
-    }));
-    return out;
-  }
-
-  static fs::path root_;
-  static std::string config_path_;
-  static trainer::TrainerConfig* config_;
-  static std::vector<float>* infer_;
-  static ServingModel* model_;
-};
-fs::path Serving::root_;
-std::string Serving::config_path_;
-trainer::TrainerConfig* Serving::config_ = nullptr;
-std::vector<float>* Serving::infer_ = nullptr;
-ServingModel* Serving::model_ = nullptr;
-
-std::vector<float> parse_predictions(const std::string& body) {
-  std::vector<float> out;
-  const auto open = body.find('[');
-  const auto close = body.find(']');
-  if (open == std::string::npos || close == std::string::npos) return out;
-  std::istringstream in(body.substr(open + 1, close - open - 1));
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stof(item));
-  return out;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 TEST_F(Serving, ExportHoldsEveryRowsPullRecordAndTheDenseParameters) {
   const auto want = saved_records();
@@ -496,253 +359,6 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
           << refused.status().to_string();
     }
   }
-}
-
-TEST_F(Serving, ConcurrentRequestsAreMicroBatched) {
-  ServerOptions o = options();
-  o.batcher.max_wait = std::chrono::milliseconds(300);
-  o.batcher.max_batch_instances = 64;
-  PredictionServer server(*model_, o);
-  ASSERT_TRUE(server.start().ok());
-  const std::vector<std::string> lines = test_lines();
-  constexpr int kClients = 8;
-  std::vector<std::vector<float>> got(kClients);
-  std::atomic<int> ready{0};  // every client connected before any sends
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      HttpClient client(server.port());
-      client.connect();
-      ready.fetch_add(1);
-      while (ready.load() < kClients) std::this_thread::yield();
-      const std::string body = lines[static_cast<std::size_t>(c) * 2] + "\n" +
-                               lines[static_cast<std::size_t>(c) * 2 + 1] + "\n";
-      const HttpReply reply = client.send(http::verb::post, "/predict", body, "text/plain");
-      if (reply.status == 200) got[static_cast<std::size_t>(c)] = parse_predictions(reply.body);
-    });
-  }
-  for (auto& t : clients) t.join();
-  for (int c = 0; c < kClients; ++c) {
-    ASSERT_EQ(got[static_cast<std::size_t>(c)].size(), 2u) << c;
-    for (std::size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(got[static_cast<std::size_t>(c)][i],
-                  (*infer_)[static_cast<std::size_t>(c) * 2 + i], 1e-6);
-    }
-  }
-  // 8 requests inside one 300 ms window: fewer batches than requests.
-  EXPECT_LT(server.metrics().batches(), static_cast<uint64_t>(kClients));
-  const std::string metrics = server.metrics().render_prometheus();
-  EXPECT_NE(metrics.find("gpubox_serve_batched_requests_total 8\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("gpubox_serve_instances_total 16\n"), std::string::npos) << metrics;
-}
-
-TEST_F(Serving, HealthMetricsAndClearErrors) {
-  ServerOptions o = options();
-  o.max_body_bytes = 4096;
-  o.max_instances = 3;
-  PredictionServer server(*model_, o);
-  ASSERT_TRUE(server.start().ok());
-  HttpClient client(server.port());
-  HttpReply r = client.send(http::verb::get, "/health");
-  EXPECT_EQ(r.status, 200);
-  EXPECT_NE(r.body.find("\"status\": \"ok\""), std::string::npos);
-  EXPECT_NE(r.body.find("\"rows\": " + std::to_string(model_->rows())), std::string::npos);
-
-  const std::string line = test_lines()[0];
-  r = client.send(http::verb::post, "/predict", line, "text/plain");
-  EXPECT_EQ(r.status, 200) << r.body;
-  r = client.send(http::verb::post, "/predict", "{\"instances\": [", "application/json");
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("invalid JSON"), std::string::npos) << r.body;
-  r = client.send(http::verb::post, "/predict", R"({"slots": {"42": [1]}, "dense": [0, 0, 0]})");
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("unknown slot \\\"42\\\""), std::string::npos) << r.body;
-  // A dense value past float's range, and a repeated key: 400 naming them, not a prediction.
-  r = client.send(http::verb::post, "/predict", R"({"slots": {}, "dense": [0, 3.5e38, 0]})");
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("dense value 1 (3.5e+38)"), std::string::npos) << r.body;
-  r = client.send(http::verb::post, "/predict",
-                  R"({"slots": {}, "dense": [0, 0, 0], "dense": [1, 1, 1]})");
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("duplicate JSON key \\\"dense\\\""), std::string::npos) << r.body;
-  r = client.send(http::verb::post, "/predict", "click:1 7:5", "text/plain");
-  EXPECT_EQ(r.status, 400);
-  EXPECT_NE(r.body.find("line 1: unknown slot in '7:5'"), std::string::npos) << r.body;
-  r = client.send(http::verb::post, "/predict",
-                  line + "\n" + line + "\n" + line + "\n" + line + "\n", "text/plain");
-  EXPECT_EQ(r.status, 413) << r.body;
-  r = client.send(http::verb::get, "/predict");
-  EXPECT_EQ(r.status, 405);
-  r = client.send(http::verb::get, "/nothing");
-  EXPECT_EQ(r.status, 404);
-  EXPECT_TRUE(r.keep_alive);  // a clean 4xx keeps the connection
-  r = client.send(http::verb::post, "/predict", std::string(5000, ' '), "text/plain");
-  EXPECT_EQ(r.status, 413);
-  EXPECT_NE(r.body.find("over --max_body_kb"), std::string::npos) << r.body;
-  HttpClient raw(server.port());
-  r = raw.send_raw("GARBAGE / HTTP/9\r\n\r\n");
-  EXPECT_EQ(r.status, 400) << r.error;
-
-  HttpClient scraper(server.port());
-  r = scraper.send(http::verb::get, "/metrics");
-  ASSERT_EQ(r.status, 200);
-  EXPECT_NE(r.content_type.find("text/plain; version=0.0.4"), std::string::npos);
-  for (const char* line_want :
-       {"gpubox_serve_requests_total{path=\"/predict\",code=\"200\"} 1\n",
-        "gpubox_serve_requests_total{path=\"/predict\",code=\"400\"} 5\n",
-        "gpubox_serve_requests_total{path=\"/predict\",code=\"413\"} 2\n",
-        "gpubox_serve_requests_total{path=\"/predict\",code=\"405\"} 1\n",
-        "gpubox_serve_requests_total{path=\"other\",code=\"404\"} 1\n",
-        "gpubox_serve_requests_total{path=\"other\",code=\"400\"} 1\n",
-        "gpubox_serve_requests_total{path=\"/health\",code=\"200\"} 1\n",
-        "gpubox_serve_errors_total 10\n", "gpubox_serve_predict_seconds_count 9\n",
-        "gpubox_serve_predict_seconds_bucket{le=\"+Inf\"} 9\n", "gpubox_serve_instances_total 1\n",
-        "gpubox_serve_model_rows "}) {
-    EXPECT_NE(r.body.find(line_want), std::string::npos) << line_want << " in\n" << r.body;
-  }
-}
-
-TEST_F(Serving, ConnectionsPastTheLimitAreRefused) {
-  ServerOptions o = options();
-  o.max_connections = 2;
-  PredictionServer server(*model_, o);
-  ASSERT_TRUE(server.start().ok());
-  HttpClient a(server.port()), b(server.port()), c(server.port());
-  EXPECT_EQ(a.send(http::verb::get, "/health").status, 200);
-  EXPECT_EQ(b.send(http::verb::get, "/health").status, 200);
-  const HttpReply refused = c.send(http::verb::get, "/health");
-  EXPECT_EQ(refused.status, 503) << refused.error;
-  EXPECT_NE(refused.body.find("too many connections"), std::string::npos);
-  EXPECT_NE(server.metrics().render_prometheus().find("gpubox_serve_connections_refused_total 1\n"),
-            std::string::npos);
-  // A connection that closes frees its place.
-  a.socket().close();
-  for (int i = 0; i < 100 && server.metrics().connections_open() > 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  HttpClient d(server.port());
-  EXPECT_EQ(d.send(http::verb::get, "/health").status, 200);
-}
-
-// request_stop() (what SIGTERM does): the request in flight is answered, then nothing listens.
-TEST_F(Serving, StopAnswersTheRequestInFlightThenStopsListening) {
-  ServerOptions o = options();
-  o.batcher.max_wait = std::chrono::milliseconds(400);
-  PredictionServer server(*model_, o);
-  ASSERT_TRUE(server.start().ok());
-  const uint16_t port = server.port();
-  HttpClient idle(port);
-  ASSERT_EQ(idle.send(http::verb::get, "/health").status, 200);  // an idle keep-alive connection
-  HttpReply in_flight;
-  std::thread client([&] {
-    HttpClient c(port);
-    in_flight = c.send(http::verb::post, "/predict", test_lines()[0], "text/plain");
-  });
-  for (int i = 0; i < 200 && server.metrics().connections_open() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the request is in the batcher
-  server.request_stop();
-  server.wait();
-  client.join();
-  EXPECT_EQ(in_flight.status, 200) << in_flight.error;
-  EXPECT_FALSE(in_flight.keep_alive);
-  EXPECT_NEAR(parse_predictions(in_flight.body).at(0), (*infer_)[0], 1e-6);
-  EXPECT_EQ(idle.send(http::verb::get, "/health").status, 0);  // closed
-  HttpClient late(port);
-  EXPECT_FALSE(late.connect());
-}
-
-// A child process; its stdout is read through a pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-  std::string text;
-  ~Child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) ::close(out);
-  }
-  // Reads stdout until `marker` appears (true) or `seconds` pass / the child exits (false).
-  bool read_until(const std::string& marker, double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (text.find(marker) == std::string::npos) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      pollfd p{out, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char buf[512];
-      const ssize_t k = ::read(out, buf, sizeof(buf));
-      if (k <= 0) return text.find(marker) != std::string::npos;
-      text.append(buf, static_cast<std::size_t>(k));
-    }
-    return true;
-  }
-};
-
-Child spawn(const std::vector<std::string>& args, const fs::path& log) {
-  int pipe_fds[2];
-  EXPECT_EQ(::pipe(pipe_fds), 0);
-  Child child;
-  child.pid = ::fork();
-  if (child.pid == 0) {
-    ::dup2(pipe_fds[1], STDOUT_FILENO);
-    const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (err >= 0) ::dup2(err, STDERR_FILENO);
-    ::close(pipe_fds[0]);
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(pipe_fds[1]);
-  child.out = pipe_fds[0];
-  return child;
-}
-
-TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
-  const fs::path out = root_ / "export_by_binary";
-  std::vector<std::string> train = {
-      GPUBOX_TRAIN_BIN,          "--config", config_path_, "--mode", "export", "--load",
-      (root_ / "save").string(), "--out",    out.string()};
-  for (const auto& o : config_overrides(root_)) {
-    train.push_back("-o");
-    train.push_back(o);
-  }
-  {
-    Child exporter = spawn(train, root_ / "export.log");
-    ASSERT_TRUE(exporter.read_until("export: ", 60)) << read_text(root_ / "export.log");
-    int status = 0;
-    ASSERT_EQ(::waitpid(exporter.pid, &status, 0), exporter.pid);
-    exporter.pid = -1;
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(root_ / "export.log");
-  }
-  Child serve =
-      spawn({GPUBOX_SERVE_BIN, "--model", out.string(), "--port", "0", "--card_threads", "1"},
-            root_ / "serve.log");
-  ASSERT_TRUE(serve.read_until("\n", 60)) << read_text(root_ / "serve.log");
-  const auto at = serve.text.find("listening on 127.0.0.1:");
-  ASSERT_NE(at, std::string::npos) << serve.text << read_text(root_ / "serve.log");
-  const uint16_t port = static_cast<uint16_t>(std::stoi(serve.text.substr(at + 23)));
-  HttpClient client(port);
-  EXPECT_EQ(client.send(http::verb::get, "/health").status, 200);
-  const HttpReply reply = client.send(http::verb::post, "/predict", test_lines()[3], "text/plain");
-  ASSERT_EQ(reply.status, 200) << reply.body;
-  EXPECT_NEAR(parse_predictions(reply.body).at(0), (*infer_)[3], 1e-6);
-  ASSERT_EQ(::kill(serve.pid, SIGTERM), 0);
-  EXPECT_TRUE(serve.read_until("gpubox_serve: stopped", 20)) << serve.text;
-  int status = 0;
-  pid_t done = 0;
-  for (int i = 0; i < 200 && done == 0; ++i) {
-    done = ::waitpid(serve.pid, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(done, serve.pid) << "gpubox_serve did not exit within 10 s of SIGTERM";
-  serve.pid = -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -116,11 +117,8 @@ struct AutointCase {
   bool use_wide;
 };
 
-class AutointTest : public ::testing::TestWithParam<AutointCase> {
+class AutointTest : public ::testing::TestWithParam<AutointCase>, protected testing::OneCard {
  protected:
-  AutointTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kAutoint;
@@ -137,8 +135,6 @@ class AutointTest : public ::testing::TestWithParam<AutointCase> {
     cfg.seed = 31;
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(AutointTest, PredictionsAndGradientsMatchAFloat64Reference) {

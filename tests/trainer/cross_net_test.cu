@@ -1,5 +1,5 @@
 // dcn's vector cross layers and dcn_v2's DCN-Mix layers (CrossNet kinds kVector, kMixture;
-// kMatrix is layers_test.cu's): the forward against a float64 reference written from the
+// kMatrix is layers_cross_net_test.cu's): the forward against a float64 reference written from the
 // formulas (DCN: x0 * (x_l . w_l) + b_l + x_l; DCN-Mix: x0 * (sum_e softmax(x_l G + g)_e
 // tanh(tanh(x_l V_e) C_e) U_e + b_l) + x_l), every parameter gradient and the pooled gradient
 // against central differences, stacked and parallel; the L2 term lands on the weights alone; an
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "heterps/device/card.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/detail/cross_functors.cuh"
@@ -43,18 +44,12 @@ std::string case_name(const CrossCase& c) {
          (c.parallel ? " parallel" : " stacked") + " batch " + std::to_string(c.batch);
 }
 
-class CrossNetTest : public ::testing::TestWithParam<CrossCase> {
+class CrossNetTest : public ::testing::TestWithParam<CrossCase>, protected testing::OneCard {
  protected:
   static constexpr int kDim = 6, kPooled = 5, kLayers = 2;
   static constexpr int64_t kLd = 8;
 
-  CrossNetTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)), blas_(card_) {
-    card_.activate();
-  }
-  template <class T>
-  device::device_buffer<T> up(const std::vector<T>& host) {
-    return to_device(host, card_.memory(), card_.stream());
-  }
+  CrossNetTest() : blas_(card_) {}
   static int batch() { return GetParam().batch; }
   CrossSpec spec() const {
     const CrossCase c = GetParam();
@@ -134,8 +129,6 @@ class CrossNetTest : public ::testing::TestWithParam<CrossCase> {
     return out;
   }
 
-  device::CardSet cards_;
-  device::Card& card_;
   Blas blas_;
 };
 

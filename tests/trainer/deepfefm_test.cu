@@ -15,6 +15,7 @@
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -70,11 +71,8 @@ double deepfefm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, 
   return first + second + x.at(0);
 }
 
-class DeepFefmTest : public ::testing::TestWithParam<bool> {
+class DeepFefmTest : public ::testing::TestWithParam<bool>, protected testing::OneCard {
  protected:
-  DeepFefmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kDeepFefm;
@@ -86,8 +84,6 @@ class DeepFefmTest : public ::testing::TestWithParam<bool> {
     cfg.use_cvm = GetParam();
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(DeepFefmTest, PredictionsAndGradientsMatchAFloat64Reference) {

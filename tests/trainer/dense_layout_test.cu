@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "heterps/device/card.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -72,14 +73,7 @@ std::string layout(const DenseParameters& params) {
   return out.str();
 }
 
-class DenseLayoutTest : public ::testing::TestWithParam<LayoutCase> {
- protected:
-  DenseLayoutTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
-  device::CardSet cards_;
-  device::Card& card_;
-};
+class DenseLayoutTest : public ::testing::TestWithParam<LayoutCase>, protected testing::OneCard {};
 
 TEST_P(DenseLayoutTest, BlocksAndInitialValuesAsSaved) {
   DenseModel model(card_, small_config(GetParam()));

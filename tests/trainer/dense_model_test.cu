@@ -15,6 +15,7 @@
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/dense_model.hpp"
 
@@ -58,11 +59,8 @@ HostBatch make_batch(int64_t batch, int slots, int mf_dim, int dense_dim, std::m
   return h;
 }
 
-class DenseModelTest : public ::testing::Test {
+class DenseModelTest : public ::testing::Test, protected testing::OneCard {
  protected:
-  DenseModelTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
   // Device copies of a host batch, alive as long as this object.
   struct DeviceBatch {
     device::device_buffer<float> records, dense, labels;
@@ -78,8 +76,6 @@ class DenseModelTest : public ::testing::Test {
                        to_device(h.labels, card_.memory(), card_.stream()),
                        to_device(h.offsets, card_.memory(), card_.stream())};
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 struct ModelCase {

@@ -16,6 +16,7 @@
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -53,18 +54,10 @@ double dlrm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int6
   return r.at(0);
 }
 
-class DenseModelFlops : public ::testing::Test {
- protected:
-  DenseModelFlops() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
-  device::CardSet cards_;
-  device::Card& card_;
-};
+class DenseModelFlops : public ::testing::Test, protected testing::OneCard {};
 
-class DlrmTest : public ::testing::TestWithParam<bool> {
+class DlrmTest : public ::testing::TestWithParam<bool>, protected testing::OneCard {
  protected:
-  DlrmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) { card_.activate(); }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kDlrm;
@@ -77,8 +70,6 @@ class DlrmTest : public ::testing::TestWithParam<bool> {
     cfg.use_cvm = GetParam();
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(DlrmTest, PredictionsAndGradientsMatchAFloat64Reference) {

@@ -16,6 +16,7 @@
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/fat_deepffm_part.hpp"
 
@@ -78,11 +79,8 @@ void PrintTo(const FatCase& c, std::ostream* os) {
   *os << (c.use_cvm ? "cvm" : "no cvm") << ", " << c.dense_dim << " dense features";
 }
 
-class FatDeepffmTest : public ::testing::TestWithParam<FatCase> {
+class FatDeepffmTest : public ::testing::TestWithParam<FatCase>, protected testing::OneCard {
  protected:
-  FatDeepffmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kFatDeepffm;
@@ -94,8 +92,6 @@ class FatDeepffmTest : public ::testing::TestWithParam<FatCase> {
     cfg.use_cvm = GetParam().use_cvm;
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(FatDeepffmTest, PredictionsAndGradientsMatchAFloat64Reference) {

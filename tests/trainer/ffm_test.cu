@@ -16,6 +16,7 @@
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -64,9 +65,8 @@ void PrintTo(const FfmCase& c, std::ostream* os) {
   *os << (c.use_cvm ? "cvm" : "no cvm") << ", " << c.dense_dim << " dense features";
 }
 
-class FfmTest : public ::testing::TestWithParam<FfmCase> {
+class FfmTest : public ::testing::TestWithParam<FfmCase>, protected testing::OneCard {
  protected:
-  FfmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) { card_.activate(); }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kFfm;
@@ -77,8 +77,6 @@ class FfmTest : public ::testing::TestWithParam<FfmCase> {
     cfg.use_cvm = GetParam().use_cvm;
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(FfmTest, PredictionsAndGradientsMatchAFloat64Reference) {

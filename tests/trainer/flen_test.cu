@@ -17,6 +17,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -67,9 +68,8 @@ double flen_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int6
   return logit;
 }
 
-class FlenTest : public ::testing::TestWithParam<bool> {
+class FlenTest : public ::testing::TestWithParam<bool>, protected testing::OneCard {
  protected:
-  FlenTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) { card_.activate(); }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kFlen;
@@ -82,8 +82,6 @@ class FlenTest : public ::testing::TestWithParam<bool> {
     cfg.use_cvm = GetParam();
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(FlenTest, PredictionsAndGradientsMatchAFloat64Reference) {

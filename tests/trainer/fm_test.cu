@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "heterps/device/card.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/layers.hpp"
@@ -34,15 +35,8 @@ std::string case_name(const FmCase& c) {
          std::to_string(c.mf_dim) + (c.use_cvm ? "_cvm" : "");
 }
 
-class FmPartTest : public ::testing::TestWithParam<FmCase> {
+class FmPartTest : public ::testing::TestWithParam<FmCase>, protected testing::OneCard {
  protected:
-  FmPartTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
-  template <class T>
-  device::device_buffer<T> up(const std::vector<T>& host) {
-    return to_device(host, card_.memory(), card_.stream());
-  }
   // The pairwise term of instance i of `rows` in float64.
   static double pairwise(const std::vector<float>& rows, const SlotSumPool& pool, int64_t ld,
                          int i) {
@@ -59,8 +53,6 @@ class FmPartTest : public ::testing::TestWithParam<FmCase> {
     }
     return sum;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(FmPartTest, MatchesPairwiseFloat64AndNumericalGradients) {

@@ -1,5 +1,8 @@
 // Every layer's forward against a naive reference and its backward against float64 central
-// differences of a weighted sum of its outputs.
+// differences of a weighted sum of its outputs: the fused linear layers (fp32 and bf16), the
+// folded ReLU mask, the wide part, the sigmoid log loss, bf16 rounding, the non-finite search.
+// The slot pool: layers_slot_pool_test.cu; the matrix cross network: layers_cross_net_test.cu
+// (the same binary and fixture, layers_test_fixture.hpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,35 +12,20 @@
 #include <limits>
 #include <memory>
 #include <random>
-#include <tuple>
 
 #include "heterps/device/card.hpp"
-#include "tests/trainer/slot_batch.hpp"
+#include "tests/trainer/layers_test_fixture.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
 namespace {
-using device::to_device;
 using device::to_host;
 using testing::central_difference;
 using testing::expect_gradient_near;
+using testing::LayersTest;
 using testing::random_vector;
 using testing::weighted_sum;
-
-class LayersTest : public ::testing::Test {
- protected:
-  LayersTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)), blas_(card_) {
-    card_.activate();
-  }
-  template <class T>
-  device::device_buffer<T> up(const std::vector<T>& host) {
-    return to_device(host, card_.memory(), card_.stream());
-  }
-  device::CardSet cards_;
-  device::Card& card_;
-  Blas blas_;
-};
 
 // Two fused layers, A (hidden: bias + ReLU in its forward) feeding B (input_is_relu: the ReLU
 // backward folded into its input-gradient GEMM), with padded row strides and A's input gradient
@@ -319,168 +307,6 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
   }
 }
 
-// (use_cvm, mf_dim): records of 5 and of 20 fields, one group of columns a work item on the cpu
-// backend and two (slot_pool.cu's kColumnsPerItem).
-class SlotPoolTest : public LayersTest,
-                     public ::testing::WithParamInterface<std::tuple<bool, int>> {};
-
-TEST_P(SlotPoolTest, ForwardMatchesReferenceAndBackwardScattersNumericalGradient) {
-  const bool use_cvm = std::get<0>(GetParam());
-  const int batch = 5, slots = 3, mf_dim = std::get<1>(GetParam());
-  const float scale = 2.0f;
-  std::mt19937_64 rng(use_cvm ? 21 : 22);
-  HostSlotBatch h = make_slot_batch(batch, slots, mf_dim, rng);
-  SlotSumPool pool(slots, mf_dim, use_cvm);
-  ASSERT_EQ(pool.width(), (use_cvm ? 3 : 1) + mf_dim);
-  const std::vector<float> r = random_vector(static_cast<std::size_t>(batch) * pool.out_dim(), rng);
-  auto offsets = up(h.offsets);
-  auto pooled = card_.make_buffer<float>(batch * pool.out_dim());
-  auto run = [&] {
-    auto records = up(h.records);
-    pool.forward(card_.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
-                 nullptr, 0, InputRows{pooled.data(), pool.out_dim(), ElementType::kF32});
-    return weighted_sum(to_host(pooled), r);
-  };
-  run();
-  // Forward reference.
-  std::vector<float> got = to_host(pooled);
-  for (int s = 0; s < slots; ++s) {
-    for (int i = 0; i < batch; ++i) {
-      std::vector<double> sum(h.pull_dim, 0.0);
-      for (uint32_t j = h.offsets[s * batch + i]; j < h.offsets[s * batch + i + 1]; ++j) {
-        for (int k = 0; k < h.pull_dim; ++k) sum[k] += h.records[j * h.pull_dim + k];
-      }
-      const float* block = got.data() + i * pool.out_dim() + s * pool.width();
-      int c = 0;
-      if (use_cvm) {
-        EXPECT_NEAR(block[c++], std::log(sum[0] + 1), 1e-5);
-        EXPECT_NEAR(block[c++], std::log(sum[1] + 1) - std::log(sum[0] + 1), 1e-5);
-      }
-      for (int k = 2; k < h.pull_dim; ++k) EXPECT_NEAR(block[c++], sum[k], 1e-5);
-    }
-  }
-  // Backward: push records per occurrence.
-  auto records = up(h.records);
-  auto labels = up(h.labels);
-  auto d_pooled = up(r);
-  const std::size_t occurrences = h.offsets.back();
-  auto push = card_.make_buffer<float>(occurrences * pool.push_dim());
-  pool.backward(card_.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
-                d_pooled.data(), labels.data(), scale, push.data());
-  std::vector<float> push_host = to_host(push);
-  for (int s = 0; s < slots; ++s) {
-    for (int i = 0; i < batch; ++i) {
-      for (uint32_t j = h.offsets[s * batch + i]; j < h.offsets[s * batch + i + 1]; ++j) {
-        const float* rec = push_host.data() + j * pool.push_dim();
-        EXPECT_EQ(rec[0], 1.0f);
-        EXPECT_EQ(rec[1], h.labels[i]);
-        for (int k = 2; k < h.pull_dim; ++k) {
-          const double numeric = central_difference(h.records, j * h.pull_dim + k, 1e-2f, run);
-          expect_gradient_near(rec[k], scale * numeric, 1e-4, 1e-3,
-                               "occurrence " + std::to_string(j) + " field " + std::to_string(k));
-        }
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(CvmAndWidth, SlotPoolTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(2, 17)));
-
-// A multi-valued slot can give one instance thousands of keys: the pooled sums follow the fixed
-// chunked order (heterps/heter_comm/segment_reduce.cuh). Short segments keep the old
-// left-to-right order bit for bit; every sum is within float rounding of a float64 oracle.
-TEST_F(LayersTest, SlotPoolLongSegmentsMatchFloat64AndShortOnesTheOldOrder) {
-  const int batch = 4, slots = 2, mf_dim = 3, pull_dim = 3 + mf_dim;
-  const std::vector<int> lengths = {0, 1, 31, 32, 33, 5000, 2, 1025};  // slot-major segments
-  std::mt19937_64 rng(31);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> records;
-  std::vector<uint32_t> offsets = {0};
-  for (int len : lengths) {
-    for (int j = 0; j < len; ++j) {
-      records.push_back(1.0f);
-      records.push_back(static_cast<float>(rng() % 2));
-      for (int k = 0; k < 1 + mf_dim; ++k) records.push_back(value(rng));
-    }
-    offsets.push_back(offsets.back() + static_cast<uint32_t>(len));
-  }
-  SlotSumPool pool(slots, mf_dim, /*use_cvm=*/false);
-  auto d_records = up(records);
-  auto d_offsets = up(offsets);
-  auto pooled = card_.make_buffer<float>(batch * pool.out_dim());
-  pool.forward(card_.stream(), SlotBatchView{d_records.data(), d_offsets.data(), batch, slots},
-               nullptr, 0, InputRows{pooled.data(), pool.out_dim(), ElementType::kF32});
-  const std::vector<float> got = to_host(pooled);
-  for (int segment = 0; segment < slots * batch; ++segment) {
-    const int s = segment / batch, i = segment % batch;
-    for (int k = 2; k < pull_dim; ++k) {
-      double exact = 0, magnitude = 0;
-      float left_to_right = 0.0f;
-      for (uint32_t j = offsets[segment]; j < offsets[segment + 1]; ++j) {
-        const float v = records[j * pull_dim + k];
-        exact += v;
-        magnitude += std::fabs(v);
-        left_to_right += v;
-      }
-      const float sum = got[i * pool.out_dim() + s * pool.width() + (k - 2)];
-      const int len = lengths[segment];
-      EXPECT_LE(std::fabs(sum - exact), 1e-7 * (len + 1) * magnitude) << segment << " " << k;
-      if (len <= 32) {
-        EXPECT_EQ(sum, left_to_right) << segment << " " << k;
-      }
-    }
-  }
-}
-
-TEST_F(LayersTest, SlotPoolEmptyBatchAndWrongSlotCount) {
-  SlotSumPool pool(2, 3, true);
-  std::vector<uint32_t> zero{0};
-  auto offsets = up(zero);
-  const InputRows rows{nullptr, pool.out_dim() + 4, ElementType::kF32};
-  pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 2}, nullptr, 4, rows);
-  EXPECT_THROW(
-      pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 3}, nullptr, 4, rows),
-      Error);
-  // Rows too short for the pooled slots and the dense features.
-  EXPECT_THROW(
-      pool.forward(card_.stream(), SlotBatchView{nullptr, offsets.data(), 0, 2}, nullptr, 5, rows),
-      Error);
-}
-
-// The concat in place: each row of the first layer's input is [pooled slots | dense features],
-// at its row stride, in fp32 or rounded to bf16; the padding behind a row is left alone.
-TEST_F(LayersTest, SlotPoolWritesPooledAndDenseFeaturesIntoStridedRows) {
-  const int batch = 6, slots = 3, mf_dim = 2, dense_dim = 5, pad = 3;
-  std::mt19937_64 rng(41);
-  HostSlotBatch h = make_slot_batch(batch, slots, mf_dim, rng);
-  SlotSumPool pool(slots, mf_dim, /*use_cvm=*/true);
-  const int64_t ld = pool.out_dim() + dense_dim + pad;
-  const std::vector<float> dense = random_vector(static_cast<std::size_t>(batch) * dense_dim, rng);
-  const PooledRows strided = pool_into_rows(card_, pool, h, dense, dense_dim, ld);
-  const std::vector<float>& rows = strided.f32;
-  const std::vector<Bf16>& rows16 = strided.bf16;
-  // The pooled columns as the fp32-only layout computes them.
-  auto records = up(h.records);
-  auto offsets = up(h.offsets);
-  auto pooled = card_.make_buffer<float>(batch * pool.out_dim());
-  pool.forward(card_.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots}, nullptr,
-               0, InputRows{pooled.data(), pool.out_dim(), ElementType::kF32});
-  const std::vector<float> want = to_host(pooled);
-  for (int i = 0; i < batch; ++i) {
-    for (int64_t c = 0; c < ld; ++c) {
-      float expected = 7.0f;  // padding
-      if (c < pool.out_dim()) {
-        expected = want[i * pool.out_dim() + c];
-      } else if (c < pool.out_dim() + dense_dim) {
-        expected = dense[i * dense_dim + (c - pool.out_dim())];
-      }
-      EXPECT_EQ(rows[i * ld + c], expected) << i << " " << c;
-      EXPECT_EQ(rows16[i * ld + c].bits, to_bf16(expected).bits) << i << " " << c;
-    }
-  }
-}
-
 TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
   const int batch = 4, slots = 3, mf_dim = 2, dense_dim = 3;
   const float scale = 0.25f;
@@ -533,171 +359,6 @@ TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
       expect_gradient_near(dp[k] - d_pooled_init[k], numeric, 1e-4, 1e-3,
                            "pooled " + std::to_string(k));
     }
-  }
-}
-
-// dcn_v2's cross network, full rank and low rank, stacked and parallel. The forward against a
-// float64 reference computing x_{l+1} = x0 * (x_l W_l + b_l) + x_l with W_l (= V_l U_l at low
-// rank, formed explicitly); every parameter gradient and the pooled gradient against central
-// differences of L = sum R * x_L (stacked) or sum r * (base + x_L . w_out) (parallel). The
-// gradient scale is carried by the parameter gradients and multiplied out of the pooled one,
-// which is added (accumulate) or written; the rows' padding is NaN and never read; an empty
-// batch writes zero parameter gradients.
-TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
-  const int batch = 4, dim = 7, pooled = 5, layers = 2;
-  const int64_t ld = 9;
-  const float scale = 0.25f;
-  struct Case {
-    int rank;
-    bool parallel;
-  };
-  for (const Case c : {Case{0, false}, Case{0, true}, Case{3, false}, Case{3, true}}) {
-    SCOPED_TRACE("rank " + std::to_string(c.rank) + (c.parallel ? " parallel" : " stacked"));
-    std::mt19937_64 rng(100 + c.rank + (c.parallel ? 1 : 0));
-    DenseParameters params(card_);
-    CrossNet net(card_, params, dim, ld, layers, c.rank, c.parallel);
-    params.finalize(11);
-    std::vector<float> w = params.values_to_host();
-    for (const ParamBlock& b : params.blocks()) {  // biases start at zero: make them matter
-      if (b.name.size() > 2 && b.name.compare(b.name.size() - 2, 2, ".b") == 0) {
-        const std::vector<float> bias = random_vector(b.count, rng, -0.3f, 0.3f);
-        std::copy(bias.begin(), bias.end(), w.begin() + b.offset);
-      }
-    }
-    auto block = [&](const std::string& name) -> const ParamBlock& {
-      for (const ParamBlock& b : params.blocks()) {
-        if (b.name == name) return b;
-      }
-      ADD_FAILURE() << "no block " << name;
-      return params.blocks().front();
-    };
-    std::vector<float> x0 = random_vector(static_cast<std::size_t>(batch) * ld, rng);
-    for (int i = 0; i < batch; ++i) {
-      for (int64_t j = dim; j < ld; ++j) x0[i * ld + j] = std::numeric_limits<float>::quiet_NaN();
-    }
-    const std::vector<float> big_r = random_vector(static_cast<std::size_t>(batch) * ld, rng);
-    const std::vector<float> r = random_vector(batch, rng);
-    const std::vector<float> base = random_vector(batch, rng);
-    auto logits = card_.make_buffer<float>(batch);
-
-    // float64 reference of x_L.
-    std::vector<double> x(x0.begin(), x0.end());
-    for (int l = 0; l < layers; ++l) {
-      const std::string name = "cross_" + std::to_string(l);
-      std::vector<double> weight(static_cast<std::size_t>(dim) * dim, 0.0);
-      if (c.rank == 0) {
-        const ParamBlock& wb = block(name + ".w");
-        for (int k = 0; k < dim * dim; ++k) weight[k] = w[wb.offset + k];
-      } else {
-        const ParamBlock& vb = block(name + ".v");
-        const ParamBlock& ub = block(name + ".u");
-        for (int a = 0; a < dim; ++a) {
-          for (int b = 0; b < dim; ++b) {
-            for (int k = 0; k < c.rank; ++k) {
-              weight[a * dim + b] +=
-                  double{w[vb.offset + a * c.rank + k]} * w[ub.offset + k * dim + b];
-            }
-          }
-        }
-      }
-      const ParamBlock& bb = block(name + ".b");
-      std::vector<double> next = x;
-      for (int i = 0; i < batch; ++i) {
-        for (int j = 0; j < dim; ++j) {
-          double pre = w[bb.offset + j];
-          for (int k = 0; k < dim; ++k) pre += x[i * ld + k] * weight[k * dim + j];
-          next[i * ld + j] = x0[i * ld + j] * pre + x[i * ld + j];
-        }
-      }
-      x = next;
-    }
-
-    // The loss as a function of the parameters (w) and the input (x0); leaves x_L on the card.
-    auto forward = [&]() -> double {
-      params.set_values(w);
-      auto dx0 = up(x0);
-      net.forward(blas_, params, dx0.data(), batch);
-      if (c.parallel) {
-        device::copy_async(logits.data(), base.data(), batch, card_.stream());
-        net.add_logits(blas_, params, batch, logits.data());
-        return weighted_sum(to_host(logits), r);
-      }
-      const std::vector<float> out = to_host(net.output(), batch * ld, card_.stream());
-      double sum = 0;
-      for (int i = 0; i < batch; ++i) {
-        for (int j = 0; j < dim; ++j) sum += double{big_r[i * ld + j]} * out[i * ld + j];
-      }
-      return sum;
-    };
-    forward();
-    if (c.parallel) {
-      const ParamBlock& ob = block("cross_out.w");
-      const std::vector<float> got = to_host(logits);
-      for (int i = 0; i < batch; ++i) {
-        double want = base[i];
-        for (int j = 0; j < dim; ++j) want += x[i * ld + j] * w[ob.offset + j];
-        EXPECT_NEAR(got[i], want, 1e-4 * (1 + std::fabs(want))) << "logit " << i;
-      }
-    } else {
-      const std::vector<float> got = to_host(net.output(), batch * ld, card_.stream());
-      for (int i = 0; i < batch; ++i) {
-        for (int j = 0; j < dim; ++j) {
-          EXPECT_NEAR(got[i * ld + j], x[i * ld + j], 1e-4 * (1 + std::fabs(x[i * ld + j])))
-              << "x_L " << i << "," << j;
-        }
-      }
-    }
-
-    // Backward from the scaled top gradient.
-    auto backward = [&](float* d_pooled, bool accumulate) {
-      auto dx0 = up(x0);
-      auto dr = up(r);
-      if (c.parallel) {
-        net.backward_from_logits(blas_, params, dr.data(), scale, batch);
-      } else {
-        std::vector<float> scaled(big_r);
-        for (float& v : scaled) v *= scale;
-        device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card_.stream());
-      }
-      net.backward(blas_, params, dx0.data(), batch, 1.0f / scale, d_pooled, pooled, accumulate);
-    };
-    const std::vector<float> d_init = random_vector(static_cast<std::size_t>(batch) * pooled, rng);
-    auto d_pooled = up(d_init);
-    backward(d_pooled.data(), true);
-    const std::vector<float> grads = params.grads_to_host();
-    const std::vector<float> dp = to_host(d_pooled);
-    std::size_t checked = 0;
-    for (const ParamBlock& b : params.blocks()) {
-      for (std::size_t k = 0; k < b.count; ++k) {
-        const double numeric = central_difference(w, b.offset + k, 1e-2f, forward);
-        expect_gradient_near(grads[b.offset + k] / scale, numeric, 2e-3, 2e-3,
-                             b.name + "[" + std::to_string(k) + "]");
-        ++checked;
-      }
-    }
-    EXPECT_GT(checked, static_cast<std::size_t>(layers * dim));
-    for (int i = 0; i < batch; ++i) {
-      for (int j = 0; j < pooled; ++j) {
-        const double numeric = central_difference(x0, i * ld + j, 1e-2f, forward);
-        expect_gradient_near(dp[i * pooled + j] - d_init[i * pooled + j], numeric, 2e-3, 2e-3,
-                             "pooled " + std::to_string(i) + "," + std::to_string(j));
-      }
-    }
-    // Written rather than added: the same values without d_init.
-    forward();
-    backward(d_pooled.data(), false);
-    const std::vector<float> written = to_host(d_pooled);
-    for (std::size_t k = 0; k < written.size(); ++k) {
-      EXPECT_NEAR(written[k], dp[k] - d_init[k], 1e-4) << k;
-    }
-    // An empty batch: zero parameter gradients, nothing pooled written.
-    net.forward(blas_, params, nullptr, 0);
-    if (c.parallel) {
-      net.add_logits(blas_, params, 0, logits.data());
-      net.backward_from_logits(blas_, params, logits.data(), scale, 0);
-    }
-    net.backward(blas_, params, nullptr, 0, 1.0f / scale, nullptr, pooled, false);
-    for (float g : params.grads_to_host()) ASSERT_EQ(g, 0.0f);
   }
 }
 

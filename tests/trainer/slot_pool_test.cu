@@ -12,6 +12,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/heter_comm/segment_reduce.cuh"
+#include "tests/trainer/one_card.hpp"
 #include "tests/trainer/slot_batch.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/bf16.hpp"
@@ -104,18 +105,7 @@ void expect_backward(device::Card& card, const SlotSumPool& pool, const HostSlot
   }
 }
 
-class SlotPoolWidthTest : public ::testing::TestWithParam<bool> {
- protected:
-  SlotPoolWidthTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
-  template <class T>
-  device::device_buffer<T> up(const std::vector<T>& host) {
-    return to_device(host, card_.memory(), card_.stream());
-  }
-  device::CardSet cards_;
-  device::Card& card_;
-};
+class SlotPoolWidthTest : public ::testing::TestWithParam<bool>, protected testing::OneCard {};
 
 TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
   const bool use_cvm = GetParam();

@@ -14,6 +14,7 @@
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
@@ -80,11 +81,8 @@ double xdeepfm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, i
   return r.at(0) + cin_term(cfg, x0, p) + wide;
 }
 
-class XdeepfmTest : public ::testing::TestWithParam<bool> {
+class XdeepfmTest : public ::testing::TestWithParam<bool>, protected testing::OneCard {
  protected:
-  XdeepfmTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
-    card_.activate();
-  }
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kXdeepfm;
@@ -97,8 +95,6 @@ class XdeepfmTest : public ::testing::TestWithParam<bool> {
     cfg.use_cvm = GetParam();
     return cfg;
   }
-  device::CardSet cards_;
-  device::Card& card_;
 };
 
 TEST_P(XdeepfmTest, PredictionsAndGradientsMatchAFloat64Reference) {

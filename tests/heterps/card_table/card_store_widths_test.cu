@@ -258,23 +258,32 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
   }
 }
 
-// insert_rows of 0, 1 and n records of every width on 1 to 7 threads: the cpu backend splits the
-// scatter's items among its threads mid-record (its run_range form), the card one thread per
-// field; every row holds its record's own fields (collect pads them back), against the oracle.
-TEST_P(CardStoreWidths, InsertRowsWritesEveryWidthOnEveryThreadSplit) {
+// Runs `body(threads)` at each thread count the cpu backend splits a scatter's or a gather's
+// items among mid-record (1, 2, 3 and 7; its run_range form), the thread count put back however
+// the test ends; the card at 1 (one thread per field either way). Stops at the first count whose
+// body fails fatally, as the loop it replaced did.
+template <class Body>
+void on_every_thread_split(const Body& body) {
 #if !defined(GPUBOX_BACKEND_CUDA)
   struct RestoreThreads {
     int threads = omp_get_max_threads();
     ~RestoreThreads() { omp_set_num_threads(threads); }
   } restore;
-  const std::vector<int> thread_counts = {1, 2, 3, 7};
-#else
-  const std::vector<int> thread_counts = {1};
-#endif
-  for (const int threads : thread_counts) {
-#if !defined(GPUBOX_BACKEND_CUDA)
+  for (const int threads : {1, 2, 3, 7}) {
     omp_set_num_threads(threads);
+    body(threads);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+#else
+  body(1);
 #endif
+}
+
+// insert_rows of 0, 1 and n records of every width on 1 to 7 threads: the cpu backend splits the
+// scatter's items among its threads mid-record (its run_range form), the card one thread per
+// field; every row holds its record's own fields (collect pads them back), against the oracle.
+TEST_P(CardStoreWidths, InsertRowsWritesEveryWidthOnEveryThreadSplit) {
+  on_every_thread_split([&](int threads) {
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{500}}) {
       SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(n) + " records");
       CardSparseStore store(card(), mixed_config(GetParam()), HashTableOptions{});
@@ -289,7 +298,7 @@ TEST_P(CardStoreWidths, InsertRowsWritesEveryWidthOnEveryThreadSplit) {
         ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), stride)) << "key " << key;
       }
     }
-  }
+  });
 }
 
 // gather_rows of 0, 1 and n rows of every width, in a shuffled order, against the oracle's
@@ -305,20 +314,7 @@ TEST_P(CardStoreWidths, GatherRowsPadsEveryWidthOnEveryThreadSplit) {
   auto listed_rows = card().make_buffer<row_index_t>(0);
   ASSERT_EQ(store.list_entries(false, listed_keys, listed_rows, stream()), keys.size());
   const std::vector<uint64_t> h_keys = to_host(listed_keys);
-#if !defined(GPUBOX_BACKEND_CUDA)
-  // The thread count put back however the test ends (a failed ASSERT returns early).
-  struct RestoreThreads {
-    int threads = omp_get_max_threads();
-    ~RestoreThreads() { omp_set_num_threads(threads); }
-  } restore;
-  const std::vector<int> thread_counts = {1, 2, 3, 7};
-#else
-  const std::vector<int> thread_counts = {1};
-#endif
-  for (const int threads : thread_counts) {
-#if !defined(GPUBOX_BACKEND_CUDA)
-    omp_set_num_threads(threads);
-#endif
+  on_every_thread_split([&](int threads) {
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, keys.size()}) {
       SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(n) + " rows");
       auto out = card().make_buffer<float>(n * stride);
@@ -329,7 +325,7 @@ TEST_P(CardStoreWidths, GatherRowsPadsEveryWidthOnEveryThreadSplit) {
             << "key " << h_keys[i];
       }
     }
-  }
+  });
 }
 
 // A record of a width no slot has is refused naming its key.

@@ -149,45 +149,62 @@ TEST(HashTableInsertNew, KeysThatCouldNotTakeTheirRowAreCountedAndRepaired) {
   }
 }
 
-TEST(HashTableErasePresent, NamesAVictimMissingOrAtAnotherRow) {
-  CardSet cards = CardSet::from_list("0");
-  Card& card = cards.card(0);
-  const device::Stream& stream = card.stream();
-  std::mt19937_64 rng(9);
+// One card and a table holding `n` distinct seeded keys (`seen` records them), placed by insert():
+// the keys on the host and on the card, and the rows they took.
+struct FilledTable {
+  FilledTable(std::size_t n, uint64_t seed)
+      : cards(CardSet::from_list("0")),
+        card(cards.card(0)),
+        stream(card.stream()),
+        rng(seed),
+        keys(distinct_keys(rng, n, &seen)),
+        table(card, HashTableOptions{}),
+        d_keys(to_device(keys, card.memory(), stream)),
+        d_rows(card.make_buffer<row_index_t>(keys.size())) {
+    table.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
+  }
+  CardSet cards;
+  Card& card;
+  const device::Stream& stream;
+  std::mt19937_64 rng;
   std::set<uint64_t> seen;
-  const std::vector<uint64_t> keys = distinct_keys(rng, 100, &seen);
-  CardHashTable table(card, HashTableOptions{});
-  auto d_keys = to_device(keys, card.memory(), stream);
-  auto d_rows = card.make_buffer<row_index_t>(keys.size());
-  table.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
-  const std::vector<row_index_t> rows = to_host(d_rows);
-  auto check = to_device(std::vector<ErasePresentCheck>(1), card.memory(), stream);
+  const std::vector<uint64_t> keys;
+  CardHashTable table;
+  device::device_buffer<uint64_t> d_keys;
+  device::device_buffer<row_index_t> d_rows;
+};
+
+TEST(HashTableErasePresent, NamesAVictimMissingOrAtAnotherRow) {
+  FilledTable t(100, /*seed=*/9);
+  const std::vector<row_index_t> rows = to_host(t.d_rows);
+  auto check = to_device(std::vector<ErasePresentCheck>(1), t.card.memory(), t.stream);
   // Ten victims at their planned rows.
-  table.erase_present_async(d_keys.data(), d_rows.data(), 10, 0, check.data(), stream);
+  t.table.erase_present_async(t.d_keys.data(), t.d_rows.data(), 10, 0, check.data(), t.stream);
   ErasePresentCheck got = to_host(check)[0];
   EXPECT_EQ(got.missing + got.moved + got.reported, 0u);
   // Keys[10] planned at keys[11]'s row: moved, named with both rows.
-  auto planned = to_device(std::vector<row_index_t>{rows[11]}, card.memory(), stream);
-  table.erase_present_async(d_keys.data() + 10, planned.data(), 1, 0, check.data(), stream);
+  auto planned = to_device(std::vector<row_index_t>{rows[11]}, t.card.memory(), t.stream);
+  t.table.erase_present_async(t.d_keys.data() + 10, planned.data(), 1, 0, check.data(), t.stream);
   got = to_host(check)[0];
   EXPECT_EQ(got.moved, 1u);
   EXPECT_EQ(got.missing, 0u);
   EXPECT_EQ(got.reported, 1u);
-  EXPECT_EQ(got.key, keys[10]);
+  EXPECT_EQ(got.key, t.keys[10]);
   EXPECT_EQ(got.planned_row, rows[11]);
   EXPECT_EQ(got.found_row, rows[10]);
   // Keys[0] again (gone): missing; the first report stays.
-  table.erase_present_async(d_keys.data(), d_rows.data(), 1, 0, check.data(), stream);
+  t.table.erase_present_async(t.d_keys.data(), t.d_rows.data(), 1, 0, check.data(), t.stream);
   got = to_host(check)[0];
   EXPECT_EQ(got.missing, 1u);
   EXPECT_EQ(got.moved, 1u);
-  EXPECT_EQ(got.key, keys[10]);
+  EXPECT_EQ(got.key, t.keys[10]);
   // A fresh check names the missing one.
-  check = to_device(std::vector<ErasePresentCheck>(1), card.memory(), stream);
-  table.erase_present_async(d_keys.data() + 1, d_rows.data() + 1, 1, 0, check.data(), stream);
+  check = to_device(std::vector<ErasePresentCheck>(1), t.card.memory(), t.stream);
+  t.table.erase_present_async(t.d_keys.data() + 1, t.d_rows.data() + 1, 1, 0, check.data(),
+                              t.stream);
   got = to_host(check)[0];
   EXPECT_EQ(got.missing, 1u);
-  EXPECT_EQ(got.key, keys[1]);
+  EXPECT_EQ(got.key, t.keys[1]);
   EXPECT_EQ(got.planned_row, rows[1]);
   EXPECT_EQ(got.found_row, kInvalidRow);
 }
@@ -228,30 +245,21 @@ TEST(HashTableInsertNew, ReleaseUnusedAsyncMatchesReleaseUnused) {
 // slots leave room for 14; 14 keys purge nothing, 15 purge (room for 114 after), every key still
 // found at its row.
 TEST(HashTablePurge, ReclaimsErasedSlotsOnlyWhenTheyKeepKeysOut) {
-  CardSet cards = CardSet::from_list("0");
-  Card& card = cards.card(0);
-  const device::Stream& stream = card.stream();
-  std::mt19937_64 rng(3);
-  std::set<uint64_t> seen;
-  const std::vector<uint64_t> keys = distinct_keys(rng, 600, &seen);
-  CardHashTable table(card, HashTableOptions{});
-  auto d_keys = to_device(keys, card.memory(), stream);
-  auto d_rows = card.make_buffer<row_index_t>(keys.size());
-  table.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
-  ASSERT_EQ(table.erase(d_keys.data(), 100, stream), 100u);
-  ASSERT_EQ(table.capacity(), 1024u);
-  ASSERT_GE(table.pool().free_count(), 114u);
-  EXPECT_EQ(table.new_key_room(), 14u);
-  table.purge_erased_for(14, stream);
-  EXPECT_EQ(table.erased_slots(), 100u);
-  table.purge_erased_for(15, stream);
-  EXPECT_EQ(table.erased_slots(), 0u);
-  EXPECT_EQ(table.capacity(), 1024u);
-  EXPECT_EQ(table.size(), 500u);
-  EXPECT_EQ(table.new_key_room(), 114u);
-  auto found = card.make_buffer<row_index_t>(keys.size());
-  table.find(d_keys.data(), keys.size(), found.data(), stream);
-  std::vector<row_index_t> want = to_host(d_rows);
+  FilledTable t(600, /*seed=*/3);
+  ASSERT_EQ(t.table.erase(t.d_keys.data(), 100, t.stream), 100u);
+  ASSERT_EQ(t.table.capacity(), 1024u);
+  ASSERT_GE(t.table.pool().free_count(), 114u);
+  EXPECT_EQ(t.table.new_key_room(), 14u);
+  t.table.purge_erased_for(14, t.stream);
+  EXPECT_EQ(t.table.erased_slots(), 100u);
+  t.table.purge_erased_for(15, t.stream);
+  EXPECT_EQ(t.table.erased_slots(), 0u);
+  EXPECT_EQ(t.table.capacity(), 1024u);
+  EXPECT_EQ(t.table.size(), 500u);
+  EXPECT_EQ(t.table.new_key_room(), 114u);
+  auto found = t.card.make_buffer<row_index_t>(t.keys.size());
+  t.table.find(t.d_keys.data(), t.keys.size(), found.data(), t.stream);
+  std::vector<row_index_t> want = to_host(t.d_rows);
   std::fill(want.begin(), want.begin() + 100, kInvalidRow);
   EXPECT_EQ(to_host(found), want);
 }

@@ -11,6 +11,13 @@
 
 namespace gpubox::device::testing {
 
+// The first `cards` cards as CardSet::from_list takes them: "0,1,...".
+inline std::string card_list(int cards) {
+  std::string list;
+  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
+  return list;
+}
+
 // "" when `cards` cards can be made here, else the reason a test needing them is skipped.
 inline std::string missing_cards(int cards) {
   const int gpus = visible_gpus();

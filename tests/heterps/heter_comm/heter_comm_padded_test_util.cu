@@ -13,6 +13,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/sparse_row/optimizer.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/heter_comm/heter_comm_padded_test_util.cuh"
 
 namespace gpubox::heter_comm::padded_test {
@@ -81,9 +82,7 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
   options.missing_keys = MissingKeyPolicy::kFail;
   options.step_graphs = mode == Mode::kPaddedGraphs;
   options.placement = placement;
-  std::string list;
-  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
-  device::CardSet set = device::CardSet::from_list(list);
+  device::CardSet set = device::CardSet::from_list(device::testing::card_list(cards));
   auto group = comm::make_group(set, std::chrono::seconds(60));
   std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards);
   std::vector<std::unique_ptr<HeterComm>> comms(cards);

@@ -135,9 +135,7 @@ RunResult run(int cards, bool graphs, const Data& data) {
   HeterCommOptions options;
   options.missing_keys = MissingKeyPolicy::kFail;
   options.step_graphs = graphs;
-  std::string list;
-  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
-  device::CardSet set = device::CardSet::from_list(list);
+  device::CardSet set = device::CardSet::from_list(device::testing::card_list(cards));
   auto group = comm::make_group(set, std::chrono::seconds(60));
   const std::vector<Step>& steps = script();
   RunResult out;

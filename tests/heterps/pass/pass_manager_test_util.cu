@@ -10,16 +10,13 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "heterps/device/memory.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
 
 namespace gpubox::pass::pass_test {
 namespace {
 
-std::string card_list(int cards) {
-  std::string list;
-  for (int c = 0; c < cards; ++c) list += (c ? "," : "") + std::to_string(c);
-  return list;
-}
+using device::testing::card_list;
 
 PassManagerOptions without_next_pass_work(PassManagerOptions options) {
   options.next_pass_chunk_keys = 0;

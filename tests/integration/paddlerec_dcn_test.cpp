@@ -1,0 +1,224 @@
+// PaddleRec's dcn and dcn_v2 configs (issue 32, item 1): both load unchanged from their model
+// folders and build their networks; DCN-Mix without a rank is refused; low_rank without the
+// mixture has no effect and is listed (PaddleRec builds full-rank cross layers then); the keys
+// their networks read and ignore (dnn_use_bn, clip_by_norm) accepted on or off and listed.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/config/config_document.hpp"
+#include "tests/integration/paddlerec_keys_test_util.hpp"
+#include "trainer/config/config_loader.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using paddlerec_test::contains;
+using paddlerec_test::error_of;
+using paddlerec_test::parse;
+
+// PaddleRec's models/rank/dcn/config.yaml and models/rank/dcn_v2/config.yaml, unchanged (the
+// runner part is dcn's; dcn_v2's differs in its epochs and output names only).
+constexpr const char* kDcnRunner = R"(runner:
+  train_data_dir: "./data/sample_data"
+  train_reader_path: "reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 8
+  epochs: 10
+  print_interval: 1
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_deepCross"
+  test_data_dir: "./data/sample_data"
+  infer_reader_path: "reader" # importlib format
+  infer_batch_size: 8
+  infer_load_path: "output_model_deepCross"
+  infer_start_epoch: 0
+  infer_end_epoch: 10
+
+
+# hyper parameters of user-defined network
+)";
+constexpr const char* kDcnHyper = R"(hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.0001
+    strategy: async
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1000001
+  sparse_feature_dim: 9
+  dense_input_dim: 13
+  fc_sizes: [512, 256, 128] #, 32]
+  distributed_embedding: 0
+
+# sparse_inputs_slots + dense_input_dim
+
+  cross_num: 2
+  l2_reg_cross: 0.00005
+  dnn_use_bn: False
+  clip_by_norm: 100.0
+  is_sparse: False
+  # cat_feat_num: "{workspace}/data/sample_data/cat_feature_num.txt"
+)";
+constexpr const char* kDcnV2Hyper = R"(hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001 # 0.0001
+    strategy: async
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1100001
+  sparse_feature_dim: 40 # 10  40
+  dense_input_dim: 13
+  is_Stacked: True
+  use_low_rank_mixture: True # False  True
+  low_rank:  256 #32
+  num_experts: 4
+  fc_sizes: [768, 768] # [768, 768]  [500, 500, 500]
+  distributed_embedding: 0
+
+# sparse_inputs_slots + dense_input_dim
+
+  cross_num: 2 #3 4
+  l2_reg_cross: 0.00003
+  dnn_use_bn: False
+  clip_by_norm: 10.0
+)";
+
+// A config at <tmp>/PaddleRec/models/rank/<folder>/config.yaml: the folder names the network.
+StatusOr<TrainerConfig> load_in_folder(const std::string& folder, const std::string& text) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "paddlerec_keys" / "models/rank" / folder;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.yaml") << text;
+  return load_trainer_config((dir / "config.yaml").string());
+}
+
+TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
+  const StatusOr<TrainerConfig> dcn = load_in_folder("dcn", std::string(kDcnRunner) + kDcnHyper);
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->hyper.model, ModelKind::kDcn);
+  const DenseModelConfig v1 = dcn->dense_model_config();
+  EXPECT_EQ(v1.cross_layers, 2);
+  EXPECT_FLOAT_EQ(v1.cross_l2, 0.00005f);
+  EXPECT_EQ(v1.cross_experts, 0);
+  EXPECT_EQ(v1.fc_sizes, (std::vector<int>{512, 256, 128}));
+  // clip_by_norm and is_sparse change nothing in PaddleRec's dcn either: listed with why.
+  auto doc =
+      config::ConfigDocument::parse(std::string(kDcnRunner) + kDcnHyper, "/base", {}, "p.yaml");
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  const std::string note = doc->no_effect_note();
+  EXPECT_TRUE(contains(note,
+                       "hyper_parameters.clip_by_norm: PaddleRec's dcn hands it to its network, "
+                       "which keeps it unused, and dcn_v2 reads it unused"))
+      << note;
+  EXPECT_TRUE(contains(note, "hyper_parameters.is_sparse: ")) << note;
+
+  const StatusOr<TrainerConfig> v2 =
+      load_in_folder("dcn_v2", std::string(kDcnRunner) + kDcnV2Hyper);
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  EXPECT_EQ(v2->hyper.model, ModelKind::kDcnV2);
+  const DenseModelConfig mix = v2->dense_model_config();
+  EXPECT_EQ(mix.cross_experts, 4);
+  EXPECT_EQ(mix.cross_rank, 256);
+  EXPECT_EQ(mix.cross_layers, 2);
+  EXPECT_EQ(mix.dcn_structure, DcnStructure::kStacked);
+  EXPECT_FLOAT_EQ(mix.cross_l2, 0.00003f);
+  // use_low_rank_mixture: False trains plain cross layers, whatever num_experts says.
+  const StatusOr<TrainerConfig> plain =
+      parse("hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: 0\n  num_experts: 4\n");
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->dense_model_config().cross_experts, 0);
+}
+
+TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
+  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: "
+                                "True\n"),
+                       "p.yaml: hyper_parameters.cross_mixture (PaddleRec's use_low_rank_mixture) "
+                       "is true, but the experts' rank hyper_parameters.cross_rank (PaddleRec's "
+                       "low_rank) is 0"));
+  // dcn's vector layers have no rank nor mixture: set for it, they are refused, not dropped.
+  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  model: dcn\n  cross_rank: 8\n"),
+                       "p.yaml: hyper_parameters.model is dcn (DCN v1: vector cross layers), "
+                       "but hyper_parameters.cross_rank (PaddleRec's low_rank) is 8"));
+  EXPECT_TRUE(
+      contains(error_of("hyper_parameters:\n  model: dcn\n  cross_mixture: true\n"),
+               "hyper_parameters.cross_mixture (PaddleRec's use_low_rank_mixture) is true"));
+  // dcn is parallel whatever dcn_structure (dcn_v2's) says.
+  const StatusOr<TrainerConfig> dcn =
+      parse("hyper_parameters:\n  model: dcn\n  dcn_structure: stacked\n");
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+}
+
+// PaddleRec dcn_v2 builds full-rank cross layers (CrossNetV2) unless use_low_rank_mixture is
+// true, whatever low_rank says: trained low-rank, its config would have been another network.
+TEST(PaddleRecKeys, LowRankWithoutTheMixtureHasNoEffectAndIsListed) {
+  const std::string yaml =
+      "hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: False\n  low_rank: 32\n";
+  auto doc = config::ConfigDocument::parse(yaml, "/base", {}, "p.yaml");
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_EQ(doc->get_int("hyper_parameters.cross_rank"), 0);
+  EXPECT_TRUE(contains(doc->no_effect_note(),
+                       "hyper_parameters.low_rank: PaddleRec dcn_v2's rank of the DCN-Mix experts "
+                       "(its plain cross layers are full rank); it applies with "
+                       "hyper_parameters.cross_mixture true only"))
+      << doc->no_effect_note();
+  // An override turning the mixture on makes the file's low_rank apply; one of low_rank itself
+  // applies with the mixture only, and replaces the file's.
+  auto on = config::ConfigDocument::parse(yaml, "/base", {"hyper_parameters.cross_mixture=true"},
+                                          "p.yaml");
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_EQ(on->get_int("hyper_parameters.cross_rank"), 32);
+  EXPECT_EQ(on->no_effect_note(), "");
+  auto both = config::ConfigDocument::parse(
+      yaml, "/base", {"hyper_parameters.use_low_rank_mixture=1", "hyper_parameters.low_rank=8"},
+      "p.yaml");
+  ASSERT_TRUE(both.ok()) << both.status().to_string();
+  EXPECT_EQ(both->get_int("hyper_parameters.cross_rank"), 8);
+  auto off =
+      config::ConfigDocument::parse(yaml, "/base", {"hyper_parameters.low_rank=8"}, "p.yaml");
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_EQ(off->get_int("hyper_parameters.cross_rank"), 0);
+  // Overrides apply in order, the last one of cross_rank winning however it is named.
+  for (const char* mixture :
+       {"hyper_parameters.cross_mixture=true", "hyper_parameters.cross_mixture=false"}) {
+    auto later = config::ConfigDocument::parse(
+        yaml, "/base", {mixture, "hyper_parameters.low_rank=8", "hyper_parameters.cross_rank=4"},
+        "p.yaml");
+    ASSERT_TRUE(later.ok()) << later.status().to_string();
+    EXPECT_EQ(later->get_int("hyper_parameters.cross_rank"), 4) << mixture;
+  }
+  auto last_alias = config::ConfigDocument::parse(
+      yaml, "/base",
+      {"hyper_parameters.cross_mixture=true", "hyper_parameters.cross_rank=4",
+       "hyper_parameters.low_rank=8"},
+      "p.yaml");
+  ASSERT_TRUE(last_alias.ok()) << last_alias.status().to_string();
+  EXPECT_EQ(last_alias->get_int("hyper_parameters.cross_rank"), 8);
+  // Set beside cross_rank, the mixture's low_rank is still the one key set twice.
+  EXPECT_TRUE(contains(error_of("hyper_parameters:\n  cross_rank: 4\n  low_rank: 8\n"
+                                "  use_low_rank_mixture: 1\n"),
+                       "p.yaml:3: hyper_parameters.low_rank sets hyper_parameters.cross_rank to "
+                       "8, set already on line 2"));
+}
+
+// PaddleRec's dcn and dcn_v2 read dnn_use_bn and clip_by_norm and use neither (their net.py,
+// static_model.py, dygraph_model.py): on or off, accepted and listed with why.
+TEST(PaddleRecKeys, KeysPaddleRecsNetworksIgnoreAreAcceptedOnOrOff) {
+  auto doc = config::ConfigDocument::parse(
+      "hyper_parameters:\n  dnn_use_bn: True\n  clip_by_norm: 10.0\n", "/base", {}, "p.yaml");
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  const std::string note = doc->no_effect_note();
+  EXPECT_TRUE(contains(note, "hyper_parameters.dnn_use_bn: PaddleRec's dcn and dcn_v2 read it"))
+      << note;
+  EXPECT_TRUE(contains(note,
+                       "hyper_parameters.clip_by_norm: PaddleRec's dcn hands it to its "
+                       "network, which keeps it unused"))
+      << note;
+  EXPECT_TRUE(parse("runner:\n  epochs: 1\n", {"hyper_parameters.dnn_use_bn=1"}).ok());
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,411 @@
+// PaddleRec model folders' configs, their runner and hyper_parameters unchanged (issue 32, items
+// 1 and 2): each trains the network its folder names (dlrm, xdeepfm, deepfefm, autoint, flen),
+// its PaddleRec keys checked against the values GPUBox's knobs end with in the TrainerConfig
+// gpubox_train runs; the keys its network would need and GPUBox does not build refused by name;
+// and the rule a model folder's config steps its embedding rows under (its Adam, said at start).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/config/config_document.hpp"
+#include "common/config/config_enums.hpp"
+#include "table/sparse_config.hpp"
+#include "tests/integration/paddlerec_keys_test_util.hpp"
+#include "trainer/config/config_loader.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using paddlerec_test::contains;
+using paddlerec_test::error_of;
+using paddlerec_test::parse;
+
+// dlrm's config.yaml (its runner and hyper_parameters, unchanged): the network its folder names,
+// bot_layer_sizes, top_layer_sizes as fc_sizes and the logit, num_field as its sparse fields.
+constexpr const char* kDlrm = R"(workspace: "models/rank/dlrm"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader"
+  use_gpu: False
+  use_xpu: False
+  use_auc: True
+  train_batch_size: 2
+  epochs: 3
+  print_interval: 2
+  model_save_path: "output_model_dlrm"
+  infer_batch_size: 2
+  infer_reader_path: "criteo_reader"
+  test_data_dir: "data/sample_data/train"
+  infer_load_path: "output_model_dlrm"
+  infer_start_epoch: 0
+  infer_end_epoch: 3
+  sync_mode: "async"
+  split_file_list: False
+  thread_num: 1
+  num_workers: 0
+  inference: False
+  save_inference_feed_varnames: ["C1","C2","dense_input"]
+  save_inference_fetch_varnames: ["sigmoid_0.tmp_0"]
+hyper_parameters:
+  optimizer:
+    class: SGD
+    learning_rate: 0.1
+    strategy: async
+  sparse_inputs_slots: 27
+  dense_input_dim: 13
+  bot_layer_sizes: [512, 256, 64, 16]
+  sparse_feature_number: 1000001
+  sparse_feature_dim: 16
+  top_layer_sizes: [512, 256, 2]
+  num_field: 26
+)";
+
+TEST(PaddleRecKeys, DlrmConfigTrainsDlrm) {
+  const StatusOr<TrainerConfig> c = parse(kDlrm);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kDlrm);
+  EXPECT_EQ(c->hyper.bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
+  EXPECT_EQ(c->hyper.fc_sizes, (std::vector<int>{512, 256}));
+  EXPECT_EQ(c->mf_dim(), 15);  // embed_w + 15 embedx values: the bottom output's 16
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  EXPECT_EQ(c->model_keys.at("hyper_parameters.bot_layer_sizes"), "[512, 256, 64, 16]");
+
+  const std::string kTop = "hyper_parameters.top_layer_sizes=";
+  EXPECT_TRUE(contains(error_of(kDlrm, {kTop + "[512, 256, 3]"}),
+                       "top_layer_sizes: its last entry is the output layer, which GPUBox builds "
+                       "as one logit"));
+  const StatusOr<TrainerConfig> one = parse(kDlrm, {kTop + "[64, 1]"});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->hyper.fc_sizes, (std::vector<int>{64}));
+  // The interaction's vectors: the bottom output and every slot's embedding, one width.
+  const std::string narrow = error_of(kDlrm, {"hyper_parameters.sparse_feature_dim=9"});
+  EXPECT_TRUE(contains(narrow,
+                       "p.yaml: dlrm's dot interaction needs the bottom MLP's output (the "
+                       "last of hyper_parameters.bot_layer_sizes: 16) as wide as every "
+                       "slot's embedding (hyper_parameters.sparse_feature_dim: 9)"))
+      << narrow;
+  EXPECT_TRUE(contains(error_of(kDlrm, {"hyper_parameters.slot_dims={3: 7}"}),
+                       "hyper_parameters.slot_dims gives slot 3 8"));
+  EXPECT_TRUE(contains(error_of(kDlrm, {"hyper_parameters.dense_input_dim=0"}),
+                       "dlrm's bottom MLP reads the dense features"));
+  EXPECT_TRUE(contains(error_of(kDlrm, {"hyper_parameters.num_field=27"}),
+                       "and 26 sparse fields (its dlrm)"));
+}
+
+// xdeepfm's config.yaml (its runner and hyper_parameters, unchanged): the network its folder
+// names, layer_sizes_cin, and layer_sizes_dnn as its DNN (its net reads that, not fc_sizes).
+constexpr const char* kXdeepfm = R"(workspace: "models/rank/xdeepfm"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 5
+  epochs: 1
+  print_interval: 2
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_xdeepfm"
+  test_data_dir: "data/sample_data/train"
+  infer_reader_path: "criteo_reader" # importlib format
+  infer_batch_size: 5
+  infer_load_path: "output_model_xdeepfm"
+  infer_start_epoch: 0
+  infer_end_epoch: 1
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+    strategy: async
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1000001
+  sparse_feature_dim: 9
+  dense_input_dim: 13
+  fc_sizes: [512, 256, 128, 32]
+  layer_sizes_dnn: [512, 256, 128]
+  layer_sizes_cin: [128, 32]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, XdeepfmConfigTrainsXdeepfm) {
+  const StatusOr<TrainerConfig> c = parse(kXdeepfm);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kXdeepfm);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.cin_layer_sizes, (std::vector<int>{128, 32}));
+  EXPECT_EQ(model.fc_sizes, (std::vector<int>{512, 256, 128}));  // layer_sizes_dnn, as its net
+  EXPECT_EQ(c->mf_dim(), 8);  // embed_w (its first-order weight) + 8 field values
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  EXPECT_EQ(c->model_keys.at("hyper_parameters.layer_sizes_cin"), "[128, 32]");
+  // Without layer_sizes_dnn its DNN is fc_sizes; another network refuses layer_sizes_dnn.
+  const StatusOr<TrainerConfig> fc = parse(kXdeepfm, {"hyper_parameters.layer_sizes_dnn=[]"});
+  ASSERT_TRUE(fc.ok()) << fc.status().to_string();
+  EXPECT_EQ(fc->hyper.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
+  EXPECT_TRUE(contains(error_of(kXdeepfm, {"hyper_parameters.model=dnn"}),
+                       "p.yaml: hyper_parameters.layer_sizes_dnn is xdeepfm's, flen's and "
+                       "fat_deepffm's DNN, but the model is dnn, which reads "
+                       "hyper_parameters.fc_sizes"));
+}
+
+// deepfefm's config.yaml (its runner and hyper_parameters, unchanged but the batch): the network
+// its folder names, with fc_sizes as its DNN and 39 fields of 8 (741 pair matrices).
+constexpr const char* kDeepFefm = R"(workspace: "models/rank/deepfefm"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 16
+  epochs: 2
+  print_interval: 2
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_deepfefm"
+  test_data_dir: "data/sample_data/train"
+  infer_reader_path: "criteo_reader" # importlib format
+  infer_batch_size: 16
+  infer_load_path: "output_model_deepfefm"
+  infer_start_epoch: 0
+  infer_end_epoch: 2
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+    strategy: async
+  sparse_inputs_slots: 27
+  sparse_feature_number: 1100005
+  sparse_feature_dim: 9
+  dense_input_dim: 13
+  fc_sizes: [512, 256, 128, 32]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, DeepFefmConfigTrainsDeepFefm) {
+  const StatusOr<TrainerConfig> c = parse(kDeepFefm);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kDeepFefm);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.kind, ModelKind::kDeepFefm);
+  EXPECT_EQ(model.fc_sizes, (std::vector<int>{512, 256, 128, 32}));
+  EXPECT_EQ(c->mf_dim(), 8);  // embed_w (its first-order weight) + 8 embedding values
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  // Its fields' pair matrices are k x k: slots of several widths are refused naming the key.
+  EXPECT_TRUE(contains(error_of(kDeepFefm, {"hyper_parameters.slot_dims={1: 4}"}),
+                       "deepfefm's fields share one width"));
+}
+
+// autoint's config.yaml (its runner and hyper_parameters, unchanged): the network its folder
+// names, embedding_dim as the embedding (sparse_feature_dim one more), its interacting layers,
+// fc_sizes [] (no DNN); feature_number, use_sparse and distributed_embedding change nothing.
+constexpr const char* kAutoint = R"(workspace: "models/rank/autoint"
+runner:
+  train_data_dir: "data/sample_data/train"
+  train_reader_path: "criteo_reader" # importlib format
+  use_gpu: True
+  use_xpu: False   # Enable this option only if you have an xpu device
+  use_auc: True
+  train_batch_size: 2
+  epochs: 3
+  print_interval: 2
+  # model_init_path: "output_model_deepfm/2" # init model
+  model_save_path: "output_model_autoint"
+  test_data_dir: "data/sample_data/train"
+  infer_reader_path: "criteo_reader" # importlib format
+  infer_batch_size: 2
+  infer_load_path: "output_model_autoint"
+  infer_start_epoch: 0
+  infer_end_epoch: 3
+  # use fleet
+  use_fleet: False
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.001
+    strategy: async
+  feature_number: 1000001
+  embedding_dim: 16
+  fc_sizes: [] #[256, 128]
+  use_residual: True
+  scaling: True
+  use_wide: True
+  use_sparse: True
+  head_num: 2
+  num_field: 39
+  attn_layer_sizes: [64,64,64]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, AutointConfigTrainsAutoint) {
+  const StatusOr<TrainerConfig> c = parse(kAutoint);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kAutoint);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.attn_layer_sizes, (std::vector<int>{64, 64, 64}));
+  EXPECT_EQ(model.attn_heads, 2);
+  EXPECT_TRUE(model.attn_residual && model.attn_scaling && model.attn_use_wide);
+  EXPECT_TRUE(model.fc_sizes.empty());
+  EXPECT_EQ(c->mf_dim(), 16);  // embedding_dim; embed_w (its feature_bias) comes first
+  EXPECT_EQ(c->dataset.dense_dim, 13);
+  EXPECT_EQ(c->num_sparse_slots(), 26);
+  // config_bigdata.yaml's switches: a DNN over the fields and no first-order term.
+  const StatusOr<TrainerConfig> big =
+      parse(kAutoint, {"hyper_parameters.fc_sizes=[400, 400, 400]",
+                       "hyper_parameters.use_wide=False", "hyper_parameters.scaling=0"});
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  EXPECT_EQ(big->dense_model_config().fc_sizes, (std::vector<int>{400, 400, 400}));
+  EXPECT_FALSE(big->dense_model_config().attn_use_wide);
+  EXPECT_FALSE(big->dense_model_config().attn_scaling);
+  // Heads that do not divide a layer, and fc_sizes [] for a network whose DNN needs a layer.
+  EXPECT_TRUE(contains(error_of(kAutoint, {"hyper_parameters.head_num=3"}),
+                       "p.yaml: hyper_parameters.attn_layer_sizes has 64, which head_num 3 does "
+                       "not divide"));
+  EXPECT_TRUE(contains(error_of(kAutoint, {"hyper_parameters.model=dnn"}),
+                       "p.yaml: hyper_parameters.fc_sizes is [], but dnn needs a hidden layer in "
+                       "its dnn (only autoint takes [] for no dnn)"));
+}
+
+// The start line a config's embedding rows' rule gives (table::paddlerec_rows_rule_note).
+std::string rows_note(const std::string& yaml, const std::vector<std::string>& o = {}) {
+  StatusOr<config::ConfigDocument> doc = config::ConfigDocument::parse(yaml, "/base", o, "p.yaml");
+  return doc.ok() ? table::paddlerec_rows_rule_note(*doc) : doc.status().message();
+}
+
+// A PaddleRec model folder's config that names no sparse rule steps its embedding rows under its
+// Adam, as PaddleRec's trainer and Paddle's parameter server do (not silently under Paddle's
+// parameter-server adagrad, which memorises a small data set in two epochs), and says so at
+// start; a rule named by any of its keys, a config outside a model folder and dlrm's SGD keep
+// hyper_parameters.sparse_optimizer.*, the last said at start too.
+TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
+  const StatusOr<TrainerConfig> c = parse(
+      kAutoint,
+      {"hyper_parameters.optimizer.learning_rate=0.002", "hyper_parameters.optimizer.beta1=0.8"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const table::SparseOptimizerConfig& o = c->sparse.optimizer;
+  EXPECT_EQ(o.kind, table::SparseOptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(o.learning_rate, 0.002f);
+  EXPECT_FLOAT_EQ(o.mf_learning_rate, 0.002f);
+  EXPECT_FLOAT_EQ(o.beta1_decay_rate, 0.8f);
+  EXPECT_FLOAT_EQ(o.beta2_decay_rate, 0.999f);
+  EXPECT_FLOAT_EQ(o.ada_epsilon, 1e-8f);
+  EXPECT_FLOAT_EQ(o.mf_initial_range, 0.0001f);  // GPUBox's start (the line says so)
+  EXPECT_FLOAT_EQ(c->sparse.embedx_threshold, 0.0f);
+  EXPECT_TRUE(contains(rows_note(kAutoint),
+                       "p.yaml: the embedding rows step under PaddleRec's "
+                       "hyper_parameters.optimizer.class (Adam at learning_rate 0.001)"))
+      << rows_note(kAutoint);
+  for (const std::string rule : {"hyper_parameters.sparse_optimizer.class=adagrad",
+                                 "hyper_parameters.sparse_optimizer.learning_rate=0.05",
+                                 "hyper_parameters.sparse_optimizer.mf_learning_rate=0.05",
+                                 "hyper_parameters.sparse_optimizer.embedx_threshold=10",
+                                 "table_parameters.t.accessor.embedx_threshold=10"}) {
+    const StatusOr<TrainerConfig> own = parse(kAutoint, {rule});
+    ASSERT_TRUE(own.ok()) << rule << ": " << own.status().to_string();
+    EXPECT_EQ(own->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad) << rule;
+    EXPECT_FLOAT_EQ(own->sparse.optimizer.mf_learning_rate, 0.05f) << rule;
+    EXPECT_FLOAT_EQ(own->sparse.embedx_threshold, 10.0f) << rule;
+    EXPECT_EQ(rows_note(kAutoint, {rule}), "") << rule;
+  }
+  // Outside a model folder the same keys are GPUBox's own: its dense optimizer only.
+  std::string own_config = kAutoint;
+  own_config.erase(0, own_config.find('\n') + 1);  // the workspace line
+  const std::vector<std::string> as_autoint = {"hyper_parameters.model=autoint"};
+  const StatusOr<TrainerConfig> gpubox = parse(own_config, as_autoint);
+  ASSERT_TRUE(gpubox.ok()) << gpubox.status().to_string();
+  EXPECT_EQ(gpubox->hyper.model, ModelKind::kAutoint);
+  EXPECT_EQ(gpubox->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(gpubox->sparse.embedx_threshold, 10.0f);
+  EXPECT_EQ(rows_note(own_config, as_autoint), "");
+  // dlrm's SGD: a step on a row that scales with the batch, which the per-key rule does not
+  // mirror; the rows keep the sparse rule, and the start line says so.
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
+  EXPECT_TRUE(contains(rows_note(kDlrm),
+                       "p.yaml: the embedding rows step under "
+                       "hyper_parameters.sparse_optimizer.*"))
+      << rows_note(kDlrm);
+  EXPECT_TRUE(contains(rows_note(kDlrm),
+                       "not under PaddleRec's hyper_parameters.optimizer.class "
+                       "(SGD at learning_rate"))
+      << rows_note(kDlrm);
+}
+
+// flen's config.yaml (its runner and hyper_parameters, unchanged): the network its folder names,
+// its reader's Avazu lines (sparse_inputs_slots 22 fields, the label not among them, no dense
+// features), its groups (sparse_num_field 3: the net's 13 + 3 + 6), its DNN from layer_sizes_dnn,
+// sparse_feature_dim 32 the key's whole embedding, its dense Adagrad with Paddle's epsilon.
+constexpr const char* kFlen = R"(workspace: "models/rank/flen"
+runner:
+  train_data_dir: "./data/sample_data/train"
+  train_reader_path: "avazu_reader" # importlib format
+  use_gpu: False
+  use_auc: True
+  train_batch_size: 1 #512
+  epochs: 1
+  print_interval: 2
+  #model_init_path: "output_model/0" # init model
+  model_save_path: "output_model_flen"
+  test_data_dir:  "./data/sample_data/train" #"../../../../data/test"
+  infer_reader_path: "avazu_reader" # importlib format
+  infer_batch_size: 3 #512
+  infer_load_path: "output_model_flen"
+  infer_start_epoch: 0
+  infer_end_epoch: 1
+hyper_parameters:
+  optimizer:
+    class: Adagrad
+    learning_rate: 0.04
+    strategy: async
+  sparse_inputs_slots: 22
+  sparse_feature_number: 20 #1544488
+  sparse_num_field: 3
+  sparse_feature_dim: 32
+  layer_sizes_dnn: [64, 32]
+  distributed_embedding: 0
+)";
+
+TEST(PaddleRecKeys, FlenConfigTrainsFlen) {
+  const StatusOr<TrainerConfig> c = parse(kFlen);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->hyper.model, ModelKind::kFlen);
+  const DenseModelConfig model = c->dense_model_config();
+  EXPECT_EQ(model.flen_groups, (std::vector<int>{13, 3, 6}));
+  EXPECT_EQ(model.fc_sizes, (std::vector<int>{64, 32}));
+  EXPECT_EQ(c->mf_dim() + 1, 32);  // embed_w and embedx: the key's 32 values
+  EXPECT_EQ(c->dataset.data_format, dataset::DataFormat::kAvazu);
+  EXPECT_EQ(c->dataset.dense_dim, 0);
+  EXPECT_EQ(c->num_sparse_slots(), 22);
+  EXPECT_EQ(c->hyper.optimizer.kind, config::DenseOptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(c->hyper.optimizer.epsilon, 1e-6f);
+  EXPECT_FLOAT_EQ(c->hyper.optimizer.initial_accumulator, 1e-3f);
+  // A save records the epsilon used (a resume compares it), not the key's Adam default.
+  EXPECT_EQ(c->model_keys.at("hyper_parameters.optimizer.epsilon"), "1e-06");
+  // Another network set knowingly on flen's folder: a field-aware one's rows as the table part
+  // (gpubox_server) counts the fields differ from the avazu data's, refused naming both.
+  const std::string ffm_on_flen =
+      error_of(kFlen, {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=3",
+                       "hyper_parameters.layer_sizes_dnn=[]"});
+  EXPECT_TRUE(
+      contains(ffm_on_flen,
+               "p.yaml: ffm's rows are 68 values wide as the table part (and gpubox_server) "
+               "reads this config, but the data's 22 fields"))
+      << ffm_on_flen;
+  // A format the config names is read as that format: slots counted with the label (21 here),
+  // which flen's groups then do not cover.
+  EXPECT_TRUE(contains(error_of(kFlen, {"runner.data_format=slot"}),
+                       "field_group_sizes group 22 slots, but the data has 21 sparse slots"));
+  // The groups must be as many as sparse_num_field says and cover the fields.
+  EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.sparse_num_field=2"}),
+                       "p.yaml: flen's hyper_parameters.sparse_num_field is 2 field groups, but "
+                       "hyper_parameters.field_group_sizes lists 3"));
+  EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.field_group_sizes=[13, 3, 5]"}),
+                       "field_group_sizes group 21 slots, but the data has 22 sparse slots"));
+  EXPECT_TRUE(contains(error_of(kFlen, {"hyper_parameters.model=dnn"}),
+                       "layer_sizes_dnn is xdeepfm's, flen's and fat_deepffm's DNN"))
+      << error_of(kFlen, {"hyper_parameters.model=dnn"});
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,224 @@
+// How a parameter-server job ends when something fails: a dead server or trainer ends it with an
+// error naming it within its timeout, a failed dense exchange left at the end is logged naming
+// the server, data without a valid instance is an error in every mode, a diverged job stops on
+// every trainer before its save.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/status.hpp"
+#include "dataset/generator.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "table/server/server.hpp"
+#include "table/sparse_row/optimizer.hpp"
+#include "table/sparse_table.hpp"
+#include "tests/dataset/planted_data.hpp"
+#include "tests/trainer/ps_modes_fixture.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/ps_modes/geo_rows.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+namespace fs = std::filesystem;
+
+using ps_test::PsModes;
+
+// A server that dies mid-job: the trainer's next call fails after runner.server_timeout_s,
+// naming the server, never a hang.
+TEST_F(PsModes, ADeadServerEndsTheJobWithAnErrorNamingIt) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async", "runner.server_timeout_s=1"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  const auto train = data_files((root_ / "train").string());
+  trainer.train_pass(train);
+  shards.stop(1);
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    trainer.train_pass(train);
+    ADD_FAILURE() << "a pass against a dead server succeeded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string dead = shards.endpoints().substr(shards.endpoints().find(',') + 1);
+    EXPECT_NE(what.find(dead), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+}
+
+// An async dense exchange still under way when its worker is destroyed (a step threw before the
+// pass's last sync_dense took it) that then fails is logged naming the server, not dropped.
+TEST_F(PsModes, AFailedDenseExchangeLeftAtTheEndIsLoggedNamingTheServer) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async"});
+  Servers shards(cfg, 1);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  options.deadline_s = 1.0;
+  options.connect_timeout_s = 0.5;
+  auto servers = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(servers.status());
+  device::Card card(0, 0, 0, 1);
+  auto worker = std::make_unique<PsWorker>(card, **servers, cfg);
+  worker->sync_dense(0.0f);  // the servers' dense table
+  shards.stop(0);
+  worker->exchange_dense();  // fails on its own thread: nothing takes its status
+  ::testing::internal::CaptureStderr();
+  worker.reset();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("the dense exchange under way when the thread stopped failed"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(shards.endpoints()), std::string::npos) << log;
+}
+
+// In sync mode a trainer that stops coming ends the others' job at the next barrier, after
+// runner.collective_timeout_s, with an error naming it.
+TEST_F(PsModes, ADeadTrainerEndsASyncJobWithAnErrorNamingIt) {
+  const TrainerConfig cfg = config({"runner.sync_mode=sync", "runner.collective_timeout_s=1"});
+  Servers shards(cfg, 1);
+  const auto train = data_files((root_ / "train").string());
+  std::string error;
+  std::thread survivor([&] {
+    try {
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      env.trainers = 2;
+      PsTrainer trainer(cfg, env);
+      trainer.train_pass(train);
+      trainer.train_pass(train);  // trainer 1 is gone by now
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  {
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.trainers = 2;
+    env.trainer_id = 1;
+    PsTrainer trainer(cfg, env);
+    trainer.train_pass(train);
+  }  // trainer 1 dies after its first pass
+  const auto started = std::chrono::steady_clock::now();
+  survivor.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_NE(error.find("missing: trainer 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("runner.collective_timeout_s"), std::string::npos) << error;
+}
+
+// Data whose every line is malformed (here PaddleRec's slot_dnn lines, which start with a show
+// field the config does not name) trains nothing: every PS mode and both readers end with the
+// same error naming the file and why its lines were skipped, and write no save.
+TEST_F(PsModes, DataWithoutAValidInstanceIsAnErrorInEveryMode) {
+  const fs::path bad = root_ / "all_malformed";
+  fs::create_directories(bad);
+  {
+    std::ofstream out(bad / "part-0");
+    for (int i = 0; i < 10; ++i) out << "1 0 1:" << 100 + i << " 2:" << 200 + i << "\n";
+  }
+  for (const char* mode : {"async", "sync", "geo"}) {
+    for (const char* reader : {"InmemoryDataset", "QueueDataset"}) {
+      const fs::path saves = root_ / (std::string("malformed_saves_") + mode + reader);
+      const TrainerConfig cfg =
+          config({"runner.train_data_dir=" + bad.string(),
+                  "runner.test_data_dir=", std::string("runner.sync_mode=") + mode,
+                  std::string("runner.reader_type=") + reader, "runner.save_mode=base",
+                  "runner.model_save_path=" + saves.string()});
+      Servers shards(cfg, 1);
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      PsTrainer trainer(cfg, env);
+      try {
+        trainer.train();
+        ADD_FAILURE() << mode << " " << reader << " trained on nothing";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("pass 0: no valid instance in 1 file(s) (10 lines, 10 malformed): " +
+                            (bad / "part-0").string()),
+                  std::string::npos)
+            << mode << " " << reader << ": " << what;
+      }
+      EXPECT_FALSE(fs::exists(saves / "0")) << mode << " " << reader;
+    }
+  }
+}
+
+// The divergence check (trainer/schedule/divergence.hpp) judges the job's steady loss, added up
+// over the trainers through the servers: two async trainers forced to diverge (deepfm with summed
+// steps per hot key and sparse SGD at 50) both stop with the error after pass 0, before its save; a
+// healthy job's passes end under the constant predictor on both trainers, with the same figure.
+TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
+  for (const bool diverging : {true, false}) {
+    SCOPED_TRACE(diverging ? "diverging" : "healthy");
+    const fs::path saves = root_ / (diverging ? "diverged_saves" : "healthy_saves");
+    std::vector<std::string> extra = {"runner.sync_mode=async",
+                                      "runner.print_interval=10",
+                                      "runner.save_mode=base",
+                                      "runner.model_save_path=" + saves.string(),
+                                      "runner.train_data_dir=" + (root_ / "train").string(),
+                                      "runner.test_data_dir="};
+    if (diverging) {
+      extra.push_back("hyper_parameters.model=deepfm");
+      extra.push_back("hyper_parameters.sparse_optimizer.class=sgd");
+      extra.push_back("hyper_parameters.sparse_optimizer.learning_rate=50");
+      extra.push_back("hyper_parameters.sparse_optimizer.mf_learning_rate=50");
+    }
+    const TrainerConfig cfg = config(extra);
+    Servers shards(cfg, 1);
+    std::vector<std::string> errors(2);
+    std::vector<std::vector<PassReport>> reports(2);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          TrainerEnv env;
+          env.servers = shards.endpoints();
+          env.trainer_id = w;
+          env.trainers = 2;
+          PsTrainer trainer(cfg, env);
+          reports[static_cast<std::size_t>(w)] = trainer.train();
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(w)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 0; w < 2; ++w) {
+      const std::string& error = errors[static_cast<std::size_t>(w)];
+      if (diverging) {
+        EXPECT_NE(error.find("pass 0 is not saved"), std::string::npos) << w << ": " << error;
+      } else {
+        EXPECT_EQ(error, "") << "trainer " << w;
+      }
+    }
+    EXPECT_EQ(fs::exists(saves / "0"), !diverging);
+    if (diverging) continue;
+    ASSERT_EQ(reports[0].size(), 1u);
+    ASSERT_EQ(reports[1].size(), 1u);
+    const SteadyLoss& a = reports[0][0].metrics.steady;
+    const SteadyLoss& b = reports[1][0].metrics.steady;
+    EXPECT_DOUBLE_EQ(a.ratio_to_constant(), b.ratio_to_constant());
+    EXPECT_LT(a.ratio_to_constant(), 1.0);
+    // The job's figure: both trainers' steps after their warm-up (each ~78 steps of 256).
+    EXPECT_GT(a.examples, reports[0][0].metrics.examples);
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes

@@ -1,0 +1,242 @@
+// Saves of the parameter-server modes: a PS save loads in the gpubox mode and back, a stopped job
+// resumes from its last save (a relative save path too), a second job on the same servers starts
+// afresh.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/status.hpp"
+#include "dataset/generator.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "table/server/server.hpp"
+#include "table/sparse_row/optimizer.hpp"
+#include "table/sparse_table.hpp"
+#include "tests/dataset/planted_data.hpp"
+#include "tests/trainer/ps_modes_fixture.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/ps_modes/geo_rows.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+namespace fs = std::filesystem;
+
+using ps_test::kPlantedTolerance;
+using ps_test::PsModes;
+
+// Issue 16: a PS save (2 trainers x 2 servers) is the gpubox mode's save: it starts a PS job on
+// fresh servers and the gpubox mode (both evaluate the same model as the job that saved it),
+// and a gpubox-mode save (on 2 servers) starts a 2-trainer PS job the same way. The model is
+// the servers' rows and dense table, so the AUCs agree to float rounding of the two forward
+// paths; PS to PS to the bit.
+TEST_F(PsModes, SavesLoadBetweenThePsModesAndTheGpuboxMode) {
+  const auto test = data_files((root_ / "test").string());
+  const std::string ps_saves = (root_ / "ps_saves").string();
+  const std::vector<std::string> common = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                           "runner.test_data_dir=", "runner.save_mode=base"};
+  std::vector<std::string> ps_keys = common;
+  ps_keys.insert(ps_keys.end(), {"runner.sync_mode=async", "runner.model_save_path=" + ps_saves});
+  const TrainerConfig ps_cfg = config(ps_keys);
+  double saved_auc = 0;
+  {
+    Servers shards(ps_cfg, 2);
+    saved_auc = run_job(
+        ps_cfg, shards.endpoints(), 2,
+        [](PsTrainer& trainer, int) { EXPECT_EQ(trainer.train().size(), 1u); }, test_auc);
+  }
+  const std::string ps_save = ps_saves + "/0";
+  ASSERT_TRUE(fs::exists(ps_save + "/MODEL_MANIFEST"));
+  const TrainerConfig reader_cfg = config({"runner.sync_mode=async"});
+  {
+    Servers shards(reader_cfg, 2);
+    const double auc = run_job(
+        reader_cfg, shards.endpoints(), 1, [&](PsTrainer& trainer, int) { trainer.load(ps_save); },
+        test_auc);
+    std::printf("PS save: test auc %.6f when saved, %.6f loaded by a PS job\n", saved_auc, auc);
+    EXPECT_EQ(auc, saved_auc);
+  }
+  const TrainerConfig gpubox_cfg = config(common);
+  {
+    Servers shards(gpubox_cfg, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.threads_per_card = 1;
+    Trainer gpubox(gpubox_cfg, env);
+    gpubox.load(ps_save);
+    const double auc = gpubox.evaluate(test, false).metrics.auc;
+    std::printf("PS save: test auc %.6f loaded by the gpubox mode\n", auc);
+    EXPECT_NEAR(auc, saved_auc, 1e-5);
+  }
+  // The other way: a gpubox-mode save starts a PS job of 2 trainers.
+  const std::string gpubox_save = (root_ / "gpubox_save").string();
+  double gpubox_auc = 0;
+  {
+    Servers shards(gpubox_cfg, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.threads_per_card = 1;
+    Trainer gpubox(gpubox_cfg, env);
+    gpubox.train_pass(data_files((root_ / "train").string()));
+    gpubox.save(gpubox_save);
+    gpubox_auc = gpubox.evaluate(test, false).metrics.auc;
+  }
+  {
+    Servers shards(reader_cfg, 2);
+    const double auc = run_job(
+        reader_cfg, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) { trainer.load(gpubox_save); }, test_auc);
+    std::printf("gpubox save: test auc %.6f, loaded by a PS job of 2 trainers %.6f\n", gpubox_auc,
+                auc);
+    EXPECT_NEAR(auc, gpubox_auc, 1e-5);
+  }
+}
+
+// A PS job stopped after its first pass and run again (on fresh servers: they died too) goes on
+// from its save (save_mode checkpoint: with the rows' optimizer state) with the passes after
+// it, every trainer alike, and learns the planted model; a job that has all its passes trains
+// none. A save made with another number of servers is refused naming both counts.
+TEST_F(PsModes, AStoppedJobResumesFromItsLastSave) {
+  const std::string saves = (root_ / "resume_saves").string();
+  std::vector<std::string> keys = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                   "runner.test_data_dir=", "runner.sync_mode=async",
+                                   "runner.save_mode=checkpoint",
+                                   "runner.model_save_path=" + saves};
+  const auto passes_of = [](const std::vector<PassReport>& reports) {
+    std::vector<int64_t> out;
+    for (const PassReport& r : reports) out.push_back(r.pass);
+    return out;
+  };
+  {
+    const TrainerConfig first = config(keys);  // runner.epochs=1: "killed" after pass 0 of 3
+    Servers shards(first, 2);
+    run_job(
+        first, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) {
+          EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{0}));
+        },
+        [](PsTrainer&) { return 0; });
+  }
+  keys.push_back("runner.epochs=3");
+  const TrainerConfig again = config(keys);
+  {
+    Servers shards(again, 2);
+    const double auc = run_job(
+        again, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int) {
+          EXPECT_EQ(passes_of(trainer.train()), (std::vector<int64_t>{1, 2}));
+        },
+        test_auc);
+    std::printf("resumed async job: test auc %.6f, planted %.6f\n", auc, planted_auc_);
+    EXPECT_NEAR(auc, planted_auc_, kPlantedTolerance);
+    EXPECT_TRUE(fs::exists(saves + "/2/MODEL_MANIFEST"));
+  }
+  {  // The job with another number of trainers is another job: refused, naming it.
+    Servers shards(again, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    PsTrainer one_trainer(again, env);
+    try {
+      one_trainer.train();
+      ADD_FAILURE() << "a save of a 2-trainer job resumed by 1 trainer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is of another job than this one: trainers: saved 2, "
+                                           "now 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  Servers one(again, 1);
+  TrainerEnv env;
+  env.servers = one.endpoints();
+  PsTrainer trainer(again, env);
+  try {
+    trainer.load(saves + "/2");
+    ADD_FAILURE() << "a save of 2 servers loaded into 1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 part(s)"), std::string::npos) << e.what();
+  }
+}
+
+// A relative runner.model_save_path names a folder under the trainer's working directory; the
+// servers (--data_dir: its parent here) must write the sparse halves there too, where the
+// resume looks (they resolved relative names inside their data_dir: the halves landed in
+// <data_dir>/<model_save_path> and the resume found none).
+TEST_F(PsModes, ARelativeSavePathResumes) {
+  const fs::path work = root_ / "relative_cwd";
+  fs::create_directories(work);
+  const fs::path cwd = fs::current_path();
+  fs::current_path(work);
+  std::vector<std::string> keys = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                   "runner.test_data_dir=", "runner.sync_mode=async",
+                                   "runner.save_mode=checkpoint",
+                                   "runner.model_save_path=relative_saves"};
+  try {
+    {
+      const TrainerConfig first = config(keys);
+      Servers shards(first, 1, root_.string());
+      run_job(
+          first, shards.endpoints(), 1, [](PsTrainer& trainer, int) { trainer.train(); },
+          [](PsTrainer&) { return 0; });
+    }
+    EXPECT_TRUE(fs::is_directory(work / "relative_saves" / "0" / "sparse"));
+    keys.push_back("runner.epochs=2");
+    const TrainerConfig again = config(keys);
+    Servers shards(again, 1, root_.string());
+    run_job(
+        again, shards.endpoints(), 1,
+        [](PsTrainer& trainer, int) {
+          const std::vector<PassReport> reports = trainer.train();
+          ASSERT_EQ(reports.size(), 1u);
+          EXPECT_EQ(reports[0].pass, 1);
+        },
+        [](PsTrainer&) { return 0; });
+  } catch (...) {
+    fs::current_path(cwd);
+    throw;
+  }
+  fs::current_path(cwd);
+}
+
+// A second job on the same servers, with another number of trainers (sync mode: its tables
+// are per trainer) and another dense net, starts from its own initial values: the servers'
+// tables of the first job are replaced at its start.
+TEST_F(PsModes, ASecondJobOnTheSameServersStartsAfresh) {
+  const TrainerConfig two = config({"runner.sync_mode=sync"});
+  Servers shards(two, 1);
+  const auto train = data_files((root_ / "train").string());
+  run_job(
+      two, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(train); },
+      [](PsTrainer&) { return 0; });
+  const TrainerConfig other =
+      config({"runner.sync_mode=sync", "hyper_parameters.fc_sizes=[32]", "runner.epochs=1"});
+  std::vector<float> initial;
+  run_job(
+      other, shards.endpoints(), 3,
+      [&](PsTrainer& trainer, int id) {
+        if (id == 0) initial = trainer.dense_values();  // as this job starts
+        trainer.train_pass(train);
+      },
+      [](PsTrainer&) { return 0; });
+  TrainerEnv env;
+  env.servers = "";
+  Trainer fresh(other, env);  // the same config's initial dense net, in-process
+  EXPECT_EQ(initial, fresh.dense_values(0));
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes
