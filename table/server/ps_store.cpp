@@ -225,22 +225,35 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
 Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
                           const std::string& what, Clock::time_point now, const std::string& why) {
   std::size_t held = 0;
+  std::map<uint64_t, std::size_t> per_client;  // the writes counted against the limit, by client
   // The abandoned one that received no range for longest, and for the grace at least: a writer
   // whose connection closed under it (a transport retry) reconnects and finishes its write.
   auto idlest = staged_.end();
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
     if (!address.empty() && w->address != address) continue;
     ++held;
+    ++per_client[w->client_id];
     if (w->abandoned() && stale(*w, now) &&
         (idlest == staged_.end() || w->last_range < idlest->last_range)) {
       idlest = w;
     }
   }
   if (held < limit) return Status::OK();
+  const std::size_t own = per_client[caller.client_id];
+  std::string reason = "its connections closed";
+  if (idlest == staged_.end()) {
+    idlest = fair_share_victim(address, per_client, caller.client_id);
+    if (idlest != staged_.end()) {
+      reason = "its client held " + std::to_string(per_client[idlest->client_id]) +
+               " of them, the most, against the new write's " + std::to_string(own);
+    }
+  }
   if (idlest == staged_.end()) {
     std::ostringstream msg;
-    msg << what << " from " << caller.address << ": " << why
-        << ", all on connections still open or given a range in the last "
+    msg << what << " from " << caller.address << ": " << why << ", and no other client holds "
+        << "more of them than this one's " << own
+        << " (a client holding the most gives its idlest write to one holding fewer), nor is one "
+           "abandoned for "
         << std::chrono::duration<double>(stale_after()).count()
         << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
            "closed may reconnect and finish); retry once they completed";
@@ -248,15 +261,37 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   }
   uint64_t held_back = 0;
   if (drop_log_.allow(Clock::now(), &held_back)) {
-    GPUBOX_LOG(WARNING) << "gpubox_server: dropped the abandoned ranged DENSE write "
-                        << idlest->write_id << " of client " << idlest->client_id << " from "
-                        << idlest->address << " ('" << idlest->name << "', its connections closed)"
-                        << " for a write of client " << caller.client_id << " from "
-                        << caller.address << ": " << why << " (and " << held_back
-                        << " similar lines held back)";
+    GPUBOX_LOG(WARNING) << "gpubox_server: dropped the ranged DENSE write " << idlest->write_id
+                        << " of client " << idlest->client_id << " from " << idlest->address
+                        << " ('" << idlest->name << "', " << reason << ") for a write of client "
+                        << caller.client_id << " from " << caller.address << ": " << why << " (and "
+                        << held_back << " similar lines held back)";
   }
   drop_held(idlest);
   return Status::OK();
+}
+
+std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
+    const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
+    uint64_t client_id) {
+  const auto own = per_client.find(client_id);
+  const std::size_t own_count = own == per_client.end() ? 0 : own->second;
+  std::size_t most = 0;  // of another client
+  for (const auto& [client, count] : per_client) {
+    if (client != client_id) most = std::max(most, count);
+  }
+  auto victim = staged_.end();
+  if (most <= own_count) return victim;
+  // The write of a client holding the most that received no range for longest: a writer that is
+  // moving (its ranges arriving back to back) keeps its write while an idler one is held.
+  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+    if ((!address.empty() && w->address != address) || w->client_id == client_id ||
+        per_client.at(w->client_id) != most) {
+      continue;
+    }
+    if (victim == staged_.end() || w->last_range < victim->last_range) victim = w;
+  }
+  return victim;
 }
 
 Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& request,

@@ -67,14 +67,16 @@ class PsStore {
   // that would take the dense memory over DenseLimits::max_bytes, and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
   // clients when no held write counted against that limit is abandoned and received no range for
-  // a quarter of DenseLimits::max_idle (ResourceExhausted, naming
-  // the client, the address and the limit); a ranged write's range of no values
-  // (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that client's
-  // oldest abandoned one (every connection that carried it closed), else its oldest, is dropped;
-  // at the address's or the server's limit, the abandoned write of that address (or of any) that
-  // received no range for longest, and for that quarter at least (a writer whose connection
-  // closed under it reconnects and finishes within it), is: its writer learns it when no range of
-  // its write replies committed (a live write is never dropped for another client's). A new ranged
+  // a quarter of DenseLimits::max_idle and no other client holds more of them than the caller's
+  // (ResourceExhausted, naming the client, the address and the limit); a ranged write's range of
+  // no values (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that
+  // client's oldest abandoned one (every connection that carried it closed), else its oldest, is
+  // dropped; at the address's or the server's limit, the abandoned write of that address (or of
+  // any) that received no range for longest, and for that quarter at least (a writer whose
+  // connection closed under it reconnects and finishes within it), is, else the idlest write of
+  // the clients holding the most there when they hold more than the caller (fair_share_victim:
+  // a client holding its writes open cannot keep a trainer of its own address out): its writer
+  // learns it when no range of its write replies committed. A new ranged
   // write of a table first drops the same client's writes of that table that are abandoned or
   // received no range for a quarter of DenseLimits::max_idle: a rewrite retried after its
   // connection was lost, or half-open, needs no room for the stale one (a write that is moving is
@@ -135,10 +137,20 @@ class PsStore {
   Status make_room(const DenseCaller& caller, const std::string& name, const std::string& what,
                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
   // At `limit` held writes of `address` (every address: empty): drops the longest idle abandoned
-  // and stale one of them; ResourceExhausted (`what` and `why`) when none is both.
+  // and stale one of them, else fair_share_victim's; ResourceExhausted (`what` and `why`) when
+  // there is neither. Logged, naming both clients and addresses.
   Status free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
                    const std::string& what, Clock::time_point now, const std::string& why)
       GPUBOX_REQUIRES(dense_mu_);
+  // The write that gives its slot to a new write of `client_id` at a full `address` (every
+  // address: empty), `per_client` counting the writes held there by client: the one that received
+  // no range for longest among those of the clients holding the most, when they hold more than
+  // `client_id` does; else staged_.end(). So a client (or a process taking a new client id on
+  // every connection) that holds its writes open without finishing them cannot keep a trainer of
+  // its own address out: each new id holding fewer takes a slot from the greediest, idlest writer.
+  std::vector<StagedWrite>::iterator fair_share_victim(
+      const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
+      uint64_t client_id) GPUBOX_REQUIRES(dense_mu_);
   // A quarter of DenseLimits::max_idle: a held write that received no range for that long is
   // stale (its writer's rewrite of the table supersedes it; abandoned, another client's write may
   // take its slot). Within it, a writer whose connection closed under it reconnects and finishes.

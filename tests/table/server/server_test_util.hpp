@@ -151,6 +151,47 @@ inline DenseRequest dense_range(DenseAction action, uint32_t total, uint32_t off
   return head;
 }
 
+// Half of table "dense" (8 values) and another half: what the ranged-write tests send.
+inline const std::vector<float> kFour = {1.0f, 2.0f, 3.0f, 4.0f};
+inline const std::vector<float> kOtherFour = {5.0f, 6.0f, 7.0f, 8.0f};
+
+// Range [offset, offset + 4) of ranged write `write` of table "dense" (8 values) from `client`:
+// its status (the reply's payload in *reply).
+inline Status write_half(Connection& conn, uint64_t client, uint64_t write, uint32_t offset,
+                         const std::vector<float>& values, uint64_t request_id,
+                         std::vector<uint8_t>* reply = nullptr) {
+  return raw_dense(conn, dense_range(DenseAction::kWrite, 8, offset, 4, write), &values, request_id,
+                   reply, client);
+}
+
+// A trainer's whole ranged write of "dense" (two ranges) from loopback address `source` as
+// `client`: asserts it was committed.
+inline void write_commits(const Server& server, bool token, const char* source, uint64_t client) {
+  Connection conn = connect_as(server, token, client, source);
+  std::vector<uint8_t> reply;
+  const Status first = write_half(conn, client, 1, 0, kFour, 2);
+  ASSERT_TRUE(first.ok()) << source << " client " << client << ": " << first.to_string();
+  const Status last = write_half(conn, client, 1, 4, kOtherFour, 3, &reply);
+  ASSERT_TRUE(last.ok()) << source << " client " << client << ": " << last.to_string();
+  EXPECT_TRUE(dense_committed(reply, 4)) << source << " client " << client;
+}
+
+// Clients first_client, first_client + 1, ... of loopback address `source`, each on a connection
+// of its own kept in *open, start `per_client` ranged writes each (their first range only) until
+// the server holds `until` in all (or `until` clients started: a share full of them holds no
+// more).
+inline void hold_writes(const Server& server, bool token, const char* source, uint64_t first_client,
+                        std::size_t per_client, std::size_t until, std::vector<Connection>* open) {
+  for (uint64_t c = first_client;
+       server.counters().dense_held_writes < until && c < first_client + until; ++c) {
+    open->push_back(connect_as(server, token, c, source));
+    for (uint64_t w = 1; w <= per_client; ++w) {
+      const Status st = write_half(open->back(), c, w, 0, kFour, 10 + w);
+      ASSERT_TRUE(st.ok()) << source << " client " << c << ": " << st.to_string();
+    }
+  }
+}
+
 // True when `fd` has bytes to read (or was closed) within `seconds`.
 inline bool readable_within(int fd, double seconds) {
   pollfd p{fd, POLLIN, 0};
