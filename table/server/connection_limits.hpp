@@ -36,7 +36,8 @@ std::size_t default_max_connections(uint64_t soft_limit);
 // idle_s + interval_s * probes seconds of silence (2 minutes), well before --idle_timeout_s
 // (300 s), and its session closed, releasing what the peer held (its ranged dense writes become
 // abandoned). Probes go only while nothing the server sent is unacknowledged, as when it waits
-// for a request.
+// for a request. A client's connections (transport.hpp) probe alike: a trainer waiting on a
+// server that vanished (a BARRIER) fails within those 2 minutes, naming the server.
 struct TcpKeepalive {
   int idle_s = 60;      // silence before the first probe
   int interval_s = 10;  // between unanswered probes

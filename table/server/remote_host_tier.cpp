@@ -164,6 +164,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   t.max_backoff_s = options.max_backoff_s;
   t.max_in_flight = options.max_in_flight;
   t.max_payload_bytes = options.max_payload_bytes;
+  t.keepalive = options.keepalive;
   std::unique_ptr<RemoteHostTier> tier(
       new RemoteHostTier(std::move(*endpoints), std::move(options), std::move(t)));
   GPUBOX_RETURN_IF_ERROR(tier->check_servers());
