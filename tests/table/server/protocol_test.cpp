@@ -140,10 +140,12 @@ TEST(Protocol, InfoReplyRoundTripAndUnknownStorage) {
   info.instance_id = 99;
   info.generation = 5;
   info.storage = static_cast<int32_t>(config::SparseStorage::kBf16);
+  info.seed = 0xfedcba9876543210ull;  // every bit travels
   std::vector<uint8_t> p;
   encode_info_reply(info, &p);
   auto back = decode_info_reply(p.data(), p.size());
   ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->seed, info.seed);
   EXPECT_EQ(back->storage, info.storage);
   EXPECT_EQ(back->stride, 30u);
   EXPECT_EQ(back->generation, 5u);
