@@ -240,12 +240,15 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   }
   if (held < limit) return Status::OK();
   const std::size_t own = per_client[caller.client_id];
+  // How the log line names the write dropped and why.
+  std::string dropped = "the abandoned ranged DENSE write";
   std::string reason = "its connections closed";
   if (idlest == staged_.end()) {
     idlest = fair_share_victim(address, per_client, caller.client_id);
+    dropped = "the ranged DENSE write";
     if (idlest != staged_.end()) {
-      reason = "its client held " + std::to_string(per_client[idlest->client_id]) +
-               " of them, the most, against the new write's " + std::to_string(own);
+      reason = "the idlest of a client holding " + std::to_string(per_client[idlest->client_id]) +
+               " of them, the most, against the new write's client's " + std::to_string(own);
     }
   }
   if (idlest == staged_.end()) {
@@ -261,7 +264,7 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   }
   uint64_t held_back = 0;
   if (drop_log_.allow(Clock::now(), &held_back)) {
-    GPUBOX_LOG(WARNING) << "gpubox_server: dropped the ranged DENSE write " << idlest->write_id
+    GPUBOX_LOG(WARNING) << "gpubox_server: dropped " << dropped << " " << idlest->write_id
                         << " of client " << idlest->client_id << " from " << idlest->address
                         << " ('" << idlest->name << "', " << reason << ") for a write of client "
                         << caller.client_id << " from " << caller.address << ": " << why << " (and "
