@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +34,25 @@ inline AccessorConfig test_config() {
   cfg.delete_threshold = 0.0f;  // shrink decays and keeps rows (the retry test counts decays)
   return cfg;
 }
+
+// A fresh folder under the temp dir (named after the test's `name` and this process), removed at
+// the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() /
+              ("gpubox_server_test_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 inline std::unique_ptr<Server> start_server(HostTier* table, ServerOptions options = {}) {
   auto server = Server::start(table, std::move(options));
