@@ -316,9 +316,9 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   }
   GPUBOX_RETURN_IF_ERROR(make_room(caller, request.name, what, now));
   // Checked at the announced total, before anything is allocated for it.
-  GPUBOX_RETURN_IF_ERROR(
-      admit(what + " (the first of a write of " + std::to_string(request.total) + " values)", 0, 0,
-            sizeof(float) * std::size_t{request.total}));
+  GPUBOX_RETURN_IF_ERROR(admit_held(
+      caller, what + " (the first of a write of " + std::to_string(request.total) + " values)",
+      sizeof(float) * std::size_t{request.total}, now));
   StagedWrite fresh;
   fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
@@ -326,12 +326,54 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   fresh.name = request.name;
   fresh.total = request.total;
   fresh.started = ++staged_serial_;
+  fresh.first_range = now;
   fresh.last_range = now;
   fresh.connections.push_back(caller.connection);
   held_bytes_ += sizeof(float) * std::size_t{fresh.total};
   staged_.push_back(std::move(fresh));
   *staged = staged_.end() - 1;
   return Status::OK();
+}
+
+bool PsStore::stalled(const StagedWrite& w, Clock::time_point now) const {
+  if (limits_.min_bytes_per_s <= 0.0) return false;
+  const double since_grace =
+      std::chrono::duration<double>(now - w.first_range - stale_after()).count();
+  return since_grace > 0.0 &&
+         static_cast<double>(sizeof(float) * w.received) < limits_.min_bytes_per_s * since_grace;
+}
+
+Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
+                           Clock::time_point now) {
+  for (;;) {
+    Status fits = admit(what, 0, 0, bytes);
+    if (fits.ok()) return fits;
+    auto largest = staged_.end();
+    for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+      if (stalled(*w, now) && (largest == staged_.end() || w->total > largest->total)) largest = w;
+    }
+    if (largest == staged_.end()) {
+      return Status::ResourceExhausted(
+          fits.message() +
+          "; no held write is stalled (each received its bytes at gpubox_server "
+          "--min_transfer_kb_s at least after a quarter of "
+          "--dense_write_max_idle_s)");
+    }
+    uint64_t held_back = 0;
+    if (drop_log_.allow(Clock::now(), &held_back)) {
+      GPUBOX_LOG(WARNING) << "gpubox_server: dropped the stalled ranged DENSE write "
+                          << largest->write_id << " of client " << largest->client_id << " from "
+                          << largest->address << " ('" << largest->name << "', "
+                          << sizeof(float) * largest->received << " of its "
+                          << sizeof(float) * std::size_t{largest->total}
+                          << " announced bytes received, slower than --min_transfer_kb_s) for a "
+                             "write of client "
+                          << caller.client_id << " from " << caller.address
+                          << " at the dense memory limit (and " << held_back
+                          << " similar lines held back)";
+    }
+    drop_held(largest);
+  }
 }
 
 void PsStore::carried_by(const DenseCaller& caller, uint64_t write_id) {

@@ -30,6 +30,11 @@ struct DenseLimits {
   // connection is half-open: the peer vanished without closing it). A quarter of it without a
   // range, and its client's new write of the same table supersedes it (see PsStore::dense).
   std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
+  // After a quarter of max_idle, a held write must have received its bytes at this rate on
+  // average since its first range (gpubox_server --min_transfer_kb_s, which every frame is held
+  // to as well): one that fell behind is stalled, and at max_bytes its announced bytes go to a new
+  // write, so a writer that announces a large table and drips it cannot hold the dense memory.
+  double min_bytes_per_s = 1024.0 * 1024.0;
 };
 
 // Who sends a DENSE request: the client id its connection is bound to (session.hpp: proved by
@@ -64,7 +69,8 @@ class PsStore {
   // of a staged write that overlaps one received before or disagrees with its name or total; an
   // add to, or a ranged read of, a table never created (NotFound); a new table beyond
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
-  // that would take the dense memory over DenseLimits::max_bytes, and a new ranged write beyond
+  // that would take the dense memory over DenseLimits::max_bytes (a new ranged write, once the
+  // stalled held writes gave their bytes: admit_held), and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
   // clients when no held write counted against that limit is abandoned and received no range for
   // a quarter of DenseLimits::max_idle and no other client holds more of them than the caller's
@@ -109,8 +115,9 @@ class PsStore {
     std::string address;  // its first range's peer
     std::string name;
     uint32_t total = 0;
-    uint64_t started = 0;          // arrival order, for dropping the client's oldest
-    Clock::time_point last_range;  // for expire_held_writes
+    uint64_t started = 0;           // arrival order, for dropping the client's oldest
+    Clock::time_point first_range;  // for stalled()
+    Clock::time_point last_range;   // for expire_held_writes
     std::size_t received = 0;
     std::map<uint32_t, std::vector<float>> ranges;
     // The open connections that carried its ranges; none left: abandoned (its writer may still
@@ -125,6 +132,13 @@ class PsStore {
   // held write, within DenseLimits::max_bytes; else ResourceExhausted "`who`: ...". Checks only.
   Status admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
                std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
+  // admit() for a new held write of `bytes` (announced): at the limit, the stalled held writes
+  // (stalled()) give their bytes, the largest first (logged), until it fits or none is left.
+  Status admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
+                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // Past the grace of stale_after() since its first range, `w` received fewer bytes than
+  // DenseLimits::min_bytes_per_s allows for the time since the grace ended.
+  bool stalled(const StagedWrite& w, Clock::time_point now) const;
   // The held write a ranged write's range belongs to: found, or made (after the checks of
   // dense()), in *staged.
   Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,

@@ -157,6 +157,48 @@ TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
 INSTANTIATE_TEST_SUITE_P(WritesPerId, HostileHolder,
                          ::testing::Values(std::size_t{1}, kMaxStagedDenseWrites));
 
+// A client that announces a large ranged write and drips it, a value now and then, cannot hold
+// the dense memory: past the grace of a quarter of dense_write_max_idle_s, a write whose bytes
+// came slower than --min_transfer_kb_s is stalled and gives its announced bytes to a trainer's
+// write at the limit (logged). Before, the trainer was refused until the dripping write went
+// without a range for the whole dense_write_max_idle_s, which a drip never does.
+TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLimit) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_dense_bytes = 1 << 20;
+  so.dense_write_max_idle_s = 8.0;  // a grace of 2 s
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::vector<float> one{1.0f};
+  const auto range = [](const char* name, uint32_t total, uint32_t offset, uint32_t count,
+                        uint64_t write) {
+    DenseRequest head = dense_range(DenseAction::kWrite, total, offset, count, write);
+    head.name = name;
+    return head;
+  };
+  // 480 KB announced, and as much again for its commit copy: 960 KB of the 1 MiB.
+  Connection dripping = connect_as(*server, false, 5);
+  ASSERT_TRUE(raw_dense(dripping, range("hog", 120000, 0, 1, 1), &one, 2, nullptr, 5).ok());
+  // A trainer's write of 40000 values (160 KB) does not fit beside it within the grace.
+  Connection trainer = connect_as(*server, false, 7);
+  const std::vector<float> half(20000, 0.5f);
+  const Status refused = raw_dense(trainer, range("t", 40000, 0, 20000, 1), &half, 2, nullptr, 7);
+  EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
+  EXPECT_NE(refused.message().find("no held write is stalled"), std::string::npos)
+      << refused.to_string();
+  // The dripping write never idles: a value every 0.4 s, past the grace.
+  for (uint32_t drop = 1; drop <= 6; ++drop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    ASSERT_TRUE(
+        raw_dense(dripping, range("hog", 120000, drop, 1, 1), &one, 2 + drop, nullptr, 5).ok());
+  }
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 3, nullptr, 7).ok());
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 4, &reply, 7).ok());
+  EXPECT_TRUE(dense_committed(reply, 20000));
+  EXPECT_EQ(server->counters().dense_held_writes, 0u);  // the dripping write was dropped
+}
+
 // A writer whose connection went half-open (here: left open and silent) starts its write of the
 // table again on a new connection: its stale write (no range for a quarter of
 // dense_write_max_idle_s) is released at once, not held until the idle sweep; a write that is
