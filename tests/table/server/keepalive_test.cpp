@@ -3,7 +3,8 @@
 // off: no RST ever comes) within idle + interval * probes seconds, not at the OS default of two
 // hours. The vanished server is made for real: the client and the server run in a network
 // namespace of this test's own whose loopback is taken down under a waiting BARRIER, so nothing
-// answers the probes (skipped where namespaces cannot be made: not root).
+// answers the probes or acknowledges what was sent (skipped where namespaces cannot be made: not
+// root).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -52,6 +54,7 @@ void expect_keepalive(int fd, const TcpKeepalive& keepalive, const char* which) 
   EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_KEEPIDLE), keepalive.idle_s) << which;
   EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_KEEPINTVL), keepalive.interval_s) << which;
   EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_KEEPCNT), keepalive.probes) << which;
+  EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 1000 * keepalive.silence_s()) << which;
 }
 
 // The server (in this process) accepted `conn` with TCP keepalive on: the descriptor whose local
@@ -112,22 +115,32 @@ bool set_loopback(bool up) {
   return ok;
 }
 
-// A trainer waits at a BARRIER (for a minute) on a server whose machine then vanishes: with
-// probes after 1 s of silence, 1 s apart, 2 of them, the wait fails within seconds with an
-// error naming the server, not at the barrier's minute nor the OS's two hours.
-TEST(Keepalive, ATrainerWaitingOnAVanishedServerFailsNamingIt) {
+// Runs `body` in a network namespace of this thread's own with its loopback up (the server
+// threads it starts inherit it; the rest of the test binary keeps the machine's). Returns why it
+// could not ("" when it ran).
+std::string in_own_network(const std::function<void()>& body) {
   std::string skipped;
-  Status waited_for;
-  double seconds = 0.0;
-  std::string endpoint;
-  // The namespace is this thread's (and the server threads it starts): the rest of the test
-  // binary keeps the machine's.
   std::thread isolated([&] {
     if (::unshare(CLONE_NEWNET) != 0 || !set_loopback(true)) {
       skipped =
           std::string("cannot make a network namespace with a loopback: ") + std::strerror(errno);
       return;
     }
+    body();
+  });
+  isolated.join();
+  return skipped;
+}
+
+// A trainer waits at a BARRIER (for a minute) on a server whose machine then vanishes (the
+// connection silent: probes find it): with probes after 1 s of silence, 1 s apart, 2 of them, the
+// wait fails within seconds with an error naming the server, not at the barrier's minute nor the
+// OS's two hours.
+TEST(Keepalive, ATrainerWaitingOnAVanishedServerFailsNamingIt) {
+  Status waited_for;
+  double seconds = 0.0;
+  std::string endpoint;
+  const std::string skipped = in_own_network([&] {
     FakeHostTier table(test_config());
     auto server = start_server(&table);
     if (!server) return;
@@ -137,7 +150,7 @@ TEST(Keepalive, ATrainerWaitingOnAVanishedServerFailsNamingIt) {
     auto client = connect_client(options);
     if (!client) return;
     std::thread vanish([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the BARRIER sent
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the BARRIER arrived
       EXPECT_TRUE(set_loopback(false)) << std::strerror(errno);
     });
     const auto start = Clock::now();
@@ -145,15 +158,45 @@ TEST(Keepalive, ATrainerWaitingOnAVanishedServerFailsNamingIt) {
     seconds = std::chrono::duration<double>(Clock::now() - start).count();
     vanish.join();
   });
-  isolated.join();
   if (!skipped.empty()) GTEST_SKIP() << skipped;
   ASSERT_FALSE(endpoint.empty());
   EXPECT_EQ(waited_for.code(), Status::Code::kUnavailable) << waited_for.to_string();
   EXPECT_NE(waited_for.message().find("BARRIER to " + endpoint), std::string::npos)
       << waited_for.to_string();
   EXPECT_NE(waited_for.message().find("timed out"), std::string::npos) << waited_for.to_string();
-  EXPECT_GT(seconds, 2.0);   // the probes' time: not a refusal
-  EXPECT_LT(seconds, 15.0);  // not the barrier's minute
+  EXPECT_GT(seconds, 2.0) << waited_for.to_string();   // the probes' time: not a refusal
+  EXPECT_LT(seconds, 15.0) << waited_for.to_string();  // not the barrier's minute
+}
+
+// A request sent on an open connection just after its server vanished is never acknowledged, so
+// no probe goes: TCP_USER_TIMEOUT (as long as the probes take) ends the wait for its reply within
+// seconds, not at the request's minute nor after the OS's 15 minutes of retransmissions.
+TEST(Keepalive, ARequestTheVanishedServerNeverAcknowledgedFails) {
+  Status waited_for;
+  double seconds = 0.0;
+  const std::string skipped = in_own_network([&] {
+    FakeHostTier table(test_config());
+    auto server = start_server(&table);
+    if (!server) return;
+    auto conn = Connection::open(Endpoint{"127.0.0.1", server->port()}, seconds_from_now(2),
+                                 TcpKeepalive{1, 1, 2});
+    ASSERT_TRUE(conn.ok()) << conn.status().to_string();
+    ASSERT_TRUE(set_loopback(false)) << std::strerror(errno);
+    FrameHeader h;
+    h.op = Op::kBarrier;
+    h.request_id = 1;
+    h.client_id = 1;
+    std::vector<uint8_t> payload;
+    encode_barrier_request("vanishing", 2, &payload);
+    const auto start = Clock::now();
+    waited_for = conn->call(h, payload, kDefaultMaxPayloadBytes, seconds_from_now(60)).status();
+    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  });
+  if (!skipped.empty()) GTEST_SKIP() << skipped;
+  EXPECT_EQ(waited_for.code(), Status::Code::kUnavailable) << waited_for.to_string();
+  EXPECT_NE(waited_for.message().find("timed out"), std::string::npos) << waited_for.to_string();
+  EXPECT_GT(seconds, 2.0) << waited_for.to_string();
+  EXPECT_LT(seconds, 15.0) << waited_for.to_string();
 }
 
 }  // namespace
