@@ -166,7 +166,7 @@ probe 32 guarded client_ids --token "$(cat "$work/token")"
 pid=$plain_pid port=$plain_port
 probe 32 plain client_ids
 # 32: a client taking a new id on every connection is held to its address's share of the held
-# dense writes, and leaves room for trainers of other hosts and, once it left, of its own.
+# dense writes, and trainers of other hosts and of its own write while it holds them open.
 start_server rotated 0 --dense_write_max_idle_s 8
 probe 32 rotated rotating_ids --dense_write_max_idle_s 8
 (umask 077 && echo "0123456789abcdef0123456789abcde" >"$work/short_token")  # 31 characters

@@ -19,10 +19,12 @@ Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive) {
     int value;
     const char* spelled;
   };
-  const Option options[] = {{SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
-                            {IPPROTO_TCP, TCP_KEEPIDLE, keepalive.idle_s, "TCP_KEEPIDLE"},
-                            {IPPROTO_TCP, TCP_KEEPINTVL, keepalive.interval_s, "TCP_KEEPINTVL"},
-                            {IPPROTO_TCP, TCP_KEEPCNT, keepalive.probes, "TCP_KEEPCNT"}};
+  const Option options[] = {
+      {SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+      {IPPROTO_TCP, TCP_KEEPIDLE, keepalive.idle_s, "TCP_KEEPIDLE"},
+      {IPPROTO_TCP, TCP_KEEPINTVL, keepalive.interval_s, "TCP_KEEPINTVL"},
+      {IPPROTO_TCP, TCP_KEEPCNT, keepalive.probes, "TCP_KEEPCNT"},
+      {IPPROTO_TCP, TCP_USER_TIMEOUT, 1000 * keepalive.silence_s(), "TCP_USER_TIMEOUT"}};
   for (const Option& option : options) {
     if (::setsockopt(fd, option.level, option.name, &option.value, sizeof(option.value)) != 0) {
       return Status::IOError(std::string("setsockopt ") + option.spelled + " " +

@@ -36,11 +36,16 @@ std::size_t default_max_connections(uint64_t soft_limit);
 // idle_s + interval_s * probes seconds of silence (2 minutes), well before --idle_timeout_s
 // (300 s), and its session closed, releasing what the peer held (its ranged dense writes become
 // abandoned). Probes go only while nothing the server sent is unacknowledged, as when it waits
-// for a request.
+// for a request; while something sent is unacknowledged (the peer vanished before it arrived),
+// TCP_USER_TIMEOUT ends the connection after as long. A client's connections (transport.hpp)
+// probe alike: a trainer waiting on a server that vanished (a BARRIER) fails within those 2
+// minutes, naming the server.
 struct TcpKeepalive {
   int idle_s = 60;      // silence before the first probe
   int interval_s = 10;  // between unanswered probes
   int probes = 6;       // unanswered probes that end the connection
+  // How long a vanished peer's connection lives: by probes, or with data unacknowledged.
+  int silence_s() const { return idle_s + interval_s * probes; }
 };
 // Turns keepalive on for TCP socket `fd` with `keepalive`'s times; an error names the option
 // that was refused (a socket that is not TCP refuses them).

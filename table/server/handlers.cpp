@@ -193,6 +193,7 @@ Reply Server::Impl::info(const FrameHeader& header) {
   info.generation = generation_.load();
   info.storage = static_cast<int32_t>(table_->layout().storage);
   info.slot_dims_digest = table::slot_dims_digest(table_->config());
+  info.seed = table_->config().seed;
   info.rule = table::sparse_rule_fields(table_->config());
   std::vector<uint8_t> out;
   encode_info_reply(info, &out);

@@ -272,6 +272,7 @@ void encode_info_reply(const InfoReply& info, std::vector<uint8_t>* out) {
   w.put_u64(info.generation);
   w.put_i32(info.storage);
   w.put_u64(info.slot_dims_digest);
+  w.put_u64(info.seed);
   w.put_u32(static_cast<uint32_t>(info.rule.size()));
   for (const SparseRuleField& field : info.rule) {
     w.put_string(field.key);
@@ -292,6 +293,7 @@ StatusOr<InfoReply> decode_info_reply(const uint8_t* data, std::size_t n) {
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.generation));
   GPUBOX_RETURN_IF_ERROR(r.get_i32(&info.storage));
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.slot_dims_digest));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&info.seed));
   uint32_t fields = 0;
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&fields));
   if (fields > kMaxInfoRuleFields) {

@@ -55,7 +55,8 @@ inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the w
 // 6: DENSE carries a range of its table (ps_protocol.hpp), so a dense table of any size travels
 //    in frames under the limit.
 // 7: INFO carries the server's sparse rule field by field (table/sparse_row/rule_fields.hpp).
-inline constexpr uint16_t kProtocolVersion = 7;
+// 8: INFO carries the seed the server's new rows start from (AccessorConfig::seed).
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr uint64_t kNoticeRequestId = 0;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;
@@ -178,8 +179,8 @@ class PayloadReader {
 
 // INFO reply: u32 shard_id, u32 shard_num, i32 optimizer_kind, i32 mf_dim, u32 stride,
 // u32 max_payload_bytes, u64 instance_id, u64 generation, i32 storage (SparseStorage: rows travel
-// as the server keeps them, packed when 16-bit), u64 slot_dims_digest, u32 n, then n rule fields
-// (string key, f64 value; n at most kMaxInfoRuleFields).
+// as the server keeps them, packed when 16-bit), u64 slot_dims_digest, u64 seed, u32 n, then n
+// rule fields (string key, f64 value; n at most kMaxInfoRuleFields).
 struct InfoReply {
   uint32_t shard_id = 0;
   uint32_t shard_num = 1;
@@ -195,6 +196,9 @@ struct InfoReply {
   int32_t storage = 0;  // config::SparseStorage
   // table::slot_dims_digest of the server's accessor: the width it gives each slot.
   uint64_t slot_dims_digest = 0;
+  // The seed of the server's accessor (runner.seed ^ hyper_parameters.sparse_optimizer.seed of
+  // its config): a row the server creates starts at values hashed from its key and this seed.
+  uint64_t seed = 0;
   // The server's sparse rule (table::sparse_rule_fields of its accessor), by config key.
   std::vector<SparseRuleField> rule;
 };

@@ -52,7 +52,8 @@ enum class DenseAction : uint8_t {
 // writes it stages (a table written in several ranges, see below): per client, the id its
 // connection is bound to (beyond, the client's own oldest is dropped, an abandoned one first), per
 // peer address (a client that takes a new id on each connection is still one address) and from all
-// clients (beyond either, the longest idle abandoned write goes first, else a new one is refused).
+// clients (beyond either, the longest idle abandoned write goes first, else the idlest write of
+// the clients holding the most when they hold more than the new write's, else it is refused).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;
 inline constexpr std::size_t kMaxStagedDenseWrites = 4;

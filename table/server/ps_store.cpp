@@ -225,22 +225,38 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
 Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
                           const std::string& what, Clock::time_point now, const std::string& why) {
   std::size_t held = 0;
+  std::map<uint64_t, std::size_t> per_client;  // the writes counted against the limit, by client
   // The abandoned one that received no range for longest, and for the grace at least: a writer
   // whose connection closed under it (a transport retry) reconnects and finishes its write.
   auto idlest = staged_.end();
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
     if (!address.empty() && w->address != address) continue;
     ++held;
+    ++per_client[w->client_id];
     if (w->abandoned() && stale(*w, now) &&
         (idlest == staged_.end() || w->last_range < idlest->last_range)) {
       idlest = w;
     }
   }
   if (held < limit) return Status::OK();
+  const std::size_t own = per_client[caller.client_id];
+  // How the log line names the write dropped and why.
+  std::string dropped = "the abandoned ranged DENSE write";
+  std::string reason = "its connections closed";
+  if (idlest == staged_.end()) {
+    idlest = fair_share_victim(address, per_client, caller.client_id);
+    dropped = "the ranged DENSE write";
+    if (idlest != staged_.end()) {
+      reason = "the idlest of a client holding " + std::to_string(per_client[idlest->client_id]) +
+               " of them, the most, against the new write's client's " + std::to_string(own);
+    }
+  }
   if (idlest == staged_.end()) {
     std::ostringstream msg;
-    msg << what << " from " << caller.address << ": " << why
-        << ", all on connections still open or given a range in the last "
+    msg << what << " from " << caller.address << ": " << why << ", and no other client holds "
+        << "more of them than this one's " << own
+        << " (a client holding the most gives its idlest write to one holding fewer), nor is one "
+           "abandoned for "
         << std::chrono::duration<double>(stale_after()).count()
         << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
            "closed may reconnect and finish); retry once they completed";
@@ -248,15 +264,37 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   }
   uint64_t held_back = 0;
   if (drop_log_.allow(Clock::now(), &held_back)) {
-    GPUBOX_LOG(WARNING) << "gpubox_server: dropped the abandoned ranged DENSE write "
-                        << idlest->write_id << " of client " << idlest->client_id << " from "
-                        << idlest->address << " ('" << idlest->name << "', its connections closed)"
-                        << " for a write of client " << caller.client_id << " from "
-                        << caller.address << ": " << why << " (and " << held_back
-                        << " similar lines held back)";
+    GPUBOX_LOG(WARNING) << "gpubox_server: dropped " << dropped << " " << idlest->write_id
+                        << " of client " << idlest->client_id << " from " << idlest->address
+                        << " ('" << idlest->name << "', " << reason << ") for a write of client "
+                        << caller.client_id << " from " << caller.address << ": " << why << " (and "
+                        << held_back << " similar lines held back)";
   }
   drop_held(idlest);
   return Status::OK();
+}
+
+std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
+    const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
+    uint64_t client_id) {
+  const auto own = per_client.find(client_id);
+  const std::size_t own_count = own == per_client.end() ? 0 : own->second;
+  std::size_t most = 0;  // of another client
+  for (const auto& [client, count] : per_client) {
+    if (client != client_id) most = std::max(most, count);
+  }
+  auto victim = staged_.end();
+  if (most <= own_count) return victim;
+  // The write of a client holding the most that received no range for longest: a writer that is
+  // moving (its ranges arriving back to back) keeps its write while an idler one is held.
+  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+    if ((!address.empty() && w->address != address) || w->client_id == client_id ||
+        per_client.at(w->client_id) != most) {
+      continue;
+    }
+    if (victim == staged_.end() || w->last_range < victim->last_range) victim = w;
+  }
+  return victim;
 }
 
 Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& request,
@@ -278,9 +316,9 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   }
   GPUBOX_RETURN_IF_ERROR(make_room(caller, request.name, what, now));
   // Checked at the announced total, before anything is allocated for it.
-  GPUBOX_RETURN_IF_ERROR(
-      admit(what + " (the first of a write of " + std::to_string(request.total) + " values)", 0, 0,
-            sizeof(float) * std::size_t{request.total}));
+  GPUBOX_RETURN_IF_ERROR(admit_held(
+      caller, what + " (the first of a write of " + std::to_string(request.total) + " values)",
+      sizeof(float) * std::size_t{request.total}, now));
   StagedWrite fresh;
   fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
@@ -288,12 +326,54 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   fresh.name = request.name;
   fresh.total = request.total;
   fresh.started = ++staged_serial_;
+  fresh.first_range = now;
   fresh.last_range = now;
   fresh.connections.push_back(caller.connection);
   held_bytes_ += sizeof(float) * std::size_t{fresh.total};
   staged_.push_back(std::move(fresh));
   *staged = staged_.end() - 1;
   return Status::OK();
+}
+
+bool PsStore::stalled(const StagedWrite& w, Clock::time_point now) const {
+  if (limits_.min_bytes_per_s <= 0.0) return false;
+  const double since_grace =
+      std::chrono::duration<double>(now - w.first_range - stale_after()).count();
+  return since_grace > 0.0 &&
+         static_cast<double>(sizeof(float) * w.received) < limits_.min_bytes_per_s * since_grace;
+}
+
+Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
+                           Clock::time_point now) {
+  for (;;) {
+    Status fits = admit(what, 0, 0, bytes);
+    if (fits.ok()) return fits;
+    auto largest = staged_.end();
+    for (auto w = staged_.begin(); w != staged_.end(); ++w) {
+      if (stalled(*w, now) && (largest == staged_.end() || w->total > largest->total)) largest = w;
+    }
+    if (largest == staged_.end()) {
+      return Status::ResourceExhausted(
+          fits.message() +
+          "; no held write is stalled (each received its bytes at gpubox_server "
+          "--min_transfer_kb_s at least after a quarter of "
+          "--dense_write_max_idle_s)");
+    }
+    uint64_t held_back = 0;
+    if (drop_log_.allow(Clock::now(), &held_back)) {
+      GPUBOX_LOG(WARNING) << "gpubox_server: dropped the stalled ranged DENSE write "
+                          << largest->write_id << " of client " << largest->client_id << " from "
+                          << largest->address << " ('" << largest->name << "', "
+                          << sizeof(float) * largest->received << " of its "
+                          << sizeof(float) * std::size_t{largest->total}
+                          << " announced bytes received, slower than --min_transfer_kb_s) for a "
+                             "write of client "
+                          << caller.client_id << " from " << caller.address
+                          << " at the dense memory limit (and " << held_back
+                          << " similar lines held back)";
+    }
+    drop_held(largest);
+  }
 }
 
 void PsStore::carried_by(const DenseCaller& caller, uint64_t write_id) {

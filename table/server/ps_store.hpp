@@ -30,6 +30,11 @@ struct DenseLimits {
   // connection is half-open: the peer vanished without closing it). A quarter of it without a
   // range, and its client's new write of the same table supersedes it (see PsStore::dense).
   std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
+  // After a quarter of max_idle, a held write must have received its bytes at this rate on
+  // average since its first range (gpubox_server --min_transfer_kb_s, which every frame is held
+  // to as well): one that fell behind is stalled, and at max_bytes its announced bytes go to a new
+  // write, so a writer that announces a large table and drips it cannot hold the dense memory.
+  double min_bytes_per_s = 1024.0 * 1024.0;
 };
 
 // Who sends a DENSE request: the client id its connection is bound to (session.hpp: proved by
@@ -64,17 +69,20 @@ class PsStore {
   // of a staged write that overlaps one received before or disagrees with its name or total; an
   // add to, or a ranged read of, a table never created (NotFound); a new table beyond
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
-  // that would take the dense memory over DenseLimits::max_bytes, and a new ranged write beyond
+  // that would take the dense memory over DenseLimits::max_bytes (a new ranged write, once the
+  // stalled held writes gave their bytes: admit_held), and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
   // clients when no held write counted against that limit is abandoned and received no range for
-  // a quarter of DenseLimits::max_idle (ResourceExhausted, naming
-  // the client, the address and the limit); a ranged write's range of no values
-  // (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that client's
-  // oldest abandoned one (every connection that carried it closed), else its oldest, is dropped;
-  // at the address's or the server's limit, the abandoned write of that address (or of any) that
-  // received no range for longest, and for that quarter at least (a writer whose connection
-  // closed under it reconnects and finishes within it), is: its writer learns it when no range of
-  // its write replies committed (a live write is never dropped for another client's). A new ranged
+  // a quarter of DenseLimits::max_idle and no other client holds more of them than the caller's
+  // (ResourceExhausted, naming the client, the address and the limit); a ranged write's range of
+  // no values (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that
+  // client's oldest abandoned one (every connection that carried it closed), else its oldest, is
+  // dropped; at the address's or the server's limit, the abandoned write of that address (or of
+  // any) that received no range for longest, and for that quarter at least (a writer whose
+  // connection closed under it reconnects and finishes within it), is, else the idlest write of
+  // the clients holding the most there when they hold more than the caller (fair_share_victim:
+  // a client holding its writes open cannot keep a trainer of its own address out): its writer
+  // learns it when no range of its write replies committed. A new ranged
   // write of a table first drops the same client's writes of that table that are abandoned or
   // received no range for a quarter of DenseLimits::max_idle: a rewrite retried after its
   // connection was lost, or half-open, needs no room for the stale one (a write that is moving is
@@ -107,8 +115,9 @@ class PsStore {
     std::string address;  // its first range's peer
     std::string name;
     uint32_t total = 0;
-    uint64_t started = 0;          // arrival order, for dropping the client's oldest
-    Clock::time_point last_range;  // for expire_held_writes
+    uint64_t started = 0;           // arrival order, for dropping the client's oldest
+    Clock::time_point first_range;  // for stalled()
+    Clock::time_point last_range;   // for expire_held_writes
     std::size_t received = 0;
     std::map<uint32_t, std::vector<float>> ranges;
     // The open connections that carried its ranges; none left: abandoned (its writer may still
@@ -123,6 +132,13 @@ class PsStore {
   // held write, within DenseLimits::max_bytes; else ResourceExhausted "`who`: ...". Checks only.
   Status admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
                std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
+  // admit() for a new held write of `bytes` (announced): at the limit, the stalled held writes
+  // (stalled()) give their bytes, the largest first (logged), until it fits or none is left.
+  Status admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
+                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // Past the grace of stale_after() since its first range, `w` received fewer bytes than
+  // DenseLimits::min_bytes_per_s allows for the time since the grace ended.
+  bool stalled(const StagedWrite& w, Clock::time_point now) const;
   // The held write a ranged write's range belongs to: found, or made (after the checks of
   // dense()), in *staged.
   Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,
@@ -135,10 +151,20 @@ class PsStore {
   Status make_room(const DenseCaller& caller, const std::string& name, const std::string& what,
                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
   // At `limit` held writes of `address` (every address: empty): drops the longest idle abandoned
-  // and stale one of them; ResourceExhausted (`what` and `why`) when none is both.
+  // and stale one of them, else fair_share_victim's; ResourceExhausted (`what` and `why`) when
+  // there is neither. Logged, naming both clients and addresses.
   Status free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
                    const std::string& what, Clock::time_point now, const std::string& why)
       GPUBOX_REQUIRES(dense_mu_);
+  // The write that gives its slot to a new write of `client_id` at a full `address` (every
+  // address: empty), `per_client` counting the writes held there by client: the one that received
+  // no range for longest among those of the clients holding the most, when they hold more than
+  // `client_id` does; else staged_.end(). So a client (or a process taking a new client id on
+  // every connection) that holds its writes open without finishing them cannot keep a trainer of
+  // its own address out: each new id holding fewer takes a slot from the greediest, idlest writer.
+  std::vector<StagedWrite>::iterator fair_share_victim(
+      const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
+      uint64_t client_id) GPUBOX_REQUIRES(dense_mu_);
   // A quarter of DenseLimits::max_idle: a held write that received no range for that long is
   // stale (its writer's rewrite of the table supersedes it; abandoned, another client's write may
   // take its slot). Within it, a writer whose connection closed under it reconnects and finishes.

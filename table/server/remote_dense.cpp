@@ -159,7 +159,9 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
         std::to_string(kMaxHeldDenseWrites) + " held writes or its peer address's of " +
         std::to_string(kMaxHeldDenseWritesPerAddress) +
         ", once every connection that carried this one had closed and no range had arrived for "
-        "that quarter; or after no range arrived for the whole --dense_write_max_idle_s; or the "
+        "that quarter, or while this client held more of them there than the other did and this "
+        "write was its idlest; or after no range arrived for the whole --dense_write_max_idle_s; "
+        "or the "
         "last range was retried after the server's retry cache forgot its first reply); the "
         "table was not written, write it again");
   }

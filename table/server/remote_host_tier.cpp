@@ -96,6 +96,24 @@ Status check_sparse_rule(const std::string& where, const std::vector<SparseRuleF
                                  " steps the sparse rows under another rule: " + differ.str());
 }
 
+// OK when the server at `where` creates rows from `theirs`, the seed of `ours`: else a trainer
+// would start a key's row (its embed_w on the server, its embedx where it is created: on a card,
+// or on the server) at values that neither config gives, and that differ from the same run on an
+// in-process table. The error names both seeds and the -o that gives the trainer the servers'.
+Status check_seed(const std::string& where, uint64_t theirs, const AccessorConfig& ours) {
+  if (theirs == ours.seed) return Status::OK();
+  return Status::InvalidArgument(
+      "server " + where + " creates new rows from seed " + std::to_string(theirs) +
+      " (runner.seed ^ hyper_parameters.sparse_optimizer.seed of its config), this trainer from " +
+      std::to_string(ours.seed) +
+      ": the rows would start at other values than the trainer's config gives; start the servers "
+      "with the trainer's config and -o overrides, or run the trainer with -o runner.seed=" +
+      std::to_string(theirs) +
+      " -o hyper_parameters.sparse_optimizer.seed=0 (runner.seed also seeds the dense network "
+      "and the shuffle: to keep the trainer's, give hyper_parameters.sparse_optimizer.seed the "
+      "servers' seed xor the trainer's runner.seed instead)");
+}
+
 // Calls chunk(group, positions, m) for every run of at most `chunk_rows` keys of every endpoint
 // group, in order: `positions` are the run's original key positions (m of them).
 template <class Chunk>
@@ -164,6 +182,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   t.max_backoff_s = options.max_backoff_s;
   t.max_in_flight = options.max_in_flight;
   t.max_payload_bytes = options.max_payload_bytes;
+  t.keepalive = options.keepalive;
   std::unique_ptr<RemoteHostTier> tier(
       new RemoteHostTier(std::move(*endpoints), std::move(options), std::move(t)));
   GPUBOX_RETURN_IF_ERROR(tier->check_servers());
@@ -224,6 +243,7 @@ Status RemoteHostTier::check_servers() {
           ": start the servers with the trainer's config");
     }
     GPUBOX_RETURN_IF_ERROR(check_sparse_rule(where, info.rule, options_.config));
+    GPUBOX_RETURN_IF_ERROR(check_seed(where, info.seed, options_.config));
     if (info.slot_dims_digest != slot_dims_digest(options_.config)) {
       return Status::InvalidArgument(
           "server " + where +

@@ -43,6 +43,8 @@ struct RemoteHostTierOptions {
   // The largest frame payload this client sends or accepts (the servers' INFO may lower what it
   // sends); tests lower it to make small tables travel in several frames.
   uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
+  // TCP keepalive of every connection to the servers (transport.hpp); tests shorten it.
+  TcpKeepalive keepalive;
 };
 
 // The launcher's server list: $PADDLE_PSERVERS_IP_PORT_LIST, else $GPUBOX_PSERVERS_IP_PORT_LIST,

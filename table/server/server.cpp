@@ -136,7 +136,8 @@ bool ByteBudget::try_take(std::size_t n, std::size_t held) {
 Server::Impl::Impl(HostTier* table, ServerOptions options)
     : table_(table),
       // From `options` itself: ps_store_ is made before options_.
-      ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s)}),
+      ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s),
+                            options.min_transfer_bytes_per_s}),
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),

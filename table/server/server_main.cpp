@@ -108,7 +108,8 @@ DEFINE_double(frame_deadline_s, 10.0,
 GPUBOX_FLAG_RANGE(frame_deadline_s, 0.01, 1e6);
 DEFINE_double(min_transfer_kb_s, 1024.0,
               "floor rate of a frame's bytes after --frame_deadline_s, in KiB/s (a frame of B "
-              "bytes has frame_deadline_s + B / rate seconds in all)");
+              "bytes has frame_deadline_s + B / rate seconds in all); a held ranged DENSE write "
+              "slower than it on average is stalled, and gives its bytes at --max_dense_mb");
 GPUBOX_FLAG_RANGE(min_transfer_kb_s, 1.0, 1e9);
 DEFINE_double(auth_timeout_s, 10.0,
               "with a token: a connection must authenticate this long after connecting");
@@ -136,13 +137,15 @@ GPUBOX_FLAG_RANGE(max_inflight_mb, 1, kMaxMiB);
 DEFINE_uint64(max_dense_mb, 4096,
               "MiB the PS modes' dense tables may take: the tables, every ranged write held (at "
               "its announced size) and the copy that commits the largest one; a DENSE write or a "
-              "ranged write's first range over it is refused");
+              "ranged write's first range over it is refused, once the stalled held writes "
+              "(slower than --min_transfer_kb_s) gave their bytes");
 GPUBOX_FLAG_RANGE(max_dense_mb, 1, kMaxMiB);
 DEFINE_double(dense_write_max_idle_s, 120.0,
               "a ranged DENSE write (a dense table over one frame) that received no range for "
               "this many seconds is dropped, its memory freed (its writer died mid-write); one "
               "idle for a quarter of it whose connections closed may give its slot to another "
-              "client's at the held-write limits");
+              "client's at the held-write limits (as may the idlest one of a client holding more "
+              "of them than the new write's)");
 GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);

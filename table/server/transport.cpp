@@ -100,7 +100,8 @@ void Connection::close() {
   fd_ = -1;
 }
 
-StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_point deadline) {
+StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_point deadline,
+                                      const TcpKeepalive& keepalive) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -127,6 +128,9 @@ StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_poin
   }
   int one = 1;
   ::setsockopt(conn.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (const Status probes = enable_tcp_keepalive(conn.fd(), keepalive); !probes.ok()) {
+    return Status::Unavailable("connection to " + endpoint.to_string() + ": " + probes.message());
+  }
   return conn;
 }
 
@@ -361,7 +365,7 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   }
   *reused = false;
   const auto connect_deadline = std::min(deadline, after(options_.connect_timeout_s));
-  auto conn = Connection::open(endpoints_[endpoint], connect_deadline);
+  auto conn = Connection::open(endpoints_[endpoint], connect_deadline, options_.keepalive);
   if (!conn.ok()) return conn;
   if (!options_.auth_token.empty()) {
     GPUBOX_RETURN_IF_ERROR(authenticate(*conn, connect_deadline));

@@ -13,6 +13,7 @@
 
 #include "common/status.hpp"
 #include "common/thread_annotations.hpp"
+#include "table/server/connection_limits.hpp"
 #include "table/server/protocol.hpp"
 
 namespace gpubox::table::server {
@@ -29,7 +30,8 @@ struct Endpoint {
 // list, a missing or out-of-range port is an error naming the entry.
 StatusOr<std::vector<Endpoint>> parse_endpoints(const std::string& list);
 
-// One TCP connection (non-blocking fd, TCP_NODELAY). Move-only; closes on destruction.
+// One TCP connection (non-blocking fd, TCP_NODELAY, TCP keepalive). Move-only; closes on
+// destruction.
 class Connection {
  public:
   Connection() = default;
@@ -40,8 +42,11 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Connects before `deadline`.
-  static StatusOr<Connection> open(const Endpoint& endpoint, Clock::time_point deadline);
+  // Connects before `deadline`, with TCP keepalive on at `keepalive`'s times: a server whose
+  // machine vanished without closing the connection (no RST: lost, cut off) fails a wait on it
+  // once its probes go unanswered (2 minutes by default), whatever that wait's own deadline.
+  static StatusOr<Connection> open(const Endpoint& endpoint, Clock::time_point deadline,
+                                   const TcpKeepalive& keepalive = {});
   int fd() const { return fd_; }
   bool is_open() const { return fd_ >= 0; }
   void close();
@@ -78,6 +83,9 @@ struct TransportOptions {
   int max_in_flight = 4;  // pipelined requests per connection
   std::size_t max_idle_per_endpoint = 16;
   uint32_t max_payload_bytes = kDefaultMaxPayloadBytes;
+  // Of every connection it opens (Connection::open): bounds the long waits (a BARRIER, up to
+  // runner.collective_timeout_s) on a server that vanished without closing the connection.
+  TcpKeepalive keepalive;
   ConnectHook on_connect;  // optional
 };
 

@@ -24,7 +24,8 @@ inline constexpr std::size_t kSparseRuleFieldCount = 24;  // sparse_rule_fields'
 
 // The rule's fields in a fixed order. Not included: the optimizer class, the widths and the
 // storage (the INFO reply carries and the trainer checks those on their own), and the seed (it
-// sets the initial values, not how a row steps).
+// sets the initial values, not how a row steps: INFO carries and the trainer checks it on its own
+// too, as a u64, which an f64 field could not hold).
 inline std::vector<SparseRuleField> sparse_rule_fields(const AccessorConfig& c) {
   const SparseOptimizerConfig& o = c.optimizer;
   const std::pair<const char*, double> fields[] = {

@@ -21,9 +21,6 @@ namespace {
 
 using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 
-const std::vector<float> kFour = {1.0f, 2.0f, 3.0f, 4.0f};
-const std::vector<float> kOtherFour = {5.0f, 6.0f, 7.0f, 8.0f};
-
 ServerOptions options_with(bool token) {
   ServerOptions so;
   if (token) so.auth_token = kTestToken;
@@ -88,53 +85,42 @@ TEST_P(ClientIdentity, OneClientHoldsAtMostItsShareOfHeldWritesAndAnotherStillWr
   Connection hog = connect_as(*server, token, 1);
   uint64_t id = 10;
   for (uint64_t w = 1; w <= 3 * kMaxHeldDenseWrites; ++w) {
-    ASSERT_TRUE(
-        raw_dense(hog, dense_range(DenseAction::kWrite, 8, 0, 4, w), &kFour, id++, nullptr, 1)
-            .ok());
+    ASSERT_TRUE(write_half(hog, 1, w, 0, kFour, id++).ok());
     ASSERT_LE(server->counters().dense_held_writes, kMaxStagedDenseWrites);
   }
   // Another client writes in ranges and commits.
   Connection writer = connect_as(*server, token, 2);
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(
-      raw_dense(writer, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 10, &reply, 2)
-          .ok());
+  ASSERT_TRUE(write_half(writer, 2, 1, 4, kOtherFour, 10, &reply).ok());
   EXPECT_FALSE(dense_committed(reply, 4));
-  ASSERT_TRUE(
-      raw_dense(writer, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 11, &reply, 2).ok());
+  ASSERT_TRUE(write_half(writer, 2, 1, 0, kFour, 11, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 0));
   EXPECT_EQ(read_dense(writer, 2, 12), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
   // The slots of one address taken by clients of it on open connections (7 more trainers of this
   // host, 4 writes each: every one fits), and of the server by those of a second address: a new
-  // client of either is refused naming its limit, and the hog's share stays its own.
+  // client of either takes the idlest write of the clients holding the most there, and the counts
+  // stay at their limits.
   std::vector<Connection> fillers;
-  const auto fill = [&](const char* source, uint64_t first_client, std::size_t until) {
-    for (uint64_t c = first_client; server->counters().dense_held_writes < until; ++c) {
-      fillers.push_back(connect_as(*server, token, c, source));
-      for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
-        const Status st = raw_dense(fillers.back(), dense_range(DenseAction::kWrite, 8, 0, 4, w),
-                                    &kFour, 10 + w, nullptr, c);
-        ASSERT_TRUE(st.ok()) << source << " client " << c << ": " << st.to_string();
-      }
-    }
-  };
-  fill("127.0.0.1", 100, kMaxHeldDenseWritesPerAddress);
+  hold_writes(*server, token, "127.0.0.1", 100, kMaxStagedDenseWrites,
+              kMaxHeldDenseWritesPerAddress, &fillers);
   EXPECT_EQ(fillers.size(), kMaxHeldDenseWritesPerAddress / kMaxStagedDenseWrites - 1);
-  const auto refused = [&](const char* source, const std::string& words) {
-    Connection late = connect_as(*server, token, 999, source);
-    const Status st =
-        raw_dense(late, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 10, nullptr, 999);
-    EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
-    EXPECT_NE(st.message().find(words), std::string::npos) << words << ": " << st.to_string();
-  };
-  refused("127.0.0.1",
-          "from 127.0.0.1: peer 127.0.0.1 already holds 32 ranged writes of its clients (at most "
-          "4 a client, 32 an address, of the server's 64), all on connections still open");
-  fill("127.0.0.2", 200, kMaxHeldDenseWrites);
-  refused("127.0.0.3",
-          "from 127.0.0.3: this server already holds 64 ranged writes of its clients (at most 4 a "
-          "client, 32 an address)");
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWrites);
+  write_commits(*server, token, "127.0.0.1", 999);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  hold_writes(*server, token, "127.0.0.1", 300, 1, kMaxHeldDenseWritesPerAddress, &fillers);
+  hold_writes(*server, token, "127.0.0.2", 200, kMaxStagedDenseWrites, kMaxHeldDenseWrites,
+              &fillers);
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWrites);
+  write_commits(*server, token, "127.0.0.3", 998);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWrites - 1);
+  // The hog's oldest held write went first (at its address's limit): its last range commits
+  // nothing; at the server's limit the hog held 3, fewer than the fillers, and its next write
+  // was kept: its last range commits.
+  const uint64_t oldest = 3 * kMaxHeldDenseWrites - kMaxStagedDenseWrites + 1;
+  for (uint64_t w = oldest; w <= oldest + 1; ++w) {
+    std::vector<uint8_t> last;
+    ASSERT_TRUE(write_half(hog, 1, w, 4, kOtherFour, id++, &last).ok());
+    EXPECT_EQ(dense_committed(last, 4), w != oldest) << "write " << w;
+  }
 }
 
 TEST_P(ClientIdentity, AForgedIdCannotEvictAnotherClientsHeldWrite) {
@@ -143,13 +129,11 @@ TEST_P(ClientIdentity, AForgedIdCannotEvictAnotherClientsHeldWrite) {
   auto server = start_server(&table, options_with(token));
   ASSERT_TRUE(server);
   Connection victim = connect_as(*server, token, 7);
-  ASSERT_TRUE(
-      raw_dense(victim, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 2, nullptr, 7).ok());
+  ASSERT_TRUE(write_half(victim, 7, 1, 0, kFour, 2).ok());
   // Client 8 sends ranged writes in client 7's name (which would drop 7's oldest beyond its
   // share): the first is refused and the connection closed.
   Connection forger = connect_as(*server, token, 8);
-  const Status st =
-      raw_dense(forger, dense_range(DenseAction::kWrite, 8, 0, 4, 50), &kFour, 3, nullptr, 7);
+  const Status st = write_half(forger, 7, 50, 0, kFour, 3);
   EXPECT_EQ(st.code(), Status::Code::kPermissionDenied) << st.to_string();
   EXPECT_NE(st.message().find("carries client id 7"), std::string::npos) << st.to_string();
   EXPECT_TRUE(closed_by_peer(forger.fd(), 3.0));
@@ -161,9 +145,7 @@ TEST_P(ClientIdentity, AForgedIdCannotEvictAnotherClientsHeldWrite) {
             .ok());
   }
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(
-      raw_dense(victim, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 4, &reply, 7)
-          .ok());
+  ASSERT_TRUE(write_half(victim, 7, 1, 4, kOtherFour, 4, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));  // client 7's write was held throughout
   EXPECT_EQ(read_dense(victim, 7, 5), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
@@ -178,19 +160,13 @@ TEST_P(ClientIdentity, OneClientWritesOneTableOverTwoLiveConnections) {
   Connection first = connect_as(*server, token, 5);
   Connection second = connect_as(*server, token, 5);
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(
-      raw_dense(first, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 2, nullptr, 5).ok());
-  ASSERT_TRUE(
-      raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &kOtherFour, 3, nullptr, 5)
-          .ok());
+  ASSERT_TRUE(write_half(first, 5, 1, 0, kFour, 2).ok());
+  ASSERT_TRUE(write_half(second, 5, 2, 0, kOtherFour, 3).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 2u);
-  ASSERT_TRUE(
-      raw_dense(first, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kFour, 4, &reply, 5).ok());
+  ASSERT_TRUE(write_half(first, 5, 1, 4, kFour, 4, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   EXPECT_EQ(read_dense(second, 5, 5), (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
-  ASSERT_TRUE(
-      raw_dense(second, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &kOtherFour, 6, &reply, 5)
-          .ok());
+  ASSERT_TRUE(write_half(second, 5, 2, 4, kOtherFour, 6, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   EXPECT_EQ(read_dense(first, 5, 7), (std::vector<float>{5, 6, 7, 8, 5, 6, 7, 8}));
   EXPECT_EQ(server->counters().foreign_client_refusals, 0u);
@@ -250,32 +226,28 @@ TEST(ClientIdentityRewrite, ARewriteReleasesTheSameClientsAbandonedWriteOfTheTab
   std::vector<float> eight(8, 9.0f);
   ASSERT_TRUE(raw_dense(lost, dense_range(DenseAction::kWrite, 8, 0, 8), &eight, 2, nullptr, 5)
                   .ok());  // the table, whole
-  ASSERT_TRUE(
-      raw_dense(lost, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 3, nullptr, 5).ok());
+  ASSERT_TRUE(write_half(lost, 5, 1, 0, kFour, 3).ok());
   // Its connection still open: the write is not released, and the rewrite does not fit.
   Connection retry = connect_as(*server, false, 5);
-  Status st =
-      raw_dense(retry, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &kOtherFour, 2, nullptr, 5);
+  Status st = write_half(retry, 5, 2, 0, kOtherFour, 2);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
   EXPECT_EQ(server->counters().dense_held_writes, 1u);
   // The connection is lost: the same client's rewrite of the table releases the stale write.
   lost.close();
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 1; }));
   std::vector<uint8_t> reply;
-  st = raw_dense(retry, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &kOtherFour, 3, nullptr, 5);
+  st = write_half(retry, 5, 2, 0, kOtherFour, 3);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(server->counters().dense_held_writes, 1u);
-  ASSERT_TRUE(
-      raw_dense(retry, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &kFour, 4, &reply, 5).ok());
+  ASSERT_TRUE(write_half(retry, 5, 2, 4, kFour, 4, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   EXPECT_EQ(read_dense(retry, 5, 5), (std::vector<float>{5, 6, 7, 8, 1, 2, 3, 4}));
   // Another client's abandoned write of the table stays (until dense_write_max_idle_s).
   Connection other = connect_as(*server, false, 6);
-  ASSERT_TRUE(
-      raw_dense(other, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 2, nullptr, 6).ok());
+  ASSERT_TRUE(write_half(other, 6, 1, 0, kFour, 2).ok());
   other.close();
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 1; }));
-  st = raw_dense(retry, dense_range(DenseAction::kWrite, 8, 0, 4, 3), &kFour, 6, nullptr, 5);
+  st = write_half(retry, 5, 3, 0, kFour, 6);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
   EXPECT_EQ(server->counters().dense_held_writes, 1u);
 }
@@ -292,20 +264,15 @@ TEST(ClientIdentityRewrite, ARangeRetriedOnAnotherConnectionKeepsItsWriteLive) {
   std::vector<float> eight(8, 9.0f);
   ASSERT_TRUE(
       raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 8), &eight, 2, nullptr, 7).ok());
-  ASSERT_TRUE(
-      raw_dense(first, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 3, nullptr, 7).ok());
-  ASSERT_TRUE(
-      raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 4, 1), &kFour, 3, nullptr, 7).ok());
+  ASSERT_TRUE(write_half(first, 7, 1, 0, kFour, 3).ok());
+  ASSERT_TRUE(write_half(second, 7, 1, 0, kFour, 3).ok());
   EXPECT_EQ(server->counters().duplicate_requests, 1u);
   first.close();
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 1; }));
-  ASSERT_TRUE(
-      raw_dense(second, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &kOtherFour, 4, nullptr, 7)
-          .ok());
+  ASSERT_TRUE(write_half(second, 7, 2, 0, kOtherFour, 4).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 2u);
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(
-      raw_dense(second, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kFour, 5, &reply, 7).ok());
+  ASSERT_TRUE(write_half(second, 7, 1, 4, kFour, 5, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   EXPECT_EQ(read_dense(second, 7, 6), (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
 }

@@ -1,22 +1,19 @@
-// Ranged DENSE writes held by the server (ps_store.hpp) against a client that takes a new client id
-// on every connection: it is still one peer address, held to its share of the server's slots, and
-// the writes it abandons (its connections closed) give way to an honest trainer's, but not before
-// a trainer whose connection closed under it could reconnect and finish; a writer whose
-// connection went half-open (the peer vanished without closing it, which the server sees only by
-// TCP keepalive, set on every connection it accepts) gets its slot back when it writes the table
-// again.
-#include <arpa/inet.h>
-#include <dirent.h>
+// Ranged DENSE writes held by the server (ps_store.hpp) against clients that hold writes open and
+// never finish them, or take a new client id on every connection: such a client is still one
+// peer address, held to its share of the server's slots; at that share, a client holding the most
+// gives its idlest write to a trainer holding fewer, so a hostile or broken client of an address
+// cannot keep that address's trainers out; the writes it abandons (its connections closed) give
+// way too, but not before a trainer whose connection closed under it could reconnect and finish;
+// a writer whose connection went half-open (the peer vanished without closing it, which the
+// server sees only by TCP keepalive, set on every connection it accepts) gets its slot back when
+// it writes the table again.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 
-#include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "table/server/ps_protocol.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
@@ -26,57 +23,61 @@ namespace {
 
 using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 
-const std::vector<float> kFour = {1.0f, 2.0f, 3.0f, 4.0f};
-const std::vector<float> kOtherFour = {5.0f, 6.0f, 7.0f, 8.0f};
-
-// The first range of write `write` of table "dense" (8 values) from `client`.
-Status start_write(Connection& conn, uint64_t client, uint64_t write, uint64_t request_id) {
-  return raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, write), &kFour, request_id,
-                   nullptr, client);
+// The first range of write `write` of table `table` (8 values) from `client`.
+Status start_write(Connection& conn, uint64_t client, uint64_t write, uint64_t request_id,
+                   const char* table = "dense") {
+  DenseRequest head = dense_range(DenseAction::kWrite, 8, 0, 4, write);
+  head.name = table;
+  return raw_dense(conn, head, &kFour, request_id, nullptr, client);
 }
 
-// An honest trainer's whole ranged write of "dense" (two ranges): committed, values as written.
-void honest_write_commits(const Server& server, const char* source, uint64_t client) {
-  Connection conn = connect_as(server, false, client, source);
-  std::vector<uint8_t> reply;
-  Status st = start_write(conn, client, 1, 2);
-  ASSERT_TRUE(st.ok()) << source << ": " << st.to_string();
-  st =
-      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 3, &reply, client);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_TRUE(dense_committed(reply, 4));
-}
-
-// A client taking a new id on a new connection for every 4 writes, closing each: before, its
-// abandoned writes filled all 64 slots for dense_write_max_idle_s and an honest trainer was
-// refused; now they fill its address's share, and once they received no range for a quarter of
-// dense_write_max_idle_s the longest idle one gives way to a trainer of its address (logged).
-TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayToAnHonestTrainer) {
+// A client holding one write on an open connection, and a client taking a new id for each write
+// on connections it closes, fill the address's share: before the grace of a quarter of
+// dense_write_max_idle_s, the first client's second write is refused (no client holds more than
+// it, and no abandoned write is past the grace); after it, the abandoned write idle longest gives
+// way (before, such writes filled all 64 slots for dense_write_max_idle_s).
+TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.dense_write_max_idle_s = 8.0;  // taken after 2 s; dropped by the sweep after 8 s
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
-  for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerAddress / kMaxStagedDenseWrites; ++c) {
+  Connection trainer = connect_as(*server, false, 7);
+  ASSERT_TRUE(start_write(trainer, 7, 1, 2).ok());
+  for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerAddress - 1; ++c) {
     Connection rotating = connect_as(*server, false, c);
-    for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
-      const Status st = start_write(rotating, c, w, 10 + w);
-      ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();
-    }
+    const Status st = start_write(rotating, c, 1, 10);
+    ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();
   }
-  ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 0; }));
+  ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 1; }));
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  // Writes of another table: a rewrite of "dense" would release the trainer's own first write,
+  // idle past the grace too.
+  const Status refused = start_write(trainer, 7, 2, 3, "other");
+  EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
+  for (const char* words :
+       {"write 2 of client 7 from 127.0.0.1: peer 127.0.0.1 already holds 32",
+        "no other client holds more of them than this one's 1", "nor is one abandoned for 2 s"}) {
+    EXPECT_NE(refused.message().find(words), std::string::npos)
+        << words << ": " << refused.to_string();
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(2200));
-  honest_write_commits(*server, "127.0.0.1", 7);
-  honest_write_commits(*server, "127.0.0.2", 8);
-  EXPECT_LE(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  const Status taken = start_write(trainer, 7, 3, 4, "other");
+  ASSERT_TRUE(taken.ok()) << taken.to_string();
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(write_half(trainer, 7, 1, 4, kOtherFour, 5, &reply).ok());
+  EXPECT_TRUE(dense_committed(reply, 4));  // the trainer's first write was never the one dropped
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  // The rotating client's first write, idlest of the abandoned ones, was.
+  Connection rotating = connect_as(*server, false, 1000);
+  ASSERT_TRUE(write_half(rotating, 1000, 1, 4, kOtherFour, 11, &reply).ok());
+  EXPECT_FALSE(dense_committed(reply, 4));
 }
 
 // A trainer whose connection closed under it (a transport retry) reconnects at once and finishes
-// its write: a client of its address at the address's limit meanwhile is refused, not given the
-// trainer's slot (a write whose connections closed is taken for abandoned only once it received
-// no range for a quarter of dense_write_max_idle_s). Before, the trainer's write was dropped and
-// its last range did not commit.
+// its write: a client of its address at the address's limit meanwhile takes the slot of a client
+// holding more writes, not the trainer's (a write whose connections closed is taken for abandoned
+// only once it received no range for a quarter of dense_write_max_idle_s).
 TEST(HeldDenseWrites, AWriterThatReconnectsAtOnceKeepsItsWriteAtTheLimit) {
   FakeHostTier table(test_config());
   ServerOptions so;
@@ -89,53 +90,113 @@ TEST(HeldDenseWrites, AWriterThatReconnectsAtOnceKeepsItsWriteAtTheLimit) {
   }
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 0; }));
   std::vector<Connection> open;  // other clients of 127.0.0.1 fill its share, on open connections
-  std::size_t held = 1;
-  for (uint64_t c = 1000; held < kMaxHeldDenseWritesPerAddress; ++c) {
-    open.push_back(connect_as(*server, false, c));
-    for (uint64_t w = 1; w <= kMaxStagedDenseWrites && held < kMaxHeldDenseWritesPerAddress;
-         ++w, ++held) {
-      const Status st = start_write(open.back(), c, w, 10 + w);
-      ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();
-    }
-  }
+  hold_writes(*server, false, "127.0.0.1", 1000, kMaxStagedDenseWrites - 1,
+              kMaxHeldDenseWritesPerAddress, &open);
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
   Connection late = connect_as(*server, false, 2000);
-  const Status refused = start_write(late, 2000, 1, 2);
-  EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
-  EXPECT_NE(refused.message().find("peer 127.0.0.1 already holds 32"), std::string::npos)
-      << refused.to_string();
-  EXPECT_NE(refused.message().find("given a range in the last 5 s"), std::string::npos)
-      << refused.to_string();
+  const Status taken = start_write(late, 2000, 1, 2);
+  ASSERT_TRUE(taken.ok()) << taken.to_string();
   Connection again = connect_as(*server, false, 7);
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(
-      raw_dense(again, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 3, &reply, 7)
-          .ok());
+  ASSERT_TRUE(write_half(again, 7, 1, 4, kOtherFour, 3, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
 }
 
-// The same client keeping its connections open: refused at its address's share, naming the peer
-// and the limit; a trainer of another host still writes.
-TEST(HeldDenseWrites, ARotatingClientOnOpenConnectionsIsHeldToItsAddressesShare) {
+// A hostile (or broken) process of 127.0.0.1 holds its address's whole share on open connections,
+// never finishing a write: as a few clients holding 4 each, or as one client id per write. A
+// trainer of the same address still writes at once (in raw ranges, and through RemoteHostTier in
+// ranges under a small frame limit), each new write taking the idlest write of a client holding
+// the most; the dropped hostile write's last range commits nothing; the address never holds more
+// than its share, and a trainer of another host writes too.
+class HostileHolder : public ::testing::TestWithParam<std::size_t> {};  // writes per hostile id
+
+TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
+  const std::size_t per_client = GetParam();
   FakeHostTier table(test_config());
-  auto server = start_server(&table);
+  ServerOptions so;
+  so.max_payload_bytes = 4096;  // RemoteHostTier writes its table of 2048 values in ranges
+  auto server = start_server(&table, so);
   ASSERT_TRUE(server);
-  std::vector<Connection> open;
-  Status refused;
-  for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWrites && refused.ok(); ++c) {
-    open.push_back(connect_as(*server, false, c));
-    for (uint64_t w = 1; w <= kMaxStagedDenseWrites && refused.ok(); ++w) {
-      refused = start_write(open.back(), c, w, 10 + w);
-    }
+  std::vector<Connection> hostile;
+  hold_writes(*server, false, "127.0.0.1", 1000, per_client, kMaxHeldDenseWritesPerAddress,
+              &hostile);
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  ASSERT_EQ(hostile.size(), kMaxHeldDenseWritesPerAddress / per_client);
+  const auto started = Clock::now();
+  for (uint64_t trainer = 7; trainer < 10; ++trainer) {
+    write_commits(*server, false, "127.0.0.1", trainer);
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+    // The hostile process takes the freed slot again, with a new id.
+    hostile.push_back(connect_as(*server, false, 3000 + trainer));
+    ASSERT_TRUE(start_write(hostile.back(), 3000 + trainer, 1, 2).ok());
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
   }
+  auto options = client_options(server->endpoint());
+  options.client_id = 77;
+  options.max_payload_bytes = 4096;
+  auto client = connect_client(options);
+  ASSERT_TRUE(client);
+  std::vector<float> values(2048);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i);
+  std::vector<float> written = values;
+  const Status dense = client->dense(DenseAction::kWrite, "trainer", &written);
+  ASSERT_TRUE(dense.ok()) << dense.to_string();
+  std::vector<float> read(values.size(), -1.0f);
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "trainer", &read).ok());
+  EXPECT_EQ(read, values);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 10.0);
+  // The first hostile client's first write was the idlest of those holding the most: dropped.
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(write_half(hostile.front(), 1000, 1, 4, kOtherFour, 20, &reply).ok());
+  EXPECT_FALSE(dense_committed(reply, 4));
+  write_commits(*server, false, "127.0.0.2", 80);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+}
+
+INSTANTIATE_TEST_SUITE_P(WritesPerId, HostileHolder,
+                         ::testing::Values(std::size_t{1}, kMaxStagedDenseWrites));
+
+// A client that announces a large ranged write and drips it, a value now and then, cannot hold
+// the dense memory: past the grace of a quarter of dense_write_max_idle_s, a write whose bytes
+// came slower than --min_transfer_kb_s is stalled and gives its announced bytes to a trainer's
+// write at the limit (logged). Before, the trainer was refused until the dripping write went
+// without a range for the whole dense_write_max_idle_s, which a drip never does.
+TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLimit) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_dense_bytes = 1 << 20;
+  so.dense_write_max_idle_s = 8.0;  // a grace of 2 s
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::vector<float> one{1.0f};
+  const auto range = [](const char* name, uint32_t total, uint32_t offset, uint32_t count,
+                        uint64_t write) {
+    DenseRequest head = dense_range(DenseAction::kWrite, total, offset, count, write);
+    head.name = name;
+    return head;
+  };
+  // 480 KB announced, and as much again for its commit copy: 960 KB of the 1 MiB.
+  Connection dripping = connect_as(*server, false, 5);
+  ASSERT_TRUE(raw_dense(dripping, range("hog", 120000, 0, 1, 1), &one, 2, nullptr, 5).ok());
+  // A trainer's write of 40000 values (160 KB) does not fit beside it within the grace.
+  Connection trainer = connect_as(*server, false, 7);
+  const std::vector<float> half(20000, 0.5f);
+  const Status refused = raw_dense(trainer, range("t", 40000, 0, 20000, 1), &half, 2, nullptr, 7);
   EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
-  EXPECT_NE(refused.message().find("from 127.0.0.1: peer 127.0.0.1 already holds 32 ranged "
-                                   "writes of its clients"),
-            std::string::npos)
+  EXPECT_NE(refused.message().find("no held write is stalled"), std::string::npos)
       << refused.to_string();
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
-  honest_write_commits(*server, "127.0.0.2", 7);
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  // The dripping write never idles: a value every 0.4 s, past the grace.
+  for (uint32_t drop = 1; drop <= 6; ++drop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    ASSERT_TRUE(
+        raw_dense(dripping, range("hog", 120000, drop, 1, 1), &one, 2 + drop, nullptr, 5).ok());
+  }
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 3, nullptr, 7).ok());
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 4, &reply, 7).ok());
+  EXPECT_TRUE(dense_committed(reply, 20000));
+  EXPECT_EQ(server->counters().dense_held_writes, 0u);  // the dripping write was dropped
 }
 
 // A writer whose connection went half-open (here: left open and silent) starts its write of the
@@ -155,9 +216,7 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
   EXPECT_EQ(server->counters().dense_held_writes, 2u);  // write 1 is moving: kept
   std::this_thread::sleep_for(std::chrono::milliseconds(2200));
   std::vector<uint8_t> reply;
-  ASSERT_TRUE(
-      raw_dense(again, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &kOtherFour, 3, &reply, 5)
-          .ok());
+  ASSERT_TRUE(write_half(again, 5, 2, 4, kOtherFour, 3, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   EXPECT_EQ(server->counters().dense_held_writes, 1u);  // write 1, stale
   const Status st = start_write(again, 5, 3, 4);
@@ -165,54 +224,8 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
   EXPECT_EQ(server->counters().dense_held_writes, 1u);  // write 3 alone: write 1 superseded
   // The stale write's range arriving late finds nothing held: a write that never commits.
   std::vector<uint8_t> late;
-  ASSERT_TRUE(
-      raw_dense(half_open, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &kOtherFour, 3, &late, 5)
-          .ok());
+  ASSERT_TRUE(write_half(half_open, 5, 1, 4, kOtherFour, 3, &late).ok());
   EXPECT_FALSE(dense_committed(late, 4));
-}
-
-// The local port of socket `fd` (0 when it is not an IPv4 socket); with `peer`, its peer's.
-uint16_t port_of(int fd, bool peer) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
-                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return rc == 0 && addr.sin_family == AF_INET ? ntohs(addr.sin_port) : 0;
-}
-
-int int_option(int fd, int level, int name) {
-  int value = -1;
-  socklen_t len = sizeof(value);
-  return ::getsockopt(fd, level, name, &value, &len) == 0 ? value : -1;
-}
-
-// The server (in this process) accepted `conn` with TCP keepalive on: the descriptor whose local
-// port is the server's and whose peer is conn's end probes after 60 s of silence, so a half-open
-// peer is found in 2 minutes, not at --idle_timeout_s.
-TEST(HeldDenseWrites, AcceptedConnectionsProbeAHalfOpenPeerByKeepalive) {
-  FakeHostTier table(test_config());
-  auto server = start_server(&table);
-  ASSERT_TRUE(server);
-  Connection conn = connect_as(*server, false, 11);  // the session began: accepted and set up
-  const uint16_t mine = port_of(conn.fd(), false);
-  ASSERT_NE(mine, 0);
-  EXPECT_EQ(int_option(conn.fd(), SOL_SOCKET, SO_KEEPALIVE), 0);  // the client's end: not set
-  int accepted = -1;
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) GTEST_SKIP() << "no /proc/self/fd to find the server's end of the connection";
-  while (const dirent* entry = ::readdir(fds)) {
-    const int fd = std::atoi(entry->d_name);
-    if (fd > 2 && fd != conn.fd() && port_of(fd, false) == server->port() &&
-        port_of(fd, true) == mine) {
-      accepted = fd;
-    }
-  }
-  ::closedir(fds);
-  ASSERT_GE(accepted, 0) << "no descriptor of this process is the server's end of port " << mine;
-  EXPECT_EQ(int_option(accepted, SOL_SOCKET, SO_KEEPALIVE), 1);
-  EXPECT_EQ(int_option(accepted, IPPROTO_TCP, TCP_KEEPIDLE), 60);
-  EXPECT_EQ(int_option(accepted, IPPROTO_TCP, TCP_KEEPINTVL), 10);
-  EXPECT_EQ(int_option(accepted, IPPROTO_TCP, TCP_KEEPCNT), 6);
 }
 
 }  // namespace

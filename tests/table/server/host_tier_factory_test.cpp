@@ -229,5 +229,29 @@ TEST(MakeHostTier, APaddleRecTrainerAtAnotherLearningRateIsToldItsOptimizersKey)
   EXPECT_EQ(no_key.find(" -o hyper_parameters"), std::string::npos) << no_key;
 }
 
+// New rows start at values hashed from their key and the accessor's seed (runner.seed ^
+// hyper_parameters.sparse_optimizer.seed): a trainer of another seed than its servers' is refused
+// naming both seeds, and each of the overrides it is told gives it the servers' seed (and
+// connects).
+TEST(MakeHostTier, ATrainerOfAnotherSeedIsRefusedAndToldTheOverridesThatGiveItTheServers) {
+  const AccessorConfig served =
+      paddlerec_rows({"runner.seed=5", "hyper_parameters.sparse_optimizer.seed=3"});
+  ASSERT_EQ(served.seed, 6u);
+  const std::string refused = refusal(served, paddlerec_rows({"runner.seed=9"}));
+  for (const std::string words :
+       {"creates new rows from seed 6 (runner.seed ^ hyper_parameters.sparse_optimizer.seed of its "
+        "config), this trainer from 9",
+        "-o runner.seed=6 -o hyper_parameters.sparse_optimizer.seed=0"}) {
+    EXPECT_NE(refused.find(words), std::string::npos) << words << "\n" << refused;
+  }
+  EXPECT_EQ(refusal(served,
+                    paddlerec_rows({"runner.seed=6", "hyper_parameters.sparse_optimizer.seed=0"})),
+            "");
+  // The trainer's runner.seed kept: the sparse seed is the servers' xor it (6 ^ 9).
+  EXPECT_EQ(refusal(served,
+                    paddlerec_rows({"runner.seed=9", "hyper_parameters.sparse_optimizer.seed=15"})),
+            "");
+}
+
 }  // namespace
 }  // namespace gpubox::table

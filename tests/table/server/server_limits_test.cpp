@@ -27,22 +27,6 @@ namespace {
 using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 namespace fs = std::filesystem;
 
-// A fresh folder under the temp dir, removed at the end of the test.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() /
-              ("gpubox_limits_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 std::unique_ptr<SparseTable> sparse_table(uint32_t shards = 4) {
   HostTableConfig cfg;
   cfg.shards = shards;

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +34,25 @@ inline AccessorConfig test_config() {
   cfg.delete_threshold = 0.0f;  // shrink decays and keeps rows (the retry test counts decays)
   return cfg;
 }
+
+// A fresh folder under the temp dir (named after the test's `name` and this process), removed at
+// the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() /
+              ("gpubox_server_test_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 inline std::unique_ptr<Server> start_server(HostTier* table, ServerOptions options = {}) {
   auto server = Server::start(table, std::move(options));
@@ -149,6 +170,47 @@ inline DenseRequest dense_range(DenseAction action, uint32_t total, uint32_t off
   head.count = count;
   head.write_id = write_id;
   return head;
+}
+
+// Half of table "dense" (8 values) and another half: what the ranged-write tests send.
+inline const std::vector<float> kFour = {1.0f, 2.0f, 3.0f, 4.0f};
+inline const std::vector<float> kOtherFour = {5.0f, 6.0f, 7.0f, 8.0f};
+
+// Range [offset, offset + 4) of ranged write `write` of table "dense" (8 values) from `client`:
+// its status (the reply's payload in *reply).
+inline Status write_half(Connection& conn, uint64_t client, uint64_t write, uint32_t offset,
+                         const std::vector<float>& values, uint64_t request_id,
+                         std::vector<uint8_t>* reply = nullptr) {
+  return raw_dense(conn, dense_range(DenseAction::kWrite, 8, offset, 4, write), &values, request_id,
+                   reply, client);
+}
+
+// A trainer's whole ranged write of "dense" (two ranges) from loopback address `source` as
+// `client`: asserts it was committed.
+inline void write_commits(const Server& server, bool token, const char* source, uint64_t client) {
+  Connection conn = connect_as(server, token, client, source);
+  std::vector<uint8_t> reply;
+  const Status first = write_half(conn, client, 1, 0, kFour, 2);
+  ASSERT_TRUE(first.ok()) << source << " client " << client << ": " << first.to_string();
+  const Status last = write_half(conn, client, 1, 4, kOtherFour, 3, &reply);
+  ASSERT_TRUE(last.ok()) << source << " client " << client << ": " << last.to_string();
+  EXPECT_TRUE(dense_committed(reply, 4)) << source << " client " << client;
+}
+
+// Clients first_client, first_client + 1, ... of loopback address `source`, each on a connection
+// of its own kept in *open, start `per_client` ranged writes each (their first range only) until
+// the server holds `until` in all (or `until` clients started: a share full of them holds no
+// more).
+inline void hold_writes(const Server& server, bool token, const char* source, uint64_t first_client,
+                        std::size_t per_client, std::size_t until, std::vector<Connection>* open) {
+  for (uint64_t c = first_client;
+       server.counters().dense_held_writes < until && c < first_client + until; ++c) {
+    open->push_back(connect_as(server, token, c, source));
+    for (uint64_t w = 1; w <= per_client; ++w) {
+      const Status st = write_half(open->back(), c, w, 0, kFour, 10 + w);
+      ASSERT_TRUE(st.ok()) << source << " client " << c << ": " << st.to_string();
+    }
+  }
 }
 
 // True when `fd` has bytes to read (or was closed) within `seconds`.
