@@ -32,12 +32,14 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "layer's at N(0, 1/(fc_sizes' last + slots + dense)) (GPUBox: N(0, 1/fan_in) per "
              "part)";
     case config::ModelKind::kDlrm:
-      return "no batch norm (PaddleRec's after the ReLU of every layer of both MLPs, its 2 output "
-             "logits included: softmax over ReLU'd and normalised logits; GPUBox: one linear "
-             "logit); PaddleRec's net steps every parameter with Adam (lazy_mode) at "
+      return "batch norm after the ReLU of every bottom layer and every top hidden layer "
+             "(hyper_parameters.dnn_batch_norm, on in PaddleRec's folder), but not after the "
+             "output (PaddleRec's 2 output logits are ReLU'd and normalised before the softmax; "
+             "GPUBox: one linear logit); PaddleRec's net steps every parameter with Adam "
+             "(lazy_mode) at "
              "optimizer.learning_rate whatever optimizer.class says (static_model.py, "
              "dygraph_model.py), GPUBox with optimizer.class (SGD in PaddleRec's "
-             "dlrm/config.yaml, whose Adam at 0.1 stalls GPUBox's network, without batch norm: "
+             "dlrm/config.yaml, whose Adam at 0.1 stalls GPUBox's network without batch norm: "
              "held-out AUC 0.5); its weights start at normals truncated at "
              "2 std (GPUBox: untruncated, the same std), its embedding rows at a truncated "
              "N(0, 1)";
