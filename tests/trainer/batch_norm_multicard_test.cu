@@ -22,25 +22,6 @@ namespace {
 
 using testing::HostBatch;
 
-// Instances [lo, hi) of `h` with their own slot-major offsets.
-HostBatch instances(const HostBatch& h, int64_t lo, int64_t hi, const DenseModelConfig& cfg) {
-  HostBatch part;
-  part.batch = hi - lo;
-  part.offsets.push_back(0);
-  const int pull = 3 + cfg.mf_dim;
-  for (int s = 0; s < cfg.slots; ++s) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const uint32_t b = h.offsets[s * h.batch + i], e = h.offsets[s * h.batch + i + 1];
-      part.records.insert(part.records.end(), h.records.begin() + b * pull,
-                          h.records.begin() + e * pull);
-      part.offsets.push_back(part.offsets.back() + (e - b));
-    }
-  }
-  part.dense.assign(h.dense.begin() + lo * cfg.dense_dim, h.dense.begin() + hi * cfg.dense_dim);
-  part.labels.assign(h.labels.begin() + lo, h.labels.begin() + hi);
-  return part;
-}
-
 // forward_backward of `h` with the dense scale 1 / `global`; returns the gradient buffer.
 std::vector<float> gradients(device::Card& card, DenseModel& model, const HostBatch& h,
                              int64_t global) {
@@ -65,21 +46,21 @@ TEST(BatchNormMultiCard, TwoCardsKeepOneSetOfRunningStatistics) {
   DenseOptimizerConfig opt_cfg;
   opt_cfg.kind = DenseOptimizerKind::kAdam;
   opt_cfg.learning_rate = 0.01f;
-  const int64_t global = 20, split = 8, steps = 4;
+  // Each card's own batch per step (8 and 12 instances: the shares differ).
+  const int64_t sizes[2] = {8, 12}, global = 20, steps = 4;
   std::mt19937_64 rng(17);
-  std::vector<HostBatch> batches;
-  for (int64_t s = 0; s < steps; ++s)
-    batches.push_back(testing::make_field_batch(global, cfg, rng));
+  std::vector<HostBatch> batches[2];
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int r = 0; r < 2; ++r) batches[r].push_back(testing::make_field_batch(sizes[r], cfg, rng));
+  }
 
   // What the first step's statistics change must be: each card's share computed alone.
   device::CardSet one = device::CardSet::from_list("0");
   one.card(0).activate();
   DenseModel alone(one.card(0), cfg);
   const std::vector<float> initial = alone.parameters().values_to_host();
-  const std::vector<float> g0 =
-      gradients(one.card(0), alone, instances(batches[0], 0, split, cfg), global);
-  const std::vector<float> g1 =
-      gradients(one.card(0), alone, instances(batches[0], split, global, cfg), global);
+  const std::vector<float> g0 = gradients(one.card(0), alone, batches[0][0], global);
+  const std::vector<float> g1 = gradients(one.card(0), alone, batches[1][0], global);
 
   device::CardSet two = device::CardSet::from_list("0,1");
   std::unique_ptr<comm::CommGroup> group = comm::make_group(two);
@@ -91,9 +72,7 @@ TEST(BatchNormMultiCard, TwoCardsKeepOneSetOfRunningStatistics) {
         DenseParameters& params = model.parameters();
         const int r = card.local_index();
         for (int64_t s = 0; s < steps; ++s) {
-          const HostBatch part = r == 0 ? instances(batches[s], 0, split, cfg)
-                                        : instances(batches[s], split, global, cfg);
-          gradients(card, model, part, global);
+          gradients(card, model, batches[r][s], global);
           group->at(r).all_reduce_sum(params.grads().data(), params.grads().data(), params.size(),
                                       card.stream());
           opt.step(params);

@@ -75,13 +75,18 @@ class BatchNorm {
                      void* y, int64_t batch);
   // y from x with the running statistics. Enqueued.
   void forward_infer(const device::Stream& stream, const DenseParameters& params, const void* x,
-                     void* y, int64_t batch) const;
+                     void* y, int64_t batch);
   // After forward_train of the same x: gamma's and beta's gradients, the running statistics'
   // changes (weighted by `share`, see the file comment) and dx (may alias nothing). Enqueued.
   void backward(const device::Stream& stream, DenseParameters& params, const void* x,
                 const void* dy, void* dx, int64_t batch, float share);
 
  private:
+  // y = (x - mean) a + beta, a from coef_ (x of the element type T).
+  template <class T>
+  void normalize(const device::Stream& stream, const DenseParameters& params, const T* x,
+                 const float* mean, void* y, int64_t batch);
+
   BatchNormSpec spec_;
   std::size_t gamma_;
   std::size_t beta_;
@@ -89,6 +94,9 @@ class BatchNorm {
   std::size_t running_var_;
   device::device_buffer<float> mean_;  // [cols]: the batch's
   device::device_buffer<float> var_;   // [cols]
+  // [3 x cols]: the forward's scale gamma / sqrt(var + eps), the input gradient's x and
+  // constant terms (batch_norm.cu's Coefficients).
+  device::device_buffer<float> coef_;
 };
 
 }  // namespace gpubox::trainer
