@@ -76,6 +76,7 @@ TEST(BatchNormMultiCard, TwoCardsKeepOneSetOfRunningStatistics) {
           group->at(r).all_reduce_sum(params.grads().data(), params.grads().data(), params.size(),
                                       card.stream());
           opt.step(params);
+          card.stream().synchronize();  // the next step's batch is allocated (device rule 1)
           if (s == 0) first[r] = params.values_to_host();
         }
         last[r] = params.values_to_host();

@@ -205,6 +205,22 @@ TEST_F(BatchNormTest, InferenceUsesTheRunningStatistics) {
   }
 }
 
+// A running variance below 0 (the PS modes' merged moves could overshoot one) counts as 0: the
+// output is finite, (x - mean) / sqrt(eps) scaled, never a NaN.
+TEST_F(BatchNormTest, ANegativeRunningVarianceCountsAsZero) {
+  DenseParameters params(card_);
+  BatchNorm norm(card_, params, spec(1));
+  params.finalize(1);
+  std::vector<float> w = params.values_to_host();
+  w[params.blocks()[norm.running_var_block()].offset] = -0.5f;
+  w[params.blocks()[norm.running_mean_block()].offset] = 0.25f;
+  params.set_values(w);
+  auto x = device::to_device(std::vector<float>{0.5f, 0, 0, 0}, card_.memory(), card_.stream());
+  auto y = card_.make_buffer<float>(4);
+  norm.forward_infer(card_.stream(), params, x.data(), y.data(), 1);
+  EXPECT_NEAR(device::to_host(y)[0], 0.25 / std::sqrt(1e-5), 1e-2);
+}
+
 // An empty batch: zero gradients in every block (the step's all-reduce sums them).
 TEST_F(BatchNormTest, EmptyBatchWritesZeroGradients) {
   DenseParameters params(card_);

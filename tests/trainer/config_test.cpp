@@ -388,6 +388,14 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   auto dnn_bn = load("elsewhere", yaml, {"hyper_parameters.dnn_batch_norm=true"});
   ASSERT_TRUE(dnn_bn.ok()) << dnn_bn.status().to_string();
   EXPECT_TRUE(dnn_bn->dense_model_config().batch_norm);
+  // geo's summed moves would overshoot the running statistics: refused, naming both keys.
+  auto geo = load("PaddleRec/models/rank/dlrm",
+                  yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n", {"runner.sync_mode=geo"});
+  ASSERT_FALSE(geo.ok());
+  EXPECT_NE(geo.status().message().find("dnn_batch_norm is not built for runner.sync_mode geo"),
+            std::string::npos)
+      << geo.status().to_string();
+  EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
 
   auto xdeepfm = load("PaddleRec/models/rank/xdeepfm", yaml);
   ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
@@ -418,7 +426,7 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   // static_model.py) are said too.
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcn).find("share one weight vector"),
             std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("not after the output"),
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("but not the output"),
             std::string::npos);
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("whatever optimizer.class"),
             std::string::npos);

@@ -254,6 +254,21 @@ Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc,
 // fat_deepffm's rows, flen's groups covering the slots.
 Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument& doc) {
   const ModelKind model = c.hyper.model;
+  if (c.hyper.dnn_batch_norm && c.runner.sync_mode == SyncMode::kGeo) {
+    // geo adds each thread's move since its last sync, scaled by 1 / threads: fine for weights,
+    // which the gradients keep correcting, but a running statistic moves to its batches' value
+    // within a sync window, so the scaled moves from the threads' different bases overshoot it
+    // (a running variance went below 0 and dlrm's held-out AUC fell to 0.5).
+    return Status::InvalidArgument(
+        doc.source() + ": hyper_parameters.dnn_batch_norm is not built for runner.sync_mode " +
+        "geo (its summed parameter moves overshoot the running statistics, which are moving " +
+        "averages, not trained); use runner.sync_mode async or sync, gpubox or collective, or " +
+        "set hyper_parameters.dnn_batch_norm=false" +
+        (config::paddlerec_model_name(doc) == "dlrm" &&
+                 !doc.is_set("hyper_parameters.dnn_batch_norm")
+             ? " (on by default in PaddleRec's dlrm folder)"
+             : ""));
+  }
   if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
     GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
@@ -403,6 +418,8 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.host_tier = table::host_tier_config_from(doc);
   GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
   record_keys(doc, &c);
+  // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
+  c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.config_path = doc.source();
   return c;
 }

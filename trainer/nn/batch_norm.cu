@@ -22,7 +22,7 @@ GPUBOX_HD GPUBOX_FORCEINLINE float inv_std(float var, float epsilon) {
   return 1.0f / detail::sqrt_f(var + epsilon);
 }
 
-// The per-column coefficients the elementwise passes read (BatchNorm::coef_, [4 x cols]):
+// The per-column coefficients the elementwise passes read (BatchNorm::coef_, [3 x cols]):
 // y = (x - mean) a + beta with a = gamma / sqrt(var + eps) (the batch's statistics in training,
 // the running ones in inference: x = mean gives beta exactly); dx = a dy + p (x - mean) + r with
 // p = -a / sqrt(var + eps) d gamma / B and r = -a d beta / B (batch_norm.hpp's dx, expanded).
@@ -32,9 +32,10 @@ struct Coefficients {
   GPUBOX_HD float* scale() const { return data; }
   GPUBOX_HD float* x_term() const { return data + cols; }
   GPUBOX_HD float* constant() const { return data + 2 * cols; }
-  // a of column j from its variance.
+  // a of column j from its variance. A running variance below 0 (no batch's is: the PS geo
+  // mode's averaged moves can overshoot one for a while) counts as 0, not as a NaN.
   GPUBOX_HD void set_scale(std::size_t j, float var, float gamma, float epsilon) const {
-    scale()[j] = gamma * inv_std(var, epsilon);
+    scale()[j] = gamma * inv_std(var > 0.0f ? var : 0.0f, epsilon);
   }
 };
 
