@@ -394,8 +394,9 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
   // PaddleRec's dlrm (MLPLayer) normalises after every layer, with no key to turn it off.
+  const bool batch_norm = doc.get_bool("hyper_parameters.dnn_batch_norm");  // read either way
   h.dnn_batch_norm = doc.is_set("hyper_parameters.dnn_batch_norm")
-                         ? doc.get_bool("hyper_parameters.dnn_batch_norm")
+                         ? batch_norm
                          : config::paddlerec_model_name(doc) == "dlrm";
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
