@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -114,6 +115,7 @@ struct Net {
   ModelKind kind;
   BatchLogits logits;
 };
+void PrintTo(const Net& net, std::ostream* out) { *out << net.name; }
 
 class BatchNormModelTest : public ::testing::TestWithParam<Net> {
  protected:
