@@ -53,7 +53,7 @@ class PsBatchNorm : public ::testing::Test {
 fs::path PsBatchNorm::root_;
 
 TEST_F(PsBatchNorm, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
-  constexpr int kEpochs = 2;
+  constexpr int kEpochs = 3;
   const TrainerConfig gpubox_cfg = config("gpubox");
   TrainerEnv gpubox_env;
   gpubox_env.threads_per_card = 1;
@@ -78,7 +78,9 @@ TEST_F(PsBatchNorm, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
     const double auc = trainer.evaluate(files("test")).metrics.auc;
     std::printf("dlrm with batch norm, %s: test auc %.4f, gpubox mode %.4f\n", mode, auc,
                 gpubox_auc);
-    EXPECT_NEAR(auc, gpubox_auc, 0.02);
+    // Two threads step half as often as the gpubox mode's one card (a step per thread's batch,
+    // merged): 0.006-0.016 behind it in 3 runs each when written.
+    EXPECT_NEAR(auc, gpubox_auc, 0.025);
     const std::vector<float> dense = trainer.dense_values();
     ASSERT_EQ(dense.size(), initial.size());
     std::size_t moved = 0;
