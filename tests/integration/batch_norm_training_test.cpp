@@ -97,7 +97,8 @@ double BatchNormTraining::planted_auc_ = 0;
 const std::vector<std::string> kDlrmBn = {"hyper_parameters.model=dlrm",
                                           "hyper_parameters.dnn_batch_norm=true"};
 
-// Measured when written (held-out AUC after 6 epochs): see the printed line.
+// Measured when written (held-out AUC after 6 epochs): planted 0.796, dlrm with batch norm
+// 0.759, wide 0.696 (dlrm without it: 0.748 after 15 epochs, planted_models_test).
 TEST_F(BatchNormTraining, DlrmWithBatchNormLearnsAPlantedFactorizationMachine) {
   constexpr int kEpochs = 6;
   const double dlrm = held_out_auc(kDlrmBn, kEpochs);
