@@ -172,6 +172,8 @@ void write_network_keys(const trainer::DenseModelConfig& model,
   // Slots of several embedx widths (hyper_parameters.slot_dims): each slot's width, in slot
   // order; mf_dim is then the records' (the widest class's).
   if (!model.slot_dims.empty()) (*properties)["slot_dims"] = join_ints(model.slot_dims);
+  // Batch norm after the MLPs' hidden layers (its running statistics are dense parameters).
+  if (model.batch_norm) (*properties)["dnn_batch_norm"] = "1";
   if (model.kind == trainer::ModelKind::kDcnV2 || model.kind == trainer::ModelKind::kDcn) {
     (*properties)["cross_layers"] = std::to_string(model.cross_layers);
   }
@@ -202,6 +204,10 @@ void write_network_keys(const trainer::DenseModelConfig& model,
 // reported through `read` or returned.
 Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
                          const std::string& where, trainer::DenseModelConfig* model) {
+  // dnn_batch_norm is absent from exports without batch norm (and from older ones).
+  if (manifest.properties.count("dnn_batch_norm") != 0) {
+    model->batch_norm = read.integer("dnn_batch_norm", 0, 1) != 0;
+  }
   // cross_experts (DCN-Mix) is absent from older dcn_v2 exports.
   if (model->kind == trainer::ModelKind::kDcnV2 || model->kind == trainer::ModelKind::kDcn) {
     model->cross_layers = static_cast<int>(read.integer("cross_layers", 1, 64));

@@ -258,6 +258,10 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
             "hyper_parameters.bot_layer_sizes=[8, 5]"},
            {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
             "hyper_parameters.use_cvm=true"},
+           // Batch norm: export, load and serve its running statistics (the manifest names it).
+           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
+            "hyper_parameters.dnn_batch_norm=true"},
+           {"hyper_parameters.model=dnn", "hyper_parameters.dnn_batch_norm=true"},
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",

@@ -371,6 +371,31 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
       load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
+  // Its MLPLayer always normalises: batch norm unless the key says otherwise; other folders and
+  // GPUBox's configs keep none unless they ask.
+  EXPECT_TRUE(dlrm->dense_model_config().batch_norm);
+  auto dlrm_plain =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n",
+           {"hyper_parameters.dnn_batch_norm=false"});
+  ASSERT_TRUE(dlrm_plain.ok()) << dlrm_plain.status().to_string();
+  EXPECT_FALSE(dlrm_plain->dense_model_config().batch_norm);
+  EXPECT_FALSE(wide_deep->dense_model_config().batch_norm);
+  auto dlrm_gpubox = load("elsewhere", yaml +
+                                           "hyper_parameters:\n  model: dlrm\n  "
+                                           "sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm_gpubox.ok()) << dlrm_gpubox.status().to_string();
+  EXPECT_FALSE(dlrm_gpubox->dense_model_config().batch_norm);
+  auto dnn_bn = load("elsewhere", yaml, {"hyper_parameters.dnn_batch_norm=true"});
+  ASSERT_TRUE(dnn_bn.ok()) << dnn_bn.status().to_string();
+  EXPECT_TRUE(dnn_bn->dense_model_config().batch_norm);
+  // geo's summed moves would overshoot the running statistics: refused, naming both keys.
+  auto geo = load("PaddleRec/models/rank/dlrm",
+                  yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n", {"runner.sync_mode=geo"});
+  ASSERT_FALSE(geo.ok());
+  EXPECT_NE(geo.status().message().find("dnn_batch_norm is not built for runner.sync_mode geo"),
+            std::string::npos)
+      << geo.status().to_string();
+  EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
 
   auto xdeepfm = load("PaddleRec/models/rank/xdeepfm", yaml);
   ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
@@ -401,7 +426,7 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   // static_model.py) are said too.
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcn).find("share one weight vector"),
             std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("no batch norm"),
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("but not the output"),
             std::string::npos);
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("whatever optimizer.class"),
             std::string::npos);

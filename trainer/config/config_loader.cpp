@@ -254,6 +254,21 @@ Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc,
 // fat_deepffm's rows, flen's groups covering the slots.
 Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument& doc) {
   const ModelKind model = c.hyper.model;
+  if (c.hyper.dnn_batch_norm && c.runner.sync_mode == SyncMode::kGeo) {
+    // geo adds each thread's move since its last sync, scaled by 1 / threads: fine for weights,
+    // which the gradients keep correcting, but a running statistic moves to its batches' value
+    // within a sync window, so the scaled moves from the threads' different bases overshoot it
+    // (a running variance went below 0 and dlrm's held-out AUC fell to 0.5).
+    return Status::InvalidArgument(
+        doc.source() + ": hyper_parameters.dnn_batch_norm is not built for runner.sync_mode " +
+        "geo (its summed parameter moves overshoot the running statistics, which are moving " +
+        "averages, not trained); use runner.sync_mode async or sync, gpubox or collective, or " +
+        "set hyper_parameters.dnn_batch_norm=false" +
+        (config::paddlerec_model_name(doc) == "dlrm" &&
+                 !doc.is_set("hyper_parameters.dnn_batch_norm")
+             ? " (on by default in PaddleRec's dlrm folder)"
+             : ""));
+  }
   if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
     GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
@@ -378,6 +393,11 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
+  // PaddleRec's dlrm (MLPLayer) normalises after every layer, with no key to turn it off.
+  const bool batch_norm = doc.get_bool("hyper_parameters.dnn_batch_norm");  // read either way
+  h.dnn_batch_norm = doc.is_set("hyper_parameters.dnn_batch_norm")
+                         ? batch_norm
+                         : config::paddlerec_model_name(doc) == "dlrm";
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
   if (Status flen = read_flen_keys(doc, h); !flen.ok()) return flen;
@@ -399,6 +419,8 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.host_tier = table::host_tier_config_from(doc);
   GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
   record_keys(doc, &c);
+  // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
+  c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.config_path = doc.source();
   return c;
 }

@@ -17,8 +17,9 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "vectors: x_i v_i, a linear function of x_i as the raw value is to the first layer)";
     case config::ModelKind::kAutoint:
       return "a dense field's index and a sparse field's value are not read (PaddleRec's sample "
-             "has 0 and 1 only); its dnn (fc_sizes) has no batch norm and a ReLU after every "
-             "layer, where PaddleRec's has batch norm and no ReLU after the first; the attention "
+             "has 0 and 1 only); its dnn (fc_sizes) has a ReLU after every layer and, with "
+             "hyper_parameters.dnn_batch_norm=true, a batch norm after it, where PaddleRec's "
+             "normalises before the ReLU and has none after the first layer; the attention "
              "weights start at normals of Xavier's variance (PaddleRec's Xavier uniform), the "
              "logit's bias and the dense features' first-order weights at 0 (PaddleRec's output "
              "bias at N(0, 1), its feature_bias rows at N(0, 0.001^2))";
@@ -32,17 +33,22 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "layer's at N(0, 1/(fc_sizes' last + slots + dense)) (GPUBox: N(0, 1/fan_in) per "
              "part)";
     case config::ModelKind::kDlrm:
-      return "no batch norm (PaddleRec's after the ReLU of every layer of both MLPs, its 2 output "
-             "logits included: softmax over ReLU'd and normalised logits; GPUBox: one linear "
-             "logit); PaddleRec's net steps every parameter with Adam (lazy_mode) at "
+      return "its batch norm (hyper_parameters.dnn_batch_norm, on in PaddleRec's folder) "
+             "follows the ReLU of every bottom layer and every top hidden layer, as PaddleRec's, "
+             "but not the output (PaddleRec's 2 output logits are ReLU'd and normalised before "
+             "its softmax; GPUBox: one linear logit); PaddleRec's net steps every parameter with "
+             "Adam "
+             "(lazy_mode) at "
              "optimizer.learning_rate whatever optimizer.class says (static_model.py, "
              "dygraph_model.py), GPUBox with optimizer.class (SGD in PaddleRec's "
-             "dlrm/config.yaml, whose Adam at 0.1 stalls GPUBox's network, without batch norm: "
+             "dlrm/config.yaml, whose Adam at 0.1 stalls GPUBox's network without batch norm: "
              "held-out AUC 0.5); its weights start at normals truncated at "
              "2 std (GPUBox: untruncated, the same std), its embedding rows at a truncated "
              "N(0, 1)";
     case config::ModelKind::kFlen:
-      return "no batch norm and no dropout (PaddleRec's after its fc layers); its weights start "
+      return "no dropout (PaddleRec's after its fc layers), and batch norm only with "
+             "hyper_parameters.dnn_batch_norm=true, then after the ReLU of every DNN layer as "
+             "PaddleRec's, but not after the bi-interaction's layer; its weights start "
              "at normals of Xavier's variance (PaddleRec's Xavier uniform); the embeddings step "
              "under hyper_parameters.sparse_optimizer (PaddleRec's under its dense Adagrad)";
     case config::ModelKind::kFatDeepffm:

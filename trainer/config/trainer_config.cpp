@@ -26,6 +26,7 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
       hyper.model == ModelKind::kDcnV2 && hyper.cross_mixture ? hyper.cross_experts : 0;
   model.cross_l2 = static_cast<float>(hyper.cross_l2);
   model.bot_layer_sizes = hyper.bot_layer_sizes;
+  model.batch_norm = hyper.dnn_batch_norm;
   model.cin_layer_sizes = hyper.layer_sizes_cin;
   model.attn_layer_sizes = hyper.attn_layer_sizes;
   model.attn_heads = hyper.head_num;

@@ -91,6 +91,8 @@ struct HyperParameters {
   int cross_experts = 4;             // hyper_parameters.cross_experts (with cross_mixture)
   double cross_l2 = 0.0;             // hyper_parameters.cross_l2 (dcn, dcn_v2)
   std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
+  // hyper_parameters.dnn_batch_norm; not set: true in PaddleRec's dlrm folder only.
+  bool dnn_batch_norm = false;
   std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)
   // autoint: hyper_parameters.attn_layer_sizes, head_num, use_residual, scaling, use_wide.
   std::vector<int> attn_layer_sizes;

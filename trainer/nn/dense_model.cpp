@@ -110,9 +110,11 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
+  normed_.resize(norms_.size());
   for (auto* buffer : {&x0_, &dz_a_, &dz_b_}) *buffer = card.make_buffer<char>(0);
   mlp_input_bf16_ = card.make_buffer<Bf16>(0);
   for (auto& buffer : hidden_) buffer = card.make_buffer<char>(0);
+  for (auto& buffer : normed_) buffer = card.make_buffer<char>(0);
   for (auto* buffer : {&logits_, &preds_, &dlogits_, &d_pooled_, &ones_}) {
     *buffer = card.make_buffer<float>(0);
   }
@@ -165,7 +167,7 @@ void DenseModel::add_mlp(int input_dim) {
     spec.output = last ? ElementType::kF32 : activation_type_;  // the logit is fp32
     spec.dx = l == 0 ? ElementType::kF32 : activation_type_;    // the pooled gradient too
     spec.relu = !last;
-    spec.input_is_relu = l > 0;
+    spec.input_is_relu = l > 0 && !config_.batch_norm;  // a norm's output is not masked
     // The first layer's input gradient is wanted for the pooled slots only (every column of
     // the cross network's output); with a field part, for the columns it hands back (its fields'
     // embeddings, not the cvm columns behind them; dlrm: all of R).
@@ -176,8 +178,19 @@ void DenseModel::add_mlp(int input_dim) {
     spec.dz_ld = activation_ld(spec.out);
     spec.dx_ld = l == 0 ? (stacked || field_ ? first_ld : pool_.out_dim()) : activation_ld(in);
     layers_.emplace_back(params_, blas_, spec);
+    if (!last) add_norm(spec);
     in = spec.out;
   }
+}
+
+void DenseModel::add_norm(const LinearGemmSpec& layer) {
+  if (!config_.batch_norm) return;
+  BatchNormSpec norm;
+  norm.name = layer.name + ".bn";
+  norm.cols = layer.out;
+  norm.x_ld = norm.y_ld = norm.grad_ld = layer.y_ld;
+  norm.type = layer.output;
+  norms_.emplace_back(*card_, params_, norm);
 }
 
 double DenseModel::flops_per_example() const {
@@ -202,6 +215,7 @@ void DenseModel::reserve(int64_t batch) {
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const LinearGemmSpec& spec = layers_[l].spec();
     hidden_[l].resize_discard(n * spec.y_ld * element_bytes(spec.output));
+    if (l < normed_.size()) normed_[l].resize_discard(n * spec.y_ld * act);
     widest_dz = std::max<std::size_t>(widest_dz, spec.dz_ld);
     layers_[l].prepare(batch);
   }
@@ -233,6 +247,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     out << (l ? "\n" : "") << "  " << layers_[l].spec().name << " " << layers_[l].in() << "x"
         << layers_[l].out() << ": " << layers_[l].describe(batch);
+    if (l < norms_.size()) out << "\n  " << norms_[l].describe();
   }
   if (cross_) {
     out << "\n  cross " << cross_->layers() << " x " << cross_->dim() << "x" << cross_->dim() << " "
@@ -248,7 +263,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   return out.str();
 }
 
-void DenseModel::forward(const DenseBatchView& batch) {
+void DenseModel::forward(const DenseBatchView& batch, bool training) {
   GPUBOX_EXPECTS(batch.batch >= 0 && batch.sparse.batch == batch.batch,
                  "batch size mismatch: dense part ", batch.batch, ", sparse part ",
                  batch.sparse.batch);
@@ -268,11 +283,17 @@ void DenseModel::forward(const DenseBatchView& batch) {
     to_bf16_rows_async(stream, cross_->parallel() ? x0_floats() : cross_->output(), n,
                        cross_->dim(), x0_ld_, mlp_input_bf16_.data());
   }
-  if (field_) field_->forward(field_step(batch));
+  if (field_) field_->forward(field_step(batch, training));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
+    if (l >= norms_.size()) continue;
+    if (training) {
+      norms_[l].forward_train(stream, params_, hidden_[l].data(), normed_[l].data(), n);
+    } else {
+      norms_[l].forward_infer(stream, params_, hidden_[l].data(), normed_[l].data(), n);
+    }
   }
-  if (field_) field_->add_logits(field_step(batch), logits());
+  if (field_) field_->add_logits(field_step(batch, training), logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
@@ -280,10 +301,11 @@ void DenseModel::forward(const DenseBatchView& batch) {
   if (ffm_) ffm_->forward(stream, params_, input_rows(), batch.dense, n, logits());
 }
 
-FieldStep DenseModel::field_step(const DenseBatchView& batch) {
+FieldStep DenseModel::field_step(const DenseBatchView& batch, bool training) {
   return FieldStep{
       card_->stream(), blas_,       params_,          input_rows(),
-      batch.dense,     batch.batch, !layers_.empty(), wide_ ? wide_->weight_block() : 0};
+      batch.dense,     batch.batch, !layers_.empty(), wide_ ? wide_->weight_block() : 0,
+      training};
 }
 
 void DenseModel::predict(const DenseBatchView& batch) {
@@ -292,7 +314,7 @@ void DenseModel::predict(const DenseBatchView& batch) {
 }
 
 void DenseModel::predict_async(const DenseBatchView& batch) {
-  forward(batch);
+  forward(batch, /*training=*/false);
   SigmoidLogLoss::predict(card_->stream(), logits(), batch.batch, preds_.data());
 }
 
@@ -310,7 +332,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   GPUBOX_EXPECTS((layers_.empty() && !field_) || n == 0 ||
                      (scales.dense > 0.0f && std::isfinite(scales.dense)),
                  "the dense gradient scale must be positive, got ", scales.dense);
-  forward(batch);
+  forward(batch, /*training=*/true);
   const device::Stream& stream = card_->stream();
   // dZ of the logit layer = scale * dlogits: the MLP's gradients carry the dense scale
   // (layers.hpp), so every parameter gradient comes straight out of a GEMM or its epilogue.
@@ -325,8 +347,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   for (std::size_t l = layers_.size(); l-- > 0;) {
     layers_[l].backward_weights(params_, layer_input(l), dz, n);
     if (l > 0) {
-      layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1], 1.0f, spare, n);
-      std::swap(dz, spare);
+      backward_hidden(l, dz, spare, n, static_cast<float>(n) * scales.dense);
     } else if (cross_ && !cross_->parallel()) {
       // stacked: dL/dx_L, still scaled, into the cross network, which hands on the pooled part.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, cross_->output_grad(),
@@ -345,7 +366,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   if (field_) {
     // After the DNN's backward (it wrote dnn_input_grad(); autoint may have none): the part's
     // gradients, and the pooled part, which it overwrites.
-    field_->backward(field_step(batch),
+    field_->backward(field_step(batch, true),
                      FieldGrads{dlogits_.data(), scales.dense, unscale, d_pooled_.data()});
   }
   if (cross_ && cross_->parallel()) {
@@ -370,7 +391,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
                     d_pooled_.data());
   }
-  if (field_) field_->add_wide_grads(field_step(batch));  // deepfefm's DNN reads wide.dense_w
+  if (field_) field_->add_wide_grads(field_step(batch, true));  // deepfefm's DNN reads wide.dense_w
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
   if (flen_) flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
   if (ffm_) {
@@ -378,6 +399,18 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
                    d_pooled_.data());
   }
   pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
+}
+
+void DenseModel::backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch,
+                                 float share) {
+  if (norms_.empty()) {
+    layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1], 1.0f, spare, batch);
+    std::swap(dz, spare);
+    return;
+  }
+  // The gradient of the norm's output, then through the norm and the ReLU into layer l - 1's dZ.
+  layers_[l].backward_data(params_, dz, layer_input(l), nullptr, 1.0f, spare, batch);
+  norms_[l - 1].backward(card_->stream(), params_, hidden_[l - 1].data(), spare, dz, batch, share);
 }
 
 void DenseModel::check_finite_async() {

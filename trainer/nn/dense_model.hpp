@@ -13,6 +13,9 @@
 // the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
 // DenseParameters) and its activation buffers; it does not own the batch (views into the sparse
 // side's buffers) nor the optimizer.
+// With config.batch_norm every hidden layer of the MLP is Linear -> ReLU -> BatchNorm1D
+// (batch_norm.hpp): forward_backward normalises with the batch's statistics, predict with the
+// running ones, which are statistic blocks of the parameters (saved, loaded and served with them).
 // fat_deepffm: an attention over ffm's field-aware vectors, their sum into the logit and the MLP
 // over its pairs' products (fat_deepffm_part.hpp).
 //
@@ -48,6 +51,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "trainer/nn/batch_norm.hpp"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model_types.hpp"
@@ -149,9 +153,15 @@ class DenseModel {
   // Construction steps: what the GEMMs compute in, and the fc layers (registered in params_).
   void choose_precision(const char* fp32_only, bool has_mlp);
   void add_mlp(int input_dim);
-  void forward(const DenseBatchView& batch);
+  // A batch norm after hidden layer l (config_.batch_norm).
+  void add_norm(const LinearGemmSpec& layer);
+  // `training`: batch norms with the batch's statistics (forward_backward), else the running ones.
+  void forward(const DenseBatchView& batch, bool training);
+  // The MLP's backward from hidden layer l's input gradient to layer l - 1's dZ, through its ReLU
+  // (and batch norm): into `dz`, using `spare`.
+  void backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch, float share);
   // What the field part's hooks read for `batch`.
-  FieldStep field_step(const DenseBatchView& batch);
+  FieldStep field_step(const DenseBatchView& batch, bool training);
   // step_status()'s verdict and value over the first n gradient floats. Enqueued.
   void mark_non_finite_async(std::size_t n);
   // The pooled rows (and dense features): the first layer's input but for dcn in bf16.
@@ -164,7 +174,7 @@ class DenseModel {
   // their bf16 copy for dcn in bf16; a field part's rows: dlrm's R, xdeepfm's fields'
   // embeddings ...), or the previous layer's output.
   const void* layer_input(std::size_t l) const {
-    if (l > 0) return hidden_[l - 1].data();
+    if (l > 0) return norms_.empty() ? hidden_[l - 1].data() : normed_[l - 1].data();
     if (mlp_reads_bf16_copy()) return mlp_input_bf16_.data();
     if (cross_ && !cross_->parallel()) return cross_->output();
     if (field_) return field_->dnn_input();
@@ -184,6 +194,7 @@ class DenseModel {
   DenseParameters params_;
   SlotSumPool pool_;
   std::vector<Linear> layers_;
+  std::vector<BatchNorm> norms_;  // config_.batch_norm: one per hidden layer
   std::unique_ptr<WidePart> wide_;
   std::unique_ptr<FmPart> fm_;       // kDeepFm and kFm only
   std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
@@ -201,6 +212,7 @@ class DenseModel {
   device::device_buffer<char> x0_;
   device::device_buffer<Bf16> mlp_input_bf16_;  // [B x x0_ld_]: mlp_reads_bf16_copy() only
   std::vector<device::device_buffer<char>> hidden_;
+  std::vector<device::device_buffer<char>> normed_;  // the norms' outputs (activation type)
   device::device_buffer<char> dz_a_;
   device::device_buffer<char> dz_b_;
   device::device_buffer<float> logits_;  // kWide, kFm and kFfm only

@@ -33,6 +33,9 @@ struct DenseModelConfig {
   bool use_cvm = false;  // adds log(show+1), log(click+1)-log(show+1) per slot
   int dense_dim = 13;    // dense features per instance
   std::vector<int> fc_sizes{512, 256, 128, 32};  // hidden layers (ReLU); a 1-wide output follows
+  // hyper_parameters.dnn_batch_norm: a batch norm after every hidden layer's ReLU (Linear -> ReLU
+  // -> BatchNorm1D, PaddleRec's MLPLayer; kDlrm: in the bottom MLP too); batch_norm.hpp.
+  bool batch_norm = false;
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
   // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
   DensePrecision precision = DensePrecision::kFp32;

@@ -95,6 +95,19 @@ struct SgdStep {
   }
 #endif
 };
+// The statistics' step (DenseParameters::add_statistic): w += g, g being the all-reduced change
+// of the statistic; no learning rate, no moments.
+struct StatisticStep {
+  float* w;
+  Bf16* w_bf16;
+  const float* g;
+  const uint32_t* veto;  // as SgdStep's
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (vetoed(veto)) return;
+    w[i] = w[i] + g[i];
+    if (w_bf16 != nullptr) w_bf16[i] = to_bf16(w[i]);
+  }
+};
 using AdamSchedule = DenseOptimizer::AdamSchedule;
 
 // Advances adam's step count on the card and computes the step's bias corrections in double
@@ -217,20 +230,36 @@ void DenseOptimizer::step(float* values, const float* grads, Bf16* values_bf16,
 }
 
 void DenseOptimizer::step_on_card(DenseParameters& params, const uint32_t* veto) {
-  step_on_card(params.values().data(), params.grads().data(),
-               params.has_bf16_copy() ? params.values_bf16().data() : nullptr, veto);
+  GPUBOX_EXPECTS(params.size() == size_, "dense optimizer of ", size_, " floats stepping ",
+                 params.size());
+  float* values = params.values().data();
+  const float* grads = params.grads().data();
+  Bf16* values_bf16 = params.has_bf16_copy() ? params.values_bf16().data() : nullptr;
+  const std::size_t trained = params.trained_size();
+  step_rule(values, grads, values_bf16, veto, trained);
+  if (trained < size_) {
+    device::parallel_for(
+        card_->stream(), size_ - trained,
+        StatisticStep{values + trained, values_bf16 ? values_bf16 + trained : nullptr,
+                      grads + trained, veto});
+  }
 }
 
 void DenseOptimizer::step_on_card(float* values, const float* grads, Bf16* values_bf16,
                                   const uint32_t* veto) {
+  step_rule(values, grads, values_bf16, veto, size_);
+}
+
+void DenseOptimizer::step_rule(float* values, const float* grads, Bf16* values_bf16,
+                               const uint32_t* veto, std::size_t count) {
   const device::Stream& stream = card_->stream();
   if (config_.kind == DenseOptimizerKind::kSgd) {
-    device::parallel_for(stream, size_,
+    device::parallel_for(stream, count,
                          SgdStep{values, values_bf16, grads, config_.learning_rate, veto});
     return;
   }
   if (config_.kind == DenseOptimizerKind::kAdagrad) {
-    device::parallel_for(stream, size_,
+    device::parallel_for(stream, count,
                          AdagradStep{values, values_bf16, grads, v_.data(), config_.learning_rate,
                                      config_.epsilon, veto});
     return;
@@ -238,7 +267,7 @@ void DenseOptimizer::step_on_card(float* values, const float* grads, Bf16* value
   device::parallel_for(stream, 1,
                        AdvanceAdam{schedule_.data(), config_.beta1, config_.beta2,
                                    config_.learning_rate, config_.epsilon});
-  device::parallel_for(stream, size_,
+  device::parallel_for(stream, count,
                        AdamStep{values, values_bf16, grads, m_.data(), v_.data(), config_.beta1,
                                 config_.beta2, schedule_.data(), veto});
 }

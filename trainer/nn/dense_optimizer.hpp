@@ -49,6 +49,8 @@ class DenseOptimizer {
   void count_step() { ++steps_; }
   void step_on_card(float* values, const float* grads, Bf16* values_bf16 = nullptr,
                     const uint32_t* veto = nullptr);
+  // The parameters' form steps their trained blocks by the rule and adds the statistics' changes
+  // (DenseParameters::add_statistic: w += g, the same on every card after the all-reduce).
   void step_on_card(DenseParameters& params, const uint32_t* veto = nullptr);
 
   // State for save/load: first and second moments (empty for sgd; adagrad: the second only,
@@ -66,6 +68,10 @@ class DenseOptimizer {
   };
 
  private:
+  // The rule over the first `count` floats.
+  void step_rule(float* values, const float* grads, Bf16* values_bf16, const uint32_t* veto,
+                 std::size_t count);
+
   device::Card* card_;
   DenseOptimizerConfig config_;
   std::size_t size_;

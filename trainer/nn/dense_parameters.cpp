@@ -34,6 +34,17 @@ std::size_t DenseParameters::add(std::string name, std::size_t count, ParamInit 
   return blocks_.size() - 1;
 }
 
+std::size_t DenseParameters::add_statistic(std::string name, std::size_t count, ParamInit init) {
+  GPUBOX_EXPECTS(!finalized_, "statistic block '", name, "' added after finalize()");
+  ParamBlock block;
+  block.name = std::move(name);
+  block.count = count;
+  block.init = init;
+  block.statistic = true;  // its offset: finalize()
+  blocks_.push_back(std::move(block));
+  return blocks_.size() - 1;
+}
+
 void DenseParameters::keep_bf16_copy() {
   GPUBOX_EXPECTS(!finalized_, "keep_bf16_copy() after finalize()");
   keep_bf16_ = true;
@@ -45,6 +56,12 @@ void DenseParameters::refresh_bf16_copy() {
 
 void DenseParameters::finalize(uint64_t seed) {
   GPUBOX_EXPECTS(!finalized_, "DenseParameters finalized twice");
+  trained_ = total_;
+  for (ParamBlock& block : blocks_) {
+    if (!block.statistic) continue;
+    block.offset = (total_ + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+    total_ = block.offset + block.count;
+  }
   std::vector<float> host(total_, 0.0f);
   for (const ParamBlock& block : blocks_) {
     if (block.init == ParamInit::kOne) std::fill_n(host.begin() + block.offset, block.count, 1.0f);

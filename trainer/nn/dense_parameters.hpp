@@ -38,6 +38,11 @@ struct ParamBlock {
   std::size_t count = 0;
   ParamInit init = ParamInit::kZero;
   float scale = 0.0f;
+  // A statistic (batch norm's running mean and variance): model state that is saved, loaded,
+  // exchanged and served like a weight, but not trained. Its "gradient" slot holds the step's
+  // change of the value, weighted by the card's share of the global batch, so that the gradient
+  // all-reduce averages the cards' changes and the optimizer adds the result (DenseOptimizer).
+  bool statistic = false;
 };
 
 class DenseParameters {
@@ -49,6 +54,11 @@ class DenseParameters {
   // Registers a block; returns its id. Only before finalize(). Blocks are aligned to 16 floats
   // (64 bytes) so each starts on its own cache line / GPU sector.
   std::size_t add(std::string name, std::size_t count, ParamInit init, float scale = 0.0f);
+  // Registers a statistic block (ParamBlock::statistic); returns its id. Only before finalize(),
+  // which places every statistic after every trained block: [0, trained_size()) is what the
+  // optimizer's rule steps, [trained_size(), size()) the statistics. A model without statistics
+  // keeps the layout it had before they existed.
+  std::size_t add_statistic(std::string name, std::size_t count, ParamInit init);
   // Before finalize(): also keep a bf16 copy of the values (see the file comment).
   void keep_bf16_copy();
   // Allocates values and grads (grads zeroed) and initialises the values from `seed`.
@@ -75,6 +85,8 @@ class DenseParameters {
   device::device_buffer<float>& grads() { return grads_; }
   const device::device_buffer<float>& grads() const { return grads_; }
   std::size_t size() const { return total_; }
+  // The trained blocks' extent: the statistics follow it (add_statistic). size() without any.
+  std::size_t trained_size() const { return trained_; }
   // The training step all-reduces reduced_size() = size() + 2 floats of grads(): the gradients
   // and, after them, the loss slot where each card puts its batch loss. After the all-reduce the
   // slot holds the loss summed over the cards, so one finite check over the reduced buffer tells
@@ -102,6 +114,7 @@ class DenseParameters {
   device::Card* card_;
   std::vector<ParamBlock> blocks_;
   std::size_t total_ = 0;
+  std::size_t trained_ = 0;  // set by finalize()
   bool finalized_ = false;
   bool keep_bf16_ = false;
   device::device_buffer<float> values_;

@@ -55,17 +55,29 @@ DlrmPart::DlrmPart(device::Card& card, DenseParameters& params, Blas& blas, cons
     spec.out = sizes[l];
     spec.input = spec.output = spec.dx = activation;
     spec.relu = true;  // the last layer too (PaddleRec's and MLPerf's bottom MLP)
-    spec.input_is_relu = l > 0;
+    spec.input_is_relu = l > 0 && !config.batch_norm;
     spec.dx_cols = l == 0 ? 0 : in;  // the dense features need no gradient
     spec.x_ld = l == 0 ? bottom_in_ld_ : activation_ld(in);
-    spec.y_ld = last ? top_ld_ : activation_ld(spec.out);  // the last writes R's first columns
+    // The last writes R's first columns (with batch norm: its norm does).
+    spec.y_ld = last && !config.batch_norm ? top_ld_ : activation_ld(spec.out);
     spec.dz_ld = activation_ld(spec.out);
     spec.dx_ld = l == 0 ? bottom_in_ld_ : activation_ld(in);
     bottom_.emplace_back(params, blas, spec);
+    if (config.batch_norm) {
+      BatchNormSpec norm;
+      norm.name = spec.name + ".bn";
+      norm.cols = spec.out;
+      norm.x_ld = norm.grad_ld = spec.dz_ld;
+      norm.y_ld = last ? top_ld_ : spec.dz_ld;
+      norm.type = activation;
+      norms_.emplace_back(card, params, norm);
+    }
     in = spec.out;
   }
-  hidden_.resize(bottom_.size() - 1);
+  hidden_.resize(norms_.empty() ? bottom_.size() - 1 : bottom_.size());
+  normed_.resize(norms_.empty() ? 0 : bottom_.size() - 1);
   for (auto& buffer : hidden_) buffer = card.make_buffer<char>(0);
+  for (auto& buffer : normed_) buffer = card.make_buffer<char>(0);
   for (auto* buffer : {&bottom_in_, &top_in_, &dz_a_, &dz_b_}) *buffer = card.make_buffer<char>(0);
   d_top_in_ = card.make_buffer<float>(0);
   d_bottom_ = card.make_buffer<float>(0);
@@ -83,9 +95,11 @@ double DlrmPart::flops_per_example() const {
 
 std::string DlrmPart::kernel_report(int64_t batch) const {
   std::ostringstream out;
-  for (const Linear& layer : bottom_) {
+  for (std::size_t l = 0; l < bottom_.size(); ++l) {
+    const Linear& layer = bottom_[l];
     out << "\n  " << layer.spec().name << " " << layer.in() << "x" << layer.out() << ": "
         << layer.describe(batch);
+    if (l < norms_.size()) out << "\n  " << norms_[l].describe();
   }
   out << "\n  dot interaction " << features() << " x " << width_ << ", " << pairs()
       << " pairs: parallel_for (" << element_type_name(activation_) << ", fp32 sums, batch "
@@ -101,6 +115,7 @@ void DlrmPart::reserve(int64_t batch) {
   for (std::size_t l = 0; l < bottom_.size(); ++l) {
     const LinearGemmSpec& spec = bottom_[l].spec();
     if (l < hidden_.size()) hidden_[l].resize_discard(n * spec.y_ld * act);
+    if (l < normed_.size()) normed_[l].resize_discard(n * spec.y_ld * act);
     widest_dz = std::max<std::size_t>(widest_dz, spec.dz_ld);
     bottom_[l].prepare(batch);
   }
@@ -112,27 +127,45 @@ void DlrmPart::reserve(int64_t batch) {
 }
 
 void DlrmPart::forward(const device::Stream& stream, const DenseParameters& params,
-                       const InputRows& x0, const float* dense, int64_t batch) {
+                       const InputRows& x0, const float* dense, int64_t batch, bool training) {
   write_bottom_input(stream, dense, batch);
   for (std::size_t l = 0; l < bottom_.size(); ++l) {
-    const void* x = l == 0 ? bottom_in_.data() : hidden_[l - 1].data();
     void* y = l < hidden_.size() ? hidden_[l].data() : top_in_.data();
-    bottom_[l].forward(params, x, y, batch);
+    bottom_[l].forward(params, bottom_input(l), y, batch);
+    if (norms_.empty()) continue;
+    void* normed = l < normed_.size() ? normed_[l].data() : top_in_.data();
+    if (training) {
+      norms_[l].forward_train(stream, params, y, normed, batch);
+    } else {
+      norms_[l].forward_infer(stream, params, y, normed, batch);
+    }
   }
   interaction_forward(stream, x0, batch);
 }
 
 void DlrmPart::backward(const device::Stream& stream, DenseParameters& params, const InputRows& x0,
-                        int64_t batch, float unscale, float* d_pooled) {
-  interaction_backward(stream, x0, batch, unscale, d_pooled);  // the last bottom dZ into dz_a_
+                        int64_t batch, float scale, float unscale, float* d_pooled) {
+  // The last bottom dZ into dz_a_ (with batch norm: the gradient of its norm's output).
+  interaction_backward(stream, x0, batch, unscale, d_pooled);
   void* dz = dz_a_.data();
   void* spare = dz_b_.data();
+  const float share = static_cast<float>(batch) * scale;
+  if (!norms_.empty()) {
+    norms_.back().backward(stream, params, hidden_.back().data(), dz, spare, batch, share);
+    std::swap(dz, spare);
+  }
   for (std::size_t l = bottom_.size(); l-- > 0;) {
-    const void* x = l == 0 ? bottom_in_.data() : hidden_[l - 1].data();
+    const void* x = bottom_input(l);
     bottom_[l].backward_weights(params, x, dz, batch);
-    if (l > 0) {
+    if (l == 0) break;
+    if (norms_.empty()) {
       bottom_[l].backward_data(params, dz, x, &bottom_[l - 1], 1.0f, spare, batch);
       std::swap(dz, spare);
+    } else {
+      // dZ through the layer to its input, the norm's output; the norm takes it to the previous
+      // layer's dZ (the ReLU folded in).
+      bottom_[l].backward_data(params, dz, x, nullptr, 1.0f, spare, batch);
+      norms_[l - 1].backward(stream, params, hidden_[l - 1].data(), spare, dz, batch, share);
     }
   }
 }

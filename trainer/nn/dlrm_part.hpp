@@ -17,8 +17,12 @@
 // (layers.hpp): dR arrives multiplied by the dense scale, which the bottom MLP keeps and the
 // pooled gradient handed to the sparse side multiplies back out.
 //
-// Owns its layers' parameters (bot_<l>.w/.b in the model's DenseParameters) and every buffer
-// named here. Thread-safety: one card's thread only.
+// With hyper_parameters.dnn_batch_norm (config.batch_norm) every bottom layer is Linear -> ReLU
+// -> BatchNorm1D, as PaddleRec's MLPLayer builds it (batch_norm.hpp), its last one's output
+// normalised into R; the interaction's gradient of b then goes through the norm to the last dZ.
+//
+// Owns its layers' parameters (bot_<l>.w/.b, bot_<l>.bn.* in the model's DenseParameters) and
+// every buffer named here. Thread-safety: one card's thread only.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +32,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "trainer/nn/batch_norm.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/layers.hpp"
 
@@ -57,17 +62,18 @@ class DlrmPart {
   // Sizes the buffers and plans the bottom GEMMs for batches of up to `batch` rows.
   void reserve(int64_t batch);
   // R from the pooled slots (`x0`: the pool's output rows) and the dense features ([B x
-  // dense_dim] floats).
+  // dense_dim] floats); `training`: batch norm with the batch's statistics, else the running ones.
   void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& x0,
-               const float* dense, int64_t batch);
+               const float* dense, int64_t batch, bool training);
   // R ([B x top_in()], row stride top_ld(), activation type) and where the top MLP's first layer
   // writes dR (fp32, the same stride, scaled by the dense scale).
   const void* top_input() const { return top_in_.data(); }
   float* top_input_grad() { return d_top_in_.data(); }
   // From top_input_grad(): the bottom layers' gradients and the pooled gradient (overwritten:
-  // d_pooled = unscale * dL/dv_s in the vectors' columns, 0 in the cvm columns).
+  // d_pooled = unscale * dL/dv_s in the vectors' columns, 0 in the cvm columns). `scale`: the
+  // dense scale (the batch norms' statistics move by the card's share, batch * scale).
   void backward(const device::Stream& stream, DenseParameters& params, const InputRows& x0,
-                int64_t batch, float unscale, float* d_pooled);
+                int64_t batch, float scale, float unscale, float* d_pooled);
 
  private:
   // The dense features ([B x dense_dim] floats) into the bottom MLP's input rows.
@@ -86,9 +92,18 @@ class DlrmPart {
   int dense_dim_;
   int64_t bottom_in_ld_;
   int64_t top_ld_;
+  // The bottom layer's input: the dense features, or the previous layer's (normalised) output.
+  const void* bottom_input(std::size_t l) const {
+    if (l == 0) return bottom_in_.data();
+    return norms_.empty() ? hidden_[l - 1].data() : normed_[l - 1].data();
+  }
+
   std::vector<Linear> bottom_;
-  device::device_buffer<char> bottom_in_;            // the dense features, activation type
-  std::vector<device::device_buffer<char>> hidden_;  // bottom layers but the last (it writes R)
+  std::vector<BatchNorm> norms_;           // one per bottom layer, or none
+  device::device_buffer<char> bottom_in_;  // the dense features, activation type
+  // The bottom layers' outputs but the last's (it writes R), every layer's with batch norm.
+  std::vector<device::device_buffer<char>> hidden_;
+  std::vector<device::device_buffer<char>> normed_;  // batch norm: the norms' outputs but the last
   device::device_buffer<char> top_in_;               // R
   device::device_buffer<float> d_top_in_;            // dR
   device::device_buffer<float> d_bottom_;            // the pairs' share of dL/db, fp32

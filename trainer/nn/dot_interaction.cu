@@ -75,7 +75,7 @@ struct InteractionForward {
 // summed in fp32 memory the item owns (the compiler vectorizes the sum over the columns): a
 // slot's in its block of the pooled gradient, then times `unscale` (its cvm columns 0); the
 // bottom output's in its row of `d_bottom`, then, plus dR's own first d columns, through its ReLU
-// into the bottom's last dZ.
+// into the bottom's last dZ (with batch norm: into the gradient of the norm's output, unmasked).
 template <class T>
 struct InteractionBackward {
   InteractionShape<T> shape;
@@ -85,6 +85,7 @@ struct InteractionBackward {
   T* dz;               // the bottom's last dZ
   int64_t dz_ld;
   float unscale;
+  bool relu;  // b is the ReLU's output (no batch norm): dz masked where b = 0
   GPUBOX_HD void operator()(std::size_t item) const {
     const int features = shape.features();
     const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(features));
@@ -124,7 +125,7 @@ struct InteractionBackward {
     const float* d_b = d_top + i * shape.top_ld;
     T* dz_row = dz + i * dz_ld;
     for (int k = 0; k < width; ++k) {
-      store_as(dz_row + k, to_float(b_out[k]) > 0.0f ? g[k] + d_b[k] : 0.0f);
+      store_as(dz_row + k, !relu || to_float(b_out[k]) > 0.0f ? g[k] + d_b[k] : 0.0f);
     }
   }
 };
@@ -185,10 +186,11 @@ void DlrmPart::interaction_backward(const device::Stream& stream, const InputRow
                                     vector_column_,
                                     width_,
                                     use_cvm_};
-    device::parallel_for(stream, static_cast<std::size_t>(batch) * features(),
-                         InteractionBackward<T>{shape, d_top_in_.data(), d_pooled, d_bottom_.data(),
-                                                reinterpret_cast<T*>(dz_a_.data()),
-                                                bottom_.back().spec().dz_ld, unscale});
+    device::parallel_for(
+        stream, static_cast<std::size_t>(batch) * features(),
+        InteractionBackward<T>{shape, d_top_in_.data(), d_pooled, d_bottom_.data(),
+                               reinterpret_cast<T*>(dz_a_.data()), bottom_.back().spec().dz_ld,
+                               unscale, norms_.empty()});
   });
 }
 

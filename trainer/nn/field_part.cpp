@@ -49,11 +49,11 @@ class DlrmField final : public FieldPart {
   void reserve(int64_t batch) override { part_.reserve(batch); }
 
   void forward(const FieldStep& s) override {
-    part_.forward(s.stream, s.params, s.pooled, s.dense, s.batch);
+    part_.forward(s.stream, s.params, s.pooled, s.dense, s.batch, s.training);
   }
   void add_logits(const FieldStep& /*s*/, float* /*logits*/) override {}
   void backward(const FieldStep& s, const FieldGrads& g) override {
-    part_.backward(s.stream, s.params, s.pooled, s.batch, g.unscale, g.d_pooled);
+    part_.backward(s.stream, s.params, s.pooled, s.batch, g.scale, g.unscale, g.d_pooled);
   }
 
  private:

@@ -41,6 +41,7 @@ struct FieldStep {
   int64_t batch;
   bool with_dnn;       // the MLP exists (autoint without fc_sizes has none)
   std::size_t wide_w;  // the wide part's weight block (deepfefm's DNN reads it too)
+  bool training;       // batch norm: the batch's statistics (else the running ones)
 };
 
 // What backward reads and writes: the unscaled d loss / d logit, the dense scale, its inverse

@@ -1,0 +1,315 @@
+// The MLPs with hyper_parameters.dnn_batch_norm (DenseModelConfig::batch_norm): dlrm as PaddleRec
+// builds it (Linear -> ReLU -> BatchNorm1D after every bottom layer and every top hidden layer)
+// and the dnn, against a float64 reference of the whole batch (the norms couple its instances):
+// the loss, the predictions, every trained gradient and every pushed gradient against central
+// differences; predict with the running statistics; the optimizer moving them as Paddle does;
+// bf16 near fp32; and a model without the key keeping the layout it had.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "heterps/device/card.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/field_model_check.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_optimizer.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using Rows = std::vector<std::vector<double>>;
+using testing::HostBatch;
+using testing::NamedParams;
+
+// The norm `name` over the rows: the batch's biased statistics (training), else the running ones.
+Rows batch_norm(const NamedParams& p, const std::string& name, const Rows& x, bool training) {
+  const std::size_t cols = x.at(0).size();
+  Rows y = x;
+  for (std::size_t j = 0; j < cols; ++j) {
+    double mean = p(name + ".running_mean", j), var = p(name + ".running_var", j);
+    if (training) {
+      mean = var = 0;
+      for (const auto& row : x) mean += row[j] / static_cast<double>(x.size());
+      for (const auto& row : x) var += (row[j] - mean) * (row[j] - mean) / x.size();
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      y[i][j] =
+          p(name + ".gamma", j) * (x[i][j] - mean) / std::sqrt(var + 1e-5) + p(name + ".beta", j);
+    }
+  }
+  return y;
+}
+
+// fc_0 .. fc_L over the rows, a norm after every hidden layer's ReLU; the logits.
+std::vector<double> top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r,
+                            bool training) {
+  for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
+    const bool hidden = l < cfg.fc_sizes.size();
+    for (auto& row : r) row = p.linear("fc_" + std::to_string(l), row, hidden);
+    if (hidden) r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
+  }
+  std::vector<double> logits;
+  for (const auto& row : r) logits.push_back(row.at(0));
+  return logits;
+}
+
+// dlrm's logits (the reference of dlrm_test.cu with PaddleRec's norms).
+std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
+                                const NamedParams& p, const std::vector<double>& rec,
+                                bool training) {
+  Rows x;
+  for (int64_t i = 0; i < h.batch; ++i) {
+    x.emplace_back(h.dense.begin() + i * cfg.dense_dim, h.dense.begin() + (i + 1) * cfg.dense_dim);
+  }
+  for (std::size_t l = 0; l < cfg.bot_layer_sizes.size(); ++l) {
+    const std::string name = "bot_" + std::to_string(l);
+    for (auto& row : x) row = p.linear(name, row, true);
+    x = batch_norm(p, name + ".bn", x, training);
+  }
+  Rows r;
+  for (int64_t i = 0; i < h.batch; ++i) {
+    Rows t;
+    for (const std::vector<double>& sum : testing::pooled_slots(h, cfg, i, rec)) {
+      t.emplace_back(sum.begin() + 2, sum.end());
+    }
+    t.push_back(x[i]);
+    std::vector<double> row = x[i];
+    for (std::size_t a = 0; a < t.size(); ++a) {
+      for (std::size_t b = a + 1; b < t.size(); ++b) {
+        double dot = 0;
+        for (std::size_t k = 0; k < t[a].size(); ++k) dot += t[a][k] * t[b][k];
+        row.push_back(dot);
+      }
+    }
+    r.push_back(row);
+  }
+  return top_mlp(cfg, p, r, training);
+}
+
+// The dnn's logits: [pooled embed_w, embedx of every slot | dense] through the MLP.
+std::vector<double> dnn_logits(const DenseModelConfig& cfg, const HostBatch& h,
+                               const NamedParams& p, const std::vector<double>& rec,
+                               bool training) {
+  Rows r;
+  for (int64_t i = 0; i < h.batch; ++i) {
+    std::vector<double> row;
+    for (const std::vector<double>& sum : testing::pooled_slots(h, cfg, i, rec)) {
+      row.insert(row.end(), sum.begin() + 2, sum.end());
+    }
+    row.insert(row.end(), h.dense.begin() + i * cfg.dense_dim,
+               h.dense.begin() + (i + 1) * cfg.dense_dim);
+    r.push_back(row);
+  }
+  return top_mlp(cfg, p, r, training);
+}
+
+using BatchLogits = std::vector<double> (*)(const DenseModelConfig&, const HostBatch&,
+                                            const NamedParams&, const std::vector<double>&, bool);
+
+struct Net {
+  const char* name;
+  ModelKind kind;
+  BatchLogits logits;
+};
+void PrintTo(const Net& net, std::ostream* out) { *out << net.name; }
+
+class BatchNormModelTest : public ::testing::TestWithParam<Net> {
+ protected:
+  BatchNormModelTest() : cards_(device::CardSet::from_list("0")), card_(cards_.card(0)) {
+    card_.activate();
+  }
+  DenseModelConfig config() const {
+    DenseModelConfig cfg;
+    cfg.kind = GetParam().kind;
+    cfg.slots = 3;
+    cfg.mf_dim = 3;
+    cfg.dense_dim = 2;
+    cfg.bot_layer_sizes = {5, 4};
+    cfg.fc_sizes = {6, 3};
+    cfg.seed = 23;
+    cfg.batch_norm = true;
+    return cfg;
+  }
+  // Sets the trained blocks random in [-0.5, 0.5] (gamma near 1), the statistics plausible.
+  static std::vector<float> randomize(DenseModel& model, std::mt19937_64& rng) {
+    std::vector<float> w = model.parameters().values_to_host();
+    std::uniform_real_distribution<float> value(-0.5f, 0.5f);
+    for (const ParamBlock& b : model.parameters().blocks()) {
+      const bool gamma = b.name.find(".gamma") != std::string::npos;
+      const bool var = b.name.find(".running_var") != std::string::npos;
+      for (std::size_t k = 0; k < b.count; ++k) {
+        w[b.offset + k] = value(rng) + (gamma ? 1.0f : 0.0f) + (var ? 1.0f : 0.0f);
+      }
+    }
+    model.parameters().set_values(w);
+    return w;
+  }
+  device::CardSet cards_;
+  device::Card& card_;
+};
+
+// One forward_backward of `batch` instances against the reference: loss, predictions, every
+// trained gradient and every pushed gradient; the statistics' slots hold their change.
+TEST_P(BatchNormModelTest, GradientsMatchAFloat64Reference) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  for (const int64_t batch : {6, 1, 9}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    std::mt19937_64 rng(31 + batch);
+    const HostBatch h = testing::make_field_batch(batch, cfg, rng);
+    const std::vector<float> w = randomize(model, rng);
+    const testing::CardBatch on_card(card_, h, cfg.slots);
+    auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+    const float scale = 1.0f / static_cast<float>(batch);
+    const double loss = model.forward_backward(on_card.view, GradScales{scale, 1.0f}, push.data());
+    const std::vector<float> preds = device::to_host(model.predictions(), batch, card_.stream());
+    const std::vector<float> grads = model.parameters().grads_to_host();
+    const std::vector<float> pushed = device::to_host(push);
+
+    std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
+    const NamedParams params{model.parameters().blocks(), wd};
+    const auto loss_of = [&] {
+      const std::vector<double> z = GetParam().logits(cfg, h, params, rec, true);
+      double sum = 0;
+      for (int64_t i = 0; i < batch; ++i) {
+        sum += std::max(z[i], 0.0) - h.labels[i] * z[i] + std::log1p(std::exp(-std::fabs(z[i])));
+      }
+      return sum;
+    };
+    EXPECT_NEAR(loss, loss_of(), 1e-5 * loss + 1e-6);
+    const std::vector<double> z = GetParam().logits(cfg, h, params, rec, true);
+    for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-z[i])), 1e-5);
+    std::size_t checked = 0;
+    for (const ParamBlock& b : model.parameters().blocks()) {
+      if (b.statistic) continue;  // its slot holds the change: OptimizerMovesTheRunningStatistics
+      for (std::size_t k = 0; k < b.count; ++k, ++checked) {
+        const double g = grads[b.offset + k] * static_cast<double>(batch);
+        EXPECT_NEAR(g, testing::central(wd, b.offset + k, loss_of), 2e-4 + 2e-3 * std::fabs(g))
+            << b.name << "[" << k << "]";
+      }
+    }
+    const int pull = model.pool().pull_dim();
+    for (std::size_t j = 0; j < h.offsets.back(); ++j) {
+      for (int k = 2; k < pull; ++k, ++checked) {
+        const double g = pushed[j * pull + k];
+        EXPECT_NEAR(g, testing::central(rec, j * pull + k, loss_of), 2e-4 + 2e-3 * std::fabs(g))
+            << "occurrence " << j << " field " << k;
+      }
+    }
+    EXPECT_GT(checked, 100u);
+  }
+}
+
+// predict normalises by the running statistics (set apart from any batch's).
+TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  std::mt19937_64 rng(8);
+  const std::vector<float> w = randomize(model, rng);
+  const HostBatch h = testing::make_field_batch(7, cfg, rng);
+  const testing::CardBatch on_card(card_, h, cfg.slots);
+  model.predict(on_card.view);
+  const std::vector<float> preds = device::to_host(model.predictions(), h.batch, card_.stream());
+  std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
+  const NamedParams params{model.parameters().blocks(), wd};
+  const std::vector<double> infer = GetParam().logits(cfg, h, params, rec, false);
+  const std::vector<double> train = GetParam().logits(cfg, h, params, rec, true);
+  double apart = 0;
+  for (int64_t i = 0; i < h.batch; ++i) {
+    EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-infer[i])), 1e-5) << i;
+    apart = std::max(apart, std::fabs(infer[i] - train[i]));
+  }
+  EXPECT_GT(apart, 1e-2) << "the batch's statistics would have given the same predictions";
+}
+
+// One SGD step on one card with the dense scale 1/batch: the running statistics become
+// 0.9 running + 0.1 batch statistic (Paddle's update), gamma and beta move by the rule.
+TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
+  const DenseModelConfig cfg = config();
+  DenseModel model(card_, cfg);
+  DenseOptimizerConfig opt_cfg;
+  opt_cfg.kind = DenseOptimizerKind::kSgd;
+  opt_cfg.learning_rate = 0.5f;
+  DenseOptimizer opt(card_, opt_cfg, model.parameters().size());
+  std::mt19937_64 rng(9);
+  const std::vector<float> before = randomize(model, rng);
+  const HostBatch h = testing::make_field_batch(8, cfg, rng);
+  const testing::CardBatch on_card(card_, h, cfg.slots);
+  auto push = card_.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+  model.forward_backward(on_card.view, GradScales{1.0f / 8, 1.0f}, push.data());
+  const std::vector<float> grads = model.parameters().grads_to_host();
+  opt.step(model.parameters());
+  const std::vector<float> after = model.parameters().values_to_host();
+  // The first norm's input is the first layer's ReLU output, computed here from the reference.
+  std::vector<double> wd(before.begin(), before.end()), rec(h.records.begin(), h.records.end());
+  const NamedParams params{model.parameters().blocks(), wd};
+  const bool dlrm = cfg.kind == ModelKind::kDlrm;
+  const std::string first = dlrm ? "bot_0" : "fc_0";
+  Rows x;
+  for (int64_t i = 0; i < h.batch; ++i) {
+    std::vector<double> in;
+    if (!dlrm) {
+      for (const std::vector<double>& sum : testing::pooled_slots(h, cfg, i, rec)) {
+        in.insert(in.end(), sum.begin() + 2, sum.end());
+      }
+    }
+    in.insert(in.end(), h.dense.begin() + i * cfg.dense_dim,
+              h.dense.begin() + (i + 1) * cfg.dense_dim);
+    x.push_back(params.linear(first, in, true));
+  }
+  const ParamBlock& mean = params.block(first + ".bn.running_mean");
+  const ParamBlock& var = params.block(first + ".bn.running_var");
+  for (std::size_t j = 0; j < mean.count; ++j) {
+    double m = 0, v = 0;
+    for (const auto& row : x) m += row[j] / static_cast<double>(x.size());
+    for (const auto& row : x) v += (row[j] - m) * (row[j] - m) / x.size();
+    EXPECT_NEAR(after[mean.offset + j], 0.9 * before[mean.offset + j] + 0.1 * m, 1e-5) << j;
+    EXPECT_NEAR(after[var.offset + j], 0.9 * before[var.offset + j] + 0.1 * v, 1e-5) << j;
+  }
+  const ParamBlock& gamma = params.block(first + ".bn.gamma");
+  for (std::size_t j = 0; j < gamma.count; ++j) {
+    const std::size_t k = gamma.offset + j;
+    EXPECT_FLOAT_EQ(after[k], before[k] - 0.5f * grads[k]);
+  }
+}
+
+// bf16 (emulated where the CPU has none): the norms read and write bf16 rows, their sums and
+// statistics fp32; predictions and gradients within bf16's rounding of fp32.
+TEST_P(BatchNormModelTest, Bf16StaysNearFp32) {
+  testing::expect_bf16_near_fp32(card_, config(), 7, 0.06, 0.06);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nets, BatchNormModelTest,
+                         ::testing::Values(Net{"dlrm", ModelKind::kDlrm, dlrm_logits},
+                                           Net{"dnn", ModelKind::kDnn, dnn_logits}),
+                         [](const ::testing::TestParamInfo<Net>& info) { return info.param.name; });
+
+// Without the key nothing changes: no norm blocks, no statistics, the layout of before.
+TEST(BatchNormOff, ModelsKeepTheirLayout) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  cards.card(0).activate();
+  for (const ModelKind kind : {ModelKind::kDnn, ModelKind::kDlrm, ModelKind::kWideDeep}) {
+    DenseModelConfig cfg;
+    cfg.kind = kind;
+    cfg.slots = 3;
+    cfg.mf_dim = 3;
+    cfg.dense_dim = 2;
+    cfg.bot_layer_sizes = {5, 4};
+    cfg.fc_sizes = {6};
+    DenseModel plain(cards.card(0), cfg);
+    EXPECT_EQ(plain.parameters().trained_size(), plain.parameters().size());
+    for (const ParamBlock& b : plain.parameters().blocks()) {
+      EXPECT_EQ(b.name.find(".bn"), std::string::npos) << b.name;
+    }
+    cfg.batch_norm = true;
+    DenseModel normed(cards.card(0), cfg);
+    EXPECT_LT(normed.parameters().trained_size(), normed.parameters().size());
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
