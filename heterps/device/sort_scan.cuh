@@ -146,7 +146,7 @@ class PairSorter {
       const int threads =
           n < kParallelSortLimit ? 1 : std::min(omp_get_max_threads(), buffers.count_rows);
       if (threads == 1) {
-        sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out, Part{0, 1});
+        sort_serial(keys_in, values_in, buffers, n, high_bits, keys_out, values_out);
         return;
       }
 #pragma omp parallel num_threads(threads)
@@ -172,24 +172,27 @@ class PairSorter {
     WideKey key;
     V value;
   };
-  // The temporary storage: two entry arrays of reserved_, and two tables (a pass's and the next
-  // one's) of count_rows rows of digit counts.
+  // The temporary storage: two entry arrays of reserved_, and the digit counts: two tables (a
+  // pass's and the next one's) of count_rows rows for sort_part, a row per pass for sort_serial.
   struct Buffers {
     Entry* a;
     Entry* b;
     uint32_t* counts;
     int count_rows;
   };
-  // Two entry arrays of n, and the two count tables of `count_rows` rows.
-  static std::size_t temp_bytes(std::size_t n, int count_rows) {
-    return 2 * n * sizeof(Entry) +
-           2 * static_cast<std::size_t>(count_rows) * kBuckets * sizeof(uint32_t);
-  }
-
   // Digits of kDigitBits over the sort's bits [0, 64 + high_bits): the low word first, then the
   // high word's significant bits (a digit may straddle the two).
   static constexpr int kDigitBits = 11;
   static constexpr std::size_t kBuckets = std::size_t{1} << kDigitBits;
+  static constexpr int kMaxPasses = (64 + 32 + kDigitBits - 1) / kDigitBits;
+
+  // Two entry arrays of n, and the count tables: two of `count_rows` rows (sort_part), at least
+  // kMaxPasses rows (sort_serial: one per pass).
+  static std::size_t temp_bytes(std::size_t n, int count_rows) {
+    const std::size_t rows = std::max<std::size_t>(2 * static_cast<std::size_t>(count_rows),
+                                                   static_cast<std::size_t>(kMaxPasses));
+    return 2 * n * sizeof(Entry) + rows * kBuckets * sizeof(uint32_t);
+  }
   static std::size_t digit_of(const WideKey& key, int shift, uint64_t high_mask) {
     const uint64_t high = key.high & high_mask;
     uint64_t bits = 0;
@@ -207,6 +210,58 @@ class PairSorter {
     std::size_t index;
     std::size_t count;
   };
+
+  // The sort on one thread: every pass's digit counts from one read of the input (a pass's
+  // counts do not depend on the order the entries are in), a pass whose digit every key shares
+  // skipped without reading the entries, the last pass placing straight into the outputs. The
+  // same stable order as sort_part (a step's keys: 2 or 3 of 6 or 7 passes place, and the
+  // passes' counting had been as costly as the placing).
+  static void sort_serial(const WideKey* keys_in, const V* values_in, const Buffers& buffers,
+                          std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
+    const uint64_t high_mask = wide_high_mask(high_bits);
+    const int passes = (64 + high_bits + kDigitBits - 1) / kDigitBits;
+    uint32_t* counts = buffers.counts;
+    std::fill(counts, counts + static_cast<std::size_t>(passes) * kBuckets, 0u);
+    Entry* in = buffers.a;
+    Entry* out = buffers.b;
+    for (std::size_t i = 0; i < n; ++i) {
+      in[i] = Entry{keys_in[i], values_in[i]};
+      for (int p = 0; p < passes; ++p) {
+        ++counts[static_cast<std::size_t>(p) * kBuckets +
+                 digit_of(in[i].key, p * kDigitBits, high_mask)];
+      }
+    }
+    int placing[kMaxPasses];
+    int placings = 0;
+    for (int p = 0; p < passes; ++p) {
+      const uint32_t* count = counts + static_cast<std::size_t>(p) * kBuckets;
+      if (count[digit_of(in[0].key, p * kDigitBits, high_mask)] != n) placing[placings++] = p;
+    }
+    for (int k = 0; k < placings; ++k) {
+      const int shift = placing[k] * kDigitBits;
+      const uint32_t* count = counts + static_cast<std::size_t>(placing[k]) * kBuckets;
+      std::size_t at[kBuckets];
+      std::size_t sum = 0;
+      for (std::size_t d = 0; d < kBuckets; ++d) {
+        at[d] = sum;
+        sum += count[d];
+      }
+      if (k + 1 == placings) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t to = at[digit_of(in[i].key, shift, high_mask)]++;
+          keys_out[to] = in[i].key;
+          values_out[to] = in[i].value;
+        }
+        return;
+      }
+      for (std::size_t i = 0; i < n; ++i) out[at[digit_of(in[i].key, shift, high_mask)]++] = in[i];
+      std::swap(in, out);
+    }
+    for (std::size_t i = 0; i < n; ++i) {  // every key the same: the input order
+      keys_out[i] = in[i].key;
+      values_out[i] = in[i].value;
+    }
+  }
 
   // One part of the sort, `which` = part t of T: with T > 1 run by every thread of the
   // enclosing OpenMP team (its barriers are the team's); with T == 1 by one thread alone, no

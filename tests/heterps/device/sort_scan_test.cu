@@ -136,6 +136,32 @@ TEST(PairSorter, ReservedOnceSmallerBatchesAndOtherHighBitsAllocateNothing) {
   }
 }
 
+// Keys whose digits are shared in some passes (a step's: small feasigns under a 2-bit owner),
+// in none, or in all: the passes that place nothing are skipped, the rest keep the stable order
+// (the cpu twin's serial sort counts every pass up front and places only where digits differ).
+TEST(PairSorter, SkipsThePassesEveryKeySharesInTheStableOrder) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  sorter.reserve(5000);
+  std::mt19937_64 rng(5);
+  for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{17}, std::size_t{5000}}) {
+    for (const int low_bits : {0, 5, 11, 12, 22, 64}) {
+      for (const bool high_varies : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << n << " pairs, low bits " << low_bits
+                                          << (high_varies ? ", high varies" : ""));
+        std::vector<WideKey> keys(n);
+        for (WideKey& k : keys) {
+          k.low = low_bits == 64 ? rng() : rng() % (uint64_t{1} << low_bits);
+          k.high = high_varies ? rng() % 3 : 2;
+        }
+        expect_sorted(sorter, card, keys, 2, 0);
+      }
+    }
+  }
+}
+
 #if !defined(GPUBOX_BACKEND_CUDA)
 // The cpu twin on a card of 3 threads (parts of unequal sizes) and of 1: below, at and above
 // kParallelSortLimit, where it sorts on the card's threads, the same stable order as
