@@ -136,9 +136,10 @@ TEST(PairSorter, ReservedOnceSmallerBatchesAndOtherHighBitsAllocateNothing) {
   }
 }
 
-// Keys whose digits are shared in some passes (a step's: small feasigns under a 2-bit owner),
-// in none, or in all: the passes that place nothing are skipped, the rest keep the stable order
-// (the cpu twin's serial sort counts every pass up front and places only where digits differ).
+// Keys whose bits differ only in part (a step's: small feasigns under a 2-bit owner), in all of
+// them, or in none: the stable order either way (the cpu twin's serial sort packs the differing
+// bits of both words into one when they fit, sorts the keys' own digits when not, and places
+// only where a pass's digits differ).
 TEST(PairSorter, SkipsThePassesEveryKeySharesInTheStableOrder) {
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
@@ -147,7 +148,8 @@ TEST(PairSorter, SkipsThePassesEveryKeySharesInTheStableOrder) {
   sorter.reserve(5000);
   std::mt19937_64 rng(5);
   for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{17}, std::size_t{5000}}) {
-    for (const int low_bits : {0, 5, 11, 12, 22, 64}) {
+    // 62 bits under a varying 2-bit high word, and 64 under a fixed one: one packed word of 64.
+    for (const int low_bits : {0, 5, 11, 12, 13, 22, 25, 62, 64}) {
       for (const bool high_varies : {false, true}) {
         SCOPED_TRACE(::testing::Message() << n << " pairs, low bits " << low_bits
                                           << (high_varies ? ", high varies" : ""));
