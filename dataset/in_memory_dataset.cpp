@@ -106,39 +106,71 @@ BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) co
                        index);
 }
 
-void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* batch) const {
-  const BatchSpan span = batch_span(card, cards, index);
-  const std::size_t n = span.size();
-  const int num_slots = static_cast<int>(config_.slots.size());
-  const std::size_t dense_dim = static_cast<std::size_t>(config_.dense_dim);
-  // After a shuffle every instance is a handful of cache misses in several arrays; prefetching a
-  // few instances ahead (rows first, then the keys their key_begin points to) overlaps them.
+template <class Visit>
+void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const {
+  const auto num_slots = static_cast<std::size_t>(config_.slots.size());
+  const auto dense_dim = static_cast<std::size_t>(config_.dense_dim);
+  // Rows first, then the keys their key_begin points to (the row's line must be in by then).
   constexpr std::size_t kRowAhead = 16;
   constexpr std::size_t kKeysAhead = 8;
-  std::vector<Location> at(n);
-  for (std::size_t i = 0; i < n; ++i) at[i] = locate(span.begin + i);
-  auto prefetch_row = [&](std::size_t i) {
-    const InstanceBlock& b = blocks_[at[i].block];
-    const std::size_t k = at[i].index;
-    __builtin_prefetch(b.key_begin.data() + k);
-    __builtin_prefetch(b.slot_sizes.data() + k * static_cast<std::size_t>(num_slots));
-    __builtin_prefetch(b.dense.data() + k * dense_dim);
-    __builtin_prefetch(b.labels.data() + k);
+  auto prefetch_row = [&](std::size_t position) {
+    const Location at = locate(position);
+    const InstanceBlock& b = blocks_[at.block];
+    __builtin_prefetch(b.key_begin.data() + at.index);
+    __builtin_prefetch(b.slot_sizes.data() + at.index * num_slots);
+    __builtin_prefetch(b.dense.data() + at.index * dense_dim);
+    __builtin_prefetch(b.labels.data() + at.index);
   };
-  auto prefetch_keys = [&](std::size_t i) {
-    const InstanceBlock& b = blocks_[at[i].block];
-    const std::size_t k = at[i].index;
-    const char* first = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[k]);
-    const char* last = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[k + 1]);
+  auto prefetch_keys = [&](std::size_t position) {
+    const Location at = locate(position);
+    const InstanceBlock& b = blocks_[at.block];
+    const char* first = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index]);
+    const char* last = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index + 1]);
     for (const char* line = first; line < last; line += 64) __builtin_prefetch(line);
   };
-  std::vector<InstanceRef> refs(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + kRowAhead < n) prefetch_row(i + kRowAhead);
-    if (i + kKeysAhead < n) prefetch_keys(i + kKeysAhead);
-    refs[i] = blocks_[at[i].block].instance(at[i].index);
+  for (std::size_t p = begin; p < end; ++p) {
+    if (p + kRowAhead < end) prefetch_row(p + kRowAhead);
+    if (p + kKeysAhead < end) prefetch_keys(p + kKeysAhead);
+    const Location at = locate(p);
+    visit(p, blocks_[at.block].instance(at.index));
   }
-  assemble_batch(refs.data(), n, num_slots, config_.dense_dim, batch);
+}
+
+void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* batch) const {
+  const BatchSpan span = batch_span(card, cards, index);
+  std::vector<InstanceRef> refs(span.size());
+  visit_in_order(span.begin, span.end,
+                 [&](std::size_t p, const InstanceRef& ref) { refs[p - span.begin] = ref; });
+  assemble_batch(refs.data(), refs.size(), static_cast<int>(config_.slots.size()),
+                 config_.dense_dim, batch);
+}
+
+void InMemoryDataset::store_in_order() {
+  const std::size_t n = order_.size();
+  if (n == 0) return;
+  constexpr std::size_t kBlockInstances = std::size_t{1} << 16;  // one block a task
+  const std::size_t blocks = (n + kBlockInstances - 1) / kBlockInstances;
+  std::size_t keys = 0;
+  for (const InstanceBlock& b : blocks_) keys += b.keys.size();
+  const int num_slots = static_cast<int>(config_.slots.size());
+  std::vector<InstanceBlock> stored(blocks, InstanceBlock(num_slots, config_.dense_dim));
+  parallel_tasks(config_.thread_num, blocks, [&](std::size_t block) {
+    const std::size_t begin = block * kBlockInstances;
+    const std::size_t end = std::min(n, begin + kBlockInstances);
+    InstanceBlock& out = stored[block];
+    const std::size_t count = end - begin;
+    out.labels.reserve(count);
+    out.dense.reserve(count * static_cast<std::size_t>(config_.dense_dim));
+    out.key_begin.reserve(count + 1);
+    out.keys.reserve((keys / n + 1) * count);  // the mean, rounded up; a longer block grows
+    out.slot_sizes.reserve(count * static_cast<std::size_t>(num_slots));
+    visit_in_order(begin, end, [&](std::size_t, const InstanceRef& ref) { out.append(ref); });
+  });
+  blocks_ = std::move(stored);
+  for (std::size_t p = 0; p < n; ++p) {
+    order_[p] =
+        (static_cast<std::uint64_t>(p / kBlockInstances) << kIndexBits) | (p % kBlockInstances);
+  }
 }
 
 void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, int dense_dim,

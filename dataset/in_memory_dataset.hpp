@@ -70,6 +70,12 @@ class InMemoryDataset {
   const LoadStats& load_stats() const { return stats_; }
   // Seeded permutation of the instance order; the same seed gives the same order.
   void local_shuffle(std::uint64_t seed);
+  // Stores the instances in the current order (copied with thread_num threads, the old storage
+  // freed after; twice the instances' memory meanwhile): instance(i) stays the same for every
+  // i, but a batch's instances, shuffled all over the pass's memory before (a few cache misses
+  // each in fill_batch), are then read in sequence. The load order is gone: unique_keys_and_slots
+  // then gives each key the slot of its first occurrence in this order.
+  void store_in_order();
   // Drops every instance and returns the memory.
   void release_memory();
 
@@ -102,6 +108,11 @@ class InMemoryDataset {
     std::uint64_t index;
   };
   Location locate(std::size_t position) const;
+  // visit(position, instance) for positions [begin, end) of the current order, in order, each
+  // instance's storage prefetched a few positions ahead (after a shuffle, each is a handful of
+  // cache misses in several arrays).
+  template <class Visit>
+  void visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const;
   // A loaded block's instances after those already held (in order_, as block id and index).
   void append_block(InstanceBlock&& block);
   // load_into_memory from the pass cache: true when it held the file list (with `identities`).

@@ -146,7 +146,7 @@ class PairSorter {
       const int threads =
           n < kParallelSortLimit ? 1 : std::min(omp_get_max_threads(), buffers.count_rows);
       if (threads == 1) {
-        sort_part(keys_in, values_in, buffers, n, high_bits, keys_out, values_out, Part{0, 1});
+        sort_serial(keys_in, values_in, buffers, n, high_bits, keys_out, values_out);
         return;
       }
 #pragma omp parallel num_threads(threads)
@@ -172,24 +172,31 @@ class PairSorter {
     WideKey key;
     V value;
   };
-  // The temporary storage: two entry arrays of reserved_, and two tables (a pass's and the next
-  // one's) of count_rows rows of digit counts.
+  // The temporary storage: two entry arrays of reserved_, and the digit counts: two tables (a
+  // pass's and the next one's) of count_rows rows for sort_part, a row per pass for sort_serial.
   struct Buffers {
     Entry* a;
     Entry* b;
     uint32_t* counts;
     int count_rows;
   };
-  // Two entry arrays of n, and the two count tables of `count_rows` rows.
-  static std::size_t temp_bytes(std::size_t n, int count_rows) {
-    return 2 * n * sizeof(Entry) +
-           2 * static_cast<std::size_t>(count_rows) * kBuckets * sizeof(uint32_t);
-  }
-
   // Digits of kDigitBits over the sort's bits [0, 64 + high_bits): the low word first, then the
   // high word's significant bits (a digit may straddle the two).
   static constexpr int kDigitBits = 11;
   static constexpr std::size_t kBuckets = std::size_t{1} << kDigitBits;
+  static constexpr int kMaxPasses = (64 + 32 + kDigitBits - 1) / kDigitBits;
+  // sort_serial's digits over a packed word (at most 64 bits: at most 6 passes).
+  static constexpr int kPackedDigitBits = 12;
+  static constexpr std::size_t kSerialCounts =
+      std::max<std::size_t>(std::size_t{kMaxPasses} * kBuckets, std::size_t{6} << kPackedDigitBits);
+
+  // Two entry arrays of n, and the count tables: two of `count_rows` rows (sort_part), or a row
+  // per pass (sort_serial).
+  static std::size_t temp_bytes(std::size_t n, int count_rows) {
+    const std::size_t counts =
+        std::max(2 * static_cast<std::size_t>(count_rows) * kBuckets, kSerialCounts);
+    return 2 * n * sizeof(Entry) + counts * sizeof(uint32_t);
+  }
   static std::size_t digit_of(const WideKey& key, int shift, uint64_t high_mask) {
     const uint64_t high = key.high & high_mask;
     uint64_t bits = 0;
@@ -207,6 +214,100 @@ class PairSorter {
     std::size_t index;
     std::size_t count;
   };
+
+  // The sort on one thread. Only the bits some keys differ in order them: when those of the low
+  // word and of the high word's significant ones fit one word together, they are packed into it
+  // (the high word's above the low word's) and sorted in digits of up to kPackedDigitBits, as few
+  // passes as that takes (a step's keys, feasigns under 2^22 with a 2-bit owner: 2 passes of 12
+  // bits instead of 3 placing of 6 of 11); else the keys' own digits of kDigitBits. Either way
+  // every pass's counts come from one read, a pass whose digit every key shares places nothing,
+  // and the last pass places straight into the outputs: the stable order of sort_part.
+  static void sort_serial(const WideKey* keys_in, const V* values_in, const Buffers& buffers,
+                          std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
+    const uint64_t high_mask = wide_high_mask(high_bits);
+    Entry* in = buffers.a;
+    uint64_t low_differs = 0;
+    uint64_t high_differs = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      in[i] = Entry{keys_in[i], values_in[i]};
+      low_differs |= keys_in[i].low ^ keys_in[0].low;
+      high_differs |= (keys_in[i].high ^ keys_in[0].high) & high_mask;
+    }
+    const int low_bits = bit_width(low_differs);
+    const int packed_bits = low_bits + bit_width(high_differs);
+    if (packed_bits > 64) {
+      place_passes(
+          buffers, n, (64 + high_bits + kDigitBits - 1) / kDigitBits, kDigitBits,
+          [=](const WideKey& key, int shift) { return digit_of(key, shift, high_mask); }, keys_out,
+          values_out);
+      return;
+    }
+    const int passes = (packed_bits + kPackedDigitBits - 1) / kPackedDigitBits;
+    const int width = passes == 0 ? 0 : (packed_bits + passes - 1) / passes;
+    const uint64_t low_kept = low_bits == 64 ? ~uint64_t{0} : (uint64_t{1} << low_bits) - 1;
+    const uint64_t high_kept = high_differs == 0 ? 0 : high_mask;
+    place_passes(
+        buffers, n, passes, width,
+        [=](const WideKey& key, int shift) {
+          // Bits past packed_bits are every key's same (the high word's above its differing
+          // ones), so a last digit reaching past them orders nothing differently.
+          const uint64_t high = (key.high & high_kept) << (low_bits & 63);
+          const uint64_t word = (key.low & low_kept) | (low_bits == 64 ? 0 : high);
+          return static_cast<std::size_t>((word >> shift) & ((uint64_t{1} << width) - 1));
+        },
+        keys_out, values_out);
+  }
+
+  // Bits up to the highest set one of `x` (0 for 0).
+  static int bit_width(uint64_t x) { return x == 0 ? 0 : 64 - __builtin_clzll(x); }
+
+  // sort_serial's passes over buffers.a's n entries: `passes` digits of `width` bits,
+  // digit(key, shift) the one at `shift` (= pass * width), counted in one read, placed where they
+  // differ, the last placing into the outputs.
+  template <class Digit>
+  static void place_passes(const Buffers& buffers, std::size_t n, int passes, int width,
+                           const Digit& digit, WideKey* keys_out, V* values_out) {
+    const std::size_t buckets = std::size_t{1} << width;
+    uint32_t* counts = buffers.counts;
+    std::fill(counts, counts + static_cast<std::size_t>(passes) * buckets, 0u);
+    Entry* in = buffers.a;
+    Entry* out = buffers.b;
+    for (std::size_t i = 0; i < n; ++i) {
+      for (int p = 0; p < passes; ++p) {
+        ++counts[static_cast<std::size_t>(p) * buckets + digit(in[i].key, p * width)];
+      }
+    }
+    int placing[kMaxPasses];
+    int placings = 0;
+    for (int p = 0; p < passes; ++p) {
+      const uint32_t* count = counts + static_cast<std::size_t>(p) * buckets;
+      if (count[digit(in[0].key, p * width)] != n) placing[placings++] = p;
+    }
+    for (int k = 0; k < placings; ++k) {
+      const int shift = placing[k] * width;
+      const uint32_t* count = counts + static_cast<std::size_t>(placing[k]) * buckets;
+      std::size_t at[std::size_t{1} << kPackedDigitBits];
+      std::size_t sum = 0;
+      for (std::size_t d = 0; d < buckets; ++d) {
+        at[d] = sum;
+        sum += count[d];
+      }
+      if (k + 1 == placings) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t to = at[digit(in[i].key, shift)]++;
+          keys_out[to] = in[i].key;
+          values_out[to] = in[i].value;
+        }
+        return;
+      }
+      for (std::size_t i = 0; i < n; ++i) out[at[digit(in[i].key, shift)]++] = in[i];
+      std::swap(in, out);
+    }
+    for (std::size_t i = 0; i < n; ++i) {  // every key the same: the input order
+      keys_out[i] = in[i].key;
+      values_out[i] = in[i].value;
+    }
+  }
 
   // One part of the sort, `which` = part t of T: with T > 1 run by every thread of the
   // enclosing OpenMP team (its barriers are the team's); with T == 1 by one thread alone, no

@@ -384,6 +384,50 @@ TEST(InMemoryDataset, BatchesCoverEveryInstanceOnceWithEqualCountsPerCard) {
   }
 }
 
+// store_in_order keeps every position's instance, so every batch, and the distinct keys: over
+// more instances than one stored block takes (two blocks and a part), on 1 and 3 threads, twice
+// (already in order), and on an empty data set.
+TEST(InMemoryDataset, StoredInOrderEveryInstanceAndBatchStaysTheSame) {
+  ScratchDir dir;
+  const auto files = indexed_files(dir, 140000);
+  for (const int threads : {1, 3}) {
+    SCOPED_TRACE(threads);
+    DatasetConfig c = config(threads);
+    c.batch_size = 1000;
+    InMemoryDataset ds(c);
+    ds.set_filelist(files);
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    ds.local_shuffle(9);
+    const std::vector<PlainInstance> shuffled = contents(ds);
+    const std::vector<std::uint64_t> keys = ds.unique_keys();
+    std::vector<Batch> batches;
+    for (int card = 0; card < 3; ++card) {
+      for (std::size_t b = 0; b < ds.num_batches_per_card(3); ++b) {
+        ds.fill_batch(card, 3, b, &batches.emplace_back());
+      }
+    }
+    for (int round = 0; round < 2; ++round) {
+      ds.store_in_order();
+      ASSERT_EQ(contents(ds), shuffled);
+      EXPECT_EQ(ds.unique_keys(), keys);
+      std::size_t at = 0;
+      Batch batch;
+      for (int card = 0; card < 3; ++card) {
+        for (std::size_t b = 0; b < ds.num_batches_per_card(3); ++b, ++at) {
+          ds.fill_batch(card, 3, b, &batch);
+          ASSERT_EQ(batch.keys, batches[at].keys) << card << " " << b;
+          ASSERT_EQ(batch.offsets, batches[at].offsets);
+          ASSERT_EQ(batch.dense, batches[at].dense);
+          ASSERT_EQ(batch.labels, batches[at].labels);
+        }
+      }
+    }
+  }
+  InMemoryDataset empty(config());
+  empty.store_in_order();
+  EXPECT_EQ(empty.size(), 0u);
+}
+
 TEST(InMemoryDataset, UniqueKeysMatchASetOracle) {
   ScratchDir dir;
   const TextSet text = make_text(dir, 3, 700, 0.0, 7, 5000);

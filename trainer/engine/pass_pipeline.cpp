@@ -52,7 +52,6 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   auto prepared = std::make_unique<PreparedPass>();
   prepared->pass = pass;
   read(pass, prepared.get());
-  if (prepared->data != nullptr) prepared->keys = prepared->data->unique_keys_and_slots();
   // The data sets give their distinct keys in ascending order (a reader that does not is sorted
   // here, slots along): moved, not copied, into the shared list.
   dataset::UniqueKeys& keys = prepared->keys;

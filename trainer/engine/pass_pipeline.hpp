@@ -50,8 +50,8 @@ namespace trainer {
 // One pass ready for its begin_pass.
 struct PreparedPass {
   int64_t pass = 0;
-  // runner.reader_type InmemoryDataset: the pass read and shuffled. QueueDataset: `stream`, read
-  // once for `keys` (scan), streamed again by the steps.
+  // runner.reader_type InmemoryDataset: the pass read, its `keys` taken, shuffled and stored in
+  // that order. QueueDataset: `stream`, read once for `keys` (scan), streamed again by the steps.
   std::unique_ptr<dataset::InMemoryDataset> data;
   std::unique_ptr<dataset::QueueDataset> stream;
   // Its unique keys, ascending (shared: the next pass's card work reads them while this pass
@@ -68,11 +68,11 @@ struct PreparedPass {
 };
 
 // Reads pass `pass`'s files (its slice of the schedule, shuffled with that pass's seed) into
-// `into`: its `data`, or its `stream` and `keys`. The trainer's own reading, so a pass read ahead
-// is the one read in place.
+// `into`: its `data` or its `stream`, and its `keys` (unsorted is allowed). The trainer's own
+// reading, so a pass read ahead is the one read in place.
 using ReadPass = std::function<void(int64_t pass, PreparedPass* into)>;
 
-// Reads pass `pass` now and collects its keys (no staging).
+// Reads pass `pass` now, its keys in ascending order (no staging).
 std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass);
 
 // Host bytes a staged key takes (StagedRows: its row of `stride` floats, the key twice and its

@@ -48,7 +48,14 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   const std::string what = "pass " + std::to_string(pass);
   if (config_.runner.reader_type != ReaderType::kQueueDataset) {
     into->data = load_dataset(share, what, pass);
-    if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+    // The keys' slots are those of their first occurrences in the load order: taken before the
+    // instances are stored in the pass's shuffled order, so that the steps (and the plan below)
+    // read each batch's instances in sequence.
+    into->keys = into->data->unique_keys_and_slots();
+    if (config_.runner.shuffle) {
+      into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+      into->data->store_in_order();
+    }
     into->step_sizes = std::make_shared<const PassStepSizes>(
         plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size)));
     return;

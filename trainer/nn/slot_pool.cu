@@ -130,6 +130,15 @@ struct PoolForward {
     float sums[kSums];
     const position_t begin = offsets[segment];
     const position_t end = offsets[segment + 1];
+#if !defined(GPUBOX_BACKEND_CUDA)
+    // cpu: a segment of one key without cvm (the usual slot) in one short loop without the
+    // guards below: the same -0.0f + field sum, so the same bits.
+    if (!use_cvm && end == begin + 1) {
+      const float* field = &records.records[static_cast<int64_t>(begin) * records.pull_dim];
+      for (int k = 0; k < count; ++k) store_as(out + first + k, -0.0f + field[first_field + k]);
+      return;
+    }
+#endif
     if (begin < end && end - begin <= heter_comm::kReduceChunk) {
       // sum_segment's one-chunk order, summed in place (its copy out of a variable count of
       // accumulators compiled to `rep movs`, half of this function's time on the cpu backend).
@@ -199,6 +208,20 @@ struct PoolBackward {
   GPUBOX_HD void write_group(int64_t s, int64_t i, std::size_t segment, int group) const {
     const int first = group * kColumnsPerItem;
     const int count = columns_left(push_dim, first);
+#if !defined(GPUBOX_BACKEND_CUDA)
+    // cpu: a segment of one key whose slot fills the record (the usual one) written directly:
+    // field_value's values, without its per-field branches and the guarded loops below.
+    const uint32_t begin = offsets[segment];
+    if (group == 0 && count == push_dim && offsets[segment + 1] == begin + 1 &&
+        blocks.width_of(s) - cvm_columns >= push_dim - 2) {
+      float* row = push + static_cast<int64_t>(begin) * push_dim;
+      const float* d = d_pooled + i * out_dim + blocks.begin(s) + cvm_columns;
+      row[0] = 1.0f;
+      row[1] = labels[i];
+      for (int k = 0; k < push_dim - 2; ++k) row[2 + k] = scale * d[k];
+      return;
+    }
+#endif
     float values[kColumnsPerItem];
     for (int k = 0; k < kColumnsPerItem; ++k) {
       values[k] = k < count ? field_value(s, i, first + k) : 0.0f;

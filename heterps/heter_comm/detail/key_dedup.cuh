@@ -16,6 +16,7 @@
 // Not thread-safe: one card thread drives it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -93,13 +94,38 @@ struct PrepareSort {
   int partitions;
   LiveSlots live;
   GPUBOX_HD void operator()(std::size_t i) const {
-    if (!live(i)) {
-      wide[i] = device::WideKey{0, static_cast<uint64_t>(partitions)};
+    if (live(i)) {
+      write_live(i);
     } else {
-      const uint32_t owner =
-          partitions > 1 ? static_cast<uint32_t>(owner_card(keys[i], partitions)) : 0u;
-      wide[i] = device::WideKey{keys[i], owner};
+      write_dead(i);
     }
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: block by block, each block's live count read once (live(i) divides twice a position).
+  void run_range(std::size_t begin, std::size_t end) const {
+    for (std::size_t i = begin; i < end;) {
+      std::size_t block_end = end;
+      std::size_t live_end = end;
+      if (live.counts != nullptr) {
+        const std::size_t block = i / live.block;
+        const std::size_t first = block * live.block;
+        block_end = std::min(end, first + live.block);
+        const uint64_t count = live.counts[block * live.stride];
+        live_end = count < block_end - first ? first + static_cast<std::size_t>(count) : block_end;
+      }
+      for (; i < live_end; ++i) write_live(i);
+      for (; i < block_end; ++i) write_dead(i);
+    }
+  }
+#endif
+  GPUBOX_HD void write_live(std::size_t i) const {
+    const uint32_t owner =
+        partitions > 1 ? static_cast<uint32_t>(owner_card(keys[i], partitions)) : 0u;
+    wide[i] = device::WideKey{keys[i], owner};
+    positions[i] = static_cast<position_t>(i);
+  }
+  GPUBOX_HD void write_dead(std::size_t i) const {
+    wide[i] = device::WideKey{0, static_cast<uint64_t>(partitions)};
     positions[i] = static_cast<position_t>(i);
   }
 };
@@ -177,7 +203,18 @@ struct RecordLiveSegments {
   LiveSlots live;
   GPUBOX_HD void operator()(std::size_t i) const {
     const auto live_n = static_cast<position_t>(live.total(n));
+    record(i, live_n, live_n > 0 ? seg_id[live_n - 1] : 0);
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: the live count and the segment count read once for the range, not once a position.
+  void run_range(std::size_t begin, std::size_t end) const {
+    const auto live_n = static_cast<position_t>(live.total(n));
     const position_t count = live_n > 0 ? seg_id[live_n - 1] : 0;
+    for (std::size_t i = begin; i < end; ++i) record(i, live_n, count);
+  }
+#endif
+  // Position i's outputs, given the live positions and the live segments.
+  GPUBOX_HD void record(std::size_t i, position_t live_n, position_t count) const {
     if (count + i <= n) unique_start[count + i] = live_n;  // [count, n) and, when count > 0, n
     if (count == 0 && i == 0) unique_start[n] = live_n;
     if (live_n == 0) {

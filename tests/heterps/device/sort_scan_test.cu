@@ -136,6 +136,34 @@ TEST(PairSorter, ReservedOnceSmallerBatchesAndOtherHighBitsAllocateNothing) {
   }
 }
 
+// Keys whose bits differ only in part (a step's: small feasigns under a 2-bit owner), in all of
+// them, or in none: the stable order either way (the cpu twin's serial sort packs the differing
+// bits of both words into one when they fit, sorts the keys' own digits when not, and places
+// only where a pass's digits differ).
+TEST(PairSorter, SkipsThePassesEveryKeySharesInTheStableOrder) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  sorter.reserve(5000);
+  std::mt19937_64 rng(5);
+  for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{17}, std::size_t{5000}}) {
+    // 62 bits under a varying 2-bit high word, and 64 under a fixed one: one packed word of 64.
+    for (const int low_bits : {0, 5, 11, 12, 13, 22, 25, 62, 64}) {
+      for (const bool high_varies : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << n << " pairs, low bits " << low_bits
+                                          << (high_varies ? ", high varies" : ""));
+        std::vector<WideKey> keys(n);
+        for (WideKey& k : keys) {
+          k.low = low_bits == 64 ? rng() : rng() % (uint64_t{1} << low_bits);
+          k.high = high_varies ? rng() % 3 : 2;
+        }
+        expect_sorted(sorter, card, keys, 2, 0);
+      }
+    }
+  }
+}
+
 #if !defined(GPUBOX_BACKEND_CUDA)
 // The cpu twin on a card of 3 threads (parts of unequal sizes) and of 1: below, at and above
 // kParallelSortLimit, where it sorts on the card's threads, the same stable order as

@@ -7,6 +7,7 @@
 // block (LiveSlots' blocked form: an owner's received blocks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -305,6 +306,47 @@ TEST(KeyDedup, CapturedPlanOverBlockedCountsEqualsAPlanOverTheLiveKeysOnly) {
     EXPECT_EQ(a.starts, want);
   }
 }
+
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The cpu twin's padded plan on a card of 3 threads (each thread's range of positions starting
+// inside a block, PrepareSort and RecordLiveSegments taking a block's live count once) equals
+// the same plan on a card of 1 thread, over blocked counts of 0, some, all and past a block.
+TEST(KeyDedup, PaddedPlanOnTheCardsThreadsEqualsOneThread) {
+  const std::size_t block = 700;
+  const std::size_t blocks = 5;
+  const std::size_t n = block * blocks;  // past parallel_for's serial limit
+  const std::size_t stride = block + 1;
+  const int partitions = 3;
+  const auto keys = random_batch(n, 77);
+  std::vector<uint64_t> counts(blocks * stride, 0);
+  const uint64_t live_counts[blocks] = {0, 350, 700, 900, 1};
+  for (std::size_t b = 0; b < blocks; ++b) counts[b * stride] = live_counts[b];
+  std::vector<Outputs> outputs;
+  std::vector<uint64_t> unique;
+  for (const int threads : {1, 3}) {
+    device::CardSet cards = device::CardSet::from_list("0", 0, 1, threads);
+    device::Card& card = cards.card(0);
+    card.activate();
+    auto batch = device::to_device(keys, card.memory(), card.stream());
+    auto framed = device::to_device(counts, card.memory(), card.stream());
+    KeyDedup padded(card, partitions);
+    padded.reserve(n);
+    padded.run_padded(batch.data(), n, LiveSlots{framed.data(), block, stride}, card.stream());
+    unique.push_back(device::to_host(padded.live_count_on_card(), 1, card.stream())[0]);
+    outputs.push_back(read(padded, n, unique.back(), partitions, card.stream()));
+  }
+  ASSERT_EQ(unique[0], unique[1]);
+  EXPECT_GT(unique[0], 0u);
+  EXPECT_EQ(outputs[0].unique, outputs[1].unique);
+  EXPECT_EQ(outputs[0].owner_begin, outputs[1].owner_begin);
+  EXPECT_EQ(outputs[0].starts, outputs[1].starts);
+  EXPECT_EQ(outputs[0].sorted_pos, outputs[1].sorted_pos);
+  for (std::size_t i = 0; i < n; ++i) {  // a dead position's is not written
+    if (i % block >= std::min<uint64_t>(live_counts[i / block], block)) continue;
+    ASSERT_EQ(outputs[0].occurrence_unique[i], outputs[1].occurrence_unique[i]) << i;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace gpubox::heter_comm::detail
