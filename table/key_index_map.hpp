@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "common/macros.hpp"
 
 namespace gpubox::table {
 
@@ -37,7 +38,9 @@ class KeyIndexMap {
   }
 
   // Hints the cache about the slot find(key) starts at (bulk lookups prefetch a few keys ahead).
-  void prefetch(uint64_t key) const { __builtin_prefetch(&slots_[home(key)]); }
+  // Forced inline: a function whose only effect is a prefetch is one without effects to g++
+  // (ipa-pure-const), and a call it did not inline first is dropped (row_arena.hpp).
+  GPUBOX_FORCEINLINE void prefetch(uint64_t key) const { __builtin_prefetch(&slots_[home(key)]); }
 
   // Precondition: `key` is absent and `value` != kAbsent.
   void insert(uint64_t key, uint32_t value) {

@@ -355,7 +355,16 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/false, &idx, nullptr));
     const uint32_t now = epochs_->current.load();
     bool moved = false;  // a row changed class in this piece: earlier handles may be stale
+    // As pull: the rows written lie anywhere in the arena (an end_pass writes back every row of
+    // the pass), so each store would wait on its cache miss. Not after a row changed class (a
+    // handle may then be one released).
+    constexpr std::size_t kAhead = 4;
+    const auto prefetch = [&](std::size_t j) {
+      if (idx[j] != kAbsent && !moved) arena_.prefetch(idx[j]);
+    };
+    for (std::size_t j = 0; j < std::min(n, kAhead); ++j) prefetch(j);
     for (std::size_t j = 0; j < n; ++j) {
+      if (j + kAhead < n) prefetch(j + kAhead);
       const uint64_t key = keys[piece_pos[j]];
       const float* pushed = rows + piece_pos[j] * stride;
       StatusOr<uint32_t> width_class = row_class(key, pushed);

@@ -51,6 +51,9 @@ class CardStoreRef {
   }
   // The key's row index, or kInvalidRow when the card does not hold it.
   GPUBOX_HD row_index_t find(uint64_t key) const { return table_.find(key); }
+  // Hint for a loop of finds over keys at random: `key` is looked up soon (cpu backend: its home
+  // line in the hash table; nothing on the card).
+  GPUBOX_HD GPUBOX_FORCEINLINE void prefetch_find(uint64_t key) const { table_.prefetch(key); }
   // The row changed since it came from the host tier: end_pass writes it back. Several threads
   // may mark one row (all write 1).
   GPUBOX_HD void mark_dirty(row_index_t index) const { dirty_[index] = 1; }

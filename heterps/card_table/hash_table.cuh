@@ -18,7 +18,9 @@ class TableFindRef {
   explicit TableFindRef(detail::FindEngine engine) : engine_(engine) {}
   // The key's row, or kInvalidRow when absent.
   GPUBOX_HD row_index_t find(uint64_t key) const { return engine_.find(key); }
-  GPUBOX_HD void prefetch(uint64_t key) const { engine_.prefetch(key); }
+  // Forced inline: g++ takes a function whose only effect is a prefetch for one without effects
+  // (ipa-pure-const) and drops calls to it that were not inlined first.
+  GPUBOX_HD GPUBOX_FORCEINLINE void prefetch(uint64_t key) const { engine_.prefetch(key); }
 
  private:
   detail::FindEngine engine_{};

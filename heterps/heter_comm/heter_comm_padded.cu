@@ -91,6 +91,13 @@ struct FindBlockKeys {
   GPUBOX_HD void operator()(std::size_t q) const {
     const uint64_t* from = recv_keys + q / block * (block + 1);
     const std::size_t j = q % block;
+#if !GPUBOX_ON_DEVICE
+    // The cpu runs a block's slots in order: the hash line of the live key kPrefetchDistance
+    // ahead is fetched while this one is looked up (each find was a cache miss).
+    if (j + card_table::detail::kPrefetchDistance < from[0]) {
+      store.prefetch_find(from[1 + j + card_table::detail::kPrefetchDistance]);
+    }
+#endif
     if (j >= from[0]) {
       keys[q] = 0;
       rows[q] = card_table::kInvalidRow;

@@ -69,13 +69,17 @@ GPUBOX_HD inline PartRule embedx_rule(const SparseOptimizerConfig& cfg) {
                   cfg.mf_max_bound,     cfg.mf_weight_decay,  0.0f};
 }
 
+// w < min_bound ? min_bound : (w > max_bound ? max_bound : w), for every w and bounds, written
+// as two selects rather than nested ones so that a loop of it vectorizes (adam_update).
 GPUBOX_HD inline float clip_weight(float w, const PartRule& rule) {
-  return w < rule.min_bound ? rule.min_bound : (w > rule.max_bound ? rule.max_bound : w);
+  const float below_max = w > rule.max_bound ? rule.max_bound : w;
+  return w < rule.min_bound ? rule.min_bound : below_max;
 }
 
-// The gradient of one weight for this step (see the file comment), read before w changes.
+// The gradient of one weight for this step (see the file comment), read before w changes. The
+// sign is 1, -1 or 0 (NaN: 0) as a difference of two selects (vectorizes, as clip_weight).
 GPUBOX_HD inline float step_gradient(float push_g, float w, const PartRule& rule, float scale) {
-  const float sign = w > 0.0f ? 1.0f : (w < 0.0f ? -1.0f : 0.0f);
+  const float sign = (w > 0.0f ? 1.0f : 0.0f) - (w < 0.0f ? 1.0f : 0.0f);
   return push_g / scale + rule.weight_decay * w + rule.l1_decay * sign;
 }
 
@@ -112,10 +116,36 @@ GPUBOX_HD inline float adam_step_size(float learning_rate, float beta1_pow, floa
   return learning_rate * sqrtf(1.0f - beta2_pow) / (1.0f - beta1_pow);
 }
 
+// One adam weight: its moments m, v advanced by the step's gradient, the new weight returned.
+GPUBOX_HD GPUBOX_FORCEINLINE float adam_weight(float w, float push_g, float& m, float& v,
+                                               const PartRule& rule, float b1, float b2, float lr,
+                                               float epsilon, float scale) {
+  const float g = step_gradient(push_g, w, rule, scale);
+  m = b1 * m + (1.0f - b1) * g;
+  v = b2 * v + (1.0f - b2) * g * g;
+  return clip_weight(w - lr * (m / (sqrtf(v) + epsilon)), rule);
+}
+
+// adam over fp32 weights, which lie side by side in the row: nothing aliases and every element
+// is adam_weight's, so the loop vectorizes (on cpu: the sqrt and division 4 lanes wide) with each
+// element's operations in the same order, the same bits as one at a time. g++ vectorizes a sqrt
+// only in a TU built without errno (-fno-math-errno; the optimize attribute does not do it), so
+// this, adam_update, update_part and apply_push are inlined into their callers: ApplyUpdates
+// (heterps/heter_comm, built so) gets the vector loop whichever TU's copy of an out-of-line
+// function the linker would have kept.
+GPUBOX_HD GPUBOX_FORCEINLINE void adam_fp32(float* __restrict__ w, float* __restrict__ gsum,
+                                            float* __restrict__ g2sum, const float* __restrict__ g,
+                                            int32_t dim, const PartRule rule, float b1, float b2,
+                                            float lr, float epsilon, float scale) {
+  for (int32_t i = 0; i < dim; ++i) {
+    w[i] = adam_weight(w[i], g[i], gsum[i], g2sum[i], rule, b1, b2, lr, epsilon, scale);
+  }
+}
+
 // state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]
-GPUBOX_HD inline void adam_update(PartWeights w, float* state, const float* g, int32_t dim,
-                                  const PartRule& rule, const SparseOptimizerConfig& cfg,
-                                  float scale) {
+GPUBOX_HD GPUBOX_FORCEINLINE void adam_update(PartWeights w, float* state, const float* g,
+                                              int32_t dim, const PartRule& rule,
+                                              const SparseOptimizerConfig& cfg, float scale) {
   float* gsum = state;
   float* g2sum = state + dim;
   float& beta1_pow = state[2 * dim];
@@ -123,12 +153,14 @@ GPUBOX_HD inline void adam_update(PartWeights w, float* state, const float* g, i
   const float b1 = cfg.beta1_decay_rate;
   const float b2 = cfg.beta2_decay_rate;
   const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
-  for (int32_t i = 0; i < dim; ++i) {
-    const float wi = w.get(i);
-    const float gi = step_gradient(g[i], wi, rule, scale);
-    gsum[i] = b1 * gsum[i] + (1.0f - b1) * gi;
-    g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * gi * gi;
-    w.set(i, clip_weight(wi - lr * (gsum[i] / (sqrtf(g2sum[i]) + cfg.ada_epsilon)), rule));
+  if (w.embedx && !w.layout.packed()) {
+    adam_fp32(w.row + w.layout.embedx_w(), gsum, g2sum, g, dim, rule, b1, b2, lr, cfg.ada_epsilon,
+              scale);
+  } else {
+    for (int32_t i = 0; i < dim; ++i) {
+      w.set(i, adam_weight(w.get(i), g[i], gsum[i], g2sum[i], rule, b1, b2, lr, cfg.ada_epsilon,
+                           scale));
+    }
   }
   beta1_pow *= b1;
   beta2_pow *= b2;
@@ -166,9 +198,9 @@ GPUBOX_HD inline void shared_adam_update(PartWeights w, float* state, const floa
 
 // One step of `kind` over one part. The kind is uniform over a batch, so the switch does not
 // diverge across card threads.
-GPUBOX_HD inline void update_part(SparseOptimizerKind kind, PartWeights w, float* state,
-                                  const float* g, int32_t dim, const PartRule& rule,
-                                  const SparseOptimizerConfig& cfg, float scale) {
+GPUBOX_HD GPUBOX_FORCEINLINE void update_part(SparseOptimizerKind kind, PartWeights w, float* state,
+                                              const float* g, int32_t dim, const PartRule& rule,
+                                              const SparseOptimizerConfig& cfg, float scale) {
   switch (kind) {
     case SparseOptimizerKind::kSgd:
       sgd_update(w, g, dim, rule, scale);
@@ -196,8 +228,9 @@ GPUBOX_HD inline void update_part(SparseOptimizerKind kind, PartWeights w, float
 //   score reaches embedx_threshold (its gradient of this step is not applied).
 // Returns true when this step created the embedx part. `row` is a row of `layout`'s optimizer,
 // of any width (its own layout, RowLayout::of_row, is used); `push` holds at least its width.
-GPUBOX_HD inline bool apply_push(float* row, const RowLayout& any_layout, const AccessorConfig& cfg,
-                                 uint64_t key, const float* push) {
+GPUBOX_HD GPUBOX_FORCEINLINE bool apply_push(float* row, const RowLayout& any_layout,
+                                             const AccessorConfig& cfg, uint64_t key,
+                                             const float* push) {
   const RowLayout layout = any_layout.of_row(row);
   const float show = push[PushRecord::kShow];
   const float click = push[PushRecord::kClick];

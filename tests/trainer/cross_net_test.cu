@@ -357,6 +357,13 @@ TEST_F(CrossFunctorRangesTest, RunRangeIsBitEqualToPerEntryCalls) {
           "ColumnSum rows " + std::to_string(rows));
     }
   }
+  // Row dot products, rows in blocks of 4 on cpu: 37 rows cut mid-block (cuts at 1, 7, 21, 36).
+  expect_bit_equal(
+      kRows, {random_vector(kRows, rng_)},
+      [&](std::vector<std::vector<float>>& o) {
+        return RowDot{g.data(), x0.data(), o[0].data(), kStride, kCols};
+      },
+      "RowDot");
 }
 #endif
 

@@ -13,23 +13,10 @@
 namespace gpubox::trainer {
 namespace {
 using detail::entries;
+using detail::RowDot;
 using detail::VectorCombine;
 using detail::VectorX0Grad;
 
-// t[i] = g[i] . x0[i] (one thread per row, columns in order: deterministic).
-struct RowDot {
-  const float* g;
-  const float* x0;
-  float* t;
-  int64_t ld;
-  int dim;
-  GPUBOX_HD void operator()(std::size_t i) const {
-    const int64_t row = static_cast<int64_t>(i) * ld;
-    float sum = 0.0f;
-    for (int j = 0; j < dim; ++j) sum += g[row + j] * x0[row + j];
-    t[i] = sum;
-  }
-};
 }  // namespace
 
 void CrossNet::add_vector_blocks(DenseParameters& params, int l) {

@@ -20,21 +20,38 @@ struct FmShape {
 };
 
 #if !defined(GPUBOX_BACKEND_CUDA)
-// cpu: the embedx columns a run_range pass holds at once (sums and squares on the stack).
-constexpr int kFmColumnBlock = 16;
+// cpu: the embedx columns a run_range pass holds at once.
+constexpr int kFmColumnBlock = 8;
+
+// Calls block(k0, count) for the column blocks of [0, mf_dim) in order: `count` is a compile-time
+// kFmColumnBlock for the full blocks (their sums and squares then stay in registers rather than
+// on the stack, where each slot's add waited on a store) and an int for a last partial one.
+template <class Block>
+GPUBOX_FORCEINLINE void for_column_blocks(int mf_dim, const Block& block) {
+  int k0 = 0;
+  for (; k0 + kFmColumnBlock <= mf_dim; k0 += kFmColumnBlock) {
+    block(k0, std::integral_constant<int, kFmColumnBlock>{});
+  }
+  if (k0 < mf_dim) block(k0, mf_dim - k0);
+}
 
 // sum[c] = sum_s v_s(k0 + c) and, with squares, squares[c] = sum_s v_s(k0 + c)^2 for
 // c < count, slots in order as the per-instance loops add them (bit-equal), walked slot by slot
-// so that the inner loop over contiguous columns vectorizes.
-template <class T>
-void fm_column_sums(const T* row, const FmShape& shape, int k0, int count, float* sum,
-                    float* squares) {
+// so that the inner loop over contiguous columns vectorizes. The squares take a walk of their
+// own (the block's values are in L1 by then): in one walk g++ kept the 16 accumulators of a
+// full block in scalar registers and on the stack.
+template <class T, class Count>
+GPUBOX_FORCEINLINE void fm_column_sums(const T* row, const FmShape& shape, int k0, Count count,
+                                       float* sum, float* squares) {
   std::fill(sum, sum + count, 0.0f);
-  if (squares != nullptr) std::fill(squares, squares + count, 0.0f);
   for (int s = 0; s < shape.slots; ++s) {
     const T* __restrict v = row + s * shape.width + k0;
     for (int c = 0; c < count; ++c) sum[c] += to_float(v[c]);
-    if (squares == nullptr) continue;
+  }
+  if (squares == nullptr) return;
+  std::fill(squares, squares + count, 0.0f);
+  for (int s = 0; s < shape.slots; ++s) {
+    const T* __restrict v = row + s * shape.width + k0;
     for (int c = 0; c < count; ++c) squares[c] += to_float(v[c]) * to_float(v[c]);
   }
 }
@@ -66,12 +83,11 @@ struct FmForward {
     for (std::size_t i = begin; i < end; ++i) {
       const T* row = rows + static_cast<int64_t>(i) * ld + shape.embedx_column;
       float pairs = 0.0f;
-      for (int k0 = 0; k0 < shape.mf_dim; k0 += kFmColumnBlock) {
-        const int count = std::min(kFmColumnBlock, shape.mf_dim - k0);
+      for_column_blocks(shape.mf_dim, [&](int k0, auto count) {
         float sum[kFmColumnBlock], squares[kFmColumnBlock];
         fm_column_sums(row, shape, k0, count, sum, squares);
         for (int c = 0; c < count; ++c) pairs += sum[c] * sum[c] - squares[c];
-      }
+      });
       logits[i] += 0.5f * pairs;
     }
   }
@@ -105,16 +121,15 @@ struct FmBackward {
       const T* row = rows + static_cast<int64_t>(i) * ld + shape.embedx_column;
       float* d_row = d_pooled + static_cast<int64_t>(i) * d_ld + shape.embedx_column;
       const float g = dlogits[i];
-      for (int k0 = 0; k0 < shape.mf_dim; k0 += kFmColumnBlock) {
-        const int count = std::min(kFmColumnBlock, shape.mf_dim - k0);
+      for_column_blocks(shape.mf_dim, [&](int k0, auto count) {
         float sum[kFmColumnBlock];
-        fm_column_sums(row, shape, k0, count, sum, nullptr);
+        fm_column_sums(row, shape, k0, count, sum, static_cast<float*>(nullptr));
         for (int s = 0; s < shape.slots; ++s) {
           const T* __restrict v = row + s * shape.width + k0;
           float* __restrict d = d_row + s * shape.width + k0;
           for (int c = 0; c < count; ++c) d[c] += g * (sum[c] - to_float(v[c]));
         }
-      }
+      });
     }
   }
 #endif

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -453,6 +454,49 @@ TEST(SparseOptimizer, EmbedThresholdCountsBeforeItLearns) {
   EXPECT_EQ(row[RowLayout::kShow], 2.0f);
   apply_push(row.data(), layout, cfg, 11, push.data());  // score 0.3
   EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW], w0 - 0.5f * (0.8f + 0.25f * w0));
+}
+
+// adam over a row's fp32 weights (update_part -> adam_fp32) is one loop that the cpu build
+// vectorizes: this TU is built as heterps' ApplyUpdates is (-fno-math-errno on cpu). It must give
+// the bits of one weight at a time (a loop kept scalar by a volatile), for widths below, at and
+// past a vector's, over steps that clip at both bounds, cross zero and decay (L2 and, on a
+// hand-made rule, L1's sign), with show-scaled gradients.
+TEST(SparseOptimizer, AdamRowLoopMatchesOneWeightAtATime) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> grad(-2.0f, 2.0f);
+  for (const int dim : {1, 3, 4, 5, 8, 9, 17, 64}) {
+    AccessorConfig cfg = make_config(SparseOptimizerKind::kAdam, dim);
+    const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+    PartRule rule = embedx_rule(cfg.optimizer);
+    rule.l1_decay = 0.03f;
+    std::vector<float> row(layout.stride(), 0.0f);
+    float* state = row.data() + layout.embedx_state();
+    state[2 * dim] = cfg.optimizer.beta1_decay_rate;
+    state[2 * dim + 1] = cfg.optimizer.beta2_decay_rate;
+    std::vector<float> w(dim, 0.0f), m(dim, 0.0f), v(dim, 0.0f), g(dim);
+    int clipped = 0, zeros = 0;
+    for (int step = 0; step < 30; ++step) {
+      for (float& gi : g) gi = grad(rng);
+      const float scale = static_cast<float>(1 + step % 3);
+      const float lr = adam_step_size(rule.learning_rate, state[2 * dim], state[2 * dim + 1]);
+      update_part(SparseOptimizerKind::kAdam, PartWeights{row.data(), layout, true}, state,
+                  g.data(), dim, rule, cfg.optimizer, scale);
+      for (int i = 0; i < dim; ++i) {
+        volatile float w_i = w[i];
+        w[i] = adam_weight(w_i, g[i], m[i], v[i], rule, cfg.optimizer.beta1_decay_rate,
+                           cfg.optimizer.beta2_decay_rate, lr, cfg.optimizer.ada_epsilon, scale);
+        clipped += w[i] == rule.min_bound || w[i] == rule.max_bound;
+        zeros += w_i == 0.0f;
+      }
+      const std::string what = "dim " + std::to_string(dim) + " step " + std::to_string(step);
+      ASSERT_EQ(std::memcmp(row.data() + layout.embedx_w(), w.data(), dim * sizeof(float)), 0)
+          << what << " w";
+      ASSERT_EQ(std::memcmp(state, m.data(), dim * sizeof(float)), 0) << what << " gsum";
+      ASSERT_EQ(std::memcmp(state + dim, v.data(), dim * sizeof(float)), 0) << what << " g2sum";
+    }
+    EXPECT_GT(clipped, 0) << "dim " << dim;
+    EXPECT_GT(zeros, 0) << "dim " << dim;  // the first step's sign(0)
+  }
 }
 
 }  // namespace

@@ -194,6 +194,41 @@ struct PooledGrad {
 #endif
 };
 
+// t[i] = g[i] . x0[i] (one thread per row, columns in order: deterministic).
+struct RowDot {
+  const float* g;
+  const float* x0;
+  float* t;
+  int64_t ld;
+  int dim;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const int64_t row = static_cast<int64_t>(i) * ld;
+    float sum = 0.0f;
+    for (int j = 0; j < dim; ++j) sum += g[row + j] * x0[row + j];
+    t[i] = sum;
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: kRows rows side by side, each summed in column order from 0 as above (the same bits):
+  // a row's adds wait on each other, the rows' do not, so they overlap.
+  void run_range(std::size_t begin, std::size_t end) const {
+    constexpr std::size_t kRows = 4;
+    std::size_t i = begin;
+    for (; i + kRows <= end; i += kRows) {
+      const int64_t first = static_cast<int64_t>(i) * ld;
+      float sum[kRows] = {};
+      for (int j = 0; j < dim; ++j) {
+        for (std::size_t r = 0; r < kRows; ++r) {
+          const int64_t at = first + static_cast<int64_t>(r) * ld + j;
+          sum[r] += g[at] * x0[at];
+        }
+      }
+      for (std::size_t r = 0; r < kRows; ++r) t[i + r] = sum[r];
+    }
+    for (; i < end; ++i) (*this)(i);
+  }
+#endif
+};
+
 // sums[j] (+)= sum over the rows of m[i, j] (one thread per column, rows in order:
 // deterministic).
 struct ColumnSum {
