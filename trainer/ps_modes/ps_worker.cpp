@@ -125,12 +125,18 @@ Status PsWorker::push_gradients(const uint64_t* keys, const int32_t* slots, std:
   return pushed.with_context(step_context("pushing the gradients", pass, step));
 }
 
-void PsWorker::gather(const dataset::Batch& batch, int64_t pass, int64_t step, RowSlot* slot) {
-  slot->keys.gather(batch, slot_ids_, growth_);
-  growth_.resize(&slot->rows,
-                 slot->keys.size() * static_cast<std::size_t>(servers_.layout().stride()));
-  slot->pass = pass;
-  slot->step = step;
+void PsWorker::gather(const dataset::Batch& batch, int64_t pass, int64_t step, int index) {
+  RowSlot& slot = rows_[index];
+  slot.keys.gather(batch, slot_ids_, growth_);
+  growth_.resize(&slot.rows,
+                 slot.keys.size() * static_cast<std::size_t>(servers_.layout().stride()));
+  slot.pass = pass;
+  slot.step = step;
+  // The other slot takes the same room (no pull fills it now: see the callers), so that a
+  // batch like one before grows neither, whichever slot it lands in.
+  RowSlot& other = rows_[1 - index];
+  other.keys.reserve(slot.keys.capacity(), growth_);
+  growth_.reserve(&other.rows, slot.rows.capacity());
 }
 
 PsWorker::RowSlot& PsWorker::take_rows(const dataset::Batch& batch, int64_t pass, int64_t step,
@@ -145,12 +151,17 @@ PsWorker::RowSlot& PsWorker::take_rows(const dataset::Batch& batch, int64_t pass
                    slot.keys.occurrence_index().size(), " keys)");
     return slot;
   }
-  gather(batch, pass, step, &slot);
+  gather(batch, pass, step, current_);
   if (local_rows) {
     const std::size_t unique = slot.keys.size();
     growth_.resize(&geo_locals_, unique);
     geo_->read(slot.keys.keys().data(), slot.keys.slots().data(), unique, slot.rows.data(),
                geo_locals_.data());
+  } else if (row_calls_ != nullptr) {
+    // Behind this thread's pushes still queued: the rows hold every update of its own.
+    const int index = current_;
+    throw_rows_failure(
+        row_calls_->wait(row_calls_->submit([this, index] { return pull_rows(rows_[index]); })));
   } else {
     throw_if_error(pull_rows(slot));
   }
@@ -160,9 +171,33 @@ PsWorker::RowSlot& PsWorker::take_rows(const dataset::Batch& batch, int64_t pass
 void PsWorker::prefetch(const dataset::Batch& next, int64_t pass, int64_t step) {
   const int other = 1 - current_;
   RowSlot& slot = rows_[other];
-  gather(next, pass, step, &slot);
+  gather(next, pass, step, other);
   slot.ticket = row_calls_->submit([this, other] { return pull_rows(rows_[other]); });
   slot.pulling = true;
+}
+
+void PsWorker::wait_push(PushSlot& push) {
+  if (!push.pushing) return;
+  push.pushing = false;
+  throw_rows_failure(row_calls_->wait(push.ticket));
+}
+
+std::vector<float>* PsWorker::merge_target(std::size_t unique) {
+  if (row_calls_ == nullptr) return &merged_;
+  PushSlot& push = pushes_[next_push_];
+  wait_push(push);  // two steps ago: sent long since, as the pull after it was waited for
+  const std::size_t values = unique * static_cast<std::size_t>(servers_.layout().push_dim());
+  if (unique > push.keys.capacity() || values > push.values.capacity()) {
+    // A batch with more keys than any before: both slots grow now (the other's push waited
+    // for), so that a batch like one before grows neither.
+    for (PushSlot& slot : pushes_) {
+      wait_push(slot);
+      growth_.reserve(&slot.keys, unique);
+      growth_.reserve(&slot.slots, unique);
+      growth_.reserve(&slot.values, values);
+    }
+  }
+  return &push.values;
 }
 
 void PsWorker::push_rows(const RowSlot& slot, int64_t pass, int64_t step) {
@@ -174,16 +209,11 @@ void PsWorker::push_rows(const RowSlot& slot, int64_t pass, int64_t step) {
   }
   const int p = next_push_;
   next_push_ = 1 - next_push_;
-  PushSlot& push = pushes_[p];
-  if (push.pushing) {  // two steps ago: sent long since, as the pull after it was waited for
-    push.pushing = false;
-    throw_rows_failure(row_calls_->wait(push.ticket));
-  }
+  PushSlot& push = pushes_[p];  // its values merged in already (merge_target)
   growth_.resize(&push.keys, n);
   growth_.resize(&push.slots, n);
   std::copy(slot.keys.keys().begin(), slot.keys.keys().end(), push.keys.begin());
   std::copy(slot.keys.slots().begin(), slot.keys.slots().end(), push.slots.begin());
-  std::swap(push.values, merged_);  // merged_ takes the old buffer for the next step
   push.pass = pass;
   push.step = step;
   push.ticket = row_calls_->submit([this, p] {
@@ -265,7 +295,7 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
   metrics_->add(model_->predictions(), buffers_->labels.data(), size,
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
-  merge_push(slot.keys, batch.keys.size());
+  merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
   if (geo_) {
     geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
   } else {
@@ -277,17 +307,18 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
   return loss;
 }
 
-void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences) {
+void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,
+                          std::vector<float>* merged) {
   const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
   const std::size_t push_floats = occurrences * push_dim;
   growth_.fit(&push_, push_floats);
   device::copy_async(push_.data(), buffers_->push.data(), push_floats, card_.stream());
   card_.stream().synchronize();
-  growth_.resize(&merged_, keys.size() * push_dim);
-  std::fill(merged_.begin(), merged_.end(), 0.0f);
+  growth_.resize(merged, keys.size() * push_dim);
+  std::fill(merged->begin(), merged->end(), 0.0f);
   const std::vector<uint32_t>& index = keys.occurrence_index();
   for (std::size_t j = 0; j < occurrences; ++j) {
-    float* into = merged_.data() + std::size_t{index[j]} * push_dim;
+    float* into = merged->data() + std::size_t{index[j]} * push_dim;
     const float* from = push_.data() + j * push_dim;
     for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
   }

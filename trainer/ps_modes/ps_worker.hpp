@@ -18,7 +18,9 @@
 //          was applied and before push(k), so a step's rows lack at most this thread's own
 //          previous step's update of the keys they share (and, as before, whatever other
 //          threads had not pushed yet), as Paddle's async Communicator sends a step's sparse
-//          gradients from its queue while the next step's lookups already run. finish_rows()
+//          gradients from its queue while the next step's lookups already run (a step given
+//          no batch before it pulls its own rows behind the queue: they miss nothing of its
+//          own). finish_rows()
 //          (sync_dense() calls it) waits for the queue: every pass ends with every push
 //          applied. A failed call (a dead server: the transport's error names it) fails the
 //          step that waits for it next, naming the pass and step of the call that failed; the
@@ -142,7 +144,7 @@ class PsWorker {
     int64_t step = 0;
   };
   // A step's push handed to row_calls_: its keys, slots and merged gradients (distinct keys x
-  // push_dim), the batch's own until the call ran.
+  // push_dim), the call's until it ran. Both slots grow together (merge_target).
   struct PushSlot {
     std::vector<uint64_t> keys;
     std::vector<int32_t> slots;
@@ -152,8 +154,9 @@ class PsWorker {
     int64_t pass = 0;
     int64_t step = 0;
   };
-  // `batch`'s distinct keys into *slot, its rows sized for them, for step `step` of `pass`.
-  void gather(const dataset::Batch& batch, int64_t pass, int64_t step, RowSlot* slot);
+  // `batch`'s distinct keys into rows_[index], its rows sized for them, for step `step` of
+  // `pass`; the other slot is given as much room.
+  void gather(const dataset::Batch& batch, int64_t pass, int64_t step, int index);
   // Pulls the rows of slot's keys from the servers (on the training thread or row_calls_'); a
   // failure names the slot's pass and step.
   Status pull_rows(RowSlot& slot);
@@ -165,6 +168,11 @@ class PsWorker {
   RowSlot& take_rows(const dataset::Batch& batch, int64_t pass, int64_t step, bool local_rows);
   // Starts the pull of `next`'s rows into the other slot (async).
   void prefetch(const dataset::Batch& next, int64_t pass, int64_t step);
+  // Waits for the push `push` holds, if any.
+  void wait_push(PushSlot& push);
+  // Where this step's merged gradients of `unique` keys go: merged_, or (async) the values of
+  // the push slot push_rows() hands over next, its last push waited for and its room made.
+  std::vector<float>* merge_target(std::size_t unique);
   // Hands the merged gradients of `slot`'s keys to row_calls_, or pushes them now (sync).
   void push_rows(const RowSlot& slot, int64_t pass, int64_t step);
   // Throws `status` of a row_calls_ wait unless OK (and notes that it did, for the destructor).
@@ -173,8 +181,8 @@ class PsWorker {
   void upload(const dataset::Batch& batch, const RowSlot& slot);
   DenseBatchView batch_view(const dataset::Batch& batch) const;
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
-  // of `keys` into merged_.
-  void merge_push(const BatchKeys& keys, std::size_t occurrences);
+  // of `keys` into *merged (merge_target()).
+  void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
   // *into = the dense parameters (host copy, into a reused buffer, through read_back_).
   void read_dense(std::vector<float>* into);
   // The dense parameters = `values` (through read_back_, as read_dense).
