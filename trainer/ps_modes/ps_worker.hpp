@@ -183,6 +183,8 @@ class PsWorker {
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
   // of `keys` into *merged (merge_target()).
   void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
+  // read_back_ = the dense parameters (waits for the card); returns their count.
+  std::size_t read_back_dense();
   // *into = the dense parameters (host copy, into a reused buffer, through read_back_).
   void read_dense(std::vector<float>* into);
   // The dense parameters = `values` (through read_back_, as read_dense).
@@ -190,6 +192,8 @@ class PsWorker {
   // Waits for the last upload's copies if they are still under way (an eval step's), so that
   // the pinned batch buffers can be overwritten or regrown.
   void reuse_upload_buffers();
+  // Waits for the exchange under way, if any (false: none); throws its error.
+  bool wait_exchange();
   // Adopts the exchange under way, if any (waits for it; throws its error).
   void finish_exchange();
   // Adds the card allocations since `before` to card_allocations_.
