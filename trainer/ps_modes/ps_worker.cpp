@@ -58,9 +58,9 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
 // pass's last sync_dense() (which throws its error) did not run, so the thread is unwinding from
 // an earlier error, which is the one reported. A destructor cannot return this one, so it is
 // logged (the status names the server) rather than lost; the wait itself is needed, as the
-// exchange uses this worker's buffers and servers.
-// The rows' pushes still queued are sent the same way (the steps that made them were taken); a
-// failure of theirs is logged unless a step or finish_rows() threw it already.
+// exchange uses this worker's buffers and servers. The rows' pushes still queued are sent the
+// same way (the steps that made them were taken); a failure of theirs is logged unless a step or
+// finish_rows() threw it already.
 PsWorker::~PsWorker() {
   if (row_calls_ != nullptr) {
     const Status st = row_calls_->drain();

@@ -20,11 +20,10 @@
 //          threads had not pushed yet), as Paddle's async Communicator sends a step's sparse
 //          gradients from its queue while the next step's lookups already run (a step given
 //          no batch before it pulls its own rows behind the queue: they miss nothing of its
-//          own). finish_rows()
-//          (sync_dense() calls it) waits for the queue: every pass ends with every push
-//          applied. A failed call (a dead server: the transport's error names it) fails the
-//          step that waits for it next, naming the pass and step of the call that failed; the
-//          calls queued behind it are not sent.
+//          own). finish_rows() (sync_dense() calls it) waits for the queue: every pass ends
+//          with every push applied. A failed call (a dead server: the transport's error names
+//          it) fails the step that waits for it next, naming the pass and step of the call that
+//          failed; the calls queued behind it are not sent.
 //   dense: sync_dense() pushes the change of the dense parameters since the last sync (times a
 //          scale) to the servers' dense table and adopts the merged values. exchange_dense()
 //          (async) does the same off the training thread, one window behind: it adopts the
