@@ -8,9 +8,10 @@
 // page by page, and unmapped again. Fixed thresholds of 32 MiB each (glibc's largest mmap
 // threshold; setting one turns off glibc's adjustment of both, so both are set) keep the freed
 // buffers in the heap: gpubox_server's system time in scripts/bench_peer_paddle.sh --mode ps's
-// async run fell from 1.6 to 0.8 s a run, and the job's examples/s rose by a third, its replies
-// no longer waiting on page faults. What the heap keeps is bounded by what the process used at
-// its peak (and 32 MiB of free top a heap), not returned at once after a burst.
+// async run fell from 1.6 to 0.8 s a run, and the job's examples/s rose 1.1-1.4x in interleaved
+// runs on a loaded 2-core machine, its replies no longer waiting on page faults. What the heap
+// keeps is bounded by what the process used at its peak (and 32 MiB of free top a heap), not
+// returned at once after a burst.
 //
 // Thread-safety: call once at the start of main, before other threads allocate.
 #pragma once
