@@ -22,6 +22,7 @@
 #include "common/config/config_document.hpp"
 #include "common/config/slot_dims.hpp"
 #include "common/logging.hpp"
+#include "common/malloc_reuse.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/host_tier_factory.hpp"
@@ -399,6 +400,8 @@ std::string usage_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every frame's buffers reused, not mapped and faulted in again (common/malloc_reuse.hpp).
+  (void)gpubox::keep_freed_memory_for_reuse();
   // The one front end (common/cli_args.hpp): flags, -o key=value, --help, --version, ranges.
   gpubox::cli::CommandSpec spec;
   spec.tool = "gpubox_server";

@@ -12,12 +12,23 @@ std::size_t BatchKeys::find_slot(uint64_t key) const {
   return slot;
 }
 
+std::size_t BatchKeys::index_entries(std::size_t occurrences) {
+  std::size_t entries = 16;
+  while (entries < 2 * occurrences) entries *= 2;
+  return entries;
+}
+
+void BatchKeys::reserve(std::size_t occurrences, BufferGrowth& growth) {
+  growth.reserve(&index_, index_entries(occurrences));
+  growth.reserve(&keys_, occurrences);
+  growth.reserve(&slots_, occurrences);
+  growth.reserve(&occurrence_index_, occurrences);
+}
+
 void BatchKeys::gather(const dataset::Batch& batch, const std::vector<int32_t>& slot_ids,
                        BufferGrowth& growth) {
   const std::size_t occurrences = batch.keys.size();
-  // At most half full: probes stay short.
-  std::size_t entries = 16;
-  while (entries < 2 * occurrences) entries *= 2;
+  const std::size_t entries = index_entries(occurrences);
   growth.resize(&index_, entries);
   std::fill(index_.begin(), index_.end(), kEmpty);
   mask_ = entries - 1;

@@ -21,6 +21,11 @@ class BatchKeys {
   // Gathers `batch`'s keys; slot s's keys get slot id slot_ids[s] (batch.num_slots of them).
   void gather(const dataset::Batch& batch, const std::vector<int32_t>& slot_ids,
               BufferGrowth& growth);
+  // Room for a batch of `occurrences` keys, so that gathering one grows nothing (a PS thread's
+  // second set of keys is sized with the first: PsWorker's row slots).
+  void reserve(std::size_t occurrences, BufferGrowth& growth);
+  // The occurrences the buffers hold room for.
+  std::size_t capacity() const { return occurrence_index_.capacity(); }
 
   std::size_t size() const { return keys_.size(); }
   const std::vector<uint64_t>& keys() const { return keys_; }
@@ -29,6 +34,8 @@ class BatchKeys {
   const std::vector<uint32_t>& occurrence_index() const { return occurrence_index_; }
 
  private:
+  // Entries of the index for `occurrences` keys: at most half full, so probes stay short.
+  static std::size_t index_entries(std::size_t occurrences);
   // The index's slot of `key` (holding it, or empty: kEmpty).
   std::size_t find_slot(uint64_t key) const;
 

@@ -7,10 +7,12 @@
 // of them, as PaddleRec's get_file_shard and the gpubox mode split them; else each reads them all).
 //
 //   async: every thread steps without waiting for anyone: its batch's rows pulled, gradients
-//          pushed (the servers apply the rule on arrival); every runner.dense_sync_steps steps
-//          its dense change is added to the servers' dense table and the sum adopted, off the
-//          training thread and one window behind (PsWorker::exchange_dense, its staleness bound
-//          there), and in full at the end of the pass.
+//          pushed (the servers apply the rule on arrival), both off the training thread, the
+//          next batch's rows pulled while a step computes (the thread reads one batch ahead;
+//          PsWorker, its bound there); every runner.dense_sync_steps steps its dense change is
+//          added to the servers' dense table and the sum adopted, off the training thread and a
+//          window behind (PsWorker::exchange_dense, its staleness bound there), and in full at
+//          the end of the pass.
 //   sync:  the same, and every step ends at a barrier of all trainers (one per step, thread 0
 //          of each trainer at the servers, the threads of a trainer among themselves), so each
 //          step's updates of every trainer are applied before anyone's next pull. Dense changes

@@ -235,17 +235,22 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   const SyncMode mode = run.mode;
   PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
   worker.metrics().reset();
+  // async reads one batch ahead: its rows are pulled while this step computes (PsWorker).
   dataset::Batch batch;
+  dataset::Batch next;
+  bool have_next = false;
   std::size_t b = 0;
   for (; (mode == SyncMode::kSync || !run.stop.stop_before_step(t, b)) &&
-         run.next_batch(t, b, &batch);
+         (have_next || run.next_batch(t, b, &batch));
        ++b) {
+    if (have_next) std::swap(batch, next);
     if (s.watch != nullptr) {
       if (const std::string lost = s.watch->lost(); !lost.empty()) {
         GPUBOX_FAIL("pass ", run.pass, ", step ", b, ": ", lost);
       }
     }
-    worker.train_step(batch, run.pass, static_cast<int64_t>(b));
+    have_next = mode == SyncMode::kAsync && run.next_batch(t, b + 1, &next);
+    worker.train_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);

@@ -46,6 +46,8 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
   buffers_ = std::make_unique<Buffers>(card);
   if (config.runner.sync_mode == SyncMode::kGeo) geo_ = std::make_unique<GeoRows>(servers);
   exchanger_ = std::make_unique<DenseExchanger>(servers, kDenseTableName);
+  // Two calls: the next batch's pull and this step's push (a third waits for the first).
+  if (config.runner.sync_mode == SyncMode::kAsync) row_calls_ = std::make_unique<CallQueue>(2);
   for (std::size_t s = 0; s < config.dataset.slots.size(); ++s) {
     slot_ids_.push_back(dataset::slot_id(config.dataset.slots, s));
   }
@@ -56,8 +58,20 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
 // pass's last sync_dense() (which throws its error) did not run, so the thread is unwinding from
 // an earlier error, which is the one reported. A destructor cannot return this one, so it is
 // logged (the status names the server) rather than lost; the wait itself is needed, as the
-// exchange uses this worker's buffers and servers.
+// exchange uses this worker's buffers and servers. The rows' pushes still queued are sent the
+// same way (the steps that made them were taken); a failure of theirs is logged unless a step or
+// finish_rows() threw it already.
 PsWorker::~PsWorker() {
+  if (row_calls_ != nullptr) {
+    const Status st = row_calls_->drain();
+    if (!st.ok() && !rows_failure_thrown_) {
+      GPUBOX_LOG(ERROR) << "training thread of card " << card_.device()
+                        << ": a call of the sparse rows under way when the thread stopped "
+                           "failed, so its update (and any queued behind it) did not reach the "
+                           "servers: "
+                        << st.to_string();
+    }
+  }
   if (!exchanger_->pending()) return;
   const Status st = exchanger_->wait();
   if (!st.ok()) {
@@ -87,27 +101,153 @@ void stage(const std::vector<T>& from, device::pinned_buffer<T>* pinned, T* to,
 }
 }  // namespace
 
-void PsWorker::upload(const dataset::Batch& batch, bool local_rows) {
+namespace {
+// "<what> of pass P, step S" (pass < 0: an evaluation's batch): a failed call's context.
+std::string step_context(const char* what, int64_t pass, int64_t step) {
+  if (pass < 0) return std::string(what) + " of an evaluation batch";
+  return std::string(what) + " of pass " + std::to_string(pass) + ", step " + std::to_string(step);
+}
+}  // namespace
+
+Status PsWorker::pull_rows(RowSlot& slot) {
+  if (slot.keys.size() == 0) return Status::OK();
+  const Status pulled = servers_.pull(slot.keys.keys().data(), slot.keys.slots().data(),
+                                      slot.keys.size(), slot.rows.data(), nullptr);
+  if (pulled.ok()) return pulled;
+  return pulled.with_context(step_context("pulling the rows", slot.pass, slot.step));
+}
+
+Status PsWorker::push_gradients(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                                const float* values, int64_t pass, int64_t step) {
+  const Status pushed =
+      servers_.push_updates(table::server::PsUpdateKind::kGradient, keys, slots, n, values);
+  if (pushed.ok()) return pushed;
+  return pushed.with_context(step_context("pushing the gradients", pass, step));
+}
+
+void PsWorker::gather(const dataset::Batch& batch, int64_t pass, int64_t step, int index) {
+  RowSlot& slot = rows_[index];
+  slot.keys.gather(batch, slot_ids_, growth_);
+  growth_.resize(&slot.rows,
+                 slot.keys.size() * static_cast<std::size_t>(servers_.layout().stride()));
+  slot.pass = pass;
+  slot.step = step;
+  // The other slot takes the same room (no pull fills it now: see the callers), so that a
+  // batch like one before grows neither, whichever slot it lands in.
+  RowSlot& other = rows_[1 - index];
+  other.keys.reserve(slot.keys.capacity(), growth_);
+  growth_.reserve(&other.rows, slot.rows.capacity());
+}
+
+PsWorker::RowSlot& PsWorker::take_rows(const dataset::Batch& batch, int64_t pass, int64_t step,
+                                       bool local_rows) {
+  RowSlot& slot = rows_[current_];
+  if (slot.pulling) {
+    slot.pulling = false;
+    throw_rows_failure(row_calls_->wait(slot.ticket));
+    GPUBOX_EXPECTS(slot.keys.occurrence_index().size() == batch.keys.size(), "pass ", pass,
+                   ", step ", step, ": a batch of ", batch.keys.size(),
+                   " keys, not the one the step before pulled the rows of (",
+                   slot.keys.occurrence_index().size(), " keys)");
+    return slot;
+  }
+  gather(batch, pass, step, current_);
+  if (local_rows) {
+    const std::size_t unique = slot.keys.size();
+    growth_.resize(&geo_locals_, unique);
+    geo_->read(slot.keys.keys().data(), slot.keys.slots().data(), unique, slot.rows.data(),
+               geo_locals_.data());
+  } else if (row_calls_ != nullptr) {
+    // Behind this thread's pushes still queued: the rows hold every update of its own.
+    const int index = current_;
+    throw_rows_failure(
+        row_calls_->wait(row_calls_->submit([this, index] { return pull_rows(rows_[index]); })));
+  } else {
+    throw_if_error(pull_rows(slot));
+  }
+  return slot;
+}
+
+void PsWorker::prefetch(const dataset::Batch& next, int64_t pass, int64_t step) {
+  const int other = 1 - current_;
+  RowSlot& slot = rows_[other];
+  gather(next, pass, step, other);
+  slot.ticket = row_calls_->submit([this, other] { return pull_rows(rows_[other]); });
+  slot.pulling = true;
+}
+
+void PsWorker::wait_push(PushSlot& push) {
+  if (!push.pushing) return;
+  push.pushing = false;
+  throw_rows_failure(row_calls_->wait(push.ticket));
+}
+
+std::vector<float>* PsWorker::merge_target(std::size_t unique) {
+  if (row_calls_ == nullptr) return &merged_;
+  PushSlot& push = pushes_[next_push_];
+  wait_push(push);  // two steps ago: sent long since, as the pull after it was waited for
+  const std::size_t values = unique * static_cast<std::size_t>(servers_.layout().push_dim());
+  if (unique > push.keys.capacity() || values > push.values.capacity()) {
+    // A batch with more keys than any before: both slots grow now (the other's push waited
+    // for), so that a batch like one before grows neither.
+    for (PushSlot& slot : pushes_) {
+      wait_push(slot);
+      growth_.reserve(&slot.keys, unique);
+      growth_.reserve(&slot.slots, unique);
+      growth_.reserve(&slot.values, values);
+    }
+  }
+  return &push.values;
+}
+
+void PsWorker::push_rows(const RowSlot& slot, int64_t pass, int64_t step) {
+  const std::size_t n = slot.keys.size();
+  if (row_calls_ == nullptr) {
+    throw_if_error(push_gradients(slot.keys.keys().data(), slot.keys.slots().data(), n,
+                                  merged_.data(), pass, step));
+    return;
+  }
+  const int p = next_push_;
+  next_push_ = 1 - next_push_;
+  PushSlot& push = pushes_[p];  // its values merged in already (merge_target)
+  growth_.resize(&push.keys, n);
+  growth_.resize(&push.slots, n);
+  std::copy(slot.keys.keys().begin(), slot.keys.keys().end(), push.keys.begin());
+  std::copy(slot.keys.slots().begin(), slot.keys.slots().end(), push.slots.begin());
+  push.pass = pass;
+  push.step = step;
+  push.ticket = row_calls_->submit([this, p] {
+    const PushSlot& from = pushes_[p];
+    return push_gradients(from.keys.data(), from.slots.data(), from.keys.size(), from.values.data(),
+                          from.pass, from.step);
+  });
+  push.pushing = true;
+}
+
+void PsWorker::finish_rows() {
+  if (row_calls_ == nullptr) return;
+  for (RowSlot& slot : rows_) slot.pulling = false;
+  for (PushSlot& push : pushes_) push.pushing = false;
+  throw_rows_failure(row_calls_->drain());
+}
+
+void PsWorker::throw_rows_failure(const Status& status) {
+  if (status.ok()) return;
+  rows_failure_thrown_ = true;
+  throw_if_error(status);
+}
+
+void PsWorker::upload(const dataset::Batch& batch, const RowSlot& slot) {
   const table::RowLayout& layout = servers_.layout();
   const auto stride = static_cast<std::size_t>(layout.stride());
   const auto pull_dim = static_cast<std::size_t>(layout.pull_dim());
-  const std::size_t unique = keys_.size();
-  growth_.resize(&rows_, unique * stride);
-  if (local_rows) {
-    growth_.resize(&geo_locals_, unique);
-    geo_->read(keys_.keys().data(), keys_.slots().data(), unique, rows_.data(), geo_locals_.data());
-  } else if (unique > 0) {
-    const Status pulled =
-        servers_.pull(keys_.keys().data(), keys_.slots().data(), unique, rows_.data(), nullptr);
-    if (!pulled.ok()) throw_if_error(pulled.with_context("pulling the rows of a batch"));
-  }
   const std::size_t occurrences = batch.keys.size();
   const std::size_t record_floats = occurrences * pull_dim;
   reuse_upload_buffers();
   growth_.fit(&records_, record_floats);
-  const std::vector<uint32_t>& index = keys_.occurrence_index();
+  const std::vector<uint32_t>& index = slot.keys.occurrence_index();
   for (std::size_t j = 0; j < occurrences; ++j) {
-    table::fill_pull_record(rows_.data() + std::size_t{index[j]} * stride, layout,
+    table::fill_pull_record(slot.rows.data() + std::size_t{index[j]} * stride, layout,
                             records_.data() + j * pull_dim);
   }
   const device::Stream& stream = card_.stream();
@@ -138,12 +278,15 @@ DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
   return view;
 }
 
-double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step) {
+double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
+                            const dataset::Batch* next) {
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return 0.0;
   const device::DeviceCounts before = card_.counts();
-  keys_.gather(batch, slot_ids_, growth_);
-  upload(batch, geo_ != nullptr);
+  const RowSlot& slot = take_rows(batch, pass, step, geo_ != nullptr);
+  const bool prefetching = row_calls_ != nullptr && next != nullptr && next->size() > 0;
+  if (prefetching) prefetch(*next, pass, step + 1);
+  upload(batch, slot);
   GradScales scales;
   scales.dense = 1.0f / static_cast<float>(size);  // the gradient of the batch's mean loss
   const double loss = model_->forward_backward(batch_view(batch), scales, buffers_->push.data());
@@ -152,34 +295,30 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
   metrics_->add(model_->predictions(), buffers_->labels.data(), size,
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
-  merge_push(batch.keys.size());
+  merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
   if (geo_) {
     geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
   } else {
-    const Status pushed =
-        servers_.push_updates(table::server::PsUpdateKind::kGradient, keys_.keys().data(),
-                              keys_.slots().data(), keys_.size(), merged_.data());
-    if (!pushed.ok()) {
-      throw_if_error(pushed.with_context("pushing the gradients of pass " + std::to_string(pass) +
-                                         ", step " + std::to_string(step)));
-    }
+    push_rows(slot, pass, step);
   }
+  if (prefetching) current_ = 1 - current_;  // the next step's rows are coming into the other
   optimizer_->step(model_->parameters());
   count_card_allocations(before);
   return loss;
 }
 
-void PsWorker::merge_push(std::size_t occurrences) {
+void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,
+                          std::vector<float>* merged) {
   const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
   const std::size_t push_floats = occurrences * push_dim;
   growth_.fit(&push_, push_floats);
   device::copy_async(push_.data(), buffers_->push.data(), push_floats, card_.stream());
   card_.stream().synchronize();
-  growth_.resize(&merged_, keys_.size() * push_dim);
-  std::fill(merged_.begin(), merged_.end(), 0.0f);
-  const std::vector<uint32_t>& index = keys_.occurrence_index();
+  growth_.resize(merged, keys.size() * push_dim);
+  std::fill(merged->begin(), merged->end(), 0.0f);
+  const std::vector<uint32_t>& index = keys.occurrence_index();
   for (std::size_t j = 0; j < occurrences; ++j) {
-    float* into = merged_.data() + std::size_t{index[j]} * push_dim;
+    float* into = merged->data() + std::size_t{index[j]} * push_dim;
     const float* from = push_.data() + j * push_dim;
     for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
   }
@@ -194,9 +333,9 @@ double PsWorker::running_auc() {
 void PsWorker::eval_step(const dataset::Batch& batch) {
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return;
+  finish_rows();  // nothing of the rows under way (a training step's) while it reads them
   const device::DeviceCounts before = card_.counts();
-  keys_.gather(batch, slot_ids_, growth_);
-  upload(batch, false);
+  upload(batch, take_rows(batch, -1, -1, false));
   model_->predict(batch_view(batch));
   metrics_->add(model_->predictions(), buffers_->labels.data(), size);
   last_batch_ = batch.size();
@@ -207,17 +346,23 @@ std::vector<float> PsWorker::last_predictions() const {
   return device::to_host(model_->predictions(), last_batch_, card_.stream());
 }
 
-void PsWorker::read_dense(std::vector<float>* into) {
+std::size_t PsWorker::read_back_dense() {
   const DenseParameters& params = model_->parameters();
-  growth_.resize(into, params.size());
-  if (params.size() == 0) return;
+  if (params.size() == 0) return 0;
   growth_.fit(&read_back_, params.size());
   device::copy_async(read_back_.data(), params.values().data(), params.size(), card_.stream());
   card_.stream().synchronize();
-  std::copy(read_back_.data(), read_back_.data() + params.size(), into->data());
+  return params.size();
+}
+
+void PsWorker::read_dense(std::vector<float>* into) {
+  growth_.resize(into, model_->parameters().size());
+  const std::size_t n = read_back_dense();
+  std::copy(read_back_.data(), read_back_.data() + n, into->data());
 }
 
 void PsWorker::sync_dense(float scale) {
+  finish_rows();
   finish_exchange();
   const device::DeviceCounts before = card_.counts();
   read_dense(&dense_);
@@ -243,12 +388,17 @@ void PsWorker::adopt_dense(const std::vector<float>& values) {
   model_->parameters().set_values(read_back_.data(), values.size());
 }
 
-void PsWorker::finish_exchange() {
-  if (!exchanger_->pending()) return;
+bool PsWorker::wait_exchange() {
+  if (!exchanger_->pending()) return false;
   const Status added = exchanger_->wait();
   if (!added.ok()) {
     throw_if_error(added.with_context("syncing the dense parameters with the servers"));
   }
+  return true;
+}
+
+void PsWorker::finish_exchange() {
+  if (!wait_exchange()) return;
   // The servers' sum, plus what this thread changed since the snapshot (not sent yet).
   read_dense(&dense_);
   for (std::size_t i = 0; i < dense_.size(); ++i) {
@@ -259,12 +409,29 @@ void PsWorker::finish_exchange() {
 }
 
 void PsWorker::exchange_dense() {
-  finish_exchange();
   const device::DeviceCounts before = card_.counts();
-  read_dense(&snapshot_);
-  growth_.resize(&sent_, snapshot_.size());
-  for (std::size_t i = 0; i < sent_.size(); ++i) sent_[i] = snapshot_[i] - synced_dense_[i];
-  exchanger_->start(&sent_);  // sent_ is the exchanger's until finish_exchange()
+  if (wait_exchange()) {
+    // finish_exchange() and the next snapshot and change in one pass over the table (a dense
+    // step every step: each pass over a 1.2 MB table cost): the parameters become the servers'
+    // sum plus this thread's change since the snapshot, which is the next snapshot; the sum is
+    // the synced values, and the next change to send is the parameters minus the sum.
+    const std::size_t n = read_back_dense();
+    float* params = read_back_.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float sum = sent_[i];
+      const float adopted = sum + (params[i] - snapshot_[i]);
+      params[i] = adopted;
+      snapshot_[i] = adopted;
+      synced_dense_[i] = sum;
+      sent_[i] = adopted - sum;
+    }
+    model_->parameters().set_values(read_back_.data(), n);
+  } else {
+    read_dense(&snapshot_);
+    growth_.resize(&sent_, snapshot_.size());
+    for (std::size_t i = 0; i < sent_.size(); ++i) sent_[i] = snapshot_[i] - synced_dense_[i];
+  }
+  exchanger_->start(&sent_);  // sent_ is the exchanger's until the next wait_exchange()
   count_card_allocations(before);
 }
 

@@ -10,6 +10,20 @@
 //          records merged per key -> (async/sync) pushed to the servers, which apply the rule on
 //          arrival, without waiting for anyone; (geo) applied to the local copy -> the dense
 //          optimizer step on the thread's own dense parameters.
+//   rows:  (async) the servers' calls of a step leave the training thread (CallQueue, one per
+//          thread, run in order): train_step(batch, ..., next) starts pulling the rows of `next`
+//          once this step's own rows are in, and hands this step's push over without waiting,
+//          so the pull of batch k+1 and the push of batch k travel while step k and step k+1
+//          compute. The order of the queue is the bound: pull(k+1) is sent after push(k-1)
+//          was applied and before push(k), so a step's rows lack at most this thread's own
+//          previous step's update of the keys they share (and, as before, whatever other
+//          threads had not pushed yet), as Paddle's async Communicator sends a step's sparse
+//          gradients from its queue while the next step's lookups already run (a step given
+//          no batch before it pulls its own rows behind the queue: they miss nothing of its
+//          own). finish_rows() (sync_dense() calls it) waits for the queue: every pass ends
+//          with every push applied. A failed call (a dead server: the transport's error names
+//          it) fails the step that waits for it next, naming the pass and step of the call that
+//          failed; the calls queued behind it are not sent.
 //   dense: sync_dense() pushes the change of the dense parameters since the last sync (times a
 //          scale) to the servers' dense table and adopts the merged values. exchange_dense()
 //          (async) does the same off the training thread, one window behind: it adopts the
@@ -34,6 +48,7 @@
 #include "heterps/device/memory.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/ps_modes/batch_keys.hpp"
+#include "trainer/ps_modes/call_queue.hpp"
 #include "trainer/ps_modes/dense_exchanger.hpp"
 #include "trainer/ps_modes/step_buffers.hpp"
 
@@ -72,8 +87,16 @@ class PsWorker {
   PsWorker& operator=(const PsWorker&) = delete;
 
   // One training step on `batch` (see the file comment); an empty batch does nothing. Returns
-  // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call.
-  double train_step(const dataset::Batch& batch, int64_t pass, int64_t step);
+  // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call
+  // (async: also one of an earlier step's push, or of this batch's pull started by the step
+  // before). `next` (async; ignored in the other modes): the batch this thread trains next, in
+  // the call after this one, whose rows are then pulled while this step computes; nullptr: none
+  // known (the next step pulls its own).
+  double train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
+                    const dataset::Batch* next = nullptr);
+  // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
+  // pull started for a batch that will not be trained included. Throws the first failure.
+  void finish_rows();
   // Predicts `batch` with the servers' rows (in geo mode too: the merged model) and adds to the
   // metrics; nothing changes (rows missing on the servers are created there, as a gpubox
   // evaluation's begin_pass does).
@@ -83,7 +106,7 @@ class PsWorker {
 
   // Adds (dense parameters - their value at the last sync) * scale to the servers' dense table
   // and takes the sum as the new dense parameters. scale 0: only reads the table.
-  // Waits for an exchange_dense() still under way first.
+  // Waits for the rows' calls (finish_rows()) and an exchange_dense() still under way first.
   void sync_dense(float scale);
   // The async mode's dense step (see the file comment); sync_dense(1) at the end of a pass
   // makes the servers' table equal this thread's parameters again when it is the only writer.
@@ -109,13 +132,58 @@ class PsWorker {
   uint64_t step_allocations() const { return growth_.growths() + card_allocations_; }
 
  private:
-  // Rows of the batch's distinct keys (`local_rows`: the geo copy, else the servers') -> pull
-  // records per occurrence, copied to the card with the batch.
-  void upload(const dataset::Batch& batch, bool local_rows);
+  // A batch's distinct keys and their rows: the servers' (pulled on the training thread, or by
+  // row_calls_ while the step before computed) or the geo copy's.
+  struct RowSlot {
+    BatchKeys keys;
+    std::vector<float> rows;  // distinct keys x stride
+    bool pulling = false;     // a pull of row_calls_ fills it (ticket)
+    uint64_t ticket = 0;
+    int64_t pass = 0;
+    int64_t step = 0;
+  };
+  // A step's push handed to row_calls_: its keys, slots and merged gradients (distinct keys x
+  // push_dim), the call's until it ran. Both slots grow together (merge_target).
+  struct PushSlot {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+    std::vector<float> values;
+    bool pushing = false;
+    uint64_t ticket = 0;
+    int64_t pass = 0;
+    int64_t step = 0;
+  };
+  // `batch`'s distinct keys into rows_[index], its rows sized for them, for step `step` of
+  // `pass`; the other slot is given as much room.
+  void gather(const dataset::Batch& batch, int64_t pass, int64_t step, int index);
+  // Pulls the rows of slot's keys from the servers (on the training thread or row_calls_'); a
+  // failure names the slot's pass and step.
+  Status pull_rows(RowSlot& slot);
+  // Pushes one merged gradient per key; a failure names `pass` and `step`.
+  Status push_gradients(const uint64_t* keys, const int32_t* slots, std::size_t n,
+                        const float* values, int64_t pass, int64_t step);
+  // rows_[current_] with `batch`'s rows: the pull the step before started for it (waited for),
+  // else pulled now (`local_rows`: read from the geo copy).
+  RowSlot& take_rows(const dataset::Batch& batch, int64_t pass, int64_t step, bool local_rows);
+  // Starts the pull of `next`'s rows into the other slot (async).
+  void prefetch(const dataset::Batch& next, int64_t pass, int64_t step);
+  // Waits for the push `push` holds, if any.
+  void wait_push(PushSlot& push);
+  // Where this step's merged gradients of `unique` keys go: merged_, or (async) the values of
+  // the push slot push_rows() hands over next, its last push waited for and its room made.
+  std::vector<float>* merge_target(std::size_t unique);
+  // Hands the merged gradients of `slot`'s keys to row_calls_, or pushes them now (sync).
+  void push_rows(const RowSlot& slot, int64_t pass, int64_t step);
+  // Throws `status` of a row_calls_ wait unless OK (and notes that it did, for the destructor).
+  void throw_rows_failure(const Status& status);
+  // The rows of `slot` -> pull records per occurrence, copied to the card with the batch.
+  void upload(const dataset::Batch& batch, const RowSlot& slot);
   DenseBatchView batch_view(const dataset::Batch& batch) const;
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
-  // into merged_.
-  void merge_push(std::size_t occurrences);
+  // of `keys` into *merged (merge_target()).
+  void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
+  // read_back_ = the dense parameters (waits for the card); returns their count.
+  std::size_t read_back_dense();
   // *into = the dense parameters (host copy, into a reused buffer, through read_back_).
   void read_dense(std::vector<float>* into);
   // The dense parameters = `values` (through read_back_, as read_dense).
@@ -123,6 +191,8 @@ class PsWorker {
   // Waits for the last upload's copies if they are still under way (an eval step's), so that
   // the pinned batch buffers can be overwritten or regrown.
   void reuse_upload_buffers();
+  // Waits for the exchange under way, if any (false: none); throws its error.
+  bool wait_exchange();
   // Adopts the exchange under way, if any (waits for it; throws its error).
   void finish_exchange();
   // Adds the card allocations since `before` to card_allocations_.
@@ -143,15 +213,18 @@ class PsWorker {
   // change becomes the servers' sum on the exchanger's thread).
   BufferGrowth growth_;
   uint64_t card_allocations_ = 0;
-  BatchKeys keys_;
   std::vector<float> synced_dense_;
   std::vector<float> dense_;
   std::vector<float> snapshot_;
   std::vector<float> sent_;
   std::unique_ptr<DenseExchanger> exchanger_;  // the async mode's exchange_dense()
   std::vector<uint32_t> geo_locals_;           // geo: each distinct key's row in GeoRows
-  std::vector<float> rows_;                    // distinct keys x stride
   std::vector<float> merged_;                  // distinct keys x push_dim
+  RowSlot rows_[2];                            // this step's, and (async) the next one's
+  int current_ = 0;
+  PushSlot pushes_[2];  // async: taken in turn
+  int next_push_ = 0;
+  bool rows_failure_thrown_ = false;  // a row_calls_ failure reached the caller
   // The batch as it goes to the card, in pinned memory so that its copies are asynchronous
   // (a pageable copy blocks the thread and is staged by the driver): the pull records
   // (occurrences x pull_dim) and the batch's offsets, dense values and labels. `uploaded_`
@@ -166,6 +239,9 @@ class PsWorker {
   device::pinned_buffer<float> read_back_;  // the dense parameters, read back or set
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;
+  // async: the rows' pulls and pushes, in order, off the training thread. Last: its destructor
+  // runs what is queued, which uses the buffers above.
+  std::unique_ptr<CallQueue> row_calls_;
 };
 
 }  // namespace gpubox::trainer::ps_modes
