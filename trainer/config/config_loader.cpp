@@ -255,10 +255,11 @@ Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc,
 Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument& doc) {
   const ModelKind model = c.hyper.model;
   if (c.hyper.dnn_batch_norm && c.runner.sync_mode == SyncMode::kGeo) {
-    // geo adds each thread's move since its last sync, scaled by 1 / threads: fine for weights,
-    // which the gradients keep correcting, but a running statistic moves to its batches' value
-    // within a sync window, so the scaled moves from the threads' different bases overshoot it
-    // (a running variance went below 0 and dlrm's held-out AUC fell to 0.5).
+    // geo adds each thread's move since its last sync, scaled by 1 / (trainers x threads): fine
+    // for weights, which the gradients keep correcting, but measured on a running statistic (a
+    // running variance went below 0 and dlrm's held-out AUC fell to 0.5 on 2 x 2 threads). async
+    // averages its statistics' moves the same way and stays bounded (ps_batch_norm_test's
+    // AsyncAveragesTheThreadsStatisticMoves; docs/user-guide.md's batch norm).
     return Status::InvalidArgument(
         doc.source() + ": hyper_parameters.dnn_batch_norm is not built for runner.sync_mode " +
         "geo (its summed parameter moves overshoot the running statistics, which are moving " +

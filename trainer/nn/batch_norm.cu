@@ -32,8 +32,9 @@ struct Coefficients {
   GPUBOX_HD float* scale() const { return data; }
   GPUBOX_HD float* x_term() const { return data + cols; }
   GPUBOX_HD float* constant() const { return data + 2 * cols; }
-  // a of column j from its variance. A running variance below 0 (no batch's is: the PS geo
-  // mode's averaged moves can overshoot one for a while) counts as 0, not as a NaN.
+  // a of column j from its variance. A running variance below 0 (no batch's is: the PS async
+  // mode's moves, averaged from stale bases, can pass a target near 0 by a sliver) counts as
+  // 0, not as a NaN.
   GPUBOX_HD void set_scale(std::size_t j, float var, float gamma, float epsilon) const {
     scale()[j] = gamma * inv_std(var > 0.0f ? var : 0.0f, epsilon);
   }

@@ -217,15 +217,18 @@ void PsWorker::read_dense(std::vector<float>* into) {
   std::copy(read_back_.data(), read_back_.data() + params.size(), into->data());
 }
 
-void PsWorker::sync_dense(float scale) {
+void PsWorker::sync_dense(float scale) { sync_dense(scale, scale); }
+
+void PsWorker::sync_dense(float scale, float statistic_scale) {
   finish_exchange();
   const device::DeviceCounts before = card_.counts();
   read_dense(&dense_);
   table::server::DenseAction action = table::server::DenseAction::kRead;
   if (scale != 0.0f) {
     action = table::server::DenseAction::kAdd;
+    const std::size_t trained = model_->parameters().trained_size();
     for (std::size_t i = 0; i < dense_.size(); ++i) {
-      dense_[i] = (dense_[i] - synced_dense_[i]) * scale;
+      dense_[i] = (dense_[i] - synced_dense_[i]) * (i < trained ? scale : statistic_scale);
     }
   }
   const Status synced = servers_.dense(action, kDenseTableName, &dense_);
@@ -258,12 +261,14 @@ void PsWorker::finish_exchange() {
   std::swap(synced_dense_, sent_);  // the servers' sum; the old buffer is the next change's
 }
 
-void PsWorker::exchange_dense() {
+void PsWorker::exchange_dense(float statistic_scale) {
   finish_exchange();
   const device::DeviceCounts before = card_.counts();
   read_dense(&snapshot_);
   growth_.resize(&sent_, snapshot_.size());
   for (std::size_t i = 0; i < sent_.size(); ++i) sent_[i] = snapshot_[i] - synced_dense_[i];
+  const std::size_t trained = model_->parameters().trained_size();
+  for (std::size_t i = trained; i < sent_.size(); ++i) sent_[i] *= statistic_scale;
   exchanger_->start(&sent_);  // sent_ is the exchanger's until finish_exchange()
   count_card_allocations(before);
 }
