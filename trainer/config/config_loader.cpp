@@ -270,6 +270,17 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
              ? " (on by default in PaddleRec's dlrm folder)"
              : ""));
   }
+  // wide, fm and ffm have no dnn; autoint none with fc_sizes: [] (DenseModel's has_mlp).
+  const bool no_dnn = model == ModelKind::kWide || model == ModelKind::kFm ||
+                      model == ModelKind::kFfm ||
+                      (model == ModelKind::kAutoint && c.hyper.fc_sizes.empty());
+  if (c.hyper.dnn_batch_norm && no_dnn) {
+    return Status::InvalidArgument(
+        doc.source() + ": hyper_parameters.dnn_batch_norm=true normalises after every hidden " +
+        "layer of the dnn, but " + name_of(kModelKindNames, model) + " has none" +
+        (model == ModelKind::kAutoint ? " (hyper_parameters.fc_sizes is [])" : "") +
+        "; set hyper_parameters.dnn_batch_norm=false");
+  }
   if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
     GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
@@ -424,6 +435,16 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.config_path = doc.source();
   return c;
+}
+
+std::string dnn_batch_norm_note(const config::ConfigDocument& doc) {
+  if (doc.is_set("hyper_parameters.dnn_batch_norm") ||
+      config::paddlerec_model_name(doc) != "dlrm") {
+    return "";
+  }
+  return "hyper_parameters.dnn_batch_norm: on, PaddleRec's dlrm folder's default (its MLPLayer "
+         "puts a BatchNorm1D after every layer's ReLU); -o hyper_parameters.dnn_batch_norm=false "
+         "turns it off";
 }
 
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,

@@ -4,6 +4,8 @@
 //   training:  mu_j = 1/B sum_i x_ij,  var_j = 1/B sum_i (x_ij - mu_j)^2   (the batch's, biased)
 //              y_ij = gamma_j (x_ij - mu_j) / sqrt(var_j + eps) + beta_j
 //              running_mean = m running_mean + (1 - m) mu,  running_var likewise with var
+//              (the biased batch variance, as Paddle's CPU batch_norm kernel; PyTorch's running
+//              variance takes the unbiased one)
 //   inference: y_ij = gamma_j (x_ij - running_mean_j) / sqrt(running_var_j + eps) + beta_j
 //
 // with Paddle's defaults m = 0.9, eps = 1e-5; gamma starts at 1, beta at 0, the running mean at 0
@@ -87,7 +89,9 @@ class BatchNorm {
   // y from x with the batch's statistics (kept for backward). Enqueued.
   void forward_train(const device::Stream& stream, const DenseParameters& params, const void* x,
                      void* y, int64_t batch);
-  // y from x with the running statistics. Enqueued.
+  // y from x with the running statistics. Enqueued. Rewrites coef_'s scale with the running
+  // variance's, which backward reads as the forward's: a backward needs a forward_train of the
+  // same x after the last forward_infer (DenseModel's forward_backward always runs one).
   void forward_infer(const device::Stream& stream, const DenseParameters& params, const void* x,
                      void* y, int64_t batch);
   // After forward_train of the same x: gamma's and beta's gradients, the running statistics'
