@@ -262,6 +262,10 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   const std::string context = "exporting save " + save_dir;
   auto model_manifest = table::io::read_model_manifest(env, save_dir);
   if (!model_manifest.ok()) return model_manifest.status().with_context(context);
+  // The export's manifest says batch norm as the config does (write_network_keys).
+  GPUBOX_RETURN_IF_ERROR(
+      trainer::check_saved_batch_norm(model_manifest->model_keys, config, save_dir)
+          .with_context(context));
   if (model_manifest->sparse.size() != 1) {
     return Status::InvalidArgument(
         "save " + save_dir + " keeps its sparse half on " +

@@ -309,6 +309,18 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     Trainer infer(*cfg, env());
     infer.load(save.string());
     const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
+    if (cfg->hyper.dnn_batch_norm) {  // the save's setting, not the config's, is the model's
+      overrides.push_back("hyper_parameters.dnn_batch_norm=false");
+      auto plain = load_trainer_config(config_path_, overrides);
+      ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+      const auto refused =
+          export_serving_model(*plain, save.string(), exported.string(), ExportOptions{});
+      ASSERT_FALSE(refused.ok()) << "exported a batch-norm save as a model without it";
+      EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true"),
+                std::string::npos)
+          << refused.status().to_string();
+      EXPECT_FALSE(fs::exists(exported));
+    }
     ASSERT_TRUE(export_serving_model(*cfg, save.string(), exported.string(), ExportOptions{}).ok());
     auto served = ServingModel::load(exported.string());
     ASSERT_TRUE(served.ok()) << served.status().to_string();

@@ -5,6 +5,7 @@
 // their batch-weighted mean statistics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -30,6 +31,42 @@ std::vector<float> gradients(device::Card& card, DenseModel& model, const HostBa
   model.forward_backward(on_card.view, GradScales{1.0f / static_cast<float>(global), 1.0f},
                          push.data());
   return model.parameters().grads_to_host();
+}
+
+const ParamBlock& block_named(const DenseParameters& params, const std::string& name) {
+  for (const ParamBlock& b : params.blocks()) {
+    if (b.name == name) return b;
+  }
+  GPUBOX_FAIL("no parameter block ", name);
+}
+
+// The float64 mean and biased variance of each column of relu(x W + b) over the batch's rows:
+// the bottom MLP's first layer, whose norm (bot_0.bn) sees the dense features only.
+void first_bottom_statistics(const HostBatch& h, const DenseModelConfig& cfg,
+                             const std::vector<float>& values, const DenseParameters& params,
+                             std::vector<double>* mean, std::vector<double>* var) {
+  const ParamBlock& w = block_named(params, "bot_0.w");
+  const ParamBlock& b = block_named(params, "bot_0.b");
+  const int out = cfg.bot_layer_sizes[0];
+  std::vector<double> sum(out, 0.0), squares(out, 0.0);
+  for (int64_t i = 0; i < h.batch; ++i) {
+    for (int j = 0; j < out; ++j) {
+      double z = values[b.offset + j];
+      for (int k = 0; k < cfg.dense_dim; ++k) {
+        z += static_cast<double>(h.dense[i * cfg.dense_dim + k]) *
+             values[w.offset + static_cast<std::size_t>(k * out + j)];
+      }
+      z = std::max(z, 0.0);
+      sum[j] += z;
+      squares[j] += z * z;
+    }
+  }
+  mean->assign(out, 0.0);
+  var->assign(out, 0.0);
+  for (int j = 0; j < out; ++j) {
+    (*mean)[j] = sum[j] / static_cast<double>(h.batch);
+    (*var)[j] = squares[j] / static_cast<double>(h.batch) - (*mean)[j] * (*mean)[j];
+  }
 }
 
 TEST(BatchNormMultiCard, TwoCardsKeepOneSetOfRunningStatistics) {
@@ -97,6 +134,25 @@ TEST(BatchNormMultiCard, TwoCardsKeepOneSetOfRunningStatistics) {
   }
   // Four norms (two bottom, two top hidden) of 8 + 4 + 16 + 8 columns, mean and variance.
   EXPECT_EQ(statistics, 2u * (8 + 4 + 16 + 8));
+
+  // Against a float64 reference, not the code's own changes: the first step moves bot_0.bn's
+  // running statistics by 0.1 x (the cards' batch-weighted mean statistic - running), i.e. each
+  // card's share is its 8 or 12 of the 20 rows (equal shares fail it: 8 columns when written).
+  std::vector<double> mu[2], var[2];
+  for (int r = 0; r < 2; ++r) {
+    first_bottom_statistics(batches[r][0], cfg, initial, alone.parameters(), &mu[r], &var[r]);
+  }
+  const ParamBlock& mean_block = block_named(alone.parameters(), "bot_0.bn.running_mean");
+  const ParamBlock& var_block = block_named(alone.parameters(), "bot_0.bn.running_var");
+  ASSERT_EQ(mean_block.count, mu[0].size());
+  for (std::size_t j = 0; j < mean_block.count; ++j) {
+    const double mean_want =
+        0.9 * initial[mean_block.offset + j] + 0.1 * (8.0 * mu[0][j] + 12.0 * mu[1][j]) / 20.0;
+    const double var_want =
+        0.9 * initial[var_block.offset + j] + 0.1 * (8.0 * var[0][j] + 12.0 * var[1][j]) / 20.0;
+    EXPECT_NEAR(first[0][mean_block.offset + j], mean_want, 1e-5) << "column " << j;
+    EXPECT_NEAR(first[0][var_block.offset + j], var_want, 1e-5) << "column " << j;
+  }
 }
 
 }  // namespace

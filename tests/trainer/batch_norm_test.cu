@@ -89,91 +89,98 @@ class BatchNormTest : public ::testing::Test {
 };
 
 // Training forward, every gradient (through the ReLU: z away from its kink) and the running
-// statistics' change, for row counts 1, 2, 5, 33 and column counts around the cpu chunk.
+// statistics' change, for row counts 1, 2, 5, 33 and column counts around the cpu chunk, and
+// around the staged sums' 64 row chunks (64, 65, 130 rows: empty, one-row and partial chunks);
+// each with the column sums in one pass per column and staged (nvcc's default).
 TEST_F(BatchNormTest, TrainingMatchesAFloat64Reference) {
   std::mt19937_64 rng(11);
-  for (const Shape s : {Shape{5, 3}, Shape{2, 31}, Shape{1, 4}, Shape{33, 32}, Shape{7, 33}}) {
-    SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols));
-    DenseParameters params(card_);
-    BatchNorm norm(card_, params, spec(s.cols));
-    params.finalize(1);
-    const std::size_t n = s.rows * s.cols;
-    std::vector<float> w = params.values_to_host();
-    const ParamBlock& gamma = params.blocks()[norm.gamma_block()];
-    const ParamBlock& beta = params.blocks()[norm.beta_block()];
-    const ParamBlock& rmean = params.blocks()[norm.running_mean_block()];
-    const ParamBlock& rvar = params.blocks()[norm.running_var_block()];
-    EXPECT_GE(rmean.offset, beta.offset + beta.count) << "statistics follow the trained blocks";
-    EXPECT_EQ(params.trained_size(), beta.offset + beta.count);
-    for (int j = 0; j < s.cols; ++j) {
-      EXPECT_EQ(w[gamma.offset + j], 1.0f);  // Paddle's initial values
-      EXPECT_EQ(w[beta.offset + j], 0.0f);
-      EXPECT_EQ(w[rmean.offset + j], 0.0f);
-      EXPECT_EQ(w[rvar.offset + j], 1.0f);
-      w[gamma.offset + j] = 0.5f + static_cast<float>(rng() % 100) / 100.0f;
-      w[beta.offset + j] = static_cast<float>(rng() % 100) / 100.0f - 0.5f;
-      w[rmean.offset + j] = 0.3f;
-      w[rvar.offset + j] = 0.8f;
-    }
-    params.set_values(w);
-    std::vector<float> z = testing::random_away_from_zero(n, rng, 0.05f);
-    const std::vector<float> c = testing::random_vector(n, rng);  // dL/dy
-    const int64_t ld = s.cols + 3;
-    std::vector<float> x_host(n);
-    for (std::size_t k = 0; k < n; ++k) x_host[k] = std::max(z[k], 0.0f);
-    auto x = device::to_device(pad(x_host, s, ld), card_.memory(), card_.stream());
-    auto dy = device::to_device(pad(c, s, ld), card_.memory(), card_.stream());
-    auto y = card_.make_buffer<float>(s.rows * ld);
-    auto dx = card_.make_buffer<float>(s.rows * ld);
-    const float share = 0.25f;
-    norm.forward_train(card_.stream(), params, x.data(), y.data(), s.rows);
-    norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, share);
-    const std::vector<float> got_y = unpad(device::to_host(y), s, ld);
-    const std::vector<float> got_dx = unpad(device::to_host(dx), s, ld);
-    const std::vector<float> grads = params.grads_to_host();
-
-    std::vector<double> zd(z.begin(), z.end()), g(s.cols), b(s.cols);
-    for (int j = 0; j < s.cols; ++j) {
-      g[j] = w[gamma.offset + j];
-      b[j] = w[beta.offset + j];
-    }
-    std::vector<double> mean, var;
-    const std::vector<double> want = reference(zd, s, g, b, mean, var);
-    for (std::size_t k = 0; k < n; ++k) EXPECT_NEAR(got_y[k], want[k], 2e-5) << k;
-    const auto loss = [&] {
-      std::vector<double> m, v;
-      const std::vector<double> out = reference(zd, s, g, b, m, v);
-      double sum = 0;
-      for (std::size_t k = 0; k < n; ++k) sum += out[k] * c[k];
-      return sum;
-    };
-    const auto numeric = [&](std::vector<double>& v, std::size_t k) {
-      const double saved = v[k], h = 1e-6;
-      v[k] = saved + h;
-      const double plus = loss();
-      v[k] = saved - h;
-      const double minus = loss();
-      v[k] = saved;
-      return (plus - minus) / (2 * h);
-    };
-    for (std::size_t k = 0; k < n; ++k) {
-      testing::expect_gradient_near(got_dx[k], numeric(zd, k), 1e-4, 1e-3,
-                                    "dz " + std::to_string(k));
-    }
-    for (int j = 0; j < s.cols; ++j) {
-      testing::expect_gradient_near(grads[gamma.offset + j], numeric(g, j), 1e-4, 1e-4, "gamma");
-      testing::expect_gradient_near(grads[beta.offset + j], numeric(b, j), 1e-4, 1e-4, "beta");
-      // The running statistics' change: share * (1 - 0.9) * (batch - running).
-      EXPECT_NEAR(grads[rmean.offset + j], share * 0.1 * (mean[j] - 0.3), 1e-6);
-      EXPECT_NEAR(grads[rvar.offset + j], share * 0.1 * (var[j] - 0.8), 1e-6);
-    }
-    if (s.rows == 1) {  // var = 0: y = beta, and no gradient reaches the input
+  for (const bool staged : {false, true})
+    for (const Shape s : {Shape{5, 3}, Shape{2, 31}, Shape{1, 4}, Shape{33, 32}, Shape{7, 33},
+                          Shape{64, 3}, Shape{65, 2}, Shape{130, 5}}) {
+      SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols) +
+                   (staged ? ", staged sums" : ""));
+      DenseParameters params(card_);
+      BatchNormSpec sp = spec(s.cols);
+      sp.staged_column_sums = staged;
+      BatchNorm norm(card_, params, sp);
+      params.finalize(1);
+      const std::size_t n = s.rows * s.cols;
+      std::vector<float> w = params.values_to_host();
+      const ParamBlock& gamma = params.blocks()[norm.gamma_block()];
+      const ParamBlock& beta = params.blocks()[norm.beta_block()];
+      const ParamBlock& rmean = params.blocks()[norm.running_mean_block()];
+      const ParamBlock& rvar = params.blocks()[norm.running_var_block()];
+      EXPECT_GE(rmean.offset, beta.offset + beta.count) << "statistics follow the trained blocks";
+      EXPECT_EQ(params.trained_size(), beta.offset + beta.count);
       for (int j = 0; j < s.cols; ++j) {
-        EXPECT_EQ(got_y[j], w[beta.offset + j]);
-        EXPECT_EQ(got_dx[j], 0.0f);
+        EXPECT_EQ(w[gamma.offset + j], 1.0f);  // Paddle's initial values
+        EXPECT_EQ(w[beta.offset + j], 0.0f);
+        EXPECT_EQ(w[rmean.offset + j], 0.0f);
+        EXPECT_EQ(w[rvar.offset + j], 1.0f);
+        w[gamma.offset + j] = 0.5f + static_cast<float>(rng() % 100) / 100.0f;
+        w[beta.offset + j] = static_cast<float>(rng() % 100) / 100.0f - 0.5f;
+        w[rmean.offset + j] = 0.3f;
+        w[rvar.offset + j] = 0.8f;
+      }
+      params.set_values(w);
+      std::vector<float> z = testing::random_away_from_zero(n, rng, 0.05f);
+      const std::vector<float> c = testing::random_vector(n, rng);  // dL/dy
+      const int64_t ld = s.cols + 3;
+      std::vector<float> x_host(n);
+      for (std::size_t k = 0; k < n; ++k) x_host[k] = std::max(z[k], 0.0f);
+      auto x = device::to_device(pad(x_host, s, ld), card_.memory(), card_.stream());
+      auto dy = device::to_device(pad(c, s, ld), card_.memory(), card_.stream());
+      auto y = card_.make_buffer<float>(s.rows * ld);
+      auto dx = card_.make_buffer<float>(s.rows * ld);
+      const float share = 0.25f;
+      norm.forward_train(card_.stream(), params, x.data(), y.data(), s.rows);
+      norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, share);
+      const std::vector<float> got_y = unpad(device::to_host(y), s, ld);
+      const std::vector<float> got_dx = unpad(device::to_host(dx), s, ld);
+      const std::vector<float> grads = params.grads_to_host();
+
+      std::vector<double> zd(z.begin(), z.end()), g(s.cols), b(s.cols);
+      for (int j = 0; j < s.cols; ++j) {
+        g[j] = w[gamma.offset + j];
+        b[j] = w[beta.offset + j];
+      }
+      std::vector<double> mean, var;
+      const std::vector<double> want = reference(zd, s, g, b, mean, var);
+      for (std::size_t k = 0; k < n; ++k) EXPECT_NEAR(got_y[k], want[k], 2e-5) << k;
+      const auto loss = [&] {
+        std::vector<double> m, v;
+        const std::vector<double> out = reference(zd, s, g, b, m, v);
+        double sum = 0;
+        for (std::size_t k = 0; k < n; ++k) sum += out[k] * c[k];
+        return sum;
+      };
+      const auto numeric = [&](std::vector<double>& v, std::size_t k) {
+        const double saved = v[k], h = 1e-6;
+        v[k] = saved + h;
+        const double plus = loss();
+        v[k] = saved - h;
+        const double minus = loss();
+        v[k] = saved;
+        return (plus - minus) / (2 * h);
+      };
+      for (std::size_t k = 0; k < n; ++k) {
+        testing::expect_gradient_near(got_dx[k], numeric(zd, k), 1e-4, 1e-3,
+                                      "dz " + std::to_string(k));
+      }
+      for (int j = 0; j < s.cols; ++j) {
+        testing::expect_gradient_near(grads[gamma.offset + j], numeric(g, j), 1e-4, 1e-4, "gamma");
+        testing::expect_gradient_near(grads[beta.offset + j], numeric(b, j), 1e-4, 1e-4, "beta");
+        // The running statistics' change: share * (1 - 0.9) * (batch - running).
+        EXPECT_NEAR(grads[rmean.offset + j], share * 0.1 * (mean[j] - 0.3), 1e-6);
+        EXPECT_NEAR(grads[rvar.offset + j], share * 0.1 * (var[j] - 0.8), 1e-6);
+      }
+      if (s.rows == 1) {  // var = 0: y = beta, and no gradient reaches the input
+        for (int j = 0; j < s.cols; ++j) {
+          EXPECT_EQ(got_y[j], w[beta.offset + j]);
+          EXPECT_EQ(got_dx[j], 0.0f);
+        }
       }
     }
-  }
 }
 
 // Inference: the running statistics, not the batch's; the trained blocks' gradients untouched.

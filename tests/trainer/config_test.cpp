@@ -396,6 +396,34 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
             std::string::npos)
       << geo.status().to_string();
   EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
+  // A network without hidden layers refuses it, naming the key; autoint only without a dnn.
+  for (const std::vector<std::string>& no_dnn :
+       {std::vector<std::string>{"hyper_parameters.model=wide"},
+        {"hyper_parameters.model=fm"},
+        {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[]"}}) {
+    std::vector<std::string> overrides = no_dnn;
+    overrides.push_back("hyper_parameters.dnn_batch_norm=true");
+    auto refused = load("elsewhere", yaml, overrides);
+    ASSERT_FALSE(refused.ok()) << no_dnn[0];
+    EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true normalises "
+                                              "after every hidden layer"),
+              std::string::npos)
+        << refused.status().to_string();
+  }
+  // gpubox_train's start line says when the folder's default turned it on, and only then.
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? dnn_batch_norm_note(*doc) : std::string();
+  };
+  EXPECT_NE(note("PaddleRec/models/rank/dlrm", {}).find("PaddleRec's dlrm folder's default"),
+            std::string::npos);
+  EXPECT_EQ(note("PaddleRec/models/rank/dlrm", {"hyper_parameters.dnn_batch_norm=true"}), "");
+  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
+  auto autoint_dnn = load("elsewhere", yaml,
+                          {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[8]",
+                           "hyper_parameters.dnn_batch_norm=true"});
+  EXPECT_TRUE(autoint_dnn.ok()) << autoint_dnn.status().to_string();
 
   auto xdeepfm = load("PaddleRec/models/rank/xdeepfm", yaml);
   ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();

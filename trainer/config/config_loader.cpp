@@ -255,10 +255,11 @@ Status check_ffm_rows(const TrainerConfig& c, const config::ConfigDocument& doc,
 Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument& doc) {
   const ModelKind model = c.hyper.model;
   if (c.hyper.dnn_batch_norm && c.runner.sync_mode == SyncMode::kGeo) {
-    // geo adds each thread's move since its last sync, scaled by 1 / threads: fine for weights,
-    // which the gradients keep correcting, but a running statistic moves to its batches' value
-    // within a sync window, so the scaled moves from the threads' different bases overshoot it
-    // (a running variance went below 0 and dlrm's held-out AUC fell to 0.5).
+    // geo adds each thread's move since its last sync, scaled by 1 / (trainers x threads): fine
+    // for weights, which the gradients keep correcting, but measured on a running statistic (a
+    // running variance went below 0 and dlrm's held-out AUC fell to 0.5 on 2 x 2 threads). async
+    // averages its statistics' moves the same way and stays bounded (ps_batch_norm_test's
+    // AsyncAveragesTheThreadsStatisticMoves; docs/user-guide.md's batch norm).
     return Status::InvalidArgument(
         doc.source() + ": hyper_parameters.dnn_batch_norm is not built for runner.sync_mode " +
         "geo (its summed parameter moves overshoot the running statistics, which are moving " +
@@ -268,6 +269,17 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
                  !doc.is_set("hyper_parameters.dnn_batch_norm")
              ? " (on by default in PaddleRec's dlrm folder)"
              : ""));
+  }
+  // wide, fm and ffm have no dnn; autoint none with fc_sizes: [] (DenseModel's has_mlp).
+  const bool no_dnn = model == ModelKind::kWide || model == ModelKind::kFm ||
+                      model == ModelKind::kFfm ||
+                      (model == ModelKind::kAutoint && c.hyper.fc_sizes.empty());
+  if (c.hyper.dnn_batch_norm && no_dnn) {
+    return Status::InvalidArgument(
+        doc.source() + ": hyper_parameters.dnn_batch_norm=true normalises after every hidden " +
+        "layer of the dnn, but " + name_of(kModelKindNames, model) + " has none" +
+        (model == ModelKind::kAutoint ? " (hyper_parameters.fc_sizes is [])" : "") +
+        "; set hyper_parameters.dnn_batch_norm=false");
   }
   if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
@@ -423,6 +435,16 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.config_path = doc.source();
   return c;
+}
+
+std::string dnn_batch_norm_note(const config::ConfigDocument& doc) {
+  if (doc.is_set("hyper_parameters.dnn_batch_norm") ||
+      config::paddlerec_model_name(doc) != "dlrm") {
+    return "";
+  }
+  return "hyper_parameters.dnn_batch_norm: on, PaddleRec's dlrm folder's default (its MLPLayer "
+         "puts a BatchNorm1D after every layer's ReLU); -o hyper_parameters.dnn_batch_norm=false "
+         "turns it off";
 }
 
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,

@@ -21,6 +21,10 @@ namespace trainer {
 // Every part of a TrainerConfig from `doc`; errors (the dataset part's checks) name the key.
 StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc);
 
+// gpubox_train's start line when PaddleRec's dlrm folder's default (not the config) turned
+// hyper_parameters.dnn_batch_norm on; "" otherwise.
+std::string dnn_batch_norm_note(const config::ConfigDocument& doc);
+
 // Reads `path`, applies `overrides` ("runner.epochs=3", "hyper_parameters.fc_sizes=[64, 32]")
 // in order and fills every part. Thread-safe.
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,

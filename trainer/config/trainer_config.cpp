@@ -37,4 +37,19 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   return model;
 }
 
+Status check_saved_batch_norm(const std::map<std::string, std::string>& saved_model_keys,
+                              const TrainerConfig& config, const std::string& save_dir) {
+  static const std::string kKey = "hyper_parameters.dnn_batch_norm";
+  const auto found = saved_model_keys.find(kKey);
+  const bool saved = found != saved_model_keys.end() && found->second == "true";
+  if (saved == config.hyper.dnn_batch_norm) return Status::OK();
+  auto text = [](bool on) { return std::string(on ? "true" : "false"); };
+  return Status::InvalidArgument(
+      "save " + save_dir + " was made with " + kKey + "=" + text(saved) +
+      (found == saved_model_keys.end() ? " (it records no such key: made before it)" : "") +
+      ", but the config " + config.config_path + " has " + text(config.hyper.dnn_batch_norm) +
+      " (PaddleRec's dlrm folder turns it on when unset, every other config off): add -o " + kKey +
+      "=" + text(saved) + " to read this save");
+}
+
 }  // namespace gpubox::trainer

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.hpp"
 #include "dataset/dataset_types.hpp"
 #include "table/host_table_types.hpp"
 #include "table/host_tier.hpp"
@@ -134,5 +135,14 @@ struct TrainerConfig {
   const std::vector<std::string>& sparse_slot_names() const { return dataset.slots; }
   DenseModelConfig dense_model_config() const;
 };
+
+// OK when the save `save_dir` was made with the batch-norm setting `config` has:
+// `saved_model_keys` is its MODEL_MANIFEST's model_keys, whose hyper_parameters.dnn_batch_norm
+// (missing: false, a save from before the key) is compared with config.hyper.dnn_batch_norm.
+// Otherwise InvalidArgument naming the key, both values and PaddleRec's dlrm folder's default,
+// which a load, --mode infer and an export report before the dense sizes would (they differ by
+// the running statistics and gamma/beta, and a size error would point at fc_sizes or the slots).
+Status check_saved_batch_norm(const std::map<std::string, std::string>& saved_model_keys,
+                              const TrainerConfig& config, const std::string& save_dir);
 
 }  // namespace gpubox::trainer

@@ -267,6 +267,9 @@ int main(int argc, char** argv) {
         !differs.empty()) {
       GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
     }
+    if (const std::string bn = gpubox::trainer::dnn_batch_norm_note(*doc); !bn.empty()) {
+      GPUBOX_LOG(INFO) << bn;
+    }
     if (const std::string rows = gpubox::table::paddlerec_rows_rule_note(*doc); !rows.empty()) {
       GPUBOX_LOG(INFO) << rows;
     }

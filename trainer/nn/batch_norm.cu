@@ -32,8 +32,9 @@ struct Coefficients {
   GPUBOX_HD float* scale() const { return data; }
   GPUBOX_HD float* x_term() const { return data + cols; }
   GPUBOX_HD float* constant() const { return data + 2 * cols; }
-  // a of column j from its variance. A running variance below 0 (no batch's is: the PS geo
-  // mode's averaged moves can overshoot one for a while) counts as 0, not as a NaN.
+  // a of column j from its variance. A running variance below 0 (no batch's is: the PS async
+  // mode's moves, averaged from stale bases, can pass a target near 0 by a sliver) counts as
+  // 0, not as a NaN.
   GPUBOX_HD void set_scale(std::size_t j, float var, float gamma, float epsilon) const {
     scale()[j] = gamma * inv_std(var > 0.0f ? var : 0.0f, epsilon);
   }
@@ -56,16 +57,26 @@ struct ColumnStats {
     var[j] = rows > 0 ? static_cast<float>(squares / static_cast<double>(rows)) : 0.0f;
     coef.set_scale(j, var[j], gamma[j], epsilon);
   }
-  GPUBOX_HD void operator()(std::size_t j) const {
+  GPUBOX_HD double mean_of(double sum) const {
+    return rows > 0 ? sum / static_cast<double>(rows) : 0.0;
+  }
+  // Rows [begin, end) of column j: their sum, and their squared distances from mu.
+  GPUBOX_HD double sum_rows(std::size_t j, int64_t begin, int64_t end) const {
     double sum = 0.0;
-    for (int64_t i = 0; i < rows; ++i) sum += to_float(x[i * ld + j]);
-    const double mu = rows > 0 ? sum / static_cast<double>(rows) : 0.0;
+    for (int64_t i = begin; i < end; ++i) sum += to_float(x[i * ld + j]);
+    return sum;
+  }
+  GPUBOX_HD double square_rows(std::size_t j, int64_t begin, int64_t end, double mu) const {
     double squares = 0.0;
-    for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t i = begin; i < end; ++i) {
       const double d = to_float(x[i * ld + j]) - mu;
       squares += d * d;
     }
-    finish(j, sum, squares);
+    return squares;
+  }
+  GPUBOX_HD void operator()(std::size_t j) const {
+    const double sum = sum_rows(j, 0, rows);
+    finish(j, sum, square_rows(j, 0, rows, mean_of(sum)));
   }
 #if !defined(GPUBOX_BACKEND_CUDA)
   void run_range(std::size_t begin, std::size_t end) const {
@@ -152,14 +163,22 @@ struct ColumnGrads {
   float* d_running_mean;
   float* d_running_var;
   float rate;  // share * (1 - momentum)
-  GPUBOX_HD void operator()(std::size_t j) const {
+  // Rows [begin, end) of column j: the sums of dy and of dy xhat.
+  GPUBOX_HD void sum_rows(std::size_t j, int64_t begin, int64_t end, double* sum_dy,
+                          double* sum_dy_xhat) const {
     const float inv = inv_std(var[j], epsilon);
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
-    for (int64_t i = 0; i < rows; ++i) {
+    double dy_sum = 0.0, dy_xhat_sum = 0.0;
+    for (int64_t i = begin; i < end; ++i) {
       const float g = to_float(dy[i * dy_ld + j]);
-      sum_dy += g;
-      sum_dy_xhat += g * ((to_float(x[i * x_ld + j]) - mean[j]) * inv);
+      dy_sum += g;
+      dy_xhat_sum += g * ((to_float(x[i * x_ld + j]) - mean[j]) * inv);
     }
+    *sum_dy = dy_sum;
+    *sum_dy_xhat = dy_xhat_sum;
+  }
+  GPUBOX_HD void operator()(std::size_t j) const {
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    sum_rows(j, 0, rows, &sum_dy, &sum_dy_xhat);
     finish(j, sum_dy, sum_dy_xhat);
   }
   GPUBOX_HD void finish(std::size_t j, double sum_dy, double sum_dy_xhat) const {
@@ -230,6 +249,91 @@ struct InputGrad {
 #endif
 };
 
+// The staged column sums (BatchNormSpec::staged_column_sums): the rows of a batch of B in
+// kRowChunks chunks of ceil(B / kRowChunks) rows; one item per (chunk, column) sums its chunk's
+// rows in order into a [kRowChunks x cols] double buffer (a warp reads a row's adjacent
+// columns), then one item per column adds its chunks in order. Every sum is then in one fixed
+// order for a given B (deterministic), and B x cols values are read by kRowChunks x cols items
+// rather than walked by cols items one row after another.
+constexpr int64_t kRowChunks = 64;
+
+// The sum of column j's chunks, in chunk order.
+GPUBOX_HD GPUBOX_FORCEINLINE double add_chunks(const double* partial, int cols, std::size_t j) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < kRowChunks; ++c) sum += partial[c * cols + static_cast<int64_t>(j)];
+  return sum;
+}
+
+// Item (c, j): `pass`(j, rows of chunk c, &first[c][j], &second[c][j]).
+template <class Pass>
+struct ChunkPass {
+  Pass pass;
+  int cols;
+  int64_t rows;
+  double* first;   // [kRowChunks x cols]
+  double* second;  // [kRowChunks x cols]
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto c = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
+    const std::size_t j = item % static_cast<std::size_t>(cols);
+    const int64_t per = (rows + kRowChunks - 1) / kRowChunks;
+    const int64_t begin = c * per < rows ? c * per : rows;
+    const int64_t end = begin + per < rows ? begin + per : rows;
+    pass(j, begin, end, first + item, second + item);
+  }
+};
+
+// ColumnStats' passes: the values' sums into `first`, then (their chunks added for the mean)
+// the squared distances into `second`.
+template <class T>
+struct ValueSums {
+  ColumnStats<T> stats;
+  GPUBOX_HD void operator()(std::size_t j, int64_t begin, int64_t end, double* sum,
+                            double* /*squares*/) const {
+    *sum = stats.sum_rows(j, begin, end);
+  }
+};
+template <class T>
+struct SquareSums {
+  ColumnStats<T> stats;
+  const double* sums;  // ValueSums'
+  int cols;
+  GPUBOX_HD void operator()(std::size_t j, int64_t begin, int64_t end, double* /*sum*/,
+                            double* squares) const {
+    *squares = stats.square_rows(j, begin, end, stats.mean_of(add_chunks(sums, cols, j)));
+  }
+};
+// Item j: ColumnStats::finish from the chunks.
+template <class T>
+struct StatsFromChunks {
+  ColumnStats<T> stats;
+  const double* sums;
+  const double* squares;
+  int cols;
+  GPUBOX_HD void operator()(std::size_t j) const {
+    stats.finish(j, add_chunks(sums, cols, j), add_chunks(squares, cols, j));
+  }
+};
+
+// ColumnGrads' pass (both sums at once) and its item j from the chunks.
+template <class T>
+struct GradSums {
+  ColumnGrads<T> grads;
+  GPUBOX_HD void operator()(std::size_t j, int64_t begin, int64_t end, double* sum_dy,
+                            double* sum_dy_xhat) const {
+    grads.sum_rows(j, begin, end, sum_dy, sum_dy_xhat);
+  }
+};
+template <class T>
+struct GradsFromChunks {
+  ColumnGrads<T> grads;
+  const double* sum_dy;
+  const double* sum_dy_xhat;
+  int cols;
+  GPUBOX_HD void operator()(std::size_t j) const {
+    grads.finish(j, add_chunks(sum_dy, cols, j), add_chunks(sum_dy_xhat, cols, j));
+  }
+};
+
 // Calls launch(p) with `data` typed as the element type (float, or Bf16).
 template <class Launch>
 void with_element(ElementType type, const void* data, Launch launch) {
@@ -258,11 +362,16 @@ BatchNorm::BatchNorm(device::Card& card, DenseParameters& params, const BatchNor
   mean_ = card.make_buffer<float>(cols);
   var_ = card.make_buffer<float>(cols);
   coef_ = card.make_buffer<float>(3 * cols);
+  // Made once: a step allocates nothing (issue 31).
+  if (spec.staged_column_sums)
+    partial_ = card.make_buffer<double>(static_cast<std::size_t>(2 * kRowChunks) * cols);
 }
 
 std::string BatchNorm::describe() const {
   return spec_.name + " " + std::to_string(spec_.cols) + ": batch norm, parallel_for (" +
-         element_type_name(spec_.type) + " rows, fp32 statistics, double column sums)";
+         element_type_name(spec_.type) + " rows, fp32 statistics, double column sums" +
+         (spec_.staged_column_sums ? " in " + std::to_string(kRowChunks) + " row chunks" : "") +
+         ")";
 }
 
 void BatchNorm::forward_train(const device::Stream& stream, const DenseParameters& params,
@@ -270,10 +379,27 @@ void BatchNorm::forward_train(const device::Stream& stream, const DenseParameter
   const auto cols = static_cast<std::size_t>(spec_.cols);
   with_element(spec_.type, x, [&](const auto* in) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(in)>>;
-    device::parallel_for(
-        stream, cols,
-        ColumnStats<T>{in, spec_.x_ld, batch, mean_.data(), var_.data(), params.values(gamma_),
-                       spec_.epsilon, Coefficients{coef_.data(), spec_.cols}});
+    const ColumnStats<T> stats{in,
+                               spec_.x_ld,
+                               batch,
+                               mean_.data(),
+                               var_.data(),
+                               params.values(gamma_),
+                               spec_.epsilon,
+                               Coefficients{coef_.data(), spec_.cols}};
+    if (spec_.staged_column_sums) {
+      double* sums = partial_.data();
+      double* squares = sums + kRowChunks * spec_.cols;
+      const std::size_t items = static_cast<std::size_t>(kRowChunks) * cols;
+      device::parallel_for(stream, items,
+                           ChunkPass<ValueSums<T>>{{stats}, spec_.cols, batch, sums, squares});
+      device::parallel_for(
+          stream, items,
+          ChunkPass<SquareSums<T>>{{stats, sums, spec_.cols}, spec_.cols, batch, sums, squares});
+      device::parallel_for(stream, cols, StatsFromChunks<T>{stats, sums, squares, spec_.cols});
+    } else {
+      device::parallel_for(stream, cols, stats);
+    }
     normalize(stream, params, in, mean_.data(), y, batch);
   });
 }
@@ -303,13 +429,32 @@ void BatchNorm::backward(const device::Stream& stream, DenseParameters& params, 
   with_element(spec_.type, x, [&](const auto* in) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(in)>>;
     const T* d_out = static_cast<const T*>(dy);
-    device::parallel_for(
-        stream, cols,
-        ColumnGrads<T>{in, spec_.x_ld, d_out, spec_.grad_ld, batch, mean_.data(), var_.data(),
-                       spec_.epsilon, Coefficients{coef_.data(), spec_.cols}, params.grads(gamma_),
-                       params.grads(beta_), params.values(running_mean_),
-                       params.values(running_var_), params.grads(running_mean_),
-                       params.grads(running_var_), share * (1.0f - spec_.momentum)});
+    const ColumnGrads<T> grads{in,
+                               spec_.x_ld,
+                               d_out,
+                               spec_.grad_ld,
+                               batch,
+                               mean_.data(),
+                               var_.data(),
+                               spec_.epsilon,
+                               Coefficients{coef_.data(), spec_.cols},
+                               params.grads(gamma_),
+                               params.grads(beta_),
+                               params.values(running_mean_),
+                               params.values(running_var_),
+                               params.grads(running_mean_),
+                               params.grads(running_var_),
+                               share * (1.0f - spec_.momentum)};
+    if (spec_.staged_column_sums) {
+      double* sum_dy = partial_.data();
+      double* sum_dy_xhat = sum_dy + kRowChunks * spec_.cols;
+      device::parallel_for(stream, static_cast<std::size_t>(kRowChunks) * cols,
+                           ChunkPass<GradSums<T>>{{grads}, spec_.cols, batch, sum_dy, sum_dy_xhat});
+      device::parallel_for(stream, cols,
+                           GradsFromChunks<T>{grads, sum_dy, sum_dy_xhat, spec_.cols});
+    } else {
+      device::parallel_for(stream, cols, grads);
+    }
     device::parallel_for(
         stream, static_cast<std::size_t>(batch) * cols,
         InputGrad<T>{in, spec_.x_ld, d_out, static_cast<T*>(dx), spec_.grad_ld, spec_.cols,

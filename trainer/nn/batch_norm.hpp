@@ -4,6 +4,8 @@
 //   training:  mu_j = 1/B sum_i x_ij,  var_j = 1/B sum_i (x_ij - mu_j)^2   (the batch's, biased)
 //              y_ij = gamma_j (x_ij - mu_j) / sqrt(var_j + eps) + beta_j
 //              running_mean = m running_mean + (1 - m) mu,  running_var likewise with var
+//              (the biased batch variance, as Paddle's CPU batch_norm kernel; PyTorch's running
+//              variance takes the unbiased one)
 //   inference: y_ij = gamma_j (x_ij - running_mean_j) / sqrt(running_var_j + eps) + beta_j
 //
 // with Paddle's defaults m = 0.9, eps = 1e-5; gamma starts at 1, beta at 0, the running mean at 0
@@ -28,7 +30,9 @@
 // Precision: x, y, dy and dx are of the MLP's activation type (fp32 or bf16); the statistics, the
 // column sums (double), gamma, beta and every gradient of them are fp32 or wider.
 // Portable (batch_norm.cu): one work item per column, rows summed in order (the cpu form walks
-// rows over a range of columns: the same sums in the same order, so the same bits).
+// rows over a range of columns: the same sums in the same order, so the same bits); nvcc's
+// default (BatchNormSpec::staged_column_sums) sums row chunks per (chunk, column) item, then the
+// chunks in order per column: deterministic, within rounding of the one-pass sums.
 //
 // Owns the batch's mean and variance (card memory); the model owns x, y, dy and dx.
 // Thread-safety: one card's thread only.
@@ -46,6 +50,15 @@
 
 namespace gpubox::trainer {
 
+// Whether the column sums are staged by default (BatchNormSpec::staged_column_sums): nvcc's
+// one thread per column walking B rows is latency-bound; the cpu form's rows-outer walk over a
+// range of columns is already contiguous.
+#if defined(GPUBOX_BACKEND_CUDA)
+inline constexpr bool kStagedColumnSums = true;
+#else
+inline constexpr bool kStagedColumnSums = false;
+#endif
+
 struct BatchNormSpec {
   std::string name;  // blocks <name>.gamma, .beta (trained), .running_mean, .running_var
   int cols = 0;
@@ -56,6 +69,9 @@ struct BatchNormSpec {
   bool input_is_relu = true;             // dx = 0 where x = 0
   float momentum = 0.9f;
   float epsilon = 1e-5f;
+  // The column sums in two stages (row chunks, then the chunks added in order: batch_norm.cu),
+  // with a [2 x 64 x cols] double scratch made at construction; else one item per column.
+  bool staged_column_sums = kStagedColumnSums;
 };
 
 class BatchNorm {
@@ -73,7 +89,9 @@ class BatchNorm {
   // y from x with the batch's statistics (kept for backward). Enqueued.
   void forward_train(const device::Stream& stream, const DenseParameters& params, const void* x,
                      void* y, int64_t batch);
-  // y from x with the running statistics. Enqueued.
+  // y from x with the running statistics. Enqueued. Rewrites coef_'s scale with the running
+  // variance's, which backward reads as the forward's: a backward needs a forward_train of the
+  // same x after the last forward_infer (DenseModel's forward_backward always runs one).
   void forward_infer(const device::Stream& stream, const DenseParameters& params, const void* x,
                      void* y, int64_t batch);
   // After forward_train of the same x: gamma's and beta's gradients, the running statistics'
@@ -97,6 +115,7 @@ class BatchNorm {
   // [3 x cols]: the forward's scale gamma / sqrt(var + eps), the input gradient's x and
   // constant terms (batch_norm.cu's Coefficients).
   device::device_buffer<float> coef_;
+  device::device_buffer<double> partial_;  // the staged sums' chunks (staged_column_sums only)
 };
 
 }  // namespace gpubox::trainer

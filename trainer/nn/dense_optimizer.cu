@@ -237,6 +237,7 @@ void DenseOptimizer::step_on_card(DenseParameters& params, const uint32_t* veto)
   Bf16* values_bf16 = params.has_bf16_copy() ? params.values_bf16().data() : nullptr;
   const std::size_t trained = params.trained_size();
   step_rule(values, grads, values_bf16, veto, trained);
+  stepped_statistics_ = stepped_statistics_ || trained < size_;
   if (trained < size_) {
     device::parallel_for(
         card_->stream(), size_ - trained,
@@ -247,6 +248,10 @@ void DenseOptimizer::step_on_card(DenseParameters& params, const uint32_t* veto)
 
 void DenseOptimizer::step_on_card(float* values, const float* grads, Bf16* values_bf16,
                                   const uint32_t* veto) {
+  GPUBOX_EXPECTS(!stepped_statistics_,
+                 "dense optimizer: a raw buffer stepped where the parameters have statistic "
+                 "blocks (batch norm's running statistics), which the rule must not step: use "
+                 "step_on_card(DenseParameters&)");
   step_rule(values, grads, values_bf16, veto, size_);
 }
 

@@ -47,10 +47,15 @@ class DenseOptimizer {
   // step count, and the card work (enqueued, capturable: nothing in it depends on host state
   // that changes from step to step).
   void count_step() { ++steps_; }
+  // The raw form steps every value by the rule: the buffer must hold no statistic blocks (a
+  // model with batch norm steps through the parameters' form). Refused once this optimizer has
+  // stepped parameters with statistics (the raw pointers cannot say what they hold).
   void step_on_card(float* values, const float* grads, Bf16* values_bf16 = nullptr,
                     const uint32_t* veto = nullptr);
   // The parameters' form steps their trained blocks by the rule and adds the statistics' changes
   // (DenseParameters::add_statistic: w += g, the same on every card after the all-reduce).
+  // Adam's and Adagrad's moments span all size() floats: those of the statistic range exist
+  // (saved, loaded) but stay at their initial values.
   void step_on_card(DenseParameters& params, const uint32_t* veto = nullptr);
 
   // State for save/load: first and second moments (empty for sgd; adagrad: the second only,
@@ -76,6 +81,7 @@ class DenseOptimizer {
   DenseOptimizerConfig config_;
   std::size_t size_;
   int64_t steps_ = 0;
+  bool stepped_statistics_ = false;  // step_on_card(DenseParameters&) met statistic blocks
   device::device_buffer<float> m_;
   device::device_buffer<float> v_;
   device::device_buffer<AdamSchedule> schedule_;  // adam: 1 element

@@ -183,6 +183,8 @@ struct PsTrainer::PassThreads {
     dense_scale = mode == SyncMode::kAsync
                       ? 1.0f
                       : 1.0f / static_cast<float>(trainer.env_.trainers * threads);
+    // The running statistics' changes are averaged in every mode (async: PsWorker::sync_dense).
+    statistic_scale = 1.0f / static_cast<float>(trainer.env_.trainers * threads);
     dense_every = static_cast<std::size_t>(mode == SyncMode::kGeo ? runner.geo_step
                                                                   : runner.dense_sync_steps);
   }
@@ -208,6 +210,7 @@ struct PsTrainer::PassThreads {
   const SyncMode mode;
   bool open_ended = false;
   float dense_scale = 1.0f;
+  float statistic_scale = 1.0f;
   std::size_t dense_every = 1;
   ThreadBarrier local;
   PsProgress progress;
@@ -254,7 +257,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
-    if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense();
+    if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense(run.statistic_scale);
     if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(run.dense_scale);
     if (mode == SyncMode::kSync) {
       run.meet_all(t, std::to_string(b), "step " + std::to_string(b), b);
@@ -269,7 +272,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   // trainer took the same `steps`, so all agree on whether a partial dense window is left; it is
   // added and adopted behind one more barrier, as a step's.
   if (mode == SyncMode::kGeo) worker.sync_rows(run.dense_scale);
-  if (mode != SyncMode::kSync) worker.sync_dense(run.dense_scale);
+  if (mode != SyncMode::kSync) worker.sync_dense(run.dense_scale, run.statistic_scale);
   if (mode == SyncMode::kSync && b % run.dense_every != 0) {
     worker.sync_dense(run.dense_scale);
     run.meet_all(t, "dense", "the pass's last dense window", run.data.steps);

@@ -361,7 +361,9 @@ void PsWorker::read_dense(std::vector<float>* into) {
   std::copy(read_back_.data(), read_back_.data() + n, into->data());
 }
 
-void PsWorker::sync_dense(float scale) {
+void PsWorker::sync_dense(float scale) { sync_dense(scale, scale); }
+
+void PsWorker::sync_dense(float scale, float statistic_scale) {
   finish_rows();
   finish_exchange();
   const device::DeviceCounts before = card_.counts();
@@ -369,8 +371,9 @@ void PsWorker::sync_dense(float scale) {
   table::server::DenseAction action = table::server::DenseAction::kRead;
   if (scale != 0.0f) {
     action = table::server::DenseAction::kAdd;
+    const std::size_t trained = model_->parameters().trained_size();
     for (std::size_t i = 0; i < dense_.size(); ++i) {
-      dense_[i] = (dense_[i] - synced_dense_[i]) * scale;
+      dense_[i] = (dense_[i] - synced_dense_[i]) * (i < trained ? scale : statistic_scale);
     }
   }
   const Status synced = servers_.dense(action, kDenseTableName, &dense_);
@@ -408,8 +411,11 @@ void PsWorker::finish_exchange() {
   std::swap(synced_dense_, sent_);  // the servers' sum; the old buffer is the next change's
 }
 
-void PsWorker::exchange_dense() {
+void PsWorker::exchange_dense(float statistic_scale) {
   const device::DeviceCounts before = card_.counts();
+  // The statistics' moves (batch norm's running mean and variance, past trained_size()) are
+  // sent scaled by statistic_scale: every thread moved them at the full rate.
+  const std::size_t trained = model_->parameters().trained_size();
   if (wait_exchange()) {
     // finish_exchange() and the next snapshot and change in one pass over the table (a dense
     // step every step: each pass over a 1.2 MB table cost): the parameters become the servers'
@@ -431,6 +437,7 @@ void PsWorker::exchange_dense() {
     growth_.resize(&sent_, snapshot_.size());
     for (std::size_t i = 0; i < sent_.size(); ++i) sent_[i] = snapshot_[i] - synced_dense_[i];
   }
+  for (std::size_t i = trained; i < sent_.size(); ++i) sent_[i] *= statistic_scale;
   exchanger_->start(&sent_);  // sent_ is the exchanger's until the next wait_exchange()
   count_card_allocations(before);
 }

@@ -108,9 +108,16 @@ class PsWorker {
   // and takes the sum as the new dense parameters. scale 0: only reads the table.
   // Waits for the rows' calls (finish_rows()) and an exchange_dense() still under way first.
   void sync_dense(float scale);
-  // The async mode's dense step (see the file comment); sync_dense(1) at the end of a pass
-  // makes the servers' table equal this thread's parameters again when it is the only writer.
-  void exchange_dense();
+  // As sync_dense(scale), but the running statistics' change (DenseParameters'
+  // [trained_size(), size())) times `statistic_scale`: the async mode adds each thread's
+  // weight change whole but the statistics' as 1 / (trainers x threads) of it, since every
+  // thread moves its own copy of the moving averages toward its batches (summed whole, T
+  // threads would move the servers' T times as far and overshoot).
+  void sync_dense(float scale, float statistic_scale);
+  // The async mode's dense step (see the file comment), the statistics' change times
+  // `statistic_scale` (as sync_dense's); sync_dense(1) at the end of a pass makes the servers'
+  // table equal this thread's parameters again when it is the only writer.
+  void exchange_dense(float statistic_scale = 1.0f);
   // Geo: pushes the deltas of the rows changed since the last sync, their weights scaled by
   // `scale` (GeoRows::sync), adopts the merged rows. Returns how many rows it synced; 0 in the
   // other modes.
