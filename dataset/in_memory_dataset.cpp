@@ -150,8 +150,6 @@ void InMemoryDataset::store_in_order() {
   if (n == 0) return;
   constexpr std::size_t kBlockInstances = std::size_t{1} << 16;  // one block a task
   const std::size_t blocks = (n + kBlockInstances - 1) / kBlockInstances;
-  std::size_t keys = 0;
-  for (const InstanceBlock& b : blocks_) keys += b.keys.size();
   const int num_slots = static_cast<int>(config_.slots.size());
   std::vector<InstanceBlock> stored(blocks, InstanceBlock(num_slots, config_.dense_dim));
   parallel_tasks(config_.thread_num, blocks, [&](std::size_t block) {
@@ -162,7 +160,16 @@ void InMemoryDataset::store_in_order() {
     out.labels.reserve(count);
     out.dense.reserve(count * static_cast<std::size_t>(config_.dense_dim));
     out.key_begin.reserve(count + 1);
-    out.keys.reserve((keys / n + 1) * count);  // the mean, rounded up; a longer block grows
+    // Exactly this block's keys: a reserve by the pass's mean, rounded up, left a block of
+    // shorter instances up to a key an instance unused and doubled a block of longer ones (never
+    // shrunk; memory_bytes() counts capacity).
+    std::size_t keys = 0;
+    for (std::size_t p = begin; p < end; ++p) {
+      const Location at = locate(p);
+      const std::vector<std::uint64_t>& key_begin = blocks_[at.block].key_begin;
+      keys += key_begin[at.index + 1] - key_begin[at.index];
+    }
+    out.keys.reserve(keys);
     out.slot_sizes.reserve(count * static_cast<std::size_t>(num_slots));
     visit_in_order(begin, end, [&](std::size_t, const InstanceRef& ref) { out.append(ref); });
   });
