@@ -407,7 +407,7 @@ TEST(InMemoryDataset, StoredInOrderEveryInstanceAndBatchStaysTheSame) {
       }
     }
     for (int round = 0; round < 2; ++round) {
-      ds.store_in_order();
+      ASSERT_TRUE(ds.store_in_order());
       ASSERT_EQ(contents(ds), shuffled);
       EXPECT_EQ(ds.unique_keys(), keys);
       std::size_t at = 0;
@@ -424,7 +424,7 @@ TEST(InMemoryDataset, StoredInOrderEveryInstanceAndBatchStaysTheSame) {
     }
   }
   InMemoryDataset empty(config());
-  empty.store_in_order();
+  EXPECT_TRUE(empty.store_in_order());
   EXPECT_EQ(empty.size(), 0u);
 }
 
@@ -454,11 +454,32 @@ TEST(InMemoryDataset, StoredInOrderTakesNoMoreMemoryThanTheLoad) {
         ASSERT_GT(ds.size(), std::size_t{2} << 16);  // more than two stored blocks
         const std::size_t before = ds.memory_bytes();
         if (shuffle) ds.local_shuffle(3);
-        ds.store_in_order();
+        ASSERT_TRUE(ds.store_in_order());
         EXPECT_LE(ds.memory_bytes(), before + before / 10);
       }
     }
   }
+}
+
+// A set stop flag ends store_in_order with false and the storage as it was.
+TEST(InMemoryDataset, AStopFlagEndsStoredInOrderAndKeepsTheInstances) {
+  ScratchDir dir;
+  const TextSet text = make_text(dir, 1, 3000, 0.0, 17);
+  std::atomic<bool> stop{false};
+  InMemoryDataset ds(config(2));
+  ds.set_filelist(text.files);
+  ds.set_stop_flag(&stop);
+  ASSERT_TRUE(ds.load_into_memory().ok());
+  ds.local_shuffle(5);
+  const std::vector<PlainInstance> shuffled = contents(ds);
+  const std::size_t bytes = ds.memory_bytes();
+  stop = true;
+  EXPECT_FALSE(ds.store_in_order());
+  EXPECT_EQ(contents(ds), shuffled);
+  EXPECT_EQ(ds.memory_bytes(), bytes);
+  stop = false;
+  EXPECT_TRUE(ds.store_in_order());
+  EXPECT_EQ(contents(ds), shuffled);
 }
 
 TEST(InMemoryDataset, UniqueKeysMatchASetOracle) {
