@@ -45,4 +45,20 @@ UsableMemory usable_memory() {
   return usable_memory(physical, cgroup_limit_files());
 }
 
+uint64_t resident_memory_bytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0;
+  uint64_t resident = 0;
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  if (!(in >> size >> resident) || page <= 0) return 0;
+  return resident * uint64_t(page);
+}
+
+uint64_t memory_headroom_bytes() {
+  const uint64_t usable = usable_memory_bytes();
+  if (usable == 0) return UINT64_MAX;
+  const uint64_t resident = resident_memory_bytes();
+  return usable > resident ? usable - resident : 0;
+}
+
 }  // namespace gpubox

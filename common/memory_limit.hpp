@@ -1,7 +1,8 @@
 // How much memory this process may use: the machine's physical memory, or its cgroup's limit when
 // lower (a container's memory.max is what the kernel enforces; the machine's total is not). The
 // one reading of it for every component that sizes a default by memory (gpubox_server's
-// --memory_mb default, the trainer's runner.pass_cache_mb: -1).
+// --memory_mb default, the trainer's runner.pass_cache_mb: -1) or skips a copy that would not
+// fit (the trainer's store_in_order of a pass).
 //
 // Host-only, no state.
 #pragma once
@@ -27,5 +28,10 @@ UsableMemory usable_memory(uint64_t physical_bytes, const std::vector<std::strin
 // This process's: the machine's physical memory (sysconf) and cgroup_limit_files().
 UsableMemory usable_memory();
 inline uint64_t usable_memory_bytes() { return usable_memory().bytes; }
+// This process's resident memory (/proc/self/statm; 0: unknown).
+uint64_t resident_memory_bytes();
+// usable_memory_bytes() less resident_memory_bytes(): what this process may still take (0 when
+// none is left; unknown usable memory: the largest value).
+uint64_t memory_headroom_bytes();
 
 }  // namespace gpubox

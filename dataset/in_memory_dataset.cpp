@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -145,16 +146,20 @@ void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* 
                  config_.dense_dim, batch);
 }
 
-void InMemoryDataset::store_in_order() {
+bool InMemoryDataset::store_in_order() {
   const std::size_t n = order_.size();
-  if (n == 0) return;
+  if (n == 0) return true;
   constexpr std::size_t kBlockInstances = std::size_t{1} << 16;  // one block a task
   const std::size_t blocks = (n + kBlockInstances - 1) / kBlockInstances;
-  std::size_t keys = 0;
-  for (const InstanceBlock& b : blocks_) keys += b.keys.size();
   const int num_slots = static_cast<int>(config_.slots.size());
   std::vector<InstanceBlock> stored(blocks, InstanceBlock(num_slots, config_.dense_dim));
+  std::atomic<bool> stopped{false};
   parallel_tasks(config_.thread_num, blocks, [&](std::size_t block) {
+    if (stopped.load(std::memory_order_relaxed)) return;
+    if (stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed)) {
+      stopped.store(true, std::memory_order_relaxed);
+      return;
+    }
     const std::size_t begin = block * kBlockInstances;
     const std::size_t end = std::min(n, begin + kBlockInstances);
     InstanceBlock& out = stored[block];
@@ -162,15 +167,26 @@ void InMemoryDataset::store_in_order() {
     out.labels.reserve(count);
     out.dense.reserve(count * static_cast<std::size_t>(config_.dense_dim));
     out.key_begin.reserve(count + 1);
-    out.keys.reserve((keys / n + 1) * count);  // the mean, rounded up; a longer block grows
+    // Exactly this block's keys: a reserve by the pass's mean, rounded up, left a block of
+    // shorter instances up to a key an instance unused and doubled a block of longer ones (never
+    // shrunk; memory_bytes() counts capacity).
+    std::size_t keys = 0;
+    for (std::size_t p = begin; p < end; ++p) {
+      const Location at = locate(p);
+      const std::vector<std::uint64_t>& key_begin = blocks_[at.block].key_begin;
+      keys += key_begin[at.index + 1] - key_begin[at.index];
+    }
+    out.keys.reserve(keys);
     out.slot_sizes.reserve(count * static_cast<std::size_t>(num_slots));
     visit_in_order(begin, end, [&](std::size_t, const InstanceRef& ref) { out.append(ref); });
   });
+  if (stopped.load()) return false;  // `stored` freed, the current storage kept
   blocks_ = std::move(stored);
   for (std::size_t p = 0; p < n; ++p) {
     order_[p] =
         (static_cast<std::uint64_t>(p / kBlockInstances) << kIndexBits) | (p % kBlockInstances);
   }
+  return true;
 }
 
 void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, int dense_dim,

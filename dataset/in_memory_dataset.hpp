@@ -74,8 +74,10 @@ class InMemoryDataset {
   // freed after; twice the instances' memory meanwhile): instance(i) stays the same for every
   // i, but a batch's instances, shuffled all over the pass's memory before (a few cache misses
   // each in fill_batch), are then read in sequence. The load order is gone: unique_keys_and_slots
-  // then gives each key the slot of its first occurrence in this order.
-  void store_in_order();
+  // then gives each key the slot of its first occurrence in this order. Each block of 65,536
+  // instances copied checks the stop flag (set_stop_flag) first: once it is set, the copy ends
+  // within a block a thread, the storage and order stay as they were and this returns false.
+  bool store_in_order();
   // Drops every instance and returns the memory.
   void release_memory();
 

@@ -82,5 +82,17 @@ TEST(UsableMemory, ThisMachineHasSomeAndNoMoreThanItsPhysicalMemory) {
   EXPECT_EQ(usable_memory_bytes(), got.bytes);
 }
 
+// Touching 64 MiB more raises the resident memory by about that and lowers the headroom.
+TEST(UsableMemory, ResidentMemoryAndHeadroomFollowWhatThisProcessTouches) {
+  const uint64_t resident = resident_memory_bytes();
+  const uint64_t headroom = memory_headroom_bytes();
+  EXPECT_GT(resident, 0u);
+  EXPECT_LE(headroom, usable_memory_bytes());
+  std::vector<char> touched(std::size_t{64} << 20, 1);
+  const uint64_t grown = resident_memory_bytes();
+  EXPECT_GE(grown, resident + (std::size_t{60} << 20)) << int(touched.back());
+  EXPECT_LE(memory_headroom_bytes(), headroom - (std::size_t{60} << 20));
+}
+
 }  // namespace
 }  // namespace gpubox

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,6 +39,12 @@ double pooled_oracle(const HostSlotBatch& h, int segment, int o, bool use_cvm) {
   return sum[o];
 }
 
+uint32_t bits_of(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
 // Forward into rows of ld = out_dim + dense_dim + 2: each pooled column against the float64
 // oracle, the dense features copied, the padding kept, the bf16 rows the fp32 ones rounded.
 void expect_forward(device::Card& card, const SlotSumPool& pool, const HostSlotBatch& h,
@@ -55,6 +62,14 @@ void expect_forward(device::Card& card, const SlotSumPool& pool, const HostSlotB
         const float got = rows[i * ld + begin[s] + o];
         ASSERT_NEAR(got, pooled_oracle(h, s * batch + i, o, use_cvm), 1e-5)
             << "instance " << i << " slot " << s << " column " << o;
+        const uint32_t first = h.offsets[s * batch + i];
+        if (!use_cvm && h.offsets[s * batch + i + 1] == first + 1) {
+          // One key without cvm (the cpu's short loop): the general sum's -0.0f + field, bit
+          // for bit (a -0.0f field stays -0.0f).
+          const float want = -0.0f + h.records[first * h.pull_dim + 2 + o];
+          ASSERT_EQ(bits_of(got), bits_of(want))
+              << "instance " << i << " slot " << s << " column " << o;
+        }
       }
     }
     for (int d = 0; d < dense_dim; ++d) {
@@ -121,6 +136,34 @@ TEST_P(SlotPoolWidthTest, WideRecordsNarrowSlotsAndWideDenseMatchTheOracles) {
 
   expect_forward(card_, pool, h, begin, dense_dim, use_cvm, rng);
   expect_backward(card_, pool, h, begin, use_cvm, rng);
+}
+
+// Every segment one key (the cpu's short loops: forward without cvm, backward where the slot
+// fills the record), with slots narrower than the records (backward's general path) beside
+// them, and fields of -0.0f, +0.0f, a denormal and a large value: forward's columns are
+// -0.0f + the field bit for bit, backward's push rows exactly the scaled gradients.
+TEST_P(SlotPoolWidthTest, OneKeySegmentsMatchTheGeneralPathBitForBit) {
+  const bool use_cvm = GetParam();
+  const int batch = 9, mf_dim = kGroup + 4;
+  const std::vector<int> slot_dims = {mf_dim, kGroup - 1, mf_dim, 0, 3};
+  const int slots = static_cast<int>(slot_dims.size());
+  std::mt19937_64 rng(use_cvm ? 65 : 66);
+  HostSlotBatch h = make_slot_batch(batch, slots, mf_dim, rng);
+  const float specials[] = {-0.0f, 0.0f, 1e-40f, -3e38f};
+  HostSlotBatch one{{}, {0}, h.labels, batch, slots, h.pull_dim};
+  for (int segment = 0; segment < batch * slots; ++segment) {
+    for (int k = 0; k < h.pull_dim; ++k) {
+      const float v = k >= 2 && (segment + k) % 3 == 0 ? specials[(segment + k) % 4]
+                                                       : h.records[segment % 20 * h.pull_dim + k];
+      one.records.push_back(v);
+    }
+    one.offsets.push_back(static_cast<uint32_t>(segment + 1));
+  }
+  SlotSumPool pool(card_, slot_dims, mf_dim, use_cvm);
+  std::vector<int> begin(1, 0);
+  for (int dim : slot_dims) begin.push_back(begin.back() + (use_cvm ? 2 : 0) + 1 + dim);
+  expect_forward(card_, pool, one, begin, 2, use_cvm, rng);
+  expect_backward(card_, pool, one, begin, use_cvm, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cvm, SlotPoolWidthTest, ::testing::Bool());

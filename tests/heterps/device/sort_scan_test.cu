@@ -151,14 +151,21 @@ TEST(PairSorter, SkipsThePassesEveryKeySharesInTheStableOrder) {
     // 62 bits under a varying 2-bit high word, and 64 under a fixed one: one packed word of 64.
     for (const int low_bits : {0, 5, 11, 12, 13, 22, 25, 62, 64}) {
       for (const bool high_varies : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << n << " pairs, low bits " << low_bits
-                                          << (high_varies ? ", high varies" : ""));
-        std::vector<WideKey> keys(n);
-        for (WideKey& k : keys) {
-          k.low = low_bits == 64 ? rng() : rng() % (uint64_t{1} << low_bits);
-          k.high = high_varies ? rng() % 3 : 2;
+        // Bits above high_bits in the high word (random, or all set) are ignored by the order
+        // and the packing, and copied with the key.
+        for (const int above : {0, 1, 2}) {
+          SCOPED_TRACE(::testing::Message() << n << " pairs, low bits " << low_bits
+                                            << (high_varies ? ", high varies" : "")
+                                            << ", bits above high_bits " << above);
+          std::vector<WideKey> keys(n);
+          for (WideKey& k : keys) {
+            k.low = low_bits == 64 ? rng() : rng() % (uint64_t{1} << low_bits);
+            k.high = high_varies ? rng() % 3 : 2;
+            if (above == 1) k.high |= rng() << 2;
+            if (above == 2) k.high |= ~uint64_t{3};
+          }
+          expect_sorted(sorter, card, keys, 2, 0);
         }
-        expect_sorted(sorter, card, keys, 2, 0);
       }
     }
   }
