@@ -364,7 +364,9 @@ TEST(PsRowPipeline, TheSteadyPipelinedStepAllocatesNothing) {
 TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   const TrainerConfig cfg = pipeline_config();
   Servers shards(cfg, 2);
-  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg, /*deadline_s=*/1.0);
+  // A stopped server refuses connections at once; the deadline bounds the live shard's calls
+  // too, which a loaded machine (ctest -j2 on 2 cores) can slow to seconds.
+  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg, /*deadline_s=*/8.0);
   device::Card card(0, 0, 0, 1);
   card.activate();
   auto worker = std::make_unique<PsWorker>(card, *servers, cfg);
@@ -389,7 +391,7 @@ TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
     }
   }
   ASSERT_FALSE(error.empty()) << "every step against a dead server succeeded";
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
   EXPECT_NE(error.find(dead), std::string::npos) << error;
   const bool names_call = error.find("pulling the rows of pass 3, step ") != std::string::npos ||
                           error.find("pushing the gradients of pass 3, step ") != std::string::npos;
