@@ -26,6 +26,7 @@
 #include "heterps/device/card.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
+#include "tests/trainer/ps_pipeline_util.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/ps_modes/call_queue.hpp"
@@ -33,8 +34,6 @@
 
 namespace gpubox::trainer::ps_modes {
 namespace {
-
-using table::server::RemoteHostTier;
 
 // ---- CallQueue --------------------------------------------------------------------------------
 
@@ -178,23 +177,12 @@ dataset::Batch make_batch(int slots, int dense_dim, std::size_t instances, uint6
   return batch;
 }
 
-std::unique_ptr<RemoteHostTier> connect(const Servers& shards, const TrainerConfig& cfg,
-                                        double deadline_s = 30.0) {
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  options.deadline_s = deadline_s;
-  options.connect_timeout_s = 0.5;
-  auto servers = RemoteHostTier::connect(std::move(options));
-  throw_if_error(servers.status());
-  return std::move(servers).value();
-}
-
 // What the servers hold after a run: every row of `keys` (PEEK, full rows) and the thread's
 // dense net.
 struct Outcome {
   std::map<uint64_t, std::vector<float>> rows;
   std::vector<float> dense;
+  std::map<uint64_t, std::vector<float>> untrained_rows;  // of `stopped_before` (train())
 };
 
 // One async thread trains `batches` in order against fresh servers, each step given the next
@@ -215,24 +203,9 @@ Outcome train(const TrainerConfig& cfg, const std::vector<dataset::Batch>& batch
   }
   worker.finish_rows();
   Outcome out;
-  std::vector<uint64_t> keys;
-  std::vector<int32_t> slots;
-  for (const dataset::Batch& batch : batches) {
-    for (uint64_t key : batch.keys) {
-      if (out.rows.emplace(key, std::vector<float>()).second) {
-        keys.push_back(key);
-        slots.push_back(1);
-      }
-    }
-  }
-  const auto stride = static_cast<std::size_t>(servers->layout().stride());
-  std::vector<float> rows(keys.size() * stride);
-  std::size_t unknown = 0;
-  throw_if_error(servers->peek(keys.data(), slots.data(), keys.size(), rows.data(), &unknown));
-  EXPECT_EQ(unknown, 0u) << "a trained key is missing on the servers";
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    out.rows[keys[i]].assign(rows.begin() + static_cast<std::ptrdiff_t>(i * stride),
-                             rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * stride));
+  out.rows = peek_rows(*servers, batches);
+  if (pipelined && stopped_before != nullptr) {
+    out.untrained_rows = peek_rows(*servers, {*stopped_before});
   }
   out.dense = worker.model().parameters().values_to_host();
   return out;
@@ -319,8 +292,14 @@ TEST(PsRowPipeline, SharedKeysMissOnlyThePreviousStepAndEveryPushArrives) {
     }
   }
   const Outcome serial = train(cfg, batches, false);
-  const dataset::Batch untrained = make_batch(slots, cfg.dataset.dense_dim, 30, 1, 20, rng);
+  // Keys of its own: its pull created their rows (peek_rows finds them), with nothing pushed.
+  const dataset::Batch untrained = make_batch(slots, cfg.dataset.dense_dim, 30, 700000, 20, rng);
   const Outcome pipelined = train(cfg, batches, true, &untrained);
+  ASSERT_FALSE(pipelined.untrained_rows.empty());
+  for (const auto& [key, row] : pipelined.untrained_rows) {
+    EXPECT_EQ(row[table::RowLayout::kShow], 0.0f) << "untrained key " << key;
+    EXPECT_EQ(row[table::RowLayout::kClick], 0.0f) << "untrained key " << key;
+  }
   const double diff = relative_distance(serial, pipelined);
   EXPECT_GT(diff, kSameSteps) << "no step saw a row one push behind: was anything pipelined?";
   for (const auto& [key, row] : pipelined.rows) {
