@@ -337,6 +337,43 @@ TEST(PsRowPipeline, TheSteadyPipelinedStepAllocatesNothing) {
   EXPECT_EQ(worker.step_allocations(), sized);
 }
 
+// A step must be given the batch the step before was given as its next (the rows pulled are
+// that batch's): one of as many keys but another key, or the same keys in other slots, fails
+// the step naming its pass and step; the very batch passes.
+TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
+  const TrainerConfig cfg = pipeline_config();
+  Servers shards(cfg, 1);
+  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg);
+  device::Card card(0, 0, 0, 1);
+  card.activate();
+  const int slots = static_cast<int>(cfg.dataset.slots.size());
+  std::mt19937_64 rng(6);
+  const dataset::Batch first = make_batch(slots, cfg.dataset.dense_dim, 8, 1, 50, rng);
+  const dataset::Batch next = make_batch(slots, cfg.dataset.dense_dim, 8, 1, 50, rng);
+  dataset::Batch other_key = next;
+  other_key.keys.back() += 1;
+  dataset::Batch other_slots = next;  // slot 0's last key (of instance 7) moved into slot 1
+  ASSERT_EQ(other_slots.offsets.size(), static_cast<std::size_t>(slots) * 8 + 1);
+  other_slots.offsets[8] -= 1;
+  for (const dataset::Batch* wrong : {&other_key, &other_slots}) {
+    PsWorker worker(card, *servers, cfg);
+    worker.sync_dense(0.0f);
+    worker.train_step(first, 2, 0, &next);
+    try {
+      worker.train_step(*wrong, 2, 1, nullptr);
+      ADD_FAILURE() << "a step given another batch than the one prefetched ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("pass 2, step 1: a batch of"), std::string::npos)
+          << e.what();
+    }
+  }
+  PsWorker worker(card, *servers, cfg);
+  worker.sync_dense(0.0f);
+  worker.train_step(first, 2, 0, &next);
+  worker.train_step(next, 2, 1, nullptr);
+  worker.finish_rows();
+}
+
 // A server that dies while the next batch's rows are being pulled: a later step fails within
 // the call deadline, naming the server and the pass and step of the call that failed; the
 // calls queued behind it are not sent, and finish_rows() and the destructor report it too.

@@ -139,6 +139,7 @@ class PsWorker {
     std::vector<float> rows;  // distinct keys x stride
     bool pulling = false;     // a pull of row_calls_ fills it (ticket)
     uint64_t ticket = 0;
+    uint64_t batch_digest = 0;  // of the batch prefetch() pulled the rows of
     int64_t pass = 0;
     int64_t step = 0;
   };
