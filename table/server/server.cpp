@@ -128,7 +128,13 @@ bool ByteBudget::try_take(std::size_t n, std::size_t held) {
   do {
     if (n > cap || used > cap - n) return false;
   } while (!used_.compare_exchange_weak(used, used + n, std::memory_order_relaxed));
+  trim_.held(used + n);
   return true;
+}
+
+void ByteBudget::give_back(std::size_t n) {
+  const std::size_t left = used_.fetch_sub(n, std::memory_order_relaxed) - n;
+  if (trim_.drained_to(left)) return_freed_memory();
 }
 
 // ---- Impl ------------------------------------------------------------------------------------

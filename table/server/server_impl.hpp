@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/malloc_reuse.hpp"
 #include "common/thread_annotations.hpp"
 #include "table/io/rooted_env.hpp"
 #include "table/server/auth_backoff.hpp"
@@ -68,6 +69,10 @@ using ReserveReply = std::function<Status(std::size_t bytes)>;
 // most a 64th of it (small_holder()) once they have it, so that a few connections sending big
 // frames (slowly, or not at all: session.hpp cuts those at their frame deadline) cannot take all
 // of it from the trainers' ordinary chunks.
+//
+// Once the bytes held fall to 0 after a burst of at least kTrimAfterBurstBytes, the thread that
+// gave the last back hands the heaps' free memory to the kernel (common/malloc_reuse.hpp: what
+// the heap keeps after a burst is otherwise counted by no limit).
 class ByteBudget {
  public:
   explicit ByteBudget(std::size_t limit) : limit_(limit) {}
@@ -75,13 +80,15 @@ class ByteBudget {
   bool try_take(std::size_t n, std::size_t held);
   std::size_t reserve() const { return limit_ / 8; }
   std::size_t small_holder() const { return limit_ / 64; }
-  void give_back(std::size_t n) { used_.fetch_sub(n, std::memory_order_relaxed); }
+  void give_back(std::size_t n);
   std::size_t used() const { return used_.load(std::memory_order_relaxed); }
   std::size_t limit() const { return limit_; }
 
  private:
+  static constexpr std::size_t kTrimAfterBurstBytes = std::size_t{64} << 20;
   const std::size_t limit_;
   std::atomic<std::size_t> used_{0};
+  TrimAfterBurst trim_{kTrimAfterBurstBytes};
 };
 
 class Server::Impl {

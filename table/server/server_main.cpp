@@ -400,8 +400,6 @@ std::string usage_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Every frame's buffers reused, not mapped and faulted in again (common/malloc_reuse.hpp).
-  (void)gpubox::keep_freed_memory_for_reuse();
   // The one front end (common/cli_args.hpp): flags, -o key=value, --help, --version, ranges.
   gpubox::cli::CommandSpec spec;
   spec.tool = "gpubox_server";
@@ -410,6 +408,13 @@ int main(int argc, char** argv) {
   spec.usage = usage_text;
   const gpubox::cli::CommandLine line = gpubox::cli::parse_gflags_command_line(spec, argc, argv);
   if (line.exit_code) return *line.exit_code;
+  // Every frame's buffers reused, not mapped and faulted in again, in at most an arena per
+  // network thread and two more (common/malloc_reuse.hpp); before the server's threads start.
+  const gpubox::MallocTuning tuning = gpubox::keep_freed_memory_for_reuse(FLAGS_threads + 2);
+  if (!tuning.applied) {
+    GPUBOX_LOG(INFO) << "gpubox_server: malloc thresholds and arena cap not set ("
+                     << tuning.skipped_because << "): glibc's own settings apply";
+  }
   const gpubox::Status st = gpubox::table::server::run(line.args.overrides);
   if (!st.ok()) {
     std::fprintf(stderr, "gpubox_server: %s\n", st.to_string().c_str());

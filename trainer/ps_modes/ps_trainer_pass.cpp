@@ -238,21 +238,31 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   const SyncMode mode = run.mode;
   PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
   worker.metrics().reset();
-  // async reads one batch ahead: its rows are pulled while this step computes (PsWorker).
+  // async reads one batch ahead: its rows are pulled while this step computes (PsWorker). Not
+  // when the pass stops before it: its pull would create rows it never trains. So async asks
+  // whether to stop before step b + 1 at step b's read-ahead, and that answer is step b + 1's.
   dataset::Batch batch;
   dataset::Batch next;
   bool have_next = false;
+  bool asked = false;      // async: stop_before_step(t, b) was asked at the read-ahead ...
+  bool stop_next = false;  // ... and answered this
+  const auto stops_before = [&](std::size_t step) {
+    if (mode == SyncMode::kSync) return false;
+    const bool stop = asked ? stop_next : run.stop.stop_before_step(t, step);
+    asked = false;
+    return stop;
+  };
   std::size_t b = 0;
-  for (; (mode == SyncMode::kSync || !run.stop.stop_before_step(t, b)) &&
-         (have_next || run.next_batch(t, b, &batch));
-       ++b) {
+  for (; !stops_before(b) && (have_next || run.next_batch(t, b, &batch)); ++b) {
     if (have_next) std::swap(batch, next);
     if (s.watch != nullptr) {
       if (const std::string lost = s.watch->lost(); !lost.empty()) {
         GPUBOX_FAIL("pass ", run.pass, ", step ", b, ": ", lost);
       }
     }
-    have_next = mode == SyncMode::kAsync && run.next_batch(t, b + 1, &next);
+    asked = mode == SyncMode::kAsync;
+    stop_next = asked && run.stop.stop_before_step(t, b + 1);
+    have_next = asked && !stop_next && run.next_batch(t, b + 1, &next);
     worker.train_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error_report.hpp"
+#include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -107,6 +108,15 @@ std::string step_context(const char* what, int64_t pass, int64_t step) {
   if (pass < 0) return std::string(what) + " of an evaluation batch";
   return std::string(what) + " of pass " + std::to_string(pass) + ", step " + std::to_string(step);
 }
+
+// Which batch a row slot's rows were pulled for: its keys and their split into instances and
+// slots (which slot a key belongs to is part of what is pulled).
+uint64_t batch_digest(const dataset::Batch& batch) {
+  uint64_t digest = mix64(batch.keys.size() ^ (uint64_t{batch.offsets.size()} << 32));
+  for (const uint64_t key : batch.keys) digest = mix64(digest ^ key);
+  for (const uint32_t offset : batch.offsets) digest = mix64(digest + offset);
+  return digest;
+}
 }  // namespace
 
 Status PsWorker::pull_rows(RowSlot& slot) {
@@ -145,10 +155,11 @@ PsWorker::RowSlot& PsWorker::take_rows(const dataset::Batch& batch, int64_t pass
   if (slot.pulling) {
     slot.pulling = false;
     throw_rows_failure(row_calls_->wait(slot.ticket));
-    GPUBOX_EXPECTS(slot.keys.occurrence_index().size() == batch.keys.size(), "pass ", pass,
-                   ", step ", step, ": a batch of ", batch.keys.size(),
-                   " keys, not the one the step before pulled the rows of (",
-                   slot.keys.occurrence_index().size(), " keys)");
+    GPUBOX_EXPECTS(slot.batch_digest == batch_digest(batch), "pass ", pass, ", step ", step,
+                   ": a batch of ", batch.keys.size(),
+                   " keys, not the one the step before was given as the next and pulled the "
+                   "rows of (",
+                   slot.keys.occurrence_index().size(), " keys, other keys or slots)");
     return slot;
   }
   gather(batch, pass, step, current_);
@@ -172,6 +183,7 @@ void PsWorker::prefetch(const dataset::Batch& next, int64_t pass, int64_t step) 
   const int other = 1 - current_;
   RowSlot& slot = rows_[other];
   gather(next, pass, step, other);
+  slot.batch_digest = batch_digest(next);
   slot.ticket = row_calls_->submit([this, other] { return pull_rows(rows_[other]); });
   slot.pulling = true;
 }

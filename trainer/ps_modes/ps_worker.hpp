@@ -23,7 +23,9 @@
 //          own). finish_rows() (sync_dense() calls it) waits for the queue: every pass ends
 //          with every push applied. A failed call (a dead server: the transport's error names
 //          it) fails the step that waits for it next, naming the pass and step of the call that
-//          failed; the calls queued behind it are not sent.
+//          failed; the calls queued behind it are not sent. The failure is permanent (a
+//          CallQueue stops at its first): every later step and finish_rows() throw it again, so
+//          a worker whose call failed is unusable (only its destructor is left to call).
 //   dense: sync_dense() pushes the change of the dense parameters since the last sync (times a
 //          scale) to the servers' dense table and adopts the merged values. exchange_dense()
 //          (async) does the same off the training thread, one window behind: it adopts the
@@ -141,16 +143,24 @@ class PsWorker {
  private:
   // A batch's distinct keys and their rows: the servers' (pulled on the training thread, or by
   // row_calls_ while the step before computed) or the geo copy's.
+  //
+  // Ownership: while `pulling`, keys, rows, pass and step are the queue's (its pull reads and
+  // fills them), from submit until wait(ticket) returns; the training thread touches only
+  // pulling, ticket and batch_digest then. Otherwise all of it is the training thread's.
   struct RowSlot {
     BatchKeys keys;
     std::vector<float> rows;  // distinct keys x stride
     bool pulling = false;     // a pull of row_calls_ fills it (ticket)
     uint64_t ticket = 0;
+    uint64_t batch_digest = 0;  // of the batch prefetch() pulled the rows of
     int64_t pass = 0;
     int64_t step = 0;
   };
   // A step's push handed to row_calls_: its keys, slots and merged gradients (distinct keys x
   // push_dim), the call's until it ran. Both slots grow together (merge_target).
+  //
+  // Ownership: while `pushing`, keys, slots, values, pass and step are the queue's, from submit
+  // until wait(ticket) returns (wait_push); pushing and ticket stay the training thread's.
   struct PushSlot {
     std::vector<uint64_t> keys;
     std::vector<int32_t> slots;
