@@ -93,8 +93,10 @@ struct FindBlockKeys {
     const std::size_t j = q % block;
 #if !GPUBOX_ON_DEVICE
     // The cpu runs a block's slots in order: the hash line of the live key kPrefetchDistance
-    // ahead is fetched while this one is looked up (each find was a cache miss).
-    if (j + card_table::detail::kPrefetchDistance < from[0]) {
+    // ahead is fetched while this one is looked up (each find was a cache miss). Both bounds:
+    // a slot past the block is another source's count, whatever this source's count says.
+    if (j + card_table::detail::kPrefetchDistance < block &&
+        j + card_table::detail::kPrefetchDistance < from[0]) {
       store.prefetch_find(from[1 + j + card_table::detail::kPrefetchDistance]);
     }
 #endif

@@ -456,14 +456,37 @@ TEST(SparseOptimizer, EmbedThresholdCountsBeforeItLearns) {
   EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW], w0 - 0.5f * (0.8f + 0.25f * w0));
 }
 
+// main's scalar adam (before the vector loop), verbatim but for the weights' storage: the
+// oracle of the row loop below. A volatile read keeps it one weight at a time.
+float oracle_clip_weight(float w, const PartRule& rule) {
+  return w < rule.min_bound ? rule.min_bound : (w > rule.max_bound ? rule.max_bound : w);
+}
+float oracle_step_gradient(float push_g, float w, const PartRule& rule, float scale) {
+  const float sign = w > 0.0f ? 1.0f : (w < 0.0f ? -1.0f : 0.0f);
+  return push_g / scale + rule.weight_decay * w + rule.l1_decay * sign;
+}
+void oracle_adam(float* w, float* gsum, float* g2sum, const float* g, int32_t dim,
+                 const PartRule& rule, float b1, float b2, float lr, float epsilon, float scale) {
+  for (int32_t i = 0; i < dim; ++i) {
+    volatile float read = w[i];
+    const float wi = read;
+    const float gi = oracle_step_gradient(g[i], wi, rule, scale);
+    gsum[i] = b1 * gsum[i] + (1.0f - b1) * gi;
+    g2sum[i] = b2 * g2sum[i] + (1.0f - b2) * gi * gi;
+    w[i] = oracle_clip_weight(wi - lr * (gsum[i] / (sqrtf(g2sum[i]) + epsilon)), rule);
+  }
+}
+
 // adam over a row's fp32 weights (update_part -> adam_fp32) is one loop that the cpu build
-// vectorizes: this TU is built as heterps' ApplyUpdates is (-fno-math-errno on cpu). It must give
-// the bits of one weight at a time (a loop kept scalar by a volatile), for widths below, at and
-// past a vector's, over steps that clip at both bounds, cross zero and decay (L2 and, on a
-// hand-made rule, L1's sign), with show-scaled gradients.
-TEST(SparseOptimizer, AdamRowLoopMatchesOneWeightAtATime) {
+// vectorizes: this TU is built as heterps' ApplyUpdates is (-fno-math-errno -ffp-contract=off
+// on cpu). It must give the bits of main's scalar loop (oracle_adam), for widths below, at and
+// past a vector's, over steps that clip at each bound, cross zero and decay (L2 and, on a
+// hand-made rule, L1's sign), with show-scaled gradients; weights start at -0.0f, +0.0f and a
+// denormal, and the last steps push NaN, +-inf, -0.0f and denormal gradients into some lanes.
+TEST(SparseOptimizer, AdamRowLoopMatchesMainsScalarLoop) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<float> grad(-2.0f, 2.0f);
+  const float specials[] = {std::nanf(""), INFINITY, -INFINITY, -0.0f, 1e-40f, -1e-41f};
   for (const int dim : {1, 3, 4, 5, 8, 9, 17, 64}) {
     AccessorConfig cfg = make_config(SparseOptimizerKind::kAdam, dim);
     const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
@@ -474,19 +497,28 @@ TEST(SparseOptimizer, AdamRowLoopMatchesOneWeightAtATime) {
     state[2 * dim] = cfg.optimizer.beta1_decay_rate;
     state[2 * dim + 1] = cfg.optimizer.beta2_decay_rate;
     std::vector<float> w(dim, 0.0f), m(dim, 0.0f), v(dim, 0.0f), g(dim);
-    int clipped = 0, zeros = 0;
-    for (int step = 0; step < 30; ++step) {
+    for (int i = 0; i < dim; ++i) {
+      w[i] = i % 3 == 0 ? -0.0f : (i % 3 == 1 ? 0.0f : 1e-40f);
+      row[layout.embedx_w() + i] = w[i];
+    }
+    int at_min = 0, at_max = 0, zeros = 0;
+    for (int step = 0; step < 34; ++step) {
       for (float& gi : g) gi = grad(rng);
+      if (step >= 30) {
+        for (int i = 0; i < dim; ++i) {
+          if ((i + step) % 3 == 0) g[i] = specials[(i + step) % 6];
+        }
+      }
       const float scale = static_cast<float>(1 + step % 3);
       const float lr = adam_step_size(rule.learning_rate, state[2 * dim], state[2 * dim + 1]);
+      for (int i = 0; i < dim; ++i) zeros += w[i] == 0.0f;
       update_part(SparseOptimizerKind::kAdam, PartWeights{row.data(), layout, true}, state,
                   g.data(), dim, rule, cfg.optimizer, scale);
+      oracle_adam(w.data(), m.data(), v.data(), g.data(), dim, rule, cfg.optimizer.beta1_decay_rate,
+                  cfg.optimizer.beta2_decay_rate, lr, cfg.optimizer.ada_epsilon, scale);
       for (int i = 0; i < dim; ++i) {
-        volatile float w_i = w[i];
-        w[i] = adam_weight(w_i, g[i], m[i], v[i], rule, cfg.optimizer.beta1_decay_rate,
-                           cfg.optimizer.beta2_decay_rate, lr, cfg.optimizer.ada_epsilon, scale);
-        clipped += w[i] == rule.min_bound || w[i] == rule.max_bound;
-        zeros += w_i == 0.0f;
+        at_min += w[i] == rule.min_bound;
+        at_max += w[i] == rule.max_bound;
       }
       const std::string what = "dim " + std::to_string(dim) + " step " + std::to_string(step);
       ASSERT_EQ(std::memcmp(row.data() + layout.embedx_w(), w.data(), dim * sizeof(float)), 0)
@@ -494,8 +526,9 @@ TEST(SparseOptimizer, AdamRowLoopMatchesOneWeightAtATime) {
       ASSERT_EQ(std::memcmp(state, m.data(), dim * sizeof(float)), 0) << what << " gsum";
       ASSERT_EQ(std::memcmp(state + dim, v.data(), dim * sizeof(float)), 0) << what << " g2sum";
     }
-    EXPECT_GT(clipped, 0) << "dim " << dim;
-    EXPECT_GT(zeros, 0) << "dim " << dim;  // the first step's sign(0)
+    EXPECT_GT(at_min, 0) << "dim " << dim;
+    EXPECT_GT(at_max, 0) << "dim " << dim;
+    EXPECT_GT(zeros, 0) << "dim " << dim;  // sign(0) and sign(-0.0f)
   }
 }
 
