@@ -177,10 +177,35 @@ Status PsStore::write_table(const std::string& name, std::vector<float> values) 
   return Status::OK();
 }
 
-std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
+std::vector<PsStore::StagedWrite>::iterator PsStore::release(
     std::vector<StagedWrite>::iterator staged) {
   held_bytes_ -= sizeof(float) * std::size_t{staged->total};
   return staged_.erase(staged);
+}
+
+std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
+    std::vector<StagedWrite>::iterator staged, const std::string& reason) {
+  const uint64_t client_id = staged->client_id;
+  std::size_t of_client = 0;
+  for (const DroppedWrite& d : dropped_) of_client += d.client_id == client_id ? 1 : 0;
+  if (of_client >= kMaxDroppedPerClient) {
+    dropped_.erase(std::find_if(dropped_.begin(), dropped_.end(),
+                                [&](const DroppedWrite& d) { return d.client_id == client_id; }));
+  } else if (dropped_.size() >= kMaxDroppedRecords) {
+    dropped_.pop_front();
+  }
+  dropped_.push_back({client_id, staged->write_id, reason});
+  return release(staged);
+}
+
+Status PsStore::dropped_error(uint64_t client_id, uint64_t write_id,
+                              const std::string& what) const {
+  for (const DroppedWrite& d : dropped_) {
+    if (d.client_id != client_id || d.write_id != write_id) continue;
+    return Status::NotFound(what + ": write " + std::to_string(write_id) + " was dropped: " +
+                            d.reason + "; nothing of it was stored, write the table again");
+  }
+  return Status::OK();
 }
 
 Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
@@ -191,7 +216,11 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
   for (auto w = staged_.begin(); w != staged_.end();) {
     const bool superseded =
         w->client_id == caller.client_id && w->name == name && (w->abandoned() || stale(*w, now));
-    w = superseded ? drop_held(w) : w + 1;
+    w = superseded ? drop_held(w,
+                               "superseded by a newer write of the table by its client, after "
+                               "its connections closed or no range came for a quarter of "
+                               "gpubox_server --dense_write_max_idle_s")
+                   : w + 1;
   }
   // The client's own oldest write (abandoned ones first) makes room for its new one (dropped even
   // when the new one is then refused); another client's live write is never dropped for it.
@@ -207,7 +236,8 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
     if (own_oldest == staged_.end() || goes_first(*w, *own_oldest)) own_oldest = w;
   }
   if (own >= kMaxStagedDenseWrites) {
-    drop_held(own_oldest);
+    drop_held(own_oldest, "its client began more than " + std::to_string(kMaxStagedDenseWrites) +
+                              " ranged writes at once");
     return Status::OK();
   }
   const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
@@ -270,7 +300,7 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
                         << caller.client_id << " from " << caller.address << ": " << why << " (and "
                         << held_back << " similar lines held back)";
   }
-  drop_held(idlest);
+  drop_held(idlest, "its slot went to a write of another client (" + reason + "): " + why);
   return Status::OK();
 }
 
@@ -310,6 +340,7 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
     }
     return Status::OK();
   }
+  GPUBOX_RETURN_IF_ERROR(dropped_error(caller.client_id, request.write_id, what));
   if (dense_.count(request.name) == 0 && dense_.size() >= kMaxDenseTables) {
     return Status::ResourceExhausted(what + ": this server already holds " +
                                      std::to_string(kMaxDenseTables) + " dense tables");
@@ -372,7 +403,11 @@ Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, s
                           << " at the dense memory limit (and " << held_back
                           << " similar lines held back)";
     }
-    drop_held(largest);
+    drop_held(largest, "stalled (" + std::to_string(sizeof(float) * largest->received) +
+                           " of its " +
+                           std::to_string(sizeof(float) * std::size_t{largest->total}) +
+                           " bytes received, slower than gpubox_server --min_transfer_kb_s) at "
+                           "the server's dense memory limit");
   }
 }
 
@@ -451,7 +486,7 @@ Status PsStore::commit(std::vector<StagedWrite>::iterator staged) {
     range = staged->ranges.erase(range);
   }
   const std::string name = staged->name;
-  drop_held(staged);
+  release(staged);
   return write_table(name, std::move(values));
 }
 
@@ -463,7 +498,7 @@ std::size_t PsStore::expire_held_writes(Clock::time_point now) {
       ++w;
       continue;
     }
-    w = drop_held(w);
+    w = drop_held(w, "no range of it arrived for gpubox_server --dense_write_max_idle_s");
     ++expired;
   }
   return expired;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -138,7 +139,7 @@ class PsStore {
                     Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
   // Past the grace of stale_after() since its first range, `w` received fewer bytes than
   // DenseLimits::min_bytes_per_s allows for the time since the grace ended.
-  bool stalled(const StagedWrite& w, Clock::time_point now) const;
+  bool stalled(const StagedWrite& w, Clock::time_point now) const GPUBOX_REQUIRES(dense_mu_);
   // The held write a ranged write's range belongs to: found, or made (after the checks of
   // dense()), in *staged.
   Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,
@@ -177,8 +178,17 @@ class PsStore {
                      bool* committed) GPUBOX_REQUIRES(dense_mu_);
   // Replaces the table with a complete held write (erased from staged_).
   Status commit(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
-  // Drops a held write; the iterator after it.
-  std::vector<StagedWrite>::iterator drop_held(std::vector<StagedWrite>::iterator staged)
+  // Removes a held write (committed or dropped); the iterator after it.
+  std::vector<StagedWrite>::iterator release(std::vector<StagedWrite>::iterator staged)
+      GPUBOX_REQUIRES(dense_mu_);
+  // Drops an uncommitted held write and records why in dropped_, so its later ranges are refused
+  // (dropped_error) instead of holding a new write that could never commit; the iterator after it.
+  std::vector<StagedWrite>::iterator drop_held(std::vector<StagedWrite>::iterator staged,
+                                               const std::string& reason)
+      GPUBOX_REQUIRES(dense_mu_);
+  // NotFound "`what`: write N was dropped: <reason>; write the table again" when `client_id`'s
+  // write `write_id` is in dropped_; else OK.
+  Status dropped_error(uint64_t client_id, uint64_t write_id, const std::string& what) const
       GPUBOX_REQUIRES(dense_mu_);
   // A read or an add of an existing (or, whole read, new) table's range.
   Status read_or_add(uint64_t client_id, DenseRequest& request, std::vector<uint8_t>* reply)
@@ -193,6 +203,17 @@ class PsStore {
   uint64_t staged_serial_ GPUBOX_GUARDED_BY(dense_mu_) = 0;
   std::size_t table_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;  // of dense_
   std::size_t held_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;   // of staged_, announced totals
+  // The held writes dropped uncommitted, oldest first: at most kMaxDroppedRecords, of them at most
+  // kMaxDroppedPerClient of one client (its oldest forgotten first), so one client dropping its
+  // own writes in bulk does not push out another's record.
+  struct DroppedWrite {
+    uint64_t client_id = 0;
+    uint64_t write_id = 0;
+    std::string reason;
+  };
+  static constexpr std::size_t kMaxDroppedRecords = 1024;
+  static constexpr std::size_t kMaxDroppedPerClient = 16;
+  std::deque<DroppedWrite> dropped_ GPUBOX_GUARDED_BY(dense_mu_);
   LogThrottle drop_log_{std::chrono::seconds(2)};  // abandoned writes dropped for another client
 };
 
