@@ -274,10 +274,10 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   std::string dropped = "the abandoned ranged DENSE write";
   std::string reason = "its connections closed";
   if (idlest == staged_.end()) {
-    idlest = fair_share_victim(address, per_client, caller.client_id);
+    idlest = fair_share_victim(address, per_client, caller.client_id, now);
     dropped = "the ranged DENSE write";
     if (idlest != staged_.end()) {
-      reason = "the idlest of a client holding " + std::to_string(per_client[idlest->client_id]) +
+      reason = "the slowest of a client holding " + std::to_string(per_client[idlest->client_id]) +
                " of them, the most, against the new write's client's " + std::to_string(own);
     }
   }
@@ -285,8 +285,9 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
     std::ostringstream msg;
     msg << what << " from " << caller.address << ": " << why << ", and no other client holds "
         << "more of them than this one's " << own
-        << " (a client holding the most gives its idlest write to one holding fewer), nor is one "
-           "abandoned for "
+        << " (a client holding two more gives its slowest write to one holding fewer, one more "
+           "only "
+           "a write slower than --min_transfer_kb_s), nor is one abandoned for "
         << std::chrono::duration<double>(stale_after()).count()
         << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
            "closed may reconnect and finish); retry once they completed";
@@ -306,25 +307,41 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
 
 std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
     const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
-    uint64_t client_id) {
+    uint64_t client_id, Clock::time_point now) {
   const auto own = per_client.find(client_id);
   const std::size_t own_count = own == per_client.end() ? 0 : own->second;
-  std::size_t most = 0;  // of another client
-  for (const auto& [client, count] : per_client) {
-    if (client != client_id) most = std::max(most, count);
-  }
+  // Of the clients holding more than the new write's, those holding the most give first; among
+  // their writes, the one slowest on average since its first range (not the one idle longest: a
+  // dripping client touching each write often would make a trainer moving big ranges the idlest).
+  // A client holding just one more gives only a write that is not moving at
+  // DenseLimits::min_bytes_per_s or received no range for the grace: two trainers holding about
+  // as many do not take each other's moving writes in turn.
   auto victim = staged_.end();
-  if (most <= own_count) return victim;
-  // The write of a client holding the most that received no range for longest: a writer that is
-  // moving (its ranges arriving back to back) keeps its write while an idler one is held.
+  std::size_t victim_count = 0;
+  double victim_rate = 0.0;
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if ((!address.empty() && w->address != address) || w->client_id == client_id ||
-        per_client.at(w->client_id) != most) {
+    if ((!address.empty() && w->address != address) || w->client_id == client_id) continue;
+    const std::size_t count = per_client.at(w->client_id);
+    const double rate = average_rate(*w, now);
+    if (count <= own_count ||
+        (count == own_count + 1 && !stale(*w, now) && rate >= limits_.min_bytes_per_s)) {
       continue;
     }
-    if (victim == staged_.end() || w->last_range < victim->last_range) victim = w;
+    if (victim == staged_.end() || count > victim_count ||
+        (count == victim_count && rate < victim_rate)) {
+      victim = w;
+      victim_count = count;
+      victim_rate = rate;
+    }
   }
   return victim;
+}
+
+double PsStore::average_rate(const StagedWrite& w, Clock::time_point now) const {
+  // Over the grace at least: a write just begun has not had the time to show its pace.
+  const double seconds = std::max(std::chrono::duration<double>(now - w.first_range).count(),
+                                  std::chrono::duration<double>(stale_after()).count());
+  return static_cast<double>(sizeof(float) * w.received) / std::max(seconds, 1e-3);
 }
 
 Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& request,

@@ -158,14 +158,17 @@ class PsStore {
                    const std::string& what, Clock::time_point now, const std::string& why)
       GPUBOX_REQUIRES(dense_mu_);
   // The write that gives its slot to a new write of `client_id` at a full `address` (every
-  // address: empty), `per_client` counting the writes held there by client: the one that received
-  // no range for longest among those of the clients holding the most, when they hold more than
-  // `client_id` does; else staged_.end(). So a client (or a process taking a new client id on
-  // every connection) that holds its writes open without finishing them cannot keep a trainer of
-  // its own address out: each new id holding fewer takes a slot from the greediest, idlest writer.
+  // address: empty), `per_client` counting the writes held there by client: of the clients
+  // holding the most, when they hold at least two more than `client_id` does, the write slowest on
+  // average (average_rate); holding one more, only such a write not moving at
+  // DenseLimits::min_bytes_per_s or stale; else staged_.end(). So a client (or a process taking a
+  // new client id on every connection) that holds its writes open without finishing them cannot
+  // keep a trainer of its own address out, nor take a trainer's moving write by dripping its own.
   std::vector<StagedWrite>::iterator fair_share_victim(
       const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
-      uint64_t client_id) GPUBOX_REQUIRES(dense_mu_);
+      uint64_t client_id, Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // Bytes a second `w` received since its first range, over stale_after() at least.
+  double average_rate(const StagedWrite& w, Clock::time_point now) const GPUBOX_REQUIRES(dense_mu_);
   // A quarter of DenseLimits::max_idle: a held write that received no range for that long is
   // stale (its writer's rewrite of the table supersedes it; abandoned, another client's write may
   // take its slot). Within it, a writer whose connection closed under it reconnects and finishes.

@@ -41,6 +41,8 @@ void expect_dropped(const Status& st, uint64_t write, const std::string& why) {
   EXPECT_NE(st.message().find("write the table again"), std::string::npos) << st.to_string();
 }
 
+const std::vector<float> kOne = {9.0f};
+
 // A client holding one write on an open connection, and a client taking a new id for each write
 // on connections it closes, fill the address's share: before the grace of a quarter of
 // dense_write_max_idle_s, the first client's second write is refused (no client holds more than
@@ -161,7 +163,7 @@ TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
   // The first hostile client's first write was the idlest of those holding the most: dropped,
   // and its later range, refused, takes no slot from anyone.
   expect_dropped(write_half(hostile.front(), 1000, 1, 4, kOtherFour, 20), 1,
-                 "its slot went to a write of another client (the idlest of a client holding");
+                 "its slot went to a write of another client (the slowest of a client holding");
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
   write_commits(*server, false, "127.0.0.2", 80);
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
@@ -238,6 +240,57 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
   // The stale write's range arriving late is told it was dropped, and holds nothing.
   expect_dropped(write_half(half_open, 5, 1, 4, kOtherFour, 3), 1, "superseded by a newer write");
   EXPECT_EQ(server->counters().dense_held_writes, 1u);
+}
+
+// A hostile process of the trainer's address, a new client id for each write, drips a value into
+// each of its writes every 100 ms (so each is touched more recently than the trainer's, which
+// moves 80 KB ranges every 300 ms) and keeps taking the address's slots with new ids: the slot it
+// takes is always one of its own slowest writes, never the trainer's moving write, which commits.
+// Before, the victim was the write idle longest: the trainer's, at the first new id.
+TEST(HeldDenseWrites, ADrippingClientCannotTakeATrainersMovingWrite) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.dense_write_max_idle_s = 8.0;            // a grace of 2 s
+  so.min_transfer_bytes_per_s = 64 * 1024.0;  // the trainer moves about 260 KB/s
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  constexpr uint32_t kRange = 20000;  // values
+  constexpr uint32_t kRanges = 12;
+  const std::vector<float> range(kRange, 0.5f);
+  Connection trainer = connect_as(*server, false, 7);
+  const auto send = [&](uint32_t r, std::vector<uint8_t>* reply) {
+    DenseRequest head = dense_range(DenseAction::kWrite, kRange * kRanges, r * kRange, kRange, 1);
+    head.name = "trainer";
+    return raw_dense(trainer, head, &range, 100 + r, reply, 7);
+  };
+  ASSERT_TRUE(send(0, nullptr).ok());
+  // Hostile client 1000 + h's write: 100000 values announced, one value a range.
+  std::vector<Connection> hostile;
+  uint64_t id = 1000;
+  const auto drip = [&](std::size_t h, uint32_t offset) {
+    DenseRequest head = dense_range(DenseAction::kWrite, 100000, offset, 1, 1);
+    return raw_dense(hostile[h], head, &kOne, ++id, nullptr, 1000 + h);
+  };
+  const auto take_a_slot = [&] {
+    hostile.push_back(connect_as(*server, false, 1000 + hostile.size()));
+    return drip(hostile.size() - 1, 0);
+  };
+  while (hostile.size() + 1 < kMaxHeldDenseWritesPerAddress) ASSERT_TRUE(take_a_slot().ok());
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  std::vector<uint8_t> reply;
+  uint32_t dripped = 0;
+  for (uint32_t r = 1; r < kRanges; ++r) {
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ++dripped;  // refused once dropped: no matter
+      for (std::size_t h = 0; h < hostile.size(); ++h) (void)drip(h, dripped);
+    }
+    const Status took = take_a_slot();
+    EXPECT_TRUE(took.ok()) << took.to_string();
+    const Status st = send(r, &reply);
+    ASSERT_TRUE(st.ok()) << "range " << r << ": " << st.to_string();
+  }
+  EXPECT_TRUE(dense_committed(reply, (kRanges - 1) * kRange));
 }
 
 // A trainer's ranged write dropped mid-transfer (here: its own client id begins
