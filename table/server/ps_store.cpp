@@ -151,15 +151,23 @@ Status PsStore::admit(const std::string& who, std::size_t table_bytes, std::size
                       std::size_t held_bytes) const {
   // A held write commits by copying its ranges into one table while they are still held: the
   // largest held write's copy is counted, so every held write can commit within the limit.
+  // The writes doomed to make room for a new one (make_room, admit_held) are counted as gone.
   std::size_t largest = held_bytes;
-  for (const StagedWrite& w : staged_) largest = std::max(largest, sizeof(float) * w.total);
+  std::size_t doomed = 0;
+  for (const StagedWrite& w : staged_) {
+    if (w.doomed) {
+      doomed += sizeof(float) * std::size_t{w.total};
+    } else {
+      largest = std::max(largest, sizeof(float) * w.total);
+    }
+  }
   const std::size_t after =
-      table_bytes_ - replaced_bytes + table_bytes + held_bytes_ + held_bytes + largest;
+      table_bytes_ - replaced_bytes + table_bytes + held_bytes_ - doomed + held_bytes + largest;
   if (after <= limits_.max_bytes) return Status::OK();
   std::ostringstream msg;
   msg << who << " would take the server's dense memory to " << after << " bytes (tables "
       << table_bytes_ - replaced_bytes + table_bytes << ", ranged writes held "
-      << held_bytes_ + held_bytes << ", the largest one's commit copy " << largest
+      << held_bytes_ - doomed + held_bytes << ", the largest one's commit copy " << largest
       << "), over its limit of " << limits_.max_bytes
       << " bytes (gpubox_server --max_dense_mb); nothing was stored";
   return Status::ResourceExhausted(msg.str());
@@ -208,142 +216,6 @@ Status PsStore::dropped_error(uint64_t client_id, uint64_t write_id,
   return Status::OK();
 }
 
-Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
-                          const std::string& what, Clock::time_point now) {
-  // This client's writes of this table that are abandoned, or idle long enough that their
-  // connection is taken for half-open: superseded by the new one (a rewrite retried on a new
-  // connection after its old one was lost needs no room for the stale write).
-  for (auto w = staged_.begin(); w != staged_.end();) {
-    const bool superseded =
-        w->client_id == caller.client_id && w->name == name && (w->abandoned() || stale(*w, now));
-    w = superseded ? drop_held(w,
-                               "superseded by a newer write of the table by its client, after "
-                               "its connections closed or no range came for a quarter of "
-                               "gpubox_server --dense_write_max_idle_s")
-                   : w + 1;
-  }
-  // The client's own oldest write (abandoned ones first) makes room for its new one (dropped even
-  // when the new one is then refused); another client's live write is never dropped for it.
-  auto own_oldest = staged_.end();
-  std::size_t own = 0;
-  const auto goes_first = [](const StagedWrite& a, const StagedWrite& b) {
-    if (a.abandoned() != b.abandoned()) return a.abandoned();
-    return a.started < b.started;
-  };
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if (w->client_id != caller.client_id) continue;
-    ++own;
-    if (own_oldest == staged_.end() || goes_first(*w, *own_oldest)) own_oldest = w;
-  }
-  if (own >= kMaxStagedDenseWrites) {
-    drop_held(own_oldest, "its client began more than " + std::to_string(kMaxStagedDenseWrites) +
-                              " ranged writes at once");
-    return Status::OK();
-  }
-  const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
-                            std::to_string(kMaxHeldDenseWritesPerAddress) + " an address";
-  GPUBOX_RETURN_IF_ERROR(free_slot(
-      caller.address, kMaxHeldDenseWritesPerAddress, caller, what, now,
-      "peer " + caller.address + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
-          " ranged writes of its clients (" + share + ", of the server's " +
-          std::to_string(kMaxHeldDenseWrites) + ")"));
-  return free_slot("", kMaxHeldDenseWrites, caller, what, now,
-                   "this server already holds " + std::to_string(kMaxHeldDenseWrites) +
-                       " ranged writes of its clients (" + share + ")");
-}
-
-Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
-                          const std::string& what, Clock::time_point now, const std::string& why) {
-  std::size_t held = 0;
-  std::map<uint64_t, std::size_t> per_client;  // the writes counted against the limit, by client
-  // The abandoned one that received no range for longest, and for the grace at least: a writer
-  // whose connection closed under it (a transport retry) reconnects and finishes its write.
-  auto idlest = staged_.end();
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if (!address.empty() && w->address != address) continue;
-    ++held;
-    ++per_client[w->client_id];
-    if (w->abandoned() && stale(*w, now) &&
-        (idlest == staged_.end() || w->last_range < idlest->last_range)) {
-      idlest = w;
-    }
-  }
-  if (held < limit) return Status::OK();
-  const std::size_t own = per_client[caller.client_id];
-  // How the log line names the write dropped and why.
-  std::string dropped = "the abandoned ranged DENSE write";
-  std::string reason = "its connections closed";
-  if (idlest == staged_.end()) {
-    idlest = fair_share_victim(address, per_client, caller.client_id, now);
-    dropped = "the ranged DENSE write";
-    if (idlest != staged_.end()) {
-      reason = "the slowest of a client holding " + std::to_string(per_client[idlest->client_id]) +
-               " of them, the most, against the new write's client's " + std::to_string(own);
-    }
-  }
-  if (idlest == staged_.end()) {
-    std::ostringstream msg;
-    msg << what << " from " << caller.address << ": " << why << ", and no other client holds "
-        << "more of them than this one's " << own
-        << " (a client holding two more gives its slowest write to one holding fewer, one more "
-           "only "
-           "a write slower than --min_transfer_kb_s), nor is one abandoned for "
-        << std::chrono::duration<double>(stale_after()).count()
-        << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
-           "closed may reconnect and finish); retry once they completed";
-    return Status::ResourceExhausted(msg.str());
-  }
-  uint64_t held_back = 0;
-  if (drop_log_.allow(Clock::now(), &held_back)) {
-    GPUBOX_LOG(WARNING) << "gpubox_server: dropped " << dropped << " " << idlest->write_id
-                        << " of client " << idlest->client_id << " from " << idlest->address
-                        << " ('" << idlest->name << "', " << reason << ") for a write of client "
-                        << caller.client_id << " from " << caller.address << ": " << why << " (and "
-                        << held_back << " similar lines held back)";
-  }
-  drop_held(idlest, "its slot went to a write of another client (" + reason + "): " + why);
-  return Status::OK();
-}
-
-std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
-    const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
-    uint64_t client_id, Clock::time_point now) {
-  const auto own = per_client.find(client_id);
-  const std::size_t own_count = own == per_client.end() ? 0 : own->second;
-  // Of the clients holding more than the new write's, those holding the most give first; among
-  // their writes, the one slowest on average since its first range (not the one idle longest: a
-  // dripping client touching each write often would make a trainer moving big ranges the idlest).
-  // A client holding just one more gives only a write that is not moving at
-  // DenseLimits::min_bytes_per_s or received no range for the grace: two trainers holding about
-  // as many do not take each other's moving writes in turn.
-  auto victim = staged_.end();
-  std::size_t victim_count = 0;
-  double victim_rate = 0.0;
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if ((!address.empty() && w->address != address) || w->client_id == client_id) continue;
-    const std::size_t count = per_client.at(w->client_id);
-    const double rate = average_rate(*w, now);
-    if (count <= own_count ||
-        (count == own_count + 1 && !stale(*w, now) && rate >= limits_.min_bytes_per_s)) {
-      continue;
-    }
-    if (victim == staged_.end() || count > victim_count ||
-        (count == victim_count && rate < victim_rate)) {
-      victim = w;
-      victim_count = count;
-      victim_rate = rate;
-    }
-  }
-  return victim;
-}
-
-double PsStore::average_rate(const StagedWrite& w, Clock::time_point now) const {
-  // Over the grace at least: a write just begun has not had the time to show its pace.
-  const double seconds = std::max(std::chrono::duration<double>(now - w.first_range).count(),
-                                  std::chrono::duration<double>(stale_after()).count());
-  return static_cast<double>(sizeof(float) * w.received) / std::max(seconds, 1e-3);
-}
-
 Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& request,
                              const std::string& what, Clock::time_point now,
                              std::vector<StagedWrite>::iterator* staged) {
@@ -362,11 +234,17 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
     return Status::ResourceExhausted(what + ": this server already holds " +
                                      std::to_string(kMaxDenseTables) + " dense tables");
   }
-  GPUBOX_RETURN_IF_ERROR(make_room(caller, request.name, what, now));
-  // Checked at the announced total, before anything is allocated for it.
-  GPUBOX_RETURN_IF_ERROR(admit_held(
-      caller, what + " (the first of a write of " + std::to_string(request.total) + " values)",
-      sizeof(float) * std::size_t{request.total}, now));
+  // Checked at the announced total, before anything is allocated for it; the writes that would
+  // make room are dropped only once the new write is known to fit (a forged total of 2^32 - 1 is
+  // refused without dropping anything).
+  Status room = make_room(caller, request.name, what, now);
+  if (room.ok()) {
+    room = admit_held(
+        caller, what + " (the first of a write of " + std::to_string(request.total) + " values)",
+        sizeof(float) * std::size_t{request.total}, now);
+  }
+  settle_doomed(room.ok());
+  GPUBOX_RETURN_IF_ERROR(room);
   StagedWrite fresh;
   fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
@@ -381,51 +259,6 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   staged_.push_back(std::move(fresh));
   *staged = staged_.end() - 1;
   return Status::OK();
-}
-
-bool PsStore::stalled(const StagedWrite& w, Clock::time_point now) const {
-  if (limits_.min_bytes_per_s <= 0.0) return false;
-  const double since_grace =
-      std::chrono::duration<double>(now - w.first_range - stale_after()).count();
-  return since_grace > 0.0 &&
-         static_cast<double>(sizeof(float) * w.received) < limits_.min_bytes_per_s * since_grace;
-}
-
-Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
-                           Clock::time_point now) {
-  for (;;) {
-    Status fits = admit(what, 0, 0, bytes);
-    if (fits.ok()) return fits;
-    auto largest = staged_.end();
-    for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-      if (stalled(*w, now) && (largest == staged_.end() || w->total > largest->total)) largest = w;
-    }
-    if (largest == staged_.end()) {
-      return Status::ResourceExhausted(
-          fits.message() +
-          "; no held write is stalled (each received its bytes at gpubox_server "
-          "--min_transfer_kb_s at least after a quarter of "
-          "--dense_write_max_idle_s)");
-    }
-    uint64_t held_back = 0;
-    if (drop_log_.allow(Clock::now(), &held_back)) {
-      GPUBOX_LOG(WARNING) << "gpubox_server: dropped the stalled ranged DENSE write "
-                          << largest->write_id << " of client " << largest->client_id << " from "
-                          << largest->address << " ('" << largest->name << "', "
-                          << sizeof(float) * largest->received << " of its "
-                          << sizeof(float) * std::size_t{largest->total}
-                          << " announced bytes received, slower than --min_transfer_kb_s) for a "
-                             "write of client "
-                          << caller.client_id << " from " << caller.address
-                          << " at the dense memory limit (and " << held_back
-                          << " similar lines held back)";
-    }
-    drop_held(largest, "stalled (" + std::to_string(sizeof(float) * largest->received) +
-                           " of its " +
-                           std::to_string(sizeof(float) * std::size_t{largest->total}) +
-                           " bytes received, slower than gpubox_server --min_transfer_kb_s) at "
-                           "the server's dense memory limit");
-  }
 }
 
 void PsStore::carried_by(const DenseCaller& caller, uint64_t write_id) {

@@ -125,6 +125,11 @@ class PsStore {
     // reconnect and send the rest, which makes it live again).
     std::vector<uint64_t> connections;
     bool abandoned() const { return connections.empty(); }
+    // Chosen to make room for a new write (doom), dropped once it is known to fit
+    // (settle_doomed); meanwhile counted as gone.
+    bool doomed = false;
+    std::string doom_reason;  // for dropped_
+    std::string doom_log;     // the warning naming both writes, when there is one
   };
   // The table `name` after a whole write (created when absent, within kMaxDenseTables).
   Status write_table(const std::string& name, std::vector<float> values) GPUBOX_REQUIRES(dense_mu_);
@@ -181,6 +186,10 @@ class PsStore {
                      bool* committed) GPUBOX_REQUIRES(dense_mu_);
   // Replaces the table with a complete held write (erased from staged_).
   Status commit(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
+  // Marks `w` to be dropped for a new write, `reason` for dropped_, `log` for the warning.
+  void doom(StagedWrite& w, std::string reason, std::string log) GPUBOX_REQUIRES(dense_mu_);
+  // Drops the doomed writes (logged) when `drop`, else spares them.
+  void settle_doomed(bool drop) GPUBOX_REQUIRES(dense_mu_);
   // Removes a held write (committed or dropped); the iterator after it.
   std::vector<StagedWrite>::iterator release(std::vector<StagedWrite>::iterator staged)
       GPUBOX_REQUIRES(dense_mu_);

@@ -207,6 +207,12 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
     ASSERT_TRUE(
         raw_dense(dripping, range("hog", 120000, drop, 1, 1), &one, 2 + drop, nullptr, 5).ok());
   }
+  // A write announcing more than the limit even without the stalled one is refused, and drops
+  // nothing for nothing (before, it emptied every stalled write first).
+  Connection forger = connect_as(*server, false, 9);
+  const Status forged = raw_dense(forger, range("f", UINT32_MAX, 0, 1, 1), &one, 2, nullptr, 9);
+  EXPECT_EQ(forged.code(), Status::Code::kResourceExhausted) << forged.to_string();
+  EXPECT_EQ(server->counters().dense_held_writes, 1u);
   ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 3, nullptr, 7).ok());
   std::vector<uint8_t> reply;
   ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 4, &reply, 7).ok());
