@@ -130,14 +130,14 @@ Status PsStore::dense(const DenseCaller& caller, DenseRequest request, std::vect
                                    " is not finite; nothing was applied");
   }
   MutexLock lock(dense_mu_);
-  if (request.action != DenseAction::kWrite) return read_or_add(client_id, request, reply);
+  if (request.action != DenseAction::kWrite) return read_or_add(caller, request, reply, now);
   bool committed = true;
   if (request.whole()) {
     auto it = dense_.find(request.name);
-    GPUBOX_RETURN_IF_ERROR(
-        admit("DENSE '" + request.name + "': a write of client " + std::to_string(client_id),
-              sizeof(float) * std::size_t{request.count},
-              it == dense_.end() ? 0 : sizeof(float) * it->second.size(), 0));
+    GPUBOX_RETURN_IF_ERROR(admit_settled(
+        caller, "DENSE '" + request.name + "': a write of client " + std::to_string(client_id),
+        sizeof(float) * std::size_t{request.count},
+        it == dense_.end() ? 0 : sizeof(float) * it->second.size(), now));
     GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
   } else {
     GPUBOX_RETURN_IF_ERROR(stage_write(caller, request, now, &committed));
@@ -240,8 +240,8 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   Status room = make_room(caller, request.name, what, now);
   if (room.ok()) {
     room = admit_held(
-        caller, what + " (the first of a write of " + std::to_string(request.total) + " values)",
-        sizeof(float) * std::size_t{request.total}, now);
+        caller, what + " (the first of a write of " + std::to_string(request.total) + " values)", 0,
+        0, sizeof(float) * std::size_t{request.total}, now);
   }
   settle_doomed(room.ok());
   GPUBOX_RETURN_IF_ERROR(room);
@@ -364,8 +364,8 @@ std::size_t PsStore::dense_bytes() const {
   return table_bytes_ + held_bytes_;
 }
 
-Status PsStore::read_or_add(uint64_t client_id, DenseRequest& request,
-                            std::vector<uint8_t>* reply) {
+Status PsStore::read_or_add(const DenseCaller& caller, DenseRequest& request,
+                            std::vector<uint8_t>* reply, Clock::time_point now) {
   auto it = dense_.find(request.name);
   if (it == dense_.end()) {
     if (request.action == DenseAction::kAdd) {
@@ -377,9 +377,11 @@ Status PsStore::read_or_add(uint64_t client_id, DenseRequest& request,
                               "': a read of a table this server does not hold (a table over "
                               "one frame is created by a write first)");
     }
-    GPUBOX_RETURN_IF_ERROR(admit(
-        "DENSE '" + request.name + "': a read (creating it) of client " + std::to_string(client_id),
-        sizeof(float) * std::size_t{request.count}, 0, 0));
+    GPUBOX_RETURN_IF_ERROR(admit_settled(caller,
+                                         "DENSE '" + request.name +
+                                             "': a read (creating it) of client " +
+                                             std::to_string(caller.client_id),
+                                         sizeof(float) * std::size_t{request.count}, 0, now));
     GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
     it = dense_.find(request.name);
   }

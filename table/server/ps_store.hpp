@@ -70,8 +70,8 @@ class PsStore {
   // of a staged write that overlaps one received before or disagrees with its name or total; an
   // add to, or a ranged read of, a table never created (NotFound); a new table beyond
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
-  // that would take the dense memory over DenseLimits::max_bytes (a new ranged write, once the
-  // stalled held writes gave their bytes: admit_held), and a new ranged write beyond
+  // that would take the dense memory over DenseLimits::max_bytes once the stalled held writes
+  // gave their bytes (admit_held; dropped only when it then fits), and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
   // clients when no held write counted against that limit is abandoned and received no range for
   // a quarter of DenseLimits::max_idle and no other client holds more of them than the caller's
@@ -138,10 +138,16 @@ class PsStore {
   // held write, within DenseLimits::max_bytes; else ResourceExhausted "`who`: ...". Checks only.
   Status admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
                std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
-  // admit() for a new held write of `bytes` (announced): at the limit, the stalled held writes
-  // (stalled()) give their bytes, the largest first (logged), until it fits or none is left.
-  Status admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
-                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // admit() that, at the limit, dooms the stalled held writes (stalled()), the largest first,
+  // until it fits or none is left: the caller settles them (settle_doomed).
+  Status admit_held(const DenseCaller& caller, const std::string& what, std::size_t table_bytes,
+                    std::size_t replaced_bytes, std::size_t held_bytes, Clock::time_point now)
+      GPUBOX_REQUIRES(dense_mu_);
+  // admit_held for a table (a whole write, a read creating it), its stalled writes dropped (logged)
+  // only when it then fits: every path that stores dense bytes gets the stalled writes' room.
+  Status admit_settled(const DenseCaller& caller, const std::string& what, std::size_t table_bytes,
+                       std::size_t replaced_bytes, Clock::time_point now)
+      GPUBOX_REQUIRES(dense_mu_);
   // Past the grace of stale_after() since its first range, `w` received fewer bytes than
   // DenseLimits::min_bytes_per_s allows for the time since the grace ended.
   bool stalled(const StagedWrite& w, Clock::time_point now) const GPUBOX_REQUIRES(dense_mu_);
@@ -203,8 +209,8 @@ class PsStore {
   Status dropped_error(uint64_t client_id, uint64_t write_id, const std::string& what) const
       GPUBOX_REQUIRES(dense_mu_);
   // A read or an add of an existing (or, whole read, new) table's range.
-  Status read_or_add(uint64_t client_id, DenseRequest& request, std::vector<uint8_t>* reply)
-      GPUBOX_REQUIRES(dense_mu_);
+  Status read_or_add(const DenseCaller& caller, DenseRequest& request, std::vector<uint8_t>* reply,
+                     Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
 
   static constexpr std::size_t kStripes = 64;
   const DenseLimits limits_;

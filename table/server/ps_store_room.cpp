@@ -2,12 +2,11 @@
 // and the server (make_room, free_slot, fair_share_victim) and the dense memory (admit_held), the
 // writes that give way chosen first (doom) and dropped only once the new write fits
 // (settle_doomed).
-#include "table/server/ps_store.hpp"
-
 #include <algorithm>
 #include <sstream>
 
 #include "common/logging.hpp"
+#include "table/server/ps_store.hpp"
 
 namespace gpubox::table::server {
 
@@ -154,10 +153,11 @@ bool PsStore::stalled(const StagedWrite& w, Clock::time_point now) const {
          static_cast<double>(sizeof(float) * w.received) < limits_.min_bytes_per_s * since_grace;
 }
 
-Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
-                           Clock::time_point now) {
+Status PsStore::admit_held(const DenseCaller& caller, const std::string& what,
+                           std::size_t table_bytes, std::size_t replaced_bytes,
+                           std::size_t held_bytes, Clock::time_point now) {
   for (;;) {
-    Status fits = admit(what, 0, 0, bytes);
+    Status fits = admit(what, table_bytes, replaced_bytes, held_bytes);
     if (fits.ok()) return fits;
     auto largest = staged_.end();
     for (auto w = staged_.begin(); w != staged_.end(); ++w) {
@@ -181,6 +181,14 @@ Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, s
         << " at the dense memory limit";
     doom(*largest, "stalled (" + slow + ") at the server's dense memory limit", log.str());
   }
+}
+
+Status PsStore::admit_settled(const DenseCaller& caller, const std::string& what,
+                              std::size_t table_bytes, std::size_t replaced_bytes,
+                              Clock::time_point now) {
+  Status fits = admit_held(caller, what, table_bytes, replaced_bytes, 0, now);
+  settle_doomed(fits.ok());
+  return fits;
 }
 
 void PsStore::doom(StagedWrite& w, std::string reason, std::string log) {

@@ -213,11 +213,17 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
   const Status forged = raw_dense(forger, range("f", UINT32_MAX, 0, 1, 1), &one, 2, nullptr, 9);
   EXPECT_EQ(forged.code(), Status::Code::kResourceExhausted) << forged.to_string();
   EXPECT_EQ(server->counters().dense_held_writes, 1u);
-  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 3, nullptr, 7).ok());
-  std::vector<uint8_t> reply;
-  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 4, &reply, 7).ok());
-  EXPECT_TRUE(dense_committed(reply, 20000));
+  // A whole write (one frame) gets the stalled write's room as a ranged write's first range does.
+  const std::vector<float> table_of_w(40000, 0.25f);  // 160 KB: over the limit beside the drip
+  ASSERT_TRUE(raw_dense(trainer, range("w", 40000, 0, 40000, 0), &table_of_w, 3, nullptr, 7).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 0u);  // the dripping write was dropped
+  const Status late = raw_dense(dripping, range("hog", 120000, 7, 1, 1), &one, 9, nullptr, 5);
+  EXPECT_EQ(late.code(), Status::Code::kNotFound) << late.to_string();
+  EXPECT_NE(late.message().find("was dropped: stalled"), std::string::npos) << late.to_string();
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 4, nullptr, 7).ok());
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 5, &reply, 7).ok());
+  EXPECT_TRUE(dense_committed(reply, 20000));
 }
 
 // A writer whose connection went half-open (here: left open and silent) starts its write of the
