@@ -7,12 +7,21 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 namespace gpubox::table::server {
 
-Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive) {
+int client_user_timeout_s(const TcpKeepalive& keepalive, double longest_call_s) {
+  const double call = std::ceil(std::max(0.0, longest_call_s));
+  return static_cast<int>(std::clamp(call, static_cast<double>(keepalive.user_timeout()),
+                                     static_cast<double>(INT32_MAX / 1000)));
+}
+
+Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive, std::string* degraded) {
   struct Option {
     int level;
     int name;
@@ -24,13 +33,16 @@ Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive) {
       {IPPROTO_TCP, TCP_KEEPIDLE, keepalive.idle_s, "TCP_KEEPIDLE"},
       {IPPROTO_TCP, TCP_KEEPINTVL, keepalive.interval_s, "TCP_KEEPINTVL"},
       {IPPROTO_TCP, TCP_KEEPCNT, keepalive.probes, "TCP_KEEPCNT"},
-      {IPPROTO_TCP, TCP_USER_TIMEOUT, 1000 * keepalive.silence_s(), "TCP_USER_TIMEOUT"}};
+      {IPPROTO_TCP, TCP_USER_TIMEOUT, 1000 * keepalive.user_timeout(), "TCP_USER_TIMEOUT"}};
   for (const Option& option : options) {
-    if (::setsockopt(fd, option.level, option.name, &option.value, sizeof(option.value)) != 0) {
-      return Status::IOError(std::string("setsockopt ") + option.spelled + " " +
-                             std::to_string(option.value) + " on fd " + std::to_string(fd) + ": " +
-                             std::strerror(errno));
+    if (::setsockopt(fd, option.level, option.name, &option.value, sizeof(option.value)) == 0) {
+      continue;
     }
+    const std::string refused = std::string("setsockopt ") + option.spelled + " " +
+                                std::to_string(option.value) + " on fd " + std::to_string(fd) +
+                                ": " + std::strerror(errno);
+    if (option.name == SO_KEEPALIVE || degraded == nullptr) return Status::IOError(refused);
+    *degraded += (degraded->empty() ? "" : "; ") + refused;
   }
   return Status::OK();
 }
