@@ -51,10 +51,13 @@ const std::vector<float> kOne = {9.0f};
 TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   FakeHostTier table(test_config());
   ServerOptions so;
-  so.dense_write_max_idle_s = 8.0;  // taken after 2 s; dropped by the sweep after 8 s
+  // Taken after a grace of 10 s, dropped by the sweep after 40 s: the setup and the refusal fit
+  // well within the grace even on a loaded machine (else the test is skipped, not failed).
+  so.dense_write_max_idle_s = 40.0;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   Connection trainer = connect_as(*server, false, 7);
+  const auto began = Clock::now();  // no held write received a range before
   ASSERT_TRUE(start_write(trainer, 7, 1, 2).ok());
   for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerAddress - 1; ++c) {
     Connection rotating = connect_as(*server, false, c);
@@ -66,14 +69,18 @@ TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   // Writes of another table: a rewrite of "dense" would release the trainer's own first write,
   // idle past the grace too.
   const Status refused = start_write(trainer, 7, 2, 3, "other");
+  const auto last_setup = Clock::now();  // every rotating write's last range came before
+  if (last_setup - began > std::chrono::seconds(9)) {
+    GTEST_SKIP() << "the setup took past the grace of 10 s (a loaded machine)";
+  }
   EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
   for (const char* words :
        {"write 2 of client 7 from 127.0.0.1: peer 127.0.0.1 already holds 32",
-        "no other client holds more of them than this one's 1", "nor is one abandoned for 2 s"}) {
+        "no other client holds more of them than this one's 1", "nor is one abandoned for 10 s"}) {
     EXPECT_NE(refused.message().find(words), std::string::npos)
         << words << ": " << refused.to_string();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  std::this_thread::sleep_until(last_setup + std::chrono::milliseconds(10200));
   const Status taken = start_write(trainer, 7, 3, 4, "other");
   ASSERT_TRUE(taken.ok()) << taken.to_string();
   std::vector<uint8_t> reply;
@@ -159,7 +166,9 @@ TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
   std::vector<float> read(values.size(), -1.0f);
   ASSERT_TRUE(client->dense(DenseAction::kRead, "trainer", &read).ok());
   EXPECT_EQ(read, values);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 10.0);
+  // At once: not after the grace of a quarter of dense_write_max_idle_s (30 s) that abandoned
+  // writes get (loose: a loaded machine may take seconds).
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 25.0);
   // The first hostile client's first write was the idlest of those holding the most: dropped,
   // and its later range, refused, takes no slot from anyone.
   expect_dropped(write_half(hostile.front(), 1000, 1, 4, kOtherFour, 20), 1,
