@@ -74,16 +74,16 @@ class PsStore {
   // gave their bytes (admit_held; dropped only when it then fits), and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
   // clients when no held write counted against that limit is abandoned and received no range for
-  // a quarter of DenseLimits::max_idle and no other client holds more of them than the caller's
+  // a quarter of DenseLimits::max_idle and fair_share_victim finds none to give its slot
   // (ResourceExhausted, naming the client, the address and the limit); a ranged write's range of
   // no values (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that
   // client's oldest abandoned one (every connection that carried it closed), else its oldest, is
   // dropped; at the address's or the server's limit, the abandoned write of that address (or of
   // any) that received no range for longest, and for that quarter at least (a writer whose
-  // connection closed under it reconnects and finishes within it), is, else the idlest write of
-  // the clients holding the most there when they hold more than the caller (fair_share_victim:
-  // a client holding its writes open cannot keep a trainer of its own address out): its writer
-  // learns it when no range of its write replies committed. A new ranged
+  // connection closed under it reconnects and finishes within it), is, else fair_share_victim's
+  // (a client holding its writes open cannot keep a trainer of its own address out). A dropped
+  // write's later ranges are refused (NotFound naming the write and why: dropped_), holding
+  // nothing, so its writer writes the table again. A new ranged
   // write of a table first drops the same client's writes of that table that are abandoned or
   // received no range for a quarter of DenseLimits::max_idle: a rewrite retried after its
   // connection was lost, or half-open, needs no room for the stale one (a write that is moving is
