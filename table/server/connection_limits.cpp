@@ -6,12 +6,15 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+#include "common/logging.hpp"
 
 namespace gpubox::table::server {
 
@@ -43,6 +46,18 @@ Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive, std::string* 
                                 ": " + std::strerror(errno);
     if (option.name == SO_KEEPALIVE || degraded == nullptr) return Status::IOError(refused);
     *degraded += (degraded->empty() ? "" : "; ") + refused;
+  }
+  return Status::OK();
+}
+
+Status enable_client_keepalive(int fd, const TcpKeepalive& keepalive, const std::string& peer) {
+  std::string degraded;
+  GPUBOX_RETURN_IF_ERROR(enable_tcp_keepalive(fd, keepalive, &degraded));
+  static std::atomic<bool> warned{false};
+  if (!degraded.empty() && !warned.exchange(true)) {
+    GPUBOX_LOG(WARNING) << "gpubox: TCP keepalive of the connection to " << peer
+                        << " keeps the OS's times (" << degraded
+                        << "); a vanished server may be found later (warned once)";
   }
   return Status::OK();
 }

@@ -64,6 +64,9 @@ int client_user_timeout_s(const TcpKeepalive& keepalive, double longest_call_s);
 // and is named in *degraded (when given) for the caller to warn of.
 Status enable_tcp_keepalive(int fd, const TcpKeepalive& keepalive = {},
                             std::string* degraded = nullptr);
+// enable_tcp_keepalive for a client's connection to `peer`: a refused time is warned of once per
+// process, and the OS's kept; only a refused SO_KEEPALIVE is an error.
+Status enable_client_keepalive(int fd, const TcpKeepalive& keepalive, const std::string& peer);
 
 // Lets one log line through per interval and counts the ones it held back. Thread-safe.
 class LogThrottle {

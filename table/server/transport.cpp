@@ -9,14 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <sstream>
 #include <thread>
 
-#include "common/logging.hpp"
 #include "table/server/auth_handshake.hpp"
 
 namespace gpubox::table::server {
@@ -130,16 +128,9 @@ StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_poin
   }
   int one = 1;
   ::setsockopt(conn.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  // Only SO_KEEPALIVE refused fails; a refused time is warned of once and the OS's kept.
-  std::string degraded;
-  if (const Status probes = enable_tcp_keepalive(conn.fd(), keepalive, &degraded); !probes.ok()) {
+  if (const Status probes = enable_client_keepalive(conn.fd(), keepalive, endpoint.to_string());
+      !probes.ok()) {
     return Status::Unavailable("connection to " + endpoint.to_string() + ": " + probes.message());
-  }
-  static std::atomic<bool> warned{false};
-  if (!degraded.empty() && !warned.exchange(true)) {
-    GPUBOX_LOG(WARNING) << "gpubox: TCP keepalive of the connection to " << endpoint.to_string()
-                        << " keeps the OS's times (" << degraded
-                        << "); a vanished server may be found later (warned once)";
   }
   return conn;
 }
