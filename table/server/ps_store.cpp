@@ -130,14 +130,14 @@ Status PsStore::dense(const DenseCaller& caller, DenseRequest request, std::vect
                                    " is not finite; nothing was applied");
   }
   MutexLock lock(dense_mu_);
-  if (request.action != DenseAction::kWrite) return read_or_add(client_id, request, reply);
+  if (request.action != DenseAction::kWrite) return read_or_add(caller, request, reply, now);
   bool committed = true;
   if (request.whole()) {
     auto it = dense_.find(request.name);
-    GPUBOX_RETURN_IF_ERROR(
-        admit("DENSE '" + request.name + "': a write of client " + std::to_string(client_id),
-              sizeof(float) * std::size_t{request.count},
-              it == dense_.end() ? 0 : sizeof(float) * it->second.size(), 0));
+    GPUBOX_RETURN_IF_ERROR(admit_settled(
+        caller, "DENSE '" + request.name + "': a write of client " + std::to_string(client_id),
+        sizeof(float) * std::size_t{request.count},
+        it == dense_.end() ? 0 : sizeof(float) * it->second.size(), now));
     GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
   } else {
     GPUBOX_RETURN_IF_ERROR(stage_write(caller, request, now, &committed));
@@ -151,15 +151,23 @@ Status PsStore::admit(const std::string& who, std::size_t table_bytes, std::size
                       std::size_t held_bytes) const {
   // A held write commits by copying its ranges into one table while they are still held: the
   // largest held write's copy is counted, so every held write can commit within the limit.
+  // The writes doomed to make room for a new one (make_room, admit_held) are counted as gone.
   std::size_t largest = held_bytes;
-  for (const StagedWrite& w : staged_) largest = std::max(largest, sizeof(float) * w.total);
+  std::size_t doomed = 0;
+  for (const StagedWrite& w : staged_) {
+    if (w.doomed) {
+      doomed += sizeof(float) * std::size_t{w.total};
+    } else {
+      largest = std::max(largest, sizeof(float) * w.total);
+    }
+  }
   const std::size_t after =
-      table_bytes_ - replaced_bytes + table_bytes + held_bytes_ + held_bytes + largest;
+      table_bytes_ - replaced_bytes + table_bytes + held_bytes_ - doomed + held_bytes + largest;
   if (after <= limits_.max_bytes) return Status::OK();
   std::ostringstream msg;
   msg << who << " would take the server's dense memory to " << after << " bytes (tables "
       << table_bytes_ - replaced_bytes + table_bytes << ", ranged writes held "
-      << held_bytes_ + held_bytes << ", the largest one's commit copy " << largest
+      << held_bytes_ - doomed + held_bytes << ", the largest one's commit copy " << largest
       << "), over its limit of " << limits_.max_bytes
       << " bytes (gpubox_server --max_dense_mb); nothing was stored";
   return Status::ResourceExhausted(msg.str());
@@ -177,124 +185,35 @@ Status PsStore::write_table(const std::string& name, std::vector<float> values) 
   return Status::OK();
 }
 
-std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
+std::vector<PsStore::StagedWrite>::iterator PsStore::release(
     std::vector<StagedWrite>::iterator staged) {
   held_bytes_ -= sizeof(float) * std::size_t{staged->total};
   return staged_.erase(staged);
 }
 
-Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
-                          const std::string& what, Clock::time_point now) {
-  // This client's writes of this table that are abandoned, or idle long enough that their
-  // connection is taken for half-open: superseded by the new one (a rewrite retried on a new
-  // connection after its old one was lost needs no room for the stale write).
-  for (auto w = staged_.begin(); w != staged_.end();) {
-    const bool superseded =
-        w->client_id == caller.client_id && w->name == name && (w->abandoned() || stale(*w, now));
-    w = superseded ? drop_held(w) : w + 1;
+std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
+    std::vector<StagedWrite>::iterator staged, const std::string& reason) {
+  const uint64_t client_id = staged->client_id;
+  std::size_t of_client = 0;
+  for (const DroppedWrite& d : dropped_) of_client += d.client_id == client_id ? 1 : 0;
+  if (of_client >= kMaxDroppedPerClient) {
+    dropped_.erase(std::find_if(dropped_.begin(), dropped_.end(),
+                                [&](const DroppedWrite& d) { return d.client_id == client_id; }));
+  } else if (dropped_.size() >= kMaxDroppedRecords) {
+    dropped_.pop_front();
   }
-  // The client's own oldest write (abandoned ones first) makes room for its new one (dropped even
-  // when the new one is then refused); another client's live write is never dropped for it.
-  auto own_oldest = staged_.end();
-  std::size_t own = 0;
-  const auto goes_first = [](const StagedWrite& a, const StagedWrite& b) {
-    if (a.abandoned() != b.abandoned()) return a.abandoned();
-    return a.started < b.started;
-  };
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if (w->client_id != caller.client_id) continue;
-    ++own;
-    if (own_oldest == staged_.end() || goes_first(*w, *own_oldest)) own_oldest = w;
-  }
-  if (own >= kMaxStagedDenseWrites) {
-    drop_held(own_oldest);
-    return Status::OK();
-  }
-  const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
-                            std::to_string(kMaxHeldDenseWritesPerAddress) + " an address";
-  GPUBOX_RETURN_IF_ERROR(free_slot(
-      caller.address, kMaxHeldDenseWritesPerAddress, caller, what, now,
-      "peer " + caller.address + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
-          " ranged writes of its clients (" + share + ", of the server's " +
-          std::to_string(kMaxHeldDenseWrites) + ")"));
-  return free_slot("", kMaxHeldDenseWrites, caller, what, now,
-                   "this server already holds " + std::to_string(kMaxHeldDenseWrites) +
-                       " ranged writes of its clients (" + share + ")");
+  dropped_.push_back({client_id, staged->write_id, reason});
+  return release(staged);
 }
 
-Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
-                          const std::string& what, Clock::time_point now, const std::string& why) {
-  std::size_t held = 0;
-  std::map<uint64_t, std::size_t> per_client;  // the writes counted against the limit, by client
-  // The abandoned one that received no range for longest, and for the grace at least: a writer
-  // whose connection closed under it (a transport retry) reconnects and finishes its write.
-  auto idlest = staged_.end();
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if (!address.empty() && w->address != address) continue;
-    ++held;
-    ++per_client[w->client_id];
-    if (w->abandoned() && stale(*w, now) &&
-        (idlest == staged_.end() || w->last_range < idlest->last_range)) {
-      idlest = w;
-    }
+Status PsStore::dropped_error(uint64_t client_id, uint64_t write_id,
+                              const std::string& what) const {
+  for (const DroppedWrite& d : dropped_) {
+    if (d.client_id != client_id || d.write_id != write_id) continue;
+    return Status::NotFound(what + ": write " + std::to_string(write_id) + " was dropped: " +
+                            d.reason + "; nothing of it was stored, write the table again");
   }
-  if (held < limit) return Status::OK();
-  const std::size_t own = per_client[caller.client_id];
-  // How the log line names the write dropped and why.
-  std::string dropped = "the abandoned ranged DENSE write";
-  std::string reason = "its connections closed";
-  if (idlest == staged_.end()) {
-    idlest = fair_share_victim(address, per_client, caller.client_id);
-    dropped = "the ranged DENSE write";
-    if (idlest != staged_.end()) {
-      reason = "the idlest of a client holding " + std::to_string(per_client[idlest->client_id]) +
-               " of them, the most, against the new write's client's " + std::to_string(own);
-    }
-  }
-  if (idlest == staged_.end()) {
-    std::ostringstream msg;
-    msg << what << " from " << caller.address << ": " << why << ", and no other client holds "
-        << "more of them than this one's " << own
-        << " (a client holding the most gives its idlest write to one holding fewer), nor is one "
-           "abandoned for "
-        << std::chrono::duration<double>(stale_after()).count()
-        << " s (a quarter of gpubox_server --dense_write_max_idle_s: a writer whose connection "
-           "closed may reconnect and finish); retry once they completed";
-    return Status::ResourceExhausted(msg.str());
-  }
-  uint64_t held_back = 0;
-  if (drop_log_.allow(Clock::now(), &held_back)) {
-    GPUBOX_LOG(WARNING) << "gpubox_server: dropped " << dropped << " " << idlest->write_id
-                        << " of client " << idlest->client_id << " from " << idlest->address
-                        << " ('" << idlest->name << "', " << reason << ") for a write of client "
-                        << caller.client_id << " from " << caller.address << ": " << why << " (and "
-                        << held_back << " similar lines held back)";
-  }
-  drop_held(idlest);
   return Status::OK();
-}
-
-std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
-    const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
-    uint64_t client_id) {
-  const auto own = per_client.find(client_id);
-  const std::size_t own_count = own == per_client.end() ? 0 : own->second;
-  std::size_t most = 0;  // of another client
-  for (const auto& [client, count] : per_client) {
-    if (client != client_id) most = std::max(most, count);
-  }
-  auto victim = staged_.end();
-  if (most <= own_count) return victim;
-  // The write of a client holding the most that received no range for longest: a writer that is
-  // moving (its ranges arriving back to back) keeps its write while an idler one is held.
-  for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if ((!address.empty() && w->address != address) || w->client_id == client_id ||
-        per_client.at(w->client_id) != most) {
-      continue;
-    }
-    if (victim == staged_.end() || w->last_range < victim->last_range) victim = w;
-  }
-  return victim;
 }
 
 Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& request,
@@ -310,15 +229,22 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
     }
     return Status::OK();
   }
+  GPUBOX_RETURN_IF_ERROR(dropped_error(caller.client_id, request.write_id, what));
   if (dense_.count(request.name) == 0 && dense_.size() >= kMaxDenseTables) {
     return Status::ResourceExhausted(what + ": this server already holds " +
                                      std::to_string(kMaxDenseTables) + " dense tables");
   }
-  GPUBOX_RETURN_IF_ERROR(make_room(caller, request.name, what, now));
-  // Checked at the announced total, before anything is allocated for it.
-  GPUBOX_RETURN_IF_ERROR(admit_held(
-      caller, what + " (the first of a write of " + std::to_string(request.total) + " values)",
-      sizeof(float) * std::size_t{request.total}, now));
+  // Checked at the announced total, before anything is allocated for it; the writes that would
+  // make room are dropped only once the new write is known to fit (a forged total of 2^32 - 1 is
+  // refused without dropping anything).
+  Status room = make_room(caller, request.name, what, now);
+  if (room.ok()) {
+    room = admit_held(
+        caller, what + " (the first of a write of " + std::to_string(request.total) + " values)", 0,
+        0, sizeof(float) * std::size_t{request.total}, now);
+  }
+  settle_doomed(room.ok());
+  GPUBOX_RETURN_IF_ERROR(room);
   StagedWrite fresh;
   fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
@@ -333,47 +259,6 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   staged_.push_back(std::move(fresh));
   *staged = staged_.end() - 1;
   return Status::OK();
-}
-
-bool PsStore::stalled(const StagedWrite& w, Clock::time_point now) const {
-  if (limits_.min_bytes_per_s <= 0.0) return false;
-  const double since_grace =
-      std::chrono::duration<double>(now - w.first_range - stale_after()).count();
-  return since_grace > 0.0 &&
-         static_cast<double>(sizeof(float) * w.received) < limits_.min_bytes_per_s * since_grace;
-}
-
-Status PsStore::admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
-                           Clock::time_point now) {
-  for (;;) {
-    Status fits = admit(what, 0, 0, bytes);
-    if (fits.ok()) return fits;
-    auto largest = staged_.end();
-    for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-      if (stalled(*w, now) && (largest == staged_.end() || w->total > largest->total)) largest = w;
-    }
-    if (largest == staged_.end()) {
-      return Status::ResourceExhausted(
-          fits.message() +
-          "; no held write is stalled (each received its bytes at gpubox_server "
-          "--min_transfer_kb_s at least after a quarter of "
-          "--dense_write_max_idle_s)");
-    }
-    uint64_t held_back = 0;
-    if (drop_log_.allow(Clock::now(), &held_back)) {
-      GPUBOX_LOG(WARNING) << "gpubox_server: dropped the stalled ranged DENSE write "
-                          << largest->write_id << " of client " << largest->client_id << " from "
-                          << largest->address << " ('" << largest->name << "', "
-                          << sizeof(float) * largest->received << " of its "
-                          << sizeof(float) * std::size_t{largest->total}
-                          << " announced bytes received, slower than --min_transfer_kb_s) for a "
-                             "write of client "
-                          << caller.client_id << " from " << caller.address
-                          << " at the dense memory limit (and " << held_back
-                          << " similar lines held back)";
-    }
-    drop_held(largest);
-  }
 }
 
 void PsStore::carried_by(const DenseCaller& caller, uint64_t write_id) {
@@ -451,7 +336,7 @@ Status PsStore::commit(std::vector<StagedWrite>::iterator staged) {
     range = staged->ranges.erase(range);
   }
   const std::string name = staged->name;
-  drop_held(staged);
+  release(staged);
   return write_table(name, std::move(values));
 }
 
@@ -463,7 +348,7 @@ std::size_t PsStore::expire_held_writes(Clock::time_point now) {
       ++w;
       continue;
     }
-    w = drop_held(w);
+    w = drop_held(w, "no range of it arrived for gpubox_server --dense_write_max_idle_s");
     ++expired;
   }
   return expired;
@@ -479,8 +364,8 @@ std::size_t PsStore::dense_bytes() const {
   return table_bytes_ + held_bytes_;
 }
 
-Status PsStore::read_or_add(uint64_t client_id, DenseRequest& request,
-                            std::vector<uint8_t>* reply) {
+Status PsStore::read_or_add(const DenseCaller& caller, DenseRequest& request,
+                            std::vector<uint8_t>* reply, Clock::time_point now) {
   auto it = dense_.find(request.name);
   if (it == dense_.end()) {
     if (request.action == DenseAction::kAdd) {
@@ -492,9 +377,11 @@ Status PsStore::read_or_add(uint64_t client_id, DenseRequest& request,
                               "': a read of a table this server does not hold (a table over "
                               "one frame is created by a write first)");
     }
-    GPUBOX_RETURN_IF_ERROR(admit(
-        "DENSE '" + request.name + "': a read (creating it) of client " + std::to_string(client_id),
-        sizeof(float) * std::size_t{request.count}, 0, 0));
+    GPUBOX_RETURN_IF_ERROR(admit_settled(caller,
+                                         "DENSE '" + request.name +
+                                             "': a read (creating it) of client " +
+                                             std::to_string(caller.client_id),
+                                         sizeof(float) * std::size_t{request.count}, 0, now));
     GPUBOX_RETURN_IF_ERROR(write_table(request.name, std::move(request.values)));
     it = dense_.find(request.name);
   }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -69,20 +70,20 @@ class PsStore {
   // of a staged write that overlaps one received before or disagrees with its name or total; an
   // add to, or a ranged read of, a table never created (NotFound); a new table beyond
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
-  // that would take the dense memory over DenseLimits::max_bytes (a new ranged write, once the
-  // stalled held writes gave their bytes: admit_held), and a new ranged write beyond
+  // that would take the dense memory over DenseLimits::max_bytes once the stalled held writes
+  // gave their bytes (admit_held; dropped only when it then fits), and a new ranged write beyond
   // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
   // clients when no held write counted against that limit is abandoned and received no range for
-  // a quarter of DenseLimits::max_idle and no other client holds more of them than the caller's
+  // a quarter of DenseLimits::max_idle and fair_share_victim finds none to give its slot
   // (ResourceExhausted, naming the client, the address and the limit); a ranged write's range of
   // no values (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that
   // client's oldest abandoned one (every connection that carried it closed), else its oldest, is
   // dropped; at the address's or the server's limit, the abandoned write of that address (or of
   // any) that received no range for longest, and for that quarter at least (a writer whose
-  // connection closed under it reconnects and finishes within it), is, else the idlest write of
-  // the clients holding the most there when they hold more than the caller (fair_share_victim:
-  // a client holding its writes open cannot keep a trainer of its own address out): its writer
-  // learns it when no range of its write replies committed. A new ranged
+  // connection closed under it reconnects and finishes within it), is, else fair_share_victim's
+  // (a client holding its writes open cannot keep a trainer of its own address out). A dropped
+  // write's later ranges are refused (NotFound naming the write and why: dropped_), holding
+  // nothing, so its writer writes the table again. A new ranged
   // write of a table first drops the same client's writes of that table that are abandoned or
   // received no range for a quarter of DenseLimits::max_idle: a rewrite retried after its
   // connection was lost, or half-open, needs no room for the stale one (a write that is moving is
@@ -124,6 +125,11 @@ class PsStore {
     // reconnect and send the rest, which makes it live again).
     std::vector<uint64_t> connections;
     bool abandoned() const { return connections.empty(); }
+    // Chosen to make room for a new write (doom), dropped once it is known to fit
+    // (settle_doomed); meanwhile counted as gone.
+    bool doomed = false;
+    std::string doom_reason;  // for dropped_
+    std::string doom_log;     // the warning naming both writes, when there is one
   };
   // The table `name` after a whole write (created when absent, within kMaxDenseTables).
   Status write_table(const std::string& name, std::vector<float> values) GPUBOX_REQUIRES(dense_mu_);
@@ -132,13 +138,19 @@ class PsStore {
   // held write, within DenseLimits::max_bytes; else ResourceExhausted "`who`: ...". Checks only.
   Status admit(const std::string& who, std::size_t table_bytes, std::size_t replaced_bytes,
                std::size_t held_bytes) const GPUBOX_REQUIRES(dense_mu_);
-  // admit() for a new held write of `bytes` (announced): at the limit, the stalled held writes
-  // (stalled()) give their bytes, the largest first (logged), until it fits or none is left.
-  Status admit_held(const DenseCaller& caller, const std::string& what, std::size_t bytes,
-                    Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // admit() that, at the limit, dooms the stalled held writes (stalled()), the largest first,
+  // until it fits or none is left: the caller settles them (settle_doomed).
+  Status admit_held(const DenseCaller& caller, const std::string& what, std::size_t table_bytes,
+                    std::size_t replaced_bytes, std::size_t held_bytes, Clock::time_point now)
+      GPUBOX_REQUIRES(dense_mu_);
+  // admit_held for a table (a whole write, a read creating it), its stalled writes dropped (logged)
+  // only when it then fits: every path that stores dense bytes gets the stalled writes' room.
+  Status admit_settled(const DenseCaller& caller, const std::string& what, std::size_t table_bytes,
+                       std::size_t replaced_bytes, Clock::time_point now)
+      GPUBOX_REQUIRES(dense_mu_);
   // Past the grace of stale_after() since its first range, `w` received fewer bytes than
   // DenseLimits::min_bytes_per_s allows for the time since the grace ended.
-  bool stalled(const StagedWrite& w, Clock::time_point now) const;
+  bool stalled(const StagedWrite& w, Clock::time_point now) const GPUBOX_REQUIRES(dense_mu_);
   // The held write a ranged write's range belongs to: found, or made (after the checks of
   // dense()), in *staged.
   Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,
@@ -157,14 +169,17 @@ class PsStore {
                    const std::string& what, Clock::time_point now, const std::string& why)
       GPUBOX_REQUIRES(dense_mu_);
   // The write that gives its slot to a new write of `client_id` at a full `address` (every
-  // address: empty), `per_client` counting the writes held there by client: the one that received
-  // no range for longest among those of the clients holding the most, when they hold more than
-  // `client_id` does; else staged_.end(). So a client (or a process taking a new client id on
-  // every connection) that holds its writes open without finishing them cannot keep a trainer of
-  // its own address out: each new id holding fewer takes a slot from the greediest, idlest writer.
+  // address: empty), `per_client` counting the writes held there by client: of the clients
+  // holding the most, when they hold at least two more than `client_id` does, the write slowest on
+  // average (average_rate); holding one more, only such a write not moving at
+  // DenseLimits::min_bytes_per_s or stale; else staged_.end(). So a client (or a process taking a
+  // new client id on every connection) that holds its writes open without finishing them cannot
+  // keep a trainer of its own address out, nor take a trainer's moving write by dripping its own.
   std::vector<StagedWrite>::iterator fair_share_victim(
       const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
-      uint64_t client_id) GPUBOX_REQUIRES(dense_mu_);
+      uint64_t client_id, Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // Bytes a second `w` received since its first range, over stale_after() at least.
+  double average_rate(const StagedWrite& w, Clock::time_point now) const GPUBOX_REQUIRES(dense_mu_);
   // A quarter of DenseLimits::max_idle: a held write that received no range for that long is
   // stale (its writer's rewrite of the table supersedes it; abandoned, another client's write may
   // take its slot). Within it, a writer whose connection closed under it reconnects and finishes.
@@ -177,12 +192,25 @@ class PsStore {
                      bool* committed) GPUBOX_REQUIRES(dense_mu_);
   // Replaces the table with a complete held write (erased from staged_).
   Status commit(std::vector<StagedWrite>::iterator staged) GPUBOX_REQUIRES(dense_mu_);
-  // Drops a held write; the iterator after it.
-  std::vector<StagedWrite>::iterator drop_held(std::vector<StagedWrite>::iterator staged)
+  // Marks `w` to be dropped for a new write, `reason` for dropped_, `log` for the warning.
+  void doom(StagedWrite& w, std::string reason, std::string log) GPUBOX_REQUIRES(dense_mu_);
+  // Drops the doomed writes (logged) when `drop`, else spares them.
+  void settle_doomed(bool drop) GPUBOX_REQUIRES(dense_mu_);
+  // Removes a held write (committed or dropped); the iterator after it.
+  std::vector<StagedWrite>::iterator release(std::vector<StagedWrite>::iterator staged)
+      GPUBOX_REQUIRES(dense_mu_);
+  // Drops an uncommitted held write and records why in dropped_, so its later ranges are refused
+  // (dropped_error) instead of holding a new write that could never commit; the iterator after it.
+  std::vector<StagedWrite>::iterator drop_held(std::vector<StagedWrite>::iterator staged,
+                                               const std::string& reason)
+      GPUBOX_REQUIRES(dense_mu_);
+  // NotFound "`what`: write N was dropped: <reason>; write the table again" when `client_id`'s
+  // write `write_id` is in dropped_; else OK.
+  Status dropped_error(uint64_t client_id, uint64_t write_id, const std::string& what) const
       GPUBOX_REQUIRES(dense_mu_);
   // A read or an add of an existing (or, whole read, new) table's range.
-  Status read_or_add(uint64_t client_id, DenseRequest& request, std::vector<uint8_t>* reply)
-      GPUBOX_REQUIRES(dense_mu_);
+  Status read_or_add(const DenseCaller& caller, DenseRequest& request, std::vector<uint8_t>* reply,
+                     Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
 
   static constexpr std::size_t kStripes = 64;
   const DenseLimits limits_;
@@ -193,6 +221,17 @@ class PsStore {
   uint64_t staged_serial_ GPUBOX_GUARDED_BY(dense_mu_) = 0;
   std::size_t table_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;  // of dense_
   std::size_t held_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;   // of staged_, announced totals
+  // The held writes dropped uncommitted, oldest first: at most kMaxDroppedRecords, of them at most
+  // kMaxDroppedPerClient of one client (its oldest forgotten first), so one client dropping its
+  // own writes in bulk does not push out another's record.
+  struct DroppedWrite {
+    uint64_t client_id = 0;
+    uint64_t write_id = 0;
+    std::string reason;
+  };
+  static constexpr std::size_t kMaxDroppedRecords = 1024;
+  static constexpr std::size_t kMaxDroppedPerClient = 16;
+  std::deque<DroppedWrite> dropped_ GPUBOX_GUARDED_BY(dense_mu_);
   LogThrottle drop_log_{std::chrono::seconds(2)};  // abandoned writes dropped for another client
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/logging.hpp"
 #include "table/server/protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 
@@ -89,6 +90,21 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
                                      " is not finite; nothing was sent");
     }
   }
+  // A ranged write the server dropped before it completed (NotFound: another client's write took
+  // its slot or its memory, it stalled or idled, the server restarted) is sent again whole once,
+  // under a new write id; dropped again, the error names the server and why.
+  Status st = send_ranges(action, name, values, per_frame);
+  if (action != DenseAction::kWrite || st.code() != Status::Code::kNotFound) return st;
+  GPUBOX_LOG(WARNING) << "gpubox: writing dense table '" << name
+                      << "' again, once: " << st.message();
+  st = send_ranges(action, name, values, per_frame);
+  if (st.code() != Status::Code::kNotFound) return st;
+  return st.with_context("dense table '" + name + "' written twice, dropped both times");
+}
+
+Status RemoteHostTier::send_ranges(DenseAction action, const std::string& name,
+                                   std::vector<float>* values, std::size_t per_frame) {
+  const std::size_t n = values->size();
   DenseRequest head;
   head.action = action;
   head.name = name;
@@ -144,26 +160,15 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
   if (!st.ok())
     return st.with_context("dense table '" + name + "' in " + std::to_string(ranges) + " ranges");
   if (action == DenseAction::kWrite && committed != 1) {
-    // The last range's reply did not say committed: the server no longer held the earlier
-    // ranges when it arrived, or the reply came from a retry that no longer matched the write.
-    return Status::ResourceExhausted(
-        "dense table '" + name + "': the server " + endpoint_name(0) +
-        " did not commit the write of " + std::to_string(n) + " values in " +
-        std::to_string(ranges) +
-        " ranges: it no longer held the ranges sent before the last (a server restart; or the "
-        "held write was dropped: for this client's newer ranged writes beyond " +
-        std::to_string(kMaxStagedDenseWrites) +
-        "; for its newer write of this table once every connection that carried this one had "
-        "closed, or once no range of it had arrived for a quarter of the server's "
-        "--dense_write_max_idle_s; for another client's write at the server's limit of " +
-        std::to_string(kMaxHeldDenseWrites) + " held writes or its peer address's of " +
-        std::to_string(kMaxHeldDenseWritesPerAddress) +
-        ", once every connection that carried this one had closed and no range had arrived for "
-        "that quarter, or while this client held more of them there than the other did and this "
-        "write was its idlest; or after no range arrived for the whole --dense_write_max_idle_s; "
-        "or the "
-        "last range was retried after the server's retry cache forgot its first reply); the "
-        "table was not written, write it again");
+    // The last range's reply did not say committed: the server no longer held the earlier ranges
+    // (restarted; or it dropped the write and forgot that it had, its record of dropped writes
+    // being bounded), or the reply came from a retry that no longer matched the write.
+    return Status::NotFound("dense table '" + name + "': the server " + endpoint_name(0) +
+                            " did not commit the write of " + std::to_string(n) + " values in " +
+                            std::to_string(ranges) +
+                            " ranges: it no longer held the ranges sent before the last (a "
+                            "server restart, or the held write was dropped); the table was not "
+                            "written");
   }
   return Status::OK();
 }

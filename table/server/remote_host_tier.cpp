@@ -183,6 +183,12 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   t.max_in_flight = options.max_in_flight;
   t.max_payload_bytes = options.max_payload_bytes;
   t.keepalive = options.keepalive;
+  // Never shorter than the longest call's deadline (a ranged DENSE window of two frames a
+  // connection, remote_dense.cpp), by which the call itself gives up naming the server.
+  t.keepalive.user_timeout_s = client_user_timeout_s(
+      options.keepalive, options.deadline_s + 2.0 * options.connections_per_endpoint *
+                                                  static_cast<double>(options.max_payload_bytes) /
+                                                  (1 << 20));
   std::unique_ptr<RemoteHostTier> tier(
       new RemoteHostTier(std::move(*endpoints), std::move(options), std::move(t)));
   GPUBOX_RETURN_IF_ERROR(tier->check_servers());

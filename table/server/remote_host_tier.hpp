@@ -158,6 +158,9 @@ class RemoteHostTier final : public HostTier {
   // (remote_dense.cpp).
   Status dense_in_ranges(DenseAction action, const std::string& name, std::vector<float>* values,
                          std::size_t per_frame);
+  // One try of dense_in_ranges, under a new write id; NotFound when the server dropped the write.
+  Status send_ranges(DenseAction action, const std::string& name, std::vector<float>* values,
+                     std::size_t per_frame);
   // The payload bytes a frame to and from the servers may hold.
   std::size_t frame_payload_limit() const;
 

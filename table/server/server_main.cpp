@@ -145,8 +145,9 @@ DEFINE_double(dense_write_max_idle_s, 120.0,
               "a ranged DENSE write (a dense table over one frame) that received no range for "
               "this many seconds is dropped, its memory freed (its writer died mid-write); one "
               "idle for a quarter of it whose connections closed may give its slot to another "
-              "client's at the held-write limits (as may the idlest one of a client holding more "
-              "of them than the new write's)");
+              "client's at the held-write limits (as may the slowest one of a client holding two "
+              "more of them than the new write's, or one more when it is slower than "
+              "--min_transfer_kb_s)");
 GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);

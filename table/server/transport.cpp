@@ -128,7 +128,8 @@ StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_poin
   }
   int one = 1;
   ::setsockopt(conn.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (const Status probes = enable_tcp_keepalive(conn.fd(), keepalive); !probes.ok()) {
+  if (const Status probes = enable_client_keepalive(conn.fd(), keepalive, endpoint.to_string());
+      !probes.ok()) {
     return Status::Unavailable("connection to " + endpoint.to_string() + ": " + probes.message());
   }
   return conn;

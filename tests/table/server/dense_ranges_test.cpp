@@ -192,8 +192,8 @@ TEST(DenseRanges, HostileRangesAreRefusedNamingTheClientAndTheServerGoesOn) {
 }
 
 // Beyond kMaxStagedDenseWrites ranged writes of one client at once, its oldest is dropped: its last
-// range then starts it anew and commits nothing (the client reports it; the table keeps its
-// values).
+// range is then refused naming why (the client writes the table again; the table keeps its values)
+// and holds nothing, so it takes no other write's place.
 TEST(DenseRanges, TheOldestOfTooManyStagedWritesIsDroppedNotCommittedInPart) {
   FakeHostTier table(test_config());
   auto server = start_server(&table);
@@ -204,16 +204,18 @@ TEST(DenseRanges, TheOldestOfTooManyStagedWritesIsDroppedNotCommittedInPart) {
   for (uint64_t w = 1; w <= kMaxStagedDenseWrites + 1; ++w) {
     ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, w), &four, id++).ok());
   }
+  const Status late = raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++);
+  EXPECT_EQ(late.code(), Status::Code::kNotFound) << late.to_string();
+  EXPECT_NE(late.message().find("write 1 was dropped: its client began more than " +
+                                std::to_string(kMaxStagedDenseWrites) + " ranged writes at once"),
+            std::string::npos)
+      << late.to_string();
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxStagedDenseWrites);
+  // Write 2, now the oldest held, was not displaced by write 1's late range: it commits.
   std::vector<uint8_t> reply;
   ASSERT_TRUE(
-      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &four, id++, &reply).ok());
+      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &four, id++, &reply).ok());
   auto head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
-  ASSERT_TRUE(head.ok());
-  EXPECT_FALSE(head->committed);
-  // (Write 1's range took write 2's place: write 3 is now the oldest staged.)
-  ASSERT_TRUE(
-      raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 3), &four, id++, &reply).ok());
-  head = decode_dense_reply(reply.data(), reply.size(), 4, 0);
   ASSERT_TRUE(head.ok());
   EXPECT_TRUE(head->committed);
 }
@@ -400,8 +402,14 @@ TEST(DenseRanges, AnIdleHeldWriteIsDropped) {
   EXPECT_TRUE(dense_committed(reply, 4));
   ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &four, 3).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &four, 4, &reply).ok());
-  EXPECT_FALSE(dense_committed(reply, 4));  // its first range was dropped; this one starts it anew
+  // Its first range was dropped: this one is told so (and starts nothing that could not commit).
+  const Status late = raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &four, 4);
+  EXPECT_EQ(late.code(), Status::Code::kNotFound) << late.to_string();
+  EXPECT_NE(late.message().find("write 2 was dropped: no range of it arrived for gpubox_server "
+                                "--dense_write_max_idle_s"),
+            std::string::npos)
+      << late.to_string();
+  EXPECT_EQ(server->counters().dense_held_writes, 0u);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // it writes the table again.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 
@@ -31,6 +32,17 @@ Status start_write(Connection& conn, uint64_t client, uint64_t write, uint64_t r
   return raw_dense(conn, head, &kFour, request_id, nullptr, client);
 }
 
+// A range of a held write the server dropped: refused (NotFound) naming the write and why.
+void expect_dropped(const Status& st, uint64_t write, const std::string& why) {
+  EXPECT_EQ(st.code(), Status::Code::kNotFound) << st.to_string();
+  EXPECT_NE(st.message().find("write " + std::to_string(write) + " was dropped: " + why),
+            std::string::npos)
+      << why << ": " << st.to_string();
+  EXPECT_NE(st.message().find("write the table again"), std::string::npos) << st.to_string();
+}
+
+const std::vector<float> kOne = {9.0f};
+
 // A client holding one write on an open connection, and a client taking a new id for each write
 // on connections it closes, fill the address's share: before the grace of a quarter of
 // dense_write_max_idle_s, the first client's second write is refused (no client holds more than
@@ -39,10 +51,13 @@ Status start_write(Connection& conn, uint64_t client, uint64_t write, uint64_t r
 TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   FakeHostTier table(test_config());
   ServerOptions so;
-  so.dense_write_max_idle_s = 8.0;  // taken after 2 s; dropped by the sweep after 8 s
+  // Taken after a grace of 10 s, dropped by the sweep after 40 s: the setup and the refusal fit
+  // well within the grace even on a loaded machine (else the test is skipped, not failed).
+  so.dense_write_max_idle_s = 40.0;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   Connection trainer = connect_as(*server, false, 7);
+  const auto began = Clock::now();  // no held write received a range before
   ASSERT_TRUE(start_write(trainer, 7, 1, 2).ok());
   for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerAddress - 1; ++c) {
     Connection rotating = connect_as(*server, false, c);
@@ -54,24 +69,30 @@ TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   // Writes of another table: a rewrite of "dense" would release the trainer's own first write,
   // idle past the grace too.
   const Status refused = start_write(trainer, 7, 2, 3, "other");
+  const auto last_setup = Clock::now();  // every rotating write's last range came before
+  if (last_setup - began > std::chrono::seconds(9)) {
+    GTEST_SKIP() << "the setup took past the grace of 10 s (a loaded machine)";
+  }
   EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
   for (const char* words :
        {"write 2 of client 7 from 127.0.0.1: peer 127.0.0.1 already holds 32",
-        "no other client holds more of them than this one's 1", "nor is one abandoned for 2 s"}) {
+        "no other client holds more of them than this one's 1", "nor is one abandoned for 10 s"}) {
     EXPECT_NE(refused.message().find(words), std::string::npos)
         << words << ": " << refused.to_string();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  std::this_thread::sleep_until(last_setup + std::chrono::milliseconds(10200));
   const Status taken = start_write(trainer, 7, 3, 4, "other");
   ASSERT_TRUE(taken.ok()) << taken.to_string();
   std::vector<uint8_t> reply;
   ASSERT_TRUE(write_half(trainer, 7, 1, 4, kOtherFour, 5, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));  // the trainer's first write was never the one dropped
   EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
-  // The rotating client's first write, idlest of the abandoned ones, was.
+  // The rotating client's first write, idlest of the abandoned ones, was: its later range is
+  // told so, and holds no new write (which could never commit, and would take another's slot).
   Connection rotating = connect_as(*server, false, 1000);
-  ASSERT_TRUE(write_half(rotating, 1000, 1, 4, kOtherFour, 11, &reply).ok());
-  EXPECT_FALSE(dense_committed(reply, 4));
+  expect_dropped(write_half(rotating, 1000, 1, 4, kOtherFour, 11), 1,
+                 "its slot went to a write of another client (its connections closed)");
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
 }
 
 // A trainer whose connection closed under it (a transport retry) reconnects at once and finishes
@@ -145,13 +166,16 @@ TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
   std::vector<float> read(values.size(), -1.0f);
   ASSERT_TRUE(client->dense(DenseAction::kRead, "trainer", &read).ok());
   EXPECT_EQ(read, values);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 10.0);
-  // The first hostile client's first write was the idlest of those holding the most: dropped.
-  std::vector<uint8_t> reply;
-  ASSERT_TRUE(write_half(hostile.front(), 1000, 1, 4, kOtherFour, 20, &reply).ok());
-  EXPECT_FALSE(dense_committed(reply, 4));
+  // At once: not after the grace of a quarter of dense_write_max_idle_s (30 s) that abandoned
+  // writes get (loose: a loaded machine may take seconds).
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 25.0);
+  // The first hostile client's first write was the idlest of those holding the most: dropped,
+  // and its later range, refused, takes no slot from anyone.
+  expect_dropped(write_half(hostile.front(), 1000, 1, 4, kOtherFour, 20), 1,
+                 "its slot went to a write of another client (the slowest of a client holding");
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
   write_commits(*server, false, "127.0.0.2", 80);
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(WritesPerId, HostileHolder,
@@ -192,11 +216,23 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
     ASSERT_TRUE(
         raw_dense(dripping, range("hog", 120000, drop, 1, 1), &one, 2 + drop, nullptr, 5).ok());
   }
-  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 3, nullptr, 7).ok());
-  std::vector<uint8_t> reply;
-  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 4, &reply, 7).ok());
-  EXPECT_TRUE(dense_committed(reply, 20000));
+  // A write announcing more than the limit even without the stalled one is refused, and drops
+  // nothing for nothing (before, it emptied every stalled write first).
+  Connection forger = connect_as(*server, false, 9);
+  const Status forged = raw_dense(forger, range("f", UINT32_MAX, 0, 1, 1), &one, 2, nullptr, 9);
+  EXPECT_EQ(forged.code(), Status::Code::kResourceExhausted) << forged.to_string();
+  EXPECT_EQ(server->counters().dense_held_writes, 1u);
+  // A whole write (one frame) gets the stalled write's room as a ranged write's first range does.
+  const std::vector<float> table_of_w(40000, 0.25f);  // 160 KB: over the limit beside the drip
+  ASSERT_TRUE(raw_dense(trainer, range("w", 40000, 0, 40000, 0), &table_of_w, 3, nullptr, 7).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 0u);  // the dripping write was dropped
+  const Status late = raw_dense(dripping, range("hog", 120000, 7, 1, 1), &one, 9, nullptr, 5);
+  EXPECT_EQ(late.code(), Status::Code::kNotFound) << late.to_string();
+  EXPECT_NE(late.message().find("was dropped: stalled"), std::string::npos) << late.to_string();
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 4, nullptr, 7).ok());
+  std::vector<uint8_t> reply;
+  ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 20000, 20000, 2), &half, 5, &reply, 7).ok());
+  EXPECT_TRUE(dense_committed(reply, 20000));
 }
 
 // A writer whose connection went half-open (here: left open and silent) starts its write of the
@@ -222,10 +258,99 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
   const Status st = start_write(again, 5, 3, 4);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(server->counters().dense_held_writes, 1u);  // write 3 alone: write 1 superseded
-  // The stale write's range arriving late finds nothing held: a write that never commits.
-  std::vector<uint8_t> late;
-  ASSERT_TRUE(write_half(half_open, 5, 1, 4, kOtherFour, 3, &late).ok());
-  EXPECT_FALSE(dense_committed(late, 4));
+  // The stale write's range arriving late is told it was dropped, and holds nothing.
+  expect_dropped(write_half(half_open, 5, 1, 4, kOtherFour, 3), 1, "superseded by a newer write");
+  EXPECT_EQ(server->counters().dense_held_writes, 1u);
+}
+
+// A hostile process of the trainer's address, a new client id for each write, drips a value into
+// each of its writes every 100 ms (so each is touched more recently than the trainer's, which
+// moves 80 KB ranges every 300 ms) and keeps taking the address's slots with new ids: the slot it
+// takes is always one of its own slowest writes, never the trainer's moving write, which commits.
+// Before, the victim was the write idle longest: the trainer's, at the first new id.
+TEST(HeldDenseWrites, ADrippingClientCannotTakeATrainersMovingWrite) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.dense_write_max_idle_s = 8.0;            // a grace of 2 s
+  so.min_transfer_bytes_per_s = 64 * 1024.0;  // the trainer moves about 260 KB/s
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  constexpr uint32_t kRange = 20000;  // values
+  constexpr uint32_t kRanges = 12;
+  const std::vector<float> range(kRange, 0.5f);
+  Connection trainer = connect_as(*server, false, 7);
+  const auto send = [&](uint32_t r, std::vector<uint8_t>* reply) {
+    DenseRequest head = dense_range(DenseAction::kWrite, kRange * kRanges, r * kRange, kRange, 1);
+    head.name = "trainer";
+    return raw_dense(trainer, head, &range, 100 + r, reply, 7);
+  };
+  ASSERT_TRUE(send(0, nullptr).ok());
+  // Hostile client 1000 + h's write: 100000 values announced, one value a range.
+  std::vector<Connection> hostile;
+  uint64_t id = 1000;
+  const auto drip = [&](std::size_t h, uint32_t offset) {
+    DenseRequest head = dense_range(DenseAction::kWrite, 100000, offset, 1, 1);
+    return raw_dense(hostile[h], head, &kOne, ++id, nullptr, 1000 + h);
+  };
+  const auto take_a_slot = [&] {
+    hostile.push_back(connect_as(*server, false, 1000 + hostile.size()));
+    return drip(hostile.size() - 1, 0);
+  };
+  while (hostile.size() + 1 < kMaxHeldDenseWritesPerAddress) ASSERT_TRUE(take_a_slot().ok());
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  std::vector<uint8_t> reply;
+  uint32_t dripped = 0;
+  for (uint32_t r = 1; r < kRanges; ++r) {
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ++dripped;  // refused once dropped: no matter
+      for (std::size_t h = 0; h < hostile.size(); ++h) (void)drip(h, dripped);
+    }
+    const Status took = take_a_slot();
+    EXPECT_TRUE(took.ok()) << took.to_string();
+    const Status st = send(r, &reply);
+    ASSERT_TRUE(st.ok()) << "range " << r << ": " << st.to_string();
+  }
+  EXPECT_TRUE(dense_committed(reply, (kRanges - 1) * kRange));
+}
+
+// A trainer's ranged write dropped mid-transfer (here: its own client id begins
+// kMaxStagedDenseWrites more writes, so its oldest, the trainer's, gives way) is written again
+// whole, once, under a new write id: the table holds what was written. Before, its later ranges
+// held a new write that could never commit, and the write failed at its last range.
+TEST(HeldDenseWrites, ATrainersDroppedWriteIsWrittenAgainOnce) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_payload_bytes = 4096;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  auto options = client_options(server->endpoint());
+  options.client_id = 77;
+  options.max_payload_bytes = 4096;
+  options.deadline_s = 30.0;
+  auto client = connect_client(options);
+  ASSERT_TRUE(client);
+  std::vector<float> values(1 << 21);  // 8 MB in about 2000 ranges
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000);
+  std::atomic<bool> done{false};
+  Status written;
+  std::thread writer([&] {
+    std::vector<float> copy = values;
+    written = client->dense(DenseAction::kWrite, "trainer", &copy);
+    done = true;
+  });
+  ASSERT_TRUE(eventually([&] { return server->counters().dense_held_writes > 0 || done; }));
+  Connection same_id = connect_as(*server, false, 77);
+  for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
+    EXPECT_TRUE(write_half(same_id, 77, 1u << 30 | w, 0, kFour, 10 + w).ok());
+  }
+  const bool raced = !done;
+  writer.join();
+  if (!raced) GTEST_SKIP() << "the write finished before its client's other writes began";
+  ASSERT_TRUE(written.ok()) << written.to_string();
+  std::vector<float> read(values.size(), -1.0f);
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "trainer", &read).ok());
+  EXPECT_EQ(read, values);
 }
 
 }  // namespace

@@ -54,7 +54,8 @@ void expect_keepalive(int fd, const TcpKeepalive& keepalive, const char* which) 
   EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_KEEPIDLE), keepalive.idle_s) << which;
   EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_KEEPINTVL), keepalive.interval_s) << which;
   EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_KEEPCNT), keepalive.probes) << which;
-  EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 1000 * keepalive.silence_s()) << which;
+  EXPECT_EQ(int_option(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 1000 * keepalive.user_timeout())
+      << which;
 }
 
 // The server (in this process) accepted `conn` with TCP keepalive on: the descriptor whose local
@@ -97,6 +98,27 @@ TEST(Keepalive, ClientConnectionsProbeTheServer) {
   auto shortened = Connection::open(endpoint, seconds_from_now(2), brisk);
   ASSERT_TRUE(shortened.ok()) << shortened.status().to_string();
   expect_keepalive(shortened->fd(), brisk, "shortened");
+  TcpKeepalive patient = brisk;
+  patient.user_timeout_s = 300;
+  auto lasting = Connection::open(endpoint, seconds_from_now(2), patient);
+  ASSERT_TRUE(lasting.ok()) << lasting.status().to_string();
+  expect_keepalive(lasting->fd(), patient, "a user timeout of its own");
+}
+
+// A client's TCP_USER_TIMEOUT lasts as long as its longest call (which then gives up itself,
+// naming the server), and never less than the probes: a live server busy in a long SAVE, its
+// receive window closed under big pipelined frames, is waited on as long as the call waits.
+TEST(Keepalive, AClientsUserTimeoutOutlastsItsLongestCall) {
+  const TcpKeepalive keepalive;  // 60 + 10 * 6 = 120 s
+  EXPECT_EQ(client_user_timeout_s(keepalive, 0.0), 120);
+  EXPECT_EQ(client_user_timeout_s(keepalive, 120.5), 121);
+  // Two lanes of two 64 MiB frames at 1 MiB/s after a 30 s deadline: 286 s.
+  EXPECT_EQ(client_user_timeout_s(keepalive, 30.0 + 4 * 64.0), 286);
+  EXPECT_EQ(client_user_timeout_s(keepalive, 285.5), 286);
+  EXPECT_EQ(client_user_timeout_s(keepalive, 1e12), INT32_MAX / 1000);  // no overflow
+  TcpKeepalive longer;
+  longer.user_timeout_s = 1000;
+  EXPECT_EQ(client_user_timeout_s(longer, 30.0), 1000);  // one set longer is kept
 }
 
 // Sets this thread's network namespace's loopback up or down; false (errno set) on failure.
@@ -147,6 +169,9 @@ TEST(Keepalive, ATrainerWaitingOnAVanishedServerFailsNamingIt) {
     endpoint = server->endpoint();
     auto options = client_options(endpoint);
     options.keepalive = TcpKeepalive{1, 1, 2};
+    // Its longest call (a DENSE window of 4 frames of 64 KiB after the 3 s deadline) is shorter
+    // than the probes: TCP_USER_TIMEOUT, which also bounds unanswered probes, is theirs.
+    options.max_payload_bytes = 64 << 10;
     auto client = connect_client(options);
     if (!client) return;
     std::thread vanish([] {
