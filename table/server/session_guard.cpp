@@ -321,9 +321,12 @@ void Session::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
+  // The payload freed before its bytes are given back, as free_request() does: giving back the
+  // last in-flight bytes after a burst trims the heap (malloc_reuse.hpp), which this buffer
+  // would otherwise miss.
+  std::vector<uint8_t>().swap(payload_);
   server_->budget().give_back(request_held_ + reply_held_);
   request_held_ = reply_held_ = 0;
-  std::vector<uint8_t>().swap(payload_);
   leave_unauthenticated();
   if (sent_dense_) server_->connection_closed(serial_);
   server_->unregister_session(serial_);
