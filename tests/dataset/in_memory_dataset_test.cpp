@@ -12,87 +12,13 @@
 #include <set>
 #include <thread>
 
+#include "tests/dataset/in_memory_dataset_test_util.hpp"
 #include "tests/dataset/test_util.hpp"
 
 namespace gpubox::dataset {
 namespace {
 
-using testing::PlainInstance;
-using testing::ScratchDir;
-using testing::slot_config;
-using testing::to_plain;
-
-constexpr int kSlots = 4;
-constexpr int kDense = 2;
-
-// Random slot-format text: what it should parse to, and the bad lines it holds.
-struct TextSet {
-  std::vector<std::string> files;
-  std::vector<PlainInstance> instances;  // in file order
-  std::map<ParseReason, std::uint64_t> bad;
-  std::vector<std::pair<std::string, std::uint64_t>> bad_lines;  // (file, line)
-};
-
-std::string line_of(const PlainInstance& p) {
-  std::string line = p.label > 0.5f ? "click:1" : "click:0";
-  for (float v : p.dense) line += " dense_feature:" + std::to_string(v);
-  // Slots written in a scrambled order: the parser groups them.
-  for (int s = kSlots - 1; s >= 0; --s) {
-    for (std::uint64_t k : p.slots[s])
-      line += " " + std::to_string(s + 1) + ":" + std::to_string(k);
-  }
-  return line;
-}
-
-TextSet make_text(const ScratchDir& dir, int files, int lines_per_file, double bad_rate,
-                  std::uint64_t seed, std::uint64_t key_range = 1000) {
-  std::mt19937_64 rng(seed);
-  TextSet set;
-  for (int f = 0; f < files; ++f) {
-    std::string text;
-    const std::string path = dir.file("part-" + std::to_string(f));
-    for (int i = 0; i < lines_per_file; ++i) {
-      const std::uint64_t line_no = static_cast<std::uint64_t>(i) + 1;
-      if (std::uniform_real_distribution<>(0, 1)(rng) < bad_rate) {
-        const bool bad_key = rng() % 2;
-        text += bad_key ? "click:1 dense_feature:1 dense_feature:2 1:x\n" : "click:7 1:5\n";
-        ++set.bad[bad_key ? ParseReason::kBadKey : ParseReason::kBadLabel];
-        set.bad_lines.emplace_back(path, line_no);
-        continue;
-      }
-      if (rng() % 10 == 0) {
-        text += (rng() % 2) ? "\n" : "  \r\n";
-        continue;
-      }
-      PlainInstance p;
-      p.label = static_cast<float>(rng() % 2);
-      for (int j = 0; j < kDense; ++j)
-        p.dense.push_back(std::stof(std::to_string((rng() % 1000) / 7.0f)));
-      p.slots.resize(kSlots);
-      for (int s = 0; s < kSlots; ++s) {
-        const int n = static_cast<int>(rng() % 4);  // 0..3 values, multi-valued slots
-        for (int k = 0; k < n; ++k) p.slots[s].push_back(1 + rng() % key_range);
-      }
-      text += line_of(p) + ((rng() % 5 == 0) ? "\r\n" : "\n");
-      set.instances.push_back(p);
-    }
-    std::ofstream(path, std::ios::binary) << text;
-    set.files.push_back(path);
-  }
-  return set;
-}
-
-std::vector<PlainInstance> contents(const InMemoryDataset& ds) {
-  std::vector<PlainInstance> out;
-  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(to_plain(ds.instance(i)));
-  return out;
-}
-
-DatasetConfig config(int threads = 1) {
-  DatasetConfig c = slot_config(kSlots, kDense);
-  c.thread_num = threads;
-  return c;
-}
+using namespace text_sets;  // NOLINT: the shared text sets and their helpers
 
 TEST(InMemoryDataset, LoadsEveryValidLineInFileOrderWithAnyThreadCount) {
   ScratchDir dir;
@@ -319,17 +245,6 @@ TEST(InMemoryDataset, ShuffleIsASeededPermutation) {
   EXPECT_NE(contents(other), first);
 }
 
-// Writes n single-key instances whose key is their index + 1.
-std::vector<std::string> indexed_files(const ScratchDir& dir, std::size_t n) {
-  std::string text;
-  for (std::size_t i = 0; i < n; ++i) {
-    text += "click:" + std::to_string(i % 2) + " dense_feature:" + std::to_string(i) +
-            " dense_feature:0 1:" + std::to_string(i + 1) + " 3:" + std::to_string(i + 1) +
-            " 3:7\n";
-  }
-  return {dir.write("idx-" + std::to_string(n), text)};
-}
-
 TEST(InMemoryDataset, BatchesCoverEveryInstanceOnceWithEqualCountsPerCard) {
   ScratchDir dir;
   for (std::size_t n : {0, 1, 2, 5, 31, 32, 33, 100, 257}) {
@@ -387,101 +302,6 @@ TEST(InMemoryDataset, BatchesCoverEveryInstanceOnceWithEqualCountsPerCard) {
 // store_in_order keeps every position's instance, so every batch, and the distinct keys: over
 // more instances than one stored block takes (two blocks and a part), on 1 and 3 threads, twice
 // (already in order), and on an empty data set.
-TEST(InMemoryDataset, StoredInOrderEveryInstanceAndBatchStaysTheSame) {
-  ScratchDir dir;
-  const auto files = indexed_files(dir, 140000);
-  for (const int threads : {1, 3}) {
-    SCOPED_TRACE(threads);
-    DatasetConfig c = config(threads);
-    c.batch_size = 1000;
-    InMemoryDataset ds(c);
-    ds.set_filelist(files);
-    ASSERT_TRUE(ds.load_into_memory().ok());
-    ds.local_shuffle(9);
-    const std::vector<PlainInstance> shuffled = contents(ds);
-    const std::vector<std::uint64_t> keys = ds.unique_keys();
-    std::vector<Batch> batches;
-    for (int card = 0; card < 3; ++card) {
-      for (std::size_t b = 0; b < ds.num_batches_per_card(3); ++b) {
-        ds.fill_batch(card, 3, b, &batches.emplace_back());
-      }
-    }
-    for (int round = 0; round < 2; ++round) {
-      ASSERT_TRUE(ds.store_in_order());
-      ASSERT_EQ(contents(ds), shuffled);
-      EXPECT_EQ(ds.unique_keys(), keys);
-      std::size_t at = 0;
-      Batch batch;
-      for (int card = 0; card < 3; ++card) {
-        for (std::size_t b = 0; b < ds.num_batches_per_card(3); ++b, ++at) {
-          ds.fill_batch(card, 3, b, &batch);
-          ASSERT_EQ(batch.keys, batches[at].keys) << card << " " << b;
-          ASSERT_EQ(batch.offsets, batches[at].offsets);
-          ASSERT_EQ(batch.dense, batches[at].dense);
-          ASSERT_EQ(batch.labels, batches[at].labels);
-        }
-      }
-    }
-  }
-  InMemoryDataset empty(config());
-  EXPECT_TRUE(empty.store_in_order());
-  EXPECT_EQ(empty.size(), 0u);
-}
-
-// Each stored block reserves exactly its keys. A reserve by the pass's mean (rounded up) left
-// the blocks with fewer keys a line a third empty and doubled those with more: here the first
-// 70,000 lines hold 12 keys, the rest 1 (the mean 6.5), stored as loaded and after a shuffle,
-// and random lines of 0 to 12 keys.
-TEST(InMemoryDataset, StoredInOrderTakesNoMoreMemoryThanTheLoad) {
-  ScratchDir dir;
-  std::string skewed;
-  for (int i = 0; i < 140000; ++i) {
-    skewed += "click:1 dense_feature:1 dense_feature:2";
-    for (int s = 1; s <= (i < 70000 ? kSlots : 1); ++s) {
-      for (int k = 0; k < (i < 70000 ? 3 : 1); ++k) skewed += " " + std::to_string(s) + ":9";
-    }
-    skewed += "\n";
-  }
-  const std::vector<std::vector<std::string>> passes = {{dir.write("skewed", skewed)},
-                                                        make_text(dir, 2, 80000, 0.0, 13).files};
-  for (const int threads : {1, 3}) {
-    for (const auto& files : passes) {
-      for (const bool shuffle : {false, true}) {
-        SCOPED_TRACE(std::to_string(threads) + " threads, shuffled " + std::to_string(shuffle));
-        InMemoryDataset ds(config(threads));
-        ds.set_filelist(files);
-        ASSERT_TRUE(ds.load_into_memory().ok());
-        ASSERT_GT(ds.size(), std::size_t{2} << 16);  // more than two stored blocks
-        const std::size_t before = ds.memory_bytes();
-        if (shuffle) ds.local_shuffle(3);
-        ASSERT_TRUE(ds.store_in_order());
-        EXPECT_LE(ds.memory_bytes(), before + before / 10);
-      }
-    }
-  }
-}
-
-// A set stop flag ends store_in_order with false and the storage as it was.
-TEST(InMemoryDataset, AStopFlagEndsStoredInOrderAndKeepsTheInstances) {
-  ScratchDir dir;
-  const TextSet text = make_text(dir, 1, 3000, 0.0, 17);
-  std::atomic<bool> stop{false};
-  InMemoryDataset ds(config(2));
-  ds.set_filelist(text.files);
-  ds.set_stop_flag(&stop);
-  ASSERT_TRUE(ds.load_into_memory().ok());
-  ds.local_shuffle(5);
-  const std::vector<PlainInstance> shuffled = contents(ds);
-  const std::size_t bytes = ds.memory_bytes();
-  stop = true;
-  EXPECT_FALSE(ds.store_in_order());
-  EXPECT_EQ(contents(ds), shuffled);
-  EXPECT_EQ(ds.memory_bytes(), bytes);
-  stop = false;
-  EXPECT_TRUE(ds.store_in_order());
-  EXPECT_EQ(contents(ds), shuffled);
-}
-
 TEST(InMemoryDataset, UniqueKeysMatchASetOracle) {
   ScratchDir dir;
   const TextSet text = make_text(dir, 3, 700, 0.0, 7, 5000);
