@@ -32,6 +32,12 @@ class ConfigTest : public ::testing::Test {
     std::ofstream(p) << text;
     return p.string();
   }
+  // `text` as `folder`/config.yaml under the test's folder, loaded with `overrides`.
+  StatusOr<TrainerConfig> load_in(const std::string& folder, const std::string& text,
+                                  const std::vector<std::string>& overrides = {}) {
+    fs::create_directories(dir_ / folder);
+    return load_trainer_config(write(folder + "/config.yaml", text), overrides);
+  }
   fs::path dir_;
 };
 
@@ -347,8 +353,7 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   const std::string yaml = "runner:\n  train_batch_size: 8\n";
   const auto load = [&](const std::string& folder, const std::string& text,
                         const std::vector<std::string>& overrides = {}) {
-    fs::create_directories(dir_ / folder);
-    return load_trainer_config(write(folder + "/config.yaml", text), overrides);
+    return load_in(folder, text, overrides);
   };
   auto wide_deep = load("PaddleRec/models/rank/wide_deep", yaml);
   ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
@@ -371,59 +376,6 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
       load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
-  // Its MLPLayer always normalises: batch norm unless the key says otherwise; other folders and
-  // GPUBox's configs keep none unless they ask.
-  EXPECT_TRUE(dlrm->dense_model_config().batch_norm);
-  auto dlrm_plain =
-      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n",
-           {"hyper_parameters.dnn_batch_norm=false"});
-  ASSERT_TRUE(dlrm_plain.ok()) << dlrm_plain.status().to_string();
-  EXPECT_FALSE(dlrm_plain->dense_model_config().batch_norm);
-  EXPECT_FALSE(wide_deep->dense_model_config().batch_norm);
-  auto dlrm_gpubox = load("elsewhere", yaml +
-                                           "hyper_parameters:\n  model: dlrm\n  "
-                                           "sparse_feature_dim: 16\n");
-  ASSERT_TRUE(dlrm_gpubox.ok()) << dlrm_gpubox.status().to_string();
-  EXPECT_FALSE(dlrm_gpubox->dense_model_config().batch_norm);
-  auto dnn_bn = load("elsewhere", yaml, {"hyper_parameters.dnn_batch_norm=true"});
-  ASSERT_TRUE(dnn_bn.ok()) << dnn_bn.status().to_string();
-  EXPECT_TRUE(dnn_bn->dense_model_config().batch_norm);
-  // geo's summed moves would overshoot the running statistics: refused, naming both keys.
-  auto geo = load("PaddleRec/models/rank/dlrm",
-                  yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n", {"runner.sync_mode=geo"});
-  ASSERT_FALSE(geo.ok());
-  EXPECT_NE(geo.status().message().find("dnn_batch_norm is not built for runner.sync_mode geo"),
-            std::string::npos)
-      << geo.status().to_string();
-  EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
-  // A network without hidden layers refuses it, naming the key; autoint only without a dnn.
-  for (const std::vector<std::string>& no_dnn :
-       {std::vector<std::string>{"hyper_parameters.model=wide"},
-        {"hyper_parameters.model=fm"},
-        {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[]"}}) {
-    std::vector<std::string> overrides = no_dnn;
-    overrides.push_back("hyper_parameters.dnn_batch_norm=true");
-    auto refused = load("elsewhere", yaml, overrides);
-    ASSERT_FALSE(refused.ok()) << no_dnn[0];
-    EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true normalises "
-                                              "after every hidden layer"),
-              std::string::npos)
-        << refused.status().to_string();
-  }
-  // gpubox_train's start line says when the folder's default turned it on, and only then.
-  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
-    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
-    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
-    return doc.ok() ? dnn_batch_norm_note(*doc) : std::string();
-  };
-  EXPECT_NE(note("PaddleRec/models/rank/dlrm", {}).find("PaddleRec's dlrm folder's default"),
-            std::string::npos);
-  EXPECT_EQ(note("PaddleRec/models/rank/dlrm", {"hyper_parameters.dnn_batch_norm=true"}), "");
-  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
-  auto autoint_dnn = load("elsewhere", yaml,
-                          {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[8]",
-                           "hyper_parameters.dnn_batch_norm=true"});
-  EXPECT_TRUE(autoint_dnn.ok()) << autoint_dnn.status().to_string();
 
   auto xdeepfm = load("PaddleRec/models/rank/xdeepfm", yaml);
   ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
@@ -523,6 +475,75 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(plain->hyper.model, config::ModelKind::kDnn);
   EXPECT_NE(plain->hyper.model_source.find("the default"), std::string::npos);
+}
+
+// PaddleRec's dlrm folder turns batch norm on (its MLPLayer always normalises) and says so at
+// start; other folders and GPUBox's own configs keep none unless they ask; geo and networks
+// without hidden layers refuse it, naming the key.
+TEST_F(ConfigTest, BatchNormIsPaddleRecDlrmsDefaultAndOtherwiseAskedFor) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const auto load = [&](const std::string& folder, const std::string& text,
+                        const std::vector<std::string>& overrides = {}) {
+    return load_in(folder, text, overrides);
+  };
+  auto dlrm =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  // Its MLPLayer always normalises: batch norm unless the key says otherwise; other folders and
+  // GPUBox's configs keep none unless they ask.
+  EXPECT_TRUE(dlrm->dense_model_config().batch_norm);
+  auto dlrm_plain =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n",
+           {"hyper_parameters.dnn_batch_norm=false"});
+  ASSERT_TRUE(dlrm_plain.ok()) << dlrm_plain.status().to_string();
+  EXPECT_FALSE(dlrm_plain->dense_model_config().batch_norm);
+  auto wide_deep = load("PaddleRec/models/rank/wide_deep", yaml);
+  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
+  EXPECT_FALSE(wide_deep->dense_model_config().batch_norm);
+  auto dlrm_gpubox = load("elsewhere", yaml +
+                                           "hyper_parameters:\n  model: dlrm\n  "
+                                           "sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm_gpubox.ok()) << dlrm_gpubox.status().to_string();
+  EXPECT_FALSE(dlrm_gpubox->dense_model_config().batch_norm);
+  auto dnn_bn = load("elsewhere", yaml, {"hyper_parameters.dnn_batch_norm=true"});
+  ASSERT_TRUE(dnn_bn.ok()) << dnn_bn.status().to_string();
+  EXPECT_TRUE(dnn_bn->dense_model_config().batch_norm);
+  // geo's summed moves would overshoot the running statistics: refused, naming both keys.
+  auto geo = load("PaddleRec/models/rank/dlrm",
+                  yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n", {"runner.sync_mode=geo"});
+  ASSERT_FALSE(geo.ok());
+  EXPECT_NE(geo.status().message().find("dnn_batch_norm is not built for runner.sync_mode geo"),
+            std::string::npos)
+      << geo.status().to_string();
+  EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
+  // A network without hidden layers refuses it, naming the key; autoint only without a dnn.
+  for (const std::vector<std::string>& no_dnn :
+       {std::vector<std::string>{"hyper_parameters.model=wide"},
+        {"hyper_parameters.model=fm"},
+        {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[]"}}) {
+    std::vector<std::string> overrides = no_dnn;
+    overrides.push_back("hyper_parameters.dnn_batch_norm=true");
+    auto refused = load("elsewhere", yaml, overrides);
+    ASSERT_FALSE(refused.ok()) << no_dnn[0];
+    EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true normalises "
+                                              "after every hidden layer"),
+              std::string::npos)
+        << refused.status().to_string();
+  }
+  // gpubox_train's start line says when the folder's default turned it on, and only then.
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? dnn_batch_norm_note(*doc) : std::string();
+  };
+  EXPECT_NE(note("PaddleRec/models/rank/dlrm", {}).find("PaddleRec's dlrm folder's default"),
+            std::string::npos);
+  EXPECT_EQ(note("PaddleRec/models/rank/dlrm", {"hyper_parameters.dnn_batch_norm=true"}), "");
+  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
+  auto autoint_dnn = load("elsewhere", yaml,
+                          {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[8]",
+                           "hyper_parameters.dnn_batch_norm=true"});
+  EXPECT_TRUE(autoint_dnn.ok()) << autoint_dnn.status().to_string();
 }
 
 }  // namespace
