@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <sstream>
 
 namespace gpubox {
 namespace {
@@ -18,6 +20,24 @@ uint64_t read_limit(const std::string& path) {
   } catch (...) {
     return 0;  // out of range
   }
+}
+
+// The number after `field` at the start of a line of `path` ("field value [kB]"; none: 0 and
+// false), times 1024 when the line says kB.
+bool read_field(const std::string& path, const std::string& field, uint64_t* value) {
+  std::ifstream in(path);
+  std::string name;
+  std::string unit;
+  uint64_t number = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    if (!(words >> name) || (name != field && name != field + ":")) continue;
+    if (!(words >> number)) return false;
+    *value = (words >> unit) && unit == "kB" ? number << 10 : number;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -54,11 +74,37 @@ uint64_t resident_memory_bytes() {
   return resident * uint64_t(page);
 }
 
+uint64_t available_memory(const std::string& meminfo,
+                          const std::vector<CgroupUsageFiles>& cgroups) {
+  uint64_t available = UINT64_MAX;
+  uint64_t machine = 0;
+  if (read_field(meminfo, "MemAvailable", &machine)) available = machine;
+  for (const CgroupUsageFiles& cgroup : cgroups) {
+    const uint64_t limit = read_limit(cgroup.limit);
+    const uint64_t usage = read_limit(cgroup.usage);
+    if (limit == 0 || usage == 0) continue;
+    uint64_t cache = 0;
+    read_field(cgroup.stat, cgroup.cache, &cache);
+    const uint64_t held = usage - std::min(usage, cache);
+    available = std::min(available, limit > held ? limit - held : 0);
+  }
+  return available;
+}
+
+uint64_t available_memory_bytes() {
+  static const std::vector<CgroupUsageFiles> cgroups = {
+      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat",
+       "file"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+       "/sys/fs/cgroup/memory/memory.stat", "total_cache"}};
+  return available_memory("/proc/meminfo", cgroups);
+}
+
 uint64_t memory_headroom_bytes() {
   const uint64_t usable = usable_memory_bytes();
-  if (usable == 0) return UINT64_MAX;
   const uint64_t resident = resident_memory_bytes();
-  return usable > resident ? usable - resident : 0;
+  const uint64_t own = usable == 0 ? UINT64_MAX : usable > resident ? usable - resident : 0;
+  return std::min(own, available_memory_bytes());
 }
 
 }  // namespace gpubox

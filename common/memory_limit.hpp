@@ -30,8 +30,22 @@ UsableMemory usable_memory();
 inline uint64_t usable_memory_bytes() { return usable_memory().bytes; }
 // This process's resident memory (/proc/self/statm; 0: unknown).
 uint64_t resident_memory_bytes();
-// usable_memory_bytes() less resident_memory_bytes(): what this process may still take (0 when
-// none is left; unknown usable memory: the largest value).
+// What every process may still take, others' use counted: the lower of `meminfo`'s MemAvailable
+// and, for each cgroup, its limit less its members' memory other than page cache (the kernel
+// reclaims that first). A cgroup whose files are missing or unlimited does not count; nothing
+// known: the largest value.
+struct CgroupUsageFiles {
+  std::string limit;  // v2 memory.max, v1 memory.limit_in_bytes
+  std::string usage;  // v2 memory.current, v1 memory.usage_in_bytes
+  std::string stat;   // memory.stat
+  std::string cache;  // its page-cache field: v2 "file", v1 "total_cache"
+};
+uint64_t available_memory(const std::string& meminfo, const std::vector<CgroupUsageFiles>& cgroups);
+// /proc/meminfo and this process's cgroup (v2, then v1).
+uint64_t available_memory_bytes();
+// The lower of usable_memory_bytes() less resident_memory_bytes() and available_memory_bytes():
+// what this process may still take, beside what other processes of the machine or its cgroup
+// hold (0 when none is left; nothing known: the largest value).
 uint64_t memory_headroom_bytes();
 
 }  // namespace gpubox

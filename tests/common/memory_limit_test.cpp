@@ -1,6 +1,7 @@
 // usable_memory (common/memory_limit.hpp) against hand-written cgroup files: v2 "max" and a
 // number, v1's huge "no limit", a limit above and below the physical memory, missing, empty and
-// non-numeric files, and the lower of two limits.
+// non-numeric files, and the lower of two limits; available_memory against hand-written meminfo
+// and cgroup usage files.
 #include "common/memory_limit.hpp"
 
 #include <gtest/gtest.h>
@@ -73,6 +74,49 @@ TEST_F(UsableMemoryTest, TheLowerOfPhysicalMemoryAndEachCgroupLimit) {
   }
 }
 
+// available_memory: MemAvailable in kB, each cgroup's limit less its usage without page cache,
+// unlimited or unreadable cgroups skipped, and the lowest of them.
+TEST_F(UsableMemoryTest, AvailableMemoryCountsOtherProcessesOfTheMachineAndTheCgroup) {
+  const std::string meminfo =
+      file("meminfo", "MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n");
+  const std::string no_available = file("meminfo_old", "MemTotal:       16777216 kB\n");
+  const std::string limit_6g = file("limit_6g", std::to_string(6 * kGiB) + "\n");
+  const std::string limit_max = file("limit_max", "max\n");
+  const std::string usage_5g = file("usage_5g", std::to_string(5 * kGiB) + "\n");
+  const std::string usage_7g = file("usage_7g", std::to_string(7 * kGiB) + "\n");
+  const std::string stat_2g =
+      file("stat_2g", "anon 3221225472\nfile " + std::to_string(2 * kGiB) + "\nfile_mapped 1\n");
+  const std::string stat_v1 =
+      file("stat_v1", "cache 1\ntotal_cache " + std::to_string(4 * kGiB) + "\n");
+  const std::string missing = dir_ + "/missing";
+  struct Case {
+    std::string meminfo;
+    std::vector<CgroupUsageFiles> cgroups;
+    uint64_t bytes;
+  };
+  const std::vector<Case> cases = {
+      {missing, {}, UINT64_MAX},
+      {no_available, {}, UINT64_MAX},
+      {meminfo, {}, 8 * kGiB},
+      // 6 GiB limit, 5 GiB used of which 2 GiB page cache: 3 GiB left.
+      {meminfo, {{limit_6g, usage_5g, stat_2g, "file"}}, 3 * kGiB},
+      {missing, {{limit_6g, usage_5g, stat_2g, "file"}}, 3 * kGiB},
+      // No stat file: all of the usage counts.
+      {meminfo, {{limit_6g, usage_5g, missing, "file"}}, 1 * kGiB},
+      // Over the limit without its cache: none left.
+      {meminfo, {{limit_6g, usage_7g, missing, "file"}}, 0},
+      {meminfo, {{limit_6g, usage_7g, stat_v1, "total_cache"}}, 3 * kGiB},
+      {meminfo, {{limit_max, usage_5g, stat_2g, "file"}}, 8 * kGiB},
+      {meminfo, {{limit_6g, missing, stat_2g, "file"}}, 8 * kGiB},
+      {meminfo,
+       {{limit_max, usage_5g, stat_2g, "file"}, {limit_6g, usage_7g, stat_v1, "total_cache"}},
+       3 * kGiB},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(available_memory(cases[i].meminfo, cases[i].cgroups), cases[i].bytes) << "case " << i;
+  }
+}
+
 TEST(UsableMemory, ThisMachineHasSomeAndNoMoreThanItsPhysicalMemory) {
   const uint64_t physical =
       uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGE_SIZE));
@@ -82,16 +126,18 @@ TEST(UsableMemory, ThisMachineHasSomeAndNoMoreThanItsPhysicalMemory) {
   EXPECT_EQ(usable_memory_bytes(), got.bytes);
 }
 
-// Touching 64 MiB more raises the resident memory by about that and lowers the headroom.
+// Touching 64 MiB more raises the resident memory by about that, and the headroom stays below
+// what the usable memory leaves beside it. (How much the headroom falls is not checked: its other
+// bound, the machine's MemAvailable, moves with every other process.)
 TEST(UsableMemory, ResidentMemoryAndHeadroomFollowWhatThisProcessTouches) {
   const uint64_t resident = resident_memory_bytes();
-  const uint64_t headroom = memory_headroom_bytes();
   EXPECT_GT(resident, 0u);
-  EXPECT_LE(headroom, usable_memory_bytes());
+  EXPECT_LE(memory_headroom_bytes(), usable_memory_bytes() - resident);
+  EXPECT_GT(available_memory_bytes(), 0u);
   std::vector<char> touched(std::size_t{64} << 20, 1);
   const uint64_t grown = resident_memory_bytes();
   EXPECT_GE(grown, resident + (std::size_t{60} << 20)) << int(touched.back());
-  EXPECT_LE(memory_headroom_bytes(), headroom - (std::size_t{60} << 20));
+  EXPECT_LE(memory_headroom_bytes(), usable_memory_bytes() - grown);
 }
 
 }  // namespace
