@@ -32,6 +32,7 @@ GPUBOX_FLAG_RANGE(threads, 1, 1024);
 DEFINE_string(precision, "",
               "the dense net's precision, fp32 or bf16 (bf16 runs in fp32, logged, where the "
               "card has no bf16 GEMMs); empty: the one the model was trained in (its MANIFEST)");
+GPUBOX_FLAG_KEY(precision, "hyper_parameters.dense_precision");  // its choices, checked
 DEFINE_int32(card_threads, 0, "cpu build: host threads of the model's card (0 = cores)");
 GPUBOX_FLAG_RANGE(card_threads, 0, 4096);
 DEFINE_int32(max_body_kb, 1024, "largest request body in KiB (413 past it)");
@@ -90,15 +91,9 @@ int main(int argc, char** argv) {
                  "gpubox_serve: --model is required (a gpubox_train --mode export folder)\n");
     return 2;
   }
-  std::optional<gpubox::trainer::DensePrecision> precision;
+  std::optional<gpubox::trainer::DensePrecision> precision;  // a value given was checked above
   if (!FLAGS_precision.empty()) {
-    auto parsed = gpubox::parse_enum(gpubox::trainer::kDensePrecisionNames, FLAGS_precision);
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "gpubox_serve: --precision: %s (gpubox_serve --help lists its flags)\n",
-                   parsed.status().message().c_str());
-      return 2;
-    }
-    precision = *parsed;
+    precision = gpubox::parse_enum(gpubox::trainer::kDensePrecisionNames, FLAGS_precision).value();
   }
   // SIGTERM and SIGINT are taken by sigwait below: blocked here, before any thread starts, so
   // every thread inherits the mask and none of them is interrupted.
