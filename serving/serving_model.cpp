@@ -366,7 +366,6 @@ Status write_sparse_parts(table::SparseTable& table, const ExportOptions& option
 // What a serving MANIFEST says of the model, its input and the export.
 std::map<std::string, std::string> export_properties(const trainer::TrainerConfig& config,
                                                      const std::string& save_dir,
-                                                     trainer::DensePrecision precision,
                                                      const ExportOptions& options,
                                                      const ExportSummary& summary) {
   const trainer::DenseModelConfig model = config.dense_model_config();
@@ -380,7 +379,7 @@ std::map<std::string, std::string> export_properties(const trainer::TrainerConfi
       {"use_cvm", model.use_cvm ? "1" : "0"},
       {"dense_dim", std::to_string(model.dense_dim)},
       {"fc_sizes", join_ints(model.fc_sizes)},
-      {"dense_precision", name_of(trainer::kDensePrecisionNames, precision)},
+      {"dense_precision", name_of(trainer::kDensePrecisionNames, summary.precision)},
       {"label_name", json_quote(config.dataset.label_name)},
       {"dense_name", json_quote(config.dataset.dense_name)},
       {"feasign_first", config.dataset.feasign_first ? "1" : "0"},
@@ -483,10 +482,11 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
   dense_bytes.reserve(save->dense.size() * sizeof(float));
   for (const float v : save->dense) append_raw(&dense_bytes, v);
   summary.dense_parameters = save->dense.size();
+  summary.precision = save->precision;
   summary.bytes += dense_bytes.size();
   GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kDenseFile, dense_bytes, save->dense.size()));
-  GPUBOX_RETURN_IF_ERROR((*staged)->commit(
-      kServingKind, export_properties(config, save_dir, save->precision, options, summary)));
+  GPUBOX_RETURN_IF_ERROR(
+      (*staged)->commit(kServingKind, export_properties(config, save_dir, options, summary)));
   return summary;
 }
 

@@ -50,6 +50,8 @@ struct ExportSummary {
   uint64_t dense_parameters = 0;
   uint64_t parts = 0;
   uint64_t bytes = 0;  // of every file written, the MANIFEST excepted
+  // The dense precision recorded: the one the save was trained in.
+  trainer::DensePrecision precision = trainer::DensePrecision::kFp32;
 };
 
 // Writes the serving model of the save `save_dir` (a Trainer::save folder: sparse/ and dense/)

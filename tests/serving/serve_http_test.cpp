@@ -256,7 +256,8 @@ TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
   }
   {
     Child exporter = spawn(train, root_ / "export.log");
-    ASSERT_TRUE(exporter.read_until("export: ", 60)) << read_text(root_ / "export.log");
+    ASSERT_TRUE(exporter.read_until("parameters (trained in fp32)", 60))
+        << exporter.text << read_text(root_ / "export.log");
     int status = 0;
     ASSERT_EQ(::waitpid(exporter.pid, &status, 0), exporter.pid);
     exporter.pid = -1;
