@@ -9,10 +9,12 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "common/cli.hpp"
 #include "common/cli_flags.hpp"
+#include "common/enum_names.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/card.hpp"
@@ -27,6 +29,10 @@ GPUBOX_FLAG_RANGE(port, 0, 65535);
 DEFINE_string(bind, "127.0.0.1", "address to listen on (loopback by default)");
 DEFINE_int32(threads, 2, "HTTP threads (request parsing and responses)");
 GPUBOX_FLAG_RANGE(threads, 1, 1024);
+DEFINE_string(precision, "",
+              "the dense net's precision, fp32 or bf16 (bf16 runs in fp32, logged, where the "
+              "card has no bf16 GEMMs); empty: the one the model was trained in (its MANIFEST)");
+GPUBOX_FLAG_KEY(precision, "hyper_parameters.dense_precision");  // its choices, checked
 DEFINE_int32(card_threads, 0, "cpu build: host threads of the model's card (0 = cores)");
 GPUBOX_FLAG_RANGE(card_threads, 0, 4096);
 DEFINE_int32(max_body_kb, 1024, "largest request body in KiB (413 past it)");
@@ -55,7 +61,9 @@ bool is_loopback(const std::string& address) {
 
 std::string usage_text() {
   gpubox::cli::Usage u;
-  u.synopsis = "gpubox_serve --model DIR [--port P] [--bind IP] [--threads N] [options]";
+  u.synopsis =
+      "gpubox_serve --model DIR [--port P] [--bind IP] [--threads N] [--precision fp32|bf16] "
+      "[options]";
   u.summary =
       "Serves a model exported by gpubox_train --mode export over HTTP/1.1: POST /predict, GET "
       "/health, GET /metrics. Binds loopback unless --bind says otherwise (no authentication: "
@@ -83,6 +91,10 @@ int main(int argc, char** argv) {
                  "gpubox_serve: --model is required (a gpubox_train --mode export folder)\n");
     return 2;
   }
+  std::optional<gpubox::trainer::DensePrecision> precision;  // a value given was checked above
+  if (!FLAGS_precision.empty()) {
+    precision = gpubox::parse_enum(gpubox::trainer::kDensePrecisionNames, FLAGS_precision).value();
+  }
   // SIGTERM and SIGINT are taken by sigwait below: blocked here, before any thread starts, so
   // every thread inherits the mask and none of them is interrupted.
   sigset_t stop_signals;
@@ -101,6 +113,7 @@ int main(int argc, char** argv) {
     options.port = static_cast<uint16_t>(FLAGS_port);
     options.threads = FLAGS_threads;
     options.card_threads = FLAGS_card_threads;
+    options.precision = precision;
     options.max_body_bytes = static_cast<std::size_t>(FLAGS_max_body_kb) << 10;
     options.max_instances = static_cast<std::size_t>(FLAGS_max_instances);
     options.max_connections = static_cast<std::size_t>(FLAGS_max_connections);
@@ -119,9 +132,13 @@ int main(int argc, char** argv) {
                           << ", not loopback: it has no authentication, anyone who can reach "
                              "the port can query the model";
     }
-    std::printf("gpubox_serve: listening on %s:%u (model %s: %zu rows, %zu dense parameters)\n",
-                FLAGS_bind.c_str(), static_cast<unsigned>(server.port()), FLAGS_model.c_str(),
-                model->rows(), model->dense_values().size());
+    std::printf(
+        "gpubox_serve: listening on %s:%u (model %s: %zu rows, %zu dense parameters, trained "
+        "in %s, served in %s)\n",
+        FLAGS_bind.c_str(), static_cast<unsigned>(server.port()), FLAGS_model.c_str(),
+        model->rows(), model->dense_values().size(),
+        name_of(gpubox::trainer::kDensePrecisionNames, model->spec().model.precision),
+        name_of(gpubox::trainer::kDensePrecisionNames, server.precision()));
     std::fflush(stdout);
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/enum_names.hpp"
 #include "common/error_report.hpp"
 #include "common/json.hpp"
 #include "common/logging.hpp"
@@ -64,7 +65,7 @@ struct PredictionServer::Impl {
   Impl(const ServingModel& model_in, ServerOptions options_in)
       : model(model_in),
         options(std::move(options_in)),
-        predictor(model, options.card_threads),
+        predictor(model, options.card_threads, options.precision),
         parser(model.spec(), options.max_instances),
         accept_strand(net::make_strand(ioc)),
         acceptor(accept_strand),
@@ -200,10 +201,12 @@ class Session : public std::enable_shared_from_this<Session> {
       if (server_.stopping.load()) {
         return respond(http::status::service_unavailable, "{\"status\": \"stopping\"}\n");
       }
-      return respond(http::status::ok,
-                     "{\"status\": \"ok\", \"rows\": " + std::to_string(server_.model.rows()) +
-                         ", \"dense_parameters\": " +
-                         std::to_string(server_.model.dense_values().size()) + "}\n");
+      return respond(
+          http::status::ok,
+          "{\"status\": \"ok\", \"rows\": " + std::to_string(server_.model.rows()) +
+              ", \"dense_parameters\": " + std::to_string(server_.model.dense_values().size()) +
+              ", \"precision\": \"" +
+              name_of(trainer::kDensePrecisionNames, server_.predictor.precision()) + "\"}\n");
     }
     if (target == "/metrics") {
       if (method != http::verb::get) return not_allowed("GET");
@@ -371,6 +374,8 @@ Status PredictionServer::start() {
 
 uint16_t PredictionServer::port() const { return impl_->port; }
 ServeMetrics& PredictionServer::metrics() { return impl_->metrics; }
+
+trainer::DensePrecision PredictionServer::precision() const { return impl_->predictor.precision(); }
 
 void PredictionServer::request_stop() {
   Impl& s = *impl_;

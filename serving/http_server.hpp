@@ -1,6 +1,7 @@
 // PredictionServer: gpubox_serve's HTTP/1.1 front (Boost.Beast over Asio, keep-alive).
 //   POST /predict   body: JSON or slot text (request_parser.hpp) -> {"predictions": [p, ...]}
-//   GET  /health    {"status": "ok", "rows": R, "dense_parameters": D} (503 while stopping)
+//   GET  /health    {"status": "ok", "rows": R, "dense_parameters": D, "precision": "fp32"|"bf16"}
+//                   (what the dense net computes in; 503 while stopping)
 //   GET  /metrics   Prometheus text (serve_metrics.hpp)
 // Bad input gets a 4xx with {"error": "..."}: 400 (unparsable request, bad JSON, unknown slot,
 // bad key or dense value), 404 (another path), 405 (another method), 413 (body over
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.hpp"
@@ -31,6 +33,8 @@ struct ServerOptions {
   uint16_t port = 0;     // 0: an ephemeral port (port() says which)
   int threads = 2;       // HTTP threads (parsing, responses)
   int card_threads = 0;  // cpu backend: host threads of the model's card (0 = cores)
+  // The dense net's precision; unset: the one the MANIFEST records (Predictor).
+  std::optional<trainer::DensePrecision> precision;
   std::size_t max_body_bytes = std::size_t{1} << 20;
   std::size_t max_instances = 4096;  // per request
   std::size_t max_connections = 256;
@@ -56,6 +60,8 @@ class PredictionServer {
   // Blocks until request_stop() was called and the server has drained (or drain_timeout).
   void wait();
   ServeMetrics& metrics();
+  // What the dense net computes in (Predictor::precision).
+  trainer::DensePrecision precision() const;
 
   // The server's state, shared with its connections (http_server.cpp only).
   struct Impl;

@@ -20,11 +20,14 @@ void grow(device::pinned_buffer<T>* buffer, std::size_t count) {
 
 }  // namespace
 
-Predictor::Predictor(const ServingModel& model, int card_threads)
+Predictor::Predictor(const ServingModel& model, int card_threads,
+                     std::optional<trainer::DensePrecision> precision)
     : model_(model), cards_(device::CardSet::from_list("0", 0, 1, card_threads)) {
   device::Card& card = cards_.card(0);
   card.activate();
-  dense_ = std::make_unique<trainer::DenseModel>(card, model.spec().model);
+  trainer::DenseModelConfig net = model.spec().model;
+  if (precision.has_value()) net.precision = *precision;
+  dense_ = std::make_unique<trainer::DenseModel>(card, net);
   trainer::DenseParameters& params = dense_->parameters();
   GPUBOX_EXPECTS(model.dense_values().size() == params.size(), "the serving model holds ",
                  model.dense_values().size(), " dense parameters but the model its MANIFEST ",
@@ -36,6 +39,8 @@ Predictor::Predictor(const ServingModel& model, int card_threads)
 }
 
 Predictor::~Predictor() = default;
+
+trainer::DensePrecision Predictor::precision() const { return dense_->precision(); }
 
 void Predictor::predict(const dataset::Batch& batch, std::vector<float>* out) {
   const ServingSpec& spec = model_.spec();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dataset/batch.hpp"
@@ -24,9 +25,12 @@ namespace gpubox::serving {
 class Predictor {
  public:
   // `card_threads`: host threads of the cpu backend's card (0 = the machine's cores); on CUDA
-  // the model runs on GPU 0. Throws gpubox::Error when the export's dense parameters do not
-  // fit the model its MANIFEST describes.
-  Predictor(const ServingModel& model, int card_threads);
+  // the model runs on GPU 0. `precision`: the dense net's, unset: the one the MANIFEST records;
+  // bf16 runs in fp32 where the card has no bf16 GEMMs or the network computes in fp32 only
+  // (DenseModel decides and logs it, as in training). Throws gpubox::Error when the export's
+  // dense parameters do not fit the model its MANIFEST describes.
+  Predictor(const ServingModel& model, int card_threads,
+            std::optional<trainer::DensePrecision> precision = std::nullopt);
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
@@ -34,6 +38,9 @@ class Predictor {
   // Predictions of `batch` (its labels are ignored), one per instance, into `out`. Keys the
   // export does not hold read as ServingModel::initial_record. Synchronizes the card.
   void predict(const dataset::Batch& batch, std::vector<float>* out);
+  // What the dense net computes in (the precision asked for, or fp32 where it fell back); fixed
+  // at construction, so any thread may ask.
+  trainer::DensePrecision precision() const;
 
  private:
   const ServingModel& model_;

@@ -15,6 +15,7 @@
 #include "common/enum_names.hpp"
 #include "common/half.hpp"
 #include "common/json.hpp"
+#include "common/logging.hpp"
 #include "table/dense_table.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
@@ -248,11 +249,39 @@ Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
   return Status::OK();
 }
 
-// A complete save's two halves, as export reads them.
+// A complete save's two halves, as export reads them, and the dense precision it was trained in.
 struct SaveToExport {
   std::unique_ptr<table::SparseTable> table;
   std::vector<float> dense;
+  trainer::DensePrecision precision = trainer::DensePrecision::kFp32;
 };
+
+// The dense precision the save was trained in: its MODEL_MANIFEST's (every hyper_parameters key
+// is a model key a save records), or the config's for a save that records none. A config that
+// says otherwise is logged: the export records the save's, and --mode infer with that config
+// computes in the config's (gpubox_serve --precision serves in either).
+StatusOr<trainer::DensePrecision> trained_precision(
+    const std::map<std::string, std::string>& saved_model_keys,
+    const trainer::TrainerConfig& config, const std::string& save_dir) {
+  static const std::string kKey = "hyper_parameters.dense_precision";
+  const trainer::DensePrecision configured = config.dense_model_config().precision;
+  const auto found = saved_model_keys.find(kKey);
+  if (found == saved_model_keys.end()) return configured;
+  auto saved = parse_enum(trainer::kDensePrecisionNames, found->second);
+  if (!saved.ok()) {
+    return Status::Corruption(save_dir + "/" + table::io::kModelManifestName + ": '" + kKey +
+                              "': " + saved.status().message());
+  }
+  if (*saved != configured) {
+    GPUBOX_LOG(WARNING) << "save " << save_dir << " was trained with " << kKey << "="
+                        << name_of(trainer::kDensePrecisionNames, *saved) << ", the config "
+                        << config.config_path << " says "
+                        << name_of(trainer::kDensePrecisionNames, configured)
+                        << ": the export records the save's"
+                        << " (gpubox_serve --precision overrides it)";
+  }
+  return *saved;
+}
 
 // Only a complete save whose halves are the ones its model manifest names, as --mode infer and a
 // resume require: a save cut short or with a replaced half is refused, naming it.
@@ -275,6 +304,8 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   }
   GPUBOX_RETURN_IF_ERROR(
       table::io::check_halves(env, save_dir, *model_manifest, true).with_context(context));
+  auto precision = trained_precision(model_manifest->model_keys, config, save_dir);
+  if (!precision.ok()) return precision.status().with_context(context);
   const std::string sparse_dir = save_dir + "/sparse";
   auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");
   if (!sparse_manifest.ok()) return sparse_manifest.status().with_context(context);
@@ -284,6 +315,7 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
                                    "save): export a base or checkpoint save");
   }
   SaveToExport save;
+  save.precision = *precision;
   auto table = table::SparseTable::open(config.sparse, table::HostTableConfig{});
   if (!table.ok()) return table.status();
   save.table = std::move(*table);
@@ -347,6 +379,7 @@ std::map<std::string, std::string> export_properties(const trainer::TrainerConfi
       {"use_cvm", model.use_cvm ? "1" : "0"},
       {"dense_dim", std::to_string(model.dense_dim)},
       {"fc_sizes", join_ints(model.fc_sizes)},
+      {"dense_precision", name_of(trainer::kDensePrecisionNames, summary.precision)},
       {"label_name", json_quote(config.dataset.label_name)},
       {"dense_name", json_quote(config.dataset.dense_name)},
       {"feasign_first", config.dataset.feasign_first ? "1" : "0"},
@@ -377,6 +410,10 @@ StatusOr<ServingSpec> read_spec(const table::io::Manifest& manifest, const std::
   spec.model.dense_dim = static_cast<int>(read.integer("dense_dim", 0, 1 << 20));
   spec.model.fc_sizes = read.sizes("fc_sizes");
   GPUBOX_RETURN_IF_ERROR(read_network_keys(read, manifest, where, &spec.model));
+  // dense_precision is absent from exports made before it: those were served in fp32.
+  if (manifest.properties.count("dense_precision") != 0) {
+    spec.model.precision = read.choice("dense_precision", trainer::kDensePrecisionNames);
+  }
   spec.label_name = read.quoted("label_name");
   spec.dense_name = read.quoted("dense_name");
   spec.feasign_first = read.integer("feasign_first", 0, 1) != 0;
@@ -445,6 +482,7 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
   dense_bytes.reserve(save->dense.size() * sizeof(float));
   for (const float v : save->dense) append_raw(&dense_bytes, v);
   summary.dense_parameters = save->dense.size();
+  summary.precision = save->precision;
   summary.bytes += dense_bytes.size();
   GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kDenseFile, dense_bytes, save->dense.size()));
   GPUBOX_RETURN_IF_ERROR(

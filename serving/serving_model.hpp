@@ -12,7 +12,9 @@
 // use_cvm, dense_dim, fc_sizes, for dcn_v2 cross_layers, cross_rank, dcn_structure and
 // cross_experts, for dcn cross_layers, for dlrm bot_layer_sizes, for xdeepfm layer_sizes_cin, for
 // autoint attn_layer_sizes, head_num, use_residual, scaling and use_wide, the slot text names), the
-// value type, the show threshold, and what a key the export does not hold reads as: the accessor's
+// dense precision the save was trained in (dense_precision: fp32 or bf16; an export made before the
+// key reads as fp32), the value type, the show threshold, and what a key the export does not hold
+// reads as: the accessor's
 // initial pull record for it (zeros, embed_w from the seeded initial_range when that is not 0),
 // which is what `--mode infer` reads for a key the save does not hold.
 #pragma once
@@ -48,10 +50,14 @@ struct ExportSummary {
   uint64_t dense_parameters = 0;
   uint64_t parts = 0;
   uint64_t bytes = 0;  // of every file written, the MANIFEST excepted
+  // The dense precision recorded: the one the save was trained in.
+  trainer::DensePrecision precision = trainer::DensePrecision::kFp32;
 };
 
 // Writes the serving model of the save `save_dir` (a Trainer::save folder: sparse/ and dense/)
-// into `out_dir`. `config` describes the model that was trained (as for --mode infer). Reads
+// into `out_dir`. `config` describes the model that was trained (as for --mode infer); the dense
+// precision recorded is the save's own (its MODEL_MANIFEST's hyper_parameters.dense_precision;
+// the config's for a save made before it recorded one, and a config that differs is logged). Reads
 // the save with the host tier's own loader, so a corrupt or partial save is refused naming its
 // file. Not thread-safe with another export to the same folder.
 StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& config,
@@ -61,7 +67,9 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
 
 // What an export's MANIFEST says about the model and its input.
 struct ServingSpec {
-  trainer::DenseModelConfig model;  // kind, slots, mf_dim, use_cvm, dense_dim, fc_sizes, cross_*
+  // kind, slots, mf_dim, use_cvm, dense_dim, fc_sizes, cross_*, ...; precision: the one trained
+  // in (gpubox_serve serves in it unless --precision says otherwise)
+  trainer::DenseModelConfig model;
   std::vector<std::string> slot_names;
   std::string label_name;
   std::string dense_name;

@@ -200,7 +200,7 @@ void add_model_keys(std::vector<KeySpec>& t) {
   t.push_back(bool_key(h + "cross_mixture", "false", kTrainer, "dcn_v2: DCN-Mix, each cross layer a softmax-gated mixture of cross_experts low-rank experts x0 * (U_e tanh(C_e tanh(V_e^T x_l)) + b_l), rank cross_rank (> 0 needed) (PaddleRec's use_low_rank_mixture)"));
   t.push_back(int_key(h + "cross_experts", "4", 1, 64, kTrainer, "dcn_v2 with cross_mixture: experts per cross layer (PaddleRec's num_experts)"));
   t.push_back(float_key(h + "cross_l2", "0.0", 0, 1e6, kTrainer, "dcn, dcn_v2: L2 penalty cross_l2 * (sum of squares of the cross layers' weights, not biases or gate) added to the mean loss, as a gradient term (PaddleRec's l2_reg_cross); the logloss reported stays the data's"));
-  t.push_back(enum_key(h + "dense_precision", kDensePrecisionNames, DensePrecision::kFp32, kTrainer, "what the dense net's GEMMs compute in: fp32, or bf16 inputs with fp32 accumulation, master weights, optimizer and loss; bf16 only where the hardware has it (AVX512-BF16/AMX CPUs, GPUs), else fp32 and said at start"));
+  t.push_back(enum_key(h + "dense_precision", kDensePrecisionNames, DensePrecision::kFp32, kTrainer, "what the dense net's GEMMs compute in: fp32, or bf16 inputs with fp32 accumulation, master weights, optimizer and loss; bf16 only where the hardware has it (AVX512-BF16/AMX CPUs, GPUs), else fp32 and said at start; an export records it and gpubox_serve serves in it (its --precision overrides)"));
   t.push_back(bool_key(h + "use_cvm", "false", kTrainer, "true: each slot also feeds log(show+1), log(click+1)-log(show+1)"));
   t.push_back(list_key(h + "slot_names", KeyType::kStringList, kDataset | kTable, "sparse slot names in data order; empty = numbered (see sparse_inputs_slots)"));
 }

@@ -109,6 +109,7 @@ py::dict export_save(const LoadedConfig& config, const std::string& save_dir,
   d["rows_in_save"] = done.rows_in_save;
   d["rows_exported"] = done.rows_exported;
   d["dense_parameters"] = done.dense_parameters;
+  d["dense_precision"] = name_of(config::kDensePrecisionNames, done.precision);
   d["bytes"] = done.bytes;
   return d;
 }

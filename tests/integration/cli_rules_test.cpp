@@ -168,6 +168,10 @@ TEST(CliRules, OutOfRangeValuesAreRefusedNamingTheFlagAndItsRange) {
       {GPUBOX_SERVE_BIN,
        {"--model", "m", "--idle_timeout_s", "0"},
        "gpubox_serve: --idle_timeout_s: 0 is out of range [1, 1000000]"},
+      {GPUBOX_SERVE_BIN,
+       {"--model", "m", "--precision", "fp8"},
+       "gpubox_serve: --precision (hyper_parameters.dense_precision): expected one of fp32|bf16, "
+       "got 'fp8'"},
       {GPUBOX_DATA_BIN,
        {"gen", "--out", "x", "--vocab", "2e12"},
        "gpubox_data gen: --vocab: 2e12 is out of range [1, 1099511627775]"},

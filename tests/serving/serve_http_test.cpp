@@ -256,7 +256,8 @@ TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
   }
   {
     Child exporter = spawn(train, root_ / "export.log");
-    ASSERT_TRUE(exporter.read_until("export: ", 60)) << read_text(root_ / "export.log");
+    ASSERT_TRUE(exporter.read_until("parameters (trained in fp32)", 60))
+        << exporter.text << read_text(root_ / "export.log");
     int status = 0;
     ASSERT_EQ(::waitpid(exporter.pid, &status, 0), exporter.pid);
     exporter.pid = -1;
@@ -268,6 +269,7 @@ TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
   ASSERT_TRUE(serve.read_until("\n", 60)) << read_text(root_ / "serve.log");
   const auto at = serve.text.find("listening on 127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << serve.text << read_text(root_ / "serve.log");
+  EXPECT_NE(serve.text.find("trained in fp32, served in fp32)"), std::string::npos) << serve.text;
   const uint16_t port = static_cast<uint16_t>(std::stoi(serve.text.substr(at + 23)));
   HttpClient client(port);
   EXPECT_EQ(client.send(http::verb::get, "/health").status, 200);
@@ -285,6 +287,22 @@ TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
   ASSERT_EQ(done, serve.pid) << "gpubox_serve did not exit within 10 s of SIGTERM";
   serve.pid = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// --precision bf16 asked of a model trained in fp32 is served in bf16 where the CPU has bf16
+// GEMMs, else in fp32 with the trainer's log line. (An unknown value: cli_rules_test.)
+TEST_F(Serving, BinaryServesInThePrecisionAsked) {
+  Child serve = spawn({GPUBOX_SERVE_BIN, "--model", (root_ / "export").string(), "--port", "0",
+                       "--card_threads", "1", "--precision", "bf16"},
+                      root_ / "serve_bf16.log");
+  ASSERT_TRUE(serve.read_until("\n", 60)) << read_text(root_ / "serve_bf16.log");
+  const std::string log = read_text(root_ / "serve_bf16.log");
+  if (serve.text.find("trained in fp32, served in fp32)") != std::string::npos) {
+    EXPECT_NE(log.find("has no bf16 GEMMs in hardware"), std::string::npos) << log;
+  } else {
+    EXPECT_NE(serve.text.find("trained in fp32, served in bf16)"), std::string::npos)
+        << serve.text << log;
+  }
 }
 
 }  // namespace

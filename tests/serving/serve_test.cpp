@@ -40,6 +40,7 @@ namespace fs = std::filesystem;
 namespace http = boost::beast::http;
 using serve_test::config_overrides;
 using serve_test::parse_predictions;
+using serve_test::served_predictions;
 using serve_test::Serving;
 using testing::HttpClient;
 using testing::HttpReply;
@@ -174,25 +175,6 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   EXPECT_NE(incomplete.status().message().find("MODEL_MANIFEST"), std::string::npos)
       << incomplete.status().to_string();
   EXPECT_FALSE(fs::exists(root_ / "cut_short_export"));
-}
-
-// Predictions of the served `model` for `lines`, sent as slot text in requests of 64 lines.
-std::vector<float> served_predictions(const ServingModel& model, const ServerOptions& options,
-                                      const std::vector<std::string>& lines) {
-  PredictionServer server(model, options);
-  EXPECT_TRUE(server.start().ok());
-  HttpClient client(server.port());
-  std::vector<float> got;
-  for (std::size_t begin = 0; begin < lines.size(); begin += 64) {
-    std::string body;
-    for (std::size_t i = begin; i < std::min(lines.size(), begin + 64); ++i)
-      body += lines[i] + "\n";
-    const HttpReply reply = client.send(http::verb::post, "/predict", body, "text/plain");
-    EXPECT_EQ(reply.status, 200) << reply.body << reply.error;
-    const auto preds = parse_predictions(reply.body);
-    got.insert(got.end(), preds.begin(), preds.end());
-  }
-  return got;
 }
 
 // The server's predictions are --mode infer's, for slot text and JSON bodies alike.

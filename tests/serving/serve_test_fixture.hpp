@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "serving/http_server.hpp"
 #include "serving/serving_model.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/serving/http_client.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -151,6 +153,31 @@ inline std::vector<float> parse_predictions(const std::string& body) {
   std::istringstream in(body.substr(open + 1, close - open - 1));
   for (std::string item; std::getline(in, item, ',');) out.push_back(std::stof(item));
   return out;
+}
+
+// Predictions of the served `model` for `lines`, sent as slot text in requests of `per_request`
+// lines, one after another on one connection (so each request is one batch of its own when
+// `per_request` is at most options.batcher.max_batch_instances, or runs alone when it is more).
+inline std::vector<float> served_predictions(const ServingModel& model,
+                                             const ServerOptions& options,
+                                             const std::vector<std::string>& lines,
+                                             std::size_t per_request = 64) {
+  PredictionServer server(model, options);
+  EXPECT_TRUE(server.start().ok());
+  serving::testing::HttpClient client(server.port());
+  std::vector<float> got;
+  for (std::size_t begin = 0; begin < lines.size(); begin += per_request) {
+    std::string body;
+    for (std::size_t i = begin; i < std::min(lines.size(), begin + per_request); ++i) {
+      body += lines[i] + "\n";
+    }
+    const serving::testing::HttpReply reply =
+        client.send(boost::beast::http::verb::post, "/predict", body, "text/plain");
+    EXPECT_EQ(reply.status, 200) << reply.body << reply.error;
+    const auto preds = parse_predictions(reply.body);
+    got.insert(got.end(), preds.begin(), preds.end());
+  }
+  return got;
 }
 
 }  // namespace gpubox::serving::serve_test

@@ -21,6 +21,7 @@
 #include "common/config/config_document.hpp"
 #include "common/config/config_keys.hpp"
 #include "common/config/memory_asks.hpp"
+#include "common/enum_names.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/card.hpp"
@@ -92,11 +93,12 @@ int export_for_serving(const gpubox::trainer::TrainerConfig& config) {
   }
   std::printf(
       "export: %s -> %s: %llu of %llu sparse rows (show >= %g, %s), %llu dense "
-      "parameters, %llu bytes\n",
+      "parameters (trained in %s), %llu bytes\n",
       load.c_str(), FLAGS_out.c_str(), static_cast<unsigned long long>(summary->rows_exported),
       static_cast<unsigned long long>(summary->rows_in_save), FLAGS_show_threshold,
       FLAGS_export_fp16 ? "float16" : "float32",
       static_cast<unsigned long long>(summary->dense_parameters),
+      gpubox::name_of(gpubox::trainer::kDensePrecisionNames, summary->precision),
       static_cast<unsigned long long>(summary->bytes));
   return 0;
 }

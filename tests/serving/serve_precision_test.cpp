@@ -1,0 +1,282 @@
+// The dense precision of an export (serving_model.hpp) on models trained here (the suite's data,
+// serve_test_fixture.hpp):
+//  - the export records the precision the save was trained in; a bf16 model served in it
+//    predicts bit for bit what --mode infer (Trainer::evaluate) predicts in bf16, and served with
+//    the fp32 override (gpubox_serve --precision fp32) what infer predicts in fp32; the two differ;
+//  - requests of 0, 1, n and n+1 instances, n the micro-batch's size, each as infer predicts the
+//    same instances as one batch;
+//  - an export made before the key loads as fp32; an unknown value is refused naming the MANIFEST
+//    and the key;
+//  - a network that computes in fp32 only (xdeepfm's CIN) is served in fp32 when bf16 is asked,
+//    as it trains (DenseModel decides for both).
+// Bit for bit: the server runs the trainer's DenseModel on the same records (a float32 export
+// holds the save's bits), the same instances in the same order and batch size, on one host thread
+// as the trainer here: every GEMM sees the same operands in the same shapes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "serving/http_server.hpp"
+#include "serving/serving_model.hpp"
+#include "tests/serving/http_client.hpp"
+#include "tests/serving/serve_test_fixture.hpp"
+#include "tests/table/manifest_edit.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+
+namespace gpubox::serving {
+namespace {
+
+namespace fs = std::filesystem;
+namespace http = boost::beast::http;
+using serve_test::config_overrides;
+using serve_test::parse_predictions;
+using serve_test::served_predictions;
+using serve_test::Serving;
+using testing::HttpClient;
+using testing::HttpReply;
+using trainer::DensePrecision;
+using trainer::Trainer;
+using trainer::TrainerConfig;
+using trainer::TrainerEnv;
+
+// The bf16 data path on every CPU: hardware bf16 GEMMs where the CPU has them (this then changes
+// nothing), emulated elsewhere (fp32 GEMMs on bf16 operands). Blas reads it when a DenseModel is
+// built, so both sides of a comparison take the same path.
+class Bf16Everywhere {
+ public:
+  Bf16Everywhere() {
+    if (const char* was = std::getenv(kName)) was_ = was;
+    ::setenv(kName, "1", 1);
+  }
+  ~Bf16Everywhere() {
+    if (was_) {
+      ::setenv(kName, was_->c_str(), 1);
+    } else {
+      ::unsetenv(kName);
+    }
+  }
+  Bf16Everywhere(const Bf16Everywhere&) = delete;
+  Bf16Everywhere& operator=(const Bf16Everywhere&) = delete;
+
+ private:
+  static constexpr const char* kName = "GPUBOX_BF16_EMULATION";
+  std::optional<std::string> was_;
+};
+
+TrainerConfig config_with(const std::string& path, const fs::path& root, const char* precision,
+                          std::size_t infer_batch, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> overrides = config_overrides(root);
+  overrides.push_back(std::string("hyper_parameters.dense_precision=") + precision);
+  overrides.push_back("runner.infer_batch_size=" + std::to_string(infer_batch));
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  auto config = trainer::load_trainer_config(path, overrides);
+  throw_if_error(config.status());
+  return *config;
+}
+
+// Trains `config` one pass over `train`, saves into `save` and exports it into `exported`.
+void train_save_export(const TrainerConfig& config, const TrainerEnv& env, const fs::path& train,
+                       const fs::path& save, const fs::path& exported) {
+  fs::remove_all(save);
+  fs::remove_all(exported);
+  {
+    Trainer trainer(config, env);
+    trainer.train_pass(trainer::data_files(train.string()));
+    trainer.save(save.string());
+  }
+  throw_if_error(
+      export_serving_model(config, save.string(), exported.string(), ExportOptions{}).status());
+}
+
+// What --mode infer predicts for `lines` with `config` from `save`: the lines as a data folder of
+// their own (`dir`), evaluated in batches of runner.infer_batch_size.
+std::vector<float> infer_predictions(const TrainerConfig& config, const TrainerEnv& env,
+                                     const fs::path& save, const std::vector<std::string>& lines,
+                                     const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir / "part-00000");
+    for (const std::string& line : lines) out << line << '\n';
+  }
+  Trainer infer(config, env);
+  infer.load(save.string());
+  return infer.evaluate(trainer::data_files(dir.string()), true).predictions;
+}
+
+std::size_t count_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) count += a[i] != b[i];
+  return count;
+}
+
+// `got` is `want` bit for bit; else the number that differ and the first of them.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  std::string first;
+  for (std::size_t i = 0; i < got.size() && first.size() < 200; ++i) {
+    if (got[i] != want[i]) {
+      first += " [" + std::to_string(i) + "] " + std::to_string(got[i]) + " vs " +
+               std::to_string(want[i]);
+    }
+  }
+  EXPECT_EQ(count_differing(got, want), 0u) << "of " << got.size() << ":" << first;
+}
+
+constexpr std::size_t kBatch = 50;  // infer's batches and the micro-batch's: the suite's 300 lines
+
+// The suite's model trained in bf16, saved and exported once (on the first test that asks).
+struct Bf16Model {
+  fs::path save;
+  fs::path exported;
+};
+Bf16Model bf16_model(const std::string& config_path, const fs::path& root, const TrainerEnv& env) {
+  Bf16Model model{root / "bf16_save", root / "bf16_export"};
+  if (!fs::exists(model.exported / "MANIFEST")) {
+    train_save_export(config_with(config_path, root, "bf16", kBatch), env, root / "train",
+                      model.save, model.exported);
+  }
+  return model;
+}
+
+TEST_F(Serving, Bf16ModelIsServedInBf16AsInferPredictsItAndInFp32WhenAsked) {
+  const Bf16Everywhere bf16;
+  const Bf16Model trained = bf16_model(config_path_, root_, env());
+  auto model = ServingModel::load(trained.exported.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);
+
+  const std::vector<std::string> lines = test_lines();
+  ASSERT_EQ(lines.size() % kBatch, 0u);
+  const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
+  const std::vector<float> want_bf16 =
+      infer_predictions(bf16_config, env(), trained.save, lines, root_ / "infer_lines");
+  ServerOptions o = options();
+  o.batcher.max_batch_instances = kBatch;
+  {
+    PredictionServer server(*model, o);
+    ASSERT_TRUE(server.start().ok());
+    EXPECT_EQ(server.precision(), DensePrecision::kBf16);
+    const HttpReply health = HttpClient(server.port()).send(http::verb::get, "/health");
+    EXPECT_NE(health.body.find("\"precision\": \"bf16\""), std::string::npos) << health.body;
+  }
+  expect_same_bits(served_predictions(*model, o, lines, kBatch), want_bf16);
+
+  // The fp32 override: what infer computes with the config in fp32 from the same save.
+  const TrainerConfig fp32_config = config_with(config_path_, root_, "fp32", kBatch);
+  const std::vector<float> want_fp32 =
+      infer_predictions(fp32_config, env(), trained.save, lines, root_ / "infer_lines");
+  o.precision = DensePrecision::kFp32;
+  expect_same_bits(served_predictions(*model, o, lines, kBatch), want_fp32);
+  // bf16 rounds the activations: most predictions differ, so neither check above passes by
+  // computing the other precision.
+  EXPECT_GT(static_cast<double>(count_differing(want_bf16, want_fp32)), 0.5 * lines.size());
+
+  // The export records what the save was trained in, whatever the config exporting it says.
+  const fs::path by_fp32_config = root_ / "bf16_export_fp32_config";
+  fs::remove_all(by_fp32_config);
+  ASSERT_TRUE(export_serving_model(fp32_config, trained.save.string(), by_fp32_config.string(),
+                                   ExportOptions{})
+                  .ok());
+  auto reexported = ServingModel::load(by_fp32_config.string());
+  ASSERT_TRUE(reexported.ok()) << reexported.status().to_string();
+  EXPECT_EQ(reexported->spec().model.precision, DensePrecision::kBf16);
+}
+
+// Requests of 0, 1, n and n+1 instances with micro-batches of n: each request is one batch (the
+// n+1 alone: a batch takes a larger request whole), predicted as infer predicts the same
+// instances as one batch of that size.
+TEST_F(Serving, RequestsOfZeroOneNAndNPlusOneInstancesAreInferredAsOneBatchEach) {
+  const Bf16Everywhere bf16;
+  const Bf16Model trained = bf16_model(config_path_, root_, env());
+  auto model = ServingModel::load(trained.exported.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  constexpr std::size_t kN = 8;
+  ServerOptions o = options();
+  o.batcher.max_batch_instances = kN;
+  PredictionServer server(*model, o);
+  ASSERT_TRUE(server.start().ok());
+  HttpClient client(server.port());
+  for (const auto& [body, type] : std::vector<std::pair<std::string, std::string>>{
+           {"", "text/plain"}, {"{\"instances\": []}", "application/json"}}) {
+    const HttpReply reply = client.send(http::verb::post, "/predict", body, type);
+    EXPECT_EQ(reply.status, 200) << type << ": " << reply.body;
+    EXPECT_NE(reply.body.find("\"predictions\": []"), std::string::npos) << reply.body;
+  }
+  const std::vector<std::string> all = test_lines();
+  std::size_t begin = 0;  // each size its own lines
+  for (const std::size_t size : {std::size_t{1}, kN, kN + 1}) {
+    SCOPED_TRACE(size);
+    const std::vector<std::string> lines(all.begin() + begin, all.begin() + begin + size);
+    begin += size;
+    const std::vector<float> want =
+        infer_predictions(config_with(config_path_, root_, "bf16", size), env(), trained.save,
+                          lines, root_ / "infer_edge");
+    std::string body;
+    for (const std::string& line : lines) body += line + "\n";
+    const uint64_t batches = server.metrics().batches();
+    const HttpReply reply = client.send(http::verb::post, "/predict", body, "text/plain");
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    expect_same_bits(parse_predictions(reply.body), want);
+    EXPECT_EQ(server.metrics().batches(), batches + 1);
+  }
+}
+
+TEST_F(Serving, AnExportWithoutThePrecisionIsFp32AndAnUnknownOneIsRefusedNamingIt) {
+  EXPECT_EQ(model_->spec().model.precision, DensePrecision::kFp32);
+  const fs::path old_export = root_ / "export_before_precision";
+  fs::remove_all(old_export);
+  fs::copy(root_ / "export", old_export);
+  const std::string manifest = (old_export / "MANIFEST").string();
+  ASSERT_TRUE(gpubox::testing::set_manifest_property(manifest, "dense_precision", "bf16"));
+  auto loaded = ServingModel::load(old_export.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->spec().model.precision, DensePrecision::kBf16);
+  ASSERT_TRUE(gpubox::testing::erase_manifest_property(manifest, "dense_precision"));
+  loaded = ServingModel::load(old_export.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->spec().model.precision, DensePrecision::kFp32);
+
+  ASSERT_FALSE(gpubox::testing::set_manifest_property(manifest, "dense_precision", "fp8"));
+  loaded = ServingModel::load(old_export.string());
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().to_string().find(manifest + ": 'dense_precision': expected one of "
+                                                        "fp32|bf16, got 'fp8'"),
+            std::string::npos)
+      << loaded.status().to_string();
+}
+
+// xdeepfm's CIN computes in fp32, and its MLP reads the CIN's rows: bf16 asked, DenseModel runs
+// the whole net in fp32 and says so, in training and in serving alike.
+TEST_F(Serving, ANetThatComputesInFp32OnlyIsServedInFp32WhenBf16IsAsked) {
+  const Bf16Everywhere bf16;
+  const TrainerConfig config =
+      config_with(config_path_, root_, "bf16", kBatch,
+                  {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"});
+  const fs::path save = root_ / "xdeepfm_save";
+  const fs::path exported = root_ / "xdeepfm_export";
+  train_save_export(config, env(), root_ / "train", save, exported);
+  auto model = ServingModel::load(exported.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);  // what the config asked
+  ServerOptions o = options();
+  o.batcher.max_batch_instances = kBatch;
+  {
+    PredictionServer server(*model, o);
+    EXPECT_EQ(server.precision(), DensePrecision::kFp32);
+  }
+  const std::vector<std::string> lines = test_lines();
+  expect_same_bits(served_predictions(*model, o, lines, kBatch),
+                   infer_predictions(config, env(), save, lines, root_ / "infer_lines"));
+}
+
+}  // namespace
+}  // namespace gpubox::serving
