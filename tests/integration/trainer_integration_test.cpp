@@ -30,8 +30,8 @@
 #include "heterps/device/memory.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/folder_bytes.hpp"
 #include "tests/heterps/device/test_cards.hpp"
-#include "tests/integration/folder_bytes.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
