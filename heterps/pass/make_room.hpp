@@ -1,7 +1,7 @@
 // Making room on a card for a pass's rows, by the card store's eviction policy
 // (heterps/card_table/eviction_policy.hpp: the store ranks its rows, the policy's order picks the
 // victims): begin_pass's side of it. The next pass's card work makes room the same way a chunk at
-// a time (next_pass_work.cpp).
+// a time (next_pass_evictions.cpp).
 //
 // Every victim must be clean: end_pass wrote every dirty row back but those it kept (its `keep`,
 // spared here), and begin_pass runs between passes, so a victim leaves the card without a

@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "heterps/device/card.hpp"
+#include "tests/integration/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -51,27 +52,15 @@ class BatchNormTraining : public ::testing::Test {
 
   // config_gpubox.yaml sized to the data, dlrm's planted settings (planted_models_test), `extra`.
   static TrainerConfig config(const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides = {
-        "runner.train_batch_size=256",
-        "runner.epochs=1",
-        "runner.shuffle=false",
-        "runner.metrics_path=",
-        "runner.model_save_path=",
-        "runner.thread_num=1",
-        "hyper_parameters.sparse_inputs_slots=9",
-        "hyper_parameters.dense_input_dim=3",
-        "hyper_parameters.fc_sizes=[64, 32]",
-        "hyper_parameters.sparse_feature_dim=5",
-        "hyper_parameters.bot_layer_sizes=[16, 5]",
-        "hyper_parameters.optimizer.learning_rate=0.01",
-        "hyper_parameters.sparse_optimizer.embedx_threshold=0",
-        "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
-        "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    return cfg.value();
+    return testing::load_test_config(
+        testing::test_data_overrides({"hyper_parameters.fc_sizes=[64, 32]",
+                                      "hyper_parameters.sparse_feature_dim=5",
+                                      "hyper_parameters.bot_layer_sizes=[16, 5]",
+                                      "hyper_parameters.optimizer.learning_rate=0.01",
+                                      "hyper_parameters.sparse_optimizer.embedx_threshold=0",
+                                      "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
+                                      "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03"}),
+        extra);
   }
   static TrainerEnv env(const char* cards) {
     TrainerEnv e;

@@ -28,6 +28,7 @@
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/test_data_config.hpp"
 #include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
@@ -65,24 +66,13 @@ class Collective : public ::testing::Test {
 
   // configs/config_collective.yaml (or config_gpubox.yaml) sized to the data, plus `extra`.
   static TrainerConfig config(bool collective, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> overrides = {"runner.train_batch_size=256",
-                                          "runner.print_interval=1000000",
-                                          "runner.epochs=1",
-                                          "runner.shuffle=false",
-                                          "runner.metrics_path=",
-                                          "runner.model_save_path=",
-                                          "runner.infer_load_path=",
-                                          "runner.thread_num=1",
-                                          "runner.collective_timeout_s=10",
-                                          "hyper_parameters.sparse_inputs_slots=9",
-                                          "hyper_parameters.dense_input_dim=3",
-                                          "hyper_parameters.fc_sizes=[128, 64]"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    const std::string file = collective ? "config_collective.yaml" : "config_gpubox.yaml";
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/" + file, overrides);
-    throw_if_error(cfg.status());
-    EXPECT_EQ(cfg->runner.collective, collective);
-    return std::move(cfg).value();
+    TrainerConfig cfg = testing::load_test_config(
+        testing::test_data_overrides({"runner.print_interval=1000000",
+                                      "runner.infer_load_path=", "runner.collective_timeout_s=10",
+                                      "hyper_parameters.fc_sizes=[128, 64]"}),
+        extra, collective ? "config_collective.yaml" : "config_gpubox.yaml");
+    EXPECT_EQ(cfg.runner.collective, collective);
+    return cfg;
   }
 
   static std::unique_ptr<Trainer> make_trainer(bool collective, const std::string& cards,

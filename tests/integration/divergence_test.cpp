@@ -26,6 +26,7 @@
 
 #include "common/error.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/integration/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -212,10 +213,7 @@ class Divergence : public ::testing::Test {
                                           "hyper_parameters.sparse_inputs_slots=9",
                                           "hyper_parameters.dense_input_dim=3",
                                           "hyper_parameters.fc_sizes=[64, 32]"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/" + file, overrides);
-    throw_if_error(cfg.status());
-    return std::move(cfg).value();
+    return testing::load_test_config(std::move(overrides), extra, file);
   }
   static TrainerEnv one_card() {
     TrainerEnv env;

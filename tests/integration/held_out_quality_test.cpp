@@ -19,6 +19,8 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "tests/integration/test_data_config.hpp"
+#include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -54,23 +56,10 @@ class HeldOutQuality : public ::testing::Test {
 
   // Held-out AUC after each epoch, config_gpubox.yaml with the model sized to the data.
   static std::vector<double> held_out_aucs(const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides = {"runner.train_batch_size=256",
-                                          "runner.epochs=1",
-                                          "runner.shuffle=false",
-                                          "runner.metrics_path=",
-                                          "runner.model_save_path=",
-                                          "runner.thread_num=1",
-                                          "hyper_parameters.sparse_inputs_slots=9",
-                                          "hyper_parameters.dense_input_dim=3",
-                                          "hyper_parameters.fc_sizes=[128, 64]"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    TrainerEnv env;
-    env.selected_cards = "0";
-    env.threads_per_card = 1;
-    Trainer trainer(cfg.value(), env);
+    Trainer trainer(
+        testing::load_test_config(
+            testing::test_data_overrides({"hyper_parameters.fc_sizes=[128, 64]"}), extra),
+        testing::cards_env(1));
     const auto train = data_files((root_ / "train").string());
     const auto test = data_files((root_ / "test").string());
     std::vector<double> aucs;

@@ -17,6 +17,8 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "tests/integration/test_data_config.hpp"
+#include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -59,23 +61,10 @@ class PlantedModels : public ::testing::Test {
   // Held-out AUC after `epochs` epochs, config_gpubox.yaml with the model sized to the data.
   static double held_out_auc(const std::vector<std::string>& extra, int epochs = kEpochs,
                              const fs::path& data = root_) {
-    std::vector<std::string> overrides = {"runner.train_batch_size=256",
-                                          "runner.epochs=1",
-                                          "runner.shuffle=false",
-                                          "runner.metrics_path=",
-                                          "runner.model_save_path=",
-                                          "runner.thread_num=1",
-                                          "hyper_parameters.sparse_inputs_slots=9",
-                                          "hyper_parameters.dense_input_dim=3",
-                                          "hyper_parameters.fc_sizes=[64, 32]"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    TrainerEnv env;
-    env.selected_cards = "0";
-    env.threads_per_card = 1;
-    Trainer trainer(cfg.value(), env);
+    Trainer trainer(
+        testing::load_test_config(
+            testing::test_data_overrides({"hyper_parameters.fc_sizes=[64, 32]"}), extra),
+        testing::cards_env(1));
     const auto train = data_files((data / "train").string());
     const auto test = data_files((data / "test").string());
     for (int epoch = 0; epoch < epochs; ++epoch) trainer.train_pass(train);

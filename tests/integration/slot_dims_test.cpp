@@ -29,9 +29,10 @@
 #include "heterps/device/memory.hpp"
 #include "table/detail/row_arena.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/folder_bytes.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/child_process.hpp"
-#include "tests/integration/folder_bytes.hpp"
+#include "tests/integration/test_data_config.hpp"
 #include "tests/table/manifest_edit.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
@@ -62,30 +63,13 @@ class SlotDims : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static std::vector<std::string> overrides(int batch, const std::vector<std::string>& extra) {
-    std::vector<std::string> o = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                  "runner.train_batch_size=" + std::to_string(batch),
-                                  "runner.epochs=1",
-                                  "runner.shuffle=false",
-                                  "runner.metrics_path=",
-                                  "runner.model_save_path=",
-                                  "runner.thread_num=2",
-                                  "runner.host_table_shards=4",
-                                  "hyper_parameters.sparse_inputs_slots=7",
-                                  "hyper_parameters.sparse_feature_dim=5",
-                                  "hyper_parameters.dense_input_dim=3",
-                                  "hyper_parameters.fc_sizes=[16, 8]",
-                                  "hyper_parameters.optimizer.learning_rate=0.01",
-                                  "hyper_parameters.sparse_optimizer.learning_rate=0.3",
-                                  "hyper_parameters.sparse_optimizer.mf_learning_rate=0.3",
-                                  "hyper_parameters.sparse_optimizer.embed_threshold=0",
-                                  "hyper_parameters.sparse_optimizer.embedx_threshold=0"};
+    std::vector<std::string> o = testing::small_dnn_overrides((root_ / "train").string(), batch,
+                                                              {"runner.host_table_shards=4"});
     o.insert(o.end(), extra.begin(), extra.end());
     return o;
   }
   static TrainerConfig config(int batch, const std::vector<std::string>& extra = {}) {
-    auto cfg = load_trainer_config(config_path(), overrides(batch, extra));
-    throw_if_error(cfg.status());
-    return cfg.value();
+    return testing::load_test_config(overrides(batch, extra));
   }
   static std::string config_path() {
     return std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml";

@@ -30,8 +30,9 @@
 #include "heterps/device/memory.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/folder_bytes.hpp"
 #include "tests/heterps/device/test_cards.hpp"
-#include "tests/integration/folder_bytes.hpp"
+#include "tests/integration/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -67,26 +68,8 @@ class TrainerIntegration : public ::testing::Test {
   // 3,000 lines over 6 x 400 keys: a key is seen about 8 times, under the shipped score
   // thresholds, so both are 0 here.
   static TrainerConfig config(int batch, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                          "runner.train_batch_size=" + std::to_string(batch),
-                                          "runner.epochs=1",
-                                          "runner.shuffle=false",
-                                          "runner.metrics_path=",
-                                          "runner.model_save_path=",
-                                          "runner.thread_num=2",
-                                          "hyper_parameters.sparse_inputs_slots=7",
-                                          "hyper_parameters.sparse_feature_dim=5",
-                                          "hyper_parameters.dense_input_dim=3",
-                                          "hyper_parameters.fc_sizes=[16, 8]",
-                                          "hyper_parameters.optimizer.learning_rate=0.01",
-                                          "hyper_parameters.sparse_optimizer.learning_rate=0.3",
-                                          "hyper_parameters.sparse_optimizer.mf_learning_rate=0.3",
-                                          "hyper_parameters.sparse_optimizer.embed_threshold=0",
-                                          "hyper_parameters.sparse_optimizer.embedx_threshold=0"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(config_path(), overrides);
-    throw_if_error(cfg.status());
-    return cfg.value();
+    return testing::load_test_config(
+        testing::small_dnn_overrides((root_ / "train").string(), batch), extra);
   }
   static std::string config_path() {
     return std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml";

@@ -18,12 +18,14 @@
 #include <thread>
 
 #include "table/io/save_dir.hpp"
+#include "tests/common/folder_bytes.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table::io {
 namespace {
 
 namespace fs = std::filesystem;
+using gpubox::testing::folder_tree;
 using table::testing::ScratchDir;
 
 std::string slurp(const fs::path& p) {
@@ -33,24 +35,6 @@ std::string slurp(const fs::path& p) {
 
 void spit(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-}
-
-// Everything under `root`: relative name -> content ("<dir>" for folders, "-> target" for
-// links), so that a test can tell whether anything was created, replaced or removed there.
-std::map<std::string, std::string> tree(const fs::path& root) {
-  std::map<std::string, std::string> out;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
-       ++it) {
-    const std::string name = fs::relative(it->path(), root).string();
-    if (it->is_symlink()) {
-      out[name] = "-> " + fs::read_symlink(it->path()).string();
-    } else if (it->is_directory()) {
-      out[name] = "<dir>";
-    } else {
-      out[name] = slurp(it->path());
-    }
-  }
-  return out;
 }
 
 // data/ (the root) holding a link "out" to outside/, which holds a file, a save-like folder and
@@ -68,12 +52,14 @@ class RootedEnvTest : public ::testing::TestWithParam<RootedEnv::Resolve> {
     spit(outside_ / "m.tmp" / "keep", "keep");
     fs::create_symlink(outside_, data_ / "out");
     fs::create_symlink(outside_ / "secret", data_ / "leaf");
-    before_ = tree(outside_);
+    before_ = folder_tree(outside_);
     auto env = RootedEnv::open(data_.string(), GetParam());
     ASSERT_TRUE(env.ok()) << env.status().to_string();
     env_ = std::move(env).value();
   }
-  void TearDown() override { EXPECT_EQ(tree(outside_), before_) << "something outside changed"; }
+  void TearDown() override {
+    EXPECT_EQ(folder_tree(outside_), before_) << "something outside changed";
+  }
 
   ScratchDir dir_;
   fs::path data_, outside_;

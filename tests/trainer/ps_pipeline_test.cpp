@@ -151,6 +151,30 @@ TEST(CallQueue, TheDestructorRunsTheCallsStillQueued) {
 // What relative_distance() tells apart (see there).
 constexpr double kSameSteps = 1e-6;
 
+// Fresh in-process servers (`shards` of them), a client of them and one card: what a PsWorker
+// of these tests trains against. Destroyed after the workers made by worker().
+class OneCardOnServers {
+ public:
+  OneCardOnServers(const TrainerConfig& cfg, int shards, double deadline_s = 30.0)
+      : cfg_(cfg), shards_(cfg, shards), servers_(connect(shards_, cfg, deadline_s)) {
+    card_.activate();
+  }
+  // A PsWorker on the card, its dense net read from the servers (sync_dense(0)).
+  std::unique_ptr<PsWorker> worker() {
+    auto worker = std::make_unique<PsWorker>(card_, *servers_, cfg_);
+    worker->sync_dense(0.0f);
+    return worker;
+  }
+  Servers& shards() { return shards_; }
+  RemoteHostTier& servers() { return *servers_; }
+
+ private:
+  TrainerConfig cfg_;
+  Servers shards_;
+  std::unique_ptr<RemoteHostTier> servers_;
+  device::Card card_{0, 0, 0, 1};
+};
+
 // `instances` instances; slot s's keys are drawn from [base + s * 1000, base + s * 1000 + vocab),
 // one or two a slot.
 dataset::Batch make_batch(int slots, int dense_dim, std::size_t instances, uint64_t base,
@@ -190,24 +214,20 @@ struct Outcome {
 // given it as its next, which is then not trained (a pass stopped between two steps).
 Outcome train(const TrainerConfig& cfg, const std::vector<dataset::Batch>& batches, bool pipelined,
               const dataset::Batch* stopped_before = nullptr) {
-  Servers shards(cfg, 2);
-  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg);
-  device::Card card(0, 0, 0, 1);
-  card.activate();
-  PsWorker worker(card, *servers, cfg);
-  worker.sync_dense(0.0f);
+  OneCardOnServers on(cfg, 2);
+  const std::unique_ptr<PsWorker> worker = on.worker();
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const dataset::Batch* next = b + 1 < batches.size() ? &batches[b + 1] : stopped_before;
     if (!pipelined) next = nullptr;
-    worker.train_step(batches[b], 0, static_cast<int64_t>(b), next);
+    worker->train_step(batches[b], 0, static_cast<int64_t>(b), next);
   }
-  worker.finish_rows();
+  worker->finish_rows();
   Outcome out;
-  out.rows = peek_rows(*servers, batches);
+  out.rows = peek_rows(on.servers(), batches);
   if (pipelined && stopped_before != nullptr) {
-    out.untrained_rows = peek_rows(*servers, {*stopped_before});
+    out.untrained_rows = peek_rows(on.servers(), {*stopped_before});
   }
-  out.dense = worker.model().parameters().values_to_host();
+  out.dense = worker->model().parameters().values_to_host();
   return out;
 }
 
@@ -314,12 +334,8 @@ TEST(PsRowPipeline, SharedKeysMissOnlyThePreviousStepAndEveryPushArrives) {
 // lands in: the first (big) step sizes both.
 TEST(PsRowPipeline, TheSteadyPipelinedStepAllocatesNothing) {
   const TrainerConfig cfg = pipeline_config();
-  Servers shards(cfg, 1);
-  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg);
-  device::Card card(0, 0, 0, 1);
-  card.activate();
-  PsWorker worker(card, *servers, cfg);
-  worker.sync_dense(0.0f);
+  OneCardOnServers on(cfg, 1);
+  const std::unique_ptr<PsWorker> worker = on.worker();
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   std::mt19937_64 rng(2);
   const dataset::Batch big = make_batch(slots, cfg.dataset.dense_dim, 64, 1, 400, rng);
@@ -328,13 +344,13 @@ TEST(PsRowPipeline, TheSteadyPipelinedStepAllocatesNothing) {
   const auto batch_of = [&](int step) -> const dataset::Batch& {
     return step % 3 == 0 ? big : small;
   };
-  worker.train_step(big, 0, 0, &batch_of(1));
-  const uint64_t sized = worker.step_allocations();
+  worker->train_step(big, 0, 0, &batch_of(1));
+  const uint64_t sized = worker->step_allocations();
   for (int step = 1; step < 30; ++step) {
-    worker.train_step(batch_of(step), 0, step, step + 1 < 30 ? &batch_of(step + 1) : nullptr);
+    worker->train_step(batch_of(step), 0, step, step + 1 < 30 ? &batch_of(step + 1) : nullptr);
   }
-  worker.finish_rows();
-  EXPECT_EQ(worker.step_allocations(), sized);
+  worker->finish_rows();
+  EXPECT_EQ(worker->step_allocations(), sized);
 }
 
 // A step must be given the batch the step before was given as its next (the rows pulled are
@@ -342,10 +358,7 @@ TEST(PsRowPipeline, TheSteadyPipelinedStepAllocatesNothing) {
 // the step naming its pass and step; the very batch passes.
 TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
   const TrainerConfig cfg = pipeline_config();
-  Servers shards(cfg, 1);
-  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg);
-  device::Card card(0, 0, 0, 1);
-  card.activate();
+  OneCardOnServers on(cfg, 1);
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   std::mt19937_64 rng(6);
   const dataset::Batch first = make_batch(slots, cfg.dataset.dense_dim, 8, 1, 50, rng);
@@ -356,22 +369,20 @@ TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
   ASSERT_EQ(other_slots.offsets.size(), static_cast<std::size_t>(slots) * 8 + 1);
   other_slots.offsets[8] -= 1;
   for (const dataset::Batch* wrong : {&other_key, &other_slots}) {
-    PsWorker worker(card, *servers, cfg);
-    worker.sync_dense(0.0f);
-    worker.train_step(first, 2, 0, &next);
+    const std::unique_ptr<PsWorker> worker = on.worker();
+    worker->train_step(first, 2, 0, &next);
     try {
-      worker.train_step(*wrong, 2, 1, nullptr);
+      worker->train_step(*wrong, 2, 1, nullptr);
       ADD_FAILURE() << "a step given another batch than the one prefetched ran";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("pass 2, step 1: a batch of"), std::string::npos)
           << e.what();
     }
   }
-  PsWorker worker(card, *servers, cfg);
-  worker.sync_dense(0.0f);
-  worker.train_step(first, 2, 0, &next);
-  worker.train_step(next, 2, 1, nullptr);
-  worker.finish_rows();
+  const std::unique_ptr<PsWorker> worker = on.worker();
+  worker->train_step(first, 2, 0, &next);
+  worker->train_step(next, 2, 1, nullptr);
+  worker->finish_rows();
 }
 
 // A server that dies while the next batch's rows are being pulled: a later step fails within
@@ -379,14 +390,10 @@ TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
 // calls queued behind it are not sent, and finish_rows() and the destructor report it too.
 TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   const TrainerConfig cfg = pipeline_config();
-  Servers shards(cfg, 2);
   // A stopped server refuses connections at once; the deadline bounds the live shard's calls
   // too, which a loaded machine (ctest -j2 on 2 cores) can slow to seconds.
-  const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg, /*deadline_s=*/8.0);
-  device::Card card(0, 0, 0, 1);
-  card.activate();
-  auto worker = std::make_unique<PsWorker>(card, *servers, cfg);
-  worker->sync_dense(0.0f);
+  OneCardOnServers on(cfg, 2, /*deadline_s=*/8.0);
+  std::unique_ptr<PsWorker> worker = on.worker();
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   std::mt19937_64 rng(4);
   std::vector<dataset::Batch> batches;
@@ -394,8 +401,9 @@ TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
     batches.push_back(make_batch(slots, cfg.dataset.dense_dim, 32, 1, 5000, rng));
   }
   worker->train_step(batches[0], 3, 0, &batches[1]);  // batch 1's pull under way
-  shards.stop(1);
-  const std::string dead = shards.endpoints().substr(shards.endpoints().find(',') + 1);
+  on.shards().stop(1);
+  const std::string endpoints = on.shards().endpoints();
+  const std::string dead = endpoints.substr(endpoints.find(',') + 1);
   const auto started = std::chrono::steady_clock::now();
   std::string error;
   std::size_t b = 1;
@@ -447,25 +455,22 @@ TEST(PsDenseExchange, TheBackgroundExchangeLosesNoWindow) {
     SCOPED_TRACE(window);
     std::vector<float> dense[2];
     for (const bool background : {false, true}) {
-      Servers shards(cfg, 1);
-      const std::unique_ptr<RemoteHostTier> servers = connect(shards, cfg);
-      device::Card card(0, 0, 0, 1);
-      card.activate();
-      PsWorker worker(card, *servers, cfg);
-      worker.sync_dense(0.0f);
+      OneCardOnServers on(cfg, 1);
+      const std::unique_ptr<PsWorker> worker = on.worker();
       for (std::size_t b = 0; b < batches.size(); ++b) {
-        worker.train_step(batches[b], 0, static_cast<int64_t>(b));
+        worker->train_step(batches[b], 0, static_cast<int64_t>(b));
         if ((b + 1) % window != 0) continue;
         if (background) {
-          worker.exchange_dense();
+          worker->exchange_dense();
         } else {
-          worker.sync_dense(1.0f);
+          worker->sync_dense(1.0f);
         }
       }
-      worker.sync_dense(1.0f);
-      dense[background] = worker.model().parameters().values_to_host();
+      worker->sync_dense(1.0f);
+      dense[background] = worker->model().parameters().values_to_host();
       std::vector<float> table(dense[background].size(), 0.0f);
-      throw_if_error(servers->dense(table::server::DenseAction::kRead, kDenseTableName, &table));
+      throw_if_error(
+          on.servers().dense(table::server::DenseAction::kRead, kDenseTableName, &table));
       EXPECT_EQ(table, dense[background]) << "the thread's net is not the servers' table";
     }
     ASSERT_EQ(dense[0].size(), dense[1].size());

@@ -10,30 +10,18 @@
 #include "common/error.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/integration/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
-// config_gpubox.yaml sized to the data (as held_out_quality_test), plus `extra`.
+// config_gpubox.yaml sized to the test data (test_data_config.hpp) for the PS modes, plus `extra`.
 inline TrainerConfig ps_test_config(const std::vector<std::string>& extra) {
-  std::vector<std::string> overrides = {"runner.train_batch_size=256",
-                                        "runner.print_interval=1000000",
-                                        "runner.epochs=1",
-                                        "runner.shuffle=false",
-                                        "runner.metrics_path=",
-                                        "runner.model_save_path=",
-                                        "runner.thread_num=1",
-                                        "runner.server_timeout_s=3",
-                                        "runner.collective_timeout_s=3",
-                                        "runner.split_file_list=true",
-                                        "hyper_parameters.sparse_inputs_slots=9",
-                                        "hyper_parameters.dense_input_dim=3",
-                                        "hyper_parameters.fc_sizes=[128, 64]"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                 overrides);
-  throw_if_error(cfg.status());
-  return std::move(cfg).value();
+  return testing::load_test_config(
+      testing::test_data_overrides({"runner.print_interval=1000000", "runner.server_timeout_s=3",
+                                    "runner.collective_timeout_s=3", "runner.split_file_list=true",
+                                    "hyper_parameters.fc_sizes=[128, 64]"}),
+      extra);
 }
 
 // In-process gpubox_server shards, each over its own in-process table; their saves stay inside

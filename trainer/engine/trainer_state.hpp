@@ -1,4 +1,5 @@
-// Trainer's state and the helpers its two source files share (trainer.cpp: the passes;
+// Trainer's state and the helpers its source files share (trainer.cpp: set-up and the run;
+// trainer_steps.cpp: a pass's and an evaluation's steps; trainer_data.cpp: reading;
 // trainer_saves.cpp: saves, loads and what the trainers of a job agree on). Private to
 // trainer/engine.
 #pragma once

@@ -16,11 +16,13 @@
 #include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_row/optimizer.hpp"
+#include "tests/common/folder_bytes.hpp"
 
 namespace gpubox::table::server {
 namespace {
 
 namespace fs = std::filesystem;
+using gpubox::testing::folder_tree;
 using Flags = std::map<std::string, std::string>;
 
 std::string flag(const Flags& flags, const std::string& name) {
@@ -43,24 +45,6 @@ StatusOr<std::unique_ptr<RemoteHostTier>> client_of(const Flags& flags) {
   return RemoteHostTier::connect(o);
 }
 
-// Everything under `root`: name -> content ("<dir>", "-> target" for links).
-std::map<std::string, std::string> tree(const fs::path& root) {
-  std::map<std::string, std::string> out;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
-       ++it) {
-    const std::string name = fs::relative(it->path(), root).string();
-    if (it->is_symlink()) {
-      out[name] = "-> " + fs::read_symlink(it->path()).string();
-    } else if (it->is_directory()) {
-      out[name] = "<dir>";
-    } else {
-      std::ifstream in(it->path(), std::ios::binary);
-      out[name] = std::string(std::istreambuf_iterator<char>(in), {});
-    }
-  }
-  return out;
-}
-
 // 30.1: SAVE/LOAD of "d/m" while another thread keeps exchanging data_dir/d with a link to a
 // folder outside that holds an older save and a stale staging folder.
 std::string save_race(const Flags& flags) {
@@ -73,7 +57,7 @@ std::string save_race(const Flags& flags) {
   std::ofstream(outside / "m.tmp" / "keep") << "a stale staging folder outside data_dir";
   std::error_code ec;
   fs::create_symlink(outside, data / "d_link", ec);
-  const auto before = tree(outside);
+  const auto before = folder_tree(outside);
   auto client = client_of(flags);
   if (!client.ok()) return failed(client.status().to_string());
   std::vector<uint64_t> keys{1, 2, 3};
@@ -104,7 +88,9 @@ std::string save_race(const Flags& flags) {
   const std::string d = std::to_string(tries) + " SAVE+LOADs of d/m raced " +
                         std::to_string(swaps.load()) + " swaps of d with a link out (" +
                         std::to_string(saved) + " saves succeeded)";
-  if (tree(outside) != before) return failed(d + ": something outside was written or removed");
+  if (folder_tree(outside) != before) {
+    return failed(d + ": something outside was written or removed");
+  }
   return held(d + "; nothing outside created, replaced or removed");
 }
 

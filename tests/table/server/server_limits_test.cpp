@@ -18,6 +18,7 @@
 #include "table/server/ps_protocol.hpp"
 #include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/folder_bytes.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
 
@@ -26,6 +27,7 @@ namespace {
 
 using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 namespace fs = std::filesystem;
+using gpubox::testing::folder_tree;
 
 std::unique_ptr<SparseTable> sparse_table(uint32_t shards = 4) {
   HostTableConfig cfg;
@@ -33,24 +35,6 @@ std::unique_ptr<SparseTable> sparse_table(uint32_t shards = 4) {
   auto table = SparseTable::open(test_config(), cfg);
   EXPECT_TRUE(table.ok()) << table.status().to_string();
   return std::move(table).value();
-}
-
-// Everything under `root`, name -> content ("<dir>", "-> target" for links).
-std::map<std::string, std::string> tree(const fs::path& root) {
-  std::map<std::string, std::string> out;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
-       ++it) {
-    const std::string name = fs::relative(it->path(), root).string();
-    if (it->is_symlink()) {
-      out[name] = "-> " + fs::read_symlink(it->path()).string();
-    } else if (it->is_directory()) {
-      out[name] = "<dir>";
-    } else {
-      std::ifstream in(it->path(), std::ios::binary);
-      out[name] = std::string(std::istreambuf_iterator<char>(in), {});
-    }
-  }
-  return out;
 }
 
 // The probe, as a test: a local user keeps exchanging data_dir/d (a folder) with a link
@@ -68,7 +52,7 @@ TEST(ServerLimits, SavesRacingAFolderSwappedForALinkNeverLeaveDataDir) {
   fs::create_directories(outside / "m.tmp");
   std::ofstream(outside / "m.tmp" / "keep") << "keep";
   fs::create_symlink(outside, data / "d_link");
-  const auto before = tree(outside);
+  const auto before = folder_tree(outside);
 
   auto table = sparse_table();
   ServerOptions so;
@@ -94,7 +78,7 @@ TEST(ServerLimits, SavesRacingAFolderSwappedForALinkNeverLeaveDataDir) {
   stop.store(true);
   swapper.join();
   std::printf("%d of %d saves landed inside data_dir\n", saved, tries);
-  EXPECT_EQ(tree(outside), before) << "a save or load reached outside data_dir";
+  EXPECT_EQ(folder_tree(outside), before) << "a save or load reached outside data_dir";
 }
 
 TEST(ServerLimits, SaveOfDataDirItselfSaysSo) {
