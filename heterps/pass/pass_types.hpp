@@ -118,7 +118,7 @@ struct StagingProgress {
 };
 
 // Counters of one pass, summed over this trainer's cards (the trainer's pass report prints
-// them: trainer/engine/trainer.cpp).
+// them: trainer/engine/trainer_steps.cpp).
 struct PassStats {
   int64_t pass_id = 0;
   uint64_t keys_in_pass = 0;   // unique keys handed to begin_pass (after key 0 was dropped)

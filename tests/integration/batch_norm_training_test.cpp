@@ -16,7 +16,7 @@
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "heterps/device/card.hpp"
-#include "tests/integration/test_data_config.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/nn/dense_model.hpp"

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "tests/dataset/planted_data.hpp"
-#include "tests/integration/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 

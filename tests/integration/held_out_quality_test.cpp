@@ -19,7 +19,7 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
-#include "tests/integration/test_data_config.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"

@@ -31,8 +31,8 @@
 #include "table/io/model_manifest.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/common/folder_bytes.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "tests/heterps/device/test_cards.hpp"
-#include "tests/integration/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 
@@ -70,9 +70,6 @@ class TrainerIntegration : public ::testing::Test {
   static TrainerConfig config(int batch, const std::vector<std::string>& extra = {}) {
     return testing::load_test_config(
         testing::small_dnn_overrides((root_ / "train").string(), batch), extra);
-  }
-  static std::string config_path() {
-    return std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml";
   }
   static TrainerEnv env(const std::string& cards) {
     TrainerEnv e;

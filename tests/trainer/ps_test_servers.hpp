@@ -10,7 +10,7 @@
 #include "common/error.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
-#include "tests/integration/test_data_config.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 
 namespace gpubox::trainer::ps_modes {

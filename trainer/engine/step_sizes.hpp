@@ -7,7 +7,7 @@
 // Per card and batch (the tail policy of dataset::batch_span_of): the key occurrences, the
 // distinct keys and, for sharded placement, how many of those each owner card gets
 // (owner_card(key, total_cards), what HeterComm's KeyDedup computes on the card). The
-// trainer's cards then agree on the job-wide maxima (agree_step_bounds in trainer.cpp): what
+// trainer's cards then agree on the job-wide maxima (agree_step_plan in step_plan.cpp): what
 // an owner receives in a step depends on every card's batch.
 //
 // Cost: one pass over each batch's keys on the host (a hash set of its distinct keys), spread
