@@ -106,6 +106,35 @@ TEST(CapShare, AHostileTokenHolderWithManyIdsCannotKeepATrainerOut) {
   pulls_and_pushes(*trainer, table, 7, 50);
 }
 
+// One connection per id, but all of one other address: that address holds more than the
+// trainer's, whose client takes a slot there.
+TEST(CapShare, ManyIdsOfOneConnectionEachFromAnotherAddressGiveWay) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.max_connections = kCap;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  std::vector<Connection> hostile;
+  for (uint64_t id = 100; id < 100 + kCap; ++id) {
+    hostile.push_back(connect_as(*server, true, id, "127.0.0.2"));
+  }
+  // From the same address, a new id finds no one holding more than itself.
+  Connection same = raw_connection_from("127.0.0.2", server->port());
+  EXPECT_EQ(raw_authenticate(same, kTestToken, 200).code(), Status::Code::kResourceExhausted);
+  trainer_pulls_and_pushes(*server, table, true, 7, 100);
+  EXPECT_GE(server->counters().fair_share_evicted, 1u);
+  std::size_t evicted = 0;
+  for (auto& c : hostile) {
+    if (!readable_within(c.fd(), 0.0)) continue;
+    ++evicted;
+    const std::string why = notice_on(c);  // 8 against 0, then (its second) 7 against 1
+    EXPECT_NE(why.find("address 127.0.0.2 holds "), std::string::npos) << why;
+    EXPECT_NE(why.find(" of 127.0.0.1; of them client "), std::string::npos) << why;
+  }
+  EXPECT_GE(evicted, 1u);
+}
+
 TEST(CapShare, UnauthenticatedConnectionsWaitBeyondTheCapButNeverEvict) {
   FakeHostTier table(test_config());
   ServerOptions so;
