@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <map>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
@@ -193,17 +196,51 @@ std::vector<PsStore::StagedWrite>::iterator PsStore::release(
 
 std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
     std::vector<StagedWrite>::iterator staged, const std::string& reason) {
-  const uint64_t client_id = staged->client_id;
-  std::size_t of_client = 0;
-  for (const DroppedWrite& d : dropped_) of_client += d.client_id == client_id ? 1 : 0;
-  if (of_client >= kMaxDroppedPerClient) {
-    dropped_.erase(std::find_if(dropped_.begin(), dropped_.end(),
-                                [&](const DroppedWrite& d) { return d.client_id == client_id; }));
-  } else if (dropped_.size() >= kMaxDroppedRecords) {
-    dropped_.pop_front();
-  }
-  dropped_.push_back({client_id, staged->write_id, reason});
+  remember_dropped({staged->client_id, staged->write_id, staged->address, reason});
   return release(staged);
+}
+
+void PsStore::remember_dropped(DroppedWrite dropped) {
+  const auto own = std::count_if(dropped_.begin(), dropped_.end(), [&](const DroppedWrite& d) {
+    return d.client_id == dropped.client_id;
+  });
+  if (static_cast<std::size_t>(own) >= kMaxDroppedPerClient) {
+    dropped_.erase(std::find_if(dropped_.begin(), dropped_.end(), [&](const DroppedWrite& d) {
+      return d.client_id == dropped.client_id;
+    }));
+  } else if (dropped_.size() >= kMaxDroppedRecords) {
+    forget_dropped_fairly();
+  }
+  dropped_.push_back(std::move(dropped));
+}
+
+void PsStore::forget_dropped_fairly() {
+  std::map<std::string_view, std::size_t> per_address;
+  std::map<std::pair<std::string_view, uint64_t>, std::size_t> per_client;
+  for (const DroppedWrite& d : dropped_) {
+    ++per_address[d.address];
+    ++per_client[{d.address, d.client_id}];
+  }
+  // The first record (oldest first) of the largest count: ties go to the oldest record.
+  // (The record is passed in: a lambda is outside the analysis of dense_mu_, held here.)
+  const auto first_of_most = [](auto& records, auto&& count_of) {
+    std::size_t best = 0;
+    auto chosen = records.end();
+    for (auto d = records.begin(); d != records.end(); ++d) {
+      const std::size_t count = count_of(*d);
+      if (count <= best) continue;
+      best = count;
+      chosen = d;
+    }
+    return chosen;
+  };
+  const auto top =
+      first_of_most(dropped_, [&](const DroppedWrite& d) { return per_address[d.address]; });
+  if (top == dropped_.end()) return;
+  const std::string_view address = top->address;
+  dropped_.erase(first_of_most(dropped_, [&](const DroppedWrite& d) {
+    return d.address == address ? per_client[{d.address, d.client_id}] : std::size_t{0};
+  }));
 }
 
 Status PsStore::dropped_error(uint64_t client_id, uint64_t write_id,

@@ -222,15 +222,27 @@ class PsStore {
   std::size_t table_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;  // of dense_
   std::size_t held_bytes_ GPUBOX_GUARDED_BY(dense_mu_) = 0;   // of staged_, announced totals
   // The held writes dropped uncommitted, oldest first: at most kMaxDroppedRecords, of them at most
-  // kMaxDroppedPerClient of one client (its oldest forgotten first), so one client dropping its
-  // own writes in bulk does not push out another's record.
+  // kMaxDroppedPerClient of one client (its oldest forgotten first). When all are taken, the one
+  // forgotten is forget_dropped_fairly's: neither one client dropping its own writes in bulk nor
+  // a process spread over many client ids (of one address, or a few) pushes out the record of a
+  // client or an address holding fewer.
   struct DroppedWrite {
     uint64_t client_id = 0;
     uint64_t write_id = 0;
+    std::string address;  // the write's first range's peer
     std::string reason;
   };
+  // Records `dropped`, first forgetting one as above at a limit.
+  void remember_dropped(DroppedWrite dropped) GPUBOX_REQUIRES(dense_mu_);
+  // Forgets the oldest record of the client holding the most records at the address holding the
+  // most (ties: the one whose record is oldest).
+  void forget_dropped_fairly() GPUBOX_REQUIRES(dense_mu_);
+
+ public:
   static constexpr std::size_t kMaxDroppedRecords = 1024;
   static constexpr std::size_t kMaxDroppedPerClient = 16;
+
+ private:
   std::deque<DroppedWrite> dropped_ GPUBOX_GUARDED_BY(dense_mu_);
   LogThrottle drop_log_{std::chrono::seconds(2)};  // abandoned writes dropped for another client
 };

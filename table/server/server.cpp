@@ -244,12 +244,22 @@ void Server::Impl::accept() {
     accept_pause_ = {};
     connections.fetch_add(1, std::memory_order_relaxed);
     // On a token server a new connection is unauthenticated: at their cap (or at the connection
-    // cap) it takes the slot of the oldest of them; a cap held by authenticated ones refuses
-    // it.
+    // cap) it takes the slot of the oldest of them. A cap held by authenticated (or, without a
+    // token, any) connections lets it wait beyond the cap for a fair share's slot when one may
+    // be found (connection_share.hpp), which it takes only once bound to its client: an
+    // unauthenticated connection never evicts an authenticated one. Else it is refused.
     const bool token = !options_.auth_token.empty();
-    const bool full = open_connections.load() >= max_connections_;
+    const bool full = admitted() >= max_connections_;
     const bool unauthenticated_full = token && unauthenticated.load() >= max_unauthenticated_;
-    if ((full || unauthenticated_full) && !(token && evict_oldest_unauthenticated())) {
+    bool admit = !full && !unauthenticated_full;
+    if (!admit && token) admit = evict_oldest_unauthenticated();
+    bool waits = false;
+    if (!admit && full) {
+      boost::system::error_code peer_ec;
+      const auto remote = socket.remote_endpoint(peer_ec);
+      waits = !peer_ec && may_wait_over_cap(remote.address().to_string());
+    }
+    if (!admit && !waits) {
       refuse_connection(socket);
     } else {
       open_connections.fetch_add(1, std::memory_order_relaxed);
@@ -260,7 +270,7 @@ void Server::Impl::accept() {
       if (const Status keepalive = enable_tcp_keepalive(socket.native_handle()); !keepalive.ok()) {
         warn(accept_log_, "gpubox_server: " + keepalive.to_string());
       }
-      std::make_shared<Session>(this, std::move(socket), next_serial_.fetch_add(1))->start();
+      std::make_shared<Session>(this, std::move(socket), next_serial_.fetch_add(1), waits)->start();
     }
     accept();
   });
@@ -345,6 +355,8 @@ ServerCounters Server::Impl::counters() const {
   c.idle_closed = idle_closed.load();
   c.deadline_closed = deadline_closed.load();
   c.evicted = evicted.load();
+  c.fair_share_evicted = fair_share_evicted.load();
+  c.waiting_over_cap = over_cap.load();
   c.unauthenticated = unauthenticated.load();
   c.auth_failures = auth_failures.load();
   c.foreign_client_refusals = foreign_client_refusals.load();

@@ -112,9 +112,12 @@ struct ServerCounters {
   uint64_t accept_failures = 0;      // accept() errors (each pauses accepting)
   uint64_t idle_closed = 0;          // connections closed by the idle timeout
   uint64_t deadline_closed = 0;      // closed at a frame, reply or authentication deadline
-  uint64_t evicted = 0;              // unauthenticated connections evicted for a new one
-  uint64_t unauthenticated = 0;      // connections open now that have not authenticated
-  uint64_t auth_failures = 0;        // wrong AUTH proofs
+  uint64_t evicted = 0;  // unauthenticated (or waiting beyond the cap) ones evicted for a new one
+  // Idle connections that gave their slot at the cap to a client holding fewer (connection_share)
+  uint64_t fair_share_evicted = 0;
+  uint64_t waiting_over_cap = 0;  // connections now waiting beyond the cap to bind and take a slot
+  uint64_t unauthenticated = 0;   // connections open now that have not authenticated
+  uint64_t auth_failures = 0;     // wrong AUTH proofs
   // Frames refused (and their connections closed) for a client id other than the one their
   // connection is bound to (proved by its AUTH, or its first frame's without a token).
   uint64_t foreign_client_refusals = 0;

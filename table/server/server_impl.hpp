@@ -20,6 +20,7 @@
 #include "table/io/rooted_env.hpp"
 #include "table/server/auth_backoff.hpp"
 #include "table/server/connection_limits.hpp"
+#include "table/server/connection_share.hpp"
 #include "table/server/ps_store.hpp"
 #include "table/server/request_window.hpp"
 #include "table/server/server.hpp"
@@ -148,6 +149,16 @@ class Server::Impl {
   // barrier `name`. False when it was not waiting there (released meanwhile).
   bool barrier_leave(const Session* session, const std::string& name);
   void session_closed() { open_connections.fetch_sub(1, std::memory_order_relaxed); }
+  // ---- the connection cap's fair share (server_sessions.cpp) ----
+  // A connection that waited over the cap (kMaxWaitingOverCap) and is now bound to
+  // `newcomer.client_id` (its AUTH proved it, or its first frame named it without a token): OK
+  // when it may hold a slot (one is free, an unauthenticated connection gave its own, or
+  // fair_share_victim's was claimed and is being evicted), else ResourceExhausted saying why.
+  // Called on `session`'s strand.
+  Status admit_waiting(const Session& session, const Newcomer& newcomer);
+  // How long a connection must have been idle for a holder only one connection above a newcomer
+  // to give it a slot: a quarter of --idle_timeout_s (75 s when that is 0).
+  Clock::duration long_idle() const;
   // Logs `line` as a warning unless `throttle` held it back.
   static void warn(LogThrottle& throttle, const std::string& line);
 
@@ -163,7 +174,8 @@ class Server::Impl {
       accept_failures{0}, idle_closed{0}, requests{0}, duplicates{0}, rows_pulled{0},
       rows_pushed{0}, protocol_errors{0}, auth_refusals{0}, budget_refusals{0},
       barrier_waiters_dropped{0}, deadline_closed{0}, evicted{0}, auth_failures{0},
-      barrier_timeouts{0}, unauthenticated{0}, foreign_client_refusals{0};
+      barrier_timeouts{0}, unauthenticated{0}, foreign_client_refusals{0}, fair_share_evicted{0},
+      over_cap{0};  // over_cap: connections waiting beyond the cap (kMaxWaitingOverCap)
 
  private:
   void accept();
@@ -175,6 +187,18 @@ class Server::Impl {
   // A token server at its cap of unauthenticated connections: evicts the oldest one (its slot
   // goes to the new connection). False when none may be evicted.
   bool evict_oldest_unauthenticated();
+  // Whether the connections beyond the cap have room for one more from `address`: a fresh client
+  // there would find a fair_share_victim, and fewer than kMaxWaitingOverCap wait (else the
+  // oldest waiting one is evicted for it).
+  bool may_wait_over_cap(const std::string& address);
+  // Connections admitted under the cap (those waiting beyond it are not).
+  uint64_t admitted() const { return open_connections.load() - over_cap.load(); }
+  // The sessions the fair share counts (Session::holding) but `except`, and their snapshot;
+  // sessions->at(i) is held[i]'s (and keeps its address alive).
+  std::vector<HeldConnection> share_snapshot(const Session* except,
+                                             std::vector<std::shared_ptr<Session>>* sessions);
+  // "server at its connection cap (N, --max_connections)" and why no slot is given.
+  std::string cap_reason() const;
   // Every sweep interval: sessions past a deadline act on it (session.hpp).
   void sweep();
   // The registered sessions still alive, oldest first.

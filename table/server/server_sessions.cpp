@@ -1,5 +1,6 @@
 // Server::Impl's view of its sessions: the registry, the deadline sweep, evictions of
-// unauthenticated connections, and the refusal of connections over the cap.
+// unauthenticated connections, the connection cap's fair share (connection_share.hpp) and the
+// refusal of connections over the cap.
 #include <sys/socket.h>
 
 #include "common/logging.hpp"
@@ -86,8 +87,85 @@ bool Server::Impl::evict_oldest_unauthenticated() {
   }
   if (!victim) return false;
   evicted.fetch_add(1, std::memory_order_relaxed);
-  victim->evict();
+  const std::string slots = std::to_string(max_unauthenticated_);
+  victim->evict(Status::ResourceExhausted(
+                    "evicted: the server's " + slots +
+                    " slots for connections that have not authenticated are full "
+                    "(--max_unauthenticated); a client authenticates right after connecting"),
+                "unauthenticated connection: " + slots +
+                    " such connections open (--max_unauthenticated), a new one came");
   return true;
+}
+
+Server::Impl::Clock::duration Server::Impl::long_idle() const {
+  const double idle = options_.idle_timeout_s > 0 ? options_.idle_timeout_s / 4 : 75.0;
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(idle, 8.64e6)));
+}
+
+std::string Server::Impl::cap_reason() const {
+  return "server at its connection cap (" + std::to_string(max_connections_) +
+         ", --max_connections): every connection is in a call, or held by a client (and an "
+         "address) holding no more than its share";
+}
+
+std::vector<HeldConnection> Server::Impl::share_snapshot(
+    const Session* except, std::vector<std::shared_ptr<Session>>* sessions) {
+  std::vector<HeldConnection> held;
+  for (auto& session : live_sessions()) {
+    HeldConnection h;
+    if (session.get() == except || !session->holding(&h)) continue;
+    held.push_back(h);
+    sessions->push_back(std::move(session));
+  }
+  return held;
+}
+
+bool Server::Impl::may_wait_over_cap(const std::string& address) {
+  std::vector<std::shared_ptr<Session>> sessions;
+  const auto held = share_snapshot(nullptr, &sessions);
+  if (!fair_share_victim(held, Newcomer{address, false, 0}, Clock::now(), long_idle()).found()) {
+    return false;
+  }
+  if (over_cap.load() < kMaxWaitingOverCap) return true;
+  for (auto& session : live_sessions()) {  // oldest first
+    if (!session->claim_waiting()) continue;
+    evicted.fetch_add(1, std::memory_order_relaxed);
+    session->evict(
+        Status::ResourceExhausted(
+            "evicted: " + std::to_string(kMaxWaitingOverCap) +
+            " connections already waited beyond the server's connection cap (" +
+            std::to_string(max_connections_) + ", --max_connections) for a slot; a new one came"),
+        "connection waiting beyond the connection cap: a new one came");
+    return true;
+  }
+  return false;
+}
+
+Status Server::Impl::admit_waiting(const Session& session, const Newcomer& newcomer) {
+  if (admitted() < max_connections_) return Status::OK();  // a slot came free meanwhile
+  if (!options_.auth_token.empty() && evict_oldest_unauthenticated()) return Status::OK();
+  std::vector<std::shared_ptr<Session>> sessions;
+  auto held = share_snapshot(&session, &sessions);
+  const auto now = Clock::now();
+  for (;;) {
+    const ShareVictim victim = fair_share_victim(held, newcomer, now, long_idle());
+    if (!victim.found()) return Status::ResourceExhausted(cap_reason());
+    if (!sessions[victim.index]->claim_idle(held[victim.index].idle_since)) {
+      held[victim.index].idle = false;  // a call began on it meanwhile: never taken then
+      continue;
+    }
+    fair_share_evicted.fetch_add(1, std::memory_order_relaxed);
+    const std::string taker =
+        "client " + std::to_string(newcomer.client_id) + " from " + std::string(newcomer.address);
+    sessions[victim.index]->evict(
+        Status::ResourceExhausted("evicted: the server is at its connection cap (" +
+                                  std::to_string(max_connections_) + ", --max_connections) and " +
+                                  victim.why + " to " + taker + "; reconnect"),
+        "idle connection at the connection cap (" + std::to_string(max_connections_) +
+            ", --max_connections) for " + taker + ": " + victim.why);
+    return Status::OK();
+  }
 }
 
 void Server::Impl::refuse_connection(tcp::socket& socket) {
@@ -96,8 +174,7 @@ void Server::Impl::refuse_connection(tcp::socket& socket) {
   auto remote = socket.remote_endpoint(ec);
   const std::string peer =
       ec ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
-  const std::string why =
-      "server at its connection cap (" + std::to_string(max_connections_) + ", --max_connections)";
+  const std::string why = cap_reason();
   warn(connection_log, "gpubox_server: refusing connection from " + peer + ": " + why);
   send_notice_now(socket.native_handle(), notice_frame(Status::ResourceExhausted(why)));
   socket.close(ec);

@@ -42,17 +42,26 @@ std::string loggable(const std::string& text) {
 
 }  // namespace
 
-Session::Session(Server::Impl* server, tcp::socket socket, uint64_t serial)
-    : server_(server), socket_(std::move(socket)), fd_(socket_.native_handle()), serial_(serial) {
+Session::Session(Server::Impl* server, tcp::socket socket, uint64_t serial, bool over_cap)
+    : server_(server),
+      socket_(std::move(socket)),
+      fd_(socket_.native_handle()),
+      serial_(serial),
+      over_cap_(over_cap) {
   boost::system::error_code ec;
   auto remote = socket_.remote_endpoint(ec);
   peer_address_ = ec ? std::string("?") : remote.address().to_string();
   peer_ = ec ? peer_address_ : peer_address_ + ":" + std::to_string(remote.port());
   authenticated_ = server_->options().auth_token.empty();
-  if (!authenticated_) {
+  in_share_.store(!over_cap_);
+  waiting_.store(over_cap_);
+  if (over_cap_) server_->over_cap.fetch_add(1, std::memory_order_relaxed);
+  if (!authenticated_ && !over_cap_) {
     counted_unauthenticated_ = true;
     server_->unauthenticated.fetch_add(1, std::memory_order_relaxed);
     evictable_.store(true);
+  }
+  if (!authenticated_ || over_cap_) {  // waiting beyond the cap: bound as soon (--auth_timeout_s)
     const auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                            std::min(server_->options().auth_timeout_s, 8.64e6)));
@@ -68,6 +77,7 @@ Session::~Session() {
   if (!closed_) {
     server_->budget().give_back(request_held_ + reply_held_);
     leave_unauthenticated();
+    leave_cap();
     if (sent_dense_) server_->connection_closed(serial_);
     server_->unregister_session(serial_);
     server_->session_closed();
@@ -99,7 +109,10 @@ void Session::on_header_bytes(const boost::system::error_code& ec, std::size_t n
     }
     return close();
   }
-  if (header_got_ == 0) frame_started();  // a frame's deadline runs from its first byte
+  if (header_got_ == 0) {
+    if (!leave_idle()) return;  // claimed to give its slot at the cap: the eviction closes it
+    frame_started();            // a frame's deadline runs from its first byte
+  }
   header_got_ += n;
   frame_progress(header_got_);
   if (header_got_ < kHeaderBytes) return read_header();
@@ -116,8 +129,9 @@ void Session::on_header() {
   header_ = *header;
   if (client_bound_ && header_.client_id != bound_client_id_) return refuse_foreign_client();
   if (!client_bound_ && authenticated_) {  // no token: the first frame names the client
-    client_bound_ = true;
+    if (over_cap_ && !take_slot(header_.client_id)) return;
     bound_client_id_ = header_.client_id;
+    client_bound_ = true;
   }
   if (!authenticated_) {
     // Refused from the header alone: nothing of an unauthenticated frame is buffered but AUTH.
@@ -352,7 +366,7 @@ void Session::refuse_foreign_client() {
   reject_and_close(Status::PermissionDenied(
       std::string(op_name(header_.op)) + " request " + std::to_string(header_.request_id) +
       " from " + peer_ + " carries client id " + std::to_string(header_.client_id) +
-      ", but this connection is bound to client id " + std::to_string(bound_client_id_) +
+      ", but this connection is bound to client id " + std::to_string(bound_client_id_.load()) +
       (token ? " (proved by its AUTH)" : " (its first frame's)") +
       ": a connection speaks for one client; refused, and the connection closed"));
 }

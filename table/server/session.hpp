@@ -31,7 +31,8 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Session(Server::Impl* server, tcp::socket socket, uint64_t serial);
+  // over_cap: accepted beyond --max_connections to wait for a fair share's slot (server.cpp).
+  Session(Server::Impl* server, tcp::socket socket, uint64_t serial, bool over_cap = false);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -52,8 +53,18 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_overdue();
   // Claims this session for eviction: true once, and only while it has not authenticated.
   bool claim_for_eviction() { return evictable_.exchange(false); }
-  // Closes a session claimed by claim_for_eviction(), with a notice saying why.
-  void evict();
+  // Claims a session waiting beyond the cap for eviction: true once, only before it bound.
+  bool claim_waiting() { return waiting_.exchange(false); }
+  // This connection as the cap's fair share sees it (connection_share.hpp); false when it does
+  // not count: closed, waiting beyond the cap, or not authenticated on a token server (those give
+  // their slots by claim_for_eviction).
+  bool holding(HeldConnection* out) const;
+  // Claims this connection, idle since `since` (as holding() saw it), to give its slot: true
+  // once, and only while no frame began on it since (a call in progress is never taken).
+  bool claim_idle(Clock::time_point since);
+  // Closes a session claimed by claim_for_eviction(), claim_waiting() or claim_idle(), with a
+  // notice saying `why`, logged naming the peer and `what` was evicted.
+  void evict(const Status& why, const std::string& what);
 
  private:
   enum class State { kHeader, kPayload, kDraining, kBarrier, kWriting, kLingering, kClosed };
@@ -116,6 +127,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // Why a connection is closed for `kind`, for the log and the client's notice.
   std::string overdue_reason(Overdue kind, Clock::time_point now) const;
   void leave_unauthenticated();
+  // ---- the connection cap (session_guard.cpp) ----
+  // A session waiting beyond the cap, bound now to `client_id`: true when it took a slot
+  // (Server::Impl::admit_waiting); false when it was claimed for eviction meanwhile (closing) or
+  // refused (closed after a notice saying why).
+  bool take_slot(uint64_t client_id);
+  // Not idle any more (a frame began): false when claim_idle() took it first (being evicted).
+  bool leave_idle();
+  // No longer counted by the cap: closing.
+  void leave_cap();
 
   Server::Impl* server_;
   tcp::socket socket_;
@@ -129,11 +149,19 @@ class Session : public std::enable_shared_from_this<Session> {
   // The client id this connection speaks for: the one its AUTH proof proved (token server), or
   // its first frame's (no token). Every later frame must carry it (the retry cache, held DENSE
   // writes and their caps are keyed by it).
-  bool client_bound_ = false;
-  uint64_t bound_client_id_ = 0;
+  // Atomics: the cap's fair share reads them from other threads (holding()).
+  std::atomic<bool> client_bound_{false};
+  std::atomic<uint64_t> bound_client_id_{0};
   bool sent_dense_ = false;  // a DENSE request came: its close is told to the held writes
   bool counted_unauthenticated_ = false;
   std::atomic<bool> evictable_{false};
+  bool over_cap_ = false;             // counted in Server::Impl::over_cap (waiting for a slot)
+  std::atomic<bool> waiting_{false};  // over the cap and not bound yet: claim_waiting() may take it
+  std::atomic<bool> in_share_{false};  // holds a slot under the cap: holding() counts it
+  // Since when it waits for a frame between calls (steady-clock ns): 0 while a frame or reply is
+  // under way, kClaimedIdle once claim_idle() took it.
+  static constexpr int64_t kClaimedIdle = -1;
+  std::atomic<int64_t> idle_since_ns_{0};
   // Deadlines, read by the sweep (steady-clock nanoseconds; 0: none).
   std::atomic<int64_t> auth_deadline_ns_{0};
   std::atomic<int64_t> deadline_ns_{0};

@@ -66,11 +66,12 @@ void Session::on_proof_checked() {
   const AuthProof expected = auth_proof(server_->options().auth_token, nonce_, header_.client_id);
   if (proofs_equal(proof_, expected)) {
     server_->auth_backoff().succeeded(peer_address_);
-    // Claimed for eviction meanwhile: the eviction, posted to this strand, closes it.
-    if (!evictable_.exchange(false)) return;
+    // Claimed for eviction meanwhile: the eviction, posted to this strand, closes it. Waiting
+    // beyond the cap: a slot is taken now, for the client proved.
+    if (over_cap_ ? !take_slot(header_.client_id) : !evictable_.exchange(false)) return;
     authenticated_ = true;
-    client_bound_ = true;  // the id the proof proved; every later frame must carry it
     bound_client_id_ = header_.client_id;
+    client_bound_ = true;  // the id the proof proved; every later frame must carry it
     auth_deadline_ns_.store(0, std::memory_order_relaxed);
     leave_unauthenticated();
     return send(make_reply(header_, Status::Code::kOk, {}));
@@ -92,19 +93,74 @@ void Session::leave_unauthenticated() {
   server_->unauthenticated.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Session::evict() {
+void Session::evict(const Status& why, const std::string& what) {
   auto self = shared_from_this();
-  asio::post(socket_.get_executor(), [self] {
+  asio::post(socket_.get_executor(), [self, why, what] {
     if (self->closed_) return;
-    Server::Impl::warn(self->server_->connection_log,
-                       "gpubox_server: evicted unauthenticated connection from " + self->peer_ +
-                           ": " + std::to_string(self->server_->max_unauthenticated()) +
-                           " such connections open (--max_unauthenticated), a new one came");
-    self->notice_and_close(Status::ResourceExhausted(
-        "evicted: the server's " + std::to_string(self->server_->max_unauthenticated()) +
-        " slots for connections that have not authenticated are full (--max_unauthenticated); "
-        "a client authenticates right after connecting"));
+    const std::string client = self->client_bound_
+                                   ? " (client " + std::to_string(self->bound_client_id_) + ")"
+                                   : std::string();
+    Server::Impl::warn(self->server_->connection_log, "gpubox_server: evicted connection from " +
+                                                          self->peer_ + client + ": " + what);
+    self->notice_and_close(why);
   });
+}
+
+// ---- the connection cap -----------------------------------------------------------------------
+
+bool Session::take_slot(uint64_t client_id) {
+  if (!over_cap_) return true;
+  if (!waiting_.exchange(false)) return false;  // claimed: the eviction, posted here, closes it
+  const Status admitted = server_->admit_waiting(*this, Newcomer{peer_address_, true, client_id});
+  if (!admitted.ok()) {
+    server_->refused_connections.fetch_add(1, std::memory_order_relaxed);
+    Server::Impl::warn(server_->connection_log, "gpubox_server: refusing connection from " + peer_ +
+                                                    " (client " + std::to_string(client_id) +
+                                                    "): " + admitted.message());
+    // A notice, not an error reply: the client reads it as a lost connection and retries.
+    send_notice_now(fd_, notice_frame(admitted));
+    linger_then_close(0);
+    return false;
+  }
+  leave_cap();
+  in_share_.store(true);
+  auth_deadline_ns_.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+void Session::leave_cap() {
+  in_share_.store(false);
+  waiting_.store(false);
+  if (!over_cap_) return;
+  over_cap_ = false;
+  server_->over_cap.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool Session::holding(HeldConnection* out) const {
+  if (!in_share_.load()) return false;
+  const bool bound = client_bound_.load();
+  if (!bound && !server_->options().auth_token.empty()) return false;
+  out->address = peer_address_;
+  out->bound = bound;
+  out->client_id = bound_client_id_.load();
+  const int64_t idle = idle_since_ns_.load();
+  out->idle = idle > 0;
+  out->idle_since = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::nanoseconds(std::max<int64_t>(idle, 0))));
+  return true;
+}
+
+bool Session::claim_idle(Clock::time_point since) {
+  int64_t expected = ns_of(since);
+  return expected > 0 && idle_since_ns_.compare_exchange_strong(expected, kClaimedIdle);
+}
+
+bool Session::leave_idle() {
+  int64_t idle = idle_since_ns_.load();
+  while (idle != kClaimedIdle) {
+    if (idle_since_ns_.compare_exchange_weak(idle, 0)) return true;
+  }
+  return false;
 }
 
 // ---- BARRIER ----------------------------------------------------------------------------------
@@ -173,6 +229,8 @@ void Session::watch(Watch kind, Clock::time_point deadline) {
 }
 
 void Session::watch_idle() {
+  int64_t busy = 0;  // never over a claim (claim_idle)
+  idle_since_ns_.compare_exchange_strong(busy, ns_of(Clock::now()));
   const double idle = server_->options().idle_timeout_s;
   if (idle > 0) return watch(Watch::kIdle, Clock::now() + seconds(idle));
   watch(Watch::kNone, {});
@@ -221,6 +279,10 @@ std::string Session::overdue_reason(Overdue kind, Clock::time_point now) const {
   const double rate_kb = server_->min_transfer_bytes_per_s() / 1024;
   switch (kind) {
     case Overdue::kAuth:
+      if (o.auth_token.empty()) {  // waiting beyond the connection cap for its first frame
+        return "no frame within " + seconds_text(o.auth_timeout_s) +
+               " s of connecting beyond the connection cap (--auth_timeout_s)";
+      }
       return "not authenticated within " + seconds_text(o.auth_timeout_s) +
              " s of connecting (--auth_timeout_s)";
     case Overdue::kFrame: {
@@ -328,6 +390,7 @@ void Session::close() {
   server_->budget().give_back(request_held_ + reply_held_);
   request_held_ = reply_held_ = 0;
   leave_unauthenticated();
+  leave_cap();
   if (sent_dense_) server_->connection_closed(serial_);
   server_->unregister_session(serial_);
   server_->session_closed();

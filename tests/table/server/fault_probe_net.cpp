@@ -236,8 +236,12 @@ Verdict auth_replay(const Endpoint& ep, const Args& a) {
 }
 
 // 30.10: at the connection cap a client reads "server at its connection cap (N)", not a reset.
+// The cap is held by connections in a call (a PUSH frame begun), which never give their slots
+// (idle ones of a client holding more than its share would: connection_share.hpp).
 Verdict cap_message(const Endpoint& ep, const Args&) {
   auto held_open = open_connections(ep, 400);
+  const auto head = header_bytes(Op::kPush, 1000);
+  for (auto& c : held_open) (void)c.send_all(head.data(), head.size(), in_seconds(2));
   std::this_thread::sleep_for(milliseconds(300));
   auto client = RemoteHostTier::connect(client_options(ep, ""));
   if (client.ok()) return failed("a client connected although 400 connections were open");

@@ -229,10 +229,12 @@ TEST(Slots, AConnectionOverTheCapReadsTheCap) {
   so.max_connections = 2;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
+  // Two clients of one connection each, just used: neither holds more than the new client's share
+  // (connection_share.hpp), so the cap is read.
   std::vector<Connection> held;
-  for (int i = 0; i < 2; ++i) {
+  for (uint64_t id = 1; id <= 2; ++id) {
     held.push_back(raw_connection(server->port()));
-    ASSERT_TRUE(raw_call(held.back(), Op::kStats, {}).ok());
+    ASSERT_TRUE(raw_call(held.back(), Op::kStats, {}, 1, id).ok());
   }
   auto options = client_options(server->endpoint());
   options.deadline_s = 0.5;

@@ -36,15 +36,19 @@ TEST(Hardening, ConnectionsOverTheCapAreClosedAtOnce) {
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   EXPECT_EQ(server->max_connections(), 3u);
+  // Three clients of one connection each, just used: none holds more than a new client's share
+  // (server_cap_share_test.cpp: what a client holding more gives).
   std::vector<Connection> held;
-  for (int i = 0; i < 3; ++i) held.push_back(raw_connection(server->port()));
+  for (uint64_t id = 1; id <= 3; ++id) held.push_back(connect_as(*server, false, id));
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 3; }));
   for (int i = 0; i < 2; ++i) {
     Connection extra = raw_connection(server->port());
     EXPECT_TRUE(closed_by_peer(extra.fd(), 2.0)) << "connection over the cap " << i;
   }
   EXPECT_EQ(server->counters().refused_connections, 2u);
-  for (auto& c : held) EXPECT_TRUE(raw_call(c, Op::kStats, {}).ok());  // still served
+  for (uint64_t id = 1; id <= 3; ++id) {
+    EXPECT_TRUE(raw_call(held[id - 1], Op::kStats, {}, 2, id).ok());  // still served
+  }
   held.pop_back();
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 2; }));
   Connection next = raw_connection(server->port());

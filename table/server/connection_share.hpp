@@ -1,0 +1,64 @@
+// Fair shares of gpubox_server's connection cap: which open connection gives its slot to a new
+// one when the server is at --max_connections (the same rule as the held ranged DENSE writes'
+// fair share, ps_store.hpp). A pure function over a snapshot of the connections, so that its
+// rule is tested apart from the sockets (connection_share_test.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpubox::table::server {
+
+// Connections beyond --max_connections that may wait, each at most --auth_timeout_s, to
+// authenticate (or, without a token, send their first frame) and then take a slot by
+// fair_share_victim; a new one beyond takes the slot of the oldest waiting. Within the
+// descriptors a server keeps free of connections (kReservedFds, connection_limits.hpp).
+inline constexpr std::size_t kMaxWaitingOverCap = 16;
+
+// One open connection as the cap's fair share sees it.
+struct HeldConnection {
+  std::string_view address;  // the peer's address, without the port
+  // The client id it is bound to (its AUTH's, or its first frame's without a token); connections
+  // not bound yet count as one holder per address ("unbound connections of ADDRESS").
+  bool bound = false;
+  uint64_t client_id = 0;
+  // Between calls (no frame started, no reply being written, no BARRIER wait): the only
+  // connections that may give their slot. idle_since: since when.
+  bool idle = false;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
+// Who asks for a slot: its address, and its client id once bound (unbound: a client holding
+// nothing yet, as at accept time).
+struct Newcomer {
+  std::string_view address;
+  bool bound = false;
+  uint64_t client_id = 0;
+};
+
+struct ShareVictim {
+  std::size_t index = SIZE_MAX;  // into the snapshot; SIZE_MAX: none
+  std::string why;               // names the holder, what it holds and what the newcomer holds
+  bool found() const { return index != SIZE_MAX; }
+};
+
+// The connection of `held` that gives its slot to `newcomer` (the snapshot excludes it), or none.
+// First by address: of the other addresses, the one holding the most connections, when it holds
+// at least two more than the newcomer's address (or one more and its longest idle connection has
+// been idle `long_idle` at least); within it, the holder (client id) holding the most there.
+// Else by client: of the other holders, the one holding the most, on the same condition against
+// the newcomer's client. Within the holder chosen, its connection idle longest. A connection in a
+// call is never chosen (a stalled one is closed at its own deadline); a holder with none idle is
+// passed over for the next. So a process holding connections open under many client ids cannot
+// keep a trainer out, a holder gives way to one holding a single connection fewer only when its
+// connection has been idle `long_idle` (otherwise it never ends up holding fewer than the
+// newcomer: no ping-pong between equals).
+ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const Newcomer& newcomer,
+                              std::chrono::steady_clock::time_point now,
+                              std::chrono::steady_clock::duration long_idle);
+
+}  // namespace gpubox::table::server

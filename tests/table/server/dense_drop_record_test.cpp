@@ -1,0 +1,126 @@
+// The record of dropped ranged DENSE writes (ps_store.hpp: a dropped write's later ranges are
+// refused, naming why): bounded, and fair. A process spread over many client ids, of one address
+// or of the trainer's own, cannot push a trainer's record out while it holds more records than
+// the trainer: what is forgotten is the oldest of the client holding the most at the address
+// holding the most. (Ids of one record each at the trainer's own address tie with it, and the
+// oldest of them goes first: nothing tells such ids from a trainer's.) Driven on PsStore itself,
+// with its clock given, so thousands of drops take milliseconds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "table/server/ps_store.hpp"
+
+namespace gpubox::table::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kMaxIdle = std::chrono::seconds(1);
+
+class DropRecord : public ::testing::Test {
+ protected:
+  // The first range (4 of 8 values) of write `write` of table "dense" from `client` at `address`.
+  Status first_range(uint64_t client, const std::string& address, uint64_t write) {
+    return range(client, address, write, 0);
+  }
+  Status range(uint64_t client, const std::string& address, uint64_t write, uint32_t offset) {
+    DenseRequest request;
+    request.action = DenseAction::kWrite;
+    request.name = "dense";
+    request.total = 8;
+    request.offset = offset;
+    request.count = 4;
+    request.write_id = write;
+    request.has_values = true;
+    request.values = {1.0f, 2.0f, 3.0f, 4.0f};
+    std::vector<uint8_t> reply;
+    return store_.dense(DenseCaller{client, ++connection_, address}, request, &reply, now_);
+  }
+  // Every held write received no range for the idle limit: the sweep drops them (recorded).
+  std::size_t expire() {
+    now_ += kMaxIdle + std::chrono::milliseconds(1);
+    return store_.expire_held_writes(now_);
+  }
+  // `clients` clients from first_client on at `address` each get `each` writes dropped (expired,
+  // a batch of clients at a time under the server's held-write limit of an address; a batch's
+  // writes one after the other).
+  void drop_writes(uint64_t first_client, std::size_t clients, std::size_t each,
+                   const std::string& address) {
+    constexpr std::size_t kBatch = kMaxHeldDenseWritesPerAddress;
+    for (std::size_t begun = 0; begun < clients; begun += kBatch) {
+      const std::size_t end = std::min(clients, begun + kBatch);
+      for (uint64_t write = 1; write <= each; ++write) {
+        for (std::size_t c = begun; c < end; ++c) {
+          ASSERT_TRUE(first_range(first_client + c, address, write).ok()) << c;
+        }
+        ASSERT_EQ(expire(), end - begun);
+      }
+    }
+  }
+  // Whether a later range of `client`'s write `write` is refused as dropped (the record holds).
+  bool remembered(uint64_t client, const std::string& address, uint64_t write) {
+    const Status st = range(client, address, write, 4);
+    if (st.ok()) return false;  // forgotten: it began a new held write
+    EXPECT_EQ(st.code(), Status::Code::kNotFound) << st.to_string();
+    EXPECT_NE(st.message().find("write " + std::to_string(write) + " was dropped: no range of it"),
+              std::string::npos)
+        << st.to_string();
+    return true;
+  }
+
+  PsStore store_{DenseLimits{std::size_t{1} << 30, kMaxIdle, 1.0}};
+  Clock::time_point now_ = Clock::now();
+  uint64_t connection_ = 0;
+};
+
+TEST_F(DropRecord, AClientSpreadOverManyIdsOfAnotherAddressCannotPushATrainersRecordOut) {
+  ASSERT_TRUE(first_range(1, "10.0.0.1", 7).ok());
+  ASSERT_EQ(expire(), 1u);
+  // Three times the record's size, one drop per client id.
+  constexpr std::size_t kIds = 3 * PsStore::kMaxDroppedRecords;
+  drop_writes(1000, kIds, 1, "10.0.0.2");
+  EXPECT_TRUE(remembered(1, "10.0.0.1", 7));
+  // The record stays bounded: the spreading address's oldest records went, its newest stay.
+  EXPECT_TRUE(remembered(1000 + kIds - 1, "10.0.0.2", 1));
+  EXPECT_TRUE(remembered(1000 + kIds - (PsStore::kMaxDroppedRecords - 1), "10.0.0.2", 1));
+  EXPECT_FALSE(remembered(1000 + kIds - PsStore::kMaxDroppedRecords, "10.0.0.2", 1));
+  EXPECT_FALSE(remembered(1000, "10.0.0.2", 1));
+}
+
+TEST_F(DropRecord, SpreadOverAFewAddressesOrHoldingMoreAtTheTrainersOwnItGivesFirst) {
+  ASSERT_TRUE(first_range(1, "10.0.0.1", 7).ok());
+  ASSERT_TRUE(first_range(2, "10.0.0.9", 3).ok());
+  ASSERT_EQ(expire(), 2u);
+  // Four addresses of a thousand records each (one an id), and at the trainer's own address
+  // eight ids dropping forty writes each (sixteen remembered each).
+  for (int a = 0; a < 4; ++a) {
+    drop_writes(10000 * (a + 1), PsStore::kMaxDroppedRecords, 1, "10.0.1." + std::to_string(a));
+  }
+  drop_writes(90000, 8, 40, "10.0.0.1");
+  drop_writes(50000, PsStore::kMaxDroppedRecords, 1, "10.0.1.9");
+  EXPECT_TRUE(remembered(1, "10.0.0.1", 7));
+  EXPECT_TRUE(remembered(2, "10.0.0.9", 3));
+}
+
+TEST_F(DropRecord, OneClientKeepsItsOwnNewestSixteen) {
+  ASSERT_TRUE(first_range(1, "10.0.0.1", 1000).ok());
+  ASSERT_EQ(expire(), 1u);
+  const std::size_t kOwn = PsStore::kMaxDroppedPerClient + 5;
+  for (uint64_t write = 1; write <= kOwn; ++write) {
+    ASSERT_TRUE(first_range(2, "10.0.0.1", write).ok());
+    ASSERT_EQ(expire(), 1u);
+  }
+  EXPECT_TRUE(remembered(1, "10.0.0.1", 1000));  // another client's record: never its to push
+  // Newest first: a forgotten write's range begins a held write, which could drop another.
+  for (uint64_t write = kOwn; write >= 1; --write) {
+    EXPECT_EQ(remembered(2, "10.0.0.1", write), write > kOwn - PsStore::kMaxDroppedPerClient)
+        << write;
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::table::server
