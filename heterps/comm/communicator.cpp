@@ -172,6 +172,11 @@ void Communicator::synchronize(const device::Stream& stream, const char* what) {
   in_step_context([&] { do_synchronize(stream, what); });
 }
 
+void Communicator::wait_for(const device::Event& event, const char* what) {
+  device::detail::refuse_while_capturing("Communicator::wait_for (a host wait)");
+  in_step_context([&] { do_wait_for(event, what); });
+}
+
 // ---- groups --------------------------------------------------------------------------------
 
 std::unique_ptr<CommGroup> make_in_process_group(int ranks, std::chrono::milliseconds timeout) {

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -114,6 +115,10 @@ class Communicator {
   // error; the message names this rank, the step context, `what` the wait was for and the last
   // collective enqueued. Counts one host synchronization.
   void synchronize(const device::Stream& stream, const char* what);
+  // The same bounded wait for the work before `event`'s last record only (a late readback's
+  // slot, device/late_readback.hpp: the host reads a step's results while later steps run).
+  // Counts one host synchronization (the event's own, Event::synchronize, once it has passed).
+  void wait_for(const device::Event& event, const char* what);
 
   // Bytes this rank has sent to ranks of other processes so far (0 for a group within one
   // process; the Gloo group's count: gloo_communicator.hpp). For reports, not for control.
@@ -162,6 +167,7 @@ class Communicator {
   virtual void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                                   const device::Stream& stream) = 0;
   virtual void do_synchronize(const device::Stream& stream, const char* what) = 0;
+  virtual void do_wait_for(const device::Event& event, const char* what) = 0;
 
   // The last collective this rank enqueued ("none" before the first), for wait messages.
   const char* last_collective() const { return last_collective_; }
@@ -198,6 +204,21 @@ class CommGroup {
 // `timeout` aborts the group. Host-addressable buffers only (card memory on the cpu backend).
 std::unique_ptr<CommGroup> make_in_process_group(
     int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+// A late readback's wait for a slot (device::LateReadback::SlotWait) through `comm`'s bounded
+// wait (Communicator::wait_for), naming the slot's step: "<noun> of pass P, step S" from the
+// tag's pass and step (just `noun` when the tag's pass is < 0). `comm` must outlive the wait.
+template <class Tag>
+std::function<void(const device::Event&, const Tag&)> bounded_slot_wait(Communicator& comm,
+                                                                        const char* noun) {
+  return [&comm, noun](const device::Event& event, const Tag& tag) {
+    const std::string what = tag.pass < 0
+                                 ? std::string(noun)
+                                 : std::string(noun) + " of pass " + std::to_string(tag.pass) +
+                                       ", step " + std::to_string(tag.step);
+    comm.wait_for(event, what.c_str());
+  };
+}
 
 // The group for a CardSet. One trainer: in-process on the cpu backend, NCCL on the cuda
 // backend. Cards over several trainers (cards.total_cards() > local cards) meet through `store`

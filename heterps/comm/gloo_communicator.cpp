@@ -388,6 +388,15 @@ void GlooCommunicator::do_exchange_counts(const std::size_t* send_counts, std::s
 
 void GlooCommunicator::do_synchronize(const device::Stream& stream, const char* what) {
   device::detail::synchronize_uncounted(stream);
+  throw_if_aborted(what);
+}
+
+void GlooCommunicator::do_wait_for(const device::Event& event, const char* what) {
+  event.synchronize();
+  throw_if_aborted(what);
+}
+
+void GlooCommunicator::throw_if_aborted(const char* what) const {
   if (group_->aborted()) {
     GPUBOX_FAIL("communicator aborted (rank ", rank(), " waiting for ", what, " after ",
                 last_collective(), "): ", group_->reason());

@@ -77,8 +77,11 @@ class GlooCommunicator final : public Communicator {
   void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                           const device::Stream& stream) override;
   void do_synchronize(const device::Stream& stream, const char* what) override;
+  void do_wait_for(const device::Event& event, const char* what) override;
 
  private:
+  // After a wait for `what`: throws the group's abort (a peer failed) as an error.
+  void throw_if_aborted(const char* what) const;
   // Throws the abort error when the group was aborted, then synchronizes `stream` (its earlier
   // work feeds the collective), runs `op` (one Gloo collective) and turns a Gloo failure into
   // an abort of the group and a gpubox::Error naming this rank and `collective`.

@@ -299,6 +299,15 @@ void InProcessCommunicator::do_exchange_counts(const std::size_t* send_counts,
 
 void InProcessCommunicator::do_synchronize(const device::Stream& stream, const char* what) {
   device::detail::synchronize_uncounted(stream);
+  throw_if_aborted(what);
+}
+
+void InProcessCommunicator::do_wait_for(const device::Event& event, const char* what) {
+  event.synchronize();
+  throw_if_aborted(what);
+}
+
+void InProcessCommunicator::throw_if_aborted(const char* what) const {
   if (group_->aborted()) {
     throw Error(::gpubox::detail::concat("communicator aborted (rank ", rank_, " waiting for ",
                                          what, " after ", last_collective(),

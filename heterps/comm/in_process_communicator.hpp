@@ -71,8 +71,11 @@ class InProcessCommunicator final : public Communicator {
   // The collectives have completed when they return: waits for the stream and reports an abort
   // of the group (a peer failed) as an error, as the NCCL group's wait does.
   void do_synchronize(const device::Stream& stream, const char* what) override;
+  void do_wait_for(const device::Event& event, const char* what) override;
 
  private:
+  // After a wait for `what`: throws the group's abort (a peer failed) as an error.
+  void throw_if_aborted(const char* what) const;
   // Bad arguments found before the first rendezvous: abort the group (peers wake at once) and
   // throw here.
   [[noreturn]] void fail_argument(const char* collective, const std::string& message);

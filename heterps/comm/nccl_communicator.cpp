@@ -301,14 +301,15 @@ void NcclCommunicator::enqueue(const char* collective, Call&& call) {
   if (!failure.empty()) fail(failure);
 }
 
-void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* what) {
+template <class Ready>
+void NcclCommunicator::poll_until(const char* what, const Ready& ready) {
   const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
   Backoff backoff;
   for (unsigned i = 0;; ++i) {
     if (group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
     bool done = false;
     try {
-      done = stream.ready();  // cudaStreamQuery: no NCCL call, no lock
+      done = ready();  // cudaStreamQuery or cudaEventQuery: no NCCL call, no lock
     } catch (const Error&) {
       if (group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
       throw;
@@ -334,6 +335,15 @@ void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* 
     }
     backoff.pause();
   }
+}
+
+void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* what) {
+  poll_until(what, [&stream] { return stream.ready(); });
+}
+
+void NcclCommunicator::do_wait_for(const device::Event& event, const char* what) {
+  poll_until(what, [&event] { return event.ready(); });
+  event.synchronize();  // passed: returns at once, counting the host wait
 }
 
 void NcclCommunicator::do_all_reduce_sum(const void* send, void* recv, std::size_t count,

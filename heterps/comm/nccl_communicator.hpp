@@ -61,8 +61,13 @@ class NcclCommunicator final : public Communicator {
   void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                           const device::Stream& stream) override;
   void do_synchronize(const device::Stream& stream, const char* what) override;
+  void do_wait_for(const device::Event& event, const char* what) override;
 
  private:
+  // The bounded wait for `what`: polls ready() (cudaStreamQuery / cudaEventQuery) and the
+  // communicator's asynchronous error until it is done, the group aborts or its timeout passes.
+  template <class Ready>
+  void poll_until(const char* what, const Ready& ready);
   // Runs `call` (one NCCL enqueue, or a ncclGroupStart..End block, returning its result) under
   // the group's shared lock; waits out ncclInProgress; on an error aborts the group and throws.
   template <class Call>

@@ -25,18 +25,23 @@
 // A slot is retired (check(const Tag&, const T* values) sees its values) when it is needed
 // again, `depth` steps later, or by drain(), oldest first. By then its copies have normally
 // completed (Event::ready: no wait); retiring waits only when the host has run `depth` steps
-// ahead of the card, the bound of the pipeline, and that wait is counted (Event::synchronize)
-// as every host wait is. On the cpu backend the copies complete when enqueued: retiring never
-// waits. A check that throws leaves its slot retired and the later ones pending (discard()
-// forgets them, and the card's counter is set back to slot 0 before the next copy_on_card,
-// outside any capture: begin() does it, or resync()). Every pinned slot, event and the card
-// counter are made by the constructor: begin, copy_on_card, commit, drain allocate nothing.
+// ahead of the card, the bound of the pipeline, and that wait is counted as every host wait is.
+// The wait goes through the owner's SlotWait when it gave one: the slot's step ran collectives,
+// which a peer that never joins them would leave pending forever, so the owner's communicator
+// bounds it (comm::Communicator::wait_for: it fails naming the card, the pass and step, and what
+// it waited for); else Event::synchronize. On the cpu backend the copies complete when
+// enqueued: retiring never waits. A check that throws leaves its slot retired and the later ones
+// pending (discard() forgets them, and the card's counter is set back to slot 0 before the next
+// copy_on_card, outside any capture: begin() does it, or resync()). Every pinned slot, event and
+// the card counter are made by the constructor: begin, copy_on_card, commit, drain allocate
+// nothing.
 //
 // Thread-safety: none; the card's thread. Move-only.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -83,8 +88,14 @@ class LateReadback {
     std::size_t index = 0;  // the slot's place in the ring (for buffers kept beside it)
   };
 
-  LateReadback(Card& card, std::size_t depth, std::size_t width)
-      : width_(width),
+  // The wait for a slot whose copies have not completed (Event::ready false), given the slot's
+  // event and tag; it returns once the event has passed (counting one host wait) or throws.
+  using SlotWait = std::function<void(const Event& event, const Tag& tag)>;
+
+  // `wait` may be empty: Event::synchronize, unbounded (an owner whose steps run no collective).
+  LateReadback(Card& card, std::size_t depth, std::size_t width, SlotWait wait = {})
+      : wait_(std::move(wait)),
+        width_(width),
         host_(depth * width),
         tags_(depth),
         stream_(&card.stream()),
@@ -185,11 +196,14 @@ class LateReadback {
   }
   // Forgets every pending slot (after a failure: nothing more will be checked), once their
   // copies are done: the next begin() hands slot 0 out again, and its caller rewrites the pinned
-  // memory an earlier copy may still be reading.
+  // memory an earlier copy may still be reading. The waits are the SlotWait's (bounded): one that
+  // fails (a group aborted by the failure being handled) gives the slot up unwaited, as the
+  // failed job will not begin another.
   void discard() {
     for (std::size_t i = 0; i < pending_; ++i) {
+      const std::size_t at = (oldest_ + i) % depth();
       try {
-        events_[(oldest_ + i) % depth()].synchronize();
+        synchronize_slot(at);
       } catch (...) {  // the failure being handled is the one to report
       }
     }
@@ -214,12 +228,27 @@ class LateReadback {
   template <class Check>
   void retire_oldest(Check& check) {
     const std::size_t at = oldest_;
-    if (!events_[at].ready()) events_[at].synchronize();  // the host is `depth` steps ahead
+    wait_for_slot(at);  // waits only when the host is `depth` steps ahead
     oldest_ = (oldest_ + 1) % depth();
     --pending_;
     check(static_cast<const Tag&>(tags_[at]), static_cast<const T*>(host_.data() + at * width_));
   }
 
+  // Slot `at`'s copies have completed: at once when its event is ready, else through the
+  // SlotWait (a throw leaves the slot pending).
+  void wait_for_slot(std::size_t at) {
+    if (!events_[at].ready()) synchronize_slot(at);
+  }
+  // The wait for slot `at`'s event, counted (the SlotWait's, else Event::synchronize).
+  void synchronize_slot(std::size_t at) {
+    if (wait_) {
+      wait_(events_[at], static_cast<const Tag&>(tags_[at]));
+    } else {
+      events_[at].synchronize();
+    }
+  }
+
+  SlotWait wait_;  // empty: Event::synchronize
   std::size_t width_;
   pinned_buffer<T> host_;
   std::vector<Tag> tags_;

@@ -92,7 +92,10 @@ HeterComm::Impl::Impl(device::Card& card, card_table::CardSparseStore& store,
       host_probe_(2),
       check_words_(kCheckHead + (replicated_ ? 1 : static_cast<std::size_t>(comm.size())),
                    card.memory(), card.stream()),
-      checks_(card, kCheckDepth, check_words_.size()),
+      // A check's slot waits (only when the host runs kCheckDepth steps ahead) behind the step's
+      // collectives: bounded by the group's timeout.
+      checks_(card, kCheckDepth, check_words_.size(),
+              comm::bounded_slot_wait<StepCheck>(comm, "the sparse check")),
       card_(&card),
       padded_(card) {
   GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",

@@ -2,7 +2,8 @@
 // BatchNorm1D: the training forward (the batch's biased statistics), the inference forward (the
 // running ones), every gradient against central differences of the reference through the ReLU
 // before it, the running statistics' change, and the edge sizes (0, 1 and 2 rows; 31, 32 and 33
-// columns around the cpu form's chunk of 32).
+// columns around the cpu form's chunk of 32; 63, 64, 65, 130 and 451 rows around the staged
+// sums' 64 row chunks), each with the column sums in one pass and staged (nvcc's default).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,13 +91,14 @@ class BatchNormTest : public ::testing::Test {
 
 // Training forward, every gradient (through the ReLU: z away from its kink) and the running
 // statistics' change, for row counts 1, 2, 5, 33 and column counts around the cpu chunk, and
-// around the staged sums' 64 row chunks (64, 65, 130 rows: empty, one-row and partial chunks);
-// each with the column sums in one pass per column and staged (nvcc's default).
+// around the staged sums' 64 row chunks (63, 64, 65, 130 rows: empty, one-row and partial
+// chunks; 451 = 56 chunks of 8 rows, one of 3 and 7 empty); each with the column sums in one
+// pass per column and staged (nvcc's default).
 TEST_F(BatchNormTest, TrainingMatchesAFloat64Reference) {
   std::mt19937_64 rng(11);
   for (const bool staged : {false, true})
     for (const Shape s : {Shape{5, 3}, Shape{2, 31}, Shape{1, 4}, Shape{33, 32}, Shape{7, 33},
-                          Shape{64, 3}, Shape{65, 2}, Shape{130, 5}}) {
+                          Shape{63, 2}, Shape{64, 3}, Shape{65, 2}, Shape{130, 5}, Shape{451, 2}}) {
       SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols) +
                    (staged ? ", staged sums" : ""));
       DenseParameters params(card_);
@@ -228,34 +230,97 @@ TEST_F(BatchNormTest, ANegativeRunningVarianceCountsAsZero) {
   EXPECT_NEAR(device::to_host(y)[0], 0.25 / std::sqrt(1e-5), 1e-2);
 }
 
-// An empty batch: zero gradients in every block (the step's all-reduce sums them).
+// An empty batch: zero gradients in every block (the step's all-reduce sums them), with the
+// column sums in one pass and staged (every chunk empty).
 TEST_F(BatchNormTest, EmptyBatchWritesZeroGradients) {
-  DenseParameters params(card_);
-  BatchNorm norm(card_, params, spec(4));
-  params.finalize(1);
-  // Every gradient float 0x40404040 (about 3) first.
-  device::memset_bytes_async(params.grads().data(), 0x40, params.grads().bytes(), card_.stream());
-  norm.forward_train(card_.stream(), params, nullptr, nullptr, 0);
-  norm.backward(card_.stream(), params, nullptr, nullptr, nullptr, 0, 0.0f);
-  const std::vector<float> grads = params.grads_to_host();
-  for (const ParamBlock& b : params.blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) EXPECT_EQ(grads[b.offset + k], 0.0f) << b.name;
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "staged sums" : "one pass");
+    DenseParameters params(card_);
+    BatchNormSpec sp = spec(4);
+    sp.staged_column_sums = staged;
+    BatchNorm norm(card_, params, sp);
+    params.finalize(1);
+    // Every gradient float 0x40404040 (about 3) first.
+    device::memset_bytes_async(params.grads().data(), 0x40, params.grads().bytes(), card_.stream());
+    norm.forward_train(card_.stream(), params, nullptr, nullptr, 0);
+    norm.backward(card_.stream(), params, nullptr, nullptr, nullptr, 0, 0.0f);
+    const std::vector<float> grads = params.grads_to_host();
+    for (const ParamBlock& b : params.blocks()) {
+      for (std::size_t k = 0; k < b.count; ++k) EXPECT_EQ(grads[b.offset + k], 0.0f) << b.name;
+    }
   }
 }
 
-// bf16 rows (the MLP's activations in bf16): within bf16's rounding of the fp32 layer.
+// Columns far from zero (3e5, 6e5 and 9e5 + N(0, 1): float's spacing there is 1/32 to 1/16):
+// the batch's mean and variance, read from the running statistics' changes (momentum 0, running
+// statistics 0, share 1: the change is the batch statistic), within float's rounding of a
+// float64 reference. The staged chunks' M2 (shifted sums) and Chan's combination must not
+// cancel: sum x^2 - (sum x)^2 / n per chunk of 65 rows misses the third column's variance by
+// about 6e-4 (the first's by 4e-7).
+TEST_F(BatchNormTest, StatisticsOfColumnsFarFromZeroStayExact) {
+  const Shape s{4097, 3};
+  std::mt19937_64 rng(17);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::vector<float> x_host(s.rows * s.cols);
+  for (int j = 0; j < s.cols; ++j) {
+    for (int64_t i = 0; i < s.rows; ++i) {
+      x_host[i * s.cols + j] = static_cast<float>(3e5 * (j + 1) + noise(rng));
+    }
+  }
+  std::vector<double> mean(s.cols, 0.0), var(s.cols, 0.0);  // float64, two passes
+  for (int j = 0; j < s.cols; ++j) {
+    for (int64_t i = 0; i < s.rows; ++i) mean[j] += x_host[i * s.cols + j];
+    mean[j] /= static_cast<double>(s.rows);
+    for (int64_t i = 0; i < s.rows; ++i) {
+      const double d = x_host[i * s.cols + j] - mean[j];
+      var[j] += d * d / static_cast<double>(s.rows);
+    }
+  }
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "staged sums" : "one pass");
+    DenseParameters params(card_);
+    BatchNormSpec sp = spec(s.cols);
+    sp.staged_column_sums = staged;
+    sp.momentum = 0.0f;
+    sp.input_is_relu = false;
+    BatchNorm norm(card_, params, sp);
+    params.finalize(1);
+    std::vector<float> w = params.values_to_host();
+    const ParamBlock& rmean = params.blocks()[norm.running_mean_block()];
+    const ParamBlock& rvar = params.blocks()[norm.running_var_block()];
+    for (int j = 0; j < s.cols; ++j) w[rvar.offset + j] = 0.0f;
+    params.set_values(w);
+    const int64_t ld = sp.x_ld;
+    auto x = device::to_device(pad(x_host, s, ld), card_.memory(), card_.stream());
+    auto dy =
+        device::to_device(std::vector<float>(s.rows * ld, 0.0f), card_.memory(), card_.stream());
+    auto y = card_.make_buffer<float>(s.rows * ld);
+    auto dx = card_.make_buffer<float>(s.rows * ld);
+    norm.forward_train(card_.stream(), params, x.data(), y.data(), s.rows);
+    norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, 1.0f);
+    const std::vector<float> grads = params.grads_to_host();
+    for (int j = 0; j < s.cols; ++j) {
+      EXPECT_NEAR(grads[rmean.offset + j], mean[j], std::ldexp(std::fabs(mean[j]), -23)) << j;
+      EXPECT_NEAR(grads[rvar.offset + j], var[j], 1e-6 * var[j]) << j;
+    }
+  }
+}
+
+// bf16 rows (the MLP's activations in bf16): within bf16's rounding of the fp32 layer, with the
+// column sums in one pass and staged (130 rows: 43 chunks of 3, one of 1, 20 empty).
 TEST_F(BatchNormTest, Bf16RowsStayNearFp32) {
-  const Shape s{16, 9};
+  const Shape s{130, 9};
   std::mt19937_64 rng(3);
   const std::vector<float> x_host = testing::random_vector(s.rows * s.cols, rng, 0.0f, 2.0f);
   const std::vector<float> c = testing::random_vector(s.rows * s.cols, rng);
   struct Out {
     std::vector<float> y, dx, grads;
   };
-  const auto run = [&](ElementType type) {
+  const auto run = [&](ElementType type, bool staged) {
     DenseParameters params(card_);
     BatchNormSpec sp = spec(s.cols);
     sp.type = type;
+    sp.staged_column_sums = staged;
     BatchNorm norm(card_, params, sp);
     params.finalize(1);
     const std::size_t bytes = element_bytes(type);
@@ -293,13 +358,17 @@ TEST_F(BatchNormTest, Bf16RowsStayNearFp32) {
     norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, 1.0f);
     return Out{to_floats(y), to_floats(dx), params.grads_to_host()};
   };
-  const Out want = run(ElementType::kF32), got = run(ElementType::kBf16);
-  for (std::size_t k = 0; k < want.y.size(); ++k) {
-    EXPECT_NEAR(got.y[k], want.y[k], 0.03 + 0.01 * std::fabs(want.y[k])) << k;
-    EXPECT_NEAR(got.dx[k], want.dx[k], 0.05 + 0.02 * std::fabs(want.dx[k])) << k;
-  }
-  for (std::size_t k = 0; k < want.grads.size(); ++k) {
-    EXPECT_NEAR(got.grads[k], want.grads[k], 0.05 + 0.02 * std::fabs(want.grads[k])) << k;
+  const Out want = run(ElementType::kF32, false);
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "staged sums" : "one pass");
+    const Out got = run(ElementType::kBf16, staged);
+    for (std::size_t k = 0; k < want.y.size(); ++k) {
+      EXPECT_NEAR(got.y[k], want.y[k], 0.03 + 0.01 * std::fabs(want.y[k])) << k;
+      EXPECT_NEAR(got.dx[k], want.dx[k], 0.05 + 0.02 * std::fabs(want.dx[k])) << k;
+    }
+    for (std::size_t k = 0; k < want.grads.size(); ++k) {
+      EXPECT_NEAR(got.grads[k], want.grads[k], 0.05 + 0.02 * std::fabs(want.grads[k])) << k;
+    }
   }
 }
 

@@ -38,7 +38,7 @@ CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner:
   optimizer_ =
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
-  buffers_ = std::make_unique<Buffers>(card);
+  buffers_ = std::make_unique<Buffers>(card, comm);
   graphs_ = std::make_unique<Graphs>();
 }
 

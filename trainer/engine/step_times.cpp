@@ -56,7 +56,9 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   extra.emplace_back("copy_stream_copies_per_step", total.copy_stream_copies * per_step);
   extra.emplace_back("stream_waits_per_step", total.stream_waits * per_step);
   // Launches and collectives the host enqueued itself, outside step graphs; the graphs' work is
-  // in graph_nodes (heterps/device/step_graph.hpp).
+  // in graph_nodes (heterps/device/step_graph.hpp). Both count the same work on either backend
+  // except a batch norm's (trainer/nn/batch_norm.hpp): CUDA stages its column sums, 2 launches
+  // (or nodes) more per norm layer and step than the cpu backend's one pass counts.
   extra.emplace_back("launches_per_step", total.launches * per_step);
   extra.emplace_back("launches_outside_graph_per_step", total.launches * per_step);
   extra.emplace_back("collectives_per_step", total.collectives * per_step);

@@ -41,7 +41,8 @@ struct Coefficients {
 };
 
 // Item j: the batch's mean and (biased) variance of column j, summed in double over the rows in
-// order (two passes: the variance from the centred values), and its scale a.
+// order (two passes: the variance from the centred values), and its scale a. The staged form
+// (below) reads each chunk of rows once (moments) and combines the chunks.
 template <class T>
 struct ColumnStats {
   const T* x;
@@ -73,6 +74,26 @@ struct ColumnStats {
       squares += d * d;
     }
     return squares;
+  }
+  // Rows [begin, end) of column j in one read (the staged sums' chunks): their sum, and their
+  // squared distances from their own mean (M2) from the sums of d = x - x_begin and of d^2,
+  // M2 = sum d^2 - (sum d)^2 / n: shifted by one of the rows' own values, the subtraction cancels
+  // only as much as that value's distance from their mean, not the mean's size.
+  GPUBOX_HD void moments(std::size_t j, int64_t begin, int64_t end, double* sum, double* m2) const {
+    *sum = 0.0;
+    *m2 = 0.0;
+    if (begin >= end) return;
+    const double shift = to_float(x[begin * ld + static_cast<int64_t>(j)]);
+    double shifted = 0.0, squares = 0.0;
+    for (int64_t i = begin; i < end; ++i) {
+      const double d = to_float(x[i * ld + static_cast<int64_t>(j)]) - shift;
+      shifted += d;
+      squares += d * d;
+    }
+    const auto n = static_cast<double>(end - begin);
+    *sum = shift * n + shifted;
+    const double centred = squares - shifted * shifted / n;
+    *m2 = centred > 0.0 ? centred : 0.0;  // rounding never makes a sum of squares negative
   }
   GPUBOX_HD void operator()(std::size_t j) const {
     const double sum = sum_rows(j, 0, rows);
@@ -250,12 +271,18 @@ struct InputGrad {
 };
 
 // The staged column sums (BatchNormSpec::staged_column_sums): the rows of a batch of B in
-// kRowChunks chunks of ceil(B / kRowChunks) rows; one item per (chunk, column) sums its chunk's
-// rows in order into a [kRowChunks x cols] double buffer (a warp reads a row's adjacent
-// columns), then one item per column adds its chunks in order. Every sum is then in one fixed
-// order for a given B (deterministic), and B x cols values are read by kRowChunks x cols items
-// rather than walked by cols items one row after another.
+// kRowChunks chunks of ceil(B / kRowChunks) rows (the last ones short or empty); one item per
+// (chunk, column) reads its chunk's rows once, in order, into a [kRowChunks x cols] double
+// buffer each (a warp reads a row's adjacent columns), then one item per column combines its
+// chunks in chunk order. Every sum is then in one fixed order for a given B (deterministic), and
+// B x cols values are read once, by kRowChunks x cols items, rather than walked by cols items one
+// row after another.
 constexpr int64_t kRowChunks = 64;
+
+// Rows per chunk for a batch of `rows`: chunk c holds rows [c per, min((c + 1) per, rows)).
+GPUBOX_HD GPUBOX_FORCEINLINE int64_t chunk_rows(int64_t rows) {
+  return (rows + kRowChunks - 1) / kRowChunks;
+}
 
 // The sum of column j's chunks, in chunk order.
 GPUBOX_HD GPUBOX_FORCEINLINE double add_chunks(const double* partial, int cols, std::size_t j) {
@@ -275,42 +302,43 @@ struct ChunkPass {
   GPUBOX_HD void operator()(std::size_t item) const {
     const auto c = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
     const std::size_t j = item % static_cast<std::size_t>(cols);
-    const int64_t per = (rows + kRowChunks - 1) / kRowChunks;
+    const int64_t per = chunk_rows(rows);
     const int64_t begin = c * per < rows ? c * per : rows;
     const int64_t end = begin + per < rows ? begin + per : rows;
     pass(j, begin, end, first + item, second + item);
   }
 };
 
-// ColumnStats' passes: the values' sums into `first`, then (their chunks added for the mean)
-// the squared distances into `second`.
+// ColumnStats' pass: a chunk's sum into `first`, its M2 into `second`.
 template <class T>
-struct ValueSums {
+struct ChunkMoments {
   ColumnStats<T> stats;
   GPUBOX_HD void operator()(std::size_t j, int64_t begin, int64_t end, double* sum,
-                            double* /*squares*/) const {
-    *sum = stats.sum_rows(j, begin, end);
+                            double* m2) const {
+    stats.moments(j, begin, end, sum, m2);
   }
 };
-template <class T>
-struct SquareSums {
-  ColumnStats<T> stats;
-  const double* sums;  // ValueSums'
-  int cols;
-  GPUBOX_HD void operator()(std::size_t j, int64_t begin, int64_t end, double* /*sum*/,
-                            double* squares) const {
-    *squares = stats.square_rows(j, begin, end, stats.mean_of(add_chunks(sums, cols, j)));
-  }
-};
-// Item j: ColumnStats::finish from the chunks.
+// Item j: ColumnStats::finish from the chunks, combined in chunk order by Chan et al.'s
+// pairwise update: the rows so far (n_a, their sum and M2) and chunk b give
+// M2 = M2_a + M2_b + (mean_b - mean_a)^2 n_a n_b / (n_a + n_b). Each chunk is read once.
 template <class T>
 struct StatsFromChunks {
   ColumnStats<T> stats;
   const double* sums;
-  const double* squares;
+  const double* m2s;
   int cols;
   GPUBOX_HD void operator()(std::size_t j) const {
-    stats.finish(j, add_chunks(sums, cols, j), add_chunks(squares, cols, j));
+    const int64_t rows = stats.rows, per = chunk_rows(rows);
+    double sum = 0.0, m2 = 0.0;
+    for (int64_t c = 0; c * per < rows; ++c) {  // the non-empty chunks (none when rows = 0)
+      const int64_t at = c * cols + static_cast<int64_t>(j);
+      const auto n_a = static_cast<double>(c * per);
+      const auto n_b = static_cast<double>(rows - c * per < per ? rows - c * per : per);
+      const double delta = c == 0 ? 0.0 : sums[at] / n_b - sum / n_a;
+      m2 += m2s[at] + delta * delta * (n_a * n_b / (n_a + n_b));
+      sum += sums[at];
+    }
+    stats.finish(j, sum, m2);
   }
 };
 
@@ -388,15 +416,12 @@ void BatchNorm::forward_train(const device::Stream& stream, const DenseParameter
                                spec_.epsilon,
                                Coefficients{coef_.data(), spec_.cols}};
     if (spec_.staged_column_sums) {
+      // Two launches (the chunks' moments, then their combination), x read once.
       double* sums = partial_.data();
-      double* squares = sums + kRowChunks * spec_.cols;
-      const std::size_t items = static_cast<std::size_t>(kRowChunks) * cols;
-      device::parallel_for(stream, items,
-                           ChunkPass<ValueSums<T>>{{stats}, spec_.cols, batch, sums, squares});
-      device::parallel_for(
-          stream, items,
-          ChunkPass<SquareSums<T>>{{stats, sums, spec_.cols}, spec_.cols, batch, sums, squares});
-      device::parallel_for(stream, cols, StatsFromChunks<T>{stats, sums, squares, spec_.cols});
+      double* m2s = sums + kRowChunks * spec_.cols;
+      device::parallel_for(stream, static_cast<std::size_t>(kRowChunks) * cols,
+                           ChunkPass<ChunkMoments<T>>{{stats}, spec_.cols, batch, sums, m2s});
+      device::parallel_for(stream, cols, StatsFromChunks<T>{stats, sums, m2s, spec_.cols});
     } else {
       device::parallel_for(stream, cols, stats);
     }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/composed_step.hpp"
 #include "heterps/device/late_readback.hpp"
@@ -230,7 +231,8 @@ struct StepTag {
 // compute stream waits for the copy's event (`copied`) before the step's pull: the card orders
 // both, the host waits for neither.
 struct CardWorker::Buffers {
-  explicit Buffers(device::Card& card)
+  // `comm` bounds the ring's waits for a step's status (its step ran collectives).
+  Buffers(device::Card& card, comm::Communicator& comm)
       : uploaded{card.make_buffer<char>(0), card.make_buffer<char>(0)},
         copied{device::Event(card.device(), card.stream().counters()),
                device::Event(card.device(), card.stream().counters())},
@@ -241,7 +243,7 @@ struct CardWorker::Buffers {
         push(card.make_buffer<float>(0)),
         staging(detail::kStatusDepth),
         predictions(detail::kStatusDepth),
-        ring(card, detail::kStatusDepth, 1) {}
+        ring(card, detail::kStatusDepth, 1, comm::bounded_slot_wait<StepTag>(comm, "the status")) {}
 
   // The step's slot of the ring (the status, and the progress AUC when `progress`) from the card
   // (inside a whole-step graph: the slot the card's counter names).

@@ -1,0 +1,118 @@
+// The bounded wait for a late readback's slot (Communicator::wait_for, bounded_slot_wait): it
+// counts one host wait, and a group aborted while the host waits for a step's slot fails naming
+// the step and the wait, where Event::synchronize would wait forever for a collective that a
+// peer never joins (NCCL).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "heterps/comm/communicator.hpp"
+#include "heterps/device/deferred.hpp"
+#include "heterps/device/late_readback.hpp"
+#include "heterps/device/memory.hpp"
+#include "tests/heterps/comm/comm_test_util.hpp"
+
+namespace gpubox::comm {
+namespace {
+
+using comm_test::CardGroup;
+using ::testing::HasSubstr;
+
+struct Tag {
+  int64_t pass = -1;
+  int64_t step = -1;
+};
+
+// What `wait` threw ("" when it returned).
+template <class Wait>
+std::string error_of(Wait&& wait) {
+  try {
+    wait();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BoundedEventWait, CountsOneHostWaitAndNamesTheStepOnceAborted) {
+  CardGroup cg(1);
+  cg.run([&](device::Card& card, Communicator& comm) {
+    device::Event event(card.device(), card.stream().counters(), device::EventTiming::kOff,
+                        device::EventReader::kHost);
+    auto words = card.make_buffer<uint32_t>(64);
+    device::memset_bytes_async(words.data(), 0, words.bytes(), card.stream());
+    event.record(card.stream());
+    const uint64_t before = card.counts().host_syncs;
+    comm.wait_for(event, "the test's slot");
+    EXPECT_EQ(card.counts().host_syncs, before + 1);
+    comm.set_step(2, 5);
+    cg.group->abort("a peer left");
+    const std::string error = error_of([&] { comm.wait_for(event, "the test's slot"); });
+    EXPECT_THAT(error, HasSubstr("pass 2, step 5: "));
+    EXPECT_THAT(error, HasSubstr("the test's slot"));
+    EXPECT_THAT(error, HasSubstr("a peer left"));
+  });
+}
+
+// Streams made while it lives defer their work until a wait demands it (deferred.hpp).
+class DeferredStreams {
+ public:
+  DeferredStreams()
+      : was_(device::deferred_execution_enabled()), seed_(device::deferred_execution_seed()) {
+    device::set_deferred_execution(true, 0);
+  }
+  ~DeferredStreams() { device::set_deferred_execution(was_, seed_); }
+  DeferredStreams(const DeferredStreams&) = delete;
+  DeferredStreams& operator=(const DeferredStreams&) = delete;
+
+ private:
+  bool was_;
+  uint64_t seed_;
+};
+
+// A ring slot whose copy the card has not run when the host comes back to it (deferred streams)
+// is waited for through the communicator: one host wait; with the group aborted, the retire
+// fails naming the slot's pass and step, leaves the slot pending, and discard() still forgets it.
+TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
+  GPUBOX_IN_PROCESS_ONLY("deferred streams are the cpu backend's");
+  const DeferredStreams defer;
+  CardGroup cg(1);
+  cg.run([&](device::Card& card, Communicator& comm) {
+    auto value = card.make_buffer<uint32_t>(1);
+    device::memset_bytes_async(value.data(), 0, value.bytes(), card.stream());
+    device::LateReadback<uint32_t, Tag> ring(card, 2, 1,
+                                             bounded_slot_wait<Tag>(comm, "the test's status"));
+    std::vector<int64_t> retired;
+    const auto check = [&](const Tag& tag, const uint32_t*) { retired.push_back(tag.step); };
+    const auto run_step = [&](int64_t step) {
+      const auto slot = ring.begin(check);
+      *slot.tag = Tag{1, step};
+      ring.copy_on_card(card.stream(), {{value.data(), 0, sizeof(uint32_t)}});
+      ring.commit(card.stream());
+    };
+    run_step(0);
+    run_step(1);
+    const uint64_t before = card.counts().host_syncs;
+    ring.make_room(check);  // step 0's copy is still queued: the wait runs it
+    EXPECT_EQ(card.counts().host_syncs, before + 1);
+    EXPECT_EQ(retired, std::vector<int64_t>({0}));
+    run_step(2);
+    comm.set_step(1, 3);
+    cg.group->abort("a peer left");
+    const std::string error = error_of([&] { ring.make_room(check); });
+    EXPECT_THAT(error, HasSubstr("pass 1, step 3: "));  // the step the host is at
+    EXPECT_THAT(error, HasSubstr("the test's status of pass 1, step 1"));  // the slot's
+    EXPECT_THAT(error, HasSubstr("a peer left"));
+    EXPECT_EQ(retired, std::vector<int64_t>({0}));
+    EXPECT_EQ(ring.pending(), 2u);
+    ring.discard();
+    EXPECT_EQ(ring.pending(), 0u);
+  });
+}
+
+}  // namespace
+}  // namespace gpubox::comm
