@@ -1,14 +1,16 @@
 // The dense precision of an export (serving_model.hpp) on models trained here (the suite's data,
 // serve_test_fixture.hpp):
-//  - the export records the precision the save was trained in; a bf16 model served in it
+//  - the export records the precision the save was trained in (what its dense net computed in,
+//    as the save's MODEL_MANIFEST records it); a bf16 model served in it
 //    predicts bit for bit what --mode infer (Trainer::evaluate) predicts in bf16, and served with
 //    the fp32 override (gpubox_serve --precision fp32) what infer predicts in fp32; the two differ;
 //  - requests of 0, 1, n and n+1 instances, n the micro-batch's size, each as infer predicts the
 //    same instances as one batch;
 //  - an export made before the key loads as fp32; an unknown value is refused naming the MANIFEST
 //    and the key;
-//  - a network that computes in fp32 only (xdeepfm's CIN) is served in fp32 when bf16 is asked,
-//    as it trains (DenseModel decides for both).
+//  - a network that computes in fp32 only (xdeepfm's CIN) or has no MLP (fm) trains in fp32 when
+//    bf16 is asked (DenseModel decides and says so), its export records fp32 and it is served
+//    in fp32.
 // Bit for bit: the server runs the trainer's DenseModel on the same records (a float32 export
 // holds the save's bits), the same instances in the same order and batch size, on one host thread
 // as the trainer here: every GEMM sees the same operands in the same shapes.
@@ -25,6 +27,7 @@
 #include "common/error.hpp"
 #include "serving/http_server.hpp"
 #include "serving/serving_model.hpp"
+#include "table/io/model_manifest.hpp"
 #include "tests/serving/http_client.hpp"
 #include "tests/serving/serve_test_fixture.hpp"
 #include "tests/table/manifest_edit.hpp"
@@ -70,6 +73,13 @@ class Bf16Everywhere {
   static constexpr const char* kName = "GPUBOX_BF16_EMULATION";
   std::optional<std::string> was_;
 };
+
+// The MODEL_MANIFEST of the save `save`.
+table::io::ModelManifest model_manifest(const fs::path& save) {
+  auto manifest = table::io::read_model_manifest(table::io::FileEnv::posix(), save.string());
+  throw_if_error(manifest.status());
+  return *manifest;
+}
 
 TrainerConfig config_with(const std::string& path, const fs::path& root, const char* precision,
                           std::size_t infer_batch, const std::vector<std::string>& extra = {}) {
@@ -150,6 +160,7 @@ Bf16Model bf16_model(const std::string& config_path, const fs::path& root, const
 TEST_F(Serving, Bf16ModelIsServedInBf16AsInferPredictsItAndInFp32WhenAsked) {
   const Bf16Everywhere bf16;
   const Bf16Model trained = bf16_model(config_path_, root_, env());
+  EXPECT_EQ(model_manifest(trained.save).dense_precision, DensePrecision::kBf16);
   auto model = ServingModel::load(trained.exported.string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);
@@ -255,18 +266,25 @@ TEST_F(Serving, AnExportWithoutThePrecisionIsFp32AndAnUnknownOneIsRefusedNamingI
 }
 
 // xdeepfm's CIN computes in fp32, and its MLP reads the CIN's rows: bf16 asked, DenseModel runs
-// the whole net in fp32 and says so, in training and in serving alike.
-TEST_F(Serving, ANetThatComputesInFp32OnlyIsServedInFp32WhenBf16IsAsked) {
+// the whole net in fp32 and says so; the save records both, the export what it trained in, and
+// it is served in it.
+TEST_F(Serving, ANetThatComputesInFp32OnlyIsTrainedRecordedAndServedInFp32WhenBf16IsAsked) {
   const Bf16Everywhere bf16;
   const TrainerConfig config =
       config_with(config_path_, root_, "bf16", kBatch,
                   {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"});
   const fs::path save = root_ / "xdeepfm_save";
   const fs::path exported = root_ / "xdeepfm_export";
+  ::testing::internal::CaptureStderr();
   train_save_export(config, env(), root_ / "train", save, exported);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("asked to compute in bf16, but xdeepfm's"), std::string::npos) << log;
+  const table::io::ModelManifest saved = model_manifest(save);
+  EXPECT_EQ(saved.model_keys.at("hyper_parameters.dense_precision"), "bf16");  // asked
+  EXPECT_EQ(saved.dense_precision, DensePrecision::kFp32);                     // computed in
   auto model = ServingModel::load(exported.string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);  // what the config asked
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kFp32);  // what it trained in
   ServerOptions o = options();
   o.batcher.max_batch_instances = kBatch;
   {
@@ -276,6 +294,23 @@ TEST_F(Serving, ANetThatComputesInFp32OnlyIsServedInFp32WhenBf16IsAsked) {
   const std::vector<std::string> lines = test_lines();
   expect_same_bits(served_predictions(*model, o, lines, kBatch),
                    infer_predictions(config, env(), save, lines, root_ / "infer_lines"));
+}
+
+// fm has no MLP, whose GEMMs are what bf16 changes: bf16 asked, it trains in fp32, says so, and
+// its save and export record fp32.
+TEST_F(Serving, ANetWithoutAnMlpIsTrainedAndRecordedInFp32WhenBf16IsAsked) {
+  const Bf16Everywhere bf16;
+  const TrainerConfig config =
+      config_with(config_path_, root_, "bf16", kBatch, {"hyper_parameters.model=fm"});
+  const fs::path save = root_ / "fm_save";
+  ::testing::internal::CaptureStderr();
+  train_save_export(config, env(), root_ / "train", save, root_ / "fm_export");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("asked to compute in bf16, but fm has no MLP"), std::string::npos) << log;
+  EXPECT_EQ(model_manifest(save).dense_precision, DensePrecision::kFp32);
+  auto model = ServingModel::load((root_ / "fm_export").string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kFp32);
 }
 
 }  // namespace
