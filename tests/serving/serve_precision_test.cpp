@@ -1,7 +1,9 @@
 // The dense precision of an export (serving_model.hpp) on models trained here (the suite's data,
 // serve_test_fixture.hpp):
 //  - the export records the precision the save was trained in (what its dense net computed in,
-//    as the save's MODEL_MANIFEST records it); a bf16 model served in it
+//    as the save's MODEL_MANIFEST records it; before it did, the key the save was made with, else
+//    the config's; a config that differs is logged; a corrupt value is refused naming the file
+//    and key); a bf16 model served in it
 //    predicts bit for bit what --mode infer (Trainer::evaluate) predicts in bf16, and served with
 //    the fp32 override (gpubox_serve --precision fp32) what infer predicts in fp32; the two differ;
 //  - requests of 0, 1, n and n+1 instances, n the micro-batch's size, each as infer predicts the
@@ -328,6 +330,88 @@ TEST_F(Serving, ANetWithoutAnMlpIsTrainedAndRecordedInFp32WhenBf16IsAsked) {
   auto model = ServingModel::load((root_ / "fm_export").string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   EXPECT_EQ(model->spec().model.precision, DensePrecision::kFp32);
+}
+
+// Rewrites the MODEL_MANIFEST of the save `save` after `edit` changed it (its config_hash
+// follows the keys).
+template <class Edit>
+void edit_model_manifest(const fs::path& save, Edit edit) {
+  table::io::ModelManifest manifest = model_manifest(save);
+  edit(manifest);
+  throw_if_error(
+      table::io::write_model_manifest(table::io::FileEnv::posix(), save.string(), manifest));
+}
+
+// The suite's fp32 save with its MODEL_MANIFEST edited: what the export records (the precision
+// the save computed in; before saves recorded it, the key it was made with, else the config's),
+// the warning when the config's key differs from the save's, and a corrupt value of either.
+TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInOrBeforeThatTheKeyItWasMadeWith) {
+  static const std::string kKey = "hyper_parameters.dense_precision";
+  const fs::path save = root_ / "save_edited";
+  fs::remove_all(save);
+  fs::copy(root_ / "save", save, fs::copy_options::recursive);
+  ASSERT_EQ(model_manifest(save).dense_precision, DensePrecision::kFp32);
+  const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
+  // export_serving_model of `save` with `config`, and what it logged.
+  struct Exported {
+    StatusOr<ExportSummary> summary;
+    std::string log;
+  };
+  const auto exported = [&](const TrainerConfig& config) {
+    const fs::path out = root_ / "export_edited";
+    fs::remove_all(out);
+    ::testing::internal::CaptureStderr();
+    auto summary = export_serving_model(config, save.string(), out.string(), ExportOptions{});
+    return Exported{std::move(summary), ::testing::internal::GetCapturedStderr()};
+  };
+  const std::string warning = "save " + save.string() + " was made with " + kKey + "=";
+
+  // The computed-in entry rules; the config's key differs from the save's: logged.
+  edit_model_manifest(save, [](auto& m) { m.dense_precision = DensePrecision::kBf16; });
+  Exported e = exported(*config_);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
+  EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;  // the same key: no warning
+  e = exported(bf16_config);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
+  EXPECT_NE(e.log.find(warning + "fp32, the config " + bf16_config.config_path + " says bf16"),
+            std::string::npos)
+      << e.log;
+
+  // A save from before the entry: the key it was made with, whatever the config says.
+  edit_model_manifest(save, [](auto& m) { m.dense_precision.reset(); });
+  e = exported(bf16_config);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
+  EXPECT_NE(e.log.find(warning + "fp32"), std::string::npos) << e.log;
+
+  // Neither recorded (a save from before both): the config's.
+  edit_model_manifest(save, [](auto& m) { m.model_keys.erase(kKey); });
+  const TrainerConfig* const configs[] = {config_, &bf16_config};
+  for (const TrainerConfig* config : configs) {
+    e = exported(*config);
+    ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+    EXPECT_EQ(e.summary->precision, config->dense_model_config().precision);
+    EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;
+  }
+
+  // A corrupt key, then a corrupt entry: refused naming the file and the key.
+  const std::string where = (save / table::io::kModelManifestName).string() + ": '";
+  const std::string expected = "': expected one of fp32|bf16, got 'fp8'";
+  edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp8"; });
+  e = exported(*config_);
+  ASSERT_FALSE(e.summary.ok());
+  EXPECT_NE(e.summary.status().to_string().find(where + kKey + expected), std::string::npos)
+      << e.summary.status().to_string();
+  edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp32"; });
+  ASSERT_FALSE(gpubox::testing::set_manifest_property(
+      (save / table::io::kModelManifestName).string(), "dense_precision", "fp8"));
+  e = exported(*config_);
+  ASSERT_FALSE(e.summary.ok());
+  EXPECT_NE(e.summary.status().to_string().find(where + "dense_precision" + expected),
+            std::string::npos)
+      << e.summary.status().to_string();
 }
 
 }  // namespace
