@@ -29,14 +29,31 @@ constexpr std::size_t kChunk = 4096;  // instances per Predictor::predict call
 // A loaded export and its predictor (the predictor holds a reference: neither moves).
 class LoadedModel {
  public:
-  LoadedModel(const std::string& dir, int card_threads) {
+  // `precision`: the dense net's, fp32 or bf16 (gpubox_serve's --precision); None: the one the
+  // export records.
+  LoadedModel(const std::string& dir, int card_threads,
+              const std::optional<std::string>& precision) {
+    std::optional<config::DensePrecision> asked;
+    if (precision.has_value()) {
+      auto parsed = parse_enum(config::kDensePrecisionNames, *precision);
+      if (!parsed.ok()) raise(errors().config_error, "precision: " + parsed.status().message());
+      asked = *parsed;
+    }
     auto model = serving::ServingModel::load(dir);
     if (!model.ok()) raise(errors().engine_error, model.status().to_string());
     model_ = std::make_unique<serving::ServingModel>(std::move(model.value()));
-    predictor_ = std::make_unique<serving::Predictor>(*model_, card_threads);
+    predictor_ = std::make_unique<serving::Predictor>(*model_, card_threads, asked);
   }
 
   const serving::ServingSpec& spec() const { return model_->spec(); }
+  // What the dense net computes in: the precision asked or recorded, fp32 where it has no bf16.
+  std::string precision() const {
+    return name_of(config::kDensePrecisionNames, predictor_->precision());
+  }
+  // The precision the export records as trained in.
+  std::string trained_precision() const {
+    return name_of(config::kDensePrecisionNames, spec().model.precision);
+  }
 
   // Instances as CSR per slot: slot s of instance i holds keys[s][offsets[s][i] ..
   // offsets[s][i + 1]); dense is n x dense_dim.
@@ -118,7 +135,10 @@ py::dict export_save(const LoadedConfig& config, const std::string& save_dir,
 
 void register_predict(py::module_& m) {
   py::class_<LoadedModel>(m, "ServingModel", "An export (gpubox_train --mode export) loaded.")
-      .def(py::init<const std::string&, int>(), py::arg("dir"), py::arg("card_threads") = 0)
+      .def(py::init<const std::string&, int, const std::optional<std::string>&>(), py::arg("dir"),
+           py::arg("card_threads") = 0, py::arg("precision") = py::none())
+      .def_property_readonly("precision", &LoadedModel::precision)
+      .def_property_readonly("trained_precision", &LoadedModel::trained_precision)
       .def_property_readonly("slot_names", [](const LoadedModel& l) { return l.spec().slot_names; })
       .def_property_readonly("dense_dim",
                              [](const LoadedModel& l) { return l.spec().model.dense_dim; })
