@@ -14,6 +14,7 @@
 #include "common/config/config_enums.hpp"
 #include "common/enum_names.hpp"
 #include "common/error_report.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "serving/predictor.hpp"
 #include "serving/request_parser.hpp"
@@ -27,6 +28,8 @@ namespace {
 constexpr std::size_t kChunk = 4096;  // instances per Predictor::predict call
 
 // A loaded export and its predictor (the predictor holds a reference: neither moves).
+// Thread-safety: predict and predict_text run one at a time (predict_mu_): the GIL is released
+// while they compute, and the Predictor's buffers serve one batch at a time.
 class LoadedModel {
  public:
   // `precision`: the dense net's, fp32 or bf16 (gpubox_serve's --precision); None: the one the
@@ -42,14 +45,14 @@ class LoadedModel {
     auto model = serving::ServingModel::load(dir);
     if (!model.ok()) raise(errors().engine_error, model.status().to_string());
     model_ = std::make_unique<serving::ServingModel>(std::move(model.value()));
-    predictor_ = std::make_unique<serving::Predictor>(*model_, card_threads, asked);
+    auto predictor = std::make_unique<serving::Predictor>(*model_, card_threads, asked);
+    precision_ = predictor->precision();
+    predictor_ = std::move(predictor);
   }
 
   const serving::ServingSpec& spec() const { return model_->spec(); }
   // What the dense net computes in: the precision asked or recorded, fp32 where it has no bf16.
-  std::string precision() const {
-    return name_of(config::kDensePrecisionNames, predictor_->precision());
-  }
+  std::string precision() const { return name_of(config::kDensePrecisionNames, precision_); }
   // The precision the export records as trained in.
   std::string trained_precision() const {
     return name_of(config::kDensePrecisionNames, spec().model.precision);
@@ -82,7 +85,8 @@ class LoadedModel {
     dataset::Batch batch;
     std::string failure;
     {
-      py::gil_scoped_release released;
+      py::gil_scoped_release released;  // before the lock: a thread waiting for it holds no GIL
+      MutexLock lock(predict_mu_);
       try {
         for (std::size_t first = 0; first < n; first += kChunk) {
           const std::size_t count = std::min(kChunk, n - first);
@@ -101,7 +105,9 @@ class LoadedModel {
   }
 
   std::unique_ptr<serving::ServingModel> model_;
-  std::unique_ptr<serving::Predictor> predictor_;
+  Mutex predict_mu_;
+  std::unique_ptr<serving::Predictor> predictor_ GPUBOX_PT_GUARDED_BY(predict_mu_);
+  config::DensePrecision precision_ = config::DensePrecision::kFp32;  // predictor_'s, fixed
 };
 
 py::dict export_save(const LoadedConfig& config, const std::string& save_dir,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import pathlib
 from typing import Any
 
@@ -113,4 +114,16 @@ def test_precision_is_the_trained_one_unless_asked(trained: dict[str, Any],
     with pytest.raises(gpubox.ConfigError,
                        match=r"precision: expected one of fp32\|bf16, got 'fp8'"):
         gpubox.load(out, precision="fp8")
+
+
+def test_threads_predicting_on_one_model_get_what_one_thread_gets(trained: dict[str, Any],
+                                                                  infer: dict[str, Any]) -> None:
+    model = gpubox.load(infer["save"], trained["config"])
+    text = infer["file"].read_text()
+    columns = read_slot_text(infer["file"])
+    want_text, want_columns = model.predict(text), model.predict(columns)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(model.predict, text if i % 2 else columns) for i in range(8)]
+        for i, future in enumerate(futures):
+            np.testing.assert_array_equal(future.result(), want_text if i % 2 else want_columns)
 
