@@ -256,31 +256,37 @@ struct SaveToExport {
   trainer::DensePrecision precision = trainer::DensePrecision::kFp32;
 };
 
-// The dense precision the save was trained in: its MODEL_MANIFEST's (every hyper_parameters key
-// is a model key a save records), or the config's for a save that records none. A config that
-// says otherwise is logged: the export records the save's, and --mode infer with that config
-// computes in the config's (gpubox_serve --precision serves in either).
-StatusOr<trainer::DensePrecision> trained_precision(
-    const std::map<std::string, std::string>& saved_model_keys,
-    const trainer::TrainerConfig& config, const std::string& save_dir) {
+// The dense precision the save was trained in: what its dense net computed in, as its
+// MODEL_MANIFEST records it (DenseModel's choice: bf16 asked runs in fp32 where the network or the
+// card has no bf16 path); for a save made before that, the hyper_parameters.dense_precision it
+// was made with (a model key every save records), else the config's. A config whose
+// dense_precision differs from the save's is logged: the export records the save's, and
+// --mode infer with that config computes in the config's (gpubox_serve --precision serves in
+// either).
+StatusOr<trainer::DensePrecision> trained_precision(const table::io::ModelManifest& manifest,
+                                                    const trainer::TrainerConfig& config,
+                                                    const std::string& save_dir) {
   static const std::string kKey = "hyper_parameters.dense_precision";
   const trainer::DensePrecision configured = config.dense_model_config().precision;
-  const auto found = saved_model_keys.find(kKey);
-  if (found == saved_model_keys.end()) return configured;
-  auto saved = parse_enum(trainer::kDensePrecisionNames, found->second);
-  if (!saved.ok()) {
-    return Status::Corruption(save_dir + "/" + table::io::kModelManifestName + ": '" + kKey +
-                              "': " + saved.status().message());
+  trainer::DensePrecision asked = configured;
+  const auto found = manifest.model_keys.find(kKey);
+  if (found != manifest.model_keys.end()) {
+    auto saved = parse_enum(trainer::kDensePrecisionNames, found->second);
+    if (!saved.ok()) {
+      return Status::Corruption(save_dir + "/" + table::io::kModelManifestName + ": '" + kKey +
+                                "': " + saved.status().message());
+    }
+    asked = *saved;
   }
-  if (*saved != configured) {
-    GPUBOX_LOG(WARNING) << "save " << save_dir << " was trained with " << kKey << "="
-                        << name_of(trainer::kDensePrecisionNames, *saved) << ", the config "
+  if (asked != configured) {
+    GPUBOX_LOG(WARNING) << "save " << save_dir << " was made with " << kKey << "="
+                        << name_of(trainer::kDensePrecisionNames, asked) << ", the config "
                         << config.config_path << " says "
                         << name_of(trainer::kDensePrecisionNames, configured)
-                        << ": the export records the save's"
+                        << ": the export records what the save was trained in"
                         << " (gpubox_serve --precision overrides it)";
   }
-  return *saved;
+  return manifest.dense_precision.value_or(asked);
 }
 
 // Only a complete save whose halves are the ones its model manifest names, as --mode infer and a
@@ -304,7 +310,7 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   }
   GPUBOX_RETURN_IF_ERROR(
       table::io::check_halves(env, save_dir, *model_manifest, true).with_context(context));
-  auto precision = trained_precision(model_manifest->model_keys, config, save_dir);
+  auto precision = trained_precision(*model_manifest, config, save_dir);
   if (!precision.ok()) return precision.status().with_context(context);
   const std::string sparse_dir = save_dir + "/sparse";
   auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");

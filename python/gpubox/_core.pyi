@@ -1,7 +1,7 @@
 """Type stub of gpubox._core, the extension over the engine (python/src). Use the gpubox
 package's wrappers (gpubox.Config, gpubox.train, gpubox.load); this layer may change."""
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -65,10 +65,14 @@ def export_save(
     out_dir: str,
     show_threshold: float = 0.0,
     fp16: bool = False,
-) -> dict[str, int]: ...
+) -> dict[str, Union[int, str]]: ...
 
 class ServingModel:
-    def __init__(self, dir: str, card_threads: int = 0) -> None: ...
+    def __init__(self, dir: str, card_threads: int = 0, precision: Optional[str] = None) -> None: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def trained_precision(self) -> str: ...
     @property
     def slot_names(self) -> list[str]: ...
     @property

@@ -40,6 +40,18 @@ class Model:
         """Sparse rows held (keys not held read as a new key would, as in --mode infer)."""
         return self._core.rows
 
+    @property
+    def precision(self) -> str:
+        """What the dense net computes in, ``"fp32"`` or ``"bf16"``: the ``precision=``
+        :func:`load` was given, else the one the model was trained in (:attr:`trained_precision`);
+        ``"fp32"`` where bf16 was asked but the network or the card has no bf16 path."""
+        return self._core.precision
+
+    @property
+    def trained_precision(self) -> str:
+        """The dense precision the model was trained in, as its export records it."""
+        return self._core.trained_precision
+
     def predict(
         self,
         data: Union[str, Sequence[str], Mapping[str, Any], Any],
@@ -52,7 +64,10 @@ class Model:
         id; id 0 is padding) and the dense features (column :attr:`dense_name`, a list per row,
         or ``dense=`` an n x dense_dim array); other columns (the label) are ignored. Or slot
         text: a string of lines, or a list of lines, as gpubox_serve and the data files take.
-        The same instances give what ``gpubox_train --mode infer`` and gpubox_serve give.
+        The same instances give what ``gpubox_train --mode infer`` and gpubox_serve give. In
+        bf16, bit for bit only in the same batches: this computes in batches of 4096
+        instances, --mode infer in ``runner.infer_batch_size``, gpubox_serve in its
+        micro-batches, and another batch may round a bf16 activation the other way.
         """
         try:
             return self._predict(data, dense)
@@ -69,21 +84,26 @@ class Model:
         return self._core.predict(keys, offsets, matrix)
 
 
-def load(path: PathLike, config: Optional[Config] = None, *, card_threads: int = 0) -> Model:
+def load(path: PathLike, config: Optional[Config] = None, *, card_threads: int = 0,
+         precision: Optional[str] = None) -> Model:
     """Loads a model for :meth:`Model.predict`.
 
     ``path`` is an export (``gpubox_train --mode export``'s --out folder: what gpubox_serve
     loads), or a save (``model_save_path/<pass>``), which is exported in memory first as
     ``--mode export`` would: that needs the ``config`` it was trained with. ``card_threads``:
-    host threads of the cpu backend's card (0 = the machine's cores).
+    host threads of the cpu backend's card (0 = the machine's cores). ``precision``: what the
+    dense net computes in, ``"fp32"`` or ``"bf16"`` (gpubox_serve's ``--precision``); None: the
+    one the model was trained in. bf16 runs in fp32, logged, where the network or the card has
+    no bf16 path (:attr:`Model.precision` says which).
     """
     try:
-        return _load(os.fspath(path), config, card_threads)
+        return _load(os.fspath(path), config, card_threads, precision)
     finally:
         _logs.flush()
 
 
-def _load(path: str, config: Optional[Config], card_threads: int) -> Model:
+def _load(path: str, config: Optional[Config], card_threads: int,
+          precision: Optional[str]) -> Model:
     if os.path.exists(os.path.join(path, "MODEL_MANIFEST")):
         if config is None:
             raise ValueError(f"{path} is a save: gpubox.load needs the config it was trained "
@@ -91,5 +111,5 @@ def _load(path: str, config: Optional[Config], card_threads: int) -> Model:
         with tempfile.TemporaryDirectory(prefix="gpubox-export-") as tmp:
             out = os.path.join(tmp, "model")
             _core.export_save(config._loaded, path, out)
-            return Model(_core.ServingModel(out, card_threads))
-    return Model(_core.ServingModel(path, card_threads))
+            return Model(_core.ServingModel(out, card_threads, precision))
+    return Model(_core.ServingModel(path, card_threads, precision))

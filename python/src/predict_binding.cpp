@@ -14,6 +14,7 @@
 #include "common/config/config_enums.hpp"
 #include "common/enum_names.hpp"
 #include "common/error_report.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "serving/predictor.hpp"
 #include "serving/request_parser.hpp"
@@ -27,16 +28,35 @@ namespace {
 constexpr std::size_t kChunk = 4096;  // instances per Predictor::predict call
 
 // A loaded export and its predictor (the predictor holds a reference: neither moves).
+// Thread-safety: predict and predict_text run one at a time (predict_mu_): the GIL is released
+// while they compute, and the Predictor's buffers serve one batch at a time.
 class LoadedModel {
  public:
-  LoadedModel(const std::string& dir, int card_threads) {
+  // `precision`: the dense net's, fp32 or bf16 (gpubox_serve's --precision); None: the one the
+  // export records.
+  LoadedModel(const std::string& dir, int card_threads,
+              const std::optional<std::string>& precision) {
+    std::optional<config::DensePrecision> asked;
+    if (precision.has_value()) {
+      auto parsed = parse_enum(config::kDensePrecisionNames, *precision);
+      if (!parsed.ok()) raise(errors().config_error, "precision: " + parsed.status().message());
+      asked = *parsed;
+    }
     auto model = serving::ServingModel::load(dir);
     if (!model.ok()) raise(errors().engine_error, model.status().to_string());
     model_ = std::make_unique<serving::ServingModel>(std::move(model.value()));
-    predictor_ = std::make_unique<serving::Predictor>(*model_, card_threads);
+    auto predictor = std::make_unique<serving::Predictor>(*model_, card_threads, asked);
+    precision_ = predictor->precision();
+    predictor_ = std::move(predictor);
   }
 
   const serving::ServingSpec& spec() const { return model_->spec(); }
+  // What the dense net computes in: the precision asked or recorded, fp32 where it has no bf16.
+  std::string precision() const { return name_of(config::kDensePrecisionNames, precision_); }
+  // The precision the export records as trained in.
+  std::string trained_precision() const {
+    return name_of(config::kDensePrecisionNames, spec().model.precision);
+  }
 
   // Instances as CSR per slot: slot s of instance i holds keys[s][offsets[s][i] ..
   // offsets[s][i + 1]); dense is n x dense_dim.
@@ -65,7 +85,8 @@ class LoadedModel {
     dataset::Batch batch;
     std::string failure;
     {
-      py::gil_scoped_release released;
+      py::gil_scoped_release released;  // before the lock: a thread waiting for it holds no GIL
+      MutexLock lock(predict_mu_);
       try {
         for (std::size_t first = 0; first < n; first += kChunk) {
           const std::size_t count = std::min(kChunk, n - first);
@@ -84,7 +105,9 @@ class LoadedModel {
   }
 
   std::unique_ptr<serving::ServingModel> model_;
-  std::unique_ptr<serving::Predictor> predictor_;
+  Mutex predict_mu_;
+  std::unique_ptr<serving::Predictor> predictor_ GPUBOX_PT_GUARDED_BY(predict_mu_);
+  config::DensePrecision precision_ = config::DensePrecision::kFp32;  // predictor_'s, fixed
 };
 
 py::dict export_save(const LoadedConfig& config, const std::string& save_dir,
@@ -118,7 +141,10 @@ py::dict export_save(const LoadedConfig& config, const std::string& save_dir,
 
 void register_predict(py::module_& m) {
   py::class_<LoadedModel>(m, "ServingModel", "An export (gpubox_train --mode export) loaded.")
-      .def(py::init<const std::string&, int>(), py::arg("dir"), py::arg("card_threads") = 0)
+      .def(py::init<const std::string&, int, const std::optional<std::string>&>(), py::arg("dir"),
+           py::arg("card_threads") = 0, py::arg("precision") = py::none())
+      .def_property_readonly("precision", &LoadedModel::precision)
+      .def_property_readonly("trained_precision", &LoadedModel::trained_precision)
       .def_property_readonly("slot_names", [](const LoadedModel& l) { return l.spec().slot_names; })
       .def_property_readonly("dense_dim",
                              [](const LoadedModel& l) { return l.spec().model.dense_dim; })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import pathlib
 from typing import Any
 
@@ -85,3 +86,44 @@ def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) ->
         model.predict({"1": [3, 4]})
     with pytest.raises(ValueError, match="config"):
         gpubox.load(infer["save"])
+
+
+def test_precision_is_the_trained_one_unless_asked(trained: dict[str, Any],
+                                                   infer: dict[str, Any]) -> None:
+    out = trained["out"] / "export_precision"
+    done = gpubox._core.export_save(trained["config"]._loaded, str(infer["save"]), str(out))
+    assert done["dense_precision"] == "fp32" and done["rows_exported"] > 0
+    model = gpubox.load(out)
+    assert (model.trained_precision, model.precision) == ("fp32", "fp32")
+    text = infer["file"].read_text()
+    fp32 = model.predict(text)
+    np.testing.assert_array_equal(gpubox.load(out, precision="fp32").predict(text), fp32)
+    bf16 = gpubox.load(out, precision="bf16")
+    assert bf16.trained_precision == "fp32"
+    assert bf16.precision in ("bf16", "fp32")  # fp32 where the CPU has no bf16 GEMMs
+    got = bf16.predict(text)
+    if bf16.precision == "bf16":
+        # Rounding the activations moves most predictions, a little.
+        assert np.count_nonzero(got != fp32) > len(got) // 10
+        np.testing.assert_allclose(got, fp32, atol=2e-2)
+    else:
+        np.testing.assert_array_equal(got, fp32)
+    # A save is exported in memory first: the argument reaches it too.
+    from_save = gpubox.load(infer["save"], trained["config"], precision="bf16")
+    assert from_save.precision == bf16.precision
+    with pytest.raises(gpubox.ConfigError,
+                       match=r"precision: expected one of fp32\|bf16, got 'fp8'"):
+        gpubox.load(out, precision="fp8")
+
+
+def test_threads_predicting_on_one_model_get_what_one_thread_gets(trained: dict[str, Any],
+                                                                  infer: dict[str, Any]) -> None:
+    model = gpubox.load(infer["save"], trained["config"])
+    text = infer["file"].read_text()
+    columns = read_slot_text(infer["file"])
+    want_text, want_columns = model.predict(text), model.predict(columns)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(model.predict, text if i % 2 else columns) for i in range(8)]
+        for i, future in enumerate(futures):
+            np.testing.assert_array_equal(future.result(), want_text if i % 2 else want_columns)
+

@@ -13,6 +13,7 @@ namespace {
 constexpr const char* kModelKind = "model";
 constexpr const char* kConfigPrefix = "config.";
 constexpr const char* kJobPrefix = "job.";
+constexpr const char* kDensePrecisionKey = "dense_precision";
 
 std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
@@ -60,6 +61,9 @@ std::string ModelManifest::encode() const {
   if (!origin.empty()) m.properties["origin"] = origin;
   m.properties["config_hash"] = hex64(config_hash());
   for (const auto& [key, value] : model_keys) m.properties[kConfigPrefix + key] = value;
+  if (dense_precision.has_value()) {
+    m.properties[kDensePrecisionKey] = name_of(config::kDensePrecisionNames, *dense_precision);
+  }
   if (job_passes > 0) m.properties["job_passes"] = std::to_string(job_passes);
   for (const auto& [key, value] : job) m.properties[kJobPrefix + key] = value;
   m.properties["dense"] = hex64(dense);
@@ -132,6 +136,14 @@ StatusOr<ModelManifest> ModelManifest::parse(const std::string& text, const std:
     if (!job_passes.ok() || *job_passes < 1)
       return bad_field(where, "job_passes", optional("job_passes"));
     out.job_passes = *job_passes;
+  }
+  if (m->properties.count(kDensePrecisionKey) != 0) {
+    auto precision = parse_enum(config::kDensePrecisionNames, optional(kDensePrecisionKey));
+    if (!precision.ok()) {
+      return Status::Corruption(where + ": '" + kDensePrecisionKey +
+                                "': " + precision.status().message());
+    }
+    out.dense_precision = *precision;
   }
   uint64_t recorded = 0;
   if (!parse_hex64(optional("config_hash"), &recorded) || recorded != out.config_hash()) {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct ModelManifest {
   // started from scratch; kept across resumes.
   std::string origin;
   std::map<std::string, std::string> model_keys;  // the model-defining config keys and values
+  // What the dense net computed in (card 0's DenseModel::precision()): model_keys' requested
+  // hyper_parameters.dense_precision, or fp32 where the network or the card has no bf16 path.
+  // Unset for saves made before it was recorded.
+  std::optional<config::DensePrecision> dense_precision;
   // The job that made it (older saves: empty, 0): the config keys that shape its result besides
   // the model's, and its data (trainer/schedule/job_identity.hpp), and how many passes it
   // schedules, so a rerun tells a finished job from an interrupted one and this job from another.

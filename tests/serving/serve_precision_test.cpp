@@ -1,35 +1,46 @@
 // The dense precision of an export (serving_model.hpp) on models trained here (the suite's data,
 // serve_test_fixture.hpp):
-//  - the export records the precision the save was trained in; a bf16 model served in it
+//  - the export records the precision the save was trained in (what its dense net computed in,
+//    as the save's MODEL_MANIFEST records it; before it did, the key the save was made with, else
+//    the config's; a config that differs is logged; a corrupt value is refused naming the file
+//    and key); a bf16 model served in it
 //    predicts bit for bit what --mode infer (Trainer::evaluate) predicts in bf16, and served with
 //    the fp32 override (gpubox_serve --precision fp32) what infer predicts in fp32; the two differ;
 //  - requests of 0, 1, n and n+1 instances, n the micro-batch's size, each as infer predicts the
 //    same instances as one batch;
 //  - an export made before the key loads as fp32; an unknown value is refused naming the MANIFEST
 //    and the key;
-//  - a network that computes in fp32 only (xdeepfm's CIN) is served in fp32 when bf16 is asked,
-//    as it trains (DenseModel decides for both).
+//  - a network that computes in fp32 only (xdeepfm's CIN) or has no MLP (fm) trains in fp32 when
+//    bf16 is asked (DenseModel decides and says so), its export records fp32 and it is served
+//    in fp32.
+// The tests that need bf16 to run are skipped on a card without bf16 GEMMs (a GPU before sm_80;
+// a CPU emulates them here).
 // Bit for bit: the server runs the trainer's DenseModel on the same records (a float32 export
 // holds the save's bits), the same instances in the same order and batch size, on one host thread
 // as the trainer here: every GEMM sees the same operands in the same shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/card.hpp"
 #include "serving/http_server.hpp"
 #include "serving/serving_model.hpp"
+#include "table/io/model_manifest.hpp"
 #include "tests/serving/http_client.hpp"
 #include "tests/serving/serve_test_fixture.hpp"
 #include "tests/table/manifest_edit.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/nn/blas.hpp"
 
 namespace gpubox::serving {
 namespace {
@@ -70,6 +81,22 @@ class Bf16Everywhere {
   static constexpr const char* kName = "GPUBOX_BF16_EMULATION";
   std::optional<std::string> was_;
 };
+
+// Whether card 0 of `env` has bf16 GEMMs (with Bf16Everywhere: always on the cpu backend; not
+// on a GPU before sm_80), as DenseModel asks its Blas.
+bool card_has_bf16(const TrainerEnv& env) {
+  device::CardSet cards = device::CardSet::from_list(env.selected_cards, 0, 1, 1);
+  device::Card& card = cards.card(0);
+  card.activate();
+  return trainer::Blas(card).bf16() != trainer::Bf16Support::kNone;
+}
+
+// The MODEL_MANIFEST of the save `save`.
+table::io::ModelManifest model_manifest(const fs::path& save) {
+  auto manifest = table::io::read_model_manifest(table::io::FileEnv::posix(), save.string());
+  throw_if_error(manifest.status());
+  return *manifest;
+}
 
 TrainerConfig config_with(const std::string& path, const fs::path& root, const char* precision,
                           std::size_t infer_batch, const std::vector<std::string>& extra = {}) {
@@ -149,7 +176,9 @@ Bf16Model bf16_model(const std::string& config_path, const fs::path& root, const
 
 TEST_F(Serving, Bf16ModelIsServedInBf16AsInferPredictsItAndInFp32WhenAsked) {
   const Bf16Everywhere bf16;
+  if (!card_has_bf16(env())) GTEST_SKIP() << "card 0 has no bf16 GEMMs";
   const Bf16Model trained = bf16_model(config_path_, root_, env());
+  EXPECT_EQ(model_manifest(trained.save).dense_precision, DensePrecision::kBf16);
   auto model = ServingModel::load(trained.exported.string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);
@@ -196,6 +225,7 @@ TEST_F(Serving, Bf16ModelIsServedInBf16AsInferPredictsItAndInFp32WhenAsked) {
 // instances as one batch of that size.
 TEST_F(Serving, RequestsOfZeroOneNAndNPlusOneInstancesAreInferredAsOneBatchEach) {
   const Bf16Everywhere bf16;
+  if (!card_has_bf16(env())) GTEST_SKIP() << "card 0 has no bf16 GEMMs";
   const Bf16Model trained = bf16_model(config_path_, root_, env());
   auto model = ServingModel::load(trained.exported.string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -255,18 +285,25 @@ TEST_F(Serving, AnExportWithoutThePrecisionIsFp32AndAnUnknownOneIsRefusedNamingI
 }
 
 // xdeepfm's CIN computes in fp32, and its MLP reads the CIN's rows: bf16 asked, DenseModel runs
-// the whole net in fp32 and says so, in training and in serving alike.
-TEST_F(Serving, ANetThatComputesInFp32OnlyIsServedInFp32WhenBf16IsAsked) {
+// the whole net in fp32 and says so; the save records both, the export what it trained in, and
+// it is served in it.
+TEST_F(Serving, ANetThatComputesInFp32OnlyIsTrainedRecordedAndServedInFp32WhenBf16IsAsked) {
   const Bf16Everywhere bf16;
   const TrainerConfig config =
       config_with(config_path_, root_, "bf16", kBatch,
                   {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"});
   const fs::path save = root_ / "xdeepfm_save";
   const fs::path exported = root_ / "xdeepfm_export";
+  ::testing::internal::CaptureStderr();
   train_save_export(config, env(), root_ / "train", save, exported);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("asked to compute in bf16, but xdeepfm's"), std::string::npos) << log;
+  const table::io::ModelManifest saved = model_manifest(save);
+  EXPECT_EQ(saved.model_keys.at("hyper_parameters.dense_precision"), "bf16");  // asked
+  EXPECT_EQ(saved.dense_precision, DensePrecision::kFp32);                     // computed in
   auto model = ServingModel::load(exported.string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);  // what the config asked
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kFp32);  // what it trained in
   ServerOptions o = options();
   o.batcher.max_batch_instances = kBatch;
   {
@@ -276,6 +313,105 @@ TEST_F(Serving, ANetThatComputesInFp32OnlyIsServedInFp32WhenBf16IsAsked) {
   const std::vector<std::string> lines = test_lines();
   expect_same_bits(served_predictions(*model, o, lines, kBatch),
                    infer_predictions(config, env(), save, lines, root_ / "infer_lines"));
+}
+
+// fm has no MLP, whose GEMMs are what bf16 changes: bf16 asked, it trains in fp32, says so, and
+// its save and export record fp32.
+TEST_F(Serving, ANetWithoutAnMlpIsTrainedAndRecordedInFp32WhenBf16IsAsked) {
+  const Bf16Everywhere bf16;
+  const TrainerConfig config =
+      config_with(config_path_, root_, "bf16", kBatch, {"hyper_parameters.model=fm"});
+  const fs::path save = root_ / "fm_save";
+  ::testing::internal::CaptureStderr();
+  train_save_export(config, env(), root_ / "train", save, root_ / "fm_export");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("asked to compute in bf16, but fm has no MLP"), std::string::npos) << log;
+  EXPECT_EQ(model_manifest(save).dense_precision, DensePrecision::kFp32);
+  auto model = ServingModel::load((root_ / "fm_export").string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kFp32);
+}
+
+// Rewrites the MODEL_MANIFEST of the save `save` after `edit` changed it (its config_hash
+// follows the keys).
+template <class Edit>
+void edit_model_manifest(const fs::path& save, Edit edit) {
+  table::io::ModelManifest manifest = model_manifest(save);
+  edit(manifest);
+  throw_if_error(
+      table::io::write_model_manifest(table::io::FileEnv::posix(), save.string(), manifest));
+}
+
+// The suite's fp32 save with its MODEL_MANIFEST edited: what the export records (the precision
+// the save computed in; before saves recorded it, the key it was made with, else the config's),
+// the warning when the config's key differs from the save's, and a corrupt value of either.
+TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInOrBeforeThatTheKeyItWasMadeWith) {
+  static const std::string kKey = "hyper_parameters.dense_precision";
+  const fs::path save = root_ / "save_edited";
+  fs::remove_all(save);
+  fs::copy(root_ / "save", save, fs::copy_options::recursive);
+  ASSERT_EQ(model_manifest(save).dense_precision, DensePrecision::kFp32);
+  const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
+  // export_serving_model of `save` with `config`, and what it logged.
+  struct Exported {
+    StatusOr<ExportSummary> summary;
+    std::string log;
+  };
+  const auto exported = [&](const TrainerConfig& config) {
+    const fs::path out = root_ / "export_edited";
+    fs::remove_all(out);
+    ::testing::internal::CaptureStderr();
+    auto summary = export_serving_model(config, save.string(), out.string(), ExportOptions{});
+    return Exported{std::move(summary), ::testing::internal::GetCapturedStderr()};
+  };
+  const std::string warning = "save " + save.string() + " was made with " + kKey + "=";
+
+  // The computed-in entry rules; the config's key differs from the save's: logged.
+  edit_model_manifest(save, [](auto& m) { m.dense_precision = DensePrecision::kBf16; });
+  Exported e = exported(*config_);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
+  EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;  // the same key: no warning
+  e = exported(bf16_config);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
+  EXPECT_NE(e.log.find(warning + "fp32, the config " + bf16_config.config_path + " says bf16"),
+            std::string::npos)
+      << e.log;
+
+  // A save from before the entry: the key it was made with, whatever the config says.
+  edit_model_manifest(save, [](auto& m) { m.dense_precision.reset(); });
+  e = exported(bf16_config);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
+  EXPECT_NE(e.log.find(warning + "fp32"), std::string::npos) << e.log;
+
+  // Neither recorded (a save from before both): the config's.
+  edit_model_manifest(save, [](auto& m) { m.model_keys.erase(kKey); });
+  const TrainerConfig* const configs[] = {config_, &bf16_config};
+  for (const TrainerConfig* config : configs) {
+    e = exported(*config);
+    ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+    EXPECT_EQ(e.summary->precision, config->dense_model_config().precision);
+    EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;
+  }
+
+  // A corrupt key, then a corrupt entry: refused naming the file and the key.
+  const std::string where = (save / table::io::kModelManifestName).string() + ": '";
+  const std::string expected = "': expected one of fp32|bf16, got 'fp8'";
+  edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp8"; });
+  e = exported(*config_);
+  ASSERT_FALSE(e.summary.ok());
+  EXPECT_NE(e.summary.status().to_string().find(where + kKey + expected), std::string::npos)
+      << e.summary.status().to_string();
+  edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp32"; });
+  ASSERT_FALSE(gpubox::testing::set_manifest_property(
+      (save / table::io::kModelManifestName).string(), "dense_precision", "fp8"));
+  e = exported(*config_);
+  ASSERT_FALSE(e.summary.ok());
+  EXPECT_NE(e.summary.status().to_string().find(where + "dense_precision" + expected),
+            std::string::npos)
+      << e.summary.status().to_string();
 }
 
 }  // namespace

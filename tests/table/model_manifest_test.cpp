@@ -30,6 +30,7 @@ ModelManifest sample() {
   m.parent_digest = 0xabcdef0123456789ull;
   m.origin = "/data/models/day1";
   m.model_keys = {{"hyper_parameters.fc_sizes", "[512, 256]"}, {"runner.seed", "7"}};
+  m.dense_precision = config::DensePrecision::kBf16;
   m.dense = 0x1111;
   m.sparse = {0x2222, 0x3333};
   return m;
@@ -43,6 +44,7 @@ void expect_same(const ModelManifest& a, const ModelManifest& b) {
   EXPECT_EQ(a.parent_digest, b.parent_digest);
   EXPECT_EQ(a.origin, b.origin);
   EXPECT_EQ(a.model_keys, b.model_keys);
+  EXPECT_EQ(a.dense_precision, b.dense_precision);
   EXPECT_EQ(a.dense, b.dense);
   EXPECT_EQ(a.sparse, b.sparse);
 }
@@ -58,12 +60,14 @@ TEST(ModelManifest, RoundTripsThroughItsFile) {
   EXPECT_EQ(written, read);
   EXPECT_EQ(back->config_hash(), sample().config_hash());
 
-  // A base save with one part and no origin: the optional fields stay empty.
+  // A base save with one part, no origin and no dense precision (made before it was recorded):
+  // the optional fields stay empty.
   ModelManifest base = sample();
   base.mode = config::SaveKind::kCheckpoint;
   base.parent.clear();
   base.parent_digest = 0;
   base.origin.clear();
+  base.dense_precision.reset();
   base.sparse = {0x4444};
   auto parsed = ModelManifest::parse(base.encode(), "m");
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
@@ -108,6 +112,16 @@ TEST(ModelManifest, ADamagedOrInconsistentManifestIsRefused) {
   edited = *framed;
   edited.kind = "dense";
   EXPECT_FALSE(ModelManifest::parse(edited.encode(), "m").ok());
+  // A dense precision that is not one (the config_hash does not cover it).
+  edited = *framed;
+  edited.properties["dense_precision"] = "fp8";
+  const auto bad_precision = ModelManifest::parse(edited.encode(), "where");
+  ASSERT_FALSE(bad_precision.ok());
+  EXPECT_EQ(bad_precision.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(bad_precision.status().message().find(
+                "where: 'dense_precision': expected one of fp32|bf16, got 'fp8'"),
+            std::string::npos)
+      << bad_precision.status().message();
 }
 
 // A real save of both halves and its model manifest.

@@ -118,7 +118,8 @@ void Trainer::write_save(const std::string& dir) {
                      .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
   const uint64_t dense_digest = save_dense_half(dir, dense_state_of(*s.workers[0]));
-  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest);
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest,
+                         s.workers[0]->model().precision());
 }
 
 void Trainer::load(const std::string& dir) {

@@ -124,25 +124,35 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
 }
 
 // bf16 falls back to fp32 where a part computes in fp32 only (`fp32_only` names it), where there
-// is no MLP, or where the card has no bf16 GEMMs; card 0 says why.
+// is no MLP, or where the card has no bf16 GEMMs; card 0 says why. The precision asked may come
+// from hyper_parameters.dense_precision, an export's MANIFEST or gpubox_serve's --precision: the
+// lines name none of them.
 void DenseModel::choose_precision(const char* fp32_only, bool has_mlp) {
-  if (precision_ == DensePrecision::kBf16 && fp32_only) {
+  if (precision_ != DensePrecision::kBf16) return;
+  const bool say = card_->local_index() == 0;
+  constexpr const char* kAsked = "the dense net was asked to compute in bf16, but ";
+  if (fp32_only) {
     // The CIN's (the FEFM's, the attention's) GEMMs and elementwise products are fp32
     // (XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads the part's rows: one precision
     // for both. (The cross networks are fp32 too, but their MLP reads a bf16 copy.)
     precision_ = DensePrecision::kFp32;
-    if (card_->local_index() == 0) {
-      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but "
-                          << name_of(kModelKindNames, config_.kind) << "'s " << fp32_only
+    if (say) {
+      GPUBOX_LOG(WARNING) << kAsked << name_of(kModelKindNames, config_.kind) << "'s " << fp32_only
                           << " computes in fp32: the dense net runs in fp32";
     }
-  }
-  if (precision_ == DensePrecision::kBf16 && (!has_mlp || blas_.bf16() == Bf16Support::kNone)) {
+  } else if (!has_mlp) {
+    // bf16 is the MLP's GEMMs; the first-order and pairwise terms are fp32.
     precision_ = DensePrecision::kFp32;
-    if (has_mlp && card_->local_index() == 0) {
-      GPUBOX_LOG(WARNING) << "hyper_parameters.dense_precision is bf16, but this card ("
-                          << blas_.isa() << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX "
-                          << "on a CPU, sm_80 or newer on a GPU): the dense net runs in fp32";
+    if (say) {
+      GPUBOX_LOG(WARNING) << kAsked << name_of(kModelKindNames, config_.kind)
+                          << " has no MLP (bf16 is the MLP's GEMMs): the dense net runs in fp32";
+    }
+  } else if (blas_.bf16() == Bf16Support::kNone) {
+    precision_ = DensePrecision::kFp32;
+    if (say) {
+      GPUBOX_LOG(WARNING) << kAsked << "this card (" << blas_.isa()
+                          << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX on a CPU, sm_80 "
+                          << "or newer on a GPU): the dense net runs in fp32";
     }
   }
 }

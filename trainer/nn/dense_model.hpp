@@ -100,7 +100,7 @@ class DenseModel {
   DenseModel& operator=(const DenseModel&) = delete;
 
   const DenseModelConfig& config() const { return config_; }
-  // What the GEMMs compute in: config().precision, or fp32 where the card has no bf16 GEMMs.
+  // What the GEMMs compute in: config().precision, or fp32 where the net or card has no bf16.
   DensePrecision precision() const { return precision_; }
   const SlotSumPool& pool() const { return pool_; }
   int input_dim() const { return pool_.out_dim() + config_.dense_dim; }

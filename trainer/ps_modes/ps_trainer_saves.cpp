@@ -44,7 +44,8 @@ void PsTrainer::write_save(const std::string& dir) {
   throw_if_error(s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values)
                      .with_context("reading the servers' dense table for the save " + dir));
   const uint64_t dense_digest = save_dense_half(dir, dense);
-  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest);
+  s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest,
+                         worker.model().precision());
   GPUBOX_LOG(INFO) << "saved " << dir << " (pass " << pass_id_ - 1 << ")";
 }
 

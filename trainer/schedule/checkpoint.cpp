@@ -318,7 +318,8 @@ table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind 
 }
 
 void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
-                              std::vector<uint64_t> sparse, uint64_t dense) {
+                              std::vector<uint64_t> sparse, uint64_t dense,
+                              config::DensePrecision dense_precision) {
   io::ModelManifest m;
   m.pass = run_pass;
   // Newer than every save beside it (of this run or an earlier one) and than the last one.
@@ -336,6 +337,7 @@ void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::S
   }
   m.origin = origin_;
   m.model_keys = config_.model_keys;
+  m.dense_precision = dense_precision;
   m.job = job_;
   m.job_passes = job_passes_;
   m.dense = dense;

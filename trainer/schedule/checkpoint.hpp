@@ -116,8 +116,11 @@ class SaveLineage {
   table::SaveKind begin_save(const std::string& dir, table::SaveKind configured);
   // Both halves are saved: writes the model manifest. `run_pass` = the passes the trainer has
   // done (the save of pass p, counted from 0, records p + 1: a resume goes on with pass p + 1).
+  // `dense_precision`: what card 0's dense net computed in (DenseModel::precision(); an export
+  // records it as the precision the model was trained in).
   void commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
-                   std::vector<uint64_t> sparse, uint64_t dense);
+                   std::vector<uint64_t> sparse, uint64_t dense,
+                   config::DensePrecision dense_precision);
   // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
   void restored(const RestorePlan& plan, int64_t run_pass);
 
