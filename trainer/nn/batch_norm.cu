@@ -93,7 +93,8 @@ struct ColumnStats {
     const auto n = static_cast<double>(end - begin);
     *sum = shift * n + shifted;
     const double centred = squares - shifted * shifted / n;
-    *m2 = centred > 0.0 ? centred : 0.0;  // rounding never makes a sum of squares negative
+    // Rounding never makes a sum of squares negative; a NaN row keeps its NaN (B = 1 as well).
+    *m2 = centred < 0.0 ? 0.0 : centred;
   }
   GPUBOX_HD void operator()(std::size_t j) const {
     const double sum = sum_rows(j, 0, rows);
