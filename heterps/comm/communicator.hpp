@@ -117,7 +117,8 @@ class Communicator {
   void synchronize(const device::Stream& stream, const char* what);
   // The same bounded wait for the work before `event`'s last record only (a late readback's
   // slot, device/late_readback.hpp: the host reads a step's results while later steps run).
-  // Counts one host synchronization (the event's own, Event::synchronize, once it has passed).
+  // Counts one host synchronization before it waits, as synchronize does (a wait that fails
+  // counted it too).
   void wait_for(const device::Event& event, const char* what);
 
   // Bytes this rank has sent to ranks of other processes so far (0 for a group within one
@@ -167,6 +168,7 @@ class Communicator {
   virtual void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                                   const device::Stream& stream) = 0;
   virtual void do_synchronize(const device::Stream& stream, const char* what) = 0;
+  // Counts one host synchronization on the event's card before it waits (wait_for's contract).
   virtual void do_wait_for(const device::Event& event, const char* what) = 0;
 
   // The last collective this rank enqueued ("none" before the first), for wait messages.

@@ -252,6 +252,7 @@ NcclCommunicator::NcclCommunicator(NcclGroup& group, int rank, ncclComm_t comm, 
     : group_(&group),
       rank_(rank),
       comm_(comm),
+      counters_(card.stream().counters()),
       barrier_word_(card.make_buffer<int32_t>(1)),
       counts_device_(card.make_buffer<uint64_t>(static_cast<std::size_t>(group.total_ranks()) *
                                                 group.total_ranks())),
@@ -342,8 +343,8 @@ void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* 
 }
 
 void NcclCommunicator::do_wait_for(const device::Event& event, const char* what) {
+  if (counters_ != nullptr) counters_->add_host_sync();
   poll_until(what, [&event] { return event.ready(); });
-  event.synchronize();  // passed: returns at once, counting the host wait
 }
 
 void NcclCommunicator::do_all_reduce_sum(const void* send, void* recv, std::size_t count,

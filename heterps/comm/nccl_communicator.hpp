@@ -61,6 +61,7 @@ class NcclCommunicator final : public Communicator {
   void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                           const device::Stream& stream) override;
   void do_synchronize(const device::Stream& stream, const char* what) override;
+  // Counts the host wait on this rank's card (the event's), then polls the event.
   void do_wait_for(const device::Event& event, const char* what) override;
 
  private:
@@ -78,6 +79,7 @@ class NcclCommunicator final : public Communicator {
   NcclGroup* group_;
   int rank_;
   ncclComm_t comm_;
+  device::CardCounters* counters_;                 // the card's: wait_for's host waits
   device::device_buffer<int32_t> barrier_word_;    // 1 element
   device::device_buffer<uint64_t> counts_device_;  // size() x size() count matrix
   device::pinned_buffer<uint64_t> counts_host_;    // its host copy

@@ -55,6 +55,7 @@ TEST(BoundedEventWait, CountsOneHostWaitAndNamesTheStepOnceAborted) {
     EXPECT_THAT(error, HasSubstr("pass 2, step 5: "));
     EXPECT_THAT(error, HasSubstr("the test's slot"));
     EXPECT_THAT(error, HasSubstr("a peer left"));
+    EXPECT_EQ(card.counts().host_syncs, before + 2);  // counted before it waits, as synchronize
   });
 }
 
