@@ -172,9 +172,9 @@ void Communicator::synchronize(const device::Stream& stream, const char* what) {
   in_step_context([&] { do_synchronize(stream, what); });
 }
 
-void Communicator::wait_for(const device::Event& event, const char* what) {
+void Communicator::wait_for(const device::Event& event, const char* what, OnAbort on_abort) {
   device::detail::refuse_while_capturing("Communicator::wait_for (a host wait)");
-  in_step_context([&] { do_wait_for(event, what); });
+  in_step_context([&] { do_wait_for(event, what, on_abort); });
 }
 
 // ---- groups --------------------------------------------------------------------------------

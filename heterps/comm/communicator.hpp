@@ -43,6 +43,15 @@ namespace comm {
 
 class RendezvousStore;
 
+// What a bounded wait (Communicator::wait_for) does when the group is aborted while it waits.
+enum class OnAbort {
+  kFail,  // throws the abort error at once: the caller's results are lost with the job
+  // Keeps waiting, within the group's timeout: a failure's cleanup that must see the card's work
+  // done before it hands out memory that work writes (LateReadback::discard). An aborted NCCL
+  // communicator's kernels return, so the work queued behind them runs and the event passes.
+  kOutlast,
+};
+
 enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt64, kUInt8 };
 
 // The DataType of element type T (a compile error for any other type).
@@ -117,8 +126,10 @@ class Communicator {
   void synchronize(const device::Stream& stream, const char* what);
   // The same bounded wait for the work before `event`'s last record only (a late readback's
   // slot, device/late_readback.hpp: the host reads a step's results while later steps run).
-  // Counts one host synchronization (the event's own, Event::synchronize, once it has passed).
-  void wait_for(const device::Event& event, const char* what);
+  // With OnAbort::kOutlast an abort of the group does not end the wait (see OnAbort). Counts
+  // one host synchronization before it waits, as synchronize does (a wait that fails counted
+  // it too).
+  void wait_for(const device::Event& event, const char* what, OnAbort on_abort = OnAbort::kFail);
 
   // Bytes this rank has sent to ranks of other processes so far (0 for a group within one
   // process; the Gloo group's count: gloo_communicator.hpp). For reports, not for control.
@@ -167,7 +178,8 @@ class Communicator {
   virtual void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                                   const device::Stream& stream) = 0;
   virtual void do_synchronize(const device::Stream& stream, const char* what) = 0;
-  virtual void do_wait_for(const device::Event& event, const char* what) = 0;
+  // Counts one host synchronization on the event's card before it waits (wait_for's contract).
+  virtual void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) = 0;
 
   // The last collective this rank enqueued ("none" before the first), for wait messages.
   const char* last_collective() const { return last_collective_; }
@@ -206,17 +218,18 @@ std::unique_ptr<CommGroup> make_in_process_group(
     int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 // A late readback's wait for a slot (device::LateReadback::SlotWait) through `comm`'s bounded
-// wait (Communicator::wait_for), naming the slot's step: "<noun> of pass P, step S" from the
-// tag's pass and step (just `noun` when the tag's pass is < 0). `comm` must outlive the wait.
+// wait (Communicator::wait_for; a discard's wait outlasts an abort), naming the slot's step:
+// "<noun> of pass P, step S" from the tag's pass and step (just `noun` when the tag's pass is < 0).
+// `comm` must outlive the wait.
 template <class Tag>
-std::function<void(const device::Event&, const Tag&)> bounded_slot_wait(Communicator& comm,
-                                                                        const char* noun) {
-  return [&comm, noun](const device::Event& event, const Tag& tag) {
+std::function<void(const device::Event&, const Tag&, bool)> bounded_slot_wait(Communicator& comm,
+                                                                              const char* noun) {
+  return [&comm, noun](const device::Event& event, const Tag& tag, bool discarding) {
     const std::string what = tag.pass < 0
                                  ? std::string(noun)
                                  : std::string(noun) + " of pass " + std::to_string(tag.pass) +
                                        ", step " + std::to_string(tag.step);
-    comm.wait_for(event, what.c_str());
+    comm.wait_for(event, what.c_str(), discarding ? OnAbort::kOutlast : OnAbort::kFail);
   };
 }
 

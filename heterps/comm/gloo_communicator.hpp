@@ -77,7 +77,9 @@ class GlooCommunicator final : public Communicator {
   void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                           const device::Stream& stream) override;
   void do_synchronize(const device::Stream& stream, const char* what) override;
-  void do_wait_for(const device::Event& event, const char* what) override;
+  // Event::synchronize (it counts before it waits), then the abort unless `on_abort` outlasts
+  // it (the cpu backend's work has completed when the wait returns).
+  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) override;
 
  private:
   // After a wait for `what`: throws the group's abort (a peer failed) as an error.

@@ -71,7 +71,9 @@ class InProcessCommunicator final : public Communicator {
   // The collectives have completed when they return: waits for the stream and reports an abort
   // of the group (a peer failed) as an error, as the NCCL group's wait does.
   void do_synchronize(const device::Stream& stream, const char* what) override;
-  void do_wait_for(const device::Event& event, const char* what) override;
+  // Event::synchronize (it counts before it waits), then the abort unless `on_abort` outlasts
+  // it (the cpu backend's work has completed when the wait returns).
+  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) override;
 
  private:
   // After a wait for `what`: throws the group's abort (a peer failed) as an error.

@@ -230,9 +230,15 @@ void NcclGroup::abort(const std::string& reason) {
 }
 
 std::shared_lock<std::shared_mutex> NcclGroup::lock_for_call(int rank, const char* collective) {
-  if (aborting()) GPUBOX_FAIL(aborted_message(rank, collective));
+  std::shared_lock<std::shared_mutex> lock = lock_unless_aborting();
+  if (!lock.owns_lock()) GPUBOX_FAIL(aborted_message(rank, collective));
+  return lock;
+}
+
+std::shared_lock<std::shared_mutex> NcclGroup::lock_unless_aborting() {
+  if (aborting()) return {};
   std::shared_lock<std::shared_mutex> lock(comms_mu_);
-  if (aborted()) GPUBOX_FAIL(aborted_message(rank, collective));
+  if (aborted()) return {};  // raised after the check above: abort() has run
   return lock;
 }
 
@@ -252,6 +258,7 @@ NcclCommunicator::NcclCommunicator(NcclGroup& group, int rank, ncclComm_t comm, 
     : group_(&group),
       rank_(rank),
       comm_(comm),
+      counters_(card.stream().counters()),
       barrier_word_(card.make_buffer<int32_t>(1)),
       counts_device_(card.make_buffer<uint64_t>(static_cast<std::size_t>(group.total_ranks()) *
                                                 group.total_ranks())),
@@ -302,30 +309,26 @@ void NcclCommunicator::enqueue(const char* collective, Call&& call) {
 }
 
 template <class Ready>
-void NcclCommunicator::poll_until(const char* what, const Ready& ready) {
+void NcclCommunicator::poll_until(const char* what, const Ready& ready, OnAbort on_abort) {
+  const bool fail_on_abort = on_abort == OnAbort::kFail;
   const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
   Backoff backoff;
   for (unsigned i = 0;; ++i) {
-    if (group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
+    if (fail_on_abort && group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
     bool done = false;
     try {
       done = ready();  // cudaStreamQuery or cudaEventQuery: no NCCL call, no lock
     } catch (const Error&) {
-      if (group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
-      throw;
+      if (fail_on_abort && group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
+      throw;  // a device error: the card runs nothing more
     }
     if (done) return;
-    // The communicator's asynchronous error, every few polls (it takes the shared lock).
+    // The communicator's asynchronous error, every few polls.
     if (i % 16 == 0) {
-      ncclResult_t state = ncclSuccess;
-      {
-        std::shared_lock<std::shared_mutex> lock = group_->lock_for_call(rank_, what);
-        GPUBOX_NCCL_TRY(ncclCommGetAsyncError(comm_, &state));
-      }
-      if (state != ncclSuccess && state != ncclInProgress) {
-        fail(::gpubox::detail::concat("rank ", rank_, " waiting for ", what, " after ",
-                                      last_collective(), ": NCCL error ", ncclGetErrorString(state),
-                                      ": ", ncclGetLastError(comm_)));
+      const std::string error = async_error(what);
+      if (!error.empty()) {
+        if (fail_on_abort) fail(error);
+        group_->abort(error);  // the kernels return; the work queued behind them then runs
       }
     }
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -337,13 +340,27 @@ void NcclCommunicator::poll_until(const char* what, const Ready& ready) {
   }
 }
 
-void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* what) {
-  poll_until(what, [&stream] { return stream.ready(); });
+std::string NcclCommunicator::async_error(const char* what) {
+  // Released on return, before a caller's abort, which takes it exclusively.
+  const std::shared_lock<std::shared_mutex> lock = group_->lock_unless_aborting();
+  if (!lock.owns_lock()) return "";
+  ncclResult_t state = ncclSuccess;
+  GPUBOX_NCCL_TRY(ncclCommGetAsyncError(comm_, &state));
+  if (state == ncclSuccess || state == ncclInProgress) return "";
+  return ::gpubox::detail::concat("rank ", rank_, " waiting for ", what, " after ",
+                                  last_collective(), ": NCCL error ", ncclGetErrorString(state),
+                                  ": ", ncclGetLastError(comm_));
 }
 
-void NcclCommunicator::do_wait_for(const device::Event& event, const char* what) {
-  poll_until(what, [&event] { return event.ready(); });
-  event.synchronize();  // passed: returns at once, counting the host wait
+void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* what) {
+  poll_until(
+      what, [&stream] { return stream.ready(); }, OnAbort::kFail);
+}
+
+void NcclCommunicator::do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) {
+  if (counters_ != nullptr) counters_->add_host_sync();
+  poll_until(
+      what, [&event] { return event.ready(); }, on_abort);
 }
 
 void NcclCommunicator::do_all_reduce_sum(const void* send, void* recv, std::size_t count,

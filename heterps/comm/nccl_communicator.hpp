@@ -61,13 +61,20 @@ class NcclCommunicator final : public Communicator {
   void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                           const device::Stream& stream) override;
   void do_synchronize(const device::Stream& stream, const char* what) override;
-  void do_wait_for(const device::Event& event, const char* what) override;
+  // Counts the host wait on this rank's card (the event's), then polls the event.
+  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) override;
 
  private:
   // The bounded wait for `what`: polls ready() (cudaStreamQuery / cudaEventQuery) and the
-  // communicator's asynchronous error until it is done, the group aborts or its timeout passes.
+  // communicator's asynchronous error until it is done, its timeout passes, or (kFail) the group
+  // aborts. With kOutlast an abort does not end it, and an asynchronous error aborts the group
+  // (its kernels return) instead of ending it; the shared lock is held only for each error poll,
+  // never across the wait, so abort() takes the exclusive lock while this rank waits.
   template <class Ready>
-  void poll_until(const char* what, const Ready& ready);
+  void poll_until(const char* what, const Ready& ready, OnAbort on_abort);
+  // The communicator's asynchronous error while `what` is waited for: "" when there is none, or
+  // when the group is aborting (the communicator is being or has been freed: not asked).
+  std::string async_error(const char* what);
   // Runs `call` (one NCCL enqueue, or a ncclGroupStart..End block, returning its result) under
   // the group's shared lock; waits out ncclInProgress; on an error aborts the group and throws.
   template <class Call>
@@ -78,6 +85,7 @@ class NcclCommunicator final : public Communicator {
   NcclGroup* group_;
   int rank_;
   ncclComm_t comm_;
+  device::CardCounters* counters_;                 // the card's: wait_for's host waits
   device::device_buffer<int32_t> barrier_word_;    // 1 element
   device::device_buffer<uint64_t> counts_device_;  // size() x size() count matrix
   device::pinned_buffer<uint64_t> counts_host_;    // its host copy
@@ -108,6 +116,8 @@ class NcclGroup final : public CommGroup {
   // comment). Throws the abort error (naming `rank` and `collective`) instead when the group is
   // aborted or being aborted.
   std::shared_lock<std::shared_mutex> lock_for_call(int rank, const char* collective);
+  // The same lock, or none (owns_lock() false) when the group is aborted or being aborted.
+  std::shared_lock<std::shared_mutex> lock_unless_aborting();
   // True while abort() waits for the exclusive lock or has finished: a caller holding the shared
   // lock in a poll loop must let go.
   bool aborting() const { return aborting_.load(std::memory_order_acquire); }

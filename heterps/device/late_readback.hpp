@@ -29,12 +29,12 @@
 // The wait goes through the owner's SlotWait when it gave one: the slot's step ran collectives,
 // which a peer that never joins them would leave pending forever, so the owner's communicator
 // bounds it (comm::Communicator::wait_for: it fails naming the card, the pass and step, and what
-// it waited for); else Event::synchronize. On the cpu backend the copies complete when
-// enqueued: retiring never waits. A check that throws leaves its slot retired and the later ones
-// pending (discard() forgets them, and the card's counter is set back to slot 0 before the next
-// copy_on_card, outside any capture: begin() does it, or resync()). Every pinned slot, event and
-// the card counter are made by the constructor: begin, copy_on_card, commit, drain allocate
-// nothing.
+// it waited for; discard()'s wait outlasts an abort); else Event::synchronize. On the cpu
+// backend the copies complete when enqueued: retiring never waits. A check that throws leaves its
+// slot retired and the later ones pending (discard() forgets them, and the card's counter is set
+// back to slot 0 before the next copy_on_card, outside any capture: begin() does it, or resync()).
+// Every pinned slot, event and the card counter are made by the constructor: begin, copy_on_card,
+// commit, drain allocate nothing.
 //
 // Thread-safety: none; the card's thread. Move-only.
 #pragma once
@@ -90,7 +90,8 @@ class LateReadback {
 
   // The wait for a slot whose copies have not completed (Event::ready false), given the slot's
   // event and tag; it returns once the event has passed (counting one host wait) or throws.
-  using SlotWait = std::function<void(const Event& event, const Tag& tag)>;
+  // `discarding`: discard()'s wait, which must outlast an abort of the owner's group (there).
+  using SlotWait = std::function<void(const Event& event, const Tag& tag, bool discarding)>;
 
   // `wait` may be empty: Event::synchronize, unbounded (an owner whose steps run no collective).
   LateReadback(Card& card, std::size_t depth, std::size_t width, SlotWait wait = {})
@@ -196,15 +197,23 @@ class LateReadback {
   }
   // Forgets every pending slot (after a failure: nothing more will be checked), once their
   // copies are done: the next begin() hands slot 0 out again, and its caller rewrites the pinned
-  // memory an earlier copy may still be reading. The waits are the SlotWait's (bounded): one that
-  // fails (a group aborted by the failure being handled) gives the slot up unwaited, as the
-  // failed job will not begin another.
+  // memory an earlier copy may still be reading (or the ring is destroyed and frees it). The
+  // waits are the SlotWait's with `discarding` set: they outlast an abort of the owner's group,
+  // which the failure being handled (a peer's, or this card's) may have raised while the copies
+  // still wait behind its collectives (NCCL's abort makes those return, and the copies then run),
+  // but not its timeout. A wait that fails (the timeout passed, or the card reports an error)
+  // gives that slot and the later ones up unwaited, as waiting for each would run out the
+  // timeout again: their copies may then still be queued behind a collective that nothing ended,
+  // to write pinned memory that the next begin() hands out (a job whose group timed out begins
+  // no more steps) or that the ring's destructor frees (free_pinned: only cudaFreeHost's
+  // implicit, undocumented wait for the device stands between the two). The failure being
+  // handled is the one reported, not the wait's.
   void discard() {
     for (std::size_t i = 0; i < pending_; ++i) {
-      const std::size_t at = (oldest_ + i) % depth();
       try {
-        synchronize_slot(at);
-      } catch (...) {  // the failure being handled is the one to report
+        synchronize_slot((oldest_ + i) % depth(), /*discarding=*/true);
+      } catch (...) {
+        break;
       }
     }
     oldest_ = 0;
@@ -237,12 +246,12 @@ class LateReadback {
   // Slot `at`'s copies have completed: at once when its event is ready, else through the
   // SlotWait (a throw leaves the slot pending).
   void wait_for_slot(std::size_t at) {
-    if (!events_[at].ready()) synchronize_slot(at);
+    if (!events_[at].ready()) synchronize_slot(at, /*discarding=*/false);
   }
   // The wait for slot `at`'s event, counted (the SlotWait's, else Event::synchronize).
-  void synchronize_slot(std::size_t at) {
+  void synchronize_slot(std::size_t at, bool discarding) {
     if (wait_) {
-      wait_(events_[at], static_cast<const Tag&>(tags_[at]));
+      wait_(events_[at], static_cast<const Tag&>(tags_[at]), discarding);
     } else {
       events_[at].synchronize();
     }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -83,6 +84,39 @@ class BatchNormTest : public ::testing::Test {
     for (int64_t i = 0; i < s.rows; ++i) {
       std::copy_n(m.begin() + i * ld, s.cols, out.begin() + i * s.cols);
     }
+    return out;
+  }
+  // The batch's mean and variance of `x_host` ([rows x cols]) as the layer computes them, read
+  // from the running statistics' changes (momentum 0, running statistics 0, share 1: the change
+  // is the batch statistic).
+  struct BatchStatistics {
+    std::vector<float> mean, var;
+  };
+  BatchStatistics layer_statistics(const std::vector<float>& x_host, Shape s, bool staged) {
+    DenseParameters params(card_);
+    BatchNormSpec sp = spec(s.cols);
+    sp.staged_column_sums = staged;
+    sp.momentum = 0.0f;
+    sp.input_is_relu = false;
+    BatchNorm norm(card_, params, sp);
+    params.finalize(1);
+    std::vector<float> w = params.values_to_host();
+    const ParamBlock& rmean = params.blocks()[norm.running_mean_block()];
+    const ParamBlock& rvar = params.blocks()[norm.running_var_block()];
+    for (int j = 0; j < s.cols; ++j) w[rvar.offset + j] = 0.0f;
+    params.set_values(w);
+    const int64_t ld = sp.x_ld;
+    auto x = device::to_device(pad(x_host, s, ld), card_.memory(), card_.stream());
+    auto dy =
+        device::to_device(std::vector<float>(s.rows * ld, 0.0f), card_.memory(), card_.stream());
+    auto y = card_.make_buffer<float>(s.rows * ld);
+    auto dx = card_.make_buffer<float>(s.rows * ld);
+    norm.forward_train(card_.stream(), params, x.data(), y.data(), s.rows);
+    norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, 1.0f);
+    const std::vector<float> grads = params.grads_to_host();
+    BatchStatistics out;
+    out.mean.assign(grads.begin() + rmean.offset, grads.begin() + rmean.offset + s.cols);
+    out.var.assign(grads.begin() + rvar.offset, grads.begin() + rvar.offset + s.cols);
     return out;
   }
   device::CardSet cards_;
@@ -252,11 +286,9 @@ TEST_F(BatchNormTest, EmptyBatchWritesZeroGradients) {
 }
 
 // Columns far from zero (3e5, 6e5 and 9e5 + N(0, 1): float's spacing there is 1/32 to 1/16):
-// the batch's mean and variance, read from the running statistics' changes (momentum 0, running
-// statistics 0, share 1: the change is the batch statistic), within float's rounding of a
-// float64 reference. The staged chunks' M2 (shifted sums) and Chan's combination must not
-// cancel: sum x^2 - (sum x)^2 / n per chunk of 65 rows misses the third column's variance by
-// about 6e-4 (the first's by 4e-7).
+// the batch's mean and variance within float's rounding of a float64 reference. The staged
+// chunks' M2 (shifted sums) and Chan's combination must not cancel: sum x^2 - (sum x)^2 / n per
+// chunk of 65 rows misses the third column's variance by about 6e-4 (the first's by 4e-7).
 TEST_F(BatchNormTest, StatisticsOfColumnsFarFromZeroStayExact) {
   const Shape s{4097, 3};
   std::mt19937_64 rng(17);
@@ -278,30 +310,35 @@ TEST_F(BatchNormTest, StatisticsOfColumnsFarFromZeroStayExact) {
   }
   for (const bool staged : {false, true}) {
     SCOPED_TRACE(staged ? "staged sums" : "one pass");
-    DenseParameters params(card_);
-    BatchNormSpec sp = spec(s.cols);
-    sp.staged_column_sums = staged;
-    sp.momentum = 0.0f;
-    sp.input_is_relu = false;
-    BatchNorm norm(card_, params, sp);
-    params.finalize(1);
-    std::vector<float> w = params.values_to_host();
-    const ParamBlock& rmean = params.blocks()[norm.running_mean_block()];
-    const ParamBlock& rvar = params.blocks()[norm.running_var_block()];
-    for (int j = 0; j < s.cols; ++j) w[rvar.offset + j] = 0.0f;
-    params.set_values(w);
-    const int64_t ld = sp.x_ld;
-    auto x = device::to_device(pad(x_host, s, ld), card_.memory(), card_.stream());
-    auto dy =
-        device::to_device(std::vector<float>(s.rows * ld, 0.0f), card_.memory(), card_.stream());
-    auto y = card_.make_buffer<float>(s.rows * ld);
-    auto dx = card_.make_buffer<float>(s.rows * ld);
-    norm.forward_train(card_.stream(), params, x.data(), y.data(), s.rows);
-    norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, 1.0f);
-    const std::vector<float> grads = params.grads_to_host();
+    const BatchStatistics got = layer_statistics(x_host, s, staged);
     for (int j = 0; j < s.cols; ++j) {
-      EXPECT_NEAR(grads[rmean.offset + j], mean[j], std::ldexp(std::fabs(mean[j]), -23)) << j;
-      EXPECT_NEAR(grads[rvar.offset + j], var[j], 1e-6 * var[j]) << j;
+      EXPECT_NEAR(got.mean[j], mean[j], std::ldexp(std::fabs(mean[j]), -23)) << j;
+      EXPECT_NEAR(got.var[j], var[j], 1e-6 * var[j]) << j;
+    }
+  }
+}
+
+// A NaN in a column makes its mean and variance NaN (the step's check then sees it), for one row
+// (the staged chunk's M2 of a lone NaN row is NaN, not a variance of 0) and for a NaN among 70
+// rows (35 staged chunks of 2: the NaN, row 35, second in chunk 17), in one pass and staged;
+// the other column keeps its finite statistics.
+TEST_F(BatchNormTest, ANanRowKeepsTheStatisticsNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t rows : {int64_t{1}, int64_t{70}}) {
+    const Shape s{rows, 2};
+    std::vector<float> x_host(s.rows * s.cols);
+    for (int64_t i = 0; i < s.rows; ++i) {
+      x_host[i * s.cols] = 0.5f * static_cast<float>(i);
+      x_host[i * s.cols + 1] = 2.0f;
+    }
+    x_host[(rows / 2) * s.cols] = nan;
+    for (const bool staged : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, " << (staged ? "staged" : "one pass"));
+      const BatchStatistics got = layer_statistics(x_host, s, staged);
+      EXPECT_TRUE(std::isnan(got.mean[0])) << got.mean[0];
+      EXPECT_TRUE(std::isnan(got.var[0])) << got.var[0];
+      EXPECT_FLOAT_EQ(got.mean[1], 2.0f);
+      EXPECT_FLOAT_EQ(got.var[1], 0.0f);
     }
   }
 }

@@ -93,7 +93,8 @@ struct ColumnStats {
     const auto n = static_cast<double>(end - begin);
     *sum = shift * n + shifted;
     const double centred = squares - shifted * shifted / n;
-    *m2 = centred > 0.0 ? centred : 0.0;  // rounding never makes a sum of squares negative
+    // Rounding never makes a sum of squares negative; a NaN row keeps its NaN (B = 1 as well).
+    *m2 = centred < 0.0 ? 0.0 : centred;
   }
   GPUBOX_HD void operator()(std::size_t j) const {
     const double sum = sum_rows(j, 0, rows);
@@ -334,8 +335,10 @@ struct StatsFromChunks {
       const int64_t at = c * cols + static_cast<int64_t>(j);
       const auto n_a = static_cast<double>(c * per);
       const auto n_b = static_cast<double>(rows - c * per < per ? rows - c * per : per);
-      const double delta = c == 0 ? 0.0 : sums[at] / n_b - sum / n_a;
-      m2 += m2s[at] + delta * delta * (n_a * n_b / (n_a + n_b));
+      // Chan's term delta^2 n_a n_b / (n_a + n_b), delta = s_b / n_b - s_a / n_a the chunk's
+      // mean less the earlier rows', with one division: (s_b n_a - s_a n_b)^2 / (n_a n_b n).
+      const double apart = sums[at] * n_a - sum * n_b;
+      m2 += m2s[at] + (c == 0 ? 0.0 : apart * apart / (n_a * n_b * (n_a + n_b)));
       sum += sums[at];
     }
     stats.finish(j, sum, m2);

@@ -1,7 +1,7 @@
 // The bounded wait for a late readback's slot (Communicator::wait_for, bounded_slot_wait): it
 // counts one host wait, and a group aborted while the host waits for a step's slot fails naming
 // the step and the wait, where Event::synchronize would wait forever for a collective that a
-// peer never joins (NCCL).
+// peer never joins (NCCL); discard()'s wait outlasts the abort (OnAbort::kOutlast).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -55,6 +55,10 @@ TEST(BoundedEventWait, CountsOneHostWaitAndNamesTheStepOnceAborted) {
     EXPECT_THAT(error, HasSubstr("pass 2, step 5: "));
     EXPECT_THAT(error, HasSubstr("the test's slot"));
     EXPECT_THAT(error, HasSubstr("a peer left"));
+    EXPECT_EQ(card.counts().host_syncs, before + 2);  // counted before it waits, as synchronize
+    // A failure's cleanup outlasts the abort: the event has passed, so the wait returns.
+    EXPECT_EQ(error_of([&] { comm.wait_for(event, "the test's slot", OnAbort::kOutlast); }), "");
+    EXPECT_EQ(card.counts().host_syncs, before + 3);
   });
 }
 
@@ -83,13 +87,15 @@ TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
   CardGroup cg(1);
   cg.run([&](device::Card& card, Communicator& comm) {
     auto value = card.make_buffer<uint32_t>(1);
-    device::memset_bytes_async(value.data(), 0, value.bytes(), card.stream());
+    device::memset_bytes_async(value.data(), 0x5a, value.bytes(), card.stream());
     device::LateReadback<uint32_t, Tag> ring(card, 2, 1,
                                              bounded_slot_wait<Tag>(comm, "the test's status"));
     std::vector<int64_t> retired;
     const auto check = [&](const Tag& tag, const uint32_t*) { retired.push_back(tag.step); };
+    std::vector<const uint32_t*> hosts;
     const auto run_step = [&](int64_t step) {
       const auto slot = ring.begin(check);
+      hosts.push_back(slot.host);
       *slot.tag = Tag{1, step};
       ring.copy_on_card(card.stream(), {{value.data(), 0, sizeof(uint32_t)}});
       ring.commit(card.stream());
@@ -109,7 +115,64 @@ TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
     EXPECT_THAT(error, HasSubstr("a peer left"));
     EXPECT_EQ(retired, std::vector<int64_t>({0}));
     EXPECT_EQ(ring.pending(), 2u);
+    const uint64_t at_discard = card.counts().host_syncs;
+    ring.discard();  // waits for both slots' copies, the abort notwithstanding
+    EXPECT_EQ(ring.pending(), 0u);
+    EXPECT_EQ(card.counts().host_syncs, at_discard + 2);
+    EXPECT_EQ(*hosts[2], 0x5a5a5a5au);  // step 2's copy ran before its slot was given up
+  });
+}
+
+// discard() asks the SlotWait to outlast an abort (retiring does not), oldest slot first, and
+// gives up the slot whose wait fails and every later one without waiting for them (each would
+// run out the group's timeout again).
+TEST(BoundedEventWait, DiscardOutlastsAnAbortAndStopsAtTheFirstFailedWait) {
+  GPUBOX_IN_PROCESS_ONLY("deferred streams are the cpu backend's");
+  const DeferredStreams defer;
+  CardGroup cg(1);
+  cg.run([&](device::Card& card, Communicator&) {
+    auto value = card.make_buffer<uint32_t>(1);
+    device::memset_bytes_async(value.data(), 0, value.bytes(), card.stream());
+    struct Call {
+      int64_t step;
+      bool discarding;
+    };
+    std::vector<Call> calls;
+    int64_t failing_step = -1;
+    device::LateReadback<uint32_t, Tag> ring(
+        card, 3, 1, [&](const device::Event& event, const Tag& tag, bool discarding) {
+          calls.push_back({tag.step, discarding});
+          if (tag.step == failing_step) GPUBOX_FAIL("the test's wait timed out");
+          event.synchronize();
+        });
+    const auto check = [](const Tag&, const uint32_t*) {};
+    int64_t next_step = 0;
+    const auto run_steps = [&](int count) {
+      for (int i = 0; i < count; ++i) {
+        const auto slot = ring.begin(check);
+        *slot.tag = Tag{0, next_step++};
+        ring.copy_on_card(card.stream(), {{value.data(), 0, sizeof(uint32_t)}});
+        ring.commit(card.stream());
+      }
+    };
+    run_steps(4);  // the fourth begin() retires step 0, whose copy is still queued
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].step, 0);
+    EXPECT_FALSE(calls[0].discarding);
+    calls.clear();
+    ring.discard();  // steps 1, 2, 3
+    ASSERT_EQ(calls.size(), 3u);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(calls[i].step, static_cast<int64_t>(i) + 1);
+      EXPECT_TRUE(calls[i].discarding);
+    }
+    calls.clear();
+    run_steps(3);  // steps 4, 5, 6 in slots 0, 1, 2
+    failing_step = 5;
     ring.discard();
+    ASSERT_EQ(calls.size(), 2u);  // step 6 is given up with step 5
+    EXPECT_EQ(calls[0].step, 4);
+    EXPECT_EQ(calls[1].step, 5);
     EXPECT_EQ(ring.pending(), 0u);
   });
 }
