@@ -59,6 +59,13 @@ struct TableAdamStep {
   float eps_scale = 1.0f;  // sqrt(1 - b2^t)
 };
 
+// Whether rows of `cfg` step with the table's step: adam or shared_adam under per_table.
+GPUBOX_HD inline bool uses_table_step(const AccessorConfig& cfg) {
+  return cfg.optimizer.bias_correction == table::AdamBiasCorrection::kPerTable &&
+         (cfg.optimizer.kind == SparseOptimizerKind::kAdam ||
+          cfg.optimizer.kind == SparseOptimizerKind::kSharedAdam);
+}
+
 // The next step's corrections, computed in double (exact for long runs, identical on every card
 // and backend) and rounded once, as the dense adam's (trainer/nn/dense_optimizer.cu).
 GPUBOX_HD inline void advance_table_adam(TableAdamStep& step, float beta1, float beta2) {
