@@ -10,6 +10,7 @@
 
 #include "common/config/config_document.hpp"
 #include "common/config/config_enums.hpp"
+#include "common/config/network_shape.hpp"
 #include "table/sparse_config.hpp"
 #include "tests/integration/paddlerec_keys_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -317,19 +318,94 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
   EXPECT_EQ(gpubox->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
   EXPECT_FLOAT_EQ(gpubox->sparse.embedx_threshold, 10.0f);
   EXPECT_EQ(rows_note(own_config, as_autoint), "");
-  // dlrm's SGD: a step on a row that scales with the batch, which the per-key rule does not
-  // mirror; the rows keep the sparse rule, and the start line says so.
-  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
+  // GPUBox's dlrm under dlrm's config's SGD (hyper_parameters.model set: the class as written): a
+  // step on a row that scales with the batch, which the per-key rule does not mirror; the rows
+  // keep the sparse rule, and the start line says so.
+  const std::vector<std::string> gpubox_dlrm = {"hyper_parameters.model=dlrm"};
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm, gpubox_dlrm);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kSgd);
   EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
-  EXPECT_TRUE(contains(rows_note(kDlrm),
+  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_dlrm),
                        "p.yaml: the embedding rows step under "
                        "hyper_parameters.sparse_optimizer.*"))
-      << rows_note(kDlrm);
-  EXPECT_TRUE(contains(rows_note(kDlrm),
+      << rows_note(kDlrm, gpubox_dlrm);
+  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_dlrm),
                        "not under PaddleRec's hyper_parameters.optimizer.class "
                        "(SGD at learning_rate"))
-      << rows_note(kDlrm);
+      << rows_note(kDlrm, gpubox_dlrm);
+}
+
+// PaddleRec's dlrm net steps every parameter with Adam at its learning rate whatever class says
+// (static_model.py, dygraph_model.py): from its folder GPUBox's dense net and rows take that
+// Adam, said at start; its sync_mode async corrects the rows per row (Paddle's parameter server's
+// SparseAdamSGDRule), the gpubox schedule per table (Paddle's lazy adam op).
+TEST(PaddleRecKeys, DlrmTrainsWithItsNetsAdam) {
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(dlrm->hyper.optimizer.learning_rate, 0.1f);
+  EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(dlrm->sparse.optimizer.learning_rate, 0.1f);
+  EXPECT_FLOAT_EQ(dlrm->sparse.optimizer.mf_learning_rate, 0.1f);
+  EXPECT_EQ(dlrm->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  EXPECT_TRUE(contains(rows_note(kDlrm), "(Adam at learning_rate 0.1)")) << rows_note(kDlrm);
+  EXPECT_TRUE(contains(rows_note(kDlrm), "adam_bias_correction per_row")) << rows_note(kDlrm);
+  const std::vector<std::string> gpubox_mode = {"runner.sync_mode=gpubox"};
+  const StatusOr<TrainerConfig> cards = parse(kDlrm, gpubox_mode);
+  ASSERT_TRUE(cards.ok()) << cards.status().to_string();
+  EXPECT_EQ(cards->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
+  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_mode), "adam_bias_correction per_table"));
+  const auto note = [](const std::vector<std::string>& o) {
+    StatusOr<config::ConfigDocument> doc =
+        config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
+    return doc.ok() ? config::dense_optimizer_note(*doc) : doc.status().message();
+  };
+  EXPECT_TRUE(contains(note({}), "hyper_parameters.optimizer.class: Adam, not SGD")) << note({});
+  EXPECT_EQ(note({"hyper_parameters.model=dlrm"}), "");
+  EXPECT_EQ(note({"hyper_parameters.optimizer.class=Adam"}), "");
+}
+
+// hyper_parameters.sparse_optimizer.adam_bias_correction: per_row unless set, but per_table for
+// a PaddleRec config whose rows take its Adam in the gpubox schedule; per_table refused where no
+// table step exists (the parameter-server modes) and for a rule without moments.
+TEST(PaddleRecKeys, AdamBiasCorrectionFollowsPaddlesModeAndIsRefusedWhereUndefined) {
+  const std::string key = "hyper_parameters.sparse_optimizer.adam_bias_correction";
+  const StatusOr<TrainerConfig> autoint = parse(kAutoint);
+  ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
+  EXPECT_EQ(autoint->runner.sync_mode, config::SyncMode::kGpubox);
+  EXPECT_EQ(autoint->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
+  const StatusOr<TrainerConfig> as_set = parse(kAutoint, {key + "=per_row"});
+  ASSERT_TRUE(as_set.ok()) << as_set.status().to_string();
+  EXPECT_EQ(as_set->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  // GPUBox's own rule keeps per_row unless asked, also as adam.
+  std::string own_config = kAutoint;
+  own_config.erase(0, own_config.find('\n') + 1);  // the workspace line
+  for (const std::vector<std::string>& o :
+       {std::vector<std::string>{"hyper_parameters.model=autoint"},
+        {"hyper_parameters.model=autoint", "hyper_parameters.sparse_optimizer.class=adam"}}) {
+    const StatusOr<TrainerConfig> own = parse(own_config, o);
+    ASSERT_TRUE(own.ok()) << own.status().to_string();
+    EXPECT_EQ(own->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  }
+  const StatusOr<TrainerConfig> asked = parse(
+      own_config, {"hyper_parameters.model=autoint",
+                   "hyper_parameters.sparse_optimizer.class=shared_adam", key + "=per_table"});
+  ASSERT_TRUE(asked.ok()) << asked.status().to_string();
+  EXPECT_EQ(asked->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
+  for (const char* mode : {"async", "sync", "geo"}) {
+    const std::string sync_mode = std::string("runner.sync_mode=") + mode;
+    const StatusOr<TrainerConfig> ps = parse(kAutoint, {sync_mode});
+    ASSERT_TRUE(ps.ok()) << mode << ": " << ps.status().to_string();
+    EXPECT_EQ(ps->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow) << mode;
+    const std::string refused = error_of(kAutoint, {sync_mode, key + "=per_table"});
+    EXPECT_TRUE(contains(refused, "per_table counts the table's steps, which runner.sync_mode " +
+                                      std::string(mode) + " does not have"))
+        << refused;
+  }
+  const std::string adagrad =
+      error_of(kAutoint, {"hyper_parameters.sparse_optimizer.class=adagrad", key + "=per_table"});
+  EXPECT_TRUE(contains(adagrad, "rows step under adagrad")) << adagrad;
 }
 
 // flen's config.yaml (its runner and hyper_parameters, unchanged): the network its folder names,
