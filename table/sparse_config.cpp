@@ -62,18 +62,21 @@ RowsRule rows_rule(const config::ConfigDocument& doc) {
 const std::string kBiasCorrection = kSo + "adam_bias_correction";
 
 // hyper_parameters.sparse_optimizer.adam_bias_correction, set or derived (config_keys.cpp), and
-// checked: per_table needs the table's step to be one count every card agrees on, which the
-// gpubox schedule (collective included: one synchronous step of every card) has; the
-// parameter-server modes apply each trainer thread's push on arrival (async, sync) or keep
-// the optimizer state in each thread's local copy (geo), and Paddle's own parameter server
-// corrects per row there (SparseAdamSGDRule).
+// checked. Derived as Paddle's mode corrects a PaddleRec config's Adam rows: per table in its
+// static training without a parameter server (no runner.sync_mode: PaddleRec's static_trainer,
+// and Collective with use_fleet; the adam op with lazy_mode), per row with one (sync_mode
+// gpubox: PSGPU's SparseAdamOptimizer; async, sync, geo: SparseAdamSGDRule). per_table needs the
+// table's step to be one count every card agrees on, which the gpubox schedule (collective
+// included: one synchronous step of every card) has; the parameter-server modes apply each
+// trainer thread's push on arrival (async, sync) or keep the optimizer state in each thread's
+// local copy (geo).
 StatusOr<AdamBiasCorrection> adam_bias_correction_of(const config::ConfigDocument& doc,
                                                      SparseOptimizerKind kind) {
   const AdamBiasCorrection set = doc.get_enum(kBiasCorrection, config::kAdamBiasCorrectionNames);
   const config::SyncMode mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
   const bool adam = kind == SparseOptimizerKind::kAdam || kind == SparseOptimizerKind::kSharedAdam;
   if (!doc.is_set(kBiasCorrection)) {
-    return adam && mode == config::SyncMode::kGpubox &&
+    return adam && !doc.is_set("runner.sync_mode") &&
                    rows_rule(doc) == RowsRule::kPaddleRecOptimizer
                ? AdamBiasCorrection::kPerTable
                : AdamBiasCorrection::kPerRow;
@@ -102,11 +105,12 @@ std::string correction_note(const config::ConfigDocument& doc) {
   StatusOr<AdamBiasCorrection> correction =
       adam_bias_correction_of(doc, SparseOptimizerKind::kAdam);
   if (correction.ok() && *correction == AdamBiasCorrection::kPerTable) {
-    return kBiasCorrection + " per_table: the table's step count, as Paddle's lazy adam op in " +
-           "single and collective training";
+    return kBiasCorrection + " per_table: the table's step count, as Paddle's lazy adam op " +
+           "in its training without a parameter server (no runner.sync_mode)";
   }
-  return kBiasCorrection + " per_row: each row's own steps, as Paddle's parameter-server " +
-         "SparseAdamSGDRule";
+  return kBiasCorrection + " per_row: each row's own steps, as Paddle's parameter servers " +
+         "(runner.sync_mode gpubox: PSGPU's SparseAdamOptimizer; async, sync, geo: " +
+         "SparseAdamSGDRule)";
 }
 
 }  // namespace

@@ -338,8 +338,8 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
 
 // PaddleRec's dlrm net steps every parameter with Adam at its learning rate whatever class says
 // (static_model.py, dygraph_model.py): from its folder GPUBox's dense net and rows take that
-// Adam, said at start; its sync_mode async corrects the rows per row (Paddle's parameter server's
-// SparseAdamSGDRule), the gpubox schedule per table (Paddle's lazy adam op).
+// Adam, said at start; with a runner.sync_mode (its async; gpubox) the rows correct per row, as
+// Paddle's parameter servers do (SparseAdamSGDRule; PSGPU's SparseAdamOptimizer).
 TEST(PaddleRecKeys, DlrmTrainsWithItsNetsAdam) {
   const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
@@ -354,8 +354,8 @@ TEST(PaddleRecKeys, DlrmTrainsWithItsNetsAdam) {
   const std::vector<std::string> gpubox_mode = {"runner.sync_mode=gpubox"};
   const StatusOr<TrainerConfig> cards = parse(kDlrm, gpubox_mode);
   ASSERT_TRUE(cards.ok()) << cards.status().to_string();
-  EXPECT_EQ(cards->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
-  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_mode), "adam_bias_correction per_table"));
+  EXPECT_EQ(cards->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_mode), "PSGPU's SparseAdamOptimizer"));
   const auto note = [](const std::vector<std::string>& o) {
     StatusOr<config::ConfigDocument> doc =
         config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
@@ -367,8 +367,9 @@ TEST(PaddleRecKeys, DlrmTrainsWithItsNetsAdam) {
 }
 
 // hyper_parameters.sparse_optimizer.adam_bias_correction: per_row unless set, but per_table for
-// a PaddleRec config whose rows take its Adam in the gpubox schedule; per_table refused where no
-// table step exists (the parameter-server modes) and for a rule without moments.
+// a PaddleRec config whose rows take its Adam and that names no runner.sync_mode (Paddle's
+// training without a parameter server); per_table refused where no table step exists (the
+// parameter-server modes) and for a rule without moments; asked for, the gpubox schedule has it.
 TEST(PaddleRecKeys, AdamBiasCorrectionFollowsPaddlesModeAndIsRefusedWhereUndefined) {
   const std::string key = "hyper_parameters.sparse_optimizer.adam_bias_correction";
   const StatusOr<TrainerConfig> autoint = parse(kAutoint);
@@ -403,6 +404,13 @@ TEST(PaddleRecKeys, AdamBiasCorrectionFollowsPaddlesModeAndIsRefusedWhereUndefin
                                       std::string(mode) + " does not have"))
         << refused;
   }
+  const StatusOr<TrainerConfig> psgpu = parse(kAutoint, {"runner.sync_mode=gpubox"});
+  ASSERT_TRUE(psgpu.ok()) << psgpu.status().to_string();
+  EXPECT_EQ(psgpu->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  const StatusOr<TrainerConfig> psgpu_asked =
+      parse(kAutoint, {"runner.sync_mode=gpubox", key + "=per_table"});
+  ASSERT_TRUE(psgpu_asked.ok()) << psgpu_asked.status().to_string();
+  EXPECT_EQ(psgpu_asked->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
   const std::string adagrad =
       error_of(kAutoint, {"hyper_parameters.sparse_optimizer.class=adagrad", key + "=per_table"});
   EXPECT_TRUE(contains(adagrad, "rows step under adagrad")) << adagrad;
