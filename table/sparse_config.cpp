@@ -46,7 +46,8 @@ enum class RowsRule {
 };
 
 RowsRule rows_rule(const config::ConfigDocument& doc) {
-  const bool adam = config::resolve_dense_optimizer(doc) == config::DenseOptimizerKind::kAdam;
+  const bool adam = doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames) ==
+                    config::DenseOptimizerKind::kAdam;
   // Any key of a rule's own (its rates, accumulators, moments, decays, thresholds): a config that
   // tunes one means that rule, not PaddleRec's optimizer. Start values, bounds and the show/click
   // bookkeeping are every rule's.
@@ -119,7 +120,8 @@ std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
   const RowsRule rule = rows_rule(doc);
   if (rule == RowsRule::kSparseOptimizer) return "";
   const std::string optimizer =
-      std::string(name_of(config::kDenseOptimizerKindNames, config::resolve_dense_optimizer(doc))) +
+      std::string(name_of(config::kDenseOptimizerKindNames,
+                          doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames))) +
       " at learning_rate " + doc.value_text(kDenseOpt + "learning_rate");
   if (rule == RowsRule::kPaddleRecOptimizer) {
     return doc.source() + ": the embedding rows step under PaddleRec's " + kDenseOpt + "class (" +

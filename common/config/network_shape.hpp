@@ -46,16 +46,13 @@ StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspa
 // hyper_parameters.model and workspace.
 StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc);
 
-// The dense optimizer a config means: hyper_parameters.optimizer.class, but Adam in PaddleRec's
-// dlrm folder when hyper_parameters.model is not set: its network steps every parameter, the
-// embedding tables too, with paddle.optimizer.Adam at optimizer.learning_rate whatever class
-// says (static_model.py and dygraph_model.py read no class), so its config's `class: SGD`
-// describes nothing it trains. Setting hyper_parameters.model trains GPUBox's network of that
-// name under the class as written. Reads the keys optimizer.class, hyper_parameters.model and
-// workspace.
-DenseOptimizerKind resolve_dense_optimizer(const ConfigDocument& doc);
-
-// The start line when resolve_dense_optimizer is not the class the config names; "" otherwise.
+// gpubox_train's start line for PaddleRec's dlrm folder when hyper_parameters.optimizer.class is
+// not Adam (its config.yaml says SGD): its network steps every parameter, the embedding tables
+// too, with paddle.optimizer.Adam at optimizer.learning_rate whatever class says
+// (static_model.py, dygraph_model.py read no class), while GPUBox follows the class; the line
+// says why (GPUBox's dlrm ends in one linear logit where PaddleRec's ReLUs and batch-normalises
+// two: under Adam at 0.1 the folder's own batch of 2 diverges) and how to train the net's Adam
+// (-o hyper_parameters.optimizer.class=Adam). "" otherwise.
 std::string dense_optimizer_note(const ConfigDocument& doc);
 
 // The dense features an instance holds: hyper_parameters.dense_input_dim, but 0 in slot_dnn's

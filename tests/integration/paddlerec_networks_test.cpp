@@ -318,30 +318,42 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
   EXPECT_EQ(gpubox->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
   EXPECT_FLOAT_EQ(gpubox->sparse.embedx_threshold, 10.0f);
   EXPECT_EQ(rows_note(own_config, as_autoint), "");
-  // GPUBox's dlrm under dlrm's config's SGD (hyper_parameters.model set: the class as written): a
-  // step on a row that scales with the batch, which the per-key rule does not mirror; the rows
-  // keep the sparse rule, and the start line says so.
-  const std::vector<std::string> gpubox_dlrm = {"hyper_parameters.model=dlrm"};
-  const StatusOr<TrainerConfig> dlrm = parse(kDlrm, gpubox_dlrm);
+  // dlrm's SGD: a step on a row that scales with the batch, which the per-key rule does not
+  // mirror; the rows keep the sparse rule, and the start line says so.
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kSgd);
   EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
-  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_dlrm),
+  EXPECT_TRUE(contains(rows_note(kDlrm),
                        "p.yaml: the embedding rows step under "
                        "hyper_parameters.sparse_optimizer.*"))
-      << rows_note(kDlrm, gpubox_dlrm);
-  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_dlrm),
+      << rows_note(kDlrm);
+  EXPECT_TRUE(contains(rows_note(kDlrm),
                        "not under PaddleRec's hyper_parameters.optimizer.class "
                        "(SGD at learning_rate"))
-      << rows_note(kDlrm, gpubox_dlrm);
+      << rows_note(kDlrm);
 }
 
 // PaddleRec's dlrm net steps every parameter with Adam at its learning rate whatever class says
-// (static_model.py, dygraph_model.py): from its folder GPUBox's dense net and rows take that
-// Adam, said at start; with a runner.sync_mode (its async; gpubox) the rows correct per row, as
-// Paddle's parameter servers do (SparseAdamSGDRule; PSGPU's SparseAdamOptimizer).
-TEST(PaddleRecKeys, DlrmTrainsWithItsNetsAdam) {
-  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
+// (static_model.py, dygraph_model.py); GPUBox follows the class (its one linear output logit
+// diverges under Adam at 0.1 on the folder's batches of 2) and says at start how to train the
+// net's Adam: class=Adam, which then steps the rows too (per row with its sync_mode async, as
+// Paddle's parameter server; and with sync_mode gpubox, as PSGPU).
+TEST(PaddleRecKeys, DlrmSaysItsNetsAdamAndTrainsItWhenAsked) {
+  const auto note = [](const std::vector<std::string>& o) {
+    StatusOr<config::ConfigDocument> doc =
+        config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
+    return doc.ok() ? config::dense_optimizer_note(*doc) : doc.status().message();
+  };
+  EXPECT_TRUE(contains(note({}),
+                       "hyper_parameters.optimizer.class: SGD as written, though "
+                       "PaddleRec's dlrm network steps every parameter"))
+      << note({});
+  EXPECT_TRUE(contains(note({}), "-o hyper_parameters.optimizer.class=Adam")) << note({});
+  const std::vector<std::string> adam = {"hyper_parameters.optimizer.class=Adam"};
+  EXPECT_EQ(note(adam), "");
+  EXPECT_EQ(note({"hyper_parameters.model=dlrm"}), note({}));  // the folder still says it
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm, adam);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kAdam);
   EXPECT_FLOAT_EQ(dlrm->hyper.optimizer.learning_rate, 0.1f);
@@ -349,21 +361,13 @@ TEST(PaddleRecKeys, DlrmTrainsWithItsNetsAdam) {
   EXPECT_FLOAT_EQ(dlrm->sparse.optimizer.learning_rate, 0.1f);
   EXPECT_FLOAT_EQ(dlrm->sparse.optimizer.mf_learning_rate, 0.1f);
   EXPECT_EQ(dlrm->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
-  EXPECT_TRUE(contains(rows_note(kDlrm), "(Adam at learning_rate 0.1)")) << rows_note(kDlrm);
-  EXPECT_TRUE(contains(rows_note(kDlrm), "adam_bias_correction per_row")) << rows_note(kDlrm);
-  const std::vector<std::string> gpubox_mode = {"runner.sync_mode=gpubox"};
-  const StatusOr<TrainerConfig> cards = parse(kDlrm, gpubox_mode);
+  EXPECT_TRUE(contains(rows_note(kDlrm, adam), "(Adam at learning_rate 0.1)"));
+  EXPECT_TRUE(contains(rows_note(kDlrm, adam), "adam_bias_correction per_row"));
+  const StatusOr<TrainerConfig> cards = parse(kDlrm, {adam[0], "runner.sync_mode=gpubox"});
   ASSERT_TRUE(cards.ok()) << cards.status().to_string();
   EXPECT_EQ(cards->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
-  EXPECT_TRUE(contains(rows_note(kDlrm, gpubox_mode), "PSGPU's SparseAdamOptimizer"));
-  const auto note = [](const std::vector<std::string>& o) {
-    StatusOr<config::ConfigDocument> doc =
-        config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
-    return doc.ok() ? config::dense_optimizer_note(*doc) : doc.status().message();
-  };
-  EXPECT_TRUE(contains(note({}), "hyper_parameters.optimizer.class: Adam, not SGD")) << note({});
-  EXPECT_EQ(note({"hyper_parameters.model=dlrm"}), "");
-  EXPECT_EQ(note({"hyper_parameters.optimizer.class=Adam"}), "");
+  EXPECT_TRUE(contains(rows_note(kDlrm, {adam[0], "runner.sync_mode=gpubox"}),
+                       "PSGPU's SparseAdamOptimizer"));
 }
 
 // hyper_parameters.sparse_optimizer.adam_bias_correction: per_row unless set, but per_table for

@@ -383,7 +383,7 @@ Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
 // The hyper_parameters.* keys of the dense network and its optimizer.
 Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string o = "hyper_parameters.optimizer.";
-  h.optimizer.kind = config::resolve_dense_optimizer(doc);  // (PaddleRec's dlrm: Adam)
+  h.optimizer.kind = doc.get_enum(o + "class", kDenseOptimizerKindNames);
   h.optimizer.learning_rate = static_cast<float>(doc.get_float(o + "learning_rate"));
   h.optimizer.beta1 = static_cast<float>(doc.get_float(o + "beta1"));
   h.optimizer.beta2 = static_cast<float>(doc.get_float(o + "beta2"));
