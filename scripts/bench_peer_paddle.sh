@@ -25,6 +25,12 @@
 #                       instances per step, the comparison of quality per epoch at equal steps
 #                       (with G = B, GPUBox takes T times fewer steps, and with a small learning
 #                       rate its early epochs learn less: dcn's Adam at 1e-4)
+#   --gpubox-override K=V
+#                       single mode: one more -o K=V for GPUBox's runs (repeatable), e.g. the
+#                       rule before a change to compare against it on the same tree:
+#                       hyper_parameters.sparse_optimizer.adam_bias_correction=per_table
+#                       (Paddle's static lazy adam), or hyper_parameters.optimizer.class=Adam
+#                       (what PaddleRec's dlrm net trains with, whatever its class says)
 #   --bin DIR           GPUBox binaries (default build/bin; made by scripts/build.sh cpu)
 #   --venv DIR          Python virtual environment for Paddle (default output/peer-venv); created
 #                       and filled from PyPI when it has no working paddle of that version
@@ -76,7 +82,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 lines=200000 test_lines="" files=4 seed=1 threads=2 epochs=2 batch=512 gpubox_batch=""
 bin="$repo/build/bin" venv="$repo/output/peer-venv" paddle_version=2.6.2
 data="" keep_data=0 out="$repo/output/peer" precisions=fp32 mode=single workers=2 geo_step=100 ps_modes=async,sync,geo
-model=dnn paddlerec=""
+model=dnn paddlerec="" gpubox_overrides=()  # (KEY=VALUE each)
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 posint() {  # posint FLAG VALUE [allow0]: VALUE must be an integer > 0 (>= 0 with allow0)
   local what="a positive integer"
@@ -94,6 +100,8 @@ while [ $# -gt 0 ]; do
     --epochs) need "$@"; posint "$1" "$2"; epochs="$2"; shift 2 ;;
     --batch) need "$@"; posint "$1" "$2"; batch="$2"; shift 2 ;;
     --gpubox-batch) need "$@"; posint "$1" "$2"; gpubox_batch="$2"; shift 2 ;;
+    --gpubox-override) need "$@"; [[ "$2" == *=* ]] || die "--gpubox-override needs KEY=VALUE, got '$2'"
+      gpubox_overrides+=("$2"); shift 2 ;;
     --bin) need "$@"; bin="$2"; shift 2 ;;
     --venv) need "$@"; venv="$2"; shift 2 ;;
     --paddle-version) need "$@"; paddle_version="$2"; shift 2 ;;
@@ -115,6 +123,8 @@ done
 [ -n "$gpubox_batch" ] || gpubox_batch="$batch"
 [ "$mode" = single ] || [ "$gpubox_batch" = "$batch" ] ||
   die "--gpubox-batch: with --mode single only (--mode ps runs --batch in both)"
+[ "$mode" = single ] || [ "${#gpubox_overrides[@]}" = 0 ] ||
+  die "--gpubox-override: with --mode single only"
 [[ "$precisions" =~ ^(fp32|bf16)(,(fp32|bf16))*$ ]] ||
   die "--precision '$precisions': expected fp32, bf16 or a comma-separated list of them"
 case "$mode" in single | ps) ;; *) die "--mode '$mode': expected single or ps" ;; esac
@@ -314,6 +324,7 @@ for prec in "${prec_list[@]}"; do
     -o runner.dense_transform=none -o runner.label_name=click -o runner.dense_name=dense_feature
     -o hyper_parameters.sparse_inputs_slots=27 -o hyper_parameters.dense_input_dim=13
     -o runner.model_save_path= -o runner.print_interval=100 -o runner.sync_mode=gpubox)
+  for kv in "${gpubox_overrides[@]}"; do gb_args+=(-o "$kv"); done
   children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
   run_child env FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox_$prec.log" 2>&1 ||
     die "gpubox_train ($prec) failed (exit $?): $(tail -5 "$out/gpubox_$prec.log")"
@@ -353,7 +364,7 @@ model_meta="model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc
 diff_meta="differences that remain: GPUBox clips weights to [-10,10] and keeps show/click per row, Paddle does neither; Paddle's table is preallocated (every row initialised like a GPUBox row: embed_w 0, embedx U(+-1e-4)), GPUBox creates rows on first sight; synchronous data parallel (GPUBox) vs Hogwild (Paddle), see threads; AUC: Paddle's auc op with 2^20-1 thresholds, GPUBox 2^20 buckets; no shuffle in either"
 if [ -n "$zoo_config" ]; then
   model_meta="model: PaddleRec's models/rank/$model/config.yaml in both systems, unchanged but for the data's shapes (26 slots x 1 key, 13 dense, sparse_feature_number = Paddle's table rows) and the batch: its network, widths, dense optimizer and learning rate; Paddle runs PaddleRec's own network code (its static_model.py, or its dygraph_model.py's layer, loss and optimizer as a static program), GPUBox the network it builds for that folder; Paddle table keys folded: $folded"
-  diff_meta="differences that remain: the embedding rows: both step them with the config's Adam (GPUBox: its sparse adam at the config's learning rate, which a PaddleRec folder's config without a sparse rule means; with SGD or Adagrad, dlrm and flen, GPUBox's sparse_optimizer defaults: Paddle's PS adagrad, embedx from score 10), but Paddle's lazy Adam corrects its moments' bias by one power per table advanced every step and GPUBox's per row from the row's first step, and the rows start at GPUBox's initial ranges (embed_w 0, embedx U(+-1e-4)) rather than the network's initialiser; GPUBox creates rows on first sight; synchronous data parallel (GPUBox: one step per global batch of threads x its batch) vs Hogwild (Paddle: one step per worker batch; threads times GPUBox's steps unless --gpubox-batch is --batch / threads), see threads; no shuffle in either"
+  diff_meta="differences that remain: the embedding rows: both step them with the network's Adam (GPUBox: its sparse adam at the config's learning rate, which a PaddleRec folder's config without a sparse rule means; dlrm's net trains with Adam whatever its class: SGD says, GPUBox with the class unless --gpubox-override hyper_parameters.optimizer.class=Adam), but GPUBox runs its gpubox schedule (runner.sync_mode gpubox, Paddle's PSGPU), whose rows correct Adam's bias per row from their first step, where Paddle's static run (its lazy adam op) corrects it by one power per table advanced every step: --gpubox-override hyper_parameters.sparse_optimizer.adam_bias_correction=per_table trains Paddle's form (BENCHMARKS.md: it overfits more in a second epoch, dlrm and deepfm); with Adagrad, flen, GPUBox's sparse_optimizer defaults: Paddle's PS adagrad, embedx from score 10; the rows start at GPUBox's initial ranges (embed_w 0, embedx U(+-1e-4)) rather than the network's initialiser, and GPUBox's key gradient is the mean over its occurrences in the batch (show_scale), Paddle's the sum of the mean loss's; GPUBox creates rows on first sight; synchronous data parallel (GPUBox: one step per global batch of threads x its batch) vs Hogwild (Paddle: one step per worker batch, each advancing the shared table's beta powers; threads times GPUBox's steps unless --gpubox-batch is --batch / threads), see threads; no shuffle in either"
 fi
 for prec in "${prec_list[@]}"; do
   python3 "$repo/scripts/peer/report.py" --gpubox_metrics "$out/gpubox_${prec}_metrics.jsonl" \
@@ -362,7 +373,7 @@ for prec in "${prec_list[@]}"; do
     --timed_epoch "$epochs" --out "$out/report_$prec.md" --json "$out/report_$prec.json" \
     --precision "$prec" --load "${load_gpubox[$prec]%% *} / ${load_paddle%% *}" \
     --gpubox_batch "$gpubox_batch" \
-    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$(for kv in "${gpubox_overrides[@]}"; do printf ' --gpubox-override %s' "$kv"; done)" \
     --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
     --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \

@@ -60,6 +60,60 @@ RowsRule rows_rule(const config::ConfigDocument& doc) {
   return adam ? RowsRule::kPaddleRecOptimizer : RowsRule::kSparseOptimizerNotPaddle;
 }
 
+const std::string kBiasCorrection = kSo + "adam_bias_correction";
+
+// hyper_parameters.sparse_optimizer.adam_bias_correction, set or derived (config_keys.cpp), and
+// checked. Derived as Paddle's mode corrects a PaddleRec config's Adam rows: per table in its
+// static training without a parameter server (no runner.sync_mode: PaddleRec's static_trainer,
+// and Collective with use_fleet; the adam op with lazy_mode), per row with one (sync_mode
+// gpubox: PSGPU's SparseAdamOptimizer; async, sync, geo: SparseAdamSGDRule). per_table needs the
+// table's step to be one count every card agrees on, which the gpubox schedule (collective
+// included: one synchronous step of every card) has; the parameter-server modes apply each
+// trainer thread's push on arrival (async, sync) or keep the optimizer state in each thread's
+// local copy (geo).
+StatusOr<AdamBiasCorrection> adam_bias_correction_of(const config::ConfigDocument& doc,
+                                                     SparseOptimizerKind kind) {
+  const AdamBiasCorrection set = doc.get_enum(kBiasCorrection, config::kAdamBiasCorrectionNames);
+  const config::SyncMode mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
+  const bool adam = kind == SparseOptimizerKind::kAdam || kind == SparseOptimizerKind::kSharedAdam;
+  if (!doc.is_set(kBiasCorrection)) {
+    return adam && !doc.is_set("runner.sync_mode") &&
+                   rows_rule(doc) == RowsRule::kPaddleRecOptimizer
+               ? AdamBiasCorrection::kPerTable
+               : AdamBiasCorrection::kPerRow;
+  }
+  if (set == AdamBiasCorrection::kPerRow) return set;
+  if (!adam) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + kBiasCorrection + ": per_table corrects adam's moments, but the " +
+        "rows step under " + name_of(kSparseOptimizerKindNames, kind) + " (" + kSo +
+        "class); remove the key or set class adam or shared_adam");
+  }
+  if (mode != config::SyncMode::kGpubox) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + kBiasCorrection + ": per_table counts the table's steps, which " +
+        "runner.sync_mode " + name_of(config::kSyncModeNames, mode) + " does not have (its " +
+        "servers apply each thread's push as it comes; geo's optimizer state is each thread's " +
+        "own); Paddle's parameter server corrects per row there: use per_row, or "
+        "runner.sync_mode " +
+        "gpubox (collective included)");
+  }
+  return set;
+}
+
+// How a PaddleRec config's rows under its Adam correct their moments (paddlerec_rows_rule_note).
+std::string correction_note(const config::ConfigDocument& doc) {
+  StatusOr<AdamBiasCorrection> correction =
+      adam_bias_correction_of(doc, SparseOptimizerKind::kAdam);
+  if (correction.ok() && *correction == AdamBiasCorrection::kPerTable) {
+    return kBiasCorrection + " per_table: the table's step count, as Paddle's lazy adam op " +
+           "in its training without a parameter server (no runner.sync_mode)";
+  }
+  return kBiasCorrection + " per_row: each row's own steps, as Paddle's parameter servers " +
+         "(runner.sync_mode gpubox: PSGPU's SparseAdamOptimizer; async, sync, geo: " +
+         "SparseAdamSGDRule)";
+}
+
 }  // namespace
 
 std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
@@ -73,9 +127,10 @@ std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
     return doc.source() + ": the embedding rows step under PaddleRec's " + kDenseOpt + "class (" +
            optimizer + "), as its trainer steps its embedding tables (" + kSo +
            "class adam at that learning_rate and mf_learning_rate, with its beta1, beta2 and "
-           "epsilon, embedx from a key's first step); they start at GPUBox's " +
-           kSo + "initial_range and mf_initial_range, not at its network's initialiser; set " +
-           kSo + "class for another rule";
+           "epsilon, embedx from a key's first step, " +
+           correction_note(doc) + "); they start at GPUBox's " + kSo +
+           "initial_range and mf_initial_range, not at its network's initialiser; set " + kSo +
+           "class for another rule";
   }
   return doc.source() + ": the embedding rows step under " + kSo +
          "* (class, learning_rate, mf_learning_rate, embedx_threshold: Paddle's parameter-server "
@@ -137,6 +192,9 @@ StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
     c.embedx_threshold = 0.0f;
     c.rule_from_paddlerec_optimizer = true;
   }
+  StatusOr<AdamBiasCorrection> correction = adam_bias_correction_of(doc, c.optimizer.kind);
+  if (!correction.ok()) return correction.status();
+  c.optimizer.bias_correction = *correction;
   return c;
 }
 

@@ -88,6 +88,20 @@ inline constexpr EnumName<SparseOptimizerKind> kSparseOptimizerKindNames[] = {
     {SparseOptimizerKind::kSharedAdam, "shared_adam"},
 };
 
+// hyper_parameters.sparse_optimizer.adam_bias_correction: whose step count corrects adam's (and
+// shared_adam's) moments for their start at 0, lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
+// per_row: t is the row's own steps, from its first (Paddle's parameter-server rules keep
+// beta1_pow and beta2_pow in every row: SparseAdamSGDRule, and PSGPU's SparseAdamOptimizer).
+// per_table: t is the table's steps, one per training step whether a row is in the batch or not,
+// and epsilon is scaled by sqrt(1 - beta2^t) too (Paddle's adam op with lazy_mode, which
+// PaddleRec's static models use in single and collective training: one beta1_pow / beta2_pow per
+// parameter, advanced by every step). The values are sent in no message and written in no MANIFEST.
+enum class AdamBiasCorrection : int32_t { kPerRow = 0, kPerTable = 1 };
+inline constexpr EnumName<AdamBiasCorrection> kAdamBiasCorrectionNames[] = {
+    {AdamBiasCorrection::kPerRow, "per_row"},
+    {AdamBiasCorrection::kPerTable, "per_table"},
+};
+
 // hyper_parameters.sparse_storage: how the sparse rows keep their embedding values (embed_w,
 // embedx_w) in the card and host tiers (and the disk tier, which holds the same rows): fp32, or
 // rounded to 16 bits (to nearest, ties to even) and packed two per float slot; optimizer state

@@ -80,6 +80,21 @@ std::string paddlerec_model_name(const ConfigDocument& doc) {
       .value_or("");
 }
 
+std::string dense_optimizer_note(const ConfigDocument& doc) {
+  const char* const kDenseClass = "hyper_parameters.optimizer.class";
+  const DenseOptimizerKind named = doc.get_enum(kDenseClass, kDenseOptimizerKindNames);
+  if (paddlerec_model_name(doc) != "dlrm" || named == DenseOptimizerKind::kAdam) return "";
+  return std::string(kDenseClass) + ": " + name_of(kDenseOptimizerKindNames, named) +
+         " as written, though PaddleRec's dlrm network steps every parameter, its embedding " +
+         "tables too, with Adam at hyper_parameters.optimizer.learning_rate (" +
+         doc.value_text("hyper_parameters.optimizer.learning_rate") +
+         ") whatever class says (its static_model.py and dygraph_model.py read no class): " +
+         "GPUBox's dlrm ends in one linear logit where PaddleRec's ReLUs and batch-normalises " +
+         "two, and under Adam at 0.1 that logit diverges on this folder's batches of 2; " +
+         "-o hyper_parameters.optimizer.class=Adam trains the network's Adam (dense net and " +
+         "rows; on 100k lines at batch 256 it meets Paddle's held-out AUC: BENCHMARKS.md)";
+}
+
 StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
                                                       const std::string& config_path) {
   NetworkChoice choice;

@@ -46,6 +46,15 @@ StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspa
 // hyper_parameters.model and workspace.
 StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc);
 
+// gpubox_train's start line for PaddleRec's dlrm folder when hyper_parameters.optimizer.class is
+// not Adam (its config.yaml says SGD): its network steps every parameter, the embedding tables
+// too, with paddle.optimizer.Adam at optimizer.learning_rate whatever class says
+// (static_model.py, dygraph_model.py read no class), while GPUBox follows the class; the line
+// says why (GPUBox's dlrm ends in one linear logit where PaddleRec's ReLUs and batch-normalises
+// two: under Adam at 0.1 the folder's own batch of 2 diverges) and how to train the net's Adam
+// (-o hyper_parameters.optimizer.class=Adam). "" otherwise.
+std::string dense_optimizer_note(const ConfigDocument& doc);
+
 // The dense features an instance holds: hyper_parameters.dense_input_dim, but 0 in slot_dnn's
 // folder when the key is not set (its readers write the label, the show and slots only).
 int resolve_dense_dim(const ConfigDocument& doc);

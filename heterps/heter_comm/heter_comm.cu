@@ -97,9 +97,32 @@ HeterComm::Impl::Impl(device::Card& card, card_table::CardSparseStore& store,
       checks_(card, kCheckDepth, check_words_.size(),
               comm::bounded_slot_wait<StepCheck>(comm, "the sparse check")),
       card_(&card),
-      padded_(card) {
+      padded_(card),
+      table_step_(table::optimizer::uses_table_step(config_) ? 1 : 0, card.memory(),
+                  card.stream()) {
   GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
                  store.card().rank(), ", not to card ", card.rank());
+  if (table_step_.size() > 0) set_table_steps(0);
+}
+
+const table::optimizer::TableAdamStep* HeterComm::Impl::advance_table_step(
+    const uint32_t* veto, const device::Stream& stream) {
+  if (table_step_.size() == 0) return nullptr;
+  device::parallel_for(stream, 1,
+                       AdvanceTableStep{table_step_.data(), config_.optimizer.beta1_decay_rate,
+                                        config_.optimizer.beta2_decay_rate, veto});
+  return table_step_.data();
+}
+
+int64_t HeterComm::Impl::table_steps() const {
+  if (table_step_.size() == 0) return 0;
+  return device::to_host(table_step_.data(), 1, card_->stream())[0].steps;
+}
+
+void HeterComm::Impl::set_table_steps(int64_t steps) {
+  if (table_step_.size() == 0) return;
+  device::parallel_for(card_->stream(), 1, SetTableSteps{table_step_.data(), steps});
+  card_->stream().synchronize();
 }
 
 void HeterComm::Impl::pull(const uint64_t* keys, const int32_t* slots, std::size_t n,
@@ -301,10 +324,11 @@ std::size_t HeterComm::Impl::collect_owner_merge(std::size_t received) {
 
 void HeterComm::Impl::apply_updates(std::size_t merged, const uint32_t* veto,
                                     const device::Stream& stream) {
+  const table::optimizer::TableAdamStep* table_step = advance_table_step(veto, stream);
   device::parallel_for(
       stream, merged,
       ApplyUpdates{store_->ref(), merged_rows_.data(), owner_merge_.unique_keys(),
-                   merged_records_.data(), config_, veto, merged, merged_on_card_});
+                   merged_records_.data(), config_, veto, merged, merged_on_card_, table_step});
   last_.merged_updates = merged_on_card_ != nullptr ? 0 : merged;
 }
 
@@ -378,6 +402,8 @@ void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
   impl_->push_pulled(grads, veto, stream);
 }
 const table::RowLayout& HeterComm::layout() const { return impl_->layout(); }
+int64_t HeterComm::table_steps() const { return impl_->table_steps(); }
+void HeterComm::set_table_steps(int64_t steps) { impl_->set_table_steps(steps); }
 int HeterComm::rank() const { return impl_->rank(); }
 int HeterComm::total_cards() const { return impl_->total_cards(); }
 const HeterCommStats& HeterComm::stats() const { return impl_->stats(); }

@@ -181,6 +181,15 @@ class HeterComm {
   int32_t pull_dim() const { return layout().pull_dim(); }
   int32_t push_dim() const { return layout().push_dim(); }
   const table::RowLayout& layout() const;
+
+  // hyper_parameters.sparse_optimizer.adam_bias_correction per_table: the steps the table took
+  // on this card, one per push or push_pulled (whether or not the card owned a key of it; not a
+  // vetoed one), which correct every row's adam update (table/sparse_row/optimizer.hpp:
+  // TableAdamStep). Every card of a job counts the same. State of the model: a save keeps it, a
+  // load sets it. 0 and no effect per_row. table_steps waits for the card's stream;
+  // set_table_steps between steps only, waits too.
+  int64_t table_steps() const;
+  void set_table_steps(int64_t steps);
   int rank() const;
   int total_cards() const;
   const HeterCommStats& stats() const;

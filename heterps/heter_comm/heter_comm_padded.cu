@@ -458,10 +458,11 @@ void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* ve
                        GatherMerged<row_index_t>{p.rows.data(), owner_merge_.sorted_positions(),
                                                  owner_merge_.unique_start(), p.merged_rows.data(),
                                                  merged_on_card_});
+  const table::optimizer::TableAdamStep* table_step = advance_table_step(veto, stream);
   device::parallel_for(
       stream, slots,
       ApplyUpdates{store_->ref(), p.merged_rows.data(), owner_merge_.unique_keys(),
-                   p.merged_records.data(), config_, veto, slots, merged_on_card_});
+                   p.merged_records.data(), config_, veto, slots, merged_on_card_, table_step});
 }
 
 void HeterComm::Impl::pull_only(const uint64_t* keys, std::size_t n, float* out_pull,

@@ -100,10 +100,12 @@ def main():
             label, sparse, dense = dygraph_model.create_feeds(batch_data, config)
             pred = model.forward(sparse, dense)
             loss = dygraph_model.create_loss(pred, label)
-            metrics[0].update(preds=paddle.concat(x=[1 - pred, pred], axis=1).numpy(),
+            # A two-class net (dlrm's: logits, softmax cross-entropy) predicts class 1's softmax.
+            prob = paddle.nn.functional.softmax(pred)[:, 1:2] if pred.shape[-1] == 2 else pred
+            metrics[0].update(preds=paddle.concat(x=[1 - prob, prob], axis=1).numpy(),
                               labels=label.numpy())
             y = [int(v) for v in label.numpy().ravel()]
-            p = [float(v) for v in pred.numpy().ravel()]
+            p = [float(v) for v in prob.numpy().ravel()]
             loss_v = float(loss.numpy())
             clipped.append(float(np.mean([gpubox_logloss(a, b) for a, b in zip(p, y)])))
             loss.backward()

@@ -34,6 +34,8 @@ using config::kSparseOptimizerKindNames;
 // hyper_parameters.sparse_storage (names: config::kSparseStorageNames).
 using SparseStorage = config::SparseStorage;
 using config::kSparseStorageNames;
+// hyper_parameters.sparse_optimizer.adam_bias_correction (names: config::kAdamBiasCorrectionNames).
+using AdamBiasCorrection = config::AdamBiasCorrection;
 
 // The per-key optimizer of a row: which one (hyper_parameters.sparse_optimizer.class) and its
 // hyper-parameters per part (embed_w, embedx): learning rate, adagrad's initial g2sum, initial
@@ -59,6 +61,8 @@ struct SparseOptimizerConfig {
   float beta1_decay_rate = 0.9f;
   float beta2_decay_rate = 0.999f;
   float ada_epsilon = 1e-8f;
+  // adam / shared_adam: the row's step count or the table's (TableAdamStep, optimizer.hpp).
+  AdamBiasCorrection bias_correction = AdamBiasCorrection::kPerRow;
 };
 
 // hyper_parameters.slot_dims: the embedx width of the slots that do not take the default

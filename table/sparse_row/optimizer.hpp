@@ -16,6 +16,14 @@
 //   shared_adam  (SparseSharedAdamSGDRule) as adam, but every dim starts from the part's shared
 //                m, v; afterwards the shared m, v are the means of the per-dim new m, v
 //
+// adam and shared_adam correct per row as above (adam_bias_correction: per_row, Paddle's
+// parameter-server rules), or per table (per_table, Paddle's adam op with lazy_mode): b1pow and
+// b2pow are the table's, b^t at the table's step t (TableAdamStep, advanced once a training step
+// whether a row is in the batch or not), and epsilon is scaled as that op scales it:
+//                lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); w -= lr_t m / (sqrt(v) + eps sqrt(1 -
+//                b2^t))
+// and the row's own b1pow, b2pow stay at their start.
+//
 // and every weight is clipped to the part's [min_bound, max_bound] after its update.
 //
 // The step's gradient. With show_scale (the default; Paddle's ctr_accessor_param.show_scale, and
@@ -41,6 +49,32 @@ using table::PartWeights;
 using table::RowLayout;
 using table::SparseOptimizerConfig;
 using table::SparseOptimizerKind;
+
+// The table's step of adam_bias_correction: per_table (one per table on each card that applies
+// its rows' steps; every card of a job counts the same steps). advance_table_adam before each
+// training step's updates, which then read it. Plain data, card memory on the card tier.
+struct TableAdamStep {
+  int64_t steps = 0;       // training steps the table took, the one being applied included
+  float lr_scale = 1.0f;   // sqrt(1 - b2^t) / (1 - b1^t) at t = steps
+  float eps_scale = 1.0f;  // sqrt(1 - b2^t)
+};
+
+// Whether rows of `cfg` step with the table's step: adam or shared_adam under per_table.
+GPUBOX_HD inline bool uses_table_step(const AccessorConfig& cfg) {
+  return cfg.optimizer.bias_correction == table::AdamBiasCorrection::kPerTable &&
+         (cfg.optimizer.kind == SparseOptimizerKind::kAdam ||
+          cfg.optimizer.kind == SparseOptimizerKind::kSharedAdam);
+}
+
+// The next step's corrections, computed in double (exact for long runs, identical on every card
+// and backend) and rounded once, as the dense adam's (trainer/nn/dense_optimizer.cu).
+GPUBOX_HD inline void advance_table_adam(TableAdamStep& step, float beta1, float beta2) {
+  step.steps += 1;
+  const double t = static_cast<double>(step.steps);
+  const double correction = ::sqrt(1.0 - ::pow(static_cast<double>(beta2), t));
+  step.lr_scale = static_cast<float>(correction / (1.0 - ::pow(static_cast<double>(beta1), t)));
+  step.eps_scale = static_cast<float>(correction);
+}
 
 // Field offsets of the push record (RowLayout::push_dim() floats per key).
 struct PushRecord {
@@ -142,41 +176,60 @@ GPUBOX_HD GPUBOX_FORCEINLINE void adam_fp32(float* __restrict__ w, float* __rest
   }
 }
 
-// state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]
+// The step size and epsilon of one adam / shared_adam update: from the row's powers (`table`
+// null: per_row), or the table's step (per_table; the row's powers are not used).
+struct AdamScalars {
+  float lr;
+  float epsilon;
+};
+GPUBOX_HD inline AdamScalars adam_scalars(float learning_rate, float epsilon, float beta1_pow,
+                                          float beta2_pow, const TableAdamStep* table) {
+  if (table != nullptr) {
+    return AdamScalars{learning_rate * table->lr_scale, epsilon * table->eps_scale};
+  }
+  return AdamScalars{adam_step_size(learning_rate, beta1_pow, beta2_pow), epsilon};
+}
+
+// state: [gsum[dim], g2sum[dim], beta1_pow, beta2_pow]; `table`: as adam_scalars.
 GPUBOX_HD GPUBOX_FORCEINLINE void adam_update(PartWeights w, float* state, const float* g,
                                               int32_t dim, const PartRule& rule,
-                                              const SparseOptimizerConfig& cfg, float scale) {
+                                              const SparseOptimizerConfig& cfg, float scale,
+                                              const TableAdamStep* table) {
   float* gsum = state;
   float* g2sum = state + dim;
   float& beta1_pow = state[2 * dim];
   float& beta2_pow = state[2 * dim + 1];
   const float b1 = cfg.beta1_decay_rate;
   const float b2 = cfg.beta2_decay_rate;
-  const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
+  const AdamScalars step =
+      adam_scalars(rule.learning_rate, cfg.ada_epsilon, beta1_pow, beta2_pow, table);
   if (w.embedx && !w.layout.packed()) {
-    adam_fp32(w.row + w.layout.embedx_w(), gsum, g2sum, g, dim, rule, b1, b2, lr, cfg.ada_epsilon,
+    adam_fp32(w.row + w.layout.embedx_w(), gsum, g2sum, g, dim, rule, b1, b2, step.lr, step.epsilon,
               scale);
   } else {
     for (int32_t i = 0; i < dim; ++i) {
-      w.set(i, adam_weight(w.get(i), g[i], gsum[i], g2sum[i], rule, b1, b2, lr, cfg.ada_epsilon,
+      w.set(i, adam_weight(w.get(i), g[i], gsum[i], g2sum[i], rule, b1, b2, step.lr, step.epsilon,
                            scale));
     }
   }
+  if (table != nullptr) return;
   beta1_pow *= b1;
   beta2_pow *= b2;
 }
 
-// state: [gsum, g2sum, beta1_pow, beta2_pow], moments shared by the part.
+// state: [gsum, g2sum, beta1_pow, beta2_pow], moments shared by the part; `table`: as
+// adam_scalars.
 GPUBOX_HD inline void shared_adam_update(PartWeights w, float* state, const float* g, int32_t dim,
                                          const PartRule& rule, const SparseOptimizerConfig& cfg,
-                                         float scale) {
+                                         float scale, const TableAdamStep* table) {
   float& gsum = state[0];
   float& g2sum = state[1];
   float& beta1_pow = state[2];
   float& beta2_pow = state[3];
   const float b1 = cfg.beta1_decay_rate;
   const float b2 = cfg.beta2_decay_rate;
-  const float lr = adam_step_size(rule.learning_rate, beta1_pow, beta2_pow);
+  const AdamScalars step =
+      adam_scalars(rule.learning_rate, cfg.ada_epsilon, beta1_pow, beta2_pow, table);
   float sum_gsum = 0.0f;
   float sum_g2sum = 0.0f;
   for (int32_t i = 0; i < dim; ++i) {
@@ -184,7 +237,7 @@ GPUBOX_HD inline void shared_adam_update(PartWeights w, float* state, const floa
     const float gi = step_gradient(g[i], wi, rule, scale);
     const float new_gsum = b1 * gsum + (1.0f - b1) * gi;
     const float new_g2sum = b2 * g2sum + (1.0f - b2) * gi * gi;
-    w.set(i, clip_weight(wi - lr * (new_gsum / (sqrtf(new_g2sum) + cfg.ada_epsilon)), rule));
+    w.set(i, clip_weight(wi - step.lr * (new_gsum / (sqrtf(new_g2sum) + step.epsilon)), rule));
     sum_gsum += new_gsum;
     sum_g2sum += new_g2sum;
   }
@@ -192,15 +245,18 @@ GPUBOX_HD inline void shared_adam_update(PartWeights w, float* state, const floa
     gsum = sum_gsum / static_cast<float>(dim);
     g2sum = sum_g2sum / static_cast<float>(dim);
   }
+  if (table != nullptr) return;
   beta1_pow *= b1;
   beta2_pow *= b2;
 }
 
 // One step of `kind` over one part. The kind is uniform over a batch, so the switch does not
-// diverge across card threads.
+// diverge across card threads. `table`: the table's step for adam and shared_adam under
+// per_table, null otherwise.
 GPUBOX_HD GPUBOX_FORCEINLINE void update_part(SparseOptimizerKind kind, PartWeights w, float* state,
                                               const float* g, int32_t dim, const PartRule& rule,
-                                              const SparseOptimizerConfig& cfg, float scale) {
+                                              const SparseOptimizerConfig& cfg, float scale,
+                                              const TableAdamStep* table) {
   switch (kind) {
     case SparseOptimizerKind::kSgd:
       sgd_update(w, g, dim, rule, scale);
@@ -209,10 +265,10 @@ GPUBOX_HD GPUBOX_FORCEINLINE void update_part(SparseOptimizerKind kind, PartWeig
       adagrad_update(w, state, g, dim, rule, scale);
       break;
     case SparseOptimizerKind::kAdam:
-      adam_update(w, state, g, dim, rule, cfg, scale);
+      adam_update(w, state, g, dim, rule, cfg, scale, table);
       break;
     case SparseOptimizerKind::kSharedAdam:
-      shared_adam_update(w, state, g, dim, rule, cfg, scale);
+      shared_adam_update(w, state, g, dim, rule, cfg, scale, table);
       break;
   }
 }
@@ -228,9 +284,12 @@ GPUBOX_HD GPUBOX_FORCEINLINE void update_part(SparseOptimizerKind kind, PartWeig
 //   score reaches embedx_threshold (its gradient of this step is not applied).
 // Returns true when this step created the embedx part. `row` is a row of `layout`'s optimizer,
 // of any width (its own layout, RowLayout::of_row, is used); `push` holds at least its width.
+// `table`: the table's step (advance_table_adam'd for this step) when cfg's optimizer is adam or
+// shared_adam with adam_bias_correction per_table; null otherwise (then ignored).
 GPUBOX_HD GPUBOX_FORCEINLINE bool apply_push(float* row, const RowLayout& any_layout,
                                              const AccessorConfig& cfg, uint64_t key,
-                                             const float* push) {
+                                             const float* push,
+                                             const TableAdamStep* table = nullptr) {
   const RowLayout layout = any_layout.of_row(row);
   const float show = push[PushRecord::kShow];
   const float click = push[PushRecord::kClick];
@@ -246,12 +305,12 @@ GPUBOX_HD GPUBOX_FORCEINLINE bool apply_push(float* row, const RowLayout& any_la
   const SparseOptimizerConfig& opt = cfg.optimizer;
   if (cfg.embed_threshold <= 0.0f || table::row_score(row, cfg) >= cfg.embed_threshold) {
     update_part(opt.kind, PartWeights{row, layout, false}, row + RowLayout::kEmbedState,
-                push + PushRecord::kEmbedG, 1, embed_rule(opt), opt, scale);
+                push + PushRecord::kEmbedG, 1, embed_rule(opt), opt, scale, table);
   }
 
   if (row[layout.mf_size()] > 0.0f) {
     update_part(opt.kind, PartWeights{row, layout, true}, row + layout.embedx_state(),
-                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(opt), opt, scale);
+                push + PushRecord::kEmbedxG, layout.mf_dim, embedx_rule(opt), opt, scale, table);
     return false;
   }
   return table::maybe_create_embedx(row, layout, cfg, key);

@@ -14,6 +14,7 @@
 
 #include "common/config/config_document.hpp"
 #include "common/config/config_enums.hpp"
+#include "common/config/network_shape.hpp"
 #include "table/sparse_config.hpp"
 #include "tests/integration/paddlerec_keys_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -460,6 +461,7 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
   // mirror; the rows keep the sparse rule, and the start line says so.
   const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kSgd);
   EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
   EXPECT_TRUE(contains(rows_note(kDlrm),
                        "p.yaml: the embedding rows step under "
@@ -469,6 +471,92 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
                        "not under PaddleRec's hyper_parameters.optimizer.class "
                        "(SGD at learning_rate"))
       << rows_note(kDlrm);
+}
+
+// PaddleRec's dlrm net steps every parameter with Adam at its learning rate whatever class says
+// (static_model.py, dygraph_model.py); GPUBox follows the class (its one linear output logit
+// diverges under Adam at 0.1 on the folder's batches of 2) and says at start how to train the
+// net's Adam: class=Adam, which then steps the rows too (per row with its sync_mode async, as
+// Paddle's parameter server; and with sync_mode gpubox, as PSGPU).
+TEST(PaddleRecKeys, DlrmSaysItsNetsAdamAndTrainsItWhenAsked) {
+  const auto note = [](const std::vector<std::string>& o) {
+    StatusOr<config::ConfigDocument> doc =
+        config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
+    return doc.ok() ? config::dense_optimizer_note(*doc) : doc.status().message();
+  };
+  EXPECT_TRUE(contains(note({}),
+                       "hyper_parameters.optimizer.class: SGD as written, though "
+                       "PaddleRec's dlrm network steps every parameter"))
+      << note({});
+  EXPECT_TRUE(contains(note({}), "-o hyper_parameters.optimizer.class=Adam")) << note({});
+  const std::vector<std::string> adam = {"hyper_parameters.optimizer.class=Adam"};
+  EXPECT_EQ(note(adam), "");
+  EXPECT_EQ(note({"hyper_parameters.model=dlrm"}), note({}));  // the folder still says it
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm, adam);
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(dlrm->hyper.optimizer.learning_rate, 0.1f);
+  EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(dlrm->sparse.optimizer.learning_rate, 0.1f);
+  EXPECT_FLOAT_EQ(dlrm->sparse.optimizer.mf_learning_rate, 0.1f);
+  EXPECT_EQ(dlrm->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  EXPECT_TRUE(contains(rows_note(kDlrm, adam), "(Adam at learning_rate 0.1)"));
+  EXPECT_TRUE(contains(rows_note(kDlrm, adam), "adam_bias_correction per_row"));
+  const StatusOr<TrainerConfig> cards = parse(kDlrm, {adam[0], "runner.sync_mode=gpubox"});
+  ASSERT_TRUE(cards.ok()) << cards.status().to_string();
+  EXPECT_EQ(cards->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  EXPECT_TRUE(contains(rows_note(kDlrm, {adam[0], "runner.sync_mode=gpubox"}),
+                       "PSGPU's SparseAdamOptimizer"));
+}
+
+// hyper_parameters.sparse_optimizer.adam_bias_correction: per_row unless set, but per_table for
+// a PaddleRec config whose rows take its Adam and that names no runner.sync_mode (Paddle's
+// training without a parameter server); per_table refused where no table step exists (the
+// parameter-server modes) and for a rule without moments; asked for, the gpubox schedule has it.
+TEST(PaddleRecKeys, AdamBiasCorrectionFollowsPaddlesModeAndIsRefusedWhereUndefined) {
+  const std::string key = "hyper_parameters.sparse_optimizer.adam_bias_correction";
+  const StatusOr<TrainerConfig> autoint = parse(kAutoint);
+  ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
+  EXPECT_EQ(autoint->runner.sync_mode, config::SyncMode::kGpubox);
+  EXPECT_EQ(autoint->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
+  const StatusOr<TrainerConfig> as_set = parse(kAutoint, {key + "=per_row"});
+  ASSERT_TRUE(as_set.ok()) << as_set.status().to_string();
+  EXPECT_EQ(as_set->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  // GPUBox's own rule keeps per_row unless asked, also as adam.
+  std::string own_config = kAutoint;
+  own_config.erase(0, own_config.find('\n') + 1);  // the workspace line
+  for (const std::vector<std::string>& o :
+       {std::vector<std::string>{"hyper_parameters.model=autoint"},
+        {"hyper_parameters.model=autoint", "hyper_parameters.sparse_optimizer.class=adam"}}) {
+    const StatusOr<TrainerConfig> own = parse(own_config, o);
+    ASSERT_TRUE(own.ok()) << own.status().to_string();
+    EXPECT_EQ(own->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  }
+  const StatusOr<TrainerConfig> asked = parse(
+      own_config, {"hyper_parameters.model=autoint",
+                   "hyper_parameters.sparse_optimizer.class=shared_adam", key + "=per_table"});
+  ASSERT_TRUE(asked.ok()) << asked.status().to_string();
+  EXPECT_EQ(asked->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
+  for (const char* mode : {"async", "sync", "geo"}) {
+    const std::string sync_mode = std::string("runner.sync_mode=") + mode;
+    const StatusOr<TrainerConfig> ps = parse(kAutoint, {sync_mode});
+    ASSERT_TRUE(ps.ok()) << mode << ": " << ps.status().to_string();
+    EXPECT_EQ(ps->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow) << mode;
+    const std::string refused = error_of(kAutoint, {sync_mode, key + "=per_table"});
+    EXPECT_TRUE(contains(refused, "per_table counts the table's steps, which runner.sync_mode " +
+                                      std::string(mode) + " does not have"))
+        << refused;
+  }
+  const StatusOr<TrainerConfig> psgpu = parse(kAutoint, {"runner.sync_mode=gpubox"});
+  ASSERT_TRUE(psgpu.ok()) << psgpu.status().to_string();
+  EXPECT_EQ(psgpu->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerRow);
+  const StatusOr<TrainerConfig> psgpu_asked =
+      parse(kAutoint, {"runner.sync_mode=gpubox", key + "=per_table"});
+  ASSERT_TRUE(psgpu_asked.ok()) << psgpu_asked.status().to_string();
+  EXPECT_EQ(psgpu_asked->sparse.optimizer.bias_correction, table::AdamBiasCorrection::kPerTable);
+  const std::string adagrad =
+      error_of(kAutoint, {"hyper_parameters.sparse_optimizer.class=adagrad", key + "=per_table"});
+  EXPECT_TRUE(contains(adagrad, "rows step under adagrad")) << adagrad;
 }
 
 }  // namespace

@@ -252,6 +252,18 @@ TEST_F(Resume, AnAutointRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
       4);
 }
 
+// Sparse adam under adam_bias_correction per_table: the table's step count is model state (the
+// dense half keeps it, a resume sets it on every card); restarted at 0, pass 1 would correct
+// every row's step as an early one and part from the uninterrupted run.
+TEST_F(Resume, ARunOfPerTableAdamRowsResumesBitIdentical) {
+  network_resumes_bit_identical("per_table",
+                                {"hyper_parameters.sparse_optimizer.class=adam",
+                                 "hyper_parameters.sparse_optimizer.adam_bias_correction=per_table",
+                                 "hyper_parameters.sparse_optimizer.learning_rate=0.02",
+                                 "hyper_parameters.sparse_optimizer.mf_learning_rate=0.02"},
+                                4);
+}
+
 // deepfefm: its field-pair matrices and dense vectors in the dense part; rows as the dnn's.
 TEST_F(Resume, ADeepFefmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   network_resumes_bit_identical("deepfefm", {"hyper_parameters.model=deepfefm"}, 4);

@@ -37,12 +37,11 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "follows the ReLU of every bottom layer and every top hidden layer, as PaddleRec's, "
              "but not the output (PaddleRec's 2 output logits are ReLU'd and normalised before "
              "its softmax; GPUBox: one linear logit); PaddleRec's net steps every parameter with "
-             "Adam "
-             "(lazy_mode) at "
-             "optimizer.learning_rate whatever optimizer.class says (static_model.py, "
-             "dygraph_model.py), GPUBox with optimizer.class (SGD in PaddleRec's "
-             "dlrm/config.yaml, whose Adam at 0.1 stalls GPUBox's network without batch norm: "
-             "held-out AUC 0.5); its weights start at normals truncated at "
+             "Adam (lazy_mode) at optimizer.learning_rate whatever optimizer.class says "
+             "(static_model.py, dygraph_model.py), GPUBox with optimizer.class (SGD in its "
+             "config.yaml; Adam at 0.1 diverges GPUBox's one linear output logit on its batches "
+             "of 2, and stalls the network without batch norm: held-out AUC 0.5); its weights "
+             "start at normals truncated at "
              "2 std (GPUBox: untruncated, the same std), its embedding rows at a truncated "
              "N(0, 1)";
     case config::ModelKind::kFlen:

@@ -88,7 +88,8 @@ void Trainer::save(const std::string& dir) {
   // The job meets (every write-back done) and checks that the dense half trainer 0 writes is
   // every card's.
   std::vector<int64_t> digests;
-  for (auto& worker : s.workers) digests.push_back(as_int64(dense_state_of(*worker).digest()));
+  for (auto& worker : s.workers)
+    digests.push_back(as_int64(dense_state_of(*worker, *s.card_tier).digest()));
   const std::vector<int64_t> all = gather_over_job(digests, "the save's dense digests");
   const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
   for (std::size_t rank = 1; rank < all.size(); ++rank) {
@@ -117,7 +118,7 @@ void Trainer::write_save(const std::string& dir) {
   throw_if_error(s.host->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
-  const uint64_t dense_digest = save_dense_half(dir, dense_state_of(*s.workers[0]));
+  const uint64_t dense_digest = save_dense_half(dir, dense_state_of(*s.workers[0], *s.card_tier));
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest,
                          s.workers[0]->model().precision());
 }
@@ -168,6 +169,7 @@ void Trainer::read_dense(const std::string& dir) {
     card.activate();
     worker->model().parameters().set_values(dense.values);
     dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
+    s.card_tier->heter_comm(card.local_index()).set_table_steps(dense.table_steps);
   }
 }
 

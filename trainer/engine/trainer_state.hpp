@@ -14,6 +14,7 @@
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm.hpp"
 #include "table/host_tier.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
@@ -55,11 +56,15 @@ inline constexpr const char* kLocalTierSaves =
     "on gpubox_server shards (scripts/run_gpubox.sh --trainers T --servers S, or "
     "PADDLE_PSERVERS_IP_PORT_LIST)";
 
-// One card's dense parameters and optimizer state (what a save writes of it): equal on every
-// card of the job while their dense updates stay identical.
-inline DenseState dense_state_of(CardWorker& worker) {
+// One card's dense parameters and optimizer state, with its sparse table's step count
+// (adam_bias_correction per_table; what a save writes of it): equal on every card of the job
+// while their updates stay identical.
+inline DenseState dense_state_of(CardWorker& worker, tier_owner::CardTier& card_tier) {
   worker.card().activate();
-  return DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+  DenseState state =
+      DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+  state.table_steps = card_tier.heter_comm(worker.card().local_index()).table_steps();
+  return state;
 }
 
 inline int64_t as_int64(uint64_t bits) {

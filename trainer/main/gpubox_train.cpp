@@ -21,6 +21,7 @@
 #include "common/config/config_document.hpp"
 #include "common/config/config_keys.hpp"
 #include "common/config/memory_asks.hpp"
+#include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
@@ -271,6 +272,9 @@ int main(int argc, char** argv) {
     }
     if (const std::string bn = gpubox::trainer::dnn_batch_norm_note(*doc); !bn.empty()) {
       GPUBOX_LOG(INFO) << bn;
+    }
+    if (const std::string opt = gpubox::config::dense_optimizer_note(*doc); !opt.empty()) {
+      GPUBOX_LOG(INFO) << opt;
     }
     if (const std::string rows = gpubox::table::paddlerec_rows_rule_note(*doc); !rows.empty()) {
       GPUBOX_LOG(INFO) << rows;

@@ -21,6 +21,7 @@ constexpr const char* kDenseBlock = "dense";
 constexpr const char* kMoment1 = "moment1";
 constexpr const char* kMoment2 = "moment2";
 constexpr const char* kSteps = "steps";
+constexpr const char* kTableSteps = "table_steps";
 
 // The step count stored bit-exactly in two floats of a state block.
 std::vector<float> pack_steps(int64_t steps) {
@@ -75,6 +76,7 @@ uint64_t DenseState::digest() const {
   for (const std::vector<float>* part : {&values, &moment1, &moment2})
     XXH3_64bits_update(state, part->data(), part->size() * sizeof(float));
   XXH3_64bits_update(state, &steps, sizeof(steps));
+  XXH3_64bits_update(state, &table_steps, sizeof(table_steps));
   const uint64_t digest = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return digest;
@@ -86,6 +88,7 @@ uint64_t save_dense_half(const std::string& dir, const DenseState& state) {
   block.state[kMoment1] = state.moment1;
   block.state[kMoment2] = state.moment2;
   block.state[kSteps] = pack_steps(state.steps);
+  if (state.table_steps != 0) block.state[kTableSteps] = pack_steps(state.table_steps);
   table::DenseTable dense;
   dense.put(kDenseBlock, std::move(block));
   const std::string folder = dense_dir(dir);
@@ -114,6 +117,9 @@ DenseState load_dense_half(const std::string& dir, std::size_t parameters) {
   state.moment1 = std::move(block->state.at(kMoment1));
   state.moment2 = std::move(block->state.at(kMoment2));
   state.steps = unpack_steps(block->state.at(kSteps), dir);
+  if (block->state.count(kTableSteps) == 1) {
+    state.table_steps = unpack_steps(block->state.at(kTableSteps), dir);
+  }
   return state;
 }
 

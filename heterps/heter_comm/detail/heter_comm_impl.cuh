@@ -108,6 +108,9 @@ struct ApplyUpdates {
   const uint32_t* veto;          // null, or apply only while *veto == kNoVeto
   std::size_t count;             // merged keys (a bound when live_count is given)
   const position_t* live_count;  // null, or the merged keys on the card (<= count)
+  // adam_bias_correction per_table: the table's step, advanced for this one (AdvanceTableStep);
+  // null per_row.
+  const table::optimizer::TableAdamStep* table_step;
   GPUBOX_HD void operator()(std::size_t m) const {
     if (veto != nullptr && *veto != kNoVeto) return;
     const std::size_t live = live_count != nullptr ? *live_count : count;
@@ -115,9 +118,30 @@ struct ApplyUpdates {
     if (m + kRowPrefetchDistance < live) store.prefetch_update(rows[m + kRowPrefetchDistance]);
     const table::RowLayout& layout = store.layout();
     table::optimizer::apply_push(store.row(rows[m]), layout, config, keys[m],
-                                 grads + m * static_cast<std::size_t>(layout.push_dim()));
+                                 grads + m * static_cast<std::size_t>(layout.push_dim()),
+                                 table_step);
     store.mark_dirty(rows[m]);
   }
+};
+
+// adam_bias_correction per_table: the table's step advances once a push step (whether or not
+// the card owns a key of it, so every card counts the same), not when the step is vetoed (its
+// updates are not applied); one work item, enqueued before the step's ApplyUpdates (inside its
+// step graph when captured, so a replay advances it too).
+struct AdvanceTableStep {
+  table::optimizer::TableAdamStep* step;
+  float beta1;
+  float beta2;
+  const uint32_t* veto;
+  GPUBOX_HD void operator()(std::size_t) const {
+    if (veto != nullptr && *veto != kNoVeto) return;
+    table::optimizer::advance_table_adam(*step, beta1, beta2);
+  }
+};
+struct SetTableSteps {
+  table::optimizer::TableAdamStep* step;
+  int64_t steps;
+  GPUBOX_HD void operator()(std::size_t) const { *step = table::optimizer::TableAdamStep{steps}; }
 };
 
 // The late check of a planned step, written on the card after its lookups (StepCheck's words;
@@ -235,6 +259,7 @@ inline void add_stats(HeterCommStats& total, const HeterCommStats& step) {
 }  // namespace detail
 
 using detail::add_stats;
+using detail::AdvanceTableStep;
 using detail::ApplyUpdates;
 using detail::FillPullRecords;
 using detail::GatherMerged;
@@ -243,6 +268,7 @@ using detail::kCheckHead;
 using detail::kRowPrefetchDistance;
 using detail::PaddedSteps;
 using detail::row_index_t;
+using detail::SetTableSteps;
 using detail::StepCheck;
 
 class HeterComm::Impl {
@@ -270,6 +296,9 @@ class HeterComm::Impl {
   void drain_checks();
 
   const table::RowLayout& layout() const { return layout_; }
+  // HeterComm::table_steps, set_table_steps.
+  int64_t table_steps() const;
+  void set_table_steps(int64_t steps);
   int rank() const { return comm_->rank(); }
   int total_cards() const { return total_cards_; }
   const HeterCommStats& stats() const { return stats_; }
@@ -334,6 +363,10 @@ class HeterComm::Impl {
   // `merged` is a bound when merged_on_card_ is set (a planned step): its count is added to
   // stats() when the step's check retires.
   void apply_updates(std::size_t merged, const uint32_t* veto, const device::Stream& stream);
+  // adam_bias_correction per_table: enqueues the table's next step (AdvanceTableStep, none when
+  // vetoed) and returns where ApplyUpdates reads it; null per_row (nothing enqueued).
+  const table::optimizer::TableAdamStep* advance_table_step(const uint32_t* veto,
+                                                            const device::Stream& stream);
 
   // A planned step's owner side without a wait: the lookups and the merge plan stay on the card
   // (merged_ = the received count, a bound; merged_on_card_ = the count), and the step's check
@@ -523,6 +556,9 @@ class HeterComm::Impl {
   const uint64_t* planned_n_ = nullptr;  // plan_next_step's occurrence count on the card
   bool padded_pulled_ = false;           // the last pull was padded: so is its push_pulled
   std::size_t padded_n_ = 0;             // that pull's occurrences
+
+  // adam_bias_correction per_table: the table's step on this card (1 element; empty per_row).
+  device::device_buffer<table::optimizer::TableAdamStep> table_step_;
 
   HeterCommStats stats_;
   HeterCommStats last_;

@@ -132,6 +132,31 @@ TEST_P(PaddedSteps, APullOnlyLooksUpTheSameRecordsWithLessWork) {
   }
 }
 
+// adam_bias_correction per_table: a padded step advances the table's step inside its push
+// graph (replayed, not captured once), as an unpadded one does eagerly: the rows are the same
+// bits, and every card counted every step (the unpadded steps are held to the float64-merged
+// reference in heter_comm_test).
+TEST_P(PaddedSteps, PerTableAdamStepsEqualUnpaddedStepsAndCountEveryStep) {
+  const int cards = this->cards();
+  GPUBOX_REQUIRE_CARDS(cards);
+  table::AccessorConfig cfg = config();
+  cfg.optimizer.kind = table::SparseOptimizerKind::kAdam;
+  cfg.optimizer.bias_correction = table::AdamBiasCorrection::kPerTable;
+  const table::RowLayout layout = table::RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+  const Data data = make_data(cards, layout.push_dim(), placement());
+  const RunResult want =
+      run(cards, placement(), Mode::kUnpadded, data, nullptr, -1, 0, Use::kTrain, cfg);
+  for (const Mode mode : {Mode::kPaddedEager, Mode::kPaddedGraphs}) {
+    SCOPED_TRACE(mode == Mode::kPaddedGraphs ? "step graphs" : "eagerly");
+    const RunResult got = run(cards, placement(), mode, data, nullptr, -1, 0, Use::kTrain, cfg);
+    for (int c = 0; c < cards; ++c) {
+      EXPECT_TRUE(same_bits(got.rows[c], want.rows[c])) << "card " << c;
+      EXPECT_EQ(got.table_steps[c], kSteps) << "card " << c;
+      EXPECT_EQ(want.table_steps[c], kSteps) << "card " << c;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cards, PaddedSteps,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(Placement::kSharded,

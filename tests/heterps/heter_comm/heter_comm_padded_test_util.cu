@@ -74,9 +74,9 @@ Data make_data(int cards, int push_dim, Placement placement) {
 }
 
 RunResult run(int cards, Placement placement, Mode mode, const Data& data,
-              const std::vector<uint64_t>* wrong_plan, int wrong_step, uint64_t absent, Use use) {
+              const std::vector<uint64_t>* wrong_plan, int wrong_step, uint64_t absent, Use use,
+              const AccessorConfig& cfg) {
   const bool replicated = placement == Placement::kReplicated;
-  const AccessorConfig cfg = config();
   const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   HeterCommOptions options;
   options.missing_keys = MissingKeyPolicy::kFail;
@@ -92,6 +92,7 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
   out.last_step.resize(cards);
   out.memory.resize(cards);
   out.push_refused.resize(cards);
+  out.table_steps.resize(cards);
   for (auto* v : {&out.in_use_before, &out.in_use_reserved, &out.in_use_after, &out.peak_reserved,
                   &out.peak_after}) {
     v->resize(cards);
@@ -168,6 +169,7 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
         auto rows_out = card.make_buffer<float>(mine.size() * layout.stride());
         stores[c]->read_rows(dk.data(), mine.size(), rows_out.data(), stream);
         out.rows[c] = device::to_host(rows_out);
+        out.table_steps[c] = comms[c]->table_steps();
         comms[c].reset();
         stores[c].reset();
       },

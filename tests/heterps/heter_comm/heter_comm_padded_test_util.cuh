@@ -65,14 +65,17 @@ struct RunResult {
   std::vector<std::size_t> in_use_before, in_use_reserved, in_use_after;
   std::vector<std::size_t> peak_reserved, peak_after;
   std::vector<std::string> push_refused;  // Use::kPullOnly: push_pulled's error after the steps
+  std::vector<int64_t> table_steps;       // per card: HeterComm::table_steps after the steps
 };
 
 // One run of data's steps on `cards` cards, planned as `mode` says, each step used as `use` says.
 // `wrong_plan` replaces step `wrong_step`'s plan; `absent` (when not 0) is never placed on its
 // owner.
+// `cfg`: the rows' rule (config() unless given).
 RunResult run(int cards, Placement placement, Mode mode, const Data& data,
               const std::vector<uint64_t>* wrong_plan = nullptr, int wrong_step = -1,
-              uint64_t absent = 0, Use use = Use::kTrain);
+              uint64_t absent = 0, Use use = Use::kTrain,
+              const table::AccessorConfig& cfg = config());
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
 

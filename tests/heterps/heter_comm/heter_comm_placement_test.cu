@@ -43,7 +43,8 @@ class ReplicatedPlacementTest : public ::testing::TestWithParam<ClusterCase> {};
 TEST_P(ReplicatedPlacementTest, ReplicasAreIdenticalAndEqualTheShardedOwners) {
   const ClusterCase param = GetParam();
   GPUBOX_REQUIRE_CARDS(param.cards);
-  const AccessorConfig cfg = test_config(param.kind);
+  AccessorConfig cfg = test_config(param.kind);
+  if (param.per_table) cfg.optimizer.bias_correction = table::AdamBiasCorrection::kPerTable;
   const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   card_table::HashTableOptions table_options;
   table_options.initial_capacity = 64;  // the stores grow during the run
@@ -82,6 +83,7 @@ TEST_P(ReplicatedPlacementTest, ReplicasAreIdenticalAndEqualTheShardedOwners) {
       ASSERT_NE(it, replica.end()) << "card " << c << " lacks key " << key;
       ASSERT_TRUE(same_bytes(it->second, row)) << "card " << c << " key " << key;
     }
+    EXPECT_EQ(replicated_cluster.heter_comm(c).table_steps(), param.per_table ? 8 : 0);
     // Every card created every row once (as the only owner does in the sharded placement).
     const HeterCommStats& stats = replicated_cluster.heter_comm(c).stats();
     EXPECT_EQ(stats.created_on_pull + stats.created_on_push, owners.size()) << "card " << c;
@@ -93,7 +95,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ClusterCase{1, SparseOptimizerKind::kAdagrad, "1card_adagrad"},
                       ClusterCase{2, SparseOptimizerKind::kAdam, "2cards_adam"},
                       ClusterCase{3, SparseOptimizerKind::kAdagrad, "3cards_adagrad"},
-                      ClusterCase{4, SparseOptimizerKind::kSharedAdam, "4cards_shared_adam"}),
+                      ClusterCase{4, SparseOptimizerKind::kSharedAdam, "4cards_shared_adam"},
+                      ClusterCase{3, SparseOptimizerKind::kAdam, "3cards_adam_per_table",
+                                  table::SparseStorage::kFp32, true}),
     [](const ::testing::TestParamInfo<ClusterCase>& info) { return std::string(info.param.name); });
 
 // What a training step (pull + push_pulled) asks of each card, placement against placement,

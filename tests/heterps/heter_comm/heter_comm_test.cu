@@ -78,8 +78,14 @@ class ReferenceTable {
     table::fill_pull_record(row(key).data(), layout_, out.data());
     return out;
   }
-  // One step: merge every occurrence of every card per key (float64), one update per key.
+  // One step: merge every occurrence of every card per key (float64), one update per key; under
+  // per_table the table's step advances first, once, as every card's does.
   void push(const std::vector<Batch>& batches) {
+    const bool per_table = table::optimizer::uses_table_step(cfg_);
+    if (per_table) {
+      table::optimizer::advance_table_adam(table_step_, cfg_.optimizer.beta1_decay_rate,
+                                           cfg_.optimizer.beta2_decay_rate);
+    }
     const int dim = layout_.push_dim();
     std::unordered_map<uint64_t, std::vector<double>> merged;
     for (const Batch& b : batches) {
@@ -91,9 +97,11 @@ class ReferenceTable {
     }
     for (const auto& [key, sum] : merged) {
       std::vector<float> record(sum.begin(), sum.end());
-      table::optimizer::apply_push(row(key).data(), layout_, cfg_, key, record.data());
+      table::optimizer::apply_push(row(key).data(), layout_, cfg_, key, record.data(),
+                                   per_table ? &table_step_ : nullptr);
     }
   }
+  int64_t table_steps() const { return table_step_.steps; }
   const std::unordered_map<uint64_t, std::vector<float>>& rows() const { return rows_; }
   const RowLayout& layout() const { return layout_; }
 
@@ -101,6 +109,7 @@ class ReferenceTable {
   AccessorConfig cfg_;
   RowLayout layout_;
   std::unordered_map<uint64_t, std::vector<float>> rows_;
+  table::optimizer::TableAdamStep table_step_;
 };
 
 class HeterCommClusterTest : public ::testing::TestWithParam<ClusterCase> {};
@@ -110,6 +119,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   GPUBOX_REQUIRE_CARDS(param.cards);
   AccessorConfig cfg = test_config(param.kind);
   cfg.storage = param.storage;
+  if (param.per_table) cfg.optimizer.bias_correction = table::AdamBiasCorrection::kPerTable;
   card_table::HashTableOptions table_options;
   table_options.initial_capacity = 64;  // the stores grow during the run
   Cluster cluster(param.cards, cfg, {}, table_options);
@@ -199,6 +209,12 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   }
   EXPECT_EQ(seen.size(), ref.rows().size());
   EXPECT_EQ(created, ref.rows().size()) << "every key was created on the fly exactly once";
+  // per_table: every card counted every step, those it owned no key of (and the empty step 3)
+  // included; per_row: no table step.
+  EXPECT_EQ(ref.table_steps(), param.per_table ? kSteps : 0);
+  for (int c = 0; c < param.cards; ++c) {
+    EXPECT_EQ(cluster.heter_comm(c).table_steps(), ref.table_steps()) << "card " << c;
+  }
   if (cfg.optimizer.kind != SparseOptimizerKind::kAdagrad) {
     EXPECT_GT(clipped, 0u) << "no bound was hit";
   }
@@ -218,7 +234,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ClusterCase{3, SparseOptimizerKind::kAdagrad, "3cards_adagrad_fp16",
                                   table::SparseStorage::kFp16},
                       ClusterCase{4, SparseOptimizerKind::kAdam, "4cards_adam_bf16",
-                                  table::SparseStorage::kBf16}),
+                                  table::SparseStorage::kBf16},
+                      ClusterCase{3, SparseOptimizerKind::kAdam, "3cards_adam_per_table",
+                                  table::SparseStorage::kFp32, true},
+                      ClusterCase{2, SparseOptimizerKind::kSharedAdam, "2cards_shared_per_table",
+                                  table::SparseStorage::kFp32, true}),
     [](const ::testing::TestParamInfo<ClusterCase>& info) { return std::string(info.param.name); });
 
 // A Zipf-hot key with 10^4+ occurrences per card: the local merge and the owner merge take the
@@ -405,6 +425,43 @@ TEST(HeterComm, RunsAreBitReproducible) {
     EXPECT_EQ(0, std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)))
         << "key " << key << " differs between two identical runs";
   }
+}
+
+// adam_bias_correction per_table: a vetoed step (a non-finite dense gradient on the cards)
+// applies nothing and takes no table step; set_table_steps (a load) sets what table_steps reads.
+TEST(HeterComm, TableStepSkipsVetoedStepsAndIsSet) {
+  GPUBOX_REQUIRE_CARDS(2);
+  AccessorConfig cfg = test_config(SparseOptimizerKind::kAdam);
+  cfg.optimizer.bias_correction = table::AdamBiasCorrection::kPerTable;
+  Cluster cluster(2, cfg);
+  BatchMaker maker(5, RowLayout::make(cfg.optimizer.kind, cfg.mf_dim).push_dim());
+  const std::vector<Batch> batches = {maker.make(20), maker.make(0)};
+  const auto step_with = [&](uint32_t verdict) {
+    cluster.run([&](device::Card& card) {
+      const int c = card.local_index();
+      HeterComm& hc = cluster.heter_comm(c);
+      auto keys = device::to_device(batches[c].keys, card.memory(), card.stream());
+      auto grads = device::to_device(batches[c].grads, card.memory(), card.stream());
+      auto veto = device::to_device(std::vector<uint32_t>{verdict}, card.memory(), card.stream());
+      auto out = card.make_buffer<float>(batches[c].keys.size() * hc.pull_dim());
+      hc.pull(keys.data(), batches[c].keys.size(), out.data(), card.stream());
+      hc.push_pulled(grads.data(), card.stream(), veto.data());
+      card.stream().synchronize();
+    });
+  };
+  step_with(kNoVeto);
+  const auto rows_after_one = cluster_test::store_rows(cluster, 0, cluster.heter_comm(0).layout());
+  step_with(0);  // vetoed
+  for (int c = 0; c < 2; ++c) EXPECT_EQ(cluster.heter_comm(c).table_steps(), 1) << "card " << c;
+  const auto rows_after_veto = cluster_test::store_rows(cluster, 0, cluster.heter_comm(0).layout());
+  ASSERT_EQ(rows_after_veto.size(), rows_after_one.size());
+  for (const auto& [key, row] : rows_after_one) {
+    EXPECT_TRUE(cluster_test::same_bytes(rows_after_veto.at(key), row)) << "key " << key;
+  }
+  cluster.run(
+      [&](device::Card& card) { cluster.heter_comm(card.local_index()).set_table_steps(41); });
+  step_with(kNoVeto);
+  for (int c = 0; c < 2; ++c) EXPECT_EQ(cluster.heter_comm(c).table_steps(), 42) << "card " << c;
 }
 
 // push_pulled needs a pull since the last push: otherwise it fails clearly on every card (the

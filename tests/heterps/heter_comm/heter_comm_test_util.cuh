@@ -162,6 +162,7 @@ struct ClusterCase {
   SparseOptimizerKind kind;
   const char* name;
   table::SparseStorage storage = table::SparseStorage::kFp32;
+  bool per_table = false;  // adam_bias_correction per_table (the table's step)
 };
 inline void PrintTo(const ClusterCase& c, std::ostream* os) { *os << c.name; }
 

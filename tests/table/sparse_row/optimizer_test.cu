@@ -513,7 +513,7 @@ TEST(SparseOptimizer, AdamRowLoopMatchesMainsScalarLoop) {
       const float lr = adam_step_size(rule.learning_rate, state[2 * dim], state[2 * dim + 1]);
       for (int i = 0; i < dim; ++i) zeros += w[i] == 0.0f;
       update_part(SparseOptimizerKind::kAdam, PartWeights{row.data(), layout, true}, state,
-                  g.data(), dim, rule, cfg.optimizer, scale);
+                  g.data(), dim, rule, cfg.optimizer, scale, nullptr);
       oracle_adam(w.data(), m.data(), v.data(), g.data(), dim, rule, cfg.optimizer.beta1_decay_rate,
                   cfg.optimizer.beta2_decay_rate, lr, cfg.optimizer.ada_epsilon, scale);
       for (int i = 0; i < dim; ++i) {
