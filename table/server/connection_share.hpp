@@ -18,6 +18,9 @@ namespace gpubox::table::server {
 // fair_share_victim; a new one beyond takes the slot of the oldest waiting. Within the
 // descriptors a server keeps free of connections (kReservedFds, connection_limits.hpp).
 inline constexpr std::size_t kMaxWaitingOverCap = 16;
+// Of them, from one share address (share_address) at most: a new one beyond takes the slot of the
+// oldest of its own address (a full room: of the address waiting with the most).
+inline constexpr std::size_t kMaxWaitingPerAddress = kMaxWaitingOverCap / 2;
 
 // One open connection as the cap's fair share sees it.
 struct HeldConnection {
