@@ -21,6 +21,9 @@ inline constexpr std::size_t kMaxWaitingOverCap = 16;
 // Of them, from one share address (share_address) at most: a new one beyond takes the slot of the
 // oldest of its own address (a full room: of the address waiting with the most).
 inline constexpr std::size_t kMaxWaitingPerAddress = kMaxWaitingOverCap / 2;
+// How long a server at its cap that found no slot for a new connection refuses the next ones
+// without looking again (a flood of refusals costs no census each).
+inline constexpr std::chrono::milliseconds kShareRecheck{50};
 
 // One open connection as the cap's fair share sees it.
 struct HeldConnection {

@@ -198,8 +198,6 @@ class Server::Impl {
   // address and kMaxWaitingOverCap in all wait (else the oldest waiting of its address, or of
   // the address waiting with the most, is evicted for it).
   bool may_wait_over_cap(const std::string& address);
-  // Connections holding a slot under the cap (those waiting beyond it do not).
-  uint64_t admitted() const { return admitted_.load(); }
   // The sessions the fair share counts (Session::holding) but `except`, and their snapshot;
   // sessions->at(i) is held[i]'s (and keeps its address alive).
   std::vector<HeldConnection> share_snapshot(const Session* except,
@@ -262,6 +260,9 @@ class Server::Impl {
   Mutex sessions_mu_;
   std::map<uint64_t, std::weak_ptr<Session>> sessions_ GPUBOX_GUARDED_BY(sessions_mu_);
   std::atomic<uint64_t> admitted_{0};  // slots held (reserve_slot)
+  // Until when a new connection at the cap is refused without a fair share's census: none found
+  // a slot for it at the last one (may_wait_over_cap; accept() only, one accept at a time).
+  Clock::time_point no_share_until_{};
   std::atomic<uint64_t> next_serial_{1};
   // Declared before io_: sessions destroyed with the io_context still reach the counters above.
   asio::io_context io_;

@@ -133,9 +133,15 @@ bool Server::Impl::reserve_slot() {
 }
 
 bool Server::Impl::may_wait_over_cap(const std::string& address) {
+  // A refusal flood stays cheap: a census that found no slot is trusted for kShareRecheck. (For
+  // a connection not bound yet the answer does not depend on its address: some client holds two
+  // connections, one of them idle.) A slot that comes free meanwhile is found by the next one.
+  const auto now = Clock::now();
+  if (now < no_share_until_) return false;
   std::vector<std::shared_ptr<Session>> sessions;
   const auto held = share_snapshot(nullptr, &sessions);
-  if (!fair_share_victim(held, Newcomer{address, false, 0}, Clock::now(), long_idle()).found()) {
+  if (!fair_share_victim(held, Newcomer{address, false, 0}, now, long_idle()).found()) {
+    no_share_until_ = now + kShareRecheck;
     return false;
   }
   // The waiting room by share address, each oldest first: an address at its half gives its own
