@@ -32,8 +32,9 @@ struct HeldConnection {
   // not bound yet count as one holder per address ("unbound connections of ADDRESS").
   bool bound = false;
   uint64_t client_id = 0;
-  // Between calls (no frame started, no reply being written, no BARRIER wait): the only
-  // connections that may give their slot. idle_since: since when.
+  // Between calls (no frame started, no reply being written, no BARRIER wait) for a frame's grace
+  // at least (Session::holding): the only connections that may give their slot. idle_since:
+  // since when.
   bool idle = false;
   std::chrono::steady_clock::time_point idle_since;
 };

@@ -108,8 +108,9 @@ Server::Impl::Clock::duration Server::Impl::long_idle() const {
 
 std::string Server::Impl::cap_reason() const {
   return "server at its connection cap (" + std::to_string(max_connections_) +
-         ", --max_connections): every connection is in a call, or held by a client (and an "
-         "address) holding no more than its share";
+         ", --max_connections): every connection is in a call or was used within "
+         "--frame_deadline_s, or is held by a client holding no more than its share (a client's "
+         "last connection is never taken)";
 }
 
 std::vector<HeldConnection> Server::Impl::share_snapshot(
