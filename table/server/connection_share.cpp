@@ -1,7 +1,10 @@
 #include "table/server/connection_share.hpp"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -11,16 +14,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Who holds a connection: its client id, or (not bound yet) its address.
-using Holder = std::tuple<bool, uint64_t, std::string_view>;
+const char kLoopback[] = "loopback";
 
-Holder holder_of(const HeldConnection& c) {
-  return c.bound ? Holder{true, c.client_id, {}} : Holder{false, 0, c.address};
+bool ipv4_loopback(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+// Who holds a connection: its client id, or (not bound yet) its share address.
+using Holder = std::tuple<bool, uint64_t, std::string>;
+
+Holder holder_of(const HeldConnection& c, const std::string& address) {
+  return c.bound ? Holder{true, c.client_id, {}} : Holder{false, 0, address};
 }
 
 std::string holder_name(const Holder& h) {
   if (std::get<0>(h)) return "client " + std::to_string(std::get<1>(h));
-  return "the unbound connections of " + std::string(std::get<2>(h));
+  return "the unbound connections of " + std::get<2>(h);
 }
 
 // What one holder (or address) holds: how many connections, and its connection idle longest.
@@ -40,11 +47,19 @@ struct Census {
       t.idlest = i;
     }
   }
-  // Whether `t` gives a slot to a newcomer whose side holds `newcomer` connections.
-  bool gives_way(const Tally& t, std::size_t newcomer) const {
+  bool idle_long(std::size_t i) const {
+    return i != SIZE_MAX && now - held[i].idle_since >= long_idle;
+  }
+  // Whether an address holding `t` is over a newcomer whose address holds `newcomer`.
+  bool address_over(const Tally& t, std::size_t newcomer) const {
     if (t.idlest == SIZE_MAX) return false;
-    if (t.count >= newcomer + 2) return true;
-    return t.count >= newcomer + 1 && now - held[t.idlest].idle_since >= long_idle;
+    return t.count >= newcomer + 2 || (t.count >= newcomer + 1 && idle_long(t.idlest));
+  }
+  // Whether a holder of `count` connections gives connection `i` (SIZE_MAX: none idle) to a
+  // newcomer client holding `newcomer`: never its last one.
+  bool holder_gives(std::size_t count, std::size_t i, std::size_t newcomer) const {
+    if (i == SIZE_MAX || count < 2) return false;
+    return count >= newcomer + 2 || (count >= newcomer + 1 && idle_long(i));
   }
   // `tallies` by count, the most first (ties: the one idle longest first).
   template <class Key>
@@ -69,45 +84,73 @@ struct Census {
 
 }  // namespace
 
+std::string share_address(std::string_view address) {
+  const std::string text(address);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return ipv4_loopback(v4) ? kLoopback : text;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) != 1) return text;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return kLoopback;
+  char out[INET6_ADDRSTRLEN] = {};
+  if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+    std::memcpy(&v4, v6.s6_addr + 12, sizeof(v4));
+    if (ipv4_loopback(v4)) return kLoopback;
+    return inet_ntop(AF_INET, &v4, out, sizeof(out)) != nullptr ? out : text;
+  }
+  std::memset(v6.s6_addr + 8, 0, 8);
+  return inet_ntop(AF_INET6, &v6, out, sizeof(out)) != nullptr ? std::string(out) + "/64" : text;
+}
+
 ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const Newcomer& newcomer,
                               Clock::time_point now, Clock::duration long_idle) {
   const Census census{held, now, long_idle};
-  std::map<std::string_view, Tally> addresses;
+  std::map<std::string, Tally> addresses;
   std::map<Holder, Tally> holders;
-  std::map<std::string_view, std::map<Holder, Tally>> holders_at;
+  std::map<std::string, std::map<Holder, Tally>> holders_at;
   for (std::size_t i = 0; i < held.size(); ++i) {
-    census.add(addresses[held[i].address], i);
-    census.add(holders[holder_of(held[i])], i);
-    census.add(holders_at[held[i].address][holder_of(held[i])], i);
+    const std::string address = share_address(held[i].address);
+    const Holder holder = holder_of(held[i], address);
+    census.add(addresses[address], i);
+    census.add(holders[holder], i);
+    census.add(holders_at[address][holder], i);
   }
+  const std::string own_address = share_address(newcomer.address);
+  const auto own_at = addresses.find(own_address);
+  const std::size_t at_address = own_at == addresses.end() ? 0 : own_at->second.count;
+  const Holder own_holder{true, newcomer.client_id, {}};
+  const auto own = newcomer.bound ? holders.find(own_holder) : holders.end();
+  const std::size_t of_client = own == holders.end() ? 0 : own->second.count;
+  const std::string taker =
+      newcomer.bound ? "client " + std::to_string(newcomer.client_id) : std::string("a new client");
+  const auto holds = [&](const Holder& holder, std::size_t count) {
+    return holder_name(holder) + " holds " + std::to_string(count) + " connections against " +
+           std::to_string(of_client) + " of " + taker;
+  };
   ShareVictim victim;
-  const auto own_address = addresses.find(newcomer.address);
-  const std::size_t at_address = own_address == addresses.end() ? 0 : own_address->second.count;
   for (const auto& [address, tally] : census.by_count(addresses)) {
-    if (address == newcomer.address || !census.gives_way(tally, at_address)) continue;
+    if (address == own_address || !census.address_over(tally, at_address)) continue;
     for (const auto& [holder, there] : census.by_count(holders_at[address])) {
-      if (there.idlest == SIZE_MAX) continue;
+      const std::size_t count = holders.at(holder).count;
+      if ((newcomer.bound && holder == own_holder) ||
+          !census.holder_gives(count, there.idlest, of_client)) {
+        continue;
+      }
       victim.index = there.idlest;
-      victim.why = "address " + std::string(address) + " holds " + std::to_string(tally.count) +
-                   " connections against " + std::to_string(at_address) + " of " +
-                   std::string(newcomer.address) + "; of them " + holder_name(holder) + " holds " +
-                   std::to_string(there.count) + ", its connection idle longest (" +
+      victim.why = "address " + address + " holds " + std::to_string(tally.count) +
+                   " connections against " + std::to_string(at_address) + " of " + own_address +
+                   "; of them " + holds(holder, count) + ", its connection there idle longest (" +
                    census.idle_text(there.idlest) + ") gives its slot";
       return victim;
     }
   }
-  const Holder own_holder{true, newcomer.client_id, {}};
-  const auto own = newcomer.bound ? holders.find(own_holder) : holders.end();
-  const std::size_t of_client = own == holders.end() ? 0 : own->second.count;
   for (const auto& [holder, tally] : census.by_count(holders)) {
-    if ((newcomer.bound && holder == own_holder) || !census.gives_way(tally, of_client)) continue;
+    if ((newcomer.bound && holder == own_holder) ||
+        !census.holder_gives(tally.count, tally.idlest, of_client)) {
+      continue;
+    }
     victim.index = tally.idlest;
-    victim.why = holder_name(holder) + " holds " + std::to_string(tally.count) +
-                 " connections against " + std::to_string(of_client) + " of " +
-                 (newcomer.bound ? "client " + std::to_string(newcomer.client_id)
-                                 : std::string("a new client")) +
-                 ", its connection idle longest (" + census.idle_text(tally.idlest) +
-                 ") gives its slot";
+    victim.why = holds(holder, tally.count) + ", its connection idle longest (" +
+                 census.idle_text(tally.idlest) + ") gives its slot";
     return victim;
   }
   return victim;

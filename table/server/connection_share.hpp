@@ -18,6 +18,12 @@ namespace gpubox::table::server {
 // fair_share_victim; a new one beyond takes the slot of the oldest waiting. Within the
 // descriptors a server keeps free of connections (kReservedFds, connection_limits.hpp).
 inline constexpr std::size_t kMaxWaitingOverCap = 16;
+// Of them, from one share address (share_address) at most: a new one beyond takes the slot of the
+// oldest of its own address (a full room: of the address waiting with the most).
+inline constexpr std::size_t kMaxWaitingPerAddress = kMaxWaitingOverCap / 2;
+// How long a server at its cap that found no slot for a new connection refuses the next ones
+// without looking again (a flood of refusals costs no census each).
+inline constexpr std::chrono::milliseconds kShareRecheck{50};
 
 // One open connection as the cap's fair share sees it.
 struct HeldConnection {
@@ -26,8 +32,9 @@ struct HeldConnection {
   // not bound yet count as one holder per address ("unbound connections of ADDRESS").
   bool bound = false;
   uint64_t client_id = 0;
-  // Between calls (no frame started, no reply being written, no BARRIER wait): the only
-  // connections that may give their slot. idle_since: since when.
+  // Between calls (no frame started, no reply being written, no BARRIER wait) for a frame's grace
+  // at least (Session::holding): the only connections that may give their slot. idle_since:
+  // since when.
   bool idle = false;
   std::chrono::steady_clock::time_point idle_since;
 };
@@ -46,17 +53,25 @@ struct ShareVictim {
   bool found() const { return index != SIZE_MAX; }
 };
 
+// The address one host is counted under (its "share address"): every loopback address (127/8,
+// ::1, and IPv4-mapped loopback) is one, as any local process picks among them freely; an IPv6
+// address counts by its /64 (a host is given a whole /64); an IPv4 one (IPv4-mapped included)
+// by itself, as hosts of one cluster share a /24. Anything else (unparsed): itself.
+std::string share_address(std::string_view address);
+
 // The connection of `held` that gives its slot to `newcomer` (the snapshot excludes it), or none.
-// First by address: of the other addresses, the one holding the most connections, when it holds
-// at least two more than the newcomer's address (or one more and its longest idle connection has
-// been idle `long_idle` at least); within it, the holder (client id) holding the most there.
-// Else by client: of the other holders, the one holding the most, on the same condition against
-// the newcomer's client. Within the holder chosen, its connection idle longest. A connection in a
-// call is never chosen (a stalled one is closed at its own deadline); a holder with none idle is
-// passed over for the next. So a process holding connections open under many client ids cannot
-// keep a trainer out, a holder gives way to one holding a single connection fewer only when its
-// connection has been idle `long_idle` (otherwise it never ends up holding fewer than the
-// newcomer: no ping-pong between equals).
+// Only a holder (client id) that holds at least two connections more than the newcomer's client
+// gives one (or one more, when the connection given has been idle `long_idle`): so a holder never
+// gives its last connection, and never ends up holding fewer than the newcomer (no ping-pong
+// between equals). Which of them gives, first by address (share_address): of the other
+// addresses, the one holding the most connections, when it holds at least two more than the
+// newcomer's (or one more, its longest idle connection idle `long_idle`); within it, the
+// qualifying holder holding the most there, its connection there idle longest. Else the
+// qualifying holder holding the most, its connection idle longest. A connection in a call is
+// never chosen (a stalled one is closed at its own deadline). So one client (or one address)
+// hoarding connections gives way to a trainer holding fewer; but holders of one connection each
+// are indistinguishable from trainers and keep their slots: a newcomer finding only those is
+// refused, as before the fair share.
 ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const Newcomer& newcomer,
                               std::chrono::steady_clock::time_point now,
                               std::chrono::steady_clock::duration long_idle);

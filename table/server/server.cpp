@@ -249,17 +249,22 @@ void Server::Impl::accept() {
     // be found (connection_share.hpp), which it takes only once bound to its client: an
     // unauthenticated connection never evicts an authenticated one. Else it is refused.
     const bool token = !options_.auth_token.empty();
-    const bool full = admitted() >= max_connections_;
+    bool slot = reserve_slot();
     const bool unauthenticated_full = token && unauthenticated.load() >= max_unauthenticated_;
-    bool admit = !full && !unauthenticated_full;
-    if (!admit && token) admit = evict_oldest_unauthenticated();
+    bool admit = slot && !unauthenticated_full;
+    if (!admit && token && evict_oldest_unauthenticated()) {
+      admit = true;
+      if (!slot) take_over_slot();  // the evicted one's
+      slot = true;
+    }
     bool waits = false;
-    if (!admit && full) {
+    if (!admit && !slot) {
       boost::system::error_code peer_ec;
       const auto remote = socket.remote_endpoint(peer_ec);
       waits = !peer_ec && may_wait_over_cap(remote.address().to_string());
     }
     if (!admit && !waits) {
+      if (slot) release_slot();
       refuse_connection(socket);
     } else {
       open_connections.fetch_add(1, std::memory_order_relaxed);

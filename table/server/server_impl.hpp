@@ -149,6 +149,12 @@ class Server::Impl {
   // barrier `name`. False when it was not waiting there (released meanwhile).
   bool barrier_leave(const Session* session, const std::string& name);
   void session_closed() { open_connections.fetch_sub(1, std::memory_order_relaxed); }
+  // A slot under --max_connections: reserved while fewer are held (false at the cap; two
+  // connections racing for the last slot get one), or taken over from a connection being
+  // evicted for it (counted until that one closes), and given back by the session closing.
+  bool reserve_slot();
+  void take_over_slot() { admitted_.fetch_add(1); }
+  void release_slot() { admitted_.fetch_sub(1); }
   // ---- the connection cap's fair share (server_sessions.cpp) ----
   // A connection that waited over the cap (kMaxWaitingOverCap) and is now bound to
   // `newcomer.client_id` (its AUTH proved it, or its first frame named it without a token): OK
@@ -188,11 +194,10 @@ class Server::Impl {
   // goes to the new connection). False when none may be evicted.
   bool evict_oldest_unauthenticated();
   // Whether the connections beyond the cap have room for one more from `address`: a fresh client
-  // there would find a fair_share_victim, and fewer than kMaxWaitingOverCap wait (else the
-  // oldest waiting one is evicted for it).
+  // there would find a fair_share_victim, and fewer than kMaxWaitingPerAddress of its share
+  // address and kMaxWaitingOverCap in all wait (else the oldest waiting of its address, or of
+  // the address waiting with the most, is evicted for it).
   bool may_wait_over_cap(const std::string& address);
-  // Connections admitted under the cap (those waiting beyond it are not).
-  uint64_t admitted() const { return open_connections.load() - over_cap.load(); }
   // The sessions the fair share counts (Session::holding) but `except`, and their snapshot;
   // sessions->at(i) is held[i]'s (and keeps its address alive).
   std::vector<HeldConnection> share_snapshot(const Session* except,
@@ -254,6 +259,10 @@ class Server::Impl {
   LogThrottle accept_log_{std::chrono::seconds(2)};
   Mutex sessions_mu_;
   std::map<uint64_t, std::weak_ptr<Session>> sessions_ GPUBOX_GUARDED_BY(sessions_mu_);
+  std::atomic<uint64_t> admitted_{0};  // slots held (reserve_slot)
+  // Until when a new connection at the cap is refused without a fair share's census: none found
+  // a slot for it at the last one (may_wait_over_cap; accept() only, one accept at a time).
+  Clock::time_point no_share_until_{};
   std::atomic<uint64_t> next_serial_{1};
   // Declared before io_: sessions destroyed with the io_context still reach the counters above.
   asio::io_context io_;

@@ -113,7 +113,9 @@ DEFINE_double(min_transfer_kb_s, 1024.0,
               "slower than it on average is stalled, and gives its bytes at --max_dense_mb");
 GPUBOX_FLAG_RANGE(min_transfer_kb_s, 1.0, 1e9);
 DEFINE_double(auth_timeout_s, 10.0,
-              "with a token: a connection must authenticate this long after connecting");
+              "with a token: a connection must authenticate this long after connecting; with or "
+              "without one, a connection waiting beyond --max_connections must bind to its "
+              "client (AUTH, or its first frame) this long after connecting");
 GPUBOX_FLAG_RANGE(auth_timeout_s, 0.01, 1e6);
 DEFINE_uint64(max_unauthenticated, 0,
               "with a token: slots connections that have not authenticated may hold (a new one "

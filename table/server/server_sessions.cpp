@@ -3,6 +3,9 @@
 // refusal of connections over the cap.
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <map>
+
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
 #include "table/server/server_impl.hpp"
@@ -105,8 +108,9 @@ Server::Impl::Clock::duration Server::Impl::long_idle() const {
 
 std::string Server::Impl::cap_reason() const {
   return "server at its connection cap (" + std::to_string(max_connections_) +
-         ", --max_connections): every connection is in a call, or held by a client (and an "
-         "address) holding no more than its share";
+         ", --max_connections): every connection is in a call or was used within "
+         "--frame_deadline_s, or is held by a client holding no more than its share (a client's "
+         "last connection is never taken)";
 }
 
 std::vector<HeldConnection> Server::Impl::share_snapshot(
@@ -121,30 +125,66 @@ std::vector<HeldConnection> Server::Impl::share_snapshot(
   return held;
 }
 
+bool Server::Impl::reserve_slot() {
+  uint64_t held = admitted_.load();
+  while (held < max_connections_) {
+    if (admitted_.compare_exchange_weak(held, held + 1)) return true;
+  }
+  return false;
+}
+
 bool Server::Impl::may_wait_over_cap(const std::string& address) {
+  // A refusal flood stays cheap: a census that found no slot is trusted for kShareRecheck. (For
+  // a connection not bound yet the answer does not depend on its address: some client holds two
+  // connections, one of them idle.) A slot that comes free meanwhile is found by the next one.
+  const auto now = Clock::now();
+  if (now < no_share_until_) return false;
   std::vector<std::shared_ptr<Session>> sessions;
   const auto held = share_snapshot(nullptr, &sessions);
-  if (!fair_share_victim(held, Newcomer{address, false, 0}, Clock::now(), long_idle()).found()) {
+  if (!fair_share_victim(held, Newcomer{address, false, 0}, now, long_idle()).found()) {
+    no_share_until_ = now + kShareRecheck;
     return false;
   }
-  if (over_cap.load() < kMaxWaitingOverCap) return true;
-  for (auto& session : live_sessions()) {  // oldest first
+  // The waiting room by share address, each oldest first: an address at its half gives its own
+  // oldest; a full room, that of the address with the most waiting. So a flood from one address
+  // churns its own, not another's trainer waiting to bind.
+  std::map<std::string, std::vector<std::shared_ptr<Session>>> waiting;
+  std::size_t total = 0;
+  for (auto& session : live_sessions()) {
+    if (!session->waiting()) continue;
+    waiting[share_address(session->peer_address())].push_back(std::move(session));
+    ++total;
+  }
+  const std::string own = share_address(address);
+  auto from = waiting.find(own);
+  if (from == waiting.end() || from->second.size() < kMaxWaitingPerAddress) {
+    if (total < kMaxWaitingOverCap) return true;
+    from = std::max_element(waiting.begin(), waiting.end(), [](const auto& a, const auto& b) {
+      return a.second.size() < b.second.size();
+    });
+  }
+  for (auto& session : from->second) {
     if (!session->claim_waiting()) continue;
     evicted.fetch_add(1, std::memory_order_relaxed);
-    session->evict(
-        Status::ResourceExhausted(
-            "evicted: " + std::to_string(kMaxWaitingOverCap) +
-            " connections already waited beyond the server's connection cap (" +
-            std::to_string(max_connections_) + ", --max_connections) for a slot; a new one came"),
-        "connection waiting beyond the connection cap: a new one came");
+    session->evict(Status::ResourceExhausted(
+                       "evicted: the waiting room beyond the server's connection cap (" +
+                       std::to_string(max_connections_) + ", --max_connections) is full (" +
+                       std::to_string(kMaxWaitingOverCap) + ", " +
+                       std::to_string(kMaxWaitingPerAddress) + " an address) and " + from->first +
+                       " waits with the most; a new connection came (reconnect)"),
+                   "connection waiting beyond the connection cap: a new one came (" + from->first +
+                       " waits with the most)");
     return true;
   }
   return false;
 }
 
 Status Server::Impl::admit_waiting(const Session& session, const Newcomer& newcomer) {
-  if (admitted() < max_connections_) return Status::OK();  // a slot came free meanwhile
-  if (!options_.auth_token.empty() && evict_oldest_unauthenticated()) return Status::OK();
+  if (reserve_slot()) return Status::OK();  // a slot came free meanwhile
+  if (!options_.auth_token.empty() && evict_oldest_unauthenticated()) {
+    take_over_slot();
+    return Status::OK();
+  }
   std::vector<std::shared_ptr<Session>> sessions;
   auto held = share_snapshot(&session, &sessions);
   const auto now = Clock::now();
@@ -156,6 +196,7 @@ Status Server::Impl::admit_waiting(const Session& session, const Newcomer& newco
       continue;
     }
     fair_share_evicted.fetch_add(1, std::memory_order_relaxed);
+    take_over_slot();
     const std::string taker =
         "client " + std::to_string(newcomer.client_id) + " from " + std::string(newcomer.address);
     sessions[victim.index]->evict(

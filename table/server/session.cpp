@@ -53,6 +53,7 @@ Session::Session(Server::Impl* server, tcp::socket socket, uint64_t serial, bool
   peer_address_ = ec ? std::string("?") : remote.address().to_string();
   peer_ = ec ? peer_address_ : peer_address_ + ":" + std::to_string(remote.port());
   authenticated_ = server_->options().auth_token.empty();
+  slotted_ = !over_cap_;  // the accept reserved it
   in_share_.store(!over_cap_);
   waiting_.store(over_cap_);
   if (over_cap_) server_->over_cap.fetch_add(1, std::memory_order_relaxed);

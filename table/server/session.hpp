@@ -55,6 +55,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool claim_for_eviction() { return evictable_.exchange(false); }
   // Claims a session waiting beyond the cap for eviction: true once, only before it bound.
   bool claim_waiting() { return waiting_.exchange(false); }
+  // Waiting beyond the cap, not bound and not claimed yet.
+  bool waiting() const { return waiting_.load(); }
+  const std::string& peer_address() const { return peer_address_; }  // set once, at accept
   // This connection as the cap's fair share sees it (connection_share.hpp); false when it does
   // not count: closed, waiting beyond the cap, or not authenticated on a token server (those give
   // their slots by claim_for_eviction).
@@ -155,7 +158,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool sent_dense_ = false;  // a DENSE request came: its close is told to the held writes
   bool counted_unauthenticated_ = false;
   std::atomic<bool> evictable_{false};
-  bool over_cap_ = false;             // counted in Server::Impl::over_cap (waiting for a slot)
+  bool over_cap_ = false;  // counted in Server::Impl::over_cap (waiting for a slot)
+  bool slotted_ = false;   // holds a slot (Server::Impl::reserve_slot), given back on close
   std::atomic<bool> waiting_{false};  // over the cap and not bound yet: claim_waiting() may take it
   std::atomic<bool> in_share_{false};  // holds a slot under the cap: holding() counts it
   // Since when it waits for a frame between calls (steady-clock ns): 0 while a frame or reply is

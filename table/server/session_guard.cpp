@@ -123,6 +123,7 @@ bool Session::take_slot(uint64_t client_id) {
     return false;
   }
   leave_cap();
+  slotted_ = true;  // admit_waiting counted it
   in_share_.store(true);
   auth_deadline_ns_.store(0, std::memory_order_relaxed);
   return true;
@@ -131,6 +132,10 @@ bool Session::take_slot(uint64_t client_id) {
 void Session::leave_cap() {
   in_share_.store(false);
   waiting_.store(false);
+  if (slotted_) {
+    slotted_ = false;
+    server_->release_slot();
+  }
   if (!over_cap_) return;
   over_cap_ = false;
   server_->over_cap.fetch_sub(1, std::memory_order_relaxed);
@@ -144,9 +149,11 @@ bool Session::holding(HeldConnection* out) const {
   out->bound = bound;
   out->client_id = bound_client_id_.load();
   const int64_t idle = idle_since_ns_.load();
-  out->idle = idle > 0;
   out->idle_since = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
       std::chrono::nanoseconds(std::max<int64_t>(idle, 0))));
+  // Idle a frame's grace at least: a client's next frame, sent before it read the last reply
+  // (pipelined), has arrived by then, so a call under way is not cut.
+  out->idle = idle > 0 && Clock::now() - out->idle_since >= server_->frame_grace();
   return true;
 }
 
@@ -229,8 +236,12 @@ void Session::watch(Watch kind, Clock::time_point deadline) {
 }
 
 void Session::watch_idle() {
+  // Bytes of a next frame already here (pipelined): not idle, the frame starts now.
+  boost::system::error_code ec;
   int64_t busy = 0;  // never over a claim (claim_idle)
-  idle_since_ns_.compare_exchange_strong(busy, ns_of(Clock::now()));
+  if (socket_.available(ec) == 0 || ec) {
+    idle_since_ns_.compare_exchange_strong(busy, ns_of(Clock::now()));
+  }
   const double idle = server_->options().idle_timeout_s;
   if (idle > 0) return watch(Watch::kIdle, Clock::now() + seconds(idle));
   watch(Watch::kNone, {});

@@ -54,9 +54,9 @@ bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
 
 // ---- probes -----------------------------------------------------------------------------------
 
-// 1: more idle connections than --max_connections: the extra ones are closed at once (but the
-// few that may wait beyond the cap for a slot, connection_share.hpp), the server does not spin,
-// and once the idle timeout freed the rest a client is served.
+// 1: more idle connections than --max_connections: the extra ones are closed at once (idle less
+// than a frame's grace, none gives them its slot: connection_share.hpp), the server does not
+// spin, and once the idle timeout freed the rest a client is served.
 Verdict over_cap(const Endpoint& ep, const Args& a) {
   const pid_t pid = std::stoi(a.get("pid"));
   const double idle = std::stod(a.get("idle_timeout_s", "2"));
