@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/batch_norm.hpp"
 #include "trainer/nn/bf16.hpp"
@@ -398,7 +399,7 @@ void BatchNorm::forward_train(const device::Stream& stream, const DenseParameter
           ChunkPass<SquareSums<T>>{{stats, sums, spec_.cols}, spec_.cols, batch, sums, squares});
       device::parallel_for(stream, cols, StatsFromChunks<T>{stats, sums, squares, spec_.cols});
     } else {
-      device::parallel_for(stream, cols, stats);
+      device::parallel_for(stream, cols, device::isa_clones(stats));
     }
     normalize(stream, params, in, mean_.data(), y, batch);
   });
@@ -453,7 +454,7 @@ void BatchNorm::backward(const device::Stream& stream, DenseParameters& params, 
       device::parallel_for(stream, cols,
                            GradsFromChunks<T>{grads, sum_dy, sum_dy_xhat, spec_.cols});
     } else {
-      device::parallel_for(stream, cols, grads);
+      device::parallel_for(stream, cols, device::isa_clones(grads));
     }
     device::parallel_for(
         stream, static_cast<std::size_t>(batch) * cols,
