@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -26,6 +28,12 @@ struct Shape {
   int64_t rows;
   int cols;
 };
+
+uint32_t bits_of(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
 
 // y = gamma (x - mu) / sqrt(var + eps) + beta per column, x = relu(z), in float64; `mean`/`var`:
 // the statistics to use, or empty for the batch's own (returned through them).
@@ -407,6 +415,45 @@ TEST_F(BatchNormTest, Bf16RowsStayNearFp32) {
       EXPECT_NEAR(got.grads[k], want.grads[k], 0.05 + 0.02 * std::fabs(want.grads[k])) << k;
     }
   }
+}
+
+// The cpu's one-pass column sums (run_range, compiled per instruction set: isa_clones.cuh) against
+// the staged ones (one scalar item per row chunk), bit for bit: up to 64 rows a chunk holds one
+// row, so both add the same values in the same order. Rows 1, 2, 64; columns around the chunk
+// of 32 and the AVX-512 clone's 8 doubles; a ReLU input and not.
+TEST_F(BatchNormTest, OnePassSumsEqualTheStagedBitForBit) {
+  std::mt19937_64 rng(5);
+  for (const bool relu : {false, true})
+    for (const Shape s :
+         {Shape{1, 1}, Shape{2, 9}, Shape{64, 31}, Shape{64, 32}, Shape{33, 33}, Shape{17, 70}}) {
+      SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols));
+      const int64_t ld = s.cols + 3;
+      const std::vector<float> x_host = testing::random_vector(s.rows * s.cols, rng, -1.0f, 2.0f);
+      const std::vector<float> c = testing::random_vector(s.rows * s.cols, rng);
+      auto x = device::to_device(pad(x_host, s, ld), card_.memory(), card_.stream());
+      auto dy = device::to_device(pad(c, s, ld), card_.memory(), card_.stream());
+      const auto run = [&](bool staged) {
+        DenseParameters params(card_);
+        BatchNormSpec sp = spec(s.cols);
+        sp.staged_column_sums = staged;
+        sp.input_is_relu = relu;
+        BatchNorm norm(card_, params, sp);
+        params.finalize(1);
+        auto y = card_.make_buffer<float>(s.rows * ld);
+        auto dx = card_.make_buffer<float>(s.rows * ld);
+        norm.forward_train(card_.stream(), params, x.data(), y.data(), s.rows);
+        norm.backward(card_.stream(), params, x.data(), dy.data(), dx.data(), s.rows, 0.5f);
+        std::vector<float> out = unpad(device::to_host(y), s, ld);
+        for (const float v : unpad(device::to_host(dx), s, ld)) out.push_back(v);
+        for (const float v : params.grads_to_host()) out.push_back(v);
+        return out;
+      };
+      const std::vector<float> want = run(true), got = run(false);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        EXPECT_EQ(bits_of(got[k]), bits_of(want[k])) << k;
+      }
+    }
 }
 
 TEST_F(BatchNormTest, RefusesBadShapes) {

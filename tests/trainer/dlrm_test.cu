@@ -82,18 +82,22 @@ TEST_P(DlrmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   EXPECT_GT(checked, 300u);
 }
 
-// Vectors of d = 21: the forward's dot products take four columns at a time (dot_interaction.cu),
-// so five groups and a tail of one; the pool's work items two groups of fields.
+// Vectors of d = 16, 17 and 21: the forward's dot products take four columns at a time
+// (dot_interaction.cu), the cpu backward's blocks sixteen, so d = 21 has five groups and a tail
+// of one, one block and a tail of five; the pool's work items two groups of fields.
 TEST_P(DlrmTest, WideVectorsMatchAFloat64Reference) {
-  DenseModelConfig cfg = config();
-  cfg.mf_dim = 20;
-  cfg.bot_layer_sizes = {5, 21};
-  DenseModel model(card_, cfg);
-  const std::size_t checked = testing::check_batch_sizes(
-      card_, model, cfg.use_cvm ? 43 : 44,
-      [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
-          const std::vector<double>& rec) { return dlrm_logit(cfg, h, i, p, rec); });
-  EXPECT_GT(checked, 300u);
+  for (const int d : {16, 17, 21}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    DenseModelConfig cfg = config();
+    cfg.mf_dim = d - 1;
+    cfg.bot_layer_sizes = {5, d};
+    DenseModel model(card_, cfg);
+    const std::size_t checked = testing::check_batch_sizes(
+        card_, model, cfg.use_cvm ? 43 : 44,
+        [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+            const std::vector<double>& rec) { return dlrm_logit(cfg, h, i, p, rec); });
+    EXPECT_GT(checked, 300u);
+  }
 }
 
 TEST_P(DlrmTest, ShapesAndFlops) {

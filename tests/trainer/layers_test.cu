@@ -307,6 +307,74 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
   }
 }
 
+// fp32 rows: the input gradient GEMM runs without the chain and the mask follows it (the chain
+// would land in gemm:jit's separate post-op pass; linear_gemms_onednn.cpp). dX against a float64
+// dZ W^T where the activation is positive, exactly 0 where it is 0 (a third of them), and the
+// columns past dx_cols untouched; sizes 1, a row's items split across threads (70 x 33) and
+// dx_cols < in with dx_ld > dx_cols.
+TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
+  struct Shape {
+    int batch, in, out, dx_cols, dx_ld;
+  };
+  std::mt19937_64 rng(41);
+  for (const Shape s : {Shape{1, 1, 1, 1, 1}, Shape{70, 33, 5, 33, 33}, Shape{65, 40, 3, 17, 24}}) {
+    SCOPED_TRACE(std::to_string(s.batch) + " x " + std::to_string(s.in));
+    DenseParameters params(card_);
+    LinearGemmSpec a;  // the producer of the activations
+    a.name = "a";
+    a.in = 1;
+    a.out = s.in;
+    a.relu = true;
+    a.x_ld = 1;
+    a.y_ld = a.dz_ld = s.in;
+    LinearGemmSpec b;
+    b.name = "b";
+    b.in = s.in;
+    b.out = s.out;
+    b.input_is_relu = true;
+    b.dx_cols = s.dx_cols;
+    b.x_ld = s.in;
+    b.dx_ld = s.dx_ld;
+    b.y_ld = b.dz_ld = s.out;
+    Linear layer_a(params, blas_, a);
+    Linear layer_b(params, blas_, b);
+    params.finalize(1);
+    layer_b.prepare(s.batch);
+    EXPECT_NE(layer_b.describe(s.batch).find("relu mask after"), std::string::npos)
+        << layer_b.describe(s.batch);
+    const std::vector<float> w = params.values_to_host();
+    const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
+    std::vector<float> act = random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f);
+    for (float& v : act) v = std::max(v, 0.0f);
+    const std::vector<float> dz = random_vector(static_cast<std::size_t>(s.batch) * s.out, rng);
+    const float sentinel = 7.0f;  // the padding columns keep it
+    auto d_act = up(act);
+    auto d_dz = up(dz);
+    auto dx = up(std::vector<float>(static_cast<std::size_t>(s.batch) * s.dx_ld, sentinel));
+    layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 0.5f, dx.data(), s.batch);
+    const std::vector<float> got = to_host(dx);
+    for (int i = 0; i < s.batch; ++i) {
+      for (int k = 0; k < s.dx_ld; ++k) {
+        const float g = got[static_cast<std::size_t>(i) * s.dx_ld + k];
+        if (k >= s.dx_cols) {
+          EXPECT_EQ(g, sentinel) << i << " " << k;
+          continue;
+        }
+        if (!(act[static_cast<std::size_t>(i) * s.in + k] > 0.0f)) {
+          EXPECT_EQ(g, 0.0f) << i << " " << k;
+          continue;
+        }
+        double want = 0.0;
+        for (int o = 0; o < s.out; ++o) {
+          want += 0.5 * static_cast<double>(dz[static_cast<std::size_t>(i) * s.out + o]) *
+                  w[wb + static_cast<std::size_t>(k) * s.out + o];
+        }
+        EXPECT_NEAR(g, want, 1e-5) << i << " " << k;
+      }
+    }
+  }
+}
+
 TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
   const int batch = 4, slots = 3, mf_dim = 2, dense_dim = 3;
   const float scale = 0.25f;

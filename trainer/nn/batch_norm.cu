@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/batch_norm.hpp"
 #include "trainer/nn/bf16.hpp"
@@ -426,7 +427,7 @@ void BatchNorm::forward_train(const device::Stream& stream, const DenseParameter
                            ChunkPass<ChunkMoments<T>>{{stats}, spec_.cols, batch, sums, m2s});
       device::parallel_for(stream, cols, StatsFromChunks<T>{stats, sums, m2s, spec_.cols});
     } else {
-      device::parallel_for(stream, cols, stats);
+      device::parallel_for(stream, cols, device::isa_clones(stats));
     }
     normalize(stream, params, in, mean_.data(), y, batch);
   });
@@ -481,7 +482,7 @@ void BatchNorm::backward(const device::Stream& stream, DenseParameters& params, 
       device::parallel_for(stream, cols,
                            GradsFromChunks<T>{grads, sum_dy, sum_dy_xhat, spec_.cols});
     } else {
-      device::parallel_for(stream, cols, grads);
+      device::parallel_for(stream, cols, device::isa_clones(grads));
     }
     device::parallel_for(
         stream, static_cast<std::size_t>(batch) * cols,

@@ -1,8 +1,10 @@
 // dlrm's pairwise dot interaction and the bottom MLP's input rows (DlrmPart, dlrm_part.hpp).
 // Portable: parallel_for over (instance, feature) items; every item owns the values it writes,
 // so no atomics. Dot products accumulate in fp32 whatever the rows' type.
+#include <cstring>
 #include <type_traits>
 
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/dlrm_part.hpp"
@@ -71,6 +73,22 @@ struct InteractionForward {
   }
 };
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The cpu backward's columns per block (dlrm's default width, 16): one AVX-512 vector, four SSE
+// ones. A GNU vector acts lane by lane, so each lane's sums are a scalar loop's.
+constexpr int kBlockColumns = 16;
+using BlockColumns = float __attribute__((vector_size(kBlockColumns * sizeof(float))));
+
+// Columns [0, kBlockColumns) of `p` as floats (through a pointer: a 64-byte vector passed by
+// value has an ABI of its own per instruction set).
+GPUBOX_FORCEINLINE void load_block(const float* p, BlockColumns* v) {
+  std::memcpy(v, p, sizeof(BlockColumns));
+}
+GPUBOX_FORCEINLINE void load_block(const Bf16* p, BlockColumns* v) {
+  for (int c = 0; c < kBlockColumns; ++c) (*v)[c] = to_float(p[c]);
+}
+#endif
+
 // Item (i, f): g = sum_{b != f} dR[i, d + pair(f, b)] T_b, the gradient of T_f (scaled like dR),
 // summed in fp32 memory the item owns (the compiler vectorizes the sum over the columns): a
 // slot's in its block of the pooled gradient, then times `unscale` (its cvm columns 0); the
@@ -86,6 +104,22 @@ struct InteractionBackward {
   int64_t dz_ld;
   float unscale;
   bool relu;  // b is the ReLU's output (no batch norm): dz masked where b = 0
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // g[k0, k0 + kBlockColumns) = sum_{b != f} dR[i, d + pair(f, b)] T_b[k0, k0 + kBlockColumns),
+  // b in order from 0.0f: each lane the device form's additions for its column.
+  GPUBOX_FORCEINLINE void sum_block(int64_t i, int f, const float* d_pairs, int k0,
+                                    float* g) const {
+    BlockColumns sum = {};
+    for (int b = 0; b < shape.features(); ++b) {
+      if (b == f) continue;
+      const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
+      BlockColumns vb;
+      load_block(shape.vector(i, b) + k0, &vb);
+      sum += dpair * vb;
+    }
+    std::memcpy(g + k0, &sum, sizeof sum);
+  }
+#endif
   GPUBOX_HD void operator()(std::size_t item) const {
     const int features = shape.features();
     const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(features));
@@ -95,7 +129,7 @@ struct InteractionBackward {
     const int64_t pooled_ld = static_cast<int64_t>(shape.slots) * shape.slot_width;
     float* d_block = d_pooled + i * pooled_ld + f * shape.slot_width;
     float* g = f < shape.slots ? d_block + shape.vector_column : d_bottom + i * width;
-#if GPUBOX_ON_DEVICE
+#if GPUBOX_ON_DEVICE || defined(GPUBOX_BACKEND_CUDA)
     // A GPU thread sums each column in a register (b inner) and stores it once: the additions
     // and their order of the cpu's form below, which runs k inner so that it vectorizes.
     for (int k = 0; k < width; ++k) {
@@ -108,12 +142,16 @@ struct InteractionBackward {
       g[k] = sum;
     }
 #else
-    for (int k = 0; k < width; ++k) g[k] = 0.0f;
+    // Whole blocks of kBlockColumns summed in a register vector (g may alias the vectors, so
+    // sums kept in g would be stored and reloaded for every b), the columns past them in g.
+    int k0 = 0;
+    for (; k0 + kBlockColumns <= width; k0 += kBlockColumns) sum_block(i, f, d_pairs, k0, g);
+    for (int k = k0; k < width; ++k) g[k] = 0.0f;
     for (int b = 0; b < features; ++b) {
       if (b == f) continue;
       const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
       const T* vb = shape.vector(i, b);
-      for (int k = 0; k < width; ++k) g[k] += dpair * to_float(vb[k]);
+      for (int k = k0; k < width; ++k) g[k] += dpair * to_float(vb[k]);
     }
 #endif
     if (f < shape.slots) {
@@ -188,9 +226,9 @@ void DlrmPart::interaction_backward(const device::Stream& stream, const InputRow
                                     use_cvm_};
     device::parallel_for(
         stream, static_cast<std::size_t>(batch) * features(),
-        InteractionBackward<T>{shape, d_top_in_.data(), d_pooled, d_bottom_.data(),
-                               reinterpret_cast<T*>(dz_a_.data()), bottom_.back().spec().dz_ld,
-                               unscale, norms_.empty()});
+        device::isa_clones(InteractionBackward<T>{
+            shape, d_top_in_.data(), d_pooled, d_bottom_.data(), reinterpret_cast<T*>(dz_a_.data()),
+            bottom_.back().spec().dz_ld, unscale, norms_.empty()}));
   });
 }
 

@@ -19,7 +19,12 @@
 // eltwise post-op on purpose: oneDNN 2.6's gemm:jit applies every eltwise_linear of a chain with
 // the first one's alpha (seen on AVX2: two linears of 2^-64 and -2^64 gave 2^-191 d).
 // Where the ISA has brgemm kernels (AVX512 and up) oneDNN applies post-ops inside the GEMM's
-// epilogue; on AVX2 its gemm:jit runs them as one pass over each thread's block of the output.
+// epilogue; its gemm:jit (fp32 with a runtime output scale, and AVX2) runs them as a pass of its
+// own over each thread's block of the output, which made a 256x128 input gradient twice as slow.
+// A plan whose chain lands in gemm:jit (Plan::mask_after) therefore runs the GEMM with the output
+// scale alone and masks dX in one pass of ours after it (ReluMask): the same GEMM kernel and
+// sums, alpha dZ W^T rounded once either way (the chain's 2^-64 and 2^64 are exact), so the same
+// values wherever the chain is exact (above); a masked entry is +0 where the chain's was -0.
 //
 // bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
 // fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
@@ -77,6 +82,27 @@ struct ToBf16 {
   GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
 };
 
+// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0 (fp32 rows).
+struct ReluMask {
+  const float* x;
+  int64_t x_ld;
+  float* dx;
+  int64_t dx_ld;
+  int cols;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
+    const auto j = static_cast<int64_t>(item % static_cast<std::size_t>(cols));
+    if (!(x[i * x_ld + j] > 0.0f)) dx[i * dx_ld + j] = 0.0f;
+  }
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, cols, [&](int64_t i, int64_t j0, int64_t j1) {
+      const float* __restrict in = x + i * x_ld;
+      float* __restrict out = dx + i * dx_ld;
+      for (int64_t j = j0; j < j1; ++j) out[j] = in[j] > 0.0f ? out[j] : 0.0f;
+    });
+  }
+};
+
 // A primitive with one memory object per argument, made with it: a call only points them at its
 // operands (set_data_handle) and executes, so it allocates nothing.
 struct Gemm {
@@ -119,6 +145,7 @@ struct LinearGemms::Plans {
   struct Plan {
     int64_t batch = 0;
     Gemm forward, weights, bias_grad, data;
+    bool mask_after = false;  // input_is_relu: `data` has no mask chain, ReluMask follows it
   };
   std::vector<Plan> plans;  // most recently made first
   // `ones` holds the ones row of db = 1^T dZ, in the GEMMs' input type.
@@ -219,6 +246,8 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
   const dnnl::matmul::desc desc(matrix(rows, s.out, s.dz_ld, t.input),
                                 transposed(s.dx_cols, s.out, s.out, t.input),
                                 matrix(rows, s.dx_cols, s.dx_ld, t.dx));
+  const initializer_list<int> scaled_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST,
+                                             DNNL_ARG_SCRATCHPAD, DNNL_ARG_ATTR_OUTPUT_SCALES};
   if (s.input_is_relu) {
     plan.data = make(desc, attr,
                      {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
@@ -227,10 +256,17 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
                       DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
                       DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
                      mask);
+    // The chain outside a brgemm epilogue, over fp32 rows: the mask after the GEMM instead (see
+    // the file comment).
+    const bool fp32_rows = t.input == f32 && t.dx == f32;
+    if (fp32_rows && plan.data.impl.rfind("brg", 0) != 0) {
+      dnnl::primitive_attr scaled = user_scratchpad();
+      scaled.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+      plan.data = make(desc, scaled, scaled_args);
+      plan.mask_after = true;
+    }
   } else {
-    plan.data = make(desc, attr,
-                     {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
-                      DNNL_ARG_ATTR_OUTPUT_SCALES});
+    plan.data = make(desc, attr, scaled_args);
   }
   return plan;
 }
@@ -395,9 +431,11 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
   void* out = p.emulated && spec_.dx == ElementType::kBf16 ? p.out32.data() : dx;
   // The mask chain's scale-down rides on the output scale (see the file comment). oneDNN reads
   // the scale from p.alpha when the GEMM runs: it is set there, from this call's value.
-  const float scale = spec_.input_is_relu ? alpha * kMaskScaleDown : alpha;
+  const bool mask_after = plan_for(p, batch, p.name).mask_after;
+  const bool chain = spec_.input_is_relu && !mask_after;
+  const float scale = chain ? alpha * kMaskScaleDown : alpha;
   Plans* plans = &p;
-  if (spec_.input_is_relu) {
+  if (chain) {
     execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
             [dz, w, out, x, scale, plans](Plans::Plan& plan, Blas::Backend& backend) {
               plans->alpha = scale;
@@ -423,6 +461,11 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                                              {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
             });
   }
+  if (mask_after) {
+    device::parallel_for(stream, n * static_cast<std::size_t>(spec_.dx_cols),
+                         ReluMask{static_cast<const float*>(x), spec_.x_ld,
+                                  static_cast<float*>(out), spec_.dx_ld, spec_.dx_cols});
+  }
   if (out != dx) {
     device::parallel_for(stream, n * spec_.dx_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(dx)});
   }
@@ -434,7 +477,10 @@ std::string LinearGemms::describe(int64_t batch) const {
   std::string line = "forward " + plan.forward.impl + " + bias" + (spec_.relu ? " + relu" : "") +
                      ", weight grad " + plan.weights.impl + " (+ bias grad)";
   if (spec_.dx_cols > 0) {
-    line += ", input grad " + plan.data.impl + (spec_.input_is_relu ? " + relu mask" : "");
+    line += ", input grad " + plan.data.impl +
+            (!spec_.input_is_relu ? ""
+             : plan.mask_after    ? ", relu mask after"
+                                  : " + relu mask");
   }
   line += " (oneDNN, " + backend.isa + ", " + element_type_name(spec_.input);
   if (plans_->emulated) line += " emulated in fp32: GPUBOX_BF16_EMULATION=1";

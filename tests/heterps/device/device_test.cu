@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/exec_policy.cuh"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/memory_registry.hpp"
 #include "heterps/device/parallel_for.cuh"
@@ -107,6 +109,52 @@ TEST_P(DeviceTest, ParallelForHandsEachThreadOneRangeWhenTheFunctorTakesRanges) 
     const bool serial = n < kSerialLoopLimit || threads == 1;
     EXPECT_LE(ranges.load(), n == 0 ? 0 : (serial ? 1 : threads)) << n << ", " << threads;
     EXPECT_GE(ranges.load(), n == 0 ? 0 : 1);
+  }
+  omp_set_num_threads(threads_before);
+}
+
+// a x + b, elementwise; this file builds with -ffp-contract=off (tests/heterps/CMakeLists.txt), as
+// isa_clones.cuh asks of its callers.
+struct MultiplyAdd {
+  const float* x;
+  float* y;
+  GPUBOX_HD void operator()(std::size_t i) const { y[i] = x[i] * 1.1f + 0.3f; }
+};
+
+// isa_clones: every item exactly once through either form (run_range, or one call per item),
+// on 1 to 3 threads, and a float loop's bits the baseline's (the clones contract nothing).
+TEST_P(DeviceTest, IsaClonesRunEveryItemOnceWithTheBaselinesBits) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  const std::size_t n = GetParam();
+  const std::vector<int64_t> host = signed_values(n, n + 2);
+  auto in = to_device(host, card.memory(), card.stream());
+  std::vector<float> xs(n), want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    xs[i] = static_cast<float>(host[i]) / 7.0f;
+    want[i] = xs[i] * 1.1f + 0.3f;
+  }
+  auto x = to_device(xs, card.memory(), card.stream());
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    auto per_item = card.make_buffer<int64_t>(n);
+    parallel_for(card.stream(), n, isa_clones(SquarePlusOne{in.data(), per_item.data()}));
+    auto ranged = to_device(std::vector<int64_t>(n, 0), card.memory(), card.stream());
+    std::atomic<int> ranges{0};
+    parallel_for(card.stream(), n,
+                 isa_clones(SquarePlusOneInRanges{in.data(), ranged.data(), &ranges}));
+    auto y = card.make_buffer<float>(n);
+    parallel_for(card.stream(), n, isa_clones(MultiplyAdd{x.data(), y.data()}));
+    const std::vector<int64_t> got_items = to_host(per_item), got_ranges = to_host(ranged);
+    const std::vector<float> got_y = to_host(y);
+    for (std::size_t i = 0; i < n; ++i) {
+      const int64_t expected = host[i] * host[i] + 1;
+      ASSERT_EQ(got_items[i], expected) << i << " of " << n << ", " << threads << " threads";
+      ASSERT_EQ(got_ranges[i], expected) << i << " of " << n << ", " << threads << " threads";
+      ASSERT_EQ(std::memcmp(&got_y[i], &want[i], sizeof(float)), 0) << i << ": " << got_y[i];
+    }
   }
   omp_set_num_threads(threads_before);
 }
