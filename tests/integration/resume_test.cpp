@@ -7,7 +7,8 @@
 //    naming them); runner.resume: off starts afresh;
 //  - the newest save made with other model keys, or by a run started from another --load, is
 //    refused naming the keys or the starting points (a save of a config built in code records
-//    no keys and is not compared); an incomplete newest save is skipped;
+//    no keys and is not compared); an incomplete newest save is skipped; a save of before the
+//    table read runner.sync_mode (filed with the job's keys) resumes;
 //  - load refuses a folder without a model manifest, or whose halves are not the ones named;
 //  - save_mode delta: the first save is a base, the next ones deltas naming their parent;
 //    loading the last reproduces the model; a replaced parent is refused;
@@ -410,6 +411,28 @@ TEST_F(Resume, AKeyNewerThanTheSaveReadsAsItsDefault) {
   // At its default the key changes nothing the save was made with: the run resumes.
   Trainer again(config(dir, {"runner.epochs=2"}), env());
   EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
+}
+
+// A save made before the table read runner.sync_mode (main's MODEL_MANIFEST: the schedule among
+// the job's keys, no adam_bias_correction) resumes: where a key is filed is the save's format.
+TEST_F(Resume, ASaveMadeBeforeTheTableReadTheScheduleResumes) {
+  const fs::path dir = root_ / "before_table_steps";
+  Trainer(config(dir, {"runner.epochs=1"}), env()).train();
+  const std::string correction = "hyper_parameters.sparse_optimizer.adam_bias_correction";
+  auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / "0").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  m->model_keys.erase("runner.sync_mode");
+  m->model_keys.erase(correction);
+  m->job["runner.sync_mode"] = "gpubox";
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / "0").string(), *m));
+  Trainer again(config(dir), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1, 2}));
+  // Its saves file the keys as that one did, and the correction the rows used.
+  m = io::read_model_manifest(io::FileEnv::posix(), (dir / "2").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->job.at("runner.sync_mode"), "gpubox");
+  EXPECT_EQ(m->model_keys.count("runner.sync_mode"), 0u);
+  EXPECT_EQ(m->model_keys.at(correction), "per_row");
 }
 
 TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {

@@ -298,13 +298,18 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
   return Status::OK();
 }
 
+// The keys the table part reads that a save files with the job's, where saves made before the
+// table read them put them (a key moved between the two would refuse every older save's resume):
+// the schedule, which the table reads only to derive adam_bias_correction.
+bool filed_with_the_job(const std::string& key) { return key == "runner.sync_mode"; }
+
 // The keys a save records: the model's (a load or resume compares them) and the job's (a resume
 // continues only the same job), as -o would write them.
 void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;
-    if (hyper || (key.parts & config::kTable) != 0) {
+    if (hyper || ((key.parts & config::kTable) != 0 && !filed_with_the_job(key.name))) {
       c->model_keys[key.name] = doc.value_text(key.name);
     } else if (shapes_the_job(key.name)) {
       c->job_keys[key.name] = doc.value_text(key.name);
