@@ -105,9 +105,11 @@ class Resume : public ::testing::Test {
 
   // A network (`network`: its overrides; rows `mf_dim` wide): stopped after pass 0 and run
   // again, it ends bit-identical to the uninterrupted run, and a save loads into a fresh trainer
-  // evaluating the same.
+  // evaluating the same. `*last_save` (when given): the dense half of the uninterrupted run's
+  // last save.
   static void network_resumes_bit_identical(const std::string& name,
-                                            const std::vector<std::string>& network, int mf_dim) {
+                                            const std::vector<std::string>& network, int mf_dim,
+                                            DenseState* last_save = nullptr) {
     const fs::path straight_dir = root_ / (name + "_straight");
     const fs::path stopped_dir = root_ / (name + "_stopped");
     Trainer straight(config(straight_dir, network), env());
@@ -134,6 +136,9 @@ class Resume : public ::testing::Test {
     const auto files = data_files((root_ / "train").string());
     EXPECT_EQ(loaded.evaluate(files, false).metrics.auc,
               straight.evaluate(files, false).metrics.auc);
+    if (last_save != nullptr) {
+      *last_save = load_dense_half((straight_dir / "2").string(), straight.dense_values(0).size());
+    }
   }
 
   // Sparse adam corrected per table (a small rate: adam's first steps are large).
@@ -267,7 +272,12 @@ TEST_F(Resume, AnAutointRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
 // dense half keeps it, a resume sets it on every card); restarted at 0, pass 1 would correct
 // every row's step as an early one and part from the uninterrupted run.
 TEST_F(Resume, ARunOfPerTableAdamRowsResumesBitIdentical) {
-  network_resumes_bit_identical("per_table", per_table_rows(), 4);
+  DenseState saved;
+  network_resumes_bit_identical("per_table", per_table_rows(), 4, &saved);
+  // The step the resume restored is the table's: one per training step of the 3 passes, as the
+  // dense adam's count.
+  EXPECT_GT(saved.table_steps, 0);
+  EXPECT_EQ(saved.table_steps, saved.steps);
 }
 
 // A base or delta save keeps the rows without their moments (m = v = 0 when loaded): the table's
