@@ -324,7 +324,7 @@ for prec in "${prec_list[@]}"; do
     -o runner.dense_transform=none -o runner.label_name=click -o runner.dense_name=dense_feature
     -o hyper_parameters.sparse_inputs_slots=27 -o hyper_parameters.dense_input_dim=13
     -o runner.model_save_path= -o runner.print_interval=100 -o runner.sync_mode=gpubox)
-  for kv in "${gpubox_overrides[@]}"; do gb_args+=(-o "$kv"); done
+  for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do gb_args+=(-o "$kv"); done
   children_cpu; cpu0="$CHILD_CPU" t0="$(date +%s.%N)"
   run_child env FLAGS_selected_gpus="$cards" "$bin/gpubox_train" "${gb_args[@]}" >"$out/gpubox_$prec.log" 2>&1 ||
     die "gpubox_train ($prec) failed (exit $?): $(tail -5 "$out/gpubox_$prec.log")"
@@ -373,7 +373,7 @@ for prec in "${prec_list[@]}"; do
     --timed_epoch "$epochs" --out "$out/report_$prec.md" --json "$out/report_$prec.json" \
     --precision "$prec" --load "${load_gpubox[$prec]%% *} / ${load_paddle%% *}" \
     --gpubox_batch "$gpubox_batch" \
-    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$(for kv in "${gpubox_overrides[@]}"; do printf ' --gpubox-override %s' "$kv"; done)" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$(for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do printf ' --gpubox-override %s' "$kv"; done)" \
     --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
     --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \

@@ -66,8 +66,8 @@ GPUBOX_HD inline bool uses_table_step(const AccessorConfig& cfg) {
           cfg.optimizer.kind == SparseOptimizerKind::kSharedAdam);
 }
 
-// The next step's corrections, computed in double (exact for long runs, identical on every card
-// and backend) and rounded once, as the dense adam's (trainer/nn/dense_optimizer.cu).
+// The next step's corrections in double (the same on every card of a backend; CUDA's and glibc's
+// pow may differ by an ulp), rounded once, as the dense adam's (trainer/nn/dense_optimizer.cu).
 GPUBOX_HD inline void advance_table_adam(TableAdamStep& step, float beta1, float beta2) {
   step.steps += 1;
   const double t = static_cast<double>(step.steps);

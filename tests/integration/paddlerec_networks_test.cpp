@@ -559,5 +559,21 @@ TEST(PaddleRecKeys, AdamBiasCorrectionFollowsPaddlesModeAndIsRefusedWhereUndefin
   EXPECT_TRUE(contains(adagrad, "rows step under adagrad")) << adagrad;
 }
 
+// A save records the correction the rows use, derived or set (a resume compares it): a run
+// derived per_table is not resumed as per_row by naming sync_mode gpubox, and setting the value
+// it derived is no difference.
+TEST(PaddleRecKeys, ASaveRecordsTheAdamBiasCorrectionUsed) {
+  const std::string key = "hyper_parameters.sparse_optimizer.adam_bias_correction";
+  const auto recorded = [&](const std::vector<std::string>& o) {
+    const StatusOr<TrainerConfig> c = parse(kAutoint, o);
+    return c.ok() ? c->model_keys.at(key) : c.status().message();
+  };
+  EXPECT_EQ(recorded({}), "per_table");
+  EXPECT_EQ(recorded({key + "=per_table"}), "per_table");
+  EXPECT_EQ(recorded({"runner.sync_mode=gpubox"}), "per_row");
+  EXPECT_EQ(recorded({"runner.sync_mode=gpubox", key + "=per_table"}), "per_table");
+  EXPECT_EQ(recorded({key + "=per_row"}), "per_row");
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -7,10 +7,12 @@
 //    naming them); runner.resume: off starts afresh;
 //  - the newest save made with other model keys, or by a run started from another --load, is
 //    refused naming the keys or the starting points (a save of a config built in code records
-//    no keys and is not compared); an incomplete newest save is skipped;
+//    no keys and is not compared); an incomplete newest save is skipped; a save of before the
+//    table read runner.sync_mode (filed with the job's keys) resumes;
 //  - load refuses a folder without a model manifest, or whose halves are not the ones named;
 //  - save_mode delta: the first save is a base, the next ones deltas naming their parent;
-//    loading the last reproduces the model; a replaced parent is refused;
+//    loading the last reproduces the model; a replaced parent is refused; only a checkpoint
+//    keeps per_table adam's table step (base and delta rows load without moments);
 //  - a stop flag (RunHooks::steps) set while pass 1 begins stops both cards after the same step
 //    of it (in memory or streamed): no save of pass 1, and a rerun resumes from pass 0's save
 //    and ends bit-identical to an uninterrupted run.
@@ -29,6 +31,7 @@
 #include "table/io/model_manifest.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/dense_state.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
@@ -102,9 +105,11 @@ class Resume : public ::testing::Test {
 
   // A network (`network`: its overrides; rows `mf_dim` wide): stopped after pass 0 and run
   // again, it ends bit-identical to the uninterrupted run, and a save loads into a fresh trainer
-  // evaluating the same.
+  // evaluating the same. `*last_save` (when given): the dense half of the uninterrupted run's
+  // last save.
   static void network_resumes_bit_identical(const std::string& name,
-                                            const std::vector<std::string>& network, int mf_dim) {
+                                            const std::vector<std::string>& network, int mf_dim,
+                                            DenseState* last_save = nullptr) {
     const fs::path straight_dir = root_ / (name + "_straight");
     const fs::path stopped_dir = root_ / (name + "_stopped");
     Trainer straight(config(straight_dir, network), env());
@@ -131,6 +136,17 @@ class Resume : public ::testing::Test {
     const auto files = data_files((root_ / "train").string());
     EXPECT_EQ(loaded.evaluate(files, false).metrics.auc,
               straight.evaluate(files, false).metrics.auc);
+    if (last_save != nullptr) {
+      *last_save = load_dense_half((straight_dir / "2").string(), straight.dense_values(0).size());
+    }
+  }
+
+  // Sparse adam corrected per table (a small rate: adam's first steps are large).
+  static std::vector<std::string> per_table_rows() {
+    return {"hyper_parameters.sparse_optimizer.class=adam",
+            "hyper_parameters.sparse_optimizer.adam_bias_correction=per_table",
+            "hyper_parameters.sparse_optimizer.learning_rate=0.02",
+            "hyper_parameters.sparse_optimizer.mf_learning_rate=0.02"};
   }
 
   static fs::path root_;
@@ -256,12 +272,47 @@ TEST_F(Resume, AnAutointRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
 // dense half keeps it, a resume sets it on every card); restarted at 0, pass 1 would correct
 // every row's step as an early one and part from the uninterrupted run.
 TEST_F(Resume, ARunOfPerTableAdamRowsResumesBitIdentical) {
-  network_resumes_bit_identical("per_table",
-                                {"hyper_parameters.sparse_optimizer.class=adam",
-                                 "hyper_parameters.sparse_optimizer.adam_bias_correction=per_table",
-                                 "hyper_parameters.sparse_optimizer.learning_rate=0.02",
-                                 "hyper_parameters.sparse_optimizer.mf_learning_rate=0.02"},
-                                4);
+  DenseState saved;
+  network_resumes_bit_identical("per_table", per_table_rows(), 4, &saved);
+  // The step the resume restored is the table's: one per training step of the 3 passes, as the
+  // dense adam's count.
+  EXPECT_GT(saved.table_steps, 0);
+  EXPECT_EQ(saved.table_steps, saved.steps);
+}
+
+// A base or delta save keeps the rows without their moments (m = v = 0 when loaded): the table's
+// step is neither saved nor restored with them, else every row's first step after a load would
+// be corrected as a late one (a step of about 3.16 lr at a large t for adam's default betas, lr
+// at t = 1).
+TEST_F(Resume, OnlyACheckpointKeepsThePerTableStep) {
+  std::vector<std::string> keys = per_table_rows();
+  keys.push_back("runner.epochs=1");
+  const fs::path checkpoint = root_ / "table_step_checkpoint";
+  Trainer kept(config(checkpoint, keys), env());
+  kept.train();
+  const std::size_t parameters = kept.dense_values(0).size();
+  const std::string save = (checkpoint / "0").string();
+  EXPECT_GT(load_dense_half(save, parameters).table_steps, 0);
+  for (const char* mode : {"base", "delta"}) {
+    SCOPED_TRACE(mode);
+    std::vector<std::string> without = keys;
+    without.push_back(std::string("runner.save_mode=") + mode);
+    without.push_back("runner.epochs=2");  // delta: the second save is one
+    const fs::path dir = root_ / (std::string("table_step_") + mode);
+    Trainer(config(dir, without), env()).train();
+    EXPECT_EQ(load_dense_half((dir / "1").string(), parameters).table_steps, 0);
+  }
+  // A base save whose dense half holds one (the checkpoint's, relabelled) restores none: saved
+  // at once as a checkpoint, the step is still 0.
+  auto m = io::read_model_manifest(io::FileEnv::posix(), save);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  m->mode = table::SaveKind::kBase;
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), save, *m));
+  const fs::path again = root_ / "table_step_relabelled";
+  Trainer loaded(config(again, keys), env());
+  loaded.load(save);
+  loaded.save((again / "0").string());
+  EXPECT_EQ(load_dense_half((again / "0").string(), parameters).table_steps, 0);
 }
 
 // deepfefm: its field-pair matrices and dense vectors in the dense part; rows as the dnn's.
@@ -410,6 +461,28 @@ TEST_F(Resume, AKeyNewerThanTheSaveReadsAsItsDefault) {
   // At its default the key changes nothing the save was made with: the run resumes.
   Trainer again(config(dir, {"runner.epochs=2"}), env());
   EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
+}
+
+// A save made before the table read runner.sync_mode (main's MODEL_MANIFEST: the schedule among
+// the job's keys, no adam_bias_correction) resumes: where a key is filed is the save's format.
+TEST_F(Resume, ASaveMadeBeforeTheTableReadTheScheduleResumes) {
+  const fs::path dir = root_ / "before_table_steps";
+  Trainer(config(dir, {"runner.epochs=1"}), env()).train();
+  const std::string correction = "hyper_parameters.sparse_optimizer.adam_bias_correction";
+  auto m = io::read_model_manifest(io::FileEnv::posix(), (dir / "0").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  m->model_keys.erase("runner.sync_mode");
+  m->model_keys.erase(correction);
+  m->job["runner.sync_mode"] = "gpubox";
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / "0").string(), *m));
+  Trainer again(config(dir), env());
+  EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1, 2}));
+  // Its saves file the keys as that one did, and the correction the rows used.
+  m = io::read_model_manifest(io::FileEnv::posix(), (dir / "2").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->job.at("runner.sync_mode"), "gpubox");
+  EXPECT_EQ(m->model_keys.count("runner.sync_mode"), 0u);
+  EXPECT_EQ(m->model_keys.at(correction), "per_row");
 }
 
 TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {

@@ -298,13 +298,18 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
   return Status::OK();
 }
 
+// The keys the table part reads that a save files with the job's, where saves made before the
+// table read them put them (a key moved between the two would refuse every older save's resume):
+// the schedule, which the table reads only to derive adam_bias_correction (recorded as used).
+bool filed_with_the_job(const std::string& key) { return key == "runner.sync_mode"; }
+
 // The keys a save records: the model's (a load or resume compares them) and the job's (a resume
 // continues only the same job), as -o would write them.
 void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
   for (const config::KeySpec& key : config::config_keys()) {
     const bool hyper = key.name.rfind("hyper_parameters.", 0) == 0;
     if (!key.has_effect()) continue;
-    if (hyper || (key.parts & config::kTable) != 0) {
+    if (hyper || ((key.parts & config::kTable) != 0 && !filed_with_the_job(key.name))) {
       c->model_keys[key.name] = doc.value_text(key.name);
     } else if (shapes_the_job(key.name)) {
       c->job_keys[key.name] = doc.value_text(key.name);
@@ -318,6 +323,10 @@ void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
   if (c->hyper.optimizer.kind == DenseOptimizerKind::kAdagrad && !doc.is_set(epsilon)) {
     c->model_keys[epsilon] = "1e-06";
   }
+  // The rows' bias correction as used: unset, it is derived (per_table for some PaddleRec
+  // folders, table::sparse_config_from), and a resume must not switch it under the saved steps.
+  c->model_keys["hyper_parameters.sparse_optimizer.adam_bias_correction"] =
+      name_of(config::kAdamBiasCorrectionNames, c->sparse.optimizer.bias_correction);
 }
 
 // A data folder key (runner.train_data_dir, test_data_dir): its one folder, or, given a list,

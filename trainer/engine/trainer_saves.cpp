@@ -14,6 +14,17 @@ using engine_detail::as_int64;
 using engine_detail::dense_state_of;
 using engine_detail::kLocalTierSaves;
 
+namespace {
+
+// The sparse table's step (adam_bias_correction per_table) counts along the rows' moments, which
+// only a checkpoint save keeps: a base or delta save's rows load with m = v = 0, so their step
+// starts at 0 with them (restored, every row's first step would be corrected as a late one).
+int64_t table_steps_kept(SaveKind mode, int64_t table_steps) {
+  return mode == SaveKind::kCheckpoint ? table_steps : 0;
+}
+
+}  // namespace
+
 void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) {
   if (env_.trainers == 1) return;
   // Every trainer starts the same way, else one would load (a collective) while another
@@ -118,7 +129,9 @@ void Trainer::write_save(const std::string& dir) {
   throw_if_error(s.host->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
-  const uint64_t dense_digest = save_dense_half(dir, dense_state_of(*s.workers[0], *s.card_tier));
+  DenseState dense = dense_state_of(*s.workers[0], *s.card_tier);
+  dense.table_steps = table_steps_kept(mode, dense.table_steps);
+  const uint64_t dense_digest = save_dense_half(dir, dense);
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest,
                          s.workers[0]->model().precision());
 }
@@ -156,12 +169,12 @@ void Trainer::load(const std::string& dir) {
       restore_sparse(*s.host, plan);  // Collective: each trainer's host tier holds the table
     }
   }
-  read_dense(dir);
+  read_dense(dir, plan.save().manifest.mode);
   s.lineage->restored(plan, pass_id_);
   s.card_tier->clear();
 }
 
-void Trainer::read_dense(const std::string& dir) {
+void Trainer::read_dense(const std::string& dir, SaveKind mode) {
   State& s = *state_;
   const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
   for (auto& worker : s.workers) {
@@ -169,7 +182,8 @@ void Trainer::read_dense(const std::string& dir) {
     card.activate();
     worker->model().parameters().set_values(dense.values);
     dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
-    s.card_tier->heter_comm(card.local_index()).set_table_steps(dense.table_steps);
+    s.card_tier->heter_comm(card.local_index())
+        .set_table_steps(table_steps_kept(mode, dense.table_steps));
   }
 }
 

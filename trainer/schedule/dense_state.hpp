@@ -6,9 +6,9 @@
 //
 // The save's dense half is a table::DenseTable under <save>/dense with one block "dense":
 // values, and state "moment1", "moment2" and "steps" (the int64 step count stored bit-exactly in
-// two floats), and "table_steps" (the same form) when the sparse table's step count
-// (hyper_parameters.sparse_optimizer.adam_bias_correction per_table) is not 0: a save without
-// it (every save of per_row rows, and those from before the key) loads as 0.
+// two floats), and "table_steps" (the same form) when the sparse table's step count (per_table
+// adam_bias_correction) is not 0, which the trainer keeps in checkpoint saves only: a save
+// without it (per_row rows, base and delta saves, saves from before the key) loads as 0.
 //
 // Thread-safety: plain data; the functions taking a card's parts run on that card's thread.
 #pragma once
@@ -30,7 +30,7 @@ struct DenseState {
   std::vector<float> moment2;
   int64_t steps = 0;
   // The card's sparse table's steps (heter_comm::HeterComm::table_steps; 0 per_row): the
-  // caller's to fill and restore, as the card tier is not the dense optimizer's.
+  // caller's to fill and restore (a checkpoint's only), as the card tier is not the dense's.
   int64_t table_steps = 0;
 
   // Host copies of one card's state. Synchronizes `stream` (the card's).
