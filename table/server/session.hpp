@@ -59,8 +59,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool waiting() const { return waiting_.load(); }
   const std::string& peer_address() const { return peer_address_; }  // set once, at accept
   // This connection as the cap's fair share sees it (connection_share.hpp); false when it does
-  // not count: closed, waiting beyond the cap, or not authenticated on a token server (those give
-  // their slots by claim_for_eviction).
+  // not count: closed, waiting beyond the cap, claimed to give its slot (claim_idle), or not
+  // authenticated on a token server (those give their slots by claim_for_eviction).
   bool holding(HeldConnection* out) const;
   // Claims this connection, idle since `since` (as holding() saw it), to give its slot: true
   // once, and only while no frame began on it since (a call in progress is never taken).

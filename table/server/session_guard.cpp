@@ -145,10 +145,13 @@ bool Session::holding(HeldConnection* out) const {
   if (!in_share_.load()) return false;
   const bool bound = client_bound_.load();
   if (!bound && !server_->options().auth_token.empty()) return false;
+  // Claimed to give its slot (its eviction is posted): counted, it would let a second newcomer
+  // take its holder's last connection.
+  const int64_t idle = idle_since_ns_.load();
+  if (idle == kClaimedIdle) return false;
   out->address = peer_address_;
   out->bound = bound;
   out->client_id = bound_client_id_.load();
-  const int64_t idle = idle_since_ns_.load();
   out->idle_since = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
       std::chrono::nanoseconds(std::max<int64_t>(idle, 0))));
   // Idle a frame's grace at least: a client's next frame, sent before it read the last reply

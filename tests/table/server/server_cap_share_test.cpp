@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -254,6 +255,47 @@ TEST(CapShare, AConnectionJustUsedIsNotTaken) {
   for (std::size_t i = 0; i < pooled.size(); ++i) {
     const Status st = raw_call(pooled[i], Op::kStats, {}, 5, 1);
     EXPECT_TRUE(st.ok()) << i << ": " << st.to_string();
+  }
+}
+
+// Two newcomers binding at once where a holder has two idle connections: one of them takes one,
+// the other is refused (the connection claimed for the first, its eviction still on its way,
+// no longer counts as the holder's), and the holder keeps its last. Rounds, as the two binds race.
+TEST(CapShare, TwoNewcomersBindingAtOnceLeaveAHolderItsLastConnection) {
+  for (int round = 0; round < 4; ++round) {
+    FakeHostTier table(test_config());
+    ServerOptions so;
+    so.max_connections = 2;
+    so.frame_deadline_s = kGrace;
+    so.threads = 4;
+    auto server = start_server(&table, so);
+    ASSERT_TRUE(server);
+    std::vector<Connection> pooled;
+    for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
+    idle_past_grace();
+    std::vector<Connection> newcomers;
+    for (int i = 0; i < 2; ++i) newcomers.push_back(raw_connection(server->port()));
+    ASSERT_TRUE(eventually([&] { return server->counters().waiting_over_cap == 2; }));
+    Status bound[2];
+    std::atomic<int> ready{0};
+    std::vector<std::thread> binds;
+    for (int i = 0; i < 2; ++i) {
+      binds.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < 2) {
+        }
+        bound[i] = raw_call(newcomers[i], Op::kStats, {}, 1, 10 + i);
+      });
+    }
+    for (auto& t : binds) t.join();
+    EXPECT_NE(bound[0].ok(), bound[1].ok())
+        << "round " << round << ": " << bound[0].to_string() << " / " << bound[1].to_string();
+    EXPECT_EQ(server->counters().fair_share_evicted, 1u) << "round " << round;
+    const std::vector<std::size_t> gone = evicted_of(*server, pooled);
+    ASSERT_EQ(gone.size(), 1u) << "round " << round;
+    const std::size_t kept = 1 - gone.front();
+    const Status st = raw_call(pooled[kept], Op::kStats, {}, 5, 1);
+    EXPECT_TRUE(st.ok()) << "round " << round << ": " << st.to_string();
   }
 }
 
