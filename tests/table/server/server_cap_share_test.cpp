@@ -116,13 +116,20 @@ TEST(CapShare, AHostileTokenHolderWithManyIdsCannotKeepATrainerOut) {
   }
   EXPECT_LE(server->counters().open_connections - server->counters().waiting_over_cap, kCap);
   // A hostile id whose connection went cannot take it back from the trainer (which holds no more
-  // than the others): refused with the cap's notice, while the trainer is served again.
+  // than the others): past the grace it waits beyond the cap (some id holds two), and is refused
+  // when it binds, with the cap's notice, while the trainer is served again.
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == kCap; }));
+  ASSERT_FALSE(gone.empty());
+  const uint64_t gone_id = 100 + gone.front() / 2;
+  const uint64_t taken = server->counters().fair_share_evicted;
+  idle_past_grace();
   Connection back = raw_connection(server->port());
-  const Status st = raw_authenticate(back, kTestToken, 100);
+  ASSERT_TRUE(eventually([&] { return server->counters().waiting_over_cap == 1; }));
+  const Status st = raw_authenticate(back, kTestToken, gone_id);
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.to_string();
   EXPECT_NE(st.message().find("server at its connection cap (8"), std::string::npos)
       << st.to_string();
+  EXPECT_EQ(server->counters().fair_share_evicted, taken);
   pulls_and_pushes(*trainer, table, 7, 50);
 }
 
