@@ -88,8 +88,12 @@ std::string share_address(std::string_view address) {
   const std::string text(address);
   in_addr v4{};
   if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return ipv4_loopback(v4) ? kLoopback : text;
+  // A link-local address carries its interface ("fe80::1%eth0"), which inet_pton refuses: parsed
+  // without it, and its link's /64 keeps it (one link's peers pick among fe80::/64 freely).
+  const std::size_t percent = text.find('%');
+  const std::string scope = percent == std::string::npos ? std::string() : text.substr(percent);
   in6_addr v6{};
-  if (inet_pton(AF_INET6, text.c_str(), &v6) != 1) return text;
+  if (inet_pton(AF_INET6, text.substr(0, percent).c_str(), &v6) != 1) return text;
   if (IN6_IS_ADDR_LOOPBACK(&v6)) return kLoopback;
   char out[INET6_ADDRSTRLEN] = {};
   if (IN6_IS_ADDR_V4MAPPED(&v6)) {
@@ -98,7 +102,8 @@ std::string share_address(std::string_view address) {
     return inet_ntop(AF_INET, &v4, out, sizeof(out)) != nullptr ? out : text;
   }
   std::memset(v6.s6_addr + 8, 0, 8);
-  return inet_ntop(AF_INET6, &v6, out, sizeof(out)) != nullptr ? std::string(out) + "/64" : text;
+  return inet_ntop(AF_INET6, &v6, out, sizeof(out)) != nullptr ? std::string(out) + "/64" + scope
+                                                               : text;
 }
 
 ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const Newcomer& newcomer,

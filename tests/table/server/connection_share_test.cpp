@@ -145,6 +145,13 @@ TEST(ConnectionShare, ShareAddressesGroupWhatOneHostPicksFreely) {
   EXPECT_EQ(share_address("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
   EXPECT_EQ(share_address("2001:db8:1:2::9"), "2001:db8:1:2::/64");
   EXPECT_EQ(share_address("2001:db8:1:3::9"), "2001:db8:1:3::/64");
+  // Link-local: by its link's /64, the interface kept (Boost prints it so).
+  EXPECT_EQ(share_address("fe80::1%eth0"), "fe80::/64%eth0");
+  EXPECT_EQ(share_address("fe80::2:3:4:5%eth0"), "fe80::/64%eth0");
+  EXPECT_EQ(share_address("fe80::1%eth1"), "fe80::/64%eth1");
+  EXPECT_EQ(share_address("fe80::1"), "fe80::/64");
+  EXPECT_EQ(share_address("::1%lo"), "loopback");
+  EXPECT_EQ(share_address("10.1.2.3%eth0"), "10.1.2.3%eth0");  // unparsed: itself
   EXPECT_EQ(share_address("?"), "?");
   EXPECT_EQ(share_address(""), "");
 }
