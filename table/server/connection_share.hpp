@@ -68,7 +68,9 @@ std::string share_address(std::string_view address);
 // addresses, the one holding the most connections, when it holds at least two more than the
 // newcomer's (or one more, its longest idle connection idle `long_idle`); within it, the
 // qualifying holder holding the most there, its connection there idle longest. Else the
-// qualifying holder holding the most, its connection idle longest. A connection in a call is
+// qualifying holder holding the most, its connection idle longest of those at an address holding
+// at least as many as the newcomer's (so a host spread over one connection per id cannot take, id
+// by id, the pool of a trainer on a host holding fewer). A connection in a call is
 // never chosen (a stalled one is closed at its own deadline). So one client (or one address)
 // hoarding connections gives way to a trainer holding fewer; but holders of one connection each
 // are indistinguishable from trainers and keep their slots: a newcomer finding only those is
