@@ -117,7 +117,11 @@ bool Session::take_slot(uint64_t client_id) {
     Server::Impl::warn(server_->connection_log, "gpubox_server: refusing connection from " + peer_ +
                                                     " (client " + std::to_string(client_id) +
                                                     "): " + admitted.message());
-    // A notice, not an error reply: the client reads it as a lost connection and retries.
+    // A notice, not an error reply: the client reads it as a lost connection and retries. It
+    // lingers (so the notice is read, not reset) keeping its place in the waiting room, where a
+    // new connection may take it: binding new ids over and over piles up no descriptors. In the
+    // room before the notice goes, so the client's next connection finds it there.
+    waiting_.store(true);
     send_notice_now(fd_, notice_frame(admitted));
     linger_then_close(0);
     return false;

@@ -321,5 +321,37 @@ TEST(CapShare, TwoNewcomersBindingAtOnceLeaveAHolderItsLastConnection) {
   }
 }
 
+// A connection refused when it binds lingers (so its notice is read) in the waiting room's place:
+// binding ids that get nothing over and over takes the place of the earlier refused, and never
+// holds more than the room's descriptors.
+TEST(CapShare, ConnectionsRefusedAtBindKeepTheirPlaceInTheRoom) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.max_connections = 2;
+  so.frame_deadline_s = kGrace;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  std::vector<Connection> pooled;
+  for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
+  idle_past_grace();
+  // Client 1 itself: waits (client 1 holds two, one idle), then gets none of its own.
+  std::vector<Connection> refused;
+  for (std::size_t i = 0; i < kMaxWaitingPerAddress + 4; ++i) {
+    refused.push_back(raw_connection(server->port()));
+    const Status st = raw_call(refused.back(), Op::kStats, {}, 1, 1);
+    EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << i << ": " << st.to_string();
+  }
+  // The refused still linger (their clients keep them open): the first 4 gave their places.
+  EXPECT_GE(server->counters().evicted, 4u);
+  EXPECT_TRUE(eventually(
+      [&] { return server->counters().open_connections <= 2 + kMaxWaitingPerAddress; }, 1.0))
+      << server->counters().open_connections;
+  EXPECT_EQ(server->counters().fair_share_evicted, 0u);
+  for (std::size_t i = 0; i < pooled.size(); ++i) {
+    const Status st = raw_call(pooled[i], Op::kStats, {}, 5, 1);
+    EXPECT_TRUE(st.ok()) << i << ": " << st.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::table::server
