@@ -15,8 +15,11 @@ namespace gpubox::table::server {
 
 // Connections beyond --max_connections that may wait, each at most --auth_timeout_s, to
 // authenticate (or, without a token, send their first frame) and then take a slot by
-// fair_share_victim; a new one beyond takes the slot of the oldest waiting. Within the
-// descriptors a server keeps free of connections (kReservedFds, connection_limits.hpp).
+// fair_share_victim. A new one beyond takes the place of the oldest waiting of its own share
+// address when that address has kMaxWaitingPerAddress waiting, else (the room full) of the address
+// waiting with the most. A connection refused when it bound keeps its place until it closes (a new
+// one may take it). Within the descriptors a server keeps free of connections (kReservedFds,
+// connection_limits.hpp).
 inline constexpr std::size_t kMaxWaitingOverCap = 16;
 // Of them, from one share address (share_address) at most: a new one beyond takes the slot of the
 // oldest of its own address (a full room: of the address waiting with the most).
