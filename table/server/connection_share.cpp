@@ -88,8 +88,12 @@ std::string share_address(std::string_view address) {
   const std::string text(address);
   in_addr v4{};
   if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return ipv4_loopback(v4) ? kLoopback : text;
+  // A link-local address carries its interface ("fe80::1%eth0"), which inet_pton refuses: parsed
+  // without it, and its link's /64 keeps it (one link's peers pick among fe80::/64 freely).
+  const std::size_t percent = text.find('%');
+  const std::string scope = percent == std::string::npos ? std::string() : text.substr(percent);
   in6_addr v6{};
-  if (inet_pton(AF_INET6, text.c_str(), &v6) != 1) return text;
+  if (inet_pton(AF_INET6, text.substr(0, percent).c_str(), &v6) != 1) return text;
   if (IN6_IS_ADDR_LOOPBACK(&v6)) return kLoopback;
   char out[INET6_ADDRSTRLEN] = {};
   if (IN6_IS_ADDR_V4MAPPED(&v6)) {
@@ -98,7 +102,8 @@ std::string share_address(std::string_view address) {
     return inet_ntop(AF_INET, &v4, out, sizeof(out)) != nullptr ? out : text;
   }
   std::memset(v6.s6_addr + 8, 0, 8);
-  return inet_ntop(AF_INET6, &v6, out, sizeof(out)) != nullptr ? std::string(out) + "/64" : text;
+  return inet_ntop(AF_INET6, &v6, out, sizeof(out)) != nullptr ? std::string(out) + "/64" + scope
+                                                               : text;
 }
 
 ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const Newcomer& newcomer,
@@ -107,16 +112,24 @@ ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const New
   std::map<std::string, Tally> addresses;
   std::map<Holder, Tally> holders;
   std::map<std::string, std::map<Holder, Tally>> holders_at;
+  std::vector<std::pair<std::string, Holder>> of(held.size());  // share address, holder
   for (std::size_t i = 0; i < held.size(); ++i) {
     const std::string address = share_address(held[i].address);
-    const Holder holder = holder_of(held[i], address);
+    of[i] = {address, holder_of(held[i], address)};
     census.add(addresses[address], i);
-    census.add(holders[holder], i);
-    census.add(holders_at[address][holder], i);
+    census.add(holders[of[i].second], i);
+    census.add(holders_at[address][of[i].second], i);
   }
   const std::string own_address = share_address(newcomer.address);
   const auto own_at = addresses.find(own_address);
   const std::size_t at_address = own_at == addresses.end() ? 0 : own_at->second.count;
+  // By client, a holder gives only a connection at an address holding at least as many as the
+  // newcomer's: a host spread over one connection per id cannot take, id by id, the pooled
+  // connections of a trainer on a host holding fewer.
+  std::map<Holder, Tally> givable;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (addresses.at(of[i].first).count >= at_address) census.add(givable[of[i].second], i);
+  }
   const Holder own_holder{true, newcomer.client_id, {}};
   const auto own = newcomer.bound ? holders.find(own_holder) : holders.end();
   const std::size_t of_client = own == holders.end() ? 0 : own->second.count;
@@ -144,13 +157,15 @@ ShareVictim fair_share_victim(const std::vector<HeldConnection>& held, const New
     }
   }
   for (const auto& [holder, tally] : census.by_count(holders)) {
+    const auto there = givable.find(holder);
+    const std::size_t idlest = there == givable.end() ? SIZE_MAX : there->second.idlest;
     if ((newcomer.bound && holder == own_holder) ||
-        !census.holder_gives(tally.count, tally.idlest, of_client)) {
+        !census.holder_gives(tally.count, idlest, of_client)) {
       continue;
     }
-    victim.index = tally.idlest;
+    victim.index = idlest;
     victim.why = holds(holder, tally.count) + ", its connection idle longest (" +
-                 census.idle_text(tally.idlest) + ") gives its slot";
+                 census.idle_text(idlest) + ") gives its slot";
     return victim;
   }
   return victim;

@@ -15,8 +15,11 @@ namespace gpubox::table::server {
 
 // Connections beyond --max_connections that may wait, each at most --auth_timeout_s, to
 // authenticate (or, without a token, send their first frame) and then take a slot by
-// fair_share_victim; a new one beyond takes the slot of the oldest waiting. Within the
-// descriptors a server keeps free of connections (kReservedFds, connection_limits.hpp).
+// fair_share_victim. A new one beyond takes the place of the oldest waiting of its own share
+// address when that address has kMaxWaitingPerAddress waiting, else (the room full) of the address
+// waiting with the most. A connection refused when it bound keeps its place until it closes (a new
+// one may take it). Within the descriptors a server keeps free of connections (kReservedFds,
+// connection_limits.hpp).
 inline constexpr std::size_t kMaxWaitingOverCap = 16;
 // Of them, from one share address (share_address) at most: a new one beyond takes the slot of the
 // oldest of its own address (a full room: of the address waiting with the most).
@@ -55,8 +58,9 @@ struct ShareVictim {
 
 // The address one host is counted under (its "share address"): every loopback address (127/8,
 // ::1, and IPv4-mapped loopback) is one, as any local process picks among them freely; an IPv6
-// address counts by its /64 (a host is given a whole /64); an IPv4 one (IPv4-mapped included)
-// by itself, as hosts of one cluster share a /24. Anything else (unparsed): itself.
+// address counts by its /64 (a host is given a whole /64), a link-local one by its link's
+// ("fe80::/64%eth0": the peers of one link pick among it freely); an IPv4 one (IPv4-mapped
+// included) by itself, as hosts of one cluster share a /24. Anything else (unparsed): itself.
 std::string share_address(std::string_view address);
 
 // The connection of `held` that gives its slot to `newcomer` (the snapshot excludes it), or none.
@@ -67,7 +71,9 @@ std::string share_address(std::string_view address);
 // addresses, the one holding the most connections, when it holds at least two more than the
 // newcomer's (or one more, its longest idle connection idle `long_idle`); within it, the
 // qualifying holder holding the most there, its connection there idle longest. Else the
-// qualifying holder holding the most, its connection idle longest. A connection in a call is
+// qualifying holder holding the most, its connection idle longest of those at an address holding
+// at least as many as the newcomer's (so a host spread over one connection per id cannot take, id
+// by id, the pool of a trainer on a host holding fewer). A connection in a call is
 // never chosen (a stalled one is closed at its own deadline). So one client (or one address)
 // hoarding connections gives way to a trainer holding fewer; but holders of one connection each
 // are indistinguishable from trainers and keep their slots: a newcomer finding only those is

@@ -160,8 +160,8 @@ class Server::Impl {
   // `newcomer.client_id` (its AUTH proved it, or its first frame named it without a token): OK
   // when it may hold a slot (one is free, an unauthenticated connection gave its own, or
   // fair_share_victim's was claimed and is being evicted), else ResourceExhausted saying why.
-  // Called on `session`'s strand.
-  Status admit_waiting(const Session& session, const Newcomer& newcomer);
+  // Called on `session`'s strand; serialized by share_mu_.
+  Status admit_waiting(const Session& session, const Newcomer& newcomer) GPUBOX_EXCLUDES(share_mu_);
   // How long a connection must have been idle for a holder only one connection above a newcomer
   // to give it a slot: a quarter of --idle_timeout_s (75 s when that is 0).
   Clock::duration long_idle() const;
@@ -260,6 +260,8 @@ class Server::Impl {
   Mutex sessions_mu_;
   std::map<uint64_t, std::weak_ptr<Session>> sessions_ GPUBOX_GUARDED_BY(sessions_mu_);
   std::atomic<uint64_t> admitted_{0};  // slots held (reserve_slot)
+  // Held by admit_waiting across its census and claim (taken before sessions_mu_).
+  Mutex share_mu_;
   // Until when a new connection at the cap is refused without a fair share's census: none found
   // a slot for it at the last one (may_wait_over_cap; accept() only, one accept at a time).
   Clock::time_point no_share_until_{};

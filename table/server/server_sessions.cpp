@@ -181,6 +181,9 @@ bool Server::Impl::may_wait_over_cap(const std::string& address) {
 
 Status Server::Impl::admit_waiting(const Session& session, const Newcomer& newcomer) {
   if (reserve_slot()) return Status::OK();  // a slot came free meanwhile
+  // One census and claim at a time: two binds that each counted the other's victim could take
+  // both of a holder's last two connections.
+  MutexLock lock(share_mu_);
   if (!options_.auth_token.empty() && evict_oldest_unauthenticated()) {
     take_over_slot();
     return Status::OK();

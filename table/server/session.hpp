@@ -53,14 +53,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_overdue();
   // Claims this session for eviction: true once, and only while it has not authenticated.
   bool claim_for_eviction() { return evictable_.exchange(false); }
-  // Claims a session waiting beyond the cap for eviction: true once, only before it bound.
+  // Claims a session waiting beyond the cap for eviction: true once, only before it bound (or
+  // while it lingers, refused when it bound).
   bool claim_waiting() { return waiting_.exchange(false); }
-  // Waiting beyond the cap, not bound and not claimed yet.
+  // Waiting beyond the cap (not bound yet, or refused when it bound and lingering), not claimed.
   bool waiting() const { return waiting_.load(); }
   const std::string& peer_address() const { return peer_address_; }  // set once, at accept
   // This connection as the cap's fair share sees it (connection_share.hpp); false when it does
-  // not count: closed, waiting beyond the cap, or not authenticated on a token server (those give
-  // their slots by claim_for_eviction).
+  // not count: closed, waiting beyond the cap, claimed to give its slot (claim_idle), or not
+  // authenticated on a token server (those give their slots by claim_for_eviction).
   bool holding(HeldConnection* out) const;
   // Claims this connection, idle since `since` (as holding() saw it), to give its slot: true
   // once, and only while no frame began on it since (a call in progress is never taken).
@@ -160,7 +161,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> evictable_{false};
   bool over_cap_ = false;  // counted in Server::Impl::over_cap (waiting for a slot)
   bool slotted_ = false;   // holds a slot (Server::Impl::reserve_slot), given back on close
-  std::atomic<bool> waiting_{false};  // over the cap and not bound yet: claim_waiting() may take it
+  // Over the cap and not bound yet (or refused at bind, lingering): claim_waiting() may take it.
+  std::atomic<bool> waiting_{false};
   std::atomic<bool> in_share_{false};  // holds a slot under the cap: holding() counts it
   // Since when it waits for a frame between calls (steady-clock ns): 0 while a frame or reply is
   // under way, kClaimedIdle once claim_idle() took it.

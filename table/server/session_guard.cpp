@@ -117,7 +117,11 @@ bool Session::take_slot(uint64_t client_id) {
     Server::Impl::warn(server_->connection_log, "gpubox_server: refusing connection from " + peer_ +
                                                     " (client " + std::to_string(client_id) +
                                                     "): " + admitted.message());
-    // A notice, not an error reply: the client reads it as a lost connection and retries.
+    // A notice, not an error reply: the client reads it as a lost connection and retries. It
+    // lingers (so the notice is read, not reset) keeping its place in the waiting room, where a
+    // new connection may take it: binding new ids over and over piles up no descriptors. In the
+    // room before the notice goes, so the client's next connection finds it there.
+    waiting_.store(true);
     send_notice_now(fd_, notice_frame(admitted));
     linger_then_close(0);
     return false;
@@ -145,10 +149,13 @@ bool Session::holding(HeldConnection* out) const {
   if (!in_share_.load()) return false;
   const bool bound = client_bound_.load();
   if (!bound && !server_->options().auth_token.empty()) return false;
+  // Claimed to give its slot (its eviction is posted): counted, it would let a second newcomer
+  // take its holder's last connection.
+  const int64_t idle = idle_since_ns_.load();
+  if (idle == kClaimedIdle) return false;
   out->address = peer_address_;
   out->bound = bound;
   out->client_id = bound_client_id_.load();
-  const int64_t idle = idle_since_ns_.load();
   out->idle_since = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
       std::chrono::nanoseconds(std::max<int64_t>(idle, 0))));
   // Idle a frame's grace at least: a client's next frame, sent before it read the last reply

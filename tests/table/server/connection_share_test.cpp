@@ -92,7 +92,8 @@ TEST(ConnectionShare, AnAddressHoldingMoreGivesFirstFromItsHolderHoldingTheMost)
             std::string::npos)
       << victim.why;
   // Ids of one connection each are indistinguishable from trainers: however many an address
-  // holds, they give nothing, and the trainer holding three gives (by client) instead.
+  // holds, they give nothing. A newcomer from a third host (holding none) gets one of the pool of
+  // the trainer holding three (by client, it holds the most).
   held.clear();
   for (uint64_t id = 100; id < 108; ++id) held.push_back(conn("10.0.0.2", id, 1000));
   EXPECT_FALSE(pick(held, "10.0.0.3", 9).found());
@@ -100,6 +101,15 @@ TEST(ConnectionShare, AnAddressHoldingMoreGivesFirstFromItsHolderHoldingTheMost)
   const ShareVictim trainer = pick(held, "10.0.0.3", 9);
   ASSERT_TRUE(trainer.found());
   EXPECT_EQ(held[trainer.index].client_id, 1u);
+  // But a new id of the host holding eight gets nothing from the trainer's host, which holds
+  // fewer: else that host's ids would take its pool one by one, down to its last connection.
+  EXPECT_FALSE(pick(held, "10.0.0.2", 9).found());
+  EXPECT_FALSE(pick(held, "10.0.0.2", 0, /*bound=*/false).found());
+  // Once the trainers' host holds as many as the newcomer's, their pools give again.
+  for (int i = 0; i < 6; ++i) held.push_back(conn("10.0.0.1", 2, 0.5));
+  const ShareVictim pooled = pick(held, "10.0.0.2", 9);
+  ASSERT_TRUE(pooled.found());
+  EXPECT_EQ(held[pooled.index].address, "10.0.0.1");
 }
 
 TEST(ConnectionShare, AClientsLastConnectionIsNeverTakenHoweverLongIdle) {
@@ -145,6 +155,13 @@ TEST(ConnectionShare, ShareAddressesGroupWhatOneHostPicksFreely) {
   EXPECT_EQ(share_address("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
   EXPECT_EQ(share_address("2001:db8:1:2::9"), "2001:db8:1:2::/64");
   EXPECT_EQ(share_address("2001:db8:1:3::9"), "2001:db8:1:3::/64");
+  // Link-local: by its link's /64, the interface kept (Boost prints it so).
+  EXPECT_EQ(share_address("fe80::1%eth0"), "fe80::/64%eth0");
+  EXPECT_EQ(share_address("fe80::2:3:4:5%eth0"), "fe80::/64%eth0");
+  EXPECT_EQ(share_address("fe80::1%eth1"), "fe80::/64%eth1");
+  EXPECT_EQ(share_address("fe80::1"), "fe80::/64");
+  EXPECT_EQ(share_address("::1%lo"), "loopback");
+  EXPECT_EQ(share_address("10.1.2.3%eth0"), "10.1.2.3%eth0");  // unparsed: itself
   EXPECT_EQ(share_address("?"), "?");
   EXPECT_EQ(share_address(""), "");
 }
@@ -172,10 +189,11 @@ TEST(ConnectionShare, ANewcomersOwnConnectionsNeverGiveItASlot) {
 // Seeded random snapshots against a brute-force oracle (its own address grouping): a victim is
 // found exactly when some holder but the newcomer's client has an idle connection and holds two
 // connections more than the newcomer's client, or one more (and two at least) with its idlest idle
-// long. When some other address is over the newcomer's (two more, or one more idle long) and has
-// such a holder, the victim is at the one of them holding the most, of the qualifying holder
-// holding the most there, its idlest there; else of the qualifying holder holding the most, its
-// idlest.
+// long, counting only its connections at addresses holding at least as many as the newcomer's.
+// When some other address is over the newcomer's (two more, or one more idle long) and has such a
+// holder, the victim is at the one of them holding the most, of the qualifying holder holding the
+// most there, its idlest there; else of the qualifying holder holding the most, its idlest at such
+// an address.
 TEST(ConnectionShare, RandomSnapshotsAgreeWithABruteForceOracle) {
   std::mt19937_64 rng(20261129);
   const char* addresses[] = {"10.0.0.1", "10.0.0.2",    "127.0.0.1",   "127.0.0.5",
@@ -217,6 +235,16 @@ TEST(ConnectionShare, RandomSnapshotsAgreeWithABruteForceOracle) {
       return it == tally.end() ? std::size_t{0} : it->second.first;
     };
     const auto idlest = [&](const Side& side) { return tally.at(side).second; };
+    // A holder's idlest connection at an address holding at least as many as the newcomer's.
+    const auto idlest_givable = [&](const std::string& h) {
+      Clock::time_point t = Clock::time_point::max();
+      for (const auto& c : held) {
+        if (holder(c) == h && c.idle && count({group(c.address), ""}) >= count({own_group, ""})) {
+          t = std::min(t, c.idle_since);
+        }
+      }
+      return t;
+    };
     const auto long_idle = [&](Clock::time_point t) {
       return t != Clock::time_point::max() && kNow - t >= kLongIdle;
     };
@@ -232,7 +260,7 @@ TEST(ConnectionShare, RandomSnapshotsAgreeWithABruteForceOracle) {
     for (const auto& c : held) {
       const int g = group(c.address);
       const std::size_t n = count({g, ""});
-      any = any || gives(holder(c), idlest({-1, holder(c)}));
+      any = any || gives(holder(c), idlest_givable(holder(c)));
       if (g == own_group || idlest({g, ""}) == Clock::time_point::max()) continue;
       if (!(n >= at_mine + 2 || (n >= at_mine + 1 && long_idle(idlest({g, ""}))))) continue;
       if (gives(holder(c), idlest({g, holder(c)}))) best_address = std::max(best_address, n);
@@ -255,10 +283,10 @@ TEST(ConnectionShare, RandomSnapshotsAgreeWithABruteForceOracle) {
       }
       continue;
     }
-    ASSERT_TRUE(gives(h, idlest({-1, h}))) << "round " << round;
-    EXPECT_EQ(v.idle_since, idlest({-1, h})) << "round " << round;
+    ASSERT_TRUE(gives(h, idlest_givable(h))) << "round " << round;
+    EXPECT_EQ(v.idle_since, idlest_givable(h)) << "round " << round;
     for (const auto& c : held) {
-      if (gives(holder(c), idlest({-1, holder(c)}))) {
+      if (gives(holder(c), idlest_givable(holder(c)))) {
         EXPECT_GE(count({-1, h}), count({-1, holder(c)})) << "round " << round;
       }
     }
