@@ -21,15 +21,19 @@
 // applies every eltwise_linear of a chain with the first one's alpha (seen on AVX2: two linears
 // of 2^-64 and -2^64 gave 2^-191 d).
 // oneDNN applies post-ops inside the GEMM's epilogue only in its brgemm kernels; gemm:jit runs
-// them as a pass of its own over each thread's block of the output, which made a 256x128 input
-// gradient twice as slow. gemm:jit is what every input gradient here got on the machines seen
-// (oneDNN 2.6; AVX2, AVX-512 and avx512_core_bf16, fp32 and hardware bf16 alike: the runtime
-// output scale keeps fp32 off brgemm). A plan whose chain lands outside brgemm (Plan::mask_after)
-// therefore runs the GEMM with the output scale alone and masks dX in one pass of ours after it
-// (ReluMask): the same GEMM kernel and sums, alpha dZ W^T rounded once either way (the chain's
-// 2^-64 and 2^64 are exact but for the subnormal case above, which this path gets exact), so the
-// same values wherever the chain is exact; a masked entry is +0 where the chain's was -0. A bf16
-// dX is masked after its rounding, which keeps the bits: a masked value rounds to 0.
+// them as a pass of its own over each thread's block of the output, which made a 256x128 fp32
+// input gradient twice as slow. gemm:jit is what every input gradient here got on the machines
+// seen (oneDNN 2.6; AVX2, AVX-512 and avx512_core_bf16, fp32 and hardware bf16 alike: the
+// runtime output scale keeps fp32 off brgemm). A plan over fp32 rows whose chain lands outside
+// brgemm (Plan::mask_after) therefore runs the GEMM with the output scale alone and masks dX in
+// one pass of ours after it (ReluMask): the same GEMM kernel and sums, alpha dZ W^T rounded once
+// either way (the chain's 2^-64 and 2^64 are exact but for the subnormal case above, which this
+// path gets exact), so the same values wherever the chain is exact; a masked entry is +0 where
+// the chain's was -0 (emulated bf16's GEMMs are over fp32 copies, so they take this path too).
+// Hardware bf16 keeps the chain: there gemm:jit's pass was the cheaper one (a loaded 2-core
+// avx512_core_bf16 machine, batch 512, best of 25: about 100 against 111 us for 256x128, 700-790
+// against 960 us for 512x256 with a bf16 mask pass after; the results bit-equal but for the
+// chain's inexact corners).
 //
 // bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
 // fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
@@ -37,7 +41,6 @@
 // the bf16 path on a CPU without it, at a cost.
 #include <algorithm>
 #include <initializer_list>
-#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -88,51 +91,26 @@ struct ToBf16 {
   GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
 };
 
-// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0. X, D: float
-// or Bf16, the types of the GEMM's operands (the fp32 copies under emulation).
-template <class X, class D>
+// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0 (fp32 rows).
 struct ReluMask {
-  const X* x;
+  const float* x;
   int64_t x_ld;
-  D* dx;
+  float* dx;
   int64_t dx_ld;
   int cols;
   GPUBOX_HD void operator()(std::size_t item) const {
     const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
     const auto j = static_cast<int64_t>(item % static_cast<std::size_t>(cols));
-    if (!(to_float(x[i * x_ld + j]) > 0.0f)) dx[i * dx_ld + j] = D{};
+    if (!(x[i * x_ld + j] > 0.0f)) dx[i * dx_ld + j] = 0.0f;
   }
   void run_range(std::size_t begin, std::size_t end) const {
     device::for_row_segments(begin, end, cols, [&](int64_t i, int64_t j0, int64_t j1) {
-      const X* __restrict in = x + i * x_ld;
-      D* __restrict out = dx + i * dx_ld;
-      for (int64_t j = j0; j < j1; ++j) out[j] = to_float(in[j]) > 0.0f ? out[j] : D{};
+      const float* __restrict in = x + i * x_ld;
+      float* __restrict out = dx + i * dx_ld;
+      for (int64_t j = j0; j < j1; ++j) out[j] = in[j] > 0.0f ? out[j] : 0.0f;
     });
   }
 };
-
-// ReluMask over `rows` rows of layer `s`'s dX, x and dx of types `x_type` and `dx_type`.
-void mask_relu(const device::Stream& stream, const LinearGemmSpec& s, std::size_t rows,
-               const void* x, ElementType x_type, void* dx, ElementType dx_type) {
-  const auto launch = [&](const auto* typed_x, auto* typed_dx) {
-    using X = std::remove_cv_t<std::remove_pointer_t<decltype(typed_x)>>;
-    using D = std::remove_pointer_t<decltype(typed_dx)>;
-    device::parallel_for(stream, rows * static_cast<std::size_t>(s.dx_cols),
-                         ReluMask<X, D>{typed_x, s.x_ld, typed_dx, s.dx_ld, s.dx_cols});
-  };
-  const auto with_dx = [&](const auto* typed_x) {
-    if (dx_type == ElementType::kBf16) {
-      launch(typed_x, static_cast<Bf16*>(dx));
-    } else {
-      launch(typed_x, static_cast<float*>(dx));
-    }
-  };
-  if (x_type == ElementType::kBf16) {
-    with_dx(static_cast<const Bf16*>(x));
-  } else {
-    with_dx(static_cast<const float*>(x));
-  }
-}
 
 // A primitive with one memory object per argument, made with it: a call only points them at its
 // operands (set_data_handle) and executes, so it allocates nothing.
@@ -287,9 +265,10 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
                       DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
                       DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
                      mask);
-    // The chain outside a brgemm epilogue: the mask after the GEMM instead (see the file
-    // comment).
-    if (plan.data.impl.rfind("brg", 0) != 0) {
+    // The chain outside a brgemm epilogue, over fp32 rows: the mask after the GEMM instead (see
+    // the file comment).
+    const bool fp32_rows = t.input == f32 && t.dx == f32;
+    if (fp32_rows && plan.data.impl.rfind("brg", 0) != 0) {
       dnnl::primitive_attr scaled = user_scratchpad();
       scaled.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
       plan.data = make(desc, scaled, scaled_args);
@@ -492,8 +471,9 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
             });
   }
   if (mask_after) {
-    mask_relu(stream, spec_, n, x, p.emulated ? ElementType::kF32 : spec_.input, out,
-              p.emulated ? ElementType::kF32 : spec_.dx);
+    device::parallel_for(stream, n * static_cast<std::size_t>(spec_.dx_cols),
+                         ReluMask{static_cast<const float*>(x), spec_.x_ld,
+                                  static_cast<float*>(out), spec_.dx_ld, spec_.dx_cols});
   }
   if (out != dx) {
     device::parallel_for(stream, n * spec_.dx_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(dx)});
