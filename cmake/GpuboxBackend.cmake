@@ -59,3 +59,16 @@ function(gpubox_device_sources)
     endforeach()
   endif()
 endfunction()
+
+# gpubox_no_fp_contract(<file>...): on the cpu backend, sources built without contraction into
+# fused multiply-adds (-ffp-contract=off: g++ fuses a * b + c once a target has FMA, clang within
+# an expression by default), for loops whose vectorized, per-item and per-ISA forms must give the
+# same bits. It also defines GPUBOX_FP_CONTRACT_OFF, which heterps/device/isa_clones.cuh requires.
+# Call it after the sources' gpubox_device_sources (which sets their COMPILE_OPTIONS). cuda:
+# nothing.
+function(gpubox_no_fp_contract)
+  if(GPUBOX_BACKEND STREQUAL "cpu")
+    set_property(SOURCE ${ARGN} APPEND PROPERTY COMPILE_OPTIONS -ffp-contract=off)
+    set_property(SOURCE ${ARGN} APPEND PROPERTY COMPILE_DEFINITIONS GPUBOX_FP_CONTRACT_OFF=1)
+  endif()
+endfunction()

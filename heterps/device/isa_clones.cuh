@@ -4,11 +4,12 @@
 // column loops, whose float work is otherwise 4 lanes wide. `f`'s run_range form (parallel_for.cuh)
 // runs there if it has one, else f(i) item by item. CUDA: f itself.
 //
-// Only from sources built with -ffp-contract=off (trainer/CMakeLists.txt's device sources): the
-// AVX2 and AVX-512 clones have FMA, which g++ would contract a * b + c into otherwise, and each
-// clone would then round differently. Without contraction every clone does the same IEEE
-// operations on each value as the baseline (a vectorized loop keeps each lane's order; no
-// reassociation without -ffast-math): the same bits on any machine.
+// Only from sources built with -ffp-contract=off (CMake: gpubox_no_fp_contract, which also
+// defines GPUBOX_FP_CONTRACT_OFF; g++ builds without it stop below): the AVX2 and AVX-512 clones
+// have FMA, which g++ would contract a * b + c into otherwise, and each clone would then round
+// differently. Without contraction every clone does the same IEEE operations on each value as the
+// baseline (a vectorized loop keeps each lane's order; no reassociation without -ffast-math): the
+// same bits on any machine.
 #pragma once
 
 #include <cstddef>
@@ -16,9 +17,16 @@
 #include "common/macros.hpp"
 #include "heterps/device/parallel_for.cuh"
 
-// A cpu function compiled once per instruction set (see the file comment). g++ only: clang's
-// target_clones takes no arch=.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#if !defined(GPUBOX_BACKEND_CUDA) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__CUDACC__) && !defined(GPUBOX_FP_CONTRACT_OFF)
+#error "isa_clones.cuh: build this source with gpubox_no_fp_contract (cmake/GpuboxBackend.cmake)"
+#endif
+
+// A cpu function compiled once per instruction set (see the file comment). g++ 12 and later only:
+// clang's target_clones takes no arch=, and older g++ handle the x86-64-v3/v4 names unreliably
+// (those builds run the baseline alone).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(__CUDACC__)
 #define GPUBOX_ISA_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

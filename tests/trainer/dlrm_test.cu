@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,7 +18,11 @@
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
 #include "tests/trainer/one_card.hpp"
+#include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_parameters.hpp"
+#include "trainer/nn/dlrm_part.hpp"
+#include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -143,6 +148,77 @@ TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
   cfg = config();
   cfg.dense_dim = 0;
   EXPECT_THROW(DenseModel(card_, cfg), Error);
+}
+
+// The cpu interaction backward (dot_interaction.cu: columns in register vectors of 16, then a
+// tail summed in memory, compiled per instruction set) against the scalar loop it replaces, in
+// the same order: each column's sum from 0.0f over b = 0, 1, ... (f skipped), then times
+// `unscale`. The pooled gradient bit for bit for d = 15, 16, 17 and 33 (a tail alone, one block,
+// one and a tail of one, two and a tail of one); the cvm columns 0. The bottom output's gradient
+// goes through the same sums. cpu only: nvcc contracts the GPU form's multiply-adds.
+TEST_P(DlrmTest, InteractionBackwardIsTheScalarLoopBitForBit) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  GTEST_SKIP() << "the cpu backward's test";
+#else
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const auto random = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = value(rng);
+    return v;
+  };
+  for (const int d : {15, 16, 17, 33}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    DenseModelConfig cfg = config();
+    cfg.mf_dim = d - 1;
+    cfg.bot_layer_sizes = {5, d};
+    const SlotSumPool pool(cfg.slots, cfg.mf_dim, cfg.use_cvm);
+    DenseParameters params(card_);
+    Blas blas(card_);
+    DlrmPart part(card_, params, blas, pool, cfg, ElementType::kF32);
+    params.finalize(cfg.seed);
+    const int64_t batch = 7;
+    const auto n = static_cast<std::size_t>(batch);
+    part.reserve(batch);
+    const int ld = pool.out_dim() + 3;  // the pool's rows, padded
+    const std::vector<float> x0 = random(n * ld);
+    const std::vector<float> dense = random(n * cfg.dense_dim);
+    const std::vector<float> d_top = random(n * part.top_ld());
+    const float unscale = 0.75f;
+    auto x0_card = up(x0);
+    auto dense_card = up(dense);
+    auto d_pooled = up(std::vector<float>(n * pool.out_dim(), 9.0f));
+    const InputRows rows{x0_card.data(), ld, ElementType::kF32};
+    part.forward(card_.stream(), params, rows, dense_card.data(), batch, true);
+    auto d_top_card = up(d_top);
+    device::copy_async(part.top_input_grad(), d_top_card.data(), d_top.size(), card_.stream());
+    part.backward(card_.stream(), params, rows, batch, 1.0f, unscale, d_pooled.data());
+    const std::vector<float> r = device::to_host(static_cast<const float*>(part.top_input()),
+                                                 n * part.top_ld(), card_.stream());
+    const std::vector<float> got = to_host(d_pooled);
+    const int features = part.features(), vc = pool.embed_w_column();
+    const auto pair = [&](int a, int b) { return a * features - a * (a + 1) / 2 + (b - a - 1); };
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto vector = [&](int b) {
+        return b < cfg.slots ? &x0[i * ld + b * pool.width() + vc] : &r[i * part.top_ld()];
+      };
+      const float* d_pairs = &d_top[i * part.top_ld() + d];
+      for (int f = 0; f < cfg.slots; ++f) {
+        const float* g = &got[i * pool.out_dim() + f * pool.width()];
+        for (int c = 0; c < vc; ++c) EXPECT_EQ(g[c], 0.0f) << i << " " << f << " cvm " << c;
+        for (int k = 0; k < d; ++k) {
+          float sum = 0.0f;
+          for (int b = 0; b < features; ++b) {
+            if (b != f) sum += d_pairs[b < f ? pair(b, f) : pair(f, b)] * vector(b)[k];
+          }
+          sum *= unscale;
+          EXPECT_EQ(std::memcmp(&g[vc + k], &sum, sizeof sum), 0)
+              << i << " " << f << " " << k << ": " << g[vc + k] << " vs " << sum;
+        }
+      }
+    }
+  }
+#endif
 }
 
 // bf16 (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs): the bottom MLP, R and the

@@ -12,6 +12,8 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "heterps/device/card.hpp"
 #include "tests/trainer/layers_test_fixture.hpp"
@@ -307,69 +309,118 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
   }
 }
 
-// fp32 rows: the input gradient GEMM runs without the chain and the mask follows it (the chain
-// would land in gemm:jit's separate post-op pass; linear_gemms_onednn.cpp). dX against a float64
-// dZ W^T where the activation is positive, exactly 0 where it is 0 (a third of them), and the
-// columns past dx_cols untouched; sizes 1, a row's items split across threads (70 x 33) and
-// dx_cols < in with dx_ld > dx_cols.
+// The input gradient GEMM without the chain and the mask after it (the chain would land in
+// gemm:jit's separate post-op pass; linear_gemms_onednn.cpp), over fp32 rows: fp32, and bf16
+// emulated in fp32 on a CPU without bf16 GEMMs; on one with them, bf16 keeps the chain. dX
+// against a float64 dZ W^T of the operands as the GEMM reads them where the activation is
+// positive, exactly 0 where it is 0 (a third of them), and the columns past dx_cols untouched;
+// sizes 1, a row's items split across threads (70 x 33) and dx_cols < in with dx_ld > dx_cols.
 TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
   struct Shape {
     int batch, in, out, dx_cols, dx_ld;
   };
-  std::mt19937_64 rng(41);
-  for (const Shape s : {Shape{1, 1, 1, 1, 1}, Shape{70, 33, 5, 33, 33}, Shape{65, 40, 3, 17, 24}}) {
-    SCOPED_TRACE(std::to_string(s.batch) + " x " + std::to_string(s.in));
-    DenseParameters params(card_);
-    LinearGemmSpec a;  // the producer of the activations
-    a.name = "a";
-    a.in = 1;
-    a.out = s.in;
-    a.relu = true;
-    a.x_ld = 1;
-    a.y_ld = a.dz_ld = s.in;
-    LinearGemmSpec b;
-    b.name = "b";
-    b.in = s.in;
-    b.out = s.out;
-    b.input_is_relu = true;
-    b.dx_cols = s.dx_cols;
-    b.x_ld = s.in;
-    b.dx_ld = s.dx_ld;
-    b.y_ld = b.dz_ld = s.out;
-    Linear layer_a(params, blas_, a);
-    Linear layer_b(params, blas_, b);
-    params.finalize(1);
-    layer_b.prepare(s.batch);
-    EXPECT_NE(layer_b.describe(s.batch).find("relu mask after"), std::string::npos)
-        << layer_b.describe(s.batch);
-    const std::vector<float> w = params.values_to_host();
-    const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
-    std::vector<float> act = random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f);
-    for (float& v : act) v = std::max(v, 0.0f);
-    const std::vector<float> dz = random_vector(static_cast<std::size_t>(s.batch) * s.out, rng);
-    const float sentinel = 7.0f;  // the padding columns keep it
-    auto d_act = up(act);
-    auto d_dz = up(dz);
-    auto dx = up(std::vector<float>(static_cast<std::size_t>(s.batch) * s.dx_ld, sentinel));
-    layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 0.5f, dx.data(), s.batch);
-    const std::vector<float> got = to_host(dx);
-    for (int i = 0; i < s.batch; ++i) {
-      for (int k = 0; k < s.dx_ld; ++k) {
-        const float g = got[static_cast<std::size_t>(i) * s.dx_ld + k];
-        if (k >= s.dx_cols) {
-          EXPECT_EQ(g, sentinel) << i << " " << k;
-          continue;
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  Blas bf16_blas(card_);  // the CPU's bf16 GEMMs, else emulated
+  unsetenv("GPUBOX_BF16_EMULATION");
+  ASSERT_NE(bf16_blas.bf16(), Bf16Support::kNone);
+  struct Mode {
+    const char* name;
+    Blas* blas;
+    ElementType type;
+  };
+  const bool emulated = bf16_blas.bf16() == Bf16Support::kEmulated;
+  for (const Mode& mode :
+       {Mode{"fp32", &blas_, ElementType::kF32},
+        Mode{emulated ? "bf16 emulated" : "bf16", &bf16_blas, ElementType::kBf16}}) {
+    const bool bf16 = mode.type == ElementType::kBf16;
+    std::mt19937_64 rng(41);
+    // Values as the GEMM reads them (bf16: rounded), and their bytes for the card.
+    const auto as_read = [&](std::vector<float> v) {
+      if (bf16) {
+        for (float& x : v) x = to_float(to_bf16(x));
+      }
+      return v;
+    };
+    const auto upload = [&](const std::vector<float>& v) {
+      std::vector<char> bytes(v.size() * element_bytes(mode.type));
+      for (std::size_t k = 0; k < v.size(); ++k) {
+        if (bf16) {
+          reinterpret_cast<Bf16*>(bytes.data())[k] = to_bf16(v[k]);
+        } else {
+          reinterpret_cast<float*>(bytes.data())[k] = v[k];
         }
-        if (!(act[static_cast<std::size_t>(i) * s.in + k] > 0.0f)) {
-          EXPECT_EQ(g, 0.0f) << i << " " << k;
-          continue;
+      }
+      return up(bytes);
+    };
+    for (const Shape s :
+         {Shape{1, 1, 1, 1, 1}, Shape{70, 33, 5, 33, 33}, Shape{65, 40, 3, 17, 24}}) {
+      SCOPED_TRACE(std::string(mode.name) + ": " + std::to_string(s.batch) + " x " +
+                   std::to_string(s.in));
+      DenseParameters params(card_);
+      LinearGemmSpec a;  // the producer of the activations
+      a.name = "a";
+      a.in = 1;
+      a.out = s.in;
+      a.input = a.output = mode.type;
+      a.relu = true;
+      a.x_ld = 1;
+      a.y_ld = a.dz_ld = s.in;
+      LinearGemmSpec b;
+      b.name = "b";
+      b.in = s.in;
+      b.out = s.out;
+      b.input = b.dx = mode.type;
+      b.input_is_relu = true;
+      b.dx_cols = s.dx_cols;
+      b.x_ld = s.in;
+      b.dx_ld = s.dx_ld;
+      b.y_ld = b.dz_ld = s.out;
+      Linear layer_a(params, *mode.blas, a);
+      Linear layer_b(params, *mode.blas, b);
+      if (bf16) params.keep_bf16_copy();
+      params.finalize(1);
+      layer_b.prepare(s.batch);
+      // fp32 rows run the mask after on every kernel seen (the runtime output scale keeps them
+      // off brgemm).
+      if (!bf16 || emulated) {
+        EXPECT_NE(layer_b.describe(s.batch).find("relu mask after"), std::string::npos)
+            << layer_b.describe(s.batch);
+      }
+      const std::vector<float> w = as_read(params.values_to_host());
+      const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
+      std::vector<float> act = random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f);
+      for (float& v : act) v = std::max(v, 0.0f);
+      act = as_read(act);
+      const std::vector<float> dz =
+          as_read(random_vector(static_cast<std::size_t>(s.batch) * s.out, rng));
+      const float sentinel = 7.0f;  // the padding columns keep it
+      auto d_act = upload(act);
+      auto d_dz = upload(dz);
+      auto dx = upload(std::vector<float>(static_cast<std::size_t>(s.batch) * s.dx_ld, sentinel));
+      layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 0.5f, dx.data(), s.batch);
+      const std::vector<char> bytes = to_host(dx);
+      for (int i = 0; i < s.batch; ++i) {
+        for (int k = 0; k < s.dx_ld; ++k) {
+          const std::size_t at = static_cast<std::size_t>(i) * s.dx_ld + k;
+          const float g = bf16 ? to_float(reinterpret_cast<const Bf16*>(bytes.data())[at])
+                               : reinterpret_cast<const float*>(bytes.data())[at];
+          if (k >= s.dx_cols) {
+            EXPECT_EQ(g, sentinel) << i << " " << k;
+            continue;
+          }
+          if (!(act[static_cast<std::size_t>(i) * s.in + k] > 0.0f)) {
+            EXPECT_EQ(g, 0.0f) << i << " " << k;
+            continue;
+          }
+          double want = 0.0;
+          for (int o = 0; o < s.out; ++o) {
+            want += 0.5 * static_cast<double>(dz[static_cast<std::size_t>(i) * s.out + o]) *
+                    w[wb + static_cast<std::size_t>(k) * s.out + o];
+          }
+          // bf16: the fp32 sum rounded once more, to 8 significant bits.
+          EXPECT_NEAR(g, want, (bf16 ? std::ldexp(std::fabs(want), -8) : 0.0) + 1e-5)
+              << i << " " << k;
         }
-        double want = 0.0;
-        for (int o = 0; o < s.out; ++o) {
-          want += 0.5 * static_cast<double>(dz[static_cast<std::size_t>(i) * s.out + o]) *
-                  w[wb + static_cast<std::size_t>(k) * s.out + o];
-        }
-        EXPECT_NEAR(g, want, 1e-5) << i << " " << k;
       }
     }
   }

@@ -131,7 +131,8 @@ struct InteractionBackward {
     float* g = f < shape.slots ? d_block + shape.vector_column : d_bottom + i * width;
 #if GPUBOX_ON_DEVICE || defined(GPUBOX_BACKEND_CUDA)
     // A GPU thread sums each column in a register (b inner) and stores it once: the additions
-    // and their order of the cpu's form below, which runs k inner so that it vectorizes.
+    // and their order of the cpu's form below, which vectorizes over the columns (blocks of
+    // kBlockColumns in register vectors, b inner; the tail columns in g, k inner).
     for (int k = 0; k < width; ++k) {
       float sum = 0.0f;
       for (int b = 0; b < features; ++b) {

@@ -13,18 +13,27 @@
 //     -2^64 * min(-min(2^-64 d, X), X)  =  2^64 * clamp(2^-64 d, -X, X)
 // with 2^-64 folded into the output scale and the post-ops binary min(X), eltwise linear(-1),
 // binary min(X), binary mul by a scalar -2^64. It is exactly 0 where X == 0 and exactly d
-// wherever |d| <= 2^64 X (a power-of-two scale, min and negation are exact): every case but an
-// activation below 2^-64 |d| (a pre-activation within ~1e-19 of the kink for unit gradients),
-// where it gives a value of the same sign and smaller magnitude than d. The chain holds a single
-// eltwise post-op on purpose: oneDNN 2.6's gemm:jit applies every eltwise_linear of a chain with
-// the first one's alpha (seen on AVX2: two linears of 2^-64 and -2^64 gave 2^-191 d).
-// Where the ISA has brgemm kernels (AVX512 and up) oneDNN applies post-ops inside the GEMM's
-// epilogue; its gemm:jit (fp32 with a runtime output scale, and AVX2) runs them as a pass of its
-// own over each thread's block of the output, which made a 256x128 input gradient twice as slow.
-// A plan whose chain lands in gemm:jit (Plan::mask_after) therefore runs the GEMM with the output
-// scale alone and masks dX in one pass of ours after it (ReluMask): the same GEMM kernel and
-// sums, alpha dZ W^T rounded once either way (the chain's 2^-64 and 2^64 are exact), so the same
-// values wherever the chain is exact (above); a masked entry is +0 where the chain's was -0.
+// wherever |d| <= 2^64 X and 2^-64 d is normal (a power-of-two scale, min and negation are
+// exact): every case but an activation below 2^-64 |d| (a pre-activation within ~1e-19 of the
+// kink for unit gradients), where it gives a value of the same sign and smaller magnitude than
+// d, and a gradient below 2^-62 in magnitude, whose scaled value is subnormal (it comes back a
+// multiple of 2^-85). The chain holds a single eltwise post-op on purpose: oneDNN 2.6's gemm:jit
+// applies every eltwise_linear of a chain with the first one's alpha (seen on AVX2: two linears
+// of 2^-64 and -2^64 gave 2^-191 d).
+// oneDNN applies post-ops inside the GEMM's epilogue only in its brgemm kernels; gemm:jit runs
+// them as a pass of its own over each thread's block of the output, which made a 256x128 fp32
+// input gradient twice as slow. gemm:jit is what every input gradient here got on the machines
+// seen (oneDNN 2.6; AVX2, AVX-512 and avx512_core_bf16, fp32 and hardware bf16 alike: the
+// runtime output scale keeps fp32 off brgemm). A plan over fp32 rows whose chain lands outside
+// brgemm (Plan::mask_after) therefore runs the GEMM with the output scale alone and masks dX in
+// one pass of ours after it (ReluMask): the same GEMM kernel and sums, alpha dZ W^T rounded once
+// either way (the chain's 2^-64 and 2^64 are exact but for the subnormal case above, which this
+// path gets exact), so the same values wherever the chain is exact; a masked entry is +0 where
+// the chain's was -0 (emulated bf16's GEMMs are over fp32 copies, so they take this path too).
+// Hardware bf16 keeps the chain: there gemm:jit's pass was the cheaper one (a loaded 2-core
+// avx512_core_bf16 machine, batch 512, best of 25: about 100 against 111 us for 256x128, 700-790
+// against 960 us for 512x256 with a bf16 mask pass after; the results bit-equal but for the
+// chain's inexact corners).
 //
 // bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
 // fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
