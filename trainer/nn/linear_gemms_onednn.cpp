@@ -20,20 +20,20 @@
 // multiple of 2^-85). The chain holds a single eltwise post-op on purpose: oneDNN 2.6's gemm:jit
 // applies every eltwise_linear of a chain with the first one's alpha (seen on AVX2: two linears
 // of 2^-64 and -2^64 gave 2^-191 d).
-// oneDNN applies post-ops inside the GEMM's epilogue only in its brgemm kernels; gemm:jit runs
-// them as a pass of its own over each thread's block of the output, which made a 256x128 fp32
-// input gradient twice as slow. gemm:jit is what every input gradient here got on the machines
-// seen (oneDNN 2.6; AVX2, AVX-512 and avx512_core_bf16, fp32 and hardware bf16 alike: the
-// runtime output scale keeps fp32 off brgemm). A plan over fp32 rows whose chain lands outside
-// brgemm (Plan::mask_after) therefore runs the GEMM with the output scale alone and masks dX in
-// one pass of ours after it (ReluMask): the same GEMM kernel and sums, alpha dZ W^T rounded once
-// either way (the chain's 2^-64 and 2^64 are exact but for the subnormal case above, which this
-// path gets exact), so the same values wherever the chain is exact; a masked entry is +0 where
-// the chain's was -0 (emulated bf16's GEMMs are over fp32 copies, so they take this path too).
-// Hardware bf16 keeps the chain: there gemm:jit's pass was the cheaper one (a loaded 2-core
-// avx512_core_bf16 machine, batch 512, best of 25: about 100 against 111 us for 256x128, 700-790
-// against 960 us for 512x256 with a bf16 mask pass after; the results bit-equal but for the
-// chain's inexact corners).
+// oneDNN applies post-ops inside the GEMM's epilogue only in its brgemm kernels; gemm:jit runs them
+// as a pass of its own over each thread's block of the output, which made a 256x128 fp32 input
+// gradient twice as slow. gemm:jit is what every input gradient here got on the machines seen
+// (oneDNN 2.6; AVX2, AVX-512 and avx512_core_bf16, fp32 and hardware bf16 alike: the runtime output
+// scale keeps fp32 off brgemm). A plan over fp32 rows whose chain lands outside brgemm
+// (Plan::mask_after) therefore runs the GEMM with the output scale alone and masks dX in one pass
+// of ours after it, in the same task (ReluMask; one launch, as cuBLASLt's epilogue): the same GEMM
+// kernel and sums, alpha dZ W^T rounded once either way (the chain's 2^-64 and 2^64 are exact but
+// for the subnormal case above, which this path gets exact), so the same values wherever the chain
+// is exact; a masked entry is +0 where the chain's was -0 (emulated bf16's GEMMs are over fp32
+// copies, so they take this path too). Hardware bf16 keeps the chain: there gemm:jit's pass was the
+// cheaper one (a loaded 2-core avx512_core_bf16 machine, batch 512, best of 25: about 100 against
+// 111 us for 256x128, 700-790 against 960 us for 512x256 with a bf16 mask pass after; the results
+// bit-equal but for the chain's inexact corners).
 //
 // bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
 // fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
@@ -111,6 +111,16 @@ struct ReluMask {
     });
   }
 };
+
+// ReluMask over rows [0, n), split over the card thread's OpenMP threads as its GEMM is (each
+// entry is masked alone: the same bits whatever the split).
+void mask_rows(const ReluMask& mask, int64_t n) {
+  const auto cols = static_cast<std::size_t>(mask.cols);
+#pragma omp parallel for schedule(static) if (n * mask.cols >= 16384)
+  for (int64_t i = 0; i < n; ++i) {
+    mask.run_range(static_cast<std::size_t>(i) * cols, static_cast<std::size_t>(i + 1) * cols);
+  }
+}
 
 // A primitive with one memory object per argument, made with it: a call only points them at its
 // operands (set_data_handle) and executes, so it allocates nothing.
@@ -460,20 +470,21 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                              {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
             });
   } else {
-    execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
-            [dz, w, out, scale, plans](Plans::Plan& plan, Blas::Backend& backend) {
-              plans->alpha = scale;
-              plan.data.run(backend.stream, {{DNNL_ARG_SRC, dz},
-                                             {DNNL_ARG_WEIGHTS, w},
-                                             {DNNL_ARG_DST, out},
-                                             {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
-                                             {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
-            });
-  }
-  if (mask_after) {
-    device::parallel_for(stream, n * static_cast<std::size_t>(spec_.dx_cols),
-                         ReluMask{static_cast<const float*>(x), spec_.x_ld,
-                                  static_cast<float*>(out), spec_.dx_ld, spec_.dx_cols});
+    // The mask pass runs in the GEMM's own task, as cuBLASLt's epilogue masks inside its GEMM:
+    // one launch either way, so the step's counts are the same on both backends.
+    const ReluMask mask{static_cast<const float*>(x), spec_.x_ld, static_cast<float*>(out),
+                        spec_.dx_ld, spec_.dx_cols};
+    execute(
+        stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
+        [dz, w, out, scale, plans, mask, mask_after, n](Plans::Plan& plan, Blas::Backend& backend) {
+          plans->alpha = scale;
+          plan.data.run(backend.stream, {{DNNL_ARG_SRC, dz},
+                                         {DNNL_ARG_WEIGHTS, w},
+                                         {DNNL_ARG_DST, out},
+                                         {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
+                                         {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
+          if (mask_after) mask_rows(mask, n);
+        });
   }
   if (out != dx) {
     device::parallel_for(stream, n * spec_.dx_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(dx)});
