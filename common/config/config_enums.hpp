@@ -95,7 +95,7 @@ inline constexpr EnumName<SparseOptimizerKind> kSparseOptimizerKindNames[] = {
 // per_table: t is the table's steps, one per training step whether a row is in the batch or not,
 // and epsilon is scaled by sqrt(1 - beta2^t) too (Paddle's adam op with lazy_mode, which
 // PaddleRec's static models use in single and collective training: one beta1_pow / beta2_pow per
-// parameter, advanced by every step). The values are sent in no message and written in no MANIFEST.
+// parameter, advanced by every step). A save records the value used (a resume compares it).
 enum class AdamBiasCorrection : int32_t { kPerRow = 0, kPerTable = 1 };
 inline constexpr EnumName<AdamBiasCorrection> kAdamBiasCorrectionNames[] = {
     {AdamBiasCorrection::kPerRow, "per_row"},
