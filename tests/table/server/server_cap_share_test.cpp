@@ -60,6 +60,27 @@ void pulls_and_pushes(RemoteHostTier& trainer, FakeHostTier& table, uint64_t cli
   EXPECT_GE(table.size(), n);
 }
 
+// A server capped at 2 connections, both held by client 1 (no token), with `so`'s other options.
+struct TwoHeldSlots {
+  explicit TwoHeldSlots(ServerOptions so) {
+    so.max_connections = 2;
+    server = start_server(&table, so);
+    if (!server) return;
+    for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
+  }
+  FakeHostTier table{test_config()};
+  std::unique_ptr<Server> server;
+  std::vector<Connection> pooled;
+};
+
+// Asserts client 1's pooled connections of `held` still answer.
+void pooled_still_answer(TwoHeldSlots& held) {
+  for (std::size_t i = 0; i < held.pooled.size(); ++i) {
+    const Status st = raw_call(held.pooled[i], Op::kStats, {}, 5, 1);
+    EXPECT_TRUE(st.ok()) << i << ": " << st.to_string();
+  }
+}
+
 // Waits until as many of `conns` are readable (closed with a notice) as the server evicted for
 // the fair share; returns which.
 std::vector<std::size_t> evicted_of(const Server& server, std::vector<Connection>& conns) {
@@ -237,15 +258,12 @@ TEST(CapShare, WithoutATokenSilentConnectionsGiveWayToAClientThatSpeaks) {
 // Without a token a connection waiting beyond the cap that never sends a frame is closed at
 // --auth_timeout_s, and no longer counts as waiting.
 TEST(CapShare, AWaitingConnectionWithoutAFrameTimesOut) {
-  FakeHostTier table(test_config());
   ServerOptions so;
-  so.max_connections = 2;
   so.frame_deadline_s = kGrace;
   so.auth_timeout_s = 0.3;
-  auto server = start_server(&table, so);
-  ASSERT_TRUE(server);
-  std::vector<Connection> pooled;
-  for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
+  TwoHeldSlots held(so);
+  ASSERT_TRUE(held.server);
+  Server* server = held.server.get();
   idle_past_grace();
   Connection silent = raw_connection(server->port());
   ASSERT_TRUE(eventually([&] { return server->counters().waiting_over_cap == 1; }));
@@ -263,21 +281,14 @@ TEST(CapShare, AWaitingConnectionWithoutAFrameTimesOut) {
 // A connection between calls for less than a frame's grace is not taken: a pipelined client's
 // next frame may be on its way. Client 1's two connections, just used, keep their slots.
 TEST(CapShare, AConnectionJustUsedIsNotTaken) {
-  FakeHostTier table(test_config());
   ServerOptions so;
-  so.max_connections = 2;
   so.frame_deadline_s = 30;
-  auto server = start_server(&table, so);
-  ASSERT_TRUE(server);
-  std::vector<Connection> pooled;
-  for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
-  Connection newcomer = raw_connection(server->port());
+  TwoHeldSlots held(so);
+  ASSERT_TRUE(held.server);
+  Connection newcomer = raw_connection(held.server->port());
   EXPECT_EQ(raw_call(newcomer, Op::kStats, {}, 1, 2).code(), Status::Code::kResourceExhausted);
-  EXPECT_EQ(server->counters().fair_share_evicted, 0u);
-  for (std::size_t i = 0; i < pooled.size(); ++i) {
-    const Status st = raw_call(pooled[i], Op::kStats, {}, 5, 1);
-    EXPECT_TRUE(st.ok()) << i << ": " << st.to_string();
-  }
+  EXPECT_EQ(held.server->counters().fair_share_evicted, 0u);
+  pooled_still_answer(held);
 }
 
 // Two newcomers binding at once where a holder has two idle connections: one of them takes one,
@@ -285,15 +296,13 @@ TEST(CapShare, AConnectionJustUsedIsNotTaken) {
 // no longer counts as the holder's), and the holder keeps its last. Rounds, as the two binds race.
 TEST(CapShare, TwoNewcomersBindingAtOnceLeaveAHolderItsLastConnection) {
   for (int round = 0; round < 4; ++round) {
-    FakeHostTier table(test_config());
     ServerOptions so;
-    so.max_connections = 2;
     so.frame_deadline_s = kGrace;
     so.threads = 4;
-    auto server = start_server(&table, so);
-    ASSERT_TRUE(server);
-    std::vector<Connection> pooled;
-    for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
+    TwoHeldSlots held(so);
+    ASSERT_TRUE(held.server);
+    Server* server = held.server.get();
+    std::vector<Connection>& pooled = held.pooled;
     idle_past_grace();
     std::vector<Connection> newcomers;
     for (int i = 0; i < 2; ++i) newcomers.push_back(raw_connection(server->port()));
@@ -325,14 +334,11 @@ TEST(CapShare, TwoNewcomersBindingAtOnceLeaveAHolderItsLastConnection) {
 // binding ids that get nothing over and over takes the place of the earlier refused, and never
 // holds more than the room's descriptors.
 TEST(CapShare, ConnectionsRefusedAtBindKeepTheirPlaceInTheRoom) {
-  FakeHostTier table(test_config());
   ServerOptions so;
-  so.max_connections = 2;
   so.frame_deadline_s = kGrace;
-  auto server = start_server(&table, so);
-  ASSERT_TRUE(server);
-  std::vector<Connection> pooled;
-  for (int i = 0; i < 2; ++i) pooled.push_back(connect_as(*server, false, 1));
+  TwoHeldSlots held(so);
+  ASSERT_TRUE(held.server);
+  Server* server = held.server.get();
   idle_past_grace();
   // Client 1 itself: waits (client 1 holds two, one idle), then gets none of its own.
   std::vector<Connection> refused;
@@ -347,10 +353,7 @@ TEST(CapShare, ConnectionsRefusedAtBindKeepTheirPlaceInTheRoom) {
       [&] { return server->counters().open_connections <= 2 + kMaxWaitingPerAddress; }, 1.0))
       << server->counters().open_connections;
   EXPECT_EQ(server->counters().fair_share_evicted, 0u);
-  for (std::size_t i = 0; i < pooled.size(); ++i) {
-    const Status st = raw_call(pooled[i], Op::kStats, {}, 5, 1);
-    EXPECT_TRUE(st.ok()) << i << ": " << st.to_string();
-  }
+  pooled_still_answer(held);
 }
 
 }  // namespace
