@@ -213,6 +213,26 @@ int run_mode(const gpubox::trainer::TrainerConfig& config) {
   return run_infer(config, env);
 }
 
+// What the start says of the network and rules the config means: the network and where it came
+// from, how it differs from PaddleRec's, and the notes on batch norm, the dense optimizer, the
+// embedding rows' rule and the reader.
+void log_start_notes(const gpubox::config::ConfigDocument& doc,
+                     const gpubox::trainer::TrainerConfig& config) {
+  GPUBOX_LOG(INFO) << "network: "
+                   << gpubox::name_of(gpubox::config::kModelKindNames, config.hyper.model)
+                   << " (from " << config.hyper.model_source << ")";
+  if (const std::string differs = gpubox::trainer::differences_from_paddlerec(config.hyper.model);
+      !differs.empty()) {
+    GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
+  }
+  for (const std::string& note :
+       {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::config::dense_optimizer_note(doc),
+        gpubox::table::paddlerec_rows_rule_note(doc)}) {
+    if (!note.empty()) GPUBOX_LOG(INFO) << note;
+  }
+  for (const std::string& note : config.dataset.reader_notes) GPUBOX_LOG(INFO) << note;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -262,24 +282,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpubox_train: %s\n", config.status().to_string().c_str());
       return 2;
     }
-    GPUBOX_LOG(INFO) << "network: "
-                     << gpubox::name_of(gpubox::config::kModelKindNames, config->hyper.model)
-                     << " (from " << config->hyper.model_source << ")";
-    if (const std::string differs =
-            gpubox::trainer::differences_from_paddlerec(config->hyper.model);
-        !differs.empty()) {
-      GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
-    }
-    if (const std::string bn = gpubox::trainer::dnn_batch_norm_note(*doc); !bn.empty()) {
-      GPUBOX_LOG(INFO) << bn;
-    }
-    if (const std::string opt = gpubox::config::dense_optimizer_note(*doc); !opt.empty()) {
-      GPUBOX_LOG(INFO) << opt;
-    }
-    if (const std::string rows = gpubox::table::paddlerec_rows_rule_note(*doc); !rows.empty()) {
-      GPUBOX_LOG(INFO) << rows;
-    }
-    for (const std::string& note : config->dataset.reader_notes) GPUBOX_LOG(INFO) << note;
+    log_start_notes(*doc, config.value());
     if (FLAGS_print_model_root) {
       print_model_root(config.value());
       return 0;
