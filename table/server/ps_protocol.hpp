@@ -51,8 +51,9 @@ enum class DenseAction : uint8_t {
 // Bounds of the dense tables one server holds (a client cannot make it keep more), and of the
 // writes it stages (a table written in several ranges, see below): per client, the id its
 // connection is bound to (beyond, the client's own oldest is dropped, an abandoned one first), per
-// peer address (a client that takes a new id on each connection is still one address) and from all
-// clients (beyond either, the longest idle abandoned write goes first, else the idlest write of
+// peer host (its share address, connection_share.hpp: a client that takes a new id on each
+// connection is still one host, and so is one spreading over 127.0.0.2, 127.0.0.3, ...) and from
+// all clients (beyond either, the longest idle abandoned write goes first, else the idlest write of
 // the clients holding the most when they hold more than the new write's, else it is refused).
 inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;

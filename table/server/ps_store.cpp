@@ -10,6 +10,7 @@
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "table/server/connection_share.hpp"
 #include "table/server/protocol.hpp"
 #include "table/sparse_row/optimizer.hpp"
 
@@ -196,7 +197,7 @@ std::vector<PsStore::StagedWrite>::iterator PsStore::release(
 
 std::vector<PsStore::StagedWrite>::iterator PsStore::drop_held(
     std::vector<StagedWrite>::iterator staged, const std::string& reason) {
-  remember_dropped({staged->client_id, staged->write_id, staged->address, reason});
+  remember_dropped({staged->client_id, staged->write_id, staged->host, reason});
   return release(staged);
 }
 
@@ -215,11 +216,11 @@ void PsStore::remember_dropped(DroppedWrite dropped) {
 }
 
 void PsStore::forget_dropped_fairly() {
-  std::map<std::string_view, std::size_t> per_address;
+  std::map<std::string_view, std::size_t> per_host;
   std::map<std::pair<std::string_view, uint64_t>, std::size_t> per_client;
   for (const DroppedWrite& d : dropped_) {
-    ++per_address[d.address];
-    ++per_client[{d.address, d.client_id}];
+    ++per_host[d.host];
+    ++per_client[{d.host, d.client_id}];
   }
   // The first record (oldest first) of the largest count: ties go to the oldest record.
   // (The record is passed in: a lambda is outside the analysis of dense_mu_, held here.)
@@ -234,12 +235,11 @@ void PsStore::forget_dropped_fairly() {
     }
     return chosen;
   };
-  const auto top =
-      first_of_most(dropped_, [&](const DroppedWrite& d) { return per_address[d.address]; });
+  const auto top = first_of_most(dropped_, [&](const DroppedWrite& d) { return per_host[d.host]; });
   if (top == dropped_.end()) return;
-  const std::string_view address = top->address;
+  const std::string_view host = top->host;
   dropped_.erase(first_of_most(dropped_, [&](const DroppedWrite& d) {
-    return d.address == address ? per_client[{d.address, d.client_id}] : std::size_t{0};
+    return d.host == host ? per_client[{d.host, d.client_id}] : std::size_t{0};
   }));
 }
 
@@ -274,7 +274,8 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   // Checked at the announced total, before anything is allocated for it; the writes that would
   // make room are dropped only once the new write is known to fit (a forged total of 2^32 - 1 is
   // refused without dropping anything).
-  Status room = make_room(caller, request.name, what, now);
+  const std::string host = share_address(caller.address);
+  Status room = make_room(caller, host, request.name, what, now);
   if (room.ok()) {
     room = admit_held(
         caller, what + " (the first of a write of " + std::to_string(request.total) + " values)", 0,
@@ -286,6 +287,7 @@ Status PsStore::find_or_hold(const DenseCaller& caller, const DenseRequest& requ
   fresh.client_id = caller.client_id;
   fresh.write_id = request.write_id;
   fresh.address = caller.address;
+  fresh.host = host;
   fresh.name = request.name;
   fresh.total = request.total;
   fresh.started = ++staged_serial_;

@@ -40,7 +40,9 @@ struct DenseLimits {
 
 // Who sends a DENSE request: the client id its connection is bound to (session.hpp: proved by
 // AUTH, or its first frame's), that connection (the server's session serial) and its peer's
-// address (without the port).
+// address (without the port). What PsStore keeps per peer (held writes, dropped-write records)
+// counts by the peer's host, share_address(address), as the connection cap does: every loopback
+// address is one host, an IPv6 address counts by its /64.
 struct DenseCaller {
   uint64_t client_id = 0;
   uint64_t connection = 0;
@@ -72,16 +74,16 @@ class PsStore {
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
   // that would take the dense memory over DenseLimits::max_bytes once the stalled held writes
   // gave their bytes (admit_held; dropped only when it then fits), and a new ranged write beyond
-  // kMaxHeldDenseWritesPerAddress held from the caller's address or kMaxHeldDenseWrites from all
-  // clients when no held write counted against that limit is abandoned and received no range for
-  // a quarter of DenseLimits::max_idle and fair_share_victim finds none to give its slot
-  // (ResourceExhausted, naming the client, the address and the limit); a ranged write's range of
-  // no values (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one client, that
-  // client's oldest abandoned one (every connection that carried it closed), else its oldest, is
-  // dropped; at the address's or the server's limit, the abandoned write of that address (or of
-  // any) that received no range for longest, and for that quarter at least (a writer whose
+  // kMaxHeldDenseWritesPerAddress held from the caller's host (share_address) or
+  // kMaxHeldDenseWrites from all clients when no held write counted against that limit is abandoned
+  // and received no range for a quarter of DenseLimits::max_idle and fair_share_victim finds none
+  // to give its slot (ResourceExhausted, naming the client, the address and the limit); a ranged
+  // write's range of no values (InvalidArgument). Beyond kMaxStagedDenseWrites held writes of one
+  // client, that client's oldest abandoned one (every connection that carried it closed), else its
+  // oldest, is dropped; at the host's or the server's limit, the abandoned write of that host (or
+  // of any) that received no range for longest, and for that quarter at least (a writer whose
   // connection closed under it reconnects and finishes within it), is, else fair_share_victim's
-  // (a client holding its writes open cannot keep a trainer of its own address out). A dropped
+  // (a client holding its writes open cannot keep a trainer of its own host out). A dropped
   // write's later ranges are refused (NotFound naming the write and why: dropped_), holding
   // nothing, so its writer writes the table again. A new ranged
   // write of a table first drops the same client's writes of that table that are abandoned or
@@ -113,7 +115,8 @@ class PsStore {
   struct StagedWrite {
     uint64_t client_id = 0;
     uint64_t write_id = 0;
-    std::string address;  // its first range's peer
+    std::string address;  // its first range's peer, for messages
+    std::string host;     // share_address(address): whose share of the slots it takes
     std::string name;
     uint32_t total = 0;
     uint64_t started = 0;           // arrival order, for dropping the client's oldest
@@ -156,27 +159,28 @@ class PsStore {
   Status find_or_hold(const DenseCaller& caller, const DenseRequest& request,
                       const std::string& what, Clock::time_point now,
                       std::vector<StagedWrite>::iterator* staged) GPUBOX_REQUIRES(dense_mu_);
-  // Makes room for a new held write of `caller` to table `name`: drops that client's abandoned or
-  // stale writes of the table, then (at kMaxStagedDenseWrites) its oldest abandoned or oldest
-  // write, else at the address's or the server's limit the longest idle abandoned and stale write
-  // counted against it. ResourceExhausted when the limit is held by live or recent writes.
-  Status make_room(const DenseCaller& caller, const std::string& name, const std::string& what,
-                   Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
-  // At `limit` held writes of `address` (every address: empty): drops the longest idle abandoned
-  // and stale one of them, else fair_share_victim's; ResourceExhausted (`what` and `why`) when
-  // there is neither. Logged, naming both clients and addresses.
-  Status free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
+  // Makes room for a new held write of `caller` (of share address `host`) to table `name`: drops
+  // that client's abandoned or stale writes of the table, then (at kMaxStagedDenseWrites) its
+  // oldest abandoned or oldest write, else at the host's or the server's limit the longest idle
+  // abandoned and stale write counted against it. ResourceExhausted when the limit is held by
+  // live or recent writes.
+  Status make_room(const DenseCaller& caller, const std::string& host, const std::string& name,
+                   const std::string& what, Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
+  // At `limit` held writes of `host` (a share address; every host: empty): drops the longest idle
+  // abandoned and stale one of them, else fair_share_victim's; ResourceExhausted (`what` and
+  // `why`) when there is neither. Logged, naming both clients and addresses.
+  Status free_slot(const std::string& host, std::size_t limit, const DenseCaller& caller,
                    const std::string& what, Clock::time_point now, const std::string& why)
       GPUBOX_REQUIRES(dense_mu_);
-  // The write that gives its slot to a new write of `client_id` at a full `address` (every
-  // address: empty), `per_client` counting the writes held there by client: of the clients
+  // The write that gives its slot to a new write of `client_id` at a full `host` (every host:
+  // empty), `per_client` counting the writes held there by client: of the clients
   // holding the most, when they hold at least two more than `client_id` does, the write slowest on
   // average (average_rate); holding one more, only such a write not moving at
   // DenseLimits::min_bytes_per_s or stale; else staged_.end(). So a client (or a process taking a
   // new client id on every connection) that holds its writes open without finishing them cannot
-  // keep a trainer of its own address out, nor take a trainer's moving write by dripping its own.
+  // keep a trainer of its own host out, nor take a trainer's moving write by dripping its own.
   std::vector<StagedWrite>::iterator fair_share_victim(
-      const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
+      const std::string& host, const std::map<uint64_t, std::size_t>& per_client,
       uint64_t client_id, Clock::time_point now) GPUBOX_REQUIRES(dense_mu_);
   // Bytes a second `w` received since its first range, over stale_after() at least.
   double average_rate(const StagedWrite& w, Clock::time_point now) const GPUBOX_REQUIRES(dense_mu_);
@@ -224,17 +228,17 @@ class PsStore {
   // The held writes dropped uncommitted, oldest first: at most kMaxDroppedRecords, of them at most
   // kMaxDroppedPerClient of one client (its oldest forgotten first). When all are taken, the one
   // forgotten is forget_dropped_fairly's: neither one client dropping its own writes in bulk nor
-  // a process spread over many client ids (of one address, or a few) pushes out the record of a
-  // client or an address holding fewer.
+  // a process spread over many client ids (of one host, or a few; over 127.0.0.2, 127.0.0.3, ...
+  // too: one host) pushes out the record of a client or a host holding fewer.
   struct DroppedWrite {
     uint64_t client_id = 0;
     uint64_t write_id = 0;
-    std::string address;  // the write's first range's peer
+    std::string host;  // the write's StagedWrite::host
     std::string reason;
   };
   // Records `dropped`, first forgetting one as above at a limit.
   void remember_dropped(DroppedWrite dropped) GPUBOX_REQUIRES(dense_mu_);
-  // Forgets the oldest record of the client holding the most records at the address holding the
+  // Forgets the oldest record of the client holding the most records at the host holding the
   // most (ties: the one whose record is oldest).
   void forget_dropped_fairly() GPUBOX_REQUIRES(dense_mu_);
 

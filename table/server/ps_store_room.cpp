@@ -10,8 +10,8 @@
 
 namespace gpubox::table::server {
 
-Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
-                          const std::string& what, Clock::time_point now) {
+Status PsStore::make_room(const DenseCaller& caller, const std::string& host,
+                          const std::string& name, const std::string& what, Clock::time_point now) {
   // This client's writes of this table that are abandoned, or idle long enough that their
   // connection is taken for half-open: superseded by the new one (a rewrite retried on a new
   // connection after its old one was lost needs no room for the stale write).
@@ -44,18 +44,22 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& name,
     return Status::OK();
   }
   const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
-                            std::to_string(kMaxHeldDenseWritesPerAddress) + " an address";
-  GPUBOX_RETURN_IF_ERROR(free_slot(
-      caller.address, kMaxHeldDenseWritesPerAddress, caller, what, now,
-      "peer " + caller.address + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
-          " ranged writes of its clients (" + share + ", of the server's " +
-          std::to_string(kMaxHeldDenseWrites) + ")"));
+                            std::to_string(kMaxHeldDenseWritesPerAddress) + " a host";
+  // Named as the peer, and as the host it counts as when that differs ("peer 127.0.0.2 (host
+  // loopback)": every loopback address is one host).
+  const std::string peer =
+      "peer " + caller.address + (host == caller.address ? "" : " (host " + host + ")");
+  GPUBOX_RETURN_IF_ERROR(
+      free_slot(host, kMaxHeldDenseWritesPerAddress, caller, what, now,
+                peer + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
+                    " ranged writes of its clients (" + share + ", of the server's " +
+                    std::to_string(kMaxHeldDenseWrites) + ")"));
   return free_slot("", kMaxHeldDenseWrites, caller, what, now,
                    "this server already holds " + std::to_string(kMaxHeldDenseWrites) +
                        " ranged writes of its clients (" + share + ")");
 }
 
-Status PsStore::free_slot(const std::string& address, std::size_t limit, const DenseCaller& caller,
+Status PsStore::free_slot(const std::string& host, std::size_t limit, const DenseCaller& caller,
                           const std::string& what, Clock::time_point now, const std::string& why) {
   std::size_t held = 0;
   std::map<uint64_t, std::size_t> per_client;  // the writes counted against the limit, by client
@@ -63,7 +67,7 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   // whose connection closed under it (a transport retry) reconnects and finishes its write.
   auto idlest = staged_.end();
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if ((!address.empty() && w->address != address) || w->doomed) continue;
+    if ((!host.empty() && w->host != host) || w->doomed) continue;
     ++held;
     ++per_client[w->client_id];
     if (w->abandoned() && stale(*w, now) &&
@@ -77,7 +81,7 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
   std::string dropped = "the abandoned ranged DENSE write";
   std::string reason = "its connections closed";
   if (idlest == staged_.end()) {
-    idlest = fair_share_victim(address, per_client, caller.client_id, now);
+    idlest = fair_share_victim(host, per_client, caller.client_id, now);
     dropped = "the ranged DENSE write";
     if (idlest != staged_.end()) {
       reason = "the slowest of a client holding " + std::to_string(per_client[idlest->client_id]) +
@@ -105,8 +109,8 @@ Status PsStore::free_slot(const std::string& address, std::size_t limit, const D
 }
 
 std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
-    const std::string& address, const std::map<uint64_t, std::size_t>& per_client,
-    uint64_t client_id, Clock::time_point now) {
+    const std::string& host, const std::map<uint64_t, std::size_t>& per_client, uint64_t client_id,
+    Clock::time_point now) {
   const auto own = per_client.find(client_id);
   const std::size_t own_count = own == per_client.end() ? 0 : own->second;
   // Of the clients holding more than the new write's, those holding the most give first; among
@@ -119,7 +123,7 @@ std::vector<PsStore::StagedWrite>::iterator PsStore::fair_share_victim(
   std::size_t victim_count = 0;
   double victim_rate = 0.0;
   for (auto w = staged_.begin(); w != staged_.end(); ++w) {
-    if ((!address.empty() && w->address != address) || w->client_id == client_id || w->doomed) {
+    if ((!host.empty() && w->host != host) || w->client_id == client_id || w->doomed) {
       continue;
     }
     const std::size_t count = per_client.at(w->client_id);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,12 +51,18 @@ class DropRecord : public ::testing::Test {
   // writes one after the other).
   void drop_writes(uint64_t first_client, std::size_t clients, std::size_t each,
                    const std::string& address) {
+    drop_writes(first_client, clients, each, [&](std::size_t) { return address; });
+  }
+  // The same with client first_client + c at address_of(c) (a batch of clients at a time under the
+  // held-write limit of a host).
+  void drop_writes(uint64_t first_client, std::size_t clients, std::size_t each,
+                   const std::function<std::string(std::size_t)>& address_of) {
     constexpr std::size_t kBatch = kMaxHeldDenseWritesPerAddress;
     for (std::size_t begun = 0; begun < clients; begun += kBatch) {
       const std::size_t end = std::min(clients, begun + kBatch);
       for (uint64_t write = 1; write <= each; ++write) {
         for (std::size_t c = begun; c < end; ++c) {
-          ASSERT_TRUE(first_range(first_client + c, address, write).ok()) << c;
+          ASSERT_TRUE(first_range(first_client + c, address_of(c), write).ok()) << c;
         }
         ASSERT_EQ(expire(), end - begun);
       }
@@ -89,6 +96,27 @@ TEST_F(DropRecord, AClientSpreadOverManyIdsOfAnotherAddressCannotPushATrainersRe
   EXPECT_TRUE(remembered(1000 + kIds - (PsStore::kMaxDroppedRecords - 1), "10.0.0.2", 1));
   EXPECT_FALSE(remembered(1000 + kIds - PsStore::kMaxDroppedRecords, "10.0.0.2", 1));
   EXPECT_FALSE(remembered(1000, "10.0.0.2", 1));
+}
+
+// A local process spreading its client ids over loopback addresses, one record each (127.0.x.y and
+// ::ffff:127.1.x.y: any local process picks among 127/8 freely), is one host (share_address): it
+// keeps no more records than from one address, and a trainer's record of another host outlives
+// it. (Counted by raw address, each of its addresses held one record, as the trainer's did, and
+// the trainer's, oldest, went first.)
+TEST_F(DropRecord, AProcessSpreadOverLoopbackAddressesIsOneHost) {
+  ASSERT_TRUE(first_range(1, "10.0.0.1", 7).ok());
+  ASSERT_EQ(expire(), 1u);
+  const auto spread = [](std::size_t c) {
+    const std::string host = std::to_string(c / 250) + "." + std::to_string(2 + c % 250);
+    return c % 2 == 0 ? "127.0." + host : "::ffff:127.1." + host;
+  };
+  constexpr std::size_t kIds = 3 * PsStore::kMaxDroppedRecords;
+  drop_writes(1000, kIds, 1, spread);
+  EXPECT_TRUE(remembered(1, "10.0.0.1", 7));
+  EXPECT_TRUE(remembered(1000 + kIds - 1, spread(kIds - 1), 1));
+  const std::size_t kept = PsStore::kMaxDroppedRecords - 1;  // the trainer's is the other one
+  EXPECT_TRUE(remembered(1000 + kIds - kept, spread(kIds - kept), 1));
+  EXPECT_FALSE(remembered(1000 + kIds - kept - 1, spread(kIds - kept - 1), 1));
 }
 
 TEST_F(DropRecord, SpreadOverAFewAddressesOrHoldingMoreAtTheTrainersOwnItGivesFirst) {

@@ -308,11 +308,12 @@ Verdict client_ids(const Endpoint& ep, const Args& a) {
               " writes in the hostile client's own name left the victim's held write whole");
 }
 
-// 32: a local client taking a new client id on every connection, holding its writes open without
-// finishing them, is still one peer address: it holds at most its address's share of the ranged
-// writes (its extra writes take the idlest slots of its own greediest ids until all hold alike,
-// then are refused naming the peer and the limit, logged), and trainers of its own host and of
-// another write at once while it holds them, and after it left.
+// 32: a local client taking a new client id and a new loopback address (127.0.0.2, 127.0.0.3, ...)
+// on every connection, holding its writes open without finishing them, is still one host (every
+// loopback address is one, share_address): it holds at most its host's share of the ranged writes
+// (its extra writes take the idlest slots of its own greediest ids until all hold alike, then are
+// refused naming the peer, its host and the limit, logged), and trainers of its own host, at
+// 127.0.0.1 and at another of its addresses, write at once while it holds them, and after it left.
 Verdict rotating_ids(const Endpoint& ep, const Args& a) {
   const auto bound = [&](const char* source, uint64_t client) -> StatusOr<Connection> {
     Connection c(testing::loopback_socket_from(source, ep.port));
@@ -333,7 +334,8 @@ Verdict rotating_ids(const Endpoint& ep, const Args& a) {
   std::vector<Connection> hostile;
   Status refused;
   for (uint64_t client = 5000; client < 5000 + kMaxHeldDenseWrites && refused.ok(); ++client) {
-    auto c = bound("127.0.0.1", client);
+    const std::string source = "127.0.0." + std::to_string(2 + (client - 5000) % 250);
+    auto c = bound(source.c_str(), client);
     if (!c.ok()) return failed("cannot connect: " + c.status().to_string());
     hostile.push_back(std::move(*c));
     for (uint64_t w = 1; w <= kMaxStagedDenseWrites && refused.ok(); ++w) {
@@ -341,27 +343,30 @@ Verdict rotating_ids(const Endpoint& ep, const Args& a) {
     }
   }
   const std::string m = refused.message();
-  const auto at = m.find("peer 127.0.0.1 already holds");
+  const auto at = m.find("peer 127.0.0.");
   if (refused.code() != Status::Code::kResourceExhausted || at == std::string::npos ||
+      m.find("(host loopback) already holds 32", at) == std::string::npos ||
       m.find("no other client holds more of them") == std::string::npos) {
     return failed("a client rotating ids on open connections: " + refused.to_string());
   }
-  if (!log_has(a.get("log"), "peer 127.0.0.1 already holds") ||
+  if (!log_has(a.get("log"), "(host loopback) already holds 32") ||
       !log_has(a.get("log"), "dropped the ranged DENSE write")) {
     return failed("the refusal, or a write dropped for a client holding fewer, is not logged");
   }
   if (!honest_commits("127.0.0.1", 6001)) {
     return failed("a trainer of the rotating client's host was refused while it held its writes");
   }
-  if (!honest_commits("127.0.0.2", 6002)) return failed("a trainer of another host was refused");
+  if (!honest_commits("127.0.0.200", 6002)) {
+    return failed("a trainer at another loopback address (the same host) was refused");
+  }
   const std::size_t ids = hostile.size();
   hostile.clear();  // the rotating client leaves its writes abandoned
   if (!honest_commits("127.0.0.1", 6003)) {
     return failed("a trainer of the rotating client's host was refused after it left");
   }
-  return held("refused at last: \"" + m.substr(at, m.find(" (", at) - at) + "\" (" +
+  return held("refused at last: \"" + m.substr(at, m.find(" ranged", at) - at) + "\" (" +
               std::to_string(ids) +
-              " ids tried); trainers of its own host and another wrote at once");
+              " ids over as many loopback addresses tried); trainers of its host wrote at once");
 }
 
 }  // namespace gpubox::table::server::probe

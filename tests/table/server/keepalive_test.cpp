@@ -8,24 +8,21 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <thread>
 
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
+#include "tests/table/server/own_network.hpp"
 #include "tests/table/server/server_test_util.hpp"
 
 namespace gpubox::table::server {
@@ -119,39 +116,6 @@ TEST(Keepalive, AClientsUserTimeoutOutlastsItsLongestCall) {
   TcpKeepalive longer;
   longer.user_timeout_s = 1000;
   EXPECT_EQ(client_user_timeout_s(longer, 30.0), 1000);  // one set longer is kept
-}
-
-// Sets this thread's network namespace's loopback up or down; false (errno set) on failure.
-bool set_loopback(bool up) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  ifreq request{};
-  std::strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
-  bool ok = ::ioctl(fd, SIOCGIFFLAGS, &request) == 0;
-  if (ok) {
-    request.ifr_flags =
-        static_cast<short>(up ? (request.ifr_flags | IFF_UP) : (request.ifr_flags & ~IFF_UP));
-    ok = ::ioctl(fd, SIOCSIFFLAGS, &request) == 0;
-  }
-  ::close(fd);
-  return ok;
-}
-
-// Runs `body` in a network namespace of this thread's own with its loopback up (the server
-// threads it starts inherit it; the rest of the test binary keeps the machine's). Returns why it
-// could not ("" when it ran).
-std::string in_own_network(const std::function<void()>& body) {
-  std::string skipped;
-  std::thread isolated([&] {
-    if (::unshare(CLONE_NEWNET) != 0 || !set_loopback(true)) {
-      skipped =
-          std::string("cannot make a network namespace with a loopback: ") + std::strerror(errno);
-      return;
-    }
-    body();
-  });
-  isolated.join();
-  return skipped;
 }
 
 // A trainer waits at a BARRIER (for a minute) on a server whose machine then vanishes (the

@@ -22,9 +22,10 @@
 
 namespace gpubox::table::server::testing {
 
-// A blocking TCP socket connected to 127.0.0.1:`port` from the loopback address `source` (any of
-// 127.0.0.0/8 reaches it): the server sees another peer address, as from another host. -1 (errno
-// set) when it fails.
+// A blocking TCP socket connected to 127.0.0.1:`port` from the local address `source` (any of
+// 127.0.0.0/8 reaches it, and in a namespace of a test's own the addresses it put on its loopback,
+// own_network.hpp): the server sees another peer address (of the loopback host, or of another
+// host). -1 (errno set) when it fails.
 inline int loopback_socket_from(const char* source, uint16_t port) {
   sockaddr_in from{}, to{};
   from.sin_family = to.sin_family = AF_INET;
