@@ -56,11 +56,13 @@ struct ShareVictim {
   bool found() const { return index != SIZE_MAX; }
 };
 
-// The address one host is counted under (its "share address"): every loopback address (127/8,
-// ::1, and IPv4-mapped loopback) is one, as any local process picks among them freely; an IPv6
-// address counts by its /64 (a host is given a whole /64), a link-local one by its link's
-// ("fe80::/64%eth0": the peers of one link pick among it freely); an IPv4 one (IPv4-mapped
-// included) by itself, as hosts of one cluster share a /24. Anything else (unparsed): itself.
+// The address one host is counted under (its "share address"), by the connection cap and by what
+// PsStore keeps per peer (held ranged DENSE writes, the record of dropped ones, ps_store.hpp):
+// every loopback address (127/8, ::1, and IPv4-mapped loopback) is one, as any local process
+// picks among them freely; an IPv6 address counts by its /64 (a host is given a whole /64), a
+// link-local one by its link's ("fe80::/64%eth0": the peers of one link pick among it freely); an
+// IPv4 one (IPv4-mapped included) by itself, as hosts of one cluster share a /24. Anything else
+// (unparsed): itself.
 std::string share_address(std::string_view address);
 
 // The connection of `held` that gives its slot to `newcomer` (the snapshot excludes it), or none.

@@ -1,9 +1,10 @@
 // The record of dropped ranged DENSE writes (ps_store.hpp: a dropped write's later ranges are
-// refused, naming why): bounded, and fair. A process spread over many client ids, of one address
-// or of the trainer's own, cannot push a trainer's record out while it holds more records than
-// the trainer: what is forgotten is the oldest of the client holding the most at the address
-// holding the most. (Ids of one record each at the trainer's own address tie with it, and the
-// oldest of them goes first: nothing tells such ids from a trainer's.) Driven on PsStore itself,
+// refused, naming why): bounded, and fair. A process spread over many client ids, of one host
+// (one address, or many loopback addresses) or of the trainer's own, cannot push a trainer's
+// record out while it holds more records than the trainer: what is forgotten is the oldest of the
+// client holding the most at the host (share_address) holding the most. (Ids of one record each
+// at the trainer's own host tie with it, and the oldest of them goes first: nothing tells such ids
+// from a trainer's.) Driven on PsStore itself,
 // with its clock given, so thousands of drops take milliseconds.
 #include <gtest/gtest.h>
 

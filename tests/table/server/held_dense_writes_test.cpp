@@ -1,12 +1,12 @@
 // Ranged DENSE writes held by the server (ps_store.hpp) against clients that hold writes open and
-// never finish them, or take a new client id on every connection: such a client is still one
-// peer address, held to its share of the server's slots; at that share, a client holding the most
-// gives its idlest write to a trainer holding fewer, so a hostile or broken client of an address
-// cannot keep that address's trainers out; the writes it abandons (its connections closed) give
-// way too, but not before a trainer whose connection closed under it could reconnect and finish;
-// a writer whose connection went half-open (the peer vanished without closing it, which the
-// server sees only by TCP keepalive, set on every connection it accepts) gets its slot back when
-// it writes the table again.
+// never finish them, or take a new client id (or loopback address) on every connection: such a
+// client is still one host (share_address), held to its share of the server's slots; at that
+// share, a client holding the most gives its idlest write to a trainer holding fewer, so a hostile
+// or broken client of a host cannot keep that host's trainers out; the writes it abandons (its
+// connections closed) give way too, but not before a trainer whose connection closed under it could
+// reconnect and finish; a writer whose connection went half-open (the peer vanished without closing
+// it, which the server sees only by TCP keepalive, set on every connection it accepts) gets its
+// slot back when it writes the table again.
 #include <gtest/gtest.h>
 
 #include <atomic>
