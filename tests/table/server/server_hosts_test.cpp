@@ -103,7 +103,9 @@ TEST(ServerHosts, ANewIdOfAHostHoldingMoreCannotTakeThePoolOfAHostHoldingFewer) 
 // Held ranged DENSE writes count by host: a local process spreading its client ids over 127.0.0.2,
 // 127.0.0.3, ... holds no more than the loopback host's share, however many addresses it takes
 // (its new writes take its own idlest ones); trainers of two other hosts then hold writes beside
-// it, within their own shares, and commit, no write of the local process dropped for them.
+// it, within their own shares, and commit, no write of the local process dropped for them; at the
+// server's limit (the rest filled by one of them) a third host's trainer takes a slot from the
+// clients holding the most on the server.
 TEST(ServerHosts, ALocalProcessOverManyLoopbackAddressesHoldsOneHostsShare) {
   const std::string skipped = in_three_hosts([&] {
     FakeHostTier table(test_config());
@@ -139,6 +141,22 @@ TEST(ServerHosts, ALocalProcessOverManyLoopbackAddressesHoldsOneHostsShare) {
       }
     }
     EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+    // Host A's clients, 4 writes each, fill its share, and the server is at its limit: a trainer
+    // of host C (holding none) takes the slowest write of a client holding the most on the server
+    // (all of A's hold 4, as slow: the oldest), not one of the local process's (1 each).
+    std::vector<Connection> fillers;
+    hold_writes(*server, false, kHostA, 2000, kMaxStagedDenseWrites, kMaxHeldDenseWrites, &fillers);
+    ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWrites);
+    write_commits(*server, false, kHostC, 9);
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWrites - 1);
+    const Status dropped = write_half(fillers.front(), 2000, 1, 4, kOtherFour, 30);
+    EXPECT_EQ(dropped.code(), Status::Code::kNotFound) << dropped.to_string();
+    EXPECT_NE(dropped.message().find("write 1 was dropped: its slot went to a write of another "
+                                     "client (the slowest of a client holding 4"),
+              std::string::npos)
+        << dropped.to_string();
+    EXPECT_NE(dropped.message().find("this server already holds 64"), std::string::npos)
+        << dropped.to_string();
   });
   if (!skipped.empty()) GTEST_SKIP() << skipped;
 }
