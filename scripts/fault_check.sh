@@ -165,8 +165,10 @@ probe 30.8 guarded auth_replay --token "$(cat "$work/token")"
 probe 32 guarded client_ids --token "$(cat "$work/token")"
 pid=$plain_pid port=$plain_port
 probe 32 plain client_ids
-# 32: a client taking a new id on every connection is held to its address's share of the held
-# dense writes, and trainers of other hosts and of its own write while it holds them open.
+# 32: a local client taking a new id and a new loopback address on every connection is one host
+# (every loopback address is one): it is held to that host's share of the held dense writes, and
+# trainers of its own host, at 127.0.0.1 and at another loopback address, write while it holds
+# them open and after it left.
 start_server rotated 0 --dense_write_max_idle_s 8
 probe 32 rotated rotating_ids --dense_write_max_idle_s 8
 (umask 077 && echo "0123456789abcdef0123456789abcde" >"$work/short_token")  # 31 characters

@@ -42,7 +42,7 @@ struct DenseLimits {
 // AUTH, or its first frame's), that connection (the server's session serial) and its peer's
 // address (without the port). What PsStore keeps per peer (held writes, dropped-write records)
 // counts by the peer's host, share_address(address), as the connection cap does: every loopback
-// address is one host, an IPv6 address counts by its /64.
+// address is one host, an IPv6 address counts by its /64, a link-local one by its link's.
 struct DenseCaller {
   uint64_t client_id = 0;
   uint64_t connection = 0;

@@ -1,7 +1,7 @@
-// PsStore's room for a new ranged DENSE write (ps_store.hpp): the slots of a client, an address
-// and the server (make_room, free_slot, fair_share_victim) and the dense memory (admit_held), the
-// writes that give way chosen first (doom) and dropped only once the new write fits
-// (settle_doomed).
+// PsStore's room for a new ranged DENSE write (ps_store.hpp): the slots of a client, a host (its
+// share address) and the server (make_room, free_slot, fair_share_victim) and the dense memory
+// (admit_held), the writes that give way chosen first (doom) and dropped only once the new write
+// fits (settle_doomed).
 #include <algorithm>
 #include <sstream>
 
