@@ -59,9 +59,11 @@ inline constexpr std::size_t kMaxDenseNameBytes = 64;
 inline constexpr std::size_t kMaxDenseTables = 16;
 inline constexpr std::size_t kMaxStagedDenseWrites = 4;
 inline constexpr std::size_t kMaxHeldDenseWrites = 64;
-// Half the server's: another host always finds room, and 8 trainers of one host writing 4 ranged
-// writes each at once still fit.
-inline constexpr std::size_t kMaxHeldDenseWritesPerAddress = kMaxHeldDenseWrites / 2;
+// Per host (share address): half the server's, so one host (a local process spreading over
+// loopback addresses included) never holds every slot, and 8 trainers of one host writing 4 ranged
+// writes each at once still fit. Two hosts at their share fill the server: a third one's new write
+// then takes a slot of the clients holding the most on the server (PsStore::dense), or is refused.
+inline constexpr std::size_t kMaxHeldDenseWritesPerHost = kMaxHeldDenseWrites / 2;
 
 // DENSE request (protocol 6): u8 action, string name (1..kMaxDenseNameBytes), u32 total (the
 // table's size as the client knows it), u32 offset, u32 count (the range [offset, offset+count)

@@ -74,7 +74,7 @@ class PsStore {
   // kMaxDenseTables, a table or a ranged write (at its first range, from its announced total)
   // that would take the dense memory over DenseLimits::max_bytes once the stalled held writes
   // gave their bytes (admit_held; dropped only when it then fits), and a new ranged write beyond
-  // kMaxHeldDenseWritesPerAddress held from the caller's host (share_address) or
+  // kMaxHeldDenseWritesPerHost held from the caller's host (share_address) or
   // kMaxHeldDenseWrites from all clients when no held write counted against that limit is abandoned
   // and received no range for a quarter of DenseLimits::max_idle and fair_share_victim finds none
   // to give its slot (ResourceExhausted, naming the client, the address and the limit); a ranged

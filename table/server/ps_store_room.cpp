@@ -44,14 +44,14 @@ Status PsStore::make_room(const DenseCaller& caller, const std::string& host,
     return Status::OK();
   }
   const std::string share = "at most " + std::to_string(kMaxStagedDenseWrites) + " a client, " +
-                            std::to_string(kMaxHeldDenseWritesPerAddress) + " a host";
+                            std::to_string(kMaxHeldDenseWritesPerHost) + " a host";
   // Named as the peer, and as the host it counts as when that differs ("peer 127.0.0.2 (host
   // loopback)": every loopback address is one host).
   const std::string peer =
       "peer " + caller.address + (host == caller.address ? "" : " (host " + host + ")");
   GPUBOX_RETURN_IF_ERROR(
-      free_slot(host, kMaxHeldDenseWritesPerAddress, caller, what, now,
-                peer + " already holds " + std::to_string(kMaxHeldDenseWritesPerAddress) +
+      free_slot(host, kMaxHeldDenseWritesPerHost, caller, what, now,
+                peer + " already holds " + std::to_string(kMaxHeldDenseWritesPerHost) +
                     " ranged writes of its clients (" + share + ", of the server's " +
                     std::to_string(kMaxHeldDenseWrites) + ")"));
   return free_slot("", kMaxHeldDenseWrites, caller, what, now,

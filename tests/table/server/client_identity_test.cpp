@@ -102,21 +102,21 @@ TEST_P(ClientIdentity, OneClientHoldsAtMostItsShareOfHeldWritesAndAnotherStillWr
   // spreading over 127.0.0.2, 127.0.0.3, ...: every loopback address is one host (share_address).
   // (The server's limit, reached by a second host: server_hosts_test.cpp, in a network namespace.)
   std::vector<Connection> fillers;
-  hold_writes(*server, token, "127.0.0.1", 100, kMaxStagedDenseWrites,
-              kMaxHeldDenseWritesPerAddress, &fillers);
-  EXPECT_EQ(fillers.size(), kMaxHeldDenseWritesPerAddress / kMaxStagedDenseWrites - 1);
+  hold_writes(*server, token, "127.0.0.1", 100, kMaxStagedDenseWrites, kMaxHeldDenseWritesPerHost,
+              &fillers);
+  EXPECT_EQ(fillers.size(), kMaxHeldDenseWritesPerHost / kMaxStagedDenseWrites - 1);
   write_commits(*server, token, "127.0.0.1", 999);
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
-  hold_writes(*server, token, "127.0.0.1", 300, 1, kMaxHeldDenseWritesPerAddress, &fillers);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
+  hold_writes(*server, token, "127.0.0.1", 300, 1, kMaxHeldDenseWritesPerHost, &fillers);
   for (uint64_t spread = 2; spread < 6; ++spread) {
     const std::string source = "127.0.0." + std::to_string(spread);
     fillers.push_back(connect_as(*server, token, 200 + spread, source.c_str()));
     const Status st = write_half(fillers.back(), 200 + spread, 1, 0, kFour, 10);
     ASSERT_TRUE(st.ok()) << source << ": " << st.to_string();
-    ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress) << source;
+    ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost) << source;
   }
   write_commits(*server, token, "127.0.0.6", 998);
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
   // The hog's oldest held write went first (at the host's limit, the slowest of the greediest
   // client's, all as slow, the oldest first): its last range is refused naming why; then the hog
   // held 3, fewer than the fillers holding 4, whose writes went to the newer clients: its next

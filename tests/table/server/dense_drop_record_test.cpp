@@ -58,7 +58,7 @@ class DropRecord : public ::testing::Test {
   // held-write limit of a host).
   void drop_writes(uint64_t first_client, std::size_t clients, std::size_t each,
                    const std::function<std::string(std::size_t)>& address_of) {
-    constexpr std::size_t kBatch = kMaxHeldDenseWritesPerAddress;
+    constexpr std::size_t kBatch = kMaxHeldDenseWritesPerHost;
     for (std::size_t begun = 0; begun < clients; begun += kBatch) {
       const std::size_t end = std::min(clients, begun + kBatch);
       for (uint64_t write = 1; write <= each; ++write) {

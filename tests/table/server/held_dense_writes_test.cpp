@@ -59,13 +59,13 @@ TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   Connection trainer = connect_as(*server, false, 7);
   const auto began = Clock::now();  // no held write received a range before
   ASSERT_TRUE(start_write(trainer, 7, 1, 2).ok());
-  for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerAddress - 1; ++c) {
+  for (uint64_t c = 1000; c < 1000 + kMaxHeldDenseWritesPerHost - 1; ++c) {
     Connection rotating = connect_as(*server, false, c);
     const Status st = start_write(rotating, c, 1, 10);
     ASSERT_TRUE(st.ok()) << "client " << c << ": " << st.to_string();
   }
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 1; }));
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
   // Writes of another table: a rewrite of "dense" would release the trainer's own first write,
   // idle past the grace too.
   const Status refused = start_write(trainer, 7, 2, 3, "other");
@@ -86,13 +86,13 @@ TEST(HeldDenseWrites, AbandonedWritesOfARotatingClientGiveWayAfterTheGrace) {
   std::vector<uint8_t> reply;
   ASSERT_TRUE(write_half(trainer, 7, 1, 4, kOtherFour, 5, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));  // the trainer's first write was never the one dropped
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
   // The rotating client's first write, idlest of the abandoned ones, was: its later range is
   // told so, and holds no new write (which could never commit, and would take another's slot).
   Connection rotating = connect_as(*server, false, 1000);
   expect_dropped(write_half(rotating, 1000, 1, 4, kOtherFour, 11), 1,
                  "its slot went to a write of another client (its connections closed)");
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
 }
 
 // A trainer whose connection closed under it (a transport retry) reconnects at once and finishes
@@ -112,8 +112,8 @@ TEST(HeldDenseWrites, AWriterThatReconnectsAtOnceKeepsItsWriteAtTheLimit) {
   ASSERT_TRUE(eventually([&] { return server->counters().open_connections == 0; }));
   std::vector<Connection> open;  // other clients of 127.0.0.1 fill its share, on open connections
   hold_writes(*server, false, "127.0.0.1", 1000, kMaxStagedDenseWrites - 1,
-              kMaxHeldDenseWritesPerAddress, &open);
-  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+              kMaxHeldDenseWritesPerHost, &open);
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
   Connection late = connect_as(*server, false, 2000);
   const Status taken = start_write(late, 2000, 1, 2);
   ASSERT_TRUE(taken.ok()) << taken.to_string();
@@ -121,7 +121,7 @@ TEST(HeldDenseWrites, AWriterThatReconnectsAtOnceKeepsItsWriteAtTheLimit) {
   std::vector<uint8_t> reply;
   ASSERT_TRUE(write_half(again, 7, 1, 4, kOtherFour, 3, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
 }
 
 // A hostile (or broken) process of 127.0.0.1 holds its address's whole share on open connections,
@@ -142,18 +142,17 @@ TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   std::vector<Connection> hostile;
-  hold_writes(*server, false, "127.0.0.1", 1000, per_client, kMaxHeldDenseWritesPerAddress,
-              &hostile);
-  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
-  ASSERT_EQ(hostile.size(), kMaxHeldDenseWritesPerAddress / per_client);
+  hold_writes(*server, false, "127.0.0.1", 1000, per_client, kMaxHeldDenseWritesPerHost, &hostile);
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
+  ASSERT_EQ(hostile.size(), kMaxHeldDenseWritesPerHost / per_client);
   const auto started = Clock::now();
   for (uint64_t trainer = 7; trainer < 10; ++trainer) {
     write_commits(*server, false, "127.0.0.1", trainer);
-    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
     // The hostile process takes the freed slot again, with a new id.
     hostile.push_back(connect_as(*server, false, 3000 + trainer));
     ASSERT_TRUE(start_write(hostile.back(), 3000 + trainer, 1, 2).ok());
-    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
   }
   auto options = client_options(server->endpoint());
   options.client_id = 77;
@@ -175,15 +174,15 @@ TEST_P(HostileHolder, ATrainerOfTheSameAddressWritesAtOnce) {
   // and its later range, refused, takes no slot from anyone.
   expect_dropped(write_half(hostile.front(), 1000, 1, 4, kOtherFour, 20), 1,
                  "its slot went to a write of another client (the slowest of a client holding");
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
   write_commits(*server, false, "127.0.0.2", 80);
-  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress - 1);
-  for (uint64_t spread = 3; spread < 3 + kMaxHeldDenseWritesPerAddress; ++spread) {
+  EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost - 1);
+  for (uint64_t spread = 3; spread < 3 + kMaxHeldDenseWritesPerHost; ++spread) {
     const std::string source = "127.0.0." + std::to_string(spread);
     hostile.push_back(connect_as(*server, false, 4000 + spread, source.c_str()));
     const Status st = start_write(hostile.back(), 4000 + spread, 1, 2);
     ASSERT_TRUE(st.ok()) << source << ": " << st.to_string();
-    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress) << source;
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost) << source;
   }
 }
 
@@ -305,8 +304,8 @@ TEST(HeldDenseWrites, ADrippingClientCannotTakeATrainersMovingWrite) {
     hostile.push_back(connect_as(*server, false, 1000 + hostile.size()));
     return drip(hostile.size() - 1, 0);
   };
-  while (hostile.size() + 1 < kMaxHeldDenseWritesPerAddress) ASSERT_TRUE(take_a_slot().ok());
-  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+  while (hostile.size() + 1 < kMaxHeldDenseWritesPerHost) ASSERT_TRUE(take_a_slot().ok());
+  ASSERT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
   std::vector<uint8_t> reply;
   uint32_t dripped = 0;
   for (uint32_t r = 1; r < kRanges; ++r) {

@@ -117,9 +117,9 @@ TEST(ServerHosts, ALocalProcessOverManyLoopbackAddressesHoldsOneHostsShare) {
       hostile.push_back(connect_as(*server, false, 1000 + c, source.c_str()));
       const Status st = write_half(hostile.back(), 1000 + c, 1, 0, kFour, 2);
       ASSERT_TRUE(st.ok()) << source << ": " << st.to_string();
-      ASSERT_LE(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress) << source;
+      ASSERT_LE(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost) << source;
     }
-    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
     // Trainers 7 of host A and 8 of host B hold a client's share each beside the local process's
     // writes, none of them taken, and commit.
     const char* hosts[] = {kHostA, kHostB};
@@ -132,7 +132,7 @@ TEST(ServerHosts, ALocalProcessOverManyLoopbackAddressesHoldsOneHostsShare) {
       }
     }
     EXPECT_EQ(server->counters().dense_held_writes,
-              kMaxHeldDenseWritesPerAddress + 2 * kMaxStagedDenseWrites);
+              kMaxHeldDenseWritesPerHost + 2 * kMaxStagedDenseWrites);
     for (uint64_t t = 0; t < 2; ++t) {
       for (uint64_t w = 1; w <= kMaxStagedDenseWrites; ++w) {
         std::vector<uint8_t> reply;
@@ -140,7 +140,7 @@ TEST(ServerHosts, ALocalProcessOverManyLoopbackAddressesHoldsOneHostsShare) {
         EXPECT_TRUE(dense_committed(reply, 4)) << hosts[t] << " write " << w;
       }
     }
-    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerAddress);
+    EXPECT_EQ(server->counters().dense_held_writes, kMaxHeldDenseWritesPerHost);
     // Host A's clients, 4 writes each, fill its share, and the server is at its limit: a trainer
     // of host C (holding none) takes the slowest write of a client holding the most on the server
     // (all of A's hold 4, as slow: the oldest), not one of the local process's (1 each).
