@@ -4,52 +4,24 @@
 // record out while it holds more records than the trainer: what is forgotten is the oldest of the
 // client holding the most at the host (share_address) holding the most. (Ids of one record each
 // at the trainer's own host tie with it, and the oldest of them goes first: nothing tells such ids
-// from a trainer's.) Driven on PsStore itself,
-// with its clock given, so thousands of drops take milliseconds.
+// from a trainer's.) Driven on PsStore itself (dense_store_driver.hpp), with its clock given, so
+// thousands of drops take milliseconds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <string>
-#include <vector>
 
-#include "table/server/ps_store.hpp"
+#include "tests/table/server/dense_store_driver.hpp"
 
 namespace gpubox::table::server {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-constexpr auto kMaxIdle = std::chrono::seconds(1);
-
-class DropRecord : public ::testing::Test {
+class DropRecord : public testing::DenseStoreDriver {
  protected:
-  // The first range (4 of 8 values) of write `write` of table "dense" from `client` at `address`.
-  Status first_range(uint64_t client, const std::string& address, uint64_t write) {
-    return range(client, address, write, 0);
-  }
-  Status range(uint64_t client, const std::string& address, uint64_t write, uint32_t offset) {
-    DenseRequest request;
-    request.action = DenseAction::kWrite;
-    request.name = "dense";
-    request.total = 8;
-    request.offset = offset;
-    request.count = 4;
-    request.write_id = write;
-    request.has_values = true;
-    request.values = {1.0f, 2.0f, 3.0f, 4.0f};
-    std::vector<uint8_t> reply;
-    return store_.dense(DenseCaller{client, ++connection_, address}, request, &reply, now_);
-  }
-  // Every held write received no range for the idle limit: the sweep drops them (recorded).
-  std::size_t expire() {
-    now_ += kMaxIdle + std::chrono::milliseconds(1);
-    return store_.expire_held_writes(now_);
-  }
   // `clients` clients from first_client on at `address` each get `each` writes dropped (expired,
-  // a batch of clients at a time under the server's held-write limit of an address; a batch's
-  // writes one after the other).
+  // a batch of clients at a time under the server's held-write limit of a host; a batch's writes
+  // one after the other).
   void drop_writes(uint64_t first_client, std::size_t clients, std::size_t each,
                    const std::string& address) {
     drop_writes(first_client, clients, each, [&](std::size_t) { return address; });
@@ -79,10 +51,6 @@ class DropRecord : public ::testing::Test {
         << st.to_string();
     return true;
   }
-
-  PsStore store_{DenseLimits{std::size_t{1} << 30, kMaxIdle, 1.0}};
-  Clock::time_point now_ = Clock::now();
-  uint64_t connection_ = 0;
 };
 
 TEST_F(DropRecord, AClientSpreadOverManyIdsOfAnotherAddressCannotPushATrainersRecordOut) {
