@@ -100,7 +100,8 @@ TEST_P(ClientIdentity, OneClientHoldsAtMostItsShareOfHeldWritesAndAnotherStillWr
   // host, 4 writes each: every one fits): a new client of it takes the idlest write of the clients
   // holding the most there, and the count stays at the host's limit, also for new clients
   // spreading over 127.0.0.2, 127.0.0.3, ...: every loopback address is one host (share_address).
-  // (The server's limit, reached by a second host: server_hosts_test.cpp, in a network namespace.)
+  // (The server's limit, reached by other hosts: held_write_slots_test.cpp on PsStore, and
+  // server_hosts_test.cpp end to end in a network namespace, as root.)
   std::vector<Connection> fillers;
   hold_writes(*server, token, "127.0.0.1", 100, kMaxStagedDenseWrites, kMaxHeldDenseWritesPerHost,
               &fillers);
