@@ -110,13 +110,35 @@ NetworkCase dlrm() {
     EXPECT_EQ(c.hyper.bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
     EXPECT_EQ(c.hyper.fc_sizes, (std::vector<int>{512, 256}));
     EXPECT_EQ(c.model_keys.at("hyper_parameters.bot_layer_sizes"), "[512, 256, 64, 16]");
+    // top_layer_sizes' last 2: its MLPLayer's two-class output, ReLU'd, normalised, softmax.
+    EXPECT_EQ(c.hyper.dlrm_output, DlrmOutput::kSoftmax2);
+    EXPECT_EQ(c.dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
+    EXPECT_EQ(c.model_keys.at("hyper_parameters.dlrm_output"), "softmax2");
   };
-  dlrm.variants = {{{"hyper_parameters.top_layer_sizes=[64, 1]"}, [](const TrainerConfig& c) {
+  const auto logit = [](const TrainerConfig& c) {
+    EXPECT_EQ(c.hyper.dlrm_output, DlrmOutput::kLogit);
+    EXPECT_EQ(c.model_keys.at("hyper_parameters.dlrm_output"), "logit");
+  };
+  dlrm.variants = {{{"hyper_parameters.top_layer_sizes=[64, 1]"},
+                    [logit](const TrainerConfig& c) {
                       EXPECT_EQ(c.hyper.fc_sizes, (std::vector<int>{64}));
-                    }}};
+                      logit(c);
+                    }},
+                   {{"hyper_parameters.top_layer_sizes=[64, 2]"},
+                    [](const TrainerConfig& c) {
+                      EXPECT_EQ(c.hyper.fc_sizes, (std::vector<int>{64}));
+                      EXPECT_EQ(c.hyper.dlrm_output, DlrmOutput::kSoftmax2);
+                    }},
+                   {{"hyper_parameters.dlrm_output=logit"}, logit},
+                   // Another network on the folder keeps its logit.
+                   {{"hyper_parameters.model=dnn"}, logit}};
   dlrm.refusals = {
       {{"hyper_parameters.top_layer_sizes=[512, 256, 3]"},
-       "top_layer_sizes: its last entry is the output layer, which GPUBox builds as one logit"},
+       "top_layer_sizes: its last entry is the output layer, which GPUBox builds as PaddleRec's "
+       "two-class softmax (2) or one logit (1)"},
+      {{"hyper_parameters.model=dnn", "hyper_parameters.dlrm_output=softmax2"},
+       "p.yaml: hyper_parameters.dlrm_output=softmax2 is dlrm's output layer, but the network is "
+       "dnn"},
       // The interaction's vectors: the bottom output and every slot's embedding, one width.
       {{"hyper_parameters.sparse_feature_dim=9"},
        "p.yaml: dlrm's dot interaction needs the bottom MLP's output (the last of "

@@ -6,6 +6,7 @@
 // bf16 near fp32; and a model without the key keeping the layout it had.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <random>
@@ -44,23 +45,40 @@ Rows batch_norm(const NamedParams& p, const std::string& name, const Rows& x, bo
   return y;
 }
 
-// fc_0 .. fc_L over the rows, a norm after every hidden layer's ReLU; the logits.
-std::vector<double> top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r,
-                            bool training) {
+// fc_0 .. fc_L over the rows, a norm after every hidden layer's ReLU (with cfg.batch_norm); the
+// outputs: one logit per row, or with DlrmOutput::kSoftmax2 the last layer's two values, ReLU'd
+// and normalised like a hidden layer's (PaddleRec's MLPLayer).
+Rows top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r, bool training) {
+  const bool two_class = cfg.dlrm_output == DlrmOutput::kSoftmax2;
   for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
-    const bool hidden = l < cfg.fc_sizes.size();
+    const bool hidden = l < cfg.fc_sizes.size() || two_class;
     for (auto& row : r) row = p.linear("fc_" + std::to_string(l), row, hidden);
-    if (hidden) r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
+    if (hidden && cfg.batch_norm) r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
   }
-  std::vector<double> logits;
-  for (const auto& row : r) logits.push_back(row.at(0));
-  return logits;
+  for (const auto& row : r) EXPECT_EQ(row.size(), two_class ? 2u : 1u);
+  return r;
 }
 
-// dlrm's logits (the reference of dlrm_test.cu with PaddleRec's norms).
-std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
-                                const NamedParams& p, const std::vector<double>& rec,
-                                bool training) {
+// One instance's loss from its outputs: the log loss of the logit, or the cross entropy of the
+// two-class softmax, -log softmax(u)[y] = logsumexp(u) - u_y.
+double loss_of_outputs(const std::vector<double>& out, float label) {
+  if (out.size() == 1) {
+    const double z = out[0];
+    return std::max(z, 0.0) - label * z + std::log1p(std::exp(-std::fabs(z)));
+  }
+  const double top = std::max(out[0], out[1]);
+  const double lse = top + std::log(std::exp(out[0] - top) + std::exp(out[1] - top));
+  return lse - out[label > 0.5f ? 1 : 0];
+}
+// The prediction: sigmoid of the logit, or softmax(u)[1].
+double prediction_of(const std::vector<double>& out) {
+  if (out.size() == 1) return 1 / (1 + std::exp(-out[0]));
+  return 1 / (1 + std::exp(out[0] - out[1]));
+}
+
+// dlrm's outputs (the reference of dlrm_test.cu with PaddleRec's norms).
+Rows dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedParams& p,
+                 const std::vector<double>& rec, bool training) {
   Rows x;
   for (int64_t i = 0; i < h.batch; ++i) {
     x.emplace_back(h.dense.begin() + i * cfg.dense_dim, h.dense.begin() + (i + 1) * cfg.dense_dim);
@@ -68,7 +86,7 @@ std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
   for (std::size_t l = 0; l < cfg.bot_layer_sizes.size(); ++l) {
     const std::string name = "bot_" + std::to_string(l);
     for (auto& row : x) row = p.linear(name, row, true);
-    x = batch_norm(p, name + ".bn", x, training);
+    if (cfg.batch_norm) x = batch_norm(p, name + ".bn", x, training);
   }
   Rows r;
   for (int64_t i = 0; i < h.batch; ++i) {
@@ -91,9 +109,8 @@ std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
 }
 
 // The dnn's logits: [pooled embed_w, embedx of every slot | dense] through the MLP.
-std::vector<double> dnn_logits(const DenseModelConfig& cfg, const HostBatch& h,
-                               const NamedParams& p, const std::vector<double>& rec,
-                               bool training) {
+Rows dnn_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedParams& p,
+                const std::vector<double>& rec, bool training) {
   Rows r;
   for (int64_t i = 0; i < h.batch; ++i) {
     std::vector<double> row;
@@ -107,13 +124,16 @@ std::vector<double> dnn_logits(const DenseModelConfig& cfg, const HostBatch& h,
   return top_mlp(cfg, p, r, training);
 }
 
-using BatchLogits = std::vector<double> (*)(const DenseModelConfig&, const HostBatch&,
-                                            const NamedParams&, const std::vector<double>&, bool);
+using BatchLogits = Rows (*)(const DenseModelConfig&, const HostBatch&, const NamedParams&,
+                             const std::vector<double>&, bool);
 
+// A network and its output layer; dlrm's two-class output with and without the norms.
 struct Net {
   const char* name;
   ModelKind kind;
   BatchLogits logits;
+  DlrmOutput output = DlrmOutput::kLogit;
+  bool batch_norm = true;
 };
 void PrintTo(const Net& net, std::ostream* out) { *out << net.name; }
 
@@ -131,7 +151,8 @@ class BatchNormModelTest : public ::testing::TestWithParam<Net> {
     cfg.bot_layer_sizes = {5, 4};
     cfg.fc_sizes = {6, 3};
     cfg.seed = 23;
-    cfg.batch_norm = true;
+    cfg.batch_norm = GetParam().batch_norm;
+    cfg.dlrm_output = GetParam().output;
     return cfg;
   }
   // Sets the trained blocks random in [-0.5, 0.5] (gamma near 1), the statistics plausible.
@@ -173,16 +194,14 @@ TEST_P(BatchNormModelTest, GradientsMatchAFloat64Reference) {
     std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
     const NamedParams params{model.parameters().blocks(), wd};
     const auto loss_of = [&] {
-      const std::vector<double> z = GetParam().logits(cfg, h, params, rec, true);
+      const Rows z = GetParam().logits(cfg, h, params, rec, true);
       double sum = 0;
-      for (int64_t i = 0; i < batch; ++i) {
-        sum += std::max(z[i], 0.0) - h.labels[i] * z[i] + std::log1p(std::exp(-std::fabs(z[i])));
-      }
+      for (int64_t i = 0; i < batch; ++i) sum += loss_of_outputs(z[i], h.labels[i]);
       return sum;
     };
     EXPECT_NEAR(loss, loss_of(), 1e-5 * loss + 1e-6);
-    const std::vector<double> z = GetParam().logits(cfg, h, params, rec, true);
-    for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-z[i])), 1e-5);
+    const Rows z = GetParam().logits(cfg, h, params, rec, true);
+    for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(preds[i], prediction_of(z[i]), 1e-5);
     std::size_t checked = 0;
     for (const ParamBlock& b : model.parameters().blocks()) {
       if (b.statistic) continue;  // its slot holds the change: OptimizerMovesTheRunningStatistics
@@ -206,6 +225,7 @@ TEST_P(BatchNormModelTest, GradientsMatchAFloat64Reference) {
 
 // predict normalises by the running statistics (set apart from any batch's).
 TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
+  if (!GetParam().batch_norm) GTEST_SKIP() << "no norms";
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(8);
@@ -216,12 +236,12 @@ TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
   const std::vector<float> preds = device::to_host(model.predictions(), h.batch, card_.stream());
   std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
   const NamedParams params{model.parameters().blocks(), wd};
-  const std::vector<double> infer = GetParam().logits(cfg, h, params, rec, false);
-  const std::vector<double> train = GetParam().logits(cfg, h, params, rec, true);
+  const Rows infer = GetParam().logits(cfg, h, params, rec, false);
+  const Rows train = GetParam().logits(cfg, h, params, rec, true);
   double apart = 0;
   for (int64_t i = 0; i < h.batch; ++i) {
-    EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-infer[i])), 1e-5) << i;
-    apart = std::max(apart, std::fabs(infer[i] - train[i]));
+    EXPECT_NEAR(preds[i], prediction_of(infer[i]), 1e-5) << i;
+    apart = std::max(apart, std::fabs(prediction_of(infer[i]) - prediction_of(train[i])));
   }
   EXPECT_GT(apart, 1e-2) << "the batch's statistics would have given the same predictions";
 }
@@ -229,6 +249,7 @@ TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
 // One SGD step on one card with the dense scale 1/batch: the running statistics become
 // 0.9 running + 0.1 batch statistic (Paddle's update), gamma and beta move by the rule.
 TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
+  if (!GetParam().batch_norm) GTEST_SKIP() << "no norms";
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
   DenseOptimizerConfig opt_cfg;
@@ -285,7 +306,11 @@ TEST_P(BatchNormModelTest, Bf16StaysNearFp32) {
 
 INSTANTIATE_TEST_SUITE_P(Nets, BatchNormModelTest,
                          ::testing::Values(Net{"dlrm", ModelKind::kDlrm, dlrm_logits},
-                                           Net{"dnn", ModelKind::kDnn, dnn_logits}),
+                                           Net{"dnn", ModelKind::kDnn, dnn_logits},
+                                           Net{"dlrm_softmax2", ModelKind::kDlrm, dlrm_logits,
+                                               DlrmOutput::kSoftmax2},
+                                           Net{"dlrm_softmax2_no_norm", ModelKind::kDlrm,
+                                               dlrm_logits, DlrmOutput::kSoftmax2, false}),
                          [](const ::testing::TestParamInfo<Net>& info) { return info.param.name; });
 
 // Without the key nothing changes: no norm blocks, no statistics, the layout of before.
@@ -308,6 +333,41 @@ TEST(BatchNormOff, ModelsKeepTheirLayout) {
     cfg.batch_norm = true;
     DenseModel normed(cards.card(0), cfg);
     EXPECT_LT(normed.parameters().trained_size(), normed.parameters().size());
+  }
+}
+
+// dlrm's two-class output: the last layer 2 wide with its own norm; the logit head's layout
+// (the default) has neither.
+TEST(DlrmOutput, TwoClassLayerIsTwoWideWithItsNorm) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  cards.card(0).activate();
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kDlrm;
+  cfg.slots = 3;
+  cfg.mf_dim = 3;
+  cfg.dense_dim = 2;
+  cfg.bot_layer_sizes = {5, 4};
+  cfg.fc_sizes = {6};
+  cfg.batch_norm = true;
+  const auto blocks = [&](DlrmOutput output) {
+    cfg.dlrm_output = output;
+    DenseModel model(cards.card(0), cfg);
+    std::vector<std::string> names;
+    for (const ParamBlock& b : model.parameters().blocks()) {
+      names.push_back(b.name + ":" + std::to_string(b.count));
+    }
+    return names;
+  };
+  const std::vector<std::string> logit = blocks(DlrmOutput::kLogit);
+  const std::vector<std::string> two = blocks(DlrmOutput::kSoftmax2);
+  const auto has = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  EXPECT_TRUE(has(logit, "fc_1.w:6") && has(logit, "fc_1.b:1"));
+  EXPECT_FALSE(has(logit, "fc_1.bn.gamma:1"));
+  EXPECT_TRUE(has(two, "fc_1.w:12") && has(two, "fc_1.b:2"));
+  for (const char* stat : {"gamma", "beta", "running_mean", "running_var"}) {
+    EXPECT_TRUE(has(two, std::string("fc_1.bn.") + stat + ":2")) << stat;
   }
 }
 

@@ -281,6 +281,14 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
         (model == ModelKind::kAutoint ? " (hyper_parameters.fc_sizes is [])" : "") +
         "; set hyper_parameters.dnn_batch_norm=false");
   }
+  if (model != ModelKind::kDlrm && c.hyper.dlrm_output != DlrmOutput::kLogit &&
+      doc.is_set("hyper_parameters.dlrm_output")) {
+    return Status::InvalidArgument(
+        doc.source() +
+        ": hyper_parameters.dlrm_output=" + name_of(kDlrmOutputNames, c.hyper.dlrm_output) +
+        " is dlrm's output layer, but the network is " + name_of(kModelKindNames, model) +
+        "; remove it or set hyper_parameters.model=dlrm");
+  }
   if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
     GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
@@ -419,6 +427,14 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   h.dnn_batch_norm = doc.is_set("hyper_parameters.dnn_batch_norm")
                          ? batch_norm
                          : config::paddlerec_model_name(doc) == "dlrm";
+  // PaddleRec's dlrm ends its top MLP (top_layer_sizes) in a 2-wide softmax. Another network
+  // keeps its logit (asking otherwise is refused: check_network_parts).
+  const DlrmOutput output = doc.get_enum("hyper_parameters.dlrm_output", kDlrmOutputNames);
+  const bool paddlerec_two_class = h.model == ModelKind::kDlrm &&
+                                   doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2;
+  h.dlrm_output = doc.is_set("hyper_parameters.dlrm_output") ? output
+                  : paddlerec_two_class                      ? DlrmOutput::kSoftmax2
+                                                             : DlrmOutput::kLogit;
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
   if (Status flen = read_flen_keys(doc, h); !flen.ok()) return flen;
@@ -442,6 +458,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   record_keys(doc, &c);
   // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
+  c.model_keys["hyper_parameters.dlrm_output"] = name_of(kDlrmOutputNames, c.hyper.dlrm_output);
   c.config_path = doc.source();
   return c;
 }
