@@ -301,7 +301,11 @@ TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
 // bf16 (emulated where the CPU has none): the norms read and write bf16 rows, their sums and
 // statistics fp32; predictions and gradients within bf16's rounding of fp32.
 TEST_P(BatchNormModelTest, Bf16StaysNearFp32) {
-  testing::expect_bf16_near_fp32(card_, config(), 7, 0.06, 0.06);
+  // The two-class output's norm divides its 2-wide ReLU layer's outputs by their batch's spread,
+  // which magnifies what bf16 rounded before it (the logit layer's output is not normalised).
+  const bool two_class = GetParam().output == DlrmOutput::kSoftmax2 && GetParam().batch_norm;
+  testing::expect_bf16_near_fp32(card_, config(), 7, 0.06, two_class ? 0.1 : 0.06, 64,
+                                 two_class ? 4e-2 : 2e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nets, BatchNormModelTest,

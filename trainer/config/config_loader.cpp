@@ -400,7 +400,8 @@ Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
 // The hyper_parameters.* keys of the dense network and its optimizer.
 Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string o = "hyper_parameters.optimizer.";
-  h.optimizer.kind = doc.get_enum(o + "class", kDenseOptimizerKindNames);
+  // Adam in PaddleRec's dlrm folder, as its network trains (config::resolve_dense_optimizer).
+  h.optimizer.kind = config::resolve_dense_optimizer(doc);
   h.optimizer.learning_rate = static_cast<float>(doc.get_float(o + "learning_rate"));
   h.optimizer.beta1 = static_cast<float>(doc.get_float(o + "beta1"));
   h.optimizer.beta2 = static_cast<float>(doc.get_float(o + "beta2"));
@@ -429,12 +430,7 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
                          : config::paddlerec_model_name(doc) == "dlrm";
   // PaddleRec's dlrm ends its top MLP (top_layer_sizes) in a 2-wide softmax. Another network
   // keeps its logit (asking otherwise is refused: check_network_parts).
-  const DlrmOutput output = doc.get_enum("hyper_parameters.dlrm_output", kDlrmOutputNames);
-  const bool paddlerec_two_class = h.model == ModelKind::kDlrm &&
-                                   doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2;
-  h.dlrm_output = doc.is_set("hyper_parameters.dlrm_output") ? output
-                  : paddlerec_two_class                      ? DlrmOutput::kSoftmax2
-                                                             : DlrmOutput::kLogit;
+  h.dlrm_output = config::resolve_dlrm_output(doc);
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
   if (Status flen = read_flen_keys(doc, h); !flen.ok()) return flen;
@@ -459,6 +455,9 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.model_keys["hyper_parameters.dlrm_output"] = name_of(kDlrmOutputNames, c.hyper.dlrm_output);
+  // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
+  c.model_keys["hyper_parameters.optimizer.class"] =
+      name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);
   c.config_path = doc.source();
   return c;
 }
