@@ -11,8 +11,8 @@
 // autoint_part.hpp; for flen the MLP and a field-wise bi-interaction beside it: flen_part.hpp)
 // -> sigmoid, log loss (with DenseModelConfig::dlrm_output softmax2, PaddleRec dlrm's output
 // layer: the MLP's last layer 2 wide, ReLU'd and normalised like a hidden one, a two-class softmax,
-// which is the sigmoid of u1 - u0 and its log loss). Owns its layers (each one's GEMMs with bias, ReLU and
-// the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
+// which is the sigmoid of u1 - u0 and its log loss). Owns its layers (each one's GEMMs with bias,
+// ReLU and the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
 // DenseParameters) and its activation buffers; it does not own the batch (views into the sparse
 // side's buffers) nor the optimizer.
 // With config.batch_norm every hidden layer of the MLP is Linear -> ReLU -> BatchNorm1D
