@@ -4,7 +4,9 @@
 //  - it learns the planted model (held-out AUC near the planted one's, above the wide model's);
 //  - on two cards (each normalising its own half of the batch) the cards hold one model, running
 //    statistics included, and its save, loaded on one card, predicts the held-out lines exactly
-//    as the two cards did: the statistics are saved, loaded and used by inference.
+//    as the two cards did: the statistics are saved, loaded and used by inference;
+//  - both for dlrm's one logit and for PaddleRec's two-class output (hyper_parameters.dlrm_output
+//    softmax2: its last layer's norm too), whose save a config with the other output refuses.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -93,7 +95,7 @@ std::vector<std::string> dlrm_bn(const char* output) {
 }
 
 // Measured when written (held-out AUC after 6 epochs): planted 0.796, dlrm with batch norm
-// 0.759 (the two-class output: 0.xxx), wide 0.696 (dlrm without it: 0.748 after 15 epochs,
+// 0.759 (the two-class output: 0.761), wide 0.696 (dlrm without it: 0.748 after 15 epochs,
 // planted_models_test).
 TEST_P(BatchNormTraining, DlrmWithBatchNormLearnsAPlantedFactorizationMachine) {
   constexpr int kEpochs = 6;
@@ -141,7 +143,9 @@ TEST_P(BatchNormTraining, TwoCardsSaveOneModelThatInfersAsTheyDid) {
     EXPECT_NEAR(on_one.predictions[i], on_two.predictions[i], 1e-6) << "line " << i;
   }
   EXPECT_NEAR(on_one.metrics.auc, on_two.metrics.auc, 1e-9);
-  EXPECT_GT(on_one.metrics.auc, 0.7);
+  // One pass: the two-class output, normalised over each card's batch, learns slower at first
+  // (0.635 when written, the logit 0.70+; after 6 epochs they meet: the test above).
+  EXPECT_GT(on_one.metrics.auc, std::string(GetParam()) == "logit" ? 0.7 : 0.6);
 
   // A config without batch norm, or with the other output layer, refuses the save (its dense half
   // is another network's), naming the key and both settings rather than the dense sizes.
