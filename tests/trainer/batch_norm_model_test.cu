@@ -48,12 +48,16 @@ Rows batch_norm(const NamedParams& p, const std::string& name, const Rows& x, bo
 // fc_0 .. fc_L over the rows, a norm after every hidden layer's ReLU (with cfg.batch_norm); the
 // outputs: one logit per row, or with DlrmOutput::kSoftmax2 the last layer's two values, ReLU'd
 // and normalised like a hidden layer's (PaddleRec's MLPLayer).
-Rows top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r, bool training) {
+// `last_norm_input` (when set): the last norm's input, the ReLU output it normalises.
+Rows top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r, bool training,
+             Rows* last_norm_input) {
   const bool two_class = cfg.dlrm_output == DlrmOutput::kSoftmax2;
   for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
     const bool hidden = l < cfg.fc_sizes.size() || two_class;
     for (auto& row : r) row = p.linear("fc_" + std::to_string(l), row, hidden);
-    if (hidden && cfg.batch_norm) r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
+    if (!hidden || !cfg.batch_norm) continue;
+    if (last_norm_input != nullptr) *last_norm_input = r;
+    r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
   }
   for (const auto& row : r) EXPECT_EQ(row.size(), two_class ? 2u : 1u);
   return r;
@@ -78,7 +82,7 @@ double prediction_of(const std::vector<double>& out) {
 
 // dlrm's outputs (the reference of dlrm_test.cu with PaddleRec's norms).
 Rows dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedParams& p,
-                 const std::vector<double>& rec, bool training) {
+                 const std::vector<double>& rec, bool training, Rows* last_norm_input) {
   Rows x;
   for (int64_t i = 0; i < h.batch; ++i) {
     x.emplace_back(h.dense.begin() + i * cfg.dense_dim, h.dense.begin() + (i + 1) * cfg.dense_dim);
@@ -105,12 +109,12 @@ Rows dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedPar
     }
     r.push_back(row);
   }
-  return top_mlp(cfg, p, r, training);
+  return top_mlp(cfg, p, r, training, last_norm_input);
 }
 
 // The dnn's logits: [pooled embed_w, embedx of every slot | dense] through the MLP.
 Rows dnn_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedParams& p,
-                const std::vector<double>& rec, bool training) {
+                const std::vector<double>& rec, bool training, Rows* last_norm_input) {
   Rows r;
   for (int64_t i = 0; i < h.batch; ++i) {
     std::vector<double> row;
@@ -121,11 +125,11 @@ Rows dnn_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedPara
                h.dense.begin() + (i + 1) * cfg.dense_dim);
     r.push_back(row);
   }
-  return top_mlp(cfg, p, r, training);
+  return top_mlp(cfg, p, r, training, last_norm_input);
 }
 
 using BatchLogits = Rows (*)(const DenseModelConfig&, const HostBatch&, const NamedParams&,
-                             const std::vector<double>&, bool);
+                             const std::vector<double>&, bool, Rows*);
 
 // A network and its output layer; dlrm's two-class output with and without the norms.
 struct Net {
@@ -194,13 +198,13 @@ TEST_P(BatchNormModelTest, GradientsMatchAFloat64Reference) {
     std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
     const NamedParams params{model.parameters().blocks(), wd};
     const auto loss_of = [&] {
-      const Rows z = GetParam().logits(cfg, h, params, rec, true);
+      const Rows z = GetParam().logits(cfg, h, params, rec, true, nullptr);
       double sum = 0;
       for (int64_t i = 0; i < batch; ++i) sum += loss_of_outputs(z[i], h.labels[i]);
       return sum;
     };
     EXPECT_NEAR(loss, loss_of(), 1e-5 * loss + 1e-6);
-    const Rows z = GetParam().logits(cfg, h, params, rec, true);
+    const Rows z = GetParam().logits(cfg, h, params, rec, true, nullptr);
     for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(preds[i], prediction_of(z[i]), 1e-5);
     std::size_t checked = 0;
     for (const ParamBlock& b : model.parameters().blocks()) {
@@ -236,8 +240,8 @@ TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
   const std::vector<float> preds = device::to_host(model.predictions(), h.batch, card_.stream());
   std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
   const NamedParams params{model.parameters().blocks(), wd};
-  const Rows infer = GetParam().logits(cfg, h, params, rec, false);
-  const Rows train = GetParam().logits(cfg, h, params, rec, true);
+  const Rows infer = GetParam().logits(cfg, h, params, rec, false, nullptr);
+  const Rows train = GetParam().logits(cfg, h, params, rec, true, nullptr);
   double apart = 0;
   for (int64_t i = 0; i < h.batch; ++i) {
     EXPECT_NEAR(preds[i], prediction_of(infer[i]), 1e-5) << i;
@@ -282,15 +286,27 @@ TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
               h.dense.begin() + (i + 1) * cfg.dense_dim);
     x.push_back(params.linear(first, in, true));
   }
-  const ParamBlock& mean = params.block(first + ".bn.running_mean");
-  const ParamBlock& var = params.block(first + ".bn.running_var");
-  for (std::size_t j = 0; j < mean.count; ++j) {
-    double m = 0, v = 0;
-    for (const auto& row : x) m += row[j] / static_cast<double>(x.size());
-    for (const auto& row : x) v += (row[j] - m) * (row[j] - m) / x.size();
-    EXPECT_NEAR(after[mean.offset + j], 0.9 * before[mean.offset + j] + 0.1 * m, 1e-5) << j;
-    EXPECT_NEAR(after[var.offset + j], 0.9 * before[var.offset + j] + 0.1 * v, 1e-5) << j;
-  }
+  // The norm `name`'s running statistics moved toward the batch's statistics of its input x.
+  const auto expect_moved = [&](const std::string& name, const Rows& in) {
+    const ParamBlock& mean = params.block(name + ".running_mean");
+    const ParamBlock& var = params.block(name + ".running_var");
+    ASSERT_EQ(mean.count, in.at(0).size()) << name;
+    for (std::size_t j = 0; j < mean.count; ++j) {
+      double m = 0, v = 0;
+      for (const auto& row : in) m += row[j] / static_cast<double>(in.size());
+      for (const auto& row : in) v += (row[j] - m) * (row[j] - m) / in.size();
+      EXPECT_NEAR(after[mean.offset + j], 0.9 * before[mean.offset + j] + 0.1 * m, 1e-5)
+          << name << " " << j;
+      EXPECT_NEAR(after[var.offset + j], 0.9 * before[var.offset + j] + 0.1 * v, 1e-5)
+          << name << " " << j;
+    }
+  };
+  expect_moved(first + ".bn", x);
+  // The top MLP's last norm (the two-class output's own), from the reference's input to it.
+  Rows last;
+  GetParam().logits(cfg, h, params, rec, true, &last);
+  const std::size_t top = cfg.fc_sizes.size() - (cfg.dlrm_output == DlrmOutput::kSoftmax2 ? 0 : 1);
+  expect_moved("fc_" + std::to_string(top) + ".bn", last);
   const ParamBlock& gamma = params.block(first + ".bn.gamma");
   for (std::size_t j = 0; j < gamma.count; ++j) {
     const std::size_t k = gamma.offset + j;
