@@ -519,6 +519,19 @@ TEST(PaddleRecKeys, DlrmTrainsItsNetsAdam) {
                        "network steps every parameter"))
       << note(logit);
   EXPECT_TRUE(contains(note(logit), "-o hyper_parameters.dlrm_output=softmax2")) << note(logit);
+  // The output layer top_layer_sizes chose is said at start, unless the config set it.
+  const auto output_note = [](const std::vector<std::string>& o) {
+    StatusOr<config::ConfigDocument> doc =
+        config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
+    return doc.ok() ? dlrm_output_note(*doc) : doc.status().message();
+  };
+  EXPECT_TRUE(contains(output_note({}),
+                       "hyper_parameters.dlrm_output: softmax2, from "
+                       "hyper_parameters.top_layer_sizes' last entry 2"))
+      << output_note({});
+  EXPECT_EQ(output_note(logit), "");
+  EXPECT_EQ(output_note({"hyper_parameters.dlrm_output=softmax2"}), "");
+  EXPECT_EQ(output_note({"hyper_parameters.top_layer_sizes=[64, 1]"}), "");
   const StatusOr<TrainerConfig> sgd = parse(kDlrm, logit);
   ASSERT_TRUE(sgd.ok()) << sgd.status().to_string();
   EXPECT_EQ(sgd->hyper.optimizer.kind, config::DenseOptimizerKind::kSgd);

@@ -472,6 +472,17 @@ std::string dnn_batch_norm_note(const config::ConfigDocument& doc) {
          "turns it off";
 }
 
+std::string dlrm_output_note(const config::ConfigDocument& doc) {
+  if (doc.is_set("hyper_parameters.dlrm_output") ||
+      config::resolve_dlrm_output(doc) != DlrmOutput::kSoftmax2) {
+    return "";
+  }
+  return "hyper_parameters.dlrm_output: softmax2, from hyper_parameters.top_layer_sizes' last "
+         "entry 2 (PaddleRec's output layer: 2 wide, ReLU'd and batch-normalised as its MLPLayer "
+         "builds every layer, a two-class softmax; the prediction its class 1); "
+         "-o hyper_parameters.dlrm_output=logit trains one linear logit";
+}
+
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,
                                             const std::vector<std::string>& overrides) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::load(path, overrides);
