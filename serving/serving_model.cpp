@@ -175,6 +175,10 @@ void write_network_keys(const trainer::DenseModelConfig& model,
   if (!model.slot_dims.empty()) (*properties)["slot_dims"] = join_ints(model.slot_dims);
   // Batch norm after the MLPs' hidden layers (its running statistics are dense parameters).
   if (model.batch_norm) (*properties)["dnn_batch_norm"] = "1";
+  // PaddleRec's two-class output layer (absent: the one logit, and exports from before it).
+  if (model.dlrm_output != trainer::DlrmOutput::kLogit) {
+    (*properties)["dlrm_output"] = name_of(trainer::kDlrmOutputNames, model.dlrm_output);
+  }
   if (model.kind == trainer::ModelKind::kDcnV2 || model.kind == trainer::ModelKind::kDcn) {
     (*properties)["cross_layers"] = std::to_string(model.cross_layers);
   }
@@ -208,6 +212,9 @@ Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
   // dnn_batch_norm is absent from exports without batch norm (and from older ones).
   if (manifest.properties.count("dnn_batch_norm") != 0) {
     model->batch_norm = read.integer("dnn_batch_norm", 0, 1) != 0;
+  }
+  if (manifest.properties.count("dlrm_output") != 0) {
+    model->dlrm_output = read.choice("dlrm_output", trainer::kDlrmOutputNames);
   }
   // cross_experts (DCN-Mix) is absent from older dcn_v2 exports.
   if (model->kind == trainer::ModelKind::kDcnV2 || model->kind == trainer::ModelKind::kDcn) {
@@ -299,7 +306,7 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   if (!model_manifest.ok()) return model_manifest.status().with_context(context);
   // The export's manifest says batch norm as the config does (write_network_keys).
   GPUBOX_RETURN_IF_ERROR(
-      trainer::check_saved_batch_norm(model_manifest->model_keys, config, save_dir)
+      trainer::check_saved_dense_switches(model_manifest->model_keys, config, save_dir)
           .with_context(context));
   if (model_manifest->sparse.size() != 1) {
     return Status::InvalidArgument(

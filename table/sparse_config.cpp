@@ -46,15 +46,17 @@ enum class RowsRule {
 };
 
 RowsRule rows_rule(const config::ConfigDocument& doc) {
-  const bool adam = doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames) ==
-                    config::DenseOptimizerKind::kAdam;
+  // PaddleRec's dlrm network trains Adam whatever class says (config::resolve_dense_optimizer).
+  const bool adam = config::resolve_dense_optimizer(doc) == config::DenseOptimizerKind::kAdam;
+  const bool paddlerec_dlrm = config::paddlerec_dlrm_network(doc);
   // Any key of a rule's own (its rates, accumulators, moments, decays, thresholds): a config that
   // tunes one means that rule, not PaddleRec's optimizer. Start values, bounds and the show/click
   // bookkeeping are every rule's.
   for (const char* key : kSparseRuleOwnKeys) {
     if (doc.is_set(kSo + key)) return RowsRule::kSparseOptimizer;
   }
-  if (!doc.is_set(kDenseOpt + "class") || config::paddlerec_model_name(doc).empty()) {
+  if ((!doc.is_set(kDenseOpt + "class") && !paddlerec_dlrm) ||
+      config::paddlerec_model_name(doc).empty()) {
     return RowsRule::kSparseOptimizer;
   }
   return adam ? RowsRule::kPaddleRecOptimizer : RowsRule::kSparseOptimizerNotPaddle;
@@ -120,8 +122,7 @@ std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
   const RowsRule rule = rows_rule(doc);
   if (rule == RowsRule::kSparseOptimizer) return "";
   const std::string optimizer =
-      std::string(name_of(config::kDenseOptimizerKindNames,
-                          doc.get_enum(kDenseOpt + "class", config::kDenseOptimizerKindNames))) +
+      std::string(name_of(config::kDenseOptimizerKindNames, config::resolve_dense_optimizer(doc))) +
       " at learning_rate " + doc.value_text(kDenseOpt + "learning_rate");
   if (rule == RowsRule::kPaddleRecOptimizer) {
     return doc.source() + ": the embedding rows step under PaddleRec's " + kDenseOpt + "class (" +

@@ -38,6 +38,12 @@ bool ConfigDocument::is_set(std::string_view key) const {
   return values_.find(key) != values_.end();
 }
 
+std::optional<int> ConfigDocument::output_layer_width(std::string_view paddlerec_name) const {
+  const auto found = output_widths_.find(paddlerec_name);
+  if (found == output_widths_.end()) return std::nullopt;
+  return found->second;
+}
+
 bool ConfigDocument::is_default(std::string_view key) const {
   const KeySpec* spec = find_key(key);
   GPUBOX_EXPECTS(spec != nullptr, "config key ", key, " is not in the key table");

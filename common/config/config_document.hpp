@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -98,6 +99,11 @@ class ConfigDocument {
   // keys of its model); unlike the getters it does not count as reading the key.
   std::string value_text(std::string_view key) const;
 
+  // The output layer's width a PaddleRec layer list gave (the last entry of
+  // hyper_parameters.top_layer_sizes, which sets fc_sizes without it: 2 for PaddleRec's two-class
+  // softmax, or 1); nullopt when the config (file or -o) does not set `paddlerec_name`.
+  std::optional<int> output_layer_width(std::string_view paddlerec_name) const;
+
   // Keys accepted for PaddleRec compatibility that have no effect in GPUBox: the table's
   // no-effect keys this config sets to another value than their default, then the ignored
   // PaddleRec keys it sets (to any value), in table order, then its table_parameters leaves that
@@ -131,6 +137,7 @@ class ConfigDocument {
   // no knob for (in file order), then aliases whose KeyAlias::only_when key is false.
   std::vector<std::pair<std::string, std::string>> paddlerec_notes_;
   mutable std::set<std::string> keys_read_;
+  std::map<std::string, int, std::less<>> output_widths_;  // output_layer_width's
 };
 
 // Reads `text` as `key` says (type, range, choices), as an `-o key=value` override is read:

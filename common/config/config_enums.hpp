@@ -168,6 +168,17 @@ inline constexpr EnumName<DcnStructure> kDcnStructureNames[] = {
     {DcnStructure::kParallel, "parallel"},
 };
 
+// hyper_parameters.dlrm_output: dlrm's output layer. logit: one linear logit, sigmoid (MLPerf's
+// DLRM). softmax2: PaddleRec's (its MLPLayer over top_layer_sizes ending in 2): the top MLP's last
+// layer is 2 wide and, like its hidden layers, ReLU'd (and batch-normalised with dnn_batch_norm),
+// then a two-class softmax, trained by its cross entropy; the prediction is softmax's class 1,
+// sigmoid(u1 - u0) of the two outputs.
+enum class DlrmOutput { kLogit, kSoftmax2 };
+inline constexpr EnumName<DlrmOutput> kDlrmOutputNames[] = {
+    {DlrmOutput::kLogit, "logit"},
+    {DlrmOutput::kSoftmax2, "softmax2"},
+};
+
 // hyper_parameters.dense_precision: what the dense net's GEMMs read. bf16: activations and the
 // weights' GEMM copies in bf16; accumulation, master weights, optimizer, biases and loss in fp32.
 enum class DensePrecision { kFp32, kBf16 };

@@ -97,7 +97,8 @@ const IgnoredKey* find_ignored(std::string_view name);
 // The table, with PaddleRec's ignored keys and its table_parameters: paddlerec_keys.cpp.
 struct KeyAlias {
   // kOutputLayerList: a list of layer sizes whose last entry is PaddleRec's output layer (2, a
-  // two-class softmax, or 1), which is GPUBox's one-logit layer: the key takes the others.
+  // two-class softmax, or 1, one logit): the key takes the others, the document keeps the last
+  // (ConfigDocument::output_layer_width).
   enum class Kind { kSame, kOffset, kBoolChoice, kRefuseUnlessOff, kOutputLayerList };
   std::string name;
   std::string key;

@@ -80,6 +80,7 @@ class DocumentBuilder {
       const KeySpec* target = nullptr;
       YAML::Node translated;
       GPUBOX_RETURN_IF_ERROR(translate(*alias, node, &target, &translated).with_context("-o"));
+      note_output_width(*alias, node);
       if (target == nullptr) return Status::OK();
       if (!alias->only_when.empty()) {
         conditional_.push_back({alias, translated, 0, ""});
@@ -241,6 +242,7 @@ class DocumentBuilder {
           keep(error(st.message(), line));
           continue;
         }
+        note_output_width(*alias, value);
         if (target != nullptr && !alias->only_when.empty()) {
           conditional_.push_back({alias, translated, line, base_dir});
         } else if (target != nullptr) {
@@ -356,7 +358,8 @@ class DocumentBuilder {
   }
 
   // A kOutputLayerList alias's value without its last entry, which must be 2 or 1: PaddleRec's
-  // two-class softmax over [z0, z1] is sigmoid(z1 - z0), one logit.
+  // two-class softmax (hyper_parameters.dlrm_output softmax2, which the 2 selects when the key is
+  // not set: note_output_width), or one logit.
   static Status hidden_layers(const KeyAlias& alias, const YAML::Node& value, YAML::Node* out) {
     if (!value.IsSequence() || value.size() < 2) {
       return Status::InvalidArgument(alias.name +
@@ -369,14 +372,21 @@ class DocumentBuilder {
         (width != 1 && width != 2)) {
       return Status::InvalidArgument(
           alias.name +
-          ": its last entry is the output layer, which GPUBox builds as one logit "
-          "(PaddleRec's two-class softmax, 2, or 1); got " +
+          ": its last entry is the output layer, which GPUBox builds as PaddleRec's two-class "
+          "softmax (2) or one logit (1); got " +
           describe(last));
     }
     YAML::Node hidden(YAML::NodeType::Sequence);
     for (std::size_t i = 0; i + 1 < value.size(); ++i) hidden.push_back(value[i]);
     *out = hidden;
     return Status::OK();
+  }
+
+  // A kOutputLayerList alias's output width (its value's last entry, once translate took it):
+  // ConfigDocument::output_layer_width.
+  void note_output_width(const KeyAlias& alias, const YAML::Node& value) {
+    if (alias.kind != KeyAlias::Kind::kOutputLayerList) return;
+    doc_.output_widths_[alias.name] = value[value.size() - 1].as<int>();
   }
 
   // The value `alias` gives its key (*target; nullptr when it sets none), or why it is refused.

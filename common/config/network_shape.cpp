@@ -80,19 +80,52 @@ std::string paddlerec_model_name(const ConfigDocument& doc) {
       .value_or("");
 }
 
+DlrmOutput resolve_dlrm_output(const ConfigDocument& doc) {
+  const DlrmOutput output = doc.get_enum("hyper_parameters.dlrm_output", kDlrmOutputNames);
+  if (doc.is_set("hyper_parameters.dlrm_output")) return output;
+  const StatusOr<NetworkChoice> network = resolve_network(doc);
+  const bool dlrm = network.ok() && network->model == ModelKind::kDlrm;
+  return dlrm && doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2
+             ? DlrmOutput::kSoftmax2
+             : DlrmOutput::kLogit;
+}
+
+bool paddlerec_dlrm_network(const ConfigDocument& doc) {
+  const DlrmOutput output = resolve_dlrm_output(doc);  // read whether or not it decides
+  return paddlerec_model_name(doc) == "dlrm" && output == DlrmOutput::kSoftmax2;
+}
+
+DenseOptimizerKind resolve_dense_optimizer(const ConfigDocument& doc) {
+  const DenseOptimizerKind named =
+      doc.get_enum("hyper_parameters.optimizer.class", kDenseOptimizerKindNames);
+  return paddlerec_dlrm_network(doc) ? DenseOptimizerKind::kAdam : named;
+}
+
 std::string dense_optimizer_note(const ConfigDocument& doc) {
   const char* const kDenseClass = "hyper_parameters.optimizer.class";
   const DenseOptimizerKind named = doc.get_enum(kDenseClass, kDenseOptimizerKindNames);
   if (paddlerec_model_name(doc) != "dlrm" || named == DenseOptimizerKind::kAdam) return "";
-  return std::string(kDenseClass) + ": " + name_of(kDenseOptimizerKindNames, named) +
-         " as written, though PaddleRec's dlrm network steps every parameter, its embedding " +
-         "tables too, with Adam at hyper_parameters.optimizer.learning_rate (" +
-         doc.value_text("hyper_parameters.optimizer.learning_rate") +
-         ") whatever class says (its static_model.py and dygraph_model.py read no class): " +
-         "GPUBox's dlrm ends in one linear logit where PaddleRec's ReLUs and batch-normalises " +
-         "two, and under Adam at 0.1 that logit diverges on this folder's batches of 2; " +
-         "-o hyper_parameters.optimizer.class=Adam trains the network's Adam (dense net and " +
-         "rows; on 100k lines at batch 256 it meets Paddle's held-out AUC: BENCHMARKS.md)";
+  const std::string written =
+      std::string(kDenseClass) + ": " + name_of(kDenseOptimizerKindNames, named);
+  const std::string rate = doc.value_text("hyper_parameters.optimizer.learning_rate");
+  const std::string paddlerec =
+      "PaddleRec's dlrm network steps every parameter, its embedding tables too, with Adam at "
+      "hyper_parameters.optimizer.learning_rate (" +
+      rate + ") whatever class says (its static_model.py and dygraph_model.py read no class)";
+  if (paddlerec_dlrm_network(doc)) {
+    return written + " has no effect here: " + paddlerec +
+           ", and so does GPUBox with PaddleRec's output layer (hyper_parameters.dlrm_output "
+           "softmax2, from top_layer_sizes' last 2): Adam at " +
+           rate +
+           " for the dense net and the rows (on this folder's sample, batches of 2: training "
+           "logloss 1.00-1.06 times the constant predictor's, Paddle's 1.2: BENCHMARKS.md); "
+           "-o hyper_parameters.dlrm_output=logit trains GPUBox's one-logit dlrm, which follows "
+           "class";
+  }
+  return written + " as written, though " + paddlerec +
+         ": GPUBox's dlrm with one linear logit (hyper_parameters.dlrm_output logit) diverges "
+         "under Adam at 0.1 on this folder's batches of 2; -o hyper_parameters.dlrm_output="
+         "softmax2 trains PaddleRec's output layer under the network's Adam";
 }
 
 StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,

@@ -46,13 +46,27 @@ StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspa
 // hyper_parameters.model and workspace.
 StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc);
 
+// hyper_parameters.dlrm_output as `doc` trains it: the key when set, else softmax2 (PaddleRec's
+// two-class output layer) for dlrm (resolve_network) where PaddleRec's top_layer_sizes ends in 2
+// (ConfigDocument::output_layer_width), else logit. Reads the key whether or not it decides.
+DlrmOutput resolve_dlrm_output(const ConfigDocument& doc);
+
+// True when `doc` trains PaddleRec's dlrm network as its folder builds it: a config in PaddleRec's
+// dlrm folder whose network is dlrm with PaddleRec's output layer (resolve_dlrm_output softmax2).
+bool paddlerec_dlrm_network(const ConfigDocument& doc);
+
+// hyper_parameters.optimizer.class as `doc` trains it: Adam for paddlerec_dlrm_network, as its
+// static_model.py and dygraph_model.py step every parameter (the embedding tables too: table::
+// sparse_config_from) with paddle.optimizer.Adam at optimizer.learning_rate whatever class says;
+// else the key.
+DenseOptimizerKind resolve_dense_optimizer(const ConfigDocument& doc);
+
 // gpubox_train's start line for PaddleRec's dlrm folder when hyper_parameters.optimizer.class is
-// not Adam (its config.yaml says SGD): its network steps every parameter, the embedding tables
-// too, with paddle.optimizer.Adam at optimizer.learning_rate whatever class says
-// (static_model.py, dygraph_model.py read no class), while GPUBox follows the class; the line
-// says why (GPUBox's dlrm ends in one linear logit where PaddleRec's ReLUs and batch-normalises
-// two: under Adam at 0.1 the folder's own batch of 2 diverges) and how to train the net's Adam
-// (-o hyper_parameters.optimizer.class=Adam). "" otherwise.
+// not Adam (its config.yaml says SGD): its network steps every parameter with Adam at
+// optimizer.learning_rate whatever class says. With PaddleRec's output layer the line says class
+// has no effect (GPUBox trains that Adam, resolve_dense_optimizer); with dlrm_output logit that
+// GPUBox follows the class, why (its one linear logit diverges under Adam at 0.1 on the folder's
+// batches of 2) and how to train the net's Adam. "" otherwise.
 std::string dense_optimizer_note(const ConfigDocument& doc);
 
 // The dense features an instance holds: hyper_parameters.dense_input_dim, but 0 in slot_dnn's

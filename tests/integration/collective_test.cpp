@@ -174,6 +174,17 @@ TEST_F(Collective, AutointEqualsGpuboxMode) {
       0.55);
 }
 
+// dlrm with PaddleRec's two-class output and batch norm (hyper_parameters.dlrm_output; the last
+// layer's norm and its running statistics all-reduced with the rest).
+TEST_F(Collective, DlrmTwoClassOutputEqualsGpuboxMode) {
+  network_equals_gpubox_mode(
+      "dlrm softmax2",
+      {"hyper_parameters.model=dlrm", "hyper_parameters.dlrm_output=softmax2",
+       "hyper_parameters.dnn_batch_norm=true", "hyper_parameters.sparse_feature_dim=5",
+       "hyper_parameters.bot_layer_sizes=[16, 5]"},
+      0.68);
+}
+
 // ffm (rows of one factor per field: 8 slots + 3 dense features, factors of 2) in Collective
 // mode: equal to gpubox mode on the same cards, as the dnn above, and learning.
 TEST_F(Collective, FfmEqualsGpuboxModeOnTheSameCards) {

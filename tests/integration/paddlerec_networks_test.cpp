@@ -110,13 +110,35 @@ NetworkCase dlrm() {
     EXPECT_EQ(c.hyper.bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
     EXPECT_EQ(c.hyper.fc_sizes, (std::vector<int>{512, 256}));
     EXPECT_EQ(c.model_keys.at("hyper_parameters.bot_layer_sizes"), "[512, 256, 64, 16]");
+    // top_layer_sizes' last 2: its MLPLayer's two-class output, ReLU'd, normalised, softmax.
+    EXPECT_EQ(c.hyper.dlrm_output, DlrmOutput::kSoftmax2);
+    EXPECT_EQ(c.dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
+    EXPECT_EQ(c.model_keys.at("hyper_parameters.dlrm_output"), "softmax2");
   };
-  dlrm.variants = {{{"hyper_parameters.top_layer_sizes=[64, 1]"}, [](const TrainerConfig& c) {
+  const auto logit = [](const TrainerConfig& c) {
+    EXPECT_EQ(c.hyper.dlrm_output, DlrmOutput::kLogit);
+    EXPECT_EQ(c.model_keys.at("hyper_parameters.dlrm_output"), "logit");
+  };
+  dlrm.variants = {{{"hyper_parameters.top_layer_sizes=[64, 1]"},
+                    [logit](const TrainerConfig& c) {
                       EXPECT_EQ(c.hyper.fc_sizes, (std::vector<int>{64}));
-                    }}};
+                      logit(c);
+                    }},
+                   {{"hyper_parameters.top_layer_sizes=[64, 2]"},
+                    [](const TrainerConfig& c) {
+                      EXPECT_EQ(c.hyper.fc_sizes, (std::vector<int>{64}));
+                      EXPECT_EQ(c.hyper.dlrm_output, DlrmOutput::kSoftmax2);
+                    }},
+                   {{"hyper_parameters.dlrm_output=logit"}, logit},
+                   // Another network on the folder keeps its logit.
+                   {{"hyper_parameters.model=dnn"}, logit}};
   dlrm.refusals = {
       {{"hyper_parameters.top_layer_sizes=[512, 256, 3]"},
-       "top_layer_sizes: its last entry is the output layer, which GPUBox builds as one logit"},
+       "top_layer_sizes: its last entry is the output layer, which GPUBox builds as PaddleRec's "
+       "two-class softmax (2) or one logit (1)"},
+      {{"hyper_parameters.model=dnn", "hyper_parameters.dlrm_output=softmax2"},
+       "p.yaml: hyper_parameters.dlrm_output=softmax2 is dlrm's output layer, but the network is "
+       "dnn"},
       // The interaction's vectors: the bottom output and every slot's embedding, one width.
       {{"hyper_parameters.sparse_feature_dim=9"},
        "p.yaml: dlrm's dot interaction needs the bottom MLP's output (the last of "
@@ -457,41 +479,75 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
   EXPECT_EQ(gpubox->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
   EXPECT_FLOAT_EQ(gpubox->sparse.embedx_threshold, 10.0f);
   EXPECT_EQ(rows_note(own_config, as_autoint), "");
-  // dlrm's SGD: a step on a row that scales with the batch, which the per-key rule does not
-  // mirror; the rows keep the sparse rule, and the start line says so.
-  const StatusOr<TrainerConfig> dlrm = parse(kDlrm);
+  // dlrm's SGD with GPUBox's one-logit output (its folder's network, with PaddleRec's output,
+  // trains Adam: DlrmTrainsItsNetsAdam): a step on a row that scales with the batch, which the
+  // per-key rule does not mirror; the rows keep the sparse rule, and the start line says so.
+  const std::vector<std::string> logit = {"hyper_parameters.dlrm_output=logit"};
+  const StatusOr<TrainerConfig> dlrm = parse(kDlrm, logit);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kSgd);
   EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdagrad);
-  EXPECT_TRUE(contains(rows_note(kDlrm),
+  EXPECT_TRUE(contains(rows_note(kDlrm, logit),
                        "p.yaml: the embedding rows step under "
                        "hyper_parameters.sparse_optimizer.*"))
-      << rows_note(kDlrm);
-  EXPECT_TRUE(contains(rows_note(kDlrm),
+      << rows_note(kDlrm, logit);
+  EXPECT_TRUE(contains(rows_note(kDlrm, logit),
                        "not under PaddleRec's hyper_parameters.optimizer.class "
                        "(SGD at learning_rate"))
-      << rows_note(kDlrm);
+      << rows_note(kDlrm, logit);
 }
 
 // PaddleRec's dlrm net steps every parameter with Adam at its learning rate whatever class says
-// (static_model.py, dygraph_model.py); GPUBox follows the class (its one linear output logit
-// diverges under Adam at 0.1 on the folder's batches of 2) and says at start how to train the
-// net's Adam: class=Adam, which then steps the rows too (per row with its sync_mode async, as
-// Paddle's parameter server; and with sync_mode gpubox, as PSGPU).
-TEST(PaddleRecKeys, DlrmSaysItsNetsAdamAndTrainsItWhenAsked) {
+// (static_model.py, dygraph_model.py). So does GPUBox's dlrm with PaddleRec's output layer (its
+// folder's default: top_layer_sizes ends in 2), the rows too (per row with its sync_mode async, as
+// Paddle's parameter server; and with sync_mode gpubox, as PSGPU), and the start line says class
+// has no effect; with the one-logit output (which diverges under Adam at 0.1 on the folder's
+// batches of 2) GPUBox follows the class and says so.
+TEST(PaddleRecKeys, DlrmTrainsItsNetsAdam) {
   const auto note = [](const std::vector<std::string>& o) {
     StatusOr<config::ConfigDocument> doc =
         config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
     return doc.ok() ? config::dense_optimizer_note(*doc) : doc.status().message();
   };
   EXPECT_TRUE(contains(note({}),
-                       "hyper_parameters.optimizer.class: SGD as written, though "
-                       "PaddleRec's dlrm network steps every parameter"))
+                       "hyper_parameters.optimizer.class: SGD has no effect here: PaddleRec's dlrm "
+                       "network steps every parameter"))
       << note({});
-  EXPECT_TRUE(contains(note({}), "-o hyper_parameters.optimizer.class=Adam")) << note({});
+  const std::vector<std::string> logit = {"hyper_parameters.dlrm_output=logit"};
+  EXPECT_TRUE(contains(note(logit),
+                       "hyper_parameters.optimizer.class: SGD as written, though PaddleRec's dlrm "
+                       "network steps every parameter"))
+      << note(logit);
+  EXPECT_TRUE(contains(note(logit), "-o hyper_parameters.dlrm_output=softmax2")) << note(logit);
+  // The output layer top_layer_sizes chose is said at start, unless the config set it.
+  const auto output_note = [](const std::vector<std::string>& o) {
+    StatusOr<config::ConfigDocument> doc =
+        config::ConfigDocument::parse(kDlrm, "/base", o, "p.yaml");
+    return doc.ok() ? dlrm_output_note(*doc) : doc.status().message();
+  };
+  EXPECT_TRUE(contains(output_note({}),
+                       "hyper_parameters.dlrm_output: softmax2, from "
+                       "hyper_parameters.top_layer_sizes' last entry 2"))
+      << output_note({});
+  EXPECT_EQ(output_note(logit), "");
+  EXPECT_EQ(output_note({"hyper_parameters.dlrm_output=softmax2"}), "");
+  EXPECT_EQ(output_note({"hyper_parameters.top_layer_sizes=[64, 1]"}), "");
+  const StatusOr<TrainerConfig> sgd = parse(kDlrm, logit);
+  ASSERT_TRUE(sgd.ok()) << sgd.status().to_string();
+  EXPECT_EQ(sgd->hyper.optimizer.kind, config::DenseOptimizerKind::kSgd);
   const std::vector<std::string> adam = {"hyper_parameters.optimizer.class=Adam"};
   EXPECT_EQ(note(adam), "");
   EXPECT_EQ(note({"hyper_parameters.model=dlrm"}), note({}));  // the folder still says it
+  // The folder's config as it is, and with class Adam, train the same: Adam, the rows too.
+  for (const std::vector<std::string>& o : {std::vector<std::string>{}, adam}) {
+    const StatusOr<TrainerConfig> dlrm = parse(kDlrm, o);
+    ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+    EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kAdam);
+    EXPECT_EQ(dlrm->model_keys.at("hyper_parameters.optimizer.class"), "Adam");
+    EXPECT_EQ(dlrm->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
+    EXPECT_TRUE(contains(rows_note(kDlrm, o), "(Adam at learning_rate 0.1)"))
+        << rows_note(kDlrm, o);
+  }
   const StatusOr<TrainerConfig> dlrm = parse(kDlrm, adam);
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.optimizer.kind, config::DenseOptimizerKind::kAdam);

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/error.hpp"
@@ -244,6 +245,12 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
            {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
             "hyper_parameters.dnn_batch_norm=true"},
            {"hyper_parameters.model=dnn", "hyper_parameters.dnn_batch_norm=true"},
+           // PaddleRec dlrm's two-class output (softmax's class 1 served), with its norms and
+           // without.
+           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
+            "hyper_parameters.dnn_batch_norm=true", "hyper_parameters.dlrm_output=softmax2"},
+           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
+            "hyper_parameters.dlrm_output=softmax2"},
            {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
            {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
@@ -291,15 +298,23 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     Trainer infer(*cfg, env());
     infer.load(save.string());
     const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
-    if (cfg->hyper.dnn_batch_norm) {  // the save's setting, not the config's, is the model's
-      overrides.push_back("hyper_parameters.dnn_batch_norm=false");
-      auto plain = load_trainer_config(config_path_, overrides);
+    // The save's batch norm and output layer, not the config's, are the model's.
+    for (const auto& [key, saved, other] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"hyper_parameters.dnn_batch_norm", cfg->hyper.dnn_batch_norm ? "true" : "", "false"},
+             {"hyper_parameters.dlrm_output",
+              cfg->hyper.dlrm_output == trainer::DlrmOutput::kSoftmax2 ? "softmax2" : "",
+              "logit"}}) {
+      if (saved.empty()) continue;
+      std::vector<std::string> changed = overrides;
+      changed.push_back(key + "=" + other);
+      auto plain = load_trainer_config(config_path_, changed);
       ASSERT_TRUE(plain.ok()) << plain.status().to_string();
       const auto refused =
           export_serving_model(*plain, save.string(), exported.string(), ExportOptions{});
-      ASSERT_FALSE(refused.ok()) << "exported a batch-norm save as a model without it";
-      EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true"),
-                std::string::npos)
+      ASSERT_FALSE(refused.ok()) << "exported a save with " << key << "=" << saved << " as "
+                                 << other;
+      EXPECT_NE(refused.status().message().find(key + "=" + saved), std::string::npos)
           << refused.status().to_string();
       EXPECT_FALSE(fs::exists(exported));
     }
@@ -319,6 +334,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     }
     if (cfg->hyper.model == trainer::ModelKind::kDlrm) {
       EXPECT_EQ(served->spec().model.bot_layer_sizes, cfg->hyper.bot_layer_sizes);
+      EXPECT_EQ(served->spec().model.dlrm_output, cfg->hyper.dlrm_output);
     }
     if (cfg->hyper.model == trainer::ModelKind::kXdeepfm) {
       EXPECT_EQ(served->spec().model.cin_layer_sizes, cfg->hyper.layer_sizes_cin);

@@ -6,6 +6,7 @@
 // bf16 near fp32; and a model without the key keeping the layout it had.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <random>
@@ -44,23 +45,44 @@ Rows batch_norm(const NamedParams& p, const std::string& name, const Rows& x, bo
   return y;
 }
 
-// fc_0 .. fc_L over the rows, a norm after every hidden layer's ReLU; the logits.
-std::vector<double> top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r,
-                            bool training) {
+// fc_0 .. fc_L over the rows, a norm after every hidden layer's ReLU (with cfg.batch_norm); the
+// outputs: one logit per row, or with DlrmOutput::kSoftmax2 the last layer's two values, ReLU'd
+// and normalised like a hidden layer's (PaddleRec's MLPLayer).
+// `last_norm_input` (when set): the last norm's input, the ReLU output it normalises.
+Rows top_mlp(const DenseModelConfig& cfg, const NamedParams& p, Rows r, bool training,
+             Rows* last_norm_input) {
+  const bool two_class = cfg.dlrm_output == DlrmOutput::kSoftmax2;
   for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
-    const bool hidden = l < cfg.fc_sizes.size();
+    const bool hidden = l < cfg.fc_sizes.size() || two_class;
     for (auto& row : r) row = p.linear("fc_" + std::to_string(l), row, hidden);
-    if (hidden) r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
+    if (!hidden || !cfg.batch_norm) continue;
+    if (last_norm_input != nullptr) *last_norm_input = r;
+    r = batch_norm(p, "fc_" + std::to_string(l) + ".bn", r, training);
   }
-  std::vector<double> logits;
-  for (const auto& row : r) logits.push_back(row.at(0));
-  return logits;
+  for (const auto& row : r) EXPECT_EQ(row.size(), two_class ? 2u : 1u);
+  return r;
 }
 
-// dlrm's logits (the reference of dlrm_test.cu with PaddleRec's norms).
-std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
-                                const NamedParams& p, const std::vector<double>& rec,
-                                bool training) {
+// One instance's loss from its outputs: the log loss of the logit, or the cross entropy of the
+// two-class softmax, -log softmax(u)[y] = logsumexp(u) - u_y.
+double loss_of_outputs(const std::vector<double>& out, float label) {
+  if (out.size() == 1) {
+    const double z = out[0];
+    return std::max(z, 0.0) - label * z + std::log1p(std::exp(-std::fabs(z)));
+  }
+  const double top = std::max(out[0], out[1]);
+  const double lse = top + std::log(std::exp(out[0] - top) + std::exp(out[1] - top));
+  return lse - out[label > 0.5f ? 1 : 0];
+}
+// The prediction: sigmoid of the logit, or softmax(u)[1].
+double prediction_of(const std::vector<double>& out) {
+  if (out.size() == 1) return 1 / (1 + std::exp(-out[0]));
+  return 1 / (1 + std::exp(out[0] - out[1]));
+}
+
+// dlrm's outputs (the reference of dlrm_test.cu with PaddleRec's norms).
+Rows dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedParams& p,
+                 const std::vector<double>& rec, bool training, Rows* last_norm_input) {
   Rows x;
   for (int64_t i = 0; i < h.batch; ++i) {
     x.emplace_back(h.dense.begin() + i * cfg.dense_dim, h.dense.begin() + (i + 1) * cfg.dense_dim);
@@ -68,7 +90,7 @@ std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
   for (std::size_t l = 0; l < cfg.bot_layer_sizes.size(); ++l) {
     const std::string name = "bot_" + std::to_string(l);
     for (auto& row : x) row = p.linear(name, row, true);
-    x = batch_norm(p, name + ".bn", x, training);
+    if (cfg.batch_norm) x = batch_norm(p, name + ".bn", x, training);
   }
   Rows r;
   for (int64_t i = 0; i < h.batch; ++i) {
@@ -87,13 +109,12 @@ std::vector<double> dlrm_logits(const DenseModelConfig& cfg, const HostBatch& h,
     }
     r.push_back(row);
   }
-  return top_mlp(cfg, p, r, training);
+  return top_mlp(cfg, p, r, training, last_norm_input);
 }
 
 // The dnn's logits: [pooled embed_w, embedx of every slot | dense] through the MLP.
-std::vector<double> dnn_logits(const DenseModelConfig& cfg, const HostBatch& h,
-                               const NamedParams& p, const std::vector<double>& rec,
-                               bool training) {
+Rows dnn_logits(const DenseModelConfig& cfg, const HostBatch& h, const NamedParams& p,
+                const std::vector<double>& rec, bool training, Rows* last_norm_input) {
   Rows r;
   for (int64_t i = 0; i < h.batch; ++i) {
     std::vector<double> row;
@@ -104,16 +125,19 @@ std::vector<double> dnn_logits(const DenseModelConfig& cfg, const HostBatch& h,
                h.dense.begin() + (i + 1) * cfg.dense_dim);
     r.push_back(row);
   }
-  return top_mlp(cfg, p, r, training);
+  return top_mlp(cfg, p, r, training, last_norm_input);
 }
 
-using BatchLogits = std::vector<double> (*)(const DenseModelConfig&, const HostBatch&,
-                                            const NamedParams&, const std::vector<double>&, bool);
+using BatchLogits = Rows (*)(const DenseModelConfig&, const HostBatch&, const NamedParams&,
+                             const std::vector<double>&, bool, Rows*);
 
+// A network and its output layer; dlrm's two-class output with and without the norms.
 struct Net {
   const char* name;
   ModelKind kind;
   BatchLogits logits;
+  DlrmOutput output = DlrmOutput::kLogit;
+  bool batch_norm = true;
 };
 void PrintTo(const Net& net, std::ostream* out) { *out << net.name; }
 
@@ -131,7 +155,8 @@ class BatchNormModelTest : public ::testing::TestWithParam<Net> {
     cfg.bot_layer_sizes = {5, 4};
     cfg.fc_sizes = {6, 3};
     cfg.seed = 23;
-    cfg.batch_norm = true;
+    cfg.batch_norm = GetParam().batch_norm;
+    cfg.dlrm_output = GetParam().output;
     return cfg;
   }
   // Sets the trained blocks random in [-0.5, 0.5] (gamma near 1), the statistics plausible.
@@ -173,16 +198,14 @@ TEST_P(BatchNormModelTest, GradientsMatchAFloat64Reference) {
     std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
     const NamedParams params{model.parameters().blocks(), wd};
     const auto loss_of = [&] {
-      const std::vector<double> z = GetParam().logits(cfg, h, params, rec, true);
+      const Rows z = GetParam().logits(cfg, h, params, rec, true, nullptr);
       double sum = 0;
-      for (int64_t i = 0; i < batch; ++i) {
-        sum += std::max(z[i], 0.0) - h.labels[i] * z[i] + std::log1p(std::exp(-std::fabs(z[i])));
-      }
+      for (int64_t i = 0; i < batch; ++i) sum += loss_of_outputs(z[i], h.labels[i]);
       return sum;
     };
     EXPECT_NEAR(loss, loss_of(), 1e-5 * loss + 1e-6);
-    const std::vector<double> z = GetParam().logits(cfg, h, params, rec, true);
-    for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-z[i])), 1e-5);
+    const Rows z = GetParam().logits(cfg, h, params, rec, true, nullptr);
+    for (int64_t i = 0; i < batch; ++i) EXPECT_NEAR(preds[i], prediction_of(z[i]), 1e-5);
     std::size_t checked = 0;
     for (const ParamBlock& b : model.parameters().blocks()) {
       if (b.statistic) continue;  // its slot holds the change: OptimizerMovesTheRunningStatistics
@@ -206,6 +229,7 @@ TEST_P(BatchNormModelTest, GradientsMatchAFloat64Reference) {
 
 // predict normalises by the running statistics (set apart from any batch's).
 TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
+  if (!GetParam().batch_norm) GTEST_SKIP() << "no norms";
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
   std::mt19937_64 rng(8);
@@ -216,12 +240,12 @@ TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
   const std::vector<float> preds = device::to_host(model.predictions(), h.batch, card_.stream());
   std::vector<double> wd(w.begin(), w.end()), rec(h.records.begin(), h.records.end());
   const NamedParams params{model.parameters().blocks(), wd};
-  const std::vector<double> infer = GetParam().logits(cfg, h, params, rec, false);
-  const std::vector<double> train = GetParam().logits(cfg, h, params, rec, true);
+  const Rows infer = GetParam().logits(cfg, h, params, rec, false, nullptr);
+  const Rows train = GetParam().logits(cfg, h, params, rec, true, nullptr);
   double apart = 0;
   for (int64_t i = 0; i < h.batch; ++i) {
-    EXPECT_NEAR(preds[i], 1 / (1 + std::exp(-infer[i])), 1e-5) << i;
-    apart = std::max(apart, std::fabs(infer[i] - train[i]));
+    EXPECT_NEAR(preds[i], prediction_of(infer[i]), 1e-5) << i;
+    apart = std::max(apart, std::fabs(prediction_of(infer[i]) - prediction_of(train[i])));
   }
   EXPECT_GT(apart, 1e-2) << "the batch's statistics would have given the same predictions";
 }
@@ -229,6 +253,7 @@ TEST_P(BatchNormModelTest, PredictUsesTheRunningStatistics) {
 // One SGD step on one card with the dense scale 1/batch: the running statistics become
 // 0.9 running + 0.1 batch statistic (Paddle's update), gamma and beta move by the rule.
 TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
+  if (!GetParam().batch_norm) GTEST_SKIP() << "no norms";
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);
   DenseOptimizerConfig opt_cfg;
@@ -261,15 +286,27 @@ TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
               h.dense.begin() + (i + 1) * cfg.dense_dim);
     x.push_back(params.linear(first, in, true));
   }
-  const ParamBlock& mean = params.block(first + ".bn.running_mean");
-  const ParamBlock& var = params.block(first + ".bn.running_var");
-  for (std::size_t j = 0; j < mean.count; ++j) {
-    double m = 0, v = 0;
-    for (const auto& row : x) m += row[j] / static_cast<double>(x.size());
-    for (const auto& row : x) v += (row[j] - m) * (row[j] - m) / x.size();
-    EXPECT_NEAR(after[mean.offset + j], 0.9 * before[mean.offset + j] + 0.1 * m, 1e-5) << j;
-    EXPECT_NEAR(after[var.offset + j], 0.9 * before[var.offset + j] + 0.1 * v, 1e-5) << j;
-  }
+  // The norm `name`'s running statistics moved toward the batch's statistics of its input x.
+  const auto expect_moved = [&](const std::string& name, const Rows& in) {
+    const ParamBlock& mean = params.block(name + ".running_mean");
+    const ParamBlock& var = params.block(name + ".running_var");
+    ASSERT_EQ(mean.count, in.at(0).size()) << name;
+    for (std::size_t j = 0; j < mean.count; ++j) {
+      double m = 0, v = 0;
+      for (const auto& row : in) m += row[j] / static_cast<double>(in.size());
+      for (const auto& row : in) v += (row[j] - m) * (row[j] - m) / in.size();
+      EXPECT_NEAR(after[mean.offset + j], 0.9 * before[mean.offset + j] + 0.1 * m, 1e-5)
+          << name << " " << j;
+      EXPECT_NEAR(after[var.offset + j], 0.9 * before[var.offset + j] + 0.1 * v, 1e-5)
+          << name << " " << j;
+    }
+  };
+  expect_moved(first + ".bn", x);
+  // The top MLP's last norm (the two-class output's own), from the reference's input to it.
+  Rows last;
+  GetParam().logits(cfg, h, params, rec, true, &last);
+  const std::size_t top = cfg.fc_sizes.size() - (cfg.dlrm_output == DlrmOutput::kSoftmax2 ? 0 : 1);
+  expect_moved("fc_" + std::to_string(top) + ".bn", last);
   const ParamBlock& gamma = params.block(first + ".bn.gamma");
   for (std::size_t j = 0; j < gamma.count; ++j) {
     const std::size_t k = gamma.offset + j;
@@ -280,12 +317,20 @@ TEST_P(BatchNormModelTest, OptimizerMovesTheRunningStatistics) {
 // bf16 (emulated where the CPU has none): the norms read and write bf16 rows, their sums and
 // statistics fp32; predictions and gradients within bf16's rounding of fp32.
 TEST_P(BatchNormModelTest, Bf16StaysNearFp32) {
-  testing::expect_bf16_near_fp32(card_, config(), 7, 0.06, 0.06);
+  // The two-class output's norm divides its 2-wide ReLU layer's outputs by their batch's spread,
+  // which magnifies what bf16 rounded before it (the logit layer's output is not normalised).
+  const bool two_class = GetParam().output == DlrmOutput::kSoftmax2 && GetParam().batch_norm;
+  testing::expect_bf16_near_fp32(card_, config(), 7, 0.06, two_class ? 0.1 : 0.06, 64,
+                                 two_class ? 4e-2 : 2e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nets, BatchNormModelTest,
                          ::testing::Values(Net{"dlrm", ModelKind::kDlrm, dlrm_logits},
-                                           Net{"dnn", ModelKind::kDnn, dnn_logits}),
+                                           Net{"dnn", ModelKind::kDnn, dnn_logits},
+                                           Net{"dlrm_softmax2", ModelKind::kDlrm, dlrm_logits,
+                                               DlrmOutput::kSoftmax2},
+                                           Net{"dlrm_softmax2_no_norm", ModelKind::kDlrm,
+                                               dlrm_logits, DlrmOutput::kSoftmax2, false}),
                          [](const ::testing::TestParamInfo<Net>& info) { return info.param.name; });
 
 // Without the key nothing changes: no norm blocks, no statistics, the layout of before.
@@ -308,6 +353,41 @@ TEST(BatchNormOff, ModelsKeepTheirLayout) {
     cfg.batch_norm = true;
     DenseModel normed(cards.card(0), cfg);
     EXPECT_LT(normed.parameters().trained_size(), normed.parameters().size());
+  }
+}
+
+// dlrm's two-class output: the last layer 2 wide with its own norm; the logit head's layout
+// (the default) has neither.
+TEST(DlrmOutput, TwoClassLayerIsTwoWideWithItsNorm) {
+  device::CardSet cards = device::CardSet::from_list("0");
+  cards.card(0).activate();
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kDlrm;
+  cfg.slots = 3;
+  cfg.mf_dim = 3;
+  cfg.dense_dim = 2;
+  cfg.bot_layer_sizes = {5, 4};
+  cfg.fc_sizes = {6};
+  cfg.batch_norm = true;
+  const auto blocks = [&](DlrmOutput output) {
+    cfg.dlrm_output = output;
+    DenseModel model(cards.card(0), cfg);
+    std::vector<std::string> names;
+    for (const ParamBlock& b : model.parameters().blocks()) {
+      names.push_back(b.name + ":" + std::to_string(b.count));
+    }
+    return names;
+  };
+  const std::vector<std::string> logit = blocks(DlrmOutput::kLogit);
+  const std::vector<std::string> two = blocks(DlrmOutput::kSoftmax2);
+  const auto has = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  EXPECT_TRUE(has(logit, "fc_1.w:6") && has(logit, "fc_1.b:1"));
+  EXPECT_FALSE(has(logit, "fc_1.bn.gamma:1"));
+  EXPECT_TRUE(has(two, "fc_1.w:12") && has(two, "fc_1.b:2"));
+  for (const char* stat : {"gamma", "beta", "running_mean", "running_var"}) {
+    EXPECT_TRUE(has(two, std::string("fc_1.bn.") + stat + ":2")) << stat;
   }
 }
 

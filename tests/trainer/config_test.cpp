@@ -406,7 +406,8 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
   // static_model.py) are said too.
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcn).find("share one weight vector"),
             std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("but not the output"),
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm)
+                .find("the 2-wide output layer's too with hyper_parameters.dlrm_output softmax2"),
             std::string::npos);
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("whatever optimizer.class"),
             std::string::npos);

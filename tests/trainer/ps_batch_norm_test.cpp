@@ -40,9 +40,11 @@ class PsBatchNorm : public ::testing::Test {
     gpubox::testing::write_planted_train_test(root_, &oracle);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
-  static TrainerConfig config(const std::string& mode) {
+  // `output`: dlrm's output layer (hyper_parameters.dlrm_output).
+  static TrainerConfig config(const std::string& mode, const std::string& output = "logit") {
     std::vector<std::string> extra = kDlrmBn;
     extra.push_back("runner.sync_mode=" + mode);
+    extra.push_back("hyper_parameters.dlrm_output=" + output);
     return ps_test_config(extra);
   }
   static std::vector<std::string> files(const char* part) {
@@ -52,9 +54,13 @@ class PsBatchNorm : public ::testing::Test {
 };
 fs::path PsBatchNorm::root_;
 
-TEST_F(PsBatchNorm, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
+// Both output layers: the logit, and PaddleRec's two-class output, whose last norm's statistics
+// the threads move and merge like the others'.
+class PsBatchNormOutputs : public PsBatchNorm, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
   constexpr int kEpochs = 3;
-  const TrainerConfig gpubox_cfg = config("gpubox");
+  const TrainerConfig gpubox_cfg = config("gpubox", GetParam());
   TrainerEnv gpubox_env;
   gpubox_env.threads_per_card = 1;
   Trainer gpubox(gpubox_cfg, gpubox_env);
@@ -69,15 +75,15 @@ TEST_F(PsBatchNorm, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
   const std::vector<float> initial = shape.parameters().values_to_host();
   for (const char* mode : {"async", "sync"}) {
     SCOPED_TRACE(mode);
-    const TrainerConfig cfg = config(mode);
+    const TrainerConfig cfg = config(mode, GetParam());
     Servers shards(cfg, 1);
     TrainerEnv env;
     env.servers = shards.endpoints();
     PsTrainer trainer(cfg, env);
     for (int e = 0; e < kEpochs; ++e) trainer.train_pass(files("train"));
     const double auc = trainer.evaluate(files("test")).metrics.auc;
-    std::printf("dlrm with batch norm, %s: test auc %.4f, gpubox mode %.4f\n", mode, auc,
-                gpubox_auc);
+    std::printf("dlrm (%s) with batch norm, %s: test auc %.4f, gpubox mode %.4f\n", GetParam(),
+                mode, auc, gpubox_auc);
     // Two threads step half as often as the gpubox mode's one card (a step per thread's batch,
     // merged): 0.006-0.016 behind it in 3 runs each when written.
     EXPECT_NEAR(auc, gpubox_auc, 0.025);
@@ -92,6 +98,11 @@ TEST_F(PsBatchNorm, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
   }
   EXPECT_GT(gpubox_auc, 0.7);
 }
+
+INSTANTIATE_TEST_SUITE_P(DlrmOutputs, PsBatchNormOutputs, ::testing::Values("logit", "softmax2"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 // Async with 8 threads exchanging every 10 steps: each thread moves its own copy of the running
 // statistics toward its batches, and the servers must average those moves, not add them (added,

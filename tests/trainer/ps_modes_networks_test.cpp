@@ -1,5 +1,6 @@
 // The networks whose parameters sit in the dense table like any dense block (xdeepfm, autoint,
-// ffm, deepfefm, flen, fat_deepffm), in every parameter-server mode and through a save; rows of
+// ffm, deepfefm, flen, fat_deepffm, dlrm's two-class output), in every parameter-server mode and
+// through a save; rows of
 // mixed widths (slot_dims) in every mode.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -109,6 +110,17 @@ TEST_F(PsModes, FatDeepffmTrainsInEveryMode) {
   EXPECT_EQ(config(fat).mf_dim(), (8 + 3) * 2);
   // When written: async 0.728, sync 0.734, geo 0.738 (planted 0.761).
   learns_in_every_mode("fat_deepffm", fat, 0.70);
+}
+
+// dlrm with PaddleRec's two-class output (its last layer's 2 values ReLU'd, a softmax over them:
+// hyper_parameters.dlrm_output), without batch norm so that geo runs it too (batch norm in async
+// and sync: ps_batch_norm_test).
+TEST_F(PsModes, DlrmTwoClassOutputInEveryModeAndThroughASave) {
+  network_in_every_mode_and_through_a_save(
+      "dlrm softmax2",
+      {"hyper_parameters.model=dlrm", "hyper_parameters.dlrm_output=softmax2",
+       "hyper_parameters.sparse_feature_dim=5", "hyper_parameters.bot_layer_sizes=[16, 5]"},
+      0.68);
 }
 
 // Issue 17: slot_dims (widths 4, 16 and 2 beside the default 8) in every PS mode, 2 trainers on

@@ -281,6 +281,14 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
         (model == ModelKind::kAutoint ? " (hyper_parameters.fc_sizes is [])" : "") +
         "; set hyper_parameters.dnn_batch_norm=false");
   }
+  if (model != ModelKind::kDlrm && c.hyper.dlrm_output != DlrmOutput::kLogit &&
+      doc.is_set("hyper_parameters.dlrm_output")) {
+    return Status::InvalidArgument(
+        doc.source() +
+        ": hyper_parameters.dlrm_output=" + name_of(kDlrmOutputNames, c.hyper.dlrm_output) +
+        " is dlrm's output layer, but the network is " + name_of(kModelKindNames, model) +
+        "; remove it or set hyper_parameters.model=dlrm");
+  }
   if (model == ModelKind::kDlrm) GPUBOX_RETURN_IF_ERROR(check_dlrm(c, doc.source()));
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
     GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
@@ -392,7 +400,8 @@ Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
 // The hyper_parameters.* keys of the dense network and its optimizer.
 Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string o = "hyper_parameters.optimizer.";
-  h.optimizer.kind = doc.get_enum(o + "class", kDenseOptimizerKindNames);
+  // Adam in PaddleRec's dlrm folder, as its network trains (config::resolve_dense_optimizer).
+  h.optimizer.kind = config::resolve_dense_optimizer(doc);
   h.optimizer.learning_rate = static_cast<float>(doc.get_float(o + "learning_rate"));
   h.optimizer.beta1 = static_cast<float>(doc.get_float(o + "beta1"));
   h.optimizer.beta2 = static_cast<float>(doc.get_float(o + "beta2"));
@@ -419,6 +428,9 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   h.dnn_batch_norm = doc.is_set("hyper_parameters.dnn_batch_norm")
                          ? batch_norm
                          : config::paddlerec_model_name(doc) == "dlrm";
+  // PaddleRec's dlrm ends its top MLP (top_layer_sizes) in a 2-wide softmax. Another network
+  // keeps its logit (asking otherwise is refused: check_network_parts).
+  h.dlrm_output = config::resolve_dlrm_output(doc);
   if (Status dnn = read_xdeepfm_keys(doc, h); !dnn.ok()) return dnn;
   if (Status autoint = read_autoint_keys(doc, h); !autoint.ok()) return autoint;
   if (Status flen = read_flen_keys(doc, h); !flen.ok()) return flen;
@@ -442,6 +454,10 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   record_keys(doc, &c);
   // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
+  c.model_keys["hyper_parameters.dlrm_output"] = name_of(kDlrmOutputNames, c.hyper.dlrm_output);
+  // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
+  c.model_keys["hyper_parameters.optimizer.class"] =
+      name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);
   c.config_path = doc.source();
   return c;
 }
@@ -454,6 +470,17 @@ std::string dnn_batch_norm_note(const config::ConfigDocument& doc) {
   return "hyper_parameters.dnn_batch_norm: on, PaddleRec's dlrm folder's default (its MLPLayer "
          "puts a BatchNorm1D after every layer's ReLU); -o hyper_parameters.dnn_batch_norm=false "
          "turns it off";
+}
+
+std::string dlrm_output_note(const config::ConfigDocument& doc) {
+  if (doc.is_set("hyper_parameters.dlrm_output") ||
+      config::resolve_dlrm_output(doc) != DlrmOutput::kSoftmax2) {
+    return "";
+  }
+  return "hyper_parameters.dlrm_output: softmax2, from hyper_parameters.top_layer_sizes' last "
+         "entry 2 (PaddleRec's output layer: 2 wide, ReLU'd and batch-normalised as its MLPLayer "
+         "builds every layer, a two-class softmax; the prediction its class 1); "
+         "-o hyper_parameters.dlrm_output=logit trains one linear logit";
 }
 
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,

@@ -25,6 +25,10 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc);
 // hyper_parameters.dnn_batch_norm on; "" otherwise.
 std::string dnn_batch_norm_note(const config::ConfigDocument& doc);
 
+// gpubox_train's start line when PaddleRec's top_layer_sizes (its last entry 2), not the config,
+// chose hyper_parameters.dlrm_output softmax2; "" otherwise.
+std::string dlrm_output_note(const config::ConfigDocument& doc);
+
 // Reads `path`, applies `overrides` ("runner.epochs=3", "hyper_parameters.fc_sizes=[64, 32]")
 // in order and fills every part. Thread-safe.
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,

@@ -34,13 +34,15 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "part)";
     case config::ModelKind::kDlrm:
       return "its batch norm (hyper_parameters.dnn_batch_norm, on in PaddleRec's folder) "
-             "follows the ReLU of every bottom layer and every top hidden layer, as PaddleRec's, "
-             "but not the output (PaddleRec's 2 output logits are ReLU'd and normalised before "
-             "its softmax; GPUBox: one linear logit); PaddleRec's net steps every parameter with "
+             "follows the ReLU of every bottom layer and every top layer, as PaddleRec's, the "
+             "2-wide output layer's too with hyper_parameters.dlrm_output softmax2 (PaddleRec's "
+             "output, which its top_layer_sizes' last 2 selects; with logit GPUBox ends in one "
+             "linear logit); PaddleRec's net steps every parameter with "
              "Adam (lazy_mode) at optimizer.learning_rate whatever optimizer.class says "
-             "(static_model.py, dygraph_model.py), GPUBox with optimizer.class (SGD in its "
-             "config.yaml; Adam at 0.1 diverges GPUBox's one linear output logit on its batches "
-             "of 2, and stalls the network without batch norm: held-out AUC 0.5); its weights "
+             "(static_model.py, dygraph_model.py), and so does GPUBox in its folder with "
+             "softmax2 (elsewhere, and with logit, it follows optimizer.class: Adam at 0.1 "
+             "diverges the one linear logit on the folder's batches of 2, and stalls the network "
+             "without batch norm: held-out AUC 0.5); its weights "
              "start at normals truncated at "
              "2 std (GPUBox: untruncated, the same std), its embedding rows at a truncated "
              "N(0, 1)";

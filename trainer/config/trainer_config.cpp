@@ -1,5 +1,7 @@
 #include "trainer/config/trainer_config.hpp"
 
+#include "common/enum_names.hpp"
+
 namespace gpubox::trainer {
 
 DenseModelConfig TrainerConfig::dense_model_config() const {
@@ -27,6 +29,7 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.cross_l2 = static_cast<float>(hyper.cross_l2);
   model.bot_layer_sizes = hyper.bot_layer_sizes;
   model.batch_norm = hyper.dnn_batch_norm;
+  model.dlrm_output = hyper.model == ModelKind::kDlrm ? hyper.dlrm_output : DlrmOutput::kLogit;
   model.cin_layer_sizes = hyper.layer_sizes_cin;
   model.attn_layer_sizes = hyper.attn_layer_sizes;
   model.attn_heads = hyper.head_num;
@@ -37,19 +40,32 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   return model;
 }
 
-Status check_saved_batch_norm(const std::map<std::string, std::string>& saved_model_keys,
-                              const TrainerConfig& config, const std::string& save_dir) {
-  static const std::string kKey = "hyper_parameters.dnn_batch_norm";
-  const auto found = saved_model_keys.find(kKey);
-  const bool saved = found != saved_model_keys.end() && found->second == "true";
-  if (saved == config.hyper.dnn_batch_norm) return Status::OK();
-  auto text = [](bool on) { return std::string(on ? "true" : "false"); };
-  return Status::InvalidArgument(
-      "save " + save_dir + " was made with " + kKey + "=" + text(saved) +
-      (found == saved_model_keys.end() ? " (it records no such key: made before it)" : "") +
-      ", but the config " + config.config_path + " has " + text(config.hyper.dnn_batch_norm) +
-      " (PaddleRec's dlrm folder turns it on when unset, every other config off): add -o " + kKey +
-      "=" + text(saved) + " to read this save");
+Status check_saved_dense_switches(const std::map<std::string, std::string>& saved_model_keys,
+                                  const TrainerConfig& config, const std::string& save_dir) {
+  struct Switch {
+    std::string key;
+    std::string missing;  // what a save from before the key was made with
+    std::string config;
+    const char* unset;  // what a config that does not set it gets
+  };
+  const Switch switches[] = {
+      {"hyper_parameters.dnn_batch_norm", "false", config.hyper.dnn_batch_norm ? "true" : "false",
+       "PaddleRec's dlrm folder turns it on when unset, every other config off"},
+      {"hyper_parameters.dlrm_output", "logit",
+       name_of(config::kDlrmOutputNames, config.hyper.dlrm_output),
+       "PaddleRec's top_layer_sizes ending in 2 makes it softmax2 when unset, every other config "
+       "logit"}};
+  for (const Switch& s : switches) {
+    const auto found = saved_model_keys.find(s.key);
+    const std::string saved = found != saved_model_keys.end() ? found->second : s.missing;
+    if (saved == s.config) continue;
+    return Status::InvalidArgument(
+        "save " + save_dir + " was made with " + s.key + "=" + saved +
+        (found == saved_model_keys.end() ? " (it records no such key: made before it)" : "") +
+        ", but the config " + config.config_path + " has " + s.config + " (" + s.unset +
+        "): add -o " + s.key + "=" + saved + " to read this save");
+  }
+  return Status::OK();
 }
 
 }  // namespace gpubox::trainer

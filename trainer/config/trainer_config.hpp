@@ -94,6 +94,8 @@ struct HyperParameters {
   std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
   // hyper_parameters.dnn_batch_norm; not set: true in PaddleRec's dlrm folder only.
   bool dnn_batch_norm = false;
+  // hyper_parameters.dlrm_output; not set: softmax2 where PaddleRec's top_layer_sizes ends in 2.
+  DlrmOutput dlrm_output = DlrmOutput::kLogit;
   std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)
   // autoint: hyper_parameters.attn_layer_sizes, head_num, use_residual, scaling, use_wide.
   std::vector<int> attn_layer_sizes;
@@ -136,13 +138,15 @@ struct TrainerConfig {
   DenseModelConfig dense_model_config() const;
 };
 
-// OK when the save `save_dir` was made with the batch-norm setting `config` has:
-// `saved_model_keys` is its MODEL_MANIFEST's model_keys, whose hyper_parameters.dnn_batch_norm
-// (missing: false, a save from before the key) is compared with config.hyper.dnn_batch_norm.
-// Otherwise InvalidArgument naming the key, both values and PaddleRec's dlrm folder's default,
-// which a load, --mode infer and an export report before the dense sizes would (they differ by
-// the running statistics and gamma/beta, and a size error would point at fc_sizes or the slots).
-Status check_saved_batch_norm(const std::map<std::string, std::string>& saved_model_keys,
-                              const TrainerConfig& config, const std::string& save_dir);
+// OK when the save `save_dir` was made with the batch-norm setting and the dlrm output layer
+// `config` has: `saved_model_keys` is its MODEL_MANIFEST's model_keys, whose
+// hyper_parameters.dnn_batch_norm (missing: false) and hyper_parameters.dlrm_output (missing:
+// logit; a save from before the key) are compared with config.hyper's. Otherwise
+// InvalidArgument naming the key, both values and PaddleRec's dlrm folder's default, which a
+// load, --mode infer and an export report before the dense sizes would (they differ by the
+// running statistics and gamma/beta, or the output layer's width, and a size error would point at
+// fc_sizes or the slots).
+Status check_saved_dense_switches(const std::map<std::string, std::string>& saved_model_keys,
+                                  const TrainerConfig& config, const std::string& save_dir);
 
 }  // namespace gpubox::trainer

@@ -145,7 +145,7 @@ void Trainer::load(const std::string& dir) {
   loaded_ = true;
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, !remote);
-  throw_if_error(check_saved_batch_norm(plan.save().manifest.model_keys, config_, dir));
+  throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
   if (env_.trainers == 1) {
     restore_sparse(*s.host, plan);
   } else {

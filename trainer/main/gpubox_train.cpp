@@ -226,8 +226,8 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
     GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
   }
   for (const std::string& note :
-       {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::config::dense_optimizer_note(doc),
-        gpubox::table::paddlerec_rows_rule_note(doc)}) {
+       {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::trainer::dlrm_output_note(doc),
+        gpubox::config::dense_optimizer_note(doc), gpubox::table::paddlerec_rows_rule_note(doc)}) {
     if (!note.empty()) GPUBOX_LOG(INFO) << note;
   }
   for (const std::string& note : config.dataset.reader_notes) GPUBOX_LOG(INFO) << note;

@@ -165,6 +165,7 @@ void DenseModel::add_mlp(int input_dim) {
   // wanted for every column (the cross network's backward takes it, still scaled).
   const bool stacked = cross_ && !cross_->parallel();
   const std::size_t count = config_.fc_sizes.size() + 1;
+  const bool two_class_output = config_.dlrm_output == DlrmOutput::kSoftmax2;
   layers_.reserve(count);
   int in = field_ ? field_->dnn_in() : input_dim;
   for (std::size_t l = 0; l < count; ++l) {
@@ -172,11 +173,13 @@ void DenseModel::add_mlp(int input_dim) {
     LinearGemmSpec spec;
     spec.name = "fc_" + std::to_string(l);
     spec.in = in;
-    spec.out = last ? 1 : config_.fc_sizes[l];
+    // A two-class output is a hidden layer of 2 (ReLU, its norm): PaddleRec's MLPLayer.
+    const bool logit = last && !two_class_output;
+    spec.out = last ? (two_class_output ? 2 : 1) : config_.fc_sizes[l];
     spec.input = activation_type_;
-    spec.output = last ? ElementType::kF32 : activation_type_;  // the logit is fp32
-    spec.dx = l == 0 ? ElementType::kF32 : activation_type_;    // the pooled gradient too
-    spec.relu = !last;
+    spec.output = logit ? ElementType::kF32 : activation_type_;  // the logit is fp32
+    spec.dx = l == 0 ? ElementType::kF32 : activation_type_;     // the pooled gradient too
+    spec.relu = !logit;
     spec.input_is_relu = l > 0 && !config_.batch_norm;  // a norm's output is not masked
     // The first layer's input gradient is wanted for the pooled slots only (every column of
     // the cross network's output); with a field part, for the columns it hands back (its fields'
@@ -188,7 +191,7 @@ void DenseModel::add_mlp(int input_dim) {
     spec.dz_ld = activation_ld(spec.out);
     spec.dx_ld = l == 0 ? (stacked || field_ ? first_ld : pool_.out_dim()) : activation_ld(in);
     layers_.emplace_back(params_, blas_, spec);
-    if (!last) add_norm(spec);
+    if (!logit) add_norm(spec);
     in = spec.out;
   }
 }
@@ -234,6 +237,7 @@ void DenseModel::reserve(int64_t batch) {
   if (flen_) flen_->reserve(batch);
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
+  if (two_class()) logits_.resize_discard(n);
   if (layers_.empty()) {
     logits_.resize_discard(n);
     if (ones_.size() < n) {
@@ -303,6 +307,12 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
       norms_[l].forward_infer(stream, params_, hidden_[l].data(), normed_[l].data(), n);
     }
   }
+  if (two_class()) {
+    const std::size_t top = layers_.size() - 1;
+    SigmoidLogLoss::pair_logits(stream,
+                                top < normed_.size() ? normed_[top].data() : hidden_[top].data(),
+                                activation_type_, layers_[top].spec().y_ld, n, logits_.data());
+  }
   if (field_) field_->add_logits(field_step(batch, training), logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
@@ -350,14 +360,25 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   void* spare = dz_b_.data();
   // The pooled gradient is handed on with the dense scale multiplied back out.
   const float unscale = n > 0 ? 1.0f / scales.dense : 0.0f;
+  const float share = static_cast<float>(n) * scales.dense;
+  SigmoidLogLoss::ScaledGrad top{layers_.empty() ? nullptr : dz, activation_type_, scales.dense};
+  const bool normed_pair = two_class() && !norms_.empty();
+  if (two_class()) {
+    // dL/du of the two outputs: with a norm, of its output (into spare; the norm takes it to
+    // dz), else of the ReLU's, masked by it into dz.
+    top.pair_ld = layers_.back().spec().dz_ld;
+    if (normed_pair) top.data = spare;
+    if (!normed_pair) top.relu_out = hidden_.back().data();
+  }
   SigmoidLogLoss::forward_backward_async(
-      stream, logits(), batch.labels, n, preds_.data(), dlogits_.data(),
-      SigmoidLogLoss::ScaledGrad{layers_.empty() ? nullptr : dz, activation_type_, scales.dense},
-      &status_.data()->loss, loss_partials_.data(), params_.loss_slot(), stop_vote ? 1.0f : 0.0f);
+      stream, logits(), batch.labels, n, preds_.data(), dlogits_.data(), top, &status_.data()->loss,
+      loss_partials_.data(), params_.loss_slot(), stop_vote ? 1.0f : 0.0f);
+  if (normed_pair)
+    norms_.back().backward(stream, params_, hidden_.back().data(), spare, dz, n, share);
   for (std::size_t l = layers_.size(); l-- > 0;) {
     layers_[l].backward_weights(params_, layer_input(l), dz, n);
     if (l > 0) {
-      backward_hidden(l, dz, spare, n, static_cast<float>(n) * scales.dense);
+      backward_hidden(l, dz, spare, n, share);
     } else if (cross_ && !cross_->parallel()) {
       // stacked: dL/dx_L, still scaled, into the cross network, which hands on the pooled part.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, cross_->output_grad(),

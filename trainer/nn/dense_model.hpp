@@ -9,8 +9,10 @@
 // embeddings and its pairs' values: deepfefm_part.hpp; for autoint the wide part, self-attention
 // layers over the fields' embeddings and the MLP over them when fc_sizes is set:
 // autoint_part.hpp; for flen the MLP and a field-wise bi-interaction beside it: flen_part.hpp)
-// -> sigmoid, log loss. Owns its layers (each one's GEMMs with bias, ReLU and
-// the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
+// -> sigmoid, log loss (with DenseModelConfig::dlrm_output softmax2, PaddleRec dlrm's output
+// layer: the MLP's last layer 2 wide, ReLU'd and normalised like a hidden one, a two-class softmax,
+// which is the sigmoid of u1 - u0 and its log loss). Owns its layers (each one's GEMMs with bias,
+// ReLU and the ReLU backward folded in: linear_gemms.hpp), its parameters (one flat buffer,
 // DenseParameters) and its activation buffers; it does not own the batch (views into the sparse
 // side's buffers) nor the optimizer.
 // With config.batch_norm every hidden layer of the MLP is Linear -> ReLU -> BatchNorm1D
@@ -180,9 +182,15 @@ class DenseModel {
     if (field_) return field_->dnn_input();
     return x0_.data();
   }
-  // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm.
+  // PaddleRec's two-class output layer (DenseModelConfig::dlrm_output) on the MLP.
+  bool two_class() const {
+    return config_.dlrm_output == DlrmOutput::kSoftmax2 && !layers_.empty();
+  }
+  // The logit column: the last linear layer's output (fp32), or logits_ for wide, fm and ffm and
+  // the two-class output's u1 - u0.
   float* logits() {
-    return layers_.empty() ? logits_.data() : reinterpret_cast<float*>(hidden_.back().data());
+    return layers_.empty() || two_class() ? logits_.data()
+                                          : reinterpret_cast<float*>(hidden_.back().data());
   }
 
   device::Card* card_;
@@ -215,7 +223,7 @@ class DenseModel {
   std::vector<device::device_buffer<char>> normed_;  // the norms' outputs (activation type)
   device::device_buffer<char> dz_a_;
   device::device_buffer<char> dz_b_;
-  device::device_buffer<float> logits_;  // kWide, kFm and kFfm only
+  device::device_buffer<float> logits_;  // kWide, kFm and kFfm, and two_class() only
   device::device_buffer<float> preds_;
   device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
   device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient

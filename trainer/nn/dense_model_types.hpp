@@ -18,6 +18,10 @@ using config::kModelKindNames;
 using DensePrecision = config::DensePrecision;
 using config::kDensePrecisionNames;
 
+// hyper_parameters.dlrm_output: logit or softmax2 (config_enums.hpp).
+using DlrmOutput = config::DlrmOutput;
+using config::kDlrmOutputNames;
+
 // hyper_parameters.dcn_structure: stacked or parallel (config_enums.hpp).
 using DcnStructure = config::DcnStructure;
 using config::kDcnStructureNames;
@@ -36,6 +40,11 @@ struct DenseModelConfig {
   // hyper_parameters.dnn_batch_norm: a batch norm after every hidden layer's ReLU (Linear -> ReLU
   // -> BatchNorm1D, PaddleRec's MLPLayer; kDlrm: in the bottom MLP too); batch_norm.hpp.
   bool batch_norm = false;
+  // hyper_parameters.dlrm_output (any network with an MLP; the config lets dlrm alone ask):
+  // kSoftmax2 makes the MLP's last layer 2 wide, ReLU'd and (with batch_norm) normalised like the
+  // hidden ones, its outputs u the two classes' logits: prediction softmax(u)[1] =
+  // sigmoid(u1 - u0), loss the cross entropy (DenseModel).
+  DlrmOutput dlrm_output = DlrmOutput::kLogit;
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
   // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
   DensePrecision precision = DensePrecision::kFp32;

@@ -19,7 +19,9 @@
 
 namespace gpubox::trainer {
 namespace {
-// dz (optional) is the MLP's top gradient: dz_scale * (p - y), as T (float or Bf16).
+// dz (optional) is the MLP's top gradient: dz_scale * (p - y), as T (float or Bf16); with a
+// two-class output (pair_ld > 0) the pair's row [-g, g], each 0 where `relu_out` (when set) is
+// not above 0.
 template <class T>
 struct SigmoidGrad {
   const float* logits;
@@ -28,19 +30,43 @@ struct SigmoidGrad {
   float* dlogits;
   T* dz;
   float dz_scale;
+  std::size_t pair_ld;
+  const T* relu_out;
   GPUBOX_HD void operator()(std::size_t i) const {
     const float p = detail::sigmoid(logits[i]);
     if (preds != nullptr) preds[i] = p;
     const float d = labels != nullptr ? p - labels[i] : 0.0f;
     if (dlogits != nullptr) dlogits[i] = d;
-    if (dz != nullptr) store_as(dz + i, dz_scale * d);
+    if (dz == nullptr) return;
+    if (pair_ld == 0) {
+      store_as(dz + i, dz_scale * d);
+      return;
+    }
+    const float g = dz_scale * d;
+    const std::size_t at = i * pair_ld;
+    const bool open0 = relu_out == nullptr || to_float(relu_out[at]) > 0.0f;
+    const bool open1 = relu_out == nullptr || to_float(relu_out[at + 1]) > 0.0f;
+    store_as(dz + at, open0 ? -g : 0.0f);
+    store_as(dz + at + 1, open1 ? g : 0.0f);
   }
 };
 template <class T>
 SigmoidGrad<T> sigmoid_grad(const float* logits, const float* labels, float* preds, float* dlogits,
-                            T* dz, float dz_scale) {
-  return SigmoidGrad<T>{logits, labels, preds, dlogits, dz, dz_scale};
+                            T* dz, float dz_scale, std::size_t pair_ld = 0,
+                            const void* relu_out = nullptr) {
+  return SigmoidGrad<T>{logits, labels,   preds,   dlogits,
+                        dz,     dz_scale, pair_ld, static_cast<const T*>(relu_out)};
 }
+// Item i: logits[i] = u[i, 1] - u[i, 0], the two-class softmax's class-1 logit.
+template <class T>
+struct PairLogit {
+  const T* u;
+  std::size_t ld;
+  float* logits;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    logits[i] = to_float(u[i * ld + 1]) - to_float(u[i * ld]);
+  }
+};
 // The batch loss, folded on the card (reduce_into_then: applied by the thread holding the total),
 // into *loss and the parameters' loss slot (all-reduced with the gradients): the step's two
 // slots after the gradients (DenseParameters::reduced_size) are the loss and the card's stop
@@ -148,14 +174,15 @@ void SigmoidLogLoss::forward_backward_async(const device::Stream& stream, const 
                                             float* dlogits, const ScaledGrad& dz, double* loss,
                                             double* partials, float* step_slots, float stop_vote) {
   const auto n = static_cast<std::size_t>(batch);
+  const auto pair_ld = static_cast<std::size_t>(dz.pair_ld);
   if (dz.type == ElementType::kBf16) {
-    device::parallel_for(
-        stream, n,
-        sigmoid_grad(logits, labels, preds, dlogits, static_cast<Bf16*>(dz.data), dz.scale));
+    device::parallel_for(stream, n,
+                         sigmoid_grad(logits, labels, preds, dlogits, static_cast<Bf16*>(dz.data),
+                                      dz.scale, pair_ld, dz.relu_out));
   } else {
-    device::parallel_for(
-        stream, n,
-        sigmoid_grad(logits, labels, preds, dlogits, static_cast<float*>(dz.data), dz.scale));
+    device::parallel_for(stream, n,
+                         sigmoid_grad(logits, labels, preds, dlogits, static_cast<float*>(dz.data),
+                                      dz.scale, pair_ld, dz.relu_out));
   }
   device::reduce_into_then(stream, n, LogLossAt{logits, labels}, PlusDouble{}, 0.0, partials,
                            StoreStepSlots{loss, step_slots, stop_vote});
@@ -165,6 +192,17 @@ void SigmoidLogLoss::predict(const device::Stream& stream, const float* logits, 
                              float* preds) {
   device::parallel_for(stream, static_cast<std::size_t>(batch),
                        sigmoid_grad<float>(logits, nullptr, preds, nullptr, nullptr, 0.0f));
+}
+
+void SigmoidLogLoss::pair_logits(const device::Stream& stream, const void* u, ElementType type,
+                                 int64_t ld, int64_t batch, float* logits) {
+  const auto n = static_cast<std::size_t>(batch);
+  const auto stride = static_cast<std::size_t>(ld);
+  if (type == ElementType::kBf16) {
+    device::parallel_for(stream, n, PairLogit<Bf16>{static_cast<const Bf16*>(u), stride, logits});
+  } else {
+    device::parallel_for(stream, n, PairLogit<float>{static_cast<const float*>(u), stride, logits});
+  }
 }
 
 std::size_t SigmoidLogLoss::loss_partials(std::size_t batch) {

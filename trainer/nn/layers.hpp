@@ -376,7 +376,9 @@ class CrossNet {
 };
 
 // pred = sigmoid(z); per-instance log loss computed stably from the logit
-// (max(z,0) - y z + log1p(exp(-|z|))); dz = pred - y.
+// (max(z,0) - y z + log1p(exp(-|z|))); dz = pred - y. A two-class softmax over u = [u0, u1]
+// (DlrmOutput::kSoftmax2) is this loss of z = u1 - u0: softmax(u)[1] = sigmoid(u1 - u0), its
+// cross entropy -log softmax(u)[y] the log loss of z, and d/du = (p - y) [-1, 1].
 class SigmoidLogLoss {
  public:
   // Returns the sum of the batch's losses (synchronizes the stream). preds/dlogits may be
@@ -387,11 +389,16 @@ class SigmoidLogLoss {
   // (device::reduce_into), and copied as a float to step_slots[0]: no host round trip;
   // step_slots[1] = stop_vote (DenseParameters::reduced_size).
   // `partials`: device::reduce_partials(batch) doubles of card memory. When dz.data is set it
-  // receives dz.scale * dlogits in dz.type: the MLP's top gradient.
+  // receives dz.scale * dlogits in dz.type: the MLP's top gradient. With pair_ld > 0 the logits
+  // are a two-class softmax's (pair_logits) and dz is [B x 2] at row stride pair_ld:
+  // dz.scale * dlogits * [-1, 1], each 0 where relu_out (when set: [B x 2] of dz.type, the same
+  // stride) is not above 0, the ReLU's backward.
   struct ScaledGrad {
     void* data = nullptr;
     ElementType type = ElementType::kF32;
     float scale = 1.0f;
+    int64_t pair_ld = 0;
+    const void* relu_out = nullptr;
   };
   static void forward_backward_async(const device::Stream& stream, const float* logits,
                                      const float* labels, int64_t batch, float* preds,
@@ -399,6 +406,10 @@ class SigmoidLogLoss {
                                      double* partials, float* step_slots, float stop_vote = 0.0f);
   static void predict(const device::Stream& stream, const float* logits, int64_t batch,
                       float* preds);
+  // logits[i] = u[i, 1] - u[i, 0] from a two-class softmax's [B x 2] inputs u (`type`, row
+  // stride `ld`). Enqueued.
+  static void pair_logits(const device::Stream& stream, const void* u, ElementType type, int64_t ld,
+                          int64_t batch, float* logits);
   // Doubles of card memory forward_backward_async's `partials` needs for `batch` instances.
   static std::size_t loss_partials(std::size_t batch);
 };

@@ -53,7 +53,7 @@ void PsTrainer::load(const std::string& dir) {
   State& s = *state_;
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, false);
-  throw_if_error(check_saved_batch_norm(plan.save().manifest.model_keys, config_, dir));
+  throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
   const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
   loaded_ = true;
   on_trainer_zero(

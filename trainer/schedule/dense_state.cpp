@@ -107,7 +107,7 @@ DenseState load_dense_half(const std::string& dir, std::size_t parameters) {
   GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
   GPUBOX_EXPECTS(block->values.size() == parameters, "save ", dir, " holds ", block->values.size(),
                  " dense parameters but the configured model has ", parameters,
-                 " (different fc_sizes, slots, dense_input_dim or dnn_batch_norm?)");
+                 " (different fc_sizes, slots, dense_input_dim, dnn_batch_norm or dlrm_output?)");
   for (const char* name : {kMoment1, kMoment2, kSteps}) {
     GPUBOX_EXPECTS(block->state.count(name) == 1, "save ", dir,
                    ": the dense half has no optimizer state '", name, "'");
