@@ -358,8 +358,8 @@ class DocumentBuilder {
   }
 
   // A kOutputLayerList alias's value without its last entry, which must be 2 or 1: PaddleRec's
-  // two-class softmax (hyper_parameters.dlrm_output softmax2, which the 2 selects when the key is
-  // not set: note_output_width), or one logit.
+  // two-class softmax (hyper_parameters.dlrm_output softmax2, which the 2 selects in PaddleRec's
+  // dlrm folder when the key is not set: note_output_width), or one logit.
   static Status hidden_layers(const KeyAlias& alias, const YAML::Node& value, YAML::Node* out) {
     if (!value.IsSequence() || value.size() < 2) {
       return Status::InvalidArgument(alias.name +

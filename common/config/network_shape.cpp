@@ -83,9 +83,13 @@ std::string paddlerec_model_name(const ConfigDocument& doc) {
 DlrmOutput resolve_dlrm_output(const ConfigDocument& doc) {
   const DlrmOutput output = doc.get_enum("hyper_parameters.dlrm_output", kDlrmOutputNames);
   if (doc.is_set("hyper_parameters.dlrm_output")) return output;
+  // PaddleRec's dlrm folder only, which also turns dnn_batch_norm on: elsewhere top_layer_sizes'
+  // last 2 keeps its meaning before the key (one logit), as a 2-wide ReLU output without the norm
+  // can die whole (both outputs 0: logloss ln 2, AUC 0.5, for good).
   const StatusOr<NetworkChoice> network = resolve_network(doc);
   const bool dlrm = network.ok() && network->model == ModelKind::kDlrm;
-  return dlrm && doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2
+  return dlrm && paddlerec_model_name(doc) == "dlrm" &&
+                 doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2
              ? DlrmOutput::kSoftmax2
              : DlrmOutput::kLogit;
 }
