@@ -136,6 +136,9 @@ NetworkCase dlrm() {
       {{"hyper_parameters.top_layer_sizes=[512, 256, 3]"},
        "top_layer_sizes: its last entry is the output layer, which GPUBox builds as PaddleRec's "
        "two-class softmax (2) or one logit (1)"},
+      {{"hyper_parameters.top_layer_sizes=[64, 1]", "hyper_parameters.dlrm_output=softmax2"},
+       "p.yaml: -o: hyper_parameters.dlrm_output: softmax2 builds a 2-wide output layer, but "
+       "hyper_parameters.top_layer_sizes (-o) ends in 1"},
       {{"hyper_parameters.model=dnn", "hyper_parameters.dlrm_output=softmax2"},
        "p.yaml: hyper_parameters.dlrm_output=softmax2 is dlrm's output layer, but the network is "
        "dnn"},
