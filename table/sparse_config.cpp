@@ -120,13 +120,23 @@ std::string correction_note(const config::ConfigDocument& doc) {
 
 std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
   const RowsRule rule = rows_rule(doc);
-  if (rule == RowsRule::kSparseOptimizer) return "";
   const std::string optimizer =
       std::string(name_of(config::kDenseOptimizerKindNames, config::resolve_dense_optimizer(doc))) +
       " at learning_rate " + doc.value_text(kDenseOpt + "learning_rate");
+  // PaddleRec's dlrm network steps every parameter with Adam whatever its class says.
+  const bool dlrm = config::paddlerec_dlrm_network(doc);
+  const std::string paddlerec =
+      dlrm ? "the optimizer PaddleRec's dlrm network steps every parameter with whatever " +
+                 kDenseOpt + "class says (" + optimizer + ")"
+           : "PaddleRec's " + kDenseOpt + "class (" + optimizer + ")";
+  if (rule == RowsRule::kSparseOptimizer) {
+    if (!dlrm) return "";
+    return doc.source() + ": the embedding rows step under " + kSo + "* as this config sets " +
+           "them (class " + doc.value_text(kSo + "class") + "), not under " + paddlerec;
+  }
   if (rule == RowsRule::kPaddleRecOptimizer) {
-    return doc.source() + ": the embedding rows step under PaddleRec's " + kDenseOpt + "class (" +
-           optimizer + "), as its trainer steps its embedding tables (" + kSo +
+    return doc.source() + ": the embedding rows step under " + paddlerec +
+           ", as its trainer steps its embedding tables (" + kSo +
            "class adam at that learning_rate and mf_learning_rate, with its beta1, beta2 and "
            "epsilon, embedx from a key's first step, " +
            correction_note(doc) + "); they start at GPUBox's " + kSo +
@@ -135,8 +145,8 @@ std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
   }
   return doc.source() + ": the embedding rows step under " + kSo +
          "* (class, learning_rate, mf_learning_rate, embedx_threshold: Paddle's parameter-server "
-         "rule), not under PaddleRec's " +
-         kDenseOpt + "class (" + optimizer + "), whose steps on a row scale with the batch";
+         "rule), not under " +
+         paddlerec + ", whose steps on a row scale with the batch";
 }
 
 StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {

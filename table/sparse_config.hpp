@@ -41,8 +41,10 @@ StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc);
 // rows that rule (class adam, learning_rate = mf_learning_rate = the optimizer's, its beta1, beta2
 // and epsilon, embedx from a key's first step); with SGD or Adagrad (dlrm, flen: gradients that
 // scale with the batch, which GPUBox's per-key rule does not mirror) the rows keep
-// hyper_parameters.sparse_optimizer.*. The start line saying which, for such a config; "" for any
-// other config.
+// hyper_parameters.sparse_optimizer.*. PaddleRec's dlrm network (config::paddlerec_dlrm_network)
+// steps them with Adam whatever class says, and so do its rows here unless the config sets a
+// sparse rule's keys (then the line says the rows do not take that Adam). The start line saying
+// which, for such a config; "" for any other config.
 std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc);
 
 // Reads the host-tier keys (above). The remote tier's endpoints and token are not config keys:

@@ -186,12 +186,36 @@ class DocumentBuilder {
         std::get<IntMap>(doc_.value_of(*find_key("hyper_parameters.slot_dims"))), names, slots,
         std::get<int64_t>(doc_.value_of(*find_key("hyper_parameters.sparse_feature_dim"))) - 1);
     if (!dims.ok()) return error(dims.status().message());
-    return Status::OK();
+    return check_output_width();
   }
 
   ConfigDocument take() { return std::move(doc_); }
 
  private:
+  // hyper_parameters.dlrm_output softmax2 (a 2-wide output layer) asked for beside PaddleRec's
+  // top_layer_sizes ending in 1 (one logit): which one was meant is the user's to say.
+  Status check_output_width() const {
+    const std::string output = "hyper_parameters.dlrm_output";
+    const std::string top = "hyper_parameters.top_layer_sizes";
+    const auto asked = doc_.values_.find(output);
+    const auto width = doc_.output_widths_.find(top);
+    if (asked == doc_.values_.end() || std::get<std::string>(asked->second) != "softmax2" ||
+        width == doc_.output_widths_.end() || width->second != 1) {
+      return Status::OK();
+    }
+    const auto fc_line = lines_.find("hyper_parameters.fc_sizes");
+    const std::string top_where =
+        overridden_.count("hyper_parameters.fc_sizes") > 0 || fc_line == lines_.end()
+            ? "-o"
+            : "line " + std::to_string(fc_line->second.line);
+    const auto output_line = lines_.find(output);
+    const bool output_in_file = overridden_.count(output) == 0 && output_line != lines_.end();
+    return error((output_in_file ? "" : "-o: ") + output +
+                     ": softmax2 builds a 2-wide output layer, but " + top + " (" + top_where +
+                     ") ends in 1, one logit; end " + top + " in 2 or set " + output + " logit",
+                 output_in_file ? output_line->second.line : 0);
+  }
+
   Status error(const std::string& what, int line = 0) const {
     const std::string where = line > 0 ? doc_.source_ + ":" + std::to_string(line) : doc_.source_;
     return Status::InvalidArgument(where + ": " + what);
@@ -358,8 +382,8 @@ class DocumentBuilder {
   }
 
   // A kOutputLayerList alias's value without its last entry, which must be 2 or 1: PaddleRec's
-  // two-class softmax (hyper_parameters.dlrm_output softmax2, which the 2 selects when the key is
-  // not set: note_output_width), or one logit.
+  // two-class softmax (hyper_parameters.dlrm_output softmax2, which the 2 selects in PaddleRec's
+  // dlrm folder when the key is not set: note_output_width), or one logit.
   static Status hidden_layers(const KeyAlias& alias, const YAML::Node& value, YAML::Node* out) {
     if (!value.IsSequence() || value.size() < 2) {
       return Status::InvalidArgument(alias.name +

@@ -83,9 +83,13 @@ std::string paddlerec_model_name(const ConfigDocument& doc) {
 DlrmOutput resolve_dlrm_output(const ConfigDocument& doc) {
   const DlrmOutput output = doc.get_enum("hyper_parameters.dlrm_output", kDlrmOutputNames);
   if (doc.is_set("hyper_parameters.dlrm_output")) return output;
+  // PaddleRec's dlrm folder only, which also turns dnn_batch_norm on: elsewhere top_layer_sizes'
+  // last 2 keeps its meaning before the key (one logit), as a 2-wide ReLU output without the norm
+  // can die whole (both outputs 0: logloss ln 2, AUC 0.5, for good).
   const StatusOr<NetworkChoice> network = resolve_network(doc);
   const bool dlrm = network.ok() && network->model == ModelKind::kDlrm;
-  return dlrm && doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2
+  return dlrm && paddlerec_model_name(doc) == "dlrm" &&
+                 doc.output_layer_width("hyper_parameters.top_layer_sizes") == 2
              ? DlrmOutput::kSoftmax2
              : DlrmOutput::kLogit;
 }
@@ -113,14 +117,17 @@ std::string dense_optimizer_note(const ConfigDocument& doc) {
       "hyper_parameters.optimizer.learning_rate (" +
       rate + ") whatever class says (its static_model.py and dygraph_model.py read no class)";
   if (paddlerec_dlrm_network(doc)) {
+    const char* const chosen = doc.is_set("hyper_parameters.dlrm_output")
+                                   ? "as the config sets it"
+                                   : "this folder's default for top_layer_sizes' last 2";
     return written + " has no effect here: " + paddlerec +
            ", and so does GPUBox with PaddleRec's output layer (hyper_parameters.dlrm_output "
-           "softmax2, from top_layer_sizes' last 2): Adam at " +
-           rate +
-           " for the dense net and the rows (on this folder's sample, batches of 2: training "
-           "logloss 1.00-1.06 times the constant predictor's, Paddle's 1.2: BENCHMARKS.md); "
-           "-o hyper_parameters.dlrm_output=logit trains GPUBox's one-logit dlrm, which follows "
-           "class";
+           "softmax2, " +
+           chosen + "): Adam at " + rate +
+           " for the dense net (the embedding rows: the line on their rule; on this folder's "
+           "sample, batches of 2: training logloss 1.00-1.06 times the constant predictor's, "
+           "Paddle's 1.2: BENCHMARKS.md); -o hyper_parameters.dlrm_output=logit trains GPUBox's "
+           "one-logit dlrm, which follows class";
   }
   return written + " as written, though " + paddlerec +
          ": GPUBox's dlrm with one linear logit (hyper_parameters.dlrm_output logit) diverges "

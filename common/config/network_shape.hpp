@@ -47,8 +47,10 @@ StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspa
 StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc);
 
 // hyper_parameters.dlrm_output as `doc` trains it: the key when set, else softmax2 (PaddleRec's
-// two-class output layer) for dlrm (resolve_network) where PaddleRec's top_layer_sizes ends in 2
-// (ConfigDocument::output_layer_width), else logit. Reads the key whether or not it decides.
+// two-class output layer) for dlrm (resolve_network) in PaddleRec's dlrm folder
+// (paddlerec_model_name) where its top_layer_sizes ends in 2 (ConfigDocument::output_layer_width),
+// else logit (elsewhere a last 2 means one logit, as before the key). Reads the key whether or
+// not it decides.
 DlrmOutput resolve_dlrm_output(const ConfigDocument& doc);
 
 // True when `doc` trains PaddleRec's dlrm network as its folder builds it: a config in PaddleRec's

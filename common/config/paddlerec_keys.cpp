@@ -138,7 +138,7 @@ const std::vector<KeyAlias>& key_aliases() {
       {h + "low_rank", h + "cross_rank", Kind::kSame, "", "", "PaddleRec dcn_v2's rank of the DCN-Mix experts (its plain cross layers are full rank)", 0, h + "cross_mixture"},
       {h + "is_Stacked", h + "dcn_structure", Kind::kBoolChoice, "stacked", "parallel", "PaddleRec dcn_v2's structure: True stacked, False parallel", 0, ""},
       {h + "layer_sizes", h + "fc_sizes", Kind::kSame, "", "", "PaddleRec slot_dnn's hidden layers", 0, ""},
-      {h + "top_layer_sizes", h + "fc_sizes", Kind::kOutputLayerList, "", "", "PaddleRec dlrm's top MLP: its hidden layers, then the output layer (2: its two-class softmax, hyper_parameters.dlrm_output softmax2 unless set; 1: one logit)", 0, ""},
+      {h + "top_layer_sizes", h + "fc_sizes", Kind::kOutputLayerList, "", "", "PaddleRec dlrm's top MLP: its hidden layers, then the output layer (2: in PaddleRec's dlrm folder its two-class softmax, hyper_parameters.dlrm_output softmax2 unless set, elsewhere one logit; 1: one logit)", 0, ""},
       {h + "embedding_dim", h + "sparse_feature_dim", Kind::kOffset, "", "", "PaddleRec autoint's embedding width per key: sparse_feature_dim is one more (embed_w, its first-order weight, comes first)", 1, ""},
       {h + "emb_dim", h + "sparse_feature_dim", Kind::kSame, "", "", "PaddleRec slot_dnn's embedding width per key (1 wide weight + the embedding, as sparse_feature_dim)", 0, ""},
       {h + "slot_num", h + "sparse_inputs_slots", Kind::kOffset, "", "", "PaddleRec slot_dnn's sparse slots (2 ... slot_num + 1): sparse_inputs_slots is one more (the label counts as one)", 1, ""},

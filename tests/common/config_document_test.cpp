@@ -191,6 +191,30 @@ TEST_F(ConfigDocumentTest, CrossKeyRules) {
       error_of("hyper_parameters:\n  sparse_inputs_slots: 4\n  slot_names: [a, b]\n"),
       p + ": hyper_parameters.slot_names has 2 names but hyper_parameters.sparse_inputs_slots "
           "= 4 means 3 sparse slots (the label counts as one)");
+  // dlrm's two-class output asked for beside PaddleRec's output layer of one logit: refused at
+  // the key's line (or -o), naming top_layer_sizes' line (or -o); its 2 and logit are read.
+  const std::string top1 = "hyper_parameters:\n  top_layer_sizes: [64, 1]\n";
+  const std::string why =
+      "hyper_parameters.dlrm_output: softmax2 builds a 2-wide output layer, but "
+      "hyper_parameters.top_layer_sizes (";
+  EXPECT_EQ(error_of(top1 + "  dlrm_output: softmax2\n"),
+            p + ":3: " + why +
+                "line 2) ends in 1, one logit; end hyper_parameters.top_layer_sizes in 2 or set "
+                "hyper_parameters.dlrm_output logit");
+  EXPECT_EQ(error_of(top1, {"hyper_parameters.dlrm_output=softmax2"})
+                .rfind(p + ": -o: " + why + "line 2)", 0),
+            0u);
+  EXPECT_EQ(error_of("runner:\n  epochs: 1\n", {"hyper_parameters.top_layer_sizes=[8, 1]",
+                                                "hyper_parameters.dlrm_output=softmax2"})
+                .rfind(p + ": -o: " + why + "-o)", 0),
+            0u);
+  for (const char* fine : {"  top_layer_sizes: [64, 2]\n  dlrm_output: softmax2\n",
+                           "  top_layer_sizes: [64, 1]\n  dlrm_output: logit\n",
+                           "  fc_sizes: [64]\n  dlrm_output: softmax2\n"}) {
+    EXPECT_TRUE(
+        ConfigDocument::load(write("fine.yaml", std::string("hyper_parameters:\n") + fine)).ok())
+        << fine;
+  }
 }
 
 TEST_F(ConfigDocumentTest, OverridesApplyInOrderWithTheKeysTypes) {

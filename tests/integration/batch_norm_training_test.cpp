@@ -155,7 +155,7 @@ TEST_P(BatchNormTraining, TwoCardsSaveOneModelThatInfersAsTheyDid) {
            {"hyper_parameters.dnn_batch_norm=false", "hyper_parameters.dnn_batch_norm=true",
             " has false (PaddleRec's dlrm folder turns it on"},
            {"hyper_parameters.dlrm_output=" + other, "hyper_parameters.dlrm_output=" + output,
-            " has " + other + " (PaddleRec's top_layer_sizes ending in 2"}}) {
+            " has " + other + " (PaddleRec's dlrm folder makes it softmax2 when unset"}}) {
     std::vector<std::string> changed = dlrm_bn(GetParam());
     changed.push_back(change);
     Trainer plain(config(changed), env("0"));

@@ -136,6 +136,9 @@ NetworkCase dlrm() {
       {{"hyper_parameters.top_layer_sizes=[512, 256, 3]"},
        "top_layer_sizes: its last entry is the output layer, which GPUBox builds as PaddleRec's "
        "two-class softmax (2) or one logit (1)"},
+      {{"hyper_parameters.top_layer_sizes=[64, 1]", "hyper_parameters.dlrm_output=softmax2"},
+       "p.yaml: -o: hyper_parameters.dlrm_output: softmax2 builds a 2-wide output layer, but "
+       "hyper_parameters.top_layer_sizes (-o) ends in 1"},
       {{"hyper_parameters.model=dnn", "hyper_parameters.dlrm_output=softmax2"},
        "p.yaml: hyper_parameters.dlrm_output=softmax2 is dlrm's output layer, but the network is "
        "dnn"},
@@ -526,9 +529,25 @@ TEST(PaddleRecKeys, DlrmTrainsItsNetsAdam) {
     return doc.ok() ? dlrm_output_note(*doc) : doc.status().message();
   };
   EXPECT_TRUE(contains(output_note({}),
-                       "hyper_parameters.dlrm_output: softmax2, from "
-                       "hyper_parameters.top_layer_sizes' last entry 2"))
+                       "hyper_parameters.dlrm_output: softmax2, PaddleRec's dlrm folder's output "
+                       "layer for its hyper_parameters.top_layer_sizes' last entry 2 (2 wide, "
+                       "ReLU'd and batch-normalised"))
       << output_note({});
+  EXPECT_TRUE(contains(note({}),
+                       "softmax2, this folder's default for top_layer_sizes' last 2): "
+                       "Adam at 0.1 for the dense net (the embedding rows: the line"))
+      << note({});
+  const std::vector<std::string> asked = {"hyper_parameters.dlrm_output=softmax2"};
+  EXPECT_TRUE(contains(note(asked), "softmax2, as the config sets it): Adam")) << note(asked);
+  // A sparse rule's own keys keep the rows under it: the rows' line says so, not the dense one.
+  const std::vector<std::string> adagrad = {"hyper_parameters.sparse_optimizer.class=adagrad"};
+  EXPECT_FALSE(contains(note(adagrad), "and the rows")) << note(adagrad);
+  EXPECT_TRUE(contains(rows_note(kDlrm, adagrad),
+                       "p.yaml: the embedding rows step under hyper_parameters.sparse_optimizer.* "
+                       "as this config sets them (class adagrad), not under the optimizer "
+                       "PaddleRec's dlrm network steps every parameter with whatever "
+                       "hyper_parameters.optimizer.class says (Adam at learning_rate 0.1)"))
+      << rows_note(kDlrm, adagrad);
   EXPECT_EQ(output_note(logit), "");
   EXPECT_EQ(output_note({"hyper_parameters.dlrm_output=softmax2"}), "");
   EXPECT_EQ(output_note({"hyper_parameters.top_layer_sizes=[64, 1]"}), "");

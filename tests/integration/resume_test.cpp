@@ -429,6 +429,28 @@ TEST_F(Resume, TheNewestSaveOfAnotherRunIsRefusedNamingWhatDiffers) {
       << what;
 }
 
+// A save of dlrm's one-logit output resumed with the two-class output (as a save of PaddleRec's
+// dlrm folder made before dlrm_output, which the folder now builds): refused, saying the -o that
+// resumes it.
+TEST_F(Resume, ASaveOfAnotherDlrmOutputIsRefusedNamingTheOverrideThatResumesIt) {
+  const fs::path dir = root_ / "dlrm_output";
+  const std::vector<std::string> dlrm = {"hyper_parameters.model=dlrm",
+                                         "hyper_parameters.bot_layer_sizes=[8, 5]",
+                                         "hyper_parameters.dnn_batch_norm=true"};
+  std::vector<std::string> logit = dlrm;
+  logit.insert(logit.end(), {"hyper_parameters.dlrm_output=logit", "runner.epochs=1"});
+  Trainer(config(dir, logit), env()).train();
+  std::vector<std::string> softmax2 = dlrm;
+  softmax2.push_back("hyper_parameters.dlrm_output=softmax2");
+  const std::string what = error_of([&] { Trainer(config(dir, softmax2), env()).train(); });
+  EXPECT_NE(what.find("hyper_parameters.dlrm_output: saved logit, now softmax2"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("add -o hyper_parameters.dlrm_output=logit to read this save"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
+}
+
 TEST_F(Resume, ASaveOfAConfigBuiltInCodeRecordsNoModelKeysAndIsNotCompared) {
   const fs::path dir = root_ / "in_code";
   TrainerConfig in_code = config(dir, {"runner.epochs=1"});

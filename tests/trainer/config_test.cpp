@@ -547,5 +547,48 @@ TEST_F(ConfigTest, BatchNormIsPaddleRecDlrmsDefaultAndOtherwiseAskedFor) {
   EXPECT_TRUE(autoint_dnn.ok()) << autoint_dnn.status().to_string();
 }
 
+// top_layer_sizes' last 2 picks PaddleRec's two-class output in its dlrm folder only (where the
+// norm is on); elsewhere it means one logit, as before dlrm_output. The start line says whether
+// the output is normalised, and softmax2 without the norm is warned of (both ReLU'd outputs can
+// die), whether the folder or the key chose it.
+TEST_F(ConfigTest, TopLayerSizesLast2IsTheTwoClassOutputInPaddleRecsDlrmFolderOnly) {
+  const std::string yaml =
+      "hyper_parameters:\n  optimizer:\n    class: SGD\n  sparse_feature_dim: 16\n"
+      "  top_layer_sizes: [64, 2]\n";
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    return doc.ok() ? dlrm_output_note(*doc) : doc.status().to_string();
+  };
+  const std::string folder = "PaddleRec/models/rank/dlrm";
+  auto paddlerec = load_in(folder, yaml);
+  ASSERT_TRUE(paddlerec.ok()) << paddlerec.status().to_string();
+  EXPECT_EQ(paddlerec->dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
+  EXPECT_EQ(paddlerec->hyper.fc_sizes, std::vector<int>{64});
+  EXPECT_EQ(paddlerec->hyper.optimizer.kind, DenseOptimizerKind::kAdam);  // its net's
+  EXPECT_NE(note(folder, {}).find("ReLU'd and batch-normalised"), std::string::npos);
+  EXPECT_EQ(dlrm_output_warning(*paddlerec), "");
+  const std::vector<std::string> no_norm = {"hyper_parameters.dnn_batch_norm=false"};
+  auto plain = load_in(folder, yaml, no_norm);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->hyper.dlrm_output, DlrmOutput::kSoftmax2);
+  EXPECT_NE(note(folder, no_norm).find("not batch-normalised"), std::string::npos);
+  EXPECT_NE(dlrm_output_warning(*plain).find("training stalls for good"), std::string::npos);
+  // Elsewhere: GPUBox's dlrm with one logit over the same hidden layers, no line, no warning.
+  auto gpubox = load_in("elsewhere", yaml, {"hyper_parameters.model=dlrm"});
+  ASSERT_TRUE(gpubox.ok()) << gpubox.status().to_string();
+  EXPECT_EQ(gpubox->dense_model_config().dlrm_output, DlrmOutput::kLogit);
+  EXPECT_EQ(gpubox->hyper.fc_sizes, std::vector<int>{64});
+  EXPECT_EQ(gpubox->hyper.optimizer.kind, DenseOptimizerKind::kSgd);  // as written
+  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
+  EXPECT_EQ(dlrm_output_warning(*gpubox), "");
+  // Asked for there, without the norm: built, and warned of.
+  auto asked = load_in("elsewhere", yaml,
+                       {"hyper_parameters.model=dlrm", "hyper_parameters.dlrm_output=softmax2"});
+  ASSERT_TRUE(asked.ok()) << asked.status().to_string();
+  EXPECT_EQ(asked->hyper.dlrm_output, DlrmOutput::kSoftmax2);
+  EXPECT_NE(dlrm_output_warning(*asked).find("without hyper_parameters.dnn_batch_norm"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -397,6 +397,16 @@ Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
   return Status::OK();
 }
 
+// hyper_parameters.dnn_batch_norm as trained: the key when set, else on in PaddleRec's dlrm folder
+// (its MLPLayer normalises after every layer, with no key to turn it off). Reads the key either
+// way.
+bool dnn_batch_norm_of(const config::ConfigDocument& doc) {
+  const bool batch_norm = doc.get_bool("hyper_parameters.dnn_batch_norm");
+  return doc.is_set("hyper_parameters.dnn_batch_norm")
+             ? batch_norm
+             : config::paddlerec_model_name(doc) == "dlrm";
+}
+
 // The hyper_parameters.* keys of the dense network and its optimizer.
 Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   const std::string o = "hyper_parameters.optimizer.";
@@ -423,11 +433,7 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   h.dense_precision = doc.get_enum("hyper_parameters.dense_precision", kDensePrecisionNames);
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
-  // PaddleRec's dlrm (MLPLayer) normalises after every layer, with no key to turn it off.
-  const bool batch_norm = doc.get_bool("hyper_parameters.dnn_batch_norm");  // read either way
-  h.dnn_batch_norm = doc.is_set("hyper_parameters.dnn_batch_norm")
-                         ? batch_norm
-                         : config::paddlerec_model_name(doc) == "dlrm";
+  h.dnn_batch_norm = dnn_batch_norm_of(doc);
   // PaddleRec's dlrm ends its top MLP (top_layer_sizes) in a 2-wide softmax. Another network
   // keeps its logit (asking otherwise is refused: check_network_parts).
   h.dlrm_output = config::resolve_dlrm_output(doc);
@@ -477,10 +483,29 @@ std::string dlrm_output_note(const config::ConfigDocument& doc) {
       config::resolve_dlrm_output(doc) != DlrmOutput::kSoftmax2) {
     return "";
   }
-  return "hyper_parameters.dlrm_output: softmax2, from hyper_parameters.top_layer_sizes' last "
-         "entry 2 (PaddleRec's output layer: 2 wide, ReLU'd and batch-normalised as its MLPLayer "
-         "builds every layer, a two-class softmax; the prediction its class 1); "
-         "-o hyper_parameters.dlrm_output=logit trains one linear logit";
+  const std::string norm = dnn_batch_norm_of(doc)
+                               ? " and batch-normalised, as its MLPLayer builds every layer"
+                               : ", not batch-normalised (hyper_parameters.dnn_batch_norm false), "
+                                 "unlike its MLPLayer";
+  return "hyper_parameters.dlrm_output: softmax2, PaddleRec's dlrm folder's output layer for its "
+         "hyper_parameters.top_layer_sizes' last entry 2 (2 wide, ReLU'd" +
+         norm +
+         ", a two-class softmax; the prediction its class 1); -o hyper_parameters.dlrm_output="
+         "logit trains one linear logit";
+}
+
+std::string dlrm_output_warning(const TrainerConfig& c) {
+  if (c.hyper.model != ModelKind::kDlrm || c.hyper.dlrm_output != DlrmOutput::kSoftmax2 ||
+      c.hyper.dnn_batch_norm) {
+    return "";
+  }
+  return c.config_path +
+         ": hyper_parameters.dlrm_output softmax2 without hyper_parameters.dnn_batch_norm, a "
+         "network PaddleRec never builds (its MLPLayer normalises after every ReLU): the 2-wide "
+         "output layer is ReLU'd before its softmax, and once both outputs are 0 for every input "
+         "no gradient reaches them and training stalls for good (logloss ln 2 = 0.693147, AUC "
+         "0.5); -o hyper_parameters.dnn_batch_norm=true builds PaddleRec's, -o "
+         "hyper_parameters.dlrm_output=logit one linear logit";
 }
 
 StatusOr<TrainerConfig> load_trainer_config(const std::string& path,

@@ -25,9 +25,16 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc);
 // hyper_parameters.dnn_batch_norm on; "" otherwise.
 std::string dnn_batch_norm_note(const config::ConfigDocument& doc);
 
-// gpubox_train's start line when PaddleRec's top_layer_sizes (its last entry 2), not the config,
-// chose hyper_parameters.dlrm_output softmax2; "" otherwise.
+// gpubox_train's start line when PaddleRec's dlrm folder's top_layer_sizes (its last entry 2), not
+// the config, chose hyper_parameters.dlrm_output softmax2, saying whether its output is
+// batch-normalised (hyper_parameters.dnn_batch_norm as trained); "" otherwise.
 std::string dlrm_output_note(const config::ConfigDocument& doc);
+
+// gpubox_train's start warning when dlrm trains the two-class output (dlrm_output softmax2)
+// without dnn_batch_norm: both ReLU'd outputs can die for good; "" otherwise. Warned, not
+// refused: it trains while they live (how long depends on the rate and the data), and comparing
+// the output layer with and without the norm is a fair experiment.
+std::string dlrm_output_warning(const TrainerConfig& c);
 
 // Reads `path`, applies `overrides` ("runner.epochs=3", "hyper_parameters.fc_sizes=[64, 32]")
 // in order and fills every part. Thread-safe.

@@ -53,8 +53,8 @@ Status check_saved_dense_switches(const std::map<std::string, std::string>& save
        "PaddleRec's dlrm folder turns it on when unset, every other config off"},
       {"hyper_parameters.dlrm_output", "logit",
        name_of(config::kDlrmOutputNames, config.hyper.dlrm_output),
-       "PaddleRec's top_layer_sizes ending in 2 makes it softmax2 when unset, every other config "
-       "logit"}};
+       "PaddleRec's dlrm folder makes it softmax2 when unset and its top_layer_sizes ends in 2, "
+       "every other config logit"}};
   for (const Switch& s : switches) {
     const auto found = saved_model_keys.find(s.key);
     const std::string saved = found != saved_model_keys.end() ? found->second : s.missing;

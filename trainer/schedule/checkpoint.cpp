@@ -272,8 +272,11 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     }
     const std::string differences = model_key_differences(m.model_keys, config_.model_keys);
     if (!differences.empty()) {
+      // A switch a config's folder flips when unset (a save from before dlrm_output, of PaddleRec's
+      // dlrm folder, built one logit): the -o that resumes it.
+      const Status switches = check_saved_dense_switches(m.model_keys, config_, candidate.dir);
       GPUBOX_FAIL("runner.resume: ", which, " was made with other model settings: ", differences,
-                  remedy);
+                  switches.ok() ? "" : " (" + switches.message() + ")", remedy);
     }
     try {
       plan_restore(candidate.dir, sparse_required);
