@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 from typing import Any, Optional
 
 import pytest
@@ -17,20 +18,27 @@ TESTS = pathlib.Path(__file__).resolve().parent
 
 
 class Server:
-    """A gpubox_server on a free loopback port, holding saves under `data_dir`."""
+    """A gpubox_server on a free loopback port, holding saves under `data_dir`, its output in
+    `log` (a file, not a pipe: nothing reads a pipe after the listening line, and a server
+    logging past the pipe's 64 KiB would block mid-job)."""
 
-    def __init__(self, data_dir: pathlib.Path) -> None:
-        self.proc = subprocess.Popen(
-            [str(BIN / "gpubox_server"), "--port", "0", "--config", str(CONFIG),
-             "--data_dir", str(data_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
+    def __init__(self, data_dir: pathlib.Path, log: pathlib.Path) -> None:
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "gpubox_server"), "--port", "0", "--config", str(CONFIG),
+                 "--data_dir", str(data_dir)], stdout=out, stderr=subprocess.STDOUT)
         self.endpoint = ""
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # "... listening on 127.0.0.1:PORT (shard ..."
-            if "listening on " in line:
-                self.endpoint = line.split("listening on ")[1].split()[0]
-                break
-        assert self.endpoint, "gpubox_server did not start"
+        deadline = time.monotonic() + 120
+        while not self.endpoint and self.proc.poll() is None and time.monotonic() < deadline:
+            for line in log.read_text().splitlines(keepends=True):
+                # "... listening on 127.0.0.1:PORT (shard ...", once written whole
+                if "listening on " in line and line.endswith("\n"):
+                    self.endpoint = line.split("listening on ")[1].split()[0]
+            time.sleep(0.01)
+        if not self.endpoint:
+            self.stop()
+        assert self.endpoint, "gpubox_server did not start: " + log.read_text()[-2000:]
 
     def stop(self) -> None:
         self.proc.kill()
@@ -44,7 +52,7 @@ def run_job(root: pathlib.Path, name: str, overrides: dict[str, Any], trainers: 
     trainer's result (trainer 0's first)."""
     job_dir = root / name
     job_dir.mkdir()
-    server = Server(root)  # the saves go under root/model
+    server = Server(root, job_dir / "server.log")  # the saves go under root/model
     procs = []
     try:
         for t in range(trainers):
