@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "common/config/slot_dims.hpp"
@@ -265,35 +266,46 @@ struct SaveToExport {
 
 // The dense precision the save was trained in: what its dense net computed in, as its
 // MODEL_MANIFEST records it (DenseModel's choice: bf16 asked runs in fp32 where the network or the
-// card has no bf16 path); for a save made before that, the hyper_parameters.dense_precision it
-// was made with (a model key every save records), else the config's. A config whose
-// dense_precision differs from the save's is logged: the export records the save's, and
-// --mode infer with that config computes in the config's (gpubox_serve --precision serves in
-// either).
+// card has no bf16 path). A save made before that records only the
+// hyper_parameters.dense_precision it was made with (a model key every save records), which
+// says what was asked, not what ran: nothing in it proves bf16 ran, so it is exported as fp32,
+// the precision its fp32 master weights are exact in, and a bf16 ask is logged with the
+// override. A config whose dense_precision differs from the save's is logged: the export records
+// the save's, and --mode infer with that config computes in the config's (gpubox_serve
+// --precision serves in either).
 StatusOr<trainer::DensePrecision> trained_precision(const table::io::ModelManifest& manifest,
                                                     const trainer::TrainerConfig& config,
                                                     const std::string& save_dir) {
   static const std::string kKey = "hyper_parameters.dense_precision";
+  const std::string manifest_path = save_dir + "/" + table::io::kModelManifestName;
   const trainer::DensePrecision configured = config.dense_model_config().precision;
-  trainer::DensePrecision asked = configured;
+  std::optional<trainer::DensePrecision> asked;  // unset: a save from before the key
   const auto found = manifest.model_keys.find(kKey);
   if (found != manifest.model_keys.end()) {
     auto saved = parse_enum(trainer::kDensePrecisionNames, found->second);
     if (!saved.ok()) {
-      return Status::Corruption(save_dir + "/" + table::io::kModelManifestName + ": '" + kKey +
-                                "': " + saved.status().message());
+      return Status::Corruption(manifest_path + ": '" + kKey + "': " + saved.status().message());
     }
     asked = *saved;
   }
-  if (asked != configured) {
+  if (asked.has_value() && *asked != configured) {
     GPUBOX_LOG(WARNING) << "save " << save_dir << " was made with " << kKey << "="
-                        << name_of(trainer::kDensePrecisionNames, asked) << ", the config "
+                        << name_of(trainer::kDensePrecisionNames, *asked) << ", the config "
                         << config.config_path << " says "
                         << name_of(trainer::kDensePrecisionNames, configured)
                         << ": the export records what the save was trained in"
                         << " (gpubox_serve --precision overrides it)";
   }
-  return manifest.dense_precision.value_or(asked);
+  if (manifest.dense_precision.has_value()) return *manifest.dense_precision;
+  if (asked.value_or(configured) == trainer::DensePrecision::kBf16) {
+    GPUBOX_LOG(WARNING) << manifest_path << " has no dense_precision (a save made before saves "
+                        << "recorded what the dense net computed in): "
+                        << (asked.has_value() ? "it was made with " : "the config says ") << kKey
+                        << "=bf16, which ran in fp32 where the network or the card had no bf16 "
+                        << "path, so the export records fp32; gpubox_serve --precision bf16 (or "
+                        << "gpubox.load(..., precision=\"bf16\")) serves it in bf16";
+  }
+  return trainer::DensePrecision::kFp32;
 }
 
 // Only a complete save whose halves are the ones its model manifest names, as --mode infer and a

@@ -58,8 +58,8 @@ struct ExportSummary {
 // into `out_dir`. `config` describes the model that was trained (as for --mode infer); the dense
 // precision recorded is the one the save was trained in (its MODEL_MANIFEST's dense_precision:
 // what the dense net computed in, fp32 where bf16 was asked but the network or the card has none;
-// for a save made before it, the MODEL_MANIFEST's hyper_parameters.dense_precision, else the
-// config's; a config whose dense_precision differs from the save's is logged). Reads
+// a save made before it records only what was asked, and is exported as fp32, a bf16 ask
+// logged; a config whose dense_precision differs from the save's is logged). Reads
 // the save with the host tier's own loader, so a corrupt or partial save is refused naming its
 // file. Not thread-safe with another export to the same folder.
 StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& config,

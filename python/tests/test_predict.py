@@ -39,8 +39,10 @@ def test_evaluate_is_mode_infer(trained: dict[str, Any], infer: dict[str, Any]) 
     got = gpubox.evaluate(trained["config"], infer["save"], predictions=True)
     auc = float(infer["line"].split("auc: ")[1].split(",")[0])
     assert round(got.metrics.auc, 6) == auc
+    # The same computation: --predictions_out reads back to the very floats it computed.
+    assert got.predictions.dtype == np.float32 and len(got.predictions) == 5000
     np.testing.assert_array_equal(got.labels, infer["labels"])
-    np.testing.assert_allclose(got.predictions, infer["predictions"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got.predictions, infer["predictions"])
 
 
 def test_predict_from_slot_text_equals_infer(trained: dict[str, Any], infer: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
 import signal
 import threading
 import time
@@ -184,26 +185,32 @@ def test_engine_logs_through_python_logging(planted: dict[str, Any], tmp_path: p
 
 def test_the_gil_is_released_while_the_engine_trains(planted: dict[str, Any],
                                                      tmp_path: pathlib.Path) -> None:
+    # The reader's pipe waits (up to ~20 s) for a file that only a Python thread makes, once
+    # the pipe has begun: held through the run, the GIL would keep that thread out until the
+    # pipe gave up. (Counting a ticker's sleeps against the run's seconds instead failed under
+    # load: a warm run took 0.03 s, too short for the 20 ticks asked.)
+    waiting, go, seen = tmp_path / "waiting", tmp_path / "go", tmp_path / "seen"
+    pipe = (f"touch {shlex.quote(str(waiting))}; i=0; "
+            f"while [ ! -e {shlex.quote(str(go))} ] && [ $i -lt 2000 ]; do sleep 0.01; "
+            f"i=$((i + 1)); done; [ -e {shlex.quote(str(go))} ] && touch {shlex.quote(str(seen))}; "
+            "cat")
     config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": "",
                                                   "runner.train_data_dir": planted["test"],
-                                                  "runner.model_save_path": ""})
-    ticks = 0
+                                                  "runner.model_save_path": "",
+                                                  "runner.pipe_command": pipe})
     done = threading.Event()
 
-    def tick() -> None:  # runs only when the main thread lets go of the GIL
-        nonlocal ticks
-        while not done.is_set():
-            ticks += 1
+    def let_the_reader_go() -> None:  # runs only when the main thread lets go of the GIL
+        while not waiting.exists() and not done.is_set():
             time.sleep(0.001)
+        go.touch()
 
-    ticker = threading.Thread(target=tick)
-    ticker.start()
+    helper = threading.Thread(target=let_the_reader_go)
+    helper.start()
     try:
-        start = time.monotonic()
-        gpubox.train(config)
-        seconds = time.monotonic() - start
+        result = gpubox.train(config, progress=False)
     finally:
         done.set()
-        ticker.join()
-    # Held through the run, the GIL would let the ticker in only at the callbacks.
-    assert ticks > 20 and ticks > seconds * 50, (ticks, seconds)
+        helper.join()
+    assert waiting.exists() and seen.exists(), "the pipe gave up: the GIL was held"
+    assert [p.metrics.examples for p in result.passes] == [5000]

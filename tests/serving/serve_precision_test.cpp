@@ -1,8 +1,9 @@
 // The dense precision of an export (serving_model.hpp) on models trained here (the suite's data,
 // serve_test_fixture.hpp):
 //  - the export records the precision the save was trained in (what its dense net computed in,
-//    as the save's MODEL_MANIFEST records it; before it did, the key the save was made with, else
-//    the config's; a config that differs is logged; a corrupt value is refused naming the file
+//    as the save's MODEL_MANIFEST records it; a save from before that records only what was
+//    asked, which does not prove bf16 ran: fp32, a bf16 ask logged naming the file and the
+//    override; a config that differs is logged; a corrupt value is refused naming the file
 //    and key); a bf16 model served in it
 //    predicts bit for bit what --mode infer (Trainer::evaluate) predicts in bf16, and served with
 //    the fp32 override (gpubox_serve --precision fp32) what infer predicts in fp32; the two differ;
@@ -343,15 +344,17 @@ void edit_model_manifest(const fs::path& save, Edit edit) {
 }
 
 // The suite's fp32 save with its MODEL_MANIFEST edited: what the export records (the precision
-// the save computed in; before saves recorded it, the key it was made with, else the config's),
-// the warning when the config's key differs from the save's, and a corrupt value of either.
-TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInOrBeforeThatTheKeyItWasMadeWith) {
+// the save computed in; a save from before that records only what was asked, which does not
+// prove bf16 ran: fp32, a bf16 ask logged with the override), the warning when the config's key
+// differs from the save's, and a corrupt value of either.
+TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInAndAnOlderSaveAsFp32) {
   static const std::string kKey = "hyper_parameters.dense_precision";
   const fs::path save = root_ / "save_edited";
   fs::remove_all(save);
   fs::copy(root_ / "save", save, fs::copy_options::recursive);
   ASSERT_EQ(model_manifest(save).dense_precision, DensePrecision::kFp32);
   const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
+  const TrainerConfig* const configs[] = {config_, &bf16_config};
   // export_serving_model of `save` with `config`, and what it logged.
   struct Exported {
     StatusOr<ExportSummary> summary;
@@ -365,6 +368,9 @@ TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInOrBeforeThatTheKeyItWasMade
     return Exported{std::move(summary), ::testing::internal::GetCapturedStderr()};
   };
   const std::string warning = "save " + save.string() + " was made with " + kKey + "=";
+  const std::string manifest_path = (save / table::io::kModelManifestName).string();
+  const std::string unproven = manifest_path + " has no dense_precision";
+  const std::string override_named = "gpubox_serve --precision bf16";
 
   // The computed-in entry rules; the config's key differs from the save's: logged.
   edit_model_manifest(save, [](auto& m) { m.dense_precision = DensePrecision::kBf16; });
@@ -378,26 +384,55 @@ TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInOrBeforeThatTheKeyItWasMade
   EXPECT_NE(e.log.find(warning + "fp32, the config " + bf16_config.config_path + " says bf16"),
             std::string::npos)
       << e.log;
+  EXPECT_EQ(e.log.find(unproven), std::string::npos) << e.log;
 
-  // A save from before the entry: the key it was made with, whatever the config says.
+  // A save from before the entry, made with fp32: fp32 whatever the config says, the config's
+  // bf16 logged as differing but not as an unproven ask.
   edit_model_manifest(save, [](auto& m) { m.dense_precision.reset(); });
   e = exported(bf16_config);
   ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
   EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
   EXPECT_NE(e.log.find(warning + "fp32"), std::string::npos) << e.log;
+  EXPECT_EQ(e.log.find(unproven), std::string::npos) << e.log;
 
-  // Neither recorded (a save from before both): the config's.
-  edit_model_manifest(save, [](auto& m) { m.model_keys.erase(kKey); });
-  const TrainerConfig* const configs[] = {config_, &bf16_config};
+  // Made with bf16 (as an old save of xdeepfm, or of any net on a card without bf16 GEMMs,
+  // records it though it ran fp32): fp32, and the log names the file, why and the override.
+  edit_model_manifest(save, [&](auto& m) { m.model_keys[kKey] = "bf16"; });
   for (const TrainerConfig* config : configs) {
     e = exported(*config);
     ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
-    EXPECT_EQ(e.summary->precision, config->dense_model_config().precision);
+    EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
+    EXPECT_NE(e.log.find(unproven +
+                         " (a save made before saves recorded what the dense net "
+                         "computed in): it was made with " +
+                         kKey + "=bf16"),
+              std::string::npos)
+        << e.log;
+    EXPECT_NE(e.log.find(override_named), std::string::npos) << e.log;
+    auto served = ServingModel::load((root_ / "export_edited").string());
+    ASSERT_TRUE(served.ok()) << served.status().to_string();
+    EXPECT_EQ(served->spec().model.precision, DensePrecision::kFp32);
+  }
+
+  // Neither recorded (a save from before both): fp32, whatever the config says; the config's
+  // bf16 logged as not proven.
+  edit_model_manifest(save, [](auto& m) { m.model_keys.erase(kKey); });
+  for (const TrainerConfig* config : configs) {
+    e = exported(*config);
+    ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+    EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
     EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;
+    const bool bf16_asked = config == &bf16_config;
+    EXPECT_EQ(e.log.find(unproven +
+                         " (a save made before saves recorded what the dense net "
+                         "computed in): the config says " +
+                         kKey + "=bf16") != std::string::npos,
+              bf16_asked)
+        << e.log;
   }
 
   // A corrupt key, then a corrupt entry: refused naming the file and the key.
-  const std::string where = (save / table::io::kModelManifestName).string() + ": '";
+  const std::string where = manifest_path + ": '";
   const std::string expected = "': expected one of fp32|bf16, got 'fp8'";
   edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp8"; });
   e = exported(*config_);

@@ -25,6 +25,7 @@
 #include "common/enum_names.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "dataset/text_number.hpp"
 #include "heterps/device/card.hpp"
 #include "serving/serving_model.hpp"
 #include "table/sparse_config.hpp"
@@ -46,7 +47,9 @@ DEFINE_string(load, "",
               "runner.infer_load_path, infer_start_epoch and infer_end_epoch name) or to export "
               "(export; default: the last of those saves)");
 DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runner.test_data_dir)");
-DEFINE_string(predictions_out, "", "infer: write 'label prediction' per instance to this file");
+DEFINE_string(predictions_out, "",
+              "infer: write 'label prediction' per instance to this file, each number in the "
+              "shortest text that reads back to the same float");
 DEFINE_string(out, "", "export: the serving model folder to write");
 DEFINE_double(show_threshold, 0.0, "export: leave out sparse rows shown fewer times than this");
 GPUBOX_FLAG_RANGE(show_threshold, 0.0, 1e30);
@@ -181,8 +184,17 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
   if (!FLAGS_predictions_out.empty()) {  // of the last save evaluated
     std::ofstream out(FLAGS_predictions_out);
     GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
+    // Each float as the shortest text that reads back to it exactly (a stream's default 6
+    // significant digits lost up to 1e-7 of a prediction: a calibration or a comparison with
+    // another system would see values the model never computed).
+    std::string line;
     for (std::size_t i = 0; i < result.predictions.size(); ++i) {
-      out << result.labels[i] << ' ' << result.predictions[i] << '\n';
+      line.clear();
+      gpubox::dataset::append_float(&line, result.labels[i]);
+      line += ' ';
+      gpubox::dataset::append_float(&line, result.predictions[i]);
+      line += '\n';
+      out << line;
     }
     GPUBOX_EXPECTS(out.good(), "writing --predictions_out '", FLAGS_predictions_out, "' failed");
   }

@@ -1,5 +1,5 @@
 // adam_bias_correction: per_table (table/sparse_row/optimizer.hpp: TableAdamStep), run on a card
-// through parallel_for, against a float64 reference written here from Paddle's adam op with
+// through parallel_for, against the float64 reference (adam_reference.hpp) of Paddle's adam op with
 // lazy_mode (phi's SparseAdamFunctor on a SelectedRows gradient: one beta1_pow / beta2_pow for
 // the table, starting at beta1 / beta2 and multiplied once per step; only the batch's rows
 // change; epsilon times sqrt(1 - beta2_pow)). Rows join the batches at different steps and skip
@@ -16,6 +16,7 @@
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "table/sparse_row/optimizer.hpp"
+#include "tests/table/sparse_row/adam_reference.hpp"
 
 namespace gpubox::table::optimizer {
 namespace {
@@ -26,53 +27,20 @@ using table::SparseOptimizerKind;
 
 // ---- float64 reference --------------------------------------------------------------------
 
-// One part (embed_w or embedx) of one row: weights and moments (per dim, or shared: size 1),
-// and the row's own powers (used by the per_row reference only).
-struct RefPart {
-  std::vector<double> w, m, v;
-  double beta1_pow = 0, beta2_pow = 0;
-};
+using reference::RefPart;
+using reference::RefTablePowers;
 
 struct RefRow {
   RefPart embed, embedx;
   bool has_embedx = false;
 };
 
-struct RefTable {
-  double beta1_pow, beta2_pow;  // Paddle's accumulators: b^t for the step being applied
-};
-
 // One adam step of `p` at learning rate `lr` on gradient `g`: per_table with `table`, per_row
-// (the row's powers, epsilon unscaled) without.
+// (the row's powers, epsilon unscaled) without; unbounded (the default bounds, +-10, are
+// far from where 30 steps of 0.05 take a weight).
 void ref_adam(bool shared, RefPart& p, const std::vector<double>& g, double lr,
-              const AccessorConfig& cfg, const RefTable* table) {
-  const double b1 = cfg.optimizer.beta1_decay_rate, b2 = cfg.optimizer.beta2_decay_rate;
-  const double b1_pow = table != nullptr ? table->beta1_pow : p.beta1_pow;
-  const double b2_pow = table != nullptr ? table->beta2_pow : p.beta2_pow;
-  const double lr_t = lr * std::sqrt(1 - b2_pow) / (1 - b1_pow);
-  const double eps = cfg.optimizer.ada_epsilon * (table != nullptr ? std::sqrt(1 - b2_pow) : 1.0);
-  double sum_m = 0, sum_v = 0;
-  for (std::size_t i = 0; i < p.w.size(); ++i) {
-    const std::size_t j = shared ? 0 : i;
-    const double m = b1 * p.m[j] + (1 - b1) * g[i];
-    const double v = b2 * p.v[j] + (1 - b2) * g[i] * g[i];
-    p.w[i] -= lr_t * m / (std::sqrt(v) + eps);
-    if (shared) {
-      sum_m += m;
-      sum_v += v;
-    } else {
-      p.m[i] = m;
-      p.v[i] = v;
-    }
-  }
-  if (shared) {
-    p.m[0] = sum_m / static_cast<double>(p.w.size());
-    p.v[0] = sum_v / static_cast<double>(p.w.size());
-  }
-  if (table == nullptr) {
-    p.beta1_pow *= b1;
-    p.beta2_pow *= b2;
-  }
+              const AccessorConfig& cfg, const RefTablePowers* table) {
+  reference::ref_adam_step(shared, p, g, lr, cfg, table, [](double w) { return w; });
 }
 
 RefPart ref_part(bool shared, const float* w, int dim, const AccessorConfig& cfg) {
@@ -88,7 +56,7 @@ RefPart ref_part(bool shared, const float* w, int dim, const AccessorConfig& cfg
 // One push of a row that is in the batch: the embed step, then the embedx step, or its creation
 // (embedx_threshold 0: at the row's first push, that push's embedx gradient not applied).
 void ref_push(bool shared, RefRow& row, const std::vector<double>& push, const float* created_w,
-              int mf_dim, const AccessorConfig& cfg, const RefTable* table) {
+              int mf_dim, const AccessorConfig& cfg, const RefTablePowers* table) {
   const double scale = push[0] > 1 ? push[0] : 1;  // show_scale
   ref_adam(shared, row.embed, {push[2] / scale}, cfg.optimizer.learning_rate, cfg, table);
   if (!row.has_embedx) {
@@ -191,7 +159,7 @@ TEST_P(TableStepTest, LazyAdamMatchesFloat64Reference) {
   auto pushes = card.make_buffer<float>(static_cast<std::size_t>(kRows) * push_dim);
   auto present = card.make_buffer<uint8_t>(kRows);
 
-  RefTable table{cfg.optimizer.beta1_decay_rate, cfg.optimizer.beta2_decay_rate};
+  RefTablePowers table{cfg.optimizer.beta1_decay_rate, cfg.optimizer.beta2_decay_rate};
   std::uniform_real_distribution<double> grad(-1.0, 1.0);
   for (int t = 0; t < kSteps; ++t) {
     std::vector<float> host_push(static_cast<std::size_t>(kRows) * push_dim);

@@ -17,6 +17,7 @@
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "table/sparse_row/optimizer.hpp"
+#include "tests/table/sparse_row/adam_reference.hpp"
 
 namespace gpubox::table::optimizer {
 namespace {
@@ -27,13 +28,7 @@ using table::SparseOptimizerKind;
 
 // ---- float64 reference: named fields, no RowLayout offsets --------------------------------
 
-struct RefPart {
-  std::vector<double> w;
-  std::vector<double> m;  // adam: per-dim (or shared: size 1) first moment
-  std::vector<double> v;  // adam: second moment; adagrad: v[0] = g2sum
-  double beta1_pow = 0.0;
-  double beta2_pow = 0.0;
-};
+using reference::RefPart;
 
 struct RefRow {
   double show = 0, click = 0, delta_score = 0, unseen_days = 0;
@@ -82,8 +77,6 @@ double ref_clip(double w, const RefRule& r, int* clipped) {
 void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& scaled,
               const RefRule& r, const AccessorConfig& cfg, int* clipped) {
   const std::size_t dim = p.w.size();
-  const double b1 = cfg.optimizer.beta1_decay_rate, b2 = cfg.optimizer.beta2_decay_rate,
-               eps = cfg.optimizer.ada_epsilon;
   // L2 and L1 as weight_decay and l1_decay terms of the gradient, from the weights before this
   // step (Paddle's L1Decay: sign(0) = 0).
   std::vector<double> g(dim);
@@ -105,33 +98,11 @@ void ref_step(SparseOptimizerKind kind, RefPart& p, const std::vector<double>& s
       p.v[0] += sq / dim;
       break;
     }
-    case SparseOptimizerKind::kAdam: {
-      const double lr = r.lr * std::sqrt(1 - p.beta2_pow) / (1 - p.beta1_pow);
-      for (std::size_t i = 0; i < dim; ++i) {
-        p.m[i] = b1 * p.m[i] + (1 - b1) * g[i];
-        p.v[i] = b2 * p.v[i] + (1 - b2) * g[i] * g[i];
-        p.w[i] = ref_clip(p.w[i] - lr * p.m[i] / (std::sqrt(p.v[i]) + eps), r, clipped);
-      }
-      p.beta1_pow *= b1;
-      p.beta2_pow *= b2;
+    case SparseOptimizerKind::kAdam:
+    case SparseOptimizerKind::kSharedAdam:
+      reference::ref_adam_step(kind == SparseOptimizerKind::kSharedAdam, p, g, r.lr, cfg, nullptr,
+                               [&](double w) { return ref_clip(w, r, clipped); });
       break;
-    }
-    case SparseOptimizerKind::kSharedAdam: {
-      const double lr = r.lr * std::sqrt(1 - p.beta2_pow) / (1 - p.beta1_pow);
-      double sum_m = 0, sum_v = 0;
-      for (std::size_t i = 0; i < dim; ++i) {
-        const double m = b1 * p.m[0] + (1 - b1) * g[i];
-        const double v = b2 * p.v[0] + (1 - b2) * g[i] * g[i];
-        p.w[i] = ref_clip(p.w[i] - lr * m / (std::sqrt(v) + eps), r, clipped);
-        sum_m += m;
-        sum_v += v;
-      }
-      p.m[0] = sum_m / dim;
-      p.v[0] = sum_v / dim;
-      p.beta1_pow *= b1;
-      p.beta2_pow *= b2;
-      break;
-    }
   }
 }
 
