@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "heterps/comm/detail/data_types.hpp"
@@ -20,10 +21,13 @@ constexpr std::size_t kScatterMaxBytes = std::size_t{256} << 10;
 
 // Sums block [block, block + n) over all ranks in rank order into `acc`, then writes it into
 // the `writes` buffers of `recvs`. In place (recv == send) is safe: the block is read in full
-// before any of it is written, and no other rank touches it.
-template <class T, std::size_t kBlock>
+// before any of it is written, and no other rank touches it. `Count` is std::size_t, or for a
+// whole block std::integral_constant<std::size_t, kBlock>: its loops then have a fixed length
+// and `acc` lives in vector registers, where a run-time length made the compiler copy into and
+// out of it with memcpy (two passes more over the data, each all-reduce).
+template <class T, std::size_t kBlock, class Count>
 void reduce_block(const void* const* sends, void* const* recvs, int ranks, int writes,
-                  std::size_t block, std::size_t n) {
+                  std::size_t block, Count n) {
   using Acc = SumType<T>;
   Acc acc[kBlock];
   const T* first = static_cast<const T*>(sends[0]) + block;
@@ -44,10 +48,13 @@ void reduce_block(const void* const* sends, void* const* recvs, int ranks, int w
 template <class T>
 void reduce_range(const void* const* sends, void* const* recvs, int ranks, int writes,
                   std::size_t begin, std::size_t end) {
-  constexpr std::size_t kBlock = 2048;
-  for (std::size_t block = begin; block < end; block += kBlock) {
-    reduce_block<T, kBlock>(sends, recvs, ranks, writes, block, std::min(kBlock, end - block));
+  constexpr std::size_t kBlock = 512;
+  std::size_t block = begin;
+  for (; end - block >= kBlock; block += kBlock) {
+    reduce_block<T, kBlock>(sends, recvs, ranks, writes, block,
+                            std::integral_constant<std::size_t, kBlock>{});
   }
+  if (block < end) reduce_block<T, kBlock>(sends, recvs, ranks, writes, block, end - block);
 }
 
 // One thread per rank: the ranks already copy in parallel. Splitting a rank's copy over its
