@@ -17,7 +17,10 @@ using detail::visit_type;
 // All-reduces up to this size write the sums straight into every rank's recv (one data phase);
 // larger ones write only the own recv, then every rank copies the other chunks with memcpy (two
 // data phases): fewer write streams per rank, measured about 25% faster at 8 ranks on 2 cores.
+// Two ranks always take one phase: each writes its chunk to both recvs, no more lines than the
+// two phases write, without their copy's second read and rendezvous (1.2 MB: 0.157 -> 0.142 ms).
 constexpr std::size_t kScatterMaxBytes = std::size_t{256} << 10;
+constexpr int kScatterAlwaysRanks = 2;
 
 // Sums block [block, block + n) over all ranks in rank order into `acc`, then writes it into
 // the `writes` buffers of `recvs`. In place (recv == send) is safe: the block is read in full
@@ -183,7 +186,7 @@ void InProcessCommunicator::do_all_reduce_sum(const void* send, void* recv, std:
         return std::make_pair(begin, std::min(count, begin + chunk));
       };
       const auto [begin, end] = chunk_of(rank_);
-      if (count * sizeof(T) <= kScatterMaxBytes) {
+      if (ranks <= kScatterAlwaysRanks || count * sizeof(T) <= kScatterMaxBytes) {
         reduce_range<T>(sends.data(), recvs.data(), ranks, ranks, begin, end);
         return;
       }
