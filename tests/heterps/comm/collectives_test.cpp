@@ -69,7 +69,8 @@ bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 std::vector<std::size_t> reduce_sizes(int ranks, std::size_t element, std::mt19937_64& rng) {
   // Chunk edges (a cache line is 16 floats / 64 bytes), the edges of a 512-element block
   // (whole blocks run fixed-length loops, the tail a run-time one), several blocks per chunk,
-  // both sides of the one-phase / two-phase switch (256 KiB), a size of 1 MiB, random sizes.
+  // both sides of the one-phase / two-phase switch (256 KiB; 3+ ranks, two always take one
+  // phase), a size of 1 MiB, random sizes.
   const std::size_t switch_at = (std::size_t{256} << 10) / element;
   std::vector<std::size_t> sizes = {0,
                                     1,
