@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -137,8 +136,8 @@ int run_layer_gemms(const BenchArgs& args) {
   const int calls = static_cast<int>(args.get_int("calls", 5));
   const int repeats = static_cast<int>(args.get_int("repeats", 25));
   std::vector<int> sizes;
-  std::istringstream size_list(args.get("sizes", "512,256,128,32"));
-  for (std::string size; std::getline(size_list, size, ',');) sizes.push_back(std::stoi(size));
+  for (const long long size : args.get_int_list("sizes", "512,256,128,32", 1, 1 << 16))
+    sizes.push_back(static_cast<int>(size));
   GPUBOX_EXPECTS(
       batch >= 1 && input >= 1 && dx_cols >= 0 && dx_cols <= input && calls >= 1 && repeats >= 1,
       "--batch, --input, --calls and --repeats must be positive, --dx-cols <= --input");
