@@ -21,6 +21,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/bench/bench_command.hpp"
+#include "trainer/nn/activation_layout.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/linear_gemms.hpp"
 
@@ -30,8 +31,6 @@ namespace {
 using trainer::Blas;
 using trainer::LinearGemms;
 using trainer::LinearGemmSpec;
-
-int64_t row_stride(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8; }  // DenseModel's
 
 // Microseconds per call of `call` (each timing: `calls` calls, then the card's stream): the
 // median and the fastest of `repeats` timings. On a shared machine the fastest is the kernel's
@@ -66,9 +65,9 @@ std::vector<LinearGemmSpec> mlp_specs(int input, int dx_cols, const std::vector<
     s.relu = !last;
     s.input_is_relu = l > 0;
     s.dx_cols = l == 0 ? dx_cols : in;
-    s.x_ld = row_stride(in);
-    s.y_ld = s.dz_ld = row_stride(s.out);
-    s.dx_ld = l == 0 ? dx_cols : row_stride(in);
+    s.x_ld = trainer::activation_ld(in);
+    s.y_ld = s.dz_ld = trainer::activation_ld(s.out);
+    s.dx_ld = l == 0 ? dx_cols : trainer::activation_ld(in);
     specs.push_back(s);
     in = s.out;
   }
