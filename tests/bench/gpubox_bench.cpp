@@ -92,6 +92,7 @@ std::vector<long long> BenchArgs::get_int_list(const std::string& name, const st
   std::vector<long long> out;
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) throw BenchUsageError("--" + name + " has an empty item in '" + text + "'");
     const auto value = std::get<int64_t>(read_number(name, item, config::KeyType::kInt));
     if (value < min || value > max) {
       throw BenchUsageError(::gpubox::detail::concat("--", name, " wants integers in [", min, ", ",
