@@ -7,9 +7,10 @@
 // reading the peers' slots (every rank copies in parallel; no lock is held during the copies),
 // rendezvous again so no buffer is reused or freed while a peer still reads it. Nothing is
 // allocated per call. all_reduce_sum is deterministic and identical on every rank: rank r sums a
-// disjoint, cache-line-aligned chunk over all ranks in rank order; up to 256 KiB it writes the
-// sums into every rank's recv, above that into its own recv, and after a third rendezvous every
-// rank copies the other chunks. Either way dense weights stay bit-identical across cards.
+// disjoint, cache-line-aligned chunk over all ranks in rank order and writes the sums into every
+// rank's recv; only with 3+ ranks above 256 KiB does it write its own recv alone, and after a
+// third rendezvous every rank copies the other chunks. Either way dense weights stay
+// bit-identical across cards.
 #pragma once
 
 #include <chrono>

@@ -21,6 +21,11 @@ class BenchArgs {
   std::string get(const std::string& name, const std::string& fallback) const;
   long long get_int(const std::string& name, long long fallback) const;
   double get_double(const std::string& name, double fallback) const;
+  // A comma-separated list of integers (each read as get_int reads one), every one in
+  // [min, max]; throws BenchUsageError naming the flag for an empty list, an item that is not an
+  // integer, or one out of range.
+  std::vector<long long> get_int_list(const std::string& name, const std::string& fallback,
+                                      long long min, long long max) const;
   // Parses the arguments with `known` as the sub-command's flags; throws BenchUsageError naming
   // the first argument that is not one of them (a typo must not silently pass).
   // Const, as the sub-commands hold their arguments const: the parse is done once, here.

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -162,21 +161,6 @@ Figures run_absl(const Workload& w, std::size_t batch, int repeats) {
   return f;
 }
 
-std::vector<int> parse_threads(const std::string& list) {
-  std::vector<int> out;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    GPUBOX_EXPECTS(end && *end == '\0' && v >= 1 && v <= 1024,
-                   "--threads wants a list like 1,2; got '", list, "'");
-    out.push_back(static_cast<int>(v));
-  }
-  GPUBOX_EXPECTS(!out.empty(), "--threads is empty");
-  return out;
-}
-
 int hashtable_main(const BenchArgs& args) {
   args.expect_only({"keys", "batch", "threads", "repeats", "seed", "json"});
   const long long keys = args.get_int("keys", 1 << 22);
@@ -185,7 +169,9 @@ int hashtable_main(const BenchArgs& args) {
   GPUBOX_EXPECTS(keys >= 1 && keys <= (1LL << 31), "--keys must be in [1, 2^31], got ", keys);
   GPUBOX_EXPECTS(batch >= 1, "--batch must be >= 1, got ", batch);
   GPUBOX_EXPECTS(repeats >= 1, "--repeats must be >= 1, got ", repeats);
-  const std::vector<int> threads = parse_threads(args.get("threads", "1,2"));
+  std::vector<int> threads;
+  for (const long long t : args.get_int_list("threads", "1,2", 1, 1024))
+    threads.push_back(static_cast<int>(t));
   const bool json = args.has("json");
 
   const Workload w =

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,13 +18,6 @@
 
 namespace gpubox::bench {
 namespace {
-
-std::vector<long long> int_list(const std::string& text) {
-  std::vector<long long> out;
-  std::istringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
 
 double percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
@@ -41,6 +33,8 @@ int serve_main(const BenchArgs& args) {
   const std::string data = args.get("data", "");
   const double seconds = args.get_double("seconds", 5.0);
   const long long max_requests = args.get_int("max_requests", 200000);
+  const std::vector<long long> client_counts = args.get_int_list("clients", "1,8,64", 1, 4096);
+  const std::vector<long long> instance_counts = args.get_int_list("instances", "1,64", 1, 1 << 20);
   if (data.empty()) {
     std::fprintf(stderr, "gpubox_bench serve: --data FILE (slot text lines) is required\n");
     return 2;
@@ -59,8 +53,8 @@ int serve_main(const BenchArgs& args) {
   std::printf(
       "| clients | instances/request | requests | requests/s | instances/s | p50 ms | "
       "p99 ms | errors |\n|---|---|---|---|---|---|---|---|\n");
-  for (const long long clients : int_list(args.get("clients", "1,8,64"))) {
-    for (const long long instances : int_list(args.get("instances", "1,64"))) {
+  for (const long long clients : client_counts) {
+    for (const long long instances : instance_counts) {
       // Bodies: instance windows over the data, one per client start offset.
       std::vector<std::string> bodies;
       for (std::size_t b = 0; b < 64; ++b) {

@@ -3,12 +3,14 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <variant>
 
 #include "common/cli.hpp"
 #include "common/cli_args.hpp"
 #include "common/config/config_document.hpp"
+#include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/bench/bench_command.hpp"
@@ -82,6 +84,24 @@ long long BenchArgs::get_int(const std::string& name, long long fallback) const 
 double BenchArgs::get_double(const std::string& name, double fallback) const {
   if (!has(name)) return fallback;
   return std::get<double>(read_number(name, get(name, ""), config::KeyType::kFloat));
+}
+
+std::vector<long long> BenchArgs::get_int_list(const std::string& name, const std::string& fallback,
+                                               long long min, long long max) const {
+  const std::string text = get(name, fallback);
+  std::vector<long long> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) throw BenchUsageError("--" + name + " has an empty item in '" + text + "'");
+    const auto value = std::get<int64_t>(read_number(name, item, config::KeyType::kInt));
+    if (value < min || value > max) {
+      throw BenchUsageError(::gpubox::detail::concat("--", name, " wants integers in [", min, ", ",
+                                                     max, "], got ", value, " in '", text, "'"));
+    }
+    out.push_back(value);
+  }
+  if (out.empty()) throw BenchUsageError("--" + name + " wants a list like 1,2; got ''");
+  return out;
 }
 
 double median(std::vector<double> values) {

@@ -6,13 +6,9 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "trainer/nn/activation_layout.hpp"
 
 namespace gpubox::trainer {
-namespace {
-// The dense model's row stride rule (dense_model.cpp): a multiple of 8 elements, 1 stays dense.
-int64_t activation_ld(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8; }
-}  // namespace
-
 AutointPart::AutointPart(device::Card& card, DenseParameters& params, const SlotSumPool& pool,
                          const DenseModelConfig& config)
     : slots_(pool.slots()),

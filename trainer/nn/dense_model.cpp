@@ -11,14 +11,11 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "heterps/heter_comm/heter_comm_types.hpp"
+#include "trainer/nn/activation_layout.hpp"
 
 namespace gpubox::trainer {
 
 namespace {
-// Row stride of an activation matrix with `cols` columns: a multiple of 8 elements (16 bytes of
-// bf16), so every row starts where tensor-core GEMMs want it; a single column stays dense.
-int64_t activation_ld(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8; }
-
 ElementType element_type(DensePrecision precision) {
   return precision == DensePrecision::kBf16 ? ElementType::kBf16 : ElementType::kF32;
 }

@@ -7,13 +7,9 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "trainer/nn/activation_layout.hpp"
 
 namespace gpubox::trainer {
-namespace {
-// The dense model's row stride rule (dense_model.cpp): a multiple of 8 elements, 1 stays dense.
-int64_t activation_ld(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8; }
-}  // namespace
-
 DlrmPart::DlrmPart(device::Card& card, DenseParameters& params, Blas& blas, const SlotSumPool& pool,
                    const DenseModelConfig& config, ElementType activation)
     : activation_(activation),

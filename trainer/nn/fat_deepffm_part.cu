@@ -15,13 +15,11 @@
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/activation_layout.hpp"
 #include "trainer/nn/fat_deepffm_part.hpp"
 
 namespace gpubox::trainer {
 namespace {
-// The dense model's row stride rule (dense_model.cpp): a multiple of 8 elements, 1 stays dense.
-int64_t activation_ld(int64_t cols) { return cols == 1 ? 1 : (cols + 7) / 8 * 8; }
-
 std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
 
 // N^2 after the checks every shape below relies on.

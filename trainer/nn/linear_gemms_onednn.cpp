@@ -33,7 +33,9 @@
 // copies, so they take this path too). Hardware bf16 keeps the chain: there gemm:jit's pass was the
 // cheaper one (a loaded 2-core avx512_core_bf16 machine, batch 512, best of 25: about 100 against
 // 111 us for 256x128, 700-790 against 960 us for 512x256 with a bf16 mask pass after; the results
-// bit-equal but for the chain's inexact corners).
+// bit-equal but for the chain's inexact corners), except where oneDNN 2.6 runs the chain on its
+// reference kernel (ref:any: a binary post-op whose X rows are strided unlike dX's, x_ld != dx_ld),
+// which takes the mask after as well, over bf16 rows.
 //
 // bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
 // fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
@@ -91,36 +93,57 @@ struct ToBf16 {
   GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
 };
 
-// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0 (fp32 rows).
+// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0. TX and TD:
+// float or Bf16 (a bf16 zero is +0; to_float(Bf16) is exact, so the test is the same).
+template <class TX, class TD>
 struct ReluMask {
-  const float* x;
+  const TX* x;
   int64_t x_ld;
-  float* dx;
+  TD* dx;
   int64_t dx_ld;
   int cols;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
-    const auto j = static_cast<int64_t>(item % static_cast<std::size_t>(cols));
-    if (!(x[i * x_ld + j] > 0.0f)) dx[i * dx_ld + j] = 0.0f;
-  }
   void run_range(std::size_t begin, std::size_t end) const {
     device::for_row_segments(begin, end, cols, [&](int64_t i, int64_t j0, int64_t j1) {
-      const float* __restrict in = x + i * x_ld;
-      float* __restrict out = dx + i * dx_ld;
-      for (int64_t j = j0; j < j1; ++j) out[j] = in[j] > 0.0f ? out[j] : 0.0f;
+      const TX* __restrict in = x + i * x_ld;
+      TD* __restrict out = dx + i * dx_ld;
+      for (int64_t j = j0; j < j1; ++j) out[j] = to_float(in[j]) > 0.0f ? out[j] : TD{};
     });
   }
 };
 
 // ReluMask over rows [0, n), split over the card thread's OpenMP threads as its GEMM is (each
 // entry is masked alone: the same bits whatever the split).
-void mask_rows(const ReluMask& mask, int64_t n) {
+template <class TX, class TD>
+void mask_rows(const ReluMask<TX, TD>& mask, int64_t n) {
   const auto cols = static_cast<std::size_t>(mask.cols);
 #pragma omp parallel for schedule(static) if (n * mask.cols >= 16384)
   for (int64_t i = 0; i < n; ++i) {
     mask.run_range(static_cast<std::size_t>(i) * cols, static_cast<std::size_t>(i + 1) * cols);
   }
 }
+
+// The mask pass of one backward_data call, over X and dX in the types the GEMM read and wrote
+// (bf16 only over hardware bf16 rows; fp32 copies under emulation).
+struct MaskPass {
+  const void* x;
+  int64_t x_ld;
+  void* dx;
+  int64_t dx_ld;
+  int cols;
+  bool x_bf16, dx_bf16;
+  template <class TX, class TD>
+  void run(int64_t n) const {
+    mask_rows(ReluMask<TX, TD>{static_cast<const TX*>(x), x_ld, static_cast<TD*>(dx), dx_ld, cols},
+              n);
+  }
+  void operator()(int64_t n) const {
+    if (x_bf16) {
+      dx_bf16 ? run<Bf16, Bf16>(n) : run<Bf16, float>(n);
+    } else {
+      dx_bf16 ? run<float, Bf16>(n) : run<float, float>(n);
+    }
+  }
+};
 
 // A primitive with one memory object per argument, made with it: a call only points them at its
 // operands (set_data_handle) and executes, so it allocates nothing.
@@ -275,10 +298,12 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
                       DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
                       DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
                      mask);
-    // The chain outside a brgemm epilogue, over fp32 rows: the mask after the GEMM instead (see
-    // the file comment).
+    // The chain outside a brgemm epilogue, over fp32 rows, or on oneDNN's reference kernel
+    // (any rows; 2.6 takes it for a chain whose X rows are strided unlike dX's): the mask after
+    // the GEMM instead (see the file comment).
     const bool fp32_rows = t.input == f32 && t.dx == f32;
-    if (fp32_rows && plan.data.impl.rfind("brg", 0) != 0) {
+    const bool reference = plan.data.impl.rfind("ref", 0) == 0;
+    if ((fp32_rows && plan.data.impl.rfind("brg", 0) != 0) || reference) {
       dnnl::primitive_attr scaled = user_scratchpad();
       scaled.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
       plan.data = make(desc, scaled, scaled_args);
@@ -472,8 +497,13 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
   } else {
     // The mask pass runs in the GEMM's own task, as cuBLASLt's epilogue masks inside its GEMM:
     // one launch either way, so the step's counts are the same on both backends.
-    const ReluMask mask{static_cast<const float*>(x), spec_.x_ld, static_cast<float*>(out),
-                        spec_.dx_ld, spec_.dx_cols};
+    const MaskPass mask{x,
+                        spec_.x_ld,
+                        out,
+                        spec_.dx_ld,
+                        spec_.dx_cols,
+                        !p.emulated && spec_.input == ElementType::kBf16,
+                        !p.emulated && spec_.dx == ElementType::kBf16};
     execute(
         stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
         [dz, w, out, scale, plans, mask, mask_after, n](Plans::Plan& plan, Blas::Backend& backend) {
@@ -483,7 +513,7 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                                          {DNNL_ARG_DST, out},
                                          {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
                                          {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
-          if (mask_after) mask_rows(mask, n);
+          if (mask_after) mask(static_cast<int64_t>(n));
         });
   }
   if (out != dx) {

@@ -67,8 +67,12 @@ bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 std::vector<std::size_t> reduce_sizes(int ranks, std::size_t element, std::mt19937_64& rng) {
-  // Chunk edges (a cache line is 16 floats / 64 bytes), several 2048-element blocks per chunk,
-  // both sides of the one-phase / two-phase switch (256 KiB), a size of 1 MiB, random sizes.
+  // Chunk edges (a cache line is 16 floats / 64 bytes); the edges of a 512-element block (whole
+  // blocks run fixed-length loops, the tail a run-time one): at 2+ ranks, ranks * 512 - 1 gives
+  // every chunk but the last one whole block and the last a 511-element tail, ranks * 512 whole
+  // blocks only, ranks * 512 + 1 a whole block plus a tail (1 rank copies with memcpy, no
+  // blocks); several blocks per chunk; both sides of the one-phase / two-phase switch (256 KiB;
+  // 3+ ranks, two always take one phase); a size of 1 MiB; random sizes.
   const std::size_t switch_at = (std::size_t{256} << 10) / element;
   std::vector<std::size_t> sizes = {0,
                                     1,
@@ -80,6 +84,9 @@ std::vector<std::size_t> reduce_sizes(int ranks, std::size_t element, std::mt199
                                     64,
                                     65,
                                     static_cast<std::size_t>(ranks) * 16 + 1,
+                                    static_cast<std::size_t>(ranks) * 512 - 1,
+                                    static_cast<std::size_t>(ranks) * 512,
+                                    static_cast<std::size_t>(ranks) * 512 + 1,
                                     4097,
                                     switch_at,
                                     switch_at + 1,

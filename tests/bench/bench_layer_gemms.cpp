@@ -1,0 +1,199 @@
+// gpubox_bench layer-gemms: each GEMM of the dense net's linear layers (trainer::LinearGemms, the
+// path a training step runs: oneDNN on cpu, cuBLASLt on cuda) timed alone, per layer and per
+// kind (forward, weight gradient with the bias gradient, input gradient with the ReLU mask), in
+// GFLOP/s against a square sgemm of the same run (Blas::sgemm): whether a layout or a kernel
+// falls short of the machine's GEMM rate, and the examples/s the layers' GEMMs alone allow.
+//
+// The default shapes are the MLP of PaddleRec's dnn, wide_deep and deepfm configs over
+// bench_peer_paddle.sh's data (26 slots x 9 floats + 13 dense = 247 inputs, 234 of them pooled
+// slots whose input gradient is wanted; 512-256-128-32, then the logit), with DenseModel's row
+// strides (a multiple of 8 floats). Each figure: the median of --repeats timings of --calls
+// calls each, operands hot in cache (a step reads them cooler).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/timer.hpp"
+#include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
+#include "tests/bench/bench_command.hpp"
+#include "trainer/nn/activation_layout.hpp"
+#include "trainer/nn/blas.hpp"
+#include "trainer/nn/linear_gemms.hpp"
+
+namespace gpubox::bench {
+namespace {
+
+using trainer::Blas;
+using trainer::LinearGemms;
+using trainer::LinearGemmSpec;
+
+// Microseconds per call of `call` (each timing: `calls` calls, then the card's stream): the
+// median and the fastest of `repeats` timings. On a shared machine the fastest is the kernel's
+// own rate; the median also holds the time other processes took the core away.
+struct Timing {
+  double median_us = 0, best_us = 0;
+};
+template <class Call>
+Timing time_calls(device::Card& card, int calls, int repeats, Call&& call) {
+  for (int i = 0; i < calls; ++i) call();  // warm-up
+  card.stream().synchronize();
+  std::vector<double> us;
+  for (int r = 0; r < repeats; ++r) {
+    Timer timer;
+    for (int i = 0; i < calls; ++i) call();
+    card.stream().synchronize();
+    us.push_back(timer.seconds() * 1e6 / calls);
+  }
+  return Timing{median(us), *std::min_element(us.begin(), us.end())};
+}
+
+// The layers' specs as DenseModel::add_mlp makes them (fp32).
+std::vector<LinearGemmSpec> mlp_specs(int input, int dx_cols, const std::vector<int>& sizes) {
+  std::vector<LinearGemmSpec> specs;
+  int in = input;
+  for (std::size_t l = 0; l <= sizes.size(); ++l) {
+    const bool last = l == sizes.size();
+    LinearGemmSpec s;
+    s.name = "fc_" + std::to_string(l);
+    s.in = in;
+    s.out = last ? 1 : sizes[l];
+    s.relu = !last;
+    s.input_is_relu = l > 0;
+    s.dx_cols = l == 0 ? dx_cols : in;
+    s.x_ld = trainer::activation_ld(in);
+    s.y_ld = s.dz_ld = trainer::activation_ld(s.out);
+    s.dx_ld = l == 0 ? dx_cols : trainer::activation_ld(in);
+    specs.push_back(s);
+    in = s.out;
+  }
+  return specs;
+}
+
+// Random floats in [-0.1, 0.1) on the card (at least one, so an empty matrix has an address).
+class RandomBuffers {
+ public:
+  explicit RandomBuffers(device::Card& card) : card_(&card), rng_(29) {}
+  device::device_buffer<float> make(int64_t n) {
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    std::vector<float> v(static_cast<std::size_t>(std::max<int64_t>(n, 1)));
+    for (float& value : v) value = u(rng_);
+    return device::to_device(v, card_->memory(), card_->stream());
+  }
+
+ private:
+  device::Card* card_;
+  std::mt19937_64 rng_;
+};
+
+struct LayerTimings {
+  Timing forward, weights, data;  // data: zero when the layer computes no input gradient
+};
+
+// `layer`'s three GEMMs on input `x` (the previous layer's output, `producer`'s) into `y`.
+LayerTimings time_layer(device::Card& card, RandomBuffers& random, LinearGemms& layer,
+                        const LinearGemms* producer, const float* x, float* y, int batch, int calls,
+                        int repeats) {
+  const LinearGemmSpec& s = layer.spec();
+  const auto w = random.make(static_cast<int64_t>(s.in) * s.out), bias = random.make(s.out);
+  auto dw = random.make(static_cast<int64_t>(s.in) * s.out), db = random.make(s.out);
+  const auto dz = random.make(static_cast<int64_t>(batch) * s.dz_ld);
+  auto dx = random.make(static_cast<int64_t>(batch) * s.dx_ld);
+  LayerTimings t;
+  t.forward = time_calls(card, calls, repeats,
+                         [&] { layer.forward(x, w.data(), bias.data(), nullptr, y, batch); });
+  t.weights = time_calls(card, calls, repeats, [&] {
+    layer.backward_weights(x, dz.data(), dw.data(), db.data(), batch);
+  });
+  if (s.dx_cols > 0) {
+    t.data = time_calls(card, calls, repeats, [&] {
+      layer.backward_data(dz.data(), w.data(), x, producer, 1.0f, dx.data(), batch);
+    });
+  }
+  return t;
+}
+
+// "median us / GFLOP/s at the median (at the fastest)" of `macs` multiply-adds.
+std::string rate(const Timing& t, double macs) {
+  if (t.median_us <= 0) return "-";
+  char line[96];
+  std::snprintf(line, sizeof(line), "%7.1f us %5.1f (%5.1f) GFLOP/s", t.median_us,
+                2e-3 * macs / t.median_us, 2e-3 * macs / t.best_us);
+  return line;
+}
+
+int run_layer_gemms(const BenchArgs& args) {
+  args.expect_only({"batch", "input", "dx-cols", "sizes", "threads", "calls", "repeats"});
+  const int batch = static_cast<int>(args.get_int("batch", 512));
+  const int input = static_cast<int>(args.get_int("input", 247));
+  const int dx_cols = static_cast<int>(args.get_int("dx-cols", 234));
+  const int threads = static_cast<int>(args.get_int("threads", 1));
+  const int calls = static_cast<int>(args.get_int("calls", 5));
+  const int repeats = static_cast<int>(args.get_int("repeats", 25));
+  std::vector<int> sizes;
+  for (const long long size : args.get_int_list("sizes", "512,256,128,32", 1, 1 << 16))
+    sizes.push_back(static_cast<int>(size));
+  GPUBOX_EXPECTS(
+      batch >= 1 && input >= 1 && dx_cols >= 0 && dx_cols <= input && calls >= 1 && repeats >= 1,
+      "--batch, --input, --calls and --repeats must be positive, --dx-cols <= --input");
+  device::CardSet cards = device::CardSet::from_list("0", 0, 1, threads);
+  device::Card& card = cards.card(0);
+  card.activate();
+  Blas blas(card);
+  RandomBuffers random(card);
+  // The square sgemm of this run: the machine's fp32 GEMM rate on these threads.
+  const int64_t n = 1024;
+  const auto a = random.make(n * n), b = random.make(n * n);
+  auto c = random.make(n * n);
+  const Timing square = time_calls(card, 1, repeats, [&] {
+    blas.sgemm(trainer::Transpose::kNo, trainer::Transpose::kNo, n, n, n, 1.0f, a.data(), n,
+               b.data(), n, 0.0f, c.data(), n);
+  });
+  std::printf(
+      "layer GEMMs on %s, batch %d, %d thread(s), 1-minute load average %.2f; "
+      "median (fastest) of %d timings\n  sgemm %lldx%lldx%lld: %s\n",
+      blas.isa().c_str(), batch, card.threads(), load_average(), repeats, static_cast<long long>(n),
+      static_cast<long long>(n), static_cast<long long>(n),
+      rate(square, static_cast<double>(n * n * n)).c_str());
+  const std::vector<LinearGemmSpec> specs = mlp_specs(input, dx_cols, sizes);
+  std::vector<std::unique_ptr<LinearGemms>> layers;
+  std::vector<device::device_buffer<float>> outputs;  // layer l's Y, layer l + 1's X
+  const auto x0 = random.make(static_cast<int64_t>(batch) * specs[0].x_ld);
+  double step_us = 0, best_us = 0, step_macs = 0;
+  for (const LinearGemmSpec& s : specs) {
+    const LinearGemms* producer = layers.empty() ? nullptr : layers.back().get();
+    const float* x = outputs.empty() ? x0.data() : outputs.back().data();
+    layers.push_back(std::make_unique<LinearGemms>(blas, s));
+    layers.back()->prepare(batch);
+    outputs.push_back(random.make(static_cast<int64_t>(batch) * s.y_ld));
+    const LayerTimings t = time_layer(card, random, *layers.back(), producer, x,
+                                      outputs.back().data(), batch, calls, repeats);
+    const double mac = static_cast<double>(batch) * s.out;
+    std::printf("  %s %dx%d: forward %s, weight grad %s, input grad (%d cols) %s\n      %s\n",
+                s.name.c_str(), s.in, s.out, rate(t.forward, mac * s.in).c_str(),
+                rate(t.weights, mac * s.in).c_str(), s.dx_cols,
+                rate(t.data, mac * s.dx_cols).c_str(), layers.back()->describe(batch).c_str());
+    step_us += t.forward.median_us + t.weights.median_us + t.data.median_us;
+    best_us += t.forward.best_us + t.weights.best_us + t.data.best_us;
+    step_macs += mac * (2.0 * s.in + s.dx_cols);
+  }
+  std::printf(
+      "  all layers: %.0f (%.0f) us a step of %d, %.1f (%.1f) GFLOP/s; %.0f FLOPs an "
+      "example: %.0f (%.0f) examples/s from the GEMMs alone\n",
+      step_us, best_us, batch, 2e-3 * step_macs / step_us, 2e-3 * step_macs / best_us,
+      2 * step_macs / batch, batch / (step_us * 1e-6), batch / (best_us * 1e-6));
+  return 0;
+}
+
+GPUBOX_BENCH_COMMAND("layer-gemms",
+                     "[--batch B] [--input N] [--dx-cols N] [--sizes 512,256,...] [--threads T] "
+                     "[--calls N] [--repeats R]: each linear-layer GEMM (LinearGemms) timed alone, "
+                     "GFLOP/s against a square sgemm",
+                     run_layer_gemms);
+
+}  // namespace
+}  // namespace gpubox::bench
