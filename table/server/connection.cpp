@@ -104,7 +104,12 @@ StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_poin
   if (::connect(conn.fd(), found->ai_addr, found->ai_addrlen) != 0) {
     if (errno != EINPROGRESS) return Status::Unavailable(errno_text("connect"));
     pollfd p{conn.fd(), POLLOUT, 0};
-    const int ready = ::poll(&p, 1, ms_until(deadline));
+    // A signal (a trainer's Ctrl-C handler, a child's exit) ends poll early: that is no
+    // failure of the connection, so the wait goes on to the same deadline.
+    int ready = 0;
+    do {
+      ready = ::poll(&p, 1, ms_until(deadline));
+    } while (ready < 0 && errno == EINTR);
     if (ready == 0) return Status::Unavailable("connect: timed out");
     if (ready < 0) return Status::Unavailable(errno_text("poll"));
     int err = 0;

@@ -5,10 +5,15 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
+#include <vector>
 
 namespace gpubox::table::server {
 namespace {
@@ -103,6 +108,61 @@ TEST(Transport, ServerErrorReplyEndsTheCallWithItsMessage) {
   EXPECT_NE(st.message().find("SAVE at 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << st.to_string();
   EXPECT_NE(st.message().find("disk full writing part-3"), std::string::npos);
+}
+
+// Connects to `port` without completing until one stays pending: the listener's accept queue
+// is then full, and a further connect waits in SYN_SENT. The sockets are returned to close.
+std::vector<int> fill_accept_queue(uint16_t port) {
+  std::vector<int> held;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    held.push_back(fd);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) continue;
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 100) == 0) return held;  // this one is pending: the queue is full
+  }
+  return held;
+}
+
+void ignore_signal(int) {}
+
+// A signal that lands while a connection is being made (a trainer's Ctrl-C handler, a child's
+// exit) does not fail it: the wait goes on to its deadline. Before, poll's EINTR ended the
+// connect as "poll: Interrupted system call", and a barrier's fresh connection gave up.
+TEST(Transport, ASignalDuringConnectWaitsOnToTheDeadline) {
+  uint16_t port = 0;
+  const int listener = listen_loopback(&port);
+  ASSERT_GE(listener, 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  const std::vector<int> held = fill_accept_queue(port);
+  struct sigaction action {};
+  struct sigaction previous {};
+  action.sa_handler = ignore_signal;
+  sigemptyset(&action.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &action, &previous), 0);
+  std::atomic<bool> done{false};
+  const pthread_t target = ::pthread_self();
+  std::thread interrupter([&] {
+    while (!done.load()) {
+      ::pthread_kill(target, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  const auto start = Clock::now();
+  auto conn = Connection::open(Endpoint{"127.0.0.1", port}, start + std::chrono::milliseconds(400));
+  const auto waited = Clock::now() - start;
+  done = true;
+  interrupter.join();
+  ::sigaction(SIGUSR1, &previous, nullptr);
+  for (int fd : held) ::close(fd);
+  ::close(listener);
+  ASSERT_FALSE(conn.ok()) << "the accept queue was not full: the test proves nothing";
+  EXPECT_EQ(conn.status().message(), "connect: timed out");
+  EXPECT_GE(waited, std::chrono::milliseconds(350));
 }
 
 }  // namespace
