@@ -153,6 +153,13 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
   if (status.ok() && outcome.strict_failure) {
     status = Status::Corruption(summary->stats.errors.back().to_string() + " (strict_parse)");
   }
+  // Lines read and none of them an instance: an empty output would pass for a conversion.
+  if (status.ok() && summary->written == 0 && summary->stats.skipped_lines() > 0) {
+    status = Status::InvalidArgument(in_path + ": no valid instance (" +
+                                     std::to_string(summary->stats.lines) + " lines, " +
+                                     std::to_string(summary->stats.skipped_lines()) +
+                                     " malformed): '" + out_path + "' not written");
+  }
   if (status.ok() && std::fclose(out.release()) != 0) {
     status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
   }

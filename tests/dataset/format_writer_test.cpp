@@ -199,5 +199,27 @@ TEST(Convert, ErrorsNameTheFileAndLeaveNoPartialOutput) {
   EXPECT_FALSE(convert_file(slot, DataFormat::kCriteo, in, dir.file("out"), &summary).ok());
 }
 
+// Every line malformed: an error naming the input and the counts, and no (empty) output that
+// would pass for a conversion. An empty input converts to an empty output; one good line is
+// enough.
+TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(1, 0);
+  ConvertSummary summary;
+  const std::string bad = dir.write("bad", "garbage\nclick:1 1:x\nmore garbage\n");
+  const Status st = convert_file(slot, DataFormat::kMultiSlot, bad, dir.file("out"), &summary);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find(bad + ": no valid instance (3 lines, 3 malformed"), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  const std::string empty = dir.write("empty", "");
+  EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, empty, dir.file("out"), &summary).ok());
+  EXPECT_EQ(summary.written, 0u);
+  const std::string one = dir.write("one", "garbage\nclick:1 1:5\n");
+  EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, one, dir.file("out"), &summary).ok());
+  EXPECT_EQ(summary.written, 1u);
+}
+
 }  // namespace
 }  // namespace gpubox::dataset
