@@ -113,6 +113,9 @@ std::string stat_text(const StatReport& r) {
       << ", instances: " << s.instances << ", positives: " << s.positives
       << ", blank lines: " << s.blank_lines;
   if (s.files == 0) out << "\nwarning: files: 0 (no data file: training would refuse this)";
+  if (s.files > 0 && s.instances == 0 && r.load_status.ok()) {
+    out << "\nwarning: instances: 0 (no line is a valid instance: training would refuse this)";
+  }
   if (!r.skipped_entries.empty()) {
     out << "\nskipped entries: " << r.skipped_entries.size();
     for (const SkippedEntry& e : r.skipped_entries) out << "\n  " << e.to_string();
