@@ -22,20 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ChildProcess;
+using Result = testing::Finished;
 
 const std::string kConfig = GPUBOX_SOURCE_DIR "/configs/config_gpubox.yaml";
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
-
 Result run(const std::string& binary, const std::vector<std::string>& args) {
-  ChildProcess child(binary, args);
-  Result r;
-  r.status = child.wait(60);
-  r.output = child.output();
-  return r;
+  return testing::run_to_end(binary, args);
 }
 
 // One command: its binary, the arguments that name it (a sub-command), what its errors start

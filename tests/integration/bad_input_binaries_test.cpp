@@ -1,0 +1,140 @@
+// A new user's mistakes, through the real binaries (small generated data, the in-process host
+// tier): each is refused before any pass trains, with an error that names the key, the file or
+// the process at fault, and nothing already saved is touched.
+//  - two training runs saving into one runner.model_save_path: the second is refused naming
+//    the first (SaveFolderLock); after it, the folder is free again and holds only saves;
+//  - a runner.model_save_path that cannot be a folder (a file is in the way) is refused before
+//    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/error.hpp"
+#include "dataset/generator.hpp"
+#include "tests/integration/child_process.hpp"
+#include "trainer/schedule/save_folder_lock.hpp"
+
+#if !defined(GPUBOX_TRAIN_BIN)
+#error "GPUBOX_TRAIN_BIN must name the binary"
+#endif
+
+namespace gpubox {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Finished;
+using testing::run_to_end;
+using trainer::SaveFolderLock;
+
+const std::vector<std::string> kLocalTier = {"FLAGS_selected_gpus=0", "GPUBOX_LOCAL_TIER=1",
+                                             "PADDLE_PSERVERS_IP_PORT_LIST=",
+                                             "PADDLE_TRAINERS_NUM=", "PADDLE_TRAINER_ID="};
+
+class BadInputBinaries : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_bad_input_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    for (const auto& [dir, first_line, lines] :
+         {std::tuple{"train", 0, 600}, std::tuple{"test", 600, 200}}) {
+      dataset::GeneratorOptions gen;
+      gen.out_dir = (root_ / dir).string();
+      gen.lines = lines;
+      gen.first_line = first_line;
+      gen.seed = 7;
+      gen.slots = 4;
+      gen.dense = 2;
+      gen.vocab = 500;
+      gen.threads = 1;
+      dataset::OracleSummary oracle;
+      throw_if_error(dataset::generate(gen, &oracle));
+    }
+    std::ofstream(root_ / "config.yaml") << "runner:\n"
+                                            "  train_data_dir: train\n"
+                                            "  test_data_dir: test\n"
+                                            "  metrics_path: \"\"\n"
+                                            "  train_batch_size: 32\n"
+                                            "  infer_batch_size: 32\n"
+                                            "  epochs: 2\n"
+                                            "  print_interval: 5\n"
+                                            "hyper_parameters:\n"
+                                            "  sparse_inputs_slots: 5\n"
+                                            "  dense_input_dim: 2\n"
+                                            "  sparse_feature_dim: 5\n"
+                                            "  fc_sizes: [8]\n";
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  // gpubox_train on the test config from the test folder (model paths are taken from there).
+  static Finished train(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--config", (root_ / "config.yaml").string()});
+    return run_to_end(GPUBOX_TRAIN_BIN, args, kLocalTier, root_.string(), 120);
+  }
+  static bool trained_a_pass(const Finished& run) {
+    return run.output.find("pass: 0, using time") != std::string::npos;
+  }
+
+  static fs::path root_;
+};
+
+fs::path BadInputBinaries::root_;
+
+TEST_F(BadInputBinaries, ASaveFolderInUseByAnotherRunIsRefusedNamingIt) {
+  const std::string save = (root_ / "saves_in_use").string();
+  {
+    // Another run holds the folder (this test process, as a second gpubox_train would).
+    const SaveFolderLock held(save);
+    const Finished refused = train({"-o", "runner.model_save_path=" + save});
+    EXPECT_EQ(refused.status, 1) << refused.output;
+    EXPECT_NE(refused.output.find("gpubox_train: runner.model_save_path '" + save +
+                                  "' is being saved into by another training run (pid " +
+                                  std::to_string(::getpid()) + " on host "),
+              std::string::npos)
+        << refused.output;
+    EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+    EXPECT_FALSE(fs::exists(fs::path(save) / "0"));
+    // In one process too: each lock is its own open file.
+    try {
+      SaveFolderLock second(save);
+      ADD_FAILURE() << "a second lock of one folder was granted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("another training run"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Its holder made the folder and saved nothing: letting go, it leaves no trace.
+  EXPECT_FALSE(fs::exists(save));
+  // Free again: the run saves every pass, and the folder then holds its saves alone.
+  const Finished ran = train({"-o", "runner.model_save_path=" + save});
+  ASSERT_EQ(ran.status, 0) << ran.output;
+  std::vector<std::string> entries;
+  for (const auto& entry : fs::directory_iterator(save)) {
+    entries.push_back(entry.path().filename().string());
+  }
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<std::string>{"0", "1"}));
+  EXPECT_TRUE(fs::exists(fs::path(save) / "1" / "MODEL_MANIFEST"));
+  const SaveFolderLock after(save);  // and the finished run holds nothing
+  EXPECT_TRUE(after.held());
+}
+
+TEST_F(BadInputBinaries, ASavePathThatCannotBeAFolderIsRefusedBeforeTraining) {
+  const fs::path file = root_ / "a_file";
+  std::ofstream(file) << "not a folder\n";
+  const Finished refused = train({"-o", "runner.model_save_path=" + (file / "m").string()});
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("gpubox_train: runner.model_save_path '" + (file / "m").string() +
+                                "': cannot make the folder the saves go to"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+}
+
+}  // namespace
+}  // namespace gpubox
