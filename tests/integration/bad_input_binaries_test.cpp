@@ -4,7 +4,8 @@
 //  - two training runs saving into one runner.model_save_path: the second is refused naming
 //    the first (SaveFolderLock); after it, the folder is free again and holds only saves;
 //  - a runner.model_save_path that cannot be a folder (a file is in the way) is refused before
-//    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error).
+//    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error);
+//  - a host tier that cannot open names its disk tier's key, or its servers once.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -32,9 +33,9 @@ using testing::Finished;
 using testing::run_to_end;
 using trainer::SaveFolderLock;
 
-const std::vector<std::string> kLocalTier = {"FLAGS_selected_gpus=0", "GPUBOX_LOCAL_TIER=1",
-                                             "PADDLE_PSERVERS_IP_PORT_LIST=",
-                                             "PADDLE_TRAINERS_NUM=", "PADDLE_TRAINER_ID="};
+const std::vector<std::string> kLocalTier = {
+    "FLAGS_selected_gpus=0", "GPUBOX_LOCAL_TIER=1",
+    "PADDLE_PSERVERS_IP_PORT_LIST=", "PADDLE_TRAINERS_NUM=", "PADDLE_TRAINER_ID="};
 
 class BadInputBinaries : public ::testing::Test {
  protected:
@@ -104,8 +105,7 @@ TEST_F(BadInputBinaries, ASaveFolderInUseByAnotherRunIsRefusedNamingIt) {
       SaveFolderLock second(save);
       ADD_FAILURE() << "a second lock of one folder was granted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("another training run"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("another training run"), std::string::npos) << e.what();
     }
   }
   // Its holder made the folder and saved nothing: letting go, it leaves no trace.
@@ -134,6 +134,35 @@ TEST_F(BadInputBinaries, ASavePathThatCannotBeAFolderIsRefusedBeforeTraining) {
             std::string::npos)
       << refused.output;
   EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+}
+
+// The host tier that cannot open says which: the in-process table's disk tier by its key (it
+// said "cannot reach the host-tier servers" with no server), the servers once each.
+TEST_F(BadInputBinaries, AHostTierThatCannotOpenIsNamed) {
+  const fs::path file = root_ / "a_file_too";
+  std::ofstream(file) << "not a folder\n";
+  const std::string disk = (file / "rocksdb").string();
+  const Finished local = train({"-o", "runner.rocksdb_path=" + disk});
+  EXPECT_EQ(local.status, 1) << local.output;
+  EXPECT_NE(local.output.find("gpubox_train: IOError: opening the host table's disk tier "
+                              "(runner.rocksdb_path '" +
+                              disk + "'): rocksdb open " + disk),
+            std::string::npos)
+      << local.output;
+  EXPECT_EQ(local.output.find("servers"), std::string::npos) << local.output;
+
+  std::vector<std::string> env = kLocalTier;
+  env.push_back("GPUBOX_LOCAL_TIER=0");
+  env.push_back("PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:1");  // nobody listens on port 1
+  const Finished remote =
+      run_to_end(GPUBOX_TRAIN_BIN,
+                 {"--config", (root_ / "config.yaml").string(), "-o", "runner.server_timeout_s=1"},
+                 env, root_.string(), 60);
+  EXPECT_EQ(remote.status, 1) << remote.output;
+  const std::string named = "cannot reach the host-tier servers 127.0.0.1:1";
+  const auto first = remote.output.find(named);
+  EXPECT_NE(first, std::string::npos) << remote.output;
+  EXPECT_EQ(remote.output.find(named, first + 1), std::string::npos) << remote.output;
 }
 
 }  // namespace
