@@ -5,7 +5,8 @@
 //    the first (SaveFolderLock); after it, the folder is free again and holds only saves;
 //  - a runner.model_save_path that cannot be a folder (a file is in the way) is refused before
 //    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error);
-//  - a host tier that cannot open names its disk tier's key, or its servers once.
+//  - a host tier that cannot open names its disk tier's key, or its servers once;
+//  - a save loaded under another network names the model keys that differ.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -163,6 +164,40 @@ TEST_F(BadInputBinaries, AHostTierThatCannotOpenIsNamed) {
   const auto first = remote.output.find(named);
   EXPECT_NE(first, std::string::npos) << remote.output;
   EXPECT_EQ(remote.output.find(named, first + 1), std::string::npos) << remote.output;
+}
+
+// A save loaded under another network names the keys that differ (it guessed "different
+// fc_sizes, slots, dense_input_dim or dnn_batch_norm?", even when the model was another one);
+// learning rates that differ are not named (a save loads under other ones).
+TEST_F(BadInputBinaries, ASaveOfAnotherNetworkNamesTheKeysThatDiffer) {
+  const std::string save = (root_ / "network_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string load = save + "/0";
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string named;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"hyper_parameters.model=deepfm"}, "hyper_parameters.model: saved dnn, now deepfm"},
+           {{"hyper_parameters.fc_sizes=[16]", "hyper_parameters.optimizer.learning_rate=0.5"},
+            "hyper_parameters.fc_sizes: saved [8], now [16])"}}) {
+    for (const std::string mode : {"infer", "train"}) {
+      std::vector<std::string> args = {"--mode", mode, "--load", load};
+      for (const std::string& o : c.overrides) args.insert(args.end(), {"-o", o});
+      if (mode == "train") args.insert(args.end(), {"-o", "runner.model_save_path="});
+      const Finished refused = train(args);
+      EXPECT_EQ(refused.status, 1) << refused.output;
+      EXPECT_NE(refused.output.find("dense parameters but the configured model has "),
+                std::string::npos)
+          << refused.output;
+      EXPECT_NE(refused.output.find(" (made with other model settings: " + c.named),
+                std::string::npos)
+          << mode << "\n"
+          << refused.output;
+      EXPECT_EQ(refused.output.find("learning_rate"), std::string::npos) << refused.output;
+    }
+  }
 }
 
 }  // namespace
