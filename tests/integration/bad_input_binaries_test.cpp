@@ -6,13 +6,15 @@
 //  - a runner.model_save_path that cannot be a folder (a file is in the way) is refused before
 //    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error);
 //  - a host tier that cannot open names its disk tier's key, or its servers once;
-//  - a save loaded under another network names the model keys that differ.
+//  - a save loaded under another network names the model keys that differ;
+//  - --predictions_out is checked before the evaluation and replaced only when written whole.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -198,6 +200,42 @@ TEST_F(BadInputBinaries, ASaveOfAnotherNetworkNamesTheKeysThatDiffer) {
       EXPECT_EQ(refused.output.find("learning_rate"), std::string::npos) << refused.output;
     }
   }
+}
+
+// --predictions_out that cannot be written is refused before the evaluation (it was found only
+// after every save was evaluated), and an evaluation that fails leaves an earlier file whole.
+TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
+  const std::string save = (root_ / "predicted_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const fs::path file = root_ / "a_file_three";
+  std::ofstream(file) << "not a folder\n";
+  const std::string nowhere = (file / "p.txt").string();
+  const Finished refused =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", nowhere});
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("gpubox_train: cannot write --predictions_out '" + nowhere + "'"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(refused.output.find("infer: save:"), std::string::npos) << refused.output;
+
+  const fs::path kept = root_ / "predictions.txt";
+  std::ofstream(kept) << "1 0.5\n";
+  const Finished failed = train(
+      {"--mode", "infer", "--load", save + "/7", "--predictions_out", kept.string()});  // no save
+  EXPECT_EQ(failed.status, 1) << failed.output;
+  std::ifstream in(kept);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "1 0.5\n");
+  EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+
+  const Finished written =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", kept.string()});
+  ASSERT_EQ(written.status, 0) << written.output;
+  std::ifstream again(kept);
+  std::size_t lines = 0;
+  for (std::string line; std::getline(again, line);) ++lines;
+  EXPECT_EQ(lines, 200u);  // the test data's instances
+  EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 // PADDLE_PSERVERS_IP_PORT_LIST names gpubox_server endpoints (scripts/run_gpubox.sh sets it).
 #include <gflags/gflags.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -166,6 +168,24 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
   job.load = FLAGS_load;
   job.data_dir = FLAGS_infer_data_dir;
   job.keep_predictions = !FLAGS_predictions_out.empty();
+  // Opened before the evaluation, so a path that cannot be written fails now, not after it;
+  // written under a temporary name and renamed, so a failed run leaves an earlier file whole.
+  const std::string predictions_tmp = FLAGS_predictions_out + ".tmp";
+  std::ofstream predictions;
+  struct RemoveUnlessRenamed {
+    const std::string& path;
+    bool renamed = false;
+    ~RemoveUnlessRenamed() {
+      if (!renamed) std::remove(path.c_str());
+    }
+  } unfinished{predictions_tmp};
+  if (job.keep_predictions) {
+    predictions.open(predictions_tmp);
+    GPUBOX_EXPECTS(predictions.good(), "cannot write --predictions_out '", FLAGS_predictions_out,
+                   "' (", predictions_tmp, ": ", std::strerror(errno), ")");
+  } else {
+    unfinished.renamed = true;
+  }
   const EvalResult result = infer_job(
       config, env, job, [](const SaveToEvaluate& save, const EvalResult& r, double seconds) {
         if (save.epoch >= 0) {
@@ -178,13 +198,17 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
             r.metrics.actual_ctr, r.metrics.predicted_ctr);
         std::fflush(stdout);
       });
-  if (!FLAGS_predictions_out.empty()) {  // of the last save evaluated
-    std::ofstream out(FLAGS_predictions_out);
-    GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
+  if (job.keep_predictions) {  // of the last save evaluated
     for (std::size_t i = 0; i < result.predictions.size(); ++i) {
-      out << result.labels[i] << ' ' << result.predictions[i] << '\n';
+      predictions << result.labels[i] << ' ' << result.predictions[i] << '\n';
     }
-    GPUBOX_EXPECTS(out.good(), "writing --predictions_out '", FLAGS_predictions_out, "' failed");
+    predictions.close();
+    GPUBOX_EXPECTS(predictions.good(), "writing --predictions_out '", FLAGS_predictions_out,
+                   "' failed (", predictions_tmp, ")");
+    GPUBOX_EXPECTS(std::rename(predictions_tmp.c_str(), FLAGS_predictions_out.c_str()) == 0,
+                   "cannot write --predictions_out '", FLAGS_predictions_out, "' (",
+                   std::strerror(errno), ")");
+    unfinished.renamed = true;
   }
   return 0;
 }
