@@ -96,8 +96,19 @@ ParseResult fail_note(ParseReason reason, const char* note) {
 
 std::string describe(const ParseResult& result) {
   if (result.token.empty()) return result.note == nullptr ? "" : result.note;
-  std::string_view token = result.token.substr(0, 64);
-  std::string out = "'" + std::string(token) + "'";
+  std::string out = "'";
+  // Control bytes as \xNN: the detail goes to terminals and logs, and a binary file's (a
+  // compressed one's) escape sequences would act on the terminal instead of being read.
+  for (const char c : result.token.substr(0, 64)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
   if (result.token.size() > 64) out += "...";
   return out;
 }

@@ -29,7 +29,8 @@ struct ParseResult {
   bool ok() const { return reason == ParseReason::kOk; }
 };
 
-// "bad_key: '12a'" style detail for a rejected line (token cut to 64 characters).
+// "bad_key: '12a'" style detail for a rejected line (token cut to 64 characters, its control
+// bytes written \xNN).
 std::string describe(const ParseResult& result);
 
 // Slot name -> slot index of a config's slots: a direct table for plain numbers ("17"), a hash

@@ -455,6 +455,19 @@ TEST(CriteoFormat, MalformedLines) {
   EXPECT_EQ(reason_of(c, criteo_line("1", ints, cats) + "\r"), ParseReason::kOk);
 }
 
+// A rejected token's control bytes (a compressed file's ESC, NUL, CR) are written \xNN in the
+// detail that terminals and logs show; other bytes as they are; cut to 64 bytes.
+TEST(Describe, ControlBytesOfARejectedTokenAreEscaped) {
+  const DatasetConfig c = slot_config(2, 0);
+  // The result's token views the line: the lines outlive it.
+  const std::string binary("click:1 \x1b[2J\x7f\x01\xc3\xa9\x00z 1:5", 22);
+  const Parsed p = parse_one(c, binary);
+  ASSERT_FALSE(p.result.ok());
+  EXPECT_EQ(describe(p.result), "'\\x1b[2J\\x7f\\x01\xc3\xa9\\x00z'");
+  const std::string long_token = "click:1 " + std::string(70, 'q') + " 1:5";
+  EXPECT_EQ(describe(parse_one(c, long_token).result), "'" + std::string(64, 'q') + "'...");
+}
+
 TEST(TextNumber, ParseU64EdgesAgainstStrtoull) {
   std::uint64_t v = 0;
   EXPECT_TRUE(parse_u64("18446744073709551615", &v));
