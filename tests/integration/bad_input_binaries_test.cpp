@@ -7,7 +7,8 @@
 //    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error);
 //  - a host tier that cannot open names its disk tier's key, or its servers once;
 //  - a save loaded under another network names the model keys that differ;
-//  - --predictions_out is checked before the evaluation and replaced only when written whole.
+//  - --predictions_out is checked before the evaluation and replaced only when written whole;
+//  - test data of one class says why its AUC is nan.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -236,6 +237,43 @@ TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
   for (std::string line; std::getline(again, line);) ++lines;
   EXPECT_EQ(lines, 200u);  // the test data's instances
   EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+}
+
+// Test data of one class: its AUC prints as nan, and a warning says why (the line alone left
+// "test auc: nan" unexplained), after each epoch and in --mode infer.
+TEST_F(BadInputBinaries, OneClassTestDataSaysWhyItsAucIsNan) {
+  const fs::path negatives = root_ / "negatives";
+  fs::create_directories(negatives);
+  std::size_t lines = 0;
+  {
+    std::ifstream in(root_ / "test" / "part-00000");
+    std::ofstream out(negatives / "part-00000");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("click:0 ", 0) == 0) {
+        out << line << "\n";
+        ++lines;
+      }
+    }
+  }
+  ASSERT_GT(lines, 10u);
+  const std::string why = "its " + std::to_string(lines) +
+                          " instances are all negative (label 0): AUC is undefined with one "
+                          "class (nan); logloss is measured";
+  const std::string save = (root_ / "one_class_saves").string();
+  const Finished trained = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1",
+                                  "-o", "runner.test_data_dir=" + negatives.string()});
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("epoch: 0, test auc: nan"), std::string::npos) << trained.output;
+  EXPECT_NE(trained.output.find("runner.test_data_dir: " + why), std::string::npos)
+      << trained.output;
+  const Finished inferred =
+      train({"--mode", "infer", "--load", save + "/0", "--infer_data_dir", negatives.string()});
+  ASSERT_EQ(inferred.status, 0) << inferred.output;
+  EXPECT_NE(inferred.output.find("the evaluated data: " + why), std::string::npos)
+      << inferred.output;
+  // Both classes: no such line.
+  EXPECT_EQ(train({"--mode", "infer", "--load", save + "/0"}).output.find("all negative"),
+            std::string::npos);
 }
 
 }  // namespace

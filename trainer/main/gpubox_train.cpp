@@ -197,6 +197,8 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
             save.dir.c_str(), r.metrics.examples, r.metrics.auc, r.metrics.logloss,
             r.metrics.actual_ctr, r.metrics.predicted_ctr);
         std::fflush(stdout);
+        const std::string one_class = one_class_note(r.metrics);
+        if (!one_class.empty()) GPUBOX_LOG(WARNING) << "the evaluated data: " << one_class;
       });
   if (job.keep_predictions) {  // of the last save evaluated
     for (std::size_t i = 0; i < result.predictions.size(); ++i) {

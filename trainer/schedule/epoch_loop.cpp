@@ -112,6 +112,8 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
                 static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
                 test.metrics.examples);
     std::fflush(stdout);
+    const std::string one_class = one_class_note(test.metrics);
+    if (!one_class.empty()) GPUBOX_LOG(WARNING) << "runner.test_data_dir: " << one_class;
   }
   metrics->append(format_test_json(epoch, test.metrics));
   if (hooks.on_epoch) hooks.on_epoch(epoch, merged, &test.metrics);
