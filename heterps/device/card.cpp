@@ -178,7 +178,8 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
     std::string entry(card_list.substr(start, end - start));
     entry.erase(0, entry.find_first_not_of(" \t"));
     entry.erase(entry.find_last_not_of(" \t") + 1);
-    GPUBOX_EXPECTS(!entry.empty(), "card list '", card_list, "' has an empty entry");
+    GPUBOX_EXPECTS(!entry.empty(), "card list (FLAGS_selected_gpus) '", card_list,
+                   "' has an empty entry");
     std::size_t used = 0;
     int device = -1;
     try {
@@ -186,10 +187,10 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
     } catch (const std::exception&) {
       used = 0;
     }
-    GPUBOX_EXPECTS(used == entry.size() && device >= 0, "card list '", card_list, "': '", entry,
-                   "' is not a card number");
-    GPUBOX_EXPECTS(seen.insert(device).second, "card list '", card_list, "' names card ", device,
-                   " twice");
+    GPUBOX_EXPECTS(used == entry.size() && device >= 0, "card list (FLAGS_selected_gpus) '",
+                   card_list, "': '", entry, "' is not a card number");
+    GPUBOX_EXPECTS(seen.insert(device).second, "card list (FLAGS_selected_gpus) '", card_list,
+                   "' names card ", device, " twice");
     devices.push_back(device);
     start = end + 1;
   }
@@ -197,8 +198,8 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
   int available = 0;
   GPUBOX_CUDA_TRY(cudaGetDeviceCount(&available));
   for (int device : devices) {
-    GPUBOX_EXPECTS(device < available, "card list '", card_list, "' names GPU ", device,
-                   " but this machine has ", available);
+    GPUBOX_EXPECTS(device < available, "card list (FLAGS_selected_gpus) '", card_list,
+                   "' names GPU ", device, " but this machine has ", available);
   }
   const int threads = 1;
 #else

@@ -8,7 +8,8 @@
 //  - a host tier that cannot open names its disk tier's key, or its servers once;
 //  - a save loaded under another network names the model keys that differ;
 //  - --predictions_out is checked before the evaluation and replaced only when written whole;
-//  - test data of one class says why its AUC is nan.
+//  - test data of one class says why its AUC is nan;
+//  - a bad FLAGS_selected_gpus is named.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -237,6 +238,20 @@ TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
   for (std::string line; std::getline(again, line);) ++lines;
   EXPECT_EQ(lines, 200u);  // the test data's instances
   EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+}
+
+// A card list that is not one names the variable it came from (it said "card list 'abc'").
+TEST_F(BadInputBinaries, ABadCardListNamesItsVariable) {
+  std::vector<std::string> env = kLocalTier;
+  for (const std::string cards : {"abc", "0,0", "0,,1"}) {
+    env.push_back("FLAGS_selected_gpus=" + cards);
+    const Finished refused = run_to_end(
+        GPUBOX_TRAIN_BIN, {"--config", (root_ / "config.yaml").string()}, env, root_.string(), 60);
+    EXPECT_EQ(refused.status, 1) << refused.output;
+    EXPECT_NE(refused.output.find("gpubox_train: card list (FLAGS_selected_gpus) '" + cards + "'"),
+              std::string::npos)
+        << refused.output;
+  }
 }
 
 // Test data of one class: its AUC prints as nan, and a warning says why (the line alone left
