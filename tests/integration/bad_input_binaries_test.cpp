@@ -18,11 +18,10 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "common/error.hpp"
-#include "dataset/generator.hpp"
+#include "tests/dataset/planted_data.hpp"
 #include "tests/integration/child_process.hpp"
 #include "trainer/schedule/save_folder_lock.hpp"
 
@@ -47,20 +46,8 @@ class BadInputBinaries : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gpubox_bad_input_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    for (const auto& [dir, first_line, lines] :
-         {std::tuple{"train", 0, 600}, std::tuple{"test", 600, 200}}) {
-      dataset::GeneratorOptions gen;
-      gen.out_dir = (root_ / dir).string();
-      gen.lines = lines;
-      gen.first_line = first_line;
-      gen.seed = 7;
-      gen.slots = 4;
-      gen.dense = 2;
-      gen.vocab = 500;
-      gen.threads = 1;
-      dataset::OracleSummary oracle;
-      throw_if_error(dataset::generate(gen, &oracle));
-    }
+    testing::write_small_train_test(root_, 600, 200, /*seed=*/7, /*slots=*/4, /*dense=*/2,
+                                    /*vocab=*/500, /*files=*/1);
     std::ofstream(root_ / "config.yaml") << "runner:\n"
                                             "  train_data_dir: train\n"
                                             "  test_data_dir: test\n"
