@@ -255,6 +255,8 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
       std::rethrow_exception(first_error);
     } catch (const Error& e) {
       throw with_context("card " + std::to_string(cards_[first_card]->rank()) + ": ", e);
+    } catch (const std::bad_alloc&) {
+      throw;  // as it is: the binaries name what the config asked for (OutOfMemory names the card)
     } catch (const std::exception& e) {
       throw Error("card " + std::to_string(cards_[first_card]->rank()) + ": " + e.what());
     }

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "common/out_of_memory.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/device/cuda_check.hpp"
 #include "heterps/device/deferred.hpp"
@@ -173,15 +174,17 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages)
   DeviceGuard guard(device_);
   cudaError_t err = cudaMallocAsync(&ptr, bytes, stream.native());
   if (err != cudaSuccess) {
-    GPUBOX_FAIL("card ", device_, ": cannot allocate ", bytes, " bytes (", cudaGetErrorString(err),
-                "); in use ", bytes_in_use(), " bytes");
+    throw OutOfMemory(::gpubox::detail::concat("card ", device_, ": cannot allocate ", bytes,
+                                               " bytes (", cudaGetErrorString(err), "); in use ",
+                                               bytes_in_use(), " bytes"));
   }
 #else
   (void)stream;
   ptr = allocate_host_block(bytes, pages);
   if (ptr == nullptr) {
-    GPUBOX_FAIL("card ", device_, ": cannot allocate ", bytes, " bytes of host memory; in use ",
-                bytes_in_use(), " bytes");
+    throw OutOfMemory(::gpubox::detail::concat("card ", device_, ": cannot allocate ", bytes,
+                                               " bytes of host memory; in use ", bytes_in_use(),
+                                               " bytes"));
   }
 #endif
   register_memory(ptr, bytes, MemoryKind::kCard, device_);
@@ -228,7 +231,10 @@ void* allocate_pinned(std::size_t bytes) {
   GPUBOX_CUDA_TRY(cudaMallocHost(&ptr, bytes));
 #else
   ptr = std::aligned_alloc(kAlignment, round_up(bytes));
-  if (ptr == nullptr) GPUBOX_FAIL("cannot allocate ", bytes, " bytes of pinned host memory");
+  if (ptr == nullptr) {
+    throw OutOfMemory(
+        ::gpubox::detail::concat("cannot allocate ", bytes, " bytes of pinned host memory"));
+  }
 #endif
   register_memory(ptr, bytes, MemoryKind::kPinned, -1);
   if (CardCounters* counters = thread_pinned_counters()) counters->add_pinned_allocation();

@@ -208,6 +208,27 @@ TEST(CliRules, AnAllocationTooLargeNamesTheKeyThatSizedIt) {
             std::string::npos)
       << r.output;
 }
+
+// The same for memory the cards take (a batch too large: its activations): an allocation of
+// card or pinned memory that fails is an out-of-memory naming the key, not "card 0: card 0:
+// cannot allocate 99200000000 bytes of host memory".
+TEST(CliRules, ACardAllocationTooLargeNamesTheKeyThatSizedIt) {
+  const Result r =
+      run("/bin/sh", {"-c",
+                      "ulimit -v 16000000 && FLAGS_selected_gpus=0 GPUBOX_LOCAL_TIER=1 "
+                      "exec '" +
+                          std::string(GPUBOX_TRAIN_BIN) + "' --config '" + kConfig +
+                          "' -o runner.train_batch_size=1e8 -o runner.epochs=1 "
+                          "-o runner.metrics_path= -o runner.model_save_path= "
+                          "--threads_per_card 1"});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("gpubox_train: out of memory (cannot allocate "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" asks for, largest first:\n  runner.train_batch_size = 100000000: at "
+                          "least 742.4 GB of activations"),
+            std::string::npos)
+      << r.output;
+}
 #endif
 
 // A config with a second YAML document is refused by the binaries too, naming file and line.
