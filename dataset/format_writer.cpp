@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "common/error.hpp"
 #include "dataset/format_detect.hpp"
@@ -119,6 +121,13 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
                                    name_of(kDataFormatNames, to) + " (slot or multislot)");
   }
   GPUBOX_RETURN_IF_ERROR(validate(from));
+  std::error_code ec;
+  if (std::filesystem::equivalent(in_path, out_path, ec) && !ec) {
+    // Written over in place, the input would lose the lines skipped (and any a reader did not
+    // take) with no copy left to correct them from.
+    return Status::InvalidArgument("convert: OUT '" + out_path + "' is IN '" + in_path +
+                                   "': write the converted file elsewhere");
+  }
   *summary = ConvertSummary{};
   StatusOr<std::unique_ptr<LineReader>> reader =
       LineReader::open(in_path, pipe_command_line(from), from.max_line_bytes);
