@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/logging.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -69,8 +70,14 @@ SaveFolderLock::SaveFolderLock(const std::string& save_path) {
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       ::close(fd);
-      GPUBOX_EXPECTS(err == EWOULDBLOCK, kKey, " '", save_path, "': cannot lock ", file, " (",
-                     std::strerror(err), ")");
+      if (err != EWOULDBLOCK) {
+        // A file system without locks (some network mounts): the run goes on, unguarded.
+        GPUBOX_LOG(WARNING) << kKey << " '" << save_path << "': cannot lock " << file << " ("
+                            << std::strerror(err) << "); another run saving into it at the "
+                            << "same time would not be refused";
+        ::unlink(file.c_str());
+        return;
+      }
       const std::string holder = holder_of(file);
       GPUBOX_FAIL(kKey, " '", save_path, "' is being saved into by another training run (",
                   holder.empty() ? std::string("its lock file ") + file : holder,

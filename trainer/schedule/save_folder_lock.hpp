@@ -22,7 +22,8 @@ class SaveFolderLock {
   // Creates `save_path` (runner.model_save_path) when missing and locks it for this object's
   // lifetime. Throws gpubox::Error naming the key and the path when the folder cannot be made
   // or written, and naming the process that holds it when another run does (in this process
-  // too: each lock is its own open file).
+  // too: each lock is its own open file). On a file system without locks it warns and holds
+  // nothing.
   explicit SaveFolderLock(const std::string& save_path);
   // Removes the file and lets go; then removes the folders the constructor made that are still
   // empty (a run stopped before its first save leaves the file system as it found it).
