@@ -7,10 +7,13 @@
 //    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error);
 //  - a host tier that cannot open names its disk tier's key, or its servers once;
 //  - a save loaded under another network names the model keys that differ;
-//  - --predictions_out is checked before the evaluation and replaced only when written whole;
+//  - --predictions_out is checked before the evaluation and replaced only when written whole,
+//    through a symlink to its target, and written in place into a FIFO;
 //  - test data of one class says why its AUC is nan;
 //  - a bad FLAGS_selected_gpus is named.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,6 +228,44 @@ TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
   for (std::string line; std::getline(again, line);) ++lines;
   EXPECT_EQ(lines, 200u);  // the test data's instances
   EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+}
+
+// --predictions_out through a symlink writes its target and keeps the link; into a FIFO it writes
+// the lines to the reader (both were replaced by a regular file <path>.tmp was renamed to).
+TEST_F(BadInputBinaries, PredictionsOutWritesThroughSymlinksAndFifos) {
+  const std::string save = (root_ / "linked_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const fs::path target = root_ / "target.txt";
+  const fs::path link = root_ / "link.txt";
+  std::ofstream(target) << "1 0.5\n";
+  fs::create_symlink(target, link);
+  const Finished linked =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", link.string()});
+  ASSERT_EQ(linked.status, 0) << linked.output;
+  EXPECT_TRUE(fs::is_symlink(link));
+  std::ifstream in(target);
+  std::size_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 200u);
+
+  const fs::path fifo = root_ / "predictions.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Held open read-write and non-blocking: the run's open does not wait, and 200 short lines fit
+  // the pipe's buffer, read after the run.
+  const int reader = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const Finished piped =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", fifo.string()});
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(reader, buf, sizeof(buf))) > 0;) text.append(buf, n);
+  ::close(reader);
+  ASSERT_EQ(piped.status, 0) << piped.output;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 200) << text;
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
 // A card list that is not one names the variable it came from (it said "card list 'abc'").
