@@ -119,6 +119,14 @@ TEST_F(BadInputBinaries, ASaveFolderInUseByAnotherRunIsRefusedNamingIt) {
   EXPECT_TRUE(after.held());
 }
 
+// A save path written with a trailing slash leaves no folder behind either: its parents were
+// recorded one level off ("/x/a/b/" then "/x/a/b"), so removing the second failed and /x/a stayed.
+TEST_F(BadInputBinaries, ASaveFolderLockLeavesNoFolderForATrailingSlash) {
+  const fs::path top = root_ / "slash_top";
+  { const SaveFolderLock held((top / "a" / "b").string() + "/"); }
+  EXPECT_FALSE(fs::exists(top)) << "left " << top;
+}
+
 TEST_F(BadInputBinaries, ASavePathThatCannotBeAFolderIsRefusedBeforeTraining) {
   const fs::path file = root_ / "a_file";
   std::ofstream(file) << "not a folder\n";

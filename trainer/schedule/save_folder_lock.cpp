@@ -45,8 +45,12 @@ SaveFolderLock::SaveFolderLock(const std::string& save_path) {
   std::error_code ec;
   // The folders this makes, innermost first: a run that ends before its first save leaves
   // none of them behind.
-  for (fs::path p = fs::absolute(save_path, ec).lexically_normal();
-       !ec && !p.empty() && p != p.parent_path() && !fs::exists(p, ec); p = p.parent_path()) {
+  fs::path path = fs::absolute(save_path, ec).lexically_normal();
+  if (!path.has_filename() && path.has_relative_path()) {
+    path = path.parent_path();  // "/x/a/b/": its parent is /x/a/b, not /x/a
+  }
+  for (fs::path p = path; !ec && !p.empty() && p != p.parent_path() && !fs::exists(p, ec);
+       p = p.parent_path()) {
     made_.push_back(p.string());
   }
   fs::create_directories(save_path, ec);
@@ -104,27 +108,30 @@ SaveFolderLock::SaveFolderLock(const std::string& save_path) {
 SaveFolderLock::~SaveFolderLock() { release(); }
 
 void SaveFolderLock::release() {
-  if (fd_ < 0) return;
-  // Removed while still locked (the folder keeps only saves), then closing drops the lock.
-  ::unlink(file_.c_str());
-  ::close(fd_);
-  fd_ = -1;
+  if (fd_ >= 0) {
+    // Removed while still locked (the folder keeps only saves), then closing drops the lock.
+    ::unlink(file_.c_str());
+    ::close(fd_);
+    fd_ = -1;
+  }
+  // Unlocked too (a file system without locks): the folders made are still removed.
   for (const std::string& dir : made_) {
     if (::rmdir(dir.c_str()) != 0) break;  // not empty: the run saved into it
   }
+  made_.clear();
 }
 
 SaveFolderLock::SaveFolderLock(SaveFolderLock&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       file_(std::move(other.file_)),
-      made_(std::move(other.made_)) {}
+      made_(std::exchange(other.made_, {})) {}
 
 SaveFolderLock& SaveFolderLock::operator=(SaveFolderLock&& other) noexcept {
   if (this != &other) {
     release();
     fd_ = std::exchange(other.fd_, -1);
     file_ = std::move(other.file_);
-    made_ = std::move(other.made_);
+    made_ = std::exchange(other.made_, {});
   }
   return *this;
 }

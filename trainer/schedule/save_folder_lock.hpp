@@ -26,7 +26,8 @@ class SaveFolderLock {
   // nothing.
   explicit SaveFolderLock(const std::string& save_path);
   // Removes the file and lets go; then removes the folders the constructor made that are still
-  // empty (a run stopped before its first save leaves the file system as it found it).
+  // empty (a run stopped before its first save leaves the file system as it found it), whether
+  // it held the lock or not.
   ~SaveFolderLock();
   SaveFolderLock(SaveFolderLock&& other) noexcept;
   SaveFolderLock& operator=(SaveFolderLock&& other) noexcept;
