@@ -64,7 +64,11 @@ SaveFolderLock::SaveFolderLock(const std::string& save_path) {
   for (int attempt = 0; fd_ < 0; ++attempt) {
     GPUBOX_EXPECTS(attempt < 100, kKey, " '", save_path, "': ", file,
                    " keeps being removed and made again while it is locked");
-    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // A file another user's run left (kill -9) is not writable, but flock needs no write access:
+    // locked read-only, it is then replaced by this run's own where the folder allows.
+    const bool read_only = fd < 0 && errno == EACCES;
+    if (read_only) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {  // the last holder removed the empty folder it had made
       fs::create_directories(save_path, ec);
       continue;
@@ -92,7 +96,11 @@ SaveFolderLock::SaveFolderLock(const std::string& save_path) {
     struct stat locked = {}, named = {};
     if (::fstat(fd, &locked) == 0 && ::stat(file.c_str(), &named) == 0 &&
         locked.st_dev == named.st_dev && locked.st_ino == named.st_ino) {
-      fd_ = fd;
+      if (read_only && ::unlink(file.c_str()) == 0) {
+        ::close(fd);  // the stale file is gone: the next attempt makes this run's own
+        continue;
+      }
+      fd_ = fd;  // read-only where the folder keeps the file: the holder's name goes unwritten
     } else {
       ::close(fd);
     }
