@@ -276,17 +276,22 @@ TEST_F(BadInputBinaries, PredictionsOutWritesThroughSymlinksAndFifos) {
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
-// A card list that is not one names the variable it came from (it said "card list 'abc'").
+// A card list that is not one names the variable it came from (it said "card list 'abc'"), and
+// FLAGS_selected_gpus only when the list came from it.
 TEST_F(BadInputBinaries, ABadCardListNamesItsVariable) {
-  std::vector<std::string> env = kLocalTier;
-  for (const std::string cards : {"abc", "0,0", "0,,1"}) {
-    env.push_back("FLAGS_selected_gpus=" + cards);
-    const Finished refused = run_to_end(
-        GPUBOX_TRAIN_BIN, {"--config", (root_ / "config.yaml").string()}, env, root_.string(), 60);
-    EXPECT_EQ(refused.status, 1) << refused.output;
-    EXPECT_NE(refused.output.find("gpubox_train: card list (FLAGS_selected_gpus) '" + cards + "'"),
-              std::string::npos)
-        << refused.output;
+  for (const std::string variable : {"FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS"}) {
+    for (const std::string cards : {"abc", "0,0", "0,,1"}) {
+      std::vector<std::string> env = kLocalTier;
+      env.push_back("FLAGS_selected_gpus=");  // unset: GPUBOX_SELECTED_GPUS is read after it
+      env.push_back(variable + "=" + cards);
+      const Finished refused =
+          run_to_end(GPUBOX_TRAIN_BIN, {"--config", (root_ / "config.yaml").string()}, env,
+                     root_.string(), 60);
+      EXPECT_EQ(refused.status, 1) << refused.output;
+      EXPECT_NE(refused.output.find("gpubox_train: card list (" + variable + ") '" + cards + "'"),
+                std::string::npos)
+          << refused.output;
+    }
   }
 }
 
@@ -322,9 +327,11 @@ TEST_F(BadInputBinaries, OneClassTestDataSaysWhyItsAucIsNan) {
   ASSERT_EQ(inferred.status, 0) << inferred.output;
   EXPECT_NE(inferred.output.find("the evaluated data: " + why), std::string::npos)
       << inferred.output;
-  // Both classes: no such line.
-  EXPECT_EQ(train({"--mode", "infer", "--load", save + "/0"}).output.find("all negative"),
-            std::string::npos);
+  // Both classes: no such line (in a run that evaluated).
+  const Finished both = train({"--mode", "infer", "--load", save + "/0"});
+  ASSERT_EQ(both.status, 0) << both.output;
+  EXPECT_NE(both.output.find("infer: save:"), std::string::npos) << both.output;
+  EXPECT_EQ(both.output.find("all negative"), std::string::npos) << both.output;
 }
 
 }  // namespace

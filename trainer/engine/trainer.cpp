@@ -106,7 +106,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   }
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
-                                       env_.threads_per_card),
+                                       env_.threads_per_card, env_.selected_cards_from),
             env_.trainers > 1 ? comm::open_rendezvous_store(env_.rendezvous) : nullptr,
             nullptr,
             nullptr,
