@@ -195,6 +195,12 @@ std::string describe_shape(const std::vector<std::string>& lines, const DatasetC
   if (lines.empty()) return "";
   // The first line speaks for the sample: inputs are one format throughout.
   const std::string_view line = lines.front();
+  // A compressed file read as text (its magic bytes start the first "line").
+  if (line.size() >= 2 && static_cast<unsigned char>(line[0]) == 0x1f &&
+      static_cast<unsigned char>(line[1]) == 0x8b) {
+    return "it is gzip-compressed: decompress it, or read it through runner.pipe_command: "
+           "\"gzip -dc\"";
+  }
   const std::size_t tab_fields =
       static_cast<std::size_t>(std::count(line.begin(), line.end(), '\t')) + 1;
   const std::string config_shape = "the config has " + std::to_string(config.slots.size()) +

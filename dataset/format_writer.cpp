@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 
 #include "common/error.hpp"
 #include "dataset/format_detect.hpp"
@@ -119,6 +121,13 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
                                    name_of(kDataFormatNames, to) + " (slot or multislot)");
   }
   GPUBOX_RETURN_IF_ERROR(validate(from));
+  std::error_code ec;
+  if (std::filesystem::equivalent(in_path, out_path, ec) && !ec) {
+    // Written over in place, the input would lose the lines skipped (and any a reader did not
+    // take) with no copy left to correct them from.
+    return Status::InvalidArgument("convert: OUT '" + out_path + "' is IN '" + in_path +
+                                   "': write the converted file elsewhere");
+  }
   *summary = ConvertSummary{};
   StatusOr<std::unique_ptr<LineReader>> reader =
       LineReader::open(in_path, pipe_command_line(from), from.max_line_bytes);
@@ -152,6 +161,13 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
       from.pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, from);
   if (status.ok() && outcome.strict_failure) {
     status = Status::Corruption(summary->stats.errors.back().to_string() + " (strict_parse)");
+  }
+  // Lines read and none of them an instance: an empty output would pass for a conversion.
+  if (status.ok() && summary->written == 0 && summary->stats.skipped_lines() > 0) {
+    status = Status::InvalidArgument(in_path + ": no valid instance (" +
+                                     std::to_string(summary->stats.lines) + " lines, " +
+                                     std::to_string(summary->stats.skipped_lines()) +
+                                     " malformed): '" + out_path + "' not written");
   }
   if (status.ok() && std::fclose(out.release()) != 0) {
     status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));

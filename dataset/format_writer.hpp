@@ -38,7 +38,8 @@ struct ConvertSummary {
 // Reads `in_path` as `from.data_format` (through from.pipe_command when set) and writes every
 // accepted instance to `out_path` in `to`, using `from`'s slot names. The output appears under
 // its name only when complete. Malformed input lines are skipped and counted (or, with
-// from.strict_parse, fail the conversion); I/O errors name the file.
+// from.strict_parse, fail the conversion); input whose every line is malformed is an error
+// (nothing written), as training refuses it; I/O errors name the file.
 Status convert_file(const DatasetConfig& from, DataFormat to, const std::string& in_path,
                     const std::string& out_path, ConvertSummary* summary);
 

@@ -23,6 +23,10 @@ constexpr std::uint64_t kWeightStream = 0x1b873593a2c7e1f1ULL;
 constexpr std::uint64_t kFactorStream = 0x85ebca6b3d4c9a27ULL;
 constexpr std::uint64_t kDenseStream = 0xc2b2ae3554f2a6c3ULL;
 constexpr std::uint64_t kLineStream = 0x27d4eb2f165667c5ULL;
+constexpr const char* kOracleFile = "oracle.json";  // beside the part files: what gen wrote
+// Written before the part files, so a folder a run left unfinished (killed before oracle.json,
+// which is written last) is still known as gen's own; hidden, so no reader takes it for data.
+constexpr const char* kGenMarkerFile = ".gpubox_gen";
 
 // Uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1.
 inline double unit_uniform(std::uint64_t bits) {
@@ -329,17 +333,38 @@ Status prepare_output(const GeneratorOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return Status::IOError("cannot create '" + o.out_dir + "': " + ec.message());
-  // Part files of an earlier, larger run would silently join this data set.
+  // Only a folder an earlier run wrote (its part files beside oracle.json or the marker) is
+  // written into: other files would join this data set in a data folder, and another tool's
+  // part files (Spark and Hadoop name theirs part-00000 too) would be overwritten. Hidden
+  // entries and lost+found are not data (the reader skips them) and stay.
+  const std::filesystem::path out(o.out_dir);
+  const bool earlier_run =
+      std::filesystem::exists(out / kOracleFile) || std::filesystem::exists(out / kGenMarkerFile);
   for (const auto& entry : std::filesystem::directory_iterator(o.out_dir, ec)) {
     const std::string name = entry.path().filename().string();
+    if (name == kOracleFile || name[0] == '.' || name == "lost+found") continue;
     unsigned index = 0;
     char tail = 0;
-    if (std::sscanf(name.c_str(), "part-%u%c", &index, &tail) == 1 &&
-        index >= static_cast<unsigned>(o.files)) {
+    const bool part = std::sscanf(name.c_str(), "part-%u%c", &index, &tail) == 1;
+    if (!part || !earlier_run) {
+      return Status::InvalidArgument(
+          "--out '" + o.out_dir + "' holds '" + name + "', which gpubox_data gen did not write" +
+          (part ? " (no " + std::string(kOracleFile) + " beside it)" : std::string()) +
+          ": its files would be overwritten or read with the generated data; use a new or empty "
+          "folder");
+    }
+    // Part files of an earlier, larger run would silently join this data set.
+    if (index >= static_cast<unsigned>(o.files)) {
       return Status::InvalidArgument("'" + entry.path().string() +
                                      "' is left from an earlier run with more files: remove it "
                                      "or use another --out");
     }
+  }
+  if (ec) return Status::IOError("cannot list '" + o.out_dir + "': " + ec.message());
+  const std::string marker = (out / kGenMarkerFile).string();
+  std::FILE* f = std::fopen(marker.c_str(), "w");
+  if (f == nullptr || std::fclose(f) != 0) {
+    return Status::IOError("cannot write '" + marker + "': " + std::strerror(errno));
   }
   return Status::OK();
 }
@@ -406,7 +431,7 @@ Status write_part_file(const GeneratorOptions& o, const PlantedModel& model,
 
 // oracle.json: what the planted model scores on the data, and the options that made it.
 Status write_oracle(const GeneratorOptions& o, const PlantedModel& model, const OracleSummary& s) {
-  const std::string oracle_path = (std::filesystem::path(o.out_dir) / "oracle.json").string();
+  const std::string oracle_path = (std::filesystem::path(o.out_dir) / kOracleFile).string();
   std::FILE* out = std::fopen(oracle_path.c_str(), "wb");
   if (out == nullptr) {
     return Status::IOError("cannot create '" + oracle_path + "': " + std::strerror(errno));

@@ -153,8 +153,11 @@ struct OracleSummary {
 };
 
 // Writes options.files files `part-00000`.. (line i goes to file i * files / lines) and
-// `oracle.json` into options.out_dir (created if missing; existing part files are overwritten,
-// a part file beyond `files` from an earlier run is an error).
+// `oracle.json` into options.out_dir (created if missing). Only a folder an earlier run wrote
+// (oracle.json or the hidden marker .gpubox_gen, written before the part files, so a run cut
+// short counts) is written into, its part files overwritten: any other entry but hidden ones
+// and lost+found, or part files with neither beside them, is an error naming it, as is a part
+// file beyond `files` from an earlier run.
 Status generate(const GeneratorOptions& options, OracleSummary* summary);
 
 // Exact ROC AUC by sorting; tied scores count one half. 0.5 when one class is absent.

@@ -94,10 +94,59 @@ ParseResult fail_note(ParseReason reason, const char* note) {
 
 }  // namespace
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at `s` (RFC 3629: no overlong form, no
+// surrogate, nothing past U+10FFFF), 0 when there is none.
+std::size_t utf8_sequence(std::string_view s) {
+  const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = at(0);
+  std::size_t n = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the second byte's range
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    if (lead == 0xe0) low = 0xa0;
+    if (lead == 0xed) high = 0x9f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    if (lead == 0xf0) low = 0x90;
+    if (lead == 0xf4) high = 0x8f;
+  }
+  if (n == 0 || s.size() < n || at(1) < low || at(1) > high) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if (at(i) < 0x80 || at(i) > 0xbf) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const std::size_t n = byte < 0x80 ? 1 : utf8_sequence(text.substr(i));
+    // C0 controls, DEL, C1 controls (U+0080..U+009F, which some terminals obey as ESC [ and
+    // the like) and bytes that are not UTF-8 (a lone 0x9b is CSI to a Latin-1 terminal).
+    const bool control = byte < 0x20 || byte == 0x7f || n == 0 ||
+                         (byte == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0);
+    if (control) {
+      out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+      ++i;
+    } else {
+      out.append(text, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string describe(const ParseResult& result) {
   if (result.token.empty()) return result.note == nullptr ? "" : result.note;
-  std::string_view token = result.token.substr(0, 64);
-  std::string out = "'" + std::string(token) + "'";
+  std::string out = "'" + printable(result.token.substr(0, 64)) + "'";
   if (result.token.size() > 64) out += "...";
   return out;
 }

@@ -29,7 +29,12 @@ struct ParseResult {
   bool ok() const { return reason == ParseReason::kOk; }
 };
 
-// "bad_key: '12a'" style detail for a rejected line (token cut to 64 characters).
+// `text` for a terminal or a log: control bytes (C0, DEL, C1 as UTF-8) and bytes that are not
+// well-formed UTF-8 written \xNN; other UTF-8 as it is. A data file's bytes (a compressed
+// file's escape sequences) in a message would otherwise act on the terminal showing it.
+std::string printable(std::string_view text);
+
+// "bad_key: '12a'" style detail for a rejected line (token cut to 64 bytes, then printable).
 std::string describe(const ParseResult& result);
 
 // Slot name -> slot index of a config's slots: a direct table for plain numbers ("17"), a hash

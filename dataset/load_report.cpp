@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "dataset/line_parser.hpp"
+
 namespace gpubox::dataset {
 namespace {
 
@@ -77,7 +79,9 @@ LoadMessages load_messages(const LoadStats& stats) {
   }
   if (stats.unknown_slot_tokens > 0) {
     std::string names;
-    for (const std::string& n : stats.unknown_slot_names) names += (names.empty() ? "" : ", ") + n;
+    for (const std::string& n : stats.unknown_slot_names) {
+      names += (names.empty() ? "" : ", ") + printable(n);  // a data file's bytes
+    }
     if (stats.unknown_slot_names.size() == kMaxUnknownSlotNames) names += ", ...";
     out.info.push_back(std::to_string(stats.unknown_slot_tokens) +
                        " tokens of slots the config does not have were skipped, as PaddleRec's "

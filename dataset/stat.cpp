@@ -113,6 +113,9 @@ std::string stat_text(const StatReport& r) {
       << ", instances: " << s.instances << ", positives: " << s.positives
       << ", blank lines: " << s.blank_lines;
   if (s.files == 0) out << "\nwarning: files: 0 (no data file: training would refuse this)";
+  if (s.files > 0 && s.instances == 0 && r.load_status.ok()) {
+    out << "\nwarning: instances: 0 (no line is a valid instance: training would refuse this)";
+  }
   if (!r.skipped_entries.empty()) {
     out << "\nskipped entries: " << r.skipped_entries.size();
     for (const SkippedEntry& e : r.skipped_entries) out << "\n  " << e.to_string();
@@ -131,11 +134,16 @@ std::string stat_text(const StatReport& r) {
   for (const std::string& line : messages.warnings) {
     if (line.rfind("skipped ", 0) != 0) out << "\n" << line;  // the counts are above
   }
-  out << "\nunique keys: " << r.unique_keys << " (per slot:";
-  for (std::size_t k = 0; k < r.unique_keys_per_slot.size(); ++k) {
-    out << " " << r.config.slots[k] << "=" << r.unique_keys_per_slot[k];
+  if (r.load_status.ok()) {
+    out << "\nunique keys: " << r.unique_keys << " (per slot:";
+    for (std::size_t k = 0; k < r.unique_keys_per_slot.size(); ++k) {
+      out << " " << r.config.slots[k] << "=" << r.unique_keys_per_slot[k];
+    }
+    out << ")";
+  } else {
+    out << "\nunique keys: not counted (the load failed: the error below)";  // not 0
   }
-  out << ")\nbytes: " << s.bytes << ", seconds: " << number(s.seconds)
+  out << "\nbytes: " << s.bytes << ", seconds: " << number(s.seconds)
       << ", MB/s: " << number(r.mb_per_second())
       << ", instances/s: " << number(r.instances_per_second())
       << "\nmemory: " << number(static_cast<double>(r.memory_bytes) / 1e6) << " MB"

@@ -34,7 +34,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
-source "$repo/scripts/lib/procs.sh"  # (procs_listened_port)
+source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port)
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
   sed -n '2,/^if /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -173,15 +173,15 @@ if [ "$role" != TRAINER ]; then
     servers_here=$((servers_here + 1))
     # A server that is alive keeps its chance: under load (a loaded CI machine, a build beside
     # it) its start has taken over 10 s; one that exits is reported at once.
-    for _ in $(seq 1 600); do
-      grep -q "^gpubox_server listening on" "$logf" 2>/dev/null && break
-      kill -0 "${pids[-1]}" 2>/dev/null || { tail -n 20 "$logf" >&2; die "gpubox_server $i failed to start; see $logf"; }
-      sleep 0.1
-    done
-    grep -q "^gpubox_server listening on" "$logf" || die "gpubox_server $i did not listen within 60 s; see $logf"
+    waited=0
+    listened="$(procs_wait_for_port "${pids[-1]}" "$logf")" || waited=$?
+    if [ "$waited" = 1 ]; then
+      tail -n 20 "$logf" >&2
+      die "gpubox_server $i failed to start; see $logf"
+    fi
+    [ "$waited" = 0 ] || die "gpubox_server $i did not listen within 60 s; see $logf"
     if [ "$port" = 0 ]; then
-      port="$(procs_listened_port "$logf")"
-      [ -n "$port" ] || die "gpubox_server $i: no port in its 'listening on' line; see $logf"
+      port="$listened"
       servers[$i]="$ip:$port"
     fi
     echo "launch: gpubox_server $i on $ip:$port (log: $logf)"

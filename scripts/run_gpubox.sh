@@ -9,7 +9,8 @@
 #                  (GPUBOX_RENDEZVOUS, unless given) and share the servers. Trainer 0's output
 #                  is shown; every trainer logs to log/worker.N.log. The failure of any trainer
 #                  or server stops them all; the exit status is the first failure's (else 0).
-#   --servers S    local gpubox_servers to start (PADDLE_PSERVER_NUMS=S)
+#   --servers S    local gpubox_servers to start (PADDLE_PSERVER_NUMS=S; S >= 1: no servers is
+#                  GPUBOX_LOCAL_TIER=1)
 # Environment (PADDLE_* or GPUBOX_* names):
 #   PADDLE_PSERVERS_IP_PORT_LIST  servers "ip:port,ip:port"; unset: PADDLE_PSERVER_NUMS (default 1)
 #                                 local gpubox_servers are started on ports the kernel picks.
@@ -79,19 +80,30 @@ done
 
 # This script's own options come first; the rest goes to gpubox_train.
 local_trainers=""
+trainers_flag=0
+servers_flag=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --trainers) local_trainers="${2:-}"; shift 2 ;;
-    --trainers=*) local_trainers="${1#*=}"; shift ;;
-    --servers) export PADDLE_PSERVER_NUMS="${2:-}"; shift 2 ;;
-    --servers=*) export PADDLE_PSERVER_NUMS="${1#*=}"; shift ;;
+    --trainers) local_trainers="${2:-}"; trainers_flag=1; shift; [ $# -gt 0 ] && shift ;;
+    --trainers=*) local_trainers="${1#*=}"; trainers_flag=1; shift ;;
+    --servers) export PADDLE_PSERVER_NUMS="${2:-}"; servers_flag=1; shift; [ $# -gt 0 ] && shift ;;
+    --servers=*) export PADDLE_PSERVER_NUMS="${1#*=}"; servers_flag=1; shift ;;
     *) break ;;
   esac
 done
-if [ -n "$local_trainers" ] && ! [[ "$local_trainers" =~ ^[1-9][0-9]*$ ]]; then
+if [ "$trainers_flag" = 1 ] && ! [[ "$local_trainers" =~ ^[1-9][0-9]*$ ]]; then
   echo "run_gpubox: --trainers takes a positive number, got '$local_trainers'" >&2
   exit 2
 fi
+# The servers to start: a count, refused when it is none (GPUBOX_LOCAL_TIER=1 says that) or not
+# a number, rather than training with another host tier than asked.
+check_server_count() {  # check_server_count WHAT VALUE
+  if ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
+    echo "run_gpubox: $1 takes a positive number of servers, got '$2' (GPUBOX_LOCAL_TIER=1 runs the host tier inside the trainer)" >&2
+    exit 2
+  fi
+}
+if [ "$servers_flag" = 1 ]; then check_server_count --servers "$PADDLE_PSERVER_NUMS"; fi
 env_or() {  # env_or NAME DEFAULT: $PADDLE_NAME, else $GPUBOX_NAME, else DEFAULT
   local paddle="PADDLE_$1" gpubox="GPUBOX_$1"
   if [ -n "${!paddle:-}" ]; then echo "${!paddle}"; elif [ -n "${!gpubox:-}" ]; then echo "${!gpubox}"; else echo "$2"; fi
@@ -192,21 +204,15 @@ start_server() {
   server_pids+=("$(procs_pid "gpubox_server $index")")
   # A server that is alive keeps its chance (under load its start has taken over 10 s); one that
   # exits is reported at once.
-  for _ in $(seq 1 600); do
-    if grep -q "^gpubox_server listening on" "$logf" 2>/dev/null; then
-      listened_port="$(procs_listened_port "$logf")"
-      [ -n "$listened_port" ] && return 0
-      echo "run_gpubox: gpubox_server $index: no port in its 'listening on' line; see $logf" >&2
-      return 1
-    fi
-    if ! kill -0 "${server_pids[-1]}" 2>/dev/null; then
-      echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2
-      tail -n 20 "$logf" >&2
-      return 1
-    fi
-    sleep 0.1
-  done
-  echo "run_gpubox: gpubox_server $index did not report listening within 60 s; see $logf" >&2
+  local waited=0
+  listened_port="$(procs_wait_for_port "${server_pids[-1]}" "$logf")" || waited=$?
+  [ "$waited" = 0 ] && return 0
+  if [ "$waited" = 1 ]; then
+    echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2
+    tail -n 20 "$logf" >&2
+  else
+    echo "run_gpubox: gpubox_server $index did not report listening within 60 s; see $logf" >&2
+  fi
   return 1
 }
 
@@ -234,6 +240,7 @@ if [ "$role" = "PSERVER" ]; then
 fi
 
 if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; then
+  check_server_count PADDLE_PSERVER_NUMS "$pserver_nums"
   make_token
   # Port 0: the kernel picks a free port at bind time, so two jobs started side by side never
   # race for one (a probe-then-bind did, under parallel tests).

@@ -518,7 +518,18 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
 StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
   table::io::FileEnv* env = table::io::FileEnv::posix();
   auto manifest = table::io::read_manifest(env, dir, kServingKind);
-  if (!manifest.ok()) return manifest.status().with_context("loading serving model " + dir);
+  if (!manifest.ok()) {
+    if (manifest.status().code() == Status::Code::kNotFound &&
+        env->exists(dir + "/" + table::io::kModelManifestName)) {
+      // A training save (<model_save_path>/<pass>): what gpubox_train --mode export reads.
+      return Status::NotFound("loading serving model " + dir + ": it is a training save (" +
+                              table::io::kModelManifestName +
+                              "), not an export: make one with gpubox_train --config <its "
+                              "config> --mode export --load " +
+                              dir + " --out <folder>, and serve that folder");
+    }
+    return manifest.status().with_context("loading serving model " + dir);
+  }
   const std::string where = dir + "/" + table::io::kManifestName;
   ServingModel out;
   auto spec = read_spec(*manifest, where);

@@ -16,6 +16,10 @@ using detail::ValueText;
 
 StatusOr<ConfigDocument> ConfigDocument::load(const std::string& path,
                                               const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {  // an ifstream reads a folder as empty: "the config is empty"
+    return Status::InvalidArgument("config file '" + path + "' is a folder, not a YAML file");
+  }
   std::ifstream in(path);
   if (!in) return Status::NotFound("cannot open config file '" + path + "'");
   std::stringstream text;

@@ -165,7 +165,7 @@ bool CardSet::peer_access(int from, int to) const {
 }
 
 CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int trainer_count,
-                           int threads_override) {
+                           int threads_override, std::string_view source) {
   prefer_eager_module_loading();  // no effect once CUDA is up; main's call came first
   GPUBOX_EXPECTS(trainer_count >= 1 && trainer_id >= 0 && trainer_id < trainer_count, "trainer id ",
                  trainer_id, " is not in [0, ", trainer_count, ")");
@@ -178,7 +178,7 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
     std::string entry(card_list.substr(start, end - start));
     entry.erase(0, entry.find_first_not_of(" \t"));
     entry.erase(entry.find_last_not_of(" \t") + 1);
-    GPUBOX_EXPECTS(!entry.empty(), "card list '", card_list, "' has an empty entry");
+    GPUBOX_EXPECTS(!entry.empty(), "card list (", source, ") '", card_list, "' has an empty entry");
     std::size_t used = 0;
     int device = -1;
     try {
@@ -186,10 +186,10 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
     } catch (const std::exception&) {
       used = 0;
     }
-    GPUBOX_EXPECTS(used == entry.size() && device >= 0, "card list '", card_list, "': '", entry,
-                   "' is not a card number");
-    GPUBOX_EXPECTS(seen.insert(device).second, "card list '", card_list, "' names card ", device,
-                   " twice");
+    GPUBOX_EXPECTS(used == entry.size() && device >= 0, "card list (", source, ") '", card_list,
+                   "': '", entry, "' is not a card number");
+    GPUBOX_EXPECTS(seen.insert(device).second, "card list (", source, ") '", card_list,
+                   "' names card ", device, " twice");
     devices.push_back(device);
     start = end + 1;
   }
@@ -197,8 +197,8 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
   int available = 0;
   GPUBOX_CUDA_TRY(cudaGetDeviceCount(&available));
   for (int device : devices) {
-    GPUBOX_EXPECTS(device < available, "card list '", card_list, "' names GPU ", device,
-                   " but this machine has ", available);
+    GPUBOX_EXPECTS(device < available, "card list (", source, ") '", card_list, "' names GPU ",
+                   device, " but this machine has ", available);
   }
   const int threads = 1;
 #else
@@ -254,6 +254,8 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
       std::rethrow_exception(first_error);
     } catch (const Error& e) {
       throw with_context("card " + std::to_string(cards_[first_card]->rank()) + ": ", e);
+    } catch (const std::bad_alloc&) {
+      throw;  // as it is: the binaries name what the config asked for (OutOfMemory names the card)
     } catch (const std::exception& e) {
       throw Error("card " + std::to_string(cards_[first_card]->rank()) + ": " + e.what());
     }

@@ -108,8 +108,10 @@ class CardSet {
   // exist are errors naming the entry). `trainer_id`/`trainer_count`: this process's place
   // among the trainers; every trainer drives the same number of cards, so global rank =
   // trainer_id * cards + local index. `threads_override` > 0 fixes the threads per card.
+  // `source`: the variable the list came from, which its errors name.
   static CardSet from_list(std::string_view card_list, int trainer_id = 0, int trainer_count = 1,
-                           int threads_override = 0);
+                           int threads_override = 0,
+                           std::string_view source = "FLAGS_selected_gpus");
 
   int num_local_cards() const { return static_cast<int>(cards_.size()); }
   int total_cards() const { return num_local_cards() * trainer_count_; }

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "common/out_of_memory.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/device/cuda_check.hpp"
 #include "heterps/device/deferred.hpp"
@@ -172,7 +173,13 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages)
   (void)pages;  // the pool's card memory is on 2 MiB pages already
   DeviceGuard guard(device_);
   cudaError_t err = cudaMallocAsync(&ptr, bytes, stream.native());
-  if (err != cudaSuccess) {
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: cleared, so a later launch check does not report it
+    throw OutOfMemory(::gpubox::detail::concat("card ", device_, ": cannot allocate ", bytes,
+                                               " bytes (", cudaGetErrorString(err), "); in use ",
+                                               bytes_in_use(), " bytes"));
+  }
+  if (err != cudaSuccess) {  // not a shortage (a lost context, a bad stream): an error as it is
     GPUBOX_FAIL("card ", device_, ": cannot allocate ", bytes, " bytes (", cudaGetErrorString(err),
                 "); in use ", bytes_in_use(), " bytes");
   }
@@ -180,8 +187,9 @@ void* CardMemory::allocate(std::size_t bytes, const Stream& stream, Pages pages)
   (void)stream;
   ptr = allocate_host_block(bytes, pages);
   if (ptr == nullptr) {
-    GPUBOX_FAIL("card ", device_, ": cannot allocate ", bytes, " bytes of host memory; in use ",
-                bytes_in_use(), " bytes");
+    throw OutOfMemory(::gpubox::detail::concat("card ", device_, ": cannot allocate ", bytes,
+                                               " bytes of host memory; in use ", bytes_in_use(),
+                                               " bytes"));
   }
 #endif
   register_memory(ptr, bytes, MemoryKind::kCard, device_);
@@ -225,10 +233,19 @@ void* allocate_pinned(std::size_t bytes) {
   detail::refuse_while_capturing("allocate_pinned (a pinned host allocation)");
   void* ptr = nullptr;
 #if defined(GPUBOX_BACKEND_CUDA)
-  GPUBOX_CUDA_TRY(cudaMallocHost(&ptr, bytes));
+  const cudaError_t err = cudaMallocHost(&ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: cleared, as for card memory
+    throw OutOfMemory(::gpubox::detail::concat(
+        "cannot allocate ", bytes, " bytes of pinned host memory (", cudaGetErrorString(err), ")"));
+  }
+  GPUBOX_CUDA_TRY(err);  // not a shortage: an error as it is
 #else
   ptr = std::aligned_alloc(kAlignment, round_up(bytes));
-  if (ptr == nullptr) GPUBOX_FAIL("cannot allocate ", bytes, " bytes of pinned host memory");
+  if (ptr == nullptr) {
+    throw OutOfMemory(
+        ::gpubox::detail::concat("cannot allocate ", bytes, " bytes of pinned host memory"));
+  }
 #endif
   register_memory(ptr, bytes, MemoryKind::kPinned, -1);
   if (CardCounters* counters = thread_pinned_counters()) counters->add_pinned_allocation();

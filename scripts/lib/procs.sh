@@ -12,6 +12,10 @@
 #   procs_listened_port LOG       the port of the first '^gpubox_server listening on ADDR:PORT ...'
 #                                 line of LOG (a server started with --port 0 says there which
 #                                 port the kernel gave it); "" while there is none
+#   procs_wait_for_port PID LOG   waits (60 s at most) for that line and prints its port; returns 1
+#                                 when PID exits first, 2 on the timeout. A line read half-written
+#                                 (a read of a file being appended to is not atomic with the
+#                                 write) is waited for like a line not there yet
 # Callers stop everything on exit: trap procs_stop_all EXIT (and INT/TERM that exit).
 
 declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
@@ -78,4 +82,18 @@ procs_listened_port() {
   # `set -o pipefail -e`, sed's status on a missing file ended the caller).
   [ -f "$1" ] || return 0
   sed -n 's/^gpubox_server listening on [^ ]*:\([0-9]*\) .*/\1/p' "$1" | head -n 1
+}
+
+procs_wait_for_port() {
+  local pid=$1 log=$2 port
+  for _ in $(seq 1 600); do
+    port="$(procs_listened_port "$log")"
+    if [ -n "$port" ]; then
+      echo "$port"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 2
 }

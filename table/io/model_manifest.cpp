@@ -191,13 +191,16 @@ Status check_halves(FileEnv* env, const std::string& dir, const ModelManifest& m
   const auto check = [&](const std::string& folder, const char* kind, uint64_t named,
                          bool required) {
     const std::string path = join(dir, folder);
-    auto found = read_half_digest(env, path, kind);
-    if (!found.ok()) {
-      if (found.status().code() == Status::Code::kNotFound && !required) return;
-      differences += "; " + folder + ": " + found.status().message();
-    } else if (*found != named) {
-      differences += "; " + folder + "/" + kManifestName + " has digest " + hex64(*found) +
+    std::string text;
+    auto half = read_manifest(env, path, kind, &text);
+    if (!half.ok()) {
+      if (half.status().code() == Status::Code::kNotFound && !required) return;
+      differences += "; " + folder + ": " + half.status().message();
+    } else if (const uint64_t found = half_digest(text); found != named) {
+      differences += "; " + folder + "/" + kManifestName + " has digest " + hex64(found) +
                      ", the model manifest names " + hex64(named);
+    } else if (const Status sizes = check_file_sizes(env, path, *half); !sizes.ok()) {
+      differences += "; " + sizes.message();  // a file truncated or missing since the save
     }
   };
   check(kDenseHalf, kDenseHalf, manifest.dense, true);

@@ -91,8 +91,9 @@ StatusOr<ModelManifest> read_model_manifest(FileEnv* env, const std::string& dir
 
 // Compares the halves in `dir` with what `manifest` names: the dense half, and each sparse part
 // whose MANIFEST is in `dir` (all of them must be when `sparse_required`; a server's share may
-// be on its own machine). OK, or InvalidArgument naming every half that differs with both
-// digests, or that is missing.
+// be on its own machine), and the size of every file their MANIFESTs list. OK, or
+// InvalidArgument naming every half that differs with both digests, that is missing, or whose
+// file is truncated or missing.
 Status check_halves(FileEnv* env, const std::string& dir, const ModelManifest& manifest,
                     bool sparse_required);
 

@@ -200,6 +200,17 @@ Status size_mismatch(const std::string& where, uint64_t bytes, const ManifestFil
 }
 }  // namespace
 
+Status check_file_sizes(FileEnv* env, const std::string& path, const Manifest& manifest) {
+  for (const ManifestFile& file : manifest.files) {
+    const std::string where = path + "/" + file.name;
+    if (!env->exists(where)) return Status::Corruption(where + ": listed in MANIFEST but missing");
+    auto in = env->open_sequential(where, file.bytes);
+    if (!in.ok()) return in.status();
+    if ((*in)->size() != file.bytes) return size_mismatch(where, (*in)->size(), file);
+  }
+  return Status::OK();
+}
+
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
                                     const ManifestFile& file) {
   const std::string where = path + "/" + file.name;

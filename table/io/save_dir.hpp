@@ -81,6 +81,10 @@ class StagedSave {
 StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const std::string& kind,
                                  std::string* text = nullptr);
 
+// Checks that every file `manifest` lists is in `path` with the size it lists (no checksum: a
+// cheap look before a load, which verifies them); Corruption naming the first that is not.
+Status check_file_sizes(FileEnv* env, const std::string& path, const Manifest& manifest);
+
 // Reads `<path>/<file.name>` and checks its size and checksum against the MANIFEST entry. The
 // size is checked before reading: a file larger than the entry says is refused unread.
 StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,

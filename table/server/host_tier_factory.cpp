@@ -9,7 +9,12 @@ StatusOr<std::unique_ptr<HostTier>> make_host_tier(const AccessorConfig& accesso
                                                    const HostTierConfig& config) {
   if (config.remote.endpoints.empty()) {
     auto table = SparseTable::open(accessor, config.table);
-    if (!table.ok()) return table.status().with_context("opening the in-process host table");
+    if (!table.ok()) {
+      const std::string& disk = config.table.rocksdb_path;
+      return table.status().with_context(
+          disk.empty() ? std::string("opening the host table")
+                       : "opening the host table's disk tier (runner.rocksdb_path '" + disk + "')");
+    }
     return std::unique_ptr<HostTier>(std::move(table).value());
   }
   server::RemoteHostTierOptions options;

@@ -126,6 +126,11 @@ TEST_F(ConfigDocumentTest, EmptyOrNonMapConfigsAreErrors) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
   EXPECT_NE(missing.status().message().find("nope.yaml"), std::string::npos);
+  // A folder named as the config (it read as an empty file: "the config is empty").
+  auto folder = ConfigDocument::load((dir_ / "sub").string());
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.status().message(),
+            "config file '" + (dir_ / "sub").string() + "' is a folder, not a YAML file");
 }
 
 TEST_F(ConfigDocumentTest, AKeySetTwiceIsAnError) {

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -197,6 +199,46 @@ TEST(Convert, ErrorsNameTheFileAndLeaveNoPartialOutput) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
   EXPECT_FALSE(convert_file(slot, DataFormat::kCriteo, in, dir.file("out"), &summary).ok());
+}
+
+// Every line malformed: an error naming the input and the counts, and no (empty) output that
+// would pass for a conversion. An empty input converts to an empty output; one good line is
+// enough.
+TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(1, 0);
+  ConvertSummary summary;
+  const std::string bad = dir.write("bad", "garbage\nclick:1 1:x\nmore garbage\n");
+  const Status st = convert_file(slot, DataFormat::kMultiSlot, bad, dir.file("out"), &summary);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find(bad + ": no valid instance (3 lines, 3 malformed"), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  const std::string empty = dir.write("empty", "");
+  EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, empty, dir.file("out"), &summary).ok());
+  EXPECT_EQ(summary.written, 0u);
+  const std::string one = dir.write("one", "garbage\nclick:1 1:5\n");
+  EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, one, dir.file("out"), &summary).ok());
+  EXPECT_EQ(summary.written, 1u);
+}
+
+// OUT naming IN (by another spelling too) is refused and IN left as it was: converted in place,
+// the file lost its skipped lines with no copy left to correct them from.
+TEST(Convert, AFileIsNotConvertedOntoItself) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(1, 0);
+  ConvertSummary summary;
+  const std::string in = dir.write("in", "garbage\nclick:1 1:5\n");
+  for (const std::string& out : {in, dir.path() + "/./in"}) {
+    const Status same = convert_file(slot, DataFormat::kSlot, in, out, &summary);
+    EXPECT_EQ(same.code(), Status::Code::kInvalidArgument) << out;
+    EXPECT_NE(same.message().find("convert: OUT '" + out + "' is IN '" + in + "'"),
+              std::string::npos)
+        << same.message();
+  }
+  std::ifstream kept(in);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "garbage\nclick:1 1:5\n");
 }
 
 }  // namespace

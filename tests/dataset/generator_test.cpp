@@ -193,6 +193,43 @@ TEST(Generator, RejectsBadOptions) {
   EXPECT_NE(st.message().find("earlier run"), std::string::npos) << st.message();
 }
 
+// --out into a folder gen did not write is refused naming what is there, and nothing in it is
+// touched: another tool's part-00000 (Spark's name too) was overwritten, and other files were
+// left to be read with the generated data. An empty folder, or gen's own, is written into.
+TEST(Generator, OutIntoAFolderItDidNotWriteIsRefusedAndTouched) {
+  OracleSummary s;
+  for (const std::string name : {"part-00000", "day1.txt"}) {
+    ScratchDir dir;
+    const std::string theirs = dir.write(name, "click:1 1:5\n");
+    const Status st = generate(small_options(dir.path(), 1), &s);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << name;
+    EXPECT_NE(st.message().find("holds '" + name + "', which gpubox_data gen did not write"),
+              std::string::npos)
+        << st.message();
+    EXPECT_EQ(slurp(theirs), "click:1 1:5\n") << name;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("oracle.json"))) << name;
+  }
+  ScratchDir empty;
+  ASSERT_TRUE(generate(small_options(empty.path(), 1), &s).ok());
+  EXPECT_TRUE(generate(small_options(empty.path(), 1), &s).ok()) << "its own folder";
+}
+
+// A run cut short (its part files written, oracle.json, written last, not yet) is re-run into the
+// same folder: it was refused as "holds 'part-00000', which gpubox_data gen did not write", and
+// the scripts that re-run gen when oracle.json is missing were stuck. Hidden entries and
+// lost+found are not data and do not stop it.
+TEST(Generator, ReRunsIntoAFolderItsKilledRunLeft) {
+  OracleSummary s;
+  ScratchDir dir;
+  ASSERT_TRUE(generate(small_options(dir.path(), 2), &s).ok());
+  std::filesystem::remove(dir.file("oracle.json"));
+  dir.write(".DS_Store", "x");
+  std::filesystem::create_directory(dir.file("lost+found"));
+  const Status st = generate(small_options(dir.path(), 2), &s);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(std::filesystem::exists(dir.file("oracle.json")));
+}
+
 // --keys_per_slot MIN:MAX: each slot of a line holds MIN..MAX keys (0: the slot is left out),
 // every count appears, the data loads as training loads it, and the oracle is the planted model
 // (its slots sum-pooled) recomputed from what was loaded; the same seed gives the same files

@@ -455,6 +455,37 @@ TEST(CriteoFormat, MalformedLines) {
   EXPECT_EQ(reason_of(c, criteo_line("1", ints, cats) + "\r"), ParseReason::kOk);
 }
 
+// A rejected token's control bytes (a compressed file's ESC, NUL, CR) are written \xNN in the
+// detail that terminals and logs show; other bytes as they are; cut to 64 bytes.
+TEST(Describe, ControlBytesOfARejectedTokenAreEscaped) {
+  const DatasetConfig c = slot_config(2, 0);
+  // The result's token views the line: the lines outlive it.
+  const std::string binary("click:1 \x1b[2J\x7f\x01\xc3\xa9\x00z 1:5", 22);
+  const Parsed p = parse_one(c, binary);
+  ASSERT_FALSE(p.result.ok());
+  EXPECT_EQ(describe(p.result), "'\\x1b[2J\\x7f\\x01\xc3\xa9\\x00z'");
+  const std::string long_token = "click:1 " + std::string(70, 'q') + " 1:5";
+  EXPECT_EQ(describe(parse_one(c, long_token).result), "'" + std::string(64, 'q') + "'...");
+}
+
+// C1 controls are escaped too, as a lone byte (0x9b: CSI to a Latin-1 terminal) or as UTF-8
+// (U+009B), as is every byte that is not well-formed UTF-8 (overlong, surrogate, cut short);
+// well-formed UTF-8 of 2, 3 and 4 bytes stays as it is.
+TEST(Describe, PrintableEscapesC1AndBytesThatAreNotUtf8) {
+  EXPECT_EQ(printable("a\x9b"
+                      "2Jb"),
+            "a\\x9b2Jb");
+  EXPECT_EQ(printable("\xc2\x9b"
+                      "2J"),
+            "\\xc2\\x9b2J");
+  EXPECT_EQ(printable("\xc2\xa0\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"),
+            "\xc2\xa0\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");           // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(printable("x\xe2\x82"), "x\\xe2\\x82");         // cut short
+  EXPECT_EQ(printable(""), "");
+}
+
 TEST(TextNumber, ParseU64EdgesAgainstStrtoull) {
   std::uint64_t v = 0;
   EXPECT_TRUE(parse_u64("18446744073709551615", &v));

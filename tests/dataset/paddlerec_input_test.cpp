@@ -325,6 +325,23 @@ TEST(FormatDetect, AWrongExplicitFormatSaysWhatTheLinesLookLike) {
             "runner.data_format: auto)");
 }
 
+// A gzip-compressed file read as text is said to be one, with how to read it (its bytes were
+// described as "tab-separated with 9 fields"), auto or explicit alike.
+TEST(FormatDetect, AGzipFileIsSaidToBeOne) {
+  const std::string gzip("\x1f\x8b\x08\x08\x4d\x95\x44\x0c\x6b\x00\x03part\tx\ty", 17);
+  for (const DataFormat format : {DataFormat::kAuto, DataFormat::kSlot}) {
+    DatasetConfig c = slot_config(3, 2);
+    c.data_format = format;
+    FormatChooser chooser(c);
+    FormatNote note;
+    chooser.choose("f.gz", {gzip, "\x95\x12\tq\tr"}, &note);
+    EXPECT_EQ(note.sample_parsed, 0u);
+    EXPECT_EQ(note.hint,
+              "it is gzip-compressed: decompress it, or read it through runner.pipe_command: "
+              "\"gzip -dc\"");
+  }
+}
+
 // A file of numbers that is idx_value text of another field count is told what idx_value needs
 // (its fields against the config's), not only to name a MultiSlot order; numbers that also split
 // as MultiSlot fields get both readings.

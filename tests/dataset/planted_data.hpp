@@ -4,6 +4,7 @@
 // files each) and 5,000 held-out lines of the same planted model under root/test.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 #include "common/status.hpp"
@@ -32,6 +33,29 @@ inline dataset::GeneratorOptions write_planted_train_test(const std::filesystem:
   gen.out_dir = (root / "test").string();
   throw_if_error(dataset::generate(gen, oracle));
   return gen;
+}
+
+// Small data for the tests that drive the binaries: `train_lines` lines of seed `seed`'s planted
+// model (`slots` sparse slots, `dense` values, `vocab` keys a slot) in root/train and the
+// `test_lines` after them (held out) in root/test, each in `files` files.
+inline void write_small_train_test(const std::filesystem::path& root, uint64_t train_lines,
+                                   uint64_t test_lines, uint64_t seed, int slots, int dense,
+                                   uint64_t vocab, int files) {
+  dataset::GeneratorOptions gen;
+  gen.files = files;
+  gen.seed = seed;
+  gen.slots = slots;
+  gen.dense = dense;
+  gen.vocab = vocab;
+  gen.threads = 1;
+  dataset::OracleSummary oracle;
+  gen.lines = train_lines;
+  gen.out_dir = (root / "train").string();
+  throw_if_error(dataset::generate(gen, &oracle));
+  gen.first_line = train_lines;
+  gen.lines = test_lines;
+  gen.out_dir = (root / "test").string();
+  throw_if_error(dataset::generate(gen, &oracle));
 }
 
 }  // namespace gpubox::testing

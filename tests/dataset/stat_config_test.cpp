@@ -183,6 +183,40 @@ TEST(Stat, BadLinesAppearInJsonErrors) {
   EXPECT_NE(json.find("'1:\\\"q'"), std::string::npos) << "quotes escaped: " << json;
 }
 
+// Files that hold no valid instance (every line malformed, or empty) are what training refuses:
+// the text says so, as it does for a folder with no file; one valid line is enough.
+TEST(Stat, NoValidInstanceWarnsAsTrainingWouldRefuseIt) {
+  ScratchDir dir;
+  DatasetConfig c;
+  c.slots = {"1"};
+  c.dense_dim = 0;
+  const std::string warning = "warning: instances: 0 (no line is a valid instance";
+  for (const std::string text : {"garbage\nclick:1 1:x\n", ""}) {
+    const StatReport r = run_stat(c, {dir.write("bad.txt", text)});
+    ASSERT_TRUE(r.load_status.ok());
+    EXPECT_NE(stat_text(r).find(warning), std::string::npos) << stat_text(r);
+  }
+  const StatReport good = run_stat(c, {dir.write("good.txt", "garbage\nclick:1 1:5\n")});
+  EXPECT_EQ(stat_text(good).find(warning), std::string::npos) << stat_text(good);
+}
+
+// A load that fails (a file that cannot be read) counts no unique keys, and says so rather than
+// printing "unique keys: 0" as if the data held none.
+TEST(Stat, AFailedLoadPrintsNoUniqueKeyCount) {
+  ScratchDir dir;
+  DatasetConfig c;
+  c.slots = {"1"};
+  c.dense_dim = 0;
+  const StatReport r = run_stat(c, {dir.write("good.txt", "click:1 1:5\n"), dir.file("gone.txt")});
+  ASSERT_FALSE(r.load_status.ok());
+  const std::string text = stat_text(r);
+  EXPECT_NE(text.find("unique keys: not counted (the load failed: the error below)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("unique keys: 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nerror: "), std::string::npos) << text;
+}
+
 // Seeded random bytes in the data, in a file name and in slot names: the JSON stays valid
 // UTF-8 JSON (it copied raw bytes before).
 TEST(Stat, JsonIsValidUtf8WhateverTheBytes) {

@@ -125,4 +125,21 @@ class ChildProcess {
   std::string output_;
 };
 
+// How a child ended: its exit status (as ChildProcess::wait gives it) and everything it printed.
+struct Finished {
+  int status = -1;
+  std::string output;
+};
+
+// Runs `binary args...` (as ChildProcess starts it) to its end, at most `seconds`.
+inline Finished run_to_end(const std::string& binary, const std::vector<std::string>& args,
+                           const std::vector<std::string>& env = {},
+                           const std::string& workdir = "", double seconds = 60) {
+  ChildProcess child(binary, args, env, workdir);
+  Finished done;
+  done.status = child.wait(seconds);
+  done.output = child.output();
+  return done;
+}
+
 }  // namespace gpubox::testing

@@ -22,20 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ChildProcess;
+using Result = testing::Finished;
 
 const std::string kConfig = GPUBOX_SOURCE_DIR "/configs/config_gpubox.yaml";
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
-
 Result run(const std::string& binary, const std::vector<std::string>& args) {
-  ChildProcess child(binary, args);
-  Result r;
-  r.status = child.wait(60);
-  r.output = child.output();
-  return r;
+  return testing::run_to_end(binary, args);
 }
 
 // One command: its binary, the arguments that name it (a sub-command), what its errors start
@@ -216,6 +208,30 @@ TEST(CliRules, AnAllocationTooLargeNamesTheKeyThatSizedIt) {
             std::string::npos)
       << r.output;
 }
+
+// The same for memory the cards take (a batch too large: its activations): an allocation of
+// card or pinned memory that fails is an out-of-memory naming the key, not "card 0: card 0:
+// cannot allocate 99200000000 bytes of host memory". The cpu backend only: its simulated cards
+// take host memory, which ulimit -v bounds; a GPU's is not, and CUDA needs more address space.
+#if defined(GPUBOX_BACKEND_CPU)
+TEST(CliRules, ACardAllocationTooLargeNamesTheKeyThatSizedIt) {
+  const Result r =
+      run("/bin/sh", {"-c",
+                      "ulimit -v 16000000 && FLAGS_selected_gpus=0 GPUBOX_LOCAL_TIER=1 "
+                      "exec '" +
+                          std::string(GPUBOX_TRAIN_BIN) + "' --config '" + kConfig +
+                          "' -o runner.train_batch_size=1e8 -o runner.epochs=1 "
+                          "-o runner.metrics_path= -o runner.model_save_path= "
+                          "--threads_per_card 1"});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("gpubox_train: out of memory (cannot allocate "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" asks for, largest first:\n  runner.train_batch_size = 100000000: at "
+                          "least 742.4 GB of activations"),
+            std::string::npos)
+      << r.output;
+}
+#endif  // GPUBOX_BACKEND_CPU
 #endif
 
 // A config with a second YAML document is refused by the binaries too, naming file and line.

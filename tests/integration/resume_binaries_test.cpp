@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "dataset/generator.hpp"
 #include "table/io/model_manifest.hpp"
+#include "tests/dataset/planted_data.hpp"
 #include "tests/integration/child_process.hpp"
 
 #if !defined(GPUBOX_TRAIN_BIN) || !defined(GPUBOX_SERVER_BIN)
@@ -41,20 +41,8 @@ class ResumeBinaries : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("gpubox_resume_bin_" + std::to_string(::getpid()));
     fs::remove_all(root_);
-    for (const auto& [dir, first_line, lines] :
-         {std::tuple{"train", 0, 6000}, std::tuple{"test", 6000, 2000}}) {
-      dataset::GeneratorOptions gen;
-      gen.out_dir = (root_ / dir).string();
-      gen.lines = lines;
-      gen.first_line = first_line;
-      gen.files = 2;
-      gen.seed = 3;
-      gen.slots = 6;
-      gen.dense = 3;
-      gen.vocab = 2000;
-      dataset::OracleSummary oracle;
-      throw_if_error(dataset::generate(gen, &oracle));
-    }
+    testing::write_small_train_test(root_, 6000, 2000, /*seed=*/3, /*slots=*/6, /*dense=*/3,
+                                    /*vocab=*/2000, /*files=*/2);
     std::ofstream(root_ / "config.yaml") << "runner:\n"
                                             "  train_data_dir: train\n"
                                             "  test_data_dir: test\n"

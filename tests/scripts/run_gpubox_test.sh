@@ -14,7 +14,9 @@
 #     finished job run a third time trains again from the start;
 #  5. TRAINING_ROLE=PSERVER and TRAINING_ROLE=TRAINER started apart (as PaddleRec's launcher
 #     does): the server exits with status 0 once its job's trainer finished;
-#  0. --help and --version print and exit, making no folder and starting no server.
+#  0. --help and --version print and exit, making no folder and starting no server; a count of
+#     trainers or servers that is not a positive number is refused naming it (exit 2);
+#  6. a server's "listening on" line read half-written is waited for, not a failed start.
 set -eu
 repo="$1"
 build="$2"
@@ -32,6 +34,26 @@ grep -q "usage: gpubox_train" out0.txt || { cat out0.txt; fail "--help does not 
 sh "$repo/scripts/run_gpubox.sh" -m "$config" --version >out0v.txt 2>&1 </dev/null || fail "--version exited nonzero"
 grep -q "^gpubox_train .*backend" out0v.txt || { cat out0v.txt; fail "--version printed no version"; }
 [ ! -e log ] && [ ! -e output ] || fail "--help or --version made a folder"
+# 0b. A count of trainers or servers that is not a positive number (missing, 0, a word, the next
+#     flag taken as it) is refused naming it, exit 2, before any folder, server or training: a
+#     server count of 0 trained with the in-process tier instead, and 'abc' failed as an unbound
+#     bash variable.
+for bad in "--servers 0" "--servers=-1" "--servers abc" "--servers" "--trainers" "--trainers=0"; do
+  status=0
+  # shellcheck disable=SC2086  # the words of $bad are the arguments
+  GPUBOX_LOCAL_TIER=0 timeout 60 sh "$repo/scripts/run_gpubox.sh" $bad --config "$config" \
+    >out0b.txt 2>&1 </dev/null || status=$?
+  [ "$status" = 2 ] || { cat out0b.txt; fail "'$bad' exited $status, not 2"; }
+  grep -q "^run_gpubox: ${bad%%[ =]*} takes a positive number" out0b.txt ||
+    { cat out0b.txt; fail "'$bad': no error naming the flag"; }
+  if [ -e log ] || [ -e output ]; then fail "'$bad' made a folder"; fi
+done
+status=0
+PADDLE_PSERVER_NUMS=abc GPUBOX_LOCAL_TIER=0 timeout 60 sh "$repo/scripts/run_gpubox.sh" \
+  --config "$config" >out0b.txt 2>&1 </dev/null || status=$?
+[ "$status" = 2 ] || { cat out0b.txt; fail "PADDLE_PSERVER_NUMS=abc exited $status, not 2"; }
+grep -q "^run_gpubox: PADDLE_PSERVER_NUMS takes a positive number of servers, got 'abc'" out0b.txt ||
+  { cat out0b.txt; fail "PADDLE_PSERVER_NUMS=abc: no error naming it"; }
 
 # 1.
 GPUBOX_LOCAL_TIER=1 timeout 120 sh "$repo/scripts/run_gpubox.sh" -m "$config" -o runner.epochs=1 \
@@ -134,4 +156,23 @@ status=0
 wait "$server_script" || status=$?
 [ "$status" = 0 ] || { cat out6.s.txt log/pserver.0.log; fail "TRAINING_ROLE=PSERVER ended with status $status"; }
 grep -q "trainers ended it; exiting" log/pserver.0.log || { cat log/pserver.0.log; fail "the server did not exit with its job"; }
+# 6. A server's "listening on" line read half-written (its port not there yet) is waited for:
+#    the launcher failed the job with "no port in its 'listening on' line" (seen under load). A
+#    stand-in server writes the line in two halves, 0.5 s apart, then exits.
+fake="$work/fake_build"
+mkdir -p "$fake/bin"
+ln -s "$build/bin/gpubox_train" "$fake/bin/gpubox_train"
+cat >"$fake/bin/gpubox_server" <<'EOF'
+#!/bin/sh
+printf 'gpubox_server listening on 127.0.0.1:'
+sleep 0.5
+printf '45678 (shard 0 of 1, row stride 18)\n'
+sleep 0.5
+EOF
+chmod +x "$fake/bin/gpubox_server"
+rm -rf log
+env GPUBOX_BUILD_DIR="$fake" TRAINING_ROLE=PSERVER PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:45678 \
+  POD_IP=127.0.0.1 timeout 60 bash "$repo/scripts/run_gpubox.sh" --config "$config" \
+  >out7.txt 2>&1 </dev/null || { cat out7.txt log/pserver.0.log; fail "a half-written listening line failed the launcher"; }
+grep -q "servers running until" out7.txt || { cat out7.txt; fail "the server was not waited for"; }
 echo "PASS"

@@ -142,7 +142,15 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   const fs::path no_manifest = copy("no_manifest");
   fs::remove(no_manifest / "MANIFEST");
   EXPECT_FALSE(ServingModel::load(no_manifest.string()).ok());
-  EXPECT_FALSE(ServingModel::load((root_ / "save").string()).ok());  // a save is not an export
+  // A training save is not an export: said so, with the command that makes one.
+  const auto save = ServingModel::load((root_ / "save").string());
+  ASSERT_FALSE(save.ok());
+  EXPECT_NE(save.status().message().find("it is a training save (MODEL_MANIFEST), not an export: "
+                                         "make one with gpubox_train --config <its config> "
+                                         "--mode export --load " +
+                                         (root_ / "save").string()),
+            std::string::npos)
+      << save.status().to_string();
 
   // A delta save holds only the rows changed since the previous save: not a whole model.
   auto delta_config = load_trainer_config(config_path_, [&] {

@@ -186,6 +186,32 @@ TEST(ModelManifest, HalvesThatAreNotTheOnesNamedAreRefusedNamingEach) {
   EXPECT_TRUE(check_halves(FileEnv::posix(), b.path(), second.manifest, false).ok());
 }
 
+// A file of a half truncated (or removed) after the save, its MANIFEST intact: named with its
+// sizes, so a resume skips the save instead of choosing it and failing in its load.
+TEST(ModelManifest, AHalfWhoseFileIsTruncatedOrMissingIsRefusedNamingIt) {
+  for (const char* half : {"sparse", "dense"}) {
+    ScratchDir dir;
+    SavedModel model(dir.path(), 1.0f, 10);
+    auto listed = read_manifest(FileEnv::posix(), dir.sub(half), half);
+    ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+    const ManifestFile* largest = &listed->files.front();
+    for (const ManifestFile& f : listed->files) largest = f.bytes > largest->bytes ? &f : largest;
+    ASSERT_GT(largest->bytes, 1u);
+    const std::string file = dir.sub(half) + "/" + largest->name;
+    fs::resize_file(file, largest->bytes / 2);
+    Status st = check_halves(FileEnv::posix(), dir.path(), model.manifest, true);
+    EXPECT_NE(st.message().find(file + ": " + std::to_string(largest->bytes / 2) +
+                                " bytes, MANIFEST says " + std::to_string(largest->bytes) +
+                                " (truncated or overwritten)"),
+              std::string::npos)
+        << st.message();
+    fs::remove(file);
+    st = check_halves(FileEnv::posix(), dir.path(), model.manifest, true);
+    EXPECT_NE(st.message().find(file + ": listed in MANIFEST but missing"), std::string::npos)
+        << st.message();
+  }
+}
+
 TEST(ModelManifest, SparsePartFoldersFollowTheServersSubfolders) {
   EXPECT_EQ(sparse_part_folder(0, 1), "sparse");
   EXPECT_EQ(sparse_part_folder(0, 2), "sparse/server-0");

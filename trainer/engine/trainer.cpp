@@ -42,7 +42,8 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
 
 // The host tier: in-process, or the servers the launcher names (table::make_host_tier), with
 // the row rules of every tier (table::sparse_config_from) and the config's host-tier settings.
-// Throws naming the servers (and the token) when they cannot be reached.
+// Throws naming the servers (and the token) when they cannot be reached, the disk tier's folder
+// when it cannot be opened.
 std::unique_ptr<table::HostTier> open_host_tier(const TrainerConfig& config,
                                                 const TrainerEnv& env) {
   table::HostTierConfig host_config = config.host_tier;
@@ -55,13 +56,14 @@ std::unique_ptr<table::HostTier> open_host_tier(const TrainerConfig& config,
   }
   auto host = table::make_host_tier(config.sparse, host_config);
   if (!host.ok()) {
+    // Its status names the servers, or the in-process table's disk tier.
     const bool refused = host.status().code() == Status::Code::kPermissionDenied;
-    GPUBOX_FAIL("cannot reach the host-tier servers ", env.servers, ": ", host.status().to_string(),
-                !refused                  ? ""
-                : token_file.path.empty() ? " (they need a token: set runner.auth_token_file "
-                                            "or GPUBOX_AUTH_TOKEN_FILE)"
-                                          : " (the token of " + token_file.source + " '" +
-                                                token_file.path + "' was refused)");
+    GPUBOX_FAIL(host.status().to_string(), !refused ? ""
+                                           : token_file.path.empty()
+                                               ? " (they need a token: set runner.auth_token_file "
+                                                 "or GPUBOX_AUTH_TOKEN_FILE)"
+                                               : " (the token of " + token_file.source + " '" +
+                                                     token_file.path + "' was refused)");
   }
   return std::move(host).value();
 }
@@ -104,7 +106,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   }
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
-                                       env_.threads_per_card),
+                                       env_.threads_per_card, env_.selected_cards_from),
             env_.trainers > 1 ? comm::open_rendezvous_store(env_.rendezvous) : nullptr,
             nullptr,
             nullptr,

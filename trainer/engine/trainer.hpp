@@ -159,7 +159,8 @@ class Trainer final : public Schedule {
   [[noreturn]] void stop_pass(dataset::QueueDataset* stream, int64_t pass, const StepTally& tally);
   // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
   void write_save(const std::string& dir);
-  void read_dense(const std::string& dir, SaveKind mode);
+  // The dense half of the save `dir` (`save`: its manifest) onto every card.
+  void read_dense(const std::string& dir, const SavePoint& save);
   // Several trainers: every card of the job contributes its value of `per_card` (one per local
   // card) and receives every card's, in global card rank order. A job-wide barrier (collective,
   // bounded by runner.collective_timeout_s); `what` names it in errors.

@@ -169,14 +169,16 @@ void Trainer::load(const std::string& dir) {
       restore_sparse(*s.host, plan);  // Collective: each trainer's host tier holds the table
     }
   }
-  read_dense(dir, plan.save().manifest.mode);
+  read_dense(dir, plan.save());
   s.lineage->restored(plan, pass_id_);
   s.card_tier->clear();
 }
 
-void Trainer::read_dense(const std::string& dir, SaveKind mode) {
+void Trainer::read_dense(const std::string& dir, const SavePoint& save) {
   State& s = *state_;
-  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
+  const SaveKind mode = save.manifest.mode;
+  const DenseState dense =
+      load_dense_half(dir, s.workers[0]->model().parameters().size(), network_note(save, config_));
   for (auto& worker : s.workers) {
     device::Card& card = worker->card();
     card.activate();

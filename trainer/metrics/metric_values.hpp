@@ -93,6 +93,10 @@ std::string format_pass_json(const PassReport& report);
 // The test evaluation after epoch `epoch`, one JSON object on one line: epoch, test_auc,
 // test_logloss, test_examples (undefined values, e.g. the AUC of a one-class test set, null).
 std::string format_test_json(int64_t epoch, const MetricValues& test);
+// Why an evaluation's AUC is nan when its data holds one class: "its 367 instances are all
+// negative (label 0): AUC is undefined with one class (nan); logloss is measured"; "" when
+// both classes are there (or there is no instance).
+std::string one_class_note(const MetricValues& metrics);
 
 // PaddleRec's own lines, for the log scrapers written against them (epochs from 0):
 // static_gpubox_trainer.py's "Epoch: E, using time: T second, ips: S example/sec. auc: A", ips

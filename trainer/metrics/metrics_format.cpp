@@ -120,6 +120,19 @@ std::string format_test_json(int64_t epoch, const MetricValues& test) {
          ", \"test_examples\": " + json_number(test.examples) + "}";
 }
 
+std::string one_class_note(const MetricValues& metrics) {
+  if (!(metrics.examples > 0) || (metrics.positives > 0 && metrics.positives < metrics.examples)) {
+    return "";
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof(buf),
+                "its %.0f instances are all %s: AUC is undefined with one class (nan); logloss "
+                "is measured",
+                metrics.examples,
+                metrics.positives > 0 ? "positive (label 1)" : "negative (label 0)");
+  return buf;
+}
+
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const auto whole = static_cast<int64_t>(std::llround(seconds));

@@ -54,7 +54,8 @@ void PsTrainer::load(const std::string& dir) {
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, false);
   throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
-  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size());
+  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size(),
+                                           network_note(plan.save(), config_));
   loaded_ = true;
   on_trainer_zero(
       [&] {

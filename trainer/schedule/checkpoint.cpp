@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <set>
 
 #include "common/config/config_document.hpp"
@@ -159,6 +160,21 @@ RestorePlan plan_restore(const std::string& dir, bool sparse_required) {
     current = (fs::path(current) / point.manifest.parent).lexically_normal().string();
   }
   return plan;
+}
+
+std::string network_note(const SavePoint& point, const TrainerConfig& config) {
+  // The optimizers' keys shape no parameter: a save loads under other learning rates.
+  auto shaping = [](std::map<std::string, std::string> keys) {
+    for (auto it = keys.begin(); it != keys.end();) {
+      const bool optimizer = it->first.rfind("hyper_parameters.optimizer.", 0) == 0 ||
+                             it->first.rfind("hyper_parameters.sparse_optimizer.", 0) == 0;
+      it = optimizer ? keys.erase(it) : std::next(it);
+    }
+    return keys;
+  };
+  const std::string differences =
+      model_key_differences(shaping(point.manifest.model_keys), shaping(config.model_keys));
+  return differences.empty() ? "" : " (made with other model settings: " + differences + ")";
 }
 
 std::string sparse_half_dir(const std::string& dir) {

@@ -64,6 +64,11 @@ RestorePlan plan_restore(const std::string& dir, bool sparse_required);
 // looks (<data_dir>/<model_save_path>/<pass>/sparse).
 std::string sparse_half_dir(const std::string& dir);
 
+// What a load says when the save `point` does not fit the configured network: " (made with
+// other model settings: key: saved A, now B; ...)" over the model keys that differ, the
+// optimizers' aside, or "" when none differ (or either side records none).
+std::string network_note(const SavePoint& point, const TrainerConfig& config);
+
 // Loads the sparse halves of `plan` into `host`, in order (a delta applies onto what is there).
 // With servers, each server's reply must name the part the manifest names; throws naming the
 // server and both digests otherwise.

@@ -99,15 +99,19 @@ uint64_t save_dense_half(const std::string& dir, const DenseState& state) {
   return *digest;
 }
 
-DenseState load_dense_half(const std::string& dir, std::size_t parameters) {
+DenseState load_dense_half(const std::string& dir, std::size_t parameters,
+                           const std::string& network_note) {
   table::DenseTable dense;
   throw_if_error(
       dense.load(dense_dir(dir)).with_context("loading the dense parameters from " + dir));
   auto block = dense.get(kDenseBlock);
   GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
-  GPUBOX_EXPECTS(block->values.size() == parameters, "save ", dir, " holds ", block->values.size(),
-                 " dense parameters but the configured model has ", parameters,
-                 " (different fc_sizes, slots, dense_input_dim, dnn_batch_norm or dlrm_output?)");
+  GPUBOX_EXPECTS(
+      block->values.size() == parameters, "save ", dir, " holds ", block->values.size(),
+      " dense parameters but the configured model has ", parameters,
+      network_note.empty()
+          ? " (different fc_sizes, slots, dense_input_dim, dnn_batch_norm or dlrm_output?)"
+          : network_note);
   for (const char* name : {kMoment1, kMoment2, kSteps}) {
     GPUBOX_EXPECTS(block->state.count(name) == 1, "save ", dir,
                    ": the dense half has no optimizer state '", name, "'");

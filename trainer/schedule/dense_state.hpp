@@ -52,7 +52,9 @@ uint64_t save_dense_half(const std::string& dir, const DenseState& state);
 
 // Reads the dense half of the save `dir`, checked against a model of `parameters` dense
 // parameters: throws naming the save and what differs (another network, a half without
-// optimizer state).
-DenseState load_dense_half(const std::string& dir, std::size_t parameters);
+// optimizer state). `network_note` (checkpoint.hpp) is what a count that differs adds: the
+// model keys the save was made with that differ; "" guesses at them.
+DenseState load_dense_half(const std::string& dir, std::size_t parameters,
+                           const std::string& network_note = "");
 
 }  // namespace gpubox::trainer

@@ -13,6 +13,7 @@
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/job_identity.hpp"
 #include "trainer/schedule/pass_data.hpp"
+#include "trainer/schedule/save_folder_lock.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -111,6 +112,8 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
                 static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,
                 test.metrics.examples);
     std::fflush(stdout);
+    const std::string one_class = one_class_note(test.metrics);
+    if (!one_class.empty()) GPUBOX_LOG(WARNING) << "runner.test_data_dir: " << one_class;
   }
   metrics->append(format_test_json(epoch, test.metrics));
   if (hooks.on_epoch) hooks.on_epoch(epoch, merged, &test.metrics);
@@ -227,11 +230,16 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const RunPlan plan = plan_run(runner);
   check_test_data(config, plan.test_files);
   MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);
+  const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
+  // Before the resume looks at the saves: the folder is made (or refused) before any pass
+  // trains, and no other run saves into it meanwhile. Trainer 0 writes every save.
+  const SaveFolderLock save_lock = saving && schedule.env().trainer_id == 0
+                                       ? SaveFolderLock(runner.model_save_path)
+                                       : SaveFolderLock();
   const int64_t first = start_run(schedule, config, plan, start_from, loaded);
   schedule.plan_pass_cache(epochs_left(plan, first));
   // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
   const PassCacheReport cache_report(schedule.pass_cache());
-  const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
   // The hooks are set before the run's background work (a pass read ahead reads the stop
   // flag) begins, and cleared after it ended.
   schedule.set_step_hooks(hooks.steps);

@@ -23,10 +23,14 @@ int env_int(const char* paddle, const char* gpubox, int fallback) {
   return static_cast<int>(parsed);
 }
 
-std::string env_string(const char* paddle, const char* gpubox, const std::string& fallback) {
+std::string env_string(const char* paddle, const char* gpubox, const std::string& fallback,
+                       std::string* read_from = nullptr) {
   for (const char* name : {paddle, gpubox}) {
     const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return value;
+    if (value != nullptr && *value != '\0') {
+      if (read_from != nullptr) *read_from = name;
+      return value;
+    }
   }
   return fallback;
 }
@@ -46,7 +50,8 @@ int launcher_int(const char* ompi, const char* slurm, int fallback) {
 
 TrainerEnv TrainerEnv::from_environment() {
   TrainerEnv env;
-  env.selected_cards = env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0");
+  env.selected_cards =
+      env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0", &env.selected_cards_from);
   env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
   env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID",
                            launcher_int("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", 0));

@@ -18,11 +18,12 @@ namespace gpubox::trainer {
 // the pass lines; every trainer appends its own line to its metrics file (trainer_metrics_path).
 struct TrainerEnv {
   std::string selected_cards = "0";  // FLAGS_selected_gpus (cpu build: simulated cards)
-  std::string servers;               // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
-  int trainer_id = 0;                // PADDLE_TRAINER_ID
-  int trainers = 1;                  // PADDLE_TRAINERS_NUM
-  int threads_per_card = 0;          // cpu backend; 0 = cores / cards
-  std::string rendezvous;  // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
+  std::string selected_cards_from = "FLAGS_selected_gpus";  // or GPUBOX_SELECTED_GPUS: its errors
+  std::string servers;       // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
+  int trainer_id = 0;        // PADDLE_TRAINER_ID
+  int trainers = 1;          // PADDLE_TRAINERS_NUM
+  int threads_per_card = 0;  // cpu backend; 0 = cores / cards
+  std::string rendezvous;    // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
   std::string host = "127.0.0.1";  // POD_IP: where this trainer's peers reach it
 
   // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
