@@ -185,8 +185,8 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
     std::ofstream out(FLAGS_predictions_out);
     GPUBOX_EXPECTS(out.good(), "cannot write --predictions_out '", FLAGS_predictions_out, "'");
     // Each float as the shortest text that reads back to it exactly (a stream's default 6
-    // significant digits lost up to 1e-7 of a prediction: a calibration or a comparison with
-    // another system would see values the model never computed).
+    // significant digits lost up to 5e-7 of a prediction in [0.1, 1): a calibration or a
+    // comparison with another system would see values the model never computed).
     std::string line;
     for (std::size_t i = 0; i < result.predictions.size(); ++i) {
       line.clear();
