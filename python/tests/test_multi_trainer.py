@@ -188,14 +188,16 @@ def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
 
 def test_ctrl_c_stops_a_ps_modes_test_data_read(planted: dict[str, Any],
                                                 tmp_path: pathlib.Path) -> None:
-    from test_stop_reads import SLOW_PIPE
+    from test_stop_reads import slow_pipe_marking
 
+    started = tmp_path / "read_started"
     overrides = job_overrides(planted, tmp_path, **{
-        "runner.sync_mode": "async", "runner.pipe_command": SLOW_PIPE,
+        "runner.sync_mode": "async", "runner.pipe_command": slow_pipe_marking(started),
         "runner.train_data_dir": planted["test"], "runner.test_data_dir": planted["train"]})
-    # Ctrl-C 0.3 s after pass 0's save, while its epoch's test data (>= 4 s) is read.
+    # Ctrl-C 0.3 s after the first read begun after pass 0's save (on_pass): its epoch's test
+    # data (>= 4 s).
     (result,) = run_job(tmp_path, "ps", overrides, trainers=1, per_trainer={
-        0: {"interrupt_after_pass": {"pass": 0, "after_s": 0.3}}})
+        0: {"interrupt_after_pass": {"pass": 0, "after_s": 0.3, "reads_file": str(started)}}})
     assert result["error"] == "KeyboardInterrupt: "
     assert result["sent"] and result["returned"] - result["sent"][0] < 1.5, result
     assert "reading the evaluation data stopped as asked" in (tmp_path / "ps" / "log.0").read_text()
