@@ -151,24 +151,28 @@ def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
                                                     "runner.sync_mode": mode,
                                                     "runner.train_batch_size": 64,
                                                     "runner.print_interval": 1})
-    # Trainer 0 is interrupted (Ctrl-C) at step 5 of pass 1 by its own progress callback (PS
-    # modes report their steps through the same progress sink, on trainer 0 only), so the
-    # signal lands in that step for certain; the others stop in the same pass on its vote.
-    # (Sent to trainer 1, as before, it could land after trainer 1 had taken all of pass 1's
-    # steps: async and geo keep no step barrier, and trainer 1 runs ahead while trainer 0 saves
-    # pass 0. The stop then rode on pass 2, as designed, and trainer 0 trained pass 1 whole,
-    # seen at load 8.)
+    # At step 5 of pass 1, trainer 0's progress callback (PS modes report their steps through
+    # the same progress sink, on trainer 0 only) sends Ctrl-C to the last trainer in sync mode:
+    # its step barrier keeps that trainer within a step of trainer 0, so the signal lands in
+    # that step, and the other trainers, trainer 0 among them, stop in the same pass on its
+    # vote. In async and geo trainer 0 interrupts itself: they keep no step barrier, and
+    # trainer 1 runs ahead while trainer 0 saves pass 0, so a signal sent to it could land
+    # after it had taken all of pass 1's steps; its stop then rode on pass 2, as designed, and
+    # trainer 0 trained pass 1 whole (seen at load 8).
+    signalled = trainers - 1 if mode == "sync" else 0
     results = run_job(tmp_path, "ps", overrides, trainers=trainers, per_trainer={
-        0: {"interrupt": {"pid_file": str(tmp_path / "ps" / "pid.0"), "pass": 1, "step": 5}}})
+        0: {"interrupt": {"pid_file": str(tmp_path / "ps" / f"pid.{signalled}"), "pass": 1,
+                          "step": 5}}})
     assert results[0]["sent"], "trainer 0 did not report step 5 of pass 1"
-    assert results[0]["error"] == "KeyboardInterrupt: "
+    assert results[signalled]["error"] == "KeyboardInterrupt: "
     for t in range(trainers):
         assert [p["pass"] for p in results[t]["passes"]] == [0], results[t]
-        if t != 0:
+        if t != signalled:
             assert results[t]["error"] is None  # stopped as asked: it returns its passes
-    # Stopped a few steps after the signal (sent after step `sent` of the pass's 625 /
-    # trainers), unsaved; pass 0's save is complete: a resume trains pass 1 again from it.
-    log = (tmp_path / "ps" / "log.0").read_text()
+    # The signalled trainer stopped a few steps after the signal (sent after trainer 0's step
+    # `sent` of the pass's 625 / trainers), unsaved; pass 0's save is complete: a resume
+    # trains pass 1 again from it.
+    log = (tmp_path / "ps" / f"log.{signalled}").read_text()
     assert "stopped in pass 1 after step " in log, log[-2000:]
     steps_done = int(log.split("stopped in pass 1 after step ")[1].split()[0])
     sent = results[0]["sent"][0]
@@ -184,14 +188,16 @@ def test_ctrl_c_stops_a_ps_mode_pass_between_steps(planted: dict[str, Any],
 
 def test_ctrl_c_stops_a_ps_modes_test_data_read(planted: dict[str, Any],
                                                 tmp_path: pathlib.Path) -> None:
-    from test_stop_reads import SLOW_PIPE
+    from test_stop_reads import slow_pipe_marking
 
+    started = tmp_path / "read_started"
     overrides = job_overrides(planted, tmp_path, **{
-        "runner.sync_mode": "async", "runner.pipe_command": SLOW_PIPE,
+        "runner.sync_mode": "async", "runner.pipe_command": slow_pipe_marking(started),
         "runner.train_data_dir": planted["test"], "runner.test_data_dir": planted["train"]})
-    # Ctrl-C 0.3 s after pass 0's save, while its epoch's test data (>= 4 s) is read.
+    # Ctrl-C 0.3 s after the first read begun after pass 0's save (on_pass): its epoch's test
+    # data (>= 4 s).
     (result,) = run_job(tmp_path, "ps", overrides, trainers=1, per_trainer={
-        0: {"interrupt_after_pass": {"pass": 0, "after_s": 0.3}}})
+        0: {"interrupt_after_pass": {"pass": 0, "after_s": 0.3, "reads_file": str(started)}}})
     assert result["error"] == "KeyboardInterrupt: "
     assert result["sent"] and result["returned"] - result["sent"][0] < 1.5, result
     assert "reading the evaluation data stopped as asked" in (tmp_path / "ps" / "log.0").read_text()

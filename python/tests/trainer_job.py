@@ -5,9 +5,10 @@ concatenated in order, become the DataFrame trained instead of runner.train_data
 the files), "raise_on_pass" (this trainer's on_pass raises ValueError at that pass),
 "pid_file" (where this process writes its id), "interrupt" ({"pid_file", "pass", "step"}:
 trainer 0's progress callback sends SIGINT, as Ctrl-C, to the process of that id once that
-step of that pass is done), "interrupt_after_pass" ({"pass", "after_s"}: this trainer sends
-itself SIGINT that many seconds after that pass's on_pass) and "out" (where the result goes: JSON with the passes' metrics and the
-exception raised, if any). The process environment says which trainer it is (PADDLE_*).
+step of that pass is done), "interrupt_after_pass" ({"pass", "after_s", "reads_file"}: this
+trainer sends itself SIGINT that many seconds after the first read through
+test_stop_reads.slow_pipe_marking(reads_file) that begins after that pass's on_pass) and "out"
+(where the result goes: JSON with the passes' metrics and the exception raised, if any). The process environment says which trainer it is (PADDLE_*).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import os
 import pathlib
 import signal
 import sys
-import threading
 import time
 import traceback
 from typing import Any
 
 from conftest import CONFIG, read_slot_text
+from test_stop_reads import Interrupter, reads_begun
 
 import gpubox
 
@@ -43,6 +44,7 @@ def main() -> None:
         data = gpubox.Dataset.from_frame(frame_of(pathlib.Path(job["frame"])), config)
     passes: list[dict[str, Any]] = []
     sent: list[float] = []  # the step (interrupt) or the time (interrupt_after_pass) it was sent
+    interrupters: list[Interrupter] = []
     if job.get("pid_file"):
         pathlib.Path(job["pid_file"]).write_text(str(os.getpid()))
 
@@ -51,9 +53,11 @@ def main() -> None:
                        "logloss": p.logloss})
         after = job.get("interrupt_after_pass")
         if after and after["pass"] == p.pass_id:
-            timer = threading.Timer(after["after_s"], lambda: (
-                sent.append(time.monotonic()), os.kill(os.getpid(), signal.SIGINT)))
-            timer.start()
+            # Timed from the next read's start, not from here: a loaded machine may take longer
+            # than after_s to reach it.
+            started = pathlib.Path(after["reads_file"])
+            interrupters.append(Interrupter(after["after_s"], started,
+                                            reads=reads_begun(started) + 1))
         if job.get("raise_on_pass") == p.pass_id:
             raise ValueError(f"on_pass raised at pass {p.pass_id}")
 
@@ -71,6 +75,9 @@ def main() -> None:
         error = f"{type(e).__name__}: {e}"
         traceback.print_exc()
     returned = time.monotonic()
+    for interrupter in interrupters:
+        interrupter.stop()
+        sent.extend(interrupter.sent)
     pathlib.Path(job["out"]).write_text(json.dumps({"passes": passes, "error": error, "sent": sent,
                                                     "returned": returned}))
 

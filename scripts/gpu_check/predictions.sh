@@ -10,8 +10,8 @@
 #            last batch of 1 line)
 # each three ways, and the predictions files are compared line by line:
 #   graphs   bin/'s gpubox_train (on a GPU: every step one replayed CUDA graph)
-#   eager    the same with GPUBOX_STEP_GRAPHS=0: must equal `graphs` exactly (same kernels, same
-#            order; the file prints 6 significant digits)
+#   eager    the same with GPUBOX_STEP_GRAPHS=0: must equal `graphs` bit for bit (same kernels,
+#            same order; the file prints each float as the shortest text that reads back to it)
 #   cpu      a cpu build's gpubox_train (--cpu-bin; on simulated cards): the labels equal and
 #            every prediction within 1e-4 of `graphs` (fp32 both ways, only the GEMMs' summation
 #            order differs; a prediction copied from the wrong slot or step is off by far more)
