@@ -107,7 +107,11 @@ TEST(PsTrainerReadAhead, AStoppedPassTrainsEveryBatchItPulledTheRowsOf) {
   const TrainerConfig cfg =
       ps_test_config({"runner.sync_mode=async", "runner.train_batch_size=64",
                       "hyper_parameters.sparse_optimizer.embed_threshold=0",
-                      "hyper_parameters.sparse_optimizer.embedx_threshold=0"});
+                      "hyper_parameters.sparse_optimizer.embedx_threshold=0",
+                      // Progress after every step: with the fixture's interval, the first came
+                      // after 0.25 s or at the last step, and a pass of one trainer that ends
+                      // before its flag is seen is whole (not stopped), so the test flaked.
+                      "runner.print_interval=1"});
   Servers shards(cfg, 2);
   std::atomic<bool> stop{false};
   std::size_t stopped_after = 0;
