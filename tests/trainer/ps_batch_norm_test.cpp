@@ -85,8 +85,12 @@ TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
     std::printf("dlrm (%s) with batch norm, %s: test auc %.4f, gpubox mode %.4f\n", GetParam(),
                 mode, auc, gpubox_auc);
     // Two threads step half as often as the gpubox mode's one card (a step per thread's batch,
-    // merged): 0.006-0.016 behind it in 3 runs each when written.
-    EXPECT_NEAR(auc, gpubox_auc, 0.025);
+    // merged): the logit 0.006-0.017 behind it in 6 runs each. The two-class output, whose
+    // 2-wide last norm moves on half the steps too, trails more in sync: 0.018-0.035 behind
+    // (0.6795-0.6959 against 0.7142) in 7 runs, async 0.008-0.014; 0.025 failed 1 run in 3.
+    const double behind = std::string(GetParam()) == "softmax2" ? 0.045 : 0.025;
+    EXPECT_NEAR(auc, gpubox_auc, behind);
+    EXPECT_GT(auc, 0.65) << "the planted data is learnable: a constant predictor is 0.5";
     const std::vector<float> dense = trainer.dense_values();
     ASSERT_EQ(dense.size(), initial.size());
     std::size_t moved = 0;
