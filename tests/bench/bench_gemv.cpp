@@ -15,6 +15,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/bench/bench_command.hpp"
+#include "tests/bench/bench_timing.hpp"
 #include "trainer/nn/blas.hpp"
 
 namespace gpubox::bench {
@@ -34,21 +35,6 @@ struct GemvShape {
 const std::vector<GemvShape> kShapes = {{true, 4096, 1},    {true, 4096, 13},   {true, 4096, 64},
                                         {true, 4096, 400},  {false, 4096, 13},  {false, 4096, 400},
                                         {true, 2048, 2048}, {false, 2048, 2048}};
-
-// Median microseconds per call of `call` (each timing: `calls` calls, then the card's stream).
-template <class Call>
-double median_us(device::Card& card, int calls, int repeats, Call&& call) {
-  for (int i = 0; i < calls; ++i) call();  // warm-up
-  card.stream().synchronize();
-  std::vector<double> us;
-  for (int r = 0; r < repeats; ++r) {
-    Timer timer;
-    for (int i = 0; i < calls; ++i) call();
-    card.stream().synchronize();
-    us.push_back(timer.seconds() * 1e6 / calls);
-  }
-  return median(us);
-}
 
 int run_gemv(const BenchArgs& args) {
   args.expect_only({"threads", "calls", "repeats", "json"});
@@ -79,14 +65,15 @@ int run_gemv(const BenchArgs& args) {
     const auto x = random(in);
     auto y = random(out);
     const Transpose t = shape.trans ? Transpose::kYes : Transpose::kNo;
-    const double gemv_us = median_us(card, calls, repeats, [&] {
-      blas.sgemv(t, shape.rows, shape.cols, 1.0f, a.data(), shape.cols, x.data(), 0.0f, y.data());
-    });
+    const double gemv_us = time_calls(card, calls, repeats, [&] {
+                             blas.sgemv(t, shape.rows, shape.cols, 1.0f, a.data(), shape.cols,
+                                        x.data(), 0.0f, y.data());
+                           }).median_us;
     // op(A) [out x in] times x [in x 1] as a GEMM.
-    const double gemm_us = median_us(card, calls, repeats, [&] {
-      blas.sgemm(t, Transpose::kNo, out, 1, in, 1.0f, a.data(), shape.cols, x.data(), 1, 0.0f,
-                 y.data(), 1);
-    });
+    const double gemm_us = time_calls(card, calls, repeats, [&] {
+                             blas.sgemm(t, Transpose::kNo, out, 1, in, 1.0f, a.data(), shape.cols,
+                                        x.data(), 1, 0.0f, y.data(), 1);
+                           }).median_us;
     const double gb = 1e-9 * static_cast<double>(shape.rows * shape.cols) * sizeof(float);
     if (json) {
       std::printf(

@@ -21,6 +21,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/bench/bench_command.hpp"
+#include "tests/bench/bench_timing.hpp"
 #include "trainer/nn/activation_layout.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/linear_gemms.hpp"
@@ -31,26 +32,6 @@ namespace {
 using trainer::Blas;
 using trainer::LinearGemms;
 using trainer::LinearGemmSpec;
-
-// Microseconds per call of `call` (each timing: `calls` calls, then the card's stream): the
-// median and the fastest of `repeats` timings. On a shared machine the fastest is the kernel's
-// own rate; the median also holds the time other processes took the core away.
-struct Timing {
-  double median_us = 0, best_us = 0;
-};
-template <class Call>
-Timing time_calls(device::Card& card, int calls, int repeats, Call&& call) {
-  for (int i = 0; i < calls; ++i) call();  // warm-up
-  card.stream().synchronize();
-  std::vector<double> us;
-  for (int r = 0; r < repeats; ++r) {
-    Timer timer;
-    for (int i = 0; i < calls; ++i) call();
-    card.stream().synchronize();
-    us.push_back(timer.seconds() * 1e6 / calls);
-  }
-  return Timing{median(us), *std::min_element(us.begin(), us.end())};
-}
 
 // The layers' specs as DenseModel::add_mlp makes them (fp32).
 std::vector<LinearGemmSpec> mlp_specs(int input, int dx_cols, const std::vector<int>& sizes) {
