@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 
 #include "common/config/slot_dims.hpp"
@@ -17,7 +16,7 @@
 #include "common/half.hpp"
 #include "common/json.hpp"
 #include "common/logging.hpp"
-#include "table/dense_table.hpp"
+#include "serving/save_to_export.hpp"
 #include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/sparse_table.hpp"
@@ -255,102 +254,6 @@ Status read_network_keys(SpecReader& read, const table::io::Manifest& manifest,
                               std::to_string(model->slots) + " slots");
   }
   return Status::OK();
-}
-
-// A complete save's two halves, as export reads them, and the dense precision it was trained in.
-struct SaveToExport {
-  std::unique_ptr<table::SparseTable> table;
-  std::vector<float> dense;
-  trainer::DensePrecision precision = trainer::DensePrecision::kFp32;
-};
-
-// The dense precision the save was trained in: what its dense net computed in, as its
-// MODEL_MANIFEST records it (DenseModel's choice: bf16 asked runs in fp32 where the network or the
-// card has no bf16 path). A save made before that records only the
-// hyper_parameters.dense_precision it was made with (a model key every save records), which
-// says what was asked, not what ran: nothing in it proves bf16 ran, so it is exported as fp32,
-// the precision its fp32 master weights are exact in, and a bf16 ask is logged with the
-// override. A config whose dense_precision differs from the save's is logged: the export records
-// the save's, and --mode infer with that config computes in the config's (gpubox_serve
-// --precision serves in either).
-StatusOr<trainer::DensePrecision> trained_precision(const table::io::ModelManifest& manifest,
-                                                    const trainer::TrainerConfig& config,
-                                                    const std::string& save_dir) {
-  static const std::string kKey = "hyper_parameters.dense_precision";
-  const std::string manifest_path = save_dir + "/" + table::io::kModelManifestName;
-  const trainer::DensePrecision configured = config.dense_model_config().precision;
-  std::optional<trainer::DensePrecision> asked;  // unset: a save from before the key
-  const auto found = manifest.model_keys.find(kKey);
-  if (found != manifest.model_keys.end()) {
-    auto saved = parse_enum(trainer::kDensePrecisionNames, found->second);
-    if (!saved.ok()) {
-      return Status::Corruption(manifest_path + ": '" + kKey + "': " + saved.status().message());
-    }
-    asked = *saved;
-  }
-  if (asked.has_value() && *asked != configured) {
-    GPUBOX_LOG(WARNING) << "save " << save_dir << " was made with " << kKey << "="
-                        << name_of(trainer::kDensePrecisionNames, *asked) << ", the config "
-                        << config.config_path << " says "
-                        << name_of(trainer::kDensePrecisionNames, configured)
-                        << ": the export records what the save was trained in"
-                        << " (gpubox_serve --precision overrides it)";
-  }
-  if (manifest.dense_precision.has_value()) return *manifest.dense_precision;
-  if (asked.value_or(configured) == trainer::DensePrecision::kBf16) {
-    GPUBOX_LOG(WARNING) << manifest_path << " has no dense_precision (a save made before saves "
-                        << "recorded what the dense net computed in): "
-                        << (asked.has_value() ? "it was made with " : "the config says ") << kKey
-                        << "=bf16, which ran in fp32 where the network or the card had no bf16 "
-                        << "path, so the export records fp32; gpubox_serve --precision bf16 (or "
-                        << "gpubox.load(..., precision=\"bf16\")) serves it in bf16";
-  }
-  return trainer::DensePrecision::kFp32;
-}
-
-// Only a complete save whose halves are the ones its model manifest names, as --mode infer and a
-// resume require: a save cut short or with a replaced half is refused, naming it.
-StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
-                                           const std::string& save_dir) {
-  table::io::FileEnv* env = table::io::FileEnv::posix();
-  const std::string context = "exporting save " + save_dir;
-  auto model_manifest = table::io::read_model_manifest(env, save_dir);
-  if (!model_manifest.ok()) return model_manifest.status().with_context(context);
-  // The export's manifest says batch norm as the config does (write_network_keys).
-  GPUBOX_RETURN_IF_ERROR(
-      trainer::check_saved_dense_switches(model_manifest->model_keys, config, save_dir)
-          .with_context(context));
-  if (model_manifest->sparse.size() != 1) {
-    return Status::InvalidArgument(
-        "save " + save_dir + " keeps its sparse half on " +
-        std::to_string(model_manifest->sparse.size()) +
-        " servers: export reads one sparse half (save from an in-process run, or load the save "
-        "into one process first)");
-  }
-  GPUBOX_RETURN_IF_ERROR(
-      table::io::check_halves(env, save_dir, *model_manifest, true).with_context(context));
-  auto precision = trained_precision(*model_manifest, config, save_dir);
-  if (!precision.ok()) return precision.status().with_context(context);
-  const std::string sparse_dir = save_dir + "/sparse";
-  auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");
-  if (!sparse_manifest.ok()) return sparse_manifest.status().with_context(context);
-  if (auto mode = sparse_manifest->get("mode"); mode.ok() && mode.value() == "delta") {
-    return Status::InvalidArgument("save " + save_dir +
-                                   " is a delta save (only the rows changed since the previous "
-                                   "save): export a base or checkpoint save");
-  }
-  SaveToExport save;
-  save.precision = *precision;
-  auto table = table::SparseTable::open(config.sparse, table::HostTableConfig{});
-  if (!table.ok()) return table.status();
-  save.table = std::move(*table);
-  GPUBOX_RETURN_IF_ERROR(save.table->load(sparse_dir).with_context(context));
-  table::DenseTable dense;
-  GPUBOX_RETURN_IF_ERROR(dense.load(save_dir + "/dense").with_context(context));
-  const auto block = dense.get("dense");
-  if (!block.has_value()) return Status::Corruption("save " + save_dir + " has no dense block");
-  save.dense = block->values;
-  return save;
 }
 
 // The rows shown at least options.show_threshold times, as sparse-NNNNN files of `staged`.
