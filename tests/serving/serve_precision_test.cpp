@@ -343,106 +343,138 @@ void edit_model_manifest(const fs::path& save, Edit edit) {
       table::io::write_model_manifest(table::io::FileEnv::posix(), save.string(), manifest));
 }
 
-// The suite's fp32 save with its MODEL_MANIFEST edited: what the export records (the precision
-// the save computed in; a save from before that records only what was asked, which does not
-// prove bf16 ran: fp32, a bf16 ask logged with the override), the warning when the config's key
-// differs from the save's, and a corrupt value of either.
-TEST_F(Serving, TheExportRecordsWhatTheSaveComputedInAndAnOlderSaveAsFp32) {
-  static const std::string kKey = "hyper_parameters.dense_precision";
-  const fs::path save = root_ / "save_edited";
-  fs::remove_all(save);
-  fs::copy(root_ / "save", save, fs::copy_options::recursive);
-  ASSERT_EQ(model_manifest(save).dense_precision, DensePrecision::kFp32);
-  const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
-  const TrainerConfig* const configs[] = {config_, &bf16_config};
-  // export_serving_model of `save` with `config`, and what it logged.
+constexpr const char* kPrecisionKey = "hyper_parameters.dense_precision";
+
+// The suite's fp32 save copied to `name` under `root`, its MODEL_MANIFEST to edit, and what
+// exporting it with a config records and logs.
+class EditedSave {
+ public:
   struct Exported {
     StatusOr<ExportSummary> summary;
     std::string log;
   };
-  const auto exported = [&](const TrainerConfig& config) {
-    const fs::path out = root_ / "export_edited";
+
+  EditedSave(const fs::path& root, const std::string& name)
+      : root_(root), save_(root / name), manifest_path_((save_ / table::io::kModelManifestName)) {
+    fs::remove_all(save_);
+    fs::copy(root / "save", save_, fs::copy_options::recursive);
+  }
+  template <class Edit>
+  void edit(Edit edit) const {
+    edit_model_manifest(save_, edit);
+  }
+  Exported exported(const TrainerConfig& config) const {
+    const fs::path out = export_dir();
     fs::remove_all(out);
     ::testing::internal::CaptureStderr();
-    auto summary = export_serving_model(config, save.string(), out.string(), ExportOptions{});
+    auto summary = export_serving_model(config, save_.string(), out.string(), ExportOptions{});
     return Exported{std::move(summary), ::testing::internal::GetCapturedStderr()};
-  };
-  const std::string warning = "save " + save.string() + " was made with " + kKey + "=";
-  const std::string manifest_path = (save / table::io::kModelManifestName).string();
-  const std::string unproven = manifest_path + " has no dense_precision";
+  }
+  fs::path export_dir() const { return root_ / (save_.filename().string() + "_export"); }
+  std::string manifest_path() const { return manifest_path_.string(); }
+  // The log line of a config whose key differs from the save's, up to the save's value.
+  std::string differs() const {
+    return "save " + save_.string() + " was made with " + kPrecisionKey + "=";
+  }
+  // The log line of a save that does not record what its dense net computed in.
+  std::string unproven() const { return manifest_path() + " has no dense_precision"; }
+
+ private:
+  fs::path root_, save_, manifest_path_;
+};
+
+// The save's entry of what it computed in rules the export; a config whose key differs from the
+// save's is logged.
+TEST_F(Serving, TheExportRecordsWhatTheSaveComputedIn) {
+  const EditedSave save(root_, "save_computed_in");
+  ASSERT_EQ(model_manifest(root_ / "save").dense_precision, DensePrecision::kFp32);
+  const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
+  save.edit([](auto& m) { m.dense_precision = DensePrecision::kBf16; });
+  EditedSave::Exported e = save.exported(*config_);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
+  EXPECT_EQ(e.log.find(save.differs()), std::string::npos) << e.log;  // the same key: no warning
+  e = save.exported(bf16_config);
+  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
+  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
+  EXPECT_NE(
+      e.log.find(save.differs() + "fp32, the config " + bf16_config.config_path + " says bf16"),
+      std::string::npos)
+      << e.log;
+  EXPECT_EQ(e.log.find(save.unproven()), std::string::npos) << e.log;
+}
+
+// A save from before that entry records only what was asked, which does not prove bf16 ran: it
+// exports as fp32 whatever the config says, and a bf16 ask is logged with the override.
+TEST_F(Serving, AnOlderSaveExportsAsFp32) {
+  const EditedSave save(root_, "save_older");
+  const TrainerConfig bf16_config = config_with(config_path_, root_, "bf16", kBatch);
+  const TrainerConfig* const configs[] = {config_, &bf16_config};
   const std::string override_named = "gpubox_serve --precision bf16";
 
-  // The computed-in entry rules; the config's key differs from the save's: logged.
-  edit_model_manifest(save, [](auto& m) { m.dense_precision = DensePrecision::kBf16; });
-  Exported e = exported(*config_);
-  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
-  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
-  EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;  // the same key: no warning
-  e = exported(bf16_config);
-  ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
-  EXPECT_EQ(e.summary->precision, DensePrecision::kBf16);
-  EXPECT_NE(e.log.find(warning + "fp32, the config " + bf16_config.config_path + " says bf16"),
-            std::string::npos)
-      << e.log;
-  EXPECT_EQ(e.log.find(unproven), std::string::npos) << e.log;
-
-  // A save from before the entry, made with fp32: fp32 whatever the config says, the config's
-  // bf16 logged as differing but not as an unproven ask.
-  edit_model_manifest(save, [](auto& m) { m.dense_precision.reset(); });
-  e = exported(bf16_config);
+  // Made with fp32: the config's bf16 logged as differing but not as an unproven ask.
+  save.edit([](auto& m) { m.dense_precision.reset(); });
+  EditedSave::Exported e = save.exported(bf16_config);
   ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
   EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
-  EXPECT_NE(e.log.find(warning + "fp32"), std::string::npos) << e.log;
-  EXPECT_EQ(e.log.find(unproven), std::string::npos) << e.log;
+  EXPECT_NE(e.log.find(save.differs() + "fp32"), std::string::npos) << e.log;
+  EXPECT_EQ(e.log.find(save.unproven()), std::string::npos) << e.log;
 
   // Made with bf16 (as an old save of xdeepfm, or of any net on a card without bf16 GEMMs,
   // records it though it ran fp32): fp32, and the log names the file, why and the override.
-  edit_model_manifest(save, [&](auto& m) { m.model_keys[kKey] = "bf16"; });
+  save.edit([&](auto& m) { m.model_keys[kPrecisionKey] = "bf16"; });
   for (const TrainerConfig* config : configs) {
-    e = exported(*config);
+    e = save.exported(*config);
     ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
     EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
-    EXPECT_NE(e.log.find(unproven +
+    EXPECT_NE(e.log.find(save.unproven() +
                          " (a save made before saves recorded what the dense net "
                          "computed in): it was made with " +
-                         kKey + "=bf16"),
+                         kPrecisionKey + "=bf16"),
               std::string::npos)
         << e.log;
     EXPECT_NE(e.log.find(override_named), std::string::npos) << e.log;
-    auto served = ServingModel::load((root_ / "export_edited").string());
+    auto served = ServingModel::load(save.export_dir().string());
     ASSERT_TRUE(served.ok()) << served.status().to_string();
     EXPECT_EQ(served->spec().model.precision, DensePrecision::kFp32);
   }
 
   // Neither recorded (a save from before both): fp32, whatever the config says; the config's
   // bf16 logged as not proven.
-  edit_model_manifest(save, [](auto& m) { m.model_keys.erase(kKey); });
+  save.edit([](auto& m) { m.model_keys.erase(kPrecisionKey); });
   for (const TrainerConfig* config : configs) {
-    e = exported(*config);
+    e = save.exported(*config);
     ASSERT_TRUE(e.summary.ok()) << e.summary.status().to_string();
     EXPECT_EQ(e.summary->precision, DensePrecision::kFp32);
-    EXPECT_EQ(e.log.find(warning), std::string::npos) << e.log;
+    EXPECT_EQ(e.log.find(save.differs()), std::string::npos) << e.log;
     const bool bf16_asked = config == &bf16_config;
-    EXPECT_EQ(e.log.find(unproven +
+    EXPECT_EQ(e.log.find(save.unproven() +
                          " (a save made before saves recorded what the dense net "
                          "computed in): the config says " +
-                         kKey + "=bf16") != std::string::npos,
+                         kPrecisionKey + "=bf16") != std::string::npos,
               bf16_asked)
         << e.log;
   }
+}
 
-  // A corrupt key, then a corrupt entry: refused naming the file and the key.
-  const std::string where = manifest_path + ": '";
+// A corrupt key, then a corrupt entry: refused naming the file and the key.
+TEST_F(Serving, ACorruptPrecisionInTheSaveIsRefusedNamingIt) {
+  const EditedSave save(root_, "save_corrupt");
+  const std::string where = save.manifest_path() + ": '";
   const std::string expected = "': expected one of fp32|bf16, got 'fp8'";
-  edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp8"; });
-  e = exported(*config_);
+  save.edit([](auto& m) { m.model_keys[kPrecisionKey] = "fp8"; });
+  EditedSave::Exported e = save.exported(*config_);
   ASSERT_FALSE(e.summary.ok());
-  EXPECT_NE(e.summary.status().to_string().find(where + kKey + expected), std::string::npos)
+  EXPECT_NE(e.summary.status().to_string().find(where + kPrecisionKey + expected),
+            std::string::npos)
       << e.summary.status().to_string();
-  edit_model_manifest(save, [](auto& m) { m.model_keys[kKey] = "fp32"; });
-  ASSERT_FALSE(gpubox::testing::set_manifest_property(
-      (save / table::io::kModelManifestName).string(), "dense_precision", "fp8"));
-  e = exported(*config_);
+  save.edit([](auto& m) {  // a valid key and no entry, then an entry that is not a precision
+    m.model_keys[kPrecisionKey] = "fp32";
+    m.dense_precision.reset();
+  });
+  ASSERT_FALSE(
+      gpubox::testing::set_manifest_property(save.manifest_path(), "dense_precision", "fp8"));
+  e = save.exported(*config_);
   ASSERT_FALSE(e.summary.ok());
   EXPECT_NE(e.summary.status().to_string().find(where + "dense_precision" + expected),
             std::string::npos)
