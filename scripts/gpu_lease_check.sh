@@ -10,7 +10,9 @@
 #   tests  the step's unit tests first (--tests, in that order), each under --test-timeout
 #   san    compute-sanitizer over a few step tests (only when GPUBOX_LEASE_SAN_S > 0)
 # Each phase is killed at its limit (the gpubox processes it left with it). OUT_DIR gets each
-# phase's console log, nvidia-smi's output and gc.tgz with every phase's gpu_check folder; the
+# phase's console log, nvidia-smi's output and gc.tgz with every phase's gpu_check folder (its files
+# under 2 MiB: a lease brings back at most 16 MiB a file; gc/large_files.txt names those left out,
+# such as generated data, saves and predictions, with their sizes); the
 # scripts/gpu_check.sh beside this script (with its parts, scripts/gpu_check/*.sh, and
 # scripts/lib/gpu_check_lib.sh) replaces the bundle's, so a fix to the checklist needs no new bundle.
 # Limits in seconds, from the environment: GPUBOX_LEASE_TRAIN_S (150), GPUBOX_LEASE_PRED_S (90),
@@ -75,6 +77,8 @@ if ((${GPUBOX_LEASE_SAN_S:-0} > 0)); then
   phase san "$GPUBOX_LEASE_SAN_S" --skip-tests "${skip_rest[@]}" --skip-step --skip-bench --skip-varying --skip-predictions \
     --sanitizer-timeout 40 --sanitizer-tests "${GPUBOX_LEASE_SAN_TESTS:-device_test,heter_comm_padded_test,step_accounting_test}"
 fi
-tar czf "$out/gc.tgz" --exclude='gc/*/data' -C "$work" gc 2>/dev/null
+# The logs, summaries and tables fit; data, saves and predictions (megabytes each) stay behind, named.
+(cd "$work" && find gc -type f -size +2048k -printf '%s\t%p\n' > gc/large_files.txt &&
+  find gc -type f -size -2049k -print0 | tar czf "$out/gc.tgz" --null -T -) 2>/dev/null
 rm -rf "$work"
 echo "done in $(elapsed) s: $out"
