@@ -149,7 +149,10 @@ NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout,
 
 NcclGroup::~NcclGroup() {
   ranks_.clear();
-  if (aborted()) return;  // ncclCommAbort already freed them
+  if (aborted()) {  // ncclCommAbort frees them (started by abort())
+    finish_aborting_communicators();
+    return;
+  }
   // Finalize every communicator first (non-blocking: it flushes and reports ncclInProgress until
   // the clique is quiescent), then destroy; a communicator that does not settle within the
   // timeout is aborted instead.
@@ -206,6 +209,43 @@ void NcclGroup::abort_communicators() noexcept {
   }
 }
 
+void NcclGroup::start_aborting_communicators() noexcept {
+  for (ncclComm_t comm : comms_) {
+    if (comm == nullptr) continue;
+    aborts_left_->fetch_add(1, std::memory_order_acq_rel);
+    try {
+      // By value: a thread detached by the destructor outlives the group.
+      aborters_.emplace_back([comm, left = aborts_left_] {
+        ncclCommAbort(comm);  // errors here are moot
+        left->fetch_sub(1, std::memory_order_acq_rel);
+      });
+    } catch (const std::exception&) {  // no thread: abort here (it may wait for the graphs)
+      ncclCommAbort(comm);
+      aborts_left_->fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+}
+
+void NcclGroup::finish_aborting_communicators() noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (aborts_left_->load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const int left = aborts_left_->load(std::memory_order_acquire);
+  if (left == 0) {
+    for (std::thread& aborter : aborters_) aborter.join();
+    return;
+  }
+  GPUBOX_LOG(WARNING) << "NCCL: ncclCommAbort of " << left << " of " << aborters_.size()
+                      << " communicators still runs " << timeout_.count()
+                      << " ms after the group's abort (" << reason()
+                      << "): it waits for CUDA graphs that captured their collectives, which "
+                         "outlive the group (destroy step graphs before their group); left to "
+                         "finish in the background";
+  for (std::thread& aborter : aborters_) aborter.detach();
+}
+
 Communicator& NcclGroup::at(int local_rank) {
   GPUBOX_EXPECTS(local_rank >= 0 && local_rank < size(), "rank ", local_rank,
                  " is not in this group of ", size());
@@ -225,8 +265,9 @@ void NcclGroup::abort(const std::string& reason) {
   aborting_.store(true, std::memory_order_release);
   std::unique_lock<std::shared_mutex> comms_lock(comms_mu_);
   aborted_.store(true, std::memory_order_release);
-  // Abort every communicator so kernels waiting for a dead peer return.
-  abort_communicators();
+  // Abort every communicator so kernels waiting for a dead peer return, without waiting for the
+  // step graphs that hold them (see the header): the callers destroy those after this returns.
+  start_aborting_communicators();
 }
 
 std::shared_lock<std::shared_mutex> NcclGroup::lock_for_call(int rank, const char* collective) {

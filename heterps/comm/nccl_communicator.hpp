@@ -15,9 +15,18 @@
 //
 // Abort is race-free: every NCCL call on a communicator (enqueue, poll) runs under the group's
 // shared lock; abort() first raises a flag that makes new callers back off without taking the
-// lock, then takes it exclusively (in-flight calls are non-blocking, so this is bounded) and
-// calls ncclCommAbort on every communicator. No ncclCommAbort ever runs while another thread is
-// inside NCCL on that communicator.
+// lock, then takes it exclusively (in-flight calls are non-blocking, so this is bounded), marks
+// the group aborted and starts ncclCommAbort on every communicator. No ncclCommAbort ever runs
+// while another thread is inside NCCL on that communicator.
+//
+// abort() does not wait for ncclCommAbort to finish: ncclCommAbort raises the communicator's
+// abort flags at once (kernels waiting for a dead peer return), then frees its resources, which
+// (NCCL 2.26 and later) waits until every CUDA graph that captured one of its collectives has
+// been destroyed. A card's step graphs belong to objects (HeterComm, a trainer's composed step)
+// that the failing card threads destroy only after abort() returns: waited for inside abort(),
+// they never would be, and a failure in a run with step graphs hung instead of failing. So each
+// communicator's abort runs on a thread of its own, and the destructor waits for them (bounded
+// by the timeout: graphs that outlive the group are named in a warning, not waited for forever).
 #pragma once
 
 #include <nccl.h>
@@ -27,6 +36,7 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/thread_annotations.hpp"
@@ -125,8 +135,15 @@ class NcclGroup final : public CommGroup {
   std::string aborted_message(int rank, const char* collective) const;
 
  private:
-  // ncclCommAbort on every communicator created so far (constructor failure, abort()).
+  // ncclCommAbort on every communicator created so far, on this thread (constructor failure:
+  // no graph holds them yet).
   void abort_communicators() noexcept;
+  // abort(): ncclCommAbort on every communicator, each on a thread of its own (aborters_); on
+  // this thread when a thread cannot be started.
+  void start_aborting_communicators() noexcept;
+  // The destructor's wait for the aborters, bounded by the timeout (then they are detached and
+  // finish whenever the graphs holding their communicators are destroyed).
+  void finish_aborting_communicators() noexcept;
 
   const std::chrono::milliseconds timeout_;
   const int total_;
@@ -142,6 +159,11 @@ class NcclGroup final : public CommGroup {
   std::shared_mutex comms_mu_;
   std::atomic<bool> aborting_{false};
   std::atomic<bool> aborted_{false};
+  // Started by the first abort() under comms_mu_ held exclusively, joined by the destructor;
+  // aborts_left_ counts those still inside ncclCommAbort (shared with them: a detached one
+  // outlives the group).
+  std::vector<std::thread> aborters_;
+  std::shared_ptr<std::atomic<int>> aborts_left_ = std::make_shared<std::atomic<int>>(0);
 };
 
 }  // namespace gpubox::comm

@@ -3,13 +3,16 @@
 // eagerly bit for bit (once, and N replays against N eager runs of an in-place iteration); a
 // capture runs nothing; every operation a captured step may not contain is refused naming
 // itself and the graph (an event wait unless the event was recorded in the same capture); a graph's
-// work is counted as graph launches and nodes, not as launches.
+// work is counted as graph launches and nodes, not as launches; an abort of the group returns
+// while a graph holds its collective.
 #include <gtest/gtest.h>
 #include <thrust/fill.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -387,6 +390,48 @@ TEST(StepGraph, CapturedAllToAllKeepsItsCounts) {
   });
   EXPECT_EQ(received[0], (std::vector<float>{0, 1, 10, 11}));
   EXPECT_EQ(received[1], (std::vector<float>{2, 3, 12, 13}));
+}
+
+// A failure aborts the group while a step graph that captured the group's collective still lives
+// (its owner, a HeterComm or a trainer's composed step, is destroyed only as the failure unwinds,
+// after the abort): abort() returns at once, and the group is destroyed once the graph is gone.
+// NCCL's ncclCommAbort waits until every graph holding one of the communicator's collectives is
+// destroyed: called inside abort(), it waited for a graph its own thread had yet to destroy
+// (heter_comm_padded_test's wrong plan hung on one GPU). Bounded: a wait that does not return
+// fails naming it, and the graph is then destroyed so that the abort can finish.
+TEST(StepGraph, AbortReturnsWhileAGraphHoldsTheGroupsCollective) {
+  constexpr auto kLimit = std::chrono::seconds(10);
+  CardGroup g(1, kLimit);
+  g.run([&](device::Card& card, Communicator& comm) {
+    const device::Stream& stream = card.stream();
+    device::device_buffer<float> words = card.make_buffer<float>(64);
+    device::memset_bytes_async(words.data(), 0, words.bytes(), stream);
+    std::future<void> abort;
+    {
+      device::StepGraph graph("held collective");
+      graph.capture(stream,
+                    [&] { comm.all_reduce_sum(words.data(), words.data(), words.size(), stream); });
+      graph.replay(stream);
+      comm.synchronize(stream, "the graph's replay");
+      abort = std::async(std::launch::async, [&] { g.group->abort("card 0 failed its step"); });
+      EXPECT_EQ(abort.wait_for(kLimit), std::future_status::ready)
+          << "CommGroup::abort still waits after " << kLimit.count()
+          << " s while a step graph holds the group's collective: the graph's owner destroys it "
+             "only after abort() returns, so a failure would hang";
+    }  // the graph is destroyed: an abort still waiting for it can finish
+    abort.get();
+    EXPECT_TRUE(g.group->aborted());
+    const std::string error = [&] {
+      try {
+        comm.all_reduce_sum(words.data(), words.data(), words.size(), stream);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    }();
+    EXPECT_NE(error.find("card 0 failed its step"), std::string::npos) << error;
+    stream.synchronize();
+  });
 }
 
 }  // namespace

@@ -184,15 +184,20 @@ TEST(DeviceCheck, CopiesMustStayInsideTheStreamsCardMemory) {
 TEST(ScratchArena, GrowsToPeakDemandThenReuses) {
   CardSet cards = CardSet::from_list("0");
   Card& card = cards.card(0);
+  card.activate();
   const std::size_t base = card.memory().bytes_in_use();
   {
     ScratchArena arena(card.memory(), card.stream());
+    // The blocks are card memory (a GPU's: the host may not touch them): each is filled on the
+    // card with its own byte and read back whole, so blocks that overlap or that are not the
+    // card's memory fail here.
     auto one_call = [&] {  // what one sort asks for: two live blocks, then both returned
       char* a = arena.allocate(1000);
       char* b = arena.allocate(5000);
-      EXPECT_NE(a, b);
-      a[0] = 1;
-      b[4999] = 2;
+      memset_bytes_async(a, 1, 1000, card.stream());
+      memset_bytes_async(b, 2, 5000, card.stream());
+      EXPECT_EQ(to_host(a, 1000, card.stream()), std::vector<char>(1000, 1));
+      EXPECT_EQ(to_host(b, 5000, card.stream()), std::vector<char>(5000, 2));
       arena.deallocate(b, 5000);
       arena.deallocate(a, 1000);
     };

@@ -21,6 +21,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "table/sparse_row/accessor.hpp"
+#include "tests/common/hang_watchdog.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/heter_comm/heter_comm_padded_test_util.cuh"
 
@@ -29,6 +30,18 @@ namespace {
 
 using table::AccessorConfig;
 using table::RowLayout;
+
+// A failing run must end (its error, the group's abort, the unwinding), not hang: on one GPU a
+// wrong plan's run hung in NCCL's abort, which waited for the step graphs the failing card had
+// yet to destroy (nccl_communicator.hpp). A run takes about 2 s on a GPU, well under a second on
+// the cpu; past the bound the binary aborts naming the run.
+constexpr std::chrono::seconds kFailingRunBound{20};
+
+std::string failing_run(const char* what, int cards, Placement placement) {
+  return ::gpubox::detail::concat(what, "'s failing run on ", cards, " cards (",
+                                  placement == Placement::kReplicated ? "replicated" : "sharded",
+                                  "): its error, the group's abort and the unwinding");
+}
 
 TEST_P(PaddedSteps, AWrongPlanStillFailsLateNamingTheStep) {
   const int cards = this->cards();
@@ -42,6 +55,8 @@ TEST_P(PaddedSteps, AWrongPlanStillFailsLateNamingTheStep) {
   --wrong[entry];
   std::string message;
   try {
+    const ::gpubox::testing::HangWatchdog watchdog(failing_run("a wrong plan", cards, placement()),
+                                                   kFailingRunBound);
     run(cards, placement(), Mode::kPaddedGraphs, data, &wrong, 3);
   } catch (const Error& e) {
     message = e.what();
@@ -58,6 +73,8 @@ TEST_P(PaddedSteps, AMissingKeyFailsLateNamingItsOwnerAndStep) {
   const uint64_t absent = universe()[0];  // the hottest key: in the first step's batches
   std::string message;
   try {
+    const ::gpubox::testing::HangWatchdog watchdog(failing_run("a missing key", cards, placement()),
+                                                   kFailingRunBound);
     run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent);
   } catch (const Error& e) {
     message = e.what();
@@ -104,6 +121,8 @@ TEST_P(PaddedSteps, AKeyMissingInAPullOnlyFailsLateNamingTheRequestingCard) {
   ASSERT_NE(absent, 0u) << "no key only the last card's batches hold";
   std::string message;
   try {
+    const ::gpubox::testing::HangWatchdog watchdog(
+        failing_run("a key missing in a pull_only", cards, placement()), kFailingRunBound);
     run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent, Use::kPullOnly);
   } catch (const Error& e) {
     message = e.what();
