@@ -23,6 +23,7 @@ namespace {
 struct Mode {
   std::atomic<bool> enabled{false};
   std::atomic<uint64_t> seed{0};
+  std::atomic<unsigned> poll_lag{1};
 };
 
 // GPUBOX_DEVICE_CHECK=defer or defer:<seed> (memory_registry.cpp reads the same variable: any
@@ -52,6 +53,11 @@ void set_deferred_execution(bool enabled, uint64_t seed) {
   mode().seed.store(seed, std::memory_order_relaxed);
   mode().enabled.store(enabled, std::memory_order_relaxed);
 }
+unsigned deferred_poll_lag() { return mode().poll_lag.load(std::memory_order_relaxed); }
+void set_deferred_poll_lag(unsigned polls) {
+  GPUBOX_EXPECTS(polls >= 1, "set_deferred_poll_lag: ", polls, " polls (at least 1)");
+  mode().poll_lag.store(polls, std::memory_order_relaxed);
+}
 
 namespace detail {
 
@@ -71,6 +77,11 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
     return last_;
   }
   bool passed(uint64_t seq) const { return executed_.load(std::memory_order_acquire) >= seq; }
+  // A poll found work pending: whether the card goes on now (the poll lag's n-th such poll).
+  bool lagged_poll_runs() {
+    const unsigned lag = deferred_poll_lag();
+    return lag <= 1 || pending_polls_.fetch_add(1, std::memory_order_relaxed) % lag == lag - 1;
+  }
   // The seeded coin (the enqueueing thread's; a queue is enqueued on by its card's thread).
   bool flip() {
     if (!seeded_) return false;
@@ -153,8 +164,9 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
   uint64_t last_ = 0;
   std::mt19937_64 coin_;
   std::atomic<uint64_t> executed_{0};
-  std::mutex run_mu_;               // running_; one thread runs the queue at a time
-  std::condition_variable run_cv_;  // running_ cleared or executed_ advanced
+  std::atomic<unsigned> pending_polls_{0};  // polls that found work pending (the poll lag)
+  std::mutex run_mu_;                       // running_; one thread runs the queue at a time
+  std::condition_variable run_cv_;          // running_ cleared or executed_ advanced
   bool running_ = false;
   std::atomic<std::thread::id> runner_{};
 };
@@ -226,14 +238,14 @@ std::shared_ptr<DeferredMark> mark_deferred(DeferredQueue& queue, bool timed) {
 bool poll_deferred(const DeferredMark& mark) {
   std::shared_ptr<DeferredQueue> queue = mark.queue.lock();
   if (queue == nullptr || queue->passed(mark.seq)) return true;
-  queue->run_through(mark.seq);  // the card went on meanwhile
+  if (queue->lagged_poll_runs()) queue->run_through(mark.seq);  // the card went on meanwhile
   return false;
 }
 
 bool poll_deferred(DeferredQueue& queue) {
   const uint64_t last = queue.last();
   if (queue.passed(last)) return true;
-  queue.run_through(last);
+  if (queue.lagged_poll_runs()) queue.run_through(last);
   return false;
 }
 

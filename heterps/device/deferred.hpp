@@ -12,7 +12,9 @@
 //   - another stream's queue reaches a Stream::wait for an event recorded on it: that stream runs
 //     its work up to the event's record, and no further;
 //   - Stream::ready / Event::ready find it pending: they answer false, and the work then runs
-//     (the card went on meanwhile), so a polling loop progresses;
+//     (the card went on meanwhile), so a polling loop progresses; with a poll lag of n
+//     (set_deferred_poll_lag, a test's) only every n-th such poll of a queue runs it, as a card
+//     that is n polls behind the host: a loop that counted on a poll's progress shows it;
 //   - the stream is destroyed (cudaStreamDestroy lets pending work finish).
 // So a consumer that did not wait for the right event reads the data as it was before the
 // producer's work: the engine's tests, which compare against oracles, see wrong values.
@@ -55,6 +57,10 @@ class Stream;
 bool deferred_execution_enabled();
 uint64_t deferred_execution_seed();
 void set_deferred_execution(bool enabled, uint64_t seed = 0);
+// How many polls (Stream::ready, Event::ready) of a deferring stream's pending work answer false
+// before that work runs (default 1: the first). Takes effect at once, for every stream; >= 1.
+unsigned deferred_poll_lag();
+void set_deferred_poll_lag(unsigned polls);
 
 namespace detail {
 
@@ -83,7 +89,8 @@ void run_all_deferred();
 // A mark after the queue's work so far; `timed`: the record runs as work of its own and stamps
 // the mark's time when it runs.
 std::shared_ptr<DeferredMark> mark_deferred(DeferredQueue& queue, bool timed);
-// Whether the mark has passed; when not, runs its queue through it and answers false.
+// Whether the mark has passed; when not, answers false, and runs its queue through it when this
+// is the poll lag's n-th such poll of the queue (deferred_poll_lag).
 bool poll_deferred(const DeferredMark& mark);
 // The same for all the queue's work so far.
 bool poll_deferred(DeferredQueue& queue);

@@ -155,12 +155,12 @@ class PassPrefetch : public ::testing::TestWithParam<int> {
       // The pass's counters, and what its steady steps asked of the cards (step_accounting_test
       // pins those): the staging thread never touches a card.
       for (const char* counter :
-           {"keys_in_pass", "hits", "created", "host_syncs_per_step", "allocations_per_step",
-            "pageable_copies_per_step", "pinned_copies_per_step", "launches_per_step",
-            "collectives_per_step"}) {
+           {"keys_in_pass", "hits", "created", "allocations_per_step", "pageable_copies_per_step",
+            "pinned_copies_per_step", "launches_per_step", "collectives_per_step"}) {
         EXPECT_EQ(extra(got.reports[p], counter), extra(want.reports[p], counter))
             << what << " pass " << p << " " << counter;
       }
+      expect_same_step_waits(got.reports[p], want.reports[p], what, p);
       EXPECT_EQ(extra(got.reports[p], "pulled") + extra(got.reports[p], "prefetched"),
                 extra(want.reports[p], "pulled"))
           << what << " pass " << p;
@@ -180,6 +180,25 @@ class PassPrefetch : public ::testing::TestWithParam<int> {
                 0)
           << what << ": host row of key " << key << " differs";
     }
+  }
+
+  // The steady steps' host waits. On the cpu backend a step never waits (its work ran when it
+  // was enqueued): equal with the pipeline on and off. On a GPU a step waits for the status of
+  // the step kStatusDepth before it (LateReadback: the ring's slot, and the batch's staging
+  // block with it) when the host ran that far ahead of the card, which timing decides run to run
+  // (0.375 to 0.75 a step on an H200 for the same run): there the count is only bounded, a wait a
+  // step at most.
+  static void expect_same_step_waits(const PassReport& got, const PassReport& want,
+                                     const char* what, std::size_t p) {
+    const double got_waits = extra(got, "host_syncs_per_step");
+    const double want_waits = extra(want, "host_syncs_per_step");
+#if defined(GPUBOX_BACKEND_CUDA)
+    EXPECT_LE(got_waits, 1.0) << what << " pass " << p << " (without the pipeline: " << want_waits
+                              << ")";
+    EXPECT_LE(want_waits, 1.0) << what << " pass " << p << ", without the pipeline";
+#else
+    EXPECT_EQ(got_waits, want_waits) << what << " pass " << p << " host_syncs_per_step";
+#endif
   }
 
   static void check_early_inserts(const std::vector<PassReport>& reports);

@@ -92,18 +92,26 @@ struct Tiers {
       group.at(c).synchronize(stream, what);
     });
   }
-  // Card 0's next-pass work until it reaches `phase` (or stops), on the calling thread.
+  // Card 0's next-pass work until it reaches `phase` (or stops), on the calling thread, each
+  // poll after the card ran what the ones before enqueued (prepare).
   void prepare_until(Phase phase) {
     for (int i = 0; i < 200 && manager->next_pass_phase(0) != phase &&
                     manager->next_pass_phase(0) != Phase::kOff;
          ++i) {
+      card_set.card(0).stream().synchronize();
       manager->prepare_next_pass(0);
     }
   }
-  // `rounds` chunks of the next pass's work on every card, each on its card's thread.
-  void prepare(int rounds) {
+  // `rounds` chunks of the next pass's work on every card, each on its card's thread. With
+  // `after_card` each poll comes after the card ran what was enqueued before it, as the steps
+  // between polls make it in training: on a GPU a poll that finds the oldest chunk's end event
+  // pending does nothing (the cpu backend runs the work when it is enqueued).
+  void prepare(int rounds, bool after_card = true) {
     card_set.run_on_cards([&](device::Card& card) {
-      for (int i = 0; i < rounds; ++i) manager->prepare_next_pass(card.local_index());
+      for (int i = 0; i < rounds; ++i) {
+        if (after_card) card.stream().synchronize();
+        manager->prepare_next_pass(card.local_index());
+      }
     });
   }
 

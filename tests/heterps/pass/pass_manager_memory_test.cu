@@ -31,6 +31,7 @@ namespace {
 
 using pass_test::Engine;
 using pass_test::make_passes;
+using pass_test::row_diff;
 using pass_test::rows_equal;
 using pass_test::test_config;
 using table::AccessorConfig;
@@ -64,7 +65,8 @@ TEST(PassManager, ReplicatedPassesMatchShardedAndWriteBackOneReplica) {
     const auto got_rows = replicated.host_rows();
     ASSERT_EQ(got_rows.size(), want_rows.size()) << "pass " << p;
     for (const auto& [key, row] : want_rows) {
-      ASSERT_TRUE(rows_equal(got_rows.at(key), row)) << "pass " << p << " key " << key;
+      ASSERT_TRUE(rows_equal(got_rows.at(key), row))
+          << "pass " << p << " key " << key << ": " << row_diff(got_rows.at(key), row);
     }
     const auto cards = replicated.card_rows();  // checks the replicas against each other
     EXPECT_EQ(cards.size(), seen.size());
@@ -125,7 +127,9 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
   EXPECT_THROW(Engine(1, options), Error);
 }
 
-// Marks the listed keys' rows changed (click + 1, dirty), as a training step would.
+// Marks the listed keys' rows changed (click + 1, dirty), as a training step would. The keys
+// must be distinct, as a step's pushes are once merged (on a GPU two threads adding to one row's
+// click race, and lose an update differently from run to run).
 struct TouchRows {
   card_table::CardStoreRef store;
   const uint64_t* keys;
@@ -189,10 +193,13 @@ struct BudgetedAndUnbudgeted {
                 budget_options(budgeted, kBudgetRows)),
         reference(unbudgeted.cards, {&unbudgeted.store}, *unbudgeted.host, {}) {}
 
-  // BudgetSide::kTouched keys drawn from `pass` marked changed on both cards, as by training.
+  // Up to BudgetSide::kTouched keys drawn from `pass`, duplicates dropped (TouchRows), marked
+  // changed on both cards, as by training.
   void touch(const std::vector<uint64_t>& pass, std::mt19937_64& rng) {
     std::vector<uint64_t> touched(BudgetSide::kTouched);
     for (auto& k : touched) k = pass[rng() % pass.size()];
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     for (BudgetSide* side : {&budgeted, &unbudgeted}) {
       device::Card& card = side->cards.card(0);
       device::copy_async(side->touch.data(), touched.data(), touched.size(), card.stream());
@@ -218,7 +225,10 @@ struct BudgetedAndUnbudgeted {
     const auto got = rows_of(*budgeted.host);
     const auto want = rows_of(*unbudgeted.host);
     ASSERT_EQ(got.size(), want.size());
-    for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+    for (const auto& [k, row] : want) {
+      ASSERT_TRUE(got.count(k)) << "key " << k << " is missing from the budgeted host tier";
+      ASSERT_TRUE(rows_equal(got.at(k), row)) << "key " << k << ": " << row_diff(got.at(k), row);
+    }
   }
 
   BudgetSide budgeted;

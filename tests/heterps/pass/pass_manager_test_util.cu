@@ -5,10 +5,12 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "heterps/device/deferred.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
@@ -142,6 +144,36 @@ bool rows_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+std::string row_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  std::ostringstream out;
+  out << got.size() << " floats, want " << want.size();
+  int shown = 0;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()) && shown < 6; ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
+    uint32_t got_bits = 0;
+    uint32_t want_bits = 0;
+    std::memcpy(&got_bits, &got[i], sizeof(float));
+    std::memcpy(&want_bits, &want[i], sizeof(float));
+    out << "; [" << i << "] " << got[i] << " (0x" << std::hex << got_bits << "), want " << want[i]
+        << " (0x" << want_bits << std::dec << ")";
+    ++shown;
+  }
+  return out.str();
+}
+
+LaggingCard::LaggingCard(unsigned polls)
+    : was_enabled_(device::deferred_execution_enabled()),
+      was_seed_(device::deferred_execution_seed()),
+      was_lag_(device::deferred_poll_lag()) {
+  device::set_deferred_execution(true, 0);
+  device::set_deferred_poll_lag(polls);
+}
+
+LaggingCard::~LaggingCard() {
+  device::set_deferred_poll_lag(was_lag_);
+  device::set_deferred_execution(was_enabled_, was_seed_);
+}
+
 std::vector<std::vector<uint64_t>> make_passes(int passes, std::size_t keys_per_pass,
                                                uint64_t seed) {
   std::vector<std::vector<uint64_t>> out;
@@ -212,7 +244,8 @@ void NextPassPair::expect_same_card_rows(const std::vector<uint64_t>& keys) {
   const auto want_cards = reference.card_rows();
   for (uint64_t k : keys) {
     ASSERT_TRUE(got_cards.count(k)) << "key " << k << " not on its card";
-    ASSERT_TRUE(rows_equal(got_cards.at(k), want_cards.at(k))) << "key " << k;
+    ASSERT_TRUE(rows_equal(got_cards.at(k), want_cards.at(k)))
+        << "key " << k << ": " << row_diff(got_cards.at(k), want_cards.at(k));
   }
 }
 

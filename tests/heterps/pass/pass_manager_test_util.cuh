@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct Engine {
 };
 
 bool rows_equal(const std::vector<float>& a, const std::vector<float>& b);
+// How `got` differs from `want`, for a failure message: their sizes, and the first few floats
+// that differ (index, both values, their bits).
+std::string row_diff(const std::vector<float>& got, const std::vector<float>& want);
 
 // Passes over a sliding window of a key universe: consecutive passes overlap by about half.
 std::vector<std::vector<uint64_t>> make_passes(int passes, std::size_t keys_per_pass,
@@ -70,6 +74,23 @@ std::function<StagingProgress()> poll_of(const StagedRows* staged, bool rows_rea
 // rows of `older` outside `pass` that begin_pass leaves stay on the cards, clean.
 void train_older_then_begin(Engine& engine, const std::vector<uint64_t>& older,
                             const std::vector<uint64_t>& pass);
+
+// On the cpu backend, the streams made in its scope defer their work (GPUBOX_DEVICE_CHECK=defer,
+// no seed) and a poll that finds it pending runs it only every `polls`-th time, as a card that
+// lags `polls` polls behind the host (device::set_deferred_poll_lag); the mode before is back
+// after. A GPU lags as it will: nothing changes there.
+class LaggingCard {
+ public:
+  explicit LaggingCard(unsigned polls);
+  ~LaggingCard();
+  LaggingCard(const LaggingCard&) = delete;
+  LaggingCard& operator=(const LaggingCard&) = delete;
+
+ private:
+  bool was_enabled_;
+  uint64_t was_seed_;
+  unsigned was_lag_;
+};
 
 // Two engines over the same passes: `early` does the next pass's card work between its steps
 // (the options' next_pass_chunk_keys), `reference` has the same options without that work. The
