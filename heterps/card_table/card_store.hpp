@@ -95,9 +95,9 @@ class CardSparseStore {
   std::size_t create_missing_rows(const uint64_t* keys, const int32_t* slots, std::size_t n,
                                   row_index_t* out_row_indices, std::size_t missing,
                                   const device::Stream& stream);
-  // Every live key and its row handle (slot order) into keys_out / rows_out, resized to the
-  // count; only the dirty rows when `dirty_only`. 12 bytes per entry, no row is copied. Returns
-  // the count. Synchronizes.
+  // Every live key and its row handle (slot order: unspecified across stores and runs,
+  // hash_table.hpp) into keys_out / rows_out, resized to the count; only the dirty rows when
+  // `dirty_only`. 12 bytes per entry, no row is copied. Returns the count. Synchronizes.
   std::size_t list_entries(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
                            device::device_buffer<row_index_t>& rows_out,
                            const device::Stream& stream) const;

@@ -10,10 +10,10 @@
 // saves the live (key, row) pairs, frees or empties the slot array, and reinserts: its peak is the
 // new array plus 12 bytes per live key, never two slot arrays. Every uint64 key is storable:
 // kEmptyKey and kErasedKey, which mark slot states, are kept in two side slots. The probing code
-// (detail/probe.cuh) is written once for host and card and driven by parallel_for.
-//
-// This header is the host API (g++ alone compiles it); the device views for functors
-// (TableFindRef, TableInsertRef) are in hash_table.cuh.
+// (detail/probe.cuh) is written once for host and card and driven by parallel_for. Listings
+// (dump*, list_slots_async) come in slot order, which hangs on how concurrent inserts interleave:
+// unspecified across tables, runs and backends. This header is the host API (g++ alone compiles
+// it); the device views for functors (TableFindRef, TableInsertRef) are in hash_table.cuh.
 //
 // Bulk API over card ranges (keys/out pointers in this card's memory), stream last. Calls that
 // return a count synchronize `stream`; the others are only stream-ordered. `stream` must be the
@@ -102,7 +102,7 @@ class CardHashTable {
   // only. Stream-ordered: no wait, no allocation (no Thrust temporaries).
   void release_unused_async(const row_index_t* rows, std::size_t n, const device::Stream& stream);
   // Writes every live (key, row) to keys_out/rows_out (card memory, room for size()), in slot
-  // order. Returns size(). Synchronizes.
+  // order (this table's now: see above). Returns size(). Synchronizes.
   std::size_t dump(uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) const;
   // dump() of the slots [slot_begin, slot_end) only, so a caller can list the table a bounded
   // range at a time (the keys kept in side slots come with the range that ends at capacity()).

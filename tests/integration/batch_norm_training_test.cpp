@@ -20,6 +20,7 @@
 #include "dataset/generator.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/common/test_data_config.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -109,6 +110,7 @@ TEST_P(BatchNormTraining, DlrmWithBatchNormLearnsAPlantedFactorizationMachine) {
 }
 
 TEST_P(BatchNormTraining, TwoCardsSaveOneModelThatInfersAsTheyDid) {
+  GPUBOX_REQUIRE_CARDS(2);  // the two cards' statistics, all-reduced, are the point
   const TrainerConfig cfg = config(dlrm_bn(GetParam()));
   const fs::path save = root_ / "save_two_cards";
   std::vector<float> trained;

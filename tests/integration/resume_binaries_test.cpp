@@ -1,5 +1,5 @@
 // Crash-safe resume with the real binaries (gpubox_train + gpubox_server on loopback, small
-// generated data, 2 simulated cards, shuffled passes):
+// generated data, 2 cards (1 on a 1-GPU machine), shuffled passes):
 //  - a 3-pass run (passes 0, 1, 2) whose trainer and server are killed with -9 in pass 1, run
 //    again against a fresh server, resumes from pass 0 and ends with the same final test AUC as an
 //    uninterrupted run, and the same dense half bit for bit: the run is deterministic (the
@@ -22,6 +22,7 @@
 #include "common/error.hpp"
 #include "table/io/model_manifest.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/child_process.hpp"
 
 #if !defined(GPUBOX_TRAIN_BIN) || !defined(GPUBOX_SERVER_BIN)
@@ -97,8 +98,10 @@ class ResumeBinaries : public ::testing::Test {
                                                      std::vector<std::string> env = {}) {
     args.insert(args.begin(), {"--config", (root_ / "config.yaml").string(), "--threads_per_card",
                                "1", "-o", "runner.model_save_path=" + (root_ / save).string()});
-    env.insert(env.begin(), {"PADDLE_PSERVERS_IP_PORT_LIST=" + endpoint, "FLAGS_selected_gpus=0,1",
-                             "GPUBOX_AUTH_TOKEN_FILE="});
+    env.insert(env.begin(),
+               {"PADDLE_PSERVERS_IP_PORT_LIST=" + endpoint,
+                "FLAGS_selected_gpus=" + device::testing::card_list(device::testing::cards_here(2)),
+                "GPUBOX_AUTH_TOKEN_FILE="});
     return std::make_unique<ChildProcess>(GPUBOX_TRAIN_BIN, args, env, root_.string());
   }
   // The value of the last "test auc: " in a trainer's output.

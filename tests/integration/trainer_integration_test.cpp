@@ -78,6 +78,18 @@ class TrainerIntegration : public ::testing::Test {
     return e;
   }
   static std::vector<std::string> train_files() { return data_files((root_ / "train").string()); }
+  // The dense weights after a pass (SGD) over 3 generated lines, `batch` lines a card on `cards`.
+  static std::vector<float> three_lines(int batch, int cards) {
+    const fs::path three = root_ / "three_lines";
+    if (!fs::exists(three)) generate(three, 3, 1, 11, 50);
+    Trainer t(config(batch, {"runner.train_data_dir=" + three.string(),
+                             "hyper_parameters.optimizer.class=SGD",
+                             "hyper_parameters.optimizer.learning_rate=0.5"}),
+              env(device::testing::card_list(cards)));
+    const std::vector<PassReport> reports = t.train();
+    EXPECT_EQ(reports.at(0).metrics.examples, 3) << batch << " a card on " << cards << " cards";
+    return t.dense_values(0);
+  }
 
   static fs::path root_;
 };
@@ -166,14 +178,16 @@ TEST_F(TrainerIntegration, SaveLoadContinueEqualsUninterrupted) {
 }
 
 // runner.model_init_path (PaddleRec's key): train() starts from that save, as if the run had
-// gone on; a model loaded before (gpubox_train --load) takes precedence.
+// gone on; a model loaded before (gpubox_train --load) takes precedence. On 2 cards, or on the
+// one a 1-GPU machine has.
 TEST_F(TrainerIntegration, ModelInitPathStartsTrainingFromThatSave) {
+  const std::string cards = device::testing::card_list(device::testing::cards_here(2));
   const fs::path save = root_ / "save_init";
   const auto cfg = config(50, {"runner.save_mode=checkpoint"});
-  const Interrupted want = two_passes_and_a_save(cfg, env("0,1"), train_files(), save);
+  const Interrupted want = two_passes_and_a_save(cfg, env(cards), train_files(), save);
   Trainer from_init(
       config(50, {"runner.save_mode=checkpoint", "runner.model_init_path=" + save.string()}),
-      env("0,1"));
+      env(cards));
   const std::vector<PassReport> got = from_init.train();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_DOUBLE_EQ(got[0].metrics.logloss, want.second_pass.metrics.logloss);
@@ -192,24 +206,19 @@ TEST_F(TrainerIntegration, ModelInitPathStartsTrainingFromThatSave) {
 // than train_batch_size, and a round with fewer instances than cards (some cards' batches are
 // empty), step exactly like one card with those instances as one full batch. SGD makes the step
 // proportional to the gradient, so a mean over the configured batch size instead would show.
-TEST_F(TrainerIntegration, PartialBatchesAndBatchesSmallerThanTheCardsAreExact) {
-  const fs::path three = root_ / "three_lines";
-  generate(three, 3, 1, 11, 50);
-  const auto run = [&](int batch, const std::string& cards) {
-    Trainer t(config(batch, {"runner.train_data_dir=" + three.string(),
-                             "hyper_parameters.optimizer.class=SGD",
-                             "hyper_parameters.optimizer.learning_rate=0.5"}),
-              env(cards));
-    const std::vector<PassReport> reports = t.train();
-    EXPECT_EQ(reports.at(0).metrics.examples, 3) << batch << " on cards " << cards;
-    return t.dense_values(0);
-  };
-  const std::vector<float> full = run(3, "0");             // one step, a full batch of 3
-  EXPECT_LT(max_abs_diff(run(8, "0"), full), 1e-6);        // one step, 3 of 8
-  EXPECT_LT(max_abs_diff(run(1, "0,1,2,3"), full), 1e-6);  // 1, 1, 1 and an empty batch
-  EXPECT_LT(max_abs_diff(run(4, "0,1"), full), 1e-6);      // 2 and 1 of 4 per card
+TEST_F(TrainerIntegration, PartialBatchesAreExact) {
+  const std::vector<float> full = three_lines(3, 1);       // one step, a full batch of 3
+  EXPECT_LT(max_abs_diff(three_lines(8, 1), full), 1e-6);  // one step, 3 of 8
   // Three steps of one instance are another trajectory: the comparison can tell.
-  EXPECT_GT(max_abs_diff(run(1, "0"), full), 1e-4);
+  EXPECT_GT(max_abs_diff(three_lines(1, 1), full), 1e-4);
+}
+
+TEST_F(TrainerIntegration, BatchesSmallerThanTheCardsAreExact) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const std::vector<float> full = three_lines(3, 1);
+  EXPECT_LT(max_abs_diff(three_lines(4, 2), full), 1e-6);  // 2 and 1 of 4 per card
+  GPUBOX_REQUIRE_CARDS(4);  // a machine of 2 or 3 GPUs checked the 2 cards above
+  EXPECT_LT(max_abs_diff(three_lines(1, 4), full), 1e-6);  // 1, 1, 1 and an empty batch
 }
 
 TEST_F(TrainerIntegration, InferOnASavedModelReproducesTheEvaluation) {
@@ -375,7 +384,7 @@ TEST_F(TrainerIntegration, APassWithoutAValidInstanceStopsBeforeAnySave) {
   std::ofstream(bad / "malformed-part") << "click:1 oops\n\n";  // no valid line
   Trainer trainer(config(10, {"runner.train_data_dir=" + bad.string(),
                               "runner.model_save_path=" + save.string()}),
-                  env("0,1"));
+                  env(device::testing::card_list(device::testing::cards_here(2))));
   try {
     trainer.train();
     FAIL() << "no error";

@@ -28,6 +28,7 @@
 #include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -242,16 +243,18 @@ TEST_F(PsModes, QueueDatasetReachesInMemoryDatasetsModelInEveryMode) {
 }
 
 // The gpubox mode with QueueDataset: each pass read once for its keys (begin_pass), then
-// streamed to the cards; on two cards, with runner.prefetch_passes off and on (the next pass's
-// keys read and its rows staged ahead), the same model as InmemoryDataset's without a shuffle.
+// streamed to the cards; on two cards (one on a 1-GPU machine), with runner.prefetch_passes off
+// and on (the next pass's keys read and its rows staged ahead), the same model as
+// InmemoryDataset's without a shuffle.
 TEST_F(PsModes, QueueDatasetInTheGpuboxModeEqualsInMemoryDataset) {
+  const int cards = device::testing::cards_here(2);
   const auto test = data_files((root_ / "test").string());
   auto train_with = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
                                           "runner.test_data_dir=", "runner.epochs=2"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     TrainerEnv env;
-    env.selected_cards = "0,1";
+    env.selected_cards = device::testing::card_list(cards);
     env.threads_per_card = 1;
     Trainer trainer(config(overrides), env);
     trainer.train();
@@ -261,8 +264,8 @@ TEST_F(PsModes, QueueDatasetInTheGpuboxModeEqualsInMemoryDataset) {
   for (const char* prefetch : {"runner.prefetch_passes=0", "runner.prefetch_passes=1"}) {
     SCOPED_TRACE(prefetch);
     const auto streamed = train_with({"runner.reader_type=QueueDataset", prefetch});
-    std::printf("gpubox mode, 2 cards, %s: QueueDataset test auc %.6f, InmemoryDataset %.6f\n",
-                prefetch, streamed.first, held.first);
+    std::printf("gpubox mode, %d card(s), %s: QueueDataset test auc %.6f, InmemoryDataset %.6f\n",
+                cards, prefetch, streamed.first, held.first);
     EXPECT_EQ(streamed.first, held.first);
     EXPECT_EQ(streamed.second, held.second);
   }

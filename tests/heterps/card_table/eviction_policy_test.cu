@@ -124,8 +124,11 @@ TEST(EvictionPolicy, StoreRanksRowsByItsPolicy) {
   auto d_ranks = card.make_buffer<float>(n);
   store.eviction_ranks(d_handles.data(), n, d_ranks.data(), stream);
   const std::vector<float> ranks = device::to_host(d_ranks);
+  // To rounding, not bit for bit: nvcc may fuse the score's multiply-add into one FMA where the
+  // host rounds twice (docs/development.md): an ulp apart for 16 of the 250 (show, click) pairs.
   for (std::size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(ranks[i], table::row_score(rows.data() + i * stride, config)) << "key " << keys[i];
+    EXPECT_FLOAT_EQ(ranks[i], table::row_score(rows.data() + i * stride, config))
+        << "key " << keys[i];
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "heterps/device/card.hpp"
@@ -23,6 +24,15 @@ inline std::string missing_cards(int cards) {
   const int gpus = visible_gpus();
   if (gpus < 0 || cards <= gpus) return "";
   return "needs " + std::to_string(cards) + " GPUs, this machine has " + std::to_string(gpus);
+}
+
+// The cards a test that checks the same thing on fewer cards runs on here: `cards` on the cpu
+// backend, as many of them as this machine has GPUs on cuda (a 1-GPU machine runs it on one card
+// rather than skipping it). A test whose check needs `cards` cards skips instead
+// (GPUBOX_REQUIRE_CARDS).
+inline int cards_here(int cards) {
+  const int gpus = visible_gpus();
+  return gpus < 0 ? cards : std::max(1, std::min(cards, gpus));
 }
 
 }  // namespace gpubox::device::testing
