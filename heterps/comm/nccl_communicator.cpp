@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -41,6 +42,24 @@ constexpr std::chrono::milliseconds kTeardownMin{10000};
 constexpr std::chrono::milliseconds kTeardownMax{60000};
 // abort()'s bound on the wait until every communicator's ncclCommAbort has begun.
 constexpr std::chrono::milliseconds kAbortStartBound{2000};
+
+// A TeardownThread's end of one communicator: ncclCommDestroy after a clean finalize, else
+// ncclCommAbort.
+struct EndCommunicator {
+  bool destroy;
+  void operator()(ncclComm_t comm) const noexcept {
+    if (!destroy) {
+      ncclCommAbort(comm);  // errors here are moot
+      return;
+    }
+    const ncclResult_t r = ncclCommDestroy(comm);
+    if (r == ncclSuccess) return;
+    try {
+      GPUBOX_LOG(WARNING) << "NCCL: ncclCommDestroy at shutdown: " << ncclGetErrorString(r);
+    } catch (...) {  // a log line that cannot be written is dropped
+    }
+  }
+};
 
 // How a card thread waits: spin first (a step's waits are tens of microseconds, and a sleep
 // would cost more than the wait), then yield the core, and only after a long wait (a slow peer,
@@ -159,18 +178,21 @@ NcclGroup::~NcclGroup() {
   // A destructor cannot throw: what goes wrong is logged (a job that ends here has its results;
   // a communicator left unsettled is aborted so the process can exit).
   if (!teardown_) {  // not aborted (or abort() could not start ending them)
-    const EndBy how = !aborted() && finalize_communicators() ? EndBy::kDestroy : EndBy::kAbort;
-    teardown_.emplace(comms_, how);
+    const bool destroy = !aborted() && finalize_communicators();
+    teardown_.emplace(std::move(comms_), EndCommunicator{destroy});  // no allocation here
   }
   // Bounded apart from the collective timeout: a short timeout says nothing of how long NCCL
   // takes to free a group, and a long one (minutes) should not hold a destructor that long.
   const auto bound = std::clamp<std::chrono::milliseconds>(timeout_, kTeardownMin, kTeardownMax);
-  std::string what = "ncclCommDestroy of the group's communicators";
+  std::string what = "NCCL: ncclCommDestroy of the group's communicators";
   try {
-    if (aborted()) what = "ncclCommAbort of the group's communicators (aborted: " + reason() + ")";
+    if (aborted())
+      what = "NCCL: ncclCommAbort of the group's communicators (aborted: " + reason() + ")";
   } catch (...) {  // no memory for the reason: the plain description
   }
-  teardown_->finish(bound, what);
+  teardown_->finish(bound, what,
+                    "a CUDA graph still holds one of the communicators' collectives (destroy step "
+                    "graphs before their group), or NCCL's teardown is slow");
 }
 
 bool NcclGroup::finalize_communicators() noexcept {
@@ -245,7 +267,7 @@ void NcclGroup::abort(const std::string& reason) {
   // Abort every communicator so kernels waiting for a dead peer return, on a thread of its own:
   // the last ncclCommAbort waits for the step graphs that hold the communicators, which the
   // callers destroy only after this returns (see the header).
-  teardown_.emplace(comms_, EndBy::kAbort);
+  teardown_.emplace(comms_, EndCommunicator{/*destroy=*/false});
   // The callers synchronize their streams next: wait until every communicator's abort has begun.
   if (!teardown_->wait_last_started(kAbortStartBound)) {
     GPUBOX_LOG(WARNING) << "NCCL: the group's abort (" << this->reason()

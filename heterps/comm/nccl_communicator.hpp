@@ -21,7 +21,7 @@
 // thread is inside NCCL on that communicator, and none runs under the lock.
 //
 // abort() does not wait for ncclCommAbort to finish: the communicators are ended by one thread of
-// their own (nccl_teardown.hpp), since NCCL's last ncclCommAbort of a process frees them and
+// their own (teardown_thread.hpp), since NCCL's last ncclCommAbort of a process frees them and
 // (NCCL 2.26 and later) first waits until every CUDA graph that captured one of their collectives
 // has been destroyed. A card's step graphs belong to objects (HeterComm, a trainer's composed
 // step) that the failing card threads destroy only after abort() returns: waited for inside
@@ -50,8 +50,8 @@
 
 #include "common/thread_annotations.hpp"
 #include "heterps/comm/communicator.hpp"
-#include "heterps/comm/nccl_teardown.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
+#include "heterps/comm/teardown_thread.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 
@@ -169,7 +169,7 @@ class NcclGroup final : public CommGroup {
   // The end of the communicators: started by the first abort() (the abort_started_ flag makes it
   // the only writer, after comms_mu_ is released) or by the destructor, and finished by the
   // destructor.
-  std::optional<NcclTeardown> teardown_;
+  std::optional<TeardownThread> teardown_;
 };
 
 }  // namespace gpubox::comm
