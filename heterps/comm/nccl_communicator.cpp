@@ -186,8 +186,9 @@ NcclGroup::~NcclGroup() {
   const auto bound = std::clamp<std::chrono::milliseconds>(timeout_, kTeardownMin, kTeardownMax);
   std::string what = "NCCL: ncclCommDestroy of the group's communicators";
   try {
-    if (aborted())
+    if (aborted()) {
       what = "NCCL: ncclCommAbort of the group's communicators (aborted: " + reason() + ")";
+    }
   } catch (...) {  // no memory for the reason: the plain description
   }
   teardown_->finish(bound, what,
@@ -271,9 +272,8 @@ void NcclGroup::abort(const std::string& reason) {
   // The callers synchronize their streams next: wait until every communicator's abort has begun.
   if (!teardown_->wait_last_started(kAbortStartBound)) {
     GPUBOX_LOG(WARNING) << "NCCL: the group's abort (" << this->reason()
-                        << ") has not begun aborting "
-                        << "every communicator after " << kAbortStartBound.count()
-                        << " ms; its callers go on";
+                        << ") has not begun aborting every communicator after "
+                        << kAbortStartBound.count() << " ms; its callers go on";
   }
 }
 
