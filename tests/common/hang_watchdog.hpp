@@ -2,9 +2,9 @@
 // wait for a stream, an event, a collective peer or NCCL's abort may never return. Armed with
 // what is waited for and a limit, disarmed by its destructor. When the limit passes first, it
 // prints what was waited for, for how long and in which test, prints every thread's stack when a
-// debugger can attach (gdb, else cuda-gdb: the GPU machines have only that one; bounded by
-// kStackDumpBound), then aborts the process: the waiting thread cannot be stopped, and a binary
-// stopped by its test runner's timeout names nothing.
+// debugger can attach (gdb, else cuda-gdb, also from /usr/local/cuda/bin: the GPU machines have
+// only that one; bounded by kStackDumpBound), then aborts the process: the waiting thread cannot
+// be stopped, and a binary stopped by its test runner's timeout names nothing.
 //
 //   const HangWatchdog watchdog("a wrong plan's failing run on 1 card", std::chrono::seconds(20));
 //   run(...);  // must throw, not hang
@@ -86,7 +86,8 @@ class HangWatchdog {
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     const std::string bound = std::to_string(kStackDumpBound);
     const std::string command =
-        "for d in gdb cuda-gdb; do if command -v $d >/dev/null 2>&1; then "
+        "for d in gdb cuda-gdb /usr/local/cuda/bin/cuda-gdb; do if command -v $d >/dev/null 2>&1; "
+        "then "
         "echo \"HangWatchdog: every thread's stack ($d, at most " +
         bound + " s):\" >&2; timeout -k 2 " + bound + " $d -batch -nx -p " +
         std::to_string(getpid()) +
