@@ -2,9 +2,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -34,6 +36,30 @@ ncclDataType_t nccl_type(DataType type) {
   }
   GPUBOX_FAIL("unknown communicator data type ", static_cast<int>(type));
 }
+
+// The destructor's bound on ending the communicators (the collective timeout, within these).
+constexpr std::chrono::milliseconds kTeardownMin{10000};
+constexpr std::chrono::milliseconds kTeardownMax{60000};
+// abort()'s bound on the wait until every communicator's ncclCommAbort has begun.
+constexpr std::chrono::milliseconds kAbortStartBound{2000};
+
+// A TeardownThread's end of one communicator: ncclCommDestroy after a clean finalize, else
+// ncclCommAbort.
+struct EndCommunicator {
+  bool destroy;
+  void operator()(ncclComm_t comm) const noexcept {
+    if (!destroy) {
+      ncclCommAbort(comm);  // errors here are moot
+      return;
+    }
+    const ncclResult_t r = ncclCommDestroy(comm);
+    if (r == ncclSuccess) return;
+    try {
+      GPUBOX_LOG(WARNING) << "NCCL: ncclCommDestroy at shutdown: " << ncclGetErrorString(r);
+    } catch (...) {  // a log line that cannot be written is dropped
+    }
+  }
+};
 
 // How a card thread waits: spin first (a step's waits are tens of microseconds, and a sleep
 // would cost more than the wait), then yield the core, and only after a long wait (a slow peer,
@@ -149,15 +175,31 @@ NcclGroup::NcclGroup(device::CardSet& cards, std::chrono::milliseconds timeout,
 
 NcclGroup::~NcclGroup() {
   ranks_.clear();
-  if (aborted()) {  // ncclCommAbort frees them (started by abort())
-    finish_aborting_communicators();
-    return;
-  }
-  // Finalize every communicator first (non-blocking: it flushes and reports ncclInProgress until
-  // the clique is quiescent), then destroy; a communicator that does not settle within the
-  // timeout is aborted instead.
   // A destructor cannot throw: what goes wrong is logged (a job that ends here has its results;
   // a communicator left unsettled is aborted so the process can exit).
+  if (!teardown_) {  // not aborted (or abort() could not start ending them)
+    const bool destroy = !aborted() && finalize_communicators();
+    teardown_.emplace(std::move(comms_), EndCommunicator{destroy});  // no allocation here
+  }
+  // Bounded apart from the collective timeout: a short timeout says nothing of how long NCCL
+  // takes to free a group, and a long one (minutes) should not hold a destructor that long.
+  const auto bound = std::clamp<std::chrono::milliseconds>(timeout_, kTeardownMin, kTeardownMax);
+  std::string what = "NCCL: ncclCommDestroy of the group's communicators";
+  try {
+    if (aborted()) {
+      what = "NCCL: ncclCommAbort of the group's communicators (aborted: " + reason() + ")";
+    }
+  } catch (...) {  // no memory for the reason: the plain description
+  }
+  teardown_->finish(bound, what,
+                    "a CUDA graph still holds one of the communicators' collectives (destroy step "
+                    "graphs before their group), or NCCL's teardown is slow");
+}
+
+bool NcclGroup::finalize_communicators() noexcept {
+  // Finalize every communicator first (non-blocking: it flushes and reports ncclInProgress until
+  // the clique is quiescent); one that does not settle within the timeout is aborted instead of
+  // destroyed.
   ncclResult_t first_error = ncclSuccess;
   for (ncclComm_t comm : comms_) {
     if (comm == nullptr) continue;
@@ -183,67 +225,23 @@ NcclGroup::~NcclGroup() {
     settled = settled && state == ncclSuccess;
   }
   if (!settled) {
-    GPUBOX_LOG(WARNING) << "NCCL: the communicators did not finalize cleanly at shutdown ("
-                        << (first_error == ncclInProgress
-                                ? std::string("still in progress after ") +
-                                      std::to_string(timeout_.count()) + " ms"
-                                : std::string(ncclGetErrorString(first_error)))
-                        << "): aborting them";
-  }
-  for (ncclComm_t comm : comms_) {
-    if (comm == nullptr) continue;
-    if (settled) {
-      const ncclResult_t r = ncclCommDestroy(comm);
-      if (r != ncclSuccess) {
-        GPUBOX_LOG(WARNING) << "NCCL: ncclCommDestroy at shutdown: " << ncclGetErrorString(r);
-      }
-    } else {
-      ncclCommAbort(comm);
+    try {
+      GPUBOX_LOG(WARNING) << "NCCL: the communicators did not finalize cleanly at shutdown ("
+                          << (first_error == ncclInProgress
+                                  ? std::string("still in progress after ") +
+                                        std::to_string(timeout_.count()) + " ms"
+                                  : std::string(ncclGetErrorString(first_error)))
+                          << "): aborting them";
+    } catch (...) {  // a log line that cannot be written is dropped
     }
   }
+  return settled;
 }
 
 void NcclGroup::abort_communicators() noexcept {
   for (ncclComm_t& comm : comms_) {
     if (comm != nullptr) ncclCommAbort(comm);  // errors here are moot
   }
-}
-
-void NcclGroup::start_aborting_communicators() noexcept {
-  for (ncclComm_t comm : comms_) {
-    if (comm == nullptr) continue;
-    aborts_left_->fetch_add(1, std::memory_order_acq_rel);
-    try {
-      // By value: a thread detached by the destructor outlives the group.
-      aborters_.emplace_back([comm, left = aborts_left_] {
-        ncclCommAbort(comm);  // errors here are moot
-        left->fetch_sub(1, std::memory_order_acq_rel);
-      });
-    } catch (const std::exception&) {  // no thread: abort here (it may wait for the graphs)
-      ncclCommAbort(comm);
-      aborts_left_->fetch_sub(1, std::memory_order_acq_rel);
-    }
-  }
-}
-
-void NcclGroup::finish_aborting_communicators() noexcept {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  while (aborts_left_->load(std::memory_order_acquire) > 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const int left = aborts_left_->load(std::memory_order_acquire);
-  if (left == 0) {
-    for (std::thread& aborter : aborters_) aborter.join();
-    return;
-  }
-  GPUBOX_LOG(WARNING) << "NCCL: ncclCommAbort of " << left << " of " << aborters_.size()
-                      << " communicators still runs " << timeout_.count()
-                      << " ms after the group's abort (" << reason()
-                      << "): it waits for CUDA graphs that captured their collectives, which "
-                         "outlive the group (destroy step graphs before their group); left to "
-                         "finish in the background";
-  for (std::thread& aborter : aborters_) aborter.detach();
 }
 
 Communicator& NcclGroup::at(int local_rank) {
@@ -263,11 +261,20 @@ void NcclGroup::abort(const std::string& reason) {
   // non-blocking or a poll loop that watches aborting_), so ncclCommAbort never races a call on
   // the same communicator.
   aborting_.store(true, std::memory_order_release);
-  std::unique_lock<std::shared_mutex> comms_lock(comms_mu_);
-  aborted_.store(true, std::memory_order_release);
-  // Abort every communicator so kernels waiting for a dead peer return, without waiting for the
-  // step graphs that hold them (see the header): the callers destroy those after this returns.
-  start_aborting_communicators();
+  {
+    const std::unique_lock<std::shared_mutex> comms_lock(comms_mu_);
+    aborted_.store(true, std::memory_order_release);
+  }  // released: no NCCL call starts from here on (lock_unless_aborting sees aborted_)
+  // Abort every communicator so kernels waiting for a dead peer return, on a thread of its own:
+  // the last ncclCommAbort waits for the step graphs that hold the communicators, which the
+  // callers destroy only after this returns (see the header).
+  teardown_.emplace(comms_, EndCommunicator{/*destroy=*/false});
+  // The callers synchronize their streams next: wait until every communicator's abort has begun.
+  if (!teardown_->wait_last_started(kAbortStartBound)) {
+    GPUBOX_LOG(WARNING) << "NCCL: the group's abort (" << this->reason()
+                        << ") has not begun aborting every communicator after "
+                        << kAbortStartBound.count() << " ms; its callers go on";
+  }
 }
 
 std::shared_lock<std::shared_mutex> NcclGroup::lock_for_call(int rank, const char* collective) {

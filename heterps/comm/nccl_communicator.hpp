@@ -16,17 +16,26 @@
 // Abort is race-free: every NCCL call on a communicator (enqueue, poll) runs under the group's
 // shared lock; abort() first raises a flag that makes new callers back off without taking the
 // lock, then takes it exclusively (in-flight calls are non-blocking, so this is bounded), marks
-// the group aborted and starts ncclCommAbort on every communicator. No ncclCommAbort ever runs
-// while another thread is inside NCCL on that communicator.
+// the group aborted (a caller that gets the shared lock after that backs off too) and releases
+// it; then ncclCommAbort starts on every communicator. No ncclCommAbort ever runs while another
+// thread is inside NCCL on that communicator, and none runs under the lock.
 //
-// abort() does not wait for ncclCommAbort to finish: ncclCommAbort raises the communicator's
-// abort flags at once (kernels waiting for a dead peer return), then frees its resources, which
-// (NCCL 2.26 and later) waits until every CUDA graph that captured one of its collectives has
-// been destroyed. A card's step graphs belong to objects (HeterComm, a trainer's composed step)
-// that the failing card threads destroy only after abort() returns: waited for inside abort(),
-// they never would be, and a failure in a run with step graphs hung instead of failing. So each
-// communicator's abort runs on a thread of its own, and the destructor waits for them (bounded
-// by the timeout: graphs that outlive the group are named in a warning, not waited for forever).
+// abort() does not wait for ncclCommAbort to finish: the communicators are ended by one thread of
+// their own (teardown_thread.hpp), since NCCL's last ncclCommAbort of a process frees them and
+// (NCCL 2.26 and later) first waits until every CUDA graph that captured one of their collectives
+// has been destroyed. A card's step graphs belong to objects (HeterComm, a trainer's composed
+// step) that the failing card threads destroy only after abort() returns: waited for inside
+// abort(), they never would be, and a failure in a run with step graphs hung instead of failing.
+// abort() returns once that thread has begun the last communicator's ncclCommAbort (every earlier
+// one has returned, its abort flags raised; bounded by 2 s), since callers synchronize their
+// streams next. Only when no thread can be started does abort() run ncclCommAbort itself (after
+// releasing its locks), and then it may wait for those graphs.
+//
+// The destructor ends the communicators the same way: after an abort it waits for that thread;
+// otherwise it finalizes them (bounded by the timeout) and destroys them (ncclCommDestroy, or
+// ncclCommAbort when they did not settle) on such a thread. Either wait is bounded by the
+// collective timeout within [10 s, 60 s]: a graph that outlives its group (or a slow teardown) is
+// named in a warning and its thread is kept to be waited for at exit, not waited for forever.
 #pragma once
 
 #include <nccl.h>
@@ -34,14 +43,15 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/thread_annotations.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/comm/rendezvous_store.hpp"
+#include "heterps/comm/teardown_thread.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 
@@ -138,12 +148,9 @@ class NcclGroup final : public CommGroup {
   // ncclCommAbort on every communicator created so far, on this thread (constructor failure:
   // no graph holds them yet).
   void abort_communicators() noexcept;
-  // abort(): ncclCommAbort on every communicator, each on a thread of its own (aborters_); on
-  // this thread when a thread cannot be started.
-  void start_aborting_communicators() noexcept;
-  // The destructor's wait for the aborters, bounded by the timeout (then they are detached and
-  // finish whenever the graphs holding their communicators are destroyed).
-  void finish_aborting_communicators() noexcept;
+  // The destructor's ncclCommFinalize of every communicator, bounded by the timeout: true when
+  // all settled (they may be destroyed), false when they are to be aborted.
+  bool finalize_communicators() noexcept;
 
   const std::chrono::milliseconds timeout_;
   const int total_;
@@ -159,11 +166,10 @@ class NcclGroup final : public CommGroup {
   std::shared_mutex comms_mu_;
   std::atomic<bool> aborting_{false};
   std::atomic<bool> aborted_{false};
-  // Started by the first abort() under comms_mu_ held exclusively, joined by the destructor;
-  // aborts_left_ counts those still inside ncclCommAbort (shared with them: a detached one
-  // outlives the group).
-  std::vector<std::thread> aborters_;
-  std::shared_ptr<std::atomic<int>> aborts_left_ = std::make_shared<std::atomic<int>>(0);
+  // The end of the communicators: started by the first abort() (the abort_started_ flag makes it
+  // the only writer, after comms_mu_ is released) or by the destructor, and finished by the
+  // destructor.
+  std::optional<TeardownThread> teardown_;
 };
 
 }  // namespace gpubox::comm

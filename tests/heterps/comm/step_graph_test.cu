@@ -22,6 +22,7 @@
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/device/step_graph.hpp"
+#include "tests/common/hang_watchdog.hpp"
 #include "tests/heterps/comm/comm_test_util.hpp"
 
 namespace gpubox::comm {
@@ -397,20 +398,27 @@ TEST(StepGraph, CapturedAllToAllKeepsItsCounts) {
 // after the abort): abort() returns at once, and the group is destroyed once the graph is gone.
 // NCCL's ncclCommAbort waits until every graph holding one of the communicator's collectives is
 // destroyed: called inside abort(), it waited for a graph its own thread had yet to destroy
-// (heter_comm_padded_test's wrong plan hung on one GPU). Bounded: a wait that does not return
-// fails naming it, and the graph is then destroyed so that the abort can finish.
+// (heter_comm_padded_test's wrong plan hung on one GPU). The captured collective is an
+// all_to_all_v to the card itself, as HeterComm's on one card: NCCL runs a 1-rank reduction as a
+// plain copy that no graph ties to the communicator, but a send and a receive make a kernel plan
+// that the graph holds (so this test hangs an abort that waits for the graph on 1 GPU too).
+// Bounded: a wait that does not return fails naming it, and the graph is then destroyed so that
+// the abort can finish; an abort that never finishes aborts the binary, naming it.
 TEST(StepGraph, AbortReturnsWhileAGraphHoldsTheGroupsCollective) {
   constexpr auto kLimit = std::chrono::seconds(10);
+  constexpr std::size_t kWords = 64;
   CardGroup g(1, kLimit);
   g.run([&](device::Card& card, Communicator& comm) {
     const device::Stream& stream = card.stream();
-    device::device_buffer<float> words = card.make_buffer<float>(64);
-    device::memset_bytes_async(words.data(), 0, words.bytes(), stream);
+    device::device_buffer<float> send = card.make_buffer<float>(kWords);
+    device::device_buffer<float> recv = card.make_buffer<float>(kWords);
+    device::memset_bytes_async(send.data(), 0, send.bytes(), stream);
+    const std::size_t counts[1] = {kWords};  // everything to and from the card itself
     std::future<void> abort;
     {
       device::StepGraph graph("held collective");
       graph.capture(stream,
-                    [&] { comm.all_reduce_sum(words.data(), words.data(), words.size(), stream); });
+                    [&] { comm.all_to_all_v(send.data(), counts, recv.data(), counts, stream); });
       graph.replay(stream);
       comm.synchronize(stream, "the graph's replay");
       abort = std::async(std::launch::async, [&] { g.group->abort("card 0 failed its step"); });
@@ -419,11 +427,16 @@ TEST(StepGraph, AbortReturnsWhileAGraphHoldsTheGroupsCollective) {
           << " s while a step graph holds the group's collective: the graph's owner destroys it "
              "only after abort() returns, so a failure would hang";
     }  // the graph is destroyed: an abort still waiting for it can finish
-    abort.get();
+    {
+      const ::gpubox::testing::HangWatchdog watchdog(
+          "CommGroup::abort to return once the step graph holding its collective is destroyed",
+          std::chrono::seconds(20));
+      abort.get();
+    }
     EXPECT_TRUE(g.group->aborted());
     const std::string error = [&] {
       try {
-        comm.all_reduce_sum(words.data(), words.data(), words.size(), stream);
+        comm.all_to_all_v(send.data(), counts, recv.data(), counts, stream);
       } catch (const Error& e) {
         return std::string(e.what());
       }

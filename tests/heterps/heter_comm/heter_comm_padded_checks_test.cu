@@ -36,6 +36,9 @@ using table::RowLayout;
 // yet to destroy (nccl_communicator.hpp). A run takes about 2 s on a GPU, well under a second on
 // the cpu; past the bound the binary aborts naming the run.
 constexpr std::chrono::seconds kFailingRunBound{20};
+// The failing runs' collective timeout, well under the bound: a wait of the engine's that does not
+// end fails with its own message (naming the wait and the collective) before the watchdog fires.
+constexpr std::chrono::seconds kFailingRunTimeout{5};
 
 std::string failing_run(const char* what, int cards, Placement placement) {
   return ::gpubox::detail::concat(what, "'s failing run on ", cards, " cards (",
@@ -57,7 +60,8 @@ TEST_P(PaddedSteps, AWrongPlanStillFailsLateNamingTheStep) {
   try {
     const ::gpubox::testing::HangWatchdog watchdog(failing_run("a wrong plan", cards, placement()),
                                                    kFailingRunBound);
-    run(cards, placement(), Mode::kPaddedGraphs, data, &wrong, 3);
+    run(cards, placement(), Mode::kPaddedGraphs, data, &wrong, 3, 0, Use::kTrain, config(),
+        kFailingRunTimeout);
   } catch (const Error& e) {
     message = e.what();
   }
@@ -75,7 +79,8 @@ TEST_P(PaddedSteps, AMissingKeyFailsLateNamingItsOwnerAndStep) {
   try {
     const ::gpubox::testing::HangWatchdog watchdog(failing_run("a missing key", cards, placement()),
                                                    kFailingRunBound);
-    run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent);
+    run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent, Use::kTrain, config(),
+        kFailingRunTimeout);
   } catch (const Error& e) {
     message = e.what();
   }
@@ -123,7 +128,8 @@ TEST_P(PaddedSteps, AKeyMissingInAPullOnlyFailsLateNamingTheRequestingCard) {
   try {
     const ::gpubox::testing::HangWatchdog watchdog(
         failing_run("a key missing in a pull_only", cards, placement()), kFailingRunBound);
-    run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent, Use::kPullOnly);
+    run(cards, placement(), Mode::kPaddedGraphs, data, nullptr, -1, absent, Use::kPullOnly,
+        config(), kFailingRunTimeout);
   } catch (const Error& e) {
     message = e.what();
   }

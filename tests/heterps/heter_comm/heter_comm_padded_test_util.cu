@@ -75,7 +75,7 @@ Data make_data(int cards, int push_dim, Placement placement) {
 
 RunResult run(int cards, Placement placement, Mode mode, const Data& data,
               const std::vector<uint64_t>* wrong_plan, int wrong_step, uint64_t absent, Use use,
-              const AccessorConfig& cfg) {
+              const AccessorConfig& cfg, std::chrono::milliseconds collective_timeout) {
   const bool replicated = placement == Placement::kReplicated;
   const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
   HeterCommOptions options;
@@ -83,7 +83,7 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
   options.step_graphs = mode == Mode::kPaddedGraphs;
   options.placement = placement;
   device::CardSet set = device::CardSet::from_list(device::testing::card_list(cards));
-  auto group = comm::make_group(set, std::chrono::seconds(60));
+  auto group = comm::make_group(set, collective_timeout);
   std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards);
   std::vector<std::unique_ptr<HeterComm>> comms(cards);
   RunResult out;

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,11 +72,14 @@ struct RunResult {
 // One run of data's steps on `cards` cards, planned as `mode` says, each step used as `use` says.
 // `wrong_plan` replaces step `wrong_step`'s plan; `absent` (when not 0) is never placed on its
 // owner.
-// `cfg`: the rows' rule (config() unless given).
+// `cfg`: the rows' rule (config() unless given). `collective_timeout`: the group's bound on each
+// wait (a failing run passes a short one, so that the engine's own message, naming the wait and
+// the collective, comes before a test's HangWatchdog).
 RunResult run(int cards, Placement placement, Mode mode, const Data& data,
               const std::vector<uint64_t>* wrong_plan = nullptr, int wrong_step = -1,
               uint64_t absent = 0, Use use = Use::kTrain,
-              const table::AccessorConfig& cfg = config());
+              const table::AccessorConfig& cfg = config(),
+              std::chrono::milliseconds collective_timeout = std::chrono::seconds(60));
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
 
