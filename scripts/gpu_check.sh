@@ -20,8 +20,9 @@
 #                  with its kernel / API / memcpy summaries and the time per GPUBox NVTX range
 #                  (the step's phases, begin_pass, end_pass, the next pass's card work)
 #   step/       7. `gpubox_bench step --json` per card count: host syncs, allocations, copies,
-#                  launches and collectives per training step (limits: <= 2 syncs, 0 allocations,
-#                  0 pageable copies, 4 collectives; no allocation or pinned regrowth in any step
+#                  launches and collectives per training step (limits: 0 syncs, <= 1 pipeline
+#                  wait, 0 allocations, 0 pageable copies, 4 collectives; the same per
+#                  evaluation step; no allocation or pinned regrowth in any step
 #                  of the first pass either), step time p50/p99, the card memory
 #                  high-water mark and examples/s; then an evaluation keeping its predictions:
 #                  1 graph launch a step, every prediction back, 2 graphs captured a card

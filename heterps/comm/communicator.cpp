@@ -172,9 +172,10 @@ void Communicator::synchronize(const device::Stream& stream, const char* what) {
   in_step_context([&] { do_synchronize(stream, what); });
 }
 
-void Communicator::wait_for(const device::Event& event, const char* what, OnAbort on_abort) {
+void Communicator::wait_for(const device::Event& event, const char* what, OnAbort on_abort,
+                            device::HostWait counted_as) {
   device::detail::refuse_while_capturing("Communicator::wait_for (a host wait)");
-  in_step_context([&] { do_wait_for(event, what, on_abort); });
+  in_step_context([&] { do_wait_for(event, what, on_abort, counted_as); });
 }
 
 // ---- groups --------------------------------------------------------------------------------

@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "heterps/device/late_readback_types.hpp"
 #include "heterps/device/stream.hpp"
 
 namespace gpubox {
@@ -127,9 +128,10 @@ class Communicator {
   // The same bounded wait for the work before `event`'s last record only (a late readback's
   // slot, device/late_readback.hpp: the host reads a step's results while later steps run).
   // With OnAbort::kOutlast an abort of the group does not end the wait (see OnAbort). Counts
-  // one host synchronization before it waits, as synchronize does (a wait that fails counted
-  // it too).
-  void wait_for(const device::Event& event, const char* what, OnAbort on_abort = OnAbort::kFail);
+  // one host wait before it waits, as synchronize does (a wait that fails counted it too): a
+  // host synchronization, or as `counted_as` says (a late readback's full ring: a pipeline wait).
+  void wait_for(const device::Event& event, const char* what, OnAbort on_abort = OnAbort::kFail,
+                device::HostWait counted_as = device::HostWait::kSync);
 
   // Bytes this rank has sent to ranks of other processes so far (0 for a group within one
   // process; the Gloo group's count: gloo_communicator.hpp). For reports, not for control.
@@ -178,8 +180,10 @@ class Communicator {
   virtual void do_exchange_counts(const std::size_t* send_counts, std::size_t* recv_counts,
                                   const device::Stream& stream) = 0;
   virtual void do_synchronize(const device::Stream& stream, const char* what) = 0;
-  // Counts one host synchronization on the event's card before it waits (wait_for's contract).
-  virtual void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) = 0;
+  // Counts one host wait (`counted_as`) on the event's card before it waits (wait_for's
+  // contract).
+  virtual void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort,
+                           device::HostWait counted_as) = 0;
 
   // The last collective this rank enqueued ("none" before the first), for wait messages.
   const char* last_collective() const { return last_collective_; }
@@ -218,18 +222,20 @@ std::unique_ptr<CommGroup> make_in_process_group(
     int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 // A late readback's wait for a slot (device::LateReadback::SlotWait) through `comm`'s bounded
-// wait (Communicator::wait_for; a discard's wait outlasts an abort), naming the slot's step:
-// "<noun> of pass P, step S" from the tag's pass and step (just `noun` when the tag's pass is < 0).
-// `comm` must outlive the wait.
+// wait (Communicator::wait_for; a discard's wait outlasts an abort; a full ring's is counted as a
+// pipeline wait), naming the slot's step: "<noun> of pass P, step S" from the tag's pass and step
+// (just `noun` when the tag's pass is < 0). `comm` must outlive the wait.
 template <class Tag>
-std::function<void(const device::Event&, const Tag&, bool)> bounded_slot_wait(Communicator& comm,
-                                                                              const char* noun) {
-  return [&comm, noun](const device::Event& event, const Tag& tag, bool discarding) {
+std::function<void(const device::Event&, const Tag&, device::SlotWaitReason)> bounded_slot_wait(
+    Communicator& comm, const char* noun) {
+  return [&comm, noun](const device::Event& event, const Tag& tag, device::SlotWaitReason reason) {
     const std::string what = tag.pass < 0
                                  ? std::string(noun)
                                  : std::string(noun) + " of pass " + std::to_string(tag.pass) +
                                        ", step " + std::to_string(tag.step);
-    comm.wait_for(event, what.c_str(), discarding ? OnAbort::kOutlast : OnAbort::kFail);
+    comm.wait_for(event, what.c_str(),
+                  reason == device::SlotWaitReason::kDiscard ? OnAbort::kOutlast : OnAbort::kFail,
+                  device::counted_as(reason));
   };
 }
 

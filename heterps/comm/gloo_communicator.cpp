@@ -391,8 +391,9 @@ void GlooCommunicator::do_synchronize(const device::Stream& stream, const char* 
   throw_if_aborted(what);
 }
 
-void GlooCommunicator::do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) {
-  event.synchronize();
+void GlooCommunicator::do_wait_for(const device::Event& event, const char* what, OnAbort on_abort,
+                                   device::HostWait counted_as) {
+  event.synchronize(counted_as);
   if (on_abort == OnAbort::kFail) throw_if_aborted(what);
 }
 

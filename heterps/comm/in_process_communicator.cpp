@@ -315,8 +315,8 @@ void InProcessCommunicator::do_synchronize(const device::Stream& stream, const c
 }
 
 void InProcessCommunicator::do_wait_for(const device::Event& event, const char* what,
-                                        OnAbort on_abort) {
-  event.synchronize();
+                                        OnAbort on_abort, device::HostWait counted_as) {
+  event.synchronize(counted_as);
   if (on_abort == OnAbort::kFail) throw_if_aborted(what);
 }
 

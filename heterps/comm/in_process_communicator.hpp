@@ -74,7 +74,8 @@ class InProcessCommunicator final : public Communicator {
   void do_synchronize(const device::Stream& stream, const char* what) override;
   // Event::synchronize (it counts before it waits), then the abort unless `on_abort` outlasts
   // it (the cpu backend's work has completed when the wait returns).
-  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) override;
+  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort,
+                   device::HostWait counted_as) override;
 
  private:
   // After a wait for `what`: throws the group's abort (a peer failed) as an error.

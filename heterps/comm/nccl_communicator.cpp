@@ -405,8 +405,9 @@ void NcclCommunicator::do_synchronize(const device::Stream& stream, const char* 
       what, [&stream] { return stream.ready(); }, OnAbort::kFail);
 }
 
-void NcclCommunicator::do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) {
-  if (counters_ != nullptr) counters_->add_host_sync();
+void NcclCommunicator::do_wait_for(const device::Event& event, const char* what, OnAbort on_abort,
+                                   device::HostWait counted_as) {
+  if (counters_ != nullptr) counters_->add_host_wait(counted_as);
   poll_until(
       what, [&event] { return event.ready(); }, on_abort);
 }

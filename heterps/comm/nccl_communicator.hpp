@@ -82,7 +82,8 @@ class NcclCommunicator final : public Communicator {
                           const device::Stream& stream) override;
   void do_synchronize(const device::Stream& stream, const char* what) override;
   // Counts the host wait on this rank's card (the event's), then polls the event.
-  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort) override;
+  void do_wait_for(const device::Event& event, const char* what, OnAbort on_abort,
+                   device::HostWait counted_as) override;
 
  private:
   // The bounded wait for `what`: polls ready() (cudaStreamQuery / cudaEventQuery) and the

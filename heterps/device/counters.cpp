@@ -25,6 +25,7 @@ std::string to_string(const DeviceCounts& counts) {
 DeviceCounts CardCounters::snapshot() const {
   DeviceCounts c;
   c.host_syncs = host_syncs_.load(std::memory_order_relaxed);
+  c.pipeline_waits = pipeline_waits_.load(std::memory_order_relaxed);
   c.allocations = allocations_.load(std::memory_order_relaxed);
   c.frees = frees_.load(std::memory_order_relaxed);
   c.pinned_allocations = pinned_allocations_.load(std::memory_order_relaxed);

@@ -16,9 +16,17 @@ namespace gpubox::device {
 
 // A plain copy of a card's counters (or the difference of two: counts over an interval).
 struct DeviceCounts {
-  uint64_t host_syncs = 0;   // waits for the card: stream/event synchronize, a blocking
-                             // collective (barrier, exchange_counts), Communicator::synchronize,
-                             // a Thrust result read on the host (host_result)
+  uint64_t host_syncs = 0;  // waits for the card: stream/event synchronize, a blocking
+                            // collective (barrier, exchange_counts), Communicator::synchronize,
+                            // a Thrust result read on the host (host_result): the card has
+                            // nothing left queued once it returns (a round trip)
+  // Waits for a step `depth` steps back: a late readback's ring was full and its oldest slot's
+  // copies had not completed (LateReadback::begin, make_room; HostWait::kPipeline). The host ran
+  // that far ahead of the card, which still holds the later steps' work, so it does not idle for
+  // the wait: the pipeline's bound (flow control), not a round trip. At most one a step per ring
+  // on a card slower than its host; 0 on the cpu backend, whose card has run a step's work when
+  // its enqueue returns. Not a synchronization of the card: the collective window stays open.
+  uint64_t pipeline_waits = 0;
   uint64_t allocations = 0;  // CardMemory::allocate calls (card memory)
   uint64_t frees = 0;        // CardMemory::deallocate calls (card memory)
   // allocate_pinned / free_pinned calls on the card's host thread (cudaMallocHost and
@@ -63,6 +71,7 @@ struct DeviceCountField {
 };
 inline constexpr DeviceCountField kDeviceCountFields[] = {
     {"host_syncs", &DeviceCounts::host_syncs},
+    {"pipeline_waits", &DeviceCounts::pipeline_waits},
     {"allocations", &DeviceCounts::allocations},
     {"frees", &DeviceCounts::frees},
     {"pinned_allocations", &DeviceCounts::pinned_allocations},
@@ -84,6 +93,10 @@ inline constexpr DeviceCountField kDeviceCountFields[] = {
 // "host_syncs 3, allocations 0, ..." for messages and logs.
 std::string to_string(const DeviceCounts& counts);
 
+// How a host wait is counted. kSync: a host synchronization (host_syncs). kPipeline: a wait for
+// the oldest step of a late readback's full ring (pipeline_waits).
+enum class HostWait { kSync, kPipeline };
+
 // One card's live counters, plus the open collective window of device rule 1: from a
 // collective's enqueue to the next synchronization of the card.
 class CardCounters {
@@ -95,6 +108,15 @@ class CardCounters {
   void add_host_sync() {
     bump(host_syncs_);
     window_ = nullptr;  // every enqueued collective has completed
+  }
+  // Later steps' collectives may still run: the window stays as it is.
+  void add_pipeline_wait() { bump(pipeline_waits_); }
+  void add_host_wait(HostWait counted_as) {
+    if (counted_as == HostWait::kPipeline) {
+      add_pipeline_wait();
+    } else {
+      add_host_sync();
+    }
   }
   // `collective` names it (a string literal) for rule-1 messages; non-blocking collectives open
   // the window, blocking ones (which return complete) do not.
@@ -137,6 +159,7 @@ class CardCounters {
   }
 
   std::atomic<uint64_t> host_syncs_{0};
+  std::atomic<uint64_t> pipeline_waits_{0};
   std::atomic<uint64_t> allocations_{0};
   std::atomic<uint64_t> frees_{0};
   std::atomic<uint64_t> pinned_allocations_{0};

@@ -25,7 +25,11 @@
 // A slot is retired (check(const Tag&, const T* values) sees its values) when it is needed
 // again, `depth` steps later, or by drain(), oldest first. By then its copies have normally
 // completed (Event::ready: no wait); retiring waits only when the host has run `depth` steps
-// ahead of the card, the bound of the pipeline, and that wait is counted as every host wait is.
+// ahead of the card, the bound of the pipeline. That wait is counted as a pipeline wait
+// (DeviceCounts::pipeline_waits), not a host sync: the card still holds the depth - 1 later
+// steps' work, so it does not idle for it, and a card slower than its host makes the host pay it
+// at most once a step (a GPU does, at a small batch: issue 31's zero host waits are round trips).
+// drain()'s and discard()'s waits are host syncs (SlotWaitReason, late_readback_types.hpp).
 // The wait goes through the owner's SlotWait when it gave one: the slot's step ran collectives,
 // which a peer that never joins them would leave pending forever, so the owner's communicator
 // bounds it (comm::Communicator::wait_for: it fails naming the card, the pass and step, and what
@@ -49,6 +53,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/composed_step.hpp"
+#include "heterps/device/late_readback_types.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/step_graph.hpp"
 #include "heterps/device/stream.hpp"
@@ -89,9 +94,10 @@ class LateReadback {
   };
 
   // The wait for a slot whose copies have not completed (Event::ready false), given the slot's
-  // event and tag; it returns once the event has passed (counting one host wait) or throws.
-  // `discarding`: discard()'s wait, which must outlast an abort of the owner's group (there).
-  using SlotWait = std::function<void(const Event& event, const Tag& tag, bool discarding)>;
+  // event and tag; it returns once the event has passed (counting one host wait, as
+  // counted_as(reason) says) or throws. SlotWaitReason::kDiscard: discard()'s wait, which must
+  // outlast an abort of the owner's group (there).
+  using SlotWait = std::function<void(const Event& event, const Tag& tag, SlotWaitReason reason)>;
 
   // `wait` may be empty: Event::synchronize, unbounded (an owner whose steps run no collective).
   LateReadback(Card& card, std::size_t depth, std::size_t width, SlotWait wait = {})
@@ -120,7 +126,7 @@ class LateReadback {
   Slot begin(Check&& check) {
     GPUBOX_EXPECTS(!open_, "LateReadback: begin twice without commit");
     resync();
-    if (pending_ == depth()) retire_oldest(check);
+    if (pending_ == depth()) retire_oldest(check, SlotWaitReason::kRingFull);
     const std::size_t at = (oldest_ + pending_) % depth();
     open_ = true;
     copied_ = false;
@@ -133,7 +139,7 @@ class LateReadback {
   void make_room(Check&& check) {
     GPUBOX_EXPECTS(!open_, "LateReadback: make_room with a slot open");
     resync();
-    if (pending_ == depth()) retire_oldest(check);
+    if (pending_ == depth()) retire_oldest(check, SlotWaitReason::kRingFull);
   }
   // The step's copies into its slot, as one kernel on `stream` that also advances the card's
   // slot counter (see above); exactly once between begin() and commit(). Enqueues nothing while
@@ -193,12 +199,12 @@ class LateReadback {
   // completed).
   template <class Check>
   void drain(Check&& check) {
-    while (pending_ > 0) retire_oldest(check);
+    while (pending_ > 0) retire_oldest(check, SlotWaitReason::kDrain);
   }
   // Forgets every pending slot (after a failure: nothing more will be checked), once their
   // copies are done: the next begin() hands slot 0 out again, and its caller rewrites the pinned
   // memory an earlier copy may still be reading (or the ring is destroyed and frees it). The
-  // waits are the SlotWait's with `discarding` set: they outlast an abort of the owner's group,
+  // waits are the SlotWait's for SlotWaitReason::kDiscard: they outlast an abort of the group,
   // which the failure being handled (a peer's, or this card's) may have raised while the copies
   // still wait behind its collectives (NCCL's abort makes those return, and the copies then run),
   // but not its timeout. A wait that fails (the timeout passed, or the card reports an error)
@@ -211,7 +217,7 @@ class LateReadback {
   void discard() {
     for (std::size_t i = 0; i < pending_; ++i) {
       try {
-        synchronize_slot((oldest_ + i) % depth(), /*discarding=*/true);
+        synchronize_slot((oldest_ + i) % depth(), SlotWaitReason::kDiscard);
       } catch (...) {
         break;
       }
@@ -235,9 +241,9 @@ class LateReadback {
 
  private:
   template <class Check>
-  void retire_oldest(Check& check) {
+  void retire_oldest(Check& check, SlotWaitReason reason) {
     const std::size_t at = oldest_;
-    wait_for_slot(at);  // waits only when the host is `depth` steps ahead
+    wait_for_slot(at, reason);  // waits only when the card has not reached the slot's event
     oldest_ = (oldest_ + 1) % depth();
     --pending_;
     check(static_cast<const Tag&>(tags_[at]), static_cast<const T*>(host_.data() + at * width_));
@@ -245,15 +251,16 @@ class LateReadback {
 
   // Slot `at`'s copies have completed: at once when its event is ready, else through the
   // SlotWait (a throw leaves the slot pending).
-  void wait_for_slot(std::size_t at) {
-    if (!events_[at].ready()) synchronize_slot(at, /*discarding=*/false);
+  void wait_for_slot(std::size_t at, SlotWaitReason reason) {
+    if (!events_[at].ready()) synchronize_slot(at, reason);
   }
-  // The wait for slot `at`'s event, counted (the SlotWait's, else Event::synchronize).
-  void synchronize_slot(std::size_t at, bool discarding) {
+  // The wait for slot `at`'s event, counted as `reason` says (the SlotWait's, else
+  // Event::synchronize).
+  void synchronize_slot(std::size_t at, SlotWaitReason reason) {
     if (wait_) {
-      wait_(events_[at], static_cast<const Tag&>(tags_[at]), discarding);
+      wait_(events_[at], static_cast<const Tag&>(tags_[at]), reason);
     } else {
-      events_[at].synchronize();
+      events_[at].synchronize(counted_as(reason));
     }
   }
 

@@ -20,6 +20,9 @@ void count_sync(CardCounters* counters) {
 void count_wait(CardCounters* counters) {
   if (counters != nullptr) counters->add_stream_wait();
 }
+void count_host_wait(CardCounters* counters, HostWait counted_as) {
+  if (counters != nullptr) counters->add_host_wait(counted_as);
+}
 }  // namespace
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -123,10 +126,10 @@ void Event::record(const Stream& stream) {
   note_record(stream);
   GPUBOX_CUDA_TRY(cudaEventRecord(handle_, stream.native()));
 }
-void Event::synchronize() const {
+void Event::synchronize(HostWait counted_as) const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
   refuse_captured_read("Event::synchronize");
-  count_sync(counters_);
+  count_host_wait(counters_, counted_as);
   GPUBOX_CUDA_TRY(cudaEventSynchronize(handle_));
 }
 bool Event::ready() const {
@@ -277,10 +280,10 @@ double Event::seconds_since(const Event& earlier) const {
   const double earlier_at = earlier.mark_ != nullptr ? earlier.mark_->at : earlier.recorded_at_;
   return later_at - earlier_at;
 }
-void Event::synchronize() const {
+void Event::synchronize(HostWait counted_as) const {
   detail::refuse_while_capturing("Event::synchronize (a host wait)");
   refuse_captured_read("Event::synchronize");
-  count_sync(counters_);
+  count_host_wait(counters_, counted_as);
   if (mark_ != nullptr) detail::run_through(*mark_);
 }
 bool Event::ready() const {

@@ -28,6 +28,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "heterps/device/counters.hpp"  // HostWait
+
 namespace gpubox::device {
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -38,7 +40,6 @@ using native_stream_t = void*;
 using native_event_t = void*;
 #endif
 
-class CardCounters;
 class Event;
 class ScratchArena;
 class StepGraph;
@@ -207,7 +208,7 @@ enum class EventReader { kStreams, kHost };
 // Owning, move-only event (timing off unless asked for).
 class Event {
  public:
-  // `counters` (may be null) receive the host synchronizations of synchronize().
+  // `counters` (may be null) receive the host waits of synchronize().
   explicit Event(int device, CardCounters* counters = nullptr,
                  EventTiming timing = EventTiming::kOff,
                  EventReader reader = EventReader::kStreams);
@@ -223,8 +224,8 @@ class Event {
   // it, so ready(), synchronize() and seconds_since() refuse it (naming the graph) until an eager
   // record. An event the host reads (EventReader::kHost, or timed) is refused here instead.
   void record(const Stream& stream);
-  // Blocks until the recorded work has finished; counts one host synchronization.
-  void synchronize() const;
+  // Blocks until the recorded work has finished; counts one host wait, as `counted_as` says.
+  void synchronize(HostWait counted_as = HostWait::kSync) const;
   // Whether the recorded work has finished (cudaEventQuery), without waiting; an event never
   // recorded is ready. No host synchronization is counted: nothing waits.
   bool ready() const;

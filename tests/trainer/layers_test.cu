@@ -266,7 +266,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearChainTest,
                                            ChainShape{9, 7, 8, 2, 3, 5}));
 
 // The ReLU mask folded into the input-gradient GEMM: exactly dZ W^T where the activation is
-// positive and exactly 0 where it is 0, for activations and gradients far apart in size.
+// positive and exactly 0 where it is 0, for activations and gradients far apart in size. The
+// activations are written by A's forward, as the layer API asks (`producer` is the layer whose
+// forward wrote X for the batch): cuBLASLt's DRELU reads the ReLU mask that forward recorded, not
+// X (oneDNN reads X). Rows x = 1 and x = 0 of A (in 1): relu(W_A + b_A) and relu(b_A), so its
+// zeros come from negative pre-activations, its positives range from 1e-15 to 3e30.
 TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
   const int batch = 2, hidden = 4;
   DenseParameters params(card_);
@@ -288,15 +292,30 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
   Linear layer_a(params, blas_, a);
   Linear layer_b(params, blas_, b);
   params.finalize(1);
+  layer_a.prepare(batch);
   layer_b.prepare(batch);
   std::vector<float> w = params.values_to_host();
-  const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
+  const auto block = [&](std::size_t index) { return params.blocks()[index].offset; };
+  const std::vector<float> wa_values = {-1.0f, 3e30f, -1.0f, 1e-12f};
+  const std::vector<float> ba_values = {1e-10f, -1.0f, 2.0f, 1e-15f};
   const std::vector<float> wb_values = {1.0f, -1e-3f, 3e5f, 0.5f};
-  for (int k = 0; k < hidden; ++k) w[wb + k] = wb_values[k];
+  for (int k = 0; k < hidden; ++k) {
+    w[block(layer_a.weight_block()) + k] = wa_values[k];
+    w[block(layer_a.bias_block()) + k] = ba_values[k];
+    w[block(layer_b.weight_block()) + k] = wb_values[k];
+  }
   params.set_values(w);
-  const std::vector<float> act = {0.0f, 1e-12f, 1.0f, 3e30f, 1e-10f, 0.0f, 2.0f, 1e-15f};
+  auto d_x = up(std::vector<float>{1.0f, 0.0f});
+  auto d_act = card_.make_buffer<float>(batch * hidden);
+  layer_a.forward(params, d_x.data(), d_act.data(), batch);
+  const std::vector<float> act = to_host(d_act);
+  // {0, 3e30, 1, 1.001e-12 | 1e-10, 0, 2, 1e-15}: the two zeros where the sum is negative.
+  for (int k = 0; k < batch * hidden; ++k) {
+    EXPECT_EQ(act[k] > 0.0f, k != 0 && k != 5) << "activation " << k << " = " << act[k];
+  }
+  EXPECT_EQ(act[1], 3e30f);
+  EXPECT_EQ(act[7], 1e-15f);
   const std::vector<float> dz = {2.0f, -1e-3f};
-  auto d_act = up(act);
   auto d_dz = up(dz);
   auto dx = card_.make_buffer<float>(batch * hidden);
   layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 1.0f, dx.data(), batch);
@@ -316,7 +335,9 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
 // which masks after as well, over bf16 rows; no plan runs ref:any. dX against a float64 dZ W^T of
 // the operands as the GEMM reads them where the activation is positive, exactly 0 where it is 0
 // (a third of them), and the columns past dx_cols untouched; batches 0, 1, 64 and 65 of the
-// strided shape, and a row's items split across threads (70 x 33).
+// strided shape, and a row's items split across threads (70 x 33). The activations are written
+// by A's forward, as the layer API asks (cuBLASLt's DRELU reads the mask that forward recorded):
+// A's input is one-hot rows, its weights the activations wanted, its bias 0, so Y_A = them.
 TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
   struct Shape {
     int batch, in, out, dx_cols, dx_ld;
@@ -360,13 +381,13 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       SCOPED_TRACE(std::string(mode.name) + ": " + std::to_string(s.batch) + " x " +
                    std::to_string(s.in));
       DenseParameters params(card_);
-      LinearGemmSpec a;  // the producer of the activations
+      LinearGemmSpec a;  // the producer of the activations: row i of X_A picks row i of W_A
       a.name = "a";
-      a.in = 1;
+      a.in = std::max(s.batch, 1);
       a.out = s.in;
       a.input = a.output = mode.type;
       a.relu = true;
-      a.x_ld = 1;
+      a.x_ld = a.in;
       a.y_ld = a.dz_ld = s.in;
       LinearGemmSpec b;
       b.name = "b";
@@ -382,23 +403,45 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       Linear layer_b(params, *mode.blas, b);
       if (bf16) params.keep_bf16_copy();
       params.finalize(1);
+      layer_a.prepare(s.batch);
       layer_b.prepare(s.batch);
+      const std::string kernels = layer_b.describe(s.batch);
+#if defined(GPUBOX_BACKEND_CUDA)
+      // The mask is the producer's recorded one (DRELU), or X's after a plain GEMM (fallback).
+      EXPECT_TRUE(kernels.find("input grad DRELU") != std::string::npos ||
+                  kernels.find("input grad plain GEMM") != std::string::npos)
+          << kernels;
+#else
       // fp32 rows run the mask after on every kernel seen (the runtime output scale keeps them
       // off brgemm).
-      const std::string kernels = layer_b.describe(s.batch);
       if (!bf16 || emulated || b.x_ld != b.dx_ld) {
         EXPECT_NE(kernels.find("relu mask after"), std::string::npos) << kernels;
       }
       EXPECT_EQ(kernels.find("ref:"), std::string::npos) << kernels;
-      const std::vector<float> w = as_read(params.values_to_host());
-      const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
+#endif
       std::vector<float> act = random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f);
       for (float& v : act) v = std::max(v, 0.0f);
       act = as_read(act);
+      {  // W_A = the activations, b_A = 0
+        std::vector<float> values = params.values_to_host();
+        std::copy(act.begin(), act.end(),
+                  values.begin() + params.blocks()[layer_a.weight_block()].offset);
+        const std::size_t ba = params.blocks()[layer_a.bias_block()].offset;
+        std::fill_n(values.begin() + ba, s.in, 0.0f);
+        params.set_values(values);
+      }
+      const std::vector<float> w = as_read(params.values_to_host());
+      const std::size_t wb = params.blocks()[layer_b.weight_block()].offset;
       const std::vector<float> dz =
           as_read(random_vector(static_cast<std::size_t>(s.batch) * s.out, rng));
       const float sentinel = 7.0f;  // the padding columns keep it
-      auto d_act = upload(act);
+      std::vector<float> one_hot(static_cast<std::size_t>(s.batch) * a.in, 0.0f);
+      for (int i = 0; i < s.batch; ++i) one_hot[static_cast<std::size_t>(i) * a.in + i] = 1.0f;
+      auto d_x = upload(one_hot);
+      auto d_act = upload(std::vector<float>(act.size(), -1.0f));
+      layer_a.forward(params, d_x.data(), d_act.data(), s.batch);
+      ASSERT_EQ(to_host(d_act), to_host(upload(act)))
+          << "A's forward did not write the activations";
       auto d_dz = upload(dz);
       auto dx = upload(std::vector<float>(static_cast<std::size_t>(s.batch) * s.dx_ld, sentinel));
       layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 0.5f, dx.data(), s.batch);

@@ -46,6 +46,9 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   auto& extra = report->extra;
   extra.emplace_back("steady_steps", static_cast<double>(steps));
   extra.emplace_back("host_syncs_per_step", total.host_syncs * per_step);
+  // The host's waits for the step a late readback's full ring holds (the card behind its host:
+  // at most 1 a step; counters.hpp), apart from the round trips above.
+  extra.emplace_back("pipeline_waits_per_step", total.pipeline_waits * per_step);
   extra.emplace_back("allocations_per_step", total.allocations * per_step);
   extra.emplace_back("frees_per_step", total.frees * per_step);
   extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);

@@ -181,11 +181,11 @@ class Trainer final : public Schedule {
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the
 // cards and the `steps` steady steps counted in `per_card`): steady_steps, host_syncs_per_step,
-// allocations_per_step, frees_per_step, pinned_allocations_per_step, pageable_copies_per_step,
-// pinned_copies_per_step, launches_per_step (= launches_outside_graph_per_step),
-// collectives_per_step, card_copies_per_step (all outside step graphs), graph_launches_per_step,
-// graph_nodes_per_step, graph_captures_per_step (step graphs captured, not replayed: 0 once a
-// step's shape and buffers stay). Nothing when steps == 0.
+// pipeline_waits_per_step, allocations_per_step, frees_per_step, pinned_allocations_per_step,
+// pageable_copies_per_step, pinned_copies_per_step, launches_per_step (=
+// launches_outside_graph_per_step), collectives_per_step, card_copies_per_step (all outside step
+// graphs), graph_launches_per_step, graph_nodes_per_step, graph_captures_per_step (step graphs
+// captured, not replayed: 0 once a step's shape and buffers stay). Nothing when steps == 0.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
                         PassReport* report);
 // The same figures of an evaluation's `steps` steps past its warm-up (EvalResult::extra), each

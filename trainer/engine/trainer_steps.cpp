@@ -356,6 +356,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
                   {"eval_step_pinned_allocations",
                    static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
                   {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)},
+                  // The host's waits for a card behind it by a full ring (at most one a step).
+                  {"eval_step_pipeline_waits", static_cast<double>(steps.pipeline_waits)},
                   // Step graphs captured over the evaluation (every card, every step): one per
                   // batch size and upload buffer, the predictions kept or not.
                   {"eval_step_graph_captures", static_cast<double>(steps.graph_captures)}};

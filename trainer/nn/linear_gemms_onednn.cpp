@@ -458,6 +458,10 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                  ": the ReLU mask needs the layer that produced the input");
   if (batch == 0 || spec_.dx_cols == 0) return;
   Plans& p = *plans_;
+  // oneDNN masks by X itself, but the cuda build reads the mask the producer's forward recorded
+  // for this batch (linear_gemms_cublaslt.cpp): its plan is demanded here too, so that a caller
+  // that never ran (nor prepared) the producer fails on the cpu as it would on a GPU.
+  if (spec_.input_is_relu) plan_for(*producer->plans_, batch, producer->spec_.name);
   const device::Stream& stream = blas_->stream();
   const auto n = static_cast<std::size_t>(batch);
   if (p.emulated) {

@@ -1,7 +1,8 @@
 // The bounded wait for a late readback's slot (Communicator::wait_for, bounded_slot_wait): it
-// counts one host wait, and a group aborted while the host waits for a step's slot fails naming
-// the step and the wait, where Event::synchronize would wait forever for a collective that a
-// peer never joins (NCCL); discard()'s wait outlasts the abort (OnAbort::kOutlast).
+// counts one host wait (a full ring's as a pipeline wait, drain's and discard's as host syncs),
+// and a group aborted while the host waits for a step's slot fails naming the step and the wait,
+// where Event::synchronize would wait forever for a collective that a peer never joins (NCCL);
+// discard()'s wait outlasts the abort (OnAbort::kOutlast).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -59,6 +60,12 @@ TEST(BoundedEventWait, CountsOneHostWaitAndNamesTheStepOnceAborted) {
     // A failure's cleanup outlasts the abort: the event has passed, so the wait returns.
     EXPECT_EQ(error_of([&] { comm.wait_for(event, "the test's slot", OnAbort::kOutlast); }), "");
     EXPECT_EQ(card.counts().host_syncs, before + 3);
+    // Counted as a pipeline wait when asked (a late readback's full ring), and only so.
+    const device::DeviceCounts at = card.counts();
+    comm.wait_for(event, "the test's slot", OnAbort::kOutlast, device::HostWait::kPipeline);
+    const device::DeviceCounts waited = card.counts() - at;
+    EXPECT_EQ(waited.pipeline_waits, 1u);
+    EXPECT_EQ(waited.host_syncs, 0u);
   });
 }
 
@@ -78,9 +85,11 @@ class DeferredStreams {
   uint64_t seed_;
 };
 
-// A ring slot whose copy the card has not run when the host comes back to it (deferred streams)
-// is waited for through the communicator: one host wait; with the group aborted, the retire
-// fails naming the slot's pass and step, leaves the slot pending, and discard() still forgets it.
+// A ring slot whose copy the card has not run when the host comes back to it (deferred streams:
+// a card behind its host, as a GPU is at a small batch) is waited for through the communicator:
+// one pipeline wait, no host sync (the card still holds the later step's work); with the group
+// aborted, the retire fails naming the slot's pass and step, leaves the slot pending, and
+// discard() still forgets it, its waits host syncs; drain()'s wait is a host sync too.
 TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
   GPUBOX_IN_PROCESS_ONLY("deferred streams are the cpu backend's");
   const DeferredStreams defer;
@@ -102,9 +111,11 @@ TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
     };
     run_step(0);
     run_step(1);
-    const uint64_t before = card.counts().host_syncs;
+    const device::DeviceCounts before = card.counts();
     ring.make_room(check);  // step 0's copy is still queued: the wait runs it
-    EXPECT_EQ(card.counts().host_syncs, before + 1);
+    const device::DeviceCounts full = card.counts() - before;
+    EXPECT_EQ(full.pipeline_waits, 1u);
+    EXPECT_EQ(full.host_syncs, 0u);
     EXPECT_EQ(retired, std::vector<int64_t>({0}));
     run_step(2);
     comm.set_step(1, 3);
@@ -115,11 +126,30 @@ TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
     EXPECT_THAT(error, HasSubstr("a peer left"));
     EXPECT_EQ(retired, std::vector<int64_t>({0}));
     EXPECT_EQ(ring.pending(), 2u);
-    const uint64_t at_discard = card.counts().host_syncs;
+    const device::DeviceCounts at_discard = card.counts();
     ring.discard();  // waits for both slots' copies, the abort notwithstanding
     EXPECT_EQ(ring.pending(), 0u);
-    EXPECT_EQ(card.counts().host_syncs, at_discard + 2);
+    const device::DeviceCounts discarded = card.counts() - at_discard;
+    EXPECT_EQ(discarded.host_syncs, 2u);
+    EXPECT_EQ(discarded.pipeline_waits, 0u);
     EXPECT_EQ(*hosts[2], 0x5a5a5a5au);  // step 2's copy ran before its slot was given up
+  });
+  // drain(): the end of the steps, a host sync for the slot still queued.
+  CardGroup fresh(1);
+  fresh.run([&](device::Card& card, Communicator& comm) {
+    auto value = card.make_buffer<uint32_t>(1);
+    device::memset_bytes_async(value.data(), 0, value.bytes(), card.stream());
+    device::LateReadback<uint32_t, Tag> ring(card, 2, 1,
+                                             bounded_slot_wait<Tag>(comm, "the test's status"));
+    const auto slot = ring.begin([](const Tag&, const uint32_t*) {});
+    *slot.tag = Tag{0, 0};
+    ring.copy_on_card(card.stream(), {{value.data(), 0, sizeof(uint32_t)}});
+    ring.commit(card.stream());
+    const device::DeviceCounts before = card.counts();
+    ring.drain([](const Tag&, const uint32_t*) {});
+    const device::DeviceCounts drained = card.counts() - before;
+    EXPECT_EQ(drained.host_syncs, 1u);
+    EXPECT_EQ(drained.pipeline_waits, 0u);
   });
 }
 
@@ -135,15 +165,15 @@ TEST(BoundedEventWait, DiscardOutlastsAnAbortAndStopsAtTheFirstFailedWait) {
     device::memset_bytes_async(value.data(), 0, value.bytes(), card.stream());
     struct Call {
       int64_t step;
-      bool discarding;
+      device::SlotWaitReason reason;
     };
     std::vector<Call> calls;
     int64_t failing_step = -1;
     device::LateReadback<uint32_t, Tag> ring(
-        card, 3, 1, [&](const device::Event& event, const Tag& tag, bool discarding) {
-          calls.push_back({tag.step, discarding});
+        card, 3, 1, [&](const device::Event& event, const Tag& tag, device::SlotWaitReason reason) {
+          calls.push_back({tag.step, reason});
           if (tag.step == failing_step) GPUBOX_FAIL("the test's wait timed out");
-          event.synchronize();
+          event.synchronize(device::counted_as(reason));
         });
     const auto check = [](const Tag&, const uint32_t*) {};
     int64_t next_step = 0;
@@ -158,13 +188,13 @@ TEST(BoundedEventWait, DiscardOutlastsAnAbortAndStopsAtTheFirstFailedWait) {
     run_steps(4);  // the fourth begin() retires step 0, whose copy is still queued
     ASSERT_EQ(calls.size(), 1u);
     EXPECT_EQ(calls[0].step, 0);
-    EXPECT_FALSE(calls[0].discarding);
+    EXPECT_EQ(calls[0].reason, device::SlotWaitReason::kRingFull);
     calls.clear();
     ring.discard();  // steps 1, 2, 3
     ASSERT_EQ(calls.size(), 3u);
     for (std::size_t i = 0; i < calls.size(); ++i) {
       EXPECT_EQ(calls[i].step, static_cast<int64_t>(i) + 1);
-      EXPECT_TRUE(calls[i].discarding);
+      EXPECT_EQ(calls[i].reason, device::SlotWaitReason::kDiscard);
     }
     calls.clear();
     run_steps(3);  // steps 4, 5, 6 in slots 0, 1, 2
