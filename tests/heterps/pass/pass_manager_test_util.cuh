@@ -76,9 +76,12 @@ void train_older_then_begin(Engine& engine, const std::vector<uint64_t>& older,
                             const std::vector<uint64_t>& pass);
 
 // On the cpu backend, the streams made in its scope defer their work (GPUBOX_DEVICE_CHECK=defer,
-// no seed) and a poll that finds it pending runs it only every `polls`-th time, as a card that
-// lags `polls` polls behind the host (device::set_deferred_poll_lag); the mode before is back
-// after. A GPU lags as it will: nothing changes there.
+// no seed: a stream reads the mode when it is made), and while it lives a poll that finds any
+// deferring stream's work pending runs it only at the `polls`-th such poll since that stream's
+// work last ran, as a card `polls` polls behind the host (device::set_deferred_poll_lag: one
+// process-wide setting, read at each poll, so it holds for every deferring stream, those made
+// before it too, and ends with it). The mode and lag before are back after. On CUDA nothing
+// changes: a GPU lags as it will.
 class LaggingCard {
  public:
   explicit LaggingCard(unsigned polls);
