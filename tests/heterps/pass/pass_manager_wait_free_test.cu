@@ -20,6 +20,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/pass/pass_manager.hpp"
+#include "tests/heterps/device/lagging_card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
 
@@ -311,7 +312,7 @@ void check_victim_plants(bool lagging) {
                                : plant == VictimPlant::kMissing ? "missing"
                                                                 : "moved") +
                    (at_pass_end ? ", read at the pass's end" : ", read by the work"));
-      std::optional<pass_test::LaggingCard> lagging_card;
+      std::optional<device::testing::LaggingCard> lagging_card;
       if (lagging) lagging_card.emplace(kLag);
       PassManagerOptions options;
       options.card_row_budget = 300;
@@ -422,7 +423,7 @@ TEST(PassManager, NextPassWorkKeepsGoingWithTheCardBehindTheHost) {
   PhasePolls one_behind;
   for (const unsigned lag : lags) {
     SCOPED_TRACE("the card " + std::to_string(lag) + " polls behind (0: as it is)");
-    std::optional<pass_test::LaggingCard> lagging_card;
+    std::optional<device::testing::LaggingCard> lagging_card;
     if (lag > 0) lagging_card.emplace(lag);
     PassManagerOptions options;
     options.card_row_budget = 300;
