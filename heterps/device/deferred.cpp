@@ -77,10 +77,11 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
     return last_;
   }
   bool passed(uint64_t seq) const { return executed_.load(std::memory_order_acquire) >= seq; }
-  // A poll found work pending: whether the card goes on now (the poll lag's n-th such poll).
+  // A poll found work pending: whether the card goes on now, i.e. whether this is the poll lag's
+  // n-th such poll since the queue last ran (run_through resets the count).
   bool lagged_poll_runs() {
     const unsigned lag = deferred_poll_lag();
-    return lag <= 1 || pending_polls_.fetch_add(1, std::memory_order_relaxed) % lag == lag - 1;
+    return lag <= 1 || pending_polls_.fetch_add(1, std::memory_order_relaxed) + 1 >= lag;
   }
   // The seeded coin (the enqueueing thread's; a queue is enqueued on by its card's thread).
   bool flip() {
@@ -136,6 +137,8 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
             std::lock_guard<std::mutex> run(queue.run_mu_);
             queue.executed_.store(seq, std::memory_order_release);
           }
+          // The card went on: later work is n polls behind from here (the poll lag).
+          queue.pending_polls_.store(0, std::memory_order_relaxed);
           queue.run_cv_.notify_all();
         }
       } advance{*this, item.seq};
@@ -164,7 +167,7 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
   uint64_t last_ = 0;
   std::mt19937_64 coin_;
   std::atomic<uint64_t> executed_{0};
-  std::atomic<unsigned> pending_polls_{0};  // polls that found work pending (the poll lag)
+  std::atomic<unsigned> pending_polls_{0};  // polls that found work pending since it last ran
   std::mutex run_mu_;                       // running_; one thread runs the queue at a time
   std::condition_variable run_cv_;          // running_ cleared or executed_ advanced
   bool running_ = false;

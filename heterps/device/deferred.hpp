@@ -13,8 +13,9 @@
 //     its work up to the event's record, and no further;
 //   - Stream::ready / Event::ready find it pending: they answer false, and the work then runs
 //     (the card went on meanwhile), so a polling loop progresses; with a poll lag of n
-//     (set_deferred_poll_lag, a test's) only every n-th such poll of a queue runs it, as a card
-//     that is n polls behind the host: a loop that counted on a poll's progress shows it;
+//     (set_deferred_poll_lag, a test's) only the n-th such poll of a queue since its work last
+//     ran runs it, as a card that is n polls behind the host: a loop that counted on a poll's
+//     progress shows it;
 //   - the stream is destroyed (cudaStreamDestroy lets pending work finish).
 // So a consumer that did not wait for the right event reads the data as it was before the
 // producer's work: the engine's tests, which compare against oracles, see wrong values.
@@ -58,7 +59,10 @@ bool deferred_execution_enabled();
 uint64_t deferred_execution_seed();
 void set_deferred_execution(bool enabled, uint64_t seed = 0);
 // How many polls (Stream::ready, Event::ready) of a deferring stream's pending work answer false
-// before that work runs (default 1: the first). Takes effect at once, for every stream; >= 1.
+// before that work runs (default 1: the first runs it): the n-th poll that finds the stream's
+// work pending, counted from the last time any of its work ran (a poll, a wait, a synchronize),
+// runs it through what that poll asked for. Process-wide, read at each poll (every stream, at
+// once); >= 1.
 unsigned deferred_poll_lag();
 void set_deferred_poll_lag(unsigned polls);
 
@@ -90,7 +94,7 @@ void run_all_deferred();
 // the mark's time when it runs.
 std::shared_ptr<DeferredMark> mark_deferred(DeferredQueue& queue, bool timed);
 // Whether the mark has passed; when not, answers false, and runs its queue through it when this
-// is the poll lag's n-th such poll of the queue (deferred_poll_lag).
+// is the poll lag's n-th such poll of the queue since its work last ran (deferred_poll_lag).
 bool poll_deferred(const DeferredMark& mark);
 // The same for all the queue's work so far.
 bool poll_deferred(DeferredQueue& queue);

@@ -290,6 +290,57 @@ TEST(DeferredExecution, AWaitForAPeerCardsEventRunsThatStreamThroughTheRecordOnl
   });
 }
 
+// A poll lag of n: the n-th poll that finds a stream's work pending runs it (the ones before
+// answer false and leave it), counted from the last time the stream's work ran, whatever ran it
+// (a poll, a synchronize); stream and event polls count alike. The default lag is 1.
+TEST(DeferredExecution, APollLagOfNRunsPendingWorkAtItsNthPollSinceTheStreamLastRan) {
+  EXPECT_EQ(deferred_poll_lag(), 1u);
+  EXPECT_THROW(set_deferred_poll_lag(0), Error);
+  constexpr unsigned kLag = 3;
+  set_deferred_poll_lag(kLag);
+  struct Restore {
+    ~Restore() { set_deferred_poll_lag(1); }
+  } restore;
+  on_card(true, 0, [&](CardSet& cards) {
+    const Stream& stream = cards.card(0).stream();
+    int ran = 0;
+    // `polls` polls that find the work pending: only the last runs it; then the stream is idle.
+    const auto expect_runs_at_poll = [&](unsigned polls, const std::function<bool()>& poll) {
+      const int before = ran;
+      for (unsigned i = 1; i <= polls; ++i) {
+        EXPECT_FALSE(poll()) << "poll " << i;
+        EXPECT_EQ(ran, before + (i == polls ? 1 : 0)) << "poll " << i << " of " << polls;
+      }
+      EXPECT_TRUE(poll());
+      EXPECT_EQ(ran, before + 1);
+    };
+    const auto stream_poll = [&] { return stream.ready(); };
+    enqueue(stream, "count", [&] { ++ran; });
+    expect_runs_at_poll(kLag, stream_poll);
+    // Polled once, then run by a synchronize: the next work is kLag polls behind again, not
+    // kLag - 1 (the count restarts when the stream's work runs).
+    enqueue(stream, "count", [&] { ++ran; });
+    EXPECT_FALSE(stream.ready());
+    stream.synchronize();
+    EXPECT_EQ(ran, 2);
+    enqueue(stream, "count", [&] { ++ran; });
+    expect_runs_at_poll(kLag, stream_poll);
+    // An event's polls count the same, and run the stream through its record only.
+    enqueue(stream, "count", [&] { ++ran; });
+    Event done(cards.card(0).device(), nullptr, EventTiming::kOff, EventReader::kHost);
+    done.record(stream);
+    enqueue(stream, "after the record", [&] { ran += 100; });
+    expect_runs_at_poll(kLag, [&] { return done.ready(); });
+    EXPECT_FALSE(stream.ready());  // the work after the record: a fresh count of kLag polls
+    EXPECT_EQ(ran, 4);
+    // A lag of 1 (the default): the first poll runs it.
+    set_deferred_poll_lag(1);
+    EXPECT_FALSE(stream.ready());
+    EXPECT_EQ(ran, 104);
+    EXPECT_TRUE(stream.ready());
+  });
+}
+
 TEST(DeferredExecution, CorrectCodeKeepsCudasSemantics) {
   on_card(true, 0, [&](CardSet& cards) {
     Card& card = cards.card(0);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -26,9 +27,9 @@
 #include "common/error.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/card.hpp"
-#include "heterps/device/deferred.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/pass/pass_manager.hpp"
+#include "tests/heterps/device/lagging_card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_error_test_util.hpp"
 
@@ -45,23 +46,10 @@ using error_test::sorted;
 using error_test::Tiers;
 using error_test::TiersPair;
 
-// Streams made while it lives defer their work until a wait demands it (cpu backend; the CUDA
-// card runs ahead of the host by itself): a chunk's end event has not passed at the next
-// prepare, so chunks are in flight when a later one faults.
-class DeferredStreams {
- public:
-  explicit DeferredStreams(bool on)
-      : was_(device::deferred_execution_enabled()), seed_(device::deferred_execution_seed()) {
-    if (on) device::set_deferred_execution(true, 0);
-  }
-  ~DeferredStreams() { device::set_deferred_execution(was_, seed_); }
-  DeferredStreams(const DeferredStreams&) = delete;
-  DeferredStreams& operator=(const DeferredStreams&) = delete;
-
- private:
-  bool was_;
-  uint64_t seed_;
-};
+// On the cpu backend a card deferring its work (device::testing::LaggingCard) keeps a chunk's
+// end event pending at the next prepare, so chunks are in flight when a later one faults (the
+// CUDA card runs behind the host by itself).
+using device::testing::LaggingCard;
 
 // Every key of `rows` is one of the oracle's (`current`) with its row, or a staged key with its
 // staged row (inserted early, whole); every key of the current pass (`pass`) is there.
@@ -102,9 +90,20 @@ struct FaultCase {
   Phase phase;
   int64_t ok_chunks;  // chunks of `phase` that run before the failing one
   Fault point;
-  bool deferred;  // chunks stay in flight across prepares
+  // 0: each poll comes after the card ran what the ones before enqueued (as after a step), so no
+  // chunk is in flight but the one cut short. n > 0: the polls come back to back (the host
+  // outruns the card) and on the cpu backend the card defers its work and runs n polls behind
+  // (LaggingCard): with 1 a chunk or so is in flight when the fault strikes, with kLag up to
+  // ChunkChain::kDepth (2 inserts or listings: their two regions), as on a GPU. How many is
+  // timing on a GPU: the test checks only the end state.
+  unsigned card_lag;
   std::size_t row_budget;
 };
+
+// The lag of the cases with the most chunks in flight, and at most how many polls the cases
+// polling back to back take (a GPU card behind the host may need many).
+constexpr unsigned kLag = 6;
+constexpr int kBackToBackPolls = 100000;
 
 void PrintTo(const FaultCase& tc, std::ostream* os) { *os << tc.name; }
 
@@ -117,11 +116,13 @@ class NextPassFaultTest : public ::testing::TestWithParam<FaultCase> {};
 // table call, strikes the chunk after it while it is in flight, or cuts both, the card stays
 // exact: its size() equals its dump's count, its rows are the oracle's, and the next pass's
 // begin_pass places the rows of an engine without the work. Faults in a look-up and in an
-// erase (under a budget, 60 rows outside both passes to evict) too.
+// erase (under a budget, 60 rows outside both passes to evict) too; and in every phase with the
+// card kLag polls behind the host, the drain reading or undoing several chunks in flight.
 TEST_P(NextPassFaultTest, LeavesTheCardExact) {
   const FaultCase tc = GetParam();
   GPUBOX_REQUIRE_CARDS(1);
-  const DeferredStreams deferred(tc.deferred);
+  std::optional<LaggingCard> lagging;
+  if (tc.card_lag > 0) lagging.emplace(tc.card_lag);
   TiersPair engines(1, chunked(50, tc.row_budget));
   Tiers& early = engines.early;
   Tiers& reference = engines.reference;
@@ -139,16 +140,22 @@ TEST_P(NextPassFaultTest, LeavesTheCardExact) {
   ASSERT_EQ(staged.keys.size(), b.size());
   early.manager->expect_next_pass(sorted(a), poll_after(&staged, 0));
   early.manager->fail_next_pass_chunk_after(tc.ok_chunks, tc.phase, tc.point);
+  const bool after_card = tc.card_lag == 0;
+  const int max_polls = after_card ? 200 : kBackToBackPolls;
   // To the inserts, then the key that will fail: staged.keys[0], the first insert's first key.
-  for (int i = 0; i < 200 && early.manager->next_pass_phase(0) != Phase::kInsert &&
+  for (int i = 0; i < max_polls && early.manager->next_pass_phase(0) != Phase::kInsert &&
                   early.manager->next_pass_phase(0) != Phase::kOff;
        ++i) {
-    early.prepare(1);
+    early.prepare(1, after_card);
   }
   if (tc.phase == Phase::kInsert) {
     ASSERT_EQ(early.manager->next_pass_phase(0), Phase::kInsert);
     ASSERT_NO_FATAL_FAILURE(place_first_staged(early, staged));
-    early.prepare(12);
+    for (int i = 0;
+         i < (after_card ? 12 : max_polls) && early.manager->next_pass_phase(0) != Phase::kOff;
+         ++i) {
+      early.prepare(1, after_card);
+    }
   }
   EXPECT_EQ(early.manager->next_pass_phase(0), Phase::kOff) << "the fault never struck";
 
@@ -185,17 +192,22 @@ INSTANTIATE_TEST_SUITE_P(
     Faults, NextPassFaultTest,
     ::testing::Values(
         // The insert chunk with the failing key cut short after its table call.
-        FaultCase{"insert_cut_after_table_call", Phase::kInsert, 0, Fault::kAfterTableCall, false,
-                  0},
+        FaultCase{"insert_cut_after_table_call", Phase::kInsert, 0, Fault::kAfterTableCall, 0, 0},
         // The chunk after it faults as it begins, with it in flight (its late read not come).
-        FaultCase{"insert_begins_with_one_in_flight", Phase::kInsert, 1, Fault::kBegin, true, 0},
+        FaultCase{"insert_begins_with_one_in_flight", Phase::kInsert, 1, Fault::kBegin, 1, 0},
         // ... or after its own table call: one chunk read by the drain, one undone.
-        FaultCase{"insert_cut_with_one_in_flight", Phase::kInsert, 1, Fault::kAfterTableCall, true,
-                  0},
-        FaultCase{"lookup_cut_with_one_in_flight", Phase::kLookup, 2, Fault::kAfterTableCall, true,
-                  0},
-        FaultCase{"erase_cut_after_table_call", Phase::kErase, 0, Fault::kAfterTableCall, true,
-                  300}),
+        FaultCase{"insert_cut_with_one_in_flight", Phase::kInsert, 1, Fault::kAfterTableCall, 1, 0},
+        FaultCase{"lookup_cut_with_one_in_flight", Phase::kLookup, 2, Fault::kAfterTableCall, 1, 0},
+        FaultCase{"erase_cut_after_table_call", Phase::kErase, 0, Fault::kAfterTableCall, 1, 300},
+        // The card kLag polls behind, a fault a phase with the most chunks in flight: 3
+        // look-ups read by the drain, the fourth cut after its table call (undone); 2 marks or
+        // a listing in flight when the next begins; an erase or an insert (with the failing
+        // key) read by the drain, the next cut after its table call.
+        FaultCase{"lookup_behind", Phase::kLookup, 3, Fault::kAfterTableCall, kLag, 0},
+        FaultCase{"mark_behind", Phase::kMark, 2, Fault::kBegin, kLag, 300},
+        FaultCase{"list_behind", Phase::kList, 1, Fault::kBegin, kLag, 300},
+        FaultCase{"erase_behind", Phase::kErase, 1, Fault::kAfterTableCall, kLag, 300},
+        FaultCase{"insert_behind", Phase::kInsert, 1, Fault::kAfterTableCall, kLag, 0}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A fault between steps drains the card's chunks in flight with the bounded wait the step uses
@@ -209,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(
 // were sound).
 TEST(NextPassFaultDrain, FailsWithinTheGroupTimeoutWhenAPeerNeverJoins) {
   GPUBOX_REQUIRE_CARDS(2);
-  const DeferredStreams deferred(true);
+  const LaggingCard deferred(1);
   Tiers early(2, chunked(50));
   const std::unique_ptr<comm::CommGroup> group =
       comm::make_in_process_group(2, std::chrono::milliseconds(300));

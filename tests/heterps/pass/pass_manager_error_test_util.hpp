@@ -105,7 +105,9 @@ struct Tiers {
   // `rounds` chunks of the next pass's work on every card, each on its card's thread. With
   // `after_card` each poll comes after the card ran what was enqueued before it, as the steps
   // between polls make it in training: on a GPU a poll that finds the oldest chunk's end event
-  // pending does nothing (the cpu backend runs the work when it is enqueued).
+  // pending does nothing (the cpu backend runs the work when it is enqueued), and at most a
+  // chunk or two are in flight. Without it the polls come back to back: the host outruns the
+  // card and up to ChunkChain::kDepth chunks are in flight (a lagging cpu card: LaggingCard).
   void prepare(int rounds, bool after_card = true) {
     card_set.run_on_cards([&](device::Card& card) {
       for (int i = 0; i < rounds; ++i) {

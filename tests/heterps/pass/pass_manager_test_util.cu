@@ -10,7 +10,6 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
-#include "heterps/device/deferred.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
@@ -159,19 +158,6 @@ std::string row_diff(const std::vector<float>& got, const std::vector<float>& wa
     ++shown;
   }
   return out.str();
-}
-
-LaggingCard::LaggingCard(unsigned polls)
-    : was_enabled_(device::deferred_execution_enabled()),
-      was_seed_(device::deferred_execution_seed()),
-      was_lag_(device::deferred_poll_lag()) {
-  device::set_deferred_execution(true, 0);
-  device::set_deferred_poll_lag(polls);
-}
-
-LaggingCard::~LaggingCard() {
-  device::set_deferred_poll_lag(was_lag_);
-  device::set_deferred_execution(was_enabled_, was_seed_);
 }
 
 std::vector<std::vector<uint64_t>> make_passes(int passes, std::size_t keys_per_pass,

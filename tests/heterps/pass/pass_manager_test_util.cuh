@@ -75,23 +75,6 @@ std::function<StagingProgress()> poll_of(const StagedRows* staged, bool rows_rea
 void train_older_then_begin(Engine& engine, const std::vector<uint64_t>& older,
                             const std::vector<uint64_t>& pass);
 
-// On the cpu backend, the streams made in its scope defer their work (GPUBOX_DEVICE_CHECK=defer,
-// no seed) and a poll that finds it pending runs it only every `polls`-th time, as a card that
-// lags `polls` polls behind the host (device::set_deferred_poll_lag); the mode before is back
-// after. A GPU lags as it will: nothing changes there.
-class LaggingCard {
- public:
-  explicit LaggingCard(unsigned polls);
-  ~LaggingCard();
-  LaggingCard(const LaggingCard&) = delete;
-  LaggingCard& operator=(const LaggingCard&) = delete;
-
- private:
-  bool was_enabled_;
-  uint64_t was_seed_;
-  unsigned was_lag_;
-};
-
 // Two engines over the same passes: `early` does the next pass's card work between its steps
 // (the options' next_pass_chunk_keys), `reference` has the same options without that work. The
 // next-pass tests' oracle: both place the same rows of the next pass.
