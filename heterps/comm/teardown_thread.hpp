@@ -9,9 +9,12 @@
 // they never would be.
 //
 // Why a registry: a thread still running when its owner gives up on it (the graphs outlive the
-// group) is not detached silently; it is kept in a process-lifetime registry that joins it once it
-// has ended (at the next hand-over) and, at exit, waits for it (all of them: at most kExitBound)
-// before leaving it to end with the process, saying so on stderr.
+// group) is not detached silently; it is kept in a registry (made on first use, never freed, so
+// owners destroyed during static destruction still find it) that joins it once it has ended (at
+// the next hand-over) and, at exit (an std::atexit handler registered at the first hand-over,
+// after CUDA and NCCL were set up: it runs before their own exit handlers), waits for it (all of
+// them: at most kExitBound) before leaving it to end with the process, saying so on stderr. A
+// thread handed over after that is detached at once.
 //
 // Thread-safety: one owner calls the members; the thread shares only its progress (in .cpp).
 #pragma once
@@ -69,9 +72,10 @@ class TeardownThread {
   // How many teardowns handed to the registry are still running (tests).
   static std::size_t lingering();
 
-  struct State;  // the thread's progress, shared with it (it may outlive this object)
-
  private:
+  struct State;    // the thread's progress, shared with it (it may outlive this object)
+  class Registry;  // the threads that outlived their owners (in .cpp)
+
   static std::shared_ptr<State> make_state(std::size_t items);
   static void begin_one(State& state) noexcept;
   static void end_all(State& state) noexcept;
