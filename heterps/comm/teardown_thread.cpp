@@ -26,6 +26,10 @@ struct TeardownThread::State {
     MutexLock lock(mu);
     return finished;
   }
+  std::size_t how_many_started() {
+    MutexLock lock(mu);
+    return started;
+  }
 
   const std::size_t items;
   Mutex mu;
@@ -155,8 +159,12 @@ bool TeardownThread::wait_last_started(std::chrono::milliseconds bound) noexcept
   return state_->wait(std::chrono::steady_clock::now() + bound, /*or_last_started=*/true);
 }
 
-bool TeardownThread::finish(std::chrono::milliseconds bound, const std::string& what,
-                            const std::string& why) noexcept {
+std::size_t TeardownThread::started() const noexcept {
+  return state_ == nullptr ? items_ : state_->how_many_started();
+}
+
+bool TeardownThread::finish(std::chrono::milliseconds bound, const char* what,
+                            const char* why) noexcept {
   if (state_ == nullptr) return true;
   if (!thread_.joinable()) return state_->is_finished();  // handed to the registry before
   if (state_->wait(std::chrono::steady_clock::now() + bound, /*or_last_started=*/false)) {

@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -38,7 +37,7 @@ class TeardownThread {
   // started they are ended on this thread before the constructor returns (this may wait as long
   // as an end does: the caller must hold no lock that the ends wait for).
   template <class Item, class End>
-  TeardownThread(std::vector<Item> items, End end) noexcept {
+  TeardownThread(std::vector<Item> items, End end) noexcept : items_(items.size()) {
     try {
       state_ = make_state(items.size());
       // `items` by copy: intact here when the thread cannot be started.
@@ -63,11 +62,13 @@ class TeardownThread {
   // Waits at most `bound` until the thread has begun ending the last item (each earlier end has
   // returned); true when it has (or there were none).
   bool wait_last_started(std::chrono::milliseconds bound) noexcept;
+  // How many items' ends have begun (every one before the last of them has returned); all of
+  // them when they were ended on the owner's thread.
+  std::size_t started() const noexcept;
   // Waits at most `bound` until every item is ended and joins the thread: true. False when it
   // still runs: it is then logged as a warning (`what` names the teardown, `why` says what it may
   // wait for) and handed to the registry.
-  bool finish(std::chrono::milliseconds bound, const std::string& what,
-              const std::string& why) noexcept;
+  bool finish(std::chrono::milliseconds bound, const char* what, const char* why) noexcept;
 
   // How many teardowns handed to the registry are still running (tests).
   static std::size_t lingering();
@@ -81,6 +82,7 @@ class TeardownThread {
   static void end_all(State& state) noexcept;
 
   std::shared_ptr<State> state_;  // null when the items were ended on the owner's thread
+  std::size_t items_;
   std::thread thread_;
 };
 

@@ -63,6 +63,7 @@ TEST(TeardownThread, EndsEveryItemInOrderAndFinishes) {
     TeardownThread teardown(items, [&ended](int item) noexcept { ended.push_back(item); });
     EXPECT_TRUE(teardown.wait_last_started(seconds(10)));
     EXPECT_TRUE(teardown.finish(seconds(10), "a test teardown", "(none)"));
+    EXPECT_EQ(teardown.started(), n);
     EXPECT_EQ(ended, items);
   }
 }
@@ -96,8 +97,10 @@ TEST(TeardownThread, AnEarlierEndThatWaitsBoundsTheWaitForTheLastStart) {
     if (item == 0) gate->pass();
   });
   EXPECT_FALSE(teardown.wait_last_started(milliseconds(50)));
+  EXPECT_EQ(teardown.started(), 1u) << "the first end waits; the second has not begun";
   gate->open();
   EXPECT_TRUE(teardown.wait_last_started(seconds(10)));
+  EXPECT_EQ(teardown.started(), 2u);
   EXPECT_TRUE(teardown.finish(seconds(10), "a test teardown", "(none)"));
 }
 
