@@ -82,7 +82,7 @@ class TeardownThread {
   static void end_all(State& state) noexcept;
 
   std::shared_ptr<State> state_;  // null when the items were ended on the owner's thread
-  std::size_t items_;
+  std::size_t items_;             // how many there are (started() when state_ is null)
   std::thread thread_;
 };
 
