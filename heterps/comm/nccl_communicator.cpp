@@ -48,6 +48,7 @@ constexpr std::chrono::milliseconds kAbortStartBound{2000};
 struct EndCommunicator {
   bool destroy;
   void operator()(ncclComm_t comm) const noexcept {
+    if (comm == nullptr) return;  // never made, or already aborted on the aborting thread
     if (!destroy) {
       ncclCommAbort(comm);  // errors here are moot
       return;
@@ -177,20 +178,25 @@ NcclGroup::~NcclGroup() {
   ranks_.clear();
   // A destructor cannot throw: what goes wrong is logged (a job that ends here has its results;
   // a communicator left unsettled is aborted so the process can exit).
-  if (!teardown_) {  // not aborted (or abort() could not start ending them)
+  if (!teardown_) {  // not aborted (or abort() ended them on its own thread: nulls here)
     const bool destroy = !aborted() && finalize_communicators();
-    teardown_.emplace(std::move(comms_), EndCommunicator{destroy});  // no allocation here
+    // Moved in: the argument allocates nothing, and the constructor (noexcept) ends them on this
+    // thread when it cannot allocate or start its own.
+    teardown_.emplace(std::move(comms_), EndCommunicator{destroy});
   }
   // Bounded apart from the collective timeout: a short timeout says nothing of how long NCCL
   // takes to free a group, and a long one (minutes) should not hold a destructor that long.
   const auto bound = std::clamp<std::chrono::milliseconds>(timeout_, kTeardownMin, kTeardownMax);
-  std::string what = "NCCL: ncclCommDestroy of the group's communicators";
+  std::string aborted_what;  // empty (no allocation) until the try below fills it
   try {
     if (aborted()) {
-      what = "NCCL: ncclCommAbort of the group's communicators (aborted: " + reason() + ")";
+      aborted_what = "NCCL: ncclCommAbort of the group's communicators (aborted: " + reason() + ")";
     }
   } catch (...) {  // no memory for the reason: the plain description
   }
+  const char* what = !aborted_what.empty() ? aborted_what.c_str()
+                     : aborted()           ? "NCCL: ncclCommAbort of the group's communicators"
+                                           : "NCCL: ncclCommDestroy of the group's communicators";
   teardown_->finish(bound, what,
                     "a CUDA graph still holds one of the communicators' collectives (destroy step "
                     "graphs before their group), or NCCL's teardown is slow");
@@ -241,6 +247,7 @@ bool NcclGroup::finalize_communicators() noexcept {
 void NcclGroup::abort_communicators() noexcept {
   for (ncclComm_t& comm : comms_) {
     if (comm != nullptr) ncclCommAbort(comm);  // errors here are moot
+    comm = nullptr;                            // freed: the destructor skips it
   }
 }
 
@@ -268,12 +275,26 @@ void NcclGroup::abort(const std::string& reason) {
   // Abort every communicator so kernels waiting for a dead peer return, on a thread of its own:
   // the last ncclCommAbort waits for the step graphs that hold the communicators, which the
   // callers destroy only after this returns (see the header).
-  teardown_.emplace(comms_, EndCommunicator{/*destroy=*/false});
+  try {
+    teardown_.emplace(comms_, EndCommunicator{/*destroy=*/false});  // copies comms_: may throw
+  } catch (...) {
+    // No memory for the copy: aborted here (no lock is held), which may wait for step graphs
+    // that the callers destroy later (see the header); unaborted, their syncs would hang.
+    abort_communicators();
+    return;
+  }
   // The callers synchronize their streams next: wait until every communicator's abort has begun.
   if (!teardown_->wait_last_started(kAbortStartBound)) {
+    const std::size_t started = teardown_->started();  // < comms_.size() here
     GPUBOX_LOG(WARNING) << "NCCL: the group's abort (" << this->reason()
-                        << ") has not begun aborting every communicator after "
-                        << kAbortStartBound.count() << " ms; its callers go on";
+                        << ") has not begun ncclCommAbort of communicator " << started << " (of "
+                        << comms_.size() << ", local index) after " << kAbortStartBound.count()
+                        << " ms"
+                        << (started > 0 ? " (communicator " + std::to_string(started - 1) +
+                                              "'s has not returned)"
+                                        : std::string())
+                        << "; its callers go on, and the next stream synchronize of local ranks "
+                        << started << " and up may hang";
   }
 }
 

@@ -28,14 +28,21 @@
 // abort(), they never would be, and a failure in a run with step graphs hung instead of failing.
 // abort() returns once that thread has begun the last communicator's ncclCommAbort (every earlier
 // one has returned, its abort flags raised; bounded by 2 s), since callers synchronize their
-// streams next. Only when no thread can be started does abort() run ncclCommAbort itself (after
-// releasing its locks), and then it may wait for those graphs.
+// streams next. This relies on only the process's last ncclCommAbort blocking: NCCL's
+// commReclaim frees a process's communicators together, when the last of them is ended, and the
+// earlier calls only count (NCCL 2.26 and later, as read there; built against 2.28 here, not
+// checked on older NCCL). With an NCCL where an earlier one blocks, abort() warns after 2 s,
+// naming the communicator not yet aborted, whose rank's next stream synchronize may hang. Only
+// when no thread (or no copy of the communicators) can be made does abort() run ncclCommAbort
+// itself (after releasing its locks), and then it may wait for those graphs.
 //
 // The destructor ends the communicators the same way: after an abort it waits for that thread;
-// otherwise it finalizes them (bounded by the timeout) and destroys them (ncclCommDestroy, or
-// ncclCommAbort when they did not settle) on such a thread. Either wait is bounded by the
-// collective timeout within [10 s, 60 s]: a graph that outlives its group (or a slow teardown) is
-// named in a warning and its thread is kept to be waited for at exit, not waited for forever.
+// otherwise it finalizes them (bounded by the collective timeout) and destroys them
+// (ncclCommDestroy, or ncclCommAbort when they did not settle) on such a thread. The wait for the
+// thread is bounded by the collective timeout clamped to [10 s, 60 s], so the destructor takes at
+// most the timeout (finalize) plus that clamp: a graph that outlives its group (or a slow
+// teardown) is named in a warning and its thread is kept to be waited for at exit, not waited for
+// forever.
 #pragma once
 
 #include <nccl.h>

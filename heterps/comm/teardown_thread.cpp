@@ -1,6 +1,7 @@
 #include "heterps/comm/teardown_thread.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
@@ -25,6 +26,10 @@ struct TeardownThread::State {
     MutexLock lock(mu);
     return finished;
   }
+  std::size_t how_many_started() {
+    MutexLock lock(mu);
+    return started;
+  }
 
   const std::size_t items;
   Mutex mu;
@@ -33,25 +38,33 @@ struct TeardownThread::State {
   bool finished GPUBOX_GUARDED_BY(mu) = false;
 };
 
-namespace {
-
-using State = TeardownThread::State;
-
 // Teardowns that outlived their owner's bound: joined once they have ended (at the next keep())
 // and, at exit, waited for at most TeardownThread::kExitBound in all. One still running then is
 // detached with a line on stderr: what it waits for (CUDA graphs that their owners never
 // destroyed) nothing in an exiting process will end, and it ends with the process.
-class Lingering {
+class TeardownThread::Registry {
  public:
-  static Lingering& instance() {
-    // Made on first use, after the libraries whose resources the teardowns end (CUDA, NCCL) were
-    // set up: destroyed, and so waited for, before theirs are.
-    static Lingering lingering;
-    return lingering;
+  // Never freed: an owner destroyed during static destruction (or a thread blocked on mu_ while
+  // drain() runs) still finds it whole.
+  static Registry& instance() {
+    static Registry* const registry = new Registry();
+    return *registry;
   }
 
   void keep(std::thread thread, std::shared_ptr<State> state) noexcept {
     MutexLock lock(mu_);
+    if (closed_) {  // exit has drained the registry: it ends with the process
+      thread.detach();
+      return;
+    }
+    if (!drain_registered_) {
+      // Registered now, after CUDA and NCCL were set up (a teardown ends their resources): run
+      // before their exit handlers. When it cannot be, the threads end with the process.
+      drain_registered_ = true;
+      if (std::atexit(&drain_at_exit) != 0) {
+        std::fprintf(stderr, "gpubox: no exit handler for NCCL teardowns still running\n");
+      }
+    }
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (!it->state->is_finished()) {
         ++it;
@@ -61,10 +74,12 @@ class Lingering {
       it = entries_.erase(it);
     }
     try {
-      entries_.push_back(Entry{std::move(thread), std::move(state)});
+      entries_.reserve(entries_.size() + 1);
     } catch (...) {  // no room to keep it: it ends with the process
       thread.detach();
+      return;
     }
+    entries_.push_back(Entry{std::move(thread), std::move(state)});  // moves only: no throw
   }
 
   std::size_t running() {
@@ -74,10 +89,27 @@ class Lingering {
     return n;
   }
 
-  ~Lingering() {
-    MutexLock lock(mu_);
+ private:
+  struct Entry {
+    std::thread thread;
+    std::shared_ptr<State> state;
+  };
+
+  Registry() = default;
+
+  static void drain_at_exit() noexcept { instance().drain(); }
+
+  // Closes the registry and waits for its threads without holding mu_ (a keep() meanwhile
+  // detaches its thread).
+  void drain() noexcept {
+    std::vector<Entry> entries;
+    {
+      MutexLock lock(mu_);
+      closed_ = true;
+      entries.swap(entries_);
+    }
     const auto deadline = std::chrono::steady_clock::now() + TeardownThread::kExitBound;
-    for (Entry& entry : entries_) {
+    for (Entry& entry : entries) {
       if (entry.state->wait(deadline, /*or_last_started=*/false)) {
         entry.thread.join();
         continue;
@@ -92,20 +124,13 @@ class Lingering {
     }
   }
 
- private:
-  Lingering() = default;
-
-  struct Entry {
-    std::thread thread;
-    std::shared_ptr<State> state;
-  };
   Mutex mu_;
   std::vector<Entry> entries_ GPUBOX_GUARDED_BY(mu_);
+  bool closed_ GPUBOX_GUARDED_BY(mu_) = false;
+  bool drain_registered_ GPUBOX_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace
-
-std::shared_ptr<State> TeardownThread::make_state(std::size_t items) {
+std::shared_ptr<TeardownThread::State> TeardownThread::make_state(std::size_t items) {
   return std::make_shared<State>(items);
 }
 
@@ -126,7 +151,7 @@ void TeardownThread::end_all(State& state) noexcept {
 }
 
 TeardownThread::~TeardownThread() {
-  if (thread_.joinable()) Lingering::instance().keep(std::move(thread_), state_);
+  if (thread_.joinable()) Registry::instance().keep(std::move(thread_), state_);
 }
 
 bool TeardownThread::wait_last_started(std::chrono::milliseconds bound) noexcept {
@@ -134,8 +159,12 @@ bool TeardownThread::wait_last_started(std::chrono::milliseconds bound) noexcept
   return state_->wait(std::chrono::steady_clock::now() + bound, /*or_last_started=*/true);
 }
 
-bool TeardownThread::finish(std::chrono::milliseconds bound, const std::string& what,
-                            const std::string& why) noexcept {
+std::size_t TeardownThread::started() const noexcept {
+  return state_ == nullptr ? items_ : state_->how_many_started();
+}
+
+bool TeardownThread::finish(std::chrono::milliseconds bound, const char* what,
+                            const char* why) noexcept {
   if (state_ == nullptr) return true;
   if (!thread_.joinable()) return state_->is_finished();  // handed to the registry before
   if (state_->wait(std::chrono::steady_clock::now() + bound, /*or_last_started=*/false)) {
@@ -147,10 +176,10 @@ bool TeardownThread::finish(std::chrono::milliseconds bound, const std::string& 
                         << "; it goes on on a thread of its own, waited for at exit";
   } catch (...) {  // a log line that cannot be written is dropped
   }
-  Lingering::instance().keep(std::move(thread_), state_);
+  Registry::instance().keep(std::move(thread_), state_);
   return false;
 }
 
-std::size_t TeardownThread::lingering() { return Lingering::instance().running(); }
+std::size_t TeardownThread::lingering() { return Registry::instance().running(); }
 
 }  // namespace gpubox::comm

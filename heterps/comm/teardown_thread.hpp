@@ -9,9 +9,12 @@
 // they never would be.
 //
 // Why a registry: a thread still running when its owner gives up on it (the graphs outlive the
-// group) is not detached silently; it is kept in a process-lifetime registry that joins it once it
-// has ended (at the next hand-over) and, at exit, waits for it (all of them: at most kExitBound)
-// before leaving it to end with the process, saying so on stderr.
+// group) is not detached silently; it is kept in a registry (made on first use, never freed, so
+// owners destroyed during static destruction still find it) that joins it once it has ended (at
+// the next hand-over) and, at exit (an std::atexit handler registered at the first hand-over,
+// after CUDA and NCCL were set up: it runs before their own exit handlers), waits for it (all of
+// them: at most kExitBound) before leaving it to end with the process, saying so on stderr. A
+// thread handed over after that is detached at once.
 //
 // Thread-safety: one owner calls the members; the thread shares only its progress (in .cpp).
 #pragma once
@@ -19,7 +22,6 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -35,7 +37,7 @@ class TeardownThread {
   // started they are ended on this thread before the constructor returns (this may wait as long
   // as an end does: the caller must hold no lock that the ends wait for).
   template <class Item, class End>
-  TeardownThread(std::vector<Item> items, End end) noexcept {
+  TeardownThread(std::vector<Item> items, End end) noexcept : items_(items.size()) {
     try {
       state_ = make_state(items.size());
       // `items` by copy: intact here when the thread cannot be started.
@@ -60,23 +62,27 @@ class TeardownThread {
   // Waits at most `bound` until the thread has begun ending the last item (each earlier end has
   // returned); true when it has (or there were none).
   bool wait_last_started(std::chrono::milliseconds bound) noexcept;
+  // How many items' ends have begun (every one before the last of them has returned); all of
+  // them when they were ended on the owner's thread.
+  std::size_t started() const noexcept;
   // Waits at most `bound` until every item is ended and joins the thread: true. False when it
   // still runs: it is then logged as a warning (`what` names the teardown, `why` says what it may
   // wait for) and handed to the registry.
-  bool finish(std::chrono::milliseconds bound, const std::string& what,
-              const std::string& why) noexcept;
+  bool finish(std::chrono::milliseconds bound, const char* what, const char* why) noexcept;
 
   // How many teardowns handed to the registry are still running (tests).
   static std::size_t lingering();
 
-  struct State;  // the thread's progress, shared with it (it may outlive this object)
-
  private:
+  struct State;    // the thread's progress, shared with it (it may outlive this object)
+  class Registry;  // the threads that outlived their owners (in .cpp)
+
   static std::shared_ptr<State> make_state(std::size_t items);
   static void begin_one(State& state) noexcept;
   static void end_all(State& state) noexcept;
 
   std::shared_ptr<State> state_;  // null when the items were ended on the owner's thread
+  std::size_t items_;             // how many there are (started() when state_ is null)
   std::thread thread_;
 };
 

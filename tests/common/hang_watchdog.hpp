@@ -84,14 +84,19 @@ class HangWatchdog {
     // Yama's ptrace_scope 1 lets a debugger attach only to its descendants: this process is its
     // parent, so allow it.
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    // Past the bound the debugger gets SIGINT (it stops its command and detaches as it quits),
+    // 2 s later SIGKILL; one killed while attached may leave this process stopped (the attach's
+    // SIGSTOP), so it is always continued, or std::abort below would never run. std::system
+    // ignores SIGINT and SIGQUIT in this whole (threaded) process while the command runs.
     const std::string bound = std::to_string(kStackDumpBound);
+    const std::string pid = std::to_string(getpid());
     const std::string command =
         "for d in gdb cuda-gdb /usr/local/cuda/bin/cuda-gdb; do if command -v $d >/dev/null 2>&1; "
         "then "
         "echo \"HangWatchdog: every thread's stack ($d, at most " +
-        bound + " s):\" >&2; timeout -k 2 " + bound + " $d -batch -nx -p " +
-        std::to_string(getpid()) +
-        " -ex 'thread apply all bt' </dev/null >&2; exit 0; fi; done; "
+        bound + " s):\" >&2; timeout -s INT -k 2 " + bound + " $d -batch -nx -p " + pid +
+        " -ex 'thread apply all bt' </dev/null >&2; kill -CONT " + pid +
+        "; exit 0; fi; done; "
         "echo 'HangWatchdog: no gdb or cuda-gdb here: no stacks' >&2";
     if (std::system(command.c_str()) != 0) {
       std::fprintf(stderr, "HangWatchdog: the stack dump did not run\n");

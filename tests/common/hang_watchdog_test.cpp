@@ -5,13 +5,27 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 namespace gpubox::testing {
 namespace {
 
-TEST(HangWatchdogDeathTest, AbortsPastItsLimitNamingTheWaitAndTheTest) {
-  ::testing::FLAGS_gtest_death_test_style = "threadsafe";  // the watchdog runs a thread
+// The watchdog runs a thread: its death tests re-execute the binary ("threadsafe"), and the
+// style the rest of common_test runs with is restored after each.
+class HangWatchdogDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    style_ = GTEST_FLAG_GET(death_test_style);
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+  }
+  void TearDown() override { GTEST_FLAG_SET(death_test_style, style_); }
+
+ private:
+  std::string style_;
+};
+
+TEST_F(HangWatchdogDeathTest, AbortsPastItsLimitNamingTheWaitAndTheTest) {
   EXPECT_DEATH(
       {
         const HangWatchdog watchdog("a wait that never ends", std::chrono::seconds(1),

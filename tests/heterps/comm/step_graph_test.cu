@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "common/macros.hpp"
+#include "heterps/comm/teardown_thread.hpp"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
@@ -403,11 +404,14 @@ TEST(StepGraph, CapturedAllToAllKeepsItsCounts) {
 // plain copy that no graph ties to the communicator, but a send and a receive make a kernel plan
 // that the graph holds (so this test hangs an abort that waits for the graph on 1 GPU too).
 // Bounded: a wait that does not return fails naming it, and the graph is then destroyed so that
-// the abort can finish; an abort that never finishes aborts the binary, naming it.
+// the abort can finish; an abort that never finishes aborts the binary, naming it. Then the group
+// is destroyed: its teardown (on 1 card abort() returns before the only ncclCommAbort begins) must
+// end, not be handed to the exit registry as one still running after the destructor's bound.
 TEST(StepGraph, AbortReturnsWhileAGraphHoldsTheGroupsCollective) {
   constexpr auto kLimit = std::chrono::seconds(10);
   constexpr std::size_t kWords = 64;
   CardGroup g(1, kLimit);
+  std::size_t lingering_before = 0;  // teardowns still running, once the graph is destroyed
   g.run([&](device::Card& card, Communicator& comm) {
     const device::Stream& stream = card.stream();
     device::device_buffer<float> send = card.make_buffer<float>(kWords);
@@ -427,6 +431,7 @@ TEST(StepGraph, AbortReturnsWhileAGraphHoldsTheGroupsCollective) {
           << " s while a step graph holds the group's collective: the graph's owner destroys it "
              "only after abort() returns, so a failure would hang";
     }  // the graph is destroyed: an abort still waiting for it can finish
+    lingering_before = TeardownThread::lingering();
     {
       const ::gpubox::testing::HangWatchdog watchdog(
           "CommGroup::abort to return once the step graph holding its collective is destroyed",
@@ -445,6 +450,14 @@ TEST(StepGraph, AbortReturnsWhileAGraphHoldsTheGroupsCollective) {
     EXPECT_NE(error.find("card 0 failed its step"), std::string::npos) << error;
     stream.synchronize();
   });
+  {
+    const ::gpubox::testing::HangWatchdog watchdog(
+        "the aborted group's destructor, once no step graph holds its collective",
+        std::chrono::seconds(20));
+    g.group.reset();
+  }
+  EXPECT_EQ(TeardownThread::lingering(), lingering_before)
+      << "the aborted group's teardown still runs after its destructor gave up on it";
 }
 
 }  // namespace

@@ -43,10 +43,12 @@ class Gate {
   bool open_ GPUBOX_GUARDED_BY(mu_) = false;
 };
 
-// Waits (at most 10 s) until the registry holds `count` running teardowns; returns how many.
-std::size_t lingering_becomes(std::size_t count) {
+// Waits (at most 10 s) until the registry holds at most `count` running teardowns; returns how
+// many. Other tests of the binary may hand teardowns to the registry too (a test's own count is a
+// lower bound on the registry's, and what it hands over ends: at most what it found).
+std::size_t lingering_at_most(std::size_t count) {
   const auto deadline = std::chrono::steady_clock::now() + seconds(10);
-  while (TeardownThread::lingering() != count && std::chrono::steady_clock::now() < deadline) {
+  while (TeardownThread::lingering() > count && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(1));
   }
   return TeardownThread::lingering();
@@ -61,6 +63,7 @@ TEST(TeardownThread, EndsEveryItemInOrderAndFinishes) {
     TeardownThread teardown(items, [&ended](int item) noexcept { ended.push_back(item); });
     EXPECT_TRUE(teardown.wait_last_started(seconds(10)));
     EXPECT_TRUE(teardown.finish(seconds(10), "a test teardown", "(none)"));
+    EXPECT_EQ(teardown.started(), n);
     EXPECT_EQ(ended, items);
   }
 }
@@ -80,11 +83,11 @@ TEST(TeardownThread, ALastEndThatWaitsHoldsNeitherTheStartNorTheOwnerPastItsBoun
     const auto start = std::chrono::steady_clock::now();
     EXPECT_FALSE(teardown.finish(milliseconds(100), "a test teardown", "its last end waits"));
     EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5));
-    EXPECT_EQ(TeardownThread::lingering(), before + 1) << "handed to the registry";
+    EXPECT_GE(TeardownThread::lingering(), before + 1) << "handed to the registry";
   }
-  EXPECT_EQ(TeardownThread::lingering(), before + 1) << "still running after its owner is gone";
+  EXPECT_GE(TeardownThread::lingering(), before + 1) << "still running after its owner is gone";
   gate->open();
-  EXPECT_EQ(lingering_becomes(before), before) << "ended once its end could";
+  EXPECT_LE(lingering_at_most(before), before) << "ended once its end could";
   EXPECT_EQ(ended->load(), 3);
 }
 
@@ -94,8 +97,10 @@ TEST(TeardownThread, AnEarlierEndThatWaitsBoundsTheWaitForTheLastStart) {
     if (item == 0) gate->pass();
   });
   EXPECT_FALSE(teardown.wait_last_started(milliseconds(50)));
+  EXPECT_EQ(teardown.started(), 1u) << "the first end waits; the second has not begun";
   gate->open();
   EXPECT_TRUE(teardown.wait_last_started(seconds(10)));
+  EXPECT_EQ(teardown.started(), 2u);
   EXPECT_TRUE(teardown.finish(seconds(10), "a test teardown", "(none)"));
 }
 
@@ -105,9 +110,9 @@ TEST(TeardownThread, OneDestroyedUnfinishedIsKeptUntilItEnds) {
   {
     TeardownThread teardown(std::vector<int>{0}, [gate](int) noexcept { gate->pass(); });
   }  // destroyed without finish(): its thread goes to the registry
-  EXPECT_EQ(TeardownThread::lingering(), before + 1);
+  EXPECT_GE(TeardownThread::lingering(), before + 1);
   gate->open();
-  EXPECT_EQ(lingering_becomes(before), before);
+  EXPECT_LE(lingering_at_most(before), before);
 }
 
 }  // namespace
