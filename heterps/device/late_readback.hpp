@@ -29,7 +29,11 @@
 // (DeviceCounts::pipeline_waits), not a host sync: the card still holds the depth - 1 later
 // steps' work, so it does not idle for it, and a card slower than its host makes the host pay it
 // at most once a step (a GPU does, at a small batch: issue 31's zero host waits are round trips).
-// drain()'s and discard()'s waits are host syncs (SlotWaitReason, late_readback_types.hpp).
+// That holds for an owner that begins one slot a step, in a ring of depth >= 2 (the
+// constructor refuses 1: each step would wait for the one before it, a round trip). drain()
+// retires the slots already passed, then waits once, a host sync, for the newest slot's event
+// (the card's work ends there) and retires the rest without waiting; discard()'s waits are host
+// syncs too (SlotWaitReason, late_readback_types.hpp).
 // The wait goes through the owner's SlotWait when it gave one: the slot's step ran collectives,
 // which a peer that never joins them would leave pending forever, so the owner's communicator
 // bounds it (comm::Communicator::wait_for: it fails naming the card, the pass and step, and what
@@ -96,7 +100,9 @@ class LateReadback {
   // The wait for a slot whose copies have not completed (Event::ready false), given the slot's
   // event and tag; it returns once the event has passed (counting one host wait, as
   // counted_as(reason) says) or throws. SlotWaitReason::kDiscard: discard()'s wait, which must
-  // outlast an abort of the owner's group (there).
+  // outlast an abort of the owner's group (there). kRingFull's wait is a pipeline wait, not a
+  // round trip, only as the owner uses the ring: one begin() (or make_room() then begin()) a
+  // step, so the card still holds the depth - 1 later steps' work when the host waits.
   using SlotWait = std::function<void(const Event& event, const Tag& tag, SlotWaitReason reason)>;
 
   // `wait` may be empty: Event::synchronize, unbounded (an owner whose steps run no collective).
@@ -107,7 +113,8 @@ class LateReadback {
         tags_(depth),
         stream_(&card.stream()),
         counter_(card.make_buffer<uint64_t>(1)) {
-    GPUBOX_EXPECTS(depth >= 1 && width >= 1, "LateReadback: depth ", depth, ", width ", width);
+    GPUBOX_EXPECTS(depth >= 2 && width >= 1, "LateReadback: depth ", depth, ", width ", width,
+                   " (a ring of at least 2 slots: with 1, each step waits for the one before)");
     events_.reserve(depth);
     for (std::size_t i = 0; i < depth; ++i) {
       events_.emplace_back(card.device(), card.stream().counters(), EventTiming::kOff,
@@ -195,10 +202,16 @@ class LateReadback {
     open_ = false;
     ++pending_;
   }
-  // Retires every committed slot, oldest first (waits for the card only where a copy has not
-  // completed).
+  // Retires every committed slot, oldest first: those whose copies have completed, then, when
+  // any is left, after one wait (a host sync) for the newest slot's event, the rest (the events
+  // of one stream pass in order: no further wait; one recorded on another stream still waits,
+  // counted). The slots already passed are checked before the wait, so a check's failure is
+  // reported rather than a wait behind it that a peer never ends.
   template <class Check>
   void drain(Check&& check) {
+    while (pending_ > 0 && events_[oldest_].ready()) retire_oldest(check, SlotWaitReason::kDrain);
+    if (pending_ == 0) return;
+    wait_for_slot((oldest_ + pending_ - 1) % depth(), SlotWaitReason::kDrain);
     while (pending_ > 0) retire_oldest(check, SlotWaitReason::kDrain);
   }
   // Forgets every pending slot (after a failure: nothing more will be checked), once their

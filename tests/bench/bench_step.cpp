@@ -74,28 +74,26 @@ PredictionCounts count_predictions(const trainer::EvalResult& evaluated) {
 
 // Launches and collectives count what the host enqueued outside step graphs; a graph's work
 // is in graph_nodes (heterps/device/step_graph.hpp).
-constexpr const char* kCounts[] = {"host_syncs_per_step",
-                                   "pipeline_waits_per_step",
-                                   "allocations_per_step",
-                                   "frees_per_step",
-                                   "pinned_allocations_per_step",
-                                   "pageable_copies_per_step",
-                                   "pinned_copies_per_step",
-                                   "copy_stream_copies_per_step",
-                                   "stream_waits_per_step",
-                                   "launches_per_step",
-                                   "launches_outside_graph_per_step",
-                                   "collectives_per_step",
-                                   "graph_launches_per_step",
-                                   "graph_nodes_per_step",
-                                   "graph_captures_per_step"};
+constexpr const char* kCounts[] = {
+    "host_syncs_per_step",      "pipeline_waits_per_step", "max_pipeline_waits_in_a_step",
+    "allocations_per_step",     "frees_per_step",          "pinned_allocations_per_step",
+    "pageable_copies_per_step", "pinned_copies_per_step",  "copy_stream_copies_per_step",
+    "stream_waits_per_step",    "launches_per_step",       "launches_outside_graph_per_step",
+    "collectives_per_step",     "graph_launches_per_step", "graph_nodes_per_step",
+    "graph_captures_per_step"};
 // An evaluation over the same data after the two passes (runner.infer_batch_size = B): per card
 // per step past its warm-up, what an evaluation step costs (CardWorker::eval_step).
-constexpr const char* kEvalCounts[] = {
-    "eval_host_syncs_per_step",      "eval_pipeline_waits_per_step", "eval_allocations_per_step",
-    "eval_pageable_copies_per_step", "eval_pinned_copies_per_step",  "eval_launches_per_step",
-    "eval_collectives_per_step",     "eval_graph_launches_per_step", "eval_graph_nodes_per_step",
-    "eval_graph_captures_per_step"};
+constexpr const char* kEvalCounts[] = {"eval_host_syncs_per_step",
+                                       "eval_pipeline_waits_per_step",
+                                       "eval_max_pipeline_waits_in_a_step",
+                                       "eval_allocations_per_step",
+                                       "eval_pageable_copies_per_step",
+                                       "eval_pinned_copies_per_step",
+                                       "eval_launches_per_step",
+                                       "eval_collectives_per_step",
+                                       "eval_graph_launches_per_step",
+                                       "eval_graph_nodes_per_step",
+                                       "eval_graph_captures_per_step"};
 // Totals over every step of the first pass (all cards, its first steps included): what sizing
 // the step buffers before the pass leaves to the steps themselves.
 constexpr const char* kFirstPass[] = {"pass_step_allocations", "pass_step_frees",

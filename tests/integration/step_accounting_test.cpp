@@ -233,20 +233,23 @@ TEST(StepCounts, PerCardPerStepGraphCapturesIncluded) {
   cards[0].graph_captures = 3;
   cards[1].graph_captures = 1;
   cards[0].graph_launches = cards[1].graph_launches = 8;
+  cards[0].pipeline_waits = 2;  // both in one step: the average hides it, the maximum does not
   PassReport report;
-  append_step_counts(cards, 2, &report);
+  append_step_counts(cards, 2, /*max_pipeline_waits=*/2, &report);
   const std::map<std::string, double> extra(report.extra.begin(), report.extra.end());
   EXPECT_DOUBLE_EQ(extra.at("graph_captures_per_step"), 1.0);  // 4 over 2 cards x 2 steps
   EXPECT_DOUBLE_EQ(extra.at("graph_launches_per_step"), 4.0);
+  EXPECT_DOUBLE_EQ(extra.at("pipeline_waits_per_step"), 0.5);
+  EXPECT_DOUBLE_EQ(extra.at("max_pipeline_waits_in_a_step"), 2.0);
   EXPECT_DOUBLE_EQ(extra.at("steady_steps"), 2.0);
   std::vector<std::pair<std::string, double>> eval;
-  append_eval_step_counts(cards, 2, &eval);
+  append_eval_step_counts(cards, 2, 2, &eval);
   ASSERT_EQ(eval.size(), report.extra.size());
   for (std::size_t i = 0; i < eval.size(); ++i) {
     EXPECT_EQ(eval[i].first, "eval_" + report.extra[i].first);
     EXPECT_EQ(eval[i].second, report.extra[i].second);
   }
-  append_eval_step_counts(cards, 0, &eval);  // no steady step: nothing
+  append_eval_step_counts(cards, 0, 0, &eval);  // no steady step: nothing
   EXPECT_EQ(eval.size(), report.extra.size());
 }
 

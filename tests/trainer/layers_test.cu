@@ -331,7 +331,7 @@ TEST_F(LayersTest, FoldedReluMaskIsExactForTinyAndHugeValues) {
 // The input gradient GEMM without the chain and the mask after it (the chain would land in
 // gemm:jit's separate post-op pass; linear_gemms_onednn.cpp), over fp32 rows: fp32, and bf16
 // emulated in fp32 on a CPU without bf16 GEMMs; on one with them, bf16 keeps the chain but where
-// oneDNN would run it on its reference kernel (X's rows strided unlike dX's: x_ld 40, dx_ld 24),
+// oneDNN would run it on its reference kernel (X's rows strided unlike dX's: x_ld 40, dx_ld 48),
 // which masks after as well, over bf16 rows; no plan runs ref:any. dX against a float64 dZ W^T of
 // the operands as the GEMM reads them where the activation is positive, exactly 0 where it is 0
 // (a third of them), and the columns past dx_cols untouched; batches 0, 1, 64 and 65 of the
@@ -376,8 +376,8 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       return up(bytes);
     };
     for (const Shape s :
-         {Shape{1, 1, 1, 1, 1}, Shape{70, 33, 5, 33, 33}, Shape{0, 40, 3, 17, 24},
-          Shape{1, 40, 3, 17, 24}, Shape{64, 40, 3, 17, 24}, Shape{65, 40, 3, 17, 24}}) {
+         {Shape{1, 1, 1, 1, 1}, Shape{70, 33, 5, 33, 33}, Shape{0, 40, 3, 40, 48},
+          Shape{1, 40, 3, 40, 48}, Shape{64, 40, 3, 40, 48}, Shape{65, 40, 3, 40, 48}}) {
       SCOPED_TRACE(std::string(mode.name) + ": " + std::to_string(s.batch) + " x " +
                    std::to_string(s.in));
       DenseParameters params(card_);
@@ -407,10 +407,16 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       layer_b.prepare(s.batch);
       const std::string kernels = layer_b.describe(s.batch);
 #if defined(GPUBOX_BACKEND_CUDA)
-      // The mask is the producer's recorded one (DRELU), or X's after a plain GEMM (fallback).
-      EXPECT_TRUE(kernels.find("input grad DRELU") != std::string::npos ||
-                  kernels.find("input grad plain GEMM") != std::string::npos)
-          << kernels;
+      // The mask is the producer's recorded one (DRELU after A's RELU_AUX_BIAS forward), or X's
+      // where either GEMM fell back to the plain one (linear_gemms_cublaslt.cpp, backward_data):
+      // the trace says which ran.
+      const std::string producer = layer_a.describe(s.batch);
+      const bool drelu = kernels.find("input grad DRELU") != std::string::npos;
+      const bool relu_aux = producer.find("forward RELU_AUX_BIAS") != std::string::npos;
+      EXPECT_TRUE(drelu || kernels.find("input grad plain GEMM") != std::string::npos) << kernels;
+      EXPECT_TRUE(relu_aux || producer.find("forward plain GEMM") != std::string::npos) << producer;
+      SCOPED_TRACE(drelu && relu_aux ? "the mask A's forward recorded (DRELU)"
+                                     : "the mask by X (a plain GEMM fallback): " + producer);
 #else
       // fp32 rows run the mask after on every kernel seen (the runtime output scale keeps them
       // off brgemm).

@@ -38,7 +38,7 @@ void append_card_memory_peak(device::CardSet& cards, PassReport* report) {
 // Declared in trainer.hpp (its tests use it); defined here with the rest of the pass report's
 // step figures.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
-                        PassReport* report) {
+                        uint64_t max_pipeline_waits, PassReport* report) {
   if (steps == 0 || per_card.empty()) return;
   device::DeviceCounts total;
   for (const auto& counts : per_card) total += counts;
@@ -49,6 +49,8 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
   // The host's waits for the step a late readback's full ring holds (the card behind its host:
   // at most 1 a step; counters.hpp), apart from the round trips above.
   extra.emplace_back("pipeline_waits_per_step", total.pipeline_waits * per_step);
+  // The most of them one card's step counted (the bound is per step, not on the average).
+  extra.emplace_back("max_pipeline_waits_in_a_step", static_cast<double>(max_pipeline_waits));
   extra.emplace_back("allocations_per_step", total.allocations * per_step);
   extra.emplace_back("frees_per_step", total.frees * per_step);
   extra.emplace_back("pinned_allocations_per_step", total.pinned_allocations * per_step);
@@ -77,9 +79,10 @@ void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::
 }
 
 void append_eval_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
+                             uint64_t max_pipeline_waits,
                              std::vector<std::pair<std::string, double>>* extra) {
   PassReport counts;
-  append_step_counts(per_card, steps, &counts);
+  append_step_counts(per_card, steps, max_pipeline_waits, &counts);
   for (auto& [name, value] : counts.extra) extra->emplace_back("eval_" + name, value);
 }
 

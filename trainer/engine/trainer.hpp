@@ -185,12 +185,15 @@ class Trainer final : public Schedule {
 // pageable_copies_per_step, pinned_copies_per_step, launches_per_step (=
 // launches_outside_graph_per_step), collectives_per_step, card_copies_per_step (all outside step
 // graphs), graph_launches_per_step, graph_nodes_per_step, graph_captures_per_step (step graphs
-// captured, not replayed: 0 once a step's shape and buffers stay). Nothing when steps == 0.
+// captured, not replayed: 0 once a step's shape and buffers stay); and
+// max_pipeline_waits_in_a_step, `max_pipeline_waits`: the most pipeline waits one card's steady
+// step counted. Nothing when steps == 0.
 void append_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
-                        PassReport* report);
+                        uint64_t max_pipeline_waits, PassReport* report);
 // The same figures of an evaluation's `steps` steps past its warm-up (EvalResult::extra), each
 // name prefixed "eval_" (eval_steady_steps, eval_launches_per_step, eval_graph_nodes_per_step...).
 void append_eval_step_counts(const std::vector<device::DeviceCounts>& per_card, std::size_t steps,
+                             uint64_t max_pipeline_waits,
                              std::vector<std::pair<std::string, double>>* extra);
 
 }  // namespace trainer

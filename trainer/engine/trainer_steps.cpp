@@ -46,6 +46,11 @@ struct AbandonUnlessDone {
   }
 };
 
+// The largest of the cards' values (0 for none).
+uint64_t most_of(const std::vector<uint64_t>& per_card) {
+  return per_card.empty() ? 0 : *std::max_element(per_card.begin(), per_card.end());
+}
+
 }  // namespace
 
 // What the cards' steps of a pass tell its report.
@@ -55,6 +60,8 @@ struct Trainer::StepTally {
   // bytes it sent to other trainer processes over them.
   std::vector<device::DeviceCounts> steady;
   std::vector<uint64_t> steady_interprocess;
+  // Per card: the most pipeline waits one of its steady steps counted.
+  std::vector<uint64_t> steady_max_pipeline_waits;
   // Every card's every step, the first ones included (sizing them all before the pass is the
   // point: pass_allocations etc. in the report), and the next pass's card work between them.
   device::DeviceCounts every_step;
@@ -76,6 +83,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   StepTally tally;
   tally.steady.resize(static_cast<std::size_t>(cards));
   tally.steady_interprocess.assign(static_cast<std::size_t>(cards), 0);
+  tally.steady_max_pipeline_waits.assign(static_cast<std::size_t>(cards), 0);
   tally.steady_seconds.resize(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
@@ -126,6 +134,8 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           between_steps[static_cast<std::size_t>(c)] += card.counts() - before_work;
           if (b >= kWarmupSteps) {
             tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
+            uint64_t& most = tally.steady_max_pipeline_waits[static_cast<std::size_t>(c)];
+            most = std::max(most, worker.last_step_counts().pipeline_waits);
             tally.steady_interprocess[static_cast<std::size_t>(c)] +=
                 comm.bytes_to_other_processes() - sent_before;
             step_seconds.push_back(step_timer.seconds());
@@ -261,7 +271,8 @@ PassReport Trainer::run_pass(
 
 void Trainer::append_step_counts(const StepTally& tally, PassReport* report) const {
   const std::size_t steady = tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0;
-  trainer::append_step_counts(tally.steady, steady, report);
+  const auto& maxima = tally.steady_max_pipeline_waits;
+  trainer::append_step_counts(tally.steady, steady, most_of(maxima), report);
   append_step_times(tally.steady_seconds, report);
   append_card_memory_peak(state_->cards, report);
   // Totals over every step of the pass (every card, warm-up steps included): the step buffers
@@ -308,6 +319,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   }
   std::vector<device::DeviceCounts> eval_counts(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> steady_counts(static_cast<std::size_t>(cards));
+  // Per card: the most pipeline waits one of its steps past the warm-up counted.
+  std::vector<uint64_t> steady_max_pipeline_waits(static_cast<std::size_t>(cards), 0);
   std::size_t eval_steps = 0;  // of every card (agreed)
   s.cards.run_on_cards(
       [&](device::Card& card) {
@@ -337,8 +350,14 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
             std::copy_n(batch.labels.begin(), span.size(), result.labels.begin() + span.begin);
           }
           worker.eval_step(batch, plan.counts_of(b), predictions_out);
-          counts += card.counts() - before;
-          if (b >= kWarmupSteps) steady += card.counts() - before;
+          const device::DeviceCounts step = card.counts() - before;
+          counts += step;
+          if (b >= kWarmupSteps) {
+            steady += step;
+            uint64_t& most =
+                steady_max_pipeline_waits[static_cast<std::size_t>(card.local_index())];
+            most = std::max(most, step.pipeline_waits);
+          }
         }
         worker.drain();  // the steps' sparse checks, before the evaluation's metrics
         abandon.done = true;
@@ -363,7 +382,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
                   {"eval_step_graph_captures", static_cast<double>(steps.graph_captures)}};
   // Per card per step past the warm-up (eval_graph_launches_per_step, ...), as a pass reports.
   append_eval_step_counts(steady_counts, eval_steps > kWarmupSteps ? eval_steps - kWarmupSteps : 0,
-                          &result.extra);
+                          most_of(steady_max_pipeline_waits), &result.extra);
   return result;
 }
 

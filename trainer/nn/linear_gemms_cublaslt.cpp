@@ -168,6 +168,9 @@ struct LinearGemms::Plans {
   // read by the consumer layer's DRELU.
   device::device_buffer<char> mask;
   int64_t mask_ld = 0;
+  // The batch of the last non-empty forward (-1 before one): `mask` holds its rows, which a
+  // consumer's backward_data of that batch reads.
+  int64_t last_forward_batch = -1;
 };
 
 LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
@@ -439,6 +442,7 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias, const
   if (batch == 0) return;
   Plans& p = *plans_;
   Gemm& gemm = plan_for(p, batch, spec_.name).forward;
+  p.last_forward_batch = batch;
   const bool bf16_bias = spec_.output == ElementType::kBf16;
   GPUBOX_EXPECTS(!bf16_bias || bias_bf16 != nullptr, "layer ", spec_.name,
                  ": a bf16 output needs the bf16 copy of the bias");
@@ -486,6 +490,10 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
   }
   GPUBOX_EXPECTS(producer->spec_.relu && producer->spec_.out == spec_.in, "layer ", spec_.name,
                  ": its producer ", producer->spec_.name, " records no matching ReLU mask");
+  GPUBOX_EXPECTS(producer->plans_->last_forward_batch == batch, "layer ", spec_.name,
+                 ": its producer ", producer->spec_.name, " ran no forward of batch ", batch,
+                 " before it (its last: ", producer->plans_->last_forward_batch,
+                 "): the ReLU mask is that forward's");
   // DRELU reads the mask the producer's fused forward recorded; where either GEMM fell back to
   // the plain one, the mask comes from the input itself (x > 0, as oneDNN's path does).
   const bool recorded =

@@ -190,6 +190,9 @@ struct LinearGemms::Plans {
     bool mask_after = false;  // input_is_relu: `data` has no mask chain, ReluMask follows it
   };
   std::vector<Plan> plans;  // most recently made first
+  // The batch of the last non-empty forward (-1 before one): a consumer's backward_data demands
+  // its producer's, as cuBLASLt's DRELU reads the mask that forward recorded.
+  int64_t last_forward_batch = -1;
   // `ones` holds the ones row of db = 1^T dZ, in the GEMMs' input type.
   device::device_buffer<char> ones;
   float alpha = 1.0f;                   // backward_data's runtime output scale, read at execution
@@ -208,6 +211,10 @@ LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
   GPUBOX_EXPECTS(spec.x_ld >= spec.in && spec.y_ld >= spec.out && spec.dz_ld >= spec.out &&
                      spec.dx_ld >= spec.dx_cols,
                  "layer ", spec.name, ": a row stride is shorter than its row");
+  // oneDNN's mask reads X and could cover any columns, but cuBLASLt's DRELU covers whole rows
+  // (linear_gemms_cublaslt.cpp): refused here too, so that the cpu build refuses what a GPU does.
+  GPUBOX_EXPECTS(!spec.input_is_relu || spec.dx_cols == spec.in, "layer ", spec.name,
+                 ": the ReLU mask covers whole input rows");
   const bool wants_bf16 = spec.input == ElementType::kBf16 || spec.output == ElementType::kBf16 ||
                           spec.dx == ElementType::kBf16;
   GPUBOX_EXPECTS(!wants_bf16 || blas.bf16() != Bf16Support::kNone, "layer ", spec.name,
@@ -415,6 +422,7 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias,
                                               {DNNL_ARG_DST, out},
                                               {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
           });
+  p.last_forward_batch = batch;
   if (out != y) {
     device::parallel_for(stream, n * spec_.y_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(y)});
   }
@@ -459,9 +467,19 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
   if (batch == 0 || spec_.dx_cols == 0) return;
   Plans& p = *plans_;
   // oneDNN masks by X itself, but the cuda build reads the mask the producer's forward recorded
-  // for this batch (linear_gemms_cublaslt.cpp): its plan is demanded here too, so that a caller
-  // that never ran (nor prepared) the producer fails on the cpu as it would on a GPU.
-  if (spec_.input_is_relu) plan_for(*producer->plans_, batch, producer->spec_.name);
+  // for this batch (linear_gemms_cublaslt.cpp): the same checks here, so that a caller whose
+  // producer records no such mask, or never ran (nor prepared) it for this batch, fails on the
+  // cpu as it would on a GPU.
+  if (spec_.input_is_relu) {
+    const LinearGemmSpec& ps = producer->spec_;
+    GPUBOX_EXPECTS(ps.relu && ps.out == spec_.in, "layer ", spec_.name, ": its producer ", ps.name,
+                   " records no matching ReLU mask");
+    plan_for(*producer->plans_, batch, ps.name);
+    GPUBOX_EXPECTS(producer->plans_->last_forward_batch == batch, "layer ", spec_.name,
+                   ": its producer ", ps.name, " ran no forward of batch ", batch,
+                   " before it (its last: ", producer->plans_->last_forward_batch,
+                   "): the ReLU mask is that forward's");
+  }
   const device::Stream& stream = blas_->stream();
   const auto n = static_cast<std::size_t>(batch);
   if (p.emulated) {

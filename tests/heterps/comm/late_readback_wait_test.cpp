@@ -89,7 +89,8 @@ class DeferredStreams {
 // a card behind its host, as a GPU is at a small batch) is waited for through the communicator:
 // one pipeline wait, no host sync (the card still holds the later step's work); with the group
 // aborted, the retire fails naming the slot's pass and step, leaves the slot pending, and
-// discard() still forgets it, its waits host syncs; drain()'s wait is a host sync too.
+// discard() still forgets it, its waits host syncs; drain() waits once, a host sync, for the
+// newest slot.
 TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
   GPUBOX_IN_PROCESS_ONLY("deferred streams are the cpu backend's");
   const DeferredStreams defer;
@@ -134,22 +135,48 @@ TEST(BoundedEventWait, ALateReadbackSlotWaitsThroughTheCommunicator) {
     EXPECT_EQ(discarded.pipeline_waits, 0u);
     EXPECT_EQ(*hosts[2], 0x5a5a5a5au);  // step 2's copy ran before its slot was given up
   });
-  // drain(): the end of the steps, a host sync for the slot still queued.
+  // drain(): the end of the steps. The slot already passed is checked first, then one wait, a
+  // host sync, for the newest slot (its event passes after the older ones'), and the rest are
+  // checked without waiting.
   CardGroup fresh(1);
   fresh.run([&](device::Card& card, Communicator& comm) {
     auto value = card.make_buffer<uint32_t>(1);
     device::memset_bytes_async(value.data(), 0, value.bytes(), card.stream());
-    device::LateReadback<uint32_t, Tag> ring(card, 2, 1,
-                                             bounded_slot_wait<Tag>(comm, "the test's status"));
-    const auto slot = ring.begin([](const Tag&, const uint32_t*) {});
-    *slot.tag = Tag{0, 0};
-    ring.copy_on_card(card.stream(), {{value.data(), 0, sizeof(uint32_t)}});
-    ring.commit(card.stream());
+    std::vector<std::string> events;
+    const auto bounded = bounded_slot_wait<Tag>(comm, "the test's status");
+    device::LateReadback<uint32_t, Tag> ring(
+        card, 3, 1, [&](const device::Event& event, const Tag& tag, device::SlotWaitReason why) {
+          events.push_back("wait " + std::to_string(tag.step));
+          bounded(event, tag, why);
+        });
+    const auto check = [&](const Tag& tag, const uint32_t*) {
+      events.push_back("check " + std::to_string(tag.step));
+    };
+    for (int64_t step = 0; step < 3; ++step) {
+      const auto slot = ring.begin(check);
+      *slot.tag = Tag{0, step};
+      ring.copy_on_card(card.stream(), {{value.data(), 0, sizeof(uint32_t)}});
+      ring.commit(card.stream());
+      if (step == 0) card.stream().synchronize();  // step 0's copy has run, the others are queued
+    }
     const device::DeviceCounts before = card.counts();
-    ring.drain([](const Tag&, const uint32_t*) {});
+    ring.drain(check);
     const device::DeviceCounts drained = card.counts() - before;
+    EXPECT_EQ(events, std::vector<std::string>({"check 0", "wait 2", "check 1", "check 2"}));
     EXPECT_EQ(drained.host_syncs, 1u);
     EXPECT_EQ(drained.pipeline_waits, 0u);
+    EXPECT_EQ(ring.pending(), 0u);
+  });
+}
+
+// A ring of one slot would make each step wait for the one before it (a round trip, not a
+// pipeline wait): refused.
+TEST(BoundedEventWait, ALateReadbackHasAtLeastTwoSlots) {
+  CardGroup cg(1);
+  cg.run([&](device::Card& card, Communicator&) {
+    const std::string error =
+        error_of([&] { device::LateReadback<uint32_t, Tag> ring(card, 1, 1); });
+    EXPECT_THAT(error, HasSubstr("LateReadback: depth 1, width 1 (a ring of at least 2 slots"));
   });
 }
 

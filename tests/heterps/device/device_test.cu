@@ -398,5 +398,28 @@ TEST(DeviceCounters, AllocationWhileACollectiveIsInFlightIsCountedAndFatalUnderT
   set_device_check(was);
 }
 
+// A pipeline wait (a late readback's full ring: the card still runs the later steps' work) leaves
+// the collective window open; a host sync (and a wait counted as one) closes it.
+TEST(DeviceCounters, APipelineWaitKeepsTheCollectiveWindowAHostSyncClosesIt) {
+  CardCounters counters;
+  counters.add_collective("all_to_all_v", /*blocking=*/false);
+  counters.add_pipeline_wait();
+  counters.add_host_wait(HostWait::kPipeline);
+  EXPECT_STREQ(counters.add_allocation(), "all_to_all_v");
+  EXPECT_EQ(counters.snapshot().pipeline_waits, 2u);
+  EXPECT_EQ(counters.snapshot().host_syncs, 0u);
+  counters.add_host_sync();
+  EXPECT_EQ(counters.add_allocation(), nullptr);
+  counters.add_collective("all_reduce_sum", /*blocking=*/false);
+  EXPECT_STREQ(counters.add_allocation(), "all_reduce_sum");
+  counters.add_host_wait(HostWait::kSync);
+  EXPECT_EQ(counters.add_allocation(), nullptr);
+  const DeviceCounts counts = counters.snapshot();
+  EXPECT_EQ(counts.host_syncs, 2u);
+  EXPECT_EQ(counts.pipeline_waits, 2u);
+  EXPECT_EQ(counts.allocations, 4u);
+  EXPECT_EQ(counts.window_allocations, 2u);
+}
+
 }  // namespace
 }  // namespace gpubox::device
