@@ -13,7 +13,6 @@
 #include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -98,30 +97,14 @@ struct Tiers {
     for (int i = 0; i < 200 && manager->next_pass_phase(0) != phase &&
                     manager->next_pass_phase(0) != Phase::kOff;
          ++i) {
-      let_card_finish(card_set.card(0));
       manager->prepare_next_pass(0);
     }
   }
   // `rounds` chunks of the next pass's work on every card, each on its card's thread.
   void prepare(int rounds) {
     card_set.run_on_cards([&](device::Card& card) {
-      for (int i = 0; i < rounds; ++i) {
-        let_card_finish(card);
-        manager->prepare_next_pass(card.local_index());
-      }
+      for (int i = 0; i < rounds; ++i) manager->prepare_next_pass(card.local_index());
     });
-  }
-  // The trainer calls prepare_next_pass after a step, time for the card to run the chunks in
-  // flight; these tests call it back to back, so on a GPU (chunks run asynchronously; a chunk
-  // still in flight holds its phase) a call first lets the card finish, polling
-  // (Stream::ready: no counted wait). cpu: the work ran when enqueued, or waits on purpose
-  // (GPUBOX_DEVICE_CHECK=defer, whose check a drain here would weaken).
-  static void let_card_finish(const device::Card& card) {
-#if defined(GPUBOX_BACKEND_CUDA)
-    while (!card.stream().ready() || !card.copy_stream().ready()) std::this_thread::yield();
-#else
-    (void)card;
-#endif
   }
 
   device::CardSet card_set;
