@@ -95,9 +95,10 @@ class CardSparseStore {
   std::size_t create_missing_rows(const uint64_t* keys, const int32_t* slots, std::size_t n,
                                   row_index_t* out_row_indices, std::size_t missing,
                                   const device::Stream& stream);
-  // Every live key and its row handle (slot order: unspecified across stores and runs,
-  // hash_table.hpp) into keys_out / rows_out, resized to the count; only the dirty rows when
-  // `dirty_only`. 12 bytes per entry, no row is copied. Returns the count. Synchronizes.
+  // Every live key and its row handle (slot order: unspecified across stores and runs, and so,
+  // after a compact_pool, are the handles themselves: hash_table.hpp) into keys_out / rows_out,
+  // resized to the count; only the dirty rows when `dirty_only`. 12 bytes per entry, no row is
+  // copied. Returns the count. Synchronizes.
   std::size_t list_entries(bool dirty_only, device::device_buffer<uint64_t>& keys_out,
                            device::device_buffer<row_index_t>& rows_out,
                            const device::Stream& stream) const;
@@ -174,8 +175,9 @@ class CardSparseStore {
   // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,
   // erased, inserted again, a page at a time), then the pages above are freed. A pool keeps its
   // pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages of
-  // both. Every row must be clean (a pass boundary): the moved rows come back clean. Returns the
-  // pages freed. Synchronizes.
+  // both. Every row must be clean (a pass boundary): the moved rows come back clean, at handles
+  // that follow the listing's slot order (unspecified: hash_table.hpp). Returns the pages freed.
+  // Synchronizes.
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch.
   void reserve(std::size_t new_keys, const device::Stream& stream);

@@ -12,8 +12,11 @@
 // kEmptyKey and kErasedKey, which mark slot states, are kept in two side slots. The probing code
 // (detail/probe.cuh) is written once for host and card and driven by parallel_for. Listings
 // (dump*, list_slots_async) come in slot order, which hangs on how concurrent inserts interleave:
-// unspecified across tables, runs and backends. This header is the host API (g++ alone compiles
-// it); the device views for functors (TableFindRef, TableInsertRef) are in hash_table.cuh.
+// unspecified across tables, runs and backends. So are the row handles that follow from a
+// listing: the rows CardSparseStore::compact_pool moves, in listing order, onto free rows, and the
+// free list's order after it; a key's row handle is no more comparable across tables than its
+// slot. This header is the host API (g++ alone compiles it); the device views for functors
+// (TableFindRef, TableInsertRef) are in hash_table.cuh.
 //
 // Bulk API over card ranges (keys/out pointers in this card's memory), stream last. Calls that
 // return a count synchronize `stream`; the others are only stream-ordered. `stream` must be the

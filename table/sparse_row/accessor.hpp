@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "common/config/config_enums.hpp"
+#include "common/float_rn.hpp"
 #include "common/half.hpp"
 #include "common/hash.hpp"
 #include "common/macros.hpp"
@@ -353,11 +354,16 @@ GPUBOX_HD inline void row_into_record(const float* row, const RowLayout& record,
   for (int32_t i = own; i < record.stride(); ++i) out[i] = 0.0f;
 }
 
+// nonclk_coeff * (show - click) + clk_coeff * click, each operation rounded on its own
+// (common/float_rn.hpp): the card and the host get the same bits, so a row one ulp from a
+// threshold is created, evicted or shrunk alike on both (nvcc would contract it into an FMA).
+GPUBOX_HD inline float show_click_score(float show, float click, const AccessorConfig& cfg) {
+  return add_rn(mul_rn(cfg.nonclk_coeff, sub_rn(show, click)), mul_rn(cfg.clk_coeff, click));
+}
+
 // show/click score used by the creation rule, eviction and shrink.
 GPUBOX_HD inline float row_score(const float* row, const AccessorConfig& cfg) {
-  const float show = row[RowLayout::kShow];
-  const float click = row[RowLayout::kClick];
-  return cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  return show_click_score(row[RowLayout::kShow], row[RowLayout::kClick], cfg);
 }
 
 namespace detail {

@@ -277,8 +277,8 @@ GPUBOX_HD GPUBOX_FORCEINLINE void update_part(SparseOptimizerKind kind, PartWeig
 
 // Applies one merged push record to `row` (the step of one key in one batch), in the order of
 // Paddle's accessors (CtrCommonAccessor::Update, heter_ps dy_mf_update_value):
-//   show/click += the push's show/click; delta_score += nonclk*(show-click) + clk*click of the
-//   push; unseen_days = 0; embed_w takes one optimizer step (when embed_threshold > 0: only once
+//   show/click += the push's show/click; delta_score += show_click_score of the push;
+//   unseen_days = 0; embed_w takes one optimizer step (when embed_threshold > 0: only once
 //   the row's new score reaches it; by default always, as in Paddle); then, if the embedx part
 //   existed before this step it takes one step, otherwise it is created when the row's new
 //   score reaches embedx_threshold (its gradient of this step is not applied).
@@ -295,7 +295,7 @@ GPUBOX_HD GPUBOX_FORCEINLINE bool apply_push(float* row, const RowLayout& any_la
   const float click = push[PushRecord::kClick];
   row[RowLayout::kShow] += show;
   row[RowLayout::kClick] += click;
-  row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  row[RowLayout::kDeltaScore] += table::show_click_score(show, click, cfg);
   row[RowLayout::kUnseenDays] = 0.0f;
   // A key without a show takes its gradient as is.
   const float scale = cfg.show_scale && show > 1.0f ? show : 1.0f;
@@ -330,7 +330,7 @@ GPUBOX_HD inline void apply_delta(float* row, const RowLayout& any_layout,
   const float click = delta[PushRecord::kClick];
   row[RowLayout::kShow] += show;
   row[RowLayout::kClick] += click;
-  row[RowLayout::kDeltaScore] += cfg.nonclk_coeff * (show - click) + cfg.clk_coeff * click;
+  row[RowLayout::kDeltaScore] += table::show_click_score(show, click, cfg);
   row[RowLayout::kUnseenDays] = 0.0f;
   const SparseOptimizerConfig& opt = cfg.optimizer;
   table::write_embed_w(

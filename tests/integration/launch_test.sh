@@ -130,14 +130,30 @@ trap 'rm -rf "$work"' EXIT
 
 # Collective mode as fleetrun --gpus=0,1 starts it: no servers; 1 trainer on both cards, then 2
 # trainers of one card each (the shipped config_collective.yaml, saves included), logs as fleetrun's.
-# They need 2 cards: simulated on the cpu build, GPUs on the cuda build (skipped with fewer).
+# They need 2 cards: simulated on the cpu build, GPUs on the cuda build (skipped with fewer). The
+# GPUs counted are the engine's (cudaGetDeviceCount: CUDA_VISIBLE_DEVICES and MIG applied), from
+# gpubox_bench devices where the build has it; else nvidia-smi's physical GPUs, capped by
+# CUDA_VISIBLE_DEVICES (MIG instances not seen).
 gpus=2
+counted_by="the cpu build's simulated cards"
 if grep -q '^GPUBOX_BACKEND:STRING=cuda' "$GPUBOX_BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
-  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    visible="$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c . || true)"
-    [ "$visible" -ge "$gpus" ] || gpus="$visible"
+  gpus=0
+  if [ -x "$GPUBOX_BUILD_DIR/bin/gpubox_bench" ]; then
+    counted_by="gpubox_bench devices (cudaGetDeviceCount)"
+    # It fails when no GPU is visible: 0.
+    gpus="$(timeout 60 "$GPUBOX_BUILD_DIR/bin/gpubox_bench" devices --json 2>/dev/null |
+      sed -n 's/.*"gpus": \([0-9]*\).*/\1/p' || true)"
+  elif command -v nvidia-smi >/dev/null; then
+    counted_by="nvidia-smi -L (no gpubox_bench built; physical GPUs, MIG instances not seen)"
+    gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+    if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+      visible="$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c . || true)"
+      [ "$visible" -ge "$gpus" ] || gpus="$visible"
+    fi
+  else
+    counted_by="nothing (no gpubox_bench built, no nvidia-smi)"
   fi
+  gpus="${gpus:-0}"
 fi
 if [ "$gpus" -ge 2 ]; then
   for workers in 1 2; do
@@ -154,7 +170,7 @@ if [ "$gpus" -ge 2 ]; then
   done
   grep -q "worker 1 of 2 on cards 1 " out.txt || fail "trainer 1 was not given card 1"
 else
-  echo "launch_test: Collective --gpus 0,1 skipped: needs 2 GPUs, this machine has $gpus"
+  echo "launch_test: SKIPPED Collective --gpus 0,1 (1 and 2 trainers): needs 2 GPUs, $gpus counted by $counted_by"
 fi
 status=0
 "$repo/scripts/launch.sh" --gpus 0,1,2 --worker_num 2 >out.txt 2>&1 || status=$?

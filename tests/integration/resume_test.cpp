@@ -225,8 +225,11 @@ TEST_F(Resume, AStopWithinAPassStopsEveryCardAfterTheSameStepAndSavesNothingOfIt
       Trainer first(config(stopped_dir, keys), env());
       EXPECT_EQ(passes(first.train("", hooks)), (std::vector<int64_t>{0}));
       // Both cards stopped after pass 1's first step (a card stopping alone would leave the
-      // other waiting in the step's collectives); their dense parameters are one model.
-      EXPECT_EQ(first.dense_values(0), first.dense_values(first.num_cards() - 1));
+      // other waiting in the step's collectives); their dense parameters are one model. With one
+      // card (cards_here) there is no second to compare, and the progress checks below remain.
+      if (first.num_cards() > 1) {
+        EXPECT_EQ(first.dense_values(0), first.dense_values(first.num_cards() - 1));
+      }
       EXPECT_NE(first.dense_values(0), straight.dense_values(0));
       EXPECT_EQ(first.passes_done(), 1);
       bool pass_0_ended = false;

@@ -272,7 +272,8 @@ INSTANTIATE_TEST_SUITE_P(Cards, PassManagerStagingTest,
 
 // Eviction removes exactly the `excess` rows outside the pass with the lowest (score, key): an
 // oracle from the card rows' scores before each begin_pass (many rows share a score, so the key
-// decides among them), over passes that overlap, are all on the card, or are empty.
+// decides among them), over passes that overlap, are all on the card, or are empty. The host's
+// row_score is the card's bit for bit (each operation rounded alike: show_click_score).
 TEST(PassManager, EvictionRemovesTheLowestScoredRowsOutsideThePass) {
   GPUBOX_REQUIRE_CARDS(1);
   PassManagerOptions options;

@@ -427,6 +427,66 @@ TEST(SparseOptimizer, EmbedThresholdCountsBeforeItLearns) {
   EXPECT_FLOAT_EQ(row[RowLayout::kEmbedW], w0 - 0.5f * (0.8f + 0.25f * w0));
 }
 
+// The show/click score decides creation and must round on the card as on the host
+// (show_click_score): for each (show, click) whose score a fused multiply-add (nvcc's default
+// contraction, either way round) would round otherwise, embedx_threshold is set to each of those
+// values in turn, so a contracted score lands on the other side of it; on every fresh row the
+// card creates the embedx part exactly when the host does, with the host's delta_score bits.
+TEST(SparseOptimizer, TheCardCreatesWhatTheHostDoesAtTheThreshold) {
+  AccessorConfig cfg = make_config(SparseOptimizerKind::kSgd, 2);
+  cfg.clk_coeff = 2.0f;
+  const RowLayout layout = RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+  const std::size_t stride = static_cast<std::size_t>(layout.stride());
+  const std::size_t push_dim = static_cast<std::size_t>(layout.push_dim());
+  std::vector<float> pushes;  // (show, click) of every pair, zero gradients
+  std::vector<float> thresholds;
+  for (int show = 0; show < 50; ++show) {
+    for (int click = 0; click <= std::min(show, 4); ++click) {
+      const float s = static_cast<float>(show), c = static_cast<float>(click);
+      pushes.resize(pushes.size() + push_dim, 0.0f);
+      pushes[pushes.size() - push_dim] = s;
+      pushes[pushes.size() - push_dim + 1] = c;
+      const float score = show_click_score(s, c, cfg);
+      for (float fused : {std::fma(cfg.nonclk_coeff, s - c, cfg.clk_coeff * c),
+                          std::fma(cfg.clk_coeff, c, cfg.nonclk_coeff * (s - c))}) {
+        if (fused != score) thresholds.insert(thresholds.end(), {score, fused});
+      }
+    }
+  }
+  ASSERT_FALSE(thresholds.empty());
+  const std::size_t n = pushes.size() / push_dim;
+  std::vector<uint64_t> keys(n);
+  for (std::size_t i = 0; i < n; ++i) keys[i] = 1000 + i;
+  device::CardSet cards = device::CardSet::from_list("0");
+  device::Card& card = cards.card(0);
+  card.activate();
+  auto d_pushes = device::to_device(pushes, card.memory(), card.stream());
+  auto d_keys = device::to_device(keys, card.memory(), card.stream());
+  auto created = card.make_buffer<uint8_t>(n);
+  std::size_t creations = 0;
+  for (float threshold : thresholds) {
+    cfg.embedx_threshold = threshold;
+    std::vector<float> host(n * stride);
+    for (std::size_t i = 0; i < n; ++i) init_row(host.data() + i * stride, layout, cfg, keys[i], 1);
+    auto rows = device::to_device(host, card.memory(), card.stream());
+    device::parallel_for(
+        card.stream(), n,
+        ApplyPushes{rows.data(), d_pushes.data(), d_keys.data(), created.data(), layout, cfg});
+    const std::vector<uint8_t> made = device::to_host(created);
+    const std::vector<float> card_rows = device::to_host(rows);
+    for (std::size_t i = 0; i < n; ++i) {
+      float* row = host.data() + i * stride;
+      const bool host_made = apply_push(row, layout, cfg, keys[i], pushes.data() + i * push_dim);
+      ASSERT_EQ(made[i] != 0, host_made) << "show " << pushes[i * push_dim] << " click "
+                                         << pushes[i * push_dim + 1] << " threshold " << threshold;
+      ASSERT_EQ(card_rows[i * stride + RowLayout::kDeltaScore], row[RowLayout::kDeltaScore]);
+      creations += host_made;
+    }
+  }
+  EXPECT_GT(creations, 0u);  // the thresholds fall among the scores: some rows, not all
+  EXPECT_LT(creations, n * thresholds.size());
+}
+
 // main's scalar adam (before the vector loop), verbatim but for the weights' storage: the
 // oracle of the row loop below. A volatile read keeps it one weight at a time.
 float oracle_clip_weight(float w, const PartRule& rule) {
