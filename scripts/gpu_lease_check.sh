@@ -9,6 +9,15 @@
 #          step graphs, without, and on a cpu build when GPUBOX_LEASE_CPU_BIN names one
 #   tests  the step's unit tests first (--tests, in that order), each under --test-timeout
 #   san    compute-sanitizer over a few step tests (only when GPUBOX_LEASE_SAN_S > 0)
+#   all    with GPUBOX_LEASE_ALL_P=P (> 0), instead of `tests`: every test binary of the bundle, P at
+#          a time on the one machine (the longest first when GPUBOX_LEASE_ORDER names a file of test
+#          names, e.g. the names of a build's Testing/Temporary/CTestCostData.txt sorted by cost), each
+#          under GPUBOX_LEASE_ALL_TEST_S (60), the phase under GPUBOX_LEASE_TESTS_S; gc/all/ gets each
+#          binary's log and summary.txt (rc, seconds, gtest's totals; CUT: still running at the limit).
+#          The first lease's sequential phase ran 25 of 84 binaries in 220 s; in parallel all fit.
+# When the machine's cuBLAS or NCCL do not resolve from the default paths (ldd says "not found"),
+# they are looked for under /usr/local/cuda*, /usr/lib*, /opt and Python's nvidia packages, and the
+# folders found are put on LD_LIBRARY_PATH (the console says which).
 # Each phase is killed at its limit (the gpubox processes it left with it). OUT_DIR gets each
 # phase's console log, nvidia-smi's output and gc.tgz with every phase's gpu_check folder (its files
 # under 2 MiB: a lease brings back at most 16 MiB a file; gc/large_files.txt names those left out,
@@ -44,6 +53,14 @@ src="$(awk -F'\t' '$1 == "source_dir" { print $2 }' "$bundle/test_paths.txt" 2>/
 if [ -n "$src" ] && [ -d "$src/configs" ] && [ ! -e "$src/build-cuda" ]; then
   mkdir -p "$src/build-cuda" && ln -s "$bundle/bin" "$src/build-cuda/bin" && echo "linked $src/build-cuda/bin -> $bundle/bin"
 fi
+# cuBLAS / NCCL: the H200 lease's image had them in /usr/local/cuda/targets/x86_64-linux/lib and
+# /usr/lib/x86_64-linux-gnu.
+for lib in $(ldd "$bundle/bin/gpubox_train" 2>/dev/null | awk '/not found/ { print $1 }' | grep -E 'cublas|nccl'); do
+  found="$(find /usr/local/cuda*/ /usr/lib /usr/lib64 /opt -name "$lib" 2>/dev/null | head -n 1)"
+  echo "library $lib: ${found:-NOT FOUND (item 2 of gpu_check says so)}"
+  [ -z "$found" ] || LD_LIBRARY_PATH="$(dirname "$found")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+done
 nvidia-smi > "$out/smi.txt" 2>&1
 head -n 15 "$out/smi.txt"
 
@@ -69,10 +86,43 @@ cpu_bin=()
 [ -z "${GPUBOX_LEASE_CPU_BIN:-}" ] || cpu_bin=(--cpu-bin "$GPUBOX_LEASE_CPU_BIN")
 phase pred "${GPUBOX_LEASE_PRED_S:-90}" --skip-tests --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench \
   --skip-varying --lines "${GPUBOX_LEASE_LINES:-400000}" --batch 512 --run-timeout 40 "${cpu_bin[@]}"
-phase tests "${GPUBOX_LEASE_TESTS_S:-170}" --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
-  --skip-predictions \
-  --test-timeout 40 --tests "${GPUBOX_LEASE_TESTS:-$step_tests}"
-grep -E ' ok | FAILED |SKIPPED' "$out/tests.log" | head -n 40
+# all_tests P PER_TEST_S PHASE_S: every bin/*_test, P at a time, into gc/all/.
+all_tests() {
+  local dir="$work/gc/all" order="${GPUBOX_LEASE_ORDER:-/dev/null}"
+  mkdir -p "$dir"
+  [ -f "$order" ] || order=/dev/null
+  echo "==== phase all ($1 at a time, $2 s each, limit $3 s) at $(elapsed) s"
+  # The tests' compiled-in source folder (test_paths.txt), linked to the bundle for the phase.
+  local linked=0
+  if [ -n "$src" ] && [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$bundle" "$src" && linked=1
+  fi
+  # shellcheck disable=SC2016 # the per-binary script expands its variables itself
+  (cd "$bundle" && for f in bin/*_test; do echo "${f#bin/}"; done |
+    awk 'NR == FNR { rank[$1] = NR; next } { print (($1 in rank) ? rank[$1] : 100000), $1 }' "$order" - |
+    sort -n | cut -d' ' -f2 |
+    GPUBOX_DEVICE_CHECK=1 DIR="$dir" T="$2" timeout -k 3 "$3" xargs -P "$1" -I{} bash -c '
+      echo {} >> "$DIR/started.txt"; s=$(date +%s); timeout -k 3 "$T" bin/{} > "$DIR/{}.log" 2>&1; rc=$?
+      printf "%-40s rc=%-3s %4ss %s\n" {} $rc $(($(date +%s) - s)) \
+        "$(grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test" "$DIR/{}.log" | tr -s " " | tr "\n" " ")" >> "$DIR/summary.txt"')
+  pkill -9 -f "$bundle/bin/" 2>/dev/null
+  local t
+  while read -r t; do
+    grep -q "^$t " "$dir/summary.txt" 2>/dev/null || echo "$t CUT at the phase's limit" >> "$dir/summary.txt"
+  done < <(cat "$dir/started.txt" 2>/dev/null)
+  ((linked)) && rm -f "$src"
+  sort -o "$dir/summary.txt" "$dir/summary.txt" 2>/dev/null
+  grep -v ' rc=0 ' "$dir/summary.txt" 2>/dev/null | head -n 40
+  echo "$(grep -c ' rc=0 ' "$dir/summary.txt" 2>/dev/null) of $(wc -l < "$dir/summary.txt") binaries passed"
+}
+if ((${GPUBOX_LEASE_ALL_P:-0} > 0)); then
+  all_tests "$GPUBOX_LEASE_ALL_P" "${GPUBOX_LEASE_ALL_TEST_S:-60}" "${GPUBOX_LEASE_TESTS_S:-170}" | tee "$out/all.log"
+else
+  phase tests "${GPUBOX_LEASE_TESTS_S:-170}" --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
+    --skip-predictions \
+    --test-timeout 40 --tests "${GPUBOX_LEASE_TESTS:-$step_tests}"
+  grep -E ' ok | FAILED |SKIPPED' "$out/tests.log" | head -n 40
+fi
 if ((${GPUBOX_LEASE_SAN_S:-0} > 0)); then
   phase san "$GPUBOX_LEASE_SAN_S" --skip-tests "${skip_rest[@]}" --skip-step --skip-bench --skip-varying --skip-predictions \
     --sanitizer-timeout 40 --sanitizer-tests "${GPUBOX_LEASE_SAN_TESTS:-device_test,heter_comm_padded_test,step_accounting_test}"
