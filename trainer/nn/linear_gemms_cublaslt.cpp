@@ -442,10 +442,11 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias, const
   if (batch == 0) return;
   Plans& p = *plans_;
   Gemm& gemm = plan_for(p, batch, spec_.name).forward;
-  p.last_forward_batch = batch;
   const bool bf16_bias = spec_.output == ElementType::kBf16;
   GPUBOX_EXPECTS(!bf16_bias || bias_bf16 != nullptr, "layer ", spec_.name,
                  ": a bf16 output needs the bf16 copy of the bias");
+  // Set once the checks passed: a forward that threw has not run (as the oneDNN backend).
+  p.last_forward_batch = batch;
   if (gemm.plain) {
     // No mask is recorded: the consumer layer's backward_data masks by its input instead.
     run(gemm, blas_->backend(), blas_->stream(), 1.0f, w, x, y);
