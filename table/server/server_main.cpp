@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "common/config/slot_dims.hpp"
 #include "common/logging.hpp"
 #include "common/malloc_reuse.hpp"
+#include "table/io/rooted_env.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/host_tier_factory.hpp"
@@ -283,6 +285,19 @@ Status apply_server_flags(ServerOptions* options) {
   options->shard_id = static_cast<uint32_t>(FLAGS_shard_id);
   options->shard_num = static_cast<uint32_t>(FLAGS_shard_num);
   options->data_dir = FLAGS_data_dir;
+  // A data_dir the server cannot open (a file, no permission) would fail every SAVE and LOAD of
+  // the job later; the binary refuses to start instead (an in-process server only warns).
+  if (!FLAGS_data_dir.empty()) {
+    std::error_code ec;  // a missing folder is made, as the server does
+    std::filesystem::create_directories(FLAGS_data_dir, ec);
+    auto env = io::RootedEnv::open(FLAGS_data_dir);
+    if (!env.ok()) {
+      return Status::InvalidArgument("--data_dir '" + FLAGS_data_dir +
+                                     "': " + env.status().message() +
+                                     " (SAVE and LOAD would fail: give a folder the server can "
+                                     "write)");
+    }
+  }
   options->max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
   options->exit_when_job_ends = FLAGS_exit_when_job_ends;
   if (!FLAGS_auth_token_file.empty()) {

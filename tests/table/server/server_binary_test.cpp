@@ -345,6 +345,18 @@ TEST_F(ServerBinary, BadStartupIsAClearError) {
   std::ifstream log(dir_ / "server.log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("does-not-exist"), std::string::npos) << text;
+
+  // A data_dir that is a file: refused at start, naming the flag, not a warning and a server
+  // whose every SAVE and LOAD fails later.
+  const fs::path file = dir_ / "not-a-folder";
+  std::ofstream(file) << "x";
+  ServerProcess on_a_file;
+  EXPECT_FALSE(on_a_file.start(args({"--data_dir", file.string()}), dir_ / "file.log"));
+  EXPECT_EQ(on_a_file.wait(5), 1);
+  std::ifstream file_log(dir_ / "file.log");
+  const std::string file_text((std::istreambuf_iterator<char>(file_log)),
+                              std::istreambuf_iterator<char>());
+  EXPECT_NE(file_text.find("--data_dir '" + file.string() + "'"), std::string::npos) << file_text;
 }
 
 // Issue #12 item 1: out of descriptors, the server used to retry accept() at once, forever (a
