@@ -65,7 +65,8 @@ endfunction()
 # an expression by default), for loops whose vectorized, per-item and per-ISA forms must give the
 # same bits. It also defines GPUBOX_FP_CONTRACT_OFF, which heterps/device/isa_clones.cuh requires.
 # Call it after the sources' gpubox_device_sources (which sets their COMPILE_OPTIONS). cuda:
-# nothing.
+# nothing. The root CMakeLists.txt now turns contraction off for every host source too
+# (common/float_rn.hpp); this keeps the clones' sources saying what they rely on.
 function(gpubox_no_fp_contract)
   if(GPUBOX_BACKEND STREQUAL "cpu")
     set_property(SOURCE ${ARGN} APPEND PROPERTY COMPILE_OPTIONS -ffp-contract=off)

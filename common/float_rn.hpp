@@ -3,17 +3,18 @@
 // rows are created and evicted, on the card and on the cpu/parameter-server host). nvcc contracts
 // a * b + c into one fused multiply-add by default (one rounding where the host rounds twice);
 // its __fmul_rn / __fadd_rn are never contracted. On the host the operators are used as they
-// are: GPUBox's host build targets the x86-64 baseline, which has no FMA to contract into, and
-// the sources built for FMA targets (gpubox_no_fp_contract, cmake/GpuboxBackend.cmake) build
-// without contraction. A host build for an FMA target without that stops below: g++ contracts
+// are: the project builds all host code with -ffp-contract=off (the root CMakeLists.txt, which
+// defines GPUBOX_FP_CONTRACT_OFF), whatever target a user's -march names. A host build of this
+// header outside that, for a target with FMA (or with -ffast-math), stops below: g++ contracts
 // across statements and inlined calls, so no spelling of the expression prevents it.
 #pragma once
 
 #include "common/macros.hpp"
 
-// __FP_FAST_FMAF: the target has FMA (g++, clang: -mfma, -march=native); GPUBOX_FP_CONTRACT_OFF:
-// the build says it turned contraction off (gpubox_no_fp_contract defines it).
-#if !defined(__CUDA_ARCH__) && defined(__FP_FAST_FMAF) && !defined(GPUBOX_FP_CONTRACT_OFF)
+// __FMA__ (x86 -mfma, -march=native), __FP_FAST_FMAF (g++; AArch64), __FAST_MATH__: a target or
+// mode that can contract; GPUBOX_FP_CONTRACT_OFF: the build turned contraction off.
+#if !defined(__CUDA_ARCH__) && !defined(GPUBOX_FP_CONTRACT_OFF) && \
+    (defined(__FMA__) || defined(__FP_FAST_FMAF) || defined(__FAST_MATH__))
 #error "float_rn.hpp: a host build for FMA needs -ffp-contract=off -DGPUBOX_FP_CONTRACT_OFF=1"
 #endif
 
