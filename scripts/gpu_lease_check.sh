@@ -36,6 +36,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 [ -f "$tarball" ] || { echo "gpu_lease_check: no bundle '$tarball'" >&2; exit 1; }
+for var in GPUBOX_LEASE_TRAIN_S GPUBOX_LEASE_PRED_S GPUBOX_LEASE_TESTS_S GPUBOX_LEASE_SAN_S \
+           GPUBOX_LEASE_LINES GPUBOX_LEASE_ALL_P GPUBOX_LEASE_ALL_TEST_S; do
+  [[ "${!var:-0}" =~ ^[0-9]+$ ]] || { echo "gpu_lease_check: $var must be a whole number, got '${!var}'" >&2; exit 2; }
+done
 mkdir -p "$out" || exit 1
 work="$(mktemp -d "${TMPDIR:-/tmp}/gpubox-lease.XXXXXX")"
 tar xJf "$tarball" -C "$work" || { echo "gpu_lease_check: cannot extract '$tarball'" >&2; exit 1; }
