@@ -43,6 +43,14 @@ Workload make_workload(std::size_t n, const table::RowLayout& layout, uint64_t s
   w.rows.resize(n * w.stride);
   std::uniform_real_distribution<float> u(0.0f, 10.0f);
   for (auto& v : w.rows) v = u(rng);
+  // Rows a save can load back: a whole slot number and the row's own embedx width (a load
+  // refuses a record whose slot is not a whole number).
+  for (std::size_t i = 0; i < n; ++i) {
+    float* row = w.rows.data() + i * w.stride;
+    row[layout.slot()] = static_cast<float>(rng() % 26);
+    row[layout.mf_dim_offset()] = static_cast<float>(layout.mf_dim);
+    row[layout.mf_size()] = static_cast<float>(layout.mf_dim);
+  }
   return w;
 }
 
