@@ -358,19 +358,20 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
     // As pull: the rows written lie anywhere in the arena (an end_pass writes back every row of
     // the pass), so each store would wait on its cache miss; and the pushed rows this shard
     // reads lie anywhere in the caller's batch (with 64 shards about one row in 64 is this
-    // shard's), so each read would wait on its own. Both are prefetched kAhead rows ahead, the
-    // arena's rows for writing. Not the arena's after a row changed class (a handle may then be
-    // one released).
+    // shard's), so each read would wait on its own. Both are prefetched kAhead rows ahead. After
+    // a row changed class a handle may be one released, but its row is still allocated memory
+    // (only compact_arenas frees chunks, and it runs before locate, not in this loop): the
+    // prefetch of a stale handle only wastes a hint, while the store below looks the key up.
     // (Written out, not a lambda: the thread-safety analysis does not see mu_ held inside one.)
     constexpr std::size_t kAhead = 4;
     const std::size_t pushed_bytes = sizeof(float) * stride;
     for (std::size_t j = 0; j < std::min(n, kAhead); ++j) {
-      if (idx[j] != kAbsent) arena_.prefetch</*kWrite=*/true>(idx[j]);
+      if (idx[j] != kAbsent) arena_.prefetch(idx[j]);
       detail::prefetch_lines(rows + piece_pos[j] * stride, pushed_bytes);
     }
     for (std::size_t j = 0; j < n; ++j) {
       if (j + kAhead < n) {
-        if (!moved && idx[j + kAhead] != kAbsent) arena_.prefetch</*kWrite=*/true>(idx[j + kAhead]);
+        if (idx[j + kAhead] != kAbsent) arena_.prefetch(idx[j + kAhead]);
         detail::prefetch_lines(rows + piece_pos[j + kAhead] * stride, pushed_bytes);
       }
       const uint64_t key = keys[piece_pos[j]];

@@ -20,16 +20,11 @@
 
 namespace gpubox::table::detail {
 
-// Hints the cache about every line of [first, first + bytes), to be read or (kWrite) written:
-// a write hint is a prefetchw where the target has it (-mprfchw, -march= of a CPU with it), a
-// plain prefetch elsewhere. Forced inline: see RowArena::prefetch.
-template <bool kWrite = false>
+// Prefetches every cache line of [first, first + bytes). Forced inline: see RowArena::prefetch.
 GPUBOX_FORCEINLINE void prefetch_lines(const void* first, std::size_t bytes) {
   const char* at = static_cast<const char*>(first);
-  for (std::size_t offset = 0; offset < bytes; offset += 64) {
-    __builtin_prefetch(at + offset, kWrite ? 1 : 0);
-  }
-  if (bytes > 0) __builtin_prefetch(at + bytes - 1, kWrite ? 1 : 0);
+  for (std::size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(at + offset);
+  if (bytes > 0) __builtin_prefetch(at + bytes - 1);
 }
 
 class RowArena {
@@ -73,12 +68,10 @@ class RowArena {
   // without effects (ipa-pure-const) and drops the calls to it it did not inline first (pull's
   // and push's prefetches were not in the binary).
   // Every cache line of the row (152 bytes at mf_dim 8 span 3 or 4) and its epoch word: the
-  // loops that prefetch copy the whole row and set its flags. kWrite: for a loop that overwrites
-  // the row (the lines are fetched to be written, not only read).
-  template <bool kWrite = false>
+  // loops that prefetch copy the whole row and set its flags.
   GPUBOX_FORCEINLINE void prefetch(uint32_t index) const {
-    prefetch_lines<kWrite>(row(index), stride_ * sizeof(float));
-    __builtin_prefetch(&epochs_[index], kWrite ? 1 : 0);
+    prefetch_lines(row(index), stride_ * sizeof(float));
+    __builtin_prefetch(&epochs_[index]);
   }
   uint32_t epoch(uint32_t index) const { return epochs_[index] & ~kFlagBits; }
   // The row changed at `epoch`: a disk copy it has is stale from now on (kDiskCleanBit cleared).
@@ -257,9 +250,8 @@ class RowArenas {
   const float* row(uint32_t handle) const {
     return arenas_[class_of(handle)].row(handle & kIndexMask);
   }
-  template <bool kWrite = false>
   GPUBOX_FORCEINLINE void prefetch(uint32_t handle) const {
-    arenas_[class_of(handle)].template prefetch<kWrite>(handle & kIndexMask);
+    arenas_[class_of(handle)].prefetch(handle & kIndexMask);
   }
   uint32_t epoch(uint32_t handle) const {
     return arenas_[class_of(handle)].epoch(handle & kIndexMask);
