@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "table/server/connection_share.hpp"
 
 namespace gpubox::table::server {
 namespace {
@@ -18,10 +21,14 @@ AuthBackoff::Clock::duration AuthBackoff::delay(uint64_t failures) const {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+std::string AuthBackoff::host_of(const std::string& address) { return share_address(address); }
+
 AuthBackoff::Clock::time_point AuthBackoff::reserve_check(const std::string& address,
-                                                          Clock::time_point now) {
+                                                          Clock::time_point now,
+                                                          Clock::time_point latest) {
+  const std::string host = host_of(address);
   MutexLock lock(mu_);
-  auto it = entries_.find(address);
+  auto it = entries_.find(host);
   if (it == entries_.end()) return now;
   Entry& e = it->second;
   if (now - e.last_failure > kForgetAfter) {
@@ -29,17 +36,20 @@ AuthBackoff::Clock::time_point AuthBackoff::reserve_check(const std::string& add
     return now;
   }
   // One check per slot: concurrent connections from one address do not guess in parallel.
+  // A proof refused for its wait takes no slot: else a flood of them would push the host's next
+  // check (a right proof's too) ever later.
   const Clock::time_point at = std::max(now, e.not_before);
-  e.not_before = at + delay(e.failures);
+  if (at <= latest) e.not_before = at + delay(e.failures);
   return at;
 }
 
 uint64_t AuthBackoff::failed(const std::string& address, Clock::time_point now, double* delay_s) {
+  std::string host = host_of(address);
   MutexLock lock(mu_);
-  auto it = entries_.find(address);
+  auto it = entries_.find(host);
   if (it == entries_.end()) {
     if (entries_.size() >= kMaxAddresses) evict_one(now);
-    it = entries_.emplace(address, Entry{}).first;
+    it = entries_.emplace(std::move(host), Entry{}).first;
     it->second.not_before = now;
   }
   Entry& e = it->second;
@@ -52,20 +62,26 @@ uint64_t AuthBackoff::failed(const std::string& address, Clock::time_point now, 
 }
 
 void AuthBackoff::succeeded(const std::string& address) {
+  const std::string host = host_of(address);
   MutexLock lock(mu_);
-  entries_.erase(address);
+  entries_.erase(host);
 }
 
 void AuthBackoff::evict_one(Clock::time_point now) {
-  auto quietest = entries_.begin();
+  // Not the quietest alone: a host that failed often and then paused while a flood of new hosts
+  // failed once each would be forgotten, its backoff reset.
+  const auto cheaper = [](const Entry& a, const Entry& b) {
+    return a.failures != b.failures ? a.failures < b.failures : a.last_failure < b.last_failure;
+  };
+  auto cheapest = entries_.begin();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (now - it->second.last_failure > kForgetAfter) {
       entries_.erase(it);
       return;
     }
-    if (it->second.last_failure < quietest->second.last_failure) quietest = it;
+    if (cheaper(it->second, cheapest->second)) cheapest = it;
   }
-  if (quietest != entries_.end()) entries_.erase(quietest);
+  if (cheapest != entries_.end()) entries_.erase(cheapest);
 }
 
 }  // namespace gpubox::table::server

@@ -44,11 +44,14 @@ void Session::check_proof() {
   }
   proof_ = *proof;
   const auto now = Clock::now();
-  const auto at = server_->auth_backoff().reserve_check(peer_address_, now);
+  const Clock::time_point latest{std::chrono::duration_cast<Clock::duration>(
+      std::chrono::nanoseconds(auth_deadline_ns_.load(std::memory_order_relaxed)))};
+  const auto at = server_->auth_backoff().reserve_check(peer_address_, now, latest);
   if (at <= now) return on_proof_checked();
-  if (ns_of(at) > auth_deadline_ns_.load(std::memory_order_relaxed)) {
+  if (at > latest) {
     return refuse(Status::PermissionDenied(
-        "too many wrong AUTH proofs from " + peer_address_ + ": its next proof is checked in " +
+        "too many wrong AUTH proofs from " + peer_address_ + " (host " +
+        AuthBackoff::host_of(peer_address_) + "): its next proof is checked in " +
         seconds_text(std::chrono::duration<double>(at - now).count()) +
         " s, after this connection's --auth_timeout_s"));
   }
@@ -80,9 +83,10 @@ void Session::on_proof_checked() {
   double delay_s = 0;
   const uint64_t failures = server_->auth_backoff().failed(peer_address_, Clock::now(), &delay_s);
   Server::Impl::warn(server_->auth_log, "gpubox_server: wrong AUTH proof from " + peer_ + " (" +
-                                            std::to_string(failures) + " in a row from " +
-                                            peer_address_ + "; its next proof is checked " +
-                                            seconds_text(delay_s) + " s from now at the soonest)");
+                                            std::to_string(failures) + " in a row from host " +
+                                            AuthBackoff::host_of(peer_address_) +
+                                            "; its next proof is checked " + seconds_text(delay_s) +
+                                            " s from now at the soonest)");
   refuse(Status::PermissionDenied("wrong auth token"));
 }
 

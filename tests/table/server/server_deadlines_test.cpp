@@ -413,6 +413,33 @@ TEST(Auth, WrongProofsAreSlowedPerAddressAndLogged) {
   EXPECT_LT(seconds_since(after), 0.5);
 }
 
+// Every loopback address is one host (connection_share.hpp: share_address): a client that failed
+// from 127.0.0.1 does not escape its backoff from 127.0.0.2. The backoff (30 s) is past the
+// connections' --auth_timeout_s (5 s): a slowed proof is refused at once, naming why.
+TEST(Auth, WrongProofsAreSlowedPerHostNotPerAddress) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_timeout_s = 5.0;
+  so.auth_backoff_base_s = 30.0;
+  so.auth_backoff_max_s = 30.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  Connection guess = raw_connection_from("127.0.0.1", server->port());
+  ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  for (const char* other : {"127.0.0.2", "127.0.0.1"}) {
+    Connection right = raw_connection_from(other, server->port());
+    const Status st = raw_authenticate(right, kTestToken);
+    EXPECT_EQ(st.code(), Status::Code::kPermissionDenied) << other << ": " << st.to_string();
+    EXPECT_NE(st.message().find(std::string("too many wrong AUTH proofs from ") + other +
+                                " (host loopback)"),
+              std::string::npos)
+        << st.to_string();
+  }
+  EXPECT_EQ(server->counters().auth_failures, 1u);
+}
+
 TEST(Auth, TokensShorterThan128BitsAreRefused) {
   FakeHostTier table(test_config());
   ServerOptions so;
