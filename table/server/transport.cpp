@@ -10,6 +10,7 @@
 #include <deque>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "table/server/auth_handshake.hpp"
 
@@ -282,6 +283,7 @@ struct Transport::RunState {
         backoff(transport.endpoints_.size(), transport.options_.initial_backoff_s),
         next_try(transport.endpoints_.size(), start),
         last_error(transport.endpoints_.size()),
+        cut_error(transport.endpoints_.size()),
         endpoints(transport.endpoints_),
         max_backoff_s(transport.options_.max_backoff_s) {}
 
@@ -303,7 +305,20 @@ struct Transport::RunState {
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
         << " s); last error: " << last_error[e].to_string();
+    if (!cut_error[e].ok())
+      msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
     return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
+  }
+
+  // An attempt's error becomes the endpoint's last error, unless the call's deadline cut the
+  // attempt after an earlier one had failed: that earlier error (a refusal, "server busy") says
+  // why the call was still retrying, and the cut attempt is named beside it.
+  void record(uint32_t e, Status error) {
+    if (Clock::now() >= deadline && !last_error[e].ok()) {
+      cut_error[e] = std::move(error);
+    } else {
+      last_error[e] = std::move(error);
+    }
   }
 
   void schedule_retry(uint32_t e) {
@@ -321,6 +336,7 @@ struct Transport::RunState {
   std::vector<double> backoff;
   std::vector<Clock::time_point> next_try;
   std::vector<Status> last_error;
+  std::vector<Status> cut_error;  // an attempt the deadline cut after last_error (record)
   const std::vector<Endpoint>& endpoints;
   const double max_backoff_s;
 };
@@ -340,7 +356,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
     // Without retries, a pooled connection the server closed meanwhile would fail the call.
     auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused);
     if (!conn.ok()) {
-      state.last_error[e] = conn.status();
+      state.record(e, conn.status());
       const auto code = conn.status().code();
       if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
           code == Status::Code::kAborted) {
@@ -371,7 +387,7 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
       release(a.endpoint, std::move(a.conn));
       continue;
     }
-    state.last_error[a.endpoint] = a.error;
+    state.record(a.endpoint, a.error);
     if (!state.retry) return state.gave_up(a.endpoint);
     if (a.reused && a.replies == 0) {
       // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may hold

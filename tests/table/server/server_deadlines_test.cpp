@@ -128,9 +128,16 @@ TEST(Deadlines, AuthenticationMustCompleteSoonAfterConnecting) {
   EXPECT_NE(notice.message().find("not authenticated within 0.3 s"), std::string::npos)
       << notice.to_string();
   EXPECT_TRUE(closed_by_peer(slow.fd(), 2.0));
-  // One that authenticates in time is served past that deadline.
-  Connection prompt = raw_connection(server->port());
-  ASSERT_TRUE(raw_authenticate(prompt, kTestToken).ok());
+  // One that authenticates in time is served past that deadline. (On a loaded machine a try can
+  // miss the 0.3 s, closed at the deadline like the slow one: then another is made.)
+  Connection prompt;
+  Status authenticated;
+  for (int tries = 0; tries < 5; ++tries) {
+    prompt = raw_connection(server->port());
+    authenticated = raw_authenticate(prompt, kTestToken);
+    if (authenticated.ok() || authenticated.code() == Status::Code::kPermissionDenied) break;
+  }
+  ASSERT_TRUE(authenticated.ok()) << authenticated.to_string();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_TRUE(raw_call(prompt, Op::kStats, {}).ok());
 }
