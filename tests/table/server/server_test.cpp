@@ -236,7 +236,8 @@ TEST(Server, BarrierReleasesAllPartiesTogether) {
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("3 parties, but 2 announced"), std::string::npos) << st.to_string();
   auto c = connect_client(client_options(server->endpoint()));
-  if (c) {
+  EXPECT_TRUE(c) << "the second party of two did not connect";
+  if (c) {  // not ASSERT: the waiter thread must be joined
     EXPECT_TRUE(c->barrier("mixed", 2, 10).ok());
   }
   waiter.join();
