@@ -344,6 +344,41 @@ TEST(Auth, ACapturedExchangeCannotBeReplayedOnANewConnection) {
   EXPECT_EQ(server->counters().auth_failures, 1u);
 }
 
+// A trainer whose proofs wait past --auth_timeout_s behind a neighbour's wrong ones (one host)
+// is not ended by the refusal: its proof was never checked, the client retries it until its
+// deadline and then names the wait, not "wrong auth token".
+TEST(Auth, AProofRefusedUncheckedForItsHostsBackoffIsRetriedByTheClient) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_timeout_s = 1.0;
+  so.auth_backoff_base_s = 30.0;
+  so.auth_backoff_max_s = 30.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  {
+    Connection guess = raw_connection_from("127.0.0.2", server->port());
+    ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  }
+  TransportOptions t;
+  t.client_id = 3;
+  t.auth_token = kTestToken;
+  t.deadline_s = 1.5;
+  t.initial_backoff_s = 0.05;
+  Transport transport({Endpoint{"127.0.0.1", server->port()}}, t);
+  std::vector<OutgoingRequest> requests{transport.make_request(Op::kStats, 0, {})};
+  const Status st = transport.run(
+      Op::kStats, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("last error: Unavailable: too many wrong AUTH proofs from 127.0.0.1"),
+            std::string::npos)
+      << st.to_string();
+  EXPECT_EQ(st.message().find(" 1 attempt(s)"), std::string::npos)
+      << "not retried: " << st.to_string();
+  EXPECT_EQ(server->counters().auth_failures, 1u);
+}
+
 // A proof waiting for its host's slot whose connection is closed before the check (here evicted
 // by a newer unauthenticated connection) counts as a wrong one: a neighbour cannot hold slots and
 // leave without its host's delay growing.
