@@ -1,8 +1,16 @@
-// Failed AUTH proofs slowed per peer address (an exponential backoff): after the k-th wrong proof
-// from an address, that address's next proofs are checked one at a time, the next one no sooner
-// than base * 2^(k-1) seconds later (at most max_delay). A right proof forgets the address; so
-// does an hour without failures. Thread-safe; remembers at most kMaxAddresses addresses (the
-// quietest are forgotten first), so a flood from many addresses costs bounded memory.
+// Failed AUTH proofs slowed per peer host (an exponential backoff): after the k-th wrong proof
+// from a host, that host's next proofs are checked one at a time, the next one no sooner than
+// base * 2^(k-1) seconds later (at most max_delay). A host is a peer address's share address
+// (connection_share.hpp: an IPv4-mapped IPv6 address is its IPv4 one, an IPv6 address counts by
+// its /64, every loopback address is one), so that a client cannot escape its backoff by
+// connecting from another address of its own. A right proof halves its host's failures (a guesser
+// beside busy trainers is not reset by each trainer's connection); an hour without failures
+// forgets the host. Thread-safe; remembers at most kMaxHosts hosts, so a flood from many costs
+// bounded memory. To make room it forgets a host quiet for an hour, else of the hosts no longer
+// backing off the one that failed last the longest ago; it never forgets a host still backing
+// off: when all are, the hosts it has no room for share one overflow entry (their failures count
+// there, and its backoff slows all of them while the table is full), so that two hosts cannot
+// take turns evicting each other to guess unslowed.
 #pragma once
 
 #include <chrono>
@@ -18,16 +26,25 @@ namespace gpubox::table::server {
 class AuthBackoff {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr std::size_t kMaxAddresses = 4096;
+  static constexpr std::size_t kMaxHosts = 4096;
 
   AuthBackoff(double base_delay_s, double max_delay_s);
 
-  // When a proof from `address` that arrived `now` may be checked: `now` for an address without
-  // recent failures; else the address's next slot, which this call takes.
-  Clock::time_point reserve_check(const std::string& address, Clock::time_point now);
-  // A wrong proof from `address`: its failures so far; *delay_s the wait before the next check.
+  // When a proof from peer `address` that arrived `now` may be checked: `now` for a host without
+  // recent failures; else its host's next slot, which this call takes when it is at
+  // max(now, `latest`) at the latest (a proof that cannot wait that long, refused, leaves the slot
+  // to the next one; one checked at once takes it even if late, so late proofs do not run in
+  // parallel).
+  Clock::time_point reserve_check(const std::string& address, Clock::time_point now,
+                                  Clock::time_point latest = Clock::time_point::max());
+  // A wrong proof from peer `address`: its host's failures so far; *delay_s the wait before the
+  // host's next check.
   uint64_t failed(const std::string& address, Clock::time_point now, double* delay_s);
+  // A right proof from peer `address`: its host's failures are halved (forgotten at 0).
   void succeeded(const std::string& address);
+
+  // The host a peer address's failures are counted under (its share address).
+  static std::string host_of(const std::string& address);
 
  private:
   struct Entry {
@@ -36,13 +53,17 @@ class AuthBackoff {
     Clock::time_point last_failure;
   };
   Clock::duration delay(uint64_t failures) const;
-  // Makes room for one more address.
-  void evict_one(Clock::time_point now) GPUBOX_REQUIRES(mu_);
+  // The entry `host`'s proofs are slowed by at `now`: its own, else the overflow's while the
+  // table is full and the overflow remembers failures; null when none (forgetting an hour-old).
+  Entry* entry_of(const std::string& host, Clock::time_point now) GPUBOX_REQUIRES(mu_);
+  // Makes room for one more host (see the top); false when every host is still backing off.
+  bool evict_one(Clock::time_point now) GPUBOX_REQUIRES(mu_);
 
   const double base_delay_s_;
   const double max_delay_s_;
   Mutex mu_;
-  std::unordered_map<std::string, Entry> entries_ GPUBOX_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Entry> entries_ GPUBOX_GUARDED_BY(mu_);  // by host
+  Entry overflow_ GPUBOX_GUARDED_BY(mu_);  // the hosts a full table had no room for
 };
 
 }  // namespace gpubox::table::server

@@ -366,6 +366,10 @@ ServerCounters Server::Impl::counters() const {
   c.auth_failures = auth_failures.load();
   c.foreign_client_refusals = foreign_client_refusals.load();
   c.barrier_timeouts = barrier_timeouts.load();
+  {
+    MutexLock lock(barrier_mu_);
+    c.barrier_waiters = barrier_waiters_;
+  }
   c.requests = requests.load();
   c.duplicate_requests = duplicates.load();
   c.rows_pulled = rows_pulled.load();

@@ -122,6 +122,7 @@ struct ServerCounters {
   // connection is bound to (proved by its AUTH, or its first frame's without a token).
   uint64_t foreign_client_refusals = 0;
   uint64_t barrier_timeouts = 0;    // BARRIER waits answered at barrier_timeout_s
+  uint64_t barrier_waiters = 0;     // a gauge: BARRIER waits open now, all barriers
   uint64_t requests = 0;            // frames that passed decoding
   uint64_t duplicate_requests = 0;  // retried mutations answered from the retry cache
   uint64_t rows_pulled = 0;

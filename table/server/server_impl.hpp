@@ -292,7 +292,7 @@ class Server::Impl {
     uint32_t parties = 0;
     std::vector<Waiter> waiters;
   };
-  Mutex barrier_mu_;
+  mutable Mutex barrier_mu_;
   std::map<std::string, Barrier> barriers_ GPUBOX_GUARDED_BY(barrier_mu_);
   std::size_t barrier_waiters_ GPUBOX_GUARDED_BY(barrier_mu_) = 0;  // over all barriers
 };

@@ -93,6 +93,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // of its peer address allows (a timer), or refused when that is past the auth deadline.
   void check_proof();
   void on_proof_checked();
+  // A failure for the peer's host (auth_backoff.hpp), counted and logged as `what`.
+  void count_wrong_proof(const std::string& what);
   void watch_barrier_wait();
   void on_barrier_watch(const boost::system::error_code& ec, std::size_t n);
   void barrier_timed_out();
@@ -189,6 +191,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t drain_left_ = 0;
   std::unique_ptr<uint8_t[]> scratch_;              // for drain() and the barrier watch
   std::unique_ptr<asio::steady_timer> auth_timer_;  // a slowed AUTH_PROOF waits on it
+  // A slowed AUTH_PROOF holds its host's slot (auth_backoff.hpp) and waits: closing before it is
+  // checked counts as a wrong proof, or a client could take slots and leave without a failure.
+  bool proof_waiting_ = false;
   std::string barrier_name_;
   Reply reply_;
 };

@@ -44,19 +44,33 @@ void Session::check_proof() {
   }
   proof_ = *proof;
   const auto now = Clock::now();
-  const auto at = server_->auth_backoff().reserve_check(peer_address_, now);
+  const Clock::time_point latest{std::chrono::duration_cast<Clock::duration>(
+      std::chrono::nanoseconds(auth_deadline_ns_.load(std::memory_order_relaxed)))};
+  // Past the deadline (the sweep has not closed it yet): refused unchecked, so late proofs from
+  // one host are not checked at once side by side.
+  if (now > latest) {
+    return refuse(Status::DeadlineExceeded(overdue_reason(Overdue::kAuth, now) +
+                                           ": its AUTH_PROOF came too late and was not checked"));
+  }
+  const auto at = server_->auth_backoff().reserve_check(peer_address_, now, latest);
   if (at <= now) return on_proof_checked();
-  if (ns_of(at) > auth_deadline_ns_.load(std::memory_order_relaxed)) {
-    return refuse(Status::PermissionDenied(
-        "too many wrong AUTH proofs from " + peer_address_ + ": its next proof is checked in " +
+  if (at > latest) {
+    // Not a wrong proof: unchecked, and the client may try again (Unavailable is retried).
+    return refuse(Status::Unavailable(
+        "too many wrong AUTH proofs from " + peer_address_ + " (host " +
+        AuthBackoff::host_of(peer_address_) +
+        "; every process of one host, or of one IPv6 /64, "
+        "shares its backoff): its next proof is checked in " +
         seconds_text(std::chrono::duration<double>(at - now).count()) +
-        " s, after this connection's --auth_timeout_s"));
+        " s, after this connection's --auth_timeout_s; this proof was not checked, retry later"));
   }
   if (!auth_timer_) auth_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
   auth_timer_->expires_at(at);
+  proof_waiting_ = true;
   auto self = shared_from_this();
   auth_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (self->closed_ || ec) return;
+    self->proof_waiting_ = false;
     self->on_proof_checked();
   });
 }
@@ -76,14 +90,19 @@ void Session::on_proof_checked() {
     leave_unauthenticated();
     return send(make_reply(header_, Status::Code::kOk, {}));
   }
+  count_wrong_proof("wrong AUTH proof");
+  refuse(Status::PermissionDenied("wrong auth token"));
+}
+
+void Session::count_wrong_proof(const std::string& what) {
   server_->auth_failures.fetch_add(1, std::memory_order_relaxed);
   double delay_s = 0;
   const uint64_t failures = server_->auth_backoff().failed(peer_address_, Clock::now(), &delay_s);
-  Server::Impl::warn(server_->auth_log, "gpubox_server: wrong AUTH proof from " + peer_ + " (" +
-                                            std::to_string(failures) + " in a row from " +
-                                            peer_address_ + "; its next proof is checked " +
-                                            seconds_text(delay_s) + " s from now at the soonest)");
-  refuse(Status::PermissionDenied("wrong auth token"));
+  Server::Impl::warn(server_->auth_log, "gpubox_server: " + what + " from " + peer_ + " (" +
+                                            std::to_string(failures) + " in a row from host " +
+                                            AuthBackoff::host_of(peer_address_) +
+                                            "; its next proof is checked " + seconds_text(delay_s) +
+                                            " s from now at the soonest)");
 }
 
 void Session::leave_unauthenticated() {
@@ -401,6 +420,10 @@ void Session::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
+  if (proof_waiting_) {
+    proof_waiting_ = false;
+    count_wrong_proof("AUTH proof abandoned while it waited for its check (closed)");
+  }
   // The payload freed before its bytes are given back, as free_request() does: giving back the
   // last in-flight bytes after a burst trims the heap (malloc_reuse.hpp), which this buffer
   // would otherwise miss.

@@ -10,6 +10,7 @@
 #include <deque>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "table/server/auth_handshake.hpp"
 
@@ -17,6 +18,16 @@ namespace gpubox::table::server {
 namespace {
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Whether a connect (and its AUTH) ended by timing out at `deadline`: Connection names a wait
+// its deadline ended "...: timed out" (connection.cpp); any other error is the peer's own.
+bool cut_by(const Status& error, Clock::time_point deadline) {
+  const std::string suffix = "timed out";
+  const std::string& m = error.message();
+  return error.code() == Status::Code::kUnavailable && Clock::now() >= deadline &&
+         m.size() >= suffix.size() &&
+         m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -55,6 +66,7 @@ struct Transport::Attempt {
   Status retry_reason;                   // the last such answer
   bool notice = false;                   // the frame being read is a notice (protocol.hpp)
   bool failed = false;
+  bool cut = false;  // failed because the call's deadline came (drive), not by an error of its own
   Status error;
 
   bool finished() const { return failed || (next_send == queue.size() && in_flight.empty()); }
@@ -254,7 +266,10 @@ Status Transport::drive(Op op, std::vector<Attempt>& attempts,
     const int ready = wait_ms > 0 ? ::poll(fds.data(), fds.size(), wait_ms) : 0;
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) {
-      for (Attempt* a : active) a->fail(Status::Unavailable("no reply before the deadline"));
+      for (Attempt* a : active) {
+        a->fail(Status::Unavailable("no reply before the deadline"));
+        a->cut = true;
+      }
       return Status::OK();
     }
     for (std::size_t i = 0; i < active.size(); ++i) {
@@ -282,6 +297,7 @@ struct Transport::RunState {
         backoff(transport.endpoints_.size(), transport.options_.initial_backoff_s),
         next_try(transport.endpoints_.size(), start),
         last_error(transport.endpoints_.size()),
+        cut_error(transport.endpoints_.size()),
         endpoints(transport.endpoints_),
         max_backoff_s(transport.options_.max_backoff_s) {}
 
@@ -303,7 +319,21 @@ struct Transport::RunState {
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
         << " s); last error: " << last_error[e].to_string();
+    if (!cut_error[e].ok())
+      msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
     return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
+  }
+
+  // An attempt's error becomes the endpoint's last error, unless the call's deadline cut the
+  // attempt (`cut`: drive() or the connect ended it at the deadline, not an error landing after
+  // it) after an earlier one had failed: that earlier error (a refusal, "server busy") says why
+  // the call was still retrying, and the cut attempt is named beside it.
+  void record(uint32_t e, Status error, bool cut) {
+    if (cut && !last_error[e].ok()) {
+      cut_error[e] = std::move(error);
+    } else {
+      last_error[e] = std::move(error);
+    }
   }
 
   void schedule_retry(uint32_t e) {
@@ -321,6 +351,7 @@ struct Transport::RunState {
   std::vector<double> backoff;
   std::vector<Clock::time_point> next_try;
   std::vector<Status> last_error;
+  std::vector<Status> cut_error;  // an attempt the deadline cut after last_error (record)
   const std::vector<Endpoint>& endpoints;
   const double max_backoff_s;
 };
@@ -340,7 +371,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
     // Without retries, a pooled connection the server closed meanwhile would fail the call.
     auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused);
     if (!conn.ok()) {
-      state.last_error[e] = conn.status();
+      state.record(e, conn.status(), cut_by(conn.status(), state.deadline));
       const auto code = conn.status().code();
       if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
           code == Status::Code::kAborted) {
@@ -371,7 +402,7 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
       release(a.endpoint, std::move(a.conn));
       continue;
     }
-    state.last_error[a.endpoint] = a.error;
+    state.record(a.endpoint, a.error, a.cut);
     if (!state.retry) return state.gave_up(a.endpoint);
     if (a.reused && a.replies == 0) {
       // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may hold

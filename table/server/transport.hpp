@@ -73,9 +73,11 @@ class Transport {
   // Sends every request (up to max_in_flight per connection, all endpoints at once) and hands
   // each OK reply to `on_reply`. A lost connection is retried with backoff until the deadline
   // (`deadline_s` < 0: the options' one); then the status names the endpoint, the op, how long
-  // and how often it tried, and the last error. A reply with an error status ends the call with
-  // it, except "still being applied" (a retried mutation racing its original), which is retried.
-  // retry=false: a lost connection ends the call at once (BARRIER, SHUTDOWN).
+  // and how often it tried, and the last error; when the deadline cut an attempt short after an
+  // earlier one had failed, the last error stays that earlier one (why the call kept retrying,
+  // e.g. "server busy") and the cut attempt is named beside it. A reply with an error status ends
+  // the call with it, except "still being applied" (a retried mutation racing its original), which
+  // is retried. retry=false: a lost connection ends the call at once (BARRIER, SHUTDOWN).
   // connections > 1 spreads an endpoint's requests over up to that many connections (by lane),
   // so that several server threads work on one call.
   Status run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,

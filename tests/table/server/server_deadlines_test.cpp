@@ -128,9 +128,16 @@ TEST(Deadlines, AuthenticationMustCompleteSoonAfterConnecting) {
   EXPECT_NE(notice.message().find("not authenticated within 0.3 s"), std::string::npos)
       << notice.to_string();
   EXPECT_TRUE(closed_by_peer(slow.fd(), 2.0));
-  // One that authenticates in time is served past that deadline.
-  Connection prompt = raw_connection(server->port());
-  ASSERT_TRUE(raw_authenticate(prompt, kTestToken).ok());
+  // One that authenticates in time is served past that deadline. (On a loaded machine a try can
+  // miss the 0.3 s, closed at the deadline like the slow one: then another is made.)
+  Connection prompt;
+  Status authenticated;
+  for (int tries = 0; tries < 5; ++tries) {
+    prompt = raw_connection(server->port());
+    authenticated = raw_authenticate(prompt, kTestToken);
+    if (authenticated.ok() || authenticated.code() == Status::Code::kPermissionDenied) break;
+  }
+  ASSERT_TRUE(authenticated.ok()) << authenticated.to_string();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_TRUE(raw_call(prompt, Op::kStats, {}).ok());
 }
@@ -337,6 +344,90 @@ TEST(Auth, ACapturedExchangeCannotBeReplayedOnANewConnection) {
   EXPECT_EQ(server->counters().auth_failures, 1u);
 }
 
+// A trainer whose proofs wait past --auth_timeout_s behind a neighbour's wrong ones (one host)
+// is not ended by the refusal: its proof was never checked, the client retries it until its
+// deadline and then names the wait, not "wrong auth token".
+TEST(Auth, AProofRefusedUncheckedForItsHostsBackoffIsRetriedByTheClient) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_timeout_s = 1.0;
+  so.auth_backoff_base_s = 30.0;
+  so.auth_backoff_max_s = 30.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  {
+    Connection guess = raw_connection_from("127.0.0.2", server->port());
+    ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  }
+  TransportOptions t;
+  t.client_id = 3;
+  t.auth_token = kTestToken;
+  t.deadline_s = 1.5;
+  t.initial_backoff_s = 0.05;
+  Transport transport({Endpoint{"127.0.0.1", server->port()}}, t);
+  std::vector<OutgoingRequest> requests{transport.make_request(Op::kStats, 0, {})};
+  const Status st = transport.run(
+      Op::kStats, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("last error: Unavailable: too many wrong AUTH proofs from 127.0.0.1"),
+            std::string::npos)
+      << st.to_string();
+  EXPECT_EQ(st.message().find(" 1 attempt(s)"), std::string::npos)
+      << "not retried: " << st.to_string();
+  EXPECT_EQ(server->counters().auth_failures, 1u);
+}
+
+// A proof waiting for its host's slot whose connection is closed before the check (here evicted
+// by a newer unauthenticated connection) counts as a wrong one: a neighbour cannot hold slots and
+// leave without its host's delay growing.
+TEST(Auth, AProofClosedWhileItWaitsForItsCheckCountsAsWrong) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_timeout_s = 10.0;
+  so.auth_backoff_base_s = 5.0;
+  so.auth_backoff_max_s = 5.0;
+  so.max_unauthenticated = 1;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  {
+    Connection guess = raw_connection(server->port());
+    ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  }
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::WARNING);
+  ::testing::internal::CaptureStderr();
+  Connection waiting = raw_connection(server->port());
+  std::vector<uint8_t> challenge;
+  ASSERT_TRUE(raw_call(waiting, Op::kAuth, {}, 1, 1, &challenge).ok());
+  auto nonce = decode_auth_challenge(challenge.data(), challenge.size());
+  ASSERT_TRUE(nonce.ok());
+  const AuthProof proof = auth_proof(kTestToken, *nonce, 1);  // right, but checked 5 s on
+  FrameHeader h;
+  h.op = Op::kAuthProof;
+  h.request_id = 2;
+  h.client_id = 1;
+  const auto frame = encode_frame(h, std::vector<uint8_t>(proof.begin(), proof.end()));
+  ASSERT_TRUE(waiting.send_all(frame.data(), frame.size(), seconds_from_now(2)).ok());
+  // The server holds it waiting; the auth log (one line per 2 s) writes its next line by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  Connection newer = raw_connection(server->port());  // evicts the waiting one
+  const bool counted = eventually([&] { return server->counters().auth_failures == 2; });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  set_log_level(level);
+  EXPECT_TRUE(counted) << server->counters().auth_failures << "\n" << log;
+  EXPECT_GE(server->counters().evicted, 1u);  // (the refused guess may be evicted too, lingering)
+  EXPECT_NE(log.find("AUTH proof abandoned while it waited for its check (closed) from 127.0.0.1:"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("(2 in a row from host loopback; its next proof is checked 5 s"),
+            std::string::npos)
+      << log;
+}
+
 // A stand-in server that records what a client sends while it authenticates.
 TEST(Auth, TheTokenNeverCrossesTheWire) {
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -381,7 +472,7 @@ TEST(Auth, TheTokenNeverCrossesTheWire) {
   EXPECT_EQ(wire.find(std::string(kTestToken).substr(0, 8)), std::string::npos);
 }
 
-TEST(Auth, WrongProofsAreSlowedPerAddressAndLogged) {
+TEST(Auth, WrongProofsAreSlowedPerHostAndLogged) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.auth_token = kTestToken;
@@ -399,18 +490,52 @@ TEST(Auth, WrongProofsAreSlowedPerAddressAndLogged) {
     EXPECT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied) << i;
   }
   const double took = seconds_since(start);
+  // The right proof from that host waits its turn too, and then halves the host's failures
+  // (5 -> 2): a wrong proof after it is the third in a row. (The log holds back the lines of the
+  // 2 s after one it wrote: the second to fifth are counted in "4 similar lines held back".)
+  Connection right = raw_connection(server->port());
+  EXPECT_TRUE(raw_authenticate(right, kTestToken).ok());
+  Connection guess = raw_connection(server->port());
+  EXPECT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
   const std::string log = ::testing::internal::GetCapturedStderr();
   set_log_level(level);
   EXPECT_GE(took, 1.4) << "5 wrong proofs in " << took << " s: not slowed";
-  EXPECT_EQ(server->counters().auth_failures, 5u);
+  EXPECT_EQ(server->counters().auth_failures, 6u);
   EXPECT_NE(log.find("wrong AUTH proof from 127.0.0.1:"), std::string::npos) << log;
-  // The right proof from that address waits its turn too, and then clears the address.
-  Connection right = raw_connection(server->port());
-  EXPECT_TRUE(raw_authenticate(right, kTestToken).ok());
-  const auto after = Clock::now();
-  Connection next = raw_connection(server->port());
-  EXPECT_TRUE(raw_authenticate(next, kTestToken).ok());
-  EXPECT_LT(seconds_since(after), 0.5);
+  for (const char* line :
+       {"(1 in a row from host loopback; its next proof is checked 0.1 s from now at the soonest)",
+        "(3 in a row from host loopback; its next proof is checked 0.4 s from now at the "
+        "soonest)"}) {
+    EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
+  }
+}
+
+// Every loopback address is one host (connection_share.hpp: share_address): a client that failed
+// from 127.0.0.1 does not escape its backoff from 127.0.0.2. The backoff (30 s) is past the
+// connections' --auth_timeout_s (5 s): a slowed proof is refused at once unchecked, naming why,
+// as Unavailable (the client retries it: a neighbour's wrong proofs do not end a trainer's call).
+TEST(Auth, WrongProofsAreSlowedPerHostNotPerAddress) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_timeout_s = 5.0;
+  so.auth_backoff_base_s = 30.0;
+  so.auth_backoff_max_s = 30.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  Connection guess = raw_connection_from("127.0.0.1", server->port());
+  ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  for (const char* other : {"127.0.0.2", "127.0.0.1"}) {
+    Connection right = raw_connection_from(other, server->port());
+    const Status st = raw_authenticate(right, kTestToken);
+    EXPECT_EQ(st.code(), Status::Code::kUnavailable) << other << ": " << st.to_string();
+    EXPECT_NE(st.message().find(std::string("too many wrong AUTH proofs from ") + other +
+                                " (host loopback; every process of one host"),
+              std::string::npos)
+        << st.to_string();
+  }
+  EXPECT_EQ(server->counters().auth_failures, 1u);
 }
 
 TEST(Auth, TokensShorterThan128BitsAreRefused) {

@@ -225,11 +225,24 @@ TEST(Server, BarrierReleasesAllPartiesTogether) {
   Status st = a->barrier("lonely", 2, 0.2);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("BARRIER"), std::string::npos) << st.to_string();
-  std::thread waiter([&] { (void)a->barrier("mixed", 2, 0.5); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  st = b->barrier("mixed", 3, 0.5);
-  waiter.join();
+  // The lonely party's wait ends on the server too once its client gave up (its connection
+  // closed). The disagreeing party comes once the first waits (the server counts it), and is
+  // refused without counting: a second party of two then releases the first.
+  EXPECT_TRUE(eventually([&] { return server->counters().barrier_waiters == 0; }));
+  Status first;
+  std::thread waiter([&] { first = a->barrier("mixed", 2, 10); });
+  EXPECT_TRUE(eventually([&] { return server->counters().barrier_waiters == 1; }));
+  st = b->barrier("mixed", 3, 10);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("3 parties, but 2 announced"), std::string::npos) << st.to_string();
+  auto c = connect_client(client_options(server->endpoint()));
+  EXPECT_TRUE(c) << "the second party of two did not connect";
+  if (c) {  // not ASSERT: the waiter thread must be joined
+    EXPECT_TRUE(c->barrier("mixed", 2, 10).ok());
+  }
+  waiter.join();
+  EXPECT_TRUE(first.ok()) << first.to_string();
+  EXPECT_EQ(server->counters().barrier_waiters, 0u);
 }
 
 TEST(Server, ShutdownStopsGracefully) {

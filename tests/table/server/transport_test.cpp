@@ -110,6 +110,53 @@ TEST(Transport, ServerErrorReplyEndsTheCallWithItsMessage) {
   EXPECT_NE(st.message().find("disk full writing part-3"), std::string::npos);
 }
 
+// A call that retried until its deadline names why it retried (here "retry later" replies), not
+// the attempt the deadline cut: before, a client refused at a server's connection cap until its
+// deadline reported "no reply: timed out" whenever the deadline fell inside an attempt.
+TEST(Transport, AnAttemptCutByTheDeadlineDoesNotHideWhyTheCallRetried) {
+  uint16_t port = 0;
+  const int listener = listen_loopback(&port);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> given_up{false};
+  std::thread peer([&] {
+    Connection conn(::accept(listener, nullptr, nullptr));
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    Frame frame;
+    for (int i = 0; i < 2; ++i) {  // the first copy: retry later; the second: never answered
+      if (!conn.recv_frame(&frame, kDefaultMaxPayloadBytes, deadline).ok()) return;
+      if (i == 1) break;
+      FrameHeader h = frame.header;
+      h.response = true;
+      h.status = Status::Code::kAborted;
+      std::vector<uint8_t> payload;
+      encode_error_reply("server busy: in-flight budget; retry", &payload);
+      auto reply = encode_frame(h, payload);
+      if (!conn.send_all(reply.data(), reply.size(), deadline).ok()) return;
+    }
+    while (!given_up.load() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  TransportOptions options;
+  options.deadline_s = 2.5;  // not less: a loaded machine must still answer the first copy
+  options.initial_backoff_s = 0.01;
+  Transport transport({Endpoint{"127.0.0.1", port}}, options);
+  std::vector<OutgoingRequest> requests{transport.make_request(Op::kPush, 0, {})};
+  Status st = transport.run(Op::kPush, requests,
+                            [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+  given_up = true;
+  peer.join();
+  ::close(listener);
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("last error: Aborted: server busy: in-flight budget; retry"),
+            std::string::npos)
+      << st.to_string();
+  EXPECT_NE(st.message().find("(then the deadline cut an attempt: Unavailable: no reply before "
+                              "the deadline)"),
+            std::string::npos)
+      << st.to_string();
+}
+
 // Connects to `port` without completing until one stays pending: the listener's accept queue
 // is then full, and a further connect waits in SYN_SENT. The sockets are returned to close.
 std::vector<int> fill_accept_queue(uint16_t port) {
