@@ -52,15 +52,19 @@ void InMemoryDataset::local_shuffle(std::uint64_t seed) {
 }
 
 void InMemoryDataset::release_memory() {
-  std::vector<InstanceBlock>().swap(blocks_);
+  std::vector<SharedInstanceBlock>().swap(blocks_);
   std::vector<std::uint64_t>().swap(order_);
+  shared_bytes_ = 0;
 }
 
-void InMemoryDataset::append_block(InstanceBlock&& block) {
-  if (block.size() == 0) return;
+void InMemoryDataset::append_block(SharedInstanceBlock block, bool shared) {
+  if (block->size() == 0) return;
+  if (shared) shared_bytes_ += block->memory_bytes();
   GPUBOX_EXPECTS(blocks_.size() < (std::size_t{1} << (64 - kIndexBits)), "too many blocks");
   const auto block_id = static_cast<std::uint64_t>(blocks_.size());
-  for (std::size_t k = 0; k < block.size(); ++k) order_.push_back((block_id << kIndexBits) | k);
+  const std::size_t first = order_.size();
+  order_.resize(first + block->size());
+  for (std::size_t k = 0; k < block->size(); ++k) order_[first + k] = (block_id << kIndexBits) | k;
   blocks_.push_back(std::move(block));
 }
 
@@ -73,7 +77,7 @@ InMemoryDataset::Location InMemoryDataset::locate(std::size_t position) const {
 InstanceRef InMemoryDataset::instance(std::size_t position) const {
   GPUBOX_EXPECTS(position < order_.size(), "instance ", position, " of ", order_.size());
   const Location at = locate(position);
-  return blocks_[at.block].instance(at.index);
+  return blocks_[at.block]->instance(at.index);
 }
 
 std::size_t batches_per_card(std::size_t n, std::size_t batch, int cards) {
@@ -116,7 +120,7 @@ void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&&
   constexpr std::size_t kKeysAhead = 8;
   auto prefetch_row = [&](std::size_t position) {
     const Location at = locate(position);
-    const InstanceBlock& b = blocks_[at.block];
+    const InstanceBlock& b = *blocks_[at.block];
     __builtin_prefetch(b.key_begin.data() + at.index);
     __builtin_prefetch(b.slot_sizes.data() + at.index * num_slots);
     __builtin_prefetch(b.dense.data() + at.index * dense_dim);
@@ -124,7 +128,7 @@ void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&&
   };
   auto prefetch_keys = [&](std::size_t position) {
     const Location at = locate(position);
-    const InstanceBlock& b = blocks_[at.block];
+    const InstanceBlock& b = *blocks_[at.block];
     const char* first = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index]);
     const char* last = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index + 1]);
     for (const char* line = first; line < last; line += 64) __builtin_prefetch(line);
@@ -133,7 +137,7 @@ void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&&
     if (p + kRowAhead < end) prefetch_row(p + kRowAhead);
     if (p + kKeysAhead < end) prefetch_keys(p + kKeysAhead);
     const Location at = locate(p);
-    visit(p, blocks_[at.block].instance(at.index));
+    visit(p, blocks_[at.block]->instance(at.index));
   }
 }
 
@@ -173,7 +177,7 @@ bool InMemoryDataset::store_in_order() {
     std::size_t keys = 0;
     for (std::size_t p = begin; p < end; ++p) {
       const Location at = locate(p);
-      const std::vector<std::uint64_t>& key_begin = blocks_[at.block].key_begin;
+      const std::vector<std::uint64_t>& key_begin = blocks_[at.block]->key_begin;
       keys += key_begin[at.index + 1] - key_begin[at.index];
     }
     out.keys.reserve(keys);
@@ -181,7 +185,12 @@ bool InMemoryDataset::store_in_order() {
     visit_in_order(begin, end, [&](std::size_t, const InstanceRef& ref) { out.append(ref); });
   });
   if (stopped.load()) return false;  // `stored` freed, the current storage kept
-  blocks_ = std::move(stored);
+  // New blocks: the old ones (perhaps the pass cache's, which they stay) are released.
+  blocks_.clear();
+  shared_bytes_ = 0;
+  for (InstanceBlock& block : stored) {
+    blocks_.push_back(std::make_shared<const InstanceBlock>(std::move(block)));
+  }
   for (std::size_t p = 0; p < n; ++p) {
     order_[p] =
         (static_cast<std::uint64_t>(p / kBlockInstances) << kIndexBits) | (p % kBlockInstances);
@@ -231,22 +240,22 @@ namespace {
 // scatter keeps that order inside a bucket and the dedup keeps the first copy).
 template <class PartOf>
 std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partition(
-    const std::vector<InstanceBlock>& blocks, std::size_t partitions, int workers, PartOf part_of,
-    std::vector<std::int32_t>* slots_out = nullptr) {
+    const std::vector<SharedInstanceBlock>& blocks, std::size_t partitions, int workers,
+    PartOf part_of, std::vector<std::int32_t>* slots_out = nullptr) {
   struct Chunk {
     std::size_t block, begin, end;
   };
   std::vector<Chunk> chunks;
   std::size_t total_instances = 0;
-  for (const InstanceBlock& b : blocks) total_instances += b.size();
+  for (const SharedInstanceBlock& b : blocks) total_instances += b->size();
   const std::size_t target = std::max<std::size_t>(4096, total_instances / (4 * workers) + 1);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
-    for (std::size_t i = 0; i < blocks[b].size(); i += target) {
-      chunks.push_back(Chunk{b, i, std::min(blocks[b].size(), i + target)});
+    for (std::size_t i = 0; i < blocks[b]->size(); i += target) {
+      chunks.push_back(Chunk{b, i, std::min(blocks[b]->size(), i + target)});
     }
   }
   auto for_each_key = [&](const Chunk& c, auto&& visit) {
-    const InstanceBlock& b = blocks[c.block];
+    const InstanceBlock& b = *blocks[c.block];
     for (std::size_t i = c.begin; i < c.end; ++i) {
       const std::uint64_t* key = b.keys.data() + b.key_begin[i];
       const std::uint32_t* sizes = b.slot_sizes.data() + i * b.num_slots;
@@ -358,20 +367,20 @@ struct KeyRangeBucket {
     return at;
   }
 };
-KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
+KeyRangeBucket key_range_buckets(const std::vector<SharedInstanceBlock>& blocks) {
   std::size_t total = 0;
-  for (const InstanceBlock& b : blocks) total += b.keys.size();
+  for (const SharedInstanceBlock& b : blocks) total += b->keys.size();
   std::vector<std::uint64_t> sample;
   if (total > 0) {
     const std::size_t stride = std::max<std::size_t>(1, total / kBucketSample);
     std::size_t next = stride / 2;
     std::size_t base = 0;
-    for (const InstanceBlock& b : blocks) {
-      for (; next < base + b.keys.size(); next += stride) {
-        const std::uint64_t key = b.keys[next - base];
+    for (const SharedInstanceBlock& b : blocks) {
+      for (; next < base + b->keys.size(); next += stride) {
+        const std::uint64_t key = b->keys[next - base];
         if (key != 0) sample.push_back(key);  // key 0 is not a key (filtered out)
       }
-      base += b.keys.size();
+      base += b->keys.size();
     }
   }
   std::sort(sample.begin(), sample.end());
@@ -421,7 +430,7 @@ std::vector<std::size_t> InMemoryDataset::unique_keys_per_slot() const {
 
 std::size_t InMemoryDataset::memory_bytes() const {
   std::size_t bytes = order_.capacity() * sizeof(std::uint64_t);
-  for (const InstanceBlock& b : blocks_) bytes += b.memory_bytes();
+  for (const SharedInstanceBlock& b : blocks_) bytes += b->memory_bytes();
   return bytes;
 }
 

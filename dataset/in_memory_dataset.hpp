@@ -64,7 +64,9 @@ class InMemoryDataset {
   // While set (nullptr: none), load_into_memory serves a file list loaded before from `cache`
   // when its files are unchanged, and offers what it reads to it (pass_data_cache.hpp: which
   // loads are kept); load_stats() says how many instances came from it. The same records in the
-  // same order either way. The cache must outlive the loads.
+  // same order either way; a load served borrows the cache's blocks (no copy), a load kept shares
+  // its blocks with it (shared_bytes()). The cache must outlive the loads (the blocks borrowed
+  // may outlive both).
   void set_pass_cache(PassDataCache* cache) { cache_ = cache; }
   // Statistics of the last load_into_memory (also when it failed).
   const LoadStats& load_stats() const { return stats_; }
@@ -101,8 +103,12 @@ class InMemoryDataset {
   UniqueKeys unique_keys_and_slots() const;
   // Distinct keys per slot (a key in two slots counts in both).
   std::vector<std::size_t> unique_keys_per_slot() const;
-  // Bytes held by instances and the order index.
+  // Bytes held by instances and the order index (blocks shared with the pass cache included: the
+  // data set keeps them alive too).
   std::size_t memory_bytes() const;
+  // The part of memory_bytes() in blocks shared with the pass cache (set_pass_cache), counted in
+  // its bytes too: what releasing this data set alone would not return.
+  std::size_t shared_bytes() const { return shared_bytes_; }
 
  private:
   struct Location {
@@ -115,8 +121,9 @@ class InMemoryDataset {
   // cache misses in several arrays).
   template <class Visit>
   void visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const;
-  // A loaded block's instances after those already held (in order_, as block id and index).
-  void append_block(InstanceBlock&& block);
+  // A loaded block's instances after those already held (in order_, as block id and index);
+  // `shared`: the pass cache holds the block too (shared_bytes()).
+  void append_block(SharedInstanceBlock block, bool shared);
   // load_into_memory from the pass cache: true when it held the file list (with `identities`).
   bool load_cached(const PassKey& key, const std::vector<FileIdentity>& identities);
 
@@ -124,7 +131,9 @@ class InMemoryDataset {
   std::vector<std::string> files_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   PassDataCache* cache_ = nullptr;
-  std::vector<InstanceBlock> blocks_;
+  // Immutable once loaded (shared with the pass cache, memory sources): only the order changes.
+  std::vector<SharedInstanceBlock> blocks_;
+  std::size_t shared_bytes_ = 0;
   // Current order: (block << kIndexBits) | index inside the block.
   static constexpr int kIndexBits = 40;
   std::vector<std::uint64_t> order_;

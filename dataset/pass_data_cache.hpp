@@ -1,5 +1,5 @@
 // PassDataCache: the parsed records of file lists a run already read, so that a later load of
-// the same list (the same pass in the next epoch, the evaluation data after every epoch) copies
+// the same list (the same pass in the next epoch, the evaluation data after every epoch) borrows
 // them instead of reading and parsing the files again. InMemoryDataset::load_into_memory uses it
 // when given one (set_pass_cache), for every schedule alike.
 //
@@ -7,6 +7,15 @@
 // the loading dataset appends them as it would have appended a fresh parse, so the pass's shuffle
 // (seeded per pass, applied after the load) and everything after it see the same records in the
 // same order: training with the cache is bit for bit training without it.
+//
+// Shared, not copied: the blocks are immutable once loaded (SharedInstanceBlock), so the load
+// that offers them keeps them too, and a load served gets the same blocks, not copies (a served
+// load costs a pointer a block, whatever the pass's size). No data set writes into its blocks
+// (its shuffle permutes its order index; store_in_order copies into new blocks), so what one
+// pass does to its instances never reaches what the cache serves the next. Memory: an entry's
+// bytes are its blocks' (and its names'), counted once in the budget whether or not data sets
+// borrow them meanwhile: what the cache alone keeps alive once those data sets are released
+// (InMemoryDataset::shared_bytes() is the part of a data set's memory counted here).
 //
 // When a load is served: the same file list, in the same order, parsed with the same parse
 // settings (parse_fingerprint), each file still the file that was read (a regular file of the
@@ -91,29 +100,38 @@ class PassDataCache {
   std::size_t budget_bytes() const { return budget_bytes_; }
 
   // When `key` (with these identities, taken now) was loaded before and no file changed: appends
-  // copies of their blocks to `blocks`, sets `*stats` to that load's statistics and returns true.
-  // An entry whose files changed is dropped (the load that follows reads them and offers them
-  // again).
+  // its blocks (shared, not copied) to `blocks`, sets `*stats` to that load's statistics and
+  // returns true. An entry whose files changed is dropped (the load that follows reads them and
+  // offers them again).
   bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
-              std::vector<InstanceBlock>* blocks, LoadStats* stats);
+              std::vector<SharedInstanceBlock>* blocks, LoadStats* stats);
   // Drops every entry of `files` (one of them could not be identified: gone, or no longer a
   // regular file), so that it holds none of the budget.
   void forget(const std::vector<std::string>& files);
-  // Keeps a copy of a finished load of `key` (`identities` taken before it read the files, and
-  // the same after) when its records fit in what the budget has left. Returns "" when kept or
-  // already held, else why not (for the load's report), only the first time a load does not fit.
-  std::string offer(const PassKey& key, const std::vector<FileIdentity>& identities,
-                    const std::vector<InstanceBlock>& blocks, const LoadStats& stats);
+  // What offer did with a load.
+  struct Offered {
+    bool kept = false;  // its blocks are the entry of its key now (shared with the offering load)
+    std::string note;   // why not kept, for the load's report: only the first load that did not fit
+  };
+  // Keeps a finished load of `key` (`identities` taken before it read the files, and the same
+  // after), sharing its blocks, when its records fit in what the budget has left and no load of
+  // `key` is held already.
+  Offered offer(const PassKey& key, const std::vector<FileIdentity>& identities,
+                const std::vector<SharedInstanceBlock>& blocks, const LoadStats& stats);
 
   PassCacheCounts counts() const;
 
  private:
   struct Entry {
     std::vector<FileIdentity> identities;
-    std::vector<InstanceBlock> blocks;
+    std::vector<SharedInstanceBlock> blocks;
     LoadStats stats;
     std::size_t bytes = 0;
   };
+
+  // The bytes an entry of `key` holding `blocks` counts in the budget.
+  static std::size_t entry_bytes(const PassKey& key,
+                                 const std::vector<SharedInstanceBlock>& blocks);
 
   const std::size_t budget_bytes_;
   mutable Mutex mu_;

@@ -4,7 +4,9 @@
 // malformed lines; the budget (only the loads that fit are kept, 0 keeps none); a file changed
 // between loads read again (also with its old modification time put back); a file gone drops its
 // list's entry; another parse config never served another's records; pipe_command, failed loads
-// and strict parse failures never served.
+// and strict parse failures never served. A served load borrows the cache's blocks (no copy),
+// the cache's bytes counted once however many data sets borrow them; a pass that shuffles, stores
+// its instances in its order or is released changes nothing the cache serves the next one.
 #include "dataset/pass_data_cache.hpp"
 
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -330,6 +333,103 @@ TEST_F(PassDataCacheTest, AStopAskedBeforeTheLoadStopsALoadTheCacheWouldServe) {
     EXPECT_EQ(ds.load_stats().cached_instances, 0u);
   }
   EXPECT_EQ(cache.counts().loads_served, 0u);
+}
+
+// What a load of 0, 1 and n blocks (split_bytes cuts the larger files into ranges) holds: the
+// load that is kept and every load served share one copy of the records, the data sets' shared
+// bytes are what the cache counts for them, and the cache's bytes do not grow with the loads.
+TEST_F(PassDataCacheTest, ServedLoadsBorrowTheCachesBlocksCountedOnce) {
+  const std::vector<std::vector<std::string>> lists = {{empty_}, {one_}, {many_}, {one_, many_}};
+  for (const auto& files : lists) {
+    SCOPED_TRACE("a list of " + std::to_string(files.size()) + " files, the first " +
+                 files.front().substr(dir_.path().size()));
+    PassDataCache cache(std::size_t{64} << 20);
+    InMemoryDataset kept(config());
+    kept.set_filelist(files);
+    kept.set_pass_cache(&cache);
+    ASSERT_TRUE(kept.load_into_memory().ok());
+    ASSERT_EQ(cache.counts().entries, 1u);
+    const std::size_t cache_bytes = cache.counts().bytes;
+    // The blocks' bytes (the data set's own order index aside): all shared with the cache.
+    const std::size_t order_bytes = kept.memory_bytes() - kept.shared_bytes();
+    EXPECT_LE(order_bytes, kept.size() * 2 * sizeof(std::uint64_t) + 64);
+    EXPECT_GT(cache_bytes, kept.shared_bytes());
+    const Loaded oracle = load(files, nullptr);
+    std::vector<std::unique_ptr<InMemoryDataset>> served;
+    for (int epoch = 1; epoch <= 3; ++epoch) {
+      served.push_back(std::make_unique<InMemoryDataset>(config()));
+      InMemoryDataset& ds = *served.back();
+      ds.set_filelist(files);
+      ds.set_pass_cache(&cache);
+      ASSERT_TRUE(ds.load_into_memory().ok());
+      EXPECT_EQ(ds.load_stats().cached_files, files.size());
+      EXPECT_EQ(records(ds), oracle.records);
+      EXPECT_EQ(ds.shared_bytes(), kept.shared_bytes());
+      // The same storage as the load that was kept: borrowed, not copied.
+      ASSERT_EQ(ds.size(), kept.size());
+      for (std::size_t i = 0; i < ds.size(); ++i) {
+        ASSERT_EQ(ds.instance(i).keys, kept.instance(i).keys) << "instance " << i;
+        ASSERT_EQ(ds.instance(i).dense, kept.instance(i).dense) << "instance " << i;
+      }
+      EXPECT_EQ(cache.counts().bytes, cache_bytes);
+    }
+    // Without a cache nothing is shared.
+    InMemoryDataset alone(config());
+    alone.set_filelist(files);
+    ASSERT_TRUE(alone.load_into_memory().ok());
+    EXPECT_EQ(alone.shared_bytes(), 0u);
+  }
+}
+
+// A load the cache refuses (no room) shares nothing: its data set owns its blocks alone.
+TEST_F(PassDataCacheTest, ALoadNotKeptSharesNothing) {
+  PassDataCache cache(1);  // room for no entry
+  InMemoryDataset ds(config());
+  ds.set_filelist({many_});
+  ds.set_pass_cache(&cache);
+  ASSERT_TRUE(ds.load_into_memory().ok());
+  EXPECT_FALSE(ds.load_stats().cache_note.empty());
+  EXPECT_EQ(cache.counts().entries, 0u);
+  EXPECT_EQ(ds.shared_bytes(), 0u);
+}
+
+// What one pass does to its instances (a seeded shuffle, storing them in that order, releasing
+// them) never reaches what the cache serves the next pass, whose records are those of a fresh
+// parse of the files; a data set's borrowed blocks outlive the cache.
+TEST_F(PassDataCacheTest, WhatAPassDoesToItsInstancesDoesNotChangeWhatTheNextIsServed) {
+  const std::vector<std::string> files = {one_, many_, bad_};
+  const Loaded oracle = load(files, nullptr);
+  auto cache = std::make_unique<PassDataCache>(std::size_t{64} << 20);
+  std::vector<std::unique_ptr<InMemoryDataset>> passes;
+  for (std::uint64_t pass = 0; pass < 4; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    passes.push_back(std::make_unique<InMemoryDataset>(config()));
+    InMemoryDataset& ds = *passes.back();
+    ds.set_filelist(files);
+    ds.set_pass_cache(cache.get());
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    EXPECT_EQ(ds.load_stats().cached_files, pass == 0 ? 0u : files.size());
+    // As loaded: the files' records in their order (the shuffles of the passes before did not
+    // reorder the blocks, their stores did not write into them).
+    ASSERT_EQ(records(ds), oracle.records);
+    EXPECT_EQ(ds.unique_keys(), oracle.unique_keys);
+    EXPECT_GT(ds.shared_bytes(), 0u);
+    ds.local_shuffle(pass + 1);
+    const std::vector<PlainInstance> shuffled = records(ds);
+    EXPECT_NE(shuffled, oracle.records);
+    ASSERT_TRUE(ds.store_in_order());
+    EXPECT_EQ(records(ds), shuffled);
+    EXPECT_EQ(ds.shared_bytes(), 0u);  // its own blocks now
+    if (pass % 2 == 1) ds.release_memory();
+  }
+  // The cache gone: the data sets keep the blocks they borrowed (those not stored in order).
+  InMemoryDataset borrowed(config());
+  borrowed.set_filelist(files);
+  borrowed.set_pass_cache(cache.get());
+  ASSERT_TRUE(borrowed.load_into_memory().ok());
+  cache.reset();
+  EXPECT_EQ(records(borrowed), oracle.records);
+  EXPECT_EQ(records(*passes[2]).size(), oracle.records.size());
 }
 
 }  // namespace
